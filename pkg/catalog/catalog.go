@@ -1,0 +1,237 @@
+// Package catalog holds flexplane's platform objects — virtual datacenters
+// (VDCs), compute profiles, storage profiles and images — as Kubernetes-style
+// objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
+//
+// Every write is conditional: objects carry the resourceVersion they were
+// read at, and an Update or Delete whose resourceVersion is stale fails with
+// a *ConflictError. DirStore keeps the objects as manifests in a directory
+// and holds that promise across processes sharing the directory; a
+// Kubernetes CRD backend can implement the same Store over the same types.
+//
+// Spec fields are embedded in the object types (tagged `json:"spec"`), so
+// they marshal as a Kubernetes-style spec block while Go code and the GraphQL
+// layer read them directly (vdc.Quotas, not vdc.Spec.Quotas).
+package catalog
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// APIVersion is the apiVersion of every catalog object.
+const APIVersion = "flexplane.io/v1alpha1"
+
+// Kind names a type of catalog object.
+type Kind string
+
+// The kinds of catalog objects.
+const (
+	KindVDC            Kind = "VDC"
+	KindComputeProfile Kind = "ComputeProfile"
+	KindStorageProfile Kind = "StorageProfile"
+	KindImage          Kind = "Image"
+)
+
+// Kinds lists every kind the catalog knows, in a stable order.
+func Kinds() []Kind {
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage}
+}
+
+// plural is the lower-case plural used for directory names (as Kubernetes
+// resource names).
+func (k Kind) plural() string {
+	switch k {
+	case KindVDC:
+		return "vdcs"
+	case KindComputeProfile:
+		return "computeprofiles"
+	case KindStorageProfile:
+		return "storageprofiles"
+	case KindImage:
+		return "images"
+	}
+	return ""
+}
+
+// New returns an empty object of the given kind with its TypeMeta set.
+func New(kind Kind) (Object, error) {
+	var o Object
+	switch kind {
+	case KindVDC:
+		o = &VDC{}
+	case KindComputeProfile:
+		o = &ComputeProfile{}
+	case KindStorageProfile:
+		o = &StorageProfile{}
+	case KindImage:
+		o = &Image{}
+	default:
+		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
+	}
+	*o.GetTypeMeta() = TypeMeta{APIVersion: APIVersion, Kind: kind}
+	return o, nil
+}
+
+// Object is implemented by pointers to every catalog type.
+type Object interface {
+	// GetTypeMeta returns the object's apiVersion and kind for modification.
+	GetTypeMeta() *TypeMeta
+	// GetObjectMeta returns the object's metadata for modification.
+	GetObjectMeta() *ObjectMeta
+	// ObjectKind is the kind of the type, whatever TypeMeta says.
+	ObjectKind() Kind
+	// Validate checks names and fields; it returns a *ValidationError.
+	Validate() error
+	// DeepCopyObject returns an independent copy.
+	DeepCopyObject() Object
+}
+
+// TypeMeta is the apiVersion and kind of a manifest.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       Kind   `json:"kind"`
+}
+
+// GetTypeMeta implements Object.
+func (t *TypeMeta) GetTypeMeta() *TypeMeta { return t }
+
+// ObjectMeta is the metadata every catalog object has.
+type ObjectMeta struct {
+	// Name identifies the object among those of its kind.
+	Name string `json:"name"`
+	// ResourceVersion is set by the store on every write; it changes on
+	// each write and is the precondition of conditional updates and deletes.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// CreationTimestamp is set by the store on create.
+	CreationTimestamp time.Time `json:"creationTimestamp,omitzero"`
+}
+
+// GetObjectMeta implements Object.
+func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
+
+// VDC is a virtual datacenter: the unit of tenancy inside the deployment's
+// tenant. Users are members of VDCs through their token's role claims.
+type VDC struct {
+	TypeMeta
+	ObjectMeta `json:"metadata"`
+	VDCSpec    `json:"spec"`
+}
+
+// VDCSpec is the desired state of a VDC.
+type VDCSpec struct {
+	// Description is free text for humans (at most 1024 bytes).
+	Description string `json:"description,omitempty"`
+	// Quotas bounds what the VDC's resources may use in total.
+	Quotas VDCQuotas `json:"quotas"`
+}
+
+// VDCQuotas are the upper bounds of a VDC. Every field is at least zero;
+// zero allows none of that resource.
+type VDCQuotas struct {
+	VCPUs      int `json:"vcpus"`
+	MemoryMiB  int `json:"memoryMiB"`
+	StorageGiB int `json:"storageGiB"`
+	VMs        int `json:"vms"`
+}
+
+// ObjectKind implements Object.
+func (*VDC) ObjectKind() Kind { return KindVDC }
+
+// DeepCopyObject implements Object.
+func (v *VDC) DeepCopyObject() Object { c := *v; return &c }
+
+// ComputeProfile is a tenant-wide VM size (e.g. medium = 4 vCPUs, 8192 MiB).
+type ComputeProfile struct {
+	TypeMeta
+	ObjectMeta         `json:"metadata"`
+	ComputeProfileSpec `json:"spec"`
+}
+
+// ComputeProfileSpec is the size of a compute profile.
+type ComputeProfileSpec struct {
+	Description string `json:"description,omitempty"`
+	// VCPUs is the number of virtual CPUs (1..1024).
+	VCPUs int `json:"vcpus"`
+	// MemoryMiB is the memory in MiB (64..16777216).
+	MemoryMiB int `json:"memoryMiB"`
+}
+
+// ObjectKind implements Object.
+func (*ComputeProfile) ObjectKind() Kind { return KindComputeProfile }
+
+// DeepCopyObject implements Object.
+func (p *ComputeProfile) DeepCopyObject() Object { c := *p; return &c }
+
+// StorageProfile is a storage tier: IO limits and, per zone, the Proxmox
+// storage pool that holds disks of this tier.
+type StorageProfile struct {
+	TypeMeta
+	ObjectMeta         `json:"metadata"`
+	StorageProfileSpec `json:"spec"`
+}
+
+// StorageProfileSpec is the desired state of a storage profile.
+type StorageProfileSpec struct {
+	Description string `json:"description,omitempty"`
+	// Tier is a short tier name shown to users (a DNS label, e.g. "ssd").
+	Tier string `json:"tier"`
+	// ReadMBps and WriteMBps limit disk throughput in MB/s; zero is unlimited.
+	ReadMBps  int `json:"readMBps"`
+	WriteMBps int `json:"writeMBps"`
+	// Pools maps each zone that offers the tier to its Proxmox storage.
+	// At least one; zones are unique.
+	Pools []ZonePool `json:"pools"`
+}
+
+// ZonePool names the Proxmox storage that backs a storage profile in a zone.
+type ZonePool struct {
+	Zone string `json:"zone"`
+	Pool string `json:"pool"`
+}
+
+// PoolFor returns the Proxmox storage of the profile in zone.
+func (s *StorageProfileSpec) PoolFor(zone string) (string, bool) {
+	for _, p := range s.Pools {
+		if p.Zone == zone {
+			return p.Pool, true
+		}
+	}
+	return "", false
+}
+
+// ObjectKind implements Object.
+func (*StorageProfile) ObjectKind() Kind { return KindStorageProfile }
+
+// DeepCopyObject implements Object.
+func (p *StorageProfile) DeepCopyObject() Object {
+	c := *p
+	c.Pools = slices.Clone(p.Pools)
+	return &c
+}
+
+// Image is an OS image of the catalog, downloaded by agents into zones.
+type Image struct {
+	TypeMeta
+	ObjectMeta `json:"metadata"`
+	ImageSpec  `json:"spec"`
+}
+
+// ImageSpec is where an image comes from and what it supports.
+type ImageSpec struct {
+	Description string `json:"description,omitempty"`
+	// Version is the image's version (e.g. "20251117"); printable, no spaces.
+	Version string `json:"version"`
+	// URL is the http(s) download address of the image.
+	URL string `json:"url"`
+	// Checksum is "sha256:<64 hex>" or "sha512:<128 hex>", lower case.
+	Checksum string `json:"checksum"`
+	// CloudInit says whether the image runs cloud-init on first boot.
+	CloudInit bool `json:"cloudInit"`
+}
+
+// ObjectKind implements Object.
+func (*Image) ObjectKind() Kind { return KindImage }
+
+// DeepCopyObject implements Object.
+func (i *Image) DeepCopyObject() Object { c := *i; return &c }

@@ -1,0 +1,94 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+)
+
+// Store keeps catalog objects. Implementations validate every object they
+// write, set ResourceVersion (and CreationTimestamp on create), and make
+// Update and Delete conditional on the caller's resourceVersion. Returned
+// objects are copies the caller may modify.
+//
+// Errors: *NotFoundError, *AlreadyExistsError, *ConflictError and
+// *ValidationError (match with errors.Is and ErrNotFound, ErrAlreadyExists,
+// ErrConflict, ErrInvalid); anything else is an internal failure.
+type Store interface {
+	// Get returns the object of kind with name.
+	Get(ctx context.Context, kind Kind, name string) (Object, error)
+	// List returns every object of kind, sorted by name.
+	List(ctx context.Context, kind Kind) ([]Object, error)
+	// Create stores a new object; its ResourceVersion must be empty.
+	Create(ctx context.Context, obj Object) (Object, error)
+	// Update replaces an existing object if obj's ResourceVersion (which
+	// must be set) is the stored one; CreationTimestamp is kept.
+	Update(ctx context.Context, obj Object) (Object, error)
+	// Delete removes an object; a non-empty resourceVersion must be the
+	// stored one.
+	Delete(ctx context.Context, kind Kind, name, resourceVersion string) error
+}
+
+// objectPtr constrains P to be a pointer to a catalog type T.
+type objectPtr[T any] interface {
+	*T
+	Object
+}
+
+func kindOf[P objectPtr[T], T any]() Kind { return P(new(T)).ObjectKind() }
+
+func as[P objectPtr[T], T any](o Object) (P, error) {
+	p, ok := o.(P)
+	if !ok {
+		return nil, fmt.Errorf("catalog: store returned %T, want %T", o, P(nil))
+	}
+	return p, nil
+}
+
+// Get is Store.Get typed: catalog.Get[*catalog.VDC](ctx, s, "prod").
+func Get[P objectPtr[T], T any](ctx context.Context, s Store, name string) (P, error) {
+	o, err := s.Get(ctx, kindOf[P](), name)
+	if err != nil {
+		return nil, err
+	}
+	return as[P](o)
+}
+
+// List is Store.List typed.
+func List[P objectPtr[T], T any](ctx context.Context, s Store) ([]P, error) {
+	objs, err := s.List(ctx, kindOf[P]())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]P, 0, len(objs))
+	for _, o := range objs {
+		p, err := as[P](o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Create is Store.Create typed.
+func Create[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
+	o, err := s.Create(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	return as[P](o)
+}
+
+// Update is Store.Update typed.
+func Update[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
+	o, err := s.Update(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	return as[P](o)
+}
+
+// Delete is Store.Delete typed.
+func Delete[P objectPtr[T], T any](ctx context.Context, s Store, name, resourceVersion string) error {
+	return s.Delete(ctx, kindOf[P](), name, resourceVersion)
+}
