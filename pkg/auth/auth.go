@@ -1,0 +1,315 @@
+// Package auth verifies OpenID Connect bearer tokens and turns their claims
+// into a Principal: who is calling, whether they are a platform admin, and
+// which VDCs they may use with which role.
+//
+// Tokens are verified with github.com/coreos/go-oidc/v3 against the
+// issuer's discovery document and signing keys (JWKS): signature, issuer,
+// audience (the client id) and expiry. Roles come from one claim whose name
+// is configurable; it may be Zitadel's project role claim, an object whose
+// keys are role keys ({"vdc:prod:member": {"<orgId>": "<orgDomain>"}}), or a
+// plain array of role-key strings.
+//
+// Role keys (the convention to configure in the identity provider's
+// project):
+//
+//	platform-admin           manages the platform: zones, hosts, profiles,
+//	                         images and VDCs; may use every VDC as admin
+//	vdc:<vdc>:admin          administers the VDC <vdc>
+//	vdc:<vdc>:member         works in the VDC <vdc> (create and run VMs)
+//	vdc:<vdc>:viewer         reads the VDC <vdc>
+//
+// Other role keys are ignored, so a project may carry roles of other
+// applications.
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// ZitadelRolesClaim is Zitadel's claim listing the project roles granted to
+// the user; the default roles claim.
+const ZitadelRolesClaim = "urn:zitadel:iam:org:project:roles"
+
+// PlatformAdminRole is the role key of platform administrators.
+const PlatformAdminRole = "platform-admin"
+
+// Role is a user's role within one VDC.
+type Role string
+
+// VDC roles, from most to least privileged.
+const (
+	RoleAdmin  Role = "admin"
+	RoleMember Role = "member"
+	RoleViewer Role = "viewer"
+)
+
+func (r Role) rank() int {
+	switch r {
+	case RoleAdmin:
+		return 3
+	case RoleMember:
+		return 2
+	case RoleViewer:
+		return 1
+	}
+	return 0
+}
+
+// Valid reports whether r is one of the defined roles.
+func (r Role) Valid() bool { return r.rank() > 0 }
+
+// AtLeast reports whether r grants everything min grants.
+func (r Role) AtLeast(min Role) bool { return r.Valid() && r.rank() >= min.rank() }
+
+// VDCRoleKey returns the role key granting role in vdc ("vdc:<vdc>:<role>").
+func VDCRoleKey(vdc string, role Role) string { return "vdc:" + vdc + ":" + string(role) }
+
+// ParseVDCRoleKey splits a "vdc:<vdc>:<role>" key; ok is false for other keys.
+func ParseVDCRoleKey(key string) (vdc string, role Role, ok bool) {
+	rest, found := strings.CutPrefix(key, "vdc:")
+	if !found {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 {
+		return "", "", false
+	}
+	vdc, role = rest[:i], Role(rest[i+1:])
+	if !role.Valid() {
+		return "", "", false
+	}
+	return vdc, role, true
+}
+
+// Principal is the verified caller of a request.
+type Principal struct {
+	// Subject is the token's "sub": the stable user id at the issuer.
+	Subject string
+	// Name is for display: the name claim, else preferred_username, else
+	// the subject.
+	Name string
+	// Email is the email claim, if any.
+	Email string
+	// PlatformAdmin is true for holders of the platform-admin role.
+	PlatformAdmin bool
+	// VDCRoles holds the explicit VDC memberships, by VDC name.
+	VDCRoles map[string]Role
+}
+
+// RoleIn returns the caller's role in vdc: its explicit membership, or
+// admin for platform admins. ok is false when the caller may not use vdc.
+func (p *Principal) RoleIn(vdc string) (role Role, ok bool) {
+	if p.PlatformAdmin {
+		return RoleAdmin, true
+	}
+	role, ok = p.VDCRoles[vdc]
+	return role, ok
+}
+
+// MemberVDCs returns the names of the VDCs with an explicit membership,
+// sorted.
+func (p *Principal) MemberVDCs() []string {
+	out := make([]string, 0, len(p.VDCRoles))
+	for v := range p.VDCRoles {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ClaimNames says which token claims carry identity and roles. Empty fields
+// take the defaults documented on each.
+type ClaimNames struct {
+	// Roles is the claim with the role keys; default ZitadelRolesClaim.
+	Roles string
+	// Name is the display-name claim; default "name" (then
+	// "preferred_username" is tried).
+	Name string
+	// Email is the email claim; default "email".
+	Email string
+}
+
+func (c ClaimNames) withDefaults() ClaimNames {
+	if c.Roles == "" {
+		c.Roles = ZitadelRolesClaim
+	}
+	if c.Name == "" {
+		c.Name = "name"
+	}
+	if c.Email == "" {
+		c.Email = "email"
+	}
+	return c
+}
+
+// PrincipalFromClaims builds a Principal from a token's verified claims.
+// Unknown role keys are ignored; for several roles in one VDC the most
+// privileged wins. A roles claim of another shape than an object or an
+// array of strings is an error.
+func PrincipalFromClaims(claims map[string]any, names ClaimNames) (*Principal, error) {
+	names = names.withDefaults()
+	p := &Principal{VDCRoles: map[string]Role{}}
+	p.Subject, _ = claims["sub"].(string)
+	if p.Subject == "" {
+		return nil, errors.New("token has no subject")
+	}
+	p.Email, _ = claims[names.Email].(string)
+	p.Name, _ = claims[names.Name].(string)
+	if p.Name == "" {
+		p.Name, _ = claims["preferred_username"].(string)
+	}
+	if p.Name == "" {
+		p.Name = p.Subject
+	}
+	var keys []string
+	switch v := claims[names.Roles].(type) {
+	case nil:
+	case map[string]any:
+		for k := range v {
+			keys = append(keys, k)
+		}
+	case []any:
+		for _, k := range v {
+			s, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("claim %q: array holds a %T, want strings", names.Roles, k)
+			}
+			keys = append(keys, s)
+		}
+	default:
+		return nil, fmt.Errorf("claim %q is a %T, want an object or an array of strings", names.Roles, v)
+	}
+	for _, k := range keys {
+		if k == PlatformAdminRole {
+			p.PlatformAdmin = true
+			continue
+		}
+		vdc, role, ok := ParseVDCRoleKey(k)
+		if !ok {
+			continue
+		}
+		if cur, had := p.VDCRoles[vdc]; !had || role.rank() > cur.rank() {
+			p.VDCRoles[vdc] = role
+		}
+	}
+	return p, nil
+}
+
+// Config configures a Verifier.
+type Config struct {
+	// Issuer is the OIDC issuer URL; its discovery document is fetched by
+	// NewVerifier. Required.
+	Issuer string
+	// Audience is the value the token's "aud" must contain: the client id
+	// of the portal application (Zitadel also puts the project id there).
+	// Required.
+	Audience string
+	// Claims names the identity and role claims; the zero value reads
+	// Zitadel's tokens.
+	Claims ClaimNames
+	// HTTPClient fetches discovery and keys; nil is http.DefaultClient.
+	HTTPClient *http.Client
+	// Now is the clock for expiry checks; nil is time.Now.
+	Now func() time.Time
+}
+
+// Verifier checks bearer tokens. It is safe for concurrent use; signing keys
+// are fetched (and refetched on an unknown key id) as needed.
+type Verifier struct {
+	verifier *oidc.IDTokenVerifier
+	claims   ClaimNames
+}
+
+// ErrUnauthenticated is matched (errors.Is) by every error Verify returns
+// and by ErrNoToken.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrNoToken reports a request without a bearer token.
+var ErrNoToken = fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
+
+// NewVerifier fetches the issuer's discovery document and returns a
+// Verifier for it. ctx bounds the discovery request only.
+func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
+	if cfg.Issuer == "" || cfg.Audience == "" {
+		return nil, errors.New("auth: new verifier: issuer and audience are required")
+	}
+	client := cfg.HTTPClient
+	if client == nil {
+		client = http.DefaultClient
+	}
+	// The provider keeps this context for later key fetches: it must carry
+	// the client but outlive ctx.
+	keyCtx := oidc.ClientContext(context.WithoutCancel(ctx), client)
+	discoverCtx, cancel := context.WithCancel(oidc.ClientContext(ctx, client))
+	defer cancel()
+	provider, err := oidc.NewProvider(discoverCtx, cfg.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("auth: new verifier: %w", err)
+	}
+	var pc struct {
+		JWKSURL string   `json:"jwks_uri"`
+		Algs    []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := provider.Claims(&pc); err != nil {
+		return nil, fmt.Errorf("auth: new verifier: %w", err)
+	}
+	keys := oidc.NewRemoteKeySet(keyCtx, pc.JWKSURL)
+	v := oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{
+		ClientID:             cfg.Audience,
+		SupportedSigningAlgs: pc.Algs,
+		Now:                  cfg.Now,
+	})
+	return &Verifier{verifier: v, claims: cfg.Claims}, nil
+}
+
+// Verify checks a raw JWT and returns its Principal. Errors match
+// ErrUnauthenticated and say why the token was refused.
+func (v *Verifier) Verify(ctx context.Context, rawToken string) (*Principal, error) {
+	tok, err := v.verifier.Verify(ctx, rawToken)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	var claims map[string]any
+	if err := tok.Claims(&claims); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	p, err := PrincipalFromClaims(claims, v.claims)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	return p, nil
+}
+
+// BearerToken extracts the token of an "Authorization: Bearer <token>"
+// header value; an empty value is ErrNoToken.
+func BearerToken(header string) (string, error) {
+	if header == "" {
+		return "", ErrNoToken
+	}
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", fmt.Errorf("%w: authorization header is not \"Bearer <token>\"", ErrUnauthenticated)
+	}
+	return strings.TrimSpace(tok), nil
+}
+
+type principalKey struct{}
+
+// NewContext returns ctx carrying p.
+func NewContext(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the Principal stored by NewContext.
+func FromContext(ctx context.Context) (*Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(*Principal)
+	return p, ok && p != nil
+}

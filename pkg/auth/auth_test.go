@@ -1,0 +1,164 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/devidp"
+)
+
+func TestPrincipalFromClaims(t *testing.T) {
+	t.Parallel()
+	zitadel := map[string]any{
+		"sub":  "u1",
+		"name": "User One",
+		auth.ZitadelRolesClaim: map[string]any{
+			"vdc:prod:viewer":            map[string]any{"org": "example.com"},
+			"vdc:prod:admin":             map[string]any{"org": "example.com"},
+			"vdc:dev:member":             map[string]any{"org": "example.com"},
+			"vdc:bad:owner":              map[string]any{},
+			"some-other-app-role":        map[string]any{},
+			auth.PlatformAdminRole + "x": map[string]any{},
+		},
+	}
+	p, err := auth.PrincipalFromClaims(zitadel, auth.ClaimNames{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PlatformAdmin || p.Name != "User One" || len(p.VDCRoles) != 2 || p.VDCRoles["prod"] != auth.RoleAdmin || p.VDCRoles["dev"] != auth.RoleMember {
+		t.Fatalf("principal: %+v", p)
+	}
+	if role, ok := p.RoleIn("staging"); ok {
+		t.Fatalf("role in staging: %s", role)
+	}
+
+	// A configurable claim holding an array of role keys.
+	p, err = auth.PrincipalFromClaims(map[string]any{
+		"sub": "u2", "preferred_username": "two", "groups": []any{"platform-admin"},
+	}, auth.ClaimNames{Roles: "groups"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.PlatformAdmin || p.Name != "two" {
+		t.Fatalf("principal: %+v", p)
+	}
+	if role, ok := p.RoleIn("anything"); !ok || role != auth.RoleAdmin {
+		t.Fatalf("platform admin role: %s %v", role, ok)
+	}
+
+	for _, bad := range []map[string]any{
+		{"name": "no subject"},
+		{"sub": "x", auth.ZitadelRolesClaim: "platform-admin"},
+		{"sub": "x", auth.ZitadelRolesClaim: []any{1}},
+	} {
+		if _, err := auth.PrincipalFromClaims(bad, auth.ClaimNames{}); err == nil {
+			t.Errorf("claims %v accepted", bad)
+		}
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	t.Parallel()
+	if tok, err := auth.BearerToken("Bearer abc.def"); err != nil || tok != "abc.def" {
+		t.Fatalf("got %q %v", tok, err)
+	}
+	if _, err := auth.BearerToken(""); !errors.Is(err, auth.ErrNoToken) {
+		t.Fatalf("empty: %v", err)
+	}
+	for _, h := range []string{"Basic abc", "Bearer", "Bearer  ", "abc"} {
+		if _, err := auth.BearerToken(h); !errors.Is(err, auth.ErrUnauthenticated) {
+			t.Errorf("%q: %v", h, err)
+		}
+	}
+}
+
+func TestVerifyRealTokens(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := devidp.New(devidp.Config{
+		KeyDir: t.TempDir(),
+		Users:  []devidp.User{{Username: "bob", Password: "pw", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}}},
+		Clients: []devidp.Client{
+			{ID: "portal", RedirectURIs: []string{"http://127.0.0.1:1/cb"}},
+			{ID: "other-app", RedirectURIs: []string{"http://127.0.0.1:1/cb"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+
+	var clock time.Time // zero: real time
+	v, err := auth.NewVerifier(ctx, auth.Config{Issuer: srv.Issuer(), Audience: "portal", Now: func() time.Time {
+		if clock.IsZero() {
+			return time.Now()
+		}
+		return clock
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := srv.Login(ctx, "portal", "bob", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := v.Verify(ctx, tok.AccessToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Subject != "bob" || p.VDCRoles["staging"] != auth.RoleMember {
+		t.Fatalf("principal %+v", p)
+	}
+	// The ID token is for the same audience and verifies too.
+	if _, err := v.Verify(ctx, tok.IDToken); err != nil {
+		t.Fatalf("id token: %v", err)
+	}
+
+	other, err := srv.Login(ctx, "other-app", "bob", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(tok.AccessToken, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	forged := strings.Replace(string(payload), `"staging"`, `"prodxyz"`, 1)
+	forged = strings.Replace(forged, "vdc:staging:member", "platform-admin", 1)
+	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + parts[2]
+
+	cases := map[string]struct {
+		token string
+		want  string
+	}{
+		"garbage":        {"not-a-jwt", "malformed"},
+		"wrong audience": {other.AccessToken, "audience"},
+		"tampered":       {tampered, "signature"},
+	}
+	for name, c := range cases {
+		_, err := v.Verify(ctx, c.token)
+		if !errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want unauthenticated mentioning %q", name, err, c.want)
+		}
+	}
+	clock = time.Now().Add(2 * time.Hour)
+	if _, err := v.Verify(ctx, tok.AccessToken); !errors.Is(err, auth.ErrUnauthenticated) || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired: %v", err)
+	}
+}
+
+func TestNewVerifierNeedsIssuer(t *testing.T) {
+	t.Parallel()
+	if _, err := auth.NewVerifier(context.Background(), auth.Config{Audience: "x"}); err == nil {
+		t.Fatal("no issuer accepted")
+	}
+	// Nothing listens on port 1 of loopback: discovery fails.
+	if _, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: "http://127.0.0.1:1", Audience: "x"}); err == nil {
+		t.Fatal("unreachable issuer accepted")
+	}
+}
