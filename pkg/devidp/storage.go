@@ -70,12 +70,12 @@ type client struct {
 	lifetime time.Duration
 }
 
-func (c *client) GetID() string                     { return c.ID }
-func (c *client) RedirectURIs() []string            { return c.Client.RedirectURIs }
-func (c *client) PostLogoutRedirectURIs() []string  { return c.Client.PostLogoutRedirectURIs }
-func (c *client) LoginURL(id string) string         { return c.loginURL + "?authRequestID=" + id }
+func (c *client) GetID() string                       { return c.ID }
+func (c *client) RedirectURIs() []string              { return c.Client.RedirectURIs }
+func (c *client) PostLogoutRedirectURIs() []string    { return c.Client.PostLogoutRedirectURIs }
+func (c *client) LoginURL(id string) string           { return c.loginURL + "?authRequestID=" + id }
 func (c *client) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeJWT }
-func (c *client) IDTokenLifetime() time.Duration    { return c.lifetime }
+func (c *client) IDTokenLifetime() time.Duration      { return c.lifetime }
 func (c *client) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
