@@ -31,3 +31,13 @@ lint:
 ## bench: every benchmark once, as ratios against baselines measured in the same run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
+
+## generate: regenerate code from its sources (GraphQL: gqlgen.yml, graph/*.graphqls).
+generate:
+	$(GO) tool gqlgen generate
+
+## check-generated: fail when generated code is stale or was edited by hand.
+check-generated: generate
+	git diff --exit-code -- graph
+	@untracked=$$(git ls-files --others --exclude-standard -- graph); \
+	if [ -n "$$untracked" ]; then echo "generated files not committed:"; echo "$$untracked"; exit 1; fi

@@ -1,0 +1,284 @@
+// Package api serves flexplane's GraphQL API over HTTP: POST and GET
+// queries, a websocket transport for subscriptions, introspection and a
+// GraphiQL page for humans, behind OIDC bearer authentication and the
+// FlexPlane-VDC-ID header. It maps every error to a client-safe message
+// with extensions.code (see package apierr) and logs internal causes.
+//
+// The orchestrator mounts the handler, e.g.
+//
+//	h, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{...}})
+//	mux.Handle("/graphql", h)
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
+)
+
+// Config configures the GraphQL handler. Verifier and Resolver are
+// required; zero values of the rest are sensible defaults.
+type Config struct {
+	// Verifier checks bearer tokens.
+	Verifier *auth.Verifier
+	// Resolver holds the domain dependencies (catalog, tenant, and later
+	// inventory, VMs, networks). Resolver.Catalog is also used to check
+	// the FlexPlane-VDC-ID header.
+	Resolver *graph.Resolver
+	// Logger receives internal errors and panics; nil discards.
+	Logger *slog.Logger
+	// MaxDepth is the deepest field nesting a query may have (introspection
+	// fields are not counted); 0 is 12.
+	MaxDepth int
+	// MaxComplexity bounds the complexity of an operation (each field costs
+	// 1 plus its children); 0 is 1000.
+	MaxComplexity int
+	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
+	MaxBodyBytes int64
+}
+
+// New returns the handler of the GraphQL endpoint. It answers at whatever
+// path it is mounted on: POST and GET queries (GET cannot mutate), websocket
+// upgrades, and a GraphiQL page for a GET that asks for HTML.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Verifier == nil || cfg.Resolver == nil || cfg.Resolver.Catalog == nil {
+		return nil, errors.New("api: new: Verifier, Resolver and Resolver.Catalog are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxDepth == 0 {
+		cfg.MaxDepth = 12
+	}
+	if cfg.MaxComplexity == 0 {
+		cfg.MaxComplexity = 1000
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Resolver.Logger == nil {
+		cfg.Resolver.Logger = cfg.Logger
+	}
+	h := &apiHandler{cfg: cfg, log: cfg.Logger}
+
+	srv := handler.New(generated.NewExecutableSchema(generated.Config{
+		Resolvers:  cfg.Resolver,
+		Directives: graph.Directives(),
+	}))
+	srv.AddTransport(transport.Websocket{
+		KeepAlivePingInterval: 10 * time.Second,
+		InitTimeout:           10 * time.Second,
+		InitFunc:              h.websocketInit,
+	})
+	srv.AddTransport(transport.Options{})
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.Use(extension.Introspection{})
+	srv.Use(depthLimit{max: cfg.MaxDepth})
+	srv.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
+	srv.SetErrorPresenter(h.present)
+	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
+		h.log.Error("graphql: panic", "panic", v, "stack", string(debug.Stack()))
+		return apierr.New(apierr.Internal, "internal error")
+	})
+	srv.AroundOperations(h.aroundOperation)
+	h.srv = srv
+	return h, nil
+}
+
+type apiHandler struct {
+	cfg Config
+	log *slog.Logger
+	srv *handler.Server
+}
+
+type rawVDCKey struct{}
+
+func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Query().Get("query") == "" && !isWebsocket(r) &&
+		strings.Contains(r.Header.Get("Accept"), "text/html") {
+		playground.Handler("flexplane GraphQL", r.URL.Path).ServeHTTP(w, r)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+	ctx := r.Context()
+	if v := r.Header.Get(graph.VDCHeader); v != "" {
+		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+	}
+	header := r.Header.Get("Authorization")
+	// Browsers cannot set headers on websocket upgrades: such connections
+	// authenticate in their connection_init payload (websocketInit).
+	if !(isWebsocket(r) && header == "") {
+		tok, err := auth.BearerToken(header)
+		if err == nil {
+			var p *auth.Principal
+			if p, err = h.cfg.Verifier.Verify(ctx, tok); err == nil {
+				ctx = auth.NewContext(ctx, p)
+			}
+		}
+		if err != nil {
+			h.unauthenticated(w, err)
+			return
+		}
+	}
+	h.srv.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func isWebsocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// unauthenticated answers 401 with a GraphQL error body.
+func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
+	h.log.Debug("graphql: unauthenticated", "err", err)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	w.WriteHeader(http.StatusUnauthorized)
+	ae := apierr.From(err, "")
+	_ = json.NewEncoder(w).Encode(graphql.Response{Errors: gqlerror.List{{Message: ae.Message, Extensions: ae.Extensions()}}})
+}
+
+// websocketInit authenticates a websocket connection from its
+// connection_init payload ("Authorization": "Bearer <token>", and
+// optionally "FlexPlane-VDC-ID").
+func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	if v := payload.GetString(graph.VDCHeader); v != "" {
+		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+	}
+	if header := payload.Authorization(); header != "" {
+		tok, err := auth.BearerToken(header)
+		if err != nil {
+			return ctx, nil, err
+		}
+		p, err := h.cfg.Verifier.Verify(ctx, tok)
+		if err != nil {
+			return ctx, nil, err
+		}
+		ctx = auth.NewContext(ctx, p)
+	}
+	if _, ok := auth.FromContext(ctx); !ok {
+		return ctx, nil, auth.ErrNoToken
+	}
+	return ctx, nil, nil
+}
+
+// aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
+// header: a VDC the caller may not use, or that does not exist, fails the
+// whole operation with NOT_FOUND.
+func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return h.fail(ctx, apierr.New(apierr.Unauthenticated, "authentication required"))
+	}
+	if name, ok := ctx.Value(rawVDCKey{}).(string); ok {
+		scope, err := graph.ResolveVDC(ctx, h.cfg.Resolver.Catalog, p, name)
+		if err != nil {
+			return h.fail(ctx, err)
+		}
+		ctx = graph.WithVDCScope(ctx, scope)
+	}
+	return next(ctx)
+}
+
+func (h *apiHandler) fail(ctx context.Context, err error) graphql.ResponseHandler {
+	return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{h.present(ctx, err)}})
+}
+
+// present turns any error into one a client may see: apierr errors as they
+// are; gqlgen's own request errors (parse, validation, limits) as
+// BAD_USER_INPUT with their original code in extensions.reason; anything
+// else is logged and shown as INTERNAL.
+func (h *apiHandler) present(ctx context.Context, err error) *gqlerror.Error {
+	gqlErr := graphql.DefaultErrorPresenter(ctx, err)
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		if ae.Code == apierr.Internal {
+			h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", ae)
+		}
+		return &gqlerror.Error{Message: ae.Message, Path: gqlErr.Path, Locations: gqlErr.Locations, Extensions: ae.Extensions()}
+	}
+	var ge *gqlerror.Error
+	if errors.As(err, &ge) && ge.Err == nil {
+		ext := map[string]any{"code": string(apierr.BadUserInput)}
+		if reason, ok := ge.Extensions["code"]; ok {
+			ext["reason"] = reason
+		}
+		return &gqlerror.Error{Message: ge.Message, Path: ge.Path, Locations: ge.Locations, Rule: ge.Rule, Extensions: ext}
+	}
+	h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", err)
+	return &gqlerror.Error{Message: "internal error", Path: gqlErr.Path, Extensions: map[string]any{"code": string(apierr.Internal)}}
+}
+
+// depthLimit refuses operations nested deeper than max fields.
+type depthLimit struct{ max int }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = depthLimit{}
+
+func (depthLimit) ExtensionName() string                    { return "DepthLimit" }
+func (depthLimit) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	if oc.Operation == nil {
+		return nil
+	}
+	if depth := selectionDepth(oc.Operation.SelectionSet, map[string]bool{}); depth > d.max {
+		err := gqlerror.Errorf("operation has depth %d, which exceeds the limit of %d", depth, d.max)
+		err.Extensions = map[string]any{"code": "DEPTH_LIMIT_EXCEEDED"}
+		return err
+	}
+	return nil
+}
+
+// selectionDepth is the deepest chain of fields under set. Introspection
+// fields are bounded by the schema and not counted; fragments on the
+// current path are not entered twice (validation forbids cycles anyway).
+func selectionDepth(set ast.SelectionSet, onPath map[string]bool) int {
+	deepest := 0
+	for _, sel := range set {
+		d := 0
+		switch s := sel.(type) {
+		case *ast.Field:
+			if strings.HasPrefix(s.Name, "__") {
+				continue
+			}
+			d = 1 + selectionDepth(s.SelectionSet, onPath)
+		case *ast.InlineFragment:
+			d = selectionDepth(s.SelectionSet, onPath)
+		case *ast.FragmentSpread:
+			if s.Definition == nil || onPath[s.Name] {
+				continue
+			}
+			onPath[s.Name] = true
+			d = selectionDepth(s.Definition.SelectionSet, onPath)
+			delete(onPath, s.Name)
+		default:
+			panic(fmt.Sprintf("api: unknown selection %T", sel))
+		}
+		deepest = max(deepest, d)
+	}
+	return deepest
+}

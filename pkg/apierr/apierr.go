@@ -1,0 +1,116 @@
+// Package apierr defines the errors the GraphQL API shows its clients: a
+// code (extensions.code) and a message safe to show, plus for bad input the
+// offending field and for an unreachable zone the zone. The cause of an
+// INTERNAL error is kept for the logs and never shown.
+package apierr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+)
+
+// Code is the value of extensions.code.
+type Code string
+
+// The codes clients may see.
+const (
+	Unauthenticated Code = "UNAUTHENTICATED"
+	NotFound        Code = "NOT_FOUND"
+	BadUserInput    Code = "BAD_USER_INPUT"
+	Conflict        Code = "CONFLICT"
+	QuotaExceeded   Code = "QUOTA_EXCEEDED"
+	ZoneUnavailable Code = "ZONE_UNAVAILABLE"
+	Internal        Code = "INTERNAL"
+)
+
+// Error is an error meant for API clients.
+type Error struct {
+	Code Code
+	// Message is shown to the client as is.
+	Message string
+	// Field is the input field at fault (BAD_USER_INPUT), e.g.
+	// "input.quotas.vcpus".
+	Field string
+	// Zone is the zone at fault (ZONE_UNAVAILABLE).
+	Zone string
+	// Cause is logged, never shown.
+	Cause error
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Extensions returns the GraphQL error extensions of e.
+func (e *Error) Extensions() map[string]any {
+	ext := map[string]any{"code": string(e.Code)}
+	if e.Field != "" {
+		ext["field"] = e.Field
+	}
+	if e.Zone != "" {
+		ext["zone"] = e.Zone
+	}
+	return ext
+}
+
+// New returns an error with code and a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// BadInput reports an invalid input field.
+func BadInput(field, format string, args ...any) *Error {
+	return &Error{Code: BadUserInput, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ZoneDown reports a zone that could not be reached.
+func ZoneDown(zone string, cause error) *Error {
+	return &Error{Code: ZoneUnavailable, Zone: zone, Message: fmt.Sprintf("zone %s is unavailable", zone), Cause: cause}
+}
+
+// From classifies any error for clients. fieldPrefix is prepended to the
+// field of catalog validation errors (e.g. "input" turns "quotas.vcpus"
+// into "input.quotas.vcpus"). Errors it does not know are INTERNAL with
+// the original as Cause.
+func From(err error, fieldPrefix string) *Error {
+	var (
+		ae *Error
+		ve *catalog.ValidationError
+		nf *catalog.NotFoundError
+		ex *catalog.AlreadyExistsError
+		cf *catalog.ConflictError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ve):
+		field := ve.Field
+		if fieldPrefix != "" {
+			field = fieldPrefix + "." + field
+		}
+		return BadInput(field, "%s: %s", field, ve.Message)
+	case errors.As(err, &nf):
+		return &Error{Code: NotFound, Message: nf.Error()}
+	case errors.As(err, &ex):
+		return &Error{Code: Conflict, Message: ex.Error()}
+	case errors.As(err, &cf):
+		return &Error{Code: Conflict, Message: cf.Error()}
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return &Error{Code: Unauthenticated, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: Internal, Message: "the request timed out", Cause: err}
+	}
+	return &Error{Code: Internal, Message: "internal error", Cause: err}
+}
