@@ -1,0 +1,508 @@
+package api_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/devidp"
+)
+
+func TestAuthentication(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	const q = `{ me { subject } }`
+
+	// A token of another provider with the same client id and users.
+	stranger := newHarness(t, harnessOptions{})
+	foreign := stranger.token(t, "admin")
+
+	wrongAud, err := h.idp.Login(context.Background(), otherApp, "admin", "admin-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := h.token(t, "alice")
+	parts := strings.Split(good, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	forged := strings.Replace(string(payload), `"vdc:dev:viewer"`, `"platform-admin"`, 1)
+	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + parts[2]
+
+	for name, authz := range map[string]string{
+		"no token":         "",
+		"not bearer":       "Basic YWRtaW46YWRtaW4tcHc=",
+		"garbage":          "Bearer not.a.jwt",
+		"wrong audience":   "Bearer " + wrongAud.AccessToken,
+		"tampered":         "Bearer " + tampered,
+		"foreign provider": "Bearer " + foreign,
+	} {
+		r := post(t, h.url, authz, "", q, nil)
+		if r.status != http.StatusUnauthorized || r.code(t) != "UNAUTHENTICATED" || r.Data != nil {
+			t.Errorf("%s: status %d, %s", name, r.status, r.raw)
+		}
+	}
+	var me struct{ Subject string }
+	h.do(t, "alice", "", q, nil).ok(t).into(t, "me", &me)
+	if me.Subject != "alice" {
+		t.Fatalf("me: %+v", me)
+	}
+}
+
+func TestExpiredToken(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{lifetime: time.Second})
+	tok := h.token(t, "alice")
+	h.do(t, "alice", "", `{ tenant { name } }`, nil).ok(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := post(t, h.url, "Bearer "+tok, "", `{ tenant { name } }`, nil)
+		if r.status == http.StatusUnauthorized {
+			if r.code(t) != "UNAUTHENTICATED" || !strings.Contains(r.Errors[0].Message, "expired") {
+				t.Fatalf("expired token: %s", r.raw)
+			}
+			return
+		}
+		r.ok(t)
+		if time.Now().After(deadline) {
+			t.Fatal("token still accepted 10s after a 1s lifetime")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestMeAndTenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	const q = `{ me { subject name email platformAdmin roles vdcs { role vdc { name quotas { vcpus } } } } tenant { name domain } }`
+	type access struct {
+		Role string
+		Vdc  struct {
+			Name   string
+			Quotas struct{ Vcpus int }
+		}
+	}
+	var me struct {
+		Subject, Name string
+		Email         *string
+		PlatformAdmin bool
+		Roles         []string
+		Vdcs          []access
+	}
+	r := h.do(t, "alice", "", q, nil).ok(t)
+	r.into(t, "me", &me)
+	got := fmt.Sprint(me.Vdcs)
+	// ghost is in alice's token but does not exist: left out.
+	if me.Subject != "alice" || me.Name != "Alice" || me.Email == nil || *me.Email != "alice@example.test" || me.PlatformAdmin ||
+		got != "[{VIEWER {dev {64}}} {MEMBER {prod {64}}}]" ||
+		strings.Join(me.Roles, ",") != "vdc:dev:viewer,vdc:ghost:member,vdc:prod:member" {
+		t.Fatalf("alice: %+v", me)
+	}
+	var tenant struct{ Name, Domain string }
+	r.into(t, "tenant", &tenant)
+	if tenant.Name != "ACME Cloud" || tenant.Domain != "cloud.acme.test" {
+		t.Fatalf("tenant: %+v", tenant)
+	}
+
+	me.Vdcs = nil
+	h.do(t, "admin", "", q, nil).ok(t).into(t, "me", &me)
+	if !me.PlatformAdmin || fmt.Sprint(me.Vdcs) != "[{ADMIN {dev {64}}} {ADMIN {prod {64}}} {ADMIN {staging {64}}}]" || me.Email != nil {
+		t.Fatalf("admin: %+v", me)
+	}
+
+	var vdcs []struct{ Name string }
+	h.do(t, "bob", "", `{ vdcs { name } }`, nil).ok(t).into(t, "vdcs", &vdcs)
+	if fmt.Sprint(vdcs) != "[{staging}]" {
+		t.Fatalf("bob's vdcs: %+v", vdcs)
+	}
+}
+
+// Every operation that takes the VDC header, tried with a VDC the caller
+// may not use and with one that does not exist, answers NOT_FOUND with the
+// same message shape and changes nothing.
+func TestVDCHeaderIsolation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	ops := []string{
+		`{ me { subject } }`,
+		`{ tenant { name } }`,
+		`{ vdcs { name } }`,
+		`{ vdc(name: "prod") { name } }`,
+		`{ currentVDC { name } }`,
+		`{ computeProfiles { name } }`,
+		`{ computeProfile(name: "x") { name } }`,
+		`{ storageProfiles { name } }`,
+		`{ storageProfile(name: "x") { name } }`,
+		`{ images { name } }`,
+		`{ image(name: "x") { name } }`,
+		`mutation { createVDC(input: {name: "new", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`,
+		`mutation { updateVDC(input: {name: "staging", description: "x"}) { name } }`,
+		`mutation { deleteVDC(name: "staging") { name } }`,
+		`mutation { createComputeProfile(input: {name: "c", vcpus: 1, memoryMiB: 1024}) { name } }`,
+		`mutation { updateComputeProfile(input: {name: "c", vcpus: 2}) { name } }`,
+		`mutation { deleteComputeProfile(name: "c") { name } }`,
+		`mutation { createStorageProfile(input: {name: "s", tier: "ssd", pools: [{zone: "fra1", pool: "local"}]}) { name } }`,
+		`mutation { updateStorageProfile(input: {name: "s", tier: "hdd"}) { name } }`,
+		`mutation { deleteStorageProfile(name: "s") { name } }`,
+		`mutation { createImage(input: {name: "i", version: "1", url: "https://x/i", checksum: "sha256:` + strings.Repeat("0", 64) + `", cloudInit: true}) { name } }`,
+		`mutation { updateImage(input: {name: "i", version: "2"}) { name } }`,
+		`mutation { deleteImage(name: "i") { name } }`,
+	}
+	before := h.snapshot(t)
+	for _, c := range []struct{ user, vdc string }{
+		{"alice", "staging"}, // exists, not alice's
+		{"alice", "nowhere"}, // does not exist
+		{"alice", "ghost"},   // in alice's token, does not exist
+		{"bob", "prod"},
+		{"admin", "nowhere"}, // platform admins may use every VDC that exists
+	} {
+		for _, op := range ops {
+			r := h.do(t, c.user, c.vdc, op, nil)
+			if r.code(t) != "NOT_FOUND" || r.Errors[0].Message != fmt.Sprintf("VDC %q not found", c.vdc) || r.Data != nil {
+				t.Errorf("%s with %s: %s: %s", c.user, c.vdc, op, r.raw)
+			}
+		}
+	}
+	if after := h.snapshot(t); after != before {
+		t.Fatalf("refused requests changed the catalog:\n%s\n%s", before, after)
+	}
+
+	// Naming another VDC in an argument answers exactly as a missing one.
+	for _, name := range []string{"staging", "nowhere"} {
+		r := h.do(t, "alice", "", fmt.Sprintf(`{ vdc(name: %q) { name } }`, name), nil)
+		if r.code(t) != "NOT_FOUND" || r.Errors[0].Message != fmt.Sprintf("VDC %q not found", name) {
+			t.Errorf("vdc(%s): %s", name, r.raw)
+		}
+	}
+
+	// Allowed VDCs work; the scoped field needs the header.
+	var cur struct{ Name string }
+	h.do(t, "alice", "dev", `{ currentVDC { name } }`, nil).ok(t).into(t, "currentVDC", &cur)
+	if cur.Name != "dev" {
+		t.Fatalf("currentVDC: %+v", cur)
+	}
+	h.do(t, "admin", "staging", `{ currentVDC { name } }`, nil).ok(t)
+	r := h.do(t, "alice", "", `{ currentVDC { name } }`, nil)
+	if r.code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != "FlexPlane-VDC-ID" {
+		t.Fatalf("currentVDC without header: %s", r.raw)
+	}
+}
+
+func TestAdminOnlyMutations(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	checksum := "sha256:" + strings.Repeat("ab", 32)
+	mutations := []string{
+		`mutation { createVDC(input: {name: "new", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`,
+		`mutation { updateVDC(input: {name: "prod", description: "mine now"}) { name } }`,
+		`mutation { deleteVDC(name: "prod") { name } }`,
+		`mutation { createComputeProfile(input: {name: "medium", vcpus: 4, memoryMiB: 8192}) { name } }`,
+		`mutation { updateComputeProfile(input: {name: "small", vcpus: 64}) { name } }`,
+		`mutation { deleteComputeProfile(name: "small") { name } }`,
+		`mutation { createStorageProfile(input: {name: "fast", tier: "nvme", pools: [{zone: "fra1", pool: "nvme"}]}) { name } }`,
+		`mutation { updateStorageProfile(input: {name: "ssd-standard", readMBps: 1}) { name } }`,
+		`mutation { deleteStorageProfile(name: "ssd-standard") { name } }`,
+		`mutation { createImage(input: {name: "debian-12", version: "1", url: "https://x/d", checksum: "` + checksum + `", cloudInit: true}) { name } }`,
+		`mutation { updateImage(input: {name: "ubuntu-24.04", url: "https://evil/x"}) { name } }`,
+		`mutation { deleteImage(name: "ubuntu-24.04") { name } }`,
+	}
+	// The admin creates what the updates and deletes refer to.
+	for _, m := range []string{
+		`mutation { createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 2048}) { name } }`,
+		`mutation { createStorageProfile(input: {name: "ssd-standard", tier: "ssd", readMBps: 500, writeMBps: 250, pools: [{zone: "fra1", pool: "local-lvm"}, {zone: "hel1", pool: "ssd"}]}) { name } }`,
+		`mutation { createImage(input: {name: "ubuntu-24.04", version: "20251117", url: "https://images.test/noble.img", checksum: "` + checksum + `", cloudInit: true}) { name } }`,
+	} {
+		h.do(t, "admin", "", m, nil).ok(t)
+	}
+	before := h.snapshot(t)
+	for _, user := range []string{"alice", "bob"} {
+		for _, vdc := range []string{"", map[string]string{"alice": "prod", "bob": "staging"}[user]} {
+			for _, m := range mutations {
+				r := h.do(t, user, vdc, m, nil)
+				if r.code(t) != "NOT_FOUND" || !strings.Contains(r.Errors[0].Message, "platform admins only") {
+					t.Errorf("%s (vdc %q): %s: %s", user, vdc, m, r.raw)
+				}
+			}
+		}
+	}
+	if after := h.snapshot(t); after != before {
+		t.Fatalf("refused mutations changed the catalog:\n%s\n%s", before, after)
+	}
+	// Everyone signed in reads the catalog.
+	var sps []struct {
+		Name     string
+		ReadMBps int
+		Pools    []struct{ Zone, Pool string }
+	}
+	h.do(t, "bob", "", `{ storageProfiles { name readMBps pools { zone pool } } }`, nil).ok(t).into(t, "storageProfiles", &sps)
+	if fmt.Sprint(sps) != "[{ssd-standard 500 [{fra1 local-lvm} {hel1 ssd}]}]" {
+		t.Fatalf("storage profiles: %+v", sps)
+	}
+	// And the admin may do all of it.
+	for _, m := range mutations {
+		h.do(t, "admin", "", m, nil).ok(t)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	h.do(t, "admin", "", `mutation { createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 2048}) { name } }`, nil).ok(t)
+	before := h.snapshot(t)
+	cases := []struct{ query, field string }{
+		{`mutation { createVDC(input: {name: "Bad_Name", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`, "input.name"},
+		{`mutation { createVDC(input: {name: "ok", quotas: {vcpus: -1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`, "input.quotas.vcpus"},
+		{`mutation { updateVDC(input: {name: "prod", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: -5, vms: 1}}) { name } }`, "input.quotas.storageGiB"},
+		{`mutation { updateVDC(input: {name: "prod", resourceVersion: ""}) { name } }`, "input.resourceVersion"},
+		{`mutation { createComputeProfile(input: {name: "huge", vcpus: 0, memoryMiB: 1024}) { name } }`, "input.vcpus"},
+		{`mutation { updateComputeProfile(input: {name: "small", memoryMiB: 1}) { name } }`, "input.memoryMiB"},
+		{`mutation { createStorageProfile(input: {name: "s", tier: "ssd", pools: [{zone: "fra1", pool: "pool-a"}, {zone: "fra1", pool: "pool-b"}]}) { name } }`, "input.pools[1].zone"},
+		{`mutation { createStorageProfile(input: {name: "s", tier: "ssd", pools: []}) { name } }`, "input.pools"},
+		{`mutation { createImage(input: {name: "img", version: "1", url: "file:///etc/passwd", checksum: "sha256:00", cloudInit: false}) { name } }`, "input.url"},
+		{`mutation { createImage(input: {name: "img", version: "1", url: "https://x/y", checksum: "md5:abc", cloudInit: false}) { name } }`, "input.checksum"},
+	}
+	for _, c := range cases {
+		r := h.do(t, "admin", "", c.query, nil)
+		if r.code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != c.field || !strings.HasPrefix(r.Errors[0].Message, c.field+": ") {
+			t.Errorf("%s: want BAD_USER_INPUT on %s, got %s", c.query, c.field, r.raw)
+		}
+	}
+	// Requests the schema refuses are bad input too.
+	for _, q := range []string{
+		`mutation { createVDC(input: {name: "x"}) { name } }`,
+		`{ nosuchfield }`,
+		`{ me { subject `,
+		`mutation { createComputeProfile(input: {name: "x", vcpus: "four", memoryMiB: 1}) { name } }`,
+	} {
+		r := h.do(t, "admin", "", q, nil)
+		if len(r.Errors) == 0 || r.Errors[0].Extensions["code"] != "BAD_USER_INPUT" || r.Errors[0].Extensions["reason"] == nil {
+			t.Errorf("%s: %s", q, r.raw)
+		}
+	}
+	// Variables of the wrong type as well.
+	r := h.do(t, "admin", "", `mutation($n: Int!) { createComputeProfile(input: {name: "x", vcpus: $n, memoryMiB: 1024}) { name } }`, map[string]any{"n": "many"})
+	if len(r.Errors) == 0 || r.Errors[0].Extensions["code"] != "BAD_USER_INPUT" {
+		t.Errorf("bad variable: %s", r.raw)
+	}
+	if after := h.snapshot(t); after != before {
+		t.Fatalf("bad input changed the catalog:\n%s\n%s", before, after)
+	}
+	// Unknown objects are NOT_FOUND.
+	for _, q := range []string{`{ image(name: "nope") { name } }`, `mutation { updateImage(input: {name: "nope", version: "2"}) { name } }`, `mutation { deleteVDC(name: "nope") { name } }`} {
+		if r := h.do(t, "admin", "", q, nil); r.code(t) != "NOT_FOUND" {
+			t.Errorf("%s: %s", q, r.raw)
+		}
+	}
+}
+
+func TestConditionalUpdates(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	var v struct {
+		ResourceVersion string
+		Description     string
+		Quotas          struct{ Vcpus int }
+	}
+	h.do(t, "admin", "", `{ vdc(name: "prod") { resourceVersion description quotas { vcpus } } }`, nil).ok(t).into(t, "vdc", &v)
+	read := v.ResourceVersion
+
+	const upd = `mutation($rv: String, $d: String) { updateVDC(input: {name: "prod", resourceVersion: $rv, description: $d}) { resourceVersion description quotas { vcpus } } }`
+	h.do(t, "admin", "", upd, map[string]any{"rv": read, "d": "first"}).ok(t).into(t, "updateVDC", &v)
+	if v.Description != "first" || v.ResourceVersion == read || v.Quotas.Vcpus != 64 {
+		t.Fatalf("update: %+v", v)
+	}
+	r := h.do(t, "admin", "", upd, map[string]any{"rv": read, "d": "second"})
+	if r.code(t) != "CONFLICT" || !strings.Contains(r.Errors[0].Message, "stale") {
+		t.Fatalf("stale update: %s", r.raw)
+	}
+	if r := h.do(t, "admin", "", `mutation($rv: String) { deleteVDC(name: "prod", resourceVersion: $rv) { name } }`, map[string]any{"rv": read}); r.code(t) != "CONFLICT" {
+		t.Fatalf("stale delete: %s", r.raw)
+	}
+	if r := h.do(t, "admin", "", `mutation { createVDC(input: {name: "prod", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`, nil); r.code(t) != "CONFLICT" {
+		t.Fatalf("duplicate create: %s", r.raw)
+	}
+	got, err := catalog.Get[*catalog.VDC](context.Background(), h.store, "prod")
+	if err != nil || got.Description != "first" {
+		t.Fatalf("stored: %+v %v", got, err)
+	}
+	// Without a resourceVersion the update applies to the latest version.
+	h.do(t, "admin", "", upd, map[string]any{"d": "third"}).ok(t)
+	h.do(t, "admin", "", `mutation { deleteVDC(name: "prod") { name } }`, nil).ok(t)
+}
+
+// Two API replicas with their own stores on one catalog directory: of N
+// concurrent conditional updates from one read, exactly one wins.
+func TestReplicasRaceOnOneDirectory(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	urls := []string{h.url, h.startAPI(t)}
+	var cur struct{ ResourceVersion string }
+	h.do(t, "admin", "", `{ vdc(name: "staging") { resourceVersion } }`, nil).ok(t).into(t, "vdc", &cur)
+	tok := "Bearer " + h.token(t, "admin")
+	const n = 16
+	codes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := post(t, urls[i%2], tok, "", `mutation($rv: String, $v: Int!) { updateVDC(input: {name: "staging", resourceVersion: $rv, quotas: {vcpus: $v, memoryMiB: 1, storageGiB: 1, vms: 1}}) { quotas { vcpus } } }`,
+				map[string]any{"rv": cur.ResourceVersion, "v": 100 + i})
+			if len(r.Errors) == 0 {
+				codes[i] = "OK"
+			} else {
+				codes[i], _ = r.Errors[0].Extensions["code"].(string)
+			}
+		}()
+	}
+	wg.Wait()
+	winner, conflicts := -1, 0
+	for i, c := range codes {
+		switch c {
+		case "OK":
+			if winner >= 0 {
+				t.Fatalf("two winners: %v", codes)
+			}
+			winner = i
+		case "CONFLICT":
+			conflicts++
+		default:
+			t.Fatalf("unexpected result %q: %v", c, codes)
+		}
+	}
+	if winner < 0 || conflicts != n-1 {
+		t.Fatalf("results: %v", codes)
+	}
+	got, err := catalog.Get[*catalog.VDC](context.Background(), h.store, "staging")
+	if err != nil || got.Quotas.VCPUs != 100+winner {
+		t.Fatalf("stored %+v, winner %d (%v)", got, winner, err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{maxDepth: 3, maxComplexity: 40})
+	h.do(t, "alice", "", `{ me { vdcs { role } } }`, nil).ok(t)
+	r := h.do(t, "alice", "", `{ me { vdcs { vdc { name } } } }`, nil)
+	if r.code(t) != "BAD_USER_INPUT" || r.Errors[0].Message != "operation has depth 4, which exceeds the limit of 3" {
+		t.Fatalf("depth: %s", r.raw)
+	}
+	// Fragments count where they are spread.
+	r = h.do(t, "alice", "", `query { me { ...M } } fragment M on Me { vdcs { vdc { name } } }`, nil)
+	if r.code(t) != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "depth 4") {
+		t.Fatalf("depth via fragment: %s", r.raw)
+	}
+	var wide strings.Builder
+	wide.WriteString("{")
+	for i := range 30 {
+		fmt.Fprintf(&wide, " t%d: tenant { name }", i)
+	}
+	wide.WriteString(" }")
+	r = h.do(t, "alice", "", wide.String(), nil)
+	if r.code(t) != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "exceeds the limit of 40") || r.Errors[0].Extensions["reason"] != "COMPLEXITY_LIMIT_EXCEEDED" {
+		t.Fatalf("complexity: %s", r.raw)
+	}
+}
+
+func TestIntrospectionAndGraphiQL(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	// A full introspection query (as GraphiQL sends) passes the default limits.
+	r := h.do(t, "alice", "", introspectionQuery, nil).ok(t)
+	if !strings.Contains(r.raw, `"createVDC"`) || !strings.Contains(r.raw, `"platformAdmin"`) {
+		t.Fatalf("introspection lacks the schema: %.300s", r.raw)
+	}
+
+	req, _ := http.NewRequest(http.MethodGet, h.url, nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GraphiQL page: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+
+	get := func(query string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, h.url+"?query="+query, nil)
+		req.Header.Set("Authorization", "Bearer "+h.token(t, "admin"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp = get("%7Btenant%7Bname%7D%7D")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET query: %s", resp.Status)
+	}
+	// GET cannot mutate.
+	resp = get("mutation%7BdeleteVDC(name:%22prod%22)%7Bname%7D%7D")
+	resp.Body.Close()
+	if _, err := catalog.Get[*catalog.VDC](context.Background(), h.store, "prod"); err != nil {
+		t.Fatalf("GET mutation deleted prod: %v (%s)", err, resp.Status)
+	}
+}
+
+// An internal failure shows as INTERNAL without its details, which are
+// logged instead.
+func TestInternalErrorsDoNotLeak(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	if err := os.WriteFile(filepath.Join(h.dir, "vdcs", "broken.yaml"), []byte("metadata: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := h.do(t, "admin", "", `{ vdcs { name } }`, nil)
+	if r.code(t) != "INTERNAL" || r.Errors[0].Message != "internal error" || strings.Contains(r.raw, h.dir) {
+		t.Fatalf("internal error: %s", r.raw)
+	}
+	if !strings.Contains(h.logs.String(), "broken.yaml") {
+		t.Fatalf("cause not logged: %s", h.logs.String())
+	}
+}
+
+// The development provider's own login, used as the portal would.
+func TestPortalLoginFlow(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	tok, err := devidp.CodeFlow(context.Background(), nil, devidp.FlowParams{
+		Issuer: h.idp.Issuer(), ClientID: portal, RedirectURI: cbURL, Username: "bob", Password: "bob-pw",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var me struct{ Subject string }
+	post(t, h.url, "Bearer "+tok.AccessToken, "staging", `{ me { subject } }`, nil).ok(t).into(t, "me", &me)
+	if me.Subject != "bob" {
+		t.Fatalf("me: %+v", me)
+	}
+}
+
+const introspectionQuery = `query IntrospectionQuery {
+  __schema {
+    queryType { name } mutationType { name } subscriptionType { name }
+    types { ...FullType }
+    directives { name description locations args { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description
+  fields(includeDeprecated: true) { name description args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason }
+  inputFields { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type {
+  kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } }
+}`

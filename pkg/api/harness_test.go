@@ -1,0 +1,254 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/devidp"
+)
+
+const (
+	portal   = "flexplane-portal"
+	otherApp = "other-app"
+	cbURL    = "http://127.0.0.1:3000/auth/callback"
+)
+
+// users of every harness: password is the username + "-pw".
+var users = []devidp.User{
+	{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
+	{Username: "alice", Name: "Alice", Email: "alice@example.test", Roles: []string{
+		auth.VDCRoleKey("prod", auth.RoleMember), auth.VDCRoleKey("dev", auth.RoleViewer),
+		auth.VDCRoleKey("ghost", auth.RoleMember)}},
+	{Username: "bob", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}},
+}
+
+// harness is the real stack of this package: a development OpenID provider
+// on loopback, a catalog directory, and the API handler served over HTTP.
+type harness struct {
+	idp     *devidp.Server
+	dir     string
+	store   *catalog.DirStore
+	url     string
+	logs    *syncBuffer
+	mu      sync.Mutex
+	tokens  map[string]string // protected by mu
+	options harnessOptions
+}
+
+type harnessOptions struct {
+	lifetime      time.Duration
+	maxDepth      int
+	maxComplexity int
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // protected by mu
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newHarness(t *testing.T, opts harnessOptions) *harness {
+	t.Helper()
+	us := make([]devidp.User, len(users))
+	for i, u := range users {
+		u.Password = u.Username + "-pw"
+		us[i] = u
+	}
+	idp, err := devidp.New(devidp.Config{
+		KeyDir:        t.TempDir(),
+		Users:         us,
+		TokenLifetime: opts.lifetime,
+		Clients: []devidp.Client{
+			{ID: portal, RedirectURIs: []string{cbURL}},
+			{ID: otherApp, RedirectURIs: []string{cbURL}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idp.Close() })
+
+	h := &harness{idp: idp, dir: t.TempDir(), tokens: map[string]string{}, logs: &syncBuffer{}, options: opts}
+	h.store, err = catalog.OpenDir(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"prod", "dev", "staging"} {
+		v := &catalog.VDC{}
+		v.Name, v.Description = name, name+" VDC"
+		v.Quotas = catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 131072, StorageGiB: 2000, VMs: 20}
+		if _, err := catalog.Create(ctx, h.store, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.url = h.startAPI(t)
+	return h
+}
+
+// startAPI serves one more API handler (an orchestrator replica) with its
+// own verifier and its own store on the harness's catalog directory, and
+// returns its /graphql URL.
+func (h *harness) startAPI(t *testing.T) string {
+	t.Helper()
+	v, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: h.idp.Issuer(), Audience: portal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := catalog.OpenDir(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler, err := api.New(api.Config{
+		Verifier:      v,
+		Resolver:      &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Logger:        slog.New(slog.NewTextHandler(h.logs, nil)),
+		MaxDepth:      h.options.maxDepth,
+		MaxComplexity: h.options.maxComplexity,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", handler)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/graphql"
+}
+
+// token returns a real access token of user, minted through the
+// authorization code flow of the development provider.
+func (h *harness) token(t *testing.T, user string) string {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if tok, ok := h.tokens[user]; ok {
+		return tok
+	}
+	tok, err := h.idp.Login(context.Background(), portal, user, user+"-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tokens[user] = tok.AccessToken
+	return tok.AccessToken
+}
+
+type gqlError struct {
+	Message    string         `json:"message"`
+	Path       []any          `json:"path"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+type response struct {
+	status int
+	Data   map[string]json.RawMessage `json:"data"`
+	Errors []gqlError                 `json:"errors"`
+	raw    string
+}
+
+// code returns the extensions.code of the only error, failing otherwise.
+func (r *response) code(t *testing.T) string {
+	t.Helper()
+	if len(r.Errors) != 1 {
+		t.Fatalf("want exactly one error, got %s", r.raw)
+	}
+	c, _ := r.Errors[0].Extensions["code"].(string)
+	return c
+}
+
+func (r *response) ok(t *testing.T) *response {
+	t.Helper()
+	if len(r.Errors) > 0 || r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.raw)
+	}
+	return r
+}
+
+// into decodes data.field into v.
+func (r *response) into(t *testing.T, field string, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Data[field], v); err != nil {
+		t.Fatalf("data.%s: %v in %s", field, err, r.raw)
+	}
+}
+
+// post sends a GraphQL request with a raw Authorization header value
+// ("" for none) and a VDC header ("" for none) to url.
+func post(t *testing.T, url, authz, vdc, query string, vars map[string]any) *response {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	if vdc != "" {
+		req.Header.Set(graph.VDCHeader, vdc)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := &response{status: resp.StatusCode, raw: string(raw)}
+	if err := json.Unmarshal(raw, r); err != nil {
+		t.Fatalf("status %d, body %q: %v", resp.StatusCode, raw, err)
+	}
+	return r
+}
+
+// do runs a query as user (signed in through the provider).
+func (h *harness) do(t *testing.T, user, vdc, query string, vars map[string]any) *response {
+	t.Helper()
+	return post(t, h.url, "Bearer "+h.token(t, user), vdc, query, vars)
+}
+
+// manifests returns the catalog directory's manifests, to show that a
+// refused request changed nothing.
+func (h *harness) snapshot(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, k := range catalog.Kinds() {
+		objs, err := h.store.List(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			js, _ := json.Marshal(o)
+			b.Write(js)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
