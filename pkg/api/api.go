@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -161,26 +160,38 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
 
 // websocketInit authenticates a websocket connection from its
 // connection_init payload ("Authorization": "Bearer <token>", and
-// optionally "FlexPlane-VDC-ID").
+// optionally "FlexPlane-VDC-ID"). A refused connection is closed with code
+// 4403 (graphql-transport-ws "Forbidden") and the reason
+// "UNAUTHENTICATED: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
 		ctx = context.WithValue(ctx, rawVDCKey{}, v)
 	}
 	if header := payload.Authorization(); header != "" {
 		tok, err := auth.BearerToken(header)
-		if err != nil {
-			return ctx, nil, err
+		var p *auth.Principal
+		if err == nil {
+			p, err = h.cfg.Verifier.Verify(ctx, tok)
 		}
-		p, err := h.cfg.Verifier.Verify(ctx, tok)
 		if err != nil {
-			return ctx, nil, err
+			return refuseWebsocket(ctx, err)
 		}
 		ctx = auth.NewContext(ctx, p)
 	}
 	if _, ok := auth.FromContext(ctx); !ok {
-		return ctx, nil, auth.ErrNoToken
+		return refuseWebsocket(ctx, auth.ErrNoToken)
 	}
 	return ctx, nil, nil
+}
+
+func refuseWebsocket(ctx context.Context, err error) (context.Context, *transport.InitPayload, error) {
+	reason := string(apierr.Unauthenticated) + ": " + apierr.From(err, "").Message
+	if len(reason) > 120 { // a close frame's reason has at most 123 bytes
+		reason = reason[:120]
+	}
+	ctx = transport.WithWebsocketCloseCode(ctx, 4403)
+	ctx = transport.AppendCloseReason(ctx, reason)
+	return ctx, nil, err
 }
 
 // aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
@@ -275,8 +286,6 @@ func selectionDepth(set ast.SelectionSet, onPath map[string]bool) int {
 			onPath[s.Name] = true
 			d = selectionDepth(s.Definition.SelectionSet, onPath)
 			delete(onPath, s.Name)
-		default:
-			panic(fmt.Sprintf("api: unknown selection %T", sel))
 		}
 		deepest = max(deepest, d)
 	}
