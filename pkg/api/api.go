@@ -127,8 +127,9 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	header := r.Header.Get("Authorization")
 	// Browsers cannot set headers on websocket upgrades: such connections
-	// authenticate in their connection_init payload (websocketInit).
-	if !(isWebsocket(r) && header == "") {
+	// authenticate in their connection_init payload (websocketInit). CORS
+	// preflights carry no credentials and get only the allowed methods.
+	if !(isWebsocket(r) && header == "") && r.Method != http.MethodOptions {
 		tok, err := auth.BearerToken(header)
 		if err == nil {
 			var p *auth.Principal

@@ -165,7 +165,7 @@ func (s *Server) Start() error {
 		CodeMethodS256:           true,
 		AuthMethodPost:           true,
 		SupportedScopes:          []string{"openid", "profile", "email"},
-		DefaultLogoutRedirectURI: loginPath + "/loggedout",
+		DefaultLogoutRedirectURI: loggedOutPath,
 	}, s.storage, op.StaticIssuer(s.issuer), op.WithAllowInsecure(), op.WithLogger(s.log))
 	if err != nil {
 		ln.Close()
@@ -173,6 +173,10 @@ func (s *Server) Start() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(loginPath, &loginHandler{storage: s.storage, callback: op.AuthCallbackURL(provider), issuer: s.issuer, log: s.log})
+	mux.HandleFunc(loggedOutPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("You are signed out of the flexplane development provider.\n"))
+	})
 	mux.Handle("/", provider)
 	s.ln = ln
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -223,7 +227,10 @@ func (s *Server) Login(ctx context.Context, clientID, username, password string)
 	})
 }
 
-const loginPath = "/login"
+const (
+	loginPath     = "/login"
+	loggedOutPath = "/logged-out"
+)
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>flexplane dev login</title></head>
