@@ -17,10 +17,7 @@ func fail(err error) error { return apierr.From(err, "input") }
 // update applies change to the named object and writes it conditionally:
 // on resourceVersion when the client gave one, else on the version just
 // read (a concurrent write in between is a CONFLICT, never lost).
-func update[P interface {
-	*T
-	catalog.Object
-}, T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string, change func(P)) (P, error) {
+func update[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string, change func(P)) (P, error) {
 	cur, err := catalog.Get[P](ctx, store, name)
 	if err != nil {
 		return nil, fail(err)
@@ -41,10 +38,7 @@ func update[P interface {
 
 // remove deletes the named object, conditionally when resourceVersion is
 // given.
-func remove[P interface {
-	*T
-	catalog.Object
-}, T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string) (*model.Deleted, error) {
+func remove[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string) (*model.Deleted, error) {
 	rv := ""
 	if resourceVersion != nil {
 		if *resourceVersion == "" {
@@ -58,10 +52,7 @@ func remove[P interface {
 	return &model.Deleted{Name: name}, nil
 }
 
-func get[P interface {
-	*T
-	catalog.Object
-}, T any](ctx context.Context, store catalog.Store, name string) (P, error) {
+func get[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store, name string) (P, error) {
 	o, err := catalog.Get[P](ctx, store, name)
 	if err != nil {
 		return nil, fail(err)
@@ -69,10 +60,7 @@ func get[P interface {
 	return o, nil
 }
 
-func list[P interface {
-	*T
-	catalog.Object
-}, T any](ctx context.Context, store catalog.Store) ([]P, error) {
+func list[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store) ([]P, error) {
 	o, err := catalog.List[P](ctx, store)
 	if err != nil {
 		return nil, fail(err)

@@ -28,15 +28,16 @@ type Store interface {
 	Delete(ctx context.Context, kind Kind, name, resourceVersion string) error
 }
 
-// objectPtr constrains P to be a pointer to a catalog type T.
-type objectPtr[T any] interface {
+// ObjectPtr constrains P to be a pointer to a catalog type T (such as
+// *VDC), so the typed helpers below are called as Get[*VDC].
+type ObjectPtr[T any] interface {
 	*T
 	Object
 }
 
-func kindOf[P objectPtr[T], T any]() Kind { return P(new(T)).ObjectKind() }
+func kindOf[P ObjectPtr[T], T any]() Kind { return P(new(T)).ObjectKind() }
 
-func as[P objectPtr[T], T any](o Object) (P, error) {
+func as[P ObjectPtr[T], T any](o Object) (P, error) {
 	p, ok := o.(P)
 	if !ok {
 		return nil, fmt.Errorf("catalog: store returned %T, want %T", o, P(nil))
@@ -45,7 +46,7 @@ func as[P objectPtr[T], T any](o Object) (P, error) {
 }
 
 // Get is Store.Get typed: catalog.Get[*catalog.VDC](ctx, s, "prod").
-func Get[P objectPtr[T], T any](ctx context.Context, s Store, name string) (P, error) {
+func Get[P ObjectPtr[T], T any](ctx context.Context, s Store, name string) (P, error) {
 	o, err := s.Get(ctx, kindOf[P](), name)
 	if err != nil {
 		return nil, err
@@ -54,7 +55,7 @@ func Get[P objectPtr[T], T any](ctx context.Context, s Store, name string) (P, e
 }
 
 // List is Store.List typed.
-func List[P objectPtr[T], T any](ctx context.Context, s Store) ([]P, error) {
+func List[P ObjectPtr[T], T any](ctx context.Context, s Store) ([]P, error) {
 	objs, err := s.List(ctx, kindOf[P]())
 	if err != nil {
 		return nil, err
@@ -71,7 +72,7 @@ func List[P objectPtr[T], T any](ctx context.Context, s Store) ([]P, error) {
 }
 
 // Create is Store.Create typed.
-func Create[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
+func Create[P ObjectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
 	o, err := s.Create(ctx, obj)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func Create[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, erro
 }
 
 // Update is Store.Update typed.
-func Update[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
+func Update[P ObjectPtr[T], T any](ctx context.Context, s Store, obj P) (P, error) {
 	o, err := s.Update(ctx, obj)
 	if err != nil {
 		return nil, err
@@ -89,6 +90,6 @@ func Update[P objectPtr[T], T any](ctx context.Context, s Store, obj P) (P, erro
 }
 
 // Delete is Store.Delete typed.
-func Delete[P objectPtr[T], T any](ctx context.Context, s Store, name, resourceVersion string) error {
+func Delete[P ObjectPtr[T], T any](ctx context.Context, s Store, name, resourceVersion string) error {
 	return s.Delete(ctx, kindOf[P](), name, resourceVersion)
 }
