@@ -8,6 +8,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= ./pkg/...
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
+# Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
+PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
 .PHONY: all build test test-race lint bench generate check-generated tidy-check
 
@@ -31,3 +33,9 @@ lint:
 ## bench: every benchmark once, as ratios against baselines measured in the same run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
+
+## generate: regenerate generated files (trimmed Proxmox VE API schema, ...).
+generate:
+	@if [ -f "$(PVE_APIDATA)" ]; then \
+		$(GO) run ./pkg/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pveschema/apidata.json; \
+	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pveschema/apidata.json"; fi
