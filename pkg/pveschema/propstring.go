@@ -51,6 +51,9 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 		}
 		return ""
 	}
+	if !fs.known(name) {
+		return "undefined format '" + name + "'\n"
+	}
 	if base, ok := listBase(name); ok {
 		for _, item := range splitList(v) {
 			if msg := fs.checkNamed(path, base, item); msg != "" {
@@ -60,12 +63,12 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 		return ""
 	}
 	if base, ok := strings.CutSuffix(name, "-opt"); ok {
-		if v == "" {
+		if v == "" || v == "0" { // Perl's false values
 			return ""
 		}
 		return fs.checkNamed(path, base, v)
 	}
-	return "undefined format '" + name + "'\n"
+	return ""
 }
 
 func listBase(name string) (string, bool) {

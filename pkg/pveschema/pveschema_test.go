@@ -3,6 +3,7 @@ package pveschema
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -283,5 +284,62 @@ func TestParseProperty(t *testing.T) {
 	}
 	if _, err := e.ParseProperty("cores", "1"); err == nil {
 		t.Fatal("cores parsed as a property string")
+	}
+}
+
+func TestIndexedRanges(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	e, _ := endpoint(t, s, "POST", "/nodes/pve1/qemu/100/config")
+	want := map[string]int{"net": 32, "ipconfig": 32, "scsi": 31, "virtio": 16, "sata": 6, "ide": 4,
+		"unused": 256, "usb": 14, "serial": 4, "parallel": 3, "hostpci": 16, "numa": 8, "virtiofs": 10}
+	for base, n := range want {
+		if e.params.lookup(base+"0") == nil || e.params.lookup(base+itoa(n-1)) == nil {
+			t.Errorf("%s0..%s%d not all defined", base, base, n-1)
+		}
+		if e.params.lookup(base+itoa(n)) != nil {
+			t.Errorf("%s%d defined, want at most %d", base, n, n-1)
+		}
+	}
+	j, _ := endpoint(t, s, "POST", "/cluster/config/join")
+	if j.params.lookup("link7") == nil || j.params.lookup("link8") != nil {
+		t.Error("cluster join: want link0..link7")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestArrayParameter(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	e, vars := endpoint(t, s, "POST", "/cluster/sdn/vnets/vnet1/subnets")
+	raw := map[string][]string{
+		"subnet": {"10.0.0.0/24"}, "type": {"subnet"}, "gateway": {"10.0.0.1"},
+		"dhcp-range": {"start-address=10.0.0.100,end-address=10.0.0.150", "start-address=10.0.0.200,end-address=10.0.0.250"},
+	}
+	p, errs := validateErrs(t, e, vars, raw)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	r, ok := p.Strings("dhcp-range")
+	if !ok || len(r) != 2 || r[1] != "start-address=10.0.0.200,end-address=10.0.0.250" {
+		t.Fatalf("dhcp-range = %v %v", r, ok)
+	}
+	raw["dhcp-range"] = []string{"start-address=10.0.0.100,end-address=10.0.0.150", "start-address=10.0.0.300"}
+	_, errs = validateErrs(t, e, vars, raw)
+	want := map[string]string{"dhcp-range[1]": "invalid format - format error\n" +
+		"dhcp-range[1].end-address: property is missing and it is not optional\n" +
+		"dhcp-range[1].start-address: invalid format - value does not look like a valid IP address\n"}
+	if !reflect.DeepEqual(errs, want) {
+		t.Fatalf("errors %#v, want %#v", errs, want)
+	}
+}
+
+func TestParamErrorText(t *testing.T) {
+	t.Parallel()
+	err := &ParamError{Errors: map[string]string{"vmid": "invalid format - value does not look like a valid VM ID\n", "cores": "value must have a minimum value of 1"}}
+	want := "Parameter verification failed.\ncores: value must have a minimum value of 1\nvmid: invalid format - value does not look like a valid VM ID"
+	if err.Error() != want {
+		t.Fatalf("got %q, want %q", err.Error(), want)
 	}
 }
