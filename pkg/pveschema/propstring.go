@@ -16,14 +16,16 @@ func (e *Endpoint) ParseProperty(param, value string) (Params, error) {
 	if p == nil {
 		return nil, &ParamError{Errors: map[string]string{param: msgNotInSchema}}
 	}
-	format := p.FormatProps
-	if format == nil {
-		format = e.formats.props[p.Format]
-	}
-	if format == nil {
+	var res Params
+	var msg string
+	switch {
+	case p.FormatProps != nil:
+		res, msg = e.formats.parsePropertyString(param, p.FormatProps, value)
+	case e.formats.props[p.Format] != nil:
+		res, msg = e.formats.parseNamed(param, p.Format, value)
+	default:
 		return nil, fmt.Errorf("pveschema: parse property: %s %s: parameter %s is not a property string", e.Method, e.Path, param)
 	}
-	res, msg := e.formats.parsePropertyString(param, format, value)
 	if msg != "" {
 		return nil, &ParamError{Errors: map[string]string{param: msgInvalidFmt + msg}}
 	}
@@ -40,9 +42,23 @@ func (fs *formatSet) checkFormat(path string, p *prop, v string) string {
 	return fs.checkNamed(path, p.Format, v)
 }
 
+// parseNamed parses a named property-string format and runs its validator.
+func (fs *formatSet) parseNamed(path, name, v string) (Params, string) {
+	res, msg := fs.parsePropertyString(path, fs.props[name], v)
+	if msg != "" {
+		return nil, msg
+	}
+	if validate := fs.validators[name]; validate != nil {
+		if err := validate(res); err != nil {
+			return nil, err.Error() + "\n"
+		}
+	}
+	return res, ""
+}
+
 func (fs *formatSet) checkNamed(path, name, v string) string {
-	if f := fs.props[name]; f != nil {
-		_, msg := fs.parsePropertyString(path, f, v)
+	if fs.props[name] != nil {
+		_, msg := fs.parseNamed(path, name, v)
 		return msg
 	}
 	if verify := fs.verifiers[name]; verify != nil {
@@ -54,7 +70,7 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 	if !fs.known(name) {
 		return "undefined format '" + name + "'\n"
 	}
-	if base, ok := listBase(name); ok {
+	if base, ok := strings.CutSuffix(name, "-list"); ok {
 		for _, item := range splitList(v) {
 			if msg := fs.checkNamed(path, base, item); msg != "" {
 				return msg
@@ -69,13 +85,6 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 		return fs.checkNamed(path, base, v)
 	}
 	return ""
-}
-
-func listBase(name string) (string, bool) {
-	if base, ok := strings.CutSuffix(name, "-list"); ok {
-		return base, true
-	}
-	return strings.CutSuffix(name, "-alist")
 }
 
 // splitList splits a list value like Proxmox's split_list: on NUL bytes if there are any,
@@ -146,6 +155,11 @@ func (fs *formatSet) parsePropertyString(path string, format map[string]*prop, d
 	out := Params{}
 	for k, v := range raw {
 		d := format[k]
+		if d.Type == "boolean" {
+			if b, ok := parseBool(v); ok {
+				v = map[bool]string{true: "1", false: "0"}[b]
+			}
+		}
 		if tv, ok := fs.checkValue(path+"."+k, d, v, errs); ok {
 			out[k] = tv
 		}

@@ -240,8 +240,14 @@ func (s *Schema) match(n *routeNode, segs []string, vars map[string]string) *rou
 		return nil
 	}
 	if n.varName == "volume" && n.variable.literal == nil && n.variable.variable == nil && n.variable.methods != nil {
+		if strings.ContainsAny(strings.Join(segs, ""), " \t\n\r\f\v") {
+			return nil
+		}
 		vars["volume"] = strings.Join(segs, "/")
 		return n.variable
+	}
+	if strings.ContainsAny(segs[0], " \t\n\r\f\v") {
+		return nil // Proxmox matches path variables with \S+
 	}
 	if r := s.match(n.variable, segs[1:], vars); r != nil {
 		vars[n.varName] = segs[0]
