@@ -98,10 +98,25 @@ func TestTemplateReplace(t *testing.T) {
 		{"/pool/{pool}", Params{}, "/pool/-"},
 		{"/sdn/zones/{zone}/{vnet}", Params{"zone": "z1", "vnet": "v1"}, "/sdn/zones/z1/v1"},
 		{"//storage/{storage}/", Params{"storage": "local"}, "/storage/local"},
+		{"/vms/{vmid}", Params{"vmid": "0"}, "/vms/-"},
 	}
 	for _, tc := range tests {
 		if got := normalizePath(templateReplace(tc.tmpl, tc.p)); got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.tmpl, got, tc.want)
 		}
+	}
+}
+
+// TestAuthorizeUnnormalizablePath: a path with characters ACL paths cannot hold grants
+// nothing, like Proxmox's normalize_path returning undef.
+func TestAuthorizeUnnormalizablePath(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	e, _ := endpoint(t, s, "GET", "/nodes/pve1/qemu/100/status/current")
+	called := false
+	err := e.Authorize(Params{"vmid": "1 0"}, func(string, string) bool { called = true; return true })
+	var pe *PermissionError
+	if !errors.As(err, &pe) || pe.Error() != "Permission check failed (, VM.Audit)" || called {
+		t.Fatalf("err = %v, has called = %v", err, called)
 	}
 }

@@ -350,3 +350,93 @@ func TestParamErrorText(t *testing.T) {
 		t.Fatalf("got %q, want %q", err.Error(), want)
 	}
 }
+
+// exampleParam builds a valid value for a required parameter from the format test cases.
+func exampleParam(p *prop) string {
+	switch {
+	case len(p.Enum) > 0:
+		return p.Enum[0]
+	case p.Type == "integer" && p.Minimum != nil:
+		return strconv.FormatInt(int64(*p.Minimum), 10)
+	case p.Type == "integer" || p.Type == "number" || p.Type == "boolean":
+		return "1"
+	}
+	if tc, ok := formatCases[p.Format]; ok {
+		for _, g := range tc.good {
+			if g != "" {
+				return g
+			}
+		}
+	}
+	for _, c := range []string{"x", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
+		if p.re == nil || p.re.MatchString(c) {
+			return c
+		}
+	}
+	return "x"
+}
+
+// TestEveryEndpointValidates checks every endpoint: its required parameters are reported
+// missing from an empty request, a request with just them (built from the format cases)
+// validates, and an extra parameter is refused.
+func TestEveryEndpointValidates(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	for _, e := range s.Endpoints() {
+		raw := map[string][]string{}
+		missing := map[string]string{}
+		for name, p := range e.params.Properties {
+			if p.Optional || strings.HasSuffix(name, "[n]") {
+				continue
+			}
+			raw[name] = []string{exampleParam(p)}
+			missing[name] = msgMissing
+		}
+		_, err := e.Validate(map[string][]string{})
+		var pe *ParamError
+		switch {
+		case len(missing) == 0 && err != nil:
+			t.Errorf("%s %s: empty request refused: %v", e.Method, e.Path, err)
+		case len(missing) > 0 && (!errors.As(err, &pe) || !reflect.DeepEqual(pe.Errors, missing)):
+			t.Errorf("%s %s: empty request: %v, want %v", e.Method, e.Path, err, missing)
+		}
+		if _, err := e.Validate(raw); err != nil {
+			t.Errorf("%s %s: %v refused: %v", e.Method, e.Path, raw, err)
+		}
+		raw["no-such-param"] = []string{"1"}
+		_, err = e.Validate(raw)
+		if !errors.As(err, &pe) || !reflect.DeepEqual(pe.Errors, map[string]string{"no-such-param": msgNotInSchema}) {
+			t.Errorf("%s %s: extra parameter: %v", e.Method, e.Path, err)
+		}
+	}
+}
+
+// TestLookupEveryEndpoint resolves a concrete path for every endpoint template.
+func TestLookupEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	sample := map[string]string{
+		"node": "pve1", "vmid": "100", "storage": "local", "volume": "local:iso/debian-12.iso",
+		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
+		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
+	}
+	for _, e := range s.Endpoints() {
+		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {
+			v, ok := sample[m[1:len(m)-1]]
+			if !ok {
+				t.Fatalf("no sample for %s in %s", m, e.Path)
+			}
+			return v
+		})
+		got, vars, err := s.Lookup(e.Method, path)
+		if err != nil || got != e {
+			t.Errorf("Lookup(%s %s) = %v, %v; want %s", e.Method, path, got, err, e.Path)
+			continue
+		}
+		for name, v := range vars {
+			if sample[name] != v {
+				t.Errorf("%s: var %s = %q, want %q", path, name, v, sample[name])
+			}
+		}
+	}
+}

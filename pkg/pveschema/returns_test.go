@@ -3,6 +3,7 @@ package pveschema
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,89 @@ func TestCheckReturn(t *testing.T) {
 				t.Fatalf("got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// example builds a value that conforms to a returns schema: every non-optional field, one
+// array item, the first enumeration value, the minimum of a bounded number.
+func example(p *prop) any {
+	switch p.Type {
+	case "object":
+		m := map[string]any{}
+		for k, sub := range p.Properties {
+			if !sub.Optional {
+				m[k] = example(sub)
+			}
+		}
+		return m
+	case "array":
+		if p.Items == nil {
+			return []any{}
+		}
+		return []any{example(p.Items)}
+	case "integer", "number":
+		if p.Minimum != nil {
+			return *p.Minimum
+		}
+		return float64(1)
+	case "boolean":
+		return true
+	case "null":
+		return nil
+	case "string":
+		if len(p.Enum) > 0 {
+			return p.Enum[0]
+		}
+		for _, c := range []string{"x", "0123456789abcdef", strings.Repeat("AB:", 31) + "AB"} {
+			if p.re == nil || p.re.MatchString(c) {
+				return c
+			}
+		}
+	}
+	return "x"
+}
+
+// TestCheckReturnEveryEndpoint checks, for every endpoint, that a value built from its
+// returns schema conforms, and that dropping a required field or giving it the wrong type
+// is reported.
+func TestCheckReturnEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	mutations := 0
+	for _, e := range s.Endpoints() {
+		if e.returns == nil {
+			continue
+		}
+		data := example(e.returns)
+		if got := e.CheckReturn(data); len(got) != 0 {
+			t.Errorf("%s %s: example rejected: %q", e.Method, e.Path, got)
+			continue
+		}
+		obj, _ := data.(map[string]any)
+		schema, prefix := e.returns, "data"
+		if arr, ok := data.([]any); ok && len(arr) == 1 {
+			obj, _ = arr[0].(map[string]any)
+			schema, prefix = e.returns.Items, "data[0]"
+		}
+		for k, v := range obj {
+			delete(obj, k)
+			want := prefix + "." + k + ": property is missing and it is not optional"
+			if got := e.CheckReturn(data); !reflect.DeepEqual(got, []string{want}) {
+				t.Errorf("%s %s without %s: got %q, want %q", e.Method, e.Path, k, got, want)
+			}
+			switch typ := schema.Properties[k].Type; typ {
+			case "string", "integer", "number", "boolean", "array":
+				obj[k] = map[string]any{"wrong": "type"}
+				want := prefix + "." + k + ": got object, want " + typ
+				if got := e.CheckReturn(data); !reflect.DeepEqual(got, []string{want}) {
+					t.Errorf("%s %s with an object for %s: got %q, want %q", e.Method, e.Path, k, got, want)
+				}
+			}
+			obj[k] = v
+			mutations++
+		}
+	}
+	if mutations < 50 {
+		t.Fatalf("only %d required fields mutated; schema walk broken?", mutations)
 	}
 }

@@ -1,10 +1,3 @@
-// Package pveschema is the Proxmox VE API schema engine: it loads a trimmed copy of
-// Proxmox's own api-viewer schema (apidata.json, embedded) and uses it to resolve request
-// paths, verify parameters, evaluate permission checks and compare responses the way a
-// real Proxmox VE 9 node does. The Proxmox simulator (pkg/pvesim) validates every request
-// with it.
-//
-// Regenerate the embedded schema with `make generate` (see internal/trim).
 package pveschema
 
 import (
