@@ -37,7 +37,7 @@ var fuzzSeeds = [][2]string{
 }
 
 func FuzzValidate(f *testing.F) {
-	s, err := Load()
+	s, err := loadShared()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func FuzzValidate(f *testing.F) {
 }
 
 func FuzzLookup(f *testing.F) {
-	s, err := Load()
+	s, err := loadShared()
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -134,10 +134,9 @@ func (fs *formatSet) parsePropertyString(path string, format map[string]*prop, d
 			if defaultKey != "" {
 				return nil, msgDupKey + defaultKey + "\n"
 			}
-			for _, key := range sortedKeys(format) {
-				if format[key].DefaultKey {
+			for key, d := range format { // formats have one default key; take the least if not
+				if d.DefaultKey && (defaultKey == "" || key < defaultKey) {
 					defaultKey = key
-					break
 				}
 			}
 			if defaultKey == "" {
@@ -164,8 +163,7 @@ func (fs *formatSet) parsePropertyString(path string, format map[string]*prop, d
 			out[k] = tv
 		}
 	}
-	for _, k := range sortedKeys(format) {
-		d := format[k]
+	for k, d := range format {
 		if _, given := raw[k]; !given && !d.Optional && d.Alias == "" {
 			errs[path+"."+k] = msgMissing
 		}

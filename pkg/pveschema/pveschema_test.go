@@ -5,16 +5,32 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
+// loadShared loads the schema once for all tests; a Schema is immutable and safe for
+// concurrent use, and loading it under the race detector takes a while.
+var loadShared = sync.OnceValues(Load)
+
 func load(t *testing.T) *Schema {
 	t.Helper()
-	s, err := Load()
+	s, err := loadShared()
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	return s
+}
+
+func TestLoadIsRepeatable(t *testing.T) {
+	t.Parallel()
+	a, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == load(t) || len(a.Endpoints()) != len(load(t).Endpoints()) {
+		t.Fatal("Load does not build an independent, equal schema")
+	}
 }
 
 func endpoint(t *testing.T, s *Schema, method, path string) (*Endpoint, map[string]string) {
