@@ -56,6 +56,15 @@
 // pve-qm-smbios1, pve-qm-watchdog, pve-qemu-sev-fmt, pve-qemu-tdx-fmt, prune-backups and
 // pve-sdn-dhcp-range.
 //
+// # Permissions
+//
+// Authorize evaluates the permission forms the trimmed endpoints use: `user: all` (every
+// authenticated caller; the handler checks the rest), `check` expressions made of "perm"
+// (with "any", 1 and "require_param"), "and" and "or", and the empty permission object that
+// reserves an endpoint to root@pam. Proxmox's other check forms (userid-param,
+// userid-group, perm-modify) appear in none of them; Load fails if a regenerated schema
+// brings one in, so it cannot be silently allowed.
+//
 // # Known differences
 //
 // CPU models are Proxmox's built-in fallback list plus "host" (a node with QEMU's model
@@ -63,5 +72,7 @@
 // cpu-models.conf. Checks Proxmox makes in handler code rather than in the schema (for
 // example the privileges of `user: all` endpoints, see PermissionDescription, or a VM
 // config's cross-option rules) are the simulator's to make. Multiple errors for one
-// parameter keep the last one instead of Proxmox's joined text.
+// parameter keep the last one instead of Proxmox's joined text. Lookup lets a trailing
+// {volume} span several segments ("local:iso/debian.iso" sent with a raw '/', as go-proxmox
+// does), where Proxmox's router matches one segment of the decoded path.
 package pveschema

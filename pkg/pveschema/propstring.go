@@ -10,11 +10,15 @@ import (
 // ipconfig1, agent, cpu, ...) with its format, resolving aliases, default_key and keyAlias:
 // "virtio=BC:24:11:00:00:01,bridge=vmbr0" gives model=virtio, macaddr=BC:24:11:00:00:01,
 // bridge=vmbr0. Values are typed as in Params; defaults are not filled in. An invalid value
-// is a *ParamError keyed by the parameter name, with the message Validate gives.
+// is a *ParamError keyed by the parameter name, with the message Validate gives. For an
+// array parameter (dhcp-range) value is one item.
 func (e *Endpoint) ParseProperty(param, value string) (Params, error) {
 	p := e.params.lookup(param)
 	if p == nil {
 		return nil, &ParamError{Errors: map[string]string{param: msgNotInSchema}}
+	}
+	if p.Type == "array" && p.Items != nil {
+		p = p.Items // an item of an array parameter (dhcp-range)
 	}
 	var res Params
 	var msg string

@@ -347,6 +347,10 @@ func TestArrayParameter(t *testing.T) {
 	if !ok || len(r) != 2 || r[1] != "start-address=10.0.0.200,end-address=10.0.0.250" {
 		t.Fatalf("dhcp-range = %v %v", r, ok)
 	}
+	item, err := e.ParseProperty("dhcp-range", r[1])
+	if err != nil || !reflect.DeepEqual(item, Params{"start-address": "10.0.0.200", "end-address": "10.0.0.250"}) {
+		t.Fatalf("ParseProperty(dhcp-range) = %v, %v", item, err)
+	}
 	// Proxmox declares the range keys with type 'ip', which its type check does not know,
 	// so only their presence is checked.
 	raw["dhcp-range"] = []string{"start-address=10.0.0.100,end-address=10.0.0.150", "start-address=10.0.0.300"}
