@@ -15,9 +15,9 @@ func TestRealisticRequests(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu", map[string][]string{
 			"vmid": {"100"}, "name": {"web-1"}, "memory": {"2048"}, "cores": {"2"}, "sockets": {"1"},
 			"cpu": {"host"}, "net0": {"virtio,bridge=vmbr0,firewall=1"}, "scsihw": {"virtio-scsi-single"},
-			"scsi0":     {"local-lvm:0,import-from=local:import/jammy.qcow2,iothread=1,discard=on"},
-			"ide2":      {"local-lvm:cloudinit"}, "boot": {"order=scsi0"}, "ostype": {"l26"}, "agent": {"enabled=1"},
-			"serial0":   {"socket"}, "vga": {"serial0"}, "ciuser": {"ubuntu"}, "sshkeys": {"ssh-ed25519%20AAAAC3Nz%20me"},
+			"scsi0": {"local-lvm:0,import-from=local:import/jammy.qcow2,iothread=1,discard=on"},
+			"ide2":  {"local-lvm:cloudinit"}, "boot": {"order=scsi0"}, "ostype": {"l26"}, "agent": {"enabled=1"},
+			"serial0": {"socket"}, "vga": {"serial0"}, "ciuser": {"ubuntu"}, "sshkeys": {"ssh-ed25519%20AAAAC3Nz%20me"},
 			"ipconfig0": {"ip=10.0.0.5/24,gw=10.0.0.1"}, "nameserver": {"10.0.0.1"}, "tags": {"tenant-a;web"},
 			"pool": {"tenant-a"}, "start": {"0"}, "onboot": {"1"}, "description": {"managed by flexplane"},
 		}},
