@@ -8,8 +8,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= ./pkg/...
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
+# Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
+PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
-.PHONY: all build test test-race lint bench generate check-generated tidy-check
+.PHONY: all build test lint bench generate generate-graphql generate-pveschema check-generated
 
 all: build
 
@@ -32,12 +34,24 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
-## generate: regenerate code from its sources (GraphQL: gqlgen.yml, graph/*.graphqls).
-generate:
+## generate: regenerate every generated file from its source.
+generate: generate-graphql generate-pveschema
+
+# GraphQL server code from gqlgen.yml and graph/*.graphqls.
+generate-graphql:
 	$(GO) tool gqlgen generate
+
+# The trimmed Proxmox VE API schema the simulator enforces.
+generate-pveschema:
+	@if [ -f "$(PVE_APIDATA)" ]; then \
+		$(GO) run ./pkg/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pveschema/apidata.json; \
+	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pveschema/apidata.json"; fi
+
+# Paths holding generated files; check-generated fails when they differ from a fresh run.
+GENERATED_PATHS ?= graph pkg/pveschema/apidata.json
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate
-	git diff --exit-code -- graph
-	@untracked=$$(git ls-files --others --exclude-standard -- graph); \
+	git diff --exit-code -- $(GENERATED_PATHS)
+	@untracked=$$(git ls-files --others --exclude-standard -- $(GENERATED_PATHS)); \
 	if [ -n "$$untracked" ]; then echo "generated files not committed:"; echo "$$untracked"; exit 1; fi
