@@ -134,6 +134,12 @@ describe('portal', () => {
       for (const r of sent) assert.equal(r.headers['flexplane-vdc-id'], vdc)
     }
     await shot(page, 'home')
+    // The first Tab reaches the skip link, which moves focus to the content.
+    await page.locator('body').focus()
+    await page.keyboard.press('Tab')
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content')
+    await page.keyboard.press('Enter')
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'content')
     // The choice survives a reload, and so does the session.
     await page.reload()
     await page.getByRole('heading', { name: `VDC ${initial}` }).waitFor()
@@ -180,6 +186,22 @@ describe('portal', () => {
     await page.getByRole('button', { name: 'Sign out' }).click()
     await page.getByText('You are signed out.').waitFor()
     assert.equal(new URL(page.url()).origin, base)
+  })
+
+  test('a session that runs out asks to sign in again without any click', async (t) => {
+    const { page } = await session(t)
+    await page.goto(base + '/profiles/compute')
+    await signIn(page, member)
+    await page.locator('tbody tr').first().waitFor()
+    await page.evaluate(() => {
+      const s = JSON.parse(sessionStorage.getItem('flexplane.session'))
+      s.expiresAt = Date.now() + 3000
+      sessionStorage.setItem('flexplane.session', JSON.stringify(s))
+    })
+    await page.reload()
+    await page.getByRole('heading', { level: 1, name: 'Compute profiles' }).waitFor()
+    await page.getByText('Your session has expired').waitFor()
+    await page.getByRole('button', { name: 'Sign in again' }).waitFor()
   })
 
   test('the portal is usable at phone width', async (t) => {
@@ -259,8 +281,24 @@ describe('portal', () => {
     await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click()
     await row.waitFor({ state: 'detached' })
 
+    // Storage profiles: an error inside the zone map lands on that field.
     await open(page, 'Storage profiles', 'Storage profiles')
-    assert.ok(await page.getByRole('button', { name: 'New storage profile' }).isVisible())
+    const storage = `e2e-${run}-ssd`
+    await page.getByRole('button', { name: 'New storage profile' }).click()
+    await dialog.getByLabel('Name', { exact: true }).fill(storage)
+    await dialog.getByLabel('Tier', { exact: true }).fill('ssd')
+    await dialog.getByLabel('Zone storage', { exact: true }).fill('fra1=local-lvm, fra1=ceph')
+    await dialog.getByRole('button', { name: 'Create' }).click()
+    await field('pools').locator('.field-error').getByText('zone "fra1" is listed twice').waitFor()
+    await dialog.getByLabel('Zone storage', { exact: true }).fill('fra1=local-lvm, hel1=ceph')
+    await dialog.getByLabel('Write limit (MB/s)', { exact: true }).fill('250')
+    await dialog.getByRole('button', { name: 'Create' }).click()
+    const srow = page.locator(`tbody tr[data-name="${storage}"]`)
+    await srow.waitFor()
+    assert.match(await srow.innerText(), /unlimited[\s\S]*250 MB\/s[\s\S]*fra1=local-lvm, hel1=ceph/)
+    await page.getByRole('button', { name: `Delete ${storage}` }).click()
+    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click()
+    await srow.waitFor({ state: 'detached' })
     await open(page, 'Images', 'Images')
     assert.ok(await page.getByRole('button', { name: 'New image' }).isVisible())
   })
