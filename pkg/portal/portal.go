@@ -16,6 +16,8 @@ package portal
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -75,9 +78,10 @@ type Document struct {
 
 // Handler serves the portal. It is safe for concurrent use.
 type Handler struct {
-	dir    string
-	config []byte
-	log    *slog.Logger
+	dir     string
+	config  []byte
+	policy0 string // the Content-Security-Policy of pages, before script hashes
+	log     *slog.Logger
 }
 
 // New checks cfg and returns the portal's handler.
@@ -97,6 +101,14 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Scripts, styles, fonts and images come from the portal's own origin;
+	// the page talks to its origin and the issuer (discovery, token).
+	connect := []string{"'self'", issuerOrigin(cfg.Issuer)}
+	if u, err := url.Parse(cfg.GraphQLPath); err == nil && u.Host != "" {
+		connect = append(connect, u.Scheme+"://"+u.Host)
+	}
+	policy := "default-src 'self'; connect-src " + strings.Join(connect, " ") +
+		"; img-src 'self' data:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'self'; frame-ancestors 'none'; script-src 'self'"
 	doc, err := json.Marshal(Document{
 		Issuer:   strings.TrimSuffix(cfg.Issuer, "/"),
 		ClientID: cfg.ClientID,
@@ -106,7 +118,34 @@ func New(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("portal: new: %w", err)
 	}
-	return &Handler{dir: cfg.Dir, config: doc, log: cfg.Logger}, nil
+	return &Handler{dir: cfg.Dir, config: doc, policy0: policy, log: cfg.Logger}, nil
+}
+
+func issuerOrigin(issuer string) string {
+	u, _ := url.Parse(issuer) // checked by New
+	return u.Scheme + "://" + u.Host
+}
+
+// inlineScript matches a script element; group 1 is its attributes, group
+// 2 its text.
+var inlineScript = regexp.MustCompile(`(?is)<script\b([^>]*)>(.*?)</script>`)
+
+// policy is the Content-Security-Policy of an HTML page: the base policy,
+// plus the hash of each inline script the page carries (the build puts its
+// runtime configuration in one), so that nothing else can run.
+func (h *Handler) policy(page []byte) string {
+	var b strings.Builder
+	b.WriteString(h.policy0)
+	for _, m := range inlineScript.FindAllSubmatch(page, -1) {
+		attrs := strings.ToLower(string(m[1]))
+		if strings.Contains(attrs, "src=") || (strings.Contains(attrs, "type=") &&
+			!strings.Contains(attrs, "javascript") && !strings.Contains(attrs, "module")) {
+			continue // external, or a data block that never runs
+		}
+		sum := sha256.Sum256(m[2])
+		b.WriteString(" 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'")
+	}
+	return b.String()
 }
 
 // contentTypes fixes the types of the files a build contains, so they do
@@ -210,6 +249,16 @@ func (h *Handler) serveFile(w http.ResponseWriter, r *http.Request, root fs.FS, 
 	if !ok {
 		return false
 	}
+	if path.Ext(name) == ".html" {
+		// Pages are small: read them to allow exactly their inline scripts.
+		page, err := io.ReadAll(rs)
+		if err != nil {
+			h.log.Error("portal: read", "file", name, "err", err)
+			return false
+		}
+		w.Header().Set("Content-Security-Policy", h.policy(page))
+		rs = bytes.NewReader(page)
+	}
 	w.Header().Set("Content-Type", contentType(name))
 	if p := "/" + name; strings.HasPrefix(p, AssetPrefix) && !strings.HasPrefix(p, AssetPrefix+"builds/") {
 		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
@@ -236,6 +285,7 @@ func (h *Handler) unavailable(w http.ResponseWriter, why string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Retry-After", "30")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_ = unavailablePage.Execute(w, why)
 }

@@ -1,6 +1,8 @@
 package portal_test
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -24,6 +26,8 @@ func build(t *testing.T) string {
 		"_nuxt/entry.Ab12Cd.js":    "console.log(1)",
 		"_nuxt/entry.Ab12Cd.css":   "body{}",
 		"_nuxt/builds/latest.json": "{}",
+		"csp/index.html": `<!doctype html><script type="module" src="/_nuxt/entry.Ab12Cd.js"></script>` +
+			`<script>window.__NUXT__={}</script><script type="application/json" id="data">{"a":1}</script>`,
 	}
 	for name, body := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -152,6 +156,27 @@ func TestServesBuild(t *testing.T) {
 		if r := request(t, m, srv.URL+"/"); r.status != http.StatusMethodNotAllowed || r.header.Get("Allow") != "GET, HEAD" {
 			t.Errorf("%s / = %d %v", m, r.status, r.header)
 		}
+	}
+}
+
+func TestContentSecurityPolicy(t *testing.T) {
+	t.Parallel()
+	srv := serve(t, portal.Config{Dir: build(t), Issuer: "https://id.example:8443/realm"})
+	sum := sha256.Sum256([]byte("window.__NUXT__={}"))
+	want := "default-src 'self'; connect-src 'self' https://id.example:8443; img-src 'self' data:; " +
+		"style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'self'; frame-ancestors 'none'; " +
+		"script-src 'self' 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
+	if r := request(t, http.MethodGet, srv.URL+"/csp/"); r.status != 200 || r.header.Get("Content-Security-Policy") != want {
+		t.Errorf("page %q policy = %q, want %q", r.body, r.header.Get("Content-Security-Policy"), want)
+	}
+	// A page without inline scripts allows only the origin's own.
+	if r := request(t, http.MethodGet, srv.URL+"/vms"); !strings.HasSuffix(r.header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Errorf("app policy = %q", r.header.Get("Content-Security-Policy"))
+	}
+	// An absolute API endpoint may be reached too.
+	srv = serve(t, portal.Config{Dir: build(t), GraphQLPath: "https://api.example/graphql"})
+	if r := request(t, http.MethodGet, srv.URL+"/"); !strings.Contains(r.header.Get("Content-Security-Policy"), "connect-src 'self' http://127.0.0.1:9999 https://api.example;") {
+		t.Errorf("policy with absolute API = %q", r.header.Get("Content-Security-Policy"))
 	}
 }
 

@@ -74,6 +74,11 @@ async function session(t, viewport = { width: 1280, height: 800 }) {
   })
   const errors = []
   page.on('pageerror', (e) => errors.push(e.message))
+  // The server's Content-Security-Policy would block any off-origin load
+  // or unexpected script: a violation is a failure too.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) errors.push(m.text())
+  })
   t.after(async () => {
     await context.close()
     assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
