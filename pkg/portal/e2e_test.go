@@ -35,6 +35,7 @@ const (
 // this package serving the built portal. `make test` builds the portal and
 // installs the browser first; SKIP_BROWSER=1 skips.
 func TestBrowser(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("SKIP_BROWSER") == "1" {
 		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
 	}
