@@ -168,6 +168,11 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("browser tests failed after %s: %v (screenshots in %s)", time.Since(start).Round(time.Millisecond), err, artifacts)
 	}
 	t.Logf("browser tests passed in %s", time.Since(start).Round(time.Millisecond))
+	for _, page := range []string{"signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu"} {
+		if st, err := os.Stat(filepath.Join(artifacts, page+".png")); err != nil || st.ModTime().Before(start) || st.Size() == 0 {
+			t.Errorf("no fresh screenshot of %s: %v", page, err)
+		}
+	}
 }
 
 // seedCatalog creates what the demo stack has: three VDCs, two images,

@@ -11,7 +11,10 @@
 //
 // The built portal is read from Config.Dir at request time: the Go build
 // never needs it, and while it is missing every page answers 503 with a
-// short explanation (the configuration document still works).
+// short explanation (the configuration document still works). Pages carry
+// a Content-Security-Policy that lets them load only from their own origin
+// and connect only to it and the issuer: the portal works air-gapped, and
+// the browser enforces it.
 package portal
 
 import (
@@ -52,6 +55,8 @@ type Config struct {
 	Dir string
 	// Issuer is the OpenID issuer URL the portal logs in with (its
 	// discovery document is Issuer + "/.well-known/openid-configuration").
+	// The pages may connect to its origin only (Content-Security-Policy),
+	// so its token endpoint must be on that origin, as Zitadel's is.
 	Issuer string
 	// ClientID is the portal's OAuth client id at the issuer (a public
 	// client using the authorization code flow with PKCE). Its redirect
