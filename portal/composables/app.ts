@@ -32,6 +32,8 @@ export interface AppState {
   me: Me | null
   tenant: string
   vdc: string | null
+  // A message for the user about something the portal did on its own.
+  notice: string
 }
 
 const vdcKey = 'flexplane.vdc'
@@ -48,6 +50,7 @@ export function useAppState() {
     me: null,
     tenant: '',
     vdc: null,
+    notice: '',
   }))
 }
 
@@ -77,12 +80,27 @@ export function useApi() {
       expire()
       return Promise.reject(new ApiError('Your session has expired.', 'UNAUTHENTICATED'))
     }
-    return request<T>(
-      { endpoint: cfg.graphql, token: s.accessToken, vdc: opts.vdc !== undefined ? opts.vdc : app.value.vdc, onUnauthenticated: expire },
-      query,
-      variables,
-    )
+    const vdc = opts.vdc !== undefined ? opts.vdc : app.value.vdc
+    const send = (v: string | null) =>
+      request<T>({ endpoint: cfg.graphql, token: s.accessToken, vdc: v, onUnauthenticated: expire }, query, variables)
+    return send(vdc).catch(async (e: unknown) => {
+      // The selected VDC was deleted, or the user's access to it revoked,
+      // since it was chosen: pick another and try once more.
+      if (!(vdc && opts.vdc === undefined && vdcGone(e, vdc))) throw e
+      app.value.vdc = null
+      await loadMe()
+      app.value.notice = app.value.vdc
+        ? `VDC ${vdc} is no longer available to you; switched to ${app.value.vdc}.`
+        : `VDC ${vdc} is no longer available to you.`
+      return send(app.value.vdc)
+    })
   }
+}
+
+// vdcGone tells whether e is the API refusing the whole request because
+// the VDC of its FlexPlane-VDC-ID header does not exist for the caller.
+function vdcGone(e: unknown, vdc: string): boolean {
+  return e instanceof ApiError && e.code === 'NOT_FOUND' && !e.errors[0]?.path && e.message === `VDC "${vdc}" not found`
 }
 
 const meQuery = `query Me {
@@ -106,6 +124,7 @@ export async function loadMe(): Promise<void> {
 export function selectVDC(name: string) {
   const app = useAppState()
   app.value.vdc = name
+  app.value.notice = ''
   localStorage.setItem(vdcKey, name)
 }
 

@@ -342,11 +342,25 @@ describe('portal', () => {
     await row.waitFor()
     assert.match(await row.innerText(), /24[\s\S]*32 GiB[\s\S]*500 GiB[\s\S]*5/)
     // An admin may use every VDC: the new one is in the switcher at once.
-    await page.getByLabel('VDC', { exact: true }).locator(`option[value="${name}"]`).waitFor({ state: 'attached' })
+    const switcher = page.getByLabel('VDC', { exact: true })
+    await switcher.locator(`option[value="${name}"]`).waitFor({ state: 'attached' })
+    await switcher.selectOption(name)
 
-    await page.getByRole('button', { name: `Delete ${name}` }).click()
-    await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click()
-    await row.waitFor({ state: 'detached' })
-    await page.getByLabel('VDC', { exact: true }).locator(`option[value="${name}"]`).waitFor({ state: 'detached' })
+    // Deleted from another tab while selected here: this tab's next request
+    // finds it gone, switches to another VDC and says so.
+    const other = await page.context().newPage()
+    await other.goto(base + '/platform/vdcs')
+    await signIn(other, admin)
+    await other.getByRole('button', { name: `Delete ${name}` }).click()
+    await other.getByRole('dialog').getByRole('button', { name: 'Delete' }).click()
+    await other.locator(`tbody tr[data-name="${name}"]`).waitFor({ state: 'detached' })
+    await other.close()
+
+    await nav(page).getByRole('link', { name: 'Home' }).click()
+    await page.getByText(`VDC ${name} is no longer available to you; switched to`).waitFor()
+    await page.getByRole('heading', { name: /^VDC / }).waitFor()
+    assert.notEqual(await switcher.inputValue(), name)
+    assert.equal(await switcher.locator(`option[value="${name}"]`).count(), 0)
+    await shot(page, 'vdc-gone')
   })
 })
