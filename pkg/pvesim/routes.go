@@ -6,7 +6,6 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 	r := map[string]handlerFunc{
 		"GET /version": hVersion,
 
-		"GET /cluster":                                      subdirs("name", "acme", "backup", "backup-info", "bulk-action", "ceph", "config", "firewall", "ha", "jobs", "log", "mapping", "metrics", "nextid", "notifications", "options", "replication", "resources", "sdn", "status", "tasks"),
 		"GET /cluster/status":                               hClusterStatus,
 		"GET /cluster/resources":                            hClusterResources,
 		"GET /cluster/nextid":                               hNextID,
@@ -20,7 +19,7 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /pools/{poolid}":                               hPoolGet,
 		"PUT /pools/{poolid}":                               hPoolUpdate,
 		"DELETE /pools/{poolid}":                            hPoolDelete,
-		"GET /cluster/sdn":                                  subdirs("subdir", "vnets", "zones", "controllers", "ipams", "dns", "fabrics", "subnets"),
+		"GET /cluster/sdn":                                  subdirs("id", "version", "vnets", "zones", "controllers", "ipams", "dns", "fabrics"),
 		"PUT /cluster/sdn":                                  hSDNApply,
 		"GET /cluster/sdn/zones":                            hSDNZones,
 		"POST /cluster/sdn/zones":                           zoneKind.create,

@@ -270,9 +270,23 @@ func (g *guest) cpus() int64 {
 
 func (g *guest) maxmem() int64 { return g.confInt("memory", 512) << 20 }
 
-var diskKeyRE = regexp.MustCompile(`^(ide[0-3]|sata[0-5]|scsi([0-9]|[12][0-9]|30)|virtio([0-9]|1[0-5])|efidisk0|tpmstate0)$`)
+// diskBuses are the disk key prefixes with their highest index.
+var diskBuses = map[string]int{"ide": 3, "sata": 5, "scsi": 30, "virtio": 15, "efidisk": 0, "tpmstate": 0}
 
-func isDiskKey(k string) bool { return diskKeyRE.MatchString(k) }
+// isDiskKey reports whether k is a disk slot (ide0-3, sata0-5, scsi0-30, virtio0-15,
+// efidisk0, tpmstate0).
+func isDiskKey(k string) bool {
+	i := strings.IndexAny(k, "0123456789")
+	if i <= 0 {
+		return false
+	}
+	limit, ok := diskBuses[k[:i]]
+	if !ok || (len(k) > i+1 && k[i] == '0') {
+		return false
+	}
+	n, err := strconv.Atoi(k[i:])
+	return err == nil && n <= limit
+}
 
 func isCDROM(v string) bool {
 	pr := parseProperty(v)
@@ -293,17 +307,20 @@ func (g *guest) disks() []string {
 	return out
 }
 
-// maxdisk is the size of the boot disk (the first disk), as Proxmox reports it.
+// maxdisk is the size of the first disk (in key order), as Proxmox reports it.
 func (g *guest) maxdisk() int64 {
-	var total int64
-	for _, k := range g.disks() {
-		if sz, ok := parseSize(parseProperty(g.conf[k].(string)).get("size")); ok {
-			if total == 0 {
-				total = sz
-			}
+	first := ""
+	var size int64
+	for k, v := range g.conf {
+		s, ok := v.(string)
+		if !ok || !isDiskKey(k) || (first != "" && k > first) || isCDROM(s) {
+			continue
+		}
+		if sz, ok := parseSize(parseProperty(s).get("size")); ok {
+			first, size = k, sz
 		}
 	}
-	return total
+	return size
 }
 
 func (g *guest) diskBytes() int64 {

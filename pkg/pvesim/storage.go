@@ -93,7 +93,6 @@ func hNodeStorageStatus(cl *call) (any, error) {
 		return nil, err
 	}
 	e := c.st.storageStatus(c.st.nodes[cl.vars["node"]], s)
-	delete(e, "storage")
 	delete(e, "status")
 	delete(e, "used_fraction")
 	return e, nil

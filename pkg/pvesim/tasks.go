@@ -102,6 +102,23 @@ func (st *state) runTask(node, typ, id, user string, d time.Duration, fn func(t 
 	return t
 }
 
+// runChecked is runTask for workers that check preconditions first, as qemu-server's
+// workers do: a failing check ends the task at once with its error; otherwise the check
+// runs again when the task's time is up, then apply.
+func (st *state) runChecked(node, typ, id, user string, d time.Duration, check func() error, apply func(t *task) error) *task {
+	if err := check(); err != nil {
+		t := st.newTask(node, typ, id, user)
+		t.finish(err)
+		return t
+	}
+	return st.runTask(node, typ, id, user, d, func(t *task) error {
+		if err := check(); err != nil {
+			return err
+		}
+		return apply(t)
+	})
+}
+
 // stopTimers cancels pending tasks at Close; the caller holds mu.
 func (st *state) stopTimers() {
 	for tt := range st.timers {
