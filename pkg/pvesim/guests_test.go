@@ -405,3 +405,96 @@ func TestClusterIdentity(t *testing.T) {
 		}
 	}
 }
+
+func TestPowerOperations(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	vm := newVM(t, cl, "pve1", 100)
+	if _, err := vm.Reboot(ctx); err == nil || err.Error() != "500 VM 100 not running" {
+		t.Fatalf("reboot of a stopped VM: %v", err)
+	}
+	task, err := vm.Shutdown(ctx)
+	if exit := waitFailed(t, ctx, task, err); exit != "VM 100 not running" {
+		t.Fatalf("shutdown of a stopped VM: %q", exit)
+	}
+	task, err = vm.Start(ctx)
+	waitOK(t, ctx, task, err)
+	task, err = vm.Start(ctx)
+	if exit := waitFailed(t, ctx, task, err); exit != "VM 100 already running" {
+		t.Fatalf("second start: %q", exit)
+	}
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pid := vm.PID
+	task, err = vm.Reboot(ctx)
+	waitOK(t, ctx, task, err)
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.Status != "running" || vm.PID == pid {
+		t.Fatalf("after reboot: status %q pid %d (was %d)", vm.Status, vm.PID, pid)
+	}
+	task, err = vm.Shutdown(ctx)
+	waitOK(t, ctx, task, err)
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.Status != "stopped" || vm.Uptime != 0 || vm.NetIn == 0 {
+		t.Fatalf("after shutdown: status %q uptime %d netin %d", vm.Status, vm.Uptime, vm.NetIn)
+	}
+	r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/tasks", url.Values{"vmid": {"100"}})
+	if list := r.data.([]any); len(list) != 6 {
+		t.Fatalf("task list for VM 100 has %d entries: %s", len(list), r.body)
+	}
+}
+
+func TestPools(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	for _, id := range []string{"a", "b"} {
+		if err := cl.NewPool(ctx, id, "pool "+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.NewPool(ctx, "a", ""); err == nil || err.Error() != "500 pool 'a' already exists" {
+		t.Fatalf("duplicate pool: %v", err)
+	}
+	newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "pool", Value: "a"})
+	a, err := cl.Pool(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Members) != 1 || a.Members[0].VMID != 100 || a.Members[0].Pool != "a" {
+		t.Fatalf("pool a members: %+v", a.Members)
+	}
+	b, err := cl.Pool(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Update(ctx, &proxmox.PoolUpdateOption{VirtualMachines: "100"}); err == nil || !strings.Contains(err.Error(), "VM 100 belongs already to pool 'a'") {
+		t.Fatalf("adding a member of another pool: %v", err)
+	}
+	if err := b.Update(ctx, &proxmox.PoolUpdateOption{VirtualMachines: "100", AllowMove: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx); err != nil {
+		t.Fatalf("deleting the emptied pool: %v", err)
+	}
+	if err := b.Delete(ctx); err == nil || err.Error() != "500 pool 'b' is not empty" {
+		t.Fatalf("deleting a pool with members: %v", err)
+	}
+	if err := b.Update(ctx, &proxmox.PoolUpdateOption{VirtualMachines: "100", Delete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Pool(ctx, "b"); err == nil {
+		t.Fatal("pool b still exists")
+	}
+}
