@@ -263,6 +263,28 @@ func TestSDNPendingAndApply(t *testing.T) {
 	}
 	task, err = vm.Start(ctx)
 	waitOK(t, ctx, task, err)
+	zones, err := cluster.SDNZones(ctx)
+	if err != nil || len(zones) != 3 {
+		t.Fatalf("zones through go-proxmox: %v %+v", err, zones)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/sdn/vnets/vn1/subnets", url.Values{
+		"subnet": {"10.60.0.0/24"}, "type": {"subnet"}, "gateway": {"10.60.0.1"},
+		"dhcp-range": {"start-address=10.60.0.10,end-address=10.60.0.20", "start-address=10.60.0.100,end-address=10.60.0.200"},
+	}); r.status != http.StatusOK {
+		t.Fatalf("subnet: %s", r.body)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/sdn/vnets/vn1/subnets", url.Values{
+		"subnet": {"10.60.0.128/25"}, "type": {"subnet"},
+	}); r.status != http.StatusInternalServerError || !strings.Contains(r.reason, "overlaps") {
+		t.Fatalf("overlapping subnet: %s", r.reason)
+	}
+	subnets, err := cluster.SDNSubnets(ctx, "vn1")
+	if err != nil || len(subnets) != 1 {
+		t.Fatalf("subnets through go-proxmox: %v %+v", err, subnets)
+	}
+	if s := subnets[0]; s.ID != "vl-10.60.0.0-24" || s.CIDR != "10.60.0.0/24" || s.Gateway != "10.60.0.1" || len(s.DhcpRange) != 2 || s.DhcpRange[1].EndAddress != "10.60.0.200" {
+		t.Fatalf("subnet through go-proxmox: %+v", s)
+	}
 	res, err := cluster.Resources(ctx, "sdn")
 	if err != nil {
 		t.Fatal(err)

@@ -72,6 +72,9 @@ func (st *state) guestStatus(g *guest, now time.Time) map[string]any {
 		"uptime":    m.uptime,
 		"ha":        map[string]any{"managed": 0},
 	}
+	if g.paused {
+		e["qmpstatus"] = "paused"
+	}
 	if g.running {
 		e["pid"] = g.pid
 		e["running-machine"] = runningMach
@@ -585,11 +588,17 @@ func (st *state) startGuest(g *guest, user string) *task {
 		return nil
 	}
 	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(*task) error {
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(st.nextPID) + 17
+		st.boot(g)
 		return nil
 	})
+}
+
+// boot marks g running from now on, with a new QEMU process.
+func (st *state) boot(g *guest) {
+	g.running = true
+	g.paused = false
+	g.startedAt = time.Now()
+	g.pid = int(st.nextPID) + 17
 }
 
 // checkRunning is the precondition of shutdown and reboot: unlocked and running.
@@ -676,9 +685,7 @@ func hQemuReboot(cl *call, g *guest) (any, error) {
 	}
 	t := c.st.runChecked(g.node, "qmreboot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown+c.cfg.Timing.Start, 0), g.checkRunning, func(*task) error {
 		g.stop()
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(c.st.nextPID) + 17
+		c.st.boot(g)
 		return nil
 	})
 	return t.upid, nil

@@ -40,6 +40,7 @@ type guest struct {
 	node      string
 	conf      map[string]any // typed config values, as Proxmox keeps them
 	running   bool
+	paused    bool // suspended (qmpstatus "paused")
 	startedAt time.Time
 	pid       int
 	pool      string
@@ -56,16 +57,17 @@ type storageDef struct {
 }
 
 type volume struct {
-	volid   string
-	storage string
-	node    string // "" on shared storage
-	content string // images, iso, import, vztmpl, backup
-	format  string
-	size    int64
-	vmid    int
-	ctime   int64
-	parent  string
-	notes   string
+	volid     string
+	storage   string
+	node      string // "" on shared storage
+	content   string // images, iso, import, vztmpl, backup
+	format    string
+	size      int64
+	vmid      int
+	ctime     int64
+	parent    string
+	notes     string
+	protected bool
 }
 
 type pool struct {
@@ -359,6 +361,7 @@ func (g *guest) stop() {
 	m := g.metricsAt(time.Since(g.startedAt))
 	g.baseNetIn, g.baseNetOut, g.baseRead, g.baseWrite = m.netin, m.netout, m.diskread, m.diskwrite
 	g.running = false
+	g.paused = false
 	g.pid = 0
 }
 
