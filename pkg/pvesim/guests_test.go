@@ -520,3 +520,68 @@ func TestPools(t *testing.T) {
 		t.Fatal("pool b still exists")
 	}
 }
+
+func TestPendingChanges(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	vm := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "cores", Value: 1})
+	task, err := vm.Start(ctx)
+	waitOK(t, ctx, task, err)
+	// memory and cores wait for the next boot; the name applies at once.
+	if err := vm.ConfigSync(ctx,
+		proxmox.VirtualMachineOption{Name: "memory", Value: 4096},
+		proxmox.VirtualMachineOption{Name: "cores", Value: 4},
+		proxmox.VirtualMachineOption{Name: "name", Value: "renamed"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.MaxMem != 1024<<20 || vm.CPUs != 1 || vm.Name != "renamed" {
+		t.Fatalf("running guest: maxmem %d cpus %d name %q", vm.MaxMem, vm.CPUs, vm.Name)
+	}
+	if *vm.VirtualMachineConfig.Cores != 4 || vm.VirtualMachineConfig.Memory != 4096 {
+		t.Fatalf("config with pending changes: cores %d memory %d", *vm.VirtualMachineConfig.Cores, vm.VirtualMachineConfig.Memory)
+	}
+	r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/config", url.Values{"current": {"1"}})
+	if cur := r.data.(map[string]any); cur["cores"] != float64(1) || cur["memory"] != "1024" {
+		t.Fatalf("current config: %s", r.body)
+	}
+	pending, err := vm.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, p := range *pending {
+		if p.Pending != nil {
+			got[p.Key] = p.Pending
+		}
+	}
+	if len(got) != 2 || got["cores"] != float64(4) || got["memory"] != "4096" {
+		t.Fatalf("pending: %v", got)
+	}
+	// Reverting drops a pending change; a reboot applies the rest.
+	if err := vm.ConfigSync(ctx, proxmox.VirtualMachineOption{Name: "revert", Value: "cores"}); err != nil {
+		t.Fatal(err)
+	}
+	task, err = vm.Reboot(ctx)
+	waitOK(t, ctx, task, err)
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.MaxMem != 4096<<20 || vm.CPUs != 1 {
+		t.Fatalf("after reboot: maxmem %d cpus %d", vm.MaxMem, vm.CPUs)
+	}
+	if pending, err := vm.Pending(ctx); err != nil || len(*pending) == 0 {
+		t.Fatalf("pending after reboot: %v", err)
+	} else {
+		for _, p := range *pending {
+			if p.Pending != nil {
+				t.Fatalf("still pending after reboot: %+v", p)
+			}
+		}
+	}
+}

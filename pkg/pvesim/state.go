@@ -38,7 +38,9 @@ type node struct {
 type guest struct {
 	vmid      int
 	node      string
-	conf      map[string]any // typed config values, as Proxmox keeps them
+	conf      map[string]any  // typed config values, as Proxmox keeps them
+	pending   map[string]any  // changes waiting for the next boot ([PENDING] section)
+	pendDel   map[string]bool // keys the next boot deletes
 	running   bool
 	paused    bool // suspended (qmpstatus "paused")
 	startedAt time.Time
@@ -388,7 +390,17 @@ func (g *guest) configText() string {
 }
 
 func (g *guest) digest() string {
-	sum := sha1.Sum([]byte(g.configText()))
+	text := g.configText()
+	if len(g.pending) > 0 || len(g.pendDel) > 0 {
+		text += "\n[PENDING]\n"
+		for _, k := range sortedKeys(g.pending) {
+			text += k + ": " + formatValue(g.pending[k]) + "\n"
+		}
+		if len(g.pendDel) > 0 {
+			text += "delete: " + strings.Join(sortedKeys(g.pendDel), ",") + "\n"
+		}
+	}
+	sum := sha1.Sum([]byte(text))
 	return hex.EncodeToString(sum[:])
 }
 
