@@ -35,13 +35,9 @@ func loadRecorded(t *testing.T) recorded {
 		t.Fatalf("locate go-proxmox: %v", err)
 	}
 	dir := filepath.Join(strings.TrimSpace(string(out)), "tests", "mocks", "pve9x")
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no recorded responses in %s: %v", dir, err)
-	}
 	rec := recorded{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for _, f := range []string{"version.go", "cluster.go", "nodes.go", "virtual_machines.go", "tasks.go", "storage.go", "pools.go", "sdn.go"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
