@@ -585,3 +585,27 @@ func TestPendingChanges(t *testing.T) {
 		}
 	}
 }
+
+func TestCertDirKeepsIdentity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{testToken}, CertDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, fp := first.Identity(), first.Fingerprint()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 3, CertDir: dir})
+	if again.Identity() != id || again.Fingerprint() != fp {
+		t.Fatalf("restart changed identity %s->%s or fingerprint %s->%s", id, again.Identity(), fp, again.Fingerprint())
+	}
+	// The added node's certificate is signed by the same CA: the client trusts it.
+	if r := call(t, again, testToken, http.MethodGet, "/nodes/pve3/certificates/info", nil); r.status != http.StatusOK || !strings.Contains(string(r.body), id) {
+		t.Fatalf("pve3 certificate: %s", r.body)
+	}
+	if fresh := startCluster(t, pvesim.Config{Cluster: "lab"}); fresh.Identity() == id {
+		t.Fatal("a cluster without CertDir reused the identity")
+	}
+}

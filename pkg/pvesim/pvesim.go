@@ -42,6 +42,11 @@ type Config struct {
 	NodeCPUs int
 	// StorageSize is the capacity in bytes of each storage (default 1 TiB).
 	StorageSize int64
+	// CertDir holds the cluster CA and node certificates (pve-root-ca.pem/.key,
+	// pveN.pem/.key). Present files are reused, missing ones created and saved, so a
+	// cluster keeps its identity and fingerprints across restarts. "" creates fresh ones
+	// in memory.
+	CertDir string
 	// HTTPClient downloads URLs for download-url tasks; nil uses a client that accepts
 	// the certificates of the system pool (and any certificate when the request says
 	// verify-certificates=0).
@@ -155,7 +160,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pvesim: start: %w", err)
 	}
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
-	certs, err := newCertBundle(c.nodes, host)
+	certs, err := newCertBundle(c.nodes, host, cfg.CertDir)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("pvesim: start: %w", err)
