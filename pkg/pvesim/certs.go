@@ -26,11 +26,11 @@ type certBundle struct {
 	identity    string // random OU of the CA subject
 	caPEM       []byte
 	nodes       map[string]*nodeCert
-	served      tls.Certificate
-	fingerprint string
+	fingerprint string // the first node's
 }
 
 type nodeCert struct {
+	tls         tls.Certificate // the node's served chain and key
 	pem         string
 	fingerprint string
 	subject     string
@@ -216,6 +216,7 @@ func newCertBundle(nodes []string, host, dir string) (*certBundle, error) {
 			san = append(san, "IP:"+ip.String())
 		}
 		nc := &nodeCert{
+			tls:         tls.Certificate{Certificate: [][]byte{cert.Raw, ca.cert.Raw}, PrivateKey: kp.key},
 			pem:         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})),
 			fingerprint: fingerprintOf(cert.Raw),
 			subject:     dnString(cert.Subject),
@@ -227,7 +228,6 @@ func newCertBundle(nodes []string, host, dir string) (*certBundle, error) {
 		}
 		b.nodes[node] = nc
 		if i == 0 {
-			b.served = tls.Certificate{Certificate: [][]byte{cert.Raw, ca.cert.Raw}, PrivateKey: kp.key}
 			b.fingerprint = nc.fingerprint
 		}
 	}

@@ -39,10 +39,10 @@ func hClusterStatus(cl *call) (any, error) {
 			"nodes": len(c.nodes), "quorate": quorate, "version": len(c.nodes) + 1,
 		})
 	}
-	for i, name := range c.nodes {
+	for _, name := range c.nodes {
 		n := c.st.nodes[name]
 		local := 0
-		if i == 0 {
+		if name == cl.local {
 			local = 1
 		}
 		out = append(out, map[string]any{

@@ -1,6 +1,9 @@
 package pvesim_test
 
 import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -608,4 +611,64 @@ func TestCertDirKeepsIdentity(t *testing.T) {
 	if fresh := startCluster(t, pvesim.Config{Cluster: "lab"}); fresh.Identity() == id {
 		t.Fatal("a cluster without CertDir reused the identity")
 	}
+}
+
+func TestNodeEndpoints(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 3})
+	ctx := testCtx(t)
+	if c.NodeURL("pve1") != c.URL() || c.NodeURL("pve9") != "" || c.NodeFingerprint("pve2") == c.Fingerprint() {
+		t.Fatalf("endpoints: %s %s %s", c.URL(), c.NodeURL("pve1"), c.NodeURL("pve9"))
+	}
+	hc := httpClient(t, c)
+	get := func(node, path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.NodeURL(node)+"/api2/json"+path, nil)
+		req.Header.Set("Authorization", "PVEAPIToken="+testToken)
+		return hc.Do(req)
+	}
+	resp, err := get("pve2", "/cluster/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := fingerprint(resp.TLS.PeerCertificates[0].Raw); got != c.NodeFingerprint("pve2") {
+		t.Fatalf("pve2 serves %s, want its own certificate %s", got, c.NodeFingerprint("pve2"))
+	}
+	var status struct {
+		Data []struct {
+			Name  string `json:"name"`
+			Local int    `json:"local"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range status.Data {
+		if n.Name != "" && (n.Local == 1) != (n.Name == "pve2") {
+			t.Errorf("status at pve2: %s local=%d", n.Name, n.Local)
+		}
+	}
+	c.SetNodeOnline("pve2", false)
+	if resp, err := get("pve2", "/version"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("offline node answered %s", resp.Status)
+	}
+	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve2/status", nil); r.status != 595 {
+		t.Fatalf("offline node through pve1: %s", r.reason)
+	}
+	c.SetNodeOnline("pve2", true)
+	resp, err = get("pve2", "/version")
+	if err != nil {
+		t.Fatalf("node back online: %v", err)
+	}
+	resp.Body.Close()
+}
+
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":")
 }
