@@ -672,3 +672,31 @@ func fingerprint(der []byte) string {
 	}
 	return strings.Join(parts, ":")
 }
+
+func TestTimingGrowsWithDiskSize(t *testing.T) {
+	t.Parallel()
+	const perGiB = 15 * time.Millisecond
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{PerGiB: perGiB}})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	small := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "scsi1", Value: "local-lvm:1"}) // 4G + 1G
+	big := newVM(t, cl, "pve1", 200, proxmox.VirtualMachineOption{Name: "scsi1", Value: "local-lvm:16"})  // 4G + 16G
+	for _, tc := range []struct {
+		vm   *proxmox.VirtualMachine
+		gib  int
+		name string
+	}{{small, 5, "small"}, {big, 20, "big"}} {
+		start := time.Now()
+		_, task, err := tc.vm.Clone(ctx, &proxmox.VirtualMachineCloneOptions{NewID: int(tc.vm.VMID) + 1, Full: true})
+		waitOK(t, ctx, task, err)
+		if d, want := time.Since(start), time.Duration(tc.gib)*perGiB; d < want {
+			t.Errorf("full clone of %s (%d GiB) took %v, want at least %v", tc.name, tc.gib, d, want)
+		}
+		start = time.Now()
+		task, err = tc.vm.Migrate(ctx, &proxmox.VirtualMachineMigrateOptions{Target: "pve2"})
+		waitOK(t, ctx, task, err)
+		if d, want := time.Since(start), time.Duration(tc.gib)*perGiB; d < want {
+			t.Errorf("migration of %s (%d GiB of local disks) took %v, want at least %v", tc.name, tc.gib, d, want)
+		}
+	}
+}
