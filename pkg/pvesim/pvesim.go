@@ -50,6 +50,10 @@ type Config struct {
 	// cluster keeps its identity and fingerprints across restarts. "" creates fresh ones
 	// in memory.
 	CertDir string
+	// CheckResponses makes the cluster check every successful response against the
+	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
+	// SchemaProblems; for tests.
+	CheckResponses bool
 	// HTTPClient downloads URLs for download-url tasks; nil uses a client that accepts
 	// the certificates of the system pool (and any certificate when the request says
 	// verify-certificates=0).
@@ -104,6 +108,7 @@ type Cluster struct {
 	st     *state                // protected by mu
 	tokens map[string]*apiToken  // token id "USER@REALM!ID" -> token; protected by mu
 	fails  []*failRule           // protected by mu
+	probs  []string              // schema problems of responses; protected by mu
 	routes map[string]routeEntry // immutable after Start
 }
 
@@ -259,6 +264,14 @@ func (c *Cluster) Close() error {
 		c.work.Wait()
 	})
 	return c.closeErr
+}
+
+// SchemaProblems lists where responses disagreed with the schema's `returns` since Start
+// (only with Config.CheckResponses), each "METHOD /path: problem".
+func (c *Cluster) SchemaProblems() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.probs...)
 }
 
 // SetLatency adds d to every request (0 removes it).
