@@ -659,3 +659,10 @@ func hIPAMStatus(cl *call) (any, error) {
 	}
 	return out, nil
 }
+
+func hIPAMGet(cl *call) (any, error) {
+	if cl.vars["ipam"] != "pve" {
+		return nil, errorf(http.StatusInternalServerError, "sdn ipam '%s' does not exist", cl.vars["ipam"])
+	}
+	return map[string]any{"ipam": "pve", "type": "pve"}, nil
+}
