@@ -119,8 +119,8 @@ func TestResizeGrowsOnly(t *testing.T) {
 
 func TestLocks(t *testing.T) {
 	t.Parallel()
-	// Slow tasks keep the clone lock long enough to observe it.
-	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{Base: 300 * time.Millisecond}})
+	// A slow full clone (4 GiB at 500ms/GiB) keeps the clone lock long enough to observe it.
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{PerGiB: 500 * time.Millisecond}})
 	cl := pveClient(t, c, testTokenID, testTokenSecret)
 	ctx := testCtx(t)
 	src := newVM(t, cl, "pve1", 100)

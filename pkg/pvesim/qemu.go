@@ -1163,13 +1163,16 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	if g.running {
 		gib += float64(g.maxmem()) / float64(1<<30)
 	}
-	g.conf["lock"] = "migrate"
 	src := g.node
+	if g.running && len(localVols) > 0 && !withLocal {
+		// qemu-server's phase 1 refuses at once; the task fails without moving anything.
+		t := c.st.newTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user)
+		t.finish(fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option"))
+		return t.upid, nil
+	}
+	g.conf["lock"] = "migrate"
 	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, gib), func(t *task) error {
 		delete(g.conf, "lock")
-		if g.running && len(localVols) > 0 && !withLocal {
-			return fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option")
-		}
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}

@@ -78,7 +78,7 @@ func TestGuestAgentAddresses(t *testing.T) {
 func TestNodePowerAndJoinInfo(t *testing.T) {
 	t.Parallel()
 	// A node takes Timing.Start to boot.
-	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{Start: 300 * time.Millisecond}})
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{Start: time.Second}})
 	r := call(t, c, testToken, http.MethodGet, "/cluster/config/join", nil)
 	if r.status != http.StatusOK {
 		t.Fatal(r.reason)
