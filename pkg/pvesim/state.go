@@ -248,10 +248,9 @@ func (g *guest) confInt(key string, def int64) int64 {
 		return v
 	case string:
 		// memory is a property string "[current=]<MiB>"
-		pr := parseProperty(v)
-		s := pr.first
-		if s == "" {
-			s = pr.get("current")
+		s, _, _ := strings.Cut(v, ",")
+		if strings.Contains(s, "=") {
+			s = propValue(v, "current")
 		}
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return n
@@ -293,8 +292,8 @@ func isDiskKey(k string) bool {
 }
 
 func isCDROM(v string) bool {
-	pr := parseProperty(v)
-	return pr.get("media") == "cdrom" || pr.first == "none" || pr.first == "cdrom"
+	first, _, _ := strings.Cut(v, ",")
+	return propValue(v, "media") == "cdrom" || first == "none" || first == "cdrom"
 }
 
 // disks lists the guest's disk keys (not CD-ROMs, not cloud-init drives) in order.
@@ -320,7 +319,7 @@ func (g *guest) maxdisk() int64 {
 		if !ok || !isDiskKey(k) || (first != "" && k > first) || isCDROM(s) {
 			continue
 		}
-		if sz, ok := parseSize(parseProperty(s).get("size")); ok {
+		if sz, ok := parseSize(propValue(s, "size")); ok {
 			first, size = k, sz
 		}
 	}
