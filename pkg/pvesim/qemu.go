@@ -711,8 +711,11 @@ func (st *state) startGuest(g *guest, user string) *task {
 		}
 		return nil
 	}
-	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(*task) error {
+	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(t *task) error {
 		g.applyPending()
+		if err := st.sdn.dhcpMappings(g, t); err != nil {
+			return err
+		}
 		st.boot(g)
 		return nil
 	})
@@ -953,6 +956,7 @@ func hQemuDelete(cl *call, g *guest) (any, error) {
 			}
 		}
 		delete(c.st.guests, vmid)
+		c.st.sdn.releaseVM(vmid)
 		return nil
 	})
 	return t.upid, nil

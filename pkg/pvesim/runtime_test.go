@@ -50,6 +50,28 @@ func TestGuestAgentAddresses(t *testing.T) {
 		t.Fatalf("agent addresses: %v", got)
 	}
 
+	// A NIC without a mapping gets the next free address of the DHCP range at start,
+	// and gives it back when the guest is destroyed.
+	other := newVM(t, cl, "pve1", 101,
+		proxmox.VirtualMachineOption{Name: "agent", Value: "1"},
+		proxmox.VirtualMachineOption{Name: "net0", Value: "virtio,bridge=vdc1"},
+		proxmox.VirtualMachineOption{Name: "ipconfig0", Value: "ip=dhcp"},
+	)
+	task, err = other.Start(ctx)
+	waitOK(t, ctx, task, err)
+	ifaces, err = other.AgentGetNetworkIFaces(ctx)
+	if err != nil || len(ifaces) != 1 || len(ifaces[0].IPAddresses) == 0 || ifaces[0].IPAddresses[0].IPAddress != "10.50.0.100" {
+		t.Fatalf("DHCP address of VM 101: %v %+v", err, ifaces)
+	}
+	task, err = other.Stop(ctx)
+	waitOK(t, ctx, task, err)
+	task, err = other.Delete(ctx, nil)
+	waitOK(t, ctx, task, err)
+	r := call(t, c, testToken, http.MethodGet, "/cluster/sdn/ipams/pve/status", nil)
+	if strings.Contains(string(r.body), "10.50.0.100") || !strings.Contains(string(r.body), "10.50.0.42") {
+		t.Fatalf("IPAM after deleting VM 101: %s", r.body)
+	}
+
 	task, err = vm.Pause(ctx)
 	waitOK(t, ctx, task, err)
 	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/status/current", nil); r.data.(map[string]any)["qmpstatus"] != "paused" {
@@ -68,7 +90,7 @@ func TestGuestAgentAddresses(t *testing.T) {
 	if len(rrd) != 70 || rrd[69].MaxMem != 1024<<20 || rrd[0].CPU != 0 {
 		t.Fatalf("rrddata: %d points, last %+v, first %+v", len(rrd), rrd[69], rrd[0])
 	}
-	r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/migrate", url.Values{"target": {"pve2"}})
+	r = call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/migrate", url.Values{"target": {"pve2"}})
 	pre := r.data.(map[string]any)
 	if pre["running"] != true || len(pre["allowed_nodes"].([]any)) != 1 || len(pre["local_disks"].([]any)) != 1 {
 		t.Fatalf("migrate preconditions: %s", r.body)
