@@ -146,3 +146,27 @@ func TestStorageVolumes(t *testing.T) {
 		t.Fatalf("volume: %v", v)
 	}
 }
+
+func TestStopTask(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Timing: pvesim.Timing{Start: time.Minute}})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	vm := newVM(t, cl, "pve1", 100)
+	task, err := vm.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Ping(ctx); err != nil || !task.IsRunning {
+		t.Fatalf("start task: %v running=%v", err, task.IsRunning)
+	}
+	if err := task.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exit := waitFailed(t, ctx, task, nil); exit != "interrupted by signal" {
+		t.Fatalf("stopped task: %q", exit)
+	}
+	if err := vm.Ping(ctx); err != nil || vm.Status != "stopped" {
+		t.Fatalf("guest after an interrupted start: %v %q", err, vm.Status)
+	}
+}
