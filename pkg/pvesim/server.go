@@ -179,6 +179,13 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	if aerr := c.injectedFailure(r.Method, rel, ep.Path); aerr != nil {
 		return writeError(w, r, aerr)
 	}
+	// Proxmox proxies a call for another node before that node verifies it: an offline
+	// node answers 595 whatever the parameters.
+	if node, ok := vars["node"]; ok {
+		if aerr := c.checkNodeReachable(node); aerr != nil {
+			return writeError(w, r, aerr)
+		}
+	}
 	p, aerr := ep.validate(vars, raw)
 	if aerr != nil {
 		return writeError(w, r, aerr)
@@ -187,11 +194,6 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	has := c.privilegeChecker(user)
 	if has != nil {
 		if aerr := ep.authorize(p, has); aerr != nil {
-			return writeError(w, r, aerr)
-		}
-	}
-	if node, ok := vars["node"]; ok {
-		if aerr := c.checkNodeReachable(node); aerr != nil {
 			return writeError(w, r, aerr)
 		}
 	}
