@@ -10,19 +10,32 @@ import (
 	"time"
 )
 
-// hNodeNetwork lists a node's interfaces: one NIC, the bridges vmbr0 (with the node's
-// address) and vmbr1, and the applied SDN vnets where the type filter asks for them.
+// defaultIfaces are a fresh node's interfaces: one NIC, the bridge vmbr0 carrying the
+// node's address and the VLAN-aware bridge vmbr1.
+func defaultIfaces(ip string) map[string]map[string]any {
+	gw := ip[:strings.LastIndex(ip, ".")] + ".254"
+	return map[string]map[string]any{
+		"eno1": {"iface": "eno1", "type": "eth", "active": 1, "autostart": 1, "exists": 1, "method": "manual", "method6": "manual", "families": []string{"inet"}, "priority": 3},
+		"vmbr0": {"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "method": "static", "method6": "manual", "families": []string{"inet"},
+			"bridge_ports": "eno1", "bridge_stp": "off", "bridge_fd": "0", "address": ip, "netmask": "24", "cidr": ip + "/24", "gateway": gw, "priority": 4},
+		"vmbr1": {"iface": "vmbr1", "type": "bridge", "active": 1, "autostart": 1, "method": "manual", "method6": "manual", "families": []string{"inet"},
+			"bridge_ports": "none", "bridge_stp": "off", "bridge_fd": "0", "bridge_vlan_aware": 1, "bridge_vids": "2-4094", "priority": 5},
+	}
+}
+
+// hNodeNetwork lists a node's interfaces (with pending changes, as Proxmox reads
+// interfaces.new first) and, where the type filter asks, the applied SDN vnets.
 func hNodeNetwork(cl *call) (any, error) {
 	c := cl.c
 	n := c.st.nodes[cl.vars["node"]]
 	typ, _ := cl.p.str("type")
-	all := []map[string]any{
-		{"iface": "eno1", "type": "eth", "active": 1, "autostart": 1, "exists": 1, "method": "manual", "method6": "manual", "families": []string{"inet"}, "priority": 3},
-		{"iface": "vmbr0", "type": "bridge", "active": 1, "autostart": 1, "method": "static", "method6": "manual", "families": []string{"inet"},
-			"bridge_ports": "eno1", "bridge_stp": "off", "bridge_fd": "0", "address": n.ip, "netmask": "24", "cidr": n.ip + "/24",
-			"gateway": strings.TrimSuffix(n.ip, "."+strings.Split(n.ip, ".")[3]) + ".254", "priority": 4},
-		{"iface": "vmbr1", "type": "bridge", "active": 1, "autostart": 1, "method": "manual", "method6": "manual", "families": []string{"inet"},
-			"bridge_ports": "none", "bridge_stp": "off", "bridge_fd": "0", "bridge_vlan_aware": 1, "bridge_vids": "2-4094", "priority": 5},
+	ifaces := n.ifaces
+	if n.pendIfaces != nil {
+		ifaces = n.pendIfaces
+	}
+	var all []map[string]any
+	for _, id := range sortedKeys(ifaces) {
+		all = append(all, ifaces[id])
 	}
 	for _, id := range sortedKeys(c.st.sdn.running.vnets) {
 		all = append(all, map[string]any{"iface": id, "type": "vnet", "active": 1, "method": "manual", "families": []string{"inet"}})
@@ -35,17 +48,79 @@ func hNodeNetwork(cl *call) (any, error) {
 		case "":
 			keep = t != "vnet"
 		case "any_bridge", "any_local_bridge":
-			keep = t == "bridge" || (typ == "any_bridge" && t == "vnet")
+			keep = t == "bridge" || t == "OVSBridge" || (typ == "any_bridge" && t == "vnet")
 		case "include_sdn":
 			keep = true
 		default:
 			keep = t == typ
 		}
 		if keep {
-			out = append(out, e)
+			out = append(out, sdnEntry(e))
 		}
 	}
 	return out, nil
+}
+
+var ifaceKeys = []string{"address", "address6", "autostart", "bond-primary", "bond_mode", "bond_xmit_hash_policy", "bridge_ports", "bridge_vids", "bridge_vlan_aware", "cidr", "cidr6", "comments", "comments6", "gateway", "gateway6", "mtu", "netmask", "netmask6", "slaves", "vlan-id", "vlan-raw-device"}
+
+// hNodeNetworkCreate adds an interface to the node's pending network configuration;
+// PUT applies it.
+func hNodeNetworkCreate(cl *call) (any, error) {
+	n := cl.c.st.nodes[cl.vars["node"]]
+	id, _ := cl.p.str("iface")
+	typ, _ := cl.p.str("type")
+	pending := n.pendIfaces
+	if pending == nil {
+		pending = copyObjects(n.ifaces)
+	}
+	if pending[id] != nil {
+		return nil, paramError("iface", "interface already exists")
+	}
+	switch typ {
+	case "bridge", "bond", "vlan":
+	default:
+		return nil, paramError("type", fmt.Sprintf("creating an interface of type '%s' is not simulated", typ))
+	}
+	obj := map[string]any{"iface": id, "type": typ, "active": 0, "method": "manual", "method6": "manual", "families": []string{"inet"}}
+	setKeys(obj, cl.p, ifaceKeys)
+	if ports, ok := obj["bridge_ports"].(string); ok {
+		for _, p := range splitList(ports) {
+			if p != "none" && pending[p] == nil {
+				return nil, paramError("bridge_ports", fmt.Sprintf("unable to find bridge port '%s'", p))
+			}
+		}
+	}
+	if _, ok := obj["cidr"]; ok {
+		obj["method"] = "static"
+	}
+	pending[id] = obj
+	n.pendIfaces = pending
+	return nil, nil
+}
+
+// hNodeNetworkApply applies the pending network configuration (a srvreload task).
+func hNodeNetworkApply(cl *call) (any, error) {
+	c := cl.c
+	n := c.st.nodes[cl.vars["node"]]
+	if n.pendIfaces == nil {
+		return nil, errorf(http.StatusInternalServerError, "no changes to apply")
+	}
+	applied := n.pendIfaces
+	n.pendIfaces = nil
+	t := c.st.runTask(n.name, "srvreload", "networking", cl.user, c.taskDuration(0, 0), func(*task) error {
+		for _, e := range applied {
+			e["active"] = 1
+		}
+		n.ifaces = applied
+		return nil
+	})
+	return t.upid, nil
+}
+
+// hNodeNetworkRevert drops the pending network configuration.
+func hNodeNetworkRevert(cl *call) (any, error) {
+	cl.c.st.nodes[cl.vars["node"]].pendIfaces = nil
+	return nil, nil
 }
 
 // hNodePower shuts a node down (it goes offline) or reboots it (offline, then back

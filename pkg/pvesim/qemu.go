@@ -700,7 +700,7 @@ func (st *state) startGuest(g *guest, user string) *task {
 			if !ok || !netKeyR.MatchString(k) {
 				continue
 			}
-			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(br) {
+			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(g.node, br) {
 				return fmt.Errorf("bridge '%s' does not exist", br)
 			}
 		}
@@ -740,8 +740,9 @@ func (g *guest) checkRunning() error {
 	return nil
 }
 
-func (st *state) bridgeExists(name string) bool {
-	if name == "vmbr0" || name == "vmbr1" {
+// bridgeExists reports whether node has an applied bridge (or SDN vnet) called name.
+func (st *state) bridgeExists(node, name string) bool {
+	if e := st.nodes[node].ifaces[name]; e != nil && (e["type"] == "bridge" || e["type"] == "OVSBridge") {
 		return true
 	}
 	_, ok := st.sdn.running.vnets[name]

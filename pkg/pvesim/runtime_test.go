@@ -170,3 +170,50 @@ func TestStopTask(t *testing.T) {
 		t.Fatalf("guest after an interrupted start: %v %q", err, vm.Status)
 	}
 }
+
+func TestNodeNetworkPendingAndApply(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve2/network", url.Values{"iface": {"vmbr9"}, "type": {"bridge"}, "bridge_ports": {"eno9"}}); r.status != http.StatusBadRequest {
+		t.Fatalf("bridge on a missing port: %s", r.body)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve2/network", url.Values{"iface": {"vmbr9"}, "type": {"bridge"}, "bridge_vlan_aware": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("create bridge: %s", r.body)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve2/network", url.Values{"iface": {"vmbr9"}, "type": {"bridge"}}); r.status != http.StatusBadRequest {
+		t.Fatalf("duplicate bridge: %s", r.body)
+	}
+	vm := newVM(t, cl, "pve2", 100, proxmox.VirtualMachineOption{Name: "net1", Value: "virtio,bridge=vmbr9"})
+	task, err := vm.Start(ctx)
+	if exit := waitFailed(t, ctx, task, err); exit != "bridge 'vmbr9' does not exist" {
+		t.Fatalf("start on a pending bridge: %q", exit)
+	}
+	node, err := cl.Node(ctx, "pve2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridges, err := node.Networks(ctx, "bridge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bridges) != 3 {
+		t.Fatalf("bridges of pve2 with the pending one: %d", len(bridges))
+	}
+	task, err = node.NetworkReload(ctx)
+	waitOK(t, ctx, task, err)
+	task, err = vm.Start(ctx)
+	waitOK(t, ctx, task, err)
+	// pve1 has no vmbr9; a pending change can be reverted.
+	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/network", url.Values{"type": {"bridge"}}); len(r.data.([]any)) != 2 {
+		t.Fatalf("pve1 bridges: %s", r.body)
+	}
+	call(t, c, testToken, http.MethodPost, "/nodes/pve1/network", url.Values{"iface": {"vmbr5"}, "type": {"bridge"}})
+	if r := call(t, c, testToken, http.MethodDelete, "/nodes/pve1/network", nil); r.status != http.StatusOK {
+		t.Fatalf("revert: %s", r.body)
+	}
+	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/network", url.Values{"type": {"bridge"}}); len(r.data.([]any)) != 2 {
+		t.Fatalf("pve1 bridges after revert: %s", r.body)
+	}
+}

@@ -28,11 +28,13 @@ type state struct {
 }
 
 type node struct {
-	name   string
-	id     int
-	online bool
-	ip     string
-	booted time.Time
+	name       string
+	id         int
+	online     bool
+	ip         string
+	booted     time.Time
+	ifaces     map[string]map[string]any // applied network interfaces
+	pendIfaces map[string]map[string]any // interfaces.new; nil without pending changes
 }
 
 type guest struct {
@@ -95,12 +97,14 @@ func newState(c *Cluster) *state {
 		},
 	}
 	for i, name := range c.nodes {
+		ip := fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1)
 		st.nodes[name] = &node{
 			name:   name,
 			id:     i + 1,
 			online: true,
-			ip:     fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1),
+			ip:     ip,
 			booted: c.started.Add(-time.Duration(3600*(24+i*7)) * time.Second),
+			ifaces: defaultIfaces(ip),
 		}
 	}
 	return st
