@@ -1,0 +1,155 @@
+// Command pvesim serves a simulated Proxmox VE cluster:
+//
+//	go run ./cmd/pvesim --listen 127.0.0.1:8006 --cluster NAME --nodes N --token 'USER@REALM!ID=SECRET'
+//
+// It prints the URL and the SHA-256 fingerprint of its certificate (the first node's),
+// the cluster identity and every node's own endpoint, then serves until interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/pvesim"
+)
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// failRule is one --fail "METHOD PATH STATUS COUNT" rule.
+type failRule struct {
+	method, path  string
+	status, count int
+}
+
+func parseFail(s string) (failRule, error) {
+	f := strings.Fields(s)
+	if len(f) != 4 {
+		return failRule{}, fmt.Errorf("--fail %q: want \"METHOD PATH STATUS COUNT\"", s)
+	}
+	status, err1 := strconv.Atoi(f[2])
+	count, err2 := strconv.Atoi(f[3])
+	if err1 != nil || err2 != nil || status < 400 || status > 599 || count < 1 {
+		return failRule{}, fmt.Errorf("--fail %q: STATUS must be 400-599 and COUNT >= 1", s)
+	}
+	method := strings.ToUpper(f[0])
+	if method == "*" {
+		method = ""
+	}
+	return failRule{method: method, path: f[1], status: status, count: count}, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "pvesim:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses flags, starts the simulated cluster, prints its URL and certificate
+// fingerprint to stdout and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pvesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		tokens, offline, fails, nodeListen listFlag
+		cfg                                pvesim.Config
+		timing, logLevel                   string
+		latency                            time.Duration
+	)
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
+	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")
+	fs.IntVar(&cfg.Nodes, "nodes", 1, "number of nodes, named pve1..pveN")
+	fs.Var(&nodeListen, "node-listen", "NODE=ADDR: serve NODE's own API endpoint on ADDR (repeatable; other nodes get a random port)")
+	fs.Var(&tokens, "token", "API token USER@REALM!ID=SECRET with full privileges (repeatable)")
+	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
+	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
+	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
+	fs.Var(&offline, "offline", "node to start offline (repeatable)")
+	fs.Var(&fails, "fail", "fail the next COUNT requests matching METHOD PATH with STATUS: \"POST /nodes/*/qemu/*/clone 500 2\" (repeatable; METHOD * matches all)")
+	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch timing {
+	case "fast":
+	case "realistic":
+		cfg.Timing = pvesim.RealisticTiming()
+	default:
+		return fmt.Errorf("--timing %q: want fast or realistic", timing)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if len(tokens) == 0 {
+		return errors.New("at least one --token USER@REALM!ID=SECRET is required")
+	}
+	rules := make([]failRule, 0, len(fails))
+	for _, f := range fails {
+		r, err := parseFail(f)
+		if err != nil {
+			return err
+		}
+		rules = append(rules, r)
+	}
+	cfg.Tokens = tokens
+	for _, nl := range nodeListen {
+		node, addr, ok := strings.Cut(nl, "=")
+		if !ok || node == "" || addr == "" {
+			return fmt.Errorf("--node-listen %q: want NODE=ADDR", nl)
+		}
+		if cfg.NodeListen == nil {
+			cfg.NodeListen = map[string]string{}
+		}
+		cfg.NodeListen[node] = addr
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	c, err := pvesim.Start(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	known := map[string]bool{}
+	for _, n := range c.NodeNames() {
+		known[n] = true
+	}
+	for _, n := range offline {
+		if !known[n] {
+			return fmt.Errorf("--offline %q: no such node (have %s)", n, strings.Join(c.NodeNames(), ", "))
+		}
+		c.SetNodeOnline(n, false)
+	}
+	for _, r := range rules {
+		c.FailRequests(r.method, r.path, r.status, r.count)
+	}
+	c.SetLatency(latency)
+
+	fmt.Fprintf(stdout, "url: %s/api2/json\n", c.URL())
+	fmt.Fprintf(stdout, "fingerprint: %s\n", c.Fingerprint())
+	fmt.Fprintf(stdout, "identity: %s\n", c.Identity())
+	for _, n := range c.NodeNames() {
+		fmt.Fprintf(stdout, "node %s: %s/api2/json fingerprint %s\n", n, c.NodeURL(n), c.NodeFingerprint(n))
+	}
+
+	<-ctx.Done()
+	return c.Close()
+}
