@@ -8,6 +8,11 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= ./pkg/...
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
+# Code generators, pinned and installed into ./.bin by `make generate`.
+BIN                    := $(CURDIR)/.bin
+PROTOC_GEN_GO_VERSION  ?= v1.36.12
+PROTOC_GEN_GRPC_VERSION ?= v1.6.2
+BUF_VERSION            ?= v1.75.0
 
 .PHONY: all build test test-race lint bench generate check-generated tidy-check
 
@@ -31,3 +36,23 @@ lint:
 ## bench: every benchmark once, as ratios against baselines measured in the same run.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
+
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(BIN)/protoc-gen-go-grpc:
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GRPC_VERSION)
+
+$(BIN)/buf:
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+## generate: lint the protobuf API and regenerate its Go code.
+generate: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
+	$(BIN)/buf lint
+	$(BIN)/buf generate
+
+## check-generated: fail when generated code differs from what `make generate` writes.
+check-generated: generate
+	@git diff --exit-code -- proto || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard proto); \
+	if [ -n "$$untracked" ]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
