@@ -10,18 +10,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/meshnode"
 	v1 "github.com/juanfont/headscale/gen/go/headscale/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// Tags used on the mesh.
+// Tags used on the mesh (see package meshnode).
 const (
-	// TagOrchestrator marks the orchestrator's mesh nodes.
-	TagOrchestrator = "tag:orchestrator"
-	// TagAgent marks agents; every enrollment key carries it.
-	TagAgent = "tag:agent"
+	TagOrchestrator = meshnode.TagOrchestrator
+	TagAgent        = meshnode.TagAgent
 )
 
 // MaxKeyTTL bounds the lifetime of an enrollment key.

@@ -22,6 +22,15 @@ import (
 	"tailscale.com/tsnet"
 )
 
+// Tags used on the mesh. Node tags come from the enrollment key.
+const (
+	// TagOrchestrator marks the orchestrator's mesh nodes: the only callers
+	// agents accept.
+	TagOrchestrator = "tag:orchestrator"
+	// TagAgent marks agents.
+	TagAgent = "tag:agent"
+)
+
 // PrepareProcess sets the process-wide knobs of the tailscale client that a
 // flexplane mesh needs, before any node starts. It is called once by the
 // mains (cmd/agent, cmd/orchestrator) and by test harnesses:
