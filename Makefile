@@ -13,6 +13,8 @@ BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
 PROTOC_GEN_GRPC_VERSION ?= v1.6.2
 BUF_VERSION            ?= v1.75.0
+# Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
+PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
 .PHONY: all build test test-race lint bench generate check-generated tidy-check
 
@@ -46,13 +48,16 @@ $(BIN)/protoc-gen-go-grpc:
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
-## generate: lint the protobuf API and regenerate its Go code.
+## generate: regenerate generated files (agent protobuf API after buf lint, trimmed Proxmox VE API schema).
 generate: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 	$(BIN)/buf lint
 	$(BIN)/buf generate
+	@if [ -f "$(PVE_APIDATA)" ]; then \
+		$(GO) run ./pkg/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pveschema/apidata.json; \
+	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pveschema/apidata.json"; fi
 
 ## check-generated: fail when generated code differs from what `make generate` writes.
 check-generated: generate
-	@git diff --exit-code -- proto || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- proto pkg/pveschema/apidata.json || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard proto); \
 	if [ -n "$$untracked" ]; then echo "untracked generated files:"; echo "$$untracked"; exit 1; fi
