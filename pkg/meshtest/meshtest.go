@@ -41,11 +41,11 @@ type ClusterSpec struct {
 }
 
 type options struct {
-	clusters   []ClusterSpec
-	handler    slog.Handler
-	refresh    time.Duration
-	policy     string
-	agents     bool
+	clusters []ClusterSpec
+	handler  slog.Handler
+	refresh  time.Duration
+	policy   string
+	agents   bool
 }
 
 // Option configures a Harness.

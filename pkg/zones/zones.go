@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flexplane/flexplane/pkg/meshnode"
@@ -272,6 +273,12 @@ func (r *Registry) check(ctx context.Context, a *agentState) {
 			grpc.WithTransportCredentials(insecure.NewCredentials()), // the mesh encrypts and authenticates
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return r.cfg.Mesh.Dial(ctx, "tcp", addr)
+			}),
+			// A vanished agent must fail fast so reads fail over to another
+			// agent of the zone (gRPC's default connect timeout is 20s).
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+				MinConnectTimeout: r.cfg.CallTimeout,
 			}),
 		)
 		if err != nil {
