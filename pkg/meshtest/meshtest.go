@@ -93,6 +93,7 @@ type Harness struct {
 	dataDir string
 	listen  string
 	agents  []*Agent
+	extra   int // agents added by NewAgent
 }
 
 // Cluster is a simulated Proxmox cluster and its agents.
@@ -139,6 +140,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		opt(&o)
 	}
 	h := &Harness{opts: o, logger: slog.New(o.handler), dataDir: shortTempDir(t, "fpo")}
+	meshnode.PrepareProcess("http://") // the harness serves plain HTTP on loopback
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -149,7 +151,6 @@ func New(t testing.TB, opts ...Option) *Harness {
 		h.Orchestrator.Shutdown(sctx)
 	})
 	h.listen = h.Orchestrator.Addr().String()
-	meshnode.PrepareProcess(h.Orchestrator.URL())
 
 	for i, spec := range o.clusters {
 		c := &Cluster{Spec: spec, label: spec.Name}
@@ -231,6 +232,25 @@ func (h *Harness) StartAgents(t testing.TB, agents ...*Agent) {
 			t.Fatalf("meshtest: %v", err)
 		}
 	}
+}
+
+// NewAgent adds a new, not yet enrolled agent for node of cluster c with a
+// fresh single-use enrollment key and a unique mesh name; Start starts it
+// (e.g. to measure enrollment).
+func (h *Harness) NewAgent(t testing.TB, c *Cluster, node string) *Agent {
+	t.Helper()
+	h.extra++
+	a := &Agent{
+		Cluster:  c,
+		Node:     node,
+		MeshName: fmt.Sprintf("%s-%s-%d", c.label, node, h.extra),
+		StateDir: shortTempDir(t, "fpa"),
+		h:        h,
+		key:      h.NewKey(t, meshcontrol.KeyOptions{TTL: time.Hour}),
+	}
+	h.agents = append(h.agents, a)
+	t.Cleanup(func() { a.Stop() })
+	return a
 }
 
 // Agents returns every agent of the harness.
