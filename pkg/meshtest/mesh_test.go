@@ -370,4 +370,21 @@ func TestStandaloneNode(t *testing.T) {
 			t.Errorf("zone %+v, want standalone pve1 with one host", z)
 		}
 	}
+	if zs[0].ID == zs[1].ID {
+		t.Fatal("two standalone nodes share a zone identity")
+	}
+
+	// When Proxmox itself is down, the agent is still in the mesh: degraded.
+	down := h.Clusters[1]
+	down.Sim.Close()
+	meshtest.WaitFor(t, 20*time.Second, "host degraded", func() bool {
+		host, ok := down.Agents[0].Host()
+		return ok && host.Status == zones.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
+	})
+	if _, err := h.Orchestrator.Zones().Client(h.Zone(t, down).ID).Nodes(t.Context()); err == nil {
+		t.Fatal("a zone whose Proxmox is down answered")
+	}
+	if host, _ := h.Clusters[0].Agents[0].Host(); host.Status != zones.StatusOnline {
+		t.Fatalf("the other zone's host is %s", host.Status)
+	}
 }
