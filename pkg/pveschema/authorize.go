@@ -150,6 +150,11 @@ func (e *Endpoint) Authorize(p Params, has func(path, priv string) bool) error {
 	return e.perms.check.eval(p, has)
 }
 
+// PermissionDescription is Proxmox's prose about the endpoint's permissions. For endpoints
+// open to every user (`user: all`) it states the checks the handler itself makes, e.g. "Only
+// list VMs where you have VM.Audit permissions on /vms/<vmid>."
+func (e *Endpoint) PermissionDescription() string { return e.perms.description }
+
 func (c *permCheck) eval(p Params, has func(path, priv string) bool) error {
 	switch c.op {
 	case "and":
@@ -173,13 +178,17 @@ func (c *permCheck) eval(p Params, has func(path, priv string) bool) error {
 		}
 	}
 	path := normalizePath(templateReplace(c.path, p))
+	if !aclPathRE.MatchString(path) {
+		// Proxmox's normalize_path gives undef: no privileges anywhere.
+		return &PermissionError{Path: "", Privilege: denied(c)}
+	}
 	if c.any {
 		for _, priv := range c.privs {
 			if has(path, priv) {
 				return nil
 			}
 		}
-		return &PermissionError{Path: path, Privilege: strings.Join(c.privs, "|")}
+		return &PermissionError{Path: path, Privilege: denied(c)}
 	}
 	for _, priv := range c.privs {
 		if !has(path, priv) {
@@ -189,12 +198,23 @@ func (c *permCheck) eval(p Params, has func(path, priv string) bool) error {
 	return nil
 }
 
-var tmplVarRE = regexp.MustCompile(`\{([^}]+)\}`)
+var (
+	tmplVarRE = regexp.MustCompile(`\{([^}]+)\}`)
+	aclPathRE = regexp.MustCompile(`^[[:alnum:].\-_/]+$`)
+)
+
+// denied names what a failed perm check lacks: its first privilege, or all of them for "any".
+func denied(c *permCheck) string {
+	if c.any {
+		return strings.Join(c.privs, "|")
+	}
+	return c.privs[0]
+}
 
 func templateReplace(tmpl string, p Params) string {
 	return tmplVarRE.ReplaceAllStringFunc(tmpl, func(m string) string {
 		v := paramText(p[m[1:len(m)-1]])
-		if v == "" {
+		if v == "" || v == "0" { // Perl's false values
 			return "-"
 		}
 		return v

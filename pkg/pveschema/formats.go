@@ -16,13 +16,14 @@ import (
 type formatSet struct {
 	verifiers map[string]func(string) error
 	props     map[string]map[string]*prop
+	// validators check a parsed named property string as a whole (Proxmox's format
+	// validators), after its keys were checked.
+	validators map[string]func(Params) error
 }
 
 func newFormatSet(namedJSON []byte) (*formatSet, error) {
-	fs := &formatSet{verifiers: verifiers(), props: map[string]map[string]*prop{}}
-	for name, v := range cpuVerifiers(cpuModels()) {
-		fs.verifiers[name] = v
-	}
+	drives, devs := qemuDeviceKeys()
+	fs := &formatSet{verifiers: verifiers(drives, devs), props: map[string]map[string]*prop{}}
 	if err := json.Unmarshal(namedJSON, &fs.props); err != nil {
 		return nil, fmt.Errorf("named formats: %w", err)
 	}
@@ -31,7 +32,29 @@ func newFormatSet(namedJSON []byte) (*formatSet, error) {
 			return nil, fmt.Errorf("named formats: %w", err)
 		}
 	}
+	fs.validators = map[string]func(Params) error{
+		"pve-vm-cpu-conf": cpuFormatValidator(fs.props["pve-vm-cpu-conf"]),
+		"prune-backups":   pruneBackupsValidator,
+	}
 	return fs, nil
+}
+
+// qemuDeviceKeys returns the VM disk keys (ide0, ..., efidisk0, tpmstate0) and the other
+// bootable device keys (net0, usb0, hostpci0, ...) of a VM configuration.
+func qemuDeviceKeys() (drives, devs map[string]bool) {
+	counts := indexCounts()
+	drives = map[string]bool{"efidisk0": true, "tpmstate0": true}
+	devs = map[string]bool{}
+	add := func(set map[string]bool, bases ...string) {
+		for _, b := range bases {
+			for i := 0; i < counts[b]; i++ {
+				set[b+strconv.Itoa(i)] = true
+			}
+		}
+	}
+	add(drives, "ide", "sata", "scsi", "virtio")
+	add(devs, "net", "usb", "hostpci")
+	return drives, devs
 }
 
 // known reports whether a named format can be checked.
@@ -39,11 +62,11 @@ func (fs *formatSet) known(name string) bool {
 	if fs.props[name] != nil || fs.verifiers[name] != nil {
 		return true
 	}
-	if base, ok := listBase(name); ok {
-		return fs.known(base)
+	if base, ok := strings.CutSuffix(name, "-list"); ok {
+		return fs.verifiers[base] != nil
 	}
 	if base, ok := strings.CutSuffix(name, "-opt"); ok {
-		return fs.known(base)
+		return fs.verifiers[base] != nil
 	}
 	return false
 }
@@ -75,22 +98,36 @@ var (
 	urlencodedRE  = regexp.MustCompile(`^[-%a-zA-Z0-9_.!~*'()]*$`)
 	tagRE         = regexp.MustCompile(`(?i)^[a-z0-9_][a-z0-9_\-+.]*$`)
 	sdnIDRE       = regexp.MustCompile(`(?i)^[a-z][a-z0-9]*[a-z0-9]$`)
-	fabricIDRE    = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9-]{0,6}[a-zA-Z0-9]?$`)
+	fabricIDRE    = regexp.MustCompile(`(?i)^[a-zA-Z0-9][a-zA-Z0-9-]{0,6}[a-zA-Z0-9]?$`)
 	volumeIDRE    = regexp.MustCompile(`(?i)^([a-z][a-z0-9\-_.]*[a-z0-9]):(.+)$`)
-	vgNameRE      = regexp.MustCompile(`^[a-zA-Z0-9.+_][a-zA-Z0-9.+_\-]+$`)
+	lvmNameRE     = regexp.MustCompile(`(?i)^[a-z0-9][a-z0-9\-_.]*[a-z0-9]$`)
 	cpusetPartRE  = regexp.MustCompile(`^\s*(\d+)(?:-(\d+))?\s*$`)
-	bootdiskRE    = regexp.MustCompile(`^(ide|sata|scsi|virtio|efidisk|tpmstate)\d+$`)
-	bootdevRE     = regexp.MustCompile(`^(ide|sata|scsi|virtio|efidisk|tpmstate|net|hostpci|usb)\d+$`)
-	startupPartRE = regexp.MustCompile(`^(?:(?:order=)?\d+|up=\d+|down=\d+)$`)
-	rtRE          = regexp.MustCompile(`^(\d+):(\d+)$`)
-	dirOverrideRE = regexp.MustCompile(`^([a-z]+)=(/.+|[^/].*)$`)
-	portalRE      = regexp.MustCompile(`^(?:\[([^\]]+)\]|([^:\[\]]+))(?::(\d+))?$`)
-	emailRE       = regexp.MustCompile(`^(\w+)([\-+.][\w]+)*@(\w[\-\w]*\.){1,5}([A-Za-z]){2,63}$`)
+	startupRE     = regexp.MustCompile(`^(?:(?:order=)?\d+|up=\d+|down=\d+)$`)
+	bgpRTRE       = regexp.MustCompile(`^(\d+):(\d+)$`)
+	vlanRE        = regexp.MustCompile(`^(\d+)(?:-(\d+))?$`)
+	dirOverRE     = regexp.MustCompile(`^([a-z]+)=([^.]*(?:\.?[^.]+)+)$`)
+	storagePathRE = regexp.MustCompile(`^/[^;()]+`)
+	hostPortRE    = regexp.MustCompile(`^([[:alnum:]\-.]+)(?::(\d+))?$`)
+	bracketRE     = regexp.MustCompile(`^\[([^\]]+)\](?::(\d+))?$`)
+	ipv6DotRE     = regexp.MustCompile(`^(.+?)(?:\.(\d+))?$`)
+	hostRE        = regexp.MustCompile(`^[[:alnum:]\-.]+$`)
+	taskStatusRE  = regexp.MustCompile(`(?i)^(ok|error|warning|unknown)$`)
+	hotplugRE     = regexp.MustCompile(`^(network|disk|cpu|memory|usb|cloudinit)$`)
 )
 
-// verifiers returns the checks of Proxmox's simple named formats. Each error text is the
-// message Proxmox's verifier dies with (without the trailing newline).
-func verifiers() map[string]func(string) error {
+// storageContent are the content types a storage may hold (those of the dir plugin).
+func storageContent(ct string) bool {
+	switch ct {
+	case "images", "rootdir", "vztmpl", "iso", "backup", "snippets", "none", "import":
+		return true
+	}
+	return false
+}
+
+// verifiers returns the checks of Proxmox's simple named formats, each with the message
+// Proxmox's verifier dies with (without the trailing newline). qemuDrives lists the VM
+// disk keys (ide0, scsi30, efidisk0, ...) and qemuDevs the other bootable keys (net0, ...).
+func verifiers(qemuDrives, qemuDevs map[string]bool) map[string]func(string) error {
 	re := func(r *regexp.Regexp, msg string) func(string) error {
 		return func(v string) error {
 			if !r.MatchString(v) {
@@ -99,25 +136,54 @@ func verifiers() map[string]func(string) error {
 			return nil
 		}
 	}
+	ip := func(v string) bool { return isIPv4(v) || isIPv6(v) }
 	return map[string]func(string) error{
-		"string":         func(string) error { return nil },
-		"pve-node":       re(nodeRE, "value does not look like a valid node name"),
-		"pve-vmid":       re(vmidRE, "value does not look like a valid VM ID"),
-		"pve-storage-id": re(storageIDRE, "storage ID '%v' contains illegal characters"),
-		"pve-configid":   re(configIDRE, "invalid configuration ID '%v'"),
-		"pve-poolid":     re(poolRE, "pool name '%v' contains invalid characters"),
-		"pve-bridge-id":  re(bridgeRE, "invalid bridge ID '%v'"),
-		"pve-iface":      re(ifaceRE, "invalid network interface name '%v'"),
-		"dns-name":       re(dnsNameRE, "value does not look like a valid DNS name"),
-		"mac-addr":       re(macRE, "value does not look like a valid unicast MAC address"),
-		"urlencoded":     re(urlencodedRE, "invalid urlencoded string: %v"),
-		"email":          re(emailRE, "value does not look like a valid email address"),
-		"disk-size":      re(diskSizeRE, "value does not look like a valid disk size: %v"),
-		"pve-tag":        re(tagRE, "invalid characters in tag '%v'"),
-		"pve-storage-vgname": re(vgNameRE,
-			"value does not look like a valid volume group name"),
-		"pve-qm-bootdisk": re(bootdiskRE, "invalid boot disk '%v'"),
-		"pve-qm-bootdev":  re(bootdevRE, "invalid boot device '%v'"),
+		"string":               func(string) error { return nil },
+		"pve-node":             re(nodeRE, "value does not look like a valid node name"),
+		"pve-vmid":             re(vmidRE, "value does not look like a valid VM ID"),
+		"pve-storage-id":       re(storageIDRE, "storage ID '%v' contains illegal characters"),
+		"pve-configid":         re(configIDRE, "invalid configuration ID '%v'"),
+		"pve-bridge-id":        re(bridgeRE, "invalid bridge ID '%v'"),
+		"pve-iface":            re(ifaceRE, "invalid network interface name '%v'"),
+		"dns-name":             re(dnsNameRE, "value does not look like a valid DNS name"),
+		"mac-addr":             re(macRE, "value does not look like a valid unicast MAC address"),
+		"urlencoded":           re(urlencodedRE, "invalid urlencoded string: %v"),
+		"disk-size":            re(diskSizeRE, "value does not look like a valid disk size: %v"),
+		"pve-tag":              re(tagRE, "invalid characters in tag"),
+		"pve-sdn-zone-id":      sdnID("zone", 8),
+		"pve-sdn-vnet-id":      sdnID("vnet", 8),
+		"pve-sdn-ipam-id":      sdnID("ipam", 0),
+		"pve-sdn-fabric-id":    re(fabricIDRE, "Fabric ID '%v' contains illegal characters"),
+		"pve-storage-vgname":   re(lvmNameRE, "lvm name '%v' contains illegal characters"),
+		"pve-storage-options":  re(regexp.MustCompile(`^\S+$`), "invalid options '%v'"),
+		"pve-storage-path":     re(storagePathRE, "value does not look like a valid absolute path"),
+		"pve-task-status-type": re(taskStatusRE, "invalid status '%v'"),
+		"pve-startup-order": func(v string) error {
+			if v == "" || v == "0" {
+				return errors.New("unable to parse startup options")
+			}
+			for _, part := range strings.Split(v, ",") {
+				if strings.TrimSpace(part) != "" && !startupRE.MatchString(part) {
+					return errors.New("unable to parse startup options")
+				}
+			}
+			return nil
+		},
+		"pve-phys-bits": func(v string) error {
+			if v == "host" || isUintRange(v, 8, 64) && len(v) <= 2 {
+				return nil
+			}
+			return errors.New("value must be an integer between 8 and 64 or 'host'")
+		},
+		"pve-poolid": func(v string) error {
+			if len(strings.Split(strings.TrimRight(v, "/"), "/")) > 3 {
+				return fmt.Errorf("pool name '%s' nested too deeply (max levels = 3)", v)
+			}
+			if !poolRE.MatchString(v) {
+				return fmt.Errorf("pool name '%s' contains invalid characters", v)
+			}
+			return nil
+		},
 		"ipv4": func(v string) error {
 			if !isIPv4(v) {
 				return errors.New("value does not look like a valid IPv4 address")
@@ -131,7 +197,7 @@ func verifiers() map[string]func(string) error {
 			return nil
 		},
 		"ip": func(v string) error {
-			if !isIPv4(v) && !isIPv6(v) {
+			if !ip(v) {
 				return errors.New("value does not look like a valid IP address")
 			}
 			return nil
@@ -143,7 +209,7 @@ func verifiers() map[string]func(string) error {
 			}
 			b := a.As4()
 			m := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-			if m == 0 || (^m)&(^m+1) != 0 {
+			if (^m)&(^m+1) != 0 {
 				return errors.New("value does not look like a valid IP netmask")
 			}
 			return nil
@@ -179,59 +245,29 @@ func verifiers() map[string]func(string) error {
 			return errors.New("value does not look like a valid ipv6 network configuration")
 		},
 		"address": func(v string) error {
-			if isIPv4(v) || isIPv6(v) || dnsNameRE.MatchString(v) {
+			if ip(v) || dnsNameRE.MatchString(v) {
 				return nil
 			}
 			return fmt.Errorf("value does not look like a valid address: %s", v)
 		},
 		"pve-storage-server": func(v string) error {
-			if isIPv4(v) || isIPv6(v) || dnsNameRE.MatchString(v) {
+			if ip(v) || dnsNameRE.MatchString(v) {
 				return nil
 			}
-			return fmt.Errorf("value does not look like a valid server name or IP address")
+			return errors.New("value does not look like a valid server name or IP address")
 		},
 		"pve-storage-portal-dns": func(v string) error {
-			m := portalRE.FindStringSubmatch(v)
-			if m != nil {
-				host := m[1] + m[2]
-				if (m[1] != "" && isIPv6(host)) || (m[2] != "" && (isIPv4(host) || dnsNameRE.MatchString(host))) {
-					if m[3] == "" || validPort(m[3]) {
-						return nil
-					}
-				}
-			}
-			if isIPv6(v) {
-				return nil
-			}
-			return fmt.Errorf("value does not look like a valid portal address")
-		},
-		"pve-tag-list": func(v string) error {
-			tags := splitList(v)
-			if len(tags) == 0 {
-				return errors.New("tag list cannot be empty")
-			}
-			for _, t := range tags {
-				if !tagRE.MatchString(t) {
-					return fmt.Errorf("invalid characters in tag '%s'", t)
-				}
-			}
-			return nil
-		},
-		"pve-sdn-zone-id": sdnID("zone", 8),
-		"pve-sdn-vnet-id": sdnID("vnet", 8),
-		"pve-sdn-ipam-id": re(storageIDRE, "ipam ID '%v' contains illegal characters"),
-		"pve-sdn-fabric-id": func(v string) error {
-			if !fabricIDRE.MatchString(v) {
-				return fmt.Errorf("fabric ID '%s' contains illegal characters", v)
+			if !isHostAndPort(v) {
+				return errors.New("value does not look like a valid portal address")
 			}
 			return nil
 		},
 		"pve-sdn-subnet-id": func(v string) error {
 			cidr := v
 			if !strings.Contains(v, "/") {
-				parts := strings.SplitN(v, "-", 3)
-				if len(parts) != 3 {
-					return errors.New("value does not look like a valid CIDR network")
+				parts := strings.Split(v, "-")
+				for len(parts) < 3 {
+					parts = append(parts, "")
 				}
 				cidr = parts[1] + "/" + parts[2]
 			}
@@ -241,85 +277,68 @@ func verifiers() map[string]func(string) error {
 			return nil
 		},
 		"pve-sdn-bgp-rt": func(v string) error {
-			m := rtRE.FindStringSubmatch(v)
-			if m == nil {
-				if i := strings.LastIndex(v, ":"); i > 0 && isIPv4(v[:i]) && isUint(v[i+1:], 65535) {
-					return nil
-				}
-				return fmt.Errorf("value '%s' does not look like a valid route target", v)
-			}
-			if !isUint(m[1], 4294967295) || !isUint(m[2], 4294967295) {
-				return fmt.Errorf("value '%s' does not look like a valid route target", v)
+			m := bgpRTRE.FindStringSubmatch(v)
+			if m == nil || !isUint(m[1], 4294967295) || !isUint(m[2], 4294967295) {
+				return errors.New("value does not look like a valid bgp route-target")
 			}
 			return nil
 		},
 		"pve-vlan-id-or-range": func(v string) error {
-			lo, hi, isRange := strings.Cut(v, "-")
-			if !isRange {
-				hi = lo
+			m := vlanRE.FindStringSubmatch(v)
+			if m == nil {
+				return fmt.Errorf("invalid VLAN configuration '%s'", v)
 			}
-			a, errA := strconv.Atoi(lo)
-			b, errB := strconv.Atoi(hi)
-			if errA != nil || errB != nil || a < 2 || b > 4094 || a > b {
-				return fmt.Errorf("invalid VLAN tag or range '%s'", v)
+			for _, tag := range m[1:] {
+				if tag != "" && !isUintRange(tag, 2, 4094) {
+					return fmt.Errorf("invalid VLAN tag '%s'", tag)
+				}
+			}
+			if m[2] != "" && !isUintLess(m[1], m[2]) {
+				return fmt.Errorf("VLAN range must go from lower to higher tag '%s'", v)
 			}
 			return nil
 		},
-		"pve-task-status-type": func(v string) error {
-			switch v {
-			case "ok", "error", "warning", "unknown":
-				return nil
-			}
-			return fmt.Errorf("invalid task status type '%s'", v)
-		},
 		"pve-cpuset": func(v string) error {
-			n := 0
-			for _, part := range strings.Split(v, ",") {
+			for _, part := range strings.Split(strings.TrimRight(v, ","), ",") {
+				if v == "" {
+					break
+				}
 				m := cpusetPartRE.FindStringSubmatch(part)
-				if m == nil {
-					return errors.New("value does not look like a valid CPU set")
+				if m == nil || m[2] != "" && isUintLess(m[2], m[1]) {
+					return errors.New("unable to parse cpuset option")
 				}
-				a, _ := strconv.Atoi(m[1])
-				b := a
-				if m[2] != "" {
-					b, _ = strconv.Atoi(m[2])
-				}
-				if a > b || b >= 8192 {
-					return errors.New("value does not look like a valid CPU set")
-				}
-				n++
-			}
-			if n == 0 {
-				return errors.New("value does not look like a valid CPU set")
 			}
 			return nil
 		},
 		"pve-hotplug-features": func(v string) error {
-			if v == "0" || v == "1" {
+			if v == "0" {
 				return nil
 			}
-			for _, f := range strings.Split(v, ",") {
-				switch f {
-				case "network", "disk", "cpu", "memory", "usb", "cloudinit":
-				default:
+			if v == "1" {
+				v = "network,disk,usb"
+			}
+			features := splitList(v)
+			for _, f := range features {
+				if !hotplugRE.MatchString(f) {
 					return fmt.Errorf("invalid hotplug feature '%s'", f)
 				}
 			}
+			if len(features) == 0 {
+				return errors.New("unable to parse hotplug option")
+			}
 			return nil
 		},
-		"pve-startup-order": func(v string) error {
-			if v == "" {
-				return errors.New("unable to parse startup options")
-			}
-			for _, part := range strings.Split(v, ",") {
-				if strings.TrimSpace(part) == "" {
-					continue
-				}
-				if !startupPartRE.MatchString(part) {
-					return errors.New("unable to parse startup options")
-				}
+		"pve-qm-bootdisk": func(v string) error {
+			if !qemuDrives[v] {
+				return fmt.Errorf("invalid boot disk '%s'", v)
 			}
 			return nil
+		},
+		"pve-qm-bootdev": func(v string) error {
+			if (qemuDrives[v] && !strings.HasPrefix(v, "efidisk") && !strings.HasPrefix(v, "tpmstate")) || qemuDevs[v] {
+				return nil
+			}
+			return fmt.Errorf("invalid boot device '%s'", v)
 		},
 		"pve-volume-id": verifyVolumeID,
 		"pve-volume-id-or-qm-path": func(v string) error {
@@ -334,43 +353,44 @@ func verifiers() map[string]func(string) error {
 			}
 			return verifyVolumeID(v)
 		},
-		"pve-storage-path": func(v string) error {
-			if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, ";()") || strings.Contains(v, "\x00") {
-				return errors.New("value does not look like a valid absolute path")
-			}
-			return nil
-		},
 		"pve-storage-content": func(v string) error {
-			switch v {
-			case "images", "rootdir", "vztmpl", "iso", "backup", "snippets", "import", "none":
-				return nil
-			}
-			return fmt.Errorf("invalid content type '%s'", v)
-		},
-		"pve-storage-options": func(v string) error {
-			if v == "" || strings.ContainsAny(v, " \t\n") {
-				return fmt.Errorf("invalid options '%s'", v)
+			if !storageContent(v) {
+				return fmt.Errorf("invalid content type '%s'", v)
 			}
 			return nil
 		},
 		"pve-dir-override": func(v string) error {
-			m := dirOverrideRE.FindStringSubmatch(v)
+			m := dirOverRE.FindStringSubmatch(v)
 			if m == nil {
-				return fmt.Errorf("invalid content-dirs override '%s'", v)
+				return fmt.Errorf("invalid override '%s'", v)
 			}
-			switch m[1] {
-			case "images", "rootdir", "vztmpl", "iso", "backup", "snippets", "import":
-				return nil
+			if !storageContent(m[1]) {
+				return fmt.Errorf("invalid content type '%s'", m[1])
 			}
-			return fmt.Errorf("invalid content type '%s'", m[1])
+			if len(m[2]) >= 1023 {
+				return fmt.Errorf("invalid override '%s'", v)
+			}
+			for _, c := range strings.Split(m[2], "/") {
+				if len(c) >= 255 {
+					return fmt.Errorf("invalid override '%s'", v)
+				}
+			}
+			return nil
 		},
 		"storage-pair": func(v string) error {
-			if v == "1" {
-				return nil
-			}
-			src, dst, pair := strings.Cut(v, ":")
-			if !storageIDRE.MatchString(src) || pair && !storageIDRE.MatchString(dst) {
-				return fmt.Errorf("storage ID '%s' contains illegal characters", v)
+			for _, entry := range splitList(v) {
+				if entry == "1" {
+					continue
+				}
+				ids := []string{entry}
+				if src, dst, ok := strings.Cut(entry, ":"); ok && src != "" && dst != "" && !strings.Contains(dst, ":") {
+					ids = []string{src, dst}
+				}
+				for _, id := range ids {
+					if !storageIDRE.MatchString(id) {
+						return fmt.Errorf("entry '%s' contains invalid ID - storage ID '%s' contains illegal characters", entry, id)
+					}
+				}
 			}
 			return nil
 		},
@@ -382,7 +402,7 @@ func sdnID(kind string, maxLen int) func(string) error {
 		if !sdnIDRE.MatchString(v) {
 			return fmt.Errorf("%s ID '%s' contains illegal characters", kind, v)
 		}
-		if len(v) > maxLen {
+		if maxLen > 0 && len(v) > maxLen {
 			return fmt.Errorf("%s ID '%s' can't be more length than %d characters", kind, v, maxLen)
 		}
 		return nil
@@ -430,7 +450,33 @@ func isUint(s string, maxVal uint64) bool {
 	return err == nil && n <= maxVal
 }
 
-func validPort(s string) bool {
-	n, err := strconv.Atoi(s)
-	return err == nil && n > 0 && n < 65536
+func isUintRange(s string, lo, hi uint64) bool {
+	n, err := strconv.ParseUint(s, 10, 64)
+	return err == nil && n >= lo && n <= hi
+}
+
+// isUintLess compares two decimal strings of any length numerically: a < b.
+func isUintLess(a, b string) bool {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// isHostAndPort is Proxmox's parse_host_and_port: an IPv4 address or host name with an
+// optional ":port", anything in brackets with an optional ":port", or an IPv6 address with
+// an optional ".port".
+func isHostAndPort(v string) bool {
+	if m := hostPortRE.FindStringSubmatch(v); m != nil {
+		return true
+	}
+	if m := bracketRE.FindStringSubmatch(v); m != nil {
+		h := m[1]
+		return isIPv6(h) || isIPv4(h) || hostRE.MatchString(h)
+	}
+	if m := ipv6DotRE.FindStringSubmatch(v); m != nil && isIPv6(m[1]) {
+		return true
+	}
+	return isIPv6(v)
 }

@@ -14,8 +14,11 @@ import (
 func TestEmbeddedSchemaIsFresh(t *testing.T) {
 	t.Parallel()
 	src := os.Getenv("PVE_APIDATA")
-	if src == "" {
+	switch {
+	case src == "":
 		src = "/work/shared/pve-api/apidata.json"
+	case !filepath.IsAbs(src):
+		src = filepath.Join("..", "..", src) // relative to the repository root, as in make
 	}
 	full, err := os.ReadFile(src)
 	if os.IsNotExist(err) {

@@ -10,20 +10,26 @@ import (
 // ipconfig1, agent, cpu, ...) with its format, resolving aliases, default_key and keyAlias:
 // "virtio=BC:24:11:00:00:01,bridge=vmbr0" gives model=virtio, macaddr=BC:24:11:00:00:01,
 // bridge=vmbr0. Values are typed as in Params; defaults are not filled in. An invalid value
-// is a *ParamError keyed by the parameter name, with the message Validate gives.
+// is a *ParamError keyed by the parameter name, with the message Validate gives. For an
+// array parameter (dhcp-range) value is one item.
 func (e *Endpoint) ParseProperty(param, value string) (Params, error) {
 	p := e.params.lookup(param)
 	if p == nil {
 		return nil, &ParamError{Errors: map[string]string{param: msgNotInSchema}}
 	}
-	format := p.FormatProps
-	if format == nil {
-		format = e.formats.props[p.Format]
+	if p.Type == "array" && p.Items != nil {
+		p = p.Items // an item of an array parameter (dhcp-range)
 	}
-	if format == nil {
+	var res Params
+	var msg string
+	switch {
+	case p.FormatProps != nil:
+		res, msg = e.formats.parsePropertyString(param, p.FormatProps, value)
+	case e.formats.props[p.Format] != nil:
+		res, msg = e.formats.parseNamed(param, p.Format, value)
+	default:
 		return nil, fmt.Errorf("pveschema: parse property: %s %s: parameter %s is not a property string", e.Method, e.Path, param)
 	}
-	res, msg := e.formats.parsePropertyString(param, format, value)
 	if msg != "" {
 		return nil, &ParamError{Errors: map[string]string{param: msgInvalidFmt + msg}}
 	}
@@ -40,9 +46,23 @@ func (fs *formatSet) checkFormat(path string, p *prop, v string) string {
 	return fs.checkNamed(path, p.Format, v)
 }
 
+// parseNamed parses a named property-string format and runs its validator.
+func (fs *formatSet) parseNamed(path, name, v string) (Params, string) {
+	res, msg := fs.parsePropertyString(path, fs.props[name], v)
+	if msg != "" {
+		return nil, msg
+	}
+	if validate := fs.validators[name]; validate != nil {
+		if err := validate(res); err != nil {
+			return nil, err.Error() + "\n"
+		}
+	}
+	return res, ""
+}
+
 func (fs *formatSet) checkNamed(path, name, v string) string {
-	if f := fs.props[name]; f != nil {
-		_, msg := fs.parsePropertyString(path, f, v)
+	if fs.props[name] != nil {
+		_, msg := fs.parseNamed(path, name, v)
 		return msg
 	}
 	if verify := fs.verifiers[name]; verify != nil {
@@ -51,7 +71,10 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 		}
 		return ""
 	}
-	if base, ok := listBase(name); ok {
+	if !fs.known(name) {
+		return "undefined format '" + name + "'\n"
+	}
+	if base, ok := strings.CutSuffix(name, "-list"); ok {
 		for _, item := range splitList(v) {
 			if msg := fs.checkNamed(path, base, item); msg != "" {
 				return msg
@@ -60,19 +83,12 @@ func (fs *formatSet) checkNamed(path, name, v string) string {
 		return ""
 	}
 	if base, ok := strings.CutSuffix(name, "-opt"); ok {
-		if v == "" {
+		if v == "" || v == "0" { // Perl's false values
 			return ""
 		}
 		return fs.checkNamed(path, base, v)
 	}
-	return "undefined format '" + name + "'\n"
-}
-
-func listBase(name string) (string, bool) {
-	if base, ok := strings.CutSuffix(name, "-list"); ok {
-		return base, true
-	}
-	return strings.CutSuffix(name, "-alist")
+	return ""
 }
 
 // splitList splits a list value like Proxmox's split_list: on NUL bytes if there are any,
@@ -122,10 +138,9 @@ func (fs *formatSet) parsePropertyString(path string, format map[string]*prop, d
 			if defaultKey != "" {
 				return nil, msgDupKey + defaultKey + "\n"
 			}
-			for _, key := range sortedKeys(format) {
-				if format[key].DefaultKey {
+			for key, d := range format { // formats have one default key; take the least if not
+				if d.DefaultKey && (defaultKey == "" || key < defaultKey) {
 					defaultKey = key
-					break
 				}
 			}
 			if defaultKey == "" {
@@ -143,12 +158,16 @@ func (fs *formatSet) parsePropertyString(path string, format map[string]*prop, d
 	out := Params{}
 	for k, v := range raw {
 		d := format[k]
+		if d.Type == "boolean" {
+			if b, ok := parseBool(v); ok {
+				v = map[bool]string{true: "1", false: "0"}[b]
+			}
+		}
 		if tv, ok := fs.checkValue(path+"."+k, d, v, errs); ok {
 			out[k] = tv
 		}
 	}
-	for _, k := range sortedKeys(format) {
-		d := format[k]
+	for k, d := range format {
 		if _, given := raw[k]; !given && !d.Optional && d.Alias == "" {
 			errs[path+"."+k] = msgMissing
 		}

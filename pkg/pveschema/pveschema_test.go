@@ -3,17 +3,34 @@ package pveschema
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
+// loadShared loads the schema once for all tests; a Schema is immutable and safe for
+// concurrent use, and loading it under the race detector takes a while.
+var loadShared = sync.OnceValues(Load)
+
 func load(t *testing.T) *Schema {
 	t.Helper()
-	s, err := Load()
+	s, err := loadShared()
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	return s
+}
+
+func TestLoadIsRepeatable(t *testing.T) {
+	t.Parallel()
+	a, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == load(t) || len(a.Endpoints()) != len(load(t).Endpoints()) {
+		t.Fatal("Load does not build an independent, equal schema")
+	}
 }
 
 func endpoint(t *testing.T, s *Schema, method, path string) (*Endpoint, map[string]string) {
@@ -67,6 +84,8 @@ func TestLookupNotImplemented(t *testing.T) {
 		{"PUT", "/nodes/pve1/qemu/100/status/start", "Method 'PUT /nodes/pve1/qemu/100/status/start' not implemented"},
 		{"GET", "/nodes/pve1/qemu/100/bogus", "Method 'GET /nodes/pve1/qemu/100/bogus' not implemented"},
 		{"GET", "/nodes/pve1/lxc", "Method 'GET /nodes/pve1/lxc' not implemented"},
+		{"GET", "/nodes/pve 1/qemu", "Method 'GET /nodes/pve 1/qemu' not implemented"},
+		{"GET", "/nodes/pve1/storage/local/content/local:iso/a b.iso", "Method 'GET /nodes/pve1/storage/local/content/local:iso/a b.iso' not implemented"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
@@ -149,18 +168,22 @@ func TestValidateConfig(t *testing.T) {
 		{"integer type", map[string][]string{"cores": {"two"}}, map[string]string{"cores": "type check ('integer') failed - got 'two'"}},
 		{"minimum", map[string][]string{"cores": {"0"}}, map[string]string{"cores": "value must have a minimum value of 1"}},
 		{"memory as string", map[string][]string{"memory": {"2048"}}, nil},
-		{"boolean spellings", map[string][]string{"onboot": {"yes"}, "protection": {"off"}, "tablet": {"TRUE"}}, nil},
-		{"boolean type", map[string][]string{"onboot": {"maybe"}}, map[string]string{"onboot": "type check ('boolean') failed - got 'maybe'"}},
+		{"booleans are 0 or 1", map[string][]string{"onboot": {"1"}, "protection": {"0"}}, nil},
+		{"boolean spellings refused at top level", map[string][]string{"onboot": {"true"}, "protection": {"off"}, "tablet": {"yes"}},
+			map[string]string{"onboot": "type check ('boolean') failed - got 'true'", "protection": "type check ('boolean') failed - got 'off'", "tablet": "type check ('boolean') failed - got 'yes'"}},
 		{"enum", map[string][]string{"ostype": {"plan9"}}, map[string]string{"ostype": "value 'plan9' does not have a value in the enumeration 'other, wxp, w2k, w2k3, w2k8, wvista, win7, win8, win10, win11, l24, l26, solaris'"}},
 		{"maxLength", map[string][]string{"digest": {strings.Repeat("a", 41)}}, map[string]string{"digest": "value may only be 40 characters long"}},
 		{"tags", map[string][]string{"tags": {"prod;web,db"}}, nil},
-		{"bad tag", map[string][]string{"tags": {"a b;c$"}}, map[string]string{"tags": "invalid format - invalid characters in tag 'c$'\n"}},
+		{"bad tag", map[string][]string{"tags": {"a b;c$"}}, map[string]string{"tags": "invalid format - invalid characters in tag\n"}},
 		{"name dns", map[string][]string{"name": {"web-01.example"}}, nil},
 		{"name invalid", map[string][]string{"name": {"web_01"}}, map[string]string{"name": "invalid format - value does not look like a valid DNS name\n"}},
 		{"delete list", map[string][]string{"delete": {"net1,scsi2;ide2"}}, nil},
 		{"delete invalid", map[string][]string{"delete": {"net1,9x"}}, map[string]string{"delete": "invalid format - invalid configuration ID '9x'\n"}},
 		{"cpu", map[string][]string{"cpu": {"host,flags=+aes;-pcid,hidden=1"}}, nil},
-		{"cpu unknown model", map[string][]string{"cpu": {"pentium9"}}, map[string]string{"cpu": "invalid format - format error\ncpu.cputype: invalid format - built-in cputype 'pentium9' is not defined (missing 'custom-' prefix?)\n"}},
+		{"cpu unknown model", map[string][]string{"cpu": {"pentium9"}}, map[string]string{"cpu": "invalid format - Built-in cputype 'pentium9' is not defined (missing 'custom-' prefix?)\n"}},
+		{"repeated list values are joined", map[string][]string{"delete": {"net1", "scsi2"}}, nil},
+		{"repeated list values checked", map[string][]string{"delete": {"net1", "-x"}}, map[string]string{"delete": "invalid format - invalid configuration ID '-x'\n"}},
+		{"agent booleans inside property strings", map[string][]string{"agent": {"enabled=true,fstrim_cloned_disks=on"}}, nil},
 		{"agent", map[string][]string{"agent": {"1,fstrim_cloned_disks=1"}}, nil},
 		{"boot order", map[string][]string{"boot": {"order=scsi0;net0;ide2"}}, nil},
 		{"boot order bad device", map[string][]string{"boot": {"order=scsi0;floppy"}}, map[string]string{"boot": "invalid format - format error\nboot.order: invalid format - invalid boot device 'floppy'\n"}},
@@ -185,7 +208,7 @@ func TestValidateTypedParams(t *testing.T) {
 	s := load(t)
 	e, vars := endpoint(t, s, "POST", "/nodes/pve1/qemu/100/config")
 	p, errs := validateErrs(t, e, vars, map[string][]string{
-		"cores": {"4"}, "onboot": {"on"}, "cpulimit": {"1.5"}, "net0": {"virtio,bridge=vmbr0"},
+		"cores": {"4"}, "onboot": {"1"}, "cpulimit": {"1.5"}, "net0": {"virtio,bridge=vmbr0"},
 	})
 	if errs != nil {
 		t.Fatal(errs)
@@ -283,5 +306,157 @@ func TestParseProperty(t *testing.T) {
 	}
 	if _, err := e.ParseProperty("cores", "1"); err == nil {
 		t.Fatal("cores parsed as a property string")
+	}
+}
+
+func TestIndexedRanges(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	e, _ := endpoint(t, s, "POST", "/nodes/pve1/qemu/100/config")
+	want := map[string]int{"net": 32, "ipconfig": 32, "scsi": 31, "virtio": 16, "sata": 6, "ide": 4,
+		"unused": 256, "usb": 14, "serial": 4, "parallel": 3, "hostpci": 16, "numa": 8, "virtiofs": 10}
+	for base, n := range want {
+		if e.params.lookup(base+"0") == nil || e.params.lookup(base+itoa(n-1)) == nil {
+			t.Errorf("%s0..%s%d not all defined", base, base, n-1)
+		}
+		if e.params.lookup(base+itoa(n)) != nil {
+			t.Errorf("%s%d defined, want at most %d", base, n, n-1)
+		}
+	}
+	j, _ := endpoint(t, s, "POST", "/cluster/config/join")
+	if j.params.lookup("link7") == nil || j.params.lookup("link8") != nil {
+		t.Error("cluster join: want link0..link7")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestArrayParameter(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	e, vars := endpoint(t, s, "POST", "/cluster/sdn/vnets/vnet1/subnets")
+	raw := map[string][]string{
+		"subnet": {"10.0.0.0/24"}, "type": {"subnet"}, "gateway": {"10.0.0.1"},
+		"dhcp-range": {"start-address=10.0.0.100,end-address=10.0.0.150", "start-address=10.0.0.200,end-address=10.0.0.250"},
+	}
+	p, errs := validateErrs(t, e, vars, raw)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	r, ok := p.Strings("dhcp-range")
+	if !ok || len(r) != 2 || r[1] != "start-address=10.0.0.200,end-address=10.0.0.250" {
+		t.Fatalf("dhcp-range = %v %v", r, ok)
+	}
+	item, err := e.ParseProperty("dhcp-range", r[1])
+	if err != nil || !reflect.DeepEqual(item, Params{"start-address": "10.0.0.200", "end-address": "10.0.0.250"}) {
+		t.Fatalf("ParseProperty(dhcp-range) = %v, %v", item, err)
+	}
+	// Proxmox declares the range keys with type 'ip', which its type check does not know,
+	// so only their presence is checked.
+	raw["dhcp-range"] = []string{"start-address=10.0.0.100,end-address=10.0.0.150", "start-address=10.0.0.300"}
+	_, errs = validateErrs(t, e, vars, raw)
+	want := map[string]string{"dhcp-range[1]": "invalid format - format error\n" +
+		"dhcp-range[1].end-address: property is missing and it is not optional\n"}
+	if !reflect.DeepEqual(errs, want) {
+		t.Fatalf("errors %#v, want %#v", errs, want)
+	}
+}
+
+func TestParamErrorText(t *testing.T) {
+	t.Parallel()
+	err := &ParamError{Errors: map[string]string{"vmid": "invalid format - value does not look like a valid VM ID\n", "cores": "value must have a minimum value of 1"}}
+	want := "Parameter verification failed.\ncores: value must have a minimum value of 1\nvmid: invalid format - value does not look like a valid VM ID"
+	if err.Error() != want {
+		t.Fatalf("got %q, want %q", err.Error(), want)
+	}
+}
+
+// exampleParam builds a valid value for a required parameter from the format test cases.
+func exampleParam(p *prop) string {
+	switch {
+	case len(p.Enum) > 0:
+		return p.Enum[0]
+	case p.Type == "integer" && p.Minimum != nil:
+		return strconv.FormatInt(int64(*p.Minimum), 10)
+	case p.Type == "integer" || p.Type == "number" || p.Type == "boolean":
+		return "1"
+	}
+	if tc, ok := formatCases[p.Format]; ok {
+		for _, g := range tc.good {
+			if g != "" {
+				return g
+			}
+		}
+	}
+	for _, c := range []string{"x", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
+		if p.re == nil || p.re.MatchString(c) {
+			return c
+		}
+	}
+	return "x"
+}
+
+// TestEveryEndpointValidates checks every endpoint: its required parameters are reported
+// missing from an empty request, a request with just them (built from the format cases)
+// validates, and an extra parameter is refused.
+func TestEveryEndpointValidates(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	for _, e := range s.Endpoints() {
+		raw := map[string][]string{}
+		missing := map[string]string{}
+		for name, p := range e.params.Properties {
+			if p.Optional || strings.HasSuffix(name, "[n]") {
+				continue
+			}
+			raw[name] = []string{exampleParam(p)}
+			missing[name] = msgMissing
+		}
+		_, err := e.Validate(map[string][]string{})
+		var pe *ParamError
+		switch {
+		case len(missing) == 0 && err != nil:
+			t.Errorf("%s %s: empty request refused: %v", e.Method, e.Path, err)
+		case len(missing) > 0 && (!errors.As(err, &pe) || !reflect.DeepEqual(pe.Errors, missing)):
+			t.Errorf("%s %s: empty request: %v, want %v", e.Method, e.Path, err, missing)
+		}
+		if _, err := e.Validate(raw); err != nil {
+			t.Errorf("%s %s: %v refused: %v", e.Method, e.Path, raw, err)
+		}
+		raw["no-such-param"] = []string{"1"}
+		_, err = e.Validate(raw)
+		if !errors.As(err, &pe) || !reflect.DeepEqual(pe.Errors, map[string]string{"no-such-param": msgNotInSchema}) {
+			t.Errorf("%s %s: extra parameter: %v", e.Method, e.Path, err)
+		}
+	}
+}
+
+// TestLookupEveryEndpoint resolves a concrete path for every endpoint template.
+func TestLookupEveryEndpoint(t *testing.T) {
+	t.Parallel()
+	s := load(t)
+	sample := map[string]string{
+		"node": "pve1", "vmid": "100", "storage": "local", "volume": "local:iso/debian-12.iso",
+		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
+		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
+	}
+	for _, e := range s.Endpoints() {
+		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {
+			v, ok := sample[m[1:len(m)-1]]
+			if !ok {
+				t.Fatalf("no sample for %s in %s", m, e.Path)
+			}
+			return v
+		})
+		got, vars, err := s.Lookup(e.Method, path)
+		if err != nil || got != e {
+			t.Errorf("Lookup(%s %s) = %v, %v; want %s", e.Method, path, got, err, e.Path)
+			continue
+		}
+		for name, v := range vars {
+			if sample[name] != v {
+				t.Errorf("%s: var %s = %q, want %q", path, name, v, sample[name])
+			}
+		}
 	}
 }

@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 )
 
 // CheckReturn reports every place where data (the value under "data" in the response,
 // after a JSON round-trip: map[string]any, []any, float64 or json.Number, string, bool,
 // nil) disagrees with the endpoint's `returns` schema: missing non-optional fields, values
-// of the wrong JSON type, enumeration and pattern violations. Booleans may be rendered as
-// the numbers 0 and 1, as Proxmox does; a null field counts as absent. Fields the schema
-// does not list are allowed. Each report is "path: problem", with path starting at "data".
+// of the wrong JSON type, enumeration, pattern and bound violations. Proxmox does not coerce
+// its Perl scalars to the declared types, so booleans may be true/false, 0/1 or "0"/"1", and
+// integers and numbers may be JSON numbers or numeric strings (/cluster/nextid answers
+// "100"); a null field counts as absent. Fields the schema does not list are allowed. Each report is "path: problem", with path starting at "data".
 // An empty result means the response conforms.
 func (e *Endpoint) CheckReturn(data any) []string {
 	if e.returns == nil {
@@ -83,7 +85,7 @@ func checkReturn(path string, p *prop, v any, out *[]string) {
 		switch t := v.(type) {
 		case bool:
 			return
-		case float64, json.Number:
+		case float64, json.Number, string:
 			if f, ok := num(t); ok && (f == 0 || f == 1) {
 				return
 			}
@@ -93,6 +95,10 @@ func checkReturn(path string, p *prop, v any, out *[]string) {
 	case "integer":
 		f, ok := num(v)
 		if !ok || f != math.Trunc(f) {
+			bad("integer")
+			return
+		}
+		if s, isStr := v.(string); isStr && !integerRE.MatchString(s) {
 			bad("integer")
 			return
 		}
@@ -145,6 +151,13 @@ func num(v any) (float64, bool) {
 		return float64(t), true
 	case int64:
 		return float64(t), true
+	case string:
+		// Perl scalars reach the wire as strings as often as numbers (/cluster/nextid).
+		if !numberRE.MatchString(t) {
+			return 0, false
+		}
+		f, err := strconv.ParseFloat(t, 64)
+		return f, err == nil
 	}
 	return 0, false
 }

@@ -1,10 +1,3 @@
-// Package pveschema is the Proxmox VE API schema engine: it loads a trimmed copy of
-// Proxmox's own api-viewer schema (apidata.json, embedded) and uses it to resolve request
-// paths, verify parameters, evaluate permission checks and compare responses the way a
-// real Proxmox VE 9 node does. The Proxmox simulator (pkg/pvesim) validates every request
-// with it.
-//
-// Regenerate the embedded schema with `make generate` (see internal/trim).
 package pveschema
 
 import (
@@ -240,8 +233,14 @@ func (s *Schema) match(n *routeNode, segs []string, vars map[string]string) *rou
 		return nil
 	}
 	if n.varName == "volume" && n.variable.literal == nil && n.variable.variable == nil && n.variable.methods != nil {
+		if strings.ContainsAny(strings.Join(segs, ""), " \t\n\r\f\v") {
+			return nil
+		}
 		vars["volume"] = strings.Join(segs, "/")
 		return n.variable
+	}
+	if strings.ContainsAny(segs[0], " \t\n\r\f\v") {
+		return nil // Proxmox matches path variables with \S+
 	}
 	if r := s.match(n.variable, segs[1:], vars); r != nil {
 		vars[n.varName] = segs[0]

@@ -44,7 +44,9 @@ func (e *ParamError) Error() string {
 
 // Params are validated, typed parameter values: int64 for integers, float64 for numbers,
 // bool for booleans, string for strings (property strings stay strings), []string for arrays
-// of strings and []any for other arrays.
+// of strings and []any for other arrays. Like Proxmox, top-level boolean parameters accept
+// only "0" and "1" (a JSON true/false body value flattens to "1"/"0", see FlattenJSON);
+// "true", "yes" and "on" are accepted inside property strings only.
 type Params map[string]any
 
 // String returns a string parameter.
@@ -204,6 +206,10 @@ func (fs *formatSet) checkRaw(path string, p *prop, vals []string, errs map[stri
 		}
 		return anys, true
 	}
+	if len(vals) > 1 && (p.Type == "string" || p.Type == "") && strings.HasSuffix(p.Format, "-list") {
+		// Proxmox joins repeated values of a list-format string (legacy form handling).
+		vals = []string{strings.Join(vals, ",")}
+	}
 	if len(vals) != 1 {
 		if len(vals) == 0 {
 			errs[path] = msgMissing
@@ -227,7 +233,8 @@ var (
 	numberRE  = regexp.MustCompile(`^[+-]?(?:\d+\.\d+|\d+\.|\.\d+|\d+)(?:[eE][+-]?\d+)?$`)
 )
 
-// parseBool converts Proxmox's boolean spellings.
+// parseBool converts the boolean spellings Proxmox accepts inside property strings
+// (parse_boolean); top-level boolean parameters take only 0 and 1.
 func parseBool(v string) (bool, bool) {
 	switch strings.ToLower(v) {
 	case "1", "true", "yes", "on":
@@ -266,12 +273,11 @@ func (fs *formatSet) checkValue(path string, p *prop, v string, errs map[string]
 		}
 		typed = f
 	case "boolean":
-		b, ok := parseBool(v)
-		if !ok {
+		if v != "0" && v != "1" {
 			errs[path] = fmt.Sprintf("type check ('boolean') failed - got '%s'", v)
 			return nil, false
 		}
-		typed = b
+		typed = v == "1"
 	case "object", "array":
 		errs[path] = fmt.Sprintf("type check ('%s') failed", p.Type)
 		return nil, false
