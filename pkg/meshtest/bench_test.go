@@ -27,7 +27,7 @@ func BenchmarkEnrollment(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
-		a := h.NewAgent(b, c, "pve1")
+		a := h.NewAgent(b, c, "pve1", "")
 		b.StartTimer()
 		start := time.Now()
 		if err := a.Start(b.Context()); err != nil {

@@ -216,9 +216,39 @@ func TestMesh(t *testing.T) {
 			}
 		}
 
+		// Agents with a revoked or an expired enrollment key cannot join.
+		ctl := h.Orchestrator.Control()
+		revoked, err := ctl.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: true, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ctl.RevokeKey(ctx, revoked.ID); err != nil {
+			t.Fatal(err)
+		}
+		expired, err := ctl.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: true, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meshtest.WaitFor(t, 5*time.Second, "key expiry", func() bool { return time.Now().After(expired.Expiration) })
+		for name, key := range map[string]string{"revoked": revoked.Secret, "expired": expired.Secret} {
+			a := h.NewAgent(t, alpha, "pve3", key)
+			jctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := a.Start(jctx)
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), "authkey expired") {
+				t.Errorf("agent with a %s key: %v, want a refused key", name, err)
+			}
+		}
+		nodes, err := ctl.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 1+5+1 { // orchestrator, five agents, the intruder
+			t.Errorf("%d mesh nodes after refused joins, want 7", len(nodes))
+		}
+
 		// With a mesh policy that lets agents reach each other, the agent's
 		// own identity check still refuses them.
-		ctl := h.Orchestrator.Control()
 		open := `{"tagOwners":{"tag:orchestrator":[],"tag:agent":[]},"acls":[{"action":"accept","src":["tag:orchestrator","tag:agent"],"dst":["tag:agent:50051"]}]}`
 		if err := ctl.SetPolicy(ctx, open); err != nil {
 			t.Fatal(err)
