@@ -8,8 +8,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
 func TestClusterIdentity(t *testing.T) {
@@ -59,5 +62,82 @@ func TestClusterIdentity(t *testing.T) {
 	}
 	if _, err := clusterIdentity("not a pem", false); err == nil {
 		t.Fatal("garbage accepted")
+	}
+}
+
+// TestProxmoxClient checks the agent's Proxmox client against the simulator:
+// fingerprint pinning, the facts Info reports, and that the token never
+// appears in errors.
+func TestProxmoxClient(t *testing.T) {
+	t.Parallel()
+	const token = "flexplane@pve!agent=0123456789abcdef"
+	sim, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	other, err := pvesim.Start(pvesim.Config{Tokens: []string{token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := t.Context()
+
+	p, err := newPVE(sim.URL(), token, sim.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f1, err := p.facts(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := p.facts(ctx, "pve2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f1.clusterName != "lab" || f1.version == "" || f1.clusterID == "" || f1 != f2 {
+		t.Fatalf("facts pve1 %+v pve2 %+v", f1, f2)
+	}
+	po, err := newPVE(other.URL(), token, other.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo, err := po.facts(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fo.clusterName != "" || fo.clusterID == f1.clusterID {
+		t.Fatalf("standalone facts %+v, cluster %+v", fo, f1)
+	}
+
+	// Pinning: the other cluster's fingerprint does not open this one.
+	wrong, err := newPVE(sim.URL(), token, other.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = wrong.do(ctx, "GET", "/version", "", nil, "")
+	if err == nil || !strings.Contains(err.Error(), "does not match the pinned one") {
+		t.Fatalf("wrong fingerprint: %v", err)
+	}
+	// A refused token is a status, and no error quotes the token.
+	bad, err := newPVE(sim.URL(), "flexplane@pve!agent=wrong-secret", sim.Fingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := bad.do(ctx, "GET", "/version", "", nil, "")
+	if err != nil || resp.status != 401 {
+		t.Fatalf("bad token: %v %v", resp.status, err)
+	}
+	_, err = bad.facts(ctx, "pve1")
+	if err == nil || strings.Contains(err.Error(), "wrong-secret") {
+		t.Fatalf("facts with a bad token: %v", err)
+	}
+	for _, fp := range []string{"AB:CD", "zz"} {
+		if _, err := newPVE(sim.URL(), token, fp); err == nil {
+			t.Errorf("fingerprint %q accepted", fp)
+		}
+	}
+	if _, err := newPVE("http://127.0.0.1:8006", token, ""); err == nil {
+		t.Error("plain http Proxmox URL accepted")
 	}
 }

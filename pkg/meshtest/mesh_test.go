@@ -187,6 +187,12 @@ func TestMesh(t *testing.T) {
 			t.Fatalf("allowed Proxy: %v %v", ok, err)
 		}
 		record(ok)
+		// Proxmox's own errors come back as its status, not as RPC errors.
+		missing, err := client.Proxy(ctx, &agentv1.ProxyRequest{Method: "GET", Path: "/nodes/pve9/status"})
+		if err != nil || missing.GetStatusCode() < 400 {
+			t.Fatalf("Proxy of an unknown node: %v %v, want a Proxmox error status", missing, err)
+		}
+		record(missing)
 
 		// A mesh node without tag:orchestrator cannot reach an agent at all
 		// (the mesh policy drops it), and neither can another agent.
