@@ -21,6 +21,9 @@
 //     headscale starts, so they become errors of Start.
 //   - Headscale logs through zerolog's global logger; it is routed into the
 //     slog.Logger of the last started Control.
+//   - Headscale has data races of its own (its NodeStore, its Noise handler, a
+//     logging global written by every Serve), so packages whose tests run it
+//     are not run under the race detector.
 //   - The DERP relay does not verify clients against the node list: headscale
 //     implements that by registering a protocol on http.DefaultTransport,
 //     which panics the second time in one process.
