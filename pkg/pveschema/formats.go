@@ -72,7 +72,8 @@ func (fs *formatSet) known(name string) bool {
 }
 
 // FormatNames lists every named format the engine checks (verifiers and named
-// property-string formats); "-list", "-alist" and "-opt" variants of each are accepted too.
+// property-string formats); the "-list" and "-opt" variants of the simple ones are accepted
+// too.
 func (s *Schema) FormatNames() []string {
 	names := map[string]bool{}
 	for n := range s.formats.verifiers {

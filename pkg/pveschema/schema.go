@@ -56,7 +56,7 @@ type Endpoint struct {
 	Method     string // GET, POST, PUT or DELETE
 	Name       string // Proxmox handler name, e.g. "update_vm_async"
 	Protected  bool
-	AllowToken bool
+	AllowToken bool // Proxmox's default when the schema omits it is true
 	// ProxyTo names the parameter holding the node the call is proxied to ("node"), if any.
 	ProxyTo string
 	// Description is Proxmox's description of the method.
@@ -110,7 +110,7 @@ type methodInfo struct {
 	Method      string          `json:"method"`
 	Description string          `json:"description"`
 	Protected   flag            `json:"protected"`
-	AllowToken  flag            `json:"allowtoken"`
+	AllowToken  *flag           `json:"allowtoken"`
 	ProxyTo     string          `json:"proxyto"`
 	Parameters  *prop           `json:"parameters"`
 	Returns     *prop           `json:"returns"`
@@ -135,7 +135,7 @@ func parse(data []byte) (*Schema, error) {
 			}
 			e := &Endpoint{
 				Path: ep.Path, Method: method, Name: mi.Name, Description: mi.Description,
-				Protected: bool(mi.Protected), AllowToken: bool(mi.AllowToken), ProxyTo: mi.ProxyTo,
+				Protected: bool(mi.Protected), AllowToken: mi.AllowToken == nil || bool(*mi.AllowToken), ProxyTo: mi.ProxyTo,
 				params: mi.Parameters, returns: mi.Returns, formats: fs,
 			}
 			if e.params == nil {

@@ -102,7 +102,11 @@ func (e *Endpoint) Validate(raw map[string][]string) (Params, error) {
 				errs[name] = msgNotInSchema
 				continue
 			}
-			out[name] = strings.Join(vals, "\x00")
+			if len(vals) == 1 {
+				out[name] = vals[0]
+			} else {
+				out[name] = vals
+			}
 			continue
 		}
 		if v, ok := e.formats.checkRaw(name, p, vals, errs); ok {
