@@ -1,0 +1,167 @@
+// Package tenancy holds the conventions by which flexplane marks, in Proxmox
+// itself, what it owns and which VDC each thing belongs to: guest tags, the
+// pool of a VDC, the SDN zone and VNet ids of a VDC's networks, and the
+// opaque global ids the API hands out. Proxmox is the system of record, so
+// these conventions are the only place tenancy is written down: every read
+// that filters by VDC and every write that creates something for a VDC uses
+// this package, never its own string formatting.
+package tenancy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ManagedTag marks every guest flexplane created.
+const ManagedTag = "flexplane"
+
+// vdcTagPrefix starts the tag that names a guest's VDC.
+const vdcTagPrefix = "fp-vdc-"
+
+// VDCTag is the Proxmox tag that places a guest in vdc. VDC names are DNS
+// labels (pkg/catalog validates them), which are valid Proxmox tags.
+func VDCTag(vdc string) string { return vdcTagPrefix + vdc }
+
+// SplitTags splits a Proxmox tag list as Proxmox writes it (';' separated,
+// though ',' and spaces are accepted on input) into its tags.
+func SplitTags(tags string) []string {
+	return strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+}
+
+// JoinTags renders tags the way Proxmox stores them: sorted, unique, ';'.
+func JoinTags(tags []string) string {
+	t := slices.Clone(tags)
+	slices.Sort(t)
+	return strings.Join(slices.Compact(t), ";")
+}
+
+// VDCOf returns the VDC named by a guest's tags and whether the guest is one
+// flexplane manages. A guest without exactly one VDC tag belongs to no VDC.
+func VDCOf(tags []string) (vdc string, managed bool) {
+	managed = slices.Contains(tags, ManagedTag)
+	n := 0
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, vdcTagPrefix); ok && v != "" {
+			vdc = v
+			n++
+		}
+	}
+	if !managed || n != 1 {
+		return "", managed
+	}
+	return vdc, true
+}
+
+// GuestTags are the tags of a new guest of vdc, plus any extra tags.
+func GuestTags(vdc string, extra ...string) string {
+	return JoinTags(append([]string{ManagedTag, VDCTag(vdc)}, extra...))
+}
+
+// PoolID is the Proxmox pool that holds the guests of vdc.
+func PoolID(vdc string) string { return "fp-" + vdc }
+
+// sdnIDLen is the longest SDN zone or VNet id Proxmox accepts.
+const sdnIDLen = 8
+
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// sdnID derives an SDN id of at most 8 characters from parts: Proxmox limits
+// SDN zone and VNet ids to 8 characters, too short for human names, so the
+// id is a prefix letter and a hash, and the names live in the VNet alias.
+func sdnID(prefix byte, parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return string(prefix) + lowerBase32.EncodeToString(sum[:])[:sdnIDLen-1]
+}
+
+// SDNZoneID is the Proxmox SDN zone that is the layer-3 domain of vdc.
+func SDNZoneID(vdc string) string { return sdnID('f', vdc) }
+
+// VNetID is the Proxmox SDN VNet of the network named network in vdc.
+func VNetID(vdc, network string) string { return sdnID('n', vdc, network) }
+
+// aliasPrefix starts the alias of every VNet flexplane created.
+const aliasPrefix = "flexplane:"
+
+// VNetAlias is the alias written on a VNet: it records the VDC and the
+// network's name, which the VNet id (a hash) cannot carry.
+func VNetAlias(vdc, network string) string { return aliasPrefix + vdc + ":" + network }
+
+// ParseVNetAlias reverses VNetAlias; ok is false for VNets flexplane did not create.
+func ParseVNetAlias(alias string) (vdc, network string, ok bool) {
+	rest, found := strings.CutPrefix(alias, aliasPrefix)
+	if !found {
+		return "", "", false
+	}
+	vdc, network, ok = strings.Cut(rest, ":")
+	if !ok || vdc == "" || network == "" {
+		return "", "", false
+	}
+	return vdc, network, true
+}
+
+// ErrBadID is returned (wrapped) for an id that is not one the API handed out.
+var ErrBadID = errors.New("malformed id")
+
+// VMRef locates a guest: the zone (cluster identity) and its VMID.
+type VMRef struct {
+	ZoneID string
+	VMID   int
+}
+
+// ID is the opaque, global id of the VM.
+func (r VMRef) ID() string { return encodeID("vm", r.ZoneID, strconv.Itoa(r.VMID)) }
+
+// ParseVMID parses an id made by VMRef.ID.
+func ParseVMID(id string) (VMRef, error) {
+	parts, err := decodeID("vm", id, 2)
+	if err != nil {
+		return VMRef{}, err
+	}
+	vmid, err := strconv.Atoi(parts[1])
+	if err != nil || vmid < 100 || vmid > 999999999 {
+		return VMRef{}, fmt.Errorf("tenancy: parse vm id: %w", ErrBadID)
+	}
+	return VMRef{ZoneID: parts[0], VMID: vmid}, nil
+}
+
+// NetworkRef locates a network: the zone (cluster identity) and its VNet.
+type NetworkRef struct {
+	ZoneID string
+	VNet   string
+}
+
+// ID is the opaque, global id of the network.
+func (r NetworkRef) ID() string { return encodeID("net", r.ZoneID, r.VNet) }
+
+// ParseNetworkID parses an id made by NetworkRef.ID.
+func ParseNetworkID(id string) (NetworkRef, error) {
+	parts, err := decodeID("net", id, 2)
+	if err != nil {
+		return NetworkRef{}, err
+	}
+	return NetworkRef{ZoneID: parts[0], VNet: parts[1]}, nil
+}
+
+// encodeID joins kind and parts into an opaque URL-safe id.
+func encodeID(kind string, parts ...string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(kind + "/" + strings.Join(parts, "/")))
+}
+
+// decodeID reverses encodeID, checking the kind and the number of parts.
+func decodeID(kind, id string, n int) ([]string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: parse %s id: %w", kind, ErrBadID)
+	}
+	parts := strings.Split(string(raw), "/")
+	if len(parts) != n+1 || parts[0] != kind || slices.Contains(parts[1:], "") {
+		return nil, fmt.Errorf("tenancy: parse %s id: %w", kind, ErrBadID)
+	}
+	return parts[1:], nil
+}
