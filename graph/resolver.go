@@ -53,6 +53,9 @@ type Resolver struct {
 	ZoneTimeout time.Duration
 	// Keys manages agent enrollment keys; nil refuses the key fields.
 	Keys EnrollmentKeys
+	// AgentVersion is the agent version this orchestrator ships: hosts
+	// whose agent reports another show updateAvailable. Empty: never.
+	AgentVersion string
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)
