@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,23 @@ func startCluster(t testing.TB, cfg pvesim.Config) *pvesim.Cluster {
 		}
 	})
 	return c
+}
+
+// clients caches one HTTP client per cluster, so raw calls reuse TLS connections.
+var clients sync.Map // *pvesim.Cluster -> *http.Client
+
+// sharedClient is the cluster's cached HTTP client.
+func sharedClient(t testing.TB, c *pvesim.Cluster) *http.Client {
+	t.Helper()
+	if hc, ok := clients.Load(c); ok {
+		return hc.(*http.Client)
+	}
+	hc := httpClient(t, c)
+	if prev, loaded := clients.LoadOrStore(c, hc); loaded {
+		return prev.(*http.Client)
+	}
+	t.Cleanup(func() { clients.Delete(c) })
+	return hc
 }
 
 // httpClient trusts the cluster's CA, as an operator who installed pve-root-ca.pem does.
@@ -130,7 +148,7 @@ func call(t testing.TB, c *pvesim.Cluster, token, method, path string, form url.
 	if token != "" {
 		req.Header.Set("Authorization", "PVEAPIToken="+token)
 	}
-	resp, err := httpClient(t, c).Do(req)
+	resp, err := sharedClient(t, c).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -105,45 +105,45 @@ func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
 	rel, ok := strings.CutPrefix(r.URL.Path, apiPrefix)
 	if !ok || rel == "" {
-		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, r.URL.Path)})
+		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, r.URL.Path)})
 	}
 	if len(rel) > 1 {
 		rel = strings.TrimSuffix(rel, "/")
 	}
 	user, aerr := c.authenticate(r)
 	if aerr != nil {
-		return writeStatus(w, aerr.status, aerr.msg, nil)
+		return writeStatus(w, r, aerr.status, aerr.msg, nil)
 	}
 	raw, err := readParams(r)
 	if err != nil {
-		return writeError(w, errorf(http.StatusBadRequest, "%s", err.Error()))
+		return writeError(w, r, errorf(http.StatusBadRequest, "%s", err.Error()))
 	}
 	ep, vars, aerr := c.api.lookup(r.Method, rel)
 	if aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
 	}
 	if aerr := c.injectedFailure(r.Method, rel, ep.Path); aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
 	}
 	p, aerr := ep.validate(vars, raw)
 	if aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
 	}
 	// A token with full privileges stands for root@pam, which Proxmox never checks.
 	has := c.privilegeChecker(user)
 	if has != nil {
 		if aerr := ep.authorize(p, has); aerr != nil {
-			return writeError(w, aerr)
+			return writeError(w, r, aerr)
 		}
 	}
 	if node, ok := vars["node"]; ok {
 		if aerr := c.checkNodeReachable(node); aerr != nil {
-			return writeError(w, aerr)
+			return writeError(w, r, aerr)
 		}
 	}
 	rt, ok := c.routes[r.Method+" "+ep.Path]
 	if !ok {
-		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
+		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
 	}
 	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has}
 	// Handlers run under the model's lock: every request sees and leaves a consistent
@@ -156,11 +156,11 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
 		if !errors.As(err, &ae) {
 			ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
 		}
-		return writeError(w, ae)
+		return writeError(w, r, ae)
 	}
 	body, err := json.Marshal(map[string]any{"data": data})
 	if err != nil {
-		return writeError(w, errorf(http.StatusInternalServerError, "encode response: %v", err))
+		return writeError(w, r, errorf(http.StatusInternalServerError, "encode response: %v", err))
 	}
 	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 	w.Header().Set("Cache-Control", "max-age=0")
@@ -264,19 +264,22 @@ func flattenJSON(v any) []string {
 	}
 }
 
-func writeError(w http.ResponseWriter, e *apiError) int {
+func writeError(w http.ResponseWriter, r *http.Request, e *apiError) int {
 	body := map[string]any{"data": nil, "message": e.msg + "\n"}
 	if len(e.errors) > 0 {
 		body["errors"] = e.errors
 	}
 	b, _ := json.Marshal(body)
-	return writeStatus(w, e.status, e.msg, b)
+	return writeStatus(w, r, e.status, e.msg, b)
 }
 
 // writeStatus writes a response whose status line carries reason as Proxmox's pveproxy
 // does ("HTTP/1.1 500 VM is locked (clone)"); clients such as go-proxmox surface only the
 // status line. net/http cannot set a reason phrase, so the connection is taken over.
-func writeStatus(w http.ResponseWriter, status int, reason string, body []byte) int {
+func writeStatus(w http.ResponseWriter, r *http.Request, status int, reason string, body []byte) int {
+	// The connection closes after this response: read what the client sent first, or
+	// closing with unread data resets the connection before the client reads the answer.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 16<<20))
 	reason = strings.Map(func(r rune) rune {
 		if r == '\r' || r == '\n' {
 			return ' '
