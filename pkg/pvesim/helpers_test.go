@@ -30,6 +30,10 @@ func startCluster(t testing.TB, cfg pvesim.Config) *pvesim.Cluster {
 	if cfg.Tokens == nil {
 		cfg.Tokens = []string{testToken}
 	}
+	// Tests check every response against the schema; benchmarks measure the bare server.
+	if _, bench := t.(*testing.B); !bench {
+		cfg.CheckResponses = true
+	}
 	c, err := pvesim.Start(cfg)
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -37,6 +41,10 @@ func startCluster(t testing.TB, cfg pvesim.Config) *pvesim.Cluster {
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Errorf("close: %v", err)
+		}
+		// Every response of every test conforms to the schema's `returns`.
+		for _, p := range c.SchemaProblems() {
+			t.Errorf("response vs schema: %s", p)
 		}
 	})
 	return c

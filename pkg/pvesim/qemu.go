@@ -700,7 +700,7 @@ func (st *state) startGuest(g *guest, user string) *task {
 			if !ok || !netKeyR.MatchString(k) {
 				continue
 			}
-			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(br) {
+			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(g.node, br) {
 				return fmt.Errorf("bridge '%s' does not exist", br)
 			}
 		}
@@ -711,8 +711,11 @@ func (st *state) startGuest(g *guest, user string) *task {
 		}
 		return nil
 	}
-	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(*task) error {
+	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(t *task) error {
 		g.applyPending()
+		if err := st.sdn.dhcpMappings(g, t); err != nil {
+			return err
+		}
 		st.boot(g)
 		return nil
 	})
@@ -737,8 +740,9 @@ func (g *guest) checkRunning() error {
 	return nil
 }
 
-func (st *state) bridgeExists(name string) bool {
-	if name == "vmbr0" || name == "vmbr1" {
+// bridgeExists reports whether node has an applied bridge (or SDN vnet) called name.
+func (st *state) bridgeExists(node, name string) bool {
+	if e := st.nodes[node].ifaces[name]; e != nil && (e["type"] == "bridge" || e["type"] == "OVSBridge") {
 		return true
 	}
 	_, ok := st.sdn.running.vnets[name]
@@ -953,6 +957,7 @@ func hQemuDelete(cl *call, g *guest) (any, error) {
 			}
 		}
 		delete(c.st.guests, vmid)
+		c.st.sdn.releaseVM(vmid)
 		return nil
 	})
 	return t.upid, nil
@@ -1163,13 +1168,16 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	if g.running {
 		gib += float64(g.maxmem()) / float64(1<<30)
 	}
-	g.conf["lock"] = "migrate"
 	src := g.node
+	if g.running && len(localVols) > 0 && !withLocal {
+		// qemu-server's phase 1 refuses at once; the task fails without moving anything.
+		t := c.st.newTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user)
+		t.finish(fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option"))
+		return t.upid, nil
+	}
+	g.conf["lock"] = "migrate"
 	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, gib), func(t *task) error {
 		delete(g.conf, "lock")
-		if g.running && len(localVols) > 0 && !withLocal {
-			return fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option")
-		}
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}
