@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -120,6 +122,32 @@ func zoneErrors(t *testing.T, r *meshtest.GraphQLResponse) []string {
 }
 
 const vmFields = `id name status zone { name } host { name status } vcpus memoryMiB ipAddresses`
+
+// runREADMEExample runs the curl command of the README's API section with
+// env and returns its output.
+func runREADMEExample(t *testing.T, env map[string]string) []byte {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, api, ok := strings.Cut(string(readme), "## The GraphQL API")
+	_, block, ok2 := strings.Cut(api, "```sh\ncurl")
+	script, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README: no curl example in the API section")
+	}
+	cmd := exec.Command("bash", "-c", "curl"+script)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("README example: %v: %s", err, out)
+	}
+	return out
+}
 
 func TestInventory(t *testing.T) {
 	start := time.Now()
@@ -455,6 +483,28 @@ func TestInventory(t *testing.T) {
 				if r := h.GraphQL(t, c.user, "", c.q, nil); r.Code(t) != c.code {
 					t.Errorf("%s %s: %s", c.user, c.q, r.Raw)
 				}
+			}
+		})
+		t.Run("readme example", func(t *testing.T) {
+			t.Parallel()
+			out := runREADMEExample(t, map[string]string{"FLEXPLANE_URL": h.Orchestrator.URL(), "TOKEN": h.Token(t, "alice"), "VDC": "red"})
+			var resp struct {
+				Data struct {
+					Zones []struct{ Name string }
+					Vms   []struct {
+						Name        string
+						IPAddresses []string
+					}
+					Networks []struct{ Name string }
+				}
+				Errors []any
+			}
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			d := resp.Data
+			if len(resp.Errors) != 0 || len(d.Zones) != 2 || len(d.Vms) != 2 || len(d.Networks) == 0 {
+				t.Errorf("README example answered %s", out)
 			}
 		})
 		t.Run("complexity", func(t *testing.T) {
