@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/luthermonson/go-proxmox"
+
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/apierr"
@@ -134,7 +136,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		mu  sync.Mutex
 		out []*model.VM
 	)
-	r.parallel(ctx, zs, func(z zones.Zone) error {
+	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
 		rs, err := s.Resources(ctx, z, "vm")
 		if err != nil {
 			return err
