@@ -39,8 +39,8 @@ type request struct {
 
 // WithRequest returns ctx carrying the state of one operation: the
 // inventory session (each zone is read once per operation) and which zones
-// were already reported unavailable. The API handler calls it per
-// operation.
+// were already reported unavailable. The API handler calls it for every
+// query and mutation (not for subscriptions, which must read afresh).
 func WithRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
 }
