@@ -12,13 +12,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/luthermonson/go-proxmox"
-
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/apierr"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/luthermonson/go-proxmox"
 )
 
 // Uptime is the resolver for the uptime field.
