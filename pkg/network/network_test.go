@@ -2,12 +2,9 @@ package network_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -25,19 +23,8 @@ const token = "flexplane@pve!test=0123456789abcdef"
 // client for it.
 func cluster(t *testing.T) *proxmox.Client {
 	t.Helper()
-	sim, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	id, secret, _ := strings.Cut(token, "=")
-	return proxmox.NewClient(sim.URL()+"/api2/json",
-		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
-		proxmox.WithAPIToken(id, secret))
+	_, c := pvetest.Start(t, pvesim.Config{Cluster: "lab", Nodes: 2}, token)
+	return c
 }
 
 func ctx(t *testing.T) context.Context {
