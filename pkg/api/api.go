@@ -40,8 +40,8 @@ import (
 type Config struct {
 	// Verifier checks bearer tokens.
 	Verifier *auth.Verifier
-	// Resolver holds the domain dependencies (catalog, tenant, and later
-	// inventory, VMs, networks). Resolver.Catalog is also used to check
+	// Resolver holds the domain dependencies (catalog, tenant, zone
+	// registry, enrollment keys). Resolver.Catalog is also used to check
 	// the FlexPlane-VDC-ID header.
 	Resolver *graph.Resolver
 	// Logger receives internal errors and panics; nil discards.
@@ -50,7 +50,8 @@ type Config struct {
 	// fields are not counted); 0 is 12.
 	MaxDepth int
 	// MaxComplexity bounds the complexity of an operation (each field costs
-	// 1 plus its children); 0 is 1000.
+	// 1 plus its children; list fields their children times first, see
+	// graph.Complexity); 0 is 1000.
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
@@ -83,6 +84,7 @@ func New(cfg Config) (http.Handler, error) {
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
 		Directives: graph.Directives(),
+		Complexity: graph.Complexity(),
 	}))
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 10 * time.Second,
@@ -197,7 +199,8 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 
 // aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
 // header: a VDC the caller may not use, or that does not exist, fails the
-// whole operation with NOT_FOUND.
+// whole operation with NOT_FOUND. Queries and mutations get the per-operation
+// state of graph.WithRequest.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
@@ -209,6 +212,11 @@ func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.Operation
 			return h.fail(ctx, err)
 		}
 		ctx = graph.WithVDCScope(ctx, scope)
+	}
+	// Queries and mutations read each zone once; a subscription lives on
+	// and must read afresh each time.
+	if oc := graphql.GetOperationContext(ctx); oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
+		ctx = graph.WithRequest(ctx)
 	}
 	return next(ctx)
 }

@@ -10,6 +10,13 @@
 //	h.WaitOnline(t, 30*time.Second)
 //	zone := h.Zone(t, h.Clusters[0])
 //	client := h.Orchestrator.Zones().Client(zone.ID) // go-proxmox over the mesh
+//
+// WithAPI adds a development OpenID provider and the GraphQL API on the
+// orchestrator; Token mints real signed tokens and GraphQL runs requests:
+//
+//	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}))
+//	h.WaitOnline(t, 30*time.Second)
+//	r := h.GraphQL(t, "alice", "red", `{ vms { nodes { id name } } }`, nil).OK(t)
 package meshtest
 
 import (
@@ -25,11 +32,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luthermonson/go-proxmox"
+
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/zones"
 )
 
@@ -47,6 +57,7 @@ type options struct {
 	refresh  time.Duration
 	policy   string
 	agents   bool
+	api      *APISpec
 }
 
 // Option configures a Harness.
@@ -94,7 +105,8 @@ type Harness struct {
 	dataDir string
 	listen  string
 	agents  []*Agent
-	extra   int // agents added by NewAgent
+	api     *apiState // WithAPI only
+	extra   int       // agents added by NewAgent
 }
 
 // Cluster is a simulated Proxmox cluster and its agents.
@@ -145,6 +157,9 @@ func New(t testing.TB, opts ...Option) *Harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
+	if o.api != nil {
+		h.startIDP(t)
+	}
 	h.startOrchestrator(t, ctx, "127.0.0.1:0")
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -196,6 +211,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		STUNAddr:        "127.0.0.1:0",
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
+		API:             h.apiConfig(),
 		Logger:          h.logger.With("component", "orchestrator"),
 	})
 	if err != nil {
@@ -439,4 +455,12 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Proxmox returns a go-proxmox client straight to the simulated cluster
+// with its token, trusting its CA: what an operator at the cluster sees,
+// bypassing the mesh. Tests seed guests and inspect state with it.
+func (c *Cluster) Proxmox(t testing.TB) *proxmox.Client {
+	t.Helper()
+	return pvetest.Client(t, c.Sim, c.Token)
 }
