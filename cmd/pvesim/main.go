@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -27,7 +28,7 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// failFlag is one --fail "METHOD PATH STATUS COUNT" rule.
+// failRule is one --fail "METHOD PATH STATUS COUNT" rule.
 type failRule struct {
 	method, path  string
 	status, count int
@@ -51,14 +52,19 @@ func parseFail(s string) (failRule, error) {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "pvesim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run parses flags, starts the simulated cluster, prints its URL and certificate
+// fingerprint to stdout and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pvesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var (
 		tokens, offline, fails listFlag
 		cfg                    pvesim.Config
@@ -103,7 +109,7 @@ func run(args []string) error {
 		rules = append(rules, r)
 	}
 	cfg.Tokens = tokens
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	c, err := pvesim.Start(cfg)
 	if err != nil {
@@ -125,11 +131,10 @@ func run(args []string) error {
 	}
 	c.SetLatency(latency)
 
-	fmt.Printf("url: %s/api2/json\n", c.URL())
-	fmt.Printf("fingerprint: %s\n", c.Fingerprint())
+	fmt.Fprintf(stdout, "url: %s/api2/json\n", c.URL())
+	fmt.Fprintf(stdout, "fingerprint: %s\n", c.Fingerprint())
+	fmt.Fprintf(stdout, "identity: %s\n", c.Identity())
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	return c.Close()
 }

@@ -124,9 +124,12 @@ func newCertBundle(nodes []string, host string) (*certBundle, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node certificate: %w", err)
 		}
-		san := append([]string(nil), tmpl.DNSNames...)
+		var san []string
+		for _, d := range tmpl.DNSNames {
+			san = append(san, "DNS:"+d)
+		}
 		for _, ip := range tmpl.IPAddresses {
-			san = append(san, ip.String())
+			san = append(san, "IP:"+ip.String())
 		}
 		nc := &nodeCert{
 			pem:         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),

@@ -77,13 +77,13 @@ func hNextID(cl *call) (any, error) {
 	return nil, errorf(http.StatusInternalServerError, "unable to get any free VMID in range [100, 999999]")
 }
 
-func (c *Cluster) nodeEntry(n *node, now time.Time) map[string]any {
+func (c *Cluster) nodeEntry(n *node, now time.Time, loads map[string]nodeLoad) map[string]any {
 	e := map[string]any{
 		"id": "node/" + n.name, "node": n.name, "type": "node", "level": "",
 		"status": "offline",
 	}
 	if n.online {
-		m := c.st.nodeMetrics(n, now)
+		m := c.st.nodeMetrics(n, now, loads[n.name])
 		e["status"] = "online"
 		e["cpu"] = m.cpu
 		e["maxcpu"] = c.cfg.NodeCPUs
@@ -99,10 +99,11 @@ func (c *Cluster) nodeEntry(n *node, now time.Time) map[string]any {
 func hNodes(cl *call) (any, error) {
 	c := cl.c
 	now := time.Now()
+	loads := c.st.loads(now)
 	var out []map[string]any
 	for _, name := range c.nodes {
 		n := c.st.nodes[name]
-		e := c.nodeEntry(n, now)
+		e := c.nodeEntry(n, now, loads)
 		e["ssl_fingerprint"] = c.certs.nodes[name].fingerprint
 		out = append(out, e)
 	}
@@ -112,7 +113,8 @@ func hNodes(cl *call) (any, error) {
 func hNodeStatus(cl *call) (any, error) {
 	c := cl.c
 	n := c.st.nodes[cl.vars["node"]]
-	m := c.st.nodeMetrics(n, time.Now())
+	now := time.Now()
+	m := c.st.nodeMetrics(n, now, c.st.loads(now)[n.name])
 	total := c.cfg.NodeMemory
 	rootTotal := int64(100 << 30)
 	swapTotal := int64(8 << 30)
@@ -156,7 +158,7 @@ func hCertificatesInfo(cl *call) (any, error) {
 	node := cl.vars["node"]
 	nc := c.certs.nodes[node]
 	ca := map[string]any{
-		"filename": "pve-root-ca.pem",
+		"filename": "/etc/pve/pve-root-ca.pem",
 		"pem":      string(c.certs.caPEM),
 		"subject":  nc.issuer,
 		"issuer":   nc.issuer,
@@ -164,7 +166,7 @@ func hCertificatesInfo(cl *call) (any, error) {
 	return []map[string]any{
 		ca,
 		{
-			"filename":        "pve-ssl.pem",
+			"filename":        "/etc/pve/nodes/" + node + "/pve-ssl.pem",
 			"fingerprint":     nc.fingerprint,
 			"subject":         nc.subject,
 			"issuer":          nc.issuer,
@@ -183,7 +185,7 @@ func hClusterResources(cl *call) (any, error) {
 	c := cl.c
 	typ, _ := cl.p.str("type")
 	now := time.Now()
-	out := make([]map[string]any, 0, len(c.st.guests)+len(c.nodes)*4)
+	out := make([]any, 0, len(c.st.guests)+len(c.nodes)*8)
 	if typ == "" || typ == "vm" {
 		ids := make([]int, 0, len(c.st.guests))
 		for id := range c.st.guests {
@@ -191,13 +193,13 @@ func hClusterResources(cl *call) (any, error) {
 		}
 		sort.Ints(ids)
 		for _, id := range ids {
-			e := c.st.guestResource(c.st.guests[id], now)
-			out = append(out, e)
+			out = append(out, c.st.guestResource(c.st.guests[id], now))
 		}
 	}
 	if typ == "" || typ == "node" {
+		loads := c.st.loads(now)
 		for _, name := range c.nodes {
-			e := c.nodeEntry(c.st.nodes[name], now)
+			e := c.nodeEntry(c.st.nodes[name], now, loads)
 			e["cgroup-mode"] = 2
 			if !c.st.nodes[name].online {
 				e["status"] = "offline"
@@ -256,22 +258,67 @@ func hClusterResources(cl *call) (any, error) {
 	return out, nil
 }
 
+// vmResource is a guest as /cluster/resources and pool member lists show it (a struct:
+// this list is the hot path of every dashboard).
+type vmResource struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	VMID     int    `json:"vmid"`
+	Name     string `json:"name"`
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	MaxCPU   int64  `json:"maxcpu"`
+	MaxMem   int64  `json:"maxmem"`
+	MaxDisk  int64  `json:"maxdisk"`
+	Template int    `json:"template"`
+	Tags     string `json:"tags,omitempty"`
+	Lock     string `json:"lock,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	*vmMetrics
+}
+
+// vmMetrics are the runtime fields, absent while the guest's node is offline.
+type vmMetrics struct {
+	CPU       float64 `json:"cpu"`
+	Mem       int64   `json:"mem"`
+	Disk      int64   `json:"disk"`
+	NetIn     int64   `json:"netin"`
+	NetOut    int64   `json:"netout"`
+	DiskRead  int64   `json:"diskread"`
+	DiskWrite int64   `json:"diskwrite"`
+	Uptime    int64   `json:"uptime"`
+}
+
 // guestResource is a guest as /cluster/resources and pool members list it.
-func (st *state) guestResource(g *guest, now time.Time) map[string]any {
-	e := st.guestStatus(g, now)
-	e["id"] = fmt.Sprintf("qemu/%d", g.vmid)
-	e["type"] = "qemu"
-	e["node"] = g.node
-	e["maxcpu"] = e["cpus"]
-	for _, k := range []string{"cpus", "qmpstatus", "pid", "ha", "running-machine", "running-qemu", "agent"} {
-		delete(e, k)
+func (st *state) guestResource(g *guest, now time.Time) *vmResource {
+	e := &vmResource{
+		ID:      "qemu/" + strconv.Itoa(g.vmid),
+		Type:    "qemu",
+		VMID:    g.vmid,
+		Name:    g.name(),
+		Node:    g.node,
+		Status:  "stopped",
+		MaxCPU:  g.cpus(),
+		MaxMem:  g.maxmem(),
+		MaxDisk: g.maxdisk(),
+		Lock:    g.lock(),
+		Pool:    g.pool,
 	}
-	if g.pool != "" {
-		e["pool"] = g.pool
+	if g.running {
+		e.Status = "running"
 	}
-	if _, ok := e["template"]; !ok {
-		e["template"] = 0
+	if g.isTemplate() {
+		e.Template = 1
 	}
+	if t, ok := g.conf["tags"].(string); ok {
+		e.Tags = t
+	}
+	if n := st.nodes[g.node]; n != nil && !n.online {
+		e.Status = "unknown"
+		return e
+	}
+	m := g.metrics(now)
+	e.vmMetrics = &vmMetrics{CPU: m.cpu, Mem: m.mem, NetIn: m.netin, NetOut: m.netout, DiskRead: m.diskread, DiskWrite: m.diskwrite, Uptime: m.uptime}
 	return e
 }
 

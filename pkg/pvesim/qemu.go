@@ -72,6 +72,9 @@ func (st *state) guestStatus(g *guest, now time.Time) map[string]any {
 		"uptime":    m.uptime,
 		"ha":        map[string]any{"managed": 0},
 	}
+	if g.paused {
+		e["qmpstatus"] = "paused"
+	}
 	if g.running {
 		e["pid"] = g.pid
 		e["running-machine"] = runningMach
@@ -382,11 +385,18 @@ func normalizeNet(ep *apiEndpoint, key, s string) (string, error) {
 // nextDiskName returns the next free disk name for vmid on a store.
 func (st *state) nextDiskName(node, storage string, vmid int, pending []*volume) int {
 	used := map[int]bool{}
-	re := regexp.MustCompile(fmt.Sprintf(`(?:vm|base)-%d-disk-(\d+)`, vmid))
+	marker := fmt.Sprintf("-%d-disk-", vmid)
 	mark := func(volid string) {
-		for _, m := range re.FindAllStringSubmatch(volid, -1) {
-			n, _ := strconv.Atoi(m[1])
-			used[n] = true
+		// vm-100-disk-0, base-100-disk-1, base-9000-disk-0/vm-100-disk-2, ...
+		for _, part := range strings.Split(volid, "/") {
+			i := strings.Index(part, marker)
+			if i < 0 {
+				continue
+			}
+			digits := strings.TrimSuffix(part[i+len(marker):], ".qcow2")
+			if n, err := strconv.Atoi(digits); err == nil {
+				used[n] = true
+			}
 		}
 	}
 	for volid := range st.volumesOn(node, storage) {
@@ -551,7 +561,7 @@ func uuid() string {
 // startGuest starts a qmstart task for g; the caller holds mu.
 func (st *state) startGuest(g *guest, user string) *task {
 	c := st.c
-	return st.runTask(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), func(t *task) error {
+	check := func() error {
 		if err := g.checkLock(); err != nil {
 			return err
 		}
@@ -561,12 +571,9 @@ func (st *state) startGuest(g *guest, user string) *task {
 		if g.running {
 			return fmt.Errorf("VM %d already running", g.vmid)
 		}
-		for k, v := range g.conf {
-			if !strings.HasPrefix(k, "net") {
-				continue
-			}
-			s, ok := v.(string)
-			if !ok {
+		for _, k := range sortedKeys(g.conf) {
+			s, ok := g.conf[k].(string)
+			if !ok || !netKeyR.MatchString(k) {
 				continue
 			}
 			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(br) {
@@ -578,11 +585,31 @@ func (st *state) startGuest(g *guest, user string) *task {
 				return fmt.Errorf("volume '%s' does not exist", volid)
 			}
 		}
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(st.nextPID) + 17
+		return nil
+	}
+	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(*task) error {
+		st.boot(g)
 		return nil
 	})
+}
+
+// boot marks g running from now on, with a new QEMU process.
+func (st *state) boot(g *guest) {
+	g.running = true
+	g.paused = false
+	g.startedAt = time.Now()
+	g.pid = int(st.nextPID) + 17
+}
+
+// checkRunning is the precondition of shutdown and reboot: unlocked and running.
+func (g *guest) checkRunning() error {
+	if err := g.checkLock(); err != nil {
+		return err
+	}
+	if !g.running {
+		return fmt.Errorf("VM %d not running", g.vmid)
+	}
+	return nil
 }
 
 func (st *state) bridgeExists(name string) bool {
@@ -629,12 +656,13 @@ func hQemuStart(cl *call, g *guest) (any, error) {
 func hQemuStop(cl *call, g *guest) (any, error) {
 	c := cl.c
 	skiplock := cl.p.bool("skiplock")
-	t := c.st.runTask(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), func(*task) error {
-		if !skiplock {
-			if err := g.checkLock(); err != nil {
-				return err
-			}
+	check := func() error {
+		if skiplock {
+			return nil
 		}
+		return g.checkLock()
+	}
+	t := c.st.runChecked(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -643,13 +671,7 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 
 func hQemuShutdown(cl *call, g *guest) (any, error) {
 	c := cl.c
-	t := c.st.runTask(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), func(*task) error {
-		if err := g.checkLock(); err != nil {
-			return err
-		}
-		if !g.running {
-			return fmt.Errorf("VM %d not running", g.vmid)
-		}
+	t := c.st.runChecked(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -661,17 +683,9 @@ func hQemuReboot(cl *call, g *guest) (any, error) {
 	if !g.running {
 		return nil, errorf(http.StatusInternalServerError, "VM %d not running", g.vmid)
 	}
-	t := c.st.runTask(g.node, "qmreboot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown+c.cfg.Timing.Start, 0), func(*task) error {
-		if err := g.checkLock(); err != nil {
-			return err
-		}
-		if !g.running {
-			return fmt.Errorf("VM %d not running", g.vmid)
-		}
+	t := c.st.runChecked(g.node, "qmreboot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown+c.cfg.Timing.Start, 0), g.checkRunning, func(*task) error {
 		g.stop()
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(c.st.nextPID) + 17
+		c.st.boot(g)
 		return nil
 	})
 	return t.upid, nil

@@ -338,13 +338,32 @@ func subnetID(zone string, pfx netip.Prefix) string {
 	return fmt.Sprintf("%s-%s-%d", zone, pfx.Addr(), pfx.Bits())
 }
 
+// subnetJSON renders a subnet as Proxmox answers it: network and mask split out, DHCP
+// ranges parsed into {start-address, end-address} objects.
 func subnetJSON(s map[string]any) map[string]any {
 	e := sdnEntry(s)
 	if pfx, err := netip.ParsePrefix(fmt.Sprint(s["cidr"])); err == nil {
 		e["network"] = pfx.Addr().String()
 		e["mask"] = fmt.Sprint(pfx.Bits())
 	}
+	for _, obj := range []map[string]any{e, mapOf(e["pending"])} {
+		ranges, ok := obj["dhcp-range"].([]string)
+		if !ok {
+			continue
+		}
+		out := make([]map[string]any, 0, len(ranges))
+		for _, r := range ranges {
+			pr := parseProperty(r)
+			out = append(out, map[string]any{"start-address": pr.get("start-address"), "end-address": pr.get("end-address")})
+		}
+		obj["dhcp-range"] = out
+	}
 	return e
+}
+
+func mapOf(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 func hSDNSubnets(cl *call) (any, error) {

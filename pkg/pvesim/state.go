@@ -40,6 +40,7 @@ type guest struct {
 	node      string
 	conf      map[string]any // typed config values, as Proxmox keeps them
 	running   bool
+	paused    bool // suspended (qmpstatus "paused")
 	startedAt time.Time
 	pid       int
 	pool      string
@@ -56,16 +57,17 @@ type storageDef struct {
 }
 
 type volume struct {
-	volid   string
-	storage string
-	node    string // "" on shared storage
-	content string // images, iso, import, vztmpl, backup
-	format  string
-	size    int64
-	vmid    int
-	ctime   int64
-	parent  string
-	notes   string
+	volid     string
+	storage   string
+	node      string // "" on shared storage
+	content   string // images, iso, import, vztmpl, backup
+	format    string
+	size      int64
+	vmid      int
+	ctime     int64
+	parent    string
+	notes     string
+	protected bool
 }
 
 type pool struct {
@@ -270,9 +272,23 @@ func (g *guest) cpus() int64 {
 
 func (g *guest) maxmem() int64 { return g.confInt("memory", 512) << 20 }
 
-var diskKeyRE = regexp.MustCompile(`^(ide[0-3]|sata[0-5]|scsi([0-9]|[12][0-9]|30)|virtio([0-9]|1[0-5])|efidisk0|tpmstate0)$`)
+// diskBuses are the disk key prefixes with their highest index.
+var diskBuses = map[string]int{"ide": 3, "sata": 5, "scsi": 30, "virtio": 15, "efidisk": 0, "tpmstate": 0}
 
-func isDiskKey(k string) bool { return diskKeyRE.MatchString(k) }
+// isDiskKey reports whether k is a disk slot (ide0-3, sata0-5, scsi0-30, virtio0-15,
+// efidisk0, tpmstate0).
+func isDiskKey(k string) bool {
+	i := strings.IndexAny(k, "0123456789")
+	if i <= 0 {
+		return false
+	}
+	limit, ok := diskBuses[k[:i]]
+	if !ok || (len(k) > i+1 && k[i] == '0') {
+		return false
+	}
+	n, err := strconv.Atoi(k[i:])
+	return err == nil && n <= limit
+}
 
 func isCDROM(v string) bool {
 	pr := parseProperty(v)
@@ -293,17 +309,20 @@ func (g *guest) disks() []string {
 	return out
 }
 
-// maxdisk is the size of the boot disk (the first disk), as Proxmox reports it.
+// maxdisk is the size of the first disk (in key order), as Proxmox reports it.
 func (g *guest) maxdisk() int64 {
-	var total int64
-	for _, k := range g.disks() {
-		if sz, ok := parseSize(parseProperty(g.conf[k].(string)).get("size")); ok {
-			if total == 0 {
-				total = sz
-			}
+	first := ""
+	var size int64
+	for k, v := range g.conf {
+		s, ok := v.(string)
+		if !ok || !isDiskKey(k) || (first != "" && k > first) || isCDROM(s) {
+			continue
+		}
+		if sz, ok := parseSize(parseProperty(s).get("size")); ok {
+			first, size = k, sz
 		}
 	}
-	return total
+	return size
 }
 
 func (g *guest) diskBytes() int64 {
@@ -342,6 +361,7 @@ func (g *guest) stop() {
 	m := g.metricsAt(time.Since(g.startedAt))
 	g.baseNetIn, g.baseNetOut, g.baseRead, g.baseWrite = m.netin, m.netout, m.diskread, m.diskwrite
 	g.running = false
+	g.paused = false
 	g.pid = 0
 }
 

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -93,7 +92,6 @@ func hNodeStorageStatus(cl *call) (any, error) {
 		return nil, err
 	}
 	e := c.st.storageStatus(c.st.nodes[cl.vars["node"]], s)
-	delete(e, "storage")
 	delete(e, "status")
 	delete(e, "used_fraction")
 	return e, nil
@@ -119,6 +117,9 @@ func volumeJSON(v *volume) map[string]any {
 	}
 	if v.notes != "" {
 		e["notes"] = v.notes
+	}
+	if v.protected {
+		e["protected"] = 1
 	}
 	return e
 }
@@ -147,25 +148,28 @@ func hStorageContent(cl *call) (any, error) {
 	return out, nil
 }
 
-// volumeParam resolves the {volume} of a content path: a full volid or a name on the storage.
-func (cl *call) volumeParam(s *storageDef) string {
-	v := cl.vars["volume"]
-	if !strings.Contains(v, ":") {
-		v = s.id + ":" + v
+// volume resolves the {storage} and {volume} of a content path; {volume} is a full
+// volid or a name on the storage.
+func (cl *call) volume() (*storageDef, *volume, error) {
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, nil, err
 	}
-	return v
+	volid := cl.vars["volume"]
+	if !strings.Contains(volid, ":") {
+		volid = s.id + ":" + volid
+	}
+	v := cl.c.st.volumesOn(cl.vars["node"], s.id)[volid]
+	if v == nil {
+		return nil, nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	}
+	return s, v, nil
 }
 
 func hStorageVolumeGet(cl *call) (any, error) {
-	c := cl.c
-	s, err := cl.storageOn()
+	s, v, err := cl.volume()
 	if err != nil {
 		return nil, err
-	}
-	volid := cl.volumeParam(s)
-	v := c.st.volumesOn(cl.vars["node"], s.id)[volid]
-	if v == nil {
-		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
 	}
 	_, name, _ := strings.Cut(v.volid, ":")
 	path := s.path + "/" + name
@@ -174,21 +178,19 @@ func hStorageVolumeGet(cl *call) (any, error) {
 	}
 	return map[string]any{
 		"path": path, "size": v.size, "used": v.size, "format": v.format,
-		"notes": v.notes, "protected": 0,
+		"notes": v.notes, "protected": boolInt(v.protected),
 	}, nil
 }
 
 func hStorageVolumeDelete(cl *call) (any, error) {
 	c := cl.c
-	s, err := cl.storageOn()
+	_, v, err := cl.volume()
 	if err != nil {
 		return nil, err
 	}
-	volid := cl.volumeParam(s)
-	node := cl.vars["node"]
-	v := c.st.volumesOn(node, s.id)[volid]
-	if v == nil {
-		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	node, volid := cl.vars["node"], v.volid
+	if v.protected {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' is protected", volid)
 	}
 	if v.vmid != 0 {
 		if g := c.st.guests[v.vmid]; g != nil {
@@ -368,14 +370,28 @@ func hStorageConfigList(cl *call) (any, error) {
 	c := cl.c
 	out := []map[string]any{}
 	for _, s := range c.st.storages {
-		out = append(out, storageConfig(s))
+		out = append(out, c.st.storageConfig(s))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i]["storage"].(string) < out[j]["storage"].(string) })
 	return out, nil
 }
 
-func storageConfig(s *storageDef) map[string]any {
-	e := map[string]any{"storage": s.id, "type": s.typ, "content": joinContent(s.content), "digest": strconv.Itoa(len(s.id))}
+// storageCfgDigest is the SHA-1 of storage.cfg as the simulated cluster would write it.
+func (st *state) storageCfgDigest() string {
+	var b strings.Builder
+	for _, s := range st.storages {
+		fmt.Fprintf(&b, "%s: %s\n\tcontent %s\n", s.typ, s.id, joinContent(s.content))
+		if s.path != "" {
+			fmt.Fprintf(&b, "\tpath %s\n", s.path)
+		}
+		b.WriteString("\n")
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+func (st *state) storageConfig(s *storageDef) map[string]any {
+	e := map[string]any{"storage": s.id, "type": s.typ, "content": joinContent(s.content), "digest": st.storageCfgDigest()}
 	switch s.typ {
 	case "dir":
 		e["path"] = s.path
@@ -396,5 +412,5 @@ func hStorageConfigGet(cl *call) (any, error) {
 	if s == nil {
 		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
 	}
-	return storageConfig(s), nil
+	return cl.c.st.storageConfig(s), nil
 }
