@@ -565,7 +565,13 @@ func (s *Service) step(ctx context.Context, z Zone, g pveapi.Guest, cfg pveapi.C
 		}
 		return "start", err
 	}
-	// Verified: configured, sized and running. Clear the marker.
+	// Verified: configured, sized and running. Release the quota
+	// reservation first: from now on Proxmox counts the guest (its op tag
+	// is no longer covered by a reservation), so it is never counted twice
+	// nor missed. Then clear the marker.
+	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
+		return "finish", err
+	}
 	_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", map[string]any{
 		"tags": tenancy.GuestTags(in.VDC), "digest": cfg.Digest()})
 	return "finish", err

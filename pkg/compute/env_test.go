@@ -1,10 +1,10 @@
 package compute_test
 
 import (
-	"log/slog"
-	"os"
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"

@@ -9,7 +9,10 @@
 // reservation and is refused. A reservation carries the create's operation
 // id; the create's guest carries the same id as a tag (tenancy.OpTag) until
 // it is finished, and such a guest is counted through its reservation, not
-// twice. A finished or failed create releases its reservation; one left by
+// twice. A create releases its reservation just before it removes the op
+// tag from its finished guest (from then on Proxmox counts the guest, so it
+// is neither counted twice nor missed); a failed create releases it after
+// cleaning up; one left by
 // a crashed orchestrator expires (TTL) or is released by the recovery that
 // finishes the create.
 package quota
