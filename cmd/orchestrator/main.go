@@ -25,6 +25,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -32,6 +34,8 @@ import (
 
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
+                     [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
+                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID`
@@ -77,8 +81,20 @@ func serve(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
 	stun := fs.String("stun-addr", env("FLEXPLANE_STUN_ADDR", ":3478"), "STUN UDP address (env FLEXPLANE_STUN_ADDR)")
 	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
+	issuer := fs.String("oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
+	audience := fs.String("oidc-audience", env("FLEXPLANE_OIDC_AUDIENCE", ""), "client id the tokens must be issued to (env FLEXPLANE_OIDC_AUDIENCE)")
+	rolesClaim := fs.String("oidc-roles-claim", env("FLEXPLANE_OIDC_ROLES_CLAIM", auth.ZitadelRolesClaim), "claim holding the role keys (env FLEXPLANE_OIDC_ROLES_CLAIM)")
+	nameClaim := fs.String("oidc-name-claim", env("FLEXPLANE_OIDC_NAME_CLAIM", "name"), "display-name claim (env FLEXPLANE_OIDC_NAME_CLAIM)")
+	emailClaim := fs.String("oidc-email-claim", env("FLEXPLANE_OIDC_EMAIL_CLAIM", "email"), "email claim (env FLEXPLANE_OIDC_EMAIL_CLAIM)")
+	catalogDir := fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)")
+	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
+	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
+	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *issuer != "" && *audience == "" {
+		return errors.New("-oidc-audience is required with -oidc-issuer")
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -90,7 +106,15 @@ func serve(ctx context.Context, args []string) error {
 		PublicURL: *publicURL,
 		DataDir:   *dataDir,
 		STUNAddr:  *stun,
-		Logger:    logger,
+		API: orchestrator.APIConfig{
+			Issuer:      *issuer,
+			Audience:    *audience,
+			Claims:      auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogDir:  *catalogDir,
+			Tenant:      graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout: *zoneTimeout,
+		},
+		Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -1,8 +1,9 @@
 // Package orchestrator runs the flexplane orchestrator: one public HTTP
 // address that serves the embedded mesh control server (control protocol and
-// DERP relay) and, on every other path, the API handler of Config.Handler;
-// the orchestrator's own mesh node (tag:orchestrator); and the zone registry
-// that discovers agents and zones over the mesh.
+// DERP relay), the GraphQL API at /graphql (when Config.API names an OIDC
+// issuer) and, on every other path, Config.Handler; the orchestrator's own
+// mesh node (tag:orchestrator); and the zone registry that discovers agents
+// and zones over the mesh.
 package orchestrator
 
 import (
@@ -18,6 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/zones"
@@ -43,8 +48,11 @@ type Config struct {
 	// MeshName is the orchestrator's name in the mesh. Default
 	// "flexplane-orchestrator".
 	MeshName string
-	// Handler serves every path the mesh control server does not own (the
-	// GraphQL API at /graphql, the portal, ...). Nil answers 404.
+	// API configures the GraphQL API served at /graphql; its zero value
+	// serves none.
+	API APIConfig
+	// Handler serves every path the mesh control server and the API do not
+	// own (the portal, ...). Nil answers 404.
 	Handler http.Handler
 	// RefreshInterval is how often zones and host status are refreshed.
 	// Default 2s.
@@ -54,6 +62,38 @@ type Config struct {
 	// Logger receives all logs, including the control server's. Default
 	// slog.Default().
 	Logger *slog.Logger
+}
+
+// APIPath is where the GraphQL API is served.
+const APIPath = "/graphql"
+
+// APIConfig configures the GraphQL API. The zero value serves no API.
+type APIConfig struct {
+	// Issuer is the URL of the OpenID Connect issuer whose bearer tokens
+	// the API accepts; "" serves no API. Its discovery document is read at
+	// Start, which fails if the issuer cannot be reached.
+	Issuer string
+	// Audience is the client id tokens must be issued to (the portal's).
+	// Required with Issuer.
+	Audience string
+	// Claims names the role, name and email claims; the zero value reads
+	// Zitadel's tokens.
+	Claims auth.ClaimNames
+	// CatalogDir holds the catalog's manifests (VDCs, profiles, images).
+	// Default DataDir/catalog.
+	CatalogDir string
+	// Tenant is the one tenant this deployment serves.
+	Tenant graph.Tenant
+	// ZoneTimeout bounds each zone's part of a request that spans zones;
+	// a slower zone is reported ZONE_UNAVAILABLE. Default
+	// graph.DefaultZoneTimeout.
+	ZoneTimeout time.Duration
+	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
+	// defaults.
+	MaxDepth, MaxComplexity int
+	// HTTPClient fetches the issuer's discovery document and signing keys;
+	// nil is http.DefaultClient.
+	HTTPClient *http.Client
 }
 
 // Server is an orchestrator.
@@ -69,6 +109,7 @@ type Server struct {
 	control  *meshcontrol.Control // protected by mu
 	node     *meshnode.Node       // protected by mu
 	registry *zones.Registry      // protected by mu
+	catalog  catalog.Store        // nil without an API, protected by mu
 	stop     context.CancelFunc   // stops the registry, protected by mu
 	done     chan struct{}        // closed when background work ended, protected by mu
 	stopped  chan struct{}        // closed by Shutdown
@@ -94,6 +135,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.API.Issuer != "" {
+		if cfg.API.Audience == "" {
+			return nil, errors.New("orchestrator: API.Audience is required with API.Issuer")
+		}
+		if cfg.API.CatalogDir == "" {
+			cfg.API.CatalogDir = filepath.Join(cfg.DataDir, "catalog")
+		}
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{})}, nil
 }
@@ -188,6 +237,17 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
+	var store catalog.Store
+	if s.cfg.API.Issuer != "" {
+		h, st, err := s.newAPI(ctx, registry, control)
+		if err != nil {
+			return err
+		}
+		// ServeMux allows registering while it serves; until now
+		// /graphql fell through to Handler.
+		mux.Handle(APIPath, h)
+		store = st
+	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(done)
@@ -195,8 +255,41 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}()
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
+	s.catalog = store
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
 	return nil
+}
+
+// newAPI builds the GraphQL handler over the registry, the catalog
+// directory and the control server's enrollment keys.
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, error) {
+	c := s.cfg.API
+	verifier, err := auth.NewVerifier(ctx, auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	store, err := catalog.OpenDir(c.CatalogDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	h, err := api.New(api.Config{
+		Verifier: verifier,
+		Resolver: &graph.Resolver{
+			Catalog:     store,
+			Tenant:      c.Tenant,
+			Logger:      s.log.With("component", "api"),
+			Zones:       registry,
+			ZoneTimeout: c.ZoneTimeout,
+			Keys:        control.Client,
+		},
+		Logger:        s.log.With("component", "api"),
+		MaxDepth:      c.MaxDepth,
+		MaxComplexity: c.MaxComplexity,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	return h, store, nil
 }
 
 // Run starts the server and serves until ctx ends or Shutdown is called,
@@ -257,6 +350,14 @@ func (s *Server) Zones() *zones.Registry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.registry
+}
+
+// Catalog is the catalog store the API uses (after Start; nil without an
+// API).
+func (s *Server) Catalog() catalog.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.catalog
 }
 
 // Control is the embedded mesh control server: enrollment keys and nodes
