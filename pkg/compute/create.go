@@ -502,6 +502,7 @@ const maxSteps = 100
 // number of processes may run finish on one guest, one after another or at
 // once (a concurrent writer only makes the other re-read).
 func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID string) error {
+	assigned := false
 	for range maxSteps {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -528,6 +529,12 @@ func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID
 		if !isCreating(g) {
 			return nil
 		}
+		if !assigned {
+			if err := s.assign(ctx, z, vmid, in); err != nil {
+				return err
+			}
+			assigned = true
+		}
 		base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, vmid)
 		step, err := s.step(ctx, z, g, cfg, in, base)
 		if retryable(err) {
@@ -540,6 +547,20 @@ func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID
 		s.after(ctx, in.Op, step)
 	}
 	return fmt.Errorf("compute: guest %d did not converge in %d steps", vmid, maxSteps)
+}
+
+// assign records the guest on its IPAM mappings.
+func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) error {
+	for _, n := range in.NICs {
+		a, err := netip.ParseAddr(n.Address)
+		if err != nil {
+			return fmt.Errorf("compute: intent address %q: %w", n.Address, err)
+		}
+		if err := ipam.Assign(ctx, z.Client, n.SDNZone, n.VNet, a, n.MAC, vmid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // step applies the next change the guest needs and names it.

@@ -206,3 +206,15 @@ func ReleaseMACs(ctx context.Context, c *proxmox.Client, macs []string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Assign records on the mapping of addr (claimed under mac) the guest vmid
+// that uses it, so readers of the IPAM see whose address it is. It is
+// idempotent.
+func Assign(ctx context.Context, c *proxmox.Client, zone, vnet string, addr netip.Addr, mac string, vmid int) error {
+	err := c.Put(ctx, "/cluster/sdn/vnets/"+vnet+"/ips",
+		map[string]any{"zone": zone, "ip": addr.String(), "mac": mac, "vmid": vmid}, nil)
+	if err != nil {
+		return fmt.Errorf("ipam: assign %s to %d: %w", addr, vmid, err)
+	}
+	return nil
+}
