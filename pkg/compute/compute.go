@@ -362,3 +362,25 @@ func conflict(err error) error {
 	}
 	return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
 }
+
+// Zone returns the reachable zone called name (or with that ID).
+func (s *Service) Zone(ctx context.Context, name string) (Zone, bool) { return s.zoneByName(ctx, name) }
+
+// ZoneList lists the reachable zones.
+func (s *Service) ZoneList(ctx context.Context) []Zone { return s.cfg.Zones.Zones(ctx) }
+
+// StageImage starts staging img into the zone of t (see images.Stager.Stage)
+// and lets the service finish it in the background: waiting for the
+// download and making the template. It returns the state at once.
+func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
+	st, err := s.stager.Stage(ctx, t, img)
+	if err != nil || st.State == images.StateStaged {
+		return st, err
+	}
+	s.spawn(func(ctx context.Context) {
+		if _, err := s.stager.Ensure(ctx, t, img); err != nil && ctx.Err() == nil {
+			s.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", err)
+		}
+	})
+	return st, nil
+}
