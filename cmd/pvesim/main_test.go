@@ -44,19 +44,20 @@ func TestCommandLine(t *testing.T) {
 		done <- run(ctx, []string{
 			"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3",
 			"--token", "root@pam!ci=s3cret", "--token", "ops@pve!ro=other",
-			"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1",
+			"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1", "--node-listen", "pve2=127.0.0.1:0",
 		}, w, io.Discard)
 		w.Close()
 	}()
 	lines := map[string]string{}
 	sc := bufio.NewScanner(out)
-	for len(lines) < 3 && sc.Scan() {
+	for len(lines) < 6 && sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), ": ")
 		lines[k] = v
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 	base, fp := lines["url"], lines["fingerprint"]
-	if !strings.HasPrefix(base, "https://127.0.0.1:") || !strings.HasSuffix(base, "/api2/json") || len(fp) != 95 {
+	if !strings.HasPrefix(base, "https://127.0.0.1:") || !strings.HasSuffix(base, "/api2/json") || len(fp) != 95 ||
+		lines["node pve1"] != base+" fingerprint "+fp || !strings.Contains(lines["node pve2"], "/api2/json fingerprint ") {
 		t.Fatalf("printed %v", lines)
 	}
 	hc := pinnedClient(fp)
@@ -103,6 +104,8 @@ func TestCommandLineRejectsBadFlags(t *testing.T) {
 		{"--token", "a@b!c=d", "--fail", "GET /x"},
 		{"--token", "a@b!c=d", "--timing", "slow"},
 		{"--token", "a@b!c=d", "--cluster", "bad name!"},
+		{"--token", "a@b!c=d", "--node-listen", "pve7=127.0.0.1:0"},
+		{"--token", "a@b!c=d", "--node-listen", "pve2"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), io.Discard, io.Discard)

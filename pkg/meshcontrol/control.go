@@ -21,6 +21,9 @@
 //     headscale starts, so they become errors of Start.
 //   - Headscale logs through zerolog's global logger; it is routed into the
 //     slog.Logger of the last started Control.
+//   - Headscale has data races of its own (its NodeStore, its Noise handler, a
+//     logging global written by every Serve), so packages whose tests run it
+//     are not run under the race detector.
 //   - The DERP relay does not verify clients against the node list: headscale
 //     implements that by registering a protocol on http.DefaultTransport,
 //     which panics the second time in one process.
@@ -142,7 +145,18 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 		done:     make(chan error, 1),
 		conns:    make(map[net.Conn]struct{}),
 	}
-	go func() { c.done <- hs.Serve() }()
+	go func() {
+		err := hs.Serve()
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if !closed {
+			// A signal to the process (headscale handles SIGINT, SIGTERM and
+			// SIGQUIT itself) or a failure: nodes can no longer be served.
+			c.log.Error("mesh control server stopped on its own", "err", err)
+		}
+		c.done <- err
+	}()
 
 	client, err := Dial(cfg.SocketPath)
 	if err != nil {
@@ -269,6 +283,15 @@ func (c *Control) Close() error {
 func (c *Control) SocketPath() string { return c.cfg.SocketPath }
 
 func headscaleConfig(cfg Config, stun, internal string) *types.Config {
+	// When nodes reach the server by an IPv4 literal, the DERP node is
+	// announced as IPv4-only: otherwise every node's network check waits
+	// about 3s for an IPv6 STUN answer that cannot come.
+	var derpV4, derpV6 string
+	if u, err := url.Parse(cfg.ServerURL); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.Is4() {
+			derpV4, derpV6 = ip.String(), "none"
+		}
+	}
 	v4 := netip.MustParsePrefix("100.64.0.0/10")
 	v6 := netip.MustParsePrefix("fd7a:115c:a1e0::/48")
 	return &types.Config{
@@ -296,6 +319,8 @@ func headscaleConfig(cfg Config, stun, internal string) *types.Config {
 			ServerRegionName:                   "flexplane embedded DERP",
 			ServerPrivateKeyPath:               filepath.Join(cfg.DataDir, "derp_server_private.key"),
 			STUNAddr:                           stun,
+			IPv4:                               derpV4,
+			IPv6:                               derpV6,
 		},
 		TailcfgDNSConfig:     &tailcfg.DNSConfig{},
 		UnixSocket:           cfg.SocketPath,

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
@@ -58,7 +59,7 @@ func BenchmarkClusterResources(b *testing.B) {
 		b.Fatalf("create guest: %v", err)
 	}
 	cluster := (&proxmox.Cluster{}).New(cl)
-	waitFor(b, "all guests created", 30e9, func() bool {
+	waitFor(b, "all guests created", 30*time.Second, func() bool {
 		rs, err := cluster.Resources(ctx, "vm")
 		return err == nil && len(rs) == guests
 	})

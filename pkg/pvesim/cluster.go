@@ -39,10 +39,10 @@ func hClusterStatus(cl *call) (any, error) {
 			"nodes": len(c.nodes), "quorate": quorate, "version": len(c.nodes) + 1,
 		})
 	}
-	for i, name := range c.nodes {
+	for _, name := range c.nodes {
 		n := c.st.nodes[name]
 		local := 0
-		if i == 0 {
+		if name == cl.local {
 			local = 1
 		}
 		out = append(out, map[string]any{
@@ -75,109 +75,6 @@ func hNextID(cl *call) (any, error) {
 		}
 	}
 	return nil, errorf(http.StatusInternalServerError, "unable to get any free VMID in range [100, 999999]")
-}
-
-func (c *Cluster) nodeEntry(n *node, now time.Time, loads map[string]nodeLoad) map[string]any {
-	e := map[string]any{
-		"id": "node/" + n.name, "node": n.name, "type": "node", "level": "",
-		"status": "offline",
-	}
-	if n.online {
-		m := c.st.nodeMetrics(n, now, loads[n.name])
-		e["status"] = "online"
-		e["cpu"] = m.cpu
-		e["maxcpu"] = c.cfg.NodeCPUs
-		e["mem"] = m.mem
-		e["maxmem"] = c.cfg.NodeMemory
-		e["disk"] = m.rootUse
-		e["maxdisk"] = int64(100 << 30)
-		e["uptime"] = m.uptime
-	}
-	return e
-}
-
-func hNodes(cl *call) (any, error) {
-	c := cl.c
-	now := time.Now()
-	loads := c.st.loads(now)
-	var out []map[string]any
-	for _, name := range c.nodes {
-		n := c.st.nodes[name]
-		e := c.nodeEntry(n, now, loads)
-		e["ssl_fingerprint"] = c.certs.nodes[name].fingerprint
-		out = append(out, e)
-	}
-	return out, nil
-}
-
-func hNodeStatus(cl *call) (any, error) {
-	c := cl.c
-	n := c.st.nodes[cl.vars["node"]]
-	now := time.Now()
-	m := c.st.nodeMetrics(n, now, c.st.loads(now)[n.name])
-	total := c.cfg.NodeMemory
-	rootTotal := int64(100 << 30)
-	swapTotal := int64(8 << 30)
-	cpus := c.cfg.NodeCPUs
-	return map[string]any{
-		"cpu":    m.cpu,
-		"wait":   0.0004,
-		"idle":   0,
-		"uptime": m.uptime,
-		"loadavg": []string{
-			strconv.FormatFloat(m.load[0], 'f', 2, 64),
-			strconv.FormatFloat(m.load[1], 'f', 2, 64),
-			strconv.FormatFloat(m.load[2], 'f', 2, 64),
-		},
-		"kversion":   "Linux " + kernel + " #1 SMP PREEMPT_DYNAMIC PMX " + kernel + " (2025-11-04T12:00Z) x86_64",
-		"pveversion": "pve-manager/" + pveVersion + "/" + pveRepoID,
-		"cpuinfo": map[string]any{
-			"model": "AMD EPYC 7402P 24-Core Processor", "cores": cpus / 2, "cpus": cpus, "sockets": 1,
-			"mhz": "2800.000", "hvm": "1", "user_hz": 100, "flags": "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr svm",
-		},
-		"memory": map[string]any{"total": total, "used": m.mem, "free": total - m.mem, "available": total - m.mem},
-		"swap":   map[string]any{"total": swapTotal, "used": 0, "free": swapTotal},
-		"rootfs": map[string]any{"total": rootTotal, "used": m.rootUse, "free": rootTotal - m.rootUse, "avail": rootTotal - m.rootUse},
-		"ksm":    map[string]any{"shared": 0},
-		"boot-info": map[string]any{
-			"mode": "efi", "secureboot": 0,
-		},
-		"current-kernel": map[string]any{
-			"sysname": "Linux", "release": kernel, "machine": "x86_64",
-			"version": "#1 SMP PREEMPT_DYNAMIC PMX " + kernel + " (2025-11-04T12:00Z)",
-		},
-	}, nil
-}
-
-func hNodeVersion(cl *call) (any, error) {
-	return map[string]any{"release": pveRelease, "version": pveVersion, "repoid": pveRepoID}, nil
-}
-
-func hCertificatesInfo(cl *call) (any, error) {
-	c := cl.c
-	node := cl.vars["node"]
-	nc := c.certs.nodes[node]
-	ca := map[string]any{
-		"filename": "/etc/pve/pve-root-ca.pem",
-		"pem":      string(c.certs.caPEM),
-		"subject":  nc.issuer,
-		"issuer":   nc.issuer,
-	}
-	return []map[string]any{
-		ca,
-		{
-			"filename":        "/etc/pve/nodes/" + node + "/pve-ssl.pem",
-			"fingerprint":     nc.fingerprint,
-			"subject":         nc.subject,
-			"issuer":          nc.issuer,
-			"notbefore":       nc.notBefore.Unix(),
-			"notafter":        nc.notAfter.Unix(),
-			"san":             nc.san,
-			"pem":             nc.pem,
-			"public-key-type": "id-ecPublicKey",
-			"public-key-bits": nc.bits,
-		},
-	}, nil
 }
 
 // hClusterResources lists guests, nodes, storage and SDN zones, filtered by type.

@@ -1,6 +1,9 @@
 package pvesim_test
 
 import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -116,8 +119,8 @@ func TestResizeGrowsOnly(t *testing.T) {
 
 func TestLocks(t *testing.T) {
 	t.Parallel()
-	// Slow tasks keep the clone lock long enough to observe it.
-	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{Base: 300 * time.Millisecond}})
+	// A slow full clone (4 GiB at 500ms/GiB) keeps the clone lock long enough to observe it.
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{PerGiB: 500 * time.Millisecond}})
 	cl := pveClient(t, c, testTokenID, testTokenSecret)
 	ctx := testCtx(t)
 	src := newVM(t, cl, "pve1", 100)
@@ -518,5 +521,182 @@ func TestPools(t *testing.T) {
 	}
 	if _, err := cl.Pool(ctx, "b"); err == nil {
 		t.Fatal("pool b still exists")
+	}
+}
+
+func TestPendingChanges(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	vm := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "cores", Value: 1})
+	task, err := vm.Start(ctx)
+	waitOK(t, ctx, task, err)
+	// memory and cores wait for the next boot; the name applies at once.
+	if err := vm.ConfigSync(ctx,
+		proxmox.VirtualMachineOption{Name: "memory", Value: 4096},
+		proxmox.VirtualMachineOption{Name: "cores", Value: 4},
+		proxmox.VirtualMachineOption{Name: "name", Value: "renamed"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.MaxMem != 1024<<20 || vm.CPUs != 1 || vm.Name != "renamed" {
+		t.Fatalf("running guest: maxmem %d cpus %d name %q", vm.MaxMem, vm.CPUs, vm.Name)
+	}
+	if *vm.VirtualMachineConfig.Cores != 4 || vm.VirtualMachineConfig.Memory != 4096 {
+		t.Fatalf("config with pending changes: cores %d memory %d", *vm.VirtualMachineConfig.Cores, vm.VirtualMachineConfig.Memory)
+	}
+	r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/config", url.Values{"current": {"1"}})
+	if cur := r.data.(map[string]any); cur["cores"] != float64(1) || cur["memory"] != "1024" {
+		t.Fatalf("current config: %s", r.body)
+	}
+	pending, err := vm.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{}
+	for _, p := range *pending {
+		if p.Pending != nil {
+			got[p.Key] = p.Pending
+		}
+	}
+	if len(got) != 2 || got["cores"] != float64(4) || got["memory"] != "4096" {
+		t.Fatalf("pending: %v", got)
+	}
+	// Reverting drops a pending change; a reboot applies the rest.
+	if err := vm.ConfigSync(ctx, proxmox.VirtualMachineOption{Name: "revert", Value: "cores"}); err != nil {
+		t.Fatal(err)
+	}
+	task, err = vm.Reboot(ctx)
+	waitOK(t, ctx, task, err)
+	if err := vm.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if vm.MaxMem != 4096<<20 || vm.CPUs != 1 {
+		t.Fatalf("after reboot: maxmem %d cpus %d", vm.MaxMem, vm.CPUs)
+	}
+	if pending, err := vm.Pending(ctx); err != nil || len(*pending) == 0 {
+		t.Fatalf("pending after reboot: %v", err)
+	} else {
+		for _, p := range *pending {
+			if p.Pending != nil {
+				t.Fatalf("still pending after reboot: %+v", p)
+			}
+		}
+	}
+}
+
+func TestCertDirKeepsIdentity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{testToken}, CertDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, fp := first.Identity(), first.Fingerprint()
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 3, CertDir: dir})
+	if again.Identity() != id || again.Fingerprint() != fp {
+		t.Fatalf("restart changed identity %s->%s or fingerprint %s->%s", id, again.Identity(), fp, again.Fingerprint())
+	}
+	// The added node's certificate is signed by the same CA: the client trusts it.
+	if r := call(t, again, testToken, http.MethodGet, "/nodes/pve3/certificates/info", nil); r.status != http.StatusOK || !strings.Contains(string(r.body), id) {
+		t.Fatalf("pve3 certificate: %s", r.body)
+	}
+	if fresh := startCluster(t, pvesim.Config{Cluster: "lab"}); fresh.Identity() == id {
+		t.Fatal("a cluster without CertDir reused the identity")
+	}
+}
+
+func TestNodeEndpoints(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 3})
+	ctx := testCtx(t)
+	if c.NodeURL("pve1") != c.URL() || c.NodeURL("pve9") != "" || c.NodeFingerprint("pve2") == c.Fingerprint() {
+		t.Fatalf("endpoints: %s %s %s", c.URL(), c.NodeURL("pve1"), c.NodeURL("pve9"))
+	}
+	hc := httpClient(t, c)
+	get := func(node, path string) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.NodeURL(node)+"/api2/json"+path, nil)
+		req.Header.Set("Authorization", "PVEAPIToken="+testToken)
+		return hc.Do(req)
+	}
+	resp, err := get("pve2", "/cluster/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := fingerprint(resp.TLS.PeerCertificates[0].Raw); got != c.NodeFingerprint("pve2") {
+		t.Fatalf("pve2 serves %s, want its own certificate %s", got, c.NodeFingerprint("pve2"))
+	}
+	var status struct {
+		Data []struct {
+			Name  string `json:"name"`
+			Local int    `json:"local"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range status.Data {
+		if n.Name != "" && (n.Local == 1) != (n.Name == "pve2") {
+			t.Errorf("status at pve2: %s local=%d", n.Name, n.Local)
+		}
+	}
+	c.SetNodeOnline("pve2", false)
+	if resp, err := get("pve2", "/version"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("offline node answered %s", resp.Status)
+	}
+	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve2/status", nil); r.status != 595 {
+		t.Fatalf("offline node through pve1: %s", r.reason)
+	}
+	c.SetNodeOnline("pve2", true)
+	resp, err = get("pve2", "/version")
+	if err != nil {
+		t.Fatalf("node back online: %v", err)
+	}
+	resp.Body.Close()
+}
+
+func fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":")
+}
+
+func TestTimingGrowsWithDiskSize(t *testing.T) {
+	t.Parallel()
+	const perGiB = 15 * time.Millisecond
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2, Timing: pvesim.Timing{PerGiB: perGiB}})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	small := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "scsi1", Value: "local-lvm:1"}) // 4G + 1G
+	big := newVM(t, cl, "pve1", 200, proxmox.VirtualMachineOption{Name: "scsi1", Value: "local-lvm:16"})  // 4G + 16G
+	for _, tc := range []struct {
+		vm   *proxmox.VirtualMachine
+		gib  int
+		name string
+	}{{small, 5, "small"}, {big, 20, "big"}} {
+		start := time.Now()
+		_, task, err := tc.vm.Clone(ctx, &proxmox.VirtualMachineCloneOptions{NewID: int(tc.vm.VMID) + 1, Full: true})
+		waitOK(t, ctx, task, err)
+		if d, want := time.Since(start), time.Duration(tc.gib)*perGiB; d < want {
+			t.Errorf("full clone of %s (%d GiB) took %v, want at least %v", tc.name, tc.gib, d, want)
+		}
+		start = time.Now()
+		task, err = tc.vm.Migrate(ctx, &proxmox.VirtualMachineMigrateOptions{Target: "pve2"})
+		waitOK(t, ctx, task, err)
+		if d, want := time.Since(start), time.Duration(tc.gib)*perGiB; d < want {
+			t.Errorf("migration of %s (%d GiB of local disks) took %v, want at least %v", tc.name, tc.gib, d, want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
@@ -187,7 +188,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("after start: status %q pid %d maxmem %d cpus %d", vm.Status, vm.PID, vm.MaxMem, vm.CPUs)
 	}
 	netin := vm.NetIn
-	waitFor(t, "netin to grow", 10*1e9, func() bool {
+	waitFor(t, "netin to grow", 10*time.Second, func() bool {
 		if err := vm.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}

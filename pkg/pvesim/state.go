@@ -28,17 +28,21 @@ type state struct {
 }
 
 type node struct {
-	name   string
-	id     int
-	online bool
-	ip     string
-	booted time.Time
+	name       string
+	id         int
+	online     bool
+	ip         string
+	booted     time.Time
+	ifaces     map[string]map[string]any // applied network interfaces
+	pendIfaces map[string]map[string]any // interfaces.new; nil without pending changes
 }
 
 type guest struct {
 	vmid      int
 	node      string
-	conf      map[string]any // typed config values, as Proxmox keeps them
+	conf      map[string]any  // typed config values, as Proxmox keeps them
+	pending   map[string]any  // changes waiting for the next boot ([PENDING] section)
+	pendDel   map[string]bool // keys the next boot deletes
 	running   bool
 	paused    bool // suspended (qmpstatus "paused")
 	startedAt time.Time
@@ -93,12 +97,14 @@ func newState(c *Cluster) *state {
 		},
 	}
 	for i, name := range c.nodes {
+		ip := fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1)
 		st.nodes[name] = &node{
 			name:   name,
 			id:     i + 1,
 			online: true,
-			ip:     fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1),
+			ip:     ip,
 			booted: c.started.Add(-time.Duration(3600*(24+i*7)) * time.Second),
+			ifaces: defaultIfaces(ip),
 		}
 	}
 	return st
@@ -246,10 +252,9 @@ func (g *guest) confInt(key string, def int64) int64 {
 		return v
 	case string:
 		// memory is a property string "[current=]<MiB>"
-		pr := parseProperty(v)
-		s := pr.first
-		if s == "" {
-			s = pr.get("current")
+		s, _, _ := strings.Cut(v, ",")
+		if strings.Contains(s, "=") {
+			s = propValue(v, "current")
 		}
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return n
@@ -291,8 +296,8 @@ func isDiskKey(k string) bool {
 }
 
 func isCDROM(v string) bool {
-	pr := parseProperty(v)
-	return pr.get("media") == "cdrom" || pr.first == "none" || pr.first == "cdrom"
+	first, _, _ := strings.Cut(v, ",")
+	return propValue(v, "media") == "cdrom" || first == "none" || first == "cdrom"
 }
 
 // disks lists the guest's disk keys (not CD-ROMs, not cloud-init drives) in order.
@@ -318,7 +323,7 @@ func (g *guest) maxdisk() int64 {
 		if !ok || !isDiskKey(k) || (first != "" && k > first) || isCDROM(s) {
 			continue
 		}
-		if sz, ok := parseSize(parseProperty(s).get("size")); ok {
+		if sz, ok := parseSize(propValue(s, "size")); ok {
 			first, size = k, sz
 		}
 	}
@@ -388,7 +393,17 @@ func (g *guest) configText() string {
 }
 
 func (g *guest) digest() string {
-	sum := sha1.Sum([]byte(g.configText()))
+	text := g.configText()
+	if len(g.pending) > 0 || len(g.pendDel) > 0 {
+		text += "\n[PENDING]\n"
+		for _, k := range sortedKeys(g.pending) {
+			text += k + ": " + formatValue(g.pending[k]) + "\n"
+		}
+		if len(g.pendDel) > 0 {
+			text += "delete: " + strings.Join(sortedKeys(g.pendDel), ",") + "\n"
+		}
+	}
+	sum := sha1.Sum([]byte(text))
 	return hex.EncodeToString(sum[:])
 }
 

@@ -414,3 +414,58 @@ func hStorageConfigGet(cl *call) (any, error) {
 	}
 	return cl.c.st.storageConfig(s), nil
 }
+
+// hStorageVolumeUpdate sets a volume's notes or protection flag.
+func hStorageVolumeUpdate(cl *call) (any, error) {
+	_, v, err := cl.volume()
+	if err != nil {
+		return nil, err
+	}
+	if notes, ok := cl.p.str("notes"); ok {
+		v.notes = notes
+	}
+	if cl.p.has("protected") {
+		v.protected = cl.p.bool("protected")
+	}
+	return nil, nil
+}
+
+// hStorageAlloc allocates a disk image for a VM ("vm-100-disk-1" or "vm-100-disk-1.qcow2").
+func hStorageAlloc(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	if !s.hasContent("images") {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support content-type 'images'", s.id)
+	}
+	vmid, _ := cl.p.int("vmid")
+	name, _ := cl.p.str("filename")
+	sizeArg, _ := cl.p.str("size")
+	size, ok := parseSize(sizeArg)
+	if strings.IndexFunc(sizeArg, func(r rune) bool { return r < '0' || r > '9' }) < 0 {
+		size *= 1 << 10 // a plain number is KiB, as in pvesm alloc
+	}
+	if !ok || size <= 0 {
+		return nil, paramError("size", "unable to parse size '"+sizeArg+"'")
+	}
+	if !strings.HasPrefix(name, fmt.Sprintf("vm-%d-", vmid)) && !strings.HasPrefix(name, fmt.Sprintf("base-%d-", vmid)) {
+		return nil, paramError("filename", fmt.Sprintf("name '%s' does not conform to the naming rules for VM %d", name, vmid))
+	}
+	format := cl.p.strOr("format", "raw")
+	volid := s.id + ":" + name
+	if s.typ != "lvmthin" {
+		if !strings.Contains(name, ".") {
+			name += "." + cl.p.strOr("format", "qcow2")
+		}
+		format = name[strings.LastIndex(name, ".")+1:]
+		volid = fmt.Sprintf("%s:%d/%s", s.id, vmid, name)
+	}
+	node := cl.vars["node"]
+	if c.st.findVolume(node, volid) != nil {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' already exists", volid)
+	}
+	c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: "images", format: format, size: size, vmid: int(vmid)})
+	return volid, nil
+}
