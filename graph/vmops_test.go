@@ -3,6 +3,8 @@ package graph_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +109,14 @@ func TestVMsEndToEnd(t *testing.T) {
 			v.Quotas.VMs = 2
 		}
 	}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}))
+	opts := []meshtest.Option{
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}),
+	}
+	if os.Getenv("VMOPS_LOG") != "" {
+		opts = append(opts, meshtest.WithLogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	}
+	h := meshtest.New(t, opts...)
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
 
