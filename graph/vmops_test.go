@@ -146,7 +146,9 @@ func TestVMsEndToEnd(t *testing.T) {
 		t.Errorf("stageImage by a VDC member: %s", r.Raw)
 	}
 	poll(t, 30*time.Second, "tiny staged in alpha", func() bool {
-		var img struct{ Zones []struct{ Zone, State string } }
+		var img struct {
+			Zones []struct{ Zone, State string }
+		}
 		h.GraphQL(t, "admin", "", `{ image(name: "tiny") { zones { zone state reason } } }`, nil).OK(t).Into(t, "image", &img)
 		states := map[string]string{}
 		for _, z := range img.Zones {
