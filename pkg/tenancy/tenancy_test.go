@@ -49,7 +49,7 @@ func TestDerivedIDsSeparateVDCsAndNetworks(t *testing.T) {
 	if VNetID("ab", "c") == VNetID("a", "bc") {
 		t.Error("VNet ids collide across the vdc/network boundary")
 	}
-	if SDNZoneID("prod") != SDNZoneID("prod") {
+	if first, again := SDNZoneID("prod"), SDNZoneID("prod"); first != again {
 		t.Error("SDN zone id is not deterministic")
 	}
 }
