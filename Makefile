@@ -20,20 +20,29 @@ BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
-.PHONY: all build test lint bench generate generate-proto generate-graphql generate-pveschema check-generated
+NPM         ?= npm
+# Every file the portal build reads (not its outputs, packages or tests).
+PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -name .nuxt \
+                 -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
+export NUXT_TELEMETRY_DISABLED := 1
+
+.PHONY: all build test lint lint-portal bench generate generate-proto generate-graphql generate-pveschema \
+	check-generated portal portal-deps browser test-portal
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: the whole suite (plain run, then the race detector on RACE_PKGS).
-test:
+## test: the whole suite (plain run, then the race detector on RACE_PKGS),
+## including the portal's browser tests (SKIP_BROWSER=1 skips them).
+test: portal browser
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
 
-## lint: gofmt, go vet and staticcheck (pinned, run via `go run`).
-lint:
+## lint: gofmt, go vet and staticcheck (pinned, run via `go run`), and the
+## portal's type check.
+lint: lint-portal
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -78,3 +87,30 @@ check-generated: generate
 	git diff --exit-code -- $(GENERATED_PATHS)
 	@untracked=$$(git ls-files --others --exclude-standard -- $(GENERATED_PATHS)); \
 	if [ -n "$$untracked" ]; then echo "generated files not committed:"; echo "$$untracked"; exit 1; fi
+
+## portal-deps: the portal's npm packages, exactly as package-lock.json says.
+portal-deps: portal/node_modules/.package-lock.json
+
+portal/node_modules/.package-lock.json: portal/package.json portal/package-lock.json
+	cd portal && $(NPM) ci --no-audit --no-fund
+	@touch $@
+
+## portal: the static build of the portal (portal/.output/public), rebuilt
+## when its sources change; pkg/portal serves it.
+portal: portal/.output/public/index.html
+
+portal/.output/public/index.html: portal/node_modules/.package-lock.json $(PORTAL_SRC)
+	cd portal && $(NPM) run --silent build
+	@test -f $@ && touch $@
+
+## lint-portal: type-check the portal (vue-tsc).
+lint-portal: portal-deps
+	cd portal && npx --no-install nuxi typecheck
+
+## browser: Debian's chromium for the browser tests (apt-get when missing).
+browser:
+	@portal/scripts/install-browser.sh
+
+## test-portal: only the portal's browser tests, against an in-process backend.
+test-portal: portal browser
+	$(GO) test -count=1 -run '^TestBrowser$$' -v ./pkg/portal/

@@ -17,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/apierr"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/luthermonson/go-proxmox"
 )
 
 // Uptime is the resolver for the uptime field.
@@ -89,7 +90,7 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 
 // Hosts is the resolver for the hosts field.
 func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]*model.Host, error) {
-	n, err := limit(first, 100)
+	n, err := limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		mu  sync.Mutex
 		out []*model.VM
 	)
-	r.parallel(ctx, zs, func(z zones.Zone) error {
+	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
 		rs, err := s.Resources(ctx, z, "vm")
 		if err != nil {
 			return err

@@ -22,15 +22,20 @@ package meshtest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
@@ -452,4 +457,21 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Proxmox returns a go-proxmox client straight to the simulated cluster
+// with its token, trusting its CA: what an operator at the cluster sees,
+// bypassing the mesh. Tests seed guests and inspect state with it.
+func (c *Cluster) Proxmox(t testing.TB) *proxmox.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(c.Sim.CACertPEM()) {
+		t.Fatal("meshtest: the cluster's CA does not parse")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	id, secret, _ := strings.Cut(c.Token, "=")
+	return proxmox.NewClient(c.Sim.URL()+"/api2/json",
+		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
+		proxmox.WithAPIToken(id, secret))
 }

@@ -49,8 +49,8 @@ func TestDerivedIDsSeparateVDCsAndNetworks(t *testing.T) {
 	if VNetID("ab", "c") == VNetID("a", "bc") {
 		t.Error("VNet ids collide across the vdc/network boundary")
 	}
-	if first, again := SDNZoneID("prod"), SDNZoneID("prod"); first != again {
-		t.Error("SDN zone id is not deterministic")
+	if a, b := SDNZoneID("prod"), SDNZoneID(string([]byte("prod"))); a != b {
+		t.Errorf("SDN zone id is not deterministic: %q, %q", a, b)
 	}
 }
 

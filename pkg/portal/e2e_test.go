@@ -1,0 +1,222 @@
+package portal_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/devidp"
+	"github.com/flexplane/flexplane/pkg/portal"
+)
+
+const (
+	clientID = "flexplane-portal"
+	chromium = "/usr/bin/chromium"
+)
+
+// TestBrowser runs the portal's browser tests (portal/tests, playwright-core
+// driving Debian's chromium) against a real backend on loopback: the
+// development OpenID provider, the GraphQL API over a catalog directory, and
+// this package serving the built portal. `make test` builds the portal and
+// installs the browser first; SKIP_BROWSER=1 skips.
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("SKIP_BROWSER") == "1" {
+		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
+	}
+	root, err := filepath.Abs(filepath.Join("..", "..", "portal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	public := filepath.Join(root, ".output", "public")
+	for _, need := range []struct{ path, fix string }{
+		{filepath.Join(public, "index.html"), "build the portal: make portal"},
+		{filepath.Join(root, "node_modules", "playwright-core", "package.json"), "install the portal's packages: make portal"},
+		{chromium, "install the browser: portal/scripts/install-browser.sh"},
+	} {
+		if _, err := os.Stat(need.path); err != nil {
+			t.Fatalf("%s is missing: %s (or set SKIP_BROWSER=1 to skip the browser tests)", need.path, need.fix)
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not installed: %v (or set SKIP_BROWSER=1)", err)
+	}
+
+	// The portal's origin must be known before the provider starts: it is
+	// the client's redirect URI.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := "http://" + ln.Addr().String()
+
+	users := []devidp.User{
+		{Username: "admin", Password: "admin-pw", Name: "Ada Admin", Email: "admin@example.test", Roles: []string{auth.PlatformAdminRole}},
+		{Username: "alice", Password: "alice-pw", Name: "Alice Member", Email: "alice@example.test", Roles: []string{
+			auth.VDCRoleKey("prod", auth.RoleMember), auth.VDCRoleKey("dev", auth.RoleMember)}},
+		{Username: "bob", Password: "bob-pw", Name: "Bob", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}},
+	}
+	idp, err := devidp.New(devidp.Config{
+		KeyDir: t.TempDir(),
+		Users:  users,
+		Clients: []devidp.Client{{
+			ID:                     clientID,
+			RedirectURIs:           []string{origin + "/auth/callback"},
+			PostLogoutRedirectURIs: []string{origin + "/"},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { idp.Close() })
+
+	ctx := context.Background()
+	store, err := catalog.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedCatalog(t, ctx, store)
+	verifier, err := auth.NewVerifier(ctx, auth.Config{Issuer: idp.Issuer(), Audience: clientID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs io.Writer = io.Discard
+	if testing.Verbose() {
+		logs = os.Stderr
+	}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	apiHandler, err := api.New(api.Config{
+		Verifier: verifier,
+		Resolver: &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Logger:   logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	portalHandler, err := portal.New(portal.Config{Dir: public, Issuer: idp.Issuer(), ClientID: clientID, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", apiHandler)
+	mux.Handle("/", portalHandler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() { srv.Close() })
+
+	artifacts := filepath.Join(root, "test-artifacts")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("portal %s, issuer %s; screenshots in %s", origin, idp.Issuer(), artifacts)
+
+	runCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "tests/")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(),
+		"PORTAL_URL="+origin,
+		"OIDC_ISSUER="+idp.Issuer(),
+		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
+		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
+		"PORTAL_MEMBER_VDCS=prod,dev",
+		"PORTAL_ARTIFACTS="+artifacts,
+		"CHROMIUM="+chromium,
+	)
+	// node, chromium and its helpers form one process group, ended as a
+	// whole on timeout and after the run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		t.Log(sc.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("browser tests failed after %s: %v (screenshots in %s)", time.Since(start).Round(time.Millisecond), err, artifacts)
+	}
+	t.Logf("browser tests passed in %s", time.Since(start).Round(time.Millisecond))
+	for _, page := range []string{"signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu"} {
+		if st, err := os.Stat(filepath.Join(artifacts, page+".png")); err != nil || st.ModTime().Before(start) || st.Size() == 0 {
+			t.Errorf("no fresh screenshot of %s: %v", page, err)
+		}
+	}
+}
+
+// seedCatalog creates what the demo stack has: three VDCs, two images,
+// compute and storage profiles.
+func seedCatalog(t *testing.T, ctx context.Context, store *catalog.DirStore) {
+	t.Helper()
+	for _, v := range []struct {
+		name, desc string
+		vcpus      int
+	}{{"prod", "Production workloads", 64}, {"dev", "Development sandbox", 16}, {"staging", "Staging", 32}} {
+		o := &catalog.VDC{}
+		o.Name, o.Description = v.name, v.desc
+		o.Quotas = catalog.VDCQuotas{VCPUs: v.vcpus, MemoryMiB: v.vcpus * 2048, StorageGiB: 1000, VMs: 20}
+		mustCreate(t, ctx, store, o)
+	}
+	for _, i := range []struct{ name, version, desc string }{
+		{"debian-12", "20261101", "Debian 12 (bookworm) generic cloud image"},
+		{"ubuntu-24.04", "20261105", "Ubuntu 24.04 LTS server cloud image"},
+	} {
+		o := &catalog.Image{}
+		o.Name, o.Version, o.Description, o.CloudInit = i.name, i.version, i.desc, true
+		o.URL = "http://images.flexplane.test/" + i.name + ".qcow2"
+		o.Checksum = "sha256:" + strings.Repeat("ab", 32)
+		mustCreate(t, ctx, store, o)
+	}
+	for _, p := range []struct {
+		name       string
+		vcpus, mem int
+	}{{"small", 1, 2048}, {"medium", 4, 8192}, {"large", 8, 16384}} {
+		o := &catalog.ComputeProfile{}
+		o.Name, o.VCPUs, o.MemoryMiB = p.name, p.vcpus, p.mem
+		mustCreate(t, ctx, store, o)
+	}
+	for _, p := range []struct{ name, tier, pool string }{{"ssd-standard", "ssd", "local-lvm"}, {"nvme-performance", "nvme", "nvme-pool"}} {
+		o := &catalog.StorageProfile{}
+		o.Name, o.Tier = p.name, p.tier
+		o.Pools = []catalog.ZonePool{{Zone: "fra1", Pool: p.pool}, {Zone: "hel1", Pool: p.pool}}
+		mustCreate(t, ctx, store, o)
+	}
+}
+
+func mustCreate[P catalog.ObjectPtr[T], T any](t *testing.T, ctx context.Context, store catalog.Store, obj P) {
+	t.Helper()
+	if _, err := catalog.Create(ctx, store, obj); err != nil {
+		t.Fatal(err)
+	}
+}
