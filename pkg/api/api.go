@@ -40,8 +40,8 @@ import (
 type Config struct {
 	// Verifier checks bearer tokens.
 	Verifier *auth.Verifier
-	// Resolver holds the domain dependencies (catalog, tenant, and later
-	// inventory, VMs, networks). Resolver.Catalog is also used to check
+	// Resolver holds the domain dependencies (catalog, tenant, zone
+	// registry, enrollment keys). Resolver.Catalog is also used to check
 	// the FlexPlane-VDC-ID header.
 	Resolver *graph.Resolver
 	// Logger receives internal errors and panics; nil discards.

@@ -2,11 +2,7 @@ package inventory_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -22,17 +19,7 @@ import (
 func TestReads(t *testing.T) {
 	t.Parallel()
 	const token = "flexplane@pve!test=0123456789abcdef"
-	sim, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	id, secret, _ := strings.Cut(token, "=")
-	c := proxmox.NewClient(sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: tr}), proxmox.WithAPIToken(id, secret))
+	_, c := pvetest.Start(t, pvesim.Config{Cluster: "lab", Nodes: 2}, token)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
