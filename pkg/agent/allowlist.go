@@ -54,6 +54,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/status/reset", "/nodes/{node}/qemu/{vmid}/status/suspend",
 		"/nodes/{node}/qemu/{vmid}/status/resume",
 		"/nodes/{node}/storage/{storage}/content",
+		"/nodes/{node}/storage/{storage}/download-url",
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",
