@@ -209,7 +209,8 @@ func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (inventory.R
 	if !ok || s == nil {
 		return inventory.Resource{}, false
 	}
-	rs, err := s.Resources(ctx, z, "")
+	// Only the nodes: the whole list carries every guest of the zone.
+	rs, err := s.Resources(ctx, z, "node")
 	if err != nil {
 		r.zoneDown(ctx, z, err)
 		return inventory.Resource{}, false
