@@ -61,6 +61,10 @@ type QueryResult struct {
 	RatioP99 float64   `json:"ratio_p99"`
 	// FloorCall says what the floor asks each cluster.
 	FloorCall string `json:"floor_call"`
+	// Failed counts GraphQL answers with errors (not in the latencies);
+	// FirstError is the first of them.
+	Failed     int    `json:"failed"`
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // Scaling compares the largest scale with one zone.
@@ -166,10 +170,10 @@ func (r *Report) WriteJSON(path string) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
-	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\tn\t\n")
+	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\tn\tfailed\t\n")
 	for _, q := range r.Queries {
-		p("%s\t%d\t%d\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.2f×\t%.2f×\t%d\t\n",
-			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.GraphQL.Samples)
+		p("%s\t%d\t%d\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.2f×\t%.2f×\t%d\t%d\t\n",
+			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.GraphQL.Samples, q.Failed)
 	}
 	p("\n")
 	p("scaling (p50 at N zones / 1 zone)\tzones\tgraphql\tfloor\t\n")
