@@ -130,6 +130,8 @@ type Memory struct {
 // OrchestratorMemory is the orchestrator's RSS with Agents agents.
 type OrchestratorMemory struct {
 	Agents int `json:"agents"`
+	// When is the moment of the reading.
+	When string `json:"when"`
 	ProcessMemory
 }
 
@@ -197,7 +199,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)
 	}
 	for _, m := range r.Memory.Orchestrator {
-		fmt.Fprintf(w, "orchestrator RSS with %d agents: %.0f MiB (peak %.0f MiB)\n", m.Agents, m.RSS, m.HWM)
+		fmt.Fprintf(w, "orchestrator RSS with %d agents, %s: %.0f MiB (peak %.0f MiB)\n", m.Agents, m.When, m.RSS, m.HWM)
 	}
 	if a := r.Memory.Agent; a != nil {
 		fmt.Fprintf(w, "agent process RSS: %.0f MiB (peak %.0f MiB)\n", a.RSS, a.HWM)
@@ -210,7 +212,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if g.Pass {
 			verdict = "pass"
 		}
-		fmt.Fprintf(w, "goal %-40s %-22s measured %8.2f %-3s %s\n", g.Name, g.Target, g.Measured, g.Unit, verdict)
+		fmt.Fprintf(w, "goal %-60s %-22s measured %8.2f %-3s %s\n", g.Name, g.Target, g.Measured, g.Unit, verdict)
 	}
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\nnotes:\n  %s\n", strings.Join(r.Notes, "\n  "))

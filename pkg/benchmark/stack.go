@@ -65,6 +65,9 @@ type Config struct {
 	// ModuleDir is the root of the flexplane module (where cmd/ is).
 	// Required.
 	ModuleDir string
+	// BinDir holds cmd/orchestrator and cmd/agent already built (see
+	// Build); "" builds them into Dir/bin.
+	BinDir string
 	// Logger receives the stack's progress. Default: discarded.
 	Logger *slog.Logger
 }
@@ -112,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	}
 	s := &Stack{
 		cfg: cfg, log: cfg.Logger,
-		bin:     filepath.Join(cfg.Dir, "bin"),
+		bin:     cfg.BinDir,
 		dataDir: filepath.Join(cfg.Dir, "orch"),
 		tokens:  map[string]string{},
 		http: &http.Client{Transport: &http.Transport{
@@ -123,9 +126,12 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}},
 	}
 	meshnode.PrepareProcess("http://")
-	if err := s.build(ctx); err != nil {
-		s.Close()
-		return nil, err
+	if s.bin == "" {
+		s.bin = filepath.Join(cfg.Dir, "bin")
+		if err := Build(ctx, cfg.ModuleDir, s.bin); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	if err := s.startIDP(); err != nil {
 		s.Close()
@@ -144,14 +150,14 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	return s, nil
 }
 
-func (s *Stack) build(ctx context.Context) error {
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", s.bin+string(filepath.Separator), "./cmd/orchestrator", "./cmd/agent")
-	cmd.Dir = s.cfg.ModuleDir
+// Build builds cmd/orchestrator and cmd/agent of the module in moduleDir
+// into binDir.
+func Build(ctx context.Context, moduleDir, binDir string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binDir+string(filepath.Separator), "./cmd/orchestrator", "./cmd/agent")
+	cmd.Dir = moduleDir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("benchmark: build binaries: %w\n%s", err, out)
 	}
-	s.log.Info("built binaries", "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
