@@ -73,6 +73,9 @@ type Scaling struct {
 	Zones      int     `json:"zones"`
 	GraphQLP50 float64 `json:"graphql_p50_ratio"`
 	FloorP50   float64 `json:"floor_p50_ratio"`
+	// Relative is GraphQLP50/FloorP50: how much worse the API scales than
+	// asking directly on the same machine (1 = as well).
+	Relative float64 `json:"relative"`
 }
 
 // Throughput is the rate of a query with concurrent clients.
@@ -178,9 +181,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.GraphQL.Samples, q.Failed)
 	}
 	p("\n")
-	p("scaling (p50 at N zones / 1 zone)\tzones\tgraphql\tfloor\t\n")
+	p("scaling (p50 at N zones / 1 zone)\tzones\tgraphql\tfloor\tgraphql/floor\t\n")
 	for _, s := range r.Scaling {
-		p("%s\t%d\t%.2f×\t%.2f×\t\n", s.Query, s.Zones, s.GraphQLP50, s.FloorP50)
+		p("%s\t%d\t%.2f×\t%.2f×\t%.2f\t\n", s.Query, s.Zones, s.GraphQLP50, s.FloorP50, s.Relative)
 	}
 	p("\n")
 	p("throughput\tzones\tclients\treq/s\tfloor req/s\tratio\tp50\tp99\torch CPU/req\tagents+sims CPU/req\t\n")
