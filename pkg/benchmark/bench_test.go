@@ -781,7 +781,7 @@ func notes(rep *benchmark.Report, p params) []string {
 		"All processes (orchestrator, agents, simulators, clients) share the machine's CPUs; at many zones both paths are CPU-bound, so compare ratios, not absolute times.",
 		"Latency samples alternate GraphQL and floor; p99 of fewer than 100 samples is close to the maximum.",
 		"Scaling: here every zone's simulator and agents run on the same 2 CPUs as the orchestrator, so the work of N zones cannot run in parallel and the floor itself grows with N; graphql/floor isolates what the API adds.",
-		"The benchmark process's Go heap in use counts spans the tsnet/wireguard buffer pools reserved but never touched, so it can exceed its RSS.",
+		"The benchmark process's Go heap in use counts allocated spans whose pages were never written (probably large tsnet/netstack buffers), so it can exceed its RSS.",
 		"Orchestrator CPU per request: /proc/PID/stat utime+stime delta over the throughput run divided by requests answered (10 ms resolution). The agents+sims+client figure is getrusage(RUSAGE_SELF) of the benchmark process over the same run.",
 	}
 	if p.hostsLarge != p.hosts && p.scales[len(p.scales)-1] > 8 {
