@@ -282,7 +282,6 @@ func BenchmarkStack(b *testing.B) {
 	}
 	qs := queries(p)
 	results := map[string]map[int]benchmark.QueryResult{}
-	var lastThroughputPerCluster float64
 	for _, scale := range p.scales {
 		// Add and seed the new zones, then start their agents.
 		start := time.Now()
@@ -337,7 +336,15 @@ func BenchmarkStack(b *testing.B) {
 				b.Fatal(err)
 			}
 			rep.Throughput = append(rep.Throughput, t)
-			lastThroughputPerCluster = t.PerSecond
+			// The simulator's own rate for the vms floor's call on one
+			// cluster, in the same conditions.
+			sim, err := simRate(ctx, clusters[0], 2, 3*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sim.Needed = t.PerSecond
+			sim.Headroom = benchmark.Ratio(sim.PerSecond, sim.Needed)
+			rep.Simulator = append(rep.Simulator, sim)
 			log.Info("bench: throughput", "zones", scale, "req_per_s", t.PerSecond, "floor_req_per_s", t.FloorPerSec, "orch_cpu_ms_per_req", t.OrchestratorCPU)
 		}
 		mem, err := benchmark.ReadMemory(st.OrchestratorPID())
@@ -359,15 +366,6 @@ func BenchmarkStack(b *testing.B) {
 			})
 		}
 	}
-
-	// The simulator's own rate for the vms floor's call on one cluster.
-	sim, err := simRate(ctx, clusters[0], 2, 3*time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sim.Needed = lastThroughputPerCluster
-	sim.Headroom = benchmark.Ratio(sim.PerSecond, sim.Needed)
-	rep.Simulator = append(rep.Simulator, sim)
 
 	// The harness process with every agent running.
 	var ms runtime.MemStats
