@@ -12,6 +12,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/meshcontrol -e /pkg/meshtest -e /pkg/orchestrator)
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
+# Where `make bench` writes its JSON report (bench-results/ is git-ignored).
+BENCH_OUT   ?= $(CURDIR)/bench-results/latest.json
 # Code generators, pinned and installed into ./.bin by `make generate`.
 BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
@@ -26,7 +28,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build test lint lint-portal bench generate generate-proto generate-graphql generate-pveschema \
+.PHONY: all build test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema \
 	check-generated portal portal-deps browser test-portal
 
 all: build
@@ -48,8 +50,18 @@ lint: lint-portal
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## bench: every benchmark once, as ratios against baselines measured in the same run.
+## bench: the stack benchmark of pkg/benchmark (GraphQL vs asking Proxmox
+## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
+## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
+## (pkg/meshtest). Every figure is a ratio against a baseline of the same
+## run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench:
+	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 10m ./pkg/benchmark
+	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/meshtest \
+		| tee $(dir $(BENCH_OUT))grpc-latency.txt
+
+## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
+bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 $(BIN)/protoc-gen-go:

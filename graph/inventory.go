@@ -206,7 +206,8 @@ func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (inventory.R
 	if !ok || s == nil {
 		return inventory.Resource{}, false
 	}
-	rs, err := s.Resources(ctx, z, "")
+	// Only the nodes: the whole list carries every guest of the zone.
+	rs, err := s.Resources(ctx, z, "node")
 	if err != nil {
 		r.zoneDown(ctx, z, err)
 		return inventory.Resource{}, false
@@ -330,9 +331,21 @@ func mustVMRef(id string) tenancy.VMRef {
 	return ref
 }
 
-// sortVMs sorts VMs into page order.
+// sortVMs sorts VMs into page order, parsing each id once (not once per
+// comparison).
 func sortVMs(vms []*model.VM) {
-	slices.SortFunc(vms, func(a, b *model.VM) int { return vmOrder(mustVMRef(a.ID), mustVMRef(b.ID)) })
+	type keyed struct {
+		ref tenancy.VMRef
+		vm  *model.VM
+	}
+	ks := make([]keyed, len(vms))
+	for i, vm := range vms {
+		ks[i] = keyed{mustVMRef(vm.ID), vm}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return vmOrder(a.ref, b.ref) })
+	for i, k := range ks {
+		vms[i] = k.vm
+	}
 }
 
 // zoneHostsCost is what Zone.hosts counts as in query complexity.

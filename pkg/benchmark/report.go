@@ -1,0 +1,224 @@
+package benchmark
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the machine-readable result of one run. Every figure that
+// compares flexplane with something is a ratio against a baseline measured
+// in the same run.
+type Report struct {
+	Started  string  `json:"started"`
+	Duration float64 `json:"duration_s"`
+	Machine  Machine `json:"machine"`
+	Setup    Setup   `json:"setup"`
+	// Queries compare a GraphQL query with the direct floor at each scale.
+	Queries []QueryResult `json:"queries"`
+	// Scaling is latency at the largest scale over latency at one zone.
+	Scaling    []Scaling    `json:"scaling"`
+	Throughput []Throughput `json:"throughput"`
+	Simulator  []SimRate    `json:"simulator"`
+	Enrollment *Enrollment  `json:"enrollment,omitempty"`
+	Memory     Memory       `json:"memory"`
+	Goals      []Goal       `json:"goals"`
+	// Notes says what was scaled down or left out, and why.
+	Notes []string `json:"notes"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs       int    `json:"cpus"`
+	GoVersion  string `json:"go"`
+	LoadAvg    string `json:"loadavg_at_start"`
+	LoadAvgEnd string `json:"loadavg_at_end"`
+}
+
+// Setup is what was run.
+type Setup struct {
+	Scales       []int  `json:"zone_scales"`
+	HostsPerZone []int  `json:"hosts_per_zone"`
+	VMsPerZone   int    `json:"vms_per_zone"`
+	VDCVMsPerZ   int    `json:"vdc_vms_per_zone"`
+	Orchestrator string `json:"orchestrator"`
+	Agents       string `json:"agents"`
+}
+
+// QueryResult is one query at one scale against its floor.
+type QueryResult struct {
+	Query string `json:"query"`
+	Zones int    `json:"zones"`
+	Hosts int    `json:"hosts"`
+	// GraphQL is the query through the whole path; Floor the direct calls.
+	GraphQL  Latencies `json:"graphql"`
+	Floor    Latencies `json:"floor"`
+	RatioP50 float64   `json:"ratio_p50"`
+	RatioP99 float64   `json:"ratio_p99"`
+	// FloorCall says what the floor asks each cluster.
+	FloorCall string `json:"floor_call"`
+	// Failed counts GraphQL answers with errors (not in the latencies);
+	// FirstError is the first of them.
+	Failed     int    `json:"failed"`
+	FirstError string `json:"first_error,omitempty"`
+}
+
+// Scaling compares the largest scale with one zone.
+type Scaling struct {
+	Query      string  `json:"query"`
+	Zones      int     `json:"zones"`
+	GraphQLP50 float64 `json:"graphql_p50_ratio"`
+	FloorP50   float64 `json:"floor_p50_ratio"`
+	// Relative is GraphQLP50/FloorP50: how much worse the API scales than
+	// asking directly on the same machine (1 = as well).
+	Relative float64 `json:"relative"`
+}
+
+// Throughput is the rate of a query with concurrent clients.
+type Throughput struct {
+	Query   string `json:"query"`
+	Zones   int    `json:"zones"`
+	Clients int    `json:"clients"`
+	// Requests answered in Seconds, and the rate.
+	Requests    int     `json:"requests"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"req_per_s"`
+	FloorPerSec float64 `json:"floor_req_per_s"`
+	Ratio       float64 `json:"ratio_to_floor"`
+	// OrchestratorCPU is the orchestrator process's user+system CPU time
+	// (/proc/PID/stat delta over the run) per request, in ms.
+	OrchestratorCPU float64 `json:"orchestrator_cpu_ms_per_req"`
+	// RestCPU is the benchmark process's CPU time (getrusage delta: the
+	// agents, the simulators and the client) per request, in ms.
+	RestCPU float64 `json:"agents_sims_client_cpu_ms_per_req"`
+	P50     float64 `json:"p50_ms"`
+	P99     float64 `json:"p99_ms"`
+}
+
+// SimRate is the simulator's own rate for the floor's call.
+type SimRate struct {
+	Call      string  `json:"call"`
+	Clients   int     `json:"clients"`
+	PerSecond float64 `json:"req_per_s"`
+	P50       float64 `json:"p50_ms"`
+	// Needed is the rate the busiest measured GraphQL run asked of one
+	// cluster; Headroom is PerSecond/Needed.
+	Needed   float64 `json:"needed_req_per_s"`
+	Headroom float64 `json:"headroom"`
+}
+
+// Enrollment is agent process start to host ONLINE in the API, and agent
+// killed (SIGKILL) to host OFFLINE in the API.
+type Enrollment struct {
+	Rounds  int       `json:"rounds"`
+	Online  Latencies `json:"online"`
+	Offline Latencies `json:"offline"`
+}
+
+// Memory is resident memory of the processes.
+type Memory struct {
+	// Orchestrator RSS by number of agents enrolled.
+	Orchestrator []OrchestratorMemory `json:"orchestrator"`
+	// Agent is one agent process's RSS (cmd/agent, enrolled and serving).
+	Agent *ProcessMemory `json:"agent,omitempty"`
+	// Harness is the benchmark process (in-process agents and simulators
+	// sharing one heap): RSS and Go heap in use, with the agents running.
+	Harness HarnessMemory `json:"harness"`
+}
+
+// OrchestratorMemory is the orchestrator's RSS with Agents agents.
+type OrchestratorMemory struct {
+	Agents int `json:"agents"`
+	// When is the moment of the reading.
+	When string `json:"when"`
+	ProcessMemory
+}
+
+// HarnessMemory is the benchmark process's memory.
+type HarnessMemory struct {
+	Agents     int     `json:"agents"`
+	Clusters   int     `json:"clusters"`
+	RSS        float64 `json:"rss_mib"`
+	HeapInUse  float64 `json:"go_heap_inuse_mib"`
+	Goroutines int     `json:"goroutines"`
+}
+
+// Goal is one target of issue 7 and how the run did.
+type Goal struct {
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Measured float64 `json:"measured"`
+	Unit     string  `json:"unit"`
+	Pass     bool    `json:"pass"`
+}
+
+// WriteJSON writes r to path, creating its directory.
+func (r *Report) WriteJSON(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("benchmark: write report: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("benchmark: write report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("benchmark: write report: %w", err)
+	}
+	return nil
+}
+
+// WriteTable prints the short table.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
+	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\tn\tfailed\t\n")
+	for _, q := range r.Queries {
+		p("%s\t%d\t%d\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.2f×\t%.2f×\t%d\t%d\t\n",
+			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.GraphQL.Samples, q.Failed)
+	}
+	p("\n")
+	p("scaling (p50 at N zones / 1 zone)\tzones\tgraphql\tfloor\tgraphql/floor\t\n")
+	for _, s := range r.Scaling {
+		p("%s\t%d\t%.2f×\t%.2f×\t%.2f\t\n", s.Query, s.Zones, s.GraphQLP50, s.FloorP50, s.Relative)
+	}
+	p("\n")
+	p("throughput\tzones\tclients\treq/s\tfloor req/s\tratio\tp50\tp99\torch CPU/req\tagents+sims CPU/req\t\n")
+	for _, t := range r.Throughput {
+		p("%s\t%d\t%d\t%.1f\t%.1f\t%.2f×\t%.1fms\t%.1fms\t%.2fms\t%.2fms\t\n",
+			t.Query, t.Zones, t.Clients, t.PerSecond, t.FloorPerSec, t.Ratio, t.P50, t.P99, t.OrchestratorCPU, t.RestCPU)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, s := range r.Simulator {
+		fmt.Fprintf(w, "simulator %s, %d clients: %.0f req/s, p50 %.1fms; the busiest run needed %.1f req/s per cluster (headroom %.0f×)\n", s.Call, s.Clients, s.PerSecond, s.P50, s.Needed, s.Headroom)
+	}
+	if e := r.Enrollment; e != nil {
+		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)
+	}
+	for _, m := range r.Memory.Orchestrator {
+		fmt.Fprintf(w, "orchestrator RSS with %d agents, %s: %.0f MiB (peak %.0f MiB)\n", m.Agents, m.When, m.RSS, m.HWM)
+	}
+	if a := r.Memory.Agent; a != nil {
+		fmt.Fprintf(w, "agent process RSS: %.0f MiB (peak %.0f MiB)\n", a.RSS, a.HWM)
+	}
+	h := r.Memory.Harness
+	fmt.Fprintf(w, "benchmark process (%d in-process agents, %d simulated clusters): RSS %.0f MiB, Go heap in use %.0f MiB, %d goroutines\n", h.Agents, h.Clusters, h.RSS, h.HeapInUse, h.Goroutines)
+	fmt.Fprintln(w)
+	for _, g := range r.Goals {
+		verdict := "MISS"
+		if g.Pass {
+			verdict = "pass"
+		}
+		fmt.Fprintf(w, "goal %-60s %-22s measured %8.2f %-3s %s\n", g.Name, g.Target, g.Measured, g.Unit, verdict)
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(w, "\nnotes:\n  %s\n", strings.Join(r.Notes, "\n  "))
+	}
+	return nil
+}
