@@ -37,7 +37,8 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with 1, real agents over the mesh, the development provider), serving
 // the built portal on the API's own origin. tests/mesh.test.mjs signs in
 // through the provider's login form, creates a VM through the wizard and
-// stops it, checks another VDC's member cannot see it and that the admin
+// stops it, sees its network in use and its VDC's quota refuse a second
+// VM, checks another VDC's member cannot see it and that the admin
 // sees every zone and host; then beta's agents stop and
 // tests/zone-down.test.mjs finds beta unavailable and the rest working.
 func TestBrowserMesh(t *testing.T) {
@@ -54,6 +55,7 @@ func TestBrowserMesh(t *testing.T) {
 	green := vdcs[0].DeepCopyObject().(*catalog.VDC)
 	green.Name, green.Description = "green", "green VDC"
 	vdcs = append(vdcs, green)
+	vdcs[0].Quotas.VMs = 1 // red: a second VM is refused
 	var logs slog.Handler = slog.DiscardHandler
 	if os.Getenv("PORTAL_MESH_LOG") != "" {
 		logs = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
@@ -61,7 +63,8 @@ func TestBrowserMesh(t *testing.T) {
 	web := &lateHandler{}
 	h := meshtest.New(t,
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs}),
+		// The harness's agents report "meshtest": every host has an update.
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, AgentVersion: "meshtest-next"}),
 		meshtest.WithHandler(web),
 		meshtest.WithLogHandler(logs),
 	)
@@ -92,13 +95,15 @@ func TestBrowserMesh(t *testing.T) {
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
 		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
 		"PORTAL_MEMBER_VDCS=red,green",
+		"PORTAL_MEMBER_VM_QUOTA=1",
+		"PORTAL_AGENT_UPDATE=1",
 		"PORTAL_OTHER_USER=bob", "PORTAL_OTHER_PASSWORD=bob-pw",
 		"PORTAL_ZONES=alpha,beta",
 		"PORTAL_HOSTS=" + strconv.Itoa(3),
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}
 	start := runBrowserTests(t, root, env, "tests/mesh.test.mjs")
-	checkScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "zones", "hosts")
+	checkScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
 
 	// beta goes down: its agents stop.
 	for _, a := range h.Clusters[1].Agents {

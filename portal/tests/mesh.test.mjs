@@ -6,11 +6,15 @@
 //   PORTAL_OTHER_USER / _PASSWORD      a member of a VDC the member is not in
 //   PORTAL_ZONES                       every zone, comma separated; the VM goes into the first
 //   PORTAL_HOSTS                       how many hosts the zones have in all
+//   PORTAL_AGENT_UPDATE                optional: 1 when every host's agent has an update
+//   PORTAL_MEMBER_VM_QUOTA             optional: 1 when the member's first VDC allows one VM
+//                                      only (a second create is then refused, readably)
 //
 // The flow: the member signs in, switches VDC, creates a network when the
 // zone has none, creates a VM through the wizard and watches it reach
 // RUNNING, stops it; the other member cannot see it; the admin sees every
-// zone and host online.
+// zone and host online. Refusals (bad input, a network in use, the quota)
+// read as such.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { admin, base, env, member, memberVDCs, nav, run, session, shot, signIn } from './lib.mjs'
@@ -112,6 +116,25 @@ describe('portal with zones and VMs', () => {
     await page.getByLabel('Search by name').fill(run)
     await row.waitFor()
     await shot(page, 'vms')
+
+    // The VM's network cannot be deleted while it is in use.
+    await go(page, 'Networks', 'Networks')
+    await page.locator(`tbody tr[data-zone="${zone}"] button`).first().click()
+    await confirm.getByRole('button', { name: 'Delete', exact: true }).click()
+    await confirm.getByRole('alert').getByText(/^Conflict: /).waitFor()
+    await shot(page, 'network-in-use')
+    await confirm.getByRole('button', { name: 'Cancel' }).click()
+    await page.locator(`tbody tr[data-zone="${zone}"]`).first().waitFor()
+
+    if (process.env.PORTAL_MEMBER_VM_QUOTA === '1') {
+      await go(page, 'VMs', 'VMs')
+      await page.getByRole('link', { name: 'New VM' }).click()
+      await page.getByLabel('Zone', { exact: true }).selectOption(zone)
+      await page.getByLabel('Name', { exact: true }).fill(`${vmName}-2`)
+      await page.getByRole('button', { name: 'Create VM' }).click()
+      await page.getByRole('alert').getByText('Quota exceeded:').waitFor()
+      await shot(page, 'vm-quota-exceeded')
+    }
   })
 
   test("another VDC's member does not see the VM", async (t) => {
@@ -142,6 +165,9 @@ describe('portal with zones and VMs', () => {
     await page.locator('tbody tr').first().waitFor()
     assert.equal(await page.locator('tbody tr').count(), hostCount)
     assert.equal(await page.locator('tbody td[data-label="Status"] .status.online').count(), hostCount)
+    if (process.env.PORTAL_AGENT_UPDATE === '1') {
+      assert.equal(await page.locator('tbody td[data-label="Agent"]').getByText('update available').count(), hostCount)
+    }
     await shot(page, 'hosts')
   })
 })
