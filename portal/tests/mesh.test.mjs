@@ -82,6 +82,7 @@ describe('portal with zones and VMs', () => {
     await shot(page, 'vm-wizard-progress')
     await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: vmTimeout })
     assert.equal(await page.getByTestId('operation-state').innerText(), 'SUCCEEDED')
+    await page.getByText('(followed by subscription)').waitFor()
     console.log(`VM ${vmName} RUNNING ${Date.now() - started} ms after Create VM`)
     const creates = graphql.filter((r) => r.body.includes('createVM'))
     assert.equal(creates.length, 2, 'one refused and one accepted createVM')
@@ -96,13 +97,25 @@ describe('portal with zones and VMs', () => {
     await page.getByText('Live metrics').waitFor()
     assert.match(await page.locator('.props').innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
     await shot(page, 'vm-detail')
-    await page.getByRole('button', { name: 'Stop', exact: true }).click()
     const confirm = page.getByRole('dialog')
+
+    // Without a websocket the progress of an action is polled.
+    let blockWebSockets = true
+    await page.routeWebSocket(/\/graphql$/, (ws) => (blockWebSockets ? ws.close() : ws.connectToServer()))
+    await page.getByRole('button', { name: 'Reboot', exact: true }).click()
+    await confirm.getByRole('button', { name: 'Reboot', exact: true }).click()
+    await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('reboot', { exact: true }).waitFor({ timeout: vmTimeout })
+    await page.getByText('(followed by polling)').waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+    blockWebSockets = false
+
+    await page.getByRole('button', { name: 'Stop', exact: true }).click()
     await confirm.getByText('unsaved data in the guest is lost').waitFor()
     await confirm.getByRole('button', { name: 'Stop', exact: true }).click()
     await page.getByTestId('vm-status').getByText('STOPPED').waitFor({ timeout: vmTimeout })
     await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('stop', { exact: true }).waitFor()
     await page.getByRole('button', { name: 'Start', exact: true }).waitFor()
+    await page.getByText('(followed by subscription)').waitFor()
     await shot(page, 'vm-stopped')
 
     // The list, with its filters.
