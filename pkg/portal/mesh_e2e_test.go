@@ -38,9 +38,9 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the built portal on the API's own origin. tests/mesh.test.mjs signs in
 // through the provider's login form, creates a VM through the wizard and
 // stops it, sees its network in use and its VDC's quota refuse a second
-// VM, checks another VDC's member cannot see it and that the admin
-// sees every zone and host; then beta's agents stop and
-// tests/zone-down.test.mjs finds beta unavailable and the rest working.
+// VM, checks another VDC's member cannot see it, a viewer cannot change
+// it, and that the admin sees every zone and host; then beta's agents stop
+// and tests/zone-down.test.mjs finds beta unavailable and the rest working.
 func TestBrowserMesh(t *testing.T) {
 	t.Parallel()
 	if raceEnabled {
@@ -55,6 +55,7 @@ func TestBrowserMesh(t *testing.T) {
 		{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
 		{Username: "alice", Name: "Alice", Roles: []string{auth.VDCRoleKey("red", auth.RoleMember), auth.VDCRoleKey("green", auth.RoleMember)}},
 		{Username: "bob", Name: "Bob", Roles: []string{auth.VDCRoleKey("blue", auth.RoleMember)}},
+		{Username: "vera", Name: "Vera", Roles: []string{auth.VDCRoleKey("red", auth.RoleViewer)}},
 	}
 	vdcs := meshtest.DefaultVDCs() // red and blue
 	green := vdcs[0].DeepCopyObject().(*catalog.VDC)
@@ -103,6 +104,7 @@ func TestBrowserMesh(t *testing.T) {
 		"PORTAL_MEMBER_VM_QUOTA=1",
 		"PORTAL_AGENT_UPDATE=1",
 		"PORTAL_OTHER_USER=bob", "PORTAL_OTHER_PASSWORD=bob-pw",
+		"PORTAL_VIEWER_USER=vera", "PORTAL_VIEWER_PASSWORD=vera-pw",
 		"PORTAL_ZONES=alpha,beta",
 		"PORTAL_HOSTS=" + strconv.Itoa(3),
 		"PORTAL_ARTIFACTS=" + artifacts,

@@ -6,6 +6,7 @@
 //   PORTAL_OTHER_USER / _PASSWORD      a member of a VDC the member is not in
 //   PORTAL_ZONES                       every zone, comma separated; the VM goes into the first
 //   PORTAL_HOSTS                       how many hosts the zones have in all
+//   PORTAL_VIEWER_USER / _PASSWORD     optional: a viewer of the member's first VDC
 //   PORTAL_AGENT_UPDATE                optional: 1 when every host's agent has an update
 //   PORTAL_MEMBER_VM_QUOTA             optional: 1 when the member's first VDC allows one VM
 //                                      only (a second create is then refused, readably)
@@ -160,6 +161,20 @@ describe('portal with zones and VMs', () => {
     assert.equal(await page.locator(`tbody tr[data-name="${vmName}"]`).count(), 0)
     await page.goto(base + vmPath)
     await page.getByText('This VM does not exist in this VDC.').waitFor()
+  })
+
+  test('a viewer sees the VM but cannot change it', { skip: !process.env.PORTAL_VIEWER_USER }, async (t) => {
+    assert.ok(vmPath, 'the VM was not created')
+    const viewer = { user: env('PORTAL_VIEWER_USER'), password: env('PORTAL_VIEWER_PASSWORD') }
+    const { page } = await session(t)
+    await page.goto(base + '/vms')
+    await signIn(page, viewer)
+    await page.locator(`tbody tr[data-name="${vmName}"]`).waitFor()
+    assert.equal(await page.getByRole('link', { name: 'New VM' }).count(), 0)
+    await page.goto(base + vmPath)
+    await page.getByRole('heading', { level: 1, name: vmName }).waitFor()
+    await page.getByTestId('vm-status').waitFor()
+    assert.equal(await page.getByRole('group', { name: 'Actions' }).getByRole('button').count(), 0)
   })
 
   test('an admin sees every zone and host online', async (t) => {
