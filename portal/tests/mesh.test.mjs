@@ -82,7 +82,7 @@ describe('portal with zones and VMs', () => {
     await page.getByRole('heading', { name: `Creating ${vmName} in VDC ${vdc}` }).waitFor()
     await shot(page, 'vm-wizard-progress')
     await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: vmTimeout })
-    assert.equal(await page.getByTestId('operation-state').innerText(), 'SUCCEEDED')
+    await page.getByTestId('operation-state').getByText('SUCCEEDED', { exact: true }).waitFor()
     await page.getByText('(followed by subscription)').waitFor()
     console.log(`VM ${vmName} RUNNING ${Date.now() - started} ms after Create VM`)
     const creates = graphql.filter((r) => r.body.includes('createVM'))
@@ -143,12 +143,52 @@ describe('portal with zones and VMs', () => {
     if (process.env.PORTAL_MEMBER_VM_QUOTA === '1') {
       await go(page, 'VMs', 'VMs')
       await page.getByRole('link', { name: 'New VM' }).click()
+      await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
       await page.getByLabel('Zone', { exact: true }).selectOption(zone)
       await page.getByLabel('Name', { exact: true }).fill(`${vmName}-2`)
       await page.getByRole('button', { name: 'Create VM' }).click()
       await page.getByRole('alert').getByText('Quota exceeded:').waitFor()
       await shot(page, 'vm-quota-exceeded')
     }
+  })
+
+  test('a member creates a VM with a static address, refused next to the field when it is the gateway', async (t) => {
+    const { page } = await session(t)
+    await page.goto(base + '/networks')
+    await signIn(page, member)
+    const second = memberVDCs[1]
+    await page.getByLabel('VDC', { exact: true }).selectOption(second)
+    await page.getByText(`Isolated IPv4 networks of VDC ${second}`).waitFor()
+    await page.getByRole('table').or(page.getByText('No networks yet.')).first().waitFor()
+    if ((await page.locator(`tbody tr[data-zone="${zone}"]`).count()) === 0) {
+      const dialog = page.getByRole('dialog')
+      await page.getByRole('button', { name: 'New network' }).click()
+      await dialog.getByLabel('Name', { exact: true }).fill(`lan-${run}`)
+      await dialog.getByLabel('Zone', { exact: true }).selectOption(zone)
+      await dialog.getByRole('button', { name: 'Create' }).click()
+      await dialog.waitFor({ state: 'hidden' })
+    }
+    const gateway = (await page.locator(`tbody tr[data-zone="${zone}"] td[data-label="Gateway"]`).first().innerText()).trim()
+    const parts = gateway.split('.').map(Number)
+    const address = [...parts.slice(0, 3), parts[3] + 9].join('.')
+
+    await go(page, 'VMs', 'VMs')
+    await page.getByRole('link', { name: 'New VM' }).click()
+    await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
+    await page.getByLabel('Zone', { exact: true }).selectOption(zone)
+    await page.getByLabel('Name', { exact: true }).fill(`${vmName}-static`)
+    await page.getByLabel('NIC 1 address', { exact: true }).selectOption('static')
+    const field = page.getByLabel('NIC 1 static address', { exact: true })
+    await field.fill(gateway)
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.locator('[data-field="nics.0.address"] .field-error').waitFor()
+    assert.equal(await field.getAttribute('aria-invalid'), 'true')
+    assert.equal(await field.evaluate((el) => el === document.activeElement), true)
+    await shot(page, 'vm-wizard-static-invalid')
+    await field.fill(address)
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: vmTimeout })
+    await page.locator('.progress .mono').getByText(address).waitFor()
   })
 
   test("another VDC's member does not see the VM", async (t) => {
