@@ -125,4 +125,4 @@ browser:
 
 ## test-portal: only the portal's browser tests, against an in-process backend.
 test-portal: portal browser
-	$(GO) test -count=1 -run '^TestBrowser$$' -v ./pkg/portal/
+	$(GO) test -count=1 -run '^TestBrowser' -v ./pkg/portal/

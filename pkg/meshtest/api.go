@@ -97,8 +97,9 @@ type apiState struct {
 	tokens map[string]string // by user, protected by mu
 }
 
-// startIDP starts the identity provider and seeds the catalog.
-func (h *Harness) startIDP(t testing.TB) {
+// startIDP starts the identity provider and seeds the catalog; origin is
+// the orchestrator's (http://127.0.0.1:port, the port 0 unless WithHandler).
+func (h *Harness) startIDP(t testing.TB, origin string) {
 	t.Helper()
 	spec := h.opts.api
 	users := make([]devidp.User, len(spec.Users))
@@ -108,10 +109,15 @@ func (h *Harness) startIDP(t testing.TB) {
 		}
 		users[i] = u
 	}
+	client := devidp.Client{ID: APIClientID, RedirectURIs: []string{"http://127.0.0.1/callback"}}
+	if h.opts.web != nil {
+		client.RedirectURIs = append(client.RedirectURIs, origin+"/auth/callback")
+		client.PostLogoutRedirectURIs = []string{origin + "/"}
+	}
 	idp, err := devidp.New(devidp.Config{
 		KeyDir:  shortTempDir(t, "fpi"),
 		Users:   users,
-		Clients: []devidp.Client{{ID: APIClientID, RedirectURIs: []string{"http://127.0.0.1/callback"}}},
+		Clients: []devidp.Client{client},
 		Logger:  h.logger.With("component", "devidp"),
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package meshtest_test
 
 import (
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -10,11 +11,29 @@ import (
 
 // TestAPI shows the GraphQL API served by the harness's orchestrator at
 // /graphql with real tokens of the development provider, and that it
-// survives an orchestrator restart.
+// survives an orchestrator restart; WithHandler serves the other paths on
+// the same origin.
 func TestAPI(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "solo", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
+	web := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "web "+r.URL.Path)
+	})
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "solo", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithHandler(web))
 	h.WaitOnline(t, 30*time.Second)
+	checkWeb := func() {
+		t.Helper()
+		resp, err := http.Get(h.Orchestrator.URL() + "/vms/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || string(body) != "web /vms/x" {
+			t.Errorf("GET /vms/x: %d %q", resp.StatusCode, body)
+		}
+	}
+	checkWeb()
 
 	var me struct {
 		Name          string
@@ -38,6 +57,7 @@ func TestAPI(t *testing.T) {
 	}
 
 	h.RestartOrchestrator(t)
+	checkWeb()
 	var tenant struct{ Name string }
 	h.GraphQL(t, "admin", "", `{ tenant { name } }`, nil).OK(t).Into(t, "tenant", &tenant)
 	if tenant.Name != "Test Cloud" {

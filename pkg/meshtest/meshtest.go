@@ -25,6 +25,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -58,6 +60,7 @@ type options struct {
 	policy   string
 	agents   bool
 	api      *APISpec
+	web      http.Handler
 }
 
 // Option configures a Harness.
@@ -90,6 +93,15 @@ func WithMeshPolicy(policy string) Option {
 // Agent.Start (e.g. to measure enrollment).
 func WithoutAgents() Option {
 	return func(o *options) { o.agents = false }
+}
+
+// WithHandler serves h on the orchestrator's own origin, on every path the
+// mesh control server and the API do not own (orchestrator.Config.Handler),
+// e.g. the portal. With WithAPI, the provider's client (APIClientID) also
+// accepts <orchestrator URL>/auth/callback as redirect and <orchestrator
+// URL>/ after logout, so a browser can sign in there.
+func WithHandler(h http.Handler) Option {
+	return func(o *options) { o.web = h }
 }
 
 // Harness is a running mesh.
@@ -157,10 +169,16 @@ func New(t testing.TB, opts ...Option) *Harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	if o.api != nil {
-		h.startIDP(t)
+	listen := "127.0.0.1:0"
+	if o.web != nil && o.api != nil {
+		// The provider must know the orchestrator's origin before either
+		// starts: take a free port for it now.
+		listen = freeAddr(t)
 	}
-	h.startOrchestrator(t, ctx, "127.0.0.1:0")
+	if o.api != nil {
+		h.startIDP(t, "http://"+listen)
+	}
+	h.startOrchestrator(t, ctx, listen)
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -212,6 +230,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
 		API:             h.apiConfig(),
+		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),
 	})
 	if err != nil {
@@ -221,6 +240,21 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		t.Fatalf("meshtest: %v", err)
 	}
 	h.Orchestrator = srv
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return addr
 }
 
 // RestartOrchestrator shuts the orchestrator down and starts a new one on the

@@ -36,26 +36,7 @@ const (
 // installs the browser first; SKIP_BROWSER=1 skips.
 func TestBrowser(t *testing.T) {
 	t.Parallel()
-	if os.Getenv("SKIP_BROWSER") == "1" {
-		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
-	}
-	root, err := filepath.Abs(filepath.Join("..", "..", "portal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	public := filepath.Join(root, ".output", "public")
-	for _, need := range []struct{ path, fix string }{
-		{filepath.Join(public, "index.html"), "build the portal: make portal"},
-		{filepath.Join(root, "node_modules", "playwright-core", "package.json"), "install the portal's packages: make portal"},
-		{chromium, "install the browser: portal/scripts/install-browser.sh"},
-	} {
-		if _, err := os.Stat(need.path); err != nil {
-			t.Fatalf("%s is missing: %s (or set SKIP_BROWSER=1 to skip the browser tests)", need.path, need.fix)
-		}
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("node is not installed: %v (or set SKIP_BROWSER=1)", err)
-	}
+	root, public := browserPrerequisites(t)
 
 	// The portal's origin must be known before the provider starts: it is
 	// the client's redirect URI.
@@ -127,24 +108,60 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	artifacts := filepath.Join(root, "test-artifacts")
-	if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("portal %s, issuer %s; screenshots in %s", origin, idp.Issuer(), artifacts)
-
-	runCtx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "tests/")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(),
-		"PORTAL_URL="+origin,
-		"OIDC_ISSUER="+idp.Issuer(),
+	start := runBrowserTests(t, root, []string{
+		"PORTAL_URL=" + origin,
+		"OIDC_ISSUER=" + idp.Issuer(),
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
 		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
 		"PORTAL_MEMBER_VDCS=prod,dev",
-		"PORTAL_ARTIFACTS="+artifacts,
-		"CHROMIUM="+chromium,
-	)
+		"PORTAL_ARTIFACTS=" + artifacts,
+	}, "tests/portal.test.mjs")
+	checkScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
+}
+
+// browserPrerequisites skips the test under SKIP_BROWSER=1 and fails it
+// when the built portal, its packages, the browser or node are missing; it
+// returns the portal's source directory and its build.
+func browserPrerequisites(t *testing.T) (root, public string) {
+	t.Helper()
+	if os.Getenv("SKIP_BROWSER") == "1" {
+		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
+	}
+	root, err := filepath.Abs(filepath.Join("..", "..", "portal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	public = filepath.Join(root, ".output", "public")
+	for _, need := range []struct{ path, fix string }{
+		{filepath.Join(public, "index.html"), "build the portal: make portal"},
+		{filepath.Join(root, "node_modules", "playwright-core", "package.json"), "install the portal's packages: make portal"},
+		{chromium, "install the browser: portal/scripts/install-browser.sh"},
+	} {
+		if _, err := os.Stat(need.path); err != nil {
+			t.Fatalf("%s is missing: %s (or set SKIP_BROWSER=1 to skip the browser tests)", need.path, need.fix)
+		}
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not installed: %v (or set SKIP_BROWSER=1)", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "test-artifacts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root, public
+}
+
+// runBrowserTests runs the node test files (relative to root) with env
+// added to the environment, logging their output, and fails the test when
+// they fail; it returns when they started.
+func runBrowserTests(t *testing.T, root string, env []string, files ...string) time.Time {
+	t.Helper()
+	runCtx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	args := append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)
+	cmd := exec.CommandContext(runCtx, "node", args...)
+	cmd.Dir = root
+	cmd.Env = append(append(os.Environ(), "CHROMIUM="+chromium), env...)
 	// node, chromium and its helpers form one process group, ended as a
 	// whole on timeout and after the run.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -165,10 +182,17 @@ func TestBrowser(t *testing.T) {
 		t.Log(sc.Text())
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("browser tests failed after %s: %v (screenshots in %s)", time.Since(start).Round(time.Millisecond), err, artifacts)
+		t.Fatalf("browser tests %v failed after %s: %v (screenshots in %s)", files, time.Since(start).Round(time.Millisecond), err, filepath.Join(root, "test-artifacts"))
 	}
-	t.Logf("browser tests passed in %s", time.Since(start).Round(time.Millisecond))
-	for _, page := range []string{"signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu"} {
+	t.Logf("browser tests %v passed in %s", files, time.Since(start).Round(time.Millisecond))
+	return start
+}
+
+// checkScreenshots fails the test unless each page has a screenshot in
+// artifacts taken since start.
+func checkScreenshots(t *testing.T, artifacts string, start time.Time, pages ...string) {
+	t.Helper()
+	for _, page := range pages {
 		if st, err := os.Stat(filepath.Join(artifacts, page+".png")); err != nil || st.ModTime().Before(start) || st.Size() == 0 {
 			t.Errorf("no fresh screenshot of %s: %v", page, err)
 		}

@@ -190,3 +190,13 @@ export function signOut(): void {
   const u = cfg && d ? logoutURL(d, cfg.clientId, idToken) : null
   if (u) window.location.assign(u)
 }
+
+// useCanChange tells whether the user may change things in the selected
+// VDC (members and admins; viewers only look).
+export function useCanChange() {
+  const app = useAppState()
+  return computed(() => {
+    const role = app.value.me?.vdcs.find((a) => a.vdc.name === app.value.vdc)?.role
+    return role === 'MEMBER' || role === 'ADMIN' || !!app.value.me?.platformAdmin
+  })
+}

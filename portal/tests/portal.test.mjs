@@ -11,106 +11,10 @@
 //   CHROMIUM                           the browser (default /usr/bin/chromium)
 //
 // Every request the pages make is recorded; a request to any origin other
-// than the portal's and the identity provider's fails the test.
-import { after, before, describe, test } from 'node:test'
+// than the portal's and the identity provider's fails the test (lib.mjs).
+import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync } from 'node:fs'
-import { join, resolve } from 'node:path'
-import { chromium } from 'playwright-core'
-
-function env(name, fallback) {
-  const v = process.env[name] || fallback
-  if (!v) throw new Error(`${name} must be set (see the comment at the top of ${import.meta.url})`)
-  return v
-}
-
-const base = new URL(env('PORTAL_URL')).origin
-const issuer = new URL(env('OIDC_ISSUER')).origin
-const allowedOrigins = new Set([base, issuer])
-const admin = { user: env('PORTAL_ADMIN_USER'), password: env('PORTAL_ADMIN_PASSWORD') }
-const member = { user: env('PORTAL_MEMBER_USER'), password: env('PORTAL_MEMBER_PASSWORD') }
-const memberVDCs = env('PORTAL_MEMBER_VDCS').split(',').map((s) => s.trim()).filter(Boolean)
-const artifacts = resolve(env('PORTAL_ARTIFACTS', 'test-artifacts'))
-const run = Date.now().toString(36)
-const timeout = 15_000
-
-let browser
-before(async () => {
-  mkdirSync(artifacts, { recursive: true })
-  browser = await chromium.launch({
-    executablePath: env('CHROMIUM', '/usr/bin/chromium'),
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  })
-})
-after(async () => {
-  await browser?.close()
-  console.log(`screenshots: ${artifacts}`)
-})
-
-// session opens a fresh browser context that records every request.
-async function session(t, viewport = { width: 1280, height: 800 }) {
-  const context = await browser.newContext({ viewport })
-  context.setDefaultTimeout(timeout)
-  const offOrigin = []
-  const graphql = []
-  context.on('request', (r) => {
-    const url = r.url()
-    if (url.startsWith('data:') || url.startsWith('blob:')) return
-    if (!allowedOrigins.has(new URL(url).origin)) offOrigin.push(`${r.method()} ${url}`)
-    if (url === `${base}/graphql`) graphql.push({ headers: r.headers(), body: r.postData() || '' })
-  })
-  const page = await context.newPage()
-  page.on('websocket', (ws) => {
-    if (!allowedOrigins.has(new URL(ws.url().replace(/^ws/, 'http')).origin)) offOrigin.push(`WS ${ws.url()}`)
-  })
-  const errors = []
-  page.on('pageerror', (e) => errors.push(e.message))
-  // The server's Content-Security-Policy would block any off-origin load
-  // or unexpected script: a violation is a failure too.
-  page.on('console', (m) => {
-    if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) errors.push(m.text())
-  })
-  t.after(async () => {
-    await context.close()
-    assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
-    assert.deepEqual(errors, [], 'uncaught errors in the page')
-  })
-  return { page, graphql }
-}
-
-async function shot(page, name) {
-  const file = join(artifacts, `${name}.png`)
-  await page.screenshot({ path: file, fullPage: true })
-}
-
-// signIn goes through the real authorization code flow: the portal's sign-in
-// button, the provider's login form, the callback.
-async function signIn(page, who, button = 'Sign in') {
-  await page.getByRole('button', { name: button, exact: true }).click()
-  await page.waitForURL((u) => u.origin === issuer)
-  await page.getByLabel('Username').fill(who.user)
-  await page.getByLabel('Password').fill(who.password)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-  await page.waitForURL((u) => u.origin === base && !u.pathname.startsWith('/auth/callback'))
-  await page.locator('header.topbar').waitFor()
-}
-
-const nav = (page) => page.getByRole('navigation', { name: 'Main' })
-
-async function open(page, label, heading) {
-  await nav(page).getByRole('link', { name: label, exact: true }).click()
-  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
-  await page.getByRole('table').or(page.getByText(/^No .*s yet\.$/)).first().waitFor()
-}
+import { admin, base, member, memberVDCs, nav, open, run, session, shot, signIn } from './lib.mjs'
 
 describe('portal', () => {
   test('a member signs in, switches VDC and sees the catalog, but no platform section', async (t) => {

@@ -25,3 +25,30 @@ export function parsePools(s: string): { zone: string; pool: string }[] {
   }
   return out
 }
+
+// percent shows a 0..1 fraction as a whole percentage.
+export function percent(f: number | null | undefined): string {
+  if (f === null || f === undefined || Number.isNaN(f)) return '–'
+  return `${Math.round(f * 100)} %`
+}
+
+// duration shows seconds as the two largest units, e.g. "3 d 4 h".
+export function duration(s: number | null | undefined): string {
+  if (s === null || s === undefined) return '–'
+  if (s <= 0) return '0 s'
+  const units: [string, number][] = [['d', 86400], ['h', 3600], ['min', 60], ['s', 1]]
+  const parts: string[] = []
+  let rest = Math.floor(s)
+  for (const [u, n] of units) {
+    if (rest >= n && parts.length < 2) {
+      parts.push(`${Math.floor(rest / n)} ${u}`)
+      rest %= n
+    } else if (parts.length > 0) break
+  }
+  return parts.join(' ')
+}
+
+// gibibytes shows a size in GiB, in TiB from 1024 GiB up.
+export function gibibytes(gib: number): string {
+  return gib >= 1024 ? `${(gib / 1024).toFixed(1)} TiB` : `${gib} GiB`
+}

@@ -1,7 +1,6 @@
-// The portal's navigation. Sections group pages by who uses them; the
-// mesh and inventory screens slot in here as the API gains them:
-//   Compute (VDC): VMs (list, detail, create wizard), then Networks;
-//   Platform (admins): Zones and Hosts next to VDCs.
+// The portal's navigation. Sections group pages by who uses them:
+// Compute (the selected VDC's VMs and networks), the catalog, and the
+// platform views for admins.
 export interface NavItem {
   to: string
   label: string
@@ -16,6 +15,13 @@ export interface NavSection {
 export const navigation: NavSection[] = [
   { label: 'Overview', items: [{ to: '/', label: 'Home' }] },
   {
+    label: 'Compute',
+    items: [
+      { to: '/vms', label: 'VMs' },
+      { to: '/networks', label: 'Networks' },
+    ],
+  },
+  {
     label: 'Catalog',
     items: [
       { to: '/images', label: 'Images' },
@@ -23,5 +29,13 @@ export const navigation: NavSection[] = [
       { to: '/profiles/storage', label: 'Storage profiles' },
     ],
   },
-  { label: 'Platform', adminOnly: true, items: [{ to: '/platform/vdcs', label: 'VDCs' }] },
+  {
+    label: 'Platform',
+    adminOnly: true,
+    items: [
+      { to: '/platform/zones', label: 'Zones' },
+      { to: '/platform/hosts', label: 'Hosts' },
+      { to: '/platform/vdcs', label: 'VDCs' },
+    ],
+  },
 ]

@@ -1,0 +1,124 @@
+package portal_test
+
+import (
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/devidp"
+	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/vmtest"
+)
+
+// lateHandler serves the handler set once it is known (the portal needs
+// the issuer, which starts with the harness that serves it).
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := l.h.Load()
+	if h == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+// TestBrowserMesh runs the portal's browser tests against a backend that
+// really has zones, hosts and VMs: the meshtest harness (orchestrator with
+// the GraphQL API, simulated Proxmox zones "alpha" with 2 nodes and "beta"
+// with 1, real agents over the mesh, the development provider), serving
+// the built portal on the API's own origin. tests/mesh.test.mjs signs in
+// through the provider's login form, creates a VM through the wizard and
+// stops it, sees its network in use and its VDC's quota refuse a second
+// VM, checks another VDC's member cannot see it, a viewer cannot change
+// it, and that the admin sees every zone and host; then beta's agents stop
+// and tests/zone-down.test.mjs finds beta unavailable and the rest working.
+func TestBrowserMesh(t *testing.T) {
+	t.Parallel()
+	if raceEnabled {
+		// The harness runs the embedded Headscale, whose own data races fail
+		// any -race run (see RACE_PKGS in the Makefile); the plain run covers it.
+		t.Skip("the mesh harness cannot run under the race detector")
+	}
+	root, public := browserPrerequisites(t)
+	begin := time.Now()
+
+	users := []devidp.User{
+		{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
+		{Username: "alice", Name: "Alice", Roles: []string{auth.VDCRoleKey("red", auth.RoleMember), auth.VDCRoleKey("green", auth.RoleMember)}},
+		{Username: "bob", Name: "Bob", Roles: []string{auth.VDCRoleKey("blue", auth.RoleMember)}},
+		{Username: "vera", Name: "Vera", Roles: []string{auth.VDCRoleKey("red", auth.RoleViewer)}},
+	}
+	vdcs := meshtest.DefaultVDCs() // red and blue
+	green := vdcs[0].DeepCopyObject().(*catalog.VDC)
+	green.Name, green.Description = "green", "green VDC"
+	vdcs = append(vdcs, green)
+	vdcs[0].Quotas.VMs = 1 // red: a second VM is refused
+	var logs slog.Handler = slog.DiscardHandler
+	if os.Getenv("PORTAL_MESH_LOG") != "" {
+		logs = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	}
+	web := &lateHandler{}
+	h := meshtest.New(t,
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		// The harness's agents report "meshtest": every host has an update.
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, AgentVersion: "meshtest-next"}),
+		meshtest.WithHandler(web),
+		meshtest.WithLogHandler(logs),
+	)
+	issuer := h.IDP(t).Issuer()
+	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ph http.Handler = p
+	web.h.Store(&ph)
+	h.WaitOnline(t, 30*time.Second)
+
+	// The catalog a VM needs: an image served over loopback, a compute
+	// profile and a storage profile in both zones.
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", pools: [{zone: "alpha", pool: "local-lvm"}, {zone: "beta", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
+	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
+
+	origin := h.Orchestrator.URL()
+	artifacts := filepath.Join(root, "test-artifacts")
+	env := []string{
+		"PORTAL_URL=" + origin,
+		"OIDC_ISSUER=" + issuer,
+		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
+		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
+		"PORTAL_MEMBER_VDCS=red,green",
+		"PORTAL_MEMBER_VM_QUOTA=1",
+		"PORTAL_AGENT_UPDATE=1",
+		"PORTAL_OTHER_USER=bob", "PORTAL_OTHER_PASSWORD=bob-pw",
+		"PORTAL_VIEWER_USER=vera", "PORTAL_VIEWER_PASSWORD=vera-pw",
+		"PORTAL_ZONES=alpha,beta",
+		"PORTAL_HOSTS=" + strconv.Itoa(3),
+		"PORTAL_ARTIFACTS=" + artifacts,
+	}
+	start := runBrowserTests(t, root, env, "tests/mesh.test.mjs")
+	checkScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
+
+	// beta goes down: its agents stop.
+	for _, a := range h.Clusters[1].Agents {
+		if err := a.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start = runBrowserTests(t, root, append(env, "PORTAL_DOWN_ZONE=beta"), "tests/zone-down.test.mjs")
+	checkScreenshots(t, artifacts, start, "zones-one-down", "hosts-one-down")
+	t.Logf("TestBrowserMesh took %s in all", time.Since(begin).Round(time.Millisecond))
+}

@@ -1,0 +1,106 @@
+// Shared by the browser tests: the deployment under test (from the
+// environment), the browser, sessions that record every request, sign-in
+// through the provider's real login form, and screenshots.
+import { after, before } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { chromium } from 'playwright-core'
+
+export function env(name, fallback) {
+  const v = process.env[name] || fallback
+  if (!v) throw new Error(`${name} must be set (see the comment at the top of the test files)`)
+  return v
+}
+
+export const base = new URL(env('PORTAL_URL')).origin
+export const issuer = new URL(env('OIDC_ISSUER')).origin
+const allowedOrigins = new Set([base, issuer])
+export const admin = { user: env('PORTAL_ADMIN_USER'), password: env('PORTAL_ADMIN_PASSWORD') }
+export const member = { user: env('PORTAL_MEMBER_USER'), password: env('PORTAL_MEMBER_PASSWORD') }
+export const memberVDCs = env('PORTAL_MEMBER_VDCS').split(',').map((s) => s.trim()).filter(Boolean)
+export const artifacts = resolve(env('PORTAL_ARTIFACTS', 'test-artifacts'))
+export const run = Date.now().toString(36)
+export const timeout = 15_000
+
+let browser
+before(async () => {
+  mkdirSync(artifacts, { recursive: true })
+  browser = await chromium.launch({
+    executablePath: env('CHROMIUM', '/usr/bin/chromium'),
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  })
+})
+after(async () => {
+  await browser?.close()
+  console.log(`screenshots: ${artifacts}`)
+})
+
+// session opens a fresh browser context that records every request.
+export async function session(t, viewport = { width: 1280, height: 800 }) {
+  const context = await browser.newContext({ viewport })
+  context.setDefaultTimeout(timeout)
+  const offOrigin = []
+  const graphql = []
+  context.on('request', (r) => {
+    const url = r.url()
+    if (url.startsWith('data:') || url.startsWith('blob:')) return
+    if (!allowedOrigins.has(new URL(url).origin)) offOrigin.push(`${r.method()} ${url}`)
+    if (url === `${base}/graphql`) graphql.push({ headers: r.headers(), body: r.postData() || '' })
+  })
+  const page = await context.newPage()
+  page.on('websocket', (ws) => {
+    if (!allowedOrigins.has(new URL(ws.url().replace(/^ws/, 'http')).origin)) offOrigin.push(`WS ${ws.url()}`)
+  })
+  const errors = []
+  page.on('pageerror', (e) => errors.push(e.message))
+  // The server's Content-Security-Policy would block any off-origin load
+  // or unexpected script: a violation is a failure too.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy/i.test(m.text())) errors.push(m.text())
+  })
+  t.after(async () => {
+    // What the page showed last, to see why a test failed.
+    const slug = t.name.toLowerCase().replace(/[^a-z0-9]+/g, '-').slice(0, 60)
+    await page.screenshot({ path: join(artifacts, `last-${slug}.png`), fullPage: true }).catch(() => {})
+    await context.close()
+    assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
+    assert.deepEqual(errors, [], 'uncaught errors in the page')
+  })
+  return { page, graphql }
+}
+
+export async function shot(page, name) {
+  const file = join(artifacts, `${name}.png`)
+  await page.screenshot({ path: file, fullPage: true })
+}
+
+// signIn goes through the real authorization code flow: the portal's sign-in
+// button, the provider's login form, the callback.
+export async function signIn(page, who, button = 'Sign in') {
+  await page.getByRole('button', { name: button, exact: true }).click()
+  await page.waitForURL((u) => u.origin === issuer)
+  await page.getByLabel('Username').fill(who.user)
+  await page.getByLabel('Password').fill(who.password)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.waitForURL((u) => u.origin === base && !u.pathname.startsWith('/auth/callback'))
+  await page.locator('header.topbar').waitFor()
+}
+
+export const nav = (page) => page.getByRole('navigation', { name: 'Main' })
+
+export async function open(page, label, heading) {
+  await nav(page).getByRole('link', { name: label, exact: true }).click()
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
+  await page.getByRole('table').or(page.getByText(/^No .*s yet\.$/)).first().waitFor()
+}
+

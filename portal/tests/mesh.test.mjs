@@ -1,0 +1,241 @@
+// Browser tests of the portal against a backend with real zones, hosts and
+// VMs (pkg/portal's TestBrowserMesh, or `make dev`). Besides lib.mjs's
+// variables (PORTAL_URL, OIDC_ISSUER, PORTAL_ADMIN_*, PORTAL_MEMBER_*,
+// PORTAL_MEMBER_VDCS, PORTAL_ARTIFACTS, CHROMIUM):
+//
+//   PORTAL_OTHER_USER / _PASSWORD      a member of a VDC the member is not in
+//   PORTAL_ZONES                       every zone, comma separated; the VM goes into the first
+//   PORTAL_HOSTS                       how many hosts the zones have in all
+//   PORTAL_VIEWER_USER / _PASSWORD     optional: a viewer of the member's first VDC
+//   PORTAL_AGENT_UPDATE                optional: 1 when every host's agent has an update
+//   PORTAL_MEMBER_VM_QUOTA             optional: 1 when the member's first VDC allows one VM
+//                                      only (a second create is then refused, readably)
+//
+// The flow: the member signs in, switches VDC, creates a network when the
+// zone has none, creates a VM through the wizard and watches it reach
+// RUNNING, stops it; the other member cannot see it; the admin sees every
+// zone and host online. Refusals (bad input, a network in use, the quota)
+// read as such.
+import { describe, test } from 'node:test'
+import assert from 'node:assert/strict'
+import { admin, base, env, member, memberVDCs, nav, run, session, shot, signIn } from './lib.mjs'
+
+const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
+const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
+const hostCount = Number(env('PORTAL_HOSTS'))
+const zone = zones[0]
+const vdc = memberVDCs[0]
+const vmName = `e2e-${run}`
+// Creating a VM may first stage its image into the zone.
+const vmTimeout = 60_000
+
+async function go(page, label, heading) {
+  await nav(page).getByRole('link', { name: label, exact: true }).click()
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
+}
+
+describe('portal with zones and VMs', () => {
+  let vmPath = ''
+
+  test('a member creates a VM through the wizard, watches it run and stops it', async (t) => {
+    const { page, graphql } = await session(t)
+    await page.goto(base + '/')
+    await signIn(page, member)
+    const select = page.getByLabel('VDC', { exact: true })
+    for (const v of [memberVDCs[1], vdc]) {
+      await select.selectOption(v)
+      await page.getByRole('heading', { name: `VDC ${v}` }).waitFor()
+    }
+
+    // A network in the zone, created here when there is none.
+    await go(page, 'Networks', 'Networks')
+    await page.getByRole('table').or(page.getByText('No networks yet.')).first().waitFor()
+    if ((await page.locator(`tbody tr[data-zone="${zone}"]`).count()) === 0) {
+      const dialog = page.getByRole('dialog')
+      await page.getByRole('button', { name: 'New network' }).click()
+      await dialog.getByLabel('Name', { exact: true }).fill('Bad Name')
+      await dialog.getByLabel('Zone', { exact: true }).selectOption(zone)
+      await dialog.getByRole('button', { name: 'Create' }).click()
+      await dialog.locator('[data-field="name"] .field-error').waitFor()
+      await dialog.getByLabel('Name', { exact: true }).fill(`lan-${run}`)
+      await dialog.getByRole('button', { name: 'Create' }).click()
+      await dialog.waitFor({ state: 'hidden' })
+      await page.locator(`tbody tr[data-zone="${zone}"]`).first().waitFor()
+    }
+    await shot(page, 'networks')
+
+    // The wizard: a bad name is refused next to its field, then the VM is
+    // created and its operation followed until it runs.
+    await go(page, 'VMs', 'VMs')
+    await page.getByRole('link', { name: 'New VM' }).click()
+    await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
+    await page.getByLabel('Zone', { exact: true }).selectOption(zone)
+    await page.getByLabel('Name', { exact: true }).fill('Bad_Name')
+    await page.getByLabel('SSH public keys').fill('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0m5Xo2yVt0pYQm2b8r7dJcTnQe6D8l4p1tq8S9n0u e2e@portal')
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.locator('[data-field="name"] .field-error').waitFor()
+    assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid'), 'true')
+    await shot(page, 'vm-wizard-invalid')
+    await page.getByLabel('Name', { exact: true }).fill(vmName)
+    const started = Date.now()
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.getByRole('heading', { name: `Creating ${vmName} in VDC ${vdc}` }).waitFor()
+    await shot(page, 'vm-wizard-progress')
+    await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: vmTimeout })
+    await page.getByTestId('operation-state').getByText('SUCCEEDED', { exact: true }).waitFor()
+    await page.getByText('(followed by subscription)').waitFor()
+    console.log(`VM ${vmName} RUNNING ${Date.now() - started} ms after Create VM`)
+    const creates = graphql.filter((r) => r.body.includes('createVM'))
+    assert.equal(creates.length, 2, 'one refused and one accepted createVM')
+    for (const r of creates) assert.equal(r.headers['flexplane-vdc-id'], vdc)
+    await shot(page, 'vm-wizard-running')
+
+    // The detail page: configuration, live metrics, stop with confirmation.
+    await page.getByRole('link', { name: vmName, exact: true }).click()
+    await page.getByRole('heading', { level: 1, name: vmName }).waitFor()
+    vmPath = new URL(page.url()).pathname
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+    await page.getByText('Live metrics').waitFor()
+    assert.match(await page.locator('.props').innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
+    await shot(page, 'vm-detail')
+    const confirm = page.getByRole('dialog')
+
+    // Without a websocket the progress of an action is polled.
+    let blockWebSockets = true
+    await page.routeWebSocket(/\/graphql$/, (ws) => (blockWebSockets ? ws.close() : ws.connectToServer()))
+    await page.getByRole('button', { name: 'Reboot', exact: true }).click()
+    await confirm.getByRole('button', { name: 'Reboot', exact: true }).click()
+    await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('reboot', { exact: true }).waitFor({ timeout: vmTimeout })
+    await page.getByText('(followed by polling)').waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+    blockWebSockets = false
+
+    await page.getByRole('button', { name: 'Stop', exact: true }).click()
+    await confirm.getByText('unsaved data in the guest is lost').waitFor()
+    await confirm.getByRole('button', { name: 'Stop', exact: true }).click()
+    await page.getByTestId('vm-status').getByText('STOPPED').waitFor({ timeout: vmTimeout })
+    await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('stop', { exact: true }).waitFor()
+    await page.getByRole('button', { name: 'Start', exact: true }).waitFor()
+    await page.getByText('(followed by subscription)').waitFor()
+    await shot(page, 'vm-stopped')
+
+    // The list, with its filters.
+    await go(page, 'VMs', 'VMs')
+    const row = page.locator(`tbody tr[data-name="${vmName}"]`)
+    await row.waitFor()
+    assert.match(await row.innerText(), new RegExp(`stopped[\\s\\S]*${zone}`))
+    await page.getByLabel('Status', { exact: true }).selectOption('RUNNING')
+    await row.waitFor({ state: 'detached' })
+    await page.getByLabel('Status', { exact: true }).selectOption('STOPPED')
+    await page.getByLabel('Search by name').fill(run)
+    await row.waitFor()
+    await shot(page, 'vms')
+
+    // The VM's network cannot be deleted while it is in use.
+    await go(page, 'Networks', 'Networks')
+    await page.locator(`tbody tr[data-zone="${zone}"] button`).first().click()
+    await confirm.getByRole('button', { name: 'Delete', exact: true }).click()
+    await confirm.getByRole('alert').getByText(/^Conflict: /).waitFor()
+    await shot(page, 'network-in-use')
+    await confirm.getByRole('button', { name: 'Cancel' }).click()
+    await page.locator(`tbody tr[data-zone="${zone}"]`).first().waitFor()
+
+    if (process.env.PORTAL_MEMBER_VM_QUOTA === '1') {
+      await go(page, 'VMs', 'VMs')
+      await page.getByRole('link', { name: 'New VM' }).click()
+      await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
+      await page.getByLabel('Zone', { exact: true }).selectOption(zone)
+      await page.getByLabel('Name', { exact: true }).fill(`${vmName}-2`)
+      await page.getByRole('button', { name: 'Create VM' }).click()
+      await page.getByRole('alert').getByText('Quota exceeded:').waitFor()
+      await shot(page, 'vm-quota-exceeded')
+    }
+  })
+
+  test('a member creates a VM with a static address, refused next to the field when it is the gateway', async (t) => {
+    const { page } = await session(t)
+    await page.goto(base + '/networks')
+    await signIn(page, member)
+    const second = memberVDCs[1]
+    await page.getByLabel('VDC', { exact: true }).selectOption(second)
+    await page.getByText(`Isolated IPv4 networks of VDC ${second}`).waitFor()
+    await page.getByRole('table').or(page.getByText('No networks yet.')).first().waitFor()
+    if ((await page.locator(`tbody tr[data-zone="${zone}"]`).count()) === 0) {
+      const dialog = page.getByRole('dialog')
+      await page.getByRole('button', { name: 'New network' }).click()
+      await dialog.getByLabel('Name', { exact: true }).fill(`lan-${run}`)
+      await dialog.getByLabel('Zone', { exact: true }).selectOption(zone)
+      await dialog.getByRole('button', { name: 'Create' }).click()
+      await dialog.waitFor({ state: 'hidden' })
+    }
+    const gateway = (await page.locator(`tbody tr[data-zone="${zone}"] td[data-label="Gateway"]`).first().innerText()).trim()
+    const parts = gateway.split('.').map(Number)
+    const address = [...parts.slice(0, 3), parts[3] + 9].join('.')
+
+    await go(page, 'VMs', 'VMs')
+    await page.getByRole('link', { name: 'New VM' }).click()
+    await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
+    await page.getByLabel('Zone', { exact: true }).selectOption(zone)
+    await page.getByLabel('Name', { exact: true }).fill(`${vmName}-static`)
+    await page.getByLabel('NIC 1 address', { exact: true }).selectOption('static')
+    const field = page.getByLabel('NIC 1 static address', { exact: true })
+    await field.fill(gateway)
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.locator('[data-field="nics.0.address"] .field-error').waitFor()
+    assert.equal(await field.getAttribute('aria-invalid'), 'true')
+    assert.equal(await field.evaluate((el) => el === document.activeElement), true)
+    await shot(page, 'vm-wizard-static-invalid')
+    await field.fill(address)
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: vmTimeout })
+    await page.locator('.progress .mono').getByText(address).waitFor()
+  })
+
+  test("another VDC's member does not see the VM", async (t) => {
+    assert.ok(vmPath, 'the VM was not created')
+    const { page } = await session(t)
+    await page.goto(base + '/vms')
+    await signIn(page, other)
+    await page.getByRole('heading', { level: 1, name: 'VMs' }).waitFor()
+    await page.getByRole('table').or(page.getByText('No VMs yet.')).first().waitFor()
+    assert.equal(await page.locator(`tbody tr[data-name="${vmName}"]`).count(), 0)
+    await page.goto(base + vmPath)
+    await page.getByText('This VM does not exist in this VDC.').waitFor()
+  })
+
+  test('a viewer sees the VM but cannot change it', { skip: !process.env.PORTAL_VIEWER_USER }, async (t) => {
+    assert.ok(vmPath, 'the VM was not created')
+    const viewer = { user: env('PORTAL_VIEWER_USER'), password: env('PORTAL_VIEWER_PASSWORD') }
+    const { page } = await session(t)
+    await page.goto(base + '/vms')
+    await signIn(page, viewer)
+    await page.locator(`tbody tr[data-name="${vmName}"]`).waitFor()
+    assert.equal(await page.getByRole('link', { name: 'New VM' }).count(), 0)
+    await page.goto(base + vmPath)
+    await page.getByRole('heading', { level: 1, name: vmName }).waitFor()
+    await page.getByTestId('vm-status').waitFor()
+    assert.equal(await page.getByRole('group', { name: 'Actions' }).getByRole('button').count(), 0)
+  })
+
+  test('an admin sees every zone and host online', async (t) => {
+    const { page } = await session(t)
+    await page.goto(base + '/')
+    await signIn(page, admin)
+    await go(page, 'Zones', 'Zones')
+    for (const z of zones) {
+      const card = page.locator(`article[data-zone="${z}"]`)
+      await card.locator('.zone-head .status').getByText('online', { exact: true }).waitFor()
+      assert.equal(await card.locator('meter').count(), 3, `CPU, memory and storage bars of ${z}`)
+    }
+    assert.equal(await page.locator('.zone-hosts li').count(), hostCount)
+    await shot(page, 'zones')
+    await go(page, 'Hosts', 'Hosts')
+    await page.locator('tbody tr').first().waitFor()
+    assert.equal(await page.locator('tbody tr').count(), hostCount)
+    assert.equal(await page.locator('tbody td[data-label="Status"] .status.online').count(), hostCount)
+    if (process.env.PORTAL_AGENT_UPDATE === '1') {
+      assert.equal(await page.locator('tbody td[data-label="Agent"]').getByText('update available').count(), hostCount)
+    }
+    await shot(page, 'hosts')
+  })
+})

@@ -1,0 +1,131 @@
+// Following an operation (createVM and the power actions): the operation
+// subscription over a websocket (graphql-transport-ws, the token and VDC in
+// connection_init), and polling the operation query when the websocket
+// cannot be used or closes before the operation ended.
+
+export interface Operation {
+  id: string
+  kind: string
+  state: 'RUNNING' | 'SUCCEEDED' | 'FAILED'
+  step: string
+  error: string | null
+  vmId: string | null
+  updatedAt: string
+}
+
+export const operationFields = 'id kind state step error vmId updatedAt'
+
+export interface FollowOptions {
+  // The operation's id.
+  id: string
+  // The GraphQL endpoint (absolute or relative to the page).
+  endpoint: string
+  token: string
+  vdc: string
+  // Polls the operation query; used when the subscription is unavailable.
+  poll: () => Promise<Operation | null>
+  onUpdate: (op: Operation) => void
+  // How the operation is being followed, for the page to show.
+  onMode?: (mode: 'subscription' | 'polling') => void
+  pollInterval?: number
+}
+
+// follow reports every state of the operation until it ends and resolves to
+// its last state; stop() ends following early.
+export function follow(opts: FollowOptions): { done: Promise<Operation>; stop: () => void } {
+  let stopped = false
+  let ws: WebSocket | null = null
+  let timer: ReturnType<typeof setTimeout> | undefined
+  let resolveDone: (op: Operation) => void = () => {}
+  let rejectDone: (e: Error) => void = () => {}
+  const done = new Promise<Operation>((res, rej) => {
+    resolveDone = res
+    rejectDone = rej
+  })
+  let last: Operation | null = null
+  let finished = false
+  const update = (op: Operation) => {
+    if (stopped || finished) return
+    last = op
+    opts.onUpdate(op)
+    if (op.state !== 'RUNNING') {
+      finished = true
+      ws?.close(1000)
+      clearTimeout(timer)
+      resolveDone(op)
+    }
+  }
+
+  let failures = 0
+  const poll = async () => {
+    if (stopped || finished) return
+    try {
+      const op = await opts.poll()
+      failures = 0
+      if (op) update(op)
+    } catch (e) {
+      // NOT_FOUND once a failed create was cleaned up; give up after a few.
+      if (++failures >= 5 || (e instanceof ApiError && e.code === 'UNAUTHENTICATED')) {
+        finished = true
+        rejectDone(e as Error)
+        return
+      }
+    }
+    if (!stopped && !finished) timer = setTimeout(poll, opts.pollInterval ?? 1000)
+  }
+  const fallback = () => {
+    if (stopped || finished || timer !== undefined) return
+    opts.onMode?.('polling')
+    timer = setTimeout(poll, 0)
+  }
+
+  try {
+    const url = new URL(opts.endpoint, window.location.href)
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:'
+    ws = new WebSocket(url, 'graphql-transport-ws')
+    ws.onopen = () => {
+      ws?.send(
+        JSON.stringify({ type: 'connection_init', payload: { Authorization: `Bearer ${opts.token}`, 'FlexPlane-VDC-ID': opts.vdc } }),
+      )
+    }
+    ws.onmessage = (ev) => {
+      let msg: { type: string; id?: string; payload?: { data?: { operation?: Operation }; errors?: unknown } }
+      try {
+        msg = JSON.parse(String(ev.data))
+      } catch {
+        return
+      }
+      if (msg.type === 'connection_ack') {
+        opts.onMode?.('subscription')
+        ws?.send(
+          JSON.stringify({
+            id: '1',
+            type: 'subscribe',
+            payload: { query: `subscription($id: ID!) { operation(id: $id) { ${operationFields} } }`, variables: { id: opts.id } },
+          }),
+        )
+      } else if (msg.type === 'ping') {
+        ws?.send(JSON.stringify({ type: 'pong' }))
+      } else if (msg.type === 'next' && msg.payload?.data?.operation) {
+        update(msg.payload.data.operation)
+      } else if (msg.type === 'error' || msg.type === 'complete') {
+        if (!finished) fallback()
+      }
+    }
+    ws.onerror = () => fallback()
+    ws.onclose = () => {
+      if (!finished) fallback()
+    }
+  } catch {
+    fallback()
+  }
+  return {
+    done,
+    stop: () => {
+      stopped = true
+      clearTimeout(timer)
+      ws?.close(1000)
+      if (!finished && last) resolveDone(last)
+    },
+  }
+}
