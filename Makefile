@@ -8,6 +8,11 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= ./pkg/...
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
+# Code generators, pinned and installed into ./.bin by `make generate`.
+BIN                    := $(CURDIR)/.bin
+PROTOC_GEN_GO_VERSION  ?= v1.36.12
+PROTOC_GEN_GRPC_VERSION ?= v1.6.2
+BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
@@ -17,7 +22,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build test lint lint-portal bench generate generate-graphql generate-pveschema \
+.PHONY: all build test lint lint-portal bench generate generate-proto generate-graphql generate-pveschema \
 	check-generated portal portal-deps browser test-portal
 
 all: build
@@ -43,8 +48,22 @@ lint: lint-portal
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
+$(BIN)/protoc-gen-go:
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(BIN)/protoc-gen-go-grpc:
+	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GRPC_VERSION)
+
+$(BIN)/buf:
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
 ## generate: regenerate every generated file from its source.
-generate: generate-graphql generate-pveschema
+generate: generate-proto generate-graphql generate-pveschema
+
+# The agent gRPC API (buf lint, then buf generate with pinned local plugins).
+generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
+	$(BIN)/buf lint
+	$(BIN)/buf generate
 
 # GraphQL server code from gqlgen.yml and graph/*.graphqls.
 generate-graphql:
@@ -57,7 +76,7 @@ generate-pveschema:
 	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pveschema/apidata.json"; fi
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= graph pkg/pveschema/apidata.json
+GENERATED_PATHS ?= proto graph pkg/pveschema/apidata.json
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate

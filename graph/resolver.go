@@ -5,10 +5,14 @@
 package graph
 
 import (
+	"context"
 	"log/slog"
+	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/zones"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -19,9 +23,20 @@ type Tenant struct {
 	Domain string
 }
 
+// EnrollmentKeys manages the keys agents enroll with (the embedded mesh
+// control server's *meshcontrol.Client implements it).
+type EnrollmentKeys interface {
+	CreateKey(ctx context.Context, opts meshcontrol.KeyOptions) (meshcontrol.Key, error)
+	ListKeys(ctx context.Context) ([]meshcontrol.Key, error)
+	RevokeKey(ctx context.Context, id uint64) error
+}
+
+// DefaultZoneTimeout bounds one zone's part of a request that fans out to
+// every zone when Resolver.ZoneTimeout is zero.
+const DefaultZoneTimeout = 5 * time.Second
+
 // Resolver is the root resolver. Each domain adds its dependencies as
-// fields (inventory, VMs and networks come with the mesh); resolvers only
-// read them.
+// fields; resolvers only read them.
 type Resolver struct {
 	// Catalog stores VDCs, profiles and images.
 	Catalog catalog.Store
@@ -29,6 +44,18 @@ type Resolver struct {
 	Tenant Tenant
 	// Logger receives resolver diagnostics.
 	Logger *slog.Logger
+	// Zones is the registry of zones and hosts; every Proxmox call goes
+	// through its per-zone clients. Nil serves an empty estate.
+	Zones *zones.Registry
+	// ZoneTimeout bounds each zone's part of a request that spans zones: a
+	// zone slower than this is reported ZONE_UNAVAILABLE. Zero is
+	// DefaultZoneTimeout.
+	ZoneTimeout time.Duration
+	// Keys manages agent enrollment keys; nil refuses the key fields.
+	Keys EnrollmentKeys
+	// AgentVersion is the agent version this orchestrator ships: hosts
+	// whose agent reports another show updateAvailable. Empty: never.
+	AgentVersion string
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

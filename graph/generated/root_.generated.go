@@ -22,8 +22,11 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Host() HostResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	VM() VMResolver
+	Zone() ZoneResolver
 }
 
 type DirectiveRoot struct {
@@ -32,6 +35,17 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	Capacity struct {
+		CPUUsage     func(childComplexity int) int
+		Cpus         func(childComplexity int) int
+		MemoryTotal  func(childComplexity int) int
+		MemoryUsage  func(childComplexity int) int
+		MemoryUsed   func(childComplexity int) int
+		StorageTotal func(childComplexity int) int
+		StorageUsage func(childComplexity int) int
+		StorageUsed  func(childComplexity int) int
+	}
+
 	ComputeProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
@@ -41,8 +55,42 @@ type ComplexityRoot struct {
 		VCPUs             func(childComplexity int) int
 	}
 
+	CreatedEnrollmentKey struct {
+		Key    func(childComplexity int) int
+		Secret func(childComplexity int) int
+	}
+
 	Deleted struct {
 		Name func(childComplexity int) int
+	}
+
+	DeletedNetwork struct {
+		ID func(childComplexity int) int
+	}
+
+	EnrollmentKey struct {
+		CreatedAt func(childComplexity int) int
+		Expired   func(childComplexity int) int
+		ExpiresAt func(childComplexity int) int
+		ID        func(childComplexity int) int
+		Reusable  func(childComplexity int) int
+		Used      func(childComplexity int) int
+	}
+
+	Host struct {
+		AgentVersion    func(childComplexity int) int
+		CPUUsage        func(childComplexity int) int
+		Cpus            func(childComplexity int) int
+		ID              func(childComplexity int) int
+		MemoryTotal     func(childComplexity int) int
+		MemoryUsed      func(childComplexity int) int
+		Name            func(childComplexity int) int
+		ProxmoxVersion  func(childComplexity int) int
+		Status          func(childComplexity int) int
+		StatusDetail    func(childComplexity int) int
+		UpdateAvailable func(childComplexity int) int
+		Uptime          func(childComplexity int) int
+		Zone            func(childComplexity int) int
 	}
 
 	Image struct {
@@ -67,31 +115,51 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		CreateComputeProfile func(childComplexity int, input model.CreateComputeProfileInput) int
+		CreateEnrollmentKey  func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateImage          func(childComplexity int, input model.CreateImageInput) int
+		CreateNetwork        func(childComplexity int, input model.CreateNetworkInput) int
 		CreateStorageProfile func(childComplexity int, input model.CreateStorageProfileInput) int
 		CreateVdc            func(childComplexity int, input model.CreateVDCInput) int
 		DeleteComputeProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteImage          func(childComplexity int, name string, resourceVersion *string) int
+		DeleteNetwork        func(childComplexity int, id string) int
 		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
+		RevokeEnrollmentKey  func(childComplexity int, id string) int
 		UpdateComputeProfile func(childComplexity int, input model.UpdateComputeProfileInput) int
 		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
 		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc            func(childComplexity int, input model.UpdateVDCInput) int
 	}
 
+	Network struct {
+		Cidr    func(childComplexity int) int
+		Gateway func(childComplexity int) int
+		ID      func(childComplexity int) int
+		Name    func(childComplexity int) int
+		Vnet    func(childComplexity int) int
+		Zone    func(childComplexity int) int
+	}
+
 	Query struct {
 		ComputeProfile  func(childComplexity int, name string) int
 		ComputeProfiles func(childComplexity int) int
 		CurrentVdc      func(childComplexity int) int
+		EnrollmentKeys  func(childComplexity int) int
+		Hosts           func(childComplexity int, zone *string, first *int) int
 		Image           func(childComplexity int, name string) int
 		Images          func(childComplexity int) int
 		Me              func(childComplexity int) int
+		Networks        func(childComplexity int, zone *string, first *int) int
 		StorageProfile  func(childComplexity int, name string) int
 		StorageProfiles func(childComplexity int) int
 		Tenant          func(childComplexity int) int
+		VM              func(childComplexity int, id string) int
 		Vdc             func(childComplexity int, name string) int
 		Vdcs            func(childComplexity int) int
+		Vms             func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		Zone            func(childComplexity int, name string) int
+		Zones           func(childComplexity int, first *int) int
 	}
 
 	StorageProfile struct {
@@ -130,6 +198,30 @@ type ComplexityRoot struct {
 		VMs        func(childComplexity int) int
 	}
 
+	VM struct {
+		CPUUsage      func(childComplexity int) int
+		DiskGiB       func(childComplexity int) int
+		Host          func(childComplexity int) int
+		ID            func(childComplexity int) int
+		IPAddresses   func(childComplexity int) int
+		MemoryMiB     func(childComplexity int) int
+		MemoryUsedMiB func(childComplexity int) int
+		Name          func(childComplexity int) int
+		Status        func(childComplexity int) int
+		Uptime        func(childComplexity int) int
+		Vcpus         func(childComplexity int) int
+		Zone          func(childComplexity int) int
+	}
+
+	Zone struct {
+		Capacity   func(childComplexity int) int
+		Hosts      func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Standalone func(childComplexity int) int
+		Status     func(childComplexity int) int
+	}
+
 	ZonePool struct {
 		Pool func(childComplexity int) int
 		Zone func(childComplexity int) int
@@ -149,6 +241,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "Capacity.cpuUsage":
+		if e.ComplexityRoot.Capacity.CPUUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.CPUUsage(childComplexity), true
+	case "Capacity.cpus":
+		if e.ComplexityRoot.Capacity.Cpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.Cpus(childComplexity), true
+	case "Capacity.memoryTotal":
+		if e.ComplexityRoot.Capacity.MemoryTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.MemoryTotal(childComplexity), true
+	case "Capacity.memoryUsage":
+		if e.ComplexityRoot.Capacity.MemoryUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.MemoryUsage(childComplexity), true
+	case "Capacity.memoryUsed":
+		if e.ComplexityRoot.Capacity.MemoryUsed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.MemoryUsed(childComplexity), true
+	case "Capacity.storageTotal":
+		if e.ComplexityRoot.Capacity.StorageTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.StorageTotal(childComplexity), true
+	case "Capacity.storageUsage":
+		if e.ComplexityRoot.Capacity.StorageUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.StorageUsage(childComplexity), true
+	case "Capacity.storageUsed":
+		if e.ComplexityRoot.Capacity.StorageUsed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Capacity.StorageUsed(childComplexity), true
 
 	case "ComputeProfile.createdAt":
 		if e.ComplexityRoot.ComputeProfile.CreationTimestamp == nil {
@@ -187,12 +328,148 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ComputeProfile.VCPUs(childComplexity), true
 
+	case "CreatedEnrollmentKey.key":
+		if e.ComplexityRoot.CreatedEnrollmentKey.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrollmentKey.Key(childComplexity), true
+	case "CreatedEnrollmentKey.secret":
+		if e.ComplexityRoot.CreatedEnrollmentKey.Secret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrollmentKey.Secret(childComplexity), true
+
 	case "Deleted.name":
 		if e.ComplexityRoot.Deleted.Name == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Deleted.Name(childComplexity), true
+
+	case "DeletedNetwork.id":
+		if e.ComplexityRoot.DeletedNetwork.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedNetwork.ID(childComplexity), true
+
+	case "EnrollmentKey.createdAt":
+		if e.ComplexityRoot.EnrollmentKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.CreatedAt(childComplexity), true
+	case "EnrollmentKey.expired":
+		if e.ComplexityRoot.EnrollmentKey.Expired == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.Expired(childComplexity), true
+	case "EnrollmentKey.expiresAt":
+		if e.ComplexityRoot.EnrollmentKey.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.ExpiresAt(childComplexity), true
+	case "EnrollmentKey.id":
+		if e.ComplexityRoot.EnrollmentKey.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.ID(childComplexity), true
+	case "EnrollmentKey.reusable":
+		if e.ComplexityRoot.EnrollmentKey.Reusable == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.Reusable(childComplexity), true
+	case "EnrollmentKey.used":
+		if e.ComplexityRoot.EnrollmentKey.Used == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.Used(childComplexity), true
+
+	case "Host.agentVersion":
+		if e.ComplexityRoot.Host.AgentVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.AgentVersion(childComplexity), true
+	case "Host.cpuUsage":
+		if e.ComplexityRoot.Host.CPUUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.CPUUsage(childComplexity), true
+	case "Host.cpus":
+		if e.ComplexityRoot.Host.Cpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Cpus(childComplexity), true
+	case "Host.id":
+		if e.ComplexityRoot.Host.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.ID(childComplexity), true
+	case "Host.memoryTotal":
+		if e.ComplexityRoot.Host.MemoryTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.MemoryTotal(childComplexity), true
+	case "Host.memoryUsed":
+		if e.ComplexityRoot.Host.MemoryUsed == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.MemoryUsed(childComplexity), true
+	case "Host.name":
+		if e.ComplexityRoot.Host.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Name(childComplexity), true
+	case "Host.proxmoxVersion":
+		if e.ComplexityRoot.Host.ProxmoxVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.ProxmoxVersion(childComplexity), true
+	case "Host.status":
+		if e.ComplexityRoot.Host.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Status(childComplexity), true
+	case "Host.statusDetail":
+		if e.ComplexityRoot.Host.StatusDetail == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.StatusDetail(childComplexity), true
+	case "Host.updateAvailable":
+		if e.ComplexityRoot.Host.UpdateAvailable == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.UpdateAvailable(childComplexity), true
+	case "Host.uptime":
+		if e.ComplexityRoot.Host.Uptime == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Uptime(childComplexity), true
+	case "Host.zone":
+		if e.ComplexityRoot.Host.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Zone(childComplexity), true
 
 	case "Image.checksum":
 		if e.ComplexityRoot.Image.Checksum == nil {
@@ -291,6 +568,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateComputeProfile(childComplexity, args["input"].(model.CreateComputeProfileInput)), true
+	case "Mutation.createEnrollmentKey":
+		if e.ComplexityRoot.Mutation.CreateEnrollmentKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createEnrollmentKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateEnrollmentKey(childComplexity, args["input"].(model.CreateEnrollmentKeyInput)), true
 	case "Mutation.createImage":
 		if e.ComplexityRoot.Mutation.CreateImage == nil {
 			break
@@ -302,6 +590,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateImage(childComplexity, args["input"].(model.CreateImageInput)), true
+	case "Mutation.createNetwork":
+		if e.ComplexityRoot.Mutation.CreateNetwork == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createNetwork_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateNetwork(childComplexity, args["input"].(model.CreateNetworkInput)), true
 	case "Mutation.createStorageProfile":
 		if e.ComplexityRoot.Mutation.CreateStorageProfile == nil {
 			break
@@ -346,6 +645,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteImage(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteNetwork":
+		if e.ComplexityRoot.Mutation.DeleteNetwork == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteNetwork_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteNetwork(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteStorageProfile":
 		if e.ComplexityRoot.Mutation.DeleteStorageProfile == nil {
 			break
@@ -368,6 +678,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.revokeEnrollmentKey":
+		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeEnrollmentKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeEnrollmentKey(childComplexity, args["id"].(string)), true
 	case "Mutation.updateComputeProfile":
 		if e.ComplexityRoot.Mutation.UpdateComputeProfile == nil {
 			break
@@ -413,6 +734,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Mutation.UpdateVdc(childComplexity, args["input"].(model.UpdateVDCInput)), true
 
+	case "Network.cidr":
+		if e.ComplexityRoot.Network.Cidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.Cidr(childComplexity), true
+	case "Network.gateway":
+		if e.ComplexityRoot.Network.Gateway == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.Gateway(childComplexity), true
+	case "Network.id":
+		if e.ComplexityRoot.Network.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.ID(childComplexity), true
+	case "Network.name":
+		if e.ComplexityRoot.Network.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.Name(childComplexity), true
+	case "Network.vnet":
+		if e.ComplexityRoot.Network.Vnet == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.Vnet(childComplexity), true
+	case "Network.zone":
+		if e.ComplexityRoot.Network.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Network.Zone(childComplexity), true
+
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
 			break
@@ -436,6 +794,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CurrentVdc(childComplexity), true
+	case "Query.enrollmentKeys":
+		if e.ComplexityRoot.Query.EnrollmentKeys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.EnrollmentKeys(childComplexity), true
+	case "Query.hosts":
+		if e.ComplexityRoot.Query.Hosts == nil {
+			break
+		}
+
+		args, err := ec.field_Query_hosts_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["first"].(*int)), true
 	case "Query.image":
 		if e.ComplexityRoot.Query.Image == nil {
 			break
@@ -460,6 +835,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Me(childComplexity), true
+	case "Query.networks":
+		if e.ComplexityRoot.Query.Networks == nil {
+			break
+		}
+
+		args, err := ec.field_Query_networks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Networks(childComplexity, args["zone"].(*string), args["first"].(*int)), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -483,6 +869,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Tenant(childComplexity), true
+	case "Query.vm":
+		if e.ComplexityRoot.Query.VM == nil {
+			break
+		}
+
+		args, err := ec.field_Query_vm_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.VM(childComplexity, args["id"].(string)), true
 	case "Query.vdc":
 		if e.ComplexityRoot.Query.Vdc == nil {
 			break
@@ -500,6 +897,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vdcs(childComplexity), true
+	case "Query.vms":
+		if e.ComplexityRoot.Query.Vms == nil {
+			break
+		}
+
+		args, err := ec.field_Query_vms_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Vms(childComplexity, args["filter"].(*model.VMFilter), args["first"].(*int), args["after"].(*string)), true
+	case "Query.zone":
+		if e.ComplexityRoot.Query.Zone == nil {
+			break
+		}
+
+		args, err := ec.field_Query_zone_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Zone(childComplexity, args["name"].(string)), true
+	case "Query.zones":
+		if e.ComplexityRoot.Query.Zones == nil {
+			break
+		}
+
+		args, err := ec.field_Query_zones_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int)), true
 
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
@@ -632,6 +1062,116 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCQuotas.VMs(childComplexity), true
 
+	case "VM.cpuUsage":
+		if e.ComplexityRoot.VM.CPUUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.CPUUsage(childComplexity), true
+	case "VM.diskGiB":
+		if e.ComplexityRoot.VM.DiskGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.DiskGiB(childComplexity), true
+	case "VM.host":
+		if e.ComplexityRoot.VM.Host == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Host(childComplexity), true
+	case "VM.id":
+		if e.ComplexityRoot.VM.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.ID(childComplexity), true
+	case "VM.ipAddresses":
+		if e.ComplexityRoot.VM.IPAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.IPAddresses(childComplexity), true
+	case "VM.memoryMiB":
+		if e.ComplexityRoot.VM.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.MemoryMiB(childComplexity), true
+	case "VM.memoryUsedMiB":
+		if e.ComplexityRoot.VM.MemoryUsedMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.MemoryUsedMiB(childComplexity), true
+	case "VM.name":
+		if e.ComplexityRoot.VM.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Name(childComplexity), true
+	case "VM.status":
+		if e.ComplexityRoot.VM.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Status(childComplexity), true
+	case "VM.uptime":
+		if e.ComplexityRoot.VM.Uptime == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Uptime(childComplexity), true
+	case "VM.vcpus":
+		if e.ComplexityRoot.VM.Vcpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Vcpus(childComplexity), true
+	case "VM.zone":
+		if e.ComplexityRoot.VM.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Zone(childComplexity), true
+
+	case "Zone.capacity":
+		if e.ComplexityRoot.Zone.Capacity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Capacity(childComplexity), true
+	case "Zone.hosts":
+		if e.ComplexityRoot.Zone.Hosts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Hosts(childComplexity), true
+	case "Zone.id":
+		if e.ComplexityRoot.Zone.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.ID(childComplexity), true
+	case "Zone.name":
+		if e.ComplexityRoot.Zone.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Name(childComplexity), true
+	case "Zone.standalone":
+		if e.ComplexityRoot.Zone.Standalone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Standalone(childComplexity), true
+	case "Zone.status":
+		if e.ComplexityRoot.Zone.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Status(childComplexity), true
+
 	case "ZonePool.pool":
 		if e.ComplexityRoot.ZonePool.Pool == nil {
 			break
@@ -655,7 +1195,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
+			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
+			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
@@ -663,6 +1205,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("VDCQuotasInput", ec.unmarshalInputVDCQuotasInput),
+			graphql.NewInputUnmarshaler("VMFilter", ec.unmarshalInputVMFilter),
 			graphql.NewInputUnmarshaler("ZonePoolInput", ec.unmarshalInputZonePoolInput),
 		)
 	}
@@ -740,6 +1283,49 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../enrollment.graphqls", Input: `# Agent enrollment keys (platform admins): an agent joins the mesh with one.
+
+extend type Query {
+  "Every enrollment key, including expired and revoked ones."
+  enrollmentKeys: [EnrollmentKey!]! @platformAdmin
+}
+
+extend type Mutation {
+  """
+  Creates a key for agents (tag:agent). The secret is shown only in this
+  answer.
+  """
+  createEnrollmentKey(input: CreateEnrollmentKeyInput!): CreatedEnrollmentKey! @platformAdmin
+  "Revokes a key (it expires now); NOT_FOUND for an unknown id."
+  revokeEnrollmentKey(id: ID!): EnrollmentKey! @platformAdmin
+}
+
+input CreateEnrollmentKeyInput {
+  "A reusable key enrolls any number of agents; default single-use."
+  reusable: Boolean
+  "Lifetime in seconds, 60 to 31536000; default 3600."
+  ttlSeconds: Int
+}
+
+"An enrollment key."
+type EnrollmentKey {
+  id: ID!
+  reusable: Boolean!
+  "Whether an agent enrolled with it."
+  used: Boolean!
+  "Whether it can no longer enroll agents (expired or revoked)."
+  expired: Boolean!
+  createdAt: Time!
+  expiresAt: Time!
+}
+
+"A new key and its secret."
+type CreatedEnrollmentKey {
+  key: EnrollmentKey!
+  "Give this to the agent (-auth-key); it is not shown again."
+  secret: String!
+}
+`, BuiltIn: false},
 	{Name: "../identity.graphqls", Input: `# Identity and tenancy: who is calling, and the tenant of this deployment.
 
 type Query {
@@ -839,6 +1425,207 @@ input UpdateImageInput {
   url: String
   checksum: String
   cloudInit: Boolean
+}
+`, BuiltIn: false},
+	{Name: "../inventory.graphqls", Input: `# Inventory: zones, hosts and VMs, read from Proxmox at request time (the
+# orchestrator keeps no copy).
+#
+# Partial answers: fields that span zones ask every zone concurrently, each
+# within the orchestrator's per-zone timeout. A zone that does not answer in
+# time adds one error per request (extensions.code ZONE_UNAVAILABLE,
+# extensions.zone its name) and the answer holds what the other zones have.
+#
+# Who sees what: every signed-in user sees the zones' names and status (VDC
+# members choose a zone to place VMs and networks in). Hosts, host details
+# and capacity are for platform admins; a VDC member sees of a VM's host
+# only its name and status. VMs are VDC-level: vms and vm(id:) list the
+# guests flexplane created in the VDC of the FlexPlane-VDC-ID header;
+# guests of other VDCs and guests flexplane did not create do not exist for
+# VDC users.
+#
+# Complexity: list fields cost their children times ` + "`" + `first` + "`" + ` (Zone.hosts
+# counts as 8 hosts).
+
+extend type Query {
+  "The zones, sorted by name (at most first)."
+  zones(first: Int = 20): [Zone!]!
+  "A zone by name; NOT_FOUND when there is none."
+  zone(name: String!): Zone
+  "The hosts of every zone (or of one zone), sorted by zone and name."
+  hosts(zone: String, first: Int = 100): [Host!]! @platformAdmin
+  """
+  The VMs of the current VDC matching filter, ordered by id. Cursor
+  pagination: pass the id of the last VM of a page as after to get the next
+  page; a page shorter than first is the last.
+  """
+  vms(filter: VMFilter, first: Int = 50, after: ID): [VM!]! @vdc
+  "A VM of the current VDC by id; NOT_FOUND for any other id."
+  vm(id: ID!): VM @vdc
+}
+
+"A zone: one Proxmox cluster, or a standalone Proxmox node."
+type Zone {
+  "Stable identity of the Proxmox cluster."
+  id: ID!
+  "The Proxmox cluster name (the node name of a standalone node)."
+  name: String!
+  status: ZoneStatus!
+  standalone: Boolean!
+  "The zone's hosts, sorted by name."
+  hosts: [Host!] @platformAdmin
+  "Totals and utilisation of the zone's online hosts and storage."
+  capacity: Capacity @platformAdmin
+}
+
+enum ZoneStatus {
+  "Every host is online."
+  ONLINE
+  "Some hosts are online."
+  DEGRADED
+  "No host is online: the zone cannot be reached."
+  OFFLINE
+}
+
+"Totals and utilisation of a zone; usages are fractions from 0 to 1."
+type Capacity {
+  "Logical CPUs of the online hosts."
+  cpus: Int!
+  cpuUsage: Float!
+  "Memory of the online hosts, in MiB."
+  memoryTotal: Int!
+  memoryUsed: Int!
+  memoryUsage: Float!
+  "Storage in GiB (a shared storage counts once)."
+  storageTotal: Int!
+  storageUsed: Int!
+  storageUsage: Float!
+}
+
+"A Proxmox node and its agent."
+type Host {
+  "Opaque id."
+  id: ID!
+  "The Proxmox node name (unique within its zone)."
+  name: String!
+  "ONLINE when its agent is in the mesh and reaches Proxmox."
+  status: HostStatus!
+  zone: Zone!
+  "Why the host is not online."
+  statusDetail: String @platformAdmin
+  agentVersion: String @platformAdmin
+  proxmoxVersion: String @platformAdmin
+  "Whether the agent runs another version than the orchestrator's."
+  updateAvailable: Boolean @platformAdmin
+  "Seconds since the node booted."
+  uptime: Int @platformAdmin
+  "Logical CPUs."
+  cpus: Int @platformAdmin
+  "CPU utilisation, 0 to 1."
+  cpuUsage: Float @platformAdmin
+  "Memory in MiB."
+  memoryUsed: Int @platformAdmin
+  memoryTotal: Int @platformAdmin
+}
+
+enum HostStatus {
+  ONLINE
+  OFFLINE
+}
+
+"A virtual machine of a VDC."
+type VM {
+  "Opaque, global id."
+  id: ID!
+  name: String!
+  status: VMStatus!
+  zone: Zone!
+  "The host it runs on (name and status for VDC users)."
+  host: Host
+  vcpus: Int!
+  memoryMiB: Int!
+  "Size of its disks in GiB."
+  diskGiB: Int!
+  "Addresses the Proxmox IPAM holds for it."
+  ipAddresses: [String!]!
+  "Seconds since it started (0 when not running)."
+  uptime: Int!
+  "CPU utilisation, 0 to 1 of its vCPUs."
+  cpuUsage: Float!
+  memoryUsedMiB: Int!
+}
+
+enum VMStatus {
+  "Being created (or deleted): a Proxmox lock is held."
+  CREATING
+  RUNNING
+  STOPPED
+  PAUSED
+  "Its host does not report it."
+  UNKNOWN
+}
+
+"Filters of vms; all given ones must match."
+input VMFilter {
+  "Zone name."
+  zone: String
+  status: VMStatus
+  "Part of the name, case-insensitive."
+  name: String
+}
+`, BuiltIn: false},
+	{Name: "../network.graphqls", Input: `# Networks: isolated layer-3 networks of a VDC, on Proxmox SDN. Each VDC has
+# one SDN zone per Proxmox zone (its isolated routing domain); each network
+# is a VNet with one subnet and gateway in it. Changes are applied to the
+# cluster (PUT /cluster/sdn) before the mutation returns.
+
+extend type Query {
+  "The networks of the current VDC, sorted by zone and name."
+  networks(zone: String, first: Int = 50): [Network!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a network in a zone. BAD_USER_INPUT (with extensions.field) for a
+  bad name, an unknown zone, a CIDR that is not an IPv4 network address with
+  a prefix length from 8 to 29, one overlapping another network of the VDC
+  in the zone, or a gateway outside the CIDR or on its network or broadcast
+  address; CONFLICT when the VDC already has a network of that name in the
+  zone. Refused input changes nothing.
+  """
+  createNetwork(input: CreateNetworkInput!): Network! @vdc(role: MEMBER)
+  """
+  Deletes a network; CONFLICT while a guest has a NIC on it or the IPAM
+  holds addresses in it.
+  """
+  deleteNetwork(id: ID!): DeletedNetwork! @vdc(role: MEMBER)
+}
+
+"A network of a VDC."
+type Network {
+  "Opaque, global id."
+  id: ID!
+  "Unique per VDC and zone."
+  name: String!
+  zone: Zone!
+  "IPv4 network in CIDR notation, e.g. 10.1.0.0/24."
+  cidr: String!
+  gateway: String!
+  "The Proxmox VNet (what a NIC's bridge names)."
+  vnet: String!
+}
+
+input CreateNetworkInput {
+  "1 to 40 characters: lowercase letters, digits and '-', starting with a letter."
+  name: String!
+  "Zone name."
+  zone: String!
+  cidr: String!
+  gateway: String!
+}
+
+"The result of deleteNetwork."
+type DeletedNetwork {
+  id: ID!
 }
 `, BuiltIn: false},
 	{Name: "../profile.graphqls", Input: `# Compute and storage profiles: tenant-wide sizes and storage tiers.
@@ -1036,6 +1823,28 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
 
+func (ec *executionContext) childFields_Capacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cpus":
+		return ec.fieldContext_Capacity_cpus(ctx, field)
+	case "cpuUsage":
+		return ec.fieldContext_Capacity_cpuUsage(ctx, field)
+	case "memoryTotal":
+		return ec.fieldContext_Capacity_memoryTotal(ctx, field)
+	case "memoryUsed":
+		return ec.fieldContext_Capacity_memoryUsed(ctx, field)
+	case "memoryUsage":
+		return ec.fieldContext_Capacity_memoryUsage(ctx, field)
+	case "storageTotal":
+		return ec.fieldContext_Capacity_storageTotal(ctx, field)
+	case "storageUsed":
+		return ec.fieldContext_Capacity_storageUsed(ctx, field)
+	case "storageUsage":
+		return ec.fieldContext_Capacity_storageUsage(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Capacity", field.Name)
+}
+
 func (ec *executionContext) childFields_ComputeProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -1054,12 +1863,80 @@ func (ec *executionContext) childFields_ComputeProfile(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type ComputeProfile", field.Name)
 }
 
+func (ec *executionContext) childFields_CreatedEnrollmentKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_CreatedEnrollmentKey_key(ctx, field)
+	case "secret":
+		return ec.fieldContext_CreatedEnrollmentKey_secret(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreatedEnrollmentKey", field.Name)
+}
+
 func (ec *executionContext) childFields_Deleted(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
 		return ec.fieldContext_Deleted_name(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Deleted", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedNetwork(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedNetwork_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedNetwork", field.Name)
+}
+
+func (ec *executionContext) childFields_EnrollmentKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_EnrollmentKey_id(ctx, field)
+	case "reusable":
+		return ec.fieldContext_EnrollmentKey_reusable(ctx, field)
+	case "used":
+		return ec.fieldContext_EnrollmentKey_used(ctx, field)
+	case "expired":
+		return ec.fieldContext_EnrollmentKey_expired(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_EnrollmentKey_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_EnrollmentKey_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EnrollmentKey", field.Name)
+}
+
+func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Host_id(ctx, field)
+	case "name":
+		return ec.fieldContext_Host_name(ctx, field)
+	case "status":
+		return ec.fieldContext_Host_status(ctx, field)
+	case "zone":
+		return ec.fieldContext_Host_zone(ctx, field)
+	case "statusDetail":
+		return ec.fieldContext_Host_statusDetail(ctx, field)
+	case "agentVersion":
+		return ec.fieldContext_Host_agentVersion(ctx, field)
+	case "proxmoxVersion":
+		return ec.fieldContext_Host_proxmoxVersion(ctx, field)
+	case "updateAvailable":
+		return ec.fieldContext_Host_updateAvailable(ctx, field)
+	case "uptime":
+		return ec.fieldContext_Host_uptime(ctx, field)
+	case "cpus":
+		return ec.fieldContext_Host_cpus(ctx, field)
+	case "cpuUsage":
+		return ec.fieldContext_Host_cpuUsage(ctx, field)
+	case "memoryUsed":
+		return ec.fieldContext_Host_memoryUsed(ctx, field)
+	case "memoryTotal":
+		return ec.fieldContext_Host_memoryTotal(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Host", field.Name)
 }
 
 func (ec *executionContext) childFields_Image(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1100,6 +1977,24 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 		return ec.fieldContext_Me_vdcs(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
+}
+
+func (ec *executionContext) childFields_Network(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Network_id(ctx, field)
+	case "name":
+		return ec.fieldContext_Network_name(ctx, field)
+	case "zone":
+		return ec.fieldContext_Network_zone(ctx, field)
+	case "cidr":
+		return ec.fieldContext_Network_cidr(ctx, field)
+	case "gateway":
+		return ec.fieldContext_Network_gateway(ctx, field)
+	case "vnet":
+		return ec.fieldContext_Network_vnet(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Network", field.Name)
 }
 
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1172,6 +2067,54 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_vms(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
+}
+
+func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_VM_id(ctx, field)
+	case "name":
+		return ec.fieldContext_VM_name(ctx, field)
+	case "status":
+		return ec.fieldContext_VM_status(ctx, field)
+	case "zone":
+		return ec.fieldContext_VM_zone(ctx, field)
+	case "host":
+		return ec.fieldContext_VM_host(ctx, field)
+	case "vcpus":
+		return ec.fieldContext_VM_vcpus(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_VM_memoryMiB(ctx, field)
+	case "diskGiB":
+		return ec.fieldContext_VM_diskGiB(ctx, field)
+	case "ipAddresses":
+		return ec.fieldContext_VM_ipAddresses(ctx, field)
+	case "uptime":
+		return ec.fieldContext_VM_uptime(ctx, field)
+	case "cpuUsage":
+		return ec.fieldContext_VM_cpuUsage(ctx, field)
+	case "memoryUsedMiB":
+		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VM", field.Name)
+}
+
+func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Zone_id(ctx, field)
+	case "name":
+		return ec.fieldContext_Zone_name(ctx, field)
+	case "status":
+		return ec.fieldContext_Zone_status(ctx, field)
+	case "standalone":
+		return ec.fieldContext_Zone_standalone(ctx, field)
+	case "hosts":
+		return ec.fieldContext_Zone_hosts(ctx, field)
+	case "capacity":
+		return ec.fieldContext_Zone_capacity(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Zone", field.Name)
 }
 
 func (ec *executionContext) childFields_ZonePool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -22,9 +22,13 @@ type MutationResolver interface {
 	CreateVdc(ctx context.Context, input model.CreateVDCInput) (*catalog.VDC, error)
 	UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error)
 	DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
+	CreateEnrollmentKey(ctx context.Context, input model.CreateEnrollmentKeyInput) (*model.CreatedEnrollmentKey, error)
+	RevokeEnrollmentKey(ctx context.Context, id string) (*model.EnrollmentKey, error)
 	CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error)
 	UpdateImage(ctx context.Context, input model.UpdateImageInput) (*catalog.Image, error)
 	DeleteImage(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
+	CreateNetwork(ctx context.Context, input model.CreateNetworkInput) (*model.Network, error)
+	DeleteNetwork(ctx context.Context, id string) (*model.DeletedNetwork, error)
 	CreateComputeProfile(ctx context.Context, input model.CreateComputeProfileInput) (*catalog.ComputeProfile, error)
 	UpdateComputeProfile(ctx context.Context, input model.UpdateComputeProfileInput) (*catalog.ComputeProfile, error)
 	DeleteComputeProfile(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
@@ -51,12 +55,40 @@ func (ec *executionContext) field_Mutation_createComputeProfile_args(ctx context
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createEnrollmentKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateEnrollmentKeyInput, error) {
+			return ec.unmarshalNCreateEnrollmentKeyInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateEnrollmentKeyInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createImage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateImageInput, error) {
 			return ec.unmarshalNCreateImageInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateImageInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createNetwork_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateNetworkInput, error) {
+			return ec.unmarshalNCreateNetworkInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateNetworkInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -137,6 +169,20 @@ func (ec *executionContext) field_Mutation_deleteImage_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_deleteNetwork_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_deleteStorageProfile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -178,6 +224,20 @@ func (ec *executionContext) field_Mutation_deleteVDC_args(ctx context.Context, r
 		return nil, err
 	}
 	args["resourceVersion"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeEnrollmentKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -435,6 +495,120 @@ func (ec *executionContext) fieldContext_Mutation_deleteVDC(ctx context.Context,
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createEnrollmentKey(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createEnrollmentKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateEnrollmentKey(ctx, fc.Args["input"].(model.CreateEnrollmentKeyInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal *model.CreatedEnrollmentKey
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CreatedEnrollmentKey) graphql.Marshaler {
+			return ec.marshalNCreatedEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreatedEnrollmentKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createEnrollmentKey(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreatedEnrollmentKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createEnrollmentKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_revokeEnrollmentKey(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeEnrollmentKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeEnrollmentKey(ctx, fc.Args["id"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal *model.EnrollmentKey
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.EnrollmentKey) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeEnrollmentKey(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrollmentKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeEnrollmentKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createImage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -600,6 +774,130 @@ func (ec *executionContext) fieldContext_Mutation_deleteImage(ctx context.Contex
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_deleteImage_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createNetwork(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createNetwork(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateNetwork(ctx, fc.Args["input"].(model.CreateNetworkInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.Network
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.Network
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Network) graphql.Marshaler {
+			return ec.marshalNNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetwork(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createNetwork(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Network(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createNetwork_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteNetwork(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteNetwork(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteNetwork(ctx, fc.Args["id"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.DeletedNetwork
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.DeletedNetwork
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeletedNetwork) graphql.Marshaler {
+			return ec.marshalNDeletedNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDeletedNetwork(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteNetwork(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeletedNetwork(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteNetwork_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -1431,6 +1729,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createEnrollmentKey":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createEnrollmentKey(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokeEnrollmentKey":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeEnrollmentKey(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createImage":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createImage(ctx, field)
@@ -1448,6 +1760,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "deleteImage":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_deleteImage(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createNetwork":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createNetwork(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteNetwork":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteNetwork(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -7,15 +7,38 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
+
+// Totals and utilisation of a zone; usages are fractions from 0 to 1.
+type Capacity struct {
+	// Logical CPUs of the online hosts.
+	Cpus     int     `json:"cpus"`
+	CPUUsage float64 `json:"cpuUsage"`
+	// Memory of the online hosts, in MiB.
+	MemoryTotal int     `json:"memoryTotal"`
+	MemoryUsed  int     `json:"memoryUsed"`
+	MemoryUsage float64 `json:"memoryUsage"`
+	// Storage in GiB (a shared storage counts once).
+	StorageTotal int     `json:"storageTotal"`
+	StorageUsed  int     `json:"storageUsed"`
+	StorageUsage float64 `json:"storageUsage"`
+}
 
 type CreateComputeProfileInput struct {
 	Name        string  `json:"name"`
 	Description *string `json:"description,omitempty"`
 	Vcpus       int     `json:"vcpus"`
 	MemoryMiB   int     `json:"memoryMiB"`
+}
+
+type CreateEnrollmentKeyInput struct {
+	// A reusable key enrolls any number of agents; default single-use.
+	Reusable *bool `json:"reusable,omitempty"`
+	// Lifetime in seconds, 60 to 31536000; default 3600.
+	TTLSeconds *int `json:"ttlSeconds,omitempty"`
 }
 
 type CreateImageInput struct {
@@ -25,6 +48,15 @@ type CreateImageInput struct {
 	URL         string  `json:"url"`
 	Checksum    string  `json:"checksum"`
 	CloudInit   bool    `json:"cloudInit"`
+}
+
+type CreateNetworkInput struct {
+	// 1 to 40 characters: lowercase letters, digits and '-', starting with a letter.
+	Name string `json:"name"`
+	// Zone name.
+	Zone    string `json:"zone"`
+	Cidr    string `json:"cidr"`
+	Gateway string `json:"gateway"`
 }
 
 type CreateStorageProfileInput struct {
@@ -42,10 +74,60 @@ type CreateVDCInput struct {
 	Quotas      *VDCQuotasInput `json:"quotas"`
 }
 
+// A new key and its secret.
+type CreatedEnrollmentKey struct {
+	Key *EnrollmentKey `json:"key"`
+	// Give this to the agent (-auth-key); it is not shown again.
+	Secret string `json:"secret"`
+}
+
 // The result of a delete.
 type Deleted struct {
 	// The name of the deleted object.
 	Name string `json:"name"`
+}
+
+// The result of deleteNetwork.
+type DeletedNetwork struct {
+	ID string `json:"id"`
+}
+
+// An enrollment key.
+type EnrollmentKey struct {
+	ID       string `json:"id"`
+	Reusable bool   `json:"reusable"`
+	// Whether an agent enrolled with it.
+	Used bool `json:"used"`
+	// Whether it can no longer enroll agents (expired or revoked).
+	Expired   bool      `json:"expired"`
+	CreatedAt time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A Proxmox node and its agent.
+type Host struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// The Proxmox node name (unique within its zone).
+	Name string `json:"name"`
+	// ONLINE when its agent is in the mesh and reaches Proxmox.
+	Status HostStatus `json:"status"`
+	Zone   *Zone      `json:"zone"`
+	// Why the host is not online.
+	StatusDetail   *string `json:"statusDetail,omitempty"`
+	AgentVersion   *string `json:"agentVersion,omitempty"`
+	ProxmoxVersion *string `json:"proxmoxVersion,omitempty"`
+	// Whether the agent runs another version than the orchestrator's.
+	UpdateAvailable *bool `json:"updateAvailable,omitempty"`
+	// Seconds since the node booted.
+	Uptime *int `json:"uptime,omitempty"`
+	// Logical CPUs.
+	Cpus *int `json:"cpus,omitempty"`
+	// CPU utilisation, 0 to 1.
+	CPUUsage *float64 `json:"cpuUsage,omitempty"`
+	// Memory in MiB.
+	MemoryUsed  *int `json:"memoryUsed,omitempty"`
+	MemoryTotal *int `json:"memoryTotal,omitempty"`
 }
 
 // The signed-in user.
@@ -65,6 +147,20 @@ type Me struct {
 }
 
 type Mutation struct {
+}
+
+// A network of a VDC.
+type Network struct {
+	// Opaque, global id.
+	ID string `json:"id"`
+	// Unique per VDC and zone.
+	Name string `json:"name"`
+	Zone *Zone  `json:"zone"`
+	// IPv4 network in CIDR notation, e.g. 10.1.0.0/24.
+	Cidr    string `json:"cidr"`
+	Gateway string `json:"gateway"`
+	// The Proxmox VNet (what a NIC's bridge names).
+	Vnet string `json:"vnet"`
 }
 
 type Query struct {
@@ -127,9 +223,109 @@ type VDCQuotasInput struct {
 	Vms        int `json:"vms"`
 }
 
+// A virtual machine of a VDC.
+type VM struct {
+	// Opaque, global id.
+	ID     string   `json:"id"`
+	Name   string   `json:"name"`
+	Status VMStatus `json:"status"`
+	Zone   *Zone    `json:"zone"`
+	// The host it runs on (name and status for VDC users).
+	Host      *Host `json:"host,omitempty"`
+	Vcpus     int   `json:"vcpus"`
+	MemoryMiB int   `json:"memoryMiB"`
+	// Size of its disks in GiB.
+	DiskGiB int `json:"diskGiB"`
+	// Addresses the Proxmox IPAM holds for it.
+	IPAddresses []string `json:"ipAddresses"`
+	// Seconds since it started (0 when not running).
+	Uptime int `json:"uptime"`
+	// CPU utilisation, 0 to 1 of its vCPUs.
+	CPUUsage      float64 `json:"cpuUsage"`
+	MemoryUsedMiB int     `json:"memoryUsedMiB"`
+}
+
+// Filters of vms; all given ones must match.
+type VMFilter struct {
+	// Zone name.
+	Zone   *string   `json:"zone,omitempty"`
+	Status *VMStatus `json:"status,omitempty"`
+	// Part of the name, case-insensitive.
+	Name *string `json:"name,omitempty"`
+}
+
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type Zone struct {
+	// Stable identity of the Proxmox cluster.
+	ID string `json:"id"`
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name       string     `json:"name"`
+	Status     ZoneStatus `json:"status"`
+	Standalone bool       `json:"standalone"`
+	// The zone's hosts, sorted by name.
+	Hosts []*Host `json:"hosts,omitempty"`
+	// Totals and utilisation of the zone's online hosts and storage.
+	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
 type ZonePoolInput struct {
 	Zone string `json:"zone"`
 	Pool string `json:"pool"`
+}
+
+type HostStatus string
+
+const (
+	HostStatusOnline  HostStatus = "ONLINE"
+	HostStatusOffline HostStatus = "OFFLINE"
+)
+
+var AllHostStatus = []HostStatus{
+	HostStatusOnline,
+	HostStatusOffline,
+}
+
+func (e HostStatus) IsValid() bool {
+	switch e {
+	case HostStatusOnline, HostStatusOffline:
+		return true
+	}
+	return false
+}
+
+func (e HostStatus) String() string {
+	return string(e)
+}
+
+func (e *HostStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = HostStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid HostStatus", str)
+	}
+	return nil
+}
+
+func (e HostStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *HostStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e HostStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 // A role within one VDC.
@@ -188,6 +384,129 @@ func (e *VDCRole) UnmarshalJSON(b []byte) error {
 }
 
 func (e VDCRole) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type VMStatus string
+
+const (
+	// Being created (or deleted): a Proxmox lock is held.
+	VMStatusCreating VMStatus = "CREATING"
+	VMStatusRunning  VMStatus = "RUNNING"
+	VMStatusStopped  VMStatus = "STOPPED"
+	VMStatusPaused   VMStatus = "PAUSED"
+	// Its host does not report it.
+	VMStatusUnknown VMStatus = "UNKNOWN"
+)
+
+var AllVMStatus = []VMStatus{
+	VMStatusCreating,
+	VMStatusRunning,
+	VMStatusStopped,
+	VMStatusPaused,
+	VMStatusUnknown,
+}
+
+func (e VMStatus) IsValid() bool {
+	switch e {
+	case VMStatusCreating, VMStatusRunning, VMStatusStopped, VMStatusPaused, VMStatusUnknown:
+		return true
+	}
+	return false
+}
+
+func (e VMStatus) String() string {
+	return string(e)
+}
+
+func (e *VMStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = VMStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid VMStatus", str)
+	}
+	return nil
+}
+
+func (e VMStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *VMStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e VMStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type ZoneStatus string
+
+const (
+	// Every host is online.
+	ZoneStatusOnline ZoneStatus = "ONLINE"
+	// Some hosts are online.
+	ZoneStatusDegraded ZoneStatus = "DEGRADED"
+	// No host is online: the zone cannot be reached.
+	ZoneStatusOffline ZoneStatus = "OFFLINE"
+)
+
+var AllZoneStatus = []ZoneStatus{
+	ZoneStatusOnline,
+	ZoneStatusDegraded,
+	ZoneStatusOffline,
+}
+
+func (e ZoneStatus) IsValid() bool {
+	switch e {
+	case ZoneStatusOnline, ZoneStatusDegraded, ZoneStatusOffline:
+		return true
+	}
+	return false
+}
+
+func (e ZoneStatus) String() string {
+	return string(e)
+}
+
+func (e *ZoneStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ZoneStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ZoneStatus", str)
+	}
+	return nil
+}
+
+func (e ZoneStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ZoneStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ZoneStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

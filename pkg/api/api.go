@@ -50,7 +50,8 @@ type Config struct {
 	// fields are not counted); 0 is 12.
 	MaxDepth int
 	// MaxComplexity bounds the complexity of an operation (each field costs
-	// 1 plus its children); 0 is 1000.
+	// 1 plus its children; list fields their children times first, see
+	// graph.Complexity); 0 is 1000.
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
@@ -83,6 +84,7 @@ func New(cfg Config) (http.Handler, error) {
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
 		Directives: graph.Directives(),
+		Complexity: graph.Complexity(),
 	}))
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 10 * time.Second,
@@ -210,7 +212,7 @@ func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.Operation
 		}
 		ctx = graph.WithVDCScope(ctx, scope)
 	}
-	return next(ctx)
+	return next(graph.WithRequest(ctx))
 }
 
 func (h *apiHandler) fail(ctx context.Context, err error) graphql.ResponseHandler {

@@ -148,6 +148,25 @@ func ParseNetworkID(id string) (NetworkRef, error) {
 	return NetworkRef{ZoneID: parts[0], VNet: parts[1]}, nil
 }
 
+// HostRef locates a host: the zone (cluster identity) and its Proxmox node
+// name (node names repeat across zones).
+type HostRef struct {
+	ZoneID string
+	Node   string
+}
+
+// ID is the opaque, global id of the host.
+func (r HostRef) ID() string { return encodeID("host", r.ZoneID, r.Node) }
+
+// ParseHostID parses an id made by HostRef.ID.
+func ParseHostID(id string) (HostRef, error) {
+	parts, err := decodeID("host", id, 2)
+	if err != nil {
+		return HostRef{}, err
+	}
+	return HostRef{ZoneID: parts[0], Node: parts[1]}, nil
+}
+
 // encodeID joins kind and parts into an opaque URL-safe id.
 func encodeID(kind string, parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(kind + "/" + strings.Join(parts, "/")))

@@ -120,3 +120,16 @@ func TestIDsRoundTripAndRejectForgeries(t *testing.T) {
 		t.Errorf("ParseNetworkID(vm id) err = %v", err)
 	}
 }
+
+func TestHostID(t *testing.T) {
+	ref := HostRef{ZoneID: "c0ffee", Node: "pve2"}
+	got, err := ParseHostID(ref.ID())
+	if err != nil || got != ref {
+		t.Fatalf("ParseHostID(%q) = %+v, %v", ref.ID(), got, err)
+	}
+	for _, bad := range []string{"", "!!", VMRef{ZoneID: "c0ffee", VMID: 100}.ID(), NetworkRef{ZoneID: "z", VNet: "n"}.ID()} {
+		if _, err := ParseHostID(bad); !errors.Is(err, ErrBadID) {
+			t.Errorf("ParseHostID(%q) = %v, want ErrBadID", bad, err)
+		}
+	}
+}

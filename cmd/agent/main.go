@@ -1,0 +1,49 @@
+// Command agent is the flexplane node agent. It runs on every Proxmox node;
+// see package agent and the README for its configuration.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/meshnode"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, opts, err := agent.LoadConfig(os.Args[1:], os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	cfg.Version = version()
+	meshnode.PrepareProcess(cfg.ControlURL)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := agent.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return a.Close()
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

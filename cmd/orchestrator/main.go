@@ -1,0 +1,192 @@
+// Command orchestrator runs the flexplane orchestrator.
+//
+//	orchestrator serve [flags]                   serve (see -h)
+//	orchestrator keys create [-reusable] [-ttl]  create an agent enrollment key
+//	orchestrator keys list                       list enrollment keys
+//	orchestrator keys revoke ID                  revoke an enrollment key
+//
+// The keys subcommands talk to the running orchestrator through the unix
+// socket in its data directory (-data-dir, env FLEXPLANE_DATA_DIR).
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+)
+
+const usage = `usage:
+  orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
+                     [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
+                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION]
+  orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
+  orchestrator keys list [-data-dir DIR]
+  orchestrator keys revoke [-data-dir DIR] ID`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:])
+	case "keys":
+		if len(args) < 2 {
+			return errors.New(usage)
+		}
+		return keys(ctx, args[1], args[2:], stdout)
+	default:
+		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
+	}
+}
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
+	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
+	stun := fs.String("stun-addr", env("FLEXPLANE_STUN_ADDR", ":3478"), "STUN UDP address (env FLEXPLANE_STUN_ADDR)")
+	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
+	issuer := fs.String("oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
+	audience := fs.String("oidc-audience", env("FLEXPLANE_OIDC_AUDIENCE", ""), "client id the tokens must be issued to (env FLEXPLANE_OIDC_AUDIENCE)")
+	rolesClaim := fs.String("oidc-roles-claim", env("FLEXPLANE_OIDC_ROLES_CLAIM", auth.ZitadelRolesClaim), "claim holding the role keys (env FLEXPLANE_OIDC_ROLES_CLAIM)")
+	nameClaim := fs.String("oidc-name-claim", env("FLEXPLANE_OIDC_NAME_CLAIM", "name"), "display-name claim (env FLEXPLANE_OIDC_NAME_CLAIM)")
+	emailClaim := fs.String("oidc-email-claim", env("FLEXPLANE_OIDC_EMAIL_CLAIM", "email"), "email claim (env FLEXPLANE_OIDC_EMAIL_CLAIM)")
+	catalogDir := fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)")
+	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
+	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
+	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *issuer != "" && *audience == "" {
+		return errors.New("-oidc-audience is required with -oidc-issuer")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("log level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	srv, err := orchestrator.New(orchestrator.Config{
+		Listen:    *listen,
+		PublicURL: *publicURL,
+		DataDir:   *dataDir,
+		STUNAddr:  *stun,
+		API: orchestrator.APIConfig{
+			Issuer:      *issuer,
+			Audience:    *audience,
+			Claims:      auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogDir:  *catalogDir,
+			Tenant:      graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout: *zoneTimeout,
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	meshnode.PrepareProcess(cmp.Or(*publicURL, "http://"))
+	return srv.Run(ctx)
+}
+
+func keys(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
+	reusable := fs.Bool("reusable", false, "create: the key enrolls any number of agents until it expires")
+	ttl := fs.Duration("ttl", time.Hour, "create: how long the key can be used")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	client, err := meshcontrol.Dial(orchestrator.SocketPath(*dataDir))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx); err != nil {
+		return fmt.Errorf("is the orchestrator running with -data-dir %s? %w", *dataDir, err)
+	}
+	switch sub {
+	case "create":
+		if fs.NArg() != 0 {
+			return errors.New(usage)
+		}
+		k, err := client.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: *reusable, TTL: *ttl})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", k.Secret)
+		fmt.Fprintf(os.Stderr, "key %d: reusable=%t expires %s\n", k.ID, k.Reusable, k.Expiration.Format(time.RFC3339))
+		return nil
+	case "list":
+		if fs.NArg() != 0 {
+			return errors.New(usage)
+		}
+		ks, err := client.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tKEY\tREUSABLE\tUSED\tEXPIRES\tSTATE\tTAGS")
+		now := time.Now()
+		for _, k := range ks {
+			state := "valid"
+			if k.Expired(now) {
+				state = "expired"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%t\t%t\t%s\t%s\t%s\n", k.ID, k.Secret, k.Reusable, k.Used,
+				k.Expiration.Format(time.RFC3339), state, strings.Join(k.Tags, ","))
+		}
+		return tw.Flush()
+	case "revoke":
+		if fs.NArg() != 1 {
+			return errors.New(usage)
+		}
+		id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+		if err != nil {
+			return fmt.Errorf("key id %q is not a number", fs.Arg(0))
+		}
+		if err := client.RevokeKey(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "revoked key %d\n", id)
+		return nil
+	default:
+		return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
+	}
+}

@@ -1,0 +1,456 @@
+package graph
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/zones"
+)
+
+// Helpers of the inventory and network resolvers: the per-request state,
+// partial answers and the translation of the estate into the API's types.
+
+type requestKey struct{}
+
+// request is the state of one GraphQL operation.
+type request struct {
+	once     sync.Once
+	session  *inventory.Session
+	mu       sync.Mutex
+	reported map[string]bool // zones reported unavailable, protected by mu
+}
+
+// WithRequest returns ctx carrying the state of one operation: the
+// inventory session (each zone is read once per operation) and which zones
+// were already reported unavailable. The API handler calls it per
+// operation.
+func WithRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
+}
+
+func requestFrom(ctx context.Context) *request {
+	if r, ok := ctx.Value(requestKey{}).(*request); ok {
+		return r
+	}
+	return nil
+}
+
+// inventory returns the inventory; without a zone registry the estate is
+// empty.
+func (r *Resolver) inventory() *inventory.Inventory {
+	if r.Zones == nil {
+		return nil
+	}
+	inv, err := inventory.New(inventory.Config{Zones: r.Zones, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout)})
+	if err != nil {
+		return nil
+	}
+	return inv
+}
+
+// session returns the operation's inventory session (nil without zones).
+func (r *Resolver) session(ctx context.Context) *inventory.Session {
+	inv := r.inventory()
+	if inv == nil {
+		return nil
+	}
+	req := requestFrom(ctx)
+	if req == nil {
+		return inv.NewSession()
+	}
+	req.once.Do(func() { req.session = inv.NewSession() })
+	return req.session
+}
+
+// zonesOf returns the zones, or the one named name (BAD_USER_INPUT on
+// field when there is none).
+func (r *Resolver) zonesOf(name *string, field string) ([]zones.Zone, error) {
+	if r.Zones == nil {
+		if name != nil {
+			return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
+		}
+		return nil, nil
+	}
+	all := r.Zones.Zones()
+	if name == nil {
+		return all, nil
+	}
+	for _, z := range all {
+		if z.Name == *name {
+			return []zones.Zone{z}, nil
+		}
+	}
+	return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
+}
+
+// zoneByID returns the zone with the cluster identity id.
+func (r *Resolver) zoneByID(id string) (zones.Zone, bool) {
+	if r.Zones == nil {
+		return zones.Zone{}, false
+	}
+	return r.Zones.Zone(id)
+}
+
+// zoneDown adds one ZONE_UNAVAILABLE error per zone and operation, and
+// logs the cause.
+func (r *Resolver) zoneDown(ctx context.Context, z zones.Zone, err error) {
+	if req := requestFrom(ctx); req != nil {
+		req.mu.Lock()
+		seen := req.reported[z.ID]
+		req.reported[z.ID] = true
+		req.mu.Unlock()
+		if seen {
+			return
+		}
+	}
+	r.Logger.Warn("graphql: zone unavailable", "zone", z.Name, "zone_id", z.ID, "err", err)
+	graphql.AddError(ctx, apierr.ZoneDown(z.Name, err))
+}
+
+// parallel runs fn for every zone concurrently; zones whose fn fails are
+// reported unavailable.
+func (r *Resolver) parallel(ctx context.Context, zs []zones.Zone, fn func(z zones.Zone) error) {
+	errs := make([]error, len(zs))
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		wg.Go(func() { errs[i] = fn(z) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			r.zoneDown(ctx, zs[i], err)
+		}
+	}
+}
+
+// maxFirst bounds every list's first.
+const maxFirst = 1000
+
+// limit checks a list's first argument.
+func limit(first *int, def int) (int, error) {
+	if first == nil {
+		return def, nil
+	}
+	if *first < 0 || *first > maxFirst {
+		return 0, apierr.BadInput("first", "first: must be between 0 and %d", maxFirst)
+	}
+	return *first, nil
+}
+
+func zoneModel(z zones.Zone, agentVersion string) *model.Zone {
+	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone}
+	online := 0
+	for _, h := range z.Hosts {
+		if h.Status == zones.StatusOnline {
+			online++
+		}
+		m.Hosts = append(m.Hosts, hostModel(m, h, agentVersion))
+	}
+	switch {
+	case online == len(z.Hosts):
+		m.Status = model.ZoneStatusOnline
+	case online > 0:
+		m.Status = model.ZoneStatusDegraded
+	default:
+		m.Status = model.ZoneStatusOffline
+	}
+	return m
+}
+
+func hostModel(zm *model.Zone, h zones.Host, agentVersion string) *model.Host {
+	m := &model.Host{
+		ID:              tenancy.HostRef{ZoneID: zm.ID, Node: h.Node}.ID(),
+		Name:            h.Node,
+		Status:          model.HostStatusOffline,
+		Zone:            zm,
+		AgentVersion:    ptr(h.AgentVersion),
+		ProxmoxVersion:  ptr(h.ProxmoxVersion),
+		UpdateAvailable: ptr(agentVersion != "" && h.AgentVersion != "" && h.AgentVersion != agentVersion),
+	}
+	if h.Status == zones.StatusOnline {
+		m.Status = model.HostStatusOnline
+	} else {
+		detail := h.Detail
+		if h.Status == zones.StatusDegraded {
+			detail = "the agent cannot reach Proxmox: " + detail
+		}
+		m.StatusDetail = &detail
+	}
+	return m
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// hostResource returns the /cluster/resources entry of a host; ok is false
+// when it cannot be read (its zone was reported) or there is none.
+func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (inventory.Resource, bool) {
+	ref, err := tenancy.ParseHostID(h.ID)
+	if err != nil {
+		return inventory.Resource{}, false
+	}
+	z, ok := r.zoneByID(ref.ZoneID)
+	s := r.session(ctx)
+	if !ok || s == nil {
+		return inventory.Resource{}, false
+	}
+	rs, err := s.Resources(ctx, z, "")
+	if err != nil {
+		r.zoneDown(ctx, z, err)
+		return inventory.Resource{}, false
+	}
+	for _, res := range rs {
+		if res.Type == "node" && res.Node == ref.Node && res.Status == "online" {
+			return res, true
+		}
+	}
+	return inventory.Resource{}, false
+}
+
+const mib, gib = 1 << 20, 1 << 30
+
+// capacity sums a zone's online nodes and its storage (shared storage
+// once).
+func capacity(rs []inventory.Resource) *model.Capacity {
+	var c model.Capacity
+	var cpuUsed float64
+	var memTotal, memUsed, stTotal, stUsed int64
+	shared := map[string]bool{}
+	for _, res := range rs {
+		switch res.Type {
+		case "node":
+			if res.Status != "online" {
+				continue
+			}
+			c.Cpus += res.MaxCPU
+			cpuUsed += res.CPU * float64(res.MaxCPU)
+			memTotal += res.MaxMem
+			memUsed += res.Mem
+		case "storage":
+			if res.Status != "available" || res.MaxDisk == 0 {
+				continue
+			}
+			if res.Shared == 1 {
+				if shared[res.Storage] {
+					continue
+				}
+				shared[res.Storage] = true
+			}
+			stTotal += res.MaxDisk
+			stUsed += res.Disk
+		}
+	}
+	c.MemoryTotal, c.MemoryUsed = int(memTotal/mib), int(memUsed/mib)
+	c.StorageTotal, c.StorageUsed = int(stTotal/gib), int(stUsed/gib)
+	c.CPUUsage = fraction(cpuUsed, float64(c.Cpus))
+	c.MemoryUsage = fraction(float64(memUsed), float64(memTotal))
+	c.StorageUsage = fraction(float64(stUsed), float64(stTotal))
+	return &c
+}
+
+func fraction(used, total float64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return min(used/total, 1)
+}
+
+// guestOf returns the VM of a /cluster/resources entry when it is a guest
+// flexplane manages in vdc.
+func guestOf(res inventory.Resource, vdc string) bool {
+	if res.Type != "qemu" || res.Template == 1 {
+		return false
+	}
+	v, managed := tenancy.VDCOf(tenancy.SplitTags(res.Tags))
+	return managed && v == vdc
+}
+
+func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
+	m := &model.VM{
+		ID:            tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}.ID(),
+		Name:          res.Name,
+		Status:        vmStatus(res),
+		Zone:          zm,
+		Vcpus:         res.MaxCPU,
+		MemoryMiB:     int(res.MaxMem / mib),
+		DiskGiB:       int(res.MaxDisk / gib),
+		Uptime:        int(res.Uptime),
+		CPUUsage:      res.CPU,
+		MemoryUsedMiB: int(res.Mem / mib),
+	}
+	for _, h := range zm.Hosts {
+		if h.Name == res.Node {
+			m.Host = h
+		}
+	}
+	return m
+}
+
+func vmStatus(res inventory.Resource) model.VMStatus {
+	switch {
+	case res.Lock == "clone" || res.Lock == "create":
+		return model.VMStatusCreating
+	case res.Status == "running":
+		return model.VMStatusRunning
+	case res.Status == "stopped":
+		return model.VMStatusStopped
+	case res.Status == "paused" || res.Status == "suspended":
+		return model.VMStatusPaused
+	}
+	return model.VMStatusUnknown
+}
+
+// vmNotFound is the one answer for a VM id that is malformed, forged, of
+// another VDC or gone.
+func vmNotFound() error { return apierr.New(apierr.NotFound, "VM not found") }
+
+// vmOrder orders VMs by zone identity and VMID (the page order of vms).
+func vmOrder(a, b tenancy.VMRef) int {
+	return cmp.Or(cmp.Compare(a.ZoneID, b.ZoneID), cmp.Compare(a.VMID, b.VMID))
+}
+
+func mustVMRef(id string) tenancy.VMRef {
+	ref, err := tenancy.ParseVMID(id)
+	if err != nil {
+		panic(fmt.Sprintf("graph: VM id %q made here does not parse: %v", id, err))
+	}
+	return ref
+}
+
+// sortVMs sorts VMs into page order.
+func sortVMs(vms []*model.VM) {
+	slices.SortFunc(vms, func(a, b *model.VM) int { return vmOrder(mustVMRef(a.ID), mustVMRef(b.ID)) })
+}
+
+// zoneHostsCost is what Zone.hosts counts as in query complexity.
+const zoneHostsCost = 8
+
+// Complexity returns the query complexity of list fields: their children's
+// cost times the number of items they may return (first); every other
+// field costs 1 plus its children.
+func Complexity() generated.ComplexityRoot {
+	var c generated.ComplexityRoot
+	times := func(child int, first *int, def int) int {
+		n := def
+		if first != nil && *first > 0 {
+			n = *first
+		}
+		return 1 + child*n
+	}
+	c.Query.Zones = func(child int, first *int) int { return times(child, first, 20) }
+	c.Query.Hosts = func(child int, _ *string, first *int) int { return times(child, first, 100) }
+	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
+	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
+	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
+	return c
+}
+
+// Enrollment keys.
+
+func keysUnavailable() error {
+	return apierr.New(apierr.NotFound, "enrollment keys are not managed by this orchestrator")
+}
+
+// agentKeys lists the keys that enroll agents (the orchestrator's own
+// mesh key is not the API's business).
+func (r *Resolver) agentKeys(ctx context.Context) ([]meshcontrol.Key, error) {
+	ks, err := r.Keys.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list enrollment keys: %w", err)
+	}
+	return slices.DeleteFunc(ks, func(k meshcontrol.Key) bool {
+		return !slices.Equal(k.Tags, []string{meshcontrol.TagAgent})
+	}), nil
+}
+
+// agentKey returns the agent key with the API id id; NOT_FOUND otherwise.
+func (r *Resolver) agentKey(ctx context.Context, id string) (meshcontrol.Key, error) {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err == nil {
+		ks, err := r.agentKeys(ctx)
+		if err != nil {
+			return meshcontrol.Key{}, err
+		}
+		for _, k := range ks {
+			if k.ID == n {
+				return k, nil
+			}
+		}
+	}
+	return meshcontrol.Key{}, apierr.New(apierr.NotFound, "enrollment key %q not found", id)
+}
+
+func keyModel(k meshcontrol.Key) *model.EnrollmentKey {
+	return &model.EnrollmentKey{
+		ID:        strconv.FormatUint(k.ID, 10),
+		Reusable:  k.Reusable,
+		Used:      k.Used,
+		Expired:   k.Expired(time.Now()),
+		CreatedAt: k.CreatedAt,
+		ExpiresAt: k.Expiration,
+	}
+}
+
+// Networks.
+
+func networkModel(zm *model.Zone, n network.Network, zoneID string) *model.Network {
+	m := &model.Network{
+		ID:   tenancy.NetworkRef{ZoneID: zoneID, VNet: n.VNet}.ID(),
+		Name: n.Name,
+		Zone: zm,
+		Vnet: n.VNet,
+	}
+	if n.CIDR.IsValid() {
+		m.Cidr = n.CIDR.String()
+	}
+	if n.Gateway.IsValid() {
+		m.Gateway = n.Gateway.String()
+	}
+	return m
+}
+
+// networkError classifies the errors of package network.
+func networkError(err error) error {
+	var ie *network.InputError
+	switch {
+	case errors.As(err, &ie):
+		return apierr.BadInput("input."+ie.Field, "input.%s: %s", ie.Field, ie.Message)
+	case errors.Is(err, network.ErrExists):
+		return &apierr.Error{Code: apierr.Conflict, Message: "the VDC already has a network of that name in the zone", Cause: err}
+	case errors.Is(err, network.ErrInUse):
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, network.ErrInUse.Error()+": "); ok {
+			msg = "the network is in use: " + after
+		}
+		return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
+	}
+	return err
+}
+
+// zoneError reports an error caused by a zone without a reachable agent
+// as ZONE_UNAVAILABLE; other errors pass.
+func zoneError(z zones.Zone, err error) error {
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
+		return apierr.ZoneDown(z.Name, err)
+	}
+	return err
+}

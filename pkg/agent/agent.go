@@ -1,0 +1,301 @@
+// Package agent is the flexplane node agent: it runs on every Proxmox node,
+// joins the orchestrator's mesh with an enrollment key, serves the agent gRPC
+// API (proto/flexplane/agent/v1) on its mesh address only, accepts only
+// callers tagged tag:orchestrator, and is the only holder of the node's
+// Proxmox API token: its Proxy RPC forwards an allowlisted set of requests to
+// the local Proxmox API with the token attached.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexplane/flexplane/pkg/meshnode"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+)
+
+// DefaultPort is the agent's gRPC port on the mesh.
+const DefaultPort = 50051
+
+// maxRequest bounds a request body the agent forwards.
+const maxRequest = 8 << 20
+
+// Config configures an agent. ControlURL, StateDir, NodeName and
+// ProxmoxToken are required (AuthKey too on the first start).
+type Config struct {
+	// ControlURL is the orchestrator's public URL.
+	ControlURL string
+	// AuthKey is the enrollment key. It is needed only until the agent has
+	// enrolled; afterwards StateDir identifies the agent.
+	AuthKey string
+	// StateDir keeps the agent's mesh identity.
+	StateDir string
+	// NodeName is the Proxmox node this agent runs on (its host name on a
+	// real node).
+	NodeName string
+	// MeshName is the agent's name in the mesh. Default NodeName.
+	MeshName string
+	// ProxmoxURL is the local Proxmox API. Default https://127.0.0.1:8006.
+	ProxmoxURL string
+	// ProxmoxToken is the API token, USER@REALM!TOKENID=SECRET. It is used
+	// only for requests to ProxmoxURL and never logged or returned.
+	ProxmoxToken string
+	// ProxmoxFingerprint pins the SHA-256 fingerprint (AB:CD:...) of the
+	// Proxmox certificate. Empty means verifying it against the system's CAs.
+	ProxmoxFingerprint string
+	// Port is the gRPC port on the mesh address. Default DefaultPort.
+	Port uint16
+	// Version is reported by Info. Default "dev".
+	Version string
+	// HealthTimeout bounds the Proxmox check of Health. Default 3s.
+	HealthTimeout time.Duration
+	// Logger receives the agent's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	var missing []string
+	for name, v := range map[string]string{
+		"ControlURL": c.ControlURL, "StateDir": c.StateDir, "NodeName": c.NodeName, "ProxmoxToken": c.ProxmoxToken,
+	} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("agent: missing configuration: %s", strings.Join(missing, ", "))
+	}
+	if !segmentName(c.NodeName) {
+		return fmt.Errorf("agent: node name %q is not a Proxmox node name", c.NodeName)
+	}
+	if c.MeshName == "" {
+		c.MeshName = c.NodeName
+	}
+	if c.ProxmoxURL == "" {
+		c.ProxmoxURL = "https://127.0.0.1:8006"
+	}
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = 3 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.AuthKey == "" && !meshnode.HasState(c.StateDir) {
+		return errors.New("agent: an enrollment key is needed for the first start")
+	}
+	return nil
+}
+
+func segmentName(s string) bool {
+	for _, c := range s {
+		if !segmentChar(c) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Agent is a running agent.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	pve    *pve
+	policy policy
+	node   *meshnode.Node
+	grpc   *grpc.Server
+	served chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start checks the configuration, joins the mesh and serves the agent API.
+// It returns once the agent is reachable on the mesh. Proxmox need not be
+// reachable yet: Health reports it.
+func Start(ctx context.Context, cfg Config) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	client, err := newPVE(cfg.ProxmoxURL, cfg.ProxmoxToken, cfg.ProxmoxFingerprint)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{
+		cfg:    cfg,
+		log:    cfg.Logger.With("node", cfg.NodeName),
+		pve:    client,
+		policy: newPolicy(),
+		served: make(chan struct{}),
+	}
+	a.node, err = meshnode.Start(ctx, meshnode.Config{
+		Hostname:   cfg.MeshName,
+		Dir:        cfg.StateDir,
+		ControlURL: cfg.ControlURL,
+		AuthKey:    cfg.AuthKey,
+		Logger:     cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: join mesh: %w", err)
+	}
+	ln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.Port)))
+	if err != nil {
+		a.node.Close()
+		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
+	}
+	a.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(a.authorize),
+		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return status.Error(codes.Unimplemented, "agent: no streaming methods")
+		}),
+		grpc.MaxRecvMsgSize(maxRequest+64<<10),
+		grpc.MaxSendMsgSize(maxResponse+64<<10),
+	)
+	agentv1.RegisterAgentServiceServer(a.grpc, &service{a: a})
+	go func() {
+		defer close(a.served)
+		if err := a.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			a.log.Error("agent: serve", "err", err)
+		}
+	}()
+	a.log.Info("agent serving on the mesh", "addr", net.JoinHostPort(a.node.Addr().String(), strconv.Itoa(int(cfg.Port))), "proxmox", cfg.ProxmoxURL)
+	return a, nil
+}
+
+// Close stops serving and leaves the mesh. The agent stays enrolled: a new
+// agent with the same StateDir needs no key.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		stopped := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			a.grpc.Stop()
+		}
+		a.closeErr = a.node.Close()
+		<-a.served
+		a.log.Info("agent stopped")
+	})
+	return a.closeErr
+}
+
+// Addr is the agent's gRPC address on the mesh (ip:port).
+func (a *Agent) Addr() string {
+	return net.JoinHostPort(a.node.Addr().String(), strconv.Itoa(int(a.cfg.Port)))
+}
+
+// Dial dials over the agent's own mesh node; the mesh policy decides what it
+// may reach (nothing, for an agent). For diagnostics and tests.
+func (a *Agent) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return a.node.Dial(ctx, network, addr)
+}
+
+// authorize lets only mesh peers tagged tag:orchestrator call the agent.
+func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil, status.Error(codes.PermissionDenied, "agent: caller unknown")
+	}
+	who, err := a.node.WhoIs(ctx, p.Addr.String())
+	if err != nil {
+		a.log.Warn("agent: refused unidentified caller", "remote", p.Addr.String(), "method", info.FullMethod, "err", err)
+		return nil, status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
+	}
+	if !who.HasTag(meshnode.TagOrchestrator) {
+		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", info.FullMethod)
+		return nil, status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
+	}
+	return handler(ctx, req)
+}
+
+// service implements the agent API.
+type service struct {
+	agentv1.UnimplementedAgentServiceServer
+	a *Agent
+}
+
+func (s *service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	f, err := s.a.pve.facts(ctx, s.a.cfg.NodeName)
+	if err != nil {
+		s.a.log.Warn("agent: info", "err", err)
+		return nil, status.Errorf(codes.Unavailable, "agent: read proxmox facts: %v", err)
+	}
+	return &agentv1.InfoResponse{
+		AgentVersion:   s.a.cfg.Version,
+		NodeName:       s.a.cfg.NodeName,
+		ClusterName:    f.clusterName,
+		ClusterId:      f.clusterID,
+		ProxmoxVersion: f.version,
+	}, nil
+}
+
+func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.a.cfg.HealthTimeout)
+	defer cancel()
+	resp, err := s.a.pve.do(ctx, http.MethodGet, "/version", "", nil, "")
+	switch {
+	case err != nil:
+		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: "proxmox unreachable: " + err.Error()}, nil
+	case resp.status == http.StatusUnauthorized || resp.status == http.StatusForbidden:
+		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox refused the agent's token (%d)", resp.status)}, nil
+	case resp.status != http.StatusOK:
+		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox answered %d", resp.status)}, nil
+	}
+	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
+}
+
+func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv1.ProxyResponse, error) {
+	method, path := req.GetMethod(), req.GetPath()
+	switch method {
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete:
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "agent: method %q is not GET, POST, PUT or DELETE", method)
+	}
+	if !strings.HasPrefix(path, "/") {
+		return nil, status.Errorf(codes.InvalidArgument, "agent: path %q does not start with /", path)
+	}
+	if len(req.GetBody()) > maxRequest {
+		return nil, status.Errorf(codes.InvalidArgument, "agent: body of %d bytes exceeds %d", len(req.GetBody()), maxRequest)
+	}
+	if strings.ContainsAny(req.GetQuery(), "#\r\n") {
+		return nil, status.Error(codes.InvalidArgument, "agent: malformed query")
+	}
+	if !s.a.policy.allowed(method, path) {
+		s.a.log.Warn("agent: refused request outside the allowlist", "method", method, "path", path)
+		return nil, status.Errorf(codes.PermissionDenied, "agent: %s %s is not allowed", method, path)
+	}
+	start := time.Now()
+	resp, err := s.a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	if err != nil {
+		s.a.log.Warn("agent: proxy", "method", method, "path", path, "err", err)
+		switch {
+		case errors.Is(err, errTooLarge):
+			return nil, status.Errorf(codes.ResourceExhausted, "agent: %s %s: %v", method, path, err)
+		case ctx.Err() != nil:
+			return nil, status.FromContextError(ctx.Err()).Err()
+		default:
+			return nil, status.Errorf(codes.Unavailable, "agent: proxmox unreachable: %v", err)
+		}
+	}
+	s.a.log.Debug("agent: proxied", "method", method, "path", path, "status", resp.status, "duration", time.Since(start))
+	return &agentv1.ProxyResponse{StatusCode: int32(resp.status), Body: resp.body, ContentType: resp.contentType}, nil
+}

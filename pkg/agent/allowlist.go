@@ -1,0 +1,137 @@
+package agent
+
+import (
+	"strings"
+)
+
+// A rule allows one method on one path template. Templates are paths below
+// /api2/json whose {placeholders} match exactly one segment made of letters,
+// digits and ".-_:@!" (node names, VMIDs, storage ids, volume ids, UPIDs).
+type rule struct {
+	method string
+	tmpl   string
+}
+
+// allowlist is everything flexplane asks of Proxmox. Anything else — the
+// whole /access tree, node shells and consoles (execute, termproxy,
+// vncproxy, spiceproxy, vncwebsocket), guest agent commands, the QEMU
+// monitor, apt, services, ceph, cluster configuration — is refused.
+func allowlist() []rule {
+	var rules []rule
+	add := func(method string, tmpls ...string) {
+		for _, t := range tmpls {
+			rules = append(rules, rule{method, t})
+		}
+	}
+	add("GET",
+		"/version",
+		"/cluster/status", "/cluster/resources", "/cluster/nextid", "/cluster/tasks",
+		"/cluster/sdn", "/cluster/sdn/zones", "/cluster/sdn/zones/{zone}",
+		"/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}",
+		"/cluster/sdn/vnets/{vnet}/subnets", "/cluster/sdn/vnets/{vnet}/subnets/{subnet}",
+		"/cluster/sdn/ipams", "/cluster/sdn/ipams/{ipam}", "/cluster/sdn/ipams/{ipam}/status",
+		"/pools", "/pools/{poolid}",
+		"/storage", "/storage/{storage}",
+		"/nodes", "/nodes/{node}", "/nodes/{node}/status", "/nodes/{node}/version",
+		"/nodes/{node}/certificates/info", "/nodes/{node}/network", "/nodes/{node}/rrddata",
+		"/nodes/{node}/qemu", "/nodes/{node}/qemu/{vmid}", "/nodes/{node}/qemu/{vmid}/config",
+		"/nodes/{node}/qemu/{vmid}/pending", "/nodes/{node}/qemu/{vmid}/status",
+		"/nodes/{node}/qemu/{vmid}/status/current", "/nodes/{node}/qemu/{vmid}/rrddata",
+		"/nodes/{node}/storage", "/nodes/{node}/storage/{storage}",
+		"/nodes/{node}/storage/{storage}/status", "/nodes/{node}/storage/{storage}/content",
+		"/nodes/{node}/storage/{storage}/content/{volume}",
+		"/nodes/{node}/tasks", "/nodes/{node}/tasks/{upid}",
+		"/nodes/{node}/tasks/{upid}/status", "/nodes/{node}/tasks/{upid}/log",
+	)
+	add("POST",
+		"/nodes/{node}/qemu", "/nodes/{node}/qemu/{vmid}/config",
+		"/nodes/{node}/qemu/{vmid}/clone", "/nodes/{node}/qemu/{vmid}/template",
+		"/nodes/{node}/qemu/{vmid}/migrate",
+		"/nodes/{node}/qemu/{vmid}/status/start", "/nodes/{node}/qemu/{vmid}/status/stop",
+		"/nodes/{node}/qemu/{vmid}/status/shutdown", "/nodes/{node}/qemu/{vmid}/status/reboot",
+		"/nodes/{node}/qemu/{vmid}/status/reset", "/nodes/{node}/qemu/{vmid}/status/suspend",
+		"/nodes/{node}/qemu/{vmid}/status/resume",
+		"/nodes/{node}/storage/{storage}/content",
+		"/pools",
+		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
+		"/cluster/sdn/vnets/{vnet}/ips",
+	)
+	add("PUT",
+		"/nodes/{node}/qemu/{vmid}/config", "/nodes/{node}/qemu/{vmid}/resize",
+		"/pools", "/pools/{poolid}",
+		"/cluster/sdn", "/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
+		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
+	)
+	add("DELETE",
+		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/tasks/{upid}",
+		"/nodes/{node}/storage/{storage}/content/{volume}",
+		"/pools", "/pools/{poolid}",
+		"/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
+		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
+	)
+	return rules
+}
+
+// policy decides which requests the agent forwards.
+type policy struct {
+	rules []rule
+}
+
+func newPolicy() policy { return policy{rules: allowlist()} }
+
+// allowed reports whether method on path (below /api2/json) is allowed.
+func (p policy) allowed(method, path string) bool {
+	if !cleanPath(path) {
+		return false
+	}
+	segs := strings.Split(path[1:], "/")
+	for _, r := range p.rules {
+		if r.method == method && matchTemplate(r.tmpl, segs) {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanPath accepts only absolute paths without empty, "." or ".." segments
+// and without escapes, so that what is checked is what Proxmox sees.
+func cleanPath(path string) bool {
+	if len(path) < 2 || path[0] != '/' || strings.HasSuffix(path, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(path[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for _, c := range seg {
+			if !segmentChar(c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func segmentChar(c rune) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.ContainsRune(".-_:@!", c)
+}
+
+func matchTemplate(tmpl string, segs []string) bool {
+	parts := strings.Split(tmpl[1:], "/")
+	if len(parts) != len(segs) {
+		return false
+	}
+	for i, p := range parts {
+		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
+			continue // cleanPath already restricted the segment's characters
+		}
+		if p != segs[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,58 @@
+package agent
+
+import "testing"
+
+func TestAllowlist(t *testing.T) {
+	t.Parallel()
+	p := newPolicy()
+	allowed := []struct{ method, path string }{
+		{"GET", "/version"},
+		{"GET", "/nodes"},
+		{"GET", "/cluster/resources"},
+		{"GET", "/nodes/pve1/status"},
+		{"GET", "/nodes/pve1/qemu/100/status/current"},
+		{"POST", "/nodes/pve1/qemu/100/status/start"},
+		{"PUT", "/nodes/pve1/qemu/100/config"},
+		{"DELETE", "/nodes/pve1/qemu/100"},
+		{"GET", "/nodes/pve1/tasks/UPID:pve1:0000A1B2:00C0FFEE:6750F00D:qmstart:100:flexplane@pve!agent:/status"},
+		{"POST", "/cluster/sdn/vnets/vnet1/ips"},
+	}
+	for _, c := range allowed {
+		if !p.allowed(c.method, c.path) {
+			t.Errorf("%s %s refused, want allowed", c.method, c.path)
+		}
+	}
+	refused := []struct{ method, path string }{
+		{"GET", "/access/users"},
+		{"POST", "/access/users"},
+		{"GET", "/access"},
+		{"POST", "/access/ticket"},
+		{"POST", "/nodes/pve1/execute"},
+		{"POST", "/nodes/pve1/termproxy"},
+		{"POST", "/nodes/pve1/vncshell"},
+		{"POST", "/nodes/pve1/qemu/100/vncproxy"},
+		{"POST", "/nodes/pve1/qemu/100/spiceproxy"},
+		{"GET", "/nodes/pve1/qemu/100/vncwebsocket"},
+		{"POST", "/nodes/pve1/qemu/100/monitor"},
+		{"POST", "/nodes/pve1/qemu/100/agent/exec"},
+		{"GET", "/nodes/pve1/apt/update"},
+		{"PUT", "/cluster/options"},
+		{"DELETE", "/nodes/pve1/status"},
+		{"PATCH", "/nodes"},
+		{"get", "/nodes"},
+		{"GET", "/nodes/../access/users"},
+		{"GET", "/nodes/pve1/../../access/users"},
+		{"GET", "/nodes//status"},
+		{"GET", "/nodes/pve1/status/"},
+		{"GET", "nodes"},
+		{"GET", ""},
+		{"GET", "/nodes/pve%2F1/status"},
+		{"GET", "/nodes/pve1/qemu/100/config/../../../../access/users"},
+		{"GET", "/nodes/a b/status"},
+	}
+	for _, c := range refused {
+		if p.allowed(c.method, c.path) {
+			t.Errorf("%s %q allowed, want refused", c.method, c.path)
+		}
+	}
+}

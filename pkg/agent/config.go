@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Environment variables (and keys of the configuration file) read by
+// LoadConfig. The file uses the same KEY=VALUE lines as a systemd
+// EnvironmentFile, so one file serves both.
+const (
+	EnvConfigFile       = "FLEXPLANE_AGENT_CONFIG"
+	EnvControlURL       = "FLEXPLANE_CONTROL_URL"
+	EnvEnrollKey        = "FLEXPLANE_ENROLL_KEY"
+	EnvEnrollKeyFile    = "FLEXPLANE_ENROLL_KEY_FILE"
+	EnvStateDir         = "FLEXPLANE_STATE_DIR"
+	EnvNodeName         = "FLEXPLANE_NODE_NAME"
+	EnvProxmoxURL       = "FLEXPLANE_PVE_URL"
+	EnvProxmoxToken     = "FLEXPLANE_PVE_TOKEN"
+	EnvProxmoxTokenFile = "FLEXPLANE_PVE_TOKEN_FILE"
+	EnvFingerprint      = "FLEXPLANE_PVE_FINGERPRINT"
+	EnvPort             = "FLEXPLANE_AGENT_PORT"
+	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
+)
+
+// Options is what LoadConfig produces besides Config.
+type Options struct {
+	LogLevel slog.Level
+}
+
+// LoadConfig builds a Config from command-line flags, the environment
+// (getenv) and an optional configuration file, in that order of precedence.
+// The Proxmox token and the enrollment key are never taken from flags (they
+// would show in the process list): only from the environment or a file.
+// Logger and Version are left for the caller.
+func LoadConfig(args []string, getenv func(string) string) (Config, Options, error) {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		configFile  = fs.String("config", "", "configuration file of KEY=VALUE lines (env "+EnvConfigFile+")")
+		controlURL  = fs.String("control-url", "", "orchestrator URL (env "+EnvControlURL+")")
+		keyFile     = fs.String("enroll-key-file", "", "file holding the enrollment key (env "+EnvEnrollKeyFile+"; or the key itself in "+EnvEnrollKey+")")
+		stateDir    = fs.String("state-dir", "", "state directory (env "+EnvStateDir+"; default $STATE_DIRECTORY or /var/lib/flexplane-agent)")
+		nodeName    = fs.String("node", "", "Proxmox node name (env "+EnvNodeName+"; default the host name)")
+		pveURL      = fs.String("pve-url", "", "local Proxmox API URL (env "+EnvProxmoxURL+"; default https://127.0.0.1:8006)")
+		tokenFile   = fs.String("pve-token-file", "", "file holding the Proxmox API token USER@REALM!ID=SECRET (env "+EnvProxmoxTokenFile+"; or the token itself in "+EnvProxmoxToken+")")
+		fingerprint = fs.String("pve-fingerprint", "", "SHA-256 fingerprint of the Proxmox certificate (env "+EnvFingerprint+")")
+		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
+		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
+	)
+	if err := fs.Parse(args); err != nil {
+		var b strings.Builder
+		fs.SetOutput(&b)
+		fs.PrintDefaults()
+		return Config{}, Options{}, fmt.Errorf("agent: %w\nflags:\n%s", err, b.String())
+	}
+	if fs.NArg() > 0 {
+		return Config{}, Options{}, fmt.Errorf("agent: unexpected arguments %q", fs.Args())
+	}
+
+	file := map[string]string{}
+	path := first(*configFile, getenv(EnvConfigFile))
+	if path != "" {
+		var err error
+		if file, err = readEnvFile(path); err != nil {
+			return Config{}, Options{}, fmt.Errorf("agent: config file: %w", err)
+		}
+	}
+	get := func(flagValue, key string) string { return first(flagValue, getenv(key), file[key]) }
+
+	cfg := Config{
+		ControlURL:         get(*controlURL, EnvControlURL),
+		StateDir:           get(*stateDir, EnvStateDir),
+		NodeName:           get(*nodeName, EnvNodeName),
+		ProxmoxURL:         get(*pveURL, EnvProxmoxURL),
+		ProxmoxFingerprint: get(*fingerprint, EnvFingerprint),
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")
+	}
+	if cfg.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return Config{}, Options{}, fmt.Errorf("agent: node name: %w", err)
+		}
+		cfg.NodeName, _, _ = strings.Cut(h, ".")
+	}
+	var err error
+	if cfg.AuthKey, err = secret(get("", EnvEnrollKey), get(*keyFile, EnvEnrollKeyFile)); err != nil {
+		return Config{}, Options{}, fmt.Errorf("agent: enrollment key: %w", err)
+	}
+	if cfg.ProxmoxToken, err = secret(get("", EnvProxmoxToken), get(*tokenFile, EnvProxmoxTokenFile)); err != nil {
+		return Config{}, Options{}, fmt.Errorf("agent: proxmox token: %w", err)
+	}
+	if p := get(*port, EnvPort); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return Config{}, Options{}, fmt.Errorf("agent: port %q is not a TCP port", p)
+		}
+		cfg.Port = uint16(n)
+	}
+	var opts Options
+	if l := get(*logLevel, EnvLogLevel); l != "" {
+		if err := opts.LogLevel.UnmarshalText([]byte(l)); err != nil {
+			return Config{}, Options{}, fmt.Errorf("agent: log level %q: %w", l, err)
+		}
+	}
+	return cfg, opts, nil
+}
+
+// secret takes a value given directly or the content of a file; not both.
+func secret(value, file string) (string, error) {
+	if value != "" && file != "" {
+		return "", errors.New("given both directly and as a file")
+	}
+	if file == "" {
+		return value, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func first(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// readEnvFile reads KEY=VALUE lines; blank lines and # comments are skipped,
+// values may be wrapped in single or double quotes.
+func readEnvFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", path, n)
+		}
+		v = strings.TrimSpace(v)
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		out[k] = v
+	}
+	return out, sc.Err()
+}

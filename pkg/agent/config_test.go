@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const token = "flexplane@pve!agent=5ecret-5ecret"
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "agent.env")
+	if err := os.WriteFile(cfgFile, []byte(`# agent configuration
+FLEXPLANE_CONTROL_URL="https://file.example"
+FLEXPLANE_NODE_NAME=pve7
+FLEXPLANE_PVE_TOKEN_FILE=`+tokenFile+`
+FLEXPLANE_AGENT_PORT=50099
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		EnvConfigFile:     cfgFile,
+		EnvControlURL:     "https://env.example",
+		EnvEnrollKey:      "hskey-auth-abc",
+		"STATE_DIRECTORY": "/var/lib/flexplane-agent-test",
+	}
+	cfg, _, err := LoadConfig([]string{"-node", "pve9"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ControlURL != "https://env.example" || cfg.NodeName != "pve9" || cfg.ProxmoxToken != token ||
+		cfg.Port != 50099 || cfg.AuthKey != "hskey-auth-abc" || cfg.StateDir != "/var/lib/flexplane-agent-test" {
+		t.Fatalf("precedence flag > env > file broken: %+v", cfg)
+	}
+
+	// The token is not a flag, and errors never quote secrets.
+	if _, _, err := LoadConfig([]string{"-pve-token", token}, func(string) string { return "" }); err == nil {
+		t.Fatal("a -pve-token flag was accepted")
+	}
+	env[EnvProxmoxToken] = token
+	_, _, err = LoadConfig(nil, func(k string) string { return env[k] })
+	if err == nil || strings.Contains(err.Error(), "5ecret") {
+		t.Fatalf("token given twice: err = %v", err)
+	}
+	c := Config{ControlURL: "http://x", StateDir: dir, NodeName: "pve1", ProxmoxToken: "not a token", AuthKey: "k"}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newPVE("https://127.0.0.1:8006", "root@pam!x=s3cr3t value", ""); err == nil || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("malformed token: err = %v", err)
+	}
+	if err := (&Config{}).setDefaults(); err == nil {
+		t.Fatal("empty config accepted")
+	}
+}

@@ -1,0 +1,268 @@
+// Package inventory reads the Proxmox estate at request time: zones and
+// hosts from the zone registry, and their figures, guests and IPAM
+// addresses from Proxmox through each zone's go-proxmox client over the
+// agents' Proxy. Nothing is cached beyond one Session (one API request):
+// every answer is built from what Proxmox says now.
+//
+// Requests that span zones ask all zones concurrently, each bounded by
+// Config.Timeout; a zone that fails or is too slow is reported as a
+// ZoneError and the others' answers are kept.
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/zones"
+)
+
+// DefaultTimeout bounds one zone's part of a request when Config.Timeout
+// is zero.
+const DefaultTimeout = 5 * time.Second
+
+// Config configures an Inventory.
+type Config struct {
+	// Zones is the registry of zones and hosts. Required.
+	Zones *zones.Registry
+	// Timeout bounds each zone's part of a request. Default DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Inventory reads zones, hosts and guests.
+type Inventory struct {
+	cfg Config
+}
+
+// New returns an inventory over cfg.Zones.
+func New(cfg Config) (*Inventory, error) {
+	if cfg.Zones == nil {
+		return nil, errors.New("inventory: Zones is required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Inventory{cfg: cfg}, nil
+}
+
+// Timeout is the per-zone timeout.
+func (inv *Inventory) Timeout() time.Duration { return inv.cfg.Timeout }
+
+// Zones returns the registry's zones, sorted by name.
+func (inv *Inventory) Zones() []zones.Zone { return inv.cfg.Zones.Zones() }
+
+// ZoneByName returns the zone called name.
+func (inv *Inventory) ZoneByName(name string) (zones.Zone, bool) {
+	for _, z := range inv.Zones() {
+		if z.Name == name {
+			return z, true
+		}
+	}
+	return zones.Zone{}, false
+}
+
+// ZoneByID returns the zone with the cluster identity id.
+func (inv *Inventory) ZoneByID(id string) (zones.Zone, bool) { return inv.cfg.Zones.Zone(id) }
+
+// Client returns the go-proxmox client of a zone.
+func (inv *Inventory) Client(zoneID string) *proxmox.Client { return inv.cfg.Zones.Client(zoneID) }
+
+// ZoneError is a zone that could not answer.
+type ZoneError struct {
+	Zone zones.Zone
+	Err  error
+}
+
+func (e *ZoneError) Error() string { return fmt.Sprintf("zone %s: %v", e.Zone.Name, e.Err) }
+
+func (e *ZoneError) Unwrap() error { return e.Err }
+
+// Each runs fn for every zone in zs concurrently, each call bounded by the
+// per-zone timeout, and returns the zones whose call failed, in the order
+// of zs. fn must be safe to call concurrently.
+func (inv *Inventory) Each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) []*ZoneError {
+	errs := make([]error, len(zs))
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		wg.Go(func() { errs[i] = inv.One(ctx, z, fn) })
+	}
+	wg.Wait()
+	var out []*ZoneError
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, &ZoneError{Zone: zs[i], Err: err})
+		}
+	}
+	return out
+}
+
+// One runs fn for one zone, bounded by the per-zone timeout. A call that
+// outlives the timeout is abandoned (its context is cancelled) and reported
+// as context.DeadlineExceeded even if fn does not return at once.
+func (inv *Inventory) One(ctx context.Context, z zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, inv.cfg.Timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx, z, inv.Client(z.ID)) }()
+	select {
+	case err := <-done:
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("inventory: zone %s: %w", z.Name, ctx.Err())
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("inventory: zone %s: %w", z.Name, ctx.Err())
+	}
+}
+
+// Resource is one entry of /cluster/resources (the fields flexplane reads;
+// go-proxmox's ClusterResource lacks lock).
+type Resource struct {
+	ID         string  `json:"id"`
+	Type       string  `json:"type"`
+	Node       string  `json:"node"`
+	Status     string  `json:"status"`
+	Name       string  `json:"name"`
+	VMID       int     `json:"vmid"`
+	Tags       string  `json:"tags"`
+	Lock       string  `json:"lock"`
+	Template   int     `json:"template"`
+	Pool       string  `json:"pool"`
+	CPU        float64 `json:"cpu"`
+	MaxCPU     int     `json:"maxcpu"`
+	Mem        int64   `json:"mem"`
+	MaxMem     int64   `json:"maxmem"`
+	Disk       int64   `json:"disk"`
+	MaxDisk    int64   `json:"maxdisk"`
+	Uptime     int64   `json:"uptime"`
+	Storage    string  `json:"storage"`
+	Shared     int     `json:"shared"`
+	PluginType string  `json:"plugintype"`
+}
+
+// Resources reads /cluster/resources of one zone (typ "" for all types,
+// else "vm", "node", "storage" or "sdn"): one call for the whole zone.
+func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, error) {
+	path := "/cluster/resources"
+	if typ != "" {
+		path += "?" + url.Values{"type": {typ}}.Encode()
+	}
+	var rs []Resource
+	if err := c.Get(ctx, path, &rs); err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	return rs, nil
+}
+
+// IPMapping is one address of the PVE IPAM.
+type IPMapping struct {
+	Zone    string `json:"zone"`
+	VNet    string `json:"vnet"`
+	Subnet  string `json:"subnet"`
+	IP      string `json:"ip"`
+	MAC     string `json:"mac"`
+	VMID    FlexString `json:"vmid"`
+	Gateway int    `json:"gateway"`
+}
+
+// FlexString decodes a JSON string or number (Proxmox answers either for
+// some ids) as a string.
+type FlexString string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (f *FlexString) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*f = FlexString(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("inventory: %s is neither a string nor a number", b)
+	}
+	*f = FlexString(n.String())
+	return nil
+}
+
+// IPAMStatus reads every mapping of the zone's PVE IPAM (one call).
+func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
+	var ms []IPMapping
+	if err := c.Get(ctx, "/cluster/sdn/ipams/pve/status", &ms); err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	return ms, nil
+}
+
+// Session memoizes the zone-wide reads of one API request, so that every
+// field of one answer sees the same Proxmox state and each zone is asked
+// once per kind of read. A session lives as long as its request: it is
+// not a cache across requests.
+type Session struct {
+	inv   *Inventory
+	mu    sync.Mutex
+	calls map[string]*call // by zone ID and read, protected by mu
+}
+
+type call struct {
+	once sync.Once
+	val  any
+	err  error
+}
+
+// NewSession starts a session (one per API request).
+func (inv *Inventory) NewSession() *Session {
+	return &Session{inv: inv, calls: map[string]*call{}}
+}
+
+// Inventory is the session's inventory.
+func (s *Session) Inventory() *Inventory { return s.inv }
+
+func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context, c *proxmox.Client) (any, error)) (any, error) {
+	s.mu.Lock()
+	c := s.calls[z.ID+"\x00"+key]
+	if c == nil {
+		c = &call{}
+		s.calls[z.ID+"\x00"+key] = c
+	}
+	s.mu.Unlock()
+	c.once.Do(func() {
+		var v any // written by fn; read only when fn returned in time
+		c.err = s.inv.One(ctx, z, func(ctx context.Context, _ zones.Zone, pc *proxmox.Client) (err error) {
+			v, err = read(ctx, pc)
+			return err
+		})
+		if c.err == nil {
+			c.val = v
+		}
+	})
+	return c.val, c.err
+}
+
+// Resources reads the zone's /cluster/resources of type typ once per
+// session.
+func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Resource, error) {
+	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context, c *proxmox.Client) (any, error) {
+		return Resources(ctx, c, typ)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]Resource), nil
+}
+
+// IPAM reads the zone's IPAM mappings once per session.
+func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]IPMapping, error) {
+	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context, c *proxmox.Client) (any, error) {
+		return IPAMStatus(ctx, c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]IPMapping), nil
+}

@@ -1,0 +1,187 @@
+// Package meshnode runs one userspace mesh node (tailscale's tsnet) for the
+// orchestrator or an agent: it joins the mesh of the flexplane control server
+// with an enrollment key, and answers who a peer is (its tags) for the
+// identity checks of both sides.
+package meshnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"tailscale.com/client/local"
+	"tailscale.com/envknob"
+	"tailscale.com/tsnet"
+)
+
+// Tags used on the mesh. Node tags come from the enrollment key.
+const (
+	// TagOrchestrator marks the orchestrator's mesh nodes: the only callers
+	// agents accept.
+	TagOrchestrator = "tag:orchestrator"
+	// TagAgent marks agents.
+	TagAgent = "tag:agent"
+)
+
+// PrepareProcess sets the process-wide knobs of the tailscale client that a
+// flexplane mesh needs, before any node starts. It is called once by the
+// mains (cmd/agent, cmd/orchestrator) and by test harnesses:
+//   - no log upload to tailscale's log service (nothing outside is reachable
+//     and nothing should be sent there);
+//   - DERP over plain HTTP when the control URL is http:// (the embedded DERP
+//     relay is served on the control server's own address and scheme).
+func PrepareProcess(controlURL string) {
+	envknob.SetNoLogsNoSupport()
+	if strings.HasPrefix(controlURL, "http://") {
+		envknob.Setenv("TS_DEBUG_USE_DERP_HTTP", "true")
+	}
+}
+
+// Config configures a mesh node.
+type Config struct {
+	// Hostname is the node's name in the mesh. Required.
+	Hostname string
+	// Dir keeps the node's state (its keys); with the same Dir a restarted
+	// node is the same mesh node and needs no new enrollment key. Required.
+	Dir string
+	// ControlURL is the control server (the orchestrator's public URL).
+	// Required.
+	ControlURL string
+	// AuthKey is the enrollment key; only needed when Dir holds no state yet.
+	AuthKey string
+	// Logger receives the node's logs (at debug level). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is a running mesh node.
+type Node struct {
+	srv *tsnet.Server
+	lc  *local.Client
+	log *slog.Logger
+}
+
+// Start starts a node and waits until it is up in the mesh or ctx ends. An
+// invalid, expired or revoked enrollment key makes Start fail.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Hostname == "" || cfg.Dir == "" || cfg.ControlURL == "" {
+		return nil, errors.New("meshnode: start: Hostname, Dir and ControlURL are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("meshnode: start: %w", err)
+	}
+	logger := cfg.Logger.With("component", "tsnet", "node", cfg.Hostname)
+	srv := &tsnet.Server{
+		Hostname:   cfg.Hostname,
+		Dir:        cfg.Dir,
+		ControlURL: cfg.ControlURL,
+		AuthKey:    cfg.AuthKey,
+		Logf: func(format string, args ...any) {
+			logger.Debug(fmt.Sprintf(format, args...))
+		},
+		UserLogf: func(format string, args ...any) {
+			logger.Info(fmt.Sprintf(format, args...))
+		},
+	}
+	if _, err := srv.Up(ctx); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
+	}
+	lc, err := srv.LocalClient()
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
+	}
+	return &Node{srv: srv, lc: lc, log: logger}, nil
+}
+
+// HasState reports whether dir holds the state of an enrolled node, so that
+// no enrollment key is needed to start it.
+func HasState(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "tailscaled.state"))
+	return err == nil && fi.Size() > 0
+}
+
+// Close leaves the mesh.
+func (n *Node) Close() error { return n.srv.Close() }
+
+// Listen listens on the node's mesh addresses only.
+func (n *Node) Listen(network, addr string) (net.Listener, error) {
+	return n.srv.Listen(network, addr)
+}
+
+// Dial dials over the mesh.
+func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return n.srv.Dial(ctx, network, addr)
+}
+
+// Addr is the node's IPv4 mesh address.
+func (n *Node) Addr() netip.Addr {
+	v4, _ := n.srv.TailscaleIPs()
+	return v4
+}
+
+// Peer is the identity of a mesh peer.
+type Peer struct {
+	Name string
+	Tags []string
+}
+
+// HasTag reports whether the peer carries tag.
+func (p Peer) HasTag(tag string) bool { return slices.Contains(p.Tags, tag) }
+
+// WhoIs identifies the mesh peer behind remoteAddr ("ip:port").
+func (n *Node) WhoIs(ctx context.Context, remoteAddr string) (Peer, error) {
+	who, err := n.lc.WhoIs(ctx, remoteAddr)
+	if err != nil {
+		return Peer{}, fmt.Errorf("meshnode: whois %s: %w", remoteAddr, err)
+	}
+	if who.Node == nil {
+		return Peer{}, fmt.Errorf("meshnode: whois %s: unknown peer", remoteAddr)
+	}
+	return Peer{Name: who.Node.ComputedName, Tags: slices.Clone(who.Node.Tags)}, nil
+}
+
+// PeerOnline reports whether the peer with mesh address ip is in this node's
+// view of the mesh and connected to the control server. Dialling a peer that
+// is not yet in the node's view costs a handshake retry of several seconds.
+func (n *Node) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
+	st, err := n.lc.Status(ctx)
+	if err != nil {
+		return false, fmt.Errorf("meshnode: status: %w", err)
+	}
+	for _, p := range st.Peer {
+		if slices.Contains(p.TailscaleIPs, ip) {
+			return p.Online, nil
+		}
+	}
+	return false, nil
+}
+
+// WaitPeer waits until the peer with mesh address ip is online in this
+// node's view or ctx ends.
+func (n *Node) WaitPeer(ctx context.Context, ip netip.Addr) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := n.PeerOnline(ctx, ip)
+		if err == nil && ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("meshnode: wait for peer %s: %w", ip, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,425 @@
+// Package orchestrator runs the flexplane orchestrator: one public HTTP
+// address that serves the embedded mesh control server (control protocol and
+// DERP relay), the GraphQL API at /graphql (when Config.API names an OIDC
+// issuer) and, on every other path, Config.Handler; the orchestrator's own
+// mesh node (tag:orchestrator); and the zone registry that discovers agents
+// and zones over the mesh.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/zones"
+)
+
+// Config configures an orchestrator.
+type Config struct {
+	// Listen is the public TCP address. Default ":8080".
+	Listen string
+	// PublicURL is the URL agents use to reach Listen (behind a TLS
+	// terminating proxy, its https:// URL). Default "http://" + the bound
+	// address, with 127.0.0.1 for an unspecified host (enough for one
+	// machine only).
+	PublicURL string
+	// DataDir keeps the mesh control server's state and the orchestrator's
+	// mesh identity. Required.
+	DataDir string
+	// STUNAddr is the UDP address of the STUN server. Default ":3478"; a
+	// zero port picks a free one.
+	STUNAddr string
+	// AgentPort is the agents' gRPC port. Default 50051.
+	AgentPort uint16
+	// MeshName is the orchestrator's name in the mesh. Default
+	// "flexplane-orchestrator".
+	MeshName string
+	// API configures the GraphQL API served at /graphql; its zero value
+	// serves none.
+	API APIConfig
+	// Handler serves every path the mesh control server and the API do not
+	// own (the portal, ...). Nil answers 404.
+	Handler http.Handler
+	// RefreshInterval is how often zones and host status are refreshed.
+	// Default 2s.
+	RefreshInterval time.Duration
+	// MeshPolicy replaces the default mesh policy; for tests only.
+	MeshPolicy string
+	// Logger receives all logs, including the control server's. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// APIPath is where the GraphQL API is served.
+const APIPath = "/graphql"
+
+// APIConfig configures the GraphQL API. The zero value serves no API.
+type APIConfig struct {
+	// Issuer is the URL of the OpenID Connect issuer whose bearer tokens
+	// the API accepts; "" serves no API. Its discovery document is read at
+	// Start, which fails if the issuer cannot be reached.
+	Issuer string
+	// Audience is the client id tokens must be issued to (the portal's).
+	// Required with Issuer.
+	Audience string
+	// Claims names the role, name and email claims; the zero value reads
+	// Zitadel's tokens.
+	Claims auth.ClaimNames
+	// CatalogDir holds the catalog's manifests (VDCs, profiles, images).
+	// Default DataDir/catalog.
+	CatalogDir string
+	// Tenant is the one tenant this deployment serves.
+	Tenant graph.Tenant
+	// ZoneTimeout bounds each zone's part of a request that spans zones;
+	// a slower zone is reported ZONE_UNAVAILABLE. Default
+	// graph.DefaultZoneTimeout.
+	ZoneTimeout time.Duration
+	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
+	// defaults.
+	MaxDepth, MaxComplexity int
+	// HTTPClient fetches the issuer's discovery document and signing keys;
+	// nil is http.DefaultClient.
+	HTTPClient *http.Client
+}
+
+// Server is an orchestrator.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool                 // protected by mu
+	ln       net.Listener         // protected by mu
+	url      string               // protected by mu
+	http     *http.Server         // protected by mu
+	control  *meshcontrol.Control // protected by mu
+	node     *meshnode.Node       // protected by mu
+	registry *zones.Registry      // protected by mu
+	catalog  catalog.Store        // nil without an API, protected by mu
+	stop     context.CancelFunc   // stops the registry, protected by mu
+	done     chan struct{}        // closed when background work ended, protected by mu
+	stopped  chan struct{}        // closed by Shutdown
+	stopOnce sync.Once
+}
+
+// New checks cfg and returns a server; Start or Run starts it.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("orchestrator: DataDir is required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("orchestrator: PublicURL %q must be an http(s) URL without a path", cfg.PublicURL)
+		}
+	}
+	if cfg.MeshName == "" {
+		cfg.MeshName = "flexplane-orchestrator"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.API.Issuer != "" {
+		if cfg.API.Audience == "" {
+			return nil, errors.New("orchestrator: API.Audience is required with API.Issuer")
+		}
+		if cfg.API.CatalogDir == "" {
+			cfg.API.CatalogDir = filepath.Join(cfg.DataDir, "catalog")
+		}
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{})}, nil
+}
+
+// Start listens, starts the mesh control server, joins the mesh as
+// tag:orchestrator and starts discovering zones. It returns once the
+// orchestrator serves; ctx bounds the start only.
+func (s *Server) Start(ctx context.Context) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("orchestrator: already started")
+	}
+	s.started = true
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("orchestrator: listen: %w", err)
+	}
+	undo = append(undo, func() { ln.Close() })
+	publicURL := s.cfg.PublicURL
+	if publicURL == "" {
+		publicURL = "http://" + hostPort(ln.Addr())
+	}
+	control, err := meshcontrol.Start(ctx, meshcontrol.Config{
+		DataDir:   filepath.Join(s.cfg.DataDir, "headscale"),
+		ServerURL: publicURL,
+		STUNAddr:  s.cfg.STUNAddr,
+		AgentPort: s.cfg.AgentPort,
+		Policy:    s.cfg.MeshPolicy,
+		Logger:    s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	undo = append(undo, func() { control.Close() })
+
+	mux := http.NewServeMux()
+	control.Mount(mux)
+	if s.cfg.Handler != nil {
+		mux.Handle("/", s.cfg.Handler)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ConnState:         control.TrackConn,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	done := make(chan struct{})
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("orchestrator: serve", "err", err)
+		}
+	}()
+	undo = append(undo, func() { srv.Close() })
+
+	meshDir := filepath.Join(s.cfg.DataDir, "mesh")
+	var authKey string
+	if !meshnode.HasState(meshDir) {
+		key, err := control.CreateKey(ctx, meshcontrol.KeyOptions{TTL: 10 * time.Minute, Tags: []string{meshcontrol.TagOrchestrator}})
+		if err != nil {
+			return fmt.Errorf("orchestrator: enroll own mesh node: %w", err)
+		}
+		authKey = key.Secret
+	}
+	node, err := meshnode.Start(ctx, meshnode.Config{
+		Hostname:   s.cfg.MeshName,
+		Dir:        meshDir,
+		ControlURL: publicURL,
+		AuthKey:    authKey,
+		Logger:     s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("orchestrator: join mesh: %w", err)
+	}
+	undo = append(undo, func() { node.Close() })
+
+	registry, err := zones.New(zones.Config{
+		Mesh:            mesh{control: control, node: node},
+		AgentPort:       s.cfg.AgentPort,
+		RefreshInterval: s.cfg.RefreshInterval,
+		Logger:          s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	var store catalog.Store
+	if s.cfg.API.Issuer != "" {
+		h, st, err := s.newAPI(ctx, registry, control)
+		if err != nil {
+			return err
+		}
+		// ServeMux allows registering while it serves; until now
+		// /graphql fell through to Handler.
+		mux.Handle(APIPath, h)
+		store = st
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer close(done)
+		registry.Run(rctx)
+	}()
+
+	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
+	s.catalog = store
+	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
+	return nil
+}
+
+// newAPI builds the GraphQL handler over the registry, the catalog
+// directory and the control server's enrollment keys.
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, error) {
+	c := s.cfg.API
+	verifier, err := auth.NewVerifier(ctx, auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	store, err := catalog.OpenDir(c.CatalogDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	h, err := api.New(api.Config{
+		Verifier: verifier,
+		Resolver: &graph.Resolver{
+			Catalog:     store,
+			Tenant:      c.Tenant,
+			Logger:      s.log.With("component", "api"),
+			Zones:       registry,
+			ZoneTimeout: c.ZoneTimeout,
+			Keys:        control.Client,
+		},
+		Logger:        s.log.With("component", "api"),
+		MaxDepth:      c.MaxDepth,
+		MaxComplexity: c.MaxComplexity,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	return h, store, nil
+}
+
+// Run starts the server and serves until ctx ends or Shutdown is called,
+// then shuts down (allowing 10s).
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.stopped:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+// Shutdown stops the zone registry, leaves the mesh, stops accepting
+// requests, waits for in-flight API requests until ctx ends, and closes the
+// connections of all mesh nodes (which reconnect to the next orchestrator).
+// It is safe to call more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopped) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.http == nil {
+		return nil
+	}
+	s.stop()
+	<-s.done
+	errs := []error{s.node.Close()}
+	if err := s.http.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("orchestrator: shutdown http: %w", err))
+		s.http.Close()
+	}
+	errs = append(errs, s.control.Close())
+	s.http = nil
+	s.log.Info("orchestrator stopped")
+	return errors.Join(errs...)
+}
+
+// URL is the public URL agents use (after Start).
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// Addr is the bound public address (after Start).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln.Addr()
+}
+
+// Zones is the zone registry (after Start).
+func (s *Server) Zones() *zones.Registry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registry
+}
+
+// Catalog is the catalog store the API uses (after Start; nil without an
+// API).
+func (s *Server) Catalog() catalog.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.catalog
+}
+
+// Control is the embedded mesh control server: enrollment keys and nodes
+// (after Start).
+func (s *Server) Control() *meshcontrol.Control {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.control
+}
+
+// MeshNode is the orchestrator's own mesh node (after Start).
+func (s *Server) MeshNode() *meshnode.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.node
+}
+
+// SocketPath is the unix socket `orchestrator keys` talks to for a data
+// directory.
+func SocketPath(dataDir string) string {
+	return filepath.Join(dataDir, "headscale", "headscale.sock")
+}
+
+func hostPort(a net.Addr) string {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ap.Addr().IsUnspecified() {
+		ap = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), ap.Port())
+	}
+	return ap.String()
+}
+
+// mesh adapts the control server and the orchestrator's node to zones.Mesh.
+type mesh struct {
+	control *meshcontrol.Control
+	node    *meshnode.Node
+}
+
+func (m mesh) Nodes(ctx context.Context) ([]zones.MeshNode, error) {
+	nodes, err := m.control.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]zones.MeshNode, 0, len(nodes))
+	for _, n := range nodes {
+		zn := zones.MeshNode{ID: n.ID, Name: n.GivenName, Tags: n.Tags, Online: n.Online}
+		for _, a := range n.Addrs {
+			if a.Is4() {
+				zn.Addr = a
+			}
+		}
+		out = append(out, zn)
+	}
+	return out, nil
+}
+
+func (m mesh) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
+	return m.node.PeerOnline(ctx, ip)
+}
+
+func (m mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return m.node.Dial(ctx, network, addr)
+}

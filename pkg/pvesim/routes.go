@@ -1,0 +1,88 @@
+package pvesim
+
+// routeTable maps "METHOD /schema/template" to the handler implementing it. Every
+// template is a path of Proxmox's schema; a schema path without an entry answers 501.
+func (c *Cluster) routeTable() map[string]routeEntry {
+	r := map[string]handlerFunc{
+		"GET /version": hVersion,
+
+		"GET /cluster":                                      subdirs("name", "acme", "backup", "backup-info", "bulk-action", "ceph", "config", "firewall", "ha", "jobs", "log", "mapping", "metrics", "nextid", "notifications", "options", "replication", "resources", "sdn", "status", "tasks"),
+		"GET /cluster/status":                               hClusterStatus,
+		"GET /cluster/resources":                            hClusterResources,
+		"GET /cluster/nextid":                               hNextID,
+		"GET /cluster/tasks":                                hClusterTasks,
+		"GET /storage":                                      hStorageConfigList,
+		"GET /storage/{storage}":                            hStorageConfigGet,
+		"GET /pools":                                        hPools,
+		"POST /pools":                                       hPoolCreate,
+		"PUT /pools":                                        hPoolUpdate,
+		"DELETE /pools":                                     hPoolDelete,
+		"GET /pools/{poolid}":                               hPoolGet,
+		"PUT /pools/{poolid}":                               hPoolUpdate,
+		"DELETE /pools/{poolid}":                            hPoolDelete,
+		"GET /cluster/sdn":                                  subdirs("subdir", "vnets", "zones", "controllers", "ipams", "dns", "fabrics", "subnets"),
+		"PUT /cluster/sdn":                                  hSDNApply,
+		"GET /cluster/sdn/zones":                            hSDNZones,
+		"POST /cluster/sdn/zones":                           zoneKind.create,
+		"GET /cluster/sdn/zones/{zone}":                     hSDNZoneGet,
+		"PUT /cluster/sdn/zones/{zone}":                     zoneKind.update,
+		"DELETE /cluster/sdn/zones/{zone}":                  hSDNZoneDelete,
+		"GET /cluster/sdn/vnets":                            hSDNVnets,
+		"POST /cluster/sdn/vnets":                           vnetKind.create,
+		"GET /cluster/sdn/vnets/{vnet}":                     hSDNVnetGet,
+		"PUT /cluster/sdn/vnets/{vnet}":                     vnetKind.update,
+		"DELETE /cluster/sdn/vnets/{vnet}":                  hSDNVnetDelete,
+		"GET /cluster/sdn/vnets/{vnet}/subnets":             hSDNSubnets,
+		"POST /cluster/sdn/vnets/{vnet}/subnets":            hSDNSubnetCreate,
+		"GET /cluster/sdn/vnets/{vnet}/subnets/{subnet}":    hSDNSubnetGet,
+		"PUT /cluster/sdn/vnets/{vnet}/subnets/{subnet}":    hSDNSubnetUpdate,
+		"DELETE /cluster/sdn/vnets/{vnet}/subnets/{subnet}": hSDNSubnetDelete,
+		"POST /cluster/sdn/vnets/{vnet}/ips":                hIPCreate,
+		"PUT /cluster/sdn/vnets/{vnet}/ips":                 hIPUpdate,
+		"DELETE /cluster/sdn/vnets/{vnet}/ips":              hIPDelete,
+		"GET /cluster/sdn/ipams":                            hIPAMs,
+		"GET /cluster/sdn/ipams/{ipam}/status":              hIPAMStatus,
+
+		"GET /nodes":                                              hNodes,
+		"GET /nodes/{node}":                                       subdirs("name", "apt", "capabilities", "certificates", "config", "disks", "dns", "firewall", "hardware", "hosts", "journal", "lxc", "netstat", "network", "qemu", "query-url-metadata", "replication", "report", "rrd", "rrddata", "scan", "sdn", "services", "spiceshell", "startall", "status", "stopall", "storage", "subscription", "syslog", "tasks", "termproxy", "time", "version", "vncshell", "vzdump", "wakeonlan"),
+		"GET /nodes/{node}/status":                                hNodeStatus,
+		"GET /nodes/{node}/version":                               hNodeVersion,
+		"GET /nodes/{node}/certificates/info":                     hCertificatesInfo,
+		"GET /nodes/{node}/tasks":                                 hNodeTasks,
+		"GET /nodes/{node}/tasks/{upid}":                          subdirs("subdir", "log", "status"),
+		"DELETE /nodes/{node}/tasks/{upid}":                       hTaskStop,
+		"GET /nodes/{node}/tasks/{upid}/status":                   hTaskStatus,
+		"GET /nodes/{node}/tasks/{upid}/log":                      hTaskLog,
+		"GET /nodes/{node}/storage":                               hNodeStorageList,
+		"GET /nodes/{node}/storage/{storage}":                     storageSubdirs(),
+		"GET /nodes/{node}/storage/{storage}/status":              hNodeStorageStatus,
+		"GET /nodes/{node}/storage/{storage}/content":             hStorageContent,
+		"GET /nodes/{node}/storage/{storage}/content/{volume}":    hStorageVolumeGet,
+		"DELETE /nodes/{node}/storage/{storage}/content/{volume}": hStorageVolumeDelete,
+		"POST /nodes/{node}/storage/{storage}/download-url":       hDownloadURL,
+
+		"GET /nodes/{node}/qemu":                         hQemuList,
+		"POST /nodes/{node}/qemu":                        hQemuCreate,
+		"GET /nodes/{node}/qemu/{vmid}":                  guestSubdirs("agent", "clone", "cloudinit", "config", "feature", "firewall", "migrate", "monitor", "move_disk", "pending", "resize", "rrd", "rrddata", "sendkey", "snapshot", "spiceproxy", "status", "template", "termproxy", "unlink", "vncproxy", "vncwebsocket"),
+		"DELETE /nodes/{node}/qemu/{vmid}":               onGuest(hQemuDelete),
+		"GET /nodes/{node}/qemu/{vmid}/config":           onGuest(hQemuConfigGet),
+		"POST /nodes/{node}/qemu/{vmid}/config":          onGuest(hQemuConfigPost),
+		"PUT /nodes/{node}/qemu/{vmid}/config":           onGuest(hQemuConfigPut),
+		"GET /nodes/{node}/qemu/{vmid}/pending":          onGuest(hQemuPending),
+		"GET /nodes/{node}/qemu/{vmid}/status":           guestSubdirs("current", "reboot", "reset", "resume", "shutdown", "start", "stop", "suspend"),
+		"GET /nodes/{node}/qemu/{vmid}/status/current":   onGuest(hQemuStatusCurrent),
+		"POST /nodes/{node}/qemu/{vmid}/status/start":    onGuest(hQemuStart),
+		"POST /nodes/{node}/qemu/{vmid}/status/stop":     onGuest(hQemuStop),
+		"POST /nodes/{node}/qemu/{vmid}/status/shutdown": onGuest(hQemuShutdown),
+		"POST /nodes/{node}/qemu/{vmid}/status/reboot":   onGuest(hQemuReboot),
+		"POST /nodes/{node}/qemu/{vmid}/clone":           onGuest(hQemuClone),
+		"POST /nodes/{node}/qemu/{vmid}/migrate":         onGuest(hQemuMigrate),
+		"POST /nodes/{node}/qemu/{vmid}/template":        onGuest(hQemuTemplate),
+		"PUT /nodes/{node}/qemu/{vmid}/resize":           onGuest(hQemuResize),
+	}
+	out := make(map[string]routeEntry, len(r))
+	for k, h := range r {
+		out[k] = routeEntry{handler: h}
+	}
+	return out
+}

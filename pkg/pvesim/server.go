@@ -1,0 +1,404 @@
+package pvesim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const apiPrefix = "/api2/json"
+
+// apiError is an error answered with a status and Proxmox's message (in the status line
+// and the body's "message"), plus the per-parameter errors of a 400.
+type apiError struct {
+	status int
+	msg    string
+	errors map[string]string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, format string, args ...any) *apiError {
+	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// paramError is a 400 "Parameter verification failed." with one parameter's message, as
+// Proxmox's raise_param_exc answers.
+func paramError(name, msg string) *apiError {
+	return &apiError{status: http.StatusBadRequest, msg: "Parameter verification failed.", errors: map[string]string{name: msg}}
+}
+
+// failRule is one FailRequests entry.
+type failRule struct {
+	method  string
+	pattern string
+	status  int
+	left    int // protected by Cluster.mu
+}
+
+func (f *failRule) matches(method, rel, template string) bool {
+	if f.method != "" && f.method != method {
+		return false
+	}
+	if f.pattern == template {
+		return true
+	}
+	ok, _ := path.Match(f.pattern, rel)
+	return ok
+}
+
+// call is one authenticated, validated request on its way to a handler.
+type call struct {
+	c      *Cluster
+	ctx    context.Context
+	method string
+	rel    string // path relative to /api2/json
+	ep     *apiEndpoint
+	vars   map[string]string
+	p      params
+	user   string                       // authenticated token id, "USER@REALM!ID"
+	has    func(path, priv string) bool // nil: full privileges
+}
+
+// require fails like Proxmox's handler-level permission checks unless the caller has
+// priv on path.
+func (cl *call) require(path, priv string) error {
+	if cl.has == nil || cl.has(path, priv) {
+		return nil
+	}
+	return errorf(http.StatusForbidden, "Permission check failed (%s, %s)", path, priv)
+}
+
+type handlerFunc func(*call) (any, error)
+
+type routeEntry struct {
+	handler handlerFunc
+}
+
+func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if d := time.Duration(c.latency.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	status := c.serve(w, r)
+	c.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", status, "took", time.Since(start))
+}
+
+func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
+	rel, ok := strings.CutPrefix(r.URL.Path, apiPrefix)
+	if !ok || rel == "" {
+		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, r.URL.Path)})
+	}
+	if len(rel) > 1 {
+		rel = strings.TrimSuffix(rel, "/")
+	}
+	user, aerr := c.authenticate(r)
+	if aerr != nil {
+		return writeStatus(w, aerr.status, aerr.msg, nil)
+	}
+	raw, err := readParams(r)
+	if err != nil {
+		return writeError(w, errorf(http.StatusBadRequest, "%s", err.Error()))
+	}
+	ep, vars, aerr := c.api.lookup(r.Method, rel)
+	if aerr != nil {
+		return writeError(w, aerr)
+	}
+	if aerr := c.injectedFailure(r.Method, rel, ep.Path); aerr != nil {
+		return writeError(w, aerr)
+	}
+	p, aerr := ep.validate(vars, raw)
+	if aerr != nil {
+		return writeError(w, aerr)
+	}
+	// A token with full privileges stands for root@pam, which Proxmox never checks.
+	has := c.privilegeChecker(user)
+	if has != nil {
+		if aerr := ep.authorize(p, has); aerr != nil {
+			return writeError(w, aerr)
+		}
+	}
+	if node, ok := vars["node"]; ok {
+		if aerr := c.checkNodeReachable(node); aerr != nil {
+			return writeError(w, aerr)
+		}
+	}
+	rt, ok := c.routes[r.Method+" "+ep.Path]
+	if !ok {
+		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
+	}
+	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has}
+	// Handlers run under the model's lock: every request sees and leaves a consistent
+	// state, and check-then-claim steps (VMIDs, IP mappings) are atomic.
+	c.mu.Lock()
+	data, err := rt.handler(cl)
+	c.mu.Unlock()
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
+		}
+		return writeError(w, ae)
+	}
+	body, err := json.Marshal(map[string]any{"data": data})
+	if err != nil {
+		return writeError(w, errorf(http.StatusInternalServerError, "encode response: %v", err))
+	}
+	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+	w.Header().Set("Cache-Control", "max-age=0")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+	return http.StatusOK
+}
+
+func (c *Cluster) injectedFailure(method, rel, template string) *apiError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, f := range c.fails {
+		if !f.matches(method, rel, template) {
+			continue
+		}
+		f.left--
+		if f.left <= 0 {
+			c.fails = append(c.fails[:i], c.fails[i+1:]...)
+		}
+		return &apiError{status: f.status, msg: "simulated failure"}
+	}
+	return nil
+}
+
+func (c *Cluster) checkNodeReachable(node string) *apiError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.st.nodes[node]
+	if n == nil {
+		return errorf(http.StatusInternalServerError, "hostname lookup '%s' failed - failed to get address info for: %s: Name or service not known", node, node)
+	}
+	if !n.online {
+		return errorf(595, "No route to host")
+	}
+	return nil
+}
+
+// readParams flattens the query string and the body (urlencoded form or JSON, as
+// Proxmox accepts both) into string values.
+func readParams(r *http.Request) (map[string][]string, error) {
+	raw := map[string][]string{}
+	for k, v := range r.URL.Query() {
+		raw[k] = append(raw[k], v...)
+	}
+	if r.Body == nil {
+		return raw, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return raw, nil
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/json" {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			return nil, fmt.Errorf("malformed JSON request body: %w", err)
+		}
+		for k, v := range m {
+			raw[k] = append(raw[k], flattenJSON(v)...)
+		}
+		return raw, nil
+	}
+	vals, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, fmt.Errorf("malformed request body: %w", err)
+	}
+	for k, v := range vals {
+		raw[k] = append(raw[k], v...)
+	}
+	return raw, nil
+}
+
+func flattenJSON(v any) []string {
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return []string{v}
+	case json.Number:
+		return []string{v.String()}
+	case bool:
+		if v {
+			return []string{"1"}
+		}
+		return []string{"0"}
+	case []any:
+		var out []string
+		for _, e := range v {
+			out = append(out, flattenJSON(e)...)
+		}
+		return out
+	default:
+		b, _ := json.Marshal(v)
+		return []string{string(b)}
+	}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) int {
+	body := map[string]any{"data": nil, "message": e.msg + "\n"}
+	if len(e.errors) > 0 {
+		body["errors"] = e.errors
+	}
+	b, _ := json.Marshal(body)
+	return writeStatus(w, e.status, e.msg, b)
+}
+
+// writeStatus writes a response whose status line carries reason as Proxmox's pveproxy
+// does ("HTTP/1.1 500 VM is locked (clone)"); clients such as go-proxmox surface only the
+// status line. net/http cannot set a reason phrase, so the connection is taken over.
+func writeStatus(w http.ResponseWriter, status int, reason string, body []byte) int {
+	reason = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, strings.TrimSpace(reason))
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		w.Header().Set("Content-Type", "application/json;charset=UTF-8")
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return status
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return status
+	}
+	defer conn.Close()
+	bw := rw.Writer
+	if bw == nil {
+		bw = bufio.NewWriter(conn)
+	}
+	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", status, reason)
+	if len(body) > 0 {
+		bw.WriteString("Content-Type: application/json;charset=UTF-8\r\n")
+	}
+	fmt.Fprintf(bw, "Content-Length: %d\r\nConnection: close\r\nCache-Control: max-age=0\r\n", len(body))
+	fmt.Fprintf(bw, "Date: %s\r\n\r\n", time.Now().UTC().Format(http.TimeFormat))
+	bw.Write(body)
+	_ = bw.Flush()
+	return status
+}
+
+// apiToken is one API token with its privileges.
+type apiToken struct {
+	id     string // USER@REALM!ID
+	secret string
+	acl    map[string]map[string]bool // nil = full privileges
+}
+
+func parseToken(s string) (id, secret string, err error) {
+	id, secret, ok := strings.Cut(s, "=")
+	if !ok || secret == "" {
+		return "", "", fmt.Errorf("token %q: want USER@REALM!ID=SECRET", s)
+	}
+	user, tokenID, ok := strings.Cut(id, "!")
+	if !ok || tokenID == "" || !strings.Contains(user, "@") || strings.HasPrefix(user, "@") || strings.HasSuffix(user, "@") {
+		return "", "", fmt.Errorf("token %q: want USER@REALM!ID=SECRET", s)
+	}
+	return id, secret, nil
+}
+
+func (c *Cluster) addToken(s string, acl map[string][]string) error {
+	id, secret, err := parseToken(s)
+	if err != nil {
+		return err
+	}
+	t := &apiToken{id: id, secret: secret}
+	if acl != nil {
+		t.acl = map[string]map[string]bool{}
+		for p, privs := range acl {
+			p = "/" + strings.Trim(p, "/")
+			if t.acl[p] == nil {
+				t.acl[p] = map[string]bool{}
+			}
+			for _, pr := range privs {
+				t.acl[p][pr] = true
+			}
+		}
+	}
+	c.mu.Lock()
+	c.tokens[id] = t
+	c.mu.Unlock()
+	return nil
+}
+
+// authenticate checks "Authorization: PVEAPIToken=USER@REALM!ID=SECRET".
+func (c *Cluster) authenticate(r *http.Request) (string, *apiError) {
+	h := r.Header.Get("Authorization")
+	v, ok := strings.CutPrefix(h, "PVEAPIToken=")
+	if !ok {
+		return "", &apiError{status: http.StatusUnauthorized, msg: "No ticket"}
+	}
+	id, secret, err := parseToken(v)
+	if err != nil {
+		return "", &apiError{status: http.StatusUnauthorized, msg: "invalid token value!"}
+	}
+	c.mu.Lock()
+	t := c.tokens[id]
+	c.mu.Unlock()
+	if t == nil || subtle.ConstantTimeCompare([]byte(t.secret), []byte(secret)) != 1 {
+		return "", &apiError{status: http.StatusUnauthorized, msg: "invalid token value!"}
+	}
+	return id, nil
+}
+
+// privilegeChecker answers whether the token has priv on path, with ACLs propagating
+// from a path to everything below it; nil for a token with full privileges.
+func (c *Cluster) privilegeChecker(id string) func(path, priv string) bool {
+	c.mu.Lock()
+	t := c.tokens[id]
+	c.mu.Unlock()
+	if t == nil || t.acl == nil {
+		return nil
+	}
+	return func(p, priv string) bool {
+		p = "/" + strings.Trim(p, "/")
+		for {
+			if t.acl[p][priv] {
+				return true
+			}
+			if p == "/" {
+				return false
+			}
+			i := strings.LastIndex(p, "/")
+			if i <= 0 {
+				p = "/"
+			} else {
+				p = p[:i]
+			}
+		}
+	}
+}

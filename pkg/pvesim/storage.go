@@ -1,0 +1,400 @@
+package pvesim
+
+import (
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func (st *state) storageStatus(n *node, s *storageDef) map[string]any {
+	total := st.c.cfg.StorageSize
+	used := st.usedOn(n.name, s.id)
+	if used > total {
+		used = total
+	}
+	e := map[string]any{
+		"storage":       s.id,
+		"type":          s.typ,
+		"content":       joinContent(s.content),
+		"shared":        boolInt(s.shared),
+		"active":        1,
+		"enabled":       1,
+		"total":         total,
+		"used":          used,
+		"avail":         total - used,
+		"used_fraction": float64(used) / float64(total),
+		"status":        "available",
+	}
+	return e
+}
+
+func (cl *call) storageOn() (*storageDef, error) {
+	id := cl.vars["storage"]
+	s := cl.c.st.storage(id)
+	if s == nil {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", id)
+	}
+	return s, nil
+}
+
+func hNodeStorageList(cl *call) (any, error) {
+	c := cl.c
+	n := c.st.nodes[cl.vars["node"]]
+	content, _ := cl.p.str("content")
+	only, _ := cl.p.str("storage")
+	out := []map[string]any{}
+	for _, s := range c.st.storages {
+		if only != "" && s.id != only {
+			continue
+		}
+		if content != "" {
+			ok := true
+			for _, ct := range splitList(content) {
+				ok = ok && s.hasContent(ct)
+			}
+			if !ok {
+				continue
+			}
+		}
+		e := c.st.storageStatus(n, s)
+		delete(e, "status")
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// storageSubdirs is the directory index of an existing storage.
+func storageSubdirs() handlerFunc {
+	idx := subdirs("subdir", "content", "download-url", "file-restore", "identity", "import-metadata", "prunebackups", "rrd", "rrddata", "status", "upload")
+	return func(cl *call) (any, error) {
+		if _, err := cl.storageOn(); err != nil {
+			return nil, err
+		}
+		return idx(cl)
+	}
+}
+
+func hNodeStorageStatus(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	e := c.st.storageStatus(c.st.nodes[cl.vars["node"]], s)
+	delete(e, "storage")
+	delete(e, "status")
+	delete(e, "used_fraction")
+	return e, nil
+}
+
+func volumeJSON(v *volume) map[string]any {
+	e := map[string]any{
+		"volid":   v.volid,
+		"content": v.content,
+		"format":  v.format,
+		"size":    v.size,
+		"ctime":   v.ctime,
+	}
+	if v.vmid != 0 {
+		e["vmid"] = v.vmid
+	}
+	if v.content == "images" {
+		e["used"] = v.size / 8
+	}
+	if v.parent != "" {
+		_, base, _ := strings.Cut(v.parent, ":")
+		e["parent"] = base
+	}
+	if v.notes != "" {
+		e["notes"] = v.notes
+	}
+	return e
+}
+
+func hStorageContent(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	content, _ := cl.p.str("content")
+	vmid, hasVMID := cl.p.int("vmid")
+	vols := c.st.volumesOn(cl.vars["node"], s.id)
+	ids := sortedKeys(vols)
+	out := []map[string]any{}
+	for _, id := range ids {
+		v := vols[id]
+		if content != "" && v.content != content {
+			continue
+		}
+		if hasVMID && int64(v.vmid) != vmid {
+			continue
+		}
+		out = append(out, volumeJSON(v))
+	}
+	return out, nil
+}
+
+// volumeParam resolves the {volume} of a content path: a full volid or a name on the storage.
+func (cl *call) volumeParam(s *storageDef) string {
+	v := cl.vars["volume"]
+	if !strings.Contains(v, ":") {
+		v = s.id + ":" + v
+	}
+	return v
+}
+
+func hStorageVolumeGet(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	volid := cl.volumeParam(s)
+	v := c.st.volumesOn(cl.vars["node"], s.id)[volid]
+	if v == nil {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	}
+	_, name, _ := strings.Cut(v.volid, ":")
+	path := s.path + "/" + name
+	if s.typ == "lvmthin" {
+		path = "/dev/pve/" + name
+	}
+	return map[string]any{
+		"path": path, "size": v.size, "used": v.size, "format": v.format,
+		"notes": v.notes, "protected": 0,
+	}, nil
+}
+
+func hStorageVolumeDelete(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	volid := cl.volumeParam(s)
+	node := cl.vars["node"]
+	v := c.st.volumesOn(node, s.id)[volid]
+	if v == nil {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	}
+	if v.vmid != 0 {
+		if g := c.st.guests[v.vmid]; g != nil {
+			for _, used := range g.volumes() {
+				if used == volid {
+					return nil, errorf(http.StatusInternalServerError, "unable to delete volume '%s' - volume is still in use by VM %d", volid, v.vmid)
+				}
+			}
+		}
+	}
+	t := c.st.runTask(node, "imgdel", volid, cl.user, c.taskDuration(0, 0), func(*task) error {
+		c.st.removeVolume(node, volid)
+		return nil
+	})
+	return t.upid, nil
+}
+
+var contentExt = map[string]*regexp.Regexp{
+	"iso":    regexp.MustCompile(`^[^/\s]+\.(iso|img)$`),
+	"vztmpl": regexp.MustCompile(`^[^/\s]+\.tar\.(gz|xz|zst|bz2)$`),
+	"import": regexp.MustCompile(`^[^/\s]+\.(ova|ovf|qcow2|raw|vmdk|img)$`),
+}
+
+func newHash(algo string) hash.Hash {
+	switch algo {
+	case "md5":
+		return md5.New()
+	case "sha1":
+		return sha1.New()
+	case "sha224":
+		return sha256.New224()
+	case "sha256":
+		return sha256.New()
+	case "sha384":
+		return sha512.New384()
+	case "sha512":
+		return sha512.New()
+	}
+	return nil
+}
+
+func volumeFormat(content, filename string) string {
+	switch content {
+	case "iso":
+		return "iso"
+	case "vztmpl":
+		switch {
+		case strings.HasSuffix(filename, ".zst"):
+			return "tzst"
+		case strings.HasSuffix(filename, ".xz"):
+			return "txz"
+		}
+		return "tgz"
+	}
+	if i := strings.LastIndex(filename, "."); i >= 0 {
+		return filename[i+1:]
+	}
+	return "raw"
+}
+
+// hDownloadURL really downloads the URL in a task, verifies the checksum and stores the
+// volume; a wrong checksum fails the task.
+func hDownloadURL(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	node := cl.vars["node"]
+	content, _ := cl.p.str("content")
+	filename, _ := cl.p.str("filename")
+	rawURL, _ := cl.p.str("url")
+	checksum, hasSum := cl.p.str("checksum")
+	algo, hasAlgo := cl.p.str("checksum-algorithm")
+	verify := true
+	if cl.p.has("verify-certificates") {
+		verify = cl.p.bool("verify-certificates")
+	}
+	if !s.hasContent(content) {
+		return nil, paramError("content", fmt.Sprintf("storage '%s' does not support '%s' content", s.id, content))
+	}
+	re := contentExt[content]
+	if re == nil {
+		return nil, paramError("content", fmt.Sprintf("content type '%s' not supported for download", content))
+	}
+	if !re.MatchString(filename) {
+		return nil, paramError("filename", "wrong file extension")
+	}
+	if hasSum && !hasAlgo {
+		return nil, paramError("checksum-algorithm", "missing.")
+	}
+	if hasAlgo && !hasSum {
+		return nil, paramError("checksum", "missing.")
+	}
+	var h hash.Hash
+	if hasAlgo {
+		if h = newHash(algo); h == nil {
+			return nil, paramError("checksum-algorithm", "value '"+algo+"' does not have a value in the enumeration 'md5, sha1, sha224, sha256, sha384, sha512'")
+		}
+	}
+	if !strings.HasPrefix(rawURL, "http://") && !strings.HasPrefix(rawURL, "https://") {
+		return nil, paramError("url", "invalid format - only http and https URLs are allowed")
+	}
+	volid := fmt.Sprintf("%s:%s/%s", s.id, content, filename)
+	dir := map[string]string{"iso": "template/iso", "vztmpl": "template/cache", "import": "import"}[content]
+	t := c.st.newTask(node, "download", filename, cl.user)
+	t.log = append(t.log, fmt.Sprintf("downloading %s to %s/%s/%s", rawURL, s.path, dir, filename))
+	client := c.downloadClient(verify)
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		size, sum, err := fetch(c, client, rawURL, h)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !t.running {
+			return
+		}
+		if err == nil && hasSum && !strings.EqualFold(sum, checksum) {
+			err = fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", sum, strings.ToLower(checksum))
+		}
+		if err == nil && c.st.findVolume(node, volid) != nil {
+			err = fmt.Errorf("refusing to override existing file '%s/%s/%s'", s.path, dir, filename)
+		}
+		if err == nil {
+			if hasSum {
+				t.log = append(t.log, "calculating checksum...OK, checksum verified")
+			}
+			c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: size})
+			t.log = append(t.log, fmt.Sprintf("download of '%s' to '%s/%s/%s' finished", rawURL, s.path, dir, filename))
+		}
+		t.finish(err)
+	}()
+	return t.upid, nil
+}
+
+func (c *Cluster) downloadClient(verify bool) *http.Client {
+	if c.download != nil {
+		return c.download
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if !verify {
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the caller asked for verify-certificates=0
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Minute}
+}
+
+func fetch(c *Cluster, client *http.Client, rawURL string, h hash.Hash) (int64, string, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return 0, "", fmt.Errorf("download failed: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("download failed: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, "", fmt.Errorf("download failed: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	}
+	var w io.Writer = io.Discard
+	if h != nil {
+		w = h
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return 0, "", fmt.Errorf("download failed: %w", err)
+	}
+	sum := ""
+	if h != nil {
+		sum = hex.EncodeToString(h.Sum(nil))
+	}
+	return n, sum, nil
+}
+
+// hStorageConfigList is /storage: the cluster's storage definitions.
+func hStorageConfigList(cl *call) (any, error) {
+	c := cl.c
+	out := []map[string]any{}
+	for _, s := range c.st.storages {
+		out = append(out, storageConfig(s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i]["storage"].(string) < out[j]["storage"].(string) })
+	return out, nil
+}
+
+func storageConfig(s *storageDef) map[string]any {
+	e := map[string]any{"storage": s.id, "type": s.typ, "content": joinContent(s.content), "digest": strconv.Itoa(len(s.id))}
+	switch s.typ {
+	case "dir":
+		e["path"] = s.path
+	case "lvmthin":
+		e["thinpool"] = "data"
+		e["vgname"] = "pve"
+	case "nfs":
+		e["path"] = s.path
+		e["server"] = "10.0.0.250"
+		e["export"] = "/export/pve"
+		e["shared"] = 1
+	}
+	return e
+}
+
+func hStorageConfigGet(cl *call) (any, error) {
+	s := cl.c.st.storage(cl.vars["storage"])
+	if s == nil {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
+	}
+	return storageConfig(s), nil
+}
