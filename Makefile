@@ -3,9 +3,11 @@
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# Packages whose tests also run under the race detector. Packages that link
-# the whole mesh stack are covered by the plain run to keep `make test` fast.
-RACE_PKGS   ?= ./pkg/...
+# Packages whose tests also run under the race detector. Packages whose tests
+# run the embedded Headscale are covered by the plain run only: headscale
+# v0.28.0 has data races of its own (hscontrol/noise.go and its NodeStore)
+# that fail any -race run, and they are the slowest to build with -race.
+RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/meshcontrol -e /pkg/meshtest -e /pkg/orchestrator)
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Code generators, pinned and installed into ./.bin by `make generate`.

@@ -353,7 +353,7 @@ func Complexity() generated.ComplexityRoot {
 		return 1 + child*n
 	}
 	c.Query.Zones = func(child int, first *int) int { return times(child, first, 20) }
-	c.Query.Hosts = func(child int, _ *string, first *int) int { return times(child, first, 100) }
+	c.Query.Hosts = func(child int, _ *string, first *int) int { return times(child, first, 50) }
 	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
 	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
 	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }

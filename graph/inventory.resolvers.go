@@ -89,7 +89,7 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 
 // Hosts is the resolver for the hosts field.
 func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]*model.Host, error) {
-	n, err := limit(first, 100)
+	n, err := limit(first, 50)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,8 @@
 //
 //	go run ./cmd/pvesim --listen 127.0.0.1:8006 --cluster NAME --nodes N --token 'USER@REALM!ID=SECRET'
 //
-// It prints the URL and the SHA-256 fingerprint of its certificate, then serves until
-// interrupted.
+// It prints the URL and the SHA-256 fingerprint of its certificate (the first node's),
+// the cluster identity and every node's own endpoint, then serves until interrupted.
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -27,7 +28,7 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// failFlag is one --fail "METHOD PATH STATUS COUNT" rule.
+// failRule is one --fail "METHOD PATH STATUS COUNT" rule.
 type failRule struct {
 	method, path  string
 	status, count int
@@ -51,24 +52,31 @@ func parseFail(s string) (failRule, error) {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "pvesim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run parses flags, starts the simulated cluster, prints its URL and certificate
+// fingerprint to stdout and serves until ctx ends.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pvesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var (
-		tokens, offline, fails listFlag
-		cfg                    pvesim.Config
-		timing, logLevel       string
-		latency                time.Duration
+		tokens, offline, fails, nodeListen listFlag
+		cfg                                pvesim.Config
+		timing, logLevel                   string
+		latency                            time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")
 	fs.IntVar(&cfg.Nodes, "nodes", 1, "number of nodes, named pve1..pveN")
+	fs.Var(&nodeListen, "node-listen", "NODE=ADDR: serve NODE's own API endpoint on ADDR (repeatable; other nodes get a random port)")
 	fs.Var(&tokens, "token", "API token USER@REALM!ID=SECRET with full privileges (repeatable)")
+	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")
@@ -103,7 +111,17 @@ func run(args []string) error {
 		rules = append(rules, r)
 	}
 	cfg.Tokens = tokens
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	for _, nl := range nodeListen {
+		node, addr, ok := strings.Cut(nl, "=")
+		if !ok || node == "" || addr == "" {
+			return fmt.Errorf("--node-listen %q: want NODE=ADDR", nl)
+		}
+		if cfg.NodeListen == nil {
+			cfg.NodeListen = map[string]string{}
+		}
+		cfg.NodeListen[node] = addr
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	c, err := pvesim.Start(cfg)
 	if err != nil {
@@ -125,11 +143,13 @@ func run(args []string) error {
 	}
 	c.SetLatency(latency)
 
-	fmt.Printf("url: %s/api2/json\n", c.URL())
-	fmt.Printf("fingerprint: %s\n", c.Fingerprint())
+	fmt.Fprintf(stdout, "url: %s/api2/json\n", c.URL())
+	fmt.Fprintf(stdout, "fingerprint: %s\n", c.Fingerprint())
+	fmt.Fprintf(stdout, "identity: %s\n", c.Identity())
+	for _, n := range c.NodeNames() {
+		fmt.Fprintf(stdout, "node %s: %s/api2/json fingerprint %s\n", n, c.NodeURL(n), c.NodeFingerprint(n))
+	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	return c.Close()
 }

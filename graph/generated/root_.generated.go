@@ -1452,7 +1452,7 @@ extend type Query {
   "A zone by name; NOT_FOUND when there is none."
   zone(name: String!): Zone
   "The hosts of every zone (or of one zone), sorted by zone and name."
-  hosts(zone: String, first: Int = 100): [Host!]! @platformAdmin
+  hosts(zone: String, first: Int = 50): [Host!]! @platformAdmin
   """
   The VMs of the current VDC matching filter, ordered by id. Cursor
   pagination: pass the id of the last VM of a page as after to get the next

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 )
@@ -206,27 +207,40 @@ func (p *pve) facts(ctx context.Context, node string) (clusterFacts, error) {
 	if err := p.get(ctx, "/nodes/"+url.PathEscape(node)+"/certificates/info", &certs); err != nil {
 		return f, err
 	}
+	// Proxmox names the files with or without their directory
+	// (/etc/pve/nodes/NODE/pve-ssl.pem, /etc/pve/pve-root-ca.pem).
 	for _, c := range certs {
-		if c.Filename != "pve-ssl.pem" {
+		var id string
+		var err error
+		switch path.Base(c.Filename) {
+		case "pve-ssl.pem":
+			id, err = clusterIdentity(c.PEM, false)
+		case "pve-root-ca.pem":
+			id, err = clusterIdentity(c.PEM, true)
+		default:
 			continue
 		}
-		id, err := clusterIdentity(c.PEM)
 		if err != nil {
 			return f, fmt.Errorf("certificate %s of node %s: %w", c.Filename, node, err)
+		}
+		if f.clusterID != "" && f.clusterID != id {
+			return f, fmt.Errorf("node %s: pve-ssl.pem is not issued by pve-root-ca.pem", node)
 		}
 		f.clusterID = id
 	}
 	if f.clusterID == "" {
-		return f, fmt.Errorf("node %s has no pve-ssl.pem certificate", node)
+		return f, fmt.Errorf("node %s has neither pve-ssl.pem nor pve-root-ca.pem", node)
 	}
 	return f, nil
 }
 
-// clusterIdentity derives a stable cluster identity from a node certificate
-// (pve-ssl.pem): every node of a cluster has its certificate issued by the
-// cluster's CA, and every cluster (or standalone node) has its own CA. The
-// identity hashes the issuer name and the issuer's key identifier.
-func clusterIdentity(pemData string) (string, error) {
+// clusterIdentity derives a stable cluster identity from the cluster CA:
+// every node of a cluster has its pve-ssl.pem issued by the cluster's CA
+// (pve-root-ca.pem), and every cluster (or standalone node) has its own CA.
+// The identity hashes the CA's name and key identifier, read from the CA
+// certificate itself (isCA) or from the issuer fields of a node certificate,
+// which gives the same value.
+func clusterIdentity(pemData string, isCA bool) (string, error) {
 	block, _ := pem.Decode([]byte(pemData))
 	if block == nil {
 		return "", errors.New("no PEM certificate")
@@ -235,8 +249,12 @@ func clusterIdentity(pemData string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	name, keyID := cert.RawIssuer, cert.AuthorityKeyId
+	if isCA {
+		name, keyID = cert.RawSubject, cert.SubjectKeyId
+	}
 	h := sha256.New()
-	h.Write(cert.RawIssuer)
-	h.Write(cert.AuthorityKeyId)
+	h.Write(name)
+	h.Write(keyID)
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }

@@ -162,13 +162,13 @@ func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, 
 
 // IPMapping is one address of the PVE IPAM.
 type IPMapping struct {
-	Zone    string `json:"zone"`
-	VNet    string `json:"vnet"`
-	Subnet  string `json:"subnet"`
-	IP      string `json:"ip"`
-	MAC     string `json:"mac"`
+	Zone    string     `json:"zone"`
+	VNet    string     `json:"vnet"`
+	Subnet  string     `json:"subnet"`
+	IP      string     `json:"ip"`
+	MAC     string     `json:"mac"`
 	VMID    FlexString `json:"vmid"`
-	Gateway int    `json:"gateway"`
+	Gateway int        `json:"gateway"`
 }
 
 // FlexString decodes a JSON string or number (Proxmox answers either for

@@ -142,7 +142,18 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 		done:     make(chan error, 1),
 		conns:    make(map[net.Conn]struct{}),
 	}
-	go func() { c.done <- hs.Serve() }()
+	go func() {
+		err := hs.Serve()
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if !closed {
+			// A signal to the process (headscale handles SIGINT, SIGTERM and
+			// SIGQUIT itself) or a failure: nodes can no longer be served.
+			c.log.Error("mesh control server stopped on its own", "err", err)
+		}
+		c.done <- err
+	}()
 
 	client, err := Dial(cfg.SocketPath)
 	if err != nil {

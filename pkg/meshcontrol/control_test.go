@@ -148,8 +148,8 @@ func TestKeys(t *testing.T) {
 
 func TestEnrollment(t *testing.T) {
 	t.Parallel()
+	meshnode.PrepareProcess("http://")
 	s := startServer(t, shortTempDir(t))
-	meshnode.PrepareProcess(s.url)
 	ctx := t.Context()
 
 	good, err := s.ctrl.CreateKey(ctx, meshcontrol.KeyOptions{TTL: time.Hour})
@@ -227,5 +227,29 @@ func TestEnrollment(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "good" {
 		t.Fatalf("nodes = %v, want only [good]", names)
+	}
+}
+
+// TestStartErrors checks that configurations headscale would die on (it
+// exits the process on an unusable STUN address) are errors of Start.
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	busy, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for name, cfg := range map[string]meshcontrol.Config{
+		"no data dir":    {ServerURL: "http://127.0.0.1:1"},
+		"bad server url": {DataDir: shortTempDir(t), ServerURL: "127.0.0.1:1"},
+		"stun port busy": {DataDir: shortTempDir(t), ServerURL: "http://127.0.0.1:1", STUNAddr: busy.LocalAddr().String()},
+		"stun bad host":  {DataDir: shortTempDir(t), ServerURL: "http://127.0.0.1:1", STUNAddr: "192.0.2.1:3478"},
+		"long socket":    {DataDir: shortTempDir(t), ServerURL: "http://127.0.0.1:1", SocketPath: "/tmp/" + strings.Repeat("x", 120)},
+	} {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		if c, err := meshcontrol.Start(t.Context(), cfg); err == nil {
+			c.Close()
+			t.Errorf("%s: Start succeeded", name)
+		}
 	}
 }

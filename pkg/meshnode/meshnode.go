@@ -39,8 +39,13 @@ const (
 //   - DERP over plain HTTP when the control URL is http:// (the embedded DERP
 //     relay is served on the control server's own address and scheme).
 func PrepareProcess(controlURL string) {
-	envknob.SetNoLogsNoSupport()
-	if strings.HasPrefix(controlURL, "http://") {
+	// The knobs are read without locks by running nodes: write each only
+	// when it changes, so that repeated calls (several harnesses in one test
+	// process) do not race with nodes already up.
+	if os.Getenv("TS_NO_LOGS_NO_SUPPORT") != "true" {
+		envknob.SetNoLogsNoSupport()
+	}
+	if strings.HasPrefix(controlURL, "http://") && os.Getenv("TS_DEBUG_USE_DERP_HTTP") != "true" {
 		envknob.Setenv("TS_DEBUG_USE_DERP_HTTP", "true")
 	}
 }

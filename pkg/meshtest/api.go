@@ -36,6 +36,9 @@ type APISpec struct {
 	ZoneTimeout time.Duration
 	// MaxComplexity bounds queries; 0 keeps the API's default.
 	MaxComplexity int
+	// AgentVersion is the agent version the orchestrator ships (the
+	// harness's agents report "meshtest"). Default "meshtest".
+	AgentVersion string
 }
 
 // DefaultUsers are the accounts of WithAPI without Users: "admin" (platform
@@ -74,6 +77,9 @@ func WithAPI(spec APISpec) Option {
 		}
 		if spec.VDCs == nil {
 			spec.VDCs = DefaultVDCs()
+		}
+		if spec.AgentVersion == "" {
+			spec.AgentVersion = "meshtest"
 		}
 		if spec.ZoneTimeout == 0 {
 			spec.ZoneTimeout = 3 * time.Second
@@ -140,6 +146,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		Tenant:        graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
 		ZoneTimeout:   h.opts.api.ZoneTimeout,
 		MaxComplexity: h.opts.api.MaxComplexity,
+		AgentVersion:  h.opts.api.AgentVersion,
 	}
 }
 

@@ -187,6 +187,12 @@ func TestMesh(t *testing.T) {
 			t.Fatalf("allowed Proxy: %v %v", ok, err)
 		}
 		record(ok)
+		// Proxmox's own errors come back as its status, not as RPC errors.
+		missing, err := client.Proxy(ctx, &agentv1.ProxyRequest{Method: "GET", Path: "/nodes/pve9/status"})
+		if err != nil || missing.GetStatusCode() < 400 {
+			t.Fatalf("Proxy of an unknown node: %v %v, want a Proxmox error status", missing, err)
+		}
+		record(missing)
 
 		// A mesh node without tag:orchestrator cannot reach an agent at all
 		// (the mesh policy drops it), and neither can another agent.
@@ -216,9 +222,39 @@ func TestMesh(t *testing.T) {
 			}
 		}
 
+		// Agents with a revoked or an expired enrollment key cannot join.
+		ctl := h.Orchestrator.Control()
+		revoked, err := ctl.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: true, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ctl.RevokeKey(ctx, revoked.ID); err != nil {
+			t.Fatal(err)
+		}
+		expired, err := ctl.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: true, TTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meshtest.WaitFor(t, 5*time.Second, "key expiry", func() bool { return time.Now().After(expired.Expiration) })
+		for name, key := range map[string]string{"revoked": revoked.Secret, "expired": expired.Secret} {
+			a := h.NewAgent(t, alpha, "pve3", key)
+			jctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := a.Start(jctx)
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), "authkey expired") {
+				t.Errorf("agent with a %s key: %v, want a refused key", name, err)
+			}
+		}
+		nodes, err := ctl.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 1+5+1 { // orchestrator, five agents, the intruder
+			t.Errorf("%d mesh nodes after refused joins, want 7", len(nodes))
+		}
+
 		// With a mesh policy that lets agents reach each other, the agent's
 		// own identity check still refuses them.
-		ctl := h.Orchestrator.Control()
 		open := `{"tagOwners":{"tag:orchestrator":[],"tag:agent":[]},"acls":[{"action":"accept","src":["tag:orchestrator","tag:agent"],"dst":["tag:agent:50051"]}]}`
 		if err := ctl.SetPolicy(ctx, open); err != nil {
 			t.Fatal(err)
@@ -369,5 +405,22 @@ func TestStandaloneNode(t *testing.T) {
 		if !z.Standalone || z.Name != "pve1" || len(z.Hosts) != 1 {
 			t.Errorf("zone %+v, want standalone pve1 with one host", z)
 		}
+	}
+	if zs[0].ID == zs[1].ID {
+		t.Fatal("two standalone nodes share a zone identity")
+	}
+
+	// When Proxmox itself is down, the agent is still in the mesh: degraded.
+	down := h.Clusters[1]
+	down.Sim.Close()
+	meshtest.WaitFor(t, 20*time.Second, "host degraded", func() bool {
+		host, ok := down.Agents[0].Host()
+		return ok && host.Status == zones.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
+	})
+	if _, err := h.Orchestrator.Zones().Client(h.Zone(t, down).ID).Nodes(t.Context()); err == nil {
+		t.Fatal("a zone whose Proxmox is down answered")
+	}
+	if host, _ := h.Clusters[0].Agents[0].Host(); host.Status != zones.StatusOnline {
+		t.Fatalf("the other zone's host is %s", host.Status)
 	}
 }

@@ -22,14 +22,20 @@ package meshtest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
@@ -102,6 +108,7 @@ type Harness struct {
 	listen  string
 	agents  []*Agent
 	api     *apiState // WithAPI only
+	extra   int       // agents added by NewAgent
 }
 
 // Cluster is a simulated Proxmox cluster and its agents.
@@ -148,6 +155,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		opt(&o)
 	}
 	h := &Harness{opts: o, logger: slog.New(o.handler), dataDir: shortTempDir(t, "fpo")}
+	meshnode.PrepareProcess("http://") // the harness serves plain HTTP on loopback
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -161,7 +169,6 @@ func New(t testing.TB, opts ...Option) *Harness {
 		h.Orchestrator.Shutdown(sctx)
 	})
 	h.listen = h.Orchestrator.Addr().String()
-	meshnode.PrepareProcess(h.Orchestrator.URL())
 
 	for i, spec := range o.clusters {
 		c := &Cluster{Spec: spec, label: spec.Name}
@@ -244,6 +251,28 @@ func (h *Harness) StartAgents(t testing.TB, agents ...*Agent) {
 			t.Fatalf("meshtest: %v", err)
 		}
 	}
+}
+
+// NewAgent adds a new, not yet enrolled agent for node of cluster c with a
+// unique mesh name and the enrollment key key ("" creates a fresh
+// single-use one); Start starts it (e.g. to measure enrollment).
+func (h *Harness) NewAgent(t testing.TB, c *Cluster, node, key string) *Agent {
+	t.Helper()
+	if key == "" {
+		key = h.NewKey(t, meshcontrol.KeyOptions{TTL: time.Hour})
+	}
+	h.extra++
+	a := &Agent{
+		Cluster:  c,
+		Node:     node,
+		MeshName: fmt.Sprintf("%s-%s-%d", c.label, node, h.extra),
+		StateDir: shortTempDir(t, "fpa"),
+		h:        h,
+		key:      key,
+	}
+	h.agents = append(h.agents, a)
+	t.Cleanup(func() { a.Stop() })
+	return a
 }
 
 // Agents returns every agent of the harness.
@@ -381,18 +410,36 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // WaitOnline waits until every running agent's host is online.
 func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	WaitFor(t, timeout, "all running agents online", func() bool {
-		for _, a := range h.agents {
-			if a.Running() == nil {
-				continue
-			}
-			host, ok := a.Host()
-			if !ok || host.Status != zones.StatusOnline {
-				return false
-			}
+	deadline := time.Now().Add(timeout)
+	for !h.allOnline() {
+		if time.Now().After(deadline) {
+			t.Fatalf("meshtest: timed out after %v waiting for all running agents online:\n%s", timeout, h.Status())
 		}
-		return true
-	})
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// Status describes every agent's host, for failure messages.
+func (h *Harness) Status() string {
+	var b strings.Builder
+	for _, a := range h.agents {
+		host, ok := a.Host()
+		fmt.Fprintf(&b, "%s running=%t known=%t status=%s detail=%q\n", a.MeshName, a.Running() != nil, ok, host.Status, host.Detail)
+	}
+	return b.String()
+}
+
+func (h *Harness) allOnline() bool {
+	for _, a := range h.agents {
+		if a.Running() == nil {
+			continue
+		}
+		host, ok := a.Host()
+		if !ok || host.Status != zones.StatusOnline {
+			return false
+		}
+	}
+	return true
 }
 
 func shortTempDir(t testing.TB, prefix string) string {
@@ -410,4 +457,21 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Proxmox returns a go-proxmox client straight to the simulated cluster
+// with its token, trusting its CA: what an operator at the cluster sees,
+// bypassing the mesh. Tests seed guests and inspect state with it.
+func (c *Cluster) Proxmox(t testing.TB) *proxmox.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(c.Sim.CACertPEM()) {
+		t.Fatal("meshtest: the cluster's CA does not parse")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	id, secret, _ := strings.Cut(c.Token, "=")
+	return proxmox.NewClient(c.Sim.URL()+"/api2/json",
+		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
+		proxmox.WithAPIToken(id, secret))
 }

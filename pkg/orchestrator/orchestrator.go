@@ -88,6 +88,9 @@ type APIConfig struct {
 	// a slower zone is reported ZONE_UNAVAILABLE. Default
 	// graph.DefaultZoneTimeout.
 	ZoneTimeout time.Duration
+	// AgentVersion is the agent version this orchestrator ships; hosts
+	// whose agent reports another show updateAvailable. Empty: never.
+	AgentVersion string
 	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
 	// defaults.
 	MaxDepth, MaxComplexity int
@@ -275,12 +278,13 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
-			Catalog:     store,
-			Tenant:      c.Tenant,
-			Logger:      s.log.With("component", "api"),
-			Zones:       registry,
-			ZoneTimeout: c.ZoneTimeout,
-			Keys:        control.Client,
+			Catalog:      store,
+			Tenant:       c.Tenant,
+			Logger:       s.log.With("component", "api"),
+			Zones:        registry,
+			ZoneTimeout:  c.ZoneTimeout,
+			Keys:         control.Client,
+			AgentVersion: c.AgentVersion,
 		},
 		Logger:        s.log.With("component", "api"),
 		MaxDepth:      c.MaxDepth,

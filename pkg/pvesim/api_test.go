@@ -28,6 +28,11 @@ func TestAuthentication(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodGet, "/version", nil); r.status != http.StatusOK {
 		t.Fatalf("valid token: %s", r.reason)
 	}
+	// A large body refused before it is read still gets its answer.
+	big := url.Values{"description": {strings.Repeat("x", 4<<20)}}
+	if r := call(t, c, "", http.MethodPost, "/nodes/pve1/qemu", big); r.status != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated large POST: %s", r.reason)
+	}
 	cl := pveClient(t, c, testTokenID, "wrong")
 	if _, err := cl.Version(testCtx(t)); !proxmox.IsNotAuthorized(err) {
 		t.Fatalf("go-proxmox with a wrong secret: %v, want not authorized", err)

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -24,11 +26,11 @@ type certBundle struct {
 	identity    string // random OU of the CA subject
 	caPEM       []byte
 	nodes       map[string]*nodeCert
-	served      tls.Certificate
-	fingerprint string
+	fingerprint string // the first node's
 }
 
 type nodeCert struct {
+	tls         tls.Certificate // the node's served chain and key
 	pem         string
 	fingerprint string
 	subject     string
@@ -70,77 +72,162 @@ func dnString(n pkix.Name) string {
 	return b.String()
 }
 
-func newCertBundle(nodes []string, host string) (*certBundle, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("ca key: %w", err)
-	}
-	now := time.Now()
-	b := &certBundle{identity: randomHex(16), nodes: map[string]*nodeCert{}}
-	caSubject := pkix.Name{
-		CommonName:         "Proxmox Virtual Environment",
-		OrganizationalUnit: []string{b.identity},
-		Organization:       []string{"PVE Cluster Manager CA"},
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               caSubject,
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("ca certificate: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("ca certificate: %w", err)
-	}
-	b.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+// keyPair is a certificate with its private key.
+type keyPair struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
 
+// loadOrCreate reads dir/name.pem and dir/name.key when dir is set and both exist (and
+// valid reports the pair usable); otherwise it creates a pair and, with a dir, saves it.
+func loadOrCreate(dir, name string, valid func(*keyPair) bool, create func() (*keyPair, error)) (*keyPair, error) {
+	if dir != "" {
+		certPEM, err1 := os.ReadFile(filepath.Join(dir, name+".pem"))
+		keyPEM, err2 := os.ReadFile(filepath.Join(dir, name+".key"))
+		if err1 == nil && err2 == nil {
+			kp, err := parsePair(certPEM, keyPEM)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if valid(kp) {
+				return kp, nil
+			}
+		}
+	}
+	kp, err := create()
+	if err != nil || dir == "" {
+		return kp, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(kp.key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.cert.Raw}), 0o644); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return kp, nil
+}
+
+func parsePair(certPEM, keyPEM []byte) (*keyPair, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: cert, key: key}, nil
+}
+
+func newPair(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	signer, parentCert := key, tmpl
+	if parent != nil {
+		signer, parentCert = parent.key, parent.cert
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parentCert, &key.PublicKey, signer)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &keyPair{cert: cert, key: key}, nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+// newCertBundle loads or creates the cluster CA and the node certificates. With a dir
+// they persist, so the cluster keeps its identity and fingerprints across restarts.
+func newCertBundle(nodes []string, host, dir string) (*certBundle, error) {
+	now := time.Now()
+	ca, err := loadOrCreate(dir, "pve-root-ca", func(kp *keyPair) bool {
+		return kp.cert.IsCA && len(kp.cert.Subject.OrganizationalUnit) == 1
+	}, func() (*keyPair, error) {
+		return newPair(&x509.Certificate{
+			SerialNumber: serial(),
+			Subject: pkix.Name{
+				CommonName:         "Proxmox Virtual Environment",
+				OrganizationalUnit: []string{randomHex(16)},
+				Organization:       []string{"PVE Cluster Manager CA"},
+			},
+			NotBefore:             now.Add(-time.Hour),
+			NotAfter:              now.AddDate(10, 0, 0),
+			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+			BasicConstraintsValid: true,
+			IsCA:                  true,
+		}, nil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	b := &certBundle{
+		identity: ca.cert.Subject.OrganizationalUnit[0],
+		caPEM:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}),
+		nodes:    map[string]*nodeCert{},
+	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+		ips = append(ips, ip)
+	}
 	for i, node := range nodes {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		kp, err := loadOrCreate(dir, node, func(kp *keyPair) bool {
+			return kp.cert.CheckSignatureFrom(ca.cert) == nil && kp.cert.Subject.CommonName == node+".local"
+		}, func() (*keyPair, error) {
+			return newPair(&x509.Certificate{
+				SerialNumber: serial(),
+				Subject:      pkix.Name{CommonName: node + ".local", OrganizationalUnit: []string{"PVE Cluster Node"}, Organization: []string{"Proxmox Virtual Environment"}},
+				NotBefore:    now.Add(-time.Hour),
+				NotAfter:     now.AddDate(2, 0, 0),
+				KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+				ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+				DNSNames:     []string{"localhost", node, node + ".local"},
+				IPAddresses:  ips,
+			}, ca)
+		})
 		if err != nil {
-			return nil, fmt.Errorf("node key: %w", err)
+			return nil, fmt.Errorf("node %s certificate: %w", node, err)
 		}
-		subject := pkix.Name{CommonName: node + ".local", OrganizationalUnit: []string{"PVE Cluster Node"}, Organization: []string{"Proxmox Virtual Environment"}}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)),
-			Subject:      subject,
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.AddDate(2, 0, 0),
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			DNSNames:     []string{"localhost", node, node + ".local"},
-			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		cert := kp.cert
+		var san []string
+		for _, d := range cert.DNSNames {
+			san = append(san, "DNS:"+d)
 		}
-		if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, fmt.Errorf("node certificate: %w", err)
-		}
-		san := append([]string(nil), tmpl.DNSNames...)
-		for _, ip := range tmpl.IPAddresses {
-			san = append(san, ip.String())
+		for _, ip := range cert.IPAddresses {
+			san = append(san, "IP:"+ip.String())
 		}
 		nc := &nodeCert{
-			pem:         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-			fingerprint: fingerprintOf(der),
-			subject:     dnString(subject),
-			issuer:      dnString(caSubject),
+			tls:         tls.Certificate{Certificate: [][]byte{cert.Raw, ca.cert.Raw}, PrivateKey: kp.key},
+			pem:         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})),
+			fingerprint: fingerprintOf(cert.Raw),
+			subject:     dnString(cert.Subject),
+			issuer:      dnString(ca.cert.Subject),
 			san:         san,
-			notBefore:   tmpl.NotBefore,
-			notAfter:    tmpl.NotAfter,
+			notBefore:   cert.NotBefore,
+			notAfter:    cert.NotAfter,
 			bits:        256,
 		}
 		b.nodes[node] = nc
 		if i == 0 {
-			b.served = tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}
 			b.fingerprint = nc.fingerprint
 		}
 	}

@@ -39,10 +39,10 @@ func hClusterStatus(cl *call) (any, error) {
 			"nodes": len(c.nodes), "quorate": quorate, "version": len(c.nodes) + 1,
 		})
 	}
-	for i, name := range c.nodes {
+	for _, name := range c.nodes {
 		n := c.st.nodes[name]
 		local := 0
-		if i == 0 {
+		if name == cl.local {
 			local = 1
 		}
 		out = append(out, map[string]any{
@@ -77,113 +77,12 @@ func hNextID(cl *call) (any, error) {
 	return nil, errorf(http.StatusInternalServerError, "unable to get any free VMID in range [100, 999999]")
 }
 
-func (c *Cluster) nodeEntry(n *node, now time.Time) map[string]any {
-	e := map[string]any{
-		"id": "node/" + n.name, "node": n.name, "type": "node", "level": "",
-		"status": "offline",
-	}
-	if n.online {
-		m := c.st.nodeMetrics(n, now)
-		e["status"] = "online"
-		e["cpu"] = m.cpu
-		e["maxcpu"] = c.cfg.NodeCPUs
-		e["mem"] = m.mem
-		e["maxmem"] = c.cfg.NodeMemory
-		e["disk"] = m.rootUse
-		e["maxdisk"] = int64(100 << 30)
-		e["uptime"] = m.uptime
-	}
-	return e
-}
-
-func hNodes(cl *call) (any, error) {
-	c := cl.c
-	now := time.Now()
-	var out []map[string]any
-	for _, name := range c.nodes {
-		n := c.st.nodes[name]
-		e := c.nodeEntry(n, now)
-		e["ssl_fingerprint"] = c.certs.nodes[name].fingerprint
-		out = append(out, e)
-	}
-	return out, nil
-}
-
-func hNodeStatus(cl *call) (any, error) {
-	c := cl.c
-	n := c.st.nodes[cl.vars["node"]]
-	m := c.st.nodeMetrics(n, time.Now())
-	total := c.cfg.NodeMemory
-	rootTotal := int64(100 << 30)
-	swapTotal := int64(8 << 30)
-	cpus := c.cfg.NodeCPUs
-	return map[string]any{
-		"cpu":    m.cpu,
-		"wait":   0.0004,
-		"idle":   0,
-		"uptime": m.uptime,
-		"loadavg": []string{
-			strconv.FormatFloat(m.load[0], 'f', 2, 64),
-			strconv.FormatFloat(m.load[1], 'f', 2, 64),
-			strconv.FormatFloat(m.load[2], 'f', 2, 64),
-		},
-		"kversion":   "Linux " + kernel + " #1 SMP PREEMPT_DYNAMIC PMX " + kernel + " (2025-11-04T12:00Z) x86_64",
-		"pveversion": "pve-manager/" + pveVersion + "/" + pveRepoID,
-		"cpuinfo": map[string]any{
-			"model": "AMD EPYC 7402P 24-Core Processor", "cores": cpus / 2, "cpus": cpus, "sockets": 1,
-			"mhz": "2800.000", "hvm": "1", "user_hz": 100, "flags": "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr svm",
-		},
-		"memory": map[string]any{"total": total, "used": m.mem, "free": total - m.mem, "available": total - m.mem},
-		"swap":   map[string]any{"total": swapTotal, "used": 0, "free": swapTotal},
-		"rootfs": map[string]any{"total": rootTotal, "used": m.rootUse, "free": rootTotal - m.rootUse, "avail": rootTotal - m.rootUse},
-		"ksm":    map[string]any{"shared": 0},
-		"boot-info": map[string]any{
-			"mode": "efi", "secureboot": 0,
-		},
-		"current-kernel": map[string]any{
-			"sysname": "Linux", "release": kernel, "machine": "x86_64",
-			"version": "#1 SMP PREEMPT_DYNAMIC PMX " + kernel + " (2025-11-04T12:00Z)",
-		},
-	}, nil
-}
-
-func hNodeVersion(cl *call) (any, error) {
-	return map[string]any{"release": pveRelease, "version": pveVersion, "repoid": pveRepoID}, nil
-}
-
-func hCertificatesInfo(cl *call) (any, error) {
-	c := cl.c
-	node := cl.vars["node"]
-	nc := c.certs.nodes[node]
-	ca := map[string]any{
-		"filename": "pve-root-ca.pem",
-		"pem":      string(c.certs.caPEM),
-		"subject":  nc.issuer,
-		"issuer":   nc.issuer,
-	}
-	return []map[string]any{
-		ca,
-		{
-			"filename":        "pve-ssl.pem",
-			"fingerprint":     nc.fingerprint,
-			"subject":         nc.subject,
-			"issuer":          nc.issuer,
-			"notbefore":       nc.notBefore.Unix(),
-			"notafter":        nc.notAfter.Unix(),
-			"san":             nc.san,
-			"pem":             nc.pem,
-			"public-key-type": "id-ecPublicKey",
-			"public-key-bits": nc.bits,
-		},
-	}, nil
-}
-
 // hClusterResources lists guests, nodes, storage and SDN zones, filtered by type.
 func hClusterResources(cl *call) (any, error) {
 	c := cl.c
 	typ, _ := cl.p.str("type")
 	now := time.Now()
-	out := make([]map[string]any, 0, len(c.st.guests)+len(c.nodes)*4)
+	out := make([]any, 0, len(c.st.guests)+len(c.nodes)*8)
 	if typ == "" || typ == "vm" {
 		ids := make([]int, 0, len(c.st.guests))
 		for id := range c.st.guests {
@@ -191,13 +90,13 @@ func hClusterResources(cl *call) (any, error) {
 		}
 		sort.Ints(ids)
 		for _, id := range ids {
-			e := c.st.guestResource(c.st.guests[id], now)
-			out = append(out, e)
+			out = append(out, c.st.guestResource(c.st.guests[id], now))
 		}
 	}
 	if typ == "" || typ == "node" {
+		loads := c.st.loads(now)
 		for _, name := range c.nodes {
-			e := c.nodeEntry(c.st.nodes[name], now)
+			e := c.nodeEntry(c.st.nodes[name], now, loads)
 			e["cgroup-mode"] = 2
 			if !c.st.nodes[name].online {
 				e["status"] = "offline"
@@ -256,22 +155,67 @@ func hClusterResources(cl *call) (any, error) {
 	return out, nil
 }
 
+// vmResource is a guest as /cluster/resources and pool member lists show it (a struct:
+// this list is the hot path of every dashboard).
+type vmResource struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	VMID     int    `json:"vmid"`
+	Name     string `json:"name"`
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	MaxCPU   int64  `json:"maxcpu"`
+	MaxMem   int64  `json:"maxmem"`
+	MaxDisk  int64  `json:"maxdisk"`
+	Template int    `json:"template"`
+	Tags     string `json:"tags,omitempty"`
+	Lock     string `json:"lock,omitempty"`
+	Pool     string `json:"pool,omitempty"`
+	*vmMetrics
+}
+
+// vmMetrics are the runtime fields, absent while the guest's node is offline.
+type vmMetrics struct {
+	CPU       float64 `json:"cpu"`
+	Mem       int64   `json:"mem"`
+	Disk      int64   `json:"disk"`
+	NetIn     int64   `json:"netin"`
+	NetOut    int64   `json:"netout"`
+	DiskRead  int64   `json:"diskread"`
+	DiskWrite int64   `json:"diskwrite"`
+	Uptime    int64   `json:"uptime"`
+}
+
 // guestResource is a guest as /cluster/resources and pool members list it.
-func (st *state) guestResource(g *guest, now time.Time) map[string]any {
-	e := st.guestStatus(g, now)
-	e["id"] = fmt.Sprintf("qemu/%d", g.vmid)
-	e["type"] = "qemu"
-	e["node"] = g.node
-	e["maxcpu"] = e["cpus"]
-	for _, k := range []string{"cpus", "qmpstatus", "pid", "ha", "running-machine", "running-qemu", "agent"} {
-		delete(e, k)
+func (st *state) guestResource(g *guest, now time.Time) *vmResource {
+	e := &vmResource{
+		ID:      "qemu/" + strconv.Itoa(g.vmid),
+		Type:    "qemu",
+		VMID:    g.vmid,
+		Name:    g.name(),
+		Node:    g.node,
+		Status:  "stopped",
+		MaxCPU:  g.cpus(),
+		MaxMem:  g.maxmem(),
+		MaxDisk: g.maxdisk(),
+		Lock:    g.lock(),
+		Pool:    g.pool,
 	}
-	if g.pool != "" {
-		e["pool"] = g.pool
+	if g.running {
+		e.Status = "running"
 	}
-	if _, ok := e["template"]; !ok {
-		e["template"] = 0
+	if g.isTemplate() {
+		e.Template = 1
 	}
+	if t, ok := g.conf["tags"].(string); ok {
+		e.Tags = t
+	}
+	if n := st.nodes[g.node]; n != nil && !n.online {
+		e.Status = "unknown"
+		return e
+	}
+	m := g.metrics(now)
+	e.vmMetrics = &vmMetrics{CPU: m.cpu, Mem: m.mem, NetIn: m.netin, NetOut: m.netout, DiskRead: m.diskread, DiskWrite: m.diskwrite, Uptime: m.uptime}
 	return e
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ func startCluster(t testing.TB, cfg pvesim.Config) *pvesim.Cluster {
 	if cfg.Tokens == nil {
 		cfg.Tokens = []string{testToken}
 	}
+	// Tests check every response against the schema; benchmarks measure the bare server.
+	if _, bench := t.(*testing.B); !bench {
+		cfg.CheckResponses = true
+	}
 	c, err := pvesim.Start(cfg)
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -37,8 +42,29 @@ func startCluster(t testing.TB, cfg pvesim.Config) *pvesim.Cluster {
 		if err := c.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
+		// Every response of every test conforms to the schema's `returns`.
+		for _, p := range c.SchemaProblems() {
+			t.Errorf("response vs schema: %s", p)
+		}
 	})
 	return c
+}
+
+// clients caches one HTTP client per cluster, so raw calls reuse TLS connections.
+var clients sync.Map // *pvesim.Cluster -> *http.Client
+
+// sharedClient is the cluster's cached HTTP client.
+func sharedClient(t testing.TB, c *pvesim.Cluster) *http.Client {
+	t.Helper()
+	if hc, ok := clients.Load(c); ok {
+		return hc.(*http.Client)
+	}
+	hc := httpClient(t, c)
+	if prev, loaded := clients.LoadOrStore(c, hc); loaded {
+		return prev.(*http.Client)
+	}
+	t.Cleanup(func() { clients.Delete(c) })
+	return hc
 }
 
 // httpClient trusts the cluster's CA, as an operator who installed pve-root-ca.pem does.
@@ -130,7 +156,7 @@ func call(t testing.TB, c *pvesim.Cluster, token, method, path string, form url.
 	if token != "" {
 		req.Header.Set("Authorization", "PVEAPIToken="+token)
 	}
-	resp, err := httpClient(t, c).Do(req)
+	resp, err := sharedClient(t, c).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

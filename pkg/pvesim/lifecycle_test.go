@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
@@ -32,24 +33,35 @@ func imageServer(t testing.TB, name string, size int) (string, string) {
 	return srv.URL + "/" + name, hex.EncodeToString(sum[:])
 }
 
+// download serves a random image on 127.0.0.1 and downloads it to node's storage
+// with its checksum verified.
+func download(t *testing.T, cl *proxmox.Client, node, storage, content, name string, size int) {
+	t.Helper()
+	ctx := testCtx(t)
+	url, sum := imageServer(t, name, size)
+	n, err := cl.Node(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.Storage(ctx, storage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := st.DownloadURLWithHash(ctx, content, name, url, sum, "sha256")
+	waitOK(t, ctx, task, err)
+}
+
 // makeTemplate downloads an image to shared storage, creates VM vmid from it with a
 // cloud-init drive, and converts it to a template.
 func makeTemplate(t *testing.T, cl *proxmox.Client, vmid int) {
 	t.Helper()
 	ctx := testCtx(t)
-	url, sum := imageServer(t, "noble.qcow2", 3<<20)
+	download(t, cl, "pve1", "shared", "import", "noble.qcow2", 3<<20)
 	node, err := cl.Node(ctx, "pve1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := node.Storage(ctx, "shared")
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := st.DownloadURLWithHash(ctx, "import", "noble.qcow2", url, sum, "sha256")
-	waitOK(t, ctx, task, err)
-
-	task, err = node.NewVirtualMachine(ctx, vmid,
+	task, err := node.NewVirtualMachine(ctx, vmid,
 		proxmox.VirtualMachineOption{Name: "name", Value: "noble-template"},
 		proxmox.VirtualMachineOption{Name: "memory", Value: 2048},
 		proxmox.VirtualMachineOption{Name: "cores", Value: 2},
@@ -176,7 +188,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("after start: status %q pid %d maxmem %d cpus %d", vm.Status, vm.PID, vm.MaxMem, vm.CPUs)
 	}
 	netin := vm.NetIn
-	waitFor(t, "netin to grow", 10*1e9, func() bool {
+	waitFor(t, "netin to grow", 10*time.Second, func() bool {
 		if err := vm.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -63,24 +63,37 @@ type nodeMetrics struct {
 	load    [3]float64
 }
 
-func (st *state) nodeMetrics(n *node, now time.Time) nodeMetrics {
-	cfg := st.c.cfg
-	up := now.Sub(n.booted).Seconds()
-	m := nodeMetrics{uptime: int64(up), rootUse: 3<<30 + int64(n.id)*117<<20}
-	m.mem = 2<<30 + int64(float64(512<<20)*wave(n.id*7, up))
-	busy := 0.0
+// nodeLoad is what a node's running guests add to its metrics.
+type nodeLoad struct {
+	mem  int64
+	busy float64 // CPUs kept busy
+}
+
+// loads sums the running guests' load per node in one pass.
+func (st *state) loads(now time.Time) map[string]nodeLoad {
+	out := make(map[string]nodeLoad, len(st.nodes))
 	for _, g := range st.guests {
-		if g.node != n.name || !g.running {
+		if !g.running {
 			continue
 		}
 		gm := g.metrics(now)
-		m.mem += gm.mem + 64<<20
-		busy += gm.cpu * float64(g.cpus())
+		l := out[g.node]
+		l.mem += gm.mem + 64<<20
+		l.busy += gm.cpu * float64(g.cpus())
+		out[g.node] = l
 	}
+	return out
+}
+
+func (st *state) nodeMetrics(n *node, now time.Time, load nodeLoad) nodeMetrics {
+	cfg := st.c.cfg
+	up := now.Sub(n.booted).Seconds()
+	m := nodeMetrics{uptime: int64(up), rootUse: 3<<30 + int64(n.id)*117<<20}
+	m.mem = 2<<30 + int64(float64(512<<20)*wave(n.id*7, up)) + load.mem
 	if m.mem > cfg.NodeMemory {
 		m.mem = cfg.NodeMemory
 	}
-	m.cpu = math.Min(1, 0.005+0.01*wave(n.id, up)+busy/float64(cfg.NodeCPUs))
+	m.cpu = math.Min(1, 0.005+0.01*wave(n.id, up)+load.busy/float64(cfg.NodeCPUs))
 	base := m.cpu * float64(cfg.NodeCPUs)
 	m.load = [3]float64{base * 1.1, base, base * 0.9}
 	return m

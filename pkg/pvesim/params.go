@@ -100,6 +100,19 @@ func jsonValue(v any) any {
 	return v
 }
 
+// propValue is the value of key in a property string ("" when absent), found without
+// parsing the whole string.
+func propValue(s, key string) string {
+	for s != "" {
+		var part string
+		part, s, _ = strings.Cut(s, ",")
+		if k, v, ok := strings.Cut(part, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
 // property is a parsed property string ("virtio=BC:..,bridge=vmbr0" or
 // "local-lvm:vm-100-disk-0,size=32G"): its positional first value (the default key, such
 // as a volume) and its key=value pairs in order.

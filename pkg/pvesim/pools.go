@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-func (st *state) poolMembers(id string, now time.Time) []map[string]any {
-	out := []map[string]any{}
+func (st *state) poolMembers(id string, now time.Time) []*vmResource {
+	out := []*vmResource{}
 	ids := []int{}
 	for vmid, g := range st.guests {
 		if g.pool == id {

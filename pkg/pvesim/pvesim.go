@@ -9,8 +9,6 @@ package pvesim
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -30,8 +28,13 @@ type Config struct {
 	Nodes int
 	// Tokens are API tokens "USER@REALM!ID=SECRET" with full privileges.
 	Tokens []string
-	// Listen is the address to listen on; default "127.0.0.1:0".
+	// Listen is the address the first node (pve1) serves the API on; default
+	// "127.0.0.1:0". URL() answers it.
 	Listen string
+	// NodeListen gives other nodes' API addresses (node name -> address). Every node has
+	// its own endpoint serving its own certificate, as every Proxmox node runs pveproxy;
+	// a node missing here listens on a random port of Listen's host. NodeURL answers them.
+	NodeListen map[string]string
 	// Timing is the task duration model; the zero value is fast (tests).
 	Timing Timing
 	// Logger receives request and task logs; nil discards them.
@@ -42,6 +45,15 @@ type Config struct {
 	NodeCPUs int
 	// StorageSize is the capacity in bytes of each storage (default 1 TiB).
 	StorageSize int64
+	// CertDir holds the cluster CA and node certificates (pve-root-ca.pem/.key,
+	// pveN.pem/.key). Present files are reused, missing ones created and saved, so a
+	// cluster keeps its identity and fingerprints across restarts. "" creates fresh ones
+	// in memory.
+	CertDir string
+	// CheckResponses makes the cluster check every successful response against the
+	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
+	// SchemaProblems; for tests.
+	CheckResponses bool
 	// HTTPClient downloads URLs for download-url tasks; nil uses a client that accepts
 	// the certificates of the system pool (and any certificate when the request says
 	// verify-certificates=0).
@@ -79,8 +91,7 @@ type Cluster struct {
 	nodes    []string
 	api      *apiSchema
 	certs    *certBundle
-	ln       net.Listener
-	srv      *http.Server
+	eps      map[string]*endpoint // node -> its API endpoint; immutable after Start
 	url      string
 	started  time.Time
 	latency  atomic.Int64 // nanoseconds added to every request
@@ -97,6 +108,7 @@ type Cluster struct {
 	st     *state                // protected by mu
 	tokens map[string]*apiToken  // token id "USER@REALM!ID" -> token; protected by mu
 	fails  []*failRule           // protected by mu
+	probs  []string              // schema problems of responses; protected by mu
 	routes map[string]routeEntry // immutable after Start
 }
 
@@ -155,7 +167,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pvesim: start: %w", err)
 	}
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
-	certs, err := newCertBundle(c.nodes, host)
+	certs, err := newCertBundle(c.nodes, host, cfg.CertDir)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("pvesim: start: %w", err)
@@ -165,27 +177,34 @@ func Start(cfg Config) (*Cluster, error) {
 	c.download = cfg.HTTPClient
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 
-	c.ln = ln
-	c.url = "https://" + ln.Addr().String()
-	c.srv = &http.Server{
-		Handler:           c,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
-		// pveproxy speaks HTTP/1.1 only; error reasons travel in the status line.
-		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-	}
-	tlsLn := tls.NewListener(ln, &tls.Config{
-		Certificates: []tls.Certificate{certs.served},
-		NextProtos:   []string{"http/1.1"},
-		MinVersion:   tls.VersionTLS12,
-	})
-	c.work.Add(1)
-	go func() {
-		defer c.work.Done()
-		if err := c.srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			c.log.Error("serve", "err", err)
+	listeners := map[string]net.Listener{c.nodes[0]: ln}
+	for _, node := range c.nodes[1:] {
+		addr, ok := cfg.NodeListen[node]
+		if !ok {
+			addr = net.JoinHostPort(host, "0")
 		}
-	}()
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("pvesim: start: node %s: %w", node, err)
+		}
+		listeners[node] = l
+	}
+	for node := range cfg.NodeListen {
+		if _, ok := listeners[node]; !ok || node == c.nodes[0] {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("pvesim: start: NodeListen names %q, which is not one of pve2..pve%d", node, len(c.nodes))
+		}
+	}
+	c.eps = map[string]*endpoint{}
+	for _, node := range c.nodes {
+		c.eps[node] = c.serveNode(node, listeners[node])
+	}
+	c.url = c.eps[c.nodes[0]].url
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil
 }
@@ -195,6 +214,23 @@ func (c *Cluster) URL() string { return c.url }
 
 // Fingerprint is the SHA-256 fingerprint of the served certificate, "AB:CD:..." (Proxmox style).
 func (c *Cluster) Fingerprint() string { return c.certs.fingerprint }
+
+// NodeURL is the base URL of node's own API endpoint ("" for an unknown node); the first
+// node's is URL(). While a node is offline its endpoint drops every connection.
+func (c *Cluster) NodeURL(node string) string {
+	if ep := c.eps[node]; ep != nil {
+		return ep.url
+	}
+	return ""
+}
+
+// NodeFingerprint is the SHA-256 fingerprint of node's certificate ("" for an unknown node).
+func (c *Cluster) NodeFingerprint(node string) string {
+	if nc := c.certs.nodes[node]; nc != nil {
+		return nc.fingerprint
+	}
+	return ""
+}
 
 // Name is the cluster name ("" for a standalone node).
 func (c *Cluster) Name() string { return c.name }
@@ -216,9 +252,11 @@ func (c *Cluster) Close() error {
 		c.cancel()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := c.srv.Shutdown(ctx); err != nil {
-			c.closeErr = fmt.Errorf("pvesim: close: %w", err)
-			_ = c.srv.Close()
+		for _, ep := range c.eps {
+			if err := ep.srv.Shutdown(ctx); err != nil {
+				c.closeErr = fmt.Errorf("pvesim: close: %w", err)
+				_ = ep.srv.Close()
+			}
 		}
 		c.mu.Lock()
 		c.st.stopTimers()
@@ -226,6 +264,14 @@ func (c *Cluster) Close() error {
 		c.work.Wait()
 	})
 	return c.closeErr
+}
+
+// SchemaProblems lists where responses disagreed with the schema's `returns` since Start
+// (only with Config.CheckResponses), each "METHOD /path: problem".
+func (c *Cluster) SchemaProblems() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.probs...)
 }
 
 // SetLatency adds d to every request (0 removes it).

@@ -27,6 +27,83 @@ var configSkip = map[string]bool{
 	"import-working-storage": true, "ha-managed": true,
 }
 
+// liveKeys change a running guest at once: qemu-server's fast-plug options and the
+// cloud-init options (which only matter at the next boot). Disks, NICs, USB and unused
+// volumes are hot-plugged (the default hotplug "network,disk,usb"). Everything else, such
+// as memory or cores, waits in the pending section for the next boot.
+var liveKeys = map[string]bool{
+	"name": true, "description": true, "tags": true, "onboot": true, "protection": true,
+	"startup": true, "hookscript": true, "vmstatestorage": true, "lock": true,
+	"balloon": true, "shares": true, "cpulimit": true, "cpuunits": true,
+	"ciuser": true, "cipassword": true, "citype": true, "ciupgrade": true, "cicustom": true,
+	"sshkeys": true, "nameserver": true, "searchdomain": true,
+}
+
+func appliesLive(k string) bool {
+	return liveKeys[k] || isDiskKey(k) || netKeyR.MatchString(k) || ipconfigKeyR.MatchString(k) ||
+		strings.HasPrefix(k, "unused") || strings.HasPrefix(k, "usb")
+}
+
+// applyPending moves the pending section into the config, as a (re)boot does.
+func (g *guest) applyPending() {
+	for k, v := range g.pending {
+		g.conf[k] = v
+	}
+	for k := range g.pendDel {
+		delete(g.conf, k)
+	}
+	g.pending, g.pendDel = nil, nil
+}
+
+// deferChanges keeps the changes from g.conf to conf that a running guest cannot take
+// live in the pending section instead; the keys in touched were set or deleted by this
+// request (setting a key back to its current value drops its pending change).
+func (g *guest) deferChanges(conf map[string]any, touched map[string]bool) {
+	pending := map[string]any{}
+	for k, v := range g.pending {
+		pending[k] = v
+	}
+	pendDel := map[string]bool{}
+	for k := range g.pendDel {
+		pendDel[k] = true
+	}
+	keys := map[string]bool{}
+	for k := range conf {
+		keys[k] = true
+	}
+	for k := range g.conf {
+		keys[k] = true
+	}
+	for k := range keys {
+		if appliesLive(k) {
+			continue
+		}
+		nv, inNew := conf[k]
+		ov, inOld := g.conf[k]
+		changed := inNew != inOld || (inNew && formatValue(nv) != formatValue(ov))
+		if !changed {
+			if touched[k] {
+				delete(pending, k)
+				delete(pendDel, k)
+			}
+			continue
+		}
+		if inNew {
+			pending[k] = nv
+			delete(pendDel, k)
+		} else {
+			pendDel[k] = true
+			delete(pending, k)
+		}
+		if inOld {
+			conf[k] = ov
+		} else {
+			delete(conf, k)
+		}
+	}
+	g.pending, g.pendDel = pending, pendDel
+}
+
 var netModels = map[string]bool{
 	"e1000": true, "e1000-82540em": true, "e1000-82544gc": true, "e1000-82545em": true, "e1000e": true,
 	"i82551": true, "i82557b": true, "i82559er": true, "ne2k_isa": true, "ne2k_pci": true,
@@ -71,6 +148,9 @@ func (st *state) guestStatus(g *guest, now time.Time) map[string]any {
 		"diskwrite": m.diskwrite,
 		"uptime":    m.uptime,
 		"ha":        map[string]any{"managed": 0},
+	}
+	if g.paused {
+		e["qmpstatus"] = "paused"
 	}
 	if g.running {
 		e["pid"] = g.pid
@@ -134,14 +214,39 @@ func hQemuConfigGet(cl *call, g *guest) (any, error) {
 	for k, v := range g.conf {
 		out[k] = jsonValue(v)
 	}
+	if !cl.p.bool("current") {
+		for k, v := range g.pending {
+			out[k] = jsonValue(v)
+		}
+		for k := range g.pendDel {
+			delete(out, k)
+		}
+	}
 	out["digest"] = g.digest()
 	return out, nil
 }
 
 func hQemuPending(cl *call, g *guest) (any, error) {
+	keys := map[string]bool{}
+	for k := range g.conf {
+		keys[k] = true
+	}
+	for k := range g.pending {
+		keys[k] = true
+	}
 	out := []map[string]any{}
-	for _, k := range sortedKeys(g.conf) {
-		out = append(out, map[string]any{"key": k, "value": jsonValue(g.conf[k])})
+	for _, k := range sortedKeys(keys) {
+		e := map[string]any{"key": k}
+		if v, ok := g.conf[k]; ok {
+			e["value"] = jsonValue(v)
+		}
+		if v, ok := g.pending[k]; ok {
+			e["pending"] = jsonValue(v)
+		}
+		if g.pendDel[k] {
+			e["delete"] = 1
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }
@@ -269,21 +374,35 @@ func splitList(s string) []string {
 // set, `delete` keys removed (disks become unusedN), new disks allocated ("STORAGE:SIZE",
 // "STORAGE:cloudinit", "STORAGE:0,import-from=VOLID"). Nothing changes on error.
 func (st *state) applyConfig(g *guest, p params, cl *call) error {
+	if !g.running {
+		g.applyPending()
+	}
 	conf := make(map[string]any, len(g.conf))
 	for k, v := range g.conf {
 		conf[k] = v
 	}
 	var newVols []*volume
 	var freed []string
+	touched := map[string]bool{}
 
 	var deletes []string
 	if d, ok := p.str("delete"); ok {
 		deletes = splitList(d)
 	}
+	var reverts []string
+	if r, ok := p.str("revert"); ok {
+		reverts = splitList(r)
+		for _, k := range reverts {
+			if _, ok := g.pending[k]; !ok && !g.pendDel[k] {
+				return paramError("revert", fmt.Sprintf("no pending change for '%s'", k))
+			}
+		}
+	}
 	for _, k := range deletes {
 		if p.has(k) {
 			return paramError("delete", fmt.Sprintf("you can't use '-%s' and '-delete %s' at the same time", k, k))
 		}
+		touched[k] = true
 		v, ok := conf[k]
 		if !ok {
 			continue
@@ -303,6 +422,7 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 		if configSkip[k] {
 			continue
 		}
+		touched[k] = true
 		v := p[k]
 		s, isStr := v.(string)
 		switch {
@@ -332,6 +452,13 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 		default:
 			conf[k] = v
 		}
+	}
+	if g.running {
+		g.deferChanges(conf, touched)
+	}
+	for _, k := range reverts {
+		delete(g.pending, k)
+		delete(g.pendDel, k)
 	}
 	for _, vol := range newVols {
 		st.addVolume(g.node, vol)
@@ -382,11 +509,18 @@ func normalizeNet(ep *apiEndpoint, key, s string) (string, error) {
 // nextDiskName returns the next free disk name for vmid on a store.
 func (st *state) nextDiskName(node, storage string, vmid int, pending []*volume) int {
 	used := map[int]bool{}
-	re := regexp.MustCompile(fmt.Sprintf(`(?:vm|base)-%d-disk-(\d+)`, vmid))
+	marker := fmt.Sprintf("-%d-disk-", vmid)
 	mark := func(volid string) {
-		for _, m := range re.FindAllStringSubmatch(volid, -1) {
-			n, _ := strconv.Atoi(m[1])
-			used[n] = true
+		// vm-100-disk-0, base-100-disk-1, base-9000-disk-0/vm-100-disk-2, ...
+		for _, part := range strings.Split(volid, "/") {
+			i := strings.Index(part, marker)
+			if i < 0 {
+				continue
+			}
+			digits := strings.TrimSuffix(part[i+len(marker):], ".qcow2")
+			if n, err := strconv.Atoi(digits); err == nil {
+				used[n] = true
+			}
 		}
 	}
 	for volid := range st.volumesOn(node, storage) {
@@ -551,7 +685,7 @@ func uuid() string {
 // startGuest starts a qmstart task for g; the caller holds mu.
 func (st *state) startGuest(g *guest, user string) *task {
 	c := st.c
-	return st.runTask(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), func(t *task) error {
+	check := func() error {
 		if err := g.checkLock(); err != nil {
 			return err
 		}
@@ -561,15 +695,12 @@ func (st *state) startGuest(g *guest, user string) *task {
 		if g.running {
 			return fmt.Errorf("VM %d already running", g.vmid)
 		}
-		for k, v := range g.conf {
-			if !strings.HasPrefix(k, "net") {
+		for _, k := range sortedKeys(g.conf) {
+			s, ok := g.conf[k].(string)
+			if !ok || !netKeyR.MatchString(k) {
 				continue
 			}
-			s, ok := v.(string)
-			if !ok {
-				continue
-			}
-			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(br) {
+			if br := parseProperty(s).get("bridge"); br != "" && !st.bridgeExists(g.node, br) {
 				return fmt.Errorf("bridge '%s' does not exist", br)
 			}
 		}
@@ -578,15 +709,40 @@ func (st *state) startGuest(g *guest, user string) *task {
 				return fmt.Errorf("volume '%s' does not exist", volid)
 			}
 		}
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(st.nextPID) + 17
+		return nil
+	}
+	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(t *task) error {
+		g.applyPending()
+		if err := st.sdn.dhcpMappings(g, t); err != nil {
+			return err
+		}
+		st.boot(g)
 		return nil
 	})
 }
 
-func (st *state) bridgeExists(name string) bool {
-	if name == "vmbr0" || name == "vmbr1" {
+// boot marks g running from now on, with a new QEMU process.
+func (st *state) boot(g *guest) {
+	g.running = true
+	g.paused = false
+	g.startedAt = time.Now()
+	g.pid = int(st.nextPID) + 17
+}
+
+// checkRunning is the precondition of shutdown and reboot: unlocked and running.
+func (g *guest) checkRunning() error {
+	if err := g.checkLock(); err != nil {
+		return err
+	}
+	if !g.running {
+		return fmt.Errorf("VM %d not running", g.vmid)
+	}
+	return nil
+}
+
+// bridgeExists reports whether node has an applied bridge (or SDN vnet) called name.
+func (st *state) bridgeExists(node, name string) bool {
+	if e := st.nodes[node].ifaces[name]; e != nil && (e["type"] == "bridge" || e["type"] == "OVSBridge") {
 		return true
 	}
 	_, ok := st.sdn.running.vnets[name]
@@ -629,12 +785,13 @@ func hQemuStart(cl *call, g *guest) (any, error) {
 func hQemuStop(cl *call, g *guest) (any, error) {
 	c := cl.c
 	skiplock := cl.p.bool("skiplock")
-	t := c.st.runTask(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), func(*task) error {
-		if !skiplock {
-			if err := g.checkLock(); err != nil {
-				return err
-			}
+	check := func() error {
+		if skiplock {
+			return nil
 		}
+		return g.checkLock()
+	}
+	t := c.st.runChecked(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -643,13 +800,7 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 
 func hQemuShutdown(cl *call, g *guest) (any, error) {
 	c := cl.c
-	t := c.st.runTask(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), func(*task) error {
-		if err := g.checkLock(); err != nil {
-			return err
-		}
-		if !g.running {
-			return fmt.Errorf("VM %d not running", g.vmid)
-		}
+	t := c.st.runChecked(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -661,17 +812,10 @@ func hQemuReboot(cl *call, g *guest) (any, error) {
 	if !g.running {
 		return nil, errorf(http.StatusInternalServerError, "VM %d not running", g.vmid)
 	}
-	t := c.st.runTask(g.node, "qmreboot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown+c.cfg.Timing.Start, 0), func(*task) error {
-		if err := g.checkLock(); err != nil {
-			return err
-		}
-		if !g.running {
-			return fmt.Errorf("VM %d not running", g.vmid)
-		}
+	t := c.st.runChecked(g.node, "qmreboot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown+c.cfg.Timing.Start, 0), g.checkRunning, func(*task) error {
 		g.stop()
-		g.running = true
-		g.startedAt = time.Now()
-		g.pid = int(c.st.nextPID) + 17
+		g.applyPending()
+		c.st.boot(g)
 		return nil
 	})
 	return t.upid, nil
@@ -813,6 +957,7 @@ func hQemuDelete(cl *call, g *guest) (any, error) {
 			}
 		}
 		delete(c.st.guests, vmid)
+		c.st.sdn.releaseVM(vmid)
 		return nil
 	})
 	return t.upid, nil
@@ -1023,13 +1168,16 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	if g.running {
 		gib += float64(g.maxmem()) / float64(1<<30)
 	}
-	g.conf["lock"] = "migrate"
 	src := g.node
+	if g.running && len(localVols) > 0 && !withLocal {
+		// qemu-server's phase 1 refuses at once; the task fails without moving anything.
+		t := c.st.newTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user)
+		t.finish(fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option"))
+		return t.upid, nil
+	}
+	g.conf["lock"] = "migrate"
 	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, gib), func(t *task) error {
 		delete(g.conf, "lock")
-		if g.running && len(localVols) > 0 && !withLocal {
-			return fmt.Errorf("migration aborted: can't live migrate attached local disks without with-local-disks option")
-		}
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}

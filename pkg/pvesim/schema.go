@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/flexplane/flexplane/pkg/pveschema"
 )
@@ -17,8 +18,12 @@ type apiEndpoint struct {
 	*pveschema.Endpoint
 }
 
+// sharedSchema parses the embedded schema once per process: it is immutable and safe
+// for concurrent use, and every simulated cluster uses the same.
+var sharedSchema = sync.OnceValues(pveschema.Load)
+
 func loadSchema() (*apiSchema, error) {
-	s, err := pveschema.Load()
+	s, err := sharedSchema()
 	if err != nil {
 		return nil, fmt.Errorf("load schema: %w", err)
 	}

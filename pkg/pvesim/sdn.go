@@ -338,13 +338,32 @@ func subnetID(zone string, pfx netip.Prefix) string {
 	return fmt.Sprintf("%s-%s-%d", zone, pfx.Addr(), pfx.Bits())
 }
 
+// subnetJSON renders a subnet as Proxmox answers it: network and mask split out, DHCP
+// ranges parsed into {start-address, end-address} objects.
 func subnetJSON(s map[string]any) map[string]any {
 	e := sdnEntry(s)
 	if pfx, err := netip.ParsePrefix(fmt.Sprint(s["cidr"])); err == nil {
 		e["network"] = pfx.Addr().String()
 		e["mask"] = fmt.Sprint(pfx.Bits())
 	}
+	for _, obj := range []map[string]any{e, mapOf(e["pending"])} {
+		ranges, ok := obj["dhcp-range"].([]string)
+		if !ok {
+			continue
+		}
+		out := make([]map[string]any, 0, len(ranges))
+		for _, r := range ranges {
+			pr := parseProperty(r)
+			out = append(out, map[string]any{"start-address": pr.get("start-address"), "end-address": pr.get("end-address")})
+		}
+		obj["dhcp-range"] = out
+	}
 	return e
+}
+
+func mapOf(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 func hSDNSubnets(cl *call) (any, error) {
@@ -639,4 +658,82 @@ func hIPAMStatus(cl *call) (any, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+func hIPAMGet(cl *call) (any, error) {
+	if cl.vars["ipam"] != "pve" {
+		return nil, errorf(http.StatusInternalServerError, "sdn ipam '%s' does not exist", cl.vars["ipam"])
+	}
+	return map[string]any{"ipam": "pve", "type": "pve"}, nil
+}
+
+// dhcpMappings gives every NIC of g on a vnet whose zone runs DHCP an IPAM mapping
+// before the guest starts, as Proxmox does: an existing mapping of the NIC's MAC is
+// kept (the orchestrator's explicit claim), otherwise the next free address of the
+// subnet's DHCP range is mapped to the MAC and VMID.
+func (sd *sdnState) dhcpMappings(g *guest, t *task) error {
+	for _, k := range sortedKeys(g.conf) {
+		s, ok := g.conf[k].(string)
+		if !ok || !netKeyR.MatchString(k) {
+			continue
+		}
+		pr := parseProperty(s)
+		vn := sd.running.vnets[pr.get("bridge")]
+		if vn == nil {
+			continue
+		}
+		zone, _ := vn["zone"].(string)
+		if z := sd.running.zones[zone]; z == nil || z["dhcp"] == nil {
+			continue
+		}
+		mac := ""
+		for _, key := range pr.keys {
+			if netModels[key] {
+				mac = strings.ToLower(pr.get(key))
+			}
+		}
+		if sd.leaseFor(mac) != nil {
+			continue
+		}
+		ip, subnet, err := sd.nextFree(zone, pr.get("bridge"))
+		if err != nil {
+			return err
+		}
+		sd.ips[zone+"/"+ip] = &ipMapping{zone: zone, vnet: pr.get("bridge"), subnet: subnet, ip: ip, mac: mac, vmid: g.vmid, hostname: g.name()}
+		t.log = append(t.log, fmt.Sprintf("%s: dhcp mapping %s -> %s", k, mac, ip))
+	}
+	return nil
+}
+
+// nextFree is the lowest unmapped address in the DHCP ranges of vnet's subnets.
+func (sd *sdnState) nextFree(zone, vnet string) (string, string, error) {
+	for _, id := range sortedKeys(sd.running.subnets) {
+		s := sd.running.subnets[id]
+		if s["vnet"] != vnet {
+			continue
+		}
+		ranges, _ := s["dhcp-range"].([]string)
+		for _, r := range ranges {
+			a, err1 := netip.ParseAddr(propValue(r, "start-address"))
+			b, err2 := netip.ParseAddr(propValue(r, "end-address"))
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			for ip := a; ip.Compare(b) <= 0 && ip.IsValid(); ip = ip.Next() {
+				if sd.ips[zone+"/"+ip.String()] == nil {
+					return ip.String(), id, nil
+				}
+			}
+		}
+	}
+	return "", "", fmt.Errorf("can't find any free ip in zone %s for vnet %s", zone, vnet)
+}
+
+// releaseVM drops the IPAM mappings of a destroyed guest.
+func (sd *sdnState) releaseVM(vmid int) {
+	for k, m := range sd.ips {
+		if m.vmid == vmid && !m.gateway {
+			delete(sd.ips, k)
+		}
+	}
 }

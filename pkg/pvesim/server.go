@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -70,6 +73,7 @@ type call struct {
 	p      params
 	user   string                       // authenticated token id, "USER@REALM!ID"
 	has    func(path, priv string) bool // nil: full privileges
+	local  string                       // the node whose endpoint the request reached
 }
 
 // require fails like Proxmox's handler-level permission checks unless the caller has
@@ -87,7 +91,57 @@ type routeEntry struct {
 	handler handlerFunc
 }
 
-func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// endpoint is one node's pveproxy: its own listener, certificate and notion of the
+// local node.
+type endpoint struct {
+	node string
+	url  string
+	srv  *http.Server
+}
+
+// serveNode starts node's endpoint on ln.
+func (c *Cluster) serveNode(node string, ln net.Listener) *endpoint {
+	ep := &endpoint{node: node, url: "https://" + ln.Addr().String()}
+	ep.srv = &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serveAs(w, r, node) }),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelDebug),
+		// pveproxy speaks HTTP/1.1 only; error reasons travel in the status line.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+	}
+	tlsLn := tls.NewListener(ln, &tls.Config{
+		Certificates: []tls.Certificate{c.certs.nodes[node].tls},
+		NextProtos:   []string{"http/1.1"},
+		MinVersion:   tls.VersionTLS12,
+	})
+	c.work.Add(1)
+	go func() {
+		defer c.work.Done()
+		if err := ep.srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error("serve", "node", node, "err", err)
+		}
+	}()
+	return ep
+}
+
+// ServeHTTP answers API requests as the first node (pve1) does.
+func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.serveAs(w, r, c.nodes[0]) }
+
+// serveAs answers a request arriving at local's endpoint; an offline node answers
+// nothing: the connection drops.
+func (c *Cluster) serveAs(w http.ResponseWriter, r *http.Request, local string) {
+	c.mu.Lock()
+	online := c.st.nodes[local].online
+	c.mu.Unlock()
+	if !online {
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	}
 	start := time.Now()
 	if d := time.Duration(c.latency.Load()); d > 0 {
 		t := time.NewTimer(d)
@@ -98,54 +152,56 @@ func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	status := c.serve(w, r)
+	status := c.serve(w, r, local)
 	c.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", status, "took", time.Since(start))
 }
 
-func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
+func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) int {
 	rel, ok := strings.CutPrefix(r.URL.Path, apiPrefix)
 	if !ok || rel == "" {
-		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, r.URL.Path)})
+		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, r.URL.Path)})
 	}
 	if len(rel) > 1 {
 		rel = strings.TrimSuffix(rel, "/")
 	}
 	user, aerr := c.authenticate(r)
 	if aerr != nil {
-		return writeStatus(w, aerr.status, aerr.msg, nil)
+		return writeStatus(w, r, aerr.status, aerr.msg, nil)
 	}
 	raw, err := readParams(r)
 	if err != nil {
-		return writeError(w, errorf(http.StatusBadRequest, "%s", err.Error()))
+		return writeError(w, r, errorf(http.StatusBadRequest, "%s", err.Error()))
 	}
 	ep, vars, aerr := c.api.lookup(r.Method, rel)
 	if aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
 	}
 	if aerr := c.injectedFailure(r.Method, rel, ep.Path); aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
+	}
+	// Proxmox proxies a call for another node before that node verifies it: an offline
+	// node answers 595 whatever the parameters.
+	if node, ok := vars["node"]; ok {
+		if aerr := c.checkNodeReachable(node); aerr != nil {
+			return writeError(w, r, aerr)
+		}
 	}
 	p, aerr := ep.validate(vars, raw)
 	if aerr != nil {
-		return writeError(w, aerr)
+		return writeError(w, r, aerr)
 	}
 	// A token with full privileges stands for root@pam, which Proxmox never checks.
 	has := c.privilegeChecker(user)
 	if has != nil {
 		if aerr := ep.authorize(p, has); aerr != nil {
-			return writeError(w, aerr)
-		}
-	}
-	if node, ok := vars["node"]; ok {
-		if aerr := c.checkNodeReachable(node); aerr != nil {
-			return writeError(w, aerr)
+			return writeError(w, r, aerr)
 		}
 	}
 	rt, ok := c.routes[r.Method+" "+ep.Path]
 	if !ok {
-		return writeError(w, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
+		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
 	}
-	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has}
+	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has, local: local}
 	// Handlers run under the model's lock: every request sees and leaves a consistent
 	// state, and check-then-claim steps (VMIDs, IP mappings) are atomic.
 	c.mu.Lock()
@@ -156,11 +212,14 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
 		if !errors.As(err, &ae) {
 			ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
 		}
-		return writeError(w, ae)
+		return writeError(w, r, ae)
 	}
 	body, err := json.Marshal(map[string]any{"data": data})
 	if err != nil {
-		return writeError(w, errorf(http.StatusInternalServerError, "encode response: %v", err))
+		return writeError(w, r, errorf(http.StatusInternalServerError, "encode response: %v", err))
+	}
+	if c.cfg.CheckResponses {
+		c.checkResponse(r.Method, rel, ep, body)
 	}
 	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
 	w.Header().Set("Cache-Control", "max-age=0")
@@ -168,6 +227,37 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request) int {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
 	return http.StatusOK
+}
+
+// knownReturnMismatches are endpoints whose real responses differ from the schema's
+// `returns` text; the simulator answers like real Proxmox there.
+var knownReturnMismatches = map[string]string{
+	"GET /cluster/nextid":                   "the VMID is a JSON string, as real Proxmox and go-proxmox have it",
+	"GET /nodes/{node}/qemu/{vmid}/pending": "values keep their config types (numbers for integers)",
+}
+
+func (c *Cluster) checkResponse(method, rel string, ep *apiEndpoint, body []byte) {
+	if _, ok := knownReturnMismatches[method+" "+ep.Path]; ok {
+		return
+	}
+	var env struct {
+		Data any `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		c.mu.Lock()
+		c.probs = append(c.probs, fmt.Sprintf("%s %s: %v", method, rel, err))
+		c.mu.Unlock()
+		return
+	}
+	probs := ep.CheckReturn(env.Data)
+	if len(probs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range probs {
+		c.probs = append(c.probs, method+" "+rel+": "+p)
+	}
 }
 
 func (c *Cluster) injectedFailure(method, rel, template string) *apiError {
@@ -264,19 +354,22 @@ func flattenJSON(v any) []string {
 	}
 }
 
-func writeError(w http.ResponseWriter, e *apiError) int {
+func writeError(w http.ResponseWriter, r *http.Request, e *apiError) int {
 	body := map[string]any{"data": nil, "message": e.msg + "\n"}
 	if len(e.errors) > 0 {
 		body["errors"] = e.errors
 	}
 	b, _ := json.Marshal(body)
-	return writeStatus(w, e.status, e.msg, b)
+	return writeStatus(w, r, e.status, e.msg, b)
 }
 
 // writeStatus writes a response whose status line carries reason as Proxmox's pveproxy
 // does ("HTTP/1.1 500 VM is locked (clone)"); clients such as go-proxmox surface only the
 // status line. net/http cannot set a reason phrase, so the connection is taken over.
-func writeStatus(w http.ResponseWriter, status int, reason string, body []byte) int {
+func writeStatus(w http.ResponseWriter, r *http.Request, status int, reason string, body []byte) int {
+	// The connection closes after this response: read what the client sent first, or
+	// closing with unread data resets the connection before the client reads the answer.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 16<<20))
 	reason = strings.Map(func(r rune) rune {
 		if r == '\r' || r == '\n' {
 			return ' '

@@ -28,18 +28,23 @@ type state struct {
 }
 
 type node struct {
-	name   string
-	id     int
-	online bool
-	ip     string
-	booted time.Time
+	name       string
+	id         int
+	online     bool
+	ip         string
+	booted     time.Time
+	ifaces     map[string]map[string]any // applied network interfaces
+	pendIfaces map[string]map[string]any // interfaces.new; nil without pending changes
 }
 
 type guest struct {
 	vmid      int
 	node      string
-	conf      map[string]any // typed config values, as Proxmox keeps them
+	conf      map[string]any  // typed config values, as Proxmox keeps them
+	pending   map[string]any  // changes waiting for the next boot ([PENDING] section)
+	pendDel   map[string]bool // keys the next boot deletes
 	running   bool
+	paused    bool // suspended (qmpstatus "paused")
 	startedAt time.Time
 	pid       int
 	pool      string
@@ -56,16 +61,17 @@ type storageDef struct {
 }
 
 type volume struct {
-	volid   string
-	storage string
-	node    string // "" on shared storage
-	content string // images, iso, import, vztmpl, backup
-	format  string
-	size    int64
-	vmid    int
-	ctime   int64
-	parent  string
-	notes   string
+	volid     string
+	storage   string
+	node      string // "" on shared storage
+	content   string // images, iso, import, vztmpl, backup
+	format    string
+	size      int64
+	vmid      int
+	ctime     int64
+	parent    string
+	notes     string
+	protected bool
 }
 
 type pool struct {
@@ -91,12 +97,14 @@ func newState(c *Cluster) *state {
 		},
 	}
 	for i, name := range c.nodes {
+		ip := fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1)
 		st.nodes[name] = &node{
 			name:   name,
 			id:     i + 1,
 			online: true,
-			ip:     fmt.Sprintf("10.%d.0.%d", 10+len(c.name)%200, i+1),
+			ip:     ip,
 			booted: c.started.Add(-time.Duration(3600*(24+i*7)) * time.Second),
+			ifaces: defaultIfaces(ip),
 		}
 	}
 	return st
@@ -244,10 +252,9 @@ func (g *guest) confInt(key string, def int64) int64 {
 		return v
 	case string:
 		// memory is a property string "[current=]<MiB>"
-		pr := parseProperty(v)
-		s := pr.first
-		if s == "" {
-			s = pr.get("current")
+		s, _, _ := strings.Cut(v, ",")
+		if strings.Contains(s, "=") {
+			s = propValue(v, "current")
 		}
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			return n
@@ -270,13 +277,27 @@ func (g *guest) cpus() int64 {
 
 func (g *guest) maxmem() int64 { return g.confInt("memory", 512) << 20 }
 
-var diskKeyRE = regexp.MustCompile(`^(ide[0-3]|sata[0-5]|scsi([0-9]|[12][0-9]|30)|virtio([0-9]|1[0-5])|efidisk0|tpmstate0)$`)
+// diskBuses are the disk key prefixes with their highest index.
+var diskBuses = map[string]int{"ide": 3, "sata": 5, "scsi": 30, "virtio": 15, "efidisk": 0, "tpmstate": 0}
 
-func isDiskKey(k string) bool { return diskKeyRE.MatchString(k) }
+// isDiskKey reports whether k is a disk slot (ide0-3, sata0-5, scsi0-30, virtio0-15,
+// efidisk0, tpmstate0).
+func isDiskKey(k string) bool {
+	i := strings.IndexAny(k, "0123456789")
+	if i <= 0 {
+		return false
+	}
+	limit, ok := diskBuses[k[:i]]
+	if !ok || (len(k) > i+1 && k[i] == '0') {
+		return false
+	}
+	n, err := strconv.Atoi(k[i:])
+	return err == nil && n <= limit
+}
 
 func isCDROM(v string) bool {
-	pr := parseProperty(v)
-	return pr.get("media") == "cdrom" || pr.first == "none" || pr.first == "cdrom"
+	first, _, _ := strings.Cut(v, ",")
+	return propValue(v, "media") == "cdrom" || first == "none" || first == "cdrom"
 }
 
 // disks lists the guest's disk keys (not CD-ROMs, not cloud-init drives) in order.
@@ -293,17 +314,20 @@ func (g *guest) disks() []string {
 	return out
 }
 
-// maxdisk is the size of the boot disk (the first disk), as Proxmox reports it.
+// maxdisk is the size of the first disk (in key order), as Proxmox reports it.
 func (g *guest) maxdisk() int64 {
-	var total int64
-	for _, k := range g.disks() {
-		if sz, ok := parseSize(parseProperty(g.conf[k].(string)).get("size")); ok {
-			if total == 0 {
-				total = sz
-			}
+	first := ""
+	var size int64
+	for k, v := range g.conf {
+		s, ok := v.(string)
+		if !ok || !isDiskKey(k) || (first != "" && k > first) || isCDROM(s) {
+			continue
+		}
+		if sz, ok := parseSize(propValue(s, "size")); ok {
+			first, size = k, sz
 		}
 	}
-	return total
+	return size
 }
 
 func (g *guest) diskBytes() int64 {
@@ -342,6 +366,7 @@ func (g *guest) stop() {
 	m := g.metricsAt(time.Since(g.startedAt))
 	g.baseNetIn, g.baseNetOut, g.baseRead, g.baseWrite = m.netin, m.netout, m.diskread, m.diskwrite
 	g.running = false
+	g.paused = false
 	g.pid = 0
 }
 
@@ -368,7 +393,17 @@ func (g *guest) configText() string {
 }
 
 func (g *guest) digest() string {
-	sum := sha1.Sum([]byte(g.configText()))
+	text := g.configText()
+	if len(g.pending) > 0 || len(g.pendDel) > 0 {
+		text += "\n[PENDING]\n"
+		for _, k := range sortedKeys(g.pending) {
+			text += k + ": " + formatValue(g.pending[k]) + "\n"
+		}
+		if len(g.pendDel) > 0 {
+			text += "delete: " + strings.Join(sortedKeys(g.pendDel), ",") + "\n"
+		}
+	}
+	sum := sha1.Sum([]byte(text))
 	return hex.EncodeToString(sum[:])
 }
 

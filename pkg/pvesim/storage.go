@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -93,7 +92,6 @@ func hNodeStorageStatus(cl *call) (any, error) {
 		return nil, err
 	}
 	e := c.st.storageStatus(c.st.nodes[cl.vars["node"]], s)
-	delete(e, "storage")
 	delete(e, "status")
 	delete(e, "used_fraction")
 	return e, nil
@@ -119,6 +117,9 @@ func volumeJSON(v *volume) map[string]any {
 	}
 	if v.notes != "" {
 		e["notes"] = v.notes
+	}
+	if v.protected {
+		e["protected"] = 1
 	}
 	return e
 }
@@ -147,25 +148,28 @@ func hStorageContent(cl *call) (any, error) {
 	return out, nil
 }
 
-// volumeParam resolves the {volume} of a content path: a full volid or a name on the storage.
-func (cl *call) volumeParam(s *storageDef) string {
-	v := cl.vars["volume"]
-	if !strings.Contains(v, ":") {
-		v = s.id + ":" + v
+// volume resolves the {storage} and {volume} of a content path; {volume} is a full
+// volid or a name on the storage.
+func (cl *call) volume() (*storageDef, *volume, error) {
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, nil, err
 	}
-	return v
+	volid := cl.vars["volume"]
+	if !strings.Contains(volid, ":") {
+		volid = s.id + ":" + volid
+	}
+	v := cl.c.st.volumesOn(cl.vars["node"], s.id)[volid]
+	if v == nil {
+		return nil, nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	}
+	return s, v, nil
 }
 
 func hStorageVolumeGet(cl *call) (any, error) {
-	c := cl.c
-	s, err := cl.storageOn()
+	s, v, err := cl.volume()
 	if err != nil {
 		return nil, err
-	}
-	volid := cl.volumeParam(s)
-	v := c.st.volumesOn(cl.vars["node"], s.id)[volid]
-	if v == nil {
-		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
 	}
 	_, name, _ := strings.Cut(v.volid, ":")
 	path := s.path + "/" + name
@@ -174,21 +178,19 @@ func hStorageVolumeGet(cl *call) (any, error) {
 	}
 	return map[string]any{
 		"path": path, "size": v.size, "used": v.size, "format": v.format,
-		"notes": v.notes, "protected": 0,
+		"notes": v.notes, "protected": boolInt(v.protected),
 	}, nil
 }
 
 func hStorageVolumeDelete(cl *call) (any, error) {
 	c := cl.c
-	s, err := cl.storageOn()
+	_, v, err := cl.volume()
 	if err != nil {
 		return nil, err
 	}
-	volid := cl.volumeParam(s)
-	node := cl.vars["node"]
-	v := c.st.volumesOn(node, s.id)[volid]
-	if v == nil {
-		return nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", volid)
+	node, volid := cl.vars["node"], v.volid
+	if v.protected {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' is protected", volid)
 	}
 	if v.vmid != 0 {
 		if g := c.st.guests[v.vmid]; g != nil {
@@ -368,14 +370,28 @@ func hStorageConfigList(cl *call) (any, error) {
 	c := cl.c
 	out := []map[string]any{}
 	for _, s := range c.st.storages {
-		out = append(out, storageConfig(s))
+		out = append(out, c.st.storageConfig(s))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i]["storage"].(string) < out[j]["storage"].(string) })
 	return out, nil
 }
 
-func storageConfig(s *storageDef) map[string]any {
-	e := map[string]any{"storage": s.id, "type": s.typ, "content": joinContent(s.content), "digest": strconv.Itoa(len(s.id))}
+// storageCfgDigest is the SHA-1 of storage.cfg as the simulated cluster would write it.
+func (st *state) storageCfgDigest() string {
+	var b strings.Builder
+	for _, s := range st.storages {
+		fmt.Fprintf(&b, "%s: %s\n\tcontent %s\n", s.typ, s.id, joinContent(s.content))
+		if s.path != "" {
+			fmt.Fprintf(&b, "\tpath %s\n", s.path)
+		}
+		b.WriteString("\n")
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+func (st *state) storageConfig(s *storageDef) map[string]any {
+	e := map[string]any{"storage": s.id, "type": s.typ, "content": joinContent(s.content), "digest": st.storageCfgDigest()}
 	switch s.typ {
 	case "dir":
 		e["path"] = s.path
@@ -396,5 +412,60 @@ func hStorageConfigGet(cl *call) (any, error) {
 	if s == nil {
 		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
 	}
-	return storageConfig(s), nil
+	return cl.c.st.storageConfig(s), nil
+}
+
+// hStorageVolumeUpdate sets a volume's notes or protection flag.
+func hStorageVolumeUpdate(cl *call) (any, error) {
+	_, v, err := cl.volume()
+	if err != nil {
+		return nil, err
+	}
+	if notes, ok := cl.p.str("notes"); ok {
+		v.notes = notes
+	}
+	if cl.p.has("protected") {
+		v.protected = cl.p.bool("protected")
+	}
+	return nil, nil
+}
+
+// hStorageAlloc allocates a disk image for a VM ("vm-100-disk-1" or "vm-100-disk-1.qcow2").
+func hStorageAlloc(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	if !s.hasContent("images") {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support content-type 'images'", s.id)
+	}
+	vmid, _ := cl.p.int("vmid")
+	name, _ := cl.p.str("filename")
+	sizeArg, _ := cl.p.str("size")
+	size, ok := parseSize(sizeArg)
+	if strings.IndexFunc(sizeArg, func(r rune) bool { return r < '0' || r > '9' }) < 0 {
+		size *= 1 << 10 // a plain number is KiB, as in pvesm alloc
+	}
+	if !ok || size <= 0 {
+		return nil, paramError("size", "unable to parse size '"+sizeArg+"'")
+	}
+	if !strings.HasPrefix(name, fmt.Sprintf("vm-%d-", vmid)) && !strings.HasPrefix(name, fmt.Sprintf("base-%d-", vmid)) {
+		return nil, paramError("filename", fmt.Sprintf("name '%s' does not conform to the naming rules for VM %d", name, vmid))
+	}
+	format := cl.p.strOr("format", "raw")
+	volid := s.id + ":" + name
+	if s.typ != "lvmthin" {
+		if !strings.Contains(name, ".") {
+			name += "." + cl.p.strOr("format", "qcow2")
+		}
+		format = name[strings.LastIndex(name, ".")+1:]
+		volid = fmt.Sprintf("%s:%d/%s", s.id, vmid, name)
+	}
+	node := cl.vars["node"]
+	if c.st.findVolume(node, volid) != nil {
+		return nil, errorf(http.StatusInternalServerError, "volume '%s' already exists", volid)
+	}
+	c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: "images", format: format, size: size, vmid: int(vmid)})
+	return volid, nil
 }

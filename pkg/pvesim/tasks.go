@@ -83,6 +83,18 @@ func (t *task) finish(err error) {
 // with fn's error. The caller holds mu.
 func (st *state) runTask(node, typ, id, user string, d time.Duration, fn func(t *task) error) *task {
 	t := st.newTask(node, typ, id, user)
+	st.after(d, func() {
+		if !t.running { // stopped through DELETE /nodes/{node}/tasks/{upid}
+			return
+		}
+		t.finish(fn(t))
+		st.c.log.Debug("task done", "upid", t.upid, "exit", t.exit)
+	})
+	return t
+}
+
+// after runs fn under mu after d, unless the cluster closes first. The caller holds mu.
+func (st *state) after(d time.Duration, fn func()) {
 	c := st.c
 	tt := &taskTimer{}
 	c.work.Add(1)
@@ -91,15 +103,26 @@ func (st *state) runTask(node, typ, id, user string, d time.Duration, fn func(t 
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(st.timers, tt)
-		if !t.running { // stopped through DELETE /nodes/{node}/tasks/{upid}
-			return
-		}
-		err := fn(t)
-		t.finish(err)
-		c.log.Debug("task done", "upid", t.upid, "exit", t.exit)
+		fn()
 	})
 	st.timers[tt] = struct{}{}
-	return t
+}
+
+// runChecked is runTask for workers that check preconditions first, as qemu-server's
+// workers do: a failing check ends the task at once with its error; otherwise the check
+// runs again when the task's time is up, then apply.
+func (st *state) runChecked(node, typ, id, user string, d time.Duration, check func() error, apply func(t *task) error) *task {
+	if err := check(); err != nil {
+		t := st.newTask(node, typ, id, user)
+		t.finish(err)
+		return t
+	}
+	return st.runTask(node, typ, id, user, d, func(t *task) error {
+		if err := check(); err != nil {
+			return err
+		}
+		return apply(t)
+	})
 }
 
 // stopTimers cancels pending tasks at Close; the caller holds mu.

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+)
+
+// TestKeys drives `orchestrator keys` against a running orchestrator.
+func TestKeys(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fpk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	meshnode.PrepareProcess("http://")
+	srv, err := orchestrator.New(orchestrator.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, STUNAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+
+	cli := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, append(args, "-data-dir", dir), &out)
+		return out.String(), err
+	}
+	// Flags come before positional arguments for revoke.
+	revoke := func(id string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, []string{"keys", "revoke", "-data-dir", dir, id}, &out)
+		return out.String(), err
+	}
+
+	out, err := cli("keys", "create", "-reusable", "-ttl", "2h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimSpace(out)
+	if !strings.HasPrefix(secret, "hskey-auth-") {
+		t.Fatalf("create printed %q", out)
+	}
+	list, err := cli("keys", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(list, secret) {
+		t.Fatal("list shows the full key")
+	}
+	m := regexp.MustCompile(`(?m)^(\d+)\s+\S+\s+true\s+false\s+\S+\s+valid\s+tag:agent$`).FindStringSubmatch(list)
+	if m == nil {
+		t.Fatalf("list lacks the new reusable key:\n%s", list)
+	}
+	if out, err := revoke(m[1]); err != nil || !strings.Contains(out, "revoked key "+m[1]) {
+		t.Fatalf("revoke: %q %v", out, err)
+	}
+	list, _ = cli("keys", "list")
+	if !regexp.MustCompile(`(?m)^` + m[1] + `\s.*\sexpired\s+tag:agent$`).MatchString(list) {
+		t.Fatalf("revoked key not expired:\n%s", list)
+	}
+
+	// Bad input: a clear error, nothing created.
+	for _, args := range [][]string{
+		{"keys", "create", "-ttl", "-1h"},
+		{"keys", "create", "-ttl", "10000h"},
+		{"keys", "frobnicate"},
+	} {
+		if _, err := cli(args...); err == nil {
+			t.Errorf("%v succeeded", args)
+		}
+	}
+	if _, err := revoke("abc"); err == nil {
+		t.Error("revoke abc succeeded")
+	}
+	if _, err := revoke("999"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("revoke 999: %v", err)
+	}
+	if after, _ := cli("keys", "list"); strings.Count(after, "\n") != strings.Count(list, "\n") {
+		t.Errorf("bad input changed the key list:\n%s", after)
+	}
+	if err := run(ctx, []string{"keys", "list", "-data-dir", t.TempDir()}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "running") {
+		t.Errorf("keys against a data dir without orchestrator: %v", err)
+	}
+}
