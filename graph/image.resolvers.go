@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
@@ -50,3 +51,7 @@ func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
 func (r *queryResolver) Image(ctx context.Context, name string) (*catalog.Image, error) {
 	return get[*catalog.Image](ctx, r.Catalog, name)
 }
+
+func (r *Resolver) Image() generated.ImageResolver { return &imageResolver{r} }
+
+type imageResolver struct{ *Resolver }

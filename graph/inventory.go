@@ -303,7 +303,8 @@ func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
 
 func vmStatus(res inventory.Resource) model.VMStatus {
 	switch {
-	case res.Lock == "clone" || res.Lock == "create":
+	case res.Lock == "clone" || res.Lock == "create" ||
+		slices.Contains(tenancy.SplitTags(res.Tags), tenancy.CreatingTag):
 		return model.VMStatusCreating
 	case res.Status == "running":
 		return model.VMStatusRunning

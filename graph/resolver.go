@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/zones"
 )
@@ -53,6 +54,9 @@ type Resolver struct {
 	ZoneTimeout time.Duration
 	// Keys manages agent enrollment keys; nil refuses the key fields.
 	Keys EnrollmentKeys
+	// Compute runs VM lifecycles (createVM, power actions, deleteVM,
+	// operations, image staging); nil refuses those fields.
+	Compute *compute.Service
 	// AgentVersion is the agent version this orchestrator ships: hosts
 	// whose agent reports another show updateAvailable. Empty: never.
 	AgentVersion string

@@ -23,8 +23,10 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	Host() HostResolver
+	Image() ImageResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Subscription() SubscriptionResolver
 	VM() VMResolver
 	Zone() ZoneResolver
 }
@@ -53,6 +55,11 @@ type ComplexityRoot struct {
 		Name              func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
 		VCPUs             func(childComplexity int) int
+	}
+
+	CreateVMPayload struct {
+		Operation func(childComplexity int) int
+		VM        func(childComplexity int) int
 	}
 
 	CreatedEnrollmentKey struct {
@@ -102,6 +109,13 @@ type ComplexityRoot struct {
 		ResourceVersion   func(childComplexity int) int
 		URL               func(childComplexity int) int
 		Version           func(childComplexity int) int
+		Zones             func(childComplexity int, zone *string) int
+	}
+
+	ImageZoneState struct {
+		Reason func(childComplexity int) int
+		State  func(childComplexity int) int
+		Zone   func(childComplexity int) int
 	}
 
 	Me struct {
@@ -119,13 +133,20 @@ type ComplexityRoot struct {
 		CreateImage          func(childComplexity int, input model.CreateImageInput) int
 		CreateNetwork        func(childComplexity int, input model.CreateNetworkInput) int
 		CreateStorageProfile func(childComplexity int, input model.CreateStorageProfileInput) int
+		CreateVM             func(childComplexity int, input model.CreateVMInput) int
 		CreateVdc            func(childComplexity int, input model.CreateVDCInput) int
 		DeleteComputeProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteImage          func(childComplexity int, name string, resourceVersion *string) int
 		DeleteNetwork        func(childComplexity int, id string) int
 		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVM             func(childComplexity int, id string) int
 		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
+		RebootVM             func(childComplexity int, id string) int
 		RevokeEnrollmentKey  func(childComplexity int, id string) int
+		ShutdownVM           func(childComplexity int, id string) int
+		StageImage           func(childComplexity int, name string, zone string) int
+		StartVM              func(childComplexity int, id string) int
+		StopVM               func(childComplexity int, id string) int
 		UpdateComputeProfile func(childComplexity int, input model.UpdateComputeProfileInput) int
 		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
 		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
@@ -141,6 +162,17 @@ type ComplexityRoot struct {
 		Zone    func(childComplexity int) int
 	}
 
+	Operation struct {
+		Error     func(childComplexity int) int
+		ID        func(childComplexity int) int
+		Kind      func(childComplexity int) int
+		StartedAt func(childComplexity int) int
+		State     func(childComplexity int) int
+		Step      func(childComplexity int) int
+		UpdatedAt func(childComplexity int) int
+		VMID      func(childComplexity int) int
+	}
+
 	Query struct {
 		ComputeProfile  func(childComplexity int, name string) int
 		ComputeProfiles func(childComplexity int) int
@@ -151,6 +183,7 @@ type ComplexityRoot struct {
 		Images          func(childComplexity int) int
 		Me              func(childComplexity int) int
 		Networks        func(childComplexity int, zone *string, first *int) int
+		Operation       func(childComplexity int, id string) int
 		StorageProfile  func(childComplexity int, name string) int
 		StorageProfiles func(childComplexity int) int
 		Tenant          func(childComplexity int) int
@@ -171,6 +204,10 @@ type ComplexityRoot struct {
 		ResourceVersion   func(childComplexity int) int
 		Tier              func(childComplexity int) int
 		WriteMBps         func(childComplexity int) int
+	}
+
+	Subscription struct {
+		Operation func(childComplexity int, id string) int
 	}
 
 	Tenant struct {
@@ -327,6 +364,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ComputeProfile.VCPUs(childComplexity), true
+
+	case "CreateVMPayload.operation":
+		if e.ComplexityRoot.CreateVMPayload.Operation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateVMPayload.Operation(childComplexity), true
+	case "CreateVMPayload.vm":
+		if e.ComplexityRoot.CreateVMPayload.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateVMPayload.VM(childComplexity), true
 
 	case "CreatedEnrollmentKey.key":
 		if e.ComplexityRoot.CreatedEnrollmentKey.Key == nil {
@@ -519,6 +569,36 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Version(childComplexity), true
+	case "Image.zones":
+		if e.ComplexityRoot.Image.Zones == nil {
+			break
+		}
+
+		args, err := ec.field_Image_zones_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Image.Zones(childComplexity, args["zone"].(*string)), true
+
+	case "ImageZoneState.reason":
+		if e.ComplexityRoot.ImageZoneState.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImageZoneState.Reason(childComplexity), true
+	case "ImageZoneState.state":
+		if e.ComplexityRoot.ImageZoneState.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImageZoneState.State(childComplexity), true
+	case "ImageZoneState.zone":
+		if e.ComplexityRoot.ImageZoneState.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ImageZoneState.Zone(childComplexity), true
 
 	case "Me.email":
 		if e.ComplexityRoot.Me.Email == nil {
@@ -612,6 +692,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateStorageProfile(childComplexity, args["input"].(model.CreateStorageProfileInput)), true
+	case "Mutation.createVM":
+		if e.ComplexityRoot.Mutation.CreateVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateVM(childComplexity, args["input"].(model.CreateVMInput)), true
 	case "Mutation.createVDC":
 		if e.ComplexityRoot.Mutation.CreateVdc == nil {
 			break
@@ -667,6 +758,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteStorageProfile(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteVM":
+		if e.ComplexityRoot.Mutation.DeleteVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteVM(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteVDC":
 		if e.ComplexityRoot.Mutation.DeleteVdc == nil {
 			break
@@ -678,6 +780,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.rebootVM":
+		if e.ComplexityRoot.Mutation.RebootVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rebootVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RebootVM(childComplexity, args["id"].(string)), true
 	case "Mutation.revokeEnrollmentKey":
 		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
 			break
@@ -689,6 +802,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeEnrollmentKey(childComplexity, args["id"].(string)), true
+	case "Mutation.shutdownVM":
+		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_shutdownVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ShutdownVM(childComplexity, args["id"].(string)), true
+	case "Mutation.stageImage":
+		if e.ComplexityRoot.Mutation.StageImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stageImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StageImage(childComplexity, args["name"].(string), args["zone"].(string)), true
+	case "Mutation.startVM":
+		if e.ComplexityRoot.Mutation.StartVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_startVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StartVM(childComplexity, args["id"].(string)), true
+	case "Mutation.stopVM":
+		if e.ComplexityRoot.Mutation.StopVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stopVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StopVM(childComplexity, args["id"].(string)), true
 	case "Mutation.updateComputeProfile":
 		if e.ComplexityRoot.Mutation.UpdateComputeProfile == nil {
 			break
@@ -771,6 +928,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Network.Zone(childComplexity), true
 
+	case "Operation.error":
+		if e.ComplexityRoot.Operation.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.Error(childComplexity), true
+	case "Operation.id":
+		if e.ComplexityRoot.Operation.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.ID(childComplexity), true
+	case "Operation.kind":
+		if e.ComplexityRoot.Operation.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.Kind(childComplexity), true
+	case "Operation.startedAt":
+		if e.ComplexityRoot.Operation.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.StartedAt(childComplexity), true
+	case "Operation.state":
+		if e.ComplexityRoot.Operation.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.State(childComplexity), true
+	case "Operation.step":
+		if e.ComplexityRoot.Operation.Step == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.Step(childComplexity), true
+	case "Operation.updatedAt":
+		if e.ComplexityRoot.Operation.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.UpdatedAt(childComplexity), true
+	case "Operation.vmId":
+		if e.ComplexityRoot.Operation.VMID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.VMID(childComplexity), true
+
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
 			break
@@ -846,6 +1052,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Networks(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+	case "Query.operation":
+		if e.ComplexityRoot.Query.Operation == nil {
+			break
+		}
+
+		args, err := ec.field_Query_operation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Operation(childComplexity, args["id"].(string)), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -979,6 +1196,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.StorageProfile.WriteMBps(childComplexity), true
+
+	case "Subscription.operation":
+		if e.ComplexityRoot.Subscription.Operation == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_operation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.Operation(childComplexity, args["id"].(string)), true
 
 	case "Tenant.domain":
 		if e.ComplexityRoot.Tenant.Domain == nil {
@@ -1200,6 +1429,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
+			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
+			graphql.NewInputUnmarshaler("NICInput", ec.unmarshalInputNICInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
@@ -1251,6 +1482,23 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			ctx = graphql.WithLazyInputUnmarshalerIndex(ctx, inputUnmarshalers)
 			data := ec._Mutation(ctx, opCtx.Operation.SelectionSet)
 			var buf bytes.Buffer
+			data.MarshalGQL(&buf)
+
+			return &graphql.Response{
+				Data: buf.Bytes(),
+			}
+		}
+	case ast.Subscription:
+		next := ec._Subscription(ctx, opCtx.Operation.SelectionSet)
+
+		var buf bytes.Buffer
+		return func(ctx context.Context) *graphql.Response {
+			buf.Reset()
+			data := next(ctx)
+
+			if data == nil {
+				return nil
+			}
 			data.MarshalGQL(&buf)
 
 			return &graphql.Response{
@@ -1425,6 +1673,38 @@ input UpdateImageInput {
   url: String
   checksum: String
   cloudInit: Boolean
+}
+`, BuiltIn: false},
+	{Name: "../imagestaging.graphqls", Input: `# Image staging: an image is downloaded into a zone by Proxmox's download-url
+# (checksum verified), then made into a template guest VMs are cloned from.
+# The state per zone is read from Proxmox at request time.
+
+extend type Image {
+  "The image's state in every zone (or in one)."
+  zones(zone: String): [ImageZoneState!]! @platformAdmin
+}
+
+extend type Mutation {
+  """
+  Starts staging an image into a zone (nothing to do when it is staged or
+  staging; a failed staging is retried) and returns its state there.
+  """
+  stageImage(name: String!, zone: String!): ImageZoneState! @platformAdmin
+}
+
+type ImageZoneState {
+  "The zone's name."
+  zone: String!
+  state: ImageStagingState!
+  "Why staging failed (the Proxmox task's exit status), or what is being done."
+  reason: String
+}
+
+enum ImageStagingState {
+  ABSENT
+  STAGING
+  STAGED
+  FAILED
 }
 `, BuiltIn: false},
 	{Name: "../inventory.graphqls", Input: `# Inventory: zones, hosts and VMs, read from Proxmox at request time (the
@@ -1628,6 +1908,58 @@ type DeletedNetwork {
   id: ID!
 }
 `, BuiltIn: false},
+	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM and of the power actions and deletes.
+#
+# An operation is derived from Proxmox, not from the orchestrator's memory,
+# so every replica can answer for it: a power action follows its Proxmox
+# task; a create follows its guest (marked fp-creating until finished, with
+# the step read off the guest). A replica that did not start a create cannot
+# see the error of one that failed and was cleaned up (the guest is gone:
+# NOT_FOUND), nor a create still waiting for its image to be staged.
+
+extend type Query {
+  "An operation of the current VDC; NOT_FOUND for any other id."
+  operation(id: ID!): Operation @vdc
+}
+
+type Subscription {
+  """
+  The operation now and whenever its state or step changes; the stream ends
+  after the operation has ended.
+  """
+  operation(id: ID!): Operation! @vdc
+}
+
+type Operation {
+  "Opaque id."
+  id: ID!
+  kind: OperationKind!
+  state: OperationState!
+  "The current (or last) step, e.g. stage, clone, configure, resize, start, finish, qmstop."
+  step: String!
+  "Why it failed (FAILED)."
+  error: String
+  "The id of the VM it works on (null while a create has no guest yet)."
+  vmId: ID
+  startedAt: Time
+  updatedAt: Time!
+}
+
+enum OperationKind {
+  CREATE_VM
+  START_VM
+  STOP_VM
+  SHUTDOWN_VM
+  REBOOT_VM
+  DELETE_VM
+}
+
+enum OperationState {
+  RUNNING
+  SUCCEEDED
+  FAILED
+}
+`, BuiltIn: false},
 	{Name: "../profile.graphqls", Input: `# Compute and storage profiles: tenant-wide sizes and storage tiers.
 
 extend type Query {
@@ -1816,6 +2148,78 @@ type Deleted {
   name: String!
 }
 `, BuiltIn: false},
+	{Name: "../vm.graphqls", Input: `# The VM lifecycle: create, power actions and delete. Each returns an
+# Operation (graph/operation.graphqls) whose progress can be polled and
+# subscribed to. VMs are read with vms / vm(id:) (graph/inventory.graphqls).
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: the id of a
+# VM of another VDC (or no VM) answers NOT_FOUND.
+
+extend type Mutation {
+  """
+  Creates a VM. Every input is validated first (BAD_USER_INPUT with
+  extensions.field); then the VDC's quota is checked against what Proxmox
+  reports plus the creates in flight (QUOTA_EXCEEDED with
+  extensions.field = quotas.<resource>); then the addresses are claimed in
+  the Proxmox IPAM (CONFLICT: a static address in use, or no free address
+  left). It returns at once: the VM in CREATING and the create's operation.
+  The first create of an image in a zone stages the image there; until its
+  template exists, vm is null and the operation's step is "stage".
+  A refused create changes nothing.
+  """
+  createVM(input: CreateVMInput!): CreateVMPayload! @vdc(role: MEMBER)
+  "Starts a stopped VM."
+  startVM(id: ID!): Operation! @vdc(role: MEMBER)
+  "Powers a VM off at once."
+  stopVM(id: ID!): Operation! @vdc(role: MEMBER)
+  "Asks the guest OS to shut down (ACPI)."
+  shutdownVM(id: ID!): Operation! @vdc(role: MEMBER)
+  "Reboots a running VM."
+  rebootVM(id: ID!): Operation! @vdc(role: MEMBER)
+  """
+  Deletes a VM: stops it if it runs, destroys it with its disks and releases
+  its addresses; the operation has ended when this returns.
+  """
+  deleteVM(id: ID!): Operation! @vdc(role: MEMBER)
+}
+
+input CreateVMInput {
+  "A DNS name (labels of a-z, 0-9 and '-')."
+  name: String!
+  "The zone's name."
+  zone: String!
+  "An image of the catalog."
+  image: String!
+  "A compute profile (vCPUs and memory)."
+  computeProfile: String!
+  "A storage profile with a pool in the zone (disk tier and MB/s limits)."
+  storageProfile: String!
+  "Disk size in GiB; at least the image's size."
+  diskGiB: Int!
+  "1 to 4 NICs on networks of the VDC in the zone."
+  nics: [NICInput!]!
+  "OpenSSH public keys for the cloud-init user."
+  sshKeys: [String!]
+  "The cloud-init user to create (a-z, 0-9, '_', '-')."
+  user: String!
+}
+
+input NICInput {
+  "The id of a network of the VDC in the VM's zone."
+  network: ID!
+  """
+  A static address inside the network's subnet (not its network, broadcast
+  or gateway address); null takes the first free address.
+  """
+  address: String
+}
+
+type CreateVMPayload {
+  "The VM, in CREATING; null while its image is being staged into the zone."
+  vm: VM
+  operation: Operation!
+}
+`, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -1861,6 +2265,16 @@ func (ec *executionContext) childFields_ComputeProfile(ctx context.Context, fiel
 		return ec.fieldContext_ComputeProfile_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ComputeProfile", field.Name)
+}
+
+func (ec *executionContext) childFields_CreateVMPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vm":
+		return ec.fieldContext_CreateVMPayload_vm(ctx, field)
+	case "operation":
+		return ec.fieldContext_CreateVMPayload_operation(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateVMPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_CreatedEnrollmentKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1957,8 +2371,22 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_resourceVersion(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Image_createdAt(ctx, field)
+	case "zones":
+		return ec.fieldContext_Image_zones(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
+}
+
+func (ec *executionContext) childFields_ImageZoneState(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_ImageZoneState_zone(ctx, field)
+	case "state":
+		return ec.fieldContext_ImageZoneState_state(ctx, field)
+	case "reason":
+		return ec.fieldContext_ImageZoneState_reason(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ImageZoneState", field.Name)
 }
 
 func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1995,6 +2423,28 @@ func (ec *executionContext) childFields_Network(ctx context.Context, field graph
 		return ec.fieldContext_Network_vnet(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Network", field.Name)
+}
+
+func (ec *executionContext) childFields_Operation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Operation_id(ctx, field)
+	case "kind":
+		return ec.fieldContext_Operation_kind(ctx, field)
+	case "state":
+		return ec.fieldContext_Operation_state(ctx, field)
+	case "step":
+		return ec.fieldContext_Operation_step(ctx, field)
+	case "error":
+		return ec.fieldContext_Operation_error(ctx, field)
+	case "vmId":
+		return ec.fieldContext_Operation_vmId(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_Operation_startedAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Operation_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Operation", field.Name)
 }
 
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

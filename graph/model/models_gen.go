@@ -74,6 +74,33 @@ type CreateVDCInput struct {
 	Quotas      *VDCQuotasInput `json:"quotas"`
 }
 
+type CreateVMInput struct {
+	// A DNS name (labels of a-z, 0-9 and '-').
+	Name string `json:"name"`
+	// The zone's name.
+	Zone string `json:"zone"`
+	// An image of the catalog.
+	Image string `json:"image"`
+	// A compute profile (vCPUs and memory).
+	ComputeProfile string `json:"computeProfile"`
+	// A storage profile with a pool in the zone (disk tier and MB/s limits).
+	StorageProfile string `json:"storageProfile"`
+	// Disk size in GiB; at least the image's size.
+	DiskGiB int `json:"diskGiB"`
+	// 1 to 4 NICs on networks of the VDC in the zone.
+	Nics []*NICInput `json:"nics"`
+	// OpenSSH public keys for the cloud-init user.
+	SSHKeys []string `json:"sshKeys,omitempty"`
+	// The cloud-init user to create (a-z, 0-9, '_', '-').
+	User string `json:"user"`
+}
+
+type CreateVMPayload struct {
+	// The VM, in CREATING; null while its image is being staged into the zone.
+	VM        *VM        `json:"vm,omitempty"`
+	Operation *Operation `json:"operation"`
+}
+
 // A new key and its secret.
 type CreatedEnrollmentKey struct {
 	Key *EnrollmentKey `json:"key"`
@@ -130,6 +157,14 @@ type Host struct {
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
 }
 
+type ImageZoneState struct {
+	// The zone's name.
+	Zone  string            `json:"zone"`
+	State ImageStagingState `json:"state"`
+	// Why staging failed (the Proxmox task's exit status), or what is being done.
+	Reason *string `json:"reason,omitempty"`
+}
+
 // The signed-in user.
 type Me struct {
 	// Stable user id at the identity provider (the token's subject).
@@ -149,6 +184,14 @@ type Me struct {
 type Mutation struct {
 }
 
+type NICInput struct {
+	// The id of a network of the VDC in the VM's zone.
+	Network string `json:"network"`
+	// A static address inside the network's subnet (not its network, broadcast
+	// or gateway address); null takes the first free address.
+	Address *string `json:"address,omitempty"`
+}
+
 // A network of a VDC.
 type Network struct {
 	// Opaque, global id.
@@ -163,7 +206,25 @@ type Network struct {
 	Vnet string `json:"vnet"`
 }
 
+type Operation struct {
+	// Opaque id.
+	ID    string         `json:"id"`
+	Kind  OperationKind  `json:"kind"`
+	State OperationState `json:"state"`
+	// The current (or last) step, e.g. stage, clone, configure, resize, start, finish, qmstop.
+	Step string `json:"step"`
+	// Why it failed (FAILED).
+	Error *string `json:"error,omitempty"`
+	// The id of the VM it works on (null while a create has no guest yet).
+	VMID      *string    `json:"vmId,omitempty"`
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
 type Query struct {
+}
+
+type Subscription struct {
 }
 
 // The tenant of the deployment.
@@ -323,6 +384,185 @@ func (e *HostStatus) UnmarshalJSON(b []byte) error {
 }
 
 func (e HostStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type ImageStagingState string
+
+const (
+	ImageStagingStateAbsent  ImageStagingState = "ABSENT"
+	ImageStagingStateStaging ImageStagingState = "STAGING"
+	ImageStagingStateStaged  ImageStagingState = "STAGED"
+	ImageStagingStateFailed  ImageStagingState = "FAILED"
+)
+
+var AllImageStagingState = []ImageStagingState{
+	ImageStagingStateAbsent,
+	ImageStagingStateStaging,
+	ImageStagingStateStaged,
+	ImageStagingStateFailed,
+}
+
+func (e ImageStagingState) IsValid() bool {
+	switch e {
+	case ImageStagingStateAbsent, ImageStagingStateStaging, ImageStagingStateStaged, ImageStagingStateFailed:
+		return true
+	}
+	return false
+}
+
+func (e ImageStagingState) String() string {
+	return string(e)
+}
+
+func (e *ImageStagingState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ImageStagingState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ImageStagingState", str)
+	}
+	return nil
+}
+
+func (e ImageStagingState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ImageStagingState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ImageStagingState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type OperationKind string
+
+const (
+	OperationKindCreateVM   OperationKind = "CREATE_VM"
+	OperationKindStartVM    OperationKind = "START_VM"
+	OperationKindStopVM     OperationKind = "STOP_VM"
+	OperationKindShutdownVM OperationKind = "SHUTDOWN_VM"
+	OperationKindRebootVM   OperationKind = "REBOOT_VM"
+	OperationKindDeleteVM   OperationKind = "DELETE_VM"
+)
+
+var AllOperationKind = []OperationKind{
+	OperationKindCreateVM,
+	OperationKindStartVM,
+	OperationKindStopVM,
+	OperationKindShutdownVM,
+	OperationKindRebootVM,
+	OperationKindDeleteVM,
+}
+
+func (e OperationKind) IsValid() bool {
+	switch e {
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM:
+		return true
+	}
+	return false
+}
+
+func (e OperationKind) String() string {
+	return string(e)
+}
+
+func (e *OperationKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = OperationKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid OperationKind", str)
+	}
+	return nil
+}
+
+func (e OperationKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *OperationKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e OperationKind) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type OperationState string
+
+const (
+	OperationStateRunning   OperationState = "RUNNING"
+	OperationStateSucceeded OperationState = "SUCCEEDED"
+	OperationStateFailed    OperationState = "FAILED"
+)
+
+var AllOperationState = []OperationState{
+	OperationStateRunning,
+	OperationStateSucceeded,
+	OperationStateFailed,
+}
+
+func (e OperationState) IsValid() bool {
+	switch e {
+	case OperationStateRunning, OperationStateSucceeded, OperationStateFailed:
+		return true
+	}
+	return false
+}
+
+func (e OperationState) String() string {
+	return string(e)
+}
+
+func (e *OperationState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = OperationState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid OperationState", str)
+	}
+	return nil
+}
+
+func (e OperationState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *OperationState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e OperationState) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

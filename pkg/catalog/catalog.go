@@ -116,6 +116,29 @@ type VDC struct {
 	TypeMeta
 	ObjectMeta `json:"metadata"`
 	VDCSpec    `json:"spec"`
+	// Status is written by the orchestrator, not by admins: it holds the
+	// quota reservations of creates in flight (see QuotaReservation).
+	Status VDCStatus `json:"status,omitzero"`
+}
+
+// VDCStatus is what the orchestrator records on a VDC.
+type VDCStatus struct {
+	// Reservations are the resources of creates in flight, counted against
+	// the quotas on top of what Proxmox reports until the create's guest is
+	// finished (then Proxmox counts it) or the reservation expires.
+	Reservations []QuotaReservation `json:"reservations,omitempty"`
+}
+
+// QuotaReservation holds back resources of a VDC for one create in flight.
+// It is written with the VDC's resourceVersion, so two orchestrator replicas
+// cannot both reserve the last of a quota.
+type QuotaReservation struct {
+	// ID names the create (its operation) that holds the reservation.
+	ID         string    `json:"id"`
+	VCPUs      int       `json:"vcpus"`
+	MemoryMiB  int       `json:"memoryMiB"`
+	StorageGiB int       `json:"storageGiB"`
+	Expires    time.Time `json:"expires"`
 }
 
 // VDCSpec is the desired state of a VDC.
@@ -139,7 +162,11 @@ type VDCQuotas struct {
 func (*VDC) ObjectKind() Kind { return KindVDC }
 
 // DeepCopyObject implements Object.
-func (v *VDC) DeepCopyObject() Object { c := *v; return &c }
+func (v *VDC) DeepCopyObject() Object {
+	c := *v
+	c.Status.Reservations = slices.Clone(v.Status.Reservations)
+	return &c
+}
 
 // ComputeProfile is a tenant-wide VM size (e.g. medium = 4 vCPUs, 8192 MiB).
 type ComputeProfile struct {

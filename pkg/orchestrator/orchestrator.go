@@ -23,6 +23,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/zones"
@@ -113,6 +114,7 @@ type Server struct {
 	node     *meshnode.Node       // protected by mu
 	registry *zones.Registry      // protected by mu
 	catalog  catalog.Store        // nil without an API, protected by mu
+	compute  *compute.Service     // nil without an API, protected by mu
 	stop     context.CancelFunc   // stops the registry, protected by mu
 	done     chan struct{}        // closed when background work ended, protected by mu
 	stopped  chan struct{}        // closed by Shutdown
@@ -241,11 +243,13 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	var store catalog.Store
+	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
-		h, st, err := s.newAPI(ctx, registry, control)
+		h, st, cs, err := s.newAPI(ctx, registry, control)
 		if err != nil {
 			return err
 		}
+		vms = cs
 		// ServeMux allows registering while it serves; until now
 		// /graphql fell through to Handler.
 		mux.Handle(APIPath, h)
@@ -254,26 +258,36 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(done)
+		var wg sync.WaitGroup
+		if vms != nil {
+			// Finishes creates other orchestrators left unfinished.
+			wg.Go(func() { _ = vms.Run(rctx) })
+		}
 		registry.Run(rctx)
+		wg.Wait()
 	}()
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
-	s.catalog = store
+	s.catalog, s.compute = store, vms
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
 	return nil
 }
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, *compute.Service, error) {
 	c := s.cfg.API
 	verifier, err := auth.NewVerifier(ctx, auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
 	if err != nil {
-		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
 	store, err := catalog.OpenDir(c.CatalogDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.RegistryZones(registry), Logger: s.log.With("component", "compute")})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	h, err := api.New(api.Config{
 		Verifier: verifier,
@@ -285,15 +299,16 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			ZoneTimeout:  c.ZoneTimeout,
 			Keys:         control.Client,
 			AgentVersion: c.AgentVersion,
+			Compute:      vms,
 		},
 		Logger:        s.log.With("component", "api"),
 		MaxDepth:      c.MaxDepth,
 		MaxComplexity: c.MaxComplexity,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("orchestrator: %w", err)
+		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	return h, store, nil
+	return h, store, vms, nil
 }
 
 // Run starts the server and serves until ctx ends or Shutdown is called,
@@ -324,7 +339,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stop()
 	<-s.done
-	errs := []error{s.node.Close()}
+	var errs []error
+	if s.compute != nil {
+		// Runners stop; their creates stay recorded on the guests.
+		errs = append(errs, s.compute.Shutdown(ctx))
+	}
+	errs = append(errs, s.node.Close())
 	if err := s.http.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: shutdown http: %w", err))
 		s.http.Close()

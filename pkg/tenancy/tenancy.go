@@ -63,6 +63,28 @@ func GuestTags(vdc string, extra ...string) string {
 	return JoinTags(append([]string{ManagedTag, VDCTag(vdc)}, extra...))
 }
 
+// CreatingTag marks a guest whose create has not finished: whoever sees it
+// on a guest no live operation works on finishes the create from the
+// intent recorded on the guest, or cleans it up.
+const CreatingTag = "fp-creating"
+
+// opTagPrefix starts the tag naming the operation that works on a guest.
+const opTagPrefix = "fp-op-"
+
+// OpTag is the tag naming operation op (an id of lower-case letters and
+// digits) on the guest it works on.
+func OpTag(op string) string { return opTagPrefix + op }
+
+// OpOf returns the operation named by a guest's tags ("" if none).
+func OpOf(tags []string) string {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, opTagPrefix); ok && v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
 // PoolID is the Proxmox pool that holds the guests of vdc.
 func PoolID(vdc string) string { return "fp-" + vdc }
 

@@ -121,6 +121,20 @@ func TestIDsRoundTripAndRejectForgeries(t *testing.T) {
 	}
 }
 
+func TestOpTag(t *testing.T) {
+	t.Parallel()
+	tags := SplitTags(GuestTags("prod", CreatingTag, OpTag("abc123")))
+	if got := OpOf(tags); got != "abc123" {
+		t.Errorf("OpOf = %q, want abc123", got)
+	}
+	if got := OpOf(SplitTags(GuestTags("prod"))); got != "" {
+		t.Errorf("OpOf without op tag = %q", got)
+	}
+	if vdc, ok := VDCOf(tags); !ok || vdc != "prod" {
+		t.Errorf("VDCOf = %q, %v", vdc, ok)
+	}
+}
+
 func TestHostID(t *testing.T) {
 	ref := HostRef{ZoneID: "c0ffee", Node: "pve2"}
 	got, err := ParseHostID(ref.ID())

@@ -1,0 +1,90 @@
+package graph
+
+import (
+	"context"
+	"time"
+
+	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/images"
+)
+
+// compute returns the VM lifecycle service, or an error when the API runs
+// without one.
+func (r *Resolver) compute() (*compute.Service, error) {
+	if r.Compute == nil {
+		return nil, apierr.New(apierr.Internal, "VM operations are not available")
+	}
+	return r.Compute, nil
+}
+
+// opModel renders an operation.
+func opModel(op *compute.Operation) *model.Operation {
+	m := &model.Operation{ID: op.ID, Kind: model.OperationKind(op.Kind), State: model.OperationState(op.State),
+		Step: op.Step, UpdatedAt: op.Updated}
+	if m.UpdatedAt.IsZero() {
+		m.UpdatedAt = time.Now()
+	}
+	if op.Error != "" {
+		m.Error = &op.Error
+	}
+	if op.VMID != "" {
+		m.VMID = &op.VMID
+	}
+	if !op.Started.IsZero() {
+		m.StartedAt = &op.Started
+	}
+	return m
+}
+
+// creatingVMModel renders a VM createVM just started.
+func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
+	m := &model.VM{ID: vm.ID, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
+		MemoryMiB: vm.MemoryMiB, DiskGiB: vm.DiskGiB, IPAddresses: vm.Addresses}
+	if z, ok := r.zoneByID(vm.Ref.ZoneID); ok {
+		m.Zone = zoneModel(z, r.AgentVersion)
+	} else {
+		m.Zone = &model.Zone{ID: vm.Ref.ZoneID, Name: vm.Zone, Status: model.ZoneStatusOnline}
+	}
+	return m
+}
+
+// power runs one of the power actions of the compute service.
+func (r *Resolver) power(ctx context.Context, id string, do func(*compute.Service, context.Context, string, string) (*compute.Operation, error)) (*model.Operation, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	op, err := do(svc, ctx, scope.VDC.Name, id)
+	if err != nil {
+		return nil, err
+	}
+	return opModel(op), nil
+}
+
+// stagingTarget is where an image is staged in a zone: the storages the
+// storage profiles map for the zone.
+func (r *Resolver) stagingTarget(ctx context.Context, z compute.Zone) (images.Target, error) {
+	sps, err := catalog.List[*catalog.StorageProfile](ctx, r.Catalog)
+	if err != nil {
+		return images.Target{}, err
+	}
+	t := images.Target{Zone: z.Name, Client: z.Client}
+	for _, sp := range sps {
+		if p, ok := sp.PoolFor(z.Name); ok {
+			t.Storages = append(t.Storages, p)
+		}
+	}
+	return t, nil
+}
+
+func imageStateModel(zone string, st images.Status) *model.ImageZoneState {
+	m := &model.ImageZoneState{Zone: zone, State: model.ImageStagingState(st.State)}
+	if st.Reason != "" {
+		m.Reason = &st.Reason
+	}
+	return m
+}

@@ -1,0 +1,386 @@
+// Package compute is the VM lifecycle of flexplane: createVM as a sequence
+// of idempotent steps whose intent is recorded on the guest, recovery of
+// creates left unfinished by a crash, power actions and delete, and the
+// operations that report their progress. Proxmox is the system of record:
+// nothing of a VM is kept here that Proxmox does not also hold, so any
+// orchestrator replica can answer for any VM, and one that starts after a
+// crash finishes (or cleans up) what another began.
+//
+// # How a create is made safe
+//
+//   - Input is validated before anything is written (*apierr.Error with
+//     BAD_USER_INPUT and the field).
+//   - Quota is reserved on the VDC catalog object with a conditional write
+//     (pkg/quota), so two replicas cannot both take the last of a quota.
+//   - Addresses are claimed in the Proxmox IPAM with create-if-absent IP
+//     mappings (pkg/ipam) under MACs made for the VM; a taken static address
+//     is CONFLICT, an automatic one is the first free address.
+//   - The guest is cloned from the zone's template of the image with a VMID
+//     from /cluster/nextid, which is only a guess: a clone that finds it
+//     taken asks again. The clone carries the whole intent (sizes, NICs with
+//     their MACs and addresses, cloud-init, the operation id) in its
+//     description; its first config write tags it with its VDC, the
+//     fp-creating marker and the operation (pkg/tenancy).
+//   - Each further step observes the guest, plans the change, applies it
+//     with the config digest it read (a concurrent writer makes it re-read)
+//     and verifies: configure (cores, memory, NICs, cloud-init, disk IO
+//     limits), resize the disk, start, then clear the marker.
+//   - A guest with the marker and no live operation is finished from its
+//     intent by whoever sees it (Recover), or deleted with its addresses
+//     released if it cannot be finished. IPAM mappings under flexplane MACs
+//     that no guest uses are released after a grace period.
+package compute
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/images"
+	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/quota"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// Zone is a zone the service works in.
+type Zone struct {
+	// ID is the zone's stable identity (the cluster identity); VM and
+	// network ids carry it.
+	ID string
+	// Name is the zone's name; storage profiles map zone names to pools.
+	Name string
+	// Client reaches the zone's Proxmox API.
+	Client *proxmox.Client
+}
+
+// Zones lists the zones the service can reach right now.
+type Zones interface {
+	Zones(ctx context.Context) []Zone
+}
+
+// StaticZones is a fixed list of zones.
+type StaticZones []Zone
+
+// Zones implements Zones.
+func (z StaticZones) Zones(context.Context) []Zone { return z }
+
+// Config configures a Service.
+type Config struct {
+	// Catalog holds VDCs, profiles and images. Required.
+	Catalog catalog.Store
+	// Zones are the zones VMs live in. Required.
+	Zones Zones
+	// Images stages images; default images.New(Logger).
+	Images *images.Stager
+	// QuotaTTL is how long a quota reservation of a create lives unless the
+	// create releases it; default 30m.
+	QuotaTTL time.Duration
+	// StaleAfter is how old the intent of an unfinished create must be
+	// before Recover, in a process that does not run it, takes it over (it
+	// may be live in another replica until then); default 2m.
+	StaleAfter time.Duration
+	// OrphanGrace is how long Recover must have seen a flexplane IPAM
+	// mapping without a guest before it releases it; default 10m.
+	OrphanGrace time.Duration
+	// RecoverInterval is how often Run calls Recover; default 30s.
+	RecoverInterval time.Duration
+	// AfterStep, if set, is called after each step of a create completes
+	// (steps: "claim", "clone", "configure", "resize", "start", "finish")
+	// with the runner's context; it lets tests stop a runner mid-way.
+	AfterStep func(ctx context.Context, op, step string)
+	// Logger receives the service's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service runs VM lifecycles.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	quota  *quota.Ledger
+	stager *images.Stager
+
+	base   context.Context // parent of every runner; canceled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	ops     map[string]*opState // operation id -> state; protected by mu
+	live    map[string]string   // "zoneID/vmid" -> operation id of a live runner; protected by mu
+	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
+	orphans map[string]time.Time
+	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
+}
+
+// New returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Catalog == nil || cfg.Zones == nil {
+		return nil, errors.New("compute: new: Catalog and Zones are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Images == nil {
+		cfg.Images = images.New(cfg.Logger)
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 2 * time.Minute
+	}
+	if cfg.OrphanGrace == 0 {
+		cfg.OrphanGrace = 10 * time.Minute
+	}
+	if cfg.RecoverInterval <= 0 {
+		cfg.RecoverInterval = 30 * time.Second
+	}
+	s := &Service{
+		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
+		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
+	}
+	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Clients: s.clients}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Run calls Recover every RecoverInterval until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.RecoverInterval)
+	defer t.Stop()
+	for {
+		if err := s.Recover(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("recover", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Shutdown stops every runner (their creates stay recorded on the guests
+// for a later Recover) and waits for them until ctx ends.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.cancel()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("compute: shutdown: %w", ctx.Err())
+	}
+}
+
+// Images returns the stager the service uses.
+func (s *Service) Images() *images.Stager { return s.stager }
+
+// Quota returns the ledger the service reserves quota with.
+func (s *Service) Quota() *quota.Ledger { return s.quota }
+
+func (s *Service) clients(ctx context.Context) []*proxmox.Client {
+	var out []*proxmox.Client
+	for _, z := range s.cfg.Zones.Zones(ctx) {
+		out = append(out, z.Client)
+	}
+	return out
+}
+
+// zoneByName finds a zone by name (or ID).
+func (s *Service) zoneByName(ctx context.Context, name string) (Zone, bool) {
+	for _, z := range s.cfg.Zones.Zones(ctx) {
+		if z.Name == name || z.ID == name {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}
+
+func (s *Service) zoneByID(ctx context.Context, id string) (Zone, bool) {
+	for _, z := range s.cfg.Zones.Zones(ctx) {
+		if z.ID == id {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}
+
+var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newOpID returns a random operation id usable in a Proxmox tag.
+func newOpID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return lowerBase32.EncodeToString(b[:])
+}
+
+// Status is the state of a VM.
+type Status string
+
+// VM states.
+const (
+	StatusCreating Status = "CREATING"
+	StatusRunning  Status = "RUNNING"
+	StatusStopped  Status = "STOPPED"
+	StatusPaused   Status = "PAUSED"
+	StatusUnknown  Status = "UNKNOWN"
+)
+
+// VM is a guest of a VDC.
+type VM struct {
+	// ID is the opaque global id (tenancy.VMRef.ID).
+	ID   string
+	Ref  tenancy.VMRef
+	Name string
+	VDC  string
+	// Zone is the zone's name; Node the Proxmox node.
+	Zone, Node string
+	Status     Status
+	// Addresses are the IP addresses of its NICs, in NIC order.
+	Addresses []string
+	VCPUs     int
+	MemoryMiB int
+	DiskGiB   int
+	// Operation is the id of the create while the VM is CREATING.
+	Operation string
+}
+
+// vmFromGuest builds a VM from what Proxmox lists and the guest's intent.
+func vmFromGuest(z Zone, g pveapi.Guest, in *Intent, creating bool) *VM {
+	vm := &VM{
+		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
+		VCPUs: g.MaxCPU, MemoryMiB: int(g.MaxMem >> 20), DiskGiB: int((g.MaxDisk + 1<<30 - 1) >> 30),
+	}
+	vm.ID = vm.Ref.ID()
+	vm.VDC, _ = tenancy.VDCOf(g.Tags())
+	switch g.Status {
+	case "running":
+		vm.Status = StatusRunning
+	case "stopped":
+		vm.Status = StatusStopped
+	case "paused":
+		vm.Status = StatusPaused
+	default:
+		vm.Status = StatusUnknown
+	}
+	if in != nil {
+		vm.VDC = in.VDC
+		for _, n := range in.NICs {
+			vm.Addresses = append(vm.Addresses, n.Address)
+		}
+		if creating {
+			vm.Status = StatusCreating
+			vm.Operation = in.Op
+			vm.Name = in.Name
+			vm.VCPUs, vm.MemoryMiB, vm.DiskGiB = in.VCPUs, in.MemoryMiB, in.DiskGiB
+		}
+	}
+	return vm
+}
+
+// isCreating reports whether a guest is an unfinished create: marked, or a
+// fresh clone of a template that has no VDC tag yet.
+func isCreating(g pveapi.Guest) bool {
+	if g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
+		return false
+	}
+	vdc, _ := tenancy.VDCOf(g.Tags())
+	return g.HasTag(tenancy.CreatingTag) || vdc == ""
+}
+
+// notFound is the error for a VM that does not exist in the caller's VDC.
+func notFound() error { return apierr.New(apierr.NotFound, "no such VM") }
+
+// lookup resolves a VM id within vdc: the zone, the guest and its intent.
+// Anything that is not a VM of vdc is NOT_FOUND.
+func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, error) {
+	ref, err := tenancy.ParseVMID(id)
+	if err != nil {
+		return Zone{}, pveapi.Guest{}, nil, notFound()
+	}
+	z, ok := s.zoneByID(ctx, ref.ZoneID)
+	if !ok {
+		return Zone{}, pveapi.Guest{}, nil, notFound()
+	}
+	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
+	if err != nil {
+		return Zone{}, pveapi.Guest{}, nil, apierr.ZoneDown(z.Name, err)
+	}
+	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
+		return Zone{}, pveapi.Guest{}, nil, notFound()
+	}
+	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+	if err != nil {
+		if pveapi.IsNotFound(err) {
+			return Zone{}, pveapi.Guest{}, nil, notFound()
+		}
+		return Zone{}, pveapi.Guest{}, nil, apierr.ZoneDown(z.Name, err)
+	}
+	in, _ := ParseIntent(cfg.Str("description"))
+	owner, _ := tenancy.VDCOf(g.Tags())
+	tagged := owner != ""
+	switch {
+	case tagged && owner == vdc:
+	case !tagged && in != nil && in.VDC == vdc:
+	default:
+		return Zone{}, pveapi.Guest{}, nil, notFound()
+	}
+	return z, g, in, nil
+}
+
+// VM returns the VM id of vdc.
+func (s *Service) VM(ctx context.Context, vdc, id string) (*VM, error) {
+	z, g, in, err := s.lookup(ctx, vdc, id)
+	if err != nil {
+		return nil, err
+	}
+	return vmFromGuest(z, g, in, isCreating(g)), nil
+}
+
+// internal wraps an unexpected failure for the API (the cause is logged).
+func internal(msg string, err error) error {
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return &apierr.Error{Code: apierr.Internal, Message: msg, Cause: err}
+}
+
+// conflict reports a Proxmox refusal that the VM's state explains.
+func conflict(err error) error {
+	msg := err.Error()
+	if i := strings.Index(msg, " "); i > 0 && strings.HasPrefix(msg, "500") {
+		msg = msg[i+1:]
+	}
+	return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
+}
+
+// Zone returns the reachable zone called name (or with that ID).
+func (s *Service) Zone(ctx context.Context, name string) (Zone, bool) { return s.zoneByName(ctx, name) }
+
+// ZoneList lists the reachable zones.
+func (s *Service) ZoneList(ctx context.Context) []Zone { return s.cfg.Zones.Zones(ctx) }
+
+// StageImage starts staging img into the zone of t (see images.Stager.Stage)
+// and lets the service finish it in the background: waiting for the
+// download and making the template. It returns the state at once.
+func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
+	st, err := s.stager.Stage(ctx, t, img)
+	if err != nil || st.State == images.StateStaged {
+		return st, err
+	}
+	s.spawn(func(ctx context.Context) {
+		if _, err := s.stager.Ensure(ctx, t, img); err != nil && ctx.Err() == nil {
+			s.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", err)
+		}
+	})
+	return st, nil
+}

@@ -1,0 +1,726 @@
+package compute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/images"
+	"github.com/flexplane/flexplane/pkg/ipam"
+	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/quota"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// CreateInput is what createVM asks for.
+type CreateInput struct {
+	// VDC the VM belongs to (from the request's scope, not the client's input).
+	VDC string
+	// Name is the VM's name, a DNS name (labels of a-z, 0-9, '-').
+	Name string
+	// Zone is the zone's name.
+	Zone           string
+	Image          string
+	ComputeProfile string
+	StorageProfile string
+	// DiskGiB is the size of the disk; at least the image's size.
+	DiskGiB int
+	// NICs are 1 to 4 NICs on networks of the VDC in the zone.
+	NICs []NICInput
+	// SSHKeys are OpenSSH authorized keys for the cloud-init user.
+	SSHKeys []string
+	// User is the cloud-init user to create.
+	User string
+}
+
+// NICInput is one NIC: the network's id and a static address, or "" for
+// the first free address of the network's subnet.
+type NICInput struct {
+	Network string
+	Address string
+}
+
+// MaxNICs is the most NICs a VM may have.
+const MaxNICs = 4
+
+// MaxDiskGiB bounds the disk size of a VM.
+const MaxDiskGiB = 64 << 10
+
+type plan struct {
+	zone    Zone
+	img     *catalog.Image
+	cp      *catalog.ComputeProfile
+	sp      *catalog.StorageProfile
+	storage string
+	tpl     *images.Template // nil while the image is not staged in the zone
+	nics    []nicPlan
+	keys    []string
+}
+
+type nicPlan struct {
+	subnet ipam.Subnet
+	static netip.Addr
+}
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	userRE   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+)
+
+func validDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for l := range strings.SplitSeq(s, ".") {
+		if !dnsLabel.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks every input before anything is written.
+func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
+	p := &plan{}
+	if !validDNSName(in.Name) {
+		return nil, apierr.BadInput("input.name", "name must be a DNS name of lower-case letters, digits, '-' and '.'")
+	}
+	z, ok := s.zoneByName(ctx, in.Zone)
+	if !ok {
+		return nil, apierr.BadInput("input.zone", "no zone %q", in.Zone)
+	}
+	p.zone = z
+	var err error
+	if p.img, err = catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, in.Image); err != nil {
+		return nil, catalogInput("input.image", "image", in.Image, err)
+	}
+	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, s.cfg.Catalog, in.ComputeProfile); err != nil {
+		return nil, catalogInput("input.computeProfile", "compute profile", in.ComputeProfile, err)
+	}
+	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, s.cfg.Catalog, in.StorageProfile); err != nil {
+		return nil, catalogInput("input.storageProfile", "storage profile", in.StorageProfile, err)
+	}
+	if p.storage, ok = p.sp.PoolFor(z.Name); !ok {
+		return nil, apierr.BadInput("input.storageProfile", "storage profile %s has no pool in zone %s", in.StorageProfile, z.Name)
+	}
+	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
+		return nil, apierr.BadInput("input.diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
+	}
+	st, err := s.stager.Status(ctx, s.target(p), p.img)
+	if err != nil {
+		return nil, apierr.ZoneDown(z.Name, err)
+	}
+	if st.State == images.StateStaged {
+		p.tpl = &st.Template
+		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
+			return nil, apierr.BadInput("input.diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
+		}
+	}
+	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
+		return nil, apierr.BadInput("input.nics", "a VM has 1 to %d NICs", MaxNICs)
+	}
+	seen := map[string]bool{}
+	for i, n := range in.NICs {
+		field := fmt.Sprintf("input.nics[%d]", i)
+		sub, err := s.network(ctx, z, in.VDC, n.Network)
+		if err != nil {
+			if errors.Is(err, errNoNetwork) {
+				return nil, apierr.BadInput(field+".network", "no network %q in zone %s", n.Network, z.Name)
+			}
+			return nil, apierr.ZoneDown(z.Name, err)
+		}
+		np := nicPlan{subnet: sub}
+		if n.Address != "" {
+			a, err := netip.ParseAddr(n.Address)
+			if err != nil {
+				return nil, apierr.BadInput(field+".address", "%q is not an IP address", n.Address)
+			}
+			if !sub.Assignable(a) {
+				return nil, apierr.BadInput(field+".address", "%s is not an assignable address of %s (outside it, or its network, broadcast or gateway address)", a, sub.Prefix)
+			}
+			if seen[a.String()] {
+				return nil, apierr.BadInput(field+".address", "%s is given twice", a)
+			}
+			seen[a.String()] = true
+			np.static = a
+		}
+		p.nics = append(p.nics, np)
+	}
+	for i, k := range in.SSHKeys {
+		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
+		if err != nil || strings.TrimSpace(string(rest)) != "" {
+			return nil, apierr.BadInput(fmt.Sprintf("input.sshKeys[%d]", i), "not an OpenSSH public key")
+		}
+		p.keys = append(p.keys, strings.TrimSpace(k))
+	}
+	if !userRE.MatchString(in.User) {
+		return nil, apierr.BadInput("input.user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
+	}
+	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
+		return nil, apierr.BadInput("input.sshKeys", "image %s does not run cloud-init", p.img.Name)
+	}
+	return p, nil
+}
+
+func catalogInput(field, what, name string, err error) error {
+	if errors.Is(err, catalog.ErrNotFound) {
+		return apierr.BadInput(field, "no %s %q", what, name)
+	}
+	return internal("reading the catalog failed", err)
+}
+
+var errNoNetwork = errors.New("no such network")
+
+// network resolves a network id to its subnet, if it is a network of vdc
+// in zone z.
+func (s *Service) network(ctx context.Context, z Zone, vdc, id string) (ipam.Subnet, error) {
+	ref, err := tenancy.ParseNetworkID(id)
+	if err != nil || ref.ZoneID != z.ID {
+		return ipam.Subnet{}, errNoNetwork
+	}
+	var vn struct {
+		Zone  string `json:"zone"`
+		Alias string `json:"alias"`
+	}
+	if err := z.Client.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(ref.VNet), &vn); err != nil {
+		if pveapi.IsNotFound(err) {
+			return ipam.Subnet{}, errNoNetwork
+		}
+		return ipam.Subnet{}, err
+	}
+	if owner, _, ok := tenancy.ParseVNetAlias(vn.Alias); !ok || owner != vdc || vn.Zone != tenancy.SDNZoneID(vdc) {
+		return ipam.Subnet{}, errNoNetwork
+	}
+	var subs []struct {
+		CIDR    string `json:"cidr"`
+		Gateway string `json:"gateway"`
+	}
+	if err := z.Client.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(ref.VNet)+"/subnets", &subs); err != nil {
+		return ipam.Subnet{}, err
+	}
+	if len(subs) == 0 {
+		return ipam.Subnet{}, errNoNetwork
+	}
+	pfx, err := netip.ParsePrefix(subs[0].CIDR)
+	if err != nil {
+		return ipam.Subnet{}, fmt.Errorf("compute: subnet of %s: %w", ref.VNet, err)
+	}
+	gw, _ := netip.ParseAddr(subs[0].Gateway)
+	return ipam.Subnet{Zone: vn.Zone, VNet: ref.VNet, Prefix: pfx, Gateway: gw}, nil
+}
+
+func (s *Service) target(p *plan) images.Target {
+	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
+}
+
+// CreateVM validates in, reserves quota, claims the addresses and starts
+// the create: it returns at once with the VM in CREATING (nil while the
+// image is still being staged into the zone) and the create's operation.
+// Errors are *apierr.Error: BAD_USER_INPUT, QUOTA_EXCEEDED, CONFLICT (a
+// taken static address, a full subnet), ZONE_UNAVAILABLE or INTERNAL; on
+// error nothing is left behind.
+func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation, error) {
+	p, err := s.validate(ctx, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	intent := &Intent{
+		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
+		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
+		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
+		User: in.User, SSHKeys: p.keys,
+	}
+	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		return nil, nil, &apierr.Error{Code: apierr.QuotaExceeded, Message: qe.Error(), Field: "quotas." + qe.Resource}
+	}
+	if err != nil {
+		return nil, nil, internal("reserving quota failed", err)
+	}
+	fail := func(err error) (*VM, *Operation, error) {
+		s.release(context.WithoutCancel(ctx), p.zone, intent)
+		return nil, nil, err
+	}
+	if err := s.claim(ctx, p, intent); err != nil {
+		return fail(err)
+	}
+	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
+		return fail(apierr.ZoneDown(p.zone.Name, err))
+	}
+	s.after(ctx, intent.Op, "claim")
+	if p.tpl == nil {
+		// The first create that needs the image stages it; its guest (and
+		// so its VM id) exists once the template does.
+		op := Operation{ID: createOpID(p.zone.ID, 0, intent.Op), Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
+		s.record(in.VDC, op)
+		s.spawn(func(ctx context.Context) { s.runStaged(ctx, p, intent, op.ID) })
+		return nil, &op, nil
+	}
+	vmid, upid, err := s.clone(ctx, p.zone, *p.tpl, intent)
+	if err != nil {
+		return fail(internal("cloning the template failed", err))
+	}
+	return s.startRunner(p.zone, vmid, upid, intent), s.opOf(p.zone, vmid, intent), nil
+}
+
+func (s *Service) opOf(z Zone, vmid int, in *Intent) *Operation {
+	st, _ := s.local(createOpID(z.ID, vmid, in.Op))
+	return &st.op
+}
+
+// startRunner records the create of guest vmid and runs its steps.
+func (s *Service) startRunner(z Zone, vmid int, upid string, in *Intent) *VM {
+	ref := tenancy.VMRef{ZoneID: z.ID, VMID: vmid}
+	op := Operation{ID: createOpID(z.ID, vmid, in.Op), Kind: OpCreate, State: OpRunning, Step: "clone", VMID: ref.ID(), Started: in.Created}
+	s.record(in.VDC, op)
+	s.setLive(z, vmid, in.Op)
+	s.spawn(func(ctx context.Context) {
+		defer s.clearLive(z, vmid)
+		err := s.run(ctx, z, vmid, upid, in, op.ID)
+		s.conclude(ctx, z, vmid, in, op.ID, err)
+	})
+	vm := &VM{ID: ref.ID(), Ref: ref, Name: in.Name, VDC: in.VDC, Zone: z.Name, Status: StatusCreating,
+		VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, DiskGiB: in.DiskGiB, Operation: op.ID}
+	for _, n := range in.NICs {
+		vm.Addresses = append(vm.Addresses, n.Address)
+	}
+	return vm
+}
+
+// conclude ends a create: on failure (but not when the process is only
+// stopping) the guest is deleted and its addresses released; the quota
+// reservation is released either way.
+func (s *Service) conclude(ctx context.Context, z Zone, vmid int, in *Intent, opID string, err error) {
+	if ctx.Err() != nil {
+		return // shutting down: the guest keeps its marker for Recover
+	}
+	if err != nil {
+		s.log.Warn("create failed; cleaning up", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "err", err)
+		if cerr := s.cleanup(ctx, z, vmid, in); cerr != nil {
+			s.log.Error("cleanup failed", "vmid", vmid, "err", cerr)
+		}
+	} else {
+		s.log.Info("VM created", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid)
+	}
+	if qerr := s.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
+		s.log.Warn("releasing quota", "op", in.Op, "err", qerr)
+	}
+	s.finishOp(opID, err)
+}
+
+// runStaged waits for the image to be staged, then clones and runs the steps.
+func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID string) {
+	tpl, err := s.stager.Ensure(ctx, s.target(p), p.img)
+	if err == nil && int64(in.DiskGiB)<<30 < tpl.DiskBytes {
+		err = apierr.BadInput("input.diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", p.img.Name, tpl.DiskBytes)
+	}
+	var vmid int
+	var upid string
+	if err == nil {
+		vmid, upid, err = s.clone(ctx, p.zone, tpl, in)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.release(ctx, p.zone, in)
+		}
+		s.finishOp(opID, err)
+		return
+	}
+	s.mu.Lock()
+	if st := s.ops[opID]; st != nil {
+		st.op.VMID = tenancy.VMRef{ZoneID: p.zone.ID, VMID: vmid}.ID()
+	}
+	s.mu.Unlock()
+	s.setLive(p.zone, vmid, in.Op)
+	defer s.clearLive(p.zone, vmid)
+	err = s.run(ctx, p.zone, vmid, upid, in, opID)
+	s.conclude(ctx, p.zone, vmid, in, opID, err)
+}
+
+// release undoes the claims of a create that has no guest.
+func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
+	var macs []string
+	for _, n := range in.NICs {
+		macs = append(macs, n.MAC)
+	}
+	if err := ipam.ReleaseMACs(ctx, z.Client, macs); err != nil {
+		s.log.Warn("releasing addresses", "op", in.Op, "err", err)
+	}
+	s.mu.Lock()
+	for _, m := range macs {
+		delete(s.pending, strings.ToUpper(m))
+	}
+	s.mu.Unlock()
+	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
+		s.log.Warn("releasing quota", "op", in.Op, "err", err)
+	}
+}
+
+// claim claims an address per NIC in the IPAM and records them in the intent.
+func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
+	for i, n := range p.nics {
+		mac := ipam.NewMAC()
+		s.mu.Lock()
+		s.pending[mac] = true
+		s.mu.Unlock()
+		addr, err := ipam.Claim(ctx, p.zone.Client, n.subnet, n.static, mac)
+		if err != nil {
+			s.mu.Lock()
+			delete(s.pending, mac)
+			s.mu.Unlock()
+			field := fmt.Sprintf("input.nics[%d].address", i)
+			switch {
+			case errors.Is(err, ipam.ErrTaken):
+				return &apierr.Error{Code: apierr.Conflict, Field: field, Message: fmt.Sprintf("address %s is already in use", n.static), Cause: err}
+			case errors.Is(err, ipam.ErrExhausted):
+				return &apierr.Error{Code: apierr.Conflict, Field: fmt.Sprintf("input.nics[%d].network", i), Message: fmt.Sprintf("no free address left in %s", n.subnet.Prefix), Cause: err}
+			}
+			return apierr.ZoneDown(p.zone.Name, err)
+		}
+		in.NICs = append(in.NICs, NICIntent{SDNZone: n.subnet.Zone, VNet: n.subnet.VNet, MAC: mac, Address: addr.String(),
+			Bits: n.subnet.Prefix.Bits(), Gateway: gatewayString(n.subnet.Gateway)})
+	}
+	return nil
+}
+
+func gatewayString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// ensurePool creates the VDC's Proxmox pool if it is missing.
+func (s *Service) ensurePool(ctx context.Context, z Zone, vdc string) error {
+	err := z.Client.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil)
+	if err != nil && !pveapi.IsAlreadyExists(err) {
+		return fmt.Errorf("compute: create pool: %w", err)
+	}
+	return nil
+}
+
+// clone clones the template into a new guest carrying the intent; the
+// VMID from /cluster/nextid is a guess, a taken one is replaced.
+func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *Intent) (int, string, error) {
+	vmid, err := pveapi.NextID(ctx, z.Client)
+	if err != nil {
+		return 0, "", err
+	}
+	base := vmid
+	for attempt := 1; ; attempt++ {
+		var upid string
+		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
+			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
+			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
+		}, &upid)
+		switch {
+		case err == nil:
+			s.mu.Lock()
+			for _, n := range in.NICs {
+				delete(s.pending, n.MAC)
+			}
+			s.mu.Unlock()
+			return vmid, upid, nil
+		case (pveapi.IsAlreadyExists(err) || pveapi.IsLocked(err)) && attempt < 200:
+			// Taken since nextid answered: guess again, spread out so
+			// concurrent creates do not keep colliding.
+			vmid = base + 1 + rand.IntN(8*attempt)
+			continue
+		default:
+			return 0, "", fmt.Errorf("compute: clone: %w", err)
+		}
+	}
+}
+
+func (s *Service) spawn(f func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f(s.base)
+	}()
+}
+
+func (s *Service) after(ctx context.Context, op, step string) {
+	if s.cfg.AfterStep != nil {
+		s.cfg.AfterStep(ctx, op, step)
+	}
+}
+
+func liveKey(z Zone, vmid int) string { return z.ID + "/" + strconv.Itoa(vmid) }
+
+func (s *Service) setLive(z Zone, vmid int, op string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live[liveKey(z, vmid)] = op
+}
+
+func (s *Service) clearLive(z Zone, vmid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.live, liveKey(z, vmid))
+}
+
+func (s *Service) isLive(z Zone, vmid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.live[liveKey(z, vmid)]
+	return ok
+}
+
+// errGone: the guest vanished or is no longer the one of the intent.
+var errGone = errors.New("compute: the guest of the create is gone")
+
+// run waits for the clone task, then finishes the create.
+func (s *Service) run(ctx context.Context, z Zone, vmid int, upid string, in *Intent, opID string) error {
+	if upid != "" {
+		if err := pveapi.Wait(ctx, z.Client, upid); err != nil {
+			return err
+		}
+		s.after(ctx, in.Op, "clone")
+	}
+	return s.finish(ctx, z, vmid, in, opID)
+}
+
+// maxSteps bounds the observe/apply rounds of one finish.
+const maxSteps = 100
+
+// finish drives guest vmid to its intent: observe, plan one step, apply it
+// (conditional on the digest it read), and observe again, until the guest
+// is configured, running and unmarked. Every step is idempotent, so any
+// number of processes may run finish on one guest, one after another or at
+// once (a concurrent writer only makes the other re-read).
+func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID string) error {
+	assigned := false
+	for range maxSteps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		g, ok, err := pveapi.FindGuest(ctx, z.Client, vmid)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errGone
+		}
+		if g.Lock != "" {
+			s.setStep(opID, "clone")
+			sleep(ctx, pveapi.PollInterval)
+			continue
+		}
+		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, vmid)
+		if err != nil {
+			return err
+		}
+		if got, _ := ParseIntent(cfg.Str("description")); got == nil || got.Op != in.Op {
+			return errGone
+		}
+		if !isCreating(g) {
+			return nil
+		}
+		if !assigned {
+			if err := s.assign(ctx, z, vmid, in); err != nil {
+				return err
+			}
+			assigned = true
+		}
+		base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, vmid)
+		step, err := s.step(ctx, z, g, cfg, in, base)
+		if retryable(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("compute: %s: %w", step, err)
+		}
+		s.setStep(opID, step)
+		s.after(ctx, in.Op, step)
+	}
+	return fmt.Errorf("compute: guest %d did not converge in %d steps", vmid, maxSteps)
+}
+
+// assign records the guest on its IPAM mappings.
+func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) error {
+	for _, n := range in.NICs {
+		a, err := netip.ParseAddr(n.Address)
+		if err != nil {
+			return fmt.Errorf("compute: intent address %q: %w", n.Address, err)
+		}
+		if err := ipam.Assign(ctx, z.Client, n.SDNZone, n.VNet, a, n.MAC, vmid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step applies the next change the guest needs and names it.
+func (s *Service) step(ctx context.Context, z Zone, g pveapi.Guest, cfg pveapi.Config, in *Intent, base string) (string, error) {
+	if changes, del := plannedConfig(cfg, in); len(changes) > 0 || del != "" {
+		s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
+		changes["digest"] = cfg.Digest()
+		if del != "" {
+			changes["delete"] = del
+		}
+		_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", changes)
+		return "configure", err
+	}
+	if size, _ := parseSize(propOf(cfg.Str("scsi0"), "size")); size < int64(in.DiskGiB)<<30 {
+		_, err := pveapi.Run(ctx, z.Client, "PUT", base+"/resize", map[string]any{
+			"disk": "scsi0", "size": fmt.Sprintf("%dG", in.DiskGiB), "digest": cfg.Digest()})
+		return "resize", err
+	}
+	if g.Status != "running" {
+		_, err := pveapi.Run(ctx, z.Client, "POST", base+"/status/start", nil)
+		if err != nil && strings.Contains(err.Error(), "already running") {
+			err = nil
+		}
+		return "start", err
+	}
+	// Verified: configured, sized and running. Release the quota
+	// reservation first: from now on Proxmox counts the guest (its op tag
+	// is no longer covered by a reservation), so it is never counted twice
+	// nor missed. Then clear the marker.
+	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
+		return "finish", err
+	}
+	_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", map[string]any{
+		"tags": tenancy.GuestTags(in.VDC), "digest": cfg.Digest()})
+	return "finish", err
+}
+
+// retryable: the guest changed under us (re-observe and plan again).
+func retryable(err error) bool {
+	return pveapi.IsDigestMismatch(err) || pveapi.IsLocked(err)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// plannedConfig returns the config changes (and keys to delete) that bring
+// cfg to the intent, apart from the disk size, power state and marker.
+func plannedConfig(cfg pveapi.Config, in *Intent) (map[string]any, string) {
+	ch := map[string]any{}
+	if want := tenancy.GuestTags(in.VDC, tenancy.CreatingTag, tenancy.OpTag(in.Op)); tenancy.JoinTags(tenancy.SplitTags(cfg.Str("tags"))) != want {
+		ch["tags"] = want
+	}
+	if cfg.Str("name") != in.Name {
+		ch["name"] = in.Name
+	}
+	if cfg.Int("cores") != in.VCPUs {
+		ch["cores"] = in.VCPUs
+	}
+	if cfg.Int("memory") != in.MemoryMiB {
+		ch["memory"] = in.MemoryMiB
+	}
+	var del []string
+	for i := range MaxNICs {
+		nk, ik := "net"+strconv.Itoa(i), "ipconfig"+strconv.Itoa(i)
+		if i >= len(in.NICs) {
+			for _, k := range []string{nk, ik} {
+				if cfg.Str(k) != "" {
+					del = append(del, k)
+				}
+			}
+			continue
+		}
+		n := in.NICs[i]
+		cur := cfg.Str(nk)
+		if !strings.EqualFold(propOf(cur, "virtio"), n.MAC) || propOf(cur, "bridge") != n.VNet {
+			ch[nk] = "virtio=" + n.MAC + ",bridge=" + n.VNet
+		}
+		ip := "ip=" + n.Address + "/" + strconv.Itoa(n.Bits)
+		if n.Gateway != "" {
+			ip += ",gw=" + n.Gateway
+		}
+		if cfg.Str(ik) != ip {
+			ch[ik] = ip
+		}
+	}
+	if in.User != "" && cfg.Str("ciuser") != in.User {
+		ch["ciuser"] = in.User
+	}
+	if len(in.SSHKeys) > 0 {
+		if want := encodeKeys(in.SSHKeys); cfg.Str("sshkeys") != want {
+			ch["sshkeys"] = want
+		}
+	}
+	if disk := cfg.Str("scsi0"); disk != "" && (!limitIs(disk, "mbps_rd", in.ReadMBps) || !limitIs(disk, "mbps_wr", in.WriteMBps)) {
+		ch["scsi0"] = setProp(setProp(disk, "mbps_rd", in.ReadMBps), "mbps_wr", in.WriteMBps)
+	}
+	return ch, strings.Join(del, ",")
+}
+
+// encodeKeys renders SSH keys as Proxmox's sshkeys wants them: one per
+// line, percent-encoded (spaces as %20).
+func encodeKeys(keys []string) string {
+	return strings.ReplaceAll(url.QueryEscape(strings.Join(keys, "\n")), "+", "%20")
+}
+
+// propOf returns key of a Proxmox property string ("vol,key=v,...").
+func propOf(s, key string) string {
+	for p := range strings.SplitSeq(s, ",") {
+		if k, v, ok := strings.Cut(p, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// limitIs reports whether disk's limit key is v (0: unset).
+func limitIs(disk, key string, v int) bool {
+	cur := propOf(disk, key)
+	if v == 0 {
+		return cur == ""
+	}
+	return cur == strconv.Itoa(v)
+}
+
+// setProp sets key of a property string to v, or removes it when v is 0.
+func setProp(s, key string, v int) string {
+	parts := slices.DeleteFunc(strings.Split(s, ","), func(p string) bool { return strings.HasPrefix(p, key+"=") })
+	if v > 0 {
+		parts = append(parts, key+"="+strconv.Itoa(v))
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseSize parses a Proxmox size ("32G", "512M", "4096").
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("compute: size %q: %w", s, err)
+	}
+	return int64(f * float64(mult)), nil
+}

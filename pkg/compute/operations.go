@@ -1,0 +1,284 @@
+package compute
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// OpKind is what an operation does.
+type OpKind string
+
+// Operation kinds.
+const (
+	OpCreate   OpKind = "CREATE_VM"
+	OpStart    OpKind = "START_VM"
+	OpStop     OpKind = "STOP_VM"
+	OpShutdown OpKind = "SHUTDOWN_VM"
+	OpReboot   OpKind = "REBOOT_VM"
+	OpDelete   OpKind = "DELETE_VM"
+)
+
+// OpState is where an operation is.
+type OpState string
+
+// Operation states.
+const (
+	OpRunning   OpState = "RUNNING"
+	OpSucceeded OpState = "SUCCEEDED"
+	OpFailed    OpState = "FAILED"
+)
+
+// Operation is the progress of a create, power action or delete.
+//
+// Operations are derived from Proxmox, so any replica answers for them:
+// a power action's id names its Proxmox task (state = the task's status,
+// error = its exit status); a create's id names the zone, the guest's VMID
+// and the create's operation id, and its state follows the guest: marked
+// fp-creating → RUNNING (the step is read off the guest: locked by the
+// clone, not yet configured, not yet started), unmarked → SUCCEEDED. What a
+// replica that did not start a create cannot see: the error of a create
+// that failed and was cleaned up (the guest is gone, so it answers
+// NOT_FOUND), and a create still waiting for its image to be staged (it
+// has no guest yet, so its id carries no VMID and only the starting
+// replica knows it).
+type Operation struct {
+	ID    string
+	Kind  OpKind
+	State OpState
+	// Step is the current step (RUNNING) or the last one.
+	Step string
+	// Error says why the operation failed (FAILED).
+	Error string
+	// VMID is the opaque id of the VM the operation works on ("" while a
+	// create has no guest yet).
+	VMID    string
+	Started time.Time
+	Updated time.Time
+}
+
+// Done reports whether the operation has ended.
+func (o Operation) Done() bool { return o.State != OpRunning }
+
+// opState is an operation this process runs or ran.
+type opState struct {
+	vdc string
+	op  Operation
+}
+
+// operation ids: base64url of "c/<zoneID>/<vmid>/<op>" (create) or
+// "t/<zoneID>/<vmid>/<kind>/<upid>" (task).
+func createOpID(zoneID string, vmid int, op string) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "c/%s/%d/%s", zoneID, vmid, op))
+}
+
+func taskOpID(zoneID string, vmid int, kind OpKind, upid string) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "t/%s/%d/%s/%s", zoneID, vmid, kind, upid))
+}
+
+type opRef struct {
+	create bool
+	zoneID string
+	vmid   int
+	op     string // create: operation id
+	kind   OpKind
+	upid   string
+}
+
+func parseOpID(id string) (opRef, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil {
+		return opRef{}, false
+	}
+	parts := strings.SplitN(string(raw), "/", 5)
+	if len(parts) < 4 {
+		return opRef{}, false
+	}
+	vmid, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return opRef{}, false
+	}
+	switch {
+	case parts[0] == "c" && len(parts) == 4:
+		return opRef{create: true, zoneID: parts[1], vmid: vmid, op: parts[3], kind: OpCreate}, true
+	case parts[0] == "t" && len(parts) == 5:
+		return opRef{zoneID: parts[1], vmid: vmid, kind: OpKind(parts[3]), upid: parts[4]}, true
+	}
+	return opRef{}, false
+}
+
+// record stores (or updates) an operation of this process.
+func (s *Service) record(vdc string, op Operation) {
+	op.Updated = time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops[op.ID] = &opState{vdc: vdc, op: op}
+}
+
+// setStep updates the step of a running operation of this process.
+func (s *Service) setStep(id, step string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.ops[id]; st != nil {
+		st.op.Step = step
+		st.op.Updated = time.Now()
+	}
+}
+
+func (s *Service) finishOp(id string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.ops[id]
+	if st == nil {
+		return
+	}
+	st.op.State = OpSucceeded
+	if err != nil {
+		st.op.State = OpFailed
+		st.op.Error = publicError(err)
+	}
+	st.op.Updated = time.Now()
+}
+
+// publicError is what a client may see of a failure.
+func publicError(err error) string {
+	if ae, ok := err.(*apierr.Error); ok {
+		return ae.Message
+	}
+	if te, ok := pveapi.AsTaskError(err); ok {
+		return "Proxmox task failed: " + te.ExitStatus
+	}
+	return "the operation failed; see the orchestrator's logs"
+}
+
+// local returns this process's record of an operation.
+func (s *Service) local(id string) (opState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.ops[id]
+	if st == nil {
+		return opState{}, false
+	}
+	return *st, true
+}
+
+// Operation returns the operation id of vdc: this process's own record if
+// it runs (or ran) it, else derived from Proxmox.
+func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, error) {
+	if st, ok := s.local(id); ok {
+		if st.vdc != vdc {
+			return nil, apierr.New(apierr.NotFound, "no such operation")
+		}
+		return &st.op, nil
+	}
+	ref, ok := parseOpID(id)
+	if !ok || ref.vmid == 0 {
+		return nil, apierr.New(apierr.NotFound, "no such operation")
+	}
+	vmID := tenancy.VMRef{ZoneID: ref.zoneID, VMID: ref.vmid}.ID()
+	z, g, in, err := s.lookup(ctx, vdc, vmID)
+	if err != nil {
+		if ae, ok := err.(*apierr.Error); ok && ae.Code == apierr.NotFound {
+			return nil, apierr.New(apierr.NotFound, "no such operation")
+		}
+		return nil, err
+	}
+	op := &Operation{ID: id, Kind: ref.kind, VMID: vmID, Updated: time.Now()}
+	if ref.create {
+		if in == nil || in.Op != ref.op {
+			return nil, apierr.New(apierr.NotFound, "no such operation")
+		}
+		op.Started = in.Created
+		op.State, op.Step = OpSucceeded, "finish"
+		if isCreating(g) {
+			op.State = OpRunning
+			op.Step = s.observeStep(ctx, z, g, in)
+		}
+		return op, nil
+	}
+	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
+	if err != nil {
+		return nil, apierr.New(apierr.NotFound, "no such operation")
+	}
+	op.Step = ts.Type
+	switch {
+	case ts.Running:
+		op.State = OpRunning
+	case ts.ExitStatus == "OK":
+		op.State = OpSucceeded
+	default:
+		op.State, op.Error = OpFailed, ts.ExitStatus
+	}
+	return op, nil
+}
+
+// observeStep names the step an unfinished create is at, read off the guest.
+func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Guest, in *Intent) string {
+	if g.Lock == "clone" {
+		return "clone"
+	}
+	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+	if err != nil {
+		return "unknown"
+	}
+	if ch, _ := plannedConfig(cfg, in); len(ch) > 0 {
+		return "configure"
+	}
+	if g.Status != "running" {
+		return "start"
+	}
+	return "finish"
+}
+
+// WatchInterval is how often Watch reads an operation.
+const WatchInterval = 50 * time.Millisecond
+
+// Watch sends the operation id of vdc whenever it changes, until it ends
+// (the last value sent is the final one) or ctx ends; then the channel is
+// closed. It reads the operation like Operation does, so it works on any
+// replica.
+func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, error) {
+	first, err := s.Operation(ctx, vdc, id)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan Operation, 1)
+	go func() {
+		defer close(ch)
+		cur := *first
+		ch <- cur
+		t := time.NewTicker(WatchInterval)
+		defer t.Stop()
+		for !cur.Done() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			next, err := s.Operation(ctx, vdc, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				next = &Operation{ID: id, Kind: cur.Kind, VMID: cur.VMID, State: OpFailed, Step: cur.Step, Error: "the VM is gone", Updated: time.Now()}
+			}
+			if next.State == cur.State && next.Step == cur.Step {
+				continue
+			}
+			cur = *next
+			select {
+			case ch <- cur:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}

@@ -1,0 +1,184 @@
+package compute_test
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/ipam"
+	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/vmtest"
+)
+
+// crashAfterClone creates a VM with a service whose runner is stopped
+// (context canceled, as when the orchestrator dies) right after the clone
+// task ended; it returns the VM and the create's operation.
+func crashAfterClone(t *testing.T, e *env) (*compute.VM, *compute.Operation) {
+	t.Helper()
+	ctx := vmtest.Ctx(t)
+	crashed := make(chan struct{})
+	var once sync.Once
+	var dying *compute.Service
+	cfg := e.cfg
+	cfg.AfterStep = func(ctx context.Context, _ string, step string) {
+		if step != "clone" {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				_ = dying.Shutdown(context.Background())
+				close(crashed)
+			}()
+		})
+		<-ctx.Done() // the process dies here
+	}
+	dying = e.newService(cfg)
+	vm, op, err := dying.CreateVM(ctx, e.input("alpha", "phoenix"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-crashed:
+	case <-ctx.Done():
+		t.Fatal("the runner did not stop")
+	}
+	g, ok, err := pveapi.FindGuest(ctx, e.zones[0].Client, vm.Ref.VMID)
+	if err != nil || !ok {
+		t.Fatalf("guest after crash: %v, %v", ok, err)
+	}
+	if g.Status != "stopped" || !isCreatingGuest(g) {
+		t.Fatalf("guest after crash %+v, want stopped and unfinished", g)
+	}
+	return vm, op
+}
+
+func isCreatingGuest(g pveapi.Guest) bool {
+	vdc, _ := tenancy.VDCOf(g.Tags())
+	return g.HasTag(tenancy.CreatingTag) || vdc == ""
+}
+
+// TestCrashBetweenCloneAndStart: a fresh service (a new orchestrator)
+// finishes a create whose runner died after the clone: one VM, running,
+// unmarked, with its one address, and no reservation left.
+func TestCrashBetweenCloneAndStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	ctx := vmtest.Ctx(t)
+	vm, op := crashAfterClone(t, e)
+
+	fresh := e.newService(e.cfg)
+	// Before recovery, the fresh replica sees the create running.
+	if got, err := fresh.Operation(ctx, "blue", op.ID); err != nil || got.State != compute.OpRunning {
+		t.Fatalf("operation on a fresh replica: %+v, %v", got, err)
+	}
+	if err := fresh.Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	got, err := fresh.VM(ctx, "blue", vm.ID)
+	if err != nil || got.Status != compute.StatusRunning || len(got.Addresses) != 1 {
+		t.Fatalf("vm after recovery: %+v, %v", got, err)
+	}
+	// A third replica derives the create's outcome from Proxmox alone.
+	third := e.newService(e.cfg)
+	if fin, err := third.Operation(ctx, "blue", op.ID); err != nil || fin.State != compute.OpSucceeded {
+		t.Fatalf("operation on a third replica: %+v, %v", fin, err)
+	}
+	guests, err := pveapi.Guests(ctx, e.zones[0].Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range guests {
+		if g.Name == "phoenix" {
+			n++
+			if g.RawTags != tenancy.GuestTags("blue") {
+				t.Errorf("tags %q", g.RawTags)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d guests named phoenix, want 1", n)
+	}
+	if ms := e.flexMappings(e.zones[0]); len(ms) != 1 || ms[0].IP != got.Addresses[0] {
+		t.Errorf("mappings %+v, want one for %v", ms, got.Addresses)
+	}
+	if s := e.snapshot(); s.reserved != 0 {
+		t.Errorf("%d reservations left", s.reserved)
+	}
+	// Recovering again changes nothing.
+	before := e.snapshot()
+	if err := third.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.snapshot(); !before.equal(after) {
+		t.Errorf("second recovery changed state:\n%+v\n%+v", before, after)
+	}
+}
+
+// TestRecoverCleansUpWhatCannotFinish: when the guest cannot be started,
+// recovery deletes it and releases its address and reservation.
+func TestRecoverCleansUpWhatCannotFinish(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	ctx := vmtest.Ctx(t)
+	vm, _ := crashAfterClone(t, e)
+	e.zones[0].Sim.FailRequests("POST", "/nodes/*/qemu/*/status/start", 500, 1000)
+	fresh := e.newService(e.cfg)
+	if err := fresh.Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if _, ok, err := pveapi.FindGuest(ctx, e.zones[0].Client, vm.Ref.VMID); err != nil || ok {
+		t.Fatalf("guest still there after cleanup: %v, %v", ok, err)
+	}
+	if ms := e.flexMappings(e.zones[0]); len(ms) != 0 {
+		t.Errorf("mappings left: %+v", ms)
+	}
+	if s := e.snapshot(); s.reserved != 0 {
+		t.Errorf("%d reservations left", s.reserved)
+	}
+}
+
+// TestOrphanedAddressReleased: a flexplane mapping no guest uses is
+// released on the scan after the grace period; other mappings stay.
+func TestOrphanedAddressReleased(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	ctx := vmtest.Ctx(t)
+	z := e.zones[0]
+	sub := ipam.Subnet{Zone: tenancy.SDNZoneID("blue"), VNet: tenancy.VNetID("blue", "lan"),
+		Prefix: netip.MustParsePrefix("10.1.0.0/24"), Gateway: netip.MustParseAddr("10.1.0.1")}
+	if _, err := ipam.Claim(ctx, z.Client, sub, netip.MustParseAddr("10.1.0.50"), ipam.NewMAC()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipam.Claim(ctx, z.Client, sub, netip.MustParseAddr("10.1.0.51"), "BC:24:11:00:00:01"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ms := e.flexMappings(z); len(ms) != 1 {
+		t.Fatalf("released within the grace period: %+v", ms)
+	}
+	if err := e.svc.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ms := e.flexMappings(z); len(ms) != 0 {
+		t.Fatalf("orphan not released: %+v", ms)
+	}
+	all, err := ipam.Mappings(ctx, z.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range all {
+		found = found || m.IP == "10.1.0.51"
+	}
+	if !found {
+		t.Error("a mapping flexplane did not make was released")
+	}
+}

@@ -1,0 +1,255 @@
+// Package pveapi holds the few Proxmox VE API calls flexplane's VM packages
+// share and that go-proxmox either lacks or wraps with more than is needed:
+// waiting for a task by UPID, the cluster-wide guest list, a guest's config
+// with its digest, and classifying Proxmox's error answers. Every function
+// takes the zone's *proxmox.Client and issues plain API requests through it.
+package pveapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// TaskError is a Proxmox task that ended with an exit status other than OK.
+type TaskError struct {
+	UPID       string
+	ExitStatus string
+}
+
+func (e *TaskError) Error() string { return fmt.Sprintf("task %s failed: %s", e.UPID, e.ExitStatus) }
+
+// TaskStatus is the state of a task.
+type TaskStatus struct {
+	UPID string
+	// Type is the task type, e.g. qmclone, qmstart, download.
+	Type    string
+	Running bool
+	// ExitStatus is "OK" or the failure once the task stopped.
+	ExitStatus string
+}
+
+// NodeOfUPID returns the node a UPID names ("UPID:node:...").
+func NodeOfUPID(upid string) (string, error) {
+	parts := strings.Split(upid, ":")
+	if len(parts) < 3 || parts[0] != "UPID" || parts[1] == "" {
+		return "", fmt.Errorf("pveapi: malformed UPID %q", upid)
+	}
+	return parts[1], nil
+}
+
+// Task reads the status of the task upid.
+func Task(ctx context.Context, c *proxmox.Client, upid string) (TaskStatus, error) {
+	node, err := NodeOfUPID(upid)
+	if err != nil {
+		return TaskStatus{}, err
+	}
+	var raw struct {
+		Type       string `json:"type"`
+		Status     string `json:"status"`
+		ExitStatus string `json:"exitstatus"`
+	}
+	if err := c.Get(ctx, "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/status", &raw); err != nil {
+		return TaskStatus{}, fmt.Errorf("pveapi: task status: %w", err)
+	}
+	return TaskStatus{UPID: upid, Type: raw.Type, Running: raw.Status == "running", ExitStatus: raw.ExitStatus}, nil
+}
+
+// PollInterval is how often Wait reads a running task's status.
+const PollInterval = 25 * time.Millisecond
+
+// Wait waits until the task upid stops; it returns a *TaskError unless the
+// task ended OK.
+func Wait(ctx context.Context, c *proxmox.Client, upid string) error {
+	t := time.NewTicker(PollInterval)
+	defer t.Stop()
+	for {
+		st, err := Task(ctx, c, upid)
+		if err != nil {
+			return err
+		}
+		if !st.Running {
+			if st.ExitStatus != "OK" {
+				return &TaskError{UPID: upid, ExitStatus: st.ExitStatus}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pveapi: wait for %s: %w", upid, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Run sends a request that starts a task (method POST, PUT or DELETE) and
+// waits for the task to end.
+func Run(ctx context.Context, c *proxmox.Client, method, path string, params map[string]any) (string, error) {
+	var upid string
+	var err error
+	switch method {
+	case "POST":
+		err = c.Post(ctx, path, params, &upid)
+	case "PUT":
+		err = c.Put(ctx, path, params, &upid)
+	case "DELETE":
+		err = c.DeleteWithParams(ctx, path, params, &upid)
+	default:
+		return "", fmt.Errorf("pveapi: run %s %s: unsupported method", method, path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("pveapi: %s %s: %w", method, path, err)
+	}
+	if upid == "" {
+		return "", nil
+	}
+	return upid, Wait(ctx, c, upid)
+}
+
+// Guest is a guest as /cluster/resources lists it.
+type Guest struct {
+	VMID     int    `json:"vmid"`
+	Name     string `json:"name"`
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	MaxCPU   int    `json:"maxcpu"`
+	MaxMem   int64  `json:"maxmem"`
+	MaxDisk  int64  `json:"maxdisk"`
+	Template int    `json:"template"`
+	RawTags  string `json:"tags"`
+	Lock     string `json:"lock"`
+	Pool     string `json:"pool"`
+	Type     string `json:"type"`
+}
+
+// Tags splits the guest's tags.
+func (g Guest) Tags() []string { return tenancy.SplitTags(g.RawTags) }
+
+// HasTag reports whether the guest carries tag.
+func (g Guest) HasTag(tag string) bool {
+	for _, t := range g.Tags() {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// Guests lists the QEMU guests of the cluster.
+func Guests(ctx context.Context, c *proxmox.Client) ([]Guest, error) {
+	var all []Guest
+	if err := c.Get(ctx, "/cluster/resources?type=vm", &all); err != nil {
+		return nil, fmt.Errorf("pveapi: list guests: %w", err)
+	}
+	out := all[:0]
+	for _, g := range all {
+		if g.Type == "qemu" {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// FindGuest returns the guest vmid, or ok false if there is none.
+func FindGuest(ctx context.Context, c *proxmox.Client, vmid int) (Guest, bool, error) {
+	all, err := Guests(ctx, c)
+	if err != nil {
+		return Guest{}, false, err
+	}
+	for _, g := range all {
+		if g.VMID == vmid {
+			return g, true, nil
+		}
+	}
+	return Guest{}, false, nil
+}
+
+// Config is a guest's configuration; values are as Proxmox returns them
+// (strings and numbers).
+type Config map[string]any
+
+// Str returns key as a string ("" when absent).
+func (c Config) Str(key string) string {
+	switch v := c[key].(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// Int returns key as an int (0 when absent or not a number).
+func (c Config) Int(key string) int {
+	n, _ := strconv.Atoi(c.Str(key))
+	return n
+}
+
+// Digest is the config digest to pass back on a conditional write.
+func (c Config) Digest() string { return c.Str("digest") }
+
+// GuestConfig reads the config of guest vmid on node.
+func GuestConfig(ctx context.Context, c *proxmox.Client, node string, vmid int) (Config, error) {
+	var cfg Config
+	if err := c.Get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid), &cfg); err != nil {
+		return nil, fmt.Errorf("pveapi: config of %d: %w", vmid, err)
+	}
+	return cfg, nil
+}
+
+// IsAlreadyExists reports whether err is Proxmox refusing to create
+// something that exists (an IP mapping, a VMID, a file).
+func IsAlreadyExists(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "already exist") ||
+		strings.Contains(err.Error(), "refusing to override"))
+}
+
+// IsNotFound reports whether err is Proxmox answering that the object does
+// not exist.
+func IsNotFound(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "does not exist") ||
+		strings.Contains(err.Error(), "not exist"))
+}
+
+// IsDigestMismatch reports whether err is a config write refused because
+// the config changed since it was read.
+func IsDigestMismatch(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "detected modified configuration")
+}
+
+// IsLocked reports whether err is Proxmox refusing because the guest is locked.
+func IsLocked(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "locked")
+}
+
+// AsTaskError returns the *TaskError in err's chain.
+func AsTaskError(err error) (*TaskError, bool) {
+	var te *TaskError
+	ok := errors.As(err, &te)
+	return te, ok
+}
+
+// NextID asks Proxmox for a free VMID. It is only a guess: a create with it
+// may still find it taken and must then ask again.
+func NextID(ctx context.Context, c *proxmox.Client) (int, error) {
+	var s string
+	if err := c.Get(ctx, "/cluster/nextid", &s); err != nil {
+		return 0, fmt.Errorf("pveapi: next vmid: %w", err)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("pveapi: next vmid %q: %w", s, err)
+	}
+	return n, nil
+}
