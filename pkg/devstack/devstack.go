@@ -192,7 +192,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer lw.Close()
 	s.log = slog.New(slog.NewTextHandler(lw, nil))
+	ctx, cancel := context.WithCancel(ctx)
 	err = s.run(ctx)
+	cancel()
 	s.stopAll()
 	if err != nil {
 		s.log.Error("stopped", "err", err)
@@ -417,7 +419,7 @@ func (s *Stack) run(ctx context.Context) error {
 	for _, c := range Clusters {
 		zoneNames = append(zoneNames, c.Name)
 	}
-	sd := &seeder{log: s.log, clients: clients, images: refs, zones: zoneNames}
+	sd := &seeder{log: s.log, clients: clients, images: refs, zones: zoneNames, ctx: ctx}
 	if err := sd.run(ctx); err != nil {
 		return err
 	}

@@ -1,11 +1,14 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"time"
 )
 
 // demoVDC is a VDC of the demo data with its networks' address plan.
@@ -41,6 +44,8 @@ type seeder struct {
 	clients map[string]*Client // by user
 	images  map[string]imageRef
 	zones   []string
+	// ctx bounds the background work of the seeder (following creates).
+	ctx context.Context
 }
 
 // imageRef is where the local image server serves an image.
@@ -242,17 +247,25 @@ func (s *seeder) vms(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := CreateVM(ctx, c, vm.vdc, VMSpec{Name: vm.name, Zone: vm.zone, Image: vm.image,
-			ComputeProfile: vm.compute, StorageProfile: vm.storage, DiskGiB: 10, Network: net}); err != nil {
+		op, err := CreateVM(ctx, c, vm.vdc, VMSpec{Name: vm.name, Zone: vm.zone, Image: vm.image,
+			ComputeProfile: vm.compute, StorageProfile: vm.storage, DiskGiB: 10, Network: net, User: userOf(vm.image)})
+		if err != nil {
 			var re *ResponseError
 			if errors.As(err, &re) && re.HasCode("CONFLICT") {
 				continue
 			}
 			return fmt.Errorf("create VM %s in %s: %w", vm.name, vm.vdc, err)
 		}
-		s.log.Info("creating VM", "vdc", vm.vdc, "name", vm.name, "zone", vm.zone)
+		s.log.Info("creating demo VM", "vdc", vm.vdc, "name", vm.name, "zone", vm.zone, "operation", op)
+		go s.follow(s.ctx, c, vm, op)
 	}
 	return nil
+}
+
+// userOf is the usual cloud-init user of an image.
+func userOf(image string) string {
+	name, _, _ := strings.Cut(image, "-")
+	return name
 }
 
 func memberOf(vdc string) string {
@@ -285,19 +298,68 @@ func networkID(ctx context.Context, c *Client, vdc, zone, name string) (string, 
 type VMSpec struct {
 	Name, Zone, Image, ComputeProfile, StorageProfile string
 	DiskGiB                                           int
+	// User is the cloud-init user; default "flexplane".
+	User string
 	// Network is the id of the network of the VM's one NIC (automatic
 	// address).
 	Network string
 }
 
-// CreateVM asks the API's createVM for a VM; it returns once the create
-// is accepted, not when the VM runs (find it with the vms query).
-func CreateVM(ctx context.Context, c *Client, vdc string, spec VMSpec) error {
+// CreateVM asks the API's createVM for a VM and returns the id of its
+// operation; it returns once the create is accepted, not when the VM runs
+// (follow it with Operation, find the VM with the vms query).
+func CreateVM(ctx context.Context, c *Client, vdc string, spec VMSpec) (string, error) {
 	in := map[string]any{
 		"name": spec.Name, "zone": spec.Zone, "image": spec.Image,
 		"computeProfile": spec.ComputeProfile, "storageProfile": spec.StorageProfile, "diskGiB": spec.DiskGiB,
-		"nics": []map[string]any{{"network": spec.Network}},
+		"nics": []map[string]any{{"network": spec.Network}}, "user": cmp.Or(spec.User, "flexplane"),
 	}
-	return c.Do(ctx, vdc, `mutation($input: CreateVMInput!) { createVM(input: $input) { __typename } }`,
-		map[string]any{"input": in}, nil)
+	var d struct {
+		CreateVM struct {
+			Operation struct{ ID string }
+		} `json:"createVM"`
+	}
+	err := c.Do(ctx, vdc, `mutation($input: CreateVMInput!) { createVM(input: $input) { operation { id } } }`,
+		map[string]any{"input": in}, &d)
+	return d.CreateVM.Operation.ID, err
+}
+
+// Operation is the state of an operation (a create, power action or
+// delete).
+type Operation struct {
+	ID, State, Step string
+	Error           *string
+}
+
+// GetOperation reads an operation of vdc.
+func GetOperation(ctx context.Context, c *Client, vdc, id string) (Operation, error) {
+	var d struct{ Operation Operation }
+	err := c.Do(ctx, vdc, `query($id: ID!) { operation(id: $id) { id state step error } }`, map[string]any{"id": id}, &d)
+	return d.Operation, err
+}
+
+// follow logs how the demo VM's create ends (in the background: the stack
+// does not wait for VMs to run).
+func (s *seeder) follow(ctx context.Context, c *Client, vm demoVM, op string) {
+	for {
+		o, err := GetOperation(ctx, c, vm.vdc, op)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			s.log.Warn("demo VM: operation unreadable", "vdc", vm.vdc, "name", vm.name, "err", err)
+			return
+		case o.State == "SUCCEEDED":
+			s.log.Info("demo VM created", "vdc", vm.vdc, "name", vm.name, "zone", vm.zone)
+			return
+		case o.State == "FAILED":
+			s.log.Warn("demo VM failed", "vdc", vm.vdc, "name", vm.name, "step", o.Step, "err", cmp.Or(*o.Error, "?"))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
