@@ -6,7 +6,9 @@ import (
 
 // A rule allows one method on one path template. Templates are paths below
 // /api2/json whose {placeholders} match exactly one segment made of letters,
-// digits and ".-_:@!" (node names, VMIDs, storage ids, volume ids, UPIDs).
+// digits and ".-_:@!" (node names, VMIDs, storage ids, UPIDs); a final
+// {name...} matches one or more such segments (volume ids such as
+// "local:iso/debian.iso", which clients send unescaped).
 type rule struct {
 	method string
 	tmpl   string
@@ -39,7 +41,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/status/current", "/nodes/{node}/qemu/{vmid}/rrddata",
 		"/nodes/{node}/storage", "/nodes/{node}/storage/{storage}",
 		"/nodes/{node}/storage/{storage}/status", "/nodes/{node}/storage/{storage}/content",
-		"/nodes/{node}/storage/{storage}/content/{volume}",
+		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/nodes/{node}/tasks", "/nodes/{node}/tasks/{upid}",
 		"/nodes/{node}/tasks/{upid}/status", "/nodes/{node}/tasks/{upid}/log",
 	)
@@ -52,6 +54,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/status/reset", "/nodes/{node}/qemu/{vmid}/status/suspend",
 		"/nodes/{node}/qemu/{vmid}/status/resume",
 		"/nodes/{node}/storage/{storage}/content",
+		"/nodes/{node}/storage/{storage}/download-url",
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",
@@ -64,7 +67,7 @@ func allowlist() []rule {
 	)
 	add("DELETE",
 		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/tasks/{upid}",
-		"/nodes/{node}/storage/{storage}/content/{volume}",
+		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/pools", "/pools/{poolid}",
 		"/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
@@ -122,6 +125,12 @@ func segmentChar(c rune) bool {
 
 func matchTemplate(tmpl string, segs []string) bool {
 	parts := strings.Split(tmpl[1:], "/")
+	if last := parts[len(parts)-1]; strings.HasSuffix(last, "...}") {
+		if len(segs) < len(parts) {
+			return false
+		}
+		segs = segs[:len(parts)] // the rest belongs to the final placeholder
+	}
 	if len(parts) != len(segs) {
 		return false
 	}

@@ -16,6 +16,8 @@ func TestAllowlist(t *testing.T) {
 		{"DELETE", "/nodes/pve1/qemu/100"},
 		{"GET", "/nodes/pve1/tasks/UPID:pve1:0000A1B2:00C0FFEE:6750F00D:qmstart:100:flexplane@pve!agent:/status"},
 		{"POST", "/cluster/sdn/vnets/vnet1/ips"},
+		{"GET", "/nodes/pve1/storage/local/content/local:iso/debian-13.iso"},
+		{"DELETE", "/nodes/pve1/storage/local-lvm/content/local-lvm:vm-100-disk-0"},
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {
@@ -49,6 +51,9 @@ func TestAllowlist(t *testing.T) {
 		{"GET", "/nodes/pve%2F1/status"},
 		{"GET", "/nodes/pve1/qemu/100/config/../../../../access/users"},
 		{"GET", "/nodes/a b/status"},
+		{"GET", "/nodes/pve1/storage/local/content/local:iso/../../../../access/users"},
+		{"GET", "/nodes/pve1/storage/local/content"+"/"},
+		{"PUT", "/nodes/pve1/storage/local/content/local:iso/x.iso"},
 	}
 	for _, c := range refused {
 		if p.allowed(c.method, c.path) {

@@ -21,6 +21,9 @@
 //     headscale starts, so they become errors of Start.
 //   - Headscale logs through zerolog's global logger; it is routed into the
 //     slog.Logger of the last started Control.
+//   - Headscale has data races of its own (its NodeStore, its Noise handler, a
+//     logging global written by every Serve), so packages whose tests run it
+//     are not run under the race detector.
 //   - The DERP relay does not verify clients against the node list: headscale
 //     implements that by registering a protocol on http.DefaultTransport,
 //     which panics the second time in one process.
@@ -280,6 +283,15 @@ func (c *Control) Close() error {
 func (c *Control) SocketPath() string { return c.cfg.SocketPath }
 
 func headscaleConfig(cfg Config, stun, internal string) *types.Config {
+	// When nodes reach the server by an IPv4 literal, the DERP node is
+	// announced as IPv4-only: otherwise every node's network check waits
+	// about 3s for an IPv6 STUN answer that cannot come.
+	var derpV4, derpV6 string
+	if u, err := url.Parse(cfg.ServerURL); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.Is4() {
+			derpV4, derpV6 = ip.String(), "none"
+		}
+	}
 	v4 := netip.MustParsePrefix("100.64.0.0/10")
 	v6 := netip.MustParsePrefix("fd7a:115c:a1e0::/48")
 	return &types.Config{
@@ -307,6 +319,8 @@ func headscaleConfig(cfg Config, stun, internal string) *types.Config {
 			ServerRegionName:                   "flexplane embedded DERP",
 			ServerPrivateKeyPath:               filepath.Join(cfg.DataDir, "derp_server_private.key"),
 			STUNAddr:                           stun,
+			IPv4:                               derpV4,
+			IPv6:                               derpV6,
 		},
 		TailcfgDNSConfig:     &tailcfg.DNSConfig{},
 		UnixSocket:           cfg.SocketPath,

@@ -1,0 +1,256 @@
+package graph_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/vmtest"
+)
+
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ3k2wq1n0X6cYzK7fU bob@laptop"
+
+type gqlOp struct {
+	ID    string
+	Kind  string
+	State string
+	Step  string
+	Error *string
+	VMID  *string `json:"vmId"`
+}
+
+type gqlVM struct {
+	ID          string
+	Name        string
+	Status      string
+	IPAddresses []string
+	Zone        struct{ Name string }
+}
+
+// poll calls cond until it is true, failing the test after timeout.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// subscribe runs a subscription over the graphql-transport-ws protocol and
+// returns the data of every "next" message until the server completes it.
+func subscribe(t *testing.T, url, token, vdc, query string) []json.RawMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http"), &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	send := func(m any) {
+		b, _ := json.Marshal(m)
+		if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token, "FlexPlane-VDC-ID": vdc}})
+	var out []json.RawMessage
+	for {
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("subscription ended: %v (after %d messages)", err, len(out))
+		}
+		var m struct {
+			Type    string
+			Payload json.RawMessage
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case "ping":
+			send(map[string]any{"type": "pong"})
+		case "connection_ack":
+			send(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query}})
+		case "next":
+			out = append(out, m.Payload)
+		case "complete":
+			return out
+		case "error", "connection_error":
+			t.Fatalf("subscription error: %s", m.Payload)
+		}
+	}
+}
+
+const createVM = `mutation($in: CreateVMInput!) { createVM(input: $in) {
+  vm { id name status ipAddresses zone { name } } operation { id kind state step vmId } } }`
+
+// TestVMsEndToEnd drives VMs through the GraphQL API of the full harness
+// (orchestrator, mesh, agents, simulated Proxmox) with real tokens: image
+// staging by an admin, a VM in each of two zones (one staged on first use)
+// followed over a subscription and by polling, RUNNING with its address,
+// isolation from another VDC, quota refusal, bad input, stop and delete
+// (whose address is free again).
+func TestVMsEndToEnd(t *testing.T) {
+	t.Parallel()
+	vdcs := meshtest.DefaultVDCs()
+	for _, v := range vdcs {
+		if v.Name == "blue" {
+			v.Quotas.VMs = 2
+		}
+	}
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}))
+	h.WaitOnline(t, 30*time.Second)
+	url, sum := vmtest.ImageServer(t, 3<<20)
+
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100,
+	    pools: [{zone: "alpha", pool: "local-lvm"}, {zone: "beta", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
+
+	nets := map[string]string{}
+	for _, z := range []string{"alpha", "beta"} {
+		var n struct{ ID string }
+		h.GraphQL(t, "bob", "blue", `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
+			map[string]any{"z": z}).OK(t).Into(t, "createNetwork", &n)
+		nets[z] = n.ID
+	}
+	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).OK(t)
+
+	// An admin stages the image into alpha; beta stays absent.
+	var st struct{ State string }
+	h.GraphQL(t, "admin", "", `mutation { stageImage(name: "tiny", zone: "alpha") { state } }`, nil).OK(t).Into(t, "stageImage", &st)
+	if st.State != "STAGING" && st.State != "STAGED" {
+		t.Fatalf("stageImage: %+v", st)
+	}
+	if r := h.GraphQL(t, "bob", "blue", `mutation { stageImage(name: "tiny", zone: "alpha") { state } }`, nil); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("stageImage by a VDC member: %s", r.Raw)
+	}
+	poll(t, 30*time.Second, "tiny staged in alpha", func() bool {
+		var img struct{ Zones []struct{ Zone, State string } }
+		h.GraphQL(t, "admin", "", `{ image(name: "tiny") { zones { zone state reason } } }`, nil).OK(t).Into(t, "image", &img)
+		states := map[string]string{}
+		for _, z := range img.Zones {
+			states[z.Zone] = z.State
+		}
+		if states["beta"] != "ABSENT" {
+			t.Fatalf("beta: %+v", img)
+		}
+		return states["alpha"] == "STAGED"
+	})
+
+	in := func(zone, name string) map[string]any {
+		return map[string]any{"in": map[string]any{"name": name, "zone": zone, "image": "tiny", "computeProfile": "small",
+			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets[zone]}},
+			"sshKeys": []string{sshKey}, "user": "bob"}}
+	}
+	var created struct {
+		VM        *gqlVM
+		Operation gqlOp
+	}
+	// alpha: the VM is there at once, CREATING; its operation is followed
+	// over the websocket subscription until it ends.
+	h.GraphQL(t, "bob", "blue", createVM, in("alpha", "web-a")).OK(t).Into(t, "createVM", &created)
+	if created.VM == nil || created.VM.Status != "CREATING" || created.Operation.State != "RUNNING" || created.Operation.Kind != "CREATE_VM" {
+		t.Fatalf("createVM in alpha: %+v", created)
+	}
+	vmA := created.VM.ID
+	msgs := subscribe(t, h.GraphQLURL(), h.Token(t, "bob"), "blue", `subscription { operation(id: "`+created.Operation.ID+`") { state step vmId } }`)
+	var last struct{ Data struct{ Operation gqlOp } }
+	if err := json.Unmarshal(msgs[len(msgs)-1], &last); err != nil || last.Data.Operation.State != "SUCCEEDED" {
+		t.Fatalf("subscription's last message %s (%d messages)", msgs[len(msgs)-1], len(msgs))
+	}
+
+	// beta: the first create stages the image; vm is null until the
+	// template exists; the operation is polled.
+	h.GraphQL(t, "bob", "blue", createVM, in("beta", "web-b")).OK(t).Into(t, "createVM", &created)
+	if created.VM != nil || created.Operation.Step != "stage" {
+		t.Fatalf("createVM in beta: %+v", created)
+	}
+	var vmB string
+	poll(t, 30*time.Second, "the create in beta", func() bool {
+		var op gqlOp
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId } }`,
+			map[string]any{"id": created.Operation.ID}).OK(t).Into(t, "operation", &op)
+		if op.State == "FAILED" {
+			t.Fatalf("create in beta failed: %+v", op)
+		}
+		if op.VMID != nil {
+			vmB = *op.VMID
+		}
+		return op.State == "SUCCEEDED"
+	})
+
+	for zone, id := range map[string]string{"alpha": vmA, "beta": vmB} {
+		var vm gqlVM
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses zone { name } } }`,
+			map[string]any{"id": id}).OK(t).Into(t, "vm", &vm)
+		if vm.Status != "RUNNING" || vm.Zone.Name != zone || len(vm.IPAddresses) != 1 || vm.IPAddresses[0] != "10.1.0.2" {
+			t.Errorf("%s: %+v", zone, vm)
+		}
+	}
+
+	// Isolation: every query and mutation of red on blue's VM is NOT_FOUND.
+	for name, q := range map[string]string{
+		"vm":         `query($id: ID!) { vm(id: $id) { id } }`,
+		"startVM":    `mutation($id: ID!) { startVM(id: $id) { id } }`,
+		"stopVM":     `mutation($id: ID!) { stopVM(id: $id) { id } }`,
+		"shutdownVM": `mutation($id: ID!) { shutdownVM(id: $id) { id } }`,
+		"rebootVM":   `mutation($id: ID!) { rebootVM(id: $id) { id } }`,
+		"deleteVM":   `mutation($id: ID!) { deleteVM(id: $id) { id } }`,
+	} {
+		if r := h.GraphQL(t, "alice", "red", q, map[string]any{"id": vmA}); r.Code(t) != "NOT_FOUND" {
+			t.Errorf("%s from red: %s", name, r.Raw)
+		}
+	}
+	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { operation(id: $id) { id } }`, map[string]any{"id": created.Operation.ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("operation from red: %s", r.Raw)
+	}
+
+	// Quota (2 VMs) and bad input.
+	if r := h.GraphQL(t, "bob", "blue", createVM, in("alpha", "third")); r.Code(t) != "QUOTA_EXCEEDED" {
+		t.Errorf("third VM: %s", r.Raw)
+	}
+	bad := in("alpha", "Bad_Name")
+	r := h.GraphQL(t, "bob", "blue", createVM, bad)
+	if r.Code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != "input.name" {
+		t.Errorf("bad name: %s", r.Raw)
+	}
+
+	// Stop, then delete: the VM is gone and its address is free again.
+	var op gqlOp
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state kind } }`, map[string]any{"id": vmA}).OK(t).Into(t, "stopVM", &op)
+	poll(t, 20*time.Second, "stop", func() bool {
+		var vm gqlVM
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vmA}).OK(t).Into(t, "vm", &vm)
+		return vm.Status == "STOPPED"
+	})
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
+	if op.State != "SUCCEEDED" {
+		t.Errorf("stop operation: %+v", op)
+	}
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteVM(id: $id) { state kind } }`, map[string]any{"id": vmA}).OK(t).Into(t, "deleteVM", &op)
+	if op.State != "SUCCEEDED" || op.Kind != "DELETE_VM" {
+		t.Errorf("deleteVM: %+v", op)
+	}
+	if r := h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id } }`, map[string]any{"id": vmA}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("vm after delete: %s", r.Raw)
+	}
+	again := in("alpha", "web-a2")
+	again["in"].(map[string]any)["nics"] = []any{map[string]any{"network": nets["alpha"], "address": "10.1.0.2"}}
+	h.GraphQL(t, "bob", "blue", createVM, again).OK(t).Into(t, "createVM", &created)
+	if created.VM == nil || created.VM.IPAddresses[0] != "10.1.0.2" {
+		t.Errorf("re-using the released address: %+v", created)
+	}
+}
