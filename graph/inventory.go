@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
@@ -38,8 +39,8 @@ type request struct {
 
 // WithRequest returns ctx carrying the state of one operation: the
 // inventory session (each zone is read once per operation) and which zones
-// were already reported unavailable. The API handler calls it per
-// operation.
+// were already reported unavailable. The API handler calls it for every
+// query and mutation (not for subscriptions, which must read afresh).
 func WithRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
 }
@@ -123,19 +124,15 @@ func (r *Resolver) zoneDown(ctx context.Context, z zones.Zone, err error) {
 	graphql.AddError(ctx, apierr.ZoneDown(z.Name, err))
 }
 
-// parallel runs fn for every zone concurrently; zones whose fn fails are
-// reported unavailable.
-func (r *Resolver) parallel(ctx context.Context, zs []zones.Zone, fn func(z zones.Zone) error) {
-	errs := make([]error, len(zs))
-	var wg sync.WaitGroup
-	for i, z := range zs {
-		wg.Go(func() { errs[i] = fn(z) })
+// eachZone runs fn for every zone concurrently, each within the per-zone
+// timeout; zones whose fn fails are reported unavailable.
+func (r *Resolver) eachZone(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) {
+	inv := r.inventory()
+	if inv == nil {
+		return
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			r.zoneDown(ctx, zs[i], err)
-		}
+	for _, ze := range inv.Each(ctx, zs, fn) {
+		r.zoneDown(ctx, ze.Zone, ze.Err)
 	}
 }
 

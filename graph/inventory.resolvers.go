@@ -17,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/apierr"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/luthermonson/go-proxmox"
 )
 
 // Uptime is the resolver for the uptime field.
@@ -134,7 +135,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		mu  sync.Mutex
 		out []*model.VM
 	)
-	r.parallel(ctx, zs, func(z zones.Zone) error {
+	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
 		rs, err := s.Resources(ctx, z, "vm")
 		if err != nil {
 			return err

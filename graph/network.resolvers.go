@@ -71,25 +71,22 @@ func (r *queryResolver) Networks(ctx context.Context, zone *string, first *int) 
 	if err != nil {
 		return nil, err
 	}
-	inv := r.inventory()
 	var (
 		mu  sync.Mutex
 		out []*model.Network
 	)
-	r.parallel(ctx, zs, func(z zones.Zone) error {
-		return inv.One(ctx, z, func(ctx context.Context, z zones.Zone, c *proxmox.Client) error {
-			nets, err := network.List(ctx, c, scope.VDC.Name)
-			if err != nil {
-				return err
-			}
-			zm := zoneModel(z, r.AgentVersion)
-			mu.Lock()
-			defer mu.Unlock()
-			for _, nw := range nets {
-				out = append(out, networkModel(zm, nw, z.ID))
-			}
-			return nil
-		})
+	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, c *proxmox.Client) error {
+		nets, err := network.List(ctx, c, scope.VDC.Name)
+		if err != nil {
+			return err
+		}
+		zm := zoneModel(z, r.AgentVersion)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, nw := range nets {
+			out = append(out, networkModel(zm, nw, z.ID))
+		}
+		return nil
 	})
 	slices.SortFunc(out, func(a, b *model.Network) int {
 		return cmp.Or(cmp.Compare(a.Zone.Name, b.Zone.Name), cmp.Compare(a.Zone.ID, b.Zone.ID), cmp.Compare(a.Name, b.Name))

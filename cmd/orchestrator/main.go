@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,7 +36,7 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION]
+                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-agent-version V]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID`
@@ -90,6 +91,7 @@ func serve(ctx context.Context, args []string) error {
 	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
 	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
+	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,12 +109,13 @@ func serve(ctx context.Context, args []string) error {
 		DataDir:   *dataDir,
 		STUNAddr:  *stun,
 		API: orchestrator.APIConfig{
-			Issuer:      *issuer,
-			Audience:    *audience,
-			Claims:      auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogDir:  *catalogDir,
-			Tenant:      graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
-			ZoneTimeout: *zoneTimeout,
+			Issuer:       *issuer,
+			Audience:     *audience,
+			Claims:       auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogDir:   *catalogDir,
+			Tenant:       graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout:  *zoneTimeout,
+			AgentVersion: *agentVersion,
 		},
 		Logger: logger,
 	})
@@ -121,6 +124,15 @@ func serve(ctx context.Context, args []string) error {
 	}
 	meshnode.PrepareProcess(cmp.Or(*publicURL, "http://"))
 	return srv.Run(ctx)
+}
+
+// buildVersion is the module version of this build, as the agent of the
+// same build reports it ("dev" for builds from a work tree).
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 func keys(ctx context.Context, sub string, args []string, stdout io.Writer) error {

@@ -98,3 +98,13 @@ func TestKeys(t *testing.T) {
 		t.Errorf("keys against a data dir without orchestrator: %v", err)
 	}
 }
+
+// TestServeAPIFlags refuses an API configuration without an audience
+// before anything starts.
+func TestServeAPIFlags(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), "-oidc-issuer", "http://127.0.0.1:1"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "-oidc-audience") {
+		t.Errorf("serve without an audience: %v", err)
+	}
+}

@@ -52,7 +52,7 @@ func TestAllowlist(t *testing.T) {
 		{"GET", "/nodes/pve1/qemu/100/config/../../../../access/users"},
 		{"GET", "/nodes/a b/status"},
 		{"GET", "/nodes/pve1/storage/local/content/local:iso/../../../../access/users"},
-		{"GET", "/nodes/pve1/storage/local/content"+"/"},
+		{"GET", "/nodes/pve1/storage/local/content" + "/"},
 		{"PUT", "/nodes/pve1/storage/local/content/local:iso/x.iso"},
 	}
 	for _, c := range refused {

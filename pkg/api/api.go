@@ -40,8 +40,8 @@ import (
 type Config struct {
 	// Verifier checks bearer tokens.
 	Verifier *auth.Verifier
-	// Resolver holds the domain dependencies (catalog, tenant, and later
-	// inventory, VMs, networks). Resolver.Catalog is also used to check
+	// Resolver holds the domain dependencies (catalog, tenant, zone
+	// registry, enrollment keys). Resolver.Catalog is also used to check
 	// the FlexPlane-VDC-ID header.
 	Resolver *graph.Resolver
 	// Logger receives internal errors and panics; nil discards.
@@ -199,7 +199,8 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 
 // aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
 // header: a VDC the caller may not use, or that does not exist, fails the
-// whole operation with NOT_FOUND.
+// whole operation with NOT_FOUND. Queries and mutations get the per-operation
+// state of graph.WithRequest.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	p, ok := auth.FromContext(ctx)
 	if !ok {
@@ -212,7 +213,12 @@ func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.Operation
 		}
 		ctx = graph.WithVDCScope(ctx, scope)
 	}
-	return next(graph.WithRequest(ctx))
+	// Queries and mutations read each zone once; a subscription lives on
+	// and must read afresh each time.
+	if oc := graphql.GetOperationContext(ctx); oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
+		ctx = graph.WithRequest(ctx)
+	}
+	return next(ctx)
 }
 
 func (h *apiHandler) fail(ctx context.Context, err error) graphql.ResponseHandler {

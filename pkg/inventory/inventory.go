@@ -51,25 +51,6 @@ func New(cfg Config) (*Inventory, error) {
 	return &Inventory{cfg: cfg}, nil
 }
 
-// Timeout is the per-zone timeout.
-func (inv *Inventory) Timeout() time.Duration { return inv.cfg.Timeout }
-
-// Zones returns the registry's zones, sorted by name.
-func (inv *Inventory) Zones() []zones.Zone { return inv.cfg.Zones.Zones() }
-
-// ZoneByName returns the zone called name.
-func (inv *Inventory) ZoneByName(name string) (zones.Zone, bool) {
-	for _, z := range inv.Zones() {
-		if z.Name == name {
-			return z, true
-		}
-	}
-	return zones.Zone{}, false
-}
-
-// ZoneByID returns the zone with the cluster identity id.
-func (inv *Inventory) ZoneByID(id string) (zones.Zone, bool) { return inv.cfg.Zones.Zone(id) }
-
 // Client returns the go-proxmox client of a zone.
 func (inv *Inventory) Client(zoneID string) *proxmox.Client { return inv.cfg.Zones.Client(zoneID) }
 
@@ -219,9 +200,6 @@ type call struct {
 func (inv *Inventory) NewSession() *Session {
 	return &Session{inv: inv, calls: map[string]*call{}}
 }
-
-// Inventory is the session's inventory.
-func (s *Session) Inventory() *Inventory { return s.inv }
 
 func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context, c *proxmox.Client) (any, error)) (any, error) {
 	s.mu.Lock()

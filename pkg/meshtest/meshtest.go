@@ -22,12 +22,9 @@ package meshtest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -42,6 +39,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/zones"
 )
 
@@ -464,14 +462,5 @@ func randomHex(n int) string {
 // bypassing the mesh. Tests seed guests and inspect state with it.
 func (c *Cluster) Proxmox(t testing.TB) *proxmox.Client {
 	t.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(c.Sim.CACertPEM()) {
-		t.Fatal("meshtest: the cluster's CA does not parse")
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	id, secret, _ := strings.Cut(c.Token, "=")
-	return proxmox.NewClient(c.Sim.URL()+"/api2/json",
-		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
-		proxmox.WithAPIToken(id, secret))
+	return pvetest.Client(t, c.Sim, c.Token)
 }

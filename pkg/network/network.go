@@ -206,8 +206,12 @@ func Create(ctx context.Context, c *proxmox.Client, s Spec) (Network, error) {
 	if err := c.Post(ctx, "/cluster/sdn/vnets/"+n.VNet+"/subnets", map[string]any{
 		"subnet": pfx.String(), "type": "subnet", "gateway": gw.String(),
 	}, nil); err != nil {
+		// Remove the VNet again, and apply: another create may have
+		// applied it meanwhile.
 		if derr := c.Delete(ctx, "/cluster/sdn/vnets/"+n.VNet, nil); derr != nil {
 			err = errors.Join(err, fmt.Errorf("remove vnet again: %w", derr))
+		} else if aerr := Apply(ctx, c); aerr != nil {
+			err = errors.Join(err, aerr)
 		}
 		// A concurrent create may have taken an overlapping range.
 		if again, lerr := List(ctx, c, s.VDC); lerr == nil {

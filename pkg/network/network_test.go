@@ -2,12 +2,9 @@ package network_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -25,19 +23,8 @@ const token = "flexplane@pve!test=0123456789abcdef"
 // client for it.
 func cluster(t *testing.T) *proxmox.Client {
 	t.Helper()
-	sim, err := pvesim.Start(pvesim.Config{Cluster: "lab", Nodes: 2, Tokens: []string{token}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	id, secret, _ := strings.Cut(token, "=")
-	return proxmox.NewClient(sim.URL()+"/api2/json",
-		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
-		proxmox.WithAPIToken(id, secret))
+	_, c := pvetest.Start(t, pvesim.Config{Cluster: "lab", Nodes: 2}, token)
+	return c
 }
 
 func ctx(t *testing.T) context.Context {
@@ -217,5 +204,59 @@ func TestLifecycle(t *testing.T) {
 	}
 	if err := network.Delete(ctx(t), c, "red", n.VNet); !errors.Is(err, network.ErrNotFound) {
 		t.Errorf("second delete: %v", err)
+	}
+}
+
+// TestConcurrentCreates races creates in one VDC: of one name exactly one
+// wins (the others are ErrExists), of overlapping ranges exactly one wins
+// (the others are refused on cidr), and no VNet of a loser stays behind.
+func TestConcurrentCreates(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	race := func(specs []network.Spec) (wins int, errs []error) {
+		results := make(chan error, len(specs))
+		for _, s := range specs {
+			go func() { _, err := network.Create(ctx(t), c, s); results <- err }()
+		}
+		for range specs {
+			if err := <-results; err == nil {
+				wins++
+			} else {
+				errs = append(errs, err)
+			}
+		}
+		return wins, errs
+	}
+	var same, overlapping []network.Spec
+	for i := range 6 {
+		same = append(same, network.Spec{VDC: "red", Name: "web", CIDR: fmt.Sprintf("10.%d.0.0/24", i+1), Gateway: fmt.Sprintf("10.%d.0.1", i+1)})
+		overlapping = append(overlapping, network.Spec{VDC: "red", Name: fmt.Sprintf("db%d", i), CIDR: "172.16.0.0/16", Gateway: fmt.Sprintf("172.16.0.%d", i+1)})
+	}
+	wins, errs := race(same)
+	for _, err := range errs {
+		if !errors.Is(err, network.ErrExists) {
+			t.Errorf("same name: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Errorf("same name: %d wins", wins)
+	}
+	wins, errs = race(overlapping)
+	for _, err := range errs {
+		var ie *network.InputError
+		if !errors.As(err, &ie) || ie.Field != "cidr" {
+			t.Errorf("overlapping: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Errorf("overlapping: %d wins", wins)
+	}
+	nets, err := network.List(ctx(t), c, "red")
+	if err != nil || len(nets) != 2 {
+		t.Fatalf("networks = %+v, %v", nets, err)
+	}
+	var running []map[string]any
+	if err := c.Get(ctx(t), "/cluster/sdn/vnets?running=1", &running); err != nil || len(running) != 2 {
+		t.Errorf("running vnets = %v, %v", running, err)
 	}
 }
