@@ -3,12 +3,18 @@ package graph_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/images"
 	"github.com/flexplane/flexplane/pkg/meshtest"
 	"github.com/flexplane/flexplane/pkg/vmtest"
 )
@@ -90,6 +96,32 @@ func subscribe(t *testing.T, url, token, vdc, query string) []json.RawMessage {
 	}
 }
 
+// seedVMs fills the catalog as an admin (compute profile "small", storage
+// profile "ssd" on local-lvm in every zone, image "tiny" served over
+// loopback) and creates blue's network "lan" (10.1.0.0/24) in each zone; it
+// returns the networks' ids by zone.
+func seedVMs(t *testing.T, h *meshtest.Harness, zones ...string) map[string]string {
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	var pools []any
+	for _, z := range zones {
+		pools = append(pools, map[string]any{"zone": z, "pool": "local-lvm"})
+	}
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!, $p: [ZonePoolInput!]!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: $p}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum, "p": pools}).OK(t)
+	nets := map[string]string{}
+	for _, z := range zones {
+		var n struct{ ID string }
+		h.GraphQL(t, "bob", "blue", `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
+			map[string]any{"z": z}).OK(t).Into(t, "createNetwork", &n)
+		nets[z] = n.ID
+	}
+	return nets
+}
+
 const createVM = `mutation($in: CreateVMInput!) { createVM(input: $in) {
   vm { id name status ipAddresses zone { name } } operation { id kind state step vmId } } }`
 
@@ -107,25 +139,16 @@ func TestVMsEndToEnd(t *testing.T) {
 			v.Quotas.VMs = 2
 		}
 	}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}))
-	h.WaitOnline(t, 30*time.Second)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-
-	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100,
-	    pools: [{zone: "alpha", pool: "local-lvm"}, {zone: "beta", pool: "local-lvm"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": url, "c": sum}).OK(t)
-
-	nets := map[string]string{}
-	for _, z := range []string{"alpha", "beta"} {
-		var n struct{ ID string }
-		h.GraphQL(t, "bob", "blue", `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
-			map[string]any{"z": z}).OK(t).Into(t, "createNetwork", &n)
-		nets[z] = n.ID
+	opts := []meshtest.Option{
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}),
 	}
+	if os.Getenv("VMOPS_LOG") != "" {
+		opts = append(opts, meshtest.WithLogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	}
+	h := meshtest.New(t, opts...)
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha", "beta")
 	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).OK(t)
 
 	// An admin stages the image into alpha; beta stays absent.
@@ -138,7 +161,9 @@ func TestVMsEndToEnd(t *testing.T) {
 		t.Errorf("stageImage by a VDC member: %s", r.Raw)
 	}
 	poll(t, 30*time.Second, "tiny staged in alpha", func() bool {
-		var img struct{ Zones []struct{ Zone, State string } }
+		var img struct {
+			Zones []struct{ Zone, State string }
+		}
 		h.GraphQL(t, "admin", "", `{ image(name: "tiny") { zones { zone state reason } } }`, nil).OK(t).Into(t, "image", &img)
 		states := map[string]string{}
 		for _, z := range img.Zones {
@@ -252,5 +277,77 @@ func TestVMsEndToEnd(t *testing.T) {
 	h.GraphQL(t, "bob", "blue", createVM, again).OK(t).Into(t, "createVM", &created)
 	if created.VM == nil || created.VM.IPAddresses[0] != "10.1.0.2" {
 		t.Errorf("re-using the released address: %+v", created)
+	}
+}
+
+// TestCrashFinishedByNewOrchestrator: a create whose runner dies right
+// after the clone (here a compute service the test runs against the
+// harness's zone, stopped in its AfterStep) is finished by the next
+// orchestrator that starts: the VM ends RUNNING with its one address, once,
+// and that orchestrator reports the create's operation SUCCEEDED from what
+// Proxmox holds.
+func TestCrashFinishedByNewOrchestrator(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VMRecoverAfter: time.Nanosecond}))
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha")
+	ctx := vmtest.Ctx(t)
+
+	zone := h.Zone(t, h.Clusters[0])
+	zs := compute.StaticZones{{ID: zone.ID, Name: zone.Name, Client: h.Orchestrator.Zones().Client(zone.ID)}}
+	crashed := make(chan struct{})
+	var once sync.Once
+	var dying *compute.Service
+	dying, err := compute.New(compute.Config{Catalog: h.Catalog(t), Zones: zs, StaleAfter: time.Hour,
+		Logger: slog.New(slog.DiscardHandler),
+		AfterStep: func(ctx context.Context, _, step string) {
+			if step != "clone" {
+				return
+			}
+			once.Do(func() {
+				go func() { _ = dying.Shutdown(context.Background()); close(crashed) }()
+			})
+			<-ctx.Done()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := catalog.Get[*catalog.Image](ctx, h.Catalog(t), "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dying.Images().Ensure(ctx, images.Target{Zone: zone.Name, Client: zs[0].Client, Storages: []string{"local-lvm"}}, img); err != nil {
+		t.Fatal(err)
+	}
+	vm, op, err := dying.CreateVM(ctx, compute.CreateInput{VDC: "blue", Name: "phoenix", Zone: "alpha", Image: "tiny",
+		ComputeProfile: "small", StorageProfile: "ssd", DiskGiB: 4, NICs: []compute.NICInput{{Network: nets["alpha"]}}, User: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-crashed
+
+	h.RestartOrchestrator(t)
+	var got gqlVM
+	poll(t, 30*time.Second, "the new orchestrator to finish the create", func() bool {
+		r := h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": vm.ID})
+		if len(r.Errors) > 0 {
+			return false // not listed until its VDC tag is written
+		}
+		r.Into(t, "vm", &got)
+		return got.Status == "RUNNING"
+	})
+	if got.Name != "phoenix" || len(got.IPAddresses) != 1 || got.IPAddresses[0] != "10.1.0.2" {
+		t.Errorf("recovered VM %+v", got)
+	}
+	var fin gqlOp
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &fin)
+	if fin.State != "SUCCEEDED" {
+		t.Errorf("operation on the new orchestrator: %+v", fin)
+	}
+	var vms []gqlVM
+	h.GraphQL(t, "bob", "blue", `{ vms { name ipAddresses } }`, nil).OK(t).Into(t, "vms", &vms)
+	if len(vms) != 1 {
+		t.Errorf("vms after recovery: %+v, want one", vms)
 	}
 }

@@ -297,5 +297,5 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 		}
 	}
 	s.a.log.Debug("agent: proxied", "method", method, "path", path, "status", resp.status, "duration", time.Since(start))
-	return &agentv1.ProxyResponse{StatusCode: int32(resp.status), Body: resp.body, ContentType: resp.contentType}, nil
+	return &agentv1.ProxyResponse{StatusCode: int32(resp.status), StatusText: resp.reason, Body: resp.body, ContentType: resp.contentType}, nil
 }

@@ -106,6 +106,7 @@ func formatFingerprint(b []byte) string {
 // pveResponse is a relayed Proxmox answer.
 type pveResponse struct {
 	status      int
+	reason      string // the status line's reason phrase (Proxmox's error message)
 	body        []byte
 	contentType string
 }
@@ -139,7 +140,8 @@ func (p *pve) do(ctx context.Context, method, path, query string, body []byte, c
 	if len(data) > maxResponse {
 		return pveResponse{}, errTooLarge
 	}
-	return pveResponse{status: resp.StatusCode, body: data, contentType: resp.Header.Get("Content-Type")}, nil
+	_, reason, _ := strings.Cut(resp.Status, " ")
+	return pveResponse{status: resp.StatusCode, reason: reason, body: data, contentType: resp.Header.Get("Content-Type")}, nil
 }
 
 // get fetches path and decodes the "data" member of the answer into v.

@@ -150,13 +150,26 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Run calls Recover every RecoverInterval until ctx ends.
+// Run calls Recover every RecoverInterval, and at once whenever a zone
+// comes into reach (an orchestrator that just started sees its zones only
+// as their agents connect), until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.RecoverInterval)
+	t := time.NewTicker(min(s.cfg.RecoverInterval, time.Second))
 	defer t.Stop()
+	seen := map[string]bool{}
+	var last time.Time
 	for {
-		if err := s.Recover(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("recover", "err", err)
+		fresh := false
+		for _, z := range s.cfg.Zones.Zones(ctx) {
+			if !seen[z.ID] {
+				seen[z.ID], fresh = true, true
+			}
+		}
+		if fresh || time.Since(last) >= s.cfg.RecoverInterval {
+			if err := s.Recover(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("recover", "err", err)
+			}
+			last = time.Now()
 		}
 		select {
 		case <-ctx.Done():

@@ -250,6 +250,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		return nil, nil, internal("reserving quota failed", err)
 	}
 	fail := func(err error) (*VM, *Operation, error) {
+		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
 		return nil, nil, err
 	}
@@ -271,6 +272,11 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	vmid, upid, err := s.clone(ctx, p.zone, *p.tpl, intent)
 	if err != nil {
 		return fail(internal("cloning the template failed", err))
+	}
+	// Readers of the IPAM see the VM's addresses at once (the runner
+	// assigns them again, idempotently, should this fail).
+	if err := s.assign(ctx, p.zone, vmid, intent); err != nil {
+		s.log.Warn("assigning addresses", "vmid", vmid, "err", err)
 	}
 	return s.startRunner(p.zone, vmid, upid, intent), s.opOf(p.zone, vmid, intent), nil
 }

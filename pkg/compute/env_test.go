@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -180,8 +179,6 @@ func (e *env) stage(z *vmtest.Zone) {
 		e.t.Fatalf("stage: %v", err)
 	}
 }
-
-func hasTag(tags, tag string) bool { return slices.Contains(strings.Split(tags, ";"), tag) }
 
 // testLogger discards logs unless VMOPS_LOG is set (then debug to stderr).
 func testLogger() *slog.Logger {

@@ -114,11 +114,21 @@ func parseOpID(id string) (opRef, bool) {
 	return opRef{}, false
 }
 
-// record stores (or updates) an operation of this process.
+// keepOps is how long this process remembers an ended operation (after
+// that, it is derived from Proxmox like any other replica does).
+const keepOps = time.Hour
+
+// record stores (or updates) an operation of this process and forgets
+// operations that ended more than keepOps ago.
 func (s *Service) record(vdc string, op Operation) {
 	op.Updated = time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for id, st := range s.ops {
+		if st.op.Done() && time.Since(st.op.Updated) > keepOps {
+			delete(s.ops, id)
+		}
+	}
 	s.ops[op.ID] = &opState{vdc: vdc, op: op}
 }
 

@@ -36,6 +36,8 @@ type APISpec struct {
 	ZoneTimeout time.Duration
 	// MaxComplexity bounds queries; 0 keeps the API's default.
 	MaxComplexity int
+	// VMRecoverAfter is the orchestrator's APIConfig.VMRecoverAfter.
+	VMRecoverAfter time.Duration
 	// AgentVersion is the agent version the orchestrator ships (the
 	// harness's agents report "meshtest"). Default "meshtest".
 	AgentVersion string
@@ -140,13 +142,14 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		return orchestrator.APIConfig{}
 	}
 	return orchestrator.APIConfig{
-		Issuer:        h.api.idp.Issuer(),
-		Audience:      APIClientID,
-		CatalogDir:    h.catalogDir(),
-		Tenant:        graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
-		ZoneTimeout:   h.opts.api.ZoneTimeout,
-		MaxComplexity: h.opts.api.MaxComplexity,
-		AgentVersion:  h.opts.api.AgentVersion,
+		Issuer:         h.api.idp.Issuer(),
+		Audience:       APIClientID,
+		CatalogDir:     h.catalogDir(),
+		Tenant:         graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
+		ZoneTimeout:    h.opts.api.ZoneTimeout,
+		MaxComplexity:  h.opts.api.MaxComplexity,
+		VMRecoverAfter: h.opts.api.VMRecoverAfter,
+		AgentVersion:   h.opts.api.AgentVersion,
 	}
 }
 

@@ -192,6 +192,10 @@ func TestMesh(t *testing.T) {
 		if err != nil || missing.GetStatusCode() < 400 {
 			t.Fatalf("Proxy of an unknown node: %v %v, want a Proxmox error status", missing, err)
 		}
+		// with Proxmox's message, which it writes in the status line only.
+		if !strings.Contains(missing.GetStatusText(), "pve9") {
+			t.Errorf("Proxy of an unknown node: status text %q, want Proxmox's message", missing.GetStatusText())
+		}
 		record(missing)
 
 		// A mesh node without tag:orchestrator cannot reach an agent at all

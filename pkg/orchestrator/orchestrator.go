@@ -98,6 +98,11 @@ type APIConfig struct {
 	// HTTPClient fetches the issuer's discovery document and signing keys;
 	// nil is http.DefaultClient.
 	HTTPClient *http.Client
+	// VMRecoverAfter is how old an unfinished VM create must be before
+	// this orchestrator, not running it, finishes or cleans it up (another
+	// replica may still be working on it until then). Default 2m
+	// (compute.Config.StaleAfter).
+	VMRecoverAfter time.Duration
 }
 
 // Server is an orchestrator.
@@ -285,7 +290,8 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.RegistryZones(registry), Logger: s.log.With("component", "compute")})
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.RegistryZones(registry),
+		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -73,8 +73,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for _, tg := range targets {
 		resp, err := tg.client.Proxy(req.Context(), preq)
 		if err == nil {
+			reason := resp.GetStatusText()
+			if reason == "" {
+				reason = http.StatusText(int(resp.GetStatusCode()))
+			}
 			return &http.Response{
-				Status:        strconv.Itoa(int(resp.GetStatusCode())) + " " + http.StatusText(int(resp.GetStatusCode())),
+				Status:        strconv.Itoa(int(resp.GetStatusCode())) + " " + reason,
 				StatusCode:    int(resp.GetStatusCode()),
 				Proto:         "HTTP/1.1",
 				ProtoMajor:    1,

@@ -379,7 +379,11 @@ type ProxyResponse struct {
 	// Response body as returned by Proxmox.
 	Body []byte `protobuf:"bytes,2,opt,name=body,proto3" json:"body,omitempty"`
 	// Content type of the response body.
-	ContentType   string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Reason phrase of the status line as Proxmox sent it. Proxmox writes its
+	// error messages there (e.g. "IP '10.0.0.5' already exist"), not in the
+	// body, so clients need it to tell one refusal from another.
+	StatusText    string `protobuf:"bytes,4,opt,name=status_text,json=statusText,proto3" json:"status_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,6 +439,13 @@ func (x *ProxyResponse) GetContentType() string {
 	return ""
 }
 
+func (x *ProxyResponse) GetStatusText() string {
+	if x != nil {
+		return x.StatusText
+	}
+	return ""
+}
+
 var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
@@ -457,12 +468,14 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
 	"\x05query\x18\x03 \x01(\tR\x05query\x12\x12\n" +
 	"\x04body\x18\x04 \x01(\fR\x04body\x12!\n" +
-	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\"g\n" +
+	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\"\x88\x01\n" +
 	"\rProxyResponse\x12\x1f\n" +
 	"\vstatus_code\x18\x01 \x01(\x05R\n" +
 	"statusCode\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
-	"\fcontent_type\x18\x03 \x01(\tR\vcontentType*g\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x1f\n" +
+	"\vstatus_text\x18\x04 \x01(\tR\n" +
+	"statusText*g\n" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
