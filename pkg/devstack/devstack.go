@@ -91,7 +91,7 @@ type Cluster struct {
 }
 
 // Clusters are the stack's simulated clusters (zones).
-var Clusters = []Cluster{{Name: "fra1", Nodes: 3}, {Name: "hel1", Nodes: 2}}
+func Clusters() []Cluster { return []Cluster{{Name: "fra1", Nodes: 3}, {Name: "hel1", Nodes: 2}} }
 
 // Config configures a dev stack.
 type Config struct {
@@ -127,8 +127,8 @@ type stackState struct {
 	ImageAddr string `json:"imageAddr"`
 }
 
-// Stack is a dev stack being run.
-type Stack struct {
+// stack is a dev stack being run.
+type stack struct {
 	cfg   Config
 	log   *slog.Logger
 	mux   *logMux
@@ -180,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("devstack: %w", err)
 		}
 	}
-	s := &Stack{
+	s := &stack{
 		cfg:  cfg,
 		mux:  &logMux{out: cfg.Stdout, dir: filepath.Join(dir, "logs"), w: len("agent hel1-pve2")},
 		url:  "http://" + cfg.Addr,
@@ -204,11 +204,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (s *Stack) path(elem ...string) string {
+func (s *stack) path(elem ...string) string {
 	return filepath.Join(append([]string{s.cfg.Dir}, elem...)...)
 }
 
-func (s *Stack) run(ctx context.Context) error {
+func (s *stack) run(ctx context.Context) error {
 	start := time.Now()
 	if err := s.build(ctx); err != nil {
 		return err
@@ -236,7 +236,7 @@ func (s *Stack) run(ctx context.Context) error {
 
 	// Images and their server.
 	refs := map[string]imageRef{}
-	for _, img := range standIns {
+	for _, img := range standIns() {
 		sum, err := writeStandIn(s.path("images", img.File))
 		if err != nil {
 			idpLn.Close()
@@ -279,7 +279,7 @@ func (s *Stack) run(ctx context.Context) error {
 		url, fingerprint, tokenFile string
 	}
 	sims := map[string]*sim{}
-	for _, c := range Clusters {
+	for _, c := range Clusters() {
 		secret := make([]byte, 16)
 		rand.Read(secret)
 		token := "flexplane@pve!agent=" + hex.EncodeToString(secret)
@@ -350,7 +350,7 @@ func (s *Stack) run(ctx context.Context) error {
 
 	// Agents, enrolled with a key the orchestrator makes.
 	var keyFile string
-	for _, c := range Clusters {
+	for _, c := range Clusters() {
 		for i := 1; i <= c.Nodes; i++ {
 			if !meshnode.HasState(s.path("agents", fmt.Sprintf("%s-pve%d", c.Name, i))) {
 				keyFile = s.path("agents", "enroll.key")
@@ -367,7 +367,7 @@ func (s *Stack) run(ctx context.Context) error {
 			return fmt.Errorf("enrollment key: %w", err)
 		}
 	}
-	for _, c := range Clusters {
+	for _, c := range Clusters() {
 		sm := sims[c.Name]
 		for i := 1; i <= c.Nodes; i++ {
 			name := fmt.Sprintf("%s-pve%d", c.Name, i)
@@ -390,7 +390,7 @@ func (s *Stack) run(ctx context.Context) error {
 		}
 	}
 	hosts := 0
-	for _, c := range Clusters {
+	for _, c := range Clusters() {
 		hosts += c.Nodes
 	}
 	if err := s.poll(ctx, 90*time.Second, fmt.Sprintf("all %d hosts online", hosts), func() error {
@@ -416,7 +416,7 @@ func (s *Stack) run(ctx context.Context) error {
 
 	// Demo data and tokens.
 	var zoneNames []string
-	for _, c := range Clusters {
+	for _, c := range Clusters() {
 		zoneNames = append(zoneNames, c.Name)
 	}
 	sd := &seeder{log: s.log, clients: clients, images: refs, zones: zoneNames, ctx: ctx}
@@ -443,7 +443,7 @@ func (s *Stack) run(ctx context.Context) error {
 }
 
 // banner logs what a newcomer needs: users, passwords, addresses.
-func (s *Stack) banner(issuer, images string, build, total time.Duration) {
+func (s *stack) banner(issuer, images string, build, total time.Duration) {
 	s.log.Info("stack up", "build", build.Round(100*time.Millisecond).String(), "total", total.Round(100*time.Millisecond).String())
 	lines := []string{
 		"portal   " + s.url + "/",
@@ -461,7 +461,7 @@ func (s *Stack) banner(issuer, images string, build, total time.Duration) {
 
 // start starts a child and watches it: its exit before the stack stops is
 // reported on s.died.
-func (s *Stack) start(spec procSpec) (*proc, error) {
+func (s *stack) start(spec procSpec) (*proc, error) {
 	p, err := s.mux.start(spec)
 	if err != nil {
 		return nil, err
@@ -479,7 +479,7 @@ func (s *Stack) start(spec procSpec) (*proc, error) {
 }
 
 // stopAll stops every child, the last started first, and waits for them.
-func (s *Stack) stopAll() {
+func (s *stack) stopAll() {
 	s.once.Do(func() {
 		var wg sync.WaitGroup
 		// Agents first (they would only reconnect), then the rest.
@@ -501,7 +501,7 @@ func (s *Stack) stopAll() {
 }
 
 // await waits for ch, a dying child, ctx or the timeout.
-func (s *Stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Duration, what string) error {
+func (s *stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Duration, what string) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -518,7 +518,7 @@ func (s *Stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Dura
 
 // poll calls f until it succeeds, a child dies, ctx ends or the timeout
 // passes (then its last error is returned).
-func (s *Stack) poll(ctx context.Context, timeout time.Duration, what string, f func() error) error {
+func (s *stack) poll(ctx context.Context, timeout time.Duration, what string, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
@@ -543,7 +543,7 @@ func (s *Stack) poll(ctx context.Context, timeout time.Duration, what string, f 
 
 // build builds the binaries into Dir/bin; go build relinks only what
 // changed.
-func (s *Stack) build(ctx context.Context) error {
+func (s *stack) build(ctx context.Context) error {
 	t := time.Now()
 	_, err := s.mux.run(ctx, "go build", s.cfg.RepoDir, s.cfg.Go, "build", "-o", s.path("bin")+string(filepath.Separator),
 		"./cmd/orchestrator", "./cmd/agent", "./cmd/pvesim")
@@ -555,7 +555,7 @@ func (s *Stack) build(ctx context.Context) error {
 }
 
 // orchestratorHasFlag reports whether `orchestrator serve` knows -name.
-func (s *Stack) orchestratorHasFlag(ctx context.Context, name string) bool {
+func (s *stack) orchestratorHasFlag(ctx context.Context, name string) bool {
 	out, _ := exec.CommandContext(ctx, s.path("bin", "orchestrator"), "serve", "-h").CombinedOutput()
 	return strings.Contains(string(out), "-"+name+" ")
 }

@@ -23,9 +23,11 @@ type standIn struct {
 }
 
 // standIns are the images of the demo catalog.
-var standIns = []standIn{
-	{Name: "debian-12", Description: "Debian 12 (bookworm), generic cloud image (dev stand-in)", Version: "12.8", File: "debian-12-genericcloud-amd64.qcow2"},
-	{Name: "ubuntu-24.04", Description: "Ubuntu 24.04 LTS (noble), server cloud image (dev stand-in)", Version: "24.04", File: "ubuntu-24.04-server-cloudimg-amd64.qcow2"},
+func standIns() []standIn {
+	return []standIn{
+		{Name: "debian-12", Description: "Debian 12 (bookworm), generic cloud image (dev stand-in)", Version: "12.8", File: "debian-12-genericcloud-amd64.qcow2"},
+		{Name: "ubuntu-24.04", Description: "Ubuntu 24.04 LTS (noble), server cloud image (dev stand-in)", Version: "24.04", File: "ubuntu-24.04-server-cloudimg-amd64.qcow2"},
+	}
 }
 
 // standInSize is the size of a stand-in image file.

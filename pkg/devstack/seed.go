@@ -20,10 +20,13 @@ type demoVDC struct {
 	member string
 }
 
-var demoVDCs = []demoVDC{
-	{name: "prod", description: "Production", member: "alice", cidrs: map[string]string{"fra1": "10.10.1.0/24", "hel1": "10.10.2.0/24"}},
-	{name: "dev", description: "Development", member: "alice", cidrs: map[string]string{"fra1": "10.20.1.0/24", "hel1": "10.20.2.0/24"}},
-	{name: "staging", description: "Staging", member: "bob", cidrs: map[string]string{"fra1": "10.30.1.0/24", "hel1": "10.30.2.0/24"}},
+// demoVDCs are the VDCs of the demo data.
+func demoVDCs() []demoVDC {
+	return []demoVDC{
+		{name: "prod", description: "Production", member: "alice", cidrs: map[string]string{"fra1": "10.10.1.0/24", "hel1": "10.10.2.0/24"}},
+		{name: "dev", description: "Development", member: "alice", cidrs: map[string]string{"fra1": "10.20.1.0/24", "hel1": "10.20.2.0/24"}},
+		{name: "staging", description: "Staging", member: "bob", cidrs: map[string]string{"fra1": "10.30.1.0/24", "hel1": "10.30.2.0/24"}},
+	}
 }
 
 // demoVM is a VM of the demo data.
@@ -31,10 +34,13 @@ type demoVM struct {
 	vdc, name, zone, image, compute, storage string
 }
 
-var demoVMs = []demoVM{
-	{vdc: "prod", name: "web-1", zone: "fra1", image: "debian-12", compute: "small", storage: "ssd-standard"},
-	{vdc: "prod", name: "db-1", zone: "hel1", image: "ubuntu-24.04", compute: "medium", storage: "nvme-performance"},
-	{vdc: "staging", name: "app-1", zone: "fra1", image: "ubuntu-24.04", compute: "small", storage: "ssd-standard"},
+// demoVMs are the VMs of the demo data.
+func demoVMs() []demoVM {
+	return []demoVM{
+		{vdc: "prod", name: "web-1", zone: "fra1", image: "debian-12", compute: "small", storage: "ssd-standard"},
+		{vdc: "prod", name: "db-1", zone: "hel1", image: "ubuntu-24.04", compute: "medium", storage: "nvme-performance"},
+		{vdc: "staging", name: "app-1", zone: "fra1", image: "ubuntu-24.04", compute: "small", storage: "ssd-standard"},
+	}
 }
 
 // seeder creates the demo data through the GraphQL API; every step first
@@ -105,7 +111,7 @@ func (s *seeder) createMissing(ctx context.Context, what, listQuery, field, muta
 
 func (s *seeder) vdcs(ctx context.Context) error {
 	var in []map[string]any
-	for _, v := range demoVDCs {
+	for _, v := range demoVDCs() {
 		in = append(in, map[string]any{"name": v.name, "description": v.description,
 			"quotas": map[string]any{"vcpus": 64, "memoryMiB": 131072, "storageGiB": 2000, "vms": 20}})
 	}
@@ -152,7 +158,7 @@ func (s *seeder) imageCatalog(ctx context.Context) error {
 	if err := admin.Do(ctx, "", `{ images { name url checksum } }`, nil, &d); err != nil {
 		return err
 	}
-	for _, img := range standIns {
+	for _, img := range standIns() {
 		ref := s.images[img.Name]
 		sum := "sha256:" + ref.checksum
 		i := slices.IndexFunc(d.Images, func(x struct{ Name, URL, Checksum string }) bool { return x.Name == img.Name })
@@ -180,7 +186,7 @@ func (s *seeder) imageCatalog(ctx context.Context) error {
 // networks creates the network "main" of every VDC in every zone, as the
 // VDC's member.
 func (s *seeder) networks(ctx context.Context) error {
-	for _, v := range demoVDCs {
+	for _, v := range demoVDCs() {
 		c := s.clients[v.member]
 		var d struct {
 			Networks []struct {
@@ -231,7 +237,7 @@ func (s *seeder) vms(ctx context.Context) error {
 		s.log.Warn("the API has no createVM yet: no demo VMs")
 		return nil
 	}
-	for _, vm := range demoVMs {
+	for _, vm := range demoVMs() {
 		c := s.clients[memberOf(vm.vdc)]
 		var d struct {
 			VMs []struct{ Name string } `json:"vms"`
@@ -269,7 +275,7 @@ func userOf(image string) string {
 }
 
 func memberOf(vdc string) string {
-	for _, v := range demoVDCs {
+	for _, v := range demoVDCs() {
 		if v.name == vdc {
 			return v.member
 		}
