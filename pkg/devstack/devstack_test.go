@@ -12,29 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe for the mux's writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // protected by mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestStandInImagesAreServedWithTheirChecksums(t *testing.T) {
 	t.Parallel()
@@ -77,7 +58,8 @@ func TestStandInImagesAreServedWithTheirChecksums(t *testing.T) {
 
 func TestLogMuxPrefixesLinesAndKeepsFiles(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	// Read only after Close, which waits for the writers.
+	var out bytes.Buffer
 	m := &logMux{out: &out, dir: t.TempDir(), w: 5}
 	a, err := m.source("a")
 	if err != nil {
