@@ -274,9 +274,13 @@ func (s *stack) run(ctx context.Context) error {
 	}
 	defer idp.Close()
 
-	// Simulated clusters.
+	// Simulated clusters. Their certificates (and so the zones' identities)
+	// are kept in Dir/pve; every node has its own API endpoint, which its
+	// agent uses, as an agent uses its node's local API.
+	type endpoint struct{ url, fingerprint string }
 	type sim struct {
-		url, fingerprint, tokenFile string
+		tokenFile string
+		nodes     map[string]endpoint // protected by mu until ready is closed
 	}
 	sims := map[string]*sim{}
 	for _, c := range Clusters() {
@@ -287,30 +291,33 @@ func (s *stack) run(ctx context.Context) error {
 		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("pve token: %w", err)
 		}
-		sm := &sim{tokenFile: tokenFile}
-		got := make(chan struct{})
+		sm := &sim{tokenFile: tokenFile, nodes: map[string]endpoint{}}
+		ready := make(chan struct{})
 		var mu sync.Mutex
 		_, err := s.start(procSpec{
 			name: "pvesim " + c.Name,
 			path: s.path("bin", "pvesim"),
 			args: []string{"--listen", "127.0.0.1:0", "--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
-				"--token", token, "--timing", "realistic", "--log-level", s.cfg.LogLevel},
+				"--token", token, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+				"--log-level", s.cfg.LogLevel},
 			stdout: func(line string) {
+				// "node pve2: https://127.0.0.1:PORT/api2/json fingerprint AB:CD:..."
+				var node, u, fp string
+				if n, _ := fmt.Sscanf(line, "node %s %s fingerprint %s", &node, &u, &fp); n != 3 {
+					return
+				}
 				mu.Lock()
 				defer mu.Unlock()
-				if v, ok := strings.CutPrefix(line, "url: "); ok {
-					sm.url = strings.TrimSuffix(v, "/api2/json")
-				}
-				if v, ok := strings.CutPrefix(line, "fingerprint: "); ok {
-					sm.fingerprint = v
-					close(got)
+				sm.nodes[strings.TrimSuffix(node, ":")] = endpoint{url: strings.TrimSuffix(u, "/api2/json"), fingerprint: fp}
+				if len(sm.nodes) == c.Nodes {
+					close(ready)
 				}
 			},
 		})
 		if err != nil {
 			return err
 		}
-		if err := s.await(ctx, got, 30*time.Second, "pvesim "+c.Name+" to print its address"); err != nil {
+		if err := s.await(ctx, ready, 30*time.Second, "pvesim "+c.Name+" to print its nodes' addresses"); err != nil {
 			return err
 		}
 		sims[c.Name] = sm
@@ -370,15 +377,17 @@ func (s *stack) run(ctx context.Context) error {
 	for _, c := range Clusters() {
 		sm := sims[c.Name]
 		for i := 1; i <= c.Nodes; i++ {
-			name := fmt.Sprintf("%s-pve%d", c.Name, i)
+			node := fmt.Sprintf("pve%d", i)
+			ep := sm.nodes[node]
+			name := c.Name + "-" + node
 			state := s.path("agents", name)
 			env := []string{
 				"FLEXPLANE_CONTROL_URL=" + s.url,
 				"FLEXPLANE_STATE_DIR=" + state,
-				fmt.Sprintf("FLEXPLANE_NODE_NAME=pve%d", i),
-				"FLEXPLANE_PVE_URL=" + sm.url,
+				"FLEXPLANE_NODE_NAME=" + node,
+				"FLEXPLANE_PVE_URL=" + ep.url,
 				"FLEXPLANE_PVE_TOKEN_FILE=" + sm.tokenFile,
-				"FLEXPLANE_PVE_FINGERPRINT=" + sm.fingerprint,
+				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
 				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
 			}
 			if !meshnode.HasState(state) {
