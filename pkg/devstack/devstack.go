@@ -121,10 +121,14 @@ type Config struct {
 
 // stackState is Dir/stack.json: addresses that should stay the same across
 // restarts (the issuer URL is in every token; image URLs are in the
-// catalog).
+// catalog), and the URLs scripts need (the portal's browser tests take the
+// issuer from here).
 type stackState struct {
 	IDPAddr   string `json:"idpAddr"`
 	ImageAddr string `json:"imageAddr"`
+	// URL is the stack's public URL, Issuer the OpenID issuer's.
+	URL    string `json:"url"`
+	Issuer string `json:"issuer"`
 }
 
 // stack is a dev stack being run.
@@ -229,7 +233,8 @@ func (s *stack) run(ctx context.Context) error {
 		idpLn.Close()
 		return err
 	}
-	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String()}
+	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
+		Issuer: "http://" + idpLn.Addr().String()}
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
 	}

@@ -3,9 +3,11 @@ package devstack_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -280,6 +282,26 @@ func TestStack(t *testing.T) {
 		want := []string{"fra1/pve1 ONLINE", "fra1/pve2 ONLINE", "fra1/pve3 ONLINE", "hel1/pve1 ONLINE", "hel1/pve2 ONLINE"}
 		if !slices.Equal(hosts, want) {
 			t.Errorf("hosts %q, want %q", hosts, want)
+		}
+	})
+
+	t.Run("stack.json", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ URL, Issuer string }
+		if err := json.Unmarshal(b, &st); err != nil || st.URL != "http://"+addr {
+			t.Fatalf("stack.json %s: %v", b, err)
+		}
+		resp, err := http.Get(st.Issuer + "/.well-known/openid-configuration")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var doc struct{ Issuer string }
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || doc.Issuer != st.Issuer {
+			t.Fatalf("discovery of %s: issuer %q, %v", st.Issuer, doc.Issuer, err)
 		}
 	})
 
