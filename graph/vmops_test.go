@@ -340,11 +340,14 @@ func TestCrashFinishedByNewOrchestrator(t *testing.T) {
 	if got.Name != "phoenix" || len(got.IPAddresses) != 1 || got.IPAddresses[0] != "10.1.0.2" {
 		t.Errorf("recovered VM %+v", got)
 	}
-	var fin gqlOp
-	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &fin)
-	if fin.State != "SUCCEEDED" {
-		t.Errorf("operation on the new orchestrator: %+v", fin)
-	}
+	poll(t, 10*time.Second, "the operation to succeed on the new orchestrator", func() bool {
+		var fin gqlOp
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &fin)
+		if fin.State == "FAILED" {
+			t.Fatalf("operation on the new orchestrator: %+v", fin)
+		}
+		return fin.State == "SUCCEEDED"
+	})
 	var vms []gqlVM
 	h.GraphQL(t, "bob", "blue", `{ vms { name ipAddresses } }`, nil).OK(t).Into(t, "vms", &vms)
 	if len(vms) != 1 {

@@ -247,13 +247,18 @@ func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Guest, in *I
 	return "finish"
 }
 
-// WatchInterval is how often Watch reads an operation.
-const WatchInterval = 50 * time.Millisecond
+// WatchInterval is how often Watch reads an operation this process runs
+// (from memory); RemoteWatchInterval how often it derives one another
+// replica runs from Proxmox (two or three API calls each time).
+const (
+	WatchInterval       = 50 * time.Millisecond
+	RemoteWatchInterval = 500 * time.Millisecond
+)
 
 // Watch sends the operation id of vdc whenever it changes, until it ends
 // (the last value sent is the final one) or ctx ends; then the channel is
 // closed. It reads the operation like Operation does, so it works on any
-// replica.
+// replica (polling: a process has no other news of another's progress).
 func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, error) {
 	first, err := s.Operation(ctx, vdc, id)
 	if err != nil {
@@ -264,7 +269,11 @@ func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, 
 		defer close(ch)
 		cur := *first
 		ch <- cur
-		t := time.NewTicker(WatchInterval)
+		every := RemoteWatchInterval
+		if _, ok := s.local(id); ok {
+			every = WatchInterval
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for !cur.Done() {
 			select {

@@ -182,3 +182,47 @@ func TestOrphanedAddressReleased(t *testing.T) {
 		t.Error("a mapping flexplane did not make was released")
 	}
 }
+
+// TestTwoReplicasRecoverAtOnce: two fresh replicas finish one crashed
+// create at the same time; their conditional, idempotent steps converge on
+// one running VM with one address and no reservation left.
+func TestTwoReplicasRecoverAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	ctx := vmtest.Ctx(t)
+	vm, _ := crashAfterClone(t, e)
+	a, b := e.newService(e.cfg), e.newService(e.cfg)
+	var wg sync.WaitGroup
+	for _, svc := range []*compute.Service{a, b} {
+		wg.Go(func() {
+			if err := svc.Recover(ctx); err != nil {
+				t.Errorf("recover: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := a.VM(ctx, "blue", vm.ID)
+	if err != nil || got.Status != compute.StatusRunning {
+		t.Fatalf("vm after two recoveries: %+v, %v", got, err)
+	}
+	guests, err := pveapi.Guests(ctx, e.zones[0].Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range guests {
+		if g.Name == "phoenix" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d guests named phoenix, want 1", n)
+	}
+	if ms := e.flexMappings(e.zones[0]); len(ms) != 1 {
+		t.Errorf("mappings %+v, want 1", ms)
+	}
+	if s := e.snapshot(); s.reserved != 0 {
+		t.Errorf("%d reservations left", s.reserved)
+	}
+}

@@ -167,7 +167,10 @@ func (n *Node) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
 	}
 	for _, p := range st.Peer {
 		if slices.Contains(p.TailscaleIPs, ip) {
-			return p.Online, nil
+			// Until the peer has reported how to reach it (its DERP home
+			// or an endpoint), a handshake to it is lost and retried only
+			// after 5s.
+			return p.Online && (p.Relay != "" || len(p.Addrs) > 0), nil
 		}
 	}
 	return false, nil

@@ -345,7 +345,29 @@ func TestMesh(t *testing.T) {
 			return len(h.Orchestrator.Zones().Zones()) == 2
 		})
 		h.WaitOnline(t, 60*time.Second)
-		t.Logf("all agents online again %v after the restart began", time.Since(s).Round(time.Millisecond))
+		t.Logf("all hosts online again %v after the restart began", time.Since(s).Round(time.Millisecond))
+		// The agents are connected to the new control server (not only
+		// reachable over tunnels that outlived the old one).
+		meshtest.WaitFor(t, 60*time.Second, "agents connected to the new control server", func() bool {
+			nodes, err := h.Orchestrator.Control().Nodes(t.Context())
+			if err != nil {
+				return false
+			}
+			online := 0
+			for _, n := range nodes {
+				if n.Online && n.HasTag(meshcontrol.TagAgent) {
+					online++
+				}
+			}
+			running := 0
+			for _, a := range h.Agents() {
+				if a.Running() != nil {
+					running++
+				}
+			}
+			return online == running
+		})
+		t.Logf("all agents reconnected %v after the restart began", time.Since(s).Round(time.Millisecond))
 		nodes, err := h.Orchestrator.Zones().Client(h.Zone(t, beta).ID).Nodes(t.Context())
 		if err != nil || len(nodes) != 2 {
 			t.Fatalf("beta nodes after restart: %v %v", nodes, err)

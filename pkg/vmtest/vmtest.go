@@ -8,8 +8,6 @@ package vmtest
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
@@ -21,13 +19,11 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-const (
-	tokenID     = "root@pam!vmtest"
-	tokenSecret = "vmtest-secret"
-)
+const token = "root@pam!vmtest=vmtest-secret"
 
 // Zone is a simulated zone and its client.
 type Zone struct {
@@ -38,27 +34,10 @@ type Zone struct {
 }
 
 // StartZone starts a simulated cluster named name with nodes nodes, closed
-// at the end of the test.
+// at the end of the test, and a client of it (pkg/pvetest).
 func StartZone(t testing.TB, name string, nodes int) *Zone {
 	t.Helper()
-	sim, err := pvesim.Start(pvesim.Config{Cluster: name, Nodes: nodes, Tokens: []string{tokenID + "=" + tokenSecret}})
-	if err != nil {
-		t.Fatalf("start zone %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		if err := sim.Close(); err != nil {
-			t.Errorf("close zone %s: %v", name, err)
-		}
-	})
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(sim.CACertPEM()) {
-		t.Fatal("zone CA does not parse")
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 128}
-	t.Cleanup(tr.CloseIdleConnections)
-	c := proxmox.NewClient(sim.URL()+"/api2/json",
-		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
-		proxmox.WithAPIToken(tokenID, tokenSecret))
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes}, token)
 	return &Zone{Name: name, Sim: sim, Client: c, Storage: "local-lvm"}
 }
 

@@ -128,12 +128,15 @@ type agentState struct {
 	status      HostStatus
 	detail      string
 	lastHealthy time.Time
+	checking    bool // a check is in flight
 }
 
 // Registry discovers agents and zones. Run keeps it current.
 type Registry struct {
 	cfg Config
 	log *slog.Logger
+
+	inflight sync.WaitGroup // checks Run started without waiting; only Run touches it
 
 	mu     sync.Mutex
 	agents map[uint64]*agentState // by mesh node ID, protected by mu
@@ -164,13 +167,15 @@ func New(cfg Config) (*Registry, error) {
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
-// closes its connections to agents.
+// closes its connections to agents. An agent that answers slowly (or not at
+// all) delays neither the discovery of new agents nor the checks of others.
 func (r *Registry) Run(ctx context.Context) error {
 	defer r.closeConns()
+	defer r.inflight.Wait()
 	t := time.NewTicker(r.cfg.RefreshInterval)
 	defer t.Stop()
-	for {
-		if err := r.Refresh(ctx); err != nil && ctx.Err() == nil {
+	for wait := true; ; wait = false {
+		if err := r.refresh(ctx, wait); err != nil && ctx.Err() == nil {
 			r.log.Warn("zones: refresh", "err", err)
 		}
 		select {
@@ -192,8 +197,11 @@ func (r *Registry) closeConns() {
 	r.agents = map[uint64]*agentState{}
 }
 
-// Refresh reads the node list once and checks every agent.
-func (r *Registry) Refresh(ctx context.Context) error {
+// Refresh reads the node list once and checks every agent that is not being
+// checked already, waiting for those checks.
+func (r *Registry) Refresh(ctx context.Context) error { return r.refresh(ctx, true) }
+
+func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	nodes, err := r.cfg.Mesh.Nodes(ctx)
 	if err != nil {
 		return fmt.Errorf("zones: refresh: %w", err)
@@ -215,7 +223,10 @@ func (r *Registry) Refresh(ctx context.Context) error {
 			r.agents[n.ID] = a
 		}
 		a.node = n
-		checks = append(checks, a)
+		if !a.checking {
+			a.checking = true
+			checks = append(checks, a)
+		}
 	}
 	for id, a := range r.agents {
 		if !seen[id] {
@@ -228,13 +239,28 @@ func (r *Registry) Refresh(ctx context.Context) error {
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
-	for _, a := range checks {
-		wg.Go(func() { r.check(ctx, a) })
+	// Checks Run does not wait for are tracked so that Run can wait for
+	// them before it returns.
+	track := &wg
+	if !wait {
+		track = &r.inflight
 	}
-	wg.Wait()
-	r.mu.Lock()
-	r.ready = true
-	r.mu.Unlock()
+	for _, a := range checks {
+		track.Add(1)
+		go func() {
+			defer track.Done()
+			r.check(ctx, a)
+			r.mu.Lock()
+			a.checking = false
+			r.mu.Unlock()
+		}()
+	}
+	if wait {
+		wg.Wait()
+		r.mu.Lock()
+		r.ready = true
+		r.mu.Unlock()
+	}
 	return nil
 }
 
