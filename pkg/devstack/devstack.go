@@ -214,6 +214,13 @@ func (s *stack) path(elem ...string) string {
 
 func (s *stack) run(ctx context.Context) error {
 	start := time.Now()
+	// Say at once when the address is taken (another make dev?) rather
+	// than after the build, when the orchestrator fails to listen.
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("address %s (DEV_ADDR) is not free: %w", s.cfg.Addr, err)
+	}
+	ln.Close()
 	if err := s.build(ctx); err != nil {
 		return err
 	}

@@ -173,3 +173,21 @@ func TestADyingChildIsReported(t *testing.T) {
 	}
 	s.stopAll()
 }
+
+func TestRunRefusesABusyAddressBeforeBuilding(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	err = Run(t.Context(), Config{Addr: ln.Addr().String(), Dir: dir, RepoDir: dir, Stdout: &out})
+	if err == nil || !strings.Contains(err.Error(), "is not free") {
+		t.Fatalf("Run on a busy address: %v", err)
+	}
+	if strings.Contains(out.String(), "built binaries") {
+		t.Errorf("it built before checking the address:\n%s", out.String())
+	}
+}
