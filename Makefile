@@ -28,13 +28,23 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema \
+.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema \
 	check-generated portal portal-deps browser test-portal
 
 all: build
 
 build:
 	$(GO) build ./...
+
+## dev: the whole system on one machine (see pkg/devstack and the README):
+## builds the portal and the binaries, starts everything, prints
+## "flexplane dev ready: http://$(DEV_ADDR)"; Ctrl-C stops it all.
+DEV_ADDR ?= 127.0.0.1:8080
+DEV_DIR  ?= .dev
+export DEV_ADDR DEV_DIR
+dev: portal
+	$(GO) build -o $(DEV_DIR)/bin/devstack ./cmd/devstack
+	exec $(DEV_DIR)/bin/devstack
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests (SKIP_BROWSER=1 skips them).

@@ -1,0 +1,48 @@
+// Command devstack runs the whole of flexplane on one machine: `make dev`.
+//
+//	DEV_ADDR=127.0.0.1:8080 DEV_DIR=.dev go run ./cmd/devstack
+//
+// It builds what it needs, starts the orchestrator, two simulated Proxmox
+// clusters with one agent per node, the development OpenID provider and a
+// local image server, creates the demo data and prints
+// "flexplane dev ready: http://ADDR". Ctrl-C or SIGTERM stops everything.
+// See package devstack.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/flexplane/flexplane/pkg/devstack"
+)
+
+func main() {
+	fs := flag.NewFlagSet("devstack", flag.ExitOnError)
+	addr := fs.String("addr", env("DEV_ADDR", "127.0.0.1:8080"), "address of the portal, API and mesh control (env DEV_ADDR)")
+	dir := fs.String("dir", env("DEV_DIR", ".dev"), "state, binaries, logs and tokens (env DEV_DIR)")
+	level := fs.String("log-level", env("DEV_LOG_LEVEL", "info"), "log level of the processes (env DEV_LOG_LEVEL)")
+	portal := fs.String("portal-dir", env("DEV_PORTAL_DIR", ""), "built portal; default portal/.output/public of the module (env DEV_PORTAL_DIR)")
+	fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "devstack: unexpected arguments %q\n", fs.Args())
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal})
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

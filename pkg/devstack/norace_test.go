@@ -1,0 +1,5 @@
+//go:build !race
+
+package devstack_test
+
+const raceEnabled = false
