@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -31,6 +32,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/portal"
 )
 
 const usage = `usage:
@@ -91,6 +93,7 @@ func serve(ctx context.Context, args []string) error {
 	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
 	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
+	portalDir := fs.String("portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -103,6 +106,17 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	var site http.Handler
+	if *portalDir != "" {
+		if *issuer == "" {
+			return errors.New("-portal-dir needs -oidc-issuer: the portal signs in with it")
+		}
+		p, err := portal.New(portal.Config{Dir: *portalDir, Issuer: *issuer, ClientID: *audience, Logger: logger})
+		if err != nil {
+			return fmt.Errorf("portal: %w", err)
+		}
+		site = p
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:    *listen,
 		PublicURL: *publicURL,
@@ -117,7 +131,8 @@ func serve(ctx context.Context, args []string) error {
 			ZoneTimeout:  *zoneTimeout,
 			AgentVersion: *agentVersion,
 		},
-		Logger: logger,
+		Handler: site,
+		Logger:  logger,
 	})
 	if err != nil {
 		return err

@@ -108,3 +108,12 @@ func TestServeAPIFlags(t *testing.T) {
 		t.Errorf("serve without an audience: %v", err)
 	}
 }
+
+// TestServePortalFlags refuses a portal without the issuer it signs in with.
+func TestServePortalFlags(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), "-portal-dir", t.TempDir()}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "-oidc-issuer") {
+		t.Errorf("serve with a portal but no issuer: %v", err)
+	}
+}

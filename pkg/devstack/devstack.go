@@ -339,12 +339,8 @@ func (s *stack) run(ctx context.Context) error {
 	orchDir := s.path("orchestrator")
 	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
-		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local"}
-	if s.orchestratorHasFlag(ctx, "portal-dir") {
-		args = append(args, "-portal-dir", s.cfg.PortalDir)
-	} else {
-		s.log.Warn("this orchestrator cannot serve the portal yet (no -portal-dir flag): / answers 404")
-	}
+		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
+		"-portal-dir", s.cfg.PortalDir}
 	if _, err := s.start(procSpec{name: "orchestrator", path: s.path("bin", "orchestrator"), args: args}); err != nil {
 		return err
 	}
@@ -573,12 +569,6 @@ func (s *stack) build(ctx context.Context) error {
 	}
 	s.log.Info("built binaries", "dir", s.path("bin"), "took", time.Since(t).Round(100*time.Millisecond).String())
 	return nil
-}
-
-// orchestratorHasFlag reports whether `orchestrator serve` knows -name.
-func (s *stack) orchestratorHasFlag(ctx context.Context, name string) bool {
-	out, _ := exec.CommandContext(ctx, s.path("bin", "orchestrator"), "serve", "-h").CombinedOutput()
-	return strings.Contains(string(out), "-"+name+" ")
 }
 
 // listenPreferred listens on addr if it is given and free, else on a free

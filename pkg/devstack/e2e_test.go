@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -302,6 +303,42 @@ func TestStack(t *testing.T) {
 		var doc struct{ Issuer string }
 		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || doc.Issuer != st.Issuer {
 			t.Fatalf("discovery of %s: issuer %q, %v", st.Issuer, doc.Issuer, err)
+		}
+	})
+
+	t.Run("portal at /", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(repo, "portal", ".output", "public", "index.html")); err != nil {
+			t.Skip("the portal is not built (make portal): ", err)
+		}
+		resp, err := http.Get("http://" + addr + "/vms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "text/html") ||
+			!strings.Contains(string(page), "<html") {
+			t.Fatalf("GET /vms: %d %q, %v", resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		}
+		resp, err = http.Get("http://" + addr + "/config.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var cfg struct{ Issuer, ClientID, GraphQL string }
+		if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct{ Issuer string }
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Issuer != st.Issuer || cfg.ClientID != devstack.ClientID || cfg.GraphQL != "/graphql" {
+			t.Errorf("portal config %+v, want issuer %s, client %s, /graphql", cfg, st.Issuer, devstack.ClientID)
 		}
 	})
 
