@@ -169,28 +169,34 @@ func stagingNode(ctx context.Context, c *proxmox.Client) (string, error) {
 	return names[0], nil
 }
 
-// findTemplate returns the template of img in the zone (the lowest VMID if
-// two replicas raced to make one) and any unfinished one.
+// findTemplate returns the template guest of img in the zone: the tagged
+// guest with the lowest VMID, if two callers (replicas) raced to make one.
+// It is done once it is an unlocked template, else pending. Guests that
+// lost the race are never returned, so nothing clones from them and their
+// makers may delete them.
 func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (done, pending *pveapi.Guest, err error) {
 	guests, err := pveapi.Guests(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	tag := Tag(img)
+	var win *pveapi.Guest
 	for i := range guests {
 		g := &guests[i]
 		if !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) {
 			continue
 		}
-		if g.Template == 1 && g.Lock == "" {
-			if done == nil || g.VMID < done.VMID {
-				done = g
-			}
-		} else if pending == nil {
-			pending = g
+		if win == nil || g.VMID < win.VMID {
+			win = g
 		}
 	}
-	return done, pending, nil
+	switch {
+	case win == nil:
+		return nil, nil, nil
+	case win.Template == 1 && win.Lock == "":
+		return win, nil, nil
+	}
+	return nil, win, nil
 }
 
 type taskEntry struct {
@@ -341,7 +347,12 @@ func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 	}
 	if st.UPID != "" {
 		if err := pveapi.Wait(ctx, t.Client, st.UPID); err != nil {
-			return Template{}, fmt.Errorf("images: download %s into %s: %w", img.Name, t.Zone, err)
+			// Another caller's download may have won the race (ours then
+			// fails refusing to override its file): adopt its volume.
+			if ok, verr := s.downloaded(ctx, t, img); verr != nil || !ok {
+				return Template{}, fmt.Errorf("images: download %s into %s: %w", img.Name, t.Zone, err)
+			}
+			s.log.Info("adopting the image another download staged", "image", img.Name, "zone", t.Zone, "upid", st.UPID)
 		}
 	}
 	// The download is done (here or by another replica): make the template
@@ -356,7 +367,50 @@ func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 	if pending != nil {
 		return s.finishTemplate(ctx, t, img, pending.Node, pending.VMID)
 	}
-	return s.makeTemplate(ctx, t, img)
+	tpl, err := s.makeTemplate(ctx, t, img)
+	if err != nil {
+		return Template{}, err
+	}
+	return s.settle(ctx, t, img, tpl)
+}
+
+// downloaded reports whether the downloaded volume of img is in the zone.
+func (s *Stager) downloaded(ctx context.Context, t Target, img *catalog.Image) (bool, error) {
+	node, err := stagingNode(ctx, t.Client)
+	if err != nil {
+		return false, err
+	}
+	imp, _, err := pickStorages(ctx, t)
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := importVolume(ctx, t.Client, node, imp, img)
+	return ok, err
+}
+
+// settle checks that mine is the template of img in the zone: if another
+// caller (replica) made one with a lower VMID meanwhile, mine lost the race,
+// is deleted, and the winner is returned once it is done.
+func (s *Stager) settle(ctx context.Context, t Target, img *catalog.Image, mine Template) (Template, error) {
+	done, pending, err := findTemplate(ctx, t.Client, img)
+	if err != nil {
+		return Template{}, err
+	}
+	win := done
+	if win == nil {
+		win = pending
+	}
+	if win == nil || win.VMID == mine.VMID {
+		return mine, nil
+	}
+	s.log.Info("deleting a template that lost a race", "image", img.Name, "zone", t.Zone, "vmid", mine.VMID, "winner", win.VMID)
+	if _, err := pveapi.Run(ctx, t.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", mine.Node, mine.VMID), map[string]any{"purge": 1}); err != nil && !pveapi.IsNotFound(err) {
+		s.log.Warn("deleting a template that lost a race", "image", img.Name, "zone", t.Zone, "vmid", mine.VMID, "err", err)
+	}
+	if done != nil {
+		return Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}, nil
+	}
+	return s.finishTemplate(ctx, t, img, pending.Node, pending.VMID)
 }
 
 // makeTemplate creates the template guest from the downloaded volume.
