@@ -265,7 +265,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		// The first create that needs the image stages it; its guest (and
 		// so its VM id) exists once the template does.
 		op := Operation{ID: createOpID(p.zone.ID, 0, intent.Op), Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
-		s.record(in.VDC, op)
+		s.record(in.VDC, p.zone.Name, op)
 		s.spawn(func(ctx context.Context) { s.runStaged(ctx, p, intent, op.ID) })
 		return nil, &op, nil
 	}
@@ -290,7 +290,7 @@ func (s *Service) opOf(z Zone, vmid int, in *Intent) *Operation {
 func (s *Service) startRunner(z Zone, vmid int, upid string, in *Intent) *VM {
 	ref := tenancy.VMRef{ZoneID: z.ID, VMID: vmid}
 	op := Operation{ID: createOpID(z.ID, vmid, in.Op), Kind: OpCreate, State: OpRunning, Step: "clone", VMID: ref.ID(), Started: in.Created}
-	s.record(in.VDC, op)
+	s.record(in.VDC, z.Name, op)
 	s.setLive(z, vmid, in.Op)
 	s.spawn(func(ctx context.Context) {
 		defer s.clearLive(z, vmid)
@@ -329,13 +329,18 @@ func (s *Service) conclude(ctx context.Context, z Zone, vmid int, in *Intent, op
 // runStaged waits for the image to be staged, then clones and runs the steps.
 func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID string) {
 	tpl, err := s.stager.Ensure(ctx, s.target(p), p.img)
-	if err == nil && int64(in.DiskGiB)<<30 < tpl.DiskBytes {
+	if err != nil {
+		err = stageError(p.img.Name, p.zone.Name, err)
+	} else if int64(in.DiskGiB)<<30 < tpl.DiskBytes {
 		err = apierr.BadInput("input.diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", p.img.Name, tpl.DiskBytes)
 	}
 	var vmid int
 	var upid string
 	if err == nil {
-		vmid, upid, err = s.clone(ctx, p.zone, tpl, in)
+		s.setStep(opID, "clone")
+		if vmid, upid, err = s.clone(ctx, p.zone, tpl, in); err != nil {
+			err = internal("cloning the template failed", err)
+		}
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -353,6 +358,16 @@ func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID strin
 	defer s.clearLive(p.zone, vmid)
 	err = s.run(ctx, p.zone, vmid, upid, in, opID)
 	s.conclude(ctx, p.zone, vmid, in, opID, err)
+}
+
+// stageError is the client-safe account of a failed staging of image in
+// zone; err (its cause) stays in the logs.
+func stageError(image, zone string, err error) error {
+	why := "see the orchestrator's logs"
+	if te, ok := pveapi.AsTaskError(err); ok {
+		why = taskFailure(te)
+	}
+	return &apierr.Error{Code: apierr.Internal, Message: fmt.Sprintf("staging image %s in zone %s failed: %s", image, zone, why), Cause: err}
 }
 
 // release undoes the claims of a create that has no guest.

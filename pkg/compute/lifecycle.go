@@ -72,7 +72,7 @@ func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, err
 	}
 	op := Operation{ID: taskOpID(z.ID, g.VMID, OpDelete, upid), Kind: OpDelete, State: OpSucceeded, Step: "qmdestroy",
 		VMID: id, Started: started, Updated: time.Now()}
-	s.record(vdc, op)
+	s.record(vdc, z.Name, op)
 	return &op, nil
 }
 
@@ -209,7 +209,7 @@ func (s *Service) recoverZone(ctx context.Context, z Zone) error {
 func (s *Service) adopt(ctx context.Context, z Zone, vmid int, in *Intent) {
 	s.log.Info("recovering an unfinished create", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "op", in.Op)
 	id := createOpID(z.ID, vmid, in.Op)
-	s.record(in.VDC, Operation{ID: id, Kind: OpCreate, State: OpRunning, Step: "recover",
+	s.record(in.VDC, z.Name, Operation{ID: id, Kind: OpCreate, State: OpRunning, Step: "recover",
 		VMID: tenancy.VMRef{ZoneID: z.ID, VMID: vmid}.ID(), Started: in.Created})
 	s.setLive(z, vmid, in.Op)
 	defer s.clearLive(z, vmid)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -69,8 +70,9 @@ func (o Operation) Done() bool { return o.State != OpRunning }
 
 // opState is an operation this process runs or ran.
 type opState struct {
-	vdc string
-	op  Operation
+	vdc  string
+	zone string // name of the zone the operation works in
+	op   Operation
 }
 
 // operation ids: base64url of "c/<zoneID>/<vmid>/<op>" (create) or
@@ -118,9 +120,9 @@ func parseOpID(id string) (opRef, bool) {
 // that, it is derived from Proxmox like any other replica does).
 const keepOps = time.Hour
 
-// record stores (or updates) an operation of this process and forgets
-// operations that ended more than keepOps ago.
-func (s *Service) record(vdc string, op Operation) {
+// record stores (or updates) an operation of this process in zone and
+// forgets operations that ended more than keepOps ago.
+func (s *Service) record(vdc, zone string, op Operation) {
 	op.Updated = time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -129,7 +131,7 @@ func (s *Service) record(vdc string, op Operation) {
 			delete(s.ops, id)
 		}
 	}
-	s.ops[op.ID] = &opState{vdc: vdc, op: op}
+	s.ops[op.ID] = &opState{vdc: vdc, zone: zone, op: op}
 }
 
 // setStep updates the step of a running operation of this process.
@@ -142,11 +144,16 @@ func (s *Service) setStep(id, step string) {
 	}
 }
 
+// finishOp ends operation id: SUCCEEDED, or FAILED with the client-safe
+// message of err; a failure is logged with its cause.
 func (s *Service) finishOp(id string, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	st := s.ops[id]
 	if st == nil {
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Error("operation failed", "op", id, "err", err)
+		}
 		return
 	}
 	st.op.State = OpSucceeded
@@ -155,6 +162,12 @@ func (s *Service) finishOp(id string, err error) {
 		st.op.Error = publicError(err)
 	}
 	st.op.Updated = time.Now()
+	done := *st
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("operation failed", "op", id, "kind", done.op.Kind, "step", done.op.Step, "zone", done.zone,
+			"vdc", done.vdc, "vm", done.op.VMID, "error", done.op.Error, "err", err)
+	}
 }
 
 // publicError is what a client may see of a failure.
@@ -163,9 +176,22 @@ func publicError(err error) string {
 		return ae.Message
 	}
 	if te, ok := pveapi.AsTaskError(err); ok {
-		return "Proxmox task failed: " + te.ExitStatus
+		return "Proxmox task failed: " + taskFailure(te)
 	}
 	return "the operation failed; see the orchestrator's logs"
+}
+
+// quotedPath is a quoted file path in a Proxmox message.
+var quotedPath = regexp.MustCompile(`\s*'[^']*/[^']*'`)
+
+// taskFailure is the client-safe account of a failed task: its type and
+// its exit status without file paths.
+func taskFailure(te *pveapi.TaskError) string {
+	msg := strings.TrimSpace(quotedPath.ReplaceAllString(te.ExitStatus, ""))
+	if typ := pveapi.TypeOfUPID(te.UPID); typ != "" {
+		return typ + " task ended: " + msg
+	}
+	return msg
 }
 
 // local returns this process's record of an operation.

@@ -46,6 +46,16 @@ func NodeOfUPID(upid string) (string, error) {
 	return parts[1], nil
 }
 
+// TypeOfUPID returns the task type a UPID names
+// ("UPID:node:pid:pstart:starttime:type:id:user:"), or "" if it names none.
+func TypeOfUPID(upid string) string {
+	parts := strings.Split(upid, ":")
+	if len(parts) < 7 || parts[0] != "UPID" {
+		return ""
+	}
+	return parts[5]
+}
+
 // Task reads the status of the task upid.
 func Task(ctx context.Context, c *proxmox.Client, upid string) (TaskStatus, error) {
 	node, err := NodeOfUPID(upid)
