@@ -307,9 +307,10 @@ func (s *Stager) Stage(ctx context.Context, t Target, img *catalog.Image) (Statu
 
 // Ensure stages img in the zone of t if needed, waits for the download and
 // makes the template; it returns the template. Concurrent calls in one
-// process share the work; across replicas, each step is idempotent (a
-// second download of a present file fails harmlessly, a second template is
-// never chosen over the lowest VMID).
+// process share the work. Across replicas (or beside Stage) Proxmox decides:
+// a download that fails because another one stored the file adopts that
+// file, and of two templates made at once the one with the lower VMID wins
+// (the other is deleted by its maker, and never returned).
 func (s *Stager) Ensure(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
 	key := t.Zone + "/" + Tag(img)
 	for {
@@ -329,6 +330,10 @@ func (s *Stager) Ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 			}
 		}
 		tpl, err := s.ensure(ctx, t, img)
+		for try := 0; errors.Is(err, errVanished) && try < 3; try++ {
+			// The template waited for lost a race and was deleted: look again.
+			tpl, err = s.ensure(ctx, t, img)
+		}
 		s.mu.Lock()
 		delete(s.flight, key)
 		close(ch)
@@ -469,7 +474,7 @@ func (s *Stager) finishTemplate(ctx context.Context, t Target, img *catalog.Imag
 			return Template{}, err
 		}
 		if !ok {
-			return Template{}, fmt.Errorf("images: template %d of %s vanished", vmid, img.Name)
+			return Template{}, fmt.Errorf("images: template %d of %s: %w", vmid, img.Name, errVanished)
 		}
 		if g.Template == 1 && g.Lock == "" {
 			s.log.Info("image staged", "image", img.Name, "zone", t.Zone, "vmid", vmid)
@@ -478,7 +483,11 @@ func (s *Stager) finishTemplate(ctx context.Context, t Target, img *catalog.Imag
 		if g.Lock == "" && g.Template == 0 {
 			_, err := pveapi.Run(ctx, t.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/template", node, vmid), nil)
 			if err != nil && !pveapi.IsLocked(err) {
-				return Template{}, fmt.Errorf("images: convert %d to a template: %w", vmid, err)
+				// Another caller may have converted it meanwhile ("can't
+				// convert a template to a template"): success if it is one now.
+				if now, ok, gerr := pveapi.FindGuest(ctx, t.Client, vmid); gerr != nil || !ok || now.Template != 1 {
+					return Template{}, fmt.Errorf("images: convert %d to a template: %w", vmid, err)
+				}
 			}
 			continue
 		}
@@ -487,6 +496,9 @@ func (s *Stager) finishTemplate(ctx context.Context, t Target, img *catalog.Imag
 		}
 	}
 }
+
+// errVanished is a template guest deleted while it was waited for.
+var errVanished = errors.New("template guest vanished")
 
 func waitUnlocked(ctx context.Context) error {
 	t := time.NewTimer(pveapi.PollInterval)
