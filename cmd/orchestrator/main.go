@@ -77,7 +77,28 @@ func env(key, def string) string {
 	return def
 }
 
+// envInt is the integer in environment variable key, or 0 when it is unset.
+func envInt(key string) (int, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not an integer", key, v)
+	}
+	return n, nil
+}
+
 func serve(ctx context.Context, args []string) error {
+	defComplexity, err := envInt("FLEXPLANE_MAX_COMPLEXITY")
+	if err != nil {
+		return err
+	}
+	defDepth, err := envInt("FLEXPLANE_MAX_DEPTH")
+	if err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
@@ -95,8 +116,13 @@ func serve(ctx context.Context, args []string) error {
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	portalDir := fs.String("portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
+	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
+	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *maxComplexity < 0 || *maxDepth < 0 {
+		return errors.New("-max-complexity and -max-depth must not be negative")
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
@@ -123,13 +149,15 @@ func serve(ctx context.Context, args []string) error {
 		DataDir:   *dataDir,
 		STUNAddr:  *stun,
 		API: orchestrator.APIConfig{
-			Issuer:       *issuer,
-			Audience:     *audience,
-			Claims:       auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogDir:   *catalogDir,
-			Tenant:       graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
-			ZoneTimeout:  *zoneTimeout,
-			AgentVersion: *agentVersion,
+			Issuer:        *issuer,
+			Audience:      *audience,
+			Claims:        auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogDir:    *catalogDir,
+			Tenant:        graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout:   *zoneTimeout,
+			AgentVersion:  *agentVersion,
+			MaxDepth:      *maxDepth,
+			MaxComplexity: *maxComplexity,
 		},
 		Handler: site,
 		Logger:  logger,

@@ -117,3 +117,19 @@ func TestServePortalFlags(t *testing.T) {
 		t.Errorf("serve with a portal but no issuer: %v", err)
 	}
 }
+
+// TestServeLimitFlags refuses negative query limits and a limit in the
+// environment that is not a number, before anything starts.
+func TestServeLimitFlags(t *testing.T) {
+	for _, args := range [][]string{{"-max-complexity", "-1"}, {"-max-depth", "-2"}} {
+		err := run(t.Context(), append([]string{"serve", "-data-dir", t.TempDir()}, args...), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("serve %v: %v", args, err)
+		}
+	}
+	t.Setenv("FLEXPLANE_MAX_COMPLEXITY", "lots")
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir()}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "FLEXPLANE_MAX_COMPLEXITY") {
+		t.Errorf("serve with FLEXPLANE_MAX_COMPLEXITY=lots: %v", err)
+	}
+}

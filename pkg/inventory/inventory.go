@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -130,15 +132,72 @@ type Resource struct {
 // Resources reads /cluster/resources of one zone (typ "" for all types,
 // else "vm", "node", "storage" or "sdn"): one call for the whole zone.
 func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, error) {
-	path := "/cluster/resources"
-	if typ != "" {
-		path += "?" + url.Values{"type": {typ}}.Encode()
-	}
 	var rs []Resource
-	if err := c.Get(ctx, path, &rs); err != nil {
+	if err := c.Get(ctx, resourcesPath(typ), &rs); err != nil {
 		return nil, fmt.Errorf("inventory: read resources: %w", err)
 	}
 	return rs, nil
+}
+
+func resourcesPath(typ string) string {
+	if typ == "" {
+		return "/cluster/resources"
+	}
+	return "/cluster/resources?" + url.Values{"type": {typ}}.Encode()
+}
+
+// ZoneResources is Resources for a zone of the registry, read through the
+// zone's HTTP transport and decoded in one pass (go-proxmox decodes every
+// answer twice and copies it once more for its debug log).
+func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]Resource, error) {
+	rs, err := getData[[]Resource](ctx, inv.cfg.Zones, zoneID, resourcesPath(typ))
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	return rs, nil
+}
+
+// getData GETs path (below /api2/json) of a zone and decodes the data
+// member of the answer with one json.Decoder pass. Errors are those of
+// go-proxmox's Client.Get: proxmox.ErrNotAuthorized for 401 and 403, the
+// status line (which carries Proxmox's error text) for 500 and 501, and
+// "bad request: ..." with the answer's errors for 400.
+func getData[T any](ctx context.Context, reg *zones.Registry, zoneID, path string) (T, error) {
+	var ans struct {
+		Data T `json:"data"`
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, zones.BaseURL(zoneID)+path, nil)
+	if err != nil {
+		return ans.Data, err
+	}
+	res, err := reg.HTTPClient(zoneID).Do(req)
+	if err != nil {
+		return ans.Data, err
+	}
+	defer res.Body.Close()
+	switch res.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return ans.Data, proxmox.ErrNotAuthorized
+	case http.StatusInternalServerError, http.StatusNotImplemented:
+		return ans.Data, errors.New(res.Status)
+	case http.StatusBadRequest:
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			return ans.Data, err
+		}
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(body, &keys); err != nil {
+			return ans.Data, err
+		}
+		if errs, ok := keys["errors"]; ok {
+			body = errs
+		}
+		return ans.Data, fmt.Errorf("bad request: %s - %s", res.Status, body)
+	}
+	if err := json.NewDecoder(res.Body).Decode(&ans); err != nil {
+		return ans.Data, err
+	}
+	return ans.Data, nil
 }
 
 // IPMapping is one address of the PVE IPAM.
@@ -171,10 +230,23 @@ func (f *FlexString) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// ipamStatusPath is the PVE IPAM's list of mappings.
+const ipamStatusPath = "/cluster/sdn/ipams/pve/status"
+
 // IPAMStatus reads every mapping of the zone's PVE IPAM (one call).
 func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
 	var ms []IPMapping
-	if err := c.Get(ctx, "/cluster/sdn/ipams/pve/status", &ms); err != nil {
+	if err := c.Get(ctx, ipamStatusPath, &ms); err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	return ms, nil
+}
+
+// ZoneIPAMStatus is IPAMStatus for a zone of the registry, read like
+// ZoneResources.
+func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMapping, error) {
+	ms, err := getData[[]IPMapping](ctx, inv.cfg.Zones, zoneID, ipamStatusPath)
+	if err != nil {
 		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
 	}
 	return ms, nil
@@ -201,7 +273,7 @@ func (inv *Inventory) NewSession() *Session {
 	return &Session{inv: inv, calls: map[string]*call{}}
 }
 
-func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context, c *proxmox.Client) (any, error)) (any, error) {
+func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context) (any, error)) (any, error) {
 	s.mu.Lock()
 	c := s.calls[z.ID+"\x00"+key]
 	if c == nil {
@@ -211,8 +283,8 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 	s.mu.Unlock()
 	c.once.Do(func() {
 		var v any // written by fn; read only when fn returned in time
-		c.err = s.inv.One(ctx, z, func(ctx context.Context, _ zones.Zone, pc *proxmox.Client) (err error) {
-			v, err = read(ctx, pc)
+		c.err = s.inv.One(ctx, z, func(ctx context.Context, _ zones.Zone, _ *proxmox.Client) (err error) {
+			v, err = read(ctx)
 			return err
 		})
 		if c.err == nil {
@@ -225,8 +297,8 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 // Resources reads the zone's /cluster/resources of type typ once per
 // session.
 func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Resource, error) {
-	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context, c *proxmox.Client) (any, error) {
-		return Resources(ctx, c, typ)
+	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context) (any, error) {
+		return s.inv.ZoneResources(ctx, z.ID, typ)
 	})
 	if err != nil {
 		return nil, err
@@ -236,8 +308,8 @@ func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Re
 
 // IPAM reads the zone's IPAM mappings once per session.
 func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]IPMapping, error) {
-	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context, c *proxmox.Client) (any, error) {
-		return IPAMStatus(ctx, c)
+	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context) (any, error) {
+		return s.inv.ZoneIPAMStatus(ctx, z.ID)
 	})
 	if err != nil {
 		return nil, err

@@ -317,6 +317,19 @@ func TestMesh(t *testing.T) {
 		// An agent killed while nobody talks to it: only the mesh and the
 		// health checks can notice.
 		victim := beta.Agents[1]
+		reg := h.Orchestrator.Zones()
+		betaID := h.Zone(t, beta).ID
+		victimHost, ok := victim.Host()
+		if !ok {
+			t.Fatalf("%s has no host", victim.MeshName)
+		}
+		// Look the zone up while the victim is online, so that a lookup
+		// that kept what it built then would now answer stale data.
+		if z, ok := reg.Zone(betaID); !ok {
+			t.Fatal("zone beta not found by ID")
+		} else if host, _ := z.Host(victimHost.Node); host.Status != zones.StatusOnline {
+			t.Fatalf("victim before the stop: %+v", host)
+		}
 		if err := victim.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -328,6 +341,17 @@ func TestMesh(t *testing.T) {
 			})
 		}
 		t.Logf("offline detected after %v", time.Since(s).Round(time.Millisecond))
+		// The lookup by ID sees the refreshed state too.
+		if err := reg.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		z, ok := reg.Zone(betaID)
+		if !ok {
+			t.Fatal("zone beta not found by ID after the stop")
+		}
+		if host, _ := z.Host(victimHost.Node); host.Status != zones.StatusOffline {
+			t.Fatalf("Zone(id) after a refresh answers stale data for the stopped agent: %+v", host)
+		}
 		if z := h.Zone(t, beta); len(z.Hosts) != 2 {
 			t.Fatalf("offline host left its zone: %+v", z.Hosts)
 		}

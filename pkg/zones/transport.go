@@ -29,8 +29,21 @@ var ErrNoAgent = errors.New("no online agent in zone")
 // transport level, reads (GET) fail over to the next agent of the zone.
 // Writes are not retried on another agent (they may have been applied).
 func (r *Registry) Client(zoneID string) *proxmox.Client {
-	return proxmox.NewClient("https://"+zoneID+".zone.flexplane.invalid"+apiPrefix,
-		proxmox.WithHTTPClient(&http.Client{Transport: &Transport{registry: r, zoneID: zoneID}}))
+	return proxmox.NewClient(BaseURL(zoneID), proxmox.WithHTTPClient(r.HTTPClient(zoneID)))
+}
+
+// HTTPClient returns the HTTP client under Client: requests to URLs below
+// BaseURL(zoneID) travel as Proxy RPCs to the zone's agents, with the same
+// routing and failover. Answers carry Proxmox's status line (its error text
+// as the reason) and body unchanged.
+func (r *Registry) HTTPClient(zoneID string) *http.Client {
+	return &http.Client{Transport: &Transport{registry: r, zoneID: zoneID}}
+}
+
+// BaseURL is the URL of a zone's Proxmox API (its /api2/json) for requests
+// through HTTPClient.
+func BaseURL(zoneID string) string {
+	return "https://" + zoneID + ".zone.flexplane.invalid" + apiPrefix
 }
 
 // Transport is the http.RoundTripper of the clients of Client.

@@ -141,6 +141,15 @@ type Registry struct {
 	mu     sync.Mutex
 	agents map[uint64]*agentState // by mesh node ID, protected by mu
 	ready  bool                   // a refresh completed, protected by mu
+	// snap is the zones built from agents, nil after any change to agents
+	// or their state; protected by mu.
+	snap *snapshot
+}
+
+// snapshot is the zones as of one state of the registry's agents.
+type snapshot struct {
+	zones []Zone         // sorted by name then ID
+	byID  map[string]int // index into zones
 }
 
 // New returns a registry; call Run to keep it current.
@@ -195,6 +204,7 @@ func (r *Registry) closeConns() {
 		}
 	}
 	r.agents = map[uint64]*agentState{}
+	r.snap = nil
 }
 
 // Refresh reads the node list once and checks every agent that is not being
@@ -236,6 +246,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 			delete(r.agents, id)
 		}
 	}
+	r.snap = nil // node names, addresses and the set of agents may have changed
 	r.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -284,6 +295,7 @@ func (r *Registry) check(ctx context.Context, a *agentState) {
 			r.log.Info("zones: host status", "mesh_name", node.Name, "status", st, "detail", detail)
 		}
 		a.status, a.detail = st, detail
+		r.snap = nil
 	}
 
 	if !node.Online {
@@ -351,6 +363,35 @@ func (r *Registry) Ready() bool {
 func (r *Registry) Zones() []Zone {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	zs := slices.Clone(r.snapshot().zones)
+	for i := range zs {
+		zs[i].Hosts = slices.Clone(zs[i].Hosts)
+	}
+	return zs
+}
+
+// Zone returns the zone with the given ID. It is cheap: the zones are
+// rebuilt only after the registry's state changed, not on every lookup.
+func (r *Registry) Zone(id string) (Zone, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.snapshot()
+	i, ok := s.byID[id]
+	if !ok {
+		return Zone{}, false
+	}
+	z := s.zones[i]
+	z.Hosts = slices.Clone(z.Hosts)
+	return z, true
+}
+
+// snapshot returns the zones of the current state, building them if the
+// state changed since the last build. r.mu must be held; the result must
+// not be modified.
+func (r *Registry) snapshot() *snapshot {
+	if r.snap != nil {
+		return r.snap
+	}
 	byID := map[string]*Zone{}
 	for _, a := range r.agents {
 		if a.info == nil {
@@ -375,17 +416,12 @@ func (r *Registry) Zones() []Zone {
 		zones = append(zones, *z)
 	}
 	slices.SortFunc(zones, func(a, b Zone) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
-	return zones
-}
-
-// Zone returns the zone with the given ID.
-func (r *Registry) Zone(id string) (Zone, bool) {
-	for _, z := range r.Zones() {
-		if z.ID == id {
-			return z, true
-		}
+	idx := make(map[string]int, len(zones))
+	for i, z := range zones {
+		idx[z.ID] = i
 	}
-	return Zone{}, false
+	r.snap = &snapshot{zones: zones, byID: idx}
+	return r.snap
 }
 
 func (a *agentState) host() Host {
@@ -442,5 +478,6 @@ func (r *Registry) markFailed(meshID uint64, err error) {
 	if a := r.agents[meshID]; a != nil && a.status == StatusOnline {
 		a.status, a.detail = StatusOffline, "proxy: "+err.Error()
 		r.log.Info("zones: host status", "mesh_name", a.node.Name, "status", a.status, "detail", a.detail)
+		r.snap = nil
 	}
 }
