@@ -89,10 +89,16 @@ func (inv *Inventory) Each(ctx context.Context, zs []zones.Zone, fn func(ctx con
 // outlives the timeout is abandoned (its context is cancelled) and reported
 // as context.DeadlineExceeded even if fn does not return at once.
 func (inv *Inventory) One(ctx context.Context, z zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) error {
+	return inv.bounded(ctx, z, func(ctx context.Context) error { return fn(ctx, z, inv.Client(z.ID)) })
+}
+
+// bounded runs fn for zone z under the per-zone timeout, as One describes,
+// without building a go-proxmox client for callers that do not use one.
+func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, inv.cfg.Timeout)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- fn(ctx, z, inv.Client(z.ID)) }()
+	go func() { done <- fn(ctx) }()
 	select {
 	case err := <-done:
 		if err != nil && ctx.Err() != nil {
@@ -283,7 +289,7 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 	s.mu.Unlock()
 	c.once.Do(func() {
 		var v any // written by fn; read only when fn returned in time
-		c.err = s.inv.One(ctx, z, func(ctx context.Context, _ zones.Zone, _ *proxmox.Client) (err error) {
+		c.err = s.inv.bounded(ctx, z, func(ctx context.Context) (err error) {
 			v, err = read(ctx)
 			return err
 		})
