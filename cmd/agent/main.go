@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/profiling"
 )
 
 func main() {
@@ -33,6 +34,13 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if opts.DebugAddr != "" {
+		prof, err := profiling.Start(opts.DebugAddr, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer prof.Shutdown(context.Background())
+	}
 	a, err := agent.Start(ctx, cfg)
 	if err != nil {
 		return err

@@ -33,12 +33,14 @@ import (
 	"github.com/flexplane/flexplane/pkg/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/profiling"
 )
 
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
                      [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-agent-version V]
+                     [-debug-addr ADDR]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID`
@@ -118,6 +120,7 @@ func serve(ctx context.Context, args []string) error {
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
 	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
+	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,6 +135,13 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("log level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if *debugAddr != "" {
+		prof, err := profiling.Start(*debugAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer prof.Shutdown(context.WithoutCancel(ctx))
+	}
 	var site http.Handler
 	if *portalDir != "" {
 		if *issuer == "" {

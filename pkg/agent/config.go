@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/flexplane/flexplane/pkg/profiling"
 )
 
 // Environment variables (and keys of the configuration file) read by
@@ -29,11 +31,15 @@ const (
 	EnvFingerprint      = "FLEXPLANE_PVE_FINGERPRINT"
 	EnvPort             = "FLEXPLANE_AGENT_PORT"
 	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
+	EnvDebugAddr        = "FLEXPLANE_DEBUG_ADDR"
 )
 
 // Options is what LoadConfig produces besides Config.
 type Options struct {
 	LogLevel slog.Level
+	// DebugAddr is a loopback address to serve Go runtime profiles on
+	// (package profiling); "" serves none.
+	DebugAddr string
 }
 
 // LoadConfig builds a Config from command-line flags, the environment
@@ -55,6 +61,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		fingerprint = fs.String("pve-fingerprint", "", "SHA-256 fingerprint of the Proxmox certificate (env "+EnvFingerprint+")")
 		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
+		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
 	)
 	if err := fs.Parse(args); err != nil {
 		var b strings.Builder
@@ -107,7 +114,12 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		}
 		cfg.Port = uint16(n)
 	}
-	var opts Options
+	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr)}
+	if opts.DebugAddr != "" {
+		if err := profiling.CheckAddr(opts.DebugAddr); err != nil {
+			return Config{}, Options{}, fmt.Errorf("agent: %w", err)
+		}
+	}
 	if l := get(*logLevel, EnvLogLevel); l != "" {
 		if err := opts.LogLevel.UnmarshalText([]byte(l)); err != nil {
 			return Config{}, Options{}, fmt.Errorf("agent: log level %q: %w", l, err)

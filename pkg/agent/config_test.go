@@ -30,13 +30,25 @@ FLEXPLANE_AGENT_PORT=50099
 		EnvEnrollKey:      "hskey-auth-abc",
 		"STATE_DIRECTORY": "/var/lib/flexplane-agent-test",
 	}
-	cfg, _, err := LoadConfig([]string{"-node", "pve9"}, func(k string) string { return env[k] })
+	cfg, opts, err := LoadConfig([]string{"-node", "pve9"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.DebugAddr != "" {
+		t.Fatalf("profiles served by default on %q", opts.DebugAddr)
 	}
 	if cfg.ControlURL != "https://env.example" || cfg.NodeName != "pve9" || cfg.ProxmoxToken != token ||
 		cfg.Port != 50099 || cfg.AuthKey != "hskey-auth-abc" || cfg.StateDir != "/var/lib/flexplane-agent-test" {
 		t.Fatalf("precedence flag > env > file broken: %+v", cfg)
+	}
+
+	// The profile listener is off by default and loopback only.
+	_, opts, err = LoadConfig([]string{"-debug-addr", "127.0.0.1:6061"}, func(k string) string { return env[k] })
+	if err != nil || opts.DebugAddr != "127.0.0.1:6061" {
+		t.Fatalf("-debug-addr: %+v, %v", opts, err)
+	}
+	if _, _, err := LoadConfig([]string{"-debug-addr", "0.0.0.0:6061"}, func(k string) string { return env[k] }); err == nil {
+		t.Fatal("a -debug-addr on every interface was accepted")
 	}
 
 	// The token is not a flag, and errors never quote secrets.

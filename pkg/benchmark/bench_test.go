@@ -3,6 +3,7 @@ package benchmark_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +42,7 @@ type params struct {
 	runFor     time.Duration // BENCH_THROUGHPUT: duration of each throughput run
 	clients    int           // BENCH_CLIENTS: concurrent clients of the throughput run
 	rounds     int           // BENCH_ENROLL_ROUNDS: enrollment rounds
+	profileDir string        // BENCH_PROFILE: "" none, "1" bench-results/profiles, else a directory
 }
 
 func envInt(key string, def int) int {
@@ -70,6 +73,13 @@ func loadParams(b *testing.B, moduleDir string) params {
 	}
 	if p.out == "" {
 		p.out = filepath.Join(moduleDir, "bench-results", "latest.json")
+	}
+	switch v := os.Getenv("BENCH_PROFILE"); v {
+	case "", "0":
+	case "1":
+		p.profileDir = filepath.Join(filepath.Dir(p.out), "profiles")
+	default:
+		p.profileDir = v
 	}
 	scales := os.Getenv("BENCH_SCALES")
 	if scales == "" {
@@ -266,11 +276,19 @@ func BenchmarkStack(b *testing.B) {
 	}
 
 	log.Info("bench: starting the stack")
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet})
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: p.profileDir != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(st.Close)
+	var prof *profiler
+	if p.profileDir != "" {
+		if err := os.MkdirAll(p.profileDir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		prof = &profiler{st: st, dir: p.profileDir}
+		log.Info("bench: writing profiles", "dir", p.profileDir)
+	}
 
 	var clusters []*benchmark.Cluster
 	hostsOf := func(n int) int {
@@ -319,9 +337,18 @@ func BenchmarkStack(b *testing.B) {
 
 		active := clusters[:scale]
 		for _, q := range qs {
+			var stop func() error
+			if q.name == "vms" && (scale == 8 || scale == p.scales[len(p.scales)-1]) {
+				stop = prof.cpu(ctx, fmt.Sprintf("vms%d-latency", scale), p.budget)
+			}
 			r, err := compare(ctx, st, q, active, scale, hostsOf(scale), p)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if stop != nil {
+				if err := stop(); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if results[q.name] == nil {
 				results[q.name] = map[int]benchmark.QueryResult{}
@@ -331,8 +358,11 @@ func BenchmarkStack(b *testing.B) {
 			log.Info("bench: query", "query", q.name, "zones", scale, "graphql_p50_ms", r.GraphQL.P50, "floor_p50_ms", r.Floor.P50, "ratio_p50", r.RatioP50, "samples", r.GraphQL.Samples)
 		}
 		if scale == 8 || (scale == p.scales[len(p.scales)-1] && !slices.Contains(p.scales, 8)) {
-			t, err := throughput(ctx, st, qs[0], active, scale, p)
+			t, err := throughput(ctx, st, qs[0], active, scale, p, prof)
 			if err != nil {
+				b.Fatal(err)
+			}
+			if err := prof.heap(ctx, fmt.Sprintf("vms%d-throughput", scale)); err != nil {
 				b.Fatal(err)
 			}
 			rep.Throughput = append(rep.Throughput, t)
@@ -559,8 +589,9 @@ func run(ctx context.Context, clients int, d time.Duration, f func() error) ([]t
 
 // throughput runs q with concurrent clients, then its floor the same way,
 // and measures the orchestrator's CPU time over the GraphQL run.
-func throughput(ctx context.Context, st *benchmark.Stack, q query, cs []*benchmark.Cluster, zones int, p params) (benchmark.Throughput, error) {
+func throughput(ctx context.Context, st *benchmark.Stack, q query, cs []*benchmark.Cluster, zones int, p params, prof *profiler) (benchmark.Throughput, error) {
 	pid := st.OrchestratorPID()
+	stop := prof.cpu(ctx, fmt.Sprintf("%s%d-throughput", q.name, zones), p.runFor)
 	cpu0, err := benchmark.CPUTime(pid)
 	if err != nil {
 		return benchmark.Throughput{}, err
@@ -581,6 +612,9 @@ func throughput(ctx context.Context, st *benchmark.Stack, q query, cs []*benchma
 		return benchmark.Throughput{}, err
 	}
 	self1 := benchmark.SelfCPUTime()
+	if err := stop(); err != nil {
+		return benchmark.Throughput{}, err
+	}
 	fds, ftook, err := run(ctx, p.clients, p.runFor, func() error {
 		_, err := floorAll(ctx, q, cs)
 		return err
@@ -794,4 +828,60 @@ func notes(rep *benchmark.Report, p params) []string {
 		ns = append(ns, "No scale had exactly 32 agents: the orchestrator memory goal is not judged.")
 	}
 	return ns
+}
+
+// profiler collects profiles (BENCH_PROFILE) of the orchestrator process,
+// through its -debug-addr, and of the benchmark process, which runs the
+// agents, the simulators and the clients. A nil profiler collects nothing.
+type profiler struct {
+	st  *benchmark.Stack
+	dir string
+}
+
+// cpu starts CPU profiles of both processes for about d, written to
+// DIR/orchestrator-NAME.cpu.pprof and DIR/agents-NAME.cpu.pprof; stop ends
+// the benchmark process's profile and waits for the orchestrator's.
+func (pr *profiler) cpu(ctx context.Context, name string, d time.Duration) (stop func() error) {
+	if pr == nil {
+		return func() error { return nil }
+	}
+	secs := max(1, int((d+time.Second-1)/time.Second))
+	orch := make(chan error, 1)
+	go func() {
+		orch <- pr.st.OrchestratorProfile(ctx, "profile", "seconds="+strconv.Itoa(secs), filepath.Join(pr.dir, "orchestrator-"+name+".cpu.pprof"))
+	}()
+	f, err := os.Create(filepath.Join(pr.dir, "agents-"+name+".cpu.pprof"))
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	return func() error {
+		if err != nil {
+			<-orch
+			return fmt.Errorf("profile %s: %w", name, err)
+		}
+		pprof.StopCPUProfile()
+		return errors.Join(f.Close(), <-orch)
+	}
+}
+
+// heap writes both processes' heap profiles (in use and allocated since
+// start) to DIR/orchestrator-NAME.heap.pprof and DIR/agents-NAME.heap.pprof.
+func (pr *profiler) heap(ctx context.Context, name string) error {
+	if pr == nil {
+		return nil
+	}
+	if err := pr.st.OrchestratorProfile(ctx, "heap", "", filepath.Join(pr.dir, "orchestrator-"+name+".heap.pprof")); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(pr.dir, "agents-"+name+".heap.pprof"))
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -70,6 +70,9 @@ type Config struct {
 	BinDir string
 	// Logger receives the stack's progress. Default: discarded.
 	Logger *slog.Logger
+	// Profiling starts the orchestrator with -debug-addr on a free
+	// loopback port, so that OrchestratorProfile can fetch its profiles.
+	Profiling bool
 }
 
 // Stack is a running orchestrator process with its identity provider;
@@ -80,6 +83,7 @@ type Stack struct {
 	bin      string // directory of the built binaries
 	dataDir  string
 	url      string
+	debugURL string // the orchestrator's /debug/pprof/, "" without Config.Profiling
 	idp      *devidp.Server
 	orch     *exec.Cmd
 	orchDone chan struct{}
@@ -212,15 +216,25 @@ func (s *Stack) startOrchestrator(ctx context.Context) error {
 		return fmt.Errorf("benchmark: orchestrator log: %w", err)
 	}
 	// Production defaults everywhere except the loopback addresses.
-	s.orch = exec.Command(filepath.Join(s.bin, "orchestrator"), "serve",
-		"-listen", "127.0.0.1:"+strconv.Itoa(port),
+	args := []string{"serve",
+		"-listen", "127.0.0.1:" + strconv.Itoa(port),
 		"-public-url", s.url,
 		"-data-dir", s.dataDir,
 		"-stun-addr", "127.0.0.1:0",
 		"-oidc-issuer", s.idp.Issuer(),
 		"-oidc-audience", ClientID,
 		"-log-level", "warn",
-	)
+	}
+	if s.cfg.Profiling {
+		dport, err := freePort()
+		if err != nil {
+			return fmt.Errorf("benchmark: orchestrator debug port: %w", err)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(dport)
+		args = append(args, "-debug-addr", addr)
+		s.debugURL = "http://" + addr + "/debug/pprof/"
+	}
+	s.orch = exec.Command(filepath.Join(s.bin, "orchestrator"), args...)
 	s.orch.Stdout, s.orch.Stderr = s.orchLog, s.orchLog
 	if err := s.orch.Start(); err != nil {
 		return fmt.Errorf("benchmark: start orchestrator: %w", err)
@@ -277,6 +291,37 @@ func (s *Stack) CreateKey(ctx context.Context, opts meshcontrol.KeyOptions) (str
 		return "", fmt.Errorf("benchmark: create key: %w", err)
 	}
 	return k.Secret, nil
+}
+
+// OrchestratorProfile fetches the orchestrator's profile name (as
+// net/http/pprof names them: "profile" for CPU, "heap", ...) with query
+// (e.g. "seconds=8") into path. The stack must have Config.Profiling.
+func (s *Stack) OrchestratorProfile(ctx context.Context, name, query, path string) error {
+	if s.debugURL == "" {
+		return errors.New("benchmark: profile: the orchestrator serves no profiles (Config.Profiling)")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.debugURL+name+"?"+query, nil)
+	if err != nil {
+		return fmt.Errorf("benchmark: profile %s: %w", name, err)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("benchmark: profile %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
+		return fmt.Errorf("benchmark: profile %s: status %d: %s", name, resp.StatusCode, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("benchmark: profile %s: %w", name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("benchmark: profile %s: %w", name, err)
+	}
+	return f.Close()
 }
 
 // URL is the orchestrator's public URL.

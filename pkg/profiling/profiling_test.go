@@ -1,0 +1,41 @@
+package profiling
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartServesProfilesOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"0.0.0.0:0", ":0", "192.0.2.1:6060", "example.com:6060", "127.0.0.1"} {
+		if s, err := Start(bad, nil); err == nil {
+			s.Shutdown(context.Background())
+			t.Errorf("Start(%q) succeeded, want a refusal", bad)
+		}
+	}
+	s, err := Start("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	resp, err := http.Get("http://" + s.Addr() + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "goroutine profile:") {
+		t.Fatalf("goroutine profile: status %d, body %.200s", resp.StatusCode, b)
+	}
+}
