@@ -875,6 +875,11 @@ func (pr *profiler) heap(ctx context.Context, name string) error {
 	if err := pr.st.OrchestratorProfile(ctx, "heap", "", filepath.Join(pr.dir, "orchestrator-"+name+".heap.pprof")); err != nil {
 		return err
 	}
+	// The text form ends with the runtime's MemStats (GC count, GC CPU
+	// fraction, heap and stack sizes).
+	if err := pr.st.OrchestratorProfile(ctx, "heap", "debug=1", filepath.Join(pr.dir, "orchestrator-"+name+".heap.txt")); err != nil {
+		return err
+	}
 	f, err := os.Create(filepath.Join(pr.dir, "agents-"+name+".heap.pprof"))
 	if err != nil {
 		return err
