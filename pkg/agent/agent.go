@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/rpczstd"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -227,6 +229,18 @@ func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerIn
 	return handler(ctx, req)
 }
 
+// compressAbove is the size from which a Proxy answer is sent compressed
+// (zstd, when the caller accepts it): smaller ones fit in a few packets.
+const compressAbove = 2 << 10
+
+// acceptsZstd reports whether the caller of the RPC of ctx accepts answers
+// compressed with rpczstd (an orchestrator that does not is answered
+// uncompressed).
+func acceptsZstd(ctx context.Context) bool {
+	names, err := grpc.ClientSupportedCompressors(ctx)
+	return err == nil && slices.Contains(names, rpczstd.Name)
+}
+
 // service implements the agent API.
 type service struct {
 	agentv1.UnimplementedAgentServiceServer
@@ -297,5 +311,12 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 		}
 	}
 	s.a.log.Debug("agent: proxied", "method", method, "path", path, "status", resp.status, "duration", time.Since(start))
+	if len(resp.body) >= compressAbove && acceptsZstd(ctx) {
+		// Far fewer bytes over the mesh for a little CPU here; the body
+		// the orchestrator reads is unchanged.
+		if err := grpc.SetSendCompressor(ctx, rpczstd.Name); err != nil {
+			s.a.log.Debug("agent: answer uncompressed", "err", err)
+		}
+	}
 	return &agentv1.ProxyResponse{StatusCode: int32(resp.status), StatusText: resp.reason, Body: resp.body, ContentType: resp.contentType}, nil
 }

@@ -25,6 +25,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flexplane/flexplane/pkg/meshnode"
+	// The agents' Proxy answers come zstd-compressed when the
+	// orchestrator's gRPC clients advertise it.
+	_ "github.com/flexplane/flexplane/pkg/rpczstd"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
