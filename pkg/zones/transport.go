@@ -46,6 +46,20 @@ func BaseURL(zoneID string) string {
 	return "https://" + zoneID + ".zone.flexplane.invalid" + apiPrefix
 }
 
+// Body is the body of an answer of Transport: the agent's whole answer,
+// already in memory.
+type Body struct {
+	*bytes.Reader
+	b []byte
+}
+
+// Bytes is the whole body, without a copy, whatever has been read of it.
+// It must not be modified.
+func (b *Body) Bytes() []byte { return b.b }
+
+// Close does nothing: the body is in memory.
+func (b *Body) Close() error { return nil }
+
 // Transport is the http.RoundTripper of the clients of Client.
 type Transport struct {
 	registry *Registry
@@ -97,7 +111,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				ProtoMajor:    1,
 				ProtoMinor:    1,
 				Header:        http.Header{"Content-Type": []string{resp.GetContentType()}},
-				Body:          io.NopCloser(bytes.NewReader(resp.GetBody())),
+				Body:          &Body{Reader: bytes.NewReader(resp.GetBody()), b: resp.GetBody()},
 				ContentLength: int64(len(resp.GetBody())),
 				Request:       req,
 			}, nil
