@@ -97,6 +97,10 @@ type Throughput struct {
 	RestCPU float64 `json:"agents_sims_client_cpu_ms_per_req"`
 	P50     float64 `json:"p50_ms"`
 	P99     float64 `json:"p99_ms"`
+	// Failed counts answers with errors (not in Requests or the
+	// latencies); FirstError is the first of them.
+	Failed     int    `json:"failed"`
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // SimRate is the simulator's own rate for the floor's call.
@@ -186,10 +190,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		p("%s\t%d\t%.2f×\t%.2f×\t%.2f\t\n", s.Query, s.Zones, s.GraphQLP50, s.FloorP50, s.Relative)
 	}
 	p("\n")
-	p("throughput\tzones\tclients\treq/s\tfloor req/s\tratio\tp50\tp99\torch CPU/req\tagents+sims CPU/req\t\n")
+	p("throughput\tzones\tclients\treq/s\tfloor req/s\tratio\tp50\tp99\torch CPU/req\tagents+sims CPU/req\tfailed\t\n")
 	for _, t := range r.Throughput {
-		p("%s\t%d\t%d\t%.1f\t%.1f\t%.2f×\t%.1fms\t%.1fms\t%.2fms\t%.2fms\t\n",
-			t.Query, t.Zones, t.Clients, t.PerSecond, t.FloorPerSec, t.Ratio, t.P50, t.P99, t.OrchestratorCPU, t.RestCPU)
+		p("%s\t%d\t%d\t%.1f\t%.1f\t%.2f×\t%.1fms\t%.1fms\t%.2fms\t%.2fms\t%d\t\n",
+			t.Query, t.Zones, t.Clients, t.PerSecond, t.FloorPerSec, t.Ratio, t.P50, t.P99, t.OrchestratorCPU, t.RestCPU, t.Failed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
