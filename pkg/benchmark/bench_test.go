@@ -651,7 +651,7 @@ func throughput(ctx context.Context, st *benchmark.Stack, q query, cs []*benchma
 		OrchestratorCPU: benchmark.Ratio(float64(cpu1-cpu0)/float64(time.Millisecond), float64(n)),
 		RestCPU:         benchmark.Ratio(float64(self1-self0)/float64(time.Millisecond), float64(n)),
 		P50:             lat.P50, P99: lat.P99,
-		Failed:          failed, FirstError: errText(firstErr),
+		Failed: failed, FirstError: errText(firstErr),
 	}, nil
 }
 
