@@ -33,10 +33,20 @@ func stdDecode[T any](body []byte) (T, error) {
 func sameDecoding[T any](t *testing.T, name string, body []byte) {
 	t.Helper()
 	want, werr := stdDecode[T](body)
-	got, gerr := decodeData[T](body)
+	var got T
+	var gerr error
+	switch g := any(&got).(type) {
+	case *[]Resource:
+		*g, gerr = decodeResources(body)
+	default:
+		got, gerr = decodeData(body, got)
+	}
 	if (werr == nil) != (gerr == nil) {
 		t.Errorf("%s: encoding/json error %v, decodeData error %v", name, werr, gerr)
 		return
+	}
+	if werr != nil {
+		return // callers drop the value of a failed decode
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("%s: decodeData\n%+v\nencoding/json\n%+v", name, got, want)
@@ -104,13 +114,13 @@ func TestDecodeDataMatchesEncodingJSON(t *testing.T) {
 	for _, typ := range []string{"", "vm", "node", "storage"} {
 		body := get(resourcesPath(typ))
 		sameDecoding[[]Resource](t, "resources "+typ, body)
-		if rs, err := decodeData[[]Resource](body); err != nil || len(rs) == 0 {
+		if rs, err := decodeResources(body); err != nil || len(rs) == 0 {
 			t.Errorf("resources %q: %d, %v", typ, len(rs), err)
 		}
 	}
 	ipam := get(ipamStatusPath)
 	sameDecoding[[]IPMapping](t, "ipam", ipam)
-	if ms, err := decodeData[[]IPMapping](ipam); err != nil || len(ms) == 0 {
+	if ms, err := decodeData[[]IPMapping](ipam, nil); err != nil || len(ms) == 0 {
 		t.Errorf("ipam: %+v, %v", ms, err)
 	}
 
@@ -174,7 +184,7 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkDecodeResources decodes a 1,000-guest /cluster/resources answer
-// with decodeData and, as the same-run baseline, with encoding/json as
+// with decodeResources and, as the same-run baseline, with encoding/json as
 // before. cpu-ns/op is the process's CPU time (GC included) per decode,
 // less sensitive to a loaded machine than ns/op.
 func BenchmarkDecodeResources(b *testing.B) {
@@ -184,7 +194,7 @@ func BenchmarkDecodeResources(b *testing.B) {
 		decode func([]byte) ([]Resource, error)
 	}{
 		{"encoding-json", stdDecode[[]Resource]},
-		{"decodeData", decodeData[[]Resource]},
+		{"decodeResources", decodeResources},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))

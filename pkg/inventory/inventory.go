@@ -10,6 +10,7 @@
 package inventory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"sync"
 	"time"
 
@@ -40,7 +42,8 @@ type Config struct {
 
 // Inventory reads zones, hosts and guests.
 type Inventory struct {
-	cfg Config
+	cfg      Config
+	decoding chan struct{} // one token per answer being decoded, GOMAXPROCS at most
 }
 
 // New returns an inventory over cfg.Zones.
@@ -51,7 +54,7 @@ func New(cfg Config) (*Inventory, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Inventory{cfg: cfg}, nil
+	return &Inventory{cfg: cfg, decoding: make(chan struct{}, runtime.GOMAXPROCS(0))}, nil
 }
 
 // Client returns the go-proxmox client of a zone.
@@ -157,63 +160,100 @@ func resourcesPath(typ string) string {
 // zone's HTTP transport and decoded in one pass (go-proxmox decodes every
 // answer twice and copies it once more for its debug log).
 func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]Resource, error) {
-	rs, err := getData[[]Resource](ctx, inv.cfg.Zones, zoneID, resourcesPath(typ))
+	body, err := inv.get(ctx, zoneID, resourcesPath(typ))
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	if err := inv.acquireDecode(ctx); err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	defer inv.releaseDecode()
+	rs, err := decodeResources(body)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: read resources: %w", err)
 	}
 	return rs, nil
 }
 
-// getData GETs path (below /api2/json) of a zone and decodes the data
-// member of the answer in one pass, straight from the agent's answer. Errors are those of
-// go-proxmox's Client.Get: proxmox.ErrNotAuthorized for 401 and 403, the
-// status line (which carries Proxmox's error text) for 500 and 501, and
-// "bad request: ..." with the answer's errors for 400.
-func getData[T any](ctx context.Context, reg *zones.Registry, zoneID, path string) (T, error) {
-	var zero T
+// acquireDecode waits for one of the GOMAXPROCS decoding slots: when many
+// zones answer at once, some finish decoding early instead of all of them
+// sharing the CPUs until the end (and holding their half-built results).
+func (inv *Inventory) acquireDecode(ctx context.Context) error {
+	select {
+	case inv.decoding <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (inv *Inventory) releaseDecode() { <-inv.decoding }
+
+// get GETs path (below /api2/json) of a zone and returns the body of a
+// successful answer: the agent's answer as it arrived, without a copy.
+// Errors are those of go-proxmox's Client.Get: proxmox.ErrNotAuthorized
+// for 401 and 403, the status line (which carries Proxmox's error text)
+// for 500 and 501, and "bad request: ..." with the answer's errors for 400.
+func (inv *Inventory) get(ctx context.Context, zoneID, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, zones.BaseURL(zoneID)+path, nil)
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
-	res, err := reg.HTTPClient(zoneID).Do(req)
+	res, err := inv.cfg.Zones.HTTPClient(zoneID).Do(req)
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
 	defer res.Body.Close()
 	var body []byte
 	if b, ok := res.Body.(*zones.Body); ok {
-		body = b.Bytes() // the agent's answer as it arrived: no copy
+		body = b.Bytes()
 	} else if body, err = io.ReadAll(res.Body); err != nil {
-		return zero, err
+		return nil, err
 	}
 	switch res.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return zero, proxmox.ErrNotAuthorized
+		return nil, proxmox.ErrNotAuthorized
 	case http.StatusInternalServerError, http.StatusNotImplemented:
-		return zero, errors.New(res.Status)
+		return nil, errors.New(res.Status)
 	case http.StatusBadRequest:
 		var keys map[string]json.RawMessage
 		if err := json.Unmarshal(body, &keys); err != nil {
-			return zero, err
+			return nil, err
 		}
 		if errs, ok := keys["errors"]; ok {
 			body = errs
 		}
-		return zero, fmt.Errorf("bad request: %s - %s", res.Status, body)
+		return nil, fmt.Errorf("bad request: %s - %s", res.Status, body)
 	}
-	return decodeData[T](body)
+	return body, nil
 }
 
-// decodeData decodes the data member of a Proxmox answer. It has
+// decodeData decodes the data member of a Proxmox answer into data (which
+// may be a slice with room for the expected entries). It has
 // encoding/json's semantics, with go-json-experiment's implementation of
-// them: one pass over the body, about a third of the CPU time and half the
-// garbage of encoding/json (BenchmarkDecodeResources).
-func decodeData[T any](body []byte) (T, error) {
-	var ans struct {
+// them: one pass over the body, about half the CPU time and garbage of
+// encoding/json (BenchmarkDecodeResources).
+func decodeData[T any](body []byte, data T) (T, error) {
+	ans := struct {
 		Data T `json:"data"`
-	}
+	}{Data: data}
 	err := jsonv1.Unmarshal(body, &ans)
 	return ans.Data, err
+}
+
+// idKey starts every entry of /cluster/resources.
+var idKey = []byte(`"id":`)
+
+// decodeResources decodes a /cluster/resources answer into a slice sized
+// once from a count of its entries: growing it while decoding allocated
+// about twice its final size, the largest share of the orchestrator's
+// garbage under load.
+func decodeResources(body []byte) ([]Resource, error) {
+	var rs []Resource
+	if n := bytes.Count(body, idKey); n > 0 {
+		rs = make([]Resource, 0, n)
+	}
+	return decodeData(body, rs)
 }
 
 // IPMapping is one address of the PVE IPAM.
@@ -261,7 +301,15 @@ func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
 // ZoneIPAMStatus is IPAMStatus for a zone of the registry, read like
 // ZoneResources.
 func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMapping, error) {
-	ms, err := getData[[]IPMapping](ctx, inv.cfg.Zones, zoneID, ipamStatusPath)
+	body, err := inv.get(ctx, zoneID, ipamStatusPath)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	if err := inv.acquireDecode(ctx); err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	defer inv.releaseDecode()
+	ms, err := decodeData[[]IPMapping](body, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
 	}
