@@ -19,6 +19,7 @@ import (
 
 	"tailscale.com/client/local"
 	"tailscale.com/envknob"
+	"tailscale.com/ipn/ipnstate"
 	"tailscale.com/tsnet"
 )
 
@@ -167,13 +168,36 @@ func (n *Node) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
 	}
 	for _, p := range st.Peer {
 		if slices.Contains(p.TailscaleIPs, ip) {
-			// Until the peer has reported how to reach it (its DERP home
-			// or an endpoint), a handshake to it is lost and retried only
-			// after 5s.
-			return p.Online && (p.Relay != "" || len(p.Addrs) > 0), nil
+			return reachable(p), nil
 		}
 	}
 	return false, nil
+}
+
+// OnlinePeers is the mesh addresses of every peer PeerOnline would report
+// online, from one read of the node's status (PeerOnline for many peers
+// reads it once per peer).
+func (n *Node) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
+	st, err := n.lc.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("meshnode: status: %w", err)
+	}
+	out := make(map[netip.Addr]bool, len(st.Peer))
+	for _, p := range st.Peer {
+		if reachable(p) {
+			for _, ip := range p.TailscaleIPs {
+				out[ip] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// reachable reports whether a peer is online and has said how to reach
+// it: until it has reported its DERP home or an endpoint, a handshake to
+// it is lost and retried only after 5s.
+func reachable(p *ipnstate.PeerStatus) bool {
+	return p.Online && (p.Relay != "" || len(p.Addrs) > 0)
 }
 
 // WaitPeer waits until the peer with mesh address ip is online in this

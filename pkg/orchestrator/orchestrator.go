@@ -446,8 +446,8 @@ func (m mesh) Nodes(ctx context.Context) ([]zones.MeshNode, error) {
 	return out, nil
 }
 
-func (m mesh) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
-	return m.node.PeerOnline(ctx, ip)
+func (m mesh) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
+	return m.node.OnlinePeers(ctx)
 }
 
 func (m mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -45,9 +45,10 @@ type MeshNode struct {
 type Mesh interface {
 	// Nodes lists the nodes known to the control server.
 	Nodes(ctx context.Context) ([]MeshNode, error)
-	// PeerOnline reports whether the orchestrator's node sees the peer with
-	// mesh address ip online (dialling a peer not yet in its view is slow).
-	PeerOnline(ctx context.Context, ip netip.Addr) (bool, error)
+	// OnlinePeers is the mesh addresses of the peers the orchestrator's
+	// node sees online (dialling a peer not yet in its view is slow). The
+	// registry reads it once per refresh, for all agents.
+	OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error)
 	// Dial dials over the orchestrator's mesh node.
 	Dial(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -252,6 +253,15 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	r.snap = nil // node names, addresses and the set of agents may have changed
 	r.mu.Unlock()
 
+	// One read of the orchestrator node's view for every check (it lists
+	// every peer: reading it per agent made a refresh O(agents²)).
+	var reachable map[netip.Addr]bool
+	if len(checks) > 0 {
+		if reachable, err = r.cfg.Mesh.OnlinePeers(ctx); err != nil {
+			r.log.Warn("zones: mesh status", "err", err)
+		}
+	}
+
 	var wg sync.WaitGroup
 	// Checks Run does not wait for are tracked so that Run can wait for
 	// them before it returns.
@@ -263,7 +273,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 		track.Add(1)
 		go func() {
 			defer track.Done()
-			r.check(ctx, a)
+			r.check(ctx, a, reachable)
 			r.mu.Lock()
 			a.checking = false
 			r.mu.Unlock()
@@ -278,8 +288,9 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	return nil
 }
 
-// check updates one agent's status (and Info when due).
-func (r *Registry) check(ctx context.Context, a *agentState) {
+// check updates one agent's status (and Info when due); reachable is the
+// set of mesh addresses the orchestrator's node sees online.
+func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip.Addr]bool) {
 	r.mu.Lock()
 	node, client, prev := a.node, a.client, a.status
 	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline
@@ -305,7 +316,7 @@ func (r *Registry) check(ctx context.Context, a *agentState) {
 		set(StatusOffline, "not connected to the mesh", nil)
 		return
 	}
-	if ok, err := r.cfg.Mesh.PeerOnline(ctx, node.Addr); err != nil || !ok {
+	if !reachable[node.Addr] {
 		set(StatusOffline, "not yet reachable from the orchestrator", nil)
 		return
 	}
