@@ -133,7 +133,7 @@ func (p *pve) do(ctx context.Context, method, path, query string, body []byte, c
 		return pveResponse{}, scrub(err, p.token)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+	data, err := readBody(resp.Body, resp.ContentLength)
 	if err != nil {
 		return pveResponse{}, scrub(err, p.token)
 	}
@@ -142,6 +142,21 @@ func (p *pve) do(ctx context.Context, method, path, query string, body []byte, c
 	}
 	_, reason, _ := strings.Cut(resp.Status, " ")
 	return pveResponse{status: resp.StatusCode, reason: reason, body: data, contentType: resp.Header.Get("Content-Type")}, nil
+}
+
+// readBody reads an answer of up to maxResponse (+1, to tell a larger one)
+// bytes. When its length is known it is read into one buffer of that size:
+// io.ReadAll grows its buffer step by step, copying it each time (about
+// twice the body's size in garbage for a 300 KB answer).
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > maxResponse {
+		return io.ReadAll(io.LimitReader(r, maxResponse+1))
+	}
+	// bytes.Buffer.ReadFrom wants bytes.MinRead free bytes before it reads
+	// on: with them, reaching the end does not grow the buffer.
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(io.LimitReader(r, maxResponse+1))
+	return buf.Bytes(), err
 }
 
 // get fetches path and decodes the "data" member of the answer into v.

@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"strings"
 	"testing"
@@ -140,4 +142,49 @@ func TestProxmoxClient(t *testing.T) {
 	if _, err := newPVE("http://127.0.0.1:8006", token, ""); err == nil {
 		t.Error("plain http Proxmox URL accepted")
 	}
+}
+
+// TestReadBody reads answers of known, wrong and unknown length whole, in
+// one buffer when the length is known, and tells a too large one.
+func TestReadBody(t *testing.T) {
+	t.Parallel()
+	body := bytes.Repeat([]byte(`{"data":[{"id":"qemu/100"}]}`), 10000)
+	for _, length := range []int64{int64(len(body)), -1, 10, int64(len(body)) + 100} {
+		got, err := readBody(bytes.NewReader(body), length)
+		if err != nil || !bytes.Equal(got, body) {
+			t.Errorf("length %d: read %d bytes of %d, %v", length, len(got), len(body), err)
+		}
+		if length == int64(len(body)) && cap(got) != len(body)+bytes.MinRead {
+			t.Errorf("known length: buffer grew to %d for %d bytes", cap(got), len(body))
+		}
+	}
+	big := bytes.Repeat([]byte("x"), maxResponse+10)
+	for _, length := range []int64{int64(len(big)), -1} {
+		got, err := readBody(bytes.NewReader(big), length)
+		if err != nil || len(got) != maxResponse+1 {
+			t.Errorf("too large, length %d: read %d bytes, %v; want %d", length, len(got), err, maxResponse+1)
+		}
+	}
+}
+
+// BenchmarkReadBody reads a 300 KB answer with its length known, and with
+// io.ReadAll as before (the same-run baseline).
+func BenchmarkReadBody(b *testing.B) {
+	body := bytes.Repeat([]byte(`{"id":"qemu/1000","type":"qemu","name":"vm"},`), 300<<10/45)
+	b.Run("io.ReadAll", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := io.ReadAll(io.LimitReader(bytes.NewReader(body), maxResponse+1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("readBody", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := readBody(bytes.NewReader(body), int64(len(body))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
