@@ -40,7 +40,7 @@ const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
                      [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-agent-version V]
-                     [-debug-addr ADDR]
+                     [-memory-limit SIZE] [-debug-addr ADDR]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID`
@@ -120,6 +120,7 @@ func serve(ctx context.Context, args []string) error {
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
 	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
+	memLimit := fs.String("memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
 	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -129,6 +130,13 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
+	}
+	if *memLimit != "" {
+		n, err := parseSize(*memLimit)
+		if err != nil {
+			return fmt.Errorf("-memory-limit: %w", err)
+		}
+		debug.SetMemoryLimit(n)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -177,6 +185,19 @@ func serve(ctx context.Context, args []string) error {
 	}
 	meshnode.PrepareProcess(cmp.Or(*publicURL, "http://"))
 	return srv.Run(ctx)
+}
+
+// parseSize parses a byte count as GOMEMLIMIT writes it: a number with an
+// optional unit B, KiB, MiB, GiB or TiB.
+func parseSize(s string) (int64, error) {
+	num := strings.TrimRight(s, "BKMGTi")
+	unit := s[len(num):]
+	mult, ok := map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size like 200MiB", s)
+	}
+	return n * mult, nil
 }
 
 // buildVersion is the module version of this build, as the agent of the

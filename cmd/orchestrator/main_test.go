@@ -133,3 +133,17 @@ func TestServeLimitFlags(t *testing.T) {
 		t.Errorf("serve with FLEXPLANE_MAX_COMPLEXITY=lots: %v", err)
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"200MiB": 200 << 20, "1GiB": 1 << 30, "4096": 4096, "512KiB": 512 << 10, "10B": 10} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1MiB", "0", "200MB", "2.5GiB", "1iB", "200 MiB", "99999999999TiB"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}

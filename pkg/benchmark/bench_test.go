@@ -43,6 +43,7 @@ type params struct {
 	clients    int           // BENCH_CLIENTS: concurrent clients of the throughput run
 	rounds     int           // BENCH_ENROLL_ROUNDS: enrollment rounds
 	profileDir string        // BENCH_PROFILE: "" none, "1" bench-results/profiles, else a directory
+	memLimit   string        // BENCH_MEMORY_LIMIT: the orchestrator's -memory-limit
 }
 
 func envInt(key string, def int) int {
@@ -70,6 +71,7 @@ func loadParams(b *testing.B, moduleDir string) params {
 		runFor:     envDuration("BENCH_THROUGHPUT", 8*time.Second),
 		clients:    envInt("BENCH_CLIENTS", 8),
 		rounds:     envInt("BENCH_ENROLL_ROUNDS", 3),
+		memLimit:   os.Getenv("BENCH_MEMORY_LIMIT"),
 	}
 	if p.out == "" {
 		p.out = filepath.Join(moduleDir, "bench-results", "latest.json")
@@ -248,6 +250,9 @@ func BenchmarkStack(b *testing.B) {
 			Agents:       "pkg/agent in the benchmark process, one per simulated node, over the real mesh (tsnet); the enrollment rounds run cmd/agent as a process against an orchestrator of their own (fresh, no other agents)",
 		},
 	}
+	if p.memLimit != "" {
+		rep.Setup.Orchestrator += ", -memory-limit " + p.memLimit
+	}
 	dir, err := os.MkdirTemp("", "fpbench")
 	if err != nil {
 		b.Fatal(err)
@@ -276,7 +281,7 @@ func BenchmarkStack(b *testing.B) {
 	}
 
 	log.Info("bench: starting the stack")
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: p.profileDir != ""})
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: p.profileDir != "", MemoryLimit: p.memLimit})
 	if err != nil {
 		b.Fatal(err)
 	}

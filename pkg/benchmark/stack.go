@@ -70,6 +70,8 @@ type Config struct {
 	BinDir string
 	// Logger receives the stack's progress. Default: discarded.
 	Logger *slog.Logger
+	// MemoryLimit is passed to the orchestrator as -memory-limit ("" none).
+	MemoryLimit string
 	// Profiling starts the orchestrator with -debug-addr on a free
 	// loopback port, so that OrchestratorProfile can fetch its profiles.
 	Profiling bool
@@ -224,6 +226,9 @@ func (s *Stack) startOrchestrator(ctx context.Context) error {
 		"-oidc-issuer", s.idp.Issuer(),
 		"-oidc-audience", ClientID,
 		"-log-level", "warn",
+	}
+	if s.cfg.MemoryLimit != "" {
+		args = append(args, "-memory-limit", s.cfg.MemoryLimit)
 	}
 	if s.cfg.Profiling {
 		dport, err := freePort()
