@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshnode"
@@ -39,7 +40,12 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		defer prof.Shutdown(context.Background())
+		defer func() {
+			// A profile being taken does not hold up the exit for long.
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			prof.Shutdown(sctx)
+		}()
 	}
 	a, err := agent.Start(ctx, cfg)
 	if err != nil {

@@ -148,7 +148,12 @@ func serve(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer prof.Shutdown(context.WithoutCancel(ctx))
+		defer func() {
+			// A profile being taken does not hold up the exit for long.
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			prof.Shutdown(sctx)
+		}()
 	}
 	var site http.Handler
 	if *portalDir != "" {
