@@ -51,10 +51,14 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
   context.setDefaultTimeout(timeout)
   const offOrigin = []
   const graphql = []
+  // How many requests went to each origin (data: and blob: URLs aside).
+  const origins = new Map()
   context.on('request', (r) => {
     const url = r.url()
     if (url.startsWith('data:') || url.startsWith('blob:')) return
-    if (!allowedOrigins.has(new URL(url).origin)) offOrigin.push(`${r.method()} ${url}`)
+    const origin = new URL(url).origin
+    origins.set(origin, (origins.get(origin) ?? 0) + 1)
+    if (!allowedOrigins.has(origin)) offOrigin.push(`${r.method()} ${url}`)
     if (url === `${base}/graphql`) graphql.push({ headers: r.headers(), body: r.postData() || '' })
   })
   const page = await context.newPage()
@@ -76,7 +80,7 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
     assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
     assert.deepEqual(errors, [], 'uncaught errors in the page')
   })
-  return { page, graphql }
+  return { page, graphql, origins }
 }
 
 export async function shot(page, name) {
@@ -104,3 +108,42 @@ export async function open(page, label, heading) {
   await page.getByRole('table').or(page.getByText(/^No .*s yet\.$/)).first().waitFor()
 }
 
+
+// go follows a link of the main navigation and waits for the page's heading.
+export async function go(page, label, heading) {
+  await nav(page).getByRole('link', { name: label, exact: true }).click()
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
+}
+
+// stopVM stops the VM of the detail page through its confirmation and
+// waits until it is stopped.
+export async function stopVM(page, timeout) {
+  const confirm = page.getByRole('dialog')
+  await page.getByRole('button', { name: 'Stop', exact: true }).click()
+  await confirm.getByText('unsaved data in the guest is lost').waitFor()
+  await confirm.getByRole('button', { name: 'Stop', exact: true }).click()
+  await page.getByTestId('vm-status').getByText('STOPPED').waitFor({ timeout })
+  await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('stop', { exact: true }).waitFor()
+  await page.getByRole('button', { name: 'Start', exact: true }).waitFor()
+}
+
+// checkZonesAndHosts checks, as an admin, that the zones page shows every
+// zone online with its three usage bars and the hosts page every host
+// online, and takes their screenshots.
+export async function checkZonesAndHosts(page, zones, hostCount) {
+  await go(page, 'Zones', 'Zones')
+  for (const z of zones) {
+    const card = page.locator(`article[data-zone="${z}"]`)
+    await card.locator('.zone-head .status').getByText('online', { exact: true }).waitFor()
+    assert.equal(await card.locator('meter').count(), 3, `CPU, memory and storage bars of ${z}`)
+  }
+  assert.equal(await page.locator('article[data-zone]').count(), zones.length)
+  assert.equal(await page.locator('.zone-hosts li').count(), hostCount)
+  await shot(page, 'zones')
+  await go(page, 'Hosts', 'Hosts')
+  await page.locator('tbody tr').first().waitFor()
+  assert.equal(await page.locator('tbody tr').count(), hostCount)
+  assert.equal(await page.locator('tbody td[data-label="Status"] .status.online').count(), hostCount)
+  const hostZones = new Set((await page.locator('tbody td[data-label="Zone"]').allInnerTexts()).map((z) => z.trim()))
+  assert.deepEqual([...hostZones].sort(), [...zones].sort())
+}
