@@ -99,8 +99,28 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   const vmPath = new URL(page.url()).pathname
   await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
   assert.match(await page.locator('.props').first().innerText(), /Addresses\s*\d+\.\d+\.\d+\.\d+/)
+  // Its NIC on the VDC's network with its address, its disk with the
+  // storage profile, and the operations Proxmox recorded: the create and
+  // the start it did.
+  const nic = page.getByTestId('vm-nics').locator('tbody tr')
+  await nic.first().waitFor()
+  assert.equal(await nic.count(), 1)
+  assert.match(await nic.innerText(), /net0[\s\S]*\d+\.\d+\.\d+\.\d+\/\d+[\s\S]*\d+\.\d+\.\d+\.\d+[\s\S]*([0-9A-F]{2}:){5}[0-9A-F]{2}[\s\S]*virtio/i)
+  const disk = page.getByTestId('vm-disks').locator('tbody tr')
+  assert.equal(await disk.count(), 1)
+  assert.match(await disk.innerText(), /scsi0[\s\S]*GiB[\s\S]*\(\w+\)[\s\S]*\S+/)
+  await page.locator('.operations li[data-kind="CREATE_VM"][data-state="SUCCEEDED"]').waitFor()
+  await page.locator('.operations li[data-kind="START_VM"][data-state="SUCCEEDED"]').waitFor()
+  // The live metrics are read again while the page shows.
+  const reads = () => graphql.filter((r) => r.body.includes('cpuUsage')).length
+  const readsBefore = reads()
+  const deadline = Date.now() + 10_000
+  while (reads() === readsBefore && Date.now() < deadline) await page.waitForTimeout(100)
+  assert.ok(reads() > readsBefore, 'the metrics were not read again within 10 s')
   await shot(page, 'vm-detail')
   await stopVM(page, vmTimeout)
+  // The stop is in Proxmox's history too (the page reads it after the stop).
+  await page.locator('.operations li[data-kind="STOP_VM"][data-state="SUCCEEDED"] time').waitFor()
   await shot(page, 'vm-stopped')
   await listed(page, 'VMs', 'VMs')
   const row = page.locator(`tbody tr[data-name="${vmName}"]`)
