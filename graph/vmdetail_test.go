@@ -39,7 +39,7 @@ const vmDetail = `query($id: ID!, $n: Int) { vm(id: $id) {
 // harness: its NIC on the VDC's network with the IPAM's address, its disk
 // with the storage profile's limits, the create and the power actions from
 // Proxmox's task history (their ids answer operation too), and another
-// VDC's member gets NOT_FOUND for all of it.
+// VDC's member gets NOT_FOUND for all of it. The VDC's usage counts the VM.
 func TestVMDetail(t *testing.T) {
 	t.Parallel()
 	h := meshtest.New(t,
@@ -115,6 +115,19 @@ func TestVMDetail(t *testing.T) {
 		if r := h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": n}); r.Code(t) != "BAD_USER_INPUT" {
 			t.Errorf("operations(first: %d): %s", n, r.Raw)
 		}
+	}
+
+	// The VDC's usage counts it, as its quotas do; red uses nothing.
+	var usage struct {
+		Usage struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }
+	}
+	h.GraphQL(t, "bob", "blue", `{ vdc(name: "blue") { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "vdc", &usage)
+	if u := usage.Usage; u.Vms != 1 || u.Vcpus != 1 || u.MemoryMiB != 512 || u.StorageGiB != 4 {
+		t.Errorf("blue's usage %+v, want 1 VM, 1 vCPU, 512 MiB, 4 GiB", u)
+	}
+	h.GraphQL(t, "alice", "red", `{ currentVDC { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "currentVDC", &usage)
+	if u := usage.Usage; u != (struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }{}) {
+		t.Errorf("red's usage %+v, want none", u)
 	}
 
 	// Another VDC's member: NOT_FOUND, and nothing of it in their list.

@@ -27,6 +27,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
+	VDC() VDCResolver
 	VM() VMResolver
 	Zone() ZoneResolver
 }
@@ -221,6 +222,7 @@ type ComplexityRoot struct {
 		Name              func(childComplexity int) int
 		Quotas            func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
+		Usage             func(childComplexity int) int
 	}
 
 	VDCAccess struct {
@@ -233,6 +235,13 @@ type ComplexityRoot struct {
 		StorageGiB func(childComplexity int) int
 		VCPUs      func(childComplexity int) int
 		VMs        func(childComplexity int) int
+	}
+
+	VDCUsage struct {
+		MemoryMiB  func(childComplexity int) int
+		StorageGiB func(childComplexity int) int
+		Vcpus      func(childComplexity int) int
+		Vms        func(childComplexity int) int
 	}
 
 	VM struct {
@@ -1275,6 +1284,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.ResourceVersion(childComplexity), true
+	case "VDC.usage":
+		if e.ComplexityRoot.VDC.Usage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.Usage(childComplexity), true
 
 	case "VDCAccess.role":
 		if e.ComplexityRoot.VDCAccess.Role == nil {
@@ -1313,6 +1328,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDCQuotas.VMs(childComplexity), true
+
+	case "VDCUsage.memoryMiB":
+		if e.ComplexityRoot.VDCUsage.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.MemoryMiB(childComplexity), true
+	case "VDCUsage.storageGiB":
+		if e.ComplexityRoot.VDCUsage.StorageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.StorageGiB(childComplexity), true
+	case "VDCUsage.vcpus":
+		if e.ComplexityRoot.VDCUsage.Vcpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.Vcpus(childComplexity), true
+	case "VDCUsage.vms":
+		if e.ComplexityRoot.VDCUsage.Vms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.Vms(childComplexity), true
 
 	case "VM.cpuUsage":
 		if e.ComplexityRoot.VM.CPUUsage == nil {
@@ -2241,6 +2281,11 @@ type VDC {
   name: String!
   description: String!
   quotas: VDCQuotas!
+  """
+  What it uses, counted as its quotas count: its VMs in every zone and the
+  creates in flight. Null (with an error) when that cannot be read.
+  """
+  usage: VDCUsage
   "Changes on every write; pass it back for a conditional update."
   resourceVersion: String!
   createdAt: Time!
@@ -2248,6 +2293,14 @@ type VDC {
 
 "Upper bounds of what a VDC's resources may use in total (0 allows none)."
 type VDCQuotas {
+  vcpus: Int!
+  memoryMiB: Int!
+  storageGiB: Int!
+  vms: Int!
+}
+
+"What a VDC uses of its quotas."
+type VDCUsage {
   vcpus: Int!
   memoryMiB: Int!
   storageGiB: Int!
@@ -2670,6 +2723,8 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_description(ctx, field)
 	case "quotas":
 		return ec.fieldContext_VDC_quotas(ctx, field)
+	case "usage":
+		return ec.fieldContext_VDC_usage(ctx, field)
 	case "resourceVersion":
 		return ec.fieldContext_VDC_resourceVersion(ctx, field)
 	case "createdAt":
@@ -2700,6 +2755,20 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_vms(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
+}
+
+func (ec *executionContext) childFields_VDCUsage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vcpus":
+		return ec.fieldContext_VDCUsage_vcpus(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_VDCUsage_memoryMiB(ctx, field)
+	case "storageGiB":
+		return ec.fieldContext_VDCUsage_storageGiB(ctx, field)
+	case "vms":
+		return ec.fieldContext_VDCUsage_vms(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VDCUsage", field.Name)
 }
 
 func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

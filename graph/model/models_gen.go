@@ -284,6 +284,14 @@ type VDCQuotasInput struct {
 	Vms        int `json:"vms"`
 }
 
+// What a VDC uses of its quotas.
+type VDCUsage struct {
+	Vcpus      int `json:"vcpus"`
+	MemoryMiB  int `json:"memoryMiB"`
+	StorageGiB int `json:"storageGiB"`
+	Vms        int `json:"vms"`
+}
+
 // A virtual machine of a VDC.
 type VM struct {
 	// Opaque, global id.
