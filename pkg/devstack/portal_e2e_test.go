@@ -93,7 +93,7 @@ func TestPortalOnDevStack(t *testing.T) {
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}, "tests/devstack.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "networks", "images", "compute-profiles", "storage-profiles",
-		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "vm-not-found", "zones", "hosts", "vdcs")
+		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vm-detail-phone", "vms", "vm-not-found", "zones", "hosts", "vdcs")
 
 	stopped := time.Now()
 	s.stop(t)

@@ -61,6 +61,8 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   const sent = graphql.slice(before)
   assert.ok(sent.length > 0, 'no request after switching VDC')
   for (const r of sent) assert.equal(r.headers['flexplane-vdc-id'], vdc)
+  // The VDC's quotas with what it uses of them.
+  assert.match(await page.getByTestId('vdc-quotas').innerText(), /vCPUs[\s\S]*\d+ of \d+[\s\S]*VMs[\s\S]*\d+ of \d+/)
   await shot(page, 'home')
   phase(`${member.user} signed in, in VDC ${vdc}`)
 
@@ -122,6 +124,12 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   // The stop is in Proxmox's history too (the page reads it after the stop).
   await page.locator('.operations li[data-kind="STOP_VM"][data-state="SUCCEEDED"] time').waitFor()
   await shot(page, 'vm-stopped')
+  // At phone width the page fits: nothing scrolls sideways.
+  await page.setViewportSize({ width: 390, height: 844 })
+  await page.getByTestId('vm-nics').waitFor()
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the VM page is wider than a phone')
+  await shot(page, 'vm-detail-phone')
+  await page.setViewportSize({ width: 1280, height: 800 })
   await listed(page, 'VMs', 'VMs')
   const row = page.locator(`tbody tr[data-name="${vmName}"]`)
   assert.match(await row.innerText(), new RegExp(`stopped[\\s\\S]*${zones[0]}`))
@@ -143,8 +151,27 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   await signIn(page, admin)
   await checkZonesAndHosts(page, zones, hostCount)
   await shot(page, 'hosts')
-  await listed(page, 'VDCs', 'VDCs', 'vdcs')
+  await listed(page, 'VDCs', 'VDCs')
+  // The VDCs' usage counts the VM (stopped VMs hold their resources).
+  const vms = await page.locator(`tbody tr[data-name="${vdc}"] td[data-label="VMs"]`).innerText()
+  assert.match(vms.trim(), /^1 of \d+$/, `VMs of ${vdc}`)
+  await shot(page, 'vdcs')
   phase(`${admin.user} sees ${zones.length} zones and ${hostCount} hosts online`)
+
+  // Every page fits a phone's width (390 px): nothing scrolls sideways.
+  await page.setViewportSize({ width: 390, height: 844 })
+  const wide = []
+  for (const path of ['/', '/vms', '/vms/new', '/networks', '/images', '/profiles/compute', '/profiles/storage', '/platform/zones', '/platform/hosts', '/platform/vdcs']) {
+    await page.goto(base + path)
+    await page.locator('main h1').first().waitFor()
+    await page.getByText('Loading…').first().waitFor({ state: 'detached' })
+    if (!(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth))) {
+      wide.push(path)
+      await shot(page, `too-wide-${path.replace(/\W+/g, '-')}`)
+    }
+  }
+  assert.deepEqual(wide, [], 'pages wider than a phone')
+  phase('every page fits a phone')
 
   // Both origins were used, and no other (lib.mjs fails the test on any).
   console.log('requests by origin:', JSON.stringify(Object.fromEntries(origins)))
