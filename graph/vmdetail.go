@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/zones"
 )
@@ -172,4 +173,25 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 		out = append(out, opModel(&ops[i]))
 	}
 	return out, nil
+}
+
+// vmCounter reads one of vm's byte counters off the zone's resources (the
+// operation's inventory session read them for the VM itself); a VM the
+// zone no longer lists counts 0.
+func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(inventory.Resource) int64) (float64, error) {
+	ref := mustVMRef(vm.ID)
+	z, ok := r.zoneByID(ref.ZoneID)
+	if !ok {
+		return 0, nil
+	}
+	rs, err := r.session(ctx).Resources(ctx, z, "vm")
+	if err != nil {
+		return 0, apierr.ZoneDown(z.Name, err)
+	}
+	for _, res := range rs {
+		if res.Type == "qemu" && res.VMID == ref.VMID {
+			return float64(counter(res)), nil
+		}
+	}
+	return 0, nil
 }

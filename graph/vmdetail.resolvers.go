@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/inventory"
 )
 
 // Nics is the resolver for the nics field.
@@ -24,4 +25,24 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 // Operations is the resolver for the operations field.
 func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error) {
 	return r.vmOperations(ctx, obj, first)
+}
+
+// NetInBytes is the resolver for the netInBytes field.
+func (r *vMResolver) NetInBytes(ctx context.Context, obj *model.VM) (float64, error) {
+	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.NetIn })
+}
+
+// NetOutBytes is the resolver for the netOutBytes field.
+func (r *vMResolver) NetOutBytes(ctx context.Context, obj *model.VM) (float64, error) {
+	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.NetOut })
+}
+
+// DiskReadBytes is the resolver for the diskReadBytes field.
+func (r *vMResolver) DiskReadBytes(ctx context.Context, obj *model.VM) (float64, error) {
+	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.DiskRead })
+}
+
+// DiskWriteBytes is the resolver for the diskWriteBytes field.
+func (r *vMResolver) DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error) {
+	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.DiskWrite })
 }

@@ -97,6 +97,20 @@ func TestVMDetail(t *testing.T) {
 		t.Errorf("operation(id) of the history's create: %+v", op)
 	}
 
+	// The live counters grow while it runs.
+	type counters struct{ NetInBytes, NetOutBytes, DiskReadBytes, DiskWriteBytes float64 }
+	const countersQuery = `query($id: ID!) { vm(id: $id) { netInBytes netOutBytes diskReadBytes diskWriteBytes } }`
+	var first, later counters
+	h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &first)
+	poll(t, 10*time.Second, "the VM's network counter to grow", func() bool {
+		h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &later)
+		return later.NetInBytes > first.NetInBytes
+	})
+	if later.NetOutBytes <= 0 || later.DiskReadBytes <= 0 || later.DiskWriteBytes <= 0 ||
+		later.NetOutBytes < first.NetOutBytes || later.DiskWriteBytes < first.DiskWriteBytes {
+		t.Errorf("counters %+v after %+v", later, first)
+	}
+
 	// A stop: newest first, the same id stopVM returned.
 	var stop gqlOp
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)

@@ -29,6 +29,10 @@ type VMResolver interface {
 	Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error)
 	Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error)
 	Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error)
+	NetInBytes(ctx context.Context, obj *model.VM) (float64, error)
+	NetOutBytes(ctx context.Context, obj *model.VM) (float64, error)
+	DiskReadBytes(ctx context.Context, obj *model.VM) (float64, error)
+	DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error)
 }
 type ZoneResolver interface {
 	Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error)
@@ -1067,6 +1071,98 @@ func (ec *executionContext) fieldContext_VM_operations(ctx context.Context, fiel
 	return fc, nil
 }
 
+func (ec *executionContext) _VM_netInBytes(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_netInBytes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().NetInBytes(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_netInBytes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "Float")
+}
+
+func (ec *executionContext) _VM_netOutBytes(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_netOutBytes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().NetOutBytes(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_netOutBytes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "Float")
+}
+
+func (ec *executionContext) _VM_diskReadBytes(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_diskReadBytes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().DiskReadBytes(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_diskReadBytes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "Float")
+}
+
+func (ec *executionContext) _VM_diskWriteBytes(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_diskWriteBytes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().DiskWriteBytes(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_diskWriteBytes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "Float")
+}
+
 func (ec *executionContext) _Zone_id(ctx context.Context, field graphql.CollectedField, obj *model.Zone) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1572,6 +1668,30 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_operations(ctx, field, obj)
+				})
+		case "netInBytes":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_netInBytes(ctx, field, obj)
+				})
+		case "netOutBytes":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_netOutBytes(ctx, field, obj)
+				})
+		case "diskReadBytes":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_diskReadBytes(ctx, field, obj)
+				})
+		case "diskWriteBytes":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_diskWriteBytes(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

@@ -245,21 +245,25 @@ type ComplexityRoot struct {
 	}
 
 	VM struct {
-		CPUUsage      func(childComplexity int) int
-		DiskGiB       func(childComplexity int) int
-		Disks         func(childComplexity int) int
-		Host          func(childComplexity int) int
-		ID            func(childComplexity int) int
-		IPAddresses   func(childComplexity int) int
-		MemoryMiB     func(childComplexity int) int
-		MemoryUsedMiB func(childComplexity int) int
-		Name          func(childComplexity int) int
-		Nics          func(childComplexity int) int
-		Operations    func(childComplexity int, first *int) int
-		Status        func(childComplexity int) int
-		Uptime        func(childComplexity int) int
-		Vcpus         func(childComplexity int) int
-		Zone          func(childComplexity int) int
+		CPUUsage       func(childComplexity int) int
+		DiskGiB        func(childComplexity int) int
+		DiskReadBytes  func(childComplexity int) int
+		DiskWriteBytes func(childComplexity int) int
+		Disks          func(childComplexity int) int
+		Host           func(childComplexity int) int
+		ID             func(childComplexity int) int
+		IPAddresses    func(childComplexity int) int
+		MemoryMiB      func(childComplexity int) int
+		MemoryUsedMiB  func(childComplexity int) int
+		Name           func(childComplexity int) int
+		NetInBytes     func(childComplexity int) int
+		NetOutBytes    func(childComplexity int) int
+		Nics           func(childComplexity int) int
+		Operations     func(childComplexity int, first *int) int
+		Status         func(childComplexity int) int
+		Uptime         func(childComplexity int) int
+		Vcpus          func(childComplexity int) int
+		Zone           func(childComplexity int) int
 	}
 
 	VMDisk struct {
@@ -1366,6 +1370,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.DiskGiB(childComplexity), true
+	case "VM.diskReadBytes":
+		if e.ComplexityRoot.VM.DiskReadBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.DiskReadBytes(childComplexity), true
+	case "VM.diskWriteBytes":
+		if e.ComplexityRoot.VM.DiskWriteBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.DiskWriteBytes(childComplexity), true
 	case "VM.disks":
 		if e.ComplexityRoot.VM.Disks == nil {
 			break
@@ -1408,6 +1424,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Name(childComplexity), true
+	case "VM.netInBytes":
+		if e.ComplexityRoot.VM.NetInBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.NetInBytes(childComplexity), true
+	case "VM.netOutBytes":
+		if e.ComplexityRoot.VM.NetOutBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.NetOutBytes(childComplexity), true
 	case "VM.nics":
 		if e.ComplexityRoot.VM.Nics == nil {
 			break
@@ -2420,6 +2448,14 @@ extend type VM {
   its node. An operation id answers operation(id) too.
   """
   operations(first: Int = 20): [Operation!]!
+  "Bytes its NICs received since it started (a counter: rates are differences)."
+  netInBytes: Float!
+  "Bytes its NICs sent since it started."
+  netOutBytes: Float!
+  "Bytes read from its disks since it started."
+  diskReadBytes: Float!
+  "Bytes written to its disks since it started."
+  diskWriteBytes: Float!
 }
 
 "A network interface of a VM."
@@ -2803,6 +2839,14 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_disks(ctx, field)
 	case "operations":
 		return ec.fieldContext_VM_operations(ctx, field)
+	case "netInBytes":
+		return ec.fieldContext_VM_netInBytes(ctx, field)
+	case "netOutBytes":
+		return ec.fieldContext_VM_netOutBytes(ctx, field)
+	case "diskReadBytes":
+		return ec.fieldContext_VM_diskReadBytes(ctx, field)
+	case "diskWriteBytes":
+		return ec.fieldContext_VM_diskWriteBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VM", field.Name)
 }

@@ -320,6 +320,14 @@ type VM struct {
 	// its create, and the power actions Proxmox keeps in the task history of
 	// its node. An operation id answers operation(id) too.
 	Operations []*Operation `json:"operations"`
+	// Bytes its NICs received since it started (a counter: rates are differences).
+	NetInBytes float64 `json:"netInBytes"`
+	// Bytes its NICs sent since it started.
+	NetOutBytes float64 `json:"netOutBytes"`
+	// Bytes read from its disks since it started.
+	DiskReadBytes float64 `json:"diskReadBytes"`
+	// Bytes written to its disks since it started.
+	DiskWriteBytes float64 `json:"diskWriteBytes"`
 }
 
 // A disk of a VM.
