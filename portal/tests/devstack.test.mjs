@@ -119,6 +119,9 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   const deadline = Date.now() + 10_000
   while (reads() === readsBefore && Date.now() < deadline) await page.waitForTimeout(100)
   assert.ok(reads() > readsBefore, 'the metrics were not read again within 10 s')
+  // Two reads give the network and disk rates.
+  await page.getByTestId('vm-rates').getByText(/^in \d[\d.]* [KMG]?B\/s, out \d[\d.]* [KMG]?B\/s$/).waitFor()
+  await page.getByTestId('vm-rates').getByText(/^read \d[\d.]* [KMG]?B\/s, write \d[\d.]* [KMG]?B\/s$/).waitFor()
   await shot(page, 'vm-detail')
   await stopVM(page, vmTimeout)
   // The stop is in Proxmox's history too (the page reads it after the stop).
