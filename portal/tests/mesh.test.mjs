@@ -91,7 +91,7 @@ describe('portal with zones and VMs', () => {
     vmPath = new URL(page.url()).pathname
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
     await page.getByText('Live metrics').waitFor()
-    assert.match(await page.locator('.props').innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
+    assert.match(await page.locator('.props').first().innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
     await shot(page, 'vm-detail')
     const confirm = page.getByRole('dialog')
 
