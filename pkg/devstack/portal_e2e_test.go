@@ -2,10 +2,13 @@ package devstack_test
 
 import (
 	"encoding/json"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +98,8 @@ func TestPortalOnDevStack(t *testing.T) {
 	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "networks", "images", "compute-profiles", "storage-profiles",
 		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vm-detail-phone", "vms", "vm-not-found", "zones", "hosts", "vdcs")
 
+	checkRequests(t, artifacts, start, st.URL, st.Issuer)
+
 	stopped := time.Now()
 	s.stop(t)
 	if s.err != nil {
@@ -107,4 +112,42 @@ func TestPortalOnDevStack(t *testing.T) {
 	}
 	t.Logf("stopped in %s; the whole test took %s (stack ready %s, browser %s)", time.Since(stopped).Round(time.Millisecond),
 		time.Since(began).Round(time.Millisecond), ready.Round(time.Millisecond), stopped.Sub(start).Round(time.Millisecond))
+}
+
+// checkRequests reads the requests the browser recorded (requests-*.txt in
+// dir, written since start) and fails the test if there are none or any
+// went to another origin than allowed.
+func checkRequests(t *testing.T, dir string, start time.Time, allowed ...string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "requests-*.txt"))
+	counts := map[string]int{}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.ModTime().Before(start) {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			_, raw, ok := strings.Cut(strings.TrimSpace(line), " ")
+			if !ok {
+				continue
+			}
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Errorf("%s: %q: %v", f, line, err)
+				continue
+			}
+			origin := u.Scheme + "://" + u.Host
+			counts[origin]++
+			if !slices.Contains(allowed, origin) {
+				t.Errorf("the browser requested %s, outside %v", raw, allowed)
+			}
+		}
+	}
+	if len(counts) == 0 {
+		t.Fatalf("no requests recorded in %s", dir)
+	}
+	t.Logf("requests by origin: %v", counts)
 }

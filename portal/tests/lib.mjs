@@ -3,7 +3,7 @@
 // through the provider's real login form, and screenshots.
 import { after, before } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { chromium } from 'playwright-core'
 
@@ -53,9 +53,12 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
   const graphql = []
   // How many requests went to each origin (data: and blob: URLs aside).
   const origins = new Map()
+  // Every request, kept as an artifact next to the screenshots.
+  const requests = []
   context.on('request', (r) => {
     const url = r.url()
     if (url.startsWith('data:') || url.startsWith('blob:')) return
+    requests.push(`${r.method()} ${url}`)
     const origin = new URL(url).origin
     origins.set(origin, (origins.get(origin) ?? 0) + 1)
     if (!allowedOrigins.has(origin)) offOrigin.push(`${r.method()} ${url}`)
@@ -76,6 +79,7 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
     // What the page showed last, to see why a test failed.
     const slug = t.name.toLowerCase().replace(/[^a-z0-9]+/g, '-').slice(0, 60)
     await page.screenshot({ path: join(artifacts, `last-${slug}.png`), fullPage: true }).catch(() => {})
+    writeFileSync(join(artifacts, `requests-${slug}.txt`), requests.join('\n') + '\n')
     await context.close()
     assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
     assert.deepEqual(errors, [], 'uncaught errors in the page')
