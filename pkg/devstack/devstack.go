@@ -46,6 +46,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/atomicfile"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/devidp"
 	"github.com/flexplane/flexplane/pkg/meshnode"
@@ -441,7 +442,7 @@ func (s *stack) run(ctx context.Context) error {
 		return err
 	}
 	for user, c := range clients {
-		if err := writeFileAtomic(s.path("tokens", user+".token"), []byte(c.Token+"\n"), 0o600); err != nil {
+		if err := atomicfile.WriteFile(s.path("tokens", user+".token"), []byte(c.Token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("token of %s: %w", user, err)
 		}
 	}
@@ -584,12 +585,4 @@ func listenPreferred(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return ln, nil
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
