@@ -4,7 +4,8 @@
 // per-cluster CA, authenticates API tokens, validates every request against Proxmox's own
 // schema (package pveschema) and keeps an in-memory model of nodes, guests, storage,
 // pools, SDN and IPAM. Asynchronous operations run as tasks with real UPIDs. Several
-// clusters can run in one process; each has its own mutex-protected model.
+// clusters can run in one process; each has its own mutex-protected model, kept in memory
+// or, with Config.StateFile, also in a file that a restarted cluster loads again.
 package pvesim
 
 import (
