@@ -151,13 +151,21 @@ func isWebsocket(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
-// unauthenticated answers 401 with a GraphQL error body.
+// unauthenticated answers 401 with a GraphQL error body, or 503 when the
+// token could not be judged because the identity provider is unreachable
+// (the client should retry, not sign in again).
 func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
-	h.log.Debug("graphql: unauthenticated", "err", err)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-	w.WriteHeader(http.StatusUnauthorized)
 	ae := apierr.From(err, "")
+	w.Header().Set("Content-Type", "application/json")
+	if ae.Code == apierr.Unavailable {
+		h.log.Warn("graphql: cannot verify tokens", "err", err)
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	} else {
+		h.log.Debug("graphql: unauthenticated", "err", err)
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}
 	_ = json.NewEncoder(w).Encode(graphql.Response{Errors: gqlerror.List{{Message: ae.Message, Extensions: ae.Extensions()}}})
 }
 
@@ -165,7 +173,8 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
 // connection_init payload ("Authorization": "Bearer <token>", and
 // optionally "FlexPlane-VDC-ID"). A refused connection is closed with code
 // 4403 (graphql-transport-ws "Forbidden") and the reason
-// "UNAUTHENTICATED: <why>".
+// "UNAUTHENTICATED: <why>", or while the identity provider cannot be
+// reached with 1013 ("try again later") and "UNAVAILABLE: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
 		ctx = context.WithValue(ctx, rawVDCKey{}, v)
@@ -188,11 +197,18 @@ func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPa
 }
 
 func refuseWebsocket(ctx context.Context, err error) (context.Context, *transport.InitPayload, error) {
-	reason := string(apierr.Unauthenticated) + ": " + apierr.From(err, "").Message
+	ae := apierr.From(err, "")
+	// 4403 is graphql-transport-ws "Forbidden"; 1013 is the websocket
+	// protocol's "try again later".
+	code, closeCode := apierr.Unauthenticated, 4403
+	if ae.Code == apierr.Unavailable {
+		code, closeCode = apierr.Unavailable, 1013
+	}
+	reason := string(code) + ": " + ae.Message
 	if len(reason) > 120 { // a close frame's reason has at most 123 bytes
 		reason = reason[:120]
 	}
-	ctx = transport.WithWebsocketCloseCode(ctx, 4403)
+	ctx = transport.WithWebsocketCloseCode(ctx, closeCode)
 	ctx = transport.AppendCloseReason(ctx, reason)
 	return ctx, nil, err
 }

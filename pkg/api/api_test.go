@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/devidp"
 )
@@ -517,3 +522,46 @@ fragment TypeRef on __Type {
   kind name
   ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } }
 }`
+
+// TestIssuerDown: while the identity provider cannot be reached, a request
+// with a token is neither served nor told to sign in again: 503
+// UNAVAILABLE, and it changes nothing.
+func TestIssuerDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := "http://" + ln.Addr().String()
+	ln.Close()
+	v, err := auth.NewLazyVerifier(auth.Config{Issuer: issuer, Audience: portal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	store, err := catalog.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+
+	r := post(t, srv.URL, "Bearer a.b.c", "", `mutation { createVDC(input: {name: "x", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`, nil)
+	if r.status != http.StatusServiceUnavailable || r.code(t) != "UNAVAILABLE" || r.Data != nil {
+		t.Fatalf("issuer down: status %d, %s", r.status, r.raw)
+	}
+	if strings.Contains(r.raw, ln.Addr().String()) {
+		t.Errorf("the answer names the issuer's address: %s", r.raw)
+	}
+	if vdcs, err := catalog.List[*catalog.VDC](context.Background(), store); err != nil || len(vdcs) != 0 {
+		t.Fatalf("the catalog changed: %v %v", vdcs, err)
+	}
+	// Without a token it is still plainly unauthenticated.
+	if r := post(t, srv.URL, "", "", `{ me { subject } }`, nil); r.status != http.StatusUnauthorized || r.code(t) != "UNAUTHENTICATED" {
+		t.Fatalf("no token: status %d, %s", r.status, r.raw)
+	}
+}

@@ -24,7 +24,10 @@ const (
 	Conflict        Code = "CONFLICT"
 	QuotaExceeded   Code = "QUOTA_EXCEEDED"
 	ZoneUnavailable Code = "ZONE_UNAVAILABLE"
-	Internal        Code = "INTERNAL"
+	// Unavailable: a service the whole request depends on (the identity
+	// provider) cannot be reached; retrying later may work.
+	Unavailable Code = "UNAVAILABLE"
+	Internal    Code = "INTERNAL"
 )
 
 // Error is an error meant for API clients.
@@ -107,6 +110,8 @@ func From(err error, fieldPrefix string) *Error {
 		return &Error{Code: Conflict, Message: ex.Error()}
 	case errors.As(err, &cf):
 		return &Error{Code: Conflict, Message: cf.Error()}
+	case errors.Is(err, auth.ErrIssuerUnavailable):
+		return &Error{Code: Unavailable, Message: "the identity provider cannot be reached; try again shortly", Cause: err}
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return &Error{Code: Unauthenticated, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):

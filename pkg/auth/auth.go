@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -224,20 +225,57 @@ type Config struct {
 // Verifier checks bearer tokens. It is safe for concurrent use; signing keys
 // are fetched (and refetched on an unknown key id) as needed.
 type Verifier struct {
-	verifier *oidc.IDTokenVerifier
-	claims   ClaimNames
+	cfg    Config
+	client *http.Client
+	// keyCtx carries the HTTP client for the key set's later fetches; it
+	// outlives the request that first discovered the issuer.
+	keyCtx context.Context
+
+	mu       sync.Mutex
+	verifier *oidc.IDTokenVerifier // protected by mu; nil until discovered
+	lastTry  time.Time             // protected by mu
+	lastErr  error                 // protected by mu
 }
 
 // ErrUnauthenticated is matched (errors.Is) by every error Verify returns
-// and by ErrNoToken.
+// for a token it refuses, and by ErrNoToken.
 var ErrUnauthenticated = errors.New("unauthenticated")
 
 // ErrNoToken reports a request without a bearer token.
 var ErrNoToken = fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
 
+// ErrIssuerUnavailable is matched by the errors of Verify when the issuer's
+// discovery document cannot be fetched: the token was not judged at all.
+var ErrIssuerUnavailable = errors.New("the identity provider is unavailable")
+
+// discoveryTimeout bounds one attempt at the issuer's discovery document.
+const discoveryTimeout = 5 * time.Second
+
+// retryDiscoveryAfter is how long a failed discovery is remembered before
+// the next request tries again, so a down issuer is not asked on every
+// request.
+const retryDiscoveryAfter = 2 * time.Second
+
 // NewVerifier fetches the issuer's discovery document and returns a
-// Verifier for it. ctx bounds the discovery request only.
+// Verifier for it; it fails when the issuer cannot be reached. ctx bounds
+// the discovery request only.
 func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
+	v, err := NewLazyVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := v.discover(ctx); err != nil {
+		return nil, fmt.Errorf("auth: new verifier: %w", err)
+	}
+	return v, nil
+}
+
+// NewLazyVerifier returns a Verifier that fetches the issuer's discovery
+// document when it first verifies a token, and again on later requests
+// while the issuer cannot be reached (at most once per 2 s). A server can
+// so start before its identity provider; until the provider answers,
+// Verify fails with ErrIssuerUnavailable. Only cfg is checked here.
+func NewLazyVerifier(cfg Config) (*Verifier, error) {
 	if cfg.Issuer == "" || cfg.Audience == "" {
 		return nil, errors.New("auth: new verifier: issuer and audience are required")
 	}
@@ -245,35 +283,70 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	// The provider keeps this context for later key fetches: it must carry
-	// the client but outlive ctx.
-	keyCtx := oidc.ClientContext(context.WithoutCancel(ctx), client)
-	discoverCtx, cancel := context.WithCancel(oidc.ClientContext(ctx, client))
+	return &Verifier{cfg: cfg, client: client, keyCtx: oidc.ClientContext(context.Background(), client)}, nil
+}
+
+// Ready fetches the issuer's discovery document if that has not happened
+// yet; it reports why the issuer is unavailable, if it is.
+func (v *Verifier) Ready(ctx context.Context) error {
+	_, err := v.discover(ctx)
+	return err
+}
+
+// discover returns the token verifier, fetching the discovery document
+// first if needed. A failure is remembered for retryDiscoveryAfter.
+func (v *Verifier) discover(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.verifier != nil {
+		return v.verifier, nil
+	}
+	now := time.Now()
+	if v.lastErr != nil && now.Sub(v.lastTry) < retryDiscoveryAfter {
+		return nil, v.lastErr
+	}
+	v.lastTry = now
+	ctx, cancel := context.WithTimeout(oidc.ClientContext(ctx, v.client), discoveryTimeout)
 	defer cancel()
-	provider, err := oidc.NewProvider(discoverCtx, cfg.Issuer)
+	iv, err := v.fetch(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("auth: new verifier: %w", err)
+		v.lastErr = fmt.Errorf("%w: %s: %w", ErrIssuerUnavailable, v.cfg.Issuer, err)
+		return nil, v.lastErr
+	}
+	v.verifier, v.lastErr = iv, nil
+	return iv, nil
+}
+
+// fetch reads the discovery document and builds the token verifier.
+func (v *Verifier) fetch(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	provider, err := oidc.NewProvider(ctx, v.cfg.Issuer)
+	if err != nil {
+		return nil, err
 	}
 	var pc struct {
 		JWKSURL string   `json:"jwks_uri"`
 		Algs    []string `json:"id_token_signing_alg_values_supported"`
 	}
 	if err := provider.Claims(&pc); err != nil {
-		return nil, fmt.Errorf("auth: new verifier: %w", err)
+		return nil, err
 	}
-	keys := oidc.NewRemoteKeySet(keyCtx, pc.JWKSURL)
-	v := oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{
-		ClientID:             cfg.Audience,
+	keys := oidc.NewRemoteKeySet(v.keyCtx, pc.JWKSURL)
+	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{
+		ClientID:             v.cfg.Audience,
 		SupportedSigningAlgs: pc.Algs,
-		Now:                  cfg.Now,
-	})
-	return &Verifier{verifier: v, claims: cfg.Claims}, nil
+		Now:                  v.cfg.Now,
+	}), nil
 }
 
 // Verify checks a raw JWT and returns its Principal. Errors match
-// ErrUnauthenticated and say why the token was refused.
+// ErrUnauthenticated and say why the token was refused, or match
+// ErrIssuerUnavailable when the issuer could not be asked.
 func (v *Verifier) Verify(ctx context.Context, rawToken string) (*Principal, error) {
-	tok, err := v.verifier.Verify(ctx, rawToken)
+	iv, err := v.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := iv.Verify(ctx, rawToken)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
@@ -281,7 +354,7 @@ func (v *Verifier) Verify(ctx context.Context, rawToken string) (*Principal, err
 	if err := tok.Claims(&claims); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
-	p, err := PrincipalFromClaims(claims, v.claims)
+	p, err := PrincipalFromClaims(claims, v.cfg.Claims)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}

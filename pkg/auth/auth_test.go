@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,70 @@ func TestNewVerifierNeedsIssuer(t *testing.T) {
 	// Nothing listens on port 1 of loopback: discovery fails.
 	if _, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: "http://127.0.0.1:1", Audience: "x"}); err == nil {
 		t.Fatal("unreachable issuer accepted")
+	}
+}
+
+// TestLazyVerifierWaitsForTheIssuer: a server may start before its identity
+// provider; until the provider answers, tokens are not judged (neither
+// accepted nor refused as unauthenticated), and once it answers they are.
+func TestLazyVerifierWaitsForTheIssuer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the provider starts
+
+	v, err := auth.NewLazyVerifier(auth.Config{Issuer: "http://" + addr, Audience: "portal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Verify(ctx, "not-even-a-jwt")
+	if !errors.Is(err, auth.ErrIssuerUnavailable) || errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("verify with the issuer down: %v, want ErrIssuerUnavailable only", err)
+	}
+	if err := v.Ready(ctx); !errors.Is(err, auth.ErrIssuerUnavailable) {
+		t.Fatalf("ready with the issuer down: %v", err)
+	}
+
+	srv, err := devidp.New(devidp.Config{
+		Addr:    addr,
+		KeyDir:  t.TempDir(),
+		Users:   []devidp.User{{Username: "bob", Password: "pw", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}}},
+		Clients: []devidp.Client{{ID: "portal", RedirectURIs: []string{"http://127.0.0.1:1/cb"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	tok, err := srv.Login(ctx, "portal", "bob", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		p, err := v.Verify(ctx, tok.AccessToken)
+		if err == nil {
+			if role, ok := p.RoleIn("staging"); !ok || role != auth.RoleMember {
+				t.Fatalf("principal %+v", p)
+			}
+			break
+		}
+		if !errors.Is(err, auth.ErrIssuerUnavailable) {
+			t.Fatalf("verify once the issuer is up: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the verifier never reached the issuer: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Discovered once, a bad token is refused as unauthenticated.
+	if _, err := v.Verify(ctx, "not-even-a-jwt"); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("bad token: %v", err)
 	}
 }

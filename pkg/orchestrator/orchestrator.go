@@ -282,9 +282,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 // directory and the control server's enrollment keys.
 func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, *compute.Service, error) {
 	c := s.cfg.API
-	verifier, err := auth.NewVerifier(ctx, auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
+	// The identity provider may come up after the orchestrator (or be down
+	// for a while): the verifier keeps asking it until it answers, and the
+	// API answers UNAVAILABLE (503) meanwhile; the mesh works regardless.
+	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+	}
+	if err := verifier.Ready(ctx); err != nil {
+		s.log.Warn("the OIDC issuer cannot be reached yet; the API answers UNAVAILABLE until it can", "issuer", c.Issuer, "err", err)
 	}
 	store, err := catalog.OpenDir(c.CatalogDir)
 	if err != nil {
