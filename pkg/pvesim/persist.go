@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -234,12 +235,7 @@ func (st *state) snapshot() *stateFile {
 		}
 		f.Nodes = append(f.Nodes, r)
 	}
-	vmids := make([]int, 0, len(st.guests))
-	for vmid := range st.guests {
-		vmids = append(vmids, vmid)
-	}
-	slices.Sort(vmids)
-	for _, vmid := range vmids {
+	for _, vmid := range slices.Sorted(maps.Keys(st.guests)) {
 		g := st.guests[vmid]
 		r := guestRecord{
 			VMID: vmid, Node: g.node, Pool: g.pool, Conf: copyTyped(g.conf), Pending: copyTyped(g.pending),
@@ -442,13 +438,15 @@ func (c *Cluster) saveLoop() {
 	p := c.persist
 	defer close(p.done)
 	var last time.Time
+	failures := 0
 	for {
 		select {
 		case <-p.kick:
 		case <-p.stop:
 			return
 		}
-		if wait := saveInterval - time.Since(last); wait > 0 {
+		// A failing disk is retried ever more slowly (up to every 6.4 s), not 5 times a second.
+		if wait := saveInterval<<min(failures, 5) - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -458,9 +456,17 @@ func (c *Cluster) saveLoop() {
 			}
 		}
 		last = time.Now()
-		if err := c.saveState(); err != nil {
-			c.log.Error("save state", "err", err)
-			c.markDirty() // try again after saveInterval
+		err := c.saveState()
+		switch {
+		case err != nil:
+			if failures == 0 {
+				c.log.Error("save state: retrying", "file", p.path, "err", err)
+			}
+			failures++
+			c.markDirty()
+		case failures > 0:
+			c.log.Info("save state: saved again", "file", p.path, "failures", failures)
+			failures = 0
 		}
 	}
 }

@@ -465,3 +465,25 @@ func BenchmarkReadsWhileSaving(b *testing.B) {
 		})
 	}
 }
+
+// TestStateFileSaveFailure shows that a state file which cannot be written makes Close
+// fail with an error naming it, rather than losing the last changes silently.
+func TestStateFileSaveFailure(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "state")
+	cfg := pvesim.Config{StateFile: filepath.Join(dir, "state.json"), Tokens: []string{testToken}}
+	c, err := pvesim.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first state file write", 5*time.Second, func() bool { return c.StateSaves() == 1 })
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/pools", url.Values{"poolid": {"lost"}}); r.status != http.StatusOK {
+		t.Fatal(r.reason)
+	}
+	if err := c.Close(); err == nil || !strings.Contains(err.Error(), "state.json") {
+		t.Fatalf("Close with an unwritable state file: %v, want an error naming it", err)
+	}
+}
