@@ -133,6 +133,8 @@ lint-portal: portal-deps
 browser:
 	@portal/scripts/install-browser.sh
 
-## test-portal: only the portal's browser tests, against an in-process backend.
+## test-portal: only the portal's browser tests: against an in-process
+## backend, the mesh harness and the real dev stack.
 test-portal: portal browser
 	$(GO) test -count=1 -run '^TestBrowser' -v ./pkg/portal/
+	$(GO) test -count=1 -run '^TestPortalOnDevStack$$' -v ./pkg/devstack/

@@ -368,6 +368,7 @@ func Complexity() generated.ComplexityRoot {
 	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
 	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
 	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
+	c.VM.Operations = func(child int, first *int) int { return times(child, first, 20) }
 	return c
 }
 

@@ -79,6 +79,16 @@ func (r *queryResolver) CurrentVdc(ctx context.Context) (*catalog.VDC, error) {
 	return s.VDC, nil
 }
 
+// Usage is the resolver for the usage field.
+func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error) {
+	return r.vdcUsage(ctx, obj)
+}
+
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
-type mutationResolver struct{ *Resolver }
+func (r *Resolver) VDC() generated.VDCResolver { return &vDCResolver{r} }
+
+type (
+	mutationResolver struct{ *Resolver }
+	vDCResolver      struct{ *Resolver }
+)

@@ -122,6 +122,26 @@ func seedVMs(t *testing.T, h *meshtest.Harness, zones ...string) map[string]stri
 	return nets
 }
 
+// awaitCreate polls the create operation op of user in vdc until it
+// succeeds (failing the test if it fails) and returns the VM's id.
+func awaitCreate(t *testing.T, h *meshtest.Harness, user, vdc, op string) string {
+	t.Helper()
+	var id string
+	poll(t, 60*time.Second, "the create "+op, func() bool {
+		var o gqlOp
+		h.GraphQL(t, user, vdc, `query($id: ID!) { operation(id: $id) { state step error vmId } }`,
+			map[string]any{"id": op}).OK(t).Into(t, "operation", &o)
+		if o.State == "FAILED" {
+			t.Fatalf("create %s failed: %+v", op, o)
+		}
+		if o.VMID != nil {
+			id = *o.VMID
+		}
+		return o.State == "SUCCEEDED"
+	})
+	return id
+}
+
 const createVM = `mutation($in: CreateVMInput!) { createVM(input: $in) {
   vm { id name status ipAddresses zone { name } } operation { id kind state step vmId } } }`
 
@@ -203,19 +223,7 @@ func TestVMsEndToEnd(t *testing.T) {
 	if created.VM != nil || created.Operation.Step != "stage" {
 		t.Fatalf("createVM in beta: %+v", created)
 	}
-	var vmB string
-	poll(t, 30*time.Second, "the create in beta", func() bool {
-		var op gqlOp
-		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId } }`,
-			map[string]any{"id": created.Operation.ID}).OK(t).Into(t, "operation", &op)
-		if op.State == "FAILED" {
-			t.Fatalf("create in beta failed: %+v", op)
-		}
-		if op.VMID != nil {
-			vmB = *op.VMID
-		}
-		return op.State == "SUCCEEDED"
-	})
+	vmB := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
 
 	for zone, id := range map[string]string{"alpha": vmA, "beta": vmB} {
 		var vm gqlVM

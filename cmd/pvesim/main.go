@@ -2,6 +2,9 @@
 //
 //	go run ./cmd/pvesim --listen 127.0.0.1:8006 --cluster NAME --nodes N --token 'USER@REALM!ID=SECRET'
 //
+// With --cert-dir and --state-file it comes back after a restart with the same identity
+// and the same guests, storage, pools, SDN, IPAM and task history.
+//
 // It prints the URL and the SHA-256 fingerprint of its certificate (the first node's),
 // the cluster identity and every node's own endpoint, then serves until interrupted.
 package main
@@ -77,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&nodeListen, "node-listen", "NODE=ADDR: serve NODE's own API endpoint on ADDR (repeatable; other nodes get a random port)")
 	fs.Var(&tokens, "token", "API token USER@REALM!ID=SECRET with full privileges (repeatable)")
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
+	fs.StringVar(&cfg.StateFile, "state-file", "", "file keeping the cluster's guests, storage, pools, SDN, IPAM and task history across restarts (empty: in memory only)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")

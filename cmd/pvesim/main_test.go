@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,19 @@ func TestCommandLineRejectsBadFlags(t *testing.T) {
 		if err == nil {
 			t.Errorf("%v: accepted", args)
 		}
+	}
+}
+
+func TestCommandLineRejectsCorruptStateFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := os.WriteFile(path, []byte(`{"version": 1, "guests": [`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"--listen", "127.0.0.1:0", "--token", "a@b!c=d", "--state-file", path}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("run with a corrupt state file: %v, want an error naming %s", err, path)
 	}
 }

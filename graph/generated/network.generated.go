@@ -400,4 +400,11 @@ func (ec *executionContext) marshalNNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexpl
 	return ec._Network(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalONetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetwork(ctx context.Context, sel ast.SelectionSet, v *model.Network) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Network(ctx, sel, v)
+}
+
 // endregion ***************************** type.gotpl *****************************

@@ -27,6 +27,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
+	VDC() VDCResolver
 	VM() VMResolver
 	Zone() ZoneResolver
 }
@@ -221,6 +222,7 @@ type ComplexityRoot struct {
 		Name              func(childComplexity int) int
 		Quotas            func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
+		Usage             func(childComplexity int) int
 	}
 
 	VDCAccess struct {
@@ -235,19 +237,53 @@ type ComplexityRoot struct {
 		VMs        func(childComplexity int) int
 	}
 
+	VDCUsage struct {
+		MemoryMiB  func(childComplexity int) int
+		StorageGiB func(childComplexity int) int
+		Vcpus      func(childComplexity int) int
+		Vms        func(childComplexity int) int
+	}
+
 	VM struct {
-		CPUUsage      func(childComplexity int) int
-		DiskGiB       func(childComplexity int) int
-		Host          func(childComplexity int) int
-		ID            func(childComplexity int) int
-		IPAddresses   func(childComplexity int) int
-		MemoryMiB     func(childComplexity int) int
-		MemoryUsedMiB func(childComplexity int) int
-		Name          func(childComplexity int) int
-		Status        func(childComplexity int) int
-		Uptime        func(childComplexity int) int
-		Vcpus         func(childComplexity int) int
-		Zone          func(childComplexity int) int
+		CPUUsage       func(childComplexity int) int
+		DiskGiB        func(childComplexity int) int
+		DiskReadBytes  func(childComplexity int) int
+		DiskWriteBytes func(childComplexity int) int
+		Disks          func(childComplexity int) int
+		Host           func(childComplexity int) int
+		ID             func(childComplexity int) int
+		IPAddresses    func(childComplexity int) int
+		MemoryMiB      func(childComplexity int) int
+		MemoryUsedMiB  func(childComplexity int) int
+		Name           func(childComplexity int) int
+		NetInBytes     func(childComplexity int) int
+		NetOutBytes    func(childComplexity int) int
+		Nics           func(childComplexity int) int
+		Operations     func(childComplexity int, first *int) int
+		Status         func(childComplexity int) int
+		Uptime         func(childComplexity int) int
+		Vcpus          func(childComplexity int) int
+		Zone           func(childComplexity int) int
+	}
+
+	VMDisk struct {
+		ReadIops       func(childComplexity int) int
+		ReadMBps       func(childComplexity int) int
+		SizeGiB        func(childComplexity int) int
+		Slot           func(childComplexity int) int
+		Storage        func(childComplexity int) int
+		StorageProfile func(childComplexity int) int
+		WriteIops      func(childComplexity int) int
+		WriteMBps      func(childComplexity int) int
+	}
+
+	VMNIC struct {
+		Bridge      func(childComplexity int) int
+		IPAddresses func(childComplexity int) int
+		Index       func(childComplexity int) int
+		Mac         func(childComplexity int) int
+		Model       func(childComplexity int) int
+		Network     func(childComplexity int) int
 	}
 
 	Zone struct {
@@ -1252,6 +1288,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.ResourceVersion(childComplexity), true
+	case "VDC.usage":
+		if e.ComplexityRoot.VDC.Usage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.Usage(childComplexity), true
 
 	case "VDCAccess.role":
 		if e.ComplexityRoot.VDCAccess.Role == nil {
@@ -1291,6 +1333,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCQuotas.VMs(childComplexity), true
 
+	case "VDCUsage.memoryMiB":
+		if e.ComplexityRoot.VDCUsage.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.MemoryMiB(childComplexity), true
+	case "VDCUsage.storageGiB":
+		if e.ComplexityRoot.VDCUsage.StorageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.StorageGiB(childComplexity), true
+	case "VDCUsage.vcpus":
+		if e.ComplexityRoot.VDCUsage.Vcpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.Vcpus(childComplexity), true
+	case "VDCUsage.vms":
+		if e.ComplexityRoot.VDCUsage.Vms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.Vms(childComplexity), true
+
 	case "VM.cpuUsage":
 		if e.ComplexityRoot.VM.CPUUsage == nil {
 			break
@@ -1303,6 +1370,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.DiskGiB(childComplexity), true
+	case "VM.diskReadBytes":
+		if e.ComplexityRoot.VM.DiskReadBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.DiskReadBytes(childComplexity), true
+	case "VM.diskWriteBytes":
+		if e.ComplexityRoot.VM.DiskWriteBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.DiskWriteBytes(childComplexity), true
+	case "VM.disks":
+		if e.ComplexityRoot.VM.Disks == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Disks(childComplexity), true
 	case "VM.host":
 		if e.ComplexityRoot.VM.Host == nil {
 			break
@@ -1339,6 +1424,35 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Name(childComplexity), true
+	case "VM.netInBytes":
+		if e.ComplexityRoot.VM.NetInBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.NetInBytes(childComplexity), true
+	case "VM.netOutBytes":
+		if e.ComplexityRoot.VM.NetOutBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.NetOutBytes(childComplexity), true
+	case "VM.nics":
+		if e.ComplexityRoot.VM.Nics == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Nics(childComplexity), true
+	case "VM.operations":
+		if e.ComplexityRoot.VM.Operations == nil {
+			break
+		}
+
+		args, err := ec.field_VM_operations_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.VM.Operations(childComplexity, args["first"].(*int)), true
 	case "VM.status":
 		if e.ComplexityRoot.VM.Status == nil {
 			break
@@ -1363,6 +1477,92 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Zone(childComplexity), true
+
+	case "VMDisk.readIops":
+		if e.ComplexityRoot.VMDisk.ReadIops == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.ReadIops(childComplexity), true
+	case "VMDisk.readMBps":
+		if e.ComplexityRoot.VMDisk.ReadMBps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.ReadMBps(childComplexity), true
+	case "VMDisk.sizeGiB":
+		if e.ComplexityRoot.VMDisk.SizeGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.SizeGiB(childComplexity), true
+	case "VMDisk.slot":
+		if e.ComplexityRoot.VMDisk.Slot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.Slot(childComplexity), true
+	case "VMDisk.storage":
+		if e.ComplexityRoot.VMDisk.Storage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.Storage(childComplexity), true
+	case "VMDisk.storageProfile":
+		if e.ComplexityRoot.VMDisk.StorageProfile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.StorageProfile(childComplexity), true
+	case "VMDisk.writeIops":
+		if e.ComplexityRoot.VMDisk.WriteIops == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.WriteIops(childComplexity), true
+	case "VMDisk.writeMBps":
+		if e.ComplexityRoot.VMDisk.WriteMBps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.WriteMBps(childComplexity), true
+
+	case "VMNIC.bridge":
+		if e.ComplexityRoot.VMNIC.Bridge == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.Bridge(childComplexity), true
+	case "VMNIC.ipAddresses":
+		if e.ComplexityRoot.VMNIC.IPAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.IPAddresses(childComplexity), true
+	case "VMNIC.index":
+		if e.ComplexityRoot.VMNIC.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.Index(childComplexity), true
+	case "VMNIC.mac":
+		if e.ComplexityRoot.VMNIC.Mac == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.Mac(childComplexity), true
+	case "VMNIC.model":
+		if e.ComplexityRoot.VMNIC.Model == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.Model(childComplexity), true
+	case "VMNIC.network":
+		if e.ComplexityRoot.VMNIC.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMNIC.Network(childComplexity), true
 
 	case "Zone.capacity":
 		if e.ComplexityRoot.Zone.Capacity == nil {
@@ -2109,6 +2309,11 @@ type VDC {
   name: String!
   description: String!
   quotas: VDCQuotas!
+  """
+  What it uses, counted as its quotas count: its VMs in every zone and the
+  creates in flight. Null (with an error) when that cannot be read.
+  """
+  usage: VDCUsage
   "Changes on every write; pass it back for a conditional update."
   resourceVersion: String!
   createdAt: Time!
@@ -2116,6 +2321,14 @@ type VDC {
 
 "Upper bounds of what a VDC's resources may use in total (0 allows none)."
 type VDCQuotas {
+  vcpus: Int!
+  memoryMiB: Int!
+  storageGiB: Int!
+  vms: Int!
+}
+
+"What a VDC uses of its quotas."
+type VDCUsage {
   vcpus: Int!
   memoryMiB: Int!
   storageGiB: Int!
@@ -2218,6 +2431,65 @@ type CreateVMPayload {
   "The VM, in CREATING; null while its image is being staged into the zone."
   vm: VM
   operation: Operation!
+}
+`, BuiltIn: false},
+	{Name: "../vmdetail.graphqls", Input: `# The detail of a VM: its NICs and disks as its Proxmox configuration
+# holds them, and the operations that ran on it, read off the Proxmox task
+# history of its node (so every replica answers the same).
+
+extend type VM {
+  "Its network interfaces in order (net0 first)."
+  nics: [VMNIC!]!
+  "Its disks in slot order (the cloud-init drive is not one)."
+  disks: [VMDisk!]!
+  """
+  The operations that ran on it, newest first, at most first (1 to 100):
+  its create, and the power actions Proxmox keeps in the task history of
+  its node. An operation id answers operation(id) too.
+  """
+  operations(first: Int = 20): [Operation!]!
+  "Bytes its NICs received since it started (a counter: rates are differences)."
+  netInBytes: Float!
+  "Bytes its NICs sent since it started."
+  netOutBytes: Float!
+  "Bytes read from its disks since it started."
+  diskReadBytes: Float!
+  "Bytes written to its disks since it started."
+  diskWriteBytes: Float!
+}
+
+"A network interface of a VM."
+type VMNIC {
+  "Its position: 0 for net0."
+  index: Int!
+  "The VDC's network it is attached to; null when its bridge is none of the VDC's networks."
+  network: Network
+  "The Proxmox bridge (the VNet) it is attached to."
+  bridge: String!
+  "The emulated device, e.g. virtio."
+  model: String!
+  mac: String!
+  "Addresses the Proxmox IPAM holds for its MAC."
+  ipAddresses: [String!]!
+}
+
+"A disk of a VM."
+type VMDisk {
+  "The Proxmox slot, e.g. scsi0."
+  slot: String!
+  sizeGiB: Float!
+  "The Proxmox storage holding it."
+  storage: String!
+  "The storage profile offering that storage in the VM's zone (null when none does)."
+  storageProfile: StorageProfile
+  "Read limit in MB/s; null when unlimited."
+  readMBps: Int
+  "Write limit in MB/s; null when unlimited."
+  writeMBps: Int
+  "Read limit in operations per second; null when unlimited."
+  readIops: Int
+  "Write limit in operations per second; null when unlimited."
+  writeIops: Int
 }
 `, BuiltIn: false},
 }
@@ -2487,6 +2759,8 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_description(ctx, field)
 	case "quotas":
 		return ec.fieldContext_VDC_quotas(ctx, field)
+	case "usage":
+		return ec.fieldContext_VDC_usage(ctx, field)
 	case "resourceVersion":
 		return ec.fieldContext_VDC_resourceVersion(ctx, field)
 	case "createdAt":
@@ -2519,6 +2793,20 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }
 
+func (ec *executionContext) childFields_VDCUsage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vcpus":
+		return ec.fieldContext_VDCUsage_vcpus(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_VDCUsage_memoryMiB(ctx, field)
+	case "storageGiB":
+		return ec.fieldContext_VDCUsage_storageGiB(ctx, field)
+	case "vms":
+		return ec.fieldContext_VDCUsage_vms(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VDCUsage", field.Name)
+}
+
 func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2545,8 +2833,62 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_cpuUsage(ctx, field)
 	case "memoryUsedMiB":
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	case "nics":
+		return ec.fieldContext_VM_nics(ctx, field)
+	case "disks":
+		return ec.fieldContext_VM_disks(ctx, field)
+	case "operations":
+		return ec.fieldContext_VM_operations(ctx, field)
+	case "netInBytes":
+		return ec.fieldContext_VM_netInBytes(ctx, field)
+	case "netOutBytes":
+		return ec.fieldContext_VM_netOutBytes(ctx, field)
+	case "diskReadBytes":
+		return ec.fieldContext_VM_diskReadBytes(ctx, field)
+	case "diskWriteBytes":
+		return ec.fieldContext_VM_diskWriteBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VM", field.Name)
+}
+
+func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "slot":
+		return ec.fieldContext_VMDisk_slot(ctx, field)
+	case "sizeGiB":
+		return ec.fieldContext_VMDisk_sizeGiB(ctx, field)
+	case "storage":
+		return ec.fieldContext_VMDisk_storage(ctx, field)
+	case "storageProfile":
+		return ec.fieldContext_VMDisk_storageProfile(ctx, field)
+	case "readMBps":
+		return ec.fieldContext_VMDisk_readMBps(ctx, field)
+	case "writeMBps":
+		return ec.fieldContext_VMDisk_writeMBps(ctx, field)
+	case "readIops":
+		return ec.fieldContext_VMDisk_readIops(ctx, field)
+	case "writeIops":
+		return ec.fieldContext_VMDisk_writeIops(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMDisk", field.Name)
+}
+
+func (ec *executionContext) childFields_VMNIC(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_VMNIC_index(ctx, field)
+	case "network":
+		return ec.fieldContext_VMNIC_network(ctx, field)
+	case "bridge":
+		return ec.fieldContext_VMNIC_bridge(ctx, field)
+	case "model":
+		return ec.fieldContext_VMNIC_model(ctx, field)
+	case "mac":
+		return ec.fieldContext_VMNIC_mac(ctx, field)
+	case "ipAddresses":
+		return ec.fieldContext_VMNIC_ipAddresses(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMNIC", field.Name)
 }
 
 func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -43,6 +43,9 @@ type MutationResolver interface {
 	RebootVM(ctx context.Context, id string) (*model.Operation, error)
 	DeleteVM(ctx context.Context, id string) (*model.Operation, error)
 }
+type VDCResolver interface {
+	Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error)
+}
 
 // endregion ************************** generated!.gotpl **************************
 
@@ -1866,6 +1869,38 @@ func (ec *executionContext) fieldContext_VDC_quotas(_ context.Context, field gra
 	return fc, nil
 }
 
+func (ec *executionContext) _VDC_usage(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDC_usage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VDC().Usage(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.VDCUsage) graphql.Marshaler {
+			return ec.marshalOVDCUsage2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCUsage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDC_usage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VDC",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VDCUsage(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _VDC_resourceVersion(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2002,6 +2037,98 @@ func (ec *executionContext) _VDCQuotas_vms(ctx context.Context, field graphql.Co
 }
 func (ec *executionContext) fieldContext_VDCQuotas_vms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_vcpus(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_vcpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Vcpus, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_vcpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_memoryMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_memoryMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_storageGiB(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_storageGiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StorageGiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_storageGiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_vms(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_vms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Vms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_vms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
 }
 
 // endregion **************************** field.gotpl *****************************
@@ -2442,27 +2569,33 @@ func (ec *executionContext) _VDC(ctx context.Context, sel ast.SelectionSet, obj 
 		case "name":
 			out.Values[i] = ec._VDC_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "description":
 			out.Values[i] = ec._VDC_description(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "quotas":
 			out.Values[i] = ec._VDC_quotas(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "usage":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDC_usage(ctx, field, obj)
+				})
 		case "resourceVersion":
 			out.Values[i] = ec._VDC_resourceVersion(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._VDC_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -2509,6 +2642,54 @@ func (ec *executionContext) _VDCQuotas(ctx context.Context, sel ast.SelectionSet
 			}
 		case "vms":
 			out.Values[i] = ec._VDCQuotas_vms(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var vDCUsageImplementors = []string{"VDCUsage"}
+
+func (ec *executionContext) _VDCUsage(ctx context.Context, sel ast.SelectionSet, obj *model.VDCUsage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, vDCUsageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("VDCUsage")
+		case "vcpus":
+			out.Values[i] = ec._VDCUsage_vcpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "memoryMiB":
+			out.Values[i] = ec._VDCUsage_memoryMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "storageGiB":
+			out.Values[i] = ec._VDCUsage_storageGiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "vms":
+			out.Values[i] = ec._VDCUsage_vms(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -2597,6 +2778,13 @@ func (ec *executionContext) unmarshalOVDCQuotasInput2ᚖgithubᚗcomᚋflexplane
 	}
 	res, err := ec.unmarshalInputVDCQuotasInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOVDCUsage2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCUsage(ctx context.Context, sel ast.SelectionSet, v *model.VDCUsage) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._VDCUsage(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

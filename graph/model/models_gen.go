@@ -284,6 +284,14 @@ type VDCQuotasInput struct {
 	Vms        int `json:"vms"`
 }
 
+// What a VDC uses of its quotas.
+type VDCUsage struct {
+	Vcpus      int `json:"vcpus"`
+	MemoryMiB  int `json:"memoryMiB"`
+	StorageGiB int `json:"storageGiB"`
+	Vms        int `json:"vms"`
+}
+
 // A virtual machine of a VDC.
 type VM struct {
 	// Opaque, global id.
@@ -304,6 +312,41 @@ type VM struct {
 	// CPU utilisation, 0 to 1 of its vCPUs.
 	CPUUsage      float64 `json:"cpuUsage"`
 	MemoryUsedMiB int     `json:"memoryUsedMiB"`
+	// Its network interfaces in order (net0 first).
+	Nics []*VMNic `json:"nics"`
+	// Its disks in slot order (the cloud-init drive is not one).
+	Disks []*VMDisk `json:"disks"`
+	// The operations that ran on it, newest first, at most first (1 to 100):
+	// its create, and the power actions Proxmox keeps in the task history of
+	// its node. An operation id answers operation(id) too.
+	Operations []*Operation `json:"operations"`
+	// Bytes its NICs received since it started (a counter: rates are differences).
+	NetInBytes float64 `json:"netInBytes"`
+	// Bytes its NICs sent since it started.
+	NetOutBytes float64 `json:"netOutBytes"`
+	// Bytes read from its disks since it started.
+	DiskReadBytes float64 `json:"diskReadBytes"`
+	// Bytes written to its disks since it started.
+	DiskWriteBytes float64 `json:"diskWriteBytes"`
+}
+
+// A disk of a VM.
+type VMDisk struct {
+	// The Proxmox slot, e.g. scsi0.
+	Slot    string  `json:"slot"`
+	SizeGiB float64 `json:"sizeGiB"`
+	// The Proxmox storage holding it.
+	Storage string `json:"storage"`
+	// The storage profile offering that storage in the VM's zone (null when none does).
+	StorageProfile *catalog.StorageProfile `json:"storageProfile,omitempty"`
+	// Read limit in MB/s; null when unlimited.
+	ReadMBps *int `json:"readMBps,omitempty"`
+	// Write limit in MB/s; null when unlimited.
+	WriteMBps *int `json:"writeMBps,omitempty"`
+	// Read limit in operations per second; null when unlimited.
+	ReadIops *int `json:"readIops,omitempty"`
+	// Write limit in operations per second; null when unlimited.
+	WriteIops *int `json:"writeIops,omitempty"`
 }
 
 // Filters of vms; all given ones must match.
@@ -313,6 +356,21 @@ type VMFilter struct {
 	Status *VMStatus `json:"status,omitempty"`
 	// Part of the name, case-insensitive.
 	Name *string `json:"name,omitempty"`
+}
+
+// A network interface of a VM.
+type VMNic struct {
+	// Its position: 0 for net0.
+	Index int `json:"index"`
+	// The VDC's network it is attached to; null when its bridge is none of the VDC's networks.
+	Network *Network `json:"network,omitempty"`
+	// The Proxmox bridge (the VNet) it is attached to.
+	Bridge string `json:"bridge"`
+	// The emulated device, e.g. virtio.
+	Model string `json:"model"`
+	Mac   string `json:"mac"`
+	// Addresses the Proxmox IPAM holds for its MAC.
+	IPAddresses []string `json:"ipAddresses"`
 }
 
 // A zone: one Proxmox cluster, or a standalone Proxmox node.

@@ -48,7 +48,11 @@ type Config struct {
 	// NodeName is the Proxmox node this agent runs on (its host name on a
 	// real node).
 	NodeName string
-	// MeshName is the agent's name in the mesh. Default NodeName.
+	// MeshName is the agent's host name in the mesh, a DNS label (letters,
+	// digits, inner hyphens; at most 63). Default NodeName. Node names repeat
+	// across clusters (every cluster has a pve1), so agents of several
+	// clusters in one mesh want distinct names such as "fra1-pve1"; Headscale
+	// would otherwise rename the duplicates.
 	MeshName string
 	// ProxmoxURL is the local Proxmox API. Default https://127.0.0.1:8006.
 	ProxmoxURL string
@@ -85,6 +89,8 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MeshName == "" {
 		c.MeshName = c.NodeName
+	} else if !dnsLabel(c.MeshName) {
+		return fmt.Errorf("agent: mesh name %q is not a DNS label (letters, digits and inner hyphens, at most 63)", c.MeshName)
 	}
 	if c.ProxmoxURL == "" {
 		c.ProxmoxURL = "https://127.0.0.1:8006"
@@ -105,6 +111,20 @@ func (c *Config) setDefaults() error {
 		return errors.New("agent: an enrollment key is needed for the first start")
 	}
 	return nil
+}
+
+// dnsLabel reports whether s is one DNS label: letters, digits and hyphens,
+// not starting or ending with a hyphen, 1 to 63 characters.
+func dnsLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func segmentName(s string) bool {

@@ -14,6 +14,8 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/status/start"},
 		{"PUT", "/nodes/pve1/qemu/100/config"},
 		{"DELETE", "/nodes/pve1/qemu/100"},
+		{"GET", "/nodes/pve1/tasks"},           // a VM's operations: its task history
+		{"GET", "/nodes/pve1/qemu/100/config"}, // its NICs and disks
 		{"GET", "/nodes/pve1/tasks/UPID:pve1:0000A1B2:00C0FFEE:6750F00D:qmstart:100:flexplane@pve!agent:/status"},
 		{"POST", "/cluster/sdn/vnets/vnet1/ips"},
 		{"GET", "/nodes/pve1/storage/local/content/local:iso/debian-13.iso"},

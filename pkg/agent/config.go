@@ -25,6 +25,7 @@ const (
 	EnvEnrollKeyFile    = "FLEXPLANE_ENROLL_KEY_FILE"
 	EnvStateDir         = "FLEXPLANE_STATE_DIR"
 	EnvNodeName         = "FLEXPLANE_NODE_NAME"
+	EnvMeshName         = "FLEXPLANE_MESH_NAME"
 	EnvProxmoxURL       = "FLEXPLANE_PVE_URL"
 	EnvProxmoxToken     = "FLEXPLANE_PVE_TOKEN"
 	EnvProxmoxTokenFile = "FLEXPLANE_PVE_TOKEN_FILE"
@@ -56,6 +57,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		keyFile     = fs.String("enroll-key-file", "", "file holding the enrollment key (env "+EnvEnrollKeyFile+"; or the key itself in "+EnvEnrollKey+")")
 		stateDir    = fs.String("state-dir", "", "state directory (env "+EnvStateDir+"; default $STATE_DIRECTORY or /var/lib/flexplane-agent)")
 		nodeName    = fs.String("node", "", "Proxmox node name (env "+EnvNodeName+"; default the host name)")
+		meshName    = fs.String("mesh-name", "", "host name in the mesh (env "+EnvMeshName+"; default the node name)")
 		pveURL      = fs.String("pve-url", "", "local Proxmox API URL (env "+EnvProxmoxURL+"; default https://127.0.0.1:8006)")
 		tokenFile   = fs.String("pve-token-file", "", "file holding the Proxmox API token USER@REALM!ID=SECRET (env "+EnvProxmoxTokenFile+"; or the token itself in "+EnvProxmoxToken+")")
 		fingerprint = fs.String("pve-fingerprint", "", "SHA-256 fingerprint of the Proxmox certificate (env "+EnvFingerprint+")")
@@ -87,6 +89,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		ControlURL:         get(*controlURL, EnvControlURL),
 		StateDir:           get(*stateDir, EnvStateDir),
 		NodeName:           get(*nodeName, EnvNodeName),
+		MeshName:           get(*meshName, EnvMeshName),
 		ProxmoxURL:         get(*pveURL, EnvProxmoxURL),
 		ProxmoxFingerprint: get(*fingerprint, EnvFingerprint),
 	}

@@ -19,6 +19,7 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(`# agent configuration
 FLEXPLANE_CONTROL_URL="https://file.example"
 FLEXPLANE_NODE_NAME=pve7
+FLEXPLANE_MESH_NAME=file-name
 FLEXPLANE_PVE_TOKEN_FILE=`+tokenFile+`
 FLEXPLANE_AGENT_PORT=50099
 `), 0o600); err != nil {
@@ -69,5 +70,51 @@ FLEXPLANE_AGENT_PORT=50099
 	}
 	if err := (&Config{}).setDefaults(); err == nil {
 		t.Fatal("empty config accepted")
+	}
+}
+
+func TestLoadConfigMeshName(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "agent.env")
+	if err := os.WriteFile(cfgFile, []byte("FLEXPLANE_MESH_NAME=fra1-pve1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{EnvControlURL: "http://x", EnvStateDir: dir, EnvNodeName: "pve1", EnvProxmoxToken: "flexplane@pve!agent=s", EnvEnrollKey: "k"}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		want  string
+		valid bool
+	}{
+		{"default: the node name", nil, nil, "pve1", true},
+		{"config file", nil, map[string]string{EnvConfigFile: cfgFile}, "fra1-pve1", true},
+		{"env over file", nil, map[string]string{EnvConfigFile: cfgFile, EnvMeshName: "hel1-pve1"}, "hel1-pve1", true},
+		{"flag over env", []string{"-mesh-name", "lab-pve1"}, map[string]string{EnvMeshName: "hel1-pve1"}, "lab-pve1", true},
+		{"not a DNS label", []string{"-mesh-name", "fra1_pve1"}, nil, "", false},
+		{"leading hyphen", []string{"-mesh-name", "-pve1"}, nil, "", false},
+		{"too long", []string{"-mesh-name", strings.Repeat("a", 64)}, nil, "", false},
+	} {
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		for k, v := range tc.env {
+			env[k] = v
+		}
+		cfg, _, err := LoadConfig(tc.args, func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		err = cfg.setDefaults()
+		switch {
+		case tc.valid && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.valid && cfg.MeshName != tc.want:
+			t.Errorf("%s: mesh name %q, want %q", tc.name, cfg.MeshName, tc.want)
+		case !tc.valid && err == nil:
+			t.Errorf("%s: mesh name %q accepted", tc.name, cfg.MeshName)
+		}
 	}
 }

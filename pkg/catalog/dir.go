@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flexplane/flexplane/pkg/atomicfile"
 )
 
 // DirStore is a Store over a directory of YAML manifests, one file per
@@ -219,7 +221,7 @@ func (s *DirStore) Delete(ctx context.Context, kind Kind, name, resourceVersion 
 		if err := os.Remove(s.path(kind, name)); err != nil {
 			return err
 		}
-		return syncDir(filepath.Dir(s.path(kind, name)))
+		return atomicfile.SyncDir(filepath.Dir(s.path(kind, name)))
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete: %w", err)
@@ -260,7 +262,7 @@ func (s *DirStore) nextVersion() (string, error) {
 	}
 	n++
 	v := strconv.FormatUint(n, 10)
-	if err := writeAtomic(p, []byte(v+"\n")); err != nil {
+	if err := atomicfile.WriteFile(p, []byte(v+"\n"), 0o640); err != nil {
 		return "", err
 	}
 	return v, nil
@@ -271,47 +273,7 @@ func (s *DirStore) write(o Object) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.path(o.ObjectKind(), o.GetObjectMeta().Name), data)
-}
-
-// writeAtomic replaces path with data: a synced temporary file in the same
-// directory is renamed over it and the directory is synced.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o640); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(s.path(o.ObjectKind(), o.GetObjectMeta().Name), data, 0o640)
 }
 
 // encode renders an object as a block-style YAML manifest with the field

@@ -315,27 +315,33 @@ func notFound() error { return apierr.New(apierr.NotFound, "no such VM") }
 // lookup resolves a VM id within vdc: the zone, the guest and its intent.
 // Anything that is not a VM of vdc is NOT_FOUND.
 func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, error) {
+	z, g, in, _, err := s.lookupConfig(ctx, vdc, id)
+	return z, g, in, err
+}
+
+// lookupConfig is lookup that also returns the guest's configuration.
+func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, pveapi.Config, error) {
 	ref, err := tenancy.ParseVMID(id)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, notFound()
+		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
 	if !ok {
-		return Zone{}, pveapi.Guest{}, nil, notFound()
+		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
 	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
 	}
 	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
-		return Zone{}, pveapi.Guest{}, nil, notFound()
+		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		if pveapi.IsNotFound(err) {
-			return Zone{}, pveapi.Guest{}, nil, notFound()
+			return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 		}
-		return Zone{}, pveapi.Guest{}, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
 	owner, _ := tenancy.VDCOf(g.Tags())
@@ -344,9 +350,9 @@ func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Gues
 	case tagged && owner == vdc:
 	case !tagged && in != nil && in.VDC == vdc:
 	default:
-		return Zone{}, pveapi.Guest{}, nil, notFound()
+		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
-	return z, g, in, nil
+	return z, g, in, cfg, nil
 }
 
 // VM returns the VM id of vdc.

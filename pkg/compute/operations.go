@@ -244,14 +244,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		return nil, apierr.New(apierr.NotFound, "no such operation")
 	}
 	op.Step = ts.Type
-	switch {
-	case ts.Running:
-		op.State = OpRunning
-	case ts.ExitStatus == "OK":
-		op.State = OpSucceeded
-	default:
-		op.State, op.Error = OpFailed, ts.ExitStatus
-	}
+	op.State, op.Error = taskState(ts)
 	return op, nil
 }
 

@@ -24,9 +24,13 @@
 //
 // State lives in Dir and survives restarts: the orchestrator's data
 // directory (mesh state, catalog), the agents' mesh identities, the
-// provider's signing key and the addresses of the provider and the image
-// server (Dir/stack.json). The simulated Proxmox clusters keep their guests
-// in memory, so demo networks and VMs are created again on every start.
+// provider's signing key, the addresses of the provider and the image
+// server (Dir/stack.json) and the simulated clusters' certificates and
+// state (Dir/pve/<cluster>-certs, Dir/pve/<cluster>-state.json: guests,
+// disks and staged images, SDN networks, IPAM, pools, task history). A
+// second start therefore finds the VMs of the first still there (a running
+// VM still running) and the seeder, which reads before it creates, leaves
+// the demo data as it is.
 package devstack
 
 import (
@@ -46,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/atomicfile"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/devidp"
 	"github.com/flexplane/flexplane/pkg/meshnode"
@@ -287,7 +292,7 @@ func (s *stack) run(ctx context.Context) error {
 	defer idp.Close()
 
 	// Simulated clusters. Their certificates (and so the zones' identities)
-	// are kept in Dir/pve; every node has its own API endpoint, which its
+	// and their state are kept in Dir/pve; every node has its own API endpoint, which its
 	// agent uses, as an agent uses its node's local API.
 	type endpoint struct{ url, fingerprint string }
 	type sim struct {
@@ -311,6 +316,7 @@ func (s *stack) run(ctx context.Context) error {
 			path: s.path("bin", "pvesim"),
 			args: []string{"--listen", "127.0.0.1:0", "--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
 				"--token", token, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+				"--state-file", s.path("pve", c.Name+"-state.json"),
 				"--log-level", s.cfg.LogLevel},
 			stdout: func(line string) {
 				// "node pve2: https://127.0.0.1:PORT/api2/json fingerprint AB:CD:..."
@@ -393,6 +399,7 @@ func (s *stack) run(ctx context.Context) error {
 				"FLEXPLANE_CONTROL_URL=" + s.url,
 				"FLEXPLANE_STATE_DIR=" + state,
 				"FLEXPLANE_NODE_NAME=" + node,
+				"FLEXPLANE_MESH_NAME=" + name,
 				"FLEXPLANE_PVE_URL=" + ep.url,
 				"FLEXPLANE_PVE_TOKEN_FILE=" + sm.tokenFile,
 				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
@@ -441,7 +448,7 @@ func (s *stack) run(ctx context.Context) error {
 		return err
 	}
 	for user, c := range clients {
-		if err := writeFileAtomic(s.path("tokens", user+".token"), []byte(c.Token+"\n"), 0o600); err != nil {
+		if err := atomicfile.WriteFile(s.path("tokens", user+".token"), []byte(c.Token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("token of %s: %w", user, err)
 		}
 	}
@@ -584,12 +591,4 @@ func listenPreferred(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return ln, nil
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

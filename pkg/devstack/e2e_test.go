@@ -284,6 +284,14 @@ func TestStack(t *testing.T) {
 		if !slices.Equal(hosts, want) {
 			t.Errorf("hosts %q, want %q", hosts, want)
 		}
+		// The agents joined the mesh as <zone>-<node>, not as five pve1/pve2
+		// that Headscale would rename; the orchestrator logs the names it sees.
+		orchLog, _ := os.ReadFile(filepath.Join(dir, "logs", "orchestrator.log"))
+		for _, h := range []string{"fra1-pve1", "fra1-pve2", "fra1-pve3", "hel1-pve1", "hel1-pve2"} {
+			if !strings.Contains(string(orchLog), "mesh_name="+h+" ") {
+				t.Errorf("the orchestrator never saw the agent %s in the mesh", h)
+			}
+		}
 	})
 
 	t.Run("stack.json", func(t *testing.T) {
@@ -428,7 +436,7 @@ func TestStack(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			ids = ids[:0]
+			byZone := map[string]string{}
 			for _, v := range vms {
 				if !strings.HasPrefix(v.Name, "e2e-") {
 					continue
@@ -436,11 +444,13 @@ func TestStack(t *testing.T) {
 				if v.Status != "RUNNING" || len(v.IPAddresses) == 0 || v.Name != "e2e-"+v.Zone.Name {
 					return fmt.Errorf("%s: %s in %s with %v", v.Name, v.Status, v.Zone.Name, v.IPAddresses)
 				}
-				ids = append(ids, v.ID)
+				byZone[v.Zone.Name] = v.ID
 			}
-			if len(ids) != 2 {
-				return fmt.Errorf("%d of 2 VMs", len(ids))
+			if len(byZone) != 2 {
+				return fmt.Errorf("%d of 2 VMs", len(byZone))
 			}
+			// e2e-fra1 is stopped and deleted; e2e-hel1 lives on (and across the restart).
+			ids = []string{byZone["fra1"], byZone["hel1"]}
 			return nil
 		})
 		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
@@ -488,7 +498,9 @@ func TestStack(t *testing.T) {
 		}
 	})
 
-	// What must survive a restart: the catalog and the zones' identities.
+	// What must survive a restart: the catalog, the zones' identities and
+	// the VMs in the simulated clusters (alice's surviving e2e-hel1 with its
+	// id, power state and addresses; the demo VMs, not created twice).
 	const lasting = `{ vdc(name: "prod") { createdAt } zones { id name } hosts { status } }`
 	type state struct {
 		VDC   struct{ CreatedAt string } `json:"vdc"`
@@ -498,6 +510,45 @@ func TestStack(t *testing.T) {
 	var before state
 	if err := admin.Do(ctx, "", lasting, nil, &before); err != nil {
 		t.Fatal(err)
+	}
+	survivor := func(vms []vm) (vm, bool) {
+		i := slices.IndexFunc(vms, func(v vm) bool { return v.Name == "e2e-hel1" })
+		if i < 0 {
+			return vm{}, false
+		}
+		return vms[i], true
+	}
+	// demoVMs lists the demo VMs ("vdc/name status") as the VDCs' members see them.
+	demoVMs := func(alice, bob *devstack.Client) ([]string, error) {
+		var out []string
+		for vdc, c := range map[string]*devstack.Client{"prod": alice, "dev": alice, "staging": bob} {
+			vms, err := vmsOf(ctx, c, vdc)
+			if err != nil {
+				return nil, fmt.Errorf("VMs of %s: %w", vdc, err)
+			}
+			for _, v := range vms {
+				if !strings.HasPrefix(v.Name, "e2e-") {
+					out = append(out, vdc+"/"+v.Name+" "+v.Status)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	var kept vm
+	haveVMs := false
+	if vms, err := vmsOf(ctx, alice, "dev"); err == nil {
+		kept, haveVMs = survivor(vms)
+	}
+	wantDemo := []string{"prod/db-1 RUNNING", "prod/web-1 RUNNING", "staging/app-1 RUNNING"}
+	if haveVMs {
+		poll(t, 2*time.Minute, "every demo VM RUNNING", func() error {
+			got, err := demoVMs(alice, bob)
+			if err == nil && !slices.Equal(got, wantDemo) {
+				err = fmt.Errorf("demo VMs %v", got)
+			}
+			return err
+		})
 	}
 
 	s.stop(t)
@@ -525,6 +576,25 @@ func TestStack(t *testing.T) {
 	}
 	if b, a := fmt.Sprint(before), fmt.Sprint(after); a != b {
 		t.Errorf("after a restart: %s, before: %s", a, b)
+	}
+	if haveVMs {
+		alice = s.client(t, "alice")
+		vms, err := vmsOf(ctx, alice, "dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := survivor(vms)
+		slices.Sort(got.IPAddresses)
+		slices.Sort(kept.IPAddresses)
+		if !ok || got.ID != kept.ID || got.Status != "RUNNING" || !slices.Equal(got.IPAddresses, kept.IPAddresses) {
+			t.Errorf("alice's VM after the restart: %+v (found %v), want %+v RUNNING", got, ok, kept)
+		} else {
+			t.Logf("e2e-hel1 came back with id %s, %s, addresses %v", got.ID, got.Status, got.IPAddresses)
+		}
+		// At once, not eventually: the seeder found them and created none.
+		if got, err := demoVMs(alice, s.client(t, "bob")); err != nil || !slices.Equal(got, wantDemo) {
+			t.Errorf("demo VMs after the restart: %v (%v), want %v", got, err, wantDemo)
+		}
 	}
 	children = descendants(s.cmd.Process.Pid)
 	s.stop(t)

@@ -117,26 +117,31 @@ func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx con
 // Resource is one entry of /cluster/resources (the fields flexplane reads;
 // go-proxmox's ClusterResource lacks lock).
 type Resource struct {
-	ID         string  `json:"id"`
-	Type       string  `json:"type"`
-	Node       string  `json:"node"`
-	Status     string  `json:"status"`
-	Name       string  `json:"name"`
-	VMID       int     `json:"vmid"`
-	Tags       string  `json:"tags"`
-	Lock       string  `json:"lock"`
-	Template   int     `json:"template"`
-	Pool       string  `json:"pool"`
-	CPU        float64 `json:"cpu"`
-	MaxCPU     int     `json:"maxcpu"`
-	Mem        int64   `json:"mem"`
-	MaxMem     int64   `json:"maxmem"`
-	Disk       int64   `json:"disk"`
-	MaxDisk    int64   `json:"maxdisk"`
-	Uptime     int64   `json:"uptime"`
-	Storage    string  `json:"storage"`
-	Shared     int     `json:"shared"`
-	PluginType string  `json:"plugintype"`
+	ID       string  `json:"id"`
+	Type     string  `json:"type"`
+	Node     string  `json:"node"`
+	Status   string  `json:"status"`
+	Name     string  `json:"name"`
+	VMID     int     `json:"vmid"`
+	Tags     string  `json:"tags"`
+	Lock     string  `json:"lock"`
+	Template int     `json:"template"`
+	Pool     string  `json:"pool"`
+	CPU      float64 `json:"cpu"`
+	MaxCPU   int     `json:"maxcpu"`
+	Mem      int64   `json:"mem"`
+	MaxMem   int64   `json:"maxmem"`
+	Disk     int64   `json:"disk"`
+	MaxDisk  int64   `json:"maxdisk"`
+	Uptime   int64   `json:"uptime"`
+	// Guests: bytes through their NICs and disks since they started.
+	NetIn      int64  `json:"netin"`
+	NetOut     int64  `json:"netout"`
+	DiskRead   int64  `json:"diskread"`
+	DiskWrite  int64  `json:"diskwrite"`
+	Storage    string `json:"storage"`
+	Shared     int    `json:"shared"`
+	PluginType string `json:"plugintype"`
 }
 
 // Resources reads /cluster/resources of one zone (typ "" for all types,

@@ -1,7 +1,6 @@
 package portal_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -9,25 +8,21 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/browsertest"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/devidp"
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 
-const (
-	clientID = "flexplane-portal"
-	chromium = "/usr/bin/chromium"
-)
+const clientID = "flexplane-portal"
 
 // TestBrowser runs the portal's browser tests (portal/tests, playwright-core
 // driving Debian's chromium) against a real backend on loopback: the
@@ -117,34 +112,16 @@ func TestBrowser(t *testing.T) {
 		"PORTAL_MEMBER_VDCS=prod,dev",
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}, "tests/portal.test.mjs")
-	checkScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
+	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
 }
 
 // browserPrerequisites skips the test under SKIP_BROWSER=1 and fails it
 // when the built portal, its packages, the browser or node are missing; it
-// returns the portal's source directory and its build.
+// returns the portal's source directory and its build, and makes sure its
+// test-artifacts directory exists.
 func browserPrerequisites(t *testing.T) (root, public string) {
 	t.Helper()
-	if os.Getenv("SKIP_BROWSER") == "1" {
-		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
-	}
-	root, err := filepath.Abs(filepath.Join("..", "..", "portal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	public = filepath.Join(root, ".output", "public")
-	for _, need := range []struct{ path, fix string }{
-		{filepath.Join(public, "index.html"), "build the portal: make portal"},
-		{filepath.Join(root, "node_modules", "playwright-core", "package.json"), "install the portal's packages: make portal"},
-		{chromium, "install the browser: portal/scripts/install-browser.sh"},
-	} {
-		if _, err := os.Stat(need.path); err != nil {
-			t.Fatalf("%s is missing: %s (or set SKIP_BROWSER=1 to skip the browser tests)", need.path, need.fix)
-		}
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("node is not installed: %v (or set SKIP_BROWSER=1)", err)
-	}
+	root, public = browsertest.Prerequisites(t, filepath.Join("..", ".."))
 	if err := os.MkdirAll(filepath.Join(root, "test-artifacts"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -152,51 +129,10 @@ func browserPrerequisites(t *testing.T) (root, public string) {
 }
 
 // runBrowserTests runs the node test files (relative to root) with env
-// added to the environment, logging their output, and fails the test when
-// they fail; it returns when they started.
+// added to the environment and fails the test when they fail.
 func runBrowserTests(t *testing.T, root string, env []string, files ...string) time.Time {
 	t.Helper()
-	runCtx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	args := append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, files...)
-	cmd := exec.CommandContext(runCtx, "node", args...)
-	cmd.Dir = root
-	cmd.Env = append(append(os.Environ(), "CHROMIUM="+chromium), env...)
-	// node, chromium and its helpers form one process group, ended as a
-	// whole on timeout and after the run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		t.Log(sc.Text())
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("browser tests %v failed after %s: %v (screenshots in %s)", files, time.Since(start).Round(time.Millisecond), err, filepath.Join(root, "test-artifacts"))
-	}
-	t.Logf("browser tests %v passed in %s", files, time.Since(start).Round(time.Millisecond))
-	return start
-}
-
-// checkScreenshots fails the test unless each page has a screenshot in
-// artifacts taken since start.
-func checkScreenshots(t *testing.T, artifacts string, start time.Time, pages ...string) {
-	t.Helper()
-	for _, page := range pages {
-		if st, err := os.Stat(filepath.Join(artifacts, page+".png")); err != nil || st.ModTime().Before(start) || st.Size() == 0 {
-			t.Errorf("no fresh screenshot of %s: %v", page, err)
-		}
-	}
+	return browsertest.Run(t, root, 4*time.Minute, env, files...)
 }
 
 // seedCatalog creates what the demo stack has: three VDCs, two images,

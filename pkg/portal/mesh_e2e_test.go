@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/browsertest"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/devidp"
 	"github.com/flexplane/flexplane/pkg/meshtest"
@@ -110,7 +111,7 @@ func TestBrowserMesh(t *testing.T) {
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}
 	start := runBrowserTests(t, root, env, "tests/mesh.test.mjs")
-	checkScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
+	browsertest.CheckScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
 
 	// beta goes down: its agents stop.
 	for _, a := range h.Clusters[1].Agents {
@@ -119,6 +120,6 @@ func TestBrowserMesh(t *testing.T) {
 		}
 	}
 	start = runBrowserTests(t, root, append(env, "PORTAL_DOWN_ZONE=beta"), "tests/zone-down.test.mjs")
-	checkScreenshots(t, artifacts, start, "zones-one-down", "hosts-one-down")
+	browsertest.CheckScreenshots(t, artifacts, start, "zones-one-down", "hosts-one-down")
 	t.Logf("TestBrowserMesh took %s in all", time.Since(begin).Round(time.Millisecond))
 }

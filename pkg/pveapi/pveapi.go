@@ -73,6 +73,43 @@ func Task(ctx context.Context, c *proxmox.Client, upid string) (TaskStatus, erro
 	return TaskStatus{UPID: upid, Type: raw.Type, Running: raw.Status == "running", ExitStatus: raw.ExitStatus}, nil
 }
 
+// TaskEntry is a task of a node's task history.
+type TaskEntry struct {
+	TaskStatus
+	// Started and Ended are when it began and stopped (Ended zero while it
+	// runs).
+	Started, Ended time.Time
+}
+
+// NodeTasks lists the tasks of node that worked on guest vmid, running and
+// finished, newest first, at most limit (GET /nodes/{node}/tasks).
+func NodeTasks(ctx context.Context, c *proxmox.Client, node string, vmid, limit int) ([]TaskEntry, error) {
+	var raw []struct {
+		UPID      string `json:"upid"`
+		Type      string `json:"type"`
+		Status    string `json:"status"`
+		StartTime int64  `json:"starttime"`
+		EndTime   int64  `json:"endtime"`
+	}
+	q := url.Values{"vmid": {strconv.Itoa(vmid)}, "source": {"all"}, "limit": {strconv.Itoa(limit)}}
+	if err := c.Get(ctx, "/nodes/"+url.PathEscape(node)+"/tasks?"+q.Encode(), &raw); err != nil {
+		return nil, fmt.Errorf("pveapi: tasks of %d on %s: %w", vmid, node, err)
+	}
+	out := make([]TaskEntry, 0, len(raw))
+	for _, t := range raw {
+		e := TaskEntry{TaskStatus: TaskStatus{UPID: t.UPID, Type: t.Type}, Started: time.Unix(t.StartTime, 0)}
+		// A running task has no end yet (and its status is absent or
+		// "running"); a finished one's status is its exit status.
+		if t.EndTime == 0 {
+			e.Running = true
+		} else {
+			e.ExitStatus, e.Ended = t.Status, time.Unix(t.EndTime, 0)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // PollInterval is how often Wait reads a running task's status.
 const PollInterval = 25 * time.Millisecond
 

@@ -4,7 +4,8 @@
 // per-cluster CA, authenticates API tokens, validates every request against Proxmox's own
 // schema (package pveschema) and keeps an in-memory model of nodes, guests, storage,
 // pools, SDN and IPAM. Asynchronous operations run as tasks with real UPIDs. Several
-// clusters can run in one process; each has its own mutex-protected model.
+// clusters can run in one process; each has its own mutex-protected model, kept in memory
+// or, with Config.StateFile, also in a file that a restarted cluster loads again.
 package pvesim
 
 import (
@@ -13,6 +14,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +53,18 @@ type Config struct {
 	// cluster keeps its identity and fingerprints across restarts. "" creates fresh ones
 	// in memory.
 	CertDir string
+	// StateFile is where the cluster keeps its model across restarts (JSON). Present, it
+	// is loaded at Start (a corrupt or incompatible file fails Start); while the cluster
+	// runs, the whole model is saved there atomically after changes, at most every 200 ms,
+	// and once more at Close. It keeps guests (config, digest, power state: a running VM
+	// is still running after a restart), storage contents, pools, SDN (pending and
+	// applied), IPAM, the VMID sequence and the task history. What a restart interrupts
+	// settles as a node reboot would: running tasks end with exit status "unexpected
+	// status" and guest locks are cleared, except that the half-made target of an
+	// interrupted clone is removed. Tokens, injected failures and latency come from the
+	// configuration, not the file; nodes start online. Its directory is created if
+	// missing. "" keeps the model in memory only.
+	StateFile string
 	// CheckResponses makes the cluster check every successful response against the
 	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
 	// SchemaProblems; for tests.
@@ -96,6 +111,7 @@ type Cluster struct {
 	started  time.Time
 	latency  atomic.Int64 // nanoseconds added to every request
 	download *http.Client
+	persist  *persister // nil without Config.StateFile; immutable after Start
 
 	ctx    context.Context // canceled by Close; parent of task work
 	cancel context.CancelFunc
@@ -174,6 +190,16 @@ func Start(cfg Config) (*Cluster, error) {
 	}
 	c.certs = certs
 	c.st = newState(c)
+	if cfg.StateFile != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("pvesim: start: state file: %w", err)
+		}
+		if err := c.loadState(cfg.StateFile); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("pvesim: start: %w", err)
+		}
+	}
 	c.download = cfg.HTTPClient
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 
@@ -205,6 +231,9 @@ func Start(cfg Config) (*Cluster, error) {
 		c.eps[node] = c.serveNode(node, listeners[node])
 	}
 	c.url = c.eps[c.nodes[0]].url
+	if cfg.StateFile != "" {
+		c.startPersister(cfg.StateFile)
+	}
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil
 }
@@ -246,7 +275,9 @@ func (c *Cluster) CACertPEM() []byte { return append([]byte(nil), c.certs.caPEM.
 // identity of this cluster that /nodes/{node}/certificates/info reveals.
 func (c *Cluster) Identity() string { return c.certs.identity }
 
-// Close stops serving, cancels running tasks and waits for them to end.
+// Close stops serving, cancels running tasks and waits for them to end; with
+// Config.StateFile it then writes the final state (tasks it canceled are saved as
+// running and load as interrupted).
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
@@ -262,6 +293,9 @@ func (c *Cluster) Close() error {
 		c.st.stopTimers()
 		c.mu.Unlock()
 		c.work.Wait()
+		if err := c.stopPersister(); err != nil && c.closeErr == nil {
+			c.closeErr = fmt.Errorf("pvesim: close: %w", err)
+		}
 	})
 	return c.closeErr
 }
@@ -284,6 +318,7 @@ func (c *Cluster) SetNodeOnline(node string, online bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.st.setNodeOnline(node, online)
+	c.markDirty()
 }
 
 // FailRequests makes the next count requests whose method and path match fail with

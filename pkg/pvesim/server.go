@@ -207,6 +207,9 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	c.mu.Lock()
 	data, err := rt.handler(cl)
 	c.mu.Unlock()
+	if r.Method != http.MethodGet {
+		c.markDirty()
+	}
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {

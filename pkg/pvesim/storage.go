@@ -305,6 +305,7 @@ func hDownloadURL(cl *call) (any, error) {
 		size, sum, err := fetch(c, client, rawURL, h)
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		defer c.markDirty()
 		if !t.running {
 			return
 		}

@@ -104,6 +104,7 @@ func (st *state) after(d time.Duration, fn func()) {
 		defer c.mu.Unlock()
 		delete(st.timers, tt)
 		fn()
+		c.markDirty()
 	})
 	st.timers[tt] = struct{}{}
 }

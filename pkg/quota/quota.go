@@ -115,20 +115,13 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id string, req Usage) error {
 		}
 		now := time.Now()
 		live := pruned(v.Status.Reservations, now)
-		skip := map[string]bool{}
-		var reserved Usage
-		for _, r := range live {
-			if r.ID == id {
-				return nil
-			}
-			skip[r.ID] = true
-			reserved = reserved.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+		if slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.ID == id }) {
+			return nil
 		}
-		used, err := ProxmoxUsage(ctx, l.Clients(ctx), vdc, skip)
+		used, err := l.used(ctx, vdc, live)
 		if err != nil {
 			return err
 		}
-		used = used.add(reserved)
 		if err := check(vdc, v.Quotas, used, req); err != nil {
 			return err
 		}
@@ -144,6 +137,28 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id string, req Usage) error {
 		}
 		return nil
 	}
+}
+
+// used is what vdc uses: its guests in Proxmox and the creates in flight
+// (the live reservations), each counted once.
+func (l *Ledger) used(ctx context.Context, vdc string, live []catalog.QuotaReservation) (Usage, error) {
+	skip := map[string]bool{}
+	var reserved Usage
+	for _, r := range live {
+		skip[r.ID] = true
+		reserved = reserved.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+	}
+	used, err := ProxmoxUsage(ctx, l.Clients(ctx), vdc, skip)
+	if err != nil {
+		return Usage{}, err
+	}
+	return used.add(reserved), nil
+}
+
+// Usage returns what VDC v uses as its quotas count it: its guests in
+// every zone and the creates in flight.
+func (l *Ledger) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
+	return l.used(ctx, v.Name, pruned(v.Status.Reservations, time.Now()))
 }
 
 // Release drops the reservation id of vdc (and expired ones). Releasing an

@@ -1,6 +1,8 @@
 // useLoader runs a page's load now, again every `every` ms while the page
-// shows (0: never) and whenever reloadOn changes, and keeps its state: a
-// refused session shows as expired (not here), any other error as text.
+// shows and the browser tab is visible (0: never; at once when the tab
+// becomes visible again) and whenever reloadOn changes, and keeps its
+// state: a refused session shows as expired (not here), any other error as
+// text.
 
 import type { WatchSource } from 'vue'
 
@@ -18,11 +20,20 @@ export function useLoader(load: () => Promise<void>, opts: { every?: number; rel
     }
   }
   let timer: ReturnType<typeof setInterval> | undefined
+  const visible = () => document.visibilityState !== 'hidden'
+  const onVisibility = () => {
+    if (visible()) reload()
+  }
   onMounted(() => {
     reload()
-    if (opts.every) timer = setInterval(reload, opts.every)
+    if (!opts.every) return
+    timer = setInterval(() => visible() && reload(), opts.every)
+    document.addEventListener('visibilitychange', onVisibility)
   })
-  onBeforeUnmount(() => clearInterval(timer))
+  onBeforeUnmount(() => {
+    clearInterval(timer)
+    document.removeEventListener('visibilitychange', onVisibility)
+  })
   if (opts.reloadOn) watch(opts.reloadOn, reload)
   return { loading, error, reload }
 }

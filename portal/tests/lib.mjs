@@ -3,7 +3,7 @@
 // through the provider's real login form, and screenshots.
 import { after, before } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { chromium } from 'playwright-core'
 
@@ -51,10 +51,17 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
   context.setDefaultTimeout(timeout)
   const offOrigin = []
   const graphql = []
+  // How many requests went to each origin (data: and blob: URLs aside).
+  const origins = new Map()
+  // Every request, kept as an artifact next to the screenshots.
+  const requests = []
   context.on('request', (r) => {
     const url = r.url()
     if (url.startsWith('data:') || url.startsWith('blob:')) return
-    if (!allowedOrigins.has(new URL(url).origin)) offOrigin.push(`${r.method()} ${url}`)
+    requests.push(`${r.method()} ${url}`)
+    const origin = new URL(url).origin
+    origins.set(origin, (origins.get(origin) ?? 0) + 1)
+    if (!allowedOrigins.has(origin)) offOrigin.push(`${r.method()} ${url}`)
     if (url === `${base}/graphql`) graphql.push({ headers: r.headers(), body: r.postData() || '' })
   })
   const page = await context.newPage()
@@ -72,11 +79,12 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
     // What the page showed last, to see why a test failed.
     const slug = t.name.toLowerCase().replace(/[^a-z0-9]+/g, '-').slice(0, 60)
     await page.screenshot({ path: join(artifacts, `last-${slug}.png`), fullPage: true }).catch(() => {})
+    writeFileSync(join(artifacts, `requests-${slug}.txt`), requests.join('\n') + '\n')
     await context.close()
     assert.deepEqual(offOrigin, [], 'requests left the portal and identity provider origins')
     assert.deepEqual(errors, [], 'uncaught errors in the page')
   })
-  return { page, graphql }
+  return { page, graphql, origins }
 }
 
 export async function shot(page, name) {
@@ -104,3 +112,42 @@ export async function open(page, label, heading) {
   await page.getByRole('table').or(page.getByText(/^No .*s yet\.$/)).first().waitFor()
 }
 
+
+// go follows a link of the main navigation and waits for the page's heading.
+export async function go(page, label, heading) {
+  await nav(page).getByRole('link', { name: label, exact: true }).click()
+  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
+}
+
+// stopVM stops the VM of the detail page through its confirmation and
+// waits until it is stopped.
+export async function stopVM(page, timeout) {
+  const confirm = page.getByRole('dialog')
+  await page.getByRole('button', { name: 'Stop', exact: true }).click()
+  await confirm.getByText('unsaved data in the guest is lost').waitFor()
+  await confirm.getByRole('button', { name: 'Stop', exact: true }).click()
+  await page.getByTestId('vm-status').getByText('STOPPED').waitFor({ timeout })
+  await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('stop', { exact: true }).waitFor()
+  await page.getByRole('button', { name: 'Start', exact: true }).waitFor()
+}
+
+// checkZonesAndHosts checks, as an admin, that the zones page shows every
+// zone online with its three usage bars and the hosts page every host
+// online, and takes their screenshots.
+export async function checkZonesAndHosts(page, zones, hostCount) {
+  await go(page, 'Zones', 'Zones')
+  for (const z of zones) {
+    const card = page.locator(`article[data-zone="${z}"]`)
+    await card.locator('.zone-head .status').getByText('online', { exact: true }).waitFor()
+    assert.equal(await card.locator('meter').count(), 3, `CPU, memory and storage bars of ${z}`)
+  }
+  assert.equal(await page.locator('article[data-zone]').count(), zones.length)
+  assert.equal(await page.locator('.zone-hosts li').count(), hostCount)
+  await shot(page, 'zones')
+  await go(page, 'Hosts', 'Hosts')
+  await page.locator('tbody tr').first().waitFor()
+  assert.equal(await page.locator('tbody tr').count(), hostCount)
+  assert.equal(await page.locator('tbody td[data-label="Status"] .status.online').count(), hostCount)
+  const hostZones = new Set((await page.locator('tbody td[data-label="Zone"]').allInnerTexts()).map((z) => z.trim()))
+  assert.deepEqual([...hostZones].sort(), [...zones].sort())
+}

@@ -18,7 +18,7 @@
 // read as such.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { admin, base, env, member, memberVDCs, nav, run, session, shot, signIn } from './lib.mjs'
+import { admin, base, checkZonesAndHosts, env, go, member, memberVDCs, run, session, shot, signIn, stopVM } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
@@ -28,11 +28,6 @@ const vdc = memberVDCs[0]
 const vmName = `e2e-${run}`
 // Creating a VM may first stage its image into the zone.
 const vmTimeout = 60_000
-
-async function go(page, label, heading) {
-  await nav(page).getByRole('link', { name: label, exact: true }).click()
-  await page.getByRole('heading', { level: 1, name: heading }).waitFor()
-}
 
 describe('portal with zones and VMs', () => {
   let vmPath = ''
@@ -96,7 +91,7 @@ describe('portal with zones and VMs', () => {
     vmPath = new URL(page.url()).pathname
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
     await page.getByText('Live metrics').waitFor()
-    assert.match(await page.locator('.props').innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
+    assert.match(await page.locator('.props').first().innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
     await shot(page, 'vm-detail')
     const confirm = page.getByRole('dialog')
 
@@ -110,12 +105,7 @@ describe('portal with zones and VMs', () => {
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
     blockWebSockets = false
 
-    await page.getByRole('button', { name: 'Stop', exact: true }).click()
-    await confirm.getByText('unsaved data in the guest is lost').waitFor()
-    await confirm.getByRole('button', { name: 'Stop', exact: true }).click()
-    await page.getByTestId('vm-status').getByText('STOPPED').waitFor({ timeout: vmTimeout })
-    await page.locator('.operations li[data-state="SUCCEEDED"] strong').getByText('stop', { exact: true }).waitFor()
-    await page.getByRole('button', { name: 'Start', exact: true }).waitFor()
+    await stopVM(page, vmTimeout)
     await page.getByText('(followed by subscription)').waitFor()
     await shot(page, 'vm-stopped')
 
@@ -221,18 +211,7 @@ describe('portal with zones and VMs', () => {
     const { page } = await session(t)
     await page.goto(base + '/')
     await signIn(page, admin)
-    await go(page, 'Zones', 'Zones')
-    for (const z of zones) {
-      const card = page.locator(`article[data-zone="${z}"]`)
-      await card.locator('.zone-head .status').getByText('online', { exact: true }).waitFor()
-      assert.equal(await card.locator('meter').count(), 3, `CPU, memory and storage bars of ${z}`)
-    }
-    assert.equal(await page.locator('.zone-hosts li').count(), hostCount)
-    await shot(page, 'zones')
-    await go(page, 'Hosts', 'Hosts')
-    await page.locator('tbody tr').first().waitFor()
-    assert.equal(await page.locator('tbody tr').count(), hostCount)
-    assert.equal(await page.locator('tbody td[data-label="Status"] .status.online').count(), hostCount)
+    await checkZonesAndHosts(page, zones, hostCount)
     if (process.env.PORTAL_AGENT_UPDATE === '1') {
       assert.equal(await page.locator('tbody td[data-label="Agent"]').getByText('update available').count(), hostCount)
     }

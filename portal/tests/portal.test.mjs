@@ -47,8 +47,18 @@ describe('portal', () => {
     await page.locator('body').focus()
     await page.keyboard.press('Tab')
     assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content')
+    // Where the keyboard is shows: a visible outline.
+    const outline = () => page.evaluate(() => {
+      const s = getComputedStyle(document.activeElement)
+      return `${s.outlineStyle} ${s.outlineWidth}`
+    })
+    assert.match(await outline(), /^solid [1-9]/, 'the focused skip link has no visible outline')
     await page.keyboard.press('Enter')
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'content')
+    // The next Tab reaches the page's first control, outlined too.
+    await page.keyboard.press('Tab')
+    assert.notEqual(await page.evaluate(() => document.activeElement?.tagName), 'BODY')
+    assert.match(await outline(), /^solid [1-9]/, 'the focused control has no visible outline')
     // The choice survives a reload, and so does the session.
     await page.reload()
     await page.getByRole('heading', { name: `VDC ${initial}` }).waitFor()

@@ -52,3 +52,17 @@ export function duration(s: number | null | undefined): string {
 export function gibibytes(gib: number): string {
   return gib >= 1024 ? `${(gib / 1024).toFixed(1)} TiB` : `${gib} GiB`
 }
+
+// rate shows bytes per second in B/s, KB/s, MB/s or GB/s (decimal units, as
+// network and disk rates are given).
+export function rate(bytesPerSecond: number | null | undefined): string {
+  if (bytesPerSecond === null || bytesPerSecond === undefined || Number.isNaN(bytesPerSecond)) return '–'
+  const units = ['B/s', 'KB/s', 'MB/s', 'GB/s']
+  let v = Math.max(bytesPerSecond, 0)
+  let i = 0
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000
+    i++
+  }
+  return `${i === 0 ? Math.round(v) : v.toFixed(1)} ${units[i]}`
+}

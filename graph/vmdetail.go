@@ -1,0 +1,197 @@
+package graph
+
+import (
+	"context"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/zones"
+)
+
+// The detail of a VM: NICs, disks and the operations that ran on it. Each
+// reads the VM again through the compute service, which answers NOT_FOUND
+// for anything not of the request's VDC.
+
+// hardware returns the zone, NICs and disks of vm.
+func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
+	scope, ok := VDCScopeFrom(ctx)
+	if !ok {
+		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+	}
+	svc, err := r.compute()
+	if err != nil {
+		return "", zones.Zone{}, compute.Hardware{}, err
+	}
+	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
+	if err != nil {
+		return "", zones.Zone{}, compute.Hardware{}, err
+	}
+	z, ok := r.zoneByID(cz.ID)
+	if !ok {
+		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+	}
+	return scope.VDC.Name, z, hw, nil
+}
+
+// zoneFailed reports (as a partial error) whether err is the VM's zone
+// failing: the VM itself was read, so the field is empty rather than the VM
+// missing.
+func zoneFailed(ctx context.Context, err error) bool {
+	ae, ok := err.(*apierr.Error)
+	if ok && ae.Code == apierr.ZoneUnavailable {
+		graphql.AddError(ctx, ae)
+	}
+	return ok && ae.Code == apierr.ZoneUnavailable
+}
+
+func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, error) {
+	vdc, z, hw, err := r.hardware(ctx, vm)
+	if zoneFailed(ctx, err) {
+		return []*model.VMNic{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The VDC's networks name the bridges; the IPAM holds the addresses.
+	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
+	var nets []network.Network
+	r.eachZone(ctx, []zones.Zone{z}, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) error {
+		nets, err = network.List(ctx, c, vdc)
+		return err
+	})
+	ips := map[string][]string{} // by lower-case MAC
+	if ms, err := r.session(ctx).IPAM(ctx, z); err != nil {
+		r.zoneDown(ctx, z, err)
+	} else {
+		for _, m := range ms {
+			if m.Gateway == 0 && m.MAC != "" {
+				mac := strings.ToLower(m.MAC)
+				ips[mac] = append(ips[mac], m.IP)
+			}
+		}
+	}
+	zm := zoneModel(z, r.AgentVersion)
+	out := make([]*model.VMNic, 0, len(hw.NICs))
+	for _, n := range hw.NICs {
+		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}
+		if m.IPAddresses == nil {
+			m.IPAddresses = []string{}
+		}
+		for _, nw := range nets {
+			if nw.VNet == n.Bridge {
+				m.Network = networkModel(zm, nw, z.ID)
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (r *Resolver) vmDisks(ctx context.Context, vm *model.VM) ([]*model.VMDisk, error) {
+	_, z, hw, err := r.hardware(ctx, vm)
+	if zoneFailed(ctx, err) {
+		return []*model.VMDisk{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := list[*catalog.StorageProfile](ctx, r.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.VMDisk, 0, len(hw.Disks))
+	for _, d := range hw.Disks {
+		out = append(out, &model.VMDisk{
+			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / gib, Storage: d.Storage,
+			StorageProfile: storageProfileOf(profiles, z.Name, d),
+			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
+			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
+		})
+	}
+	return out, nil
+}
+
+// storageProfileOf returns the storage profile that offers d's storage in
+// zone, preferring one whose limits are d's (profiles is sorted by name),
+// or nil.
+func storageProfileOf(profiles []*catalog.StorageProfile, zone string, d compute.Disk) *catalog.StorageProfile {
+	var found *catalog.StorageProfile
+	for _, p := range profiles {
+		for _, zp := range p.Pools {
+			if zp.Zone != zone || zp.Pool != d.Storage {
+				continue
+			}
+			if p.ReadMBps == d.ReadMBps && p.WriteMBps == d.WriteMBps {
+				return p
+			}
+			if found == nil {
+				found = p
+			}
+		}
+	}
+	return found
+}
+
+// positive is n, or nil when n is not positive (no limit).
+func positive(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) ([]*model.Operation, error) {
+	scope, ok := VDCScopeFrom(ctx)
+	if !ok {
+		return nil, vmNotFound()
+	}
+	n := 20
+	if first != nil {
+		n = *first
+	}
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, n)
+	if zoneFailed(ctx, err) {
+		return []*model.Operation{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.Operation, 0, len(ops))
+	for i := range ops {
+		out = append(out, opModel(&ops[i]))
+	}
+	return out, nil
+}
+
+// vmCounter reads one of vm's byte counters off the zone's resources (the
+// operation's inventory session read them for the VM itself); a VM the
+// zone no longer lists counts 0.
+func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(inventory.Resource) int64) (float64, error) {
+	ref := mustVMRef(vm.ID)
+	z, ok := r.zoneByID(ref.ZoneID)
+	if !ok {
+		return 0, nil
+	}
+	rs, err := r.session(ctx).Resources(ctx, z, "vm")
+	if err != nil {
+		return 0, apierr.ZoneDown(z.Name, err)
+	}
+	for _, res := range rs {
+		if res.Type == "qemu" && res.VMID == ref.VMID {
+			return float64(counter(res)), nil
+		}
+	}
+	return 0, nil
+}

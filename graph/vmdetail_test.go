@@ -1,0 +1,156 @@
+package graph_test
+
+import (
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/meshtest"
+)
+
+type gqlVMDetail struct {
+	Nics []struct {
+		Index   int
+		Network *struct{ ID, Name string }
+		Bridge  string
+		Model   string
+		Mac     string
+		IPs     []string `json:"ipAddresses"`
+	}
+	Disks []struct {
+		Slot           string
+		SizeGiB        float64
+		Storage        string
+		StorageProfile *struct{ Name string }
+		ReadMBps       *int
+		WriteMBps      *int
+		ReadIops       *int
+		WriteIops      *int
+	}
+	Operations []gqlOp
+}
+
+const vmDetail = `query($id: ID!, $n: Int) { vm(id: $id) {
+  nics { index network { id name } bridge model mac ipAddresses }
+  disks { slot sizeGiB storage storageProfile { name } readMBps writeMBps readIops writeIops }
+  operations(first: $n) { id kind state step error vmId } } }`
+
+// TestVMDetail reads a VM's NICs, disks and operations through the full
+// harness: its NIC on the VDC's network with the IPAM's address, its disk
+// with the storage profile's limits, the create and the power actions from
+// Proxmox's task history (their ids answer operation too), and another
+// VDC's member gets NOT_FOUND for all of it. The VDC's usage counts the VM.
+func TestVMDetail(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t,
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VDCs: meshtest.DefaultVDCs()}))
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha")
+
+	var created struct {
+		VM        *gqlVM
+		Operation gqlOp
+	}
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "web", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}},
+		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
+	id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+
+	var vm gqlVMDetail
+	h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id}).OK(t).Into(t, "vm", &vm)
+	if len(vm.Nics) != 1 {
+		t.Fatalf("nics: %+v", vm.Nics)
+	}
+	nic := vm.Nics[0]
+	if nic.Index != 0 || nic.Network == nil || nic.Network.ID != nets["alpha"] || nic.Network.Name != "lan" || nic.Bridge == "" ||
+		nic.Model != "virtio" || !regexp.MustCompile(`^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$`).MatchString(nic.Mac) ||
+		len(nic.IPs) != 1 || nic.IPs[0] != "10.1.0.2" {
+		t.Errorf("nic: %+v (network %+v)", nic, nic.Network)
+	}
+	if len(vm.Disks) != 1 {
+		t.Fatalf("disks: %+v", vm.Disks)
+	}
+	d := vm.Disks[0]
+	if d.Slot != "scsi0" || d.SizeGiB != 4 || d.Storage != "local-lvm" || d.StorageProfile == nil || d.StorageProfile.Name != "ssd" ||
+		d.ReadMBps == nil || *d.ReadMBps != 200 || d.WriteMBps == nil || *d.WriteMBps != 100 || d.ReadIops != nil || d.WriteIops != nil {
+		t.Errorf("disk: %+v", d)
+	}
+	kinds := func(ops []gqlOp) (out []string) {
+		for _, o := range ops {
+			out = append(out, o.Kind+" "+o.State)
+		}
+		return out
+	}
+	// The create started the VM: its start task is in the history too.
+	if got := kinds(vm.Operations); len(got) != 2 || got[0] != "START_VM SUCCEEDED" || got[1] != "CREATE_VM SUCCEEDED" {
+		t.Errorf("operations after the create: %v", got)
+	}
+	for _, o := range vm.Operations {
+		if o.VMID == nil || *o.VMID != id {
+			t.Errorf("operation %+v: vmId, want %s", o, id)
+		}
+	}
+	var op gqlOp
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "operation", &op)
+	if op.Kind != "CREATE_VM" || op.State != "SUCCEEDED" {
+		t.Errorf("operation(id) of the history's create: %+v", op)
+	}
+
+	// The live counters grow while it runs.
+	type counters struct{ NetInBytes, NetOutBytes, DiskReadBytes, DiskWriteBytes float64 }
+	const countersQuery = `query($id: ID!) { vm(id: $id) { netInBytes netOutBytes diskReadBytes diskWriteBytes } }`
+	var first, later counters
+	h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &first)
+	poll(t, 10*time.Second, "the VM's network counter to grow", func() bool {
+		h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &later)
+		return later.NetInBytes > first.NetInBytes
+	})
+	if later.NetOutBytes <= 0 || later.DiskReadBytes <= 0 || later.DiskWriteBytes <= 0 ||
+		later.NetOutBytes < first.NetOutBytes || later.DiskWriteBytes < first.DiskWriteBytes {
+		t.Errorf("counters %+v after %+v", later, first)
+	}
+
+	// A stop: newest first, the same id stopVM returned.
+	var stop gqlOp
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
+	poll(t, 20*time.Second, "the stop in the history", func() bool {
+		h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": 1}).OK(t).Into(t, "vm", &vm)
+		return len(vm.Operations) == 1 && vm.Operations[0].State == "SUCCEEDED"
+	})
+	if o := vm.Operations[0]; o.ID != stop.ID || o.Kind != "STOP_VM" || o.Step != "qmstop" {
+		t.Errorf("newest operation %+v, want stopVM's %s", o, stop.ID)
+	}
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[0].ID}).OK(t).Into(t, "operation", &op)
+	if op.Kind != "STOP_VM" || op.State != "SUCCEEDED" {
+		t.Errorf("operation(id) of the history's stop: %+v", op)
+	}
+	for _, n := range []int{0, 101} {
+		if r := h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": n}); r.Code(t) != "BAD_USER_INPUT" {
+			t.Errorf("operations(first: %d): %s", n, r.Raw)
+		}
+	}
+
+	// The VDC's usage counts it, as its quotas do; red uses nothing.
+	var usage struct {
+		Usage struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }
+	}
+	h.GraphQL(t, "bob", "blue", `{ vdc(name: "blue") { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "vdc", &usage)
+	if u := usage.Usage; u.Vms != 1 || u.Vcpus != 1 || u.MemoryMiB != 512 || u.StorageGiB != 4 {
+		t.Errorf("blue's usage %+v, want 1 VM, 1 vCPU, 512 MiB, 4 GiB", u)
+	}
+	h.GraphQL(t, "alice", "red", `{ currentVDC { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "currentVDC", &usage)
+	if u := usage.Usage; u != (struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }{}) {
+		t.Errorf("red's usage %+v, want none", u)
+	}
+
+	// Another VDC's member: NOT_FOUND, and nothing of it in their list.
+	if r := h.GraphQL(t, "alice", "red", vmDetail, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("vm detail from red: %s", r.Raw)
+	}
+	var theirs []gqlVMDetail
+	h.GraphQL(t, "alice", "red", `{ vms(first: 10) { nics { mac } disks { slot } operations(first: 5) { id } } }`, nil).OK(t).Into(t, "vms", &theirs)
+	if len(theirs) != 0 {
+		t.Errorf("red's VMs: %+v", theirs)
+	}
+}

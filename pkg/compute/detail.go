@@ -1,0 +1,177 @@
+package compute
+
+import (
+	"cmp"
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/pveapi"
+)
+
+// NIC is a network interface of a guest's configuration (netN).
+type NIC struct {
+	// Index is N of netN.
+	Index int
+	// Model is the emulated device (virtio, e1000, ...); MAC its address.
+	Model, MAC string
+	// Bridge is what it is attached to: the VNet of a VDC network.
+	Bridge string
+}
+
+// Disk is a disk of a guest's configuration (scsiN, virtioN, sataN, ideN;
+// not CD-ROMs such as the cloud-init drive).
+type Disk struct {
+	// Slot is the configuration key, e.g. scsi0.
+	Slot string
+	// Storage is the Proxmox storage holding it.
+	Storage string
+	// SizeBytes is its size.
+	SizeBytes int64
+	// Limits; 0 is none.
+	ReadMBps, WriteMBps, ReadIops, WriteIops int
+}
+
+// Hardware is a guest's NICs and disks, each in slot order.
+type Hardware struct {
+	NICs  []NIC
+	Disks []Disk
+}
+
+var (
+	nicKey  = regexp.MustCompile(`^net(\d+)$`)
+	diskKey = regexp.MustCompile(`^(scsi|virtio|sata|ide)(\d+)$`)
+)
+
+// ParseHardware reads the NICs and disks off a guest's configuration.
+func ParseHardware(cfg pveapi.Config) Hardware {
+	var hw Hardware
+	for key := range cfg {
+		val := cfg.Str(key)
+		if m := nicKey.FindStringSubmatch(key); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			nic := NIC{Index: n, Bridge: propOf(val, "bridge"), MAC: propOf(val, "macaddr")}
+			// The model is the first property: "virtio=BC:24:11:..".
+			first, _, _ := strings.Cut(val, ",")
+			if k, v, ok := strings.Cut(first, "="); ok && k != "bridge" {
+				nic.Model = k
+				if macRE.MatchString(v) {
+					nic.MAC = v
+				}
+			}
+			hw.NICs = append(hw.NICs, nic)
+			continue
+		}
+		if diskKey.MatchString(key) {
+			if propOf(val, "media") == "cdrom" {
+				continue
+			}
+			vol, _, _ := strings.Cut(val, ",")
+			storage, _, ok := strings.Cut(vol, ":")
+			if !ok { // "none" or a passed-through device
+				continue
+			}
+			size, _ := parseSize(propOf(val, "size"))
+			limit := func(k string) int { n, _ := strconv.Atoi(propOf(val, k)); return n }
+			hw.Disks = append(hw.Disks, Disk{Slot: key, Storage: storage, SizeBytes: size,
+				ReadMBps: limit("mbps_rd"), WriteMBps: limit("mbps_wr"), ReadIops: limit("iops_rd"), WriteIops: limit("iops_wr")})
+		}
+	}
+	slices.SortFunc(hw.NICs, func(a, b NIC) int { return cmp.Compare(a.Index, b.Index) })
+	slices.SortFunc(hw.Disks, func(a, b Disk) int { return slotOrder(a.Slot, b.Slot) })
+	return hw
+}
+
+// slotOrder orders disk slots by bus, then number (scsi2 before scsi10).
+func slotOrder(a, b string) int {
+	ma, mb := diskKey.FindStringSubmatch(a), diskKey.FindStringSubmatch(b)
+	na, _ := strconv.Atoi(ma[2])
+	nb, _ := strconv.Atoi(mb[2])
+	return cmp.Or(cmp.Compare(ma[1], mb[1]), cmp.Compare(na, nb))
+}
+
+// Hardware returns the zone and the NICs and disks of VM id of vdc.
+func (s *Service) Hardware(ctx context.Context, vdc, id string) (Zone, Hardware, error) {
+	z, _, _, cfg, err := s.lookupConfig(ctx, vdc, id)
+	if err != nil {
+		return Zone{}, Hardware{}, err
+	}
+	return z, ParseHardware(cfg), nil
+}
+
+// taskKinds maps the Proxmox task types of the power actions and deletes
+// to their operation kinds.
+var taskKinds = func() map[string]OpKind {
+	m := map[string]OpKind{"qmdestroy": OpDelete}
+	for k, p := range powerPaths {
+		m["qm"+p] = k
+	}
+	return m
+}()
+
+// taskState is the state of an operation that follows task ts, and its
+// error when it failed.
+func taskState(ts pveapi.TaskStatus) (OpState, string) {
+	switch {
+	case ts.Running:
+		return OpRunning, ""
+	case ts.ExitStatus == "OK":
+		return OpSucceeded, ""
+	}
+	return OpFailed, ts.ExitStatus
+}
+
+// MaxHistory bounds History's n.
+const MaxHistory = 100
+
+// History returns the operations that ran on VM id of vdc, newest first,
+// at most n (1 to MaxHistory): its create (from the intent it carries) and
+// the power actions and deletes in the task history of its node. Their ids
+// answer Operation too. Tasks of other nodes (before a migration) are not
+// read.
+func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operation, error) {
+	if n < 1 || n > MaxHistory {
+		return nil, apierr.BadInput("first", "first must be between 1 and %d", MaxHistory)
+	}
+	z, g, in, err := s.lookup(ctx, vdc, id)
+	if err != nil {
+		return nil, err
+	}
+	// Tasks of other types (config changes, resizes, consoles) are no
+	// operations: read more than n to find n that are.
+	tasks, err := pveapi.NodeTasks(ctx, z.Client, g.Node, g.VMID, 4*n)
+	if err != nil {
+		return nil, apierr.ZoneDown(z.Name, err)
+	}
+	var ops []Operation
+	for _, t := range tasks {
+		kind, ok := taskKinds[t.Type]
+		if !ok {
+			continue
+		}
+		op := Operation{ID: taskOpID(z.ID, g.VMID, kind, t.UPID), Kind: kind, Step: t.Type, VMID: id, Started: t.Started, Updated: t.Ended}
+		op.State, op.Error = taskState(t.TaskStatus)
+		if op.Updated.IsZero() {
+			op.Updated = time.Now()
+		}
+		ops = append(ops, op)
+	}
+	if in != nil && in.Op != "" {
+		op := Operation{ID: createOpID(z.ID, g.VMID, in.Op), Kind: OpCreate, State: OpSucceeded, Step: "finish", VMID: id,
+			Started: in.Created, Updated: in.Created}
+		if isCreating(g) {
+			op.State, op.Step, op.Updated = OpRunning, s.observeStep(ctx, z, g, in), time.Now()
+		}
+		ops = append(ops, op)
+	}
+	// Proxmox keeps task start times in seconds: within one, a task is
+	// newer than the create (it was started by it or after it).
+	slices.SortStableFunc(ops, func(a, b Operation) int {
+		return b.Started.Truncate(time.Second).Compare(a.Started.Truncate(time.Second))
+	})
+	return ops[:min(n, len(ops))], nil
+}
