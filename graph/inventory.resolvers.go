@@ -133,7 +133,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 	s := r.session(ctx)
 	var (
 		mu  sync.Mutex
-		out []*model.VM
+		out []vmCandidate
 	)
 	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
 		rs, err := s.Resources(ctx, z, "vm")
@@ -141,30 +141,30 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 			return err
 		}
 		zm := zoneModel(z, r.AgentVersion)
-		var vms []*model.VM
-		for _, res := range rs {
-			if !guestOf(res, scope.VDC.Name) {
+		var cs []vmCandidate
+		for i := range rs {
+			res := &rs[i]
+			if !guestOf(*res, scope.VDC.Name) {
 				continue
 			}
-			vm := vmModel(zm, res)
-			if filter.Status != nil && vm.Status != *filter.Status {
+			if filter.Status != nil && vmStatus(*res) != *filter.Status {
 				continue
 			}
-			if filter.Name != nil && !strings.Contains(strings.ToLower(vm.Name), strings.ToLower(*filter.Name)) {
+			if filter.Name != nil && !strings.Contains(strings.ToLower(res.Name), strings.ToLower(*filter.Name)) {
 				continue
 			}
-			if cursor != nil && vmOrder(tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}, *cursor) <= 0 {
+			ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
+			if cursor != nil && vmOrder(ref, *cursor) <= 0 {
 				continue
 			}
-			vms = append(vms, vm)
+			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res})
 		}
 		mu.Lock()
-		out = append(out, vms...)
+		out = append(out, cs...)
 		mu.Unlock()
 		return nil
 	})
-	sortVMs(out)
-	return out[:min(n, len(out))], nil
+	return pageVMs(out, n), nil
 }
 
 // VM is the resolver for the vm field.
