@@ -132,8 +132,8 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 	}
 	s := r.session(ctx)
 	var (
-		mu  sync.Mutex
-		out []vmCandidate
+		mu     sync.Mutex
+		byZone [][]vmCandidate
 	)
 	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
 		rs, err := s.Resources(ctx, z, "vm")
@@ -141,7 +141,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 			return err
 		}
 		zm := zoneModel(z, r.AgentVersion)
-		var cs []vmCandidate
+		cs := make([]vmCandidate, 0, len(rs))
 		for i := range rs {
 			res := &rs[i]
 			if !guestOf(*res, scope.VDC.Name) {
@@ -160,11 +160,11 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res})
 		}
 		mu.Lock()
-		out = append(out, cs...)
+		byZone = append(byZone, cs)
 		mu.Unlock()
 		return nil
 	})
-	return pageVMs(out, n), nil
+	return pageVMs(slices.Concat(byZone...), n), nil
 }
 
 // VM is the resolver for the vm field.
