@@ -338,15 +338,23 @@ type vmCandidate struct {
 	res  *inventory.Resource // in the session's answer; not modified
 }
 
-// pageVMs sorts the candidates into page order and builds the models of
-// the first n only: building one per guest of every zone (and parsing its
-// id back to sort) was most of the vms resolver's CPU and garbage.
-func pageVMs(cs []vmCandidate, n int) []*model.VM {
-	slices.SortFunc(cs, func(a, b vmCandidate) int { return vmOrder(a.ref, b.ref) })
-	cs = cs[:min(n, len(cs))]
-	vms := make([]*model.VM, len(cs))
-	for i, c := range cs {
-		vms[i] = vmModel(c.zone, *c.res)
+// pageVMs returns the first n candidates in page order (zone identity,
+// then VMID), given one slice of candidates per zone, and builds the models
+// of those only: building one per guest of every zone (and parsing its id
+// back to sort) was most of the vms resolver's CPU and garbage. Zones are
+// taken in order and sorted only while the page is not full.
+func pageVMs(byZone [][]vmCandidate, n int) []*model.VM {
+	byZone = slices.DeleteFunc(byZone, func(cs []vmCandidate) bool { return len(cs) == 0 })
+	slices.SortFunc(byZone, func(a, b []vmCandidate) int { return cmp.Compare(a[0].ref.ZoneID, b[0].ref.ZoneID) })
+	var vms []*model.VM
+	for _, cs := range byZone {
+		if len(vms) >= n {
+			break
+		}
+		slices.SortFunc(cs, func(a, b vmCandidate) int { return vmOrder(a.ref, b.ref) })
+		for _, c := range cs[:min(n-len(vms), len(cs))] {
+			vms = append(vms, vmModel(c.zone, *c.res))
+		}
 	}
 	return vms
 }

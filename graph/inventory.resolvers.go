@@ -164,7 +164,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		mu.Unlock()
 		return nil
 	})
-	return pageVMs(slices.Concat(byZone...), n), nil
+	return pageVMs(byZone, n), nil
 }
 
 // VM is the resolver for the vm field.
