@@ -186,6 +186,35 @@ func alive(p proc) bool {
 	return ok && q.start == p.start
 }
 
+// buildStack builds the devstack binary `make dev` runs into dir.
+func buildStack(t *testing.T, repo, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "devstack")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/devstack")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/devstack: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// stackFile is the part of $DEV_DIR/stack.json the tests read.
+type stackFile struct{ URL, Issuer string }
+
+// readStackFile reads the stack.json of a stack serving on addr.
+func readStackFile(t *testing.T, dir, addr string) stackFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st stackFile
+	if err := json.Unmarshal(b, &st); err != nil || st.URL != "http://"+addr || st.Issuer == "" {
+		t.Fatalf("stack.json %s: %v", b, err)
+	}
+	return st
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -240,12 +269,7 @@ func TestStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "devstack")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/devstack")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/devstack: %v\n%s", err, out)
-	}
+	bin := buildStack(t, repo, tmp)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
 
@@ -295,14 +319,7 @@ func TestStack(t *testing.T) {
 	})
 
 	t.Run("stack.json", func(t *testing.T) {
-		b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st struct{ URL, Issuer string }
-		if err := json.Unmarshal(b, &st); err != nil || st.URL != "http://"+addr {
-			t.Fatalf("stack.json %s: %v", b, err)
-		}
+		st := readStackFile(t, dir, addr)
 		resp, err := http.Get(st.Issuer + "/.well-known/openid-configuration")
 		if err != nil {
 			t.Fatal(err)
@@ -337,14 +354,7 @@ func TestStack(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st struct{ Issuer string }
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatal(err)
-		}
+		st := readStackFile(t, dir, addr)
 		if cfg.Issuer != st.Issuer || cfg.ClientID != devstack.ClientID || cfg.GraphQL != "/graphql" {
 			t.Errorf("portal config %+v, want issuer %s, client %s, /graphql", cfg, st.Issuer, devstack.ClientID)
 		}

@@ -1,10 +1,8 @@
 package devstack_test
 
 import (
-	"encoding/json"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -46,25 +44,13 @@ func TestPortalOnDevStack(t *testing.T) {
 	}
 	began := time.Now()
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "devstack")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/devstack")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/devstack: %v\n%s", err, out)
-	}
+	bin := buildStack(t, repo, tmp)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	s := startStack(t, bin, repo, addr, dir)
 	ready := time.Since(began)
 	children := descendants(s.cmd.Process.Pid)
 
-	b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct{ URL, Issuer string }
-	if err := json.Unmarshal(b, &st); err != nil || st.URL != "http://"+addr || st.Issuer == "" {
-		t.Fatalf("stack.json %s: %v", b, err)
-	}
+	st := readStackFile(t, dir, addr)
 	users := map[string]string{}
 	for _, u := range devstack.DemoUsers() {
 		users[u.Username] = u.Password
