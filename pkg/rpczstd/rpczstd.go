@@ -4,10 +4,10 @@
 // (grpc.SetSendCompressor) or read requests compressed with it.
 //
 // The orchestrator and the agent use it for the Proxy RPC: Proxmox's JSON
-// answers (e.g. /cluster/resources, ~300 KB per 1,000 guests) shrink about
-// tenfold, so far fewer bytes cross the userspace WireGuard and netstack
-// path of the mesh, which costs more CPU per byte than zstd at its fastest
-// level. A peer that does not know zstd is answered uncompressed.
+// answers shrink about twentyfold (/cluster/resources of 1,000 guests:
+// 290 KB to 14 KB), so far fewer bytes cross the userspace WireGuard and
+// netstack path of the mesh, which costs more CPU per byte than zstd at its
+// fastest level. A peer that does not know zstd is answered uncompressed.
 //
 // gRPC keeps its compressors in a process-wide registry, filled at init:
 // the compressor registered here (and its pools of encoders and decoders)
