@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/meshnode"
@@ -40,12 +39,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		defer func() {
-			// A profile being taken does not hold up the exit for long.
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			prof.Shutdown(sctx)
-		}()
+		defer prof.Close()
 	}
 	a, err := agent.Start(ctx, cfg)
 	if err != nil {

@@ -148,12 +148,7 @@ func serve(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer func() {
-			// A profile being taken does not hold up the exit for long.
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			prof.Shutdown(sctx)
-		}()
+		defer prof.Close()
 	}
 	var site http.Handler
 	if *portalDir != "" {

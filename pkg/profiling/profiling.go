@@ -91,3 +91,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-s.done
 	return err
 }
+
+// closeGrace is how long Close lets a profile in progress finish.
+const closeGrace = 2 * time.Second
+
+// Close stops the server for a process that is exiting: a profile being
+// taken gets up to 2 s to finish, so it does not hold up the exit.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+	defer cancel()
+	return s.Shutdown(ctx)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -38,4 +39,37 @@ func TestStartServesProfilesOnLoopbackOnly(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "goroutine profile:") {
 		t.Fatalf("goroutine profile: status %d, body %.200s", resp.StatusCode, b)
 	}
+}
+
+// TestCloseCutsAProfileShort: a process that exits while a 30 s CPU profile
+// is being taken stops serving within the grace, not after 30 s.
+func TestCloseCutsAProfileShort(t *testing.T) {
+	t.Parallel()
+	s, err := Start("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		resp, err := http.Get("http://" + s.Addr() + "/debug/pprof/profile?seconds=30")
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(allStacks(), "net/http/pprof.Profile(") {
+		if time.Now().After(deadline) {
+			t.Fatal("the profile request never reached its handler")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	began := time.Now()
+	s.Close()
+	if took := time.Since(began); took > closeGrace+3*time.Second {
+		t.Fatalf("Close took %v with a profile in progress, want about %v", took, closeGrace)
+	}
+}
+
+func allStacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }
