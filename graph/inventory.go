@@ -34,7 +34,8 @@ type request struct {
 	once     sync.Once
 	session  *inventory.Session
 	mu       sync.Mutex
-	reported map[string]bool // zones reported unavailable, protected by mu
+	reported map[string]bool          // zones reported unavailable, protected by mu
+	hardware map[string]*hardwareRead // by VM id, protected by mu
 }
 
 // WithRequest returns ctx carrying the state of one operation: the
@@ -42,7 +43,7 @@ type request struct {
 // were already reported unavailable. The API handler calls it for every
 // query and mutation (not for subscriptions, which must read afresh).
 func WithRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
+	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}, hardware: map[string]*hardwareRead{}})
 }
 
 func requestFrom(ctx context.Context) *request {

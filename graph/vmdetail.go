@@ -2,7 +2,9 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 	proxmox "github.com/luthermonson/go-proxmox"
@@ -18,10 +20,36 @@ import (
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each
 // reads the VM again through the compute service, which answers NOT_FOUND
-// for anything not of the request's VDC.
+// for anything not of the request's VDC; nics and disks share one read per
+// operation.
 
-// hardware returns the zone, NICs and disks of vm.
+// hardwareRead is one read of a VM's configuration, shared by the fields of
+// an operation that need it.
+type hardwareRead struct {
+	once sync.Once
+	vdc  string
+	zone zones.Zone
+	hw   compute.Hardware
+	err  error
+}
+
+// hardware returns the VDC, zone, NICs and disks of vm, read once per
+// operation.
 func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
+	h := &hardwareRead{}
+	if req := requestFrom(ctx); req != nil {
+		req.mu.Lock()
+		if req.hardware[vm.ID] == nil {
+			req.hardware[vm.ID] = h
+		}
+		h = req.hardware[vm.ID]
+		req.mu.Unlock()
+	}
+	h.once.Do(func() { h.vdc, h.zone, h.hw, h.err = r.readHardware(ctx, vm) })
+	return h.vdc, h.zone, h.hw, h.err
+}
+
+func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
 		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
@@ -41,20 +69,25 @@ func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zo
 	return scope.VDC.Name, z, hw, nil
 }
 
-// zoneFailed reports (as a partial error) whether err is the VM's zone
-// failing: the VM itself was read, so the field is empty rather than the VM
-// missing.
-func zoneFailed(ctx context.Context, err error) bool {
-	ae, ok := err.(*apierr.Error)
-	if ok && ae.Code == apierr.ZoneUnavailable {
+// zoneFailed reports whether err is vm's zone failing; if so the zone is
+// reported unavailable (once per operation): the VM itself was read, so
+// the field is empty rather than the VM missing.
+func (r *Resolver) zoneFailed(ctx context.Context, vm *model.VM, err error) bool {
+	var ae *apierr.Error
+	if !errors.As(err, &ae) || ae.Code != apierr.ZoneUnavailable {
+		return false
+	}
+	if z, ok := r.zoneByID(mustVMRef(vm.ID).ZoneID); ok {
+		r.zoneDown(ctx, z, err)
+	} else {
 		graphql.AddError(ctx, ae)
 	}
-	return ok && ae.Code == apierr.ZoneUnavailable
+	return true
 }
 
 func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, error) {
 	vdc, z, hw, err := r.hardware(ctx, vm)
-	if zoneFailed(ctx, err) {
+	if r.zoneFailed(ctx, vm, err) {
 		return []*model.VMNic{}, nil
 	}
 	if err != nil {
@@ -97,7 +130,7 @@ func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, er
 
 func (r *Resolver) vmDisks(ctx context.Context, vm *model.VM) ([]*model.VMDisk, error) {
 	_, z, hw, err := r.hardware(ctx, vm)
-	if zoneFailed(ctx, err) {
+	if r.zoneFailed(ctx, vm, err) {
 		return []*model.VMDisk{}, nil
 	}
 	if err != nil {
@@ -162,7 +195,7 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 		return nil, err
 	}
 	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, n)
-	if zoneFailed(ctx, err) {
+	if r.zoneFailed(ctx, vm, err) {
 		return []*model.Operation{}, nil
 	}
 	if err != nil {
