@@ -30,6 +30,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -231,10 +232,14 @@ type Verifier struct {
 	// outlives the request that first discovered the issuer.
 	keyCtx context.Context
 
+	// verifier is nil until the issuer has been discovered; then every
+	// request reads it without taking mu.
+	verifier atomic.Pointer[oidc.IDTokenVerifier]
+
 	mu       sync.Mutex
-	verifier *oidc.IDTokenVerifier // protected by mu; nil until discovered
-	lastTry  time.Time             // protected by mu
-	lastErr  error                 // protected by mu
+	fetching bool      // a discovery is under way, protected by mu
+	lastTry  time.Time // protected by mu
+	lastErr  error     // of the last discovery, protected by mu
 }
 
 // ErrUnauthenticated is matched (errors.Is) by every error Verify returns
@@ -294,26 +299,42 @@ func (v *Verifier) Ready(ctx context.Context) error {
 }
 
 // discover returns the token verifier, fetching the discovery document
-// first if needed. A failure is remembered for retryDiscoveryAfter.
+// first if needed. A failure is remembered for retryDiscoveryAfter, and
+// while one caller asks the issuer the others do not wait for it.
 func (v *Verifier) discover(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	if iv := v.verifier.Load(); iv != nil {
+		return iv, nil
+	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.verifier != nil {
-		return v.verifier, nil
+	if iv := v.verifier.Load(); iv != nil {
+		v.mu.Unlock()
+		return iv, nil
 	}
 	now := time.Now()
-	if v.lastErr != nil && now.Sub(v.lastTry) < retryDiscoveryAfter {
-		return nil, v.lastErr
+	if v.fetching || (v.lastErr != nil && now.Sub(v.lastTry) < retryDiscoveryAfter) {
+		err := v.lastErr
+		if err == nil {
+			err = fmt.Errorf("%w: %s: its discovery document is being fetched", ErrIssuerUnavailable, v.cfg.Issuer)
+		}
+		v.mu.Unlock()
+		return nil, err
 	}
-	v.lastTry = now
+	v.fetching, v.lastTry = true, now
+	v.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(oidc.ClientContext(ctx, v.client), discoveryTimeout)
 	defer cancel()
 	iv, err := v.fetch(ctx)
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.fetching = false
 	if err != nil {
 		v.lastErr = fmt.Errorf("%w: %s: %w", ErrIssuerUnavailable, v.cfg.Issuer, err)
 		return nil, v.lastErr
 	}
-	v.verifier, v.lastErr = iv, nil
+	v.verifier.Store(iv)
+	v.lastErr = nil
 	return iv, nil
 }
 
