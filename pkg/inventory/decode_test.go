@@ -74,21 +74,7 @@ func TestDecodeDataMatchesEncodingJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	zone, vnet := tenancy.SDNZoneID("red"), tenancy.VNetID("red", "web")
-	for _, step := range []struct {
-		method, path string
-		body         map[string]any
-	}{
-		{"POST", "/cluster/sdn/zones", map[string]any{"zone": zone, "type": "simple"}},
-		{"POST", "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": zone}},
-		{"POST", "/cluster/sdn/vnets/" + vnet + "/subnets", map[string]any{"subnet": "10.5.0.0/24", "type": "subnet", "gateway": "10.5.0.1"}},
-		{"POST", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "mac": "BC:24:11:00:00:07"}},
-		{"PUT", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "vmid": 130}},
-	} {
-		if err := c.Req(ctx, step.method, step.path, mustJSON(t, step.body), nil); err != nil {
-			t.Fatalf("%s %s: %v", step.method, step.path, err)
-		}
-	}
+	AddRedWebAddress(ctx, t, c)
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(sim.CACertPEM())
@@ -208,4 +194,27 @@ func BenchmarkDecodeResources(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// AddRedWebAddress makes VDC red's network web (10.5.0.0/24) in c's SDN
+// and maps 10.5.0.7 in its IPAM to a NIC of guest 130; it returns the
+// network's VNet. Exported for this package's external tests too.
+func AddRedWebAddress(ctx context.Context, t *testing.T, c *proxmox.Client) (vnet string) {
+	t.Helper()
+	zone, vnet := tenancy.SDNZoneID("red"), tenancy.VNetID("red", "web")
+	for _, step := range []struct {
+		method, path string
+		body         map[string]any
+	}{
+		{"POST", "/cluster/sdn/zones", map[string]any{"zone": zone, "type": "simple"}},
+		{"POST", "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": zone}},
+		{"POST", "/cluster/sdn/vnets/" + vnet + "/subnets", map[string]any{"subnet": "10.5.0.0/24", "type": "subnet", "gateway": "10.5.0.1"}},
+		{"POST", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "mac": "BC:24:11:00:00:07"}},
+		{"PUT", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "vmid": 130}},
+	} {
+		if err := c.Req(ctx, step.method, step.path, mustJSON(t, step.body), nil); err != nil {
+			t.Fatalf("%s %s: %v", step.method, step.path, err)
+		}
+	}
+	return vnet
 }

@@ -65,21 +65,7 @@ func TestReads(t *testing.T) {
 		t.Errorf("type=vm: %+v, %v", only, err)
 	}
 
-	zone, vnet := tenancy.SDNZoneID("red"), tenancy.VNetID("red", "web")
-	for _, step := range []struct {
-		method, path string
-		body         map[string]any
-	}{
-		{"POST", "/cluster/sdn/zones", map[string]any{"zone": zone, "type": "simple"}},
-		{"POST", "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": zone}},
-		{"POST", "/cluster/sdn/vnets/" + vnet + "/subnets", map[string]any{"subnet": "10.5.0.0/24", "type": "subnet", "gateway": "10.5.0.1"}},
-		{"POST", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "mac": "BC:24:11:00:00:07"}},
-		{"PUT", "/cluster/sdn/vnets/" + vnet + "/ips", map[string]any{"zone": zone, "ip": "10.5.0.7", "vmid": 130}},
-	} {
-		if err := c.Req(ctx, step.method, step.path, mustJSON(t, step.body), nil); err != nil {
-			t.Fatalf("%s %s: %v", step.method, step.path, err)
-		}
-	}
+	vnet := inventory.AddRedWebAddress(ctx, t, c)
 	ms, err := inventory.IPAMStatus(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -104,13 +90,4 @@ func TestFlexString(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"A": true}`), &v); err == nil {
 		t.Error("a boolean decoded")
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
