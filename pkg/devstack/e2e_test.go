@@ -186,6 +186,24 @@ func alive(p proc) bool {
 	return ok && q.start == p.start
 }
 
+// stackTestRepo skips a test that runs the whole stack under -short and
+// -race (the stack's processes are not built with the race detector; the
+// plain run covers it) and returns the repository's root.
+func stackTestRepo(t *testing.T, what string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: %s builds and runs every binary", what)
+	}
+	if raceEnabled {
+		t.Skipf("-race: %s runs binaries built without the race detector; the plain run covers it", what)
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
 // buildStack builds the devstack binary `make dev` runs into dir.
 func buildStack(t *testing.T, repo, dir string) string {
 	t.Helper()
@@ -258,16 +276,7 @@ func vmsOf(ctx context.Context, c *devstack.Client, vdc string) ([]vm, error) {
 // the state survived.
 func TestStack(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("-short: the dev stack end-to-end test builds and runs every binary")
-	}
-	if raceEnabled {
-		t.Skip("-race: the stack's processes are not built with the race detector; the plain run covers this test")
-	}
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := stackTestRepo(t, "the dev stack end-to-end test")
 	tmp := t.TempDir()
 	bin := buildStack(t, repo, tmp)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")

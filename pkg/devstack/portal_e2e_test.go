@@ -25,18 +25,9 @@ import (
 // Then the stack is stopped with SIGTERM and must leave no process behind.
 func TestPortalOnDevStack(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("-short: the portal's dev stack browser test builds and runs every binary")
-	}
-	if raceEnabled {
-		t.Skip("-race: the stack's processes are not built with the race detector; the plain run covers this test")
-	}
+	repo := stackTestRepo(t, "the portal's dev stack browser test")
 	if os.Getenv("SKIP_BROWSER") == "1" {
 		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
-	}
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
 	}
 	root, _, err := browsertest.Find(repo)
 	if err != nil {
