@@ -9,7 +9,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # the grpc-zerolog global its Serve writes) that fail any -race run; a -race
 # run of them reports no race in flexplane's own code, and they are the
 # slowest to build with -race.
-RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/meshcontrol -e /pkg/meshtest -e /pkg/orchestrator)
+RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator)
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Where `make bench` writes its JSON report (bench-results/ is git-ignored).
@@ -19,7 +19,7 @@ BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
 PROTOC_GEN_GRPC_VERSION ?= v1.6.2
 BUF_VERSION            ?= v1.75.0
-# Full Proxmox VE api-viewer schema that pkg/pveschema/apidata.json is trimmed from.
+# Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
 NPM         ?= npm
@@ -36,7 +36,7 @@ all: build
 build:
 	$(GO) build ./...
 
-## dev: the whole system on one machine (see pkg/devstack and the README):
+## dev: the whole system on one machine (see pkg/dev/devstack and the README):
 ## builds the portal and the binaries, starts everything, prints
 ## "flexplane dev ready: http://$(DEV_ADDR)"; Ctrl-C stops it all.
 DEV_ADDR ?= 127.0.0.1:8080
@@ -60,14 +60,14 @@ lint: lint-portal
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## bench: the stack benchmark of pkg/benchmark (GraphQL vs asking Proxmox
+## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
 ## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
-## (pkg/meshtest). Every figure is a ratio against a baseline of the same
+## (pkg/dev/meshtest). Every figure is a ratio against a baseline of the same
 ## run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench:
-	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 10m ./pkg/benchmark
-	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/meshtest \
+	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 10m ./pkg/dev/benchmark
+	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
@@ -98,11 +98,11 @@ generate-graphql:
 # The trimmed Proxmox VE API schema the simulator enforces.
 generate-pveschema:
 	@if [ -f "$(PVE_APIDATA)" ]; then \
-		$(GO) run ./pkg/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pveschema/apidata.json; \
-	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pveschema/apidata.json"; fi
+		$(GO) run ./pkg/pvesim/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pvesim/pveschema/apidata.json; \
+	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pvesim/pveschema/apidata.json"; fi
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pveschema/apidata.json
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate
@@ -137,4 +137,4 @@ browser:
 ## backend, the mesh harness and the real dev stack.
 test-portal: portal browser
 	$(GO) test -count=1 -run '^TestBrowser' -v ./pkg/portal/
-	$(GO) test -count=1 -run '^TestPortalOnDevStack$$' -v ./pkg/devstack/
+	$(GO) test -count=1 -run '^TestPortalOnDevStack$$' -v ./pkg/dev/devstack/

@@ -8,8 +8,8 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/inventory"
-	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/apierr"
-	"github.com/flexplane/flexplane/pkg/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 )
 
 // CreateEnrollmentKey is the resolver for the createEnrollmentKey field.

@@ -14,9 +14,9 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/flexplane/flexplane/pkg/zones"
 	"github.com/luthermonson/go-proxmox"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 // Tenant is the one tenant a deployment serves.

@@ -10,12 +10,12 @@ import (
 	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 )
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each

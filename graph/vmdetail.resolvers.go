@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 )
 
 // Nics is the resolver for the nics field.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 )
 
 type gqlVMDetail struct {

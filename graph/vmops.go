@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/images"
+	"github.com/flexplane/flexplane/pkg/compute/images"
 )
 
 // compute returns the VM lifecycle service, or an error when the API runs

@@ -14,9 +14,9 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/images"
-	"github.com/flexplane/flexplane/pkg/meshtest"
-	"github.com/flexplane/flexplane/pkg/vmtest"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
 const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ3k2wq1n0X6cYzK7fU bob@laptop"

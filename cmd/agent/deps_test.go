@@ -15,9 +15,9 @@ func TestDeps(t *testing.T) {
 		"github.com/99designs/gqlgen",
 		"github.com/vektah/gqlparser",
 		"github.com/graph-gophers/graphql-go",
-		"github.com/flexplane/flexplane/pkg/meshcontrol",
+		"github.com/flexplane/flexplane/pkg/mesh/meshcontrol",
 		"github.com/flexplane/flexplane/pkg/orchestrator",
-		"github.com/flexplane/flexplane/pkg/zones",
+		"github.com/flexplane/flexplane/pkg/mesh/zones",
 	}
 	var seen int
 	deptest.DepChecker{

@@ -12,8 +12,8 @@ import (
 	"syscall"
 
 	"github.com/flexplane/flexplane/pkg/agent"
-	"github.com/flexplane/flexplane/pkg/meshnode"
-	"github.com/flexplane/flexplane/pkg/profiling"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/support/profiling"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/flexplane/flexplane/pkg/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/devstack"
 )
 
 func main() {

@@ -29,11 +29,11 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
-	"github.com/flexplane/flexplane/pkg/profiling"
+	"github.com/flexplane/flexplane/pkg/support/profiling"
 )
 
 const usage = `usage:

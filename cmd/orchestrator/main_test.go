@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 )
 

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/flexplane/flexplane/pkg/meshnode"
-	"github.com/flexplane/flexplane/pkg/rpczstd"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 

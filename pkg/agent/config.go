@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flexplane/flexplane/pkg/profiling"
+	"github.com/flexplane/flexplane/pkg/support/profiling"
 )
 
 // Environment variables (and keys of the configuration file) read by

@@ -31,7 +31,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
 )
 
 func TestAuthentication(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
 )
 
 func TestPrincipalFromClaims(t *testing.T) {

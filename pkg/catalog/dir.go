@@ -16,7 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/flexplane/flexplane/pkg/atomicfile"
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 )
 
 // DirStore is a Store over a directory of YAML manifests, one file per

@@ -11,9 +11,9 @@
 //   - Input is validated before anything is written (*apierr.Error with
 //     BAD_USER_INPUT and the field).
 //   - Quota is reserved on the VDC catalog object with a conditional write
-//     (pkg/quota), so two replicas cannot both take the last of a quota.
+//     (pkg/tenancy/quota), so two replicas cannot both take the last of a quota.
 //   - Addresses are claimed in the Proxmox IPAM with create-if-absent IP
-//     mappings (pkg/ipam) under MACs made for the VM; a taken static address
+//     mappings (pkg/network/ipam) under MACs made for the VM; a taken static address
 //     is CONFLICT, an automatic one is the first free address.
 //   - The guest is cloned from the zone's template of the image with a VMID
 //     from /cluster/nextid, which is only a guess: a clone that finds it
@@ -44,12 +44,12 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/images"
-	"github.com/flexplane/flexplane/pkg/pveapi"
-	"github.com/flexplane/flexplane/pkg/quota"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // Zone is a zone the service works in.

@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/images"
-	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/flexplane/flexplane/pkg/vmtest"
 )
 
 var bigQuota = catalog.VDCQuotas{VCPUs: 1000, MemoryMiB: 1 << 22, StorageGiB: 100000, VMs: 1000}

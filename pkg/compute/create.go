@@ -15,13 +15,13 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/images"
-	"github.com/flexplane/flexplane/pkg/ipam"
-	"github.com/flexplane/flexplane/pkg/pveapi"
-	"github.com/flexplane/flexplane/pkg/quota"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // CreateInput is what createVM asks for.

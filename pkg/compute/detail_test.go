@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 func TestParseHardware(t *testing.T) {

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/apierr"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/ipam"
-	"github.com/flexplane/flexplane/pkg/pveapi"
-	"github.com/flexplane/flexplane/pkg/vmtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ3k2wq1n0X6cYzK7fU test@flexplane"

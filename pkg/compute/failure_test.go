@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/vmtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
 // recorder is a slog handler that keeps the records it is given.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/apierr"
-	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 

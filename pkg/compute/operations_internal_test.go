@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 func TestStageErrorIsClientSafe(t *testing.T) {

@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/ipam"
-	"github.com/flexplane/flexplane/pkg/pveapi"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/flexplane/flexplane/pkg/vmtest"
 )
 
 // crashAfterClone creates a VM with a service whose runner is stopped

@@ -3,7 +3,7 @@ package compute
 import (
 	"context"
 
-	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 // RegistryZones is the zones of a zone registry that have an online host,

@@ -7,9 +7,9 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/images"
-	"github.com/flexplane/flexplane/pkg/pveapi"
-	"github.com/flexplane/flexplane/pkg/vmtest"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // Two replicas each get creates of one unstaged image in one zone at once

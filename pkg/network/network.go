@@ -21,7 +21,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 

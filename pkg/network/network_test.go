@@ -11,9 +11,9 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
-	"github.com/flexplane/flexplane/pkg/pvetest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 

@@ -24,9 +24,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/meshnode"
-	"github.com/flexplane/flexplane/pkg/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 // Config configures an orchestrator.

@@ -16,9 +16,9 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/browsertest"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/browsertest"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 

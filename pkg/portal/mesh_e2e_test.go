@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/browsertest"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/devidp"
-	"github.com/flexplane/flexplane/pkg/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/browsertest"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/portal"
-	"github.com/flexplane/flexplane/pkg/vmtest"
 )
 
 // lateHandler serves the handler set once it is known (the portal needs

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/atomicfile"
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 )
 
 // stateVersion is the version of the state file format; a file of another version is

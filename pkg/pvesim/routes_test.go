@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flexplane/flexplane/pkg/pveschema"
+	"github.com/flexplane/flexplane/pkg/pvesim/pveschema"
 )
 
 // TestRoutesAreSchemaEndpoints checks that every handler serves an endpoint of

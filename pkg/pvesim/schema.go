@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/flexplane/flexplane/pkg/pveschema"
+	"github.com/flexplane/flexplane/pkg/pvesim/pveschema"
 )
 
 // apiSchema resolves, validates and authorizes requests with Proxmox's own schema.

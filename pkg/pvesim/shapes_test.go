@@ -16,8 +16,8 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/pveschema"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvesim/pveschema"
 )
 
 // recorded holds go-proxmox's recorded Proxmox VE 9 responses (tests/mocks/pve9x),

@@ -1,4 +1,4 @@
-// Browser test of the portal on the real dev stack (`make dev`; pkg/devstack's
+// Browser test of the portal on the real dev stack (`make dev`; pkg/dev/devstack's
 // TestPortalOnDevStack starts it): every page goes through the orchestrator,
 // its agents and the simulated Proxmox zones, and every sign-in through the
 // dev provider's login form. Besides lib.mjs's variables (PORTAL_URL,

@@ -1,0 +1,50 @@
+package apierr_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"testing"
+
+	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+)
+
+func TestFrom(t *testing.T) {
+	t.Parallel()
+	cause := fmt.Errorf("read /secret/path: %w", fs.ErrPermission)
+	cases := []struct {
+		err     error
+		code    apierr.Code
+		field   string
+		message string
+	}{
+		{fmt.Errorf("op: %w", &catalog.ValidationError{Field: "quotas.vms", Message: "must be between 0 and 10, got -1"}),
+			apierr.BadUserInput, "input.quotas.vms", "input.quotas.vms: must be between 0 and 10, got -1"},
+		{fmt.Errorf("op: %w", &catalog.NotFoundError{Kind: catalog.KindImage, Name: "x"}), apierr.NotFound, "", `Image "x" not found`},
+		{&catalog.AlreadyExistsError{Kind: catalog.KindVDC, Name: "p"}, apierr.Conflict, "", `VDC "p" already exists`},
+		{&catalog.ConflictError{Kind: catalog.KindVDC, Name: "p", Expected: "1", Actual: "2"}, apierr.Conflict, "", `VDC "p" was modified: resourceVersion 1 is stale (now 2)`},
+		{auth.ErrNoToken, apierr.Unauthenticated, "", "unauthenticated: no bearer token"},
+		{fmt.Errorf("wrapped: %w", apierr.ZoneDown("fra1", cause)), apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
+		{cause, apierr.Internal, "", "internal error"},
+	}
+	for _, c := range cases {
+		e := apierr.From(c.err, "input")
+		if e.Code != c.code || e.Field != c.field || e.Message != c.message {
+			t.Errorf("From(%v) = %+v", c.err, e)
+		}
+		if ext := e.Extensions(); ext["code"] != string(c.code) {
+			t.Errorf("extensions of %v: %v", c.err, ext)
+		}
+	}
+	if e := apierr.From(cause, ""); !errors.Is(e, fs.ErrPermission) {
+		t.Error("internal error lost its cause")
+	}
+	if ext := apierr.ZoneDown("hel1", cause).Extensions(); ext["zone"] != "hel1" {
+		t.Errorf("zone extension: %v", ext)
+	}
+	if apierr.From(nil, "") != nil {
+		t.Error("From(nil) is not nil")
+	}
+}

@@ -1,0 +1,512 @@
+// Package images stages catalog images into zones and keeps one template
+// guest per image per zone to clone VMs from.
+//
+// Staging downloads the image with Proxmox's own download-url (checksum
+// verified by Proxmox) as `import` content onto a storage of the zone, then
+// creates a template guest whose disk is imported from it (qemu create with
+// import-from, a cloud-init drive, converted to a template, tagged
+// "flexplane" plus the image's tag). Nothing is kept of our own: the state
+// of an image in a zone is derived from Proxmox at every request — the
+// template guest, the downloaded volume and the download tasks.
+package images
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// State is the staging state of an image in a zone.
+type State string
+
+// States of an image in a zone.
+const (
+	// StateAbsent: nothing of the image is in the zone.
+	StateAbsent State = "ABSENT"
+	// StateStaging: a download is running, or the template is being made.
+	StateStaging State = "STAGING"
+	// StateStaged: the template is ready to clone.
+	StateStaged State = "STAGED"
+	// StateFailed: the last download failed (Status.Reason says why).
+	StateFailed State = "FAILED"
+)
+
+// Status is the state of an image in one zone.
+type Status struct {
+	State State
+	// Reason is the failed task's exit status (StateFailed) or what is
+	// being done (StateStaging).
+	Reason string
+	// Template is the template guest (StateStaged).
+	Template Template
+	// UPID is the running or failed download task, if any.
+	UPID string
+}
+
+// Template is an image's template guest in a zone.
+type Template struct {
+	Node string
+	VMID int
+	// DiskBytes is the size of the template's disk.
+	DiskBytes int64
+}
+
+// Tag is the Proxmox tag that marks the template of img: it changes with
+// the image's name and checksum, so a new image version gets a new template.
+func Tag(img *catalog.Image) string {
+	sum := sha256.Sum256([]byte(img.Name + "\x00" + img.Checksum))
+	return "fp-img-" + hex.EncodeToString(sum[:6])
+}
+
+// fileName is the name of the downloaded volume of img.
+func fileName(img *catalog.Image) string { return Tag(img) + ".qcow2" }
+
+// Stager stages images. It is safe for concurrent use; concurrent requests
+// for one image in one process share one staging run.
+type Stager struct {
+	log *slog.Logger
+
+	mu     sync.Mutex
+	flight map[string]chan struct{} // zone/tag -> closed when the run ends; protected by mu
+}
+
+// New returns a Stager; log may be nil.
+func New(log *slog.Logger) *Stager {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Stager{log: log, flight: map[string]chan struct{}{}}
+}
+
+// Target is where an image is staged: a zone's client and the Proxmox
+// storages its storage profiles map for the zone, in preference order. The
+// download goes to the first of them that holds `import` content (else to
+// any storage of the node that does), the template's disk to the first that
+// holds `images`.
+type Target struct {
+	Zone     string
+	Client   *proxmox.Client
+	Storages []string
+}
+
+type storageInfo struct {
+	Storage string `json:"storage"`
+	Content string `json:"content"`
+}
+
+func (s storageInfo) has(content string) bool {
+	return slices.Contains(strings.Split(s.Content, ","), content)
+}
+
+// pickStorages chooses the import and disk storages of t.
+func pickStorages(ctx context.Context, t Target) (imp, disk string, err error) {
+	var all []storageInfo
+	if err := t.Client.Get(ctx, "/storage", &all); err != nil {
+		return "", "", fmt.Errorf("images: list storage: %w", err)
+	}
+	byID := map[string]storageInfo{}
+	for _, s := range all {
+		byID[s.Storage] = s
+	}
+	for _, id := range t.Storages {
+		s, ok := byID[id]
+		if !ok {
+			continue
+		}
+		if imp == "" && s.has("import") {
+			imp = id
+		}
+		if disk == "" && s.has("images") {
+			disk = id
+		}
+	}
+	if imp == "" {
+		for _, s := range all {
+			if s.has("import") {
+				imp = s.Storage
+				break
+			}
+		}
+	}
+	if imp == "" || disk == "" {
+		return "", "", fmt.Errorf("images: zone %s has no storage for imports and disks among %v", t.Zone, t.Storages)
+	}
+	return imp, disk, nil
+}
+
+// stagingNode is the node the zone stages images on: the first online one.
+func stagingNode(ctx context.Context, c *proxmox.Client) (string, error) {
+	var nodes []struct {
+		Node   string `json:"node"`
+		Status string `json:"status"`
+	}
+	if err := c.Get(ctx, "/nodes", &nodes); err != nil {
+		return "", fmt.Errorf("images: list nodes: %w", err)
+	}
+	names := []string{}
+	for _, n := range nodes {
+		if n.Status == "online" {
+			names = append(names, n.Node)
+		}
+	}
+	if len(names) == 0 {
+		return "", errors.New("images: no online node")
+	}
+	slices.Sort(names)
+	return names[0], nil
+}
+
+// findTemplate returns the template guest of img in the zone: the tagged
+// guest with the lowest VMID, if two callers (replicas) raced to make one.
+// It is done once it is an unlocked template, else pending. Guests that
+// lost the race are never returned, so nothing clones from them and their
+// makers may delete them.
+func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (done, pending *pveapi.Guest, err error) {
+	guests, err := pveapi.Guests(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	tag := Tag(img)
+	var win *pveapi.Guest
+	for i := range guests {
+		g := &guests[i]
+		if !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) {
+			continue
+		}
+		if win == nil || g.VMID < win.VMID {
+			win = g
+		}
+	}
+	switch {
+	case win == nil:
+		return nil, nil, nil
+	case win.Template == 1 && win.Lock == "":
+		return win, nil, nil
+	}
+	return nil, win, nil
+}
+
+type taskEntry struct {
+	UPID   string `json:"upid"`
+	Type   string `json:"type"`
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// lastDownload is the newest download task of img on node, if any.
+func lastDownload(ctx context.Context, c *proxmox.Client, node string, img *catalog.Image) (*taskEntry, error) {
+	var tasks []taskEntry
+	if err := c.Get(ctx, "/nodes/"+node+"/tasks?typefilter=download&source=all&limit=500", &tasks); err != nil {
+		return nil, fmt.Errorf("images: list tasks: %w", err)
+	}
+	for i := range tasks { // newest first
+		if tasks[i].ID == fileName(img) {
+			return &tasks[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// importVolume returns the downloaded volume of img on node, if any.
+func importVolume(ctx context.Context, c *proxmox.Client, node, storage string, img *catalog.Image) (string, bool, error) {
+	var vols []struct {
+		VolID string `json:"volid"`
+	}
+	if err := c.Get(ctx, "/nodes/"+node+"/storage/"+storage+"/content?content=import", &vols); err != nil {
+		return "", false, fmt.Errorf("images: list volumes: %w", err)
+	}
+	want := storage + ":import/" + fileName(img)
+	for _, v := range vols {
+		if v.VolID == want {
+			return want, true, nil
+		}
+	}
+	return want, false, nil
+}
+
+// Status derives the state of img in the zone of t from Proxmox.
+func (s *Stager) Status(ctx context.Context, t Target, img *catalog.Image) (Status, error) {
+	done, pending, err := findTemplate(ctx, t.Client, img)
+	if err != nil {
+		return Status{}, err
+	}
+	if done != nil {
+		return Status{State: StateStaged, Template: Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}}, nil
+	}
+	if pending != nil {
+		return Status{State: StateStaging, Reason: "creating the template"}, nil
+	}
+	node, err := stagingNode(ctx, t.Client)
+	if err != nil {
+		return Status{}, err
+	}
+	task, err := lastDownload(ctx, t.Client, node, img)
+	if err != nil {
+		return Status{}, err
+	}
+	imp, _, err := pickStorages(ctx, t)
+	if err != nil {
+		return Status{}, err
+	}
+	_, downloaded, err := importVolume(ctx, t.Client, node, imp, img)
+	if err != nil {
+		return Status{}, err
+	}
+	switch {
+	case task != nil && task.Status == "running":
+		return Status{State: StateStaging, Reason: "downloading", UPID: task.UPID}, nil
+	case downloaded:
+		return Status{State: StateStaging, Reason: "downloaded; the template is not made yet"}, nil
+	case task != nil && task.Status != "OK":
+		return Status{State: StateFailed, Reason: task.Status, UPID: task.UPID}, nil
+	}
+	return Status{State: StateAbsent}, nil
+}
+
+// Stage makes sure img is staged or staging in the zone of t: it starts the
+// download if nothing of the image is there (or the last attempt failed)
+// and returns the state at once. Call Ensure to wait for the template.
+func (s *Stager) Stage(ctx context.Context, t Target, img *catalog.Image) (Status, error) {
+	st, err := s.Status(ctx, t, img)
+	if err != nil || st.State == StateStaged || st.State == StateStaging {
+		return st, err
+	}
+	node, err := stagingNode(ctx, t.Client)
+	if err != nil {
+		return Status{}, err
+	}
+	imp, _, err := pickStorages(ctx, t)
+	if err != nil {
+		return Status{}, err
+	}
+	algo, sum, _ := strings.Cut(img.Checksum, ":")
+	var upid string
+	err = t.Client.Post(ctx, "/nodes/"+node+"/storage/"+imp+"/download-url", map[string]any{
+		"url": img.URL, "content": "import", "filename": fileName(img),
+		"checksum": sum, "checksum-algorithm": algo,
+	}, &upid)
+	if err != nil {
+		return Status{}, fmt.Errorf("images: start download of %s in %s: %w", img.Name, t.Zone, err)
+	}
+	s.log.Info("staging image", "image", img.Name, "zone", t.Zone, "node", node, "upid", upid)
+	return Status{State: StateStaging, Reason: "downloading", UPID: upid}, nil
+}
+
+// Ensure stages img in the zone of t if needed, waits for the download and
+// makes the template; it returns the template. Concurrent calls in one
+// process share the work. Across replicas (or beside Stage) Proxmox decides:
+// a download that fails because another one stored the file adopts that
+// file, and of two templates made at once the one with the lower VMID wins
+// (the other is deleted by its maker, and never returned).
+func (s *Stager) Ensure(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
+	key := t.Zone + "/" + Tag(img)
+	for {
+		s.mu.Lock()
+		ch, busy := s.flight[key]
+		if !busy {
+			ch = make(chan struct{})
+			s.flight[key] = ch
+		}
+		s.mu.Unlock()
+		if busy {
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return Template{}, fmt.Errorf("images: ensure %s: %w", img.Name, ctx.Err())
+			}
+		}
+		tpl, err := s.ensure(ctx, t, img)
+		for try := 0; errors.Is(err, errVanished) && try < 3; try++ {
+			// The template waited for lost a race and was deleted: look again.
+			tpl, err = s.ensure(ctx, t, img)
+		}
+		s.mu.Lock()
+		delete(s.flight, key)
+		close(ch)
+		s.mu.Unlock()
+		return tpl, err
+	}
+}
+
+func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
+	st, err := s.Stage(ctx, t, img)
+	if err != nil {
+		return Template{}, err
+	}
+	if st.State == StateStaged {
+		return st.Template, nil
+	}
+	if st.UPID != "" {
+		if err := pveapi.Wait(ctx, t.Client, st.UPID); err != nil {
+			// Another caller's download may have won the race (ours then
+			// fails refusing to override its file): adopt its volume.
+			if ok, verr := s.downloaded(ctx, t, img); verr != nil || !ok {
+				return Template{}, fmt.Errorf("images: download %s into %s: %w", img.Name, t.Zone, err)
+			}
+			s.log.Info("adopting the image another download staged", "image", img.Name, "zone", t.Zone, "upid", st.UPID)
+		}
+	}
+	// The download is done (here or by another replica): make the template
+	// unless one appeared meanwhile.
+	done, pending, err := findTemplate(ctx, t.Client, img)
+	if err != nil {
+		return Template{}, err
+	}
+	if done != nil {
+		return Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}, nil
+	}
+	if pending != nil {
+		return s.finishTemplate(ctx, t, img, pending.Node, pending.VMID)
+	}
+	tpl, err := s.makeTemplate(ctx, t, img)
+	if err != nil {
+		return Template{}, err
+	}
+	return s.settle(ctx, t, img, tpl)
+}
+
+// downloaded reports whether the downloaded volume of img is in the zone.
+func (s *Stager) downloaded(ctx context.Context, t Target, img *catalog.Image) (bool, error) {
+	node, err := stagingNode(ctx, t.Client)
+	if err != nil {
+		return false, err
+	}
+	imp, _, err := pickStorages(ctx, t)
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := importVolume(ctx, t.Client, node, imp, img)
+	return ok, err
+}
+
+// settle checks that mine is the template of img in the zone: if another
+// caller (replica) made one with a lower VMID meanwhile, mine lost the race,
+// is deleted, and the winner is returned once it is done.
+func (s *Stager) settle(ctx context.Context, t Target, img *catalog.Image, mine Template) (Template, error) {
+	done, pending, err := findTemplate(ctx, t.Client, img)
+	if err != nil {
+		return Template{}, err
+	}
+	win := done
+	if win == nil {
+		win = pending
+	}
+	if win == nil || win.VMID == mine.VMID {
+		return mine, nil
+	}
+	s.log.Info("deleting a template that lost a race", "image", img.Name, "zone", t.Zone, "vmid", mine.VMID, "winner", win.VMID)
+	if _, err := pveapi.Run(ctx, t.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", mine.Node, mine.VMID), map[string]any{"purge": 1}); err != nil && !pveapi.IsNotFound(err) {
+		s.log.Warn("deleting a template that lost a race", "image", img.Name, "zone", t.Zone, "vmid", mine.VMID, "err", err)
+	}
+	if done != nil {
+		return Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}, nil
+	}
+	return s.finishTemplate(ctx, t, img, pending.Node, pending.VMID)
+}
+
+// makeTemplate creates the template guest from the downloaded volume.
+func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
+	node, err := stagingNode(ctx, t.Client)
+	if err != nil {
+		return Template{}, err
+	}
+	imp, disk, err := pickStorages(ctx, t)
+	if err != nil {
+		return Template{}, err
+	}
+	vol, ok, err := importVolume(ctx, t.Client, node, imp, img)
+	if err != nil {
+		return Template{}, err
+	}
+	if !ok {
+		return Template{}, fmt.Errorf("images: %s: downloaded volume %s is missing", img.Name, vol)
+	}
+	for attempt := 0; ; attempt++ {
+		vmid, err := pveapi.NextID(ctx, t.Client)
+		if err != nil {
+			return Template{}, err
+		}
+		params := map[string]any{
+			"vmid": vmid, "name": "fp-template-" + img.Name,
+			"tags":        tenancy.JoinTags([]string{tenancy.ManagedTag, Tag(img)}),
+			"description": fmt.Sprintf("flexplane template of image %s %s (%s)", img.Name, img.Version, img.Checksum),
+			"scsihw":      "virtio-scsi-pci",
+			"scsi0":       disk + ":0,import-from=" + vol,
+			"ide2":        disk + ":cloudinit",
+			"boot":        "order=scsi0",
+			"serial0":     "socket",
+			"vga":         "serial0",
+			"agent":       "1",
+			"ostype":      "l26",
+			"memory":      512,
+			"cores":       1,
+		}
+		_, err = pveapi.Run(ctx, t.Client, "POST", "/nodes/"+node+"/qemu", params)
+		if pveapi.IsAlreadyExists(err) && attempt < 10 {
+			continue // the VMID was only a guess: someone took it
+		}
+		if err != nil {
+			return Template{}, fmt.Errorf("images: create template of %s: %w", img.Name, err)
+		}
+		return s.finishTemplate(ctx, t, img, node, vmid)
+	}
+}
+
+// finishTemplate converts a created template guest into a template.
+func (s *Stager) finishTemplate(ctx context.Context, t Target, img *catalog.Image, node string, vmid int) (Template, error) {
+	for {
+		g, ok, err := pveapi.FindGuest(ctx, t.Client, vmid)
+		if err != nil {
+			return Template{}, err
+		}
+		if !ok {
+			return Template{}, fmt.Errorf("images: template %d of %s: %w", vmid, img.Name, errVanished)
+		}
+		if g.Template == 1 && g.Lock == "" {
+			s.log.Info("image staged", "image", img.Name, "zone", t.Zone, "vmid", vmid)
+			return Template{Node: node, VMID: vmid, DiskBytes: g.MaxDisk}, nil
+		}
+		if g.Lock == "" && g.Template == 0 {
+			_, err := pveapi.Run(ctx, t.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/template", node, vmid), nil)
+			if err != nil && !pveapi.IsLocked(err) {
+				// Another caller may have converted it meanwhile ("can't
+				// convert a template to a template"): success if it is one now.
+				if now, ok, gerr := pveapi.FindGuest(ctx, t.Client, vmid); gerr != nil || !ok || now.Template != 1 {
+					return Template{}, fmt.Errorf("images: convert %d to a template: %w", vmid, err)
+				}
+			}
+			continue
+		}
+		if err := waitUnlocked(ctx); err != nil {
+			return Template{}, err
+		}
+	}
+}
+
+// errVanished is a template guest deleted while it was waited for.
+var errVanished = errors.New("template guest vanished")
+
+func waitUnlocked(ctx context.Context) error {
+	t := time.NewTimer(pveapi.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("images: wait for template: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}

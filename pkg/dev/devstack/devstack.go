@@ -1,0 +1,594 @@
+// Package devstack runs the whole of flexplane on one machine for
+// development, demos and end-to-end tests (`make dev`).
+//
+// Run builds the binaries it needs into Dir/bin (go build, which reuses
+// what is up to date) and starts, each as its own process: the orchestrator
+// (embedded Headscale, GraphQL at /graphql and the portal at / on
+// Config.Addr), two simulated Proxmox clusters (pvesim: fra1 with 3 nodes,
+// hel1 with 2, realistic task timing) and one agent per simulated node,
+// enrolled with a key made by `orchestrator keys create`. In its own process
+// it runs the development OpenID provider (pkg/dev/devidp) and a loopback HTTP
+// server of generated stand-in OS images. It then creates the demo data
+// through the GraphQL API, writes a bearer token per demo user to
+// Dir/tokens/<user>.token, and prints exactly one line
+//
+//	flexplane dev ready: http://ADDR
+//
+// Every child runs in its own process group with its output prefixed and
+// multiplexed to Config.Stdout and copied to Dir/logs/<name>.log. A child
+// that exits stops the whole stack (Run returns the error naming it): a dev
+// stack with a silently missing piece is worse than none. When ctx ends Run
+// stops every child (SIGTERM to its group, SIGKILL after a grace period)
+// and waits for them; on Linux the kernel kills the children if the
+// devstack itself dies (parent-death signal), so nothing is left behind.
+//
+// State lives in Dir and survives restarts: the orchestrator's data
+// directory (mesh state, catalog), the agents' mesh identities, the
+// provider's signing key, the addresses of the provider and the image
+// server (Dir/stack.json) and the simulated clusters' certificates and
+// state (Dir/pve/<cluster>-certs, Dir/pve/<cluster>-state.json: guests,
+// disks and staged images, SDN networks, IPAM, pools, task history). A
+// second start therefore finds the VMs of the first still there (a running
+// VM still running) and the seeder, which reads before it creates, leaves
+// the demo data as it is.
+package devstack
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
+)
+
+// ReadyPrefix starts the line Run prints once the stack is ready; the
+// stack's URL follows it.
+const ReadyPrefix = "flexplane dev ready: "
+
+// ClientID is the OAuth client id of the portal (and the audience of the
+// API's tokens).
+const ClientID = "flexplane-portal"
+
+// TokenLifetime is how long the tokens written to Dir/tokens (and those of
+// portal logins) are valid: a working day.
+const TokenLifetime = 12 * time.Hour
+
+// DemoUser is a demo account of the development provider.
+type DemoUser struct {
+	Username, Password, Name, Email string
+	// Roles are role keys (see package auth).
+	Roles []string
+	// About says what the user may do.
+	About string
+}
+
+// DemoUsers are the accounts of the development provider.
+func DemoUsers() []DemoUser {
+	return []DemoUser{
+		{Username: "admin", Password: "admin-pw", Name: "Ada Admin", Email: "admin@dev.flexplane.local",
+			Roles: []string{auth.PlatformAdminRole}, About: "platform admin: zones, hosts, VDCs, profiles, images"},
+		{Username: "alice", Password: "alice-pw", Name: "Alice Member", Email: "alice@dev.flexplane.local",
+			Roles: []string{auth.VDCRoleKey("prod", auth.RoleMember), auth.VDCRoleKey("dev", auth.RoleMember)}, About: "member of VDCs prod and dev"},
+		{Username: "bob", Password: "bob-pw", Name: "Bob Member", Email: "bob@dev.flexplane.local",
+			Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}, About: "member of VDC staging"},
+	}
+}
+
+// Cluster is a simulated Proxmox cluster of the stack.
+type Cluster struct {
+	Name  string
+	Nodes int
+}
+
+// Clusters are the stack's simulated clusters (zones).
+func Clusters() []Cluster { return []Cluster{{Name: "fra1", Nodes: 3}, {Name: "hel1", Nodes: 2}} }
+
+// Config configures a dev stack.
+type Config struct {
+	// Addr is the one public address: portal, API and mesh control.
+	// Default "127.0.0.1:8080" (env DEV_ADDR in cmd/devstack).
+	Addr string
+	// Dir holds all state, binaries, logs and tokens. Default ".dev" (env
+	// DEV_DIR).
+	Dir string
+	// RepoDir is the root of the flexplane module the binaries are built
+	// from. Default: the module of the working directory (go env GOMOD).
+	RepoDir string
+	// PortalDir is the built portal; default RepoDir/portal/.output/public
+	// (`make portal`).
+	PortalDir string
+	// Go is the go command; default "go".
+	Go string
+	// LogLevel is the children's log level; default "info".
+	LogLevel string
+	// Stdout receives the multiplexed logs and the ready line; default
+	// os.Stdout.
+	Stdout io.Writer
+	// StopGrace is how long a child may take to stop after SIGTERM before
+	// it is killed; default 15s.
+	StopGrace time.Duration
+}
+
+// stackState is Dir/stack.json: addresses that should stay the same across
+// restarts (the issuer URL is in every token; image URLs are in the
+// catalog), and the URLs scripts need (the portal's browser tests take the
+// issuer from here).
+type stackState struct {
+	IDPAddr   string `json:"idpAddr"`
+	ImageAddr string `json:"imageAddr"`
+	// URL is the stack's public URL, Issuer the OpenID issuer's.
+	URL    string `json:"url"`
+	Issuer string `json:"issuer"`
+}
+
+// stack is a dev stack being run.
+type stack struct {
+	cfg   Config
+	log   *slog.Logger
+	mux   *logMux
+	url   string
+	procs []*proc
+	died  chan *proc // receives the first child that exits unasked
+	once  sync.Once
+}
+
+// Run runs the stack until ctx ends or a child dies, then stops it.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:8080"
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = ".dev"
+	}
+	if cfg.Go == "" {
+		cfg.Go = "go"
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = 15 * time.Second
+	}
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
+		return fmt.Errorf("devstack: address %q: %w", cfg.Addr, err)
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	cfg.Dir = dir
+	if cfg.RepoDir == "" {
+		out, err := exec.CommandContext(ctx, cfg.Go, "env", "GOMOD").Output()
+		mod := strings.TrimSpace(string(out))
+		if err != nil || mod == "" || mod == os.DevNull {
+			return fmt.Errorf("devstack: run it inside the flexplane module (go env GOMOD: %q, %v)", mod, err)
+		}
+		cfg.RepoDir = filepath.Dir(mod)
+	}
+	cfg.PortalDir = cmp.Or(cfg.PortalDir, filepath.Join(cfg.RepoDir, "portal", ".output", "public"))
+	for _, d := range []string{"bin", "logs", "tokens", "pve", "agents", "idp", "images"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return fmt.Errorf("devstack: %w", err)
+		}
+	}
+	s := &stack{
+		cfg:  cfg,
+		mux:  &logMux{out: cfg.Stdout, dir: filepath.Join(dir, "logs"), w: len("agent hel1-pve2")},
+		url:  "http://" + cfg.Addr,
+		died: make(chan *proc, 1),
+	}
+	lw, err := s.mux.source("devstack")
+	if err != nil {
+		return fmt.Errorf("devstack: %w", err)
+	}
+	defer lw.Close()
+	s.log = slog.New(slog.NewTextHandler(lw, nil))
+	ctx, cancel := context.WithCancel(ctx)
+	err = s.run(ctx)
+	cancel()
+	s.stopAll()
+	if err != nil {
+		s.log.Error("stopped", "err", err)
+		return fmt.Errorf("devstack: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *stack) path(elem ...string) string {
+	return filepath.Join(append([]string{s.cfg.Dir}, elem...)...)
+}
+
+func (s *stack) run(ctx context.Context) error {
+	start := time.Now()
+	// Say at once when the address is taken (another make dev?) rather
+	// than after the build, when the orchestrator fails to listen.
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("address %s (DEV_ADDR) is not free: %w", s.cfg.Addr, err)
+	}
+	ln.Close()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+	built := time.Now()
+
+	// Addresses kept across restarts.
+	var st stackState
+	if b, err := os.ReadFile(s.path("stack.json")); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	idpLn, err := listenPreferred(st.IDPAddr)
+	if err != nil {
+		return err
+	}
+	imgLn, err := listenPreferred(st.ImageAddr)
+	if err != nil {
+		idpLn.Close()
+		return err
+	}
+	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
+		Issuer: "http://" + idpLn.Addr().String()}
+	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
+		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
+	}
+
+	// Images and their server.
+	refs := map[string]imageRef{}
+	for _, img := range standIns() {
+		sum, err := writeStandIn(s.path("images", img.File))
+		if err != nil {
+			idpLn.Close()
+			imgLn.Close()
+			return err
+		}
+		refs[img.Name] = imageRef{url: "http://" + st.ImageAddr + "/" + img.File, checksum: sum}
+	}
+	images := startImageServer(imgLn, s.path("images"))
+	defer images.Close()
+
+	// The identity provider.
+	idpLn.Close() // devidp listens itself; the address was free a moment ago
+	var users []devidp.User
+	for _, u := range DemoUsers() {
+		users = append(users, devidp.User{Username: u.Username, Password: u.Password, Name: u.Name, Email: u.Email, Roles: u.Roles})
+	}
+	idp, err := devidp.New(devidp.Config{
+		Addr:   st.IDPAddr,
+		KeyDir: s.path("idp"),
+		Users:  users,
+		Clients: []devidp.Client{{
+			ID:                     ClientID,
+			RedirectURIs:           []string{s.url + "/auth/callback"},
+			PostLogoutRedirectURIs: []string{s.url + "/"},
+		}},
+		TokenLifetime: TokenLifetime,
+		Logger:        s.log.With("component", "devidp"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := idp.Start(); err != nil {
+		return err
+	}
+	defer idp.Close()
+
+	// Simulated clusters. Their certificates (and so the zones' identities)
+	// and their state are kept in Dir/pve; every node has its own API endpoint, which its
+	// agent uses, as an agent uses its node's local API.
+	type endpoint struct{ url, fingerprint string }
+	type sim struct {
+		tokenFile string
+		nodes     map[string]endpoint // protected by mu until ready is closed
+	}
+	sims := map[string]*sim{}
+	for _, c := range Clusters() {
+		secret := make([]byte, 16)
+		rand.Read(secret)
+		token := "flexplane@pve!agent=" + hex.EncodeToString(secret)
+		tokenFile := s.path("pve", c.Name+".token")
+		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("pve token: %w", err)
+		}
+		sm := &sim{tokenFile: tokenFile, nodes: map[string]endpoint{}}
+		ready := make(chan struct{})
+		var mu sync.Mutex
+		_, err := s.start(procSpec{
+			name: "pvesim " + c.Name,
+			path: s.path("bin", "pvesim"),
+			args: []string{"--listen", "127.0.0.1:0", "--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
+				"--token", token, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+				"--state-file", s.path("pve", c.Name+"-state.json"),
+				"--log-level", s.cfg.LogLevel},
+			stdout: func(line string) {
+				// "node pve2: https://127.0.0.1:PORT/api2/json fingerprint AB:CD:..."
+				var node, u, fp string
+				if n, _ := fmt.Sscanf(line, "node %s %s fingerprint %s", &node, &u, &fp); n != 3 {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				sm.nodes[strings.TrimSuffix(node, ":")] = endpoint{url: strings.TrimSuffix(u, "/api2/json"), fingerprint: fp}
+				if len(sm.nodes) == c.Nodes {
+					close(ready)
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.await(ctx, ready, 30*time.Second, "pvesim "+c.Name+" to print its nodes' addresses"); err != nil {
+			return err
+		}
+		sims[c.Name] = sm
+	}
+
+	// The orchestrator.
+	orchDir := s.path("orchestrator")
+	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
+		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
+		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
+		"-portal-dir", s.cfg.PortalDir}
+	if _, err := s.start(procSpec{name: "orchestrator", path: s.path("bin", "orchestrator"), args: args}); err != nil {
+		return err
+	}
+
+	// Tokens (they are valid before the API is up).
+	clients := map[string]*Client{}
+	for _, u := range DemoUsers() {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		tok, err := idp.Login(tctx, ClientID, u.Username, u.Password)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("token of %s: %w", u.Username, err)
+		}
+		clients[u.Username] = &Client{URL: s.url + "/graphql", Token: tok.AccessToken}
+	}
+	admin := clients["admin"]
+	if err := s.poll(ctx, 60*time.Second, "the orchestrator's API", func() error {
+		return admin.Do(ctx, "", `{ tenant { name } }`, nil, nil)
+	}); err != nil {
+		return err
+	}
+
+	// Agents, enrolled with a key the orchestrator makes.
+	var keyFile string
+	for _, c := range Clusters() {
+		for i := 1; i <= c.Nodes; i++ {
+			if !meshnode.HasState(s.path("agents", fmt.Sprintf("%s-pve%d", c.Name, i))) {
+				keyFile = s.path("agents", "enroll.key")
+			}
+		}
+	}
+	if keyFile != "" {
+		key, err := s.mux.run(ctx, "keys", s.cfg.Dir, s.path("bin", "orchestrator"),
+			"keys", "create", "-data-dir", orchDir, "-reusable", "-ttl", "15m")
+		if err != nil {
+			return fmt.Errorf("enrollment key: %w", err)
+		}
+		if err := os.WriteFile(keyFile, []byte(strings.TrimSpace(key)+"\n"), 0o600); err != nil {
+			return fmt.Errorf("enrollment key: %w", err)
+		}
+	}
+	for _, c := range Clusters() {
+		sm := sims[c.Name]
+		for i := 1; i <= c.Nodes; i++ {
+			node := fmt.Sprintf("pve%d", i)
+			ep := sm.nodes[node]
+			name := c.Name + "-" + node
+			state := s.path("agents", name)
+			env := []string{
+				"FLEXPLANE_CONTROL_URL=" + s.url,
+				"FLEXPLANE_STATE_DIR=" + state,
+				"FLEXPLANE_NODE_NAME=" + node,
+				"FLEXPLANE_MESH_NAME=" + name,
+				"FLEXPLANE_PVE_URL=" + ep.url,
+				"FLEXPLANE_PVE_TOKEN_FILE=" + sm.tokenFile,
+				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
+				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
+			}
+			if !meshnode.HasState(state) {
+				env = append(env, "FLEXPLANE_ENROLL_KEY_FILE="+keyFile)
+			}
+			if _, err := s.start(procSpec{name: "agent " + name, path: s.path("bin", "agent"), env: env}); err != nil {
+				return err
+			}
+		}
+	}
+	hosts := 0
+	for _, c := range Clusters() {
+		hosts += c.Nodes
+	}
+	if err := s.poll(ctx, 90*time.Second, fmt.Sprintf("all %d hosts online", hosts), func() error {
+		var d struct {
+			Hosts []struct{ Status string }
+		}
+		if err := admin.Do(ctx, "", `{ hosts { status } }`, nil, &d); err != nil {
+			return err
+		}
+		online := 0
+		for _, h := range d.Hosts {
+			if h.Status == "ONLINE" {
+				online++
+			}
+		}
+		if online < hosts {
+			return fmt.Errorf("%d of %d hosts online", online, hosts)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	// Demo data and tokens.
+	var zoneNames []string
+	for _, c := range Clusters() {
+		zoneNames = append(zoneNames, c.Name)
+	}
+	sd := &seeder{log: s.log, clients: clients, images: refs, zones: zoneNames, ctx: ctx}
+	if err := sd.run(ctx); err != nil {
+		return err
+	}
+	for user, c := range clients {
+		if err := atomicfile.WriteFile(s.path("tokens", user+".token"), []byte(c.Token+"\n"), 0o600); err != nil {
+			return fmt.Errorf("token of %s: %w", user, err)
+		}
+	}
+	s.banner(idp.Issuer(), images.url, built.Sub(start), time.Since(start))
+	s.mux.mu.Lock()
+	fmt.Fprintf(s.cfg.Stdout, "%shttp://%s\n", ReadyPrefix, s.cfg.Addr)
+	s.mux.mu.Unlock()
+
+	select {
+	case <-ctx.Done():
+		s.log.Info("stopping: " + context.Cause(ctx).Error())
+		return nil
+	case p := <-s.died:
+		return p.exitError()
+	}
+}
+
+// banner logs what a newcomer needs: users, passwords, addresses.
+func (s *stack) banner(issuer, images string, build, total time.Duration) {
+	s.log.Info("stack up", "build", build.Round(100*time.Millisecond).String(), "total", total.Round(100*time.Millisecond).String())
+	lines := []string{
+		"portal   " + s.url + "/",
+		"graphql  " + s.url + "/graphql (header " + VDCHeader + ": <vdc>)",
+		"issuer   " + issuer + "   images " + images,
+		"tokens   " + s.path("tokens") + "/<user>.token (valid " + TokenLifetime.String() + ")",
+	}
+	for _, u := range DemoUsers() {
+		lines = append(lines, fmt.Sprintf("user     %-6s password %-9s %s", u.Username, u.Password, u.About))
+	}
+	for _, l := range lines {
+		s.mux.line("devstack", l)
+	}
+}
+
+// start starts a child and watches it: its exit before the stack stops is
+// reported on s.died.
+func (s *stack) start(spec procSpec) (*proc, error) {
+	p, err := s.mux.start(spec)
+	if err != nil {
+		return nil, err
+	}
+	s.procs = append(s.procs, p)
+	s.log.Info("started", "process", spec.name, "pid", p.pid())
+	go func() {
+		<-p.exited
+		select {
+		case s.died <- p:
+		default:
+		}
+	}()
+	return p, nil
+}
+
+// stopAll stops every child, the last started first, and waits for them.
+func (s *stack) stopAll() {
+	s.once.Do(func() {
+		var wg sync.WaitGroup
+		// Agents first (they would only reconnect), then the rest.
+		for i := len(s.procs) - 1; i >= 0; i-- {
+			p := s.procs[i]
+			if strings.HasPrefix(p.name, "agent ") {
+				wg.Go(func() { p.stop(s.cfg.StopGrace) })
+			}
+		}
+		wg.Wait()
+		for i := len(s.procs) - 1; i >= 0; i-- {
+			p := s.procs[i]
+			if !strings.HasPrefix(p.name, "agent ") {
+				wg.Go(func() { p.stop(s.cfg.StopGrace) })
+			}
+		}
+		wg.Wait()
+	})
+}
+
+// await waits for ch, a dying child, ctx or the timeout.
+func (s *stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Duration, what string) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case p := <-s.died:
+		return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+	case <-t.C:
+		return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// poll calls f until it succeeds, a child dies, ctx ends or the timeout
+// passes (then its last error is returned).
+func (s *stack) poll(ctx context.Context, timeout time.Duration, what string, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v waiting for %s: %w", timeout, what, err)
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case p := <-s.died:
+			t.Stop()
+			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+		case <-t.C:
+		}
+	}
+}
+
+// build builds the binaries into Dir/bin; go build relinks only what
+// changed.
+func (s *stack) build(ctx context.Context) error {
+	t := time.Now()
+	_, err := s.mux.run(ctx, "go build", s.cfg.RepoDir, s.cfg.Go, "build", "-o", s.path("bin")+string(filepath.Separator),
+		"./cmd/orchestrator", "./cmd/agent", "./cmd/pvesim")
+	if err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	s.log.Info("built binaries", "dir", s.path("bin"), "took", time.Since(t).Round(100*time.Millisecond).String())
+	return nil
+}
+
+// listenPreferred listens on addr if it is given and free, else on a free
+// loopback port.
+func listenPreferred(addr string) (net.Listener, error) {
+	if addr != "" {
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			return ln, nil
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return ln, nil
+}

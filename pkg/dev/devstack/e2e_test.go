@@ -1,0 +1,625 @@
+package devstack_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/devstack"
+)
+
+// stack is the dev stack run as a user runs it: the devstack binary as a
+// child process with DEV_ADDR and DEV_DIR.
+type stack struct {
+	cmd   *exec.Cmd
+	addr  string
+	dir   string
+	lines chan string
+	done  chan struct{} // closed when the process has exited
+	err   error
+}
+
+// startStack starts bin and waits for its ready line.
+func startStack(t *testing.T, bin, repo, addr, dir string) *stack {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{cmd: cmd, addr: addr, dir: dir, lines: make(chan string, 1024), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case s.lines <- sc.Text():
+			default: // nobody reads any more; the log file has everything
+			}
+		}
+		s.err = cmd.Wait()
+		close(s.lines)
+		close(s.done)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+
+	want := devstack.ReadyPrefix + "http://" + addr
+	deadline := time.NewTimer(5 * time.Minute) // a cold build of the binaries included
+	defer deadline.Stop()
+	var tail []string
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				t.Fatalf("the stack exited before it was ready (%v); last output:\n%s", s.err, strings.Join(tail, "\n"))
+			}
+			if line == want {
+				return s
+			}
+			if strings.Contains(line, devstack.ReadyPrefix) {
+				t.Fatalf("ready line %q, want %q", line, want)
+			}
+			tail = append(tail, line)
+			if len(tail) > 40 {
+				tail = tail[1:]
+			}
+		case <-deadline.C:
+			t.Fatalf("no ready line after 5m; last output:\n%s", strings.Join(tail, "\n"))
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for the stack to exit.
+func (s *stack) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for range s.lines { // drain so the reader reaches Wait
+		}
+	}()
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		t.Errorf("the stack did not stop within 60s of SIGTERM")
+	}
+}
+
+func (s *stack) client(t *testing.T, user string) *devstack.Client {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.dir, "tokens", user+".token"))
+	if err != nil {
+		t.Fatalf("token of %s: %v", user, err)
+	}
+	return &devstack.Client{URL: "http://" + s.addr + "/graphql", Token: strings.TrimSpace(string(b))}
+}
+
+// logTail is the end of a process's log in the stack's directory.
+func (s *stack) logTail(name string, lines int) string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "logs", name+".log"))
+	l := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
+}
+
+// proc is a process seen in /proc: its id and start time (so a reused pid
+// is not taken for it).
+type proc struct {
+	pid   int
+	start string
+	cmd   string
+}
+
+// readProc reads pid's parent and start time from /proc.
+func readProc(pid int) (ppid int, p proc, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, proc{}, false
+	}
+	// The command name is in parentheses and may hold spaces.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, proc{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, proc{}, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return ppid, proc{pid: pid, start: f[19], cmd: strings.ReplaceAll(string(cmdline), "\x00", " ")}, true
+}
+
+// descendants are the living descendants of root.
+func descendants(root int) []proc {
+	children := map[int][]proc{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, p, ok := readProc(pid); ok {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []proc
+	var walk func(int)
+	walk = func(pid int) {
+		for _, c := range children[pid] {
+			out = append(out, c)
+			walk(c.pid)
+		}
+	}
+	walk(root)
+	return out
+}
+
+// alive reports whether p still runs (same pid, same start time).
+func alive(p proc) bool {
+	_, q, ok := readProc(p.pid)
+	return ok && q.start == p.start
+}
+
+// stackTestRepo skips a test that runs the whole stack under -short and
+// -race (the stack's processes are not built with the race detector; the
+// plain run covers it) and returns the repository's root.
+func stackTestRepo(t *testing.T, what string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: %s builds and runs every binary", what)
+	}
+	if raceEnabled {
+		t.Skipf("-race: %s runs binaries built without the race detector; the plain run covers it", what)
+	}
+	repo, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+// buildStack builds the devstack binary `make dev` runs into dir.
+func buildStack(t *testing.T, repo, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "devstack")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/devstack")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/devstack: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// stackFile is the part of $DEV_DIR/stack.json the tests read.
+type stackFile struct{ URL, Issuer string }
+
+// readStackFile reads the stack.json of a stack serving on addr.
+func readStackFile(t *testing.T, dir, addr string) stackFile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st stackFile
+	if err := json.Unmarshal(b, &st); err != nil || st.URL != "http://"+addr || st.Issuer == "" {
+		t.Fatalf("stack.json %s: %v", b, err)
+	}
+	return st
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func poll(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+type vm struct {
+	ID, Name, Status string
+	IPAddresses      []string
+	Zone             struct{ Name string }
+}
+
+func vmsOf(ctx context.Context, c *devstack.Client, vdc string) ([]vm, error) {
+	var d struct{ VMs []vm }
+	err := c.Do(ctx, vdc, `{ vms { id name status ipAddresses zone { name } } }`, nil, &d)
+	return d.VMs, err
+}
+
+// TestStack starts the dev stack exactly as `make dev` does, uses it with
+// the tokens it wrote, stops it with SIGTERM and checks that no process it
+// started is left; then starts it again on the same directory and checks
+// the state survived.
+func TestStack(t *testing.T) {
+	t.Parallel()
+	repo := stackTestRepo(t, "the dev stack end-to-end test")
+	tmp := t.TempDir()
+	bin := buildStack(t, repo, tmp)
+	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
+	ctx := t.Context()
+
+	began := time.Now()
+	s := startStack(t, bin, repo, addr, dir)
+	t.Logf("ready after %v (binaries built from the module cache)", time.Since(began).Round(time.Second))
+	children := descendants(s.cmd.Process.Pid)
+	// orchestrator, 2 pvesim, 5 agents
+	if len(children) != 8 {
+		t.Errorf("the stack runs %d processes, want 8: %v", len(children), children)
+	}
+	admin, alice, bob := s.client(t, "admin"), s.client(t, "alice"), s.client(t, "bob")
+
+	t.Run("zones and hosts", func(t *testing.T) {
+		var d struct {
+			Zones []struct{ Name, Status string }
+			Hosts []struct {
+				Name, Status string
+				Zone         struct{ Name string }
+			}
+		}
+		if err := admin.Do(ctx, "", `{ zones { name status } hosts { name status zone { name } } }`, nil, &d); err != nil {
+			t.Fatal(err)
+		}
+		var zones, hosts []string
+		for _, z := range d.Zones {
+			zones = append(zones, z.Name+" "+z.Status)
+		}
+		for _, h := range d.Hosts {
+			hosts = append(hosts, h.Zone.Name+"/"+h.Name+" "+h.Status)
+		}
+		if want := []string{"fra1 ONLINE", "hel1 ONLINE"}; !slices.Equal(zones, want) {
+			t.Errorf("zones %q, want %q", zones, want)
+		}
+		want := []string{"fra1/pve1 ONLINE", "fra1/pve2 ONLINE", "fra1/pve3 ONLINE", "hel1/pve1 ONLINE", "hel1/pve2 ONLINE"}
+		if !slices.Equal(hosts, want) {
+			t.Errorf("hosts %q, want %q", hosts, want)
+		}
+		// The agents joined the mesh as <zone>-<node>, not as five pve1/pve2
+		// that Headscale would rename; the orchestrator logs the names it sees.
+		orchLog, _ := os.ReadFile(filepath.Join(dir, "logs", "orchestrator.log"))
+		for _, h := range []string{"fra1-pve1", "fra1-pve2", "fra1-pve3", "hel1-pve1", "hel1-pve2"} {
+			if !strings.Contains(string(orchLog), "mesh_name="+h+" ") {
+				t.Errorf("the orchestrator never saw the agent %s in the mesh", h)
+			}
+		}
+	})
+
+	t.Run("stack.json", func(t *testing.T) {
+		st := readStackFile(t, dir, addr)
+		resp, err := http.Get(st.Issuer + "/.well-known/openid-configuration")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var doc struct{ Issuer string }
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil || doc.Issuer != st.Issuer {
+			t.Fatalf("discovery of %s: issuer %q, %v", st.Issuer, doc.Issuer, err)
+		}
+	})
+
+	t.Run("portal at /", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(repo, "portal", ".output", "public", "index.html")); err != nil {
+			t.Skip("the portal is not built (make portal): ", err)
+		}
+		resp, err := http.Get("http://" + addr + "/vms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "text/html") ||
+			!strings.Contains(string(page), "<html") {
+			t.Fatalf("GET /vms: %d %q, %v", resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		}
+		resp, err = http.Get("http://" + addr + "/config.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var cfg struct{ Issuer, ClientID, GraphQL string }
+		if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
+			t.Fatal(err)
+		}
+		st := readStackFile(t, dir, addr)
+		if cfg.Issuer != st.Issuer || cfg.ClientID != devstack.ClientID || cfg.GraphQL != "/graphql" {
+			t.Errorf("portal config %+v, want issuer %s, client %s, /graphql", cfg, st.Issuer, devstack.ClientID)
+		}
+	})
+
+	t.Run("demo data", func(t *testing.T) {
+		var d struct {
+			ComputeProfiles, StorageProfiles, Images []struct{ Name string }
+			VDCs                                     []struct{ Name string } `json:"vdcs"`
+		}
+		if err := admin.Do(ctx, "", `{ computeProfiles { name } storageProfiles { name } images { name } vdcs { name } }`, nil, &d); err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(d.ComputeProfiles, d.StorageProfiles, d.Images, d.VDCs)
+		if want := "[{large} {medium} {small}] [{nvme-performance} {ssd-standard}] [{debian-12} {ubuntu-24.04}] [{dev} {prod} {staging}]"; got != want {
+			t.Errorf("catalog %s, want %s", got, want)
+		}
+		var nets struct {
+			Networks []struct{ Name, Cidr string }
+		}
+		if err := alice.Do(ctx, "prod", `{ networks { name cidr } }`, nil, &nets); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(nets.Networks); got != "[{main 10.10.1.0/24} {main 10.10.2.0/24}]" {
+			t.Errorf("alice's networks in prod: %s", got)
+		}
+		// bob may not work in alice's VDC.
+		err := bob.Do(ctx, "prod", `{ networks { name } }`, nil, nil)
+		var re *devstack.ResponseError
+		if !errors.As(err, &re) || !re.HasCode("NOT_FOUND") {
+			t.Errorf("bob in prod: %v, want NOT_FOUND", err)
+		}
+	})
+
+	t.Run("vms", func(t *testing.T) {
+		ok, err := admin.HasMutation(ctx, "createVM")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Skip("SKIPPED: the API has no createVM mutation yet, so creating, running, stopping and deleting VMs is not tested")
+		}
+		// The demo VMs come up first (their images are staged by then):
+		// the screens a newcomer sees are not empty.
+		poll(t, 3*time.Minute, "the demo VMs web-1 and db-1 RUNNING in prod", func() error {
+			vms, err := vmsOf(ctx, alice, "prod")
+			if err != nil {
+				return err
+			}
+			var up []string
+			for _, v := range vms {
+				if v.Status == "RUNNING" && len(v.IPAddresses) > 0 {
+					up = append(up, v.Name)
+				}
+			}
+			if slices.Sort(up); !slices.Equal(up, []string{"db-1", "web-1"}) {
+				return fmt.Errorf("running: %v of %v", up, vms)
+			}
+			return nil
+		})
+		var ids, ops []string
+		for _, zone := range []string{"fra1", "hel1"} {
+			var d struct {
+				Networks []struct{ ID string }
+			}
+			if err := alice.Do(ctx, "dev", `query($z: String) { networks(zone: $z) { id } }`, map[string]any{"z": zone}, &d); err != nil || len(d.Networks) != 1 {
+				t.Fatalf("network of dev in %s: %v %v", zone, d.Networks, err)
+			}
+			op, err := devstack.CreateVM(ctx, alice, "dev", devstack.VMSpec{Name: "e2e-" + zone, Zone: zone, Image: "debian-12",
+				ComputeProfile: "small", StorageProfile: "ssd-standard", DiskGiB: 10, Network: d.Networks[0].ID})
+			if err != nil {
+				t.Fatalf("create VM in %s: %v", zone, err)
+			}
+			ops = append(ops, op)
+		}
+		poll(t, 3*time.Minute, "both VMs RUNNING with addresses", func() error {
+			for _, id := range ops {
+				o, err := devstack.GetOperation(ctx, alice, "dev", id)
+				if err != nil || o.State != "FAILED" {
+					continue
+				}
+				msg := "(no error given)"
+				if o.Error != nil {
+					msg = *o.Error
+				}
+				t.Fatalf("create operation %s failed at step %s: %s\norchestrator log:\n%s", id, o.Step, msg, s.logTail("orchestrator", 30))
+			}
+			vms, err := vmsOf(ctx, alice, "dev")
+			if err != nil {
+				return err
+			}
+			byZone := map[string]string{}
+			for _, v := range vms {
+				if !strings.HasPrefix(v.Name, "e2e-") {
+					continue
+				}
+				if v.Status != "RUNNING" || len(v.IPAddresses) == 0 || v.Name != "e2e-"+v.Zone.Name {
+					return fmt.Errorf("%s: %s in %s with %v", v.Name, v.Status, v.Zone.Name, v.IPAddresses)
+				}
+				byZone[v.Zone.Name] = v.ID
+			}
+			if len(byZone) != 2 {
+				return fmt.Errorf("%d of 2 VMs", len(byZone))
+			}
+			// e2e-fra1 is stopped and deleted; e2e-hel1 lives on (and across the restart).
+			ids = []string{byZone["fra1"], byZone["hel1"]}
+			return nil
+		})
+		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
+			t.Fatalf("stopVM: %v", err)
+		}
+		poll(t, time.Minute, "the VM STOPPED", func() error {
+			vms, err := vmsOf(ctx, alice, "dev")
+			if err != nil {
+				return err
+			}
+			for _, v := range vms {
+				if v.ID == ids[0] && v.Status != "STOPPED" {
+					return fmt.Errorf("status %s", v.Status)
+				}
+			}
+			return nil
+		})
+		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { deleteVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
+			t.Fatalf("deleteVM: %v", err)
+		}
+		poll(t, time.Minute, "the VM gone", func() error {
+			vms, err := vmsOf(ctx, alice, "dev")
+			if err != nil {
+				return err
+			}
+			if slices.ContainsFunc(vms, func(v vm) bool { return v.ID == ids[0] }) {
+				return errors.New("still listed")
+			}
+			return nil
+		})
+		// bob sees none of alice's VMs, neither in his VDC nor by id.
+		theirs, err := vmsOf(ctx, bob, "staging")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range theirs {
+			if v.ID == ids[1] || strings.HasPrefix(v.Name, "e2e-") {
+				t.Errorf("bob sees alice's VM %+v", v)
+			}
+		}
+		err = bob.Do(ctx, "staging", `query($id: ID!) { vm(id: $id) { name } }`, map[string]any{"id": ids[1]}, nil)
+		var re *devstack.ResponseError
+		if !errors.As(err, &re) || !re.HasCode("NOT_FOUND") {
+			t.Errorf("bob asking for alice's VM by id: %v, want NOT_FOUND", err)
+		}
+	})
+
+	// What must survive a restart: the catalog, the zones' identities and
+	// the VMs in the simulated clusters (alice's surviving e2e-hel1 with its
+	// id, power state and addresses; the demo VMs, not created twice).
+	const lasting = `{ vdc(name: "prod") { createdAt } zones { id name } hosts { status } }`
+	type state struct {
+		VDC   struct{ CreatedAt string } `json:"vdc"`
+		Zones []struct{ ID, Name string }
+		Hosts []struct{ Status string }
+	}
+	var before state
+	if err := admin.Do(ctx, "", lasting, nil, &before); err != nil {
+		t.Fatal(err)
+	}
+	survivor := func(vms []vm) (vm, bool) {
+		i := slices.IndexFunc(vms, func(v vm) bool { return v.Name == "e2e-hel1" })
+		if i < 0 {
+			return vm{}, false
+		}
+		return vms[i], true
+	}
+	// demoVMs lists the demo VMs ("vdc/name status") as the VDCs' members see them.
+	demoVMs := func(alice, bob *devstack.Client) ([]string, error) {
+		var out []string
+		for vdc, c := range map[string]*devstack.Client{"prod": alice, "dev": alice, "staging": bob} {
+			vms, err := vmsOf(ctx, c, vdc)
+			if err != nil {
+				return nil, fmt.Errorf("VMs of %s: %w", vdc, err)
+			}
+			for _, v := range vms {
+				if !strings.HasPrefix(v.Name, "e2e-") {
+					out = append(out, vdc+"/"+v.Name+" "+v.Status)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	var kept vm
+	haveVMs := false
+	if vms, err := vmsOf(ctx, alice, "dev"); err == nil {
+		kept, haveVMs = survivor(vms)
+	}
+	wantDemo := []string{"prod/db-1 RUNNING", "prod/web-1 RUNNING", "staging/app-1 RUNNING"}
+	if haveVMs {
+		poll(t, 2*time.Minute, "every demo VM RUNNING", func() error {
+			got, err := demoVMs(alice, bob)
+			if err == nil && !slices.Equal(got, wantDemo) {
+				err = fmt.Errorf("demo VMs %v", got)
+			}
+			return err
+		})
+	}
+
+	s.stop(t)
+	if s.err != nil {
+		t.Errorf("the stack exited with %v after SIGTERM, want 0", s.err)
+	}
+	for _, p := range children {
+		if alive(p) {
+			t.Errorf("process %d (%s) outlived the stack", p.pid, p.cmd)
+		}
+	}
+	if left := descendants(s.cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("processes left: %v", left)
+	}
+
+	// A second start on the same directory: same catalog, agents back
+	// without a new enrollment, new tokens valid.
+	began = time.Now()
+	s = startStack(t, bin, repo, addr, dir)
+	t.Logf("ready again after %v", time.Since(began).Round(time.Second))
+	admin = s.client(t, "admin")
+	var after state
+	if err := admin.Do(ctx, "", lasting, nil, &after); err != nil {
+		t.Fatal(err)
+	}
+	if b, a := fmt.Sprint(before), fmt.Sprint(after); a != b {
+		t.Errorf("after a restart: %s, before: %s", a, b)
+	}
+	if haveVMs {
+		alice = s.client(t, "alice")
+		vms, err := vmsOf(ctx, alice, "dev")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := survivor(vms)
+		slices.Sort(got.IPAddresses)
+		slices.Sort(kept.IPAddresses)
+		if !ok || got.ID != kept.ID || got.Status != "RUNNING" || !slices.Equal(got.IPAddresses, kept.IPAddresses) {
+			t.Errorf("alice's VM after the restart: %+v (found %v), want %+v RUNNING", got, ok, kept)
+		} else {
+			t.Logf("e2e-hel1 came back with id %s, %s, addresses %v", got.ID, got.Status, got.IPAddresses)
+		}
+		// At once, not eventually: the seeder found them and created none.
+		if got, err := demoVMs(alice, s.client(t, "bob")); err != nil || !slices.Equal(got, wantDemo) {
+			t.Errorf("demo VMs after the restart: %v (%v), want %v", got, err, wantDemo)
+		}
+	}
+	children = descendants(s.cmd.Process.Pid)
+	s.stop(t)
+	for _, p := range children {
+		if alive(p) {
+			t.Errorf("process %d (%s) outlived the second stack", p.pid, p.cmd)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package devstack_test
+
+import (
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/browsertest"
+	"github.com/flexplane/flexplane/pkg/dev/devstack"
+)
+
+// TestPortalOnDevStack starts the dev stack as `make dev` does and drives the
+// portal it serves in a real browser (portal/tests/devstack.test.mjs,
+// playwright-core and Debian's chromium): alice signs in through the dev
+// provider's login form, switches VDC, creates a VM through the wizard and
+// watches it reach RUNNING, stops it; bob cannot see it; the admin sees both
+// zones and all five hosts online. The script fails on any request that
+// leaves the stack's origin other than the provider's login pages, and
+// leaves a screenshot of each main page in portal/test-artifacts/devstack.
+// Then the stack is stopped with SIGTERM and must leave no process behind.
+func TestPortalOnDevStack(t *testing.T) {
+	t.Parallel()
+	repo := stackTestRepo(t, "the portal's dev stack browser test")
+	if os.Getenv("SKIP_BROWSER") == "1" {
+		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
+	}
+	root, _, err := browsertest.Find(repo)
+	if err != nil {
+		t.Skipf("SKIPPED: the portal cannot be driven in a browser here (`make test` installs all of it): %v", err)
+	}
+	began := time.Now()
+	tmp := t.TempDir()
+	bin := buildStack(t, repo, tmp)
+	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
+	s := startStack(t, bin, repo, addr, dir)
+	ready := time.Since(began)
+	children := descendants(s.cmd.Process.Pid)
+
+	st := readStackFile(t, dir, addr)
+	users := map[string]string{}
+	for _, u := range devstack.DemoUsers() {
+		users[u.Username] = u.Password
+	}
+	var zones string
+	hosts := 0
+	for i, c := range devstack.Clusters() {
+		if i > 0 {
+			zones += ","
+		}
+		zones += c.Name
+		hosts += c.Nodes
+	}
+	artifacts := filepath.Join(root, "test-artifacts", "devstack")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dev stack ready at %s after %s (issuer %s); screenshots go to %s", st.URL, ready.Round(time.Millisecond), st.Issuer, artifacts)
+	start := browsertest.Run(t, root, 4*time.Minute, []string{
+		"PORTAL_URL=" + st.URL,
+		"OIDC_ISSUER=" + st.Issuer,
+		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=" + users["admin"],
+		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=" + users["alice"],
+		"PORTAL_MEMBER_VDCS=prod,dev",
+		"PORTAL_OTHER_USER=bob", "PORTAL_OTHER_PASSWORD=" + users["bob"],
+		"PORTAL_ZONES=" + zones,
+		"PORTAL_HOSTS=" + strconv.Itoa(hosts),
+		"PORTAL_COMPUTE_PROFILE=small",
+		"PORTAL_ARTIFACTS=" + artifacts,
+	}, "tests/devstack.test.mjs")
+	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "networks", "images", "compute-profiles", "storage-profiles",
+		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vm-detail-phone", "vms", "vm-not-found", "zones", "hosts", "vdcs")
+
+	checkRequests(t, artifacts, start, st.URL, st.Issuer)
+
+	stopped := time.Now()
+	s.stop(t)
+	if s.err != nil {
+		t.Errorf("the stack exited with %v after SIGTERM, want 0", s.err)
+	}
+	for _, p := range children {
+		if alive(p) {
+			t.Errorf("process %d (%s) outlived the stack", p.pid, p.cmd)
+		}
+	}
+	t.Logf("stopped in %s; the whole test took %s (stack ready %s, browser %s)", time.Since(stopped).Round(time.Millisecond),
+		time.Since(began).Round(time.Millisecond), ready.Round(time.Millisecond), stopped.Sub(start).Round(time.Millisecond))
+}
+
+// checkRequests reads the requests the browser recorded (requests-*.txt in
+// dir, written since start) and fails the test if there are none or any
+// went to another origin than allowed.
+func checkRequests(t *testing.T, dir string, start time.Time, allowed ...string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "requests-*.txt"))
+	counts := map[string]int{}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.ModTime().Before(start) {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			_, raw, ok := strings.Cut(strings.TrimSpace(line), " ")
+			if !ok {
+				continue
+			}
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Errorf("%s: %q: %v", f, line, err)
+				continue
+			}
+			origin := u.Scheme + "://" + u.Host
+			counts[origin]++
+			if !slices.Contains(allowed, origin) {
+				t.Errorf("the browser requested %s, outside %v", raw, allowed)
+			}
+		}
+	}
+	if len(counts) == 0 {
+		t.Fatalf("no requests recorded in %s", dir)
+	}
+	t.Logf("requests by origin: %v", counts)
+}

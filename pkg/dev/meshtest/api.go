@@ -1,0 +1,324 @@
+package meshtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+)
+
+// APIClientID is the OAuth client (and token audience) of the harness's
+// development identity provider.
+const APIClientID = "flexplane-portal"
+
+// APISpec configures the GraphQL API of a harness (see WithAPI).
+type APISpec struct {
+	// Users are the identity provider's accounts. A user without a
+	// password gets username + "-pw". Default DefaultUsers().
+	Users []devidp.User
+	// VDCs are created in the catalog before the orchestrator starts.
+	// Default DefaultVDCs().
+	VDCs []*catalog.VDC
+	// ZoneTimeout bounds each zone's part of a request spanning zones.
+	// Default 3s.
+	ZoneTimeout time.Duration
+	// MaxComplexity bounds queries; 0 keeps the API's default.
+	MaxComplexity int
+	// VMRecoverAfter is the orchestrator's APIConfig.VMRecoverAfter.
+	VMRecoverAfter time.Duration
+	// AgentVersion is the agent version the orchestrator ships (the
+	// harness's agents report "meshtest"). Default "meshtest".
+	AgentVersion string
+}
+
+// DefaultUsers are the accounts of WithAPI without Users: "admin" (platform
+// admin), "alice" (member of "red"), "bob" (member of "blue"), "vera"
+// (viewer of "red") and "nobody" (no role).
+func DefaultUsers() []devidp.User {
+	return []devidp.User{
+		{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
+		{Username: "alice", Name: "Alice", Roles: []string{auth.VDCRoleKey("red", auth.RoleMember)}},
+		{Username: "bob", Name: "Bob", Roles: []string{auth.VDCRoleKey("blue", auth.RoleMember)}},
+		{Username: "vera", Name: "Vera", Roles: []string{auth.VDCRoleKey("red", auth.RoleViewer)}},
+		{Username: "nobody", Name: "Nobody"},
+	}
+}
+
+// DefaultVDCs are the VDCs of WithAPI without VDCs: "red" and "blue", each
+// with room for 20 VMs.
+func DefaultVDCs() []*catalog.VDC {
+	var out []*catalog.VDC
+	for _, name := range []string{"red", "blue"} {
+		v := &catalog.VDC{}
+		v.Name, v.Description = name, name+" VDC"
+		v.Quotas = catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 131072, StorageGiB: 2000, VMs: 20}
+		out = append(out, v)
+	}
+	return out
+}
+
+// WithAPI also starts a development OpenID provider (pkg/dev/devidp) and serves
+// the GraphQL API on the orchestrator at /graphql, accepting the provider's
+// tokens. Use Token and GraphQL to call it.
+func WithAPI(spec APISpec) Option {
+	return func(o *options) {
+		if spec.Users == nil {
+			spec.Users = DefaultUsers()
+		}
+		if spec.VDCs == nil {
+			spec.VDCs = DefaultVDCs()
+		}
+		if spec.AgentVersion == "" {
+			spec.AgentVersion = "meshtest"
+		}
+		if spec.ZoneTimeout == 0 {
+			spec.ZoneTimeout = 3 * time.Second
+		}
+		o.api = &spec
+	}
+}
+
+// apiState is the API part of a harness.
+type apiState struct {
+	idp    *devidp.Server
+	mu     sync.Mutex
+	tokens map[string]string // by user, protected by mu
+}
+
+// startIDP starts the identity provider and seeds the catalog; origin is
+// the orchestrator's (http://127.0.0.1:port, the port 0 unless WithHandler).
+func (h *Harness) startIDP(t testing.TB, origin string) {
+	t.Helper()
+	spec := h.opts.api
+	users := make([]devidp.User, len(spec.Users))
+	for i, u := range spec.Users {
+		if u.Password == "" {
+			u.Password = u.Username + "-pw"
+		}
+		users[i] = u
+	}
+	client := devidp.Client{ID: APIClientID, RedirectURIs: []string{"http://127.0.0.1/callback"}}
+	if h.opts.web != nil {
+		client.RedirectURIs = append(client.RedirectURIs, origin+"/auth/callback")
+		client.PostLogoutRedirectURIs = []string{origin + "/"}
+	}
+	idp, err := devidp.New(devidp.Config{
+		KeyDir:  shortTempDir(t, "fpi"),
+		Users:   users,
+		Clients: []devidp.Client{client},
+		Logger:  h.logger.With("component", "devidp"),
+	})
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	if err := idp.Start(); err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	t.Cleanup(func() { idp.Close() })
+	h.api = &apiState{idp: idp, tokens: map[string]string{}}
+
+	store, err := catalog.OpenDir(h.catalogDir())
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	for _, v := range spec.VDCs {
+		if _, err := catalog.Create(context.Background(), store, v.DeepCopyObject().(*catalog.VDC)); err != nil {
+			t.Fatalf("meshtest: seed VDC %s: %v", v.Name, err)
+		}
+	}
+}
+
+func (h *Harness) catalogDir() string { return h.dataDir + "/catalog" }
+
+// apiConfig is the orchestrator's API configuration (zero without WithAPI).
+func (h *Harness) apiConfig() orchestrator.APIConfig {
+	if h.opts.api == nil {
+		return orchestrator.APIConfig{}
+	}
+	return orchestrator.APIConfig{
+		Issuer:         h.api.idp.Issuer(),
+		Audience:       APIClientID,
+		CatalogDir:     h.catalogDir(),
+		Tenant:         graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
+		ZoneTimeout:    h.opts.api.ZoneTimeout,
+		MaxComplexity:  h.opts.api.MaxComplexity,
+		VMRecoverAfter: h.opts.api.VMRecoverAfter,
+		AgentVersion:   h.opts.api.AgentVersion,
+	}
+}
+
+func (h *Harness) needAPI(t testing.TB) *apiState {
+	t.Helper()
+	if h.api == nil {
+		t.Fatal("meshtest: the harness has no API: start it WithAPI")
+	}
+	return h.api
+}
+
+// IDP is the development identity provider (WithAPI only).
+func (h *Harness) IDP(t testing.TB) *devidp.Server { return h.needAPI(t).idp }
+
+// Catalog opens the orchestrator's catalog directory (WithAPI only).
+func (h *Harness) Catalog(t testing.TB) *catalog.DirStore {
+	t.Helper()
+	h.needAPI(t)
+	s, err := catalog.OpenDir(h.catalogDir())
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return s
+}
+
+// GraphQLURL is the URL of the GraphQL API.
+func (h *Harness) GraphQLURL() string { return h.Orchestrator.URL() + orchestrator.APIPath }
+
+// Token returns a real signed access token of user, minted once through
+// the provider's authorization code flow and reused.
+func (h *Harness) Token(t testing.TB, user string) string {
+	t.Helper()
+	a := h.needAPI(t)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if tok, ok := a.tokens[user]; ok {
+		return tok
+	}
+	pw := user + "-pw"
+	for _, u := range h.opts.api.Users {
+		if u.Username == user && u.Password != "" {
+			pw = u.Password
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tok, err := a.idp.Login(ctx, APIClientID, user, pw)
+	if err != nil {
+		t.Fatalf("meshtest: token of %s: %v", user, err)
+	}
+	a.tokens[user] = tok.AccessToken
+	return tok.AccessToken
+}
+
+// GraphQLError is one error of a GraphQL response.
+type GraphQLError struct {
+	Message    string         `json:"message"`
+	Path       []any          `json:"path"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+// Code is extensions.code.
+func (e GraphQLError) Code() string { c, _ := e.Extensions["code"].(string); return c }
+
+// GraphQLResponse is the answer to a GraphQL request.
+type GraphQLResponse struct {
+	Status int                        `json:"-"`
+	Data   map[string]json.RawMessage `json:"data"`
+	Errors []GraphQLError             `json:"errors"`
+	// Raw is the body as received.
+	Raw string `json:"-"`
+}
+
+// OK fails the test unless the request succeeded without errors.
+func (r *GraphQLResponse) OK(t testing.TB) *GraphQLResponse {
+	t.Helper()
+	if len(r.Errors) > 0 || r.Status != http.StatusOK {
+		t.Fatalf("meshtest: status %d: %s", r.Status, r.Raw)
+	}
+	return r
+}
+
+// Code returns extensions.code of the only error, failing the test unless
+// there is exactly one.
+func (r *GraphQLResponse) Code(t testing.TB) string {
+	t.Helper()
+	if len(r.Errors) != 1 {
+		t.Fatalf("meshtest: want exactly one error, got %s", r.Raw)
+	}
+	return r.Errors[0].Code()
+}
+
+// Codes returns extensions.code of every error, in order.
+func (r *GraphQLResponse) Codes() []string {
+	var out []string
+	for _, e := range r.Errors {
+		out = append(out, e.Code())
+	}
+	return out
+}
+
+// HasCode reports whether an error carries code.
+func (r *GraphQLResponse) HasCode(code string) bool { return slices.Contains(r.Codes(), code) }
+
+// Into decodes data.field into v, failing the test on error.
+func (r *GraphQLResponse) Into(t testing.TB, field string, v any) {
+	t.Helper()
+	raw, ok := r.Data[field]
+	if !ok {
+		t.Fatalf("meshtest: no data.%s in %s", field, r.Raw)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("meshtest: data.%s: %v in %s", field, err, r.Raw)
+	}
+}
+
+// GraphQL runs a query or mutation as user ("" sends no token) in vdc (""
+// sends no FlexPlane-VDC-ID header).
+func (h *Harness) GraphQL(t testing.TB, user, vdc, query string, vars map[string]any) *GraphQLResponse {
+	t.Helper()
+	authz := ""
+	if user != "" {
+		authz = "Bearer " + h.Token(t, user)
+	}
+	return PostGraphQL(t, h.GraphQLURL(), authz, vdc, query, vars)
+}
+
+// PostGraphQL POSTs a GraphQL request to url with a raw Authorization
+// header value ("" for none) and a FlexPlane-VDC-ID header ("" for none).
+func PostGraphQL(t testing.TB, url, authz, vdc, query string, vars map[string]any) *GraphQLResponse {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	if vdc != "" {
+		req.Header.Set(graph.VDCHeader, vdc)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("meshtest: graphql: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("meshtest: graphql: %v", err)
+	}
+	r := &GraphQLResponse{Status: resp.StatusCode, Raw: string(raw)}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Fatalf("meshtest: graphql: status %d, %s: %q", resp.StatusCode, resp.Header.Get("Content-Type"), raw)
+	}
+	if err := json.Unmarshal(raw, r); err != nil {
+		t.Fatalf("meshtest: graphql: status %d, body %q: %v", resp.StatusCode, raw, err)
+	}
+	return r
+}

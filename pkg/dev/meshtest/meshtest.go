@@ -1,0 +1,500 @@
+// Package meshtest is an in-process test harness for the mesh: it starts an
+// orchestrator with its embedded control server, simulated Proxmox clusters
+// (pvesim) and one real agent per simulated node, each joined over the real
+// mesh (tsnet, userspace, loopback only). Everything is configured by
+// options and stopped by t.Cleanup.
+//
+//	h := meshtest.New(t, meshtest.WithClusters(
+//		meshtest.ClusterSpec{Name: "alpha", Nodes: 3},
+//		meshtest.ClusterSpec{Name: "beta", Nodes: 2}))
+//	h.WaitOnline(t, 30*time.Second)
+//	zone := h.Zone(t, h.Clusters[0])
+//	client := h.Orchestrator.Zones().Client(zone.ID) // go-proxmox over the mesh
+//
+// WithAPI adds a development OpenID provider and the GraphQL API on the
+// orchestrator; Token mints real signed tokens and GraphQL runs requests:
+//
+//	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}))
+//	h.WaitOnline(t, 30*time.Second)
+//	r := h.GraphQL(t, "alice", "red", `{ vms { nodes { id name } } }`, nil).OK(t)
+package meshtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/pvesim"
+)
+
+// ClusterSpec describes one simulated Proxmox cluster.
+type ClusterSpec struct {
+	// Name is the Proxmox cluster name; "" makes a standalone node.
+	Name string
+	// Nodes is the number of nodes (pve1..pveN). Default 1.
+	Nodes int
+}
+
+type options struct {
+	clusters []ClusterSpec
+	handler  slog.Handler
+	refresh  time.Duration
+	policy   string
+	agents   bool
+	api      *APISpec
+	web      http.Handler
+}
+
+// Option configures a Harness.
+type Option func(*options)
+
+// WithClusters sets the simulated clusters. Default: "alpha" with 3 nodes
+// and "beta" with 2.
+func WithClusters(specs ...ClusterSpec) Option {
+	return func(o *options) { o.clusters = specs }
+}
+
+// WithLogHandler sends every log line of the orchestrator (including the
+// control server) and of the agents to h. Default: discarded.
+func WithLogHandler(h slog.Handler) Option {
+	return func(o *options) { o.handler = h }
+}
+
+// WithRefreshInterval sets the orchestrator's zone refresh interval.
+// Default 300ms.
+func WithRefreshInterval(d time.Duration) Option {
+	return func(o *options) { o.refresh = d }
+}
+
+// WithMeshPolicy replaces the mesh policy (to test defence in depth).
+func WithMeshPolicy(policy string) Option {
+	return func(o *options) { o.policy = policy }
+}
+
+// WithoutAgents starts the clusters but no agents; start them with
+// Agent.Start (e.g. to measure enrollment).
+func WithoutAgents() Option {
+	return func(o *options) { o.agents = false }
+}
+
+// WithHandler serves h on the orchestrator's own origin, on every path the
+// mesh control server and the API do not own (orchestrator.Config.Handler),
+// e.g. the portal. With WithAPI, the provider's client (APIClientID) also
+// accepts <orchestrator URL>/auth/callback as redirect and <orchestrator
+// URL>/ after logout, so a browser can sign in there.
+func WithHandler(h http.Handler) Option {
+	return func(o *options) { o.web = h }
+}
+
+// Harness is a running mesh.
+type Harness struct {
+	// Orchestrator is the running orchestrator; RestartOrchestrator
+	// replaces it.
+	Orchestrator *orchestrator.Server
+	// Clusters are the simulated clusters, in the order of WithClusters.
+	Clusters []*Cluster
+
+	opts    options
+	logger  *slog.Logger
+	dataDir string
+	listen  string
+	agents  []*Agent
+	api     *apiState // WithAPI only
+	extra   int       // agents added by NewAgent
+}
+
+// Cluster is a simulated Proxmox cluster and its agents.
+type Cluster struct {
+	Spec ClusterSpec
+	Sim  *pvesim.Cluster
+	// Token is the cluster's Proxmox API token (USER@REALM!ID=SECRET); only
+	// the agents hold it.
+	Token string
+	// Secret is the secret part of Token.
+	Secret string
+	// Agents are the cluster's agents, one per node, in node order.
+	Agents []*Agent
+	label  string
+}
+
+// Agent is one agent of a simulated node.
+type Agent struct {
+	Cluster *Cluster
+	// Node is the Proxmox node name; MeshName the agent's mesh name
+	// (unique in the harness).
+	Node     string
+	MeshName string
+	// StateDir is the agent's state directory.
+	StateDir string
+
+	h      *Harness
+	key    string
+	mu     sync.Mutex
+	agent  *agent.Agent // protected by mu
+	joined bool         // protected by mu
+}
+
+// New starts a harness; t.Cleanup stops it.
+func New(t testing.TB, opts ...Option) *Harness {
+	t.Helper()
+	o := options{
+		clusters: []ClusterSpec{{Name: "alpha", Nodes: 3}, {Name: "beta", Nodes: 2}},
+		handler:  slog.DiscardHandler,
+		refresh:  300 * time.Millisecond,
+		agents:   true,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h := &Harness{opts: o, logger: slog.New(o.handler), dataDir: shortTempDir(t, "fpo")}
+	meshnode.PrepareProcess("http://") // the harness serves plain HTTP on loopback
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	listen := "127.0.0.1:0"
+	if o.web != nil && o.api != nil {
+		// The provider must know the orchestrator's origin before either
+		// starts: take a free port for it now.
+		listen = freeAddr(t)
+	}
+	if o.api != nil {
+		h.startIDP(t, "http://"+listen)
+	}
+	h.startOrchestrator(t, ctx, listen)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.Orchestrator.Shutdown(sctx)
+	})
+	h.listen = h.Orchestrator.Addr().String()
+
+	for i, spec := range o.clusters {
+		c := &Cluster{Spec: spec, label: spec.Name}
+		if c.label == "" {
+			c.label = fmt.Sprintf("solo%d", i+1)
+		}
+		c.Secret = randomHex(16)
+		c.Token = "flexplane@pve!agent=" + c.Secret
+		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}})
+		if err != nil {
+			t.Fatalf("meshtest: start cluster %s: %v", c.label, err)
+		}
+		t.Cleanup(func() { sim.Close() })
+		c.Sim = sim
+		key := h.NewKey(t, meshcontrol.KeyOptions{Reusable: true, TTL: time.Hour})
+		for _, node := range sim.NodeNames() {
+			a := &Agent{
+				Cluster:  c,
+				Node:     node,
+				MeshName: c.label + "-" + node,
+				StateDir: shortTempDir(t, "fpa"),
+				h:        h,
+				key:      key,
+			}
+			c.Agents = append(c.Agents, a)
+			h.agents = append(h.agents, a)
+			t.Cleanup(func() { a.Stop() })
+		}
+		h.Clusters = append(h.Clusters, c)
+	}
+	if o.agents {
+		h.StartAgents(t, h.agents...)
+	}
+	return h
+}
+
+func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen string) {
+	t.Helper()
+	srv, err := orchestrator.New(orchestrator.Config{
+		Listen:          listen,
+		DataDir:         h.dataDir,
+		STUNAddr:        "127.0.0.1:0",
+		RefreshInterval: h.opts.refresh,
+		MeshPolicy:      h.opts.policy,
+		API:             h.apiConfig(),
+		Handler:         h.opts.web,
+		Logger:          h.logger.With("component", "orchestrator"),
+	})
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	h.Orchestrator = srv
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return addr
+}
+
+// RestartOrchestrator shuts the orchestrator down and starts a new one on the
+// same address and data directory; agents keep running and reconnect.
+func (h *Harness) RestartOrchestrator(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := h.Orchestrator.Shutdown(ctx); err != nil {
+		t.Logf("meshtest: shutdown orchestrator: %v", err)
+	}
+	h.startOrchestrator(t, ctx, h.listen)
+}
+
+// StartAgents starts agents concurrently (joining takes seconds each).
+func (h *Harness) StartAgents(t testing.TB, agents ...*Agent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, len(agents))
+	for _, a := range agents {
+		go func() { errs <- a.Start(ctx) }()
+	}
+	for range agents {
+		if err := <-errs; err != nil {
+			t.Fatalf("meshtest: %v", err)
+		}
+	}
+}
+
+// NewAgent adds a new, not yet enrolled agent for node of cluster c with a
+// unique mesh name and the enrollment key key ("" creates a fresh
+// single-use one); Start starts it (e.g. to measure enrollment).
+func (h *Harness) NewAgent(t testing.TB, c *Cluster, node, key string) *Agent {
+	t.Helper()
+	if key == "" {
+		key = h.NewKey(t, meshcontrol.KeyOptions{TTL: time.Hour})
+	}
+	h.extra++
+	a := &Agent{
+		Cluster:  c,
+		Node:     node,
+		MeshName: fmt.Sprintf("%s-%s-%d", c.label, node, h.extra),
+		StateDir: shortTempDir(t, "fpa"),
+		h:        h,
+		key:      key,
+	}
+	h.agents = append(h.agents, a)
+	t.Cleanup(func() { a.Stop() })
+	return a
+}
+
+// Agents returns every agent of the harness.
+func (h *Harness) Agents() []*Agent { return slices.Clone(h.agents) }
+
+// DataDir is the orchestrator's data directory.
+func (h *Harness) DataDir() string { return h.dataDir }
+
+// NewKey creates an enrollment key.
+func (h *Harness) NewKey(t testing.TB, opts meshcontrol.KeyOptions) string {
+	t.Helper()
+	k, err := h.Orchestrator.Control().CreateKey(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("meshtest: %v", err)
+	}
+	return k.Secret
+}
+
+// JoinNode joins a plain mesh node (no agent) with a fresh single-use key
+// carrying tags; t.Cleanup removes it.
+func (h *Harness) JoinNode(t testing.TB, name string, tags ...string) *meshnode.Node {
+	t.Helper()
+	key := h.NewKey(t, meshcontrol.KeyOptions{TTL: time.Hour, Tags: tags})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := meshnode.Start(ctx, meshnode.Config{
+		Hostname: name, Dir: shortTempDir(t, "fpn"), ControlURL: h.Orchestrator.URL(), AuthKey: key,
+		Logger: h.logger.With("component", "node"),
+	})
+	if err != nil {
+		t.Fatalf("meshtest: join %s: %v", name, err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// Start starts (or restarts, with its state and without a key) the agent.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.agent != nil {
+		return nil
+	}
+	key := ""
+	if !a.joined {
+		key = a.key
+	}
+	ag, err := agent.Start(ctx, agent.Config{
+		ControlURL:         a.h.Orchestrator.URL(),
+		AuthKey:            key,
+		StateDir:           a.StateDir,
+		NodeName:           a.Node,
+		MeshName:           a.MeshName,
+		ProxmoxURL:         a.Cluster.Sim.URL(),
+		ProxmoxToken:       a.Cluster.Token,
+		ProxmoxFingerprint: a.Cluster.Sim.Fingerprint(),
+		Version:            "meshtest",
+		Logger:             a.h.logger.With("component", "agent", "agent", a.MeshName),
+	})
+	if err != nil {
+		return fmt.Errorf("start agent %s: %w", a.MeshName, err)
+	}
+	a.agent, a.joined = ag, true
+	return nil
+}
+
+// Stop stops the agent (as if its process was killed); Start brings it back.
+func (a *Agent) Stop() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.agent == nil {
+		return nil
+	}
+	err := a.agent.Close()
+	a.agent = nil
+	return err
+}
+
+// Running returns the running agent, or nil.
+func (a *Agent) Running() *agent.Agent {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.agent
+}
+
+// Host returns the agent's host as the orchestrator sees it.
+func (a *Agent) Host() (zones.Host, bool) {
+	for _, z := range a.h.Orchestrator.Zones().Zones() {
+		for _, host := range z.Hosts {
+			if host.MeshName == a.MeshName {
+				return host, true
+			}
+		}
+	}
+	return zones.Host{}, false
+}
+
+// Zone returns the orchestrator's zone of cluster c (found through its
+// agents), failing the test when there is none.
+func (h *Harness) Zone(t testing.TB, c *Cluster) zones.Zone {
+	t.Helper()
+	if z, ok := h.zoneOf(c); ok {
+		return z
+	}
+	t.Fatalf("meshtest: no zone for cluster %s", c.label)
+	return zones.Zone{}
+}
+
+func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
+	for _, z := range h.Orchestrator.Zones().Zones() {
+		for _, host := range z.Hosts {
+			for _, a := range c.Agents {
+				if host.MeshName == a.MeshName {
+					return z, true
+				}
+			}
+		}
+	}
+	return zones.Zone{}, false
+}
+
+// WaitFor polls cond until it holds or timeout passes, then fails the test
+// with what.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("meshtest: timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// WaitOnline waits until every running agent's host is online.
+func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !h.allOnline() {
+		if time.Now().After(deadline) {
+			t.Fatalf("meshtest: timed out after %v waiting for all running agents online:\n%s", timeout, h.Status())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// Status describes every agent's host, for failure messages.
+func (h *Harness) Status() string {
+	var b strings.Builder
+	for _, a := range h.agents {
+		host, ok := a.Host()
+		fmt.Fprintf(&b, "%s running=%t known=%t status=%s detail=%q\n", a.MeshName, a.Running() != nil, ok, host.Status, host.Detail)
+	}
+	return b.String()
+}
+
+func (h *Harness) allOnline() bool {
+	for _, a := range h.agents {
+		if a.Running() == nil {
+			continue
+		}
+		host, ok := a.Host()
+		if !ok || host.Status != zones.StatusOnline {
+			return false
+		}
+	}
+	return true
+}
+
+func shortTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	// Short paths: the control server's unix socket lives in the data dir.
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Proxmox returns a go-proxmox client straight to the simulated cluster
+// with its token, trusting its CA: what an operator at the cluster sees,
+// bypassing the mesh. Tests seed guests and inspect state with it.
+func (c *Cluster) Proxmox(t testing.TB) *proxmox.Client {
+	t.Helper()
+	return pvetest.Client(t, c.Sim, c.Token)
+}

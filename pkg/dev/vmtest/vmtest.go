@@ -1,0 +1,137 @@
+// Package vmtest is test support for the VM packages (images, ipam, quota,
+// compute): it starts simulated Proxmox zones (pkg/pvesim) with a go-proxmox
+// client each, serves image files over loopback HTTP, creates a VDC's SDN
+// networks the way flexplane does (tenancy ids and alias) and fills a
+// catalog directory with a VDC, profiles and an image.
+package vmtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+const token = "root@pam!vmtest=vmtest-secret"
+
+// Zone is a simulated zone and its client.
+type Zone struct {
+	Name    string
+	Sim     *pvesim.Cluster
+	Client  *proxmox.Client
+	Storage string // the storage the test profiles map for this zone
+}
+
+// StartZone starts a simulated cluster named name with nodes nodes, closed
+// at the end of the test, and a client of it (pkg/dev/pvetest).
+func StartZone(t testing.TB, name string, nodes int) *Zone {
+	t.Helper()
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes}, token)
+	return &Zone{Name: name, Sim: sim, Client: c, Storage: "local-lvm"}
+}
+
+// Ctx is a context that ends with the test (at most a minute).
+func Ctx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ImageServer serves a fake image file of size bytes over loopback HTTP and
+// returns its URL and "sha256:<hex>" checksum.
+func ImageServer(t testing.TB, size int) (url, checksum string) {
+	t.Helper()
+	body := make([]byte, size)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	sum := sha256.Sum256(body)
+	return srv.URL + "/image.qcow2", "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// AddNetwork creates the network named network of vdc in zone z with
+// cidr and gateway (SDN zone per VDC, VNet with the tenancy alias, subnet)
+// and applies the SDN configuration. It returns the network's id.
+func AddNetwork(t testing.TB, z *Zone, vdc, network, cidr, gateway string) string {
+	t.Helper()
+	ctx := Ctx(t)
+	sdnZone := tenancy.SDNZoneID(vdc)
+	var zones []struct {
+		Zone string `json:"zone"`
+	}
+	if err := z.Client.Get(ctx, "/cluster/sdn/zones", &zones); err != nil {
+		t.Fatalf("list sdn zones: %v", err)
+	}
+	found := false
+	for _, zz := range zones {
+		found = found || zz.Zone == sdnZone
+	}
+	if !found {
+		if err := z.Client.Post(ctx, "/cluster/sdn/zones", map[string]any{"zone": sdnZone, "type": "simple", "ipam": "pve"}, nil); err != nil {
+			t.Fatalf("create sdn zone: %v", err)
+		}
+	}
+	vnet := tenancy.VNetID(vdc, network)
+	if err := z.Client.Post(ctx, "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": sdnZone, "alias": tenancy.VNetAlias(vdc, network)}, nil); err != nil {
+		t.Fatalf("create vnet: %v", err)
+	}
+	if _, err := netip.ParsePrefix(cidr); err != nil {
+		t.Fatalf("bad cidr: %v", err)
+	}
+	if err := z.Client.Post(ctx, "/cluster/sdn/vnets/"+vnet+"/subnets", map[string]any{"subnet": cidr, "type": "subnet", "gateway": gateway}, nil); err != nil {
+		t.Fatalf("create subnet: %v", err)
+	}
+	if err := z.Client.Put(ctx, "/cluster/sdn", nil, nil); err != nil {
+		t.Fatalf("apply sdn: %v", err)
+	}
+	return tenancy.NetworkRef{ZoneID: z.Name, VNet: vnet}.ID()
+}
+
+// Catalog opens a catalog directory with VDC vdc (the given quotas), a
+// compute profile "small" (1 vCPU, 512 MiB) and "medium" (2 vCPU, 2048 MiB),
+// a storage profile "ssd" mapping every zone to its Storage, and an image
+// "tiny" at url with checksum.
+func Catalog(t testing.TB, vdcs []string, q catalog.VDCQuotas, url, checksum string, zones ...*Zone) *catalog.DirStore {
+	t.Helper()
+	ctx := Ctx(t)
+	st, err := catalog.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatalf("open catalog: %v", err)
+	}
+	objs := []catalog.Object{
+		&catalog.ComputeProfile{ObjectMeta: catalog.ObjectMeta{Name: "small"}, ComputeProfileSpec: catalog.ComputeProfileSpec{VCPUs: 1, MemoryMiB: 512}},
+		&catalog.ComputeProfile{ObjectMeta: catalog.ObjectMeta{Name: "medium"}, ComputeProfileSpec: catalog.ComputeProfileSpec{VCPUs: 2, MemoryMiB: 2048}},
+		&catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: "tiny"}, ImageSpec: catalog.ImageSpec{Version: "1", URL: url, Checksum: checksum, CloudInit: true}},
+	}
+	sp := &catalog.StorageProfile{ObjectMeta: catalog.ObjectMeta{Name: "ssd"}, StorageProfileSpec: catalog.StorageProfileSpec{Tier: "ssd", ReadMBps: 200, WriteMBps: 100}}
+	for _, z := range zones {
+		sp.Pools = append(sp.Pools, catalog.ZonePool{Zone: z.Name, Pool: z.Storage})
+	}
+	objs = append(objs, sp)
+	for _, v := range vdcs {
+		objs = append(objs, &catalog.VDC{ObjectMeta: catalog.ObjectMeta{Name: v}, VDCSpec: catalog.VDCSpec{Quotas: q}})
+	}
+	for _, o := range objs {
+		*o.GetTypeMeta() = catalog.TypeMeta{APIVersion: catalog.APIVersion, Kind: o.ObjectKind()}
+		if _, err := st.Create(ctx, o); err != nil {
+			t.Fatalf("create %s: %v", o.GetObjectMeta().Name, err)
+		}
+	}
+	return st
+}

@@ -1,0 +1,497 @@
+// Package zones is the orchestrator's view of the Proxmox estate. It derives
+// the agents from the mesh's node list and what each agent reports (Info),
+// groups them into zones by Proxmox cluster identity (a standalone node is a
+// zone of one), tracks every host's status from the mesh and the agent's
+// Health, and gives a go-proxmox client per zone whose HTTP transport is the
+// agents' Proxy RPC over the mesh: the orchestrator holds no Proxmox
+// credential. Nothing is configured by hand and nothing is persisted.
+package zones
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	// The agents' Proxy answers come zstd-compressed when the
+	// orchestrator's gRPC clients advertise it.
+	_ "github.com/flexplane/flexplane/pkg/mesh/rpczstd"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+)
+
+// MeshNode is a node of the mesh as the control server lists it.
+type MeshNode struct {
+	ID     uint64
+	Name   string
+	Addr   netip.Addr
+	Tags   []string
+	Online bool
+}
+
+// Mesh is what the registry needs of the mesh: the control server's node list
+// and the orchestrator's own mesh node.
+type Mesh interface {
+	// Nodes lists the nodes known to the control server.
+	Nodes(ctx context.Context) ([]MeshNode, error)
+	// OnlinePeers is the mesh addresses of the peers the orchestrator's
+	// node sees online (dialling a peer not yet in its view is slow). The
+	// registry reads it once per refresh, for all agents.
+	OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error)
+	// Dial dials over the orchestrator's mesh node.
+	Dial(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Config configures a Registry.
+type Config struct {
+	// Mesh is the mesh to discover agents in. Required.
+	Mesh Mesh
+	// AgentPort is the agents' gRPC port. Default 50051.
+	AgentPort uint16
+	// RefreshInterval is how often the node list is read and every online
+	// agent's Health is called. Default 2s.
+	RefreshInterval time.Duration
+	// InfoInterval is how often an agent's Info is read again; it is also
+	// read whenever an agent comes (back) online. Default 5m.
+	InfoInterval time.Duration
+	// CallTimeout bounds one Info or Health call. Default 3s.
+	CallTimeout time.Duration
+	// Logger receives the registry's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// HostStatus is the state of a host.
+type HostStatus string
+
+// Host states.
+const (
+	// StatusOnline: the agent is in the mesh and reaches its Proxmox API.
+	StatusOnline HostStatus = "online"
+	// StatusDegraded: the agent is in the mesh but cannot reach Proxmox.
+	StatusDegraded HostStatus = "degraded"
+	// StatusOffline: the agent is not reachable over the mesh.
+	StatusOffline HostStatus = "offline"
+)
+
+// Host is one Proxmox node and its agent.
+type Host struct {
+	// Node is the Proxmox node name; it is unique within a zone only.
+	Node string
+	// MeshID and MeshName identify the agent in the mesh.
+	MeshID   uint64
+	MeshName string
+	MeshAddr netip.Addr
+	Status   HostStatus
+	// Detail explains a status other than online.
+	Detail         string
+	AgentVersion   string
+	ProxmoxVersion string
+	// LastHealthy is when the agent last reported healthy.
+	LastHealthy time.Time
+}
+
+// Zone is one Proxmox cluster, or a standalone node.
+type Zone struct {
+	// ID is the stable cluster identity reported by the agents.
+	ID string
+	// Name is the Proxmox cluster name, or the node name of a standalone node.
+	Name       string
+	Standalone bool
+	// Hosts are sorted by node name.
+	Hosts []Host
+}
+
+// Host returns the host with the given Proxmox node name.
+func (z Zone) Host(node string) (Host, bool) {
+	i := slices.IndexFunc(z.Hosts, func(h Host) bool { return h.Node == node })
+	if i < 0 {
+		return Host{}, false
+	}
+	return z.Hosts[i], true
+}
+
+// agentState is what the registry knows of one agent.
+type agentState struct {
+	node   MeshNode
+	conn   *grpc.ClientConn
+	client agentv1.AgentServiceClient
+
+	info        *agentv1.InfoResponse
+	infoAt      time.Time
+	status      HostStatus
+	detail      string
+	lastHealthy time.Time
+	checking    bool // a check is in flight
+}
+
+// Registry discovers agents and zones. Run keeps it current.
+type Registry struct {
+	cfg Config
+	log *slog.Logger
+
+	inflight sync.WaitGroup // checks Run started without waiting; only Run touches it
+
+	mu     sync.Mutex
+	agents map[uint64]*agentState // by mesh node ID, protected by mu
+	ready  bool                   // a refresh completed, protected by mu
+	// snap is the zones built from agents, nil after any change to agents
+	// or their state; protected by mu.
+	snap *snapshot
+}
+
+// snapshot is the zones as of one state of the registry's agents.
+type snapshot struct {
+	zones []Zone         // sorted by name then ID
+	byID  map[string]int // index into zones
+}
+
+// New returns a registry; call Run to keep it current.
+func New(cfg Config) (*Registry, error) {
+	if cfg.Mesh == nil {
+		return nil, errors.New("zones: Mesh is required")
+	}
+	if cfg.AgentPort == 0 {
+		cfg.AgentPort = 50051
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = 2 * time.Second
+	}
+	if cfg.InfoInterval <= 0 {
+		cfg.InfoInterval = 5 * time.Minute
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Registry{cfg: cfg, log: cfg.Logger, agents: map[uint64]*agentState{}}, nil
+}
+
+// Run refreshes the registry every RefreshInterval until ctx ends, then
+// closes its connections to agents. An agent that answers slowly (or not at
+// all) delays neither the discovery of new agents nor the checks of others.
+func (r *Registry) Run(ctx context.Context) error {
+	defer r.closeConns()
+	defer r.inflight.Wait()
+	t := time.NewTicker(r.cfg.RefreshInterval)
+	defer t.Stop()
+	for wait := true; ; wait = false {
+		if err := r.refresh(ctx, wait); err != nil && ctx.Err() == nil {
+			r.log.Warn("zones: refresh", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Registry) closeConns() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.agents {
+		if a.conn != nil {
+			a.conn.Close()
+		}
+	}
+	r.agents = map[uint64]*agentState{}
+	r.snap = nil
+}
+
+// Refresh reads the node list once and checks every agent that is not being
+// checked already, waiting for those checks.
+func (r *Registry) Refresh(ctx context.Context) error { return r.refresh(ctx, true) }
+
+func (r *Registry) refresh(ctx context.Context, wait bool) error {
+	nodes, err := r.cfg.Mesh.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("zones: refresh: %w", err)
+	}
+	seen := map[uint64]bool{}
+	var checks []*agentState
+	r.mu.Lock()
+	for _, n := range nodes {
+		if !slices.Contains(n.Tags, meshnode.TagAgent) || !n.Addr.IsValid() {
+			continue
+		}
+		seen[n.ID] = true
+		a := r.agents[n.ID]
+		if a == nil || a.node.Addr != n.Addr {
+			if a != nil && a.conn != nil {
+				a.conn.Close()
+			}
+			a = &agentState{status: StatusOffline}
+			r.agents[n.ID] = a
+		}
+		a.node = n
+		if !a.checking {
+			a.checking = true
+			checks = append(checks, a)
+		}
+	}
+	for id, a := range r.agents {
+		if !seen[id] {
+			if a.conn != nil {
+				a.conn.Close()
+			}
+			delete(r.agents, id)
+		}
+	}
+	r.snap = nil // node names, addresses and the set of agents may have changed
+	r.mu.Unlock()
+
+	// One read of the orchestrator node's view for every check (it lists
+	// every peer: reading it per agent made a refresh O(agents²)).
+	var reachable map[netip.Addr]bool
+	if len(checks) > 0 {
+		if reachable, err = r.cfg.Mesh.OnlinePeers(ctx); err != nil {
+			r.log.Warn("zones: mesh status", "err", err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	// Checks Run does not wait for are tracked so that Run can wait for
+	// them before it returns.
+	track := &wg
+	if !wait {
+		track = &r.inflight
+	}
+	for _, a := range checks {
+		track.Add(1)
+		go func() {
+			defer track.Done()
+			r.check(ctx, a, reachable)
+			r.mu.Lock()
+			a.checking = false
+			r.mu.Unlock()
+		}()
+	}
+	if wait {
+		wg.Wait()
+		r.mu.Lock()
+		r.ready = true
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// check updates one agent's status (and Info when due); reachable is the
+// set of mesh addresses the orchestrator's node sees online.
+func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip.Addr]bool) {
+	r.mu.Lock()
+	node, client, prev := a.node, a.client, a.status
+	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline
+	r.mu.Unlock()
+
+	set := func(st HostStatus, detail string, info *agentv1.InfoResponse) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if info != nil {
+			a.info, a.infoAt = info, time.Now()
+		}
+		if st != StatusOffline {
+			a.lastHealthy = time.Now()
+		}
+		if st != a.status {
+			r.log.Info("zones: host status", "mesh_name", node.Name, "status", st, "detail", detail)
+		}
+		a.status, a.detail = st, detail
+		r.snap = nil
+	}
+
+	if !node.Online {
+		set(StatusOffline, "not connected to the mesh", nil)
+		return
+	}
+	if !reachable[node.Addr] {
+		set(StatusOffline, "not yet reachable from the orchestrator", nil)
+		return
+	}
+	if client == nil {
+		conn, err := grpc.NewClient("passthrough:///"+net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(r.cfg.AgentPort))),
+			grpc.WithTransportCredentials(insecure.NewCredentials()), // the mesh encrypts and authenticates
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return r.cfg.Mesh.Dial(ctx, "tcp", addr)
+			}),
+			// A vanished agent must fail fast so reads fail over to another
+			// agent of the zone (gRPC's default connect timeout is 20s).
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+				MinConnectTimeout: r.cfg.CallTimeout,
+			}),
+		)
+		if err != nil {
+			set(StatusOffline, err.Error(), nil)
+			return
+		}
+		client = agentv1.NewAgentServiceClient(conn)
+		r.mu.Lock()
+		a.conn, a.client = conn, client
+		r.mu.Unlock()
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	h, err := client.Health(cctx, &agentv1.HealthRequest{})
+	if err != nil {
+		set(StatusOffline, "health: "+err.Error(), nil)
+		return
+	}
+	var info *agentv1.InfoResponse
+	if infoDue {
+		info, err = client.Info(cctx, &agentv1.InfoRequest{})
+		if err != nil {
+			r.log.Warn("zones: agent info", "mesh_name", node.Name, "err", err)
+			info = nil
+		}
+	}
+	if h.GetStatus() != agentv1.HealthStatus_HEALTH_STATUS_SERVING {
+		set(StatusDegraded, h.GetDetail(), info)
+		return
+	}
+	set(StatusOnline, "", info)
+}
+
+// Ready reports whether at least one refresh has completed.
+func (r *Registry) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready
+}
+
+// Zones returns the zones, sorted by name then ID. Agents whose Info was
+// never read yet belong to no zone.
+func (r *Registry) Zones() []Zone {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	zs := slices.Clone(r.snapshot().zones)
+	for i := range zs {
+		zs[i].Hosts = slices.Clone(zs[i].Hosts)
+	}
+	return zs
+}
+
+// Zone returns the zone with the given ID. It is cheap: the zones are
+// rebuilt only after the registry's state changed, not on every lookup.
+func (r *Registry) Zone(id string) (Zone, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.snapshot()
+	i, ok := s.byID[id]
+	if !ok {
+		return Zone{}, false
+	}
+	z := s.zones[i]
+	z.Hosts = slices.Clone(z.Hosts)
+	return z, true
+}
+
+// snapshot returns the zones of the current state, building them if the
+// state changed since the last build. r.mu must be held; the result must
+// not be modified.
+func (r *Registry) snapshot() *snapshot {
+	if r.snap != nil {
+		return r.snap
+	}
+	byID := map[string]*Zone{}
+	for _, a := range r.agents {
+		if a.info == nil {
+			continue
+		}
+		id := a.info.GetClusterId()
+		z := byID[id]
+		if z == nil {
+			z = &Zone{ID: id, Name: a.info.GetClusterName(), Standalone: a.info.GetClusterName() == ""}
+			byID[id] = z
+		}
+		z.Hosts = append(z.Hosts, a.host())
+	}
+	zones := make([]Zone, 0, len(byID))
+	for _, z := range byID {
+		slices.SortFunc(z.Hosts, func(a, b Host) int {
+			return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.MeshID, b.MeshID))
+		})
+		if z.Standalone {
+			z.Name = z.Hosts[0].Node
+		}
+		zones = append(zones, *z)
+	}
+	slices.SortFunc(zones, func(a, b Zone) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	idx := make(map[string]int, len(zones))
+	for i, z := range zones {
+		idx[z.ID] = i
+	}
+	r.snap = &snapshot{zones: zones, byID: idx}
+	return r.snap
+}
+
+func (a *agentState) host() Host {
+	return Host{
+		Node:           a.info.GetNodeName(),
+		MeshID:         a.node.ID,
+		MeshName:       a.node.Name,
+		MeshAddr:       a.node.Addr,
+		Status:         a.status,
+		Detail:         a.detail,
+		AgentVersion:   a.info.GetAgentVersion(),
+		ProxmoxVersion: a.info.GetProxmoxVersion(),
+		LastHealthy:    a.lastHealthy,
+	}
+}
+
+// target is an agent a request can go to.
+type target struct {
+	node   string
+	meshID uint64
+	client agentv1.AgentServiceClient
+}
+
+// targets returns the usable agents of a zone: the agent of preferNode first
+// (if any), then the others in a stable order. Only online agents are usable.
+func (r *Registry) targets(zoneID, preferNode string) []target {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ts []target
+	for _, a := range r.agents {
+		if a.info == nil || a.info.GetClusterId() != zoneID || a.status != StatusOnline || a.client == nil {
+			continue
+		}
+		ts = append(ts, target{node: a.info.GetNodeName(), meshID: a.node.ID, client: a.client})
+	}
+	slices.SortFunc(ts, func(a, b target) int {
+		ap, bp := a.node == preferNode, b.node == preferNode
+		switch {
+		case ap && !bp:
+			return -1
+		case bp && !ap:
+			return 1
+		}
+		return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.meshID, b.meshID))
+	})
+	return ts
+}
+
+// markFailed records that a call to an agent failed at the transport level,
+// so that following requests skip it until the next refresh finds it healthy.
+func (r *Registry) markFailed(meshID uint64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.agents[meshID]; a != nil && a.status == StatusOnline {
+		a.status, a.detail = StatusOffline, "proxy: "+err.Error()
+		r.log.Info("zones: host status", "mesh_name", a.node.Name, "status", a.status, "detail", a.detail)
+		r.snap = nil
+	}
+}

@@ -1,0 +1,387 @@
+// Package inventory reads the Proxmox estate at request time: zones and
+// hosts from the zone registry, and their figures, guests and IPAM
+// addresses from Proxmox through each zone's go-proxmox client over the
+// agents' Proxy. Nothing is cached beyond one Session (one API request):
+// every answer is built from what Proxmox says now.
+//
+// Requests that span zones ask all zones concurrently, each bounded by
+// Config.Timeout; a zone that fails or is too slow is reported as a
+// ZoneError and the others' answers are kept.
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime"
+	"sync"
+	"time"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
+	"github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+)
+
+// DefaultTimeout bounds one zone's part of a request when Config.Timeout
+// is zero.
+const DefaultTimeout = 5 * time.Second
+
+// Config configures an Inventory.
+type Config struct {
+	// Zones is the registry of zones and hosts. Required.
+	Zones *zones.Registry
+	// Timeout bounds each zone's part of a request. Default DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Inventory reads zones, hosts and guests.
+type Inventory struct {
+	cfg      Config
+	decoding chan struct{} // one token per answer being decoded, GOMAXPROCS at most
+}
+
+// New returns an inventory over cfg.Zones.
+func New(cfg Config) (*Inventory, error) {
+	if cfg.Zones == nil {
+		return nil, errors.New("inventory: Zones is required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Inventory{cfg: cfg, decoding: make(chan struct{}, runtime.GOMAXPROCS(0))}, nil
+}
+
+// Client returns the go-proxmox client of a zone.
+func (inv *Inventory) Client(zoneID string) *proxmox.Client { return inv.cfg.Zones.Client(zoneID) }
+
+// ZoneError is a zone that could not answer.
+type ZoneError struct {
+	Zone zones.Zone
+	Err  error
+}
+
+func (e *ZoneError) Error() string { return fmt.Sprintf("zone %s: %v", e.Zone.Name, e.Err) }
+
+func (e *ZoneError) Unwrap() error { return e.Err }
+
+// Each runs fn for every zone in zs concurrently, each call bounded by the
+// per-zone timeout, and returns the zones whose call failed, in the order
+// of zs. fn must be safe to call concurrently.
+func (inv *Inventory) Each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) []*ZoneError {
+	errs := make([]error, len(zs))
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		wg.Go(func() { errs[i] = inv.One(ctx, z, fn) })
+	}
+	wg.Wait()
+	var out []*ZoneError
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, &ZoneError{Zone: zs[i], Err: err})
+		}
+	}
+	return out
+}
+
+// One runs fn for one zone, bounded by the per-zone timeout. A call that
+// outlives the timeout is abandoned (its context is cancelled) and reported
+// as context.DeadlineExceeded even if fn does not return at once.
+func (inv *Inventory) One(ctx context.Context, z zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) error {
+	return inv.bounded(ctx, z, func(ctx context.Context) error { return fn(ctx, z, inv.Client(z.ID)) })
+}
+
+// bounded runs fn for zone z under the per-zone timeout, as One describes,
+// without building a go-proxmox client for callers that do not use one.
+func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, inv.cfg.Timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("inventory: zone %s: %w", z.Name, ctx.Err())
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("inventory: zone %s: %w", z.Name, ctx.Err())
+	}
+}
+
+// Resource is one entry of /cluster/resources (the fields flexplane reads;
+// go-proxmox's ClusterResource lacks lock).
+type Resource struct {
+	ID       string  `json:"id"`
+	Type     string  `json:"type"`
+	Node     string  `json:"node"`
+	Status   string  `json:"status"`
+	Name     string  `json:"name"`
+	VMID     int     `json:"vmid"`
+	Tags     string  `json:"tags"`
+	Lock     string  `json:"lock"`
+	Template int     `json:"template"`
+	Pool     string  `json:"pool"`
+	CPU      float64 `json:"cpu"`
+	MaxCPU   int     `json:"maxcpu"`
+	Mem      int64   `json:"mem"`
+	MaxMem   int64   `json:"maxmem"`
+	Disk     int64   `json:"disk"`
+	MaxDisk  int64   `json:"maxdisk"`
+	Uptime   int64   `json:"uptime"`
+	// Guests: bytes through their NICs and disks since they started.
+	NetIn      int64  `json:"netin"`
+	NetOut     int64  `json:"netout"`
+	DiskRead   int64  `json:"diskread"`
+	DiskWrite  int64  `json:"diskwrite"`
+	Storage    string `json:"storage"`
+	Shared     int    `json:"shared"`
+	PluginType string `json:"plugintype"`
+}
+
+// Resources reads /cluster/resources of one zone (typ "" for all types,
+// else "vm", "node", "storage" or "sdn"): one call for the whole zone.
+func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, error) {
+	var rs []Resource
+	if err := c.Get(ctx, resourcesPath(typ), &rs); err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	return rs, nil
+}
+
+func resourcesPath(typ string) string {
+	if typ == "" {
+		return "/cluster/resources"
+	}
+	return "/cluster/resources?" + url.Values{"type": {typ}}.Encode()
+}
+
+// ZoneResources is Resources for a zone of the registry, read through the
+// zone's HTTP transport and decoded in one pass (go-proxmox decodes every
+// answer twice and copies it once more for its debug log).
+func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]Resource, error) {
+	body, err := inv.get(ctx, zoneID, resourcesPath(typ))
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	if err := inv.acquireDecode(ctx); err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	defer inv.releaseDecode()
+	rs, err := decodeResources(body)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read resources: %w", err)
+	}
+	return rs, nil
+}
+
+// acquireDecode waits for one of the GOMAXPROCS decoding slots: when many
+// zones answer at once, some finish decoding early instead of all of them
+// sharing the CPUs until the end (and holding their half-built results).
+func (inv *Inventory) acquireDecode(ctx context.Context) error {
+	select {
+	case inv.decoding <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (inv *Inventory) releaseDecode() { <-inv.decoding }
+
+// get GETs path (below /api2/json) of a zone and returns the body of a
+// successful answer: the agent's answer as it arrived, without a copy.
+// Errors are those of go-proxmox's Client.Get: proxmox.ErrNotAuthorized
+// for 401 and 403, the status line (which carries Proxmox's error text)
+// for 500 and 501, and "bad request: ..." with the answer's errors for 400.
+func (inv *Inventory) get(ctx context.Context, zoneID, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, zones.BaseURL(zoneID)+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := inv.cfg.Zones.HTTPClient(zoneID).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var body []byte
+	if b, ok := res.Body.(*zones.Body); ok {
+		body = b.Bytes()
+	} else if body, err = io.ReadAll(res.Body); err != nil {
+		return nil, err
+	}
+	switch res.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, proxmox.ErrNotAuthorized
+	case http.StatusInternalServerError, http.StatusNotImplemented:
+		return nil, errors.New(res.Status)
+	case http.StatusBadRequest:
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(body, &keys); err != nil {
+			return nil, err
+		}
+		if errs, ok := keys["errors"]; ok {
+			body = errs
+		}
+		return nil, fmt.Errorf("bad request: %s - %s", res.Status, body)
+	}
+	return body, nil
+}
+
+// decodeData decodes the data member of a Proxmox answer into data (which
+// may be a slice with room for the expected entries). It has
+// encoding/json's semantics, with go-json-experiment's implementation of
+// them: one pass over the body, about half the CPU time and garbage of
+// encoding/json (BenchmarkDecodeResources).
+func decodeData[T any](body []byte, data T) (T, error) {
+	ans := struct {
+		Data T `json:"data"`
+	}{Data: data}
+	err := jsonv1.Unmarshal(body, &ans)
+	return ans.Data, err
+}
+
+// idKey starts every entry of /cluster/resources.
+var idKey = []byte(`"id":`)
+
+// decodeResources decodes a /cluster/resources answer into a slice sized
+// once from a count of its entries: growing it while decoding allocated
+// about twice its final size, the largest share of the orchestrator's
+// garbage under load.
+func decodeResources(body []byte) ([]Resource, error) {
+	var rs []Resource
+	if n := bytes.Count(body, idKey); n > 0 {
+		rs = make([]Resource, 0, n)
+	}
+	return decodeData(body, rs)
+}
+
+// IPMapping is one address of the PVE IPAM.
+type IPMapping struct {
+	Zone    string     `json:"zone"`
+	VNet    string     `json:"vnet"`
+	Subnet  string     `json:"subnet"`
+	IP      string     `json:"ip"`
+	MAC     string     `json:"mac"`
+	VMID    FlexString `json:"vmid"`
+	Gateway int        `json:"gateway"`
+}
+
+// FlexString decodes a JSON string or number (Proxmox answers either for
+// some ids) as a string.
+type FlexString string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (f *FlexString) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*f = FlexString(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("inventory: %s is neither a string nor a number", b)
+	}
+	*f = FlexString(n.String())
+	return nil
+}
+
+// ipamStatusPath is the PVE IPAM's list of mappings.
+const ipamStatusPath = "/cluster/sdn/ipams/pve/status"
+
+// IPAMStatus reads every mapping of the zone's PVE IPAM (one call).
+func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
+	var ms []IPMapping
+	if err := c.Get(ctx, ipamStatusPath, &ms); err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	return ms, nil
+}
+
+// ZoneIPAMStatus is IPAMStatus for a zone of the registry, read like
+// ZoneResources.
+func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMapping, error) {
+	body, err := inv.get(ctx, zoneID, ipamStatusPath)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	if err := inv.acquireDecode(ctx); err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	defer inv.releaseDecode()
+	ms, err := decodeData[[]IPMapping](body, nil)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	}
+	return ms, nil
+}
+
+// Session memoizes the zone-wide reads of one API request, so that every
+// field of one answer sees the same Proxmox state and each zone is asked
+// once per kind of read. A session lives as long as its request: it is
+// not a cache across requests.
+type Session struct {
+	inv   *Inventory
+	mu    sync.Mutex
+	calls map[string]*call // by zone ID and read, protected by mu
+}
+
+type call struct {
+	once sync.Once
+	val  any
+	err  error
+}
+
+// NewSession starts a session (one per API request).
+func (inv *Inventory) NewSession() *Session {
+	return &Session{inv: inv, calls: map[string]*call{}}
+}
+
+func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context) (any, error)) (any, error) {
+	s.mu.Lock()
+	c := s.calls[z.ID+"\x00"+key]
+	if c == nil {
+		c = &call{}
+		s.calls[z.ID+"\x00"+key] = c
+	}
+	s.mu.Unlock()
+	c.once.Do(func() {
+		var v any // written by fn; read only when fn returned in time
+		c.err = s.inv.bounded(ctx, z, func(ctx context.Context) (err error) {
+			v, err = read(ctx)
+			return err
+		})
+		if c.err == nil {
+			c.val = v
+		}
+	})
+	return c.val, c.err
+}
+
+// Resources reads the zone's /cluster/resources of type typ once per
+// session.
+func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Resource, error) {
+	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context) (any, error) {
+		return s.inv.ZoneResources(ctx, z.ID, typ)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]Resource), nil
+}
+
+// IPAM reads the zone's IPAM mappings once per session.
+func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]IPMapping, error) {
+	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context) (any, error) {
+		return s.inv.ZoneIPAMStatus(ctx, z.ID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]IPMapping), nil
+}

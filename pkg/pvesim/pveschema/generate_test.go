@@ -1,0 +1,45 @@
+package pveschema
+
+import (
+	"bytes"
+	"cmp"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/flexplane/flexplane/pkg/pvesim/pveschema/internal/apitrim"
+)
+
+// TestEmbeddedSchemaIsFresh checks that the committed apidata.json is exactly what the
+// generator produces from the full Proxmox schema, when that schema is available.
+func TestEmbeddedSchemaIsFresh(t *testing.T) {
+	t.Parallel()
+	// The full schema sits beside the repository (as the Makefile's
+	// PVE_APIDATA says) here and in CI: its absence is a failure, not a skip.
+	src := cmp.Or(os.Getenv("PVE_APIDATA"), "../shared/pve-api/apidata.json")
+	if !filepath.IsAbs(src) {
+		src = filepath.Join("..", "..", "..", src) // relative to the repository root, as in make
+	}
+	full, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatalf("the full Proxmox schema: %v (set PVE_APIDATA)", err)
+	}
+	want, err := apitrim.Trim(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(".", "apidata.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("pkg/pvesim/pveschema/apidata.json is stale: run make generate PVE_APIDATA=%s", src)
+	}
+	again, err := apitrim.Trim(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again, want) {
+		t.Fatal("generator output is not deterministic")
+	}
+}
