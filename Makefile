@@ -32,7 +32,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema \
+.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-deps \
 	check-generated portal portal-deps browser test-portal
 
 all: build
@@ -88,7 +88,7 @@ $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 ## generate: regenerate every generated file from its source.
-generate: generate-proto generate-graphql generate-pveschema
+generate: generate-proto generate-graphql generate-pveschema generate-deps
 
 # The agent gRPC API (buf lint, then buf generate with pinned local plugins).
 generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
@@ -99,6 +99,11 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 generate-graphql:
 	$(GO) tool gqlgen generate
 
+# The full dependency list of the agent, the binary on every hypervisor
+# (cmd/agent's TestDepList fails when it is stale).
+generate-deps:
+	$(GO) run ./pkg/dev/deptest/internal/deplist -out cmd/agent/deps.txt ./cmd/agent
+
 # The trimmed Proxmox VE API schema the simulator enforces.
 generate-pveschema:
 	@if [ -f "$(PVE_APIDATA)" ]; then \
@@ -106,7 +111,7 @@ generate-pveschema:
 	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pvesim/pveschema/apidata.json"; fi
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json cmd/agent/deps.txt
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate

@@ -30,19 +30,20 @@ var mustBeDomain = []string{
 // gRPC, the mesh (tsnet and Headscale), OpenID Connect, and flexplane's
 // own edge and wiring packages that carry them. Domain packages return
 // typed errors; the edge maps them to codes and field paths.
-var transport = []deptest.Ban{
-	{"github.com/99designs/gqlgen", "GraphQL belongs to the edge (graph/, pkg/api)"},
-	{"github.com/vektah/gqlparser", "GraphQL belongs to the edge (graph/, pkg/api)"},
-	{"google.golang.org/grpc", "gRPC belongs to the mesh and the agent"},
-	{"tailscale.com", "the mesh (tsnet) belongs to pkg/mesh"},
-	{"github.com/juanfont/headscale", "mesh control belongs to pkg/mesh/meshcontrol"},
-	{"github.com/coreos/go-oidc", "OpenID Connect belongs to pkg/auth"},
-	{module + "/graph", "the GraphQL edge maps domain errors, not the reverse"},
-	{module + "/pkg/api", "the GraphQL edge maps domain errors, not the reverse"},
-	{module + "/pkg/auth", "identity belongs to the edge"},
-	{module + "/pkg/mesh", "the mesh is wired in by pkg/orchestrator"},
-	{module + "/proto", "the agent's gRPC API belongs to the mesh"},
-	{module + "/pkg/orchestrator", "wiring imports the domain, not the reverse"},
+var transport = deptest.Bans{
+	"github.com/99designs/gqlgen":   "GraphQL belongs to the edge (graph/, pkg/api)",
+	"github.com/vektah/gqlparser":   "GraphQL belongs to the edge (graph/, pkg/api)",
+	"google.golang.org/grpc":        "gRPC belongs to the mesh and the agent",
+	"tailscale.com":                 "the mesh (tsnet) belongs to pkg/mesh",
+	"github.com/tailscale":          "the mesh (tsnet) belongs to pkg/mesh",
+	"github.com/juanfont/headscale": "mesh control belongs to pkg/mesh/meshcontrol",
+	"github.com/coreos/go-oidc":     "OpenID Connect belongs to pkg/auth",
+	module + "/graph":               "the GraphQL edge maps domain errors, not the reverse",
+	module + "/pkg/api":             "the GraphQL edge maps domain errors, not the reverse",
+	module + "/pkg/auth":            "identity belongs to the edge",
+	module + "/pkg/mesh":            "the mesh is wired in by pkg/orchestrator",
+	module + "/proto":               "the agent's gRPC API belongs to the mesh",
+	module + "/pkg/orchestrator":    "wiring imports the domain, not the reverse",
 }
 
 // TestDomainImportsNoTransport: no domain package links a transport, even
@@ -67,7 +68,7 @@ func TestViolationChain(t *testing.T) {
 	t.Parallel()
 	root := module + "/pkg/orchestrator"
 	g := deptest.Load(t, root)
-	vs := g.Violations(root, []deptest.Ban{{Prefix: "google.golang.org/grpc", Why: "test"}, {Prefix: "example.com/none", Why: "test"}})
+	vs := g.Violations(root, deptest.Bans{"google.golang.org/grpc": "test", "example.com/none": "test"})
 	if len(vs) != 1 {
 		t.Fatalf("violations: %v", vs)
 	}
