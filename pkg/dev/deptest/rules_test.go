@@ -1,7 +1,14 @@
 package deptest_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/dev/deptest"
@@ -83,5 +90,40 @@ func TestViolationChain(t *testing.T) {
 	}
 	if deps := g.Deps(root, false); slices.Contains(deps, "net/http") || !slices.Contains(deps, root) {
 		t.Errorf("Deps without std: %d packages, std or root wrong", len(deps))
+	}
+}
+
+// TestEveryPackageHasDoc: every package of the module has a doc comment
+// that starts as Go's convention says, "Package <name> ..." for a library
+// and "Command <name> ..." for a command (rule 4 of the layout, README).
+func TestEveryPackageHasDoc(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Name,Doc", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	n := 0
+	for {
+		var p struct{ ImportPath, Name, Doc string }
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command " + path.Base(p.ImportPath) + " "
+		}
+		switch {
+		case p.Doc == "":
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+		case !strings.HasPrefix(p.Doc+" ", want):
+			t.Errorf("%s: doc comment %q does not start with %q", p.ImportPath, p.Doc, want)
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d packages listed", n)
 	}
 }
