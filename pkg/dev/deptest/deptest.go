@@ -2,9 +2,8 @@
 // (README, Layout): it loads the import graph `go list -deps` reports
 // (non-test code, for a fixed platform), fails a test for each forbidden
 // package a root links (with the chain of imports that brings it in), and
-// compares the dependencies of a binary with a checked-in list. Its own
-// tests hold the rules that span packages: domain packages import no
-// transport, and every package has a doc comment.
+// compares the dependencies of a binary with a checked-in list. The rules
+// themselves are tests of pkg/dev/layout and of each binary's package.
 package deptest
 
 import (
