@@ -111,7 +111,10 @@ type Service struct {
 
 	base   context.Context // parent of every runner; canceled by Shutdown
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // runners; Add only under runMu while !closed
+
+	runMu  sync.Mutex
+	closed bool // Shutdown began: no runner starts; protected by runMu
 
 	mu      sync.Mutex
 	ops     map[string]*opState // operation id -> state; protected by mu
@@ -182,6 +185,9 @@ func (s *Service) Run(ctx context.Context) error {
 // Shutdown stops every runner (their creates stay recorded on the guests
 // for a later Recover) and waits for them until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
+	s.runMu.Lock()
+	s.closed = true
+	s.runMu.Unlock()
 	s.cancel()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()

@@ -465,7 +465,16 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 	}
 }
 
+// spawn runs f in the background with the service's base context, unless
+// Shutdown began: then f does not run (what it would finish is recorded on
+// the guest or the catalog, and a later Recover finishes it), so that no
+// runner is added while Shutdown waits for them.
 func (s *Service) spawn(f func(ctx context.Context)) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.closed {
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

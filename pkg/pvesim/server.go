@@ -144,6 +144,8 @@ func (c *Cluster) serveAs(w http.ResponseWriter, r *http.Request, local string) 
 		}
 		panic(http.ErrAbortHandler)
 	}
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
 	start := time.Now()
 	if d := time.Duration(c.latency.Load()); d > 0 {
 		t := time.NewTimer(d)
