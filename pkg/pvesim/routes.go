@@ -59,7 +59,7 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /nodes/{node}/storage/{storage}/content/{volume}":    hStorageVolumeGet,
 		"DELETE /nodes/{node}/storage/{storage}/content/{volume}": hStorageVolumeDelete,
 		"POST /nodes/{node}/storage/{storage}/download-url":       hDownloadURL,
-		uploadEndpoint:                                            hUpload,
+		"POST /nodes/{node}/storage/{storage}/upload":             hUpload,
 
 		"GET /nodes/{node}/qemu":                                      hQemuList,
 		"POST /nodes/{node}/qemu":                                     hQemuCreate,

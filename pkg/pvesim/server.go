@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -172,13 +173,13 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	if aerr != nil {
 		return writeStatus(w, r, aerr.status, aerr.msg, nil)
 	}
-	// pveproxy finds the handler before it reads a body: an unknown path answers 501
-	// whatever was sent.
-	ep, vars, aerr := c.api.lookup(r.Method, rel)
+	// pveproxy reads the body by its content type before it looks for the handler: only
+	// uploads take multipart/form-data, whatever the path.
+	raw, file, aerr := readParams(r, r.Method == http.MethodPost && uploadPathRE.MatchString(rel))
 	if aerr != nil {
 		return writeError(w, r, aerr)
 	}
-	raw, file, aerr := readParams(r, r.Method+" "+ep.Path == uploadEndpoint)
+	ep, vars, aerr := c.api.lookup(r.Method, rel)
 	if aerr != nil {
 		return writeError(w, r, aerr)
 	}
@@ -298,8 +299,9 @@ func (c *Cluster) checkNodeReachable(node string) *apiError {
 	return nil
 }
 
-// uploadEndpoint is the one endpoint that takes a multipart/form-data body.
-const uploadEndpoint = "POST /nodes/{node}/storage/{storage}/upload"
+// uploadPathRE matches the one path whose POST takes a multipart/form-data body, as
+// pveproxy's auth_handler recognises uploads.
+var uploadPathRE = regexp.MustCompile(`^/nodes/[^/]+/storage/[^/]+/upload$`)
 
 // maxUpload is the largest file an upload may carry: the simulator keeps it in memory.
 const maxUpload = 256 << 20
@@ -319,7 +321,7 @@ func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *api
 	ct, ctParams, _ := mime.ParseMediaType(ctype)
 	if upload {
 		if ct != "multipart/form-data" || ctParams["boundary"] == "" {
-			return nil, nil, errorf(http.StatusNotImplemented, "upload 'Content-Type '%s' not implemented", ctype)
+			return nil, nil, errorf(http.StatusInternalServerError, "upload 'Content-Type '%s' not implemented", ctype)
 		}
 		file, err := readMultipart(multipart.NewReader(r.Body, ctParams["boundary"]), raw)
 		if err != nil {
@@ -348,7 +350,7 @@ func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *api
 		return raw, nil, nil
 	case "", "application/x-www-form-urlencoded":
 	default:
-		// pveproxy reads only form and JSON bodies outside uploads.
+		// pveproxy reads only form and JSON bodies outside uploads, on any path.
 		return nil, nil, errorf(506, "upload 'Content-Type '%s' not implemented", ctype)
 	}
 	vals, err := url.ParseQuery(string(body))
