@@ -516,6 +516,13 @@ func TestAccessReads(t *testing.T) {
 	if strings.Join(realms, ",") != "pam/pam,pve/pve" {
 		t.Fatalf("domains: %v", realms)
 	}
+	// The realm list needs no token (the login box shows it); the users list does.
+	if r := call(t, c, "", http.MethodGet, "/access/domains", nil); r.status != http.StatusOK || len(r.data.([]any)) != 2 {
+		t.Fatalf("domains without a token: %s %s", r.reason, r.body)
+	}
+	if r := call(t, c, "", http.MethodGet, "/access/users", nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("users without a token: %s", r.reason)
+	}
 	r := call(t, c, testToken, http.MethodGet, "/access/users", url.Values{"full": {"1"}})
 	root := r.data.([]any)[2].(map[string]any)
 	if tokens := root["tokens"].([]any); len(tokens) != 1 || tokens[0].(map[string]any)["tokenid"] != "test" {

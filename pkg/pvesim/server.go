@@ -170,7 +170,8 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 		rel = strings.TrimSuffix(rel, "/")
 	}
 	user, aerr := c.authenticate(r)
-	if aerr != nil {
+	// The realm list is public: the login box needs it before anyone is authenticated.
+	if aerr != nil && !(r.Method == http.MethodGet && rel == "/access/domains") {
 		return writeStatus(w, r, aerr.status, aerr.msg, nil)
 	}
 	// pveproxy reads the body by its content type before it looks for the handler: only
