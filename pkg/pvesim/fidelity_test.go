@@ -149,9 +149,26 @@ func TestLinkedCloneNeedsBaseVolumes(t *testing.T) {
 	}
 	_, task, err = vm.Clone(ctx, &proxmox.VirtualMachineCloneOptions{NewID: 9107})
 	waitOK(t, ctx, task, err)
-	clone := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/9107/config", nil).data.(map[string]any)
+	config := func(vmid int) map[string]any {
+		return call(t, c, testToken, http.MethodGet, fmt.Sprintf("/nodes/pve1/qemu/%d/config", vmid), nil).data.(map[string]any)
+	}
+	clone := config(9107)
 	if !strings.HasPrefix(clone["scsi0"].(string), "local-lvm:base-9102-disk-0/vm-9107-disk-0,") {
 		t.Fatalf("linked clone scsi0 = %v", clone["scsi0"])
+	}
+	// A linked clone turned template: on a thin pool its base is a plain LV again.
+	n, err := cl.Node(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := n.VirtualMachine(ctx, 9107)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err = child.ConvertToTemplate(ctx)
+	waitOK(t, ctx, task, err)
+	if got := config(9107)["scsi0"].(string); !strings.HasPrefix(got, "local-lvm:base-9107-disk-0,") {
+		t.Fatalf("linked clone turned template: scsi0 = %s", got)
 	}
 }
 

@@ -910,6 +910,12 @@ func hQemuTemplate(cl *call, g *guest) (any, error) {
 			if nv == old {
 				continue
 			}
+			// A thin pool's base volume is a plain LV: a linked clone turned template
+			// leaves its own base's name behind ("base-9000-disk-0/vm-101-disk-0" ->
+			// "base-101-disk-0"); file storages keep the chain in the name.
+			if sid, name, _ := strings.Cut(nv, ":"); c.st.storage(sid) != nil && c.st.storage(sid).typ == "lvmthin" {
+				nv = sid + ":" + name[strings.LastIndex(name, "/")+1:]
+			}
 			if v := c.st.findVolume(g.node, old); v != nil {
 				c.st.removeVolume(g.node, old)
 				v.volid = nv
