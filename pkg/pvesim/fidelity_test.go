@@ -626,6 +626,19 @@ func TestSnapshots(t *testing.T) {
 		t.Fatalf("after rollback with start=1 the VM is %s", s)
 	}
 
+	// A clone of a snapshot takes the config the snapshot holds.
+	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/clone", url.Values{"newid": {"101"}, "snapname": {"after-upgrade"}})
+	if r.status != http.StatusOK {
+		t.Fatalf("clone of a snapshot: %s", r.reason)
+	}
+	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	if conf := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/101/config", nil).data.(map[string]any); conf["cores"] != float64(4) || conf["parent"] != nil {
+		t.Fatalf("clone of after-upgrade: %v", conf)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/clone", url.Values{"newid": {"102"}, "snapname": {"nope"}}); r.reason != "500 snapshot 'nope' does not exist" {
+		t.Fatalf("clone of an unknown snapshot: %s", r.reason)
+	}
+
 	// Description updates; deleting a snapshot re-parents its children.
 	if err := vm.Snapshot("after-upgrade").UpdateConfig(ctx, &proxmox.VirtualMachineSnapshotUpdateOptions{Description: "4 cores"}); err != nil {
 		t.Fatal(err)

@@ -1050,6 +1050,15 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	if err := src.checkLock(); err != nil {
 		return nil, err
 	}
+	// snapname clones the config a snapshot holds instead of the current one.
+	from := src.conf
+	if name, ok := cl.p.str("snapname"); ok && name != "" {
+		s := src.snaps[name]
+		if s == nil {
+			return nil, errorf(http.StatusInternalServerError, "snapshot '%s' does not exist", name)
+		}
+		from = s.conf
+	}
 	target := cl.vars["node"]
 	if t, ok := cl.p.str("target"); ok && t != "" {
 		n := c.st.nodes[t]
@@ -1106,7 +1115,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	}
 
 	conf := map[string]any{}
-	for k, v := range src.conf {
+	for k, v := range from {
 		switch {
 		case k == "template" || k == "lock" || k == "parent" || k == "snapshots":
 		case isDiskKey(k) && !isCDROM(v.(string)):
@@ -1138,8 +1147,8 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	ng := &guest{vmid: newid, node: target, conf: conf, pool: poolID}
 	c.st.guests[newid] = ng
 
-	srcConf := make(map[string]any, len(src.conf))
-	for k, v := range src.conf {
+	srcConf := make(map[string]any, len(from))
+	for k, v := range from {
 		srcConf[k] = v
 	}
 	gib := 0.0

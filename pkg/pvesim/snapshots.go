@@ -121,7 +121,9 @@ func hSnapshotDelete(cl *call, g *guest) (any, error) {
 			return nil, err
 		}
 	}
+	g.conf["lock"] = "snapshot-delete"
 	t := c.st.runTask(g.node, "qmdelsnapshot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, 0), func(*task) error {
+		delete(g.conf, "lock")
 		if g.snaps[s.name] != s {
 			return fmt.Errorf("snapshot '%s' does not exist", s.name)
 		}
@@ -155,8 +157,10 @@ func hSnapshotRollback(cl *call, g *guest) (any, error) {
 		return nil, err
 	}
 	start := cl.p.bool("start")
+	g.conf["lock"] = "rollback"
 	t := c.st.runTask(g.node, "qmrollback", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, 0), func(*task) error {
 		if g.snaps[s.name] != s {
+			delete(g.conf, "lock")
 			return fmt.Errorf("snapshot '%s' does not exist", s.name)
 		}
 		g.stop()
