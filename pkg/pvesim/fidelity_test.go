@@ -284,6 +284,10 @@ func TestMultipartOnlyOnUpload(t *testing.T) {
 	if resp := postRaw(t, c, "/nodes/pve1/storage/local/no-such", "application/x-www-form-urlencoded", strings.NewReader("a=b")); resp.StatusCode != http.StatusNotImplemented {
 		t.Fatalf("form body to an unknown path: %s", resp.Status)
 	}
+	// Other bodies are limited to 64 KiB, as pveproxy's $limit_max_post.
+	if resp := postRaw(t, c, "/pools", "application/x-www-form-urlencoded", strings.NewReader("poolid=p2&comment="+strings.Repeat("x", 64<<10))); resp.Status != "501 for data too large" {
+		t.Fatalf("a 64 KiB form body: %s", resp.Status)
+	}
 	// Upload takes only multipart.
 	resp := postRaw(t, c, "/nodes/pve1/storage/local/upload", "application/x-www-form-urlencoded", strings.NewReader("content=iso&filename=a.iso"))
 	if resp.Status != "500 upload 'Content-Type 'application/x-www-form-urlencoded' not implemented" {

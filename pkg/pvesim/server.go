@@ -304,6 +304,9 @@ func (c *Cluster) checkNodeReachable(node string) *apiError {
 // pveproxy's auth_handler recognises uploads.
 var uploadPathRE = regexp.MustCompile(`^/nodes/[^/]+/storage/[^/]+/upload$`)
 
+// maxPost is the largest body pveproxy reads outside uploads ($limit_max_post).
+const maxPost = 64 << 10
+
 // maxUpload is the largest file an upload may carry: the simulator keeps it in memory.
 const maxUpload = 256 << 20
 
@@ -330,9 +333,12 @@ func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *api
 		}
 		return raw, file, nil
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPost+1))
 	if err != nil {
 		return nil, nil, errorf(http.StatusBadRequest, "read body: %v", err)
+	}
+	if len(body) > maxPost {
+		return nil, nil, errorf(http.StatusNotImplemented, "for data too large")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return raw, nil, nil
