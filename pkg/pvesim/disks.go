@@ -72,6 +72,9 @@ func hQemuMoveDisk(cl *call, g *guest) (any, error) {
 		return nil, err
 	}
 	format := cl.p.strOr("format", "")
+	if sd.typ == "lvmthin" && format != "" && format != "raw" {
+		return nil, errorf(http.StatusInternalServerError, "unsupported format '%s'", format)
+	}
 	if sd.id == sv.storage && (format == "" || format == sv.format) {
 		return nil, errorf(http.StatusInternalServerError, "you can't move to the same storage with same format")
 	}

@@ -460,6 +460,17 @@ func TestMoveDiskAndUnlink(t *testing.T) {
 	if r.reason != "500 you can't move to the same storage with same format" {
 		t.Fatalf("same storage: %s", r.reason)
 	}
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/move_disk", url.Values{"disk": {"scsi1"}, "storage": {"shared"}, "format": {"raw"}, "delete": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("move to raw on shared: %s", r.reason)
+	} else {
+		waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	}
+	if got := config(100)["scsi1"].(string); !strings.HasPrefix(got, "shared:100/vm-100-disk-0.raw,") {
+		t.Fatalf("scsi1 moved as raw: %s", got)
+	}
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/move_disk", url.Values{"disk": {"scsi1"}, "storage": {"local-lvm"}, "format": {"qcow2"}}); r.reason != "500 unsupported format 'qcow2'" {
+		t.Fatalf("qcow2 on a thin pool: %s", r.reason)
+	}
 	// Reassign scsi1 to VM 101.
 	newVM(t, cl, "pve1", 101)
 	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/move_disk", url.Values{"disk": {"scsi1"}, "target-vmid": {"101"}, "target-disk": {"scsi5"}})
@@ -470,7 +481,7 @@ func TestMoveDiskAndUnlink(t *testing.T) {
 	if conf := config(100); conf["scsi1"] != nil {
 		t.Fatalf("source still has scsi1: %v", conf["scsi1"])
 	}
-	if got := config(101)["scsi5"].(string); !strings.HasPrefix(got, "local-lvm:vm-101-disk-1,") {
+	if got := config(101)["scsi5"].(string); !strings.HasPrefix(got, "shared:101/vm-101-disk-0.raw,") {
 		t.Fatalf("target scsi5 = %s", got)
 	}
 
