@@ -33,7 +33,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	check-generated portal portal-deps browser test-portal
+	check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
 
@@ -115,6 +115,16 @@ generate-graphiql:
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
 GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets
+
+## check-proto-breaking: fail when the agent API breaks compatibility with
+## any earlier version of it on main (buf breaking, FILE rules): agents of
+## several versions talk to one orchestrator while they update themselves.
+check-proto-breaking: $(BIN)/buf
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	for c in $$(git log --format=%H -- proto buf.yaml); do \
+		mkdir -p "$$tmp/$$c"; git archive "$$c" buf.yaml proto | tar -x -C "$$tmp/$$c"; \
+		echo "buf breaking against $$c"; $(BIN)/buf breaking --against "$$tmp/$$c"; \
+	done
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate

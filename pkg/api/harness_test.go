@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
