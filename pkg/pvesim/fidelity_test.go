@@ -471,6 +471,10 @@ func TestMoveDiskAndUnlink(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/move_disk", url.Values{"disk": {"scsi1"}, "storage": {"local-lvm"}, "format": {"qcow2"}}); r.reason != "500 unsupported format 'qcow2'" {
 		t.Fatalf("qcow2 on a thin pool: %s", r.reason)
 	}
+	// A raw file cannot be snapshotted.
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/snapshot", url.Values{"snapname": {"s1"}}); r.reason != "500 snapshot feature is not available" {
+		t.Fatalf("snapshot with a raw file disk: %s", r.reason)
+	}
 	// Reassign scsi1 to VM 101.
 	newVM(t, cl, "pve1", 101)
 	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/move_disk", url.Values{"disk": {"scsi1"}, "target-vmid": {"101"}, "target-disk": {"scsi5"}})

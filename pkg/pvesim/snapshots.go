@@ -84,6 +84,12 @@ func hSnapshotCreate(cl *call, g *guest) (any, error) {
 	if g.snaps[name] != nil {
 		return nil, errorf(http.StatusInternalServerError, "snapshot name '%s' already used", name)
 	}
+	// A thin pool and qcow2 files snapshot; a raw file cannot.
+	for _, k := range g.disks() {
+		if v := c.st.findVolume(g.node, parseProperty(g.conf[k].(string)).first); v != nil && v.format == "raw" && c.st.storage(v.storage).typ != "lvmthin" {
+			return nil, errorf(http.StatusInternalServerError, "snapshot feature is not available")
+		}
+	}
 	s := &snapshot{name: name, description: cl.p.strOr("description", ""), vmstate: cl.p.bool("vmstate") && g.running, parent: g.parentSnapshot()}
 	g.conf["lock"] = "snapshot"
 	t := c.st.runTask(g.node, "qmsnapshot", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, 0), func(t *task) error {
