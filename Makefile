@@ -32,8 +32,8 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql generate-deps \
-	check-generated check-proto-breaking portal portal-deps browser test-portal
+.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+	generate-deps check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
 
