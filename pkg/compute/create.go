@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	proxmox "github.com/luthermonson/go-proxmox"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/flexplane/flexplane/pkg/api/apierr"
@@ -428,6 +429,27 @@ func (s *Service) ensurePool(ctx context.Context, z Zone, vdc string) error {
 	err := z.Client.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil)
 	if err != nil && !pveapi.IsAlreadyExists(err) {
 		return fmt.Errorf("compute: create pool: %w", err)
+	}
+	return nil
+}
+
+// RemovePool deletes the Proxmox pool of vdc in the zone of c, once the
+// VDC's guests are gone (Proxmox refuses a pool that is not empty); a pool
+// that does not exist is no error.
+func RemovePool(ctx context.Context, c *proxmox.Client, vdc string) error {
+	var pools []struct {
+		PoolID string `json:"poolid"`
+	}
+	if err := c.Get(ctx, "/pools", &pools); err != nil {
+		return fmt.Errorf("compute: remove pool: %w", err)
+	}
+	id := tenancy.PoolID(vdc)
+	for _, p := range pools {
+		if p.PoolID == id {
+			if err := c.Delete(ctx, "/pools/"+id, nil); err != nil {
+				return fmt.Errorf("compute: remove pool %s: %w", id, err)
+			}
+		}
 	}
 	return nil
 }

@@ -270,6 +270,30 @@ func ensureZone(ctx context.Context, c *proxmox.Client, zone string) error {
 	return nil
 }
 
+// RemoveVDC removes the SDN zone of vdc from the cluster of c (and
+// applies that), once its networks are deleted; a zone that does not exist
+// is no error. While the VDC has networks Proxmox refuses.
+func RemoveVDC(ctx context.Context, c *proxmox.Client, vdc string) error {
+	zone := tenancy.SDNZoneID(vdc)
+	var zs []struct {
+		Zone string `json:"zone"`
+	}
+	if err := c.Get(ctx, "/cluster/sdn/zones", &zs); err != nil {
+		return fmt.Errorf("network: remove VDC %s: %w", vdc, err)
+	}
+	if !slices.ContainsFunc(zs, func(z struct {
+		Zone string `json:"zone"`
+	}) bool {
+		return z.Zone == zone
+	}) {
+		return nil
+	}
+	if err := c.Delete(ctx, "/cluster/sdn/zones/"+zone, nil); err != nil {
+		return fmt.Errorf("network: remove VDC %s: delete SDN zone %s: %w", vdc, zone, err)
+	}
+	return Apply(ctx, c)
+}
+
 // Apply applies the pending SDN configuration of the cluster and waits for
 // the task.
 func Apply(ctx context.Context, c *proxmox.Client) error {
