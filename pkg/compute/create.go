@@ -243,20 +243,23 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys,
 	}
-	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
-	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
-		return nil, nil, &apierr.Error{Code: apierr.QuotaExceeded, Message: qe.Error(), Field: "quotas." + qe.Resource}
-	}
-	if err != nil {
-		return nil, nil, internal("reserving quota failed", err)
-	}
 	fail := func(err error) (*VM, *Operation, error) {
 		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
 		return nil, nil, err
 	}
+	// The addresses first: a create refused for its addresses has written
+	// nothing on the VDC (its resourceVersion is unchanged), and one
+	// refused for quota gives them back.
 	if err := s.claim(ctx, p, intent); err != nil {
 		return fail(err)
+	}
+	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		return fail(&apierr.Error{Code: apierr.QuotaExceeded, Message: qe.Error(), Field: "quotas." + qe.Resource})
+	}
+	if err != nil {
+		return fail(internal("reserving quota failed", err))
 	}
 	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
 		return fail(apierr.ZoneDown(p.zone.Name, err))
