@@ -326,13 +326,21 @@ func Delete(ctx context.Context, c *proxmox.Client, vdc, vnet string) error {
 	if err := c.Get(ctx, "/cluster/sdn/vnets/"+n.VNet+"/subnets", &subnets); err != nil {
 		return fmt.Errorf("network: delete %s: %w", n.Name, err)
 	}
+	// A create may claim an address between the check and the deletes
+	// (Proxmox then refuses the subnet's): that is the network in use.
+	inUseNow := func(err error) error {
+		if uerr := inUse(ctx, c, n); errors.Is(uerr, ErrInUse) {
+			return uerr
+		}
+		return err
+	}
 	for _, s := range subnets {
 		if err := c.Delete(ctx, "/cluster/sdn/vnets/"+n.VNet+"/subnets/"+url.PathEscape(s.Subnet), nil); err != nil {
-			return fmt.Errorf("network: delete subnet %s: %w", s.Subnet, err)
+			return inUseNow(fmt.Errorf("network: delete subnet %s: %w", s.Subnet, err))
 		}
 	}
 	if err := c.Delete(ctx, "/cluster/sdn/vnets/"+n.VNet, nil); err != nil {
-		return fmt.Errorf("network: delete vnet %s: %w", n.VNet, err)
+		return inUseNow(fmt.Errorf("network: delete vnet %s: %w", n.VNet, err))
 	}
 	return Apply(ctx, c)
 }

@@ -2,10 +2,15 @@ package network_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -258,5 +264,51 @@ func TestConcurrentCreates(t *testing.T) {
 	var running []map[string]any
 	if err := c.Get(ctx(t), "/cluster/sdn/vnets?running=1", &running); err != nil || len(running) != 2 {
 		t.Errorf("running vnets = %v, %v", running, err)
+	}
+}
+
+// raceTransport runs before once, just before the first request whose
+// method and path match, then forwards every request.
+type raceTransport struct {
+	next         http.RoundTripper
+	method, path string
+	once         sync.Once
+	before       func()
+}
+
+func (rt *raceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == rt.method && strings.Contains(r.URL.Path, rt.path) {
+		rt.once.Do(rt.before)
+	}
+	return rt.next.RoundTrip(r)
+}
+
+// A create that claims an address on a network while it is being deleted
+// (after its use was checked) makes the delete CONFLICT (ErrInUse), and
+// the network stays whole.
+func TestDeleteRacingAClaim(t *testing.T) {
+	t.Parallel()
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: "lab", Nodes: 1}, token)
+	n, err := network.Create(ctx(t), c, network.Spec{VDC: "red", Name: "web", CIDR: "10.1.0.0/24", Gateway: "10.1.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(sim.CACertPEM())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	rt := &raceTransport{next: tr, method: http.MethodDelete, path: "/subnets/", before: func() {
+		s := ipam.Subnet{Zone: tenancy.SDNZoneID("red"), VNet: n.VNet, Prefix: n.CIDR, Gateway: n.Gateway}
+		if _, err := ipam.Claim(ctx(t), c, s, netip.Addr{}, ipam.NewMAC()); err != nil {
+			t.Errorf("claim: %v", err)
+		}
+	}}
+	id, secret, _ := strings.Cut(token, "=")
+	deleting := proxmox.NewClient(sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: rt}), proxmox.WithAPIToken(id, secret))
+	if err := network.Delete(ctx(t), deleting, "red", n.VNet); !errors.Is(err, network.ErrInUse) {
+		t.Fatalf("delete racing a claim: %v, want ErrInUse", err)
+	}
+	if _, err := network.Get(ctx(t), c, "red", n.VNet); err != nil {
+		t.Fatalf("the network after the refused delete: %v", err)
 	}
 }
