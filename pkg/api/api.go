@@ -297,8 +297,23 @@ func (h *apiHandler) present(ctx context.Context, err error) *gqlerror.Error {
 		if reason, ok := ge.Extensions["code"]; ok {
 			ext["reason"] = reason
 		}
-		return &gqlerror.Error{Message: ge.Message, Path: ge.Path, Locations: ge.Locations, Rule: ge.Rule, Extensions: ext}
+		return &gqlerror.Error{Message: withoutBody(ge.Message), Path: ge.Path, Locations: ge.Locations, Rule: ge.Rule, Extensions: ext}
 	}
 	h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", err)
 	return &gqlerror.Error{Message: "internal error", Path: gqlErr.Path, Extensions: map[string]any{"code": string(apierr.Internal)}}
+}
+
+// undecodable starts gqlgen's message for a POST body that is not a JSON
+// GraphQL request, which it ends with " body:" and the whole body.
+const undecodable = "json request body could not be decoded: "
+
+// withoutBody drops the request body gqlgen appends to the message of an
+// undecodable request: an answer does not echo what it was sent.
+func withoutBody(msg string) string {
+	rest, ok := strings.CutPrefix(msg, undecodable)
+	if !ok {
+		return msg
+	}
+	why, _, _ := strings.Cut(rest, " body:")
+	return "the request body is not a JSON GraphQL request: " + why
 }
