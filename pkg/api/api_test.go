@@ -599,3 +599,36 @@ func TestUndecodableBodyIsNotEchoed(t *testing.T) {
 		}
 	}
 }
+
+// Scalars are strict: no string for an Int, no number for a String, no
+// string for a Boolean; what each accepts still works.
+func TestStrictScalars(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	const qi, qs = `query($n: Int) { zones(first: $n) { name } }`, `query($s: String!) { vdc(name: $s) { name } }`
+	for name, tc := range map[string]struct {
+		query string
+		value any
+	}{
+		"Int as a string":     {qi, "10"},
+		"Int as a float":      {qi, 10.5},
+		"Int out of range":    {qi, json.Number("99999999999999999999")},
+		"Int as a boolean":    {qi, true},
+		"String as an Int":    {qs, 5},
+		"String as a bool":    {qs, true},
+		"String as a list":    {qs, []any{"prod"}},
+		"String as an object": {qs, map[string]any{"name": "prod"}},
+	} {
+		key := "n"
+		if tc.query == qs {
+			key = "s"
+		}
+		r := h.do(t, "alice", "", tc.query, map[string]any{key: tc.value})
+		if len(r.Errors) != 1 || r.Errors[0].Extensions["code"] != "BAD_USER_INPUT" || strings.Contains(r.raw, `"prod"`) {
+			t.Errorf("%s: %s", name, r.raw)
+		}
+	}
+	const q = `query($n: Int, $s: String!) { zones(first: $n) { name } vdc(name: $s) { name } }`
+	h.do(t, "alice", "", q, map[string]any{"n": 10, "s": "prod"}).ok(t)
+	h.do(t, "alice", "", `{ zones(first: 3) { name } vdc(name: "prod") { name } }`, nil).ok(t)
+}

@@ -224,6 +224,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"not an address":       {mod(func(in *compute.CreateInput) { in.NICs[0].Address = "ten" }), "input.nics[0].address"},
 		"ssh key":              {mod(func(in *compute.CreateInput) { in.SSHKeys = []string{"ssh-rsa garbage"} }), "input.sshKeys[0]"},
 		"user":                 {mod(func(in *compute.CreateInput) { in.User = "Root User" }), "input.user"},
+		"user root":            {mod(func(in *compute.CreateInput) { in.User = "root" }), "input.user"},
+		"user nobody":          {mod(func(in *compute.CreateInput) { in.User = "nobody" }), "input.user"},
+		"user daemon":          {mod(func(in *compute.CreateInput) { in.User = "daemon" }), "input.user"},
+		"too many ssh keys": {mod(func(in *compute.CreateInput) {
+			for range compute.MaxSSHKeys {
+				in.SSHKeys = append(in.SSHKeys, testKey)
+			}
+		}), "input.sshKeys"},
 	}
 	for name, c := range cases {
 		_, _, err := e.svc.CreateVM(ctx, c.in)

@@ -59,6 +59,27 @@ const MaxNICs = 4
 // MaxDiskGiB bounds the disk size of a VM.
 const MaxDiskGiB = 64 << 10
 
+// MaxSSHKeys is the most SSH keys one create may authorize (they travel in
+// the guest's cloud-init configuration, which Proxmox bounds too).
+const MaxSSHKeys = 32
+
+// systemUsers are the accounts a Debian or Ubuntu image has before
+// cloud-init runs: cloud-init would give them a login shell and the
+// caller's keys (root: the whole guest without sudo's log; the others:
+// accounts services own). Names starting "systemd-" or "_" are refused
+// too.
+var systemUsers = map[string]bool{
+	"root": true, "daemon": true, "bin": true, "sys": true, "sync": true, "games": true, "man": true,
+	"lp": true, "mail": true, "news": true, "uucp": true, "proxy": true, "www-data": true,
+	"backup": true, "list": true, "irc": true, "gnats": true, "nobody": true, "messagebus": true,
+	"sshd": true, "syslog": true, "polkitd": true, "tss": true, "uuidd": true, "dnsmasq": true,
+}
+
+// systemUser reports whether name is an account of the image's system.
+func systemUser(name string) bool {
+	return systemUsers[name] || strings.HasPrefix(name, "systemd-") || strings.HasPrefix(name, "_")
+}
+
 type plan struct {
 	zone    Zone
 	img     *catalog.Image
@@ -159,6 +180,9 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		}
 		p.nics = append(p.nics, np)
 	}
+	if len(in.SSHKeys) > MaxSSHKeys {
+		return nil, apierr.BadInput("input.sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	}
 	for i, k := range in.SSHKeys {
 		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
 		if err != nil || strings.TrimSpace(string(rest)) != "" {
@@ -168,6 +192,9 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	}
 	if !userRE.MatchString(in.User) {
 		return nil, apierr.BadInput("input.user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
+	}
+	if systemUser(in.User) {
+		return nil, apierr.BadInput("input.user", "user %q is a system account of the image; choose another name", in.User)
 	}
 	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
 		return nil, apierr.BadInput("input.sshKeys", "image %s does not run cloud-init", p.img.Name)

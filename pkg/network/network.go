@@ -70,7 +70,7 @@ func (s Spec) Validate() (netip.Prefix, netip.Addr, error) {
 	if !nameRE.MatchString(s.Name) {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"name", "must be 1 to 40 lowercase letters, digits and '-', start with a letter and not end with '-'"}
 	}
-	pfx, err := netip.ParsePrefix(strings.TrimSpace(s.CIDR))
+	pfx, err := netip.ParsePrefix(s.CIDR)
 	if err != nil || !pfx.Addr().Is4() {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"cidr", fmt.Sprintf("%q is not an IPv4 network in CIDR notation (e.g. 10.1.0.0/24)", s.CIDR)}
 	}
@@ -80,7 +80,7 @@ func (s Spec) Validate() (netip.Prefix, netip.Addr, error) {
 	if pfx.Masked() != pfx {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"cidr", fmt.Sprintf("%s is not a network address; did you mean %s?", pfx, pfx.Masked())}
 	}
-	gw, err := netip.ParseAddr(strings.TrimSpace(s.Gateway))
+	gw, err := netip.ParseAddr(s.Gateway)
 	if err != nil || !gw.Is4() {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"gateway", fmt.Sprintf("%q is not an IPv4 address", s.Gateway)}
 	}

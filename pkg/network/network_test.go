@@ -92,6 +92,11 @@ func TestValidate(t *testing.T) {
 		{"gateway", func(s *network.Spec) { s.Gateway = "10.1.0.255" }},
 		{"gateway", func(s *network.Spec) { s.Gateway = "" }},
 		{"gateway", func(s *network.Spec) { s.Gateway = "fd00::1" }},
+		// Surrounding whitespace is refused, as in names and addresses.
+		{"cidr", func(s *network.Spec) { s.CIDR = " 10.1.0.0/24" }},
+		{"cidr", func(s *network.Spec) { s.CIDR = "10.1.0.0/24\n" }},
+		{"gateway", func(s *network.Spec) { s.Gateway = "10.1.0.1 " }},
+		{"gateway", func(s *network.Spec) { s.Gateway = "\t10.1.0.1" }},
 	} {
 		s := ok
 		tc.spec(&s)
