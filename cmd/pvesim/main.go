@@ -92,9 +92,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	var (
 		tokenFiles, offline, fails, nodeListen listFlag
-		cfg                                pvesim.Config
-		timing, logLevel                   string
-		latency                            time.Duration
+		cfg                                    pvesim.Config
+		timing, logLevel                       string
+		latency                                time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")

@@ -122,8 +122,8 @@ func TestCommandLineRejectsBadFlags(t *testing.T) {
 	t.Parallel()
 	tf := tokenFile(t, "a@b!c=d")
 	for _, args := range [][]string{
-		{"--nodes", "2"},            // no token
-		{"--token", "a@b!c=d"},      // a token on the command line
+		{"--nodes", "2"},       // no token
+		{"--token", "a@b!c=d"}, // a token on the command line
 		{"--token-file", "/nonexistent/tokens"},
 		{"--token-file", tokenFile(t, "not-a-token")},
 		{"--token-file", tokenFile(t, "")}, // an empty file
