@@ -15,6 +15,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -153,6 +154,7 @@ func serve(t *testing.T, handler http.Handler) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", handler)
+	mux.Handle("/graphql/"+graphiql.AssetDir, handler)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/graphql"
