@@ -1,8 +1,11 @@
 package compute_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -14,8 +17,10 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/luthermonson/go-proxmox"
 )
 
 var bigQuota = catalog.VDCQuotas{VCPUs: 1000, MemoryMiB: 1 << 22, StorageGiB: 100000, VMs: 1000}
@@ -462,5 +467,60 @@ func TestForgedOperationIDs(t *testing.T) {
 		if err := call(); !isCode(err, apierr.NotFound) {
 			t.Errorf("%s of red's VM from blue: %v, want NOT_FOUND without reading its configuration", name, err)
 		}
+	}
+}
+
+// beforeRequest runs before once, just before the first request whose
+// method and path match, then forwards every request.
+type beforeRequest struct {
+	next         http.RoundTripper
+	method, path string
+	once         sync.Once
+	before       func()
+}
+
+func (b *beforeRequest) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == b.method && strings.HasSuffix(r.URL.Path, b.path) {
+		b.once.Do(b.before)
+	}
+	return b.next.RoundTrip(r)
+}
+
+// A create whose network is deleted between its validation and its
+// address claim is CONFLICT on that network, not a zone failure, and
+// leaves nothing behind.
+func TestCreateRacingNetworkDelete(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	z := e.zones[0]
+	ctx := vmtest.Ctx(t)
+	before := e.snapshot()
+	net := vmtest.AddNetwork(t, z, "blue", "doomed", "10.9.0.0/24", "10.9.0.1")
+	ref, err := tenancy.ParseNetworkID(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(z.Sim.CACertPEM())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	rt := &beforeRequest{next: tr, method: http.MethodPost, path: "/ips", before: func() {
+		if err := network.Delete(ctx, z.Client, "blue", ref.VNet); err != nil {
+			t.Errorf("delete the network: %v", err)
+		}
+	}}
+	id, secret, _ := strings.Cut(vmtest.Token, "=")
+	racing := proxmox.NewClient(z.Sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: rt}), proxmox.WithAPIToken(id, secret))
+	cfg := e.cfg
+	cfg.Zones = compute.StaticZones{{ID: z.Name, Name: z.Name, Client: racing}}
+	svc := e.newService(cfg)
+	in := e.input("alpha", "late")
+	in.NICs = []compute.NICInput{{Network: net}}
+	if _, _, err := svc.CreateVM(ctx, in); !isField(err, apierr.Conflict, "input.nics[0].network") {
+		t.Fatalf("create racing the network's delete: %v, want CONFLICT on input.nics[0].network", err)
+	}
+	if after := e.snapshot(); !before.equal(after) {
+		t.Errorf("the refused create changed state:\n%+v\n%+v", before, after)
 	}
 }

@@ -91,8 +91,9 @@ type plan struct {
 }
 
 type nicPlan struct {
-	subnet ipam.Subnet
-	static netip.Addr
+	network string // the network's id
+	subnet  ipam.Subnet
+	static  netip.Addr
 }
 
 var (
@@ -162,7 +163,7 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 			}
 			return nil, zoneDown(z.Name, err)
 		}
-		np := nicPlan{subnet: sub}
+		np := nicPlan{network: n.Network, subnet: sub}
 		if n.Address != "" {
 			a, err := netip.ParseAddr(n.Address)
 			if err != nil {
@@ -439,6 +440,11 @@ func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
 				return &Error{Kind: KindConflict, Field: field, Message: fmt.Sprintf("address %s is already in use", n.static), Cause: err}
 			case errors.Is(err, ipam.ErrExhausted):
 				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: fmt.Sprintf("no free address left in %s", n.subnet.Prefix), Cause: err}
+			}
+			// A network deleted since it was validated (Proxmox refuses
+			// the claim) is the caller's race, not the zone's failure.
+			if _, nerr := s.network(ctx, p.zone, in.VDC, n.network); errors.Is(nerr, errNoNetwork) {
+				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: "the network was deleted while the VM was being created", Cause: err}
 			}
 			return zoneDown(p.zone.Name, err)
 		}
