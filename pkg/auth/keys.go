@@ -63,7 +63,7 @@ func newKeySet(url string, client *http.Client, algs []string) *keySet {
 // VerifySignature checks the signature of a compact JWS and returns its
 // payload.
 func (ks *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, ks.algs)
+	jws, err := jose.ParseSignedCompact(raw, ks.algs)
 	if err != nil {
 		return nil, fmt.Errorf("malformed jwt: %w", err)
 	}
