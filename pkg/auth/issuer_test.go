@@ -72,6 +72,16 @@ func sign(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) 
 	return tok
 }
 
+// verifier returns a verifier of the issuer's tokens for client "portal".
+func (is *countingIssuer) verifier(t *testing.T) *auth.Verifier {
+	t.Helper()
+	v, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: is.url, Audience: "portal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // claims are those of a good access token for client "portal".
 func (is *countingIssuer) claims() map[string]any {
 	now := time.Now()
@@ -84,10 +94,7 @@ func TestBadTokensDoNotRefetchKeys(t *testing.T) {
 	t.Parallel()
 	is := newCountingIssuer(t)
 	ctx := context.Background()
-	v, err := auth.NewVerifier(ctx, auth.Config{Issuer: is.url, Audience: "portal"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := is.verifier(t)
 	if _, err := v.Verify(ctx, sign(t, is.key, is.kid, is.claims())); err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +128,7 @@ func TestTokensRefused(t *testing.T) {
 	t.Parallel()
 	is := newCountingIssuer(t)
 	ctx := context.Background()
-	v, err := auth.NewVerifier(ctx, auth.Config{Issuer: is.url, Audience: "portal"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := is.verifier(t)
 	with := func(change func(map[string]any)) string {
 		c := is.claims()
 		change(c)

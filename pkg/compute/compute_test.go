@@ -1,8 +1,6 @@
 package compute_test
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -16,11 +14,11 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/luthermonson/go-proxmox"
 )
 
 var bigQuota = catalog.VDCQuotas{VCPUs: 1000, MemoryMiB: 1 << 22, StorageGiB: 100000, VMs: 1000}
@@ -470,22 +468,6 @@ func TestForgedOperationIDs(t *testing.T) {
 	}
 }
 
-// beforeRequest runs before once, just before the first request whose
-// method and path match, then forwards every request.
-type beforeRequest struct {
-	next         http.RoundTripper
-	method, path string
-	once         sync.Once
-	before       func()
-}
-
-func (b *beforeRequest) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == b.method && strings.HasSuffix(r.URL.Path, b.path) {
-		b.once.Do(b.before)
-	}
-	return b.next.RoundTrip(r)
-}
-
 // A create whose network is deleted between its validation and its
 // address claim is CONFLICT on that network, not a zone failure, and
 // leaves nothing behind.
@@ -501,17 +483,11 @@ func TestCreateRacingNetworkDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(z.Sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	rt := &beforeRequest{next: tr, method: http.MethodPost, path: "/ips", before: func() {
+	racing := pvetest.ClientBefore(t, z.Sim, vmtest.Token, http.MethodPost, "/ips", func() {
 		if err := network.Delete(ctx, z.Client, "blue", ref.VNet); err != nil {
 			t.Errorf("delete the network: %v", err)
 		}
-	}}
-	id, secret, _ := strings.Cut(vmtest.Token, "=")
-	racing := proxmox.NewClient(z.Sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: rt}), proxmox.WithAPIToken(id, secret))
+	})
 	cfg := e.cfg
 	cfg.Zones = compute.StaticZones{{ID: z.Name, Name: z.Name, Client: racing}}
 	svc := e.newService(cfg)

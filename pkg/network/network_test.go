@@ -2,15 +2,12 @@ package network_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -272,22 +269,6 @@ func TestConcurrentCreates(t *testing.T) {
 	}
 }
 
-// raceTransport runs before once, just before the first request whose
-// method and path match, then forwards every request.
-type raceTransport struct {
-	next         http.RoundTripper
-	method, path string
-	once         sync.Once
-	before       func()
-}
-
-func (rt *raceTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == rt.method && strings.Contains(r.URL.Path, rt.path) {
-		rt.once.Do(rt.before)
-	}
-	return rt.next.RoundTrip(r)
-}
-
 // A create that claims an address on a network while it is being deleted
 // (after its use was checked) makes the delete CONFLICT (ErrInUse), and
 // the network stays whole.
@@ -298,18 +279,12 @@ func TestDeleteRacingAClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	t.Cleanup(tr.CloseIdleConnections)
-	rt := &raceTransport{next: tr, method: http.MethodDelete, path: "/subnets/", before: func() {
+	deleting := pvetest.ClientBefore(t, sim, token, http.MethodDelete, "/subnets/", func() {
 		s := ipam.Subnet{Zone: tenancy.SDNZoneID("red"), VNet: n.VNet, Prefix: n.CIDR, Gateway: n.Gateway}
 		if _, err := ipam.Claim(ctx(t), c, s, netip.Addr{}, ipam.NewMAC()); err != nil {
 			t.Errorf("claim: %v", err)
 		}
-	}}
-	id, secret, _ := strings.Cut(token, "=")
-	deleting := proxmox.NewClient(sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: rt}), proxmox.WithAPIToken(id, secret))
+	})
 	if err := network.Delete(ctx(t), deleting, "red", n.VNet); !errors.Is(err, network.ErrInUse) {
 		t.Fatalf("delete racing a claim: %v, want ErrInUse", err)
 	}
