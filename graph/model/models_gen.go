@@ -187,6 +187,7 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+// What can be changed.
 type Mutation struct {
 }
 
@@ -227,9 +228,11 @@ type Operation struct {
 	UpdatedAt time.Time  `json:"updatedAt"`
 }
 
+// What can be read.
 type Query struct {
 }
 
+// What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
 

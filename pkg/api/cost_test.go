@@ -1,7 +1,7 @@
 package api_test
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,38 +9,53 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 )
 
 // cost is what one in-process request cost the server.
 type cost struct {
-	allocBytes uint64 // bytes allocated while serving it
+	allocBytes uint64 // bytes the handler allocated while serving it
 	answer     int    // bytes of the answer
 	body       string
 	status     int
 }
 
-// measure serves one request in process and returns what it cost. The
+// inProcess is a transport that serves every request with a handler in
+// this process and counts what the handler allocates meanwhile.
+type inProcess struct {
+	handler    http.Handler
+	allocBytes uint64 // of the last request
+}
+
+func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	p.handler.ServeHTTP(rec, r)
+	runtime.ReadMemStats(&after)
+	p.allocBytes = after.TotalAlloc - before.TotalAlloc
+	return rec.Result(), nil
+}
+
+// measure serves one request in process (a first time to warm the
+// issuer's keys and the caches, then again) and returns what it cost. The
 // tests that call it do not run in parallel, so the allocations counted are
 // the request's own.
 func (h *harness) measure(t *testing.T, user, query string) cost {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
-	authz := "Bearer " + h.token(t, user)
-	serveOnce := func() *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodPost, "/graphql", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", authz)
-		rec := httptest.NewRecorder()
-		h.handler.ServeHTTP(rec, req)
-		return rec
+	p := &inProcess{handler: h.handler}
+	hc := &http.Client{Transport: p}
+	req := gqltest.Request{Query: query, Authorization: "Bearer " + h.token(t, user)}
+	var r *gqltest.Response
+	for range 2 {
+		var err error
+		if r, err = gqltest.Post(context.Background(), hc, "http://in-process/graphql", req); err != nil {
+			t.Fatal(err)
+		}
 	}
-	serveOnce() // warm: the issuer's keys, caches
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	rec := serveOnce()
-	runtime.ReadMemStats(&after)
-	return cost{allocBytes: after.TotalAlloc - before.TotalAlloc, answer: rec.Body.Len(), body: rec.Body.String(), status: rec.Code}
+	return cost{allocBytes: p.allocBytes, answer: len(r.Raw), body: r.Raw, status: r.Status}
 }
 
 // No request, however it is formed, costs the server more than a small
