@@ -5,7 +5,8 @@
 // It builds what it needs, starts the orchestrator, two simulated Proxmox
 // clusters with one agent per node, the development OpenID provider and a
 // local image server, creates the demo data and prints
-// "flexplane dev ready: http://ADDR". Ctrl-C or SIGTERM stops everything.
+// "flexplane dev ready: http://ADDR". A child that exits is restarted (the stack
+// gives up only on one that keeps failing); Ctrl-C or SIGTERM stops everything.
 // See package devstack.
 package main
 
