@@ -7,11 +7,22 @@
 // local image server, creates the demo data and prints
 // "flexplane dev ready: http://ADDR". A child that exits is restarted (the stack
 // gives up only on one that keeps failing); Ctrl-C or SIGTERM stops everything.
+//
+// With a command it acts on the stack running in DEV_DIR instead, through its
+// control socket, to cause failures:
+//
+//	devstack agent stop|start|kill NAME
+//	devstack node offline|online ZONE NODE
+//	devstack partition|heal ZONE
+//	devstack status
+//
+// A bad command line exits 2, a failed command 1.
 // See package devstack.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -27,12 +38,27 @@ func main() {
 	dir := fs.String("dir", env("DEV_DIR", ".dev"), "state, binaries, logs and tokens (env DEV_DIR)")
 	level := fs.String("log-level", env("DEV_LOG_LEVEL", "info"), "log level of the processes (env DEV_LOG_LEVEL)")
 	portal := fs.String("portal-dir", env("DEV_PORTAL_DIR", ""), "built portal; default portal/.output/public of the module (env DEV_PORTAL_DIR)")
-	fs.Parse(os.Args[1:])
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "devstack: unexpected arguments %q\n", fs.Args())
-		os.Exit(2)
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, devstack.Usage)
+		fmt.Fprintln(os.Stderr, "\nflags:")
+		fs.PrintDefaults()
 	}
+	fs.Parse(os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if fs.NArg() > 0 {
+		err := devstack.Command(ctx, *dir, fs.Args(), os.Stdout)
+		stop()
+		var ue *devstack.UsageError
+		switch {
+		case errors.As(err, &ue):
+			fmt.Fprintf(os.Stderr, "devstack: %s\n\n%s\n", ue.Msg, devstack.Usage)
+			os.Exit(2)
+		case err != nil:
+			fmt.Fprintln(os.Stderr, "devstack:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal})
 	stop()
 	if err != nil {

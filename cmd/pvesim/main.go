@@ -162,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c.SetLatency(latency)
 	if controlLn != nil {
-		go serveControl(ctx, controlLn, controlHandler(c, cfg.Logger), cfg.Logger)
+		go serveControl(ctx, controlLn, c.ControlHandler(), cfg.Logger)
 	}
 
 	fmt.Fprintf(stdout, "url: %s/api2/json\n", c.URL())

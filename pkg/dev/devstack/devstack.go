@@ -166,8 +166,6 @@ type stack struct {
 	log    *slog.Logger
 	mux    *logMux
 	url    string
-	// pveControl is each zone's simulator control socket.
-	pveControl map[string]string
 
 	mu       sync.Mutex
 	units    []*unit // protected by mu
@@ -251,11 +249,10 @@ func newStack(cfg Config, mux *logMux) *stack {
 		cfg: cfg,
 		policy: policy{delay: cfg.RestartDelay, delayMax: cfg.RestartDelayMax,
 			burst: cfg.StartLimitBurst, interval: cfg.StartLimitInterval},
-		mux:        mux,
-		url:        "http://" + cfg.Addr,
-		pveControl: map[string]string{},
-		stopped:    make(chan struct{}),
-		died:       make(chan error, 1),
+		mux:     mux,
+		url:     "http://" + cfg.Addr,
+		stopped: make(chan struct{}),
+		died:    make(chan error, 1),
 	}
 }
 
@@ -291,8 +288,15 @@ func (s *stack) run(ctx context.Context) error {
 		idpLn.Close()
 		return err
 	}
+	control, closeControl, err := s.serveControl()
+	if err != nil {
+		idpLn.Close()
+		imgLn.Close()
+		return err
+	}
+	defer closeControl()
 	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
-		Issuer: "http://" + idpLn.Addr().String()}
+		Issuer: "http://" + idpLn.Addr().String(), Control: control}
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
 	}
@@ -351,7 +355,6 @@ func (s *stack) run(ctx context.Context) error {
 		}
 		sm := &sim{cluster: c, tokenFile: tokenFile, nodes: map[string]endpoint{}, ready: make(chan struct{})}
 		control := s.path("pve", c.Name+".sock")
-		s.pveControl[c.Name] = control
 		args := []string{"--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
 			"--token", token, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
 			"--state-file", s.path("pve", c.Name+"-state.json"), "--control", control,

@@ -3,6 +3,7 @@ package devstack
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -265,7 +266,8 @@ func (s *stack) kill(name string) (int, error) {
 }
 
 // freeze stops (SIGSTOP) or continues (SIGCONT) the processes of the units
-// named; a unit frozen is frozen again when it is restarted.
+// named; a unit frozen is frozen again when it is restarted. It is a
+// conflict when every unit is already so.
 func (s *stack) freeze(names []string, frozen bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,11 +275,24 @@ func (s *stack) freeze(names []string, frozen bool) error {
 	if frozen {
 		sig = syscall.SIGSTOP
 	}
+	var units []*unit
+	changes := false
 	for _, name := range names {
 		u, err := s.unitNamed(name)
 		if err != nil {
 			return err
 		}
+		units = append(units, u)
+		changes = changes || u.frozen != frozen
+	}
+	if !changes {
+		state := "running"
+		if frozen {
+			state = "frozen"
+		}
+		return fmt.Errorf("%s: already %s: %w", strings.Join(names, ", "), state, errConflict)
+	}
+	for _, u := range units {
 		u.frozen = frozen
 		if u.running() {
 			_ = syscall.Kill(-u.cur.pid(), sig)
