@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
@@ -38,12 +39,31 @@ func main() {
 	dir := fs.String("dir", env("DEV_DIR", ".dev"), "state, binaries, logs and tokens (env DEV_DIR)")
 	level := fs.String("log-level", env("DEV_LOG_LEVEL", "info"), "log level of the processes (env DEV_LOG_LEVEL)")
 	portal := fs.String("portal-dir", env("DEV_PORTAL_DIR", ""), "built portal; default portal/.output/public of the module (env DEV_PORTAL_DIR)")
+	// The restart policy (see devstack.Config), each also from the
+	// environment.
+	delay := fs.Duration("restart-delay", devstack.DefaultRestartDelay, "first delay before a child that exited is started again (env DEV_RESTART_DELAY)")
+	delayMax := fs.Duration("restart-delay-max", devstack.DefaultRestartDelayMax, "bound of the doubling restart delay (env DEV_RESTART_DELAY_MAX)")
+	burst := fs.Int("start-limit-burst", devstack.DefaultStartLimitBurst, "a child started this many times within -start-limit-interval that exits again stops the stack (env DEV_START_LIMIT_BURST)")
+	interval := fs.Duration("start-limit-interval", devstack.DefaultStartLimitInterval, "the start limit's window (env DEV_START_LIMIT_INTERVAL)")
+	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval"} {
+		key := "DEV_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
+		if v := os.Getenv(key); v != "" {
+			if err := fs.Set(f, v); err != nil {
+				fmt.Fprintf(os.Stderr, "devstack: %s=%q: %v\n", key, v, err)
+				os.Exit(2)
+			}
+		}
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, devstack.Usage)
 		fmt.Fprintln(os.Stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
 	fs.Parse(os.Args[1:])
+	if *delay <= 0 || *delayMax < *delay || *burst < 1 || *interval <= 0 {
+		fmt.Fprintln(os.Stderr, "devstack: the restart delays, -start-limit-burst and -start-limit-interval must be positive, -restart-delay-max at least -restart-delay")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	if fs.NArg() > 0 {
 		err := devstack.Command(ctx, *dir, fs.Args(), os.Stdout)
@@ -59,7 +79,8 @@ func main() {
 		}
 		return
 	}
-	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal})
+	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal,
+		RestartDelay: *delay, RestartDelayMax: *delayMax, StartLimitBurst: *burst, StartLimitInterval: *interval})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
