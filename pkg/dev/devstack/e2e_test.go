@@ -33,12 +33,13 @@ type stack struct {
 	err   error
 }
 
-// startStack starts bin and waits for its ready line.
-func startStack(t *testing.T, bin, repo, addr, dir string) *stack {
+// startStack starts bin, with env added to its environment, and waits for
+// its ready line.
+func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info")
+	cmd.Env = append(append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -649,6 +650,37 @@ func hostStatus(ctx context.Context, admin *devstack.Client) (map[string]string,
 	return out, nil
 }
 
+// pidInStatus is the pid of the child called name in the output of
+// `devstack status`, 0 if it does not run.
+func pidInStatus(status, name string) int {
+	for _, l := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(l, name+" "); ok {
+			// STATE pid PID starts N within D
+			if f := strings.Fields(rest); len(f) >= 3 && f[1] == "pid" {
+				pid, _ := strconv.Atoi(f[2])
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// allHostsOnline checks that the 5 hosts of the stack are known and
+// ONLINE (right after a restart the orchestrator knows no zone until an
+// agent reports again).
+func allHostsOnline(ctx context.Context, admin *devstack.Client) error {
+	hs, err := hostStatus(ctx, admin)
+	if err == nil && len(hs) != 5 {
+		err = fmt.Errorf("%d of 5 hosts known: %v", len(hs), hs)
+	}
+	for h, st := range hs {
+		if err == nil && st != "ONLINE" {
+			err = fmt.Errorf("%s %s", h, st)
+		}
+	}
+	return err
+}
+
 // testFaults causes each failure the devstack command offers in the running
 // stack and checks what the API answers, then that everything recovers.
 func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.Client) {
@@ -675,26 +707,9 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	}
 	allOnline := func() {
 		t.Helper()
-		poll(t, 2*time.Minute, "every host ONLINE", func() error {
-			hs, err := hostStatus(ctx, admin)
-			for h, st := range hs {
-				if err == nil && st != "ONLINE" {
-					err = fmt.Errorf("%s %s", h, st)
-				}
-			}
-			return err
-		})
+		poll(t, 2*time.Minute, "every host ONLINE", func() error { return allHostsOnline(ctx, admin) })
 	}
-	pidIn := func(status, name string) int {
-		for _, l := range strings.Split(status, "\n") {
-			f := strings.Fields(l)
-			if len(f) >= 5 && f[0]+" "+f[1] == "agent "+name && f[3] == "pid" {
-				pid, _ := strconv.Atoi(f[4])
-				return pid
-			}
-		}
-		return 0
-	}
+	pidIn := func(status, name string) int { return pidInStatus(status, devstack.AgentPrefix+name) }
 
 	t.Run("bad arguments", func(t *testing.T) {
 		for _, args := range [][]string{{"agent", "kill", "fra1-pve9"}, {"node", "offline", "ams1", "pve1"}, {"partition"}, {"frobnicate"}} {
