@@ -30,7 +30,7 @@
 // While it runs the stack serves a control socket, Dir/control.sock
 // (owner-only), through which the devstack command causes failures: stop,
 // start or kill an agent, take a simulated node offline and back, partition
-// a zone from the orchestrator and heal it (see Control).
+// a zone from the orchestrator and heal it (see Command).
 //
 // State lives in Dir and survives restarts: the orchestrator's data
 // directory (mesh state, catalog), the agents' mesh identities, the
@@ -155,7 +155,7 @@ type stackState struct {
 	// URL is the stack's public URL, Issuer the OpenID issuer's.
 	URL    string `json:"url"`
 	Issuer string `json:"issuer"`
-	// Control is the control socket's path (see Control).
+	// Control is the control socket's path (see Command).
 	Control string `json:"control"`
 }
 
