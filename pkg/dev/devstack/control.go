@@ -26,7 +26,7 @@ const Usage = `usage: devstack [-addr ADDR] [-dir DIR] [-log-level LEVEL] [-port
        devstack [-dir DIR] COMMAND ...   (against the stack running in DIR)
 
 commands:
-  status                      the children: state, pid, starts; partitioned zones
+  status                      every child: state (running, restarting, stopped, partitioned), pid, starts
   agent stop NAME             stop an agent (SIGTERM); it stays stopped until started
   agent start NAME            start a stopped agent
   agent kill NAME             SIGKILL an agent, as a crash; the stack restarts it
