@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -197,35 +198,35 @@ func ptr[T any](v T) *T { return &v }
 
 // hostResource returns the /cluster/resources entry of a host; ok is false
 // when it cannot be read (its zone was reported) or there is none.
-func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (inventory.Resource, bool) {
+func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (pveapi.Resource, bool) {
 	ref, err := tenancy.ParseHostID(h.ID)
 	if err != nil {
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	z, ok := r.zoneByID(ref.ZoneID)
 	s := r.session(ctx)
 	if !ok || s == nil {
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	// Only the nodes: the whole list carries every guest of the zone.
 	rs, err := s.Resources(ctx, z, "node")
 	if err != nil {
 		r.zoneDown(ctx, z, err)
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	for _, res := range rs {
 		if res.Type == "node" && res.Node == ref.Node && res.Status == "online" {
 			return res, true
 		}
 	}
-	return inventory.Resource{}, false
+	return pveapi.Resource{}, false
 }
 
 const mib, gib = 1 << 20, 1 << 30
 
 // capacity sums a zone's online nodes and its storage (shared storage
 // once).
-func capacity(rs []inventory.Resource) *model.Capacity {
+func capacity(rs []pveapi.Resource) *model.Capacity {
 	var c model.Capacity
 	var cpuUsed float64
 	var memTotal, memUsed, stTotal, stUsed int64
@@ -271,15 +272,15 @@ func fraction(used, total float64) float64 {
 
 // guestOf returns the VM of a /cluster/resources entry when it is a guest
 // flexplane manages in vdc.
-func guestOf(res inventory.Resource, vdc string) bool {
+func guestOf(res pveapi.Resource, vdc string) bool {
 	if res.Type != "qemu" || res.Template == 1 {
 		return false
 	}
-	v, managed := tenancy.VDCOf(tenancy.SplitTags(res.Tags))
+	v, managed := tenancy.VDCOf(res.Tags())
 	return managed && v == vdc
 }
 
-func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
+func vmModel(zm *model.Zone, res pveapi.Resource) *model.VM {
 	m := &model.VM{
 		ID:            tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}.ID(),
 		Name:          res.Name,
@@ -300,20 +301,8 @@ func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
 	return m
 }
 
-func vmStatus(res inventory.Resource) model.VMStatus {
-	switch {
-	case res.Lock == "clone" || res.Lock == "create" ||
-		slices.Contains(tenancy.SplitTags(res.Tags), tenancy.CreatingTag):
-		return model.VMStatusCreating
-	case res.Status == "running":
-		return model.VMStatusRunning
-	case res.Status == "stopped":
-		return model.VMStatusStopped
-	case res.Status == "paused" || res.Status == "suspended":
-		return model.VMStatusPaused
-	}
-	return model.VMStatusUnknown
-}
+// vmStatus is the API's status of a guest: pveapi's one mapping.
+func vmStatus(res pveapi.Resource) model.VMStatus { return model.VMStatus(res.State()) }
 
 // vmNotFound is the one answer for a VM id that is malformed, forged, of
 // another VDC or gone.
@@ -336,7 +325,7 @@ func mustVMRef(id string) tenancy.VMRef {
 type vmCandidate struct {
 	ref  tenancy.VMRef
 	zone *model.Zone
-	res  *inventory.Resource // in the session's answer; not modified
+	res  *pveapi.Resource // in the session's answer; not modified
 }
 
 // pageVMs returns the first n candidates in page order (zone identity,

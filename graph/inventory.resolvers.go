@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -202,10 +201,9 @@ func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, 
 		r.zoneDown(ctx, z, err)
 		return []string{}, nil
 	}
-	vmid := strconv.Itoa(ref.VMID)
 	out := []string{}
 	for _, m := range ms {
-		if string(m.VMID) == vmid && m.Gateway == 0 {
+		if int(m.VMID) == ref.VMID && m.Gateway == 0 {
 			out = append(out, m.IP)
 		}
 	}

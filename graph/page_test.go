@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -20,8 +20,8 @@ func candidates(zones, guests int) [][]vmCandidate {
 		zm := &model.Zone{ID: fmt.Sprintf("%032x", z*7919), Name: fmt.Sprintf("z%02d", z)}
 		zm.Hosts = []*model.Host{{Name: "pve1", Zone: zm}, {Name: "pve2", Zone: zm}}
 		for g := range guests {
-			res := &inventory.Resource{VMID: 1000 + (g*37)%guests, Name: fmt.Sprintf("vm-%d", g), Node: fmt.Sprintf("pve%d", g%2+1),
-				Status: "running", MaxCPU: 2, MaxMem: 2 << 30, Tags: tenancy.GuestTags("red")}
+			res := &pveapi.Resource{VMID: 1000 + (g*37)%guests, Name: fmt.Sprintf("vm-%d", g), Node: fmt.Sprintf("pve%d", g%2+1),
+				Status: "running", MaxCPU: 2, MaxMem: 2 << 30, RawTags: tenancy.GuestTags("red")}
 			cs = append(cs, vmCandidate{ref: tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}, zone: zm, res: res})
 		}
 		byZone = append(byZone, cs)
@@ -84,5 +84,21 @@ func BenchmarkPageVMs(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestVMStatusIsPveapiState: the API's VM status is pveapi's one mapping,
+// and every state it yields is a status of the schema.
+func TestVMStatusIsPveapiState(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"running", "stopped", "paused", "suspended", "unknown", ""} {
+		for _, lock := range []string{"", "clone", "create", "suspended", "backup"} {
+			for _, tags := range []string{"", tenancy.GuestTags("red"), tenancy.GuestTags("red", tenancy.CreatingTag)} {
+				res := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: tags}
+				if got := vmStatus(res); !got.IsValid() || string(got) != string(res.State()) {
+					t.Errorf("%+v: %q, pveapi says %q", res, got, res.State())
+				}
+			}
+		}
 	}
 }

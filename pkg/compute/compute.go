@@ -235,16 +235,17 @@ func newOpID() string {
 	return lowerBase32.EncodeToString(b[:])
 }
 
-// Status is the state of a VM.
-type Status string
+// Status is the state of a VM (pveapi.Resource.State, the one mapping of
+// Proxmox's status, lock and tags).
+type Status = pveapi.GuestState
 
 // VM states.
 const (
-	StatusCreating Status = "CREATING"
-	StatusRunning  Status = "RUNNING"
-	StatusStopped  Status = "STOPPED"
-	StatusPaused   Status = "PAUSED"
-	StatusUnknown  Status = "UNKNOWN"
+	StatusCreating = pveapi.StateCreating
+	StatusRunning  = pveapi.StateRunning
+	StatusStopped  = pveapi.StateStopped
+	StatusPaused   = pveapi.StatePaused
+	StatusUnknown  = pveapi.StateUnknown
 )
 
 // VM is a guest of a VDC.
@@ -267,23 +268,13 @@ type VM struct {
 }
 
 // vmFromGuest builds a VM from what Proxmox lists and the guest's intent.
-func vmFromGuest(z Zone, g pveapi.Guest, in *Intent, creating bool) *VM {
+func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 	vm := &VM{
 		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
-		VCPUs: g.MaxCPU, MemoryMiB: int(g.MaxMem >> 20), DiskGiB: int((g.MaxDisk + 1<<30 - 1) >> 30),
+		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(),
 	}
 	vm.ID = vm.Ref.ID()
 	vm.VDC, _ = tenancy.VDCOf(g.Tags())
-	switch g.Status {
-	case "running":
-		vm.Status = StatusRunning
-	case "stopped":
-		vm.Status = StatusStopped
-	case "paused":
-		vm.Status = StatusPaused
-	default:
-		vm.Status = StatusUnknown
-	}
 	if in != nil {
 		vm.VDC = in.VDC
 		for _, n := range in.NICs {
@@ -301,7 +292,7 @@ func vmFromGuest(z Zone, g pveapi.Guest, in *Intent, creating bool) *VM {
 
 // isCreating reports whether a guest is an unfinished create: marked, or a
 // fresh clone of a template that has no VDC tag yet.
-func isCreating(g pveapi.Guest) bool {
+func isCreating(g pveapi.Resource) bool {
 	if g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
 		return false
 	}
@@ -314,34 +305,34 @@ func notFound() error { return apierr.New(apierr.NotFound, "no such VM") }
 
 // lookup resolves a VM id within vdc: the zone, the guest and its intent.
 // Anything that is not a VM of vdc is NOT_FOUND.
-func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, error) {
+func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, error) {
 	z, g, in, _, err := s.lookupConfig(ctx, vdc, id)
 	return z, g, in, err
 }
 
 // lookupConfig is lookup that also returns the guest's configuration.
-func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, pveapi.Config, error) {
+func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
 	ref, err := tenancy.ParseVMID(id)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
 	if !ok {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Resource{}, nil, nil, apierr.ZoneDown(z.Name, err)
 	}
 	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		if pveapi.IsNotFound(err) {
-			return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+			return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 		}
-		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Resource{}, nil, nil, apierr.ZoneDown(z.Name, err)
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
 	owner, _ := tenancy.VDCOf(g.Tags())
@@ -350,7 +341,7 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	case tagged && owner == vdc:
 	case !tagged && in != nil && in.VDC == vdc:
 	default:
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	return z, g, in, cfg, nil
 }

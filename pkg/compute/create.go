@@ -200,7 +200,7 @@ func (s *Service) network(ctx context.Context, z Zone, vdc, id string) (ipam.Sub
 		}
 		return ipam.Subnet{}, err
 	}
-	if owner, _, ok := tenancy.ParseVNetAlias(vn.Alias); !ok || owner != vdc || vn.Zone != tenancy.SDNZoneID(vdc) {
+	if !tenancy.VNetBelongs(vdc, vn.Zone, vn.Alias) {
 		return ipam.Subnet{}, errNoNetwork
 	}
 	var subs []struct {
@@ -585,7 +585,7 @@ func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) erro
 }
 
 // step applies the next change the guest needs and names it.
-func (s *Service) step(ctx context.Context, z Zone, g pveapi.Guest, cfg pveapi.Config, in *Intent, base string) (string, error) {
+func (s *Service) step(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (string, error) {
 	if changes, del := plannedConfig(cfg, in); len(changes) > 0 || del != "" {
 		s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
 		changes["digest"] = cfg.Digest()

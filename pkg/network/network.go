@@ -21,7 +21,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -121,10 +121,9 @@ func List(ctx context.Context, c *proxmox.Client, vdc string) ([]Network, error)
 	if err := c.Get(ctx, "/cluster/sdn/vnets", &vnets); err != nil {
 		return nil, fmt.Errorf("network: list vnets: %w", err)
 	}
-	zone := tenancy.SDNZoneID(vdc)
 	var mine []vnetEntry
 	for _, v := range vnets {
-		if owner, _, ok := tenancy.ParseVNetAlias(v.Alias); ok && owner == vdc && v.Zone == zone {
+		if tenancy.VNetBelongs(vdc, v.Zone, v.Alias) {
 			mine = append(mine, v)
 		}
 	}
@@ -144,7 +143,7 @@ func List(ctx context.Context, c *proxmox.Client, vdc string) ([]Network, error)
 
 // read completes a VNet of a VDC with its subnet.
 func read(ctx context.Context, c *proxmox.Client, v vnetEntry) (Network, error) {
-	vdc, name, _ := tenancy.ParseVNetAlias(v.Alias)
+	vdc, name, _ := tenancy.VNetOf(v.Zone, v.Alias)
 	n := Network{VDC: vdc, Name: name, VNet: v.VNet}
 	var subnets []subnetEntry
 	if err := c.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(v.VNet)+"/subnets", &subnets); err != nil {
@@ -316,7 +315,7 @@ func Delete(ctx context.Context, c *proxmox.Client, vdc, vnet string) error {
 // inUse returns ErrInUse (wrapped, saying why) when n has addresses in the
 // IPAM or a guest with a NIC on it.
 func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
-	ms, err := inventory.IPAMStatus(ctx, c)
+	ms, err := pveapi.IPAMStatus(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -325,7 +324,7 @@ func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
 			return fmt.Errorf("network: %s: %w: the IPAM holds address %s", n.Name, ErrInUse, m.IP)
 		}
 	}
-	rs, err := inventory.Resources(ctx, c, "vm")
+	rs, err := pveapi.Guests(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"runtime"
 	"sync"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // DefaultTimeout bounds one zone's part of a request when Config.Timeout
@@ -114,58 +114,12 @@ func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx con
 	}
 }
 
-// Resource is one entry of /cluster/resources (the fields flexplane reads;
-// go-proxmox's ClusterResource lacks lock).
-type Resource struct {
-	ID       string  `json:"id"`
-	Type     string  `json:"type"`
-	Node     string  `json:"node"`
-	Status   string  `json:"status"`
-	Name     string  `json:"name"`
-	VMID     int     `json:"vmid"`
-	Tags     string  `json:"tags"`
-	Lock     string  `json:"lock"`
-	Template int     `json:"template"`
-	Pool     string  `json:"pool"`
-	CPU      float64 `json:"cpu"`
-	MaxCPU   int     `json:"maxcpu"`
-	Mem      int64   `json:"mem"`
-	MaxMem   int64   `json:"maxmem"`
-	Disk     int64   `json:"disk"`
-	MaxDisk  int64   `json:"maxdisk"`
-	Uptime   int64   `json:"uptime"`
-	// Guests: bytes through their NICs and disks since they started.
-	NetIn      int64  `json:"netin"`
-	NetOut     int64  `json:"netout"`
-	DiskRead   int64  `json:"diskread"`
-	DiskWrite  int64  `json:"diskwrite"`
-	Storage    string `json:"storage"`
-	Shared     int    `json:"shared"`
-	PluginType string `json:"plugintype"`
-}
-
-// Resources reads /cluster/resources of one zone (typ "" for all types,
-// else "vm", "node", "storage" or "sdn"): one call for the whole zone.
-func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, error) {
-	var rs []Resource
-	if err := c.Get(ctx, resourcesPath(typ), &rs); err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
-	}
-	return rs, nil
-}
-
-func resourcesPath(typ string) string {
-	if typ == "" {
-		return "/cluster/resources"
-	}
-	return "/cluster/resources?" + url.Values{"type": {typ}}.Encode()
-}
-
-// ZoneResources is Resources for a zone of the registry, read through the
-// zone's HTTP transport and decoded in one pass (go-proxmox decodes every
+// ZoneResources reads /cluster/resources of type typ of a zone of the
+// registry (typ "" for all types, else "vm", "node", "storage" or "sdn"):
+// one call for the whole zone, read through the zone's HTTP transport and decoded in one pass (go-proxmox decodes every
 // answer twice and copies it once more for its debug log).
-func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]Resource, error) {
-	body, err := inv.get(ctx, zoneID, resourcesPath(typ))
+func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]pveapi.Resource, error) {
+	body, err := inv.get(ctx, zoneID, pveapi.ResourcesPath(typ))
 	if err != nil {
 		return nil, fmt.Errorf("inventory: read resources: %w", err)
 	}
@@ -253,60 +207,18 @@ var idKey = []byte(`"id":`)
 // once from a count of its entries: growing it while decoding allocated
 // about twice its final size, the largest share of the orchestrator's
 // garbage under load.
-func decodeResources(body []byte) ([]Resource, error) {
-	var rs []Resource
+func decodeResources(body []byte) ([]pveapi.Resource, error) {
+	var rs []pveapi.Resource
 	if n := bytes.Count(body, idKey); n > 0 {
-		rs = make([]Resource, 0, n)
+		rs = make([]pveapi.Resource, 0, n)
 	}
 	return decodeData(body, rs)
 }
 
-// IPMapping is one address of the PVE IPAM.
-type IPMapping struct {
-	Zone    string     `json:"zone"`
-	VNet    string     `json:"vnet"`
-	Subnet  string     `json:"subnet"`
-	IP      string     `json:"ip"`
-	MAC     string     `json:"mac"`
-	VMID    FlexString `json:"vmid"`
-	Gateway int        `json:"gateway"`
-}
-
-// FlexString decodes a JSON string or number (Proxmox answers either for
-// some ids) as a string.
-type FlexString string
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (f *FlexString) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*f = FlexString(s)
-		return nil
-	}
-	var n json.Number
-	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("inventory: %s is neither a string nor a number", b)
-	}
-	*f = FlexString(n.String())
-	return nil
-}
-
-// ipamStatusPath is the PVE IPAM's list of mappings.
-const ipamStatusPath = "/cluster/sdn/ipams/pve/status"
-
-// IPAMStatus reads every mapping of the zone's PVE IPAM (one call).
-func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
-	var ms []IPMapping
-	if err := c.Get(ctx, ipamStatusPath, &ms); err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	return ms, nil
-}
-
-// ZoneIPAMStatus is IPAMStatus for a zone of the registry, read like
-// ZoneResources.
-func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMapping, error) {
-	body, err := inv.get(ctx, zoneID, ipamStatusPath)
+// ZoneIPAMStatus reads every mapping of the PVE IPAM of a zone of the
+// registry (one call), read like ZoneResources.
+func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]pveapi.IPMapping, error) {
+	body, err := inv.get(ctx, zoneID, pveapi.IPAMStatusPath)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
 	}
@@ -314,7 +226,7 @@ func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMa
 		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
 	}
 	defer inv.releaseDecode()
-	ms, err := decodeData[[]IPMapping](body, nil)
+	ms, err := decodeData[[]pveapi.IPMapping](body, nil)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
 	}
@@ -365,23 +277,23 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 
 // Resources reads the zone's /cluster/resources of type typ once per
 // session.
-func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Resource, error) {
+func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]pveapi.Resource, error) {
 	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context) (any, error) {
 		return s.inv.ZoneResources(ctx, z.ID, typ)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]Resource), nil
+	return v.([]pveapi.Resource), nil
 }
 
 // IPAM reads the zone's IPAM mappings once per session.
-func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]IPMapping, error) {
+func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]pveapi.IPMapping, error) {
 	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context) (any, error) {
 		return s.inv.ZoneIPAMStatus(ctx, z.ID)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]IPMapping), nil
+	return v.([]pveapi.IPMapping), nil
 }

@@ -81,7 +81,7 @@ func ProxmoxUsage(ctx context.Context, clients []*proxmox.Client, vdc string, sk
 			if op := tenancy.OpOf(tags); op != "" && skip[op] {
 				continue
 			}
-			u = u.add(Usage{VCPUs: g.MaxCPU, MemoryMiB: int(g.MaxMem >> 20), StorageGiB: int((g.MaxDisk + 1<<30 - 1) >> 30), VMs: 1})
+			u = u.add(Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: g.DiskGiB(), VMs: 1})
 		}
 	}
 	return u, nil
