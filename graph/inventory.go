@@ -54,17 +54,19 @@ func requestFrom(ctx context.Context) *request {
 	return nil
 }
 
-// inventory returns the inventory; without a zone registry the estate is
-// empty.
+// inventory returns the resolver's one inventory, built at first use and
+// shared by every request (so that its bound on the answers decoded at a
+// time holds for the process); without a zone registry the estate is
+// empty (nil).
 func (r *Resolver) inventory() *inventory.Inventory {
-	if r.Zones == nil {
-		return nil
-	}
-	inv, err := inventory.New(inventory.Config{Zones: r.Zones, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout)})
-	if err != nil {
-		return nil
-	}
-	return inv
+	r.invOnce.Do(func() {
+		if r.Zones == nil {
+			return
+		}
+		// New fails only without Zones.
+		r.inv, _ = inventory.New(inventory.Config{Zones: r.Zones, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout)})
+	})
+	return r.inv
 }
 
 // session returns the operation's inventory session (nil without zones).
@@ -270,21 +272,11 @@ func fraction(used, total float64) float64 {
 	return min(used/total, 1)
 }
 
-// guestOf returns the VM of a /cluster/resources entry when it is a guest
-// flexplane manages in vdc.
-func guestOf(res pveapi.Resource, vdc string) bool {
-	if res.Type != "qemu" || res.Template == 1 {
-		return false
-	}
-	v, managed := tenancy.VDCOf(res.Tags())
-	return managed && v == vdc
-}
-
-func vmModel(zm *model.Zone, res pveapi.Resource) *model.VM {
+func vmModel(zm *model.Zone, res pveapi.Resource, status model.VMStatus) *model.VM {
 	m := &model.VM{
 		ID:            tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}.ID(),
 		Name:          res.Name,
-		Status:        vmStatus(res),
+		Status:        status,
 		Zone:          zm,
 		Vcpus:         res.MaxCPU,
 		MemoryMiB:     int(res.MaxMem / mib),
@@ -303,6 +295,16 @@ func vmModel(zm *model.Zone, res pveapi.Resource) *model.VM {
 
 // vmStatus is the API's status of a guest: pveapi's one mapping.
 func vmStatus(res pveapi.Resource) model.VMStatus { return model.VMStatus(res.State()) }
+
+// guestStatus is the status of a member of a VDC's pool, whose entry lacks
+// the lock and tags that tell a create in flight: a guest bound to a live
+// quota reservation of the VDC (creating, by VMID) is CREATING.
+func guestStatus(res pveapi.Resource, creating map[int]bool) model.VMStatus {
+	if creating[res.VMID] {
+		return model.VMStatusCreating
+	}
+	return vmStatus(res)
+}
 
 // vmNotFound is the one answer for a VM id that is malformed, forged, of
 // another VDC or gone.
@@ -323,9 +325,10 @@ func mustVMRef(id string) tenancy.VMRef {
 
 // vmCandidate is a guest that matches a vms query, before its page is cut.
 type vmCandidate struct {
-	ref  tenancy.VMRef
-	zone *model.Zone
-	res  *pveapi.Resource // in the session's answer; not modified
+	ref    tenancy.VMRef
+	zone   *model.Zone
+	res    *pveapi.Resource // in the session's answer; not modified
+	status model.VMStatus
 }
 
 // pageVMs returns the first n candidates in page order (zone identity,
@@ -343,7 +346,7 @@ func pageVMs(byZone [][]vmCandidate, n int) []*model.VM {
 		}
 		slices.SortFunc(cs, func(a, b vmCandidate) int { return vmOrder(a.ref, b.ref) })
 		for _, c := range cs[:min(n-len(vms), len(cs))] {
-			vms = append(vms, vmModel(c.zone, *c.res))
+			vms = append(vms, vmModel(c.zone, *c.res, c.status))
 		}
 	}
 	return vms

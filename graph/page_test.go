@@ -35,7 +35,7 @@ func allModelsSorted(byZone [][]vmCandidate, n int) []*model.VM {
 	cs := slices.Concat(byZone...)
 	vms := make([]*model.VM, len(cs))
 	for i, c := range cs {
-		vms[i] = vmModel(c.zone, *c.res)
+		vms[i] = vmModel(c.zone, *c.res, c.status)
 	}
 	type keyed struct {
 		ref tenancy.VMRef

@@ -68,6 +68,15 @@ type Zones interface {
 	Zones(ctx context.Context) []Zone
 }
 
+// KnownZones is implemented by Zones that also know the zones that cannot
+// be reached now: Known lists every zone, those without a Client (nil) that
+// cannot be reached. Quota counts them as they were last counted
+// (pkg/tenancy/quota). Zones that do not implement it know only their
+// reachable zones.
+type KnownZones interface {
+	Known(ctx context.Context) []Zone
+}
+
 // StaticZones is a fixed list of zones.
 type StaticZones []Zone
 
@@ -85,6 +94,9 @@ type Config struct {
 	// QuotaTTL is how long a quota reservation of a create lives unless the
 	// create releases it; default 30m.
 	QuotaTTL time.Duration
+	// ZoneTimeout bounds the quota count of each zone (zones are counted
+	// in parallel); default quota.DefaultZoneTimeout.
+	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
 	// may be live in another replica until then); default 2m.
@@ -145,7 +157,7 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
 		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
 	}
-	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Clients: s.clients}
+	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -199,10 +211,16 @@ func (s *Service) Images() *images.Stager { return s.stager }
 // Quota returns the ledger the service reserves quota with.
 func (s *Service) Quota() *quota.Ledger { return s.quota }
 
-func (s *Service) clients(ctx context.Context) []*proxmox.Client {
-	var out []*proxmox.Client
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		out = append(out, z.Client)
+// quotaZones lists every zone for the quota ledger, those that cannot be
+// reached without a client.
+func (s *Service) quotaZones(ctx context.Context) []quota.Zone {
+	zs := s.cfg.Zones.Zones(ctx)
+	if k, ok := s.cfg.Zones.(KnownZones); ok {
+		zs = k.Known(ctx)
+	}
+	out := make([]quota.Zone, 0, len(zs))
+	for _, z := range zs {
+		out = append(out, quota.Zone{ID: z.ID, Name: z.Name, Client: z.Client})
 	}
 	return out
 }

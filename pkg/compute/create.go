@@ -242,9 +242,13 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys,
 	}
-	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
+	err = s.quota.Reserve(ctx, in.VDC, intent.Op, p.zone.ID, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
 	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
 		return nil, nil, &apierr.Error{Code: apierr.QuotaExceeded, Message: qe.Error(), Field: "quotas." + qe.Resource}
+	}
+	if ze := (*quota.ZoneUnavailableError)(nil); errors.As(err, &ze) {
+		return nil, nil, &apierr.Error{Code: apierr.ZoneUnavailable, Zone: ze.Zone,
+			Message: fmt.Sprintf("the quota of VDC %s cannot be checked: the usage in zone %s cannot be counted", in.VDC, ze.Zone), Cause: err}
 	}
 	if err != nil {
 		return nil, nil, internal("reserving quota failed", err)
@@ -370,6 +374,17 @@ func stageError(image, zone string, err error) error {
 	return &apierr.Error{Code: apierr.Internal, Message: fmt.Sprintf("staging image %s in zone %s failed: %s", image, zone, why), Cause: err}
 }
 
+// bind records the VMID of the create's guest on its quota reservation
+// before the clone makes it (the guest is counted through the reservation,
+// and listed as CREATING, from its first moment); should that fail, the
+// guest is counted twice until the create finishes: too much, never too
+// little.
+func (s *Service) bind(ctx context.Context, in *Intent, vmid int) {
+	if err := s.quota.Bind(ctx, in.VDC, in.Op, vmid); err != nil {
+		s.log.Warn("binding the guest to its quota reservation", "op", in.Op, "vmid", vmid, "err", err)
+	}
+}
+
 // release undoes the claims of a create that has no guest.
 func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
 	var macs []string
@@ -442,6 +457,7 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 	base := vmid
 	for attempt := 1; ; attempt++ {
 		var upid string
+		s.bind(ctx, in, vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
 			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
@@ -40,10 +41,14 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Inventory reads zones, hosts and guests.
+// Inventory reads zones, hosts and guests. One Inventory serves a whole
+// process (it is safe for concurrent use): its bound on the answers decoded
+// at a time holds across all requests only if they share it.
 type Inventory struct {
 	cfg      Config
 	decoding chan struct{} // one token per answer being decoded, GOMAXPROCS at most
+	// now and peak count the answers being decoded, and the most at once.
+	now, peak atomic.Int64
 }
 
 // New returns an inventory over cfg.Zones.
@@ -119,19 +124,26 @@ func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx con
 // one call for the whole zone, read through the zone's HTTP transport and decoded in one pass (go-proxmox decodes every
 // answer twice and copies it once more for its debug log).
 func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]pveapi.Resource, error) {
-	body, err := inv.get(ctx, zoneID, pveapi.ResourcesPath(typ))
+	return zoneRead(ctx, inv, zoneID, pveapi.ResourcesPath(typ), "resources", decodeResources)
+}
+
+// zoneRead GETs path of a zone and decodes the answer with decode, holding
+// a decoding slot meanwhile; errors say they concern what.
+func zoneRead[T any](ctx context.Context, inv *Inventory, zoneID, path, what string, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	body, err := inv.get(ctx, zoneID, path)
 	if err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
 	if err := inv.acquireDecode(ctx); err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
 	defer inv.releaseDecode()
-	rs, err := decodeResources(body)
+	v, err := decode(body)
 	if err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
-	return rs, nil
+	return v, nil
 }
 
 // acquireDecode waits for one of the GOMAXPROCS decoding slots: when many
@@ -140,13 +152,25 @@ func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]
 func (inv *Inventory) acquireDecode(ctx context.Context) error {
 	select {
 	case inv.decoding <- struct{}{}:
+		n := inv.now.Add(1)
+		for p := inv.peak.Load(); n > p && !inv.peak.CompareAndSwap(p, n); p = inv.peak.Load() {
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (inv *Inventory) releaseDecode() { <-inv.decoding }
+func (inv *Inventory) releaseDecode() {
+	inv.now.Add(-1)
+	<-inv.decoding
+}
+
+// DecodedAtOnceForTest returns the most answers this inventory decoded at
+// once, and how many it may (GOMAXPROCS at its creation).
+func (inv *Inventory) DecodedAtOnceForTest() (peak, limit int) {
+	return int(inv.peak.Load()), cap(inv.decoding)
+}
 
 // get GETs path (below /api2/json) of a zone and returns the body of a
 // successful answer: the agent's answer as it arrived, without a copy.
@@ -218,19 +242,24 @@ func decodeResources(body []byte) ([]pveapi.Resource, error) {
 // ZoneIPAMStatus reads every mapping of the PVE IPAM of a zone of the
 // registry (one call), read like ZoneResources.
 func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]pveapi.IPMapping, error) {
-	body, err := inv.get(ctx, zoneID, pveapi.IPAMStatusPath)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
+	return zoneRead(ctx, inv, zoneID, pveapi.IPAMStatusPath, "IPAM", func(b []byte) ([]pveapi.IPMapping, error) {
+		return decodeData[[]pveapi.IPMapping](b, nil)
+	})
+}
+
+// ZonePoolGuests reads the QEMU guests of pool poolid of a zone of the
+// registry (pveapi.PoolGuestsPath: one call whose cost follows the pool's
+// members, not the zone's guests), read like ZoneResources. A pool that
+// does not exist has no guests.
+func (inv *Inventory) ZonePoolGuests(ctx context.Context, zoneID, poolid string) ([]pveapi.Resource, error) {
+	gs, err := zoneRead(ctx, inv, zoneID, pveapi.PoolGuestsPath(poolid), "pool "+poolid, func(b []byte) ([]pveapi.Resource, error) {
+		ps, err := decodeData[[]pveapi.Pool](b, nil)
+		return pveapi.GuestsOfPools(ps), err
+	})
+	if pveapi.IsNotFound(err) {
+		return nil, nil
 	}
-	if err := inv.acquireDecode(ctx); err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	defer inv.releaseDecode()
-	ms, err := decodeData[[]pveapi.IPMapping](body, nil)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	return ms, nil
+	return gs, err
 }
 
 // Session memoizes the zone-wide reads of one API request, so that every
@@ -275,25 +304,35 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 	return c.val, c.err
 }
 
+// memoRead is memo for a read that returns a T.
+func memoRead[T any](ctx context.Context, s *Session, z zones.Zone, key string, read func(ctx context.Context) (T, error)) (T, error) {
+	v, err := s.memo(ctx, z, key, func(ctx context.Context) (any, error) { return read(ctx) })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
 // Resources reads the zone's /cluster/resources of type typ once per
 // session.
 func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]pveapi.Resource, error) {
-	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context) (any, error) {
+	return memoRead(ctx, s, z, "resources/"+typ, func(ctx context.Context) ([]pveapi.Resource, error) {
 		return s.inv.ZoneResources(ctx, z.ID, typ)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]pveapi.Resource), nil
+}
+
+// PoolGuests reads the QEMU guests of the zone's pool poolid once per
+// session (ZonePoolGuests).
+func (s *Session) PoolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+	return memoRead(ctx, s, z, "pool/"+poolid, func(ctx context.Context) ([]pveapi.Resource, error) {
+		return s.inv.ZonePoolGuests(ctx, z.ID, poolid)
+	})
 }
 
 // IPAM reads the zone's IPAM mappings once per session.
 func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]pveapi.IPMapping, error) {
-	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context) (any, error) {
+	return memoRead(ctx, s, z, "ipam", func(ctx context.Context) ([]pveapi.IPMapping, error) {
 		return s.inv.ZoneIPAMStatus(ctx, z.ID)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]pveapi.IPMapping), nil
 }
