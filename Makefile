@@ -10,6 +10,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # run of them reports no race in flexplane's own code, and they are the
 # slowest to build with -race.
 RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator)
+# Tests the race run does not select (the plain run runs them): the ones
+# that run the whole stack as child processes built without the race
+# detector, and the browser test on the mesh harness (embedded Headscale).
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestBrowserMesh)$$
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Where `make bench` writes its JSON report (bench-results/ is git-ignored).
@@ -28,8 +32,8 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema \
-	check-generated portal portal-deps browser test-portal
+.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+	generate-deps check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
 
@@ -47,10 +51,10 @@ dev: portal
 	exec $(DEV_DIR)/bin/devstack
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
-## including the portal's browser tests (SKIP_BROWSER=1 skips them).
+## including the portal's browser tests.
 test: portal browser
 	$(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS)
+	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
 ## lint: gofmt, go vet and staticcheck (pinned, run via `go run`), and the
 ## portal's type check.
@@ -84,7 +88,7 @@ $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 ## generate: regenerate every generated file from its source.
-generate: generate-proto generate-graphql generate-pveschema
+generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-deps
 
 # The agent gRPC API (buf lint, then buf generate with pinned local plugins).
 generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
@@ -95,14 +99,37 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 generate-graphql:
 	$(GO) tool gqlgen generate
 
+# The full dependency list of the agent, the binary on every hypervisor
+# (cmd/agent's TestDepList fails when it is stale).
+generate-deps:
+	$(GO) run ./pkg/dev/deptest/internal/deplist -out cmd/agent/deps.txt ./cmd/agent
+
 # The trimmed Proxmox VE API schema the simulator enforces.
+# The full schema is beside the repository here and in CI; without it this
+# fails rather than keep a file it cannot check.
 generate-pveschema:
-	@if [ -f "$(PVE_APIDATA)" ]; then \
-		$(GO) run ./pkg/pvesim/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pvesim/pveschema/apidata.json; \
-	else echo "generate: $(PVE_APIDATA) absent, keeping pkg/pvesim/pveschema/apidata.json"; fi
+	@test -f "$(PVE_APIDATA)" || { echo "generate: $(PVE_APIDATA) is missing (set PVE_APIDATA to Proxmox's apidata.json)"; exit 1; }
+	$(GO) run ./pkg/pvesim/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pvesim/pveschema/apidata.json
+
+# GraphiQL and React as the npm registry ships them, embedded by
+# pkg/api/graphiql so the API's GraphiQL page needs no CDN.
+GRAPHIQL_VERSION ?= 4.1.2
+GRAPHIQL_REACT_VERSION ?= 18.2.0
+generate-graphiql:
+	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets cmd/agent/deps.txt
+
+## check-proto-breaking: fail when the agent API breaks compatibility with
+## any earlier version of it on main (buf breaking, FILE rules): agents of
+## several versions talk to one orchestrator while they update themselves.
+check-proto-breaking: $(BIN)/buf
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	for c in $$(git log --format=%H -- proto buf.yaml); do \
+		mkdir -p "$$tmp/$$c"; git archive "$$c" buf.yaml proto | tar -x -C "$$tmp/$$c"; \
+		echo "buf breaking against $$c"; $(BIN)/buf breaking --against "$$tmp/$$c"; \
+	done
 
 ## check-generated: fail when generated code is stale or was edited by hand.
 check-generated: generate

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -46,7 +47,9 @@ func run() error {
 		return err
 	}
 	<-ctx.Done()
-	return a.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return a.Shutdown(sctx)
 }
 
 func version() string {

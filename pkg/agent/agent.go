@@ -180,7 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	ln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.Port)))
 	if err != nil {
-		a.node.Close()
+		a.node.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.grpc = grpc.NewServer(
@@ -202,18 +202,24 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Close stops serving and leaves the mesh. The agent stays enrolled: a new
-// agent with the same StateDir needs no key.
-func (a *Agent) Close() error {
+// Shutdown stops accepting calls, lets the calls in flight finish until ctx
+// ends (then cancels them), and leaves the mesh. The agent stays enrolled: a
+// new agent with the same StateDir needs no key. It is safe to call more
+// than once; later calls return the first one's result.
+func (a *Agent) Shutdown(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		stopped := make(chan struct{})
 		go func() { a.grpc.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
-		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
 			a.grpc.Stop()
 		}
-		a.closeErr = a.node.Close()
+		// Leaving the mesh gets its own short bound: an expired ctx must
+		// not leave the node's stack running.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		a.closeErr = a.node.Close(lctx)
 		<-a.served
 		a.log.Info("agent stopped")
 	})

@@ -8,12 +8,14 @@
 //
 //	h, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{...}})
 //	mux.Handle("/graphql", h)
+//	mux.Handle("/graphql/"+graphiql.AssetDir, h) // the GraphiQL page's assets
 package api
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -25,13 +27,13 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
 
@@ -79,7 +81,11 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Resolver.Logger == nil {
 		cfg.Resolver.Logger = cfg.Logger
 	}
-	h := &apiHandler{cfg: cfg, log: cfg.Logger}
+	page, err := graphiql.New("flexplane GraphQL")
+	if err != nil {
+		return nil, fmt.Errorf("api: new: %w", err)
+	}
+	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page}
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
@@ -109,17 +115,22 @@ func New(cfg Config) (http.Handler, error) {
 }
 
 type apiHandler struct {
-	cfg Config
-	log *slog.Logger
-	srv *handler.Server
+	cfg      Config
+	log      *slog.Logger
+	srv      *handler.Server
+	graphiql *graphiql.Handler
 }
 
 type rawVDCKey struct{}
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := graphiql.Asset(r); ok {
+		h.graphiql.ServeAsset(w, r)
+		return
+	}
 	if r.Method == http.MethodGet && r.URL.Query().Get("query") == "" && !isWebsocket(r) &&
 		strings.Contains(r.Header.Get("Accept"), "text/html") {
-		playground.Handler("flexplane GraphQL", r.URL.Path).ServeHTTP(w, r)
+		h.graphiql.ServePage(w, r)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)

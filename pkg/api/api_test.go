@@ -2,13 +2,18 @@ package api_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"html"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -430,10 +435,12 @@ func TestIntrospectionAndGraphiQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("GraphiQL page: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
+	checkGraphiQLAssets(t, h.url, string(page))
 
 	// A CORS preflight needs no token and learns only the methods.
 	req, _ = http.NewRequest(http.MethodOptions, h.url, nil)
@@ -563,5 +570,50 @@ func TestIssuerDown(t *testing.T) {
 	// Without a token it is still plainly unauthenticated.
 	if r := post(t, srv.URL, "", "", `{ me { subject } }`, nil); r.status != http.StatusUnauthorized || r.code(t) != "UNAUTHENTICATED" {
 		t.Fatalf("no token: status %d, %s", r.status, r.raw)
+	}
+}
+
+// checkGraphiQLAssets: the GraphiQL page loads every script and style from
+// the API's own origin (an air-gapped site has no CDN), each served with
+// the integrity the page states; nothing else is served under the assets'
+// path.
+func checkGraphiQLAssets(t *testing.T, apiURL, page string) {
+	t.Helper()
+	api, err := url.Parse(apiURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := regexp.MustCompile(`(?:src|href)="([^"]*)"\s+integrity="([^"]*)"`).FindAllStringSubmatch(page, -1)
+	if len(refs) != 4 {
+		t.Fatalf("GraphiQL page loads %d assets with integrity, want 4 (GraphiQL's script and style, React, ReactDOM):\n%s", len(refs), page)
+	}
+	if n := strings.Count(page, "https://") + strings.Count(page, "http://"); n > 0 {
+		t.Errorf("GraphiQL page names %d absolute URLs, want none:\n%s", n, page)
+	}
+	for _, ref := range refs {
+		u, err := api.Parse(ref[1])
+		if err != nil || u.Host != api.Host {
+			t.Fatalf("asset %q is not on the API's origin %s", ref[1], api.Host)
+		}
+		resp, err := http.Get(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		sum := sha256.Sum256(body)
+		if resp.StatusCode != http.StatusOK || "sha256-"+base64.StdEncoding.EncodeToString(sum[:]) != html.UnescapeString(ref[2]) || len(body) < 1000 {
+			t.Errorf("GET %s: %s, %d bytes, integrity %s", u, resp.Status, len(body), ref[2])
+		}
+	}
+	for _, p := range []string{"graphiql/LICENSE.react", "graphiql/nothing.js", "graphiql/../graphiql.go"} {
+		resp, err := http.Get(apiURL + "/" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("GET %s: %s, want no such asset", p, resp.Status)
+		}
 	}
 }

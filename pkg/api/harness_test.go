@@ -15,6 +15,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -138,6 +139,7 @@ func (h *harness) startAPI(t *testing.T) string {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", handler)
+	mux.Handle("/graphql/"+graphiql.AssetDir, handler)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/graphql"

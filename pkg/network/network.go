@@ -21,6 +21,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -315,7 +316,7 @@ func Delete(ctx context.Context, c *proxmox.Client, vdc, vnet string) error {
 // inUse returns ErrInUse (wrapped, saying why) when n has addresses in the
 // IPAM or a guest with a NIC on it.
 func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
-	ms, err := pveapi.IPAMStatus(ctx, c)
+	ms, err := ipam.Mappings(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -324,7 +325,7 @@ func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
 			return fmt.Errorf("network: %s: %w: the IPAM holds address %s", n.Name, ErrInUse, m.IP)
 		}
 	}
-	rs, err := pveapi.Guests(ctx, c)
+	gs, err := pveapi.Guests(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -335,10 +336,7 @@ func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
 		wg    sync.WaitGroup
 		sem   = make(chan struct{}, 8)
 	)
-	for _, r := range rs {
-		if r.Type != "qemu" {
-			continue
-		}
+	for _, r := range gs {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

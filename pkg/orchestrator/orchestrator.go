@@ -21,6 +21,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -196,7 +197,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
-	undo = append(undo, func() { control.Close() })
+	undo = append(undo, func() { control.Close(context.WithoutCancel(ctx)) })
 
 	mux := http.NewServeMux()
 	control.Mount(mux)
@@ -236,7 +237,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("orchestrator: join mesh: %w", err)
 	}
-	undo = append(undo, func() { node.Close() })
+	undo = append(undo, func() { node.Close(context.WithoutCancel(ctx)) })
 
 	registry, err := zones.New(zones.Config{
 		Mesh:            mesh{control: control, node: node},
@@ -258,6 +259,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// ServeMux allows registering while it serves; until now
 		// /graphql fell through to Handler.
 		mux.Handle(APIPath, h)
+		mux.Handle(APIPath+"/"+graphiql.AssetDir, h)
 		store = st
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -296,7 +298,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.RegistryZones(registry), ZoneTimeout: c.ZoneTimeout,
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, ZoneTimeout: c.ZoneTimeout,
 		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -338,10 +340,14 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Shutdown(sctx)
 }
 
-// Shutdown stops the zone registry, leaves the mesh, stops accepting
-// requests, waits for in-flight API requests until ctx ends, and closes the
-// connections of all mesh nodes (which reconnect to the next orchestrator).
-// It is safe to call more than once.
+// Shutdown stops the orchestrator in net/http's order: it stops accepting
+// connections and waits for the requests in flight (API requests still
+// reach the agents: the mesh is up), then stops the VM runners (their
+// creates stay recorded on the guests for whoever recovers them) and the
+// zone registry, leaves the mesh, and stops the mesh control server, which
+// closes the connections of all mesh nodes (they reconnect to the next
+// orchestrator). When ctx ends first, the remaining steps still run and
+// what did not finish is reported. It is safe to call more than once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stopped) })
 	s.mu.Lock()
@@ -349,19 +355,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.http == nil {
 		return nil
 	}
-	s.stop()
-	<-s.done
 	var errs []error
-	if s.compute != nil {
-		// Runners stop; their creates stay recorded on the guests.
-		errs = append(errs, s.compute.Shutdown(ctx))
-	}
-	errs = append(errs, s.node.Close())
+	// Connections the control server hijacked (the nodes' control streams,
+	// DERP) are not waited for: they stay until the control server stops.
 	if err := s.http.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("orchestrator: shutdown http: %w", err))
 		s.http.Close()
 	}
-	errs = append(errs, s.control.Close())
+	if s.compute != nil {
+		errs = append(errs, s.compute.Shutdown(ctx))
+	}
+	s.stop()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("orchestrator: stop zone registry: %w", ctx.Err()))
+	}
+	// Leaving the mesh and stopping the control server must happen even
+	// after ctx ended, or their goroutines and sockets stay: bound them
+	// anew.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	errs = append(errs, s.node.Close(lctx))
+	errs = append(errs, s.control.Close(lctx))
 	s.http = nil
 	s.log.Info("orchestrator stopped")
 	return errors.Join(errs...)

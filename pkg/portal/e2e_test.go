@@ -28,7 +28,7 @@ const clientID = "flexplane-portal"
 // driving Debian's chromium) against a real backend on loopback: the
 // development OpenID provider, the GraphQL API over a catalog directory, and
 // this package serving the built portal. `make test` builds the portal and
-// installs the browser first; SKIP_BROWSER=1 skips.
+// installs the browser first.
 func TestBrowser(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -115,8 +115,7 @@ func TestBrowser(t *testing.T) {
 	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
 }
 
-// browserPrerequisites skips the test under SKIP_BROWSER=1 and fails it
-// when the built portal, its packages, the browser or node are missing; it
+// browserPrerequisites fails the test when the built portal, its packages, the browser or node are missing; it
 // returns the portal's source directory and its build, and makes sure its
 // test-artifacts directory exists.
 func browserPrerequisites(t *testing.T) (root, public string) {

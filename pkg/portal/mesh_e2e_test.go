@@ -44,11 +44,6 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and tests/zone-down.test.mjs finds beta unavailable and the rest working.
 func TestBrowserMesh(t *testing.T) {
 	t.Parallel()
-	if raceEnabled {
-		// The harness runs the embedded Headscale, whose own data races fail
-		// any -race run (see RACE_PKGS in the Makefile); the plain run covers it.
-		t.Skip("the mesh harness cannot run under the race detector")
-	}
 	root, public := browserPrerequisites(t)
 	begin := time.Now()
 

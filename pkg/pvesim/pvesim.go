@@ -110,6 +110,7 @@ type Cluster struct {
 	url      string
 	started  time.Time
 	latency  atomic.Int64 // nanoseconds added to every request
+	inFlight atomic.Int64 // requests being answered
 	download *http.Client
 	persist  *persister // nil without Config.StateFile; immutable after Start
 
@@ -310,6 +311,10 @@ func (c *Cluster) SchemaProblems() []string {
 
 // SetLatency adds d to every request (0 removes it).
 func (c *Cluster) SetLatency(d time.Duration) { c.latency.Store(int64(d)) }
+
+// InFlight is the number of requests the cluster is answering now (waiting
+// out SetLatency included): tests wait on it for a call to be under way.
+func (c *Cluster) InFlight() int { return int(c.inFlight.Load()) }
 
 // SetNodeOnline takes a node offline or brings it back. An offline node's guests and
 // storage report unknown status, and calls proxied to it fail with 595 like Proxmox.

@@ -639,10 +639,12 @@ func (s *Stack) Close() {
 	s.mu.Lock()
 	cs := s.clusters
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		for _, a := range c.Agents {
-			wg.Go(func() { a.Close() })
+			wg.Go(func() { a.Shutdown(ctx) })
 		}
 	}
 	wg.Wait()

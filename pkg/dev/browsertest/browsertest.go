@@ -21,17 +21,15 @@ import (
 // portal/scripts/install-browser.sh).
 const Chromium = "/usr/bin/chromium"
 
-// Prerequisites skips the test under SKIP_BROWSER=1 and otherwise fails it
-// when the built portal, its packages, the browser or node are missing (see
-// Find). It returns the portal's source directory and its build.
+// Prerequisites fails the test when the built portal, its packages, the
+// browser or node are missing (see Find): the browser tests never skip,
+// `make test` installs all of it. It returns the portal's source directory
+// and its build.
 func Prerequisites(t testing.TB, repo string) (root, public string) {
 	t.Helper()
-	if os.Getenv("SKIP_BROWSER") == "1" {
-		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
-	}
 	root, public, err := Find(repo)
 	if err != nil {
-		t.Fatalf("%v (or set SKIP_BROWSER=1 to skip the browser tests)", err)
+		t.Fatalf("%v (make test installs it)", err)
 	}
 	return root, public
 }

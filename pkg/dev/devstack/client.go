@@ -111,24 +111,3 @@ func (c *Client) Do(ctx context.Context, vdc, query string, vars map[string]any,
 	}
 	return nil
 }
-
-// HasMutation reports whether the API's schema has a mutation of that name
-// (features still being built appear there once they land).
-func (c *Client) HasMutation(ctx context.Context, name string) (bool, error) {
-	var d struct {
-		Schema struct {
-			MutationType struct {
-				Fields []struct{ Name string } `json:"fields"`
-			} `json:"mutationType"`
-		} `json:"__schema"`
-	}
-	if err := c.Do(ctx, "", `{ __schema { mutationType { fields { name } } } }`, nil, &d); err != nil {
-		return false, err
-	}
-	for _, f := range d.Schema.MutationType.Fields {
-		if f.Name == name {
-			return true, nil
-		}
-	}
-	return false, nil
-}

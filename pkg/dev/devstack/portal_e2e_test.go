@@ -26,13 +26,7 @@ import (
 func TestPortalOnDevStack(t *testing.T) {
 	t.Parallel()
 	repo := stackTestRepo(t, "the portal's dev stack browser test")
-	if os.Getenv("SKIP_BROWSER") == "1" {
-		t.Skip("SKIP_BROWSER=1: the portal's browser tests are skipped")
-	}
-	root, _, err := browsertest.Find(repo)
-	if err != nil {
-		t.Skipf("SKIPPED: the portal cannot be driven in a browser here (`make test` installs all of it): %v", err)
-	}
+	root, _ := browsertest.Prerequisites(t, repo)
 	began := time.Now()
 	tmp := t.TempDir()
 	bin := buildStack(t, repo, tmp)

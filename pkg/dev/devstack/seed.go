@@ -226,17 +226,9 @@ func gatewayOf(cidr string) string {
 	return fmt.Sprintf("%d.%d.%d.1", a, b, c)
 }
 
-// vms creates the demo VMs that do not exist yet, once the API can create
-// VMs. It does not wait for them to run.
+// vms creates the demo VMs that do not exist yet. It does not wait for
+// them to run.
 func (s *seeder) vms(ctx context.Context) error {
-	ok, err := s.clients["admin"].HasMutation(ctx, "createVM")
-	if err != nil {
-		return err
-	}
-	if !ok {
-		s.log.Warn("the API has no createVM yet: no demo VMs")
-		return nil
-	}
 	for _, vm := range demoVMs() {
 		c := s.clients[memberOf(vm.vdc)]
 		var d struct {

@@ -337,7 +337,7 @@ func (h *Harness) JoinNode(t testing.TB, name string, tags ...string) *meshnode.
 	if err != nil {
 		t.Fatalf("meshtest: join %s: %v", name, err)
 	}
-	t.Cleanup(func() { n.Close() })
+	t.Cleanup(func() { n.Close(context.Background()) })
 	return n
 }
 
@@ -378,7 +378,10 @@ func (a *Agent) Stop() error {
 	if a.agent == nil {
 		return nil
 	}
-	err := a.agent.Close()
+	// Calls in flight are cut off, as a killed process would cut them.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := a.agent.Shutdown(ctx)
 	a.agent = nil
 	return err
 }

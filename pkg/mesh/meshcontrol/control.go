@@ -33,7 +33,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -261,8 +260,9 @@ func (c *Control) TrackConn(conn net.Conn, state http.ConnState) {
 }
 
 // Close stops serving the control protocol and closes the connections of all
-// nodes. See the package documentation for what headscale leaves behind.
-func (c *Control) Close() error {
+// nodes, and then its client of headscale's local API, until ctx ends. See
+// the package documentation for what headscale leaves behind.
+func (c *Control) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -275,8 +275,15 @@ func (c *Control) Close() error {
 	for conn := range conns {
 		conn.Close()
 	}
-	c.log.Info("mesh control server stopped")
-	return c.Client.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Client.Close() }()
+	select {
+	case err := <-done:
+		c.log.Info("mesh control server stopped")
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("meshcontrol: close: %w", ctx.Err())
+	}
 }
 
 // SocketPath is the unix socket of the local API (see Dial).
@@ -363,5 +370,3 @@ func freeTCPAddr() (string, error) {
 	l.Close()
 	return addr, nil
 }
-
-var _ io.Closer = (*Control)(nil)

@@ -62,7 +62,7 @@ func startServer(t *testing.T, dir string) *server {
 }
 
 func (s *server) stop() {
-	s.ctrl.Close()
+	s.ctrl.Close(context.Background())
 	s.http.Close()
 }
 
@@ -176,7 +176,7 @@ func TestEnrollment(t *testing.T) {
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err == nil {
-			t.Cleanup(func() { n.Close() })
+			t.Cleanup(func() { n.Close(context.Background()) })
 		}
 		return n, err
 	}
@@ -248,7 +248,7 @@ func TestStartErrors(t *testing.T) {
 	} {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		if c, err := meshcontrol.Start(t.Context(), cfg); err == nil {
-			c.Close()
+			c.Close(context.Background())
 			t.Errorf("%s: Start succeeded", name)
 		}
 	}

@@ -118,8 +118,18 @@ func HasState(dir string) bool {
 	return err == nil && fi.Size() > 0
 }
 
-// Close leaves the mesh.
-func (n *Node) Close() error { return n.srv.Close() }
+// Close leaves the mesh, waiting for the node's network stack to stop
+// until ctx ends.
+func (n *Node) Close(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- n.srv.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("meshnode: close: %w", ctx.Err())
+	}
+}
 
 // Listen listens on the node's mesh addresses only.
 func (n *Node) Listen(network, addr string) (net.Listener, error) {

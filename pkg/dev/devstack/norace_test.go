@@ -1,5 +1,0 @@
-//go:build !race
-
-package devstack_test
-
-const raceEnabled = false

@@ -1,0 +1,42 @@
+package orchestrator
+
+import (
+	"context"
+
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+)
+
+// computeZones adapts the zone registry to the zones the VM lifecycle
+// works in: the zones that have an online host, each with the registry's
+// client (the agents' Proxy over the mesh). It lives here, at the wiring,
+// so that package compute knows no mesh.
+type computeZones struct{ r *zones.Registry }
+
+// Zones implements compute.Zones.
+func (z computeZones) Zones(ctx context.Context) []compute.Zone {
+	var out []compute.Zone
+	for _, zz := range z.Known(ctx) {
+		if zz.Client != nil {
+			out = append(out, zz)
+		}
+	}
+	return out
+}
+
+// Known implements compute.KnownZones: every zone of the registry, those
+// without an online host without a client.
+func (z computeZones) Known(context.Context) []compute.Zone {
+	var out []compute.Zone
+	for _, zz := range z.r.Zones() {
+		m := compute.Zone{ID: zz.ID, Name: zz.Name}
+		for _, h := range zz.Hosts {
+			if h.Status == zones.StatusOnline {
+				m.Client = z.r.Client(zz.ID)
+				break
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
