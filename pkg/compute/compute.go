@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -343,19 +344,27 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	if !ok {
 		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
-	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
+	// The VDC's pool lists its guests only (its cost follows the VDC, not
+	// the zone); their tags and lock are in their configs.
+	gs, err := pveapi.PoolGuests(ctx, z.Client, tenancy.PoolID(vdc))
 	if err != nil {
 		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
 	}
-	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
+	i := slices.IndexFunc(gs, func(g pveapi.Resource) bool { return g.VMID == ref.VMID })
+	if i < 0 || gs[i].Template == 1 {
 		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
+	g := gs[i]
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		if pveapi.IsNotFound(err) {
 			return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 		}
 		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
+	}
+	g.RawTags, g.Lock, g.Pool = cfg.Str("tags"), cfg.Str("lock"), tenancy.PoolID(vdc)
+	if !g.HasTag(tenancy.ManagedTag) {
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
 	owner, _ := tenancy.VDCOf(g.Tags())
