@@ -552,26 +552,49 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	if _, err := settle(ctx, st.OrchestratorPID(), 30*time.Second); err != nil {
 		return nil, err
 	}
-	cpu0, err := benchmark.CPUTime(st.OrchestratorPID())
+	// The orchestrator's own background work (zone refresh, the mesh) over
+	// a quiet while, subtracted from the CPU time of the requests.
+	pid := st.OrchestratorPID()
+	idle, err := cpuOver(pid, func() error { time.Sleep(3 * time.Second); return nil })
 	if err != nil {
 		return nil, err
 	}
-	amid, n, err := sample()
+	var amid benchmark.Latencies
+	var n int
+	busy, err := cpuOver(pid, func() (err error) { amid, n, err = sample(); return err })
 	if err != nil {
 		return nil, fmt.Errorf("tenant amid others: %w", err)
-	}
-	cpu1, err := benchmark.CPUTime(st.OrchestratorPID())
-	if err != nil {
-		return nil, err
 	}
 	t := &benchmark.Tenant{
 		Zones: p.tenantZones, VDCGuests: p.tenantVMs, OtherGuests: p.tenantOthers,
 		Alone: alone, Amid: amid, Ratio: benchmark.Ratio(amid.P50, alone.P50),
 		// The warm-up requests ran in the same window.
-		OrchestratorCPU: benchmark.Ratio(float64(cpu1-cpu0)/float64(time.Millisecond), float64(n+3)),
+		OrchestratorCPU: benchmark.Ratio(max(busy.cpu-time.Duration(float64(idle.cpu)*busy.took.Seconds()/idle.took.Seconds()), 0).Seconds()*1000, float64(n+3)),
+		IdleCPU:         benchmark.Ratio(idle.cpu.Seconds()*1000, idle.took.Seconds()),
 	}
 	log.Info("bench: tenant figure", "alone_p50_ms", alone.P50, "amid_p50_ms", amid.P50, "ratio", t.Ratio, "orch_cpu_ms_per_req", t.OrchestratorCPU)
 	return t, nil
+}
+
+// cpuSpent is the CPU time a process used over a while.
+type cpuSpent struct{ cpu, took time.Duration }
+
+// cpuOver runs f and returns the CPU time process pid used meanwhile.
+func cpuOver(pid int, f func() error) (cpuSpent, error) {
+	c0, err := benchmark.CPUTime(pid)
+	if err != nil {
+		return cpuSpent{}, err
+	}
+	start := time.Now()
+	if err := f(); err != nil {
+		return cpuSpent{}, err
+	}
+	took := time.Since(start)
+	c1, err := benchmark.CPUTime(pid)
+	if err != nil {
+		return cpuSpent{}, err
+	}
+	return cpuSpent{cpu: c1 - c0, took: took}, nil
 }
 
 // settle waits until the orchestrator uses less than a fifth of a CPU over
@@ -976,10 +999,12 @@ func goals(rep *benchmark.Report, results map[string]map[int]benchmark.QueryResu
 	cpuGoal := func(measured float64, how string) {
 		gs = append(gs, benchmark.Goal{Name: "orchestrator CPU per vms request at 8 zones" + how, Target: "≤ 10 ms", Measured: measured, Unit: "ms", Pass: measured <= 10})
 	}
-	if i := slices.IndexFunc(rep.Throughput, func(t benchmark.Throughput) bool { return t.Query == "vms" && t.Zones == 8 }); i >= 0 {
-		cpuGoal(rep.Throughput[i].OrchestratorCPU, "")
-	} else if t := rep.Tenant; t != nil && t.Zones == 8 {
-		cpuGoal(t.OrchestratorCPU, " (tenant figure)")
+	// The figure of the issue: a VDC of 100 guests per zone amid others
+	// (the tenant figure), else the throughput run's.
+	if t := rep.Tenant; t != nil && t.Zones == 8 {
+		cpuGoal(t.OrchestratorCPU, fmt.Sprintf(", VDC of %d/zone", t.VDCGuests))
+	} else if i := slices.IndexFunc(rep.Throughput, func(t benchmark.Throughput) bool { return t.Query == "vms" && t.Zones == 8 }); i >= 0 {
+		cpuGoal(rep.Throughput[i].OrchestratorCPU, " (throughput run)")
 	}
 	if r, ok := results["vms"][8]; ok && r.GraphQL.Samples > 0 {
 		gs = append(gs, benchmark.Goal{Name: "vms at 8 zones vs floor (p50)", Target: "≤ 1.15×", Measured: r.RatioP50, Unit: "×", Pass: r.RatioP50 <= 1.15})

@@ -86,8 +86,12 @@ type Tenant struct {
 	Amid  Latencies `json:"amid"`
 	Ratio float64   `json:"ratio_p50"`
 	// OrchestratorCPU is the orchestrator's CPU time per request amid the
-	// others (/proc/PID/stat delta over the amid samples), in ms.
+	// others (/proc/PID/stat delta over the amid samples, less its idle
+	// rate over that time), in ms.
 	OrchestratorCPU float64 `json:"orchestrator_cpu_ms_per_req"`
+	// IdleCPU is the orchestrator's CPU time per second with no requests
+	// (its zone refresh and the mesh), in ms.
+	IdleCPU float64 `json:"orchestrator_idle_cpu_ms_per_s"`
 }
 
 // Scaling compares the largest scale with one zone.
@@ -226,8 +230,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "simulator %s, %d clients: %.0f req/s, p50 %.1fms; the busiest run needed %.1f req/s per cluster (headroom %.0f×)\n", s.Call, s.Clients, s.PerSecond, s.P50, s.Needed, s.Headroom)
 	}
 	if t := r.Tenant; t != nil {
-		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request\n",
-			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU)
+		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request (idle: %.1fms/s subtracted)\n",
+			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU, t.IdleCPU)
 	}
 	if e := r.Enrollment; e != nil {
 		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)
