@@ -5,10 +5,13 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // candidates is zones zones of guests guests each, one slice per zone, in
@@ -99,6 +102,34 @@ func TestVMStatusIsPveapiState(t *testing.T) {
 					t.Errorf("%+v: %q, pveapi says %q", res, got, res.State())
 				}
 			}
+		}
+	}
+}
+
+// TestGuestStatusOfCreatesInFlight: a pool member (which lacks the lock
+// and tags that tell a create) is CREATING while a live reservation of its
+// VDC is bound to it, in its zone only.
+func TestGuestStatusOfCreatesInFlight(t *testing.T) {
+	t.Parallel()
+	live := time.Now().Add(time.Hour)
+	v := &catalog.VDC{Status: catalog.VDCStatus{Reservations: []catalog.QuotaReservation{
+		{ID: "a", Zone: "z1", VMID: 101, Expires: live},
+		{ID: "b", Zone: "z1", VMID: 102, Expires: time.Now().Add(-time.Minute)}, // expired
+		{ID: "c", Zone: "z1", Expires: live},                                    // not cloned yet
+	}}}
+	creating := quota.Creating(v)
+	for _, c := range []struct {
+		zone string
+		vmid int
+		want model.VMStatus
+	}{
+		{"z1", 101, model.VMStatusCreating},
+		{"z2", 101, model.VMStatusStopped},
+		{"z1", 102, model.VMStatusStopped},
+		{"z1", 103, model.VMStatusStopped},
+	} {
+		if got := guestStatus(pveapi.Resource{Type: "qemu", VMID: c.vmid, Status: "stopped"}, creating[c.zone]); got != c.want {
+			t.Errorf("guest %d of %s: %s, want %s", c.vmid, c.zone, got, c.want)
 		}
 	}
 }
