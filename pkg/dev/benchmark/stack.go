@@ -397,7 +397,7 @@ func (c *Cluster) HTTPClient() *http.Client {
 	return &http.Client{Transport: c.tr, Timeout: 60 * time.Second}
 }
 
-// seed creates vms guests spread over the nodes with 4 concurrent callers:
+// seed creates vms guests spread over the nodes (addGuests):
 // every tenth is not flexplane's, the others are VDC's.
 func (c *Cluster) seed(ctx context.Context, vms int) error {
 	return c.addGuests(ctx, vms, 1000, func(i int) string {
@@ -416,7 +416,7 @@ func (c *Cluster) AddGuests(ctx context.Context, n, first int, vdc string) error
 }
 
 // addGuests creates n guests with VMIDs from first, guest i of vdcOf(i),
-// with 4 concurrent callers.
+// with 8 concurrent callers.
 func (c *Cluster) addGuests(ctx context.Context, n, first int, vdcOf func(i int) string) error {
 	pools := map[string]bool{}
 	for i := range n {
@@ -434,9 +434,9 @@ func (c *Cluster) addGuests(ctx context.Context, n, first int, vdcOf func(i int)
 	}
 	nodes := c.Sim.NodeNames()
 	jobs := make(chan int)
-	errs := make(chan error, 4)
+	errs := make(chan error, 8)
 	var wg sync.WaitGroup
-	for range 4 {
+	for range 8 {
 		wg.Go(func() {
 			for i := range jobs {
 				if err := c.createGuest(ctx, nodes[i%len(nodes)], first+i, i, vdcOf(i)); err != nil {
@@ -472,27 +472,21 @@ func (c *Cluster) addGuests(ctx context.Context, n, first int, vdcOf func(i int)
 	}
 }
 
-// createGuest creates guest vmid (the i-th of a seed) of vdc on node.
+// createGuest creates guest vmid (the i-th of a seed) of vdc on node (one
+// POST; its task is not waited for).
 func (c *Cluster) createGuest(ctx context.Context, node string, vmid, i int, vdc string) error {
-	n, err := c.Direct.Node(ctx, node)
-	if err != nil {
-		return err
+	params := map[string]any{
+		"vmid": vmid, "name": fmt.Sprintf("%s-vm-%d", c.Name, vmid), "memory": 2048, "cores": 2,
+		"scsi0": "local-lvm:16", "net0": "virtio,bridge=vmbr0", "tags": "other",
 	}
-	opts := []proxmox.VirtualMachineOption{
-		{Name: "name", Value: fmt.Sprintf("%s-vm-%d", c.Name, vmid)},
-		{Name: "memory", Value: 2048},
-		{Name: "cores", Value: 2},
-		{Name: "scsi0", Value: "local-lvm:16"},
-		{Name: "net0", Value: "virtio,bridge=vmbr0"},
-		{Name: "tags", Value: "other"},
-		{Name: "start", Value: i%4 == 0},
+	if i%4 == 0 {
+		params["start"] = 1
 	}
 	if vdc != "" {
-		opts[5].Value = tenancy.GuestTags(vdc)
-		opts = append(opts, proxmox.VirtualMachineOption{Name: "pool", Value: tenancy.PoolID(vdc)})
+		params["tags"], params["pool"] = tenancy.GuestTags(vdc), tenancy.PoolID(vdc)
 	}
-	_, err = n.NewVirtualMachine(ctx, vmid, opts...)
-	return err
+	var upid string
+	return c.Direct.Post(ctx, "/nodes/"+node+"/qemu", params, &upid)
 }
 
 // ManagedGuests is how many of vms seeded guests are VDC's.
