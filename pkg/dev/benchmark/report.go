@@ -85,10 +85,13 @@ type Tenant struct {
 	Alone Latencies `json:"alone"`
 	Amid  Latencies `json:"amid"`
 	Ratio float64   `json:"ratio_p50"`
-	// OrchestratorCPU is the orchestrator's CPU time per request amid the
-	// others (/proc/PID/stat delta over the amid samples, less its idle
-	// rate over that time), in ms.
+	// Requests were answered by a run of concurrent clients amid the
+	// others; OrchestratorCPU is the orchestrator's CPU time per request
+	// over it (/proc/PID/stat delta, less its idle rate over as long a
+	// while just before), GrossCPU the same without subtracting, in ms.
+	Requests        int     `json:"requests"`
 	OrchestratorCPU float64 `json:"orchestrator_cpu_ms_per_req"`
+	GrossCPU        float64 `json:"orchestrator_gross_cpu_ms_per_req"`
 	// IdleCPU is the orchestrator's CPU time per second with no requests
 	// (its zone refresh and the mesh), in ms.
 	IdleCPU float64 `json:"orchestrator_idle_cpu_ms_per_s"`
@@ -230,8 +233,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "simulator %s, %d clients: %.0f req/s, p50 %.1fms; the busiest run needed %.1f req/s per cluster (headroom %.0f×)\n", s.Call, s.Clients, s.PerSecond, s.P50, s.Needed, s.Headroom)
 	}
 	if t := r.Tenant; t != nil {
-		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request (idle: %.1fms/s subtracted)\n",
-			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU, t.IdleCPU)
+		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request over %d requests (%.2fms before subtracting its idle %.1fms/s)\n",
+			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU, t.Requests, t.GrossCPU, t.IdleCPU)
 	}
 	if e := r.Enrollment; e != nil {
 		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)
