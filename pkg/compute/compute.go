@@ -345,7 +345,8 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	// The VDC's pool lists its guests only (its cost follows the VDC, not
-	// the zone); their tags and lock are in their configs.
+	// the zone; another VDC's guest is refused before any further read, as
+	// fast as a missing one); their tags and lock are in their configs.
 	gs, err := pveapi.PoolGuests(ctx, z.Client, tenancy.PoolID(vdc))
 	if err != nil {
 		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
