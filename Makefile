@@ -70,7 +70,7 @@ lint: lint-portal
 ## (pkg/dev/meshtest). Every figure is a ratio against a baseline of the same
 ## run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench:
-	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 10m ./pkg/dev/benchmark
+	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 

@@ -9,7 +9,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -55,13 +55,13 @@ func BenchmarkVMs(b *testing.B) {
 		counts := make([]int, len(direct))
 		for i, pc := range direct {
 			wg.Go(func() {
-				rs, err := inventory.Resources(ctx, pc, "vm")
+				rs, err := pveapi.Resources(ctx, pc, "vm")
 				if err != nil {
 					b.Error(err)
 					return
 				}
 				for _, r := range rs {
-					if v, ok := tenancy.VDCOf(tenancy.SplitTags(r.Tags)); ok && v == "red" {
+					if v, ok := tenancy.VDCOf(r.Tags()); ok && v == "red" {
 						counts[i]++
 					}
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -53,17 +54,19 @@ func requestFrom(ctx context.Context) *request {
 	return nil
 }
 
-// inventory returns the inventory; without a zone registry the estate is
-// empty.
+// inventory returns the resolver's one inventory, built at first use and
+// shared by every request (so that its bound on the answers decoded at a
+// time holds for the process); without a zone registry the estate is
+// empty (nil).
 func (r *Resolver) inventory() *inventory.Inventory {
-	if r.Zones == nil {
-		return nil
-	}
-	inv, err := inventory.New(inventory.Config{Zones: r.Zones, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout)})
-	if err != nil {
-		return nil
-	}
-	return inv
+	r.invOnce.Do(func() {
+		if r.Zones == nil {
+			return
+		}
+		// New fails only without Zones.
+		r.inv, _ = inventory.New(inventory.Config{Zones: r.Zones, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout)})
+	})
+	return r.inv
 }
 
 // session returns the operation's inventory session (nil without zones).
@@ -197,35 +200,35 @@ func ptr[T any](v T) *T { return &v }
 
 // hostResource returns the /cluster/resources entry of a host; ok is false
 // when it cannot be read (its zone was reported) or there is none.
-func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (inventory.Resource, bool) {
+func (r *Resolver) hostResource(ctx context.Context, h *model.Host) (pveapi.Resource, bool) {
 	ref, err := tenancy.ParseHostID(h.ID)
 	if err != nil {
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	z, ok := r.zoneByID(ref.ZoneID)
 	s := r.session(ctx)
 	if !ok || s == nil {
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	// Only the nodes: the whole list carries every guest of the zone.
 	rs, err := s.Resources(ctx, z, "node")
 	if err != nil {
 		r.zoneDown(ctx, z, err)
-		return inventory.Resource{}, false
+		return pveapi.Resource{}, false
 	}
 	for _, res := range rs {
 		if res.Type == "node" && res.Node == ref.Node && res.Status == "online" {
 			return res, true
 		}
 	}
-	return inventory.Resource{}, false
+	return pveapi.Resource{}, false
 }
 
 const mib, gib = 1 << 20, 1 << 30
 
 // capacity sums a zone's online nodes and its storage (shared storage
 // once).
-func capacity(rs []inventory.Resource) *model.Capacity {
+func capacity(rs []pveapi.Resource) *model.Capacity {
 	var c model.Capacity
 	var cpuUsed float64
 	var memTotal, memUsed, stTotal, stUsed int64
@@ -269,21 +272,11 @@ func fraction(used, total float64) float64 {
 	return min(used/total, 1)
 }
 
-// guestOf returns the VM of a /cluster/resources entry when it is a guest
-// flexplane manages in vdc.
-func guestOf(res inventory.Resource, vdc string) bool {
-	if res.Type != "qemu" || res.Template == 1 {
-		return false
-	}
-	v, managed := tenancy.VDCOf(tenancy.SplitTags(res.Tags))
-	return managed && v == vdc
-}
-
-func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
+func vmModel(zm *model.Zone, res pveapi.Resource, status model.VMStatus) *model.VM {
 	m := &model.VM{
 		ID:            tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}.ID(),
 		Name:          res.Name,
-		Status:        vmStatus(res),
+		Status:        status,
 		Zone:          zm,
 		Vcpus:         res.MaxCPU,
 		MemoryMiB:     int(res.MaxMem / mib),
@@ -300,19 +293,17 @@ func vmModel(zm *model.Zone, res inventory.Resource) *model.VM {
 	return m
 }
 
-func vmStatus(res inventory.Resource) model.VMStatus {
-	switch {
-	case res.Lock == "clone" || res.Lock == "create" ||
-		slices.Contains(tenancy.SplitTags(res.Tags), tenancy.CreatingTag):
+// vmStatus is the API's status of a guest: pveapi's one mapping.
+func vmStatus(res pveapi.Resource) model.VMStatus { return model.VMStatus(res.State()) }
+
+// guestStatus is the status of a member of a VDC's pool, whose entry lacks
+// the lock and tags that tell a create in flight: a guest bound to a live
+// quota reservation of the VDC (creating, by VMID) is CREATING.
+func guestStatus(res pveapi.Resource, creating map[int]bool) model.VMStatus {
+	if creating[res.VMID] {
 		return model.VMStatusCreating
-	case res.Status == "running":
-		return model.VMStatusRunning
-	case res.Status == "stopped":
-		return model.VMStatusStopped
-	case res.Status == "paused" || res.Status == "suspended":
-		return model.VMStatusPaused
 	}
-	return model.VMStatusUnknown
+	return vmStatus(res)
 }
 
 // vmNotFound is the one answer for a VM id that is malformed, forged, of
@@ -334,9 +325,10 @@ func mustVMRef(id string) tenancy.VMRef {
 
 // vmCandidate is a guest that matches a vms query, before its page is cut.
 type vmCandidate struct {
-	ref  tenancy.VMRef
-	zone *model.Zone
-	res  *inventory.Resource // in the session's answer; not modified
+	ref    tenancy.VMRef
+	zone   *model.Zone
+	res    *pveapi.Resource // in the session's answer; not modified
+	status model.VMStatus
 }
 
 // pageVMs returns the first n candidates in page order (zone identity,
@@ -354,7 +346,7 @@ func pageVMs(byZone [][]vmCandidate, n int) []*model.VM {
 		}
 		slices.SortFunc(cs, func(a, b vmCandidate) int { return vmOrder(a.ref, b.ref) })
 		for _, c := range cs[:min(n-len(vms), len(cs))] {
-			vms = append(vms, vmModel(c.zone, *c.res))
+			vms = append(vms, vmModel(c.zone, *c.res, c.status))
 		}
 	}
 	return vms

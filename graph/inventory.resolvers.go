@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 	"github.com/luthermonson/go-proxmox"
 )
 
@@ -131,12 +131,13 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		return nil, err
 	}
 	s := r.session(ctx)
+	creating := quota.Creating(scope.VDC)
 	var (
 		mu     sync.Mutex
 		byZone [][]vmCandidate
 	)
 	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
-		rs, err := s.Resources(ctx, z, "vm")
+		rs, err := s.PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
 		if err != nil {
 			return err
 		}
@@ -144,10 +145,11 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		cs := make([]vmCandidate, 0, len(rs))
 		for i := range rs {
 			res := &rs[i]
-			if !guestOf(*res, scope.VDC.Name) {
+			if res.Template == 1 {
 				continue
 			}
-			if filter.Status != nil && vmStatus(*res) != *filter.Status {
+			status := guestStatus(*res, creating[z.ID])
+			if filter.Status != nil && status != *filter.Status {
 				continue
 			}
 			if filter.Name != nil && !strings.Contains(strings.ToLower(res.Name), strings.ToLower(*filter.Name)) {
@@ -157,7 +159,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 			if cursor != nil && vmOrder(ref, *cursor) <= 0 {
 				continue
 			}
-			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res})
+			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res, status: status})
 		}
 		mu.Lock()
 		byZone = append(byZone, cs)
@@ -178,13 +180,13 @@ func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	if !ok {
 		return nil, vmNotFound()
 	}
-	rs, err := r.session(ctx).Resources(ctx, z, "vm")
+	rs, err := r.session(ctx).PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
 	if err != nil {
 		return nil, apierr.ZoneDown(z.Name, err)
 	}
 	for _, res := range rs {
-		if res.VMID == ref.VMID && guestOf(res, scope.VDC.Name) {
-			return vmModel(zoneModel(z, r.AgentVersion), res), nil
+		if res.VMID == ref.VMID && res.Template != 1 {
+			return vmModel(zoneModel(z, r.AgentVersion), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
 		}
 	}
 	return nil, vmNotFound()
@@ -202,10 +204,9 @@ func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, 
 		r.zoneDown(ctx, z, err)
 		return []string{}, nil
 	}
-	vmid := strconv.Itoa(ref.VMID)
 	out := []string{}
 	for _, m := range ms {
-		if string(m.VMID) == vmid && m.Gateway == 0 {
+		if int(m.VMID) == ref.VMID && m.Gateway == 0 {
 			out = append(out, m.IP)
 		}
 	}

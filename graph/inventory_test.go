@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -55,6 +60,13 @@ func seed(t *testing.T, c *proxmox.Client, guests ...guest) {
 		params := map[string]any{"vmid": g.vmid, "name": g.name, "cores": 2, "memory": 2048}
 		if g.tags != "" {
 			params["tags"] = g.tags
+		}
+		// A guest of one VDC is in its pool, as flexplane's creates leave it.
+		if vdc, ok := tenancy.VDCOf(tenancy.SplitTags(g.tags)); ok && vdc != "" {
+			if err := c.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil); err != nil && !strings.Contains(err.Error(), "already exists") {
+				t.Fatalf("seed %s: pool: %v", g.name, err)
+			}
+			params["pool"] = tenancy.PoolID(vdc)
 		}
 		if g.start {
 			params["start"] = 1
@@ -566,11 +578,72 @@ func TestInventory(t *testing.T) {
 		partial(t)
 	})
 	t.Run("failing zone", func(t *testing.T) {
-		beta.Sim.FailRequests("GET", "/cluster/resources", 500, 1000)
-		beta.Sim.FailRequests("GET", "/cluster/sdn/vnets", 500, 1000)
-		defer beta.Sim.FailRequests("GET", "/cluster/resources", 500, 0)
-		defer beta.Sim.FailRequests("GET", "/cluster/sdn/vnets", 500, 0)
+		for _, p := range []string{"/cluster/resources", "/pools", "/cluster/sdn/vnets"} {
+			beta.Sim.FailRequests("GET", p, 500, 1000)
+			defer beta.Sim.FailRequests("GET", p, 500, 0)
+		}
 		partial(t)
+	})
+	// Every request of a resolver reads through one inventory, so that at
+	// most GOMAXPROCS answers are decoded at once in the process, however
+	// many requests run.
+	t.Run("one inventory for all requests", func(t *testing.T) {
+		r := &graph.Resolver{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Logger: slog.New(slog.DiscardHandler)}
+		red, err := catalog.Get[*catalog.VDC](ctx, h.Catalog(t), "red")
+		if err != nil {
+			t.Fatal(err)
+		}
+		scoped := graph.WithVDCScope(ctx, graph.VDCScope{VDC: red})
+		var wg sync.WaitGroup
+		for range 24 {
+			wg.Go(func() {
+				vms, err := r.Query().Vms(graph.WithRequest(scoped), nil, nil, nil)
+				if err != nil || len(vms) != 3 {
+					t.Errorf("vms: %d, %v", len(vms), err)
+				}
+			})
+		}
+		wg.Wait()
+		peak, limit := graph.InventoryForTest(r).DecodedAtOnceForTest()
+		if peak == 0 || peak > limit || limit != runtime.GOMAXPROCS(0) {
+			t.Errorf("%d answers decoded at once by the resolver's inventory, limit %d (GOMAXPROCS %d)", peak, limit, runtime.GOMAXPROCS(0))
+		}
+	})
+	// A VDC's VMs are read from its pool, whose members are the VDC's
+	// guests only: not from /cluster/resources, which lists every guest of
+	// the zone.
+	t.Run("vms read the VDC's pool only", func(t *testing.T) {
+		for _, c := range h.Clusters {
+			c.Sim.FailRequests("GET", "/cluster/resources", 500, 1000)
+			defer c.Sim.FailRequests("GET", "/cluster/resources", 500, 0)
+		}
+		var all []vm
+		h.GraphQL(t, "alice", "red", `{ vms { `+vmFields+` } }`, nil).OK(t).Into(t, "vms", &all)
+		if got, want := names(all), []string{"alpha/red-db", "alpha/red-web-1", "beta/red-web-2"}; !slices.Equal(got, want) {
+			t.Fatalf("red's vms = %v, want %v", got, want)
+		}
+		for _, v := range all {
+			ok := v.Host != nil && v.Vcpus == 2 && v.MemoryMiB == 2048
+			switch v.Name {
+			case "red-web-1":
+				ok = ok && v.ID == redWeb1 && v.Status == "RUNNING" && v.Host.Name == "pve1" && slices.Equal(v.IPAddresses, []string{"10.20.0.10"})
+			case "red-db":
+				ok = ok && v.Status == "STOPPED" && v.Host.Name == "pve2" && len(v.IPAddresses) == 0
+			case "red-web-2":
+				ok = ok && v.ID == redWeb2 && v.Status == "RUNNING" && v.Zone.Name == "beta"
+			}
+			if !ok {
+				t.Errorf("%s = %+v", v.Name, v)
+			}
+		}
+		var one vm
+		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { `+vmFields+` } }`, map[string]any{"id": redWeb2}).OK(t).Into(t, "vm", &one)
+		if one.Name != "red-web-2" || one.Status != "RUNNING" || one.Zone.Name != "beta" {
+			t.Errorf("vm(id: red-web-2) = %+v", one)
+		}
+		if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { name } }`, map[string]any{"id": blueApp}); r.Code(t) != "NOT_FOUND" {
+			t.Errorf("blue's VM for red: %s", r.Raw)
+		}
 	})
 	t.Run("zone without agents", func(t *testing.T) {
 		for _, a := range beta.Agents {

@@ -5,10 +5,13 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // candidates is zones zones of guests guests each, one slice per zone, in
@@ -20,8 +23,8 @@ func candidates(zones, guests int) [][]vmCandidate {
 		zm := &model.Zone{ID: fmt.Sprintf("%032x", z*7919), Name: fmt.Sprintf("z%02d", z)}
 		zm.Hosts = []*model.Host{{Name: "pve1", Zone: zm}, {Name: "pve2", Zone: zm}}
 		for g := range guests {
-			res := &inventory.Resource{VMID: 1000 + (g*37)%guests, Name: fmt.Sprintf("vm-%d", g), Node: fmt.Sprintf("pve%d", g%2+1),
-				Status: "running", MaxCPU: 2, MaxMem: 2 << 30, Tags: tenancy.GuestTags("red")}
+			res := &pveapi.Resource{VMID: 1000 + (g*37)%guests, Name: fmt.Sprintf("vm-%d", g), Node: fmt.Sprintf("pve%d", g%2+1),
+				Status: "running", MaxCPU: 2, MaxMem: 2 << 30, RawTags: tenancy.GuestTags("red")}
 			cs = append(cs, vmCandidate{ref: tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}, zone: zm, res: res})
 		}
 		byZone = append(byZone, cs)
@@ -35,7 +38,7 @@ func allModelsSorted(byZone [][]vmCandidate, n int) []*model.VM {
 	cs := slices.Concat(byZone...)
 	vms := make([]*model.VM, len(cs))
 	for i, c := range cs {
-		vms[i] = vmModel(c.zone, *c.res)
+		vms[i] = vmModel(c.zone, *c.res, c.status)
 	}
 	type keyed struct {
 		ref tenancy.VMRef
@@ -84,5 +87,49 @@ func BenchmarkPageVMs(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestVMStatusIsPveapiState: the API's VM status is pveapi's one mapping,
+// and every state it yields is a status of the schema.
+func TestVMStatusIsPveapiState(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"running", "stopped", "paused", "suspended", "unknown", ""} {
+		for _, lock := range []string{"", "clone", "create", "suspended", "backup"} {
+			for _, tags := range []string{"", tenancy.GuestTags("red"), tenancy.GuestTags("red", tenancy.CreatingTag)} {
+				res := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: tags}
+				if got := vmStatus(res); !got.IsValid() || string(got) != string(res.State()) {
+					t.Errorf("%+v: %q, pveapi says %q", res, got, res.State())
+				}
+			}
+		}
+	}
+}
+
+// TestGuestStatusOfCreatesInFlight: a pool member (which lacks the lock
+// and tags that tell a create) is CREATING while a live reservation of its
+// VDC is bound to it, in its zone only.
+func TestGuestStatusOfCreatesInFlight(t *testing.T) {
+	t.Parallel()
+	live := time.Now().Add(time.Hour)
+	v := &catalog.VDC{Status: catalog.VDCStatus{Reservations: []catalog.QuotaReservation{
+		{ID: "a", Zone: "z1", VMID: 101, Expires: live},
+		{ID: "b", Zone: "z1", VMID: 102, Expires: time.Now().Add(-time.Minute)}, // expired
+		{ID: "c", Zone: "z1", Expires: live},                                    // not cloned yet
+	}}}
+	creating := quota.Creating(v)
+	for _, c := range []struct {
+		zone string
+		vmid int
+		want model.VMStatus
+	}{
+		{"z1", 101, model.VMStatusCreating},
+		{"z2", 101, model.VMStatusStopped},
+		{"z1", 102, model.VMStatusStopped},
+		{"z1", 103, model.VMStatusStopped},
+	} {
+		if got := guestStatus(pveapi.Resource{Type: "qemu", VMID: c.vmid, Status: "stopped"}, creating[c.zone]); got != c.want {
+			t.Errorf("guest %d of %s: %s, want %s", c.vmid, c.zone, got, c.want)
+		}
 	}
 }

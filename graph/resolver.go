@@ -7,6 +7,7 @@ package graph
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
@@ -14,6 +15,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -60,6 +62,9 @@ type Resolver struct {
 	// AgentVersion is the agent version this orchestrator ships: hosts
 	// whose agent reports another show updateAvailable. Empty: never.
 	AgentVersion string
+
+	invOnce sync.Once
+	inv     *inventory.Inventory // built over Zones at first use, by invOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

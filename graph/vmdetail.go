@@ -15,7 +15,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each
@@ -215,7 +215,7 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 // vmCounter reads one of vm's byte counters off the zone's resources (the
 // operation's inventory session read them for the VM itself); a VM the
 // zone no longer lists counts 0.
-func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(inventory.Resource) int64) (float64, error) {
+func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(pveapi.Resource) int64) (float64, error) {
 	ref := mustVMRef(vm.ID)
 	z, ok := r.zoneByID(ref.ZoneID)
 	if !ok {

@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // Nics is the resolver for the nics field.
@@ -29,20 +29,20 @@ func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) 
 
 // NetInBytes is the resolver for the netInBytes field.
 func (r *vMResolver) NetInBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.NetIn })
+	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetIn })
 }
 
 // NetOutBytes is the resolver for the netOutBytes field.
 func (r *vMResolver) NetOutBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.NetOut })
+	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetOut })
 }
 
 // DiskReadBytes is the resolver for the diskReadBytes field.
 func (r *vMResolver) DiskReadBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.DiskRead })
+	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskRead })
 }
 
 // DiskWriteBytes is the resolver for the diskWriteBytes field.
 func (r *vMResolver) DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res inventory.Resource) int64 { return res.DiskWrite })
+	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskWrite })
 }

@@ -127,6 +127,20 @@ type VDCStatus struct {
 	// the quotas on top of what Proxmox reports until the create's guest is
 	// finished (then Proxmox counts it) or the reservation expires.
 	Reservations []QuotaReservation `json:"reservations,omitempty"`
+	// Counted is what the VDC's guests used in each zone (by zone identity)
+	// when a reservation last counted them: while a zone cannot be read,
+	// its last count stands in for it, so an outage never lets a VDC go
+	// over quota.
+	Counted map[string]ZoneCount `json:"counted,omitempty"`
+}
+
+// ZoneCount is what a VDC's guests used in one zone at a time.
+type ZoneCount struct {
+	VCPUs      int       `json:"vcpus"`
+	MemoryMiB  int       `json:"memoryMiB"`
+	StorageGiB int       `json:"storageGiB"`
+	VMs        int       `json:"vms"`
+	At         time.Time `json:"at"`
 }
 
 // QuotaReservation holds back resources of a VDC for one create in flight.
@@ -139,6 +153,11 @@ type QuotaReservation struct {
 	MemoryMiB  int       `json:"memoryMiB"`
 	StorageGiB int       `json:"storageGiB"`
 	Expires    time.Time `json:"expires"`
+	// Zone is the identity of the zone the create works in.
+	Zone string `json:"zone,omitempty"`
+	// VMID is the create's guest once it exists (0 before): that guest is
+	// counted through the reservation, not as a member of the VDC's pool.
+	VMID int `json:"vmid,omitempty"`
 }
 
 // VDCSpec is the desired state of a VDC.

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,15 @@ type Zones interface {
 	Zones(ctx context.Context) []Zone
 }
 
+// KnownZones is implemented by Zones that also know the zones that cannot
+// be reached now: Known lists every zone, those without a Client (nil) that
+// cannot be reached. Quota counts them as they were last counted
+// (pkg/tenancy/quota). Zones that do not implement it know only their
+// reachable zones.
+type KnownZones interface {
+	Known(ctx context.Context) []Zone
+}
+
 // StaticZones is a fixed list of zones.
 type StaticZones []Zone
 
@@ -84,6 +94,9 @@ type Config struct {
 	// QuotaTTL is how long a quota reservation of a create lives unless the
 	// create releases it; default 30m.
 	QuotaTTL time.Duration
+	// ZoneTimeout bounds the quota count of each zone (zones are counted
+	// in parallel); default quota.DefaultZoneTimeout.
+	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
 	// may be live in another replica until then); default 2m.
@@ -147,7 +160,7 @@ func New(cfg Config) (*Service, error) {
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
 		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
 	}
-	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Clients: s.clients}
+	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -204,10 +217,16 @@ func (s *Service) Images() *images.Stager { return s.stager }
 // Quota returns the ledger the service reserves quota with.
 func (s *Service) Quota() *quota.Ledger { return s.quota }
 
-func (s *Service) clients(ctx context.Context) []*proxmox.Client {
-	var out []*proxmox.Client
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		out = append(out, z.Client)
+// quotaZones lists every zone for the quota ledger, those that cannot be
+// reached without a client.
+func (s *Service) quotaZones(ctx context.Context) []quota.Zone {
+	zs := s.cfg.Zones.Zones(ctx)
+	if k, ok := s.cfg.Zones.(KnownZones); ok {
+		zs = k.Known(ctx)
+	}
+	out := make([]quota.Zone, 0, len(zs))
+	for _, z := range zs {
+		out = append(out, quota.Zone{ID: z.ID, Name: z.Name, Client: z.Client})
 	}
 	return out
 }
@@ -240,16 +259,17 @@ func newOpID() string {
 	return lowerBase32.EncodeToString(b[:])
 }
 
-// Status is the state of a VM.
-type Status string
+// Status is the state of a VM (pveapi.Resource.State, the one mapping of
+// Proxmox's status, lock and tags).
+type Status = pveapi.GuestState
 
 // VM states.
 const (
-	StatusCreating Status = "CREATING"
-	StatusRunning  Status = "RUNNING"
-	StatusStopped  Status = "STOPPED"
-	StatusPaused   Status = "PAUSED"
-	StatusUnknown  Status = "UNKNOWN"
+	StatusCreating = pveapi.StateCreating
+	StatusRunning  = pveapi.StateRunning
+	StatusStopped  = pveapi.StateStopped
+	StatusPaused   = pveapi.StatePaused
+	StatusUnknown  = pveapi.StateUnknown
 )
 
 // VM is a guest of a VDC.
@@ -272,23 +292,13 @@ type VM struct {
 }
 
 // vmFromGuest builds a VM from what Proxmox lists and the guest's intent.
-func vmFromGuest(z Zone, g pveapi.Guest, in *Intent, creating bool) *VM {
+func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 	vm := &VM{
 		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
-		VCPUs: g.MaxCPU, MemoryMiB: int(g.MaxMem >> 20), DiskGiB: int((g.MaxDisk + 1<<30 - 1) >> 30),
+		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(),
 	}
 	vm.ID = vm.Ref.ID()
 	vm.VDC, _ = tenancy.VDCOf(g.Tags())
-	switch g.Status {
-	case "running":
-		vm.Status = StatusRunning
-	case "stopped":
-		vm.Status = StatusStopped
-	case "paused":
-		vm.Status = StatusPaused
-	default:
-		vm.Status = StatusUnknown
-	}
 	if in != nil {
 		vm.VDC = in.VDC
 		for _, n := range in.NICs {
@@ -306,7 +316,7 @@ func vmFromGuest(z Zone, g pveapi.Guest, in *Intent, creating bool) *VM {
 
 // isCreating reports whether a guest is an unfinished create: marked, or a
 // fresh clone of a template that has no VDC tag yet.
-func isCreating(g pveapi.Guest) bool {
+func isCreating(g pveapi.Resource) bool {
 	if g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
 		return false
 	}
@@ -319,46 +329,52 @@ func notFound() error { return newError(KindNotFound, "no such VM") }
 
 // lookup resolves a VM id within vdc: the zone, the guest and its intent.
 // Anything that is not a VM of vdc is NOT_FOUND.
-func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, error) {
+func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, error) {
 	z, g, in, _, err := s.lookupConfig(ctx, vdc, id)
 	return z, g, in, err
 }
 
 // lookupConfig is lookup that also returns the guest's configuration.
-func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Guest, *Intent, pveapi.Config, error) {
+func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
 	ref, err := tenancy.ParseVMID(id)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
 	if !ok {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
-	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
+	// The VDC's pool lists its guests only (its cost follows the VDC, not
+	// the zone; another VDC's guest is refused before any further read, as
+	// fast as a missing one); their tags and lock are in their configs.
+	gs, err := pveapi.PoolGuests(ctx, z.Client, tenancy.PoolID(vdc))
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, nil, zoneDown(z.Name, err)
+		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
 	}
-	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+	i := slices.IndexFunc(gs, func(g pveapi.Resource) bool { return g.VMID == ref.VMID })
+	if i < 0 || gs[i].Template == 1 {
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
-	// A guest tagged with another VDC is refused on what the guest list
-	// says, before any further read: answering it as fast as a missing one
-	// does not tell that it exists. Only an untagged guest (a create before
-	// its tags) needs its intent read to find its VDC.
-	owner, _ := tenancy.VDCOf(g.Tags())
-	if owner != "" && owner != vdc {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
-	}
+	g := gs[i]
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		if pveapi.IsNotFound(err) {
-			return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+			return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 		}
-		return Zone{}, pveapi.Guest{}, nil, nil, zoneDown(z.Name, err)
+		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
+	}
+	g.RawTags, g.Lock, g.Pool = cfg.Str("tags"), cfg.Str("lock"), tenancy.PoolID(vdc)
+	if !g.HasTag(tenancy.ManagedTag) {
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
-	if owner == "" && (in == nil || in.VDC != vdc) {
-		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+	owner, _ := tenancy.VDCOf(g.Tags())
+	tagged := owner != ""
+	switch {
+	case tagged && owner == vdc:
+	case !tagged && in != nil && in.VDC == vdc:
+	default:
+		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	return z, g, in, cfg, nil
 }

@@ -86,7 +86,7 @@ func TestLifecycleTwoZones(t *testing.T) {
 			t.Fatalf("%s: %d flexplane mappings, want 2", z.Name, len(ms))
 		}
 		for _, m := range ms {
-			if m.VMID != fmt.Sprint(got.Ref.VMID) {
+			if int(m.VMID) != got.Ref.VMID {
 				t.Errorf("%s: mapping %+v does not name guest %d", z.Name, m, got.Ref.VMID)
 			}
 			if !strings.Contains(strings.ToUpper(cfg.Str("net0")+cfg.Str("net1")), strings.ToUpper(m.MAC)) {

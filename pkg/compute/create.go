@@ -228,7 +228,7 @@ func (s *Service) network(ctx context.Context, z Zone, vdc, id string) (ipam.Sub
 		}
 		return ipam.Subnet{}, err
 	}
-	if owner, _, ok := tenancy.ParseVNetAlias(vn.Alias); !ok || owner != vdc || vn.Zone != tenancy.SDNZoneID(vdc) {
+	if !tenancy.VNetBelongs(vdc, vn.Zone, vn.Alias) {
 		return ipam.Subnet{}, errNoNetwork
 	}
 	var subs []struct {
@@ -283,9 +283,13 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	if err := s.claim(ctx, p, intent); err != nil {
 		return fail(err)
 	}
-	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
+	err = s.quota.Reserve(ctx, in.VDC, intent.Op, p.zone.ID, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
 	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
 		return fail(&Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err})
+	}
+	if ze := (*quota.ZoneUnavailableError)(nil); errors.As(err, &ze) {
+		return fail(&Error{Kind: KindZoneUnavailable, Zone: ze.Zone,
+			Message: fmt.Sprintf("the quota of VDC %s cannot be checked: the usage in zone %s cannot be counted", in.VDC, ze.Zone), Cause: err})
 	}
 	if err != nil {
 		return fail(internal("reserving quota failed", err))
@@ -403,6 +407,17 @@ func stageError(image, zone string, err error) error {
 	return &Error{Kind: KindInternal, Message: fmt.Sprintf("staging image %s in zone %s failed: %s", image, zone, why), Cause: err}
 }
 
+// bind records the VMID of the create's guest on its quota reservation
+// before the clone makes it (the guest is counted through the reservation,
+// and listed as CREATING, from its first moment); should that fail, the
+// guest is counted twice until the create finishes: too much, never too
+// little.
+func (s *Service) bind(ctx context.Context, in *Intent, vmid int) {
+	if err := s.quota.Bind(ctx, in.VDC, in.Op, vmid); err != nil {
+		s.log.Warn("binding the guest to its quota reservation", "op", in.Op, "vmid", vmid, "err", err)
+	}
+}
+
 // release undoes the claims of a create that has no guest.
 func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
 	var macs []string
@@ -501,6 +516,7 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 	base := vmid
 	for attempt := 1; ; attempt++ {
 		var upid string
+		s.bind(ctx, in, vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
 			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
@@ -653,7 +669,7 @@ func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) erro
 }
 
 // step applies the next change the guest needs and names it.
-func (s *Service) step(ctx context.Context, z Zone, g pveapi.Guest, cfg pveapi.Config, in *Intent, base string) (string, error) {
+func (s *Service) step(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (string, error) {
 	if changes, del := plannedConfig(cfg, in); len(changes) > 0 || del != "" {
 		s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
 		changes["digest"] = cfg.Digest()

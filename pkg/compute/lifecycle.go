@@ -78,7 +78,7 @@ func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, err
 var macRE = regexp.MustCompile(`(?i)([0-9a-f]{2}:){5}[0-9a-f]{2}`)
 
 // destroy stops, purges and releases the addresses of guest g.
-func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Guest, in *Intent) (string, error) {
+func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) (string, error) {
 	var macs []string
 	base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID)
 	for range maxSteps {

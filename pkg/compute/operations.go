@@ -254,7 +254,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 }
 
 // observeStep names the step an unfinished create is at, read off the guest.
-func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Guest, in *Intent) string {
+func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) string {
 	if g.Lock == "clone" {
 		return "clone"
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 func TestStageErrorIsClientSafe(t *testing.T) {
@@ -22,5 +23,18 @@ func TestStageErrorIsClientSafe(t *testing.T) {
 	want = "staging image debian-12 in zone fra1 failed: see the orchestrator's logs"
 	if got != want {
 		t.Errorf("publicError = %q, want %q", got, want)
+	}
+}
+
+// TestVMStatusIsPveapiState: a VM's status is pveapi's one mapping.
+func TestVMStatusIsPveapiState(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"running", "stopped", "paused", "suspended", "unknown"} {
+		for _, lock := range []string{"", "clone", "create", "suspended", "migrate"} {
+			g := pveapi.Resource{Type: "qemu", VMID: 100, Status: status, Lock: lock, RawTags: tenancy.GuestTags("red")}
+			if got := vmFromGuest(Zone{ID: "z"}, g, nil, false).Status; got != g.State() {
+				t.Errorf("status %q lock %q: %s, pveapi says %s", status, lock, got, g.State())
+			}
+		}
 	}
 }

@@ -55,7 +55,7 @@ func crashAfterClone(t *testing.T, e *env) (*compute.VM, *compute.Operation) {
 	return vm, op
 }
 
-func isCreatingGuest(g pveapi.Guest) bool {
+func isCreatingGuest(g pveapi.Resource) bool {
 	vdc, _ := tenancy.VDCOf(g.Tags())
 	return g.HasTag(tenancy.CreatingTag) || vdc == ""
 }

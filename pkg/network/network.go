@@ -122,10 +122,9 @@ func List(ctx context.Context, c *proxmox.Client, vdc string) ([]Network, error)
 	if err := c.Get(ctx, "/cluster/sdn/vnets", &vnets); err != nil {
 		return nil, fmt.Errorf("network: list vnets: %w", err)
 	}
-	zone := tenancy.SDNZoneID(vdc)
 	var mine []vnetEntry
 	for _, v := range vnets {
-		if owner, _, ok := tenancy.ParseVNetAlias(v.Alias); ok && owner == vdc && v.Zone == zone {
+		if tenancy.VNetBelongs(vdc, v.Zone, v.Alias) {
 			mine = append(mine, v)
 		}
 	}
@@ -145,7 +144,7 @@ func List(ctx context.Context, c *proxmox.Client, vdc string) ([]Network, error)
 
 // read completes a VNet of a VDC with its subnet.
 func read(ctx context.Context, c *proxmox.Client, v vnetEntry) (Network, error) {
-	vdc, name, _ := tenancy.ParseVNetAlias(v.Alias)
+	vdc, name, _ := tenancy.VNetOf(v.Zone, v.Alias)
 	n := Network{VDC: vdc, Name: name, VNet: v.VNet}
 	var subnets []subnetEntry
 	if err := c.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(v.VNet)+"/subnets", &subnets); err != nil {

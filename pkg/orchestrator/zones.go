@@ -14,15 +14,29 @@ import (
 type computeZones struct{ r *zones.Registry }
 
 // Zones implements compute.Zones.
-func (z computeZones) Zones(context.Context) []compute.Zone {
+func (z computeZones) Zones(ctx context.Context) []compute.Zone {
+	var out []compute.Zone
+	for _, zz := range z.Known(ctx) {
+		if zz.Client != nil {
+			out = append(out, zz)
+		}
+	}
+	return out
+}
+
+// Known implements compute.KnownZones: every zone of the registry, those
+// without an online host without a client.
+func (z computeZones) Known(context.Context) []compute.Zone {
 	var out []compute.Zone
 	for _, zz := range z.r.Zones() {
+		m := compute.Zone{ID: zz.ID, Name: zz.Name}
 		for _, h := range zz.Hosts {
 			if h.Status == zones.StatusOnline {
-				out = append(out, compute.Zone{ID: zz.ID, Name: zz.Name, Client: z.r.Client(zz.ID)})
+				m.Client = z.r.Client(zz.ID)
 				break
 			}
 		}
+		out = append(out, m)
 	}
 	return out
 }

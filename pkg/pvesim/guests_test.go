@@ -494,8 +494,21 @@ func TestPools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Members) != 1 || a.Members[0].VMID != 100 || a.Members[0].Pool != "a" {
+	// As Proxmox lists them: /cluster/resources's fields less pool, tags
+	// and lock.
+	if len(a.Members) != 1 || a.Members[0].VMID != 100 || a.Members[0].Node != "pve1" || a.Members[0].Status != "stopped" ||
+		a.Members[0].MaxMem != 1<<30 || a.Members[0].Pool != "" || a.Members[0].Tags != "" {
 		t.Fatalf("pool a members: %+v", a.Members)
+	}
+	var typed []struct{ Members []map[string]any }
+	if err := cl.Get(ctx, "/pools?poolid=a&type=qemu", &typed); err != nil || len(typed) != 1 || len(typed[0].Members) != 1 {
+		t.Fatalf("pool a's qemu members: %+v, %v", typed, err)
+	}
+	if err := cl.Get(ctx, "/pools?poolid=a&type=storage", &typed); err != nil || len(typed) != 1 || len(typed[0].Members) != 0 {
+		t.Fatalf("pool a's storage members: %+v, %v", typed, err)
+	}
+	if err := cl.Get(ctx, "/pools?poolid=nope", &typed); err == nil || !strings.Contains(err.Error(), "pool 'nope' does not exist") {
+		t.Fatalf("an absent pool: %v", err)
 	}
 	b, err := cl.Pool(ctx, "b")
 	if err != nil {

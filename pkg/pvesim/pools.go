@@ -7,8 +7,16 @@ import (
 	"time"
 )
 
-func (st *state) poolMembers(id string, now time.Time) []*vmResource {
+// poolMembers lists the guests of pool id as Proxmox does (PVE::API2::Pool
+// with PVE::API2Tools::extract_vm_stats): the fields of /cluster/resources
+// less tags, lock and pool, which that list adds from the guests' configs.
+// typ "" lists every member, "qemu" the QEMU guests, "lxc" and "storage"
+// none (the simulator has neither containers nor storage members).
+func (st *state) poolMembers(id, typ string, now time.Time) []*vmResource {
 	out := []*vmResource{}
+	if typ != "" && typ != "qemu" {
+		return out
+	}
 	ids := []int{}
 	for vmid, g := range st.guests {
 		if g.pool == id {
@@ -17,7 +25,9 @@ func (st *state) poolMembers(id string, now time.Time) []*vmResource {
 	}
 	sort.Ints(ids)
 	for _, vmid := range ids {
-		out = append(out, st.guestResource(st.guests[vmid], now))
+		e := st.guestResource(st.guests[vmid], now)
+		e.Tags, e.Lock, e.Pool = "", "", ""
+		out = append(out, e)
 	}
 	return out
 }
@@ -33,6 +43,7 @@ func poolEntry(p *pool) map[string]any {
 func hPools(cl *call) (any, error) {
 	c := cl.c
 	only, _ := cl.p.str("poolid")
+	typ, _ := cl.p.str("type")
 	out := []map[string]any{}
 	now := time.Now()
 	for _, id := range sortedKeys(c.st.pools) {
@@ -41,7 +52,7 @@ func hPools(cl *call) (any, error) {
 		}
 		e := poolEntry(c.st.pools[id])
 		if only != "" {
-			e["members"] = c.st.poolMembers(id, now)
+			e["members"] = c.st.poolMembers(id, typ, now)
 		}
 		out = append(out, e)
 	}
@@ -60,7 +71,8 @@ func hPoolGet(cl *call) (any, error) {
 	}
 	e := poolEntry(p)
 	delete(e, "poolid")
-	e["members"] = c.st.poolMembers(id, time.Now())
+	typ, _ := cl.p.str("type")
+	e["members"] = c.st.poolMembers(id, typ, time.Now())
 	return e, nil
 }
 

@@ -127,6 +127,26 @@ func ParseVNetAlias(alias string) (vdc, network string, ok bool) {
 	return vdc, network, true
 }
 
+// VNetOf returns the VDC a Proxmox VNet belongs to, given the VNet's SDN
+// zone and alias: it belongs to vdc when flexplane created it for vdc (its
+// alias names vdc) and it lies in vdc's SDN zone (an alias alone can be
+// written by anyone who edits the VNet). This is the one check of VNet
+// ownership, for reads and writes alike.
+func VNetOf(sdnZone, alias string) (vdc, network string, ok bool) {
+	vdc, network, ok = ParseVNetAlias(alias)
+	if !ok || sdnZone != SDNZoneID(vdc) {
+		return "", "", false
+	}
+	return vdc, network, true
+}
+
+// VNetBelongs reports whether the VNet of sdnZone and alias belongs to vdc
+// (VNetOf).
+func VNetBelongs(vdc, sdnZone, alias string) bool {
+	owner, _, ok := VNetOf(sdnZone, alias)
+	return ok && owner == vdc
+}
+
 // ErrBadID is returned (wrapped) for an id that is not one the API handed out.
 var ErrBadID = errors.New("malformed id")
 

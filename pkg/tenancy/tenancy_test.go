@@ -147,3 +147,28 @@ func TestHostID(t *testing.T) {
 		}
 	}
 }
+
+// TestVNetBelongs is the one check that a VNet is a VDC's: its alias names
+// the VDC and it lies in the VDC's SDN zone.
+func TestVNetBelongs(t *testing.T) {
+	t.Parallel()
+	alias := VNetAlias("red", "web")
+	for _, c := range []struct {
+		vdc, zone, alias string
+		want             bool
+	}{
+		{"red", SDNZoneID("red"), alias, true},
+		{"blue", SDNZoneID("red"), alias, false},
+		{"red", SDNZoneID("blue"), alias, false}, // an alias copied onto another VDC's VNet
+		{"red", "localnet", alias, false},
+		{"red", SDNZoneID("red"), "web", false},
+		{"red", SDNZoneID("red"), "", false},
+	} {
+		if got := VNetBelongs(c.vdc, c.zone, c.alias); got != c.want {
+			t.Errorf("VNetBelongs(%q, %q, %q) = %v", c.vdc, c.zone, c.alias, got)
+		}
+	}
+	if vdc, name, ok := VNetOf(SDNZoneID("red"), alias); !ok || vdc != "red" || name != "web" {
+		t.Errorf("VNetOf: %q %q %v", vdc, name, ok)
+	}
+}

@@ -174,13 +174,13 @@ func stagingNode(ctx context.Context, c *proxmox.Client) (string, error) {
 // It is done once it is an unlocked template, else pending. Guests that
 // lost the race are never returned, so nothing clones from them and their
 // makers may delete them.
-func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (done, pending *pveapi.Guest, err error) {
+func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (done, pending *pveapi.Resource, err error) {
 	guests, err := pveapi.Guests(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	tag := Tag(img)
-	var win *pveapi.Guest
+	var win *pveapi.Resource
 	for i := range guests {
 		g := &guests[i]
 		if !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) {

@@ -55,7 +55,7 @@ func TestConcurrentStagingConverges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tagged []pveapi.Guest
+	var tagged []pveapi.Resource
 	for _, g := range guests {
 		if g.HasTag(images.Tag(img)) {
 			tagged = append(tagged, g)

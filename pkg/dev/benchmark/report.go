@@ -25,8 +25,10 @@ type Report struct {
 	Throughput []Throughput `json:"throughput"`
 	Simulator  []SimRate    `json:"simulator"`
 	Enrollment *Enrollment  `json:"enrollment,omitempty"`
-	Memory     Memory       `json:"memory"`
-	Goals      []Goal       `json:"goals"`
+	// Tenant is the cost of a VDC's reads amid other tenants' guests.
+	Tenant *Tenant `json:"tenant,omitempty"`
+	Memory Memory  `json:"memory"`
+	Goals  []Goal  `json:"goals"`
 	// Notes says what was scaled down or left out, and why.
 	Notes []string `json:"notes"`
 }
@@ -61,10 +63,38 @@ type QueryResult struct {
 	RatioP99 float64   `json:"ratio_p99"`
 	// FloorCall says what the floor asks each cluster.
 	FloorCall string `json:"floor_call"`
+	// Raw is the raw floor: the same Proxmox answers fetched over HTTPS
+	// from every cluster in parallel, read but not decoded; RawRatioP50 is
+	// GraphQL p50 over it.
+	Raw         Latencies `json:"raw_floor"`
+	RawRatioP50 float64   `json:"ratio_raw_p50"`
 	// Failed counts GraphQL answers with errors (not in the latencies);
 	// FirstError is the first of them.
 	Failed     int    `json:"failed"`
 	FirstError string `json:"first_error,omitempty"`
+}
+
+// Tenant is the vms query of a VDC with VDCGuests guests in each of Zones
+// zones, alone and amid OtherGuests guests of another tenant per zone.
+type Tenant struct {
+	Zones       int `json:"zones"`
+	VDCGuests   int `json:"vdc_guests_per_zone"`
+	OtherGuests int `json:"other_guests_per_zone"`
+	// Alone and Amid are the GraphQL latencies; Ratio is Amid p50 over
+	// Alone p50 (1 = the other guests cost nothing).
+	Alone Latencies `json:"alone"`
+	Amid  Latencies `json:"amid"`
+	Ratio float64   `json:"ratio_p50"`
+	// Requests were answered by a run of concurrent clients amid the
+	// others; OrchestratorCPU is the orchestrator's CPU time per request
+	// over it (/proc/PID/stat delta, less its idle rate over as long a
+	// while just before), GrossCPU the same without subtracting, in ms.
+	Requests        int     `json:"requests"`
+	OrchestratorCPU float64 `json:"orchestrator_cpu_ms_per_req"`
+	GrossCPU        float64 `json:"orchestrator_gross_cpu_ms_per_req"`
+	// IdleCPU is the orchestrator's CPU time per second with no requests
+	// (its zone refresh and the mesh), in ms.
+	IdleCPU float64 `json:"orchestrator_idle_cpu_ms_per_s"`
 }
 
 // Scaling compares the largest scale with one zone.
@@ -179,10 +209,10 @@ func (r *Report) WriteJSON(path string) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
-	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\tn\tfailed\t\n")
+	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\traw floor p50\tratio\tn\tfailed\t\n")
 	for _, q := range r.Queries {
-		p("%s\t%d\t%d\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.2f×\t%.2f×\t%d\t%d\t\n",
-			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.GraphQL.Samples, q.Failed)
+		p("%s\t%d\t%d\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.2f×\t%.2f×\t%.1fms\t%.2f×\t%d\t%d\t\n",
+			q.Query, q.Zones, q.Hosts, q.GraphQL.P50, q.GraphQL.P99, q.Floor.P50, q.Floor.P99, q.RatioP50, q.RatioP99, q.Raw.P50, q.RawRatioP50, q.GraphQL.Samples, q.Failed)
 	}
 	p("\n")
 	p("scaling (p50 at N zones / 1 zone)\tzones\tgraphql\tfloor\tgraphql/floor\t\n")
@@ -201,6 +231,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w)
 	for _, s := range r.Simulator {
 		fmt.Fprintf(w, "simulator %s, %d clients: %.0f req/s, p50 %.1fms; the busiest run needed %.1f req/s per cluster (headroom %.0f×)\n", s.Call, s.Clients, s.PerSecond, s.P50, s.Needed, s.Headroom)
+	}
+	if t := r.Tenant; t != nil {
+		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request over %d requests (%.2fms before subtracting its idle %.1fms/s)\n",
+			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU, t.Requests, t.GrossCPU, t.IdleCPU)
 	}
 	if e := r.Enrollment; e != nil {
 		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)

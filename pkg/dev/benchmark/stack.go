@@ -95,6 +95,8 @@ type Stack struct {
 	mu       sync.Mutex
 	tokens   map[string]string // by user, protected by mu
 	clusters []*Cluster        // protected by mu
+
+	closeOnce sync.Once
 }
 
 // Cluster is a simulated Proxmox cluster of the stack.
@@ -355,8 +357,8 @@ func (s *Stack) Token(ctx context.Context, user string) (string, error) {
 
 // AddCluster starts a simulated cluster of nodes nodes and seeds it with
 // vms guests through the Proxmox API: every tenth is not flexplane's, the
-// others carry VDC's tags (pkg/tenancy); a quarter run. Its agents are not
-// started.
+// others are VDC's (its tags, pkg/tenancy, and its pool); a quarter run.
+// Its agents are not started.
 func (s *Stack) AddCluster(ctx context.Context, name string, nodes, vms int) (*Cluster, error) {
 	secret := strconv.FormatInt(time.Now().UnixNano(), 36) + "x" + name
 	token := "flexplane@pve!agent=" + secret
@@ -394,16 +396,49 @@ func (c *Cluster) HTTPClient() *http.Client {
 	return &http.Client{Transport: c.tr, Timeout: 60 * time.Second}
 }
 
-// seed creates vms guests spread over the nodes with 4 concurrent callers.
+// seed creates vms guests spread over the nodes (addGuests):
+// every tenth is not flexplane's, the others are VDC's.
 func (c *Cluster) seed(ctx context.Context, vms int) error {
+	return c.addGuests(ctx, vms, 1000, func(i int) string {
+		if i%10 == 9 {
+			return ""
+		}
+		return VDC
+	})
+}
+
+// AddGuests adds n guests of vdc (tagged and in its pool, as flexplane's
+// creates leave them; "" for guests that are not flexplane's) with VMIDs
+// from first, spread over the nodes, and waits until Proxmox lists them.
+func (c *Cluster) AddGuests(ctx context.Context, n, first int, vdc string) error {
+	return c.addGuests(ctx, n, first, func(int) string { return vdc })
+}
+
+// addGuests creates n guests with VMIDs from first, guest i of vdcOf(i),
+// with 8 concurrent callers.
+func (c *Cluster) addGuests(ctx context.Context, n, first int, vdcOf func(i int) string) error {
+	pools := map[string]bool{}
+	for i := range n {
+		if vdc := vdcOf(i); vdc != "" && !pools[vdc] {
+			pools[vdc] = true
+			if err := c.Direct.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil); err != nil && !strings.Contains(err.Error(), "already exists") {
+				return fmt.Errorf("benchmark: seed %s: pool of %s: %w", c.Name, vdc, err)
+			}
+		}
+	}
+	cl := (&proxmox.Cluster{}).New(c.Direct)
+	before, err := cl.Resources(ctx, "vm")
+	if err != nil {
+		return fmt.Errorf("benchmark: seed %s: %w", c.Name, err)
+	}
 	nodes := c.Sim.NodeNames()
 	jobs := make(chan int)
-	errs := make(chan error, 4)
+	errs := make(chan error, 8)
 	var wg sync.WaitGroup
-	for range 4 {
+	for range 8 {
 		wg.Go(func() {
 			for i := range jobs {
-				if err := c.createGuest(ctx, nodes[i%len(nodes)], i); err != nil {
+				if err := c.createGuest(ctx, nodes[i%len(nodes)], first+i, i, vdcOf(i)); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -412,7 +447,7 @@ func (c *Cluster) seed(ctx context.Context, vms int) error {
 			}
 		})
 	}
-	for i := range vms {
+	for i := range n {
 		jobs <- i
 	}
 	close(jobs)
@@ -422,39 +457,35 @@ func (c *Cluster) seed(ctx context.Context, vms int) error {
 		return fmt.Errorf("benchmark: seed %s: %w", c.Name, err)
 	default:
 	}
-	cl := (&proxmox.Cluster{}).New(c.Direct)
+	want := len(before) + n
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		rs, err := cl.Resources(ctx, "vm")
-		if err == nil && len(rs) == vms {
+		if err == nil && len(rs) == want {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("benchmark: seed %s: %d of %d guests after 60s (%v)", c.Name, len(rs), vms, err)
+			return fmt.Errorf("benchmark: seed %s: %d of %d guests after 60s (%v)", c.Name, len(rs), want, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-func (c *Cluster) createGuest(ctx context.Context, node string, i int) error {
-	n, err := c.Direct.Node(ctx, node)
-	if err != nil {
-		return err
+// createGuest creates guest vmid (the i-th of a seed) of vdc on node (one
+// POST; its task is not waited for).
+func (c *Cluster) createGuest(ctx context.Context, node string, vmid, i int, vdc string) error {
+	params := map[string]any{
+		"vmid": vmid, "name": fmt.Sprintf("%s-vm-%d", c.Name, vmid), "memory": 2048, "cores": 2,
+		"scsi0": "local-lvm:16", "net0": "virtio,bridge=vmbr0", "tags": "other",
 	}
-	tags := tenancy.GuestTags(VDC)
-	if i%10 == 9 {
-		tags = "other"
+	if i%4 == 0 {
+		params["start"] = 1
 	}
-	_, err = n.NewVirtualMachine(ctx, 1000+i,
-		proxmox.VirtualMachineOption{Name: "name", Value: fmt.Sprintf("%s-vm-%d", c.Name, i)},
-		proxmox.VirtualMachineOption{Name: "memory", Value: 2048},
-		proxmox.VirtualMachineOption{Name: "cores", Value: 2},
-		proxmox.VirtualMachineOption{Name: "scsi0", Value: "local-lvm:16"},
-		proxmox.VirtualMachineOption{Name: "net0", Value: "virtio,bridge=vmbr0"},
-		proxmox.VirtualMachineOption{Name: "tags", Value: tags},
-		proxmox.VirtualMachineOption{Name: "start", Value: i%4 == 0},
-	)
-	return err
+	if vdc != "" {
+		params["tags"], params["pool"] = tenancy.GuestTags(vdc), tenancy.PoolID(vdc)
+	}
+	var upid string
+	return c.Direct.Post(ctx, "/nodes/"+node+"/qemu", params, &upid)
 }
 
 // ManagedGuests is how many of vms seeded guests are VDC's.
@@ -610,8 +641,11 @@ func SelfCPUTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// Close stops the agents, the orchestrator, the clusters and the provider.
-func (s *Stack) Close() {
+// Close stops the agents, the orchestrator, the clusters and the provider;
+// closing a closed stack does nothing.
+func (s *Stack) Close() { s.closeOnce.Do(s.close) }
+
+func (s *Stack) close() {
 	s.mu.Lock()
 	cs := s.clusters
 	s.mu.Unlock()

@@ -84,20 +84,13 @@ func IsFlexplaneMAC(mac string) bool {
 	return strings.HasPrefix(strings.ToUpper(mac), MACPrefix)
 }
 
-// Mapping is one IP mapping of the Proxmox IPAM.
-type Mapping struct {
-	Zone    string `json:"zone"`
-	VNet    string `json:"vnet"`
-	IP      string `json:"ip"`
-	MAC     string `json:"mac"`
-	VMID    string `json:"vmid"`
-	Gateway int    `json:"gateway"`
-}
+// Mapping is one IP mapping of the Proxmox IPAM (pveapi's one model of it).
+type Mapping = pveapi.IPMapping
 
 // Mappings lists every mapping of the Proxmox IPAM.
 func Mappings(ctx context.Context, c *proxmox.Client) ([]Mapping, error) {
-	var out []Mapping
-	if err := c.Get(ctx, "/cluster/sdn/ipams/pve/status", &out); err != nil {
+	out, err := pveapi.IPAMStatus(ctx, c)
+	if err != nil {
 		return nil, fmt.Errorf("ipam: list mappings: %w", err)
 	}
 	return out, nil

@@ -75,7 +75,7 @@ func TestClaimRelease(t *testing.T) {
 	found := false
 	for _, m := range ms {
 		if m.IP == "10.5.0.4" {
-			found = m.VMID == "123"
+			found = m.VMID == 123
 		}
 	}
 	if !found {

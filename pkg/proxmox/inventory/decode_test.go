@@ -17,6 +17,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -36,7 +37,7 @@ func sameDecoding[T any](t *testing.T, name string, body []byte) {
 	var got T
 	var gerr error
 	switch g := any(&got).(type) {
-	case *[]Resource:
+	case *[]pveapi.Resource:
 		*g, gerr = decodeResources(body)
 	default:
 		got, gerr = decodeData(body, got)
@@ -98,15 +99,15 @@ func TestDecodeDataMatchesEncodingJSON(t *testing.T) {
 		return b
 	}
 	for _, typ := range []string{"", "vm", "node", "storage"} {
-		body := get(resourcesPath(typ))
-		sameDecoding[[]Resource](t, "resources "+typ, body)
+		body := get(pveapi.ResourcesPath(typ))
+		sameDecoding[[]pveapi.Resource](t, "resources "+typ, body)
 		if rs, err := decodeResources(body); err != nil || len(rs) == 0 {
 			t.Errorf("resources %q: %d, %v", typ, len(rs), err)
 		}
 	}
-	ipam := get(ipamStatusPath)
-	sameDecoding[[]IPMapping](t, "ipam", ipam)
-	if ms, err := decodeData[[]IPMapping](ipam, nil); err != nil || len(ms) == 0 {
+	ipam := get(pveapi.IPAMStatusPath)
+	sameDecoding[[]pveapi.IPMapping](t, "ipam", ipam)
+	if ms, err := decodeData[[]pveapi.IPMapping](ipam, nil); err != nil || len(ms) == 0 {
 		t.Errorf("ipam: %+v, %v", ms, err)
 	}
 
@@ -124,13 +125,13 @@ func TestDecodeDataMatchesEncodingJSON(t *testing.T) {
 		`not json`,
 		``,
 	} {
-		sameDecoding[[]Resource](t, body, []byte(body))
+		sameDecoding[[]pveapi.Resource](t, body, []byte(body))
 	}
 	for _, body := range []string{
 		`{"data":[{"ip":"10.0.0.2","vmid":130},{"ip":"10.0.0.3","vmid":"131"},{"ip":"10.0.0.4"}]}`,
 		`{"data":[{"vmid":true}]}`,
 	} {
-		sameDecoding[[]IPMapping](t, body, []byte(body))
+		sameDecoding[[]pveapi.IPMapping](t, body, []byte(body))
 	}
 }
 
@@ -177,9 +178,9 @@ func BenchmarkDecodeResources(b *testing.B) {
 	body := resourcesBody(1000)
 	for _, v := range []struct {
 		name   string
-		decode func([]byte) ([]Resource, error)
+		decode func([]byte) ([]pveapi.Resource, error)
 	}{
-		{"encoding-json", stdDecode[[]Resource]},
+		{"encoding-json", stdDecode[[]pveapi.Resource]},
 		{"decodeResources", decodeResources},
 	} {
 		b.Run(v.name, func(b *testing.B) {

@@ -17,15 +17,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // DefaultTimeout bounds one zone's part of a request when Config.Timeout
@@ -40,10 +41,14 @@ type Config struct {
 	Timeout time.Duration
 }
 
-// Inventory reads zones, hosts and guests.
+// Inventory reads zones, hosts and guests. One Inventory serves a whole
+// process (it is safe for concurrent use): its bound on the answers decoded
+// at a time holds across all requests only if they share it.
 type Inventory struct {
 	cfg      Config
 	decoding chan struct{} // one token per answer being decoded, GOMAXPROCS at most
+	// now and peak count the answers being decoded, and the most at once.
+	now, peak atomic.Int64
 }
 
 // New returns an inventory over cfg.Zones.
@@ -114,70 +119,31 @@ func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx con
 	}
 }
 
-// Resource is one entry of /cluster/resources (the fields flexplane reads;
-// go-proxmox's ClusterResource lacks lock).
-type Resource struct {
-	ID       string  `json:"id"`
-	Type     string  `json:"type"`
-	Node     string  `json:"node"`
-	Status   string  `json:"status"`
-	Name     string  `json:"name"`
-	VMID     int     `json:"vmid"`
-	Tags     string  `json:"tags"`
-	Lock     string  `json:"lock"`
-	Template int     `json:"template"`
-	Pool     string  `json:"pool"`
-	CPU      float64 `json:"cpu"`
-	MaxCPU   int     `json:"maxcpu"`
-	Mem      int64   `json:"mem"`
-	MaxMem   int64   `json:"maxmem"`
-	Disk     int64   `json:"disk"`
-	MaxDisk  int64   `json:"maxdisk"`
-	Uptime   int64   `json:"uptime"`
-	// Guests: bytes through their NICs and disks since they started.
-	NetIn      int64  `json:"netin"`
-	NetOut     int64  `json:"netout"`
-	DiskRead   int64  `json:"diskread"`
-	DiskWrite  int64  `json:"diskwrite"`
-	Storage    string `json:"storage"`
-	Shared     int    `json:"shared"`
-	PluginType string `json:"plugintype"`
-}
-
-// Resources reads /cluster/resources of one zone (typ "" for all types,
-// else "vm", "node", "storage" or "sdn"): one call for the whole zone.
-func Resources(ctx context.Context, c *proxmox.Client, typ string) ([]Resource, error) {
-	var rs []Resource
-	if err := c.Get(ctx, resourcesPath(typ), &rs); err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
-	}
-	return rs, nil
-}
-
-func resourcesPath(typ string) string {
-	if typ == "" {
-		return "/cluster/resources"
-	}
-	return "/cluster/resources?" + url.Values{"type": {typ}}.Encode()
-}
-
-// ZoneResources is Resources for a zone of the registry, read through the
-// zone's HTTP transport and decoded in one pass (go-proxmox decodes every
+// ZoneResources reads /cluster/resources of type typ of a zone of the
+// registry (typ "" for all types, else "vm", "node", "storage" or "sdn"):
+// one call for the whole zone, read through the zone's HTTP transport and decoded in one pass (go-proxmox decodes every
 // answer twice and copies it once more for its debug log).
-func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]Resource, error) {
-	body, err := inv.get(ctx, zoneID, resourcesPath(typ))
+func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]pveapi.Resource, error) {
+	return zoneRead(ctx, inv, zoneID, pveapi.ResourcesPath(typ), "resources", decodeResources)
+}
+
+// zoneRead GETs path of a zone and decodes the answer with decode, holding
+// a decoding slot meanwhile; errors say they concern what.
+func zoneRead[T any](ctx context.Context, inv *Inventory, zoneID, path, what string, decode func([]byte) (T, error)) (T, error) {
+	var zero T
+	body, err := inv.get(ctx, zoneID, path)
 	if err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
 	if err := inv.acquireDecode(ctx); err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
 	defer inv.releaseDecode()
-	rs, err := decodeResources(body)
+	v, err := decode(body)
 	if err != nil {
-		return nil, fmt.Errorf("inventory: read resources: %w", err)
+		return zero, fmt.Errorf("inventory: read %s: %w", what, err)
 	}
-	return rs, nil
+	return v, nil
 }
 
 // acquireDecode waits for one of the GOMAXPROCS decoding slots: when many
@@ -186,13 +152,25 @@ func (inv *Inventory) ZoneResources(ctx context.Context, zoneID, typ string) ([]
 func (inv *Inventory) acquireDecode(ctx context.Context) error {
 	select {
 	case inv.decoding <- struct{}{}:
+		n := inv.now.Add(1)
+		for p := inv.peak.Load(); n > p && !inv.peak.CompareAndSwap(p, n); p = inv.peak.Load() {
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (inv *Inventory) releaseDecode() { <-inv.decoding }
+func (inv *Inventory) releaseDecode() {
+	inv.now.Add(-1)
+	<-inv.decoding
+}
+
+// DecodedAtOnceForTest returns the most answers this inventory decoded at
+// once, and how many it may (GOMAXPROCS at its creation).
+func (inv *Inventory) DecodedAtOnceForTest() (peak, limit int) {
+	return int(inv.peak.Load()), cap(inv.decoding)
+}
 
 // get GETs path (below /api2/json) of a zone and returns the body of a
 // successful answer: the agent's answer as it arrived, without a copy.
@@ -253,72 +231,35 @@ var idKey = []byte(`"id":`)
 // once from a count of its entries: growing it while decoding allocated
 // about twice its final size, the largest share of the orchestrator's
 // garbage under load.
-func decodeResources(body []byte) ([]Resource, error) {
-	var rs []Resource
+func decodeResources(body []byte) ([]pveapi.Resource, error) {
+	var rs []pveapi.Resource
 	if n := bytes.Count(body, idKey); n > 0 {
-		rs = make([]Resource, 0, n)
+		rs = make([]pveapi.Resource, 0, n)
 	}
 	return decodeData(body, rs)
 }
 
-// IPMapping is one address of the PVE IPAM.
-type IPMapping struct {
-	Zone    string     `json:"zone"`
-	VNet    string     `json:"vnet"`
-	Subnet  string     `json:"subnet"`
-	IP      string     `json:"ip"`
-	MAC     string     `json:"mac"`
-	VMID    FlexString `json:"vmid"`
-	Gateway int        `json:"gateway"`
+// ZoneIPAMStatus reads every mapping of the PVE IPAM of a zone of the
+// registry (one call), read like ZoneResources.
+func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]pveapi.IPMapping, error) {
+	return zoneRead(ctx, inv, zoneID, pveapi.IPAMStatusPath, "IPAM", func(b []byte) ([]pveapi.IPMapping, error) {
+		return decodeData[[]pveapi.IPMapping](b, nil)
+	})
 }
 
-// FlexString decodes a JSON string or number (Proxmox answers either for
-// some ids) as a string.
-type FlexString string
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (f *FlexString) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*f = FlexString(s)
-		return nil
+// ZonePoolGuests reads the QEMU guests of pool poolid of a zone of the
+// registry (pveapi.PoolGuestsPath: one call whose cost follows the pool's
+// members, not the zone's guests), read like ZoneResources. A pool that
+// does not exist has no guests.
+func (inv *Inventory) ZonePoolGuests(ctx context.Context, zoneID, poolid string) ([]pveapi.Resource, error) {
+	gs, err := zoneRead(ctx, inv, zoneID, pveapi.PoolGuestsPath(poolid), "pool "+poolid, func(b []byte) ([]pveapi.Resource, error) {
+		ps, err := decodeData[[]pveapi.Pool](b, nil)
+		return pveapi.GuestsOfPools(ps), err
+	})
+	if pveapi.IsNotFound(err) {
+		return nil, nil
 	}
-	var n json.Number
-	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("inventory: %s is neither a string nor a number", b)
-	}
-	*f = FlexString(n.String())
-	return nil
-}
-
-// ipamStatusPath is the PVE IPAM's list of mappings.
-const ipamStatusPath = "/cluster/sdn/ipams/pve/status"
-
-// IPAMStatus reads every mapping of the zone's PVE IPAM (one call).
-func IPAMStatus(ctx context.Context, c *proxmox.Client) ([]IPMapping, error) {
-	var ms []IPMapping
-	if err := c.Get(ctx, ipamStatusPath, &ms); err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	return ms, nil
-}
-
-// ZoneIPAMStatus is IPAMStatus for a zone of the registry, read like
-// ZoneResources.
-func (inv *Inventory) ZoneIPAMStatus(ctx context.Context, zoneID string) ([]IPMapping, error) {
-	body, err := inv.get(ctx, zoneID, ipamStatusPath)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	if err := inv.acquireDecode(ctx); err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	defer inv.releaseDecode()
-	ms, err := decodeData[[]IPMapping](body, nil)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: read IPAM: %w", err)
-	}
-	return ms, nil
+	return gs, err
 }
 
 // Session memoizes the zone-wide reads of one API request, so that every
@@ -363,25 +304,35 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 	return c.val, c.err
 }
 
+// memoRead is memo for a read that returns a T.
+func memoRead[T any](ctx context.Context, s *Session, z zones.Zone, key string, read func(ctx context.Context) (T, error)) (T, error) {
+	v, err := s.memo(ctx, z, key, func(ctx context.Context) (any, error) { return read(ctx) })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
 // Resources reads the zone's /cluster/resources of type typ once per
 // session.
-func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]Resource, error) {
-	v, err := s.memo(ctx, z, "resources/"+typ, func(ctx context.Context) (any, error) {
+func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]pveapi.Resource, error) {
+	return memoRead(ctx, s, z, "resources/"+typ, func(ctx context.Context) ([]pveapi.Resource, error) {
 		return s.inv.ZoneResources(ctx, z.ID, typ)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]Resource), nil
+}
+
+// PoolGuests reads the QEMU guests of the zone's pool poolid once per
+// session (ZonePoolGuests).
+func (s *Session) PoolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+	return memoRead(ctx, s, z, "pool/"+poolid, func(ctx context.Context) ([]pveapi.Resource, error) {
+		return s.inv.ZonePoolGuests(ctx, z.ID, poolid)
+	})
 }
 
 // IPAM reads the zone's IPAM mappings once per session.
-func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]IPMapping, error) {
-	v, err := s.memo(ctx, z, "ipam", func(ctx context.Context) (any, error) {
+func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]pveapi.IPMapping, error) {
+	return memoRead(ctx, s, z, "ipam", func(ctx context.Context) ([]pveapi.IPMapping, error) {
 		return s.inv.ZoneIPAMStatus(ctx, z.ID)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]IPMapping), nil
 }

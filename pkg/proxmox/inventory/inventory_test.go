@@ -2,7 +2,6 @@ package inventory_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -30,7 +30,7 @@ func TestReads(t *testing.T) {
 	if err := proxmox.NewTask(upid, c).Wait(ctx, 10*time.Millisecond, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := inventory.Resources(ctx, c, "")
+	rs, err := pveapi.Resources(ctx, c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +42,8 @@ func TestReads(t *testing.T) {
 			if r.VMID != 130 || r.Name != "web" || r.Node != "pve2" || r.Status != "running" || r.MaxCPU != 3 || r.MaxMem != 3072<<20 || r.Uptime < 0 {
 				t.Errorf("guest %+v", r)
 			}
-			if vdc, ok := tenancy.VDCOf(tenancy.SplitTags(r.Tags)); !ok || vdc != "red" {
-				t.Errorf("tags %q", r.Tags)
+			if vdc, ok := tenancy.VDCOf(r.Tags()); !ok || vdc != "red" {
+				t.Errorf("tags %q", r.RawTags)
 			}
 		case "node":
 			nodes++
@@ -60,34 +60,23 @@ func TestReads(t *testing.T) {
 	if vms != 1 || nodes != 2 || storages == 0 {
 		t.Errorf("resources: %d guests, %d nodes, %d storages", vms, nodes, storages)
 	}
-	only, err := inventory.Resources(ctx, c, "vm")
+	only, err := pveapi.Resources(ctx, c, "vm")
 	if err != nil || len(only) != 1 {
 		t.Errorf("type=vm: %+v, %v", only, err)
 	}
 
 	vnet := inventory.AddRedWebAddress(ctx, t, c)
-	ms, err := inventory.IPAMStatus(ctx, c)
+	ms, err := pveapi.IPAMStatus(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found bool
 	for _, m := range ms {
 		if m.IP == "10.5.0.7" {
-			found = m.VMID == "130" && m.VNet == vnet && m.Gateway == 0
+			found = m.VMID == 130 && m.VNet == vnet && m.Gateway == 0
 		}
 	}
 	if !found {
 		t.Errorf("IPAM = %+v", ms)
-	}
-}
-
-func TestFlexString(t *testing.T) {
-	t.Parallel()
-	var v struct{ A, B inventory.FlexString }
-	if err := json.Unmarshal([]byte(`{"A": "130", "B": 131}`), &v); err != nil || v.A != "130" || v.B != "131" {
-		t.Errorf("decoded %+v, %v", v, err)
-	}
-	if err := json.Unmarshal([]byte(`{"A": true}`), &v); err == nil {
-		t.Error("a boolean decoded")
 	}
 }

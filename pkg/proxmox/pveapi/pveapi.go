@@ -15,8 +15,6 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
-
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TaskError is a Proxmox task that ended with an exit status other than OK.
@@ -176,64 +174,6 @@ func Run(ctx context.Context, c *proxmox.Client, method, path string, params map
 		return "", nil
 	}
 	return upid, Wait(ctx, c, upid)
-}
-
-// Guest is a guest as /cluster/resources lists it.
-type Guest struct {
-	VMID     int    `json:"vmid"`
-	Name     string `json:"name"`
-	Node     string `json:"node"`
-	Status   string `json:"status"`
-	MaxCPU   int    `json:"maxcpu"`
-	MaxMem   int64  `json:"maxmem"`
-	MaxDisk  int64  `json:"maxdisk"`
-	Template int    `json:"template"`
-	RawTags  string `json:"tags"`
-	Lock     string `json:"lock"`
-	Pool     string `json:"pool"`
-	Type     string `json:"type"`
-}
-
-// Tags splits the guest's tags.
-func (g Guest) Tags() []string { return tenancy.SplitTags(g.RawTags) }
-
-// HasTag reports whether the guest carries tag.
-func (g Guest) HasTag(tag string) bool {
-	for _, t := range g.Tags() {
-		if t == tag {
-			return true
-		}
-	}
-	return false
-}
-
-// Guests lists the QEMU guests of the cluster.
-func Guests(ctx context.Context, c *proxmox.Client) ([]Guest, error) {
-	var all []Guest
-	if err := c.Get(ctx, "/cluster/resources?type=vm", &all); err != nil {
-		return nil, fmt.Errorf("pveapi: list guests: %w", err)
-	}
-	out := all[:0]
-	for _, g := range all {
-		if g.Type == "qemu" {
-			out = append(out, g)
-		}
-	}
-	return out, nil
-}
-
-// FindGuest returns the guest vmid, or ok false if there is none.
-func FindGuest(ctx context.Context, c *proxmox.Client, vmid int) (Guest, bool, error) {
-	all, err := Guests(ctx, c)
-	if err != nil {
-		return Guest{}, false, err
-	}
-	for _, g := range all {
-		if g.VMID == vmid {
-			return g, true, nil
-		}
-	}
-	return Guest{}, false, nil
 }
 
 // Config is a guest's configuration; values are as Proxmox returns them

@@ -1,20 +1,35 @@
 // Package quota enforces the quotas of VDCs without a database of its own.
 //
-// Usage is computed from Proxmox at request time: every guest tagged with
-// the VDC (pkg/tenancy) in every zone counts its vCPUs, memory, disk and one
-// VM. A check alone races (two replicas could both see room for the last
-// VM), so a create reserves its resources on the VDC catalog object with a
+// Usage is counted from Proxmox at request time: every guest of the VDC's
+// pool (tenancy.PoolID) in every zone counts its vCPUs, memory, disk and one
+// VM; templates never count. A pool's members are read with one call per
+// zone whose cost follows the VDC's own guests, not the zone's. Zones are
+// counted in parallel, each within Ledger.ZoneTimeout.
+//
+// A check alone races (two replicas could both see room for the last VM),
+// so a create reserves its resources on the VDC catalog object with a
 // conditional write (the resourceVersion it read): of two replicas racing
 // for the last of a quota one write wins, the other re-reads, sees the
 // reservation and is refused. A reservation carries the create's operation
-// id; the create's guest carries the same id as a tag (tenancy.OpTag) until
-// it is finished, and such a guest is counted through its reservation, not
-// twice. A create releases its reservation just before it removes the op
-// tag from its finished guest (from then on Proxmox counts the guest, so it
-// is neither counted twice nor missed); a failed create releases it after
-// cleaning up; one left by
-// a crashed orchestrator expires (TTL) or is released by the recovery that
-// finishes the create.
+// id and zone, and the VMID its guest is cloned with, recorded before the
+// clone (Bind); that guest is counted through its reservation, not twice.
+// A create releases its reservation just before it finishes its guest
+// (from then on the pool counts it); a failed create releases it after
+// cleaning up; one left by a crashed orchestrator expires (TTL) or is
+// released by the recovery that finishes the create. Should a Bind fail,
+// its guest is counted twice for a while: too much, never too little.
+//
+// # Zones that cannot be counted
+//
+// A zone that is down (no reachable agent, or too slow) cannot be counted,
+// yet its guests still hold their share. Every reservation records, with
+// its conditional write, what it counted in each zone (catalog.VDCStatus
+// Counted); a zone that cannot be read counts as it was last counted. A
+// create is refused with a *ZoneUnavailableError when a zone that cannot be
+// read was never counted. So an outage can make a VDC look fuller than it
+// is (its guests may have been deleted meanwhile), never emptier: it never
+// lets a VDC go over quota. Counts of zones the deployment no longer has
+// are not used.
 package quota
 
 import (
@@ -22,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
@@ -63,38 +79,47 @@ var ErrExceeded = errors.New("quota exceeded")
 // Is makes errors.Is(err, ErrExceeded) true.
 func (e *ExceededError) Is(target error) bool { return target == ErrExceeded }
 
-// ProxmoxUsage sums what the guests of vdc use in the zones of clients; a
-// guest tagged with an operation in skip is left out (its reservation
-// counts it). Templates are never counted.
-func ProxmoxUsage(ctx context.Context, clients []*proxmox.Client, vdc string, skip map[string]bool) (Usage, error) {
-	var u Usage
-	for _, c := range clients {
-		guests, err := pveapi.Guests(ctx, c)
-		if err != nil {
-			return Usage{}, fmt.Errorf("quota: usage: %w", err)
-		}
-		for _, g := range guests {
-			tags := g.Tags()
-			if v, ok := tenancy.VDCOf(tags); !ok || v != vdc || g.Template == 1 {
-				continue
-			}
-			if op := tenancy.OpOf(tags); op != "" && skip[op] {
-				continue
-			}
-			u = u.add(Usage{VCPUs: g.MaxCPU, MemoryMiB: int(g.MaxMem >> 20), StorageGiB: int((g.MaxDisk + 1<<30 - 1) >> 30), VMs: 1})
-		}
-	}
-	return u, nil
+// ZoneUnavailableError is a zone whose usage cannot be counted now and was
+// never counted before: a reservation cannot be decided without it.
+type ZoneUnavailableError struct {
+	// Zone is the zone's name.
+	Zone string
+	Err  error
 }
+
+func (e *ZoneUnavailableError) Error() string {
+	return fmt.Sprintf("quota: the usage in zone %s cannot be counted: %v", e.Zone, e.Err)
+}
+
+func (e *ZoneUnavailableError) Unwrap() error { return e.Err }
+
+// ErrZoneDown is the cause of a ZoneUnavailableError for a zone that has no
+// reachable agent.
+var ErrZoneDown = errors.New("the zone cannot be reached")
+
+// Zone is a zone whose guests count against quotas.
+type Zone struct {
+	// ID is the zone's identity; Name its name.
+	ID, Name string
+	// Client reaches the zone's Proxmox API; nil while it cannot.
+	Client *proxmox.Client
+}
+
+// DefaultZoneTimeout bounds the count of one zone when Ledger.ZoneTimeout
+// is zero.
+const DefaultZoneTimeout = 5 * time.Second
 
 // Ledger reserves and releases quota on the VDCs of a catalog.
 type Ledger struct {
 	// Store holds the VDCs. Required.
 	Store catalog.Store
-	// Clients are the Proxmox clients of every zone (usage spans zones).
-	Clients func(ctx context.Context) []*proxmox.Client
+	// Zones lists every zone of the deployment, those that cannot be
+	// reached now included (with a nil Client): usage spans zones.
+	Zones func(ctx context.Context) []Zone
 	// TTL is how long a reservation lives unless released; default 30m.
 	TTL time.Duration
+	// ZoneTimeout bounds the count of each zone; default DefaultZoneTimeout.
+	ZoneTimeout time.Duration
 }
 
 func (l *Ledger) ttl() time.Duration {
@@ -104,9 +129,109 @@ func (l *Ledger) ttl() time.Duration {
 	return 30 * time.Minute
 }
 
+// PoolUsage sums what the guests of vdc's pool in the zone of c use,
+// leaving out the guests in skip (by VMID: their reservations count them).
+// Templates are never counted.
+func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]bool) (Usage, error) {
+	guests, err := pveapi.PoolGuests(ctx, c, tenancy.PoolID(vdc))
+	if err != nil {
+		return Usage{}, fmt.Errorf("quota: usage: %w", err)
+	}
+	var u Usage
+	for _, g := range guests {
+		if g.Template == 1 || skip[g.VMID] {
+			continue
+		}
+		u = u.add(Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: g.DiskGiB(), VMs: 1})
+	}
+	return u, nil
+}
+
+// counted is the count of one zone: fresh, or its last count (stale).
+type counted struct {
+	zone  Zone
+	usage Usage
+	fresh bool
+	err   error // the zone could be counted neither now nor before
+}
+
+// count counts vdc in every zone in parallel, each within the zone timeout,
+// leaving out the guests of live reservations. Zones that cannot be read
+// count as last recorded in last.
+func (l *Ledger) count(ctx context.Context, vdc string, live []catalog.QuotaReservation, last map[string]catalog.ZoneCount) []counted {
+	bound := boundGuests(live)
+	timeout := l.ZoneTimeout
+	if timeout <= 0 {
+		timeout = DefaultZoneTimeout
+	}
+	zs := l.Zones(ctx)
+	out := make([]counted, len(zs))
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		out[i].zone = z
+		if z.Client == nil {
+			out[i].err = ErrZoneDown
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			type result struct {
+				u   Usage
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				u, err := PoolUsage(ctx, z.Client, vdc, bound[z.ID])
+				done <- result{u, err}
+			}()
+			var r result
+			select {
+			case r = <-done:
+			case <-ctx.Done(): // a call that does not honour its context is abandoned
+				r.err = fmt.Errorf("quota: count zone %s: %w", z.Name, ctx.Err())
+			}
+			out[i].usage, out[i].fresh, out[i].err = r.u, r.err == nil, r.err
+		})
+	}
+	wg.Wait()
+	for i := range out {
+		c := &out[i]
+		if c.fresh {
+			continue
+		}
+		if lc, ok := last[c.zone.ID]; ok {
+			c.usage, c.err = Usage{VCPUs: lc.VCPUs, MemoryMiB: lc.MemoryMiB, StorageGiB: lc.StorageGiB, VMs: lc.VMs}, nil
+		} else {
+			c.err = &ZoneUnavailableError{Zone: c.zone.Name, Err: c.err}
+		}
+	}
+	return out
+}
+
+// used is what vdc uses: its guests in Proxmox (each zone as count found
+// it) and the creates in flight (the live reservations), each counted once.
+func used(cs []counted, live []catalog.QuotaReservation) (Usage, error) {
+	var u Usage
+	var errs []error
+	for _, c := range cs {
+		if c.err != nil {
+			errs = append(errs, c.err)
+		}
+		u = u.add(c.usage)
+	}
+	for _, r := range live {
+		u = u.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+	}
+	return u, errors.Join(errs...)
+}
+
 // Reserve reserves req (VMs is taken as 1) for the create with operation id
-// in vdc, or fails with *ExceededError. Reserving an id twice is a no-op.
-func (l *Ledger) Reserve(ctx context.Context, vdc, id string, req Usage) error {
+// in zone zoneID of vdc, or fails with *ExceededError, or with
+// *ZoneUnavailableError when a zone can be counted neither now nor from
+// before. Reserving an id twice is a no-op. It records what it counted in
+// each zone on the VDC, with the reservation.
+func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage) error {
 	req.VMs = 1
 	for {
 		v, err := catalog.Get[*catalog.VDC](ctx, l.Store, vdc)
@@ -118,16 +243,18 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id string, req Usage) error {
 		if slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.ID == id }) {
 			return nil
 		}
-		used, err := l.used(ctx, vdc, live)
+		cs := l.count(ctx, vdc, live, v.Status.Counted)
+		u, err := used(cs, live)
 		if err != nil {
 			return err
 		}
-		if err := check(vdc, v.Quotas, used, req); err != nil {
+		if err := check(vdc, v.Quotas, u, req); err != nil {
 			return err
 		}
 		v.Status.Reservations = append(live, catalog.QuotaReservation{
-			ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Expires: now.Add(l.ttl()),
+			ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Expires: now.Add(l.ttl()), Zone: zoneID,
 		})
+		record(v, cs, live, now)
 		_, err = catalog.Update(ctx, l.Store, v)
 		if errors.Is(err, catalog.ErrConflict) {
 			continue // someone else wrote the VDC: decide again on what they wrote
@@ -139,51 +266,85 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id string, req Usage) error {
 	}
 }
 
-// used is what vdc uses: its guests in Proxmox and the creates in flight
-// (the live reservations), each counted once.
-func (l *Ledger) used(ctx context.Context, vdc string, live []catalog.QuotaReservation) (Usage, error) {
-	skip := map[string]bool{}
-	var reserved Usage
-	for _, r := range live {
-		skip[r.ID] = true
-		reserved = reserved.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+// record sets the VDC's last count of every zone counted afresh. The count
+// recorded includes the guests of live reservations (they are in the pool
+// and stay there once their reservations are released), so a zone that
+// goes down after its creates finished still counts them.
+func record(v *catalog.VDC, cs []counted, live []catalog.QuotaReservation, now time.Time) {
+	for _, c := range cs {
+		if !c.fresh {
+			continue
+		}
+		u := c.usage
+		for _, r := range live {
+			if r.Zone == c.zone.ID && r.VMID != 0 {
+				u = u.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+			}
+		}
+		if v.Status.Counted == nil {
+			v.Status.Counted = map[string]catalog.ZoneCount{}
+		}
+		v.Status.Counted[c.zone.ID] = catalog.ZoneCount{VCPUs: u.VCPUs, MemoryMiB: u.MemoryMiB, StorageGiB: u.StorageGiB, VMs: u.VMs, At: now}
 	}
-	used, err := ProxmoxUsage(ctx, l.Clients(ctx), vdc, skip)
-	if err != nil {
-		return Usage{}, err
-	}
-	return used.add(reserved), nil
+}
+
+// Bind records on the reservation id of vdc the VMID vmid its create
+// clones its guest with (before the clone, again for each VMID it tries),
+// so that the guest is counted through the reservation (and shown as being
+// created) while it lives. Binding an absent reservation is a no-op.
+func (l *Ledger) Bind(ctx context.Context, vdc, id string, vmid int) error {
+	return l.edit(ctx, vdc, "bind", func(rs []catalog.QuotaReservation) ([]catalog.QuotaReservation, bool) {
+		i := slices.IndexFunc(rs, func(r catalog.QuotaReservation) bool { return r.ID == id })
+		if i < 0 || rs[i].VMID == vmid {
+			return rs, false
+		}
+		rs[i].VMID = vmid
+		return rs, true
+	})
 }
 
 // Usage returns what VDC v uses as its quotas count it: its guests in
-// every zone and the creates in flight.
+// every zone (a zone that cannot be read as last counted) and the creates
+// in flight. Its error is a *ZoneUnavailableError per zone that can be
+// counted neither now nor from before; the usage of the others is returned
+// with it.
 func (l *Ledger) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
-	return l.used(ctx, v.Name, pruned(v.Status.Reservations, time.Now()))
+	live := pruned(v.Status.Reservations, time.Now())
+	return used(l.count(ctx, v.Name, live, v.Status.Counted), live)
 }
 
 // Release drops the reservation id of vdc (and expired ones). Releasing an
 // absent reservation is a no-op.
 func (l *Ledger) Release(ctx context.Context, vdc, id string) error {
+	return l.edit(ctx, vdc, "release", func(rs []catalog.QuotaReservation) ([]catalog.QuotaReservation, bool) {
+		before := len(rs)
+		rs = slices.DeleteFunc(rs, func(r catalog.QuotaReservation) bool { return r.ID == id })
+		return rs, len(rs) != before
+	})
+}
+
+// edit applies fn to the live reservations of vdc and writes them back
+// (conditionally, again on a conflict) when fn reports a change.
+func (l *Ledger) edit(ctx context.Context, vdc, op string, fn func([]catalog.QuotaReservation) ([]catalog.QuotaReservation, bool)) error {
 	for {
 		v, err := catalog.Get[*catalog.VDC](ctx, l.Store, vdc)
 		if errors.Is(err, catalog.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("quota: release: %w", err)
+			return fmt.Errorf("quota: %s: %w", op, err)
 		}
-		before := len(v.Status.Reservations)
-		live := slices.DeleteFunc(pruned(v.Status.Reservations, time.Now()), func(r catalog.QuotaReservation) bool { return r.ID == id })
-		if len(live) == before {
+		rs, changed := fn(pruned(v.Status.Reservations, time.Now()))
+		if !changed {
 			return nil
 		}
-		v.Status.Reservations = live
+		v.Status.Reservations = rs
 		_, err = catalog.Update(ctx, l.Store, v)
 		if errors.Is(err, catalog.ErrConflict) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("quota: release: %w", err)
+			return fmt.Errorf("quota: %s: %w", op, err)
 		}
 		return nil
 	}
@@ -196,6 +357,25 @@ func (l *Ledger) Reservations(ctx context.Context, vdc string) ([]catalog.QuotaR
 		return nil, fmt.Errorf("quota: reservations: %w", err)
 	}
 	return pruned(v.Status.Reservations, time.Now()), nil
+}
+
+// Creating returns the guests of v's creates in flight (bound to a live
+// reservation), by zone identity and VMID.
+func Creating(v *catalog.VDC) map[string]map[int]bool {
+	return boundGuests(pruned(v.Status.Reservations, time.Now()))
+}
+
+func boundGuests(live []catalog.QuotaReservation) map[string]map[int]bool {
+	out := map[string]map[int]bool{}
+	for _, r := range live {
+		if r.VMID != 0 {
+			if out[r.Zone] == nil {
+				out[r.Zone] = map[int]bool{}
+			}
+			out[r.Zone][r.VMID] = true
+		}
+	}
+	return out
 }
 
 func pruned(rs []catalog.QuotaReservation, now time.Time) []catalog.QuotaReservation {

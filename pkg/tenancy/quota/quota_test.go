@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-
-	proxmox "github.com/luthermonson/go-proxmox"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -15,6 +14,38 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
+
+// addGuests creates guests of vdc's pool (as flexplane's creates leave
+// them: tagged and in the pool) with the given VMIDs.
+func addGuests(t *testing.T, z *vmtest.Zone, vdc string, vmids ...int) {
+	t.Helper()
+	ctx := vmtest.Ctx(t)
+	if err := z.Client.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil); err != nil && !pveapi.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, vmid := range vmids {
+		if _, err := pveapi.Run(ctx, z.Client, "POST", "/nodes/pve1/qemu", map[string]any{
+			"vmid": vmid, "cores": 2, "memory": 1024, "tags": tenancy.GuestTags(vdc), "scsi0": "local-lvm:2", "pool": tenancy.PoolID(vdc),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// zonesOf lists zs as the ledger sees them; those in down cannot be reached.
+func zonesOf(zs []*vmtest.Zone, down map[string]bool) func(context.Context) []quota.Zone {
+	return func(context.Context) []quota.Zone {
+		var out []quota.Zone
+		for _, z := range zs {
+			qz := quota.Zone{ID: z.Sim.Identity(), Name: z.Name, Client: z.Client}
+			if down[z.Name] {
+				qz.Client = nil
+			}
+			out = append(out, qz)
+		}
+		return out
+	}
+}
 
 // TestReserveTwoReplicas races reservations from two ledgers on two stores
 // over one catalog directory (two orchestrator replicas): the quota of 6 VMs,
@@ -28,21 +59,15 @@ func TestReserveTwoReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, vmid := range []int{100, 101} {
-		if _, err := pveapi.Run(ctx, z.Client, "POST", "/nodes/pve1/qemu", map[string]any{
-			"vmid": vmid, "cores": 2, "memory": 1024, "tags": tenancy.GuestTags("prod"), "scsi0": "local-lvm:2",
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clients := func(context.Context) []*proxmox.Client { return []*proxmox.Client{z.Client} }
-	ledgers := []*quota.Ledger{{Store: st, Clients: clients}, {Store: st2, Clients: clients}}
+	addGuests(t, z, "prod", 100, 101)
+	zs := zonesOf([]*vmtest.Zone{z}, nil)
+	ledgers := []*quota.Ledger{{Store: st, Zones: zs}, {Store: st2, Zones: zs}}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ok, refused := 0, 0
 	for i := range 20 {
 		wg.Go(func() {
-			err := ledgers[i%2].Reserve(ctx, "prod", fmt.Sprintf("op%d", i), quota.Usage{VCPUs: 1, MemoryMiB: 512, StorageGiB: 1})
+			err := ledgers[i%2].Reserve(ctx, "prod", fmt.Sprintf("op%d", i), z.Sim.Identity(), quota.Usage{VCPUs: 1, MemoryMiB: 512, StorageGiB: 1})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -67,40 +92,165 @@ func TestReserveTwoReplicas(t *testing.T) {
 	if err := ledgers[1].Release(ctx, "prod", rs[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := ledgers[0].Reserve(ctx, "prod", "again", quota.Usage{VCPUs: 1}); err != nil {
+	if err := ledgers[0].Reserve(ctx, "prod", "again", z.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
 		t.Fatalf("reserve after release: %v", err)
 	}
 	var qe *quota.ExceededError
-	if err := ledgers[0].Reserve(ctx, "prod", "big", quota.Usage{VCPUs: 1}); !errors.As(err, &qe) || qe.Resource != "vms" || qe.Limit != 6 {
+	if err := ledgers[0].Reserve(ctx, "prod", "big", z.Sim.Identity(), quota.Usage{VCPUs: 1}); !errors.As(err, &qe) || qe.Resource != "vms" || qe.Limit != 6 {
 		t.Fatalf("over quota: %v; want vms of 6", err)
 	}
-	if err := ledgers[0].Reserve(ctx, "prod", "again", quota.Usage{VCPUs: 1}); err != nil {
+	if err := ledgers[0].Reserve(ctx, "prod", "again", z.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
 		t.Fatalf("reserving an id twice: %v", err)
 	}
 }
 
-// TestUsageSkipsReservedGuests: a creating guest tagged with its operation
-// is counted through its reservation only.
-func TestUsageSkipsReservedGuests(t *testing.T) {
+// TestBoundGuestsCountOnce: the guest of a create in flight, bound to its
+// reservation, is counted through the reservation only; its pool counts
+// it once the reservation is released.
+func TestBoundGuestsCountOnce(t *testing.T) {
 	t.Parallel()
 	z := vmtest.StartZone(t, "beta", 1)
 	ctx := vmtest.Ctx(t)
-	if _, err := pveapi.Run(ctx, z.Client, "POST", "/nodes/pve1/qemu", map[string]any{
-		"vmid": 100, "cores": 3, "memory": 2048, "scsi0": "local-lvm:5",
-		"tags": tenancy.GuestTags("prod", tenancy.CreatingTag, tenancy.OpTag("x1")),
-	}); err != nil {
+	st := vmtest.Catalog(t, []string{"prod"}, catalog.VDCQuotas{VCPUs: 100, MemoryMiB: 1 << 20, StorageGiB: 1000, VMs: 10}, "http://127.0.0.1/x.qcow2", "sha256:"+fmt.Sprintf("%064d", 0), z)
+	l := &quota.Ledger{Store: st, Zones: zonesOf([]*vmtest.Zone{z}, nil)}
+	addGuests(t, z, "prod", 100)
+	if err := l.Reserve(ctx, "prod", "x1", z.Sim.Identity(), quota.Usage{VCPUs: 2, MemoryMiB: 1024, StorageGiB: 2}); err != nil {
 		t.Fatal(err)
 	}
-	cs := []*proxmox.Client{z.Client}
-	u, err := quota.ProxmoxUsage(ctx, cs, "prod", nil)
-	if err != nil || u != (quota.Usage{VCPUs: 3, MemoryMiB: 2048, StorageGiB: 5, VMs: 1}) {
-		t.Fatalf("usage %+v, %v", u, err)
+	addGuests(t, z, "prod", 101) // x1's clone
+	if err := l.Bind(ctx, "prod", "x1", 101); err != nil {
+		t.Fatal(err)
 	}
-	u, err = quota.ProxmoxUsage(ctx, cs, "prod", map[string]bool{"x1": true})
-	if err != nil || u != (quota.Usage{}) {
-		t.Fatalf("usage skipping x1 %+v, %v", u, err)
+	usage := func() quota.Usage {
+		t.Helper()
+		v, err := catalog.Get[*catalog.VDC](ctx, st, "prod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := l.Usage(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
-	if u, _ := quota.ProxmoxUsage(ctx, cs, "other", nil); u != (quota.Usage{}) {
-		t.Fatalf("other VDC usage %+v", u)
+	two := quota.Usage{VCPUs: 4, MemoryMiB: 2048, StorageGiB: 4, VMs: 2}
+	if u := usage(); u != two {
+		t.Fatalf("usage with x1 bound: %+v, want %+v", u, two)
+	}
+	if err := l.Release(ctx, "prod", "x1"); err != nil {
+		t.Fatal(err)
+	}
+	if u := usage(); u != two {
+		t.Fatalf("usage after x1: %+v, want %+v", u, two)
+	}
+	if u, err := quota.PoolUsage(ctx, z.Client, "other", nil); err != nil || u != (quota.Usage{}) {
+		t.Fatalf("a VDC without a pool: %+v, %v", u, err)
+	}
+}
+
+// TestZoneOutageNeverLetsAVDCOverQuota: while a zone cannot be reached,
+// its guests count as last counted; a zone never counted refuses creates.
+func TestZoneOutageNeverLetsAVDCOverQuota(t *testing.T) {
+	t.Parallel()
+	a, b := vmtest.StartZone(t, "alpha", 1), vmtest.StartZone(t, "beta", 1)
+	ctx := vmtest.Ctx(t)
+	st := vmtest.Catalog(t, []string{"prod", "dev"}, catalog.VDCQuotas{VCPUs: 100, MemoryMiB: 1 << 20, StorageGiB: 1000, VMs: 4}, "http://127.0.0.1/x.qcow2", "sha256:"+fmt.Sprintf("%064d", 0), a, b)
+	addGuests(t, a, "prod", 100, 101, 102)
+	down := map[string]bool{}
+	var mu sync.Mutex
+	zs := zonesOf([]*vmtest.Zone{a, b}, down)
+	l := &quota.Ledger{Store: st, Zones: func(ctx context.Context) []quota.Zone {
+		mu.Lock()
+		defer mu.Unlock()
+		return zs(ctx)
+	}}
+	setDown := func(zone string, d bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		down[zone] = d
+	}
+	// Both zones up: 3 guests counted, a fourth VM fits.
+	if err := l.Reserve(ctx, "prod", "op1", b.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, "prod", "op1"); err != nil {
+		t.Fatal(err)
+	}
+	// alpha goes down: its 3 guests still count, so one VM fits and a
+	// second does not.
+	setDown("alpha", true)
+	if err := l.Reserve(ctx, "prod", "op2", b.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatalf("the fourth VM while alpha is down: %v", err)
+	}
+	var qe *quota.ExceededError
+	if err := l.Reserve(ctx, "prod", "op3", b.Sim.Identity(), quota.Usage{VCPUs: 1}); !errors.As(err, &qe) || qe.Used != 4 {
+		t.Fatalf("a fifth VM while alpha is down: %v, want quota exceeded with 4 used", err)
+	}
+	v, err := catalog.Get[*catalog.VDC](ctx, st, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Status.Counted[a.Sim.Identity()]; c.VMs != 3 || c.VCPUs != 6 || c.At.IsZero() {
+		t.Errorf("alpha's last count on the VDC: %+v", c)
+	}
+	if u, err := l.Usage(ctx, v); err != nil || u.VMs != 4 {
+		t.Errorf("usage while alpha is down: %+v, %v", u, err)
+	}
+	// dev was never counted in alpha: its creates are refused while alpha
+	// is down, and admitted once it is back.
+	var ze *quota.ZoneUnavailableError
+	if err := l.Reserve(ctx, "dev", "op4", b.Sim.Identity(), quota.Usage{VCPUs: 1}); !errors.As(err, &ze) || ze.Zone != "alpha" {
+		t.Fatalf("dev while alpha was never counted: %v, want zone alpha unavailable", err)
+	}
+	setDown("alpha", false)
+	if err := l.Reserve(ctx, "dev", "op4", b.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatalf("dev once alpha is back: %v", err)
+	}
+}
+
+// TestCountsZonesInParallel: zones are counted at once, each within the
+// zone timeout; a zone slower than it counts as last counted.
+func TestCountsZonesInParallel(t *testing.T) {
+	t.Parallel()
+	var zs []*vmtest.Zone
+	for _, name := range []string{"a", "b", "c", "d"} {
+		zs = append(zs, vmtest.StartZone(t, name, 1))
+	}
+	ctx := vmtest.Ctx(t)
+	st := vmtest.Catalog(t, []string{"prod"}, catalog.VDCQuotas{VCPUs: 100, MemoryMiB: 1 << 20, StorageGiB: 1000, VMs: 10}, "http://127.0.0.1/x.qcow2", "sha256:"+fmt.Sprintf("%064d", 0), zs...)
+	for i, z := range zs {
+		addGuests(t, z, "prod", 100+i)
+	}
+	l := &quota.Ledger{Store: st, Zones: zonesOf(zs, nil), ZoneTimeout: 2 * time.Second}
+	if err := l.Reserve(ctx, "prod", "first", zs[0].Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const latency = 400 * time.Millisecond
+	for _, z := range zs {
+		z.Sim.SetLatency(latency)
+	}
+	start := time.Now()
+	if err := l.Reserve(ctx, "prod", "second", zs[0].Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// One zone after the other would take at least 4 × 400 ms.
+	if d := time.Since(start); d >= 3*latency {
+		t.Errorf("counting 4 zones of %v each took %v", latency, d)
+	}
+	// d is slower than the zone timeout: it counts as before (1 VM), and
+	// the count does not wait for it.
+	zs[3].Sim.SetLatency(10 * time.Second)
+	l.ZoneTimeout = 800 * time.Millisecond
+	start = time.Now()
+	v, err := catalog.Get[*catalog.VDC](ctx, st, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := l.Usage(ctx, v)
+	if err != nil || u.VMs != 6 {
+		t.Errorf("usage with d too slow: %+v, %v; want 4 guests and 2 reservations", u, err)
+	}
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Errorf("usage waited %v for a zone of 10 s with a timeout of 800 ms", d)
 	}
 }

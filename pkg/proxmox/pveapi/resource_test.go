@@ -1,0 +1,81 @@
+package pveapi_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// TestStateOfEveryStatusAndLock is the one mapping of a guest's Proxmox
+// status, lock and tags to its state, over every status Proxmox reports and
+// every lock of the qemu config schema.
+func TestStateOfEveryStatusAndLock(t *testing.T) {
+	t.Parallel()
+	statuses := map[string]pveapi.GuestState{
+		"running": pveapi.StateRunning, "stopped": pveapi.StateStopped,
+		"paused": pveapi.StatePaused, "suspended": pveapi.StatePaused,
+		"unknown": pveapi.StateUnknown, "prelaunch": pveapi.StateUnknown, "": pveapi.StateUnknown,
+	}
+	locks := map[string]pveapi.GuestState{
+		"clone": pveapi.StateCreating, "create": pveapi.StateCreating,
+		"suspending": pveapi.StatePaused, "suspended": pveapi.StatePaused,
+		// These leave the state to the status.
+		"": "", "backup": "", "migrate": "", "rollback": "", "snapshot": "", "snapshot-delete": "",
+	}
+	for status, byStatus := range statuses {
+		for lock, byLock := range locks {
+			want := byLock
+			if want == "" {
+				want = byStatus
+			}
+			r := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: tenancy.GuestTags("red")}
+			if got := r.State(); got != want {
+				t.Errorf("status %q lock %q: %s, want %s", status, lock, got, want)
+			}
+			// The create's marker, and a fresh clone without its VDC tag,
+			// are CREATING unless a lock says more.
+			for _, tags := range []string{tenancy.GuestTags("red", tenancy.CreatingTag), tenancy.ManagedTag} {
+				r.RawTags = tags
+				w := pveapi.StateCreating
+				if byLock == pveapi.StatePaused {
+					w = pveapi.StatePaused
+				}
+				if got := r.State(); got != w {
+					t.Errorf("status %q lock %q tags %q: %s, want %s", status, lock, tags, got, w)
+				}
+			}
+			// A template is never CREATING by its tags.
+			r.RawTags, r.Template = tenancy.ManagedTag, 1
+			if got := r.State(); got != want {
+				t.Errorf("template, status %q lock %q: %s, want %s", status, lock, got, want)
+			}
+		}
+	}
+}
+
+// TestIPMappingVMID: the IPAM's vmid arrives as a string or a number and
+// decodes the same with encoding/json and the inventory's decoder.
+func TestIPMappingVMID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]pveapi.VMID{
+		`{"vmid": "130"}`: 130, `{"vmid": 130}`: 130, `{"vmid": ""}`: 0, `{"vmid": null}`: 0, `{}`: 0,
+	} {
+		var a, b pveapi.IPMapping
+		if err := json.Unmarshal([]byte(in), &a); err != nil || a.VMID != want {
+			t.Errorf("encoding/json %s: %d, %v", in, a.VMID, err)
+		}
+		if err := jsonv1.Unmarshal([]byte(in), &b); err != nil || b.VMID != want {
+			t.Errorf("json/v1 %s: %d, %v", in, b.VMID, err)
+		}
+	}
+	for _, in := range []string{`{"vmid": true}`, `{"vmid": "web"}`, `{"vmid": 1.5}`} {
+		var m pveapi.IPMapping
+		if err := json.Unmarshal([]byte(in), &m); err == nil {
+			t.Errorf("%s decoded as %d", in, m.VMID)
+		}
+	}
+}
