@@ -146,7 +146,7 @@ func ParseVMID(id string) (VMRef, error) {
 		return VMRef{}, err
 	}
 	vmid, err := strconv.Atoi(parts[1])
-	if err != nil || vmid < 100 || vmid > 999999999 {
+	if err != nil || vmid < 100 || vmid > 999999999 || strconv.Itoa(vmid) != parts[1] {
 		return VMRef{}, fmt.Errorf("tenancy: parse vm id: %w", ErrBadID)
 	}
 	return VMRef{ZoneID: parts[0], VMID: vmid}, nil
@@ -195,8 +195,10 @@ func encodeID(kind string, parts ...string) string {
 }
 
 // decodeID reverses encodeID, checking the kind and the number of parts.
+// It accepts only the encoding encodeID gives (strict base64, a canonical
+// VMID in ParseVMID), so that an object has exactly one id.
 func decodeID(kind, id string, n int) ([]string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(id)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy: parse %s id: %w", kind, ErrBadID)
 	}

@@ -1,0 +1,41 @@
+package ipam
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// FuzzAssignable checks which addresses of a subnet a guest may be given
+// (the static addresses clients ask for; testdata/fuzz/FuzzAssignable): an
+// assignable address lies inside the subnet and is not its network,
+// gateway or (IPv4) broadcast address; the subnet's last address is inside
+// it and the one after is not.
+func FuzzAssignable(f *testing.F) {
+	f.Fuzz(func(t *testing.T, prefix, gateway, addr string) {
+		p, err := netip.ParsePrefix(prefix)
+		if err != nil {
+			return
+		}
+		gw, _ := netip.ParseAddr(gateway)
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			return
+		}
+		s := Subnet{Zone: "z", VNet: "v", Prefix: p, Gateway: gw}
+		m := p.Masked()
+		last := lastAddr(p)
+		if !m.Contains(last) || m.Contains(last.Next()) {
+			t.Fatalf("lastAddr(%s) = %s is not the last address of %s", p, last, m)
+		}
+		ok := s.Assignable(a)
+		if ok != s.Assignable(a) {
+			t.Fatalf("Assignable(%s) in %+v is not deterministic", a, s)
+		}
+		if !ok {
+			return
+		}
+		if !m.Contains(a) || a == m.Addr() || a == gw || a.Is4() && m.Bits() < 31 && a == last {
+			t.Fatalf("Assignable(%s) in %s (gateway %s) is true", a, p, gw)
+		}
+	})
+}
