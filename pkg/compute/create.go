@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
@@ -730,7 +731,8 @@ func setProp(s, key string, v int) string {
 	return strings.Join(parts, ",")
 }
 
-// parseSize parses a Proxmox size ("32G", "512M", "4096").
+// parseSize parses a Proxmox size ("32G", "512M", "4096"): a byte count,
+// never negative.
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
 	if s != "" {
@@ -752,5 +754,10 @@ func parseSize(s string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("compute: size %q: %w", s, err)
 	}
-	return int64(f * float64(mult)), nil
+	// Not negative, NaN or beyond int64 (whose conversion is undefined).
+	n := f * float64(mult)
+	if !(n >= 0 && n < math.MaxInt64) {
+		return 0, fmt.Errorf("compute: size %q is out of range", s)
+	}
+	return int64(n), nil
 }
