@@ -14,6 +14,31 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # that run the whole stack as child processes built without the race
 # detector, and the browser test on the mesh harness (embedded Headscale).
 RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestBrowserMesh)$$
+# Every fuzz target, as package:Target. Each checks properties of a parser
+# at a trust boundary (see the README, Fuzzing); its seed corpus is in the
+# package's testdata/fuzz/<Target>/, which every plain `go test` runs.
+# `make fuzz` runs those of FUZZ (all by default), one after another,
+# FUZZTIME each.
+FUZZ_TARGETS := \
+	./pkg/agent:FuzzAllowlist \
+	./pkg/tenancy:FuzzParseID \
+	./pkg/tenancy:FuzzTags \
+	./pkg/tenancy:FuzzVNetAlias \
+	./pkg/network:FuzzSpecValidate \
+	./pkg/network/ipam:FuzzAssignable \
+	./pkg/compute:FuzzCreateInput \
+	./pkg/compute:FuzzParseIntent \
+	./pkg/compute:FuzzParseHardware \
+	./pkg/compute:FuzzParseSize \
+	./pkg/catalog:FuzzDecodeManifest \
+	./pkg/pvesim/pveschema:FuzzValidate \
+	./pkg/pvesim/pveschema:FuzzLookup \
+	./pkg/pvesim/pveschema:FuzzPropertyString \
+	./pkg/proxmox/inventory:FuzzDecodeAnswer \
+	./pkg/proxmox/pveapi:FuzzUPID \
+	./pkg/proxmox/pveapi:FuzzConfig
+FUZZ        ?= $(FUZZ_TARGETS)
+FUZZTIME    ?= 10s
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Where `make bench` writes its JSON report (bench-results/ is git-ignored).
@@ -32,7 +57,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build dev test lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+.PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
 	check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
@@ -55,6 +80,19 @@ dev: portal
 test: portal browser
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
+
+## fuzz: each of FUZZ for FUZZTIME, one after another; stops at
+## the first failure, whose input go writes to the package's
+## testdata/fuzz/<Target>/ (fix the bug, commit the input: it is then a
+## regression test). Fails too when a Fuzz function is missing from the list.
+fuzz:
+	@missing=$$(for f in $$(git grep -h -o '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' | sed 's/^func //'); do \
+		case " $(FUZZ_TARGETS) " in *":$$f "*) ;; *) echo "$$f";; esac; done); \
+	if [ -n "$$missing" ]; then echo "fuzz targets missing from FUZZ_TARGETS:"; echo "$$missing"; exit 1; fi
+	@set -e; for t in $(FUZZ); do \
+		echo "== $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 ## lint: gofmt, go vet and staticcheck (pinned, run via `go run`), and the
 ## portal's type check.
