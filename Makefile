@@ -58,7 +58,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	check-generated check-proto-breaking portal portal-deps browser test-portal
+	generate-deps check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
 
@@ -126,7 +126,7 @@ $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 ## generate: regenerate every generated file from its source.
-generate: generate-proto generate-graphql generate-pveschema generate-graphiql
+generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-deps
 
 # The agent gRPC API (buf lint, then buf generate with pinned local plugins).
 generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
@@ -136,6 +136,11 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 # GraphQL server code from gqlgen.yml and graph/*.graphqls.
 generate-graphql:
 	$(GO) tool gqlgen generate
+
+# The full dependency list of the agent, the binary on every hypervisor
+# (cmd/agent's TestDepList fails when it is stale).
+generate-deps:
+	$(GO) run ./pkg/dev/deptest/internal/deplist -out cmd/agent/deps.txt ./cmd/agent
 
 # The trimmed Proxmox VE API schema the simulator enforces.
 # The full schema is beside the repository here and in CI; without it this
@@ -152,7 +157,7 @@ generate-graphiql:
 	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

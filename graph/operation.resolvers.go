@@ -20,7 +20,7 @@ func (r *queryResolver) Operation(ctx context.Context, id string) (*model.Operat
 	}
 	op, err := svc.Operation(ctx, scope.VDC.Name, id)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "")
 	}
 	return opModel(op), nil
 }
@@ -33,7 +33,7 @@ func (r *subscriptionResolver) Operation(ctx context.Context, id string) (<-chan
 	}
 	ops, err := svc.Watch(ctx, scope.VDC.Name, id)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "")
 	}
 	out := make(chan *model.Operation)
 	go func() {

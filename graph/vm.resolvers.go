@@ -32,7 +32,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	}
 	vm, op, err := svc.CreateVM(ctx, in)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "input")
 	}
 	out := &model.CreateVMPayload{Operation: opModel(op)}
 	if vm != nil {

@@ -60,7 +60,7 @@ func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (string, zone
 	}
 	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
 	if err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, err
+		return "", zones.Zone{}, compute.Hardware{}, computeError(err, "")
 	}
 	z, ok := r.zoneByID(cz.ID)
 	if !ok {
@@ -194,7 +194,11 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 	if err != nil {
 		return nil, err
 	}
+	if n < 1 || n > compute.MaxHistory {
+		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
+	}
 	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, n)
+	err = computeError(err, "")
 	if r.zoneFailed(ctx, vm, err) {
 		return []*model.Operation{}, nil
 	}

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
@@ -18,6 +19,18 @@ func (r *Resolver) compute() (*compute.Service, error) {
 		return nil, apierr.New(apierr.Internal, "VM operations are not available")
 	}
 	return r.Compute, nil
+}
+
+// computeError maps an error of the VM lifecycle for clients; input is
+// where the call's input sits in the request ("input" for createVM's
+// input object), so that a field of it becomes e.g. "input.nics[0]".
+// Other errors pass unchanged.
+func computeError(err error, input string) error {
+	var ce *compute.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return apierr.From(err, input)
 }
 
 // opModel renders an operation.
@@ -60,7 +73,7 @@ func (r *Resolver) power(ctx context.Context, id string, do func(*compute.Servic
 	}
 	op, err := do(svc, ctx, scope.VDC.Name, id)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "")
 	}
 	return opModel(op), nil
 }

@@ -8,8 +8,8 @@
 //
 // # How a create is made safe
 //
-//   - Input is validated before anything is written (*apierr.Error with
-//     BAD_USER_INPUT and the field).
+//   - Input is validated before anything is written (*Error of KindBadInput
+//     naming the field of the input).
 //   - Quota is reserved on the VDC catalog object with a conditional write
 //     (pkg/tenancy/quota), so two replicas cannot both take the last of a quota.
 //   - Addresses are claimed in the Proxmox IPAM with create-if-absent IP
@@ -44,7 +44,6 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -316,7 +315,7 @@ func isCreating(g pveapi.Guest) bool {
 }
 
 // notFound is the error for a VM that does not exist in the caller's VDC.
-func notFound() error { return apierr.New(apierr.NotFound, "no such VM") }
+func notFound() error { return newError(KindNotFound, "no such VM") }
 
 // lookup resolves a VM id within vdc: the zone, the guest and its intent.
 // Anything that is not a VM of vdc is NOT_FOUND.
@@ -337,7 +336,7 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	}
 	g, ok, err := pveapi.FindGuest(ctx, z.Client, ref.VMID)
 	if err != nil {
-		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Guest{}, nil, nil, zoneDown(z.Name, err)
 	}
 	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
 		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
@@ -347,7 +346,7 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 		if pveapi.IsNotFound(err) {
 			return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 		}
-		return Zone{}, pveapi.Guest{}, nil, nil, apierr.ZoneDown(z.Name, err)
+		return Zone{}, pveapi.Guest{}, nil, nil, zoneDown(z.Name, err)
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
 	owner, _ := tenancy.VDCOf(g.Tags())
@@ -372,11 +371,11 @@ func (s *Service) VM(ctx context.Context, vdc, id string) (*VM, error) {
 
 // internal wraps an unexpected failure for the API (the cause is logged).
 func internal(msg string, err error) error {
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
-		return ae
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce
 	}
-	return &apierr.Error{Code: apierr.Internal, Message: msg, Cause: err}
+	return &Error{Kind: KindInternal, Message: msg, Cause: err}
 }
 
 // conflict reports a Proxmox refusal that the VM's state explains.
@@ -385,7 +384,7 @@ func conflict(err error) error {
 	if i := strings.Index(msg, " "); i > 0 && strings.HasPrefix(msg, "500") {
 		msg = msg[i+1:]
 	}
-	return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
+	return &Error{Kind: KindConflict, Message: msg, Cause: err}
 }
 
 // Zone returns the reachable zone called name (or with that ID).

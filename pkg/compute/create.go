@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
@@ -96,63 +95,63 @@ func validDNSName(s string) bool {
 func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	p := &plan{}
 	if !validDNSName(in.Name) {
-		return nil, apierr.BadInput("input.name", "name must be a DNS name of lower-case letters, digits, '-' and '.'")
+		return nil, badInput("name", "name must be a DNS name of lower-case letters, digits, '-' and '.'")
 	}
 	z, ok := s.zoneByName(ctx, in.Zone)
 	if !ok {
-		return nil, apierr.BadInput("input.zone", "no zone %q", in.Zone)
+		return nil, badInput("zone", "no zone %q", in.Zone)
 	}
 	p.zone = z
 	var err error
 	if p.img, err = catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, in.Image); err != nil {
-		return nil, catalogInput("input.image", "image", in.Image, err)
+		return nil, catalogInput("image", "image", in.Image, err)
 	}
 	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, s.cfg.Catalog, in.ComputeProfile); err != nil {
-		return nil, catalogInput("input.computeProfile", "compute profile", in.ComputeProfile, err)
+		return nil, catalogInput("computeProfile", "compute profile", in.ComputeProfile, err)
 	}
 	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, s.cfg.Catalog, in.StorageProfile); err != nil {
-		return nil, catalogInput("input.storageProfile", "storage profile", in.StorageProfile, err)
+		return nil, catalogInput("storageProfile", "storage profile", in.StorageProfile, err)
 	}
 	if p.storage, ok = p.sp.PoolFor(z.Name); !ok {
-		return nil, apierr.BadInput("input.storageProfile", "storage profile %s has no pool in zone %s", in.StorageProfile, z.Name)
+		return nil, badInput("storageProfile", "storage profile %s has no pool in zone %s", in.StorageProfile, z.Name)
 	}
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
-		return nil, apierr.BadInput("input.diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
+		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
 	st, err := s.stager.Status(ctx, s.target(p), p.img)
 	if err != nil {
-		return nil, apierr.ZoneDown(z.Name, err)
+		return nil, zoneDown(z.Name, err)
 	}
 	if st.State == images.StateStaged {
 		p.tpl = &st.Template
 		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			return nil, apierr.BadInput("input.diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
+			return nil, badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
 		}
 	}
 	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
-		return nil, apierr.BadInput("input.nics", "a VM has 1 to %d NICs", MaxNICs)
+		return nil, badInput("nics", "a VM has 1 to %d NICs", MaxNICs)
 	}
 	seen := map[string]bool{}
 	for i, n := range in.NICs {
-		field := fmt.Sprintf("input.nics[%d]", i)
+		field := fmt.Sprintf("nics[%d]", i)
 		sub, err := s.network(ctx, z, in.VDC, n.Network)
 		if err != nil {
 			if errors.Is(err, errNoNetwork) {
-				return nil, apierr.BadInput(field+".network", "no network %q in zone %s", n.Network, z.Name)
+				return nil, badInput(field+".network", "no network %q in zone %s", n.Network, z.Name)
 			}
-			return nil, apierr.ZoneDown(z.Name, err)
+			return nil, zoneDown(z.Name, err)
 		}
 		np := nicPlan{subnet: sub}
 		if n.Address != "" {
 			a, err := netip.ParseAddr(n.Address)
 			if err != nil {
-				return nil, apierr.BadInput(field+".address", "%q is not an IP address", n.Address)
+				return nil, badInput(field+".address", "%q is not an IP address", n.Address)
 			}
 			if !sub.Assignable(a) {
-				return nil, apierr.BadInput(field+".address", "%s is not an assignable address of %s (outside it, or its network, broadcast or gateway address)", a, sub.Prefix)
+				return nil, badInput(field+".address", "%s is not an assignable address of %s (outside it, or its network, broadcast or gateway address)", a, sub.Prefix)
 			}
 			if seen[a.String()] {
-				return nil, apierr.BadInput(field+".address", "%s is given twice", a)
+				return nil, badInput(field+".address", "%s is given twice", a)
 			}
 			seen[a.String()] = true
 			np.static = a
@@ -162,22 +161,22 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	for i, k := range in.SSHKeys {
 		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
 		if err != nil || strings.TrimSpace(string(rest)) != "" {
-			return nil, apierr.BadInput(fmt.Sprintf("input.sshKeys[%d]", i), "not an OpenSSH public key")
+			return nil, badInput(fmt.Sprintf("sshKeys[%d]", i), "not an OpenSSH public key")
 		}
 		p.keys = append(p.keys, strings.TrimSpace(k))
 	}
 	if !userRE.MatchString(in.User) {
-		return nil, apierr.BadInput("input.user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
+		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
 	}
 	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
-		return nil, apierr.BadInput("input.sshKeys", "image %s does not run cloud-init", p.img.Name)
+		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
 	}
 	return p, nil
 }
 
 func catalogInput(field, what, name string, err error) error {
 	if errors.Is(err, catalog.ErrNotFound) {
-		return apierr.BadInput(field, "no %s %q", what, name)
+		return badInput(field, "no %s %q", what, name)
 	}
 	return internal("reading the catalog failed", err)
 }
@@ -229,9 +228,11 @@ func (s *Service) target(p *plan) images.Target {
 // CreateVM validates in, reserves quota, claims the addresses and starts
 // the create: it returns at once with the VM in CREATING (nil while the
 // image is still being staged into the zone) and the create's operation.
-// Errors are *apierr.Error: BAD_USER_INPUT, QUOTA_EXCEEDED, CONFLICT (a
-// taken static address, a full subnet), ZONE_UNAVAILABLE or INTERNAL; on
-// error nothing is left behind.
+// Errors are *Error of KindBadInput (Field relative to in, e.g.
+// "nics[0].address"), KindQuotaExceeded (wrapping the
+// *quota.ExceededError), KindConflict (a taken static address, a full
+// subnet), KindZoneUnavailable or KindInternal; on error nothing is left
+// behind.
 func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation, error) {
 	p, err := s.validate(ctx, in)
 	if err != nil {
@@ -245,7 +246,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	}
 	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
 	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
-		return nil, nil, &apierr.Error{Code: apierr.QuotaExceeded, Message: qe.Error(), Field: "quotas." + qe.Resource}
+		return nil, nil, &Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err}
 	}
 	if err != nil {
 		return nil, nil, internal("reserving quota failed", err)
@@ -259,7 +260,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		return fail(err)
 	}
 	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
-		return fail(apierr.ZoneDown(p.zone.Name, err))
+		return fail(zoneDown(p.zone.Name, err))
 	}
 	s.after(ctx, intent.Op, "claim")
 	if p.tpl == nil {
@@ -333,7 +334,7 @@ func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID strin
 	if err != nil {
 		err = stageError(p.img.Name, p.zone.Name, err)
 	} else if int64(in.DiskGiB)<<30 < tpl.DiskBytes {
-		err = apierr.BadInput("input.diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", p.img.Name, tpl.DiskBytes)
+		err = badInput("diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", p.img.Name, tpl.DiskBytes)
 	}
 	var vmid int
 	var upid string
@@ -368,7 +369,7 @@ func stageError(image, zone string, err error) error {
 	if te, ok := pveapi.AsTaskError(err); ok {
 		why = taskFailure(te)
 	}
-	return &apierr.Error{Code: apierr.Internal, Message: fmt.Sprintf("staging image %s in zone %s failed: %s", image, zone, why), Cause: err}
+	return &Error{Kind: KindInternal, Message: fmt.Sprintf("staging image %s in zone %s failed: %s", image, zone, why), Cause: err}
 }
 
 // release undoes the claims of a create that has no guest.
@@ -402,14 +403,14 @@ func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
 			s.mu.Lock()
 			delete(s.pending, mac)
 			s.mu.Unlock()
-			field := fmt.Sprintf("input.nics[%d].address", i)
+			field := fmt.Sprintf("nics[%d].address", i)
 			switch {
 			case errors.Is(err, ipam.ErrTaken):
-				return &apierr.Error{Code: apierr.Conflict, Field: field, Message: fmt.Sprintf("address %s is already in use", n.static), Cause: err}
+				return &Error{Kind: KindConflict, Field: field, Message: fmt.Sprintf("address %s is already in use", n.static), Cause: err}
 			case errors.Is(err, ipam.ErrExhausted):
-				return &apierr.Error{Code: apierr.Conflict, Field: fmt.Sprintf("input.nics[%d].network", i), Message: fmt.Sprintf("no free address left in %s", n.subnet.Prefix), Cause: err}
+				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: fmt.Sprintf("no free address left in %s", n.subnet.Prefix), Cause: err}
 			}
-			return apierr.ZoneDown(p.zone.Name, err)
+			return zoneDown(p.zone.Name, err)
 		}
 		in.NICs = append(in.NICs, NICIntent{SDNZone: n.subnet.Zone, VNet: n.subnet.VNet, MAC: mac, Address: addr.String(),
 			Bits: n.subnet.Prefix.Bits(), Gateway: gatewayString(n.subnet.Gateway)})

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
@@ -138,7 +137,7 @@ const MaxHistory = 100
 // read.
 func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operation, error) {
 	if n < 1 || n > MaxHistory {
-		return nil, apierr.BadInput("first", "first must be between 1 and %d", MaxHistory)
+		return nil, badInput("n", "n must be between 1 and %d", MaxHistory)
 	}
 	z, g, in, err := s.lookup(ctx, vdc, id)
 	if err != nil {
@@ -148,7 +147,7 @@ func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operati
 	// operations: read more than n to find n that are.
 	tasks, err := pveapi.NodeTasks(ctx, z.Client, g.Node, g.VMID, 4*n)
 	if err != nil {
-		return nil, apierr.ZoneDown(z.Name, err)
+		return nil, zoneDown(z.Name, err)
 	}
 	var ops []Operation
 	for _, t := range tasks {

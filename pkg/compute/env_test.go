@@ -159,13 +159,16 @@ func (e *env) flexMappings(z *vmtest.Zone) []ipam.Mapping {
 	return out
 }
 
-// code returns the API code of err ("" when err is not an *apierr.Error).
+// code returns the code and field a GraphQL client sees for err, a
+// createVM input being "input" ("" when err is no *compute.Error: every
+// error of the service must be one).
 func code(err error) (apierr.Code, string) {
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
-		return ae.Code, ae.Field
+	var ce *compute.Error
+	if !errors.As(err, &ce) {
+		return "", ""
 	}
-	return "", ""
+	ae := apierr.From(err, "input")
+	return ae.Code, ae.Field
 }
 
 // stage stages the image in zone z through the service's stager.

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -43,7 +42,7 @@ func (s *Service) power(ctx context.Context, vdc, id string, kind OpKind) (*Oper
 		return nil, err
 	}
 	if isCreating(g) {
-		return nil, apierr.New(apierr.Conflict, "the VM is still being created")
+		return nil, newError(KindConflict, "the VM is still being created")
 	}
 	var upid string
 	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/status/%s", g.Node, g.VMID, powerPaths[kind]), map[string]any{}, &upid); err != nil {
@@ -63,7 +62,7 @@ func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, err
 		return nil, err
 	}
 	if s.isLive(z, g.VMID) {
-		return nil, apierr.New(apierr.Conflict, "the VM is still being created")
+		return nil, newError(KindConflict, "the VM is still being created")
 	}
 	started := time.Now()
 	upid, err := s.destroy(ctx, z, g, in)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -172,8 +171,8 @@ func (s *Service) finishOp(id string, err error) {
 
 // publicError is what a client may see of a failure.
 func publicError(err error) string {
-	if ae, ok := err.(*apierr.Error); ok {
-		return ae.Message
+	if ce, ok := err.(*Error); ok {
+		return ce.Message
 	}
 	if te, ok := pveapi.AsTaskError(err); ok {
 		return "Proxmox task failed: " + taskFailure(te)
@@ -210,26 +209,26 @@ func (s *Service) local(id string) (opState, bool) {
 func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, error) {
 	if st, ok := s.local(id); ok {
 		if st.vdc != vdc {
-			return nil, apierr.New(apierr.NotFound, "no such operation")
+			return nil, newError(KindNotFound, "no such operation")
 		}
 		return &st.op, nil
 	}
 	ref, ok := parseOpID(id)
 	if !ok || ref.vmid == 0 {
-		return nil, apierr.New(apierr.NotFound, "no such operation")
+		return nil, newError(KindNotFound, "no such operation")
 	}
 	vmID := tenancy.VMRef{ZoneID: ref.zoneID, VMID: ref.vmid}.ID()
 	z, g, in, err := s.lookup(ctx, vdc, vmID)
 	if err != nil {
-		if ae, ok := err.(*apierr.Error); ok && ae.Code == apierr.NotFound {
-			return nil, apierr.New(apierr.NotFound, "no such operation")
+		if IsKind(err, KindNotFound) {
+			return nil, newError(KindNotFound, "no such operation")
 		}
 		return nil, err
 	}
 	op := &Operation{ID: id, Kind: ref.kind, VMID: vmID, Updated: time.Now()}
 	if ref.create {
 		if in == nil || in.Op != ref.op {
-			return nil, apierr.New(apierr.NotFound, "no such operation")
+			return nil, newError(KindNotFound, "no such operation")
 		}
 		op.Started = in.Created
 		op.State, op.Step = OpSucceeded, "finish"
@@ -241,7 +240,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	}
 	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
 	if err != nil {
-		return nil, apierr.New(apierr.NotFound, "no such operation")
+		return nil, newError(KindNotFound, "no such operation")
 	}
 	op.Step = ts.Type
 	op.State, op.Error = taskState(ts)

@@ -21,7 +21,8 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -316,7 +317,7 @@ func Delete(ctx context.Context, c *proxmox.Client, vdc, vnet string) error {
 // inUse returns ErrInUse (wrapped, saying why) when n has addresses in the
 // IPAM or a guest with a NIC on it.
 func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
-	ms, err := inventory.IPAMStatus(ctx, c)
+	ms, err := ipam.Mappings(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -325,7 +326,7 @@ func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
 			return fmt.Errorf("network: %s: %w: the IPAM holds address %s", n.Name, ErrInUse, m.IP)
 		}
 	}
-	rs, err := inventory.Resources(ctx, c, "vm")
+	gs, err := pveapi.Guests(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -336,10 +337,7 @@ func inUse(ctx context.Context, c *proxmox.Client, n Network) error {
 		wg    sync.WaitGroup
 		sem   = make(chan struct{}, 8)
 	)
-	for _, r := range rs {
-		if r.Type != "qemu" {
-			continue
-		}
+	for _, r := range gs {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

@@ -298,7 +298,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.RegistryZones(registry),
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry},
 		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

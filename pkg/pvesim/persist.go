@@ -50,20 +50,30 @@ type nodeRecord struct {
 }
 
 type guestRecord struct {
-	VMID          int       `json:"vmid"`
-	Node          string    `json:"node"`
-	Pool          string    `json:"pool,omitempty"`
-	Conf          typedMap  `json:"conf"`
-	Pending       typedMap  `json:"pending,omitempty"`
-	PendingDelete []string  `json:"pending_delete,omitempty"`
-	Running       bool      `json:"running,omitempty"`
-	Paused        bool      `json:"paused,omitempty"`
-	StartedAt     time.Time `json:"started_at,omitzero"`
-	PID           int       `json:"pid,omitempty"`
-	NetIn         int64     `json:"netin,omitempty"`
-	NetOut        int64     `json:"netout,omitempty"`
-	DiskRead      int64     `json:"diskread,omitempty"`
-	DiskWrite     int64     `json:"diskwrite,omitempty"`
+	VMID          int              `json:"vmid"`
+	Node          string           `json:"node"`
+	Pool          string           `json:"pool,omitempty"`
+	Conf          typedMap         `json:"conf"`
+	Pending       typedMap         `json:"pending,omitempty"`
+	PendingDelete []string         `json:"pending_delete,omitempty"`
+	Running       bool             `json:"running,omitempty"`
+	Paused        bool             `json:"paused,omitempty"`
+	StartedAt     time.Time        `json:"started_at,omitzero"`
+	PID           int              `json:"pid,omitempty"`
+	NetIn         int64            `json:"netin,omitempty"`
+	NetOut        int64            `json:"netout,omitempty"`
+	DiskRead      int64            `json:"diskread,omitempty"`
+	DiskWrite     int64            `json:"diskwrite,omitempty"`
+	Snapshots     []snapshotRecord `json:"snapshots,omitempty"`
+}
+
+type snapshotRecord struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	SnapTime    int64    `json:"snaptime"`
+	VMState     bool     `json:"vmstate,omitempty"`
+	Parent      string   `json:"parent,omitempty"`
+	Conf        typedMap `json:"conf"`
 }
 
 type volumeRecord struct {
@@ -78,6 +88,7 @@ type volumeRecord struct {
 	Parent    string `json:"parent,omitempty"`
 	Notes     string `json:"notes,omitempty"`
 	Protected bool   `json:"protected,omitempty"`
+	Data      []byte `json:"data,omitempty"`
 }
 
 type poolRecord struct {
@@ -245,6 +256,10 @@ func (st *state) snapshot() *stateFile {
 		if g.running {
 			r.StartedAt = g.startedAt
 		}
+		for _, name := range sortedKeys(g.snaps) {
+			s := g.snaps[name]
+			r.Snapshots = append(r.Snapshots, snapshotRecord{Name: s.name, Description: s.description, SnapTime: s.snaptime, VMState: s.vmstate, Parent: s.parent, Conf: copyTyped(s.conf)})
+		}
 		f.Guests = append(f.Guests, r)
 	}
 	for _, key := range sortedKeys(st.volumes) {
@@ -253,7 +268,7 @@ func (st *state) snapshot() *stateFile {
 			v := vols[volid]
 			f.Volumes = append(f.Volumes, volumeRecord{
 				VolID: v.volid, Storage: v.storage, Node: v.node, Content: v.content, Format: v.format, Size: v.size,
-				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected,
+				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected, Data: v.data,
 			})
 		}
 	}
@@ -332,6 +347,15 @@ func (st *state) restore(f *stateFile) error {
 				g.pendDel[k] = true
 			}
 		}
+		for _, sr := range r.Snapshots {
+			if sr.Conf == nil {
+				return fmt.Errorf("VM %d: snapshot %q has no config", r.VMID, sr.Name)
+			}
+			if g.snaps == nil {
+				g.snaps = map[string]*snapshot{}
+			}
+			g.snaps[sr.Name] = &snapshot{name: sr.Name, description: sr.Description, snaptime: sr.SnapTime, vmstate: sr.VMState, parent: sr.Parent, conf: sr.Conf}
+		}
 		st.guests[r.VMID] = g
 	}
 	for _, r := range f.Volumes {
@@ -345,7 +369,7 @@ func (st *state) restore(f *stateFile) error {
 			}
 		}
 		v := &volume{volid: r.VolID, storage: r.Storage, node: r.Node, content: r.Content, format: r.Format, size: r.Size,
-			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected}
+			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected, data: r.Data}
 		st.volumesOn(r.Node, r.Storage)[r.VolID] = v
 	}
 	sdnConf := func(r sdnConfigRecord) *sdnConfig {

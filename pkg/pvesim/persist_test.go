@@ -137,12 +137,26 @@ func TestStateFileSurvivesRestart(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodPost, "/cluster/sdn/vnets/vdc1/ips", url.Values{"zone": {"tenants"}, "ip": {"10.50.0.42"}, "mac": {"bc:24:11:00:00:42"}}); r.status != http.StatusOK {
 		t.Fatalf("IP mapping: %s", r.reason)
 	}
+	// A snapshot, an uploaded file and a protected guest.
+	task, err = web.NewSnapshot(ctx, "before-upgrade")
+	waitOK(t, ctx, task, err)
+	local, err := n1.Storage(ctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err = local.UploadString("iso", "seed.iso", "cloud-init seed")
+	waitOK(t, ctx, task, err)
+	seedSum := c.VolumeSHA256ForTest("pve1", "local:iso/seed.iso")
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve2/qemu/101/config", url.Values{"protection": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("protect: %s", r.reason)
+	}
 	shutdown, err := web.Shutdown(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addrs := agentAddresses(t, cl, 100)
-	before := observe(t, c)
+	snapshots := []string{"/nodes/pve1/qemu/100/snapshot", "/nodes/pve1/qemu/100/snapshot/before-upgrade/config"}
+	before := observe(t, c, snapshots...)
 	identity, fp := c.Identity(), c.Fingerprint()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -157,7 +171,7 @@ func TestStateFileSurvivesRestart(t *testing.T) {
 	if st := r.data.(map[string]any); st["status"] != "stopped" || st["exitstatus"] != "unexpected status" {
 		t.Fatalf("interrupted task after the restart: %v", st)
 	}
-	after := observe(t, c2)
+	after := observe(t, c2, snapshots...)
 	var tasks []any
 	_ = json.Unmarshal([]byte(after["/nodes/pve1/tasks?limit=1000"]), &tasks)
 	kept := []any{}
@@ -177,6 +191,12 @@ func TestStateFileSurvivesRestart(t *testing.T) {
 	}
 	if s := vmStatus(t, c2, "pve1", 100); s != "running" {
 		t.Fatalf("VM 100 is %s after the restart, want running", s)
+	}
+	if got := c2.VolumeSHA256ForTest("pve1", "local:iso/seed.iso"); got == "" || got != seedSum {
+		t.Fatalf("uploaded content after the restart: sha256 %q, want %q", got, seedSum)
+	}
+	if r := call(t, c2, testToken, http.MethodDelete, "/nodes/pve2/qemu/101", nil); r.reason != "500 can't remove VM 101 - protection mode enabled" {
+		t.Fatalf("deleting the protected VM after the restart: %s", r.reason)
 	}
 	cl2 := pveClient(t, c2, testTokenID, testTokenSecret)
 	if got := agentAddresses(t, cl2, 100); got != addrs {

@@ -4,11 +4,14 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 const (
@@ -398,6 +401,11 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 			}
 		}
 	}
+	if keys, ok := p.str("sshkeys"); ok {
+		if err := validateSSHKeys(keys); err != nil {
+			return err
+		}
+	}
 	for _, k := range deletes {
 		if p.has(k) {
 			return paramError("delete", fmt.Sprintf("you can't use '-%s' and '-delete %s' at the same time", k, k))
@@ -407,9 +415,14 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 		if !ok {
 			continue
 		}
+		if err := g.checkRemovable(k, v); err != nil {
+			return err
+		}
 		delete(conf, k)
 		s, _ := v.(string)
-		if isDiskKey(k) && !isCDROM(s) {
+		if isDiskKey(k) && !isCDROM(s) && p.bool("force") {
+			freed = append(freed, parseProperty(s).first) // force: removed, not kept as unusedN
+		} else if isDiskKey(k) && !isCDROM(s) {
 			unusedAdd(conf, parseProperty(s).first)
 		} else if isDiskKey(k) && strings.Contains(s, "cloudinit") {
 			freed = append(freed, parseProperty(s).first)
@@ -449,6 +462,8 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 				return err
 			}
 			conf[k] = nv
+		case k == "tags" && isStr:
+			conf[k] = canonicalTags(s)
 		default:
 			conf[k] = v
 		}
@@ -467,6 +482,51 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 		st.removeVolume(g.node, volid)
 	}
 	g.conf = conf
+	return nil
+}
+
+// canonicalTags renders a tag list as Proxmox stores it: lowercased, each tag once,
+// sorted, joined with ";".
+func canonicalTags(s string) string {
+	seen := map[string]bool{}
+	for _, t := range splitList(s) {
+		seen[strings.ToLower(t)] = true
+	}
+	return strings.Join(sortedKeys(seen), ";")
+}
+
+// validateSSHKeys checks each non-empty line of the (URL-encoded) sshkeys value is an SSH
+// public key, as PVE::Tools::validate_ssh_public_keys does with ssh-keygen.
+func validateSSHKeys(encoded string) error {
+	keys, err := url.PathUnescape(encoded)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "SSH public key validation error")
+	}
+	for _, line := range strings.Split(keys, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {
+			return errorf(http.StatusInternalServerError, "SSH public key validation error")
+		}
+	}
+	return nil
+}
+
+func (g *guest) protected() bool { return g.confInt("protection", 0) != 0 }
+
+// checkRemovable refuses removing a drive or unused volume of a protected guest, as
+// qemu-server's check_protection does.
+func (g *guest) checkRemovable(key string, value any) error {
+	if !g.protected() {
+		return nil
+	}
+	switch {
+	case isDiskKey(key):
+		return errorf(http.StatusInternalServerError, "can't remove drive '%s' - protection mode enabled", key)
+	case strings.HasPrefix(key, "unused"):
+		return errorf(http.StatusInternalServerError, "can't remove unused disk '%v' - protection mode enabled", value)
+	}
 	return nil
 }
 
@@ -499,11 +559,17 @@ func normalizeNet(ep *apiEndpoint, key, s string) (string, error) {
 			pr.del(k)
 		}
 	}
+	return netValue(model, mac, pr), nil
+}
+
+// netValue renders a NIC as qemu-server prints it: "MODEL=MAC" first, then the other
+// options (pr, without the model key) sorted.
+func netValue(model, mac string, pr *property) string {
 	out := model + "=" + strings.ToUpper(mac)
 	if rest := pr.String(); rest != "" {
 		out += "," + rest
 	}
-	return out, nil
+	return out
 }
 
 // nextDiskName returns the next free disk name for vmid on a store.
@@ -844,6 +910,12 @@ func hQemuTemplate(cl *call, g *guest) (any, error) {
 			if nv == old {
 				continue
 			}
+			// A thin pool's base volume is a plain LV: a linked clone turned template
+			// leaves its own base's name behind ("base-9000-disk-0/vm-101-disk-0" ->
+			// "base-101-disk-0"); file storages keep the chain in the name.
+			if sid, name, _ := strings.Cut(nv, ":"); c.st.storage(sid) != nil && c.st.storage(sid).typ == "lvmthin" {
+				nv = sid + ":" + name[strings.LastIndex(name, "/")+1:]
+			}
 			if v := c.st.findVolume(g.node, old); v != nil {
 				c.st.removeVolume(g.node, old)
 				v.volid = nv
@@ -919,6 +991,9 @@ func hQemuResize(cl *call, g *guest) (any, error) {
 // hQemuDelete destroys a stopped VM and its disks.
 func hQemuDelete(cl *call, g *guest) (any, error) {
 	c := cl.c
+	if g.protected() {
+		return nil, errorf(http.StatusInternalServerError, "can't remove VM %d - protection mode enabled", g.vmid)
+	}
 	if !cl.p.bool("skiplock") {
 		if err := g.checkLock(); err != nil {
 			return nil, err
@@ -975,6 +1050,15 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	if err := src.checkLock(); err != nil {
 		return nil, err
 	}
+	// snapname clones the config a snapshot holds instead of the current one.
+	from := src.conf
+	if name, ok := cl.p.str("snapname"); ok && name != "" {
+		s := src.snaps[name]
+		if s == nil {
+			return nil, errorf(http.StatusInternalServerError, "snapshot '%s' does not exist", name)
+		}
+		from = s.conf
+	}
 	target := cl.vars["node"]
 	if t, ok := cl.p.str("target"); ok && t != "" {
 		n := c.st.nodes[t]
@@ -992,6 +1076,14 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	}
 	if !full && !src.isTemplate() {
 		return nil, paramError("full", "linked clones are only possible on templates")
+	}
+	if !full {
+		for _, k := range src.disks() {
+			volid := parseProperty(src.conf[k].(string)).first
+			if !isBaseVolume(volid) {
+				return nil, errorf(http.StatusInternalServerError, "Linked clone feature is not supported for '%s' (%s)", volid, k)
+			}
+		}
 	}
 	storageID, hasStorage := cl.p.str("storage")
 	if hasStorage && !full {
@@ -1023,7 +1115,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	}
 
 	conf := map[string]any{}
-	for k, v := range src.conf {
+	for k, v := range from {
 		switch {
 		case k == "template" || k == "lock" || k == "parent" || k == "snapshots":
 		case isDiskKey(k) && !isCDROM(v.(string)):
@@ -1038,10 +1130,11 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 			pr := parseProperty(s)
 			for _, key := range pr.keys {
 				if netModels[key] {
-					pr.set(key, randomMAC())
+					pr.del(key)
+					conf[k] = netValue(key, randomMAC(), pr)
+					break
 				}
 			}
-			conf[k] = pr.String()
 		}
 	}
 	conf["name"] = cl.p.strOr("name", "Copy-of-VM-"+src.name())
@@ -1054,8 +1147,8 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	ng := &guest{vmid: newid, node: target, conf: conf, pool: poolID}
 	c.st.guests[newid] = ng
 
-	srcConf := make(map[string]any, len(src.conf))
-	for k, v := range src.conf {
+	srcConf := make(map[string]any, len(from))
+	for k, v := range from {
 		srcConf[k] = v
 	}
 	gib := 0.0
@@ -1127,6 +1220,13 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 		return nil
 	})
 	return t.upid, nil
+}
+
+// isBaseVolume reports whether volid is a template's base volume ("local-lvm:base-100-disk-0",
+// "shared:100/base-100-disk-0.qcow2"), the only kind storage can clone linked.
+func isBaseVolume(volid string) bool {
+	_, name, _ := strings.Cut(volid, ":")
+	return strings.HasPrefix(name[strings.LastIndex(name, "/")+1:], "base-")
 }
 
 // hQemuMigrate moves a VM to another node of the cluster, online or offline, copying

@@ -12,10 +12,12 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/url"
 	"path"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +76,7 @@ type call struct {
 	user   string                       // authenticated token id, "USER@REALM!ID"
 	has    func(path, priv string) bool // nil: full privileges
 	local  string                       // the node whose endpoint the request reached
+	file   []byte                       // the file part of an upload
 }
 
 // require fails like Proxmox's handler-level permission checks unless the caller has
@@ -167,12 +170,15 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 		rel = strings.TrimSuffix(rel, "/")
 	}
 	user, aerr := c.authenticate(r)
-	if aerr != nil {
+	// The realm list is public: the login box needs it before anyone is authenticated.
+	if aerr != nil && !(r.Method == http.MethodGet && rel == "/access/domains") {
 		return writeStatus(w, r, aerr.status, aerr.msg, nil)
 	}
-	raw, err := readParams(r)
-	if err != nil {
-		return writeError(w, r, errorf(http.StatusBadRequest, "%s", err.Error()))
+	// pveproxy reads the body by its content type before it looks for the handler: only
+	// uploads take multipart/form-data, whatever the path.
+	raw, file, aerr := readParams(r, r.Method == http.MethodPost && uploadPathRE.MatchString(rel))
+	if aerr != nil {
+		return writeError(w, r, aerr)
 	}
 	ep, vars, aerr := c.api.lookup(r.Method, rel)
 	if aerr != nil {
@@ -203,7 +209,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	if !ok {
 		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
 	}
-	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has, local: local}
+	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has, local: local, file: file}
 	// Handlers run under the model's lock: every request sees and leaves a consistent
 	// state, and check-then-claim steps (VMIDs, IP mappings) are atomic.
 	c.mu.Lock()
@@ -294,44 +300,110 @@ func (c *Cluster) checkNodeReachable(node string) *apiError {
 	return nil
 }
 
+// uploadPathRE matches the one path whose POST takes a multipart/form-data body, as
+// pveproxy's auth_handler recognises uploads.
+var uploadPathRE = regexp.MustCompile(`^/nodes/[^/]+/storage/[^/]+/upload$`)
+
+// maxPost is the largest body pveproxy reads outside uploads ($limit_max_post).
+const maxPost = 64 << 10
+
+// maxUpload is the largest file an upload may carry: the simulator keeps it in memory.
+const maxUpload = 256 << 20
+
 // readParams flattens the query string and the body (urlencoded form or JSON, as
-// Proxmox accepts both) into string values.
-func readParams(r *http.Request) (map[string][]string, error) {
+// Proxmox accepts both; multipart/form-data only on the upload endpoint) into string
+// values; an upload's file part is returned apart, its name as the filename parameter.
+func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *apiError) {
 	raw := map[string][]string{}
 	for k, v := range r.URL.Query() {
 		raw[k] = append(raw[k], v...)
 	}
 	if r.Body == nil {
-		return raw, nil
+		return raw, nil, nil
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	ctype := r.Header.Get("Content-Type")
+	ct, ctParams, _ := mime.ParseMediaType(ctype)
+	if upload {
+		if ct != "multipart/form-data" || ctParams["boundary"] == "" {
+			return nil, nil, errorf(http.StatusInternalServerError, "upload 'Content-Type '%s' not implemented", ctype)
+		}
+		file, err := readMultipart(multipart.NewReader(r.Body, ctParams["boundary"]), raw)
+		if err != nil {
+			return nil, nil, errorf(http.StatusBadRequest, "%s", err.Error())
+		}
+		return raw, file, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPost+1))
 	if err != nil {
-		return nil, fmt.Errorf("read body: %w", err)
+		return nil, nil, errorf(http.StatusBadRequest, "read body: %v", err)
+	}
+	if len(body) > maxPost {
+		return nil, nil, errorf(http.StatusNotImplemented, "for data too large")
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return raw, nil
+		return raw, nil, nil
 	}
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "application/json" {
+	switch ct {
+	case "application/json":
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.UseNumber()
 		var m map[string]any
 		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf("malformed JSON request body: %w", err)
+			return nil, nil, errorf(http.StatusBadRequest, "malformed JSON request body: %v", err)
 		}
 		for k, v := range m {
 			raw[k] = append(raw[k], flattenJSON(v)...)
 		}
-		return raw, nil
+		return raw, nil, nil
+	case "", "application/x-www-form-urlencoded":
+	default:
+		// pveproxy reads only form and JSON bodies outside uploads, on any path.
+		return nil, nil, errorf(506, "upload 'Content-Type '%s' not implemented", ctype)
 	}
 	vals, err := url.ParseQuery(string(body))
 	if err != nil {
-		return nil, fmt.Errorf("malformed request body: %w", err)
+		return nil, nil, errorf(http.StatusBadRequest, "malformed request body: %v", err)
 	}
 	for k, v := range vals {
 		raw[k] = append(raw[k], v...)
 	}
-	return raw, nil
+	return raw, nil, nil
+}
+
+// readMultipart adds an upload's form fields to raw and returns the content of its file
+// part, whose file name becomes the filename parameter.
+func readMultipart(mr *multipart.Reader, raw map[string][]string) ([]byte, error) {
+	var file []byte
+	seen := false
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("malformed multipart body: %w", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(part, maxUpload+1))
+		if err != nil {
+			return nil, fmt.Errorf("malformed multipart body: %w", err)
+		}
+		if part.FileName() == "" {
+			raw[part.FormName()] = append(raw[part.FormName()], string(b))
+			continue
+		}
+		if len(b) > maxUpload {
+			return nil, fmt.Errorf("upload larger than %d bytes", maxUpload)
+		}
+		if seen {
+			return nil, errors.New("upload with more than one file")
+		}
+		seen, file = true, b
+		raw["filename"] = append(raw["filename"], part.FileName())
+	}
+	if !seen {
+		return nil, errors.New("upload without a file")
+	}
+	return file, nil
 }
 
 func flattenJSON(v any) []string {

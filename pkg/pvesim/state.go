@@ -48,6 +48,7 @@ type guest struct {
 	startedAt time.Time
 	pid       int
 	pool      string
+	snaps     map[string]*snapshot // by name
 	// metric counters carried over from earlier runs
 	baseNetIn, baseNetOut, baseRead, baseWrite int64
 }
@@ -72,6 +73,7 @@ type volume struct {
 	parent    string
 	notes     string
 	protected bool
+	data      []byte // an uploaded file's content; never written in place
 }
 
 type pool struct {
@@ -394,6 +396,7 @@ func (g *guest) configText() string {
 
 func (g *guest) digest() string {
 	text := g.configText()
+	text += g.snapshotsText()
 	if len(g.pending) > 0 || len(g.pendDel) > 0 {
 		text += "\n[PENDING]\n"
 		for _, k := range sortedKeys(g.pending) {

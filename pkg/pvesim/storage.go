@@ -201,7 +201,13 @@ func hStorageVolumeDelete(cl *call) (any, error) {
 			}
 		}
 	}
-	t := c.st.runTask(node, "imgdel", volid, cl.user, c.taskDuration(0, 0), func(*task) error {
+	// The task id is the storage, or "VMID@storage" for a guest's volume, as
+	// PVE::API2::Storage::Content's delete names its worker (a UPID holds no ':').
+	id := v.storage
+	if v.vmid != 0 {
+		id = fmt.Sprintf("%d@%s", v.vmid, v.storage)
+	}
+	t := c.st.runTask(node, "imgdel", id, cl.user, c.taskDuration(0, 0), func(*task) error {
 		c.st.removeVolume(node, volid)
 		return nil
 	})
@@ -230,6 +236,27 @@ func newHash(algo string) hash.Hash {
 		return sha512.New()
 	}
 	return nil
+}
+
+// checksum is the hash a download or upload is verified with and the expected sum; nil
+// without checksum parameters.
+func (cl *call) checksum() (hash.Hash, string, error) {
+	checksum, hasSum := cl.p.str("checksum")
+	algo, hasAlgo := cl.p.str("checksum-algorithm")
+	if hasSum && !hasAlgo {
+		return nil, "", paramError("checksum-algorithm", "missing.")
+	}
+	if hasAlgo && !hasSum {
+		return nil, "", paramError("checksum", "missing.")
+	}
+	if !hasAlgo {
+		return nil, "", nil
+	}
+	h := newHash(algo)
+	if h == nil {
+		return nil, "", paramError("checksum-algorithm", "value '"+algo+"' does not have a value in the enumeration 'md5, sha1, sha224, sha256, sha384, sha512'")
+	}
+	return h, checksum, nil
 }
 
 func volumeFormat(content, filename string) string {
@@ -263,8 +290,6 @@ func hDownloadURL(cl *call) (any, error) {
 	content, _ := cl.p.str("content")
 	filename, _ := cl.p.str("filename")
 	rawURL, _ := cl.p.str("url")
-	checksum, hasSum := cl.p.str("checksum")
-	algo, hasAlgo := cl.p.str("checksum-algorithm")
 	verify := true
 	if cl.p.has("verify-certificates") {
 		verify = cl.p.bool("verify-certificates")
@@ -279,23 +304,16 @@ func hDownloadURL(cl *call) (any, error) {
 	if !re.MatchString(filename) {
 		return nil, paramError("filename", "wrong file extension")
 	}
-	if hasSum && !hasAlgo {
-		return nil, paramError("checksum-algorithm", "missing.")
+	h, checksum, err := cl.checksum()
+	if err != nil {
+		return nil, err
 	}
-	if hasAlgo && !hasSum {
-		return nil, paramError("checksum", "missing.")
-	}
-	var h hash.Hash
-	if hasAlgo {
-		if h = newHash(algo); h == nil {
-			return nil, paramError("checksum-algorithm", "value '"+algo+"' does not have a value in the enumeration 'md5, sha1, sha224, sha256, sha384, sha512'")
-		}
-	}
+	hasSum := h != nil
 	if !strings.HasPrefix(rawURL, "http://") && !strings.HasPrefix(rawURL, "https://") {
 		return nil, paramError("url", "invalid format - only http and https URLs are allowed")
 	}
 	volid := fmt.Sprintf("%s:%s/%s", s.id, content, filename)
-	dir := map[string]string{"iso": "template/iso", "vztmpl": "template/cache", "import": "import"}[content]
+	dir := contentDirs[content]
 	t := c.st.newTask(node, "download", filename, cl.user)
 	t.log = append(t.log, fmt.Sprintf("downloading %s to %s/%s/%s", rawURL, s.path, dir, filename))
 	client := c.downloadClient(verify)
@@ -324,6 +342,56 @@ func hDownloadURL(cl *call) (any, error) {
 		}
 		t.finish(err)
 	}()
+	return t.upid, nil
+}
+
+// contentDirs are the directories of a file storage that hold each uploadable content.
+var contentDirs = map[string]string{"iso": "template/iso", "vztmpl": "template/cache", "import": "import"}
+
+// hUpload stores a file sent as multipart/form-data (ISO images, container templates,
+// import sources) in an imgcopy task, checking the checksum if one is given.
+func hUpload(cl *call) (any, error) {
+	c := cl.c
+	s, err := cl.storageOn()
+	if err != nil {
+		return nil, err
+	}
+	node := cl.vars["node"]
+	content, _ := cl.p.str("content")
+	filename, _ := cl.p.str("filename")
+	if s.path == "" {
+		return nil, errorf(http.StatusInternalServerError, "can't upload to storage type '%s'", s.typ)
+	}
+	if !contentExt[content].MatchString(filename) {
+		return nil, paramError("filename", "wrong file extension")
+	}
+	if !s.hasContent(content) {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support '%s' content", s.id, content)
+	}
+	h, checksum, err := cl.checksum()
+	if err != nil {
+		return nil, err
+	}
+	data := cl.file
+	volid := fmt.Sprintf("%s:%s/%s", s.id, content, filename)
+	dest := fmt.Sprintf("%s/%s/%s", s.path, contentDirs[content], filename)
+	t := c.st.runTask(node, "imgcopy", "", cl.user, c.taskDuration(0, float64(len(data))/float64(1<<30)), func(t *task) error {
+		t.log = append(t.log, "starting file import from: /var/tmp/pveupload-"+filename, "target node: "+node,
+			"target file: "+dest, fmt.Sprintf("file size is: %d", len(data)))
+		if h != nil {
+			h.Write(data)
+			if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, checksum) {
+				return fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", got, strings.ToLower(checksum))
+			}
+			t.log = append(t.log, "calculating checksum of uploaded file...OK, checksum verified")
+		}
+		if c.st.findVolume(node, volid) != nil {
+			return fmt.Errorf("refusing to override existing file '%s'", dest)
+		}
+		c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: int64(len(data)), data: data})
+		t.log = append(t.log, "finished file import successfully")
+		return nil
+	})
 	return t.upid, nil
 }
 
@@ -369,9 +437,12 @@ func fetch(c *Cluster, client *http.Client, rawURL string, h hash.Hash) (int64, 
 // hStorageConfigList is /storage: the cluster's storage definitions.
 func hStorageConfigList(cl *call) (any, error) {
 	c := cl.c
+	typ, _ := cl.p.str("type")
 	out := []map[string]any{}
 	for _, s := range c.st.storages {
-		out = append(out, c.st.storageConfig(s))
+		if typ == "" || s.typ == typ {
+			out = append(out, c.st.storageConfig(s))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i]["storage"].(string) < out[j]["storage"].(string) })
 	return out, nil

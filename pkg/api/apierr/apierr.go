@@ -11,6 +11,8 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // Code is the value of extensions.code.
@@ -81,13 +83,16 @@ func ZoneDown(zone string, cause error) *Error {
 	return &Error{Code: ZoneUnavailable, Zone: zone, Message: fmt.Sprintf("zone %s is unavailable", zone), Cause: cause}
 }
 
-// From classifies any error for clients. fieldPrefix is prepended to the
-// field of catalog validation errors (e.g. "input" turns "quotas.vcpus"
-// into "input.quotas.vcpus"). Errors it does not know are INTERNAL with
-// the original as Cause.
+// From classifies any error for clients. fieldPrefix is where the input
+// of the failed call sits in the request: it is prepended to the field of
+// catalog validation errors (e.g. "input" turns "quotas.vcpus" into
+// "input.quotas.vcpus") and of compute errors ("nics[0].address" becomes
+// "input.nics[0].address"). Errors it does not know are INTERNAL with the
+// original as Cause.
 func From(err error, fieldPrefix string) *Error {
 	var (
 		ae *Error
+		ce *compute.Error
 		ve *catalog.ValidationError
 		nf *catalog.NotFoundError
 		ex *catalog.AlreadyExistsError
@@ -98,11 +103,10 @@ func From(err error, fieldPrefix string) *Error {
 		return nil
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &ce):
+		return fromCompute(ce, fieldPrefix)
 	case errors.As(err, &ve):
-		field := ve.Field
-		if fieldPrefix != "" {
-			field = fieldPrefix + "." + field
-		}
+		field := joinField(fieldPrefix, ve.Field)
 		return BadInput(field, "%s: %s", field, ve.Message)
 	case errors.As(err, &nf):
 		return &Error{Code: NotFound, Message: nf.Error()}
@@ -118,4 +122,44 @@ func From(err error, fieldPrefix string) *Error {
 		return &Error{Code: Internal, Message: "the request timed out", Cause: err}
 	}
 	return &Error{Code: Internal, Message: "internal error", Cause: err}
+}
+
+// computeCodes maps the kinds of compute errors to codes.
+var computeCodes = map[compute.ErrorKind]Code{
+	compute.KindInternal:        Internal,
+	compute.KindNotFound:        NotFound,
+	compute.KindBadInput:        BadUserInput,
+	compute.KindConflict:        Conflict,
+	compute.KindQuotaExceeded:   QuotaExceeded,
+	compute.KindZoneUnavailable: ZoneUnavailable,
+}
+
+// fromCompute maps an error of the VM lifecycle: its field (relative to
+// the call's input) goes under fieldPrefix; an exceeded quota names the
+// VDC's quota field ("quotas.vcpus"), which is no input.
+func fromCompute(ce *compute.Error, fieldPrefix string) *Error {
+	code, ok := computeCodes[ce.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: ce.Message, Zone: ce.Zone, Cause: ce.Cause}
+	if ce.Field != "" {
+		e.Field = joinField(fieldPrefix, ce.Field)
+	}
+	if qe := (*quota.ExceededError)(nil); errors.As(ce, &qe) {
+		e.Field = "quotas." + qe.Resource
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = ce
+	}
+	return e
+}
+
+// joinField places field (relative to an input) under prefix: "nics[0]"
+// under "input" is "input.nics[0]".
+func joinField(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
 }

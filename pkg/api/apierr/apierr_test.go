@@ -9,6 +9,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 func TestFrom(t *testing.T) {
@@ -28,6 +30,17 @@ func TestFrom(t *testing.T) {
 		{auth.ErrNoToken, apierr.Unauthenticated, "", "unauthenticated: no bearer token"},
 		{fmt.Errorf("wrapped: %w", apierr.ZoneDown("fra1", cause)), apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
 		{cause, apierr.Internal, "", "internal error"},
+		// Compute errors name fields relative to the call's input; the
+		// edge places them in the request.
+		{fmt.Errorf("op: %w", &compute.Error{Kind: compute.KindBadInput, Field: "nics[0].address", Message: "bad"}),
+			apierr.BadUserInput, "input.nics[0].address", "bad"},
+		{&compute.Error{Kind: compute.KindConflict, Field: "nics[1].network", Message: "full"}, apierr.Conflict, "input.nics[1].network", "full"},
+		{&compute.Error{Kind: compute.KindNotFound, Message: "no such VM"}, apierr.NotFound, "", "no such VM"},
+		{&compute.Error{Kind: compute.KindQuotaExceeded, Message: "over", Cause: fmt.Errorf("reserve: %w", &quota.ExceededError{Resource: "vcpus"})},
+			apierr.QuotaExceeded, "quotas.vcpus", "over"},
+		{&compute.Error{Kind: compute.KindZoneUnavailable, Zone: "fra1", Message: "zone fra1 is unavailable", Cause: cause},
+			apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
+		{&compute.Error{Kind: compute.KindInternal, Message: "cloning failed", Cause: cause}, apierr.Internal, "", "cloning failed"},
 	}
 	for _, c := range cases {
 		e := apierr.From(c.err, "input")
@@ -40,6 +53,12 @@ func TestFrom(t *testing.T) {
 	}
 	if e := apierr.From(cause, ""); !errors.Is(e, fs.ErrPermission) {
 		t.Error("internal error lost its cause")
+	}
+	if e := apierr.From(&compute.Error{Kind: compute.KindBadInput, Field: "name", Message: "x"}, ""); e.Field != "name" {
+		t.Errorf("compute field without prefix: %q", e.Field)
+	}
+	if e := apierr.From(&compute.Error{Kind: compute.KindZoneUnavailable, Zone: "fra1", Cause: cause}, ""); e.Extensions()["zone"] != "fra1" || !errors.Is(e, fs.ErrPermission) {
+		t.Errorf("compute zone error: %+v", e)
 	}
 	if ext := apierr.ZoneDown("hel1", cause).Extensions(); ext["zone"] != "hel1" {
 		t.Errorf("zone extension: %v", ext)

@@ -192,3 +192,26 @@ func TestSchemaFormatsCovered(t *testing.T) {
 		t.Fatalf("only %d formats seen; schema walk broken?", len(seen))
 	}
 }
+
+// TestPerlPatterns checks the translation of Perl regexp syntax the schema uses, including
+// repeat counts beyond Go's limit of 1000.
+func TestPerlPatterns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pattern, match, noMatch string
+	}{
+		{`(?^i:[a-z]+)`, "AbC", "a1"},
+		{`[0-9]{,3}`, "123", "1234"},
+		{`[0-9a-zA-Z!=]{0,4096}`, strings.Repeat("a", 4096), "a b"},
+		{`x{2,10}`, "xxxxxxxxxx", "xxxxxxxxxxx"},
+	} {
+		re, err := compilePattern(tc.pattern)
+		if err != nil {
+			t.Errorf("%s: %v", tc.pattern, err)
+			continue
+		}
+		if !re.MatchString(tc.match) || re.MatchString(tc.noMatch) {
+			t.Errorf("%s: matches %q %v, %q %v", tc.pattern, tc.match, re.MatchString(tc.match), tc.noMatch, re.MatchString(tc.noMatch))
+		}
+	}
+}

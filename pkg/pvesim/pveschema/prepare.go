@@ -84,14 +84,23 @@ func (e *Endpoint) prepare() error {
 // perlToGo rewrites the Perl regular-expression syntax found in Proxmox's schema into RE2:
 // stringified qr// flag groups "(?^:" and "(?^i:", "{,n}" quantifiers (Perl >= 5.34) and
 // atomic groups "(?>", which become plain groups (the same language for anchored matches of
-// the patterns in the schema).
+// the patterns in the schema). Go's regexp allows at most 1000 repetitions: a larger upper
+// bound ("{0,4096}", the TFA keys of /access/users) is left open ("{0,}"), a superset.
 func perlToGo(p string) string {
 	p = strings.ReplaceAll(p, "(?>", "(?:")
 	p = strings.ReplaceAll(p, "(?^:", "(?:")
 	p = strings.ReplaceAll(p, "(?^i:", "(?i:")
 	p = strings.ReplaceAll(p, "{,", "{0,")
-	return p
+	return bigRepeatRE.ReplaceAllStringFunc(p, func(m string) string {
+		sub := bigRepeatRE.FindStringSubmatch(m)
+		if n, err := strconv.Atoi(sub[2]); err == nil && n <= 1000 {
+			return m
+		}
+		return "{" + sub[1] + ",}"
+	})
 }
+
+var bigRepeatRE = regexp.MustCompile(`\{(\d+),(\d{4,})\}`)
 
 // compilePattern anchors a schema pattern as Proxmox does (m/^$pattern$/).
 func compilePattern(p string) (*regexp.Regexp, error) {

@@ -83,7 +83,8 @@ func TestLookupNotImplemented(t *testing.T) {
 		{"POST", "/version", "Method 'POST /version' not implemented"},
 		{"PUT", "/nodes/pve1/qemu/100/status/start", "Method 'PUT /nodes/pve1/qemu/100/status/start' not implemented"},
 		{"GET", "/nodes/pve1/qemu/100/bogus", "Method 'GET /nodes/pve1/qemu/100/bogus' not implemented"},
-		{"GET", "/nodes/pve1/lxc", "Method 'GET /nodes/pve1/lxc' not implemented"},
+		{"POST", "/nodes/pve1/lxc", "Method 'POST /nodes/pve1/lxc' not implemented"},
+		{"GET", "/nodes/pve1/lxc/100/config", "Method 'GET /nodes/pve1/lxc/100/config' not implemented"},
 		{"GET", "/nodes/pve 1/qemu", "Method 'GET /nodes/pve 1/qemu' not implemented"},
 		{"GET", "/nodes/pve1/storage/local/content/local:iso/a b.iso", "Method 'GET /nodes/pve1/storage/local/content/local:iso/a b.iso' not implemented"},
 	}
@@ -108,8 +109,8 @@ func TestEndpointMetadata(t *testing.T) {
 	if e.Name != "update_vm_async" || !e.Protected || !e.AllowToken || e.ProxyTo != "node" {
 		t.Fatalf("metadata = %+v", e)
 	}
-	if n := len(s.Endpoints()); n != 94 {
-		t.Fatalf("%d endpoints, want 94", n)
+	if n := len(s.Endpoints()); n != 108 {
+		t.Fatalf("%d endpoints, want 108", n)
 	}
 }
 
@@ -381,7 +382,8 @@ func exampleParam(p *prop) string {
 	case p.Type == "integer" || p.Type == "number" || p.Type == "boolean":
 		return "1"
 	}
-	if tc, ok := formatCases[p.Format]; ok {
+	// a "-list" format takes one element of its base format
+	if tc, ok := formatCases[strings.TrimSuffix(p.Format, "-list")]; ok {
 		for _, g := range tc.good {
 			if g != "" {
 				return g
@@ -439,6 +441,7 @@ func TestLookupEveryEndpoint(t *testing.T) {
 		"node": "pve1", "vmid": "100", "storage": "local", "volume": "local:iso/debian-12.iso",
 		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
 		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
+		"snapname": "before-upgrade",
 	}
 	for _, e := range s.Endpoints() {
 		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {

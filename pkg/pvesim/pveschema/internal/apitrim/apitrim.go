@@ -11,7 +11,8 @@ import (
 	"strings"
 )
 
-// Paths are the endpoint templates flexplane uses; every HTTP method defined on them is kept.
+// Paths are the endpoint templates flexplane uses; every HTTP method defined on them is
+// kept, unless an entry names its methods ("GET /access/users"): then only those.
 var Paths = []string{
 	"/version",
 	"/cluster/status",
@@ -48,6 +49,7 @@ var Paths = []string{
 	"/nodes/{node}/storage/{storage}/content",
 	"/nodes/{node}/storage/{storage}/content/{volume}",
 	"/nodes/{node}/storage/{storage}/download-url",
+	"/nodes/{node}/storage/{storage}/upload",
 	"/storage",
 	"/storage/{storage}",
 	"/nodes/{node}/qemu",
@@ -69,6 +71,16 @@ var Paths = []string{
 	"/nodes/{node}/qemu/{vmid}/migrate",
 	"/nodes/{node}/qemu/{vmid}/rrddata",
 	"/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces",
+	"/nodes/{node}/qemu/{vmid}/move_disk",
+	"/nodes/{node}/qemu/{vmid}/unlink",
+	"/nodes/{node}/qemu/{vmid}/snapshot",
+	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}",
+	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config",
+	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
+	"GET /nodes/{node}/lxc",
+	"GET /access/users",
+	"GET /access/groups",
+	"GET /access/domains",
 }
 
 // Document is the trimmed schema: one entry per endpoint template, sorted by path.
@@ -110,19 +122,27 @@ func Trim(full []byte) ([]byte, error) {
 	}
 	doc := Document{Source: "Proxmox VE api-viewer apidata.json, trimmed by pkg/pvesim/pveschema/internal/trim"}
 	var missing []string
-	for _, p := range Paths {
+	for _, entry := range Paths {
+		p, methods := splitEntry(entry)
 		n, ok := byPath[p]
 		if !ok || len(n.Info) == 0 {
-			missing = append(missing, p)
+			missing = append(missing, entry)
 			continue
 		}
 		info := map[string]json.RawMessage{}
 		for m, raw := range n.Info {
+			if methods != nil && !methods[m] {
+				continue
+			}
 			canon, err := canonical(raw)
 			if err != nil {
 				return nil, fmt.Errorf("apitrim: %s %s: %w", m, p, err)
 			}
 			info[m] = canon
+		}
+		if len(info) == 0 {
+			missing = append(missing, entry)
+			continue
 		}
 		doc.Endpoints = append(doc.Endpoints, Endpoint{Path: p, Info: info})
 	}
@@ -135,6 +155,19 @@ func Trim(full []byte) ([]byte, error) {
 		return nil, fmt.Errorf("apitrim: encode: %w", err)
 	}
 	return append(out, '\n'), nil
+}
+
+// splitEntry splits a Paths entry into its path and the methods it keeps (nil: all).
+func splitEntry(entry string) (string, map[string]bool) {
+	ms, p, ok := strings.Cut(entry, " ")
+	if !ok {
+		return entry, nil
+	}
+	methods := map[string]bool{}
+	for _, m := range strings.Split(ms, ",") {
+		methods[m] = true
+	}
+	return p, methods
 }
 
 // canonical re-encodes raw JSON with sorted object keys, keeping numbers exactly as written.

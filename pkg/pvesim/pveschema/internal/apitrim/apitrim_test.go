@@ -28,11 +28,15 @@ func fullSchema(t *testing.T, skip string) []byte {
 		byPath[p] = n
 		return n
 	}
-	for _, p := range append(append([]string{}, Paths...), "/access/users") {
+	for _, entry := range append(append([]string{}, Paths...), "/access/roles") {
+		p, _ := splitEntry(entry)
 		if p == skip {
 			continue
 		}
-		ensure(p).Info = map[string]any{"GET": json.RawMessage(`{"zeta": 1, "name": "get", "alpha": 1.50}`)}
+		ensure(p).Info = map[string]any{
+			"GET":  json.RawMessage(`{"zeta": 1, "name": "get", "alpha": 1.50}`),
+			"POST": json.RawMessage(`{"name": "post"}`),
+		}
 	}
 	b, err := json.Marshal(root.Children)
 	if err != nil {
@@ -59,8 +63,23 @@ func TestTrim(t *testing.T) {
 			t.Fatalf("endpoints not sorted: %s before %s", doc.Endpoints[i-1].Path, doc.Endpoints[i].Path)
 		}
 	}
-	if strings.Contains(string(out), "/access/users") {
+	if strings.Contains(string(out), "/access/roles") {
 		t.Fatal("unused path kept")
+	}
+	// An entry naming its methods keeps only those; a bare path keeps every method.
+	named := map[string]bool{}
+	for _, entry := range Paths {
+		p, methods := splitEntry(entry)
+		named[p] = methods != nil
+	}
+	if !named["/access/users"] {
+		t.Fatal("no entry names its methods")
+	}
+	for _, e := range doc.Endpoints {
+		_, post := e.Info["POST"]
+		if post == named[e.Path] || len(e.Info) == 0 {
+			t.Fatalf("%s kept methods %v", e.Path, e.Info)
+		}
 	}
 	if !strings.Contains(string(out), `"alpha": 1.50`) || strings.Index(string(out), `"alpha"`) > strings.Index(string(out), `"zeta"`) {
 		t.Fatal("numbers not kept verbatim or keys not sorted")

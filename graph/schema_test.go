@@ -1,0 +1,84 @@
+package graph
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// public are the root fields any signed-in caller may use without a VDC
+// scope or the platform admin role (rule 4 of the layout, README). Each
+// answers only what the caller may see (e.g. vdcs lists the caller's VDCs).
+var public = []string{
+	"Query.me", "Query.tenant",
+	"Query.vdcs", "Query.vdc",
+	"Query.images", "Query.image",
+	"Query.computeProfiles", "Query.computeProfile",
+	"Query.storageProfiles", "Query.storageProfile",
+	"Query.zones", "Query.zone",
+}
+
+// loadSchema parses graph/*.graphqls as gqlgen does (extensions merged).
+func loadSchema(t *testing.T) *ast.Schema {
+	t.Helper()
+	files, err := filepath.Glob("*.graphqls")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no schema files: %v", err)
+	}
+	var srcs []*ast.Source
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, &ast.Source{Name: f, Input: string(b)})
+	}
+	s, err := gqlparser.LoadSchema(srcs...)
+	if err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	return s
+}
+
+// TestRootFieldsDeclareAccess: every Query, Mutation and Subscription
+// field carries @vdc or @platformAdmin, or is on the public list; the
+// list names only fields that exist and carry neither.
+func TestRootFieldsDeclareAccess(t *testing.T) {
+	t.Parallel()
+	s := loadSchema(t)
+	seen := map[string]bool{}
+	n := 0
+	for _, root := range []*ast.Definition{s.Query, s.Mutation, s.Subscription} {
+		if root == nil {
+			t.Fatal("the schema lacks a root type")
+		}
+		for _, f := range root.Fields {
+			if f.Position == nil || f.Position.Src.BuiltIn { // __schema, __type
+				continue
+			}
+			name := root.Name + "." + f.Name
+			n++
+			guarded := f.Directives.ForName("vdc") != nil || f.Directives.ForName("platformAdmin") != nil
+			isPublic := slices.Contains(public, name)
+			seen[name] = true
+			switch {
+			case guarded && isPublic:
+				t.Errorf("%s (%s) carries a directive and is on the public list: drop it from the list", name, f.Position.Src.Name)
+			case !guarded && !isPublic:
+				t.Errorf("%s (%s) carries neither @vdc nor @platformAdmin and is not on the public list", name, f.Position.Src.Name)
+			}
+		}
+	}
+	for _, p := range public {
+		if !seen[p] {
+			t.Errorf("the public list names %s, which the schema does not have", p)
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d root fields found; the schema was not read", n)
+	}
+}
