@@ -34,6 +34,7 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzValidate \
 	./pkg/pvesim/pveschema:FuzzLookup \
 	./pkg/pvesim/pveschema:FuzzPropertyString \
+	./pkg/pvesim/pveschema:FuzzFormat \
 	./pkg/proxmox/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
 	./pkg/proxmox/pveapi:FuzzConfig

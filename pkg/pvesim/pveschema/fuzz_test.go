@@ -111,3 +111,55 @@ func printProperty(p Params) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// FuzzFormat checks every named format of the schema (pve-vmid, ipv4,
+// pve-tag-list, pve-qm-ipconfig, ...) on any value
+// (testdata/fuzz/FuzzFormat): checks are deterministic and an error text is
+// one Proxmox would die with (ending in a newline); an unknown format is
+// refused as undefined; a list is accepted exactly when each of its items
+// is, an optional format takes Perl's false values; and a named property
+// string that is accepted re-serialises to one that parses to the same map.
+func FuzzFormat(f *testing.F) {
+	s, err := loadShared()
+	if err != nil {
+		f.Fatal(err)
+	}
+	fs := s.formats
+	f.Fuzz(func(t *testing.T, name, v string) {
+		msg := fs.checkNamed("p", name, v)
+		if again := fs.checkNamed("p", name, v); again != msg {
+			t.Fatalf("format %q of %q: %q, then %q", name, v, msg, again)
+		}
+		if msg != "" && !strings.HasSuffix(msg, "\n") {
+			t.Fatalf("format %q of %q: %q does not end in a newline", name, v, msg)
+		}
+		if !fs.known(name) {
+			if msg != "undefined format '"+name+"'\n" {
+				t.Fatalf("unknown format %q of %q: %q", name, v, msg)
+			}
+			return
+		}
+		if base, ok := strings.CutSuffix(name, "-list"); ok && fs.verifiers[name] == nil {
+			each := true
+			for _, item := range splitList(v) {
+				each = each && fs.checkNamed("p", base, item) == ""
+			}
+			if each != (msg == "") {
+				t.Fatalf("list format %q of %q: %q, but its items pass: %v", name, v, msg, each)
+			}
+		}
+		if _, ok := strings.CutSuffix(name, "-opt"); ok && fs.verifiers[name] == nil && (v == "" || v == "0") && msg != "" {
+			t.Fatalf("optional format %q refuses %q: %q", name, v, msg)
+		}
+		if fs.props[name] != nil && msg == "" {
+			p, msg := fs.parseNamed("p", name, v)
+			if msg != "" {
+				t.Fatalf("format %q accepts %q, which does not parse: %q", name, v, msg)
+			}
+			printed := printProperty(p)
+			if back, msg := fs.parseNamed("p", name, printed); msg != "" || !reflect.DeepEqual(back, p) {
+				t.Fatalf("format %q: %q parses to %v, printed %q, which parses to %v, %q", name, v, p, printed, back, msg)
+			}
+		}
+	})
+}
