@@ -30,6 +30,7 @@ FUZZ_TARGETS := \
 	./pkg/compute:FuzzParseIntent \
 	./pkg/compute:FuzzParseHardware \
 	./pkg/compute:FuzzParseSize \
+	./pkg/compute:FuzzParseOpID \
 	./pkg/catalog:FuzzDecodeManifest \
 	./pkg/pvesim/pveschema:FuzzValidate \
 	./pkg/pvesim/pveschema:FuzzLookup \

@@ -173,3 +173,23 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// FuzzParseOpID checks the reading of the operation ids clients pass to
+// operation and watchOperation (testdata/fuzz/FuzzParseOpID): an id reads
+// only if it is exactly the id of the operation it reads as, so that one
+// operation has one id.
+func FuzzParseOpID(f *testing.F) {
+	f.Fuzz(func(t *testing.T, id string) {
+		ref, ok := parseOpID(id)
+		if !ok {
+			return
+		}
+		again := taskOpID(ref.zoneID, ref.vmid, ref.kind, ref.upid)
+		if ref.create {
+			again = createOpID(ref.zoneID, ref.vmid, ref.op)
+		}
+		if again != id {
+			t.Fatalf("parseOpID(%q) = %+v, whose id is %q", id, ref, again)
+		}
+	})
+}

@@ -93,8 +93,11 @@ type opRef struct {
 	upid   string
 }
 
+// parseOpID reads an operation id; it accepts only the encoding createOpID
+// and taskOpID give (strict base64, a canonical VMID), so that an operation
+// has exactly one id.
 func parseOpID(id string) (opRef, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(id)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
 	if err != nil {
 		return opRef{}, false
 	}
@@ -103,7 +106,7 @@ func parseOpID(id string) (opRef, bool) {
 		return opRef{}, false
 	}
 	vmid, err := strconv.Atoi(parts[2])
-	if err != nil {
+	if err != nil || strconv.Itoa(vmid) != parts[2] {
 		return opRef{}, false
 	}
 	switch {
