@@ -94,11 +94,12 @@ type opRef struct {
 }
 
 // parseOpID reads an operation id; it accepts only the encoding createOpID
-// and taskOpID give (strict base64, a canonical VMID), so that an operation
-// has exactly one id.
+// and taskOpID give (the decoder also takes other last characters and
+// ignores newlines; the VMID must be canonical), so that an operation has
+// exactly one id.
 func parseOpID(id string) (opRef, bool) {
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
-	if err != nil {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != id {
 		return opRef{}, false
 	}
 	parts := strings.SplitN(string(raw), "/", 5)

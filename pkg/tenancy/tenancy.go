@@ -195,11 +195,12 @@ func encodeID(kind string, parts ...string) string {
 }
 
 // decodeID reverses encodeID, checking the kind and the number of parts.
-// It accepts only the encoding encodeID gives (strict base64, a canonical
-// VMID in ParseVMID), so that an object has exactly one id.
+// It accepts only the encoding encodeID gives (the decoder also takes
+// other last characters and ignores newlines; ParseVMID checks the VMID is
+// canonical), so that an object has exactly one id.
 func decodeID(kind, id string, n int) ([]string, error) {
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
-	if err != nil {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != id {
 		return nil, fmt.Errorf("tenancy: parse %s id: %w", kind, ErrBadID)
 	}
 	parts := strings.Split(string(raw), "/")
