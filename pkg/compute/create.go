@@ -91,6 +91,18 @@ func validDNSName(s string) bool {
 	return true
 }
 
+// authorizedKey returns k, trimmed, if it is one OpenSSH authorized key on
+// one line. ssh.ParseAuthorizedKey alone skips lines it cannot parse, which
+// would let any text before a key into the guest's authorized_keys.
+func authorizedKey(k string) (string, bool) {
+	k = strings.TrimSpace(k)
+	if strings.ContainsAny(k, "\r\n") {
+		return "", false
+	}
+	_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
+	return k, err == nil && strings.TrimSpace(string(rest)) == ""
+}
+
 // validate checks every input before anything is written.
 func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	p := &plan{}
@@ -159,11 +171,11 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		p.nics = append(p.nics, np)
 	}
 	for i, k := range in.SSHKeys {
-		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
-		if err != nil || strings.TrimSpace(string(rest)) != "" {
+		key, ok := authorizedKey(k)
+		if !ok {
 			return nil, badInput(fmt.Sprintf("sshKeys[%d]", i), "not an OpenSSH public key")
 		}
-		p.keys = append(p.keys, strings.TrimSpace(k))
+		p.keys = append(p.keys, key)
 	}
 	if !userRE.MatchString(in.User) {
 		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")

@@ -59,9 +59,10 @@ func FuzzCreateInput(f *testing.F) {
 				t.Fatalf("user %q is accepted, but Proxmox refuses it: %v", user, err)
 			}
 		}
-		// validate accepts a key that parses with nothing after it.
-		if _, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(key)); err == nil && strings.TrimSpace(string(rest)) == "" {
-			k := strings.TrimSpace(key)
+		if k, ok := authorizedKey(key); ok {
+			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil || strings.ContainsAny(k, "\r\n") {
+				t.Fatalf("key %q is accepted as %q, which is not one key on one line (%v)", key, k, err)
+			}
 			keys := []string{k, k}
 			enc := encodeKeys(keys)
 			if err := pve("sshkeys", enc); err != nil {
