@@ -84,11 +84,6 @@ func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUs
 	return r.vdcUsage(ctx, obj)
 }
 
-func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
-
 func (r *Resolver) VDC() generated.VDCResolver { return &vDCResolver{r} }
 
-type (
-	mutationResolver struct{ *Resolver }
-	vDCResolver      struct{ *Resolver }
-)
+type vDCResolver struct{ *Resolver }

@@ -1776,7 +1776,7 @@ type CreatedEnrollmentKey {
 `, BuiltIn: false},
 	{Name: "../identity.graphqls", Input: `# Identity and tenancy: who is calling, and the tenant of this deployment.
 
-type Query {
+extend type Query {
   "The caller, as their token describes them."
   me: Me!
   "The tenant this deployment serves (one deployment is one tenant)."
@@ -2122,7 +2122,7 @@ extend type Query {
   operation(id: ID!): Operation @vdc
 }
 
-type Subscription {
+extend type Subscription {
   """
   The operation now and whenever its state or step changes; the stream ends
   after the operation has ended.
@@ -2253,8 +2253,10 @@ input UpdateStorageProfileInput {
   pools: [ZonePoolInput!]
 }
 `, BuiltIn: false},
-	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: shared scalars and directives. Each domain has its
-# own file; this one holds what they share.
+	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: the root types, shared scalars and directives. Each
+# domain has its own file and extends the root types with its fields; this
+# one holds what they share (so gqlgen generates the root types' code here,
+# not in one domain's file).
 #
 # Authentication: every request carries "Authorization: Bearer <OIDC token>"
 # (over websockets: the connection_init payload key "Authorization").
@@ -2265,6 +2267,19 @@ input UpdateStorageProfileInput {
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
 # (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE or
 # INTERNAL.
+
+# The root types; each domain file extends them with its fields. Every
+# field carries @vdc or @platformAdmin, or is on the short public list of
+# graph's TestRootFieldsDeclareAccess.
+
+"What can be read."
+type Query
+
+"What can be changed."
+type Mutation
+
+"What can be followed over a websocket (graphql-transport-ws)."
+type Subscription
 
 "An RFC 3339 timestamp."
 scalar Time
@@ -2292,7 +2307,7 @@ extend type Query {
   currentVDC: VDC! @vdc
 }
 
-type Mutation {
+extend type Mutation {
   createVDC(input: CreateVDCInput!): VDC! @platformAdmin
   """
   Changes the given fields. With resourceVersion set the update is

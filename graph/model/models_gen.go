@@ -181,6 +181,7 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+// What can be changed.
 type Mutation struct {
 }
 
@@ -221,9 +222,11 @@ type Operation struct {
 	UpdatedAt time.Time  `json:"updatedAt"`
 }
 
+// What can be read.
 type Query struct {
 }
 
+// What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
 
