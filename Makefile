@@ -13,7 +13,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, and the browser test on the mesh harness (embedded Headscale).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestBrowserMesh)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see the README, Fuzzing); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.

@@ -2099,7 +2099,9 @@ input CreateNetworkInput {
   name: String!
   "Zone name."
   zone: String!
+  "An IPv4 network, /8 to /29, e.g. 10.1.0.0/24 (no surrounding spaces)."
   cidr: String!
+  "An address inside cidr, not its network or broadcast address (no surrounding spaces)."
   gateway: String!
 }
 
@@ -2314,7 +2316,12 @@ extend type Mutation {
   conditional: if the VDC changed since it was read, CONFLICT.
   """
   updateVDC(input: UpdateVDCInput!): VDC! @platformAdmin
-  "Deletes a VDC (conditional when resourceVersion is given)."
+  """
+  Deletes a VDC (conditional when resourceVersion is given). While it has
+  VMs (or creates in flight) or networks in any zone it is refused with
+  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
+  gone its Proxmox pool and SDN zone are removed from every zone.
+  """
   deleteVDC(name: String!, resourceVersion: String): Deleted! @platformAdmin
 }
 
@@ -2412,7 +2419,11 @@ extend type Mutation {
 }
 
 input CreateVMInput {
-  "A DNS name (labels of a-z, 0-9 and '-')."
+  """
+  A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
+  not unique, not even within a VDC: a VM is known by its id, and two VMs
+  of one name are two VMs (as instances are in most clouds).
+  """
   name: String!
   "The zone's name."
   zone: String!
@@ -2426,9 +2437,13 @@ input CreateVMInput {
   diskGiB: Int!
   "1 to 4 NICs on networks of the VDC in the zone."
   nics: [NICInput!]!
-  "OpenSSH public keys for the cloud-init user."
+  "At most 32 OpenSSH public keys for the cloud-init user."
   sshKeys: [String!]
-  "The cloud-init user to create (a-z, 0-9, '_', '-')."
+  """
+  The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
+  letter); not a system account of the image (root, nobody, daemon, ...,
+  systemd-*), which cloud-init would open to the keys.
+  """
   user: String!
 }
 

@@ -43,6 +43,7 @@ type harness struct {
 	dir     string
 	store   *catalog.DirStore
 	url     string
+	handler http.Handler // the handler behind url, for in-process requests
 	logs    *syncBuffer
 	mu      sync.Mutex
 	tokens  map[string]string // protected by mu
@@ -110,7 +111,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.url = h.startAPI(t)
+	h.handler = h.newHandler(t)
+	h.url = serve(t, h.handler)
 	return h
 }
 
@@ -118,6 +120,13 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 // own verifier and its own store on the harness's catalog directory, and
 // returns its /graphql URL.
 func (h *harness) startAPI(t *testing.T) string {
+	t.Helper()
+	return serve(t, h.newHandler(t))
+}
+
+// newHandler returns an API handler with its own verifier and its own store
+// on the harness's catalog directory.
+func (h *harness) newHandler(t *testing.T) http.Handler {
 	t.Helper()
 	v, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: h.idp.Issuer(), Audience: portal})
 	if err != nil {
@@ -137,6 +146,12 @@ func (h *harness) startAPI(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return handler
+}
+
+// serve serves handler at /graphql on loopback and returns its URL.
+func serve(t *testing.T, handler http.Handler) string {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", handler)
 	mux.Handle("/graphql/"+graphiql.AssetDir, handler)
