@@ -11,7 +11,8 @@ import (
 // Proxmox's answers and from clients' operation ids
 // (testdata/fuzz/FuzzUPID): the node a UPID names is a non-empty field
 // without a colon, so the status path built from it stays on that node,
-// and a UPID naming a type names a node too.
+// and a UPID naming a type names a node too; ParseUPID agrees with
+// NodeOfUPID and TypeOfUPID.
 func FuzzUPID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, upid string) {
 		node, err := NodeOfUPID(upid)
@@ -20,6 +21,14 @@ func FuzzUPID(f *testing.F) {
 		}
 		if err != nil && node != "" {
 			t.Fatalf("NodeOfUPID(%q) = %q with error %v", upid, node, err)
+		}
+		if u, err := ParseUPID(upid); err == nil {
+			if n, nerr := NodeOfUPID(upid); nerr != nil || n != u.Node || TypeOfUPID(upid) != u.Type || u.Type == "" ||
+				strings.Contains(u.Type+u.ID, ":") {
+				t.Fatalf("ParseUPID(%q) = %+v, NodeOfUPID %q (%v), TypeOfUPID %q", upid, u, n, nerr, TypeOfUPID(upid))
+			}
+		} else if TypeOfUPID(upid) != "" {
+			t.Fatalf("ParseUPID(%q) fails (%v), but TypeOfUPID = %q", upid, err, TypeOfUPID(upid))
 		}
 		if typ := TypeOfUPID(upid); typ != "" {
 			if strings.Contains(typ, ":") || !strings.HasPrefix(upid, "UPID:") {
