@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
@@ -113,6 +114,18 @@ func validDNSName(s string) bool {
 	return true
 }
 
+// authorizedKey returns k, trimmed, if it is one OpenSSH authorized key on
+// one line. ssh.ParseAuthorizedKey alone skips lines it cannot parse, which
+// would let any text before a key into the guest's authorized_keys.
+func authorizedKey(k string) (string, bool) {
+	k = strings.TrimSpace(k)
+	if strings.ContainsAny(k, "\r\n") {
+		return "", false
+	}
+	_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
+	return k, err == nil && strings.TrimSpace(string(rest)) == ""
+}
+
 // validate checks every input before anything is written.
 func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	p := &plan{}
@@ -184,11 +197,11 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
 	}
 	for i, k := range in.SSHKeys {
-		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
-		if err != nil || strings.TrimSpace(string(rest)) != "" {
+		key, ok := authorizedKey(k)
+		if !ok {
 			return nil, badInput(fmt.Sprintf("sshKeys[%d]", i), "not an OpenSSH public key")
 		}
-		p.keys = append(p.keys, strings.TrimSpace(k))
+		p.keys = append(p.keys, key)
 	}
 	if !userRE.MatchString(in.User) {
 		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
@@ -805,7 +818,8 @@ func setProp(s, key string, v int) string {
 	return strings.Join(parts, ",")
 }
 
-// parseSize parses a Proxmox size ("32G", "512M", "4096").
+// parseSize parses a Proxmox size ("32G", "512M", "4096"): a byte count,
+// never negative.
 func parseSize(s string) (int64, error) {
 	mult := int64(1)
 	if s != "" {
@@ -827,5 +841,10 @@ func parseSize(s string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("compute: size %q: %w", s, err)
 	}
-	return int64(f * float64(mult)), nil
+	// Not negative, NaN or beyond int64 (whose conversion is undefined).
+	n := f * float64(mult)
+	if !(n >= 0 && n < math.MaxInt64) {
+		return 0, fmt.Errorf("compute: size %q is out of range", s)
+	}
+	return int64(n), nil
 }

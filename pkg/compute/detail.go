@@ -3,6 +3,7 @@ package compute
 import (
 	"cmp"
 	"context"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -47,9 +48,11 @@ var (
 )
 
 // ParseHardware reads the NICs and disks off a guest's configuration.
+// Keys are read in order, so that slots Proxmox would not write but that
+// sort alike ("net1" and "net01") come out the same on every call.
 func ParseHardware(cfg pveapi.Config) Hardware {
 	var hw Hardware
-	for key := range cfg {
+	for _, key := range slices.Sorted(maps.Keys(cfg)) {
 		val := cfg.Str(key)
 		if m := nicKey.FindStringSubmatch(key); m != nil {
 			n, _ := strconv.Atoi(m[1])
@@ -75,13 +78,13 @@ func ParseHardware(cfg pveapi.Config) Hardware {
 				continue
 			}
 			size, _ := parseSize(propOf(val, "size"))
-			limit := func(k string) int { n, _ := strconv.Atoi(propOf(val, k)); return n }
+			limit := func(k string) int { n, _ := strconv.Atoi(propOf(val, k)); return max(n, 0) } // < 0 is not a limit
 			hw.Disks = append(hw.Disks, Disk{Slot: key, Storage: storage, SizeBytes: size,
 				ReadMBps: limit("mbps_rd"), WriteMBps: limit("mbps_wr"), ReadIops: limit("iops_rd"), WriteIops: limit("iops_wr")})
 		}
 	}
-	slices.SortFunc(hw.NICs, func(a, b NIC) int { return cmp.Compare(a.Index, b.Index) })
-	slices.SortFunc(hw.Disks, func(a, b Disk) int { return slotOrder(a.Slot, b.Slot) })
+	slices.SortStableFunc(hw.NICs, func(a, b NIC) int { return cmp.Compare(a.Index, b.Index) })
+	slices.SortStableFunc(hw.Disks, func(a, b Disk) int { return slotOrder(a.Slot, b.Slot) })
 	return hw
 }
 

@@ -93,9 +93,13 @@ type opRef struct {
 	upid   string
 }
 
+// parseOpID reads an operation id; it accepts only the encoding createOpID
+// and taskOpID give (the decoder also takes other last characters and
+// ignores newlines; the VMID must be canonical), so that an operation has
+// exactly one id.
 func parseOpID(id string) (opRef, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(id)
-	if err != nil {
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != id {
 		return opRef{}, false
 	}
 	parts := strings.SplitN(string(raw), "/", 5)
@@ -103,7 +107,7 @@ func parseOpID(id string) (opRef, bool) {
 		return opRef{}, false
 	}
 	vmid, err := strconv.Atoi(parts[2])
-	if err != nil {
+	if err != nil || strconv.Itoa(vmid) != parts[2] {
 		return opRef{}, false
 	}
 	switch {

@@ -166,7 +166,7 @@ func ParseVMID(id string) (VMRef, error) {
 		return VMRef{}, err
 	}
 	vmid, err := strconv.Atoi(parts[1])
-	if err != nil || vmid < 100 || vmid > 999999999 {
+	if err != nil || vmid < 100 || vmid > 999999999 || strconv.Itoa(vmid) != parts[1] {
 		return VMRef{}, fmt.Errorf("tenancy: parse vm id: %w", ErrBadID)
 	}
 	return VMRef{ZoneID: parts[0], VMID: vmid}, nil
@@ -215,9 +215,12 @@ func encodeID(kind string, parts ...string) string {
 }
 
 // decodeID reverses encodeID, checking the kind and the number of parts.
+// It accepts only the encoding encodeID gives (the decoder also takes
+// other last characters and ignores newlines; ParseVMID checks the VMID is
+// canonical), so that an object has exactly one id.
 func decodeID(kind, id string, n int) ([]string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(id)
-	if err != nil {
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != id {
 		return nil, fmt.Errorf("tenancy: parse %s id: %w", kind, ErrBadID)
 	}
 	parts := strings.Split(string(raw), "/")

@@ -194,9 +194,13 @@ func (c Config) Str(key string) string {
 	}
 }
 
-// Int returns key as an int (0 when absent or not a number).
+// Int returns key as an int (0 when absent or not a whole number that
+// fits).
 func (c Config) Int(key string) int {
-	n, _ := strconv.Atoi(c.Str(key))
+	n, err := strconv.Atoi(c.Str(key))
+	if err != nil {
+		return 0 // Atoi's result is the largest int on overflow
+	}
 	return n
 }
 
