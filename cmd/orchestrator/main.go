@@ -122,6 +122,7 @@ func serve(ctx context.Context, args []string) error {
 	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
 	memLimit := fs.String("memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
 	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
+	metricsAddr := fs.String("metrics-addr", env("FLEXPLANE_METRICS_ADDR", ""), "address serving Prometheus metrics at /metrics (the orchestrator's) and /metrics/agents/<mesh name> (each agent's, over the mesh); keep it off the public network; empty serves none (env FLEXPLANE_METRICS_ADDR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -177,8 +178,9 @@ func serve(ctx context.Context, args []string) error {
 			MaxDepth:      *maxDepth,
 			MaxComplexity: *maxComplexity,
 		},
-		Handler: site,
-		Logger:  logger,
+		MetricsListen: *metricsAddr,
+		Handler:       site,
+		Logger:        logger,
 	})
 	if err != nil {
 		return err

@@ -138,13 +138,14 @@ func segmentName(s string) bool {
 
 // Agent is a running agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	pve    *pve
-	policy policy
-	node   *meshnode.Node
-	grpc   *grpc.Server
-	served chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	pve     *pve
+	policy  policy
+	metrics *agentMetrics
+	node    *meshnode.Node
+	grpc    *grpc.Server
+	served  chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -162,11 +163,12 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		cfg:    cfg,
-		log:    cfg.Logger.With("node", cfg.NodeName),
-		pve:    client,
-		policy: newPolicy(),
-		served: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.NodeName),
+		pve:     client,
+		policy:  newPolicy(),
+		metrics: newAgentMetrics(cfg.Version, cfg.NodeName),
+		served:  make(chan struct{}),
 	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
 		Hostname:   cfg.MeshName,
@@ -184,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(a.authorize),
+		grpc.ChainUnaryInterceptor(a.metrics.count, a.authorize),
 		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
 			return status.Error(codes.Unimplemented, "agent: no streaming methods")
 		}),
@@ -255,6 +257,10 @@ func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerIn
 	return handler(ctx, req)
 }
 
+// taskStatusPath is the allowlist template of a task's status, whose
+// answers give the task durations.
+const taskStatusPath = "/nodes/{node}/tasks/{upid}/status"
+
 // compressAbove is the size from which a Proxy answer is sent compressed
 // (zstd, when the caller accepts it): smaller ones fit in a few packets.
 const compressAbove = 2 << 10
@@ -292,6 +298,7 @@ func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv
 	ctx, cancel := context.WithTimeout(ctx, s.a.cfg.HealthTimeout)
 	defer cancel()
 	resp, err := s.a.pve.do(ctx, http.MethodGet, "/version", "", nil, "")
+	s.a.metrics.proxmoxUp.Set(0)
 	switch {
 	case err != nil:
 		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: "proxmox unreachable: " + err.Error()}, nil
@@ -300,7 +307,16 @@ func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv
 	case resp.status != http.StatusOK:
 		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox answered %d", resp.status)}, nil
 	}
+	s.a.metrics.proxmoxUp.Set(1)
 	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
+}
+
+func (s *service) Metrics(context.Context, *agentv1.MetricsRequest) (*agentv1.MetricsResponse, error) {
+	resp, err := s.a.metrics.text()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "agent: %v", err)
+	}
+	return resp, nil
 }
 
 func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv1.ProxyResponse, error) {
@@ -319,12 +335,14 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 	if strings.ContainsAny(req.GetQuery(), "#\r\n") {
 		return nil, status.Error(codes.InvalidArgument, "agent: malformed query")
 	}
-	if !s.a.policy.allowed(method, path) {
+	tmpl, ok := s.a.policy.match(method, path)
+	if !ok {
 		s.a.log.Warn("agent: refused request outside the allowlist", "method", method, "path", path)
 		return nil, status.Errorf(codes.PermissionDenied, "agent: %s %s is not allowed", method, path)
 	}
 	start := time.Now()
 	resp, err := s.a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	s.a.metrics.proxmoxRequest(method, tmpl, resp.status, time.Since(start))
 	if err != nil {
 		s.a.log.Warn("agent: proxy", "method", method, "path", path, "err", err)
 		switch {
@@ -337,6 +355,9 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 		}
 	}
 	s.a.log.Debug("agent: proxied", "method", method, "path", path, "status", resp.status, "duration", time.Since(start))
+	if tmpl == taskStatusPath && method == http.MethodGet && resp.status == http.StatusOK {
+		s.a.metrics.taskStatus(path, resp.body, time.Now())
+	}
 	if len(resp.body) >= compressAbove && acceptsZstd(ctx) {
 		// Far fewer bytes over the mesh for a little CPU here; the body
 		// the orchestrator reads is unchanged.

@@ -27,6 +27,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
@@ -57,6 +58,9 @@ type Config struct {
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
+	// Metrics receives the API's Prometheus metrics (operations and their
+	// durations); nil keeps none.
+	Metrics prometheus.Registerer
 }
 
 // New returns the handler of the GraphQL endpoint. It answers at whatever
@@ -101,6 +105,15 @@ func New(cfg Config) (http.Handler, error) {
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	if cfg.Metrics != nil {
+		// Used first, it is the outermost operation interceptor: it also
+		// counts the operations aroundOperation refuses.
+		m, err := newOpMetrics(cfg.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("api: new: metrics: %w", err)
+		}
+		srv.Use(m)
+	}
 	srv.Use(extension.Introspection{})
 	srv.Use(depthLimit{max: cfg.MaxDepth})
 	srv.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))

@@ -134,6 +134,10 @@ type stackState struct {
 	// URL is the stack's public URL, Issuer the OpenID issuer's.
 	URL    string `json:"url"`
 	Issuer string `json:"issuer"`
+	// Metrics is the orchestrator's metrics address (its -metrics-addr):
+	// http://<Metrics>/metrics, and each agent's at
+	// /metrics/agents/<mesh name>.
+	Metrics string `json:"metrics"`
 }
 
 // stack is a dev stack being run.
@@ -245,8 +249,18 @@ func (s *stack) run(ctx context.Context) error {
 		idpLn.Close()
 		return err
 	}
+	// The orchestrator binds its metrics address itself: it is only
+	// reserved here (a moment's race with another process is accepted).
+	metricsLn, err := listenPreferred(st.Metrics)
+	if err != nil {
+		idpLn.Close()
+		imgLn.Close()
+		return err
+	}
+	metricsAddr := metricsLn.Addr().String()
+	metricsLn.Close()
 	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
-		Issuer: "http://" + idpLn.Addr().String()}
+		Issuer: "http://" + idpLn.Addr().String(), Metrics: metricsAddr}
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
 	}
@@ -346,7 +360,7 @@ func (s *stack) run(ctx context.Context) error {
 	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
-		"-portal-dir", s.cfg.PortalDir}
+		"-portal-dir", s.cfg.PortalDir, "-metrics-addr", metricsAddr}
 	if _, err := s.start(procSpec{name: "orchestrator", path: s.path("bin", "orchestrator"), args: args}); err != nil {
 		return err
 	}

@@ -229,6 +229,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		STUNAddr:        "127.0.0.1:0",
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
+		MetricsListen:   "127.0.0.1:0",
 		API:             h.apiConfig(),
 		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),

@@ -135,10 +135,13 @@ type agentState struct {
 	checking    bool // a check is in flight
 }
 
-// Registry discovers agents and zones. Run keeps it current.
+// Registry discovers agents and zones. Run keeps it current. It is a
+// prometheus.Collector of the requests sent to the zones, the hosts and the
+// mesh peers.
 type Registry struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	metrics *registryMetrics
 
 	inflight sync.WaitGroup // checks Run started without waiting; only Run touches it
 
@@ -176,7 +179,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Registry{cfg: cfg, log: cfg.Logger, agents: map[uint64]*agentState{}}, nil
+	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{}}, nil
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
