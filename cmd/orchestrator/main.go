@@ -34,6 +34,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
 	"github.com/flexplane/flexplane/pkg/support/profiling"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 )
 
 const usage = `usage:
@@ -123,6 +124,7 @@ func serve(ctx context.Context, args []string) error {
 	memLimit := fs.String("memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
 	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
 	metricsAddr := fs.String("metrics-addr", env("FLEXPLANE_METRICS_ADDR", ""), "address serving Prometheus metrics at /metrics (the orchestrator's) and /metrics/agents/<mesh name> (each agent's, over the mesh); keep it off the public network; empty serves none (env FLEXPLANE_METRICS_ADDR)")
+	otlp := fs.String("otlp-endpoint", env("FLEXPLANE_OTLP_ENDPOINT", ""), "OTLP/gRPC collector URL for traces, e.g. http://collector:4317; empty falls back to OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (env FLEXPLANE_OTLP_ENDPOINT)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -162,6 +164,15 @@ func serve(ctx context.Context, args []string) error {
 		}
 		site = p
 	}
+	tp, stopTracing, err := tracing.Start(ctx, tracing.Config{Endpoint: *otlp, Service: "flexplane-orchestrator", Version: buildVersion()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx)
+	}()
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:    *listen,
 		PublicURL: *publicURL,
@@ -178,9 +189,10 @@ func serve(ctx context.Context, args []string) error {
 			MaxDepth:      *maxDepth,
 			MaxComplexity: *maxComplexity,
 		},
-		MetricsListen: *metricsAddr,
-		Handler:       site,
-		Logger:        logger,
+		MetricsListen:  *metricsAddr,
+		TracerProvider: tp,
+		Handler:        site,
+		Logger:         logger,
 	})
 	if err != nil {
 		return err

@@ -7,7 +7,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -26,6 +31,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -70,6 +76,10 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider traces the agent API's calls (children of the
+	// orchestrator's spans, whose W3C trace context comes along) and the
+	// Proxmox requests they make; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -143,6 +153,7 @@ type Agent struct {
 	pve     *pve
 	policy  policy
 	metrics *agentMetrics
+	tracer  trace.Tracer
 	node    *meshnode.Node
 	grpc    *grpc.Server
 	served  chan struct{}
@@ -168,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		pve:     client,
 		policy:  newPolicy(),
 		metrics: newAgentMetrics(cfg.Version, cfg.NodeName),
+		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
 		served:  make(chan struct{}),
 	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
@@ -186,6 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.grpc = grpc.NewServer(
+		grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
 		grpc.ChainUnaryInterceptor(a.metrics.count, a.authorize),
 		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
 			return status.Error(codes.Unimplemented, "agent: no streaming methods")
@@ -255,6 +268,47 @@ func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerIn
 		return nil, status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
 	}
 	return handler(ctx, req)
+}
+
+// TracerName is the instrumentation scope of the agent's Proxmox spans.
+const TracerName = "github.com/flexplane/flexplane/pkg/agent"
+
+// proxmox sends a Proxy request to Proxmox in a span of its own, which
+// names the task (proxmox.upid) when the answer starts one.
+func (a *Agent) proxmox(ctx context.Context, method, tmpl, path string, req *agentv1.ProxyRequest) (pveResponse, error) {
+	ctx, span := a.tracer.Start(ctx, "proxmox "+method+" "+tmpl, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("url.template", tmpl),
+			attribute.String("proxmox.node", a.cfg.NodeName)))
+	defer span.End()
+	resp, err := a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+		return resp, err
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.status))
+	if resp.status >= 400 {
+		span.SetStatus(otelcodes.Error, resp.reason)
+	}
+	if upid := answerUPID(resp.body); upid != "" {
+		span.SetAttributes(attribute.String("proxmox.upid", upid))
+	}
+	return resp, nil
+}
+
+// answerUPID is the UPID of the task an answer ({"data":"UPID:..."})
+// started, or "".
+func answerUPID(body []byte) string {
+	// A task's answer is short; anything long is not one.
+	if len(body) > 1024 || !bytes.Contains(body, []byte("UPID:")) {
+		return ""
+	}
+	var env struct {
+		Data string `json:"data"`
+	}
+	if json.Unmarshal(body, &env) != nil || !strings.HasPrefix(env.Data, "UPID:") {
+		return ""
+	}
+	return env.Data
 }
 
 // taskStatusPath is the allowlist template of a task's status, whose
@@ -341,7 +395,7 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 		return nil, status.Errorf(codes.PermissionDenied, "agent: %s %s is not allowed", method, path)
 	}
 	start := time.Now()
-	resp, err := s.a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	resp, err := s.a.proxmox(ctx, method, tmpl, path, req)
 	s.a.metrics.proxmoxRequest(method, tmpl, resp.status, time.Since(start))
 	if err != nil {
 		s.a.log.Warn("agent: proxy", "method", method, "path", path, "err", err)

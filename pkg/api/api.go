@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
@@ -61,6 +62,8 @@ type Config struct {
 	// Metrics receives the API's Prometheus metrics (operations and their
 	// durations); nil keeps none.
 	Metrics prometheus.Registerer
+	// TracerProvider gives the span of each operation; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // New returns the handler of the GraphQL endpoint. It answers at whatever
@@ -113,6 +116,9 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, fmt.Errorf("api: new: metrics: %w", err)
 		}
 		srv.Use(m)
+	}
+	if cfg.TracerProvider != nil {
+		srv.Use(opTracing{tracer: cfg.TracerProvider.Tracer(TracerName)})
 	}
 	srv.Use(extension.Introspection{})
 	srv.Use(depthLimit{max: cfg.MaxDepth})

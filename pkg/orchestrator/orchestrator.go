@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
@@ -68,6 +69,9 @@ type Config struct {
 	// /metrics/agents/<mesh name>. Keep it off the public network; ""
 	// serves none.
 	MetricsListen string
+	// TracerProvider traces GraphQL operations and the calls they make to
+	// the agents, whose spans join the trace; nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// MeshPolicy replaces the default mesh policy; for tests only.
 	MeshPolicy string
 	// Logger receives all logs, including the control server's. Default
@@ -256,6 +260,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		AgentPort:       s.cfg.AgentPort,
 		RefreshInterval: s.cfg.RefreshInterval,
 		Logger:          s.log,
+		TracerProvider:  s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
@@ -346,10 +351,11 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			AgentVersion: c.AgentVersion,
 			Compute:      vms,
 		},
-		Logger:        s.log.With("component", "api"),
-		MaxDepth:      c.MaxDepth,
-		MaxComplexity: c.MaxComplexity,
-		Metrics:       reg,
+		Logger:         s.log.With("component", "api"),
+		MaxDepth:       c.MaxDepth,
+		MaxComplexity:  c.MaxComplexity,
+		Metrics:        reg,
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
@@ -61,6 +62,7 @@ type options struct {
 	agents   bool
 	api      *APISpec
 	web      http.Handler
+	tracer   trace.TracerProvider
 }
 
 // Option configures a Harness.
@@ -93,6 +95,12 @@ func WithMeshPolicy(policy string) Option {
 // Agent.Start (e.g. to measure enrollment).
 func WithoutAgents() Option {
 	return func(o *options) { o.agents = false }
+}
+
+// WithTracerProvider traces the orchestrator and every agent with tp (e.g.
+// an SDK provider recording into a tracetest.InMemoryExporter).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
 }
 
 // WithHandler serves h on the orchestrator's own origin, on every path the
@@ -230,6 +238,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
 		MetricsListen:   "127.0.0.1:0",
+		TracerProvider:  h.opts.tracer,
 		API:             h.apiConfig(),
 		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),
@@ -363,6 +372,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		ProxmoxToken:       a.Cluster.Token,
 		ProxmoxFingerprint: a.Cluster.Sim.Fingerprint(),
 		Version:            "meshtest",
+		TracerProvider:     a.h.opts.tracer,
 		Logger:             a.h.logger.With("component", "agent", "agent", a.MeshName),
 	})
 	if err != nil {

@@ -20,11 +20,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 	// The agents' Proxy answers come zstd-compressed when the
 	// orchestrator's gRPC clients advertise it.
 	_ "github.com/flexplane/flexplane/pkg/mesh/rpczstd"
@@ -69,6 +71,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives the registry's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider traces the calls to agents (their trace context goes
+	// along, so the agents' spans join the caller's trace); nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // HostStatus is the state of a host.
@@ -326,6 +332,7 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	if client == nil {
 		conn, err := grpc.NewClient("passthrough:///"+net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(r.cfg.AgentPort))),
 			grpc.WithTransportCredentials(insecure.NewCredentials()), // the mesh encrypts and authenticates
+			grpc.WithStatsHandler(tracing.ClientHandler(r.cfg.TracerProvider)),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return r.cfg.Mesh.Dial(ctx, "tcp", addr)
 			}),
