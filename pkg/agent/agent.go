@@ -7,9 +7,7 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +29,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
+	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -289,26 +288,10 @@ func (a *Agent) proxmox(ctx context.Context, method, tmpl, path string, req *age
 	if resp.status >= 400 {
 		span.SetStatus(otelcodes.Error, resp.reason)
 	}
-	if upid := answerUPID(resp.body); upid != "" {
+	if upid := pvetask.UPIDOfAnswer(resp.body); upid != "" {
 		span.SetAttributes(attribute.String("proxmox.upid", upid))
 	}
 	return resp, nil
-}
-
-// answerUPID is the UPID of the task an answer ({"data":"UPID:..."})
-// started, or "".
-func answerUPID(body []byte) string {
-	// A task's answer is short; anything long is not one.
-	if len(body) > 1024 || !bytes.Contains(body, []byte("UPID:")) {
-		return ""
-	}
-	var env struct {
-		Data string `json:"data"`
-	}
-	if json.Unmarshal(body, &env) != nil || !strings.HasPrefix(env.Data, "UPID:") {
-		return ""
-	}
-	return env.Data
 }
 
 // taskStatusPath is the allowlist template of a task's status, whose

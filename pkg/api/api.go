@@ -36,6 +36,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
 
@@ -64,6 +65,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// TracerProvider gives the span of each operation; nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Audit receives an audit event for every mutation field; nil audits
+	// nothing.
+	Audit audit.Sink
 }
 
 // New returns the handler of the GraphQL endpoint. It answers at whatever
@@ -119,6 +123,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.TracerProvider != nil {
 		srv.Use(opTracing{tracer: cfg.TracerProvider.Tracer(TracerName)})
+	}
+	if cfg.Audit != nil {
+		srv.Use(&auditor{sink: cfg.Audit})
 	}
 	srv.Use(extension.Introspection{})
 	srv.Use(depthLimit{max: cfg.MaxDepth})

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -69,6 +71,9 @@ type Config struct {
 	// /metrics/agents/<mesh name>. Keep it off the public network; ""
 	// serves none.
 	MetricsListen string
+	// Audit says where the audit events of mutations go; its zero value
+	// records none.
+	Audit AuditConfig
 	// TracerProvider traces GraphQL operations and the calls they make to
 	// the agents, whose spans join the trace; nil traces nothing.
 	TracerProvider trace.TracerProvider
@@ -119,6 +124,19 @@ type APIConfig struct {
 	VMRecoverAfter time.Duration
 }
 
+// AuditConfig configures the audit sinks; every one set receives every
+// event.
+type AuditConfig struct {
+	// Log receives the events as JSON lines (os.Stdout, a file); nil
+	// writes none.
+	Log io.Writer
+	// Webhook posts the events in batches when its URL is set; its
+	// Metrics and Logger are the orchestrator's.
+	Webhook audit.WebhookConfig
+	// Sink also receives every event (tests).
+	Sink audit.Sink
+}
+
 // Server is an orchestrator.
 type Server struct {
 	cfg Config
@@ -135,6 +153,7 @@ type Server struct {
 	metrics    *prometheus.Registry // protected by mu
 	metricsSrv *http.Server         // nil without MetricsListen, protected by mu
 	metricsLn  net.Listener         // nil without MetricsListen, protected by mu
+	webhook    *audit.Webhook       // nil without an audit webhook, protected by mu
 	catalog    catalog.Store        // nil without an API, protected by mu
 	compute    *compute.Service     // nil without an API, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
@@ -267,10 +286,30 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(registry, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var sinks audit.Multi
+	if s.cfg.Audit.Log != nil {
+		sinks = append(sinks, audit.NewWriter(s.cfg.Audit.Log, s.log))
+	}
+	var webhook *audit.Webhook
+	if wc := s.cfg.Audit.Webhook; wc.URL != "" {
+		wc.Metrics, wc.Logger = reg, s.log.With("component", "audit")
+		if webhook, err = audit.NewWebhook(wc); err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		undo = append(undo, func() { webhook.Close(context.WithoutCancel(ctx)) })
+		sinks = append(sinks, webhook)
+	}
+	if s.cfg.Audit.Sink != nil {
+		sinks = append(sinks, s.cfg.Audit.Sink)
+	}
+	var auditSink audit.Sink
+	if len(sinks) > 0 {
+		auditSink = sinks
+	}
 	var store catalog.Store
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
-		h, st, cs, err := s.newAPI(ctx, registry, control, reg)
+		h, st, cs, err := s.newAPI(ctx, registry, control, reg, auditSink)
 		if err != nil {
 			return err
 		}
@@ -311,14 +350,14 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
 	s.catalog, s.compute = store, vms
-	s.metrics, s.metricsSrv, s.metricsLn = reg, metricsSrv, metricsLn
+	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
 	return nil
 }
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer) (http.Handler, catalog.Store, *compute.Service, error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer, sink audit.Sink) (http.Handler, catalog.Store, *compute.Service, error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -356,6 +395,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 		MaxComplexity:  c.MaxComplexity,
 		Metrics:        reg,
 		TracerProvider: s.cfg.TracerProvider,
+		Audit:          sink,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -406,6 +446,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.compute != nil {
 		errs = append(errs, s.compute.Shutdown(ctx))
+	}
+	if s.webhook != nil {
+		// After the API: the last requests' events are sent too.
+		errs = append(errs, s.webhook.Close(ctx))
 	}
 	s.stop()
 	select {

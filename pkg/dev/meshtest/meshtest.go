@@ -38,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -63,6 +64,7 @@ type options struct {
 	api      *APISpec
 	web      http.Handler
 	tracer   trace.TracerProvider
+	audit    audit.Sink
 }
 
 // Option configures a Harness.
@@ -101,6 +103,11 @@ func WithoutAgents() Option {
 // an SDK provider recording into a tracetest.InMemoryExporter).
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.tracer = tp }
+}
+
+// WithAuditSink sends the orchestrator's audit events to sink.
+func WithAuditSink(sink audit.Sink) Option {
+	return func(o *options) { o.audit = sink }
 }
 
 // WithHandler serves h on the orchestrator's own origin, on every path the
@@ -239,6 +246,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		MeshPolicy:      h.opts.policy,
 		MetricsListen:   "127.0.0.1:0",
 		TracerProvider:  h.opts.tracer,
+		Audit:           orchestrator.AuditConfig{Sink: h.opts.audit},
 		API:             h.apiConfig(),
 		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),

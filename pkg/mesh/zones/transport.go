@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -104,6 +106,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := tg.client.Proxy(req.Context(), preq)
 		if err == nil {
 			t.registry.request(t.zoneID, req.Method, int(resp.GetStatusCode()), time.Since(start))
+			if req.Method != http.MethodGet {
+				audit.NoteTask(req.Context(), pvetask.UPIDOfAnswer(resp.GetBody()))
+			}
 			reason := resp.GetStatusText()
 			if reason == "" {
 				reason = http.StatusText(int(resp.GetStatusCode()))
