@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 
-	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
@@ -39,7 +38,3 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 func (r *queryResolver) Tenant(ctx context.Context) (*model.Tenant, error) {
 	return &model.Tenant{Name: r.Resolver.Tenant.Name, Domain: r.Resolver.Tenant.Domain}, nil
 }
-
-func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
-
-type queryResolver struct{ *Resolver }

@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 
-	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 )
 
@@ -48,7 +47,3 @@ func (r *subscriptionResolver) Operation(ctx context.Context, id string) (<-chan
 	}()
 	return out, nil
 }
-
-func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
-
-type subscriptionResolver struct{ *Resolver }

@@ -82,3 +82,20 @@ func TestRootFieldsDeclareAccess(t *testing.T) {
 		t.Fatalf("only %d root fields found; the schema was not read", n)
 	}
 }
+
+// TestRootTypesInSchemaFile: Query, Mutation and Subscription are declared
+// in schema.graphqls and only extended by the domain files, so gqlgen
+// (follow-schema layout) generates the root types' code there, not in one
+// domain's file.
+func TestRootTypesInSchemaFile(t *testing.T) {
+	t.Parallel()
+	s := loadSchema(t)
+	for _, root := range []*ast.Definition{s.Query, s.Mutation, s.Subscription} {
+		if root == nil || root.Position == nil {
+			t.Fatal("the schema lacks a root type")
+		}
+		if got := root.Position.Src.Name; got != "schema.graphqls" {
+			t.Errorf("type %s is declared in %s, want schema.graphqls (domain files extend it)", root.Name, got)
+		}
+	}
+}

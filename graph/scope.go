@@ -86,7 +86,7 @@ func Directives() generated.DirectiveRoot {
 				return nil, err
 			}
 			if !p.PlatformAdmin {
-				return nil, apierr.New(apierr.NotFound, "%s not found: it is available to platform admins only", fieldName(ctx))
+				return nil, apierr.New(apierr.NotFound, "%q does not exist", fieldName(ctx))
 			}
 			return next(ctx)
 		},

@@ -38,7 +38,7 @@ func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCI
 
 // DeleteVdc is the resolver for the deleteVDC field.
 func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error) {
-	return remove[*catalog.VDC](ctx, r.Catalog, name, resourceVersion)
+	return r.deleteVDC(ctx, name, resourceVersion)
 }
 
 // Vdcs is the resolver for the vdcs field.
@@ -84,11 +84,6 @@ func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUs
 	return r.vdcUsage(ctx, obj)
 }
 
-func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
-
 func (r *Resolver) VDC() generated.VDCResolver { return &vDCResolver{r} }
 
-type (
-	mutationResolver struct{ *Resolver }
-	vDCResolver      struct{ *Resolver }
-)
+type vDCResolver struct{ *Resolver }

@@ -5,16 +5,14 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
@@ -50,50 +48,27 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	}
 }
 
-// subscribe runs a subscription over the graphql-transport-ws protocol and
-// returns the data of every "next" message until the server completes it.
+// subscribe runs a subscription over the websocket (gqltest.Subscribe)
+// and returns the data of every "next" message until the server
+// completes it, failing the test on an error or an early end.
 func subscribe(t *testing.T, url, token, vdc, query string) []json.RawMessage {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http"), &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.CloseNow()
-	send := func(m any) {
-		b, _ := json.Marshal(m)
-		if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token, "FlexPlane-VDC-ID": vdc}})
+	msgs, err := gqltest.Subscribe(ctx, url, map[string]any{"Authorization": "Bearer " + token, gqltest.VDCHeader: vdc}, query)
 	var out []json.RawMessage
-	for {
-		_, data, err := conn.Read(ctx)
-		if err != nil {
-			t.Fatalf("subscription ended: %v (after %d messages)", err, len(out))
-		}
-		var m struct {
-			Type    string
-			Payload json.RawMessage
-		}
-		if err := json.Unmarshal(data, &m); err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range msgs {
 		switch m.Type {
-		case "ping":
-			send(map[string]any{"type": "pong"})
-		case "connection_ack":
-			send(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query}})
 		case "next":
 			out = append(out, m.Payload)
-		case "complete":
-			return out
 		case "error", "connection_error":
 			t.Fatalf("subscription error: %s", m.Payload)
 		}
 	}
+	if err != nil || len(msgs) == 0 || msgs[len(msgs)-1].Type != "complete" {
+		t.Fatalf("subscription ended: %v (after %d messages)", err, len(out))
+	}
+	return out
 }
 
 // seedVMs fills the catalog as an admin (compute profile "small", storage

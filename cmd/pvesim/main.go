@@ -1,6 +1,11 @@
 // Command pvesim serves a simulated Proxmox VE cluster:
 //
-//	go run ./cmd/pvesim --listen 127.0.0.1:8006 --cluster NAME --nodes N --token 'USER@REALM!ID=SECRET'
+//	echo 'USER@REALM!ID=SECRET' > tokens && chmod 600 tokens
+//	go run ./cmd/pvesim --listen 127.0.0.1:8006 --cluster NAME --nodes N --token-file tokens
+//
+// The API tokens come from --token-file (one per line) and the environment
+// variable PVESIM_TOKENS (separated by whitespace), never from the command
+// line, which any local user can read.
 //
 // With --cert-dir and --state-file it comes back after a restart with the same identity
 // and the same guests, storage, pools, SDN, IPAM and task history.
@@ -57,28 +62,45 @@ func parseFail(s string) (failRule, error) {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "pvesim:", err)
 		os.Exit(1)
 	}
 }
 
+// tokensEnv is the environment variable with API tokens.
+const tokensEnv = "PVESIM_TOKENS"
+
+// readTokens returns the tokens of the files (one per line, blank lines
+// skipped) and of the environment's tokensEnv (separated by whitespace).
+func readTokens(files []string, getenv func(string) string) ([]string, error) {
+	tokens := strings.Fields(getenv(tokensEnv))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		tokens = append(tokens, strings.Fields(string(b))...)
+	}
+	return tokens, nil
+}
+
 // run parses flags, starts the simulated cluster, prints its URL and certificate
-// fingerprint to stdout and serves until ctx ends.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// fingerprint to stdout and serves until ctx ends. getenv reads the environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pvesim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		tokens, offline, fails, nodeListen listFlag
-		cfg                                pvesim.Config
-		timing, logLevel                   string
-		latency                            time.Duration
+		tokenFiles, offline, fails, nodeListen listFlag
+		cfg                                    pvesim.Config
+		timing, logLevel                       string
+		latency                                time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")
 	fs.IntVar(&cfg.Nodes, "nodes", 1, "number of nodes, named pve1..pveN")
 	fs.Var(&nodeListen, "node-listen", "NODE=ADDR: serve NODE's own API endpoint on ADDR (repeatable; other nodes get a random port)")
-	fs.Var(&tokens, "token", "API token USER@REALM!ID=SECRET with full privileges (repeatable)")
+	fs.Var(&tokenFiles, "token-file", "file of API tokens USER@REALM!ID=SECRET with full privileges, one per line (repeatable; also $"+tokensEnv+")")
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
 	fs.StringVar(&cfg.StateFile, "state-file", "", "file keeping the cluster's guests, storage, pools, SDN, IPAM and task history across restarts (empty: in memory only)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
@@ -103,8 +125,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
+	tokens, err := readTokens(tokenFiles, getenv)
+	if err != nil {
+		return err
+	}
 	if len(tokens) == 0 {
-		return errors.New("at least one --token USER@REALM!ID=SECRET is required")
+		return errors.New("at least one API token USER@REALM!ID=SECRET is required, in --token-file or $" + tokensEnv)
 	}
 	rules := make([]failRule, 0, len(fails))
 	for _, f := range fails {

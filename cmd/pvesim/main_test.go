@@ -36,18 +36,39 @@ func pinnedClient(fingerprint string) *http.Client {
 	}}}
 }
 
+// tokenFile writes tokens, one per line, into a file and returns its path.
+func tokenFile(t *testing.T, tokens ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
+
+// The API tokens come from a file and the environment, never from the
+// command line (which any local user reads with ps).
 func TestCommandLine(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out, w := io.Pipe()
 	done := make(chan error, 1)
+	env := func(k string) string {
+		if k == "PVESIM_TOKENS" {
+			return "env@pve!e=fromenv"
+		}
+		return ""
+	}
 	go func() {
 		done <- run(ctx, []string{
 			"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3",
-			"--token", "root@pam!ci=s3cret", "--token", "ops@pve!ro=other",
+			"--token-file", tokenFile(t, "root@pam!ci=s3cret", "", "ops@pve!ro=other"),
 			"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1", "--node-listen", "pve2=127.0.0.1:0",
-		}, w, io.Discard)
+		}, env, w, io.Discard)
 		w.Close()
 	}()
 	lines := map[string]string{}
@@ -74,7 +95,7 @@ func TestCommandLine(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	for _, tok := range []string{"root@pam!ci=s3cret", "ops@pve!ro=other"} {
+	for _, tok := range []string{"root@pam!ci=s3cret", "ops@pve!ro=other", "env@pve!e=fromenv"} {
 		if code, body := get(tok, "/cluster/status"); code != 200 || !strings.Contains(body, `"name":"lab"`) || !strings.Contains(body, `"name":"pve3"`) {
 			t.Fatalf("cluster status with %s: %d %s", tok, code, body)
 		}
@@ -99,18 +120,22 @@ func TestCommandLine(t *testing.T) {
 
 func TestCommandLineRejectsBadFlags(t *testing.T) {
 	t.Parallel()
+	tf := tokenFile(t, "a@b!c=d")
 	for _, args := range [][]string{
-		{"--nodes", "2"}, // no token
-		{"--token", "not-a-token"},
-		{"--token", "a@b!c=d", "--offline", "pve9"},
-		{"--token", "a@b!c=d", "--fail", "GET /x"},
-		{"--token", "a@b!c=d", "--timing", "slow"},
-		{"--token", "a@b!c=d", "--cluster", "bad name!"},
-		{"--token", "a@b!c=d", "--node-listen", "pve7=127.0.0.1:0"},
-		{"--token", "a@b!c=d", "--node-listen", "pve2"},
+		{"--nodes", "2"},       // no token
+		{"--token", "a@b!c=d"}, // a token on the command line
+		{"--token-file", "/nonexistent/tokens"},
+		{"--token-file", tokenFile(t, "not-a-token")},
+		{"--token-file", tokenFile(t, "")}, // an empty file
+		{"--token-file", tf, "--offline", "pve9"},
+		{"--token-file", tf, "--fail", "GET /x"},
+		{"--token-file", tf, "--timing", "slow"},
+		{"--token-file", tf, "--cluster", "bad name!"},
+		{"--token-file", tf, "--node-listen", "pve7=127.0.0.1:0"},
+		{"--token-file", tf, "--node-listen", "pve2"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), io.Discard, io.Discard)
+		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), noEnv, io.Discard, io.Discard)
 		cancel()
 		if err == nil {
 			t.Errorf("%v: accepted", args)
@@ -126,7 +151,7 @@ func TestCommandLineRejectsCorruptStateFile(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"--listen", "127.0.0.1:0", "--token", "a@b!c=d", "--state-file", path}, io.Discard, io.Discard)
+	err := run(ctx, []string{"--listen", "127.0.0.1:0", "--token-file", tokenFile(t, "a@b!c=d"), "--state-file", path}, noEnv, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("run with a corrupt state file: %v, want an error naming %s", err, path)
 	}

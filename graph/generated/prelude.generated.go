@@ -10,6 +10,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
+	"github.com/flexplane/flexplane/graph/scalar"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -1537,13 +1538,13 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 // region    ***************************** type.gotpl *****************************
 
 func (ec *executionContext) unmarshalNBoolean2bool(ctx context.Context, v any) (bool, error) {
-	res, err := graphql.UnmarshalBoolean(v)
+	res, err := scalar.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.SelectionSet, v bool) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalBoolean(v)
+	res := scalar.MarshalBoolean(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Boolean!")
 	}
@@ -1579,13 +1580,13 @@ func (ec *executionContext) marshalNID2string(ctx context.Context, sel ast.Selec
 }
 
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
-	res, err := graphql.UnmarshalInt(v)
+	res, err := scalar.UnmarshalInt(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.SelectionSet, v int) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalInt(v)
+	res := scalar.MarshalInt(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Int!")
 	}
@@ -1593,13 +1594,13 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 }
 
 func (ec *executionContext) unmarshalNString2string(ctx context.Context, v any) (string, error) {
-	res, err := graphql.UnmarshalString(v)
+	res, err := scalar.UnmarshalString(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNString2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalString(v)
+	res := scalar.MarshalString(v)
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "String!")
 	}
@@ -1778,14 +1779,14 @@ func (ec *executionContext) marshalN__TypeKind2string(ctx context.Context, sel a
 }
 
 func (ec *executionContext) unmarshalOBoolean2bool(ctx context.Context, v any) (bool, error) {
-	res, err := graphql.UnmarshalBoolean(v)
+	res, err := scalar.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalOBoolean2bool(ctx context.Context, sel ast.SelectionSet, v bool) graphql.Marshaler {
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalBoolean(v)
+	res := scalar.MarshalBoolean(v)
 	return res
 }
 
@@ -1793,7 +1794,7 @@ func (ec *executionContext) unmarshalOBoolean2ᚖbool(ctx context.Context, v any
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalBoolean(v)
+	res, err := scalar.UnmarshalBoolean(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -1803,7 +1804,7 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalBoolean(*v)
+	res := scalar.MarshalBoolean(*v)
 	return res
 }
 
@@ -1846,7 +1847,7 @@ func (ec *executionContext) unmarshalOInt2ᚖint(ctx context.Context, v any) (*i
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalInt(v)
+	res, err := scalar.UnmarshalInt(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -1856,7 +1857,7 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalInt(*v)
+	res := scalar.MarshalInt(*v)
 	return res
 }
 
@@ -1899,7 +1900,7 @@ func (ec *executionContext) unmarshalOString2ᚖstring(ctx context.Context, v an
 	if v == nil {
 		return nil, nil
 	}
-	res, err := graphql.UnmarshalString(v)
+	res, err := scalar.UnmarshalString(v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
@@ -1909,7 +1910,7 @@ func (ec *executionContext) marshalOString2ᚖstring(ctx context.Context, sel as
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalString(*v)
+	res := scalar.MarshalString(*v)
 	return res
 }
 

@@ -1776,7 +1776,7 @@ type CreatedEnrollmentKey {
 `, BuiltIn: false},
 	{Name: "../identity.graphqls", Input: `# Identity and tenancy: who is calling, and the tenant of this deployment.
 
-type Query {
+extend type Query {
   "The caller, as their token describes them."
   me: Me!
   "The tenant this deployment serves (one deployment is one tenant)."
@@ -2099,7 +2099,9 @@ input CreateNetworkInput {
   name: String!
   "Zone name."
   zone: String!
+  "An IPv4 network, /8 to /29, e.g. 10.1.0.0/24 (no surrounding spaces)."
   cidr: String!
+  "An address inside cidr, not its network or broadcast address (no surrounding spaces)."
   gateway: String!
 }
 
@@ -2122,7 +2124,7 @@ extend type Query {
   operation(id: ID!): Operation @vdc
 }
 
-type Subscription {
+extend type Subscription {
   """
   The operation now and whenever its state or step changes; the stream ends
   after the operation has ended.
@@ -2253,8 +2255,10 @@ input UpdateStorageProfileInput {
   pools: [ZonePoolInput!]
 }
 `, BuiltIn: false},
-	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: shared scalars and directives. Each domain has its
-# own file; this one holds what they share.
+	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: the root types, shared scalars and directives. Each
+# domain has its own file and extends the root types with its fields; this
+# one holds what they share (so gqlgen generates the root types' code here,
+# not in one domain's file).
 #
 # Authentication: every request carries "Authorization: Bearer <OIDC token>"
 # (over websockets: the connection_init payload key "Authorization").
@@ -2265,6 +2269,19 @@ input UpdateStorageProfileInput {
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
 # (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE or
 # INTERNAL.
+
+# The root types; each domain file extends them with its fields. Every
+# field carries @vdc or @platformAdmin, or is on the short public list of
+# graph's TestRootFieldsDeclareAccess.
+
+"What can be read."
+type Query
+
+"What can be changed."
+type Mutation
+
+"What can be followed over a websocket (graphql-transport-ws)."
+type Subscription
 
 "An RFC 3339 timestamp."
 scalar Time
@@ -2299,14 +2316,19 @@ extend type Query {
   currentVDC: VDC! @vdc
 }
 
-type Mutation {
+extend type Mutation {
   createVDC(input: CreateVDCInput!): VDC! @platformAdmin
   """
   Changes the given fields. With resourceVersion set the update is
   conditional: if the VDC changed since it was read, CONFLICT.
   """
   updateVDC(input: UpdateVDCInput!): VDC! @platformAdmin
-  "Deletes a VDC (conditional when resourceVersion is given)."
+  """
+  Deletes a VDC (conditional when resourceVersion is given). While it has
+  VMs (or creates in flight) or networks in any zone it is refused with
+  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
+  gone its Proxmox pool and SDN zone are removed from every zone.
+  """
   deleteVDC(name: String!, resourceVersion: String): Deleted! @platformAdmin
 }
 
@@ -2404,7 +2426,11 @@ extend type Mutation {
 }
 
 input CreateVMInput {
-  "A DNS name (labels of a-z, 0-9 and '-')."
+  """
+  A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
+  not unique, not even within a VDC: a VM is known by its id, and two VMs
+  of one name are two VMs (as instances are in most clouds).
+  """
   name: String!
   "The zone's name."
   zone: String!
@@ -2418,9 +2444,13 @@ input CreateVMInput {
   diskGiB: Int!
   "1 to 4 NICs on networks of the VDC in the zone."
   nics: [NICInput!]!
-  "OpenSSH public keys for the cloud-init user."
+  "At most 32 OpenSSH public keys for the cloud-init user."
   sshKeys: [String!] @secret
-  "The cloud-init user to create (a-z, 0-9, '_', '-')."
+  """
+  The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
+  letter); not a system account of the image (root, nobody, daemon, ...,
+  systemd-*), which cloud-init would open to the keys.
+  """
   user: String!
 }
 

@@ -54,8 +54,10 @@ type CreateNetworkInput struct {
 	// 1 to 40 characters: lowercase letters, digits and '-', starting with a letter.
 	Name string `json:"name"`
 	// Zone name.
-	Zone    string `json:"zone"`
-	Cidr    string `json:"cidr"`
+	Zone string `json:"zone"`
+	// An IPv4 network, /8 to /29, e.g. 10.1.0.0/24 (no surrounding spaces).
+	Cidr string `json:"cidr"`
+	// An address inside cidr, not its network or broadcast address (no surrounding spaces).
 	Gateway string `json:"gateway"`
 }
 
@@ -75,7 +77,9 @@ type CreateVDCInput struct {
 }
 
 type CreateVMInput struct {
-	// A DNS name (labels of a-z, 0-9 and '-').
+	// A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
+	// not unique, not even within a VDC: a VM is known by its id, and two VMs
+	// of one name are two VMs (as instances are in most clouds).
 	Name string `json:"name"`
 	// The zone's name.
 	Zone string `json:"zone"`
@@ -89,9 +93,11 @@ type CreateVMInput struct {
 	DiskGiB int `json:"diskGiB"`
 	// 1 to 4 NICs on networks of the VDC in the zone.
 	Nics []*NICInput `json:"nics"`
-	// OpenSSH public keys for the cloud-init user.
+	// At most 32 OpenSSH public keys for the cloud-init user.
 	SSHKeys []string `json:"sshKeys,omitempty"`
-	// The cloud-init user to create (a-z, 0-9, '_', '-').
+	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
+	// letter); not a system account of the image (root, nobody, daemon, ...,
+	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
 }
 
@@ -181,6 +187,7 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+// What can be changed.
 type Mutation struct {
 }
 
@@ -221,9 +228,11 @@ type Operation struct {
 	UpdatedAt time.Time  `json:"updatedAt"`
 }
 
+// What can be read.
 type Query struct {
 }
 
+// What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
 

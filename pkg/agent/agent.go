@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -204,6 +205,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		}),
 		grpc.MaxRecvMsgSize(maxRequest+64<<10),
 		grpc.MaxSendMsgSize(maxResponse+64<<10),
+		// The orchestrator pings to notice a vanished agent (see
+		// zones.KeepaliveTime); allow it, idle connections included.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	agentv1.RegisterAgentServiceServer(a.grpc, &service{a: a})
 	go func() {
@@ -236,6 +240,20 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		a.closeErr = a.node.Close(lctx)
 		<-a.served
 		a.log.Info("agent stopped")
+	})
+	return a.closeErr
+}
+
+// KillForTest stops the agent as a node losing power would: the mesh node
+// goes first, so no peer hears the connections end. For tests of what the
+// orchestrator does about a vanished agent; Shutdown is the way to stop.
+func (a *Agent) KillForTest() error {
+	a.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.closeErr = a.node.Close(ctx)
+		a.grpc.Stop()
+		<-a.served
 	})
 	return a.closeErr
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+	"github.com/vektah/gqlparser/v2/validator/rules"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/graph"
@@ -68,6 +69,24 @@ type Config struct {
 	// Audit receives an audit event for every mutation field; nil audits
 	// nothing.
 	Audit audit.Sink
+	// MaxQueryBytes bounds the text of one GraphQL document (the query,
+	// not its variables); 0 is 16 KiB.
+	MaxQueryBytes int
+	// MaxTokens bounds the lexical tokens of one document: the parser
+	// stops there, so parsing and validation (whose cost can grow with
+	// the square of the fields) work on a bounded document; 0 is 2000
+	// (the full introspection query has about 250).
+	MaxTokens int
+	// MaxValidationErrors bounds the validation errors reported for one
+	// document (and so the work of formatting them); 0 is 10.
+	MaxValidationErrors int
+	// MaxSameNameFields bounds the fields of one response name that one
+	// selection set may collect (validation compares them pairwise); 0 is
+	// 10.
+	MaxSameNameFields int
+	// MaxIntrospectionFields bounds the __schema and __type fields of one
+	// operation (each answers up to the whole schema); 0 is 2.
+	MaxIntrospectionFields int
 }
 
 // New returns the handler of the GraphQL endpoint. It answers at whatever
@@ -88,6 +107,21 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxQueryBytes == 0 {
+		cfg.MaxQueryBytes = 16 << 10
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = 2000
+	}
+	if cfg.MaxValidationErrors == 0 {
+		cfg.MaxValidationErrors = 10
+	}
+	if cfg.MaxSameNameFields == 0 {
+		cfg.MaxSameNameFields = 10
+	}
+	if cfg.MaxIntrospectionFields == 0 {
+		cfg.MaxIntrospectionFields = 2
 	}
 	if cfg.Resolver.Logger == nil {
 		cfg.Resolver.Logger = cfg.Logger
@@ -127,8 +161,11 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Audit != nil {
 		srv.Use(&auditor{sink: cfg.Audit})
 	}
+	srv.SetParserTokenLimit(cfg.MaxTokens)
+	srv.SetValidationRulesFn(func() *rules.Rules { return cappedRules(cfg.MaxValidationErrors, cfg.MaxSameNameFields) })
+	srv.Use(queryLimit{maxBytes: cfg.MaxQueryBytes})
 	srv.Use(extension.Introspection{})
-	srv.Use(depthLimit{max: cfg.MaxDepth})
+	srv.Use(depthLimit{max: cfg.MaxDepth, maxIntrospection: cfg.MaxIntrospectionFields})
 	srv.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
 	srv.SetErrorPresenter(h.present)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
@@ -297,59 +334,23 @@ func (h *apiHandler) present(ctx context.Context, err error) *gqlerror.Error {
 		if reason, ok := ge.Extensions["code"]; ok {
 			ext["reason"] = reason
 		}
-		return &gqlerror.Error{Message: ge.Message, Path: ge.Path, Locations: ge.Locations, Rule: ge.Rule, Extensions: ext}
+		return &gqlerror.Error{Message: withoutBody(ge.Message), Path: ge.Path, Locations: ge.Locations, Rule: ge.Rule, Extensions: ext}
 	}
 	h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", err)
 	return &gqlerror.Error{Message: "internal error", Path: gqlErr.Path, Extensions: map[string]any{"code": string(apierr.Internal)}}
 }
 
-// depthLimit refuses operations nested deeper than max fields.
-type depthLimit struct{ max int }
+// undecodable starts gqlgen's message for a POST body that is not a JSON
+// GraphQL request, which it ends with " body:" and the whole body.
+const undecodable = "json request body could not be decoded: "
 
-var _ interface {
-	graphql.HandlerExtension
-	graphql.OperationContextMutator
-} = depthLimit{}
-
-func (depthLimit) ExtensionName() string                   { return "DepthLimit" }
-func (depthLimit) Validate(graphql.ExecutableSchema) error { return nil }
-
-func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
-	if oc.Operation == nil {
-		return nil
+// withoutBody drops the request body gqlgen appends to the message of an
+// undecodable request: an answer does not echo what it was sent.
+func withoutBody(msg string) string {
+	rest, ok := strings.CutPrefix(msg, undecodable)
+	if !ok {
+		return msg
 	}
-	if depth := selectionDepth(oc.Operation.SelectionSet, map[string]bool{}); depth > d.max {
-		err := gqlerror.Errorf("operation has depth %d, which exceeds the limit of %d", depth, d.max)
-		err.Extensions = map[string]any{"code": "DEPTH_LIMIT_EXCEEDED"}
-		return err
-	}
-	return nil
-}
-
-// selectionDepth is the deepest chain of fields under set. Introspection
-// fields are bounded by the schema and not counted; fragments on the
-// current path are not entered twice (validation forbids cycles anyway).
-func selectionDepth(set ast.SelectionSet, onPath map[string]bool) int {
-	deepest := 0
-	for _, sel := range set {
-		d := 0
-		switch s := sel.(type) {
-		case *ast.Field:
-			if strings.HasPrefix(s.Name, "__") {
-				continue
-			}
-			d = 1 + selectionDepth(s.SelectionSet, onPath)
-		case *ast.InlineFragment:
-			d = selectionDepth(s.SelectionSet, onPath)
-		case *ast.FragmentSpread:
-			if s.Definition == nil || onPath[s.Name] {
-				continue
-			}
-			onPath[s.Name] = true
-			d = selectionDepth(s.Definition.SelectionSet, onPath)
-			delete(onPath, s.Name)
-		}
-		deepest = max(deepest, d)
-	}
-	return deepest
+	why, _, _ := strings.Cut(rest, " body:")
+	return "the request body is not a JSON GraphQL request: " + why
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 )
 
 const (
@@ -43,6 +43,7 @@ type harness struct {
 	dir     string
 	store   *catalog.DirStore
 	url     string
+	handler http.Handler // the handler behind url, for in-process requests
 	logs    *syncBuffer
 	mu      sync.Mutex
 	tokens  map[string]string // protected by mu
@@ -110,7 +111,8 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 			t.Fatal(err)
 		}
 	}
-	h.url = h.startAPI(t)
+	h.handler = h.newHandler(t)
+	h.url = serve(t, h.handler)
 	return h
 }
 
@@ -118,6 +120,13 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 // own verifier and its own store on the harness's catalog directory, and
 // returns its /graphql URL.
 func (h *harness) startAPI(t *testing.T) string {
+	t.Helper()
+	return serve(t, h.newHandler(t))
+}
+
+// newHandler returns an API handler with its own verifier and its own store
+// on the harness's catalog directory.
+func (h *harness) newHandler(t *testing.T) http.Handler {
 	t.Helper()
 	v, err := auth.NewVerifier(context.Background(), auth.Config{Issuer: h.idp.Issuer(), Audience: portal})
 	if err != nil {
@@ -137,6 +146,12 @@ func (h *harness) startAPI(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return handler
+}
+
+// serve serves handler at /graphql on loopback and returns its URL.
+func serve(t *testing.T, handler http.Handler) string {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", handler)
 	mux.Handle("/graphql/"+graphiql.AssetDir, handler)
@@ -162,70 +177,18 @@ func (h *harness) token(t *testing.T, user string) string {
 	return tok.AccessToken
 }
 
-type gqlError struct {
-	Message    string         `json:"message"`
-	Path       []any          `json:"path"`
-	Extensions map[string]any `json:"extensions"`
-}
-
-type response struct {
-	status int
-	Data   map[string]json.RawMessage `json:"data"`
-	Errors []gqlError                 `json:"errors"`
-	raw    string
-}
-
-// code returns the extensions.code of the only error, failing otherwise.
-func (r *response) code(t *testing.T) string {
-	t.Helper()
-	if len(r.Errors) != 1 {
-		t.Fatalf("want exactly one error, got %s", r.raw)
-	}
-	c, _ := r.Errors[0].Extensions["code"].(string)
-	return c
-}
-
-func (r *response) ok(t *testing.T) *response {
-	t.Helper()
-	if len(r.Errors) > 0 || r.status != http.StatusOK {
-		t.Fatalf("status %d: %s", r.status, r.raw)
-	}
-	return r
-}
-
-// into decodes data.field into v.
-func (r *response) into(t *testing.T, field string, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.Data[field], v); err != nil {
-		t.Fatalf("data.%s: %v in %s", field, err, r.raw)
-	}
-}
+// response is a GraphQL answer.
+type response = gqltest.Response
 
 // post sends a GraphQL request with a raw Authorization header value
-// ("" for none) and a VDC header ("" for none) to url.
+// ("" for none) and a VDC header ("" for none) to url (gqltest.Post).
 func post(t *testing.T, url, authz, vdc, query string, vars map[string]any) *response {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	r, err := gqltest.Post(ctx, nil, url, gqltest.Request{Query: query, Variables: vars, Authorization: authz, VDC: vdc})
 	if err != nil {
 		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if authz != "" {
-		req.Header.Set("Authorization", authz)
-	}
-	if vdc != "" {
-		req.Header.Set(graph.VDCHeader, vdc)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	r := &response{status: resp.StatusCode, raw: string(raw)}
-	if err := json.Unmarshal(raw, r); err != nil {
-		t.Fatalf("status %d, body %q: %v", resp.StatusCode, raw, err)
 	}
 	return r
 }

@@ -228,9 +228,6 @@ type Config struct {
 type Verifier struct {
 	cfg    Config
 	client *http.Client
-	// keyCtx carries the HTTP client for the key set's later fetches; it
-	// outlives the request that first discovered the issuer.
-	keyCtx context.Context
 
 	// verifier is nil until the issuer has been discovered; then every
 	// request reads it without taking mu.
@@ -288,7 +285,7 @@ func NewLazyVerifier(cfg Config) (*Verifier, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	return &Verifier{cfg: cfg, client: client, keyCtx: oidc.ClientContext(context.Background(), client)}, nil
+	return &Verifier{cfg: cfg, client: client}, nil
 }
 
 // Ready fetches the issuer's discovery document if that has not happened
@@ -351,7 +348,7 @@ func (v *Verifier) fetch(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 	if err := provider.Claims(&pc); err != nil {
 		return nil, err
 	}
-	keys := oidc.NewRemoteKeySet(v.keyCtx, pc.JWKSURL)
+	keys := newKeySet(pc.JWKSURL, v.client, pc.Algs)
 	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{
 		ClientID:             v.cfg.Audience,
 		SupportedSigningAlgs: pc.Algs,
@@ -359,25 +356,118 @@ func (v *Verifier) fetch(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 	}), nil
 }
 
+// maxIssuedAtSkew is how far in the future a token's iat may be (the
+// issuer's clock may run a little ahead of ours).
+const maxIssuedAtSkew = time.Minute
+
+// RefusedError is a token Verify refused. Reason is what a client may be
+// told; Cause (which may hold the verifier's internals, such as the
+// server's clock) is for the logs.
+type RefusedError struct {
+	Reason string
+	Cause  error
+}
+
+func (e *RefusedError) Error() string {
+	if e.Cause == nil {
+		return "unauthenticated: " + e.Reason
+	}
+	return "unauthenticated: " + e.Reason + ": " + e.Cause.Error()
+}
+
+// Unwrap makes errors.Is(err, ErrUnauthenticated) true, and reaches Cause.
+func (e *RefusedError) Unwrap() []error { return []error{ErrUnauthenticated, e.Cause} }
+
+// PublicReason is the client-safe account of an error of Verify or
+// BearerToken: a RefusedError's reason, the message of the others (which
+// carry none of the verifier's internals).
+func PublicReason(err error) string {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return "unauthenticated: " + re.Reason
+	}
+	return err.Error()
+}
+
+func refused(reason string, cause error) error { return &RefusedError{Reason: reason, Cause: cause} }
+
+// refusal names, without the verifier's details, why go-oidc refused a
+// token.
+func refusal(err error) error {
+	var expired *oidc.TokenExpiredError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &expired):
+		return refused("the token has expired", err)
+	case errors.Is(err, errSignature) || strings.Contains(msg, "signature"):
+		return refused("the token's signature is not valid", err)
+	case strings.Contains(msg, "malformed"):
+		return refused("the token is malformed", err)
+	case strings.Contains(msg, "audience"):
+		return refused("the token was not issued to this application", err)
+	case strings.Contains(msg, "different provider"):
+		return refused("the token was issued by another provider", err)
+	case strings.Contains(msg, "nbf"):
+		return refused("the token is not valid yet", err)
+	}
+	return refused("the token is not valid", err)
+}
+
+// checkClaims refuses what go-oidc lets through: times that are not
+// numbers (it reads "exp": "1700000000" as a time), a token issued in
+// the future, and a token authorized for another client (azp).
+func (v *Verifier) checkClaims(claims map[string]any) error {
+	for _, name := range []string{"exp", "iat", "nbf"} {
+		if c, ok := claims[name]; ok {
+			if _, isNumber := c.(float64); !isNumber {
+				return refused(fmt.Sprintf("the token's %q claim is not a number", name), nil)
+			}
+		}
+	}
+	if _, ok := claims["exp"]; !ok {
+		return refused("the token has no expiry", nil)
+	}
+	if iat, ok := claims["iat"].(float64); ok {
+		now := time.Now
+		if v.cfg.Now != nil {
+			now = v.cfg.Now
+		}
+		if time.Unix(int64(iat), 0).After(now().Add(maxIssuedAtSkew)) {
+			return refused("the token is issued in the future", nil)
+		}
+	}
+	if azp, ok := claims["azp"]; ok && azp != v.cfg.Audience {
+		return refused("the token was not issued to this application", fmt.Errorf("azp is %v", azp))
+	}
+	return nil
+}
+
 // Verify checks a raw JWT and returns its Principal. Errors match
-// ErrUnauthenticated and say why the token was refused, or match
-// ErrIssuerUnavailable when the issuer could not be asked.
+// ErrUnauthenticated (a *RefusedError saying why the token was refused),
+// or match ErrIssuerUnavailable when the issuer could not be asked.
 func (v *Verifier) Verify(ctx context.Context, rawToken string) (*Principal, error) {
 	iv, err := v.discover(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := iv.Verify(ctx, rawToken)
+	var fetchErr error
+	tok, err := iv.Verify(context.WithValue(ctx, fetchErrKey{}, &fetchErr), rawToken)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		if fetchErr != nil {
+			return nil, fetchErr
+		}
+		return nil, refusal(err)
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return nil, refused("the token is malformed", err)
+	}
+	if err := v.checkClaims(claims); err != nil {
+		return nil, err
 	}
 	p, err := PrincipalFromClaims(claims, v.cfg.Claims)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return nil, refused("the token's claims are not valid", err)
 	}
 	return p, nil
 }

@@ -341,6 +341,14 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	if !ok || g.Template == 1 || !g.HasTag(tenancy.ManagedTag) {
 		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
+	// A guest tagged with another VDC is refused on what the guest list
+	// says, before any further read: answering it as fast as a missing one
+	// does not tell that it exists. Only an untagged guest (a create before
+	// its tags) needs its intent read to find its VDC.
+	owner, _ := tenancy.VDCOf(g.Tags())
+	if owner != "" && owner != vdc {
+		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
+	}
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		if pveapi.IsNotFound(err) {
@@ -349,12 +357,7 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 		return Zone{}, pveapi.Guest{}, nil, nil, zoneDown(z.Name, err)
 	}
 	in, _ := ParseIntent(cfg.Str("description"))
-	owner, _ := tenancy.VDCOf(g.Tags())
-	tagged := owner != ""
-	switch {
-	case tagged && owner == vdc:
-	case !tagged && in != nil && in.VDC == vdc:
-	default:
+	if owner == "" && (in == nil || in.VDC != vdc) {
 		return Zone{}, pveapi.Guest{}, nil, nil, notFound()
 	}
 	return z, g, in, cfg, nil

@@ -1,7 +1,9 @@
 package compute_test
 
 import (
+	"encoding/base64"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -12,7 +14,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -223,6 +227,14 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"not an address":       {mod(func(in *compute.CreateInput) { in.NICs[0].Address = "ten" }), "input.nics[0].address"},
 		"ssh key":              {mod(func(in *compute.CreateInput) { in.SSHKeys = []string{"ssh-rsa garbage"} }), "input.sshKeys[0]"},
 		"user":                 {mod(func(in *compute.CreateInput) { in.User = "Root User" }), "input.user"},
+		"user root":            {mod(func(in *compute.CreateInput) { in.User = "root" }), "input.user"},
+		"user nobody":          {mod(func(in *compute.CreateInput) { in.User = "nobody" }), "input.user"},
+		"user daemon":          {mod(func(in *compute.CreateInput) { in.User = "daemon" }), "input.user"},
+		"too many ssh keys": {mod(func(in *compute.CreateInput) {
+			for range compute.MaxSSHKeys {
+				in.SSHKeys = append(in.SSHKeys, testKey)
+			}
+		}), "input.sshKeys"},
 	}
 	for name, c := range cases {
 		_, _, err := e.svc.CreateVM(ctx, c.in)
@@ -368,5 +380,123 @@ func TestQuotaUnderConcurrency(t *testing.T) {
 	}
 	if s := e.snapshot(); s.reserved != 0 {
 		t.Errorf("%d reservations left", s.reserved)
+	}
+}
+
+// An operation id names a VM and a Proxmox task: a member of one VDC who
+// wraps another VDC's task (or a task of another kind) in the id of one of
+// their own VMs reads nothing of it, by query or subscription.
+func TestForgedOperationIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	ctx := vmtest.Ctx(t)
+	create := func(vdc, name, network string) *compute.VM {
+		in := e.input("alpha", name)
+		in.VDC, in.NICs = vdc, []compute.NICInput{{Network: network}}
+		vm, op, err := e.svc.CreateVM(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fin := e.wait(e.svc, vdc, op.ID); fin.State != compute.OpSucceeded {
+			t.Fatalf("create %s: %+v", name, fin)
+		}
+		return vm
+	}
+	mine := create("blue", "mine", e.blue["alpha"])
+	theirs := create("red", "theirs", e.red["alpha"])
+	stop, err := e.svc.StopVM(ctx, "red", theirs.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(e.svc, "red", stop.ID)
+	own, err := e.svc.StopVM(ctx, "blue", mine.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(e.svc, "blue", own.ID)
+	upidOf := func(opID string) string {
+		raw, err := base64.RawURLEncoding.DecodeString(opID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.SplitN(string(raw), "/", 5)
+		return parts[4]
+	}
+	forge := func(vmid int, kind compute.OpKind, upid string) string {
+		return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "t/alpha/%d/%s/%s", vmid, kind, upid))
+	}
+	// A fresh service (another replica) derives every operation from
+	// Proxmox: it has no record of its own to answer from.
+	replica := e.newService(e.cfg)
+	for name, id := range map[string]string{
+		"red's task in blue's VM id":      forge(mine.Ref.VMID, compute.OpStop, upidOf(stop.ID)),
+		"blue's stop task as a start":     forge(mine.Ref.VMID, compute.OpStart, upidOf(own.ID)),
+		"red's task with red's VM number": forge(theirs.Ref.VMID, compute.OpStop, upidOf(stop.ID)),
+	} {
+		for _, svc := range []*compute.Service{e.svc, replica} {
+			if op, err := svc.Operation(ctx, "blue", id); !isCode(err, apierr.NotFound) {
+				t.Errorf("operation %s: %+v, %v; want NOT_FOUND", name, op, err)
+			}
+			if _, err := svc.Watch(ctx, "blue", id); !isCode(err, apierr.NotFound) {
+				t.Errorf("watch %s: %v; want NOT_FOUND", name, err)
+			}
+		}
+	}
+	// The real id answers on any replica.
+	if op, err := replica.Operation(ctx, "blue", own.ID); err != nil || op.State != compute.OpSucceeded || op.Kind != compute.OpStop {
+		t.Fatalf("own stop on a replica: %+v, %v", op, err)
+	}
+
+	// Another VDC's VM is refused on what the guest list says, before its
+	// configuration is read: nothing slower than for a missing VM gives it
+	// away. (While configurations cannot be read, a read would show.)
+	e.zones[0].Sim.FailRequests("GET", "/nodes/*/qemu/*/config", 500, 1000)
+	defer e.zones[0].Sim.FailRequests("GET", "/nodes/*/qemu/*/config", 500, 0)
+	for name, call := range map[string]func() error{
+		"vm":     func() error { _, err := replica.VM(ctx, "blue", theirs.ID); return err },
+		"start":  func() error { _, err := replica.StartVM(ctx, "blue", theirs.ID); return err },
+		"delete": func() error { _, err := replica.DeleteVM(ctx, "blue", theirs.ID); return err },
+		"operation": func() error {
+			_, err := replica.Operation(ctx, "blue", forge(theirs.Ref.VMID, compute.OpStop, upidOf(stop.ID)))
+			return err
+		},
+	} {
+		if err := call(); !isCode(err, apierr.NotFound) {
+			t.Errorf("%s of red's VM from blue: %v, want NOT_FOUND without reading its configuration", name, err)
+		}
+	}
+}
+
+// A create whose network is deleted between its validation and its
+// address claim is CONFLICT on that network, not a zone failure, and
+// leaves nothing behind.
+func TestCreateRacingNetworkDelete(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	z := e.zones[0]
+	ctx := vmtest.Ctx(t)
+	before := e.snapshot()
+	net := vmtest.AddNetwork(t, z, "blue", "doomed", "10.9.0.0/24", "10.9.0.1")
+	ref, err := tenancy.ParseNetworkID(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	racing := pvetest.ClientBefore(t, z.Sim, vmtest.Token, http.MethodPost, "/ips", func() {
+		if err := network.Delete(ctx, z.Client, "blue", ref.VNet); err != nil {
+			t.Errorf("delete the network: %v", err)
+		}
+	})
+	cfg := e.cfg
+	cfg.Zones = compute.StaticZones{{ID: z.Name, Name: z.Name, Client: racing}}
+	svc := e.newService(cfg)
+	in := e.input("alpha", "late")
+	in.NICs = []compute.NICInput{{Network: net}}
+	if _, _, err := svc.CreateVM(ctx, in); !isField(err, apierr.Conflict, "input.nics[0].network") {
+		t.Fatalf("create racing the network's delete: %v, want CONFLICT on input.nics[0].network", err)
+	}
+	if after := e.snapshot(); !before.equal(after) {
+		t.Errorf("the refused create changed state:\n%+v\n%+v", before, after)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	proxmox "github.com/luthermonson/go-proxmox"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -57,6 +58,27 @@ const MaxNICs = 4
 // MaxDiskGiB bounds the disk size of a VM.
 const MaxDiskGiB = 64 << 10
 
+// MaxSSHKeys is the most SSH keys one create may authorize (they travel in
+// the guest's cloud-init configuration, which Proxmox bounds too).
+const MaxSSHKeys = 32
+
+// systemUsers are the accounts a Debian or Ubuntu image has before
+// cloud-init runs: cloud-init would give them a login shell and the
+// caller's keys (root: the whole guest without sudo's log; the others:
+// accounts services own). Names starting "systemd-" or "_" are refused
+// too.
+var systemUsers = map[string]bool{
+	"root": true, "daemon": true, "bin": true, "sys": true, "sync": true, "games": true, "man": true,
+	"lp": true, "mail": true, "news": true, "uucp": true, "proxy": true, "www-data": true,
+	"backup": true, "list": true, "irc": true, "gnats": true, "nobody": true, "messagebus": true,
+	"sshd": true, "syslog": true, "polkitd": true, "tss": true, "uuidd": true, "dnsmasq": true,
+}
+
+// systemUser reports whether name is an account of the image's system.
+func systemUser(name string) bool {
+	return systemUsers[name] || strings.HasPrefix(name, "systemd-") || strings.HasPrefix(name, "_")
+}
+
 type plan struct {
 	zone    Zone
 	img     *catalog.Image
@@ -69,8 +91,9 @@ type plan struct {
 }
 
 type nicPlan struct {
-	subnet ipam.Subnet
-	static netip.Addr
+	network string // the network's id
+	subnet  ipam.Subnet
+	static  netip.Addr
 }
 
 var (
@@ -140,7 +163,7 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 			}
 			return nil, zoneDown(z.Name, err)
 		}
-		np := nicPlan{subnet: sub}
+		np := nicPlan{network: n.Network, subnet: sub}
 		if n.Address != "" {
 			a, err := netip.ParseAddr(n.Address)
 			if err != nil {
@@ -157,6 +180,9 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		}
 		p.nics = append(p.nics, np)
 	}
+	if len(in.SSHKeys) > MaxSSHKeys {
+		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	}
 	for i, k := range in.SSHKeys {
 		_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
 		if err != nil || strings.TrimSpace(string(rest)) != "" {
@@ -166,6 +192,9 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	}
 	if !userRE.MatchString(in.User) {
 		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
+	}
+	if systemUser(in.User) {
+		return nil, badInput("user", "user %q is a system account of the image; choose another name", in.User)
 	}
 	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
 		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
@@ -243,20 +272,23 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys,
 	}
-	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
-	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
-		return nil, nil, &Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err}
-	}
-	if err != nil {
-		return nil, nil, internal("reserving quota failed", err)
-	}
 	fail := func(err error) (*VM, *Operation, error) {
 		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
 		return nil, nil, err
 	}
+	// The addresses first: a create refused for its addresses has written
+	// nothing on the VDC (its resourceVersion is unchanged), and one
+	// refused for quota gives them back.
 	if err := s.claim(ctx, p, intent); err != nil {
 		return fail(err)
+	}
+	err = s.quota.Reserve(ctx, in.VDC, intent.Op, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		return fail(&Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err})
+	}
+	if err != nil {
+		return fail(internal("reserving quota failed", err))
 	}
 	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
 		return fail(zoneDown(p.zone.Name, err))
@@ -409,6 +441,11 @@ func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
 			case errors.Is(err, ipam.ErrExhausted):
 				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: fmt.Sprintf("no free address left in %s", n.subnet.Prefix), Cause: err}
 			}
+			// A network deleted since it was validated (Proxmox refuses
+			// the claim) is the caller's race, not the zone's failure.
+			if _, nerr := s.network(ctx, p.zone, in.VDC, n.network); errors.Is(nerr, errNoNetwork) {
+				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: "the network was deleted while the VM was being created", Cause: err}
+			}
 			return zoneDown(p.zone.Name, err)
 		}
 		in.NICs = append(in.NICs, NICIntent{SDNZone: n.subnet.Zone, VNet: n.subnet.VNet, MAC: mac, Address: addr.String(),
@@ -429,6 +466,27 @@ func (s *Service) ensurePool(ctx context.Context, z Zone, vdc string) error {
 	err := z.Client.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil)
 	if err != nil && !pveapi.IsAlreadyExists(err) {
 		return fmt.Errorf("compute: create pool: %w", err)
+	}
+	return nil
+}
+
+// RemovePool deletes the Proxmox pool of vdc in the zone of c, once the
+// VDC's guests are gone (Proxmox refuses a pool that is not empty); a pool
+// that does not exist is no error.
+func RemovePool(ctx context.Context, c *proxmox.Client, vdc string) error {
+	var pools []struct {
+		PoolID string `json:"poolid"`
+	}
+	if err := c.Get(ctx, "/pools", &pools); err != nil {
+		return fmt.Errorf("compute: remove pool: %w", err)
+	}
+	id := tenancy.PoolID(vdc)
+	for _, p := range pools {
+		if p.PoolID == id {
+			if err := c.Delete(ctx, "/pools/"+id, nil); err != nil {
+				return fmt.Errorf("compute: remove pool %s: %w", id, err)
+			}
+		}
 	}
 	return nil
 }

@@ -100,11 +100,13 @@ func (e *env) wait(svc *compute.Service, vdc, id string) compute.Operation {
 	return last
 }
 
-// snapshot is the Proxmox state a failed request must not change.
+// snapshot is the Proxmox and catalog state a failed request must not
+// change.
 type snapshot struct {
 	guests   []string
 	mappings []string
 	reserved int
+	versions []string // the VDCs' resourceVersions
 }
 
 func (e *env) snapshot() snapshot {
@@ -135,12 +137,18 @@ func (e *env) snapshot() snapshot {
 			e.t.Fatal(err)
 		}
 		s.reserved += len(rs)
+		vdc, err := catalog.Get[*catalog.VDC](ctx, e.store, v)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		s.versions = append(s.versions, v+"@"+vdc.ResourceVersion)
 	}
 	return s
 }
 
 func (s snapshot) equal(o snapshot) bool {
-	return slices.Equal(s.guests, o.guests) && slices.Equal(s.mappings, o.mappings) && s.reserved == o.reserved
+	return slices.Equal(s.guests, o.guests) && slices.Equal(s.mappings, o.mappings) && s.reserved == o.reserved &&
+		slices.Equal(s.versions, o.versions)
 }
 
 // flexMappings counts the flexplane IPAM mappings of zone z.

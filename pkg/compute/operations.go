@@ -238,8 +238,14 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		}
 		return op, nil
 	}
+	// The id is the client's to forge: the task must be one of this VM,
+	// on its node, of the kind the id says, before Proxmox is asked.
+	u, err := pveapi.ParseUPID(ref.upid)
+	if err != nil || u.Node != g.Node || u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != ref.kind {
+		return nil, newError(KindNotFound, "no such operation")
+	}
 	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
-	if err != nil {
+	if err != nil || ts.Type != u.Type {
 		return nil, newError(KindNotFound, "no such operation")
 	}
 	op.Step = ts.Type

@@ -71,7 +71,7 @@ func (s Spec) Validate() (netip.Prefix, netip.Addr, error) {
 	if !nameRE.MatchString(s.Name) {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"name", "must be 1 to 40 lowercase letters, digits and '-', start with a letter and not end with '-'"}
 	}
-	pfx, err := netip.ParsePrefix(strings.TrimSpace(s.CIDR))
+	pfx, err := netip.ParsePrefix(s.CIDR)
 	if err != nil || !pfx.Addr().Is4() {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"cidr", fmt.Sprintf("%q is not an IPv4 network in CIDR notation (e.g. 10.1.0.0/24)", s.CIDR)}
 	}
@@ -81,7 +81,7 @@ func (s Spec) Validate() (netip.Prefix, netip.Addr, error) {
 	if pfx.Masked() != pfx {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"cidr", fmt.Sprintf("%s is not a network address; did you mean %s?", pfx, pfx.Masked())}
 	}
-	gw, err := netip.ParseAddr(strings.TrimSpace(s.Gateway))
+	gw, err := netip.ParseAddr(s.Gateway)
 	if err != nil || !gw.Is4() {
 		return netip.Prefix{}, netip.Addr{}, &InputError{"gateway", fmt.Sprintf("%q is not an IPv4 address", s.Gateway)}
 	}
@@ -271,6 +271,30 @@ func ensureZone(ctx context.Context, c *proxmox.Client, zone string) error {
 	return nil
 }
 
+// RemoveVDC removes the SDN zone of vdc from the cluster of c (and
+// applies that), once its networks are deleted; a zone that does not exist
+// is no error. While the VDC has networks Proxmox refuses.
+func RemoveVDC(ctx context.Context, c *proxmox.Client, vdc string) error {
+	zone := tenancy.SDNZoneID(vdc)
+	var zs []struct {
+		Zone string `json:"zone"`
+	}
+	if err := c.Get(ctx, "/cluster/sdn/zones", &zs); err != nil {
+		return fmt.Errorf("network: remove VDC %s: %w", vdc, err)
+	}
+	if !slices.ContainsFunc(zs, func(z struct {
+		Zone string `json:"zone"`
+	}) bool {
+		return z.Zone == zone
+	}) {
+		return nil
+	}
+	if err := c.Delete(ctx, "/cluster/sdn/zones/"+zone, nil); err != nil {
+		return fmt.Errorf("network: remove VDC %s: delete SDN zone %s: %w", vdc, zone, err)
+	}
+	return Apply(ctx, c)
+}
+
 // Apply applies the pending SDN configuration of the cluster and waits for
 // the task.
 func Apply(ctx context.Context, c *proxmox.Client) error {
@@ -303,13 +327,21 @@ func Delete(ctx context.Context, c *proxmox.Client, vdc, vnet string) error {
 	if err := c.Get(ctx, "/cluster/sdn/vnets/"+n.VNet+"/subnets", &subnets); err != nil {
 		return fmt.Errorf("network: delete %s: %w", n.Name, err)
 	}
+	// A create may claim an address between the check and the deletes
+	// (Proxmox then refuses the subnet's): that is the network in use.
+	inUseNow := func(err error) error {
+		if uerr := inUse(ctx, c, n); errors.Is(uerr, ErrInUse) {
+			return uerr
+		}
+		return err
+	}
 	for _, s := range subnets {
 		if err := c.Delete(ctx, "/cluster/sdn/vnets/"+n.VNet+"/subnets/"+url.PathEscape(s.Subnet), nil); err != nil {
-			return fmt.Errorf("network: delete subnet %s: %w", s.Subnet, err)
+			return inUseNow(fmt.Errorf("network: delete subnet %s: %w", s.Subnet, err))
 		}
 	}
 	if err := c.Delete(ctx, "/cluster/sdn/vnets/"+n.VNet, nil); err != nil {
-		return fmt.Errorf("network: delete vnet %s: %w", n.VNet, err)
+		return inUseNow(fmt.Errorf("network: delete vnet %s: %w", n.VNet, err))
 	}
 	return Apply(ctx, c)
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -86,6 +89,11 @@ func TestValidate(t *testing.T) {
 		{"gateway", func(s *network.Spec) { s.Gateway = "10.1.0.255" }},
 		{"gateway", func(s *network.Spec) { s.Gateway = "" }},
 		{"gateway", func(s *network.Spec) { s.Gateway = "fd00::1" }},
+		// Surrounding whitespace is refused, as in names and addresses.
+		{"cidr", func(s *network.Spec) { s.CIDR = " 10.1.0.0/24" }},
+		{"cidr", func(s *network.Spec) { s.CIDR = "10.1.0.0/24\n" }},
+		{"gateway", func(s *network.Spec) { s.Gateway = "10.1.0.1 " }},
+		{"gateway", func(s *network.Spec) { s.Gateway = "\t10.1.0.1" }},
 	} {
 		s := ok
 		tc.spec(&s)
@@ -258,5 +266,29 @@ func TestConcurrentCreates(t *testing.T) {
 	var running []map[string]any
 	if err := c.Get(ctx(t), "/cluster/sdn/vnets?running=1", &running); err != nil || len(running) != 2 {
 		t.Errorf("running vnets = %v, %v", running, err)
+	}
+}
+
+// A create that claims an address on a network while it is being deleted
+// (after its use was checked) makes the delete CONFLICT (ErrInUse), and
+// the network stays whole.
+func TestDeleteRacingAClaim(t *testing.T) {
+	t.Parallel()
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: "lab", Nodes: 1}, token)
+	n, err := network.Create(ctx(t), c, network.Spec{VDC: "red", Name: "web", CIDR: "10.1.0.0/24", Gateway: "10.1.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleting := pvetest.ClientBefore(t, sim, token, http.MethodDelete, "/subnets/", func() {
+		s := ipam.Subnet{Zone: tenancy.SDNZoneID("red"), VNet: n.VNet, Prefix: n.CIDR, Gateway: n.Gateway}
+		if _, err := ipam.Claim(ctx(t), c, s, netip.Addr{}, ipam.NewMAC()); err != nil {
+			t.Errorf("claim: %v", err)
+		}
+	})
+	if err := network.Delete(ctx(t), deleting, "red", n.VNet); !errors.Is(err, network.ErrInUse) {
+		t.Fatalf("delete racing a claim: %v, want ErrInUse", err)
+	}
+	if _, err := network.Get(ctx(t), c, "red", n.VNet); err != nil {
+		t.Fatalf("the network after the refused delete: %v", err)
 	}
 }

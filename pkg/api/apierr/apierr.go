@@ -117,7 +117,7 @@ func From(err error, fieldPrefix string) *Error {
 	case errors.Is(err, auth.ErrIssuerUnavailable):
 		return &Error{Code: Unavailable, Message: "the identity provider cannot be reached; try again shortly", Cause: err}
 	case errors.Is(err, auth.ErrUnauthenticated):
-		return &Error{Code: Unauthenticated, Message: err.Error()}
+		return &Error{Code: Unauthenticated, Message: auth.PublicReason(err), Cause: err}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Code: Internal, Message: "the request timed out", Cause: err}
 	}

@@ -16,7 +16,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,11 +33,11 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -509,54 +508,31 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 }
 
 // GraphQLResult is a decoded GraphQL answer.
-type GraphQLResult struct {
-	Data   map[string]json.RawMessage `json:"data"`
-	Errors []struct {
-		Message    string         `json:"message"`
-		Extensions map[string]any `json:"extensions"`
-	} `json:"errors"`
-}
+type GraphQLResult = gqltest.Response
 
 // GraphQL posts query as user (in VDC when vdc is true) and decodes the
-// answer; GraphQL errors are returned as an error.
+// answer (gqltest.Post); GraphQL errors are returned as an error.
 func (s *Stack) GraphQL(ctx context.Context, user string, vdc bool, query string, vars map[string]any) (*GraphQLResult, error) {
 	tok, err := s.Token(ctx, user)
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err != nil {
-		return nil, fmt.Errorf("benchmark: graphql: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+orchestrator.APIPath, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("benchmark: graphql: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+tok)
+	req := gqltest.Request{Query: query, Variables: vars, Authorization: "Bearer " + tok}
 	if vdc {
-		req.Header.Set(graph.VDCHeader, VDC)
+		req.VDC = VDC
 	}
-	resp, err := s.http.Do(req)
+	r, err := gqltest.Post(ctx, s.http, s.url+orchestrator.APIPath, req)
 	if err != nil {
-		return nil, fmt.Errorf("benchmark: graphql: %w", err)
+		return nil, fmt.Errorf("benchmark: %w", err)
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("benchmark: graphql: %w", err)
-	}
-	var r GraphQLResult
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return nil, fmt.Errorf("benchmark: graphql: status %d: %w", resp.StatusCode, err)
-	}
-	if resp.StatusCode != http.StatusOK || len(r.Errors) > 0 {
+	if r.Status != http.StatusOK || len(r.Errors) > 0 {
+		raw := r.Raw
 		if len(raw) > 500 {
 			raw = raw[:500]
 		}
-		return &r, fmt.Errorf("benchmark: graphql: status %d: %s", resp.StatusCode, raw)
+		return r, fmt.Errorf("benchmark: graphql: status %d: %s", r.Status, raw)
 	}
-	return &r, nil
+	return r, nil
 }
 
 // ProcessMemory is a process's resident memory from /proc/PID/status.

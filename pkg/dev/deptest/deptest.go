@@ -3,8 +3,10 @@
 // (non-test code, for a fixed platform), fails a test for each forbidden
 // package a root links (with the chain of imports that brings it in), and
 // compares the dependencies of a binary with a checked-in list. Its own
-// tests hold the rules that span packages: domain packages import no
-// transport, and every package has a doc comment.
+// tests hold the rules that span packages: the README's package map is
+// the module's packages, product code links no dev tool, domain packages
+// import no transport, every package has a doc comment, and tests and
+// tools send GraphQL with pkg/dev/gqltest only.
 package deptest
 
 import (

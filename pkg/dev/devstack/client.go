@@ -1,17 +1,14 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
+
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 )
 
 // VDCHeader is the request header that names the VDC a request works in.
-const VDCHeader = "FlexPlane-VDC-ID"
+const VDCHeader = gqltest.VDCHeader
 
 // Client calls the stack's GraphQL API with one user's bearer token.
 type Client struct {
@@ -24,90 +21,27 @@ type Client struct {
 }
 
 // GraphQLError is one error of a GraphQL response.
-type GraphQLError struct {
-	Message    string         `json:"message"`
-	Path       []any          `json:"path,omitempty"`
-	Extensions map[string]any `json:"extensions,omitempty"`
-}
-
-// Code is extensions.code.
-func (e GraphQLError) Code() string { c, _ := e.Extensions["code"].(string); return c }
+type GraphQLError = gqltest.Error
 
 // ResponseError is returned when a response carries GraphQL errors.
-type ResponseError struct {
-	Errors []GraphQLError
-}
-
-func (e *ResponseError) Error() string {
-	msgs := make([]string, len(e.Errors))
-	for i, x := range e.Errors {
-		msgs[i] = x.Message
-		if c := x.Code(); c != "" {
-			msgs[i] += " (" + c + ")"
-		}
-	}
-	return "graphql: " + strings.Join(msgs, "; ")
-}
-
-// HasCode reports whether one of the errors carries code.
-func (e *ResponseError) HasCode(code string) bool {
-	for _, x := range e.Errors {
-		if x.Code() == code {
-			return true
-		}
-	}
-	return false
-}
+type ResponseError = gqltest.ResponseError
 
 // Do runs query in vdc ("" sends no VDC header) and decodes data into out
 // (nil discards it). A response with errors returns a *ResponseError, after
 // decoding whatever data came with it.
 func (c *Client) Do(ctx context.Context, vdc, query string, vars map[string]any, out any) error {
-	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err != nil {
-		return fmt.Errorf("graphql: %w", err)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("graphql: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	req := gqltest.Request{Query: query, Variables: vars, VDC: vdc}
 	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
+		req.Authorization = "Bearer " + c.Token
 	}
-	if vdc != "" {
-		req.Header.Set(VDCHeader, vdc)
-	}
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	r, err := gqltest.Post(ctx, c.HTTPClient, c.URL, req)
 	if err != nil {
-		return fmt.Errorf("graphql: %w", err)
+		return err
 	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("graphql: %w", err)
-	}
-	var r struct {
-		Data   json.RawMessage `json:"data"`
-		Errors []GraphQLError  `json:"errors"`
-	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || json.Unmarshal(raw, &r) != nil {
-		return fmt.Errorf("graphql: status %d: %.200q", resp.StatusCode, raw)
-	}
-	if out != nil && len(r.Data) > 0 && string(r.Data) != "null" {
-		if err := json.Unmarshal(r.Data, out); err != nil {
-			return fmt.Errorf("graphql: decode data: %w", err)
+	if out != nil {
+		if err := r.Decode(out); err != nil {
+			return err
 		}
 	}
-	if len(r.Errors) > 0 {
-		return &ResponseError{Errors: r.Errors}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("graphql: status %d: %.200q", resp.StatusCode, raw)
-	}
-	return nil
+	return r.Err()
 }

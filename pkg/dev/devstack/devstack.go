@@ -329,7 +329,7 @@ func (s *stack) run(ctx context.Context) error {
 			name: "pvesim " + c.Name,
 			path: s.path("bin", "pvesim"),
 			args: []string{"--listen", "127.0.0.1:0", "--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
-				"--token", token, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+				"--token-file", tokenFile, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
 				"--state-file", s.path("pve", c.Name+"-state.json"),
 				"--log-level", s.cfg.LogLevel},
 			stdout: func(line string) {

@@ -1,13 +1,7 @@
 package meshtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +10,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 )
 
@@ -211,66 +206,10 @@ func (h *Harness) Token(t testing.TB, user string) string {
 }
 
 // GraphQLError is one error of a GraphQL response.
-type GraphQLError struct {
-	Message    string         `json:"message"`
-	Path       []any          `json:"path"`
-	Extensions map[string]any `json:"extensions"`
-}
-
-// Code is extensions.code.
-func (e GraphQLError) Code() string { c, _ := e.Extensions["code"].(string); return c }
+type GraphQLError = gqltest.Error
 
 // GraphQLResponse is the answer to a GraphQL request.
-type GraphQLResponse struct {
-	Status int                        `json:"-"`
-	Data   map[string]json.RawMessage `json:"data"`
-	Errors []GraphQLError             `json:"errors"`
-	// Raw is the body as received.
-	Raw string `json:"-"`
-}
-
-// OK fails the test unless the request succeeded without errors.
-func (r *GraphQLResponse) OK(t testing.TB) *GraphQLResponse {
-	t.Helper()
-	if len(r.Errors) > 0 || r.Status != http.StatusOK {
-		t.Fatalf("meshtest: status %d: %s", r.Status, r.Raw)
-	}
-	return r
-}
-
-// Code returns extensions.code of the only error, failing the test unless
-// there is exactly one.
-func (r *GraphQLResponse) Code(t testing.TB) string {
-	t.Helper()
-	if len(r.Errors) != 1 {
-		t.Fatalf("meshtest: want exactly one error, got %s", r.Raw)
-	}
-	return r.Errors[0].Code()
-}
-
-// Codes returns extensions.code of every error, in order.
-func (r *GraphQLResponse) Codes() []string {
-	var out []string
-	for _, e := range r.Errors {
-		out = append(out, e.Code())
-	}
-	return out
-}
-
-// HasCode reports whether an error carries code.
-func (r *GraphQLResponse) HasCode(code string) bool { return slices.Contains(r.Codes(), code) }
-
-// Into decodes data.field into v, failing the test on error.
-func (r *GraphQLResponse) Into(t testing.TB, field string, v any) {
-	t.Helper()
-	raw, ok := r.Data[field]
-	if !ok {
-		t.Fatalf("meshtest: no data.%s in %s", field, r.Raw)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatalf("meshtest: data.%s: %v in %s", field, err, r.Raw)
-	}
-}
+type GraphQLResponse = gqltest.Response
 
 // GraphQL runs a query or mutation as user ("" sends no token) in vdc (""
 // sends no FlexPlane-VDC-ID header).
@@ -284,41 +223,15 @@ func (h *Harness) GraphQL(t testing.TB, user, vdc, query string, vars map[string
 }
 
 // PostGraphQL POSTs a GraphQL request to url with a raw Authorization
-// header value ("" for none) and a FlexPlane-VDC-ID header ("" for none).
+// header value ("" for none) and a FlexPlane-VDC-ID header ("" for none)
+// (gqltest.Post), failing the test when no GraphQL answer comes back.
 func PostGraphQL(t testing.TB, url, authz, vdc, query string, vars map[string]any) *GraphQLResponse {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err != nil {
-		t.Fatalf("meshtest: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	r, err := gqltest.Post(ctx, nil, url, gqltest.Request{Query: query, Variables: vars, Authorization: authz, VDC: vdc})
 	if err != nil {
 		t.Fatalf("meshtest: %v", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if authz != "" {
-		req.Header.Set("Authorization", authz)
-	}
-	if vdc != "" {
-		req.Header.Set(graph.VDCHeader, vdc)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("meshtest: graphql: %v", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("meshtest: graphql: %v", err)
-	}
-	r := &GraphQLResponse{Status: resp.StatusCode, Raw: string(raw)}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		t.Fatalf("meshtest: graphql: status %d, %s: %q", resp.StatusCode, resp.Header.Get("Content-Type"), raw)
-	}
-	if err := json.Unmarshal(raw, r); err != nil {
-		t.Fatalf("meshtest: graphql: status %d, body %q: %v", resp.StatusCode, raw, err)
 	}
 	return r
 }

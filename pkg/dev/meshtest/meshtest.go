@@ -390,16 +390,34 @@ func (a *Agent) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the agent (as if its process was killed); Start brings it back.
+// Stop stops the agent as SIGTERM stops its process: calls in flight
+// finish (for up to 5s) and its connections close; Start brings it back.
 func (a *Agent) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return a.stop(ctx)
+}
+
+// Kill stops the agent as a node losing power would: its mesh node goes
+// away without a word to anyone, so the orchestrator's connections to it
+// fall silent rather than close. Start brings it back.
+func (a *Agent) Kill() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.agent == nil {
 		return nil
 	}
-	// Calls in flight are cut off, as a killed process would cut them.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	err := a.agent.KillForTest()
+	a.agent = nil
+	return err
+}
+
+func (a *Agent) stop(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.agent == nil {
+		return nil
+	}
 	err := a.agent.Shutdown(ctx)
 	a.agent = nil
 	return err

@@ -1,16 +1,13 @@
 package meshtest_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 )
 
@@ -28,23 +25,13 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	sim.SetLatency(2 * time.Second)
 
 	type answer struct {
-		status int
-		body   []byte
-		err    error
+		r   *gqltest.Response
+		err error
 	}
 	post := func() answer {
-		body, _ := json.Marshal(map[string]any{"query": `{ vms { name } }`})
-		req, _ := http.NewRequest(http.MethodPost, h.GraphQLURL(), bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("FlexPlane-VDC-ID", "red")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return answer{err: err}
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		return answer{status: resp.StatusCode, body: raw, err: err}
+		r, err := gqltest.Post(context.Background(), nil, h.GraphQLURL(),
+			gqltest.Request{Query: `{ vms { name } }`, Authorization: "Bearer " + token, VDC: "red"})
+		return answer{r, err}
 	}
 	got := make(chan answer, 1)
 	go func() { got <- post() }()
@@ -56,17 +43,15 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 	a := <-got
-	if a.err != nil || a.status != http.StatusOK {
-		t.Fatalf("request in flight during Shutdown: status %d, %v", a.status, a.err)
+	if a.err != nil {
+		t.Fatalf("request in flight during Shutdown: %v", a.err)
 	}
-	var r struct {
-		Data   struct{ VMs []any } `json:"data"`
-		Errors []json.RawMessage   `json:"errors"`
+	var vms []any
+	if err := a.r.Err(); err != nil {
+		t.Fatalf("request in flight during Shutdown answered %s (%v), want a whole answer", a.r.Raw, err)
 	}
-	if err := json.Unmarshal(a.body, &r); err != nil || len(r.Errors) > 0 {
-		t.Fatalf("request in flight during Shutdown answered %s (%v), want a whole answer", a.body, err)
-	}
+	a.r.Into(t, "vms", &vms)
 	if a := post(); !errors.Is(a.err, syscall.ECONNREFUSED) {
-		t.Errorf("a request after Shutdown: status %d, %v; want connection refused", a.status, a.err)
+		t.Errorf("a request after Shutdown: %+v, %v; want connection refused", a.r, a.err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,19 +21,53 @@ import (
 // ("USER@REALM!ID=SECRET"); t.Cleanup closes its idle connections.
 func Client(t testing.TB, sim *pvesim.Cluster, token string) *proxmox.Client {
 	t.Helper()
+	return client(t, sim, token, nil)
+}
+
+// ClientBefore is Client that runs before once, just before the first
+// request whose method is method and whose path contains path: a test's way
+// to land a concurrent change at one exact moment of a call.
+func ClientBefore(t testing.TB, sim *pvesim.Cluster, token, method, path string, before func()) *proxmox.Client {
+	t.Helper()
+	return client(t, sim, token, func(next http.RoundTripper) http.RoundTripper {
+		return &beforeRequest{next: next, method: method, path: path, before: before}
+	})
+}
+
+func client(t testing.TB, sim *pvesim.Cluster, token string, wrap func(http.RoundTripper) http.RoundTripper) *proxmox.Client {
+	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(sim.CACertPEM()) {
 		t.Fatal("pvetest: the cluster's CA does not parse")
 	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	t.Cleanup(tr.CloseIdleConnections)
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
 	id, secret, ok := strings.Cut(token, "=")
 	if !ok {
 		t.Fatal("pvetest: the token is not USER@REALM!ID=SECRET")
 	}
 	return proxmox.NewClient(sim.URL()+"/api2/json",
-		proxmox.WithHTTPClient(&http.Client{Transport: tr, Timeout: 30 * time.Second}),
+		proxmox.WithHTTPClient(&http.Client{Transport: rt, Timeout: 30 * time.Second}),
 		proxmox.WithAPIToken(id, secret))
+}
+
+// beforeRequest runs before once, before the first matching request.
+type beforeRequest struct {
+	next         http.RoundTripper
+	method, path string
+	once         sync.Once
+	before       func()
+}
+
+func (b *beforeRequest) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == b.method && strings.Contains(r.URL.Path, b.path) {
+		b.once.Do(b.before)
+	}
+	return b.next.RoundTrip(r)
 }
 
 // Start starts a simulated cluster accepting token, closed by t.Cleanup,

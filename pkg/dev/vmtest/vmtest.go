@@ -23,7 +23,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-const token = "root@pam!vmtest=vmtest-secret"
+// Token is the Proxmox API token (USER@REALM!ID=SECRET) the zones of
+// StartZone accept, for a test that builds a client of its own.
+const Token = "root@pam!vmtest=vmtest-secret"
 
 // Zone is a simulated zone and its client.
 type Zone struct {
@@ -37,7 +39,7 @@ type Zone struct {
 // at the end of the test, and a client of it (pkg/dev/pvetest).
 func StartZone(t testing.TB, name string, nodes int) *Zone {
 	t.Helper()
-	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes}, token)
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes}, Token)
 	return &Zone{Name: name, Sim: sim, Client: c, Storage: "local-lvm"}
 }
 

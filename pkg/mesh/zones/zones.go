@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
@@ -54,6 +55,11 @@ type Mesh interface {
 	// Dial dials over the orchestrator's mesh node.
 	Dial(ctx context.Context, network, addr string) (net.Conn, error)
 }
+
+// KeepaliveTime is how long a connection to an agent may be silent before
+// the registry pings it (gRPC's floor); a ping unanswered within
+// Config.CallTimeout closes the connection.
+const KeepaliveTime = 10 * time.Second
 
 // Config configures a Registry.
 type Config struct {
@@ -342,6 +348,10 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 				Backoff:           backoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 				MinConnectTimeout: r.cfg.CallTimeout,
 			}),
+			// An agent whose node lost power sends nothing: without pings a
+			// call on its connection would wait forever. A dead connection
+			// fails its calls with Unavailable, and reads fail over.
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: r.cfg.CallTimeout, PermitWithoutStream: true}),
 		)
 		if err != nil {
 			set(StatusOffline, err.Error(), nil)

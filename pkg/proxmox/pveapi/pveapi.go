@@ -46,14 +46,31 @@ func NodeOfUPID(upid string) (string, error) {
 	return parts[1], nil
 }
 
-// TypeOfUPID returns the task type a UPID names
-// ("UPID:node:pid:pstart:starttime:type:id:user:"), or "" if it names none.
-func TypeOfUPID(upid string) string {
+// UPID is what a task id says of its task
+// ("UPID:node:pid:pstart:starttime:type:id:user:").
+type UPID struct {
+	// Node is the node the task runs on.
+	Node string
+	// Type is the task type (qmstart, qmclone, ...).
+	Type string
+	// ID is the object the task works on: a guest's VMID for guest tasks,
+	// "" for some.
+	ID string
+}
+
+// ParseUPID splits a task id into its fields.
+func ParseUPID(upid string) (UPID, error) {
 	parts := strings.Split(upid, ":")
-	if len(parts) < 7 || parts[0] != "UPID" {
-		return ""
+	if len(parts) < 8 || parts[0] != "UPID" || parts[1] == "" || parts[5] == "" {
+		return UPID{}, fmt.Errorf("pveapi: malformed UPID %q", upid)
 	}
-	return parts[5]
+	return UPID{Node: parts[1], Type: parts[5], ID: parts[6]}, nil
+}
+
+// TypeOfUPID returns the task type a UPID names, or "" if it names none.
+func TypeOfUPID(upid string) string {
+	u, _ := ParseUPID(upid)
+	return u.Type
 }
 
 // Task reads the status of the task upid.
