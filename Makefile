@@ -13,7 +13,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, and the browser test on the mesh harness (embedded Headscale).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestBrowserMesh)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh)$$
 BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Where `make bench` writes its JSON report (bench-results/ is git-ignored).

@@ -41,7 +41,7 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-agent-version V]
+                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-agent-version V]
                      [-memory-limit SIZE] [-debug-addr ADDR]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
@@ -118,6 +118,7 @@ func serve(ctx context.Context, args []string) error {
 	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
 	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
+	recoverAfter := fs.Duration("vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
 	portalDir := fs.String("portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
@@ -195,15 +196,16 @@ func serve(ctx context.Context, args []string) error {
 		DataDir:   *dataDir,
 		STUNAddr:  *stun,
 		API: orchestrator.APIConfig{
-			Issuer:        *issuer,
-			Audience:      *audience,
-			Claims:        auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogDir:    *catalogDir,
-			Tenant:        graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
-			ZoneTimeout:   *zoneTimeout,
-			AgentVersion:  *agentVersion,
-			MaxDepth:      *maxDepth,
-			MaxComplexity: *maxComplexity,
+			Issuer:         *issuer,
+			Audience:       *audience,
+			Claims:         auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogDir:     *catalogDir,
+			Tenant:         graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout:    *zoneTimeout,
+			VMRecoverAfter: *recoverAfter,
+			AgentVersion:   *agentVersion,
+			MaxDepth:       *maxDepth,
+			MaxComplexity:  *maxComplexity,
 		},
 		MetricsListen:  *metricsAddr,
 		Audit:          auditCfg,

@@ -10,6 +10,9 @@
 // With --cert-dir and --state-file it comes back after a restart with the same identity
 // and the same guests, storage, pools, SDN, IPAM and task history.
 //
+// With --control PATH it also serves a fault control on that unix socket (owner-only),
+// apart from the Proxmox API: POST /nodes/NODE/offline and /nodes/NODE/online.
+//
 // It prints the URL and the SHA-256 fingerprint of its certificate (the first node's),
 // the cluster identity and every node's own endpoint, then serves until interrupted.
 package main
@@ -21,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -29,6 +33,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/support/unixsock"
 )
 
 type listFlag []string
@@ -93,7 +98,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var (
 		tokenFiles, offline, fails, nodeListen listFlag
 		cfg                                    pvesim.Config
-		timing, logLevel                       string
+		timing, logLevel, control              string
 		latency                                time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
@@ -107,6 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")
 	fs.Var(&fails, "fail", "fail the next COUNT requests matching METHOD PATH with STATUS: \"POST /nodes/*/qemu/*/clone 500 2\" (repeatable; METHOD * matches all)")
+	fs.StringVar(&control, "control", "", "unix socket serving the fault control: POST /nodes/NODE/offline, /nodes/NODE/online (empty: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -152,6 +158,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.NodeListen[node] = addr
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var controlLn net.Listener
+	if control != "" {
+		ln, err := unixsock.Listen(control)
+		if err != nil {
+			return fmt.Errorf("--control: %w", err)
+		}
+		defer ln.Close()
+		controlLn = ln
+	}
 
 	c, err := pvesim.Start(cfg)
 	if err != nil {
@@ -172,6 +187,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		c.FailRequests(r.method, r.path, r.status, r.count)
 	}
 	c.SetLatency(latency)
+	if controlLn != nil {
+		go serveControl(ctx, controlLn, c.ControlHandler(), cfg.Logger)
+	}
 
 	fmt.Fprintf(stdout, "url: %s/api2/json\n", c.URL())
 	fmt.Fprintf(stdout, "fingerprint: %s\n", c.Fingerprint())

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,35 +50,45 @@ func tokenFile(t *testing.T, tokens ...string) string {
 // noEnv is an empty environment.
 func noEnv(string) string { return "" }
 
+// startRun runs the command with args until the test ends (or stop is
+// called, which returns run's error) and returns what it printed, "key:
+// value" lines by key, once it printed want of them.
+func startRun(t *testing.T, args []string, env func(string) string, want int) (lines map[string]string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	out, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, args, env, w, io.Discard)
+		w.Close()
+	}()
+	lines = map[string]string{}
+	sc := bufio.NewScanner(out)
+	for len(lines) < want && sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ": ")
+		lines[k] = v
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return lines, func() error { cancel(); return <-done }
+}
+
 // The API tokens come from a file and the environment, never from the
 // command line (which any local user reads with ps).
 func TestCommandLine(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out, w := io.Pipe()
-	done := make(chan error, 1)
+	ctx := t.Context()
 	env := func(k string) string {
 		if k == "PVESIM_TOKENS" {
 			return "env@pve!e=fromenv"
 		}
 		return ""
 	}
-	go func() {
-		done <- run(ctx, []string{
-			"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3",
-			"--token-file", tokenFile(t, "root@pam!ci=s3cret", "", "ops@pve!ro=other"),
-			"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1", "--node-listen", "pve2=127.0.0.1:0",
-		}, env, w, io.Discard)
-		w.Close()
-	}()
-	lines := map[string]string{}
-	sc := bufio.NewScanner(out)
-	for len(lines) < 6 && sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ": ")
-		lines[k] = v
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
+	lines, stop := startRun(t, []string{
+		"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3",
+		"--token-file", tokenFile(t, "root@pam!ci=s3cret", "", "ops@pve!ro=other"),
+		"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1", "--node-listen", "pve2=127.0.0.1:0",
+	}, env, 6)
 	base, fp := lines["url"], lines["fingerprint"]
 	if !strings.HasPrefix(base, "https://127.0.0.1:") || !strings.HasSuffix(base, "/api2/json") || len(fp) != 95 ||
 		lines["node pve1"] != base+" fingerprint "+fp || !strings.Contains(lines["node pve2"], "/api2/json fingerprint ") {
@@ -112,8 +123,61 @@ func TestCommandLine(t *testing.T) {
 	if code, _ := get("root@pam!ci=s3cret", "/nodes/pve1/storage"); code != 200 {
 		t.Fatalf("after the injected failure: %d", code)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// TestControlSocketTakesANodeOfflineAndBack: --control serves the fault
+// control on an owner-only unix socket; an offline node answers 595 through
+// the others, as in Proxmox, and its own endpoint drops connections.
+func TestControlSocketTakesANodeOfflineAndBack(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	lines, stop := startRun(t, []string{"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "2",
+		"--token-file", tokenFile(t, "root@pam!ci=s3cret"), "--control", sock}, noEnv, 5)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("control socket: %v %v, want mode 0600", fi, err)
+	}
+	control := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	post := func(path string) int {
+		resp, err := control.Post("http://pvesim"+path, "", nil)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	status := func(endpoint, node string) int {
+		url, fp, _ := strings.Cut(lines[endpoint], " fingerprint ")
+		req, _ := http.NewRequest(http.MethodGet, url+"/nodes/"+node+"/status", nil)
+		req.Header.Set("Authorization", "PVEAPIToken=root@pam!ci=s3cret")
+		resp, err := pinnedClient(fp).Do(req)
+		if err != nil {
+			return 0 // the connection dropped
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("/nodes/pve2/offline"); got != http.StatusNoContent {
+		t.Fatalf("offline: %d", got)
+	}
+	if a, b := status("node pve1", "pve2"), status("node pve2", "pve2"); a != 595 || b != 0 {
+		t.Fatalf("offline pve2 through pve1: %d, at its own endpoint: %d; want 595 and a dropped connection", a, b)
+	}
+	if got := post("/nodes/pve2/online"); got != http.StatusNoContent {
+		t.Fatalf("online: %d", got)
+	}
+	if a, b := status("node pve1", "pve2"), status("node pve2", "pve2"); a != 200 || b != 200 {
+		t.Fatalf("pve2 back: %d through pve1, %d at its endpoint", a, b)
+	}
+	if got := post("/nodes/pve9/offline"); got != http.StatusNotFound {
+		t.Errorf("unknown node: %d, want 404", got)
+	}
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 }
@@ -133,6 +197,7 @@ func TestCommandLineRejectsBadFlags(t *testing.T) {
 		{"--token-file", tf, "--cluster", "bad name!"},
 		{"--token-file", tf, "--node-listen", "pve7=127.0.0.1:0"},
 		{"--token-file", tf, "--node-listen", "pve2"},
+		{"--token-file", tf, "--control", "/nonexistent/control.sock"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := run(ctx, append([]string{"--listen", "127.0.0.1:0"}, args...), noEnv, io.Discard, io.Discard)

@@ -15,12 +15,22 @@
 //	flexplane dev ready: http://ADDR
 //
 // Every child runs in its own process group with its output prefixed and
-// multiplexed to Config.Stdout and copied to Dir/logs/<name>.log. A child
-// that exits stops the whole stack (Run returns the error naming it): a dev
-// stack with a silently missing piece is worse than none. When ctx ends Run
-// stops every child (SIGTERM to its group, SIGKILL after a grace period)
-// and waits for them; on Linux the kernel kills the children if the
-// devstack itself dies (parent-death signal), so nothing is left behind.
+// multiplexed to Config.Stdout and copied to Dir/logs/<name>.log. The
+// children are supervised as systemd supervises services: one that exits is
+// started again (same arguments, same state: an agent keeps its mesh
+// identity, the orchestrator its data directory, a simulator its addresses)
+// after a delay that doubles with each start (Config.RestartDelay,
+// RestartDelayMax); only a child started Config.StartLimitBurst times within
+// Config.StartLimitInterval that exits again stops the stack (Run returns
+// the error naming it). When ctx ends Run stops every child (SIGTERM to its
+// group, SIGKILL after a grace period; nothing is restarted while stopping)
+// and waits for them; on Linux the kernel kills the children if the devstack
+// itself dies (parent-death signal), so nothing is left behind.
+//
+// While it runs the stack serves a control socket, Dir/control.sock
+// (owner-only), through which the devstack command causes failures: stop,
+// start or kill an agent, take a simulated node offline and back, partition
+// a zone from the orchestrator and heal it (see Command).
 //
 // State lives in Dir and survives restarts: the orchestrator's data
 // directory (mesh state, catalog), the agents' mesh identities, the
@@ -122,6 +132,21 @@ type Config struct {
 	// StopGrace is how long a child may take to stop after SIGTERM before
 	// it is killed; default 15s.
 	StopGrace time.Duration
+	// RestartDelay is how long a child that exited unasked waits before it
+	// is started again when it has not been started within
+	// StartLimitInterval; each start within the interval doubles it, up to
+	// RestartDelayMax. Defaults 1s and 30s.
+	RestartDelay, RestartDelayMax time.Duration
+	// StartLimitBurst and StartLimitInterval are the start limit (systemd's
+	// StartLimitBurst and StartLimitIntervalSec): a child that exits after
+	// being started StartLimitBurst times within StartLimitInterval is not
+	// started again and the stack stops, naming it. Defaults 5 and 60s.
+	StartLimitBurst    int
+	StartLimitInterval time.Duration
+	// VMRecoverAfter is the orchestrator's -vm-recover-after: how old a
+	// create left unfinished (by a killed orchestrator) must be before the
+	// next one finishes it. Zero keeps the orchestrator's default (2m).
+	VMRecoverAfter time.Duration
 }
 
 // stackState is Dir/stack.json: addresses that should stay the same across
@@ -138,17 +163,27 @@ type stackState struct {
 	// http://<Metrics>/metrics, and each agent's at
 	// /metrics/agents/<mesh name>.
 	Metrics string `json:"metrics"`
+	// Control is the control socket's path (see Command).
+	Control string `json:"control"`
 }
 
 // stack is a dev stack being run.
 type stack struct {
-	cfg   Config
-	log   *slog.Logger
-	mux   *logMux
-	url   string
-	procs []*proc
-	died  chan *proc // receives the first child that exits unasked
-	once  sync.Once
+	cfg    Config
+	policy policy
+	log    *slog.Logger
+	mux    *logMux
+	url    string
+
+	mu       sync.Mutex
+	units    []*unit // protected by mu
+	stopping bool    // protected by mu
+	// stopped is closed when stopping begins.
+	stopped     chan struct{}
+	supervisors sync.WaitGroup
+	// died receives why the stack gave up on a child.
+	died chan error
+	once sync.Once
 }
 
 // Run runs the stack until ctx ends or a child dies, then stops it.
@@ -171,6 +206,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = 15 * time.Second
 	}
+	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
+	cfg.RestartDelayMax = cmp.Or(cfg.RestartDelayMax, DefaultRestartDelayMax)
+	cfg.StartLimitBurst = cmp.Or(cfg.StartLimitBurst, DefaultStartLimitBurst)
+	cfg.StartLimitInterval = cmp.Or(cfg.StartLimitInterval, DefaultStartLimitInterval)
 	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil {
 		return fmt.Errorf("devstack: address %q: %w", cfg.Addr, err)
 	}
@@ -193,12 +232,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("devstack: %w", err)
 		}
 	}
-	s := &stack{
-		cfg:  cfg,
-		mux:  &logMux{out: cfg.Stdout, dir: filepath.Join(dir, "logs"), w: len("agent hel1-pve2")},
-		url:  "http://" + cfg.Addr,
-		died: make(chan *proc, 1),
-	}
+	s := newStack(cfg, &logMux{out: cfg.Stdout, dir: filepath.Join(dir, "logs"), w: len("agent hel1-pve2")})
 	lw, err := s.mux.source("devstack")
 	if err != nil {
 		return fmt.Errorf("devstack: %w", err)
@@ -215,6 +249,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s.log.Info("stopped")
 	return nil
+}
+
+// newStack makes the stack of a complete cfg.
+func newStack(cfg Config, mux *logMux) *stack {
+	return &stack{
+		cfg: cfg,
+		policy: policy{delay: cfg.RestartDelay, delayMax: cfg.RestartDelayMax,
+			burst: cfg.StartLimitBurst, interval: cfg.StartLimitInterval},
+		mux:     mux,
+		url:     "http://" + cfg.Addr,
+		stopped: make(chan struct{}),
+		died:    make(chan error, 1),
+	}
 }
 
 func (s *stack) path(elem ...string) string {
@@ -259,8 +306,15 @@ func (s *stack) run(ctx context.Context) error {
 	}
 	metricsAddr := metricsLn.Addr().String()
 	metricsLn.Close()
+	control, closeControl, err := s.serveControl()
+	if err != nil {
+		idpLn.Close()
+		imgLn.Close()
+		return err
+	}
+	defer closeControl()
 	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
-		Issuer: "http://" + idpLn.Addr().String(), Metrics: metricsAddr}
+		Issuer: "http://" + idpLn.Addr().String(), Control: control, Metrics: metricsAddr}
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
 	}
@@ -308,11 +362,6 @@ func (s *stack) run(ctx context.Context) error {
 	// Simulated clusters. Their certificates (and so the zones' identities)
 	// and their state are kept in Dir/pve; every node has its own API endpoint, which its
 	// agent uses, as an agent uses its node's local API.
-	type endpoint struct{ url, fingerprint string }
-	type sim struct {
-		tokenFile string
-		nodes     map[string]endpoint // protected by mu until ready is closed
-	}
 	sims := map[string]*sim{}
 	for _, c := range Clusters() {
 		secret := make([]byte, 16)
@@ -322,34 +371,18 @@ func (s *stack) run(ctx context.Context) error {
 		if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 			return fmt.Errorf("pve token: %w", err)
 		}
-		sm := &sim{tokenFile: tokenFile, nodes: map[string]endpoint{}}
-		ready := make(chan struct{})
-		var mu sync.Mutex
-		_, err := s.start(procSpec{
-			name: "pvesim " + c.Name,
-			path: s.path("bin", "pvesim"),
-			args: []string{"--listen", "127.0.0.1:0", "--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
-				"--token-file", tokenFile, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
-				"--state-file", s.path("pve", c.Name+"-state.json"),
-				"--log-level", s.cfg.LogLevel},
-			stdout: func(line string) {
-				// "node pve2: https://127.0.0.1:PORT/api2/json fingerprint AB:CD:..."
-				var node, u, fp string
-				if n, _ := fmt.Sscanf(line, "node %s %s fingerprint %s", &node, &u, &fp); n != 3 {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				sm.nodes[strings.TrimSuffix(node, ":")] = endpoint{url: strings.TrimSuffix(u, "/api2/json"), fingerprint: fp}
-				if len(sm.nodes) == c.Nodes {
-					close(ready)
-				}
-			},
-		})
-		if err != nil {
+		sm := &sim{cluster: c, tokenFile: tokenFile, nodes: map[string]endpoint{}, ready: make(chan struct{})}
+		control := s.path("pve", c.Name+".sock")
+		args := []string{"--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
+			"--token-file", tokenFile, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+			"--state-file", s.path("pve", c.Name+"-state.json"), "--control", control,
+			"--log-level", s.cfg.LogLevel}
+		if _, err := s.add("pvesim "+c.Name, func() procSpec {
+			return procSpec{path: s.path("bin", "pvesim"), args: append(sm.listenArgs(), args...), stdout: sm.parse}
+		}); err != nil {
 			return err
 		}
-		if err := s.await(ctx, ready, 30*time.Second, "pvesim "+c.Name+" to print its nodes' addresses"); err != nil {
+		if err := s.await(ctx, sm.ready, 30*time.Second, "pvesim "+c.Name+" to print its nodes' addresses"); err != nil {
 			return err
 		}
 		sims[c.Name] = sm
@@ -361,7 +394,12 @@ func (s *stack) run(ctx context.Context) error {
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
 		"-portal-dir", s.cfg.PortalDir, "-metrics-addr", metricsAddr}
-	if _, err := s.start(procSpec{name: "orchestrator", path: s.path("bin", "orchestrator"), args: args}); err != nil {
+	if s.cfg.VMRecoverAfter > 0 {
+		args = append(args, "-vm-recover-after", s.cfg.VMRecoverAfter.String())
+	}
+	if _, err := s.add("orchestrator", func() procSpec {
+		return procSpec{path: s.path("bin", "orchestrator"), args: args}
+	}); err != nil {
 		return err
 	}
 
@@ -406,7 +444,7 @@ func (s *stack) run(ctx context.Context) error {
 		sm := sims[c.Name]
 		for i := 1; i <= c.Nodes; i++ {
 			node := fmt.Sprintf("pve%d", i)
-			ep := sm.nodes[node]
+			ep := sm.endpoint(node) // the same across the simulator's restarts
 			name := c.Name + "-" + node
 			state := s.path("agents", name)
 			env := []string{
@@ -419,10 +457,13 @@ func (s *stack) run(ctx context.Context) error {
 				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
 				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
 			}
-			if !meshnode.HasState(state) {
-				env = append(env, "FLEXPLANE_ENROLL_KEY_FILE="+keyFile)
-			}
-			if _, err := s.start(procSpec{name: "agent " + name, path: s.path("bin", "agent"), env: env}); err != nil {
+			if _, err := s.add(AgentPrefix+name, func() procSpec {
+				// Enrolled once; a restart rejoins with the saved identity.
+				if !meshnode.HasState(state) {
+					return procSpec{path: s.path("bin", "agent"), env: append(env, "FLEXPLANE_ENROLL_KEY_FILE="+keyFile)}
+				}
+				return procSpec{path: s.path("bin", "agent"), env: env}
+			}); err != nil {
 				return err
 			}
 		}
@@ -475,9 +516,73 @@ func (s *stack) run(ctx context.Context) error {
 	case <-ctx.Done():
 		s.log.Info("stopping: " + context.Cause(ctx).Error())
 		return nil
-	case p := <-s.died:
-		return p.exitError()
+	case err := <-s.died:
+		return err
 	}
+}
+
+// AgentPrefix starts the process name of an agent: "agent fra1-pve1".
+const AgentPrefix = "agent "
+
+func isAgent(name string) bool { return strings.HasPrefix(name, AgentPrefix) }
+
+// endpoint is a simulated node's API endpoint.
+type endpoint struct{ url, fingerprint string }
+
+// sim is a simulated cluster: its nodes' endpoints, learnt from what its
+// first start prints and kept by every restart.
+type sim struct {
+	cluster   Cluster
+	tokenFile string
+	// ready is closed once every node's endpoint is known.
+	ready chan struct{}
+	mu    sync.Mutex
+	nodes map[string]endpoint // protected by mu
+}
+
+// parse reads a line pvesim prints:
+// "node pve2: https://127.0.0.1:PORT/api2/json fingerprint AB:CD:...".
+func (sm *sim) parse(line string) {
+	var node, u, fp string
+	if n, _ := fmt.Sscanf(line, "node %s %s fingerprint %s", &node, &u, &fp); n != 3 {
+		return
+	}
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if len(sm.nodes) == sm.cluster.Nodes {
+		return // a restart, on the same addresses
+	}
+	sm.nodes[strings.TrimSuffix(node, ":")] = endpoint{url: strings.TrimSuffix(u, "/api2/json"), fingerprint: fp}
+	if len(sm.nodes) == sm.cluster.Nodes {
+		close(sm.ready)
+	}
+}
+
+func (sm *sim) endpoint(node string) endpoint {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return sm.nodes[node]
+}
+
+// listenArgs are pvesim's address flags: free ports on the first start, the
+// same addresses afterwards (the agents know them).
+func (sm *sim) listenArgs() []string {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if len(sm.nodes) < sm.cluster.Nodes {
+		return []string{"--listen", "127.0.0.1:0"}
+	}
+	var args []string
+	for i := 1; i <= sm.cluster.Nodes; i++ {
+		node := fmt.Sprintf("pve%d", i)
+		hostport := strings.TrimPrefix(sm.nodes[node].url, "https://")
+		if i == 1 {
+			args = append(args, "--listen", hostport)
+		} else {
+			args = append(args, "--node-listen", node+"="+hostport)
+		}
+	}
+	return args
 }
 
 // banner logs what a newcomer needs: users, passwords, addresses.
@@ -497,47 +602,6 @@ func (s *stack) banner(issuer, images string, build, total time.Duration) {
 	}
 }
 
-// start starts a child and watches it: its exit before the stack stops is
-// reported on s.died.
-func (s *stack) start(spec procSpec) (*proc, error) {
-	p, err := s.mux.start(spec)
-	if err != nil {
-		return nil, err
-	}
-	s.procs = append(s.procs, p)
-	s.log.Info("started", "process", spec.name, "pid", p.pid())
-	go func() {
-		<-p.exited
-		select {
-		case s.died <- p:
-		default:
-		}
-	}()
-	return p, nil
-}
-
-// stopAll stops every child, the last started first, and waits for them.
-func (s *stack) stopAll() {
-	s.once.Do(func() {
-		var wg sync.WaitGroup
-		// Agents first (they would only reconnect), then the rest.
-		for i := len(s.procs) - 1; i >= 0; i-- {
-			p := s.procs[i]
-			if strings.HasPrefix(p.name, "agent ") {
-				wg.Go(func() { p.stop(s.cfg.StopGrace) })
-			}
-		}
-		wg.Wait()
-		for i := len(s.procs) - 1; i >= 0; i-- {
-			p := s.procs[i]
-			if !strings.HasPrefix(p.name, "agent ") {
-				wg.Go(func() { p.stop(s.cfg.StopGrace) })
-			}
-		}
-		wg.Wait()
-	})
-}
-
 // await waits for ch, a dying child, ctx or the timeout.
 func (s *stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Duration, what string) error {
 	t := time.NewTimer(timeout)
@@ -547,8 +611,8 @@ func (s *stack) await(ctx context.Context, ch <-chan struct{}, timeout time.Dura
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
-	case p := <-s.died:
-		return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+	case err := <-s.died:
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	case <-t.C:
 		return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
 	}
@@ -571,9 +635,9 @@ func (s *stack) poll(ctx context.Context, timeout time.Duration, what string, f 
 		case <-ctx.Done():
 			t.Stop()
 			return context.Cause(ctx)
-		case p := <-s.died:
+		case err := <-s.died:
 			t.Stop()
-			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+			return fmt.Errorf("waiting for %s: %w", what, err)
 		case <-t.C:
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -152,26 +151,6 @@ func TestGatewayOf(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestADyingChildIsReported: waiting on the stack ends with the name and
-// exit status of a child that exits unasked (Run then stops the stack).
-func TestADyingChildIsReported(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	s := &stack{mux: &logMux{out: io.Discard, dir: dir, w: 5}, died: make(chan *proc, 1)}
-	s.log = slog.New(slog.DiscardHandler)
-	if _, err := s.start(procSpec{name: "doomed", path: "/bin/sh", args: []string{"-c", "echo bye >&2; exit 3"}}); err != nil {
-		t.Fatal(err)
-	}
-	err := s.await(t.Context(), make(chan struct{}), 30*time.Second, "something")
-	if err == nil || !strings.Contains(err.Error(), "doomed exited: exit status 3") {
-		t.Fatalf("await: %v", err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "doomed.log")); string(b) != "bye\n" {
-		t.Errorf("doomed.log = %q", b)
-	}
-	s.stopAll()
 }
 
 func TestRunRefusesABusyAddressBeforeBuilding(t *testing.T) {

@@ -33,12 +33,13 @@ type stack struct {
 	err   error
 }
 
-// startStack starts bin and waits for its ready line.
-func startStack(t *testing.T, bin, repo, addr, dir string) *stack {
+// startStack starts bin, with env added to its environment, and waits for
+// its ready line.
+func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack {
 	t.Helper()
 	cmd := exec.Command(bin)
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info")
+	cmd.Env = append(append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info"), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -508,6 +509,8 @@ func TestStack(t *testing.T) {
 		}
 	})
 
+	t.Run("faults", func(t *testing.T) { testFaults(t, bin, s, admin, alice, bob) })
+
 	// What must survive a restart: the catalog, the zones' identities and
 	// the VMs in the simulated clusters (alice's surviving e2e-hel1 with its
 	// id, power state and addresses; the demo VMs, not created twice).
@@ -561,6 +564,7 @@ func TestStack(t *testing.T) {
 		})
 	}
 
+	children = descendants(s.cmd.Process.Pid) // the restarted agents included
 	s.stop(t)
 	if s.err != nil {
 		t.Errorf("the stack exited with %v after SIGTERM, want 0", s.err)
@@ -613,4 +617,246 @@ func TestStack(t *testing.T) {
 			t.Errorf("process %d (%s) outlived the second stack", p.pid, p.cmd)
 		}
 	}
+}
+
+// devstackCommand runs `devstack -dir DIR args...` as a user would against
+// the running stack and returns its output and exit code.
+func devstackCommand(t *testing.T, bin, dir string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-dir", dir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("devstack %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// hostStatus is every host's status by "zone/node".
+func hostStatus(ctx context.Context, admin *devstack.Client) (map[string]string, error) {
+	var d struct {
+		Hosts []struct {
+			Name, Status string
+			Zone         struct{ Name string }
+		}
+	}
+	if err := admin.Do(ctx, "", `{ hosts { name status zone { name } } }`, nil, &d); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, h := range d.Hosts {
+		out[h.Zone.Name+"/"+h.Name] = h.Status
+	}
+	return out, nil
+}
+
+// pidInStatus is the pid of the child called name in the output of
+// `devstack status`, 0 if it does not run.
+func pidInStatus(status, name string) int {
+	for _, l := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(l, name+" "); ok {
+			// STATE pid PID starts N within D
+			if f := strings.Fields(rest); len(f) >= 3 && f[1] == "pid" {
+				pid, _ := strconv.Atoi(f[2])
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// allHostsOnline checks that the 5 hosts of the stack are known and
+// ONLINE (right after a restart the orchestrator knows no zone until an
+// agent reports again).
+func allHostsOnline(ctx context.Context, admin *devstack.Client) error {
+	hs, err := hostStatus(ctx, admin)
+	if err == nil && len(hs) != 5 {
+		err = fmt.Errorf("%d of 5 hosts known: %v", len(hs), hs)
+	}
+	for h, st := range hs {
+		if err == nil && st != "ONLINE" {
+			err = fmt.Errorf("%s %s", h, st)
+		}
+	}
+	return err
+}
+
+// testFaults causes each failure the devstack command offers in the running
+// stack and checks what the API answers, then that everything recovers.
+func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.Client) {
+	ctx := t.Context()
+	run := func(args ...string) string {
+		t.Helper()
+		out, code := devstackCommand(t, bin, s.dir, args...)
+		if code != 0 {
+			t.Fatalf("devstack %s: exit %d: %s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+	waitHost := func(host, want string, timeout time.Duration) time.Duration {
+		t.Helper()
+		began := time.Now()
+		poll(t, timeout, host+" "+want, func() error {
+			hs, err := hostStatus(ctx, admin)
+			if err == nil && hs[host] != want {
+				err = fmt.Errorf("hosts %v", hs)
+			}
+			return err
+		})
+		return time.Since(began)
+	}
+	allOnline := func() {
+		t.Helper()
+		poll(t, 2*time.Minute, "every host ONLINE", func() error { return allHostsOnline(ctx, admin) })
+	}
+	pidIn := func(status, name string) int { return pidInStatus(status, devstack.AgentPrefix+name) }
+
+	t.Run("bad arguments", func(t *testing.T) {
+		for _, args := range [][]string{{"agent", "kill", "fra1-pve9"}, {"node", "offline", "ams1", "pve1"}, {"partition"}, {"frobnicate"}} {
+			if out, code := devstackCommand(t, bin, s.dir, args...); code != 2 || !strings.Contains(out, "usage: devstack") {
+				t.Errorf("devstack %s: exit %d, %s; want 2 and the usage", strings.Join(args, " "), code, out)
+			}
+		}
+	})
+
+	t.Run("kill -9 of an agent", func(t *testing.T) {
+		pid := pidIn(run("status"), "hel1-pve2")
+		if pid == 0 {
+			t.Fatalf("no pid of hel1-pve2 in devstack status")
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		off := waitHost("hel1/pve2", "OFFLINE", time.Minute)
+		on := waitHost("hel1/pve2", "ONLINE", 2*time.Minute)
+		t.Logf("kill -9 of agent hel1-pve2: OFFLINE after %v, ONLINE again %v later", off.Round(100*time.Millisecond), on.Round(100*time.Millisecond))
+		st := run("status")
+		if p := pidIn(st, "hel1-pve2"); p == 0 || p == pid {
+			t.Errorf("hel1-pve2 not restarted:\n%s", st)
+		}
+		if !strings.Contains(s.logTail("devstack", 200), `msg="exited unasked; restarting" process="agent hel1-pve2" status="signal: killed"`) {
+			t.Errorf("the restart is not logged:\n%s", s.logTail("devstack", 20))
+		}
+	})
+
+	t.Run("agent stop and start", func(t *testing.T) {
+		run("agent", "stop", "fra1-pve2")
+		off := waitHost("fra1/pve2", "OFFLINE", time.Minute)
+		if out, code := devstackCommand(t, bin, s.dir, "agent", "stop", "fra1-pve2"); code != 1 || !strings.Contains(out, "already stopped") {
+			t.Errorf("agent stop of a stopped agent: exit %d, %s", code, out)
+		}
+		run("agent", "start", "fra1-pve2")
+		on := waitHost("fra1/pve2", "ONLINE", 2*time.Minute)
+		t.Logf("agent stop: OFFLINE after %v; agent start: ONLINE after %v", off.Round(100*time.Millisecond), on.Round(100*time.Millisecond))
+	})
+
+	t.Run("agent kill", func(t *testing.T) {
+		out := run("agent", "kill", "fra1-pve3")
+		if !strings.Contains(out, "SIGKILL") {
+			t.Errorf("agent kill said %q", out)
+		}
+		waitHost("fra1/pve3", "OFFLINE", time.Minute)
+		waitHost("fra1/pve3", "ONLINE", 2*time.Minute)
+	})
+
+	t.Run("node offline", func(t *testing.T) {
+		// VMs with their host, "zone/node".
+		type placed struct {
+			vm
+			Host struct{ Name string }
+		}
+		vmsOn := func(c *devstack.Client, vdc string) ([]placed, error) {
+			var d struct{ VMs []placed }
+			err := c.Do(ctx, vdc, `{ vms { id name status zone { name } host { name } } }`, nil, &d)
+			return d.VMs, err
+		}
+		// web-1 runs in fra1: its node goes offline.
+		prod, err := vmsOn(alice, "prod")
+		i := slices.IndexFunc(prod, func(v placed) bool { return v.Name == "web-1" })
+		if err != nil || i < 0 || prod[i].Zone.Name != "fra1" || prod[i].Host.Name == "" {
+			t.Fatalf("prod's VMs: %+v, %v", prod, err)
+		}
+		node := prod[i].Host.Name
+		run("node", "offline", "fra1", node)
+		waitHost("fra1/"+node, "OFFLINE", time.Minute)
+		var d struct {
+			Hosts []struct {
+				Name, StatusDetail string
+				Zone               struct{ Name string }
+			}
+		}
+		if err := admin.Do(ctx, "", `{ hosts { name statusDetail zone { name } } }`, nil, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range d.Hosts {
+			if h.Zone.Name == "fra1" && h.Name == node && !strings.Contains(h.StatusDetail, "cannot reach Proxmox") {
+				t.Errorf("status detail of the offline %s: %q", node, h.StatusDetail)
+			}
+		}
+		// The zone answers through its other nodes: the VM is listed,
+		// UNKNOWN, without an error.
+		poll(t, time.Minute, "web-1 UNKNOWN", func() error {
+			vms, err := vmsOn(alice, "prod")
+			if err == nil && !slices.ContainsFunc(vms, func(v placed) bool { return v.Name == "web-1" && v.Status == "UNKNOWN" }) {
+				err = fmt.Errorf("prod's VMs %+v", vms)
+			}
+			return err
+		})
+		run("node", "online", "fra1", node)
+		waitHost("fra1/"+node, "ONLINE", 2*time.Minute)
+		// A node that went offline stopped its guests, as a power loss
+		// does: their owners start them again.
+		for vdc, c := range map[string]*devstack.Client{"prod": alice, "staging": bob} {
+			poll(t, 2*time.Minute, "the VMs of "+vdc+" RUNNING", func() error {
+				vms, err := vmsOn(c, vdc)
+				for _, v := range vms {
+					if err == nil && v.Status == "STOPPED" {
+						err = c.Do(ctx, vdc, `mutation($id: ID!) { startVM(id: $id) { __typename } }`, map[string]any{"id": v.ID}, nil)
+					}
+					if err == nil && v.Status != "RUNNING" {
+						err = fmt.Errorf("%s %s", v.Name, v.Status)
+					}
+				}
+				return err
+			})
+		}
+	})
+
+	t.Run("partition and heal", func(t *testing.T) {
+		run("partition", "hel1")
+		// Partial answers: fra1's VMs, and hel1 reported unavailable
+		// within the orchestrator's -zone-timeout (5s by default).
+		var took time.Duration
+		poll(t, time.Minute, "hel1 ZONE_UNAVAILABLE", func() error {
+			began := time.Now()
+			vms, err := vmsOf(ctx, alice, "prod")
+			took = time.Since(began)
+			var re *devstack.ResponseError
+			if !errors.As(err, &re) || !re.HasCode("ZONE_UNAVAILABLE") || !strings.Contains(re.Error(), "hel1") {
+				return fmt.Errorf("vms: %v, %v", vms, err)
+			}
+			if !slices.ContainsFunc(vms, func(v vm) bool { return v.Name == "web-1" }) {
+				t.Errorf("the partial answer lacks fra1's web-1: %v", vms)
+			}
+			return nil
+		})
+		if took > 7*time.Second {
+			t.Errorf("the partial answer took %v, more than -zone-timeout", took)
+		}
+		off := waitHost("hel1/pve1", "OFFLINE", time.Minute)
+		began := time.Now()
+		run("heal", "hel1")
+		poll(t, 2*time.Minute, "prod's VMs complete again", func() error {
+			vms, err := vmsOf(ctx, alice, "prod")
+			if err == nil && !slices.ContainsFunc(vms, func(v vm) bool { return v.Name == "db-1" }) {
+				err = fmt.Errorf("vms %v", vms)
+			}
+			return err
+		})
+		healed := time.Since(began)
+		allOnline()
+		t.Logf("partition: partial answer in %v, hosts OFFLINE after %v; heal: complete answers after %v, every host ONLINE after %v",
+			took.Round(10*time.Millisecond), off.Round(100*time.Millisecond), healed.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
+	})
+	allOnline()
 }

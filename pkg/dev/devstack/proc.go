@@ -142,8 +142,8 @@ func (m *logMux) start(spec procSpec) (*proc, error) {
 // pid is the child's process id (and its process group id).
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// stop sends SIGTERM to the child's process group and waits until it
-// exits; after grace it sends SIGKILL. It returns once the child is gone.
+// stop sends SIGTERM (and SIGCONT) to the child's process group and waits
+// until it exits; after grace it sends SIGKILL. It returns once the child is gone.
 func (p *proc) stop(grace time.Duration) {
 	select {
 	case <-p.exited:
@@ -151,6 +151,7 @@ func (p *proc) stop(grace time.Duration) {
 	default:
 	}
 	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+	_ = syscall.Kill(-p.pid(), syscall.SIGCONT) // a partitioned (stopped) child handles it
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

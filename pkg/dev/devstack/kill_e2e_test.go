@@ -1,0 +1,230 @@
+package devstack_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/devstack"
+)
+
+// proxmoxOf is a client of a zone's simulated cluster as its operator has
+// it: the zone's API token and its first node's endpoint, pinned to the
+// fingerprint pvesim printed (in its log).
+func proxmoxOf(t *testing.T, dir, zone string) func(ctx context.Context, path string, out any) error {
+	t.Helper()
+	tok, err := os.ReadFile(filepath.Join(dir, "pve", zone+".token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "logs", "pvesim "+zone+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var url, fp string
+	for _, l := range strings.Split(string(log), "\n") {
+		if n, _ := fmt.Sscanf(l, "node pve1: %s fingerprint %s", &url, &fp); n == 2 {
+			break
+		}
+	}
+	if fp == "" {
+		t.Fatalf("no endpoint of %s's pve1 in its log", zone)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, // replaced by the pin
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			sum := sha256.Sum256(raw[0])
+			if !strings.EqualFold(strings.ReplaceAll(fp, ":", ""), fmt.Sprintf("%x", sum)) {
+				return errors.New("fingerprint mismatch")
+			}
+			return nil
+		},
+	}}}
+	return func(ctx context.Context, path string, out any) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
+		req.Header.Set("Authorization", "PVEAPIToken="+strings.TrimSpace(string(tok)))
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return json.NewDecoder(resp.Body).Decode(&struct{ Data any }{out})
+	}
+}
+
+// TestOrchestratorKilledDuringCreateVM: the orchestrator is SIGKILLed at a
+// random moment of a createVM, 20 times, and restarted by the dev stack.
+// Afterwards there is no duplicate VM, no guest or address without its VM,
+// and every VM asked for is RUNNING or cleanly gone.
+func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
+	t.Parallel()
+	repo := stackTestRepo(t, "the orchestrator kill test")
+	tmp := t.TempDir()
+	bin := buildStack(t, repo, tmp)
+	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
+	ctx := t.Context()
+	// 20 restarts in a few minutes, each at once: the test's start limit.
+	// Creates a killed orchestrator left are taken over after 15s, not the
+	// default 2m: with one orchestrator nobody else is working on them.
+	s := startStack(t, bin, repo, addr, dir, "DEV_START_LIMIT_BURST=100", "DEV_RESTART_DELAY_MAX=1s", "DEV_VM_RECOVER_AFTER=15s")
+	admin, alice := s.client(t, "admin"), s.client(t, "alice")
+
+	networks := map[string]string{} // "vdc/zone" -> network id
+	for _, vdc := range []string{"prod", "dev"} {
+		var d struct {
+			Networks []struct {
+				ID   string
+				Zone struct{ Name string }
+			}
+		}
+		if err := alice.Do(ctx, vdc, `{ networks { id zone { name } } }`, nil, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range d.Networks {
+			networks[vdc+"/"+n.Zone.Name] = n.ID
+		}
+	}
+	orchestratorPID := func() int {
+		out, code := devstackCommand(t, bin, dir, "status")
+		if code != 0 {
+			return 0
+		}
+		return pidInStatus(out, "orchestrator")
+	}
+	hostsOnline := func() error { return allHostsOnline(ctx, admin) }
+
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0))
+	t.Logf("random seed %d", seed)
+	const kills = 20
+	type asked struct{ vdc, name string }
+	var wanted []asked
+	steps := map[string]int{} // the operation's step when it was killed
+	began := time.Now()
+	for i := range kills {
+		vdc, zone := []string{"prod", "dev"}[i%2], []string{"fra1", "hel1"}[i/2%2]
+		name := fmt.Sprintf("kill-%02d", i)
+		spec := devstack.VMSpec{Name: name, Zone: zone, Image: "debian-12", ComputeProfile: "small",
+			StorageProfile: "ssd-standard", DiskGiB: 10, Network: networks[vdc+"/"+zone]}
+		var op string
+		poll(t, 2*time.Minute, "createVM "+name+" accepted", func() error {
+			var err error
+			op, err = devstack.CreateVM(ctx, alice, vdc, spec)
+			return err
+		})
+		wanted = append(wanted, asked{vdc, name})
+		time.Sleep(time.Duration(rng.Int64N(int64(6 * time.Second)))) // the random point of the create
+		pid := orchestratorPID()
+		o, _ := devstack.GetOperation(ctx, alice, vdc, op)
+		if pid == 0 {
+			t.Fatalf("no orchestrator pid in devstack status")
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		steps[o.State+" "+o.Step]++
+		poll(t, 2*time.Minute, "the orchestrator back with every host", func() error {
+			if p := orchestratorPID(); p == 0 || p == pid {
+				return errors.New("not restarted")
+			}
+			return hostsOnline()
+		})
+	}
+	t.Logf("%d kills in %v; the operations were at: %v", kills, time.Since(began).Round(time.Second), steps)
+
+	// Every VM asked for ends RUNNING or gone, each once (a create
+	// interrupted is taken over once its intent is older than the
+	// orchestrator's -vm-recover-after, 15s here).
+	var running, gone int
+	recovering := time.Now()
+	poll(t, 5*time.Minute, "every VM RUNNING or gone", func() error {
+		running, gone = 0, 0
+		if err := hostsOnline(); err != nil {
+			return err
+		}
+		for _, w := range wanted {
+			vms, err := vmsOf(ctx, alice, w.vdc)
+			if err != nil {
+				return err
+			}
+			var mine []vm
+			for _, v := range vms {
+				if v.Name == w.name {
+					mine = append(mine, v)
+				}
+			}
+			switch {
+			case len(mine) > 1:
+				t.Fatalf("%s/%s listed %d times: %+v", w.vdc, w.name, len(mine), mine)
+			case len(mine) == 0:
+				gone++
+			case mine[0].Status == "RUNNING" && len(mine[0].IPAddresses) > 0:
+				running++
+			default:
+				return fmt.Errorf("%s/%s %s with %v", w.vdc, w.name, mine[0].Status, mine[0].IPAddresses)
+			}
+		}
+		return nil
+	})
+
+	// In Proxmox: one guest per VM listed, none of a VM that is gone, and
+	// no IPAM address of a guest that does not exist.
+	listed := map[string]int{}
+	for _, vdc := range []string{"prod", "dev"} {
+		vms, err := vmsOf(ctx, alice, vdc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vms {
+			listed[v.Name]++
+		}
+	}
+	for _, zone := range []string{"fra1", "hel1"} {
+		pve := proxmoxOf(t, dir, zone)
+		var guests []struct {
+			VMID     int
+			Name     string
+			Template int
+		}
+		if err := pve(ctx, "/cluster/resources?type=vm", &guests); err != nil {
+			t.Fatal(err)
+		}
+		vmids := map[string]bool{}
+		for _, g := range guests {
+			vmids[strconv.Itoa(g.VMID)] = true
+			if g.Template == 0 && strings.HasPrefix(g.Name, "kill-") && listed[g.Name] != 1 {
+				t.Errorf("guest %d %s in %s has no VM (listed %d times)", g.VMID, g.Name, zone, listed[g.Name])
+			}
+		}
+		var ips []struct{ IP, VMID, Hostname string }
+		if err := pve(ctx, "/cluster/sdn/ipams/pve/status", &ips); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range ips {
+			if ip.VMID != "" && !vmids[ip.VMID] {
+				t.Errorf("address %s of %s in %s belongs to no guest (vmid %s)", ip.IP, ip.Hostname, zone, ip.VMID)
+			}
+		}
+	}
+	t.Logf("after %d kills: %d VMs RUNNING, %d cleanly gone, none twice, %v after the last kill", kills, running, gone, time.Since(recovering).Round(time.Second))
+	if running+gone != kills || slices.ContainsFunc(wanted, func(w asked) bool { return listed[w.name] > 1 }) {
+		t.Errorf("%d running + %d gone of %d", running, gone, kills)
+	}
+}
