@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/support/profiling"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 )
 
 func main() {
@@ -42,6 +44,11 @@ func run() error {
 		}
 		defer prof.Close()
 	}
+	tp, stopTracing, err := tracing.Start(ctx, tracing.Config{Endpoint: opts.OTLPEndpoint, Service: "flexplane-agent", Version: cfg.Version, Instance: cfg.NodeName})
+	if err != nil {
+		return err
+	}
+	cfg.TracerProvider = tp
 	a, err := agent.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -49,7 +56,7 @@ func run() error {
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return a.Shutdown(sctx)
+	return errors.Join(a.Shutdown(sctx), stopTracing(sctx))
 }
 
 func version() string {

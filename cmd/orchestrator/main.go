@@ -28,12 +28,14 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
 	"github.com/flexplane/flexplane/pkg/support/profiling"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 )
 
 const usage = `usage:
@@ -123,6 +125,10 @@ func serve(ctx context.Context, args []string) error {
 	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
 	memLimit := fs.String("memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
 	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
+	metricsAddr := fs.String("metrics-addr", env("FLEXPLANE_METRICS_ADDR", ""), "address serving Prometheus metrics at /metrics (the orchestrator's) and /metrics/agents/<mesh name> (each agent's, over the mesh); keep it off the public network; empty serves none (env FLEXPLANE_METRICS_ADDR)")
+	otlp := fs.String("otlp-endpoint", env("FLEXPLANE_OTLP_ENDPOINT", ""), "OTLP/gRPC collector URL for traces, e.g. http://collector:4317; empty falls back to OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (env FLEXPLANE_OTLP_ENDPOINT)")
+	auditLog := fs.String("audit-log", env("FLEXPLANE_AUDIT_LOG", ""), "where audit events of mutations go as JSON lines: - for stdout, or a file appended to; empty writes none (env FLEXPLANE_AUDIT_LOG)")
+	auditWebhook := fs.String("audit-webhook", env("FLEXPLANE_AUDIT_WEBHOOK", ""), "URL audit events are POSTed to in batches (with retries); empty posts none (env FLEXPLANE_AUDIT_WEBHOOK)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -162,6 +168,28 @@ func serve(ctx context.Context, args []string) error {
 		}
 		site = p
 	}
+	auditCfg := orchestrator.AuditConfig{Webhook: audit.WebhookConfig{URL: *auditWebhook}}
+	switch *auditLog {
+	case "":
+	case "-":
+		auditCfg.Log = os.Stdout
+	default:
+		f, err := os.OpenFile(*auditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("-audit-log: %w", err)
+		}
+		defer f.Close()
+		auditCfg.Log = f
+	}
+	tp, stopTracing, err := tracing.Start(ctx, tracing.Config{Endpoint: *otlp, Service: "flexplane-orchestrator", Version: buildVersion()})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx)
+	}()
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:    *listen,
 		PublicURL: *publicURL,
@@ -179,8 +207,11 @@ func serve(ctx context.Context, args []string) error {
 			MaxDepth:       *maxDepth,
 			MaxComplexity:  *maxComplexity,
 		},
-		Handler: site,
-		Logger:  logger,
+		MetricsListen:  *metricsAddr,
+		Audit:          auditCfg,
+		TracerProvider: tp,
+		Handler:        site,
+		Logger:         logger,
 	})
 	if err != nil {
 		return err

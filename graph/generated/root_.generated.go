@@ -2297,6 +2297,13 @@ The field works in the VDC named by the FlexPlane-VDC-ID header, which must be
 set; the caller needs at least the given role in that VDC (else NOT_FOUND).
 """
 directive @vdc(role: VDCRole! = VIEWER) on FIELD_DEFINITION
+
+"""
+The value is secret (keys, passwords, tokens, cloud-init user data): audit
+events record it as "[redacted]". Every such input field or argument must
+carry it.
+"""
+directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
 `, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
 
@@ -2438,7 +2445,7 @@ input CreateVMInput {
   "1 to 4 NICs on networks of the VDC in the zone."
   nics: [NICInput!]!
   "At most 32 OpenSSH public keys for the cloud-init user."
-  sshKeys: [String!]
+  sshKeys: [String!] @secret
   """
   The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
   letter); not a system account of the image (root, nobody, daemon, ...,

@@ -19,6 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -27,6 +30,8 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
+	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -71,6 +76,10 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider traces the agent API's calls (children of the
+	// orchestrator's spans, whose W3C trace context comes along) and the
+	// Proxmox requests they make; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -139,13 +148,15 @@ func segmentName(s string) bool {
 
 // Agent is a running agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	pve    *pve
-	policy policy
-	node   *meshnode.Node
-	grpc   *grpc.Server
-	served chan struct{}
+	cfg     Config
+	log     *slog.Logger
+	pve     *pve
+	policy  policy
+	metrics *agentMetrics
+	tracer  trace.Tracer
+	node    *meshnode.Node
+	grpc    *grpc.Server
+	served  chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,11 +174,13 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		cfg:    cfg,
-		log:    cfg.Logger.With("node", cfg.NodeName),
-		pve:    client,
-		policy: newPolicy(),
-		served: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.NodeName),
+		pve:     client,
+		policy:  newPolicy(),
+		metrics: newAgentMetrics(cfg.Version, cfg.NodeName),
+		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
+		served:  make(chan struct{}),
 	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
 		Hostname:   cfg.MeshName,
@@ -185,7 +198,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(a.authorize),
+		grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
+		grpc.ChainUnaryInterceptor(a.metrics.count, a.authorize),
 		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
 			return status.Error(codes.Unimplemented, "agent: no streaming methods")
 		}),
@@ -273,6 +287,35 @@ func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerIn
 	return handler(ctx, req)
 }
 
+// TracerName is the instrumentation scope of the agent's Proxmox spans.
+const TracerName = "github.com/flexplane/flexplane/pkg/agent"
+
+// proxmox sends a Proxy request to Proxmox in a span of its own, which
+// names the task (proxmox.upid) when the answer starts one.
+func (a *Agent) proxmox(ctx context.Context, method, tmpl, path string, req *agentv1.ProxyRequest) (pveResponse, error) {
+	ctx, span := a.tracer.Start(ctx, "proxmox "+method+" "+tmpl, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("url.template", tmpl),
+			attribute.String("proxmox.node", a.cfg.NodeName)))
+	defer span.End()
+	resp, err := a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
+		return resp, err
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.status))
+	if resp.status >= 400 {
+		span.SetStatus(otelcodes.Error, resp.reason)
+	}
+	if upid := pvetask.UPIDOfAnswer(resp.body); upid != "" {
+		span.SetAttributes(attribute.String("proxmox.upid", upid))
+	}
+	return resp, nil
+}
+
+// taskStatusPath is the allowlist template of a task's status, whose
+// answers give the task durations.
+const taskStatusPath = "/nodes/{node}/tasks/{upid}/status"
+
 // compressAbove is the size from which a Proxy answer is sent compressed
 // (zstd, when the caller accepts it): smaller ones fit in a few packets.
 const compressAbove = 2 << 10
@@ -310,6 +353,7 @@ func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv
 	ctx, cancel := context.WithTimeout(ctx, s.a.cfg.HealthTimeout)
 	defer cancel()
 	resp, err := s.a.pve.do(ctx, http.MethodGet, "/version", "", nil, "")
+	s.a.metrics.proxmoxUp.Set(0)
 	switch {
 	case err != nil:
 		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: "proxmox unreachable: " + err.Error()}, nil
@@ -318,7 +362,16 @@ func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv
 	case resp.status != http.StatusOK:
 		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox answered %d", resp.status)}, nil
 	}
+	s.a.metrics.proxmoxUp.Set(1)
 	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
+}
+
+func (s *service) Metrics(context.Context, *agentv1.MetricsRequest) (*agentv1.MetricsResponse, error) {
+	resp, err := s.a.metrics.text()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "agent: %v", err)
+	}
+	return resp, nil
 }
 
 func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv1.ProxyResponse, error) {
@@ -337,12 +390,14 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 	if strings.ContainsAny(req.GetQuery(), "#\r\n") {
 		return nil, status.Error(codes.InvalidArgument, "agent: malformed query")
 	}
-	if !s.a.policy.allowed(method, path) {
+	tmpl, ok := s.a.policy.match(method, path)
+	if !ok {
 		s.a.log.Warn("agent: refused request outside the allowlist", "method", method, "path", path)
 		return nil, status.Errorf(codes.PermissionDenied, "agent: %s %s is not allowed", method, path)
 	}
 	start := time.Now()
-	resp, err := s.a.pve.do(ctx, method, path, req.GetQuery(), req.GetBody(), req.GetContentType())
+	resp, err := s.a.proxmox(ctx, method, tmpl, path, req)
+	s.a.metrics.proxmoxRequest(method, tmpl, resp.status, time.Since(start))
 	if err != nil {
 		s.a.log.Warn("agent: proxy", "method", method, "path", path, "err", err)
 		switch {
@@ -355,6 +410,9 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 		}
 	}
 	s.a.log.Debug("agent: proxied", "method", method, "path", path, "status", resp.status, "duration", time.Since(start))
+	if tmpl == taskStatusPath && method == http.MethodGet && resp.status == http.StatusOK {
+		s.a.metrics.taskStatus(path, resp.body, time.Now())
+	}
 	if len(resp.body) >= compressAbove && acceptsZstd(ctx) {
 		// Far fewer bytes over the mesh for a little CPU here; the body
 		// the orchestrator reads is unchanged.

@@ -84,16 +84,23 @@ func newPolicy() policy { return policy{rules: allowlist()} }
 
 // allowed reports whether method on path (below /api2/json) is allowed.
 func (p policy) allowed(method, path string) bool {
+	_, ok := p.match(method, path)
+	return ok
+}
+
+// match returns the template of the rule allowing method on path (below
+// /api2/json), e.g. "/nodes/{node}/qemu/{vmid}/status/current".
+func (p policy) match(method, path string) (string, bool) {
 	if !cleanPath(path) {
-		return false
+		return "", false
 	}
 	segs := strings.Split(path[1:], "/")
 	for _, r := range p.rules {
 		if r.method == method && matchTemplate(r.tmpl, segs) {
-			return true
+			return r.tmpl, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // cleanPath accepts only absolute paths without empty, "." or ".." segments

@@ -33,6 +33,7 @@ const (
 	EnvPort             = "FLEXPLANE_AGENT_PORT"
 	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
 	EnvDebugAddr        = "FLEXPLANE_DEBUG_ADDR"
+	EnvOTLPEndpoint     = "FLEXPLANE_OTLP_ENDPOINT"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -41,6 +42,9 @@ type Options struct {
 	// DebugAddr is a loopback address to serve Go runtime profiles on
 	// (package profiling); "" serves none.
 	DebugAddr string
+	// OTLPEndpoint is the OTLP/gRPC collector URL the agent's spans go to;
+	// "" leaves it to OTEL_EXPORTER_OTLP_ENDPOINT (package tracing).
+	OTLPEndpoint string
 }
 
 // LoadConfig builds a Config from command-line flags, the environment
@@ -64,6 +68,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
+		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 	)
 	if err := fs.Parse(args); err != nil {
 		var b strings.Builder
@@ -117,7 +122,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		}
 		cfg.Port = uint16(n)
 	}
-	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr)}
+	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr), OTLPEndpoint: get(*otlp, EnvOTLPEndpoint)}
 	if opts.DebugAddr != "" {
 		if err := profiling.CheckAddr(opts.DebugAddr); err != nil {
 			return Config{}, Options{}, fmt.Errorf("agent: %w", err)

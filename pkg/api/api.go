@@ -27,14 +27,17 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/validator/rules"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
 
@@ -58,6 +61,14 @@ type Config struct {
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
+	// Metrics receives the API's Prometheus metrics (operations and their
+	// durations); nil keeps none.
+	Metrics prometheus.Registerer
+	// TracerProvider gives the span of each operation; nil traces nothing.
+	TracerProvider trace.TracerProvider
+	// Audit receives an audit event for every mutation field; nil audits
+	// nothing.
+	Audit audit.Sink
 	// MaxQueryBytes bounds the text of one GraphQL document (the query,
 	// not its variables); 0 is 16 KiB.
 	MaxQueryBytes int
@@ -135,6 +146,21 @@ func New(cfg Config) (http.Handler, error) {
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	if cfg.Metrics != nil {
+		// Used first, it is the outermost operation interceptor: it also
+		// counts the operations aroundOperation refuses.
+		m, err := newOpMetrics(cfg.Metrics)
+		if err != nil {
+			return nil, fmt.Errorf("api: new: metrics: %w", err)
+		}
+		srv.Use(m)
+	}
+	if cfg.TracerProvider != nil {
+		srv.Use(opTracing{tracer: cfg.TracerProvider.Tracer(TracerName)})
+	}
+	if cfg.Audit != nil {
+		srv.Use(&auditor{sink: cfg.Audit})
+	}
 	srv.SetParserTokenLimit(cfg.MaxTokens)
 	srv.SetValidationRulesFn(func() *rules.Rules { return cappedRules(cfg.MaxValidationErrors, cfg.MaxSameNameFields) })
 	srv.Use(queryLimit{maxBytes: cfg.MaxQueryBytes})

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,9 +20,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
 	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -59,6 +66,17 @@ type Config struct {
 	// RefreshInterval is how often zones and host status are refreshed.
 	// Default 2s.
 	RefreshInterval time.Duration
+	// MetricsListen is the TCP address serving the Prometheus metrics: the
+	// orchestrator's at /metrics, each agent's (fetched over the mesh) at
+	// /metrics/agents/<mesh name>. Keep it off the public network; ""
+	// serves none.
+	MetricsListen string
+	// Audit says where the audit events of mutations go; its zero value
+	// records none.
+	Audit AuditConfig
+	// TracerProvider traces GraphQL operations and the calls they make to
+	// the agents, whose spans join the trace; nil traces nothing.
+	TracerProvider trace.TracerProvider
 	// MeshPolicy replaces the default mesh policy; for tests only.
 	MeshPolicy string
 	// Logger receives all logs, including the control server's. Default
@@ -106,25 +124,42 @@ type APIConfig struct {
 	VMRecoverAfter time.Duration
 }
 
+// AuditConfig configures the audit sinks; every one set receives every
+// event.
+type AuditConfig struct {
+	// Log receives the events as JSON lines (os.Stdout, a file); nil
+	// writes none.
+	Log io.Writer
+	// Webhook posts the events in batches when its URL is set; its
+	// Metrics and Logger are the orchestrator's.
+	Webhook audit.WebhookConfig
+	// Sink also receives every event (tests).
+	Sink audit.Sink
+}
+
 // Server is an orchestrator.
 type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	started  bool                 // protected by mu
-	ln       net.Listener         // protected by mu
-	url      string               // protected by mu
-	http     *http.Server         // protected by mu
-	control  *meshcontrol.Control // protected by mu
-	node     *meshnode.Node       // protected by mu
-	registry *zones.Registry      // protected by mu
-	catalog  catalog.Store        // nil without an API, protected by mu
-	compute  *compute.Service     // nil without an API, protected by mu
-	stop     context.CancelFunc   // stops the registry, protected by mu
-	done     chan struct{}        // closed when background work ended, protected by mu
-	stopped  chan struct{}        // closed by Shutdown
-	stopOnce sync.Once
+	mu         sync.Mutex
+	started    bool                 // protected by mu
+	ln         net.Listener         // protected by mu
+	url        string               // protected by mu
+	http       *http.Server         // protected by mu
+	control    *meshcontrol.Control // protected by mu
+	node       *meshnode.Node       // protected by mu
+	registry   *zones.Registry      // protected by mu
+	metrics    *prometheus.Registry // protected by mu
+	metricsSrv *http.Server         // nil without MetricsListen, protected by mu
+	metricsLn  net.Listener         // nil without MetricsListen, protected by mu
+	webhook    *audit.Webhook       // nil without an audit webhook, protected by mu
+	catalog    catalog.Store        // nil without an API, protected by mu
+	compute    *compute.Service     // nil without an API, protected by mu
+	stop       context.CancelFunc   // stops the registry, protected by mu
+	done       chan struct{}        // closed when background work ended, protected by mu
+	stopped    chan struct{}        // closed by Shutdown
+	stopOnce   sync.Once
 }
 
 // New checks cfg and returns a server; Start or Run starts it.
@@ -244,14 +279,37 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		AgentPort:       s.cfg.AgentPort,
 		RefreshInterval: s.cfg.RefreshInterval,
 		Logger:          s.log,
+		TracerProvider:  s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(registry, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var sinks audit.Multi
+	if s.cfg.Audit.Log != nil {
+		sinks = append(sinks, audit.NewWriter(s.cfg.Audit.Log, s.log))
+	}
+	var webhook *audit.Webhook
+	if wc := s.cfg.Audit.Webhook; wc.URL != "" {
+		wc.Metrics, wc.Logger = reg, s.log.With("component", "audit")
+		if webhook, err = audit.NewWebhook(wc); err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		undo = append(undo, func() { webhook.Close(context.WithoutCancel(ctx)) })
+		sinks = append(sinks, webhook)
+	}
+	if s.cfg.Audit.Sink != nil {
+		sinks = append(sinks, s.cfg.Audit.Sink)
+	}
+	var auditSink audit.Sink
+	if len(sinks) > 0 {
+		auditSink = sinks
+	}
 	var store catalog.Store
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
-		h, st, cs, err := s.newAPI(ctx, registry, control)
+		h, st, cs, err := s.newAPI(ctx, registry, control, reg, auditSink)
 		if err != nil {
 			return err
 		}
@@ -261,6 +319,22 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		mux.Handle(APIPath, h)
 		mux.Handle(APIPath+"/"+graphiql.AssetDir, h)
 		store = st
+	}
+	var metricsSrv *http.Server
+	var metricsLn net.Listener
+	if s.cfg.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
+			return fmt.Errorf("orchestrator: metrics: listen: %w", err)
+		}
+		undo = append(undo, func() { metricsLn.Close() })
+		metricsSrv = &http.Server{Handler: metricsHandler(reg, registry), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+		go func() {
+			if err := metricsSrv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("orchestrator: serve metrics", "err", err)
+			}
+		}()
+		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
@@ -276,13 +350,14 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
 	s.catalog, s.compute = store, vms
+	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
 	return nil
 }
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control) (http.Handler, catalog.Store, *compute.Service, error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer, sink audit.Sink) (http.Handler, catalog.Store, *compute.Service, error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -315,9 +390,12 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			AgentVersion: c.AgentVersion,
 			Compute:      vms,
 		},
-		Logger:        s.log.With("component", "api"),
-		MaxDepth:      c.MaxDepth,
-		MaxComplexity: c.MaxComplexity,
+		Logger:         s.log.With("component", "api"),
+		MaxDepth:       c.MaxDepth,
+		MaxComplexity:  c.MaxComplexity,
+		Metrics:        reg,
+		TracerProvider: s.cfg.TracerProvider,
+		Audit:          sink,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -362,8 +440,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("orchestrator: shutdown http: %w", err))
 		s.http.Close()
 	}
+	if s.metricsSrv != nil {
+		// Scrapes are short: no need to wait for them.
+		errs = append(errs, s.metricsSrv.Close())
+	}
 	if s.compute != nil {
 		errs = append(errs, s.compute.Shutdown(ctx))
+	}
+	if s.webhook != nil {
+		// After the API: the last requests' events are sent too.
+		errs = append(errs, s.webhook.Close(ctx))
 	}
 	s.stop()
 	select {
@@ -395,6 +481,25 @@ func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ln.Addr()
+}
+
+// MetricsAddr is the bound address of MetricsListen (after Start; nil
+// without one).
+func (s *Server) MetricsAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metricsLn == nil {
+		return nil
+	}
+	return s.metricsLn.Addr()
+}
+
+// Metrics is the registry of the orchestrator's own metrics (after Start),
+// whether or not MetricsListen serves them.
+func (s *Server) Metrics() prometheus.Gatherer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.metrics
 }
 
 // Zones is the zone registry (after Start).
@@ -474,4 +579,31 @@ func (m mesh) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
 
 func (m mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return m.node.Dial(ctx, network, addr)
+}
+
+// AgentMetricsPath is the path prefix, on MetricsListen, of each agent's
+// metrics: AgentMetricsPath + <the agent's mesh name>.
+const AgentMetricsPath = "/metrics/agents/"
+
+// metricsHandler serves the orchestrator's metrics at /metrics and each
+// agent's, read over the mesh with its Metrics RPC, below AgentMetricsPath.
+func metricsHandler(reg prometheus.Gatherer, registry *zones.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	mux.HandleFunc("GET "+AgentMetricsPath+"{host}", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		text, contentType, err := registry.AgentMetrics(ctx, r.PathValue("host"))
+		switch {
+		case errors.Is(err, zones.ErrUnknownHost):
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", contentType)
+		_, _ = w.Write(text)
+	})
+	return mux
 }

@@ -159,6 +159,10 @@ type stackState struct {
 	// URL is the stack's public URL, Issuer the OpenID issuer's.
 	URL    string `json:"url"`
 	Issuer string `json:"issuer"`
+	// Metrics is the orchestrator's metrics address (its -metrics-addr):
+	// http://<Metrics>/metrics, and each agent's at
+	// /metrics/agents/<mesh name>.
+	Metrics string `json:"metrics"`
 	// Control is the control socket's path (see Command).
 	Control string `json:"control"`
 }
@@ -292,6 +296,16 @@ func (s *stack) run(ctx context.Context) error {
 		idpLn.Close()
 		return err
 	}
+	// The orchestrator binds its metrics address itself: it is only
+	// reserved here (a moment's race with another process is accepted).
+	metricsLn, err := listenPreferred(st.Metrics)
+	if err != nil {
+		idpLn.Close()
+		imgLn.Close()
+		return err
+	}
+	metricsAddr := metricsLn.Addr().String()
+	metricsLn.Close()
 	control, closeControl, err := s.serveControl()
 	if err != nil {
 		idpLn.Close()
@@ -300,7 +314,7 @@ func (s *stack) run(ctx context.Context) error {
 	}
 	defer closeControl()
 	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
-		Issuer: "http://" + idpLn.Addr().String(), Control: control}
+		Issuer: "http://" + idpLn.Addr().String(), Control: control, Metrics: metricsAddr}
 	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
 	}
@@ -379,7 +393,7 @@ func (s *stack) run(ctx context.Context) error {
 	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
-		"-portal-dir", s.cfg.PortalDir}
+		"-portal-dir", s.cfg.PortalDir, "-metrics-addr", metricsAddr}
 	if s.cfg.VMRecoverAfter > 0 {
 		args = append(args, "-vm-recover-after", s.cfg.VMRecoverAfter.String())
 	}

@@ -35,8 +35,10 @@ import (
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -61,6 +63,8 @@ type options struct {
 	agents   bool
 	api      *APISpec
 	web      http.Handler
+	tracer   trace.TracerProvider
+	audit    audit.Sink
 }
 
 // Option configures a Harness.
@@ -93,6 +97,17 @@ func WithMeshPolicy(policy string) Option {
 // Agent.Start (e.g. to measure enrollment).
 func WithoutAgents() Option {
 	return func(o *options) { o.agents = false }
+}
+
+// WithTracerProvider traces the orchestrator and every agent with tp (e.g.
+// an SDK provider recording into a tracetest.InMemoryExporter).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
+}
+
+// WithAuditSink sends the orchestrator's audit events to sink.
+func WithAuditSink(sink audit.Sink) Option {
+	return func(o *options) { o.audit = sink }
 }
 
 // WithHandler serves h on the orchestrator's own origin, on every path the
@@ -229,6 +244,9 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		STUNAddr:        "127.0.0.1:0",
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
+		MetricsListen:   "127.0.0.1:0",
+		TracerProvider:  h.opts.tracer,
+		Audit:           orchestrator.AuditConfig{Sink: h.opts.audit},
 		API:             h.apiConfig(),
 		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),
@@ -362,6 +380,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		ProxmoxToken:       a.Cluster.Token,
 		ProxmoxFingerprint: a.Cluster.Sim.Fingerprint(),
 		Version:            "meshtest",
+		TracerProvider:     a.h.opts.tracer,
 		Logger:             a.h.logger.With("component", "agent", "agent", a.MeshName),
 	})
 	if err != nil {

@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/luthermonson/go-proxmox"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -94,12 +97,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	targets := t.registry.targets(t.zoneID, node)
 	if len(targets) == 0 {
+		t.registry.request(t.zoneID, req.Method, 0, 0)
 		return nil, fmt.Errorf("zones: zone %s: %w", t.zoneID, ErrNoAgent)
 	}
 	var errs []error
+	start := time.Now()
 	for _, tg := range targets {
 		resp, err := tg.client.Proxy(req.Context(), preq)
 		if err == nil {
+			t.registry.request(t.zoneID, req.Method, int(resp.GetStatusCode()), time.Since(start))
+			if req.Method != http.MethodGet {
+				audit.NoteTask(req.Context(), pvetask.UPIDOfAnswer(resp.GetBody()))
+			}
 			reason := resp.GetStatusText()
 			if reason == "" {
 				reason = http.StatusText(int(resp.GetStatusCode()))
@@ -125,5 +134,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break
 		}
 	}
+	t.registry.request(t.zoneID, req.Method, 0, time.Since(start))
 	return nil, fmt.Errorf("zones: zone %s: %s %s: %w", t.zoneID, req.Method, path, errors.Join(errs...))
 }

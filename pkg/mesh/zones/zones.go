@@ -20,12 +20,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/support/tracing"
 	// The agents' Proxy answers come zstd-compressed when the
 	// orchestrator's gRPC clients advertise it.
 	_ "github.com/flexplane/flexplane/pkg/mesh/rpczstd"
@@ -75,6 +77,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives the registry's logs. Default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider traces the calls to agents (their trace context goes
+	// along, so the agents' spans join the caller's trace); nil traces
+	// nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // HostStatus is the state of a host.
@@ -141,10 +147,13 @@ type agentState struct {
 	checking    bool // a check is in flight
 }
 
-// Registry discovers agents and zones. Run keeps it current.
+// Registry discovers agents and zones. Run keeps it current. It is a
+// prometheus.Collector of the requests sent to the zones, the hosts and the
+// mesh peers.
 type Registry struct {
-	cfg Config
-	log *slog.Logger
+	cfg     Config
+	log     *slog.Logger
+	metrics *registryMetrics
 
 	inflight sync.WaitGroup // checks Run started without waiting; only Run touches it
 
@@ -182,7 +191,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Registry{cfg: cfg, log: cfg.Logger, agents: map[uint64]*agentState{}}, nil
+	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{}}, nil
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
@@ -329,6 +338,7 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	if client == nil {
 		conn, err := grpc.NewClient("passthrough:///"+net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(r.cfg.AgentPort))),
 			grpc.WithTransportCredentials(insecure.NewCredentials()), // the mesh encrypts and authenticates
+			grpc.WithStatsHandler(tracing.ClientHandler(r.cfg.TracerProvider)),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return r.cfg.Mesh.Dial(ctx, "tcp", addr)
 			}),

@@ -446,6 +446,98 @@ func (x *ProxyResponse) GetStatusText() string {
 	return ""
 }
 
+// MetricsRequest has no fields.
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+// MetricsResponse carries the agent's metrics.
+type MetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The metrics in the Prometheus text exposition format (version 0.0.4).
+	Text []byte `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Content type of text ("text/plain; version=0.0.4; charset=utf-8").
+	ContentType   string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsResponse) Reset() {
+	*x = MetricsResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsResponse) ProtoMessage() {}
+
+func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
+func (*MetricsResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MetricsResponse) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *MetricsResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
 var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
@@ -475,15 +567,20 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x1f\n" +
 	"\vstatus_text\x18\x04 \x01(\tR\n" +
-	"statusText*g\n" +
+	"statusText\"\x10\n" +
+	"\x0eMetricsRequest\"H\n" +
+	"\x0fMetricsResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\fR\x04text\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType*g\n" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xf8\x01\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xcc\x02\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
-	"\x05Proxy\x12 .flexplane.agent.v1.ProxyRequest\x1a!.flexplane.agent.v1.ProxyResponseBAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
+	"\x05Proxy\x12 .flexplane.agent.v1.ProxyRequest\x1a!.flexplane.agent.v1.ProxyResponse\x12R\n" +
+	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponseBAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_flexplane_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -498,26 +595,30 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
-	(HealthStatus)(0),      // 0: flexplane.agent.v1.HealthStatus
-	(*InfoRequest)(nil),    // 1: flexplane.agent.v1.InfoRequest
-	(*InfoResponse)(nil),   // 2: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),  // 3: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil), // 4: flexplane.agent.v1.HealthResponse
-	(*ProxyRequest)(nil),   // 5: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),  // 6: flexplane.agent.v1.ProxyResponse
+	(HealthStatus)(0),       // 0: flexplane.agent.v1.HealthStatus
+	(*InfoRequest)(nil),     // 1: flexplane.agent.v1.InfoRequest
+	(*InfoResponse)(nil),    // 2: flexplane.agent.v1.InfoResponse
+	(*HealthRequest)(nil),   // 3: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),  // 4: flexplane.agent.v1.HealthResponse
+	(*ProxyRequest)(nil),    // 5: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),   // 6: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),  // 7: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil), // 8: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0, // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
 	1, // 1: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
 	3, // 2: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
 	5, // 3: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	2, // 4: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	4, // 5: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	6, // 6: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	4, // [4:7] is the sub-list for method output_type
-	1, // [1:4] is the sub-list for method input_type
+	7, // 4: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	2, // 5: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	4, // 6: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	6, // 7: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	8, // 8: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -534,7 +635,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

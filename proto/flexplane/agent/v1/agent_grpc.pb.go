@@ -23,9 +23,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Info_FullMethodName   = "/flexplane.agent.v1.AgentService/Info"
-	AgentService_Health_FullMethodName = "/flexplane.agent.v1.AgentService/Health"
-	AgentService_Proxy_FullMethodName  = "/flexplane.agent.v1.AgentService/Proxy"
+	AgentService_Info_FullMethodName    = "/flexplane.agent.v1.AgentService/Info"
+	AgentService_Health_FullMethodName  = "/flexplane.agent.v1.AgentService/Health"
+	AgentService_Proxy_FullMethodName   = "/flexplane.agent.v1.AgentService/Proxy"
+	AgentService_Metrics_FullMethodName = "/flexplane.agent.v1.AgentService/Metrics"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -42,6 +43,9 @@ type AgentServiceClient interface {
 	// token attached. Only the methods and paths of the agent's allowlist are
 	// forwarded; others are refused with PERMISSION_DENIED.
 	Proxy(ctx context.Context, in *ProxyRequest, opts ...grpc.CallOption) (*ProxyResponse, error)
+	// Metrics returns the agent's Prometheus metrics, so that they can be
+	// scraped through the orchestrator without opening a port on the node.
+	Metrics(ctx context.Context, in *MetricsRequest, opts ...grpc.CallOption) (*MetricsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -82,6 +86,16 @@ func (c *agentServiceClient) Proxy(ctx context.Context, in *ProxyRequest, opts .
 	return out, nil
 }
 
+func (c *agentServiceClient) Metrics(ctx context.Context, in *MetricsRequest, opts ...grpc.CallOption) (*MetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetricsResponse)
+	err := c.cc.Invoke(ctx, AgentService_Metrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -96,6 +110,9 @@ type AgentServiceServer interface {
 	// token attached. Only the methods and paths of the agent's allowlist are
 	// forwarded; others are refused with PERMISSION_DENIED.
 	Proxy(context.Context, *ProxyRequest) (*ProxyResponse, error)
+	// Metrics returns the agent's Prometheus metrics, so that they can be
+	// scraped through the orchestrator without opening a port on the node.
+	Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -114,6 +131,9 @@ func (UnimplementedAgentServiceServer) Health(context.Context, *HealthRequest) (
 }
 func (UnimplementedAgentServiceServer) Proxy(context.Context, *ProxyRequest) (*ProxyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Proxy not implemented")
+}
+func (UnimplementedAgentServiceServer) Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Metrics not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -190,6 +210,24 @@ func _AgentService_Proxy_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Metrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Metrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Metrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Metrics(ctx, req.(*MetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -208,6 +246,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Proxy",
 			Handler:    _AgentService_Proxy_Handler,
+		},
+		{
+			MethodName: "Metrics",
+			Handler:    _AgentService_Metrics_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,172 @@
+package graph_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+)
+
+// auditRecorder is an audit sink keeping every event.
+type auditRecorder struct {
+	mu     sync.Mutex
+	events []audit.Event // protected by mu
+}
+
+func (r *auditRecorder) Emit(ev audit.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+}
+
+// since returns the events after the first n.
+func (r *auditRecorder) since(n int) []audit.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events[n:])
+}
+
+func (r *auditRecorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+// auditCall is one call of a mutation in TestAuditEveryMutation.
+type auditCall struct {
+	user, vdc, query string
+	vars             map[string]any
+	// ids must be among the event's object ids.
+	ids []string
+}
+
+// TestAuditEveryMutation calls every mutation of the schema (enumerated
+// from the generated schema: a new mutation without a call here fails) and
+// checks that each emits exactly one audit event: the caller, the VDC, the
+// verb, the object ids, the outcome as the client saw it, the request
+// time, the Proxmox tasks it started, and its secrets redacted.
+func TestAuditEveryMutation(t *testing.T) {
+	t.Parallel()
+	rec := &auditRecorder{}
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithAuditSink(rec))
+	h.WaitOnline(t, 30*time.Second)
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	var created struct {
+		CreateNetwork struct{ ID string }
+	}
+
+	calls := map[string][]auditCall{
+		"createEnrollmentKey": {{user: "admin", query: `mutation { createEnrollmentKey(input: {ttlSeconds: 600}) { key { id } secret } }`}},
+		"revokeEnrollmentKey": {{user: "admin", query: `mutation { revokeEnrollmentKey(id: "999999") { id } }`, ids: []string{"999999"}}},
+		"createComputeProfile": {{user: "admin", query: `mutation { createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name } }`, ids: []string{"small"}},
+			{user: "alice", vdc: "red", query: `mutation { createComputeProfile(input: {name: "big", vcpus: 8, memoryMiB: 512}) { name } }`, ids: []string{"big"}}},
+		"updateComputeProfile": {{user: "admin", query: `mutation { updateComputeProfile(input: {name: "small", description: "s"}) { name } }`, ids: []string{"small"}}},
+		"createStorageProfile": {{user: "admin", query: `mutation { createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name } }`, ids: []string{"ssd"}}},
+		"updateStorageProfile": {{user: "admin", query: `mutation { updateStorageProfile(input: {name: "ssd", description: "s"}) { name } }`, ids: []string{"ssd"}}},
+		"createImage": {{user: "admin", query: `mutation($u: String!, $c: String!) { createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+			vars: map[string]any{"u": url, "c": sum}, ids: []string{"tiny"}}},
+		"updateImage":          {{user: "admin", query: `mutation { updateImage(input: {name: "tiny", description: "t"}) { name } }`, ids: []string{"tiny"}}},
+		"stageImage":           {{user: "admin", query: `mutation { stageImage(name: "tiny", zone: "alpha") { state } }`, ids: []string{"tiny"}}},
+		"createVDC":            {{user: "admin", query: `mutation { createVDC(input: {name: "green", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } }`, ids: []string{"green"}}},
+		"updateVDC":            {{user: "admin", query: `mutation { updateVDC(input: {name: "green", description: "g"}) { name } }`, ids: []string{"green"}}},
+		"createNetwork":        {{user: "bob", vdc: "blue", query: `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, ids: []string{"lan"}}},
+		"createVM":             {{user: "bob", vdc: "blue", query: `mutation($in: CreateVMInput!) { createVM(input: $in) { vm { id } operation { id } } }`}},
+		"startVM":              {{user: "bob", vdc: "blue", query: `mutation { startVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"stopVM":               {{user: "bob", vdc: "blue", query: `mutation { stopVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"shutdownVM":           {{user: "bob", vdc: "blue", query: `mutation { shutdownVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"rebootVM":             {{user: "bob", vdc: "blue", query: `mutation { rebootVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"deleteVM":             {{user: "bob", vdc: "blue", query: `mutation { deleteVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"deleteNetwork":        {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
+		"deleteVDC":            {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
+		"deleteImage":          {{user: "admin", query: `mutation { deleteImage(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
+		"deleteComputeProfile": {{user: "admin", query: `mutation { deleteComputeProfile(name: "small") { name } }`, ids: []string{"small"}}},
+		"deleteStorageProfile": {{user: "admin", query: `mutation { deleteStorageProfile(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
+	}
+	// The order the calls run in: creates before what uses them.
+	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
+		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
+		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM", "deleteNetwork",
+		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile"}
+
+	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
+	var mutations []string
+	for _, f := range schema.Mutation.Fields {
+		if !strings.HasPrefix(f.Name, "__") {
+			mutations = append(mutations, f.Name)
+		}
+	}
+	for _, m := range mutations {
+		if len(calls[m]) == 0 || !slices.Contains(order, m) {
+			t.Errorf("mutation %s has no call in TestAuditEveryMutation: add one", m)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	for _, verb := range order {
+		for _, c := range calls[verb] {
+			vars := c.vars
+			switch verb {
+			case "createVM":
+				vars = map[string]any{"in": map[string]any{"name": "a-1", "zone": "alpha", "image": "tiny", "computeProfile": "small",
+					"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": created.CreateNetwork.ID}},
+					"sshKeys": []string{sshKey}, "user": "bob"}}
+			case "deleteNetwork":
+				vars = map[string]any{"id": created.CreateNetwork.ID}
+				c.ids = []string{created.CreateNetwork.ID}
+			}
+			n := rec.len()
+			r := h.GraphQL(t, c.user, c.vdc, c.query, vars)
+			if verb == "createNetwork" {
+				r.OK(t).Into(t, "createNetwork", &created.CreateNetwork)
+			}
+			evs := rec.since(n)
+			if len(evs) != 1 {
+				t.Errorf("%s as %s: %d audit events, want 1: %+v", verb, c.user, len(evs), evs)
+				continue
+			}
+			ev := evs[0]
+			wantCode := "OK"
+			if len(r.Errors) > 0 {
+				wantCode = r.Errors[0].Code()
+			}
+			if ev.Verb != verb || ev.ResponseStatus.Code != wantCode || ev.User.Name == "" || ev.User.Subject == "" ||
+				ev.VDC != c.vdc || ev.Kind != "Event" || ev.APIVersion != audit.APIVersion || ev.AuditID == "" ||
+				ev.RequestReceivedTimestamp.IsZero() || ev.StageTimestamp.Before(ev.RequestReceivedTimestamp) {
+				t.Errorf("%s as %s (answer %s): event %+v", verb, c.user, r.Raw, ev)
+			}
+			for _, id := range c.ids {
+				if !slices.Contains(ev.ObjectRef.IDs, id) {
+					t.Errorf("%s: object ids %v lack %q", verb, ev.ObjectRef.IDs, id)
+				}
+			}
+			b, _ := json.Marshal(ev)
+			switch verb {
+			case "createNetwork":
+				if len(ev.UPIDs) == 0 || !strings.HasPrefix(ev.UPIDs[0], "UPID:") {
+					t.Errorf("createNetwork: no Proxmox task in %s", b)
+				}
+			case "createVM":
+				if strings.Contains(string(b), "AAAAC3Nza") || !strings.Contains(string(b), audit.Redacted) {
+					t.Errorf("createVM: the SSH key is not redacted: %s", b)
+				}
+				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
+					t.Errorf("createVM: event %s", b)
+				}
+			case "createComputeProfile":
+				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {
+					t.Errorf("a member's createComputeProfile: %s", b)
+				}
+			}
+		}
+	}
+}
