@@ -117,6 +117,13 @@ func TestAuditEveryMutation(t *testing.T) {
 			vars := c.vars
 			switch verb {
 			case "createVM":
+				// The create clones the template stageImage started: wait for
+				// it, so that the create has its VM at once.
+				meshtest.WaitFor(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
+					var imgs []struct{ Zones []struct{ State string } }
+					h.GraphQL(t, "admin", "", `{ images { zones(zone: "alpha") { state } } }`, nil).OK(t).Into(t, "images", &imgs)
+					return len(imgs) == 1 && len(imgs[0].Zones) == 1 && imgs[0].Zones[0].State == "STAGED"
+				})
 				vars = map[string]any{"in": map[string]any{"name": "a-1", "zone": "alpha", "image": "tiny", "computeProfile": "small",
 					"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": created.CreateNetwork.ID}},
 					"sshKeys": []string{sshKey}, "user": "bob"}}
