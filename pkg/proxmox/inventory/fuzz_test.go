@@ -34,7 +34,9 @@ func FuzzDecodeAnswer(f *testing.F) {
 		if (gerr == nil) != (werr == nil) {
 			t.Fatalf("resources %q: decodeResources error %v, encoding/json error %v", body, gerr, werr)
 		}
-		if gerr == nil && !reflect.DeepEqual(rs, want) {
+		// No resources is no resources: a body without "data" leaves the
+		// slice decodeResources sized for the ids it counted empty, not nil.
+		if gerr == nil && (len(rs) > 0 || len(want) > 0) && !reflect.DeepEqual(rs, want) {
 			t.Fatalf("resources %q: decodeResources\n%+v\nencoding/json\n%+v", body, rs, want)
 		}
 		ms, gerr := decodeData(body, resultOf((*Inventory).ZoneIPAMStatus))
