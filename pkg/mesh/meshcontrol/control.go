@@ -47,6 +47,8 @@ import (
 	"github.com/juanfont/headscale/hscontrol"
 	"github.com/juanfont/headscale/hscontrol/types"
 	"tailscale.com/tailcfg"
+
+	"github.com/flexplane/flexplane/pkg/support/closectx"
 )
 
 // Config configures the embedded control server.
@@ -275,15 +277,9 @@ func (c *Control) Close(ctx context.Context) error {
 	for conn := range conns {
 		conn.Close()
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Client.Close() }()
-	select {
-	case err := <-done:
-		c.log.Info("mesh control server stopped")
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("meshcontrol: close: %w", ctx.Err())
-	}
+	err := closectx.Do(ctx, "meshcontrol: close", c.Client.Close)
+	c.log.Info("mesh control server stopped")
+	return err
 }
 
 // SocketPath is the unix socket of the local API (see Dial).

@@ -21,6 +21,8 @@ import (
 	"tailscale.com/envknob"
 	"tailscale.com/ipn/ipnstate"
 	"tailscale.com/tsnet"
+
+	"github.com/flexplane/flexplane/pkg/support/closectx"
 )
 
 // Tags used on the mesh. Node tags come from the enrollment key.
@@ -121,14 +123,7 @@ func HasState(dir string) bool {
 // Close leaves the mesh, waiting for the node's network stack to stop
 // until ctx ends.
 func (n *Node) Close(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- n.srv.Close() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("meshnode: close: %w", ctx.Err())
-	}
+	return closectx.Do(ctx, "meshnode: close", n.srv.Close)
 }
 
 // Listen listens on the node's mesh addresses only.
