@@ -170,7 +170,7 @@ $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 ## generate: regenerate every generated file from its source.
-generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-deps
+generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-crds generate-deps
 
 # The agent gRPC API (buf lint, then buf generate with pinned local plugins).
 generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
@@ -180,6 +180,17 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 # GraphQL server code from gqlgen.yml and graph/*.graphqls.
 generate-graphql:
 	$(GO) tool gqlgen generate
+
+# The catalog's Kubernetes API (pkg/catalog/kubestore/v1alpha1): DeepCopy
+# methods, and the CRDs with their OpenAPI validation, embedded by
+# pkg/catalog/kubestore and shipped by the chart (charts/flexplane/crds).
+CRD_API := ./pkg/catalog/kubestore/v1alpha1
+generate-crds:
+	$(GO) tool controller-gen object paths=$(CRD_API)
+	$(GO) tool controller-gen crd paths=$(CRD_API) output:crd:dir=pkg/catalog/kubestore/crds
+	mkdir -p charts/flexplane/crds
+	rm -f charts/flexplane/crds/flexplane.io_*.yaml
+	cp pkg/catalog/kubestore/crds/flexplane.io_*.yaml charts/flexplane/crds/
 
 # The full dependency list of the agent, the binary on every hypervisor
 # (cmd/agent's TestDepList fails when it is stale).
@@ -201,7 +212,7 @@ generate-graphiql:
 	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

@@ -516,15 +516,25 @@ func ForTest(t testing.TB) *Server {
 	return s
 }
 
-// Main starts one server for a package's tests, stores it in *srv, runs
-// m and stops the server. A server that cannot start fails the run (exit
+// Main starts one server for a package's tests, runs each setup on it
+// (installing CRDs, say), stores it in *srv, runs m and stops the server.
+// A server that cannot start or a setup that fails fails the run (exit
 // code 1) with the reason on stderr. Use it as
 // os.Exit(kubetest.Main(m, &kube)) in TestMain.
-func Main(m *testing.M, srv **Server) int {
-	s, err := Start(context.Background(), Config{})
+func Main(m *testing.M, srv **Server, setup ...func(context.Context, *Server) error) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	for _, f := range setup {
+		if err := f(ctx, s); err != nil {
+			fmt.Fprintln(os.Stderr, "kubetest: setup:", err)
+			_ = s.Close()
+			return 1
+		}
 	}
 	*srv = s
 	code := m.Run()

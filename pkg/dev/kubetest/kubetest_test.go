@@ -115,7 +115,6 @@ func TestServer(t *testing.T) {
 // Makefile builds into (make -s print-kube-bin).
 func TestBinDirFollowsPins(t *testing.T) {
 	t.Setenv(BinEnv, "")
-	t.Setenv("KUBE_BIN", "")
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	d, err := BinDir()
 	if err != nil {
@@ -127,7 +126,11 @@ func TestBinDirFollowsPins(t *testing.T) {
 	}
 	cmd := exec.Command("make", "-s", "--no-print-directory", "print-kube-bin")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "MAKEFLAGS=")
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "KUBE_BIN" && k != BinEnv && k != "MAKEFLAGS" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatal(err)
