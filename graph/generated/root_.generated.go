@@ -101,6 +101,18 @@ type ComplexityRoot struct {
 		Zone            func(childComplexity int) int
 	}
 
+	HostConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	HostEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	Image struct {
 		Checksum          func(childComplexity int) int
 		CloudInit         func(childComplexity int) int
@@ -163,6 +175,18 @@ type ComplexityRoot struct {
 		Zone    func(childComplexity int) int
 	}
 
+	NetworkConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	NetworkEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	Operation struct {
 		Error     func(childComplexity int) int
 		ID        func(childComplexity int) int
@@ -174,26 +198,50 @@ type ComplexityRoot struct {
 		VMID      func(childComplexity int) int
 	}
 
+	OperationConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	OperationEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	PageInfo struct {
+		EndCursor       func(childComplexity int) int
+		HasNextPage     func(childComplexity int) int
+		HasPreviousPage func(childComplexity int) int
+		StartCursor     func(childComplexity int) int
+	}
+
 	Query struct {
-		ComputeProfile  func(childComplexity int, name string) int
-		ComputeProfiles func(childComplexity int) int
-		CurrentVdc      func(childComplexity int) int
-		EnrollmentKeys  func(childComplexity int) int
-		Hosts           func(childComplexity int, zone *string, first *int) int
-		Image           func(childComplexity int, name string) int
-		Images          func(childComplexity int) int
-		Me              func(childComplexity int) int
-		Networks        func(childComplexity int, zone *string, first *int) int
-		Operation       func(childComplexity int, id string) int
-		StorageProfile  func(childComplexity int, name string) int
-		StorageProfiles func(childComplexity int) int
-		Tenant          func(childComplexity int) int
-		VM              func(childComplexity int, id string) int
-		Vdc             func(childComplexity int, name string) int
-		Vdcs            func(childComplexity int) int
-		Vms             func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
-		Zone            func(childComplexity int, name string) int
-		Zones           func(childComplexity int, first *int) int
+		ComputeProfile     func(childComplexity int, name string) int
+		ComputeProfiles    func(childComplexity int) int
+		CurrentVdc         func(childComplexity int) int
+		EnrollmentKeys     func(childComplexity int) int
+		Hosts              func(childComplexity int, zone *string, first *int) int
+		HostsConnection    func(childComplexity int, zone *string, first *int, after *string) int
+		Image              func(childComplexity int, name string) int
+		Images             func(childComplexity int) int
+		Me                 func(childComplexity int) int
+		Networks           func(childComplexity int, zone *string, first *int) int
+		NetworksConnection func(childComplexity int, zone *string, first *int, after *string) int
+		Node               func(childComplexity int, id string) int
+		Operation          func(childComplexity int, id string) int
+		StorageProfile     func(childComplexity int, name string) int
+		StorageProfiles    func(childComplexity int) int
+		Tenant             func(childComplexity int) int
+		VM                 func(childComplexity int, id string) int
+		Vdc                func(childComplexity int, name string) int
+		Vdcs               func(childComplexity int) int
+		Vms                func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		VmsConnection      func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		Zone               func(childComplexity int, name string) int
+		Zones              func(childComplexity int, first *int) int
+		ZonesConnection    func(childComplexity int, first *int, after *string) int
 	}
 
 	StorageProfile struct {
@@ -245,25 +293,33 @@ type ComplexityRoot struct {
 	}
 
 	VM struct {
-		CPUUsage       func(childComplexity int) int
-		DiskGiB        func(childComplexity int) int
-		DiskReadBytes  func(childComplexity int) int
-		DiskWriteBytes func(childComplexity int) int
-		Disks          func(childComplexity int) int
-		Host           func(childComplexity int) int
-		ID             func(childComplexity int) int
-		IPAddresses    func(childComplexity int) int
-		MemoryMiB      func(childComplexity int) int
-		MemoryUsedMiB  func(childComplexity int) int
-		Name           func(childComplexity int) int
-		NetInBytes     func(childComplexity int) int
-		NetOutBytes    func(childComplexity int) int
-		Nics           func(childComplexity int) int
-		Operations     func(childComplexity int, first *int) int
-		Status         func(childComplexity int) int
-		Uptime         func(childComplexity int) int
-		Vcpus          func(childComplexity int) int
-		Zone           func(childComplexity int) int
+		CPUUsage             func(childComplexity int) int
+		DiskGiB              func(childComplexity int) int
+		DiskReadBytes        func(childComplexity int) int
+		DiskWriteBytes       func(childComplexity int) int
+		Disks                func(childComplexity int) int
+		Host                 func(childComplexity int) int
+		ID                   func(childComplexity int) int
+		IPAddresses          func(childComplexity int) int
+		MemoryMiB            func(childComplexity int) int
+		MemoryUsedMiB        func(childComplexity int) int
+		Name                 func(childComplexity int) int
+		NetInBytes           func(childComplexity int) int
+		NetOutBytes          func(childComplexity int) int
+		Nics                 func(childComplexity int) int
+		Operations           func(childComplexity int, first *int) int
+		OperationsConnection func(childComplexity int, first *int, after *string) int
+		Status               func(childComplexity int) int
+		Uptime               func(childComplexity int) int
+		Vcpus                func(childComplexity int) int
+		Zone                 func(childComplexity int) int
+	}
+
+	VMConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
 	}
 
 	VMDisk struct {
@@ -275,6 +331,11 @@ type ComplexityRoot struct {
 		StorageProfile func(childComplexity int) int
 		WriteIops      func(childComplexity int) int
 		WriteMBps      func(childComplexity int) int
+	}
+
+	VMEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	VMNIC struct {
@@ -293,6 +354,18 @@ type ComplexityRoot struct {
 		Name       func(childComplexity int) int
 		Standalone func(childComplexity int) int
 		Status     func(childComplexity int) int
+	}
+
+	ZoneConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ZoneEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	ZonePool struct {
@@ -556,6 +629,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.Zone(childComplexity), true
+
+	case "HostConnection.edges":
+		if e.ComplexityRoot.HostConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.Edges(childComplexity), true
+	case "HostConnection.nodes":
+		if e.ComplexityRoot.HostConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.Nodes(childComplexity), true
+	case "HostConnection.pageInfo":
+		if e.ComplexityRoot.HostConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.PageInfo(childComplexity), true
+	case "HostConnection.totalCount":
+		if e.ComplexityRoot.HostConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.TotalCount(childComplexity), true
+
+	case "HostEdge.cursor":
+		if e.ComplexityRoot.HostEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostEdge.Cursor(childComplexity), true
+	case "HostEdge.node":
+		if e.ComplexityRoot.HostEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostEdge.Node(childComplexity), true
 
 	case "Image.checksum":
 		if e.ComplexityRoot.Image.Checksum == nil {
@@ -964,6 +1075,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Network.Zone(childComplexity), true
 
+	case "NetworkConnection.edges":
+		if e.ComplexityRoot.NetworkConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.Edges(childComplexity), true
+	case "NetworkConnection.nodes":
+		if e.ComplexityRoot.NetworkConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.Nodes(childComplexity), true
+	case "NetworkConnection.pageInfo":
+		if e.ComplexityRoot.NetworkConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.PageInfo(childComplexity), true
+	case "NetworkConnection.totalCount":
+		if e.ComplexityRoot.NetworkConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.TotalCount(childComplexity), true
+
+	case "NetworkEdge.cursor":
+		if e.ComplexityRoot.NetworkEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkEdge.Cursor(childComplexity), true
+	case "NetworkEdge.node":
+		if e.ComplexityRoot.NetworkEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkEdge.Node(childComplexity), true
+
 	case "Operation.error":
 		if e.ComplexityRoot.Operation.Error == nil {
 			break
@@ -1013,6 +1162,69 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Operation.VMID(childComplexity), true
 
+	case "OperationConnection.edges":
+		if e.ComplexityRoot.OperationConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.Edges(childComplexity), true
+	case "OperationConnection.nodes":
+		if e.ComplexityRoot.OperationConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.Nodes(childComplexity), true
+	case "OperationConnection.pageInfo":
+		if e.ComplexityRoot.OperationConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.PageInfo(childComplexity), true
+	case "OperationConnection.totalCount":
+		if e.ComplexityRoot.OperationConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.TotalCount(childComplexity), true
+
+	case "OperationEdge.cursor":
+		if e.ComplexityRoot.OperationEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationEdge.Cursor(childComplexity), true
+	case "OperationEdge.node":
+		if e.ComplexityRoot.OperationEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationEdge.Node(childComplexity), true
+
+	case "PageInfo.endCursor":
+		if e.ComplexityRoot.PageInfo.EndCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.EndCursor(childComplexity), true
+	case "PageInfo.hasNextPage":
+		if e.ComplexityRoot.PageInfo.HasNextPage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
+	case "PageInfo.hasPreviousPage":
+		if e.ComplexityRoot.PageInfo.HasPreviousPage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.HasPreviousPage(childComplexity), true
+	case "PageInfo.startCursor":
+		if e.ComplexityRoot.PageInfo.StartCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
+
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
 			break
@@ -1053,6 +1265,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+	case "Query.hostsConnection":
+		if e.ComplexityRoot.Query.HostsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_hostsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.HostsConnection(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.image":
 		if e.ComplexityRoot.Query.Image == nil {
 			break
@@ -1088,6 +1311,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Networks(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+	case "Query.networksConnection":
+		if e.ComplexityRoot.Query.NetworksConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_networksConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.NetworksConnection(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
+	case "Query.node":
+		if e.ComplexityRoot.Query.Node == nil {
+			break
+		}
+
+		args, err := ec.field_Query_node_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Node(childComplexity, args["id"].(string)), true
 	case "Query.operation":
 		if e.ComplexityRoot.Query.Operation == nil {
 			break
@@ -1161,6 +1406,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vms(childComplexity, args["filter"].(*model.VMFilter), args["first"].(*int), args["after"].(*string)), true
+	case "Query.vmsConnection":
+		if e.ComplexityRoot.Query.VmsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_vmsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.VmsConnection(childComplexity, args["filter"].(*model.VMFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.zone":
 		if e.ComplexityRoot.Query.Zone == nil {
 			break
@@ -1183,6 +1439,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int)), true
+	case "Query.zonesConnection":
+		if e.ComplexityRoot.Query.ZonesConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_zonesConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ZonesConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
 
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
@@ -1453,6 +1720,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Operations(childComplexity, args["first"].(*int)), true
+	case "VM.operationsConnection":
+		if e.ComplexityRoot.VM.OperationsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_VM_operationsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "VM.status":
 		if e.ComplexityRoot.VM.Status == nil {
 			break
@@ -1477,6 +1755,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Zone(childComplexity), true
+
+	case "VMConnection.edges":
+		if e.ComplexityRoot.VMConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.Edges(childComplexity), true
+	case "VMConnection.nodes":
+		if e.ComplexityRoot.VMConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.Nodes(childComplexity), true
+	case "VMConnection.pageInfo":
+		if e.ComplexityRoot.VMConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.PageInfo(childComplexity), true
+	case "VMConnection.totalCount":
+		if e.ComplexityRoot.VMConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.TotalCount(childComplexity), true
 
 	case "VMDisk.readIops":
 		if e.ComplexityRoot.VMDisk.ReadIops == nil {
@@ -1526,6 +1829,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VMDisk.WriteMBps(childComplexity), true
+
+	case "VMEdge.cursor":
+		if e.ComplexityRoot.VMEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMEdge.Cursor(childComplexity), true
+	case "VMEdge.node":
+		if e.ComplexityRoot.VMEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMEdge.Node(childComplexity), true
 
 	case "VMNIC.bridge":
 		if e.ComplexityRoot.VMNIC.Bridge == nil {
@@ -1600,6 +1916,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Zone.Status(childComplexity), true
+
+	case "ZoneConnection.edges":
+		if e.ComplexityRoot.ZoneConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.Edges(childComplexity), true
+	case "ZoneConnection.nodes":
+		if e.ComplexityRoot.ZoneConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.Nodes(childComplexity), true
+	case "ZoneConnection.pageInfo":
+		if e.ComplexityRoot.ZoneConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.PageInfo(childComplexity), true
+	case "ZoneConnection.totalCount":
+		if e.ComplexityRoot.ZoneConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.TotalCount(childComplexity), true
+
+	case "ZoneEdge.cursor":
+		if e.ComplexityRoot.ZoneEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneEdge.Cursor(childComplexity), true
+	case "ZoneEdge.node":
+		if e.ComplexityRoot.ZoneEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneEdge.Node(childComplexity), true
 
 	case "ZonePool.pool":
 		if e.ComplexityRoot.ZonePool.Pool == nil {
@@ -1928,23 +2282,133 @@ enum ImageStagingState {
 
 extend type Query {
   "The zones, sorted by name (at most first)."
-  zones(first: Int = 20): [Zone!]!
+  zones(
+    "At most this many zones (0 to 1000)."
+    first: Int = 20
+  ): [Zone!]! @deprecated(reason: "Use zonesConnection; zones is removed in the next release.")
+  "The zones, sorted by name, as a cursor connection."
+  zonesConnection(
+    "At most this many zones (0 to 1000)."
+    first: Int = 20
+    "The endCursor of the previous page: the zones after it."
+    after: String
+  ): ZoneConnection!
   "A zone by name; NOT_FOUND when there is none."
-  zone(name: String!): Zone
+  zone(
+    "The zone's name."
+    name: String!
+  ): Zone
   "The hosts of every zone (or of one zone), sorted by zone and name."
-  hosts(zone: String, first: Int = 50): [Host!]! @platformAdmin
+  hosts(
+    "Only the hosts of the zone of this name."
+    zone: String
+    "At most this many hosts (0 to 1000)."
+    first: Int = 50
+  ): [Host!]! @platformAdmin @deprecated(reason: "Use hostsConnection; hosts is removed in the next release.")
+  "The hosts of every zone (or of one zone), sorted by zone and name, as a cursor connection."
+  hostsConnection(
+    "Only the hosts of the zone of this name."
+    zone: String
+    "At most this many hosts (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the hosts after it."
+    after: String
+  ): HostConnection! @platformAdmin
   """
   The VMs of the current VDC matching filter, ordered by id. Cursor
   pagination: pass the id of the last VM of a page as after to get the next
   page; a page shorter than first is the last.
   """
-  vms(filter: VMFilter, first: Int = 50, after: ID): [VM!]! @vdc
+  vms(
+    "What the VMs must match."
+    filter: VMFilter
+    "At most this many VMs (0 to 1000)."
+    first: Int = 50
+    "The id of the last VM of the previous page."
+    after: ID
+  ): [VM!]! @vdc @deprecated(reason: "Use vmsConnection; vms is removed in the next release.")
+  """
+  The VMs of the current VDC matching filter, in a stable order (zone, then
+  Proxmox VMID), as a cursor connection; totalCount counts every VM that
+  matches the filter.
+  """
+  vmsConnection(
+    "What the VMs must match."
+    filter: VMFilter
+    "At most this many VMs (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the VMs after it."
+    after: String
+  ): VMConnection! @vdc
   "A VM of the current VDC by id; NOT_FOUND for any other id."
-  vm(id: ID!): VM @vdc
+  vm(
+    "The VM's id."
+    id: ID!
+  ): VM @vdc
+}
+
+"A page of zones."
+type ZoneConnection {
+  "The zones of the page with their cursors."
+  edges: [ZoneEdge!]!
+  "The zones of the page (the edges' nodes)."
+  nodes: [Zone!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many zones there are in all."
+  totalCount: Int!
+}
+
+"A zone in a page of zones."
+type ZoneEdge {
+  "Pass it as after to get the zones after this one."
+  cursor: String!
+  "The zone."
+  node: Zone!
+}
+
+"A page of hosts."
+type HostConnection {
+  "The hosts of the page with their cursors."
+  edges: [HostEdge!]!
+  "The hosts of the page (the edges' nodes)."
+  nodes: [Host!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many hosts match in all."
+  totalCount: Int!
+}
+
+"A host in a page of hosts."
+type HostEdge {
+  "Pass it as after to get the hosts after this one."
+  cursor: String!
+  "The host."
+  node: Host!
+}
+
+"A page of VMs."
+type VMConnection {
+  "The VMs of the page with their cursors."
+  edges: [VMEdge!]!
+  "The VMs of the page (the edges' nodes)."
+  nodes: [VM!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many VMs match the filter in all (in the zones that answered)."
+  totalCount: Int!
+}
+
+"A VM in a page of VMs."
+type VMEdge {
+  "Pass it as after to get the VMs after this one."
+  cursor: String!
+  "The VM."
+  node: VM!
 }
 
 "A zone: one Proxmox cluster, or a standalone Proxmox node."
-type Zone {
+type Zone implements Node {
   "Stable identity of the Proxmox cluster."
   id: ID!
   "The Proxmox cluster name (the node name of a standalone node)."
@@ -1982,7 +2446,7 @@ type Capacity {
 }
 
 "A Proxmox node and its agent."
-type Host {
+type Host implements Node {
   "Opaque id."
   id: ID!
   "The Proxmox node name (unique within its zone)."
@@ -2013,7 +2477,7 @@ enum HostStatus {
 }
 
 "A virtual machine of a VDC."
-type VM {
+type VM implements Node {
   "Opaque, global id."
   id: ID!
   name: String!
@@ -2060,7 +2524,21 @@ input VMFilter {
 
 extend type Query {
   "The networks of the current VDC, sorted by zone and name."
-  networks(zone: String, first: Int = 50): [Network!]! @vdc
+  networks(
+    "Only the networks in the zone of this name."
+    zone: String
+    "At most this many networks (0 to 1000)."
+    first: Int = 50
+  ): [Network!]! @vdc @deprecated(reason: "Use networksConnection; networks is removed in the next release.")
+  "The networks of the current VDC, sorted by zone and name, as a cursor connection."
+  networksConnection(
+    "Only the networks in the zone of this name."
+    zone: String
+    "At most this many networks (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the networks after it."
+    after: String
+  ): NetworkConnection! @vdc
 }
 
 extend type Mutation {
@@ -2081,7 +2559,7 @@ extend type Mutation {
 }
 
 "A network of a VDC."
-type Network {
+type Network implements Node {
   "Opaque, global id."
   id: ID!
   "Unique per VDC and zone."
@@ -2109,6 +2587,70 @@ input CreateNetworkInput {
 type DeletedNetwork {
   id: ID!
 }
+
+"A page of networks."
+type NetworkConnection {
+  "The networks of the page with their cursors."
+  edges: [NetworkEdge!]!
+  "The networks of the page (the edges' nodes)."
+  nodes: [Network!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many networks match in all (in the zones that answered)."
+  totalCount: Int!
+}
+
+"A network in a page of networks."
+type NetworkEdge {
+  "Pass it as after to get the networks after this one."
+  cursor: String!
+  "The network."
+  node: Network!
+}
+`, BuiltIn: false},
+	{Name: "../node.graphqls", Input: `# The conventions every list and every object with a global id follows, so
+# that GraphQL clients with normalised caches (urql's graphcache, Apollo,
+# Relay) work with the API as they do with any other:
+#
+# - An object with a global id implements Node; node(id:) fetches it again
+#   by that id alone, in the caller's scope (the VDC of the
+#   FlexPlane-VDC-ID header for VDC-level objects; another VDC's id answers
+#   NOT_FOUND, as its own field does).
+# - A list that pages is a cursor connection: <field>Connection(first:,
+#   after:) answers edges { cursor node }, nodes, pageInfo { hasNextPage
+#   endCursor } and totalCount. Cursors are opaque: pass a page's endCursor
+#   as after to get the next page. The plain list fields they replace are
+#   kept, deprecated, for one release.
+
+extend type Query {
+  """
+  The object with this global id, in the caller's scope: VMs, networks and
+  operations of the current VDC (FlexPlane-VDC-ID), hosts for platform
+  admins, zones for everyone. NOT_FOUND for any other id.
+  """
+  node(
+    "A global id, as an object's id field gave it."
+    id: ID!
+  ): Node
+}
+
+"An object with a global id, which node(id:) answers again."
+interface Node {
+  "The object's opaque, global id."
+  id: ID!
+}
+
+"Where a page of a connection lies in the whole list."
+type PageInfo {
+  "Whether there are items after this page (pass endCursor as after to get them)."
+  hasNextPage: Boolean!
+  "Whether there are items before this page (true when after was given and matched items)."
+  hasPreviousPage: Boolean!
+  "The cursor of the page's first edge; null for an empty page."
+  startCursor: String
+  "The cursor of the page's last edge; null for an empty page."
+  endCursor: String
+}
 `, BuiltIn: false},
 	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM and of the power actions and deletes.
 #
@@ -2132,7 +2674,8 @@ extend type Subscription {
   operation(id: ID!): Operation! @vdc
 }
 
-type Operation {
+"Progress of a create, power action or delete of a VM."
+type Operation implements Node {
   "Opaque id."
   id: ID!
   kind: OperationKind!
@@ -2484,7 +3027,21 @@ extend type VM {
   its create, and the power actions Proxmox keeps in the task history of
   its node. An operation id answers operation(id) too.
   """
-  operations(first: Int = 20): [Operation!]!
+  operations(
+    "At most this many operations (1 to 100)."
+    first: Int = 20
+  ): [Operation!]! @deprecated(reason: "Use operationsConnection; operations is removed in the next release.")
+  """
+  The operations that ran on it, newest first, as a cursor connection over
+  the newest 100: its create, and the power actions Proxmox keeps in the
+  task history of its node.
+  """
+  operationsConnection(
+    "At most this many operations (1 to 100)."
+    first: Int = 20
+    "The endCursor of the previous page: the operations after it."
+    after: String
+  ): OperationConnection!
   "Bytes its NICs received since it started (a counter: rates are differences)."
   netInBytes: Float!
   "Bytes its NICs sent since it started."
@@ -2527,6 +3084,26 @@ type VMDisk {
   readIops: Int
   "Write limit in operations per second; null when unlimited."
   writeIops: Int
+}
+
+"A page of operations."
+type OperationConnection {
+  "The operations of the page with their cursors."
+  edges: [OperationEdge!]!
+  "The operations of the page (the edges' nodes)."
+  nodes: [Operation!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many operations there are in all (of the newest 100)."
+  totalCount: Int!
+}
+
+"An operation in a page of operations."
+type OperationEdge {
+  "Pass it as after to get the (older) operations after this one."
+  cursor: String!
+  "The operation."
+  node: Operation!
 }
 `, BuiltIn: false},
 }
@@ -2662,6 +3239,30 @@ func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.
 	return nil, fmt.Errorf("no field named %q was found under type Host", field.Name)
 }
 
+func (ec *executionContext) childFields_HostConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_HostConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_HostConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_HostConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_HostConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HostConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_HostEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_HostEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_HostEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HostEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_Image(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -2734,6 +3335,30 @@ func (ec *executionContext) childFields_Network(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Network", field.Name)
 }
 
+func (ec *executionContext) childFields_NetworkConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_NetworkConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_NetworkConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_NetworkConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_NetworkConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NetworkConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_NetworkEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_NetworkEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_NetworkEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NetworkEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_Operation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2754,6 +3379,44 @@ func (ec *executionContext) childFields_Operation(ctx context.Context, field gra
 		return ec.fieldContext_Operation_updatedAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Operation", field.Name)
+}
+
+func (ec *executionContext) childFields_OperationConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_OperationConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_OperationConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_OperationConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_OperationConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OperationConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_OperationEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_OperationEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_OperationEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OperationEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "hasNextPage":
+		return ec.fieldContext_PageInfo_hasNextPage(ctx, field)
+	case "hasPreviousPage":
+		return ec.fieldContext_PageInfo_hasPreviousPage(ctx, field)
+	case "startCursor":
+		return ec.fieldContext_PageInfo_startCursor(ctx, field)
+	case "endCursor":
+		return ec.fieldContext_PageInfo_endCursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2876,6 +3539,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_disks(ctx, field)
 	case "operations":
 		return ec.fieldContext_VM_operations(ctx, field)
+	case "operationsConnection":
+		return ec.fieldContext_VM_operationsConnection(ctx, field)
 	case "netInBytes":
 		return ec.fieldContext_VM_netInBytes(ctx, field)
 	case "netOutBytes":
@@ -2886,6 +3551,20 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_diskWriteBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VM", field.Name)
+}
+
+func (ec *executionContext) childFields_VMConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_VMConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_VMConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_VMConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_VMConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMConnection", field.Name)
 }
 
 func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2908,6 +3587,16 @@ func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphq
 		return ec.fieldContext_VMDisk_writeIops(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VMDisk", field.Name)
+}
+
+func (ec *executionContext) childFields_VMEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_VMEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_VMEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_VMNIC(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2944,6 +3633,30 @@ func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.
 		return ec.fieldContext_Zone_capacity(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Zone", field.Name)
+}
+
+func (ec *executionContext) childFields_ZoneConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ZoneConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_ZoneConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ZoneConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ZoneConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ZoneConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ZoneEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ZoneEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ZoneEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ZoneEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_ZonePool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

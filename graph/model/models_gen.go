@@ -12,6 +12,11 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
+// An object with a global id, which node(id:) answers again.
+type Node interface {
+	IsNode()
+}
+
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
 type Capacity struct {
 	// Logical CPUs of the online hosts.
@@ -163,6 +168,28 @@ type Host struct {
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
 }
 
+func (Host) IsNode() {}
+
+// A page of hosts.
+type HostConnection struct {
+	// The hosts of the page with their cursors.
+	Edges []*HostEdge `json:"edges"`
+	// The hosts of the page (the edges' nodes).
+	Nodes []*Host `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many hosts match in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A host in a page of hosts.
+type HostEdge struct {
+	// Pass it as after to get the hosts after this one.
+	Cursor string `json:"cursor"`
+	// The host.
+	Node *Host `json:"node"`
+}
+
 type ImageZoneState struct {
 	// The zone's name.
 	Zone  string            `json:"zone"`
@@ -213,6 +240,29 @@ type Network struct {
 	Vnet string `json:"vnet"`
 }
 
+func (Network) IsNode() {}
+
+// A page of networks.
+type NetworkConnection struct {
+	// The networks of the page with their cursors.
+	Edges []*NetworkEdge `json:"edges"`
+	// The networks of the page (the edges' nodes).
+	Nodes []*Network `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many networks match in all (in the zones that answered).
+	TotalCount int `json:"totalCount"`
+}
+
+// A network in a page of networks.
+type NetworkEdge struct {
+	// Pass it as after to get the networks after this one.
+	Cursor string `json:"cursor"`
+	// The network.
+	Node *Network `json:"node"`
+}
+
+// Progress of a create, power action or delete of a VM.
 type Operation struct {
 	// Opaque id.
 	ID    string         `json:"id"`
@@ -226,6 +276,40 @@ type Operation struct {
 	VMID      *string    `json:"vmId,omitempty"`
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	UpdatedAt time.Time  `json:"updatedAt"`
+}
+
+func (Operation) IsNode() {}
+
+// A page of operations.
+type OperationConnection struct {
+	// The operations of the page with their cursors.
+	Edges []*OperationEdge `json:"edges"`
+	// The operations of the page (the edges' nodes).
+	Nodes []*Operation `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many operations there are in all (of the newest 100).
+	TotalCount int `json:"totalCount"`
+}
+
+// An operation in a page of operations.
+type OperationEdge struct {
+	// Pass it as after to get the (older) operations after this one.
+	Cursor string `json:"cursor"`
+	// The operation.
+	Node *Operation `json:"node"`
+}
+
+// Where a page of a connection lies in the whole list.
+type PageInfo struct {
+	// Whether there are items after this page (pass endCursor as after to get them).
+	HasNextPage bool `json:"hasNextPage"`
+	// Whether there are items before this page (true when after was given and matched items).
+	HasPreviousPage bool `json:"hasPreviousPage"`
+	// The cursor of the page's first edge; null for an empty page.
+	StartCursor *string `json:"startCursor,omitempty"`
+	// The cursor of the page's last edge; null for an empty page.
+	EndCursor *string `json:"endCursor,omitempty"`
 }
 
 // What can be read.
@@ -329,6 +413,10 @@ type VM struct {
 	// its create, and the power actions Proxmox keeps in the task history of
 	// its node. An operation id answers operation(id) too.
 	Operations []*Operation `json:"operations"`
+	// The operations that ran on it, newest first, as a cursor connection over
+	// the newest 100: its create, and the power actions Proxmox keeps in the
+	// task history of its node.
+	OperationsConnection *OperationConnection `json:"operationsConnection"`
 	// Bytes its NICs received since it started (a counter: rates are differences).
 	NetInBytes float64 `json:"netInBytes"`
 	// Bytes its NICs sent since it started.
@@ -337,6 +425,20 @@ type VM struct {
 	DiskReadBytes float64 `json:"diskReadBytes"`
 	// Bytes written to its disks since it started.
 	DiskWriteBytes float64 `json:"diskWriteBytes"`
+}
+
+func (VM) IsNode() {}
+
+// A page of VMs.
+type VMConnection struct {
+	// The VMs of the page with their cursors.
+	Edges []*VMEdge `json:"edges"`
+	// The VMs of the page (the edges' nodes).
+	Nodes []*VM `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many VMs match the filter in all (in the zones that answered).
+	TotalCount int `json:"totalCount"`
 }
 
 // A disk of a VM.
@@ -356,6 +458,14 @@ type VMDisk struct {
 	ReadIops *int `json:"readIops,omitempty"`
 	// Write limit in operations per second; null when unlimited.
 	WriteIops *int `json:"writeIops,omitempty"`
+}
+
+// A VM in a page of VMs.
+type VMEdge struct {
+	// Pass it as after to get the VMs after this one.
+	Cursor string `json:"cursor"`
+	// The VM.
+	Node *VM `json:"node"`
 }
 
 // Filters of vms; all given ones must match.
@@ -394,6 +504,28 @@ type Zone struct {
 	Hosts []*Host `json:"hosts,omitempty"`
 	// Totals and utilisation of the zone's online hosts and storage.
 	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+func (Zone) IsNode() {}
+
+// A page of zones.
+type ZoneConnection struct {
+	// The zones of the page with their cursors.
+	Edges []*ZoneEdge `json:"edges"`
+	// The zones of the page (the edges' nodes).
+	Nodes []*Zone `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many zones there are in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A zone in a page of zones.
+type ZoneEdge struct {
+	// Pass it as after to get the zones after this one.
+	Cursor string `json:"cursor"`
+	// The zone.
+	Node *Zone `json:"node"`
 }
 
 type ZonePoolInput struct {
