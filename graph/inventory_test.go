@@ -422,6 +422,56 @@ func TestInventory(t *testing.T) {
 				t.Errorf("alice lists hosts: %s", r.Raw)
 			}
 		})
+		t.Run("metrics", func(t *testing.T) {
+			t.Parallel()
+			type point struct {
+				Time                                    time.Time
+				CPUUsage, MemoryUsedMiB, MemoryTotalMiB *float64
+				NetInBytesPerSecond                     *float64
+			}
+			const fields = `time cpuUsage memoryUsedMiB memoryTotalMiB netInBytesPerSecond`
+			withData := func(pts []point) int {
+				n := 0
+				for _, p := range pts {
+					if p.CPUUsage != nil && p.MemoryUsedMiB != nil && p.MemoryTotalMiB != nil && p.NetInBytesPerSecond != nil {
+						n++
+					}
+				}
+				return n
+			}
+			var vms []struct {
+				Name    string
+				Metrics []point
+			}
+			h.GraphQL(t, "vera", "red", `{ vms { name metrics(timeframe: HOUR) { `+fields+` } } }`, nil).OK(t).Into(t, "vms", &vms)
+			for _, v := range vms {
+				last := v.Metrics[len(v.Metrics)-1]
+				switch {
+				case len(v.Metrics) != 70 || !last.Time.After(time.Now().Add(-2*time.Minute)):
+					t.Errorf("%s: %d points, the last at %v", v.Name, len(v.Metrics), last.Time)
+				case v.Name == "red-db" && withData(v.Metrics) != 0: // stopped
+					t.Errorf("red-db has data: %+v", last)
+				case v.Name != "red-db" && (withData(v.Metrics) == 0 || *last.MemoryTotalMiB != 2048):
+					t.Errorf("%s has no data: %+v", v.Name, last)
+				}
+			}
+			var hs []struct{ Metrics []point }
+			h.GraphQL(t, "admin", "", `{ hosts(zone: "alpha", first: 1) { metrics(timeframe: DAY) { `+fields+` } } }`, nil).OK(t).Into(t, "hosts", &hs)
+			var z struct{ Metrics []point }
+			h.GraphQL(t, "admin", "", `{ zone(name: "alpha") { metrics { `+fields+` } } }`, nil).OK(t).Into(t, "zone", &z)
+			if len(hs[0].Metrics) != 70 || withData(hs[0].Metrics) == 0 || len(z.Metrics) != 70 || withData(z.Metrics) == 0 {
+				t.Fatalf("host metrics %+v, zone metrics %+v", hs[0].Metrics, z.Metrics)
+			}
+			// The zone's memory is its 3 hosts' (64 GiB each).
+			if last := z.Metrics[69]; *last.MemoryTotalMiB != 3*65536 || *last.CPUUsage <= 0 || *last.CPUUsage > 1 {
+				t.Errorf("zone's last point %+v", last)
+			}
+			for _, q := range []string{`{ vms { host { metrics { time } } } }`, `{ zone(name: "alpha") { metrics { time } } }`} {
+				if r := h.GraphQL(t, "alice", "red", q, nil); !r.HasCode("NOT_FOUND") {
+					t.Errorf("alice: %s: %s", q, r.Raw)
+				}
+			}
+		})
 		t.Run("node", func(t *testing.T) {
 			t.Parallel()
 			var hostID string

@@ -92,6 +92,7 @@ type ComplexityRoot struct {
 		ID              func(childComplexity int) int
 		MemoryTotal     func(childComplexity int) int
 		MemoryUsed      func(childComplexity int) int
+		Metrics         func(childComplexity int, timeframe model.MetricsTimeframe) int
 		Name            func(childComplexity int) int
 		ProxmoxVersion  func(childComplexity int) int
 		Status          func(childComplexity int) int
@@ -138,6 +139,17 @@ type ComplexityRoot struct {
 		Roles         func(childComplexity int) int
 		Subject       func(childComplexity int) int
 		Vdcs          func(childComplexity int) int
+	}
+
+	MetricsPoint struct {
+		CPUUsage                func(childComplexity int) int
+		DiskReadBytesPerSecond  func(childComplexity int) int
+		DiskWriteBytesPerSecond func(childComplexity int) int
+		MemoryTotalMiB          func(childComplexity int) int
+		MemoryUsedMiB           func(childComplexity int) int
+		NetInBytesPerSecond     func(childComplexity int) int
+		NetOutBytesPerSecond    func(childComplexity int) int
+		Time                    func(childComplexity int) int
 	}
 
 	Mutation struct {
@@ -303,6 +315,7 @@ type ComplexityRoot struct {
 		IPAddresses          func(childComplexity int) int
 		MemoryMiB            func(childComplexity int) int
 		MemoryUsedMiB        func(childComplexity int) int
+		Metrics              func(childComplexity int, timeframe model.MetricsTimeframe) int
 		Name                 func(childComplexity int) int
 		NetInBytes           func(childComplexity int) int
 		NetOutBytes          func(childComplexity int) int
@@ -351,6 +364,7 @@ type ComplexityRoot struct {
 		Capacity   func(childComplexity int) int
 		Hosts      func(childComplexity int) int
 		ID         func(childComplexity int) int
+		Metrics    func(childComplexity int, timeframe model.MetricsTimeframe) int
 		Name       func(childComplexity int) int
 		Standalone func(childComplexity int) int
 		Status     func(childComplexity int) int
@@ -587,6 +601,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.MemoryUsed(childComplexity), true
+	case "Host.metrics":
+		if e.ComplexityRoot.Host.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_Host_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Host.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "Host.name":
 		if e.ComplexityRoot.Host.Name == nil {
 			break
@@ -783,6 +808,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Me.Vdcs(childComplexity), true
+
+	case "MetricsPoint.cpuUsage":
+		if e.ComplexityRoot.MetricsPoint.CPUUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.CPUUsage(childComplexity), true
+	case "MetricsPoint.diskReadBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond(childComplexity), true
+	case "MetricsPoint.diskWriteBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond(childComplexity), true
+	case "MetricsPoint.memoryTotalMiB":
+		if e.ComplexityRoot.MetricsPoint.MemoryTotalMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.MemoryTotalMiB(childComplexity), true
+	case "MetricsPoint.memoryUsedMiB":
+		if e.ComplexityRoot.MetricsPoint.MemoryUsedMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.MemoryUsedMiB(childComplexity), true
+	case "MetricsPoint.netInBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond(childComplexity), true
+	case "MetricsPoint.netOutBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond(childComplexity), true
+	case "MetricsPoint.time":
+		if e.ComplexityRoot.MetricsPoint.Time == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.Time(childComplexity), true
 
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
@@ -1685,6 +1759,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.MemoryUsedMiB(childComplexity), true
+	case "VM.metrics":
+		if e.ComplexityRoot.VM.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_VM_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.VM.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "VM.name":
 		if e.ComplexityRoot.VM.Name == nil {
 			break
@@ -1898,6 +1983,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Zone.ID(childComplexity), true
+	case "Zone.metrics":
+		if e.ComplexityRoot.Zone.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_Zone_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Zone.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "Zone.name":
 		if e.ComplexityRoot.Zone.Name == nil {
 			break
@@ -2097,11 +2193,18 @@ extend type Mutation {
   Creates a key for agents (tag:agent). The secret is shown only in this
   answer.
   """
-  createEnrollmentKey(input: CreateEnrollmentKeyInput!): CreatedEnrollmentKey! @platformAdmin
+  createEnrollmentKey(
+    "What to create."
+    input: CreateEnrollmentKeyInput!
+  ): CreatedEnrollmentKey! @platformAdmin
   "Revokes a key (it expires now); NOT_FOUND for an unknown id."
-  revokeEnrollmentKey(id: ID!): EnrollmentKey! @platformAdmin
+  revokeEnrollmentKey(
+    "The id of the enrollment key."
+    id: ID!
+  ): EnrollmentKey! @platformAdmin
 }
 
+"A new enrollment key for agents."
 input CreateEnrollmentKeyInput {
   "A reusable key enrolls any number of agents; default single-use."
   reusable: Boolean
@@ -2111,18 +2214,23 @@ input CreateEnrollmentKeyInput {
 
 "An enrollment key."
 type EnrollmentKey {
+  "The key's id at the mesh control server."
   id: ID!
+  "Whether it enrolls any number of agents (else one)."
   reusable: Boolean!
   "Whether an agent enrolled with it."
   used: Boolean!
   "Whether it can no longer enroll agents (expired or revoked)."
   expired: Boolean!
+  "When it was created."
   createdAt: Time!
+  "When it stops enrolling agents."
   expiresAt: Time!
 }
 
 "A new key and its secret."
 type CreatedEnrollmentKey {
+  "The key."
   key: EnrollmentKey!
   "Give this to the agent (-auth-key); it is not shown again."
   secret: String!
@@ -2151,6 +2259,7 @@ type Me {
   subject: String!
   "Display name."
   name: String!
+  "Email address, when the token carries one."
   email: String
   "Platform admins manage zones, hosts, profiles, images and VDCs."
   platformAdmin: Boolean!
@@ -2165,7 +2274,9 @@ type Me {
 
 "A VDC the caller may use."
 type VDCAccess {
+  "The VDC."
   vdc: VDC!
+  "The caller's role in it."
   role: VDCRole!
 }
 
@@ -2182,23 +2293,42 @@ enum VDCRole {
 	{Name: "../image.graphqls", Input: `# The image catalog: OS images VMs are created from.
 
 extend type Query {
+  "The images of the catalog, sorted by name."
   images: [Image!]!
   "An image by name; NOT_FOUND if there is none."
-  image(name: String!): Image
+  image(
+    "The name of the image."
+    name: String!
+  ): Image
 }
 
 extend type Mutation {
-  createImage(input: CreateImageInput!): Image! @platformAdmin
+  "Adds an image to the catalog; CONFLICT when the name is taken."
+  createImage(
+    "What to create."
+    input: CreateImageInput!
+  ): Image! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateImage(input: UpdateImageInput!): Image! @platformAdmin
-  deleteImage(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  updateImage(
+    "What to change."
+    input: UpdateImageInput!
+  ): Image! @platformAdmin
+  "Removes an image from the catalog (conditional when resourceVersion is given)."
+  deleteImage(
+    "The name of the image."
+    name: String!
+    "When set, CONFLICT if the image changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "An OS image of the catalog."
 type Image {
   "Unique name, e.g. ubuntu-24.04."
   name: String!
+  "What it is."
   description: String!
+  "The image's version, e.g. 20241201."
   version: String!
   "The http(s) address agents download the image from."
   url: String!
@@ -2206,26 +2336,43 @@ type Image {
   checksum: String!
   "Whether the image runs cloud-init on first boot."
   cloudInit: Boolean!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was added to the catalog."
   createdAt: Time!
 }
 
+"A new image of the catalog."
 input CreateImageInput {
+  "Unique name (DNS labels joined by dots), e.g. ubuntu-24.04."
   name: String!
+  "What it is; empty by default."
   description: String
+  "The image's version, e.g. 20241201."
   version: String!
+  "The http(s) address agents download the image from."
   url: String!
+  "sha256:<hex> or sha512:<hex> of the image file."
   checksum: String!
+  "Whether the image runs cloud-init on first boot."
   cloudInit: Boolean!
 }
 
+"Changes to an image; absent fields stay as they are."
 input UpdateImageInput {
+  "The name of the image to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the image changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "A new version."
   version: String
+  "A new download address."
   url: String
+  "The new file's checksum."
   checksum: String
+  "Whether it runs cloud-init."
   cloudInit: Boolean
 }
 `, BuiltIn: false},
@@ -2235,7 +2382,10 @@ input UpdateImageInput {
 
 extend type Image {
   "The image's state in every zone (or in one)."
-  zones(zone: String): [ImageZoneState!]! @platformAdmin
+  zones(
+    "Only the state in the zone of this name."
+    zone: String
+  ): [ImageZoneState!]! @platformAdmin
 }
 
 extend type Mutation {
@@ -2243,21 +2393,33 @@ extend type Mutation {
   Starts staging an image into a zone (nothing to do when it is staged or
   staging; a failed staging is retried) and returns its state there.
   """
-  stageImage(name: String!, zone: String!): ImageZoneState! @platformAdmin
+  stageImage(
+    "The name of the image."
+    name: String!
+    "The zone's name."
+    zone: String!
+  ): ImageZoneState! @platformAdmin
 }
 
+"An image's state in one zone."
 type ImageZoneState {
   "The zone's name."
   zone: String!
+  "Where staging is."
   state: ImageStagingState!
   "Why staging failed (the Proxmox task's exit status), or what is being done."
   reason: String
 }
 
+"Where an image is in being staged into a zone."
 enum ImageStagingState {
+  "Not in the zone, nor being staged."
   ABSENT
+  "Being downloaded or made into a template."
   STAGING
+  "A template of it exists: VMs can be created from it."
   STAGED
+  "The last staging failed (see reason); staging again retries."
   FAILED
 }
 `, BuiltIn: false},
@@ -2413,7 +2575,9 @@ type Zone implements Node {
   id: ID!
   "The Proxmox cluster name (the node name of a standalone node)."
   name: String!
+  "Whether its hosts are online."
   status: ZoneStatus!
+  "Whether it is a standalone Proxmox node (no cluster)."
   standalone: Boolean!
   "The zone's hosts, sorted by name."
   hosts: [Host!] @platformAdmin
@@ -2421,6 +2585,7 @@ type Zone implements Node {
   capacity: Capacity @platformAdmin
 }
 
+"Whether a zone can be reached."
 enum ZoneStatus {
   "Every host is online."
   ONLINE
@@ -2434,14 +2599,19 @@ enum ZoneStatus {
 type Capacity {
   "Logical CPUs of the online hosts."
   cpus: Int!
+  "CPU utilisation of the online hosts, 0 to 1."
   cpuUsage: Float!
   "Memory of the online hosts, in MiB."
   memoryTotal: Int!
+  "Memory in use on the online hosts, in MiB."
   memoryUsed: Int!
+  "memoryUsed / memoryTotal, 0 to 1."
   memoryUsage: Float!
   "Storage in GiB (a shared storage counts once)."
   storageTotal: Int!
+  "Storage in use, in GiB."
   storageUsed: Int!
+  "storageUsed / storageTotal, 0 to 1."
   storageUsage: Float!
 }
 
@@ -2453,10 +2623,13 @@ type Host implements Node {
   name: String!
   "ONLINE when its agent is in the mesh and reaches Proxmox."
   status: HostStatus!
+  "The zone (Proxmox cluster) it belongs to."
   zone: Zone!
   "Why the host is not online."
   statusDetail: String @platformAdmin
+  "The version of its flexplane agent."
   agentVersion: String @platformAdmin
+  "The Proxmox VE version the node runs."
   proxmoxVersion: String @platformAdmin
   "Whether the agent runs another version than the orchestrator's."
   updateAvailable: Boolean @platformAdmin
@@ -2468,11 +2641,15 @@ type Host implements Node {
   cpuUsage: Float @platformAdmin
   "Memory in MiB."
   memoryUsed: Int @platformAdmin
+  "Memory in MiB."
   memoryTotal: Int @platformAdmin
 }
 
+"Whether a host can be used."
 enum HostStatus {
+  "Its agent is in the mesh and reaches Proxmox."
   ONLINE
+  "Its agent is gone from the mesh or cannot reach Proxmox."
   OFFLINE
 }
 
@@ -2480,12 +2657,17 @@ enum HostStatus {
 type VM implements Node {
   "Opaque, global id."
   id: ID!
+  "Its name, the guest's hostname (not unique)."
   name: String!
+  "Its power state."
   status: VMStatus!
+  "The zone it runs in."
   zone: Zone!
   "The host it runs on (name and status for VDC users)."
   host: Host
+  "Virtual CPUs."
   vcpus: Int!
+  "Configured memory in MiB."
   memoryMiB: Int!
   "Size of its disks in GiB."
   diskGiB: Int!
@@ -2495,14 +2677,19 @@ type VM implements Node {
   uptime: Int!
   "CPU utilisation, 0 to 1 of its vCPUs."
   cpuUsage: Float!
+  "Memory in use in MiB (0 when not running)."
   memoryUsedMiB: Int!
 }
 
+"The power state of a VM."
 enum VMStatus {
   "Being created (or deleted): a Proxmox lock is held."
   CREATING
+  "Running."
   RUNNING
+  "Powered off."
   STOPPED
+  "Paused or suspended: not running, memory kept."
   PAUSED
   "Its host does not report it."
   UNKNOWN
@@ -2512,9 +2699,85 @@ enum VMStatus {
 input VMFilter {
   "Zone name."
   zone: String
+  "Power state."
   status: VMStatus
   "Part of the name, case-insensitive."
   name: String
+}
+`, BuiltIn: false},
+	{Name: "../metrics.graphqls", Input: `# Metrics: the time series Proxmox records of every node and guest
+# (rrddata: CPU, memory, network and disk I/O, averaged per slot), read
+# through the agents at request time as every Proxmox read is. A VM's
+# metrics are its VDC's (VM objects exist only in their VDC); hosts' and
+# zones' are for platform admins.
+
+extend type VM {
+  """
+  Its CPU, memory, network and disk I/O over the timeframe, oldest point
+  first (about 70 points); points where it did not run have only a time.
+  Null, with ZONE_UNAVAILABLE, when its zone does not answer.
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!]
+}
+
+extend type Host {
+  """
+  The node's CPU, memory and network over the timeframe, oldest point
+  first; null, with an error, when the host does not answer.
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!] @platformAdmin
+}
+
+extend type Zone {
+  """
+  The zone's hosts together over the timeframe, oldest point first: CPU as
+  a fraction of all their CPUs, memory and traffic summed. Hosts that do
+  not answer are left out (with ZONE_UNAVAILABLE when none answers).
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!] @platformAdmin
+}
+
+"How far back metrics go, and so how long each point's slot is."
+enum MetricsTimeframe {
+  "The last hour, a point a minute."
+  HOUR
+  "The last day, a point every 30 minutes."
+  DAY
+  "The last week, a point every 3 hours."
+  WEEK
+  "The last month, a point every 12 hours."
+  MONTH
+  "The last year, a point a week."
+  YEAR
+}
+
+"One point of a time series: the averages over its slot; null fields had no data."
+type MetricsPoint {
+  "The start of the slot."
+  time: Time!
+  "CPU utilisation, 0 to 1 of its (virtual) CPUs."
+  cpuUsage: Float
+  "Memory in use, in MiB."
+  memoryUsedMiB: Float
+  "Memory it has, in MiB."
+  memoryTotalMiB: Float
+  "Bytes per second received."
+  netInBytesPerSecond: Float
+  "Bytes per second sent."
+  netOutBytesPerSecond: Float
+  "Bytes per second read from disks (VMs only)."
+  diskReadBytesPerSecond: Float
+  "Bytes per second written to disks (VMs only)."
+  diskWriteBytesPerSecond: Float
 }
 `, BuiltIn: false},
 	{Name: "../network.graphqls", Input: `# Networks: isolated layer-3 networks of a VDC, on Proxmox SDN. Each VDC has
@@ -2550,12 +2813,18 @@ extend type Mutation {
   address; CONFLICT when the VDC already has a network of that name in the
   zone. Refused input changes nothing.
   """
-  createNetwork(input: CreateNetworkInput!): Network! @vdc(role: MEMBER)
+  createNetwork(
+    "What to create."
+    input: CreateNetworkInput!
+  ): Network! @vdc(role: MEMBER)
   """
   Deletes a network; CONFLICT while a guest has a NIC on it or the IPAM
   holds addresses in it.
   """
-  deleteNetwork(id: ID!): DeletedNetwork! @vdc(role: MEMBER)
+  deleteNetwork(
+    "The id of the network."
+    id: ID!
+  ): DeletedNetwork! @vdc(role: MEMBER)
 }
 
 "A network of a VDC."
@@ -2564,14 +2833,17 @@ type Network implements Node {
   id: ID!
   "Unique per VDC and zone."
   name: String!
+  "The zone it is in."
   zone: Zone!
   "IPv4 network in CIDR notation, e.g. 10.1.0.0/24."
   cidr: String!
+  "The gateway address of its subnet."
   gateway: String!
   "The Proxmox VNet (what a NIC's bridge names)."
   vnet: String!
 }
 
+"A new network of the current VDC."
 input CreateNetworkInput {
   "1 to 40 characters: lowercase letters, digits and '-', starting with a letter."
   name: String!
@@ -2585,6 +2857,7 @@ input CreateNetworkInput {
 
 "The result of deleteNetwork."
 type DeletedNetwork {
+  "The id the network had."
   id: ID!
 }
 
@@ -2663,7 +2936,10 @@ type PageInfo {
 
 extend type Query {
   "An operation of the current VDC; NOT_FOUND for any other id."
-  operation(id: ID!): Operation @vdc
+  operation(
+    "The id of the operation."
+    id: ID!
+  ): Operation @vdc
 }
 
 extend type Subscription {
@@ -2671,14 +2947,19 @@ extend type Subscription {
   The operation now and whenever its state or step changes; the stream ends
   after the operation has ended.
   """
-  operation(id: ID!): Operation! @vdc
+  operation(
+    "The id of the operation."
+    id: ID!
+  ): Operation! @vdc
 }
 
 "Progress of a create, power action or delete of a VM."
 type Operation implements Node {
   "Opaque id."
   id: ID!
+  "What it does."
   kind: OperationKind!
+  "Whether it runs, succeeded or failed."
   state: OperationState!
   "The current (or last) step, e.g. stage, clone, configure, resize, start, finish, qmstop."
   step: String!
@@ -2686,61 +2967,117 @@ type Operation implements Node {
   error: String
   "The id of the VM it works on (null while a create has no guest yet)."
   vmId: ID
+  "When it started (null when unknown)."
   startedAt: Time
+  "When its state or step last changed."
   updatedAt: Time!
 }
 
+"What an operation does."
 enum OperationKind {
+  "createVM."
   CREATE_VM
+  "startVM."
   START_VM
+  "stopVM."
   STOP_VM
+  "shutdownVM."
   SHUTDOWN_VM
+  "rebootVM."
   REBOOT_VM
+  "deleteVM."
   DELETE_VM
 }
 
+"Whether an operation runs or how it ended."
 enum OperationState {
+  "Still running."
   RUNNING
+  "Ended well."
   SUCCEEDED
+  "Ended with an error (see error)."
   FAILED
 }
 `, BuiltIn: false},
 	{Name: "../profile.graphqls", Input: `# Compute and storage profiles: tenant-wide sizes and storage tiers.
 
 extend type Query {
+  "The compute profiles, sorted by name."
   computeProfiles: [ComputeProfile!]!
   "A compute profile by name; NOT_FOUND if there is none."
-  computeProfile(name: String!): ComputeProfile
+  computeProfile(
+    "The name of the compute profile."
+    name: String!
+  ): ComputeProfile
+  "The storage profiles, sorted by name."
   storageProfiles: [StorageProfile!]!
   "A storage profile by name; NOT_FOUND if there is none."
-  storageProfile(name: String!): StorageProfile
+  storageProfile(
+    "The name of the storage profile."
+    name: String!
+  ): StorageProfile
 }
 
 extend type Mutation {
-  createComputeProfile(input: CreateComputeProfileInput!): ComputeProfile! @platformAdmin
+  "Creates a compute profile; CONFLICT when the name is taken."
+  createComputeProfile(
+    "What to create."
+    input: CreateComputeProfileInput!
+  ): ComputeProfile! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateComputeProfile(input: UpdateComputeProfileInput!): ComputeProfile! @platformAdmin
-  deleteComputeProfile(name: String!, resourceVersion: String): Deleted! @platformAdmin
-  createStorageProfile(input: CreateStorageProfileInput!): StorageProfile! @platformAdmin
+  updateComputeProfile(
+    "What to change."
+    input: UpdateComputeProfileInput!
+  ): ComputeProfile! @platformAdmin
+  "Deletes a compute profile (conditional when resourceVersion is given)."
+  deleteComputeProfile(
+    "The name of the compute profile."
+    name: String!
+    "When set, CONFLICT if the compute profile changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
+  "Creates a storage profile; CONFLICT when the name is taken."
+  createStorageProfile(
+    "What to create."
+    input: CreateStorageProfileInput!
+  ): StorageProfile! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateStorageProfile(input: UpdateStorageProfileInput!): StorageProfile! @platformAdmin
-  deleteStorageProfile(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  updateStorageProfile(
+    "What to change."
+    input: UpdateStorageProfileInput!
+  ): StorageProfile! @platformAdmin
+  "Deletes a storage profile (conditional when resourceVersion is given)."
+  deleteStorageProfile(
+    "The name of the storage profile."
+    name: String!
+    "When set, CONFLICT if the storage profile changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "A VM size, e.g. medium = 4 vCPUs and 8192 MiB."
 type ComputeProfile {
+  "Unique name, e.g. medium."
   name: String!
+  "What it is for, shown to users choosing one."
   description: String!
+  "Virtual CPUs of a VM of this profile."
   vcpus: Int!
+  "Memory of a VM of this profile, in MiB."
   memoryMiB: Int!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "A storage tier: throughput limits and, per zone, the Proxmox storage."
 type StorageProfile {
+  "Unique name, e.g. ssd-standard."
   name: String!
+  "What it is for, shown to users choosing one."
   description: String!
+  "The tier's label, e.g. ssd or nvme."
   tier: String!
   "Read limit in MB/s; 0 is unlimited."
   readMBps: Int!
@@ -2748,51 +3085,83 @@ type StorageProfile {
   writeMBps: Int!
   "The zones offering the tier and their Proxmox storage."
   pools: [ZonePool!]!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "The Proxmox storage that backs a storage profile in one zone."
 type ZonePool {
+  "The zone's name."
   zone: String!
+  "The Proxmox storage in that zone, e.g. local-lvm."
   pool: String!
 }
 
+"The Proxmox storage of a storage profile in one zone."
 input ZonePoolInput {
+  "The zone's name."
   zone: String!
+  "The Proxmox storage in that zone, e.g. local-lvm."
   pool: String!
 }
 
+"A new compute profile."
 input CreateComputeProfileInput {
+  "Unique name (DNS labels joined by dots), e.g. medium."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "Virtual CPUs, 1 to 1024."
   vcpus: Int!
+  "Memory in MiB, 64 to 16777216."
   memoryMiB: Int!
 }
 
+"Changes to a compute profile; absent fields stay as they are."
 input UpdateComputeProfileInput {
+  "The name of the compute profile to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the compute profile changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "New vCPUs."
   vcpus: Int
+  "New memory in MiB."
   memoryMiB: Int
 }
 
+"A new storage profile."
 input CreateStorageProfileInput {
+  "Unique name (DNS labels joined by dots), e.g. ssd-standard."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "The tier's label, e.g. ssd or nvme."
   tier: String!
+  "Read limit in MB/s; 0 or absent is unlimited."
   readMBps: Int
+  "Write limit in MB/s; 0 or absent is unlimited."
   writeMBps: Int
+  "The Proxmox storage offering the tier in each zone."
   pools: [ZonePoolInput!]!
 }
 
+"Changes to a storage profile; absent fields stay as they are."
 input UpdateStorageProfileInput {
+  "The name of the storage profile to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the storage profile changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "A new tier label."
   tier: String
+  "A new read limit in MB/s (0 unlimited)."
   readMBps: Int
+  "A new write limit in MB/s (0 unlimited)."
   writeMBps: Int
   "Replaces the whole zone map when given."
   pools: [ZonePoolInput!]
@@ -2854,32 +3223,49 @@ extend type Query {
   "The VDCs the caller may use (all of them for platform admins)."
   vdcs: [VDC!]!
   "A VDC by name; NOT_FOUND unless the caller may use it."
-  vdc(name: String!): VDC
+  vdc(
+    "The name of the VDC."
+    name: String!
+  ): VDC
   "The VDC named by the FlexPlane-VDC-ID header."
   currentVDC: VDC! @vdc
 }
 
 extend type Mutation {
-  createVDC(input: CreateVDCInput!): VDC! @platformAdmin
+  "Creates a VDC with its quotas; CONFLICT when the name is taken."
+  createVDC(
+    "What to create."
+    input: CreateVDCInput!
+  ): VDC! @platformAdmin
   """
   Changes the given fields. With resourceVersion set the update is
   conditional: if the VDC changed since it was read, CONFLICT.
   """
-  updateVDC(input: UpdateVDCInput!): VDC! @platformAdmin
+  updateVDC(
+    "What to change."
+    input: UpdateVDCInput!
+  ): VDC! @platformAdmin
   """
   Deletes a VDC (conditional when resourceVersion is given). While it has
   VMs (or creates in flight) or networks in any zone it is refused with
   CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
   gone its Proxmox pool and SDN zone are removed from every zone.
   """
-  deleteVDC(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  deleteVDC(
+    "The name of the VDC."
+    name: String!
+    "When set, CONFLICT if the VDC changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "A virtual datacenter."
 type VDC {
   "Unique name (a DNS label); the value of the FlexPlane-VDC-ID header."
   name: String!
+  "What it is for."
   description: String!
+  "Upper bounds of what its resources may use."
   quotas: VDCQuotas!
   """
   What it uses, counted as its quotas count: its VMs in every zone and the
@@ -2888,42 +3274,65 @@ type VDC {
   usage: VDCUsage
   "Changes on every write; pass it back for a conditional update."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "Upper bounds of what a VDC's resources may use in total (0 allows none)."
 type VDCQuotas {
+  "At most this many vCPUs."
   vcpus: Int!
+  "At most this much memory in MiB."
   memoryMiB: Int!
+  "At most this much disk in GiB."
   storageGiB: Int!
+  "At most this many VMs."
   vms: Int!
 }
 
 "What a VDC uses of its quotas."
 type VDCUsage {
+  "vCPUs of its VMs."
   vcpus: Int!
+  "Memory of its VMs in MiB."
   memoryMiB: Int!
+  "Disk of its VMs in GiB."
   storageGiB: Int!
+  "Its VMs."
   vms: Int!
 }
 
+"Quotas of a VDC (0 allows none)."
 input VDCQuotasInput {
+  "At most this many vCPUs."
   vcpus: Int!
+  "At most this much memory in MiB."
   memoryMiB: Int!
+  "At most this much disk in GiB."
   storageGiB: Int!
+  "At most this many VMs."
   vms: Int!
 }
 
+"A new VDC."
 input CreateVDCInput {
+  "Unique name (a DNS label); the value of the FlexPlane-VDC-ID header."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "Its quotas."
   quotas: VDCQuotasInput!
 }
 
+"Changes to a VDC; absent fields stay as they are."
 input UpdateVDCInput {
+  "The name of the VDC to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the VDC changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "New quotas (all of them)."
   quotas: VDCQuotasInput
 }
 
@@ -2952,22 +3361,41 @@ extend type Mutation {
   template exists, vm is null and the operation's step is "stage".
   A refused create changes nothing.
   """
-  createVM(input: CreateVMInput!): CreateVMPayload! @vdc(role: MEMBER)
+  createVM(
+    "What to create."
+    input: CreateVMInput!
+  ): CreateVMPayload! @vdc(role: MEMBER)
   "Starts a stopped VM."
-  startVM(id: ID!): Operation! @vdc(role: MEMBER)
+  startVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Powers a VM off at once."
-  stopVM(id: ID!): Operation! @vdc(role: MEMBER)
+  stopVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Asks the guest OS to shut down (ACPI)."
-  shutdownVM(id: ID!): Operation! @vdc(role: MEMBER)
+  shutdownVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Reboots a running VM."
-  rebootVM(id: ID!): Operation! @vdc(role: MEMBER)
+  rebootVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   """
   Deletes a VM: stops it if it runs, destroys it with its disks and releases
   its addresses; the operation has ended when this returns.
   """
-  deleteVM(id: ID!): Operation! @vdc(role: MEMBER)
+  deleteVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
 }
 
+"A new VM of the current VDC."
 input CreateVMInput {
   """
   A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
@@ -2997,6 +3425,7 @@ input CreateVMInput {
   user: String!
 }
 
+"A NIC of a new VM."
 input NICInput {
   "The id of a network of the VDC in the VM's zone."
   network: ID!
@@ -3007,9 +3436,11 @@ input NICInput {
   address: String
 }
 
+"The result of createVM."
 type CreateVMPayload {
   "The VM, in CREATING; null while its image is being staged into the zone."
   vm: VM
+  "The create's operation, to follow until the VM runs."
   operation: Operation!
 }
 `, BuiltIn: false},
@@ -3062,6 +3493,7 @@ type VMNIC {
   bridge: String!
   "The emulated device, e.g. virtio."
   model: String!
+  "Its MAC address."
   mac: String!
   "Addresses the Proxmox IPAM holds for its MAC."
   ipAddresses: [String!]!
@@ -3071,6 +3503,7 @@ type VMNIC {
 type VMDisk {
   "The Proxmox slot, e.g. scsi0."
   slot: String!
+  "Size in GiB."
   sizeGiB: Float!
   "The Proxmox storage holding it."
   storage: String!
@@ -3235,6 +3668,8 @@ func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.
 		return ec.fieldContext_Host_memoryUsed(ctx, field)
 	case "memoryTotal":
 		return ec.fieldContext_Host_memoryTotal(ctx, field)
+	case "metrics":
+		return ec.fieldContext_Host_metrics(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Host", field.Name)
 }
@@ -3315,6 +3750,28 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 		return ec.fieldContext_Me_vdcs(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
+}
+
+func (ec *executionContext) childFields_MetricsPoint(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "time":
+		return ec.fieldContext_MetricsPoint_time(ctx, field)
+	case "cpuUsage":
+		return ec.fieldContext_MetricsPoint_cpuUsage(ctx, field)
+	case "memoryUsedMiB":
+		return ec.fieldContext_MetricsPoint_memoryUsedMiB(ctx, field)
+	case "memoryTotalMiB":
+		return ec.fieldContext_MetricsPoint_memoryTotalMiB(ctx, field)
+	case "netInBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_netInBytesPerSecond(ctx, field)
+	case "netOutBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_netOutBytesPerSecond(ctx, field)
+	case "diskReadBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_diskReadBytesPerSecond(ctx, field)
+	case "diskWriteBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_diskWriteBytesPerSecond(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type MetricsPoint", field.Name)
 }
 
 func (ec *executionContext) childFields_Network(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3533,6 +3990,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_cpuUsage(ctx, field)
 	case "memoryUsedMiB":
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	case "metrics":
+		return ec.fieldContext_VM_metrics(ctx, field)
 	case "nics":
 		return ec.fieldContext_VM_nics(ctx, field)
 	case "disks":
@@ -3631,6 +4090,8 @@ func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.
 		return ec.fieldContext_Zone_hosts(ctx, field)
 	case "capacity":
 		return ec.fieldContext_Zone_capacity(ctx, field)
+	case "metrics":
+		return ec.fieldContext_Zone_metrics(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Zone", field.Name)
 }
