@@ -5,18 +5,17 @@ package simnet_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
-	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
 const token = "flexplane@pve!test=0123456789abcdef"
@@ -27,18 +26,10 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// needRoot fails (never skips) a test that needs root.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test builds network namespaces: run it as root")
-	}
-}
-
 // plane starts a simulated cluster of nodes with a data plane.
 func plane(t *testing.T, nodes int) (*pvesim.Cluster, *proxmox.Client, *simnet.Plane) {
 	t.Helper()
-	needRoot(t)
+	nettest.NeedRoot(t)
 	p, err := simnet.New(simnet.Config{Prefix: fmt.Sprintf("fpt%d", time.Now().UnixNano()%1e9)})
 	if err != nil {
 		t.Fatal(err)
@@ -83,68 +74,6 @@ func vm(t *testing.T, c *proxmox.Client, node string, vmid int, vnet, ip, gw str
 	do(t, c, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", node, vmid), nil)
 }
 
-// serve accepts TCP connections on port in ns and answers each with its own name.
-func serve(t *testing.T, ns string, port int) {
-	t.Helper()
-	waitNS(t, ns, true)
-	ln, err := nsnet.Listen(ctx(t), ns, "tcp4", fmt.Sprintf("0.0.0.0:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, ns)
-			c.Close()
-		}
-	}()
-}
-
-// waitNS polls until the namespace exists (or is gone).
-func waitNS(t *testing.T, ns string, exists bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for nsnet.Exists(ns) != exists {
-		if time.Now().After(deadline) {
-			t.Fatalf("namespace %s exists=%v, want %v after 10s", ns, !exists, exists)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// reach dials addr from ns and returns what the server said ("" when it did not answer
-// within timeout).
-func reach(t *testing.T, ns, addr string, timeout time.Duration) string {
-	t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	conn, err := nsnet.Dial(c, ns, "tcp4", addr)
-	if err != nil {
-		return ""
-	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(timeout))
-	b, _ := io.ReadAll(conn)
-	return string(b)
-}
-
-// waitReach polls until ns reaches addr, or fails the test.
-func waitReach(t *testing.T, ns, addr, want string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if got := reach(t, ns, addr, time.Second); got == want {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s does not reach %s (%s) within 20s", ns, addr, want)
-}
-
 // Two guests of one VDC network on different nodes talk over the VXLAN VNet; a guest
 // of another VDC with the same range on the same nodes reaches neither. Stopping a
 // guest removes its namespace.
@@ -164,20 +93,20 @@ func TestGuestsOnDifferentNodesShareTheirVNet(t *testing.T) {
 	vm(t, c, "pve2", 201, blue.VNet, "10.1.0.21", "10.1.0.1")
 	vm(t, c, "pve1", 202, blue.VNet, "10.1.0.22", "10.1.0.1")
 	for _, id := range []int{101, 102, 201, 202} {
-		serve(t, p.GuestNS(id), 7000)
+		nettest.Serve(t, p.GuestNS(id), 7000, p.GuestNS(id))
 	}
-	waitReach(t, p.GuestNS(101), "10.1.0.12:7000", p.GuestNS(102))
-	waitReach(t, p.GuestNS(102), "10.1.0.11:7000", p.GuestNS(101))
+	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(101), "10.1.0.12:7000", 20*time.Second), p.GuestNS(102))
+	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(102), "10.1.0.11:7000", 20*time.Second), p.GuestNS(101))
 	// Blue's guests reach each other across the nodes too, and red's not at all.
-	waitReach(t, p.GuestNS(201), "10.1.0.22:7000", p.GuestNS(202))
+	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(201), "10.1.0.22:7000", 20*time.Second), p.GuestNS(202))
 	for _, addr := range []string{"10.1.0.11:7000", "10.1.0.12:7000"} {
-		if got := reach(t, p.GuestNS(201), addr, 2*time.Second); got != "" {
+		if got := nettest.Reach(p.GuestNS(201), addr, 2*time.Second); got != "" {
 			t.Errorf("blue's guest reached %s: %q", addr, got)
 		}
 	}
 
 	do(t, c, "POST", "/nodes/pve2/qemu/102/status/stop", nil)
-	waitNS(t, p.GuestNS(102), false)
+	nettest.WaitNS(t, p.GuestNS(102), false, 10*time.Second)
 }
 
 // A node going offline loses its namespace (its guests stop); online again, its
@@ -191,13 +120,21 @@ func TestNodeOfflineTakesItsNamespace(t *testing.T) {
 	}
 	vm(t, c, "pve1", 101, red.VNet, "10.1.0.11", "10.1.0.1")
 	vm(t, c, "pve2", 102, red.VNet, "10.1.0.12", "10.1.0.1")
-	serve(t, p.GuestNS(102), 7000)
-	waitReach(t, p.GuestNS(101), "10.1.0.12:7000", p.GuestNS(102))
+	nettest.Serve(t, p.GuestNS(102), 7000, p.GuestNS(102))
+	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(101), "10.1.0.12:7000", 20*time.Second), p.GuestNS(102))
 	sim.SetNodeOnline("pve2", false)
-	waitNS(t, p.NodeNS("pve2"), false)
-	waitNS(t, p.GuestNS(102), false)
+	nettest.WaitNS(t, p.NodeNS("pve2"), false, 10*time.Second)
+	nettest.WaitNS(t, p.GuestNS(102), false, 10*time.Second)
 	sim.SetNodeOnline("pve2", true)
 	do(t, c, "POST", "/nodes/pve2/qemu/102/status/start", nil)
-	serve(t, p.GuestNS(102), 7001)
-	waitReach(t, p.GuestNS(101), "10.1.0.12:7001", p.GuestNS(102))
+	nettest.Serve(t, p.GuestNS(102), 7001, p.GuestNS(102))
+	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(101), "10.1.0.12:7001", 20*time.Second), p.GuestNS(102))
+}
+
+// wantAnswer fails the test unless the answer came from the service want.
+func wantAnswer(t *testing.T, got, want string) {
+	t.Helper()
+	if !strings.HasPrefix(got, want+" from ") {
+		t.Fatalf("answer %q, want one from %s", got, want)
+	}
 }
