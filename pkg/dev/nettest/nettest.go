@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +101,90 @@ func PeerIP(answer string) string {
 	}
 	host, _, _ := net.SplitHostPort(hostport)
 	return host
+}
+
+// Echo listens on port of every address in ns and echoes what each connection sends;
+// t.Cleanup stops it.
+func Echo(t testing.TB, ns string, port int) {
+	t.Helper()
+	WaitNS(t, ns, true, 20*time.Second)
+	ln, err := nsnet.Listen(context.Background(), ns, "tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+	if err != nil {
+		t.Fatalf("nettest: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+}
+
+// Meter counts the bytes a Sink received.
+type Meter struct{ n atomic.Int64 }
+
+// Sink listens on port of every address in ns and counts and discards what it
+// receives; t.Cleanup stops it.
+func Sink(t testing.TB, ns string, port int) *Meter {
+	t.Helper()
+	WaitNS(t, ns, true, 20*time.Second)
+	ln, err := nsnet.Listen(context.Background(), ns, "tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+	if err != nil {
+		t.Fatalf("nettest: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	m := &Meter{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					m.n.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return m
+}
+
+// Throughput sends from ns to the Sink of m at addr and returns the rate of TCP
+// payload the sink received during d, in Mbit/s, measured after 1.5 s of warm-up
+// (the token bucket's burst, TCP's slow start, the socket buffers filling).
+func Throughput(t testing.TB, ns, addr string, m *Meter, d time.Duration) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := nsnet.Dial(ctx, ns, "tcp4", addr)
+	if err != nil {
+		t.Fatalf("nettest: throughput to %s: %v", addr, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { c.Close(); <-done }()
+	time.Sleep(1500 * time.Millisecond) // measuring: the warm-up is part of the method
+	b0, t0 := m.n.Load(), time.Now()
+	time.Sleep(d)
+	b1, t1 := m.n.Load(), time.Now()
+	return float64((b1-b0)*8) / t1.Sub(t0).Seconds() / 1e6
 }
