@@ -84,6 +84,10 @@ func TestAuditEveryMutation(t *testing.T) {
 		"shutdownVM":           {{user: "bob", vdc: "blue", query: `mutation { shutdownVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"rebootVM":             {{user: "bob", vdc: "blue", query: `mutation { rebootVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteVM":             {{user: "bob", vdc: "blue", query: `mutation { deleteVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { createSnapshot(vm: "nosuch", input: {name: "s1", withRAM: true}) { id } }`, ids: []string{"nosuch"}}},
+		"rollbackSnapshot":     {{user: "bob", vdc: "blue", query: `mutation { rollbackSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"deleteSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { deleteSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"updateZone":           {{user: "admin", query: `mutation { updateZone(input: {name: "alpha", region: "eu-central"}) { name region } }`, ids: []string{"alpha"}}},
 		"deleteNetwork":        {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
 		"deleteVDC":            {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
 		"deleteImage":          {{user: "admin", query: `mutation { deleteImage(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
@@ -93,7 +97,8 @@ func TestAuditEveryMutation(t *testing.T) {
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
-		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM", "deleteNetwork",
+		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()

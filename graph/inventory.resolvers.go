@@ -66,12 +66,16 @@ func (r *hostResolver) MemoryTotal(ctx context.Context, obj *model.Host) (*int, 
 }
 
 // Zones is the resolver for the zones field.
-func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, error) {
+func (r *queryResolver) Zones(ctx context.Context, first *int, region *string) ([]*model.Zone, error) {
 	n, err := limit(first, 20)
 	if err != nil {
 		return nil, err
 	}
-	zs, _ := r.zonesOf(nil, "")
+	all, _ := r.zonesOf(ctx, nil, "")
+	zs, err := r.visibleZones(ctx, all, region, "region")
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
 		out = append(out, zoneModel(z, r.AgentVersion))
@@ -81,7 +85,7 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 
 // Zone is the resolver for the zone field.
 func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, error) {
-	zs, err := r.zonesOf(&name, "name")
+	zs, err := r.zonesOf(ctx, &name, "name")
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
@@ -89,12 +93,15 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 }
 
 // Hosts is the resolver for the hosts field.
-func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]*model.Host, error) {
+func (r *queryResolver) Hosts(ctx context.Context, zone *string, region *string, first *int) ([]*model.Host, error) {
 	n, err := limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.zonesOf(ctx, zone, "zone")
+	if err == nil && region != nil {
+		zs, err = r.visibleZones(ctx, zs, region, "region")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +133,10 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		}
 		cursor = &ref
 	}
-	zs, err := r.zonesOf(filter.Zone, "filter.zone")
+	zs, err := r.zonesOf(ctx, filter.Zone, "filter.zone")
+	if err == nil && filter.Region != nil {
+		zs, err = r.visibleZones(ctx, zs, filter.Region, "filter.region")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ var public = []string{
 	"Query.images", "Query.image",
 	"Query.computeProfiles", "Query.computeProfile",
 	"Query.storageProfiles", "Query.storageProfile",
-	"Query.zones", "Query.zone",
+	"Query.zones", "Query.zone", "Query.regions",
 }
 
 // loadSchema parses graph/*.graphqls as gqlgen does (extensions merged).

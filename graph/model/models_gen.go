@@ -61,6 +61,16 @@ type CreateNetworkInput struct {
 	Gateway string `json:"gateway"`
 }
 
+type CreateSnapshotInput struct {
+	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
+	// the VM's snapshots; not current, pending or vzdump.
+	Name string `json:"name"`
+	// Free text, at most 1024 bytes.
+	Description *string `json:"description,omitempty"`
+	// Also save the RAM (the VM must be running): a rollback resumes it where it was.
+	WithRAM *bool `json:"withRAM,omitempty"`
+}
+
 type CreateStorageProfileInput struct {
 	Name        string           `json:"name"`
 	Description *string          `json:"description,omitempty"`
@@ -232,6 +242,13 @@ type Operation struct {
 type Query struct {
 }
 
+// A region: a group of zones.
+type Region struct {
+	Name string `json:"name"`
+	// Its zones the caller sees, sorted by name.
+	Zones []*Zone `json:"zones"`
+}
+
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
@@ -280,6 +297,15 @@ type UpdateVDCInput struct {
 	Quotas          *VDCQuotasInput `json:"quotas,omitempty"`
 }
 
+type UpdateZoneInput struct {
+	// The zone's name.
+	Name string `json:"name"`
+	// The region (a DNS label); "" takes the zone out of any region.
+	Region *string `json:"region,omitempty"`
+	// The VDCs the zone is dedicated to (at most 100); [] opens it to every VDC.
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+}
+
 // A VDC the caller may use.
 type VDCAccess struct {
 	Vdc  *catalog.VDC `json:"vdc"`
@@ -321,6 +347,8 @@ type VM struct {
 	// CPU utilisation, 0 to 1 of its vCPUs.
 	CPUUsage      float64 `json:"cpuUsage"`
 	MemoryUsedMiB int     `json:"memoryUsedMiB"`
+	// Its snapshots, oldest first.
+	Snapshots []*VMSnapshot `json:"snapshots"`
 	// Its network interfaces in order (net0 first).
 	Nics []*VMNic `json:"nics"`
 	// Its disks in slot order (the cloud-init drive is not one).
@@ -361,7 +389,9 @@ type VMDisk struct {
 // Filters of vms; all given ones must match.
 type VMFilter struct {
 	// Zone name.
-	Zone   *string   `json:"zone,omitempty"`
+	Zone *string `json:"zone,omitempty"`
+	// Region: the VMs in the region's zones.
+	Region *string   `json:"region,omitempty"`
 	Status *VMStatus `json:"status,omitempty"`
 	// Part of the name, case-insensitive.
 	Name *string `json:"name,omitempty"`
@@ -382,6 +412,22 @@ type VMNic struct {
 	IPAddresses []string `json:"ipAddresses"`
 }
 
+// A snapshot of a VM.
+type VMSnapshot struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// When it was taken (null while it is being taken).
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Whether it holds the VM's RAM.
+	WithRAM bool `json:"withRAM"`
+	// The snapshot it was taken on top of.
+	Parent *string `json:"parent,omitempty"`
+	// Whether the VM now runs on top of it (the last taken or rolled back to).
+	Current bool `json:"current"`
+	// What it counts against the VDC's storage quota, in GiB.
+	StorageGiB int `json:"storageGiB"`
+}
+
 // A zone: one Proxmox cluster, or a standalone Proxmox node.
 type Zone struct {
 	// Stable identity of the Proxmox cluster.
@@ -394,6 +440,12 @@ type Zone struct {
 	Hosts []*Host `json:"hosts,omitempty"`
 	// Totals and utilisation of the zone's online hosts and storage.
 	Capacity *Capacity `json:"capacity,omitempty"`
+	// The region it belongs to.
+	Region *string `json:"region,omitempty"`
+	// Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC).
+	Dedicated bool `json:"dedicated"`
+	// The VDCs it is dedicated to, sorted; empty when every VDC may use it.
+	DedicatedTo []string `json:"dedicatedTo"`
 }
 
 type ZonePoolInput struct {
@@ -518,12 +570,15 @@ func (e ImageStagingState) MarshalJSON() ([]byte, error) {
 type OperationKind string
 
 const (
-	OperationKindCreateVM   OperationKind = "CREATE_VM"
-	OperationKindStartVM    OperationKind = "START_VM"
-	OperationKindStopVM     OperationKind = "STOP_VM"
-	OperationKindShutdownVM OperationKind = "SHUTDOWN_VM"
-	OperationKindRebootVM   OperationKind = "REBOOT_VM"
-	OperationKindDeleteVM   OperationKind = "DELETE_VM"
+	OperationKindCreateVM         OperationKind = "CREATE_VM"
+	OperationKindStartVM          OperationKind = "START_VM"
+	OperationKindStopVM           OperationKind = "STOP_VM"
+	OperationKindShutdownVM       OperationKind = "SHUTDOWN_VM"
+	OperationKindRebootVM         OperationKind = "REBOOT_VM"
+	OperationKindDeleteVM         OperationKind = "DELETE_VM"
+	OperationKindCreateSnapshot   OperationKind = "CREATE_SNAPSHOT"
+	OperationKindRollbackSnapshot OperationKind = "ROLLBACK_SNAPSHOT"
+	OperationKindDeleteSnapshot   OperationKind = "DELETE_SNAPSHOT"
 )
 
 var AllOperationKind = []OperationKind{
@@ -533,11 +588,14 @@ var AllOperationKind = []OperationKind{
 	OperationKindShutdownVM,
 	OperationKindRebootVM,
 	OperationKindDeleteVM,
+	OperationKindCreateSnapshot,
+	OperationKindRollbackSnapshot,
+	OperationKindDeleteSnapshot,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot:
 		return true
 	}
 	return false

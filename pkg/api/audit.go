@@ -97,6 +97,9 @@ func (a *auditor) InterceptRootField(ctx context.Context, next graphql.RootResol
 				continue
 			}
 			ev.RequestObject[def.Name] = a.redact(v, def.Type)
+			if id, ok := v.(string); ok && def.Type.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
+				ids = append(ids, id) // an ID argument of any name (vm: of createSnapshot)
+			}
 			ids = collectIDs(ids, def.Name, ev.RequestObject[def.Name])
 		}
 	}
