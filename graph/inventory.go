@@ -382,6 +382,12 @@ func Complexity() generated.ComplexityRoot {
 	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
 	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
 	c.VM.Operations = func(child int, first *int) int { return times(child, first, 20) }
+	// A connection costs its children (edges, nodes, pageInfo) times first.
+	c.Query.ZonesConnection = func(child int, first *int, _, _ *string) int { return times(child, first, 20) }
+	c.Query.HostsConnection = func(child int, _, _ *string, first *int, _ *string) int { return times(child, first, 50) }
+	c.Query.VmsConnection = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
+	c.Query.NetworksConnection = func(child int, _ *string, first *int, _ *string) int { return times(child, first, 50) }
+	c.VM.OperationsConnection = func(child int, first *int, _ *string) int { return times(child, first, 20) }
 	return c
 }
 

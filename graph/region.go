@@ -75,6 +75,17 @@ func (r *Resolver) visibleZones(ctx context.Context, zs []zones.Zone, region *st
 	}), nil
 }
 
+// scopedZones returns the zones a list's filters name: the zone named zone
+// (which the caller must see) or every zone, and of those only region's
+// that the caller sees when region is set.
+func (r *Resolver) scopedZones(ctx context.Context, zone, region *string, zoneField, regionField string) ([]zones.Zone, error) {
+	zs, err := r.zonesOf(ctx, zone, zoneField)
+	if err == nil && region != nil {
+		zs, err = r.visibleZones(ctx, zs, region, regionField)
+	}
+	return zs, err
+}
+
 func regionOf(policies map[string]*catalog.ZonePolicy, zone string) string {
 	if p := policies[zone]; p != nil {
 		return p.Region
