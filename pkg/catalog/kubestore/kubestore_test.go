@@ -296,6 +296,7 @@ func TestAPITypesMirrorDomain(t *testing.T) {
 	types := map[catalog.Kind]any{
 		catalog.KindVDC: &v1alpha1.VDC{}, catalog.KindComputeProfile: &v1alpha1.ComputeProfile{},
 		catalog.KindStorageProfile: &v1alpha1.StorageProfile{}, catalog.KindImage: &v1alpha1.Image{},
+		catalog.KindZonePolicy: &v1alpha1.ZonePolicy{},
 	}
 	for _, o := range catalogtest.Sample() {
 		data, err := json.Marshal(o)

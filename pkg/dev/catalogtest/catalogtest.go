@@ -67,7 +67,9 @@ func Sample() []catalog.Object {
 	img := &catalog.Image{}
 	img.Name, img.Description, img.Version, img.URL, img.CloudInit = "ubuntu-24.04", "Noble", "20251117", "https://images.example/noble.qcow2", true
 	img.Checksum = "sha256:" + strings.Repeat("ab", 32)
-	return []catalog.Object{v, cp, sp, img}
+	zp := &catalog.ZonePolicy{}
+	zp.Name, zp.Region, zp.DedicatedTo = "fra1", "eu-central", []string{"full", "other"}
+	return []catalog.Object{v, cp, sp, img, zp}
 }
 
 // everyFieldKept: what is written is what is read, field for field, by

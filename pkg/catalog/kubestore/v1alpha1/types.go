@@ -13,7 +13,7 @@ var GroupVersion = schema.GroupVersion{Group: "flexplane.io", Version: "v1alpha1
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
-		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{})
+		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -256,4 +256,44 @@ type ImageList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Image `json:"items"`
+}
+
+// ZonePolicy is what the platform admin decides about a zone (named by
+// the zone): its region and the VDCs it is dedicated to.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=zonepolicies,singular=zonepolicy,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="name must be a DNS label of at most 63 characters"
+// +kubebuilder:printcolumn:name="Region",type=string,JSONPath=`.spec.region`
+type ZonePolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ZonePolicySpec `json:"spec"`
+}
+
+// ZonePolicySpec is the region and the dedication of a zone.
+type ZonePolicySpec struct {
+	// Region groups zones (a DNS label); empty for none.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Region string `json:"region,omitempty"`
+	// DedicatedTo lists the VDCs the zone is reserved for; empty: every
+	// VDC.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+}
+
+// ZonePolicyList is a list of zone policies.
+//
+// +kubebuilder:object:root=true
+type ZonePolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ZonePolicy `json:"items"`
 }
