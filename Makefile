@@ -60,7 +60,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps check-generated check-proto-breaking portal portal-deps browser test-portal
+	generate-deps check-generated check-proto-breaking portal portal-deps browser postgres test-portal
 
 all: build
 
@@ -79,7 +79,7 @@ dev: portal
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests.
-test: portal browser
+test: portal browser postgres
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -206,6 +206,11 @@ lint-portal: portal-deps
 ## browser: Debian's chromium for the browser tests (apt-get when missing).
 browser:
 	@portal/scripts/install-browser.sh
+
+## postgres: Debian's postgresql server binaries for the tests that run a
+## throwaway PostgreSQL (pkg/dev/pgtest; apt-get when missing).
+postgres:
+	@pkg/dev/pgtest/install-postgres.sh
 
 ## test-portal: only the portal's browser tests: against an in-process
 ## backend, the mesh harness and the real dev stack.
