@@ -53,6 +53,15 @@ BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
+# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), built
+# from the Go modules pinned in tools/kube and tools/etcd. They are cached
+# outside the checkout, in a directory named by a hash of the pins, so a
+# fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
+# derives the same directory when FLEXPLANE_KUBE_BIN is unset).
+KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/etcd/go.mod tools/etcd/go.sum
+KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
+export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
+
 NPM         ?= npm
 # Every file the portal build reads (not its outputs, packages or tests).
 PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -name .nuxt \
@@ -60,7 +69,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps check-generated check-proto-breaking portal portal-deps browser postgres image test-portal
+	generate-deps generate-crds check-generated check-proto-breaking portal portal-deps browser postgres image test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -79,7 +88,7 @@ dev: portal
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests.
-test: portal browser postgres
+test: portal browser postgres kube-bin
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -124,6 +133,32 @@ bench:
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
 bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
+
+## kube-bin: kube-apiserver and etcd for the tests, built from the pinned
+## Go modules into KUBE_BIN (a cold build takes ~10 minutes and ~3 GB of
+## memory; afterwards nothing is rebuilt until a pin changes). The version
+## ldflags make /version report the real version (Helm and client version
+## gates read it).
+kube-bin: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+
+print-kube-bin:
+	@echo $(KUBE_BIN)
+
+$(KUBE_BIN)/kube-apiserver:
+	@mkdir -p $(@D)
+	cd tools/kube && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+	minor=$$(echo $$v | cut -d. -f2) && \
+	$(GO) build -trimpath -ldflags "-s -w \
+		-X k8s.io/component-base/version.gitVersion=$$v \
+		-X k8s.io/component-base/version.gitMajor=1 \
+		-X k8s.io/component-base/version.gitMinor=$$minor" \
+		-o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+$(KUBE_BIN)/etcd:
+	@mkdir -p $(@D)
+	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
