@@ -69,7 +69,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser test-portal kube-bin print-kube-bin
+	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -88,7 +88,7 @@ dev: portal
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests.
-test: portal browser kube-bin
+test: portal browser postgres kube-bin
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -263,6 +263,25 @@ lint-portal: portal-deps
 ## browser: Debian's chromium for the browser tests (apt-get when missing).
 browser:
 	@portal/scripts/install-browser.sh
+
+## image: the orchestrator's container image, built without Docker
+## (pkg/dev/ociimage): a static linux binary, the built portal and the CA
+## bundle on an empty base, as an image tarball (IMAGE_OUT; docker load,
+## podman load, ctr images import, kind load image-archive). Reproducible:
+## the same sources give the same digest (timestamps from
+## SOURCE_DATE_EPOCH, else 0). Its tag is the flexplane chart's default image.
+IMAGE_OUT ?= bin/orchestrator-image.tar
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+image: portal
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=false \
+		-tags ts_omit_captiveportal -ldflags '-s -w -buildid=' -o bin/linux-$(IMAGE_ARCH)/orchestrator ./cmd/orchestrator
+	$(GO) run ./pkg/dev/ociimage/internal/build -arch $(IMAGE_ARCH) -binary bin/linux-$(IMAGE_ARCH)/orchestrator \
+		-portal portal/.output/public -out $(IMAGE_OUT)
+
+## postgres: Debian's postgresql server binaries for the tests that run a
+## throwaway PostgreSQL (pkg/dev/pgtest; apt-get when missing).
+postgres:
+	@pkg/dev/pgtest/install-postgres.sh
 
 ## test-portal: only the portal's browser tests: against an in-process
 ## backend, the mesh harness and the real dev stack.

@@ -46,7 +46,7 @@ const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
                      [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-agent-version V]
-                     [-memory-limit SIZE] [-debug-addr ADDR]
+                     [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID
@@ -118,6 +118,8 @@ func serve(ctx context.Context, args []string) error {
 	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
 	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
+	meshPG := fs.String("mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
+	meshPGPassword := fs.String("mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
 	stun := fs.String("stun-addr", env("FLEXPLANE_STUN_ADDR", ":3478"), "STUN UDP address (env FLEXPLANE_STUN_ADDR)")
 	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
 	issuer := fs.String("oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
@@ -148,6 +150,18 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
+	}
+	var meshPostgres *meshcontrol.PostgresConfig
+	if *meshPG != "" {
+		if meshPostgres, err = meshcontrol.ParsePostgresURL(*meshPG); err != nil {
+			return fmt.Errorf("-mesh-postgres: %w", err)
+		}
+		if *meshPGPassword == "" {
+			return errors.New("-mesh-postgres needs -mesh-postgres-password-file")
+		}
+		meshPostgres.PasswordFile = *meshPGPassword
+	} else if *meshPGPassword != "" {
+		return errors.New("-mesh-postgres-password-file needs -mesh-postgres")
 	}
 	if *memLimit != "" {
 		n, err := parseSize(*memLimit)
@@ -202,10 +216,11 @@ func serve(ctx context.Context, args []string) error {
 		_ = stopTracing(sctx)
 	}()
 	srv, err := orchestrator.New(orchestrator.Config{
-		Listen:    *listen,
-		PublicURL: *publicURL,
-		DataDir:   *dataDir,
-		STUNAddr:  *stun,
+		Listen:       *listen,
+		PublicURL:    *publicURL,
+		DataDir:      *dataDir,
+		STUNAddr:     *stun,
+		MeshPostgres: meshPostgres,
 		API: orchestrator.APIConfig{
 			Issuer:         *issuer,
 			Audience:       *audience,

@@ -52,6 +52,10 @@ type Config struct {
 	// STUNAddr is the UDP address of the STUN server. Default ":3478"; a
 	// zero port picks a free one.
 	STUNAddr string
+	// MeshPostgres keeps the mesh control server's state in PostgreSQL
+	// (replicated deployments: whichever replica runs it finds the same
+	// nodes, keys and server keys); nil keeps it in SQLite under DataDir.
+	MeshPostgres *meshcontrol.PostgresConfig
 	// AgentPort is the agents' gRPC port. Default 50051.
 	AgentPort uint16
 	// MeshName is the orchestrator's name in the mesh. Default
@@ -233,6 +237,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		DataDir:   filepath.Join(s.cfg.DataDir, "headscale"),
 		ServerURL: publicURL,
 		STUNAddr:  s.cfg.STUNAddr,
+		Postgres:  s.cfg.MeshPostgres,
 		AgentPort: s.cfg.AgentPort,
 		Policy:    s.cfg.MeshPolicy,
 		Logger:    s.log,
