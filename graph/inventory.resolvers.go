@@ -74,7 +74,7 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 	zs, _ := r.zonesOf(nil, "")
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
-		out = append(out, zoneModel(z, r.AgentVersion))
+		out = append(out, zoneModel(z, r.agentTarget()))
 	}
 	return out, nil
 }
@@ -85,7 +85,7 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
-	return zoneModel(zs[0], r.AgentVersion), nil
+	return zoneModel(zs[0], r.agentTarget()), nil
 }
 
 // Hosts is the resolver for the hosts field.
@@ -100,7 +100,7 @@ func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]
 	}
 	var out []*model.Host
 	for _, z := range zs {
-		out = append(out, zoneModel(z, r.AgentVersion).Hosts...)
+		out = append(out, zoneModel(z, r.agentTarget()).Hosts...)
 	}
 	return out[:min(n, len(out))], nil
 }
@@ -141,7 +141,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		if err != nil {
 			return err
 		}
-		zm := zoneModel(z, r.AgentVersion)
+		zm := zoneModel(z, r.agentTarget())
 		cs := make([]vmCandidate, 0, len(rs))
 		for i := range rs {
 			res := &rs[i]
@@ -186,7 +186,7 @@ func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	}
 	for _, res := range rs {
 		if res.VMID == ref.VMID && res.Template != 1 {
-			return vmModel(zoneModel(z, r.AgentVersion), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
+			return vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
 		}
 	}
 	return nil, vmNotFound()

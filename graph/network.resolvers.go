@@ -36,7 +36,7 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	if err != nil {
 		return nil, zoneError(z, networkError(err))
 	}
-	return networkModel(zoneModel(z, r.AgentVersion), n, z.ID), nil
+	return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 }
 
 // DeleteNetwork is the resolver for the deleteNetwork field.
@@ -80,7 +80,7 @@ func (r *queryResolver) Networks(ctx context.Context, zone *string, first *int) 
 		if err != nil {
 			return err
 		}
-		zm := zoneModel(z, r.AgentVersion)
+		zm := zoneModel(z, r.agentTarget())
 		mu.Lock()
 		defer mu.Unlock()
 		for _, nw := range nets {

@@ -12,6 +12,56 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
+// A signed agent release the orchestrator serves to agents.
+type AgentRelease struct {
+	Version string `json:"version"`
+	// GOOS/GOARCH, e.g. linux/amd64.
+	Platform string `json:"platform"`
+	// The binary's size in bytes.
+	Size   int    `json:"size"`
+	Sha256 string `json:"sha256"`
+	// The oldest version it may replace.
+	MinVersion *string `json:"minVersion,omitempty"`
+	// After this, agents refuse it.
+	NotAfter time.Time `json:"notAfter"`
+}
+
+// A host of a rollout.
+type AgentUpdateHost struct {
+	// The host's id.
+	ID string `json:"id"`
+	// The Proxmox node name.
+	Name string `json:"name"`
+	// The zone's name.
+	Zone string `json:"zone"`
+	// Its batch, from 1.
+	Batch int `json:"batch"`
+	// The version it ran before.
+	From  *string              `json:"from,omitempty"`
+	State AgentUpdateHostState `json:"state"`
+	// Why it failed or was skipped.
+	Reason *string `json:"reason,omitempty"`
+	// Seconds its update took (done or failed).
+	Seconds *float64 `json:"seconds,omitempty"`
+}
+
+// A rollout of an agent release.
+type AgentUpdateOperation struct {
+	// Opaque id.
+	ID      string         `json:"id"`
+	Version string         `json:"version"`
+	State   OperationState `json:"state"`
+	// Why it failed (FAILED): the host that halted it and its reason.
+	Error *string `json:"error,omitempty"`
+	// The largest batch (0: one host per zone).
+	Batch int `json:"batch"`
+	// The hosts in the order they are updated.
+	Hosts      []*AgentUpdateHost `json:"hosts"`
+	StartedAt  time.Time          `json:"startedAt"`
+	UpdatedAt  time.Time          `json:"updatedAt"`
+	FinishedAt *time.Time         `json:"finishedAt,omitempty"`
+}
+
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
 type Capacity struct {
 	// Logical CPUs of the online hosts.
@@ -150,8 +200,12 @@ type Host struct {
 	StatusDetail   *string `json:"statusDetail,omitempty"`
 	AgentVersion   *string `json:"agentVersion,omitempty"`
 	ProxmoxVersion *string `json:"proxmoxVersion,omitempty"`
-	// Whether the agent runs another version than the orchestrator's.
+	// Whether a published agent release is newer than the agent (without a
+	// release store: whether the agent runs another version than the
+	// orchestrator ships).
 	UpdateAvailable *bool `json:"updateAvailable,omitempty"`
+	// The agent's latest update.
+	Update *HostUpdate `json:"update,omitempty"`
 	// Seconds since the node booted.
 	Uptime *int `json:"uptime,omitempty"`
 	// Logical CPUs.
@@ -161,6 +215,20 @@ type Host struct {
 	// Memory in MiB.
 	MemoryUsed  *int `json:"memoryUsed,omitempty"`
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
+}
+
+// An agent's latest update, as the agent reports it.
+type HostUpdate struct {
+	State AgentUpdateState `json:"state"`
+	// The version being (or last) installed.
+	Version *string `json:"version,omitempty"`
+	// The version it replaces.
+	From *string `json:"from,omitempty"`
+	// Why it was refused or rolled back.
+	Reason *string `json:"reason,omitempty"`
+	// The rollout that asked for it.
+	OperationID *string    `json:"operationId,omitempty"`
+	UpdatedAt   *time.Time `json:"updatedAt,omitempty"`
 }
 
 type ImageZoneState struct {
@@ -242,6 +310,17 @@ type Tenant struct {
 	Name string `json:"name"`
 	// DNS domain of the tenant, e.g. cloud.acme.example.
 	Domain string `json:"domain"`
+}
+
+type UpdateAgentsInput struct {
+	// A published release's version, e.g. v1.4.0.
+	Version string `json:"version"`
+	// Host ids.
+	Hosts []string `json:"hosts,omitempty"`
+	// A zone id, when hosts is not given.
+	Zone *string `json:"zone,omitempty"`
+	// The largest batch; 0 or absent: no limit but one host per zone.
+	Batch *int `json:"batch,omitempty"`
 }
 
 type UpdateComputeProfileInput struct {
@@ -399,6 +478,137 @@ type Zone struct {
 type ZonePoolInput struct {
 	Zone string `json:"zone"`
 	Pool string `json:"pool"`
+}
+
+type AgentUpdateHostState string
+
+const (
+	AgentUpdateHostStatePending  AgentUpdateHostState = "PENDING"
+	AgentUpdateHostStateUpdating AgentUpdateHostState = "UPDATING"
+	AgentUpdateHostStateDone     AgentUpdateHostState = "DONE"
+	AgentUpdateHostStateFailed   AgentUpdateHostState = "FAILED"
+	AgentUpdateHostStateSkipped  AgentUpdateHostState = "SKIPPED"
+)
+
+var AllAgentUpdateHostState = []AgentUpdateHostState{
+	AgentUpdateHostStatePending,
+	AgentUpdateHostStateUpdating,
+	AgentUpdateHostStateDone,
+	AgentUpdateHostStateFailed,
+	AgentUpdateHostStateSkipped,
+}
+
+func (e AgentUpdateHostState) IsValid() bool {
+	switch e {
+	case AgentUpdateHostStatePending, AgentUpdateHostStateUpdating, AgentUpdateHostStateDone, AgentUpdateHostStateFailed, AgentUpdateHostStateSkipped:
+		return true
+	}
+	return false
+}
+
+func (e AgentUpdateHostState) String() string {
+	return string(e)
+}
+
+func (e *AgentUpdateHostState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = AgentUpdateHostState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid AgentUpdateHostState", str)
+	}
+	return nil
+}
+
+func (e AgentUpdateHostState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *AgentUpdateHostState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e AgentUpdateHostState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type AgentUpdateState string
+
+const (
+	AgentUpdateStateIdle        AgentUpdateState = "IDLE"
+	AgentUpdateStateDownloading AgentUpdateState = "DOWNLOADING"
+	AgentUpdateStateVerifying   AgentUpdateState = "VERIFYING"
+	AgentUpdateStateRestarting  AgentUpdateState = "RESTARTING"
+	// The new version runs and must become healthy before its deadline.
+	AgentUpdateStateProbation AgentUpdateState = "PROBATION"
+	AgentUpdateStateDone      AgentUpdateState = "DONE"
+	// The new version crashed or was not healthy in time: the previous one runs again (reason says why).
+	AgentUpdateStateRolledBack AgentUpdateState = "ROLLED_BACK"
+	// The release was refused before anything ran (bad signature, tampered, expired, not newer).
+	AgentUpdateStateRefused AgentUpdateState = "REFUSED"
+)
+
+var AllAgentUpdateState = []AgentUpdateState{
+	AgentUpdateStateIdle,
+	AgentUpdateStateDownloading,
+	AgentUpdateStateVerifying,
+	AgentUpdateStateRestarting,
+	AgentUpdateStateProbation,
+	AgentUpdateStateDone,
+	AgentUpdateStateRolledBack,
+	AgentUpdateStateRefused,
+}
+
+func (e AgentUpdateState) IsValid() bool {
+	switch e {
+	case AgentUpdateStateIdle, AgentUpdateStateDownloading, AgentUpdateStateVerifying, AgentUpdateStateRestarting, AgentUpdateStateProbation, AgentUpdateStateDone, AgentUpdateStateRolledBack, AgentUpdateStateRefused:
+		return true
+	}
+	return false
+}
+
+func (e AgentUpdateState) String() string {
+	return string(e)
+}
+
+func (e *AgentUpdateState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = AgentUpdateState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid AgentUpdateState", str)
+	}
+	return nil
+}
+
+func (e AgentUpdateState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 type HostStatus string
