@@ -202,11 +202,18 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
 		served:  make(chan struct{}),
 	}
+	authKey := cfg.AuthKey
+	if meshnode.HasState(cfg.StateDir) {
+		// Enrolled already: the key (still in the environment of a
+		// restarted or updated agent) must not register the node again,
+		// which would give its node key a second identity in the mesh.
+		authKey = ""
+	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
 		Hostname:   cfg.MeshName,
 		Dir:        cfg.StateDir,
 		ControlURL: cfg.ControlURL,
-		AuthKey:    cfg.AuthKey,
+		AuthKey:    authKey,
 		Logger:     cfg.Logger,
 	})
 	if err != nil {

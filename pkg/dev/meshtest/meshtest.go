@@ -65,6 +65,9 @@ type options struct {
 	web      http.Handler
 	tracer   trace.TracerProvider
 	audit    audit.Sink
+
+	releaseKey         string
+	releaseHostTimeout time.Duration
 }
 
 // Option configures a Harness.
