@@ -51,7 +51,7 @@ type Options struct {
 	// "" leaves it to OTEL_EXPORTER_OTLP_ENDPOINT (package tracing).
 	OTLPEndpoint string
 	// Probation is how long a new version has to become healthy before the
-	// launcher switches back to the previous one; 0 is its default (60s).
+	// launcher switches back to the previous one; 0 is its default (40s).
 	Probation time.Duration
 	// NoLauncher runs the agent without the launcher (no rollback of a
 	// version that crashes at start): for supervisors that roll back
@@ -82,7 +82,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "minisign public key file agent releases must be signed with (env "+EnvReleaseKeyFile+"; or the key itself in "+EnvReleaseKey+"; default none: no updates)")
-		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 60s)")
+		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
 	)
 	if err := fs.Parse(args); err != nil {
 		var b strings.Builder

@@ -205,6 +205,9 @@ func (c *Check) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Sum is the SHA-256 of what was written, lowercase hex.
+func (c *Check) Sum() string { return hex.EncodeToString(c.h.Sum(nil)) }
+
 // Done checks that the whole binary arrived and hashes as the manifest says.
 func (c *Check) Done() error {
 	if c.n != c.m.Size {

@@ -635,6 +635,9 @@ func (s *Service) Latest() map[string]string {
 	latest := map[string]string{}
 	if list, err := s.cfg.Releases.List(); err == nil {
 		for _, p := range list {
+			if time.Now().After(p.Manifest.NotAfter) {
+				continue // agents refuse it
+			}
 			if _, ok := latest[p.Manifest.Platform]; !ok {
 				latest[p.Manifest.Platform] = p.Manifest.Version
 			}

@@ -24,6 +24,12 @@ const EnvLaunched = "FLEXPLANE_AGENT_LAUNCHED"
 // current version at once; a supervisor without the launcher restarts it.
 const RestartExitCode = 75
 
+// DefaultProbation is how long a new version has by default to become
+// healthy: long enough to join the mesh and be checked by the orchestrator
+// on a busy node, short enough that a bad release is rolled back within a
+// minute.
+const DefaultProbation = 40 * time.Second
+
 // LaunchConfig configures Launch.
 type LaunchConfig struct {
 	// Dir is the update directory. Required.
@@ -37,7 +43,7 @@ type LaunchConfig struct {
 	// version gets the same ones, and the same environment.
 	Args []string
 	// Probation is how long a new version has to become healthy. Default
-	// 60s.
+	// DefaultProbation.
 	Probation time.Duration
 	// MaxStarts is how many times a new version may start during its
 	// probation; exiting after the last is a crash loop. Default 3.
@@ -57,7 +63,7 @@ type LaunchConfig struct {
 
 func (c *LaunchConfig) setDefaults() {
 	if c.Probation <= 0 {
-		c.Probation = 60 * time.Second
+		c.Probation = DefaultProbation
 	}
 	if c.MaxStarts <= 0 {
 		c.MaxStarts = 3
