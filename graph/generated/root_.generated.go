@@ -2618,6 +2618,7 @@ extend type Mutation {
   updateAgents(input: UpdateAgentsInput!): AgentUpdateOperation! @platformAdmin
 }
 
+"What updateAgents updates, and to which release."
 input UpdateAgentsInput {
   "A published release's version, e.g. v1.4.0."
   version: String!
@@ -2631,11 +2632,13 @@ input UpdateAgentsInput {
 
 "A signed agent release the orchestrator serves to agents."
 type AgentRelease {
+  "Its semantic version, e.g. v1.4.0."
   version: String!
   "GOOS/GOARCH, e.g. linux/amd64."
   platform: String!
   "The binary's size in bytes."
   size: Int!
+  "The binary's SHA-256, lowercase hex."
   sha256: String!
   "The oldest version it may replace."
   minVersion: String
@@ -2647,7 +2650,9 @@ type AgentRelease {
 type AgentUpdateOperation {
   "Opaque id."
   id: ID!
+  "The release being rolled out."
   version: String!
+  "RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped)."
   state: OperationState!
   "Why it failed (FAILED): the host that halted it and its reason."
   error: String
@@ -2655,8 +2660,11 @@ type AgentUpdateOperation {
   batch: Int!
   "The hosts in the order they are updated."
   hosts: [AgentUpdateHost!]!
+  "When it started."
   startedAt: Time!
+  "When its record last changed."
   updatedAt: Time!
+  "When it ended."
   finishedAt: Time
 }
 
@@ -2672,6 +2680,7 @@ type AgentUpdateHost {
   batch: Int!
   "The version it ran before."
   from: String
+  "Where its update is."
   state: AgentUpdateHostState!
   "Why it failed or was skipped."
   reason: String
@@ -2679,16 +2688,23 @@ type AgentUpdateHost {
   seconds: Float
 }
 
+"Where a host of a rollout is."
 enum AgentUpdateHostState {
+  "Its batch has not started."
   PENDING
+  "The release is being sent to it or it is on probation."
   UPDATING
+  "It runs the new version and passed its probation."
   DONE
+  "It refused the release, rolled back or was not done in time: the rollout halted."
   FAILED
+  "Not updated: the rollout halted first, or it runs the version already."
   SKIPPED
 }
 
 "An agent's latest update, as the agent reports it."
 type HostUpdate {
+  "Where the update is."
   state: AgentUpdateState!
   "The version being (or last) installed."
   version: String
@@ -2698,16 +2714,23 @@ type HostUpdate {
   reason: String
   "The rollout that asked for it."
   operationId: ID
+  "When the state last changed."
   updatedAt: Time
 }
 
+"The state of an agent's update."
 enum AgentUpdateState {
+  "No update was ever asked for."
   IDLE
+  "The release is streaming in; its manifest and signature were accepted."
   DOWNLOADING
+  "Every byte arrived; size and hash are checked, then the binary's version."
   VERIFYING
+  "The current link points at the new version; the agent restarts into it."
   RESTARTING
   "The new version runs and must become healthy before its deadline."
   PROBATION
+  "The new version is healthy."
   DONE
   "The new version crashed or was not healthy in time: the previous one runs again (reason says why)."
   ROLLED_BACK

@@ -19,11 +19,13 @@ type Node interface {
 
 // A signed agent release the orchestrator serves to agents.
 type AgentRelease struct {
+	// Its semantic version, e.g. v1.4.0.
 	Version string `json:"version"`
 	// GOOS/GOARCH, e.g. linux/amd64.
 	Platform string `json:"platform"`
 	// The binary's size in bytes.
-	Size   int    `json:"size"`
+	Size int `json:"size"`
+	// The binary's SHA-256, lowercase hex.
 	Sha256 string `json:"sha256"`
 	// The oldest version it may replace.
 	MinVersion *string `json:"minVersion,omitempty"`
@@ -42,7 +44,8 @@ type AgentUpdateHost struct {
 	// Its batch, from 1.
 	Batch int `json:"batch"`
 	// The version it ran before.
-	From  *string              `json:"from,omitempty"`
+	From *string `json:"from,omitempty"`
+	// Where its update is.
 	State AgentUpdateHostState `json:"state"`
 	// Why it failed or was skipped.
 	Reason *string `json:"reason,omitempty"`
@@ -53,18 +56,23 @@ type AgentUpdateHost struct {
 // A rollout of an agent release.
 type AgentUpdateOperation struct {
 	// Opaque id.
-	ID      string         `json:"id"`
-	Version string         `json:"version"`
-	State   OperationState `json:"state"`
+	ID string `json:"id"`
+	// The release being rolled out.
+	Version string `json:"version"`
+	// RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped).
+	State OperationState `json:"state"`
 	// Why it failed (FAILED): the host that halted it and its reason.
 	Error *string `json:"error,omitempty"`
 	// The largest batch (0: one host per zone).
 	Batch int `json:"batch"`
 	// The hosts in the order they are updated.
-	Hosts      []*AgentUpdateHost `json:"hosts"`
-	StartedAt  time.Time          `json:"startedAt"`
-	UpdatedAt  time.Time          `json:"updatedAt"`
-	FinishedAt *time.Time         `json:"finishedAt,omitempty"`
+	Hosts []*AgentUpdateHost `json:"hosts"`
+	// When it started.
+	StartedAt time.Time `json:"startedAt"`
+	// When its record last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
+	// When it ended.
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 }
 
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
@@ -303,6 +311,7 @@ type HostEdge struct {
 
 // An agent's latest update, as the agent reports it.
 type HostUpdate struct {
+	// Where the update is.
 	State AgentUpdateState `json:"state"`
 	// The version being (or last) installed.
 	Version *string `json:"version,omitempty"`
@@ -311,8 +320,9 @@ type HostUpdate struct {
 	// Why it was refused or rolled back.
 	Reason *string `json:"reason,omitempty"`
 	// The rollout that asked for it.
-	OperationID *string    `json:"operationId,omitempty"`
-	UpdatedAt   *time.Time `json:"updatedAt,omitempty"`
+	OperationID *string `json:"operationId,omitempty"`
+	// When the state last changed.
+	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 }
 
 // An image's state in one zone.
@@ -491,6 +501,7 @@ type Tenant struct {
 	Domain string `json:"domain"`
 }
 
+// What updateAgents updates, and to which release.
 type UpdateAgentsInput struct {
 	// A published release's version, e.g. v1.4.0.
 	Version string `json:"version"`
@@ -804,14 +815,20 @@ type ZonePoolInput struct {
 	Pool string `json:"pool"`
 }
 
+// Where a host of a rollout is.
 type AgentUpdateHostState string
 
 const (
-	AgentUpdateHostStatePending  AgentUpdateHostState = "PENDING"
+	// Its batch has not started.
+	AgentUpdateHostStatePending AgentUpdateHostState = "PENDING"
+	// The release is being sent to it or it is on probation.
 	AgentUpdateHostStateUpdating AgentUpdateHostState = "UPDATING"
-	AgentUpdateHostStateDone     AgentUpdateHostState = "DONE"
-	AgentUpdateHostStateFailed   AgentUpdateHostState = "FAILED"
-	AgentUpdateHostStateSkipped  AgentUpdateHostState = "SKIPPED"
+	// It runs the new version and passed its probation.
+	AgentUpdateHostStateDone AgentUpdateHostState = "DONE"
+	// It refused the release, rolled back or was not done in time: the rollout halted.
+	AgentUpdateHostStateFailed AgentUpdateHostState = "FAILED"
+	// Not updated: the rollout halted first, or it runs the version already.
+	AgentUpdateHostStateSkipped AgentUpdateHostState = "SKIPPED"
 )
 
 var AllAgentUpdateHostState = []AgentUpdateHostState{
@@ -865,16 +882,22 @@ func (e AgentUpdateHostState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// The state of an agent's update.
 type AgentUpdateState string
 
 const (
-	AgentUpdateStateIdle        AgentUpdateState = "IDLE"
+	// No update was ever asked for.
+	AgentUpdateStateIdle AgentUpdateState = "IDLE"
+	// The release is streaming in; its manifest and signature were accepted.
 	AgentUpdateStateDownloading AgentUpdateState = "DOWNLOADING"
-	AgentUpdateStateVerifying   AgentUpdateState = "VERIFYING"
-	AgentUpdateStateRestarting  AgentUpdateState = "RESTARTING"
+	// Every byte arrived; size and hash are checked, then the binary's version.
+	AgentUpdateStateVerifying AgentUpdateState = "VERIFYING"
+	// The current link points at the new version; the agent restarts into it.
+	AgentUpdateStateRestarting AgentUpdateState = "RESTARTING"
 	// The new version runs and must become healthy before its deadline.
 	AgentUpdateStateProbation AgentUpdateState = "PROBATION"
-	AgentUpdateStateDone      AgentUpdateState = "DONE"
+	// The new version is healthy.
+	AgentUpdateStateDone AgentUpdateState = "DONE"
 	// The new version crashed or was not healthy in time: the previous one runs again (reason says why).
 	AgentUpdateStateRolledBack AgentUpdateState = "ROLLED_BACK"
 	// The release was refused before anything ran (bad signature, tampered, expired, not newer).
