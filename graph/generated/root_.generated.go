@@ -2603,7 +2603,10 @@ extend type Query {
   "The published agent releases, newest first; empty when the orchestrator has no release key."
   agentReleases: [AgentRelease!]! @platformAdmin
   "A rollout of agent updates by id; NOT_FOUND for any other id."
-  agentUpdateOperation(id: ID!): AgentUpdateOperation @platformAdmin
+  agentUpdateOperation(
+    "The rollout's id, as updateAgents answered it."
+    id: ID!
+  ): AgentUpdateOperation @platformAdmin
 }
 
 extend type Mutation {
@@ -2615,7 +2618,10 @@ extend type Mutation {
   is not done in time. Every chosen host must be online. Hosts running the
   version already are skipped. CONFLICT while another rollout runs.
   """
-  updateAgents(input: UpdateAgentsInput!): AgentUpdateOperation! @platformAdmin
+  updateAgents(
+    "The release and the hosts."
+    input: UpdateAgentsInput!
+  ): AgentUpdateOperation! @platformAdmin
 }
 
 "What updateAgents updates, and to which release."
