@@ -68,7 +68,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+.PHONY: release all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
 	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image test-portal kube-bin print-kube-bin
 
 all: build
@@ -131,6 +131,24 @@ bench:
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
+
+## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
+## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease
+## keygen -key release.key -pub release.pub`; a password-protected key is
+## opened with $$FLEXPLANE_RELEASE_KEY_PASSWORD). Writes the binary, its
+## manifest and signature into RELEASE_DIR; publish them with
+## `orchestrator releases add BINARY BINARY.manifest.json BINARY.manifest.json.minisig`.
+RELEASE_VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null || echo v0.0.0-dev)
+RELEASE_PLATFORM ?= linux/amd64
+RELEASE_KEY      ?= release.key
+RELEASE_DIR      ?= dist
+RELEASE_VALID    ?= 2160h
+RELEASE_BIN       = $(RELEASE_DIR)/flexplane-agent-$(RELEASE_VERSION)-$(subst /,-,$(RELEASE_PLATFORM))
+release:
+	GOOS=$(word 1,$(subst /, ,$(RELEASE_PLATFORM))) GOARCH=$(word 2,$(subst /, ,$(RELEASE_PLATFORM))) CGO_ENABLED=0 \
+		$(GO) build -trimpath -ldflags "-X main.buildVersion=$(RELEASE_VERSION)" -o $(RELEASE_BIN) ./cmd/agent
+	$(GO) run ./cmd/flexrelease sign -key $(RELEASE_KEY) -version $(RELEASE_VERSION) -platform $(RELEASE_PLATFORM) \
+		-valid $(RELEASE_VALID) $(RELEASE_BIN)
 
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
 bench-all:

@@ -93,13 +93,14 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteImage":          {{user: "admin", query: `mutation { deleteImage(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		"deleteComputeProfile": {{user: "admin", query: `mutation { deleteComputeProfile(name: "small") { name } }`, ids: []string{"small"}}},
 		"deleteStorageProfile": {{user: "admin", query: `mutation { deleteStorageProfile(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
+		"updateAgents":         {{user: "admin", query: `mutation { updateAgents(input: {version: "v1.0.0"}) { id } }`}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
 		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "deleteNetwork",
-		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile"}
+		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string

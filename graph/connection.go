@@ -212,7 +212,7 @@ func (r *Resolver) node(ctx context.Context, id string) (model.Node, error) {
 		if !p.PlatformAdmin || !ok {
 			return nil, nodeNotFound()
 		}
-		for _, h := range zoneModel(z, r.AgentVersion).Hosts {
+		for _, h := range zoneModel(z, r.agentTarget()).Hosts {
 			if h.ID == id {
 				return h, nil
 			}
@@ -220,7 +220,7 @@ func (r *Resolver) node(ctx context.Context, id string) (model.Node, error) {
 		return nil, nodeNotFound()
 	}
 	if z, ok := r.zoneByID(id); ok {
-		return zoneModel(z, r.AgentVersion), nil
+		return zoneModel(z, r.agentTarget()), nil
 	}
 	if !inVDC {
 		return nil, nodeNotFound()
@@ -249,7 +249,7 @@ func (r *Resolver) networkNode(ctx context.Context, ref tenancy.NetworkRef) (mod
 	}
 	for _, n := range nets {
 		if n.VNet == ref.VNet {
-			return networkModel(zoneModel(z, r.AgentVersion), n, z.ID), nil
+			return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 		}
 	}
 	return nil, nodeNotFound()
@@ -286,7 +286,7 @@ func (r *Resolver) vmPage(ctx context.Context, filter *model.VMFilter, n int, cu
 		if err != nil {
 			return err
 		}
-		zm := zoneModel(z, r.AgentVersion)
+		zm := zoneModel(z, r.agentTarget())
 		cs := make([]vmCandidate, 0, len(rs))
 		matched, skipped := 0, 0
 		for i := range rs {
@@ -339,7 +339,7 @@ func (r *Resolver) networkPage(ctx context.Context, zone *string, first *int, af
 		if err != nil {
 			return err
 		}
-		zm := zoneModel(z, r.AgentVersion)
+		zm := zoneModel(z, r.agentTarget())
 		mu.Lock()
 		defer mu.Unlock()
 		for _, nw := range nets {

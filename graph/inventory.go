@@ -163,14 +163,14 @@ func limit(first *int, def int) (int, error) {
 	return *first, nil
 }
 
-func zoneModel(z zones.Zone, agentVersion string) *model.Zone {
+func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
 	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone}
 	online := 0
 	for _, h := range z.Hosts {
 		if h.Status == zones.StatusOnline {
 			online++
 		}
-		m.Hosts = append(m.Hosts, hostModel(m, h, agentVersion))
+		m.Hosts = append(m.Hosts, hostModel(m, h, target))
 	}
 	switch {
 	case online == len(z.Hosts):
@@ -183,7 +183,7 @@ func zoneModel(z zones.Zone, agentVersion string) *model.Zone {
 	return m
 }
 
-func hostModel(zm *model.Zone, h zones.Host, agentVersion string) *model.Host {
+func hostModel(zm *model.Zone, h zones.Host, target agentTarget) *model.Host {
 	m := &model.Host{
 		ID:              tenancy.HostRef{ZoneID: zm.ID, Node: h.Node}.ID(),
 		Name:            h.Node,
@@ -191,7 +191,8 @@ func hostModel(zm *model.Zone, h zones.Host, agentVersion string) *model.Host {
 		Zone:            zm,
 		AgentVersion:    ptr(h.AgentVersion),
 		ProxmoxVersion:  ptr(h.ProxmoxVersion),
-		UpdateAvailable: ptr(agentVersion != "" && h.AgentVersion != "" && h.AgentVersion != agentVersion),
+		UpdateAvailable: ptr(target.updateAvailable(h)),
+		Update:          hostUpdateModel(h.Update),
 	}
 	if h.Status == zones.StatusOnline {
 		m.Status = model.HostStatusOnline

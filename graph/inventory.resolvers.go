@@ -74,7 +74,7 @@ func (r *queryResolver) Zones(ctx context.Context, first *int, region *string) (
 	}
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
-		out = append(out, zoneModel(z, r.AgentVersion))
+		out = append(out, zoneModel(z, r.agentTarget()))
 	}
 	return out, nil
 }
@@ -88,7 +88,7 @@ func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, region 
 	}
 	all := make([]*model.Zone, 0, len(zs))
 	for _, z := range zs {
-		all = append(all, zoneModel(z, r.AgentVersion))
+		all = append(all, zoneModel(z, r.agentTarget()))
 	}
 	p, err := paginate(all, zoneKey, first, 20, after)
 	if err != nil {
@@ -103,7 +103,7 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
-	return zoneModel(zs[0], r.AgentVersion), nil
+	return zoneModel(zs[0], r.agentTarget()), nil
 }
 
 // Hosts is the resolver for the hosts field.
@@ -118,7 +118,7 @@ func (r *queryResolver) Hosts(ctx context.Context, zone *string, region *string,
 	}
 	var out []*model.Host
 	for _, z := range zs {
-		out = append(out, zoneModel(z, r.AgentVersion).Hosts...)
+		out = append(out, zoneModel(z, r.agentTarget()).Hosts...)
 	}
 	return out[:min(n, len(out))], nil
 }
@@ -131,7 +131,7 @@ func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, regio
 	}
 	var all []*model.Host
 	for _, z := range zs {
-		all = append(all, zoneModel(z, r.AgentVersion).Hosts...)
+		all = append(all, zoneModel(z, r.agentTarget()).Hosts...)
 	}
 	p, err := paginate(all, hostKey, first, 50, after)
 	if err != nil {
@@ -205,7 +205,7 @@ func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	}
 	for _, res := range rs {
 		if res.VMID == ref.VMID && res.Template != 1 {
-			return vmModel(zoneModel(z, r.AgentVersion), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
+			return vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
 		}
 	}
 	return nil, vmNotFound()

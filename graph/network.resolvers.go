@@ -34,7 +34,7 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	if err != nil {
 		return nil, zoneError(z, networkError(err))
 	}
-	return networkModel(zoneModel(z, r.AgentVersion), n, z.ID), nil
+	return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 }
 
 // DeleteNetwork is the resolver for the deleteNetwork field.

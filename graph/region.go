@@ -131,7 +131,7 @@ func (r *Resolver) regions(ctx context.Context) ([]*model.Region, error) {
 			byName[name] = reg
 			out = append(out, reg)
 		}
-		reg.Zones = append(reg.Zones, zoneModel(z, r.AgentVersion))
+		reg.Zones = append(reg.Zones, zoneModel(z, r.agentTarget()))
 	}
 	slices.SortFunc(out, func(a, b *model.Region) int { return cmp.Compare(a.Name, b.Name) })
 	for _, reg := range out {
@@ -187,7 +187,7 @@ func (r *Resolver) updateZone(ctx context.Context, input model.UpdateZoneInput) 
 		req.policies = policiesRead{} // read again: this operation changed them
 		req.mu.Unlock()
 	}
-	return zoneModel(z, r.AgentVersion), nil
+	return zoneModel(z, r.agentTarget()), nil
 }
 
 // zonePolicy returns the policy of zone m (nil when it has none).

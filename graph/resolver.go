@@ -16,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/rollout"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -62,6 +63,9 @@ type Resolver struct {
 	// AgentVersion is the agent version this orchestrator ships: hosts
 	// whose agent reports another show updateAvailable. Empty: never.
 	AgentVersion string
+	// Rollouts publishes agent releases and rolls them out; nil offers
+	// none (agentReleases is empty, updateAgents refused).
+	Rollouts *rollout.Service
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce

@@ -111,7 +111,7 @@ func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, er
 			}
 		}
 	}
-	zm := zoneModel(z, r.AgentVersion)
+	zm := zoneModel(z, r.agentTarget())
 	out := make([]*model.VMNic, 0, len(hw.NICs))
 	for _, n := range hw.NICs {
 		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}

@@ -57,7 +57,7 @@ func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
 	m := &model.VM{ID: vm.ID, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
 		MemoryMiB: vm.MemoryMiB, DiskGiB: vm.DiskGiB, IPAddresses: vm.Addresses}
 	if z, ok := r.zoneByID(vm.Ref.ZoneID); ok {
-		m.Zone = zoneModel(z, r.AgentVersion)
+		m.Zone = zoneModel(z, r.agentTarget())
 	} else {
 		m.Zone = &model.Zone{ID: vm.Ref.ZoneID, Name: vm.Zone, Status: model.ZoneStatusOnline}
 	}

@@ -6,6 +6,8 @@
 //	orchestrator keys revoke ID                  revoke an enrollment key
 //	orchestrator catalog export [backend flags]  write the catalog as YAML manifests to stdout
 //	orchestrator catalog import [backend flags]  create the manifests on stdin in the catalog
+//	orchestrator releases add FILE MANIFEST SIG  publish a signed agent release
+//	orchestrator releases list                   list the published releases
 //
 // The keys subcommands talk to the running orchestrator through the unix
 // socket in its data directory (-data-dir, env FLEXPLANE_DATA_DIR).
@@ -51,7 +53,9 @@ const usage = `usage:
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID
   orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
-  orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml`
+  orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
+  orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
+  orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -80,6 +84,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return catalogCmd(ctx, args[1], args[2:], os.Stdin, stdout)
+	case "releases":
+		if len(args) < 2 {
+			return errors.New(usage)
+		}
+		return releases(args[1], args[2:], stdout)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
@@ -142,7 +151,13 @@ func serve(ctx context.Context, args []string) error {
 	otlp := fs.String("otlp-endpoint", env("FLEXPLANE_OTLP_ENDPOINT", ""), "OTLP/gRPC collector URL for traces, e.g. http://collector:4317; empty falls back to OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (env FLEXPLANE_OTLP_ENDPOINT)")
 	auditLog := fs.String("audit-log", env("FLEXPLANE_AUDIT_LOG", ""), "where audit events of mutations go as JSON lines: - for stdout, or a file appended to; empty writes none (env FLEXPLANE_AUDIT_LOG)")
 	auditWebhook := fs.String("audit-webhook", env("FLEXPLANE_AUDIT_WEBHOOK", ""), "URL audit events are POSTed to in batches (with retries); empty posts none (env FLEXPLANE_AUDIT_WEBHOOK)")
+	releaseDir, releaseKeyFile := releaseFlags(fs)
+	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	releaseKey, err := readReleaseKey(*releaseKeyFile)
+	if err != nil {
 		return err
 	}
 	if *maxComplexity < 0 || *maxDepth < 0 {
@@ -233,6 +248,7 @@ func serve(ctx context.Context, args []string) error {
 			AgentVersion:   *agentVersion,
 			MaxDepth:       *maxDepth,
 			MaxComplexity:  *maxComplexity,
+			Releases:       orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 		},
 		Kube:           cat.kube(),
 		MetricsListen:  *metricsAddr,

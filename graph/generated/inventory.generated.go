@@ -561,6 +561,51 @@ func (ec *executionContext) fieldContext_Host_updateAvailable(_ context.Context,
 	return graphql.NewScalarFieldContext("Host", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _Host_update(ctx context.Context, field graphql.CollectedField, obj *model.Host) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Host_update(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Update, nil
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal *model.HostUpdate
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.HostUpdate) graphql.Marshaler {
+			return ec.marshalOHostUpdate2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostUpdate(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Host_update(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Host",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HostUpdate(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Host_uptime(ctx context.Context, field graphql.CollectedField, obj *model.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2446,6 +2491,11 @@ func (ec *executionContext) _Host(ctx context.Context, sel ast.SelectionSet, obj
 			}
 		case "updateAvailable":
 			out.Values[i] = ec._Host_updateAvailable(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "update":
+			out.Values[i] = ec._Host_update(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

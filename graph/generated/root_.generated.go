@@ -38,6 +38,38 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	AgentRelease struct {
+		MinVersion func(childComplexity int) int
+		NotAfter   func(childComplexity int) int
+		Platform   func(childComplexity int) int
+		Sha256     func(childComplexity int) int
+		Size       func(childComplexity int) int
+		Version    func(childComplexity int) int
+	}
+
+	AgentUpdateHost struct {
+		Batch   func(childComplexity int) int
+		From    func(childComplexity int) int
+		ID      func(childComplexity int) int
+		Name    func(childComplexity int) int
+		Reason  func(childComplexity int) int
+		Seconds func(childComplexity int) int
+		State   func(childComplexity int) int
+		Zone    func(childComplexity int) int
+	}
+
+	AgentUpdateOperation struct {
+		Batch      func(childComplexity int) int
+		Error      func(childComplexity int) int
+		FinishedAt func(childComplexity int) int
+		Hosts      func(childComplexity int) int
+		ID         func(childComplexity int) int
+		StartedAt  func(childComplexity int) int
+		State      func(childComplexity int) int
+		UpdatedAt  func(childComplexity int) int
+		Version    func(childComplexity int) int
+	}
+
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
 		Cpus         func(childComplexity int) int
@@ -97,6 +129,7 @@ type ComplexityRoot struct {
 		ProxmoxVersion  func(childComplexity int) int
 		Status          func(childComplexity int) int
 		StatusDetail    func(childComplexity int) int
+		Update          func(childComplexity int) int
 		UpdateAvailable func(childComplexity int) int
 		Uptime          func(childComplexity int) int
 		Zone            func(childComplexity int) int
@@ -112,6 +145,15 @@ type ComplexityRoot struct {
 	HostEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	HostUpdate struct {
+		From        func(childComplexity int) int
+		OperationID func(childComplexity int) int
+		Reason      func(childComplexity int) int
+		State       func(childComplexity int) int
+		UpdatedAt   func(childComplexity int) int
+		Version     func(childComplexity int) int
 	}
 
 	Image struct {
@@ -175,6 +217,7 @@ type ComplexityRoot struct {
 		StageImage           func(childComplexity int, name string, zone string) int
 		StartVM              func(childComplexity int, id string) int
 		StopVM               func(childComplexity int, id string) int
+		UpdateAgents         func(childComplexity int, input model.UpdateAgentsInput) int
 		UpdateComputeProfile func(childComplexity int, input model.UpdateComputeProfileInput) int
 		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
 		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
@@ -234,31 +277,33 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		ComputeProfile     func(childComplexity int, name string) int
-		ComputeProfiles    func(childComplexity int) int
-		CurrentVdc         func(childComplexity int) int
-		EnrollmentKeys     func(childComplexity int) int
-		Hosts              func(childComplexity int, zone *string, region *string, first *int) int
-		HostsConnection    func(childComplexity int, zone *string, region *string, first *int, after *string) int
-		Image              func(childComplexity int, name string) int
-		Images             func(childComplexity int) int
-		Me                 func(childComplexity int) int
-		Networks           func(childComplexity int, zone *string, first *int) int
-		NetworksConnection func(childComplexity int, zone *string, first *int, after *string) int
-		Node               func(childComplexity int, id string) int
-		Operation          func(childComplexity int, id string) int
-		Regions            func(childComplexity int) int
-		StorageProfile     func(childComplexity int, name string) int
-		StorageProfiles    func(childComplexity int) int
-		Tenant             func(childComplexity int) int
-		VM                 func(childComplexity int, id string) int
-		Vdc                func(childComplexity int, name string) int
-		Vdcs               func(childComplexity int) int
-		Vms                func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
-		VmsConnection      func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
-		Zone               func(childComplexity int, name string) int
-		Zones              func(childComplexity int, first *int, region *string) int
-		ZonesConnection    func(childComplexity int, first *int, region *string, after *string) int
+		AgentReleases        func(childComplexity int) int
+		AgentUpdateOperation func(childComplexity int, id string) int
+		ComputeProfile       func(childComplexity int, name string) int
+		ComputeProfiles      func(childComplexity int) int
+		CurrentVdc           func(childComplexity int) int
+		EnrollmentKeys       func(childComplexity int) int
+		Hosts                func(childComplexity int, zone *string, region *string, first *int) int
+		HostsConnection      func(childComplexity int, zone *string, region *string, first *int, after *string) int
+		Image                func(childComplexity int, name string) int
+		Images               func(childComplexity int) int
+		Me                   func(childComplexity int) int
+		Networks             func(childComplexity int, zone *string, first *int) int
+		NetworksConnection   func(childComplexity int, zone *string, first *int, after *string) int
+		Node                 func(childComplexity int, id string) int
+		Operation            func(childComplexity int, id string) int
+		Regions              func(childComplexity int) int
+		StorageProfile       func(childComplexity int, name string) int
+		StorageProfiles      func(childComplexity int) int
+		Tenant               func(childComplexity int) int
+		VM                   func(childComplexity int, id string) int
+		Vdc                  func(childComplexity int, name string) int
+		Vdcs                 func(childComplexity int) int
+		Vms                  func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		VmsConnection        func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		Zone                 func(childComplexity int, name string) int
+		Zones                func(childComplexity int, first *int, region *string) int
+		ZonesConnection      func(childComplexity int, first *int, region *string, after *string) int
 	}
 
 	Region struct {
@@ -425,6 +470,147 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "AgentRelease.minVersion":
+		if e.ComplexityRoot.AgentRelease.MinVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.MinVersion(childComplexity), true
+	case "AgentRelease.notAfter":
+		if e.ComplexityRoot.AgentRelease.NotAfter == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.NotAfter(childComplexity), true
+	case "AgentRelease.platform":
+		if e.ComplexityRoot.AgentRelease.Platform == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.Platform(childComplexity), true
+	case "AgentRelease.sha256":
+		if e.ComplexityRoot.AgentRelease.Sha256 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.Sha256(childComplexity), true
+	case "AgentRelease.size":
+		if e.ComplexityRoot.AgentRelease.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.Size(childComplexity), true
+	case "AgentRelease.version":
+		if e.ComplexityRoot.AgentRelease.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentRelease.Version(childComplexity), true
+
+	case "AgentUpdateHost.batch":
+		if e.ComplexityRoot.AgentUpdateHost.Batch == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.Batch(childComplexity), true
+	case "AgentUpdateHost.from":
+		if e.ComplexityRoot.AgentUpdateHost.From == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.From(childComplexity), true
+	case "AgentUpdateHost.id":
+		if e.ComplexityRoot.AgentUpdateHost.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.ID(childComplexity), true
+	case "AgentUpdateHost.name":
+		if e.ComplexityRoot.AgentUpdateHost.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.Name(childComplexity), true
+	case "AgentUpdateHost.reason":
+		if e.ComplexityRoot.AgentUpdateHost.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.Reason(childComplexity), true
+	case "AgentUpdateHost.seconds":
+		if e.ComplexityRoot.AgentUpdateHost.Seconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.Seconds(childComplexity), true
+	case "AgentUpdateHost.state":
+		if e.ComplexityRoot.AgentUpdateHost.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.State(childComplexity), true
+	case "AgentUpdateHost.zone":
+		if e.ComplexityRoot.AgentUpdateHost.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateHost.Zone(childComplexity), true
+
+	case "AgentUpdateOperation.batch":
+		if e.ComplexityRoot.AgentUpdateOperation.Batch == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.Batch(childComplexity), true
+	case "AgentUpdateOperation.error":
+		if e.ComplexityRoot.AgentUpdateOperation.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.Error(childComplexity), true
+	case "AgentUpdateOperation.finishedAt":
+		if e.ComplexityRoot.AgentUpdateOperation.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.FinishedAt(childComplexity), true
+	case "AgentUpdateOperation.hosts":
+		if e.ComplexityRoot.AgentUpdateOperation.Hosts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.Hosts(childComplexity), true
+	case "AgentUpdateOperation.id":
+		if e.ComplexityRoot.AgentUpdateOperation.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.ID(childComplexity), true
+	case "AgentUpdateOperation.startedAt":
+		if e.ComplexityRoot.AgentUpdateOperation.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.StartedAt(childComplexity), true
+	case "AgentUpdateOperation.state":
+		if e.ComplexityRoot.AgentUpdateOperation.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.State(childComplexity), true
+	case "AgentUpdateOperation.updatedAt":
+		if e.ComplexityRoot.AgentUpdateOperation.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.UpdatedAt(childComplexity), true
+	case "AgentUpdateOperation.version":
+		if e.ComplexityRoot.AgentUpdateOperation.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentUpdateOperation.Version(childComplexity), true
 
 	case "Capacity.cpuUsage":
 		if e.ComplexityRoot.Capacity.CPUUsage == nil {
@@ -660,6 +846,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.StatusDetail(childComplexity), true
+	case "Host.update":
+		if e.ComplexityRoot.Host.Update == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Update(childComplexity), true
 	case "Host.updateAvailable":
 		if e.ComplexityRoot.Host.UpdateAvailable == nil {
 			break
@@ -716,6 +908,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.HostEdge.Node(childComplexity), true
+
+	case "HostUpdate.from":
+		if e.ComplexityRoot.HostUpdate.From == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.From(childComplexity), true
+	case "HostUpdate.operationId":
+		if e.ComplexityRoot.HostUpdate.OperationID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.OperationID(childComplexity), true
+	case "HostUpdate.reason":
+		if e.ComplexityRoot.HostUpdate.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.Reason(childComplexity), true
+	case "HostUpdate.state":
+		if e.ComplexityRoot.HostUpdate.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.State(childComplexity), true
+	case "HostUpdate.updatedAt":
+		if e.ComplexityRoot.HostUpdate.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.UpdatedAt(childComplexity), true
+	case "HostUpdate.version":
+		if e.ComplexityRoot.HostUpdate.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostUpdate.Version(childComplexity), true
 
 	case "Image.checksum":
 		if e.ComplexityRoot.Image.Checksum == nil {
@@ -1124,6 +1353,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.StopVM(childComplexity, args["id"].(string)), true
+	case "Mutation.updateAgents":
+		if e.ComplexityRoot.Mutation.UpdateAgents == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateAgents_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateAgents(childComplexity, args["input"].(model.UpdateAgentsInput)), true
 	case "Mutation.updateComputeProfile":
 		if e.ComplexityRoot.Mutation.UpdateComputeProfile == nil {
 			break
@@ -1367,6 +1607,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "Query.agentReleases":
+		if e.ComplexityRoot.Query.AgentReleases == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.AgentReleases(childComplexity), true
+	case "Query.agentUpdateOperation":
+		if e.ComplexityRoot.Query.AgentUpdateOperation == nil {
+			break
+		}
+
+		args, err := ec.field_Query_agentUpdateOperation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.AgentUpdateOperation(childComplexity, args["id"].(string)), true
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
 			break
@@ -2236,6 +2493,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
 			graphql.NewInputUnmarshaler("NICInput", ec.unmarshalInputNICInput),
+			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
@@ -2337,6 +2595,155 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../agentupdate.graphqls", Input: `# Agent self-update: signed releases published to the orchestrator
+# (` + "`" + `orchestrator releases add` + "`" + `) and rolled out to the agents over the mesh,
+# in batches, by platform admins. See the README, Agent updates.
+
+extend type Query {
+  "The published agent releases, newest first; empty when the orchestrator has no release key."
+  agentReleases: [AgentRelease!]! @platformAdmin
+  "A rollout of agent updates by id; NOT_FOUND for any other id."
+  agentUpdateOperation(
+    "The rollout's id, as updateAgents answered it."
+    id: ID!
+  ): AgentUpdateOperation @platformAdmin
+}
+
+extend type Mutation {
+  """
+  Updates agents to a published release: the hosts given, or else every
+  host of zone, or else every host. The rollout runs in batches (one host
+  first, then 2, 4, ... at most batch; never two hosts of one zone at a
+  time) and halts at the first host that refuses the release, rolls back or
+  is not done in time. Every chosen host must be online. Hosts running the
+  version already are skipped. CONFLICT while another rollout runs.
+  """
+  updateAgents(
+    "The release and the hosts."
+    input: UpdateAgentsInput!
+  ): AgentUpdateOperation! @platformAdmin
+}
+
+"What updateAgents updates, and to which release."
+input UpdateAgentsInput {
+  "A published release's version, e.g. v1.4.0."
+  version: String!
+  "Host ids."
+  hosts: [ID!]
+  "A zone id, when hosts is not given."
+  zone: ID
+  "The largest batch; 0 or absent: no limit but one host per zone."
+  batch: Int
+}
+
+"A signed agent release the orchestrator serves to agents."
+type AgentRelease {
+  "Its semantic version, e.g. v1.4.0."
+  version: String!
+  "GOOS/GOARCH, e.g. linux/amd64."
+  platform: String!
+  "The binary's size in bytes."
+  size: Int!
+  "The binary's SHA-256, lowercase hex."
+  sha256: String!
+  "The oldest version it may replace."
+  minVersion: String
+  "After this, agents refuse it."
+  notAfter: Time!
+}
+
+"A rollout of an agent release."
+type AgentUpdateOperation {
+  "Opaque id."
+  id: ID!
+  "The release being rolled out."
+  version: String!
+  "RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped)."
+  state: OperationState!
+  "Why it failed (FAILED): the host that halted it and its reason."
+  error: String
+  "The largest batch (0: one host per zone)."
+  batch: Int!
+  "The hosts in the order they are updated."
+  hosts: [AgentUpdateHost!]!
+  "When it started."
+  startedAt: Time!
+  "When its record last changed."
+  updatedAt: Time!
+  "When it ended."
+  finishedAt: Time
+}
+
+"A host of a rollout."
+type AgentUpdateHost {
+  "The host's id."
+  id: ID!
+  "The Proxmox node name."
+  name: String!
+  "The zone's name."
+  zone: String!
+  "Its batch, from 1."
+  batch: Int!
+  "The version it ran before."
+  from: String
+  "Where its update is."
+  state: AgentUpdateHostState!
+  "Why it failed or was skipped."
+  reason: String
+  "Seconds its update took (done or failed)."
+  seconds: Float
+}
+
+"Where a host of a rollout is."
+enum AgentUpdateHostState {
+  "Its batch has not started."
+  PENDING
+  "The release is being sent to it or it is on probation."
+  UPDATING
+  "It runs the new version and passed its probation."
+  DONE
+  "It refused the release, rolled back or was not done in time: the rollout halted."
+  FAILED
+  "Not updated: the rollout halted first, or it runs the version already."
+  SKIPPED
+}
+
+"An agent's latest update, as the agent reports it."
+type HostUpdate {
+  "Where the update is."
+  state: AgentUpdateState!
+  "The version being (or last) installed."
+  version: String
+  "The version it replaces."
+  from: String
+  "Why it was refused or rolled back."
+  reason: String
+  "The rollout that asked for it."
+  operationId: ID
+  "When the state last changed."
+  updatedAt: Time
+}
+
+"The state of an agent's update."
+enum AgentUpdateState {
+  "No update was ever asked for."
+  IDLE
+  "The release is streaming in; its manifest and signature were accepted."
+  DOWNLOADING
+  "Every byte arrived; size and hash are checked, then the binary's version."
+  VERIFYING
+  "The current link points at the new version; the agent restarts into it."
+  RESTARTING
+  "The new version runs and must become healthy before its deadline."
+  PROBATION
+  "The new version is healthy."
+  DONE
+  "The new version crashed or was not healthy in time: the previous one runs again (reason says why)."
+  ROLLED_BACK
+  "The release was refused before anything ran (bad signature, tampered, expired, not newer)."
+  REFUSED
+}
+`, BuiltIn: false},
 	{Name: "../enrollment.graphqls", Input: `# Agent enrollment keys (platform admins): an agent joins the mesh with one.
 
 extend type Query {
@@ -2795,8 +3202,14 @@ type Host implements Node {
   agentVersion: String @platformAdmin
   "The Proxmox VE version the node runs."
   proxmoxVersion: String @platformAdmin
-  "Whether the agent runs another version than the orchestrator's."
+  """
+  Whether a published agent release is newer than the agent (without a
+  release store: whether the agent runs another version than the
+  orchestrator ships).
+  """
   updateAvailable: Boolean @platformAdmin
+  "The agent's latest update."
+  update: HostUpdate @platformAdmin
   "Seconds since the node booted."
   uptime: Int @platformAdmin
   "Logical CPUs."
@@ -3867,6 +4280,70 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
 
+func (ec *executionContext) childFields_AgentRelease(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "version":
+		return ec.fieldContext_AgentRelease_version(ctx, field)
+	case "platform":
+		return ec.fieldContext_AgentRelease_platform(ctx, field)
+	case "size":
+		return ec.fieldContext_AgentRelease_size(ctx, field)
+	case "sha256":
+		return ec.fieldContext_AgentRelease_sha256(ctx, field)
+	case "minVersion":
+		return ec.fieldContext_AgentRelease_minVersion(ctx, field)
+	case "notAfter":
+		return ec.fieldContext_AgentRelease_notAfter(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AgentRelease", field.Name)
+}
+
+func (ec *executionContext) childFields_AgentUpdateHost(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AgentUpdateHost_id(ctx, field)
+	case "name":
+		return ec.fieldContext_AgentUpdateHost_name(ctx, field)
+	case "zone":
+		return ec.fieldContext_AgentUpdateHost_zone(ctx, field)
+	case "batch":
+		return ec.fieldContext_AgentUpdateHost_batch(ctx, field)
+	case "from":
+		return ec.fieldContext_AgentUpdateHost_from(ctx, field)
+	case "state":
+		return ec.fieldContext_AgentUpdateHost_state(ctx, field)
+	case "reason":
+		return ec.fieldContext_AgentUpdateHost_reason(ctx, field)
+	case "seconds":
+		return ec.fieldContext_AgentUpdateHost_seconds(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AgentUpdateHost", field.Name)
+}
+
+func (ec *executionContext) childFields_AgentUpdateOperation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AgentUpdateOperation_id(ctx, field)
+	case "version":
+		return ec.fieldContext_AgentUpdateOperation_version(ctx, field)
+	case "state":
+		return ec.fieldContext_AgentUpdateOperation_state(ctx, field)
+	case "error":
+		return ec.fieldContext_AgentUpdateOperation_error(ctx, field)
+	case "batch":
+		return ec.fieldContext_AgentUpdateOperation_batch(ctx, field)
+	case "hosts":
+		return ec.fieldContext_AgentUpdateOperation_hosts(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_AgentUpdateOperation_startedAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_AgentUpdateOperation_updatedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_AgentUpdateOperation_finishedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AgentUpdateOperation", field.Name)
+}
+
 func (ec *executionContext) childFields_Capacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "cpus":
@@ -3979,6 +4456,8 @@ func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.
 		return ec.fieldContext_Host_proxmoxVersion(ctx, field)
 	case "updateAvailable":
 		return ec.fieldContext_Host_updateAvailable(ctx, field)
+	case "update":
+		return ec.fieldContext_Host_update(ctx, field)
 	case "uptime":
 		return ec.fieldContext_Host_uptime(ctx, field)
 	case "cpus":
@@ -4017,6 +4496,24 @@ func (ec *executionContext) childFields_HostEdge(ctx context.Context, field grap
 		return ec.fieldContext_HostEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type HostEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_HostUpdate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "state":
+		return ec.fieldContext_HostUpdate_state(ctx, field)
+	case "version":
+		return ec.fieldContext_HostUpdate_version(ctx, field)
+	case "from":
+		return ec.fieldContext_HostUpdate_from(ctx, field)
+	case "reason":
+		return ec.fieldContext_HostUpdate_reason(ctx, field)
+	case "operationId":
+		return ec.fieldContext_HostUpdate_operationId(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_HostUpdate_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HostUpdate", field.Name)
 }
 
 func (ec *executionContext) childFields_Image(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -17,6 +17,64 @@ type Node interface {
 	IsNode()
 }
 
+// A signed agent release the orchestrator serves to agents.
+type AgentRelease struct {
+	// Its semantic version, e.g. v1.4.0.
+	Version string `json:"version"`
+	// GOOS/GOARCH, e.g. linux/amd64.
+	Platform string `json:"platform"`
+	// The binary's size in bytes.
+	Size int `json:"size"`
+	// The binary's SHA-256, lowercase hex.
+	Sha256 string `json:"sha256"`
+	// The oldest version it may replace.
+	MinVersion *string `json:"minVersion,omitempty"`
+	// After this, agents refuse it.
+	NotAfter time.Time `json:"notAfter"`
+}
+
+// A host of a rollout.
+type AgentUpdateHost struct {
+	// The host's id.
+	ID string `json:"id"`
+	// The Proxmox node name.
+	Name string `json:"name"`
+	// The zone's name.
+	Zone string `json:"zone"`
+	// Its batch, from 1.
+	Batch int `json:"batch"`
+	// The version it ran before.
+	From *string `json:"from,omitempty"`
+	// Where its update is.
+	State AgentUpdateHostState `json:"state"`
+	// Why it failed or was skipped.
+	Reason *string `json:"reason,omitempty"`
+	// Seconds its update took (done or failed).
+	Seconds *float64 `json:"seconds,omitempty"`
+}
+
+// A rollout of an agent release.
+type AgentUpdateOperation struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// The release being rolled out.
+	Version string `json:"version"`
+	// RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped).
+	State OperationState `json:"state"`
+	// Why it failed (FAILED): the host that halted it and its reason.
+	Error *string `json:"error,omitempty"`
+	// The largest batch (0: one host per zone).
+	Batch int `json:"batch"`
+	// The hosts in the order they are updated.
+	Hosts []*AgentUpdateHost `json:"hosts"`
+	// When it started.
+	StartedAt time.Time `json:"startedAt"`
+	// When its record last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
+	// When it ended.
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+}
+
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
 type Capacity struct {
 	// Logical CPUs of the online hosts.
@@ -208,8 +266,12 @@ type Host struct {
 	AgentVersion *string `json:"agentVersion,omitempty"`
 	// The Proxmox VE version the node runs.
 	ProxmoxVersion *string `json:"proxmoxVersion,omitempty"`
-	// Whether the agent runs another version than the orchestrator's.
+	// Whether a published agent release is newer than the agent (without a
+	// release store: whether the agent runs another version than the
+	// orchestrator ships).
 	UpdateAvailable *bool `json:"updateAvailable,omitempty"`
+	// The agent's latest update.
+	Update *HostUpdate `json:"update,omitempty"`
 	// Seconds since the node booted.
 	Uptime *int `json:"uptime,omitempty"`
 	// Logical CPUs.
@@ -245,6 +307,22 @@ type HostEdge struct {
 	Cursor string `json:"cursor"`
 	// The host.
 	Node *Host `json:"node"`
+}
+
+// An agent's latest update, as the agent reports it.
+type HostUpdate struct {
+	// Where the update is.
+	State AgentUpdateState `json:"state"`
+	// The version being (or last) installed.
+	Version *string `json:"version,omitempty"`
+	// The version it replaces.
+	From *string `json:"from,omitempty"`
+	// Why it was refused or rolled back.
+	Reason *string `json:"reason,omitempty"`
+	// The rollout that asked for it.
+	OperationID *string `json:"operationId,omitempty"`
+	// When the state last changed.
+	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 }
 
 // An image's state in one zone.
@@ -421,6 +499,18 @@ type Tenant struct {
 	Name string `json:"name"`
 	// DNS domain of the tenant, e.g. cloud.acme.example.
 	Domain string `json:"domain"`
+}
+
+// What updateAgents updates, and to which release.
+type UpdateAgentsInput struct {
+	// A published release's version, e.g. v1.4.0.
+	Version string `json:"version"`
+	// Host ids.
+	Hosts []string `json:"hosts,omitempty"`
+	// A zone id, when hosts is not given.
+	Zone *string `json:"zone,omitempty"`
+	// The largest batch; 0 or absent: no limit but one host per zone.
+	Batch *int `json:"batch,omitempty"`
 }
 
 // Changes to a compute profile; absent fields stay as they are.
@@ -723,6 +813,149 @@ type ZonePoolInput struct {
 	Zone string `json:"zone"`
 	// The Proxmox storage in that zone, e.g. local-lvm.
 	Pool string `json:"pool"`
+}
+
+// Where a host of a rollout is.
+type AgentUpdateHostState string
+
+const (
+	// Its batch has not started.
+	AgentUpdateHostStatePending AgentUpdateHostState = "PENDING"
+	// The release is being sent to it or it is on probation.
+	AgentUpdateHostStateUpdating AgentUpdateHostState = "UPDATING"
+	// It runs the new version and passed its probation.
+	AgentUpdateHostStateDone AgentUpdateHostState = "DONE"
+	// It refused the release, rolled back or was not done in time: the rollout halted.
+	AgentUpdateHostStateFailed AgentUpdateHostState = "FAILED"
+	// Not updated: the rollout halted first, or it runs the version already.
+	AgentUpdateHostStateSkipped AgentUpdateHostState = "SKIPPED"
+)
+
+var AllAgentUpdateHostState = []AgentUpdateHostState{
+	AgentUpdateHostStatePending,
+	AgentUpdateHostStateUpdating,
+	AgentUpdateHostStateDone,
+	AgentUpdateHostStateFailed,
+	AgentUpdateHostStateSkipped,
+}
+
+func (e AgentUpdateHostState) IsValid() bool {
+	switch e {
+	case AgentUpdateHostStatePending, AgentUpdateHostStateUpdating, AgentUpdateHostStateDone, AgentUpdateHostStateFailed, AgentUpdateHostStateSkipped:
+		return true
+	}
+	return false
+}
+
+func (e AgentUpdateHostState) String() string {
+	return string(e)
+}
+
+func (e *AgentUpdateHostState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = AgentUpdateHostState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid AgentUpdateHostState", str)
+	}
+	return nil
+}
+
+func (e AgentUpdateHostState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *AgentUpdateHostState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e AgentUpdateHostState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The state of an agent's update.
+type AgentUpdateState string
+
+const (
+	// No update was ever asked for.
+	AgentUpdateStateIdle AgentUpdateState = "IDLE"
+	// The release is streaming in; its manifest and signature were accepted.
+	AgentUpdateStateDownloading AgentUpdateState = "DOWNLOADING"
+	// Every byte arrived; size and hash are checked, then the binary's version.
+	AgentUpdateStateVerifying AgentUpdateState = "VERIFYING"
+	// The current link points at the new version; the agent restarts into it.
+	AgentUpdateStateRestarting AgentUpdateState = "RESTARTING"
+	// The new version runs and must become healthy before its deadline.
+	AgentUpdateStateProbation AgentUpdateState = "PROBATION"
+	// The new version is healthy.
+	AgentUpdateStateDone AgentUpdateState = "DONE"
+	// The new version crashed or was not healthy in time: the previous one runs again (reason says why).
+	AgentUpdateStateRolledBack AgentUpdateState = "ROLLED_BACK"
+	// The release was refused before anything ran (bad signature, tampered, expired, not newer).
+	AgentUpdateStateRefused AgentUpdateState = "REFUSED"
+)
+
+var AllAgentUpdateState = []AgentUpdateState{
+	AgentUpdateStateIdle,
+	AgentUpdateStateDownloading,
+	AgentUpdateStateVerifying,
+	AgentUpdateStateRestarting,
+	AgentUpdateStateProbation,
+	AgentUpdateStateDone,
+	AgentUpdateStateRolledBack,
+	AgentUpdateStateRefused,
+}
+
+func (e AgentUpdateState) IsValid() bool {
+	switch e {
+	case AgentUpdateStateIdle, AgentUpdateStateDownloading, AgentUpdateStateVerifying, AgentUpdateStateRestarting, AgentUpdateStateProbation, AgentUpdateStateDone, AgentUpdateStateRolledBack, AgentUpdateStateRefused:
+		return true
+	}
+	return false
+}
+
+func (e AgentUpdateState) String() string {
+	return string(e)
+}
+
+func (e *AgentUpdateState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = AgentUpdateState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid AgentUpdateState", str)
+	}
+	return nil
+}
+
+func (e AgentUpdateState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 // Whether a host can be used.

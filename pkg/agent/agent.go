@@ -28,9 +28,11 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
 	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
+	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -76,6 +78,9 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
+	// ReleaseKey is the minisign public key agent releases are signed
+	// with; "" refuses every update.
+	ReleaseKey string
 	// TracerProvider traces the agent API's calls (children of the
 	// orchestrator's spans, whose W3C trace context comes along) and the
 	// Proxmox requests they make; nil traces nothing.
@@ -148,15 +153,18 @@ func segmentName(s string) bool {
 
 // Agent is a running agent.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	pve     *pve
-	policy  policy
-	metrics *agentMetrics
-	tracer  trace.Tracer
-	node    *meshnode.Node
-	grpc    *grpc.Server
-	served  chan struct{}
+	cfg         Config
+	log         *slog.Logger
+	pve         *pve
+	policy      policy
+	metrics     *agentMetrics
+	tracer      trace.Tracer
+	node        *meshnode.Node
+	grpc        *grpc.Server
+	served      chan struct{}
+	updater     *selfupdate.Updater
+	restart     chan struct{} // closed when a staged update asks for a restart
+	restartOnce sync.Once
 
 	closeOnce sync.Once
 	closeErr  error
@@ -173,7 +181,19 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	var verifier *release.Verifier
+	if cfg.ReleaseKey != "" {
+		if verifier, err = release.NewVerifier(cfg.ReleaseKey); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+	}
+	udir, err := selfupdate.OpenDir(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	a := &Agent{
+		restart: make(chan struct{}),
+		updater: selfupdate.NewUpdater(selfupdate.UpdaterConfig{Dir: udir, Verifier: verifier, Version: cfg.Version, Logger: cfg.Logger.With("node", cfg.NodeName)}),
 		cfg:     cfg,
 		log:     cfg.Logger.With("node", cfg.NodeName),
 		pve:     client,
@@ -182,11 +202,18 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
 		served:  make(chan struct{}),
 	}
+	authKey := cfg.AuthKey
+	if meshnode.HasState(cfg.StateDir) {
+		// Enrolled already: the key (still in the environment of a
+		// restarted or updated agent) must not register the node again,
+		// which would give its node key a second identity in the mesh.
+		authKey = ""
+	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
 		Hostname:   cfg.MeshName,
 		Dir:        cfg.StateDir,
 		ControlURL: cfg.ControlURL,
-		AuthKey:    cfg.AuthKey,
+		AuthKey:    authKey,
 		Logger:     cfg.Logger,
 	})
 	if err != nil {
@@ -200,9 +227,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	a.grpc = grpc.NewServer(
 		grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
 		grpc.ChainUnaryInterceptor(a.metrics.count, a.authorize),
-		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
-			return status.Error(codes.Unimplemented, "agent: no streaming methods")
-		}),
+		grpc.StreamInterceptor(a.authorizeStream),
 		grpc.MaxRecvMsgSize(maxRequest+64<<10),
 		grpc.MaxSendMsgSize(maxResponse+64<<10),
 		// The orchestrator pings to notice a vanished agent (see
@@ -271,21 +296,41 @@ func (a *Agent) Dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // authorize lets only mesh peers tagged tag:orchestrator call the agent.
 func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return nil, status.Error(codes.PermissionDenied, "agent: caller unknown")
-	}
-	who, err := a.node.WhoIs(ctx, p.Addr.String())
-	if err != nil {
-		a.log.Warn("agent: refused unidentified caller", "remote", p.Addr.String(), "method", info.FullMethod, "err", err)
-		return nil, status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
-	}
-	if !who.HasTag(meshnode.TagOrchestrator) {
-		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", info.FullMethod)
-		return nil, status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
+	if err := a.checkCaller(ctx, info.FullMethod); err != nil {
+		return nil, err
 	}
 	return handler(ctx, req)
 }
+
+// authorizeStream is authorize for streaming methods (Update).
+func (a *Agent) authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := a.checkCaller(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+func (a *Agent) checkCaller(ctx context.Context, method string) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return status.Error(codes.PermissionDenied, "agent: caller unknown")
+	}
+	who, err := a.node.WhoIs(ctx, p.Addr.String())
+	if err != nil {
+		a.log.Warn("agent: refused unidentified caller", "remote", p.Addr.String(), "method", method, "err", err)
+		return status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
+	}
+	if !who.HasTag(meshnode.TagOrchestrator) {
+		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", method)
+		return status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
+	}
+	return nil
+}
+
+// RestartRequested is closed once an update is staged: the agent's
+// process should shut down and exit with selfupdate.RestartExitCode, so
+// that the launcher (or supervisor) starts the new version.
+func (a *Agent) RestartRequested() <-chan struct{} { return a.restart }
 
 // TracerName is the instrumentation scope of the agent's Proxmox spans.
 const TracerName = "github.com/flexplane/flexplane/pkg/agent"
@@ -346,6 +391,7 @@ func (s *service) Info(ctx context.Context, _ *agentv1.InfoRequest) (*agentv1.In
 		ClusterName:    f.clusterName,
 		ClusterId:      f.clusterID,
 		ProxmoxVersion: f.version,
+		Platform:       release.Platform(),
 	}, nil
 }
 
@@ -354,16 +400,77 @@ func (s *service) Health(ctx context.Context, _ *agentv1.HealthRequest) (*agentv
 	defer cancel()
 	resp, err := s.a.pve.do(ctx, http.MethodGet, "/version", "", nil, "")
 	s.a.metrics.proxmoxUp.Set(0)
+	out := &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, AgentVersion: s.a.cfg.Version}
 	switch {
 	case err != nil:
-		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: "proxmox unreachable: " + err.Error()}, nil
+		out.Detail = "proxmox unreachable: " + err.Error()
 	case resp.status == http.StatusUnauthorized || resp.status == http.StatusForbidden:
-		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox refused the agent's token (%d)", resp.status)}, nil
+		out.Detail = fmt.Sprintf("proxmox refused the agent's token (%d)", resp.status)
 	case resp.status != http.StatusOK:
-		return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_NOT_SERVING, Detail: fmt.Sprintf("proxmox answered %d", resp.status)}, nil
+		out.Detail = fmt.Sprintf("proxmox answered %d", resp.status)
+	default:
+		s.a.metrics.proxmoxUp.Set(1)
+		out.Status = agentv1.HealthStatus_HEALTH_STATUS_SERVING
+		// The orchestrator reached this agent over the mesh, its gRPC
+		// serves and Proxmox answers: a version on probation is healthy.
+		if err := s.a.updater.Healthy(); err != nil {
+			s.a.log.Warn("agent: end probation", "err", err)
+		}
 	}
-	s.a.metrics.proxmoxUp.Set(1)
-	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
+	out.Update = s.a.updateStatus()
+	return out, nil
+}
+
+// updateStatus is the update state as the API reports it.
+func (a *Agent) updateStatus() *agentv1.UpdateStatus {
+	st, err := a.updater.State()
+	if err != nil {
+		a.log.Warn("agent: update state", "err", err)
+		return nil
+	}
+	return &agentv1.UpdateStatus{
+		Phase: string(st.Phase), Version: st.Version, From: st.From, Reason: st.Reason,
+		Operation: st.Operation, UpdatedAtUnixMs: st.UpdatedAt.UnixMilli(),
+	}
+}
+
+// Update receives a release (selfupdate.Updater.Stage) and, once it is
+// staged, asks the process to restart into it.
+func (s *service) Update(stream agentv1.AgentService_UpdateServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "agent: update: %v", err)
+	}
+	if len(first.GetManifest()) == 0 || len(first.GetSignature()) == 0 {
+		return status.Error(codes.InvalidArgument, "agent: update: the first message must carry the manifest and its signature")
+	}
+	pending := first.GetData()
+	next := func() ([]byte, error) {
+		if pending != nil {
+			b := pending
+			pending = nil
+			return b, nil
+		}
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		return msg.GetData(), nil
+	}
+	m, err := s.a.updater.Stage(stream.Context(), first.GetOperation(), first.GetManifest(), first.GetSignature(), next)
+	switch {
+	case errors.Is(err, release.ErrRefused), errors.Is(err, selfupdate.ErrNoKey):
+		return status.Errorf(codes.FailedPrecondition, "agent: update: %v", err)
+	case errors.Is(err, selfupdate.ErrBusy):
+		return status.Errorf(codes.Aborted, "agent: update: %v", err)
+	case err != nil:
+		return status.Errorf(codes.Internal, "agent: update: %v", err)
+	}
+	if err := stream.SendAndClose(&agentv1.UpdateResponse{Version: m.Version}); err != nil {
+		return err
+	}
+	s.a.restartOnce.Do(func() { close(s.a.restart) })
+	return nil
 }
 
 func (s *service) Metrics(context.Context, *agentv1.MetricsRequest) (*agentv1.MetricsResponse, error) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/support/profiling"
 )
@@ -34,6 +35,10 @@ const (
 	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
 	EnvDebugAddr        = "FLEXPLANE_DEBUG_ADDR"
 	EnvOTLPEndpoint     = "FLEXPLANE_OTLP_ENDPOINT"
+	EnvReleaseKey       = "FLEXPLANE_RELEASE_KEY"
+	EnvReleaseKeyFile   = "FLEXPLANE_RELEASE_KEY_FILE"
+	EnvProbation        = "FLEXPLANE_UPDATE_PROBATION"
+	EnvNoLauncher       = "FLEXPLANE_NO_LAUNCHER"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -45,6 +50,13 @@ type Options struct {
 	// OTLPEndpoint is the OTLP/gRPC collector URL the agent's spans go to;
 	// "" leaves it to OTEL_EXPORTER_OTLP_ENDPOINT (package tracing).
 	OTLPEndpoint string
+	// Probation is how long a new version has to become healthy before the
+	// launcher switches back to the previous one; 0 is its default (40s).
+	Probation time.Duration
+	// NoLauncher runs the agent without the launcher (no rollback of a
+	// version that crashes at start): for supervisors that roll back
+	// themselves.
+	NoLauncher bool
 }
 
 // LoadConfig builds a Config from command-line flags, the environment
@@ -69,6 +81,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
+		releaseKey  = fs.String("release-key-file", "", "minisign public key file agent releases must be signed with (env "+EnvReleaseKeyFile+"; or the key itself in "+EnvReleaseKey+"; default none: no updates)")
+		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
 	)
 	if err := fs.Parse(args); err != nil {
 		var b strings.Builder
@@ -122,7 +136,15 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		}
 		cfg.Port = uint16(n)
 	}
-	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr), OTLPEndpoint: get(*otlp, EnvOTLPEndpoint)}
+	if cfg.ReleaseKey, err = secret(get("", EnvReleaseKey), get(*releaseKey, EnvReleaseKeyFile)); err != nil {
+		return Config{}, Options{}, fmt.Errorf("agent: release key: %w", err)
+	}
+	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr), OTLPEndpoint: get(*otlp, EnvOTLPEndpoint), NoLauncher: get("", EnvNoLauncher) != ""}
+	if p := get(*probation, EnvProbation); p != "" {
+		if opts.Probation, err = time.ParseDuration(p); err != nil || opts.Probation <= 0 {
+			return Config{}, Options{}, fmt.Errorf("agent: update probation %q is not a positive duration", p)
+		}
+	}
 	if opts.DebugAddr != "" {
 		if err := profiling.CheckAddr(opts.DebugAddr); err != nil {
 			return Config{}, Options{}, fmt.Errorf("agent: %w", err)

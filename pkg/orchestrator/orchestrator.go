@@ -35,6 +35,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/release"
+	"github.com/flexplane/flexplane/pkg/rollout"
 )
 
 // Config configures an orchestrator.
@@ -122,6 +124,9 @@ type APIConfig struct {
 	// AgentVersion is the agent version this orchestrator ships; hosts
 	// whose agent reports another show updateAvailable. Empty: never.
 	AgentVersion string
+	// Releases configures agent releases and rollouts; its zero value
+	// offers none.
+	Releases ReleasesConfig
 	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
 	// defaults.
 	MaxDepth, MaxComplexity int
@@ -133,6 +138,20 @@ type APIConfig struct {
 	// replica may still be working on it until then). Default 2m
 	// (compute.Config.StaleAfter).
 	VMRecoverAfter time.Duration
+}
+
+// ReleasesConfig configures agent releases (package release) and their
+// rollouts (package rollout).
+type ReleasesConfig struct {
+	// PublicKey is the minisign public key releases are signed with (the
+	// agents have the same); "" offers no releases.
+	PublicKey string
+	// Dir is the release store: published releases and the rollouts'
+	// records. Replicas share it (one volume mounted by all). Default
+	// DataDir/releases.
+	Dir string
+	// HostTimeout bounds one host's update in a rollout. Default 3m.
+	HostTimeout time.Duration
 }
 
 // AuditConfig configures the audit sinks; every one set receives every
@@ -168,6 +187,7 @@ type Server struct {
 	catalog    catalog.Store        // nil without an API, protected by mu
 	closeCat   func()               // releases catalog; nil without an API, protected by mu
 	compute    *compute.Service     // nil without an API, protected by mu
+	rollouts   *rollout.Service     // nil without releases, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
 	stopped    chan struct{}        // closed by Shutdown
@@ -400,6 +420,11 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	if rc := c.Releases; rc.PublicKey != "" {
+		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
@@ -411,6 +436,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			Keys:         control.Client,
 			AgentVersion: c.AgentVersion,
 			Compute:      vms,
+			Rollouts:     s.rollouts,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
@@ -423,6 +449,27 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	return h, store, closeCat, vms, nil
+}
+
+// newRollouts opens the release store and the rollout service over it.
+func newRollouts(rc ReleasesConfig, dataDir string, registry *zones.Registry, log *slog.Logger) (*rollout.Service, error) {
+	verifier, err := release.NewVerifier(rc.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	dir := rc.Dir
+	if dir == "" {
+		dir = filepath.Join(dataDir, "releases")
+	}
+	store, err := release.OpenStore(dir, verifier)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	svc, err := rollout.New(rollout.Config{Releases: store, Registry: registry, HostTimeout: rc.HostTimeout, Logger: log.With("component", "rollout")})
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	return svc, nil
 }
 
 // Run starts the server and serves until ctx ends or Shutdown is called,
@@ -468,6 +515,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.compute != nil {
 		errs = append(errs, s.compute.Shutdown(ctx))
+	}
+	if s.rollouts != nil {
+		s.rollouts.Close()
 	}
 	if s.webhook != nil {
 		// After the API: the last requests' events are sent too.

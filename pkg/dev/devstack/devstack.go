@@ -388,9 +388,18 @@ func (s *stack) run(ctx context.Context) error {
 		sims[c.Name] = sm
 	}
 
-	// The orchestrator.
+	// The orchestrator, with the release key and a second agent build
+	// published.
 	orchDir := s.path("orchestrator")
+	releasePub, releasePriv, err := s.releaseKey()
+	if err != nil {
+		return fmt.Errorf("release key: %w", err)
+	}
+	if err := s.publishNext(ctx, orchDir, releasePub, releasePriv); err != nil {
+		return err
+	}
 	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
+		"-release-key-file", releasePub,
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
 		"-portal-dir", s.cfg.PortalDir, "-metrics-addr", metricsAddr}
@@ -456,6 +465,12 @@ func (s *stack) run(ctx context.Context) error {
 				"FLEXPLANE_PVE_TOKEN_FILE=" + sm.tokenFile,
 				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
 				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
+				"FLEXPLANE_RELEASE_KEY_FILE=" + releasePub,
+			}
+			// Every start runs the agents just built (AgentVersion), not a
+			// version an earlier start updated them to.
+			if err := os.RemoveAll(filepath.Join(state, "update")); err != nil {
+				return err
 			}
 			if _, err := s.add(AgentPrefix+name, func() procSpec {
 				// Enrolled once; a restart rejoins with the saved identity.
@@ -648,9 +663,17 @@ func (s *stack) poll(ctx context.Context, timeout time.Duration, what string, f 
 func (s *stack) build(ctx context.Context) error {
 	t := time.Now()
 	_, err := s.mux.run(ctx, "go build", s.cfg.RepoDir, s.cfg.Go, "build", "-o", s.path("bin")+string(filepath.Separator),
-		"./cmd/orchestrator", "./cmd/agent", "./cmd/pvesim")
+		"./cmd/orchestrator", "./cmd/pvesim")
 	if err != nil {
 		return fmt.Errorf("build: %w", err)
+	}
+	// The agent twice: the version the agents run and the next one, the
+	// release the stack publishes.
+	for out, v := range map[string]string{"agent": AgentVersion, "agent-" + NextAgentVersion: NextAgentVersion} {
+		if _, err := s.mux.run(ctx, "go build", s.cfg.RepoDir, s.cfg.Go, "build", "-ldflags", "-X main.buildVersion="+v,
+			"-o", s.path("bin", out), "./cmd/agent"); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
 	}
 	s.log.Info("built binaries", "dir", s.path("bin"), "took", time.Since(t).Round(100*time.Millisecond).String())
 	return nil

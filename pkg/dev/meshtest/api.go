@@ -151,6 +151,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		MaxComplexity:  h.opts.api.MaxComplexity,
 		VMRecoverAfter: h.opts.api.VMRecoverAfter,
 		AgentVersion:   h.opts.api.AgentVersion,
+		Releases:       orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
 	}
 }
 

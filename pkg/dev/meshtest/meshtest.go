@@ -68,6 +68,9 @@ type options struct {
 	tracer   trace.TracerProvider
 	audit    audit.Sink
 	plane    *simnet.Config // WithDataPlane only
+
+	releaseKey         string
+	releaseHostTimeout time.Duration
 }
 
 // Option configures a Harness.

@@ -109,8 +109,27 @@ type Host struct {
 	Detail         string
 	AgentVersion   string
 	ProxmoxVersion string
+	// Platform is the agent binary's GOOS/GOARCH.
+	Platform string
 	// LastHealthy is when the agent last reported healthy.
 	LastHealthy time.Time
+	// Update is the agent's update state as it last reported it.
+	Update UpdateStatus
+}
+
+// UpdateStatus is an agent's update state (package selfupdate's State).
+type UpdateStatus struct {
+	// Phase is idle, downloading, verifying, restarting, probation, done,
+	// rolled-back or refused; "" when the agent does not report one.
+	Phase string
+	// Version is the version being (or last) installed, From the one it
+	// replaces.
+	Version, From string
+	// Reason says why it was refused or rolled back.
+	Reason string
+	// Operation is the rollout that asked for it.
+	Operation string
+	UpdatedAt time.Time
 }
 
 // Zone is one Proxmox cluster, or a standalone node.
@@ -144,6 +163,7 @@ type agentState struct {
 	status      HostStatus
 	detail      string
 	lastHealthy time.Time
+	update      UpdateStatus
 	checking    bool // a check is in flight
 }
 
@@ -309,13 +329,18 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	r.mu.Lock()
 	node, client, prev := a.node, a.client, a.status
 	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline
+	knownVersion := a.info.GetAgentVersion()
 	r.mu.Unlock()
 
+	var update *UpdateStatus
 	set := func(st HostStatus, detail string, info *agentv1.InfoResponse) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if info != nil {
 			a.info, a.infoAt = info, time.Now()
+		}
+		if update != nil {
+			a.update = *update
 		}
 		if st != StatusOffline {
 			a.lastHealthy = time.Now()
@@ -370,8 +395,16 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		set(StatusOffline, "health: "+err.Error(), nil)
 		return
 	}
+	if u := h.GetUpdate(); u != nil {
+		update = &UpdateStatus{
+			Phase: u.GetPhase(), Version: u.GetVersion(), From: u.GetFrom(), Reason: u.GetReason(),
+			Operation: u.GetOperation(), UpdatedAt: time.UnixMilli(u.GetUpdatedAtUnixMs()),
+		}
+	}
 	var info *agentv1.InfoResponse
-	if infoDue {
+	// An agent that restarted into another version within one refresh was
+	// never seen offline: its new version says its Info is stale.
+	if infoDue || (h.GetAgentVersion() != "" && h.GetAgentVersion() != knownVersion) {
 		info, err = client.Info(cctx, &agentv1.InfoRequest{})
 		if err != nil {
 			r.log.Warn("zones: agent info", "mesh_name", node.Name, "err", err)
@@ -468,8 +501,23 @@ func (a *agentState) host() Host {
 		Detail:         a.detail,
 		AgentVersion:   a.info.GetAgentVersion(),
 		ProxmoxVersion: a.info.GetProxmoxVersion(),
+		Platform:       a.info.GetPlatform(),
 		LastHealthy:    a.lastHealthy,
+		Update:         a.update,
 	}
+}
+
+// Agent returns the gRPC client of the agent with the given mesh ID, if
+// the registry has one (for calls the zone clients do not make, such as
+// Update).
+func (r *Registry) Agent(meshID uint64) (agentv1.AgentServiceClient, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.agents[meshID]
+	if a == nil || a.client == nil {
+		return nil, false
+	}
+	return a.client, true
 }
 
 // target is an agent a request can go to.

@@ -129,8 +129,10 @@ type InfoResponse struct {
 	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// Proxmox VE version (e.g. "8.2.4").
 	ProxmoxVersion string `protobuf:"bytes,5,opt,name=proxmox_version,json=proxmoxVersion,proto3" json:"proxmox_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// GOOS/GOARCH of the agent binary (e.g. "linux/amd64").
+	Platform      string `protobuf:"bytes,6,opt,name=platform,proto3" json:"platform,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -198,6 +200,13 @@ func (x *InfoResponse) GetProxmoxVersion() string {
 	return ""
 }
 
+func (x *InfoResponse) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
 // HealthRequest has no fields.
 type HealthRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -240,7 +249,11 @@ type HealthResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status HealthStatus           `protobuf:"varint,1,opt,name=status,proto3,enum=flexplane.agent.v1.HealthStatus" json:"status,omitempty"`
 	// Human-readable reason when not serving.
-	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Version of the agent binary answering.
+	AgentVersion string `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	// The agent's update state.
+	Update        *UpdateStatus `protobuf:"bytes,4,opt,name=update,proto3" json:"update,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +302,229 @@ func (x *HealthResponse) GetDetail() string {
 	return ""
 }
 
+func (x *HealthResponse) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetUpdate() *UpdateStatus {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// UpdateStatus is where an agent's latest update is.
+type UpdateStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// idle, downloading, verifying, restarting, probation, done,
+	// rolled-back or refused.
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The version being (or last) installed, and the one it replaces.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	From    string `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	// Why it was refused or rolled back.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The rollout that asked for it.
+	Operation string `protobuf:"bytes,5,opt,name=operation,proto3" json:"operation,omitempty"`
+	// When the state last changed, in Unix milliseconds.
+	UpdatedAtUnixMs int64 `protobuf:"varint,6,opt,name=updated_at_unix_ms,json=updatedAtUnixMs,proto3" json:"updated_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UpdateStatus) Reset() {
+	*x = UpdateStatus{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateStatus) ProtoMessage() {}
+
+func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
+func (*UpdateStatus) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetUpdatedAtUnixMs() int64 {
+	if x != nil {
+		return x.UpdatedAtUnixMs
+	}
+	return 0
+}
+
+// UpdateRequest is one message of an Update stream.
+type UpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The release's manifest (JSON) and its minisign signature; first
+	// message only.
+	Manifest  []byte `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// The rollout asking for the update; first message only.
+	Operation string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
+	// The next bytes of the binary.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRequest) Reset() {
+	*x = UpdateRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRequest) ProtoMessage() {}
+
+func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateRequest) GetManifest() []byte {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *UpdateRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// UpdateResponse says the release is staged; the agent restarts into it.
+type UpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateResponse) Reset() {
+	*x = UpdateResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateResponse) ProtoMessage() {}
+
+func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
+func (*UpdateResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // ProxyRequest is one request to the local Proxmox API.
 type ProxyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,7 +544,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +556,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +569,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -390,7 +626,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +638,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +651,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -455,7 +691,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +703,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +716,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -496,7 +732,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +744,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +757,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -543,18 +779,35 @@ var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"\x1eflexplane/agent/v1/agent.proto\x12\x12flexplane.agent.v1\"\r\n" +
-	"\vInfoRequest\"\xbb\x01\n" +
+	"\vInfoRequest\"\xd7\x01\n" +
 	"\fInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12!\n" +
 	"\fcluster_name\x18\x03 \x01(\tR\vclusterName\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12'\n" +
-	"\x0fproxmox_version\x18\x05 \x01(\tR\x0eproxmoxVersion\"\x0f\n" +
-	"\rHealthRequest\"b\n" +
+	"\x0fproxmox_version\x18\x05 \x01(\tR\x0eproxmoxVersion\x12\x1a\n" +
+	"\bplatform\x18\x06 \x01(\tR\bplatform\"\x0f\n" +
+	"\rHealthRequest\"\xc1\x01\n" +
 	"\x0eHealthResponse\x128\n" +
 	"\x06status\x18\x01 \x01(\x0e2 .flexplane.agent.v1.HealthStatusR\x06status\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\x87\x01\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12#\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x128\n" +
+	"\x06update\x18\x04 \x01(\v2 .flexplane.agent.v1.UpdateStatusR\x06update\"\xb5\x01\n" +
+	"\fUpdateStatus\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
+	"\toperation\x18\x05 \x01(\tR\toperation\x12+\n" +
+	"\x12updated_at_unix_ms\x18\x06 \x01(\x03R\x0fupdatedAtUnixMs\"{\n" +
+	"\rUpdateRequest\x12\x1a\n" +
+	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1c\n" +
+	"\toperation\x18\x03 \x01(\tR\toperation\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"*\n" +
+	"\x0eUpdateResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"\x87\x01\n" +
 	"\fProxyRequest\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
@@ -575,12 +828,13 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xcc\x02\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\x9f\x03\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
 	"\x05Proxy\x12 .flexplane.agent.v1.ProxyRequest\x1a!.flexplane.agent.v1.ProxyResponse\x12R\n" +
-	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponseBAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
+	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponse\x12Q\n" +
+	"\x06Update\x12!.flexplane.agent.v1.UpdateRequest\x1a\".flexplane.agent.v1.UpdateResponse(\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_flexplane_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -595,33 +849,39 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(HealthStatus)(0),       // 0: flexplane.agent.v1.HealthStatus
 	(*InfoRequest)(nil),     // 1: flexplane.agent.v1.InfoRequest
 	(*InfoResponse)(nil),    // 2: flexplane.agent.v1.InfoResponse
 	(*HealthRequest)(nil),   // 3: flexplane.agent.v1.HealthRequest
 	(*HealthResponse)(nil),  // 4: flexplane.agent.v1.HealthResponse
-	(*ProxyRequest)(nil),    // 5: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),   // 6: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),  // 7: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil), // 8: flexplane.agent.v1.MetricsResponse
+	(*UpdateStatus)(nil),    // 5: flexplane.agent.v1.UpdateStatus
+	(*UpdateRequest)(nil),   // 6: flexplane.agent.v1.UpdateRequest
+	(*UpdateResponse)(nil),  // 7: flexplane.agent.v1.UpdateResponse
+	(*ProxyRequest)(nil),    // 8: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),   // 9: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),  // 10: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil), // 11: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
-	0, // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	1, // 1: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	3, // 2: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	5, // 3: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	7, // 4: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	2, // 5: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	4, // 6: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	6, // 7: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	8, // 8: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
+	5,  // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
+	1,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
+	3,  // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	8,  // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	10, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	6,  // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
+	2,  // 7: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	4,  // 8: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	9,  // 9: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	11, // 10: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	7,  // 11: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_agent_v1_agent_proto_init() }
@@ -635,7 +895,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

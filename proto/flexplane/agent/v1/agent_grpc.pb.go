@@ -27,6 +27,7 @@ const (
 	AgentService_Health_FullMethodName  = "/flexplane.agent.v1.AgentService/Health"
 	AgentService_Proxy_FullMethodName   = "/flexplane.agent.v1.AgentService/Proxy"
 	AgentService_Metrics_FullMethodName = "/flexplane.agent.v1.AgentService/Metrics"
+	AgentService_Update_FullMethodName  = "/flexplane.agent.v1.AgentService/Update"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -46,6 +47,14 @@ type AgentServiceClient interface {
 	// Metrics returns the agent's Prometheus metrics, so that they can be
 	// scraped through the orchestrator without opening a port on the node.
 	Metrics(ctx context.Context, in *MetricsRequest, opts ...grpc.CallOption) (*MetricsResponse, error)
+	// Update sends the agent a signed release: the first message carries the
+	// manifest, its signature and the operation, the following ones the
+	// binary. The agent checks the manifest before it accepts any byte and
+	// the binary while it streams; a refused release answers
+	// FAILED_PRECONDITION and changes nothing but the reported update state.
+	// An accepted one is answered once it is staged; the agent then restarts
+	// into it and reports its progress in HealthResponse.update.
+	Update(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UpdateRequest, UpdateResponse], error)
 }
 
 type agentServiceClient struct {
@@ -96,6 +105,19 @@ func (c *agentServiceClient) Metrics(ctx context.Context, in *MetricsRequest, op
 	return out, nil
 }
 
+func (c *agentServiceClient) Update(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UpdateRequest, UpdateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_Update_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UpdateRequest, UpdateResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_UpdateClient = grpc.ClientStreamingClient[UpdateRequest, UpdateResponse]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -113,6 +135,14 @@ type AgentServiceServer interface {
 	// Metrics returns the agent's Prometheus metrics, so that they can be
 	// scraped through the orchestrator without opening a port on the node.
 	Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error)
+	// Update sends the agent a signed release: the first message carries the
+	// manifest, its signature and the operation, the following ones the
+	// binary. The agent checks the manifest before it accepts any byte and
+	// the binary while it streams; a refused release answers
+	// FAILED_PRECONDITION and changes nothing but the reported update state.
+	// An accepted one is answered once it is staged; the agent then restarts
+	// into it and reports its progress in HealthResponse.update.
+	Update(grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -134,6 +164,9 @@ func (UnimplementedAgentServiceServer) Proxy(context.Context, *ProxyRequest) (*P
 }
 func (UnimplementedAgentServiceServer) Metrics(context.Context, *MetricsRequest) (*MetricsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Metrics not implemented")
+}
+func (UnimplementedAgentServiceServer) Update(grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]) error {
+	return status.Error(codes.Unimplemented, "method Update not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -228,6 +261,13 @@ func _AgentService_Metrics_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Update_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).Update(&grpc.GenericServerStream[UpdateRequest, UpdateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_UpdateServer = grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -252,6 +292,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_Metrics_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Update",
+			Handler:       _AgentService_Update_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "flexplane/agent/v1/agent.proto",
 }
