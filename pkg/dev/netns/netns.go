@@ -34,6 +34,12 @@ import (
 // own namespace by Isolate, and so in its children's.
 const EnvInside = "FLEXPLANE_NETNS"
 
+// Address is the address LoopbackUp gives lo besides 127.0.0.1 (TEST-NET-1
+// of RFC 5737: documentation, routed nowhere). tsnet takes a machine with
+// loopback addresses only for one without a network and never contacts its
+// control server; an address of lo leads nowhere else.
+const Address = "192.0.2.1"
+
 // Inside reports whether this process was started by Isolate (or is a child
 // of one that was).
 func Inside() bool { return os.Getenv(EnvInside) == "1" }
@@ -53,14 +59,16 @@ func Main(m Runner) {
 		}
 		os.Exit(m.Run())
 	}
-	os.Exit(Reexec())
+	os.Exit(Reexec(nil))
 }
 
 // Reexec runs this program again, with the same arguments, standard streams
 // and environment, in a new network namespace (Isolate), passes it SIGINT
 // and SIGTERM, and returns its exit status once it has exited (1 and a
 // message on stderr when it could not start).
-func Reexec(extra ...*os.File) int {
+// env is added to the environment and extra become its file descriptors 3,
+// 4, ...
+func Reexec(env []string, extra ...*os.File) int {
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "netns:", err)
@@ -69,6 +77,7 @@ func Reexec(extra ...*os.File) int {
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = extra
+	cmd.Env = append(os.Environ(), env...)
 	Isolate(cmd)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)

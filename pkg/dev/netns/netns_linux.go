@@ -1,11 +1,13 @@
 package netns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 
 	"github.com/jsimonetti/rtnetlink"
@@ -35,12 +37,6 @@ func Isolate(cmd *exec.Cmd) {
 		attr.GidMappingsEnableSetgroups = false
 	}
 }
-
-// Address is the address LoopbackUp gives lo besides 127.0.0.1 (TEST-NET-1
-// of RFC 5737: documentation, routed nowhere). tsnet takes a machine with
-// loopback addresses only for one without a network and never contacts its
-// control server; an address of lo leads nowhere else.
-const Address = "192.0.2.1"
 
 // LoopbackUp brings the loopback interface of this process's network
 // namespace up (a new namespace starts with it down) and gives it Address.
@@ -96,4 +92,39 @@ func setUp(name string) error {
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// DialerOf returns a dial function that connects from inside the network
+// namespace of process pid (e.g. to a loopback address of a stack Isolate
+// started), for a test that plays the operator of what runs there. The
+// socket is made on an OS thread that enters the namespace and ends with the
+// dial. It needs CAP_SYS_ADMIN (root).
+func DialerOf(pid int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			// Never unlocked: the thread, in another namespace, ends with
+			// this goroutine.
+			runtime.LockOSThread()
+			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				ch <- result{err: fmt.Errorf("netns: dial in the namespace of %d: %w", pid, err)}
+				return
+			}
+			err = unix.Setns(fd, unix.CLONE_NEWNET)
+			unix.Close(fd)
+			if err != nil {
+				ch <- result{err: fmt.Errorf("netns: dial in the namespace of %d (it needs root): %w", pid, err)}
+				return
+			}
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
 }
