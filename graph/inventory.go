@@ -84,22 +84,48 @@ func (r *Resolver) session(ctx context.Context) *inventory.Session {
 }
 
 // zonesOf returns the zones, or the one named name (BAD_USER_INPUT on
-// field when there is none).
-func (r *Resolver) zonesOf(name *string, field string) ([]zones.Zone, error) {
+// field when there is none). Right after a restart the registry does not
+// know every agent's zone yet: it waits for them within the zone timeout;
+// then the zones known so far come with a ZONE_UNAVAILABLE error naming the
+// agents not heard from, and a zone that is not known yet is
+// ZONE_UNAVAILABLE, not BAD_USER_INPUT.
+func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
 	if r.Zones == nil {
 		if name != nil {
 			return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
 		}
 		return nil, nil
 	}
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(r.ZoneTimeout, DefaultZoneTimeout))
+	idErr := r.Zones.Identified(wctx)
+	cancel()
 	all := r.Zones.Zones()
+	unknown := func() *apierr.Error {
+		var ue *zones.UnidentifiedError
+		if !errors.As(idErr, &ue) || ctx.Err() != nil {
+			return nil
+		}
+		r.Logger.Warn("graphql: zones not known yet", "err", idErr)
+		if len(ue.Agents) == 0 {
+			return apierr.New(apierr.ZoneUnavailable, "the zones are not known yet: the orchestrator has not heard from the agents since it started")
+		}
+		return apierr.New(apierr.ZoneUnavailable, "the zones of %d agents are not known yet: they have not reported since the orchestrator started", len(ue.Agents))
+	}
 	if name == nil {
+		if e := unknown(); e != nil {
+			graphql.AddError(ctx, e)
+		}
 		return all, nil
 	}
 	for _, z := range all {
 		if z.Name == *name {
 			return []zones.Zone{z}, nil
 		}
+	}
+	if e := unknown(); e != nil {
+		e.Zone = *name
+		e.Message = fmt.Sprintf("zone %s is unavailable: %s", *name, e.Message)
+		return nil, e
 	}
 	return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
 }

@@ -71,7 +71,7 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 	if err != nil {
 		return nil, err
 	}
-	zs, _ := r.zonesOf(nil, "")
+	zs, _ := r.zonesOf(ctx, nil, "")
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
 		out = append(out, zoneModel(z, r.AgentVersion))
@@ -81,7 +81,7 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 
 // Zone is the resolver for the zone field.
 func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, error) {
-	zs, err := r.zonesOf(&name, "name")
+	zs, err := r.zonesOf(ctx, &name, "name")
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
@@ -94,7 +94,7 @@ func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]
 	if err != nil {
 		return nil, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.zonesOf(ctx, zone, "zone")
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		}
 		cursor = &ref
 	}
-	zs, err := r.zonesOf(filter.Zone, "filter.zone")
+	zs, err := r.zonesOf(ctx, filter.Zone, "filter.zone")
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	if _, _, err := spec.Validate(); err != nil {
 		return nil, networkError(err)
 	}
-	zs, err := r.zonesOf(&input.Zone, "input.zone")
+	zs, err := r.zonesOf(ctx, &input.Zone, "input.zone")
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (r *queryResolver) Networks(ctx context.Context, zone *string, first *int) 
 	if err != nil {
 		return nil, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.zonesOf(ctx, zone, "zone")
 	if err != nil {
 		return nil, err
 	}
