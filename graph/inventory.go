@@ -114,7 +114,7 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 		return apierr.New(apierr.ZoneUnavailable, "the zones of %d agents are not known yet: they have not reported since the orchestrator started", len(ue.Agents))
 	}
 	if name == nil {
-		if e := unknown(); e != nil {
+		if e := unknown(); e != nil && r.firstReport(ctx, "") {
 			graphql.AddError(ctx, e)
 		}
 		return all, nil
@@ -147,17 +147,25 @@ func (r *Resolver) zoneByID(id string) (zones.Zone, bool) {
 	return r.Zones.Zone(id)
 }
 
+// firstReport reports whether the operation has not reported zone id
+// unavailable yet ("" stands for the zones not known yet), and records it.
+func (r *Resolver) firstReport(ctx context.Context, id string) bool {
+	req := requestFrom(ctx)
+	if req == nil {
+		return true
+	}
+	req.mu.Lock()
+	defer req.mu.Unlock()
+	seen := req.reported[id]
+	req.reported[id] = true
+	return !seen
+}
+
 // zoneDown adds one ZONE_UNAVAILABLE error per zone and operation, and
 // logs the cause.
 func (r *Resolver) zoneDown(ctx context.Context, z zones.Zone, err error) {
-	if req := requestFrom(ctx); req != nil {
-		req.mu.Lock()
-		seen := req.reported[z.ID]
-		req.reported[z.ID] = true
-		req.mu.Unlock()
-		if seen {
-			return
-		}
+	if !r.firstReport(ctx, z.ID) {
+		return
 	}
 	r.Logger.Warn("graphql: zone unavailable", "zone", z.Name, "zone_id", z.ID, "err", err)
 	graphql.AddError(ctx, apierr.ZoneDown(z.Name, err))
