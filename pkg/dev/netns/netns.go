@@ -34,11 +34,12 @@ import (
 // own namespace by Isolate, and so in its children's.
 const EnvInside = "FLEXPLANE_NETNS"
 
-// Address is the address LoopbackUp gives lo besides 127.0.0.1 (TEST-NET-1
-// of RFC 5737: documentation, routed nowhere). tsnet takes a machine with
-// loopback addresses only for one without a network and never contacts its
-// control server; an address of lo leads nowhere else.
-const Address = "192.0.2.1"
+// Address is the address LoopbackUp gives lo besides 127.0.0.1 (of
+// 198.18.0.0/15, the benchmarking range of RFC 2544, routed nowhere; not
+// TEST-NET-1, which tests use as an address no machine has). tsnet takes a
+// machine with loopback addresses only for one without a network and never
+// contacts its control server; an address of lo leads nowhere else.
+const Address = "198.18.0.1"
 
 // Inside reports whether this process was started by Isolate (or is a child
 // of one that was).

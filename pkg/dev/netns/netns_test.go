@@ -77,7 +77,7 @@ func TestLoopbackOnly(t *testing.T) {
 		{"0.0.0.0:80", []string{"eth0", "lo"}, false},
 		{"[::]:80", []string{"eth0", "lo"}, false},
 		{"10.0.0.1:80", []string{"eth0", "lo"}, false},
-		{"192.0.2.1:80", []string{"lo"}, false},
+		{"198.18.0.1:80", []string{"lo"}, false},
 	} {
 		s := netns.Socket{Local: netip.MustParseAddrPort(c.addr), NetnsInterfaces: c.ifaces}
 		if got := s.LoopbackOnly(); got != c.want {
