@@ -86,7 +86,11 @@ func (r *Resolver) session(ctx context.Context) *inventory.Session {
 
 // zonesOf returns the zones, or the one named name (BAD_USER_INPUT on
 // field when there is none, or the caller does not see it: a zone
-// dedicated to other VDCs).
+// dedicated to other VDCs). Right after a restart the registry does not
+// know every agent's zone yet: it waits for them within the zone timeout;
+// then the zones known so far come with a ZONE_UNAVAILABLE error naming the
+// agents not heard from, and a zone that is not known yet is
+// ZONE_UNAVAILABLE, not BAD_USER_INPUT.
 func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
 	if r.Zones == nil {
 		if name != nil {
@@ -94,8 +98,25 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 		}
 		return nil, nil
 	}
+	wctx, cancel := context.WithTimeout(ctx, cmp.Or(r.ZoneTimeout, DefaultZoneTimeout))
+	idErr := r.Zones.Identified(wctx)
+	cancel()
 	all := r.Zones.Zones()
+	unknown := func() *apierr.Error {
+		var ue *zones.UnidentifiedError
+		if !errors.As(idErr, &ue) || ctx.Err() != nil {
+			return nil
+		}
+		r.Logger.Warn("graphql: zones not known yet", "err", idErr)
+		if len(ue.Agents) == 0 {
+			return apierr.New(apierr.ZoneUnavailable, "the zones are not known yet: the orchestrator has not heard from the agents since it started")
+		}
+		return apierr.New(apierr.ZoneUnavailable, "the zones of %d agents are not known yet: they have not reported since the orchestrator started", len(ue.Agents))
+	}
 	if name == nil {
+		if e := unknown(); e != nil && r.firstReport(ctx, "") {
+			graphql.AddError(ctx, e)
+		}
 		return all, nil
 	}
 	for _, z := range all {
@@ -110,6 +131,11 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 			return vis, nil
 		}
 	}
+	if e := unknown(); e != nil {
+		e.Zone = *name
+		e.Message = fmt.Sprintf("zone %s is unavailable: %s", *name, e.Message)
+		return nil, e
+	}
 	return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
 }
 
@@ -121,17 +147,25 @@ func (r *Resolver) zoneByID(id string) (zones.Zone, bool) {
 	return r.Zones.Zone(id)
 }
 
+// firstReport reports whether the operation has not reported zone id
+// unavailable yet ("" stands for the zones not known yet), and records it.
+func (r *Resolver) firstReport(ctx context.Context, id string) bool {
+	req := requestFrom(ctx)
+	if req == nil {
+		return true
+	}
+	req.mu.Lock()
+	defer req.mu.Unlock()
+	seen := req.reported[id]
+	req.reported[id] = true
+	return !seen
+}
+
 // zoneDown adds one ZONE_UNAVAILABLE error per zone and operation, and
 // logs the cause.
 func (r *Resolver) zoneDown(ctx context.Context, z zones.Zone, err error) {
-	if req := requestFrom(ctx); req != nil {
-		req.mu.Lock()
-		seen := req.reported[z.ID]
-		req.reported[z.ID] = true
-		req.mu.Unlock()
-		if seen {
-			return
-		}
+	if !r.firstReport(ctx, z.ID) {
+		return
 	}
 	r.Logger.Warn("graphql: zone unavailable", "zone", z.Name, "zone_id", z.ID, "err", err)
 	graphql.AddError(ctx, apierr.ZoneDown(z.Name, err))

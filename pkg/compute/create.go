@@ -321,7 +321,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	}
 	vmid, upid, err := s.clone(ctx, p.zone, *p.tpl, intent)
 	if err != nil {
-		return fail(internal("cloning the template failed", err))
+		return fail(cloneError(err))
 	}
 	// Readers of the IPAM see the VM's addresses at once (the runner
 	// assigns them again, idempotently, should this fail).
@@ -389,7 +389,7 @@ func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID strin
 	if err == nil {
 		s.setStep(opID, "clone")
 		if vmid, upid, err = s.clone(ctx, p.zone, tpl, in); err != nil {
-			err = internal("cloning the template failed", err)
+			err = cloneError(err)
 		}
 	}
 	if err != nil {
@@ -408,6 +408,14 @@ func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID strin
 	defer s.clearLive(p.zone, vmid)
 	err = s.run(ctx, p.zone, vmid, upid, in, opID)
 	s.conclude(ctx, p.zone, vmid, in, opID, err)
+}
+
+// cloneError is the client-safe account of a clone that failed.
+func cloneError(err error) error {
+	if pveapi.IsLockTimeout(err) {
+		return internal(fmt.Sprintf("cloning the template failed: Proxmox could not lock it in time %d times (it is busy with other clones); try again", maxLockRetries+1), err)
+	}
+	return internal("cloning the template failed", err)
 }
 
 // stageError is the client-safe account of a failed staging of image in
@@ -526,7 +534,7 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 	if err != nil {
 		return 0, "", err
 	}
-	base := vmid
+	base, locks := vmid, 0
 	for attempt := 1; ; attempt++ {
 		var upid string
 		s.bind(ctx, in, vmid)
@@ -542,6 +550,16 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 			}
 			s.mu.Unlock()
 			return vmid, upid, nil
+		case pveapi.IsLockTimeout(err) && locks < maxLockRetries:
+			locks++
+			// The template's lock is busy (other clones of it): nothing
+			// was done; the same clone again, after a while.
+			s.log.Debug("clone: lock timeout; retrying", "vmid", vmid, "attempt", locks, "err", err)
+			sleep(ctx, lockRetryDelay(locks))
+			if err := ctx.Err(); err != nil {
+				return 0, "", fmt.Errorf("compute: clone: %w", err)
+			}
+			continue
 		case (pveapi.IsAlreadyExists(err) || pveapi.IsLocked(err)) && attempt < 200:
 			// Taken since nextid answered: guess again, spread out so
 			// concurrent creates do not keep colliding.
@@ -655,11 +673,17 @@ func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID
 		}
 		base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, vmid)
 		step, err := s.step(ctx, z, g, cfg, in, base)
+		if pveapi.IsLockTimeout(err) {
+			s.log.Debug("lock timeout; retrying", "vmid", vmid, "step", step, "err", err)
+			sleep(ctx, pveapi.PollInterval)
+			continue
+		}
 		if retryable(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("compute: %s: %w", step, err)
+			return internal(fmt.Sprintf("creating the VM failed at its %s step: Proxmox refused it (see the orchestrator's logs)", step),
+				fmt.Errorf("compute: %s: %w", step, err))
 		}
 		s.setStep(opID, step)
 		s.after(ctx, in.Op, step)
@@ -714,6 +738,18 @@ func (s *Service) step(ctx context.Context, z Zone, g pveapi.Resource, cfg pveap
 	_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", map[string]any{
 		"tags": tenancy.GuestTags(in.VDC), "digest": cfg.Digest()})
 	return "finish", err
+}
+
+// maxLockRetries bounds the clones sent again after a lock timeout (about
+// 15s of waiting in all, besides Proxmox's own waits).
+const maxLockRetries = 10
+
+// lockRetryDelay is the wait before attempt+1 of a request that met a lock
+// timeout: growing, jittered (concurrent creates do not retry in step),
+// at most 2s.
+func lockRetryDelay(attempt int) time.Duration {
+	d := min(100*time.Millisecond<<min(attempt, 5), 2*time.Second)
+	return d/2 + rand.N(d/2)
 }
 
 // retryable: the guest changed under us (re-observe and plan again).

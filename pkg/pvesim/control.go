@@ -1,9 +1,12 @@
 package pvesim
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"time"
 )
 
 // ControlHandler is the simulator's fault control, to serve apart from the
@@ -12,8 +15,13 @@ import (
 //
 //	POST /nodes/{node}/offline   the node goes offline (SetNodeOnline)
 //	POST /nodes/{node}/online    and comes back
+//	POST /faults                 injects a Fault (InjectFault), given as JSON:
+//	                             {"method": "POST", "path": "/nodes/*/qemu/*/clone",
+//	                              "lockTimeout": true, "delay": "1s", "count": 3}
+//	                             (the fields of Fault; delay a Go duration)
 //
-// Both answer 204, or 404 for a node the cluster does not have.
+// They answer 204, or 404 for a node the cluster does not have, 400 for a
+// fault that does not decode.
 func (c *Cluster) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	set := func(online bool) http.HandlerFunc {
@@ -30,5 +38,33 @@ func (c *Cluster) ControlHandler() http.Handler {
 	}
 	mux.HandleFunc("POST /nodes/{node}/offline", set(false))
 	mux.HandleFunc("POST /nodes/{node}/online", set(true))
+	mux.HandleFunc("POST /faults", func(w http.ResponseWriter, r *http.Request) {
+		var f struct {
+			Fault
+			Delay string `json:"delay"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			http.Error(w, "fault: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if f.Delay != "" {
+			d, err := time.ParseDuration(f.Delay)
+			if err != nil || d < 0 {
+				http.Error(w, fmt.Sprintf("fault: delay %q: not a duration", f.Delay), http.StatusBadRequest)
+				return
+			}
+			f.Fault.Delay = d
+		}
+		if f.Path == "" {
+			http.Error(w, "fault: path is required", http.StatusBadRequest)
+			return
+		}
+		c.InjectFault(f.Fault)
+		c.log.Info("control: fault injected", "method", f.Method, "path", f.Path, "status", f.Status,
+			"lock_timeout", f.LockTimeout, "delay", f.Fault.Delay, "count", f.Count)
+		w.WriteHeader(http.StatusNoContent)
+	})
 	return mux
 }

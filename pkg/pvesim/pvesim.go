@@ -342,19 +342,55 @@ func (c *Cluster) SetNodeOnline(node string, online bool) {
 // /api2/json with "*" matching one segment ("/nodes/*/qemu/*/clone"), or a schema
 // template ("/nodes/{node}/qemu/{vmid}/clone"). count <= 0 removes matching rules.
 func (c *Cluster) FailRequests(method, pathPattern string, status, count int) {
+	c.InjectFault(Fault{Method: method, Path: pathPattern, Status: status, Count: count})
+}
+
+// Fault is a failure or a delay injected into the requests that match it,
+// after they were authenticated and routed and before they are checked or
+// change anything (a failed request changes nothing, as a refused one in
+// Proxmox). The first fault that matches a request applies.
+type Fault struct {
+	// Method matches the request's method; "" matches every method.
+	Method string `json:"method"`
+	// Path is a path relative to /api2/json with "*" matching one segment
+	// ("/nodes/*/qemu/*/clone"), or a schema template
+	// ("/nodes/{node}/qemu/{vmid}/clone").
+	Path string `json:"path"`
+	// Status is the answer's HTTP status; 0 fails nothing (a delay only,
+	// or 500 with LockTimeout).
+	Status int `json:"status"`
+	// Message is the failure's reason (status line and message); default
+	// "simulated failure".
+	Message string `json:"message"`
+	// LockTimeout answers as Proxmox does when the guest's config lock
+	// could not be taken in time: LockTimeoutMessage of the path's vmid,
+	// status 500 unless Status says otherwise.
+	LockTimeout bool `json:"lockTimeout"`
+	// Delay is waited before the request goes on or fails: a slow node,
+	// or the wait for a lock that ends in LockTimeout.
+	Delay time.Duration `json:"-"`
+	// Count is how many matching requests it applies to; Count <= 0
+	// removes the faults of this Method and Path instead.
+	Count int `json:"count"`
+}
+
+// InjectFault adds f (see Fault), or removes faults with f.Count <= 0.
+func (c *Cluster) InjectFault(f Fault) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if count <= 0 {
+	method := strings.ToUpper(f.Method)
+	if f.Count <= 0 {
 		kept := c.fails[:0]
-		for _, f := range c.fails {
-			if f.method != strings.ToUpper(method) || f.pattern != pathPattern {
-				kept = append(kept, f)
+		for _, r := range c.fails {
+			if r.method != method || r.pattern != f.Path {
+				kept = append(kept, r)
 			}
 		}
 		c.fails = kept
 		return
 	}
-	c.fails = append(c.fails, &failRule{method: strings.ToUpper(method), pattern: pathPattern, status: status, left: count})
+	c.fails = append(c.fails, &failRule{method: method, pattern: f.Path, status: f.Status, message: f.Message,
+		lock: f.LockTimeout, delay: f.Delay, left: f.Count})
 }
 
 // AddToken adds (or replaces) an API token "USER@REALM!ID=SECRET". A nil acl grants full

@@ -3,6 +3,7 @@ package pvesim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
@@ -45,11 +46,14 @@ func paramError(name, msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, msg: "Parameter verification failed.", errors: map[string]string{name: msg}}
 }
 
-// failRule is one FailRequests entry.
+// failRule is one injected Fault.
 type failRule struct {
 	method  string
 	pattern string
 	status  int
+	message string
+	lock    bool // Fault.LockTimeout
+	delay   time.Duration
 	left    int // protected by Cluster.mu
 }
 
@@ -184,7 +188,7 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	if aerr != nil {
 		return writeError(w, r, aerr)
 	}
-	if aerr := c.injectedFailure(r.Method, rel, ep.Path); aerr != nil {
+	if aerr := c.injectedFailure(r.Context(), r.Method, rel, ep.Path, vars); aerr != nil {
 		return writeError(w, r, aerr)
 	}
 	// Proxmox proxies a call for another node before that node verifies it: an offline
@@ -271,20 +275,49 @@ func (c *Cluster) checkResponse(method, rel string, ep *apiEndpoint, body []byte
 	}
 }
 
-func (c *Cluster) injectedFailure(method, rel, template string) *apiError {
+// injectedFailure applies the first Fault matching the request: it waits
+// out its delay and returns its failure (nil for a delay only).
+func (c *Cluster) injectedFailure(ctx context.Context, method, rel, template string, vars map[string]string) *apiError {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, f := range c.fails {
-		if !f.matches(method, rel, template) {
+	var f *failRule
+	for i, r := range c.fails {
+		if !r.matches(method, rel, template) {
 			continue
 		}
-		f.left--
-		if f.left <= 0 {
+		r.left--
+		if r.left <= 0 {
 			c.fails = append(c.fails[:i], c.fails[i+1:]...)
 		}
-		return &apiError{status: f.status, msg: "simulated failure"}
+		f = r
+		break
+	}
+	c.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	if f.delay > 0 {
+		t := time.NewTimer(f.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	switch {
+	case f.lock:
+		return &apiError{status: cmp.Or(f.status, http.StatusInternalServerError), msg: LockTimeoutMessage(vars["vmid"])}
+	case f.status != 0:
+		return &apiError{status: f.status, msg: cmp.Or(f.message, "simulated failure")}
 	}
 	return nil
+}
+
+// LockTimeoutMessage is what Proxmox answers (status 500) when it could not
+// take the config lock of guest vmid within its timeout, as parallel clones
+// of one template or config writes racing a long task make it:
+// "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout".
+func LockTimeoutMessage(vmid string) string {
+	return fmt.Sprintf("can't lock file '/var/lock/qemu-server/lock-%s.conf' - got timeout", vmid)
 }
 
 func (c *Cluster) checkNodeReachable(node string) *apiError {

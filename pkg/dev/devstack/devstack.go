@@ -62,6 +62,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 )
@@ -269,24 +270,32 @@ func (s *stack) path(elem ...string) string {
 }
 
 func (s *stack) run(ctx context.Context) error {
-	start := time.Now()
-	// Say at once when the address is taken (another make dev?) rather
-	// than after the build, when the orchestrator fails to listen.
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("address %s (DEV_ADDR) is not free: %w", s.cfg.Addr, err)
+	if !netns.Inside() {
+		return s.runIsolated(ctx)
 	}
-	ln.Close()
-	if err := s.build(ctx); err != nil {
+	start := time.Now()
+	built := start
+	if d, err := time.ParseDuration(os.Getenv(envBuilt)); err == nil {
+		start = start.Add(-d)
+	}
+	if err := netns.LoopbackUp(); err != nil {
 		return err
 	}
-	built := time.Now()
+	// What the host reaches: the listeners runIsolated made on the host,
+	// forwarded to the same addresses here.
+	if fwd := os.Getenv(envForward); fwd != "" {
+		for i, addr := range strings.Split(fwd, ",") {
+			ln, err := net.FileListener(os.NewFile(uintptr(3+i), addr))
+			if err != nil {
+				return fmt.Errorf("forward %s: %w", addr, err)
+			}
+			defer ln.Close()
+			go forward(ln, addr)
+		}
+	}
 
 	// Addresses kept across restarts.
-	var st stackState
-	if b, err := os.ReadFile(s.path("stack.json")); err == nil {
-		_ = json.Unmarshal(b, &st)
-	}
+	st := s.readState()
 	idpLn, err := listenPreferred(st.IDPAddr)
 	if err != nil {
 		return err
@@ -315,9 +324,7 @@ func (s *stack) run(ctx context.Context) error {
 	defer closeControl()
 	st = stackState{IDPAddr: idpLn.Addr().String(), ImageAddr: imgLn.Addr().String(), URL: s.url,
 		Issuer: "http://" + idpLn.Addr().String(), Control: control, Metrics: metricsAddr}
-	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
-		_ = os.WriteFile(s.path("stack.json"), b, 0o600)
-	}
+	s.writeState(st)
 
 	// Images and their server.
 	refs := map[string]imageRef{}
@@ -533,6 +540,109 @@ func (s *stack) run(ctx context.Context) error {
 		return nil
 	case err := <-s.died:
 		return err
+	}
+}
+
+// The environment runIsolated gives the stack it starts in a namespace:
+// how long the build took, and the addresses whose host listeners are its
+// file descriptors 3, 4, ...
+const (
+	envBuilt   = "DEVSTACK_BUILT"
+	envForward = "DEVSTACK_FORWARD"
+)
+
+// runIsolated runs the stack in a network namespace of its own whose only
+// interface is lo (pkg/dev/netns): tsnet binds the mesh nodes' sockets on
+// all interfaces, and there all of them are loopback. It builds the binaries
+// here (the namespace has no way to the module proxy), listens on the host's
+// loopback on the addresses a browser uses (DEV_ADDR, the OpenID provider's)
+// and the orchestrator's metrics address, and starts this program again in
+// the namespace with those listeners, which it forwards to the same addresses
+// there. It returns when that stack has exited.
+func (s *stack) runIsolated(ctx context.Context) error {
+	// Say at once when the address is taken (another make dev?) rather
+	// than after the build.
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("address %s (DEV_ADDR) is not free: %w", s.cfg.Addr, err)
+	}
+	defer ln.Close()
+	start := time.Now()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+	st := s.readState()
+	idpLn, err := listenPreferred(st.IDPAddr)
+	if err != nil {
+		return err
+	}
+	defer idpLn.Close()
+	metricsLn, err := listenPreferred(st.Metrics)
+	if err != nil {
+		return err
+	}
+	defer metricsLn.Close()
+	st.IDPAddr, st.Metrics = idpLn.Addr().String(), metricsLn.Addr().String()
+	s.writeState(st) // the stack in the namespace takes the same addresses
+	var files []*os.File
+	var addrs []string
+	for _, l := range []net.Listener{ln, idpLn, metricsLn} {
+		f, err := l.(*net.TCPListener).File()
+		if err != nil {
+			return fmt.Errorf("forward %s: %w", l.Addr(), err)
+		}
+		defer f.Close()
+		files = append(files, f)
+		addrs = append(addrs, l.Addr().String())
+	}
+	s.log.Info("starting the stack in a network namespace of its own (only lo)", "forwarded", strings.Join(addrs, ","))
+	if code := netns.Reexec([]string{envBuilt + "=" + time.Since(start).String(), envForward + "=" + strings.Join(addrs, ",")}, files...); code != 0 {
+		return fmt.Errorf("the stack in its network namespace exited with status %d", code)
+	}
+	return nil
+}
+
+// forward copies every connection accepted on ln to addr, until ln is
+// closed.
+func forward(ln net.Listener, addr string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			d, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer d.Close()
+			done := make(chan struct{})
+			go func() {
+				_, _ = io.Copy(d, c)
+				_ = d.(*net.TCPConn).CloseWrite()
+				close(done)
+			}()
+			_, _ = io.Copy(c, d)
+			_ = c.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
+	}
+}
+
+// readState reads Dir/stack.json; missing or bad, it is empty.
+func (s *stack) readState() stackState {
+	var st stackState
+	if b, err := os.ReadFile(s.path("stack.json")); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	return st
+}
+
+// writeState writes Dir/stack.json.
+func (s *stack) writeState(st stackState) {
+	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
+		_ = atomicfile.WriteFile(s.path("stack.json"), b, 0o600)
 	}
 }
 

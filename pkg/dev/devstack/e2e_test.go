@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -285,9 +286,9 @@ func TestStack(t *testing.T) {
 	s := startStack(t, bin, repo, addr, dir)
 	t.Logf("ready after %v (binaries built from the module cache)", time.Since(began).Round(time.Second))
 	children := descendants(s.cmd.Process.Pid)
-	// orchestrator, 2 pvesim, 5 agents
-	if len(children) != 8 {
-		t.Errorf("the stack runs %d processes, want 8: %v", len(children), children)
+	// the devstack in its network namespace, orchestrator, 2 pvesim, 5 agents
+	if len(children) != 9 {
+		t.Errorf("the stack runs %d processes, want 9: %v", len(children), children)
 	}
 	admin, alice, bob := s.client(t, "admin"), s.client(t, "alice"), s.client(t, "bob")
 
@@ -324,6 +325,36 @@ func TestStack(t *testing.T) {
 				t.Errorf("the orchestrator never saw the agent %s in the mesh", h)
 			}
 		}
+	})
+
+	t.Run("listens on loopback only", func(t *testing.T) {
+		pids := []int{s.cmd.Process.Pid}
+		for _, c := range descendants(s.cmd.Process.Pid) {
+			pids = append(pids, c.pid)
+		}
+		socks, err := netns.ListeningSockets(pids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wildcard, onHost := 0, 0
+		for _, sk := range socks {
+			if !sk.LoopbackOnly() {
+				t.Errorf("reachable from outside the machine: %s", sk)
+			}
+			if sk.Local.Addr().IsUnspecified() {
+				wildcard++
+			}
+			if sk.PID == s.cmd.Process.Pid {
+				onHost++
+			}
+		}
+		// The 6 mesh nodes bind UDP on all interfaces (of the namespace);
+		// the host side has DEV_ADDR, the provider's and the metrics
+		// address.
+		if wildcard < 12 || onHost != 3 {
+			t.Errorf("%d sockets on all interfaces (want at least the mesh nodes' 12), %d on the host (want 3): %v", wildcard, onHost, socks)
+		}
+		t.Logf("%d listening sockets, %d on all interfaces of the stack's namespace (only lo), %d on the host's loopback", len(socks), wildcard, onHost)
 	})
 
 	t.Run("stack.json", func(t *testing.T) {

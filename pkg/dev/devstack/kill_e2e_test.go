@@ -20,12 +20,14 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 )
 
 // proxmoxOf is a client of a zone's simulated cluster as its operator has
 // it: the zone's API token and its first node's endpoint, pinned to the
-// fingerprint pvesim printed (in its log).
-func proxmoxOf(t *testing.T, dir, zone string) func(ctx context.Context, path string, out any) error {
+// fingerprint pvesim printed (in its log), connecting from inside the stack's
+// network namespace (the one of process pid), where the endpoint is.
+func proxmoxOf(t *testing.T, dir, zone string, pid int) func(ctx context.Context, path string, out any) error {
 	t.Helper()
 	tok, err := os.ReadFile(filepath.Join(dir, "pve", zone+".token"))
 	if err != nil {
@@ -44,7 +46,7 @@ func proxmoxOf(t *testing.T, dir, zone string) func(ctx context.Context, path st
 	if fp == "" {
 		t.Fatalf("no endpoint of %s's pve1 in its log", zone)
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: netns.DialerOf(pid), TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true, // replaced by the pin
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			sum := sha256.Sum256(raw[0])
@@ -197,7 +199,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 		}
 	}
 	for _, zone := range []string{"fra1", "hel1"} {
-		pve := proxmoxOf(t, dir, zone)
+		pve := proxmoxOf(t, dir, zone, orchestratorPID())
 		var guests []struct {
 			VMID     int
 			Name     string

@@ -81,6 +81,11 @@ type Config struct {
 	// along, so the agents' spans join the caller's trace); nil traces
 	// nothing.
 	TracerProvider trace.TracerProvider
+	// RejoinGrace is how long after the registry starts an agent of the
+	// mesh that is offline still counts as pending (see Identified):
+	// after an orchestrator restart every agent is offline until it has
+	// reconnected to the control server, which takes seconds. Default 30s.
+	RejoinGrace time.Duration
 }
 
 // HostStatus is the state of a host.
@@ -177,9 +182,14 @@ type Registry struct {
 
 	inflight sync.WaitGroup // checks Run started without waiting; only Run touches it
 
+	started time.Time // when New made it
+
 	mu     sync.Mutex
 	agents map[uint64]*agentState // by mesh node ID, protected by mu
 	ready  bool                   // a refresh completed, protected by mu
+	// changed is closed (and replaced) whenever the agents or their state
+	// change; protected by mu.
+	changed chan struct{}
 	// snap is the zones built from agents, nil after any change to agents
 	// or their state; protected by mu.
 	snap *snapshot
@@ -211,7 +221,11 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{}}, nil
+	if cfg.RejoinGrace <= 0 {
+		cfg.RejoinGrace = 30 * time.Second
+	}
+	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{},
+		started: time.Now(), changed: make(chan struct{})}, nil
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
@@ -285,7 +299,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 			delete(r.agents, id)
 		}
 	}
-	r.snap = nil // node names, addresses and the set of agents may have changed
+	r.changedLocked() // node names, addresses and the set of agents may have changed
 	r.mu.Unlock()
 
 	// One read of the orchestrator node's view for every check (it lists
@@ -318,6 +332,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 		wg.Wait()
 		r.mu.Lock()
 		r.ready = true
+		r.changedLocked()
 		r.mu.Unlock()
 	}
 	return nil
@@ -349,7 +364,7 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 			r.log.Info("zones: host status", "mesh_name", node.Name, "status", st, "detail", detail)
 		}
 		a.status, a.detail = st, detail
-		r.snap = nil
+		r.changedLocked()
 	}
 
 	if !node.Online {
@@ -416,6 +431,84 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		return
 	}
 	set(StatusOnline, "", info)
+}
+
+// changedLocked records a change of the agents or their state. r.mu must be
+// held.
+func (r *Registry) changedLocked() {
+	r.snap = nil
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// UnidentifiedError is what Identified returns when ctx ended first: the
+// zones of Agents are not known yet, so a list of every zone may lack some.
+type UnidentifiedError struct {
+	// Agents are the mesh names of the agents not identified yet; empty
+	// when the registry has not read the mesh's node list yet.
+	Agents []string
+	Err    error
+}
+
+func (e *UnidentifiedError) Error() string {
+	if len(e.Agents) == 0 {
+		return fmt.Sprintf("zones: the agents of the mesh are not known yet: %v", e.Err)
+	}
+	return fmt.Sprintf("zones: agents %v have not reported their zone yet: %v", e.Agents, e.Err)
+}
+
+func (e *UnidentifiedError) Unwrap() error { return e.Err }
+
+// Identified waits until the registry knows the zone of every agent that
+// may answer: a refresh has completed, and every agent of the mesh has
+// reported its Info, but for those offline in the mesh once RejoinGrace has
+// passed since the registry started (a node that is gone stays in the mesh's
+// list). It returns an *UnidentifiedError naming the agents still pending when
+// ctx ends first. Right after an orchestrator restart it is what keeps a list
+// of zones, hosts or VMs from answering nothing instead of waiting for the
+// agents that are rejoining.
+func (r *Registry) Identified(ctx context.Context) error {
+	for {
+		r.mu.Lock()
+		pending, ready, changed := r.pendingLocked(), r.ready, r.changed
+		r.mu.Unlock()
+		if ready && len(pending) == 0 {
+			return nil
+		}
+		// The grace's end changes what is pending, too.
+		var grace <-chan time.Time
+		var t *time.Timer
+		if d := r.cfg.RejoinGrace - time.Since(r.started); d > 0 {
+			t = time.NewTimer(d)
+			grace = t.C
+		}
+		var err error
+		select {
+		case <-changed:
+		case <-grace:
+		case <-ctx.Done():
+			err = &UnidentifiedError{Agents: pending, Err: context.Cause(ctx)}
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// pendingLocked lists the agents Identified waits for. r.mu must be held.
+func (r *Registry) pendingLocked() []string {
+	rejoining := time.Since(r.started) < r.cfg.RejoinGrace
+	var out []string
+	for _, a := range r.agents {
+		if a.info == nil && (a.node.Online || rejoining) {
+			out = append(out, a.node.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Ready reports whether at least one refresh has completed.

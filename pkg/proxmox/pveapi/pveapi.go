@@ -236,6 +236,15 @@ func IsDigestMismatch(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "detected modified configuration")
 }
 
+// IsLockTimeout reports whether err is Proxmox giving up on a guest's config
+// lock ("can't lock file '/var/lock/qemu-server/lock-100.conf' - got
+// timeout"): another request or task held it for longer than the request
+// waits (parallel clones of one template hit it). Nothing was done; the
+// same request may be sent again.
+func IsLockTimeout(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "can't lock file") && strings.Contains(err.Error(), "got timeout")
+}
+
 // IsLocked reports whether err is Proxmox refusing because the guest is locked.
 func IsLocked(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "locked")
