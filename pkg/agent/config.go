@@ -34,6 +34,8 @@ const (
 	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
 	EnvDebugAddr        = "FLEXPLANE_DEBUG_ADDR"
 	EnvOTLPEndpoint     = "FLEXPLANE_OTLP_ENDPOINT"
+	EnvEdgeBridgeNetNS  = "FLEXPLANE_EDGE_BRIDGE_NETNS"
+	EnvEdgeNetNSPrefix  = "FLEXPLANE_EDGE_NETNS_PREFIX"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -68,6 +70,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
+		edgeBridge  = fs.String("edge-bridge-netns", "", "named network namespace holding the node's bridges for the edge gateways (env "+EnvEdgeBridgeNetNS+"; default the agent's own, as on Proxmox)")
+		edgePrefix  = fs.String("edge-netns-prefix", "", "prefix of the edge gateways' namespace names (env "+EnvEdgeNetNSPrefix+"; default fp)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -91,12 +95,14 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 	get := func(flagValue, key string) string { return first(flagValue, getenv(key), file[key]) }
 
 	cfg := Config{
-		ControlURL:         get(*controlURL, EnvControlURL),
-		StateDir:           get(*stateDir, EnvStateDir),
-		NodeName:           get(*nodeName, EnvNodeName),
-		MeshName:           get(*meshName, EnvMeshName),
-		ProxmoxURL:         get(*pveURL, EnvProxmoxURL),
-		ProxmoxFingerprint: get(*fingerprint, EnvFingerprint),
+		ControlURL:          get(*controlURL, EnvControlURL),
+		StateDir:            get(*stateDir, EnvStateDir),
+		NodeName:            get(*nodeName, EnvNodeName),
+		MeshName:            get(*meshName, EnvMeshName),
+		ProxmoxURL:          get(*pveURL, EnvProxmoxURL),
+		ProxmoxFingerprint:  get(*fingerprint, EnvFingerprint),
+		EdgeBridgeNamespace: get(*edgeBridge, EnvEdgeBridgeNetNS),
+		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")
