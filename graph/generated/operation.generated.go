@@ -220,7 +220,7 @@ func (ec *executionContext) fieldContext_Operation_updatedAt(_ context.Context, 
 
 // region    **************************** object.gotpl ****************************
 
-var operationImplementors = []string{"Operation"}
+var operationImplementors = []string{"Operation", "Node"}
 
 func (ec *executionContext) _Operation(ctx context.Context, sel ast.SelectionSet, obj *model.Operation) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, operationImplementors)
