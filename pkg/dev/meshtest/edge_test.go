@@ -4,8 +4,10 @@ package meshtest_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
@@ -39,7 +42,14 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmtest.BareGuest(t, c, "pve3", 101, n.VNet, "10.1.0.11", "10.1.0.1")
+	// The gateway's first host (as the syncer places it) is not the VM's node, so
+	// that the VM survives that node's loss.
+	first, ok := edgesync.Choose(h.Zone(t, cl), "red")
+	if !ok {
+		t.Fatal("no online host")
+	}
+	vmNode := map[string]string{"pve1": "pve2", "pve2": "pve3", "pve3": "pve1"}[first.Node]
+	vmtest.BareGuest(t, c, vmNode, 101, n.VNet, "10.1.0.11", "10.1.0.1")
 	p := cl.Plane
 	inet, vm := p.InternetNS(), p.GuestNS(101)
 	nettest.Serve(t, inet, 9000, "internet")
@@ -69,15 +79,15 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		{Vdc: "red", Legs: gw.Legs, Uplink: gw.Uplink, Rules: []*edgev1.Rule{{Id: "x", Direction: edgev1.Direction_DIRECTION_INBOUND, Protocol: "tcp", Source: "10.0.0.0/33"}}},
 	}
 	for i, g := range bad {
-		if _, err := client("pve1").ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: g}); status.Code(err) != codes.InvalidArgument {
+		if _, err := client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: g}); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("bad state %d: %v", i, err)
 		}
 	}
-	if _, err := client("pve1").GatewayStatus(ctx, &edgev1.GatewayStatusRequest{Vdc: "red"}); status.Code(err) != codes.NotFound {
+	if _, err := client(first.Node).GatewayStatus(ctx, &edgev1.GatewayStatusRequest{Vdc: "red"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("after refused states: %v", err)
 	}
 
-	if _, err := client("pve1").ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw}); err != nil {
+	if _, err := client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw}); err != nil {
 		t.Fatal(err)
 	}
 	got := nettest.WaitReach(t, vm, "203.0.113.254:9000", 20*time.Second)
@@ -104,7 +114,7 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		}
 	}
 	echo(1)
-	a1 := cl.Agents[0]
+	a1 := cl.Agents[slices.IndexFunc(cl.Agents, func(a *meshtest.Agent) bool { return a.Node == first.Node })]
 	if err := a1.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +128,7 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	})
 	var st *edgev1.ApplyGatewayResponse
 	meshtest.WaitFor(t, 30*time.Second, "the state applied again after the restart", func() bool {
-		st, err = client("pve1").ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
+		st, err = client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
 		return err == nil
 	})
 	echo(3)
@@ -126,18 +136,47 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		t.Errorf("status without a namespace: %v", st)
 	}
 
-	// Node loss: the gateway's node goes offline; pve2's agent gets the state.
-	cl.Sim.SetNodeOnline("pve1", false)
-	lost := time.Now()
-	nettest.WaitNS(t, p.NodeNS("pve1"), false, 10*time.Second)
-	if _, err := client("pve2").ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw}); err != nil {
+	// Node loss: the syncer (every orchestrator runs one) keeps the gateway on its
+	// host; the host's node goes offline, and the next host in the VDC's order gets
+	// the whole state.
+	sy := edgesync.New(edgesync.Config{Zones: h.Orchestrator.Zones(), Interval: 300 * time.Millisecond,
+		Desired: func(context.Context) ([]edgesync.Desired, error) {
+			return []edgesync.Desired{{ZoneID: h.Zone(t, cl).ID, Gateway: gw}}, nil
+		}})
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sy.Run(sctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	meshtest.WaitFor(t, 10*time.Second, "the syncer placing the gateway", func() bool {
+		host, ok := sy.Placement(h.Zone(t, cl).ID, "red")
+		return ok && host == first.MeshName
+	})
+	// The node loses power: its namespace (bridges, the gateway's NICs) goes, and
+	// its agent with it.
+	cl.Sim.SetNodeOnline(first.Node, false)
+	if err := a1.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	nettest.WaitReach(t, vm, "203.0.113.254:9000", 10*time.Second)
+	lost := time.Now()
+	for {
+		host, _ := sy.Placement(h.Zone(t, cl).ID, "red")
+		if host != first.MeshName {
+			t.Logf("moved to %s after %s", host, time.Since(lost).Round(time.Millisecond))
+			break
+		}
+		if time.Since(lost) > 10*time.Second {
+			t.Fatalf("the gateway is still on %s 10s after its node went offline; hosts: %s", host, h.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nettest.WaitReach(t, vm, "203.0.113.254:9000", 15*time.Second)
 	nettest.WaitReach(t, inet, "203.0.113.10:8080", 10*time.Second)
 	if took := time.Since(lost); took > 10*time.Second {
 		t.Errorf("traffic resumed %s after the node loss, want within 10s", took)
 	} else {
 		t.Logf("traffic resumed %s after the node loss", took.Round(time.Millisecond))
+	}
+	if host, _ := sy.Placement(h.Zone(t, cl).ID, "red"); host == first.MeshName {
+		t.Errorf("the gateway is still placed on the lost host %s", host)
 	}
 }
