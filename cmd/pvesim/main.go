@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
 	"github.com/flexplane/flexplane/pkg/support/unixsock"
 )
 
@@ -98,7 +100,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var (
 		tokenFiles, offline, fails, nodeListen listFlag
 		cfg                                    pvesim.Config
-		timing, logLevel, control              string
+		timing, logLevel, control, dataPlane   string
+		upstream                               listFlag
 		latency                                time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
@@ -114,6 +117,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Var(&fails, "fail", "fail the next COUNT requests matching METHOD PATH with STATUS: \"POST /nodes/*/qemu/*/clone 500 2\" (repeatable; METHOD * matches all)")
 	fs.StringVar(&control, "control", "", "unix socket serving the fault control: POST /nodes/NODE/offline, /nodes/NODE/online (empty: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&dataPlane, "dataplane", "", "build the data plane (package simnet; root only) as network namespaces named PREFIX-... (empty: none)")
+	fs.Var(&upstream, "upstream", "CIDR: a further address of the data plane's internet namespace, e.g. an external network's router 203.0.113.254/24 (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -168,6 +173,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		controlLn = ln
 	}
 
+	if dataPlane != "" {
+		pc := simnet.Config{Prefix: dataPlane, Logger: cfg.Logger}
+		for _, u := range upstream {
+			p, err := netip.ParsePrefix(u)
+			if err != nil {
+				return fmt.Errorf("--upstream %q: %w", u, err)
+			}
+			pc.Upstream = append(pc.Upstream, p)
+		}
+		p, err := simnet.New(pc)
+		if err != nil {
+			return fmt.Errorf("--dataplane: %w", err)
+		}
+		defer p.Close()
+		cfg.DataPlane = p
+	}
 	c, err := pvesim.Start(cfg)
 	if err != nil {
 		return err

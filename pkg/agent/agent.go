@@ -29,12 +29,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
+	"github.com/flexplane/flexplane/pkg/edge"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/rpczstd"
 	"github.com/flexplane/flexplane/pkg/proxmox/pvetask"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
 // DefaultPort is the agent's gRPC port on the mesh.
@@ -81,6 +83,16 @@ type Config struct {
 	// ReleaseKey is the minisign public key agent releases are signed
 	// with; "" refuses every update.
 	ReleaseKey string
+	// EdgeBridgeNamespace is the named network namespace holding the node's
+	// bridges (VNets, the external network's), where the edge gateways' NICs
+	// are plugged: "" is the agent's own namespace, as on a real Proxmox node;
+	// with the simulator's data plane it is the node's namespace
+	// (simnet.Plane.NodeNS). The edge gateways need root.
+	EdgeBridgeNamespace string
+	// EdgeNamespacePrefix starts the names of the edge gateways' network
+	// namespaces (default "fp"): two agents on one host (the simulator) need
+	// distinct prefixes.
+	EdgeNamespacePrefix string
 	// TracerProvider traces the agent API's calls (children of the
 	// orchestrator's spans, whose W3C trace context comes along) and the
 	// Proxmox requests they make; nil traces nothing.
@@ -235,6 +247,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	agentv1.RegisterAgentServiceServer(a.grpc, &service{a: a})
+	edgev1.RegisterEdgeServiceServer(a.grpc, &edgeService{a: a, m: edge.NewManager(edge.Config{
+		BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
+	})})
 	go func() {
 		defer close(a.served)
 		if err := a.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -39,6 +39,8 @@ const (
 	EnvReleaseKeyFile   = "FLEXPLANE_RELEASE_KEY_FILE"
 	EnvProbation        = "FLEXPLANE_UPDATE_PROBATION"
 	EnvNoLauncher       = "FLEXPLANE_NO_LAUNCHER"
+	EnvEdgeBridgeNetNS  = "FLEXPLANE_EDGE_BRIDGE_NETNS"
+	EnvEdgeNetNSPrefix  = "FLEXPLANE_EDGE_NETNS_PREFIX"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -80,6 +82,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
+		edgeBridge  = fs.String("edge-bridge-netns", "", "named network namespace holding the node's bridges for the edge gateways (env "+EnvEdgeBridgeNetNS+"; default the agent's own, as on Proxmox)")
+		edgePrefix  = fs.String("edge-netns-prefix", "", "prefix of the edge gateways' namespace names (env "+EnvEdgeNetNSPrefix+"; default fp)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "minisign public key file agent releases must be signed with (env "+EnvReleaseKeyFile+"; or the key itself in "+EnvReleaseKey+"; default none: no updates)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
@@ -105,12 +109,14 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 	get := func(flagValue, key string) string { return first(flagValue, getenv(key), file[key]) }
 
 	cfg := Config{
-		ControlURL:         get(*controlURL, EnvControlURL),
-		StateDir:           get(*stateDir, EnvStateDir),
-		NodeName:           get(*nodeName, EnvNodeName),
-		MeshName:           get(*meshName, EnvMeshName),
-		ProxmoxURL:         get(*pveURL, EnvProxmoxURL),
-		ProxmoxFingerprint: get(*fingerprint, EnvFingerprint),
+		ControlURL:          get(*controlURL, EnvControlURL),
+		StateDir:            get(*stateDir, EnvStateDir),
+		NodeName:            get(*nodeName, EnvNodeName),
+		MeshName:            get(*meshName, EnvMeshName),
+		ProxmoxURL:          get(*pveURL, EnvProxmoxURL),
+		ProxmoxFingerprint:  get(*fingerprint, EnvFingerprint),
+		EdgeBridgeNamespace: get(*edgeBridge, EnvEdgeBridgeNetNS),
+		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/edge"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
@@ -66,23 +67,7 @@ func newLab(t *testing.T) *lab {
 
 func (l *lab) vm(t *testing.T, node string, vmid int, ip string) {
 	t.Helper()
-	for _, step := range []struct {
-		path string
-		body map[string]any
-	}{
-		{"/nodes/" + node + "/qemu", map[string]any{"vmid": vmid, "name": fmt.Sprintf("vm%d", vmid),
-			"net0": fmt.Sprintf("virtio=BC:24:11:00:00:%02X,bridge=%s", vmid%256, l.vnet), "ipconfig0": "ip=" + ip + "/24,gw=10.1.0.1"}},
-		{fmt.Sprintf("/nodes/%s/qemu/%d/status/start", node, vmid), nil},
-	} {
-		var upid proxmox.UPID
-		if err := l.c.Post(ctx(t), step.path, step.body, &upid); err != nil {
-			t.Fatal(err)
-		}
-		task := proxmox.NewTask(upid, l.c)
-		if err := task.Wait(ctx(t), 20*time.Millisecond, 30*time.Second); err != nil || task.IsFailed {
-			t.Fatalf("%s: %v %s", step.path, err, task.ExitStatus)
-		}
-	}
+	vmtest.BareGuest(t, l.c, node, vmid, l.vnet, ip, "10.1.0.1")
 	nettest.WaitNS(t, l.plane.GuestNS(vmid), true, 20*time.Second)
 }
 

@@ -24,6 +24,7 @@ var domain = []string{
 	module + "/pkg/network/...",
 	module + "/pkg/tenancy/...",
 	module + "/pkg/catalog/...",
+	module + "/pkg/edge", // the gateway's data plane; edgesync, its orchestrator side, speaks gRPC
 }
 
 // mustBeDomain are packages the patterns above must find (a pattern that
@@ -31,6 +32,7 @@ var domain = []string{
 var mustBeDomain = []string{
 	module + "/pkg/compute", module + "/pkg/compute/images", module + "/pkg/network",
 	module + "/pkg/network/ipam", module + "/pkg/tenancy", module + "/pkg/tenancy/quota", module + "/pkg/catalog",
+	module + "/pkg/edge",
 }
 
 // transport is what domain packages must not link: the GraphQL server,

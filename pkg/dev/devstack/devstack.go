@@ -47,6 +47,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -104,10 +105,26 @@ func DemoUsers() []DemoUser {
 type Cluster struct {
 	Name  string
 	Nodes int
+	// Upstream is the router address (with its prefix) of the zone's external
+	// network in the data plane's internet namespace.
+	Upstream string
 }
 
 // Clusters are the stack's simulated clusters (zones).
-func Clusters() []Cluster { return []Cluster{{Name: "fra1", Nodes: 3}, {Name: "hel1", Nodes: 2}} }
+func Clusters() []Cluster {
+	return []Cluster{{Name: "fra1", Nodes: 3, Upstream: "203.0.113.254/24"}, {Name: "hel1", Nodes: 2, Upstream: "198.51.100.254/24"}}
+}
+
+// DataPlanePrefix starts the names of the network namespaces of zone's data plane
+// for the stack in dir: "fp", 6 hex digits of dir's absolute path, "-", the zone.
+func DataPlanePrefix(dir, zone string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "fp" + hex.EncodeToString(sum[:3]) + "-" + zone
+}
 
 // Config configures a dev stack.
 type Config struct {
@@ -170,11 +187,12 @@ type stackState struct {
 
 // stack is a dev stack being run.
 type stack struct {
-	cfg    Config
-	policy policy
-	log    *slog.Logger
-	mux    *logMux
-	url    string
+	cfg       Config
+	dataPlane bool // run as root: the simulators build their data plane
+	policy    policy
+	log       *slog.Logger
+	mux       *logMux
+	url       string
 
 	mu       sync.Mutex
 	units    []*unit // protected by mu
@@ -255,7 +273,8 @@ func Run(ctx context.Context, cfg Config) error {
 // newStack makes the stack of a complete cfg.
 func newStack(cfg Config, mux *logMux) *stack {
 	return &stack{
-		cfg: cfg,
+		cfg:       cfg,
+		dataPlane: os.Geteuid() == 0,
 		policy: policy{delay: cfg.RestartDelay, delayMax: cfg.RestartDelayMax,
 			burst: cfg.StartLimitBurst, interval: cfg.StartLimitInterval},
 		mux:     mux,
@@ -384,6 +403,9 @@ func (s *stack) run(ctx context.Context) error {
 			"--token-file", tokenFile, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
 			"--state-file", s.path("pve", c.Name+"-state.json"), "--control", control,
 			"--log-level", s.cfg.LogLevel}
+		if s.dataPlane {
+			args = append(args, "--dataplane", DataPlanePrefix(s.cfg.Dir, c.Name), "--upstream", c.Upstream)
+		}
 		if _, err := s.add("pvesim "+c.Name, func() procSpec {
 			return procSpec{path: s.path("bin", "pvesim"), args: append(sm.listenArgs(), args...), stdout: sm.parse}
 		}); err != nil {
@@ -478,6 +500,11 @@ func (s *stack) run(ctx context.Context) error {
 			// version an earlier start updated them to.
 			if err := os.RemoveAll(filepath.Join(state, "update")); err != nil {
 				return err
+			}
+			if s.dataPlane {
+				// The node's bridges are in its namespace of the data plane.
+				nodeNS := DataPlanePrefix(s.cfg.Dir, c.Name) + "-" + node
+				env = append(env, "FLEXPLANE_EDGE_BRIDGE_NETNS="+nodeNS, "FLEXPLANE_EDGE_NETNS_PREFIX="+nodeNS+"-")
 			}
 			if _, err := s.add(AgentPrefix+name, func() procSpec {
 				// Enrolled once; a restart rejoins with the saved identity.

@@ -405,18 +405,26 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !a.joined {
 		key = a.key
 	}
+	var edgeNS, edgePrefix string
+	if p := a.Cluster.Plane; p != nil {
+		// The node's bridges live in its namespace; the gateways' namespaces
+		// go with the plane.
+		edgeNS, edgePrefix = p.NodeNS(a.Node), p.NodeNS(a.Node)+"-"
+	}
 	ag, err := agent.Start(ctx, agent.Config{
-		ControlURL:         a.h.Orchestrator.URL(),
-		AuthKey:            key,
-		StateDir:           a.StateDir,
-		NodeName:           a.Node,
-		MeshName:           a.MeshName,
-		ProxmoxURL:         a.Cluster.Sim.URL(),
-		ProxmoxToken:       a.Cluster.Token,
-		ProxmoxFingerprint: a.Cluster.Sim.Fingerprint(),
-		Version:            "meshtest",
-		TracerProvider:     a.h.opts.tracer,
-		Logger:             a.h.logger.With("component", "agent", "agent", a.MeshName),
+		EdgeBridgeNamespace: edgeNS,
+		EdgeNamespacePrefix: edgePrefix,
+		ControlURL:          a.h.Orchestrator.URL(),
+		AuthKey:             key,
+		StateDir:            a.StateDir,
+		NodeName:            a.Node,
+		MeshName:            a.MeshName,
+		ProxmoxURL:          a.Cluster.Sim.URL(),
+		ProxmoxToken:        a.Cluster.Token,
+		ProxmoxFingerprint:  a.Cluster.Sim.Fingerprint(),
+		Version:             "meshtest",
+		TracerProvider:      a.h.opts.tracer,
+		Logger:              a.h.logger.With("component", "agent", "agent", a.MeshName),
 	})
 	if err != nil {
 		return fmt.Errorf("start agent %s: %w", a.MeshName, err)

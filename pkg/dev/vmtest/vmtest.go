@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -110,4 +111,29 @@ func Catalog(t testing.TB, vdcs []string, q catalog.VDCQuotas, url, checksum str
 		}
 	}
 	return st
+}
+
+// BareGuest creates guest vmid on node straight through Proxmox (no disk, one NIC on
+// vnet with a MAC of the VMID and cloud-init's ipconfig0 ip/24 with gateway gw) and
+// starts it, waiting for both tasks.
+func BareGuest(t testing.TB, c *proxmox.Client, node string, vmid int, vnet, ip, gw string) {
+	t.Helper()
+	for _, step := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/nodes/" + node + "/qemu", map[string]any{"vmid": vmid, "name": fmt.Sprintf("vm%d", vmid),
+			"net0":      fmt.Sprintf("virtio=BC:24:11:00:%02X:%02X,bridge=%s", vmid/256%256, vmid%256, vnet),
+			"ipconfig0": "ip=" + ip + "/24,gw=" + gw}},
+		{fmt.Sprintf("/nodes/%s/qemu/%d/status/start", node, vmid), nil},
+	} {
+		var upid proxmox.UPID
+		if err := c.Post(Ctx(t), step.path, step.body, &upid); err != nil {
+			t.Fatalf("vmtest: %s: %v", step.path, err)
+		}
+		task := proxmox.NewTask(upid, c)
+		if err := task.Wait(Ctx(t), 20*time.Millisecond, 30*time.Second); err != nil || task.IsFailed {
+			t.Fatalf("vmtest: %s: %v %s", step.path, err, task.ExitStatus)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/support/metrics"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
 // ErrUnknownHost is returned (wrapped) by AgentMetrics for a mesh name no
@@ -123,4 +124,17 @@ func (r *Registry) AgentMetrics(ctx context.Context, meshName string) ([]byte, s
 		return nil, "", fmt.Errorf("zones: agent metrics: %s: %w", meshName, err)
 	}
 	return resp.GetText(), resp.GetContentType(), nil
+}
+
+// EdgeClient is the edge gateway API (flexplane.edge.v1) of the agent named
+// meshName, over its mesh connection.
+func (r *Registry) EdgeClient(meshName string) (edgev1.EdgeServiceClient, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.agents {
+		if a.node.Name == meshName && a.conn != nil {
+			return edgev1.NewEdgeServiceClient(a.conn), nil
+		}
+	}
+	return nil, fmt.Errorf("zones: edge client: %s: %w", meshName, ErrUnknownHost)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
@@ -43,37 +44,6 @@ func plane(t *testing.T, nodes int) (*pvesim.Cluster, *proxmox.Client, *simnet.P
 	return sim, c, p
 }
 
-func do(t *testing.T, c *proxmox.Client, method, path string, body map[string]any) {
-	t.Helper()
-	var upid proxmox.UPID
-	var err error
-	switch method {
-	case "POST":
-		err = c.Post(ctx(t), path, body, &upid)
-	case "DELETE":
-		err = c.Delete(ctx(t), path, &upid)
-	}
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	if upid != "" {
-		task := proxmox.NewTask(upid, c)
-		if err := task.Wait(ctx(t), 20*time.Millisecond, 30*time.Second); err != nil || task.IsFailed {
-			t.Fatalf("%s %s: task %v %s", method, path, err, task.ExitStatus)
-		}
-	}
-}
-
-// vm creates and starts a guest with one NIC on vnet.
-func vm(t *testing.T, c *proxmox.Client, node string, vmid int, vnet, ip, gw string) {
-	t.Helper()
-	do(t, c, "POST", "/nodes/"+node+"/qemu", map[string]any{
-		"vmid": vmid, "name": fmt.Sprintf("vm%d", vmid),
-		"net0": fmt.Sprintf("virtio=BC:24:11:00:%02X:%02X,bridge=%s", vmid/256, vmid%256, vnet), "ipconfig0": "ip=" + ip + "/24,gw=" + gw,
-	})
-	do(t, c, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", node, vmid), nil)
-}
-
 // Two guests of one VDC network on different nodes talk over the VXLAN VNet; a guest
 // of another VDC with the same range on the same nodes reaches neither. Stopping a
 // guest removes its namespace.
@@ -88,10 +58,10 @@ func TestGuestsOnDifferentNodesShareTheirVNet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm(t, c, "pve1", 101, red.VNet, "10.1.0.11", "10.1.0.1")
-	vm(t, c, "pve2", 102, red.VNet, "10.1.0.12", "10.1.0.1")
-	vm(t, c, "pve2", 201, blue.VNet, "10.1.0.21", "10.1.0.1")
-	vm(t, c, "pve1", 202, blue.VNet, "10.1.0.22", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve1", 101, red.VNet, "10.1.0.11", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve2", 102, red.VNet, "10.1.0.12", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve2", 201, blue.VNet, "10.1.0.21", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve1", 202, blue.VNet, "10.1.0.22", "10.1.0.1")
 	for _, id := range []int{101, 102, 201, 202} {
 		nettest.Serve(t, p.GuestNS(id), 7000, p.GuestNS(id))
 	}
@@ -105,7 +75,7 @@ func TestGuestsOnDifferentNodesShareTheirVNet(t *testing.T) {
 		}
 	}
 
-	do(t, c, "POST", "/nodes/pve2/qemu/102/status/stop", nil)
+	power(t, c, "pve2", 102, "stop")
 	nettest.WaitNS(t, p.GuestNS(102), false, 10*time.Second)
 }
 
@@ -118,15 +88,15 @@ func TestNodeOfflineTakesItsNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm(t, c, "pve1", 101, red.VNet, "10.1.0.11", "10.1.0.1")
-	vm(t, c, "pve2", 102, red.VNet, "10.1.0.12", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve1", 101, red.VNet, "10.1.0.11", "10.1.0.1")
+	vmtest.BareGuest(t, c, "pve2", 102, red.VNet, "10.1.0.12", "10.1.0.1")
 	nettest.Serve(t, p.GuestNS(102), 7000, p.GuestNS(102))
 	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(101), "10.1.0.12:7000", 20*time.Second), p.GuestNS(102))
 	sim.SetNodeOnline("pve2", false)
 	nettest.WaitNS(t, p.NodeNS("pve2"), false, 10*time.Second)
 	nettest.WaitNS(t, p.GuestNS(102), false, 10*time.Second)
 	sim.SetNodeOnline("pve2", true)
-	do(t, c, "POST", "/nodes/pve2/qemu/102/status/start", nil)
+	power(t, c, "pve2", 102, "start")
 	nettest.Serve(t, p.GuestNS(102), 7001, p.GuestNS(102))
 	wantAnswer(t, nettest.WaitReach(t, p.GuestNS(101), "10.1.0.12:7001", 20*time.Second), p.GuestNS(102))
 }
@@ -136,5 +106,17 @@ func wantAnswer(t *testing.T, got, want string) {
 	t.Helper()
 	if !strings.HasPrefix(got, want+" from ") {
 		t.Fatalf("answer %q, want one from %s", got, want)
+	}
+}
+
+// power runs a power action of guest vmid on node and waits for its task.
+func power(t *testing.T, c *proxmox.Client, node string, vmid int, action string) {
+	t.Helper()
+	var upid proxmox.UPID
+	if err := c.Post(ctx(t), fmt.Sprintf("/nodes/%s/qemu/%d/status/%s", node, vmid, action), nil, &upid); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxmox.NewTask(upid, c).Wait(ctx(t), 20*time.Millisecond, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

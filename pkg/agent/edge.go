@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexplane/flexplane/pkg/edge"
+	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
+)
+
+// edgeService serves flexplane.edge.v1: the node's edge gateways.
+type edgeService struct {
+	edgev1.UnimplementedEdgeServiceServer
+	a *Agent
+	m *edge.Manager
+}
+
+func (s *edgeService) ApplyGateway(ctx context.Context, req *edgev1.ApplyGatewayRequest) (*edgev1.ApplyGatewayResponse, error) {
+	g, err := gatewayFromProto(req.GetGateway())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	st, err := s.m.Apply(ctx, g)
+	if err != nil {
+		var ie *edge.InputError
+		if errors.As(err, &ie) {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		s.a.log.Error("agent: apply edge gateway", "vdc", g.VDC, "err", err)
+		return nil, status.Errorf(codes.Internal, "agent: apply edge gateway of %s: %v", g.VDC, err)
+	}
+	s.a.log.Info("agent: edge gateway applied", "vdc", g.VDC, "rules", len(g.Rules), "ruleset_apply", st.RulesetApply)
+	return &edgev1.ApplyGatewayResponse{State: stateToProto(st)}, nil
+}
+
+func (s *edgeService) RemoveGateway(ctx context.Context, req *edgev1.RemoveGatewayRequest) (*edgev1.RemoveGatewayResponse, error) {
+	if req.GetVdc() == "" {
+		return nil, status.Error(codes.InvalidArgument, "agent: remove edge gateway: vdc is required")
+	}
+	if err := s.m.Remove(ctx, req.GetVdc()); err != nil {
+		return nil, status.Errorf(codes.Internal, "agent: remove edge gateway of %s: %v", req.GetVdc(), err)
+	}
+	return &edgev1.RemoveGatewayResponse{}, nil
+}
+
+func (s *edgeService) GatewayStatus(ctx context.Context, req *edgev1.GatewayStatusRequest) (*edgev1.GatewayStatusResponse, error) {
+	st, err := s.m.Status(ctx, req.GetVdc())
+	switch {
+	case errors.Is(err, edge.ErrNotRunning):
+		return nil, status.Errorf(codes.NotFound, "agent: the edge gateway of %s does not run on this node", req.GetVdc())
+	case err != nil:
+		return nil, status.Errorf(codes.Internal, "agent: edge gateway status of %s: %v", req.GetVdc(), err)
+	}
+	return &edgev1.GatewayStatusResponse{State: stateToProto(st)}, nil
+}
+
+func stateToProto(st edge.Status) *edgev1.GatewayState {
+	out := &edgev1.GatewayState{Namespace: st.Namespace, RulesetApplyMicros: st.RulesetApply.Microseconds()}
+	ids := make([]string, 0, len(st.Counters))
+	for id := range st.Counters {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		c := st.Counters[id]
+		out.Counters = append(out.Counters, &edgev1.Counter{Id: id, Packets: c.Packets, Bytes: c.Bytes})
+	}
+	return out
+}
+
+// gatewayFromProto parses a desired state; a malformed address or port is an error
+// naming the field.
+func gatewayFromProto(p *edgev1.Gateway) (edge.Gateway, error) {
+	if p == nil {
+		return edge.Gateway{}, errors.New("gateway is required")
+	}
+	g := edge.Gateway{VDC: p.GetVdc(), EgressMbps: int(p.GetEgressMbps()), IngressMbps: int(p.GetIngressMbps())}
+	var err error
+	prefix := func(field, s string) netip.Prefix {
+		if s == "" || err != nil {
+			return netip.Prefix{}
+		}
+		v, perr := netip.ParsePrefix(s)
+		if perr != nil {
+			err = fmt.Errorf("%s: %q is not an address with its prefix length", field, s)
+		}
+		return v
+	}
+	addr := func(field, s string) netip.Addr {
+		if err != nil {
+			return netip.Addr{}
+		}
+		v, perr := netip.ParseAddr(s)
+		if perr != nil {
+			err = fmt.Errorf("%s: %q is not an address", field, s)
+		}
+		return v
+	}
+	port := func(field string, v uint32) uint16 {
+		if v > 65535 && err == nil {
+			err = fmt.Errorf("%s: %d is not a port", field, v)
+		}
+		return uint16(v)
+	}
+	for i, l := range p.GetLegs() {
+		g.Legs = append(g.Legs, edge.Leg{Bridge: l.GetBridge(), Address: prefix(fmt.Sprintf("legs[%d].address", i), l.GetAddress())})
+	}
+	if u := p.GetUplink(); u != nil {
+		g.Uplink = edge.Uplink{Bridge: u.GetBridge(), Address: prefix("uplink.address", u.GetAddress())}
+		if u.GetGateway() != "" {
+			g.Uplink.Gateway = addr("uplink.gateway", u.GetGateway())
+		}
+	}
+	for i, pf := range p.GetPortForwards() {
+		f := fmt.Sprintf("port_forwards[%d]", i)
+		g.PortForwards = append(g.PortForwards, edge.PortForward{
+			ID: pf.GetId(), Protocol: pf.GetProtocol(),
+			PublicAddr: addr(f+".public_address", pf.GetPublicAddress()), PublicPort: port(f+".public_port", pf.GetPublicPort()),
+			Target: addr(f+".target", pf.GetTarget()), TargetPort: port(f+".target_port", pf.GetTargetPort()),
+		})
+	}
+	for i, o := range p.GetOneToOne() {
+		f := fmt.Sprintf("one_to_one[%d]", i)
+		g.OneToOne = append(g.OneToOne, edge.OneToOne{ID: o.GetId(), Public: addr(f+".public_address", o.GetPublicAddress()), Private: addr(f+".private_address", o.GetPrivateAddress())})
+	}
+	for i, r := range p.GetRules() {
+		f := fmt.Sprintf("rules[%d]", i)
+		dir := map[edgev1.Direction]string{edgev1.Direction_DIRECTION_INBOUND: edge.Inbound, edgev1.Direction_DIRECTION_OUTBOUND: edge.Outbound}[r.GetDirection()]
+		g.Rules = append(g.Rules, edge.Rule{
+			ID: r.GetId(), Direction: dir, Protocol: r.GetProtocol(),
+			FromPort: port(f+".from_port", r.GetFromPort()), ToPort: port(f+".to_port", r.GetToPort()),
+			Source: prefix(f+".source", r.GetSource()), Destination: prefix(f+".destination", r.GetDestination()), Allow: r.GetAllow(),
+		})
+	}
+	if err != nil {
+		return edge.Gateway{}, err
+	}
+	return g, g.Validate()
+}
