@@ -105,6 +105,35 @@ describe('portal with zones and VMs', () => {
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
     blockWebSockets = false
 
+    // Snapshots: a bad name is refused next to its field; one with the RAM
+    // of the running VM is taken, rolled back to (the VM runs again) and
+    // deleted, each followed as an operation.
+    const snapRow = page.locator('[data-testid="vm-snapshots"] tbody tr[data-name="pre-change"]')
+    const snapDialog = page.getByRole('dialog', { name: 'Take a snapshot' })
+    await page.getByTestId('vm-no-snapshots').waitFor()
+    await page.getByRole('button', { name: 'Take snapshot' }).click()
+    await snapDialog.getByLabel('Name', { exact: true }).fill('1st')
+    await snapDialog.getByRole('button', { name: 'Take snapshot' }).click()
+    await snapDialog.locator('[data-field="name"] .field-error').waitFor()
+    await snapDialog.getByLabel('Name', { exact: true }).fill('pre-change')
+    await snapDialog.getByLabel('Description', { exact: true }).fill('before the change')
+    await snapDialog.getByLabel('Include RAM', { exact: true }).check()
+    await snapDialog.getByRole('button', { name: 'Take snapshot' }).click()
+    await snapDialog.waitFor({ state: 'hidden' })
+    await page.locator('.operations li[data-state="SUCCEEDED"][data-kind="CREATE_SNAPSHOT"]').waitFor({ timeout: vmTimeout })
+    await snapRow.waitFor()
+    assert.match(await snapRow.innerText(), /pre-change \(current\)[\s\S]*yes[\s\S]*GiB[\s\S]*before the change/)
+    await shot(page, 'vm-snapshots')
+    await page.getByRole('button', { name: 'Roll back to pre-change' }).click()
+    await confirm.getByRole('button', { name: 'Roll back', exact: true }).click()
+    await page.locator('.operations li[data-state="SUCCEEDED"][data-kind="ROLLBACK_SNAPSHOT"]').waitFor({ timeout: vmTimeout })
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+    await page.getByRole('button', { name: 'Delete snapshot pre-change' }).click()
+    await confirm.getByRole('button', { name: 'Delete', exact: true }).click()
+    await page.locator('.operations li[data-state="SUCCEEDED"][data-kind="DELETE_SNAPSHOT"]').waitFor({ timeout: vmTimeout })
+    await snapRow.waitFor({ state: 'detached' })
+    await page.getByTestId('vm-no-snapshots').waitFor()
+
     await stopVM(page, vmTimeout)
     await page.getByText('(followed by subscription)').waitFor()
     await shot(page, 'vm-stopped')
@@ -216,5 +245,26 @@ describe('portal with zones and VMs', () => {
       assert.equal(await page.locator('tbody td[data-label="Agent"]').getByText('update available').count(), hostCount)
     }
     await shot(page, 'hosts')
+
+    // A zone's region: a bad one is refused next to its field; a good one
+    // shows on the zone; then the zone is back in no region.
+    await go(page, 'Zones', 'Zones')
+    const policy = page.locator(`article[data-zone="${zone}"] [data-testid="zone-policy"]`)
+    const zoneDialog = page.getByRole('dialog', { name: `Zone ${zone}` })
+    await page.getByRole('button', { name: `Edit region and dedication of ${zone}` }).click()
+    await zoneDialog.getByLabel('Region', { exact: true }).fill('Bad Region')
+    await zoneDialog.getByRole('button', { name: 'Save' }).click()
+    await zoneDialog.locator('[data-field="region"] .field-error').waitFor()
+    await zoneDialog.getByLabel('Region', { exact: true }).fill(`e2e-${run}`)
+    await zoneDialog.getByRole('button', { name: 'Save' }).click()
+    await zoneDialog.waitFor({ state: 'hidden' })
+    await policy.getByText(`e2e-${run}`, { exact: true }).waitFor()
+    assert.match(await policy.innerText(), /open to every VDC/)
+    await shot(page, 'zone-region')
+    await page.getByRole('button', { name: `Edit region and dedication of ${zone}` }).click()
+    await zoneDialog.getByLabel('Region', { exact: true }).fill('')
+    await zoneDialog.getByRole('button', { name: 'Save' }).click()
+    await zoneDialog.waitFor({ state: 'hidden' })
+    await policy.getByText('none', { exact: true }).waitFor()
   })
 })
