@@ -120,6 +120,8 @@ bench:
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
+		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
 
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
 bench-all:

@@ -270,7 +270,7 @@ func (r *Resolver) vmPage(ctx context.Context, filter *model.VMFilter, n int, cu
 	if filter.Status != nil && !filter.Status.IsValid() {
 		return vmPageResult{}, apierr.BadInput("filter.status", "filter.status: unknown status %q", *filter.Status)
 	}
-	zs, err := r.zonesOf(filter.Zone, "filter.zone")
+	zs, err := r.scopedZones(ctx, filter.Zone, filter.Region, "filter.zone", "filter.region")
 	if err != nil {
 		return vmPageResult{}, err
 	}
@@ -326,7 +326,7 @@ func (r *Resolver) networkPage(ctx context.Context, zone *string, first *int, af
 	if _, err := limit(first, 50); err != nil {
 		return page[*model.Network]{}, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.zonesOf(ctx, zone, "zone")
 	if err != nil {
 		return page[*model.Network]{}, err
 	}

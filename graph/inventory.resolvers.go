@@ -62,12 +62,16 @@ func (r *hostResolver) MemoryTotal(ctx context.Context, obj *model.Host) (*int, 
 }
 
 // Zones is the resolver for the zones field.
-func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, error) {
+func (r *queryResolver) Zones(ctx context.Context, first *int, region *string) ([]*model.Zone, error) {
 	n, err := limit(first, 20)
 	if err != nil {
 		return nil, err
 	}
-	zs, _ := r.zonesOf(nil, "")
+	all, _ := r.zonesOf(ctx, nil, "")
+	zs, err := r.visibleZones(ctx, all, region, "region")
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
 		out = append(out, zoneModel(z, r.AgentVersion))
@@ -76,8 +80,12 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 }
 
 // ZonesConnection is the resolver for the zonesConnection field.
-func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, after *string) (*model.ZoneConnection, error) {
-	zs, _ := r.zonesOf(nil, "")
+func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, region *string, after *string) (*model.ZoneConnection, error) {
+	known, _ := r.zonesOf(ctx, nil, "")
+	zs, err := r.visibleZones(ctx, known, region, "region")
+	if err != nil {
+		return nil, err
+	}
 	all := make([]*model.Zone, 0, len(zs))
 	for _, z := range zs {
 		all = append(all, zoneModel(z, r.AgentVersion))
@@ -91,7 +99,7 @@ func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, after *
 
 // Zone is the resolver for the zone field.
 func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, error) {
-	zs, err := r.zonesOf(&name, "name")
+	zs, err := r.zonesOf(ctx, &name, "name")
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
@@ -99,12 +107,12 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 }
 
 // Hosts is the resolver for the hosts field.
-func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]*model.Host, error) {
+func (r *queryResolver) Hosts(ctx context.Context, zone *string, region *string, first *int) ([]*model.Host, error) {
 	n, err := limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.scopedZones(ctx, zone, region, "zone", "region")
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +124,8 @@ func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]
 }
 
 // HostsConnection is the resolver for the hostsConnection field.
-func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, first *int, after *string) (*model.HostConnection, error) {
-	zs, err := r.zonesOf(zone, "zone")
+func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, region *string, first *int, after *string) (*model.HostConnection, error) {
+	zs, err := r.scopedZones(ctx, zone, region, "zone", "region")
 	if err != nil {
 		return nil, err
 	}

@@ -22,11 +22,14 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	if _, _, err := spec.Validate(); err != nil {
 		return nil, networkError(err)
 	}
-	zs, err := r.zonesOf(&input.Zone, "input.zone")
+	zs, err := r.zonesOf(ctx, &input.Zone, "input.zone")
 	if err != nil {
 		return nil, err
 	}
 	z := zs[0]
+	if err := r.placeable(ctx, z, scope.VDC.Name, "input.zone"); err != nil {
+		return nil, err
+	}
 	n, err := network.Create(ctx, r.Zones.Client(z.ID), spec)
 	if err != nil {
 		return nil, zoneError(z, networkError(err))

@@ -28,6 +28,7 @@ type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
+	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
 	Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error)
 	Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error)
 	Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error)
@@ -40,6 +41,9 @@ type VMResolver interface {
 type ZoneResolver interface {
 	Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error)
 	Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
+	Region(ctx context.Context, obj *model.Zone) (*string, error)
+	Dedicated(ctx context.Context, obj *model.Zone) (bool, error)
+	DedicatedTo(ctx context.Context, obj *model.Zone) ([]string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1306,6 +1310,38 @@ func (ec *executionContext) fieldContext_VM_metrics(ctx context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _VM_snapshots(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_snapshots(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().Snapshots(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.VMSnapshot) graphql.Marshaler {
+			return ec.marshalNVMSnapshot2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVMSnapshotᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_snapshots(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VMSnapshot(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _VM_nics(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1963,6 +1999,88 @@ func (ec *executionContext) fieldContext_Zone_metrics(ctx context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _Zone_region(ctx context.Context, field graphql.CollectedField, obj *model.Zone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Zone_region(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Zone().Region(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Zone_region(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Zone", field, true, true, "String")
+}
+
+func (ec *executionContext) _Zone_dedicated(ctx context.Context, field graphql.CollectedField, obj *model.Zone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Zone_dedicated(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Zone().Dedicated(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Zone_dedicated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Zone", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Zone_dedicatedTo(ctx context.Context, field graphql.CollectedField, obj *model.Zone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Zone_dedicatedTo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Zone().DedicatedTo(ctx, obj)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal []string
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Zone_dedicatedTo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Zone", field, true, true, "String")
+}
+
 func (ec *executionContext) _ZoneConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ZoneConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2152,7 +2270,7 @@ func (ec *executionContext) unmarshalInputVMFilter(ctx context.Context, obj any)
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"zone", "status", "name"}
+	fieldsInOrder := [...]string{"zone", "region", "status", "name"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -2166,6 +2284,13 @@ func (ec *executionContext) unmarshalInputVMFilter(ctx context.Context, obj any)
 				return it, err
 			}
 			it.Zone = data
+		case "region":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("region"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Region = data
 		case "status":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
 			data, err := ec.unmarshalOVMStatus2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVMStatus(ctx, v)
@@ -2541,6 +2666,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_metrics(ctx, field, obj)
 				})
+		case "snapshots":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_snapshots(ctx, field, obj)
+				})
 		case "nics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -2739,6 +2870,24 @@ func (ec *executionContext) _Zone(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Zone_metrics(ctx, field, obj)
+				})
+		case "region":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Zone_region(ctx, field, obj)
+				})
+		case "dedicated":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Zone_dedicated(ctx, field, obj)
+				})
+		case "dedicatedTo":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Zone_dedicatedTo(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

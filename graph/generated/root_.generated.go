@@ -157,17 +157,20 @@ type ComplexityRoot struct {
 		CreateEnrollmentKey  func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateImage          func(childComplexity int, input model.CreateImageInput) int
 		CreateNetwork        func(childComplexity int, input model.CreateNetworkInput) int
+		CreateSnapshot       func(childComplexity int, vm string, input model.CreateSnapshotInput) int
 		CreateStorageProfile func(childComplexity int, input model.CreateStorageProfileInput) int
 		CreateVM             func(childComplexity int, input model.CreateVMInput) int
 		CreateVdc            func(childComplexity int, input model.CreateVDCInput) int
 		DeleteComputeProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteImage          func(childComplexity int, name string, resourceVersion *string) int
 		DeleteNetwork        func(childComplexity int, id string) int
+		DeleteSnapshot       func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVM             func(childComplexity int, id string) int
 		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
 		RebootVM             func(childComplexity int, id string) int
 		RevokeEnrollmentKey  func(childComplexity int, id string) int
+		RollbackSnapshot     func(childComplexity int, vm string, name string, start *bool) int
 		ShutdownVM           func(childComplexity int, id string) int
 		StageImage           func(childComplexity int, name string, zone string) int
 		StartVM              func(childComplexity int, id string) int
@@ -176,6 +179,7 @@ type ComplexityRoot struct {
 		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
 		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc            func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone           func(childComplexity int, input model.UpdateZoneInput) int
 	}
 
 	Network struct {
@@ -234,8 +238,8 @@ type ComplexityRoot struct {
 		ComputeProfiles    func(childComplexity int) int
 		CurrentVdc         func(childComplexity int) int
 		EnrollmentKeys     func(childComplexity int) int
-		Hosts              func(childComplexity int, zone *string, first *int) int
-		HostsConnection    func(childComplexity int, zone *string, first *int, after *string) int
+		Hosts              func(childComplexity int, zone *string, region *string, first *int) int
+		HostsConnection    func(childComplexity int, zone *string, region *string, first *int, after *string) int
 		Image              func(childComplexity int, name string) int
 		Images             func(childComplexity int) int
 		Me                 func(childComplexity int) int
@@ -243,6 +247,7 @@ type ComplexityRoot struct {
 		NetworksConnection func(childComplexity int, zone *string, first *int, after *string) int
 		Node               func(childComplexity int, id string) int
 		Operation          func(childComplexity int, id string) int
+		Regions            func(childComplexity int) int
 		StorageProfile     func(childComplexity int, name string) int
 		StorageProfiles    func(childComplexity int) int
 		Tenant             func(childComplexity int) int
@@ -252,8 +257,13 @@ type ComplexityRoot struct {
 		Vms                func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
 		VmsConnection      func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
 		Zone               func(childComplexity int, name string) int
-		Zones              func(childComplexity int, first *int) int
-		ZonesConnection    func(childComplexity int, first *int, after *string) int
+		Zones              func(childComplexity int, first *int, region *string) int
+		ZonesConnection    func(childComplexity int, first *int, region *string, after *string) int
+	}
+
+	Region struct {
+		Name  func(childComplexity int) int
+		Zones func(childComplexity int) int
 	}
 
 	StorageProfile struct {
@@ -322,6 +332,7 @@ type ComplexityRoot struct {
 		Nics                 func(childComplexity int) int
 		Operations           func(childComplexity int, first *int) int
 		OperationsConnection func(childComplexity int, first *int, after *string) int
+		Snapshots            func(childComplexity int) int
 		Status               func(childComplexity int) int
 		Uptime               func(childComplexity int) int
 		Vcpus                func(childComplexity int) int
@@ -360,14 +371,27 @@ type ComplexityRoot struct {
 		Network     func(childComplexity int) int
 	}
 
+	VMSnapshot struct {
+		CreatedAt   func(childComplexity int) int
+		Current     func(childComplexity int) int
+		Description func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Parent      func(childComplexity int) int
+		StorageGiB  func(childComplexity int) int
+		WithRAM     func(childComplexity int) int
+	}
+
 	Zone struct {
-		Capacity   func(childComplexity int) int
-		Hosts      func(childComplexity int) int
-		ID         func(childComplexity int) int
-		Metrics    func(childComplexity int, timeframe model.MetricsTimeframe) int
-		Name       func(childComplexity int) int
-		Standalone func(childComplexity int) int
-		Status     func(childComplexity int) int
+		Capacity    func(childComplexity int) int
+		Dedicated   func(childComplexity int) int
+		DedicatedTo func(childComplexity int) int
+		Hosts       func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Metrics     func(childComplexity int, timeframe model.MetricsTimeframe) int
+		Name        func(childComplexity int) int
+		Region      func(childComplexity int) int
+		Standalone  func(childComplexity int) int
+		Status      func(childComplexity int) int
 	}
 
 	ZoneConnection struct {
@@ -902,6 +926,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateNetwork(childComplexity, args["input"].(model.CreateNetworkInput)), true
+	case "Mutation.createSnapshot":
+		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSnapshot(childComplexity, args["vm"].(string), args["input"].(model.CreateSnapshotInput)), true
 	case "Mutation.createStorageProfile":
 		if e.ComplexityRoot.Mutation.CreateStorageProfile == nil {
 			break
@@ -968,6 +1003,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteNetwork(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSnapshot":
+		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSnapshot(childComplexity, args["vm"].(string), args["name"].(string)), true
 	case "Mutation.deleteStorageProfile":
 		if e.ComplexityRoot.Mutation.DeleteStorageProfile == nil {
 			break
@@ -1023,6 +1069,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeEnrollmentKey(childComplexity, args["id"].(string)), true
+	case "Mutation.rollbackSnapshot":
+		if e.ComplexityRoot.Mutation.RollbackSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rollbackSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RollbackSnapshot(childComplexity, args["vm"].(string), args["name"].(string), args["start"].(*bool)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -1111,6 +1168,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateVdc(childComplexity, args["input"].(model.UpdateVDCInput)), true
+	case "Mutation.updateZone":
+		if e.ComplexityRoot.Mutation.UpdateZone == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateZone_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateZone(childComplexity, args["input"].(model.UpdateZoneInput)), true
 
 	case "Network.cidr":
 		if e.ComplexityRoot.Network.Cidr == nil {
@@ -1338,7 +1406,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["region"].(*string), args["first"].(*int)), true
 	case "Query.hostsConnection":
 		if e.ComplexityRoot.Query.HostsConnection == nil {
 			break
@@ -1349,7 +1417,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.HostsConnection(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
+		return e.ComplexityRoot.Query.HostsConnection(childComplexity, args["zone"].(*string), args["region"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.image":
 		if e.ComplexityRoot.Query.Image == nil {
 			break
@@ -1418,6 +1486,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Operation(childComplexity, args["id"].(string)), true
+	case "Query.regions":
+		if e.ComplexityRoot.Query.Regions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Regions(childComplexity), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -1512,7 +1586,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int)), true
+		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int), args["region"].(*string)), true
 	case "Query.zonesConnection":
 		if e.ComplexityRoot.Query.ZonesConnection == nil {
 			break
@@ -1523,7 +1597,20 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.ZonesConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+		return e.ComplexityRoot.Query.ZonesConnection(childComplexity, args["first"].(*int), args["region"].(*string), args["after"].(*string)), true
+
+	case "Region.name":
+		if e.ComplexityRoot.Region.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Region.Name(childComplexity), true
+	case "Region.zones":
+		if e.ComplexityRoot.Region.Zones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Region.Zones(childComplexity), true
 
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
@@ -1816,6 +1903,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.snapshots":
+		if e.ComplexityRoot.VM.Snapshots == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Snapshots(childComplexity), true
 	case "VM.status":
 		if e.ComplexityRoot.VM.Status == nil {
 			break
@@ -1965,12 +2058,67 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VMNIC.Network(childComplexity), true
 
+	case "VMSnapshot.createdAt":
+		if e.ComplexityRoot.VMSnapshot.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.CreatedAt(childComplexity), true
+	case "VMSnapshot.current":
+		if e.ComplexityRoot.VMSnapshot.Current == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Current(childComplexity), true
+	case "VMSnapshot.description":
+		if e.ComplexityRoot.VMSnapshot.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Description(childComplexity), true
+	case "VMSnapshot.name":
+		if e.ComplexityRoot.VMSnapshot.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Name(childComplexity), true
+	case "VMSnapshot.parent":
+		if e.ComplexityRoot.VMSnapshot.Parent == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Parent(childComplexity), true
+	case "VMSnapshot.storageGiB":
+		if e.ComplexityRoot.VMSnapshot.StorageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.StorageGiB(childComplexity), true
+	case "VMSnapshot.withRAM":
+		if e.ComplexityRoot.VMSnapshot.WithRAM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.WithRAM(childComplexity), true
+
 	case "Zone.capacity":
 		if e.ComplexityRoot.Zone.Capacity == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Zone.Capacity(childComplexity), true
+	case "Zone.dedicated":
+		if e.ComplexityRoot.Zone.Dedicated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Dedicated(childComplexity), true
+	case "Zone.dedicatedTo":
+		if e.ComplexityRoot.Zone.DedicatedTo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.DedicatedTo(childComplexity), true
 	case "Zone.hosts":
 		if e.ComplexityRoot.Zone.Hosts == nil {
 			break
@@ -2000,6 +2148,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Zone.Name(childComplexity), true
+	case "Zone.region":
+		if e.ComplexityRoot.Zone.Region == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Region(childComplexity), true
 	case "Zone.standalone":
 		if e.ComplexityRoot.Zone.Standalone == nil {
 			break
@@ -2077,6 +2231,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
+			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
@@ -2085,6 +2240,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
+			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
 			graphql.NewInputUnmarshaler("VDCQuotasInput", ec.unmarshalInputVDCQuotasInput),
 			graphql.NewInputUnmarshaler("VMFilter", ec.unmarshalInputVMFilter),
 			graphql.NewInputUnmarshaler("ZonePoolInput", ec.unmarshalInputZonePoolInput),
@@ -2443,19 +2599,23 @@ enum ImageStagingState {
 # counts as 8 hosts).
 
 extend type Query {
-  "The zones, sorted by name (at most first)."
+  "The zones the caller sees (graph/region.graphqls), sorted by name (at most first)."
   zones(
     "At most this many zones (0 to 1000)."
     first: Int = 20
+    "Only the zones of this region."
+    region: String
   ): [Zone!]! @deprecated(reason: "Use zonesConnection; zones is removed in the next release.")
-  "The zones, sorted by name, as a cursor connection."
+  "The zones the caller sees, sorted by name, as a cursor connection."
   zonesConnection(
     "At most this many zones (0 to 1000)."
     first: Int = 20
+    "Only the zones of this region."
+    region: String
     "The endCursor of the previous page: the zones after it."
     after: String
   ): ZoneConnection!
-  "A zone by name; NOT_FOUND when there is none."
+  "A zone by name; NOT_FOUND when there is none (or it is dedicated to other VDCs than the request's)."
   zone(
     "The zone's name."
     name: String!
@@ -2464,6 +2624,8 @@ extend type Query {
   hosts(
     "Only the hosts of the zone of this name."
     zone: String
+    "Only the hosts of this region's zones."
+    region: String
     "At most this many hosts (0 to 1000)."
     first: Int = 50
   ): [Host!]! @platformAdmin @deprecated(reason: "Use hostsConnection; hosts is removed in the next release.")
@@ -2471,6 +2633,8 @@ extend type Query {
   hostsConnection(
     "Only the hosts of the zone of this name."
     zone: String
+    "Only the hosts of this region's zones."
+    region: String
     "At most this many hosts (0 to 1000)."
     first: Int = 50
     "The endCursor of the previous page: the hosts after it."
@@ -2699,6 +2863,8 @@ enum VMStatus {
 input VMFilter {
   "Zone name."
   zone: String
+  "Region: the VMs in the region's zones."
+  region: String
   "Power state."
   status: VMStatus
   "Part of the name, case-insensitive."
@@ -2925,7 +3091,8 @@ type PageInfo {
   endCursor: String
 }
 `, BuiltIn: false},
-	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM and of the power actions and deletes.
+	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM, of the power actions and deletes,
+# and of the snapshot operations.
 #
 # An operation is derived from Proxmox, not from the orchestrator's memory,
 # so every replica can answer for it: a power action follows its Proxmox
@@ -2987,6 +3154,12 @@ enum OperationKind {
   REBOOT_VM
   "deleteVM."
   DELETE_VM
+  "createSnapshot."
+  CREATE_SNAPSHOT
+  "rollbackSnapshot."
+  ROLLBACK_SNAPSHOT
+  "deleteSnapshot."
+  DELETE_SNAPSHOT
 }
 
 "Whether an operation runs or how it ended."
@@ -3167,6 +3340,70 @@ input UpdateStorageProfileInput {
   pools: [ZonePoolInput!]
 }
 `, BuiltIn: false},
+	{Name: "../region.graphqls", Input: `# Regions and dedicated zones. Zones are discovered (a Proxmox cluster
+# whose agents are in the mesh); what the platform admin decides about one
+# is its zone policy (a catalog object named after the zone): the region it
+# belongs to, and the VDCs it is dedicated to.
+#
+# A region is a label on zones (a DNS label, e.g. eu-central): zones,
+# hosts and vms filter by it, and regions lists them with their zones.
+#
+# Who sees what: a zone dedicated to VDCs exists only for those VDCs (the
+# FlexPlane-VDC-ID of the request) and for platform admins. Anyone else
+# finds it nowhere: not in zones or regions, zone(name) answers NOT_FOUND,
+# and createVM or createNetwork there answer as for a zone that does not
+# exist (BAD_USER_INPUT on the zone field). No VDC can place anything in a
+# zone dedicated to others, not even when a platform admin asks.
+
+extend type Query {
+  """
+  The regions of the zones the caller sees, sorted by name, each with its
+  zones; zones in no region are in none.
+  """
+  regions: [Region!]!
+}
+
+extend type Mutation {
+  """
+  Sets a zone's region and dedication (each left as it is when null). The
+  zone must be known (BAD_USER_INPUT on input.name otherwise); every VDC
+  named must exist (BAD_USER_INPUT on input.dedicatedTo[i]). Resources a
+  VDC already has in a zone dedicated away from it stay, and stay visible
+  to it through them.
+  """
+  updateZone(
+    "The zone and what to change."
+    input: UpdateZoneInput!
+  ): Zone! @platformAdmin
+}
+
+"A change of a zone's policy."
+input UpdateZoneInput {
+  "The zone's name."
+  name: String!
+  "The region (a DNS label); \"\" takes the zone out of any region."
+  region: String
+  "The VDCs the zone is dedicated to (at most 100); [] opens it to every VDC."
+  dedicatedTo: [String!]
+}
+
+extend type Zone {
+  "The region it belongs to."
+  region: String
+  "Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC)."
+  dedicated: Boolean!
+  "The VDCs it is dedicated to, sorted; empty when every VDC may use it."
+  dedicatedTo: [String!]! @platformAdmin
+}
+
+"A region: a group of zones."
+type Region {
+  "The region's name (a DNS label)."
+  name: String!
+  "Its zones the caller sees, sorted by name."
+  zones: [Zone!]!
+}
+`, BuiltIn: false},
 	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: the root types, shared scalars and directives. Each
 # domain has its own file and extends the root types with its fields; this
 # one holds what they share (so gqlgen generates the root types' code here,
@@ -3216,6 +3453,90 @@ events record it as "[redacted]". Every such input field or argument must
 carry it.
 """
 directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
+`, BuiltIn: false},
+	{Name: "../snapshot.graphqls", Input: `# VM snapshots: Proxmox's own snapshots of a guest (its disks, its
+# configuration and, if asked, its RAM). Taking, rolling back and deleting
+# one are operations that follow their Proxmox task (qmsnapshot, qmrollback,
+# qmdelsnapshot), like the power actions.
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: a VM of
+# another VDC (or no VM) answers NOT_FOUND, as does a snapshot the VM does
+# not have (extensions.field = name).
+#
+# Quota: a snapshot counts against the VDC's storage quota the size of the
+# VM's disks (what it may come to hold once the VM has rewritten them;
+# Proxmox reports no snapshot's size) plus, with RAM, the VM's memory; a
+# snapshot that does not fit is refused with QUOTA_EXCEEDED
+# (quotas.storageGiB) and changes nothing.
+
+extend type VM {
+  "Its snapshots, oldest first."
+  snapshots: [VMSnapshot!]!
+}
+
+extend type Mutation {
+  """
+  Takes a snapshot of a VM (BAD_USER_INPUT with extensions.field for a bad
+  name or description, or withRAM on a VM that is not running; CONFLICT for
+  a name the VM has, a VM with 32 snapshots, or one that is busy).
+  """
+  createSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot to take."
+    input: CreateSnapshotInput!
+  ): Operation! @vdc(role: MEMBER)
+  """
+  Puts a VM back as the snapshot holds it: the VM stops, and runs again
+  afterwards if the snapshot holds its RAM (where it was) or start is true.
+  """
+  rollbackSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot's name."
+    name: String!
+    "Start the VM after the rollback (a snapshot with RAM resumes it anyway)."
+    start: Boolean = false
+  ): Operation! @vdc(role: MEMBER)
+  "Deletes a snapshot; the snapshots taken on top of it take its parent."
+  deleteSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot's name."
+    name: String!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"A snapshot to take."
+input CreateSnapshotInput {
+  """
+  2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
+  the VM's snapshots; not current, pending or vzdump.
+  """
+  name: String!
+  "Free text, at most 1024 bytes."
+  description: String
+  "Also save the RAM (the VM must be running): a rollback resumes it where it was."
+  withRAM: Boolean = false
+}
+
+"A snapshot of a VM."
+type VMSnapshot {
+  "Its name, unique among the VM's snapshots."
+  name: String!
+  "Free text given when it was taken."
+  description: String!
+  "When it was taken (null while it is being taken)."
+  createdAt: Time
+  "Whether it holds the VM's RAM."
+  withRAM: Boolean!
+  "The snapshot it was taken on top of."
+  parent: String
+  "Whether the VM now runs on top of it (the last taken or rolled back to)."
+  current: Boolean!
+  "What it counts against the VDC's storage quota, in GiB."
+  storageGiB: Int!
+}
 `, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
 
@@ -3876,6 +4197,16 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_Region(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_Region_name(ctx, field)
+	case "zones":
+		return ec.fieldContext_Region_zones(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Region", field.Name)
+}
+
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -3992,6 +4323,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
+	case "snapshots":
+		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "nics":
 		return ec.fieldContext_VM_nics(ctx, field)
 	case "disks":
@@ -4076,6 +4409,26 @@ func (ec *executionContext) childFields_VMNIC(ctx context.Context, field graphql
 	return nil, fmt.Errorf("no field named %q was found under type VMNIC", field.Name)
 }
 
+func (ec *executionContext) childFields_VMSnapshot(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_VMSnapshot_name(ctx, field)
+	case "description":
+		return ec.fieldContext_VMSnapshot_description(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_VMSnapshot_createdAt(ctx, field)
+	case "withRAM":
+		return ec.fieldContext_VMSnapshot_withRAM(ctx, field)
+	case "parent":
+		return ec.fieldContext_VMSnapshot_parent(ctx, field)
+	case "current":
+		return ec.fieldContext_VMSnapshot_current(ctx, field)
+	case "storageGiB":
+		return ec.fieldContext_VMSnapshot_storageGiB(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMSnapshot", field.Name)
+}
+
 func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -4092,6 +4445,12 @@ func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.
 		return ec.fieldContext_Zone_capacity(ctx, field)
 	case "metrics":
 		return ec.fieldContext_Zone_metrics(ctx, field)
+	case "region":
+		return ec.fieldContext_Zone_region(ctx, field)
+	case "dedicated":
+		return ec.fieldContext_Zone_dedicated(ctx, field)
+	case "dedicatedTo":
+		return ec.fieldContext_Zone_dedicatedTo(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Zone", field.Name)
 }

@@ -85,6 +85,17 @@ type CreateNetworkInput struct {
 	Gateway string `json:"gateway"`
 }
 
+// A snapshot to take.
+type CreateSnapshotInput struct {
+	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
+	// the VM's snapshots; not current, pending or vzdump.
+	Name string `json:"name"`
+	// Free text, at most 1024 bytes.
+	Description *string `json:"description,omitempty"`
+	// Also save the RAM (the VM must be running): a rollback resumes it where it was.
+	WithRAM *bool `json:"withRAM,omitempty"`
+}
+
 // A new storage profile.
 type CreateStorageProfileInput struct {
 	// Unique name (DNS labels joined by dots), e.g. ssd-standard.
@@ -392,6 +403,14 @@ type PageInfo struct {
 type Query struct {
 }
 
+// A region: a group of zones.
+type Region struct {
+	// The region's name (a DNS label).
+	Name string `json:"name"`
+	// Its zones the caller sees, sorted by name.
+	Zones []*Zone `json:"zones"`
+}
+
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
@@ -466,6 +485,16 @@ type UpdateVDCInput struct {
 	Quotas *VDCQuotasInput `json:"quotas,omitempty"`
 }
 
+// A change of a zone's policy.
+type UpdateZoneInput struct {
+	// The zone's name.
+	Name string `json:"name"`
+	// The region (a DNS label); "" takes the zone out of any region.
+	Region *string `json:"region,omitempty"`
+	// The VDCs the zone is dedicated to (at most 100); [] opens it to every VDC.
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+}
+
 // A VDC the caller may use.
 type VDCAccess struct {
 	// The VDC.
@@ -528,6 +557,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	// Its snapshots, oldest first.
+	Snapshots []*VMSnapshot `json:"snapshots"`
 	// Its network interfaces in order (net0 first).
 	Nics []*VMNic `json:"nics"`
 	// Its disks in slot order (the cloud-init drive is not one).
@@ -596,6 +627,8 @@ type VMEdge struct {
 type VMFilter struct {
 	// Zone name.
 	Zone *string `json:"zone,omitempty"`
+	// Region: the VMs in the region's zones.
+	Region *string `json:"region,omitempty"`
 	// Power state.
 	Status *VMStatus `json:"status,omitempty"`
 	// Part of the name, case-insensitive.
@@ -618,6 +651,24 @@ type VMNic struct {
 	IPAddresses []string `json:"ipAddresses"`
 }
 
+// A snapshot of a VM.
+type VMSnapshot struct {
+	// Its name, unique among the VM's snapshots.
+	Name string `json:"name"`
+	// Free text given when it was taken.
+	Description string `json:"description"`
+	// When it was taken (null while it is being taken).
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Whether it holds the VM's RAM.
+	WithRAM bool `json:"withRAM"`
+	// The snapshot it was taken on top of.
+	Parent *string `json:"parent,omitempty"`
+	// Whether the VM now runs on top of it (the last taken or rolled back to).
+	Current bool `json:"current"`
+	// What it counts against the VDC's storage quota, in GiB.
+	StorageGiB int `json:"storageGiB"`
+}
+
 // A zone: one Proxmox cluster, or a standalone Proxmox node.
 type Zone struct {
 	// Stable identity of the Proxmox cluster.
@@ -636,6 +687,12 @@ type Zone struct {
 	// a fraction of all their CPUs, memory and traffic summed. Hosts that do
 	// not answer are left out (with ZONE_UNAVAILABLE when none answers).
 	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	// The region it belongs to.
+	Region *string `json:"region,omitempty"`
+	// Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC).
+	Dedicated bool `json:"dedicated"`
+	// The VDCs it is dedicated to, sorted; empty when every VDC may use it.
+	DedicatedTo []string `json:"dedicatedTo"`
 }
 
 func (Zone) IsNode() {}
@@ -873,6 +930,12 @@ const (
 	OperationKindRebootVM OperationKind = "REBOOT_VM"
 	// deleteVM.
 	OperationKindDeleteVM OperationKind = "DELETE_VM"
+	// createSnapshot.
+	OperationKindCreateSnapshot OperationKind = "CREATE_SNAPSHOT"
+	// rollbackSnapshot.
+	OperationKindRollbackSnapshot OperationKind = "ROLLBACK_SNAPSHOT"
+	// deleteSnapshot.
+	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
 )
 
 var AllOperationKind = []OperationKind{
@@ -882,11 +945,14 @@ var AllOperationKind = []OperationKind{
 	OperationKindShutdownVM,
 	OperationKindRebootVM,
 	OperationKindDeleteVM,
+	OperationKindCreateSnapshot,
+	OperationKindRollbackSnapshot,
+	OperationKindDeleteSnapshot,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot:
 		return true
 	}
 	return false
