@@ -102,6 +102,7 @@ test('a member pages through every VM by cursors, with graphs, a renewing sessio
     await next.focus()
     await page.keyboard.press('Enter')
     await range.getByText(`${(p + 1) * 50 + 1}–`).waitFor()
+    await page.waitForFunction((first) => document.querySelector('tbody tr')?.getAttribute('data-name') !== first, names[0])
   }
   assert.equal(seen.size, vmCount, 'every VM once')
   const afters = graphql.map((g) => JSON.parse(g.body || '{}')).filter((b) => b.operationName === 'VMList' && b.variables?.after)
