@@ -12,10 +12,10 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator)
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
-# detector, the browser test on the mesh harness (embedded Headscale), and
+# detector, the browser tests on the mesh harness (embedded Headscale), and
 # the 100 creates across a restart (a load test: under the detector it takes
 # minutes, and its concurrency is what the other compute tests race).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestCreatesInFlightAcrossARestart)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserConventions|TestCreatesInFlightAcrossARestart)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see the README, Fuzzing); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.
@@ -265,7 +265,7 @@ portal/node_modules/.package-lock.json: portal/package.json portal/package-lock.
 ## when its sources change; pkg/portal serves it.
 portal: portal/.output/public/index.html
 
-portal/.output/public/index.html: portal/node_modules/.package-lock.json $(PORTAL_SRC)
+portal/.output/public/index.html: portal/node_modules/.package-lock.json $(PORTAL_SRC) graph/flexplane.graphql
 	cd portal && $(NPM) run --silent build
 	@test -f $@ && touch $@
 
@@ -276,9 +276,11 @@ SCHEMA_RULES := types-have-descriptions,fields-have-descriptions,arguments-have-
 lint-schema: portal-deps
 	cd portal && npx --no-install graphql-schema-linter --rules $(SCHEMA_RULES) ../graph/flexplane.graphql
 
-## lint-portal: type-check the portal (vue-tsc).
+## lint-portal: type-check the portal (vue-tsc) against the types
+## @graphql-codegen generates from the schema and the portal's documents:
+## a query that does not fit the schema fails here.
 lint-portal: portal-deps
-	cd portal && npx --no-install nuxi typecheck
+	cd portal && $(NPM) run --silent typecheck
 
 ## browser: Debian's chromium for the browser tests (apt-get when missing).
 browser:

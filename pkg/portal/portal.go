@@ -63,7 +63,9 @@ type Config struct {
 	// URI is <portal origin>/auth/callback and its post-logout redirect
 	// URI <portal origin>/.
 	ClientID string
-	// Scopes requested at login; nil is openid, profile and email.
+	// Scopes requested at login; nil is openid, profile, email and
+	// offline_access (which gets the session a refresh token, so that it
+	// renews before its access token expires).
 	Scopes []string
 	// GraphQLPath is the API endpoint, relative to the portal's origin or
 	// absolute; "" is "/graphql".
@@ -98,7 +100,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("portal: new: Issuer %q is not an absolute http(s) URL", cfg.Issuer)
 	}
 	if cfg.Scopes == nil {
-		cfg.Scopes = []string{"openid", "profile", "email"}
+		cfg.Scopes = []string{"openid", "profile", "email", "offline_access"}
 	}
 	if cfg.GraphQLPath == "" {
 		cfg.GraphQLPath = "/graphql"

@@ -107,8 +107,8 @@ func TestConfigDocument(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.body), &doc); err != nil {
 		t.Fatal(err)
 	}
-	want := portal.Document{Issuer: "https://id.example", ClientID: "portal-app", Scopes: []string{"openid", "profile", "email"}, GraphQL: "/graphql"}
-	if doc.Issuer != want.Issuer || doc.ClientID != want.ClientID || strings.Join(doc.Scopes, " ") != "openid profile email" || doc.GraphQL != want.GraphQL {
+	want := portal.Document{Issuer: "https://id.example", ClientID: "portal-app", Scopes: []string{"openid", "profile", "email", "offline_access"}, GraphQL: "/graphql"}
+	if doc.Issuer != want.Issuer || doc.ClientID != want.ClientID || strings.Join(doc.Scopes, " ") != "openid profile email offline_access" || doc.GraphQL != want.GraphQL {
 		t.Errorf("config = %+v, want %+v", doc, want)
 	}
 }

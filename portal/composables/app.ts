@@ -2,7 +2,10 @@
 // signed-in user and the selected VDC. Everything else is fetched by the
 // pages through useApi().
 
-import type { Discovery, Session } from '~/utils/oidc'
+import type { UserManager } from 'oidc-client-ts'
+import type { AnyVariables, Client, DocumentInput } from '@urql/core'
+import type { Session } from '~/utils/oidc'
+import { graphql } from '~/gql'
 
 export interface PortalConfig {
   issuer: string
@@ -25,7 +28,6 @@ export interface AppState {
   phase: 'loading' | 'failed' | 'signed-out' | 'ready'
   error: string
   config: PortalConfig | null
-  discovery: Discovery | null
   session: Session | null
   // Why the sign-in page shows: a session that ran out, or a sign-out.
   reason: 'expired' | 'signed-out' | null
@@ -44,7 +46,6 @@ export function useAppState() {
     phase: 'loading',
     error: '',
     config: null,
-    discovery: null,
     session: null,
     reason: null,
     me: null,
@@ -54,35 +55,45 @@ export function useAppState() {
   }))
 }
 
-let expiryTimer: ReturnType<typeof setTimeout> | undefined
+// The tab's one OpenID client (oidc-client-ts), made from the runtime
+// configuration by start(); it renews the session by itself.
+let manager: UserManager | undefined
 
+// expire ends a session that can no longer be renewed: the sign-in page
+// says so and signing in again returns to the same page.
 function expire() {
   const app = useAppState()
   if (!app.value.session) return
   app.value.session = null
   app.value.reason = 'expired'
   app.value.phase = 'signed-out'
-  saveSession(null)
+  void manager?.removeUser()
 }
 
-function armExpiry(s: Session) {
-  clearTimeout(expiryTimer)
-  // setTimeout cannot wait longer than ~24 days; tokens live far shorter.
-  expiryTimer = setTimeout(expire, Math.min(Math.max(s.expiresAt - Date.now(), 0), 2 ** 31 - 1))
-}
+// The tab's GraphQL client (urql), made by start() for the configured
+// endpoint.
+let client: Client | undefined
 
+// useApi returns the function pages send queries and mutations with: a
+// typed document (graphql() of gql/) or a query string, its variables, and
+// optionally another VDC than the selected one.
 export function useApi() {
   const app = useAppState()
-  return <T>(query: string, variables?: Record<string, unknown>, opts: { vdc?: string | null } = {}): Promise<T> => {
+  return <T, V extends AnyVariables = AnyVariables>(
+    query: DocumentInput<T, V> | string,
+    variables?: V,
+    opts: { vdc?: string | null } = {},
+  ): Promise<T> => {
     const s = app.value.session
-    const cfg = app.value.config
-    if (!s || !cfg || Date.now() >= s.expiresAt) {
+    if (!s || !client || Date.now() >= s.expiresAt) {
       expire()
       return Promise.reject(new ApiError('Your session has expired.', 'UNAUTHENTICATED'))
     }
+    const c = client
     const vdc = opts.vdc !== undefined ? opts.vdc : app.value.vdc
+    // The token is read at each send: a renewal in between is used at once.
     const send = (v: string | null) =>
-      request<T>({ endpoint: cfg.graphql, token: s.accessToken, vdc: v, onUnauthenticated: expire }, query, variables)
+      request<T, V>({ client: c, token: app.value.session?.accessToken ?? s.accessToken, vdc: v, onUnauthenticated: expire }, query, variables)
     return send(vdc).catch(async (e: unknown) => {
       // The selected VDC was deleted, or the user's access to it revoked,
       // since it was chosen: pick another and try once more.
@@ -103,17 +114,19 @@ function vdcGone(e: unknown, vdc: string): boolean {
   return e instanceof ApiError && e.code === 'NOT_FOUND' && !e.errors[0]?.path && e.message === `VDC "${vdc}" not found`
 }
 
-const meQuery = `query Me {
-  tenant { name }
-  me { subject name email platformAdmin vdcs { role vdc { name description } } }
-}`
+const meQuery = graphql(`
+  query Me {
+    tenant { name }
+    me { subject name email platformAdmin vdcs { role vdc { name description } } }
+  }
+`)
 
 // loadMe fetches the user and picks the VDC: the one chosen last time if
 // still allowed, else the first.
 export async function loadMe(): Promise<void> {
   const app = useAppState()
   const api = useApi()
-  const data = await api<{ tenant: { name: string }; me: Me }>(meQuery, undefined, { vdc: null })
+  const data = await api(meQuery, undefined, { vdc: null })
   app.value.me = data.me
   app.value.tenant = data.tenant.name
   const names = data.me.vdcs.map((a) => a.vdc.name)
@@ -129,7 +142,9 @@ export function selectVDC(name: string) {
 }
 
 // start loads the configuration, finishes a sign-in coming back from the
-// provider, and loads the user.
+// provider, and loads the user. Renewals replace the session's token in
+// place (the page, and what is typed into it, stays); a session that
+// cannot be renewed shows as expired when its token runs out.
 export async function start(): Promise<void> {
   const app = useAppState()
   const router = useRouter()
@@ -138,24 +153,34 @@ export async function start(): Promise<void> {
     if (!res.ok) throw new Error(`The portal configuration (/config.json) answered ${res.status}.`)
     const cfg = (await res.json()) as PortalConfig
     app.value.config = cfg
-    app.value.discovery = await discover(cfg.issuer)
+    client = newClient(cfg.graphql)
+    const m = newUserManager(cfg.issuer, cfg.clientId, cfg.scopes)
+    manager = m
+    try {
+      await m.metadataService.getMetadata()
+    } catch (e) {
+      throw new Error(`The identity provider ${cfg.issuer} cannot be reached (${(e as Error).message}).`)
+    }
+    m.events.addUserLoaded((u) => {
+      if (app.value.session) app.value.session = sessionOf(u)
+    })
+    m.events.addAccessTokenExpired(expire)
     const url = new URL(window.location.href)
     if (url.pathname === callbackPath) {
-      const { session, returnTo } = await completeLogin(app.value.discovery, cfg.clientId, url.searchParams)
-      saveSession(session)
+      const { returnTo } = await completeLogin(m)
       await router.replace(returnTo)
     }
-    const s = loadSession()
-    if (!s || Date.now() >= s.expiresAt) {
-      if (s) app.value.reason = 'expired'
+    let u = await m.getUser()
+    if (u?.expired && u.refresh_token) u = await m.signinSilent().catch(() => null)
+    if (!u || u.expired) {
+      if (u) app.value.reason = 'expired'
       else if (sessionStorage.getItem(signedOutKey)) app.value.reason = 'signed-out'
-      saveSession(null)
+      await m.removeUser()
       app.value.phase = 'signed-out'
       return
     }
     sessionStorage.removeItem(signedOutKey)
-    app.value.session = s
-    armExpiry(s)
+    app.value.session = sessionOf(u)
     await loadMe()
     app.value.phase = 'ready'
   } catch (e) {
@@ -166,29 +191,28 @@ export async function start(): Promise<void> {
 }
 
 export async function signIn(): Promise<void> {
-  const app = useAppState()
   const route = useRoute()
-  const cfg = app.value.config
-  const d = app.value.discovery
-  if (!cfg || !d) return
+  if (!manager) return
   const returnTo = route.fullPath.startsWith(callbackPath) ? '/' : route.fullPath
-  await beginLogin(d, cfg.clientId, cfg.scopes, returnTo)
+  await beginLogin(manager, returnTo)
 }
 
-export function signOut(): void {
+// signOut ends the session here and at the provider (its end-session
+// endpoint, which also ends the refresh token).
+export async function signOut(): Promise<void> {
   const app = useAppState()
-  const cfg = app.value.config
-  const d = app.value.discovery
   const idToken = app.value.session?.idToken
-  clearTimeout(expiryTimer)
-  saveSession(null)
   sessionStorage.setItem(signedOutKey, '1')
   app.value.session = null
   app.value.me = null
   app.value.reason = 'signed-out'
   app.value.phase = 'signed-out'
-  const u = cfg && d ? logoutURL(d, cfg.clientId, idToken) : null
-  if (u) window.location.assign(u)
+  if (!manager) return
+  try {
+    await manager.signoutRedirect({ id_token_hint: idToken })
+  } catch {
+    await manager.removeUser() // the provider has no end-session endpoint
+  }
 }
 
 // useCanChange tells whether the user may change things in the selected

@@ -89,10 +89,12 @@ describe('portal', () => {
 
     // A token the API refuses ends the session clearly; signing in again
     // returns to the same page.
+    // (oidc-client-ts keeps the session as oidc.user:<issuer>:<client>.)
     await page.evaluate(() => {
-      const s = JSON.parse(sessionStorage.getItem('flexplane.session'))
-      s.accessToken = 'not-a-valid-token'
-      sessionStorage.setItem('flexplane.session', JSON.stringify(s))
+      const k = Object.keys(sessionStorage).find((k) => k.startsWith('oidc.user:'))
+      const s = JSON.parse(sessionStorage.getItem(k))
+      s.access_token = 'not-a-valid-token'
+      sessionStorage.setItem(k, JSON.stringify(s))
     })
     await page.reload()
     await page.getByText('Your session has expired').waitFor()
@@ -112,10 +114,14 @@ describe('portal', () => {
     await page.goto(base + '/profiles/compute')
     await signIn(page, member)
     await page.locator('tbody tr').first().waitFor()
+    // A session whose refresh token the provider no longer honours (it
+    // was revoked, or expired) cannot renew: it ends with its access token.
     await page.evaluate(() => {
-      const s = JSON.parse(sessionStorage.getItem('flexplane.session'))
-      s.expiresAt = Date.now() + 3000
-      sessionStorage.setItem('flexplane.session', JSON.stringify(s))
+      const k = Object.keys(sessionStorage).find((k) => k.startsWith('oidc.user:'))
+      const s = JSON.parse(sessionStorage.getItem(k))
+      s.expires_at = Math.floor(Date.now() / 1000) + 3
+      s.refresh_token = 'revoked'
+      sessionStorage.setItem(k, JSON.stringify(s))
     })
     await page.reload()
     await page.getByRole('heading', { level: 1, name: 'Compute profiles' }).waitFor()

@@ -1,5 +1,13 @@
-// A small GraphQL client: POST to the configured endpoint with the bearer
-// token and the selected VDC (FlexPlane-VDC-ID) on every request.
+// The portal's GraphQL transport: urql (@urql/core) for queries and
+// mutations, graphql-ws for subscriptions, with the bearer token and the
+// selected VDC (FlexPlane-VDC-ID) on every request. Documents are typed by
+// @graphql-codegen (gql/, from graph/flexplane.graphql and the documents in
+// the pages: `graphql(...)`), so a query that does not fit the schema, or a
+// page that reads a field it did not ask for, fails the type check.
+
+import { Client, fetchExchange, gql, type AnyVariables, type DocumentInput, type OperationResult } from '@urql/core'
+import { createClient as createWSClient } from 'graphql-ws'
+import { print, type DocumentNode } from 'graphql'
 
 export interface GraphQLErrorEntry {
   message: string
@@ -24,35 +32,96 @@ export class ApiError extends Error {
 }
 
 export interface RequestContext {
-  endpoint: string
+  client: Client
   token: string
   vdc: string | null
   onUnauthenticated: () => void
 }
 
-export async function request<T>(ctx: RequestContext, query: string, variables?: Record<string, unknown>): Promise<T> {
-  const headers: Record<string, string> = {
-    'Content-Type': 'application/json',
-    Accept: 'application/json',
-    Authorization: `Bearer ${ctx.token}`,
-  }
+// request sends one query or mutation through the portal's urql client
+// with the bearer token and the VDC header, and resolves to its data; a
+// refused session calls onUnauthenticated, any error (a partial answer's
+// included, with its data) is thrown as an ApiError.
+export async function request<T, V extends AnyVariables = AnyVariables>(
+  ctx: RequestContext,
+  doc: DocumentInput<T, V> | string,
+  variables?: V,
+): Promise<T> {
+  const headers: Record<string, string> = { Authorization: `Bearer ${ctx.token}` }
   if (ctx.vdc) headers['FlexPlane-VDC-ID'] = ctx.vdc
-  let res: Response
-  try {
-    res = await fetch(ctx.endpoint, { method: 'POST', headers, body: JSON.stringify({ query, variables }) })
-  } catch (e) {
-    throw new ApiError(`The API cannot be reached (${(e as Error).message}).`, 'NETWORK')
-  }
-  const body = (await res.json().catch(() => null)) as { data?: T; errors?: GraphQLErrorEntry[] } | null
-  const errors = body?.errors ?? []
-  if (res.status === 401 || errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED')) {
+  const query = typeof doc === 'string' ? gql(doc) : doc
+  const isMutation = query.definitions.some((d) => d.kind === 'OperationDefinition' && d.operation === 'mutation')
+  const opts = { requestPolicy: 'network-only' as const, fetchOptions: { headers } }
+  const res: OperationResult<T, V> = await (isMutation
+    ? ctx.client.mutation<T, V>(query as DocumentInput<T, V>, (variables ?? {}) as V, opts)
+    : ctx.client.query<T, V>(query as DocumentInput<T, V>, (variables ?? {}) as V, opts)
+  ).toPromise()
+  const err = res.error
+  if (!err) return res.data as T
+  const errors: GraphQLErrorEntry[] = err.graphQLErrors.map((e) => ({
+    message: e.message,
+    path: e.path ? [...e.path] : undefined,
+    extensions: e.extensions as GraphQLErrorEntry['extensions'],
+  }))
+  const status = (err.response as Response | undefined)?.status
+  if (status === 401 || errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED')) {
     ctx.onUnauthenticated()
     throw new ApiError(errors[0]?.message || 'Your session has expired.', 'UNAUTHENTICATED', errors)
   }
-  if (!body) throw new ApiError(`The API answered ${res.status} without a GraphQL response.`, 'INTERNAL')
   if (errors.length > 0) {
     const first = errors[0]!
-    throw new ApiError(first.message, first.extensions?.code || 'INTERNAL', errors, body.data ?? null)
+    throw new ApiError(first.message, first.extensions?.code || 'INTERNAL', errors, res.data ?? null)
   }
-  return body.data as T
+  if (status) throw new ApiError(`The API answered ${status} without a GraphQL response.`, 'INTERNAL')
+  throw new ApiError(`The API cannot be reached (${err.networkError?.message ?? err.message}).`, 'NETWORK')
+}
+
+// newClient is the portal's GraphQL client: urql over HTTP POST for
+// queries and mutations, graphql-ws (graphql-transport-ws) for
+// subscriptions. Headers are set per request (the token renews, the VDC
+// changes), so one client serves the whole tab.
+export function newClient(endpoint: string): Client {
+  return new Client({
+    url: new URL(endpoint, window.location.href).toString(),
+    exchanges: [fetchExchange],
+    preferGetMethod: false,
+    requestPolicy: 'network-only',
+  })
+}
+
+// subscribe follows a subscription over its own graphql-ws connection
+// (the token and VDC travel in connection_init); it calls onOpen once the
+// server acknowledged the connection, onNext with every result and onEnd
+// when the stream ends, fails or cannot be opened. It returns a function
+// that stops it.
+export function subscribe<T, V extends Record<string, unknown>>(
+  opts: { endpoint: string; token: string; vdc: string; query: DocumentInput<T, V> | string; variables: V },
+  onOpen: () => void,
+  onNext: (data: T) => void,
+  onEnd: (failed: boolean) => void,
+): () => void {
+  const url = new URL(opts.endpoint, window.location.href)
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:'
+  const ws = createWSClient({
+    url: url.toString(),
+    connectionParams: { Authorization: `Bearer ${opts.token}`, 'FlexPlane-VDC-ID': opts.vdc },
+    retryAttempts: 0,
+    lazy: true,
+    on: { connected: onOpen },
+  })
+  const query = typeof opts.query === 'string' ? opts.query : print(opts.query as DocumentNode)
+  const stop = ws.subscribe<T>(
+    { query, variables: opts.variables },
+    {
+      next: (r) => {
+        if (r.data) onNext(r.data as T)
+      },
+      error: () => onEnd(true),
+      complete: () => onEnd(false),
+    },
+  )
+  return () => {
+    stop()
+    void ws.dispose()
+  }
 }

@@ -34,7 +34,6 @@ export interface FollowOptions {
 // its last state; stop() ends following early.
 export function follow(opts: FollowOptions): { done: Promise<Operation>; stop: () => void } {
   let stopped = false
-  let ws: WebSocket | null = null
   let timer: ReturnType<typeof setTimeout> | undefined
   let resolveDone: (op: Operation) => void = () => {}
   let rejectDone: (e: Error) => void = () => {}
@@ -50,9 +49,9 @@ export function follow(opts: FollowOptions): { done: Promise<Operation>; stop: (
     opts.onUpdate(op)
     if (op.state !== 'RUNNING') {
       finished = true
-      ws?.close(1000)
       clearTimeout(timer)
       resolveDone(op)
+      queueMicrotask(() => unsubscribe())
     }
   }
 
@@ -79,52 +78,26 @@ export function follow(opts: FollowOptions): { done: Promise<Operation>; stop: (
     timer = setTimeout(poll, 0)
   }
 
-  try {
-    const url = new URL(opts.endpoint, window.location.href)
-    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:'
-    ws = new WebSocket(url, 'graphql-transport-ws')
-    ws.onopen = () => {
-      ws?.send(
-        JSON.stringify({ type: 'connection_init', payload: { Authorization: `Bearer ${opts.token}`, 'FlexPlane-VDC-ID': opts.vdc } }),
-      )
-    }
-    ws.onmessage = (ev) => {
-      let msg: { type: string; id?: string; payload?: { data?: { operation?: Operation }; errors?: unknown } }
-      try {
-        msg = JSON.parse(String(ev.data))
-      } catch {
-        return
-      }
-      if (msg.type === 'connection_ack') {
-        opts.onMode?.('subscription')
-        ws?.send(
-          JSON.stringify({
-            id: '1',
-            type: 'subscribe',
-            payload: { query: `subscription($id: ID!) { operation(id: $id) { ${operationFields} } }`, variables: { id: opts.id } },
-          }),
-        )
-      } else if (msg.type === 'ping') {
-        ws?.send(JSON.stringify({ type: 'pong' }))
-      } else if (msg.type === 'next' && msg.payload?.data?.operation) {
-        update(msg.payload.data.operation)
-      } else if (msg.type === 'error' || msg.type === 'complete') {
-        if (!finished) fallback()
-      }
-    }
-    ws.onerror = () => fallback()
-    ws.onclose = () => {
+  const unsubscribe = subscribe<{ operation: Operation }, { id: string }>(
+    {
+      endpoint: opts.endpoint,
+      token: opts.token,
+      vdc: opts.vdc,
+      query: `subscription($id: ID!) { operation(id: $id) { ${operationFields} } }`,
+      variables: { id: opts.id },
+    },
+    () => opts.onMode?.('subscription'),
+    (data) => update(data.operation),
+    () => {
       if (!finished) fallback()
-    }
-  } catch {
-    fallback()
-  }
+    },
+  )
   return {
     done,
     stop: () => {
       stopped = true
       clearTimeout(timer)
-      ws?.close(1000)
+      unsubscribe()
       if (!finished && last) resolveDone(last)
     },
   }

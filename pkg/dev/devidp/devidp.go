@@ -69,6 +69,16 @@ type Config struct {
 	Clients []Client
 	// TokenLifetime is the validity of access and ID tokens; 0 is 1h.
 	TokenLifetime time.Duration
+	// RenewableTokenLifetime is the validity of access and ID tokens of a
+	// login that can renew them (its scopes include offline_access, so it
+	// holds a refresh token): the portal's sessions. 0 is TokenLifetime.
+	// The dev stack keeps it short so that renewal shows.
+	RenewableTokenLifetime time.Duration
+	// RefreshLifetime is the validity of a refresh token (issued, as
+	// Zitadel does, to a code exchange that asked for the offline_access
+	// scope, and rotated on every use); 0 is 720h, Zitadel's default idle
+	// expiration.
+	RefreshLifetime time.Duration
 	// OrgID and OrgDomain fill the values of the role claim; defaults
 	// "flexplane-dev" and "dev.flexplane.local".
 	OrgID, OrgDomain string
@@ -98,8 +108,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TokenLifetime == 0 {
 		cfg.TokenLifetime = time.Hour
 	}
-	if cfg.TokenLifetime < 0 {
-		return nil, errors.New("devidp: new: TokenLifetime must be positive")
+	if cfg.RenewableTokenLifetime == 0 {
+		cfg.RenewableTokenLifetime = cfg.TokenLifetime
+	}
+	if cfg.RefreshLifetime == 0 {
+		cfg.RefreshLifetime = 720 * time.Hour
+	}
+	if cfg.TokenLifetime < 0 || cfg.RefreshLifetime < 0 || cfg.RenewableTokenLifetime < 0 {
+		return nil, errors.New("devidp: new: token lifetimes must be positive")
 	}
 	if cfg.OrgID == "" {
 		cfg.OrgID = "flexplane-dev"
@@ -119,15 +135,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("devidp: new: keys: %w", err)
 	}
 	st := &storage{
-		key:       key,
-		users:     map[string]User{},
-		clients:   map[string]*client{},
-		lifetime:  cfg.TokenLifetime,
-		orgID:     cfg.OrgID,
-		orgDomain: cfg.OrgDomain,
-		requests:  map[string]*authRequest{},
-		codes:     map[string]string{},
-		tokens:    map[string]*accessToken{},
+		key:               key,
+		users:             map[string]User{},
+		clients:           map[string]*client{},
+		lifetime:          cfg.TokenLifetime,
+		refreshLifetime:   cfg.RefreshLifetime,
+		renewableLifetime: cfg.RenewableTokenLifetime,
+		orgID:             cfg.OrgID,
+		orgDomain:         cfg.OrgDomain,
+		requests:          map[string]*authRequest{},
+		codes:             map[string]string{},
+		tokens:            map[string]*accessToken{},
+		refresh:           map[string]*refreshToken{},
 	}
 	for _, u := range cfg.Users {
 		if u.Username == "" || u.Password == "" {
@@ -164,7 +183,8 @@ func (s *Server) Start() error {
 		CryptoKey:                s.crypto,
 		CodeMethodS256:           true,
 		AuthMethodPost:           true,
-		SupportedScopes:          []string{"openid", "profile", "email"},
+		SupportedScopes:          []string{"openid", "profile", "email", "offline_access"},
+		GrantTypeRefreshToken:    true,
 		DefaultLogoutRedirectURI: loggedOutPath,
 	}, s.storage, op.StaticIssuer(s.issuer), op.WithAllowInsecure(), op.WithLogger(s.log))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -200,5 +201,59 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := devidp.New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
+	}
+}
+
+// TestRefreshTokensRotate: as Zitadel does, a login with offline_access gets
+// a refresh token; the refresh_token grant answers fresh tokens (a valid
+// access token and ID token) and a new refresh token, and the used one no
+// longer works. Without offline_access there is no refresh token.
+func TestRefreshTokensRotate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := start(t, t.TempDir(), "")
+	login := func(scopes ...string) *devidp.Tokens {
+		t.Helper()
+		tok, err := devidp.CodeFlow(ctx, nil, devidp.FlowParams{Issuer: srv.Issuer(), ClientID: portal, RedirectURI: redirect,
+			Username: "alice", Password: "alice-pw", Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	if tok := login("openid", "profile"); tok.RefreshToken != "" {
+		t.Fatalf("a refresh token without offline_access: %+v", tok)
+	}
+	tok := login("openid", "profile", "email", "offline_access")
+	if tok.RefreshToken == "" {
+		t.Fatal("no refresh token with offline_access")
+	}
+	refresh := func(rt string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.PostForm(srv.Issuer()+"/oauth/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}, "client_id": {portal}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	rt := tok.RefreshToken
+	for i := range 2 {
+		status, body := refresh(rt)
+		next, _ := body["refresh_token"].(string)
+		access, _ := body["access_token"].(string)
+		if status != http.StatusOK || next == "" || next == rt || access == "" || body["id_token"] == nil {
+			t.Fatalf("refresh %d: %d %v", i, status, body)
+		}
+		p, err := verifier(t, srv.Issuer()).Verify(ctx, access)
+		if err != nil || p.Subject != "alice" || p.VDCRoles["prod"] != auth.RoleMember {
+			t.Fatalf("refreshed access token: %+v %v", p, err)
+		}
+		if status, body := refresh(rt); status != http.StatusBadRequest || body["error"] != "invalid_grant" {
+			t.Fatalf("a used refresh token again: %d %v", status, body)
+		}
+		rt = next
 	}
 }

@@ -35,6 +35,9 @@ type Tokens struct {
 	IDToken string
 	// Expiry is when the access token expires.
 	Expiry time.Time
+	// RefreshToken renews the tokens (refresh_token grant); empty unless
+	// the login asked for the offline_access scope.
+	RefreshToken string
 }
 
 // CodeFlow performs the authorization code flow with PKCE (S256) against
@@ -147,9 +150,10 @@ func codeFlow(ctx context.Context, client *http.Client, p FlowParams) (*Tokens, 
 		return nil, fmt.Errorf("token: %s: %s", resp.Status, body)
 	}
 	var tr struct {
-		AccessToken string `json:"access_token"`
-		IDToken     string `json:"id_token"`
-		ExpiresIn   int64  `json:"expires_in"`
+		AccessToken  string `json:"access_token"`
+		IDToken      string `json:"id_token"`
+		ExpiresIn    int64  `json:"expires_in"`
+		RefreshToken string `json:"refresh_token"`
 	}
 	if err := json.Unmarshal(body, &tr); err != nil {
 		return nil, fmt.Errorf("token: %w", err)
@@ -157,7 +161,7 @@ func codeFlow(ctx context.Context, client *http.Client, p FlowParams) (*Tokens, 
 	if tr.AccessToken == "" {
 		return nil, errors.New("token: response has no access_token")
 	}
-	return &Tokens{AccessToken: tr.AccessToken, IDToken: tr.IDToken, Expiry: time.Now().Add(time.Duration(tr.ExpiresIn) * time.Second)}, nil
+	return &Tokens{AccessToken: tr.AccessToken, IDToken: tr.IDToken, Expiry: time.Now().Add(time.Duration(tr.ExpiresIn) * time.Second), RefreshToken: tr.RefreshToken}, nil
 }
 
 func getJSON(ctx context.Context, hc *http.Client, u string, v any) error {

@@ -63,6 +63,28 @@ type accessToken struct {
 	expiry   time.Time
 }
 
+// refreshToken is a refresh token the provider issued and the grant it
+// renews. It implements op.RefreshTokenRequest. As Zitadel does, each use
+// rotates it: the refresh_token grant answers a new one and the used one
+// stops working.
+type refreshToken struct {
+	subject  string
+	clientID string
+	scopes   []string
+	audience []string
+	amr      []string
+	authTime time.Time
+	expiry   time.Time
+}
+
+func (t *refreshToken) GetAMR() []string                 { return t.amr }
+func (t *refreshToken) GetAudience() []string            { return t.audience }
+func (t *refreshToken) GetAuthTime() time.Time           { return t.authTime }
+func (t *refreshToken) GetClientID() string              { return t.clientID }
+func (t *refreshToken) GetScopes() []string              { return t.scopes }
+func (t *refreshToken) GetSubject() string               { return t.subject }
+func (t *refreshToken) SetCurrentScopes(scopes []string) { t.scopes = scopes }
+
 // client implements op.Client for a configured Client.
 type client struct {
 	Client
@@ -79,7 +101,9 @@ func (c *client) IDTokenLifetime() time.Duration      { return c.lifetime }
 func (c *client) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
-func (c *client) GrantTypes() []oidc.GrantType { return []oidc.GrantType{oidc.GrantTypeCode} }
+func (c *client) GrantTypes() []oidc.GrantType {
+	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken}
+}
 func (c *client) ApplicationType() op.ApplicationType {
 	if c.Secret == "" {
 		return op.ApplicationTypeUserAgent
@@ -108,17 +132,20 @@ func (c *client) ClockSkew() time.Duration             { return 0 }
 // storage implements op.Storage in memory; only the keys persist (on disk,
 // see loadKeys).
 type storage struct {
-	key       *signingKey
-	users     map[string]User
-	clients   map[string]*client
-	lifetime  time.Duration
-	orgID     string
-	orgDomain string
+	key               *signingKey
+	users             map[string]User
+	clients           map[string]*client
+	lifetime          time.Duration
+	refreshLifetime   time.Duration
+	renewableLifetime time.Duration
+	orgID             string
+	orgDomain         string
 
 	mu       sync.Mutex
-	requests map[string]*authRequest // protected by mu
-	codes    map[string]string       // code -> request id; protected by mu
-	tokens   map[string]*accessToken // protected by mu
+	requests map[string]*authRequest  // protected by mu
+	codes    map[string]string        // code -> request id; protected by mu
+	tokens   map[string]*accessToken  // protected by mu
+	refresh  map[string]*refreshToken // by token; protected by mu
 }
 
 var _ op.Storage = (*storage)(nil)
@@ -241,8 +268,11 @@ func (s *storage) CreateAccessToken(_ context.Context, r op.TokenRequest) (strin
 		audience: slices.Clone(r.GetAudience()),
 		expiry:   time.Now().Add(s.lifetime),
 	}
-	if ar, ok := r.(op.AuthRequest); ok {
-		t.clientID = ar.GetClientID()
+	if slices.Contains(t.scopes, oidc.ScopeOfflineAccess) {
+		t.expiry = time.Now().Add(s.renewableLifetime)
+	}
+	if cr, ok := r.(interface{ GetClientID() string }); ok {
+		t.clientID = cr.GetClientID()
 	}
 	id := randomID()
 	s.mu.Lock()
@@ -256,27 +286,89 @@ func (s *storage) CreateAccessToken(_ context.Context, r op.TokenRequest) (strin
 	return id, t.expiry, nil
 }
 
-var errNoRefresh = errors.New("refresh tokens are not supported by the development provider")
-
-func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
-	return "", "", time.Time{}, errNoRefresh
+// CreateAccessAndRefreshTokens issues an access token and a refresh token
+// for a code exchange with the offline_access scope or a refresh_token
+// grant; current is the refresh token the grant used, which stops working.
+func (s *storage) CreateAccessAndRefreshTokens(ctx context.Context, r op.TokenRequest, current string) (string, string, time.Time, error) {
+	rt := &refreshToken{
+		subject:  r.GetSubject(),
+		scopes:   slices.Clone(r.GetScopes()),
+		audience: slices.Clone(r.GetAudience()),
+		amr:      []string{"pwd"},
+		expiry:   time.Now().Add(s.refreshLifetime),
+	}
+	switch req := r.(type) {
+	case op.AuthRequest:
+		rt.clientID, rt.authTime = req.GetClientID(), req.GetAuthTime()
+	case op.RefreshTokenRequest:
+		rt.clientID, rt.authTime = req.GetClientID(), req.GetAuthTime()
+	}
+	s.mu.Lock()
+	if current != "" {
+		if _, ok := s.refresh[current]; !ok {
+			s.mu.Unlock()
+			return "", "", time.Time{}, op.ErrInvalidRefreshToken
+		}
+		delete(s.refresh, current)
+	}
+	for tok, old := range s.refresh {
+		if time.Now().After(old.expiry) {
+			delete(s.refresh, tok)
+		}
+	}
+	token := randomID()
+	s.refresh[token] = rt
+	s.mu.Unlock()
+	id, exp, err := s.CreateAccessToken(ctx, r)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	return id, token, exp, nil
 }
 
-func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
-	return nil, op.ErrInvalidRefreshToken
+// TokenRequestByRefreshToken returns the grant a live refresh token renews.
+func (s *storage) TokenRequestByRefreshToken(_ context.Context, token string) (op.RefreshTokenRequest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt, ok := s.refresh[token]
+	if !ok || time.Now().After(rt.expiry) {
+		return nil, op.ErrInvalidRefreshToken
+	}
+	c := *rt
+	return &c, nil
 }
 
-func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
-	return "", "", op.ErrInvalidRefreshToken
+// GetRefreshTokenInfo names the user and token id of a refresh token (for
+// revocation: the token is its own id).
+func (s *storage) GetRefreshTokenInfo(_ context.Context, clientID, token string) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt, ok := s.refresh[token]
+	if !ok || rt.clientID != clientID {
+		return "", "", op.ErrInvalidRefreshToken
+	}
+	return rt.subject, token, nil
 }
 
-// TerminateSession has nothing to end: the provider keeps no login session.
-func (s *storage) TerminateSession(context.Context, string, string) error { return nil }
+// TerminateSession ends what the provider keeps of a user's sessions with
+// a client (sign-out at the provider): their refresh tokens. It keeps no
+// login session of its own (every login asks for the password).
+func (s *storage) TerminateSession(_ context.Context, userID, clientID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tok, rt := range s.refresh {
+		if rt.subject == userID && rt.clientID == clientID {
+			delete(s.refresh, tok)
+		}
+	}
+	return nil
+}
 
 func (s *storage) RevokeToken(_ context.Context, tokenID, _, _ string) *oidc.Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.tokens, tokenID)
+	delete(s.refresh, tokenID)
 	return nil
 }
 

@@ -76,6 +76,11 @@ const ReadyPrefix = "flexplane dev ready: "
 // API's tokens).
 const ClientID = "flexplane-portal"
 
+// SessionTokenLifetime is how long the access tokens of the portal's
+// sessions (logins with offline_access, so with a refresh token) are
+// valid: short, so that `make dev` shows the portal renewing its session.
+const SessionTokenLifetime = 5 * time.Minute
+
 // TokenLifetime is how long the tokens written to Dir/tokens (and those of
 // portal logins) are valid: a working day.
 const TokenLifetime = 12 * time.Hour
@@ -374,8 +379,9 @@ func (s *stack) run(ctx context.Context) error {
 			RedirectURIs:           []string{s.url + "/auth/callback"},
 			PostLogoutRedirectURIs: []string{s.url + "/"},
 		}},
-		TokenLifetime: TokenLifetime,
-		Logger:        s.log.With("component", "devidp"),
+		TokenLifetime:          TokenLifetime,
+		RenewableTokenLifetime: SessionTokenLifetime,
+		Logger:                 s.log.With("component", "devidp"),
 	})
 	if err != nil {
 		return err

@@ -36,6 +36,10 @@ type APISpec struct {
 	// AgentVersion is the agent version the orchestrator ships (the
 	// harness's agents report "meshtest"). Default "meshtest".
 	AgentVersion string
+	// SessionTokenLifetime is the provider's RenewableTokenLifetime: the
+	// validity of the access tokens of logins with offline_access (the
+	// portal's sessions, which renew them). 0 is the provider's default.
+	SessionTokenLifetime time.Duration
 }
 
 // DefaultUsers are the accounts of WithAPI without Users: "admin" (platform
@@ -110,10 +114,11 @@ func (h *Harness) startIDP(t testing.TB, origin string) {
 		client.PostLogoutRedirectURIs = []string{origin + "/"}
 	}
 	idp, err := devidp.New(devidp.Config{
-		KeyDir:  shortTempDir(t, "fpi"),
-		Users:   users,
-		Clients: []devidp.Client{client},
-		Logger:  h.logger.With("component", "devidp"),
+		KeyDir:                 shortTempDir(t, "fpi"),
+		Users:                  users,
+		Clients:                []devidp.Client{client},
+		Logger:                 h.logger.With("component", "devidp"),
+		RenewableTokenLifetime: spec.SessionTokenLifetime,
 	})
 	if err != nil {
 		t.Fatalf("meshtest: %v", err)
