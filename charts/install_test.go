@@ -164,7 +164,7 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		for _, want := range []string{"deployments/flexplane", "services/flexplane", "services/flexplane-metrics",
 			"poddisruptionbudgets/flexplane", "ingresses/flexplane", "secrets/flexplane-mesh-postgres",
 			"serviceaccounts/flexplane", "roles/flexplane", "rolebindings/flexplane",
-			"clusterroles/fp-flexplane", "clusterrolebindings/fp-flexplane"} {
+		} {
 			if _, ok := installed[want]; !ok {
 				t.Errorf("installed: no %s (have %v)", want, slices.Sorted(maps.Keys(installed)))
 			}
