@@ -84,6 +84,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"shutdownVM":           {{user: "bob", vdc: "blue", query: `mutation { shutdownVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"rebootVM":             {{user: "bob", vdc: "blue", query: `mutation { rebootVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteVM":             {{user: "bob", vdc: "blue", query: `mutation { deleteVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"migrateVM":            {{user: "bob", vdc: "blue", query: `mutation { migrateVM(input: {id: "nosuch", host: "pve2"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteNetwork":        {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
 		"deleteVDC":            {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
 		"deleteImage":          {{user: "admin", query: `mutation { deleteImage(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
@@ -93,7 +94,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
-		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM", "deleteNetwork",
+		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()

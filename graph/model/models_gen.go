@@ -187,6 +187,20 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+type MigrateVMInput struct {
+	// The VM's id.
+	ID string `json:"id"`
+	// The host to move to: a host's id or name (e.g. pve2). Required within
+	// the VM's zone; across zones null lets flexplane choose.
+	Host *string `json:"host,omitempty"`
+	// The name of the zone to move to; null (or the VM's zone) stays in it.
+	Zone *string `json:"zone,omitempty"`
+	// Across zones: the network each of the VM's networks maps to in the
+	// target zone; a network not listed maps to the VDC's network of the same
+	// name there.
+	Networks []*NetworkMappingInput `json:"networks,omitempty"`
+}
+
 // What can be changed.
 type Mutation struct {
 }
@@ -213,6 +227,13 @@ type Network struct {
 	Vnet string `json:"vnet"`
 }
 
+type NetworkMappingInput struct {
+	// The id of a network one of the VM's NICs is on.
+	From string `json:"from"`
+	// The id of a network of the VDC in the target zone.
+	To string `json:"to"`
+}
+
 type Operation struct {
 	// Opaque id.
 	ID    string         `json:"id"`
@@ -226,6 +247,18 @@ type Operation struct {
 	VMID      *string    `json:"vmId,omitempty"`
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	UpdatedAt time.Time  `json:"updatedAt"`
+	// How far a migration has copied (null for other kinds).
+	Progress *OperationProgress `json:"progress,omitempty"`
+}
+
+// Bytes an operation copies.
+type OperationProgress struct {
+	// Bytes copied so far (disks, and a running VM's memory within a zone).
+	BytesMoved float64 `json:"bytesMoved"`
+	// Bytes to copy in all (0 until known).
+	BytesTotal float64 `json:"bytesTotal"`
+	// The current rate in bytes per second (0 when unknown).
+	BytesPerSecond float64 `json:"bytesPerSecond"`
 }
 
 // What can be read.
@@ -524,6 +557,7 @@ const (
 	OperationKindShutdownVM OperationKind = "SHUTDOWN_VM"
 	OperationKindRebootVM   OperationKind = "REBOOT_VM"
 	OperationKindDeleteVM   OperationKind = "DELETE_VM"
+	OperationKindMigrateVM  OperationKind = "MIGRATE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -533,11 +567,12 @@ var AllOperationKind = []OperationKind{
 	OperationKindShutdownVM,
 	OperationKindRebootVM,
 	OperationKindDeleteVM,
+	OperationKindMigrateVM,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindMigrateVM:
 		return true
 	}
 	return false

@@ -1276,12 +1276,14 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 		return t.upid, nil
 	}
 	g.conf["lock"] = "migrate"
-	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, gib), func(t *task) error {
+	d := c.taskDuration(0, gib)
+	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
 		delete(g.conf, "lock")
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}
 		t.log = append(t.log, fmt.Sprintf("starting migration of VM %d to node '%s' (%s)", g.vmid, target, c.st.nodes[target].ip))
+		final := migrationProgress(c, g, localVols, src, 1, d)
 		for _, volid := range localVols {
 			v := c.st.findVolume(src, volid)
 			if v == nil {
@@ -1303,8 +1305,74 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 			t.log = append(t.log, fmt.Sprintf("volume '%s' is '%s' on the target", volid, v.volid))
 		}
 		g.node = target
+		t.log = append(t.log, final...)
 		t.log = append(t.log, "migration finished successfully")
 		return nil
 	})
+	// qemu-server logs each mirror job's progress and, for a running guest,
+	// the memory's as it goes; the simulator logs a quarter at a time.
+	for k := 1; k < 4; k++ {
+		frac := float64(k) / 4
+		c.st.after(time.Duration(frac*float64(d)), func() {
+			if t.running {
+				t.log = append(t.log, migrationProgress(c, g, localVols, src, frac, d)...)
+			}
+		})
+	}
 	return t.upid, nil
+}
+
+// migrationProgress renders the task log lines of a migration that is frac
+// done after frac of d, as qemu-server writes them: one line per local
+// disk's mirror job, one for the memory of a running guest. The caller
+// holds mu.
+func migrationProgress(c *Cluster, g *guest, vols []string, node string, frac float64, d time.Duration) []string {
+	secs := int64(frac * d.Seconds())
+	var out []string
+	for i, volid := range vols {
+		var size int64
+		if v := c.st.findVolume(node, volid); v != nil {
+			size = v.size
+		}
+		drive := "drive-" + driveOf(g, volid, i)
+		done := int64(frac * float64(size))
+		out = append(out, fmt.Sprintf("%s: transferred %s of %s (%.2f%%) in %ds", drive, renderSize(done), renderSize(size), frac*100, secs))
+	}
+	if g.running {
+		mem := g.maxmem()
+		done := int64(frac * float64(mem))
+		rate := float64(mem) / max(d.Seconds(), 0.001)
+		state := "active"
+		if frac >= 1 {
+			state = "completed"
+		}
+		out = append(out, fmt.Sprintf("migration %s, transferred %s of %s VM-state, %s/s", state, renderSize(done), renderSize(mem), renderSize(int64(rate))))
+	}
+	return out
+}
+
+// driveOf names the disk slot of volid in g's config (scsi0, ...), or a
+// made-up one.
+func driveOf(g *guest, volid string, i int) string {
+	for k, cv := range g.conf {
+		if s, ok := cv.(string); ok && isDiskKey(k) && parseProperty(s).first == volid {
+			return k
+		}
+	}
+	return "unused" + strconv.Itoa(i)
+}
+
+// renderSize renders n bytes as Proxmox's task logs do (one decimal,
+// binary units).
+func renderSize(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
 }

@@ -53,6 +53,8 @@ type ClusterSpec struct {
 	Name string
 	// Nodes is the number of nodes (pve1..pveN). Default 1.
 	Nodes int
+	// Timing is the simulator's task duration model (zero: fast).
+	Timing pvesim.Timing
 }
 
 type options struct {
@@ -208,7 +210,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
-		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}})
+		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing})
 		if err != nil {
 			t.Fatalf("meshtest: start cluster %s: %v", c.label, err)
 		}
