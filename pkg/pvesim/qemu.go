@@ -659,8 +659,10 @@ func (st *state) prepareDisk(g *guest, conf map[string]any, key, s string, pendi
 		}
 		gib, _ := strconv.ParseFloat(rest, 64)
 		size := int64(gib * (1 << 30))
+		var from *volume
 		if src := pr.get("import-from"); src != "" {
 			sv := st.findVolume(g.node, src)
+			from = sv
 			if sv == nil {
 				return "", nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", src)
 			}
@@ -676,7 +678,7 @@ func (st *state) prepareDisk(g *guest, conf map[string]any, key, s string, pendi
 		volid, format := diskVolid(sd, g.vmid, n, "vm")
 		pr.first = volid
 		pr.set("size", formatSize(size))
-		return pr.String(), &volume{volid: volid, storage: storageID, content: "images", format: format, size: size, vmid: g.vmid}, nil
+		return pr.String(), &volume{volid: volid, storage: storageID, content: "images", format: format, size: size, vmid: g.vmid, src: from}, nil
 	default:
 		v := st.findVolume(g.node, vol)
 		if v == nil {
@@ -917,9 +919,8 @@ func hQemuTemplate(cl *call, g *guest) (any, error) {
 				nv = sid + ":" + name[strings.LastIndex(name, "/")+1:]
 			}
 			if v := c.st.findVolume(g.node, old); v != nil {
-				c.st.removeVolume(g.node, old)
 				v.volid = nv
-				c.st.addVolume(g.node, v)
+				c.st.moveVolume(g.node, old, g.node, v)
 			}
 			pr.first = nv
 			g.conf[k] = pr.String()
@@ -979,6 +980,7 @@ func hQemuResize(cl *call, g *guest) (any, error) {
 		g.conf[disk] = pr.String()
 		if v := c.st.findVolume(g.node, volid); v != nil {
 			v.size = newSize
+			c.st.resizeFile(v)
 		}
 		return nil
 	})
@@ -1195,7 +1197,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 			case full:
 				n := c.st.nextDiskName(target, sid, newid, pending)
 				volid, format := diskVolid(sd, newid, n, "vm")
-				nv = &volume{volid: volid, storage: sid, content: "images", format: format, size: sv.size, vmid: newid}
+				nv = &volume{volid: volid, storage: sid, content: "images", format: format, size: sv.size, vmid: newid, src: sv}
 			default:
 				n := c.st.nextDiskName(target, sid, newid, pending)
 				child, format := diskVolid(sd, newid, n, "vm")
@@ -1203,9 +1205,9 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 				_, baseName, _ := strings.Cut(sv.volid, ":")
 				if sd.typ != "lvmthin" {
 					childName = strings.TrimPrefix(childName, fmt.Sprintf("%d/", newid))
-					nv = &volume{volid: fmt.Sprintf("%s:%s/%d/%s", sid, baseName, newid, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid}
+					nv = &volume{volid: fmt.Sprintf("%s:%s/%d/%s", sid, baseName, newid, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid, src: sv}
 				} else {
-					nv = &volume{volid: fmt.Sprintf("%s:%s/%s", sid, baseName, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid}
+					nv = &volume{volid: fmt.Sprintf("%s:%s/%s", sid, baseName, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid, src: sv}
 				}
 			}
 			pending = append(pending, nv)
@@ -1289,7 +1291,6 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 			if v == nil {
 				continue
 			}
-			c.st.removeVolume(src, volid)
 			if targetStorage != "" && targetStorage != v.storage {
 				newVolid := targetStorage + ":" + strings.SplitN(volid, ":", 2)[1]
 				for k, cv := range g.conf {
@@ -1301,7 +1302,7 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 				}
 				v.volid, v.storage = newVolid, targetStorage
 			}
-			c.st.addVolume(target, v)
+			c.st.moveVolume(src, volid, target, v)
 			t.log = append(t.log, fmt.Sprintf("volume '%s' is '%s' on the target", volid, v.volid))
 		}
 		g.node = target

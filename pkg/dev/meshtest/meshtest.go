@@ -210,7 +210,8 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
-		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing})
+		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
+			DiskDir: t.TempDir()})
 		if err != nil {
 			t.Fatalf("meshtest: start cluster %s: %v", c.label, err)
 		}
