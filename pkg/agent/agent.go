@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -70,6 +69,10 @@ type Config struct {
 	ProxmoxFingerprint string
 	// Port is the gRPC port on the mesh address. Default DefaultPort.
 	Port uint16
+	// MigrationPort is the port of the migration service on the mesh
+	// address, which other agents reach to read offered volumes (the mesh
+	// policy opens it to tag:agent only). Default Port+1.
+	MigrationPort uint16
 	// Version is reported by Info. Default "dev".
 	Version string
 	// HealthTimeout bounds the Proxmox check of Health. Default 3s.
@@ -107,6 +110,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
+	}
+	if c.MigrationPort == 0 {
+		c.MigrationPort = c.Port + 1
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -157,6 +163,11 @@ type Agent struct {
 	node    *meshnode.Node
 	grpc    *grpc.Server
 	served  chan struct{}
+	// migrate serves MigrationService on MigrationPort; offers are the
+	// volumes offered to other agents.
+	migrate  *grpc.Server
+	migrated chan struct{}
+	offers   offers
 
 	closeOnce sync.Once
 	closeErr  error
@@ -174,13 +185,14 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		cfg:     cfg,
-		log:     cfg.Logger.With("node", cfg.NodeName),
-		pve:     client,
-		policy:  newPolicy(),
-		metrics: newAgentMetrics(cfg.Version, cfg.NodeName),
-		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
-		served:  make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeName),
+		pve:      client,
+		policy:   newPolicy(),
+		metrics:  newAgentMetrics(cfg.Version, cfg.NodeName),
+		tracer:   tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
+		served:   make(chan struct{}),
+		migrated: make(chan struct{}),
 	}
 	a.node, err = meshnode.Start(ctx, meshnode.Config{
 		Hostname:   cfg.MeshName,
@@ -200,9 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	a.grpc = grpc.NewServer(
 		grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
 		grpc.ChainUnaryInterceptor(a.metrics.count, a.authorize),
-		grpc.StreamInterceptor(func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
-			return status.Error(codes.Unimplemented, "agent: no streaming methods")
-		}),
+		grpc.StreamInterceptor(a.authorizeStream),
 		grpc.MaxRecvMsgSize(maxRequest+64<<10),
 		grpc.MaxSendMsgSize(maxResponse+64<<10),
 		// The orchestrator pings to notice a vanished agent (see
@@ -210,10 +220,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	agentv1.RegisterAgentServiceServer(a.grpc, &service{a: a})
+	mln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.MigrationPort)))
+	if err != nil {
+		ln.Close()
+		a.node.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
+	}
+	a.migrate = grpc.NewServer(grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
+		grpc.MaxSendMsgSize(chunkSize+64<<10))
+	agentv1.RegisterMigrationServiceServer(a.migrate, &migration{a: a})
 	go func() {
 		defer close(a.served)
 		if err := a.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			a.log.Error("agent: serve", "err", err)
+		}
+	}()
+	go func() {
+		defer close(a.migrated)
+		if err := a.migrate.Serve(mln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			a.log.Error("agent: serve migrations", "err", err)
 		}
 	}()
 	a.log.Info("agent serving on the mesh", "addr", net.JoinHostPort(a.node.Addr().String(), strconv.Itoa(int(cfg.Port))), "proxmox", cfg.ProxmoxURL)
@@ -227,11 +252,12 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		stopped := make(chan struct{})
-		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		go func() { a.grpc.GracefulStop(); a.migrate.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
 		case <-ctx.Done():
 			a.grpc.Stop()
+			a.migrate.Stop()
 		}
 		// Leaving the mesh gets its own short bound: an expired ctx must
 		// not leave the node's stack running.
@@ -239,6 +265,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		defer cancel()
 		a.closeErr = a.node.Close(lctx)
 		<-a.served
+		<-a.migrated
 		a.log.Info("agent stopped")
 	})
 	return a.closeErr
@@ -253,7 +280,9 @@ func (a *Agent) KillForTest() error {
 		defer cancel()
 		a.closeErr = a.node.Close(ctx)
 		a.grpc.Stop()
+		a.migrate.Stop()
 		<-a.served
+		<-a.migrated
 	})
 	return a.closeErr
 }
@@ -271,20 +300,32 @@ func (a *Agent) Dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // authorize lets only mesh peers tagged tag:orchestrator call the agent.
 func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return nil, status.Error(codes.PermissionDenied, "agent: caller unknown")
-	}
-	who, err := a.node.WhoIs(ctx, p.Addr.String())
-	if err != nil {
-		a.log.Warn("agent: refused unidentified caller", "remote", p.Addr.String(), "method", info.FullMethod, "err", err)
-		return nil, status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
-	}
-	if !who.HasTag(meshnode.TagOrchestrator) {
-		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", info.FullMethod)
-		return nil, status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
+	if err := a.orchestratorOnly(ctx, info.FullMethod); err != nil {
+		return nil, err
 	}
 	return handler(ctx, req)
+}
+
+// authorizeStream is authorize for streaming calls.
+func (a *Agent) authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := a.orchestratorOnly(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// orchestratorOnly refuses a caller that is not tag:orchestrator.
+func (a *Agent) orchestratorOnly(ctx context.Context, method string) error {
+	who, err := a.caller(ctx)
+	if err != nil {
+		a.log.Warn("agent: refused unidentified caller", "method", method, "err", err)
+		return err
+	}
+	if !who.HasTag(meshnode.TagOrchestrator) {
+		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", method)
+		return status.Errorf(codes.PermissionDenied, "agent: caller %s is not %s", who.Name, meshnode.TagOrchestrator)
+	}
+	return nil
 }
 
 // TracerName is the instrumentation scope of the agent's Proxmox spans.

@@ -160,8 +160,3 @@ func ownTask(u pveapi.UPID, g pveapi.Resource, kind OpKind) bool {
 	}
 	return kind == OpMigrate || u.Node == g.Node
 }
-
-// migrateAcross moves a VM to another zone.
-func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, in MigrateInput) (*Operation, error) {
-	return nil, badInput("zone", "moving a VM from zone %s to another zone is not available", z.Name)
-}

@@ -373,7 +373,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, ZoneTimeout: c.ZoneTimeout,
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
 		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

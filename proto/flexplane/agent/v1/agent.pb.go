@@ -77,6 +77,382 @@ func (HealthStatus) EnumDescriptor() ([]byte, []int) {
 	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// OfferVolumeRequest names a volume and the agent that may read it.
+type OfferVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0").
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// Mesh name of the agent that may read it.
+	Reader string `protobuf:"bytes,2,opt,name=reader,proto3" json:"reader,omitempty"`
+	// How long the offer stands, in seconds (default 600).
+	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferVolumeRequest) Reset() {
+	*x = OfferVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferVolumeRequest) ProtoMessage() {}
+
+func (x *OfferVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferVolumeRequest.ProtoReflect.Descriptor instead.
+func (*OfferVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OfferVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *OfferVolumeRequest) GetReader() string {
+	if x != nil {
+		return x.Reader
+	}
+	return ""
+}
+
+func (x *OfferVolumeRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// OfferVolumeResponse is the capability to read the volume once.
+type OfferVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque one-time capability for ReadVolume.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Size of the volume in bytes.
+	Size uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Mesh address of the migration port (ip:port) to read it from.
+	Addr          string `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferVolumeResponse) Reset() {
+	*x = OfferVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferVolumeResponse) ProtoMessage() {}
+
+func (x *OfferVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferVolumeResponse.ProtoReflect.Descriptor instead.
+func (*OfferVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OfferVolumeResponse) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *OfferVolumeResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *OfferVolumeResponse) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// PullVolumeRequest says what to copy where.
+type PullVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Migration port address of the source agent (OfferVolumeResponse.addr).
+	SourceAddr string `protobuf:"bytes,1,opt,name=source_addr,json=sourceAddr,proto3" json:"source_addr,omitempty"`
+	// The source's capability (OfferVolumeResponse.capability).
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Proxmox volume id on this node to write into (allocated, at least the
+	// source's size).
+	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullVolumeRequest) Reset() {
+	*x = PullVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullVolumeRequest) ProtoMessage() {}
+
+func (x *PullVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullVolumeRequest.ProtoReflect.Descriptor instead.
+func (*PullVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PullVolumeRequest) GetSourceAddr() string {
+	if x != nil {
+		return x.SourceAddr
+	}
+	return ""
+}
+
+func (x *PullVolumeRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *PullVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// PullVolumeResponse is how far a PullVolume has come.
+type PullVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the volume covered so far (data written and holes skipped).
+	BytesDone uint64 `protobuf:"varint,1,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	// Size of the source volume (0 until known).
+	BytesTotal uint64 `protobuf:"varint,2,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// Set on the last message: SHA-256 (hex) of the volume's content as
+	// written, equal to the source's (else the call fails with DATA_LOSS).
+	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullVolumeResponse) Reset() {
+	*x = PullVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullVolumeResponse) ProtoMessage() {}
+
+func (x *PullVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullVolumeResponse.ProtoReflect.Descriptor instead.
+func (*PullVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PullVolumeResponse) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *PullVolumeResponse) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *PullVolumeResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// ReadVolumeRequest presents a capability.
+type ReadVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From OfferVolumeResponse.capability.
+	Capability    string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeRequest) Reset() {
+	*x = ReadVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeRequest) ProtoMessage() {}
+
+func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ReadVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadVolumeRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+// ReadVolumeResponse is part of a volume, or its end.
+type ReadVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Offset of data in the volume.
+	Offset uint64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Bytes at offset (absent for the last message).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the last message: the volume's size and its SHA-256 (hex).
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeResponse) Reset() {
+	*x = ReadVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeResponse) ProtoMessage() {}
+
+func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ReadVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReadVolumeResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadVolumeResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadVolumeResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReadVolumeResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // InfoRequest has no fields.
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -86,7 +462,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +474,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +487,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // InfoResponse describes an agent and its Proxmox node.
@@ -135,7 +511,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +523,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +536,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetAgentVersion() string {
@@ -207,7 +583,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +595,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +608,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // HealthResponse reports the state of an agent.
@@ -247,7 +623,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +635,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +648,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HealthResponse) GetStatus() HealthStatus {
@@ -308,7 +684,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +696,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +709,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -390,7 +766,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +778,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +791,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -455,7 +831,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +843,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +856,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -496,7 +872,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +884,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +897,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -542,7 +918,40 @@ var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflexplane/agent/v1/agent.proto\x12\x12flexplane.agent.v1\"\r\n" +
+	"\x1eflexplane/agent/v1/agent.proto\x12\x12flexplane.agent.v1\"e\n" +
+	"\x12OfferVolumeRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x16\n" +
+	"\x06reader\x18\x02 \x01(\tR\x06reader\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\rR\n" +
+	"ttlSeconds\"]\n" +
+	"\x13OfferVolumeResponse\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\"l\n" +
+	"\x11PullVolumeRequest\x12\x1f\n" +
+	"\vsource_addr\x18\x01 \x01(\tR\n" +
+	"sourceAddr\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\"l\n" +
+	"\x12PullVolumeResponse\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x01 \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x02 \x01(\x04R\n" +
+	"bytesTotal\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"3\n" +
+	"\x11ReadVolumeRequest\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\"l\n" +
+	"\x12ReadVolumeResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\r\n" +
 	"\vInfoRequest\"\xbb\x01\n" +
 	"\fInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
@@ -575,12 +984,18 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xcc\x02\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\x8b\x04\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
 	"\x05Proxy\x12 .flexplane.agent.v1.ProxyRequest\x1a!.flexplane.agent.v1.ProxyResponse\x12R\n" +
-	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponseBAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
+	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponse\x12^\n" +
+	"\vOfferVolume\x12&.flexplane.agent.v1.OfferVolumeRequest\x1a'.flexplane.agent.v1.OfferVolumeResponse\x12]\n" +
+	"\n" +
+	"PullVolume\x12%.flexplane.agent.v1.PullVolumeRequest\x1a&.flexplane.agent.v1.PullVolumeResponse0\x012q\n" +
+	"\x10MigrationService\x12]\n" +
+	"\n" +
+	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_flexplane_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -595,33 +1010,45 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
-	(HealthStatus)(0),       // 0: flexplane.agent.v1.HealthStatus
-	(*InfoRequest)(nil),     // 1: flexplane.agent.v1.InfoRequest
-	(*InfoResponse)(nil),    // 2: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),   // 3: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil),  // 4: flexplane.agent.v1.HealthResponse
-	(*ProxyRequest)(nil),    // 5: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),   // 6: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),  // 7: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil), // 8: flexplane.agent.v1.MetricsResponse
+	(HealthStatus)(0),           // 0: flexplane.agent.v1.HealthStatus
+	(*OfferVolumeRequest)(nil),  // 1: flexplane.agent.v1.OfferVolumeRequest
+	(*OfferVolumeResponse)(nil), // 2: flexplane.agent.v1.OfferVolumeResponse
+	(*PullVolumeRequest)(nil),   // 3: flexplane.agent.v1.PullVolumeRequest
+	(*PullVolumeResponse)(nil),  // 4: flexplane.agent.v1.PullVolumeResponse
+	(*ReadVolumeRequest)(nil),   // 5: flexplane.agent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),  // 6: flexplane.agent.v1.ReadVolumeResponse
+	(*InfoRequest)(nil),         // 7: flexplane.agent.v1.InfoRequest
+	(*InfoResponse)(nil),        // 8: flexplane.agent.v1.InfoResponse
+	(*HealthRequest)(nil),       // 9: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),      // 10: flexplane.agent.v1.HealthResponse
+	(*ProxyRequest)(nil),        // 11: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),       // 12: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),      // 13: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil),     // 14: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
-	0, // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	1, // 1: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	3, // 2: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	5, // 3: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	7, // 4: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	2, // 5: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	4, // 6: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	6, // 7: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	8, // 8: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
+	7,  // 1: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
+	9,  // 2: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	11, // 3: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	13, // 4: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	1,  // 5: flexplane.agent.v1.AgentService.OfferVolume:input_type -> flexplane.agent.v1.OfferVolumeRequest
+	3,  // 6: flexplane.agent.v1.AgentService.PullVolume:input_type -> flexplane.agent.v1.PullVolumeRequest
+	5,  // 7: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	8,  // 8: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	10, // 9: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	12, // 10: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	14, // 11: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	2,  // 12: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 13: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	6,  // 14: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	8,  // [8:15] is the sub-list for method output_type
+	1,  // [1:8] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_agent_v1_agent_proto_init() }
@@ -635,9 +1062,9 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   14,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_flexplane_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_flexplane_agent_v1_agent_proto_depIdxs,
