@@ -60,7 +60,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps check-generated check-proto-breaking portal portal-deps browser test-portal
+	generate-deps lint-schema check-generated check-proto-breaking portal portal-deps browser test-portal
 
 all: build
 
@@ -103,9 +103,9 @@ fuzz:
 		echo "== $${t#*:}: no failing input; Go's coordinator lost a race at the end of FUZZTIME (go.dev/issue/75804, fixed in Go 1.27), counted as passed"; \
 	done
 
-## lint: gofmt, go vet and staticcheck (pinned, run via `go run`), and the
-## portal's type check.
-lint: lint-portal
+## lint: gofmt, go vet and staticcheck (pinned, run via `go run`), the
+## schema's descriptions and the portal's type check.
+lint: lint-schema lint-portal
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -120,6 +120,8 @@ bench:
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
+		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
 
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
 bench-all:
@@ -142,9 +144,11 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 	$(BIN)/buf lint
 	$(BIN)/buf generate
 
-# GraphQL server code from gqlgen.yml and graph/*.graphqls.
+# GraphQL server code from gqlgen.yml and graph/*.graphqls, and the whole
+# schema as one SDL file for client code generation (graph/flexplane.graphql).
 generate-graphql:
 	$(GO) tool gqlgen generate
+	$(GO) run ./graph/internal/sdl -in 'graph/*.graphqls' -out graph/flexplane.graphql
 
 # The full dependency list of the agent, the binary on every hypervisor
 # (cmd/agent's TestDepList fails when it is stale).
@@ -198,6 +202,13 @@ portal: portal/.output/public/index.html
 portal/.output/public/index.html: portal/node_modules/.package-lock.json $(PORTAL_SRC)
 	cd portal && $(NPM) run --silent build
 	@test -f $@ && touch $@
+
+## lint-schema: every type, field, argument, enum value and input field of
+## the published schema has a description (graphql-schema-linter, pinned in
+## portal/package.json).
+SCHEMA_RULES := types-have-descriptions,fields-have-descriptions,arguments-have-descriptions,enum-values-have-descriptions,input-object-values-have-descriptions
+lint-schema: portal-deps
+	cd portal && npx --no-install graphql-schema-linter --rules $(SCHEMA_RULES) ../graph/flexplane.graphql
 
 ## lint-portal: type-check the portal (vue-tsc).
 lint-portal: portal-deps

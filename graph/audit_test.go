@@ -85,6 +85,10 @@ func TestAuditEveryMutation(t *testing.T) {
 		"rebootVM":             {{user: "bob", vdc: "blue", query: `mutation { rebootVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteVM":             {{user: "bob", vdc: "blue", query: `mutation { deleteVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"migrateVM":            {{user: "bob", vdc: "blue", query: `mutation { migrateVM(input: {id: "nosuch", host: "pve2"}) { id } }`, ids: []string{"nosuch"}}},
+		"createSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { createSnapshot(vm: "nosuch", input: {name: "s1", withRAM: true}) { id } }`, ids: []string{"nosuch"}}},
+		"rollbackSnapshot":     {{user: "bob", vdc: "blue", query: `mutation { rollbackSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"deleteSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { deleteSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"updateZone":           {{user: "admin", query: `mutation { updateZone(input: {name: "alpha", region: "eu-central"}) { name region } }`, ids: []string{"alpha"}}},
 		"deleteNetwork":        {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
 		"deleteVDC":            {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
 		"deleteImage":          {{user: "admin", query: `mutation { deleteImage(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
@@ -94,7 +98,8 @@ func TestAuditEveryMutation(t *testing.T) {
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
-		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM", "migrateVM", "deleteNetwork",
+		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
@@ -174,6 +179,62 @@ func TestAuditEveryMutation(t *testing.T) {
 				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {
 					t.Errorf("a member's createComputeProfile: %s", b)
 				}
+			}
+		}
+	}
+}
+
+// TestAuditRefusedMutations: a mutation refused before any of its fields
+// ran — it does not parse or validate, its variables are wrong, it exceeds
+// a limit, its VDC is not the caller's, its token is bad or missing — is
+// audited too: one event per field it names (verb "mutation" when it is
+// too broken to name them) with the code the client saw. Refused queries
+// are not audited.
+func TestAuditRefusedMutations(t *testing.T) {
+	t.Parallel()
+	rec := &auditRecorder{}
+	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithAuditSink(rec))
+	const create = `mutation { createVDC(input: {name: "x", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } `
+	for _, c := range []struct {
+		name, authz, vdc, query string
+		vars                    map[string]any
+		verbs                   []string
+		code, user              string
+	}{
+		{"does not parse", "admin", "", `mutation { deleteVDC(name: "red" { name } }`, nil, []string{"mutation"}, "BAD_USER_INPUT", "Ada Admin"},
+		{"unknown argument", "admin", "", `mutation { deleteVDC(nosuch: "red") { name } }`, nil, []string{"deleteVDC"}, "BAD_USER_INPUT", "Ada Admin"},
+		{"two fields, one unknown", "bob", "blue", `mutation { startVM(id: "x") { id } stopVM(id: "x") { nosuch } }`, nil,
+			[]string{"startVM", "stopVM"}, "BAD_USER_INPUT", "Bob"},
+		{"bad variables", "admin", "", `mutation Del($n: String!) { deleteVDC(name: $n) { name } }`, map[string]any{"n": 5},
+			[]string{"deleteVDC"}, "BAD_USER_INPUT", "Ada Admin"},
+		{"over the token limit", "admin", "", create + strings.Repeat("f: __typename ", 800) + "}", nil, []string{"createVDC"}, "BAD_USER_INPUT", "Ada Admin"},
+		{"over the size limit", "admin", "", create + strings.Repeat("f: __typename ", 1500) + "}", nil, []string{"createVDC"}, "BAD_USER_INPUT", "Ada Admin"},
+		{"another VDC", "alice", "blue", `mutation { startVM(id: "x") { id } }`, nil, []string{"startVM"}, "NOT_FOUND", "Alice"},
+		{"bad token", "Bearer not-a-token", "", `mutation { deleteVDC(name: "red") { name } }`, nil, []string{"deleteVDC"}, "UNAUTHENTICATED", ""},
+		{"no token", "", "", `mutation { deleteVDC(name: "red") { name } }`, nil, []string{"deleteVDC"}, "UNAUTHENTICATED", ""},
+		{"a refused query", "admin", "", `{ vdcs { nosuch } }`, nil, nil, "", ""},
+	} {
+		n := rec.len()
+		var r *meshtest.GraphQLResponse
+		switch c.authz {
+		case "admin", "alice", "bob":
+			r = h.GraphQL(t, c.authz, c.vdc, c.query, c.vars)
+		default:
+			r = meshtest.PostGraphQL(t, h.GraphQLURL(), c.authz, c.vdc, c.query, c.vars)
+		}
+		if len(r.Errors) == 0 {
+			t.Errorf("%s: not refused: %s", c.name, r.Raw)
+			continue
+		}
+		evs := rec.since(n)
+		if len(evs) != len(c.verbs) {
+			t.Errorf("%s: %d events, want %d: %+v", c.name, len(evs), len(c.verbs), evs)
+			continue
+		}
+		for i, ev := range evs {
+			if ev.Verb != c.verbs[i] || ev.ResponseStatus.Code != c.code || ev.ResponseStatus.Code != r.Errors[0].Code() ||
+				ev.User.Name != c.user || ev.VDC != c.vdc || ev.AuditID == "" || ev.Kind != "Event" || ev.RequestReceivedTimestamp.IsZero() {
+				t.Errorf("%s: event %d: %+v (answer %.300s)", c.name, i, ev, r.Raw)
 			}
 		}
 	}

@@ -37,6 +37,7 @@ type request struct {
 	mu       sync.Mutex
 	reported map[string]bool          // zones reported unavailable, protected by mu
 	hardware map[string]*hardwareRead // by VM id, protected by mu
+	policies policiesRead             // the zone policies once read; protected by mu
 }
 
 // WithRequest returns ctx carrying the state of one operation: the
@@ -84,8 +85,9 @@ func (r *Resolver) session(ctx context.Context) *inventory.Session {
 }
 
 // zonesOf returns the zones, or the one named name (BAD_USER_INPUT on
-// field when there is none).
-func (r *Resolver) zonesOf(name *string, field string) ([]zones.Zone, error) {
+// field when there is none, or the caller does not see it: a zone
+// dedicated to other VDCs).
+func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
 	if r.Zones == nil {
 		if name != nil {
 			return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
@@ -97,8 +99,15 @@ func (r *Resolver) zonesOf(name *string, field string) ([]zones.Zone, error) {
 		return all, nil
 	}
 	for _, z := range all {
-		if z.Name == *name {
-			return []zones.Zone{z}, nil
+		if z.Name != *name {
+			continue
+		}
+		vis, err := r.visibleZones(ctx, []zones.Zone{z}, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		if len(vis) == 1 {
+			return vis, nil
 		}
 	}
 	return nil, apierr.BadInput(field, "%s: there is no zone %q", field, *name)
@@ -367,12 +376,18 @@ func Complexity() generated.ComplexityRoot {
 		}
 		return 1 + child*n
 	}
-	c.Query.Zones = func(child int, first *int) int { return times(child, first, 20) }
-	c.Query.Hosts = func(child int, _ *string, first *int) int { return times(child, first, 50) }
+	c.Query.Zones = func(child int, first *int, _ *string) int { return times(child, first, 20) }
+	c.Query.Hosts = func(child int, _, _ *string, first *int) int { return times(child, first, 50) }
 	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
 	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
 	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
 	c.VM.Operations = func(child int, first *int) int { return times(child, first, 20) }
+	// A connection costs its children (edges, nodes, pageInfo) times first.
+	c.Query.ZonesConnection = func(child int, first *int, _, _ *string) int { return times(child, first, 20) }
+	c.Query.HostsConnection = func(child int, _, _ *string, first *int, _ *string) int { return times(child, first, 50) }
+	c.Query.VmsConnection = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
+	c.Query.NetworksConnection = func(child int, _ *string, first *int, _ *string) int { return times(child, first, 50) }
+	c.VM.OperationsConnection = func(child int, first *int, _ *string) int { return times(child, first, 20) }
 	return c
 }
 

@@ -8,16 +8,12 @@ package graph
 import (
 	"context"
 	"slices"
-	"strings"
-	"sync"
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
-	"github.com/luthermonson/go-proxmox"
 )
 
 // Uptime is the resolver for the uptime field.
@@ -66,12 +62,16 @@ func (r *hostResolver) MemoryTotal(ctx context.Context, obj *model.Host) (*int, 
 }
 
 // Zones is the resolver for the zones field.
-func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, error) {
+func (r *queryResolver) Zones(ctx context.Context, first *int, region *string) ([]*model.Zone, error) {
 	n, err := limit(first, 20)
 	if err != nil {
 		return nil, err
 	}
-	zs, _ := r.zonesOf(nil, "")
+	all, _ := r.zonesOf(ctx, nil, "")
+	zs, err := r.visibleZones(ctx, all, region, "region")
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*model.Zone, 0, min(n, len(zs)))
 	for _, z := range zs[:min(n, len(zs))] {
 		out = append(out, zoneModel(z, r.AgentVersion))
@@ -79,9 +79,27 @@ func (r *queryResolver) Zones(ctx context.Context, first *int) ([]*model.Zone, e
 	return out, nil
 }
 
+// ZonesConnection is the resolver for the zonesConnection field.
+func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, region *string, after *string) (*model.ZoneConnection, error) {
+	known, _ := r.zonesOf(ctx, nil, "")
+	zs, err := r.visibleZones(ctx, known, region, "region")
+	if err != nil {
+		return nil, err
+	}
+	all := make([]*model.Zone, 0, len(zs))
+	for _, z := range zs {
+		all = append(all, zoneModel(z, r.AgentVersion))
+	}
+	p, err := paginate(all, zoneKey, first, 20, after)
+	if err != nil {
+		return nil, err
+	}
+	return zoneConnection(p), nil
+}
+
 // Zone is the resolver for the zone field.
 func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, error) {
-	zs, err := r.zonesOf(&name, "name")
+	zs, err := r.zonesOf(ctx, &name, "name")
 	if err != nil {
 		return nil, apierr.New(apierr.NotFound, "zone %q not found", name)
 	}
@@ -89,12 +107,12 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 }
 
 // Hosts is the resolver for the hosts field.
-func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]*model.Host, error) {
+func (r *queryResolver) Hosts(ctx context.Context, zone *string, region *string, first *int) ([]*model.Host, error) {
 	n, err := limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
-	zs, err := r.zonesOf(zone, "zone")
+	zs, err := r.scopedZones(ctx, zone, region, "zone", "region")
 	if err != nil {
 		return nil, err
 	}
@@ -105,18 +123,28 @@ func (r *queryResolver) Hosts(ctx context.Context, zone *string, first *int) ([]
 	return out[:min(n, len(out))], nil
 }
 
-// Vms is the resolver for the vms field.
-func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *int, after *string) ([]*model.VM, error) {
-	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	n, err := limit(first, 50)
+// HostsConnection is the resolver for the hostsConnection field.
+func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, region *string, first *int, after *string) (*model.HostConnection, error) {
+	zs, err := r.scopedZones(ctx, zone, region, "zone", "region")
 	if err != nil {
 		return nil, err
 	}
-	if filter == nil {
-		filter = &model.VMFilter{}
+	var all []*model.Host
+	for _, z := range zs {
+		all = append(all, zoneModel(z, r.AgentVersion).Hosts...)
 	}
-	if filter.Status != nil && !filter.Status.IsValid() {
-		return nil, apierr.BadInput("filter.status", "filter.status: unknown status %q", *filter.Status)
+	p, err := paginate(all, hostKey, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	return hostConnection(p), nil
+}
+
+// Vms is the resolver for the vms field.
+func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *int, after *string) ([]*model.VM, error) {
+	n, err := limit(first, 50)
+	if err != nil {
+		return nil, err
 	}
 	var cursor *tenancy.VMRef
 	if after != nil {
@@ -126,47 +154,38 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		}
 		cursor = &ref
 	}
-	zs, err := r.zonesOf(filter.Zone, "filter.zone")
+	p, err := r.vmPage(ctx, filter, n, cursor)
 	if err != nil {
 		return nil, err
 	}
-	s := r.session(ctx)
-	creating := quota.Creating(scope.VDC)
-	var (
-		mu     sync.Mutex
-		byZone [][]vmCandidate
-	)
-	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
-		rs, err := s.PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
-		if err != nil {
-			return err
-		}
-		zm := zoneModel(z, r.AgentVersion)
-		cs := make([]vmCandidate, 0, len(rs))
-		for i := range rs {
-			res := &rs[i]
-			if res.Template == 1 {
-				continue
-			}
-			status := guestStatus(*res, creating[z.ID])
-			if filter.Status != nil && status != *filter.Status {
-				continue
-			}
-			if filter.Name != nil && !strings.Contains(strings.ToLower(res.Name), strings.ToLower(*filter.Name)) {
-				continue
-			}
-			ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
-			if cursor != nil && vmOrder(ref, *cursor) <= 0 {
-				continue
-			}
-			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res, status: status})
-		}
-		mu.Lock()
-		byZone = append(byZone, cs)
-		mu.Unlock()
-		return nil
-	})
-	return pageVMs(byZone, n), nil
+	return p.vms, nil
+}
+
+// VmsConnection is the resolver for the vmsConnection field.
+func (r *queryResolver) VmsConnection(ctx context.Context, filter *model.VMFilter, first *int, after *string) (*model.VMConnection, error) {
+	n, err := limit(first, 50)
+	if err != nil {
+		return nil, err
+	}
+	cursor, err := vmCursor(after)
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.vmPage(ctx, filter, n+1, cursor)
+	if err != nil {
+		return nil, err
+	}
+	more := len(p.vms) > n
+	vms := append([]*model.VM{}, p.vms[:min(n, len(p.vms))]...)
+	c := &model.VMConnection{Edges: make([]*model.VMEdge, 0, len(vms)), Nodes: vms, TotalCount: p.total}
+	cursors := make([]string, 0, len(vms))
+	for _, vm := range vms {
+		cur := encodeCursor(vmCursorKey(mustVMRef(vm.ID)))
+		cursors = append(cursors, cur)
+		c.Edges = append(c.Edges, &model.VMEdge{Cursor: cur, Node: vm})
+	}
+	c.PageInfo = pageInfo(cursors, p.before > 0, more)
+	return c, nil
 }
 
 // VM is the resolver for the vm field.

@@ -346,6 +346,171 @@ func TestInventory(t *testing.T) {
 				t.Errorf("alice reads host details: %s", r.Raw)
 			}
 		})
+		t.Run("connections", func(t *testing.T) {
+			t.Parallel()
+			type pageInfo struct {
+				HasNextPage, HasPreviousPage bool
+				EndCursor                    *string
+			}
+			// walk pages a connection by first, following endCursor, and
+			// returns every node's name (zone/name) and the totalCounts seen.
+			walk := func(user, vdc, field, args, node string, first int) (got []string, totals []int) {
+				t.Helper()
+				var after *string
+				for range 20 {
+					var c struct {
+						Edges []struct {
+							Cursor string
+							Node   struct {
+								Name string
+								Zone struct{ Name string }
+							}
+						}
+						Nodes      []struct{ Name string }
+						PageInfo   pageInfo
+						TotalCount int
+					}
+					q := fmt.Sprintf(`query($first: Int, $after: String) { %s(first: $first, after: $after%s) { edges { cursor node { %s } } nodes { name } pageInfo { hasNextPage hasPreviousPage endCursor } totalCount } }`, field, args, node)
+					h.GraphQL(t, user, vdc, q, map[string]any{"first": first, "after": after}).OK(t).Into(t, field, &c)
+					if len(c.Edges) > first || len(c.Nodes) != len(c.Edges) || c.PageInfo.HasPreviousPage != (after != nil) {
+						t.Fatalf("%s page after %v: %+v", field, after, c)
+					}
+					for i, e := range c.Edges {
+						got = append(got, strings.TrimPrefix(e.Node.Zone.Name+"/", "/")+e.Node.Name)
+						if c.Nodes[i].Name != e.Node.Name {
+							t.Errorf("%s: nodes[%d] = %s, edges[%d] = %s", field, i, c.Nodes[i].Name, i, e.Node.Name)
+						}
+						if i == len(c.Edges)-1 && (c.PageInfo.EndCursor == nil || *c.PageInfo.EndCursor != e.Cursor) {
+							t.Errorf("%s: endCursor %v is not the last edge's cursor %s", field, c.PageInfo.EndCursor, e.Cursor)
+						}
+					}
+					totals = append(totals, c.TotalCount)
+					if !c.PageInfo.HasNextPage {
+						return got, totals
+					}
+					after = c.PageInfo.EndCursor
+				}
+				t.Fatalf("%s: no last page", field)
+				return nil, nil
+			}
+			vms, totals := walk("alice", "red", "vmsConnection", "", "name zone { name }", 2)
+			if want := []string{"alpha/red-db", "alpha/red-web-1", "beta/red-web-2"}; !slices.Equal(slices.Sorted(slices.Values(vms)), want) || !slices.Equal(totals, []int{3, 3}) {
+				t.Errorf("red's vms by pages of 2 = %v (totalCount %v), want %v", vms, totals, want)
+			}
+			if one, _ := walk("alice", "red", "vmsConnection", "", "name zone { name }", 1); !slices.Equal(one, vms) {
+				t.Errorf("pages of 1 = %v, pages of 2 = %v", one, vms)
+			}
+			if got, totals := walk("vera", "red", "vmsConnection", `, filter: {name: "web"}`, "name zone { name }", 1); len(got) != 2 || !slices.Equal(totals, []int{2, 2}) {
+				t.Errorf("filtered = %v (totalCount %v)", got, totals)
+			}
+			hosts, totals := walk("admin", "", "hostsConnection", "", "name zone { name }", 2)
+			if want := []string{"alpha/pve1", "alpha/pve2", "alpha/pve3", "beta/pve1", "beta/pve2"}; !slices.Equal(hosts, want) || totals[0] != 5 {
+				t.Errorf("hosts by pages of 2 = %v (totalCount %v), want %v", hosts, totals, want)
+			}
+			if zs, _ := walk("alice", "", "zonesConnection", "", "name", 1); !slices.Equal(zs, []string{"alpha", "beta"}) {
+				t.Errorf("zones by pages of 1 = %v", zs)
+			}
+			if nets, totals := walk("alice", "red", "networksConnection", "", "name zone { name }", 5); !slices.Equal(nets, []string{"alpha/front"}) || totals[0] != 1 {
+				t.Errorf("red's networks = %v (totalCount %v)", nets, totals)
+			}
+			for _, q := range []string{`{ vmsConnection(after: "x") { totalCount } }`, `{ networksConnection(after: "eA") { totalCount } }`, `{ vmsConnection(first: 1001) { totalCount } }`} {
+				if r := h.GraphQL(t, "alice", "red", q, nil); r.Code(t) != "BAD_USER_INPUT" {
+					t.Errorf("%s: %s", q, r.Raw)
+				}
+			}
+			if r := h.GraphQL(t, "alice", "red", `{ hostsConnection { totalCount } }`, nil); r.Code(t) != "NOT_FOUND" {
+				t.Errorf("alice lists hosts: %s", r.Raw)
+			}
+		})
+		t.Run("metrics", func(t *testing.T) {
+			t.Parallel()
+			type point struct {
+				Time                                    time.Time
+				CPUUsage, MemoryUsedMiB, MemoryTotalMiB *float64
+				NetInBytesPerSecond                     *float64
+			}
+			const fields = `time cpuUsage memoryUsedMiB memoryTotalMiB netInBytesPerSecond`
+			withData := func(pts []point) int {
+				n := 0
+				for _, p := range pts {
+					if p.CPUUsage != nil && p.MemoryUsedMiB != nil && p.MemoryTotalMiB != nil && p.NetInBytesPerSecond != nil {
+						n++
+					}
+				}
+				return n
+			}
+			var vms []struct {
+				Name    string
+				Metrics []point
+			}
+			h.GraphQL(t, "vera", "red", `{ vms { name metrics(timeframe: HOUR) { `+fields+` } } }`, nil).OK(t).Into(t, "vms", &vms)
+			for _, v := range vms {
+				last := v.Metrics[len(v.Metrics)-1]
+				switch {
+				case len(v.Metrics) != 70 || !last.Time.After(time.Now().Add(-2*time.Minute)):
+					t.Errorf("%s: %d points, the last at %v", v.Name, len(v.Metrics), last.Time)
+				case v.Name == "red-db" && withData(v.Metrics) != 0: // stopped
+					t.Errorf("red-db has data: %+v", last)
+				case v.Name != "red-db" && (withData(v.Metrics) == 0 || *last.MemoryTotalMiB != 2048):
+					t.Errorf("%s has no data: %+v", v.Name, last)
+				}
+			}
+			var hs []struct{ Metrics []point }
+			h.GraphQL(t, "admin", "", `{ hosts(zone: "alpha", first: 1) { metrics(timeframe: DAY) { `+fields+` } } }`, nil).OK(t).Into(t, "hosts", &hs)
+			var z struct{ Metrics []point }
+			h.GraphQL(t, "admin", "", `{ zone(name: "alpha") { metrics { `+fields+` } } }`, nil).OK(t).Into(t, "zone", &z)
+			if len(hs[0].Metrics) != 70 || withData(hs[0].Metrics) == 0 || len(z.Metrics) != 70 || withData(z.Metrics) == 0 {
+				t.Fatalf("host metrics %+v, zone metrics %+v", hs[0].Metrics, z.Metrics)
+			}
+			// The zone's memory is its 3 hosts' (64 GiB each).
+			if last := z.Metrics[69]; *last.MemoryTotalMiB != 3*65536 || *last.CPUUsage <= 0 || *last.CPUUsage > 1 {
+				t.Errorf("zone's last point %+v", last)
+			}
+			for _, q := range []string{`{ vms { host { metrics { time } } } }`, `{ zone(name: "alpha") { metrics { time } } }`} {
+				if r := h.GraphQL(t, "alice", "red", q, nil); !r.HasCode("NOT_FOUND") {
+					t.Errorf("alice: %s: %s", q, r.Raw)
+				}
+			}
+		})
+		t.Run("node", func(t *testing.T) {
+			t.Parallel()
+			var hostID string
+			var hs []struct{ ID string }
+			h.GraphQL(t, "admin", "", `{ hosts(zone: "alpha", first: 1) { id } }`, nil).OK(t).Into(t, "hosts", &hs)
+			hostID = hs[0].ID
+			type node struct {
+				Typename string `json:"__typename"`
+				ID       string
+				Name     string
+			}
+			const q = `query($id: ID!) { node(id: $id) { __typename id ... on VM { name } ... on Network { name } ... on Host { name } ... on Zone { name } } }`
+			for _, tc := range []struct {
+				user, vdc, id, typename, name string
+			}{
+				{"alice", "red", redWeb1, "VM", "red-web-1"},
+				{"vera", "red", front.ID, "Network", "front"},
+				{"bob", "blue", blueApp, "VM", "blue-app"},
+				{"admin", "", hostID, "Host", "pve1"},
+				{"alice", "", zoneID(beta), "Zone", "beta"},
+			} {
+				var n node
+				h.GraphQL(t, tc.user, tc.vdc, q, map[string]any{"id": tc.id}).OK(t).Into(t, "node", &n)
+				if n.Typename != tc.typename || n.ID != tc.id || n.Name != tc.name {
+					t.Errorf("%s in %q: node(%s) = %+v, want %s %s", tc.user, tc.vdc, tc.id, n, tc.typename, tc.name)
+				}
+			}
+			// Another VDC's object, one outside the VDC header, a host for a
+			// member, a guest flexplane did not create and garbage: NOT_FOUND.
+			for _, tc := range []struct{ user, vdc, id string }{
+				{"alice", "red", blueApp}, {"bob", "blue", front.ID}, {"alice", "", redWeb1}, {"alice", "red", hostID},
+				{"alice", "red", opsBox}, {"alice", "red", "garbage"}, {"bob", "blue", redWeb2},
+			} {
+				r := h.GraphQL(t, tc.user, tc.vdc, q, map[string]any{"id": tc.id})
+				if r.Code(t) != "NOT_FOUND" || strings.Contains(r.Raw, `"name"`) {
+					t.Errorf("%s in %q: node(%s) = %s, want NOT_FOUND", tc.user, tc.vdc, tc.id, r.Raw)
+				}
+			}
+		})
 		t.Run("vm", func(t *testing.T) {
 			t.Parallel()
 			var v vm

@@ -9,6 +9,8 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
@@ -25,6 +27,22 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 // Operations is the resolver for the operations field.
 func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error) {
 	return r.vmOperations(ctx, obj, first)
+}
+
+// OperationsConnection is the resolver for the operationsConnection field.
+func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, first *int, after *string) (*model.OperationConnection, error) {
+	if first != nil && (*first < 1 || *first > compute.MaxHistory) {
+		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
+	}
+	ops, err := r.vmOperations(ctx, obj, ptr(compute.MaxHistory))
+	if err != nil {
+		return nil, err
+	}
+	p, err := paginate(ops, opKey, first, 20, after)
+	if err != nil {
+		return nil, err
+	}
+	return operationConnection(p), nil
 }
 
 // NetInBytes is the resolver for the netInBytes field.

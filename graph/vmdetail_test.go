@@ -2,6 +2,7 @@ package graph_test
 
 import (
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,6 +91,43 @@ func TestVMDetail(t *testing.T) {
 		if o.VMID == nil || *o.VMID != id {
 			t.Errorf("operation %+v: vmId, want %s", o, id)
 		}
+	}
+	// The same history as a connection, a page of one at a time; and an
+	// operation is a Node.
+	var paged []gqlOp
+	var after *string
+	for range 4 {
+		var c struct {
+			OperationsConnection struct {
+				Nodes    []gqlOp
+				PageInfo struct {
+					HasNextPage bool
+					EndCursor   *string
+				}
+				TotalCount int
+			}
+		}
+		h.GraphQL(t, "bob", "blue", `query($id: ID!, $after: String) { vm(id: $id) { operationsConnection(first: 1, after: $after) { nodes { id kind state vmId } pageInfo { hasNextPage endCursor } totalCount } } }`,
+			map[string]any{"id": id, "after": after}).OK(t).Into(t, "vm", &c)
+		paged = append(paged, c.OperationsConnection.Nodes...)
+		if c.OperationsConnection.TotalCount != 2 || !c.OperationsConnection.PageInfo.HasNextPage {
+			break
+		}
+		after = c.OperationsConnection.PageInfo.EndCursor
+	}
+	if got := kinds(paged); !slices.Equal(got, kinds(vm.Operations)) {
+		t.Errorf("operationsConnection by pages of 1 = %v, operations = %v", got, kinds(vm.Operations))
+	}
+	var n struct {
+		Typename string `json:"__typename"`
+		Kind     string
+	}
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { node(id: $id) { __typename ... on Operation { kind } } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "node", &n)
+	if n.Typename != "Operation" || n.Kind != "CREATE_VM" {
+		t.Errorf("node(operation id) = %+v", n)
+	}
+	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": vm.Operations[1].ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("another VDC's operation as a node: %s", r.Raw)
 	}
 	var op gqlOp
 	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "operation", &op)

@@ -119,3 +119,52 @@ func imageStateModel(zone string, st images.Status) *model.ImageZoneState {
 	}
 	return m
 }
+
+// snapshotOp runs a snapshot operation of the compute service on VM vm of
+// the request's VDC; input is where the call's input object sits ("" for
+// top-level arguments).
+func (r *Resolver) snapshotOp(ctx context.Context, vm, input string, do func(svc *compute.Service, vdc string) (*compute.Operation, error)) (*model.Operation, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	op, err := do(svc, scope.VDC.Name)
+	if err != nil {
+		return nil, computeError(err, input)
+	}
+	return opModel(op), nil
+}
+
+// vmSnapshots lists the snapshots of vm; its zone failing leaves the list
+// empty with the zone reported unavailable.
+func (r *Resolver) vmSnapshots(ctx context.Context, vm *model.VM) ([]*model.VMSnapshot, error) {
+	scope, ok := VDCScopeFrom(ctx)
+	if !ok {
+		return nil, vmNotFound()
+	}
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := svc.Snapshots(ctx, scope.VDC.Name, vm.ID)
+	if err != nil {
+		err = computeError(err, "")
+		if r.zoneFailed(ctx, vm, err) {
+			return []*model.VMSnapshot{}, nil
+		}
+		return nil, err
+	}
+	out := make([]*model.VMSnapshot, 0, len(snaps))
+	for _, s := range snaps {
+		m := &model.VMSnapshot{Name: s.Name, Description: s.Description, WithRAM: s.WithRAM, Current: s.Current, StorageGiB: s.StorageGiB}
+		if !s.Taken.IsZero() {
+			m.CreatedAt = &s.Taken
+		}
+		if s.Parent != "" {
+			m.Parent = &s.Parent
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

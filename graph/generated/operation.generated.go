@@ -321,7 +321,7 @@ func (ec *executionContext) fieldContext_OperationProgress_bytesPerSecond(_ cont
 
 // region    **************************** object.gotpl ****************************
 
-var operationImplementors = []string{"Operation"}
+var operationImplementors = []string{"Operation", "Node"}
 
 func (ec *executionContext) _Operation(ctx context.Context, sel ast.SelectionSet, obj *model.Operation) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, operationImplementors)

@@ -92,6 +92,7 @@ type ComplexityRoot struct {
 		ID              func(childComplexity int) int
 		MemoryTotal     func(childComplexity int) int
 		MemoryUsed      func(childComplexity int) int
+		Metrics         func(childComplexity int, timeframe model.MetricsTimeframe) int
 		Name            func(childComplexity int) int
 		ProxmoxVersion  func(childComplexity int) int
 		Status          func(childComplexity int) int
@@ -99,6 +100,18 @@ type ComplexityRoot struct {
 		UpdateAvailable func(childComplexity int) int
 		Uptime          func(childComplexity int) int
 		Zone            func(childComplexity int) int
+	}
+
+	HostConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	HostEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Image struct {
@@ -128,23 +141,37 @@ type ComplexityRoot struct {
 		Vdcs          func(childComplexity int) int
 	}
 
+	MetricsPoint struct {
+		CPUUsage                func(childComplexity int) int
+		DiskReadBytesPerSecond  func(childComplexity int) int
+		DiskWriteBytesPerSecond func(childComplexity int) int
+		MemoryTotalMiB          func(childComplexity int) int
+		MemoryUsedMiB           func(childComplexity int) int
+		NetInBytesPerSecond     func(childComplexity int) int
+		NetOutBytesPerSecond    func(childComplexity int) int
+		Time                    func(childComplexity int) int
+	}
+
 	Mutation struct {
 		CreateComputeProfile func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey  func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateImage          func(childComplexity int, input model.CreateImageInput) int
 		CreateNetwork        func(childComplexity int, input model.CreateNetworkInput) int
+		CreateSnapshot       func(childComplexity int, vm string, input model.CreateSnapshotInput) int
 		CreateStorageProfile func(childComplexity int, input model.CreateStorageProfileInput) int
 		CreateVM             func(childComplexity int, input model.CreateVMInput) int
 		CreateVdc            func(childComplexity int, input model.CreateVDCInput) int
 		DeleteComputeProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteImage          func(childComplexity int, name string, resourceVersion *string) int
 		DeleteNetwork        func(childComplexity int, id string) int
+		DeleteSnapshot       func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVM             func(childComplexity int, id string) int
 		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
 		MigrateVM            func(childComplexity int, input model.MigrateVMInput) int
 		RebootVM             func(childComplexity int, id string) int
 		RevokeEnrollmentKey  func(childComplexity int, id string) int
+		RollbackSnapshot     func(childComplexity int, vm string, name string, start *bool) int
 		ShutdownVM           func(childComplexity int, id string) int
 		StageImage           func(childComplexity int, name string, zone string) int
 		StartVM              func(childComplexity int, id string) int
@@ -153,6 +180,7 @@ type ComplexityRoot struct {
 		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
 		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc            func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone           func(childComplexity int, input model.UpdateZoneInput) int
 	}
 
 	Network struct {
@@ -162,6 +190,18 @@ type ComplexityRoot struct {
 		Name    func(childComplexity int) int
 		Vnet    func(childComplexity int) int
 		Zone    func(childComplexity int) int
+	}
+
+	NetworkConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	NetworkEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Operation struct {
@@ -176,32 +216,62 @@ type ComplexityRoot struct {
 		VMID      func(childComplexity int) int
 	}
 
+	OperationConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	OperationEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	OperationProgress struct {
 		BytesMoved     func(childComplexity int) int
 		BytesPerSecond func(childComplexity int) int
 		BytesTotal     func(childComplexity int) int
 	}
 
+	PageInfo struct {
+		EndCursor       func(childComplexity int) int
+		HasNextPage     func(childComplexity int) int
+		HasPreviousPage func(childComplexity int) int
+		StartCursor     func(childComplexity int) int
+	}
+
 	Query struct {
-		ComputeProfile  func(childComplexity int, name string) int
-		ComputeProfiles func(childComplexity int) int
-		CurrentVdc      func(childComplexity int) int
-		EnrollmentKeys  func(childComplexity int) int
-		Hosts           func(childComplexity int, zone *string, first *int) int
-		Image           func(childComplexity int, name string) int
-		Images          func(childComplexity int) int
-		Me              func(childComplexity int) int
-		Networks        func(childComplexity int, zone *string, first *int) int
-		Operation       func(childComplexity int, id string) int
-		StorageProfile  func(childComplexity int, name string) int
-		StorageProfiles func(childComplexity int) int
-		Tenant          func(childComplexity int) int
-		VM              func(childComplexity int, id string) int
-		Vdc             func(childComplexity int, name string) int
-		Vdcs            func(childComplexity int) int
-		Vms             func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
-		Zone            func(childComplexity int, name string) int
-		Zones           func(childComplexity int, first *int) int
+		ComputeProfile     func(childComplexity int, name string) int
+		ComputeProfiles    func(childComplexity int) int
+		CurrentVdc         func(childComplexity int) int
+		EnrollmentKeys     func(childComplexity int) int
+		Hosts              func(childComplexity int, zone *string, region *string, first *int) int
+		HostsConnection    func(childComplexity int, zone *string, region *string, first *int, after *string) int
+		Image              func(childComplexity int, name string) int
+		Images             func(childComplexity int) int
+		Me                 func(childComplexity int) int
+		Networks           func(childComplexity int, zone *string, first *int) int
+		NetworksConnection func(childComplexity int, zone *string, first *int, after *string) int
+		Node               func(childComplexity int, id string) int
+		Operation          func(childComplexity int, id string) int
+		Regions            func(childComplexity int) int
+		StorageProfile     func(childComplexity int, name string) int
+		StorageProfiles    func(childComplexity int) int
+		Tenant             func(childComplexity int) int
+		VM                 func(childComplexity int, id string) int
+		Vdc                func(childComplexity int, name string) int
+		Vdcs               func(childComplexity int) int
+		Vms                func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		VmsConnection      func(childComplexity int, filter *model.VMFilter, first *int, after *string) int
+		Zone               func(childComplexity int, name string) int
+		Zones              func(childComplexity int, first *int, region *string) int
+		ZonesConnection    func(childComplexity int, first *int, region *string, after *string) int
+	}
+
+	Region struct {
+		Name  func(childComplexity int) int
+		Zones func(childComplexity int) int
 	}
 
 	StorageProfile struct {
@@ -253,25 +323,35 @@ type ComplexityRoot struct {
 	}
 
 	VM struct {
-		CPUUsage       func(childComplexity int) int
-		DiskGiB        func(childComplexity int) int
-		DiskReadBytes  func(childComplexity int) int
-		DiskWriteBytes func(childComplexity int) int
-		Disks          func(childComplexity int) int
-		Host           func(childComplexity int) int
-		ID             func(childComplexity int) int
-		IPAddresses    func(childComplexity int) int
-		MemoryMiB      func(childComplexity int) int
-		MemoryUsedMiB  func(childComplexity int) int
-		Name           func(childComplexity int) int
-		NetInBytes     func(childComplexity int) int
-		NetOutBytes    func(childComplexity int) int
-		Nics           func(childComplexity int) int
-		Operations     func(childComplexity int, first *int) int
-		Status         func(childComplexity int) int
-		Uptime         func(childComplexity int) int
-		Vcpus          func(childComplexity int) int
-		Zone           func(childComplexity int) int
+		CPUUsage             func(childComplexity int) int
+		DiskGiB              func(childComplexity int) int
+		DiskReadBytes        func(childComplexity int) int
+		DiskWriteBytes       func(childComplexity int) int
+		Disks                func(childComplexity int) int
+		Host                 func(childComplexity int) int
+		ID                   func(childComplexity int) int
+		IPAddresses          func(childComplexity int) int
+		MemoryMiB            func(childComplexity int) int
+		MemoryUsedMiB        func(childComplexity int) int
+		Metrics              func(childComplexity int, timeframe model.MetricsTimeframe) int
+		Name                 func(childComplexity int) int
+		NetInBytes           func(childComplexity int) int
+		NetOutBytes          func(childComplexity int) int
+		Nics                 func(childComplexity int) int
+		Operations           func(childComplexity int, first *int) int
+		OperationsConnection func(childComplexity int, first *int, after *string) int
+		Snapshots            func(childComplexity int) int
+		Status               func(childComplexity int) int
+		Uptime               func(childComplexity int) int
+		Vcpus                func(childComplexity int) int
+		Zone                 func(childComplexity int) int
+	}
+
+	VMConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
 	}
 
 	VMDisk struct {
@@ -285,6 +365,11 @@ type ComplexityRoot struct {
 		WriteMBps      func(childComplexity int) int
 	}
 
+	VMEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	VMNIC struct {
 		Bridge      func(childComplexity int) int
 		IPAddresses func(childComplexity int) int
@@ -294,13 +379,39 @@ type ComplexityRoot struct {
 		Network     func(childComplexity int) int
 	}
 
+	VMSnapshot struct {
+		CreatedAt   func(childComplexity int) int
+		Current     func(childComplexity int) int
+		Description func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Parent      func(childComplexity int) int
+		StorageGiB  func(childComplexity int) int
+		WithRAM     func(childComplexity int) int
+	}
+
 	Zone struct {
-		Capacity   func(childComplexity int) int
-		Hosts      func(childComplexity int) int
-		ID         func(childComplexity int) int
-		Name       func(childComplexity int) int
-		Standalone func(childComplexity int) int
-		Status     func(childComplexity int) int
+		Capacity    func(childComplexity int) int
+		Dedicated   func(childComplexity int) int
+		DedicatedTo func(childComplexity int) int
+		Hosts       func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Metrics     func(childComplexity int, timeframe model.MetricsTimeframe) int
+		Name        func(childComplexity int) int
+		Region      func(childComplexity int) int
+		Standalone  func(childComplexity int) int
+		Status      func(childComplexity int) int
+	}
+
+	ZoneConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ZoneEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	ZonePool struct {
@@ -522,6 +633,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.MemoryUsed(childComplexity), true
+	case "Host.metrics":
+		if e.ComplexityRoot.Host.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_Host_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Host.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "Host.name":
 		if e.ComplexityRoot.Host.Name == nil {
 			break
@@ -564,6 +686,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.Zone(childComplexity), true
+
+	case "HostConnection.edges":
+		if e.ComplexityRoot.HostConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.Edges(childComplexity), true
+	case "HostConnection.nodes":
+		if e.ComplexityRoot.HostConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.Nodes(childComplexity), true
+	case "HostConnection.pageInfo":
+		if e.ComplexityRoot.HostConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.PageInfo(childComplexity), true
+	case "HostConnection.totalCount":
+		if e.ComplexityRoot.HostConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostConnection.TotalCount(childComplexity), true
+
+	case "HostEdge.cursor":
+		if e.ComplexityRoot.HostEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostEdge.Cursor(childComplexity), true
+	case "HostEdge.node":
+		if e.ComplexityRoot.HostEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HostEdge.Node(childComplexity), true
 
 	case "Image.checksum":
 		if e.ComplexityRoot.Image.Checksum == nil {
@@ -681,6 +841,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Me.Vdcs(childComplexity), true
 
+	case "MetricsPoint.cpuUsage":
+		if e.ComplexityRoot.MetricsPoint.CPUUsage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.CPUUsage(childComplexity), true
+	case "MetricsPoint.diskReadBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond(childComplexity), true
+	case "MetricsPoint.diskWriteBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond(childComplexity), true
+	case "MetricsPoint.memoryTotalMiB":
+		if e.ComplexityRoot.MetricsPoint.MemoryTotalMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.MemoryTotalMiB(childComplexity), true
+	case "MetricsPoint.memoryUsedMiB":
+		if e.ComplexityRoot.MetricsPoint.MemoryUsedMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.MemoryUsedMiB(childComplexity), true
+	case "MetricsPoint.netInBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond(childComplexity), true
+	case "MetricsPoint.netOutBytesPerSecond":
+		if e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond(childComplexity), true
+	case "MetricsPoint.time":
+		if e.ComplexityRoot.MetricsPoint.Time == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MetricsPoint.Time(childComplexity), true
+
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -725,6 +934,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateNetwork(childComplexity, args["input"].(model.CreateNetworkInput)), true
+	case "Mutation.createSnapshot":
+		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSnapshot(childComplexity, args["vm"].(string), args["input"].(model.CreateSnapshotInput)), true
 	case "Mutation.createStorageProfile":
 		if e.ComplexityRoot.Mutation.CreateStorageProfile == nil {
 			break
@@ -791,6 +1011,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteNetwork(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSnapshot":
+		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSnapshot(childComplexity, args["vm"].(string), args["name"].(string)), true
 	case "Mutation.deleteStorageProfile":
 		if e.ComplexityRoot.Mutation.DeleteStorageProfile == nil {
 			break
@@ -857,6 +1088,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeEnrollmentKey(childComplexity, args["id"].(string)), true
+	case "Mutation.rollbackSnapshot":
+		if e.ComplexityRoot.Mutation.RollbackSnapshot == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rollbackSnapshot_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RollbackSnapshot(childComplexity, args["vm"].(string), args["name"].(string), args["start"].(*bool)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -945,6 +1187,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateVdc(childComplexity, args["input"].(model.UpdateVDCInput)), true
+	case "Mutation.updateZone":
+		if e.ComplexityRoot.Mutation.UpdateZone == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateZone_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateZone(childComplexity, args["input"].(model.UpdateZoneInput)), true
 
 	case "Network.cidr":
 		if e.ComplexityRoot.Network.Cidr == nil {
@@ -982,6 +1235,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Network.Zone(childComplexity), true
+
+	case "NetworkConnection.edges":
+		if e.ComplexityRoot.NetworkConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.Edges(childComplexity), true
+	case "NetworkConnection.nodes":
+		if e.ComplexityRoot.NetworkConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.Nodes(childComplexity), true
+	case "NetworkConnection.pageInfo":
+		if e.ComplexityRoot.NetworkConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.PageInfo(childComplexity), true
+	case "NetworkConnection.totalCount":
+		if e.ComplexityRoot.NetworkConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkConnection.TotalCount(childComplexity), true
+
+	case "NetworkEdge.cursor":
+		if e.ComplexityRoot.NetworkEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkEdge.Cursor(childComplexity), true
+	case "NetworkEdge.node":
+		if e.ComplexityRoot.NetworkEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NetworkEdge.Node(childComplexity), true
 
 	case "Operation.error":
 		if e.ComplexityRoot.Operation.Error == nil {
@@ -1038,6 +1329,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Operation.VMID(childComplexity), true
 
+	case "OperationConnection.edges":
+		if e.ComplexityRoot.OperationConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.Edges(childComplexity), true
+	case "OperationConnection.nodes":
+		if e.ComplexityRoot.OperationConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.Nodes(childComplexity), true
+	case "OperationConnection.pageInfo":
+		if e.ComplexityRoot.OperationConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.PageInfo(childComplexity), true
+	case "OperationConnection.totalCount":
+		if e.ComplexityRoot.OperationConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationConnection.TotalCount(childComplexity), true
+
+	case "OperationEdge.cursor":
+		if e.ComplexityRoot.OperationEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationEdge.Cursor(childComplexity), true
+	case "OperationEdge.node":
+		if e.ComplexityRoot.OperationEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationEdge.Node(childComplexity), true
+
 	case "OperationProgress.bytesMoved":
 		if e.ComplexityRoot.OperationProgress.BytesMoved == nil {
 			break
@@ -1056,6 +1385,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.OperationProgress.BytesTotal(childComplexity), true
+
+	case "PageInfo.endCursor":
+		if e.ComplexityRoot.PageInfo.EndCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.EndCursor(childComplexity), true
+	case "PageInfo.hasNextPage":
+		if e.ComplexityRoot.PageInfo.HasNextPage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
+	case "PageInfo.hasPreviousPage":
+		if e.ComplexityRoot.PageInfo.HasPreviousPage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.HasPreviousPage(childComplexity), true
+	case "PageInfo.startCursor":
+		if e.ComplexityRoot.PageInfo.StartCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
@@ -1096,7 +1450,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+		return e.ComplexityRoot.Query.Hosts(childComplexity, args["zone"].(*string), args["region"].(*string), args["first"].(*int)), true
+	case "Query.hostsConnection":
+		if e.ComplexityRoot.Query.HostsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_hostsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.HostsConnection(childComplexity, args["zone"].(*string), args["region"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.image":
 		if e.ComplexityRoot.Query.Image == nil {
 			break
@@ -1132,6 +1497,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Networks(childComplexity, args["zone"].(*string), args["first"].(*int)), true
+	case "Query.networksConnection":
+		if e.ComplexityRoot.Query.NetworksConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_networksConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.NetworksConnection(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
+	case "Query.node":
+		if e.ComplexityRoot.Query.Node == nil {
+			break
+		}
+
+		args, err := ec.field_Query_node_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Node(childComplexity, args["id"].(string)), true
 	case "Query.operation":
 		if e.ComplexityRoot.Query.Operation == nil {
 			break
@@ -1143,6 +1530,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Operation(childComplexity, args["id"].(string)), true
+	case "Query.regions":
+		if e.ComplexityRoot.Query.Regions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Regions(childComplexity), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -1205,6 +1598,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vms(childComplexity, args["filter"].(*model.VMFilter), args["first"].(*int), args["after"].(*string)), true
+	case "Query.vmsConnection":
+		if e.ComplexityRoot.Query.VmsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_vmsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.VmsConnection(childComplexity, args["filter"].(*model.VMFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.zone":
 		if e.ComplexityRoot.Query.Zone == nil {
 			break
@@ -1226,7 +1630,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int)), true
+		return e.ComplexityRoot.Query.Zones(childComplexity, args["first"].(*int), args["region"].(*string)), true
+	case "Query.zonesConnection":
+		if e.ComplexityRoot.Query.ZonesConnection == nil {
+			break
+		}
+
+		args, err := ec.field_Query_zonesConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ZonesConnection(childComplexity, args["first"].(*int), args["region"].(*string), args["after"].(*string)), true
+
+	case "Region.name":
+		if e.ComplexityRoot.Region.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Region.Name(childComplexity), true
+	case "Region.zones":
+		if e.ComplexityRoot.Region.Zones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Region.Zones(childComplexity), true
 
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
@@ -1462,6 +1890,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.MemoryUsedMiB(childComplexity), true
+	case "VM.metrics":
+		if e.ComplexityRoot.VM.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_VM_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.VM.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "VM.name":
 		if e.ComplexityRoot.VM.Name == nil {
 			break
@@ -1497,6 +1936,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Operations(childComplexity, args["first"].(*int)), true
+	case "VM.operationsConnection":
+		if e.ComplexityRoot.VM.OperationsConnection == nil {
+			break
+		}
+
+		args, err := ec.field_VM_operationsConnection_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.snapshots":
+		if e.ComplexityRoot.VM.Snapshots == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Snapshots(childComplexity), true
 	case "VM.status":
 		if e.ComplexityRoot.VM.Status == nil {
 			break
@@ -1521,6 +1977,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Zone(childComplexity), true
+
+	case "VMConnection.edges":
+		if e.ComplexityRoot.VMConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.Edges(childComplexity), true
+	case "VMConnection.nodes":
+		if e.ComplexityRoot.VMConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.Nodes(childComplexity), true
+	case "VMConnection.pageInfo":
+		if e.ComplexityRoot.VMConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.PageInfo(childComplexity), true
+	case "VMConnection.totalCount":
+		if e.ComplexityRoot.VMConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMConnection.TotalCount(childComplexity), true
 
 	case "VMDisk.readIops":
 		if e.ComplexityRoot.VMDisk.ReadIops == nil {
@@ -1571,6 +2052,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VMDisk.WriteMBps(childComplexity), true
 
+	case "VMEdge.cursor":
+		if e.ComplexityRoot.VMEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMEdge.Cursor(childComplexity), true
+	case "VMEdge.node":
+		if e.ComplexityRoot.VMEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMEdge.Node(childComplexity), true
+
 	case "VMNIC.bridge":
 		if e.ComplexityRoot.VMNIC.Bridge == nil {
 			break
@@ -1608,12 +2102,67 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VMNIC.Network(childComplexity), true
 
+	case "VMSnapshot.createdAt":
+		if e.ComplexityRoot.VMSnapshot.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.CreatedAt(childComplexity), true
+	case "VMSnapshot.current":
+		if e.ComplexityRoot.VMSnapshot.Current == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Current(childComplexity), true
+	case "VMSnapshot.description":
+		if e.ComplexityRoot.VMSnapshot.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Description(childComplexity), true
+	case "VMSnapshot.name":
+		if e.ComplexityRoot.VMSnapshot.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Name(childComplexity), true
+	case "VMSnapshot.parent":
+		if e.ComplexityRoot.VMSnapshot.Parent == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.Parent(childComplexity), true
+	case "VMSnapshot.storageGiB":
+		if e.ComplexityRoot.VMSnapshot.StorageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.StorageGiB(childComplexity), true
+	case "VMSnapshot.withRAM":
+		if e.ComplexityRoot.VMSnapshot.WithRAM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMSnapshot.WithRAM(childComplexity), true
+
 	case "Zone.capacity":
 		if e.ComplexityRoot.Zone.Capacity == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Zone.Capacity(childComplexity), true
+	case "Zone.dedicated":
+		if e.ComplexityRoot.Zone.Dedicated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Dedicated(childComplexity), true
+	case "Zone.dedicatedTo":
+		if e.ComplexityRoot.Zone.DedicatedTo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.DedicatedTo(childComplexity), true
 	case "Zone.hosts":
 		if e.ComplexityRoot.Zone.Hosts == nil {
 			break
@@ -1626,12 +2175,29 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Zone.ID(childComplexity), true
+	case "Zone.metrics":
+		if e.ComplexityRoot.Zone.Metrics == nil {
+			break
+		}
+
+		args, err := ec.field_Zone_metrics_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Zone.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
 	case "Zone.name":
 		if e.ComplexityRoot.Zone.Name == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Zone.Name(childComplexity), true
+	case "Zone.region":
+		if e.ComplexityRoot.Zone.Region == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Zone.Region(childComplexity), true
 	case "Zone.standalone":
 		if e.ComplexityRoot.Zone.Standalone == nil {
 			break
@@ -1644,6 +2210,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Zone.Status(childComplexity), true
+
+	case "ZoneConnection.edges":
+		if e.ComplexityRoot.ZoneConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.Edges(childComplexity), true
+	case "ZoneConnection.nodes":
+		if e.ComplexityRoot.ZoneConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.Nodes(childComplexity), true
+	case "ZoneConnection.pageInfo":
+		if e.ComplexityRoot.ZoneConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.PageInfo(childComplexity), true
+	case "ZoneConnection.totalCount":
+		if e.ComplexityRoot.ZoneConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneConnection.TotalCount(childComplexity), true
+
+	case "ZoneEdge.cursor":
+		if e.ComplexityRoot.ZoneEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneEdge.Cursor(childComplexity), true
+	case "ZoneEdge.node":
+		if e.ComplexityRoot.ZoneEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ZoneEdge.Node(childComplexity), true
 
 	case "ZonePool.pool":
 		if e.ComplexityRoot.ZonePool.Pool == nil {
@@ -1671,6 +2275,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
+			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
@@ -1681,6 +2286,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
+			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
 			graphql.NewInputUnmarshaler("VDCQuotasInput", ec.unmarshalInputVDCQuotasInput),
 			graphql.NewInputUnmarshaler("VMFilter", ec.unmarshalInputVMFilter),
 			graphql.NewInputUnmarshaler("ZonePoolInput", ec.unmarshalInputZonePoolInput),
@@ -1789,11 +2395,18 @@ extend type Mutation {
   Creates a key for agents (tag:agent). The secret is shown only in this
   answer.
   """
-  createEnrollmentKey(input: CreateEnrollmentKeyInput!): CreatedEnrollmentKey! @platformAdmin
+  createEnrollmentKey(
+    "What to create."
+    input: CreateEnrollmentKeyInput!
+  ): CreatedEnrollmentKey! @platformAdmin
   "Revokes a key (it expires now); NOT_FOUND for an unknown id."
-  revokeEnrollmentKey(id: ID!): EnrollmentKey! @platformAdmin
+  revokeEnrollmentKey(
+    "The id of the enrollment key."
+    id: ID!
+  ): EnrollmentKey! @platformAdmin
 }
 
+"A new enrollment key for agents."
 input CreateEnrollmentKeyInput {
   "A reusable key enrolls any number of agents; default single-use."
   reusable: Boolean
@@ -1803,18 +2416,23 @@ input CreateEnrollmentKeyInput {
 
 "An enrollment key."
 type EnrollmentKey {
+  "The key's id at the mesh control server."
   id: ID!
+  "Whether it enrolls any number of agents (else one)."
   reusable: Boolean!
   "Whether an agent enrolled with it."
   used: Boolean!
   "Whether it can no longer enroll agents (expired or revoked)."
   expired: Boolean!
+  "When it was created."
   createdAt: Time!
+  "When it stops enrolling agents."
   expiresAt: Time!
 }
 
 "A new key and its secret."
 type CreatedEnrollmentKey {
+  "The key."
   key: EnrollmentKey!
   "Give this to the agent (-auth-key); it is not shown again."
   secret: String!
@@ -1843,6 +2461,7 @@ type Me {
   subject: String!
   "Display name."
   name: String!
+  "Email address, when the token carries one."
   email: String
   "Platform admins manage zones, hosts, profiles, images and VDCs."
   platformAdmin: Boolean!
@@ -1857,7 +2476,9 @@ type Me {
 
 "A VDC the caller may use."
 type VDCAccess {
+  "The VDC."
   vdc: VDC!
+  "The caller's role in it."
   role: VDCRole!
 }
 
@@ -1874,23 +2495,42 @@ enum VDCRole {
 	{Name: "../image.graphqls", Input: `# The image catalog: OS images VMs are created from.
 
 extend type Query {
+  "The images of the catalog, sorted by name."
   images: [Image!]!
   "An image by name; NOT_FOUND if there is none."
-  image(name: String!): Image
+  image(
+    "The name of the image."
+    name: String!
+  ): Image
 }
 
 extend type Mutation {
-  createImage(input: CreateImageInput!): Image! @platformAdmin
+  "Adds an image to the catalog; CONFLICT when the name is taken."
+  createImage(
+    "What to create."
+    input: CreateImageInput!
+  ): Image! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateImage(input: UpdateImageInput!): Image! @platformAdmin
-  deleteImage(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  updateImage(
+    "What to change."
+    input: UpdateImageInput!
+  ): Image! @platformAdmin
+  "Removes an image from the catalog (conditional when resourceVersion is given)."
+  deleteImage(
+    "The name of the image."
+    name: String!
+    "When set, CONFLICT if the image changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "An OS image of the catalog."
 type Image {
   "Unique name, e.g. ubuntu-24.04."
   name: String!
+  "What it is."
   description: String!
+  "The image's version, e.g. 20241201."
   version: String!
   "The http(s) address agents download the image from."
   url: String!
@@ -1898,26 +2538,43 @@ type Image {
   checksum: String!
   "Whether the image runs cloud-init on first boot."
   cloudInit: Boolean!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was added to the catalog."
   createdAt: Time!
 }
 
+"A new image of the catalog."
 input CreateImageInput {
+  "Unique name (DNS labels joined by dots), e.g. ubuntu-24.04."
   name: String!
+  "What it is; empty by default."
   description: String
+  "The image's version, e.g. 20241201."
   version: String!
+  "The http(s) address agents download the image from."
   url: String!
+  "sha256:<hex> or sha512:<hex> of the image file."
   checksum: String!
+  "Whether the image runs cloud-init on first boot."
   cloudInit: Boolean!
 }
 
+"Changes to an image; absent fields stay as they are."
 input UpdateImageInput {
+  "The name of the image to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the image changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "A new version."
   version: String
+  "A new download address."
   url: String
+  "The new file's checksum."
   checksum: String
+  "Whether it runs cloud-init."
   cloudInit: Boolean
 }
 `, BuiltIn: false},
@@ -1927,7 +2584,10 @@ input UpdateImageInput {
 
 extend type Image {
   "The image's state in every zone (or in one)."
-  zones(zone: String): [ImageZoneState!]! @platformAdmin
+  zones(
+    "Only the state in the zone of this name."
+    zone: String
+  ): [ImageZoneState!]! @platformAdmin
 }
 
 extend type Mutation {
@@ -1935,21 +2595,33 @@ extend type Mutation {
   Starts staging an image into a zone (nothing to do when it is staged or
   staging; a failed staging is retried) and returns its state there.
   """
-  stageImage(name: String!, zone: String!): ImageZoneState! @platformAdmin
+  stageImage(
+    "The name of the image."
+    name: String!
+    "The zone's name."
+    zone: String!
+  ): ImageZoneState! @platformAdmin
 }
 
+"An image's state in one zone."
 type ImageZoneState {
   "The zone's name."
   zone: String!
+  "Where staging is."
   state: ImageStagingState!
   "Why staging failed (the Proxmox task's exit status), or what is being done."
   reason: String
 }
 
+"Where an image is in being staged into a zone."
 enum ImageStagingState {
+  "Not in the zone, nor being staged."
   ABSENT
+  "Being downloaded or made into a template."
   STAGING
+  "A template of it exists: VMs can be created from it."
   STAGED
+  "The last staging failed (see reason); staging again retries."
   FAILED
 }
 `, BuiltIn: false},
@@ -1973,29 +2645,149 @@ enum ImageStagingState {
 # counts as 8 hosts).
 
 extend type Query {
-  "The zones, sorted by name (at most first)."
-  zones(first: Int = 20): [Zone!]!
-  "A zone by name; NOT_FOUND when there is none."
-  zone(name: String!): Zone
+  "The zones the caller sees (graph/region.graphqls), sorted by name (at most first)."
+  zones(
+    "At most this many zones (0 to 1000)."
+    first: Int = 20
+    "Only the zones of this region."
+    region: String
+  ): [Zone!]! @deprecated(reason: "Use zonesConnection; zones is removed in the next release.")
+  "The zones the caller sees, sorted by name, as a cursor connection."
+  zonesConnection(
+    "At most this many zones (0 to 1000)."
+    first: Int = 20
+    "Only the zones of this region."
+    region: String
+    "The endCursor of the previous page: the zones after it."
+    after: String
+  ): ZoneConnection!
+  "A zone by name; NOT_FOUND when there is none (or it is dedicated to other VDCs than the request's)."
+  zone(
+    "The zone's name."
+    name: String!
+  ): Zone
   "The hosts of every zone (or of one zone), sorted by zone and name."
-  hosts(zone: String, first: Int = 50): [Host!]! @platformAdmin
+  hosts(
+    "Only the hosts of the zone of this name."
+    zone: String
+    "Only the hosts of this region's zones."
+    region: String
+    "At most this many hosts (0 to 1000)."
+    first: Int = 50
+  ): [Host!]! @platformAdmin @deprecated(reason: "Use hostsConnection; hosts is removed in the next release.")
+  "The hosts of every zone (or of one zone), sorted by zone and name, as a cursor connection."
+  hostsConnection(
+    "Only the hosts of the zone of this name."
+    zone: String
+    "Only the hosts of this region's zones."
+    region: String
+    "At most this many hosts (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the hosts after it."
+    after: String
+  ): HostConnection! @platformAdmin
   """
   The VMs of the current VDC matching filter, ordered by id. Cursor
   pagination: pass the id of the last VM of a page as after to get the next
   page; a page shorter than first is the last.
   """
-  vms(filter: VMFilter, first: Int = 50, after: ID): [VM!]! @vdc
+  vms(
+    "What the VMs must match."
+    filter: VMFilter
+    "At most this many VMs (0 to 1000)."
+    first: Int = 50
+    "The id of the last VM of the previous page."
+    after: ID
+  ): [VM!]! @vdc @deprecated(reason: "Use vmsConnection; vms is removed in the next release.")
+  """
+  The VMs of the current VDC matching filter, in a stable order (zone, then
+  Proxmox VMID), as a cursor connection; totalCount counts every VM that
+  matches the filter.
+  """
+  vmsConnection(
+    "What the VMs must match."
+    filter: VMFilter
+    "At most this many VMs (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the VMs after it."
+    after: String
+  ): VMConnection! @vdc
   "A VM of the current VDC by id; NOT_FOUND for any other id."
-  vm(id: ID!): VM @vdc
+  vm(
+    "The VM's id."
+    id: ID!
+  ): VM @vdc
+}
+
+"A page of zones."
+type ZoneConnection {
+  "The zones of the page with their cursors."
+  edges: [ZoneEdge!]!
+  "The zones of the page (the edges' nodes)."
+  nodes: [Zone!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many zones there are in all."
+  totalCount: Int!
+}
+
+"A zone in a page of zones."
+type ZoneEdge {
+  "Pass it as after to get the zones after this one."
+  cursor: String!
+  "The zone."
+  node: Zone!
+}
+
+"A page of hosts."
+type HostConnection {
+  "The hosts of the page with their cursors."
+  edges: [HostEdge!]!
+  "The hosts of the page (the edges' nodes)."
+  nodes: [Host!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many hosts match in all."
+  totalCount: Int!
+}
+
+"A host in a page of hosts."
+type HostEdge {
+  "Pass it as after to get the hosts after this one."
+  cursor: String!
+  "The host."
+  node: Host!
+}
+
+"A page of VMs."
+type VMConnection {
+  "The VMs of the page with their cursors."
+  edges: [VMEdge!]!
+  "The VMs of the page (the edges' nodes)."
+  nodes: [VM!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many VMs match the filter in all (in the zones that answered)."
+  totalCount: Int!
+}
+
+"A VM in a page of VMs."
+type VMEdge {
+  "Pass it as after to get the VMs after this one."
+  cursor: String!
+  "The VM."
+  node: VM!
 }
 
 "A zone: one Proxmox cluster, or a standalone Proxmox node."
-type Zone {
+type Zone implements Node {
   "Stable identity of the Proxmox cluster."
   id: ID!
   "The Proxmox cluster name (the node name of a standalone node)."
   name: String!
+  "Whether its hosts are online."
   status: ZoneStatus!
+  "Whether it is a standalone Proxmox node (no cluster)."
   standalone: Boolean!
   "The zone's hosts, sorted by name."
   hosts: [Host!] @platformAdmin
@@ -2003,6 +2795,7 @@ type Zone {
   capacity: Capacity @platformAdmin
 }
 
+"Whether a zone can be reached."
 enum ZoneStatus {
   "Every host is online."
   ONLINE
@@ -2016,29 +2809,37 @@ enum ZoneStatus {
 type Capacity {
   "Logical CPUs of the online hosts."
   cpus: Int!
+  "CPU utilisation of the online hosts, 0 to 1."
   cpuUsage: Float!
   "Memory of the online hosts, in MiB."
   memoryTotal: Int!
+  "Memory in use on the online hosts, in MiB."
   memoryUsed: Int!
+  "memoryUsed / memoryTotal, 0 to 1."
   memoryUsage: Float!
   "Storage in GiB (a shared storage counts once)."
   storageTotal: Int!
+  "Storage in use, in GiB."
   storageUsed: Int!
+  "storageUsed / storageTotal, 0 to 1."
   storageUsage: Float!
 }
 
 "A Proxmox node and its agent."
-type Host {
+type Host implements Node {
   "Opaque id."
   id: ID!
   "The Proxmox node name (unique within its zone)."
   name: String!
   "ONLINE when its agent is in the mesh and reaches Proxmox."
   status: HostStatus!
+  "The zone (Proxmox cluster) it belongs to."
   zone: Zone!
   "Why the host is not online."
   statusDetail: String @platformAdmin
+  "The version of its flexplane agent."
   agentVersion: String @platformAdmin
+  "The Proxmox VE version the node runs."
   proxmoxVersion: String @platformAdmin
   "Whether the agent runs another version than the orchestrator's."
   updateAvailable: Boolean @platformAdmin
@@ -2050,24 +2851,33 @@ type Host {
   cpuUsage: Float @platformAdmin
   "Memory in MiB."
   memoryUsed: Int @platformAdmin
+  "Memory in MiB."
   memoryTotal: Int @platformAdmin
 }
 
+"Whether a host can be used."
 enum HostStatus {
+  "Its agent is in the mesh and reaches Proxmox."
   ONLINE
+  "Its agent is gone from the mesh or cannot reach Proxmox."
   OFFLINE
 }
 
 "A virtual machine of a VDC."
-type VM {
+type VM implements Node {
   "Opaque, global id."
   id: ID!
+  "Its name, the guest's hostname (not unique)."
   name: String!
+  "Its power state."
   status: VMStatus!
+  "The zone it runs in."
   zone: Zone!
   "The host it runs on (name and status for VDC users)."
   host: Host
+  "Virtual CPUs."
   vcpus: Int!
+  "Configured memory in MiB."
   memoryMiB: Int!
   "Size of its disks in GiB."
   diskGiB: Int!
@@ -2077,14 +2887,19 @@ type VM {
   uptime: Int!
   "CPU utilisation, 0 to 1 of its vCPUs."
   cpuUsage: Float!
+  "Memory in use in MiB (0 when not running)."
   memoryUsedMiB: Int!
 }
 
+"The power state of a VM."
 enum VMStatus {
   "Being created (or deleted): a Proxmox lock is held."
   CREATING
+  "Running."
   RUNNING
+  "Powered off."
   STOPPED
+  "Paused or suspended: not running, memory kept."
   PAUSED
   "Its host does not report it."
   UNKNOWN
@@ -2094,9 +2909,87 @@ enum VMStatus {
 input VMFilter {
   "Zone name."
   zone: String
+  "Region: the VMs in the region's zones."
+  region: String
+  "Power state."
   status: VMStatus
   "Part of the name, case-insensitive."
   name: String
+}
+`, BuiltIn: false},
+	{Name: "../metrics.graphqls", Input: `# Metrics: the time series Proxmox records of every node and guest
+# (rrddata: CPU, memory, network and disk I/O, averaged per slot), read
+# through the agents at request time as every Proxmox read is. A VM's
+# metrics are its VDC's (VM objects exist only in their VDC); hosts' and
+# zones' are for platform admins.
+
+extend type VM {
+  """
+  Its CPU, memory, network and disk I/O over the timeframe, oldest point
+  first (about 70 points); points where it did not run have only a time.
+  Null, with ZONE_UNAVAILABLE, when its zone does not answer.
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!]
+}
+
+extend type Host {
+  """
+  The node's CPU, memory and network over the timeframe, oldest point
+  first; null, with an error, when the host does not answer.
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!] @platformAdmin
+}
+
+extend type Zone {
+  """
+  The zone's hosts together over the timeframe, oldest point first: CPU as
+  a fraction of all their CPUs, memory and traffic summed. Hosts that do
+  not answer are left out (with ZONE_UNAVAILABLE when none answers).
+  """
+  metrics(
+    "How far back: the last hour (a point a minute) to the last year (a point a week)."
+    timeframe: MetricsTimeframe! = HOUR
+  ): [MetricsPoint!] @platformAdmin
+}
+
+"How far back metrics go, and so how long each point's slot is."
+enum MetricsTimeframe {
+  "The last hour, a point a minute."
+  HOUR
+  "The last day, a point every 30 minutes."
+  DAY
+  "The last week, a point every 3 hours."
+  WEEK
+  "The last month, a point every 12 hours."
+  MONTH
+  "The last year, a point a week."
+  YEAR
+}
+
+"One point of a time series: the averages over its slot; null fields had no data."
+type MetricsPoint {
+  "The start of the slot."
+  time: Time!
+  "CPU utilisation, 0 to 1 of its (virtual) CPUs."
+  cpuUsage: Float
+  "Memory in use, in MiB."
+  memoryUsedMiB: Float
+  "Memory it has, in MiB."
+  memoryTotalMiB: Float
+  "Bytes per second received."
+  netInBytesPerSecond: Float
+  "Bytes per second sent."
+  netOutBytesPerSecond: Float
+  "Bytes per second read from disks (VMs only)."
+  diskReadBytesPerSecond: Float
+  "Bytes per second written to disks (VMs only)."
+  diskWriteBytesPerSecond: Float
 }
 `, BuiltIn: false},
 	{Name: "../network.graphqls", Input: `# Networks: isolated layer-3 networks of a VDC, on Proxmox SDN. Each VDC has
@@ -2106,7 +2999,21 @@ input VMFilter {
 
 extend type Query {
   "The networks of the current VDC, sorted by zone and name."
-  networks(zone: String, first: Int = 50): [Network!]! @vdc
+  networks(
+    "Only the networks in the zone of this name."
+    zone: String
+    "At most this many networks (0 to 1000)."
+    first: Int = 50
+  ): [Network!]! @vdc @deprecated(reason: "Use networksConnection; networks is removed in the next release.")
+  "The networks of the current VDC, sorted by zone and name, as a cursor connection."
+  networksConnection(
+    "Only the networks in the zone of this name."
+    zone: String
+    "At most this many networks (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the networks after it."
+    after: String
+  ): NetworkConnection! @vdc
 }
 
 extend type Mutation {
@@ -2118,28 +3025,37 @@ extend type Mutation {
   address; CONFLICT when the VDC already has a network of that name in the
   zone. Refused input changes nothing.
   """
-  createNetwork(input: CreateNetworkInput!): Network! @vdc(role: MEMBER)
+  createNetwork(
+    "What to create."
+    input: CreateNetworkInput!
+  ): Network! @vdc(role: MEMBER)
   """
   Deletes a network; CONFLICT while a guest has a NIC on it or the IPAM
   holds addresses in it.
   """
-  deleteNetwork(id: ID!): DeletedNetwork! @vdc(role: MEMBER)
+  deleteNetwork(
+    "The id of the network."
+    id: ID!
+  ): DeletedNetwork! @vdc(role: MEMBER)
 }
 
 "A network of a VDC."
-type Network {
+type Network implements Node {
   "Opaque, global id."
   id: ID!
   "Unique per VDC and zone."
   name: String!
+  "The zone it is in."
   zone: Zone!
   "IPv4 network in CIDR notation, e.g. 10.1.0.0/24."
   cidr: String!
+  "The gateway address of its subnet."
   gateway: String!
   "The Proxmox VNet (what a NIC's bridge names)."
   vnet: String!
 }
 
+"A new network of the current VDC."
 input CreateNetworkInput {
   "1 to 40 characters: lowercase letters, digits and '-', starting with a letter."
   name: String!
@@ -2153,10 +3069,76 @@ input CreateNetworkInput {
 
 "The result of deleteNetwork."
 type DeletedNetwork {
+  "The id the network had."
   id: ID!
 }
+
+"A page of networks."
+type NetworkConnection {
+  "The networks of the page with their cursors."
+  edges: [NetworkEdge!]!
+  "The networks of the page (the edges' nodes)."
+  nodes: [Network!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many networks match in all (in the zones that answered)."
+  totalCount: Int!
+}
+
+"A network in a page of networks."
+type NetworkEdge {
+  "Pass it as after to get the networks after this one."
+  cursor: String!
+  "The network."
+  node: Network!
+}
 `, BuiltIn: false},
-	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM and of the power actions and deletes.
+	{Name: "../node.graphqls", Input: `# The conventions every list and every object with a global id follows, so
+# that GraphQL clients with normalised caches (urql's graphcache, Apollo,
+# Relay) work with the API as they do with any other:
+#
+# - An object with a global id implements Node; node(id:) fetches it again
+#   by that id alone, in the caller's scope (the VDC of the
+#   FlexPlane-VDC-ID header for VDC-level objects; another VDC's id answers
+#   NOT_FOUND, as its own field does).
+# - A list that pages is a cursor connection: <field>Connection(first:,
+#   after:) answers edges { cursor node }, nodes, pageInfo { hasNextPage
+#   endCursor } and totalCount. Cursors are opaque: pass a page's endCursor
+#   as after to get the next page. The plain list fields they replace are
+#   kept, deprecated, for one release.
+
+extend type Query {
+  """
+  The object with this global id, in the caller's scope: VMs, networks and
+  operations of the current VDC (FlexPlane-VDC-ID), hosts for platform
+  admins, zones for everyone. NOT_FOUND for any other id.
+  """
+  node(
+    "A global id, as an object's id field gave it."
+    id: ID!
+  ): Node
+}
+
+"An object with a global id, which node(id:) answers again."
+interface Node {
+  "The object's opaque, global id."
+  id: ID!
+}
+
+"Where a page of a connection lies in the whole list."
+type PageInfo {
+  "Whether there are items after this page (pass endCursor as after to get them)."
+  hasNextPage: Boolean!
+  "Whether there are items before this page (true when after was given and matched items)."
+  hasPreviousPage: Boolean!
+  "The cursor of the page's first edge; null for an empty page."
+  startCursor: String
+  "The cursor of the page's last edge; null for an empty page."
+  endCursor: String
+}
+`, BuiltIn: false},
+	{Name: "../operation.graphqls", Input: `# Operations: the progress of createVM, of the power actions and deletes,
+# and of the snapshot operations.
 #
 # An operation is derived from Proxmox, not from the orchestrator's memory,
 # so every replica can answer for it: a power action follows its Proxmox
@@ -2167,7 +3149,10 @@ type DeletedNetwork {
 
 extend type Query {
   "An operation of the current VDC; NOT_FOUND for any other id."
-  operation(id: ID!): Operation @vdc
+  operation(
+    "The id of the operation."
+    id: ID!
+  ): Operation @vdc
 }
 
 extend type Subscription {
@@ -2175,13 +3160,19 @@ extend type Subscription {
   The operation now and whenever its state or step changes; the stream ends
   after the operation has ended.
   """
-  operation(id: ID!): Operation! @vdc
+  operation(
+    "The id of the operation."
+    id: ID!
+  ): Operation! @vdc
 }
 
-type Operation {
+"Progress of a create, power action or delete of a VM."
+type Operation implements Node {
   "Opaque id."
   id: ID!
+  "What it does."
   kind: OperationKind!
+  "Whether it runs, succeeded or failed."
   state: OperationState!
   "The current (or last) step, e.g. stage, clone, configure, resize, start, finish, qmstop."
   step: String!
@@ -2189,7 +3180,9 @@ type Operation {
   error: String
   "The id of the VM it works on (null while a create has no guest yet)."
   vmId: ID
+  "When it started (null when unknown)."
   startedAt: Time
+  "When its state or step last changed."
   updatedAt: Time!
   "How far a migration has copied (null for other kinds)."
   progress: OperationProgress
@@ -2205,58 +3198,119 @@ type OperationProgress {
   bytesPerSecond: Float!
 }
 
+"What an operation does."
 enum OperationKind {
+  "createVM."
   CREATE_VM
+  "startVM."
   START_VM
+  "stopVM."
   STOP_VM
+  "shutdownVM."
   SHUTDOWN_VM
+  "rebootVM."
   REBOOT_VM
+  "deleteVM."
   DELETE_VM
+  "createSnapshot."
+  CREATE_SNAPSHOT
+  "rollbackSnapshot."
+  ROLLBACK_SNAPSHOT
+  "deleteSnapshot."
+  DELETE_SNAPSHOT
+  "migrateVM."
   MIGRATE_VM
 }
 
+"Whether an operation runs or how it ended."
 enum OperationState {
+  "Still running."
   RUNNING
+  "Ended well."
   SUCCEEDED
+  "Ended with an error (see error)."
   FAILED
 }
 `, BuiltIn: false},
 	{Name: "../profile.graphqls", Input: `# Compute and storage profiles: tenant-wide sizes and storage tiers.
 
 extend type Query {
+  "The compute profiles, sorted by name."
   computeProfiles: [ComputeProfile!]!
   "A compute profile by name; NOT_FOUND if there is none."
-  computeProfile(name: String!): ComputeProfile
+  computeProfile(
+    "The name of the compute profile."
+    name: String!
+  ): ComputeProfile
+  "The storage profiles, sorted by name."
   storageProfiles: [StorageProfile!]!
   "A storage profile by name; NOT_FOUND if there is none."
-  storageProfile(name: String!): StorageProfile
+  storageProfile(
+    "The name of the storage profile."
+    name: String!
+  ): StorageProfile
 }
 
 extend type Mutation {
-  createComputeProfile(input: CreateComputeProfileInput!): ComputeProfile! @platformAdmin
+  "Creates a compute profile; CONFLICT when the name is taken."
+  createComputeProfile(
+    "What to create."
+    input: CreateComputeProfileInput!
+  ): ComputeProfile! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateComputeProfile(input: UpdateComputeProfileInput!): ComputeProfile! @platformAdmin
-  deleteComputeProfile(name: String!, resourceVersion: String): Deleted! @platformAdmin
-  createStorageProfile(input: CreateStorageProfileInput!): StorageProfile! @platformAdmin
+  updateComputeProfile(
+    "What to change."
+    input: UpdateComputeProfileInput!
+  ): ComputeProfile! @platformAdmin
+  "Deletes a compute profile (conditional when resourceVersion is given)."
+  deleteComputeProfile(
+    "The name of the compute profile."
+    name: String!
+    "When set, CONFLICT if the compute profile changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
+  "Creates a storage profile; CONFLICT when the name is taken."
+  createStorageProfile(
+    "What to create."
+    input: CreateStorageProfileInput!
+  ): StorageProfile! @platformAdmin
   "Changes the given fields; conditional when resourceVersion is set."
-  updateStorageProfile(input: UpdateStorageProfileInput!): StorageProfile! @platformAdmin
-  deleteStorageProfile(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  updateStorageProfile(
+    "What to change."
+    input: UpdateStorageProfileInput!
+  ): StorageProfile! @platformAdmin
+  "Deletes a storage profile (conditional when resourceVersion is given)."
+  deleteStorageProfile(
+    "The name of the storage profile."
+    name: String!
+    "When set, CONFLICT if the storage profile changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "A VM size, e.g. medium = 4 vCPUs and 8192 MiB."
 type ComputeProfile {
+  "Unique name, e.g. medium."
   name: String!
+  "What it is for, shown to users choosing one."
   description: String!
+  "Virtual CPUs of a VM of this profile."
   vcpus: Int!
+  "Memory of a VM of this profile, in MiB."
   memoryMiB: Int!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "A storage tier: throughput limits and, per zone, the Proxmox storage."
 type StorageProfile {
+  "Unique name, e.g. ssd-standard."
   name: String!
+  "What it is for, shown to users choosing one."
   description: String!
+  "The tier's label, e.g. ssd or nvme."
   tier: String!
   "Read limit in MB/s; 0 is unlimited."
   readMBps: Int!
@@ -2264,54 +3318,150 @@ type StorageProfile {
   writeMBps: Int!
   "The zones offering the tier and their Proxmox storage."
   pools: [ZonePool!]!
+  "Changes on every write; pass it back for a conditional update or delete."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "The Proxmox storage that backs a storage profile in one zone."
 type ZonePool {
+  "The zone's name."
   zone: String!
+  "The Proxmox storage in that zone, e.g. local-lvm."
   pool: String!
 }
 
+"The Proxmox storage of a storage profile in one zone."
 input ZonePoolInput {
+  "The zone's name."
   zone: String!
+  "The Proxmox storage in that zone, e.g. local-lvm."
   pool: String!
 }
 
+"A new compute profile."
 input CreateComputeProfileInput {
+  "Unique name (DNS labels joined by dots), e.g. medium."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "Virtual CPUs, 1 to 1024."
   vcpus: Int!
+  "Memory in MiB, 64 to 16777216."
   memoryMiB: Int!
 }
 
+"Changes to a compute profile; absent fields stay as they are."
 input UpdateComputeProfileInput {
+  "The name of the compute profile to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the compute profile changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "New vCPUs."
   vcpus: Int
+  "New memory in MiB."
   memoryMiB: Int
 }
 
+"A new storage profile."
 input CreateStorageProfileInput {
+  "Unique name (DNS labels joined by dots), e.g. ssd-standard."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "The tier's label, e.g. ssd or nvme."
   tier: String!
+  "Read limit in MB/s; 0 or absent is unlimited."
   readMBps: Int
+  "Write limit in MB/s; 0 or absent is unlimited."
   writeMBps: Int
+  "The Proxmox storage offering the tier in each zone."
   pools: [ZonePoolInput!]!
 }
 
+"Changes to a storage profile; absent fields stay as they are."
 input UpdateStorageProfileInput {
+  "The name of the storage profile to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the storage profile changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "A new tier label."
   tier: String
+  "A new read limit in MB/s (0 unlimited)."
   readMBps: Int
+  "A new write limit in MB/s (0 unlimited)."
   writeMBps: Int
   "Replaces the whole zone map when given."
   pools: [ZonePoolInput!]
+}
+`, BuiltIn: false},
+	{Name: "../region.graphqls", Input: `# Regions and dedicated zones. Zones are discovered (a Proxmox cluster
+# whose agents are in the mesh); what the platform admin decides about one
+# is its zone policy (a catalog object named after the zone): the region it
+# belongs to, and the VDCs it is dedicated to.
+#
+# A region is a label on zones (a DNS label, e.g. eu-central): zones,
+# hosts and vms filter by it, and regions lists them with their zones.
+#
+# Who sees what: a zone dedicated to VDCs exists only for those VDCs (the
+# FlexPlane-VDC-ID of the request) and for platform admins. Anyone else
+# finds it nowhere: not in zones or regions, zone(name) answers NOT_FOUND,
+# and createVM or createNetwork there answer as for a zone that does not
+# exist (BAD_USER_INPUT on the zone field). No VDC can place anything in a
+# zone dedicated to others, not even when a platform admin asks.
+
+extend type Query {
+  """
+  The regions of the zones the caller sees, sorted by name, each with its
+  zones; zones in no region are in none.
+  """
+  regions: [Region!]!
+}
+
+extend type Mutation {
+  """
+  Sets a zone's region and dedication (each left as it is when null). The
+  zone must be known (BAD_USER_INPUT on input.name otherwise); every VDC
+  named must exist (BAD_USER_INPUT on input.dedicatedTo[i]). Resources a
+  VDC already has in a zone dedicated away from it stay, and stay visible
+  to it through them.
+  """
+  updateZone(
+    "The zone and what to change."
+    input: UpdateZoneInput!
+  ): Zone! @platformAdmin
+}
+
+"A change of a zone's policy."
+input UpdateZoneInput {
+  "The zone's name."
+  name: String!
+  "The region (a DNS label); \"\" takes the zone out of any region."
+  region: String
+  "The VDCs the zone is dedicated to (at most 100); [] opens it to every VDC."
+  dedicatedTo: [String!]
+}
+
+extend type Zone {
+  "The region it belongs to."
+  region: String
+  "Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC)."
+  dedicated: Boolean!
+  "The VDCs it is dedicated to, sorted; empty when every VDC may use it."
+  dedicatedTo: [String!]! @platformAdmin
+}
+
+"A region: a group of zones."
+type Region {
+  "The region's name (a DNS label)."
+  name: String!
+  "Its zones the caller sees, sorted by name."
+  zones: [Zone!]!
 }
 `, BuiltIn: false},
 	{Name: "../schema.graphqls", Input: `# flexplane GraphQL API: the root types, shared scalars and directives. Each
@@ -2364,38 +3514,139 @@ carry it.
 """
 directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
 `, BuiltIn: false},
+	{Name: "../snapshot.graphqls", Input: `# VM snapshots: Proxmox's own snapshots of a guest (its disks, its
+# configuration and, if asked, its RAM). Taking, rolling back and deleting
+# one are operations that follow their Proxmox task (qmsnapshot, qmrollback,
+# qmdelsnapshot), like the power actions.
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: a VM of
+# another VDC (or no VM) answers NOT_FOUND, as does a snapshot the VM does
+# not have (extensions.field = name).
+#
+# Quota: a snapshot counts against the VDC's storage quota the size of the
+# VM's disks (what it may come to hold once the VM has rewritten them;
+# Proxmox reports no snapshot's size) plus, with RAM, the VM's memory; a
+# snapshot that does not fit is refused with QUOTA_EXCEEDED
+# (quotas.storageGiB) and changes nothing.
+
+extend type VM {
+  "Its snapshots, oldest first."
+  snapshots: [VMSnapshot!]!
+}
+
+extend type Mutation {
+  """
+  Takes a snapshot of a VM (BAD_USER_INPUT with extensions.field for a bad
+  name or description, or withRAM on a VM that is not running; CONFLICT for
+  a name the VM has, a VM with 32 snapshots, or one that is busy).
+  """
+  createSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot to take."
+    input: CreateSnapshotInput!
+  ): Operation! @vdc(role: MEMBER)
+  """
+  Puts a VM back as the snapshot holds it: the VM stops, and runs again
+  afterwards if the snapshot holds its RAM (where it was) or start is true.
+  """
+  rollbackSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot's name."
+    name: String!
+    "Start the VM after the rollback (a snapshot with RAM resumes it anyway)."
+    start: Boolean = false
+  ): Operation! @vdc(role: MEMBER)
+  "Deletes a snapshot; the snapshots taken on top of it take its parent."
+  deleteSnapshot(
+    "The VM's id."
+    vm: ID!
+    "The snapshot's name."
+    name: String!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"A snapshot to take."
+input CreateSnapshotInput {
+  """
+  2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
+  the VM's snapshots; not current, pending or vzdump.
+  """
+  name: String!
+  "Free text, at most 1024 bytes."
+  description: String
+  "Also save the RAM (the VM must be running): a rollback resumes it where it was."
+  withRAM: Boolean = false
+}
+
+"A snapshot of a VM."
+type VMSnapshot {
+  "Its name, unique among the VM's snapshots."
+  name: String!
+  "Free text given when it was taken."
+  description: String!
+  "When it was taken (null while it is being taken)."
+  createdAt: Time
+  "Whether it holds the VM's RAM."
+  withRAM: Boolean!
+  "The snapshot it was taken on top of."
+  parent: String
+  "Whether the VM now runs on top of it (the last taken or rolled back to)."
+  current: Boolean!
+  "What it counts against the VDC's storage quota, in GiB."
+  storageGiB: Int!
+}
+`, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
 
 extend type Query {
   "The VDCs the caller may use (all of them for platform admins)."
   vdcs: [VDC!]!
   "A VDC by name; NOT_FOUND unless the caller may use it."
-  vdc(name: String!): VDC
+  vdc(
+    "The name of the VDC."
+    name: String!
+  ): VDC
   "The VDC named by the FlexPlane-VDC-ID header."
   currentVDC: VDC! @vdc
 }
 
 extend type Mutation {
-  createVDC(input: CreateVDCInput!): VDC! @platformAdmin
+  "Creates a VDC with its quotas; CONFLICT when the name is taken."
+  createVDC(
+    "What to create."
+    input: CreateVDCInput!
+  ): VDC! @platformAdmin
   """
   Changes the given fields. With resourceVersion set the update is
   conditional: if the VDC changed since it was read, CONFLICT.
   """
-  updateVDC(input: UpdateVDCInput!): VDC! @platformAdmin
+  updateVDC(
+    "What to change."
+    input: UpdateVDCInput!
+  ): VDC! @platformAdmin
   """
   Deletes a VDC (conditional when resourceVersion is given). While it has
   VMs (or creates in flight) or networks in any zone it is refused with
   CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
   gone its Proxmox pool and SDN zone are removed from every zone.
   """
-  deleteVDC(name: String!, resourceVersion: String): Deleted! @platformAdmin
+  deleteVDC(
+    "The name of the VDC."
+    name: String!
+    "When set, CONFLICT if the VDC changed since it was read."
+    resourceVersion: String
+  ): Deleted! @platformAdmin
 }
 
 "A virtual datacenter."
 type VDC {
   "Unique name (a DNS label); the value of the FlexPlane-VDC-ID header."
   name: String!
+  "What it is for."
   description: String!
+  "Upper bounds of what its resources may use."
   quotas: VDCQuotas!
   """
   What it uses, counted as its quotas count: its VMs in every zone and the
@@ -2404,42 +3655,65 @@ type VDC {
   usage: VDCUsage
   "Changes on every write; pass it back for a conditional update."
   resourceVersion: String!
+  "When it was created."
   createdAt: Time!
 }
 
 "Upper bounds of what a VDC's resources may use in total (0 allows none)."
 type VDCQuotas {
+  "At most this many vCPUs."
   vcpus: Int!
+  "At most this much memory in MiB."
   memoryMiB: Int!
+  "At most this much disk in GiB."
   storageGiB: Int!
+  "At most this many VMs."
   vms: Int!
 }
 
 "What a VDC uses of its quotas."
 type VDCUsage {
+  "vCPUs of its VMs."
   vcpus: Int!
+  "Memory of its VMs in MiB."
   memoryMiB: Int!
+  "Disk of its VMs in GiB."
   storageGiB: Int!
+  "Its VMs."
   vms: Int!
 }
 
+"Quotas of a VDC (0 allows none)."
 input VDCQuotasInput {
+  "At most this many vCPUs."
   vcpus: Int!
+  "At most this much memory in MiB."
   memoryMiB: Int!
+  "At most this much disk in GiB."
   storageGiB: Int!
+  "At most this many VMs."
   vms: Int!
 }
 
+"A new VDC."
 input CreateVDCInput {
+  "Unique name (a DNS label); the value of the FlexPlane-VDC-ID header."
   name: String!
+  "What it is for; empty by default."
   description: String
+  "Its quotas."
   quotas: VDCQuotasInput!
 }
 
+"Changes to a VDC; absent fields stay as they are."
 input UpdateVDCInput {
+  "The name of the VDC to change (names do not change)."
   name: String!
+  "When set, CONFLICT if the VDC changed since it was read."
   resourceVersion: String
+  "A new description."
   description: String
+  "New quotas (all of them)."
   quotas: VDCQuotasInput
 }
 
@@ -2468,20 +3742,38 @@ extend type Mutation {
   template exists, vm is null and the operation's step is "stage".
   A refused create changes nothing.
   """
-  createVM(input: CreateVMInput!): CreateVMPayload! @vdc(role: MEMBER)
+  createVM(
+    "What to create."
+    input: CreateVMInput!
+  ): CreateVMPayload! @vdc(role: MEMBER)
   "Starts a stopped VM."
-  startVM(id: ID!): Operation! @vdc(role: MEMBER)
+  startVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Powers a VM off at once."
-  stopVM(id: ID!): Operation! @vdc(role: MEMBER)
+  stopVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Asks the guest OS to shut down (ACPI)."
-  shutdownVM(id: ID!): Operation! @vdc(role: MEMBER)
+  shutdownVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   "Reboots a running VM."
-  rebootVM(id: ID!): Operation! @vdc(role: MEMBER)
+  rebootVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   """
   Deletes a VM: stops it if it runs, destroys it with its disks and releases
   its addresses; the operation has ended when this returns.
   """
-  deleteVM(id: ID!): Operation! @vdc(role: MEMBER)
+  deleteVM(
+    "The id of the VM."
+    id: ID!
+  ): Operation! @vdc(role: MEMBER)
   """
   Moves a VM to another host of its zone (Proxmox's own migration: online
   for a running VM, its local disks copied) or, with zone, to another zone
@@ -2491,9 +3783,13 @@ extend type Mutation {
   VM's state, or a preflight check) and change nothing. The operation
   reports the step and the bytes moved.
   """
-  migrateVM(input: MigrateVMInput!): Operation! @vdc(role: MEMBER)
+  migrateVM(
+    "The VM and where it moves."
+    input: MigrateVMInput!
+  ): Operation! @vdc(role: MEMBER)
 }
 
+"Where migrateVM moves a VM."
 input MigrateVMInput {
   "The VM's id."
   id: ID!
@@ -2512,6 +3808,7 @@ input MigrateVMInput {
   networks: [NetworkMappingInput!]
 }
 
+"One network of a VM and the network of the target zone it maps to."
 input NetworkMappingInput {
   "The id of a network one of the VM's NICs is on."
   from: ID!
@@ -2519,6 +3816,7 @@ input NetworkMappingInput {
   to: ID!
 }
 
+"A new VM of the current VDC."
 input CreateVMInput {
   """
   A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
@@ -2548,6 +3846,7 @@ input CreateVMInput {
   user: String!
 }
 
+"A NIC of a new VM."
 input NICInput {
   "The id of a network of the VDC in the VM's zone."
   network: ID!
@@ -2558,9 +3857,11 @@ input NICInput {
   address: String
 }
 
+"The result of createVM."
 type CreateVMPayload {
   "The VM, in CREATING; null while its image is being staged into the zone."
   vm: VM
+  "The create's operation, to follow until the VM runs."
   operation: Operation!
 }
 `, BuiltIn: false},
@@ -2578,7 +3879,21 @@ extend type VM {
   its create, and the power actions Proxmox keeps in the task history of
   its node. An operation id answers operation(id) too.
   """
-  operations(first: Int = 20): [Operation!]!
+  operations(
+    "At most this many operations (1 to 100)."
+    first: Int = 20
+  ): [Operation!]! @deprecated(reason: "Use operationsConnection; operations is removed in the next release.")
+  """
+  The operations that ran on it, newest first, as a cursor connection over
+  the newest 100: its create, and the power actions Proxmox keeps in the
+  task history of its node.
+  """
+  operationsConnection(
+    "At most this many operations (1 to 100)."
+    first: Int = 20
+    "The endCursor of the previous page: the operations after it."
+    after: String
+  ): OperationConnection!
   "Bytes its NICs received since it started (a counter: rates are differences)."
   netInBytes: Float!
   "Bytes its NICs sent since it started."
@@ -2599,6 +3914,7 @@ type VMNIC {
   bridge: String!
   "The emulated device, e.g. virtio."
   model: String!
+  "Its MAC address."
   mac: String!
   "Addresses the Proxmox IPAM holds for its MAC."
   ipAddresses: [String!]!
@@ -2608,6 +3924,7 @@ type VMNIC {
 type VMDisk {
   "The Proxmox slot, e.g. scsi0."
   slot: String!
+  "Size in GiB."
   sizeGiB: Float!
   "The Proxmox storage holding it."
   storage: String!
@@ -2621,6 +3938,26 @@ type VMDisk {
   readIops: Int
   "Write limit in operations per second; null when unlimited."
   writeIops: Int
+}
+
+"A page of operations."
+type OperationConnection {
+  "The operations of the page with their cursors."
+  edges: [OperationEdge!]!
+  "The operations of the page (the edges' nodes)."
+  nodes: [Operation!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many operations there are in all (of the newest 100)."
+  totalCount: Int!
+}
+
+"An operation in a page of operations."
+type OperationEdge {
+  "Pass it as after to get the (older) operations after this one."
+  cursor: String!
+  "The operation."
+  node: Operation!
 }
 `, BuiltIn: false},
 }
@@ -2752,8 +4089,34 @@ func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.
 		return ec.fieldContext_Host_memoryUsed(ctx, field)
 	case "memoryTotal":
 		return ec.fieldContext_Host_memoryTotal(ctx, field)
+	case "metrics":
+		return ec.fieldContext_Host_metrics(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Host", field.Name)
+}
+
+func (ec *executionContext) childFields_HostConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_HostConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_HostConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_HostConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_HostConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HostConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_HostEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_HostEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_HostEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HostEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Image(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2810,6 +4173,28 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
 }
 
+func (ec *executionContext) childFields_MetricsPoint(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "time":
+		return ec.fieldContext_MetricsPoint_time(ctx, field)
+	case "cpuUsage":
+		return ec.fieldContext_MetricsPoint_cpuUsage(ctx, field)
+	case "memoryUsedMiB":
+		return ec.fieldContext_MetricsPoint_memoryUsedMiB(ctx, field)
+	case "memoryTotalMiB":
+		return ec.fieldContext_MetricsPoint_memoryTotalMiB(ctx, field)
+	case "netInBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_netInBytesPerSecond(ctx, field)
+	case "netOutBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_netOutBytesPerSecond(ctx, field)
+	case "diskReadBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_diskReadBytesPerSecond(ctx, field)
+	case "diskWriteBytesPerSecond":
+		return ec.fieldContext_MetricsPoint_diskWriteBytesPerSecond(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type MetricsPoint", field.Name)
+}
+
 func (ec *executionContext) childFields_Network(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2826,6 +4211,30 @@ func (ec *executionContext) childFields_Network(ctx context.Context, field graph
 		return ec.fieldContext_Network_vnet(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Network", field.Name)
+}
+
+func (ec *executionContext) childFields_NetworkConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_NetworkConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_NetworkConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_NetworkConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_NetworkConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NetworkConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_NetworkEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_NetworkEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_NetworkEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NetworkEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Operation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2852,6 +4261,30 @@ func (ec *executionContext) childFields_Operation(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type Operation", field.Name)
 }
 
+func (ec *executionContext) childFields_OperationConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_OperationConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_OperationConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_OperationConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_OperationConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OperationConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_OperationEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_OperationEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_OperationEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OperationEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_OperationProgress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "bytesMoved":
@@ -2862,6 +4295,30 @@ func (ec *executionContext) childFields_OperationProgress(ctx context.Context, f
 		return ec.fieldContext_OperationProgress_bytesPerSecond(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type OperationProgress", field.Name)
+}
+
+func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "hasNextPage":
+		return ec.fieldContext_PageInfo_hasNextPage(ctx, field)
+	case "hasPreviousPage":
+		return ec.fieldContext_PageInfo_hasPreviousPage(ctx, field)
+	case "startCursor":
+		return ec.fieldContext_PageInfo_startCursor(ctx, field)
+	case "endCursor":
+		return ec.fieldContext_PageInfo_endCursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_Region(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_Region_name(ctx, field)
+	case "zones":
+		return ec.fieldContext_Region_zones(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Region", field.Name)
 }
 
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2978,12 +4435,18 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_cpuUsage(ctx, field)
 	case "memoryUsedMiB":
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	case "metrics":
+		return ec.fieldContext_VM_metrics(ctx, field)
+	case "snapshots":
+		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "nics":
 		return ec.fieldContext_VM_nics(ctx, field)
 	case "disks":
 		return ec.fieldContext_VM_disks(ctx, field)
 	case "operations":
 		return ec.fieldContext_VM_operations(ctx, field)
+	case "operationsConnection":
+		return ec.fieldContext_VM_operationsConnection(ctx, field)
 	case "netInBytes":
 		return ec.fieldContext_VM_netInBytes(ctx, field)
 	case "netOutBytes":
@@ -2994,6 +4457,20 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_diskWriteBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VM", field.Name)
+}
+
+func (ec *executionContext) childFields_VMConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_VMConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_VMConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_VMConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_VMConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMConnection", field.Name)
 }
 
 func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3018,6 +4495,16 @@ func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphq
 	return nil, fmt.Errorf("no field named %q was found under type VMDisk", field.Name)
 }
 
+func (ec *executionContext) childFields_VMEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_VMEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_VMEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_VMNIC(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "index":
@@ -3036,6 +4523,26 @@ func (ec *executionContext) childFields_VMNIC(ctx context.Context, field graphql
 	return nil, fmt.Errorf("no field named %q was found under type VMNIC", field.Name)
 }
 
+func (ec *executionContext) childFields_VMSnapshot(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_VMSnapshot_name(ctx, field)
+	case "description":
+		return ec.fieldContext_VMSnapshot_description(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_VMSnapshot_createdAt(ctx, field)
+	case "withRAM":
+		return ec.fieldContext_VMSnapshot_withRAM(ctx, field)
+	case "parent":
+		return ec.fieldContext_VMSnapshot_parent(ctx, field)
+	case "current":
+		return ec.fieldContext_VMSnapshot_current(ctx, field)
+	case "storageGiB":
+		return ec.fieldContext_VMSnapshot_storageGiB(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VMSnapshot", field.Name)
+}
+
 func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -3050,8 +4557,40 @@ func (ec *executionContext) childFields_Zone(ctx context.Context, field graphql.
 		return ec.fieldContext_Zone_hosts(ctx, field)
 	case "capacity":
 		return ec.fieldContext_Zone_capacity(ctx, field)
+	case "metrics":
+		return ec.fieldContext_Zone_metrics(ctx, field)
+	case "region":
+		return ec.fieldContext_Zone_region(ctx, field)
+	case "dedicated":
+		return ec.fieldContext_Zone_dedicated(ctx, field)
+	case "dedicatedTo":
+		return ec.fieldContext_Zone_dedicatedTo(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Zone", field.Name)
+}
+
+func (ec *executionContext) childFields_ZoneConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ZoneConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_ZoneConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ZoneConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ZoneConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ZoneConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ZoneEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ZoneEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ZoneEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ZoneEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_ZonePool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -12,28 +12,44 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
+// An object with a global id, which node(id:) answers again.
+type Node interface {
+	IsNode()
+}
+
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
 type Capacity struct {
 	// Logical CPUs of the online hosts.
-	Cpus     int     `json:"cpus"`
+	Cpus int `json:"cpus"`
+	// CPU utilisation of the online hosts, 0 to 1.
 	CPUUsage float64 `json:"cpuUsage"`
 	// Memory of the online hosts, in MiB.
-	MemoryTotal int     `json:"memoryTotal"`
-	MemoryUsed  int     `json:"memoryUsed"`
+	MemoryTotal int `json:"memoryTotal"`
+	// Memory in use on the online hosts, in MiB.
+	MemoryUsed int `json:"memoryUsed"`
+	// memoryUsed / memoryTotal, 0 to 1.
 	MemoryUsage float64 `json:"memoryUsage"`
 	// Storage in GiB (a shared storage counts once).
-	StorageTotal int     `json:"storageTotal"`
-	StorageUsed  int     `json:"storageUsed"`
+	StorageTotal int `json:"storageTotal"`
+	// Storage in use, in GiB.
+	StorageUsed int `json:"storageUsed"`
+	// storageUsed / storageTotal, 0 to 1.
 	StorageUsage float64 `json:"storageUsage"`
 }
 
+// A new compute profile.
 type CreateComputeProfileInput struct {
-	Name        string  `json:"name"`
+	// Unique name (DNS labels joined by dots), e.g. medium.
+	Name string `json:"name"`
+	// What it is for; empty by default.
 	Description *string `json:"description,omitempty"`
-	Vcpus       int     `json:"vcpus"`
-	MemoryMiB   int     `json:"memoryMiB"`
+	// Virtual CPUs, 1 to 1024.
+	Vcpus int `json:"vcpus"`
+	// Memory in MiB, 64 to 16777216.
+	MemoryMiB int `json:"memoryMiB"`
 }
 
+// A new enrollment key for agents.
 type CreateEnrollmentKeyInput struct {
 	// A reusable key enrolls any number of agents; default single-use.
 	Reusable *bool `json:"reusable,omitempty"`
@@ -41,15 +57,23 @@ type CreateEnrollmentKeyInput struct {
 	TTLSeconds *int `json:"ttlSeconds,omitempty"`
 }
 
+// A new image of the catalog.
 type CreateImageInput struct {
-	Name        string  `json:"name"`
+	// Unique name (DNS labels joined by dots), e.g. ubuntu-24.04.
+	Name string `json:"name"`
+	// What it is; empty by default.
 	Description *string `json:"description,omitempty"`
-	Version     string  `json:"version"`
-	URL         string  `json:"url"`
-	Checksum    string  `json:"checksum"`
-	CloudInit   bool    `json:"cloudInit"`
+	// The image's version, e.g. 20241201.
+	Version string `json:"version"`
+	// The http(s) address agents download the image from.
+	URL string `json:"url"`
+	// sha256:<hex> or sha512:<hex> of the image file.
+	Checksum string `json:"checksum"`
+	// Whether the image runs cloud-init on first boot.
+	CloudInit bool `json:"cloudInit"`
 }
 
+// A new network of the current VDC.
 type CreateNetworkInput struct {
 	// 1 to 40 characters: lowercase letters, digits and '-', starting with a letter.
 	Name string `json:"name"`
@@ -61,21 +85,44 @@ type CreateNetworkInput struct {
 	Gateway string `json:"gateway"`
 }
 
+// A snapshot to take.
+type CreateSnapshotInput struct {
+	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
+	// the VM's snapshots; not current, pending or vzdump.
+	Name string `json:"name"`
+	// Free text, at most 1024 bytes.
+	Description *string `json:"description,omitempty"`
+	// Also save the RAM (the VM must be running): a rollback resumes it where it was.
+	WithRAM *bool `json:"withRAM,omitempty"`
+}
+
+// A new storage profile.
 type CreateStorageProfileInput struct {
-	Name        string           `json:"name"`
-	Description *string          `json:"description,omitempty"`
-	Tier        string           `json:"tier"`
-	ReadMBps    *int             `json:"readMBps,omitempty"`
-	WriteMBps   *int             `json:"writeMBps,omitempty"`
-	Pools       []*ZonePoolInput `json:"pools"`
+	// Unique name (DNS labels joined by dots), e.g. ssd-standard.
+	Name string `json:"name"`
+	// What it is for; empty by default.
+	Description *string `json:"description,omitempty"`
+	// The tier's label, e.g. ssd or nvme.
+	Tier string `json:"tier"`
+	// Read limit in MB/s; 0 or absent is unlimited.
+	ReadMBps *int `json:"readMBps,omitempty"`
+	// Write limit in MB/s; 0 or absent is unlimited.
+	WriteMBps *int `json:"writeMBps,omitempty"`
+	// The Proxmox storage offering the tier in each zone.
+	Pools []*ZonePoolInput `json:"pools"`
 }
 
+// A new VDC.
 type CreateVDCInput struct {
-	Name        string          `json:"name"`
-	Description *string         `json:"description,omitempty"`
-	Quotas      *VDCQuotasInput `json:"quotas"`
+	// Unique name (a DNS label); the value of the FlexPlane-VDC-ID header.
+	Name string `json:"name"`
+	// What it is for; empty by default.
+	Description *string `json:"description,omitempty"`
+	// Its quotas.
+	Quotas *VDCQuotasInput `json:"quotas"`
 }
 
+// A new VM of the current VDC.
 type CreateVMInput struct {
 	// A DNS name (labels of a-z, 0-9 and '-'), the guest's hostname. Names are
 	// not unique, not even within a VDC: a VM is known by its id, and two VMs
@@ -101,14 +148,17 @@ type CreateVMInput struct {
 	User string `json:"user"`
 }
 
+// The result of createVM.
 type CreateVMPayload struct {
 	// The VM, in CREATING; null while its image is being staged into the zone.
-	VM        *VM        `json:"vm,omitempty"`
+	VM *VM `json:"vm,omitempty"`
+	// The create's operation, to follow until the VM runs.
 	Operation *Operation `json:"operation"`
 }
 
 // A new key and its secret.
 type CreatedEnrollmentKey struct {
+	// The key.
 	Key *EnrollmentKey `json:"key"`
 	// Give this to the agent (-auth-key); it is not shown again.
 	Secret string `json:"secret"`
@@ -122,18 +172,23 @@ type Deleted struct {
 
 // The result of deleteNetwork.
 type DeletedNetwork struct {
+	// The id the network had.
 	ID string `json:"id"`
 }
 
 // An enrollment key.
 type EnrollmentKey struct {
-	ID       string `json:"id"`
-	Reusable bool   `json:"reusable"`
+	// The key's id at the mesh control server.
+	ID string `json:"id"`
+	// Whether it enrolls any number of agents (else one).
+	Reusable bool `json:"reusable"`
 	// Whether an agent enrolled with it.
 	Used bool `json:"used"`
 	// Whether it can no longer enroll agents (expired or revoked).
-	Expired   bool      `json:"expired"`
+	Expired bool `json:"expired"`
+	// When it was created.
 	CreatedAt time.Time `json:"createdAt"`
+	// When it stops enrolling agents.
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
@@ -145,10 +200,13 @@ type Host struct {
 	Name string `json:"name"`
 	// ONLINE when its agent is in the mesh and reaches Proxmox.
 	Status HostStatus `json:"status"`
-	Zone   *Zone      `json:"zone"`
+	// The zone (Proxmox cluster) it belongs to.
+	Zone *Zone `json:"zone"`
 	// Why the host is not online.
-	StatusDetail   *string `json:"statusDetail,omitempty"`
-	AgentVersion   *string `json:"agentVersion,omitempty"`
+	StatusDetail *string `json:"statusDetail,omitempty"`
+	// The version of its flexplane agent.
+	AgentVersion *string `json:"agentVersion,omitempty"`
+	// The Proxmox VE version the node runs.
 	ProxmoxVersion *string `json:"proxmoxVersion,omitempty"`
 	// Whether the agent runs another version than the orchestrator's.
 	UpdateAvailable *bool `json:"updateAvailable,omitempty"`
@@ -159,13 +217,41 @@ type Host struct {
 	// CPU utilisation, 0 to 1.
 	CPUUsage *float64 `json:"cpuUsage,omitempty"`
 	// Memory in MiB.
-	MemoryUsed  *int `json:"memoryUsed,omitempty"`
+	MemoryUsed *int `json:"memoryUsed,omitempty"`
+	// Memory in MiB.
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
+	// The node's CPU, memory and network over the timeframe, oldest point
+	// first; null, with an error, when the host does not answer.
+	Metrics []*MetricsPoint `json:"metrics,omitempty"`
 }
 
+func (Host) IsNode() {}
+
+// A page of hosts.
+type HostConnection struct {
+	// The hosts of the page with their cursors.
+	Edges []*HostEdge `json:"edges"`
+	// The hosts of the page (the edges' nodes).
+	Nodes []*Host `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many hosts match in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A host in a page of hosts.
+type HostEdge struct {
+	// Pass it as after to get the hosts after this one.
+	Cursor string `json:"cursor"`
+	// The host.
+	Node *Host `json:"node"`
+}
+
+// An image's state in one zone.
 type ImageZoneState struct {
 	// The zone's name.
-	Zone  string            `json:"zone"`
+	Zone string `json:"zone"`
+	// Where staging is.
 	State ImageStagingState `json:"state"`
 	// Why staging failed (the Proxmox task's exit status), or what is being done.
 	Reason *string `json:"reason,omitempty"`
@@ -176,7 +262,8 @@ type Me struct {
 	// Stable user id at the identity provider (the token's subject).
 	Subject string `json:"subject"`
 	// Display name.
-	Name  string  `json:"name"`
+	Name string `json:"name"`
+	// Email address, when the token carries one.
 	Email *string `json:"email,omitempty"`
 	// Platform admins manage zones, hosts, profiles, images and VDCs.
 	PlatformAdmin bool `json:"platformAdmin"`
@@ -187,6 +274,27 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+// One point of a time series: the averages over its slot; null fields had no data.
+type MetricsPoint struct {
+	// The start of the slot.
+	Time time.Time `json:"time"`
+	// CPU utilisation, 0 to 1 of its (virtual) CPUs.
+	CPUUsage *float64 `json:"cpuUsage,omitempty"`
+	// Memory in use, in MiB.
+	MemoryUsedMiB *float64 `json:"memoryUsedMiB,omitempty"`
+	// Memory it has, in MiB.
+	MemoryTotalMiB *float64 `json:"memoryTotalMiB,omitempty"`
+	// Bytes per second received.
+	NetInBytesPerSecond *float64 `json:"netInBytesPerSecond,omitempty"`
+	// Bytes per second sent.
+	NetOutBytesPerSecond *float64 `json:"netOutBytesPerSecond,omitempty"`
+	// Bytes per second read from disks (VMs only).
+	DiskReadBytesPerSecond *float64 `json:"diskReadBytesPerSecond,omitempty"`
+	// Bytes per second written to disks (VMs only).
+	DiskWriteBytesPerSecond *float64 `json:"diskWriteBytesPerSecond,omitempty"`
+}
+
+// Where migrateVM moves a VM.
 type MigrateVMInput struct {
 	// The VM's id.
 	ID string `json:"id"`
@@ -205,6 +313,7 @@ type MigrateVMInput struct {
 type Mutation struct {
 }
 
+// A NIC of a new VM.
 type NICInput struct {
 	// The id of a network of the VDC in the VM's zone.
 	Network string `json:"network"`
@@ -219,14 +328,39 @@ type Network struct {
 	ID string `json:"id"`
 	// Unique per VDC and zone.
 	Name string `json:"name"`
-	Zone *Zone  `json:"zone"`
+	// The zone it is in.
+	Zone *Zone `json:"zone"`
 	// IPv4 network in CIDR notation, e.g. 10.1.0.0/24.
-	Cidr    string `json:"cidr"`
+	Cidr string `json:"cidr"`
+	// The gateway address of its subnet.
 	Gateway string `json:"gateway"`
 	// The Proxmox VNet (what a NIC's bridge names).
 	Vnet string `json:"vnet"`
 }
 
+func (Network) IsNode() {}
+
+// A page of networks.
+type NetworkConnection struct {
+	// The networks of the page with their cursors.
+	Edges []*NetworkEdge `json:"edges"`
+	// The networks of the page (the edges' nodes).
+	Nodes []*Network `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many networks match in all (in the zones that answered).
+	TotalCount int `json:"totalCount"`
+}
+
+// A network in a page of networks.
+type NetworkEdge struct {
+	// Pass it as after to get the networks after this one.
+	Cursor string `json:"cursor"`
+	// The network.
+	Node *Network `json:"node"`
+}
+
+// One network of a VM and the network of the target zone it maps to.
 type NetworkMappingInput struct {
 	// The id of a network one of the VM's NICs is on.
 	From string `json:"from"`
@@ -234,21 +368,48 @@ type NetworkMappingInput struct {
 	To string `json:"to"`
 }
 
+// Progress of a create, power action or delete of a VM.
 type Operation struct {
 	// Opaque id.
-	ID    string         `json:"id"`
-	Kind  OperationKind  `json:"kind"`
+	ID string `json:"id"`
+	// What it does.
+	Kind OperationKind `json:"kind"`
+	// Whether it runs, succeeded or failed.
 	State OperationState `json:"state"`
 	// The current (or last) step, e.g. stage, clone, configure, resize, start, finish, qmstop.
 	Step string `json:"step"`
 	// Why it failed (FAILED).
 	Error *string `json:"error,omitempty"`
 	// The id of the VM it works on (null while a create has no guest yet).
-	VMID      *string    `json:"vmId,omitempty"`
+	VMID *string `json:"vmId,omitempty"`
+	// When it started (null when unknown).
 	StartedAt *time.Time `json:"startedAt,omitempty"`
-	UpdatedAt time.Time  `json:"updatedAt"`
+	// When its state or step last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
 	// How far a migration has copied (null for other kinds).
 	Progress *OperationProgress `json:"progress,omitempty"`
+}
+
+func (Operation) IsNode() {}
+
+// A page of operations.
+type OperationConnection struct {
+	// The operations of the page with their cursors.
+	Edges []*OperationEdge `json:"edges"`
+	// The operations of the page (the edges' nodes).
+	Nodes []*Operation `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many operations there are in all (of the newest 100).
+	TotalCount int `json:"totalCount"`
+}
+
+// An operation in a page of operations.
+type OperationEdge struct {
+	// Pass it as after to get the (older) operations after this one.
+	Cursor string `json:"cursor"`
+	// The operation.
+	Node *Operation `json:"node"`
 }
 
 // Bytes an operation copies.
@@ -261,8 +422,28 @@ type OperationProgress struct {
 	BytesPerSecond float64 `json:"bytesPerSecond"`
 }
 
+// Where a page of a connection lies in the whole list.
+type PageInfo struct {
+	// Whether there are items after this page (pass endCursor as after to get them).
+	HasNextPage bool `json:"hasNextPage"`
+	// Whether there are items before this page (true when after was given and matched items).
+	HasPreviousPage bool `json:"hasPreviousPage"`
+	// The cursor of the page's first edge; null for an empty page.
+	StartCursor *string `json:"startCursor,omitempty"`
+	// The cursor of the page's last edge; null for an empty page.
+	EndCursor *string `json:"endCursor,omitempty"`
+}
+
 // What can be read.
 type Query struct {
+}
+
+// A region: a group of zones.
+type Region struct {
+	// The region's name (a DNS label).
+	Name string `json:"name"`
+	// Its zones the caller sees, sorted by name.
+	Zones []*Zone `json:"zones"`
 }
 
 // What can be followed over a websocket (graphql-transport-ws).
@@ -277,74 +458,126 @@ type Tenant struct {
 	Domain string `json:"domain"`
 }
 
+// Changes to a compute profile; absent fields stay as they are.
 type UpdateComputeProfileInput struct {
-	Name            string  `json:"name"`
+	// The name of the compute profile to change (names do not change).
+	Name string `json:"name"`
+	// When set, CONFLICT if the compute profile changed since it was read.
 	ResourceVersion *string `json:"resourceVersion,omitempty"`
-	Description     *string `json:"description,omitempty"`
-	Vcpus           *int    `json:"vcpus,omitempty"`
-	MemoryMiB       *int    `json:"memoryMiB,omitempty"`
+	// A new description.
+	Description *string `json:"description,omitempty"`
+	// New vCPUs.
+	Vcpus *int `json:"vcpus,omitempty"`
+	// New memory in MiB.
+	MemoryMiB *int `json:"memoryMiB,omitempty"`
 }
 
+// Changes to an image; absent fields stay as they are.
 type UpdateImageInput struct {
-	Name            string  `json:"name"`
+	// The name of the image to change (names do not change).
+	Name string `json:"name"`
+	// When set, CONFLICT if the image changed since it was read.
 	ResourceVersion *string `json:"resourceVersion,omitempty"`
-	Description     *string `json:"description,omitempty"`
-	Version         *string `json:"version,omitempty"`
-	URL             *string `json:"url,omitempty"`
-	Checksum        *string `json:"checksum,omitempty"`
-	CloudInit       *bool   `json:"cloudInit,omitempty"`
+	// A new description.
+	Description *string `json:"description,omitempty"`
+	// A new version.
+	Version *string `json:"version,omitempty"`
+	// A new download address.
+	URL *string `json:"url,omitempty"`
+	// The new file's checksum.
+	Checksum *string `json:"checksum,omitempty"`
+	// Whether it runs cloud-init.
+	CloudInit *bool `json:"cloudInit,omitempty"`
 }
 
+// Changes to a storage profile; absent fields stay as they are.
 type UpdateStorageProfileInput struct {
-	Name            string  `json:"name"`
+	// The name of the storage profile to change (names do not change).
+	Name string `json:"name"`
+	// When set, CONFLICT if the storage profile changed since it was read.
 	ResourceVersion *string `json:"resourceVersion,omitempty"`
-	Description     *string `json:"description,omitempty"`
-	Tier            *string `json:"tier,omitempty"`
-	ReadMBps        *int    `json:"readMBps,omitempty"`
-	WriteMBps       *int    `json:"writeMBps,omitempty"`
+	// A new description.
+	Description *string `json:"description,omitempty"`
+	// A new tier label.
+	Tier *string `json:"tier,omitempty"`
+	// A new read limit in MB/s (0 unlimited).
+	ReadMBps *int `json:"readMBps,omitempty"`
+	// A new write limit in MB/s (0 unlimited).
+	WriteMBps *int `json:"writeMBps,omitempty"`
 	// Replaces the whole zone map when given.
 	Pools []*ZonePoolInput `json:"pools,omitempty"`
 }
 
+// Changes to a VDC; absent fields stay as they are.
 type UpdateVDCInput struct {
-	Name            string          `json:"name"`
-	ResourceVersion *string         `json:"resourceVersion,omitempty"`
-	Description     *string         `json:"description,omitempty"`
-	Quotas          *VDCQuotasInput `json:"quotas,omitempty"`
+	// The name of the VDC to change (names do not change).
+	Name string `json:"name"`
+	// When set, CONFLICT if the VDC changed since it was read.
+	ResourceVersion *string `json:"resourceVersion,omitempty"`
+	// A new description.
+	Description *string `json:"description,omitempty"`
+	// New quotas (all of them).
+	Quotas *VDCQuotasInput `json:"quotas,omitempty"`
+}
+
+// A change of a zone's policy.
+type UpdateZoneInput struct {
+	// The zone's name.
+	Name string `json:"name"`
+	// The region (a DNS label); "" takes the zone out of any region.
+	Region *string `json:"region,omitempty"`
+	// The VDCs the zone is dedicated to (at most 100); [] opens it to every VDC.
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
 }
 
 // A VDC the caller may use.
 type VDCAccess struct {
-	Vdc  *catalog.VDC `json:"vdc"`
-	Role VDCRole      `json:"role"`
+	// The VDC.
+	Vdc *catalog.VDC `json:"vdc"`
+	// The caller's role in it.
+	Role VDCRole `json:"role"`
 }
 
+// Quotas of a VDC (0 allows none).
 type VDCQuotasInput struct {
-	Vcpus      int `json:"vcpus"`
-	MemoryMiB  int `json:"memoryMiB"`
+	// At most this many vCPUs.
+	Vcpus int `json:"vcpus"`
+	// At most this much memory in MiB.
+	MemoryMiB int `json:"memoryMiB"`
+	// At most this much disk in GiB.
 	StorageGiB int `json:"storageGiB"`
-	Vms        int `json:"vms"`
+	// At most this many VMs.
+	Vms int `json:"vms"`
 }
 
 // What a VDC uses of its quotas.
 type VDCUsage struct {
-	Vcpus      int `json:"vcpus"`
-	MemoryMiB  int `json:"memoryMiB"`
+	// vCPUs of its VMs.
+	Vcpus int `json:"vcpus"`
+	// Memory of its VMs in MiB.
+	MemoryMiB int `json:"memoryMiB"`
+	// Disk of its VMs in GiB.
 	StorageGiB int `json:"storageGiB"`
-	Vms        int `json:"vms"`
+	// Its VMs.
+	Vms int `json:"vms"`
 }
 
 // A virtual machine of a VDC.
 type VM struct {
 	// Opaque, global id.
-	ID     string   `json:"id"`
-	Name   string   `json:"name"`
+	ID string `json:"id"`
+	// Its name, the guest's hostname (not unique).
+	Name string `json:"name"`
+	// Its power state.
 	Status VMStatus `json:"status"`
-	Zone   *Zone    `json:"zone"`
+	// The zone it runs in.
+	Zone *Zone `json:"zone"`
 	// The host it runs on (name and status for VDC users).
-	Host      *Host `json:"host,omitempty"`
-	Vcpus     int   `json:"vcpus"`
-	MemoryMiB int   `json:"memoryMiB"`
+	Host *Host `json:"host,omitempty"`
+	// Virtual CPUs.
+	Vcpus int `json:"vcpus"`
+	// Configured memory in MiB.
+	MemoryMiB int `json:"memoryMiB"`
 	// Size of its disks in GiB.
 	DiskGiB int `json:"diskGiB"`
 	// Addresses the Proxmox IPAM holds for it.
@@ -352,8 +585,15 @@ type VM struct {
 	// Seconds since it started (0 when not running).
 	Uptime int `json:"uptime"`
 	// CPU utilisation, 0 to 1 of its vCPUs.
-	CPUUsage      float64 `json:"cpuUsage"`
-	MemoryUsedMiB int     `json:"memoryUsedMiB"`
+	CPUUsage float64 `json:"cpuUsage"`
+	// Memory in use in MiB (0 when not running).
+	MemoryUsedMiB int `json:"memoryUsedMiB"`
+	// Its CPU, memory, network and disk I/O over the timeframe, oldest point
+	// first (about 70 points); points where it did not run have only a time.
+	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
+	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	// Its snapshots, oldest first.
+	Snapshots []*VMSnapshot `json:"snapshots"`
 	// Its network interfaces in order (net0 first).
 	Nics []*VMNic `json:"nics"`
 	// Its disks in slot order (the cloud-init drive is not one).
@@ -362,6 +602,10 @@ type VM struct {
 	// its create, and the power actions Proxmox keeps in the task history of
 	// its node. An operation id answers operation(id) too.
 	Operations []*Operation `json:"operations"`
+	// The operations that ran on it, newest first, as a cursor connection over
+	// the newest 100: its create, and the power actions Proxmox keeps in the
+	// task history of its node.
+	OperationsConnection *OperationConnection `json:"operationsConnection"`
 	// Bytes its NICs received since it started (a counter: rates are differences).
 	NetInBytes float64 `json:"netInBytes"`
 	// Bytes its NICs sent since it started.
@@ -372,10 +616,25 @@ type VM struct {
 	DiskWriteBytes float64 `json:"diskWriteBytes"`
 }
 
+func (VM) IsNode() {}
+
+// A page of VMs.
+type VMConnection struct {
+	// The VMs of the page with their cursors.
+	Edges []*VMEdge `json:"edges"`
+	// The VMs of the page (the edges' nodes).
+	Nodes []*VM `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many VMs match the filter in all (in the zones that answered).
+	TotalCount int `json:"totalCount"`
+}
+
 // A disk of a VM.
 type VMDisk struct {
 	// The Proxmox slot, e.g. scsi0.
-	Slot    string  `json:"slot"`
+	Slot string `json:"slot"`
+	// Size in GiB.
 	SizeGiB float64 `json:"sizeGiB"`
 	// The Proxmox storage holding it.
 	Storage string `json:"storage"`
@@ -391,10 +650,21 @@ type VMDisk struct {
 	WriteIops *int `json:"writeIops,omitempty"`
 }
 
+// A VM in a page of VMs.
+type VMEdge struct {
+	// Pass it as after to get the VMs after this one.
+	Cursor string `json:"cursor"`
+	// The VM.
+	Node *VM `json:"node"`
+}
+
 // Filters of vms; all given ones must match.
 type VMFilter struct {
 	// Zone name.
-	Zone   *string   `json:"zone,omitempty"`
+	Zone *string `json:"zone,omitempty"`
+	// Region: the VMs in the region's zones.
+	Region *string `json:"region,omitempty"`
+	// Power state.
 	Status *VMStatus `json:"status,omitempty"`
 	// Part of the name, case-insensitive.
 	Name *string `json:"name,omitempty"`
@@ -410,9 +680,28 @@ type VMNic struct {
 	Bridge string `json:"bridge"`
 	// The emulated device, e.g. virtio.
 	Model string `json:"model"`
-	Mac   string `json:"mac"`
+	// Its MAC address.
+	Mac string `json:"mac"`
 	// Addresses the Proxmox IPAM holds for its MAC.
 	IPAddresses []string `json:"ipAddresses"`
+}
+
+// A snapshot of a VM.
+type VMSnapshot struct {
+	// Its name, unique among the VM's snapshots.
+	Name string `json:"name"`
+	// Free text given when it was taken.
+	Description string `json:"description"`
+	// When it was taken (null while it is being taken).
+	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	// Whether it holds the VM's RAM.
+	WithRAM bool `json:"withRAM"`
+	// The snapshot it was taken on top of.
+	Parent *string `json:"parent,omitempty"`
+	// Whether the VM now runs on top of it (the last taken or rolled back to).
+	Current bool `json:"current"`
+	// What it counts against the VDC's storage quota, in GiB.
+	StorageGiB int `json:"storageGiB"`
 }
 
 // A zone: one Proxmox cluster, or a standalone Proxmox node.
@@ -420,24 +709,64 @@ type Zone struct {
 	// Stable identity of the Proxmox cluster.
 	ID string `json:"id"`
 	// The Proxmox cluster name (the node name of a standalone node).
-	Name       string     `json:"name"`
-	Status     ZoneStatus `json:"status"`
-	Standalone bool       `json:"standalone"`
+	Name string `json:"name"`
+	// Whether its hosts are online.
+	Status ZoneStatus `json:"status"`
+	// Whether it is a standalone Proxmox node (no cluster).
+	Standalone bool `json:"standalone"`
 	// The zone's hosts, sorted by name.
 	Hosts []*Host `json:"hosts,omitempty"`
 	// Totals and utilisation of the zone's online hosts and storage.
 	Capacity *Capacity `json:"capacity,omitempty"`
+	// The zone's hosts together over the timeframe, oldest point first: CPU as
+	// a fraction of all their CPUs, memory and traffic summed. Hosts that do
+	// not answer are left out (with ZONE_UNAVAILABLE when none answers).
+	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	// The region it belongs to.
+	Region *string `json:"region,omitempty"`
+	// Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC).
+	Dedicated bool `json:"dedicated"`
+	// The VDCs it is dedicated to, sorted; empty when every VDC may use it.
+	DedicatedTo []string `json:"dedicatedTo"`
 }
 
+func (Zone) IsNode() {}
+
+// A page of zones.
+type ZoneConnection struct {
+	// The zones of the page with their cursors.
+	Edges []*ZoneEdge `json:"edges"`
+	// The zones of the page (the edges' nodes).
+	Nodes []*Zone `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many zones there are in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A zone in a page of zones.
+type ZoneEdge struct {
+	// Pass it as after to get the zones after this one.
+	Cursor string `json:"cursor"`
+	// The zone.
+	Node *Zone `json:"node"`
+}
+
+// The Proxmox storage of a storage profile in one zone.
 type ZonePoolInput struct {
+	// The zone's name.
 	Zone string `json:"zone"`
+	// The Proxmox storage in that zone, e.g. local-lvm.
 	Pool string `json:"pool"`
 }
 
+// Whether a host can be used.
 type HostStatus string
 
 const (
-	HostStatusOnline  HostStatus = "ONLINE"
+	// Its agent is in the mesh and reaches Proxmox.
+	HostStatusOnline HostStatus = "ONLINE"
+	// Its agent is gone from the mesh or cannot reach Proxmox.
 	HostStatusOffline HostStatus = "OFFLINE"
 )
 
@@ -489,13 +818,18 @@ func (e HostStatus) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Where an image is in being staged into a zone.
 type ImageStagingState string
 
 const (
-	ImageStagingStateAbsent  ImageStagingState = "ABSENT"
+	// Not in the zone, nor being staged.
+	ImageStagingStateAbsent ImageStagingState = "ABSENT"
+	// Being downloaded or made into a template.
 	ImageStagingStateStaging ImageStagingState = "STAGING"
-	ImageStagingStateStaged  ImageStagingState = "STAGED"
-	ImageStagingStateFailed  ImageStagingState = "FAILED"
+	// A template of it exists: VMs can be created from it.
+	ImageStagingStateStaged ImageStagingState = "STAGED"
+	// The last staging failed (see reason); staging again retries.
+	ImageStagingStateFailed ImageStagingState = "FAILED"
 )
 
 var AllImageStagingState = []ImageStagingState{
@@ -548,16 +882,97 @@ func (e ImageStagingState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// How far back metrics go, and so how long each point's slot is.
+type MetricsTimeframe string
+
+const (
+	// The last hour, a point a minute.
+	MetricsTimeframeHour MetricsTimeframe = "HOUR"
+	// The last day, a point every 30 minutes.
+	MetricsTimeframeDay MetricsTimeframe = "DAY"
+	// The last week, a point every 3 hours.
+	MetricsTimeframeWeek MetricsTimeframe = "WEEK"
+	// The last month, a point every 12 hours.
+	MetricsTimeframeMonth MetricsTimeframe = "MONTH"
+	// The last year, a point a week.
+	MetricsTimeframeYear MetricsTimeframe = "YEAR"
+)
+
+var AllMetricsTimeframe = []MetricsTimeframe{
+	MetricsTimeframeHour,
+	MetricsTimeframeDay,
+	MetricsTimeframeWeek,
+	MetricsTimeframeMonth,
+	MetricsTimeframeYear,
+}
+
+func (e MetricsTimeframe) IsValid() bool {
+	switch e {
+	case MetricsTimeframeHour, MetricsTimeframeDay, MetricsTimeframeWeek, MetricsTimeframeMonth, MetricsTimeframeYear:
+		return true
+	}
+	return false
+}
+
+func (e MetricsTimeframe) String() string {
+	return string(e)
+}
+
+func (e *MetricsTimeframe) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = MetricsTimeframe(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid MetricsTimeframe", str)
+	}
+	return nil
+}
+
+func (e MetricsTimeframe) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *MetricsTimeframe) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e MetricsTimeframe) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What an operation does.
 type OperationKind string
 
 const (
-	OperationKindCreateVM   OperationKind = "CREATE_VM"
-	OperationKindStartVM    OperationKind = "START_VM"
-	OperationKindStopVM     OperationKind = "STOP_VM"
+	// createVM.
+	OperationKindCreateVM OperationKind = "CREATE_VM"
+	// startVM.
+	OperationKindStartVM OperationKind = "START_VM"
+	// stopVM.
+	OperationKindStopVM OperationKind = "STOP_VM"
+	// shutdownVM.
 	OperationKindShutdownVM OperationKind = "SHUTDOWN_VM"
-	OperationKindRebootVM   OperationKind = "REBOOT_VM"
-	OperationKindDeleteVM   OperationKind = "DELETE_VM"
-	OperationKindMigrateVM  OperationKind = "MIGRATE_VM"
+	// rebootVM.
+	OperationKindRebootVM OperationKind = "REBOOT_VM"
+	// deleteVM.
+	OperationKindDeleteVM OperationKind = "DELETE_VM"
+	// createSnapshot.
+	OperationKindCreateSnapshot OperationKind = "CREATE_SNAPSHOT"
+	// rollbackSnapshot.
+	OperationKindRollbackSnapshot OperationKind = "ROLLBACK_SNAPSHOT"
+	// deleteSnapshot.
+	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
+	// migrateVM.
+	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -567,12 +982,15 @@ var AllOperationKind = []OperationKind{
 	OperationKindShutdownVM,
 	OperationKindRebootVM,
 	OperationKindDeleteVM,
+	OperationKindCreateSnapshot,
+	OperationKindRollbackSnapshot,
+	OperationKindDeleteSnapshot,
 	OperationKindMigrateVM,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindMigrateVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM:
 		return true
 	}
 	return false
@@ -613,12 +1031,16 @@ func (e OperationKind) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Whether an operation runs or how it ended.
 type OperationState string
 
 const (
-	OperationStateRunning   OperationState = "RUNNING"
+	// Still running.
+	OperationStateRunning OperationState = "RUNNING"
+	// Ended well.
 	OperationStateSucceeded OperationState = "SUCCEEDED"
-	OperationStateFailed    OperationState = "FAILED"
+	// Ended with an error (see error).
+	OperationStateFailed OperationState = "FAILED"
 )
 
 var AllOperationState = []OperationState{
@@ -731,14 +1153,18 @@ func (e VDCRole) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// The power state of a VM.
 type VMStatus string
 
 const (
 	// Being created (or deleted): a Proxmox lock is held.
 	VMStatusCreating VMStatus = "CREATING"
-	VMStatusRunning  VMStatus = "RUNNING"
-	VMStatusStopped  VMStatus = "STOPPED"
-	VMStatusPaused   VMStatus = "PAUSED"
+	// Running.
+	VMStatusRunning VMStatus = "RUNNING"
+	// Powered off.
+	VMStatusStopped VMStatus = "STOPPED"
+	// Paused or suspended: not running, memory kept.
+	VMStatusPaused VMStatus = "PAUSED"
 	// Its host does not report it.
 	VMStatusUnknown VMStatus = "UNKNOWN"
 )
@@ -794,6 +1220,7 @@ func (e VMStatus) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Whether a zone can be reached.
 type ZoneStatus string
 
 const (

@@ -54,6 +54,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/status/shutdown", "/nodes/{node}/qemu/{vmid}/status/reboot",
 		"/nodes/{node}/qemu/{vmid}/status/reset", "/nodes/{node}/qemu/{vmid}/status/suspend",
 		"/nodes/{node}/qemu/{vmid}/status/resume",
+		"/nodes/{node}/qemu/{vmid}/snapshot", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
 		"/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/download-url",
 		"/pools",
@@ -67,7 +68,7 @@ func allowlist() []rule {
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
 	)
 	add("DELETE",
-		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/tasks/{upid}",
+		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", "/nodes/{node}/tasks/{upid}",
 		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/pools", "/pools/{poolid}",
 		"/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",

@@ -20,6 +20,10 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/cluster/sdn/vnets/vnet1/ips"},
 		{"GET", "/nodes/pve1/storage/local/content/local:iso/debian-13.iso"},
 		{"DELETE", "/nodes/pve1/storage/local-lvm/content/local-lvm:vm-100-disk-0"},
+		{"GET", "/nodes/pve1/qemu/100/snapshot"}, // snapshots: list, take, roll back, delete
+		{"POST", "/nodes/pve1/qemu/100/snapshot"},
+		{"POST", "/nodes/pve1/qemu/100/snapshot/before-upgrade/rollback"},
+		{"DELETE", "/nodes/pve1/qemu/100/snapshot/before-upgrade"},
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {
@@ -41,6 +45,7 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/agent/exec"},
 		{"GET", "/nodes/pve1/apt/update"},
 		{"PUT", "/cluster/options"},
+		{"PUT", "/nodes/pve1/qemu/100/snapshot/s1/config"},
 		{"DELETE", "/nodes/pve1/status"},
 		{"PATCH", "/nodes"},
 		{"get", "/nodes"},

@@ -214,7 +214,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		if err != nil {
-			h.unauthenticated(w, err)
+			h.unauthenticated(w, r.WithContext(ctx), err)
 			return
 		}
 	}
@@ -227,9 +227,11 @@ func isWebsocket(r *http.Request) bool {
 
 // unauthenticated answers 401 with a GraphQL error body, or 503 when the
 // token could not be judged because the identity provider is unreachable
-// (the client should retry, not sign in again).
-func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
+// (the client should retry, not sign in again); a mutation of r is audited.
+func (h *apiHandler) unauthenticated(w http.ResponseWriter, r *http.Request, err error) {
 	ae := apierr.From(err, "")
+	body := gqlerror.List{{Message: ae.Message, Extensions: ae.Extensions()}}
+	h.auditUnauthenticated(r, body)
 	w.Header().Set("Content-Type", "application/json")
 	if ae.Code == apierr.Unavailable {
 		h.log.Warn("graphql: cannot verify tokens", "err", err)
@@ -240,7 +242,7 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 		w.WriteHeader(http.StatusUnauthorized)
 	}
-	_ = json.NewEncoder(w).Encode(graphql.Response{Errors: gqlerror.List{{Message: ae.Message, Extensions: ae.Extensions()}}})
+	_ = json.NewEncoder(w).Encode(graphql.Response{Errors: body})
 }
 
 // websocketInit authenticates a websocket connection from its

@@ -33,7 +33,51 @@ type auditor struct {
 var _ interface {
 	graphql.HandlerExtension
 	graphql.RootFieldInterceptor
+	graphql.OperationParameterMutator
+	graphql.OperationInterceptor
+	graphql.ResponseInterceptor
 } = (*auditor)(nil)
+
+// newEvent is the event of mutation field verb of operation oc (nil when
+// the request was refused before it had one), its outcome OK until told
+// otherwise: who called, the VDC, when and the trace.
+func newEvent(ctx context.Context, verb string, oc *graphql.OperationContext) audit.Event {
+	ev := audit.Event{
+		Kind:           "Event",
+		APIVersion:     audit.APIVersion,
+		AuditID:        newAuditID(),
+		Stage:          audit.StageResponseComplete,
+		Verb:           verb,
+		StageTimestamp: time.Now().UTC(),
+		ResponseStatus: audit.ResponseStatus{Code: "OK"},
+	}
+	ev.RequestReceivedTimestamp = ev.StageTimestamp
+	if oc != nil {
+		ev.OperationName = oc.OperationName
+		if ev.OperationName == "" && oc.Operation != nil {
+			ev.OperationName = oc.Operation.Name
+		}
+		if !oc.Stats.OperationStart.IsZero() {
+			ev.RequestReceivedTimestamp = oc.Stats.OperationStart.UTC()
+		}
+	}
+	if p, ok := auth.FromContext(ctx); ok {
+		ev.User = audit.User{Subject: p.Subject, Name: p.Name, PlatformAdmin: p.PlatformAdmin}
+		for vdc, role := range p.VDCRoles {
+			ev.User.Roles = append(ev.User.Roles, vdc+":"+string(role))
+		}
+		slices.Sort(ev.User.Roles)
+	}
+	if s, ok := graph.VDCScopeFrom(ctx); ok && s.VDC != nil {
+		ev.VDC = s.VDC.Name
+	} else if name, ok := ctx.Value(rawVDCKey{}).(string); ok {
+		ev.VDC = name // refused before the VDC was resolved: the one asked for
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		ev.TraceID = sc.TraceID().String()
+	}
+	return ev
+}
 
 func (*auditor) ExtensionName() string { return "Audit" }
 
@@ -49,39 +93,16 @@ func (a *auditor) InterceptRootField(ctx context.Context, next graphql.RootResol
 		rf.Field.Name == "__typename" {
 		return next(ctx)
 	}
+	if st, ok := ctx.Value(opAuditKey{}).(*opAudit); ok {
+		st.ran.Store(true)
+	}
 	tasks := &audit.Tasks{}
 	res := next(audit.WithTasks(ctx, tasks))
 	upids := tasks.Close()
 
 	f := rf.Field
-	ev := audit.Event{
-		Kind:                     "Event",
-		APIVersion:               audit.APIVersion,
-		AuditID:                  newAuditID(),
-		Stage:                    audit.StageResponseComplete,
-		Verb:                     f.Name,
-		OperationName:            oc.OperationName,
-		RequestReceivedTimestamp: oc.Stats.OperationStart.UTC(),
-		StageTimestamp:           time.Now().UTC(),
-		UPIDs:                    upids,
-		ResponseStatus:           audit.ResponseStatus{Code: "OK"},
-	}
-	if ev.OperationName == "" {
-		ev.OperationName = oc.Operation.Name
-	}
-	if p, ok := auth.FromContext(ctx); ok {
-		ev.User = audit.User{Subject: p.Subject, Name: p.Name, PlatformAdmin: p.PlatformAdmin}
-		for vdc, role := range p.VDCRoles {
-			ev.User.Roles = append(ev.User.Roles, vdc+":"+string(role))
-		}
-		slices.Sort(ev.User.Roles)
-	}
-	if s, ok := graph.VDCScopeFrom(ctx); ok && s.VDC != nil {
-		ev.VDC = s.VDC.Name
-	}
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		ev.TraceID = sc.TraceID().String()
-	}
+	ev := newEvent(ctx, f.Name, oc)
+	ev.UPIDs = upids
 	var ids []string
 	if f.Definition != nil {
 		ev.ObjectRef.Resource = f.Definition.Type.Name()
@@ -97,6 +118,9 @@ func (a *auditor) InterceptRootField(ctx context.Context, next graphql.RootResol
 				continue
 			}
 			ev.RequestObject[def.Name] = a.redact(v, def.Type)
+			if id, ok := v.(string); ok && def.Type.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
+				ids = append(ids, id) // an ID argument of any name (vm: of createSnapshot)
+			}
 			ids = collectIDs(ids, def.Name, ev.RequestObject[def.Name])
 		}
 	}

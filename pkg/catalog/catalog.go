@@ -14,6 +14,8 @@
 package catalog
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -31,11 +33,12 @@ const (
 	KindComputeProfile Kind = "ComputeProfile"
 	KindStorageProfile Kind = "StorageProfile"
 	KindImage          Kind = "Image"
+	KindZonePolicy     Kind = "ZonePolicy"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy}
 }
 
 // plural is the lower-case plural used for directory names (as Kubernetes
@@ -50,6 +53,8 @@ func (k Kind) plural() string {
 		return "storageprofiles"
 	case KindImage:
 		return "images"
+	case KindZonePolicy:
+		return "zonepolicies"
 	}
 	return ""
 }
@@ -66,6 +71,8 @@ func New(kind Kind) (Object, error) {
 		o = &StorageProfile{}
 	case KindImage:
 		o = &Image{}
+	case KindZonePolicy:
+		o = &ZonePolicy{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}
@@ -158,6 +165,9 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists (0 before): that guest is
 	// counted through the reservation, not as a member of the VDC's pool.
 	VMID int `json:"vmid,omitempty"`
+	// Snapshot is set on the reservation of a snapshot being taken (the
+	// snapshot's name): it counts its storage only, no VM.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // VDCSpec is the desired state of a VDC.
@@ -281,3 +291,63 @@ func (*Image) ObjectKind() Kind { return KindImage }
 
 // DeepCopyObject implements Object.
 func (i *Image) DeepCopyObject() Object { c := *i; return &c }
+
+// ZonePolicy is what the platform admin decides about a zone (zones
+// themselves are discovered: a Proxmox cluster whose agents are in the
+// mesh). Its name is the zone's name. A zone without one is in no region
+// and open to every VDC.
+type ZonePolicy struct {
+	TypeMeta
+	ObjectMeta     `json:"metadata"`
+	ZonePolicySpec `json:"spec"`
+}
+
+// ZonePolicySpec is the region and the dedication of a zone.
+type ZonePolicySpec struct {
+	// Region groups zones (a DNS label, e.g. "eu-central"); "" for none.
+	Region string `json:"region,omitempty"`
+	// DedicatedTo lists the VDCs the zone is reserved for: when set, only
+	// they see the zone and place resources in it. Empty: every VDC.
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+}
+
+// Allows reports whether the zone is open to vdc.
+func (s *ZonePolicySpec) Allows(vdc string) bool {
+	return len(s.DedicatedTo) == 0 || slices.Contains(s.DedicatedTo, vdc)
+}
+
+// ObjectKind implements Object.
+func (*ZonePolicy) ObjectKind() Kind { return KindZonePolicy }
+
+// DeepCopyObject implements Object.
+func (p *ZonePolicy) DeepCopyObject() Object {
+	c := *p
+	c.DedicatedTo = slices.Clone(p.DedicatedTo)
+	return &c
+}
+
+// ZonePolicies returns the zone policies of store by zone name.
+func ZonePolicies(ctx context.Context, store Store) (map[string]*ZonePolicy, error) {
+	ps, err := List[*ZonePolicy](ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*ZonePolicy, len(ps))
+	for _, p := range ps {
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
+// ZoneAllows reports whether zone is open to vdc (it has no policy, or
+// its policy dedicates it to no VDC or to vdc among others).
+func ZoneAllows(ctx context.Context, store Store, zone, vdc string) (bool, error) {
+	p, err := Get[*ZonePolicy](ctx, store, zone)
+	if errors.Is(err, ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return p.Allows(vdc), nil
+}

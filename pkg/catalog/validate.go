@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -148,6 +149,34 @@ func (i *Image) Validate() error {
 	}
 	if !checksumRE.MatchString(i.Checksum) {
 		return invalid("checksum", "must be sha256:<64 hex digits> or sha512:<128 hex digits> in lower case")
+	}
+	return nil
+}
+
+// MaxDedicatedVDCs bounds the VDCs a zone is dedicated to.
+const MaxDedicatedVDCs = 100
+
+// Validate implements Object.
+func (p *ZonePolicy) Validate() error {
+	if err := ValidateLabel("name", p.Name); err != nil {
+		return err
+	}
+	if p.Region != "" {
+		if err := ValidateLabel("region", p.Region); err != nil {
+			return err
+		}
+	}
+	if len(p.DedicatedTo) > MaxDedicatedVDCs {
+		return invalid("dedicatedTo", "must name at most %d VDCs", MaxDedicatedVDCs)
+	}
+	for i, v := range p.DedicatedTo {
+		field := fmt.Sprintf("dedicatedTo[%d]", i)
+		if err := ValidateLabel(field, v); err != nil {
+			return err
+		}
+		if slices.Contains(p.DedicatedTo[:i], v) {
+			return invalid(field, "%q is named twice", v)
+		}
 	}
 	return nil
 }

@@ -136,8 +136,15 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	if !ok {
 		return nil, badInput("zone", "no zone %q", in.Zone)
 	}
+	// A zone dedicated to other VDCs does not exist for this one.
+	open, err := catalog.ZoneAllows(ctx, s.cfg.Catalog, z.Name, in.VDC)
+	if err != nil {
+		return nil, internal("reading the zone's policy failed", err)
+	}
+	if !open {
+		return nil, badInput("zone", "no zone %q", in.Zone)
+	}
 	p.zone = z
-	var err error
 	if p.img, err = catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, in.Image); err != nil {
 		return nil, catalogInput("image", "image", in.Image, err)
 	}
@@ -297,15 +304,8 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		return fail(err)
 	}
 	err = s.quota.Reserve(ctx, in.VDC, intent.Op, p.zone.ID, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
-	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
-		return fail(&Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err})
-	}
-	if ze := (*quota.ZoneUnavailableError)(nil); errors.As(err, &ze) {
-		return fail(&Error{Kind: KindZoneUnavailable, Zone: ze.Zone,
-			Message: fmt.Sprintf("the quota of VDC %s cannot be checked: the usage in zone %s cannot be counted", in.VDC, ze.Zone), Cause: err})
-	}
 	if err != nil {
-		return fail(internal("reserving quota failed", err))
+		return fail(quotaError(in.VDC, err))
 	}
 	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
 		return fail(zoneDown(p.zone.Name, err))
@@ -847,4 +847,16 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("compute: size %q is out of range", s)
 	}
 	return int64(n), nil
+}
+
+// quotaError maps an error of reserving quota in vdc.
+func quotaError(vdc string, err error) error {
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		return &Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err}
+	}
+	if ze := (*quota.ZoneUnavailableError)(nil); errors.As(err, &ze) {
+		return &Error{Kind: KindZoneUnavailable, Zone: ze.Zone,
+			Message: fmt.Sprintf("the quota of VDC %s cannot be checked: the usage in zone %s cannot be counted", vdc, ze.Zone), Cause: err}
+	}
+	return internal("reserving quota failed", err)
 }

@@ -1,8 +1,12 @@
 // Package network manages the networks of VDCs on Proxmox SDN, the system
-// of record: per VDC one SDN zone of type simple in each Proxmox cluster
-// (its isolated layer-3 domain, id tenancy.SDNZoneID), per network one VNet
-// (tenancy.VNetID, alias tenancy.VNetAlias) with one subnet and its
-// gateway, registered in the PVE IPAM. Every change is applied to the
+// of record: per VDC one SDN zone of type vxlan in each Proxmox cluster
+// (id tenancy.SDNZoneID) whose peers are the cluster's nodes, so a network
+// spans every node of the zone; per network one VNet (tenancy.VNetID,
+// alias tenancy.VNetAlias) with its own VXLAN VNI (the VNet's tag, unique
+// in the cluster) and one subnet with its gateway, registered in the PVE
+// IPAM. A VXLAN zone is layer 2 only: nothing routes between VNets, so a
+// VDC's only router is its edge gateway (package edge), which holds the
+// subnets' gateway addresses. Every change is applied to the
 // cluster with PUT /cluster/sdn before it returns. Nothing is kept outside
 // Proxmox; the calls go through a zone's go-proxmox client.
 package network
@@ -194,9 +198,7 @@ func Create(ctx context.Context, c *proxmox.Client, s Spec) (Network, error) {
 		return Network{}, err
 	}
 	n := Network{VDC: s.VDC, Name: s.Name, VNet: tenancy.VNetID(s.VDC, s.Name), CIDR: pfx, Gateway: gw}
-	if err := c.Post(ctx, "/cluster/sdn/vnets", map[string]any{
-		"vnet": n.VNet, "zone": zone, "alias": tenancy.VNetAlias(s.VDC, s.Name),
-	}, nil); err != nil {
+	if err := createVNet(ctx, c, zone, n.VNet, tenancy.VNetAlias(s.VDC, s.Name)); err != nil {
 		// A concurrent create of the same name wins the VNet id.
 		if again, lerr := List(ctx, c, s.VDC); lerr == nil && slices.ContainsFunc(again, func(o Network) bool { return o.Name == s.Name }) {
 			return Network{}, fmt.Errorf("network: create %s: %w", s.Name, ErrExists)
@@ -242,7 +244,80 @@ func check(nets []Network, name string, pfx netip.Prefix) error {
 	return nil
 }
 
-// ensureZone creates the VDC's SDN zone unless it exists.
+// FirstVNI is the lowest VXLAN VNI flexplane gives a VNet; lower ones are
+// left to the operator's own VNets.
+const FirstVNI = 10000
+
+// createVNet creates the VNet with the lowest VXLAN VNI (its tag) that no
+// VNet of the cluster has. Proxmox refuses a tag another VNet holds, so two
+// concurrent creates that guess the same VNI do not both get it: the loser
+// reads the VNets again and takes the next free one.
+func createVNet(ctx context.Context, c *proxmox.Client, zone, vnet, alias string) error {
+	var lastErr error
+	for range 20 {
+		var vnets []struct {
+			VNet string `json:"vnet"`
+			Tag  *int   `json:"tag"`
+		}
+		if err := c.Get(ctx, "/cluster/sdn/vnets", &vnets); err != nil {
+			return fmt.Errorf("network: list vnets: %w", err)
+		}
+		used := map[int]bool{}
+		for _, v := range vnets {
+			if v.VNet == vnet {
+				return fmt.Errorf("network: create vnet %s: it exists", vnet)
+			}
+			if v.Tag != nil {
+				used[*v.Tag] = true
+			}
+		}
+		tag := FirstVNI
+		for used[tag] {
+			tag++
+		}
+		err := c.Post(ctx, "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": zone, "alias": alias, "tag": tag}, nil)
+		if err == nil || !strings.Contains(err.Error(), "already exist in vnet") {
+			return err
+		}
+		lastErr = err
+	}
+	return fmt.Errorf("network: no free VXLAN VNI: %w", lastErr)
+}
+
+// zonePeers is the peers list of a VXLAN zone: the addresses of the
+// cluster's nodes, from /cluster/status, sorted.
+func zonePeers(ctx context.Context, c *proxmox.Client) (string, error) {
+	var st []struct {
+		Type string `json:"type"`
+		IP   string `json:"ip"`
+	}
+	if err := c.Get(ctx, "/cluster/status", &st); err != nil {
+		return "", fmt.Errorf("network: cluster status: %w", err)
+	}
+	var ips []netip.Addr
+	for _, e := range st {
+		if a, err := netip.ParseAddr(e.IP); e.Type == "node" && err == nil {
+			ips = append(ips, a)
+		}
+	}
+	if len(ips) == 0 {
+		return "", errors.New("network: cluster status names no node address for the VXLAN peers")
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	out := make([]string, len(ips))
+	for i, a := range ips {
+		out[i] = a.String()
+	}
+	return strings.Join(out, ","), nil
+}
+
+// VXLANMTU is the MTU of a VDC's VXLAN zone (and so of its VNet bridges and
+// guest NICs): 1500 of the nodes' network less the 50 bytes of VXLAN over
+// IPv4.
+const VXLANMTU = 1450
+
+// ensureZone creates the VDC's SDN zone (type vxlan, the cluster's nodes as
+// peers) unless it exists.
 func ensureZone(ctx context.Context, c *proxmox.Client, zone string) error {
 	has := func() (bool, error) {
 		var zs []struct {
@@ -261,7 +336,11 @@ func ensureZone(ctx context.Context, c *proxmox.Client, zone string) error {
 	if err != nil || ok {
 		return err
 	}
-	if err := c.Post(ctx, "/cluster/sdn/zones", map[string]any{"zone": zone, "type": "simple", "ipam": "pve"}, nil); err != nil {
+	peers, err := zonePeers(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := c.Post(ctx, "/cluster/sdn/zones", map[string]any{"zone": zone, "type": "vxlan", "peers": peers, "mtu": VXLANMTU, "ipam": "pve"}, nil); err != nil {
 		if ok, _ := has(); ok { // created concurrently
 			return nil
 		}

@@ -130,9 +130,30 @@ func TestLifecycle(t *testing.T) {
 	if len(running) != 1 || running[0]["vnet"] != n.VNet || running[0]["zone"] != tenancy.SDNZoneID("red") || running[0]["alias"] != tenancy.VNetAlias("red", "web") {
 		t.Fatalf("running vnets = %v", running)
 	}
+	// The VDC's zone is a VXLAN zone spanning both nodes; the VNet has a
+	// VNI of its own.
 	var zone map[string]any
-	if err := c.Get(ctx(t), "/cluster/sdn/zones/"+tenancy.SDNZoneID("red"), &zone); err != nil || zone["type"] != "simple" {
+	if err := c.Get(ctx(t), "/cluster/sdn/zones/"+tenancy.SDNZoneID("red"), &zone); err != nil || zone["type"] != "vxlan" {
 		t.Fatalf("VDC zone = %v, %v", zone, err)
+	}
+	var status []map[string]any
+	if err := c.Get(ctx(t), "/cluster/status", &status); err != nil {
+		t.Fatal(err)
+	}
+	var nodeIPs []string
+	for _, e := range status {
+		if e["type"] == "node" {
+			nodeIPs = append(nodeIPs, e["ip"].(string))
+		}
+	}
+	if len(nodeIPs) != 2 || zone["peers"] != strings.Join(nodeIPs, ",") {
+		t.Errorf("zone peers = %v, want the nodes' addresses %v", zone["peers"], nodeIPs)
+	}
+	if fmt.Sprint(zone["mtu"]) != fmt.Sprint(network.VXLANMTU) {
+		t.Errorf("zone mtu = %v", zone["mtu"])
+	}
+	if fmt.Sprint(running[0]["tag"]) != fmt.Sprint(network.FirstVNI) {
+		t.Errorf("first VNet's VNI = %v, want %d", running[0]["tag"], network.FirstVNI)
 	}
 
 	// Refusals change nothing.
@@ -163,6 +184,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if blue.VNet == n.VNet {
 		t.Fatal("two VDCs share a VNet id")
+	}
+	if vnis := vnis(t, c); vnis[n.VNet] == vnis[blue.VNet] {
+		t.Fatalf("two VDCs share a VXLAN VNI: %v", vnis)
 	}
 	for vdc, want := range map[string]string{"red": n.VNet, "blue": blue.VNet} {
 		nets, err := network.List(ctx(t), c, vdc)
@@ -290,5 +314,49 @@ func TestDeleteRacingAClaim(t *testing.T) {
 	}
 	if _, err := network.Get(ctx(t), c, "red", n.VNet); err != nil {
 		t.Fatalf("the network after the refused delete: %v", err)
+	}
+}
+
+// vnis maps each VNet of the cluster to its VXLAN VNI.
+func vnis(t *testing.T, c *proxmox.Client) map[string]string {
+	t.Helper()
+	var vnets []map[string]any
+	if err := c.Get(ctx(t), "/cluster/sdn/vnets", &vnets); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, v := range vnets {
+		out[v["vnet"].(string)] = fmt.Sprint(v["tag"])
+	}
+	return out
+}
+
+// Concurrent creates in different VDCs guess the same lowest free VNI;
+// Proxmox refuses a VNI taken, so each network still gets its own.
+func TestConcurrentCreatesGetDistinctVNIs(t *testing.T) {
+	t.Parallel()
+	c := cluster(t)
+	const n = 6
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := network.Create(ctx(t), c, network.Spec{VDC: fmt.Sprintf("v%d", i), Name: "main", CIDR: "10.9.0.0/24", Gateway: "10.9.0.1"})
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]string{}
+	for vnet, vni := range vnis(t, c) {
+		if other, dup := seen[vni]; dup {
+			t.Errorf("VNets %s and %s share VNI %s", vnet, other, vni)
+		}
+		seen[vni] = vnet
+	}
+	if len(seen) != n {
+		t.Errorf("%d VNIs for %d networks: %v", len(seen), n, seen)
 	}
 }

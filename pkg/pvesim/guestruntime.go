@@ -156,22 +156,44 @@ func hMigratePreconditions(cl *call, g *guest) (any, error) {
 
 var rrdSteps = map[string]time.Duration{
 	"hour": time.Minute, "day": 30 * time.Minute, "week": 3 * time.Hour,
-	"month": 12 * time.Hour, "year": 7 * 24 * time.Hour,
+	"month": 12 * time.Hour, "year": 7 * 24 * time.Hour, "decade": 70 * 24 * time.Hour,
+}
+
+// rrdPoints is the number of points an rrddata answer has, as Proxmox's
+// RRD archives give about 70 per timeframe.
+const rrdPoints = 70
+
+// rrdTimes are the times of an rrddata answer's points, oldest first.
+func rrdTimes(timeframe string, now time.Time) (times []time.Time, step time.Duration) {
+	step = rrdSteps[timeframe]
+	last := now.Truncate(step)
+	for i := rrdPoints - 1; i >= 0; i-- {
+		times = append(times, last.Add(-time.Duration(i)*step))
+	}
+	return times, step
+}
+
+// ranDuring tells whether the guest has been running since before the end
+// of the RRD slot [t, t+step) (the slot a point of time t averages), and
+// its uptime at the slot's start (0 when it started within the slot). The
+// simulator keeps no history: a stopped guest has no data, a running one
+// data since it last started.
+func (g *guest) ranDuring(t time.Time, step time.Duration) (time.Duration, bool) {
+	if !g.running || !g.startedAt.Before(t.Add(step)) {
+		return 0, false
+	}
+	return max(t.Sub(g.startedAt), 0), true
 }
 
 // hGuestRRDData answers rrddata from the same time-derived model as the live metrics:
 // 70 points of the timeframe, with data where the guest was running.
 func hGuestRRDData(cl *call, g *guest) (any, error) {
 	tf, _ := cl.p.str("timeframe")
-	step := rrdSteps[tf]
-	now := time.Now()
-	last := now.Truncate(step)
-	out := make([]map[string]any, 0, 70)
-	for i := 69; i >= 0; i-- {
-		t := last.Add(-time.Duration(i) * step)
+	times, step := rrdTimes(tf, time.Now())
+	out := make([]map[string]any, 0, len(times))
+	for _, t := range times {
 		e := map[string]any{"time": t.Unix(), "maxcpu": g.cpus(), "maxmem": g.maxmem(), "maxdisk": g.maxdisk(), "disk": 0}
-		if g.running && !t.Before(g.startedAt) {
-			up := t.Sub(g.startedAt)
+		if up, ok := g.ranDuring(t, step); ok {
 			m, next := g.metricsAt(up), g.metricsAt(up+step)
 			secs := step.Seconds()
 			e["cpu"] = m.cpu

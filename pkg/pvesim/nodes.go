@@ -241,6 +241,61 @@ func hNodeStatus(cl *call) (any, error) {
 	}, nil
 }
 
+// hNodeRRDData answers a node's rrddata from its guests: at each point the
+// load of the guests that ran then (their CPU, memory and traffic, as their
+// own rrddata reports them), over the node's idle base, as hNodeStatus
+// derives the node's current metrics. Before the node booted a point has
+// its time only, as Proxmox's RRD has no data for it.
+func hNodeRRDData(cl *call) (any, error) {
+	c := cl.c
+	n := c.st.nodes[cl.vars["node"]]
+	tf, _ := cl.p.str("timeframe")
+	times, step := rrdTimes(tf, time.Now())
+	var guests []*guest
+	for _, g := range c.st.guests {
+		if g.node == n.name {
+			guests = append(guests, g)
+		}
+	}
+	secs := step.Seconds()
+	out := make([]map[string]any, 0, len(times))
+	for _, t := range times {
+		e := map[string]any{"time": t.Unix()}
+		if !n.booted.Before(t.Add(step)) {
+			out = append(out, e)
+			continue
+		}
+		var load nodeLoad
+		var netin, netout float64
+		for _, g := range guests {
+			up, ok := g.ranDuring(t, step)
+			if !ok {
+				continue
+			}
+			m, next := g.metricsAt(up), g.metricsAt(up+step)
+			load.mem += m.mem + 64<<20
+			load.busy += m.cpu * float64(g.cpus())
+			netin += float64(next.netin-m.netin) / secs
+			netout += float64(next.netout-m.netout) / secs
+		}
+		m := c.st.nodeMetrics(n, t, load)
+		e["cpu"] = m.cpu
+		e["maxcpu"] = c.cfg.NodeCPUs
+		e["iowait"] = 0.0004
+		e["loadavg"] = m.load[0]
+		e["memtotal"] = c.cfg.NodeMemory
+		e["memused"] = m.mem
+		e["swaptotal"] = int64(8 << 30)
+		e["swapused"] = 0
+		e["roottotal"] = int64(100 << 30)
+		e["rootused"] = m.rootUse
+		e["netin"] = netin
+		e["netout"] = netout
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 func hNodeVersion(cl *call) (any, error) {
 	return map[string]any{"release": pveRelease, "version": pveVersion, "repoid": pveRepoID}, nil
 }

@@ -450,6 +450,7 @@ func (c *Cluster) startPersister(path string) {
 // markDirty asks the save loop to write the state file; it never blocks and may be
 // called with or without mu.
 func (c *Cluster) markDirty() {
+	c.kickNet()
 	if c.persist == nil {
 		return
 	}

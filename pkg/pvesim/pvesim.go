@@ -76,6 +76,10 @@ type Config struct {
 	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
 	// SchemaProblems; for tests.
 	CheckResponses bool
+	// DataPlane, when set, is given the cluster's network topology (nodes, applied
+	// VNets, running guests and their NICs) after every change of it, so that guests
+	// have real packets to send; see package simnet. nil simulates no data plane.
+	DataPlane DataPlane
 	// HTTPClient downloads URLs for download-url tasks; nil uses a client that accepts
 	// the certificates of the system pool (and any certificate when the request says
 	// verify-certificates=0).
@@ -119,7 +123,8 @@ type Cluster struct {
 	latency  atomic.Int64 // nanoseconds added to every request
 	inFlight atomic.Int64 // requests being answered
 	download *http.Client
-	persist  *persister // nil without Config.StateFile; immutable after Start
+	persist  *persister    // nil without Config.StateFile; immutable after Start
+	netKick  chan struct{} // nil without Config.DataPlane; immutable after Start
 
 	ctx    context.Context // canceled by Close; parent of task work
 	cancel context.CancelFunc
@@ -241,6 +246,12 @@ func Start(cfg Config) (*Cluster, error) {
 	c.url = c.eps[c.nodes[0]].url
 	if cfg.StateFile != "" {
 		c.startPersister(cfg.StateFile)
+	}
+	if cfg.DataPlane != nil {
+		c.netKick = make(chan struct{}, 1)
+		c.work.Add(1)
+		go c.dataPlaneLoop()
+		c.kickNet()
 	}
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil

@@ -45,6 +45,7 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /nodes":                                              hNodes,
 		"GET /nodes/{node}":                                       subdirs("name", "apt", "capabilities", "certificates", "config", "disks", "dns", "firewall", "hardware", "hosts", "journal", "lxc", "netstat", "network", "qemu", "query-url-metadata", "replication", "report", "rrd", "rrddata", "scan", "sdn", "services", "spiceshell", "startall", "status", "stopall", "storage", "subscription", "syslog", "tasks", "termproxy", "time", "version", "vncshell", "vzdump", "wakeonlan"),
 		"GET /nodes/{node}/status":                                hNodeStatus,
+		"GET /nodes/{node}/rrddata":                               hNodeRRDData,
 		"GET /nodes/{node}/version":                               hNodeVersion,
 		"GET /nodes/{node}/certificates/info":                     hCertificatesInfo,
 		"GET /nodes/{node}/tasks":                                 hNodeTasks,

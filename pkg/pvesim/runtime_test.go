@@ -217,3 +217,53 @@ func TestNodeNetworkPendingAndApply(t *testing.T) {
 		t.Fatalf("pve1 bridges after revert: %s", r.body)
 	}
 }
+
+// TestNodeRRDDataFollowsGuests: a node's rrddata is the load of the guests
+// that run on it, over its idle base: a running guest of 8 GiB and 4 cores
+// shows in its node's memory and CPU, a stopped one does not, and every
+// timeframe of the schema answers 70 points.
+func TestNodeRRDDataFollowsGuests(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 2})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	busy := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "memory", Value: "8192"}, proxmox.VirtualMachineOption{Name: "cores", Value: "4"})
+	newVM(t, cl, "pve2", 101, proxmox.VirtualMachineOption{Name: "memory", Value: "8192"}) // stopped
+	task, err := busy.Start(ctx)
+	waitOK(t, ctx, task, err)
+	last := func(node, timeframe string) map[string]any {
+		t.Helper()
+		r := call(t, c, testToken, http.MethodGet, "/nodes/"+node+"/rrddata", url.Values{"timeframe": {timeframe}, "cf": {"AVERAGE"}})
+		pts, ok := r.data.([]any)
+		if r.status != http.StatusOK || !ok || len(pts) != 70 {
+			t.Fatalf("%s rrddata %s: %d %s", node, timeframe, r.status, r.body)
+		}
+		return pts[69].(map[string]any)
+	}
+	for _, tf := range []string{"hour", "day", "week", "month", "year", "decade"} {
+		if p := last("pve1", tf); p["cpu"] == nil || p["memused"] == nil || p["time"] == nil {
+			t.Errorf("pve1 %s: last point %v", tf, p)
+		}
+	}
+	p1, p2 := last("pve1", "hour"), last("pve2", "hour")
+	// The guest boots (40-70 % of 4 cores) and uses part of its memory.
+	if mem := p1["memused"].(float64) - p2["memused"].(float64); mem < 64<<20 || mem > 9<<30 {
+		t.Errorf("pve1 uses %.0f MiB more than pve2, want the running guest's memory", mem/(1<<20))
+	}
+	if cpu := p1["cpu"].(float64) - p2["cpu"].(float64); cpu < 0.05 {
+		t.Errorf("pve1's CPU %.3f, pve2's %.3f: the booting guest does not show", p1["cpu"], p2["cpu"])
+	}
+	if p1["netin"].(float64) <= 0 || p2["netin"].(float64) != 0 || p1["memtotal"] != p2["memtotal"] {
+		t.Errorf("pve1 %v, pve2 %v", p1, p2)
+	}
+	// The guest's own rrddata has data in its current slot.
+	rrd, err := busy.RRDData(ctx, proxmox.TimeframeHour)
+	if err != nil || rrd[69].CPU == 0 || rrd[69].Mem == 0 {
+		t.Fatalf("guest rrddata: %v %+v", err, rrd[69])
+	}
+	task, err = busy.Stop(ctx)
+	waitOK(t, ctx, task, err)
+	if p := last("pve1", "hour"); p["netin"].(float64) != 0 {
+		t.Errorf("after the stop: %v", p)
+	}
+}

@@ -314,6 +314,16 @@ func (s *sdnConfig) validateVnet(v map[string]any) error {
 		if !hasTag {
 			return paramError("tag", "missing vxlan tag")
 		}
+		// A VNI is unique in the cluster, whatever zone holds it.
+		for _, id := range sortedKeys(s.vnets) {
+			o := s.vnets[id]
+			if id == v["vnet"] || o["tag"] == nil {
+				continue
+			}
+			if ozone := s.zones[fmt.Sprint(o["zone"])]; ozone != nil && (ozone["type"] == "vxlan" || ozone["type"] == "evpn") && formatValue(o["tag"]) == formatValue(v["tag"]) {
+				return paramError("tag", fmt.Sprintf("tag %s already exist in vnet %s", formatValue(v["tag"]), id))
+			}
+		}
 	}
 	return nil
 }

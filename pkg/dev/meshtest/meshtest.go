@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -45,6 +46,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
 )
 
 // ClusterSpec describes one simulated Proxmox cluster.
@@ -67,6 +69,7 @@ type options struct {
 	web      http.Handler
 	tracer   trace.TracerProvider
 	audit    audit.Sink
+	plane    *simnet.Config // WithDataPlane only
 }
 
 // Option configures a Harness.
@@ -76,6 +79,15 @@ type Option func(*options)
 // and "beta" with 2.
 func WithClusters(specs ...ClusterSpec) Option {
 	return func(o *options) { o.clusters = specs }
+}
+
+// WithDataPlane gives every simulated cluster a data plane (package simnet:
+// nodes, VNet bridges, VXLAN and running guests as network namespaces, named
+// after a random prefix; Cluster.Plane), removed by t.Cleanup. It needs root:
+// New fails the test without it. upstream are further addresses of each
+// cluster's internet namespace (simnet.Config.Upstream).
+func WithDataPlane(upstream ...netip.Prefix) Option {
+	return func(o *options) { o.plane = &simnet.Config{Upstream: upstream} }
 }
 
 // WithLogHandler sends every log line of the orchestrator (including the
@@ -149,7 +161,9 @@ type Cluster struct {
 	Secret string
 	// Agents are the cluster's agents, one per node, in node order.
 	Agents []*Agent
-	label  string
+	// Plane is the cluster's data plane (WithDataPlane only).
+	Plane *simnet.Plane
+	label string
 }
 
 // Agent is one agent of a simulated node.
@@ -210,8 +224,26 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
-		sim, err := pvesim.Start(pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
-			DiskDir: t.TempDir()})
+		simCfg := pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
+			DiskDir: t.TempDir()}
+		if o.plane != nil {
+			if os.Geteuid() != 0 {
+				t.Fatal("meshtest: WithDataPlane builds network namespaces: run the test as root")
+			}
+			pc := *o.plane
+			pc.Prefix, pc.Logger = "fpm"+randomHex(4), h.logger
+			p, err := simnet.New(pc)
+			if err != nil {
+				t.Fatalf("meshtest: data plane of %s: %v", c.label, err)
+			}
+			t.Cleanup(func() {
+				if err := p.Close(); err != nil {
+					t.Errorf("meshtest: %v", err)
+				}
+			})
+			c.Plane, simCfg.DataPlane = p, p
+		}
+		sim, err := pvesim.Start(simCfg)
 		if err != nil {
 			t.Fatalf("meshtest: start cluster %s: %v", c.label, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	netpkg "github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -68,41 +68,15 @@ func ImageServer(t testing.TB, size int) (url, checksum string) {
 }
 
 // AddNetwork creates the network named network of vdc in zone z with
-// cidr and gateway (SDN zone per VDC, VNet with the tenancy alias, subnet)
-// and applies the SDN configuration. It returns the network's id.
+// cidr and gateway, as the product does (network.Create: the VDC's VXLAN
+// zone, its VNet and subnet, applied). It returns the network's id.
 func AddNetwork(t testing.TB, z *Zone, vdc, network, cidr, gateway string) string {
 	t.Helper()
-	ctx := Ctx(t)
-	sdnZone := tenancy.SDNZoneID(vdc)
-	var zones []struct {
-		Zone string `json:"zone"`
+	n, err := netpkg.Create(Ctx(t), z.Client, netpkg.Spec{VDC: vdc, Name: network, CIDR: cidr, Gateway: gateway})
+	if err != nil {
+		t.Fatalf("vmtest: add network %s: %v", network, err)
 	}
-	if err := z.Client.Get(ctx, "/cluster/sdn/zones", &zones); err != nil {
-		t.Fatalf("list sdn zones: %v", err)
-	}
-	found := false
-	for _, zz := range zones {
-		found = found || zz.Zone == sdnZone
-	}
-	if !found {
-		if err := z.Client.Post(ctx, "/cluster/sdn/zones", map[string]any{"zone": sdnZone, "type": "simple", "ipam": "pve"}, nil); err != nil {
-			t.Fatalf("create sdn zone: %v", err)
-		}
-	}
-	vnet := tenancy.VNetID(vdc, network)
-	if err := z.Client.Post(ctx, "/cluster/sdn/vnets", map[string]any{"vnet": vnet, "zone": sdnZone, "alias": tenancy.VNetAlias(vdc, network)}, nil); err != nil {
-		t.Fatalf("create vnet: %v", err)
-	}
-	if _, err := netip.ParsePrefix(cidr); err != nil {
-		t.Fatalf("bad cidr: %v", err)
-	}
-	if err := z.Client.Post(ctx, "/cluster/sdn/vnets/"+vnet+"/subnets", map[string]any{"subnet": cidr, "type": "subnet", "gateway": gateway}, nil); err != nil {
-		t.Fatalf("create subnet: %v", err)
-	}
-	if err := z.Client.Put(ctx, "/cluster/sdn", nil, nil); err != nil {
-		t.Fatalf("apply sdn: %v", err)
-	}
-	return tenancy.NetworkRef{ZoneID: z.Name, VNet: vnet}.ID()
+	return tenancy.NetworkRef{ZoneID: z.Name, VNet: n.VNet}.ID()
 }
 
 // Catalog opens a catalog directory with VDC vdc (the given quotas), a

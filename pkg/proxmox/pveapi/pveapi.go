@@ -261,3 +261,44 @@ func NextID(ctx context.Context, c *proxmox.Client) (int, error) {
 	}
 	return n, nil
 }
+
+// Snapshot is one snapshot of a guest, as GET
+// /nodes/{node}/qemu/{vmid}/snapshot lists it.
+type Snapshot struct {
+	Name        string
+	Description string
+	// Parent is the snapshot it was taken on top of ("" for a first one).
+	Parent string
+	// Taken is when it was taken (zero while its task runs).
+	Taken time.Time
+	// VMState reports whether it holds the guest's RAM.
+	VMState bool
+}
+
+// Snapshots lists the snapshots of guest vmid on node, in Proxmox's order,
+// without the "current" entry; current is the snapshot the guest now runs
+// on top of ("" for none).
+func Snapshots(ctx context.Context, c *proxmox.Client, node string, vmid int) (snaps []Snapshot, current string, err error) {
+	var raw []struct {
+		Name        string            `json:"name"`
+		Description string            `json:"description"`
+		Parent      string            `json:"parent"`
+		SnapTime    int64             `json:"snaptime"`
+		VMState     proxmox.IntOrBool `json:"vmstate"`
+	}
+	if err := c.Get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot", url.PathEscape(node), vmid), &raw); err != nil {
+		return nil, "", fmt.Errorf("pveapi: snapshots of %d: %w", vmid, err)
+	}
+	for _, r := range raw {
+		if r.Name == "current" {
+			current = r.Parent
+			continue
+		}
+		s := Snapshot{Name: r.Name, Description: r.Description, Parent: r.Parent, VMState: bool(r.VMState)}
+		if r.SnapTime > 0 {
+			s.Taken = time.Unix(r.SnapTime, 0)
+		}
+		snaps = append(snaps, s)
+	}
+	return snaps, current, nil
+}

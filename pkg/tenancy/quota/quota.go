@@ -131,20 +131,64 @@ func (l *Ledger) ttl() time.Duration {
 
 // PoolUsage sums what the guests of vdc's pool in the zone of c use,
 // leaving out the guests in skip (by VMID: their reservations count them).
-// Templates are never counted.
+// Templates are never counted. Each guest's snapshots count their
+// SnapshotGiB in storage (one snapshot list per guest, at most
+// snapshotReads at a time).
 func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]bool) (Usage, error) {
 	guests, err := pveapi.PoolGuests(ctx, c, tenancy.PoolID(vdc))
 	if err != nil {
 		return Usage{}, fmt.Errorf("quota: usage: %w", err)
 	}
-	var u Usage
+	var (
+		mu   sync.Mutex
+		u    Usage   // protected by mu
+		errs []error // protected by mu
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, snapshotReads)
+	)
 	for _, g := range guests {
 		if g.Template == 1 || skip[g.VMID] {
 			continue
 		}
-		u = u.add(Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: g.DiskGiB(), VMs: 1})
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			gu := Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: g.DiskGiB(), VMs: 1}
+			snaps, _, err := pveapi.Snapshots(ctx, c, g.Node, g.VMID)
+			if err != nil && !pveapi.IsNotFound(err) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("quota: usage: %w", err))
+				mu.Unlock()
+				return
+			}
+			for _, s := range snaps {
+				gu.StorageGiB += SnapshotGiB(g.DiskGiB(), g.MemoryMiB(), s.VMState)
+			}
+			mu.Lock()
+			u = u.add(gu)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return Usage{}, errors.Join(errs...)
 	}
 	return u, nil
+}
+
+// snapshotReads bounds the snapshot lists PoolUsage reads at once per zone.
+const snapshotReads = 8
+
+// SnapshotGiB is what one snapshot of a guest with disks of diskGiB and
+// memoryMiB of RAM counts against its VDC's storage quota: the size of its
+// disks (what the snapshot may come to hold once the guest has rewritten
+// them; Proxmox reports no snapshot's size) and, when it holds the RAM, the
+// guest's memory (the vmstate volume), rounded up to whole GiB.
+func SnapshotGiB(diskGiB, memoryMiB int, withRAM bool) int {
+	if !withRAM {
+		return diskGiB
+	}
+	return diskGiB + (memoryMiB+1023)/1024
 }
 
 // counted is the count of one zone: fresh, or its last count (stale).
@@ -221,9 +265,18 @@ func used(cs []counted, live []catalog.QuotaReservation) (Usage, error) {
 		u = u.add(c.usage)
 	}
 	for _, r := range live {
-		u = u.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+		u = u.add(reserved(r))
 	}
 	return u, errors.Join(errs...)
+}
+
+// reserved is what reservation r holds: a create's resources and one VM,
+// or a snapshot's storage.
+func reserved(r catalog.QuotaReservation) Usage {
+	if r.Snapshot != "" {
+		return Usage{StorageGiB: r.StorageGiB}
+	}
+	return Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1}
 }
 
 // Reserve reserves req (VMs is taken as 1) for the create with operation id
@@ -232,7 +285,21 @@ func used(cs []counted, live []catalog.QuotaReservation) (Usage, error) {
 // before. Reserving an id twice is a no-op. It records what it counted in
 // each zone on the VDC, with the reservation.
 func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage) error {
-	req.VMs = 1
+	return l.reserve(ctx, vdc, catalog.QuotaReservation{
+		ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Zone: zoneID,
+	})
+}
+
+// ReserveSnapshot reserves gib of storage for snapshot name being taken
+// under id in zone zoneID of vdc, failing as Reserve does. Once the
+// snapshot exists the pool counts it too (SnapshotGiB): release the
+// reservation when its task has ended; until then, or until it expires,
+// the snapshot is counted twice (too much, never too little).
+func (l *Ledger) ReserveSnapshot(ctx context.Context, vdc, id, zoneID, name string, gib int) error {
+	return l.reserve(ctx, vdc, catalog.QuotaReservation{ID: id, StorageGiB: gib, Zone: zoneID, Snapshot: name})
+}
+
+func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReservation) error {
 	for {
 		v, err := catalog.Get[*catalog.VDC](ctx, l.Store, vdc)
 		if err != nil {
@@ -240,7 +307,7 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage)
 		}
 		now := time.Now()
 		live := pruned(v.Status.Reservations, now)
-		if slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.ID == id }) {
+		if slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.ID == res.ID }) {
 			return nil
 		}
 		cs := l.count(ctx, vdc, live, v.Status.Counted)
@@ -248,12 +315,11 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage)
 		if err != nil {
 			return err
 		}
-		if err := check(vdc, v.Quotas, u, req); err != nil {
+		if err := check(vdc, v.Quotas, u, reserved(res)); err != nil {
 			return err
 		}
-		v.Status.Reservations = append(live, catalog.QuotaReservation{
-			ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Expires: now.Add(l.ttl()), Zone: zoneID,
-		})
+		res.Expires = now.Add(l.ttl())
+		v.Status.Reservations = append(live, res)
 		record(v, cs, live, now)
 		_, err = catalog.Update(ctx, l.Store, v)
 		if errors.Is(err, catalog.ErrConflict) {
@@ -278,7 +344,7 @@ func record(v *catalog.VDC, cs []counted, live []catalog.QuotaReservation, now t
 		u := c.usage
 		for _, r := range live {
 			if r.Zone == c.zone.ID && r.VMID != 0 {
-				u = u.add(Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1})
+				u = u.add(reserved(r))
 			}
 		}
 		if v.Status.Counted == nil {
@@ -398,7 +464,7 @@ func check(vdc string, q catalog.VDCQuotas, used, req Usage) error {
 		{"memoryMiB", q.MemoryMiB, used.MemoryMiB, req.MemoryMiB},
 		{"storageGiB", q.StorageGiB, used.StorageGiB, req.StorageGiB},
 	} {
-		if c.use+c.ask > c.limit {
+		if c.ask > 0 && c.use+c.ask > c.limit {
 			return &ExceededError{VDC: vdc, Resource: c.name, Limit: c.limit, Used: c.use, Requested: c.ask}
 		}
 	}

@@ -36,6 +36,7 @@ var Paths = []string{
 	"/nodes",
 	"/nodes/{node}",
 	"/nodes/{node}/status",
+	"/nodes/{node}/rrddata",
 	"/nodes/{node}/version",
 	"/nodes/{node}/certificates/info",
 	"/nodes/{node}/network",
