@@ -110,7 +110,8 @@ type Config struct {
 	// RecoverInterval is how often Run calls Recover; default 30s.
 	RecoverInterval time.Duration
 	// AfterStep, if set, is called after each step of a create completes
-	// (steps: "claim", "clone", "configure", "resize", "start", "finish")
+	// (steps: "claim", "clone", "configure", "resize", "start", "finish";
+	// of a move across zones: "target", "stop", "copy", "cutover")
 	// with the runner's context; it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
 	// Logger receives the service's logs; default slog.Default().

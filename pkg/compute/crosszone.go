@@ -363,9 +363,16 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 		return err
 	}
 	undo := func(cause error) error {
+		if ctx.Err() != nil {
+			return cause // shut down: the move stays recorded for Recover
+		}
 		s.setStep(opID, "rollback")
 		s.rollbackMove(context.WithoutCancel(ctx), m, vmid)
 		return cause
+	}
+	s.after(ctx, m.op, "target")
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	if m.running {
 		s.setStep(opID, "stop")
@@ -391,10 +398,12 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 			return undo(fmt.Errorf("compute: copy disk %s: %w", d.key, err))
 		}
 	}
+	s.after(ctx, m.op, "copy")
 	s.setStep(opID, "cutover")
 	if err := s.cutOver(ctx, m); err != nil {
 		return undo(err)
 	}
+	s.after(ctx, m.op, "cutover")
 	s.setStep(opID, "finish")
 	return s.finishMove(ctx, m, vmid)
 }
@@ -424,6 +433,7 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 	params["tags"] = tenancy.JoinTags(tags)
 	in := *m.in
 	in.NICs = m.nics
+	in.Move = &MoveIntent{Op: m.op, From: m.src.ID, VMID: m.g.VMID, Running: m.running, Started: time.Now()}
 	params["description"] = in.Description()
 	for i, n := range m.nics {
 		params["net"+strconv.Itoa(i)] = "virtio=" + n.MAC + ",bridge=" + n.VNet
@@ -597,4 +607,40 @@ func isDiskKey(k string) bool {
 		}
 	}
 	return false
+}
+
+// recoverMove finishes or undoes a move across zones whose runner is gone,
+// found as its target guest g (marked incoming) in zone z: if the source
+// was marked moved the cut-over happened and the move is finished, else
+// the target is removed with its addresses and the source runs again if
+// it ran.
+func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) {
+	mi := in.Move
+	if time.Since(mi.Started) < s.cfg.StaleAfter {
+		return // perhaps live in another replica
+	}
+	sz, ok := s.zoneByID(ctx, mi.From)
+	if !ok {
+		return // the source's zone cannot be reached: wait
+	}
+	src, found, err := pveapi.FindGuest(ctx, sz.Client, mi.VMID)
+	if err != nil {
+		return
+	}
+	if s.isLive(sz, mi.VMID) {
+		return
+	}
+	m := &move{op: mi.Op, vdc: in.VDC, src: sz, dst: z, g: src, node: g.Node, running: mi.Running, nics: in.NICs, in: in}
+	if !found {
+		m.g = pveapi.Resource{VMID: mi.VMID}
+	}
+	if found && src.HasTag(movedTag) || !found {
+		s.log.Info("recovering a move across zones: finishing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
+		if err := s.finishMove(ctx, m, g.VMID); err != nil {
+			s.log.Warn("finishing a move", "op", mi.Op, "err", err)
+		}
+		return
+	}
+	s.log.Info("recovering a move across zones: undoing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
+	s.rollbackMove(ctx, m, g.VMID)
 }

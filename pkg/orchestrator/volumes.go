@@ -17,6 +17,10 @@ import (
 // capability and follows the progress.
 type volumeMover struct{ r *zones.Registry }
 
+// NewVolumeMover returns the VolumeMover of the zones of r (the one the
+// orchestrator's compute service uses).
+func NewVolumeMover(r *zones.Registry) compute.VolumeMover { return volumeMover{r} }
+
 // MoveVolume implements compute.VolumeMover.
 func (m volumeMover) MoveVolume(ctx context.Context, from, to compute.VolumeRef, progress func(done, total int64)) (string, error) {
 	src, _, ok := m.r.Agent(from.ZoneID, from.Node)
