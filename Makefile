@@ -53,6 +53,15 @@ BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
+# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), built
+# from the Go modules pinned in tools/kube and tools/etcd. They are cached
+# outside the checkout, in a directory named by a hash of the pins, so a
+# fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
+# derives the same directory when FLEXPLANE_KUBE_BIN is unset).
+KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/etcd/go.mod tools/etcd/go.sum
+KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
+export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
+
 NPM         ?= npm
 # Every file the portal build reads (not its outputs, packages or tests).
 PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -name .nuxt \
@@ -60,7 +69,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps lint-schema check-generated check-proto-breaking portal portal-deps browser test-portal
+	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -79,7 +88,7 @@ dev: portal
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests.
-test: portal browser
+test: portal browser postgres kube-bin
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -127,6 +136,32 @@ bench:
 bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
+## kube-bin: kube-apiserver and etcd for the tests, built from the pinned
+## Go modules into KUBE_BIN (a cold build takes ~10 minutes and ~3 GB of
+## memory; afterwards nothing is rebuilt until a pin changes). The version
+## ldflags make /version report the real version (Helm and client version
+## gates read it).
+kube-bin: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+
+print-kube-bin:
+	@echo $(KUBE_BIN)
+
+$(KUBE_BIN)/kube-apiserver:
+	@mkdir -p $(@D)
+	cd tools/kube && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+	minor=$$(echo $$v | cut -d. -f2) && \
+	$(GO) build -trimpath -ldflags "-s -w \
+		-X k8s.io/component-base/version.gitVersion=$$v \
+		-X k8s.io/component-base/version.gitMajor=1 \
+		-X k8s.io/component-base/version.gitMinor=$$minor" \
+		-o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+	mv $@.tmp $@
+
+$(KUBE_BIN)/etcd:
+	@mkdir -p $(@D)
+	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
+
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 
@@ -137,7 +172,7 @@ $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 
 ## generate: regenerate every generated file from its source.
-generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-deps
+generate: generate-proto generate-graphql generate-pveschema generate-graphiql generate-crds generate-deps
 
 # The agent gRPC API (buf lint, then buf generate with pinned local plugins).
 generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
@@ -149,6 +184,17 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 generate-graphql:
 	$(GO) tool gqlgen generate
 	$(GO) run ./graph/internal/sdl -in 'graph/*.graphqls' -out graph/flexplane.graphql
+
+# The catalog's Kubernetes API (pkg/catalog/kubestore/v1alpha1): DeepCopy
+# methods, and the CRDs with their OpenAPI validation, embedded by
+# pkg/catalog/kubestore and shipped by the chart (charts/flexplane/crds).
+CRD_API := ./pkg/catalog/kubestore/v1alpha1
+generate-crds:
+	$(GO) tool controller-gen object paths=$(CRD_API)
+	$(GO) tool controller-gen crd paths=$(CRD_API) output:crd:dir=pkg/catalog/kubestore/crds
+	mkdir -p charts/flexplane/crds
+	rm -f charts/flexplane/crds/flexplane.io_*.yaml
+	cp pkg/catalog/kubestore/crds/flexplane.io_*.yaml charts/flexplane/crds/
 
 # The full dependency list of the agent, the binary on every hypervisor
 # (cmd/agent's TestDepList fails when it is stale).
@@ -170,7 +216,7 @@ generate-graphiql:
 	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of
@@ -217,6 +263,25 @@ lint-portal: portal-deps
 ## browser: Debian's chromium for the browser tests (apt-get when missing).
 browser:
 	@portal/scripts/install-browser.sh
+
+## image: the orchestrator's container image, built without Docker
+## (pkg/dev/ociimage): a static linux binary, the built portal and the CA
+## bundle on an empty base, as an image tarball (IMAGE_OUT; docker load,
+## podman load, ctr images import, kind load image-archive). Reproducible:
+## the same sources give the same digest (timestamps from
+## SOURCE_DATE_EPOCH, else 0). Its tag is the flexplane chart's default image.
+IMAGE_OUT ?= bin/orchestrator-image.tar
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+image: portal
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=false \
+		-tags ts_omit_captiveportal -ldflags '-s -w -buildid=' -o bin/linux-$(IMAGE_ARCH)/orchestrator ./cmd/orchestrator
+	$(GO) run ./pkg/dev/ociimage/internal/build -arch $(IMAGE_ARCH) -binary bin/linux-$(IMAGE_ARCH)/orchestrator \
+		-portal portal/.output/public -out $(IMAGE_OUT)
+
+## postgres: Debian's postgresql server binaries for the tests that run a
+## throwaway PostgreSQL (pkg/dev/pgtest; apt-get when missing).
+postgres:
+	@pkg/dev/pgtest/install-postgres.sh
 
 ## test-portal: only the portal's browser tests: against an in-process
 ## backend, the mesh harness and the real dev stack.

@@ -4,6 +4,8 @@
 //	orchestrator keys create [-reusable] [-ttl]  create an agent enrollment key
 //	orchestrator keys list                       list enrollment keys
 //	orchestrator keys revoke ID                  revoke an enrollment key
+//	orchestrator catalog export [backend flags]  write the catalog as YAML manifests to stdout
+//	orchestrator catalog import [backend flags]  create the manifests on stdin in the catalog
 //
 // The keys subcommands talk to the running orchestrator through the unix
 // socket in its data directory (-data-dir, env FLEXPLANE_DATA_DIR).
@@ -20,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -30,6 +33,7 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -41,11 +45,13 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog-dir DIR] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-agent-version V]
-                     [-memory-limit SIZE] [-debug-addr ADDR]
+                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-agent-version V]
+                     [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
-  orchestrator keys revoke [-data-dir DIR] ID`
+  orchestrator keys revoke [-data-dir DIR] ID
+  orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
+  orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -69,6 +75,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return keys(ctx, args[1], args[2:], stdout)
+	case "catalog":
+		if len(args) < 2 {
+			return errors.New(usage)
+		}
+		return catalogCmd(ctx, args[1], args[2:], os.Stdin, stdout)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
@@ -107,6 +118,8 @@ func serve(ctx context.Context, args []string) error {
 	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
 	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
+	meshPG := fs.String("mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
+	meshPGPassword := fs.String("mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
 	stun := fs.String("stun-addr", env("FLEXPLANE_STUN_ADDR", ":3478"), "STUN UDP address (env FLEXPLANE_STUN_ADDR)")
 	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
 	issuer := fs.String("oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
@@ -114,7 +127,7 @@ func serve(ctx context.Context, args []string) error {
 	rolesClaim := fs.String("oidc-roles-claim", env("FLEXPLANE_OIDC_ROLES_CLAIM", auth.ZitadelRolesClaim), "claim holding the role keys (env FLEXPLANE_OIDC_ROLES_CLAIM)")
 	nameClaim := fs.String("oidc-name-claim", env("FLEXPLANE_OIDC_NAME_CLAIM", "name"), "display-name claim (env FLEXPLANE_OIDC_NAME_CLAIM)")
 	emailClaim := fs.String("oidc-email-claim", env("FLEXPLANE_OIDC_EMAIL_CLAIM", "email"), "email claim (env FLEXPLANE_OIDC_EMAIL_CLAIM)")
-	catalogDir := fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)")
+	cat := catalogFlags(fs)
 	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
 	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
@@ -137,6 +150,18 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
+	}
+	var meshPostgres *meshcontrol.PostgresConfig
+	if *meshPG != "" {
+		if meshPostgres, err = meshcontrol.ParsePostgresURL(*meshPG); err != nil {
+			return fmt.Errorf("-mesh-postgres: %w", err)
+		}
+		if *meshPGPassword == "" {
+			return errors.New("-mesh-postgres needs -mesh-postgres-password-file")
+		}
+		meshPostgres.PasswordFile = *meshPGPassword
+	} else if *meshPGPassword != "" {
+		return errors.New("-mesh-postgres-password-file needs -mesh-postgres")
 	}
 	if *memLimit != "" {
 		n, err := parseSize(*memLimit)
@@ -191,15 +216,17 @@ func serve(ctx context.Context, args []string) error {
 		_ = stopTracing(sctx)
 	}()
 	srv, err := orchestrator.New(orchestrator.Config{
-		Listen:    *listen,
-		PublicURL: *publicURL,
-		DataDir:   *dataDir,
-		STUNAddr:  *stun,
+		Listen:       *listen,
+		PublicURL:    *publicURL,
+		DataDir:      *dataDir,
+		STUNAddr:     *stun,
+		MeshPostgres: meshPostgres,
 		API: orchestrator.APIConfig{
 			Issuer:         *issuer,
 			Audience:       *audience,
 			Claims:         auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogDir:     *catalogDir,
+			CatalogBackend: *cat.backend,
+			CatalogDir:     *cat.dir,
 			Tenant:         graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
 			ZoneTimeout:    *zoneTimeout,
 			VMRecoverAfter: *recoverAfter,
@@ -207,6 +234,7 @@ func serve(ctx context.Context, args []string) error {
 			MaxDepth:       *maxDepth,
 			MaxComplexity:  *maxComplexity,
 		},
+		Kube:           cat.kube(),
 		MetricsListen:  *metricsAddr,
 		Audit:          auditCfg,
 		TracerProvider: tp,
@@ -307,5 +335,61 @@ func keys(ctx context.Context, sub string, args []string, stdout io.Writer) erro
 		return nil
 	default:
 		return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
+	}
+}
+
+// backendFlags are the flags choosing the catalog's backend, shared by
+// serve and the catalog subcommands.
+type backendFlags struct {
+	backend, dir, kubeconfig, namespace *string
+}
+
+func catalogFlags(fs *flag.FlagSet) backendFlags {
+	return backendFlags{
+		backend:    fs.String("catalog", env("FLEXPLANE_CATALOG", orchestrator.CatalogDir), "catalog backend: dir (manifests in -catalog-dir; one host) or kubernetes (custom resources flexplane.io/v1alpha1 in -namespace; many replicas) (env FLEXPLANE_CATALOG)"),
+		dir:        fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory of the dir backend; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)"),
+		kubeconfig: fs.String("kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the kubernetes backend; empty uses the pod's service account (env KUBECONFIG)"),
+		namespace:  fs.String("namespace", env("FLEXPLANE_NAMESPACE", ""), "namespace of flexplane's objects in Kubernetes; default the pod's own, else default (env FLEXPLANE_NAMESPACE)"),
+	}
+}
+
+func (b backendFlags) kube() orchestrator.KubeConfig {
+	return orchestrator.KubeConfig{Kubeconfig: *b.kubeconfig, Namespace: *b.namespace}
+}
+
+// catalogCmd runs `orchestrator catalog export|import`: the catalog moves
+// between backends (dir to kubernetes and back) as a stream of YAML
+// manifests, without loss.
+func catalogCmd(ctx context.Context, sub string, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("catalog "+sub, flag.ContinueOnError)
+	cat := catalogFlags(fs)
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory whose catalog/ the dir backend uses without -catalog-dir (env FLEXPLANE_DATA_DIR)")
+	replace := fs.Bool("replace", false, "import: overwrite objects that exist with other content (else they are an error)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return errors.New(usage)
+	}
+	dir := cmp.Or(*cat.dir, filepath.Join(*dataDir, "catalog"))
+	store, closeStore, err := orchestrator.OpenCatalog(ctx, orchestrator.CatalogConfig{Backend: *cat.backend, Dir: dir, Kube: cat.kube()})
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	switch sub {
+	case "export":
+		n, err := catalog.Export(ctx, store, stdout)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "exported %d objects\n", n)
+		return nil
+	case "import":
+		res, err := catalog.Import(ctx, store, stdin, catalog.ImportOptions{Replace: *replace})
+		fmt.Fprintf(os.Stderr, "created %d, replaced %d, unchanged %d\n", res.Created, res.Replaced, res.Unchanged)
+		return err
+	default:
+		return fmt.Errorf("unknown catalog command %q\n%s", sub, usage)
 	}
 }

@@ -147,3 +147,22 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestServeMeshPostgresFlags refuses a PostgreSQL configuration that is
+// incomplete or carries its password on the command line, before anything
+// starts.
+func TestServeMeshPostgresFlags(t *testing.T) {
+	t.Parallel()
+	for args, want := range map[[2]string]string{
+		{"-mesh-postgres", "postgres://hs@db/headscale"}:               "needs -mesh-postgres-password-file",
+		{"-mesh-postgres-password-file", "/run/secrets/pw"}:            "needs -mesh-postgres",
+		{"-mesh-postgres", "postgres://hs:secret@db/headscale"}:        "password",
+		{"-mesh-postgres", "postgres://hs@db/headscale?sslmode=maybe"}: "sslmode",
+		{"-mesh-postgres", "http://hs@db/headscale"}:                   "postgres://",
+	} {
+		err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), args[0], args[1]}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve %v: %v, want an error about %q", args, err, want)
+		}
+	}
+}

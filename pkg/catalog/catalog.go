@@ -41,6 +41,10 @@ func Kinds() []Kind {
 	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy}
 }
 
+// Resource is the kind's lower-case plural: its Kubernetes resource name
+// (and DirStore's directory); "" for an unknown kind.
+func (k Kind) Resource() string { return k.plural() }
+
 // plural is the lower-case plural used for directory names (as Kubernetes
 // resource names).
 func (k Kind) plural() string {

@@ -52,6 +52,10 @@ type Config struct {
 	// STUNAddr is the UDP address of the STUN server. Default ":3478"; a
 	// zero port picks a free one.
 	STUNAddr string
+	// MeshPostgres keeps the mesh control server's state in PostgreSQL
+	// (replicated deployments: whichever replica runs it finds the same
+	// nodes, keys and server keys); nil keeps it in SQLite under DataDir.
+	MeshPostgres *meshcontrol.PostgresConfig
 	// AgentPort is the agents' gRPC port. Default 50051.
 	AgentPort uint16
 	// MeshName is the orchestrator's name in the mesh. Default
@@ -77,6 +81,9 @@ type Config struct {
 	// TracerProvider traces GraphQL operations and the calls they make to
 	// the agents, whose spans join the trace; nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Kube says how to reach Kubernetes (the catalog's kubernetes
+	// backend).
+	Kube KubeConfig
 	// MeshPolicy replaces the default mesh policy; for tests only.
 	MeshPolicy string
 	// Logger receives all logs, including the control server's. Default
@@ -99,7 +106,11 @@ type APIConfig struct {
 	// Claims names the role, name and email claims; the zero value reads
 	// Zitadel's tokens.
 	Claims auth.ClaimNames
-	// CatalogDir holds the catalog's manifests (VDCs, profiles, images).
+	// CatalogBackend is where the catalog (VDCs, profiles, images) lives:
+	// CatalogDir (the default: manifests in CatalogDir) or
+	// CatalogKubernetes (custom resources, reached through Config.Kube).
+	CatalogBackend string
+	// CatalogDir holds the catalog's manifests (the dir backend).
 	// Default DataDir/catalog.
 	CatalogDir string
 	// Tenant is the one tenant this deployment serves.
@@ -155,6 +166,7 @@ type Server struct {
 	metricsLn  net.Listener         // nil without MetricsListen, protected by mu
 	webhook    *audit.Webhook       // nil without an audit webhook, protected by mu
 	catalog    catalog.Store        // nil without an API, protected by mu
+	closeCat   func()               // releases catalog; nil without an API, protected by mu
 	compute    *compute.Service     // nil without an API, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
@@ -225,6 +237,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		DataDir:   filepath.Join(s.cfg.DataDir, "headscale"),
 		ServerURL: publicURL,
 		STUNAddr:  s.cfg.STUNAddr,
+		Postgres:  s.cfg.MeshPostgres,
 		AgentPort: s.cfg.AgentPort,
 		Policy:    s.cfg.MeshPolicy,
 		Logger:    s.log,
@@ -307,12 +320,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		auditSink = sinks
 	}
 	var store catalog.Store
+	var closeCatalog func()
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
-		h, st, cs, err := s.newAPI(ctx, registry, control, reg, auditSink)
+		h, st, closeCat, cs, err := s.newAPI(ctx, registry, control, reg, auditSink)
 		if err != nil {
 			return err
 		}
+		undo = append(undo, closeCat)
+		closeCatalog = closeCat
 		vms = cs
 		// ServeMux allows registering while it serves; until now
 		// /graphql fell through to Handler.
@@ -349,7 +365,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}()
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
-	s.catalog, s.compute = store, vms
+	s.catalog, s.closeCat, s.compute = store, closeCatalog, vms
 	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
 	return nil
@@ -357,26 +373,32 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer, sink audit.Sink) (http.Handler, catalog.Store, *compute.Service, error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
 	// API answers UNAVAILABLE (503) meanwhile; the mesh works regardless.
 	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
 	if err := verifier.Ready(ctx); err != nil {
 		s.log.Warn("the OIDC issuer cannot be reached yet; the API answers UNAVAILABLE until it can", "issuer", c.Issuer, "err", err)
 	}
-	store, err := catalog.OpenDir(c.CatalogDir)
+	store, closeCat, err := OpenCatalog(ctx, CatalogConfig{Backend: c.CatalogBackend, Dir: c.CatalogDir, Kube: s.cfg.Kube,
+		Logger: s.log.With("component", "catalog")})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			closeCat()
+		}
+	}()
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
 		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	h, err := api.New(api.Config{
 		Verifier: verifier,
@@ -398,9 +420,9 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 		Audit:          sink,
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	return h, store, vms, nil
+	return h, store, closeCat, vms, nil
 }
 
 // Run starts the server and serves until ctx ends or Shutdown is called,
@@ -450,6 +472,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.webhook != nil {
 		// After the API: the last requests' events are sent too.
 		errs = append(errs, s.webhook.Close(ctx))
+	}
+	if s.closeCat != nil {
+		s.closeCat()
 	}
 	s.stop()
 	select {

@@ -54,9 +54,14 @@ import (
 // Config configures the embedded control server.
 type Config struct {
 	// DataDir holds the control server's state: its SQLite database and its
-	// Noise and DERP keys. Losing it forces every agent to enroll again.
-	// Required.
+	// Noise and DERP keys. Losing it forces every agent to enroll again,
+	// unless Postgres is set: then it holds only copies of what the
+	// database keeps and may be thrown away. Required.
 	DataDir string
+	// Postgres, when set, keeps the state in PostgreSQL (see
+	// PostgresConfig) instead of SQLite in DataDir: for replicated
+	// deployments. Nil is SQLite, the single-host default.
+	Postgres *PostgresConfig
 	// ServerURL is the URL nodes use to reach the handler returned by
 	// Handler (the orchestrator's public address), e.g.
 	// "https://flexplane.example.com". DERP is served there too. Required.
@@ -124,6 +129,14 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("meshcontrol: start: %w", err)
 	}
+	var pg *PostgresConfig
+	if cfg.Postgres != nil {
+		p, err := cfg.Postgres.resolve()
+		if err != nil {
+			return nil, fmt.Errorf("meshcontrol: start: %w", err)
+		}
+		pg = &p
+	}
 	stun, err := resolveUDP(cfg.STUNAddr)
 	if err != nil {
 		return nil, fmt.Errorf("meshcontrol: start: STUN address: %w", err)
@@ -132,7 +145,13 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meshcontrol: start: %w", err)
 	}
-	hcfg := headscaleConfig(cfg, stun, internal)
+	hcfg := headscaleConfig(cfg, pg, stun, internal)
+	if pg != nil {
+		keys := map[string]string{noiseKeyName: hcfg.NoisePrivateKeyPath, derpKeyName: hcfg.DERP.ServerPrivateKeyPath}
+		if err := syncKeys(ctx, *pg, keys); err != nil {
+			return nil, fmt.Errorf("meshcontrol: start: %w", err)
+		}
+	}
 
 	routeHeadscaleLogs(cfg.Logger)
 	hs, err := hscontrol.NewHeadscale(hcfg)
@@ -180,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 		},
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
-	c.log.Info("mesh control server started", "url", cfg.ServerURL, "stun", stun, "data_dir", cfg.DataDir)
+	c.log.Info("mesh control server started", "url", cfg.ServerURL, "stun", stun, "data_dir", cfg.DataDir, "database", hcfg.Database.Type)
 	return c, nil
 }
 
@@ -285,7 +304,7 @@ func (c *Control) Close(ctx context.Context) error {
 // SocketPath is the unix socket of the local API (see Dial).
 func (c *Control) SocketPath() string { return c.cfg.SocketPath }
 
-func headscaleConfig(cfg Config, stun, internal string) *types.Config {
+func headscaleConfig(cfg Config, pg *PostgresConfig, stun, internal string) *types.Config {
 	// When nodes reach the server by an IPv4 literal, the DERP node is
 	// announced as IPv4-only: otherwise every node's network check waits
 	// about 3s for an IPv6 STUN answer that cannot come.
@@ -293,6 +312,32 @@ func headscaleConfig(cfg Config, stun, internal string) *types.Config {
 	if u, err := url.Parse(cfg.ServerURL); err == nil {
 		if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.Is4() {
 			derpV4, derpV6 = ip.String(), "none"
+		}
+	}
+	db := types.DatabaseConfig{
+		Type: types.DatabaseSqlite,
+		Sqlite: types.SqliteConfig{
+			Path:              filepath.Join(cfg.DataDir, "headscale.sqlite"),
+			WriteAheadLog:     true,
+			WALAutoCheckPoint: 1000,
+		},
+	}
+	if pg != nil {
+		// Headscale joins these into a keyword/value connection string
+		// unquoted: quoted here, every value stays one value.
+		db = types.DatabaseConfig{
+			Type: types.DatabasePostgres,
+			Postgres: types.PostgresConfig{
+				Host:                quote(pg.Host),
+				Port:                pg.Port,
+				Name:                quote(pg.Database),
+				User:                quote(pg.User),
+				Pass:                quote(pg.Password),
+				Ssl:                 pg.SSLMode,
+				MaxOpenConnections:  pg.MaxOpenConns,
+				MaxIdleConnections:  pg.MaxOpenConns,
+				ConnMaxIdleTimeSecs: 3600,
+			},
 		}
 	}
 	v4 := netip.MustParsePrefix("100.64.0.0/10")
@@ -306,14 +351,7 @@ func headscaleConfig(cfg Config, stun, internal string) *types.Config {
 		IPAllocation:                   types.IPAllocationStrategySequential,
 		NoisePrivateKeyPath:            filepath.Join(cfg.DataDir, "noise_private.key"),
 		DisableUpdateCheck:             true,
-		Database: types.DatabaseConfig{
-			Type: types.DatabaseSqlite,
-			Sqlite: types.SqliteConfig{
-				Path:              filepath.Join(cfg.DataDir, "headscale.sqlite"),
-				WriteAheadLog:     true,
-				WALAutoCheckPoint: 1000,
-			},
-		},
+		Database:                       db,
 		DERP: types.DERPConfig{
 			ServerEnabled:                      true,
 			AutomaticallyAddEmbeddedDerpRegion: true,

@@ -36,7 +36,14 @@ func shortTempDir(t *testing.T) string {
 
 func startServer(t *testing.T, dir string) *server {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return startServerAt(t, dir, "127.0.0.1:0", nil)
+}
+
+// startServerAt starts a control server listening on addr, its state in
+// pg when that is set.
+func startServerAt(t *testing.T, dir, addr string, pg *meshcontrol.PostgresConfig) *server {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +54,7 @@ func startServer(t *testing.T, dir string) *server {
 		DataDir:   dir,
 		ServerURL: s.url,
 		STUNAddr:  "127.0.0.1:0",
+		Postgres:  pg,
 		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

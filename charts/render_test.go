@@ -1,0 +1,246 @@
+package charts
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"sigs.k8s.io/yaml"
+
+	"github.com/flexplane/flexplane/pkg/dev/ociimage"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of TestRender")
+
+// kubeVersion is the version of the API server of the tests (Helm
+// defaults to v1.20 without a server).
+const kubeVersion = "v1.37.2"
+
+// chartNames are the charts of this directory.
+var chartNames = []string{"flexplane", "identity"}
+
+// valueSets are a chart's ci/*.yaml files, the matrix it is linted,
+// rendered and installed with.
+func valueSets(t *testing.T, name string) map[string]map[string]any {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(name, "ci", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: no ci/*.yaml values (%v)", name, err)
+	}
+	sets := map[string]map[string]any{}
+	for _, f := range files {
+		vals, err := chartutil.ReadValuesFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets[strings.TrimSuffix(filepath.Base(f), ".yaml")] = vals
+	}
+	return sets
+}
+
+func loadChart(t *testing.T, name string) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLint lints each chart with each of its value sets, strictly
+// (warnings fail).
+func TestLint(t *testing.T) {
+	t.Parallel()
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range chartNames {
+		for set, vals := range valueSets(t, name) {
+			l := action.NewLint()
+			l.Strict = true
+			l.Namespace = "flexplane"
+			l.KubeVersion = kv
+			res := l.Run([]string{name}, vals)
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("%s with %s: %s", name, set, m)
+				}
+			}
+			for _, err := range res.Errors {
+				t.Errorf("%s with %s: %v", name, set, err)
+			}
+		}
+	}
+}
+
+// render renders chart name with vals as `helm template` does.
+func render(t *testing.T, name string, vals map[string]any) (string, error) {
+	t.Helper()
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := action.NewInstall(&action.Configuration{})
+	inst.DryRun, inst.ClientOnly, inst.Replace, inst.IncludeCRDs = true, true, true, true
+	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "fp", "flexplane", kv
+	rel, err := inst.Run(loadChart(t, name), vals)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// TestRender renders each chart with each value set and compares the
+// manifests with testdata/<chart>-<set>.yaml (-update rewrites them).
+// Values a chart generates at random are checked and then masked.
+func TestRender(t *testing.T) {
+	t.Parallel()
+	for _, name := range chartNames {
+		for set, vals := range valueSets(t, name) {
+			got, err := render(t, name, vals)
+			if err != nil {
+				t.Errorf("%s with %s: %v", name, set, err)
+				continue
+			}
+			got = maskRandom(t, got)
+			golden := filepath.Join("testdata", fmt.Sprintf("%s-%s.yaml", name, set))
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Errorf("%s with %s: %v (run go test ./charts -run TestRender -update)", name, set, err)
+				continue
+			}
+			if got != string(want) {
+				t.Errorf("%s with %s differs from %s (go test ./charts -run TestRender -update rewrites it):\n%s",
+					name, set, golden, diff(string(want), got))
+			}
+		}
+	}
+}
+
+// maskRandom replaces the data of Secrets a chart generates at random
+// (annotated flexplane.io/generated) after checking its shape.
+func maskRandom(t *testing.T, manifest string) string {
+	t.Helper()
+	docs := strings.Split(manifest, "\n---\n")
+	for i, doc := range docs {
+		var obj struct {
+			Kind     string
+			Metadata struct {
+				Annotations map[string]string
+			}
+			Data map[string]string
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("rendered manifest does not parse: %v\n%s", err, doc)
+		}
+		if obj.Kind != "Secret" || obj.Metadata.Annotations["flexplane.io/generated"] == "" {
+			continue
+		}
+		keys := make([]string, 0, len(obj.Data))
+		for k := range obj.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := obj.Data[k]
+			if len(v) < 32 {
+				t.Errorf("generated Secret data %s is only %d characters", k, len(v))
+			}
+			doc = strings.ReplaceAll(doc, v, "<generated>")
+		}
+		docs[i] = doc
+	}
+	return strings.Join(docs, "\n---\n")
+}
+
+// diff is a line diff good enough to find a change.
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "line %d:\n- %s\n+ %s\n", i+1, wl, gl)
+			if b.Len() > 4000 {
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestRenderRefuses checks that values the orchestrator could not run with
+// are refused with a message naming the value, before anything is
+// installed.
+func TestRenderRefuses(t *testing.T) {
+	t.Parallel()
+	base := func() map[string]any {
+		return map[string]any{
+			"publicURL":    "https://fp.example.com",
+			"oidc":         map[string]any{"issuer": "https://id.example.com", "audience": "portal"},
+			"meshPostgres": map[string]any{"url": "postgres://hs@db/headscale", "existingSecret": "hs-db"},
+		}
+	}
+	if _, err := render(t, "flexplane", base()); err != nil {
+		t.Fatalf("the base values are refused: %v", err)
+	}
+	for name, c := range map[string]struct {
+		set  func(v map[string]any)
+		want string
+	}{
+		"replicas without postgres": {func(v map[string]any) { v["meshPostgres"] = map[string]any{} }, "meshPostgres.url is required"},
+		"no password":               {func(v map[string]any) { v["meshPostgres"] = map[string]any{"url": "postgres://hs@db/headscale"} }, "existingSecret or password"},
+		"password in the URL":       {func(v map[string]any) { v["meshPostgres"].(map[string]any)["url"] = "postgres://hs:pw@db/headscale" }, "/meshPostgres/url"},
+		"no public URL":             {func(v map[string]any) { delete(v, "publicURL") }, "publicURL"},
+		"public URL with a path":    {func(v map[string]any) { v["publicURL"] = "https://fp.example.com/x" }, "publicURL"},
+		"no audience":               {func(v map[string]any) { v["oidc"] = map[string]any{"issuer": "https://id.example.com"} }, "audience"},
+		"memory in bytes": {func(v map[string]any) {
+			v["resources"] = map[string]any{"limits": map[string]any{"memory": "536870912"}}
+		}, "memory"},
+		"unknown value": {func(v map[string]any) { v["replicas"] = 3 }, "replicas"},
+		"zero replicas": {func(v map[string]any) { v["replicaCount"] = 0 }, "replicaCount"},
+	} {
+		v := base()
+		c.set(v)
+		_, err := render(t, "flexplane", v)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, c.want)
+		}
+	}
+}
+
+// TestDefaultImageIsMakeImage checks that the flexplane chart's default
+// image is the one `make image` builds.
+func TestDefaultImageIsMakeImage(t *testing.T) {
+	t.Parallel()
+	vals := valueSets(t, "flexplane")["replicated-values"]
+	manifest, err := render(t, "flexplane", vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("image: %q", ociimage.OrchestratorRef); !strings.Contains(manifest, want) {
+		t.Errorf("the Deployment does not run %s", ociimage.OrchestratorRef)
+	}
+}

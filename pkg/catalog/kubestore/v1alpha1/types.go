@@ -1,0 +1,299 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the API group and version of the catalog's resources.
+var GroupVersion = schema.GroupVersion{Group: "flexplane.io", Version: "v1alpha1"}
+
+// AddToScheme registers the catalog's types with a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
+		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
+
+// VDC is a virtual datacenter: the unit of tenancy inside the deployment's
+// tenant, with the quotas of its resources.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=vdcs,singular=vdc,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="name must be a DNS label of at most 63 characters"
+// +kubebuilder:printcolumn:name="vCPUs",type=integer,JSONPath=`.spec.quotas.vcpus`
+// +kubebuilder:printcolumn:name="Memory MiB",type=integer,JSONPath=`.spec.quotas.memoryMiB`
+// +kubebuilder:printcolumn:name="VMs",type=integer,JSONPath=`.spec.quotas.vms`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type VDC struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec VDCSpec `json:"spec"`
+	// Status is written by the orchestrator: quota reservations of
+	// creates in flight and the last count of each zone. It is part of
+	// the object (no status subresource), so a reservation and the
+	// resourceVersion it is conditional on are one write.
+	// +optional
+	Status VDCStatus `json:"status,omitempty"`
+}
+
+// VDCSpec is the desired state of a VDC.
+type VDCSpec struct {
+	// Description is free text for humans.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// Quotas bounds what the VDC's resources may use in total.
+	Quotas VDCQuotas `json:"quotas"`
+}
+
+// VDCQuotas are the upper bounds of a VDC; zero allows none.
+type VDCQuotas struct {
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	VCPUs int64 `json:"vcpus"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	MemoryMiB int64 `json:"memoryMiB"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	StorageGiB int64 `json:"storageGiB"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	VMs int64 `json:"vms"`
+}
+
+// VDCStatus is what the orchestrator records on a VDC.
+type VDCStatus struct {
+	// Reservations hold back resources for creates in flight.
+	// +optional
+	// +listType=atomic
+	Reservations []QuotaReservation `json:"reservations,omitempty"`
+	// Counted is what the VDC's guests used in each zone when last
+	// counted, by zone identity.
+	// +optional
+	Counted map[string]ZoneCount `json:"counted,omitempty"`
+}
+
+// ZoneCount is what a VDC's guests used in one zone at a time.
+type ZoneCount struct {
+	VCPUs      int64 `json:"vcpus"`
+	MemoryMiB  int64 `json:"memoryMiB"`
+	StorageGiB int64 `json:"storageGiB"`
+	VMs        int64 `json:"vms"`
+	// +kubebuilder:validation:Format=date-time
+	At string `json:"at"`
+}
+
+// QuotaReservation holds back resources of a VDC for one create in flight.
+type QuotaReservation struct {
+	// ID names the create (its operation).
+	// +kubebuilder:validation:MinLength=1
+	ID         string `json:"id"`
+	VCPUs      int64  `json:"vcpus"`
+	MemoryMiB  int64  `json:"memoryMiB"`
+	StorageGiB int64  `json:"storageGiB"`
+	// +kubebuilder:validation:Format=date-time
+	Expires string `json:"expires"`
+	// Zone is the identity of the zone the create works in.
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// VMID is the create's guest once it exists.
+	// +optional
+	VMID int64 `json:"vmid,omitempty"`
+}
+
+// VDCList is a list of VDCs.
+//
+// +kubebuilder:object:root=true
+type VDCList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VDC `json:"items"`
+}
+
+// ComputeProfile is a tenant-wide VM size.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=computeprofiles,singular=computeprofile,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="name must be at most 63 characters"
+// +kubebuilder:printcolumn:name="vCPUs",type=integer,JSONPath=`.spec.vcpus`
+// +kubebuilder:printcolumn:name="Memory MiB",type=integer,JSONPath=`.spec.memoryMiB`
+type ComputeProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ComputeProfileSpec `json:"spec"`
+}
+
+// ComputeProfileSpec is the size of a compute profile.
+type ComputeProfileSpec struct {
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// VCPUs is the number of virtual CPUs.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	VCPUs int64 `json:"vcpus"`
+	// MemoryMiB is the memory in MiB.
+	// +kubebuilder:validation:Minimum=64
+	// +kubebuilder:validation:Maximum=16777216
+	MemoryMiB int64 `json:"memoryMiB"`
+}
+
+// ComputeProfileList is a list of compute profiles.
+//
+// +kubebuilder:object:root=true
+type ComputeProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ComputeProfile `json:"items"`
+}
+
+// StorageProfile is a storage tier: IO limits and, per zone, the Proxmox
+// storage that holds disks of the tier.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=storageprofiles,singular=storageprofile,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="name must be at most 63 characters"
+// +kubebuilder:printcolumn:name="Tier",type=string,JSONPath=`.spec.tier`
+type StorageProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec StorageProfileSpec `json:"spec"`
+}
+
+// StorageProfileSpec is the desired state of a storage profile.
+type StorageProfileSpec struct {
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// Tier is a short tier name shown to users (a DNS label).
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Tier string `json:"tier"`
+	// ReadMBps limits disk reads in MB/s; zero is unlimited.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	ReadMBps int64 `json:"readMBps"`
+	// WriteMBps limits disk writes in MB/s; zero is unlimited.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	WriteMBps int64 `json:"writeMBps"`
+	// Pools maps each zone that offers the tier to its Proxmox storage.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=map
+	// +listMapKey=zone
+	Pools []ZonePool `json:"pools"`
+}
+
+// ZonePool names the Proxmox storage that backs a storage profile in a
+// zone.
+type ZonePool struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Zone string `json:"zone"`
+	// Pool is a Proxmox storage identifier.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9\-_.]*[A-Za-z0-9]$`
+	Pool string `json:"pool"`
+}
+
+// StorageProfileList is a list of storage profiles.
+//
+// +kubebuilder:object:root=true
+type StorageProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StorageProfile `json:"items"`
+}
+
+// Image is an OS image of the catalog, downloaded by agents into zones.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=images,singular=image,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="name must be at most 63 characters"
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`,priority=1
+type Image struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ImageSpec `json:"spec"`
+}
+
+// ImageSpec is where an image comes from and what it supports.
+type ImageSpec struct {
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// Version is the image's version (e.g. "20251117").
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._+~:-]*$`
+	Version string `json:"version"`
+	// URL is the http(s) download address of the image, without
+	// credentials.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an absolute http or https URL"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*@')",message="must not carry credentials"
+	URL string `json:"url"`
+	// Checksum is "sha256:<64 hex>" or "sha512:<128 hex>", lower case.
+	// +kubebuilder:validation:Pattern=`^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$`
+	Checksum string `json:"checksum"`
+	// CloudInit says whether the image runs cloud-init on first boot.
+	CloudInit bool `json:"cloudInit"`
+}
+
+// ImageList is a list of images.
+//
+// +kubebuilder:object:root=true
+type ImageList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Image `json:"items"`
+}
+
+// ZonePolicy is what the platform admin decides about a zone (named by
+// the zone): its region and the VDCs it is dedicated to.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=zonepolicies,singular=zonepolicy,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="name must be a DNS label of at most 63 characters"
+// +kubebuilder:printcolumn:name="Region",type=string,JSONPath=`.spec.region`
+type ZonePolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ZonePolicySpec `json:"spec"`
+}
+
+// ZonePolicySpec is the region and the dedication of a zone.
+type ZonePolicySpec struct {
+	// Region groups zones (a DNS label); empty for none.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Region string `json:"region,omitempty"`
+	// DedicatedTo lists the VDCs the zone is reserved for; empty: every
+	// VDC.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+}
+
+// ZonePolicyList is a list of zone policies.
+//
+// +kubebuilder:object:root=true
+type ZonePolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ZonePolicy `json:"items"`
+}

@@ -1,0 +1,344 @@
+// Package catalogtest is the behaviour every catalog.Store must have,
+// as tests any backend runs against itself (Run): conditional writes and
+// conflicts, every kind round-tripped, validation that changes nothing,
+// concurrent updates across two stores (two replicas) with one winner, and
+// Export/Import between backends without loss.
+package catalogtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+)
+
+// Open returns two stores over one new, empty catalog (as two
+// orchestrator replicas sharing it).
+type Open func(t *testing.T) (a, b catalog.Store)
+
+// Run runs the behaviour tests on stores from open, in parallel subtests.
+func Run(t *testing.T, open Open) {
+	tests := map[string]func(*testing.T, Open){
+		"CRUDAndConflicts":         crudAndConflicts,
+		"AllKindsRoundTrip":        allKindsRoundTrip,
+		"ValidationChangesNothing": validationChangesNothing,
+		"ConcurrentUpdates":        concurrentUpdates,
+		"EveryFieldKept":           everyFieldKept,
+	}
+	for name, f := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, open)
+		})
+	}
+}
+
+// VDC returns a valid VDC.
+func VDC(name string, vcpus int) *catalog.VDC {
+	v := &catalog.VDC{}
+	v.Name = name
+	v.Description = "test VDC"
+	v.Quotas = catalog.VDCQuotas{VCPUs: vcpus, MemoryMiB: 65536, StorageGiB: 1000, VMs: 10}
+	return v
+}
+
+func vdc(name string, vcpus int) *catalog.VDC { return VDC(name, vcpus) }
+
+// Sample returns one object of every kind with every field set, the VDC
+// with reservations and counts whose times have nanoseconds.
+func Sample() []catalog.Object {
+	at := time.Date(2026, 12, 1, 10, 11, 12, 123456789, time.UTC)
+	v := VDC("full", 8)
+	v.Status.Reservations = []catalog.QuotaReservation{
+		{ID: "op-1", VCPUs: 2, MemoryMiB: 2048, StorageGiB: 20, Expires: at, Zone: "fra1", VMID: 101},
+		{ID: "op-2", VCPUs: 1, MemoryMiB: 512, StorageGiB: 5, Expires: at.Add(time.Minute)},
+	}
+	v.Status.Counted = map[string]catalog.ZoneCount{"fra1": {VCPUs: 4, MemoryMiB: 4096, StorageGiB: 40, VMs: 2, At: at}}
+	cp := &catalog.ComputeProfile{}
+	cp.Name, cp.Description, cp.VCPUs, cp.MemoryMiB = "medium", "4 by 8", 4, 8192
+	sp := &catalog.StorageProfile{}
+	sp.Name, sp.Description, sp.Tier, sp.ReadMBps, sp.WriteMBps = "ssd-standard", "SSD", "ssd", 500, 250
+	sp.Pools = []catalog.ZonePool{{Zone: "fra1", Pool: "local-lvm"}, {Zone: "hel1", Pool: "ceph.ssd"}}
+	img := &catalog.Image{}
+	img.Name, img.Description, img.Version, img.URL, img.CloudInit = "ubuntu-24.04", "Noble", "20251117", "https://images.example/noble.qcow2", true
+	img.Checksum = "sha256:" + strings.Repeat("ab", 32)
+	zp := &catalog.ZonePolicy{}
+	zp.Name, zp.Region, zp.DedicatedTo = "fra1", "eu-central", []string{"full", "other"}
+	return []catalog.Object{v, cp, sp, img, zp}
+}
+
+// everyFieldKept: what is written is what is read, field for field, by
+// the other store too.
+func everyFieldKept(t *testing.T, open Open) {
+	ctx := t.Context()
+	s, other := open(t)
+	for _, o := range Sample() {
+		created, err := s.Create(ctx, o)
+		if err != nil {
+			t.Fatalf("create %s: %v", o.ObjectKind(), err)
+		}
+		for _, st := range []catalog.Store{s, other} {
+			got, err := Await(t, st, o.ObjectKind(), o.GetObjectMeta().Name, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !SameContent(got, o) || got.GetObjectMeta().ResourceVersion != created.GetObjectMeta().ResourceVersion {
+				t.Errorf("%s: read %+v, wrote %+v", o.ObjectKind(), got, o)
+			}
+		}
+	}
+}
+
+// Await reads an object until ok accepts it (nil: until it exists),
+// for up to 10 s: a store with a watch-fed cache sees another store's
+// write a moment later. It returns the last read.
+func Await(t *testing.T, s catalog.Store, kind catalog.Kind, name string, ok func(catalog.Object) bool) (catalog.Object, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, err := s.Get(t.Context(), kind, name)
+		if (err == nil && (ok == nil || ok(o))) || (err != nil && !errors.Is(err, catalog.ErrNotFound)) || time.Now().After(deadline) {
+			return o, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SameContent reports whether two objects are equal but for the metadata
+// a store assigns (resourceVersion, creationTimestamp).
+func SameContent(a, b catalog.Object) bool {
+	x, y := a.DeepCopyObject(), b.DeepCopyObject()
+	for _, o := range []catalog.Object{x, y} {
+		m := o.GetObjectMeta()
+		m.ResourceVersion, m.CreationTimestamp = "", time.Time{}
+		*o.GetTypeMeta() = catalog.TypeMeta{}
+	}
+	bx, err1 := json.Marshal(x)
+	by, err2 := json.Marshal(y)
+	return err1 == nil && err2 == nil && x.ObjectKind() == y.ObjectKind() && bytes.Equal(bx, by)
+}
+
+func crudAndConflicts(t *testing.T, open Open) {
+	ctx := t.Context()
+	s, _ := open(t)
+
+	created, err := catalog.Create(ctx, s, vdc("prod", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.ResourceVersion == "" || created.CreationTimestamp.IsZero() {
+		t.Fatalf("create did not set metadata: %+v", created.ObjectMeta)
+	}
+	if _, err := catalog.Create(ctx, s, vdc("prod", 1)); !errors.Is(err, catalog.ErrAlreadyExists) {
+		t.Fatalf("second create: got %v, want already exists", err)
+	}
+
+	got, err := catalog.Get[*catalog.VDC](ctx, s, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Quotas.VCPUs != 16 || got.ResourceVersion != created.ResourceVersion {
+		t.Fatalf("get: %+v", got)
+	}
+
+	got.Quotas.VCPUs = 32
+	updated, err := catalog.Update(ctx, s, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if updated.ResourceVersion == created.ResourceVersion || !updated.CreationTimestamp.Equal(created.CreationTimestamp) {
+		t.Fatalf("update metadata: %+v vs %+v", updated.ObjectMeta, created.ObjectMeta)
+	}
+
+	stale := created.DeepCopyObject().(*catalog.VDC)
+	stale.Quotas.VCPUs = 1
+	_, err = catalog.Update(ctx, s, stale)
+	var conflict *catalog.ConflictError
+	if !errors.As(err, &conflict) || conflict.Expected != created.ResourceVersion || conflict.Actual != updated.ResourceVersion {
+		t.Fatalf("stale update: got %v", err)
+	}
+	if err := catalog.Delete[*catalog.VDC](ctx, s, "prod", created.ResourceVersion); !errors.Is(err, catalog.ErrConflict) {
+		t.Fatalf("stale delete: got %v", err)
+	}
+	if got, _ := catalog.Get[*catalog.VDC](ctx, s, "prod"); got.Quotas.VCPUs != 32 {
+		t.Fatalf("stale writes changed the object: %+v", got)
+	}
+
+	if err := catalog.Delete[*catalog.VDC](ctx, s, "prod", updated.ResourceVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.Get[*catalog.VDC](ctx, s, "prod"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	// Recreated under the same name, an old resourceVersion stays stale.
+	again, err := catalog.Create(ctx, s, vdc("prod", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ResourceVersion == created.ResourceVersion || again.ResourceVersion == updated.ResourceVersion {
+		t.Fatalf("resourceVersion repeated after recreate: %s", again.ResourceVersion)
+	}
+	if err := catalog.Delete[*catalog.VDC](ctx, s, "prod", updated.ResourceVersion); !errors.Is(err, catalog.ErrConflict) {
+		t.Fatalf("delete with pre-recreate version: %v", err)
+	}
+	if err := catalog.Delete[*catalog.VDC](ctx, s, "nope", ""); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("delete missing: %v", err)
+	}
+}
+
+func allKindsRoundTrip(t *testing.T, open Open) {
+	ctx := t.Context()
+	s, other := open(t)
+	cp := &catalog.ComputeProfile{}
+	cp.Name, cp.VCPUs, cp.MemoryMiB = "medium", 4, 8192
+	sp := &catalog.StorageProfile{}
+	sp.Name, sp.Tier, sp.ReadMBps, sp.WriteMBps = "ssd-standard", "ssd", 500, 250
+	sp.Pools = []catalog.ZonePool{{Zone: "fra1", Pool: "local-lvm"}, {Zone: "hel1", Pool: "ceph.ssd"}}
+	img := &catalog.Image{}
+	img.Name, img.Version, img.URL, img.CloudInit = "ubuntu-24.04", "1.0", "https://images.example/noble.qcow2", true
+	img.Checksum = "sha256:" + strings.Repeat("ab", 32)
+	for _, o := range []catalog.Object{cp, sp, img} {
+		if _, err := s.Create(ctx, o); err != nil {
+			t.Fatalf("create %T: %v", o, err)
+		}
+	}
+	// The second store reads what the first wrote.
+	o, err := Await(t, other, catalog.KindStorageProfile, "ssd-standard", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotSP := o.(*catalog.StorageProfile)
+	if pool, ok := gotSP.PoolFor("hel1"); !ok || pool != "ceph.ssd" || gotSP.ReadMBps != 500 {
+		t.Fatalf("storage profile: %+v", gotSP)
+	}
+	if o, err = Await(t, other, catalog.KindImage, "ubuntu-24.04", nil); err != nil {
+		t.Fatal(err)
+	}
+	gotImg := o.(*catalog.Image)
+	if gotImg.Version != "1.0" || !gotImg.CloudInit || gotImg.Checksum != img.Checksum {
+		t.Fatalf("image: %+v", gotImg)
+	}
+	if _, err := Await(t, other, catalog.KindComputeProfile, "medium", nil); err != nil {
+		t.Fatal(err)
+	}
+	cps, err := catalog.List[*catalog.ComputeProfile](ctx, other)
+	if err != nil || len(cps) != 1 || cps[0].MemoryMiB != 8192 {
+		t.Fatalf("list: %v %+v", err, cps)
+	}
+}
+
+func validationChangesNothing(t *testing.T, open Open) {
+	ctx := t.Context()
+	s, _ := open(t)
+	base := func() *catalog.StorageProfile {
+		sp := &catalog.StorageProfile{}
+		sp.Name, sp.Tier = "fast", "nvme"
+		sp.Pools = []catalog.ZonePool{{Zone: "fra1", Pool: "nvme"}}
+		return sp
+	}
+	cases := []struct {
+		field string
+		obj   catalog.Object
+	}{
+		{"name", vdc("Prod", 1)},
+		{"name", vdc("a.b", 1)},
+		{"name", vdc(strings.Repeat("a", 64), 1)},
+		{"quotas.vcpus", vdc("prod", -1)},
+		{"tier", func() catalog.Object { sp := base(); sp.Tier = ""; return sp }()},
+		{"pools", func() catalog.Object { sp := base(); sp.Pools = nil; return sp }()},
+		{"pools[1].zone", func() catalog.Object {
+			sp := base()
+			sp.Pools = append(sp.Pools, catalog.ZonePool{Zone: "fra1", Pool: "x1"})
+			return sp
+		}()},
+		{"pools[0].pool", func() catalog.Object { sp := base(); sp.Pools[0].Pool = "../etc"; return sp }()},
+		{"readMBps", func() catalog.Object { sp := base(); sp.ReadMBps = -5; return sp }()},
+		{"vcpus", func() catalog.Object { c := &catalog.ComputeProfile{}; c.Name, c.MemoryMiB = "x", 1024; return c }()},
+		{"memoryMiB", func() catalog.Object { c := &catalog.ComputeProfile{}; c.Name, c.VCPUs = "x", 1; return c }()},
+		{"url", func() catalog.Object {
+			i := &catalog.Image{}
+			i.Name, i.Version, i.URL, i.Checksum = "img", "1", "ftp://x/y", "sha256:"+strings.Repeat("0", 64)
+			return i
+		}()},
+		{"checksum", func() catalog.Object {
+			i := &catalog.Image{}
+			i.Name, i.Version, i.URL, i.Checksum = "img", "1", "https://x/y", "md5:abc"
+			return i
+		}()},
+		{"version", func() catalog.Object {
+			i := &catalog.Image{}
+			i.Name, i.Version, i.URL, i.Checksum = "img", "1 2", "https://x/y", "sha256:"+strings.Repeat("0", 64)
+			return i
+		}()},
+	}
+	for _, c := range cases {
+		_, err := s.Create(ctx, c.obj)
+		var ve *catalog.ValidationError
+		if !errors.As(err, &ve) || ve.Field != c.field {
+			t.Errorf("%T %q: got %v, want a validation error on %s", c.obj, c.obj.GetObjectMeta().Name, err, c.field)
+		}
+	}
+	for _, k := range catalog.Kinds() {
+		if objs, err := s.List(ctx, k); err != nil || len(objs) != 0 {
+			t.Errorf("%s: invalid creates left %d objects (%v)", k, len(objs), err)
+		}
+	}
+}
+
+func concurrentUpdates(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	stores := []catalog.Store{a, b}
+	base, err := catalog.Create(ctx, stores[0], vdc("shared", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		winners   []int // protected by mu
+		conflicts int   // protected by mu
+		others    []error
+	)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := base.DeepCopyObject().(*catalog.VDC)
+			v.Quotas.VCPUs = 100 + i
+			<-start
+			_, err := catalog.Update(ctx, stores[i%2], v)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners = append(winners, i)
+			case errors.Is(err, catalog.ErrConflict):
+				conflicts++
+			default:
+				others = append(others, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(others) > 0 || len(winners) != 1 || conflicts != n-1 {
+		t.Fatalf("winners %v, conflicts %d, other errors %v", winners, conflicts, others)
+	}
+	o, err := Await(t, stores[1], catalog.KindVDC, "shared", func(o catalog.Object) bool {
+		return o.(*catalog.VDC).Quotas.VCPUs != 1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.(*catalog.VDC); got.Quotas.VCPUs != 100+winners[0] {
+		t.Fatalf("stored %d, winner wrote %d", o.(*catalog.VDC).Quotas.VCPUs, 100+winners[0])
+	}
+}

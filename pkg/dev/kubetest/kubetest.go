@@ -1,0 +1,545 @@
+// Package kubetest runs a real Kubernetes API server for tests and the dev
+// stack: etcd and kube-apiserver, built from the Go modules pinned in
+// tools/etcd and tools/kube by `make kube-bin`, as child processes on
+// loopback ports chosen at start. There is no kubelet, scheduler or
+// controller manager: what the API server itself does (storage, validation,
+// CRDs, RBAC, watches, Leases, conditional writes) is real.
+//
+// A package's tests usually share one server through TestMain:
+//
+//	var kube *kubetest.Server
+//
+//	func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kube)) }
+//
+// Binaries that are missing are an error, never a skip: `make test` builds
+// them first (make kube-bin).
+package kubetest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// BinEnv names the environment variable holding the directory of the
+// kube-apiserver and etcd binaries. The Makefile sets it; without it the
+// directory is derived from the pins exactly as the Makefile derives it.
+const BinEnv = "FLEXPLANE_KUBE_BIN"
+
+// AdminToken is the bearer token of the server's administrator
+// (group system:masters).
+const AdminToken = "kubetest-admin-token"
+
+// pinFiles are the files whose content keys the binaries' cache directory
+// (the Makefile hashes the same files in the same order).
+var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/etcd/go.mod", "tools/etcd/go.sum"}
+
+// BinDir returns the directory that holds (or will hold) the binaries:
+// $FLEXPLANE_KUBE_BIN, else <user cache>/flexplane/kube-<hash of the pins>.
+func BinDir() (string, error) {
+	if d := os.Getenv(BinEnv); d != "" {
+		return d, nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", fmt.Errorf("kubetest: bin dir: %w", err)
+	}
+	h := sha256.New()
+	for _, f := range pinFiles {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			return "", fmt.Errorf("kubetest: bin dir: %w", err)
+		}
+		h.Write(data)
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("kubetest: bin dir: %w", err)
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(cache, "flexplane", "kube-"+hex.EncodeToString(h.Sum(nil))[:16]), nil
+}
+
+// repoRoot finds the directory of flexplane's go.mod above the working
+// directory (tests run in their package's directory).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module github.com/flexplane/flexplane\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the flexplane repository")
+		}
+		dir = parent
+	}
+}
+
+// Config configures a Server. The zero value is ready to use.
+type Config struct {
+	// BinDir holds kube-apiserver and etcd. Default BinDir().
+	BinDir string
+	// Dir is where the server keeps its data, certificates and logs; it is
+	// removed by Close when the server created it. Default a new temporary
+	// directory.
+	Dir string
+	// Tokens are extra bearer tokens: token -> user name (no groups), for
+	// tests of RBAC as a non-admin user.
+	Tokens map[string]string
+	// StartTimeout bounds the start of both processes. Default 90s (the
+	// API server takes ~4 s on a quiet machine, much longer on a loaded one).
+	StartTimeout time.Duration
+}
+
+// Server is a running etcd + kube-apiserver pair.
+type Server struct {
+	dir     string
+	ownDir  bool
+	url     string
+	caPEM   []byte
+	procs   []proc // etcd first
+	logs    []string
+	closeMu sync.Mutex
+	closed  bool // protected by closeMu
+}
+
+// proc is a started child process; exited yields once when it has ended.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// Start starts etcd, then kube-apiserver, and returns once the API server
+// answers /readyz. The processes die with the calling process (Pdeathsig).
+func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg.BinDir == "" {
+		if cfg.BinDir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("kubetest: %s is missing in %s: run `make kube-bin` (make test does): %w", b, cfg.BinDir, err)
+		}
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = 90 * time.Second
+	}
+	s := &Server{dir: cfg.Dir}
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("", "kubetest-"); err != nil {
+			return nil, fmt.Errorf("kubetest: %w", err)
+		}
+		s.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	etcdURL, err := s.startEtcd(ctx, cfg.BinDir)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: etcd: %w", err)
+	}
+	if err := s.startAPIServer(ctx, cfg, etcdURL); err != nil {
+		return nil, fmt.Errorf("kubetest: kube-apiserver: %w", err)
+	}
+	return s, nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago. A
+// process that then fails to bind it is started again on another (start
+// retries).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start runs bin with args, logging to <dir>/<name>.log, and waits for ready
+// to succeed; on a process that exits first it tries again with new ports
+// (args is called again) up to three times.
+func (s *Server) start(ctx context.Context, name, bin string, args func() ([]string, error), ready func(ctx context.Context) error) error {
+	logPath := filepath.Join(s.dir, name+".log")
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		a, err := args()
+		if err != nil {
+			return err
+		}
+		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(bin, a...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return err
+		}
+		logf.Close()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		rctx, cancel := context.WithCancel(ctx)
+		readyErr := make(chan error, 1)
+		go func() { readyErr <- ready(rctx) }()
+		select {
+		case err := <-readyErr:
+			cancel()
+			if err != nil {
+				_ = cmd.Process.Kill()
+				<-exited
+				return fmt.Errorf("not ready: %w%s", err, tail(logPath))
+			}
+			s.procs = append(s.procs, proc{cmd: cmd, exited: exited})
+			s.logs = append(s.logs, logPath)
+			return nil
+		case err := <-exited:
+			cancel()
+			<-readyErr
+			lastErr = fmt.Errorf("exited before ready: %v%s", err, tail(logPath))
+		}
+	}
+	return lastErr
+}
+
+// tail returns the last lines of a log file for an error message.
+func tail(path string) string {
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return "\n" + path + ":\n" + strings.Join(lines, "\n")
+}
+
+func (s *Server) startEtcd(ctx context.Context, binDir string) (string, error) {
+	var clientURL string
+	args := func() ([]string, error) {
+		cp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		pp, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		clientURL = "http://127.0.0.1:" + strconv.Itoa(cp)
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(pp)
+		data := filepath.Join(s.dir, "etcd")
+		if err := os.RemoveAll(data); err != nil {
+			return nil, err
+		}
+		return []string{
+			"--name=kubetest", "--data-dir=" + data,
+			"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
+			"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=kubetest=" + peerURL,
+			"--unsafe-no-fsync", "--log-level=warn",
+		}, nil
+	}
+	ready := func(ctx context.Context) error {
+		return poll(ctx, func() error {
+			resp, err := http.Get(clientURL + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/health: %s", resp.Status)
+			}
+			return nil
+		})
+	}
+	if err := s.start(ctx, "etcd", filepath.Join(binDir, "etcd"), args, ready); err != nil {
+		return "", err
+	}
+	return clientURL, nil
+}
+
+func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string) error {
+	pki := filepath.Join(s.dir, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return err
+	}
+	cert, key, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	s.caPEM = cert
+	saKey, err := rsaKeyPEM()
+	if err != nil {
+		return err
+	}
+	tokens := fmt.Sprintf("%s,admin,admin,system:masters\n", AdminToken)
+	for tok, user := range cfg.Tokens {
+		tokens += fmt.Sprintf("%s,%s,%s\n", tok, user, user)
+	}
+	files := map[string][]byte{"tls.crt": cert, "tls.key": key, "sa.key": saKey, "tokens.csv": []byte(tokens)}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(pki, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	args := func() ([]string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.url = "https://127.0.0.1:" + strconv.Itoa(port)
+		return []string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + pki,
+			"--tls-cert-file=" + filepath.Join(pki, "tls.crt"),
+			"--tls-private-key-file=" + filepath.Join(pki, "tls.key"),
+			"--token-auth-file=" + filepath.Join(pki, "tokens.csv"),
+			"--authorization-mode=RBAC",
+			"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
+			"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-cluster-ip-range=10.96.0.0/16",
+			"--disable-admission-plugins=ServiceAccount",
+			"--allow-privileged=true",
+			"--v=0",
+		}, nil
+	}
+	ready := func(ctx context.Context) error {
+		client, err := rest.HTTPClientFor(s.RESTConfig())
+		if err != nil {
+			return err
+		}
+		return poll(ctx, func() error {
+			resp, err := client.Get(s.url + "/readyz")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/readyz: %s", resp.Status)
+			}
+			return nil
+		})
+	}
+	return s.start(ctx, "kube-apiserver", filepath.Join(cfg.BinDir, "kube-apiserver"), args, ready)
+}
+
+// poll calls f every 100 ms until it succeeds or ctx ends.
+func poll(ctx context.Context, f func() error) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// selfSigned returns a serving certificate for 127.0.0.1 and localhost
+// (PEM) and its key.
+func selfSigned() (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "kubetest"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}
+
+func rsaKeyPEM() ([]byte, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), nil
+}
+
+// URL is the API server's https address.
+func (s *Server) URL() string { return s.url }
+
+// CAData is the PEM certificate the API server serves with.
+func (s *Server) CAData() []byte { return s.caPEM }
+
+// RESTConfig returns a new client configuration of the administrator.
+func (s *Server) RESTConfig() *rest.Config { return s.RESTConfigFor(AdminToken) }
+
+// RESTConfigFor returns a new client configuration authenticating with a
+// bearer token (AdminToken or one of Config.Tokens).
+func (s *Server) RESTConfigFor(token string) *rest.Config {
+	return &rest.Config{
+		Host:            s.url,
+		BearerToken:     token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.caPEM},
+		QPS:             -1, // no client-side rate limit in tests
+	}
+}
+
+// Kubeconfig returns the administrator's kubeconfig as YAML.
+func (s *Server) Kubeconfig() ([]byte, error) {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: s.url, CertificateAuthorityData: s.caPEM}
+	c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: AdminToken}
+	c.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "admin"}
+	c.CurrentContext = "kubetest"
+	data, err := clientcmd.Write(*c)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: kubeconfig: %w", err)
+	}
+	return data, nil
+}
+
+// WriteKubeconfig writes the administrator's kubeconfig into the server's
+// directory and returns its path.
+func (s *Server) WriteKubeconfig() (string, error) {
+	data, err := s.Kubeconfig()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(s.dir, "kubeconfig")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		return "", fmt.Errorf("kubetest: kubeconfig: %w", err)
+	}
+	return p, nil
+}
+
+// TLSConfig returns a client TLS configuration trusting the server.
+func (s *Server) TLSConfig() *tls.Config {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.caPEM)
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// Logs returns the paths of the processes' log files.
+func (s *Server) Logs() []string { return append([]string(nil), s.logs...) }
+
+// Close stops kube-apiserver, then etcd, and removes the directory the
+// server created. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		p := s.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	if s.ownDir {
+		return os.RemoveAll(s.dir)
+	}
+	return nil
+}
+
+// ForTest starts a server for one test and stops it when the test ends; a
+// failure to start fails the test.
+func ForTest(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start(t.Context(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// Main starts one server for a package's tests, runs each setup on it
+// (installing CRDs, say), stores it in *srv, runs m and stops the server.
+// A server that cannot start or a setup that fails fails the run (exit
+// code 1) with the reason on stderr. Use it as
+// os.Exit(kubetest.Main(m, &kube)) in TestMain.
+func Main(m *testing.M, srv **Server, setup ...func(context.Context, *Server) error) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for _, f := range setup {
+		if err := f(ctx, s); err != nil {
+			fmt.Fprintln(os.Stderr, "kubetest: setup:", err)
+			_ = s.Close()
+			return 1
+		}
+	}
+	*srv = s
+	code := m.Run()
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "kubetest: close:", err)
+	}
+	return code
+}

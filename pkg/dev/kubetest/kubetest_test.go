@@ -1,0 +1,141 @@
+package kubetest
+
+import (
+	"bufio"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// pinnedVersion reads the k8s.io/kubernetes version tools/kube requires.
+func pinnedVersion(t *testing.T) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(root, "tools/kube/go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(strings.TrimPrefix(sc.Text(), "require"))
+		if len(fields) >= 2 && fields[0] == "k8s.io/kubernetes" {
+			return fields[1]
+		}
+	}
+	t.Fatal("tools/kube/go.mod requires no k8s.io/kubernetes")
+	return ""
+}
+
+// TestServer starts the pinned API server and uses it as the admin, through
+// the kubeconfig and as an unprivileged user; after Close nothing answers
+// and the server's directory is gone.
+func TestServer(t *testing.T) {
+	s, err := Start(t.Context(), Config{Tokens: map[string]string{"nobody-token": "nobody"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+
+	cs, err := kubernetes.NewForConfig(s.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pinnedVersion(t); v.GitVersion != want {
+		t.Errorf("server version %q, want the pinned %q (version ldflags)", v.GitVersion, want)
+	}
+
+	ctx := t.Context()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"}, Data: map[string]string{"k": "v"}}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubeconfig reaches the same server as the admin.
+	kc, err := s.WriteKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs2, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs2.CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data["k"] != "v" {
+		t.Errorf("read back %v", got.Data)
+	}
+
+	// RBAC is enforced: a user without bindings may not read it.
+	cs3, err := kubernetes.NewForConfig(s.RESTConfigFor("nobody-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs3.CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("unprivileged get: %v, want Forbidden", err)
+	}
+
+	dir := filepath.Dir(s.Logs()[0])
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("server directory %s left behind: %v", dir, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: s.TLSConfig()}}
+	if resp, err := hc.Get(s.URL() + "/readyz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("API server still answers after Close: %s", resp.Status)
+	}
+}
+
+// TestBinDirFollowsPins checks that the cache directory is the one the
+// Makefile builds into (make -s print-kube-bin).
+func TestBinDirFollowsPins(t *testing.T) {
+	t.Setenv(BinEnv, "")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	d, err := BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "-s", "--no-print-directory", "print-kube-bin")
+	cmd.Dir = root
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "KUBE_BIN" && k != BinEnv && k != "MAKEFLAGS" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != d {
+		t.Errorf("make builds into %q, BinDir() is %q", got, d)
+	}
+}

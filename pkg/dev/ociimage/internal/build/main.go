@@ -1,0 +1,78 @@
+// Command build is `make image`'s program: it packs the orchestrator's
+// binary, the built portal and the build machine's CA bundle into the
+// orchestrator's image (see package ociimage) and writes it as an image
+// tarball, printing its digest.
+//
+//	go run ./pkg/dev/ociimage/internal/build -binary bin/linux/orchestrator \
+//		-portal portal/.output/public -out bin/orchestrator-image.tar
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/ociimage"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	binary := fs.String("binary", "", "the orchestrator, statically linked for linux (required)")
+	portal := fs.String("portal", "portal/.output/public", "the built portal")
+	caBundle := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA certificates the orchestrator trusts (the OIDC issuer's, the OTLP collector's)")
+	out := fs.String("out", "bin/orchestrator-image.tar", "the image tarball to write")
+	ref := fs.String("ref", ociimage.OrchestratorRef, "the reference the tarball tags the image with")
+	arch := fs.String("arch", runtime.GOARCH, "the binary's architecture")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *binary == "" {
+		return fmt.Errorf("-binary is required")
+	}
+	created := time.Unix(0, 0)
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("SOURCE_DATE_EPOCH %q: %w", s, err)
+		}
+		created = time.Unix(n, 0)
+	}
+	img, err := ociimage.Build(ociimage.Config{
+		Files: []ociimage.File{
+			{Source: *binary, Target: "/usr/bin/orchestrator", Mode: 0o755},
+			{Source: *portal, Target: "/usr/share/flexplane/portal"},
+			{Source: *caBundle, Target: "/etc/ssl/certs/ca-certificates.crt"},
+		},
+		Entrypoint:   []string{"/usr/bin/orchestrator"},
+		Cmd:          []string{"serve"},
+		Env:          []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt", "FLEXPLANE_DATA_DIR=/var/lib/flexplane"},
+		ExposedPorts: []string{"8080/tcp", "3478/udp"},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":  "flexplane orchestrator",
+			"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
+		},
+		Created: created,
+	}, *arch)
+	if err != nil {
+		return err
+	}
+	if err := ociimage.WriteTarball(*out, *ref, img); err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %s %s\n", *out, *ref, digest)
+	return nil
+}
