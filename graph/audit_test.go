@@ -84,6 +84,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"shutdownVM":           {{user: "bob", vdc: "blue", query: `mutation { shutdownVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"rebootVM":             {{user: "bob", vdc: "blue", query: `mutation { rebootVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteVM":             {{user: "bob", vdc: "blue", query: `mutation { deleteVM(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"migrateVM":            {{user: "bob", vdc: "blue", query: `mutation { migrateVM(input: {id: "nosuch", host: "pve2"}) { id } }`, ids: []string{"nosuch"}}},
 		"createSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { createSnapshot(vm: "nosuch", input: {name: "s1", withRAM: true}) { id } }`, ids: []string{"nosuch"}}},
 		"rollbackSnapshot":     {{user: "bob", vdc: "blue", query: `mutation { rollbackSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
 		"deleteSnapshot":       {{user: "bob", vdc: "blue", query: `mutation { deleteSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
@@ -99,7 +100,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
-		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "deleteNetwork",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()

@@ -60,3 +60,16 @@ func (r *mutationResolver) RebootVM(ctx context.Context, id string) (*model.Oper
 func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Operation, error) {
 	return r.power(ctx, id, (*compute.Service).DeleteVM)
 }
+
+func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	op, err := svc.MigrateVM(ctx, migrateInput(scope.VDC.Name, input))
+	if err != nil {
+		return nil, computeError(err, "input")
+	}
+	return opModel(op), nil
+}

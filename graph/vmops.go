@@ -49,7 +49,25 @@ func opModel(op *compute.Operation) *model.Operation {
 	if !op.Started.IsZero() {
 		m.StartedAt = &op.Started
 	}
+	if p := op.Progress; p != nil {
+		m.Progress = &model.OperationProgress{BytesMoved: float64(p.Done), BytesTotal: float64(p.Total), BytesPerSecond: p.BytesPerSecond}
+	}
 	return m
+}
+
+// migrateInput is the compute input of migrateVM in vdc.
+func migrateInput(vdc string, in model.MigrateVMInput) compute.MigrateInput {
+	out := compute.MigrateInput{VDC: vdc, ID: in.ID}
+	if in.Host != nil {
+		out.Host = *in.Host
+	}
+	if in.Zone != nil {
+		out.Zone = *in.Zone
+	}
+	for _, n := range in.Networks {
+		out.Networks = append(out.Networks, compute.NetworkMapping{From: n.From, To: n.To})
+	}
+	return out
 }
 
 // creatingVMModel renders a VM createVM just started.

@@ -210,6 +210,7 @@ type ComplexityRoot struct {
 		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVM             func(childComplexity int, id string) int
 		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
+		MigrateVM            func(childComplexity int, input model.MigrateVMInput) int
 		RebootVM             func(childComplexity int, id string) int
 		RevokeEnrollmentKey  func(childComplexity int, id string) int
 		RollbackSnapshot     func(childComplexity int, vm string, name string, start *bool) int
@@ -250,6 +251,7 @@ type ComplexityRoot struct {
 		Error     func(childComplexity int) int
 		ID        func(childComplexity int) int
 		Kind      func(childComplexity int) int
+		Progress  func(childComplexity int) int
 		StartedAt func(childComplexity int) int
 		State     func(childComplexity int) int
 		Step      func(childComplexity int) int
@@ -267,6 +269,12 @@ type ComplexityRoot struct {
 	OperationEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	OperationProgress struct {
+		BytesMoved     func(childComplexity int) int
+		BytesPerSecond func(childComplexity int) int
+		BytesTotal     func(childComplexity int) int
 	}
 
 	PageInfo struct {
@@ -1276,6 +1284,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.migrateVM":
+		if e.ComplexityRoot.Mutation.MigrateVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_migrateVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(model.MigrateVMInput)), true
 	case "Mutation.rebootVM":
 		if e.ComplexityRoot.Mutation.RebootVM == nil {
 			break
@@ -1513,6 +1532,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Operation.Kind(childComplexity), true
+	case "Operation.progress":
+		if e.ComplexityRoot.Operation.Progress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Operation.Progress(childComplexity), true
 	case "Operation.startedAt":
 		if e.ComplexityRoot.Operation.StartedAt == nil {
 			break
@@ -1581,6 +1606,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.OperationEdge.Node(childComplexity), true
+
+	case "OperationProgress.bytesMoved":
+		if e.ComplexityRoot.OperationProgress.BytesMoved == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationProgress.BytesMoved(childComplexity), true
+	case "OperationProgress.bytesPerSecond":
+		if e.ComplexityRoot.OperationProgress.BytesPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationProgress.BytesPerSecond(childComplexity), true
+	case "OperationProgress.bytesTotal":
+		if e.ComplexityRoot.OperationProgress.BytesTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OperationProgress.BytesTotal(childComplexity), true
 
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
@@ -2492,7 +2536,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
+			graphql.NewInputUnmarshaler("MigrateVMInput", ec.unmarshalInputMigrateVMInput),
 			graphql.NewInputUnmarshaler("NICInput", ec.unmarshalInputNICInput),
+			graphql.NewInputUnmarshaler("NetworkMappingInput", ec.unmarshalInputNetworkMappingInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
@@ -3551,6 +3597,18 @@ type Operation implements Node {
   startedAt: Time
   "When its state or step last changed."
   updatedAt: Time!
+  "How far a migration has copied (null for other kinds)."
+  progress: OperationProgress
+}
+
+"Bytes an operation copies."
+type OperationProgress {
+  "Bytes copied so far (disks, and a running VM's memory within a zone)."
+  bytesMoved: Float!
+  "Bytes to copy in all (0 until known)."
+  bytesTotal: Float!
+  "The current rate in bytes per second (0 when unknown)."
+  bytesPerSecond: Float!
 }
 
 "What an operation does."
@@ -3573,6 +3631,8 @@ enum OperationKind {
   ROLLBACK_SNAPSHOT
   "deleteSnapshot."
   DELETE_SNAPSHOT
+  "migrateVM."
+  MIGRATE_VM
 }
 
 "Whether an operation runs or how it ended."
@@ -4127,6 +4187,46 @@ extend type Mutation {
     "The id of the VM."
     id: ID!
   ): Operation! @vdc(role: MEMBER)
+  """
+  Moves a VM to another host of its zone (Proxmox's own migration: online
+  for a running VM, its local disks copied) or, with zone, to another zone
+  (its disks and configuration copied agent to agent over the mesh, its
+  NICs on networks of the VDC there). Refusals are BAD_USER_INPUT (an
+  unknown host, zone or network, with extensions.field) or CONFLICT (the
+  VM's state, or a preflight check) and change nothing. The operation
+  reports the step and the bytes moved.
+  """
+  migrateVM(
+    "The VM and where it moves."
+    input: MigrateVMInput!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"Where migrateVM moves a VM."
+input MigrateVMInput {
+  "The VM's id."
+  id: ID!
+  """
+  The host to move to: a host's id or name (e.g. pve2). Required within
+  the VM's zone; across zones null lets flexplane choose.
+  """
+  host: String
+  "The name of the zone to move to; null (or the VM's zone) stays in it."
+  zone: String
+  """
+  Across zones: the network each of the VM's networks maps to in the
+  target zone; a network not listed maps to the VDC's network of the same
+  name there.
+  """
+  networks: [NetworkMappingInput!]
+}
+
+"One network of a VM and the network of the target zone it maps to."
+input NetworkMappingInput {
+  "The id of a network one of the VM's NICs is on."
+  from: ID!
+  "The id of a network of the VDC in the target zone."
+  to: ID!
 }
 
 "A new VM of the current VDC."
@@ -4652,6 +4752,8 @@ func (ec *executionContext) childFields_Operation(ctx context.Context, field gra
 		return ec.fieldContext_Operation_startedAt(ctx, field)
 	case "updatedAt":
 		return ec.fieldContext_Operation_updatedAt(ctx, field)
+	case "progress":
+		return ec.fieldContext_Operation_progress(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Operation", field.Name)
 }
@@ -4678,6 +4780,18 @@ func (ec *executionContext) childFields_OperationEdge(ctx context.Context, field
 		return ec.fieldContext_OperationEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type OperationEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_OperationProgress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "bytesMoved":
+		return ec.fieldContext_OperationProgress_bytesMoved(ctx, field)
+	case "bytesTotal":
+		return ec.fieldContext_OperationProgress_bytesTotal(ctx, field)
+	case "bytesPerSecond":
+		return ec.fieldContext_OperationProgress_bytesPerSecond(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OperationProgress", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -189,6 +189,69 @@ func UnmarshalCreateVMInput(ctx context.Context, raw any) (model.CreateVMInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputMigrateVMInput(ctx context.Context, obj any) (model.MigrateVMInput, error) {
+	var it model.MigrateVMInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"id", "host", "zone", "networks"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "host":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("host"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Host = data
+		case "zone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("zone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Zone = data
+		case "networks":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("networks"))
+			data, err := ec.unmarshalONetworkMappingInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Networks = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalMigrateVMInput unmarshals raw into the MigrateVMInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalMigrateVMInput(ctx context.Context, raw any) (model.MigrateVMInput, error) {
+	var out model.MigrateVMInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "MigrateVMInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputNICInput(ctx context.Context, obj any) (model.NICInput, error) {
 	var it model.NICInput
 	if obj == nil {
@@ -235,6 +298,55 @@ func (ec *executionContext) unmarshalInputNICInput(ctx context.Context, obj any)
 func UnmarshalNICInput(ctx context.Context, raw any) (model.NICInput, error) {
 	var out model.NICInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "NICInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputNetworkMappingInput(ctx context.Context, obj any) (model.NetworkMappingInput, error) {
+	var it model.NetworkMappingInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"from", "to"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "from":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("from"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.From = data
+		case "to":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("to"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.To = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalNetworkMappingInput unmarshals raw into the NetworkMappingInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalNetworkMappingInput(ctx context.Context, raw any) (model.NetworkMappingInput, error) {
+	var out model.NetworkMappingInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "NetworkMappingInput", raw, &out)
 	return out, err
 }
 
@@ -301,6 +413,11 @@ func (ec *executionContext) marshalNCreateVMPayload2ᚖgithubᚗcomᚋflexplane�
 	return ec._CreateVMPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrateVMInput(ctx context.Context, v any) (model.MigrateVMInput, error) {
+	res, err := ec.unmarshalInputMigrateVMInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNNICInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNICInputᚄ(ctx context.Context, v any) ([]*model.NICInput, error) {
 	vSlice := graphql.CoerceList(v)
 	var err error
@@ -318,6 +435,28 @@ func (ec *executionContext) unmarshalNNICInput2ᚕᚖgithubᚗcomᚋflexplaneᚋ
 func (ec *executionContext) unmarshalNNICInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNICInput(ctx context.Context, v any) (*model.NICInput, error) {
 	res, err := ec.unmarshalInputNICInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNNetworkMappingInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInput(ctx context.Context, v any) (*model.NetworkMappingInput, error) {
+	res, err := ec.unmarshalInputNetworkMappingInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalONetworkMappingInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInputᚄ(ctx context.Context, v any) ([]*model.NetworkMappingInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.NetworkMappingInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNNetworkMappingInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // endregion ***************************** type.gotpl *****************************

@@ -372,6 +372,21 @@ type MetricsPoint struct {
 	DiskWriteBytesPerSecond *float64 `json:"diskWriteBytesPerSecond,omitempty"`
 }
 
+// Where migrateVM moves a VM.
+type MigrateVMInput struct {
+	// The VM's id.
+	ID string `json:"id"`
+	// The host to move to: a host's id or name (e.g. pve2). Required within
+	// the VM's zone; across zones null lets flexplane choose.
+	Host *string `json:"host,omitempty"`
+	// The name of the zone to move to; null (or the VM's zone) stays in it.
+	Zone *string `json:"zone,omitempty"`
+	// Across zones: the network each of the VM's networks maps to in the
+	// target zone; a network not listed maps to the VDC's network of the same
+	// name there.
+	Networks []*NetworkMappingInput `json:"networks,omitempty"`
+}
+
 // What can be changed.
 type Mutation struct {
 }
@@ -423,6 +438,14 @@ type NetworkEdge struct {
 	Node *Network `json:"node"`
 }
 
+// One network of a VM and the network of the target zone it maps to.
+type NetworkMappingInput struct {
+	// The id of a network one of the VM's NICs is on.
+	From string `json:"from"`
+	// The id of a network of the VDC in the target zone.
+	To string `json:"to"`
+}
+
 // Progress of a create, power action or delete of a VM.
 type Operation struct {
 	// Opaque id.
@@ -441,6 +464,8 @@ type Operation struct {
 	StartedAt *time.Time `json:"startedAt,omitempty"`
 	// When its state or step last changed.
 	UpdatedAt time.Time `json:"updatedAt"`
+	// How far a migration has copied (null for other kinds).
+	Progress *OperationProgress `json:"progress,omitempty"`
 }
 
 func (Operation) IsNode() {}
@@ -463,6 +488,16 @@ type OperationEdge struct {
 	Cursor string `json:"cursor"`
 	// The operation.
 	Node *Operation `json:"node"`
+}
+
+// Bytes an operation copies.
+type OperationProgress struct {
+	// Bytes copied so far (disks, and a running VM's memory within a zone).
+	BytesMoved float64 `json:"bytesMoved"`
+	// Bytes to copy in all (0 until known).
+	BytesTotal float64 `json:"bytesTotal"`
+	// The current rate in bytes per second (0 when unknown).
+	BytesPerSecond float64 `json:"bytesPerSecond"`
 }
 
 // Where a page of a connection lies in the whole list.
@@ -1169,6 +1204,8 @@ const (
 	OperationKindRollbackSnapshot OperationKind = "ROLLBACK_SNAPSHOT"
 	// deleteSnapshot.
 	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
+	// migrateVM.
+	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -1181,11 +1218,12 @@ var AllOperationKind = []OperationKind{
 	OperationKindCreateSnapshot,
 	OperationKindRollbackSnapshot,
 	OperationKindDeleteSnapshot,
+	OperationKindMigrateVM,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM:
 		return true
 	}
 	return false

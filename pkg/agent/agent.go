@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
@@ -74,6 +73,10 @@ type Config struct {
 	ProxmoxFingerprint string
 	// Port is the gRPC port on the mesh address. Default DefaultPort.
 	Port uint16
+	// MigrationPort is the port of the migration service on the mesh
+	// address, which other agents reach to read offered volumes (the mesh
+	// policy opens it to tag:agent only). Default Port+1.
+	MigrationPort uint16
 	// Version is reported by Info. Default "dev".
 	Version string
 	// HealthTimeout bounds the Proxmox check of Health. Default 3s.
@@ -124,6 +127,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
+	}
+	if c.MigrationPort == 0 {
+		c.MigrationPort = c.Port + 1
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -177,6 +183,11 @@ type Agent struct {
 	updater     *selfupdate.Updater
 	restart     chan struct{} // closed when a staged update asks for a restart
 	restartOnce sync.Once
+	// migrate serves MigrationService on MigrationPort; offers are the
+	// volumes offered to other agents.
+	migrate  *grpc.Server
+	migrated chan struct{}
+	offers   offers
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,15 +215,16 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{
-		restart: make(chan struct{}),
-		updater: selfupdate.NewUpdater(selfupdate.UpdaterConfig{Dir: udir, Verifier: verifier, Version: cfg.Version, Logger: cfg.Logger.With("node", cfg.NodeName)}),
-		cfg:     cfg,
-		log:     cfg.Logger.With("node", cfg.NodeName),
-		pve:     client,
-		policy:  newPolicy(),
-		metrics: newAgentMetrics(cfg.Version, cfg.NodeName),
-		tracer:  tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
-		served:  make(chan struct{}),
+		restart:  make(chan struct{}),
+		updater:  selfupdate.NewUpdater(selfupdate.UpdaterConfig{Dir: udir, Verifier: verifier, Version: cfg.Version, Logger: cfg.Logger.With("node", cfg.NodeName)}),
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeName),
+		pve:      client,
+		policy:   newPolicy(),
+		metrics:  newAgentMetrics(cfg.Version, cfg.NodeName),
+		tracer:   tracing.OrNoop(cfg.TracerProvider).Tracer(TracerName),
+		served:   make(chan struct{}),
+		migrated: make(chan struct{}),
 	}
 	authKey := cfg.AuthKey
 	if meshnode.HasState(cfg.StateDir) {
@@ -250,10 +262,25 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	edgev1.RegisterEdgeServiceServer(a.grpc, &edgeService{a: a, m: edge.NewManager(edge.Config{
 		BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
 	})})
+	mln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.MigrationPort)))
+	if err != nil {
+		ln.Close()
+		a.node.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
+	}
+	a.migrate = grpc.NewServer(grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
+		grpc.MaxSendMsgSize(chunkSize+64<<10))
+	agentv1.RegisterMigrationServiceServer(a.migrate, &migration{a: a})
 	go func() {
 		defer close(a.served)
 		if err := a.grpc.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			a.log.Error("agent: serve", "err", err)
+		}
+	}()
+	go func() {
+		defer close(a.migrated)
+		if err := a.migrate.Serve(mln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			a.log.Error("agent: serve migrations", "err", err)
 		}
 	}()
 	a.log.Info("agent serving on the mesh", "addr", net.JoinHostPort(a.node.Addr().String(), strconv.Itoa(int(cfg.Port))), "proxmox", cfg.ProxmoxURL)
@@ -267,11 +294,12 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.closeOnce.Do(func() {
 		stopped := make(chan struct{})
-		go func() { a.grpc.GracefulStop(); close(stopped) }()
+		go func() { a.grpc.GracefulStop(); a.migrate.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
 		case <-ctx.Done():
 			a.grpc.Stop()
+			a.migrate.Stop()
 		}
 		// Leaving the mesh gets its own short bound: an expired ctx must
 		// not leave the node's stack running.
@@ -279,6 +307,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		defer cancel()
 		a.closeErr = a.node.Close(lctx)
 		<-a.served
+		<-a.migrated
 		a.log.Info("agent stopped")
 	})
 	return a.closeErr
@@ -293,7 +322,9 @@ func (a *Agent) KillForTest() error {
 		defer cancel()
 		a.closeErr = a.node.Close(ctx)
 		a.grpc.Stop()
+		a.migrate.Stop()
 		<-a.served
+		<-a.migrated
 	})
 	return a.closeErr
 }
@@ -311,29 +342,26 @@ func (a *Agent) Dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // authorize lets only mesh peers tagged tag:orchestrator call the agent.
 func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.checkCaller(ctx, info.FullMethod); err != nil {
+	if err := a.orchestratorOnly(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
-// authorizeStream is authorize for streaming methods (Update).
+// authorizeStream is authorize for streaming calls.
 func (a *Agent) authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := a.checkCaller(ss.Context(), info.FullMethod); err != nil {
+	if err := a.orchestratorOnly(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 	return handler(srv, ss)
 }
 
-func (a *Agent) checkCaller(ctx context.Context, method string) error {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return status.Error(codes.PermissionDenied, "agent: caller unknown")
-	}
-	who, err := a.node.WhoIs(ctx, p.Addr.String())
+// orchestratorOnly refuses a caller that is not tag:orchestrator.
+func (a *Agent) orchestratorOnly(ctx context.Context, method string) error {
+	who, err := a.caller(ctx)
 	if err != nil {
-		a.log.Warn("agent: refused unidentified caller", "remote", p.Addr.String(), "method", method, "err", err)
-		return status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
+		a.log.Warn("agent: refused unidentified caller", "method", method, "err", err)
+		return err
 	}
 	if !who.HasTag(meshnode.TagOrchestrator) {
 		a.log.Warn("agent: refused caller without orchestrator tag", "caller", who.Name, "tags", who.Tags, "method", method)

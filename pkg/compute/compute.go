@@ -89,6 +89,9 @@ type Config struct {
 	Catalog catalog.Store
 	// Zones are the zones VMs live in. Required.
 	Zones Zones
+	// Volumes moves disks between zones (migrateVM across zones); nil
+	// refuses such moves.
+	Volumes VolumeMover
 	// Images stages images; default images.New(Logger).
 	Images *images.Stager
 	// QuotaTTL is how long a quota reservation of a create lives unless the
@@ -107,7 +110,8 @@ type Config struct {
 	// RecoverInterval is how often Run calls Recover; default 30s.
 	RecoverInterval time.Duration
 	// AfterStep, if set, is called after each step of a create completes
-	// (steps: "claim", "clone", "configure", "resize", "start", "finish")
+	// (steps: "claim", "clone", "configure", "resize", "start", "finish";
+	// of a move across zones: "target", "stop", "copy", "cutover")
 	// with the runner's context; it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
 	// Logger receives the service's logs; default slog.Default().
@@ -298,6 +302,9 @@ func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(),
 	}
 	vm.ID = vm.Ref.ID()
+	if was, ok := wasOf(g.Tags()); ok {
+		vm.ID = was.ID() // it moved here and kept its id
+	}
 	vm.VDC, _ = tenancy.VDCOf(g.Tags())
 	if in != nil {
 		vm.VDC = in.VDC
@@ -341,9 +348,42 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
-	if !ok {
-		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
+	if ok {
+		z, g, in, cfg, err := s.lookupAt(ctx, vdc, z, ref.VMID)
+		if err == nil && !g.HasTag(movedTag) {
+			if _, moved := wasOf(g.Tags()); !moved {
+				return z, g, in, cfg, nil
+			}
+		}
+		if err != nil && !IsKind(err, KindNotFound) {
+			return Zone{}, pveapi.Resource{}, nil, nil, err
+		}
 	}
+	// A VM that moved to another zone keeps its id: the guest it is now
+	// carries the place it was created at (wasTag).
+	return s.lookupMoved(ctx, vdc, ref)
+}
+
+// lookupMoved finds the guest of vdc that VM ref moved to, in any zone.
+func (s *Service) lookupMoved(ctx context.Context, vdc string, ref tenancy.VMRef) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
+	tag := wasTag(ref)
+	for _, z := range s.cfg.Zones.Zones(ctx) {
+		gs, err := pveapi.Guests(ctx, z.Client)
+		if err != nil {
+			continue
+		}
+		for _, g := range gs {
+			if g.HasTag(tag) && !g.HasTag(incomingTag) && !g.HasTag(movedTag) {
+				return s.lookupAt(ctx, vdc, z, g.VMID)
+			}
+		}
+	}
+	return Zone{}, pveapi.Resource{}, nil, nil, notFound()
+}
+
+// lookupAt resolves guest vmid of zone z within vdc.
+func (s *Service) lookupAt(ctx context.Context, vdc string, z Zone, vmid int) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
+	ref := tenancy.VMRef{ZoneID: z.ID, VMID: vmid}
 	// The VDC's pool lists its guests only (its cost follows the VDC, not
 	// the zone; another VDC's guest is refused before any further read, as
 	// fast as a missing one); their tags and lock are in their configs.

@@ -29,6 +29,20 @@ type Intent struct {
 	NICs      []NICIntent `json:"nics"`
 	User      string      `json:"user,omitempty"`
 	SSHKeys   []string    `json:"sshKeys,omitempty"`
+	// Move is set on the target copy of a move across zones until it is
+	// the VM: where it comes from, so whoever finds it unfinished
+	// finishes it (the source was marked moved) or undoes it.
+	Move *MoveIntent `json:"move,omitempty"`
+}
+
+// MoveIntent records a move across zones on its target guest.
+type MoveIntent struct {
+	Op string `json:"op"`
+	// From and VMID are the source's zone identity and VMID.
+	From    string    `json:"from"`
+	VMID    int       `json:"vmid"`
+	Running bool      `json:"running,omitempty"`
+	Started time.Time `json:"started"`
 }
 
 // NICIntent is one NIC: its VNet, the MAC its address is claimed under in

@@ -196,6 +196,11 @@ func (s *Service) recoverZone(ctx context.Context, z Zone) error {
 		for _, n := range in.NICs {
 			used[strings.ToUpper(n.MAC)] = true
 		}
+		if in.Move != nil && g.HasTag(incomingTag) {
+			g.RawTags = cfg.Str("tags")
+			s.recoverMove(ctx, z, g, in)
+			continue
+		}
 		if !isCreating(g) || s.isLive(z, g.VMID) || time.Since(in.Created) < s.cfg.StaleAfter {
 			continue
 		}

@@ -24,6 +24,7 @@ const (
 	OpShutdown OpKind = "SHUTDOWN_VM"
 	OpReboot   OpKind = "REBOOT_VM"
 	OpDelete   OpKind = "DELETE_VM"
+	OpMigrate  OpKind = "MIGRATE_VM"
 )
 
 // OpState is where an operation is.
@@ -62,6 +63,8 @@ type Operation struct {
 	VMID    string
 	Started time.Time
 	Updated time.Time
+	// Progress is how far a migration has copied (nil for other kinds).
+	Progress *Progress
 }
 
 // Done reports whether the operation has ended.
@@ -245,8 +248,14 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	// The id is the client's to forge: the task must be one of this VM,
 	// on its node, of the kind the id says, before Proxmox is asked.
 	u, err := pveapi.ParseUPID(ref.upid)
-	if err != nil || u.Node != g.Node || u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != ref.kind {
+	if err != nil || !ownTask(u, g, ref.kind) {
 		return nil, newError(KindNotFound, "no such operation")
+	}
+	if ref.kind == OpMigrate {
+		if err := migrateTask(ctx, z, ref.upid, op); err != nil || op.Step != u.Type {
+			return nil, newError(KindNotFound, "no such operation")
+		}
+		return op, nil
 	}
 	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
 	if err != nil || ts.Type != u.Type {
@@ -316,7 +325,7 @@ func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, 
 				}
 				next = &Operation{ID: id, Kind: cur.Kind, VMID: cur.VMID, State: OpFailed, Step: cur.Step, Error: "the VM is gone", Updated: time.Now()}
 			}
-			if next.State == cur.State && next.Step == cur.Step {
+			if next.State == cur.State && next.Step == cur.Step && sameProgress(next.Progress, cur.Progress) {
 				continue
 			}
 			cur = *next
@@ -328,4 +337,12 @@ func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, 
 		}
 	}()
 	return ch, nil
+}
+
+// sameProgress reports whether two progress reports say the same.
+func sameProgress(a, b *Progress) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

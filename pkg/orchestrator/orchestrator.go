@@ -415,7 +415,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			closeCat()
 		}
 	}()
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, ZoneTimeout: c.ZoneTimeout,
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
 		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

@@ -93,7 +93,7 @@ func hQemuMoveDisk(cl *call, g *guest) (any, error) {
 			newID = strings.TrimSuffix(newID, "."+fmtDefault) + "." + format
 			fmtDefault = format
 		}
-		c.st.addVolume(g.node, &volume{volid: newID, storage: sd.id, content: "images", format: fmtDefault, size: sv.size, vmid: g.vmid})
+		c.st.addVolume(g.node, &volume{volid: newID, storage: sd.id, content: "images", format: fmtDefault, size: sv.size, vmid: g.vmid, src: sv})
 		if strings.HasPrefix(disk, "unused") {
 			g.conf[disk] = newID
 		} else {
@@ -152,10 +152,9 @@ func (st *state) reassignDisk(cl *call, g *guest, disk string, target int, sv *v
 		if sd.typ != "lvmthin" && sv.format != "qcow2" {
 			newID = strings.TrimSuffix(newID, ".qcow2") + "." + sv.format
 		}
-		st.removeVolume(g.node, sv.volid)
 		old := sv.volid
 		sv.volid, sv.vmid = newID, target
-		st.addVolume(g.node, sv)
+		st.moveVolume(g.node, old, g.node, sv)
 		delete(g.conf, disk)
 		value := newID
 		if !strings.HasPrefix(disk, "unused") {

@@ -89,6 +89,7 @@ type volumeRecord struct {
 	Notes     string `json:"notes,omitempty"`
 	Protected bool   `json:"protected,omitempty"`
 	Data      []byte `json:"data,omitempty"`
+	File      string `json:"file,omitempty"`
 }
 
 type poolRecord struct {
@@ -268,7 +269,7 @@ func (st *state) snapshot() *stateFile {
 			v := vols[volid]
 			f.Volumes = append(f.Volumes, volumeRecord{
 				VolID: v.volid, Storage: v.storage, Node: v.node, Content: v.content, Format: v.format, Size: v.size,
-				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected, Data: v.data,
+				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected, Data: v.data, File: v.file,
 			})
 		}
 	}
@@ -369,7 +370,7 @@ func (st *state) restore(f *stateFile) error {
 			}
 		}
 		v := &volume{volid: r.VolID, storage: r.Storage, node: r.Node, content: r.Content, format: r.Format, size: r.Size,
-			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected, data: r.Data}
+			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected, data: r.Data, file: r.File}
 		st.volumesOn(r.Node, r.Storage)[r.VolID] = v
 	}
 	sdnConf := func(r sdnConfigRecord) *sdnConfig {

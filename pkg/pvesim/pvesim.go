@@ -65,6 +65,13 @@ type Config struct {
 	// configuration, not the file; nodes start online. Its directory is created if
 	// missing. "" keeps the model in memory only.
 	StateFile string
+	// DiskDir, if set, is where disks keep their bytes: one sparse file per
+	// disk volume, named by the volume's "path" (GET .../content/{volume}),
+	// so that what is written there is the disk's content; clones and
+	// imports copy their source's bytes, resizes truncate, deletes remove
+	// the file. Its files are kept across restarts with StateFile. "" keeps
+	// no bytes.
+	DiskDir string
 	// CheckResponses makes the cluster check every successful response against the
 	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
 	// SchemaProblems; for tests.

@@ -659,8 +659,10 @@ func (st *state) prepareDisk(g *guest, conf map[string]any, key, s string, pendi
 		}
 		gib, _ := strconv.ParseFloat(rest, 64)
 		size := int64(gib * (1 << 30))
+		var from *volume
 		if src := pr.get("import-from"); src != "" {
 			sv := st.findVolume(g.node, src)
+			from = sv
 			if sv == nil {
 				return "", nil, errorf(http.StatusInternalServerError, "volume '%s' does not exist", src)
 			}
@@ -676,7 +678,7 @@ func (st *state) prepareDisk(g *guest, conf map[string]any, key, s string, pendi
 		volid, format := diskVolid(sd, g.vmid, n, "vm")
 		pr.first = volid
 		pr.set("size", formatSize(size))
-		return pr.String(), &volume{volid: volid, storage: storageID, content: "images", format: format, size: size, vmid: g.vmid}, nil
+		return pr.String(), &volume{volid: volid, storage: storageID, content: "images", format: format, size: size, vmid: g.vmid, src: from}, nil
 	default:
 		v := st.findVolume(g.node, vol)
 		if v == nil {
@@ -917,9 +919,8 @@ func hQemuTemplate(cl *call, g *guest) (any, error) {
 				nv = sid + ":" + name[strings.LastIndex(name, "/")+1:]
 			}
 			if v := c.st.findVolume(g.node, old); v != nil {
-				c.st.removeVolume(g.node, old)
 				v.volid = nv
-				c.st.addVolume(g.node, v)
+				c.st.moveVolume(g.node, old, g.node, v)
 			}
 			pr.first = nv
 			g.conf[k] = pr.String()
@@ -979,6 +980,7 @@ func hQemuResize(cl *call, g *guest) (any, error) {
 		g.conf[disk] = pr.String()
 		if v := c.st.findVolume(g.node, volid); v != nil {
 			v.size = newSize
+			c.st.resizeFile(v)
 		}
 		return nil
 	})
@@ -1195,7 +1197,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 			case full:
 				n := c.st.nextDiskName(target, sid, newid, pending)
 				volid, format := diskVolid(sd, newid, n, "vm")
-				nv = &volume{volid: volid, storage: sid, content: "images", format: format, size: sv.size, vmid: newid}
+				nv = &volume{volid: volid, storage: sid, content: "images", format: format, size: sv.size, vmid: newid, src: sv}
 			default:
 				n := c.st.nextDiskName(target, sid, newid, pending)
 				child, format := diskVolid(sd, newid, n, "vm")
@@ -1203,9 +1205,9 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 				_, baseName, _ := strings.Cut(sv.volid, ":")
 				if sd.typ != "lvmthin" {
 					childName = strings.TrimPrefix(childName, fmt.Sprintf("%d/", newid))
-					nv = &volume{volid: fmt.Sprintf("%s:%s/%d/%s", sid, baseName, newid, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid}
+					nv = &volume{volid: fmt.Sprintf("%s:%s/%d/%s", sid, baseName, newid, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid, src: sv}
 				} else {
-					nv = &volume{volid: fmt.Sprintf("%s:%s/%s", sid, baseName, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid}
+					nv = &volume{volid: fmt.Sprintf("%s:%s/%s", sid, baseName, childName), storage: sid, content: "images", format: format, size: sv.size, vmid: newid, parent: sv.volid, src: sv}
 				}
 			}
 			pending = append(pending, nv)
@@ -1276,18 +1278,19 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 		return t.upid, nil
 	}
 	g.conf["lock"] = "migrate"
-	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, c.taskDuration(0, gib), func(t *task) error {
+	d := c.taskDuration(0, gib)
+	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
 		delete(g.conf, "lock")
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}
 		t.log = append(t.log, fmt.Sprintf("starting migration of VM %d to node '%s' (%s)", g.vmid, target, c.st.nodes[target].ip))
+		final := migrationProgress(c, g, localVols, src, 1, d)
 		for _, volid := range localVols {
 			v := c.st.findVolume(src, volid)
 			if v == nil {
 				continue
 			}
-			c.st.removeVolume(src, volid)
 			if targetStorage != "" && targetStorage != v.storage {
 				newVolid := targetStorage + ":" + strings.SplitN(volid, ":", 2)[1]
 				for k, cv := range g.conf {
@@ -1299,12 +1302,78 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 				}
 				v.volid, v.storage = newVolid, targetStorage
 			}
-			c.st.addVolume(target, v)
+			c.st.moveVolume(src, volid, target, v)
 			t.log = append(t.log, fmt.Sprintf("volume '%s' is '%s' on the target", volid, v.volid))
 		}
 		g.node = target
+		t.log = append(t.log, final...)
 		t.log = append(t.log, "migration finished successfully")
 		return nil
 	})
+	// qemu-server logs each mirror job's progress and, for a running guest,
+	// the memory's as it goes; the simulator logs a quarter at a time.
+	for k := 1; k < 4; k++ {
+		frac := float64(k) / 4
+		c.st.after(time.Duration(frac*float64(d)), func() {
+			if t.running {
+				t.log = append(t.log, migrationProgress(c, g, localVols, src, frac, d)...)
+			}
+		})
+	}
 	return t.upid, nil
+}
+
+// migrationProgress renders the task log lines of a migration that is frac
+// done after frac of d, as qemu-server writes them: one line per local
+// disk's mirror job, one for the memory of a running guest. The caller
+// holds mu.
+func migrationProgress(c *Cluster, g *guest, vols []string, node string, frac float64, d time.Duration) []string {
+	secs := int64(frac * d.Seconds())
+	var out []string
+	for i, volid := range vols {
+		var size int64
+		if v := c.st.findVolume(node, volid); v != nil {
+			size = v.size
+		}
+		drive := "drive-" + driveOf(g, volid, i)
+		done := int64(frac * float64(size))
+		out = append(out, fmt.Sprintf("%s: transferred %s of %s (%.2f%%) in %ds", drive, renderSize(done), renderSize(size), frac*100, secs))
+	}
+	if g.running {
+		mem := g.maxmem()
+		done := int64(frac * float64(mem))
+		rate := float64(mem) / max(d.Seconds(), 0.001)
+		state := "active"
+		if frac >= 1 {
+			state = "completed"
+		}
+		out = append(out, fmt.Sprintf("migration %s, transferred %s of %s VM-state, %s/s", state, renderSize(done), renderSize(mem), renderSize(int64(rate))))
+	}
+	return out
+}
+
+// driveOf names the disk slot of volid in g's config (scsi0, ...), or a
+// made-up one.
+func driveOf(g *guest, volid string, i int) string {
+	for k, cv := range g.conf {
+		if s, ok := cv.(string); ok && isDiskKey(k) && parseProperty(s).first == volid {
+			return k
+		}
+	}
+	return "unused" + strconv.Itoa(i)
+}
+
+// renderSize renders n bytes as Proxmox's task logs do (one decimal,
+// binary units).
+func renderSize(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
 }

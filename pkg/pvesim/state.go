@@ -74,6 +74,11 @@ type volume struct {
 	notes     string
 	protected bool
 	data      []byte // an uploaded file's content; never written in place
+	// file holds a disk's bytes (Config.DiskDir, diskfiles.go); src is
+	// the volume whose bytes a new disk starts with (clone, import-from),
+	// until its file is made.
+	file string
+	src  *volume
 }
 
 type pool struct {
@@ -161,11 +166,16 @@ func (st *state) addVolume(node string, v *volume) {
 	if v.ctime == 0 {
 		v.ctime = time.Now().Unix()
 	}
+	st.createFile(v)
 	st.volumesOn(node, v.storage)[v.volid] = v
 }
 
+// removeVolume deletes a volume and its bytes.
 func (st *state) removeVolume(node, volid string) {
 	storage, _, _ := strings.Cut(volid, ":")
+	if v := st.volumesOn(node, storage)[volid]; v != nil {
+		st.removeFile(v)
+	}
 	delete(st.volumesOn(node, storage), volid)
 }
 

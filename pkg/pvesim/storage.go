@@ -176,6 +176,9 @@ func hStorageVolumeGet(cl *call) (any, error) {
 	if s.typ == "lvmthin" {
 		path = "/dev/pve/" + name
 	}
+	if v.file != "" {
+		path = v.file // the bytes are there (Config.DiskDir)
+	}
 	return map[string]any{
 		"path": path, "size": v.size, "used": v.size, "format": v.format,
 		"notes": v.notes, "protected": boolInt(v.protected),

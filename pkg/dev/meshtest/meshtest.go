@@ -55,6 +55,8 @@ type ClusterSpec struct {
 	Name string
 	// Nodes is the number of nodes (pve1..pveN). Default 1.
 	Nodes int
+	// Timing is the simulator's task duration model (zero: fast).
+	Timing pvesim.Timing
 }
 
 type options struct {
@@ -225,7 +227,8 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
-		simCfg := pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}}
+		simCfg := pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
+			DiskDir: t.TempDir()}
 		if o.plane != nil {
 			if os.Geteuid() != 0 {
 				t.Fatal("meshtest: WithDataPlane builds network namespaces: run the test as root")

@@ -238,7 +238,9 @@ func redact(secret string) string {
 }
 
 // Policy returns the mesh policy flexplane uses: only tag:orchestrator may
-// reach agents, and only on agentPort; nothing else may reach anything.
+// reach agents' API, on agentPort; agents may reach each other only on
+// the migration port (agentPort+1, where they read the volumes another
+// agent offered them with a capability); nothing else may reach anything.
 func Policy(agentPort uint16) string {
 	return fmt.Sprintf(`{
   "tagOwners": {
@@ -246,7 +248,8 @@ func Policy(agentPort uint16) string {
     %q: []
   },
   "acls": [
+    {"action": "accept", "src": [%q], "dst": ["%s:%d"]},
     {"action": "accept", "src": [%q], "dst": ["%s:%d"]}
   ]
-}`, TagOrchestrator, TagAgent, TagOrchestrator, TagAgent, agentPort)
+}`, TagOrchestrator, TagAgent, TagOrchestrator, TagAgent, agentPort, TagAgent, TagAgent, agentPort+1)
 }

@@ -656,3 +656,16 @@ func (r *Registry) markFailed(meshID uint64, err error) {
 		r.snap = nil
 	}
 }
+
+// AgentOfNode returns the client of the online agent of node in zone zoneID and
+// its host, for calls to that one agent (a volume on its node).
+func (r *Registry) AgentOfNode(zoneID, node string) (agentv1.AgentServiceClient, Host, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.agents {
+		if a.info != nil && a.info.GetClusterId() == zoneID && a.info.GetNodeName() == node && a.status == StatusOnline && a.client != nil {
+			return a.client, a.host(), true
+		}
+	}
+	return nil, Host{}, false
+}

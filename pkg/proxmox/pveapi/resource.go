@@ -44,6 +44,8 @@ type Resource struct {
 	Storage    string `json:"storage"`
 	Shared     int    `json:"shared"`
 	PluginType string `json:"plugintype"`
+	// HAState is the guest's Proxmox HA state ("" when HA does not manage it).
+	HAState string `json:"hastate"`
 }
 
 // Tags splits the guest's tags.

@@ -77,6 +77,382 @@ func (HealthStatus) EnumDescriptor() ([]byte, []int) {
 	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
 }
 
+// OfferVolumeRequest names a volume and the agent that may read it.
+type OfferVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0").
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// Mesh name of the agent that may read it.
+	Reader string `protobuf:"bytes,2,opt,name=reader,proto3" json:"reader,omitempty"`
+	// How long the offer stands, in seconds (default 600).
+	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferVolumeRequest) Reset() {
+	*x = OfferVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferVolumeRequest) ProtoMessage() {}
+
+func (x *OfferVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferVolumeRequest.ProtoReflect.Descriptor instead.
+func (*OfferVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *OfferVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *OfferVolumeRequest) GetReader() string {
+	if x != nil {
+		return x.Reader
+	}
+	return ""
+}
+
+func (x *OfferVolumeRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// OfferVolumeResponse is the capability to read the volume once.
+type OfferVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque one-time capability for ReadVolume.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Size of the volume in bytes.
+	Size uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Mesh address of the migration port (ip:port) to read it from.
+	Addr          string `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferVolumeResponse) Reset() {
+	*x = OfferVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferVolumeResponse) ProtoMessage() {}
+
+func (x *OfferVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferVolumeResponse.ProtoReflect.Descriptor instead.
+func (*OfferVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OfferVolumeResponse) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *OfferVolumeResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *OfferVolumeResponse) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// PullVolumeRequest says what to copy where.
+type PullVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Migration port address of the source agent (OfferVolumeResponse.addr).
+	SourceAddr string `protobuf:"bytes,1,opt,name=source_addr,json=sourceAddr,proto3" json:"source_addr,omitempty"`
+	// The source's capability (OfferVolumeResponse.capability).
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Proxmox volume id on this node to write into (allocated, at least the
+	// source's size).
+	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullVolumeRequest) Reset() {
+	*x = PullVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullVolumeRequest) ProtoMessage() {}
+
+func (x *PullVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullVolumeRequest.ProtoReflect.Descriptor instead.
+func (*PullVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PullVolumeRequest) GetSourceAddr() string {
+	if x != nil {
+		return x.SourceAddr
+	}
+	return ""
+}
+
+func (x *PullVolumeRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *PullVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// PullVolumeResponse is how far a PullVolume has come.
+type PullVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the volume covered so far (data written and holes skipped).
+	BytesDone uint64 `protobuf:"varint,1,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
+	// Size of the source volume (0 until known).
+	BytesTotal uint64 `protobuf:"varint,2,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	// Set on the last message: SHA-256 (hex) of the volume's content as
+	// written, equal to the source's (else the call fails with DATA_LOSS).
+	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullVolumeResponse) Reset() {
+	*x = PullVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullVolumeResponse) ProtoMessage() {}
+
+func (x *PullVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullVolumeResponse.ProtoReflect.Descriptor instead.
+func (*PullVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PullVolumeResponse) GetBytesDone() uint64 {
+	if x != nil {
+		return x.BytesDone
+	}
+	return 0
+}
+
+func (x *PullVolumeResponse) GetBytesTotal() uint64 {
+	if x != nil {
+		return x.BytesTotal
+	}
+	return 0
+}
+
+func (x *PullVolumeResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// ReadVolumeRequest presents a capability.
+type ReadVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From OfferVolumeResponse.capability.
+	Capability    string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeRequest) Reset() {
+	*x = ReadVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeRequest) ProtoMessage() {}
+
+func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeRequest.ProtoReflect.Descriptor instead.
+func (*ReadVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadVolumeRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+// ReadVolumeResponse is part of a volume, or its end.
+type ReadVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Offset of data in the volume.
+	Offset uint64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Bytes at offset (absent for the last message).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the last message: the volume's size and its SHA-256 (hex).
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadVolumeResponse) Reset() {
+	*x = ReadVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadVolumeResponse) ProtoMessage() {}
+
+func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadVolumeResponse.ProtoReflect.Descriptor instead.
+func (*ReadVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReadVolumeResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadVolumeResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadVolumeResponse) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReadVolumeResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // InfoRequest has no fields.
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -86,7 +462,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -98,7 +474,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -111,7 +487,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 // InfoResponse describes an agent and its Proxmox node.
@@ -137,7 +513,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +525,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +538,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetAgentVersion() string {
@@ -216,7 +592,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +604,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +617,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // HealthResponse reports the state of an agent.
@@ -260,7 +636,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +648,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +661,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HealthResponse) GetStatus() HealthStatus {
@@ -337,7 +713,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +725,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +738,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateStatus) GetPhase() string {
@@ -424,7 +800,7 @@ type UpdateRequest struct {
 
 func (x *UpdateRequest) Reset() {
 	*x = UpdateRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +812,7 @@ func (x *UpdateRequest) String() string {
 func (*UpdateRequest) ProtoMessage() {}
 
 func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +825,7 @@ func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateRequest) GetManifest() []byte {
@@ -490,7 +866,7 @@ type UpdateResponse struct {
 
 func (x *UpdateResponse) Reset() {
 	*x = UpdateResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +878,7 @@ func (x *UpdateResponse) String() string {
 func (*UpdateResponse) ProtoMessage() {}
 
 func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +891,7 @@ func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateResponse) GetVersion() string {
@@ -544,7 +920,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +932,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +945,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -626,7 +1002,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +1014,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +1027,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -691,7 +1067,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +1079,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +1092,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -732,7 +1108,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1120,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1133,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -778,7 +1154,40 @@ var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflexplane/agent/v1/agent.proto\x12\x12flexplane.agent.v1\"\r\n" +
+	"\x1eflexplane/agent/v1/agent.proto\x12\x12flexplane.agent.v1\"e\n" +
+	"\x12OfferVolumeRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x16\n" +
+	"\x06reader\x18\x02 \x01(\tR\x06reader\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\rR\n" +
+	"ttlSeconds\"]\n" +
+	"\x13OfferVolumeResponse\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\"l\n" +
+	"\x11PullVolumeRequest\x12\x1f\n" +
+	"\vsource_addr\x18\x01 \x01(\tR\n" +
+	"sourceAddr\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\"l\n" +
+	"\x12PullVolumeResponse\x12\x1d\n" +
+	"\n" +
+	"bytes_done\x18\x01 \x01(\x04R\tbytesDone\x12\x1f\n" +
+	"\vbytes_total\x18\x02 \x01(\x04R\n" +
+	"bytesTotal\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"3\n" +
+	"\x11ReadVolumeRequest\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\"l\n" +
+	"\x12ReadVolumeResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\r\n" +
 	"\vInfoRequest\"\xd7\x01\n" +
 	"\fInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
@@ -828,13 +1237,19 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\x9f\x03\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xde\x04\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
 	"\x05Proxy\x12 .flexplane.agent.v1.ProxyRequest\x1a!.flexplane.agent.v1.ProxyResponse\x12R\n" +
 	"\aMetrics\x12\".flexplane.agent.v1.MetricsRequest\x1a#.flexplane.agent.v1.MetricsResponse\x12Q\n" +
-	"\x06Update\x12!.flexplane.agent.v1.UpdateRequest\x1a\".flexplane.agent.v1.UpdateResponse(\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
+	"\x06Update\x12!.flexplane.agent.v1.UpdateRequest\x1a\".flexplane.agent.v1.UpdateResponse(\x01\x12^\n" +
+	"\vOfferVolume\x12&.flexplane.agent.v1.OfferVolumeRequest\x1a'.flexplane.agent.v1.OfferVolumeResponse\x12]\n" +
+	"\n" +
+	"PullVolume\x12%.flexplane.agent.v1.PullVolumeRequest\x1a&.flexplane.agent.v1.PullVolumeResponse0\x012q\n" +
+	"\x10MigrationService\x12]\n" +
+	"\n" +
+	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_flexplane_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -849,36 +1264,48 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
-	(HealthStatus)(0),       // 0: flexplane.agent.v1.HealthStatus
-	(*InfoRequest)(nil),     // 1: flexplane.agent.v1.InfoRequest
-	(*InfoResponse)(nil),    // 2: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),   // 3: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil),  // 4: flexplane.agent.v1.HealthResponse
-	(*UpdateStatus)(nil),    // 5: flexplane.agent.v1.UpdateStatus
-	(*UpdateRequest)(nil),   // 6: flexplane.agent.v1.UpdateRequest
-	(*UpdateResponse)(nil),  // 7: flexplane.agent.v1.UpdateResponse
-	(*ProxyRequest)(nil),    // 8: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),   // 9: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),  // 10: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil), // 11: flexplane.agent.v1.MetricsResponse
+	(HealthStatus)(0),           // 0: flexplane.agent.v1.HealthStatus
+	(*OfferVolumeRequest)(nil),  // 1: flexplane.agent.v1.OfferVolumeRequest
+	(*OfferVolumeResponse)(nil), // 2: flexplane.agent.v1.OfferVolumeResponse
+	(*PullVolumeRequest)(nil),   // 3: flexplane.agent.v1.PullVolumeRequest
+	(*PullVolumeResponse)(nil),  // 4: flexplane.agent.v1.PullVolumeResponse
+	(*ReadVolumeRequest)(nil),   // 5: flexplane.agent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),  // 6: flexplane.agent.v1.ReadVolumeResponse
+	(*InfoRequest)(nil),         // 7: flexplane.agent.v1.InfoRequest
+	(*InfoResponse)(nil),        // 8: flexplane.agent.v1.InfoResponse
+	(*HealthRequest)(nil),       // 9: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),      // 10: flexplane.agent.v1.HealthResponse
+	(*UpdateStatus)(nil),        // 11: flexplane.agent.v1.UpdateStatus
+	(*UpdateRequest)(nil),       // 12: flexplane.agent.v1.UpdateRequest
+	(*UpdateResponse)(nil),      // 13: flexplane.agent.v1.UpdateResponse
+	(*ProxyRequest)(nil),        // 14: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),       // 15: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),      // 16: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil),     // 17: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	5,  // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
-	1,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	3,  // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	8,  // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	10, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	6,  // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
-	2,  // 7: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	4,  // 8: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	9,  // 9: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	11, // 10: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	7,  // 11: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	7,  // [7:12] is the sub-list for method output_type
-	2,  // [2:7] is the sub-list for method input_type
+	11, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
+	7,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
+	9,  // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	14, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	16, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	12, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
+	1,  // 7: flexplane.agent.v1.AgentService.OfferVolume:input_type -> flexplane.agent.v1.OfferVolumeRequest
+	3,  // 8: flexplane.agent.v1.AgentService.PullVolume:input_type -> flexplane.agent.v1.PullVolumeRequest
+	5,  // 9: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	8,  // 10: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	10, // 11: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	15, // 12: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	17, // 13: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	13, // 14: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 15: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 16: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	6,  // 17: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	10, // [10:18] is the sub-list for method output_type
+	2,  // [2:10] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -895,9 +1322,9 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   17,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_flexplane_agent_v1_agent_proto_goTypes,
 		DependencyIndexes: file_flexplane_agent_v1_agent_proto_depIdxs,

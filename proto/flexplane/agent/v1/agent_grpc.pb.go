@@ -23,11 +23,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Info_FullMethodName    = "/flexplane.agent.v1.AgentService/Info"
-	AgentService_Health_FullMethodName  = "/flexplane.agent.v1.AgentService/Health"
-	AgentService_Proxy_FullMethodName   = "/flexplane.agent.v1.AgentService/Proxy"
-	AgentService_Metrics_FullMethodName = "/flexplane.agent.v1.AgentService/Metrics"
-	AgentService_Update_FullMethodName  = "/flexplane.agent.v1.AgentService/Update"
+	AgentService_Info_FullMethodName        = "/flexplane.agent.v1.AgentService/Info"
+	AgentService_Health_FullMethodName      = "/flexplane.agent.v1.AgentService/Health"
+	AgentService_Proxy_FullMethodName       = "/flexplane.agent.v1.AgentService/Proxy"
+	AgentService_Metrics_FullMethodName     = "/flexplane.agent.v1.AgentService/Metrics"
+	AgentService_Update_FullMethodName      = "/flexplane.agent.v1.AgentService/Update"
+	AgentService_OfferVolume_FullMethodName = "/flexplane.agent.v1.AgentService/OfferVolume"
+	AgentService_PullVolume_FullMethodName  = "/flexplane.agent.v1.AgentService/PullVolume"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -55,6 +57,16 @@ type AgentServiceClient interface {
 	// An accepted one is answered once it is staged; the agent then restarts
 	// into it and reports its progress in HealthResponse.update.
 	Update(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UpdateRequest, UpdateResponse], error)
+	// OfferVolume lets one other agent read one disk volume of this node once:
+	// it returns a capability that agent presents to ReadVolume (on the
+	// migration port). The volume is looked up on the local Proxmox; no
+	// Proxmox credential leaves the agent.
+	OfferVolume(ctx context.Context, in *OfferVolumeRequest, opts ...grpc.CallOption) (*OfferVolumeResponse, error)
+	// PullVolume copies a volume offered by another agent into a disk volume
+	// of this node, agent to agent over the mesh, and streams its progress;
+	// the last message carries the SHA-256 of what was written, which must be
+	// the source's.
+	PullVolume(ctx context.Context, in *PullVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullVolumeResponse], error)
 }
 
 type agentServiceClient struct {
@@ -118,6 +130,35 @@ func (c *agentServiceClient) Update(ctx context.Context, opts ...grpc.CallOption
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_UpdateClient = grpc.ClientStreamingClient[UpdateRequest, UpdateResponse]
 
+func (c *agentServiceClient) OfferVolume(ctx context.Context, in *OfferVolumeRequest, opts ...grpc.CallOption) (*OfferVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OfferVolumeResponse)
+	err := c.cc.Invoke(ctx, AgentService_OfferVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) PullVolume(ctx context.Context, in *PullVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullVolumeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_PullVolume_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PullVolumeRequest, PullVolumeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_PullVolumeClient = grpc.ServerStreamingClient[PullVolumeResponse]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -143,6 +184,16 @@ type AgentServiceServer interface {
 	// An accepted one is answered once it is staged; the agent then restarts
 	// into it and reports its progress in HealthResponse.update.
 	Update(grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]) error
+	// OfferVolume lets one other agent read one disk volume of this node once:
+	// it returns a capability that agent presents to ReadVolume (on the
+	// migration port). The volume is looked up on the local Proxmox; no
+	// Proxmox credential leaves the agent.
+	OfferVolume(context.Context, *OfferVolumeRequest) (*OfferVolumeResponse, error)
+	// PullVolume copies a volume offered by another agent into a disk volume
+	// of this node, agent to agent over the mesh, and streams its progress;
+	// the last message carries the SHA-256 of what was written, which must be
+	// the source's.
+	PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -167,6 +218,12 @@ func (UnimplementedAgentServiceServer) Metrics(context.Context, *MetricsRequest)
 }
 func (UnimplementedAgentServiceServer) Update(grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]) error {
 	return status.Error(codes.Unimplemented, "method Update not implemented")
+}
+func (UnimplementedAgentServiceServer) OfferVolume(context.Context, *OfferVolumeRequest) (*OfferVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OfferVolume not implemented")
+}
+func (UnimplementedAgentServiceServer) PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error {
+	return status.Error(codes.Unimplemented, "method PullVolume not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -268,6 +325,35 @@ func _AgentService_Update_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_UpdateServer = grpc.ClientStreamingServer[UpdateRequest, UpdateResponse]
 
+func _AgentService_OfferVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OfferVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).OfferVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_OfferVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).OfferVolume(ctx, req.(*OfferVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_PullVolume_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PullVolumeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServiceServer).PullVolume(m, &grpc.GenericServerStream[PullVolumeRequest, PullVolumeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_PullVolumeServer = grpc.ServerStreamingServer[PullVolumeResponse]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -291,12 +377,138 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Metrics",
 			Handler:    _AgentService_Metrics_Handler,
 		},
+		{
+			MethodName: "OfferVolume",
+			Handler:    _AgentService_OfferVolume_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Update",
 			Handler:       _AgentService_Update_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "PullVolume",
+			Handler:       _AgentService_PullVolume_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "flexplane/agent/v1/agent.proto",
+}
+
+const (
+	MigrationService_ReadVolume_FullMethodName = "/flexplane.agent.v1.MigrationService/ReadVolume"
+)
+
+// MigrationServiceClient is the client API for MigrationService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// MigrationService is served by the agent on its migration port, which only
+// other agents may reach (the mesh policy); each call needs a capability
+// from OfferVolume.
+type MigrationServiceClient interface {
+	// ReadVolume streams an offered volume's bytes: chunks of data at their
+	// offsets (runs of zeros are left out), then the size and checksum.
+	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
+}
+
+type migrationServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewMigrationServiceClient(cc grpc.ClientConnInterface) MigrationServiceClient {
+	return &migrationServiceClient{cc}
+}
+
+func (c *migrationServiceClient) ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MigrationService_ServiceDesc.Streams[0], MigrationService_ReadVolume_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadVolumeRequest, ReadVolumeResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MigrationService_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeResponse]
+
+// MigrationServiceServer is the server API for MigrationService service.
+// All implementations must embed UnimplementedMigrationServiceServer
+// for forward compatibility.
+//
+// MigrationService is served by the agent on its migration port, which only
+// other agents may reach (the mesh policy); each call needs a capability
+// from OfferVolume.
+type MigrationServiceServer interface {
+	// ReadVolume streams an offered volume's bytes: chunks of data at their
+	// offsets (runs of zeros are left out), then the size and checksum.
+	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
+	mustEmbedUnimplementedMigrationServiceServer()
+}
+
+// UnimplementedMigrationServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedMigrationServiceServer struct{}
+
+func (UnimplementedMigrationServiceServer) ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadVolume not implemented")
+}
+func (UnimplementedMigrationServiceServer) mustEmbedUnimplementedMigrationServiceServer() {}
+func (UnimplementedMigrationServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeMigrationServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to MigrationServiceServer will
+// result in compilation errors.
+type UnsafeMigrationServiceServer interface {
+	mustEmbedUnimplementedMigrationServiceServer()
+}
+
+func RegisterMigrationServiceServer(s grpc.ServiceRegistrar, srv MigrationServiceServer) {
+	// If the following call panics, it indicates UnimplementedMigrationServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&MigrationService_ServiceDesc, srv)
+}
+
+func _MigrationService_ReadVolume_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadVolumeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MigrationServiceServer).ReadVolume(m, &grpc.GenericServerStream[ReadVolumeRequest, ReadVolumeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MigrationService_ReadVolumeServer = grpc.ServerStreamingServer[ReadVolumeResponse]
+
+// MigrationService_ServiceDesc is the grpc.ServiceDesc for MigrationService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var MigrationService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "flexplane.agent.v1.MigrationService",
+	HandlerType: (*MigrationServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ReadVolume",
+			Handler:       _MigrationService_ReadVolume_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "flexplane/agent/v1/agent.proto",

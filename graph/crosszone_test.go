@@ -1,0 +1,229 @@
+package graph_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// diskPath is the file of volume volid on node, as Proxmox names it.
+func diskPath(t *testing.T, ctx context.Context, c *proxmox.Client, node, volid string) string {
+	t.Helper()
+	storage, _, _ := strings.Cut(volid, ":")
+	var v struct{ Path string }
+	if err := c.Get(ctx, "/nodes/"+node+"/storage/"+storage+"/content/"+volid, &v); err != nil {
+		t.Fatalf("volume %s: %v", volid, err)
+	}
+	return v.Path
+}
+
+func sha(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// TestMigrateAcrossZones moves a running VM with two disks and two NICs
+// from alpha to beta through GraphQL: the disks arrive byte-identical
+// (checksums of the simulators' disk files), one NIC goes to the network
+// of the same name, the other to the one given; the VM runs in beta with
+// its addresses claimed there, and nothing of it is left in alpha.
+// Preflight refusals come first and change nothing.
+func TestMigrateAcrossZones(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{}))
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha", "beta")
+	var lan2 = map[string]string{}
+	for z, cidr := range map[string]string{"alpha": "10.2.0.0/24", "beta": "10.3.0.0/24"} {
+		var n struct{ ID string }
+		h.GraphQL(t, "bob", "blue", `mutation($z: String!, $c: String!, $g: String!) { createNetwork(input: {name: "lan2-`+z+`", zone: $z, cidr: $c, gateway: $g}) { id } }`,
+			map[string]any{"z": z, "c": cidr, "g": cidr[:len(cidr)-4] + "1"}).OK(t).Into(t, "createNetwork", &n)
+		lan2[z] = n.ID
+	}
+	var created struct{ Operation gqlOp }
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "traveller", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 1,
+		"nics":    []any{map[string]any{"network": nets["alpha"]}, map[string]any{"network": lan2["alpha"]}},
+		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
+	id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+
+	ctx := t.Context()
+	alpha, beta := h.Zone(t, h.Clusters[0]), h.Zone(t, h.Clusters[1])
+	ac, bc := h.Orchestrator.Zones().Client(alpha.ID), h.Orchestrator.Zones().Client(beta.ID)
+	g, ok, err := pveapi.FindGuest(ctx, ac, mustRef(t, id))
+	if err != nil || !ok {
+		t.Fatalf("the VM's guest: %v %v", ok, err)
+	}
+	// A second disk, and real bytes on both.
+	if _, err := pveapi.Run(ctx, ac, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", g.Node, g.VMID), map[string]any{"scsi1": "local-lvm:1"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pveapi.GuestConfig(ctx, ac, g.Node, g.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]string{}
+	for _, k := range []string{"scsi0", "scsi1"} {
+		vol, _, _ := strings.Cut(cfg.Str(k), ",")
+		p := diskPath(t, ctx, ac, g.Node, vol)
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		data := make([]byte, 2<<20)
+		_, _ = rand.Read(data)
+		for _, off := range []int64{0, 300 << 20, 1<<30 - 2<<20} {
+			if _, err := f.WriteAt(data, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		sums[k] = sha(t, p)
+	}
+
+	mv := func(in map[string]any) *meshtest.GraphQLResponse {
+		return h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": in})
+	}
+	// Refusals before any disk I/O.
+	if r := mv(map[string]any{"id": id, "zone": "gamma"}); r.Code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != "input.zone" {
+		t.Errorf("unknown zone: %s", r.Raw)
+	}
+	if r := mv(map[string]any{"id": id, "zone": "beta"}); r.Code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != "input.networks" {
+		t.Errorf("lan2-alpha has no namesake in beta: %s", r.Raw)
+	}
+	if r := mv(map[string]any{"id": id, "zone": "beta", "networks": []any{map[string]any{"from": lan2["alpha"], "to": lan2["alpha"]}}}); r.Code(t) != "BAD_USER_INPUT" || r.Errors[0].Extensions["field"] != "input.networks[0].to" {
+		t.Errorf("a target network of the wrong zone: %s", r.Raw)
+	}
+	// The agents do not allow snapshots: the cluster's own API does.
+	direct := simClient(t, h.Clusters[0])
+	if _, err := pveapi.Run(ctx, direct, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/snapshot", g.Node, g.VMID), map[string]any{"snapname": "before"}); err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]any{"id": id, "zone": "beta", "networks": []any{map[string]any{"from": lan2["alpha"], "to": lan2["beta"]}}}
+	if r := mv(good); r.Code(t) != "CONFLICT" {
+		t.Errorf("a VM with a snapshot: %s", r.Raw)
+	}
+	if _, err := pveapi.Run(ctx, direct, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/before", g.Node, g.VMID), map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.GraphQL(t, "alice", "red", migrateVM, map[string]any{"in": good}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("another VDC's VM: %s", r.Raw)
+	}
+	if maps, _ := pveapi.IPAMStatus(ctx, bc); countMACs(maps) != 0 {
+		t.Fatalf("the refusals claimed addresses in beta: %+v", maps)
+	}
+
+	var op gqlMigrateOp
+	mv(good).OK(t).Into(t, "migrateVM", &op)
+	var last gqlMigrateOp
+	poll(t, 120*time.Second, "the move", func() bool {
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId progress { bytesMoved bytesTotal bytesPerSecond } } }`,
+			map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &last)
+		if last.State == "FAILED" {
+			t.Fatalf("the move failed: %+v", last)
+		}
+		return last.State == "SUCCEEDED"
+	})
+	if p := last.Progress; p == nil || p.BytesTotal != 2<<30 || p.BytesMoved != p.BytesTotal {
+		t.Errorf("progress at the end: %+v", p)
+	}
+
+	// Nothing of it is left in alpha.
+	if _, ok, _ := pveapi.FindGuest(ctx, ac, g.VMID); ok {
+		t.Errorf("the source is still in alpha")
+	}
+	if maps, _ := pveapi.IPAMStatus(ctx, ac); countMACs(maps) != 0 {
+		t.Errorf("alpha still holds the VM's addresses: %+v", maps)
+	}
+	// In beta it runs, with both disks byte-identical and both NICs.
+	var vms []struct {
+		ID, Status  string
+		IPAddresses []string
+		Zone        struct{ Name string }
+	}
+	h.GraphQL(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil).OK(t).Into(t, "vms", &vms)
+	if len(vms) != 1 || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
+		t.Fatalf("vms after the move: %+v", vms)
+	}
+	gs, err := pveapi.Guests(ctx, bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tg pveapi.Resource
+	for _, x := range gs {
+		if x.Template != 1 {
+			tg = x
+		}
+	}
+	tcfg, err := pveapi.GuestConfig(ctx, bc, tg.Node, tg.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"scsi0", "scsi1"} {
+		vol, _, _ := strings.Cut(tcfg.Str(k), ",")
+		if got := sha(t, diskPath(t, ctx, bc, tg.Node, vol)); got != sums[k] {
+			t.Errorf("%s arrived with sha256 %s, left with %s", k, got, sums[k])
+		}
+	}
+	for i, want := range []string{"virtio=", "virtio="} {
+		if n := tcfg.Str(fmt.Sprintf("net%d", i)); len(n) < len(want) {
+			t.Errorf("net%d in beta: %q", i, n)
+		}
+	}
+}
+
+func countMACs(ms []pveapi.IPMapping) int {
+	n := 0
+	for _, m := range ms {
+		if m.Gateway == 0 && m.MAC != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func mustRef(t *testing.T, id string) int {
+	t.Helper()
+	ref, err := tenancy.ParseVMID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref.VMID
+}
+
+// simClient talks to a simulated cluster's API directly with its token, as
+// its operator would.
+func simClient(t *testing.T, c *meshtest.Cluster) *proxmox.Client {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.Sim.CACertPEM())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	t.Cleanup(tr.CloseIdleConnections)
+	id, secret, _ := strings.Cut(c.Token, "=")
+	return proxmox.NewClient(c.Sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: tr}), proxmox.WithAPIToken(id, secret))
+}

@@ -1,0 +1,162 @@
+package compute
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// MigrateInput says where a VM moves.
+type MigrateInput struct {
+	// VDC is the caller's VDC; a VM of another VDC is NOT_FOUND.
+	VDC string
+	// ID is the VM's id.
+	ID string
+	// Host is the host to move to: a host id or the Proxmox node name.
+	// Within the VM's zone it is required; across zones "" lets the
+	// target zone choose.
+	Host string
+	// Zone is the name of the zone to move to; "" (or the VM's own zone)
+	// moves it within its zone.
+	Zone string
+	// Networks maps the VM's networks to networks of its VDC in the target
+	// zone (across zones only); a network not mapped goes to the one of the
+	// same name.
+	Networks []NetworkMapping
+}
+
+// NetworkMapping maps one network of a VM to one of the target zone.
+type NetworkMapping struct {
+	// From is the id of a network a NIC of the VM is on.
+	From string
+	// To is the id of a network of the VDC in the target zone.
+	To string
+}
+
+// Progress is how far an operation that copies bytes has come.
+type Progress struct {
+	// Done and Total are bytes copied and to copy (disks, and the memory
+	// of a running VM moving within its zone).
+	Done, Total int64
+	// BytesPerSecond is the current copy rate (0 when unknown).
+	BytesPerSecond float64
+}
+
+// MigrateVM moves VM id of vdc: within its zone with Proxmox's own
+// migration (online for a running VM, copying local disks when needed),
+// or to another zone (migrateAcross). The operation follows the move.
+func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, error) {
+	z, g, _, err := s.lookup(ctx, in.VDC, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if isCreating(g) {
+		return nil, newError(KindConflict, "the VM is still being created")
+	}
+	if g.Lock != "" {
+		return nil, newError(KindConflict, "the VM is locked (%s)", g.Lock)
+	}
+	if in.Zone != "" && in.Zone != z.Name && in.Zone != z.ID {
+		return s.migrateAcross(ctx, z, g, in)
+	}
+	if len(in.Networks) > 0 {
+		return nil, badInput("networks", "networks map NICs to another zone's networks; the VM stays in zone %s", z.Name)
+	}
+	if in.Host == "" {
+		return nil, badInput("host", "a move within zone %s needs the host to move to", z.Name)
+	}
+	node, err := s.targetNode(ctx, z, in.Host)
+	if err != nil {
+		return nil, err
+	}
+	if node == g.Node {
+		return nil, badInput("host", "the VM already runs on host %s", node)
+	}
+	check, err := pveapi.MigratePreconditions(ctx, z.Client, g.Node, g.VMID, node)
+	if err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	if len(check.LocalResources) > 0 {
+		return nil, newError(KindConflict, "the VM uses devices of its host (%v) and cannot move", check.LocalResources)
+	}
+	if why, ok := check.NotAllowed[node]; ok {
+		return nil, &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("Proxmox refuses to move the VM to %s: %s", node, why)}
+	}
+	if !slices.Contains(check.Allowed, node) {
+		return nil, &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is not online", node)}
+	}
+	params := map[string]any{"target": node}
+	if check.Running {
+		params["online"] = 1
+	}
+	if len(check.LocalDisks) > 0 {
+		params["with-local-disks"] = 1
+	}
+	var upid string
+	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), params, &upid); err != nil {
+		return nil, conflict(err)
+	}
+	s.log.Info("migrating a VM", "zone", z.Name, "vmid", g.VMID, "from", g.Node, "to", node, "online", check.Running,
+		"local_disks", len(check.LocalDisks), "upid", upid)
+	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, upid), Kind: OpMigrate, State: OpRunning, Step: "qmigrate",
+		VMID: in.ID, Started: time.Now(), Progress: &Progress{}}
+	return &op, nil
+}
+
+// targetNode resolves host (a host id of zone z or a node name) to an
+// online node of z.
+func (s *Service) targetNode(ctx context.Context, z Zone, host string) (string, error) {
+	node := host
+	if ref, err := tenancy.ParseHostID(host); err == nil {
+		if ref.ZoneID != z.ID {
+			return "", badInput("host", "host %q is not in zone %s", host, z.Name)
+		}
+		node = ref.Node
+	}
+	nodes, err := pveapi.Resources(ctx, z.Client, "node")
+	if err != nil {
+		return "", zoneDown(z.Name, err)
+	}
+	i := slices.IndexFunc(nodes, func(n pveapi.Resource) bool { return n.Type == "node" && n.Node == node })
+	if i < 0 {
+		return "", badInput("host", "zone %s has no host %q", z.Name, host)
+	}
+	if nodes[i].Status != "online" {
+		return "", &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is not online", node)}
+	}
+	return node, nil
+}
+
+// migrateTask reads a migration's task: its state and, from its log, its
+// progress. The task runs on the node the VM left, so it is found by its
+// UPID, which names that node.
+func migrateTask(ctx context.Context, z Zone, upid string, op *Operation) error {
+	ts, err := pveapi.Task(ctx, z.Client, upid)
+	if err != nil {
+		return err
+	}
+	op.Step = ts.Type
+	op.State, op.Error = taskState(ts)
+	lines, err := pveapi.TaskLog(ctx, z.Client, upid)
+	if err != nil {
+		return err
+	}
+	tr := pveapi.ParseTransfer(lines)
+	op.Progress = &Progress{Done: tr.Done, Total: tr.Total, BytesPerSecond: tr.BytesPerSecond}
+	return nil
+}
+
+// ownTask reports whether the task u may be read for an operation of kind
+// on guest g: the guest's, of the kind's task type, on its node (a
+// migration's on any node of the zone, since the guest has left it).
+func ownTask(u pveapi.UPID, g pveapi.Resource, kind OpKind) bool {
+	if u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != kind {
+		return false
+	}
+	return kind == OpMigrate || u.Node == g.Node
+}
