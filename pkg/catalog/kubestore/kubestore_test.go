@@ -299,6 +299,7 @@ func TestAPITypesMirrorDomain(t *testing.T) {
 		catalog.KindZonePolicy: &v1alpha1.ZonePolicy{},
 	}
 	for _, o := range catalogtest.Sample() {
+		*o.GetTypeMeta() = catalog.TypeMeta{APIVersion: catalog.APIVersion, Kind: o.ObjectKind()}
 		data, err := json.Marshal(o)
 		if err != nil {
 			t.Fatal(err)

@@ -330,6 +330,9 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 		return []string{
 			"--etcd-servers=" + etcdURL,
 			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+			// No kube-proxy or kubelet: the kubernetes Service needs no
+			// endpoints, and loopback is refused as an endpoint anyway.
+			"--endpoint-reconciler-type=none",
 			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + pki,
 			"--tls-cert-file=" + filepath.Join(pki, "tls.crt"),
