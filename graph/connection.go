@@ -118,13 +118,19 @@ func hostKey(h *model.Host) string { return sortKey(h.Zone.Name, h.Zone.ID, h.Na
 
 func networkKey(n *model.Network) string { return sortKey(n.Zone.Name, n.Zone.ID, n.Name) }
 
-// opKey orders operations newest first.
+// opKey orders operations newest first, as compute's History does:
+// Proxmox keeps task start times in seconds, and within one second a task
+// is newer than the create that started it.
 func opKey(o *model.Operation) string {
-	var ns int64
+	var sec int64
 	if o.StartedAt != nil {
-		ns = o.StartedAt.UnixNano()
+		sec = o.StartedAt.Unix()
 	}
-	return sortKey(fmt.Sprintf("%019d", math.MaxInt64-ns), o.ID)
+	tie := "0"
+	if o.Kind == model.OperationKindCreateVM {
+		tie = "1"
+	}
+	return sortKey(fmt.Sprintf("%019d", math.MaxInt64-sec), tie, o.ID)
 }
 
 // vmCursorKey is a VM's key: vms' order (zone identity, then VMID).
