@@ -286,9 +286,10 @@ func TestStack(t *testing.T) {
 	s := startStack(t, bin, repo, addr, dir)
 	t.Logf("ready after %v (binaries built from the module cache)", time.Since(began).Round(time.Second))
 	children := descendants(s.cmd.Process.Pid)
-	// the devstack in its network namespace, orchestrator, 2 pvesim, 5 agents
-	if len(children) != 9 {
-		t.Errorf("the stack runs %d processes, want 9: %v", len(children), children)
+	// the devstack in its network namespace, orchestrator, 2 pvesim, and 5
+	// agents, each a launcher (what systemd would start) and its agent
+	if len(children) != 14 {
+		t.Errorf("the stack runs %d processes, want 14: %v", len(children), children)
 	}
 	admin, alice, bob := s.client(t, "admin"), s.client(t, "alice"), s.client(t, "bob")
 

@@ -23,7 +23,9 @@ import (
 // agents and the simulated cluster all run in it) is back to its goroutines,
 // file descriptors and heap of before: nothing leaks per request.
 func TestSoak(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the process's goroutines, descriptors and
+	// heap, which the package's parallel tests (paused until the
+	// sequential ones end) would change under it.
 	const users, soak = 16, 30 * time.Second
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "soak", Nodes: 2}), meshtest.WithAPI(meshtest.APISpec{}))
 	h.WaitOnline(t, 30*time.Second)
