@@ -134,21 +134,12 @@ func (m *Manager) Remove(ctx context.Context, vdc string) error {
 // from the external bridge, with stable MACs and the addresses of g; NICs of legs no
 // longer wanted go.
 func (m *Manager) links(g Gateway, ns string) error {
-	bh, err := nsnet.Handle(m.cfg.BridgeNamespace)
+	pair, err := nsnet.OpenPair(m.cfg.BridgeNamespace, ns)
 	if err != nil {
 		return err
 	}
-	defer bh.Close()
-	gh, err := nsnet.Handle(ns)
-	if err != nil {
-		return err
-	}
-	defer gh.Close()
-	gfd, err := nsnet.Open(ns)
-	if err != nil {
-		return err
-	}
-	defer gfd.Close()
+	defer pair.Close()
+	bh, gh, gfd := pair.Outer, pair.Inner, pair.InnerNS
 	want := map[string]bool{}
 	nic := func(bridge, inside, short string, addrs []netip.Prefix) error {
 		want[inside] = true

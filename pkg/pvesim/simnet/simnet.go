@@ -391,21 +391,12 @@ func (p *Plane) applyGuest(g pvesim.TopologyGuest, vnets []pvesim.TopologyVNet) 
 	if err := nsnet.Ensure(ns); err != nil {
 		return err
 	}
-	nh, err := nsnet.Handle(p.NodeNS(g.Node))
+	pair, err := nsnet.OpenPair(p.NodeNS(g.Node), ns)
 	if err != nil {
 		return err
 	}
-	defer nh.Close()
-	gh, err := nsnet.Handle(ns)
-	if err != nil {
-		return err
-	}
-	defer gh.Close()
-	gfd, err := nsnet.Open(ns)
-	if err != nil {
-		return err
-	}
-	defer gfd.Close()
+	defer pair.Close()
+	nh, gh, gfd := pair.Outer, pair.Inner, pair.InnerNS
 	routed := false
 	for _, nic := range g.NICs {
 		br, err := nh.LinkByName(nic.Bridge)

@@ -135,6 +135,42 @@ func Handle(name string) (*netlink.Handle, error) {
 	return h, nil
 }
 
+// Pair is what plugging links from one namespace into another takes:
+// netlink handles in both and the inner namespace itself (a link moved
+// there is given it).
+type Pair struct {
+	Outer, Inner *netlink.Handle
+	InnerNS      netns.NsHandle
+}
+
+// OpenPair opens a Pair of the namespaces outer and inner ("" is the
+// process's); the caller closes it.
+func OpenPair(outer, inner string) (*Pair, error) {
+	oh, err := Handle(outer)
+	if err != nil {
+		return nil, err
+	}
+	ih, err := Handle(inner)
+	if err != nil {
+		oh.Close()
+		return nil, err
+	}
+	ins, err := Open(inner)
+	if err != nil {
+		oh.Close()
+		ih.Close()
+		return nil, err
+	}
+	return &Pair{Outer: oh, Inner: ih, InnerNS: ins}, nil
+}
+
+// Close closes the pair's handles.
+func (p *Pair) Close() {
+	p.Outer.Close()
+	p.Inner.Close()
+	p.InnerNS.Close()
+}
+
 // errTainted is a thread that could not return to its namespace; it is left locked,
 // so that the runtime ends it with its goroutine.
 var errTainted = errors.New("nsnet: could not return the thread to its namespace")
