@@ -16,18 +16,38 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Dir is where named namespaces are bind-mounted.
 const Dir = "/run/netns"
 
-// Exists reports whether the named namespace exists.
+// Exists reports whether the named namespace exists: its file in Dir is a mounted
+// namespace. The file alone is not enough: creating one makes the file first and
+// bind-mounts the namespace onto it after, and entering the bare file fails.
 func Exists(name string) bool {
-	_, err := os.Stat(filepath.Join(Dir, name))
-	return err == nil
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(Dir, name), &st); err != nil {
+		return false
+	}
+	return st.Type == unix.NSFS_MAGIC
+}
+
+// settle waits a moment for a namespace another caller is creating (its file is
+// there, the mount not yet) and reports whether it became one.
+func settle(name string) bool {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if Exists(name) {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return Exists(name)
 }
 
 // Ensure creates the named namespace unless it exists, with its loopback up.
@@ -42,6 +62,18 @@ func Ensure(name string) error {
 		}
 		defer orig.Close()
 		ns, err := netns.NewNamed(name)
+		if errors.Is(err, os.ErrExist) {
+			// Another caller is creating it, or a crash left its bare file behind.
+			if settle(name) {
+				if err := netns.Set(orig); err != nil {
+					return errors.Join(err, errTainted)
+				}
+				return nil
+			}
+			if rerr := os.Remove(filepath.Join(Dir, name)); rerr == nil {
+				ns, err = netns.NewNamed(name)
+			}
+		}
 		if err != nil {
 			if serr := netns.Set(orig); serr != nil {
 				return errors.Join(err, errTainted)
@@ -75,8 +107,19 @@ func Ensure(name string) error {
 // Delete removes the named namespace (its interfaces go when nothing holds it open);
 // a missing one is no error.
 func Delete(name string) error {
+	path := filepath.Join(Dir, name)
 	if !Exists(name) {
-		return nil
+		// A bare file (a creation under way or a crash's leftover) is no namespace;
+		// one still being created is left to its creator.
+		if _, err := os.Stat(path); err == nil && !settle(name) {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("nsnet: delete %s: %w", name, err)
+			}
+			return nil
+		}
+		if !Exists(name) {
+			return nil
+		}
 	}
 	if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("nsnet: delete %s: %w", name, err)
