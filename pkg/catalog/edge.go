@@ -90,6 +90,12 @@ func (s *ExternalNetworkSpec) Pool() (cidr netip.Prefix, start, end netip.Addr) 
 	return cidr, start, end
 }
 
+// PoolSize is how many addresses the pool has.
+func (s *ExternalNetworkSpec) PoolSize() int {
+	_, start, end := s.Pool()
+	return int(ipv4Num(end)) - int(ipv4Num(start)) + 1
+}
+
 // InPool reports whether a is an address of the pool.
 func (s *ExternalNetworkSpec) InPool(a netip.Addr) bool {
 	_, start, end := s.Pool()

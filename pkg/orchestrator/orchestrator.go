@@ -32,6 +32,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -188,6 +189,7 @@ type Server struct {
 	closeCat   func()               // releases catalog; nil without an API, protected by mu
 	compute    *compute.Service     // nil without an API, protected by mu
 	rollouts   *rollout.Service     // nil without releases, protected by mu
+	edge       *edgesync.Syncer     // nil without an API, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
 	stopped    chan struct{}        // closed by Shutdown
@@ -373,12 +375,16 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	edge := s.edge
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
 		if vms != nil {
 			// Finishes creates other orchestrators left unfinished.
 			wg.Go(func() { _ = vms.Run(rctx) })
+		}
+		if edge != nil {
+			wg.Go(func() { edge.Run(rctx) })
 		}
 		registry.Run(rctx)
 		wg.Wait()
@@ -420,6 +426,10 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	// Every replica runs the edge gateways' syncer: they all compute the
+	// same placement from the catalog.
+	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
+		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"))})
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err
@@ -437,6 +447,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			AgentVersion: c.AgentVersion,
 			Compute:      vms,
 			Rollouts:     s.rollouts,
+			Edge:         s.edge,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
