@@ -119,7 +119,9 @@ func (r *Resolver) findInGateways(ctx context.Context, vdc, id, what string, has
 // whether it held it) from the VDC's gateway holding it.
 func (r *Resolver) deleteFromGateway(ctx context.Context, id, what string, remove func(*catalog.EdgeGateway, string) bool) error {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	has := func(g *catalog.EdgeGateway, id string) bool { return remove(g.DeepCopyObject().(*catalog.EdgeGateway), id) }
+	has := func(g *catalog.EdgeGateway, id string) bool {
+		return remove(g.DeepCopyObject().(*catalog.EdgeGateway), id)
+	}
 	zone, err := r.findInGateways(ctx, scope.VDC.Name, id, what, has)
 	if err != nil {
 		return err
