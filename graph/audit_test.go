@@ -95,14 +95,14 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteComputeProfile":  {{user: "admin", query: `mutation { deleteComputeProfile(name: "small") { name } }`, ids: []string{"small"}}},
 		"deleteStorageProfile":  {{user: "admin", query: `mutation { deleteStorageProfile(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		"updateAgents":          {{user: "admin", query: `mutation { updateAgents(input: {version: "v1.0.0"}) { id } }`}},
-		"createExternalNetwork": {{user: "admin", query: `mutation { createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24", gateway: "203.0.113.1", poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`, ids: []string{"alpha"}}},
+		"createExternalNetwork": {{user: "admin", query: `mutation { createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24", gateway: "203.0.113.1", poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`}},
 		"createFirewallRule":    {{user: "bob", vdc: "blue", query: `mutation { createFirewallRule(input: {zone: "alpha", direction: INBOUND, protocol: TCP, fromPort: 22, action: ALLOW}) { id } }`}},
 		"deleteFirewallRule":    {{user: "bob", vdc: "blue", query: `mutation { deleteFirewallRule(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
-		"createPortForward":     {{user: "bob", vdc: "blue", query: `mutation { createPortForward(input: {vm: "nosuch", protocol: TCP, publicPort: 80, targetPort: 80}) { id } }`, ids: []string{"nosuch"}}},
+		"createPortForward":     {{user: "bob", vdc: "blue", query: `mutation { createPortForward(input: {vmId: "nosuch", protocol: TCP, publicPort: 80, targetPort: 80}) { id } }`, ids: []string{"nosuch"}}},
 		"deletePortForward":     {{user: "bob", vdc: "blue", query: `mutation { deletePortForward(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
-		"createOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { createOneToOneAddress(input: {vm: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
+		"createOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { createOneToOneAddress(input: {vmId: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { deleteOneToOneAddress(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
-		"updateEdgeGateway":     {{user: "bob", vdc: "blue", query: `mutation { updateEdgeGateway(input: {zone: "alpha", egressMbps: 10}) { egressMbps } }`, ids: []string{"alpha"}}},
+		"updateEdgeGateway":     {{user: "bob", vdc: "blue", query: `mutation { updateEdgeGateway(input: {zone: "alpha", egressMbps: 10}) { egressMbps } }`}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",

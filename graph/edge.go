@@ -404,11 +404,11 @@ func (r *Resolver) createPortForward(ctx context.Context, in model.CreatePortFor
 	if err := cmp.Or(validPort("input.publicPort", in.PublicPort), validPort("input.targetPort", in.TargetPort)); err != nil {
 		return nil, err
 	}
-	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VM)
+	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VMID)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vm"); err != nil {
+	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vmId"); err != nil {
 		return nil, err
 	}
 	want, err := r.publicAddressOf(ctx, z.Name, in.PublicAddress, "input.publicAddress")
@@ -439,11 +439,11 @@ func (r *Resolver) createPortForward(ctx context.Context, in model.CreatePortFor
 // gateway (giving it back if that fails).
 func (r *Resolver) createOneToOneAddress(ctx context.Context, in model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VM)
+	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VMID)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vm"); err != nil {
+	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vmId"); err != nil {
 		return nil, err
 	}
 	want, err := r.publicAddressOf(ctx, z.Name, in.PublicAddress, "input.publicAddress")

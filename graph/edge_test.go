@@ -122,7 +122,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	}
 	const createPF = `mutation($in: CreatePortForwardInput!) { createPortForward(input: $in) { id publicAddress publicPort targetPort vmId } }`
 	pf := func(kv ...any) map[string]any {
-		in := map[string]any{"vm": vmID, "protocol": "TCP", "publicPort": 8080, "targetPort": 80}
+		in := map[string]any{"vmId": vmID, "protocol": "TCP", "publicPort": 8080, "targetPort": 80}
 		for i := 0; i < len(kv); i += 2 {
 			in[kv[i].(string)] = kv[i+1]
 		}
@@ -208,9 +208,9 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	// A 1:1 address: inbound without a rule is dropped and counted; a rule
 	// opens it and counts it.
 	var one struct{ ID, PublicAddress string }
-	h.GraphQL(t, "alice", "red", `mutation($vm: ID!) { createOneToOneAddress(input: {vm: $vm, publicAddress: "203.0.113.12"}) { id publicAddress } }`,
+	h.GraphQL(t, "alice", "red", `mutation($vm: ID!) { createOneToOneAddress(input: {vmId: $vm, publicAddress: "203.0.113.12"}) { id publicAddress } }`,
 		map[string]any{"vm": vmID}).OK(t).Into(t, "createOneToOneAddress", &one)
-	if r := h.GraphQL(t, "alice", "red", `mutation($vm: ID!) { createOneToOneAddress(input: {vm: $vm, publicAddress: "203.0.113.12"}) { id } }`,
+	if r := h.GraphQL(t, "alice", "red", `mutation($vm: ID!) { createOneToOneAddress(input: {vmId: $vm, publicAddress: "203.0.113.12"}) { id } }`,
 		map[string]any{"vm": vmID}); r.Code(t) != "BAD_USER_INPUT" {
 		t.Errorf("an address in use given twice: %s", r.Raw)
 	}

@@ -1701,20 +1701,20 @@ func (ec *executionContext) unmarshalInputCreateOneToOneAddressInput(ctx context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vm", "publicAddress"}
+	fieldsInOrder := [...]string{"vmId", "publicAddress"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
 			continue
 		}
 		switch k {
-		case "vm":
-			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vm"))
+		case "vmId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vmId"))
 			data, err := ec.unmarshalNID2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.VM = data
+			it.VMID = data
 		case "publicAddress":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("publicAddress"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -1750,20 +1750,20 @@ func (ec *executionContext) unmarshalInputCreatePortForwardInput(ctx context.Con
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vm", "protocol", "publicPort", "targetPort", "publicAddress"}
+	fieldsInOrder := [...]string{"vmId", "protocol", "publicPort", "targetPort", "publicAddress"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
 			continue
 		}
 		switch k {
-		case "vm":
-			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vm"))
+		case "vmId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vmId"))
 			data, err := ec.unmarshalNID2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.VM = data
+			it.VMID = data
 		case "protocol":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("protocol"))
 			data, err := ec.unmarshalNPortForwardProtocol2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPortForwardProtocol(ctx, v)

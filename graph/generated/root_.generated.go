@@ -3626,8 +3626,8 @@ type OneToOneAddress {
 
 "A new 1:1 address."
 input CreateOneToOneAddressInput {
-  "The VM that gets it."
-  vm: ID!
+  "The id of the VM that gets it."
+  vmId: ID!
   "The address from the pool of the VM's zone; null for the lowest free one."
   publicAddress: String
 }
@@ -3704,8 +3704,8 @@ input CreateFirewallRuleInput {
 
 "A new port forward."
 input CreatePortForwardInput {
-  "The VM the traffic goes to (in its zone's gateway)."
-  vm: ID!
+  "The id of the VM the traffic goes to (in its zone's gateway)."
+  vmId: ID!
   "The protocol forwarded."
   protocol: PortForwardProtocol!
   "The public port (1 to 65535)."

@@ -187,16 +187,16 @@ type CreateNetworkInput struct {
 
 // A new 1:1 address.
 type CreateOneToOneAddressInput struct {
-	// The VM that gets it.
-	VM string `json:"vm"`
+	// The id of the VM that gets it.
+	VMID string `json:"vmId"`
 	// The address from the pool of the VM's zone; null for the lowest free one.
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
 // A new port forward.
 type CreatePortForwardInput struct {
-	// The VM the traffic goes to (in its zone's gateway).
-	VM string `json:"vm"`
+	// The id of the VM the traffic goes to (in its zone's gateway).
+	VMID string `json:"vmId"`
 	// The protocol forwarded.
 	Protocol PortForwardProtocol `json:"protocol"`
 	// The public port (1 to 65535).
