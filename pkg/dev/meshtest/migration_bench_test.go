@@ -3,18 +3,13 @@ package meshtest_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
@@ -106,12 +101,7 @@ type benchVolume struct{ volid, path string }
 // node, through the simulator's own API.
 func benchDisk(b *testing.B, ctx context.Context, c *meshtest.Cluster, vmid int) benchVolume {
 	b.Helper()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.Sim.CACertPEM())
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	b.Cleanup(tr.CloseIdleConnections)
-	id, secret, _ := strings.Cut(c.Token, "=")
-	pc := proxmox.NewClient(c.Sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: tr}), proxmox.WithAPIToken(id, secret))
+	pc := c.Proxmox(b)
 	if _, err := pveapi.Run(ctx, pc, "POST", "/nodes/pve1/qemu", map[string]any{
 		"vmid": vmid, "name": fmt.Sprintf("bench%d", vmid), "scsi0": fmt.Sprintf("local-lvm:%g", float64(migrationDisk)/(1<<30)),
 	}); err != nil {
