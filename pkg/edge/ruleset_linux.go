@@ -419,8 +419,11 @@ func verdictMaps(t *nftables.Table, n int, run []Rule, counters map[string]Count
 			if len(vm.elems) == 0 {
 				continue
 			}
-			vm.set = &nftables.Set{Table: t, Name: fmt.Sprintf("rules%d_%s_%s", n, dir, shape), IsMap: true, DataType: nftables.TypeVerdict,
-				KeyType: kt, Interval: true, Concatenation: true, Counter: true}
+			// The id names the map within the batch; given here, the library
+			// does not take one from its package-wide counter (unguarded across
+			// connections).
+			vm.set = &nftables.Set{Table: t, ID: uint32(4*n + len(out) + 1), Name: fmt.Sprintf("rules%d_%s_%s", n, dir, shape), IsMap: true,
+				DataType: nftables.TypeVerdict, KeyType: kt, Interval: true, Concatenation: true, Counter: true}
 			out = append(out, vm)
 		}
 	}
