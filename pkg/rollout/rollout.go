@@ -418,6 +418,11 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 				defer wg.Done()
 				start := time.Now()
 				err := s.updateHost(ctx, r.ID, r.Version, h, log)
+				if err != nil && ctx.Err() != nil {
+					// Close: whatever failed, it is because the
+					// orchestrator shuts down.
+					err = errShutDown
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				r.Hosts[i].Took = time.Since(start)
@@ -457,6 +462,10 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 	log.Info("rollout: ended", "state", r.State, "error", r.Error)
 }
 
+// errShutDown is why a host failed when its rollout's orchestrator shut
+// down (Close) while it updated.
+var errShutDown = errors.New("the orchestrator running the rollout shut down; the host may still finish its update on its own")
+
 // ChunkSize is the size of the binary's pieces in an Update stream.
 const ChunkSize = 256 << 10
 
@@ -493,7 +502,7 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return fmt.Errorf("not done within %s", s.cfg.HostTimeout)
 			}
-			return errors.New("the orchestrator running the rollout shut down; the host may still finish its update on its own")
+			return errShutDown
 		case <-t.C:
 		}
 		host, ok := s.host(h.MeshID)

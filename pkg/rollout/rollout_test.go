@@ -55,14 +55,21 @@ func hosts(t testing.TB, h *meshtest.Harness) map[string]hostJSON {
 	return out
 }
 
+// operation reads a rollout as the API reports it.
+func operation(t testing.TB, h *meshtest.Harness, id string) opJSON {
+	t.Helper()
+	var op opJSON
+	h.GraphQL(t, "admin", "", `query($id: ID!) { agentUpdateOperation(id: $id) { `+opFields+` } }`, map[string]any{"id": id}).OK(t).Into(t, "agentUpdateOperation", &op)
+	return op
+}
+
 // follow polls a rollout until it ends, checking on every poll that no
 // two hosts of one zone are updating at once; it returns the end state.
 func follow(t testing.TB, h *meshtest.Harness, id string, timeout time.Duration) opJSON {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		var op opJSON
-		h.GraphQL(t, "admin", "", `query($id: ID!) { agentUpdateOperation(id: $id) { `+opFields+` } }`, map[string]any{"id": id}).OK(t).Into(t, "agentUpdateOperation", &op)
+		op := operation(t, h, id)
 		updating := map[string]int{}
 		for _, x := range op.Hosts {
 			if x.State == "UPDATING" {
@@ -99,9 +106,10 @@ func vmUptime(t testing.TB, ctx context.Context, c *proxmox.Client, node string,
 // TestRollout updates real agent processes, built at two versions, across
 // two zones in batches, refuses tampered releases before anything runs,
 // ends a rollout abandoned by a crashed replica and takes its lock over,
-// and rolls back a release that crashes at start and one that never gets
-// healthy, halting each rollout after its first host; the VMs keep running
-// throughout.
+// rolls back a release that crashes at start and one that never gets
+// healthy, halting each rollout after its first host, and records a
+// rollout whose orchestrator shut down as failed, its lock freed; the VMs
+// keep running throughout.
 func TestRollout(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
@@ -310,14 +318,9 @@ func TestRollout(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		get := func(id string) opJSON {
-			var op opJSON
-			h.GraphQL(t, "admin", "", `query($id: ID!) { agentUpdateOperation(id: $id) { `+opFields+` } }`, map[string]any{"id": id}).OK(t).Into(t, "agentUpdateOperation", &op)
-			return op
-		}
 		const live, crashed = "upd-00000000000000a1", "upd-00000000000000a2"
 		record(live, time.Now().UTC())
-		if op := get(live); op.State != "RUNNING" {
+		if op := operation(t, h, live); op.State != "RUNNING" {
 			t.Fatalf("a rollout another replica drives: %+v, want RUNNING", op)
 		}
 		if r := h.GraphQL(t, "admin", "", `mutation { updateAgents(input: {version: "v1.1.0"}) { id } }`, nil); r.Code(t) != "CONFLICT" {
@@ -325,7 +328,7 @@ func TestRollout(t *testing.T) {
 		}
 
 		record(crashed, time.Now().Add(-10*time.Minute).UTC())
-		op := get(crashed)
+		op := operation(t, h, crashed)
 		if op.State != "FAILED" || !strings.Contains(op.Error, "abandoned") || len(op.Hosts) != 2 ||
 			op.Hosts[0].State != "FAILED" || !strings.Contains(op.Hosts[0].Reason, "stopped") || op.Hosts[1].State != "SKIPPED" {
 			t.Fatalf("an abandoned rollout: %+v, want FAILED abandoned, its updating host FAILED, its pending one SKIPPED", op)
@@ -390,6 +393,33 @@ func TestRollout(t *testing.T) {
 	})
 	t.Run("a release that never gets healthy is rolled back", func(t *testing.T) {
 		rollback(t, beta, hanger, "v1.3.0", "not healthy within 20s")
+	})
+	t.Run("an orchestrator shutting down mid-rollout records it failed and frees its lock", func(t *testing.T) {
+		zone := hosts(t, h)["alpha/pve1"].Zone.ID
+		var op opJSON
+		h.GraphQL(t, "admin", "", `mutation($zone: ID!) { updateAgents(input: {version: "v1.3.0", zone: $zone}) { `+opFields+` } }`,
+			map[string]any{"zone": zone}).OK(t).Into(t, "updateAgents", &op)
+		meshtest.WaitFor(t, time.Minute, "the first host updating", func() bool {
+			x := operation(t, h, op.ID)
+			return len(x.Hosts) == 3 && x.Hosts[0].State == "UPDATING"
+		})
+		h.RestartOrchestrator(t)
+		op = operation(t, h, op.ID)
+		if op.State != "FAILED" || op.Hosts[0].State != "FAILED" || !strings.Contains(op.Hosts[0].Reason, "shut down") {
+			t.Fatalf("a rollout whose orchestrator shut down: %+v, want FAILED, its updating host FAILED saying the orchestrator shut down", op)
+		}
+		for _, x := range op.Hosts[1:] {
+			if x.State != "SKIPPED" {
+				t.Errorf("host %s after the shutdown: %s, want SKIPPED", x.Name, x.State)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(h.DataDir(), "releases", "rollouts", "active")); !os.IsNotExist(err) {
+			t.Errorf("the lock after the shutdown: %v, want none", err)
+		}
+		// The host finishes on its own: the release never gets healthy,
+		// so its launcher rolls it back.
+		meshtest.WaitFor(t, 90*time.Second, "every agent online at v1.1.0 again", atVersion("v1.1.0"))
+		checkVMs(t)
 	})
 }
 
