@@ -260,7 +260,7 @@ func serve(ctx context.Context, args []string) error {
 			MaxComplexity:  *maxComplexity,
 			Releases:       orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 		},
-		Kube:           cat.kube(),
+		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,
 			LeaseDuration: *leaseDuration, RenewDeadline: *leaseDuration * 2 / 3, RetryPeriod: *leaseDuration / 7},
 		MetricsListen:  *metricsAddr,
