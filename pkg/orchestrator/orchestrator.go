@@ -389,7 +389,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
 		s.probe.expectAPI()
-		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, reg, auditSink)
+		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, leader, reg, auditSink)
 		if err != nil {
 			return err
 		}
@@ -441,7 +441,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -463,8 +463,14 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			closeCat()
 		}
 	}()
+	var recovers func() bool
+	if leader != nil {
+		// The replica running the mesh control server also takes over
+		// the creates a dead replica left: one replica at a time.
+		recovers = func() bool { _, self := leader.Leader(); return self }
+	}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
-		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
+		StaleAfter: c.VMRecoverAfter, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
