@@ -273,7 +273,9 @@ func TestReplicasFailover(t *testing.T) {
 		if err := resp.Err(); err != nil {
 			return err
 		}
-		var d struct{ Hosts []struct{ Name, Status string } }
+		var d struct {
+			Hosts []struct{ Name, Status string }
+		}
 		if err := json.Unmarshal(resp.Data["hosts"], &d.Hosts); err != nil {
 			return err
 		}
