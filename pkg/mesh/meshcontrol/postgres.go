@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"tailscale.com/types/key"
 
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
@@ -205,14 +206,29 @@ func openKeys(ctx context.Context, p PostgresConfig) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres %s:%d: %w", p.Host, p.Port, err)
 	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
-		name text PRIMARY KEY,
-		private_key text NOT NULL,
-		created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", err)
+	// Replicas starting together race here: PostgreSQL's IF NOT EXISTS
+	// is no lock, and the loser's CREATE fails on the catalog's unique
+	// index. Once the winner committed the table exists.
+	for try := 0; ; try++ {
+		_, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
+			name text PRIMARY KEY,
+			private_key text NOT NULL,
+			created_at timestamptz NOT NULL DEFAULT now())`)
+		var pgErr *pgconn.PgError
+		if err == nil {
+			return conn, nil
+		}
+		if try >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07") {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return conn, nil
 }
 
 // syncKeys makes the control server's private keys those kept in the
