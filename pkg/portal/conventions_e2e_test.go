@@ -58,7 +58,7 @@ func TestBrowserConventions(t *testing.T) {
 	t.Logf("harness up and %d guests seeded in %s", conventionVMs, time.Since(begin).Round(time.Millisecond))
 
 	artifacts := filepath.Join(root, "test-artifacts", "conventions")
-	start := browsertest.Run(t, root, 6*time.Minute, []string{
+	start := browsertest.Run(t, root, 8*time.Minute, []string{
 		"PORTAL_URL=" + h.Orchestrator.URL(),
 		"OIDC_ISSUER=" + issuer,
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",

@@ -148,7 +148,7 @@ test('a member uses every page with the keyboard only', async (t) => {
   await confirm.waitFor({ state: 'hidden' })
   await page.locator('.operations li[data-kind="REBOOT_VM"][data-state="SUCCEEDED"]').first().waitFor({ timeout: 30_000 })
   // The focus is back on the (still running) VM's Reboot.
-  await page.waitForFunction(() => document.activeElement?.textContent?.trim() === 'Reboot')
+  await page.waitForFunction(() => document.activeElement?.textContent?.trim() === 'Reboot' && !document.activeElement.closest('dialog'))
   const week = page.getByRole('region', { name: /^Graphs of / }).getByRole('button', { name: 'Week', exact: true })
   await tabTo(page, week, 'the Week timeframe')
   await page.keyboard.press('Space')
