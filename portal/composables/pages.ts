@@ -44,3 +44,18 @@ export function useCursorPages(size: number) {
     },
   }
 }
+
+// everyNode reads a connection to its end, page by page, and returns every
+// node: fetchPage asks for the page after a cursor (null: the first).
+export async function everyNode<N>(
+  fetchPage: (after: string | null) => Promise<{ nodes: N[]; pageInfo: { hasNextPage: boolean; endCursor?: string | null } }>,
+): Promise<N[]> {
+  const out: N[] = []
+  let after: string | null = null
+  for (;;) {
+    const c = await fetchPage(after)
+    out.push(...c.nodes)
+    if (!c.pageInfo.hasNextPage || !c.pageInfo.endCursor) return out
+    after = c.pageInfo.endCursor
+  }
+}
