@@ -125,16 +125,19 @@ lint: lint-schema lint-portal
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
 ## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
-## (pkg/dev/meshtest), then the portal's first-page JavaScript gzipped against
-## its 350 KB budget (pkg/portal, on the build). Every figure is a ratio
-## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
-## (README, Performance).
+## (pkg/dev/meshtest), a 1,000-rule edge ruleset (pkg/edge), a disk moved
+## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest), and
+## the portal's first-page JavaScript gzipped against its 350 KB budget
+## (pkg/portal, on the build). Every figure is a ratio against a baseline of
+## the same run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench: portal
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkMigrationThroughput$$' -benchtime 3x -timeout 15m ./pkg/dev/meshtest \
+		| tee $(dir $(BENCH_OUT))migration.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkFirstPageJS$$' -benchtime 1x ./pkg/portal \
 		| tee $(dir $(BENCH_OUT))portal-js.txt
 
