@@ -374,10 +374,29 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	stopBeat := s.heartbeat(ctx, m, vmid)
+	if err := s.copyDisks(ctx, m, opID, vmid); err != nil {
+		stopBeat()
+		return undo(err)
+	}
+	stopBeat()
+	s.after(ctx, m.op, "copy")
+	s.setStep(opID, "cutover")
+	if err := s.cutOver(ctx, m); err != nil {
+		return undo(err)
+	}
+	s.after(ctx, m.op, "cutover")
+	s.setStep(opID, "finish")
+	return s.finishMove(ctx, m, vmid)
+}
+
+// copyDisks stops the source if it runs and copies each disk to the
+// target guest vmid agent to agent, following the bytes moved.
+func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int) error {
 	if m.running {
 		s.setStep(opID, "stop")
 		if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{}); err != nil {
-			return undo(err)
+			return err
 		}
 	}
 	s.setStep(opID, "copy")
@@ -395,17 +414,53 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 			s.setProgress(opID, sum, m.total(), float64(sum)/max(time.Since(start).Seconds(), 0.001))
 		})
 		if err != nil {
-			return undo(fmt.Errorf("compute: copy disk %s: %w", d.key, err))
+			return fmt.Errorf("compute: copy disk %s: %w", d.key, err)
 		}
 	}
-	s.after(ctx, m.op, "copy")
-	s.setStep(opID, "cutover")
-	if err := s.cutOver(ctx, m); err != nil {
-		return undo(err)
+	return nil
+}
+
+// heartbeat records, every StaleAfter/4 until the returned stop is
+// called, that the runner of m is alive on the target guest vmid's move
+// intent (MoveIntent.Beat): a copy longer than StaleAfter is not taken
+// for a dead one by another replica's Recover. stop waits for a write in
+// flight, so that the cut-over's conditional writes do not race it.
+func (s *Service) heartbeat(ctx context.Context, m *move, vmid int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(s.cfg.StaleAfter/4, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := s.beat(ctx, m, vmid); err != nil && ctx.Err() == nil {
+				s.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// beat writes the time into the move intent of the target guest vmid,
+// conditional on the digest read.
+func (s *Service) beat(ctx context.Context, m *move, vmid int) error {
+	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
+	if err != nil {
+		return err
 	}
-	s.after(ctx, m.op, "cutover")
-	s.setStep(opID, "finish")
-	return s.finishMove(ctx, m, vmid)
+	in, ok := ParseIntent(cfg.Str("description"))
+	if !ok || in.Move == nil || in.Move.Op != m.op {
+		return fmt.Errorf("compute: the target guest %d is no longer this move's", vmid)
+	}
+	in.Move.Beat = time.Now()
+	_, err = pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", m.node, vmid),
+		map[string]any{"description": in.Description(), "digest": cfg.Digest()})
+	return err
 }
 
 // targetVolume is the volume id of disk i of the target guest vmid.
@@ -554,20 +609,38 @@ func (s *Service) destroySource(ctx context.Context, z Zone, g pveapi.Resource) 
 	return s.destroy(ctx, z, g, nil)
 }
 
-// rollbackMove undoes a move that has not cut over: the target guest and
-// its addresses go, the source runs again if it ran.
+// rollbackMove undoes a move that has not cut over: the source runs again
+// if it ran, then the target guest and its addresses go. It stops at the
+// first step that fails (a zone out of reach), leaving the target marked
+// incoming with its move recorded, for Recover to finish the undo once
+// both zones answer: until then the source stays the VM.
 func (s *Service) rollbackMove(ctx context.Context, m *move, vmid int) {
-	if g, ok, err := pveapi.FindGuest(ctx, m.dst.Client, vmid); err == nil && ok && g.HasTag(incomingTag) {
+	if m.running {
+		src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
+		if err != nil {
+			s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+			return
+		}
+		if ok && src.Status != "running" {
+			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
+				s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+				return
+			}
+		}
+	}
+	g, ok, err := pveapi.FindGuest(ctx, m.dst.Client, vmid)
+	if err != nil {
+		s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+		return
+	}
+	if ok && g.HasTag(incomingTag) {
 		if _, err := s.destroy(ctx, m.dst, g, nil); err != nil {
-			s.log.Warn("removing the target of a failed move", "vmid", vmid, "err", err)
+			s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+			return
 		}
 	}
 	s.releaseTarget(ctx, m)
-	if m.running {
-		if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", m.g.Node, m.g.VMID), map[string]any{}); err != nil {
-			s.log.Warn("restarting the source of a failed move", "err", err)
-		}
-	}
+	s.log.Info("move across zones undone", "op", m.op, "vm", m.id, "from", m.src.Name, "to", m.dst.Name)
 }
 
 // setProgress updates the progress of a running operation of this process.
@@ -616,7 +689,7 @@ func isDiskKey(k string) bool {
 // it ran.
 func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) {
 	mi := in.Move
-	if time.Since(mi.Started) < s.cfg.StaleAfter {
+	if time.Since(mi.last()) < s.cfg.StaleAfter {
 		return // perhaps live in another replica
 	}
 	sz, ok := s.zoneByID(ctx, mi.From)
