@@ -54,7 +54,7 @@ func sha(t *testing.T, path string) string {
 // Preflight refusals come first and change nothing.
 func TestMigrateAcrossZones(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
 		meshtest.WithAPI(meshtest.APISpec{}))
 	h.WaitOnline(t, 30*time.Second)
 	nets := seedVMs(t, h, "alpha", "beta")
@@ -131,6 +131,28 @@ func TestMigrateAcrossZones(t *testing.T) {
 	if _, err := pveapi.Run(ctx, direct, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/before", g.Node, g.VMID), map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
+	// A replication job (to the other node of alpha) does not cross zones.
+	other := map[string]string{"pve1": "pve2", "pve2": "pve1"}[g.Node]
+	job := fmt.Sprintf("%d-0", g.VMID)
+	if _, err := pveapi.Run(ctx, direct, "POST", "/cluster/replication", map[string]any{"id": job, "target": other, "type": "local"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := mv(good); r.Code(t) != "CONFLICT" || !strings.Contains(r.Errors[0].Message, "replication job "+job) {
+		t.Errorf("a replicated VM: %s", r.Raw)
+	}
+	if _, err := pveapi.Run(ctx, direct, "DELETE", "/cluster/replication/"+job, map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	// The copy of the disks (2 GiB) must fit the VDC's storage quota.
+	setStorage := func(gib int) {
+		h.GraphQL(t, "admin", "", `mutation($g: Int!) { updateVDC(input: {name: "blue", quotas: {vcpus: 64, memoryMiB: 131072, storageGiB: $g, vms: 20}}) { name } }`,
+			map[string]any{"g": gib}).OK(t)
+	}
+	setStorage(2)
+	if r := mv(good); r.Code(t) != "QUOTA_EXCEEDED" || !strings.Contains(r.Errors[0].Message, "storageGiB") {
+		t.Errorf("a move beyond the storage quota: %s", r.Raw)
+	}
+	setStorage(2000)
 	if r := h.GraphQL(t, "alice", "red", migrateVM, map[string]any{"in": good}); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("another VDC's VM: %s", r.Raw)
 	}

@@ -118,7 +118,13 @@ func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, 
 	if err != nil {
 		return nil, err
 	}
+	// While the move runs its target holds a copy of the disks: the VDC
+	// must have room for them.
+	if err := s.quota.ReserveStorage(ctx, m.vdc, moveReservation(m.op), tz.ID, "move", m.diskGiB()); err != nil {
+		return nil, quotaError(m.vdc, err)
+	}
 	if err := s.claimTarget(ctx, m); err != nil {
+		s.releaseMoveQuota(ctx, m)
 		return nil, err
 	}
 	opID := taskOpID(z.ID, g.VMID, OpMigrate, "move:"+m.op)
@@ -132,6 +138,26 @@ func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, 
 		s.finishOp(opID, s.runMove(ctx, m, opID))
 	})
 	return &op, nil
+}
+
+// diskGiB is the size of the move's disks in GiB, as the target allocates
+// them.
+func (m *move) diskGiB() int {
+	n := 0
+	for _, d := range m.disks {
+		n += int((d.size + 1<<30 - 1) >> 30)
+	}
+	return n
+}
+
+// moveReservation is the id of the quota reservation of move op.
+func moveReservation(op string) string { return "move:" + op }
+
+// releaseMoveQuota releases the quota reservation of m's disks' copy.
+func (s *Service) releaseMoveQuota(ctx context.Context, m *move) {
+	if err := s.quota.Release(ctx, m.vdc, moveReservation(m.op)); err != nil {
+		s.log.Warn("releasing a move's quota", "op", m.op, "err", err)
+	}
 }
 
 func (m *move) total() int64 {
@@ -169,6 +195,19 @@ func (s *Service) preflight(ctx context.Context, z, tz Zone, g pveapi.Resource, 
 	for _, sn := range snaps {
 		if sn.Name != "current" {
 			return nil, newError(KindConflict, "the VM has snapshot %q; snapshots do not move across zones: delete them first", sn.Name)
+		}
+	}
+	var jobs []struct {
+		ID     string `json:"id"`
+		Guest  int    `json:"guest"`
+		Target string `json:"target"`
+	}
+	if err := z.Client.Get(ctx, "/cluster/replication", &jobs); err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	for _, j := range jobs {
+		if j.Guest == g.VMID {
+			return nil, newError(KindConflict, "the VM is replicated to node %s (replication job %s); replication does not cross zones: remove the job first", j.Target, j.ID)
 		}
 	}
 	if err := s.planDisks(ctx, m); err != nil {
@@ -360,6 +399,7 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 	vmid, err := s.createTarget(ctx, m)
 	if err != nil {
 		s.releaseTarget(ctx, m)
+		s.releaseMoveQuota(ctx, m)
 		return err
 	}
 	undo := func(cause error) error {
@@ -599,6 +639,7 @@ func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
 		delete(s.pending, strings.ToUpper(n.MAC))
 	}
 	s.mu.Unlock()
+	s.releaseMoveQuota(ctx, m)
 	s.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
 	return nil
 }
@@ -640,6 +681,7 @@ func (s *Service) rollbackMove(ctx context.Context, m *move, vmid int) {
 		}
 	}
 	s.releaseTarget(ctx, m)
+	s.releaseMoveQuota(ctx, m)
 	s.log.Info("move across zones undone", "op", m.op, "vm", m.id, "from", m.src.Name, "to", m.dst.Name)
 }
 
