@@ -138,6 +138,10 @@ type Service struct {
 	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
 	orphans map[string]time.Time
 	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
+	moved map[tenancy.VMRef]string
+	// moved: the guests Recover last saw that are not the VM their place
+	// names: a VM that moved there (its kept id) or a move's other copy
+	// (""); by zone, protected by mu
 }
 
 // New returns a Service.
@@ -163,6 +167,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
 		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
+		moved: map[tenancy.VMRef]string{},
 	}
 	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	s.base, s.cancel = context.WithCancel(context.Background())

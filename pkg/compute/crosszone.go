@@ -70,6 +70,86 @@ func wasOf(tags []string) (tenancy.VMRef, bool) {
 	return tenancy.VMRef{}, false
 }
 
+// keptVMIDs are the VMIDs of zone z that VMs which moved away from z keep
+// in their ids (their fp-was tags), found in every zone that answers.
+func (s *Service) keptVMIDs(ctx context.Context, z Zone) map[int]bool {
+	kept := map[int]bool{}
+	for _, zz := range s.cfg.Zones.Zones(ctx) {
+		gs, err := pveapi.Guests(ctx, zz.Client)
+		if err != nil {
+			s.log.Warn("listing the VMIDs moved VMs keep", "zone", zz.Name, "err", err)
+			continue
+		}
+		for _, g := range gs {
+			if was, ok := wasOf(g.Tags()); ok && was.ZoneID == z.ID {
+				kept[was.VMID] = true
+			}
+		}
+	}
+	return kept
+}
+
+// keptID is the id of the VM whose guest sits at place with tags: the
+// place it was created at if it moved there across zones (its fp-was
+// tag), else place. notVM is true for a guest that is not the VM: the
+// target of a move before its cut-over (fp-incoming) or its source after
+// (fp-moved).
+func keptID(place tenancy.VMRef, tags []string) (id string, notVM bool) {
+	if slices.Contains(tags, incomingTag) || slices.Contains(tags, movedTag) {
+		return "", true
+	}
+	if was, ok := wasOf(tags); ok {
+		return was.ID(), false
+	}
+	return place.ID(), false
+}
+
+// indexMoved records, of the guests of zone z, those that are not the VM
+// their place names (see Service.moved).
+func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ref := range s.moved {
+		if ref.ZoneID == z.ID {
+			delete(s.moved, ref)
+		}
+	}
+	for _, g := range guests {
+		place := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}
+		if id, notVM := keptID(place, g.Tags()); notVM || id != place.ID() {
+			s.moved[place] = id
+		}
+	}
+}
+
+// KeptID tells the id of the VM whose guest sits at place, as the last
+// Recover of every zone (and the moves this process finished) saw it:
+// the id it kept if it moved there across zones, else place's; notVM is
+// true for a move's other copy, which is not the VM. A process that just
+// started knows the moves once its first Recover has run.
+func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.moved[place]
+	if !ok {
+		return place.ID(), false
+	}
+	return id, id == ""
+}
+
+// PlaceOf is where the VM of id sits now if it moved across zones (as
+// KeptID knows it).
+func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for place, kept := range s.moved {
+		if kept == id {
+			return place, true
+		}
+	}
+	return tenancy.VMRef{}, false
+}
+
 // moveDisk is one disk of a move.
 type moveDisk struct {
 	key    string // scsi0, ...
@@ -550,7 +630,11 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 		params[d.key] = v
 	}
 	vmid := m.g.VMID // the same VMID if it is free there
+	kept := s.keptVMIDs(ctx, m.dst) // and not one a VM that left the zone keeps
 	for attempt := 0; ; attempt++ {
+		for kept[vmid] {
+			vmid++
+		}
 		params["vmid"] = vmid
 		_, err := pveapi.Run(ctx, m.dst.Client, "POST", "/nodes/"+m.node+"/qemu", params)
 		if err == nil {
@@ -640,6 +724,12 @@ func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
 	}
 	s.mu.Unlock()
 	s.releaseMoveQuota(ctx, m)
+	s.mu.Lock()
+	if m.id != "" {
+		s.moved[tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid}] = m.id
+	}
+	delete(s.moved, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID})
+	s.mu.Unlock()
 	s.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
 	return nil
 }
@@ -748,6 +838,9 @@ func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in
 	m := &move{op: mi.Op, vdc: in.VDC, src: sz, dst: z, g: src, node: g.Node, running: mi.Running, nics: in.NICs, in: in}
 	if !found {
 		m.g = pveapi.Resource{VMID: mi.VMID}
+	}
+	if was, ok := wasOf(g.Tags()); ok {
+		m.id = was.ID()
 	}
 	if found && src.HasTag(movedTag) || !found {
 		s.log.Info("recovering a move across zones: finishing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)

@@ -175,6 +175,7 @@ func (s *Service) recoverZone(ctx context.Context, z Zone) error {
 	if err != nil {
 		return err
 	}
+	s.indexMoved(z, guests)
 	used := map[string]bool{}
 	for _, g := range guests {
 		if !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {
