@@ -274,7 +274,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.migrate = grpc.NewServer(grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
-		grpc.MaxSendMsgSize(chunkSize+64<<10),
+		grpc.MaxSendMsgSize(chunkSize+64<<10), grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(streamWindow),
+		grpc.WriteBufferSize(chunkSize), grpc.ReadBufferSize(chunkSize),
 		// Readers ping (see pullPingTime); the server pings too, so that
 		// a reader that vanished mid-copy ends the read.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pullPingTime / 2, PermitWithoutStream: true}),
