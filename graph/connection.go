@@ -300,6 +300,14 @@ func (r *Resolver) vmPage(ctx context.Context, filter *model.VMFilter, n int, cu
 			if res.Template == 1 {
 				continue
 			}
+			ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
+			id, notVM := r.keptID(ref)
+			if notVM {
+				continue // a move's other copy
+			}
+			if id == ref.ID() {
+				id = ""
+			}
 			status := guestStatus(*res, creating[z.ID])
 			if filter.Status != nil && status != *filter.Status {
 				continue
@@ -308,12 +316,11 @@ func (r *Resolver) vmPage(ctx context.Context, filter *model.VMFilter, n int, cu
 				continue
 			}
 			matched++
-			ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
 			if cursor != nil && vmOrder(ref, *cursor) <= 0 {
 				skipped++
 				continue
 			}
-			cs = append(cs, vmCandidate{ref: ref, zone: zm, res: res, status: status})
+			cs = append(cs, vmCandidate{ref: ref, id: id, zone: zm, res: res, status: status})
 		}
 		mu.Lock()
 		byZone = append(byZone, cs)

@@ -54,7 +54,7 @@ func sha(t *testing.T, path string) string {
 // Preflight refusals come first and change nothing.
 func TestMigrateAcrossZones(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
 		meshtest.WithAPI(meshtest.APISpec{}))
 	h.WaitOnline(t, 30*time.Second)
 	nets := seedVMs(t, h, "alpha", "beta")
@@ -131,6 +131,28 @@ func TestMigrateAcrossZones(t *testing.T) {
 	if _, err := pveapi.Run(ctx, direct, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/before", g.Node, g.VMID), map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
+	// A replication job (to the other node of alpha) does not cross zones.
+	other := map[string]string{"pve1": "pve2", "pve2": "pve1"}[g.Node]
+	job := fmt.Sprintf("%d-0", g.VMID)
+	if _, err := pveapi.Run(ctx, direct, "POST", "/cluster/replication", map[string]any{"id": job, "target": other, "type": "local"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := mv(good); r.Code(t) != "CONFLICT" || !strings.Contains(r.Errors[0].Message, "replication job "+job) {
+		t.Errorf("a replicated VM: %s", r.Raw)
+	}
+	if _, err := pveapi.Run(ctx, direct, "DELETE", "/cluster/replication/"+job, map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	// The copy of the disks (2 GiB) must fit the VDC's storage quota.
+	setStorage := func(gib int) {
+		h.GraphQL(t, "admin", "", `mutation($g: Int!) { updateVDC(input: {name: "blue", quotas: {vcpus: 64, memoryMiB: 131072, storageGiB: $g, vms: 20}}) { name } }`,
+			map[string]any{"g": gib}).OK(t)
+	}
+	setStorage(2)
+	if r := mv(good); r.Code(t) != "QUOTA_EXCEEDED" || !strings.Contains(r.Errors[0].Message, "storageGiB") {
+		t.Errorf("a move beyond the storage quota: %s", r.Raw)
+	}
+	setStorage(2000)
 	if r := h.GraphQL(t, "alice", "red", migrateVM, map[string]any{"in": good}); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("another VDC's VM: %s", r.Raw)
 	}
@@ -167,8 +189,34 @@ func TestMigrateAcrossZones(t *testing.T) {
 		Zone        struct{ Name string }
 	}
 	h.GraphQL(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil).OK(t).Into(t, "vms", &vms)
-	if len(vms) != 1 || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
-		t.Fatalf("vms after the move: %+v", vms)
+	if len(vms) != 1 || vms[0].ID != id || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
+		t.Fatalf("vms after the move: %+v (want %s in beta)", vms, id)
+	}
+	// vm(id) finds it under the id it kept, with its addresses in beta;
+	// for another VDC it does not exist.
+	if st, _, addrs := vmHost(t, h, "bob", "blue", id); st != "RUNNING" || len(addrs) != 2 {
+		t.Errorf("vm(id) after the move: %s %v", st, addrs)
+	}
+	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { id } }`, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("vm(id) of the moved VM from red: %s", r.Raw)
+	}
+	// A new VM in alpha does not take the VMID the moved one's id keeps.
+	var again struct{ Operation gqlOp }
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "newcomer", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 1, "nics": []any{map[string]any{"network": nets["alpha"]}},
+		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &again)
+	if fresh := awaitCreate(t, h, "bob", "blue", again.Operation.ID); fresh == id {
+		t.Errorf("the new VM in alpha got the moved VM's id %s", id)
+	}
+	var both []struct{ ID, Name string }
+	h.GraphQL(t, "bob", "blue", `{ vms { id name } }`, nil).OK(t).Into(t, "vms", &both)
+	if len(both) != 2 || both[0].ID == both[1].ID {
+		t.Errorf("vms with the newcomer: %+v", both)
+	}
+	var named struct{ Name string }
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { name } }`, map[string]any{"id": id}).OK(t).Into(t, "vm", &named)
+	if named.Name != "traveller" {
+		t.Errorf("vm(id) with the newcomer: %+v", named)
 	}
 	gs, err := pveapi.Guests(ctx, bc)
 	if err != nil {

@@ -17,12 +17,14 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // Helpers of the inventory and network resolvers: the per-request state,
@@ -317,8 +319,10 @@ func fraction(used, total float64) float64 {
 }
 
 func vmModel(zm *model.Zone, res pveapi.Resource, status model.VMStatus) *model.VM {
+	place := tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}
 	m := &model.VM{
-		ID:            tenancy.VMRef{ZoneID: zm.ID, VMID: res.VMID}.ID(),
+		ID:            place.ID(),
+		Place:         place,
 		Name:          res.Name,
 		Status:        status,
 		Zone:          zm,
@@ -359,6 +363,44 @@ func vmOrder(a, b tenancy.VMRef) int {
 	return cmp.Or(cmp.Compare(a.ZoneID, b.ZoneID), cmp.Compare(a.VMID, b.VMID))
 }
 
+// keptID is the id of the VM whose guest sits at place (compute.Service.KeptID);
+// notVM for a move's other copy.
+func (r *Resolver) keptID(place tenancy.VMRef) (id string, notVM bool) {
+	if r.Compute == nil {
+		return place.ID(), false
+	}
+	return r.Compute.KeptID(place)
+}
+
+// movedVM finds VM id of vdc where it moved to across zones
+// (compute.Service.PlaceOf), reading that zone's pool of vdc only;
+// NOT_FOUND if it is nowhere.
+func (r *Resolver) movedVM(ctx context.Context, vdc *catalog.VDC, id string) (*model.VM, error) {
+	if r.Compute == nil {
+		return nil, vmNotFound()
+	}
+	place, ok := r.Compute.PlaceOf(id)
+	if !ok {
+		return nil, vmNotFound()
+	}
+	z, ok := r.zoneByID(place.ZoneID)
+	if !ok {
+		return nil, vmNotFound()
+	}
+	rs, err := r.session(ctx).PoolGuests(ctx, z, tenancy.PoolID(vdc.Name))
+	if err != nil {
+		return nil, apierr.ZoneDown(z.Name, err)
+	}
+	for _, res := range rs {
+		if res.VMID == place.VMID && res.Template != 1 {
+			m := vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(vdc)[z.ID]))
+			m.ID = id
+			return m, nil
+		}
+	}
+	return nil, vmNotFound()
+}
+
 func mustVMRef(id string) tenancy.VMRef {
 	ref, err := tenancy.ParseVMID(id)
 	if err != nil {
@@ -369,7 +411,8 @@ func mustVMRef(id string) tenancy.VMRef {
 
 // vmCandidate is a guest that matches a vms query, before its page is cut.
 type vmCandidate struct {
-	ref    tenancy.VMRef
+	ref    tenancy.VMRef // its place
+	id     string        // its id ("" for ref's): the one it kept if it moved
 	zone   *model.Zone
 	res    *pveapi.Resource // in the session's answer; not modified
 	status model.VMStatus
@@ -390,7 +433,11 @@ func pageVMs(byZone [][]vmCandidate, n int) []*model.VM {
 		}
 		slices.SortFunc(cs, func(a, b vmCandidate) int { return vmOrder(a.ref, b.ref) })
 		for _, c := range cs[:min(n-len(vms), len(cs))] {
-			vms = append(vms, vmModel(c.zone, *c.res, c.status))
+			m := vmModel(c.zone, *c.res, c.status)
+			if c.id != "" {
+				m.ID = c.id
+			}
+			vms = append(vms, m)
 		}
 	}
 	return vms

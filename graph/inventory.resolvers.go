@@ -180,7 +180,7 @@ func (r *queryResolver) VmsConnection(ctx context.Context, filter *model.VMFilte
 	c := &model.VMConnection{Edges: make([]*model.VMEdge, 0, len(vms)), Nodes: vms, TotalCount: p.total}
 	cursors := make([]string, 0, len(vms))
 	for _, vm := range vms {
-		cur := encodeCursor(vmCursorKey(mustVMRef(vm.ID)))
+		cur := encodeCursor(vmCursorKey(vm.Place))
 		cursors = append(cursors, cur)
 		c.Edges = append(c.Edges, &model.VMEdge{Cursor: cur, Node: vm})
 	}
@@ -195,25 +195,23 @@ func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	if err != nil {
 		return nil, vmNotFound()
 	}
-	z, ok := r.zoneByID(ref.ZoneID)
-	if !ok {
-		return nil, vmNotFound()
-	}
-	rs, err := r.session(ctx).PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
-	if err != nil {
-		return nil, apierr.ZoneDown(z.Name, err)
-	}
-	for _, res := range rs {
-		if res.VMID == ref.VMID && res.Template != 1 {
-			return vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
+	if z, ok := r.zoneByID(ref.ZoneID); ok {
+		rs, err := r.session(ctx).PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
+		if err != nil {
+			return nil, apierr.ZoneDown(z.Name, err)
+		}
+		for _, res := range rs {
+			if kept, notVM := r.keptID(ref); res.VMID == ref.VMID && res.Template != 1 && !notVM && kept == id {
+				return vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
+			}
 		}
 	}
-	return nil, vmNotFound()
+	return r.movedVM(ctx, scope.VDC, id)
 }
 
 // IPAddresses is the resolver for the ipAddresses field.
 func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, error) {
-	ref := mustVMRef(obj.ID)
+	ref := obj.Place
 	z, ok := r.zoneByID(ref.ZoneID)
 	if !ok {
 		return []string{}, nil

@@ -57,7 +57,7 @@ func (r *Resolver) zoneRRD(ctx context.Context, z zones.Zone, read func(ctx cont
 }
 
 func (r *Resolver) vmMetrics(ctx context.Context, vm *model.VM, tf model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	ref := mustVMRef(vm.ID)
+	ref := vm.Place
 	z, ok := r.zoneByID(ref.ZoneID)
 	if !ok || vm.Host == nil {
 		return []*model.MetricsPoint{}, nil

@@ -77,7 +77,7 @@ func (r *Resolver) zoneFailed(ctx context.Context, vm *model.VM, err error) bool
 	if !errors.As(err, &ae) || ae.Code != apierr.ZoneUnavailable {
 		return false
 	}
-	if z, ok := r.zoneByID(mustVMRef(vm.ID).ZoneID); ok {
+	if z, ok := r.zoneByID(vm.Place.ZoneID); ok {
 		r.zoneDown(ctx, z, err)
 	} else {
 		graphql.AddError(ctx, ae)
@@ -216,7 +216,7 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 // operation's inventory session read them for the VM itself); a VM the
 // zone no longer lists counts 0.
 func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(pveapi.Resource) int64) (float64, error) {
-	ref := mustVMRef(vm.ID)
+	ref := vm.Place
 	z, ok := r.zoneByID(ref.ZoneID)
 	if !ok {
 		return 0, nil

@@ -72,7 +72,7 @@ func migrateInput(vdc string, in model.MigrateVMInput) compute.MigrateInput {
 
 // creatingVMModel renders a VM createVM just started.
 func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
-	m := &model.VM{ID: vm.ID, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
+	m := &model.VM{ID: vm.ID, Place: vm.Ref, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
 		MemoryMiB: vm.MemoryMiB, DiskGiB: vm.DiskGiB, IPAddresses: vm.Addresses}
 	if z, ok := r.zoneByID(vm.Ref.ZoneID); ok {
 		m.Zone = zoneModel(z, r.agentTarget())

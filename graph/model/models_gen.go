@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // An object with a global id, which node(id:) answers again.
@@ -948,6 +949,8 @@ type VM struct {
 	DiskReadBytes float64 `json:"diskReadBytes"`
 	// Bytes written to its disks since it started.
 	DiskWriteBytes float64 `json:"diskWriteBytes"`
+	// Place is where the VM's guest is now (zone identity and VMID); its id is where it was created, which differs once it moved across zones.
+	Place tenancy.VMRef `json:"-"`
 }
 
 func (VM) IsNode() {}

@@ -77,6 +77,11 @@ type Config struct {
 	// address, which other agents reach to read offered volumes (the mesh
 	// policy opens it to tag:agent only). Default Port+1.
 	MigrationPort uint16
+	// MigrationBandwidth bounds the rate (bytes per second, runs of zeros
+	// counted) at which the migration service reads a volume for another
+	// agent, as Proxmox's migration bwlimit does, so that a move leaves the
+	// node's disks and links to its guests; 0 is no bound.
+	MigrationBandwidth int64
 	// Version is reported by Info. Default "dev".
 	Version string
 	// HealthTimeout bounds the Proxmox check of Health. Default 3s.
@@ -270,7 +275,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.migrate = grpc.NewServer(grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
 		grpc.MaxSendMsgSize(chunkSize+64<<10), grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(streamWindow),
-		grpc.WriteBufferSize(chunkSize), grpc.ReadBufferSize(chunkSize))
+		grpc.WriteBufferSize(chunkSize), grpc.ReadBufferSize(chunkSize),
+		// Readers ping (see pullPingTime); the server pings too, so that
+		// a reader that vanished mid-copy ends the read.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: pullPingTime / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: pullPingTime, Timeout: pullPingTimeout}))
 	agentv1.RegisterMigrationServiceServer(a.migrate, &migration{a: a})
 	go func() {
 		defer close(a.served)

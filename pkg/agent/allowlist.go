@@ -27,7 +27,7 @@ func allowlist() []rule {
 	}
 	add("GET",
 		"/version",
-		"/cluster/status", "/cluster/resources", "/cluster/nextid", "/cluster/tasks",
+		"/cluster/status", "/cluster/resources", "/cluster/nextid", "/cluster/tasks", "/cluster/replication",
 		"/cluster/sdn", "/cluster/sdn/zones", "/cluster/sdn/zones/{zone}",
 		"/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}",
 		"/cluster/sdn/vnets/{vnet}/subnets", "/cluster/sdn/vnets/{vnet}/subnets/{subnet}",

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -178,7 +179,11 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 	buf := make([]byte, chunkSize)
 	zero := make([]byte, chunkSize)
 	var off int64
+	start := time.Now()
 	for off < o.size {
+		if err := pace(stream.Context(), start, off, a.cfg.MigrationBandwidth); err != nil {
+			return status.FromContextError(err).Err()
+		}
 		n, err := io.ReadFull(f, buf[:min(int64(chunkSize), o.size-off)])
 		if n > 0 {
 			h.Write(buf[:n])
@@ -196,6 +201,35 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 	a.log.Info("agent: volume read", "volume", o.volume, "reader", who.Name, "bytes", off)
 	return stream.Send(&agentv1.ReadVolumeResponse{Size: uint64(o.size), Sha256: hex.EncodeToString(h.Sum(nil))})
 }
+
+// pace waits until reading done bytes since start keeps to rate bytes
+// per second (0: no bound), or ctx ends.
+func pace(ctx context.Context, start time.Time, done, rate int64) error {
+	if rate <= 0 {
+		return nil
+	}
+	wait := time.Until(start.Add(time.Duration(float64(done) / float64(rate) * float64(time.Second))))
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// A reader pings its source after pullPingTime without a word and gives
+// up pullPingTimeout later: a source that vanished mid-copy (its node lost
+// power, the link between the zones cut) ends the read instead of leaving
+// it waiting forever. The source pings its reader likewise.
+const (
+	pullPingTime    = 5 * time.Second
+	pullPingTimeout = 5 * time.Second
+)
 
 // progressEvery is how often PullVolume reports progress.
 const progressEvery = 200 * time.Millisecond
@@ -220,6 +254,7 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	conn, err := grpc.NewClient("passthrough:///"+req.GetSourceAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // WireGuard encrypts and authenticates the mesh
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return a.node.Dial(ctx, "tcp", addr) }),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: pullPingTime, Timeout: pullPingTimeout, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(chunkSize+64<<10)),
 		// Windows of several chunks: the source never waits for the window to
 		// open again after each chunk on a path of mesh latency.

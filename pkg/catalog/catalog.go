@@ -184,8 +184,9 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists (0 before): that guest is
 	// counted through the reservation, not as a member of the VDC's pool.
 	VMID int `json:"vmid,omitempty"`
-	// Snapshot is set on the reservation of a snapshot being taken (the
-	// snapshot's name): it counts its storage only, no VM.
+	// Snapshot is set on a reservation of storage only, no VM: that of a
+	// snapshot being taken (the snapshot's name) or of the disks' copy of
+	// a move across zones (quota.Ledger.ReserveStorage).
 	Snapshot string `json:"snapshot,omitempty"`
 }
 

@@ -142,6 +142,10 @@ type Service struct {
 	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
 	orphans map[string]time.Time
 	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
+	moved map[tenancy.VMRef]string
+	// moved: the guests Recover last saw that are not the VM their place
+	// names: a VM that moved there (its kept id) or a move's other copy
+	// (""); by zone, protected by mu
 }
 
 // New returns a Service.
@@ -167,6 +171,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
 		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
+		moved: map[tenancy.VMRef]string{},
 	}
 	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -188,9 +193,15 @@ func (s *Service) Run(ctx context.Context) error {
 				seen[z.ID], fresh = true, true
 			}
 		}
-		if (fresh || time.Since(last) >= s.cfg.RecoverInterval) && (s.cfg.Recovers == nil || s.cfg.Recovers()) {
-			if err := s.Recover(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("recover", "err", err)
+		if fresh || time.Since(last) >= s.cfg.RecoverInterval {
+			// A replica that leaves the takeover to another still keeps its
+			// index of moved guests, which every answer about them needs.
+			op, pass := "recover", s.Recover
+			if s.cfg.Recovers != nil && !s.cfg.Recovers() {
+				op, pass = "index moved guests", s.indexMovedGuests
+			}
+			if err := pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn(op, "err", err)
 			}
 			last = time.Now()
 		}

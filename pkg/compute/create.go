@@ -534,8 +534,14 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 	if err != nil {
 		return 0, "", err
 	}
+	// A VM that moved out of z keeps the id its VMID here made: that VMID
+	// is not the new VM's to take.
+	kept := s.keptVMIDs(ctx, z)
 	base, locks := vmid, 0
 	for attempt := 1; ; attempt++ {
+		for kept[vmid] {
+			vmid++
+		}
 		var upid string
 		s.bind(ctx, in, vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{

@@ -70,6 +70,86 @@ func wasOf(tags []string) (tenancy.VMRef, bool) {
 	return tenancy.VMRef{}, false
 }
 
+// keptVMIDs are the VMIDs of zone z that VMs which moved away from z keep
+// in their ids (their fp-was tags), found in every zone that answers.
+func (s *Service) keptVMIDs(ctx context.Context, z Zone) map[int]bool {
+	kept := map[int]bool{}
+	for _, zz := range s.cfg.Zones.Zones(ctx) {
+		gs, err := pveapi.Guests(ctx, zz.Client)
+		if err != nil {
+			s.log.Warn("listing the VMIDs moved VMs keep", "zone", zz.Name, "err", err)
+			continue
+		}
+		for _, g := range gs {
+			if was, ok := wasOf(g.Tags()); ok && was.ZoneID == z.ID {
+				kept[was.VMID] = true
+			}
+		}
+	}
+	return kept
+}
+
+// keptID is the id of the VM whose guest sits at place with tags: the
+// place it was created at if it moved there across zones (its fp-was
+// tag), else place. notVM is true for a guest that is not the VM: the
+// target of a move before its cut-over (fp-incoming) or its source after
+// (fp-moved).
+func keptID(place tenancy.VMRef, tags []string) (id string, notVM bool) {
+	if slices.Contains(tags, incomingTag) || slices.Contains(tags, movedTag) {
+		return "", true
+	}
+	if was, ok := wasOf(tags); ok {
+		return was.ID(), false
+	}
+	return place.ID(), false
+}
+
+// indexMoved records, of the guests of zone z, those that are not the VM
+// their place names (see Service.moved).
+func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ref := range s.moved {
+		if ref.ZoneID == z.ID {
+			delete(s.moved, ref)
+		}
+	}
+	for _, g := range guests {
+		place := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}
+		if id, notVM := keptID(place, g.Tags()); notVM || id != place.ID() {
+			s.moved[place] = id
+		}
+	}
+}
+
+// KeptID tells the id of the VM whose guest sits at place, as the last
+// Recover of every zone (and the moves this process finished) saw it:
+// the id it kept if it moved there across zones, else place's; notVM is
+// true for a move's other copy, which is not the VM. A process that just
+// started knows the moves once its first Recover has run.
+func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.moved[place]
+	if !ok {
+		return place.ID(), false
+	}
+	return id, id == ""
+}
+
+// PlaceOf is where the VM of id sits now if it moved across zones (as
+// KeptID knows it).
+func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for place, kept := range s.moved {
+		if kept == id {
+			return place, true
+		}
+	}
+	return tenancy.VMRef{}, false
+}
+
 // moveDisk is one disk of a move.
 type moveDisk struct {
 	key    string // scsi0, ...
@@ -118,7 +198,13 @@ func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, 
 	if err != nil {
 		return nil, err
 	}
+	// While the move runs its target holds a copy of the disks: the VDC
+	// must have room for them.
+	if err := s.quota.ReserveStorage(ctx, m.vdc, moveReservation(m.op), tz.ID, "move", m.diskGiB()); err != nil {
+		return nil, quotaError(m.vdc, err)
+	}
 	if err := s.claimTarget(ctx, m); err != nil {
+		s.releaseMoveQuota(ctx, m)
 		return nil, err
 	}
 	opID := taskOpID(z.ID, g.VMID, OpMigrate, "move:"+m.op)
@@ -132,6 +218,26 @@ func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, 
 		s.finishOp(opID, s.runMove(ctx, m, opID))
 	})
 	return &op, nil
+}
+
+// diskGiB is the size of the move's disks in GiB, as the target allocates
+// them.
+func (m *move) diskGiB() int {
+	n := 0
+	for _, d := range m.disks {
+		n += int((d.size + 1<<30 - 1) >> 30)
+	}
+	return n
+}
+
+// moveReservation is the id of the quota reservation of move op.
+func moveReservation(op string) string { return "move:" + op }
+
+// releaseMoveQuota releases the quota reservation of m's disks' copy.
+func (s *Service) releaseMoveQuota(ctx context.Context, m *move) {
+	if err := s.quota.Release(ctx, m.vdc, moveReservation(m.op)); err != nil {
+		s.log.Warn("releasing a move's quota", "op", m.op, "err", err)
+	}
 }
 
 func (m *move) total() int64 {
@@ -169,6 +275,19 @@ func (s *Service) preflight(ctx context.Context, z, tz Zone, g pveapi.Resource, 
 	for _, sn := range snaps {
 		if sn.Name != "current" {
 			return nil, newError(KindConflict, "the VM has snapshot %q; snapshots do not move across zones: delete them first", sn.Name)
+		}
+	}
+	var jobs []struct {
+		ID     string `json:"id"`
+		Guest  int    `json:"guest"`
+		Target string `json:"target"`
+	}
+	if err := z.Client.Get(ctx, "/cluster/replication", &jobs); err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	for _, j := range jobs {
+		if j.Guest == g.VMID {
+			return nil, newError(KindConflict, "the VM is replicated to node %s (replication job %s); replication does not cross zones: remove the job first", j.Target, j.ID)
 		}
 	}
 	if err := s.planDisks(ctx, m); err != nil {
@@ -360,6 +479,7 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 	vmid, err := s.createTarget(ctx, m)
 	if err != nil {
 		s.releaseTarget(ctx, m)
+		s.releaseMoveQuota(ctx, m)
 		return err
 	}
 	undo := func(cause error) error {
@@ -374,10 +494,29 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	stopBeat := s.heartbeat(ctx, m, vmid)
+	if err := s.copyDisks(ctx, m, opID, vmid); err != nil {
+		stopBeat()
+		return undo(err)
+	}
+	stopBeat()
+	s.after(ctx, m.op, "copy")
+	s.setStep(opID, "cutover")
+	if err := s.cutOver(ctx, m); err != nil {
+		return undo(err)
+	}
+	s.after(ctx, m.op, "cutover")
+	s.setStep(opID, "finish")
+	return s.finishMove(ctx, m, vmid)
+}
+
+// copyDisks stops the source if it runs and copies each disk to the
+// target guest vmid agent to agent, following the bytes moved.
+func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int) error {
 	if m.running {
 		s.setStep(opID, "stop")
 		if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{}); err != nil {
-			return undo(err)
+			return err
 		}
 	}
 	s.setStep(opID, "copy")
@@ -395,17 +534,53 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 			s.setProgress(opID, sum, m.total(), float64(sum)/max(time.Since(start).Seconds(), 0.001))
 		})
 		if err != nil {
-			return undo(fmt.Errorf("compute: copy disk %s: %w", d.key, err))
+			return fmt.Errorf("compute: copy disk %s: %w", d.key, err)
 		}
 	}
-	s.after(ctx, m.op, "copy")
-	s.setStep(opID, "cutover")
-	if err := s.cutOver(ctx, m); err != nil {
-		return undo(err)
+	return nil
+}
+
+// heartbeat records, every StaleAfter/4 until the returned stop is
+// called, that the runner of m is alive on the target guest vmid's move
+// intent (MoveIntent.Beat): a copy longer than StaleAfter is not taken
+// for a dead one by another replica's Recover. stop waits for a write in
+// flight, so that the cut-over's conditional writes do not race it.
+func (s *Service) heartbeat(ctx context.Context, m *move, vmid int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(s.cfg.StaleAfter/4, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := s.beat(ctx, m, vmid); err != nil && ctx.Err() == nil {
+				s.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// beat writes the time into the move intent of the target guest vmid,
+// conditional on the digest read.
+func (s *Service) beat(ctx context.Context, m *move, vmid int) error {
+	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
+	if err != nil {
+		return err
 	}
-	s.after(ctx, m.op, "cutover")
-	s.setStep(opID, "finish")
-	return s.finishMove(ctx, m, vmid)
+	in, ok := ParseIntent(cfg.Str("description"))
+	if !ok || in.Move == nil || in.Move.Op != m.op {
+		return fmt.Errorf("compute: the target guest %d is no longer this move's", vmid)
+	}
+	in.Move.Beat = time.Now()
+	_, err = pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", m.node, vmid),
+		map[string]any{"description": in.Description(), "digest": cfg.Digest()})
+	return err
 }
 
 // targetVolume is the volume id of disk i of the target guest vmid.
@@ -455,7 +630,11 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 		params[d.key] = v
 	}
 	vmid := m.g.VMID // the same VMID if it is free there
+	kept := s.keptVMIDs(ctx, m.dst) // and not one a VM that left the zone keeps
 	for attempt := 0; ; attempt++ {
+		for kept[vmid] {
+			vmid++
+		}
 		params["vmid"] = vmid
 		_, err := pveapi.Run(ctx, m.dst.Client, "POST", "/nodes/"+m.node+"/qemu", params)
 		if err == nil {
@@ -544,6 +723,13 @@ func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
 		delete(s.pending, strings.ToUpper(n.MAC))
 	}
 	s.mu.Unlock()
+	s.releaseMoveQuota(ctx, m)
+	s.mu.Lock()
+	if m.id != "" {
+		s.moved[tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid}] = m.id
+	}
+	delete(s.moved, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID})
+	s.mu.Unlock()
 	s.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
 	return nil
 }
@@ -554,20 +740,39 @@ func (s *Service) destroySource(ctx context.Context, z Zone, g pveapi.Resource) 
 	return s.destroy(ctx, z, g, nil)
 }
 
-// rollbackMove undoes a move that has not cut over: the target guest and
-// its addresses go, the source runs again if it ran.
+// rollbackMove undoes a move that has not cut over: the source runs again
+// if it ran, then the target guest and its addresses go. It stops at the
+// first step that fails (a zone out of reach), leaving the target marked
+// incoming with its move recorded, for Recover to finish the undo once
+// both zones answer: until then the source stays the VM.
 func (s *Service) rollbackMove(ctx context.Context, m *move, vmid int) {
-	if g, ok, err := pveapi.FindGuest(ctx, m.dst.Client, vmid); err == nil && ok && g.HasTag(incomingTag) {
+	if m.running {
+		src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
+		if err != nil {
+			s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+			return
+		}
+		if ok && src.Status != "running" {
+			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
+				s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+				return
+			}
+		}
+	}
+	g, ok, err := pveapi.FindGuest(ctx, m.dst.Client, vmid)
+	if err != nil {
+		s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+		return
+	}
+	if ok && g.HasTag(incomingTag) {
 		if _, err := s.destroy(ctx, m.dst, g, nil); err != nil {
-			s.log.Warn("removing the target of a failed move", "vmid", vmid, "err", err)
+			s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+			return
 		}
 	}
 	s.releaseTarget(ctx, m)
-	if m.running {
-		if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", m.g.Node, m.g.VMID), map[string]any{}); err != nil {
-			s.log.Warn("restarting the source of a failed move", "err", err)
-		}
-	}
+	s.releaseMoveQuota(ctx, m)
+	s.log.Info("move across zones undone", "op", m.op, "vm", m.id, "from", m.src.Name, "to", m.dst.Name)
 }
 
 // setProgress updates the progress of a running operation of this process.
@@ -616,7 +821,7 @@ func isDiskKey(k string) bool {
 // it ran.
 func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) {
 	mi := in.Move
-	if time.Since(mi.Started) < s.cfg.StaleAfter {
+	if time.Since(mi.last()) < s.cfg.StaleAfter {
 		return // perhaps live in another replica
 	}
 	sz, ok := s.zoneByID(ctx, mi.From)
@@ -633,6 +838,9 @@ func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in
 	m := &move{op: mi.Op, vdc: in.VDC, src: sz, dst: z, g: src, node: g.Node, running: mi.Running, nics: in.NICs, in: in}
 	if !found {
 		m.g = pveapi.Resource{VMID: mi.VMID}
+	}
+	if was, ok := wasOf(g.Tags()); ok {
+		m.id = was.ID()
 	}
 	if found && src.HasTag(movedTag) || !found {
 		s.log.Info("recovering a move across zones: finishing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)

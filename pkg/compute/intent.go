@@ -43,6 +43,18 @@ type MoveIntent struct {
 	VMID    int       `json:"vmid"`
 	Running bool      `json:"running,omitempty"`
 	Started time.Time `json:"started"`
+	// Beat is when the runner last said it is alive (it beats while it
+	// copies); Recover leaves the move alone until Beat (or Started) is
+	// older than StaleAfter.
+	Beat time.Time `json:"beat,omitzero"`
+}
+
+// last is when the move was last known to be alive.
+func (mi *MoveIntent) last() time.Time {
+	if mi.Beat.After(mi.Started) {
+		return mi.Beat
+	}
+	return mi.Started
 }
 
 // NICIntent is one NIC: its VNet, the MAC its address is claimed under in

@@ -170,11 +170,27 @@ func (s *Service) Recover(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// indexMovedGuests refreshes the index of guests that moved across zones
+// from every zone in reach, and nothing else.
+func (s *Service) indexMovedGuests(ctx context.Context) error {
+	var errs []error
+	for _, z := range s.cfg.Zones.Zones(ctx) {
+		guests, err := pveapi.Guests(ctx, z.Client)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
+			continue
+		}
+		s.indexMoved(z, guests)
+	}
+	return errors.Join(errs...)
+}
+
 func (s *Service) recoverZone(ctx context.Context, z Zone) error {
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
 		return err
 	}
+	s.indexMoved(z, guests)
 	used := map[string]bool{}
 	for _, g := range guests {
 		if !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {

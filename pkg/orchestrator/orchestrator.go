@@ -162,6 +162,10 @@ type APIConfig struct {
 	// replica may still be working on it until then). Default 2m
 	// (compute.Config.StaleAfter).
 	VMRecoverAfter time.Duration
+	// VMRecoverInterval is how often the orchestrator looks for unfinished
+	// VM creates and moves to finish or undo. Default 30s
+	// (compute.Config.RecoverInterval).
+	VMRecoverInterval time.Duration
 }
 
 // ReleasesConfig configures agent releases (package release) and their
@@ -476,7 +480,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		recovers = func() bool { _, self := leader.Leader(); return self }
 	}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
-		StaleAfter: c.VMRecoverAfter, Recovers: recovers, Logger: s.log.With("component", "compute")})
+		StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}

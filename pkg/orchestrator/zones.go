@@ -13,6 +13,10 @@ import (
 // so that package compute knows no mesh.
 type computeZones struct{ r *zones.Registry }
 
+// NewComputeZones returns the zones of r as the orchestrator's compute
+// service sees them (another replica's, in tests).
+func NewComputeZones(r *zones.Registry) compute.Zones { return computeZones{r} }
+
 // Zones implements compute.Zones.
 func (z computeZones) Zones(ctx context.Context) []compute.Zone {
 	var out []compute.Zone

@@ -22,6 +22,7 @@ type state struct {
 	tasks    map[string]*task
 	taskList []*task
 	pools    map[string]*pool
+	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
 	nextPID  uint32
 	timers   map[*taskTimer]struct{}
@@ -94,6 +95,7 @@ func newState(c *Cluster) *state {
 		volumes: map[string]map[string]*volume{},
 		tasks:   map[string]*task{},
 		pools:   map[string]*pool{},
+		repl:    map[string]*replJob{},
 		sdn:     newSDNState(),
 		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
 		timers:  map[*taskTimer]struct{}{},

@@ -33,6 +33,8 @@ type APISpec struct {
 	MaxComplexity int
 	// VMRecoverAfter is the orchestrator's APIConfig.VMRecoverAfter.
 	VMRecoverAfter time.Duration
+	// VMRecoverInterval is the orchestrator's APIConfig.VMRecoverInterval.
+	VMRecoverInterval time.Duration
 	// AgentVersion is the agent version the orchestrator ships (the
 	// harness's agents report "meshtest"). Default "meshtest".
 	AgentVersion string
@@ -148,15 +150,16 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		return orchestrator.APIConfig{}
 	}
 	return orchestrator.APIConfig{
-		Issuer:         h.api.idp.Issuer(),
-		Audience:       APIClientID,
-		CatalogDir:     h.catalogDir(),
-		Tenant:         graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
-		ZoneTimeout:    h.opts.api.ZoneTimeout,
-		MaxComplexity:  h.opts.api.MaxComplexity,
-		VMRecoverAfter: h.opts.api.VMRecoverAfter,
-		AgentVersion:   h.opts.api.AgentVersion,
-		Releases:       orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
+		Issuer:            h.api.idp.Issuer(),
+		Audience:          APIClientID,
+		CatalogDir:        h.catalogDir(),
+		Tenant:            graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
+		ZoneTimeout:       h.opts.api.ZoneTimeout,
+		MaxComplexity:     h.opts.api.MaxComplexity,
+		VMRecoverAfter:    h.opts.api.VMRecoverAfter,
+		VMRecoverInterval: h.opts.api.VMRecoverInterval,
+		AgentVersion:      h.opts.api.AgentVersion,
+		Releases:          orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
 	}
 }
 

@@ -57,6 +57,9 @@ type ClusterSpec struct {
 	Nodes int
 	// Timing is the simulator's task duration model (zero: fast).
 	Timing pvesim.Timing
+	// MigrationBandwidth is the agents' agent.Config.MigrationBandwidth
+	// (bytes per second a volume is read for another zone; 0: no bound).
+	MigrationBandwidth int64
 }
 
 type options struct {
@@ -425,6 +428,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		ProxmoxURL:          a.Cluster.Sim.URL(),
 		ProxmoxToken:        a.Cluster.Token,
 		ProxmoxFingerprint:  a.Cluster.Sim.Fingerprint(),
+		MigrationBandwidth:  a.Cluster.Spec.MigrationBandwidth,
 		Version:             "meshtest",
 		TracerProvider:      a.h.opts.tracer,
 		Logger:              a.h.logger.With("component", "agent", "agent", a.MeshName),

@@ -51,6 +51,8 @@ var formatCases = map[string]struct {
 	"pve-sdn-bgp-rt":    {good: []string{"65000:100", "4294967295:1"}, bad: map[string]string{"65000": "value does not look like a valid bgp route-target", "10.0.0.1:100": "", "4294967296:1": ""}},
 	"pve-vlan-id-or-range": {good: []string{"2", "4094", "100-200"},
 		bad: map[string]string{"1": "invalid VLAN tag '1'", "4095": "", "100-100": "VLAN range must go from lower to higher tag '100-100'", "x": "invalid VLAN configuration 'x'"}},
+	"pve-replication-job-id":         {good: []string{"100-0", "100-12"}, bad: map[string]string{"100": "replication job ID '100' invalid", "100-a": ""}},
+	"pve-calendar-event":             {good: []string{"*/15", "mon..fri 02:30", "sat 1:00"}, bad: map[string]string{"a;b": "unable to parse calendar event 'a;b'", "": ""}},
 	"pve-task-status-type":           {good: []string{"ok", "error", "WARNING", "unknown"}, bad: map[string]string{"failed": "invalid status 'failed'"}},
 	"pve-cpuset":                     {good: []string{"", "0", "0-3", "0,5,8-11", "1,"}, bad: map[string]string{"3-1": "unable to parse cpuset option", "a": "", "0,,1": "", ",1": ""}},
 	"pve-hotplug-features":           {good: []string{"0", "1", "network,disk,usb", "cpu;memory cloudinit"}, bad: map[string]string{"network,gpu": "invalid hotplug feature 'gpu'", "": "unable to parse hotplug option"}},

@@ -296,7 +296,15 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage)
 // reservation when its task has ended; until then, or until it expires,
 // the snapshot is counted twice (too much, never too little).
 func (l *Ledger) ReserveSnapshot(ctx context.Context, vdc, id, zoneID, name string, gib int) error {
-	return l.reserve(ctx, vdc, catalog.QuotaReservation{ID: id, StorageGiB: gib, Zone: zoneID, Snapshot: name})
+	return l.ReserveStorage(ctx, vdc, id, zoneID, name, gib)
+}
+
+// ReserveStorage reserves gib of storage only (no VM) under id in zone
+// zoneID of vdc for what (a snapshot's name, or what else holds the
+// storage: the copy of a VM's disks a move makes), failing as Reserve
+// does.
+func (l *Ledger) ReserveStorage(ctx context.Context, vdc, id, zoneID, what string, gib int) error {
+	return l.reserve(ctx, vdc, catalog.QuotaReservation{ID: id, StorageGiB: gib, Zone: zoneID, Snapshot: what})
 }
 
 func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReservation) error {

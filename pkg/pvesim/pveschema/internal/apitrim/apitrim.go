@@ -19,6 +19,8 @@ var Paths = []string{
 	"/cluster/resources",
 	"/cluster/nextid",
 	"/cluster/tasks",
+	"/cluster/replication",
+	"/cluster/replication/{id}",
 	"/cluster/config/join",
 	"/cluster/sdn",
 	"/cluster/sdn/zones",
