@@ -629,7 +629,7 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 		}
 		params[d.key] = v
 	}
-	vmid := m.g.VMID // the same VMID if it is free there
+	vmid := m.g.VMID                // the same VMID if it is free there
 	kept := s.keptVMIDs(ctx, m.dst) // and not one a VM that left the zone keeps
 	for attempt := 0; ; attempt++ {
 		for kept[vmid] {
