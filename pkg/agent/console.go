@@ -57,7 +57,14 @@ func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
 		}
 	}
 	defer up.Close()
-	down := &consoleStream{stream: stream, pending: first.GetData()}
+	down := &rfb.Messages{
+		Recv: func() ([]byte, error) {
+			msg, err := stream.Recv()
+			return msg.GetData(), err
+		},
+		Send:    func(p []byte) error { return stream.Send(&agentv1.ConsoleResponse{Data: p}) },
+		Pending: first.GetData(),
+	}
 	if err := rfb.ServeNone(down); err != nil {
 		return status.Errorf(codes.InvalidArgument, "agent: console of VM %d: %v", vmid, err)
 	}
@@ -80,33 +87,6 @@ func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
 		return status.Errorf(codes.Unavailable, "agent: console of VM %d: %v", vmid, err)
 	}
 	return nil
-}
-
-// consoleStream is the caller's side of a Console stream as a byte
-// stream: reads take the requests' data, writes send responses.
-type consoleStream struct {
-	stream  agentv1.AgentService_ConsoleServer
-	pending []byte
-}
-
-func (c *consoleStream) Read(p []byte) (int, error) {
-	for len(c.pending) == 0 {
-		msg, err := c.stream.Recv()
-		if err != nil {
-			return 0, err
-		}
-		c.pending = msg.GetData()
-	}
-	n := copy(p, c.pending)
-	c.pending = c.pending[n:]
-	return n, nil
-}
-
-func (c *consoleStream) Write(p []byte) (int, error) {
-	if err := c.stream.Send(&agentv1.ConsoleResponse{Data: p}); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }
 
 var (
@@ -145,11 +125,7 @@ func (p *pve) openConsole(ctx context.Context, node string, vmid uint32) (net.Co
 	u.Scheme = "wss"
 	u.Path += vmPath + "/vncwebsocket"
 	u.RawQuery = url.Values{"port": {strconv.Itoa(env.Data.Port)}, "vncticket": {ticket}}.Encode()
-	ws, wresp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
-		HTTPClient:   p.http,
-		HTTPHeader:   http.Header{"Authorization": {"PVEAPIToken=" + p.token}},
-		Subprotocols: []string{"binary"},
-	})
+	conn, wresp, err := rfb.DialWebsocket(ctx, u.String(), p.http, http.Header{"Authorization": {"PVEAPIToken=" + p.token}}, maxConsoleMessage)
 	if err != nil {
 		if wresp != nil {
 			return nil, fmt.Errorf("vncwebsocket: proxmox answered %s", wresp.Status)
@@ -157,9 +133,6 @@ func (p *pve) openConsole(ctx context.Context, node string, vmid uint32) (net.Co
 		// The error may quote the URL, which holds the ticket.
 		return nil, fmt.Errorf("vncwebsocket: %w", scrub(scrub(err, ticket), url.QueryEscape(ticket)))
 	}
-	ws.SetReadLimit(maxConsoleMessage)
-	// The connection lives as long as the session, not the dial's ctx.
-	conn := websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary)
 	if err := rfb.ClientLogin(conn, ticket); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("vnc login: %w", err)
