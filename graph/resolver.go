@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
@@ -66,6 +67,8 @@ type Resolver struct {
 	// Rollouts publishes agent releases and rolls them out; nil offers
 	// none (agentReleases is empty, updateAgents refused).
 	Rollouts *rollout.Service
+	// Consoles issues the tickets of openConsole; nil refuses it.
+	Consoles *console.Broker
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce
