@@ -1,15 +1,14 @@
 package pvesim_test
 
 import (
-	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/coder/websocket"
 	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/pvesim"
@@ -18,15 +17,11 @@ import (
 
 // dialConsole opens vncwebsocket with the token; a refusal returns the
 // HTTP status.
-func dialConsole(t *testing.T, c *pvesim.Cluster, token, node string, vmid int, port any, ticket string) (*websocket.Conn, int, error) {
+func dialConsole(t *testing.T, c *pvesim.Cluster, token, node string, vmid int, port any, ticket string) (net.Conn, int, error) {
 	t.Helper()
 	q := url.Values{"port": {toString(port)}, "vncticket": {ticket}}
 	u := "wss" + strings.TrimPrefix(c.URL(), "https") + "/api2/json/nodes/" + node + "/qemu/" + strconv.Itoa(vmid) + "/vncwebsocket?" + q.Encode()
-	ws, resp, err := websocket.Dial(testCtx(t), u, &websocket.DialOptions{
-		HTTPClient:   httpClient(t, c),
-		HTTPHeader:   http.Header{"Authorization": {"PVEAPIToken=" + token}},
-		Subprotocols: []string{"binary"},
-	})
+	ws, resp, err := rfb.DialWebsocket(testCtx(t), u, httpClient(t, c), http.Header{"Authorization": {"PVEAPIToken=" + token}}, 0)
 	status := 0
 	if resp != nil {
 		status = resp.StatusCode
@@ -101,14 +96,10 @@ func TestVNCConsole(t *testing.T) {
 		t.Fatalf("vncproxy without VM.Console: %s", r.reason)
 	}
 
-	ws, st, err := dialConsole(t, c, testToken, "pve1", 100, port, ticket)
+	conn, st, err := dialConsole(t, c, testToken, "pve1", 100, port, ticket)
 	if err != nil {
 		t.Fatalf("vncwebsocket: status %d, %v", st, err)
 	}
-	if ws.Subprotocol() != "binary" {
-		t.Errorf("subprotocol %q, want binary", ws.Subprotocol())
-	}
-	conn := websocket.NetConn(ctx, ws, websocket.MessageBinary)
 	if err := rfb.ClientLogin(conn, ticket); err != nil {
 		t.Fatalf("VNC login with the ticket: %v", err)
 	}
@@ -145,17 +136,17 @@ func TestVNCConsole(t *testing.T) {
 	if err := task.Ping(ctx); err != nil || !task.IsRunning {
 		t.Fatalf("vncproxy task while connected: running %v, %v", task.IsRunning, err)
 	}
-	ws.Close(websocket.StatusNormalClosure, "")
+	conn.Close()
 	waitOK(t, ctx, task, nil)
 
 	// A wrong VNC password is refused by the VNC server.
 	port, ticket, _ = open()
-	ws, _, err = dialConsole(t, c, testToken, "pve1", 100, port, ticket)
+	conn, _, err = dialConsole(t, c, testToken, "pve1", 100, port, ticket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.CloseNow()
-	if err := rfb.ClientLogin(websocket.NetConn(context.Background(), ws, websocket.MessageBinary), "not-it"); !errors.Is(err, rfb.ErrAuthFailed) {
+	defer conn.Close()
+	if err := rfb.ClientLogin(conn, "not-it"); !errors.Is(err, rfb.ErrAuthFailed) {
 		t.Fatalf("VNC login with a wrong password: %v", err)
 	}
 }
