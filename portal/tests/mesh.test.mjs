@@ -18,7 +18,8 @@
 // read as such.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { admin, axe, base, checkZonesAndHosts, fits, env, go, member, memberVDCs, run, session, shot, signIn, stopVM, timeout } from './lib.mjs'
+import { axe } from './axe.mjs'
+import { admin, base, checkZonesAndHosts, fits, env, go, member, memberVDCs, run, session, shot, signIn, stopVM, timeout } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
