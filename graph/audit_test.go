@@ -88,6 +88,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createSnapshot":        {{user: "bob", vdc: "blue", query: `mutation { createSnapshot(vm: "nosuch", input: {name: "s1", withRAM: true}) { id } }`, ids: []string{"nosuch"}}},
 		"rollbackSnapshot":      {{user: "bob", vdc: "blue", query: `mutation { rollbackSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
 		"deleteSnapshot":        {{user: "bob", vdc: "blue", query: `mutation { deleteSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"openConsole":           {{user: "bob", vdc: "blue", query: `mutation { openConsole(id: "nosuch") { path } }`, ids: []string{"nosuch"}}},
 		"updateZone":            {{user: "admin", query: `mutation { updateZone(input: {name: "alpha", region: "eu-central"}) { name region } }`, ids: []string{"alpha"}}},
 		"deleteNetwork":         {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
 		"deleteVDC":             {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
@@ -108,7 +109,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
-		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "updateZone", "migrateVM", "deleteNetwork",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway"}

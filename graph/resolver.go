@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -70,6 +71,8 @@ type Resolver struct {
 	// Edge places the VDCs' edge gateways; edgeGateways reads where each
 	// runs from it. Nil: every gateway reads as pending.
 	Edge *edgesync.Syncer
+	// Consoles issues the tickets of openConsole; nil refuses it.
+	Consoles *console.Broker
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce

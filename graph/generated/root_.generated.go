@@ -90,6 +90,11 @@ type ComplexityRoot struct {
 		VCPUs             func(childComplexity int) int
 	}
 
+	ConsoleSession struct {
+		ExpiresAt func(childComplexity int) int
+		Path      func(childComplexity int) int
+	}
+
 	CreateVMPayload struct {
 		Operation func(childComplexity int) int
 		VM        func(childComplexity int) int
@@ -301,6 +306,7 @@ type ComplexityRoot struct {
 		DeleteVM              func(childComplexity int, id string) int
 		DeleteVdc             func(childComplexity int, name string, resourceVersion *string) int
 		MigrateVM             func(childComplexity int, input model.MigrateVMInput) int
+		OpenConsole           func(childComplexity int, id string) int
 		RebootVM              func(childComplexity int, id string) int
 		RevokeEnrollmentKey   func(childComplexity int, id string) int
 		RollbackSnapshot      func(childComplexity int, vm string, name string, start *bool) int
@@ -813,6 +819,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ComputeProfile.VCPUs(childComplexity), true
+
+	case "ConsoleSession.expiresAt":
+		if e.ComplexityRoot.ConsoleSession.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConsoleSession.ExpiresAt(childComplexity), true
+	case "ConsoleSession.path":
+		if e.ComplexityRoot.ConsoleSession.Path == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConsoleSession.Path(childComplexity), true
 
 	case "CreateVMPayload.operation":
 		if e.ComplexityRoot.CreateVMPayload.Operation == nil {
@@ -1791,6 +1810,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(model.MigrateVMInput)), true
+	case "Mutation.openConsole":
+		if e.ComplexityRoot.Mutation.OpenConsole == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_openConsole_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.OpenConsole(childComplexity, args["id"].(string)), true
 	case "Mutation.rebootVM":
 		if e.ComplexityRoot.Mutation.RebootVM == nil {
 			break
@@ -3378,6 +3408,36 @@ enum AgentUpdateState {
   ROLLED_BACK
   "The release was refused before anything ran (bad signature, tampered, expired, not newer)."
   REFUSED
+}
+`, BuiltIn: false},
+	{Name: "../console.graphqls", Input: `# VM consoles: a VM's screen and keyboard in the browser (VNC, shown with
+# noVNC), relayed from Proxmox through the agent of the VM's node over the
+# mesh. openConsole checks the caller's VDC and hands out a ticket that
+# opens one websocket session, once, within a few seconds; no Proxmox
+# ticket or token ever reaches the client.
+
+extend type Mutation {
+  """
+  Opens a console session for a running VM of the VDC: a websocket path to
+  connect to (NOT_FOUND for a VM of another VDC or none; CONFLICT for a VM
+  that is not running or still being created).
+  """
+  openConsole(
+    "The VM's id."
+    id: ID!
+  ): ConsoleSession! @vdc(role: MEMBER)
+}
+
+"A console session waiting for its websocket."
+type ConsoleSession {
+  """
+  The path of the websocket, on the GraphQL endpoint's host (ws: or wss:
+  as the endpoint is http: or https:). It carries a one-use ticket: it opens
+  one session, speaking RFB 3.8 with no authentication (binary messages).
+  """
+  path: String!
+  "When the ticket expires if it has not been used."
+  expiresAt: Time!
 }
 `, BuiltIn: false},
 	{Name: "../edge.graphqls", Input: `# Edge gateways: one per VDC per zone, run by an agent of the zone in a
@@ -5470,6 +5530,16 @@ func (ec *executionContext) childFields_ComputeProfile(ctx context.Context, fiel
 		return ec.fieldContext_ComputeProfile_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ComputeProfile", field.Name)
+}
+
+func (ec *executionContext) childFields_ConsoleSession(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "path":
+		return ec.fieldContext_ConsoleSession_path(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ConsoleSession_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ConsoleSession", field.Name)
 }
 
 func (ec *executionContext) childFields_CreateVMPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

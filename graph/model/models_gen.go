@@ -96,6 +96,16 @@ type Capacity struct {
 	StorageUsage float64 `json:"storageUsage"`
 }
 
+// A console session waiting for its websocket.
+type ConsoleSession struct {
+	// The path of the websocket, on the GraphQL endpoint's host (ws: or wss:
+	// as the endpoint is http: or https:). It carries a one-use ticket: it opens
+	// one session, speaking RFB 3.8 with no authentication (binary messages).
+	Path string `json:"path"`
+	// When the ticket expires if it has not been used.
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
 // A new compute profile.
 type CreateComputeProfileInput struct {
 	// Unique name (DNS labels joined by dots), e.g. medium.

@@ -32,6 +32,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
@@ -166,6 +167,9 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// ConsoleTTL is how long a console ticket of openConsole waits for its
+	// websocket. Default console.DefaultTTL.
+	ConsoleTTL time.Duration
 }
 
 // ReleasesConfig configures agent releases (package release) and their
@@ -395,7 +399,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
 		s.probe.expectAPI()
-		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, leader, reg, auditSink)
+		consoles, err := console.New(console.Config{Dialer: consoleDialer{registry}, TTL: s.cfg.API.ConsoleTTL,
+			Logger: s.log.With("component", "console")})
+		if err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, leader, reg, auditSink, consoles)
 		if err != nil {
 			return err
 		}
@@ -406,6 +415,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		// /graphql fell through to Handler.
 		mux.Handle(APIPath, h)
 		mux.Handle(APIPath+"/"+graphiql.AssetDir, h)
+		mux.Handle(console.PathPrefix, consoles.Handler())
 		store = st
 		s.probe.setCatalog(st)
 	}
@@ -451,7 +461,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink, consoles *console.Broker) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -506,6 +516,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Compute:      vms,
 			Rollouts:     s.rollouts,
 			Edge:         s.edge,
+			Consoles:     consoles,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

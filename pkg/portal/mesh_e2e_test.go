@@ -37,9 +37,9 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the GraphQL API, simulated Proxmox zones "alpha" with 2 nodes and "beta"
 // with 1, real agents over the mesh, the development provider), serving
 // the built portal on the API's own origin. tests/mesh.test.mjs signs in
-// through the provider's login form, creates a VM through the wizard and
-// stops it, sees its network in use and its VDC's quota refuse a second
-// VM, checks another VDC's member cannot see it, a viewer cannot change
+// through the provider's login form, creates a VM through the wizard,
+// sees its console's picture and stops it, sees its network in use and its
+// VDC's quota refuse a second VM, checks another VDC's member cannot see it, a viewer cannot change
 // it, and that the admin sees every zone and host; then beta's agents stop
 // and tests/zone-down.test.mjs finds beta unavailable and the rest working.
 func TestBrowserMesh(t *testing.T) {
@@ -106,7 +106,7 @@ func TestBrowserMesh(t *testing.T) {
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}
 	start := runBrowserTests(t, root, env, "tests/mesh.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
+	browsertest.CheckScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-console", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
 
 	// beta goes down: its agents stop.
 	for _, a := range h.Clusters[1].Agents {

@@ -134,11 +134,12 @@ type Cluster struct {
 	closeErr  error
 
 	mu     sync.Mutex
-	st     *state                // protected by mu
-	tokens map[string]*apiToken  // token id "USER@REALM!ID" -> token; protected by mu
-	fails  []*failRule           // protected by mu
-	probs  []string              // schema problems of responses; protected by mu
-	routes map[string]routeEntry // immutable after Start
+	st     *state                 // protected by mu
+	tokens map[string]*apiToken   // token id "USER@REALM!ID" -> token; protected by mu
+	fails  []*failRule            // protected by mu
+	probs  []string               // schema problems of responses; protected by mu
+	vnc    map[string]*vncSession // consoles by vncKey; protected by mu
+	routes map[string]routeEntry  // immutable after Start
 }
 
 // Start starts a simulated cluster serving https://<Listen>/api2/json/... with a
@@ -175,6 +176,7 @@ func Start(cfg Config) (*Cluster, error) {
 		name:    cfg.Cluster,
 		started: time.Now(),
 		tokens:  map[string]*apiToken{},
+		vnc:     map[string]*vncSession{},
 	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		c.nodes = append(c.nodes, fmt.Sprintf("pve%d", i))

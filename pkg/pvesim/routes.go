@@ -104,6 +104,7 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /nodes/{node}/lxc":                                       hLxcList,
 		"GET /nodes/{node}/qemu/{vmid}/snapshot":                      onGuest(hSnapshotList),
 		"POST /nodes/{node}/qemu/{vmid}/snapshot":                     onGuest(hSnapshotCreate),
+		"POST /nodes/{node}/qemu/{vmid}/vncproxy":                     onGuest(hVNCProxy),
 		"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":           onGuest(hSnapshotIndex),
 		"DELETE /nodes/{node}/qemu/{vmid}/snapshot/{snapname}":        onGuest(hSnapshotDelete),
 		"GET /nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config":    onGuest(hSnapshotConfig),
@@ -113,9 +114,10 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /access/groups":                                          hAccessGroups,
 		"GET /access/domains":                                         hAccessDomains,
 	}
-	out := make(map[string]routeEntry, len(r))
+	out := make(map[string]routeEntry, len(r)+1)
 	for k, h := range r {
 		out[k] = routeEntry{handler: h}
 	}
+	out["GET /nodes/{node}/qemu/{vmid}/vncwebsocket"] = routeEntry{upgrade: uVNCWebsocket}
 	return out
 }

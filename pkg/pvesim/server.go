@@ -94,8 +94,14 @@ func (cl *call) require(path, priv string) error {
 
 type handlerFunc func(*call) (any, error)
 
+// upgradeFunc checks a request that upgrades the connection (a websocket)
+// under the model's lock and returns what serves it after the lock is
+// released.
+type upgradeFunc func(*call) (http.HandlerFunc, error)
+
 type routeEntry struct {
 	handler handlerFunc
+	upgrade upgradeFunc // instead of handler
 }
 
 // endpoint is one node's pveproxy: its own listener, certificate and notion of the
@@ -214,6 +220,20 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 		return writeError(w, r, &apiError{status: http.StatusNotImplemented, msg: fmt.Sprintf("Method '%s %s' not implemented", r.Method, rel)})
 	}
 	cl := &call{c: c, ctx: r.Context(), method: r.Method, rel: rel, ep: ep, vars: vars, p: p, user: user, has: has, local: local, file: file}
+	if rt.upgrade != nil {
+		c.mu.Lock()
+		h, err := rt.upgrade(cl)
+		c.mu.Unlock()
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) {
+				ae = &apiError{status: http.StatusInternalServerError, msg: err.Error()}
+			}
+			return writeError(w, r, ae)
+		}
+		h(w, r)
+		return http.StatusSwitchingProtocols
+	}
 	// Handlers run under the model's lock: every request sees and leaves a consistent
 	// state, and check-then-claim steps (VMIDs, IP mappings) are atomic.
 	c.mu.Lock()

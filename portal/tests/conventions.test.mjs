@@ -15,17 +15,11 @@ import { writeFileSync } from 'node:fs'
 import { gzipSync } from 'node:zlib'
 import { join } from 'node:path'
 import { axe } from './axe.mjs'
-import { admin, artifacts, base, env, issuer, member, session, shot, signIn } from './lib.mjs'
+import { admin, artifacts, base, env, fits, issuer, member, session, shot, signIn } from './lib.mjs'
 
 const vmCount = Number(env('PORTAL_VM_COUNT'))
 const renewals = Number(env('PORTAL_RENEWALS', '2'))
 const jsBudget = 350 * 1024
-
-// fits checks the page does not scroll sideways on a 390 px phone.
-async function fits(page, name) {
-  const w = await page.evaluate(() => document.documentElement.scrollWidth)
-  assert.ok(w <= 390, `${name} is ${w} px wide on a 390 px phone`)
-}
 
 async function check(page, name, phone) {
   await axe(page, name)

@@ -18,7 +18,8 @@
 // read as such.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { admin, base, checkZonesAndHosts, env, go, member, memberVDCs, run, session, shot, signIn, stopVM } from './lib.mjs'
+import { axe } from './axe.mjs'
+import { admin, base, checkZonesAndHosts, fits, env, go, member, memberVDCs, run, session, shot, signIn, stopVM, timeout } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
@@ -93,6 +94,42 @@ describe('portal with zones and VMs', () => {
     await page.getByText('Live metrics').waitFor()
     assert.match(await page.locator('.props').first().innerText(), /vCPUs[\s\S]*Memory[\s\S]*Disk[\s\S]*Addresses\s*\d+\.\d+\.\d+\.\d+/)
     await shot(page, 'vm-detail')
+
+    // The console (before any page.routeWebSocket, whose stand-in
+    // WebSocket noVNC does not take): noVNC loads only now, and the VM's
+    // test picture (colour bars over its name) arrives through the
+    // orchestrator, the mesh, the agent and Proxmox's vncwebsocket; the
+    // page stays accessible and fits a phone with it open.
+    const consoleScripts = []
+    let opened = false
+    page.on('response', (r) => {
+      if (opened && r.request().resourceType() === 'script') consoleScripts.push(r.url())
+    })
+    assert.equal(await page.locator('[data-testid="vm-console"] canvas').count(), 0)
+    opened = true
+    await page.getByRole('button', { name: 'Open console' }).click()
+    await page.getByTestId('console-status').getByText(`Connected to ${vmName}.`, { exact: false }).waitFor()
+    // The colour at (x, y) of noVNC's canvas once it has the VM's 640x400
+    // ("r,g,b"), or whether it is want.
+    const pixel = ([x, y, want]) => {
+      const c = document.querySelector('[data-testid="vm-console"] canvas')
+      const got = c && c.width === 640 && c.height === 400 ? Array.from(c.getContext('2d').getImageData(x, y, 1, 1).data.slice(0, 3)).join(',') : null
+      return want === undefined ? got : got === want
+    }
+    // Bars 0 (grey) and 5 (red), and the dark blue band under them.
+    for (const [x, y, rgb] of [[40, 100, '192,192,192'], [440, 100, '192,0,0'], [4, 396, '0,32,96']]) {
+      await page.waitForFunction(pixel, [x, y, rgb], { timeout }).catch(() => {})
+      assert.equal(await page.evaluate(pixel, [x, y]), rgb, `console pixel (${x}, ${y})`)
+    }
+    assert.ok(consoleScripts.length > 0, 'noVNC loads when the console opens, not before')
+    await axe(page, 'VM page with its console')
+    await page.setViewportSize({ width: 390, height: 800 })
+    await fits(page, 'VM page with its console')
+    await page.setViewportSize({ width: 1280, height: 800 })
+    await shot(page, 'vm-console')
+    await page.getByRole('button', { name: 'Close console' }).click()
+    await page.getByText('Console closed.').waitFor()
+
     const confirm = page.getByRole('dialog')
 
     // Without a websocket the progress of an action is polled.

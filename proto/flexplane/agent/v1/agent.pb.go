@@ -335,6 +335,115 @@ func (x *PullVolumeResponse) GetSha256() string {
 	return ""
 }
 
+// ConsoleRequest is one message of a Console stream from the caller.
+type ConsoleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Proxmox node and VMID of the VM; first message only. The node must
+	// be the agent's own.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
+	// The next bytes of the RFB client.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleRequest) Reset() {
+	*x = ConsoleRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleRequest) ProtoMessage() {}
+
+func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleRequest.ProtoReflect.Descriptor instead.
+func (*ConsoleRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ConsoleRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ConsoleRequest) GetVmid() uint32 {
+	if x != nil {
+		return x.Vmid
+	}
+	return 0
+}
+
+func (x *ConsoleRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ConsoleResponse carries the next bytes of the RFB server.
+type ConsoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleResponse) Reset() {
+	*x = ConsoleResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleResponse) ProtoMessage() {}
+
+func (x *ConsoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleResponse.ProtoReflect.Descriptor instead.
+func (*ConsoleResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ConsoleResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // ReadVolumeRequest presents a capability.
 type ReadVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -346,7 +455,7 @@ type ReadVolumeRequest struct {
 
 func (x *ReadVolumeRequest) Reset() {
 	*x = ReadVolumeRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +467,7 @@ func (x *ReadVolumeRequest) String() string {
 func (*ReadVolumeRequest) ProtoMessage() {}
 
 func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +480,7 @@ func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReadVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReadVolumeRequest) GetCapability() string {
@@ -397,7 +506,7 @@ type ReadVolumeResponse struct {
 
 func (x *ReadVolumeResponse) Reset() {
 	*x = ReadVolumeResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +518,7 @@ func (x *ReadVolumeResponse) String() string {
 func (*ReadVolumeResponse) ProtoMessage() {}
 
 func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +531,7 @@ func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReadVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadVolumeResponse) GetOffset() uint64 {
@@ -462,7 +571,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +583,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +596,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 // InfoResponse describes an agent and its Proxmox node.
@@ -513,7 +622,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +634,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +647,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InfoResponse) GetAgentVersion() string {
@@ -592,7 +701,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +713,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +726,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 // HealthResponse reports the state of an agent.
@@ -636,7 +745,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +757,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +770,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HealthResponse) GetStatus() HealthStatus {
@@ -713,7 +822,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +834,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +847,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateStatus) GetPhase() string {
@@ -800,7 +909,7 @@ type UpdateRequest struct {
 
 func (x *UpdateRequest) Reset() {
 	*x = UpdateRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +921,7 @@ func (x *UpdateRequest) String() string {
 func (*UpdateRequest) ProtoMessage() {}
 
 func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +934,7 @@ func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateRequest) GetManifest() []byte {
@@ -866,7 +975,7 @@ type UpdateResponse struct {
 
 func (x *UpdateResponse) Reset() {
 	*x = UpdateResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +987,7 @@ func (x *UpdateResponse) String() string {
 func (*UpdateResponse) ProtoMessage() {}
 
 func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1000,7 @@ func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateResponse) GetVersion() string {
@@ -920,7 +1029,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1041,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1054,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -1002,7 +1111,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1123,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1136,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -1067,7 +1176,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1188,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1201,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -1108,7 +1217,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1229,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1242,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -1178,7 +1287,13 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"bytes_done\x18\x01 \x01(\x04R\tbytesDone\x12\x1f\n" +
 	"\vbytes_total\x18\x02 \x01(\x04R\n" +
 	"bytesTotal\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"3\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"L\n" +
+	"\x0eConsoleRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"%\n" +
+	"\x0fConsoleResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"3\n" +
 	"\x11ReadVolumeRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
@@ -1237,7 +1352,7 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xde\x04\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xb6\x05\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
@@ -1246,7 +1361,8 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Update\x12!.flexplane.agent.v1.UpdateRequest\x1a\".flexplane.agent.v1.UpdateResponse(\x01\x12^\n" +
 	"\vOfferVolume\x12&.flexplane.agent.v1.OfferVolumeRequest\x1a'.flexplane.agent.v1.OfferVolumeResponse\x12]\n" +
 	"\n" +
-	"PullVolume\x12%.flexplane.agent.v1.PullVolumeRequest\x1a&.flexplane.agent.v1.PullVolumeResponse0\x012q\n" +
+	"PullVolume\x12%.flexplane.agent.v1.PullVolumeRequest\x1a&.flexplane.agent.v1.PullVolumeResponse0\x01\x12V\n" +
+	"\aConsole\x12\".flexplane.agent.v1.ConsoleRequest\x1a#.flexplane.agent.v1.ConsoleResponse(\x010\x012q\n" +
 	"\x10MigrationService\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
@@ -1264,48 +1380,52 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(HealthStatus)(0),           // 0: flexplane.agent.v1.HealthStatus
 	(*OfferVolumeRequest)(nil),  // 1: flexplane.agent.v1.OfferVolumeRequest
 	(*OfferVolumeResponse)(nil), // 2: flexplane.agent.v1.OfferVolumeResponse
 	(*PullVolumeRequest)(nil),   // 3: flexplane.agent.v1.PullVolumeRequest
 	(*PullVolumeResponse)(nil),  // 4: flexplane.agent.v1.PullVolumeResponse
-	(*ReadVolumeRequest)(nil),   // 5: flexplane.agent.v1.ReadVolumeRequest
-	(*ReadVolumeResponse)(nil),  // 6: flexplane.agent.v1.ReadVolumeResponse
-	(*InfoRequest)(nil),         // 7: flexplane.agent.v1.InfoRequest
-	(*InfoResponse)(nil),        // 8: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),       // 9: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil),      // 10: flexplane.agent.v1.HealthResponse
-	(*UpdateStatus)(nil),        // 11: flexplane.agent.v1.UpdateStatus
-	(*UpdateRequest)(nil),       // 12: flexplane.agent.v1.UpdateRequest
-	(*UpdateResponse)(nil),      // 13: flexplane.agent.v1.UpdateResponse
-	(*ProxyRequest)(nil),        // 14: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),       // 15: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),      // 16: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil),     // 17: flexplane.agent.v1.MetricsResponse
+	(*ConsoleRequest)(nil),      // 5: flexplane.agent.v1.ConsoleRequest
+	(*ConsoleResponse)(nil),     // 6: flexplane.agent.v1.ConsoleResponse
+	(*ReadVolumeRequest)(nil),   // 7: flexplane.agent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),  // 8: flexplane.agent.v1.ReadVolumeResponse
+	(*InfoRequest)(nil),         // 9: flexplane.agent.v1.InfoRequest
+	(*InfoResponse)(nil),        // 10: flexplane.agent.v1.InfoResponse
+	(*HealthRequest)(nil),       // 11: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),      // 12: flexplane.agent.v1.HealthResponse
+	(*UpdateStatus)(nil),        // 13: flexplane.agent.v1.UpdateStatus
+	(*UpdateRequest)(nil),       // 14: flexplane.agent.v1.UpdateRequest
+	(*UpdateResponse)(nil),      // 15: flexplane.agent.v1.UpdateResponse
+	(*ProxyRequest)(nil),        // 16: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),       // 17: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),      // 18: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil),     // 19: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	11, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
-	7,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	9,  // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	14, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	16, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	12, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
+	13, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
+	9,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
+	11, // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	16, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	18, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	14, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
 	1,  // 7: flexplane.agent.v1.AgentService.OfferVolume:input_type -> flexplane.agent.v1.OfferVolumeRequest
 	3,  // 8: flexplane.agent.v1.AgentService.PullVolume:input_type -> flexplane.agent.v1.PullVolumeRequest
-	5,  // 9: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
-	8,  // 10: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	10, // 11: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	15, // 12: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	17, // 13: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	13, // 14: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	2,  // 15: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
-	4,  // 16: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
-	6,  // 17: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
-	10, // [10:18] is the sub-list for method output_type
-	2,  // [2:10] is the sub-list for method input_type
+	5,  // 9: flexplane.agent.v1.AgentService.Console:input_type -> flexplane.agent.v1.ConsoleRequest
+	7,  // 10: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	10, // 11: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	12, // 12: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	17, // 13: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	19, // 14: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	15, // 15: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 16: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 17: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	6,  // 18: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
+	8,  // 19: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	11, // [11:20] is the sub-list for method output_type
+	2,  // [2:11] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1322,7 +1442,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,7 @@ const (
 	AgentService_Update_FullMethodName      = "/flexplane.agent.v1.AgentService/Update"
 	AgentService_OfferVolume_FullMethodName = "/flexplane.agent.v1.AgentService/OfferVolume"
 	AgentService_PullVolume_FullMethodName  = "/flexplane.agent.v1.AgentService/PullVolume"
+	AgentService_Console_FullMethodName     = "/flexplane.agent.v1.AgentService/Console"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -67,6 +68,16 @@ type AgentServiceClient interface {
 	// the last message carries the SHA-256 of what was written, which must be
 	// the source's.
 	PullVolume(ctx context.Context, in *PullVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullVolumeResponse], error)
+	// Console relays the VNC console of one VM of this node. The first
+	// message names the VM; the agent asks its Proxmox for a VNC proxy
+	// (vncproxy), connects to it (vncwebsocket) and logs in with the ticket
+	// Proxmox answered, which never leaves the agent. It then speaks RFB 3.8
+	// to the caller with no authentication (security type None) and relays
+	// everything after the security handshake unchanged: data of requests
+	// goes to the VM's VNC server, its answers come back in responses. A VM
+	// that is not on this node answers NOT_FOUND, one that is not running
+	// FAILED_PRECONDITION.
+	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse], error)
 }
 
 type agentServiceClient struct {
@@ -159,6 +170,19 @@ func (c *agentServiceClient) PullVolume(ctx context.Context, in *PullVolumeReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_PullVolumeClient = grpc.ServerStreamingClient[PullVolumeResponse]
 
+func (c *agentServiceClient) Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_Console_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ConsoleRequest, ConsoleResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ConsoleClient = grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -194,6 +218,16 @@ type AgentServiceServer interface {
 	// the last message carries the SHA-256 of what was written, which must be
 	// the source's.
 	PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error
+	// Console relays the VNC console of one VM of this node. The first
+	// message names the VM; the agent asks its Proxmox for a VNC proxy
+	// (vncproxy), connects to it (vncwebsocket) and logs in with the ticket
+	// Proxmox answered, which never leaves the agent. It then speaks RFB 3.8
+	// to the caller with no authentication (security type None) and relays
+	// everything after the security handshake unchanged: data of requests
+	// goes to the VM's VNC server, its answers come back in responses. A VM
+	// that is not on this node answers NOT_FOUND, one that is not running
+	// FAILED_PRECONDITION.
+	Console(grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -224,6 +258,9 @@ func (UnimplementedAgentServiceServer) OfferVolume(context.Context, *OfferVolume
 }
 func (UnimplementedAgentServiceServer) PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error {
 	return status.Error(codes.Unimplemented, "method PullVolume not implemented")
+}
+func (UnimplementedAgentServiceServer) Console(grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]) error {
+	return status.Error(codes.Unimplemented, "method Console not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -354,6 +391,13 @@ func _AgentService_PullVolume_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_PullVolumeServer = grpc.ServerStreamingServer[PullVolumeResponse]
 
+func _AgentService_Console_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).Console(&grpc.GenericServerStream[ConsoleRequest, ConsoleResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_ConsoleServer = grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -392,6 +436,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "PullVolume",
 			Handler:       _AgentService_PullVolume_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Console",
+			Handler:       _AgentService_Console_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "flexplane/agent/v1/agent.proto",

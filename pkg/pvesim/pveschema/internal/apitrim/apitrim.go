@@ -80,6 +80,8 @@ var Paths = []string{
 	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}",
 	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config",
 	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
+	"/nodes/{node}/qemu/{vmid}/vncproxy",
+	"/nodes/{node}/qemu/{vmid}/vncwebsocket",
 	"GET /nodes/{node}/lxc",
 	"GET /access/users",
 	"GET /access/groups",

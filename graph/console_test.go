@@ -1,0 +1,101 @@
+package graph_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/support/rfb"
+)
+
+// TestConsoleEndToEnd opens a VM's console as the portal does: openConsole
+// checks the VDC and answers a websocket path with a one-use ticket; the
+// websocket reaches the VM's VNC server through the orchestrator, the mesh,
+// the agent's Console RPC and simulated Proxmox's vncproxy/vncwebsocket.
+// The client sees RFB 3.8 with no authentication (the agent logged in
+// with the Proxmox ticket), the VM's name as the desktop's and its test
+// picture. The ticket works once; a made-up one, another VDC (NOT_FOUND),
+// and a stopped VM (CONFLICT) get no console.
+func TestConsoleEndToEnd(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha")
+	var created struct{ Operation gqlOp }
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "screen", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}},
+		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
+	vm := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+
+	const open = `mutation($id: ID!) { openConsole(id: $id) { path expiresAt } }`
+	var s struct {
+		Path      string
+		ExpiresAt time.Time
+	}
+	h.GraphQL(t, "bob", "blue", open, map[string]any{"id": vm}).OK(t).Into(t, "openConsole", &s)
+	if !strings.HasPrefix(s.Path, "/console/") || time.Until(s.ExpiresAt) <= 0 || time.Until(s.ExpiresAt) > time.Minute {
+		t.Fatalf("openConsole: %+v", s)
+	}
+	ws := strings.Replace(h.Orchestrator.URL(), "http", "ws", 1)
+	dial := func(path string) (net.Conn, int, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		c, resp, err := rfb.DialWebsocket(ctx, ws+path, nil, nil, 0)
+		if resp != nil {
+			return c, resp.StatusCode, err
+		}
+		return c, 0, err
+	}
+	conn, st, err := dial(s.Path)
+	if err != nil {
+		t.Fatalf("console websocket: %d %v", st, err)
+	}
+	defer conn.Close()
+	if err := rfb.ClientNone(conn); err != nil {
+		t.Fatalf("RFB handshake with the relay: %v", err)
+	}
+	si, err := rfb.ClientInit(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if si.Name != "screen" {
+		t.Fatalf("desktop %q, want the VM's name", si.Name)
+	}
+	img, err := rfb.ReadFrame(conn, si)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(img.Pix) != string(pvesim.ConsoleFrame("screen").Pix) {
+		t.Fatalf("the frame is not the VM's test picture (first bar %v, want %v)", img.RGBAAt(40, 100), pvesim.ConsoleBar(0))
+	}
+
+	// The ticket worked once; a made-up one never does.
+	for _, p := range []string{s.Path, "/console/made-up"} {
+		if _, st, err := dial(p); err == nil || st != http.StatusForbidden {
+			t.Errorf("%s: status %d, %v; want 403", p, st, err)
+		}
+	}
+	conn.Close()
+
+	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
+	for _, user := range []string{"alice", "vera"} {
+		if got := h.GraphQL(t, user, "red", open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
+			t.Errorf("%s in red: %s, want NOT_FOUND", user, got)
+		}
+	}
+	var op gqlOp
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": vm}).OK(t).Into(t, "stopVM", &op)
+	poll(t, 30*time.Second, "the VM to stop", func() bool {
+		var v struct{ Status string }
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &v)
+		return v.Status == "STOPPED"
+	})
+	if got := h.GraphQL(t, "bob", "blue", open, map[string]any{"id": vm}).Code(t); got != "CONFLICT" {
+		t.Errorf("console of a stopped VM: %s, want CONFLICT", got)
+	}
+}

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/coder/websocket"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flexplane/flexplane/pkg/support/rfb"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+)
+
+// maxConsoleMessage bounds one websocket message from Proxmox's VNC proxy
+// (a full raw frame of a large screen).
+const maxConsoleMessage = 32 << 20
+
+// Console implements the Console RPC: the agent opens the VM's VNC
+// console on its Proxmox (vncproxy, then vncwebsocket with the ticket,
+// logging in with the ticket as the VNC password), then serves the caller
+// an RFB handshake without authentication and relays the rest both ways.
+// The Proxmox ticket stays here.
+func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "agent: console: %v", err)
+	}
+	node, vmid := first.GetNode(), first.GetVmid()
+	if vmid < 100 || vmid > 999999999 {
+		return status.Errorf(codes.InvalidArgument, "agent: console: VMID %d is not 100-999999999", vmid)
+	}
+	if node != s.a.cfg.NodeName {
+		return status.Errorf(codes.NotFound, "agent: console: node %q is not this agent's (%s)", node, s.a.cfg.NodeName)
+	}
+	ctx := stream.Context()
+	up, err := s.a.pve.openConsole(ctx, node, vmid)
+	if err != nil {
+		s.a.log.Warn("agent: console", "vmid", vmid, "err", err)
+		switch {
+		case errors.Is(err, errNotRunning):
+			return status.Errorf(codes.FailedPrecondition, "agent: console of VM %d: %v", vmid, err)
+		case errors.Is(err, errNoGuest):
+			return status.Errorf(codes.NotFound, "agent: console of VM %d: %v", vmid, err)
+		case ctx.Err() != nil:
+			return status.FromContextError(ctx.Err()).Err()
+		default:
+			return status.Errorf(codes.Unavailable, "agent: console of VM %d: %v", vmid, err)
+		}
+	}
+	defer up.Close()
+	down := &rfb.Messages{
+		Recv: func() ([]byte, error) {
+			msg, err := stream.Recv()
+			return msg.GetData(), err
+		},
+		Send:    func(p []byte) error { return stream.Send(&agentv1.ConsoleResponse{Data: p}) },
+		Pending: first.GetData(),
+	}
+	if err := rfb.ServeNone(down); err != nil {
+		return status.Errorf(codes.InvalidArgument, "agent: console of VM %d: %v", vmid, err)
+	}
+	s.a.log.Info("agent: console open", "vmid", vmid)
+	fromVM := make(chan error, 1)
+	go func() { _, err := io.Copy(down, up); fromVM <- err }()
+	toVM := make(chan error, 1)
+	go func() { _, err := io.Copy(up, down); toVM <- err }()
+	select {
+	case err = <-fromVM:
+		// The VM's side ended (Proxmox closed the proxy, the VM stopped).
+	case <-toVM:
+		// The caller ended: stop the sender before the handler returns.
+		up.Close()
+		<-fromVM
+		err = nil
+	}
+	s.a.log.Info("agent: console closed", "vmid", vmid)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && websocket.CloseStatus(err) == -1 && ctx.Err() == nil {
+		return status.Errorf(codes.Unavailable, "agent: console of VM %d: %v", vmid, err)
+	}
+	return nil
+}
+
+var (
+	errNotRunning = errors.New("the VM is not running")
+	errNoGuest    = errors.New("no such VM on this node")
+)
+
+// openConsole starts a VNC proxy for VM vmid of node, connects to it and
+// logs in: what it returns is past the RFB security handshake.
+func (p *pve) openConsole(ctx context.Context, node string, vmid uint32) (net.Conn, error) {
+	vmPath := "/nodes/" + url.PathEscape(node) + "/qemu/" + strconv.FormatUint(uint64(vmid), 10)
+	resp, err := p.do(ctx, http.MethodPost, vmPath+"/vncproxy", "", []byte("websocket=1"), "application/x-www-form-urlencoded")
+	if err != nil {
+		return nil, fmt.Errorf("vncproxy: %w", err)
+	}
+	switch {
+	case resp.status == http.StatusOK:
+	case strings.Contains(resp.reason, "not running"):
+		return nil, errNotRunning
+	case strings.Contains(resp.reason, "does not exist"):
+		return nil, errNoGuest
+	default:
+		return nil, fmt.Errorf("vncproxy: proxmox answered %d %s", resp.status, resp.reason)
+	}
+	var env struct {
+		Data struct {
+			Port   int    `json:"port"`
+			Ticket string `json:"ticket"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(resp.body, &env); err != nil || env.Data.Ticket == "" || env.Data.Port == 0 {
+		return nil, fmt.Errorf("vncproxy: answer without port and ticket (%v)", err)
+	}
+	ticket := env.Data.Ticket
+	u := *p.base
+	u.Scheme = "wss"
+	u.Path += vmPath + "/vncwebsocket"
+	u.RawQuery = url.Values{"port": {strconv.Itoa(env.Data.Port)}, "vncticket": {ticket}}.Encode()
+	conn, wresp, err := rfb.DialWebsocket(ctx, u.String(), p.http, http.Header{"Authorization": {"PVEAPIToken=" + p.token}}, maxConsoleMessage)
+	if err != nil {
+		if wresp != nil {
+			return nil, fmt.Errorf("vncwebsocket: proxmox answered %s", wresp.Status)
+		}
+		// The error may quote the URL, which holds the ticket.
+		return nil, fmt.Errorf("vncwebsocket: %w", scrub(scrub(err, ticket), url.QueryEscape(ticket)))
+	}
+	if err := rfb.ClientLogin(conn, ticket); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("vnc login: %w", err)
+	}
+	return conn, nil
+}
