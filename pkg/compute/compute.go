@@ -98,7 +98,10 @@ type Config struct {
 	// create releases it; default 30m.
 	QuotaTTL time.Duration
 	// ZoneTimeout bounds the quota count of each zone (zones are counted
-	// in parallel); default quota.DefaultZoneTimeout.
+	// in parallel) and the reads that look a VM up or check a create's
+	// input in its zone before anything is written (a zone that does not
+	// answer within it is ZONE_UNAVAILABLE); default
+	// quota.DefaultZoneTimeout.
 	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
@@ -254,6 +257,33 @@ func (s *Service) zoneByID(ctx context.Context, id string) (Zone, bool) {
 	return Zone{}, false
 }
 
+// zoneTimeout is Config.ZoneTimeout or its default.
+func (s *Service) zoneTimeout() time.Duration {
+	if s.cfg.ZoneTimeout > 0 {
+		return s.cfg.ZoneTimeout
+	}
+	return quota.DefaultZoneTimeout
+}
+
+// errUnreachable is the cause of a ZONE_UNAVAILABLE for a zone known to
+// have no reachable agent now: refused at once, without waiting for it.
+var errUnreachable = errors.New("no agent of the zone can be reached now")
+
+// unreachableZone finds a zone, by name or ID, that is known (KnownZones)
+// but cannot be reached now.
+func (s *Service) unreachableZone(ctx context.Context, name string) (Zone, bool) {
+	k, ok := s.cfg.Zones.(KnownZones)
+	if !ok {
+		return Zone{}, false
+	}
+	for _, z := range k.Known(ctx) {
+		if z.Client == nil && (z.Name == name || z.ID == name) {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}
+
 var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // newOpID returns a random operation id usable in a Proxmox tag.
@@ -349,7 +379,11 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
 	if ok {
-		z, g, in, cfg, err := s.lookupAt(ctx, vdc, z, ref.VMID)
+		// Within the zone timeout: a zone cut off (its hosts not yet
+		// OFFLINE) is ZONE_UNAVAILABLE, not a call that hangs.
+		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+		z, g, in, cfg, err := s.lookupAt(zctx, vdc, z, ref.VMID)
+		cancel()
 		if err == nil && !g.HasTag(movedTag) {
 			if _, moved := wasOf(g.Tags()); !moved {
 				return z, g, in, cfg, nil
@@ -361,7 +395,15 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	}
 	// A VM that moved to another zone keeps its id: the guest it is now
 	// carries the place it was created at (wasTag).
-	return s.lookupMoved(ctx, vdc, ref)
+	z, g, in, cfg, err := s.lookupMoved(ctx, vdc, ref)
+	if IsKind(err, KindNotFound) && !ok {
+		// Not moved to a zone that answers, and its zone cannot be
+		// reached: unavailable, not gone (whatever VDC asks).
+		if down, known := s.unreachableZone(ctx, ref.ZoneID); known {
+			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(down.Name, errUnreachable)
+		}
+	}
+	return z, g, in, cfg, err
 }
 
 // lookupMoved finds the guest of vdc that VM ref moved to, in any zone.
