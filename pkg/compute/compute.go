@@ -139,7 +139,10 @@ type Service struct {
 	ops     map[string]*opState // operation id -> state; protected by mu
 	live    map[string]string   // "zoneID/vmid" -> operation id of a live runner; protected by mu
 	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
-	orphans map[string]time.Time
+	// starting: intent ops of creates in CreateVM (before their
+	// operation is recorded); protected by mu
+	starting map[string]bool
+	orphans  map[string]time.Time
 	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
 }
 
@@ -165,7 +168,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
-		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
+		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, starting: map[string]bool{}, orphans: map[string]time.Time{},
 	}
 	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	s.base, s.cancel = context.WithCancel(context.Background())

@@ -304,6 +304,15 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys,
 	}
+	// Until its operation is recorded, Recover knows it live from here.
+	s.mu.Lock()
+	s.starting[intent.Op] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, intent.Op)
+		s.mu.Unlock()
+	}()
 	fail := func(err error) (*VM, *Operation, error) {
 		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
