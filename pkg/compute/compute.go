@@ -77,6 +77,14 @@ type KnownZones interface {
 	Known(ctx context.Context) []Zone
 }
 
+// IdentifiedZones is implemented by Zones that may not know every zone yet
+// (right after a restart, before the agents have reported): Identified
+// waits, within ctx, until they do, and fails when ctx ends first. A zone
+// or VM not found while it fails is ZONE_UNAVAILABLE, not gone.
+type IdentifiedZones interface {
+	Identified(ctx context.Context) error
+}
+
 // StaticZones is a fixed list of zones.
 type StaticZones []Zone
 
@@ -272,6 +280,16 @@ func (s *Service) zoneTimeout() time.Duration {
 // have no reachable agent now: refused at once, without waiting for it.
 var errUnreachable = errors.New("no agent of the zone can be reached now")
 
+// zonesUnknown waits (within ctx) until the zones are all known, and
+// returns why they are not when ctx ends first (nil for Zones that always
+// know them).
+func (s *Service) zonesUnknown(ctx context.Context) error {
+	if iz, ok := s.cfg.Zones.(IdentifiedZones); ok {
+		return iz.Identified(ctx)
+	}
+	return nil
+}
+
 // unreachableZone finds a zone, by name or ID, that is known (KnownZones)
 // but cannot be reached now.
 func (s *Service) unreachableZone(ctx context.Context, name string) (Zone, bool) {
@@ -401,9 +419,16 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	z, g, in, cfg, err := s.lookupMoved(ctx, vdc, ref)
 	if IsKind(err, KindNotFound) && !ok {
 		// Not moved to a zone that answers, and its zone cannot be
-		// reached: unavailable, not gone (whatever VDC asks).
+		// reached, or is not known yet: unavailable, not gone (whatever
+		// VDC asks).
 		if down, known := s.unreachableZone(ctx, ref.ZoneID); known {
 			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(down.Name, errUnreachable)
+		}
+		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+		uerr := s.zonesUnknown(zctx)
+		cancel()
+		if uerr != nil {
+			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(ref.ZoneID, uerr)
 		}
 	}
 	return z, g, in, cfg, err

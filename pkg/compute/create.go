@@ -136,9 +136,18 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	down := false
 	if !ok {
 		// A zone known but out of reach fails at once (once its hosts
-		// are OFFLINE), not as a zone that does not exist.
+		// are OFFLINE), not as a zone that does not exist; right after a
+		// restart, one not known yet is waited for (within ctx, the zone
+		// timeout), then unavailable.
 		if z, down = s.unreachableZone(ctx, in.Zone); !down {
-			return nil, badInput("zone", "no zone %q", in.Zone)
+			if err := s.zonesUnknown(ctx); err != nil {
+				return nil, zoneDown(in.Zone, err)
+			}
+			if z, ok = s.zoneByName(ctx, in.Zone); !ok {
+				if z, down = s.unreachableZone(ctx, in.Zone); !down {
+					return nil, badInput("zone", "no zone %q", in.Zone)
+				}
+			}
 		}
 	}
 	// A zone dedicated to other VDCs does not exist for this one.
