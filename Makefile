@@ -125,7 +125,8 @@ lint: lint-schema lint-portal
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
 ## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
-## (pkg/dev/meshtest). Every figure is a ratio against a baseline of the same
+## (pkg/dev/meshtest), a 1,000-rule edge ruleset (pkg/edge) and a disk moved
+## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest). Every figure is a ratio against a baseline of the same
 ## run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench:
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
@@ -133,6 +134,8 @@ bench:
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkMigrationThroughput$$' -benchtime 3x -timeout 15m ./pkg/dev/meshtest \
+		| tee $(dir $(BENCH_OUT))migration.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

@@ -269,7 +269,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
 	}
 	a.migrate = grpc.NewServer(grpc.StatsHandler(tracing.ServerHandler(cfg.TracerProvider)),
-		grpc.MaxSendMsgSize(chunkSize+64<<10))
+		grpc.MaxSendMsgSize(chunkSize+64<<10), grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(streamWindow),
+		grpc.WriteBufferSize(chunkSize), grpc.ReadBufferSize(chunkSize))
 	agentv1.RegisterMigrationServiceServer(a.migrate, &migration{a: a})
 	go func() {
 		defer close(a.served)

@@ -40,6 +40,9 @@ import (
 // chunkSize is the size of a ReadVolume message's data.
 const chunkSize = 1 << 20
 
+// streamWindow is the flow-control window of a volume's stream (both ends).
+const streamWindow = 8 * chunkSize
+
 // DefaultOfferTTL is how long an offer stands unless OfferVolume says.
 const DefaultOfferTTL = 10 * time.Minute
 
@@ -217,7 +220,11 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	conn, err := grpc.NewClient("passthrough:///"+req.GetSourceAddr(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), // WireGuard encrypts and authenticates the mesh
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return a.node.Dial(ctx, "tcp", addr) }),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(chunkSize+64<<10)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(chunkSize+64<<10)),
+		// Windows of several chunks: the source never waits for the window to
+		// open again after each chunk on a path of mesh latency.
+		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(streamWindow),
+		grpc.WithReadBufferSize(chunkSize), grpc.WithWriteBufferSize(chunkSize))
 	if err != nil {
 		return status.Errorf(codes.Internal, "agent: dial source: %v", err)
 	}

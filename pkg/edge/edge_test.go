@@ -162,6 +162,56 @@ func TestGatewayNATAndFirewall(t *testing.T) {
 	}
 }
 
+// Rules no packet can match two of are one map lookup (a run): they still decide by
+// rule, count by rule, and their counts survive a changed ruleset.
+func TestGatewayRulesInMaps(t *testing.T) {
+	t.Parallel()
+	l := newLab(t)
+	m := l.manager("pve1")
+	g := l.gateway()
+	db := netip.MustParsePrefix("10.1.0.12/32")
+	g.Rules = []edge.Rule{
+		{ID: "db-80", Direction: edge.Inbound, Protocol: "tcp", FromPort: 80, ToPort: 80, Destination: db, Allow: true},
+		{ID: "db-81", Direction: edge.Inbound, Protocol: "tcp", FromPort: 81, ToPort: 81, Destination: db, Allow: false},
+		{ID: "db-ping", Direction: edge.Inbound, Protocol: "icmp", Destination: db, Allow: true},
+		{ID: "no-dns", Direction: edge.Outbound, Protocol: "udp", FromPort: 53, ToPort: 53, Allow: false},
+	}
+	apply(t, m, g)
+	inet := l.plane.InternetNS()
+	nettest.Serve(t, l.plane.GuestNS(102), 80, "vm102")
+	nettest.Serve(t, l.plane.GuestNS(102), 81, "vm102 on 81")
+	if got := nettest.WaitReach(t, inet, oneToOne.String()+":80", 10*time.Second); !strings.HasPrefix(got, "vm102 from ") {
+		t.Errorf("an allowed port answered %q", got)
+	}
+	deny := counters(t, m, "red")[edge.DefaultDenyID].Packets
+	if got := nettest.Reach(inet, oneToOne.String()+":81", 2*time.Second); got != "" {
+		t.Errorf("a denied port answered %q", got)
+	}
+	cs := counters(t, m, "red")
+	if cs[edge.CounterID("db-80")].Packets == 0 || cs[edge.CounterID("db-81")].Packets == 0 || cs[edge.CounterID("no-dns")].Packets != 0 {
+		t.Errorf("rule counters %v", cs)
+	}
+	if cs[edge.DefaultDenyID].Packets != deny {
+		t.Errorf("the default deny counted %d → %d: the deny rule did not decide", deny, cs[edge.DefaultDenyID].Packets)
+	}
+	// A changed ruleset carries the counts over and still decides by rule.
+	g.Rules = append(g.Rules, edge.Rule{ID: "web", Direction: edge.Inbound, Protocol: "tcp", FromPort: 80, ToPort: 80,
+		Destination: netip.MustParsePrefix("10.1.0.11/32"), Allow: true})
+	apply(t, m, g)
+	after := counters(t, m, "red")
+	for _, id := range []string{"db-80", "db-81"} {
+		if c := after[edge.CounterID(id)]; c.Packets < cs[edge.CounterID(id)].Packets || c.Bytes < cs[edge.CounterID(id)].Bytes {
+			t.Errorf("%s counted %v, then %v after a new ruleset", id, cs[edge.CounterID(id)], c)
+		}
+	}
+	if got := nettest.Reach(inet, oneToOne.String()+":81", 2*time.Second); got != "" {
+		t.Errorf("a denied port answered %q after a new ruleset", got)
+	}
+	if got := nettest.WaitReach(t, inet, oneToOne.String()+":80", 10*time.Second); !strings.HasPrefix(got, "vm102 from ") {
+		t.Errorf("an allowed port answered %q after a new ruleset", got)
+	}
+}
+
 func counters(t *testing.T, m *edge.Manager, vdc string) map[string]edge.Counter {
 	t.Helper()
 	st, err := m.Status(ctx(t), vdc)

@@ -259,18 +259,20 @@ func syncAddrs(h *netlink.Handle, l netlink.Link, want []netip.Prefix) error {
 	return nil
 }
 
-// conn is an nftables connection into the named namespace.
+// conn is a lasting nftables connection into the named namespace: one netlink socket
+// for every request and the transaction (opening a socket in another namespace costs
+// a thread of its own each time).
 func conn(ns string) (*nftables.Conn, func(), error) {
 	fd, err := nsnet.Open(ns)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(fd)), nftables.WithSockOptions(bigBuffers))
+	c, err := nftables.New(nftables.WithNetNSFd(int(fd)), nftables.WithSockOptions(bigBuffers), nftables.AsLasting())
 	if err != nil {
 		fd.Close()
 		return nil, nil, fmt.Errorf("nftables: %w", err)
 	}
-	return c, func() { fd.Close() }, nil
+	return c, func() { _ = c.CloseLasting(); fd.Close() }, nil
 }
 
 // bigBuffers lets one transaction carry a large ruleset (and the kernel its

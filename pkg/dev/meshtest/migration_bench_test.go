@@ -1,0 +1,155 @@
+package meshtest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+)
+
+// migrationDisk is the size of the disk BenchmarkMigrationThroughput moves, all of
+// it random data (runs of zeros are not sent).
+const migrationDisk = 256 << 20
+
+// BenchmarkMigrationThroughput moves a 256 MiB disk of random data from an agent
+// of zone alpha to one of zone beta the way a cross-zone migrateVM does
+// (OfferVolume, PullVolume: ReadVolume over the mesh, the target writing and
+// checking its SHA-256), and in the same run sends the same bytes over a raw TCP
+// connection between two mesh nodes joined like the agents (tag:agent, on the
+// migration port the policy opens between agents) and over loopback TCP,
+// alternating. It reports MB/s of each and the ratios (goal: move/mesh ≥ 0.8).
+func BenchmarkMigrationThroughput(b *testing.B) {
+	h := meshtest.New(b, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}))
+	h.WaitOnline(b, 30*time.Second)
+	ctx := b.Context()
+	data := make([]byte, migrationDisk)
+	_, _ = rand.Read(data)
+	src := benchDisk(b, ctx, h.Clusters[0], 9001)
+	dst := benchDisk(b, ctx, h.Clusters[1], 9002)
+	if err := os.WriteFile(src.path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	mover := orchestrator.NewVolumeMover(h.Orchestrator.Zones())
+	from := compute.VolumeRef{ZoneID: h.Zone(b, h.Clusters[0]).ID, Node: "pve1", Volume: src.volid}
+	to := compute.VolumeRef{ZoneID: h.Zone(b, h.Clusters[1]).ID, Node: "pve1", Volume: dst.volid}
+	move := func() {
+		if _, err := mover.MoveVolume(ctx, from, to, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	// The raw streams: two agent-tagged mesh nodes, and loopback.
+	_, port, _ := net.SplitHostPort(h.Clusters[0].Agents[0].Running().MigrationAddr())
+	sender, receiver := h.JoinNode(b, "bench-sender", meshcontrol.TagAgent), h.JoinNode(b, "bench-receiver", meshcontrol.TagAgent)
+	meshLn, err := receiver.Listen("tcp", ":"+port)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := sender.WaitPeer(wctx, receiver.Addr()); err != nil {
+		b.Fatal(err)
+	}
+	cancel()
+	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	meshStream := rawStream(b, meshLn, data, func() (net.Conn, error) {
+		return sender.Dial(ctx, "tcp", net.JoinHostPort(receiver.Addr().String(), port))
+	})
+	tcpStream := rawStream(b, tcpLn, data, func() (net.Conn, error) { return net.Dial("tcp", tcpLn.Addr().String()) })
+
+	timed := func(f func()) time.Duration { s := time.Now(); f(); return time.Since(s) }
+	// Warm up: the paths, the page cache, the volume files.
+	move()
+	meshStream()
+	tcpStream()
+	var moveD, meshD, tcpD time.Duration
+	n := 0
+	for b.Loop() {
+		moveD += timed(move)
+		meshD += timed(meshStream)
+		tcpD += timed(tcpStream)
+		n++
+	}
+	mbps := func(d time.Duration) float64 { return float64(migrationDisk) * float64(n) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(moveD), "move-MB/s")
+	b.ReportMetric(mbps(meshD), "mesh-tcp-MB/s")
+	b.ReportMetric(mbps(tcpD), "loopback-MB/s")
+	b.ReportMetric(mbps(moveD)/mbps(meshD), "move/mesh-tcp")
+	b.ReportMetric(mbps(moveD)/mbps(tcpD), "move/loopback")
+	b.ReportMetric(mbps(meshD)/mbps(tcpD), "mesh-tcp/loopback")
+	b.Logf("%d MiB, %d rounds: move %.1f MB/s, raw TCP over the mesh %.1f MB/s, loopback TCP %.1f MB/s; move/mesh %.2f, move/loopback %.2f",
+		migrationDisk>>20, n, mbps(moveD), mbps(meshD), mbps(tcpD), mbps(moveD)/mbps(meshD), mbps(moveD)/mbps(tcpD))
+}
+
+// benchVolume is a disk volume of a simulated guest and its file.
+type benchVolume struct{ volid, path string }
+
+// benchDisk makes guest vmid with one disk of migrationDisk bytes on c's first
+// node, through the simulator's own API.
+func benchDisk(b *testing.B, ctx context.Context, c *meshtest.Cluster, vmid int) benchVolume {
+	b.Helper()
+	pc := c.Proxmox(b)
+	if _, err := pveapi.Run(ctx, pc, "POST", "/nodes/pve1/qemu", map[string]any{
+		"vmid": vmid, "name": fmt.Sprintf("bench%d", vmid), "scsi0": fmt.Sprintf("local-lvm:%g", float64(migrationDisk)/(1<<30)),
+	}); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pveapi.GuestConfig(ctx, pc, "pve1", vmid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	volid, _, _ := strings.Cut(cfg.Str("scsi0"), ",")
+	storage, _, _ := strings.Cut(volid, ":")
+	var v struct{ Path string }
+	if err := pc.Get(ctx, "/nodes/pve1/storage/"+storage+"/content/"+volid, &v); err != nil {
+		b.Fatal(err)
+	}
+	return benchVolume{volid: volid, path: v.Path}
+}
+
+// rawStream returns a function that sends data over one new connection made by dial
+// to ln and returns once the receiving side has read all of it.
+func rawStream(b *testing.B, ln net.Listener, data []byte, dial func() (net.Conn, error)) func() {
+	b.Cleanup(func() { ln.Close() })
+	got := make(chan error, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n, err := io.Copy(io.Discard, c)
+			c.Close()
+			if err == nil && n != int64(len(data)) {
+				err = fmt.Errorf("received %d bytes of %d", n, len(data))
+			}
+			got <- err
+		}
+	}()
+	return func() {
+		c, err := dial()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(data); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		if err := <-got; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
