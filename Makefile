@@ -9,13 +9,13 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # the grpc-zerolog global its Serve writes) that fail any -race run; a -race
 # run of them reports no race in flexplane's own code, and they are the
 # slowest to build with -race.
-RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator -e /pkg/rollout)
+RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator -e /pkg/rollout -e /pkg/dev/partitiontest)
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, the browser tests on the mesh harness (embedded Headscale), and
 # the 100 creates across a restart (a load test: under the detector it takes
 # minutes, and its concurrency is what the other compute tests race).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserAgentUpdate|TestBrowserConventions|TestCreatesInFlightAcrossARestart)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserAgentUpdate|TestBrowserConventions|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see the README, Fuzzing); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.

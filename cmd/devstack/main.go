@@ -46,7 +46,8 @@ func main() {
 	burst := fs.Int("start-limit-burst", devstack.DefaultStartLimitBurst, "a child started this many times within -start-limit-interval that exits again stops the stack (env DEV_START_LIMIT_BURST)")
 	interval := fs.Duration("start-limit-interval", devstack.DefaultStartLimitInterval, "the start limit's window (env DEV_START_LIMIT_INTERVAL)")
 	recoverAfter := fs.Duration("vm-recover-after", 0, "the orchestrator's -vm-recover-after; 0 keeps its default (env DEV_VM_RECOVER_AFTER)")
-	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval", "vm-recover-after"} {
+	timing := fs.String("pve-timing", "realistic", "the simulated clusters' task timing: realistic or fast (env DEV_PVE_TIMING)")
+	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval", "vm-recover-after", "pve-timing"} {
 		key := "DEV_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if v := os.Getenv(key); v != "" {
 			if err := fs.Set(f, v); err != nil {
@@ -63,6 +64,10 @@ func main() {
 	fs.Parse(os.Args[1:])
 	if *delay <= 0 || *delayMax < *delay || *burst < 1 || *interval <= 0 || *recoverAfter < 0 {
 		fmt.Fprintln(os.Stderr, "devstack: the restart delays, -start-limit-burst and -start-limit-interval must be positive, -restart-delay-max at least -restart-delay")
+		os.Exit(2)
+	}
+	if *timing != "realistic" && *timing != "fast" {
+		fmt.Fprintf(os.Stderr, "devstack: -pve-timing %q: want realistic or fast\n", *timing)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -82,7 +87,7 @@ func main() {
 	}
 	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal,
 		RestartDelay: *delay, RestartDelayMax: *delayMax, StartLimitBurst: *burst, StartLimitInterval: *interval,
-		VMRecoverAfter: *recoverAfter})
+		VMRecoverAfter: *recoverAfter, PVETiming: *timing})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -77,6 +77,14 @@ type KnownZones interface {
 	Known(ctx context.Context) []Zone
 }
 
+// IdentifiedZones is implemented by Zones that may not know every zone yet
+// (right after a restart, before the agents have reported): Identified
+// waits, within ctx, until they do, and fails when ctx ends first. A zone
+// or VM not found while it fails is ZONE_UNAVAILABLE, not gone.
+type IdentifiedZones interface {
+	Identified(ctx context.Context) error
+}
+
 // StaticZones is a fixed list of zones.
 type StaticZones []Zone
 
@@ -98,7 +106,10 @@ type Config struct {
 	// create releases it; default 30m.
 	QuotaTTL time.Duration
 	// ZoneTimeout bounds the quota count of each zone (zones are counted
-	// in parallel); default quota.DefaultZoneTimeout.
+	// in parallel) and the reads that look a VM up or check a create's
+	// input in its zone before anything is written (a zone that does not
+	// answer within it is ZONE_UNAVAILABLE); default
+	// quota.DefaultZoneTimeout.
 	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
@@ -140,7 +151,10 @@ type Service struct {
 	ops     map[string]*opState // operation id -> state; protected by mu
 	live    map[string]string   // "zoneID/vmid" -> operation id of a live runner; protected by mu
 	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
-	orphans map[string]time.Time
+	// starting: intent ops of creates in CreateVM (before their
+	// operation is recorded); protected by mu
+	starting map[string]bool
+	orphans  map[string]time.Time
 	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
 	moved map[tenancy.VMRef]string
 	// moved: the guests Recover last saw that are not the VM their place
@@ -170,7 +184,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
-		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, orphans: map[string]time.Time{},
+		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, starting: map[string]bool{}, orphans: map[string]time.Time{},
 		moved: map[tenancy.VMRef]string{},
 	}
 	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
@@ -263,6 +277,43 @@ func (s *Service) zoneByName(ctx context.Context, name string) (Zone, bool) {
 func (s *Service) zoneByID(ctx context.Context, id string) (Zone, bool) {
 	for _, z := range s.cfg.Zones.Zones(ctx) {
 		if z.ID == id {
+			return z, true
+		}
+	}
+	return Zone{}, false
+}
+
+// zoneTimeout is Config.ZoneTimeout or its default.
+func (s *Service) zoneTimeout() time.Duration {
+	if s.cfg.ZoneTimeout > 0 {
+		return s.cfg.ZoneTimeout
+	}
+	return quota.DefaultZoneTimeout
+}
+
+// errUnreachable is the cause of a ZONE_UNAVAILABLE for a zone known to
+// have no reachable agent now: refused at once, without waiting for it.
+var errUnreachable = errors.New("no agent of the zone can be reached now")
+
+// zonesUnknown waits (within ctx) until the zones are all known, and
+// returns why they are not when ctx ends first (nil for Zones that always
+// know them).
+func (s *Service) zonesUnknown(ctx context.Context) error {
+	if iz, ok := s.cfg.Zones.(IdentifiedZones); ok {
+		return iz.Identified(ctx)
+	}
+	return nil
+}
+
+// unreachableZone finds a zone, by name or ID, that is known (KnownZones)
+// but cannot be reached now.
+func (s *Service) unreachableZone(ctx context.Context, name string) (Zone, bool) {
+	k, ok := s.cfg.Zones.(KnownZones)
+	if !ok {
+		return Zone{}, false
+	}
+	for _, z := range k.Known(ctx) {
+		if z.Client == nil && (z.Name == name || z.ID == name) {
 			return z, true
 		}
 	}
@@ -364,7 +415,11 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	}
 	z, ok := s.zoneByID(ctx, ref.ZoneID)
 	if ok {
-		z, g, in, cfg, err := s.lookupAt(ctx, vdc, z, ref.VMID)
+		// Within the zone timeout: a zone cut off (its hosts not yet
+		// OFFLINE) is ZONE_UNAVAILABLE, not a call that hangs.
+		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+		z, g, in, cfg, err := s.lookupAt(zctx, vdc, z, ref.VMID)
+		cancel()
 		if err == nil && !g.HasTag(movedTag) {
 			if _, moved := wasOf(g.Tags()); !moved {
 				return z, g, in, cfg, nil
@@ -376,7 +431,22 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	}
 	// A VM that moved to another zone keeps its id: the guest it is now
 	// carries the place it was created at (wasTag).
-	return s.lookupMoved(ctx, vdc, ref)
+	z, g, in, cfg, err := s.lookupMoved(ctx, vdc, ref)
+	if IsKind(err, KindNotFound) && !ok {
+		// Not moved to a zone that answers, and its zone cannot be
+		// reached, or is not known yet: unavailable, not gone (whatever
+		// VDC asks).
+		if down, known := s.unreachableZone(ctx, ref.ZoneID); known {
+			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(down.Name, errUnreachable)
+		}
+		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+		uerr := s.zonesUnknown(zctx)
+		cancel()
+		if uerr != nil {
+			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(ref.ZoneID, uerr)
+		}
+	}
+	return z, g, in, cfg, err
 }
 
 // lookupMoved finds the guest of vdc that VM ref moved to, in any zone.

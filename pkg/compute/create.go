@@ -133,8 +133,22 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		return nil, badInput("name", "name must be a DNS name of lower-case letters, digits, '-' and '.'")
 	}
 	z, ok := s.zoneByName(ctx, in.Zone)
+	down := false
 	if !ok {
-		return nil, badInput("zone", "no zone %q", in.Zone)
+		// A zone known but out of reach fails at once (once its hosts
+		// are OFFLINE), not as a zone that does not exist; right after a
+		// restart, one not known yet is waited for (within ctx, the zone
+		// timeout), then unavailable.
+		if z, down = s.unreachableZone(ctx, in.Zone); !down {
+			if err := s.zonesUnknown(ctx); err != nil {
+				return nil, zoneDown(in.Zone, err)
+			}
+			if z, ok = s.zoneByName(ctx, in.Zone); !ok {
+				if z, down = s.unreachableZone(ctx, in.Zone); !down {
+					return nil, badInput("zone", "no zone %q", in.Zone)
+				}
+			}
+		}
 	}
 	// A zone dedicated to other VDCs does not exist for this one.
 	open, err := catalog.ZoneAllows(ctx, s.cfg.Catalog, z.Name, in.VDC)
@@ -143,6 +157,9 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	}
 	if !open {
 		return nil, badInput("zone", "no zone %q", in.Zone)
+	}
+	if down {
+		return nil, zoneDown(z.Name, errUnreachable)
 	}
 	p.zone = z
 	if p.img, err = catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, in.Image); err != nil {
@@ -282,7 +299,11 @@ func (s *Service) target(p *plan) images.Target {
 // subnet), KindZoneUnavailable or KindInternal; on error nothing is left
 // behind.
 func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation, error) {
-	p, err := s.validate(ctx, in)
+	// The checks read the zone within the zone timeout: one cut off (its
+	// hosts not yet OFFLINE) is ZONE_UNAVAILABLE, not a create that hangs.
+	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	p, err := s.validate(vctx, in)
+	cancel()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -292,6 +313,15 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys,
 	}
+	// Until its operation is recorded, Recover knows it live from here.
+	s.mu.Lock()
+	s.starting[intent.Op] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, intent.Op)
+		s.mu.Unlock()
+	}()
 	fail := func(err error) (*VM, *Operation, error) {
 		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)

@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 var powerPaths = map[OpKind]string{OpStart: "start", OpStop: "stop", OpShutdown: "shutdown", OpReboot: "reboot"}
@@ -162,9 +165,44 @@ func (s *Service) cleanup(ctx context.Context, z Zone, vmid int, in *Intent) err
 // no guest has are released once they have been seen so for OrphanGrace.
 func (s *Service) Recover(ctx context.Context) error {
 	var errs []error
+	onGuests := map[string]bool{} // intent ops a guest carries
+	listed := map[string]bool{}   // zone IDs whose guests were all read
 	for _, z := range s.cfg.Zones.Zones(ctx) {
-		if err := s.recoverZone(ctx, z); err != nil {
+		if err := s.recoverZone(ctx, z, onGuests); err != nil {
 			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
+			continue
+		}
+		listed[z.ID] = true
+	}
+	if err := s.releaseStale(ctx, onGuests, listed); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseStale drops the quota reservations of creates that ended before
+// their guest existed without releasing them (their process killed between
+// the reservation and the clone): older than StaleAfter, of a zone whose
+// guests were all read and none of which carries the create's intent, and
+// of no create this process runs. Until then they count, as the create
+// would, and expire after QuotaTTL at the latest.
+func (s *Service) releaseStale(ctx context.Context, onGuests, listed map[string]bool) error {
+	vdcs, err := catalog.List[*catalog.VDC](ctx, s.cfg.Catalog)
+	if err != nil {
+		return fmt.Errorf("stale reservations: %w", err)
+	}
+	ttl := cmp.Or(s.cfg.QuotaTTL, quota.DefaultTTL)
+	var errs []error
+	for _, v := range vdcs {
+		for _, r := range v.Status.Reservations {
+			created := r.Expires.Add(-ttl)
+			if r.Snapshot != "" || !listed[r.Zone] || onGuests[r.ID] || time.Since(created) < s.cfg.StaleAfter || s.createLive(r.ID) {
+				continue
+			}
+			s.log.Info("releasing the quota of a create that died before its guest existed", "vdc", v.Name, "op", r.ID, "reserved", created)
+			if err := s.quota.Release(ctx, v.Name, r.ID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -185,7 +223,22 @@ func (s *Service) indexMovedGuests(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (s *Service) recoverZone(ctx context.Context, z Zone) error {
+// createLive reports whether this process runs the create of intent op.
+func (s *Service) createLive(op string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.starting[op] {
+		return true
+	}
+	for id, st := range s.ops {
+		if ref, ok := parseOpID(id); ok && ref.create && ref.op == op && !st.op.Done() {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) recoverZone(ctx context.Context, z Zone, onGuests map[string]bool) error {
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
 		return err
@@ -209,6 +262,7 @@ func (s *Service) recoverZone(ctx context.Context, z Zone) error {
 		if !ok {
 			continue
 		}
+		onGuests[in.Op] = true
 		for _, n := range in.NICs {
 			used[strings.ToUpper(n.MAC)] = true
 		}

@@ -5,12 +5,14 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // crashAfterClone creates a VM with a service whose runner is stopped
@@ -224,5 +226,32 @@ func TestTwoReplicasRecoverAtOnce(t *testing.T) {
 	}
 	if s := e.snapshot(); s.reserved != 0 {
 		t.Errorf("%d reservations left", s.reserved)
+	}
+}
+
+// TestRecoverReleasesReservationsOfDeadCreates: the quota reservation of a
+// create whose process died between reserving and cloning (no guest carries
+// its intent) is released by Recover once older than StaleAfter; a younger
+// one stays (its create may be live in another replica).
+func TestRecoverReleasesReservationsOfDeadCreates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	ctx := vmtest.Ctx(t)
+	if err := e.svc.Quota().Reserve(ctx, "blue", "deadcreate", "alpha", quota.Usage{VCPUs: 1, MemoryMiB: 512, StorageGiB: 4}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.StaleAfter = time.Hour
+	if err := e.newService(cfg).Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if s := e.snapshot(); s.reserved != 1 {
+		t.Fatalf("%d reservations after a Recover with StaleAfter 1h, want the young one", s.reserved)
+	}
+	if err := e.newService(e.cfg).Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if s := e.snapshot(); s.reserved != 0 {
+		t.Errorf("%d reservations left after Recover, want the dead create's released", s.reserved)
 	}
 }

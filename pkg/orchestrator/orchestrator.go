@@ -8,6 +8,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/api/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
@@ -332,6 +335,11 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if s.cfg.Handler != nil {
 		mux.Handle("/", s.cfg.Handler)
 	}
+	var api apiSlot
+	if s.cfg.API.Issuer != "" {
+		mux.Handle(APIPath, &api)
+		mux.Handle(APIPath+"/"+graphiql.AssetDir, &api)
+	}
 	done := make(chan struct{})
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -411,11 +419,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		undo = append(undo, closeCat)
 		closeCatalog = closeCat
 		vms = cs
-		// ServeMux allows registering while it serves; until now
-		// /graphql fell through to Handler.
-		mux.Handle(APIPath, h)
-		mux.Handle(APIPath+"/"+graphiql.AssetDir, h)
+		// ServeMux allows registering while it serves; until now the
+		// console path fell through to Handler.
 		mux.Handle(console.PathPrefix, consoles.Handler())
+		api.set(h)
 		store = st
 		s.probe.setCatalog(st)
 	}
@@ -776,4 +783,27 @@ func metricsHandler(reg prometheus.Gatherer, registry *zones.Registry) http.Hand
 		_, _ = w.Write(text)
 	})
 	return mux
+}
+
+// apiSlot serves the API once set; until then (the mesh node joining, the
+// catalog opening) it answers 503 with a GraphQL error UNAVAILABLE and
+// Retry-After, so that a client of an orchestrator that is starting (after
+// a restart) retries rather than getting what Handler answers (a portal's
+// 405 to a POST).
+type apiSlot struct{ h atomic.Pointer[http.Handler] }
+
+func (a *apiSlot) set(h http.Handler) { a.h.Store(&h) }
+
+func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := a.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]any{{
+		"message":    "the orchestrator is starting; retry in a moment",
+		"extensions": map[string]any{"code": apierr.Unavailable},
+	}}})
 }

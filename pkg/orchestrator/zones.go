@@ -44,3 +44,7 @@ func (z computeZones) Known(context.Context) []compute.Zone {
 	}
 	return out
 }
+
+// Identified implements compute.IdentifiedZones: it waits (within ctx)
+// until the registry knows the zone of every agent in the mesh.
+func (z computeZones) Identified(ctx context.Context) error { return z.r.Identified(ctx) }

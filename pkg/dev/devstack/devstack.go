@@ -170,6 +170,9 @@ type Config struct {
 	// create left unfinished (by a killed orchestrator) must be before the
 	// next one finishes it. Zero keeps the orchestrator's default (2m).
 	VMRecoverAfter time.Duration
+	// PVETiming is the simulated clusters' task duration model: "realistic"
+	// (the default) or "fast" (tests that run many creates).
+	PVETiming string
 }
 
 // stackState is Dir/stack.json: addresses that should stay the same across
@@ -406,7 +409,7 @@ func (s *stack) run(ctx context.Context) error {
 		sm := &sim{cluster: c, tokenFile: tokenFile, nodes: map[string]endpoint{}, ready: make(chan struct{})}
 		control := s.path("pve", c.Name+".sock")
 		args := []string{"--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
-			"--token-file", tokenFile, "--timing", "realistic", "--cert-dir", s.path("pve", c.Name+"-certs"),
+			"--token-file", tokenFile, "--timing", cmp.Or(s.cfg.PVETiming, "realistic"), "--cert-dir", s.path("pve", c.Name+"-certs"),
 			"--state-file", s.path("pve", c.Name+"-state.json"), "--control", control,
 			"--log-level", s.cfg.LogLevel}
 		if s.dataPlane {

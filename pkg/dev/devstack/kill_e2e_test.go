@@ -88,21 +88,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	s := startStack(t, bin, repo, addr, dir, "DEV_START_LIMIT_BURST=100", "DEV_RESTART_DELAY_MAX=1s", "DEV_VM_RECOVER_AFTER=15s")
 	admin, alice := s.client(t, "admin"), s.client(t, "alice")
 
-	networks := map[string]string{} // "vdc/zone" -> network id
-	for _, vdc := range []string{"prod", "dev"} {
-		var d struct {
-			Networks []struct {
-				ID   string
-				Zone struct{ Name string }
-			}
-		}
-		if err := alice.Do(ctx, vdc, `{ networks { id zone { name } } }`, nil, &d); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range d.Networks {
-			networks[vdc+"/"+n.Zone.Name] = n.ID
-		}
-	}
+	networks := networksOf(t, ctx, alice)
 	orchestratorPID := func() int {
 		out, code := devstackCommand(t, bin, dir, "status")
 		if code != 0 {
@@ -188,6 +174,20 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 
 	// In Proxmox: one guest per VM listed, none of a VM that is gone, and
 	// no IPAM address of a guest that does not exist.
+	listed := checkProxmox(t, ctx, alice, dir, orchestratorPID(), "kill-")
+	t.Logf("after %d kills: %d VMs RUNNING, %d cleanly gone, none twice, %v after the last kill", kills, running, gone, time.Since(recovering).Round(time.Second))
+	if running+gone != kills || slices.ContainsFunc(wanted, func(w asked) bool { return listed[w.name] > 1 }) {
+		t.Errorf("%d running + %d gone of %d", running, gone, kills)
+	}
+}
+
+// checkProxmox checks the guests and IPAM addresses of both zones against
+// the VMs of both VDCs: every guest whose name starts with prefix belongs
+// to exactly one VM listed, and every address of the IPAM to an existing
+// guest. It returns how often each VM name is listed. pid is a process in
+// the stack's namespace.
+func checkProxmox(t *testing.T, ctx context.Context, alice *devstack.Client, dir string, pid int, prefix string) map[string]int {
+	t.Helper()
 	listed := map[string]int{}
 	for _, vdc := range []string{"prod", "dev"} {
 		vms, err := vmsOf(ctx, alice, vdc)
@@ -199,7 +199,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 		}
 	}
 	for _, zone := range []string{"fra1", "hel1"} {
-		pve := proxmoxOf(t, dir, zone, orchestratorPID())
+		pve := proxmoxOf(t, dir, zone, pid)
 		var guests []struct {
 			VMID     int
 			Name     string
@@ -211,7 +211,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 		vmids := map[string]bool{}
 		for _, g := range guests {
 			vmids[strconv.Itoa(g.VMID)] = true
-			if g.Template == 0 && strings.HasPrefix(g.Name, "kill-") && listed[g.Name] != 1 {
+			if g.Template == 0 && strings.HasPrefix(g.Name, prefix) && listed[g.Name] != 1 {
 				t.Errorf("guest %d %s in %s has no VM (listed %d times)", g.VMID, g.Name, zone, listed[g.Name])
 			}
 		}
@@ -225,8 +225,27 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("after %d kills: %d VMs RUNNING, %d cleanly gone, none twice, %v after the last kill", kills, running, gone, time.Since(recovering).Round(time.Second))
-	if running+gone != kills || slices.ContainsFunc(wanted, func(w asked) bool { return listed[w.name] > 1 }) {
-		t.Errorf("%d running + %d gone of %d", running, gone, kills)
+	return listed
+}
+
+// networksOf is the network id of each VDC's network in each zone, by
+// "vdc/zone".
+func networksOf(t *testing.T, ctx context.Context, alice *devstack.Client) map[string]string {
+	t.Helper()
+	networks := map[string]string{}
+	for _, vdc := range []string{"prod", "dev"} {
+		var d struct {
+			Networks []struct {
+				ID   string
+				Zone struct{ Name string }
+			}
+		}
+		if err := alice.Do(ctx, vdc, `{ networks { id zone { name } } }`, nil, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range d.Networks {
+			networks[vdc+"/"+n.Zone.Name] = n.ID
+		}
 	}
+	return networks
 }

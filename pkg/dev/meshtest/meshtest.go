@@ -73,6 +73,7 @@ type options struct {
 	tracer   trace.TracerProvider
 	audit    audit.Sink
 	plane    *simnet.Config // WithDataPlane only
+	host     string         // WithListenHost; default 127.0.0.1
 
 	releaseKey         string
 	releaseHostTimeout time.Duration
@@ -94,6 +95,14 @@ func WithClusters(specs ...ClusterSpec) Option {
 // cluster's internet namespace (simnet.Config.Upstream).
 func WithDataPlane(upstream ...netip.Prefix) Option {
 	return func(o *options) { o.plane = &simnet.Config{Upstream: upstream} }
+}
+
+// WithListenHost makes the orchestrator (its API, control server, DERP
+// relay and STUN server) and the simulated clusters listen on ip rather than
+// 127.0.0.1: an address of this network namespace that processes in other
+// namespaces reach (e.g. over a veth the test made, to cut it).
+func WithListenHost(ip string) Option {
+	return func(o *options) { o.host = ip }
 }
 
 // WithLogHandler sends every log line of the orchestrator (including the
@@ -197,6 +206,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		handler:  slog.DiscardHandler,
 		refresh:  300 * time.Millisecond,
 		agents:   true,
+		host:     "127.0.0.1",
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -206,7 +216,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	listen := "127.0.0.1:0"
+	listen := net.JoinHostPort(o.host, "0")
 	if o.web != nil && o.api != nil {
 		// The provider must know the orchestrator's origin before either
 		// starts: take a free port for it now.
@@ -230,7 +240,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
-		simCfg := pvesim.Config{Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
+		simCfg := pvesim.Config{Listen: net.JoinHostPort(o.host, "0"), Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
 			DiskDir: t.TempDir()}
 		if o.plane != nil {
 			if os.Geteuid() != 0 {
@@ -282,7 +292,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:          listen,
 		DataDir:         h.dataDir,
-		STUNAddr:        "127.0.0.1:0",
+		STUNAddr:        net.JoinHostPort(h.opts.host, "0"),
 		RefreshInterval: h.opts.refresh,
 		MeshPolicy:      h.opts.policy,
 		MetricsListen:   "127.0.0.1:0",

@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
 // WithReleases configures agent releases on the orchestrator (it needs
@@ -53,12 +54,13 @@ type ProcessAgent struct {
 	// Bin is the installed binary (the launcher).
 	Bin string
 
-	env  []string
-	mu   sync.Mutex
-	cmd  *exec.Cmd    // protected by mu
-	log  bytes.Buffer // protected by mu
-	stop chan struct{}
-	done chan struct{}
+	env   []string
+	netns string // named network namespace it runs in; "" this process's
+	mu    sync.Mutex
+	cmd   *exec.Cmd    // protected by mu
+	log   bytes.Buffer // protected by mu
+	stop  chan struct{}
+	done  chan struct{}
 	// Starts counts the supervisor's starts; protected by mu.
 	starts int
 	// startedAt is when the supervisor last started the agent; protected
@@ -73,12 +75,21 @@ const RestartDelay = 200 * time.Millisecond
 // adds to (or overrides) the agents' environment. t.Cleanup stops them.
 func (h *Harness) StartProcessAgents(t testing.TB, c *Cluster, bin string, env ...string) []*ProcessAgent {
 	t.Helper()
+	return h.StartProcessAgentsIn(t, "", c, bin, env...)
+}
+
+// StartProcessAgentsIn is StartProcessAgents with the agents (and their
+// restarts) running in the named network namespace ns (package nsnet; ""
+// is this process's), which must reach the orchestrator's and the
+// clusters' addresses (WithListenHost).
+func (h *Harness) StartProcessAgentsIn(t testing.TB, ns string, c *Cluster, bin string, env ...string) []*ProcessAgent {
+	t.Helper()
 	key := h.NewKey(t, meshcontrol.KeyOptions{Reusable: true, TTL: time.Hour})
 	var out []*ProcessAgent
 	for _, node := range c.Sim.NodeNames() {
 		p := &ProcessAgent{
 			Cluster: c, Node: node, MeshName: c.label + "-" + node, StateDir: shortTempDir(t, "fpp"), Bin: bin,
-			stop: make(chan struct{}), done: make(chan struct{}),
+			stop: make(chan struct{}), done: make(chan struct{}), netns: ns,
 		}
 		p.env = append(os.Environ(),
 			agent.EnvControlURL+"="+h.Orchestrator.URL(),
@@ -91,11 +102,28 @@ func (h *Harness) StartProcessAgents(t testing.TB, c *Cluster, bin string, env .
 			agent.EnvProxmoxToken+"="+c.Token,
 		)
 		p.env = append(p.env, env...)
-		go p.supervise()
+		go p.superviseIn(t)
 		t.Cleanup(p.Stop)
 		out = append(out, p)
 	}
 	return out
+}
+
+// superviseIn supervises the agent from a thread in its namespace: a
+// process started there is in it, and so are its restarts.
+func (p *ProcessAgent) superviseIn(t testing.TB) {
+	if p.netns == "" {
+		p.supervise()
+		return
+	}
+	ran := false
+	err := nsnet.Do(p.netns, func() error { ran = true; p.supervise(); return nil })
+	if !ran {
+		close(p.done)
+	}
+	if err != nil {
+		t.Errorf("meshtest: %s in namespace %s: %v", p.MeshName, p.netns, err)
+	}
 }
 
 func (p *ProcessAgent) supervise() {

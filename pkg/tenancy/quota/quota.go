@@ -126,8 +126,11 @@ func (l *Ledger) ttl() time.Duration {
 	if l.TTL > 0 {
 		return l.TTL
 	}
-	return 30 * time.Minute
+	return DefaultTTL
 }
+
+// DefaultTTL is the lifetime of a reservation when Ledger.TTL is zero.
+const DefaultTTL = 30 * time.Minute
 
 // PoolUsage sums what the guests of vdc's pool in the zone of c use,
 // leaving out the guests in skip (by VMID: their reservations count them).
