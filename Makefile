@@ -91,7 +91,7 @@ dev: portal
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
 ## including the portal's browser tests.
 test: portal browser postgres kube-bin
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
 ## fuzz: each of FUZZ for FUZZTIME, one after another; stops at
