@@ -11,40 +11,14 @@
 // PORTAL_RENEWALS (how many renewals to wait for, default 2).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { gzipSync } from 'node:zlib'
-import { createRequire } from 'node:module'
 import { join } from 'node:path'
-import { admin, artifacts, base, env, issuer, member, session, shot, signIn } from './lib.mjs'
+import { admin, artifacts, base, check, env, issuer, member, session, shot, signIn } from './lib.mjs'
 
 const vmCount = Number(env('PORTAL_VM_COUNT'))
 const renewals = Number(env('PORTAL_RENEWALS', '2'))
 const jsBudget = 350 * 1024
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
-
-// axe runs axe-core in the page and fails on serious or critical violations.
-async function axe(page, name) {
-  await page.evaluate(axeSource)
-  const r = await page.evaluate(async () => {
-    // eslint-disable-next-line no-undef
-    const res = await window.axe.run(document, { resultTypes: ['violations'] })
-    return res.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) }))
-  })
-  const bad = r.filter((v) => v.impact === 'serious' || v.impact === 'critical')
-  assert.deepEqual(bad, [], `axe violations on ${name}`)
-}
-
-// fits checks the page does not scroll sideways on a 390 px phone.
-async function fits(page, name) {
-  const w = await page.evaluate(() => document.documentElement.scrollWidth)
-  assert.ok(w <= 390, `${name} is ${w} px wide on a 390 px phone`)
-}
-
-async function check(page, name, phone) {
-  await axe(page, name)
-  if (phone) await fits(page, name)
-}
-
 async function graphsHaveData(page, name) {
   const panel = page.getByRole('region', { name: new RegExp(`^Graphs of `) })
   await panel.waitFor()

@@ -11,9 +11,11 @@ export interface Operation {
   error: string | null
   vmId: string | null
   updatedAt: string
+  // How far a migration has copied (null for other kinds).
+  progress?: { bytesMoved: number; bytesTotal: number; bytesPerSecond: number } | null
 }
 
-export const operationFields = 'id kind state step error vmId updatedAt'
+export const operationFields = 'id kind state step error vmId updatedAt progress { bytesMoved bytesTotal bytesPerSecond }'
 
 export interface FollowOptions {
   // The operation's id.
