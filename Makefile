@@ -15,7 +15,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # detector, the browser tests on the mesh harness (embedded Headscale), and
 # the 100 creates across a restart (a load test: under the detector it takes
 # minutes, and its concurrency is what the other compute tests race).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserConventions|TestCreatesInFlightAcrossARestart)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserAgentUpdate|TestBrowserConventions|TestCreatesInFlightAcrossARestart)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see the README, Fuzzing); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.
@@ -125,9 +125,12 @@ lint: lint-schema lint-portal
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
 ## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
-## (pkg/dev/meshtest), a 1,000-rule edge ruleset (pkg/edge) and a disk moved
-## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest). Every figure is a ratio against a baseline of the same
-## run. Tune with BENCH_SCALES, BENCH_VMS, ... (README, Performance).
+## (pkg/dev/meshtest), a 1,000-rule edge ruleset (pkg/edge), a disk moved
+## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest), and
+## an agent's update and the rollback of bad releases vs a plain restart
+## (pkg/rollout; the agents' probation is BENCH_UPDATE_PROBATION, default
+## 40s). Every figure is a ratio against a baseline of the same run. Tune with
+## BENCH_SCALES, BENCH_VMS, ... (README, Performance).
 bench:
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
@@ -136,6 +139,8 @@ bench:
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkMigrationThroughput$$' -benchtime 3x -timeout 15m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))migration.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkAgentUpdate$$' -benchtime 1x -timeout 15m ./pkg/rollout \
+		| tee $(dir $(BENCH_OUT))agent-update.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

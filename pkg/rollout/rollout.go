@@ -5,7 +5,11 @@
 // its agent over the mesh (Update RPC) and watching what the agent reports
 // until the new version is done with its probation. Each rollout is
 // recorded as a JSON file next to the releases, so every orchestrator
-// replica sharing that directory answers for it.
+// replica sharing that directory answers for it. The replica running a
+// rollout rewrites its record at least every Heartbeat; a running record
+// left unchanged for AbandonedAfter belongs to a replica that stopped
+// without ending it (a crash): it is reported failed, and the next rollout
+// takes its lock over and records it so.
 package rollout
 
 import (
@@ -48,6 +52,15 @@ type Config struct {
 	HostTimeout time.Duration
 	// Poll is how often a host's reported state is read. Default 500ms.
 	Poll time.Duration
+	// Heartbeat is how often a running rollout's record is rewritten
+	// while nothing else changes it, to show it is still driven. Default
+	// 10s.
+	Heartbeat time.Duration
+	// AbandonedAfter is how long a running rollout's record may stay
+	// unchanged before it counts as abandoned by a stopped replica. It
+	// must be well above Heartbeat (and the replicas' clock skew).
+	// Default 6 × Heartbeat.
+	AbandonedAfter time.Duration
 	// Logger receives the rollouts' logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -167,6 +180,15 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 500 * time.Millisecond
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 10 * time.Second
+	}
+	if cfg.AbandonedAfter <= 0 {
+		cfg.AbandonedAfter = 6 * cfg.Heartbeat
+	}
+	if cfg.AbandonedAfter <= cfg.Heartbeat {
+		return nil, errors.New("rollout: AbandonedAfter must be longer than Heartbeat")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -357,6 +379,23 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 	mu.Lock()
 	save()
 	mu.Unlock()
+	beat, stopBeat := context.WithCancel(ctx)
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		t := time.NewTicker(s.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-beat.Done():
+				return
+			case <-t.C:
+				mu.Lock()
+				save()
+				mu.Unlock()
+			}
+		}
+	}()
 	for batch := 1; ; batch++ {
 		var idx []int
 		for i, h := range r.Hosts {
@@ -379,6 +418,11 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 				defer wg.Done()
 				start := time.Now()
 				err := s.updateHost(ctx, r.ID, r.Version, h, log)
+				if err != nil && ctx.Err() != nil {
+					// Close: whatever failed, it is because the
+					// orchestrator shuts down.
+					err = errShutDown
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				r.Hosts[i].Took = time.Since(start)
@@ -407,6 +451,8 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 			break
 		}
 	}
+	stopBeat()
+	<-beating
 	if r.State == Running {
 		r.State = Succeeded
 	}
@@ -415,6 +461,10 @@ func (s *Service) run(ctx context.Context, r *Rollout) {
 	s.release(r.ID)
 	log.Info("rollout: ended", "state", r.State, "error", r.Error)
 }
+
+// errShutDown is why a host failed when its rollout's orchestrator shut
+// down (Close) while it updated.
+var errShutDown = errors.New("the orchestrator running the rollout shut down; the host may still finish its update on its own")
 
 // ChunkSize is the size of the binary's pieces in an Update stream.
 const ChunkSize = 256 << 10
@@ -452,7 +502,7 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return fmt.Errorf("not done within %s", s.cfg.HostTimeout)
 			}
-			return errors.New("the rollout was stopped")
+			return errShutDown
 		case <-t.C:
 		}
 		host, ok := s.host(h.MeshID)
@@ -554,9 +604,16 @@ func (s *Service) claim(r *Rollout) error {
 			return fmt.Errorf("rollout: %w", err)
 		}
 		b, _ := os.ReadFile(s.activePath())
-		other, gerr := s.Get(string(b))
+		other, gerr := s.read(string(b))
 		if gerr == nil && other.State == Running {
-			return &Error{Kind: KindConflict, Field: "version", Message: fmt.Sprintf("rollout %s of %s is running", other.ID, other.Version)}
+			if !s.abandoned(other) {
+				return &Error{Kind: KindConflict, Field: "version", Message: fmt.Sprintf("rollout %s of %s is running", other.ID, other.Version)}
+			}
+			abandon(other)
+			if err := s.save(other); err != nil {
+				return fmt.Errorf("rollout: record abandoned rollout %s: %w", other.ID, err)
+			}
+			s.log.Warn("rollout: took over the lock of an abandoned rollout", "rollout", other.ID, "version", other.Version, "updated", other.UpdatedAt)
 		}
 		os.Remove(s.activePath()) // ended or abandoned: take it over
 	}
@@ -581,9 +638,44 @@ func (s *Service) save(r *Rollout) error {
 var ErrNotFound = errors.New("rollout not found")
 
 // Get returns a rollout by id. A running rollout whose record has not
-// changed for longer than a host may take is reported failed: the replica
-// running it stopped.
+// changed for AbandonedAfter is reported failed: the replica running it
+// stopped.
 func (s *Service) Get(id string) (*Rollout, error) {
+	r, err := s.read(id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State == Running && s.abandoned(r) {
+		abandon(r)
+	}
+	return r, nil
+}
+
+// abandoned says whether the running rollout r is no longer driven.
+func (s *Service) abandoned(r *Rollout) bool {
+	return time.Since(r.UpdatedAt) > s.cfg.AbandonedAfter
+}
+
+// abandon ends a running rollout whose replica stopped: failed, its
+// updating hosts failed (each may still have finished on its own: its
+// agent reports its own state), its pending hosts skipped.
+func abandon(r *Rollout) {
+	r.State, r.Error = Failed, fmt.Sprintf("abandoned: the orchestrator running it stopped (its record was last written at %s)", r.UpdatedAt.Format(time.RFC3339))
+	for i := range r.Hosts {
+		switch r.Hosts[i].State {
+		case HostUpdating:
+			r.Hosts[i].State, r.Hosts[i].Reason = HostFailed, "the orchestrator updating it stopped; the host's own update state says how it ended"
+		case HostPending:
+			r.Hosts[i].State, r.Hosts[i].Reason = HostSkipped, "the rollout was abandoned"
+		}
+	}
+	if r.FinishedAt.IsZero() {
+		r.FinishedAt = time.Now().UTC()
+	}
+}
+
+// read returns a rollout's record as it is.
+func (s *Service) read(id string) (*Rollout, error) {
 	if !validID(id) {
 		return nil, ErrNotFound
 	}
@@ -597,9 +689,6 @@ func (s *Service) Get(id string) (*Rollout, error) {
 	var r Rollout
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("rollout: %s: %w", id, err)
-	}
-	if r.State == Running && time.Since(r.UpdatedAt) > s.cfg.HostTimeout+time.Minute {
-		r.State, r.Error = Failed, "abandoned: the orchestrator running it stopped"
 	}
 	return &r, nil
 }

@@ -2,16 +2,13 @@ package rollout_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"aead.dev/minisign"
 	"github.com/luthermonson/go-proxmox"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,61 +16,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
-	"github.com/flexplane/flexplane/pkg/release"
+	"github.com/flexplane/flexplane/pkg/rollout"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
-
-// keys is a release signing key pair.
-type keys struct {
-	pub  string
-	priv minisign.PrivateKey
-}
-
-func newKeys(t testing.TB) keys {
-	t.Helper()
-	pub, priv, err := minisign.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := pub.MarshalText()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return keys{pub: string(text), priv: priv}
-}
-
-// manifest signs a manifest of the binary at path.
-func (k keys) manifest(t testing.TB, path, version string, notAfter time.Time) (raw, sig []byte) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(b)
-	m := release.Manifest{Version: version, Platform: release.Platform(), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:]), NotAfter: notAfter}
-	raw, err = m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw, release.Sign(k.priv, raw)
-}
-
-// publish adds the binary at path as release version to the store of h.
-func (k keys) publish(t testing.TB, h *meshtest.Harness, path, version string) {
-	t.Helper()
-	v, err := release.NewVerifier(k.pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := release.OpenStore(filepath.Join(h.DataDir(), "releases"), v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, sig := k.manifest(t, path, version, time.Now().Add(time.Hour))
-	if _, err := store.Add(path, raw, sig); err != nil {
-		t.Fatal(err)
-	}
-}
 
 type hostJSON struct {
 	ID           string
@@ -110,14 +55,21 @@ func hosts(t testing.TB, h *meshtest.Harness) map[string]hostJSON {
 	return out
 }
 
+// operation reads a rollout as the API reports it.
+func operation(t testing.TB, h *meshtest.Harness, id string) opJSON {
+	t.Helper()
+	var op opJSON
+	h.GraphQL(t, "admin", "", `query($id: ID!) { agentUpdateOperation(id: $id) { `+opFields+` } }`, map[string]any{"id": id}).OK(t).Into(t, "agentUpdateOperation", &op)
+	return op
+}
+
 // follow polls a rollout until it ends, checking on every poll that no
 // two hosts of one zone are updating at once; it returns the end state.
 func follow(t testing.TB, h *meshtest.Harness, id string, timeout time.Duration) opJSON {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		var op opJSON
-		h.GraphQL(t, "admin", "", `query($id: ID!) { agentUpdateOperation(id: $id) { `+opFields+` } }`, map[string]any{"id": id}).OK(t).Into(t, "agentUpdateOperation", &op)
+		op := operation(t, h, id)
 		updating := map[string]int{}
 		for _, x := range op.Hosts {
 			if x.State == "UPDATING" {
@@ -153,9 +105,11 @@ func vmUptime(t testing.TB, ctx context.Context, c *proxmox.Client, node string,
 
 // TestRollout updates real agent processes, built at two versions, across
 // two zones in batches, refuses tampered releases before anything runs,
-// and rolls back a release that crashes at start and one that never gets
-// healthy, halting each rollout after its first host; the VMs keep running
-// throughout.
+// ends a rollout abandoned by a crashed replica and takes its lock over,
+// rolls back a release that crashes at start and one that never gets
+// healthy, halting each rollout after its first host, and records a
+// rollout whose orchestrator shut down as failed, its lock freed; the VMs
+// keep running throughout.
 func TestRollout(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
@@ -165,11 +119,11 @@ func TestRollout(t *testing.T) {
 	crasher := meshtest.BuildProgram(t, bin, "crasher", badagent, "-X main.version=v1.2.0 -X main.mode=crash")
 	hanger := meshtest.BuildProgram(t, bin, "hanger", badagent, "-X main.version=v1.3.0 -X main.mode=hang")
 
-	k := newKeys(t)
-	h := meshtest.New(t, meshtest.WithoutAgents(), meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithReleases(k.pub, 2*time.Minute),
+	k := meshtest.NewReleaseKey(t)
+	h := meshtest.New(t, meshtest.WithoutAgents(), meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithReleases(k.Public, 2*time.Minute),
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 3}, meshtest.ClusterSpec{Name: "beta", Nodes: 2}))
 	alpha, beta := h.Clusters[0], h.Clusters[1]
-	env := []string{agent.EnvReleaseKey + "=" + k.pub, agent.EnvProbation + "=20s"}
+	env := []string{agent.EnvReleaseKey + "=" + k.Public, agent.EnvProbation + "=20s"}
 	agents := append(h.StartProcessAgents(t, alpha, v1, env...), h.StartProcessAgents(t, beta, v1, env...)...)
 	atVersion := func(version string) func() bool {
 		return func() bool {
@@ -241,13 +195,13 @@ func TestRollout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other := newKeys(t)
-		raw, sig := k.manifest(t, v11, "v1.1.0", time.Now().Add(time.Hour))
+		other := meshtest.NewReleaseKey(t)
+		raw, sig := k.Manifest(t, v11, "v1.1.0", time.Now().Add(time.Hour))
 		flipped := append([]byte(nil), good...)
 		flipped[len(flipped)/2] ^= 0x01
-		wrongRaw, wrongSig := other.manifest(t, v11, "v1.1.0", time.Now().Add(time.Hour))
-		expRaw, expSig := k.manifest(t, v11, "v1.1.0", time.Now().Add(-time.Minute))
-		oldRaw, oldSig := k.manifest(t, v11, "v0.9.0", time.Now().Add(time.Hour))
+		wrongRaw, wrongSig := other.Manifest(t, v11, "v1.1.0", time.Now().Add(time.Hour))
+		expRaw, expSig := k.Manifest(t, v11, "v1.1.0", time.Now().Add(-time.Minute))
+		oldRaw, oldSig := k.Manifest(t, v11, "v0.9.0", time.Now().Add(time.Hour))
 		pid, starts := p.Pid(), p.Starts()
 		for _, tc := range []struct {
 			name          string
@@ -284,7 +238,7 @@ func TestRollout(t *testing.T) {
 	})
 
 	t.Run("update across the zones in batches", func(t *testing.T) {
-		k.publish(t, h, v11, "v1.1.0")
+		k.Publish(t, h, v11, "v1.1.0")
 		var rels []struct{ Version, Platform string }
 		h.GraphQL(t, "admin", "", `{ agentReleases { version platform } }`, nil).OK(t).Into(t, "agentReleases", &rels)
 		if len(rels) != 1 || rels[0].Version != "v1.1.0" {
@@ -342,8 +296,72 @@ func TestRollout(t *testing.T) {
 		checkVMs(t)
 	})
 
+	t.Run("a rollout abandoned by a stopped replica is ended and its lock taken over", func(t *testing.T) {
+		// Records as a replica writes them, in the directory the replicas
+		// share: one still driven (just written), then one whose replica
+		// crashed mid-rollout (untouched for 10 minutes).
+		dir := filepath.Join(h.DataDir(), "releases", "rollouts")
+		zone := hosts(t, h)["alpha/pve1"].Zone.ID
+		record := func(id string, updated time.Time) {
+			r := rollout.Rollout{ID: id, Version: "v1.1.0", State: rollout.Running, Hosts: []rollout.Host{
+				{ZoneID: zone, ZoneName: "alpha", Node: "pve1", Batch: 1, From: "v1.0.0", State: rollout.HostUpdating},
+				{ZoneID: zone, ZoneName: "alpha", Node: "pve2", Batch: 2, From: "v1.0.0", State: rollout.HostPending},
+			}, StartedAt: updated, UpdatedAt: updated}
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, id+".json"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "active"), []byte(id), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const live, crashed = "upd-00000000000000a1", "upd-00000000000000a2"
+		record(live, time.Now().UTC())
+		if op := operation(t, h, live); op.State != "RUNNING" {
+			t.Fatalf("a rollout another replica drives: %+v, want RUNNING", op)
+		}
+		if r := h.GraphQL(t, "admin", "", `mutation { updateAgents(input: {version: "v1.1.0"}) { id } }`, nil); r.Code(t) != "CONFLICT" {
+			t.Fatalf("a rollout while another replica drives one: %v, want CONFLICT", r.Err())
+		}
+
+		record(crashed, time.Now().Add(-10*time.Minute).UTC())
+		op := operation(t, h, crashed)
+		if op.State != "FAILED" || !strings.Contains(op.Error, "abandoned") || len(op.Hosts) != 2 ||
+			op.Hosts[0].State != "FAILED" || !strings.Contains(op.Hosts[0].Reason, "stopped") || op.Hosts[1].State != "SKIPPED" {
+			t.Fatalf("an abandoned rollout: %+v, want FAILED abandoned, its updating host FAILED, its pending one SKIPPED", op)
+		}
+		// The next rollout takes the lock over (every host runs v1.1.0:
+		// all are skipped and it ends at once) and records the abandoned
+		// one as ended.
+		var next opJSON
+		h.GraphQL(t, "admin", "", `mutation { updateAgents(input: {version: "v1.1.0"}) { `+opFields+` } }`, nil).OK(t).Into(t, "updateAgents", &next)
+		next = follow(t, h, next.ID, time.Minute)
+		if next.State != "SUCCEEDED" || len(next.Hosts) != 5 {
+			t.Fatalf("the rollout after an abandoned one: %+v, want SUCCEEDED over 5 hosts", next)
+		}
+		for _, x := range next.Hosts {
+			if x.State != "SKIPPED" {
+				t.Errorf("host %s/%s: %s, want SKIPPED (at v1.1.0 already)", x.Zone, x.Name, x.State)
+			}
+		}
+		var onDisk rollout.Rollout
+		if b, err := os.ReadFile(filepath.Join(dir, crashed+".json")); err != nil || json.Unmarshal(b, &onDisk) != nil {
+			t.Fatalf("the abandoned record: %v", err)
+		}
+		if onDisk.State != rollout.Failed || onDisk.FinishedAt.IsZero() || onDisk.Hosts[0].State != rollout.HostFailed {
+			t.Errorf("the abandoned record after the takeover: %+v, want failed and finished", onDisk)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "active")); !os.IsNotExist(err) {
+			t.Errorf("the lock after the rollout ended: %v, want none", err)
+		}
+		checkVMs(t)
+	})
+
 	rollback := func(t *testing.T, c *meshtest.Cluster, bad, version, reason string) {
-		k.publish(t, h, bad, version)
+		k.Publish(t, h, bad, version)
 		zone := hosts(t, h)[c.Spec.Name+"/pve1"].Zone.ID
 		start := time.Now()
 		var op opJSON
@@ -375,6 +393,33 @@ func TestRollout(t *testing.T) {
 	})
 	t.Run("a release that never gets healthy is rolled back", func(t *testing.T) {
 		rollback(t, beta, hanger, "v1.3.0", "not healthy within 20s")
+	})
+	t.Run("an orchestrator shutting down mid-rollout records it failed and frees its lock", func(t *testing.T) {
+		zone := hosts(t, h)["alpha/pve1"].Zone.ID
+		var op opJSON
+		h.GraphQL(t, "admin", "", `mutation($zone: ID!) { updateAgents(input: {version: "v1.3.0", zone: $zone}) { `+opFields+` } }`,
+			map[string]any{"zone": zone}).OK(t).Into(t, "updateAgents", &op)
+		meshtest.WaitFor(t, time.Minute, "the first host updating", func() bool {
+			x := operation(t, h, op.ID)
+			return len(x.Hosts) == 3 && x.Hosts[0].State == "UPDATING"
+		})
+		h.RestartOrchestrator(t)
+		op = operation(t, h, op.ID)
+		if op.State != "FAILED" || op.Hosts[0].State != "FAILED" || !strings.Contains(op.Hosts[0].Reason, "shut down") {
+			t.Fatalf("a rollout whose orchestrator shut down: %+v, want FAILED, its updating host FAILED saying the orchestrator shut down", op)
+		}
+		for _, x := range op.Hosts[1:] {
+			if x.State != "SKIPPED" {
+				t.Errorf("host %s after the shutdown: %s, want SKIPPED", x.Name, x.State)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(h.DataDir(), "releases", "rollouts", "active")); !os.IsNotExist(err) {
+			t.Errorf("the lock after the shutdown: %v, want none", err)
+		}
+		// The host finishes on its own: the release never gets healthy,
+		// so its launcher rolls it back.
+		meshtest.WaitFor(t, 90*time.Second, "every agent online at v1.1.0 again", atVersion("v1.1.0"))
+		checkVMs(t)
 	})
 }
 

@@ -9,17 +9,21 @@
 //   PORTAL_ZONES                       every zone, comma separated; the VM goes into the first
 //   PORTAL_HOSTS                       how many hosts the zones have in all
 //   PORTAL_COMPUTE_PROFILE             optional: the VM's compute profile (default the wizard's)
+//   PORTAL_UPDATE_HOST / _OTHER        a host whose agent the admin updates, and one left as
+//                                      it is (zone/name)
+//   PORTAL_UPDATE_FROM / _TO           the version the agents run, the release the stack publishes
 //
 // One browser session, as a person would use it: the member signs in,
 // switches from their first VDC to their second, looks at the catalog,
 // creates a VM through the wizard and watches it reach RUNNING, stops it
 // with the confirmation, and signs out; the other member signs in and finds
 // the VM neither in the list nor at its address; the admin signs in and
-// sees every zone and every host online. No request may go anywhere but the
+// sees every zone and every host online and updates one host's agent to
+// the second build the stack publishes. No request may go anywhere but the
 // portal and the provider's login pages (lib.mjs), and both must be used.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { admin, base, checkZonesAndHosts, env, go, issuer, member, memberVDCs, run, session, shot, signIn, stopVM } from './lib.mjs'
+import { admin, base, checkZonesAndHosts, env, go, issuer, member, memberVDCs, run, session, shot, signIn, stopVM, updateAgentFromHostsPage } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
@@ -156,6 +160,10 @@ test('the portal on the dev stack: a VM from the wizard, isolation between VDCs,
   await signIn(page, admin)
   await checkZonesAndHosts(page, zones, hostCount)
   await shot(page, 'hosts')
+  // One agent updated to the second build the stack publishes.
+  const update = { host: env('PORTAL_UPDATE_HOST'), other: env('PORTAL_UPDATE_OTHER'), from: env('PORTAL_UPDATE_FROM'), to: env('PORTAL_UPDATE_TO') }
+  await updateAgentFromHostsPage(t, page, { ...update, shots: 'agent-update' })
+  phase(`${admin.user} updates ${update.host} from ${update.from} to ${update.to}`)
   await listed(page, 'VDCs', 'VDCs')
   // The VDCs' usage counts the VM (stopped VMs hold their resources).
   const vms = await page.locator(`tbody tr[data-name="${vdc}"] td[data-label="VMs"]`).innerText()

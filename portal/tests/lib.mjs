@@ -178,3 +178,55 @@ export async function check(page, name, phone) {
   await axe(page, name)
   if (phone) await fits(page, name)
 }
+
+// An agent's update: sending the release, a restart, the mesh joined
+// again, the orchestrator's health check, the Hosts page's 3 s refresh.
+const updateTimeout = 120_000
+
+// updateAgentFromHostsPage, on the Hosts page as an admin, checks that host
+// and other (zone/name) run from with an update to the newest release to
+// available, presses host's Update button, follows the rollout until it
+// succeeded and checks host runs to, done, and other is untouched; the
+// screenshots are named shots-available, -running and -done.
+export async function updateAgentFromHostsPage(t, page, { host, other, from, to, shots }) {
+  const agent = (name) => page.locator(`tbody tr[data-name="${name}"] td[data-label="Agent"]`)
+  for (const name of [host, other]) {
+    await agent(name).locator('.mono').getByText(from, { exact: true }).waitFor()
+    await agent(name).getByText('update available', { exact: true }).waitFor()
+  }
+  await page.getByText(`Newest agent release: ${to}`).waitFor()
+  await shot(page, `${shots}-available`)
+
+  await page.getByRole('button', { name: `Update ${host}`, exact: true }).click()
+  const rollout = page.getByRole('region', { name: 'Agent update' })
+  await rollout.getByRole('heading', { name: `Update to ${to}: running` }).waitFor()
+  assert.equal(await rollout.locator('li').count(), 1, 'the rollout has the one host')
+  assert.equal(await rollout.locator('li').getAttribute('data-name'), host)
+  // While it runs, the other buttons wait for it.
+  assert.ok(await page.getByRole('button', { name: `Update ${other}`, exact: true }).isDisabled())
+  await shot(page, `${shots}-running`)
+
+  // Progress as the agent reports it, until the rollout succeeded.
+  const seen = new Set()
+  const deadline = Date.now() + updateTimeout
+  while ((await rollout.getAttribute('data-state')) === 'RUNNING') {
+    assert.ok(Date.now() < deadline, `the rollout still runs after ${updateTimeout} ms; seen ${[...seen]}`)
+    const badge = agent(host).locator('[data-update]')
+    if (await badge.count()) seen.add(await badge.getAttribute('data-update'))
+    await page.waitForTimeout(250)
+  }
+  t.diagnostic(`update states seen: ${[...seen].join(', ')}`)
+  assert.equal(await rollout.getAttribute('data-state'), 'SUCCEEDED', await rollout.innerText())
+  await rollout.getByRole('heading', { name: `Update to ${to}: succeeded` }).waitFor()
+  assert.equal(await rollout.locator(`li[data-name="${host}"]`).getAttribute('data-state'), 'DONE')
+
+  // The host runs the new version and says so; the other one does not.
+  await agent(host).locator('.mono').getByText(to, { exact: true }).waitFor()
+  await agent(host).locator('[data-update="DONE"]').getByText(`done ${to}`).waitFor()
+  assert.equal(await agent(host).getByText('update available').count(), 0)
+  assert.equal(await page.getByRole('button', { name: `Update ${host}`, exact: true }).count(), 0)
+  await agent(other).locator('.mono').getByText(from, { exact: true }).waitFor()
+  await agent(other).getByText('update available', { exact: true }).waitFor()
+  assert.ok(await page.getByRole('button', { name: `Update ${other}`, exact: true }).isEnabled())
+  await shot(page, `${shots}-done`)
+}

@@ -19,7 +19,9 @@ import (
 // playwright-core and Debian's chromium): alice signs in through the dev
 // provider's login form, switches VDC, creates a VM through the wizard and
 // watches it reach RUNNING, stops it; bob cannot see it; the admin sees both
-// zones and all five hosts online. The script fails on any request that
+// zones and all five hosts online, and updates fra1/pve1's agent from the
+// Hosts page to the second build the stack publishes (v0.1.1), which the
+// API must then report, the other hosts still at v0.1.0. The script fails on any request that
 // leaves the stack's origin other than the provider's login pages, and
 // leaves a screenshot of each main page in portal/test-artifacts/devstack.
 // Then the stack is stopped with SIGTERM and must leave no process behind.
@@ -54,7 +56,9 @@ func TestPortalOnDevStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("dev stack ready at %s after %s (issuer %s); screenshots go to %s", st.URL, ready.Round(time.Millisecond), st.Issuer, artifacts)
-	start := browsertest.Run(t, root, 4*time.Minute, []string{
+	c := devstack.Clusters()[0]
+	updated, untouched := c.Name+"/pve1", c.Name+"/pve2"
+	start := browsertest.Run(t, root, 6*time.Minute, []string{
 		"PORTAL_URL=" + st.URL,
 		"OIDC_ISSUER=" + st.Issuer,
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=" + users["admin"],
@@ -64,10 +68,37 @@ func TestPortalOnDevStack(t *testing.T) {
 		"PORTAL_ZONES=" + zones,
 		"PORTAL_HOSTS=" + strconv.Itoa(hosts),
 		"PORTAL_COMPUTE_PROFILE=small",
+		"PORTAL_UPDATE_HOST=" + updated, "PORTAL_UPDATE_OTHER=" + untouched,
+		"PORTAL_UPDATE_FROM=" + devstack.AgentVersion, "PORTAL_UPDATE_TO=" + devstack.NextAgentVersion,
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}, "tests/devstack.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "networks", "images", "compute-profiles", "storage-profiles",
-		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vm-detail-phone", "vms", "vm-not-found", "zones", "hosts", "vdcs")
+		"vm-wizard", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-stopped", "vm-detail-phone", "vms", "vm-not-found", "zones", "hosts", "vdcs",
+		"agent-update-available", "agent-update-running", "agent-update-done")
+
+	// The agent the admin updated runs the second build; the others do not.
+	var out struct {
+		Hosts []struct {
+			Name, AgentVersion string
+			Zone               struct{ Name string }
+			Update             *struct{ State, Version string }
+		}
+	}
+	if err := s.client(t, "admin").Do(t.Context(), "", `{ hosts { name agentVersion zone { name } update { state version } } }`, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range out.Hosts {
+		want := devstack.AgentVersion
+		if x.Zone.Name+"/"+x.Name == updated {
+			want = devstack.NextAgentVersion
+			if x.Update == nil || x.Update.State != "DONE" || x.Update.Version != want {
+				t.Errorf("host %s after its update from the portal: %+v, want DONE at %s", updated, x.Update, want)
+			}
+		}
+		if x.AgentVersion != want {
+			t.Errorf("host %s/%s runs %s, want %s", x.Zone.Name, x.Name, x.AgentVersion, want)
+		}
+	}
 
 	checkRequests(t, artifacts, start, st.URL, st.Issuer)
 

@@ -61,6 +61,9 @@ type ProcessAgent struct {
 	done chan struct{}
 	// Starts counts the supervisor's starts; protected by mu.
 	starts int
+	// startedAt is when the supervisor last started the agent; protected
+	// by mu.
+	startedAt time.Time
 }
 
 // RestartDelay is the supervisor's pause before starting an exited agent.
@@ -108,6 +111,7 @@ func (p *ProcessAgent) supervise() {
 		if err == nil {
 			p.cmd = cmd
 			p.starts++
+			p.startedAt = time.Now()
 		}
 		p.mu.Unlock()
 		if err == nil {
@@ -143,6 +147,27 @@ func (p *ProcessAgent) Stop() {
 		close(p.stop)
 	}
 	<-p.done
+}
+
+// Restart sends SIGTERM to the agent's process group, as `systemctl
+// restart` would, and returns at once: the supervisor starts it again
+// RestartDelay after it exited.
+func (p *ProcessAgent) Restart() error {
+	pid := p.Pid()
+	if pid == 0 {
+		return fmt.Errorf("meshtest: restart %s: not running", p.MeshName)
+	}
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("meshtest: restart %s: %w", p.MeshName, err)
+	}
+	return nil
+}
+
+// StartedAt is when the supervisor last started the agent.
+func (p *ProcessAgent) StartedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.startedAt
 }
 
 // Pid is the supervised process's (the launcher's) pid.
