@@ -19,6 +19,7 @@ import { admin, artifacts, base, check, env, issuer, member, session, shot, sign
 const vmCount = Number(env('PORTAL_VM_COUNT'))
 const renewals = Number(env('PORTAL_RENEWALS', '2'))
 const jsBudget = 350 * 1024
+
 async function graphsHaveData(page, name) {
   const panel = page.getByRole('region', { name: new RegExp(`^Graphs of `) })
   await panel.waitFor()
