@@ -129,9 +129,11 @@ lint: lint-schema lint-portal
 ## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest), and
 ## an agent's update and the rollback of bad releases vs a plain restart
 ## (pkg/rollout; the agents' probation is BENCH_UPDATE_PROBATION, default
-## 40s). Every figure is a ratio against a baseline of the same run. Tune with
-## BENCH_SCALES, BENCH_VMS, ... (README, Performance).
-bench:
+## 40s), and the portal's first-page JavaScript gzipped against its 350 KB
+## budget (pkg/portal, on the build). Every figure is a ratio against a
+## baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ... (README,
+## Performance).
+bench: portal
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
@@ -141,6 +143,8 @@ bench:
 		| tee $(dir $(BENCH_OUT))migration.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkAgentUpdate$$' -benchtime 1x -timeout 15m ./pkg/rollout \
 		| tee $(dir $(BENCH_OUT))agent-update.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkFirstPageJS$$' -benchtime 1x ./pkg/portal \
+		| tee $(dir $(BENCH_OUT))portal-js.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

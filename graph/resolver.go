@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
@@ -66,6 +67,9 @@ type Resolver struct {
 	// Rollouts publishes agent releases and rolls them out; nil offers
 	// none (agentReleases is empty, updateAgents refused).
 	Rollouts *rollout.Service
+	// Edge places the VDCs' edge gateways; edgeGateways reads where each
+	// runs from it. Nil: every gateway reads as pending.
+	Edge *edgesync.Syncer
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce

@@ -37,6 +37,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
@@ -152,6 +153,9 @@ func serve(ctx context.Context, args []string) error {
 	auditLog := fs.String("audit-log", env("FLEXPLANE_AUDIT_LOG", ""), "where audit events of mutations go as JSON lines: - for stdout, or a file appended to; empty writes none (env FLEXPLANE_AUDIT_LOG)")
 	auditWebhook := fs.String("audit-webhook", env("FLEXPLANE_AUDIT_WEBHOOK", ""), "URL audit events are POSTed to in batches (with retries); empty posts none (env FLEXPLANE_AUDIT_WEBHOOK)")
 	releaseDir, releaseKeyFile := releaseFlags(fs)
+	peerURL := fs.String("peer-url", env("FLEXPLANE_PEER_URL", ""), "this replica's http:// URL as the other replicas reach it (http://POD_IP:8080); set, the orchestrator runs as one of several replicas: the mesh control server runs on the holder of a Kubernetes Lease (in -namespace, through -kubeconfig) and needs -mesh-postgres; empty runs alone (env FLEXPLANE_PEER_URL)")
+	leaseName := fs.String("lease-name", env("FLEXPLANE_LEASE_NAME", meshleader.DefaultLeaseName), "name of the Lease electing the replica that runs the mesh control server (env FLEXPLANE_LEASE_NAME)")
+	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long after a leader's last renewal of the Lease another replica takes over")
 	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -162,6 +166,12 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *maxComplexity < 0 || *maxDepth < 0 {
 		return errors.New("-max-complexity and -max-depth must not be negative")
+	}
+	if *peerURL != "" && *meshPG == "" {
+		return errors.New("-peer-url needs -mesh-postgres: the mesh state moves between the replicas")
+	}
+	if *leaseDuration < 3*time.Second {
+		return errors.New("-lease-duration must be at least 3s")
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
@@ -250,7 +260,9 @@ func serve(ctx context.Context, args []string) error {
 			MaxComplexity:  *maxComplexity,
 			Releases:       orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 		},
-		Kube:           cat.kube(),
+		Kube: cat.kube(),
+		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,
+			LeaseDuration: *leaseDuration, RenewDeadline: *leaseDuration * 2 / 3, RetryPeriod: *leaseDuration / 7},
 		MetricsListen:  *metricsAddr,
 		Audit:          auditCfg,
 		TracerProvider: tp,

@@ -104,8 +104,54 @@ type ComplexityRoot struct {
 		Name func(childComplexity int) int
 	}
 
+	DeletedFirewallRule struct {
+		ID func(childComplexity int) int
+	}
+
 	DeletedNetwork struct {
 		ID func(childComplexity int) int
+	}
+
+	DeletedOneToOneAddress struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedPortForward struct {
+		ID func(childComplexity int) int
+	}
+
+	EdgeCounter struct {
+		Bytes   func(childComplexity int) int
+		Name    func(childComplexity int) int
+		Packets func(childComplexity int) int
+		Rule    func(childComplexity int) int
+	}
+
+	EdgeGateway struct {
+		Counters          func(childComplexity int) int
+		EgressMbps        func(childComplexity int) int
+		FirewallRules     func(childComplexity int) int
+		ID                func(childComplexity int) int
+		IngressMbps       func(childComplexity int) int
+		Message           func(childComplexity int) int
+		Node              func(childComplexity int) int
+		OneToOneAddresses func(childComplexity int) int
+		PortForwards      func(childComplexity int) int
+		PublicAddress     func(childComplexity int) int
+		Status            func(childComplexity int) int
+		Zone              func(childComplexity int) int
+	}
+
+	EdgeGatewayConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	EdgeGatewayEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	EnrollmentKey struct {
@@ -115,6 +161,43 @@ type ComplexityRoot struct {
 		ID        func(childComplexity int) int
 		Reusable  func(childComplexity int) int
 		Used      func(childComplexity int) int
+	}
+
+	ExternalNetwork struct {
+		Allocated   func(childComplexity int) int
+		Bridge      func(childComplexity int) int
+		Cidr        func(childComplexity int) int
+		Description func(childComplexity int) int
+		Gateway     func(childComplexity int) int
+		PoolEnd     func(childComplexity int) int
+		PoolSize    func(childComplexity int) int
+		PoolStart   func(childComplexity int) int
+		Zone        func(childComplexity int) int
+	}
+
+	ExternalNetworkConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	ExternalNetworkEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	FirewallRule struct {
+		Action      func(childComplexity int) int
+		Description func(childComplexity int) int
+		Destination func(childComplexity int) int
+		Direction   func(childComplexity int) int
+		FromPort    func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Position    func(childComplexity int) int
+		Protocol    func(childComplexity int) int
+		Source      func(childComplexity int) int
+		ToPort      func(childComplexity int) int
 	}
 
 	Host struct {
@@ -195,35 +278,43 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateComputeProfile func(childComplexity int, input model.CreateComputeProfileInput) int
-		CreateEnrollmentKey  func(childComplexity int, input model.CreateEnrollmentKeyInput) int
-		CreateImage          func(childComplexity int, input model.CreateImageInput) int
-		CreateNetwork        func(childComplexity int, input model.CreateNetworkInput) int
-		CreateSnapshot       func(childComplexity int, vm string, input model.CreateSnapshotInput) int
-		CreateStorageProfile func(childComplexity int, input model.CreateStorageProfileInput) int
-		CreateVM             func(childComplexity int, input model.CreateVMInput) int
-		CreateVdc            func(childComplexity int, input model.CreateVDCInput) int
-		DeleteComputeProfile func(childComplexity int, name string, resourceVersion *string) int
-		DeleteImage          func(childComplexity int, name string, resourceVersion *string) int
-		DeleteNetwork        func(childComplexity int, id string) int
-		DeleteSnapshot       func(childComplexity int, vm string, name string) int
-		DeleteStorageProfile func(childComplexity int, name string, resourceVersion *string) int
-		DeleteVM             func(childComplexity int, id string) int
-		DeleteVdc            func(childComplexity int, name string, resourceVersion *string) int
-		MigrateVM            func(childComplexity int, input model.MigrateVMInput) int
-		RebootVM             func(childComplexity int, id string) int
-		RevokeEnrollmentKey  func(childComplexity int, id string) int
-		RollbackSnapshot     func(childComplexity int, vm string, name string, start *bool) int
-		ShutdownVM           func(childComplexity int, id string) int
-		StageImage           func(childComplexity int, name string, zone string) int
-		StartVM              func(childComplexity int, id string) int
-		StopVM               func(childComplexity int, id string) int
-		UpdateAgents         func(childComplexity int, input model.UpdateAgentsInput) int
-		UpdateComputeProfile func(childComplexity int, input model.UpdateComputeProfileInput) int
-		UpdateImage          func(childComplexity int, input model.UpdateImageInput) int
-		UpdateStorageProfile func(childComplexity int, input model.UpdateStorageProfileInput) int
-		UpdateVdc            func(childComplexity int, input model.UpdateVDCInput) int
-		UpdateZone           func(childComplexity int, input model.UpdateZoneInput) int
+		CreateComputeProfile  func(childComplexity int, input model.CreateComputeProfileInput) int
+		CreateEnrollmentKey   func(childComplexity int, input model.CreateEnrollmentKeyInput) int
+		CreateExternalNetwork func(childComplexity int, input model.CreateExternalNetworkInput) int
+		CreateFirewallRule    func(childComplexity int, input model.CreateFirewallRuleInput) int
+		CreateImage           func(childComplexity int, input model.CreateImageInput) int
+		CreateNetwork         func(childComplexity int, input model.CreateNetworkInput) int
+		CreateOneToOneAddress func(childComplexity int, input model.CreateOneToOneAddressInput) int
+		CreatePortForward     func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateSnapshot        func(childComplexity int, vm string, input model.CreateSnapshotInput) int
+		CreateStorageProfile  func(childComplexity int, input model.CreateStorageProfileInput) int
+		CreateVM              func(childComplexity int, input model.CreateVMInput) int
+		CreateVdc             func(childComplexity int, input model.CreateVDCInput) int
+		DeleteComputeProfile  func(childComplexity int, name string, resourceVersion *string) int
+		DeleteFirewallRule    func(childComplexity int, id string) int
+		DeleteImage           func(childComplexity int, name string, resourceVersion *string) int
+		DeleteNetwork         func(childComplexity int, id string) int
+		DeleteOneToOneAddress func(childComplexity int, id string) int
+		DeletePortForward     func(childComplexity int, id string) int
+		DeleteSnapshot        func(childComplexity int, vm string, name string) int
+		DeleteStorageProfile  func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVM              func(childComplexity int, id string) int
+		DeleteVdc             func(childComplexity int, name string, resourceVersion *string) int
+		MigrateVM             func(childComplexity int, input model.MigrateVMInput) int
+		RebootVM              func(childComplexity int, id string) int
+		RevokeEnrollmentKey   func(childComplexity int, id string) int
+		RollbackSnapshot      func(childComplexity int, vm string, name string, start *bool) int
+		ShutdownVM            func(childComplexity int, id string) int
+		StageImage            func(childComplexity int, name string, zone string) int
+		StartVM               func(childComplexity int, id string) int
+		StopVM                func(childComplexity int, id string) int
+		UpdateAgents          func(childComplexity int, input model.UpdateAgentsInput) int
+		UpdateComputeProfile  func(childComplexity int, input model.UpdateComputeProfileInput) int
+		UpdateEdgeGateway     func(childComplexity int, input model.UpdateEdgeGatewayInput) int
+		UpdateImage           func(childComplexity int, input model.UpdateImageInput) int
+		UpdateStorageProfile  func(childComplexity int, input model.UpdateStorageProfileInput) int
+		UpdateVdc             func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone            func(childComplexity int, input model.UpdateZoneInput) int
 	}
 
 	Network struct {
@@ -245,6 +336,12 @@ type ComplexityRoot struct {
 	NetworkEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	OneToOneAddress struct {
+		ID            func(childComplexity int) int
+		PublicAddress func(childComplexity int) int
+		VMID          func(childComplexity int) int
 	}
 
 	Operation struct {
@@ -284,13 +381,24 @@ type ComplexityRoot struct {
 		StartCursor     func(childComplexity int) int
 	}
 
+	PortForward struct {
+		ID            func(childComplexity int) int
+		Protocol      func(childComplexity int) int
+		PublicAddress func(childComplexity int) int
+		PublicPort    func(childComplexity int) int
+		TargetPort    func(childComplexity int) int
+		VMID          func(childComplexity int) int
+	}
+
 	Query struct {
 		AgentReleases        func(childComplexity int) int
 		AgentUpdateOperation func(childComplexity int, id string) int
 		ComputeProfile       func(childComplexity int, name string) int
 		ComputeProfiles      func(childComplexity int) int
 		CurrentVdc           func(childComplexity int) int
+		EdgeGateways         func(childComplexity int, zone *string, first *int, after *string) int
 		EnrollmentKeys       func(childComplexity int) int
+		ExternalNetworks     func(childComplexity int, first *int, after *string) int
 		Hosts                func(childComplexity int, zone *string, region *string, first *int) int
 		HostsConnection      func(childComplexity int, zone *string, region *string, first *int, after *string) int
 		Image                func(childComplexity int, name string) int
@@ -740,12 +848,169 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Deleted.Name(childComplexity), true
 
+	case "DeletedFirewallRule.id":
+		if e.ComplexityRoot.DeletedFirewallRule.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedFirewallRule.ID(childComplexity), true
+
 	case "DeletedNetwork.id":
 		if e.ComplexityRoot.DeletedNetwork.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.DeletedNetwork.ID(childComplexity), true
+
+	case "DeletedOneToOneAddress.id":
+		if e.ComplexityRoot.DeletedOneToOneAddress.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedOneToOneAddress.ID(childComplexity), true
+
+	case "DeletedPortForward.id":
+		if e.ComplexityRoot.DeletedPortForward.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "EdgeCounter.bytes":
+		if e.ComplexityRoot.EdgeCounter.Bytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeCounter.Bytes(childComplexity), true
+	case "EdgeCounter.name":
+		if e.ComplexityRoot.EdgeCounter.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeCounter.Name(childComplexity), true
+	case "EdgeCounter.packets":
+		if e.ComplexityRoot.EdgeCounter.Packets == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeCounter.Packets(childComplexity), true
+	case "EdgeCounter.rule":
+		if e.ComplexityRoot.EdgeCounter.Rule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeCounter.Rule(childComplexity), true
+
+	case "EdgeGateway.counters":
+		if e.ComplexityRoot.EdgeGateway.Counters == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.Counters(childComplexity), true
+	case "EdgeGateway.egressMbps":
+		if e.ComplexityRoot.EdgeGateway.EgressMbps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.EgressMbps(childComplexity), true
+	case "EdgeGateway.firewallRules":
+		if e.ComplexityRoot.EdgeGateway.FirewallRules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.FirewallRules(childComplexity), true
+	case "EdgeGateway.id":
+		if e.ComplexityRoot.EdgeGateway.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.ID(childComplexity), true
+	case "EdgeGateway.ingressMbps":
+		if e.ComplexityRoot.EdgeGateway.IngressMbps == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.IngressMbps(childComplexity), true
+	case "EdgeGateway.message":
+		if e.ComplexityRoot.EdgeGateway.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.Message(childComplexity), true
+	case "EdgeGateway.node":
+		if e.ComplexityRoot.EdgeGateway.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.Node(childComplexity), true
+	case "EdgeGateway.oneToOneAddresses":
+		if e.ComplexityRoot.EdgeGateway.OneToOneAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.OneToOneAddresses(childComplexity), true
+	case "EdgeGateway.portForwards":
+		if e.ComplexityRoot.EdgeGateway.PortForwards == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.PortForwards(childComplexity), true
+	case "EdgeGateway.publicAddress":
+		if e.ComplexityRoot.EdgeGateway.PublicAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.PublicAddress(childComplexity), true
+	case "EdgeGateway.status":
+		if e.ComplexityRoot.EdgeGateway.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.Status(childComplexity), true
+	case "EdgeGateway.zone":
+		if e.ComplexityRoot.EdgeGateway.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGateway.Zone(childComplexity), true
+
+	case "EdgeGatewayConnection.edges":
+		if e.ComplexityRoot.EdgeGatewayConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayConnection.Edges(childComplexity), true
+	case "EdgeGatewayConnection.nodes":
+		if e.ComplexityRoot.EdgeGatewayConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayConnection.Nodes(childComplexity), true
+	case "EdgeGatewayConnection.pageInfo":
+		if e.ComplexityRoot.EdgeGatewayConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayConnection.PageInfo(childComplexity), true
+	case "EdgeGatewayConnection.totalCount":
+		if e.ComplexityRoot.EdgeGatewayConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayConnection.TotalCount(childComplexity), true
+
+	case "EdgeGatewayEdge.cursor":
+		if e.ComplexityRoot.EdgeGatewayEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayEdge.Cursor(childComplexity), true
+	case "EdgeGatewayEdge.node":
+		if e.ComplexityRoot.EdgeGatewayEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EdgeGatewayEdge.Node(childComplexity), true
 
 	case "EnrollmentKey.createdAt":
 		if e.ComplexityRoot.EnrollmentKey.CreatedAt == nil {
@@ -783,6 +1048,160 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.EnrollmentKey.Used(childComplexity), true
+
+	case "ExternalNetwork.allocated":
+		if e.ComplexityRoot.ExternalNetwork.Allocated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Allocated(childComplexity), true
+	case "ExternalNetwork.bridge":
+		if e.ComplexityRoot.ExternalNetwork.Bridge == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Bridge(childComplexity), true
+	case "ExternalNetwork.cidr":
+		if e.ComplexityRoot.ExternalNetwork.Cidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Cidr(childComplexity), true
+	case "ExternalNetwork.description":
+		if e.ComplexityRoot.ExternalNetwork.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Description(childComplexity), true
+	case "ExternalNetwork.gateway":
+		if e.ComplexityRoot.ExternalNetwork.Gateway == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Gateway(childComplexity), true
+	case "ExternalNetwork.poolEnd":
+		if e.ComplexityRoot.ExternalNetwork.PoolEnd == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.PoolEnd(childComplexity), true
+	case "ExternalNetwork.poolSize":
+		if e.ComplexityRoot.ExternalNetwork.PoolSize == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.PoolSize(childComplexity), true
+	case "ExternalNetwork.poolStart":
+		if e.ComplexityRoot.ExternalNetwork.PoolStart == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.PoolStart(childComplexity), true
+	case "ExternalNetwork.zone":
+		if e.ComplexityRoot.ExternalNetwork.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Zone(childComplexity), true
+
+	case "ExternalNetworkConnection.edges":
+		if e.ComplexityRoot.ExternalNetworkConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkConnection.Edges(childComplexity), true
+	case "ExternalNetworkConnection.nodes":
+		if e.ComplexityRoot.ExternalNetworkConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkConnection.Nodes(childComplexity), true
+	case "ExternalNetworkConnection.pageInfo":
+		if e.ComplexityRoot.ExternalNetworkConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkConnection.PageInfo(childComplexity), true
+	case "ExternalNetworkConnection.totalCount":
+		if e.ComplexityRoot.ExternalNetworkConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkConnection.TotalCount(childComplexity), true
+
+	case "ExternalNetworkEdge.cursor":
+		if e.ComplexityRoot.ExternalNetworkEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkEdge.Cursor(childComplexity), true
+	case "ExternalNetworkEdge.node":
+		if e.ComplexityRoot.ExternalNetworkEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetworkEdge.Node(childComplexity), true
+
+	case "FirewallRule.action":
+		if e.ComplexityRoot.FirewallRule.Action == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Action(childComplexity), true
+	case "FirewallRule.description":
+		if e.ComplexityRoot.FirewallRule.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Description(childComplexity), true
+	case "FirewallRule.destination":
+		if e.ComplexityRoot.FirewallRule.Destination == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Destination(childComplexity), true
+	case "FirewallRule.direction":
+		if e.ComplexityRoot.FirewallRule.Direction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Direction(childComplexity), true
+	case "FirewallRule.fromPort":
+		if e.ComplexityRoot.FirewallRule.FromPort == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.FromPort(childComplexity), true
+	case "FirewallRule.id":
+		if e.ComplexityRoot.FirewallRule.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.ID(childComplexity), true
+	case "FirewallRule.position":
+		if e.ComplexityRoot.FirewallRule.Position == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Position(childComplexity), true
+	case "FirewallRule.protocol":
+		if e.ComplexityRoot.FirewallRule.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Protocol(childComplexity), true
+	case "FirewallRule.source":
+		if e.ComplexityRoot.FirewallRule.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.Source(childComplexity), true
+	case "FirewallRule.toPort":
+		if e.ComplexityRoot.FirewallRule.ToPort == nil {
+			break
+		}
+
+		return e.ComplexityRoot.FirewallRule.ToPort(childComplexity), true
 
 	case "Host.agentVersion":
 		if e.ComplexityRoot.Host.AgentVersion == nil {
@@ -1142,6 +1561,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateEnrollmentKey(childComplexity, args["input"].(model.CreateEnrollmentKeyInput)), true
+	case "Mutation.createExternalNetwork":
+		if e.ComplexityRoot.Mutation.CreateExternalNetwork == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createExternalNetwork_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateExternalNetwork(childComplexity, args["input"].(model.CreateExternalNetworkInput)), true
+	case "Mutation.createFirewallRule":
+		if e.ComplexityRoot.Mutation.CreateFirewallRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createFirewallRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateFirewallRule(childComplexity, args["input"].(model.CreateFirewallRuleInput)), true
 	case "Mutation.createImage":
 		if e.ComplexityRoot.Mutation.CreateImage == nil {
 			break
@@ -1164,6 +1605,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateNetwork(childComplexity, args["input"].(model.CreateNetworkInput)), true
+	case "Mutation.createOneToOneAddress":
+		if e.ComplexityRoot.Mutation.CreateOneToOneAddress == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createOneToOneAddress_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateOneToOneAddress(childComplexity, args["input"].(model.CreateOneToOneAddressInput)), true
+	case "Mutation.createPortForward":
+		if e.ComplexityRoot.Mutation.CreatePortForward == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createPortForward_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreatePortForward(childComplexity, args["input"].(model.CreatePortForwardInput)), true
 	case "Mutation.createSnapshot":
 		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
 			break
@@ -1219,6 +1682,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteComputeProfile(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteFirewallRule":
+		if e.ComplexityRoot.Mutation.DeleteFirewallRule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteFirewallRule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteFirewallRule(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteImage":
 		if e.ComplexityRoot.Mutation.DeleteImage == nil {
 			break
@@ -1241,6 +1715,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteNetwork(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteOneToOneAddress":
+		if e.ComplexityRoot.Mutation.DeleteOneToOneAddress == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteOneToOneAddress_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteOneToOneAddress(childComplexity, args["id"].(string)), true
+	case "Mutation.deletePortForward":
+		if e.ComplexityRoot.Mutation.DeletePortForward == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deletePortForward_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteSnapshot":
 		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
 			break
@@ -1395,6 +1891,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateComputeProfile(childComplexity, args["input"].(model.UpdateComputeProfileInput)), true
+	case "Mutation.updateEdgeGateway":
+		if e.ComplexityRoot.Mutation.UpdateEdgeGateway == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateEdgeGateway_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateEdgeGateway(childComplexity, args["input"].(model.UpdateEdgeGatewayInput)), true
 	case "Mutation.updateImage":
 		if e.ComplexityRoot.Mutation.UpdateImage == nil {
 			break
@@ -1514,6 +2021,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.NetworkEdge.Node(childComplexity), true
+
+	case "OneToOneAddress.id":
+		if e.ComplexityRoot.OneToOneAddress.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OneToOneAddress.ID(childComplexity), true
+	case "OneToOneAddress.publicAddress":
+		if e.ComplexityRoot.OneToOneAddress.PublicAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OneToOneAddress.PublicAddress(childComplexity), true
+	case "OneToOneAddress.vmId":
+		if e.ComplexityRoot.OneToOneAddress.VMID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.OneToOneAddress.VMID(childComplexity), true
 
 	case "Operation.error":
 		if e.ComplexityRoot.Operation.Error == nil {
@@ -1652,6 +2178,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "PortForward.id":
+		if e.ComplexityRoot.PortForward.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.ID(childComplexity), true
+	case "PortForward.protocol":
+		if e.ComplexityRoot.PortForward.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.Protocol(childComplexity), true
+	case "PortForward.publicAddress":
+		if e.ComplexityRoot.PortForward.PublicAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.PublicAddress(childComplexity), true
+	case "PortForward.publicPort":
+		if e.ComplexityRoot.PortForward.PublicPort == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.PublicPort(childComplexity), true
+	case "PortForward.targetPort":
+		if e.ComplexityRoot.PortForward.TargetPort == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.TargetPort(childComplexity), true
+	case "PortForward.vmId":
+		if e.ComplexityRoot.PortForward.VMID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PortForward.VMID(childComplexity), true
+
 	case "Query.agentReleases":
 		if e.ComplexityRoot.Query.AgentReleases == nil {
 			break
@@ -1692,12 +2255,34 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CurrentVdc(childComplexity), true
+	case "Query.edgeGateways":
+		if e.ComplexityRoot.Query.EdgeGateways == nil {
+			break
+		}
+
+		args, err := ec.field_Query_edgeGateways_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.EdgeGateways(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.enrollmentKeys":
 		if e.ComplexityRoot.Query.EnrollmentKeys == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Query.EnrollmentKeys(childComplexity), true
+	case "Query.externalNetworks":
+		if e.ComplexityRoot.Query.ExternalNetworks == nil {
+			break
+		}
+
+		args, err := ec.field_Query_externalNetworks_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ExternalNetworks(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Query.hosts":
 		if e.ComplexityRoot.Query.Hosts == nil {
 			break
@@ -2537,8 +3122,12 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		return graphql.NewInputUnmarshalerIndex(
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
+			graphql.NewInputUnmarshaler("CreateExternalNetworkInput", ec.unmarshalInputCreateExternalNetworkInput),
+			graphql.NewInputUnmarshaler("CreateFirewallRuleInput", ec.unmarshalInputCreateFirewallRuleInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
+			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
+			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
@@ -2548,6 +3137,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("NetworkMappingInput", ec.unmarshalInputNetworkMappingInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
+			graphql.NewInputUnmarshaler("UpdateEdgeGatewayInput", ec.unmarshalInputUpdateEdgeGatewayInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
@@ -2795,6 +3385,404 @@ enum AgentUpdateState {
   ROLLED_BACK
   "The release was refused before anything ran (bad signature, tampered, expired, not newer)."
   REFUSED
+}
+`, BuiltIn: false},
+	{Name: "../edge.graphqls", Input: `# Edge gateways: one per VDC per zone, run by an agent of the zone in a
+# network namespace of its node, with a leg in each of the VDC's networks
+# (holding the network's gateway address) and an uplink on the zone's
+# external network. Egress is SNATed to the VDC's public address in the
+# zone; port forwards send a public port on to a VM; inbound traffic no
+# firewall rule allows is dropped (and counted). The catalog holds what the
+# VDC wants (catalog objects EdgeGateway and ExternalNetwork); every
+# orchestrator derives the gateway's whole state from them, the VDC's
+# networks and its VMs' addresses, and sends it to the gateway's agent.
+#
+# A VDC's gateway in a zone comes into being with its first rule, port
+# forward or limit there: it is then given the lowest free address of the
+# zone's external network's pool, which no other VDC is ever given.
+
+extend type Query {
+  """
+  The edge gateways of the current VDC, one per zone where it has one,
+  sorted by zone name, as a cursor connection.
+  """
+  edgeGateways(
+    "Only the gateway in the zone of this name."
+    zone: String
+    "At most this many gateways (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the gateways after it."
+    after: String
+  ): EdgeGatewayConnection! @vdc
+  "The zones' external networks, sorted by zone name, as a cursor connection."
+  externalNetworks(
+    "At most this many networks (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the networks after it."
+    after: String
+  ): ExternalNetworkConnection! @platformAdmin
+}
+
+extend type Mutation {
+  """
+  Gives a zone its external network and pool of public addresses.
+  BAD_USER_INPUT (with extensions.field) for an unknown zone, a bridge that
+  is no interface name, a CIDR that is no IPv4 network address, a gateway
+  or pool bound outside it (or on its network or broadcast address), a
+  gateway inside the pool or a pool of more than 4096 addresses; CONFLICT
+  when the zone has one already.
+  """
+  createExternalNetwork(
+    "What to create."
+    input: CreateExternalNetworkInput!
+  ): ExternalNetwork! @platformAdmin
+  """
+  Adds a firewall rule to the VDC's gateway in a zone (creating the gateway
+  when it has none). BAD_USER_INPUT for an unknown zone, one without an
+  external network, a malformed CIDR, ports out of 1 to 65535 (or with a
+  protocol other than TCP or UDP), or a position beyond the end. Rules may
+  overlap: the first that matches decides.
+  """
+  createFirewallRule(
+    "The rule and where it goes."
+    input: CreateFirewallRuleInput!
+  ): FirewallRule! @vdc(role: MEMBER)
+  "Removes a firewall rule; NOT_FOUND for a rule the VDC does not have."
+  deleteFirewallRule(
+    "The rule's id."
+    id: ID!
+  ): DeletedFirewallRule! @vdc(role: MEMBER)
+  """
+  Forwards a public port of the VDC's gateway in the VM's zone to a port of
+  the VM (creating the gateway when it has none). NOT_FOUND for a VM the
+  VDC does not have; BAD_USER_INPUT for ports out of 1 to 65535, a public
+  address outside the zone's pool or not the VDC's, or a public port
+  already forwarded for the protocol.
+  """
+  createPortForward(
+    "The port forward."
+    input: CreatePortForwardInput!
+  ): PortForward! @vdc(role: MEMBER)
+  "Removes a port forward; NOT_FOUND for one the VDC does not have."
+  deletePortForward(
+    "The port forward's id."
+    id: ID!
+  ): DeletedPortForward! @vdc(role: MEMBER)
+  """
+  Gives a VM a public address of its own, both ways (1:1 NAT; inbound
+  traffic to it still needs a firewall rule), from the pool of the VM's
+  zone: publicAddress when given (BAD_USER_INPUT when it is outside the
+  pool or in use), else the lowest free one. NOT_FOUND for a VM the VDC
+  does not have.
+  """
+  createOneToOneAddress(
+    "The VM and the address."
+    input: CreateOneToOneAddressInput!
+  ): OneToOneAddress! @vdc(role: MEMBER)
+  "Takes a 1:1 address back into the pool; NOT_FOUND for one the VDC does not have."
+  deleteOneToOneAddress(
+    "The 1:1 address's id."
+    id: ID!
+  ): DeletedOneToOneAddress! @vdc(role: MEMBER)
+  """
+  Sets the bandwidth limits of the VDC's gateway in a zone (each left as it
+  is when null; creating the gateway when it has none). BAD_USER_INPUT for
+  a limit out of 0 to 100000 Mbit/s.
+  """
+  updateEdgeGateway(
+    "The zone and the limits."
+    input: UpdateEdgeGatewayInput!
+  ): EdgeGateway! @vdc(role: MEMBER)
+}
+
+"Whether an edge gateway runs as the catalog wants it."
+enum EdgeGatewayStatus {
+  "Its agent runs the whole state."
+  ACTIVE
+  "Not placed yet (just created, or its zone has no online host)."
+  PENDING
+  "The last attempt to apply it failed (see message)."
+  FAILED
+}
+
+"The edge gateway of the current VDC in one zone."
+type EdgeGateway {
+  "Opaque id."
+  id: ID!
+  "The zone it serves."
+  zone: Zone!
+  "The Proxmox node whose agent runs it; null while pending."
+  node: String
+  "Whether it runs as wanted."
+  status: EdgeGatewayStatus!
+  "Why it failed, when it did."
+  message: String
+  "The VDC's public address in the zone: egress leaves from it, port forwards listen on it."
+  publicAddress: String!
+  "The limit of traffic out to the external network in Mbit/s; 0 is none."
+  egressMbps: Int!
+  "The limit of traffic in from the external network in Mbit/s; 0 is none."
+  ingressMbps: Int!
+  "The firewall rules in order: the first that matches decides."
+  firewallRules: [FirewallRule!]!
+  "The port forwards, sorted by protocol and public port."
+  portForwards: [PortForward!]!
+  "The VMs' own public addresses, sorted by address."
+  oneToOneAddresses: [OneToOneAddress!]!
+  "The packet counters of the running gateway (empty while it is not running), sorted by name."
+  counters: [EdgeCounter!]!
+}
+
+"A packet counter of a running edge gateway."
+type EdgeCounter {
+  "What it counts: a firewall rule's id, or default-deny-inbound for inbound traffic no rule allowed."
+  name: String!
+  "The firewall rule it counts, or null for the default deny."
+  rule: ID
+  "Packets counted since the gateway was set up."
+  packets: Float!
+  "Bytes counted since the gateway was set up."
+  bytes: Float!
+}
+
+"Which way a firewall rule looks."
+enum FirewallDirection {
+  "From the external network to the VDC (the destination is the VM's address and port after port forwarding)."
+  INBOUND
+  "From the VDC to the external network."
+  OUTBOUND
+}
+
+"The protocol a firewall rule matches."
+enum FirewallProtocol {
+  "TCP."
+  TCP
+  "UDP."
+  UDP
+  "ICMP."
+  ICMP
+  "Any protocol."
+  ANY
+}
+
+"What a matching firewall rule does."
+enum FirewallAction {
+  "Lets the traffic through."
+  ALLOW
+  "Drops it."
+  DENY
+}
+
+"A firewall rule of a VDC's edge gateway."
+type FirewallRule {
+  "Opaque id."
+  id: ID!
+  "Its place in the gateway's rules, from 0."
+  position: Int!
+  "Which way it looks."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: FirewallProtocol!
+  "The first destination port it matches (TCP, UDP); null for any."
+  fromPort: Int
+  "The last destination port it matches; null for any."
+  toPort: Int
+  "The source CIDR it matches; null for any."
+  source: String
+  "The destination CIDR it matches; null for any."
+  destination: String
+  "What it does."
+  action: FirewallAction!
+  "Free text."
+  description: String
+}
+
+"The protocol of a port forward."
+enum PortForwardProtocol {
+  "TCP."
+  TCP
+  "UDP."
+  UDP
+}
+
+"A public port of a VDC's edge gateway forwarded to a VM."
+type PortForward {
+  "Opaque id."
+  id: ID!
+  "The protocol forwarded."
+  protocol: PortForwardProtocol!
+  "The public address it listens on."
+  publicAddress: String!
+  "The public port."
+  publicPort: Int!
+  "The id of the VM it forwards to."
+  vmId: ID!
+  "The VM's port."
+  targetPort: Int!
+}
+
+"A public address of a VDC's VM, both ways."
+type OneToOneAddress {
+  "Opaque id."
+  id: ID!
+  "The public address."
+  publicAddress: String!
+  "The id of the VM that has it."
+  vmId: ID!
+}
+
+"A new 1:1 address."
+input CreateOneToOneAddressInput {
+  "The id of the VM that gets it."
+  vmId: ID!
+  "The address from the pool of the VM's zone; null for the lowest free one."
+  publicAddress: String
+}
+
+"The result of deleteOneToOneAddress."
+type DeletedOneToOneAddress {
+  "The id the 1:1 address had."
+  id: ID!
+}
+
+"A zone's external network and its pool of public addresses."
+type ExternalNetwork {
+  "The zone's name."
+  zone: String!
+  "Free text."
+  description: String
+  "The bridge of the network on every node of the zone."
+  bridge: String!
+  "The IPv4 network, e.g. 203.0.113.0/24."
+  cidr: String!
+  "The network's router."
+  gateway: String!
+  "The first address of the pool."
+  poolStart: String!
+  "The last address of the pool."
+  poolEnd: String!
+  "How many addresses the pool has."
+  poolSize: Int!
+  "How many of them VDCs hold."
+  allocated: Int!
+}
+
+"A new external network."
+input CreateExternalNetworkInput {
+  "The zone's name."
+  zone: String!
+  "Free text (at most 1024 bytes)."
+  description: String
+  "The bridge on every node (e.g. vmbr0)."
+  bridge: String!
+  "An IPv4 network address with its prefix length, e.g. 203.0.113.0/24."
+  cidr: String!
+  "The router, inside cidr and outside the pool."
+  gateway: String!
+  "The pool's first public address, inside cidr."
+  poolStart: String!
+  "The pool's last public address (at most 4096 in all)."
+  poolEnd: String!
+}
+
+"A new firewall rule."
+input CreateFirewallRuleInput {
+  "The zone of the gateway."
+  zone: String!
+  "Which way it looks."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: FirewallProtocol!
+  "The first destination port (1 to 65535; TCP and UDP only); null with toPort for any."
+  fromPort: Int
+  "The last destination port (fromPort when null)."
+  toPort: Int
+  "The source as an IPv4 CIDR, e.g. 198.51.100.0/24; null for any."
+  source: String
+  "The destination as an IPv4 CIDR; null for any."
+  destination: String
+  "What it does."
+  action: FirewallAction!
+  "Where it goes among the rules, from 0 (the first); null for after the last."
+  position: Int
+  "Free text (at most 1024 bytes)."
+  description: String
+}
+
+"A new port forward."
+input CreatePortForwardInput {
+  "The id of the VM the traffic goes to (in its zone's gateway)."
+  vmId: ID!
+  "The protocol forwarded."
+  protocol: PortForwardProtocol!
+  "The public port (1 to 65535)."
+  publicPort: Int!
+  "The VM's port (1 to 65535)."
+  targetPort: Int!
+  "The public address; null for the VDC's public address in the zone (the only one it may name)."
+  publicAddress: String
+}
+
+"New bandwidth limits of a gateway."
+input UpdateEdgeGatewayInput {
+  "The zone of the gateway."
+  zone: String!
+  "The limit of traffic out in Mbit/s (0 to 100000, 0 for none)."
+  egressMbps: Int
+  "The limit of traffic in in Mbit/s (0 to 100000, 0 for none)."
+  ingressMbps: Int
+}
+
+"The result of deleteFirewallRule."
+type DeletedFirewallRule {
+  "The id the rule had."
+  id: ID!
+}
+
+"The result of deletePortForward."
+type DeletedPortForward {
+  "The id the port forward had."
+  id: ID!
+}
+
+"A page of edge gateways."
+type EdgeGatewayConnection {
+  "The gateways of the page with their cursors."
+  edges: [EdgeGatewayEdge!]!
+  "The gateways of the page (the edges' nodes)."
+  nodes: [EdgeGateway!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many gateways match in all."
+  totalCount: Int!
+}
+
+"A gateway in a page of gateways."
+type EdgeGatewayEdge {
+  "Pass it as after to get the gateways after this one."
+  cursor: String!
+  "The gateway."
+  node: EdgeGateway!
+}
+
+"A page of external networks."
+type ExternalNetworkConnection {
+  "The networks of the page with their cursors."
+  edges: [ExternalNetworkEdge!]!
+  "The networks of the page (the edges' nodes)."
+  nodes: [ExternalNetwork!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many networks there are in all."
+  totalCount: Int!
+}
+
+"An external network in a page of them."
+type ExternalNetworkEdge {
+  "Pass it as after to get the networks after this one."
+  cursor: String!
+  "The network."
+  node: ExternalNetwork!
 }
 `, BuiltIn: false},
 	{Name: "../enrollment.graphqls", Input: `# Agent enrollment keys (platform admins): an agent joins the mesh with one.
@@ -4528,12 +5516,104 @@ func (ec *executionContext) childFields_Deleted(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Deleted", field.Name)
 }
 
+func (ec *executionContext) childFields_DeletedFirewallRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedFirewallRule_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedFirewallRule", field.Name)
+}
+
 func (ec *executionContext) childFields_DeletedNetwork(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
 		return ec.fieldContext_DeletedNetwork_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedNetwork", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedOneToOneAddress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedOneToOneAddress_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedOneToOneAddress", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedPortForward_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_EdgeCounter(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_EdgeCounter_name(ctx, field)
+	case "rule":
+		return ec.fieldContext_EdgeCounter_rule(ctx, field)
+	case "packets":
+		return ec.fieldContext_EdgeCounter_packets(ctx, field)
+	case "bytes":
+		return ec.fieldContext_EdgeCounter_bytes(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EdgeCounter", field.Name)
+}
+
+func (ec *executionContext) childFields_EdgeGateway(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_EdgeGateway_id(ctx, field)
+	case "zone":
+		return ec.fieldContext_EdgeGateway_zone(ctx, field)
+	case "node":
+		return ec.fieldContext_EdgeGateway_node(ctx, field)
+	case "status":
+		return ec.fieldContext_EdgeGateway_status(ctx, field)
+	case "message":
+		return ec.fieldContext_EdgeGateway_message(ctx, field)
+	case "publicAddress":
+		return ec.fieldContext_EdgeGateway_publicAddress(ctx, field)
+	case "egressMbps":
+		return ec.fieldContext_EdgeGateway_egressMbps(ctx, field)
+	case "ingressMbps":
+		return ec.fieldContext_EdgeGateway_ingressMbps(ctx, field)
+	case "firewallRules":
+		return ec.fieldContext_EdgeGateway_firewallRules(ctx, field)
+	case "portForwards":
+		return ec.fieldContext_EdgeGateway_portForwards(ctx, field)
+	case "oneToOneAddresses":
+		return ec.fieldContext_EdgeGateway_oneToOneAddresses(ctx, field)
+	case "counters":
+		return ec.fieldContext_EdgeGateway_counters(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EdgeGateway", field.Name)
+}
+
+func (ec *executionContext) childFields_EdgeGatewayConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_EdgeGatewayConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_EdgeGatewayConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_EdgeGatewayConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_EdgeGatewayConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EdgeGatewayConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_EdgeGatewayEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_EdgeGatewayEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_EdgeGatewayEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EdgeGatewayEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_EnrollmentKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4552,6 +5632,80 @@ func (ec *executionContext) childFields_EnrollmentKey(ctx context.Context, field
 		return ec.fieldContext_EnrollmentKey_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type EnrollmentKey", field.Name)
+}
+
+func (ec *executionContext) childFields_ExternalNetwork(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_ExternalNetwork_zone(ctx, field)
+	case "description":
+		return ec.fieldContext_ExternalNetwork_description(ctx, field)
+	case "bridge":
+		return ec.fieldContext_ExternalNetwork_bridge(ctx, field)
+	case "cidr":
+		return ec.fieldContext_ExternalNetwork_cidr(ctx, field)
+	case "gateway":
+		return ec.fieldContext_ExternalNetwork_gateway(ctx, field)
+	case "poolStart":
+		return ec.fieldContext_ExternalNetwork_poolStart(ctx, field)
+	case "poolEnd":
+		return ec.fieldContext_ExternalNetwork_poolEnd(ctx, field)
+	case "poolSize":
+		return ec.fieldContext_ExternalNetwork_poolSize(ctx, field)
+	case "allocated":
+		return ec.fieldContext_ExternalNetwork_allocated(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExternalNetwork", field.Name)
+}
+
+func (ec *executionContext) childFields_ExternalNetworkConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ExternalNetworkConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_ExternalNetworkConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ExternalNetworkConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_ExternalNetworkConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExternalNetworkConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ExternalNetworkEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ExternalNetworkEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ExternalNetworkEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExternalNetworkEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_FirewallRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_FirewallRule_id(ctx, field)
+	case "position":
+		return ec.fieldContext_FirewallRule_position(ctx, field)
+	case "direction":
+		return ec.fieldContext_FirewallRule_direction(ctx, field)
+	case "protocol":
+		return ec.fieldContext_FirewallRule_protocol(ctx, field)
+	case "fromPort":
+		return ec.fieldContext_FirewallRule_fromPort(ctx, field)
+	case "toPort":
+		return ec.fieldContext_FirewallRule_toPort(ctx, field)
+	case "source":
+		return ec.fieldContext_FirewallRule_source(ctx, field)
+	case "destination":
+		return ec.fieldContext_FirewallRule_destination(ctx, field)
+	case "action":
+		return ec.fieldContext_FirewallRule_action(ctx, field)
+	case "description":
+		return ec.fieldContext_FirewallRule_description(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type FirewallRule", field.Name)
 }
 
 func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4750,6 +5904,18 @@ func (ec *executionContext) childFields_NetworkEdge(ctx context.Context, field g
 	return nil, fmt.Errorf("no field named %q was found under type NetworkEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_OneToOneAddress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_OneToOneAddress_id(ctx, field)
+	case "publicAddress":
+		return ec.fieldContext_OneToOneAddress_publicAddress(ctx, field)
+	case "vmId":
+		return ec.fieldContext_OneToOneAddress_vmId(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type OneToOneAddress", field.Name)
+}
+
 func (ec *executionContext) childFields_Operation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -4822,6 +5988,24 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 		return ec.fieldContext_PageInfo_endCursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_PortForward(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_PortForward_id(ctx, field)
+	case "protocol":
+		return ec.fieldContext_PortForward_protocol(ctx, field)
+	case "publicAddress":
+		return ec.fieldContext_PortForward_publicAddress(ctx, field)
+	case "publicPort":
+		return ec.fieldContext_PortForward_publicPort(ctx, field)
+	case "vmId":
+		return ec.fieldContext_PortForward_vmId(ctx, field)
+	case "targetPort":
+		return ec.fieldContext_PortForward_targetPort(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PortForward", field.Name)
 }
 
 func (ec *executionContext) childFields_Region(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -115,6 +115,48 @@ type CreateEnrollmentKeyInput struct {
 	TTLSeconds *int `json:"ttlSeconds,omitempty"`
 }
 
+// A new external network.
+type CreateExternalNetworkInput struct {
+	// The zone's name.
+	Zone string `json:"zone"`
+	// Free text (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// The bridge on every node (e.g. vmbr0).
+	Bridge string `json:"bridge"`
+	// An IPv4 network address with its prefix length, e.g. 203.0.113.0/24.
+	Cidr string `json:"cidr"`
+	// The router, inside cidr and outside the pool.
+	Gateway string `json:"gateway"`
+	// The pool's first public address, inside cidr.
+	PoolStart string `json:"poolStart"`
+	// The pool's last public address (at most 4096 in all).
+	PoolEnd string `json:"poolEnd"`
+}
+
+// A new firewall rule.
+type CreateFirewallRuleInput struct {
+	// The zone of the gateway.
+	Zone string `json:"zone"`
+	// Which way it looks.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol FirewallProtocol `json:"protocol"`
+	// The first destination port (1 to 65535; TCP and UDP only); null with toPort for any.
+	FromPort *int `json:"fromPort,omitempty"`
+	// The last destination port (fromPort when null).
+	ToPort *int `json:"toPort,omitempty"`
+	// The source as an IPv4 CIDR, e.g. 198.51.100.0/24; null for any.
+	Source *string `json:"source,omitempty"`
+	// The destination as an IPv4 CIDR; null for any.
+	Destination *string `json:"destination,omitempty"`
+	// What it does.
+	Action FirewallAction `json:"action"`
+	// Where it goes among the rules, from 0 (the first); null for after the last.
+	Position *int `json:"position,omitempty"`
+	// Free text (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+}
+
 // A new image of the catalog.
 type CreateImageInput struct {
 	// Unique name (DNS labels joined by dots), e.g. ubuntu-24.04.
@@ -141,6 +183,28 @@ type CreateNetworkInput struct {
 	Cidr string `json:"cidr"`
 	// An address inside cidr, not its network or broadcast address (no surrounding spaces).
 	Gateway string `json:"gateway"`
+}
+
+// A new 1:1 address.
+type CreateOneToOneAddressInput struct {
+	// The id of the VM that gets it.
+	VMID string `json:"vmId"`
+	// The address from the pool of the VM's zone; null for the lowest free one.
+	PublicAddress *string `json:"publicAddress,omitempty"`
+}
+
+// A new port forward.
+type CreatePortForwardInput struct {
+	// The id of the VM the traffic goes to (in its zone's gateway).
+	VMID string `json:"vmId"`
+	// The protocol forwarded.
+	Protocol PortForwardProtocol `json:"protocol"`
+	// The public port (1 to 65535).
+	PublicPort int `json:"publicPort"`
+	// The VM's port (1 to 65535).
+	TargetPort int `json:"targetPort"`
+	// The public address; null for the VDC's public address in the zone (the only one it may name).
+	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
 // A snapshot to take.
@@ -228,10 +292,88 @@ type Deleted struct {
 	Name string `json:"name"`
 }
 
+// The result of deleteFirewallRule.
+type DeletedFirewallRule struct {
+	// The id the rule had.
+	ID string `json:"id"`
+}
+
 // The result of deleteNetwork.
 type DeletedNetwork struct {
 	// The id the network had.
 	ID string `json:"id"`
+}
+
+// The result of deleteOneToOneAddress.
+type DeletedOneToOneAddress struct {
+	// The id the 1:1 address had.
+	ID string `json:"id"`
+}
+
+// The result of deletePortForward.
+type DeletedPortForward struct {
+	// The id the port forward had.
+	ID string `json:"id"`
+}
+
+// A packet counter of a running edge gateway.
+type EdgeCounter struct {
+	// What it counts: a firewall rule's id, or default-deny-inbound for inbound traffic no rule allowed.
+	Name string `json:"name"`
+	// The firewall rule it counts, or null for the default deny.
+	Rule *string `json:"rule,omitempty"`
+	// Packets counted since the gateway was set up.
+	Packets float64 `json:"packets"`
+	// Bytes counted since the gateway was set up.
+	Bytes float64 `json:"bytes"`
+}
+
+// The edge gateway of the current VDC in one zone.
+type EdgeGateway struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// The zone it serves.
+	Zone *Zone `json:"zone"`
+	// The Proxmox node whose agent runs it; null while pending.
+	Node *string `json:"node,omitempty"`
+	// Whether it runs as wanted.
+	Status EdgeGatewayStatus `json:"status"`
+	// Why it failed, when it did.
+	Message *string `json:"message,omitempty"`
+	// The VDC's public address in the zone: egress leaves from it, port forwards listen on it.
+	PublicAddress string `json:"publicAddress"`
+	// The limit of traffic out to the external network in Mbit/s; 0 is none.
+	EgressMbps int `json:"egressMbps"`
+	// The limit of traffic in from the external network in Mbit/s; 0 is none.
+	IngressMbps int `json:"ingressMbps"`
+	// The firewall rules in order: the first that matches decides.
+	FirewallRules []*FirewallRule `json:"firewallRules"`
+	// The port forwards, sorted by protocol and public port.
+	PortForwards []*PortForward `json:"portForwards"`
+	// The VMs' own public addresses, sorted by address.
+	OneToOneAddresses []*OneToOneAddress `json:"oneToOneAddresses"`
+	// The packet counters of the running gateway (empty while it is not running), sorted by name.
+	Counters []*EdgeCounter `json:"counters"`
+}
+
+// A page of edge gateways.
+type EdgeGatewayConnection struct {
+	// The gateways of the page with their cursors.
+	Edges []*EdgeGatewayEdge `json:"edges"`
+	// The gateways of the page (the edges' nodes).
+	Nodes []*EdgeGateway `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many gateways match in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A gateway in a page of gateways.
+type EdgeGatewayEdge struct {
+	// Pass it as after to get the gateways after this one.
+	Cursor string `json:"cursor"`
+	// The gateway.
+	Node *EdgeGateway `json:"node"`
 }
 
 // An enrollment key.
@@ -248,6 +390,72 @@ type EnrollmentKey struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// When it stops enrolling agents.
 	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A zone's external network and its pool of public addresses.
+type ExternalNetwork struct {
+	// The zone's name.
+	Zone string `json:"zone"`
+	// Free text.
+	Description *string `json:"description,omitempty"`
+	// The bridge of the network on every node of the zone.
+	Bridge string `json:"bridge"`
+	// The IPv4 network, e.g. 203.0.113.0/24.
+	Cidr string `json:"cidr"`
+	// The network's router.
+	Gateway string `json:"gateway"`
+	// The first address of the pool.
+	PoolStart string `json:"poolStart"`
+	// The last address of the pool.
+	PoolEnd string `json:"poolEnd"`
+	// How many addresses the pool has.
+	PoolSize int `json:"poolSize"`
+	// How many of them VDCs hold.
+	Allocated int `json:"allocated"`
+}
+
+// A page of external networks.
+type ExternalNetworkConnection struct {
+	// The networks of the page with their cursors.
+	Edges []*ExternalNetworkEdge `json:"edges"`
+	// The networks of the page (the edges' nodes).
+	Nodes []*ExternalNetwork `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many networks there are in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// An external network in a page of them.
+type ExternalNetworkEdge struct {
+	// Pass it as after to get the networks after this one.
+	Cursor string `json:"cursor"`
+	// The network.
+	Node *ExternalNetwork `json:"node"`
+}
+
+// A firewall rule of a VDC's edge gateway.
+type FirewallRule struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// Its place in the gateway's rules, from 0.
+	Position int `json:"position"`
+	// Which way it looks.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol FirewallProtocol `json:"protocol"`
+	// The first destination port it matches (TCP, UDP); null for any.
+	FromPort *int `json:"fromPort,omitempty"`
+	// The last destination port it matches; null for any.
+	ToPort *int `json:"toPort,omitempty"`
+	// The source CIDR it matches; null for any.
+	Source *string `json:"source,omitempty"`
+	// The destination CIDR it matches; null for any.
+	Destination *string `json:"destination,omitempty"`
+	// What it does.
+	Action FirewallAction `json:"action"`
+	// Free text.
+	Description *string `json:"description,omitempty"`
 }
 
 // A Proxmox node and its agent.
@@ -446,6 +654,16 @@ type NetworkMappingInput struct {
 	To string `json:"to"`
 }
 
+// A public address of a VDC's VM, both ways.
+type OneToOneAddress struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// The public address.
+	PublicAddress string `json:"publicAddress"`
+	// The id of the VM that has it.
+	VMID string `json:"vmId"`
+}
+
 // Progress of a create, power action or delete of a VM.
 type Operation struct {
 	// Opaque id.
@@ -512,6 +730,22 @@ type PageInfo struct {
 	EndCursor *string `json:"endCursor,omitempty"`
 }
 
+// A public port of a VDC's edge gateway forwarded to a VM.
+type PortForward struct {
+	// Opaque id.
+	ID string `json:"id"`
+	// The protocol forwarded.
+	Protocol PortForwardProtocol `json:"protocol"`
+	// The public address it listens on.
+	PublicAddress string `json:"publicAddress"`
+	// The public port.
+	PublicPort int `json:"publicPort"`
+	// The id of the VM it forwards to.
+	VMID string `json:"vmId"`
+	// The VM's port.
+	TargetPort int `json:"targetPort"`
+}
+
 // What can be read.
 type Query struct {
 }
@@ -560,6 +794,16 @@ type UpdateComputeProfileInput struct {
 	Vcpus *int `json:"vcpus,omitempty"`
 	// New memory in MiB.
 	MemoryMiB *int `json:"memoryMiB,omitempty"`
+}
+
+// New bandwidth limits of a gateway.
+type UpdateEdgeGatewayInput struct {
+	// The zone of the gateway.
+	Zone string `json:"zone"`
+	// The limit of traffic out in Mbit/s (0 to 100000, 0 for none).
+	EgressMbps *int `json:"egressMbps,omitempty"`
+	// The limit of traffic in in Mbit/s (0 to 100000, 0 for none).
+	IngressMbps *int `json:"ingressMbps,omitempty"`
 }
 
 // Changes to an image; absent fields stay as they are.
@@ -997,6 +1241,247 @@ func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Whether an edge gateway runs as the catalog wants it.
+type EdgeGatewayStatus string
+
+const (
+	// Its agent runs the whole state.
+	EdgeGatewayStatusActive EdgeGatewayStatus = "ACTIVE"
+	// Not placed yet (just created, or its zone has no online host).
+	EdgeGatewayStatusPending EdgeGatewayStatus = "PENDING"
+	// The last attempt to apply it failed (see message).
+	EdgeGatewayStatusFailed EdgeGatewayStatus = "FAILED"
+)
+
+var AllEdgeGatewayStatus = []EdgeGatewayStatus{
+	EdgeGatewayStatusActive,
+	EdgeGatewayStatusPending,
+	EdgeGatewayStatusFailed,
+}
+
+func (e EdgeGatewayStatus) IsValid() bool {
+	switch e {
+	case EdgeGatewayStatusActive, EdgeGatewayStatusPending, EdgeGatewayStatusFailed:
+		return true
+	}
+	return false
+}
+
+func (e EdgeGatewayStatus) String() string {
+	return string(e)
+}
+
+func (e *EdgeGatewayStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = EdgeGatewayStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid EdgeGatewayStatus", str)
+	}
+	return nil
+}
+
+func (e EdgeGatewayStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *EdgeGatewayStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e EdgeGatewayStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What a matching firewall rule does.
+type FirewallAction string
+
+const (
+	// Lets the traffic through.
+	FirewallActionAllow FirewallAction = "ALLOW"
+	// Drops it.
+	FirewallActionDeny FirewallAction = "DENY"
+)
+
+var AllFirewallAction = []FirewallAction{
+	FirewallActionAllow,
+	FirewallActionDeny,
+}
+
+func (e FirewallAction) IsValid() bool {
+	switch e {
+	case FirewallActionAllow, FirewallActionDeny:
+		return true
+	}
+	return false
+}
+
+func (e FirewallAction) String() string {
+	return string(e)
+}
+
+func (e *FirewallAction) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = FirewallAction(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid FirewallAction", str)
+	}
+	return nil
+}
+
+func (e FirewallAction) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *FirewallAction) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e FirewallAction) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Which way a firewall rule looks.
+type FirewallDirection string
+
+const (
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding).
+	FirewallDirectionInbound FirewallDirection = "INBOUND"
+	// From the VDC to the external network.
+	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
+)
+
+var AllFirewallDirection = []FirewallDirection{
+	FirewallDirectionInbound,
+	FirewallDirectionOutbound,
+}
+
+func (e FirewallDirection) IsValid() bool {
+	switch e {
+	case FirewallDirectionInbound, FirewallDirectionOutbound:
+		return true
+	}
+	return false
+}
+
+func (e FirewallDirection) String() string {
+	return string(e)
+}
+
+func (e *FirewallDirection) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = FirewallDirection(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid FirewallDirection", str)
+	}
+	return nil
+}
+
+func (e FirewallDirection) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *FirewallDirection) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e FirewallDirection) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol a firewall rule matches.
+type FirewallProtocol string
+
+const (
+	// TCP.
+	FirewallProtocolTCP FirewallProtocol = "TCP"
+	// UDP.
+	FirewallProtocolUDP FirewallProtocol = "UDP"
+	// ICMP.
+	FirewallProtocolICMP FirewallProtocol = "ICMP"
+	// Any protocol.
+	FirewallProtocolAny FirewallProtocol = "ANY"
+)
+
+var AllFirewallProtocol = []FirewallProtocol{
+	FirewallProtocolTCP,
+	FirewallProtocolUDP,
+	FirewallProtocolICMP,
+	FirewallProtocolAny,
+}
+
+func (e FirewallProtocol) IsValid() bool {
+	switch e {
+	case FirewallProtocolTCP, FirewallProtocolUDP, FirewallProtocolICMP, FirewallProtocolAny:
+		return true
+	}
+	return false
+}
+
+func (e FirewallProtocol) String() string {
+	return string(e)
+}
+
+func (e *FirewallProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = FirewallProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid FirewallProtocol", str)
+	}
+	return nil
+}
+
+func (e FirewallProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *FirewallProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e FirewallProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // Whether a host can be used.
 type HostStatus string
 
@@ -1324,6 +1809,64 @@ func (e *OperationState) UnmarshalJSON(b []byte) error {
 }
 
 func (e OperationState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a port forward.
+type PortForwardProtocol string
+
+const (
+	// TCP.
+	PortForwardProtocolTCP PortForwardProtocol = "TCP"
+	// UDP.
+	PortForwardProtocolUDP PortForwardProtocol = "UDP"
+)
+
+var AllPortForwardProtocol = []PortForwardProtocol{
+	PortForwardProtocolTCP,
+	PortForwardProtocolUDP,
+}
+
+func (e PortForwardProtocol) IsValid() bool {
+	switch e {
+	case PortForwardProtocolTCP, PortForwardProtocolUDP:
+		return true
+	}
+	return false
+}
+
+func (e PortForwardProtocol) String() string {
+	return string(e)
+}
+
+func (e *PortForwardProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = PortForwardProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid PortForwardProtocol", str)
+	}
+	return nil
+}
+
+func (e PortForwardProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -1,5 +1,6 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
-// (VDCs), compute profiles, storage profiles and images — as Kubernetes-style
+// (VDCs), compute profiles, storage profiles, images, zone policies, the
+// zones' external networks and the VDCs' edge gateways — as Kubernetes-style
 // objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
@@ -34,11 +35,17 @@ const (
 	KindStorageProfile Kind = "StorageProfile"
 	KindImage          Kind = "Image"
 	KindZonePolicy     Kind = "ZonePolicy"
+	// KindExternalNetwork is a zone's external network and its public
+	// address pool (platform admins').
+	KindExternalNetwork Kind = "ExternalNetwork"
+	// KindEdgeGateway is a VDC's edge gateway in a zone: its firewall
+	// rules, port forwards, 1:1 addresses and limits.
+	KindEdgeGateway Kind = "EdgeGateway"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -59,6 +66,10 @@ func (k Kind) plural() string {
 		return "images"
 	case KindZonePolicy:
 		return "zonepolicies"
+	case KindExternalNetwork:
+		return "externalnetworks"
+	case KindEdgeGateway:
+		return "edgegateways"
 	}
 	return ""
 }
@@ -77,6 +88,10 @@ func New(kind Kind) (Object, error) {
 		o = &Image{}
 	case KindZonePolicy:
 		o = &ZonePolicy{}
+	case KindExternalNetwork:
+		o = &ExternalNetwork{}
+	case KindEdgeGateway:
+		o = &EdgeGateway{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}

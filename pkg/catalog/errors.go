@@ -59,7 +59,13 @@ func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 type ValidationError struct {
 	Field   string
 	Message string
+	// err is the domain's sentinel behind the refusal, if any (such as
+	// ErrPoolExhausted), matched by errors.Is.
+	err error
 }
+
+// Unwrap returns the sentinel behind the refusal, if any.
+func (e *ValidationError) Unwrap() error { return e.err }
 
 func (e *ValidationError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }
 

@@ -40,8 +40,15 @@ func ValidateLabel(field, s string) error {
 // ValidateName checks the name of a catalog object of the given kind: a DNS
 // label for VDCs; for other kinds dots are allowed too (e.g. "ubuntu-24.04").
 func ValidateName(kind Kind, name string) error {
-	if kind == KindVDC {
+	switch kind {
+	case KindVDC, KindExternalNetwork:
 		return ValidateLabel("name", name)
+	case KindEdgeGateway:
+		vdc, zone, ok := strings.Cut(name, ".")
+		if !ok || ValidateLabel("name", vdc) != nil || ValidateLabel("name", zone) != nil {
+			return invalid("name", "%q must be <vdc>.<zone>, both DNS labels", name)
+		}
+		return nil
 	}
 	switch {
 	case name == "":

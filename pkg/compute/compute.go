@@ -109,6 +109,10 @@ type Config struct {
 	OrphanGrace time.Duration
 	// RecoverInterval is how often Run calls Recover; default 30s.
 	RecoverInterval time.Duration
+	// Recovers, if set, says whether Run calls Recover now: among
+	// replicas, only one (the leader) takes over what a dead one left, so
+	// that two never finish the same create. Nil: always.
+	Recovers func() bool
 	// AfterStep, if set, is called after each step of a create completes
 	// (steps: "claim", "clone", "configure", "resize", "start", "finish";
 	// of a move across zones: "target", "stop", "copy", "cutover")
@@ -184,7 +188,7 @@ func (s *Service) Run(ctx context.Context) error {
 				seen[z.ID], fresh = true, true
 			}
 		}
-		if fresh || time.Since(last) >= s.cfg.RecoverInterval {
+		if (fresh || time.Since(last) >= s.cfg.RecoverInterval) && (s.cfg.Recovers == nil || s.cfg.Recovers()) {
 			if err := s.Recover(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("recover", "err", err)
 			}

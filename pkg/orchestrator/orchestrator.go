@@ -32,7 +32,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/release"
@@ -84,13 +86,35 @@ type Config struct {
 	// the agents, whose spans join the trace; nil traces nothing.
 	TracerProvider trace.TracerProvider
 	// Kube says how to reach Kubernetes (the catalog's kubernetes
-	// backend).
+	// backend, the Lease of Replication).
 	Kube KubeConfig
+	// Replication runs the orchestrator as one of several replicas behind
+	// one Service; its zero value runs it alone.
+	Replication ReplicationConfig
 	// MeshPolicy replaces the default mesh policy; for tests only.
 	MeshPolicy string
 	// Logger receives all logs, including the control server's. Default
 	// slog.Default().
 	Logger *slog.Logger
+}
+
+// ReplicationConfig makes the orchestrator one of several replicas: the
+// embedded mesh control server runs on one of them at a time, the holder
+// of a Kubernetes Lease (reached through Config.Kube), with its state in
+// Config.MeshPostgres (required); the others forward the control protocol
+// to it (package meshleader). Every replica is its own mesh node and
+// serves the whole API.
+type ReplicationConfig struct {
+	// PeerURL is this replica's http:// URL as the other replicas reach
+	// it (its pod's IP and the port of Listen); it must differ between
+	// replicas. "" runs the orchestrator alone.
+	PeerURL string
+	// LeaseName is the Lease's name, in the namespace of Config.Kube.
+	// Default meshleader.DefaultLeaseName.
+	LeaseName string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the election's
+	// timings (see meshleader.Config); defaults 15s, 10s and 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
 // APIPath is where the GraphQL API is served.
@@ -177,7 +201,10 @@ type Server struct {
 	ln         net.Listener         // protected by mu
 	url        string               // protected by mu
 	http       *http.Server         // protected by mu
-	control    *meshcontrol.Control // protected by mu
+	control    *meshcontrol.Control // nil when replicated, protected by mu
+	leader     *meshleader.Leader   // nil unless replicated, protected by mu
+	meshAPI    *meshcontrol.Client  // the (leading) control server's API, protected by mu
+	probe      *probe
 	node       *meshnode.Node       // protected by mu
 	registry   *zones.Registry      // protected by mu
 	metrics    *prometheus.Registry // protected by mu
@@ -188,6 +215,7 @@ type Server struct {
 	closeCat   func()               // releases catalog; nil without an API, protected by mu
 	compute    *compute.Service     // nil without an API, protected by mu
 	rollouts   *rollout.Service     // nil without releases, protected by mu
+	edge       *edgesync.Syncer     // nil without an API, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
 	stopped    chan struct{}        // closed by Shutdown
@@ -222,7 +250,10 @@ func New(cfg Config) (*Server, error) {
 			cfg.API.CatalogDir = filepath.Join(cfg.DataDir, "catalog")
 		}
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{})}, nil
+	if cfg.Replication.PeerURL != "" && cfg.MeshPostgres == nil {
+		return nil, errors.New("orchestrator: Replication needs MeshPostgres: the mesh state moves with the leadership")
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{}), probe: &probe{}}, nil
 }
 
 // Start listens, starts the mesh control server, joins the mesh as
@@ -253,7 +284,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if publicURL == "" {
 		publicURL = "http://" + hostPort(ln.Addr())
 	}
-	control, err := meshcontrol.Start(ctx, meshcontrol.Config{
+	ccfg := meshcontrol.Config{
 		DataDir:   filepath.Join(s.cfg.DataDir, "headscale"),
 		ServerURL: publicURL,
 		STUNAddr:  s.cfg.STUNAddr,
@@ -261,22 +292,37 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		AgentPort: s.cfg.AgentPort,
 		Policy:    s.cfg.MeshPolicy,
 		Logger:    s.log,
-	})
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
 	}
-	undo = append(undo, func() { control.Close(context.WithoutCancel(ctx)) })
-
 	mux := http.NewServeMux()
-	control.Mount(mux)
-	if s.cfg.Handler != nil {
-		mux.Handle("/", s.cfg.Handler)
-	}
+	s.probe.mount(mux)
 	srv := &http.Server{
 		Handler:           mux,
-		ConnState:         control.TrackConn,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	var control *meshcontrol.Control
+	var leader *meshleader.Leader
+	var meshAPI *meshcontrol.Client
+	if s.cfg.Replication.PeerURL == "" {
+		if control, err = meshcontrol.Start(ctx, ccfg); err != nil {
+			return fmt.Errorf("orchestrator: %w", err)
+		}
+		undo = append(undo, func() { control.Close(context.WithoutCancel(ctx)) })
+		control.Mount(mux)
+		srv.ConnState = control.TrackConn
+		meshAPI = control.Client
+	} else {
+		if leader, err = s.startLeader(ctx, ccfg); err != nil {
+			return err
+		}
+		undo = append(undo, func() { leader.Close(context.WithoutCancel(ctx)) })
+		leader.Mount(mux)
+		srv.ConnContext = leader.ConnContext
+		meshAPI = leader.Client()
+	}
+	s.probe.setLeader(leader)
+	if s.cfg.Handler != nil {
+		mux.Handle("/", s.cfg.Handler)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -289,7 +335,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	meshDir := filepath.Join(s.cfg.DataDir, "mesh")
 	var authKey string
 	if !meshnode.HasState(meshDir) {
-		key, err := control.CreateKey(ctx, meshcontrol.KeyOptions{TTL: 10 * time.Minute, Tags: []string{meshcontrol.TagOrchestrator}})
+		key, err := ownKey(ctx, meshAPI, leader != nil)
 		if err != nil {
 			return fmt.Errorf("orchestrator: enroll own mesh node: %w", err)
 		}
@@ -306,9 +352,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("orchestrator: join mesh: %w", err)
 	}
 	undo = append(undo, func() { node.Close(context.WithoutCancel(ctx)) })
+	s.probe.setNode(node)
 
 	registry, err := zones.New(zones.Config{
-		Mesh:            mesh{control: control, node: node},
+		Mesh:            mesh{control: meshAPI, node: node},
 		AgentPort:       s.cfg.AgentPort,
 		RefreshInterval: s.cfg.RefreshInterval,
 		Logger:          s.log,
@@ -343,7 +390,8 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	var closeCatalog func()
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
-		h, st, closeCat, cs, err := s.newAPI(ctx, registry, control, reg, auditSink)
+		s.probe.expectAPI()
+		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, leader, reg, auditSink)
 		if err != nil {
 			return err
 		}
@@ -355,6 +403,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		mux.Handle(APIPath, h)
 		mux.Handle(APIPath+"/"+graphiql.AssetDir, h)
 		store = st
+		s.probe.setCatalog(st)
 	}
 	var metricsSrv *http.Server
 	var metricsLn net.Listener
@@ -373,6 +422,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	edge := s.edge
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
@@ -380,11 +430,15 @@ func (s *Server) Start(ctx context.Context) (err error) {
 			// Finishes creates other orchestrators left unfinished.
 			wg.Go(func() { _ = vms.Run(rctx) })
 		}
+		if edge != nil {
+			wg.Go(func() { edge.Run(rctx) })
+		}
 		registry.Run(rctx)
 		wg.Wait()
 	}()
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
+	s.leader, s.meshAPI = leader, meshAPI
 	s.catalog, s.closeCat, s.compute = store, closeCatalog, vms
 	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
 	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
@@ -393,7 +447,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *meshcontrol.Control, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
+func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -415,11 +469,21 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			closeCat()
 		}
 	}()
+	var recovers func() bool
+	if leader != nil {
+		// The replica running the mesh control server also takes over
+		// the creates a dead replica left: one replica at a time.
+		recovers = func() bool { _, self := leader.Leader(); return self }
+	}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
-		StaleAfter: c.VMRecoverAfter, Logger: s.log.With("component", "compute")})
+		StaleAfter: c.VMRecoverAfter, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	// Every replica runs the edge gateways' syncer: they all compute the
+	// same placement from the catalog.
+	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
+		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"))})
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err
@@ -433,10 +497,11 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, control *
 			Logger:       s.log.With("component", "api"),
 			Zones:        registry,
 			ZoneTimeout:  c.ZoneTimeout,
-			Keys:         control.Client,
+			Keys:         meshAPI,
 			AgentVersion: c.AgentVersion,
 			Compute:      vms,
 			Rollouts:     s.rollouts,
+			Edge:         s.edge,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
@@ -538,7 +603,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	errs = append(errs, s.node.Close(lctx))
-	errs = append(errs, s.control.Close(lctx))
+	if s.control != nil {
+		errs = append(errs, s.control.Close(lctx))
+	}
+	if s.leader != nil {
+		// After the node: a leader's own node leaves before its control
+		// server stops; then the Lease is released for the next one.
+		errs = append(errs, s.leader.Close(lctx))
+	}
 	s.http = nil
 	s.log.Info("orchestrator stopped")
 	return errors.Join(errs...)
@@ -593,11 +665,19 @@ func (s *Server) Catalog() catalog.Store {
 }
 
 // Control is the embedded mesh control server: enrollment keys and nodes
-// (after Start).
+// (after Start). A replica (Config.Replication) has none: see MeshAPI.
 func (s *Server) Control() *meshcontrol.Control {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.control
+}
+
+// MeshAPI reaches the API of the mesh control server (after Start): the
+// embedded one, or a replica's leader's.
+func (s *Server) MeshAPI() *meshcontrol.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.meshAPI
 }
 
 // MeshNode is the orchestrator's own mesh node (after Start).
@@ -626,7 +706,7 @@ func hostPort(a net.Addr) string {
 
 // mesh adapts the control server and the orchestrator's node to zones.Mesh.
 type mesh struct {
-	control *meshcontrol.Control
+	control *meshcontrol.Client
 	node    *meshnode.Node
 }
 

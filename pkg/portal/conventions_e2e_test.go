@@ -29,7 +29,11 @@ const conventionVMs = 250
 // through all 250 by cursors, a VM's, a host's and a zone's graphs have
 // data, a session renews twice keeping a wizard's input, every page passes
 // axe-core without serious or critical violations and fits a 390 px phone,
-// and the first page's JavaScript stays within 350 KB gzipped.
+// and the first page's JavaScript stays within 350 KB gzipped. Then
+// tests/keyboard.test.mjs uses every page with the keyboard only: the main
+// actions reached with Tab (showing the focus ring) and pressed with Enter
+// or Space, dialogs keeping the focus, closing on Escape and giving it
+// back, the hosts paged one by one by cursors.
 func TestBrowserConventions(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -54,7 +58,7 @@ func TestBrowserConventions(t *testing.T) {
 	t.Logf("harness up and %d guests seeded in %s", conventionVMs, time.Since(begin).Round(time.Millisecond))
 
 	artifacts := filepath.Join(root, "test-artifacts", "conventions")
-	start := runBrowserTests(t, root, []string{
+	start := browsertest.Run(t, root, 8*time.Minute, []string{
 		"PORTAL_URL=" + h.Orchestrator.URL(),
 		"OIDC_ISSUER=" + issuer,
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
@@ -62,8 +66,9 @@ func TestBrowserConventions(t *testing.T) {
 		"PORTAL_MEMBER_VDCS=red",
 		"PORTAL_VM_COUNT=" + strconv.Itoa(conventionVMs),
 		"PORTAL_ARTIFACTS=" + artifacts,
-	}, "tests/conventions.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "vms-paged", "vm-graphs", "renewed", "zone-graphs", "host-graphs")
+	}, "tests/conventions.test.mjs", "tests/keyboard.test.mjs")
+	browsertest.CheckScreenshots(t, artifacts, start, "vms-paged", "vm-graphs", "renewed", "zone-graphs", "host-graphs",
+		"keyboard-vm", "keyboard-phone", "keyboard-admin")
 }
 
 // seedGuests creates n guests of vdc through the cluster's Proxmox API

@@ -1,7 +1,12 @@
 // Following operations from the pages: the subscription with the signed-in
 // session, polling the operation query as the fallback.
 
-import { follow, operationFields, type Operation } from '~/utils/operation'
+import { follow, type Operation } from '~/utils/operation'
+import { graphql } from '~/gql'
+
+const operationQuery = graphql(`
+  query PollOperation($id: ID!) { operation(id: $id) { ...OperationFields } }
+`)
 
 export function useFollowOperation() {
   const app = useAppState()
@@ -14,9 +19,7 @@ export function useFollowOperation() {
       endpoint: cfg?.graphql ?? '/graphql',
       token: s?.accessToken ?? '',
       vdc: app.value.vdc ?? '',
-      poll: async () =>
-        (await api<{ operation: Operation | null }>(`query($id: ID!) { operation(id: $id) { ${operationFields} } }`, { id }))
-          .operation,
+      poll: async () => (await api(operationQuery, { id })).operation,
       onUpdate,
       onMode,
     })
@@ -33,3 +36,19 @@ export const vmActions = [
 ] as const
 
 export type VMAction = (typeof vmActions)[number]
+
+// The mutation of each power action, by its name in vmActions.
+export const vmActionDocuments = {
+  startVM: graphql(`mutation StartVM($id: ID!) { startVM(id: $id) { ...OperationFields } }`),
+  stopVM: graphql(`mutation StopVM($id: ID!) { stopVM(id: $id) { ...OperationFields } }`),
+  shutdownVM: graphql(`mutation ShutdownVM($id: ID!) { shutdownVM(id: $id) { ...OperationFields } }`),
+  rebootVM: graphql(`mutation RebootVM($id: ID!) { rebootVM(id: $id) { ...OperationFields } }`),
+  deleteVM: graphql(`mutation DeleteVM($id: ID!) { deleteVM(id: $id) { ...OperationFields } }`),
+}
+
+// runVMAction sends the action's mutation for the VM and resolves to the
+// operation it started.
+export async function runVMAction(api: ReturnType<typeof useApi>, a: VMAction, id: string): Promise<Operation> {
+  const r = (await api(vmActionDocuments[a.mutation], { id })) as Record<string, Operation>
+  return r[a.mutation]!
+}

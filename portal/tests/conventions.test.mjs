@@ -14,7 +14,8 @@ import assert from 'node:assert/strict'
 import { writeFileSync } from 'node:fs'
 import { gzipSync } from 'node:zlib'
 import { join } from 'node:path'
-import { admin, artifacts, base, check, env, issuer, member, session, shot, signIn } from './lib.mjs'
+import { check } from './axe.mjs'
+import { admin, artifacts, base, env, issuer, member, session, shot, signIn } from './lib.mjs'
 
 const vmCount = Number(env('PORTAL_VM_COUNT'))
 const renewals = Number(env('PORTAL_RENEWALS', '2'))

@@ -20,7 +20,8 @@ import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { admin, artifacts, base, check, checkZonesAndHosts, env, go, member, memberVDCs, run, session, shot, signIn, stopVM } from './lib.mjs'
+import { check } from './axe.mjs'
+import { admin, artifacts, base, checkZonesAndHosts, env, go, member, memberVDCs, run, session, shot, signIn, stopVM } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)

@@ -3,19 +3,23 @@
 // connection_init), and polling the operation query when the websocket
 // cannot be used or closes before the operation ended.
 
-export interface Operation {
-  id: string
-  kind: string
-  state: 'RUNNING' | 'SUCCEEDED' | 'FAILED'
-  step: string
-  error: string | null
-  vmId: string | null
-  updatedAt: string
-  // How far a migration has copied (null for other kinds).
-  progress?: { bytesMoved: number; bytesTotal: number; bytesPerSecond: number } | null
-}
+import { graphql } from '~/gql'
+import type { OperationFieldsFragment } from '~/gql/graphql'
 
+// What the pages read of an operation: spread `...OperationFields` into a
+// document's selection (graphql() adds the fragment itself).
+graphql(`
+  fragment OperationFields on Operation { id kind state step error vmId updatedAt progress { bytesMoved bytesTotal bytesPerSecond } }
+`)
+export type Operation = OperationFieldsFragment
+
+// The same fields as a selection string, for documents built at run time.
+// Deprecated: use the OperationFields fragment in a graphql() document.
 export const operationFields = 'id kind state step error vmId updatedAt progress { bytesMoved bytesTotal bytesPerSecond }'
+
+const operationSubscription = graphql(`
+  subscription FollowOperation($id: ID!) { operation(id: $id) { ...OperationFields } }
+`)
 
 export interface FollowOptions {
   // The operation's id.
@@ -80,12 +84,12 @@ export function follow(opts: FollowOptions): { done: Promise<Operation>; stop: (
     timer = setTimeout(poll, 0)
   }
 
-  const unsubscribe = subscribe<{ operation: Operation }, { id: string }>(
+  const unsubscribe = subscribe(
     {
       endpoint: opts.endpoint,
       token: opts.token,
       vdc: opts.vdc,
-      query: `subscription($id: ID!) { operation(id: $id) { ${operationFields} } }`,
+      query: operationSubscription,
       variables: { id: opts.id },
     },
     () => opts.onMode?.('subscription'),

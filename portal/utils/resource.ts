@@ -1,5 +1,9 @@
 // Shapes shared by the catalog pages and the ResourceManager component.
 
+import type { TypedDocumentNode } from '@urql/core'
+import { graphql } from '~/gql'
+import type { CreateComputeProfileInput, CreateImageInput, CreateStorageProfileInput, CreateVdcInput } from '~/gql/graphql'
+
 export interface Column<Row> {
   key: string
   label: string
@@ -47,27 +51,64 @@ export function intOrNull(v: FieldValue): number | null {
   return Number(v)
 }
 
-type Api = <T>(query: string, variables?: Record<string, unknown>) => Promise<T>
+// textOf is a text input's value as a string.
+export function textOf(v: FieldValue | undefined): string {
+  return v === null || v === undefined ? '' : String(v)
+}
+
+// The catalog's mutations, by kind: createX, updateX (conditional on the
+// resourceVersion read) and deleteX.
+const catalogDocuments = {
+  Image: {
+    create: graphql(`mutation CreateImage($input: CreateImageInput!) { createImage(input: $input) { name } }`),
+    update: graphql(`mutation UpdateImage($input: UpdateImageInput!) { updateImage(input: $input) { name } }`),
+    remove: graphql(`mutation DeleteImage($n: String!, $rv: String) { deleteImage(name: $n, resourceVersion: $rv) { name } }`),
+  },
+  ComputeProfile: {
+    create: graphql(`mutation CreateComputeProfile($input: CreateComputeProfileInput!) { createComputeProfile(input: $input) { name } }`),
+    update: graphql(`mutation UpdateComputeProfile($input: UpdateComputeProfileInput!) { updateComputeProfile(input: $input) { name } }`),
+    remove: graphql(`mutation DeleteComputeProfile($n: String!, $rv: String) { deleteComputeProfile(name: $n, resourceVersion: $rv) { name } }`),
+  },
+  StorageProfile: {
+    create: graphql(`mutation CreateStorageProfile($input: CreateStorageProfileInput!) { createStorageProfile(input: $input) { name } }`),
+    update: graphql(`mutation UpdateStorageProfile($input: UpdateStorageProfileInput!) { updateStorageProfile(input: $input) { name } }`),
+    remove: graphql(`mutation DeleteStorageProfile($n: String!, $rv: String) { deleteStorageProfile(name: $n, resourceVersion: $rv) { name } }`),
+  },
+  VDC: {
+    create: graphql(`mutation CreateVDC($input: CreateVDCInput!) { createVDC(input: $input) { name } }`),
+    update: graphql(`mutation UpdateVDC($input: UpdateVDCInput!) { updateVDC(input: $input) { name } }`),
+    remove: graphql(`mutation DeleteVDC($n: String!, $rv: String) { deleteVDC(name: $n, resourceVersion: $rv) { name } }`),
+  },
+}
+export type CatalogKind = keyof typeof catalogDocuments
+// The create input of a kind; its update input has the same fields,
+// optional, and the resourceVersion.
+interface CatalogInputs {
+  Image: CreateImageInput
+  ComputeProfile: CreateComputeProfileInput
+  StorageProfile: CreateStorageProfileInput
+  VDC: CreateVdcInput
+}
+export type CatalogInput<K extends CatalogKind> = CatalogInputs[K]
+interface CatalogDocuments<C> {
+  create: TypedDocumentNode<unknown, { input: C }>
+  update: TypedDocumentNode<unknown, { input: C & { resourceVersion: string } }>
+  remove: TypedDocumentNode<unknown, { n: string; rv: string }>
+}
 
 // catalogMutations returns the create, update and delete calls of a
-// catalog kind (createX/updateX/deleteX in the schema); updates and
-// deletes are conditional on the resourceVersion that was read.
-export function catalogMutations<Row extends { name: string; resourceVersion: string }>(
-  api: Api,
-  kind: 'Image' | 'ComputeProfile' | 'StorageProfile' | 'VDC',
-  toInput: (v: Values) => Record<string, unknown>,
+// catalog kind; updates and deletes are conditional on the
+// resourceVersion that was read.
+export function catalogMutations<Row extends { name: string; resourceVersion: string }, K extends CatalogKind = CatalogKind>(
+  api: ReturnType<typeof useApi>,
+  kind: K,
+  toInput: (v: Values) => CatalogInput<K>,
 ) {
+  // Every kind's update input is its create input made optional: one shape.
+  const docs = catalogDocuments[kind] as unknown as CatalogDocuments<CatalogInput<K>>
   return {
-    create: (v: Values) =>
-      api(`mutation($input: Create${kind}Input!) { create${kind}(input: $input) { name } }`, { input: toInput(v) }),
-    update: (v: Values, r: Row) =>
-      api(`mutation($input: Update${kind}Input!) { update${kind}(input: $input) { name } }`, {
-        input: { ...toInput(v), resourceVersion: r.resourceVersion },
-      }),
-    remove: (r: Row) =>
-      api(`mutation($n: String!, $rv: String) { delete${kind}(name: $n, resourceVersion: $rv) { name } }`, {
-        n: r.name,
-        rv: r.resourceVersion,
-      }),
+    create: (v: Values) => api(docs.create, { input: toInput(v) }),
+    update: (v: Values, r: Row) => api(docs.update, { input: { ...toInput(v), resourceVersion: r.resourceVersion } }),
+    remove: (r: Row) => api(docs.remove, { n: r.name, rv: r.resourceVersion }),
   }
 }

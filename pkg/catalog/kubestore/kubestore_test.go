@@ -155,6 +155,8 @@ func TestServerSideValidation(t *testing.T) {
 		{catalog.KindImage, "checksum", image("md5", `{"version":"1","url":"https://x/y","checksum":"md5:abc","cloudInit":false}`)},
 		{catalog.KindImage, "url", image("ftp", `{"version":"1","url":"ftp://x/y","checksum":"`+sum+`","cloudInit":false}`)},
 		{catalog.KindImage, "url", image("creds", `{"version":"1","url":"https://u:p@x/y","checksum":"`+sum+`","cloudInit":false}`)},
+		{catalog.KindExternalNetwork, "cidr", `{"apiVersion":"flexplane.io/v1alpha1","kind":"ExternalNetwork","metadata":{"name":"fra1"},"spec":{"bridge":"vmbr0","cidr":"203.0.113.5/24","gateway":"203.0.113.1","poolStart":"203.0.113.10","poolEnd":"203.0.113.20"}}`},
+		{catalog.KindEdgeGateway, "firewallRules[0].protocol", `{"apiVersion":"flexplane.io/v1alpha1","kind":"EdgeGateway","metadata":{"name":"red.fra1"},"spec":{"vdc":"red","zone":"fra1","publicAddress":"203.0.113.10","egressMbps":0,"ingressMbps":0,"firewallRules":[{"id":"r1","direction":"in","protocol":"sctp","action":"allow"}]}}`},
 		{catalog.KindImage, "version", image("spaces", `{"version":"1 2","url":"https://x/y","checksum":"`+sum+`","cloudInit":false}`)},
 	}
 	for _, c := range cases {
@@ -296,7 +298,8 @@ func TestAPITypesMirrorDomain(t *testing.T) {
 	types := map[catalog.Kind]any{
 		catalog.KindVDC: &v1alpha1.VDC{}, catalog.KindComputeProfile: &v1alpha1.ComputeProfile{},
 		catalog.KindStorageProfile: &v1alpha1.StorageProfile{}, catalog.KindImage: &v1alpha1.Image{},
-		catalog.KindZonePolicy: &v1alpha1.ZonePolicy{},
+		catalog.KindZonePolicy: &v1alpha1.ZonePolicy{}, catalog.KindExternalNetwork: &v1alpha1.ExternalNetwork{},
+		catalog.KindEdgeGateway: &v1alpha1.EdgeGateway{},
 	}
 	for _, o := range catalogtest.Sample() {
 		*o.GetTypeMeta() = catalog.TypeMeta{APIVersion: catalog.APIVersion, Kind: o.ObjectKind()}

@@ -9,6 +9,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,7 @@ func Run(t *testing.T, open Open) {
 		"ValidationChangesNothing": validationChangesNothing,
 		"ConcurrentUpdates":        concurrentUpdates,
 		"EveryFieldKept":           everyFieldKept,
+		"PublicAddressesOnce":      publicAddressesOnce,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -69,7 +72,19 @@ func Sample() []catalog.Object {
 	img.Checksum = "sha256:" + strings.Repeat("ab", 32)
 	zp := &catalog.ZonePolicy{}
 	zp.Name, zp.Region, zp.DedicatedTo = "fra1", "eu-central", []string{"full", "other"}
-	return []catalog.Object{v, cp, sp, img, zp}
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Description, en.Bridge, en.CIDR, en.Gateway = "fra1", "transit", "vmbr0", "203.0.113.0/24", "203.0.113.1"
+	en.PoolStart, en.PoolEnd = "203.0.113.10", "203.0.113.99"
+	en.Status.Allocations = []catalog.PublicAllocation{{Address: "203.0.113.10", VDC: "full", Use: catalog.UseGateway},
+		{Address: "203.0.113.11", VDC: "full", Use: catalog.UseOneToOne}}
+	gw := &catalog.EdgeGateway{}
+	gw.Name, gw.VDC, gw.Zone, gw.PublicAddress, gw.EgressMbps, gw.IngressMbps = "full.fra1", "full", "fra1", "203.0.113.10", 100, 50
+	gw.FirewallRules = []catalog.FirewallRule{
+		{ID: "r1", Description: "web", Direction: catalog.DirectionInbound, Protocol: "tcp", FromPort: 80, ToPort: 443, Source: "0.0.0.0/0", Destination: "10.1.0.0/24", Action: catalog.ActionAllow},
+		{ID: "r2", Direction: catalog.DirectionOutbound, Protocol: "any", Action: catalog.ActionDeny}}
+	gw.PortForwards = []catalog.PortForward{{ID: "p1", Protocol: "tcp", PublicAddress: "203.0.113.10", PublicPort: 8080, VMID: 101, TargetPort: 80}}
+	gw.OneToOne = []catalog.OneToOneAddress{{ID: "o1", PublicAddress: "203.0.113.11", VMID: 102}}
+	return []catalog.Object{v, cp, sp, img, zp, en, gw}
 }
 
 // everyFieldKept: what is written is what is read, field for field, by
@@ -340,5 +355,75 @@ func concurrentUpdates(t *testing.T, open Open) {
 	}
 	if got := o.(*catalog.VDC); got.Quotas.VCPUs != 100+winners[0] {
 		t.Fatalf("stored %d, winner wrote %d", o.(*catalog.VDC).Quotas.VCPUs, 100+winners[0])
+	}
+}
+
+// publicAddressesOnce: concurrent allocations on both stores each get an
+// address of the pool, none twice; the pool once full refuses the next;
+// concurrent ensures of one edge gateway make one, holding one address.
+func publicAddressesOnce(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	stores := []catalog.Store{a, b}
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.21"
+	if _, err := catalog.Create(ctx, a, en); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Await(t, b, catalog.KindExternalNetwork, "zone1", nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	got := make([]netip.Addr, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			got[i], errs[i] = catalog.AllocatePublicAddress(ctx, stores[i%2], "zone1", fmt.Sprintf("vdc%d", i), catalog.UseOneToOne, netip.Addr{}, "publicAddress")
+		})
+	}
+	wg.Wait()
+	seen := map[netip.Addr]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("allocation %d: %v", i, errs[i])
+		}
+		if seen[got[i]] || !en.InPool(got[i]) {
+			t.Fatalf("allocation %d got %s: handed out twice or outside the pool (%v)", i, got[i], got)
+		}
+		seen[got[i]] = true
+	}
+	// Two replicas ensure one gateway at once: one object, one address.
+	gws := make([]*catalog.EdgeGateway, 2)
+	for i := range 2 {
+		wg.Go(func() { gws[i], errs[i] = catalog.EnsureEdgeGateway(ctx, stores[i], "red", "zone1") })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || gws[0].PublicAddress != gws[1].PublicAddress {
+		t.Fatalf("concurrent ensures: %v %v, %+v %+v", errs[0], errs[1], gws[0], gws[1])
+	}
+	// The pool holds 12: 10 + red's gateway leave one.
+	last, err := catalog.AllocatePublicAddress(ctx, a, "zone1", "blue", catalog.UseOneToOne, netip.Addr{}, "publicAddress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.AllocatePublicAddress(ctx, b, "zone1", "blue", catalog.UseOneToOne, netip.Addr{}, "publicAddress"); !errors.Is(err, catalog.ErrPoolExhausted) {
+		t.Fatalf("allocation from a full pool: %v", err)
+	}
+	if _, err := catalog.AllocatePublicAddress(ctx, b, "zone1", "blue", catalog.UseOneToOne, last, "publicAddress"); !errors.Is(err, catalog.ErrAddressInUse) {
+		t.Fatalf("allocation of a held address: %v", err)
+	}
+	var ve *catalog.ValidationError
+	if _, err := catalog.AllocatePublicAddress(ctx, b, "zone1", "blue", catalog.UseOneToOne, netip.MustParseAddr("198.51.100.7"), "publicAddress"); !errors.As(err, &ve) || ve.Field != "publicAddress" {
+		t.Fatalf("allocation outside the pool: %v", err)
+	}
+	if err := catalog.ReleasePublicAddress(ctx, b, "zone1", "blue", last); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Await(t, a, catalog.KindExternalNetwork, "zone1", func(o catalog.Object) bool {
+		return len(o.(*catalog.ExternalNetwork).Status.Allocations) == n+1
+	})
+	if err != nil || len(o.(*catalog.ExternalNetwork).Status.Allocations) != n+1 {
+		t.Fatalf("after the release: %+v %v", o, err)
 	}
 }

@@ -50,6 +50,7 @@ type Syncer struct {
 
 	mu     sync.Mutex
 	placed map[string]string // "zone/vdc" -> mesh name of the host running it; protected by mu
+	failed map[string]error  // "zone/vdc" -> why the last pass could not apply it; protected by mu
 }
 
 // New returns a Syncer; Run starts it.
@@ -64,7 +65,7 @@ func New(cfg Config) *Syncer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, placed: map[string]string{}}
+	return &Syncer{cfg: cfg, log: log, placed: map[string]string{}, failed: map[string]error{}}
 }
 
 // Run makes a pass every Interval until ctx ends.
@@ -89,6 +90,14 @@ func (s *Syncer) Placement(zoneID, vdc string) (string, bool) {
 	defer s.mu.Unlock()
 	h, ok := s.placed[zoneID+"/"+vdc]
 	return h, ok
+}
+
+// LastError is why the last pass could not apply zoneID's gateway of vdc
+// (nil when it could, or when no pass has tried yet).
+func (s *Syncer) LastError(zoneID, vdc string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[zoneID+"/"+vdc]
 }
 
 // Choose orders the online hosts of z for vdc (rendezvous hashing) and returns the
@@ -139,11 +148,25 @@ func (s *Syncer) one(ctx context.Context, d Desired) error {
 	if !ok {
 		return fmt.Errorf("edgesync: %s: unknown zone %s", vdc, d.ZoneID)
 	}
+	key := d.ZoneID + "/" + vdc
+	err := s.apply(ctx, z, key, d.Gateway)
+	s.mu.Lock()
+	if err != nil {
+		s.failed[key] = err
+	} else {
+		delete(s.failed, key)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// apply places gw in z and removes it from the zone's other hosts.
+func (s *Syncer) apply(ctx context.Context, z zones.Zone, key string, gw *edgev1.Gateway) error {
+	vdc := gw.GetVdc()
 	h, ok := Choose(z, vdc)
 	if !ok {
 		return fmt.Errorf("edgesync: %s: zone %s has no online host", vdc, z.Name)
 	}
-	key := d.ZoneID + "/" + vdc
 	s.mu.Lock()
 	prev := s.placed[key]
 	s.mu.Unlock()
@@ -169,7 +192,7 @@ func (s *Syncer) one(ctx context.Context, d Desired) error {
 	c, err := s.cfg.Zones.EdgeClient(h.MeshName)
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-		_, err = c.ApplyGateway(cctx, &edgev1.ApplyGatewayRequest{Gateway: d.Gateway})
+		_, err = c.ApplyGateway(cctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
 		cancel()
 	}
 	if err != nil {

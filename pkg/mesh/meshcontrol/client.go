@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	v1 "github.com/juanfont/headscale/gen/go/headscale/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -83,14 +84,30 @@ type Client struct {
 
 // Dial connects to the control server's unix socket at path.
 func Dial(path string) (*Client, error) {
-	conn, err := grpc.NewClient("passthrough:///headscale",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}))
+	c, err := DialFunc(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("meshcontrol: dial %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// DialFunc returns a client whose connections to the headscale API are
+// made by dial, called again whenever a connection breaks: a replica
+// reaches the API of whichever replica runs the control server this way.
+// Reconnecting waits at most a second between attempts.
+func DialFunc(dial func(ctx context.Context) (net.Conn, error)) (*Client, error) {
+	conn, err := grpc.NewClient("passthrough:///headscale",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return dial(ctx) }),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("meshcontrol: dial: %w", err)
 	}
 	return &Client{conn: conn, api: v1.NewHeadscaleServiceClient(conn)}, nil
 }

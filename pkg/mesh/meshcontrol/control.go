@@ -249,15 +249,18 @@ func (c *Control) Handler() http.Handler {
 	})
 }
 
-// handledPaths are the http.ServeMux patterns of the control server.
-var handledPaths = []string{"/ts2021", "/key", "/derp", "/derp/", "/bootstrap-dns", "/health", "/version", "/register/", "/verify"}
+// HandledPaths are the http.ServeMux patterns of the paths the control
+// server owns: what a replica not running it forwards to the one that does.
+func HandledPaths() []string {
+	return []string{"/ts2021", "/key", "/derp", "/derp/", "/bootstrap-dns", "/health", "/version", "/register/", "/verify"}
+}
 
 // Mount registers Handler on mux for every path the control server owns
 // (/ts2021, /key, /derp..., /bootstrap-dns, /health, /version, /register/,
 // /verify); the rest of mux stays free for the orchestrator's API.
 func (c *Control) Mount(mux *http.ServeMux) {
 	h := c.Handler()
-	for _, p := range handledPaths {
+	for _, p := range HandledPaths() {
 		mux.Handle(p, h)
 	}
 }

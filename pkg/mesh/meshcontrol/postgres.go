@@ -2,6 +2,8 @@ package meshcontrol
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"tailscale.com/types/key"
 
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
@@ -162,6 +165,72 @@ const (
 	derpKeyName  = "derp"
 )
 
+// replicaTokenName names the replicas' shared secret in flexplane_mesh_keys.
+const replicaTokenName = "replica-token"
+
+// ReplicaToken is the secret the replicas sharing the database p use to
+// reach the headscale API of whichever of them runs the control server:
+// read from flexplane_mesh_keys, created there by the first replica that
+// asks. Whoever can read the database can manage the mesh anyway.
+func ReplicaToken(ctx context.Context, p PostgresConfig) (string, error) {
+	p, err := p.resolve()
+	if err != nil {
+		return "", fmt.Errorf("meshcontrol: replica token: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := openKeys(ctx, p)
+	if err != nil {
+		return "", fmt.Errorf("meshcontrol: replica token: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("meshcontrol: replica token: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO flexplane_mesh_keys (name, private_key) VALUES ($1, $2)
+		ON CONFLICT (name) DO NOTHING`, replicaTokenName, hex.EncodeToString(b)); err != nil {
+		return "", fmt.Errorf("meshcontrol: replica token: store: %w", err)
+	}
+	var token string
+	if err := conn.QueryRow(ctx, `SELECT private_key FROM flexplane_mesh_keys WHERE name = $1`, replicaTokenName).Scan(&token); err != nil {
+		return "", fmt.Errorf("meshcontrol: replica token: read: %w", err)
+	}
+	return token, nil
+}
+
+// openKeys connects to the database and creates flexplane_mesh_keys when
+// it is missing.
+func openKeys(ctx context.Context, p PostgresConfig) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, p.connString())
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres %s:%d: %w", p.Host, p.Port, err)
+	}
+	// Replicas starting together race here: PostgreSQL's IF NOT EXISTS
+	// is no lock, and the loser's CREATE fails on the catalog's unique
+	// index. Once the winner committed the table exists.
+	for try := 0; ; try++ {
+		_, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
+			name text PRIMARY KEY,
+			private_key text NOT NULL,
+			created_at timestamptz NOT NULL DEFAULT now())`)
+		var pgErr *pgconn.PgError
+		if err == nil {
+			return conn, nil
+		}
+		if try >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07") {
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			conn.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // syncKeys makes the control server's private keys those kept in the
 // database: a key the database lacks is added (the one already in the
 // data directory, else a new one; the first server to add it wins), and
@@ -169,17 +238,11 @@ const (
 func syncKeys(ctx context.Context, p PostgresConfig, files map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, p.connString())
+	conn, err := openKeys(ctx, p)
 	if err != nil {
-		return fmt.Errorf("connect to postgres %s:%d: %w", p.Host, p.Port, err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
-		name text PRIMARY KEY,
-		private_key text NOT NULL,
-		created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("create table flexplane_mesh_keys: %w", err)
-	}
 	for name, path := range files {
 		local, err := localKey(path)
 		if err != nil {

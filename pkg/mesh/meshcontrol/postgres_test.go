@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,6 +175,35 @@ func TestParsePostgresURL(t *testing.T) {
 	} {
 		if got, err := meshcontrol.ParsePostgresURL(in); err == nil {
 			t.Errorf("ParsePostgresURL(%q) = %+v, want an error", in, got)
+		}
+	}
+}
+
+// TestReplicaToken: replicas starting together on a fresh database all get
+// the same token (the first one's), and a later replica too.
+func TestReplicaToken(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t).Database(t, "tokens")
+	cfg := meshcontrol.PostgresConfig{Host: db.Host, Port: db.Port, Database: db.Name, User: db.User,
+		PasswordFile: db.PasswordFile, SSLMode: "disable"}
+	const replicas = 5
+	tokens := make([]string, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() { tokens[i], errs[i] = meshcontrol.ReplicaToken(t.Context(), cfg) })
+	}
+	wg.Wait()
+	later, err := meshcontrol.ReplicaToken(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(later) < 32 {
+		t.Fatalf("token %q: too short", later)
+	}
+	for i := range replicas {
+		if errs[i] != nil || tokens[i] != later {
+			t.Errorf("replica %d: token %q, %v; want %q", i, tokens[i], errs[i], later)
 		}
 	}
 }

@@ -367,11 +367,16 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		r.changedLocked()
 	}
 
-	if !node.Online {
+	// An agent answering on its connection stays checked over it while
+	// the control server does not see it: tunnels outlive the control
+	// server (which moves between orchestrator replicas), and the health
+	// call fails soon enough for an agent that is really gone.
+	viaTunnel := client != nil && prev != StatusOffline
+	if !node.Online && !viaTunnel {
 		set(StatusOffline, "not connected to the mesh", nil)
 		return
 	}
-	if !reachable[node.Addr] {
+	if !reachable[node.Addr] && !viaTunnel {
 		set(StatusOffline, "not yet reachable from the orchestrator", nil)
 		return
 	}

@@ -13,7 +13,8 @@ var GroupVersion = schema.GroupVersion{Group: "flexplane.io", Version: "v1alpha1
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
-		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{})
+		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{},
+		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -296,4 +297,204 @@ type ZonePolicyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ZonePolicy `json:"items"`
+}
+
+// ExternalNetwork is a zone's external network (named by the zone): its
+// bridge, router and the pool of public addresses given to the VDCs'
+// edge gateways; its status records who holds which address.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=externalnetworks,singular=externalnetwork,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="name must be a DNS label of at most 63 characters"
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
+// +kubebuilder:printcolumn:name="Pool start",type=string,JSONPath=`.spec.poolStart`
+// +kubebuilder:printcolumn:name="Pool end",type=string,JSONPath=`.spec.poolEnd`
+type ExternalNetwork struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec ExternalNetworkSpec `json:"spec"`
+	// Status holds the pool's allocations; part of the object (no status
+	// subresource), so an allocation is conditional on its resourceVersion.
+	// +optional
+	Status ExternalNetworkStatus `json:"status,omitempty"`
+}
+
+// ExternalNetworkSpec is the shape of an external network.
+type ExternalNetworkSpec struct {
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// Bridge is the Linux bridge of the network on every node.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_.-]{0,14}$`
+	Bridge string `json:"bridge"`
+	// CIDR is the IPv4 network with its prefix length.
+	// +kubebuilder:validation:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).masked() == cidr(self)",message="must be an IPv4 network address with its prefix length"
+	CIDR string `json:"cidr"`
+	// Gateway is the network's router.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	Gateway string `json:"gateway"`
+	// PoolStart is the pool's first public address.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	PoolStart string `json:"poolStart"`
+	// PoolEnd is the pool's last public address.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	PoolEnd string `json:"poolEnd"`
+}
+
+// ExternalNetworkStatus is what the orchestrator records on an external
+// network.
+type ExternalNetworkStatus struct {
+	// Allocations are the pool's addresses in use.
+	// +optional
+	// +listType=map
+	// +listMapKey=address
+	// +kubebuilder:validation:MaxItems=4096
+	Allocations []PublicAllocation `json:"allocations,omitempty"`
+}
+
+// PublicAllocation is one address of a pool held by a VDC.
+type PublicAllocation struct {
+	// +kubebuilder:validation:MaxLength=15
+	Address string `json:"address"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	VDC string `json:"vdc"`
+	// +kubebuilder:validation:Enum=gateway;oneToOne
+	Use string `json:"use"`
+}
+
+// ExternalNetworkList is a list of external networks.
+//
+// +kubebuilder:object:root=true
+type ExternalNetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ExternalNetwork `json:"items"`
+}
+
+// EdgeGateway is a VDC's edge gateway in a zone (named <vdc>.<zone>): its
+// public address, firewall rules in order, port forwards, 1:1 addresses
+// and bandwidth limits.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=edgegateways,singular=edgegateway,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.vdc + '.' + self.spec.zone",message="name must be <vdc>.<zone>"
+// +kubebuilder:printcolumn:name="VDC",type=string,JSONPath=`.spec.vdc`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`
+// +kubebuilder:printcolumn:name="Public address",type=string,JSONPath=`.spec.publicAddress`
+type EdgeGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec EdgeGatewaySpec `json:"spec"`
+}
+
+// EdgeGatewaySpec is what a VDC wants of its gateway in a zone.
+type EdgeGatewaySpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	VDC string `json:"vdc"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Zone string `json:"zone"`
+	// PublicAddress is the VDC's address in the zone.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	PublicAddress string `json:"publicAddress"`
+	// EgressMbps limits traffic out in Mbit/s; 0 is none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	EgressMbps int64 `json:"egressMbps"`
+	// IngressMbps limits traffic in in Mbit/s; 0 is none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	IngressMbps int64 `json:"ingressMbps"`
+	// FirewallRules in order; the first that matches decides.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	FirewallRules []FirewallRule `json:"firewallRules,omitempty"`
+	// PortForwards send a public port on to a VM's.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1000
+	PortForwards []PortForward `json:"portForwards,omitempty"`
+	// OneToOne give VMs public addresses of their own.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	OneToOne []OneToOneAddress `json:"oneToOne,omitempty"`
+}
+
+// FirewallRule is one rule of a VDC's firewall.
+type FirewallRule struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{1,32}$`
+	ID string `json:"id"`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// +kubebuilder:validation:Enum=in;out
+	Direction string `json:"direction"`
+	// +kubebuilder:validation:Enum=tcp;udp;icmp;any
+	Protocol string `json:"protocol"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	FromPort int64 `json:"fromPort,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	ToPort int64 `json:"toPort,omitempty"`
+	// +kubebuilder:validation:MaxLength=18
+	// +optional
+	Source string `json:"source,omitempty"`
+	// +kubebuilder:validation:MaxLength=18
+	// +optional
+	Destination string `json:"destination,omitempty"`
+	// +kubebuilder:validation:Enum=allow;deny
+	Action string `json:"action"`
+}
+
+// PortForward sends a public address's port on to a VM's.
+type PortForward struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{1,32}$`
+	ID string `json:"id"`
+	// +kubebuilder:validation:Enum=tcp;udp
+	Protocol string `json:"protocol"`
+	// +kubebuilder:validation:MaxLength=15
+	PublicAddress string `json:"publicAddress"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	PublicPort int64 `json:"publicPort"`
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	VMID int64 `json:"vmid"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TargetPort int64 `json:"targetPort"`
+}
+
+// OneToOneAddress gives a VM a public address of its own.
+type OneToOneAddress struct {
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{1,32}$`
+	ID string `json:"id"`
+	// +kubebuilder:validation:MaxLength=15
+	PublicAddress string `json:"publicAddress"`
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	VMID int64 `json:"vmid"`
+}
+
+// EdgeGatewayList is a list of edge gateways.
+//
+// +kubebuilder:object:root=true
+type EdgeGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EdgeGateway `json:"items"`
 }

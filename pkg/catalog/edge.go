@@ -1,0 +1,371 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// ExternalNetwork is a zone's external network, decided by the platform
+// admin: the bridge on every node of the zone that reaches the outside,
+// its router and the pool of public addresses the VDCs' edge gateways are
+// given. Its name is the zone's name (one per zone). Its status records
+// which VDC holds which address of the pool; an allocation is an update
+// conditional on the object's resourceVersion, so no address is ever
+// handed out twice, whichever replica allocates.
+type ExternalNetwork struct {
+	TypeMeta
+	ObjectMeta          `json:"metadata"`
+	ExternalNetworkSpec `json:"spec"`
+	// Status holds the pool's allocations (written by the orchestrator).
+	Status ExternalNetworkStatus `json:"status,omitzero"`
+}
+
+// ExternalNetworkSpec is the shape of an external network.
+type ExternalNetworkSpec struct {
+	// Description is free text for humans (at most 1024 bytes).
+	Description string `json:"description,omitempty"`
+	// Bridge is the Linux bridge of the external network on every node of
+	// the zone (e.g. vmbr0).
+	Bridge string `json:"bridge"`
+	// CIDR is the external network, an IPv4 network address with its prefix
+	// length (e.g. 203.0.113.0/24).
+	CIDR string `json:"cidr"`
+	// Gateway is the network's router, inside CIDR: the gateways' default
+	// route.
+	Gateway string `json:"gateway"`
+	// PoolStart and PoolEnd bound the public addresses handed to VDCs
+	// (inclusive, inside CIDR, not its network, broadcast or gateway
+	// address; at most MaxPoolSize addresses).
+	PoolStart string `json:"poolStart"`
+	PoolEnd   string `json:"poolEnd"`
+}
+
+// ExternalNetworkStatus is what the orchestrator records on an external
+// network.
+type ExternalNetworkStatus struct {
+	// Allocations are the pool's addresses in use, sorted by address.
+	Allocations []PublicAllocation `json:"allocations,omitempty"`
+}
+
+// The uses of a public address.
+const (
+	// UseGateway is a VDC's own address: its egress is SNATed to it and
+	// its port forwards listen on it.
+	UseGateway = "gateway"
+	// UseOneToOne is an address given to one VM both ways.
+	UseOneToOne = "oneToOne"
+)
+
+// PublicAllocation is one address of a pool held by a VDC.
+type PublicAllocation struct {
+	// Address is the public IPv4 address.
+	Address string `json:"address"`
+	// VDC holds the address.
+	VDC string `json:"vdc"`
+	// Use is UseGateway or UseOneToOne.
+	Use string `json:"use"`
+}
+
+// ObjectKind implements Object.
+func (*ExternalNetwork) ObjectKind() Kind { return KindExternalNetwork }
+
+// DeepCopyObject implements Object.
+func (n *ExternalNetwork) DeepCopyObject() Object {
+	c := *n
+	c.Status.Allocations = slices.Clone(n.Status.Allocations)
+	return &c
+}
+
+// Pool returns the network's prefix and pool bounds (valid once Validate
+// passed).
+func (s *ExternalNetworkSpec) Pool() (cidr netip.Prefix, start, end netip.Addr) {
+	cidr, _ = netip.ParsePrefix(s.CIDR)
+	start, _ = netip.ParseAddr(s.PoolStart)
+	end, _ = netip.ParseAddr(s.PoolEnd)
+	return cidr, start, end
+}
+
+// PoolSize is how many addresses the pool has.
+func (s *ExternalNetworkSpec) PoolSize() int {
+	_, start, end := s.Pool()
+	return int(ipv4Num(end)) - int(ipv4Num(start)) + 1
+}
+
+// InPool reports whether a is an address of the pool.
+func (s *ExternalNetworkSpec) InPool(a netip.Addr) bool {
+	_, start, end := s.Pool()
+	return a.Is4() && start.Compare(a) <= 0 && a.Compare(end) <= 0
+}
+
+// Holder returns the allocation of a, if any.
+func (n *ExternalNetwork) Holder(a netip.Addr) (PublicAllocation, bool) {
+	for _, al := range n.Status.Allocations {
+		if al.Address == a.String() {
+			return al, true
+		}
+	}
+	return PublicAllocation{}, false
+}
+
+// EdgeGateway is the edge gateway of one VDC in one zone as the VDC wants
+// it: its public address (from the zone's external network), its firewall
+// rules in order, port forwards, 1:1 addresses and bandwidth limits. Its
+// name is EdgeGatewayName(vdc, zone). The orchestrator derives the
+// gateway's whole state from it, the VDC's networks and its VMs'
+// addresses, and sends it to the agent that runs it.
+type EdgeGateway struct {
+	TypeMeta
+	ObjectMeta      `json:"metadata"`
+	EdgeGatewaySpec `json:"spec"`
+}
+
+// EdgeGatewaySpec is what a VDC wants of its gateway in a zone.
+type EdgeGatewaySpec struct {
+	// VDC is the VDC the gateway belongs to.
+	VDC string `json:"vdc"`
+	// Zone is the zone's name.
+	Zone string `json:"zone"`
+	// PublicAddress is the VDC's address in the zone (allocated from the
+	// external network's pool with use UseGateway).
+	PublicAddress string `json:"publicAddress"`
+	// EgressMbps and IngressMbps limit the VDC's traffic to and from the
+	// external network in Mbit/s (0 to MaxMbps); 0 is no limit.
+	EgressMbps  int `json:"egressMbps"`
+	IngressMbps int `json:"ingressMbps"`
+	// FirewallRules are the VDC's rules in order: the first that matches
+	// decides; inbound traffic no rule allows is dropped.
+	FirewallRules []FirewallRule `json:"firewallRules,omitempty"`
+	// PortForwards send a public address's port on to a VM's.
+	PortForwards []PortForward `json:"portForwards,omitempty"`
+	// OneToOne give VMs public addresses of their own, both ways.
+	OneToOne []OneToOneAddress `json:"oneToOne,omitempty"`
+}
+
+// Directions of a firewall rule.
+const (
+	DirectionInbound  = "in"
+	DirectionOutbound = "out"
+)
+
+// Actions of a firewall rule.
+const (
+	ActionAllow = "allow"
+	ActionDeny  = "deny"
+)
+
+// FirewallRule is one rule of a VDC's firewall.
+type FirewallRule struct {
+	// ID names the rule in its gateway (1 to 32 lower-case letters and
+	// digits).
+	ID string `json:"id"`
+	// Description is free text for humans (at most 1024 bytes).
+	Description string `json:"description,omitempty"`
+	// Direction is DirectionInbound (from the external network; the
+	// destination is the VM's address and port after DNAT) or
+	// DirectionOutbound.
+	Direction string `json:"direction"`
+	// Protocol is tcp, udp, icmp or any.
+	Protocol string `json:"protocol"`
+	// FromPort..ToPort is the destination port range (tcp and udp only);
+	// both 0 is any port.
+	FromPort int `json:"fromPort,omitempty"`
+	ToPort   int `json:"toPort,omitempty"`
+	// Source and Destination are IPv4 CIDRs; "" is any address.
+	Source      string `json:"source,omitempty"`
+	Destination string `json:"destination,omitempty"`
+	// Action is ActionAllow or ActionDeny.
+	Action string `json:"action"`
+}
+
+// PortForward sends Protocol traffic to PublicAddress:PublicPort on to the
+// VM VMID (its address in the VDC's network) at TargetPort.
+type PortForward struct {
+	// ID names the port forward in its gateway.
+	ID string `json:"id"`
+	// Protocol is tcp or udp.
+	Protocol string `json:"protocol"`
+	// PublicAddress is the gateway's public address.
+	PublicAddress string `json:"publicAddress"`
+	// PublicPort is 1 to 65535.
+	PublicPort int `json:"publicPort"`
+	// VMID is the VM's Proxmox VMID in the zone.
+	VMID int `json:"vmid"`
+	// TargetPort is 1 to 65535.
+	TargetPort int `json:"targetPort"`
+}
+
+// OneToOneAddress gives the VM VMID the public address PublicAddress
+// (allocated with use UseOneToOne), both ways.
+type OneToOneAddress struct {
+	// ID names the mapping in its gateway.
+	ID string `json:"id"`
+	// PublicAddress is the VM's public address.
+	PublicAddress string `json:"publicAddress"`
+	// VMID is the VM's Proxmox VMID in the zone.
+	VMID int `json:"vmid"`
+}
+
+// EdgeGatewayName is the name of vdc's gateway object in zone.
+func EdgeGatewayName(vdc, zone string) string { return vdc + "." + zone }
+
+// ObjectKind implements Object.
+func (*EdgeGateway) ObjectKind() Kind { return KindEdgeGateway }
+
+// DeepCopyObject implements Object.
+func (g *EdgeGateway) DeepCopyObject() Object {
+	c := *g
+	c.FirewallRules = slices.Clone(g.FirewallRules)
+	c.PortForwards = slices.Clone(g.PortForwards)
+	c.OneToOne = slices.Clone(g.OneToOne)
+	return &c
+}
+
+// Errors of public address allocation (wrapped in *ValidationError where
+// they are the caller's input, matched with errors.Is).
+var (
+	// ErrNoExternalNetwork: the zone has no external network.
+	ErrNoExternalNetwork = errors.New("the zone has no external network")
+	// ErrPoolExhausted: every address of the pool is allocated.
+	ErrPoolExhausted = errors.New("no free public address is left in the pool")
+	// ErrAddressInUse: the address asked for is allocated already.
+	ErrAddressInUse = errors.New("the public address is in use")
+)
+
+// maxAllocateTries bounds the retries of an allocation that keeps losing
+// its conditional write to others.
+const maxAllocateTries = 50
+
+// backoff waits a little longer after each lost write (with jitter, so
+// that writers that collided do not collide again), or until ctx ends.
+func backoff(ctx context.Context, try int) error {
+	d := time.Duration(1+rand.IntN(5*(try+1))) * time.Millisecond
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// AllocatePublicAddress gives vdc an address of zone's external network's
+// pool for use: want when it is valid (it must be in the pool and free:
+// a *ValidationError on field otherwise), else the lowest free one. The
+// allocation is an update conditional on the external network's
+// resourceVersion, retried when another writer got there first, so two
+// concurrent allocations never get one address.
+func AllocatePublicAddress(ctx context.Context, s Store, zone, vdc, use string, want netip.Addr, field string) (netip.Addr, error) {
+	for try := range maxAllocateTries {
+		n, err := Get[*ExternalNetwork](ctx, s, zone)
+		if errors.Is(err, ErrNotFound) {
+			return netip.Addr{}, fmt.Errorf("allocate public address: %w", &ValidationError{Field: "zone", Message: fmt.Sprintf("zone %q has no external network", zone), err: ErrNoExternalNetwork})
+		}
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+		}
+		addr, err := n.pick(want, field)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+		}
+		n.Status.Allocations = append(n.Status.Allocations, PublicAllocation{Address: addr.String(), VDC: vdc, Use: use})
+		slices.SortFunc(n.Status.Allocations, func(a, b PublicAllocation) int {
+			return netip.MustParseAddr(a.Address).Compare(netip.MustParseAddr(b.Address))
+		})
+		_, err = Update(ctx, s, n)
+		if errors.Is(err, ErrConflict) {
+			if err := backoff(ctx, try); err != nil {
+				return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+		}
+		return addr, nil
+	}
+	return netip.Addr{}, fmt.Errorf("allocate public address: %w", &ConflictError{Kind: KindExternalNetwork, Name: zone})
+}
+
+// pick chooses want (checked) or the lowest free address of the pool.
+func (n *ExternalNetwork) pick(want netip.Addr, field string) (netip.Addr, error) {
+	if want.IsValid() {
+		if !n.InPool(want) {
+			return netip.Addr{}, &ValidationError{Field: field, Message: fmt.Sprintf("%s is outside the pool %s-%s of zone %s's external network", want, n.PoolStart, n.PoolEnd, n.Name)}
+		}
+		if _, taken := n.Holder(want); taken {
+			return netip.Addr{}, &ValidationError{Field: field, Message: fmt.Sprintf("%s is in use", want), err: ErrAddressInUse}
+		}
+		return want, nil
+	}
+	_, start, end := n.Pool()
+	for a := start; a.IsValid() && a.Compare(end) <= 0; a = a.Next() {
+		if _, taken := n.Holder(a); !taken {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, &ValidationError{Field: "zone", Message: fmt.Sprintf("zone %s's external network has no free public address left", n.Name), err: ErrPoolExhausted}
+}
+
+// ReleasePublicAddress gives back vdc's address a of zone's pool (a no-op
+// when vdc does not hold it), conditionally as AllocatePublicAddress.
+func ReleasePublicAddress(ctx context.Context, s Store, zone, vdc string, a netip.Addr) error {
+	for try := range maxAllocateTries {
+		n, err := Get[*ExternalNetwork](ctx, s, zone)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("release public address: %w", err)
+		}
+		i := slices.IndexFunc(n.Status.Allocations, func(al PublicAllocation) bool { return al.Address == a.String() && al.VDC == vdc })
+		if i < 0 {
+			return nil
+		}
+		n.Status.Allocations = slices.Delete(n.Status.Allocations, i, i+1)
+		_, err = Update(ctx, s, n)
+		if errors.Is(err, ErrConflict) {
+			if err := backoff(ctx, try); err != nil {
+				return fmt.Errorf("release public address: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("release public address: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("release public address: %w", &ConflictError{Kind: KindExternalNetwork, Name: zone})
+}
+
+// EnsureEdgeGateway returns vdc's gateway object in zone, creating it with
+// a public address of the zone's pool when there is none yet. Two
+// concurrent ensures create one object: the loser gives its address back
+// and returns the winner's.
+func EnsureEdgeGateway(ctx context.Context, s Store, vdc, zone string) (*EdgeGateway, error) {
+	name := EdgeGatewayName(vdc, zone)
+	g, err := Get[*EdgeGateway](ctx, s, name)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return g, err
+	}
+	addr, err := AllocatePublicAddress(ctx, s, zone, vdc, UseGateway, netip.Addr{}, "zone")
+	if err != nil {
+		return nil, err
+	}
+	g = &EdgeGateway{EdgeGatewaySpec: EdgeGatewaySpec{VDC: vdc, Zone: zone, PublicAddress: addr.String()}}
+	g.Name = name
+	created, err := Create(ctx, s, g)
+	if err == nil {
+		return created, nil
+	}
+	if rerr := ReleasePublicAddress(context.WithoutCancel(ctx), s, zone, vdc, addr); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	if errors.Is(err, ErrAlreadyExists) {
+		return Get[*EdgeGateway](ctx, s, name)
+	}
+	return nil, fmt.Errorf("ensure edge gateway: %w", err)
+}

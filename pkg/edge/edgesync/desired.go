@@ -1,0 +1,159 @@
+package edgesync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
+)
+
+// FromCatalog returns a Config.Desired that derives every gateway from the
+// catalog: each EdgeGateway object (rules, port forwards, 1:1 addresses,
+// limits, public address) with its zone's ExternalNetwork (the uplink) and,
+// read from the zone's Proxmox, the VDC's networks there (a leg each on its
+// VNet holding its gateway address) and its VMs' addresses from the IPAM
+// (the targets). A gateway that cannot be derived this pass (its zone
+// unknown or unreachable, its public address not held by its VDC in the
+// pool) is left out and logged: the agent keeps running what it had.
+func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger) func(context.Context) ([]Desired, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(ctx context.Context) ([]Desired, error) {
+		gws, err := catalog.List[*catalog.EdgeGateway](ctx, store)
+		if err != nil {
+			return nil, err
+		}
+		nets, err := catalog.List[*catalog.ExternalNetwork](ctx, store)
+		if err != nil {
+			return nil, err
+		}
+		byZoneName := map[string]zones.Zone{}
+		for _, z := range reg.Zones() {
+			byZoneName[z.Name] = z
+		}
+		mappings := map[string][]ipam.Mapping{} // by zone id, read once per pass
+		var out []Desired
+		for _, g := range gws {
+			z, ok := byZoneName[g.Zone]
+			if !ok {
+				continue // the zone is not (or no longer) in the mesh
+			}
+			i := slices.IndexFunc(nets, func(n *catalog.ExternalNetwork) bool { return n.Name == g.Zone })
+			if i < 0 {
+				log.Warn("edgesync: a gateway's zone has no external network", "gateway", g.Name)
+				continue
+			}
+			c := reg.Client(z.ID)
+			ms, ok := mappings[z.ID]
+			if !ok {
+				if ms, err = ipam.Mappings(ctx, c); err != nil {
+					log.Warn("edgesync: read the IPAM", "zone", z.Name, "err", err)
+					continue
+				}
+				mappings[z.ID] = ms
+			}
+			gw, err := Derive(ctx, c, g, nets[i], ms)
+			if err != nil {
+				log.Warn("edgesync: derive a gateway", "gateway", g.Name, "err", err)
+				continue
+			}
+			out = append(out, Desired{ZoneID: z.ID, Gateway: gw})
+		}
+		return out, nil
+	}
+}
+
+// Derive builds the whole state of g's gateway: its uplink on en, a leg per
+// network of the VDC in the zone of c, and the port forwards' and 1:1
+// addresses' targets from the IPAM mappings ms (a VM without an address
+// in the VDC's networks is left out until it has one).
+func Derive(ctx context.Context, c *proxmox.Client, g *catalog.EdgeGateway, en *catalog.ExternalNetwork, ms []ipam.Mapping) (*edgev1.Gateway, error) {
+	public, err := netip.ParseAddr(g.PublicAddress)
+	if err != nil {
+		return nil, fmt.Errorf("derive %s: %w", g.Name, err)
+	}
+	if err := held(en, g.VDC, public, catalog.UseGateway); err != nil {
+		return nil, fmt.Errorf("derive %s: %w", g.Name, err)
+	}
+	cidr, _, _ := en.Pool()
+	nets, err := network.List(ctx, c, g.VDC)
+	if err != nil {
+		return nil, fmt.Errorf("derive %s: %w", g.Name, err)
+	}
+	out := &edgev1.Gateway{
+		Vdc:         g.VDC,
+		Uplink:      &edgev1.Uplink{Bridge: en.Bridge, Address: netip.PrefixFrom(public, cidr.Bits()).String(), Gateway: en.Gateway},
+		EgressMbps:  uint32(g.EgressMbps),
+		IngressMbps: uint32(g.IngressMbps),
+	}
+	for _, n := range nets {
+		out.Legs = append(out.Legs, &edgev1.Leg{Bridge: n.VNet, Address: netip.PrefixFrom(n.Gateway, n.CIDR.Bits()).String()})
+	}
+	addrs := vmAddresses(g.VDC, ms)
+	for _, pf := range g.PortForwards {
+		if a, ok := addrs[pf.VMID]; ok {
+			out.PortForwards = append(out.PortForwards, &edgev1.PortForward{Id: pf.ID, Protocol: pf.Protocol, PublicAddress: pf.PublicAddress,
+				PublicPort: uint32(pf.PublicPort), Target: a.String(), TargetPort: uint32(pf.TargetPort)})
+		}
+	}
+	for _, o := range g.OneToOne {
+		a, ok := addrs[o.VMID]
+		pub, perr := netip.ParseAddr(o.PublicAddress)
+		if ok && perr == nil && held(en, g.VDC, pub, catalog.UseOneToOne) == nil {
+			out.OneToOne = append(out.OneToOne, &edgev1.OneToOne{Id: o.ID, PublicAddress: o.PublicAddress, PrivateAddress: a.String()})
+		}
+	}
+	for _, r := range g.FirewallRules {
+		out.Rules = append(out.Rules, Rule(r))
+	}
+	return out, nil
+}
+
+// Rule is a catalog rule as the agent takes it.
+func Rule(r catalog.FirewallRule) *edgev1.Rule {
+	d := edgev1.Direction_DIRECTION_INBOUND
+	if r.Direction == catalog.DirectionOutbound {
+		d = edgev1.Direction_DIRECTION_OUTBOUND
+	}
+	return &edgev1.Rule{Id: r.ID, Direction: d, Protocol: r.Protocol, FromPort: uint32(r.FromPort), ToPort: uint32(r.ToPort),
+		Source: r.Source, Destination: r.Destination, Allow: r.Action == catalog.ActionAllow}
+}
+
+// errNotHeld: the pool does not record the address as the VDC's.
+var errNotHeld = errors.New("the public address is not the VDC's in the external network's pool")
+
+func held(en *catalog.ExternalNetwork, vdc string, a netip.Addr, use string) error {
+	if al, ok := en.Holder(a); !ok || al.VDC != vdc || al.Use != use {
+		return fmt.Errorf("%s: %w", a, errNotHeld)
+	}
+	return nil
+}
+
+// vmAddresses maps each VM of vdc to its lowest address in the VDC's
+// networks (the IPAM's mappings of the VDC's SDN zone).
+func vmAddresses(vdc string, ms []ipam.Mapping) map[int]netip.Addr {
+	zone := tenancy.SDNZoneID(vdc)
+	out := map[int]netip.Addr{}
+	for _, m := range ms {
+		a, err := netip.ParseAddr(m.IP)
+		if m.Zone != zone || m.VMID == 0 || m.Gateway != 0 || err != nil || !a.Is4() {
+			continue
+		}
+		if cur, ok := out[int(m.VMID)]; !ok || a.Less(cur) {
+			out[int(m.VMID)] = a
+		}
+	}
+	return out
+}
