@@ -2,6 +2,7 @@ package graph_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,6 +36,14 @@ func vmHost(t *testing.T, h *meshtest.Harness, user, vdc, id string) (status, ho
 	return vm.Status, vm.Host.Name, vm.IPAddresses
 }
 
+// migrationHosts returns the hosts user sees VM id can move to.
+func migrationHosts(t *testing.T, h *meshtest.Harness, user, vdc, id string) []string {
+	t.Helper()
+	var vm struct{ MigrationHosts []string }
+	h.GraphQL(t, user, vdc, `query($id: ID!) { vm(id: $id) { migrationHosts } }`, map[string]any{"id": id}).OK(t).Into(t, "vm", &vm)
+	return vm.MigrationHosts
+}
+
 // TestMigrateWithinZone moves a running VM to the other host of its zone
 // through GraphQL: Proxmox's online migration with its local disk, followed
 // over the subscription with the bytes moved; the VM keeps its id and
@@ -58,6 +67,17 @@ func TestMigrateWithinZone(t *testing.T) {
 		t.Fatalf("before the move: %s on %q", status, from)
 	}
 	to := map[string]string{"pve1": "pve2", "pve2": "pve1"}[from]
+	// A member sees where it can move (hosts are the platform admin's);
+	// another VDC sees no VM at all.
+	if got := migrationHosts(t, h, "bob", "blue", id); !slices.Equal(got, []string{to}) {
+		t.Errorf("migrationHosts on %s = %v, want [%s]", from, got, to)
+	}
+	if r := h.GraphQL(t, "bob", "blue", `{ hosts { name } }`, nil); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("hosts as a member: %s", r.Raw)
+	}
+	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { migrationHosts } }`, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("migrationHosts from red: %s", r.Raw)
+	}
 
 	// Refusals change nothing.
 	for name, c := range map[string]struct {
@@ -116,6 +136,9 @@ func TestMigrateWithinZone(t *testing.T) {
 	}
 	if st, host, after := vmHost(t, h, "bob", "blue", id); st != "RUNNING" || host != to || len(after) != 1 || after[0] != addrs[0] {
 		t.Fatalf("after the move: %s on %s with %v (was %v)", st, host, after, addrs)
+	}
+	if got := migrationHosts(t, h, "bob", "blue", id); !slices.Equal(got, []string{from}) {
+		t.Errorf("migrationHosts on %s = %v, want [%s]", to, got, from)
 	}
 
 	// Stopped, it moves back offline (by host id this time).

@@ -7,9 +7,11 @@ package graph
 
 import (
 	"context"
+	"slices"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
@@ -72,4 +74,23 @@ func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMI
 		return nil, computeError(err, "input")
 	}
 	return opModel(op), nil
+}
+
+func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error) {
+	z, ok := r.zoneByID(mustVMRef(obj.ID).ZoneID)
+	if !ok {
+		return []string{}, nil
+	}
+	current := ""
+	if obj.Host != nil {
+		current = obj.Host.Name
+	}
+	out := []string{}
+	for _, h := range z.Hosts {
+		if h.Status == zones.StatusOnline && h.Node != current {
+			out = append(out, h.Node)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

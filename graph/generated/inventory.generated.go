@@ -29,6 +29,7 @@ type VMResolver interface {
 
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
+	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
 	Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error)
 	Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error)
 	Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error)
@@ -1387,6 +1388,29 @@ func (ec *executionContext) fieldContext_VM_snapshots(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _VM_migrationHosts(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_migrationHosts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().MigrationHosts(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_migrationHosts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "String")
+}
+
 func (ec *executionContext) _VM_nics(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2721,6 +2745,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_snapshots(ctx, field, obj)
+				})
+		case "migrationHosts":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_migrationHosts(ctx, field, obj)
 				})
 		case "nics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

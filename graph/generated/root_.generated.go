@@ -493,6 +493,7 @@ type ComplexityRoot struct {
 		MemoryMiB            func(childComplexity int) int
 		MemoryUsedMiB        func(childComplexity int) int
 		Metrics              func(childComplexity int, timeframe model.MetricsTimeframe) int
+		MigrationHosts       func(childComplexity int) int
 		Name                 func(childComplexity int) int
 		NetInBytes           func(childComplexity int) int
 		NetOutBytes          func(childComplexity int) int
@@ -2773,6 +2774,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Metrics(childComplexity, args["timeframe"].(model.MetricsTimeframe)), true
+	case "VM.migrationHosts":
+		if e.ComplexityRoot.VM.MigrationHosts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.MigrationHosts(childComplexity), true
 	case "VM.name":
 		if e.ComplexityRoot.VM.Name == nil {
 			break
@@ -5325,6 +5332,15 @@ type CreateVMPayload {
   "The create's operation, to follow until the VM runs."
   operation: Operation!
 }
+
+extend type VM {
+  """
+  The hosts migrateVM can move it to within its zone: the zone's online
+  hosts other than the one it runs on, by name, sorted. Visible to the
+  VDC's members as the VM is (another VDC's VM answers NOT_FOUND).
+  """
+  migrationHosts: [String!]!
+}
 `, BuiltIn: false},
 	{Name: "../vmdetail.graphqls", Input: `# The detail of a VM: its NICs and disks as its Proxmox configuration
 # holds them, and the operations that ran on it, read off the Proxmox task
@@ -6190,6 +6206,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_metrics(ctx, field)
 	case "snapshots":
 		return ec.fieldContext_VM_snapshots(ctx, field)
+	case "migrationHosts":
+		return ec.fieldContext_VM_migrationHosts(ctx, field)
 	case "nics":
 		return ec.fieldContext_VM_nics(ctx, field)
 	case "disks":

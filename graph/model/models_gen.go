@@ -939,6 +939,10 @@ type VM struct {
 	Metrics []*MetricsPoint `json:"metrics,omitempty"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
+	// The hosts migrateVM can move it to within its zone: the zone's online
+	// hosts other than the one it runs on, by name, sorted. Visible to the
+	// VDC's members as the VM is (another VDC's VM answers NOT_FOUND).
+	MigrationHosts []string `json:"migrationHosts"`
 	// Its network interfaces in order (net0 first).
 	Nics []*VMNic `json:"nics"`
 	// Its disks in slot order (the cloud-init drive is not one).

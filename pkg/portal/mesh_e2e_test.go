@@ -1,6 +1,7 @@
 package portal_test
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"os"
@@ -32,16 +33,46 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h).ServeHTTP(w, r)
 }
 
+// checkMigrated checks through GraphQL that the VM the browser test
+// migrated (artifacts/migrated.json) is on the host it moved to.
+func checkMigrated(t *testing.T, h *meshtest.Harness, artifacts string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(artifacts, "migrated.json"))
+	if err != nil {
+		t.Fatalf("the browser test did not migrate a VM: %v", err)
+	}
+	var want struct{ VDC, Name, Host string }
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	var vms []struct {
+		Name string
+		Host *struct{ Name string }
+	}
+	h.GraphQL(t, "alice", want.VDC, `{ vms(first: 50) { name host { name } } }`, nil).OK(t).Into(t, "vms", &vms)
+	for _, vm := range vms {
+		if vm.Name == want.Name {
+			if vm.Host == nil || vm.Host.Name != want.Host {
+				t.Errorf("VM %s after the portal's migration: on %+v, want %s", want.Name, vm.Host, want.Host)
+			}
+			return
+		}
+	}
+	t.Errorf("VM %s not in VDC %s: %+v", want.Name, want.VDC, vms)
+}
+
 // TestBrowserMesh runs the portal's browser tests against a backend that
 // really has zones, hosts and VMs: the meshtest harness (orchestrator with
 // the GraphQL API, simulated Proxmox zones "alpha" with 2 nodes and "beta"
 // with 1, real agents over the mesh, the development provider), serving
 // the built portal on the API's own origin. tests/mesh.test.mjs signs in
 // through the provider's login form, creates a VM through the wizard,
-// sees its console's picture and stops it, sees its network in use and its
-// VDC's quota refuse a second VM, checks another VDC's member cannot see it, a viewer cannot change
-// it, and that the admin sees every zone and host; then beta's agents stop
-// and tests/zone-down.test.mjs finds beta unavailable and the rest working.
+// sees its console's picture, migrates it to the other host of its zone
+// (checked here through GraphQL) and stops it, sees its network in use and
+// its VDC's quota refuse a second VM, checks another VDC's member cannot
+// see it, a viewer cannot change it, and that the admin sees every zone and
+// host; then beta's agents stop and tests/zone-down.test.mjs finds beta
+// unavailable and the rest working.
 func TestBrowserMesh(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -106,7 +137,8 @@ func TestBrowserMesh(t *testing.T) {
 		"PORTAL_ARTIFACTS=" + artifacts,
 	}
 	start := runBrowserTests(t, root, env, "tests/mesh.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-console", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
+	browsertest.CheckScreenshots(t, artifacts, start, "networks", "vm-wizard-progress", "vm-wizard-running", "vm-detail", "vm-console", "vm-migrate", "vm-migrated", "vm-stopped", "vms", "network-in-use", "vm-quota-exceeded", "zones", "hosts")
+	checkMigrated(t, h, artifacts)
 
 	// beta goes down: its agents stop.
 	for _, a := range h.Clusters[1].Agents {

@@ -17,3 +17,15 @@ export async function axe(page, name) {
   const bad = r.filter((v) => v.impact === 'serious' || v.impact === 'critical')
   assert.deepEqual(bad, [], `axe violations on ${name}`)
 }
+
+// fits checks the page does not scroll sideways on a 390 px phone.
+export async function fits(page, name) {
+  const w = await page.evaluate(() => document.documentElement.scrollWidth)
+  assert.ok(w <= 390, `${name} is ${w} px wide on a 390 px phone`)
+}
+
+// check runs axe and, on a phone, checks the page fits.
+export async function check(page, name, phone) {
+  await axe(page, name)
+  if (phone) await fits(page, name)
+}

@@ -14,17 +14,12 @@ import assert from 'node:assert/strict'
 import { writeFileSync } from 'node:fs'
 import { gzipSync } from 'node:zlib'
 import { join } from 'node:path'
-import { axe } from './axe.mjs'
-import { admin, artifacts, base, env, fits, issuer, member, session, shot, signIn } from './lib.mjs'
+import { check } from './axe.mjs'
+import { admin, artifacts, base, env, issuer, member, session, shot, signIn } from './lib.mjs'
 
 const vmCount = Number(env('PORTAL_VM_COUNT'))
 const renewals = Number(env('PORTAL_RENEWALS', '2'))
 const jsBudget = 350 * 1024
-
-async function check(page, name, phone) {
-  await axe(page, name)
-  if (phone) await fits(page, name)
-}
 
 async function graphsHaveData(page, name) {
   const panel = page.getByRole('region', { name: new RegExp(`^Graphs of `) })

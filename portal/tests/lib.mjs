@@ -87,12 +87,6 @@ export async function session(t, viewport = { width: 1280, height: 800 }) {
   return { page, graphql, origins }
 }
 
-// fits checks the page does not scroll sideways on a 390 px phone.
-export async function fits(page, name) {
-  const w = await page.evaluate(() => document.documentElement.scrollWidth)
-  assert.ok(w <= 390, `${name} is ${w} px wide on a 390 px phone`)
-}
-
 export async function shot(page, name) {
   const file = join(artifacts, `${name}.png`)
   await page.screenshot({ path: file, fullPage: true })

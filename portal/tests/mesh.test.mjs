@@ -18,8 +18,10 @@
 // read as such.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { axe } from './axe.mjs'
-import { admin, base, checkZonesAndHosts, fits, env, go, member, memberVDCs, run, session, shot, signIn, stopVM, timeout } from './lib.mjs'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { axe, check, fits } from './axe.mjs'
+import { admin, artifacts, base, checkZonesAndHosts, env, go, member, memberVDCs, run, session, shot, signIn, stopVM, timeout } from './lib.mjs'
 
 const other = { user: env('PORTAL_OTHER_USER'), password: env('PORTAL_OTHER_PASSWORD') }
 const zones = env('PORTAL_ZONES').split(',').map((s) => s.trim()).filter(Boolean)
@@ -170,6 +172,41 @@ describe('portal with zones and VMs', () => {
     await page.locator('.operations li[data-state="SUCCEEDED"][data-kind="DELETE_SNAPSHOT"]').waitFor({ timeout: vmTimeout })
     await snapRow.waitFor({ state: 'detached' })
     await page.getByTestId('vm-no-snapshots').waitFor()
+
+    // Migrate: the dialog passes axe and fits a phone, opens from the
+    // keyboard and closes on Escape, offers the other zones; the VM moves
+    // online to the other host of its zone, followed to the end with the
+    // bytes it moved. migrated.json tells TestBrowserMesh where it went, to
+    // check through GraphQL.
+    const from = (await page.getByTestId('vm-host').innerText()).trim()
+    const migrate = page.getByRole('dialog', { name: `Migrate VM ${vmName}` })
+    const migrateButton = page.getByRole('group', { name: 'Actions' }).getByRole('button', { name: 'Migrate', exact: true })
+    await migrateButton.focus()
+    await page.keyboard.press('Enter')
+    const hostSelect = migrate.getByLabel('Host', { exact: true })
+    await hostSelect.waitFor()
+    const to = await hostSelect.inputValue()
+    assert.ok(to && to !== from, `the dialog offers ${to} for a VM on ${from}`)
+    await migrate.getByLabel('Another zone').check()
+    assert.deepEqual(await migrate.getByLabel('Zone', { exact: true }).locator('option').allInnerTexts(), zones.slice(1))
+    await page.setViewportSize({ width: 390, height: 844 })
+    await check(page, 'vm migrate dialog', true)
+    await shot(page, 'vm-migrate')
+    await page.keyboard.press('Escape')
+    await migrate.waitFor({ state: 'hidden' })
+    await page.setViewportSize({ width: 1280, height: 800 })
+    await migrateButton.click()
+    await migrate.getByLabel(`Another host of zone ${zone}`).check()
+    await hostSelect.selectOption(to)
+    await migrate.getByRole('button', { name: 'Migrate', exact: true }).click()
+    await migrate.waitFor({ state: 'hidden' })
+    const migrated = page.locator('.operations li[data-state="SUCCEEDED"][data-kind="MIGRATE_VM"]').first()
+    await migrated.waitFor({ timeout: vmTimeout })
+    assert.match(await migrated.getByTestId('operation-progress').innerText(), /GiB \(100 %\) moved, /)
+    await page.getByTestId('vm-host').getByText(to, { exact: true }).waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+    writeFileSync(join(artifacts, 'migrated.json'), JSON.stringify({ vdc, name: vmName, host: to }))
+    await shot(page, 'vm-migrated')
 
     await stopVM(page, vmTimeout)
     await page.getByText('(followed by subscription)').waitFor()

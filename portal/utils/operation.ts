@@ -9,13 +9,13 @@ import type { OperationFieldsFragment } from '~/gql/graphql'
 // What the pages read of an operation: spread `...OperationFields` into a
 // document's selection (graphql() adds the fragment itself).
 graphql(`
-  fragment OperationFields on Operation { id kind state step error vmId updatedAt }
+  fragment OperationFields on Operation { id kind state step error vmId updatedAt progress { bytesMoved bytesTotal bytesPerSecond } }
 `)
 export type Operation = OperationFieldsFragment
 
 // The same fields as a selection string, for documents built at run time.
 // Deprecated: use the OperationFields fragment in a graphql() document.
-export const operationFields = 'id kind state step error vmId updatedAt'
+export const operationFields = 'id kind state step error vmId updatedAt progress { bytesMoved bytesTotal bytesPerSecond }'
 
 const operationSubscription = graphql(`
   subscription FollowOperation($id: ID!) { operation(id: $id) { ...OperationFields } }
