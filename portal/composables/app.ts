@@ -75,12 +75,12 @@ function expire() {
 let client: Client | undefined
 
 // useApi returns the function pages send queries and mutations with: a
-// typed document (graphql() of gql/) or a query string, its variables, and
+// typed document (graphql() of gql/), its variables, and
 // optionally another VDC than the selected one.
 export function useApi() {
   const app = useAppState()
   return <T, V extends AnyVariables = AnyVariables>(
-    query: DocumentInput<T, V> | string,
+    query: DocumentInput<T, V>,
     variables?: V,
     opts: { vdc?: string | null } = {},
   ): Promise<T> => {
