@@ -1,6 +1,8 @@
 package meshtest_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -14,14 +16,18 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-// TestSoak: 16 users list VMs, hosts and zones without pause for 30s while
-// guests of their VDC are created and deleted in Proxmox. No request fails,
-// the p99 stays bounded, and afterwards the process (the orchestrator, the
-// agents and the simulated cluster all run in it) is back to its goroutines,
-// file descriptors and heap of before: nothing leaks per request.
+// TestSoak: 16 users list VMs, hosts and zones and read a VM's details
+// without pause for 30s while guests of their VDC are created and deleted in
+// Proxmox, and another VDC's member creates and deletes VMs through the API,
+// following each operation over a subscription to its end. No request
+// fails, every create and delete succeeds, the p99 stays bounded, and
+// afterwards the process (the orchestrator, the agents and the simulated
+// cluster all run in it) is back to its goroutines, file descriptors and
+// heap of before: nothing leaks per request or per subscription.
 func TestSoak(t *testing.T) {
 	// Not parallel: it counts the process's goroutines, descriptors and
 	// heap, which the package's parallel tests (paused until the
@@ -54,13 +60,26 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tokens := map[string]string{"alice": h.Token(t, "alice"), "admin": h.Token(t, "admin")}
+	// What bob's VMs are made of, through the API as an admin would.
+	url, sum := vmtest.ImageServer(t, 1<<20)
+	tokens := map[string]string{"alice": h.Token(t, "alice"), "admin": h.Token(t, "admin"), "bob": h.Token(t, "bob")}
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "soak", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
+	var lan struct{ ID string }
+	h.GraphQL(t, "bob", "blue", `mutation { createNetwork(input: {name: "lan", zone: "soak", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
+		OK(t).Into(t, "createNetwork", &lan)
+	detail := fmt.Sprintf(`{ vm(id: %q) { id name status host { name } zone { name } } }`, tenancy.VMRef{ZoneID: h.Zone(t, c).ID, VMID: 200}.ID())
 	queries := []struct{ user, vdc, q string }{
 		{"alice", "red", `{ vms { id name status zone { name } } }`},
 		{"admin", "", `{ hosts { name status } zones { name status } }`},
+		{"alice", "red", detail},
 	}
 	var (
 		requests, failures atomic.Int64
+		apiCycles, vmSeq   atomic.Int64
 		mu                 sync.Mutex
 		took               []time.Duration
 		firstErr           atomic.Value
@@ -91,6 +110,20 @@ func TestSoak(t *testing.T) {
 				}
 			}()
 		}
+		// Bob creates and deletes VMs through the API meanwhile, each
+		// operation followed over a subscription.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := apiCycle(ctx, h, tokens["bob"], lan.ID, fmt.Sprintf("soak-api-%d", vmSeq.Add(1))); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					failures.Add(1)
+					return
+				}
+				apiCycles.Add(1)
+			}
+		}()
 		// Churn: guests of red created and deleted meanwhile.
 		wg.Add(1)
 		go func() {
@@ -123,6 +156,7 @@ func TestSoak(t *testing.T) {
 	run(3 * time.Second) // warm: connections, caches, pools
 	requests.Store(0)
 	failures.Store(0)
+	apiCycles.Store(0)
 	took = nil
 	g0, f0, h0 := runtime.NumGoroutine(), fds(), heap()
 
@@ -132,6 +166,10 @@ func TestSoak(t *testing.T) {
 	p := func(q float64) time.Duration { return took[int(float64(len(took)-1)*q)] }
 	t.Logf("%d requests in %v by %d users (%.0f/s), %d failed; p50 %v, p99 %v, max %v",
 		n, soak, users, float64(n)/soak.Seconds(), failures.Load(), p(0.5).Round(time.Microsecond), p(0.99).Round(time.Microsecond), took[len(took)-1].Round(time.Millisecond))
+	t.Logf("%d VMs created and deleted through the API, each operation followed over a subscription", apiCycles.Load())
+	if apiCycles.Load() == 0 {
+		t.Error("no VM was created and deleted through the API during the soak")
+	}
 	if f := failures.Load(); f > 0 {
 		t.Errorf("%d of %d requests failed; the first: %v", f, n, firstErr.Load())
 	}
@@ -156,4 +194,73 @@ func TestSoak(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("goroutines %d -> %d, file descriptors %d -> %d, heap %.1f -> %.1f MiB", g0, g1, f0, f1, float64(h0)/(1<<20), float64(h1)/(1<<20))
+}
+
+// apiCycle creates a VM of blue through the API, follows the create over a
+// subscription until it succeeds, reads the VM, deletes it and follows the
+// delete the same way.
+func apiCycle(ctx context.Context, h *meshtest.Harness, token, network, name string) error {
+	post := func(q string, vars map[string]any, out any) error {
+		r, err := gqltest.Post(ctx, nil, h.GraphQLURL(), gqltest.Request{Query: q, Variables: vars, Authorization: "Bearer " + token, VDC: "blue"})
+		if err == nil {
+			err = r.Err()
+		}
+		if err == nil && out != nil {
+			err = r.Decode(out)
+		}
+		return err
+	}
+	follow := func(op string) error {
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		msgs, err := gqltest.Subscribe(sctx, h.GraphQLURL(), map[string]any{"Authorization": "Bearer " + token, gqltest.VDCHeader: "blue"},
+			fmt.Sprintf(`subscription { operation(id: %q) { state error } }`, op))
+		if err != nil {
+			return fmt.Errorf("follow %s: %w", op, err)
+		}
+		var last struct {
+			Data struct{ Operation struct{ State, Error string } }
+		}
+		for _, m := range msgs {
+			switch m.Type {
+			case "next":
+				if err := json.Unmarshal(m.Payload, &last); err != nil {
+					return fmt.Errorf("follow %s: %w", op, err)
+				}
+			case "error", "connection_error":
+				return fmt.Errorf("follow %s: %s", op, m.Payload)
+			}
+		}
+		if len(msgs) == 0 || msgs[len(msgs)-1].Type != "complete" || last.Data.Operation.State != "SUCCEEDED" {
+			return fmt.Errorf("follow %s: ended %+v after %d messages", op, last.Data.Operation, len(msgs))
+		}
+		return nil
+	}
+	var created struct {
+		CreateVM struct {
+			VM        struct{ ID string }
+			Operation struct{ ID string }
+		}
+	}
+	if err := post(`mutation($in: CreateVMInput!) { createVM(input: $in) { vm { id } operation { id } } }`, map[string]any{"in": map[string]any{
+		"name": name, "zone": "soak", "image": "tiny", "computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4,
+		"nics": []any{map[string]any{"network": network}}, "user": "bob",
+		"sshKeys": []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ3k2wq1n0X6cYzK7fU bob@laptop"}}}, &created); err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	if err := follow(created.CreateVM.Operation.ID); err != nil {
+		return err
+	}
+	var vm struct{ VM struct{ ID, Status string } }
+	if err := post(`query($id: ID!) { vm(id: $id) { id status } }`, map[string]any{"id": created.CreateVM.VM.ID}, &vm); err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if vm.VM.Status != "RUNNING" {
+		return fmt.Errorf("%s is %s after its create, want RUNNING", name, vm.VM.Status)
+	}
+	var deleted struct{ DeleteVM struct{ ID string } }
+	if err := post(`mutation($id: ID!) { deleteVM(id: $id) { id } }`, map[string]any{"id": created.CreateVM.VM.ID}, &deleted); err != nil {
+		return fmt.Errorf("delete %s: %w", name, err)
+	}
+	return follow(deleted.DeleteVM.ID)
 }
