@@ -268,6 +268,17 @@ func AllocatePublicAddress(ctx context.Context, s Store, zone, vdc, use string, 
 			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
 		}
 		addr, err := n.pick(want, field)
+		if errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrAddressInUse) {
+			// A store may answer from a cache a release has not reached yet:
+			// the refusal stands only once an unchanged write, conditional on
+			// what was read, shows that the read was current.
+			if _, cerr := Update(ctx, s, n); errors.Is(cerr, ErrConflict) {
+				if err := backoff(ctx, try); err != nil {
+					return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+				}
+				continue
+			}
+		}
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
 		}
@@ -323,6 +334,14 @@ func ReleasePublicAddress(ctx context.Context, s Store, zone, vdc string, a neti
 		}
 		i := slices.IndexFunc(n.Status.Allocations, func(al PublicAllocation) bool { return al.Address == a.String() && al.VDC == vdc })
 		if i < 0 {
+			// Not held, unless the read came from a cache an allocation has
+			// not reached yet (see AllocatePublicAddress).
+			if _, cerr := Update(ctx, s, n); errors.Is(cerr, ErrConflict) {
+				if err := backoff(ctx, try); err != nil {
+					return fmt.Errorf("release public address: %w", err)
+				}
+				continue
+			}
 			return nil
 		}
 		n.Status.Allocations = slices.Delete(n.Status.Allocations, i, i+1)
