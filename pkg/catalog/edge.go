@@ -259,46 +259,24 @@ func backoff(ctx context.Context, try int) error {
 // resourceVersion, retried when another writer got there first, so two
 // concurrent allocations never get one address.
 func AllocatePublicAddress(ctx context.Context, s Store, zone, vdc, use string, want netip.Addr, field string) (netip.Addr, error) {
-	for try := range maxAllocateTries {
-		n, err := Get[*ExternalNetwork](ctx, s, zone)
-		if errors.Is(err, ErrNotFound) {
-			return netip.Addr{}, fmt.Errorf("allocate public address: %w", &ValidationError{Field: "zone", Message: fmt.Sprintf("zone %q has no external network", zone), err: ErrNoExternalNetwork})
-		}
+	var addr netip.Addr
+	missing := &ValidationError{Field: "zone", Message: fmt.Sprintf("zone %q has no external network", zone), err: ErrNoExternalNetwork}
+	err := changePool(ctx, s, zone, missing, func(n *ExternalNetwork) (bool, error) {
+		a, err := n.pick(want, field)
 		if err != nil {
-			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
+			return false, err
 		}
-		addr, err := n.pick(want, field)
-		if errors.Is(err, ErrPoolExhausted) || errors.Is(err, ErrAddressInUse) {
-			// A store may answer from a cache a release has not reached yet:
-			// the refusal stands only once an unchanged write, conditional on
-			// what was read, shows that the read was current.
-			if _, cerr := Update(ctx, s, n); errors.Is(cerr, ErrConflict) {
-				if err := backoff(ctx, try); err != nil {
-					return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
-				}
-				continue
-			}
-		}
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
-		}
-		n.Status.Allocations = append(n.Status.Allocations, PublicAllocation{Address: addr.String(), VDC: vdc, Use: use})
-		slices.SortFunc(n.Status.Allocations, func(a, b PublicAllocation) int {
-			return netip.MustParseAddr(a.Address).Compare(netip.MustParseAddr(b.Address))
+		addr = a
+		n.Status.Allocations = append(n.Status.Allocations, PublicAllocation{Address: a.String(), VDC: vdc, Use: use})
+		slices.SortFunc(n.Status.Allocations, func(x, y PublicAllocation) int {
+			return netip.MustParseAddr(x.Address).Compare(netip.MustParseAddr(y.Address))
 		})
-		_, err = Update(ctx, s, n)
-		if errors.Is(err, ErrConflict) {
-			if err := backoff(ctx, try); err != nil {
-				return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
-			}
-			continue
-		}
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
-		}
-		return addr, nil
+		return true, nil
+	})
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("allocate public address: %w", err)
 	}
-	return netip.Addr{}, fmt.Errorf("allocate public address: %w", &ConflictError{Kind: KindExternalNetwork, Name: zone})
+	return addr, nil
 }
 
 // pick chooses want (checked) or the lowest free address of the pool.
@@ -321,43 +299,59 @@ func (n *ExternalNetwork) pick(want netip.Addr, field string) (netip.Addr, error
 	return netip.Addr{}, &ValidationError{Field: "zone", Message: fmt.Sprintf("zone %s's external network has no free public address left", n.Name), err: ErrPoolExhausted}
 }
 
+// errNotHeld is a release of an address its VDC does not hold: a no-op.
+var errNotHeld = errors.New("not held")
+
 // ReleasePublicAddress gives back vdc's address a of zone's pool (a no-op
 // when vdc does not hold it), conditionally as AllocatePublicAddress.
 func ReleasePublicAddress(ctx context.Context, s Store, zone, vdc string, a netip.Addr) error {
+	err := changePool(ctx, s, zone, nil, func(n *ExternalNetwork) (bool, error) {
+		i := slices.IndexFunc(n.Status.Allocations, func(al PublicAllocation) bool { return al.Address == a.String() && al.VDC == vdc })
+		if i < 0 {
+			return false, errNotHeld
+		}
+		n.Status.Allocations = slices.Delete(n.Status.Allocations, i, i+1)
+		return true, nil
+	})
+	if err != nil && !errors.Is(err, errNotHeld) {
+		return fmt.Errorf("release public address: %w", err)
+	}
+	return nil
+}
+
+// changePool applies change to zone's external network and writes it,
+// conditional on the resourceVersion read, again from a fresh read when
+// another writer got there first; a missing network is missing. When
+// change writes nothing because of what it read (the pool exhausted, an
+// address held or not held), the store may have answered from a cache a
+// change has not reached yet: that outcome stands only once an unchanged
+// write, conditional on the same read, shows the read was current.
+func changePool(ctx context.Context, s Store, zone string, missing error, change func(*ExternalNetwork) (write bool, err error)) error {
 	for try := range maxAllocateTries {
 		n, err := Get[*ExternalNetwork](ctx, s, zone)
 		if errors.Is(err, ErrNotFound) {
-			return nil
+			return missing
 		}
 		if err != nil {
-			return fmt.Errorf("release public address: %w", err)
+			return err
 		}
-		i := slices.IndexFunc(n.Status.Allocations, func(al PublicAllocation) bool { return al.Address == a.String() && al.VDC == vdc })
-		if i < 0 {
-			// Not held, unless the read came from a cache an allocation has
-			// not reached yet (see AllocatePublicAddress).
-			if _, cerr := Update(ctx, s, n); errors.Is(cerr, ErrConflict) {
-				if err := backoff(ctx, try); err != nil {
-					return fmt.Errorf("release public address: %w", err)
-				}
-				continue
-			}
-			return nil
+		write, outcome := change(n)
+		if !write && !errors.Is(outcome, ErrPoolExhausted) && !errors.Is(outcome, ErrAddressInUse) && !errors.Is(outcome, errNotHeld) {
+			return outcome // refused for what the caller asked, not for the pool's state
 		}
-		n.Status.Allocations = slices.Delete(n.Status.Allocations, i, i+1)
 		_, err = Update(ctx, s, n)
 		if errors.Is(err, ErrConflict) {
 			if err := backoff(ctx, try); err != nil {
-				return fmt.Errorf("release public address: %w", err)
+				return err
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("release public address: %w", err)
+			return err
 		}
-		return nil
+		return outcome
 	}
-	return fmt.Errorf("release public address: %w", &ConflictError{Kind: KindExternalNetwork, Name: zone})
+	return &ConflictError{Kind: KindExternalNetwork, Name: zone}
 }
 
 // EnsureEdgeGateway returns vdc's gateway object in zone, creating it with
