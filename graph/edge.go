@@ -398,20 +398,32 @@ func (r *Resolver) publicAddressOf(ctx context.Context, zone string, in *string,
 	return a, nil
 }
 
+// edgeTarget resolves what a port forward or a 1:1 address of vdc names:
+// its VM (another VDC's is NOT_FOUND), which must be in a zone the VDC may
+// use, and the public address asked for (zero when none), which must be in
+// that zone's pool.
+func (r *Resolver) edgeTarget(ctx context.Context, vdc, vmID string, publicAddress *string) (zones.Zone, tenancy.VMRef, netip.Addr, error) {
+	z, ref, err := r.vdcVM(ctx, vdc, vmID)
+	if err != nil {
+		return zones.Zone{}, tenancy.VMRef{}, netip.Addr{}, err
+	}
+	if err := r.placeable(ctx, z, vdc, "input.vmId"); err != nil {
+		return zones.Zone{}, tenancy.VMRef{}, netip.Addr{}, err
+	}
+	want, err := r.publicAddressOf(ctx, z.Name, publicAddress, "input.publicAddress")
+	if err != nil {
+		return zones.Zone{}, tenancy.VMRef{}, netip.Addr{}, err
+	}
+	return z, ref, want, nil
+}
+
 // createPortForward validates the forward and its VM, then adds it.
 func (r *Resolver) createPortForward(ctx context.Context, in model.CreatePortForwardInput) (*model.PortForward, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	if err := cmp.Or(validPort("input.publicPort", in.PublicPort), validPort("input.targetPort", in.TargetPort)); err != nil {
 		return nil, err
 	}
-	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VMID)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vmId"); err != nil {
-		return nil, err
-	}
-	want, err := r.publicAddressOf(ctx, z.Name, in.PublicAddress, "input.publicAddress")
+	z, ref, want, err := r.edgeTarget(ctx, scope.VDC.Name, in.VMID, in.PublicAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -439,14 +451,7 @@ func (r *Resolver) createPortForward(ctx context.Context, in model.CreatePortFor
 // gateway (giving it back if that fails).
 func (r *Resolver) createOneToOneAddress(ctx context.Context, in model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	z, ref, err := r.vdcVM(ctx, scope.VDC.Name, in.VMID)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.placeable(ctx, z, scope.VDC.Name, "input.vmId"); err != nil {
-		return nil, err
-	}
-	want, err := r.publicAddressOf(ctx, z.Name, in.PublicAddress, "input.publicAddress")
+	z, ref, want, err := r.edgeTarget(ctx, scope.VDC.Name, in.VMID, in.PublicAddress)
 	if err != nil {
 		return nil, err
 	}
