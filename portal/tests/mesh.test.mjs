@@ -15,9 +15,9 @@
 //
 // The flow: the member signs in, switches VDC, creates a network when the
 // zone has none, creates a VM through the wizard and watches it reach
-// RUNNING, migrates it to the other host of its zone and then (after a
-// snapshot and a missing network are refused) to the second zone, stops
-// it; the other member cannot see it; the admin sees every
+// RUNNING, migrates it to the other host of its zone, stops it and moves
+// it to the second zone (after a snapshot and a missing network are
+// refused); the other member cannot see it; the admin sees every
 // zone and host online. Refusals (bad input, a network in use, the quota)
 // read as such.
 import { describe, test } from 'node:test'
@@ -79,6 +79,8 @@ describe('portal with zones and VMs', () => {
     assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid'), 'true')
     await shot(page, 'vm-wizard-invalid')
     await page.getByLabel('Name', { exact: true }).fill(vmName)
+    // 1 GiB: the disk is copied to the other zone below.
+    await page.getByLabel('Disk size (GiB)', { exact: true }).fill('1')
     const started = Date.now()
     await page.getByRole('button', { name: 'Create VM' }).click()
     await page.getByRole('heading', { name: `Creating ${vmName} in VDC ${vdc}` }).waitFor()
@@ -220,11 +222,16 @@ describe('portal with zones and VMs', () => {
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
     await shot(page, 'vm-migrated')
 
+    await stopVM(page, vmTimeout)
+    await page.getByText('(followed by subscription)').waitFor()
+    await shot(page, 'vm-stopped')
+
     // Across zones: while the VDC has no network in the target zone the
     // API refuses (the NIC's network has no namesake there), next to the
     // networks; once it has one of the same name, that one is preselected,
-    // and the VM moves with its disk, followed step by step with the bytes
-    // it moved, to the other zone under the same id (the same page).
+    // and the stopped VM moves with its disk, followed step by step with
+    // the bytes it moved, to the other zone under the same id (the same
+    // page).
     const target = zones[1]
     const netName = (await page.locator('[data-testid="vm-nics"] td[data-label="Network"] span').first().innerText()).trim().split(/\s+/)[0]
     const toZone = async () => {
@@ -271,9 +278,9 @@ describe('portal with zones and VMs', () => {
     await migrate.waitFor({ state: 'hidden' })
     const panel = page.getByTestId('migration')
     await panel.getByRole('heading', { name: `Migration from zone ${zone} to zone ${target}` }).waitFor()
-    await panel.getByTestId('migration-done').waitFor({ timeout: 120_000 })
+    await panel.getByTestId('migration-done').waitFor({ timeout: 180_000 })
     await page.getByTestId('vm-zone').getByText(target, { exact: true }).waitFor()
-    await page.getByTestId('vm-status').getByText('RUNNING').waitFor({ timeout: vmTimeout })
+    await page.getByTestId('vm-status').getByText('STOPPED').waitFor()
     assert.equal(new URL(page.url()).pathname, vmPath, 'the VM keeps its id')
     assert.match(await panel.getByTestId('migration-done').innerText(), new RegExp(`now in zone ${target} on pve1, with the same id\\. .*GiB \\(100 %\\) moved`))
     const seen = await page.evaluate(() => window.migrationTexts)
@@ -282,10 +289,6 @@ describe('portal with zones and VMs', () => {
     await page.locator('[data-testid="vm-nics"] td[data-label="Network"]').getByText(netName).first().waitFor()
     writeFileSync(join(artifacts, 'migrated.json'), JSON.stringify({ vdc, name: vmName, host: 'pve1', zone: target, path: vmPath }))
     await shot(page, 'vm-migrated-zone')
-
-    await stopVM(page, vmTimeout)
-    await page.getByText('(followed by subscription)').waitFor()
-    await shot(page, 'vm-stopped')
 
     // The list, with its filters.
     await go(page, 'VMs', 'VMs')
