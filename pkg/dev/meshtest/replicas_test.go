@@ -61,7 +61,6 @@ type replicaSet struct {
 	idp      *devidp.Server
 	admin    string // the admin's Authorization header
 	lease    string
-	key      string // a reusable enrollment key
 	cs       kubernetes.Interface
 	sim      *pvesim.Cluster
 	hc       *http.Client
@@ -172,9 +171,8 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.sim.Close() })
-	rs.key = key.Secret
 	for _, n := range rs.sim.NodeNames()[:3] {
-		rs.startAgent(n, rs.key)
+		rs.startAgent(n, key.Secret)
 	}
 	pollUntil(t, 90*time.Second, "the agents ONLINE on every replica", func() error {
 		return errors.Join(rs.hosts(rs.replicas[0]), rs.hosts(rs.replicas[1]), rs.hosts(rs.replicas[2]))
@@ -266,13 +264,19 @@ func (rs *replicaSet) startAgent(node, key string) {
 }
 
 // derpSTUNPort is the STUN port of the DERP map a mesh node joining
-// through the Service gets; the node stays until the test ends.
-func (rs *replicaSet) derpSTUNPort() int {
+// through the Service gets (enrolled with a key of api, not as an agent,
+// which would have to report its zone); the node stays until the test
+// ends.
+func (rs *replicaSet) derpSTUNPort(api *meshcontrol.Client) int {
 	t := rs.t
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	n, err := meshnode.Start(ctx, meshnode.Config{Hostname: "stun-probe", Dir: shortDir(t, "fprn"), ControlURL: rs.svc.URL(), AuthKey: rs.key})
+	key, err := api.CreateKey(ctx, meshcontrol.KeyOptions{TTL: time.Hour, Tags: []string{meshcontrol.TagOrchestrator}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := meshnode.Start(ctx, meshnode.Config{Hostname: "stun-probe", Dir: shortDir(t, "fprn"), ControlURL: rs.svc.URL(), AuthKey: key.Secret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +377,7 @@ func TestReplicasFailover(t *testing.T) {
 	replicas, svc, hc, hosts := rs.replicas, rs.svc, rs.hc, rs.hosts
 	leader := rs.waitLeader(30*time.Second, nil)
 	api := rs.meshAPI(leader)
-	stunPort := rs.derpSTUNPort()
+	stunPort := rs.derpSTUNPort(api)
 	before, err := api.Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
