@@ -13,6 +13,12 @@
 // leader. Headscale cannot be stopped inside a process (see package
 // meshcontrol): a replica that lost leadership keeps its idle goroutines
 // until it exits.
+//
+// Every replica answers STUN on the control server's STUN address (a
+// fixed port; the DERP map names it, the Service spreads it over the
+// replicas): the leader through its control server, the others with a
+// responder of their own, which a replica closes before it starts the
+// control server.
 package meshleader
 
 import (
