@@ -152,6 +152,13 @@ func TestEnsureKeepsPKIAcrossUpgrades(t *testing.T) {
 	if st.Ready || len(st.Components) != 4 {
 		t.Errorf("status with nothing running: %+v", st)
 	}
+	if err := m.Delete(ctx, s.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, client, s.Namespace)
+	if err := m.Delete(ctx, s.Namespace); err != nil {
+		t.Errorf("a second Delete: %v", err)
+	}
 }
 
 // TestEnsureRefusesBadInput: a bad Spec is refused with ErrInvalid and
