@@ -55,7 +55,8 @@ BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
-# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), built
+# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), and the
+# controller manager and scheduler of hosted control planes (pkg/dev/podrun), built
 # from the Go modules pinned in tools/kube and tools/etcd. They are cached
 # outside the checkout, in a directory named by a hash of the pins, so a
 # fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
