@@ -1,5 +1,6 @@
 // Package charts holds flexplane's Helm charts (flexplane: the orchestrator;
-// identity: Zitadel and the flexplane project in it). It has no code: its
+// identity: Zitadel and the flexplane project in it; flexgateway: the
+// load balancers' data plane, one Deployment per zone). It has no code: its
 // tests, with the Helm Go SDK, lint the charts, render a matrix of values
 // against golden files (go test ./charts -update rewrites them) and
 // install, upgrade and uninstall them on a real Kubernetes API server.
