@@ -72,7 +72,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image test-portal kube-bin print-kube-bin
+	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image image-flexgateway test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -131,10 +131,12 @@ lint: lint-schema lint-portal
 ## an agent's update and the rollback of bad releases vs a plain restart
 ## (pkg/rollout; the agents' probation is BENCH_UPDATE_PROBATION, default
 ## 40s), and the portal's first-page JavaScript gzipped against its 350 KB
-## budget (pkg/portal, on the build), and create -> hosted Kubernetes control
-## plane ready vs a bare kube-apiserver start (pkg/tenantkube/controlplane).
-## Every figure is a ratio against a baseline of the same run. Tune with
-## BENCH_SCALES, BENCH_VMS, ... (README, Performance).
+## budget (pkg/portal, on the build), create -> hosted Kubernetes control
+## plane ready vs a bare kube-apiserver start (pkg/tenantkube/controlplane),
+## and the latency flexgateway adds to an HTTP request vs the backend direct
+## at a fixed rate (pkg/loadbalancer/gateway). Every figure is a ratio
+## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
+## (README, Performance).
 bench: portal kube-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
@@ -149,6 +151,8 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))portal-js.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkControlPlaneReady$$' -benchtime 3x -timeout 20m ./pkg/tenantkube/controlplane \
 		| tee $(dir $(BENCH_OUT))control-plane-ready.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkAddedLatency$$' -benchtime 1x -timeout 5m ./pkg/loadbalancer/gateway \
+		| tee $(dir $(BENCH_OUT))lb-latency.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease
@@ -318,6 +322,16 @@ image: portal
 		-tags ts_omit_captiveportal -ldflags '-s -w -buildid=' -o bin/linux-$(IMAGE_ARCH)/orchestrator ./cmd/orchestrator
 	$(GO) run ./pkg/dev/ociimage/internal/build -arch $(IMAGE_ARCH) -binary bin/linux-$(IMAGE_ARCH)/orchestrator \
 		-portal portal/.output/public -out $(IMAGE_OUT)
+
+## image-flexgateway: flexgateway's container image the same way (the
+## static binary alone on an empty base; IMAGE_FLEXGATEWAY_OUT). Its tag is
+## the flexgateway chart's default image.
+IMAGE_FLEXGATEWAY_OUT ?= bin/flexgateway-image.tar
+image-flexgateway:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -buildvcs=false \
+		-ldflags '-s -w -buildid=' -o bin/linux-$(IMAGE_ARCH)/flexgateway ./cmd/flexgateway
+	$(GO) run ./pkg/dev/ociimage/internal/build -component flexgateway -arch $(IMAGE_ARCH) \
+		-binary bin/linux-$(IMAGE_ARCH)/flexgateway -out $(IMAGE_FLEXGATEWAY_OUT)
 
 ## postgres: Debian's postgresql server binaries for the tests that run a
 ## throwaway PostgreSQL (pkg/dev/pgtest; apt-get when missing).

@@ -203,6 +203,63 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		}
 	})
 
+	t.Run("flexgateway", func(t *testing.T) {
+		c := *c
+		c.t = t
+		const ns, rel = "gw", "flexgateway"
+		vals := readValues(t, "flexgateway/ci/zones-values.yaml")
+		c.install(rel, ns, "flexgateway", vals)
+		installed := c.objects(ns, rel)
+		for _, want := range []string{"deployments/flexgateway-fra", "deployments/flexgateway-hel", "services/flexgateway-fra-admin",
+			"services/flexgateway-hel-admin", "poddisruptionbudgets/flexgateway-fra", "poddisruptionbudgets/flexgateway-hel",
+			"secrets/flexgateway-admin-token",
+		} {
+			if _, ok := installed[want]; !ok {
+				t.Errorf("installed: no %s (have %v)", want, slices.Sorted(maps.Keys(installed)))
+			}
+		}
+		if tok := installed["secrets/flexgateway-admin-token"].Data["token"]; len(tok) < 40 {
+			t.Fatalf("admin token %q", tok)
+		}
+		d, err := c.client.AppsV1().Deployments(ns).Get(t.Context(), "flexgateway-hel", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := d.Spec.Template.Spec
+		if spec.NodeSelector["flexplane.io/proxmox-cluster"] != "hel" || !*spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem || !*spec.SecurityContext.RunAsNonRoot {
+			t.Errorf("hel's pods: node selector %v, read-only root %v, non-root %v", spec.NodeSelector,
+				*spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem, *spec.SecurityContext.RunAsNonRoot)
+		}
+
+		c.upgrade(rel, ns, "flexgateway", vals)
+		if after := c.objects(ns, rel); !maps.EqualFunc(installed, after, equalObject) {
+			t.Errorf("an upgrade with the same values changed objects:\n%s", objectDiff(installed, after))
+		}
+
+		changed := readValues(t, "flexgateway/ci/zones-values.yaml")
+		changed["zones"].([]any)[0].(map[string]any)["replicas"] = 4
+		c.upgrade(rel, ns, "flexgateway", changed)
+		after := c.objects(ns, rel)
+		if g := after["deployments/flexgateway-fra"].Generation; g != installed["deployments/flexgateway-fra"].Generation+1 {
+			t.Errorf("fra's generation %d after a changed upgrade, want %d", g, installed["deployments/flexgateway-fra"].Generation+1)
+		}
+		if !equalObject(after["deployments/flexgateway-hel"], installed["deployments/flexgateway-hel"]) {
+			t.Error("a change of fra's replicas changed hel's Deployment")
+		}
+		if !maps.Equal(after["secrets/flexgateway-admin-token"].Data, installed["secrets/flexgateway-admin-token"].Data) {
+			t.Error("a changed upgrade rotated the admin token")
+		}
+		c.uninstall(rel, ns)
+		left := slices.Sorted(maps.Keys(c.objects(ns, rel)))
+		if want := []string{"secrets/flexgateway-admin-token"}; !slices.Equal(left, want) {
+			t.Errorf("uninstall left %v, want only the kept %v", left, want)
+		}
+		c.install(rel, ns, "flexgateway", vals)
+		if again := c.objects(ns, rel); !maps.Equal(again["secrets/flexgateway-admin-token"].Data, installed["secrets/flexgateway-admin-token"].Data) {
+			t.Error("reinstalled: the admin token changed")
+		}
+	})
+
 	t.Run("identity", func(t *testing.T) {
 		c := *c
 		c.t = t

@@ -26,7 +26,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of TestRender"
 const kubeVersion = "v1.37.2"
 
 // chartNames are the charts of this directory.
-var chartNames = []string{"flexplane", "identity", "flexkube"}
+var chartNames = []string{"flexplane", "identity", "flexkube", "flexgateway"}
 
 // valueSets are a chart's ci/*.yaml files, the matrix it is linted,
 // rendered and installed with.
@@ -231,6 +231,31 @@ func TestRenderRefuses(t *testing.T) {
 	}
 }
 
+// TestFlexgatewayRenderRefuses checks that flexgateway values that could
+// not run are refused with a message naming the value.
+func TestFlexgatewayRenderRefuses(t *testing.T) {
+	t.Parallel()
+	zone := func(name string, replicas int) map[string]any {
+		return map[string]any{"name": name, "replicas": replicas}
+	}
+	for name, c := range map[string]struct {
+		vals map[string]any
+		want string
+	}{
+		"no zone":         {map[string]any{"zones": []any{}}, "zones"},
+		"zone twice":      {map[string]any{"zones": []any{zone("a", 1), zone("a", 2)}}, `zone "a" appears twice`},
+		"zero replicas":   {map[string]any{"zones": []any{zone("a", 0)}}, "replicas"},
+		"zone not a name": {map[string]any{"zones": []any{zone("A_b", 1)}}, "name"},
+		"admin port low":  {map[string]any{"adminPort": 80}, "adminPort"},
+		"unknown value":   {map[string]any{"replicaCount": 3}, "replicaCount"},
+	} {
+		_, err := render(t, "flexgateway", c.vals)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, c.want)
+		}
+	}
+}
+
 // TestDefaultImageIsMakeImage checks that the flexplane chart's default
 // image is the one `make image` builds.
 func TestDefaultImageIsMakeImage(t *testing.T) {
@@ -242,6 +267,13 @@ func TestDefaultImageIsMakeImage(t *testing.T) {
 	}
 	if want := fmt.Sprintf("image: %q", ociimage.OrchestratorRef); !strings.Contains(manifest, want) {
 		t.Errorf("the Deployment does not run %s", ociimage.OrchestratorRef)
+	}
+	manifest, err = render(t, "flexgateway", valueSets(t, "flexgateway")["default-values"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("image: %q", ociimage.FlexgatewayRef); !strings.Contains(manifest, want) {
+		t.Errorf("the flexgateway Deployment does not run %s", ociimage.FlexgatewayRef)
 	}
 }
 

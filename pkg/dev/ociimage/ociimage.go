@@ -35,6 +35,11 @@ import (
 // the charts checks it).
 const OrchestratorRef = "ghcr.io/flexplane/orchestrator:0.1.0"
 
+// FlexgatewayRef is the reference `make image-flexgateway` tags
+// flexgateway's image with; the flexgateway chart's default image is the
+// same (a test of the charts checks it).
+const FlexgatewayRef = "ghcr.io/flexplane/flexgateway:0.1.0"
+
 // NonRootUID is the user (and group) the images run as.
 const NonRootUID = 65532
 

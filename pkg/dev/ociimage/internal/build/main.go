@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
@@ -27,11 +28,12 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	binary := fs.String("binary", "", "the orchestrator, statically linked for linux (required)")
+	component := fs.String("component", "orchestrator", "the image: orchestrator or flexgateway")
+	binary := fs.String("binary", "", "the component's binary, statically linked for linux (required)")
 	portal := fs.String("portal", "portal/.output/public", "the built portal")
 	caBundle := fs.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA certificates the orchestrator trusts (the OIDC issuer's, the OTLP collector's)")
 	out := fs.String("out", "bin/orchestrator-image.tar", "the image tarball to write")
-	ref := fs.String("ref", ociimage.OrchestratorRef, "the reference the tarball tags the image with")
+	ref := fs.String("ref", "", "the reference the tarball tags the image with (default: the component's)")
 	arch := fs.String("arch", runtime.GOARCH, "the binary's architecture")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +49,7 @@ func run(args []string) error {
 		}
 		created = time.Unix(n, 0)
 	}
-	img, err := ociimage.Build(ociimage.Config{
+	cfg := ociimage.Config{
 		Files: []ociimage.File{
 			{Source: *binary, Target: "/usr/bin/orchestrator", Mode: 0o755},
 			{Source: *portal, Target: "/usr/share/flexplane/portal"},
@@ -62,7 +64,27 @@ func run(args []string) error {
 			"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
 		},
 		Created: created,
-	}, *arch)
+	}
+	switch *component {
+	case "orchestrator":
+		*ref = cmp.Or(*ref, ociimage.OrchestratorRef)
+	case "flexgateway":
+		*ref = cmp.Or(*ref, ociimage.FlexgatewayRef)
+		cfg = ociimage.Config{
+			Files:        []ociimage.File{{Source: *binary, Target: "/usr/bin/flexgateway", Mode: 0o755}},
+			Entrypoint:   []string{"/usr/bin/flexgateway"},
+			Env:          []string{"PATH=/usr/bin:/bin", "FLEXGATEWAY_DATA_DIR=/var/lib/flexgateway", "XDG_DATA_HOME=/var/lib/flexgateway", "XDG_CONFIG_HOME=/var/lib/flexgateway"},
+			ExposedPorts: []string{"9443/tcp"},
+			Labels: map[string]string{
+				"org.opencontainers.image.title":  "flexplane flexgateway",
+				"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
+			},
+			Created: created,
+		}
+	default:
+		return fmt.Errorf("-component %q: want orchestrator or flexgateway", *component)
+	}
+	img, err := ociimage.Build(cfg, *arch)
 	if err != nil {
 		return err
 	}
