@@ -350,6 +350,14 @@ func (a *Agent) Dial(ctx context.Context, network, addr string) (net.Conn, error
 	return a.node.Dial(ctx, network, addr)
 }
 
+// ListenForTest listens on the agent's own mesh node (its mesh address,
+// the port of addr), as its migration service does: for a test measuring
+// the mesh between two agents' nodes. The mesh policy decides who may
+// reach the port.
+func (a *Agent) ListenForTest(network, addr string) (net.Listener, error) {
+	return a.node.Listen(network, addr)
+}
+
 // authorize lets only mesh peers tagged tag:orchestrator call the agent.
 func (a *Agent) authorize(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := a.orchestratorOnly(ctx, info.FullMethod); err != nil {

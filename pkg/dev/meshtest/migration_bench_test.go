@@ -7,10 +7,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -26,11 +28,13 @@ const migrationDisk = 256 << 20
 // of zone alpha to one of zone beta the way a cross-zone migrateVM does
 // (OfferVolume, PullVolume: ReadVolume over the mesh, the target writing and
 // checking its SHA-256), and in the same run sends the same bytes over a raw TCP
-// connection between two mesh nodes joined like the agents (tag:agent, on the
-// migration port the policy opens between agents) and over loopback TCP,
+// connection between the same two mesh nodes (the agents' own: alpha's
+// accepting and sending, beta's dialing and reading, on a port the mesh policy
+// opens between agents as it opens the migration port) and over loopback TCP,
 // alternating. It reports MB/s of each and the ratios (goal: move/mesh ≥ 0.8).
 func BenchmarkMigrationThroughput(b *testing.B) {
-	h := meshtest.New(b, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}))
+	h := meshtest.New(b, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithMeshPolicy(benchPolicy))
 	h.WaitOnline(b, 30*time.Second)
 	ctx := b.Context()
 	data := make([]byte, migrationDisk)
@@ -49,24 +53,22 @@ func BenchmarkMigrationThroughput(b *testing.B) {
 		}
 	}
 
-	// The raw streams: two agent-tagged mesh nodes, and loopback.
-	_, port, _ := net.SplitHostPort(h.Clusters[0].Agents[0].Running().MigrationAddr())
-	sender, receiver := h.JoinNode(b, "bench-sender", meshcontrol.TagAgent), h.JoinNode(b, "bench-receiver", meshcontrol.TagAgent)
-	meshLn, err := receiver.Listen("tcp", ":"+port)
+	// The raw streams: between the same two mesh nodes, the agents' own
+	// (alpha's accepting and sending, beta's dialing, as in a move), on the
+	// port next to the migration port (which the benchmark's mesh policy
+	// opens between agents as the migration port), and over loopback.
+	srcAgent, dstAgent := h.Clusters[0].Agents[0].Running(), h.Clusters[1].Agents[0].Running()
+	srcHost, _, _ := net.SplitHostPort(srcAgent.MigrationAddr())
+	meshLn, err := srcAgent.ListenForTest("tcp", ":"+rawPort)
 	if err != nil {
 		b.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if err := sender.WaitPeer(wctx, receiver.Addr()); err != nil {
-		b.Fatal(err)
-	}
-	cancel()
 	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	meshStream := rawStream(b, meshLn, data, func() (net.Conn, error) {
-		return sender.Dial(ctx, "tcp", net.JoinHostPort(receiver.Addr().String(), port))
+		return dstAgent.Dial(ctx, "tcp", net.JoinHostPort(srcHost, rawPort))
 	})
 	tcpStream := rawStream(b, tcpLn, data, func() (net.Conn, error) { return net.Dial("tcp", tcpLn.Addr().String()) })
 
@@ -120,36 +122,58 @@ func benchDisk(b *testing.B, ctx context.Context, c *meshtest.Cluster, vmid int)
 	return benchVolume{volid: volid, path: v.Path}
 }
 
-// rawStream returns a function that sends data over one new connection made by dial
-// to ln and returns once the receiving side has read all of it.
+// rawStream returns a function that dials ln with dial and reads what the
+// accepting side sends over the new connection (data, then it closes), as
+// a move's target reads what its source sends; it returns once all of
+// data arrived. The reader reads a chunk at a time, as the move's does.
 func rawStream(b *testing.B, ln net.Listener, data []byte, dial func() (net.Conn, error)) func() {
 	b.Cleanup(func() { ln.Close() })
-	got := make(chan error, 1)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			n, err := io.Copy(io.Discard, c)
-			c.Close()
-			if err == nil && n != int64(len(data)) {
-				err = fmt.Errorf("received %d bytes of %d", n, len(data))
-			}
-			got <- err
+			go func() {
+				_, _ = c.Write(data)
+				c.Close()
+			}()
 		}
 	}()
+	buf := make([]byte, 1<<20)
 	return func() {
 		c, err := dial()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := c.Write(data); err != nil {
-			b.Fatal(err)
+		defer c.Close()
+		var n int
+		for {
+			k, err := c.Read(buf)
+			n += k
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
 		}
-		c.Close()
-		if err := <-got; err != nil {
-			b.Fatal(err)
+		if n != len(data) {
+			b.Fatalf("received %d bytes of %d", n, len(data))
 		}
 	}
 }
+
+// rawPort is the port of the raw stream between the agents' mesh nodes:
+// the one after the migration port.
+var rawPort = strconv.Itoa(agent.DefaultPort + 2)
+
+// benchPolicy is the mesh policy (meshcontrol.Policy) with rawPort opened
+// between agents as the migration port is.
+var benchPolicy = fmt.Sprintf(`{
+  "tagOwners": {%[1]q: [], %[2]q: []},
+  "acls": [
+    {"action": "accept", "src": [%[1]q], "dst": ["%[2]s:%[3]d"]},
+    {"action": "accept", "src": [%[2]q], "dst": ["%[2]s:%[4]d", "%[2]s:%[5]s"]}
+  ]
+}`, meshcontrol.TagOrchestrator, meshcontrol.TagAgent, agent.DefaultPort, agent.DefaultPort+1, rawPort)
