@@ -221,12 +221,15 @@ generate-graphql:
 # methods, and the CRDs with their OpenAPI validation, embedded by
 # pkg/catalog/kubestore and shipped by the chart (charts/flexplane/crds).
 CRD_API := ./pkg/catalog/kubestore/v1alpha1
+CAPI_API := ./pkg/tenantkube/capiprovider/v1alpha1
 generate-crds:
 	$(GO) tool controller-gen object paths=$(CRD_API)
 	$(GO) tool controller-gen crd paths=$(CRD_API) output:crd:dir=pkg/catalog/kubestore/crds
 	mkdir -p charts/flexplane/crds
 	rm -f charts/flexplane/crds/flexplane.io_*.yaml
 	cp pkg/catalog/kubestore/crds/flexplane.io_*.yaml charts/flexplane/crds/
+	$(GO) tool controller-gen object paths=$(CAPI_API)
+	$(GO) tool controller-gen crd paths=$(CAPI_API) output:crd:dir=pkg/tenantkube/capiprovider/crds
 
 # The full dependency list of the agent, the binary on every hypervisor
 # (cmd/agent's TestDepList fails when it is stale).
@@ -248,7 +251,7 @@ generate-graphiql:
 	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of
