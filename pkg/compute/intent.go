@@ -192,3 +192,22 @@ func (s *Service) Validate(ctx context.Context, in CreateInput) error {
 	_, err := s.validate(vctx, in)
 	return err
 }
+
+// CheckNetwork checks that network id is a network of vdc in zone, as
+// createVM's NIC check does (the field at fault is "zone" or
+// "nics[0].network").
+func (s *Service) CheckNetwork(ctx context.Context, vdc, zone, id string) error {
+	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	defer cancel()
+	z, ok := s.zoneByName(vctx, zone)
+	if !ok {
+		return badInput("zone", "no zone %q", zone)
+	}
+	if _, err := s.network(vctx, z, vdc, id); err != nil {
+		if errors.Is(err, errNoNetwork) {
+			return badInput("nics[0].network", "no network %q in zone %s", id, z.Name)
+		}
+		return zoneDown(z.Name, err)
+	}
+	return nil
+}

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -29,7 +31,10 @@ import (
 
 var kube *kubetest.Server
 
-func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kube, installCRDs)) }
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
+	os.Exit(kubetest.Main(m, &kube, installCRDs))
+}
 
 // installCRDs installs Cluster API's CRDs from the pinned module (the
 // files the module ships in core/config/crd/bases) and the providers'.
@@ -104,7 +109,9 @@ type env struct {
 
 var quotas = catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 1 << 16, StorageGiB: 10000, VMs: 12}
 
-func newEnv(t testing.TB, q catalog.VDCQuotas) *env {
+// newEnv builds the env; with provider it runs the controllers (one test
+// at a time may: they watch every namespace).
+func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
 	z := vmtest.StartZone(t, "alpha", 2)
 	e := &env{zone: z, cp: &controlPlane{ensured: map[string]capiprovider.ControlPlaneSpec{}, deleted: map[string]bool{}}}
 	e.blue = vmtest.AddNetwork(t, z, "blue", "lan", "10.1.0.0/24", "10.1.0.1")
@@ -132,6 +139,9 @@ func newEnv(t testing.TB, q catalog.VDCQuotas) *env {
 		WorkerImage: "tiny", WorkerDiskGiB: 4, Logger: log})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !provider {
+		return e
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -392,10 +392,8 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 		in.PodCIDR = "10.244.0.0/16"
 	}
 	// The network and zone are checked as a worker's createVM checks them.
-	probe := compute.CreateInput{VDC: in.VDC, Name: in.Name + "-probe", Zone: in.Zone, Image: s.cfg.WorkerImage,
-		ComputeProfile: "", StorageProfile: "", DiskGiB: s.cfg.WorkerDiskGiB, NICs: []compute.NICInput{{Network: in.Network}}, User: "kube"}
-	if err := s.checkPlacement(ctx, probe); err != nil {
-		return nil, err
+	if err := s.cfg.Compute.CheckNetwork(ctx, in.VDC, in.Zone, in.Network); err != nil {
+		return nil, fromCompute(err)
 	}
 	nsName := namespaceOf(in.VDC, in.Name)
 	labels := map[string]string{v1alpha1.VDCLabel: in.VDC, v1alpha1.ClusterNameLabel: in.Name}
@@ -432,19 +430,6 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	}
 	s.log.Info("kubernetes cluster created", "vdc", in.VDC, "cluster", in.Name, "namespace", nsName)
 	return s.read(ctx, ns)
-}
-
-// checkPlacement checks a worker's zone and network (profiles aside).
-func (s *Service) checkPlacement(ctx context.Context, in compute.CreateInput) error {
-	err := s.cfg.Compute.Validate(ctx, in)
-	var ce *compute.Error
-	if errors.As(err, &ce) && ce.Kind == compute.KindBadInput && (ce.Field == "computeProfile" || ce.Field == "storageProfile" || ce.Field == "image") {
-		return nil // the pools bring those
-	}
-	if err != nil {
-		return fromCompute(err)
-	}
-	return nil
 }
 
 // DeleteKubernetesCluster deletes cluster id: Cluster API deletes its machines (and

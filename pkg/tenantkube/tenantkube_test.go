@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -29,7 +32,7 @@ const joinData = "#cloud-config\nruncmd:\n  - kubeadm join dev-apiserver:6443 --
 // sees none of it.
 func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, quotas)
+	e := newEnv(t, quotas, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -166,7 +169,7 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	if err := e.kc.Get(ctx, client.ObjectKey{Name: c.ID}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
 		t.Error("the namespace is not being deleted")
 	}
-	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || len(cs) != 0 {
+	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || slices.ContainsFunc(cs, func(o *tenantkube.Cluster) bool { return o.ID == c.ID }) {
 		t.Errorf("blue's clusters after delete: %v, %v", cs, err)
 	}
 }
@@ -205,4 +208,92 @@ func anys[T any](s []T) []any {
 		out[i] = s[i]
 	}
 	return out
+}
+
+// TestBadInputChangesNothing: a pool of 11, an unknown profile or
+// version, a network of another VDC and a pool over the VDC's quota are
+// refused with the field at fault, and leave no object behind.
+//
+// It runs before the parallel tests (whose controllers watch every
+// namespace) and leaves its namespace terminating.
+func TestBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t, catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 1 << 16, StorageGiB: 10000, VMs: 3}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		in    tenantkube.CreateClusterInput
+		kind  tenantkube.ErrorKind
+		field string
+	}{
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "a", Zone: "alpha", Network: e.blue, Version: "v1.20.0"}, tenantkube.KindBadInput, "version"},
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "a", Zone: "alpha", Network: e.red, Version: "v1.37.2"}, tenantkube.KindNotFound, "network"},
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "A_b", Zone: "alpha", Network: e.blue, Version: "v1.37.2"}, tenantkube.KindBadInput, "name"},
+	} {
+		_, err := e.svc.CreateKubernetesCluster(ctx, tc.in)
+		var te *tenantkube.Error
+		if !errors.As(err, &te) || te.Kind != tc.kind || te.Field != tc.field {
+			t.Errorf("create %+v: %v, want kind %d field %s", tc.in, err, tc.kind, tc.field)
+		}
+	}
+	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || len(cs) != 0 {
+		t.Fatalf("clusters after refused creates: %v, %v", cs, err)
+	}
+	c, err := e.svc.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: "blue", Name: "bad", Zone: "alpha", Network: e.blue, Version: "v1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ID}})
+	})
+	ok := tenantkube.NodePoolInput{VDC: "blue", Cluster: c.ID, Name: "p", ComputeProfile: "small", StorageProfile: "ssd", Size: 2}
+	for _, tc := range []struct {
+		edit  func(*tenantkube.NodePoolInput)
+		kind  tenantkube.ErrorKind
+		field string
+	}{
+		{func(in *tenantkube.NodePoolInput) { in.Size = 11 }, tenantkube.KindBadInput, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.Size = -1 }, tenantkube.KindBadInput, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.ComputeProfile = "huge" }, tenantkube.KindBadInput, "computeProfile"},
+		{func(in *tenantkube.NodePoolInput) { in.StorageProfile = "tape" }, tenantkube.KindBadInput, "storageProfile"},
+		{func(in *tenantkube.NodePoolInput) { in.Size = 4 }, tenantkube.KindQuotaExceeded, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.VDC = "red" }, tenantkube.KindNotFound, "cluster"},
+		{func(in *tenantkube.NodePoolInput) { in.Taints = []tenantkube.Taint{{Key: "k", Effect: "Sometimes"}} }, tenantkube.KindBadInput, "taints"},
+	} {
+		in := ok
+		tc.edit(&in)
+		_, err := e.svc.CreateNodePool(ctx, in)
+		var te *tenantkube.Error
+		if !errors.As(err, &te) || te.Kind != tc.kind || te.Field != tc.field {
+			t.Errorf("pool %+v: %v, want kind %d field %s", in, err, tc.kind, tc.field)
+		}
+	}
+	var mds clusterv1.MachineDeploymentList
+	if err := e.kc.List(ctx, &mds, client.InNamespace(c.ID)); err != nil || len(mds.Items) != 0 {
+		t.Fatalf("pools after refused creates: %d, %v", len(mds.Items), err)
+	}
+	p, err := e.svc.CreateNodePool(ctx, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 wanted (none made: no provider runs here) + 2 more > 3 VMs.
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 4); kind(err) != tenantkube.KindQuotaExceeded {
+		t.Errorf("scale over the quota: %v", err)
+	}
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 11); kind(err) != tenantkube.KindBadInput {
+		t.Errorf("scale to 11: %v", err)
+	}
+	if got, err := e.svc.NodePool(ctx, "blue", p.ID); err != nil || got.Size != 2 {
+		t.Errorf("pool after refused scales: %+v, %v", got, err)
+	}
+	if _, _, err := e.svc.Kubeconfig(ctx, "red", c.ID, "eve", false); kind(err) != tenantkube.KindNotFound {
+		t.Errorf("red's kubeconfig of blue's cluster: %v", err)
+	}
+	kc, _, err := e.svc.Kubeconfig(ctx, "blue", c.ID, "val", true)
+	if err != nil || !strings.Contains(string(kc), "groups: "+tenantkube.ReadOnlyGroup+"\n") {
+		t.Errorf("a viewer's kubeconfig: %q, %v", kc, err)
+	}
+	var nilSvc *tenantkube.Service
+	if _, err := nilSvc.Clusters(ctx, "blue"); kind(err) != tenantkube.KindUnavailable {
+		t.Errorf("no management cluster: %v", err)
+	}
 }
