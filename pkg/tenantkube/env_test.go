@@ -96,7 +96,6 @@ func (c *controlPlane) Kubeconfig(_ context.Context, ns string, cred capiprovide
 // env is a management cluster namespace's worth of Cluster API with
 // flexplane's provider over a simulated zone with VDCs blue and red.
 type env struct {
-	t     *testing.T
 	zone  *vmtest.Zone
 	store *catalog.DirStore
 	comp  *compute.Service
