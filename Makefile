@@ -139,6 +139,8 @@ bench: portal
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkWorkers0To10$$' -benchtime 1x -timeout 15m ./pkg/tenantkube \
+		| tee $(dir $(BENCH_OUT))kube-workers.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkMigrationThroughput$$' -benchtime 3x -timeout 15m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))migration.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkAgentUpdate$$' -benchtime 1x -timeout 15m ./pkg/rollout \
