@@ -143,6 +143,8 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkWorkers0To10$$' -benchtime 1x -timeout 15m ./pkg/tenantkube \
+		| tee $(dir $(BENCH_OUT))kube-workers.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkMigrationThroughput$$' -benchtime 3x -timeout 15m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))migration.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkAgentUpdate$$' -benchtime 1x -timeout 15m ./pkg/rollout \
@@ -232,12 +234,15 @@ generate-graphql:
 # methods, and the CRDs with their OpenAPI validation, embedded by
 # pkg/catalog/kubestore and shipped by the chart (charts/flexplane/crds).
 CRD_API := ./pkg/catalog/kubestore/v1alpha1
+CAPI_API := ./pkg/tenantkube/capiprovider/v1alpha1
 generate-crds:
 	$(GO) tool controller-gen object paths=$(CRD_API)
 	$(GO) tool controller-gen crd paths=$(CRD_API) output:crd:dir=pkg/catalog/kubestore/crds
 	mkdir -p charts/flexplane/crds
 	rm -f charts/flexplane/crds/flexplane.io_*.yaml
 	cp pkg/catalog/kubestore/crds/flexplane.io_*.yaml charts/flexplane/crds/
+	$(GO) tool controller-gen object paths=$(CAPI_API)
+	$(GO) tool controller-gen crd paths=$(CAPI_API) output:crd:dir=pkg/tenantkube/capiprovider/crds
 
 # The full dependency list of the agent, the binary on every hypervisor
 # (cmd/agent's TestDepList fails when it is stale).
@@ -259,7 +264,7 @@ generate-graphiql:
 	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds pkg/api/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

@@ -44,7 +44,15 @@ type CreateInput struct {
 	SSHKeys []string
 	// User is the cloud-init user to create.
 	User string
+	// UserData is cloud-init user-data of the guest's own (a Cluster API
+	// worker's bootstrap data, for one): at most MaxUserData bytes once
+	// compressed. It is recorded with the guest's intent.
+	UserData []byte
 }
+
+// MaxUserData bounds the compressed user-data of a create: it travels in
+// the guest's description, which Proxmox bounds to 8 KiB.
+const MaxUserData = 4 << 10
 
 // NICInput is one NIC: the network's id and a static address, or "" for
 // the first free address of the network's subnet.
@@ -89,6 +97,8 @@ type plan struct {
 	tpl     *images.Template // nil while the image is not staged in the zone
 	nics    []nicPlan
 	keys    []string
+	// userData is CreateInput.UserData compressed and encoded.
+	userData string
 }
 
 type nicPlan struct {
@@ -236,6 +246,19 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
 		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
 	}
+	if len(in.UserData) > 0 {
+		if !p.img.CloudInit {
+			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
+		}
+		enc, err := encodeUserData(in.UserData)
+		if err != nil {
+			return nil, internal("compressing user-data", err)
+		}
+		if len(enc) > MaxUserData {
+			return nil, badInput("userData", "user-data is %d bytes compressed, more than %d", len(enc), MaxUserData)
+		}
+		p.userData = enc
+	}
 	return p, nil
 }
 
@@ -311,7 +334,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys,
+		User: in.User, SSHKeys: p.keys, UserData: p.userData,
 	}
 	// Until its operation is recorded, Recover knows it live from here.
 	s.mu.Lock()

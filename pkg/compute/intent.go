@@ -1,11 +1,19 @@
 package compute
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // Intent is everything a create needs, recorded on the guest (in its
@@ -29,6 +37,9 @@ type Intent struct {
 	NICs      []NICIntent `json:"nics"`
 	User      string      `json:"user,omitempty"`
 	SSHKeys   []string    `json:"sshKeys,omitempty"`
+	// UserData is the guest's own cloud-init user-data, gzip-compressed
+	// and base64-encoded (see CreateInput.UserData).
+	UserData string `json:"userData,omitempty"`
 	// Move is set on the target copy of a move across zones until it is
 	// the VM: where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it.
@@ -97,4 +108,106 @@ func ParseIntent(desc string) (*Intent, bool) {
 		return &in, true
 	}
 	return nil, false
+}
+
+// encodeUserData compresses and encodes user-data for the intent.
+func encodeUserData(data []byte) (string, error) {
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	if _, err := zw.Write(data); err != nil {
+		return "", err
+	}
+	if err := zw.Close(); err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
+}
+
+// DecodedUserData returns the guest's own cloud-init user-data (nil when
+// it has none).
+func (in *Intent) DecodedUserData() ([]byte, error) {
+	if in.UserData == "" {
+		return nil, nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(in.UserData)
+	if err != nil {
+		return nil, fmt.Errorf("intent: user-data: %w", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("intent: user-data: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("intent: user-data: %w", err)
+	}
+	return data, nil
+}
+
+// UserData returns the cloud-init user-data VM id of vdc was created with
+// (nil when none was given). Anything not a VM of vdc is NOT_FOUND.
+func (s *Service) UserData(ctx context.Context, vdc, id string) ([]byte, error) {
+	_, _, in, err := s.lookup(ctx, vdc, id)
+	if err != nil {
+		return nil, err
+	}
+	if in == nil {
+		return nil, nil
+	}
+	data, err := in.DecodedUserData()
+	if err != nil {
+		return nil, internal("reading user-data", err)
+	}
+	return data, nil
+}
+
+// VMByName returns the VM of vdc called name in zone, nil when there is
+// none (names are not unique in general: callers that make them so, such
+// as the Cluster API provider, find their VM again by it).
+func (s *Service) VMByName(ctx context.Context, vdc, zone, name string) (*VM, error) {
+	z, ok := s.zoneByName(ctx, zone)
+	if !ok {
+		return nil, zoneDown(zone, errors.New("zone not reachable"))
+	}
+	gs, err := pveapi.Guests(ctx, z.Client)
+	if err != nil {
+		return nil, zoneDown(zone, err)
+	}
+	for _, g := range gs {
+		if v, _ := tenancy.VDCOf(g.Tags()); v != vdc || g.Name != name || g.Template == 1 {
+			continue
+		}
+		return s.VM(ctx, vdc, tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}.ID())
+	}
+	return nil, nil
+}
+
+// Validate checks in as CreateVM would, changing nothing: the errors are
+// CreateVM's (BAD_INPUT with the field, NOT_FOUND for a network that is
+// not the VDC's). Callers that create VMs later (a node pool's workers)
+// refuse bad input up front with it.
+func (s *Service) Validate(ctx context.Context, in CreateInput) error {
+	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	defer cancel()
+	_, err := s.validate(vctx, in)
+	return err
+}
+
+// CheckNetwork checks that network id is a network of vdc in zone, as
+// createVM's NIC check does (the field at fault is "zone" or
+// "nics[0].network").
+func (s *Service) CheckNetwork(ctx context.Context, vdc, zone, id string) error {
+	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	defer cancel()
+	z, ok := s.zoneByName(vctx, zone)
+	if !ok {
+		return badInput("zone", "no zone %q", zone)
+	}
+	if _, err := s.network(vctx, z, vdc, id); err != nil {
+		if errors.Is(err, errNoNetwork) {
+			return badInput("nics[0].network", "no network %q in zone %s", id, z.Name)
+		}
+		return zoneDown(z.Name, err)
+	}
+	return nil
 }

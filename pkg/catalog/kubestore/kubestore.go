@@ -476,12 +476,22 @@ func causeMessage(c metav1.StatusCause) string {
 // CRDs returns the catalog's CustomResourceDefinitions (the files of
 // charts/flexplane/crds).
 func CRDs() ([]*apiextv1.CustomResourceDefinition, error) {
+	crds, err := ReadCRDs(crdFiles, "crds")
+	if err != nil {
+		return nil, fmt.Errorf("kubestore: %w", err)
+	}
+	return crds, nil
+}
+
+// ReadCRDs decodes the CustomResourceDefinitions in the YAML files under
+// dir of fsys (one per file).
+func ReadCRDs(fsys fs.FS, dir string) ([]*apiextv1.CustomResourceDefinition, error) {
 	var out []*apiextv1.CustomResourceDefinition
-	err := fs.WalkDir(crdFiles, "crds", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
 			return err
 		}
-		data, err := crdFiles.ReadFile(p)
+		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			return err
 		}
@@ -493,7 +503,7 @@ func CRDs() ([]*apiextv1.CustomResourceDefinition, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kubestore: crds: %w", err)
+		return nil, fmt.Errorf("crds: %w", err)
 	}
 	return out, nil
 }
@@ -506,9 +516,18 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	if err := ApplyCRDs(ctx, cfg, crds); err != nil {
+		return fmt.Errorf("kubestore: %w", err)
+	}
+	return nil
+}
+
+// ApplyCRDs creates (or updates) crds and waits until the server serves
+// them.
+func ApplyCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextv1.CustomResourceDefinition) error {
 	cs, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("kubestore: install crds: %w", err)
+		return fmt.Errorf("install crds: %w", err)
 	}
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
 	for _, crd := range crds {
@@ -516,27 +535,27 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 		if apierrors.IsAlreadyExists(err) {
 			cur, gerr := api.Get(ctx, crd.Name, metav1.GetOptions{})
 			if gerr != nil {
-				return fmt.Errorf("kubestore: install crds: %w", gerr)
+				return fmt.Errorf("install crds: %w", gerr)
 			}
 			crd.ResourceVersion = cur.ResourceVersion
 			_, err = api.Update(ctx, crd, metav1.UpdateOptions{})
 		}
 		if err != nil {
-			return fmt.Errorf("kubestore: install crd %s: %w", crd.Name, err)
+			return fmt.Errorf("install crd %s: %w", crd.Name, err)
 		}
 	}
 	for _, crd := range crds {
 		for {
 			cur, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
 			if err != nil {
-				return fmt.Errorf("kubestore: install crd %s: %w", crd.Name, err)
+				return fmt.Errorf("install crd %s: %w", crd.Name, err)
 			}
 			if established(cur) {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("kubestore: install crd %s: not established: %w", crd.Name, ctx.Err())
+				return fmt.Errorf("install crd %s: not established: %w", crd.Name, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

@@ -1,0 +1,269 @@
+// Package capiprovider makes flexplane a Cluster API provider: the
+// reconcilers of infrastructure.flexplane.io/v1alpha1 (package v1alpha1)
+// that Cluster API's own controllers drive through the v1beta2 contract.
+//
+//   - FlexCluster (InfraCluster) is provisioned at once: its VDC, zone and
+//     network are flexplane's own; it reports the zone as the one failure
+//     domain.
+//   - FlexMachine (InfraMachine) gets a worker VM through flexplane's
+//     createVM path (pkg/compute: the VDC's tags, pool, quota and IPAM)
+//     with the Machine's bootstrap data as its cloud-init user-data, and
+//     reports providerID flexplane://<VM id> and the VM's addresses. A
+//     finalizer holds it until the VM is deleted. No Proxmox credential is
+//     ever in the management cluster: the VMs are made by the orchestrator
+//     through its agents.
+//   - FlexControlPlane is the control-plane provider object of a hosted
+//     control plane (pods in the management cluster, see ControlPlane):
+//     it reports it initialized once its API server serves, with its
+//     endpoint, as Cluster API's control-plane contract asks.
+//
+// Run starts them in a controller-runtime manager (the orchestrator runs
+// it on the replica holding the leader Lease); with Config.Core it also
+// runs Cluster API's core controllers (Cluster, MachineDeployment,
+// MachineSet, Machine) in the same process, from the module, so a
+// management cluster needs Cluster API's CRDs but no Cluster API
+// deployment.
+package capiprovider
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	"sigs.k8s.io/cluster-api/core/setup"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+)
+
+//go:embed crds/*.yaml
+var crdFiles embed.FS
+
+// CRDs returns the providers' CustomResourceDefinitions.
+func CRDs() ([]*apiextv1.CustomResourceDefinition, error) {
+	crds, err := kubestore.ReadCRDs(crdFiles, "crds")
+	if err != nil {
+		return nil, fmt.Errorf("capiprovider: %w", err)
+	}
+	return crds, nil
+}
+
+// InstallCRDs creates (or updates) the providers' CRDs and waits until the
+// server serves them (a chart installs them in a cluster).
+func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := CRDs()
+	if err != nil {
+		return err
+	}
+	if err := kubestore.ApplyCRDs(ctx, cfg, crds); err != nil {
+		return fmt.Errorf("capiprovider: %w", err)
+	}
+	return nil
+}
+
+// Scheme returns a scheme with Kubernetes' core types, Cluster API's
+// v1beta2 types and the providers' types.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("capiprovider: scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// ControlPlaneSpec is the hosted control plane of one cluster.
+type ControlPlaneSpec struct {
+	// Namespace is the cluster's namespace in the management cluster.
+	Namespace string
+	// Cluster is the Cluster API cluster's name; VDC its VDC.
+	Cluster, VDC string
+	// Version is the Kubernetes version.
+	Version string
+	// ServiceCIDR and PodCIDR are the cluster's ranges ("" for defaults).
+	ServiceCIDR, PodCIDR string
+	// Endpoint is host:port where the workers reach the API server.
+	Endpoint string
+}
+
+// Credential is what a kubeconfig is issued for.
+type Credential struct {
+	// User is the user name; Groups its groups (e.g. a read-only group).
+	User   string
+	Groups []string
+	// TTL is how long the credential is valid.
+	TTL time.Duration
+}
+
+// ComponentStatus is one component of a control plane.
+type ComponentStatus struct {
+	Name    string
+	Ready   bool
+	Message string
+}
+
+// ControlPlaneStatus is a control plane as it runs.
+type ControlPlaneStatus struct {
+	// Ready is true while every component is ready.
+	Ready      bool
+	Components []ComponentStatus
+	// Version is the version that runs.
+	Version string
+}
+
+// ControlPlane runs hosted control planes (pkg/tenantkube/controlplane
+// with charts/flexkube). Ensure is idempotent; it also writes Cluster API's
+// Secrets <cluster>-ca and <cluster>-kubeconfig in the namespace.
+type ControlPlane interface {
+	Ensure(ctx context.Context, spec ControlPlaneSpec) error
+	Delete(ctx context.Context, namespace string) error
+	Status(ctx context.Context, namespace string) (ControlPlaneStatus, error)
+	Kubeconfig(ctx context.Context, namespace string, cred Credential) ([]byte, error)
+}
+
+// Config configures Run.
+type Config struct {
+	// REST reaches the management cluster.
+	REST *rest.Config
+	// Compute creates and deletes the worker VMs.
+	Compute *compute.Service
+	// ControlPlane runs the hosted control planes.
+	ControlPlane ControlPlane
+	// Core also runs Cluster API's Cluster, MachineDeployment, MachineSet
+	// and Machine controllers in this process.
+	Core bool
+	// WorkerUser is the cloud-init user of worker VMs. Default "kube".
+	WorkerUser string
+	// Poll is how often an unfinished VM or control plane is looked at
+	// again. Default 2s.
+	Poll time.Duration
+	// Logger receives the controllers' logs. Default slog.Default().
+	Logger *slog.Logger
+	// Started, when set, is called once the manager's caches are synced.
+	Started func()
+}
+
+// Run runs the controllers until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.REST == nil || cfg.Compute == nil || cfg.ControlPlane == nil {
+		return errors.New("capiprovider: REST, Compute and ControlPlane are required")
+	}
+	if cfg.WorkerUser == "" {
+		cfg.WorkerUser = "kube"
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	log := logr.FromSlogHandler(cfg.Logger.Handler())
+	// Cluster API's code logs through controller-runtime's root logger where
+	// a context carries none: that logger is the process's, set once here.
+	ctrl.SetLogger(log)
+	ctx = logr.NewContext(ctx, log)
+	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// One process may run several managers (tests, replicas in one
+		// binary): controller names need not be unique.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("capiprovider: manager: %w", err)
+	}
+	opts := controller.Options{MaxConcurrentReconciles: 4}
+	if err := (&machineReconciler{Client: mgr.GetClient(), api: mgr.GetAPIReader(), cfg: cfg}).setup(mgr, opts); err != nil {
+		return err
+	}
+	if err := (&clusterReconciler{Client: mgr.GetClient()}).setup(mgr, opts); err != nil {
+		return err
+	}
+	if err := (&controlPlaneReconciler{Client: mgr.GetClient(), cfg: cfg}).setup(mgr, opts); err != nil {
+		return err
+	}
+	if cfg.Core {
+		if err := setupCore(ctx, mgr, opts); err != nil {
+			return err
+		}
+	}
+	if cfg.Started != nil {
+		go func() {
+			if mgr.GetCache().WaitForCacheSync(ctx) {
+				cfg.Started()
+			}
+		}()
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("capiprovider: %w", err)
+	}
+	return nil
+}
+
+// setupCore adds Cluster API's core controllers to mgr.
+func setupCore(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	secrets, err := setup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return fmt.Errorf("capiprovider: cluster api: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secrets,
+		Cache:        setup.ClusterCacheCacheOptions(),
+		Client:       setup.ClusterCacheClientOptions("flexplane", 20, 30),
+	}, opts)
+	if err != nil {
+		return fmt.Errorf("capiprovider: cluster cache: %w", err)
+	}
+	steps := []struct {
+		name  string
+		setup func() error
+	}{
+		{"cluster", func() error {
+			return (&cluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+				RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, opts)
+		}},
+		{"machinedeployment", func() error {
+			return (&machinedeployment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(ctx, mgr, opts)
+		}},
+		{"machineset", func() error {
+			return (&machineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
+		}},
+		{"machine", func() error {
+			return (&machine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+				RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
+		}},
+	}
+	for _, s := range steps {
+		if err := s.setup(); err != nil {
+			return fmt.Errorf("capiprovider: cluster api %s controller: %w", s.name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package capiprovider
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+)
+
+// clusterReconciler provisions FlexClusters: their zone and network are
+// flexplane's own, so there is nothing to build.
+type clusterReconciler struct {
+	client.Client
+}
+
+func (r *clusterReconciler) setup(mgr ctrl.Manager, opts controller.Options) error {
+	err := ctrl.NewControllerManagedBy(mgr).Named("flexcluster").For(&v1alpha1.FlexCluster{}).WithOptions(opts).Complete(r)
+	if err != nil {
+		return fmt.Errorf("capiprovider: flexcluster controller: %w", err)
+	}
+	return nil
+}
+
+func (r *clusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	fc := &v1alpha1.FlexCluster{}
+	if err := r.Get(ctx, req.NamespacedName, fc); err != nil || !fc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := fc.DeepCopy()
+	fc.Status.Initialization.Provisioned = ptr.To(true)
+	fc.Status.Ready = true
+	fc.Status.FailureDomains = []v1alpha1.FailureDomain{{Name: fc.Spec.Zone, ControlPlane: ptr.To(false)}}
+	setReady(&fc.Status.Conditions, fc.Generation, true, "Provisioned", "")
+	if err := r.Status().Patch(ctx, fc, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("capiprovider: status of %s: %w", fc.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// controlPlaneReconciler runs a FlexControlPlane's hosted control plane
+// and reports it in the control-plane contract's terms.
+type controlPlaneReconciler struct {
+	client.Client
+	cfg Config
+}
+
+func (r *controlPlaneReconciler) setup(mgr ctrl.Manager, opts controller.Options) error {
+	err := ctrl.NewControllerManagedBy(mgr).Named("flexcontrolplane").For(&v1alpha1.FlexControlPlane{}).WithOptions(opts).Complete(r)
+	if err != nil {
+		return fmt.Errorf("capiprovider: flexcontrolplane controller: %w", err)
+	}
+	return nil
+}
+
+func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cp := &v1alpha1.FlexControlPlane{}
+	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cp.DeletionTimestamp.IsZero() {
+		if !controllerutil.ContainsFinalizer(cp, v1alpha1.ControlPlaneFinalizer) {
+			return ctrl.Result{}, nil
+		}
+		if err := r.cfg.ControlPlane.Delete(ctx, cp.Namespace); err != nil {
+			return ctrl.Result{}, fmt.Errorf("capiprovider: deleting the control plane of %s: %w", cp.Namespace, err)
+		}
+		controllerutil.RemoveFinalizer(cp, v1alpha1.ControlPlaneFinalizer)
+		return ctrl.Result{}, client.IgnoreNotFound(r.Update(ctx, cp))
+	}
+	if controllerutil.AddFinalizer(cp, v1alpha1.ControlPlaneFinalizer) {
+		if err := r.Update(ctx, cp); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	ep := cp.Spec.ControlPlaneEndpoint
+	err := r.cfg.ControlPlane.Ensure(ctx, ControlPlaneSpec{
+		Namespace: cp.Namespace, Cluster: cp.Labels[clusterv1.ClusterNameLabel], VDC: cp.Spec.VDC, Version: cp.Spec.Version,
+		ServiceCIDR: cp.Spec.ServiceCIDR, PodCIDR: cp.Spec.PodCIDR,
+		Endpoint: net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
+	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("capiprovider: control plane of %s: %w", cp.Namespace, err)
+	}
+	st, err := r.cfg.ControlPlane.Status(ctx, cp.Namespace)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("capiprovider: control plane status of %s: %w", cp.Namespace, err)
+	}
+	before := cp.DeepCopy()
+	if st.Ready {
+		// Initialized stays true once the API server served.
+		cp.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+		cp.Status.Initialized = true
+	}
+	cp.Status.Ready = st.Ready
+	cp.Status.Version = st.Version
+	for _, c := range st.Components {
+		s, reason := metav1.ConditionFalse, "NotReady"
+		if c.Ready {
+			s, reason = metav1.ConditionTrue, "Ready"
+		}
+		meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{Type: componentCondition(c.Name), Status: s, Reason: reason,
+			Message: c.Message, ObservedGeneration: cp.Generation})
+	}
+	avail, reason := metav1.ConditionFalse, "NotReady"
+	if st.Ready {
+		avail, reason = metav1.ConditionTrue, "Ready"
+	}
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{Type: clusterv1.AvailableCondition, Status: avail, Reason: reason, ObservedGeneration: cp.Generation})
+	if err := r.Status().Patch(ctx, cp, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("capiprovider: status of %s: %w", cp.Name, err)
+	}
+	if !st.Ready {
+		return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
+	}
+	// Components can fail later: look again now and then.
+	return ctrl.Result{RequeueAfter: 15 * r.cfg.Poll}, nil
+}
+
+// componentCondition is the condition type of a control-plane component
+// ("kube-apiserver" -> "KubeApiserverReady").
+func componentCondition(name string) string {
+	out := make([]byte, 0, len(name)+5)
+	up := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '-' || c == '_' || c == '.':
+			up = true
+			continue
+		case up && c >= 'a' && c <= 'z':
+			c -= 'a' - 'A'
+		}
+		up = false
+		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') {
+			out = append(out, c)
+		}
+	}
+	return string(out) + "Ready"
+}

@@ -1,0 +1,299 @@
+package tenantkube_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/network/ipam"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+)
+
+const joinData = "#cloud-config\nruncmd:\n  - kubeadm join dev-apiserver:6443 --token abcdef.0123456789abcdef\n"
+
+// TestNodePoolsThroughClusterAPI: a cluster with a pool of 2 becomes two
+// worker VMs in the VDC, made by Cluster API's own controllers driving
+// flexplane's provider, with the bootstrap data as their user-data and
+// the provider's contract fields set; the pool scales 2 → 5 → 0; deleting
+// the cluster leaves no VM, address or Cluster API object. Another VDC
+// sees none of it.
+func TestNodePoolsThroughClusterAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, quotas, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	c, err := e.svc.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: "blue", Name: "dev", Zone: "alpha", Network: e.blue, Version: "v1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.bootstrap(t, c, joinData)
+	waitFor(t, time.Minute, "control plane initialized", func() (bool, string) {
+		cl := &clusterv1.Cluster{}
+		if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: "dev"}, cl); err != nil {
+			return false, err.Error()
+		}
+		return cl.Status.Initialization.ControlPlaneInitialized != nil && *cl.Status.Initialization.ControlPlaneInitialized &&
+			cl.Spec.ControlPlaneEndpoint.Host != "", fmt.Sprintf("%+v endpoint %+v", cl.Status.Initialization, cl.Spec.ControlPlaneEndpoint)
+	})
+	pool, err := e.svc.CreateNodePool(ctx, tenantkube.NodePoolInput{VDC: "blue", Cluster: c.ID, Name: "workers",
+		ComputeProfile: "small", StorageProfile: "ssd", Size: 2, Labels: map[string]string{"tier": "web"},
+		Taints: []tenantkube.Taint{{Key: "dedicated", Value: "web", Effect: "NoSchedule"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectWorkers := func(n int) {
+		t.Helper()
+		waitFor(t, 90*time.Second, fmt.Sprintf("%d workers", n), func() (bool, string) {
+			vms := e.workers(t, "blue", "dev-workers-")
+			running := 0
+			for _, vm := range vms {
+				if vm.Status == compute.StatusRunning {
+					running++
+				}
+			}
+			p, err := e.svc.NodePool(ctx, "blue", pool.ID)
+			if err != nil {
+				return false, err.Error()
+			}
+			return running == n && len(vms) == n && p.Ready == n && p.Workers == n,
+				fmt.Sprintf("%d VMs, %d running, pool %d/%d ready", len(vms), running, p.Ready, p.Workers)
+		})
+	}
+	expectWorkers(2)
+	for _, vm := range e.workers(t, "blue", "dev-workers-") {
+		data, err := e.comp.UserData(ctx, "blue", vm.ID)
+		if err != nil || string(data) != joinData {
+			t.Errorf("VM %s user-data %q (%v), want the bootstrap data", vm.Name, data, err)
+		}
+		var fm v1alpha1.FlexMachine
+		if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: vm.Name}, &fm); err != nil {
+			t.Fatal(err)
+		}
+		if fm.Spec.ProviderID != capiprovider.ProviderIDPrefix+vm.ID || fm.Status.FailureDomain != "alpha" ||
+			len(fm.Status.Addresses) != 2 || fm.Status.Addresses[1].Address != vm.Addresses[0] {
+			t.Errorf("FlexMachine %s: %+v %+v, VM %+v", fm.Name, fm.Spec, fm.Status, vm)
+		}
+	}
+	var machines clusterv1.MachineList
+	if err := e.kc.List(ctx, &machines, client.InNamespace(c.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines.Items {
+		if !strings.HasPrefix(m.Spec.ProviderID, capiprovider.ProviderIDPrefix) || m.Status.Phase != string(clusterv1.MachinePhaseProvisioned) {
+			t.Errorf("Machine %s: providerID %q phase %s", m.Name, m.Spec.ProviderID, m.Status.Phase)
+		}
+	}
+	got, err := e.svc.Cluster(ctx, "blue", c.ID)
+	if err != nil || len(got.Pools) != 1 || got.Pools[0].Size != 2 || got.Pools[0].Labels["tier"] != "web" ||
+		len(got.Pools[0].Taints) != 1 || !got.ControlPlaneReady || got.Endpoint == "" {
+		t.Errorf("cluster %+v, %v", got, err)
+	}
+
+	// Another VDC sees none of it.
+	if _, err := e.svc.Cluster(ctx, "red", c.ID); kind(err) != tenantkube.KindNotFound {
+		t.Errorf("red reads blue's cluster: %v, want NOT_FOUND", err)
+	}
+	if _, err := e.svc.ScaleNodePool(ctx, "red", pool.ID, 3); kind(err) != tenantkube.KindNotFound {
+		t.Errorf("red scales blue's pool: %v, want NOT_FOUND", err)
+	}
+	if cs, err := e.svc.Clusters(ctx, "red"); err != nil || len(cs) != 0 {
+		t.Errorf("red's clusters: %v, %v", cs, err)
+	}
+	if vms := e.workers(t, "red", ""); len(vms) != 0 {
+		t.Errorf("red's VMs: %v", vms)
+	}
+
+	for _, n := range []int{5, 0} {
+		if _, err := e.svc.ScaleNodePool(ctx, "blue", pool.ID, n); err != nil {
+			t.Fatal(err)
+		}
+		expectWorkers(n)
+	}
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", pool.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	expectWorkers(1)
+
+	if err := e.svc.DeleteKubernetesCluster(ctx, "blue", c.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the cluster gone", func() (bool, string) {
+		left := 0
+		for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &clusterv1.MachineDeploymentList{}, &clusterv1.MachineSetList{},
+			&clusterv1.MachineList{}, &v1alpha1.FlexMachineList{}, &v1alpha1.FlexClusterList{}, &v1alpha1.FlexControlPlaneList{}} {
+			if err := e.kc.List(ctx, l, client.InNamespace(c.ID)); err != nil {
+				return false, err.Error()
+			}
+			left += len(mustItems(l))
+		}
+		vms := e.workers(t, "blue", "")
+		return left == 0 && len(vms) == 0, fmt.Sprintf("%d objects, %d VMs", left, len(vms))
+	})
+	if n, err := e.svc.FinishDeletesOlderThan(ctx, 0); err != nil || n != 1 {
+		t.Errorf("finishing the delete: %d, %v", n, err)
+	}
+	ms, err := ipam.Mappings(ctx, e.zone.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if ipam.IsFlexplaneMAC(m.MAC) {
+			t.Errorf("address left: %+v", m)
+		}
+	}
+	if !e.cp.deleted[c.ID] {
+		t.Error("the control plane was not deleted")
+	}
+	if _, err := e.svc.Cluster(ctx, "blue", c.ID); kind(err) != tenantkube.KindNotFound {
+		t.Errorf("deleted cluster: %v, want NOT_FOUND", err)
+	}
+	var secrets corev1.SecretList
+	if err := e.kc.List(ctx, &secrets, client.InNamespace(c.ID)); err != nil || len(secrets.Items) != 0 {
+		t.Errorf("secrets left: %d, %v", len(secrets.Items), err)
+	}
+	ns := &corev1.Namespace{}
+	if err := e.kc.Get(ctx, client.ObjectKey{Name: c.ID}, ns); err == nil && ns.DeletionTimestamp.IsZero() {
+		t.Error("the namespace is not being deleted")
+	}
+	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || slices.ContainsFunc(cs, func(o *tenantkube.Cluster) bool { return o.ID == c.ID }) {
+		t.Errorf("blue's clusters after delete: %v, %v", cs, err)
+	}
+}
+
+func kind(err error) tenantkube.ErrorKind {
+	var te *tenantkube.Error
+	if errors.As(err, &te) {
+		return te.Kind
+	}
+	return -1
+}
+
+func mustItems(l client.ObjectList) []any {
+	switch l := l.(type) {
+	case *clusterv1.ClusterList:
+		return anys(l.Items)
+	case *clusterv1.MachineDeploymentList:
+		return anys(l.Items)
+	case *clusterv1.MachineSetList:
+		return anys(l.Items)
+	case *clusterv1.MachineList:
+		return anys(l.Items)
+	case *v1alpha1.FlexMachineList:
+		return anys(l.Items)
+	case *v1alpha1.FlexClusterList:
+		return anys(l.Items)
+	case *v1alpha1.FlexControlPlaneList:
+		return anys(l.Items)
+	}
+	panic(fmt.Sprintf("list %T", l))
+}
+
+func anys[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i := range s {
+		out[i] = s[i]
+	}
+	return out
+}
+
+// TestBadInputChangesNothing: a pool of 11, an unknown profile or
+// version, a network of another VDC and a pool over the VDC's quota are
+// refused with the field at fault, and leave no object behind.
+//
+// It runs before the parallel tests (whose controllers watch every
+// namespace) and leaves its namespace terminating.
+func TestBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t, catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 1 << 16, StorageGiB: 10000, VMs: 3}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		in    tenantkube.CreateClusterInput
+		kind  tenantkube.ErrorKind
+		field string
+	}{
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "a", Zone: "alpha", Network: e.blue, Version: "v1.20.0"}, tenantkube.KindBadInput, "version"},
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "a", Zone: "alpha", Network: e.red, Version: "v1.37.2"}, tenantkube.KindNotFound, "network"},
+		{tenantkube.CreateClusterInput{VDC: "blue", Name: "A_b", Zone: "alpha", Network: e.blue, Version: "v1.37.2"}, tenantkube.KindBadInput, "name"},
+	} {
+		_, err := e.svc.CreateKubernetesCluster(ctx, tc.in)
+		var te *tenantkube.Error
+		if !errors.As(err, &te) || te.Kind != tc.kind || te.Field != tc.field {
+			t.Errorf("create %+v: %v, want kind %d field %s", tc.in, err, tc.kind, tc.field)
+		}
+	}
+	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || len(cs) != 0 {
+		t.Fatalf("clusters after refused creates: %v, %v", cs, err)
+	}
+	c, err := e.svc.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: "blue", Name: "bad", Zone: "alpha", Network: e.blue, Version: "v1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ID}})
+	})
+	ok := tenantkube.NodePoolInput{VDC: "blue", Cluster: c.ID, Name: "p", ComputeProfile: "small", StorageProfile: "ssd", Size: 2}
+	for _, tc := range []struct {
+		edit  func(*tenantkube.NodePoolInput)
+		kind  tenantkube.ErrorKind
+		field string
+	}{
+		{func(in *tenantkube.NodePoolInput) { in.Size = 11 }, tenantkube.KindBadInput, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.Size = -1 }, tenantkube.KindBadInput, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.ComputeProfile = "huge" }, tenantkube.KindBadInput, "computeProfile"},
+		{func(in *tenantkube.NodePoolInput) { in.StorageProfile = "tape" }, tenantkube.KindBadInput, "storageProfile"},
+		{func(in *tenantkube.NodePoolInput) { in.Size = 4 }, tenantkube.KindQuotaExceeded, "size"},
+		{func(in *tenantkube.NodePoolInput) { in.VDC = "red" }, tenantkube.KindNotFound, "cluster"},
+		{func(in *tenantkube.NodePoolInput) { in.Taints = []tenantkube.Taint{{Key: "k", Effect: "Sometimes"}} }, tenantkube.KindBadInput, "taints"},
+	} {
+		in := ok
+		tc.edit(&in)
+		_, err := e.svc.CreateNodePool(ctx, in)
+		var te *tenantkube.Error
+		if !errors.As(err, &te) || te.Kind != tc.kind || te.Field != tc.field {
+			t.Errorf("pool %+v: %v, want kind %d field %s", in, err, tc.kind, tc.field)
+		}
+	}
+	var mds clusterv1.MachineDeploymentList
+	if err := e.kc.List(ctx, &mds, client.InNamespace(c.ID)); err != nil || len(mds.Items) != 0 {
+		t.Fatalf("pools after refused creates: %d, %v", len(mds.Items), err)
+	}
+	p, err := e.svc.CreateNodePool(ctx, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 wanted (none made: no provider runs here) + 2 more > 3 VMs.
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 4); kind(err) != tenantkube.KindQuotaExceeded {
+		t.Errorf("scale over the quota: %v", err)
+	}
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 11); kind(err) != tenantkube.KindBadInput {
+		t.Errorf("scale to 11: %v", err)
+	}
+	if got, err := e.svc.NodePool(ctx, "blue", p.ID); err != nil || got.Size != 2 {
+		t.Errorf("pool after refused scales: %+v, %v", got, err)
+	}
+	if _, _, err := e.svc.Kubeconfig(ctx, "red", c.ID, "eve", false); kind(err) != tenantkube.KindNotFound {
+		t.Errorf("red's kubeconfig of blue's cluster: %v", err)
+	}
+	kc, _, err := e.svc.Kubeconfig(ctx, "blue", c.ID, "val", true)
+	if err != nil || !strings.Contains(string(kc), "groups: "+tenantkube.ReadOnlyGroup+"\n") {
+		t.Errorf("a viewer's kubeconfig: %q, %v", kc, err)
+	}
+	var nilSvc *tenantkube.Service
+	if _, err := nilSvc.Clusters(ctx, "blue"); kind(err) != tenantkube.KindUnavailable {
+		t.Errorf("no management cluster: %v", err)
+	}
+}
