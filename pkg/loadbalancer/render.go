@@ -20,13 +20,13 @@ type Zone struct {
 	// Frontend is the address the edge gateways forward the listeners to:
 	// the flexgateway replicas' (Service) address, reachable from the
 	// zone's external network.
-	Frontend netip.Addr
+	Frontend netip.Addr `json:"frontend"`
 	// Sources are the addresses the replicas dial backends from, as seen
 	// by the edge gateways: only they may use a balancer's relay ports.
-	Sources []netip.Prefix
+	Sources []netip.Prefix `json:"sources"`
 	// ListenHost is the host the replicas bind the listeners on; "" is
 	// every address.
-	ListenHost string
+	ListenHost string `json:"listenHost,omitempty"`
 }
 
 // FrontendBase is the first port of the replicas' listeners.
