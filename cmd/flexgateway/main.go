@@ -1,0 +1,98 @@
+// Command flexgateway is the load balancers' data plane (package gateway):
+// Caddy with caddy-l4, configured only through its admin API by the
+// orchestrator.
+//
+//	flexgateway [-admin-addr ADDR] -token-file FILE -data-dir DIR [-log-level LEVEL] [-caddy-log-level LEVEL]
+//
+// Every flag has an environment variable (FLEXGATEWAY_ADMIN_ADDR,
+// FLEXGATEWAY_TOKEN_FILE, FLEXGATEWAY_DATA_DIR, FLEXGATEWAY_LOG_LEVEL,
+// FLEXGATEWAY_CADDY_LOG_LEVEL); a flag wins over its variable.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/flexplane/flexplane/pkg/loadbalancer/gateway"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// run parses args (with getenv for defaults) and runs the gateway until
+// ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, level, err := parse(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("flexgateway admin API listening", "addr", g.AdminAddr().String(), "data_dir", cfg.DataDir)
+	return g.Run(ctx)
+}
+
+// parse turns flags and environment into a gateway.Config and the log
+// level.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (gateway.Config, slog.Level, error) {
+	fs := flag.NewFlagSet("flexgateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		adminAddr  = fs.String("admin-addr", cmp.Or(getenv("FLEXGATEWAY_ADMIN_ADDR"), ":9443"), "host:port of the admin API, /healthz, /readyz and /metrics")
+		tokenFile  = fs.String("token-file", getenv("FLEXGATEWAY_TOKEN_FILE"), "file holding the admin API's bearer token (required)")
+		dataDir    = fs.String("data-dir", getenv("FLEXGATEWAY_DATA_DIR"), "the only directory written to (required)")
+		logLevel   = fs.String("log-level", cmp.Or(getenv("FLEXGATEWAY_LOG_LEVEL"), "info"), "debug, info, warn or error")
+		caddyLevel = fs.String("caddy-log-level", cmp.Or(getenv("FLEXGATEWAY_CADDY_LOG_LEVEL"), "warn"), "Caddy's own log level: debug, info, warn or error")
+	)
+	var level slog.Level
+	if err := fs.Parse(args); err != nil {
+		return gateway.Config{}, level, err
+	}
+	if fs.NArg() > 0 {
+		return gateway.Config{}, level, fmt.Errorf("flexgateway: unexpected arguments %q", fs.Args())
+	}
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return gateway.Config{}, level, fmt.Errorf("flexgateway: -log-level: %w", err)
+	}
+	switch strings.ToUpper(*caddyLevel) {
+	case "DEBUG", "INFO", "WARN", "ERROR":
+	default:
+		return gateway.Config{}, level, fmt.Errorf("flexgateway: -caddy-log-level %q: want debug, info, warn or error", *caddyLevel)
+	}
+	if *tokenFile == "" || *dataDir == "" {
+		return gateway.Config{}, level, errors.New("flexgateway: -token-file and -data-dir are required")
+	}
+	tok, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return gateway.Config{}, level, fmt.Errorf("flexgateway: token: %w", err)
+	}
+	token := strings.TrimSpace(string(tok))
+	if len(token) < 16 {
+		return gateway.Config{}, level, fmt.Errorf("flexgateway: the token in %s is shorter than 16 characters", *tokenFile)
+	}
+	return gateway.Config{
+		AdminAddr:     *adminAddr,
+		Token:         token,
+		DataDir:       *dataDir,
+		CaddyLogLevel: strings.ToUpper(*caddyLevel),
+	}, level, nil
+}

@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
+)
+
+// maxConfigBytes bounds a PUT /v1/config body.
+const maxConfigBytes = 32 << 20
+
+// handler is the admin API of lbconfig, /healthz, /readyz and /metrics.
+func (g *Gateway) handler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if _, ok := g.configInForce(); !ok {
+			http.Error(w, "no config applied yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("PUT /v1/config", g.authorized(g.putConfig))
+	mux.Handle("GET /v1/config", g.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		cfg, _ := g.configInForce()
+		writeJSON(w, cfg)
+	}))
+	mux.Handle("GET /v1/status", g.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, g.Status())
+	}))
+	return mux
+}
+
+// authorized lets only requests bearing the admin token through (compared
+// in constant time).
+func (g *Gateway) authorized(h http.HandlerFunc) http.Handler {
+	want := []byte("Bearer " + g.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="flexgateway"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (g *Gateway) putConfig(w http.ResponseWriter, r *http.Request) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxConfigBytes))
+	dec.DisallowUnknownFields()
+	var cfg lbconfig.Config
+	if err := dec.Decode(&cfg); err != nil {
+		g.metrics.applies.WithLabelValues("invalid").Inc()
+		http.Error(w, "invalid config: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		g.metrics.applies.WithLabelValues("invalid").Inc()
+		http.Error(w, "invalid config: trailing data after the JSON object", http.StatusBadRequest)
+		return
+	}
+	switch err := g.Apply(r.Context(), cfg); {
+	case errors.Is(err, ErrInvalid):
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	case err != nil:
+		g.log.Error("apply", "revision", cfg.Revision, "err", err)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
+)
+
+// TestAdminAPI checks the admin API's contract: the token is required (and
+// compared exactly), /readyz turns ready with the first config, GET
+// /v1/config returns it without keys, /metrics reports applies and backend
+// health, and Caddy's own admin endpoint does not listen.
+func TestAdminAPI(t *testing.T) {
+	t.Parallel()
+	gw := startGateway(t)
+	do := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, gw.admin+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := do("GET", "/healthz", "", ""); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, _ := do("GET", "/readyz", "", ""); code != 503 {
+		t.Errorf("/readyz before any config = %d, want 503", code)
+	}
+	for _, tok := range []string{"", "wrong", testToken + "x", testToken[:len(testToken)-1]} {
+		if code, _ := do("GET", "/v1/status", tok, ""); code != 401 {
+			t.Errorf("/v1/status with token %q = %d, want 401", tok, code)
+		}
+		if code, _ := do("PUT", "/v1/config", tok, `{"revision":"x","balancers":[]}`); code != 401 {
+			t.Errorf("PUT /v1/config with token %q = %d, want 401", tok, code)
+		}
+	}
+	if code, body := do("PUT", "/v1/config", testToken, `{"revision":"x","balancers":[],"extra":1}`); code != 400 || !strings.Contains(body, "extra") {
+		t.Errorf("an unknown field = %d %q, want 400 naming it", code, body)
+	}
+
+	addr := freeAddr(t)
+	gw.apply(t, lbconfig.Config{Revision: "r1", Balancers: []lbconfig.Balancer{{
+		ID: "lb", VDC: "prod",
+		Listeners: []lbconfig.Listener{{Name: "https", Protocol: lbconfig.ProtocolHTTPS, Address: addr, Pool: "p", Certificates: []string{"web"}}},
+		Pools: []lbconfig.Pool{{Name: "p", HealthCheck: healthCheck(lbconfig.HealthCheckTCP, ""),
+			Backends: []lbconfig.Backend{{ID: "vm-1:80", Address: tcpBackend(t, "a")}}}},
+		Certificates: []lbconfig.Certificate{testCert(t, "web", "web")},
+	}}})
+	if code, _ := do("GET", "/readyz", "", ""); code != 200 {
+		t.Errorf("/readyz after a config = %d, want 200", code)
+	}
+	code, body := do("GET", "/v1/config", testToken, "")
+	if code != 200 || !strings.Contains(body, `"revision": "r1"`) || !strings.Contains(body, "BEGIN CERTIFICATE") || strings.Contains(body, "PRIVATE KEY") {
+		t.Errorf("GET /v1/config = %d, want r1 with its certificate and no key:\n%s", code, body)
+	}
+	eventually(t, 10*time.Second, "metrics", func() error {
+		_, m := do("GET", "/metrics", "", "")
+		for _, want := range []string{
+			`flexplane_flexgateway_config_applies_total{result="applied"} 1`,
+			`flexplane_flexgateway_config_applies_total{result="invalid"} 1`,
+			`flexplane_flexgateway_backend_healthy{backend="vm-1:80",balancer="lb",pool="p"} 1`,
+			`flexplane_flexgateway_config_apply_seconds_count 1`,
+		} {
+			if !strings.Contains(m, want) {
+				return &missing{want}
+			}
+		}
+		return nil
+	})
+	if c, err := net.DialTimeout("tcp", "localhost:2019", time.Second); err == nil {
+		c.Close()
+		t.Error("something listens on Caddy's default admin address localhost:2019")
+	}
+}
+
+type missing struct{ what string }
+
+func (m *missing) Error() string { return "no " + m.what }
