@@ -89,7 +89,7 @@ const createLB = `mutation($in: CreateLoadBalancerInput!) { createLoadBalancer(i
 // through GraphQL: bad input refused naming the field with nothing
 // allocated; another VDC's VM as a backend NOT_FOUND; a balancer with TCP,
 // HTTP routes and HTTPS with a certificate given as PEM (never returned)
-// gets the pool's first address and reaches the zone's flexgateway admin
+// gets the pool's next address (after the VDC's edge gateway's) and reaches the zone's flexgateway admin
 // API within a second, with its backends dialled through the balancer's
 // address; the backends' health is what the replica reports; another VDC
 // sees, changes and deletes none of it; an update keeps the certificate
@@ -177,7 +177,7 @@ func TestLoadBalancerThroughGraphQL(t *testing.T) {
 	}
 	var lb gqlLB
 	r.Into(t, "createLoadBalancer", &lb)
-	if lb.Name != "shop" || lb.PublicAddress != "203.0.113.10" || len(lb.Listeners) != 3 || len(lb.Pools) != 2 ||
+	if lb.Name != "shop" || lb.PublicAddress != "203.0.113.11" || len(lb.Listeners) != 3 || len(lb.Pools) != 2 ||
 		len(lb.Certificates) != 1 || lb.Certificates[0].DNSNames[1] != "*.shop.example" || len(lb.Certificates[0].Fingerprint) != 64 {
 		t.Fatalf("created %+v", lb)
 	}
@@ -187,12 +187,12 @@ func TestLoadBalancerThroughGraphQL(t *testing.T) {
 	cfg := s.replica.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
 	t.Logf("the replica had the balancer %s after the create was sent", time.Since(start).Round(time.Millisecond))
 	b := cfg.Balancers[0]
-	if b.VDC != "red" || len(b.Listeners) != 3 || b.Listeners[0].Address != ":28000" || len(b.Certificates) != 1 || b.Certificates[0].KeyPEM != key {
+	if b.VDC != "red" || len(b.Listeners) != 3 || b.Listeners[0].Address != ":28008" || len(b.Certificates) != 1 || b.Certificates[0].KeyPEM != key {
 		t.Errorf("the replica's balancer: %+v", b)
 	}
 	for _, p := range b.Pools {
 		for _, be := range p.Backends {
-			if !strings.HasPrefix(be.Address, "203.0.113.10:") {
+			if !strings.HasPrefix(be.Address, "203.0.113.11:") {
 				t.Errorf("backend %s is dialled at %s, not through the balancer's address", be.ID, be.Address)
 			}
 		}
@@ -257,7 +257,7 @@ func TestLoadBalancerThroughGraphQL(t *testing.T) {
 	// The delete gives the address back and takes the balancer off the replica.
 	h.GraphQL(t, "alice", "red", `mutation($id: ID!) { deleteLoadBalancer(id: $id) { id } }`, map[string]any{"id": lb.ID}).OK(t)
 	h.GraphQL(t, "admin", "", `{ externalNetworks { nodes { allocated } } }`, nil).OK(t).Into(t, "externalNetworks", &exts)
-	if exts.Nodes[0].Allocated != 0 {
+	if exts.Nodes[0].Allocated != 1 { // the VDC's edge gateway's
 		t.Errorf("the deleted balancer's address is still allocated")
 	}
 	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { loadBalancer(id: $id) { id } }`, map[string]any{"id": lb.ID}); r.Code(t) != "NOT_FOUND" {

@@ -209,6 +209,10 @@ func (s *Service) Create(ctx context.Context, lb *catalog.LoadBalancer, certs []
 	if _, err := catalog.Get[*catalog.LoadBalancer](ctx, s.Store, lb.Name); err == nil {
 		return nil, fmt.Errorf("load balancer: create: %w", &catalog.AlreadyExistsError{Kind: catalog.KindLoadBalancer, Name: lb.Name})
 	}
+	// The balancer's address lives on the VDC's edge gateway in the zone.
+	if _, err := catalog.EnsureEdgeGateway(ctx, s.Store, lb.VDC, lb.Zone); err != nil {
+		return nil, err
+	}
 	addr, err := catalog.AllocatePublicAddress(ctx, s.Store, lb.Zone, lb.VDC, catalog.UseLoadBalancer, netip.Addr{}, "zone")
 	if err != nil {
 		return nil, err

