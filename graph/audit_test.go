@@ -104,6 +104,10 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { createOneToOneAddress(input: {vmId: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { deleteOneToOneAddress(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"updateEdgeGateway":     {{user: "bob", vdc: "blue", query: `mutation { updateEdgeGateway(input: {zone: "alpha", egressMbps: 10}) { egressMbps } }`}},
+		"createLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { createLoadBalancer(input: {name: "web", zone: "nosuch", listeners: [], pools: [],
+			certificates: [{name: "c", certificatePem: "x", privateKeyPem: "AAAAC3Nza-secret"}]}) { id } }`}},
+		"updateLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { updateLoadBalancer(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
+		"deleteLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { deleteLoadBalancer(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -112,7 +116,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
-		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway"}
+		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -179,6 +183,10 @@ func TestAuditEveryMutation(t *testing.T) {
 			case "createNetwork":
 				if len(ev.UPIDs) == 0 || !strings.HasPrefix(ev.UPIDs[0], "UPID:") {
 					t.Errorf("createNetwork: no Proxmox task in %s", b)
+				}
+			case "createLoadBalancer":
+				if strings.Contains(string(b), "AAAAC3Nza-secret") || !strings.Contains(string(b), audit.Redacted) {
+					t.Errorf("createLoadBalancer: the private key is not redacted: %s", b)
 				}
 			case "createVM":
 				if strings.Contains(string(b), "AAAAC3Nza") || !strings.Contains(string(b), audit.Redacted) {

@@ -73,6 +73,10 @@ type Resolver struct {
 	Edge *edgesync.Syncer
 	// Consoles issues the tickets of openConsole; nil refuses it.
 	Consoles *console.Broker
+	// LoadBalancers pushes the load balancers to the zones' flexgateway
+	// replicas and reads their backends' health; nil: every backend reads
+	// UNKNOWN (and the sync runs on its own schedule only).
+	LoadBalancers LBSyncer
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce

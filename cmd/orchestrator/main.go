@@ -16,6 +16,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -127,6 +128,7 @@ func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
+	lbConfig := fs.String("lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"token\": ..., \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
 	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
 	meshPG := fs.String("mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
 	meshPGPassword := fs.String("mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
@@ -241,6 +243,16 @@ func serve(ctx context.Context, args []string) error {
 		defer cancel()
 		_ = stopTracing(sctx)
 	}()
+	var lbs orchestrator.LoadBalancersConfig
+	if *lbConfig != "" {
+		data, err := os.ReadFile(*lbConfig)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(data, &lbs); err != nil {
+			return fmt.Errorf("-lb-config %s: %w", *lbConfig, err)
+		}
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:       *listen,
 		PublicURL:    *publicURL,
@@ -261,6 +273,7 @@ func serve(ctx context.Context, args []string) error {
 			MaxDepth:          *maxDepth,
 			MaxComplexity:     *maxComplexity,
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
+			LoadBalancers:     lbs,
 		},
 		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,

@@ -24,6 +24,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Host() HostResolver
 	Image() ImageResolver
+	LoadBalancer() LoadBalancerResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
@@ -70,6 +71,20 @@ type ComplexityRoot struct {
 		Version    func(childComplexity int) int
 	}
 
+	Backend struct {
+		CheckedAt func(childComplexity int) int
+		Health    func(childComplexity int) int
+		LastError func(childComplexity int) int
+		Port      func(childComplexity int) int
+		VMID      func(childComplexity int) int
+	}
+
+	BackendPool struct {
+		Backends    func(childComplexity int) int
+		HealthCheck func(childComplexity int) int
+		Name        func(childComplexity int) int
+	}
+
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
 		Cpus         func(childComplexity int) int
@@ -110,6 +125,10 @@ type ComplexityRoot struct {
 	}
 
 	DeletedFirewallRule struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedLoadBalancer struct {
 		ID func(childComplexity int) int
 	}
 
@@ -205,6 +224,15 @@ type ComplexityRoot struct {
 		ToPort      func(childComplexity int) int
 	}
 
+	HealthCheck struct {
+		HealthyThreshold   func(childComplexity int) int
+		IntervalSeconds    func(childComplexity int) int
+		Path               func(childComplexity int) int
+		Protocol           func(childComplexity int) int
+		TimeoutSeconds     func(childComplexity int) int
+		UnhealthyThreshold func(childComplexity int) int
+	}
+
 	Host struct {
 		AgentVersion    func(childComplexity int) int
 		CPUUsage        func(childComplexity int) int
@@ -262,6 +290,41 @@ type ComplexityRoot struct {
 		Zone   func(childComplexity int) int
 	}
 
+	LoadBalancer struct {
+		Certificates  func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		Description   func(childComplexity int) int
+		ID            func(childComplexity int) int
+		Listeners     func(childComplexity int) int
+		Name          func(childComplexity int) int
+		Pools         func(childComplexity int) int
+		PublicAddress func(childComplexity int) int
+		Zone          func(childComplexity int) int
+	}
+
+	LoadBalancerConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	LoadBalancerEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	LoadBalancerListener struct {
+		Certificates func(childComplexity int) int
+		Name         func(childComplexity int) int
+		Pool         func(childComplexity int) int
+		Port         func(childComplexity int) int
+		Protocol     func(childComplexity int) int
+		Routes       func(childComplexity int) int
+		ServerNames  func(childComplexity int) int
+		SniRoutes    func(childComplexity int) int
+	}
+
 	Me struct {
 		Email         func(childComplexity int) int
 		Name          func(childComplexity int) int
@@ -301,6 +364,7 @@ type ComplexityRoot struct {
 		CreateExternalNetwork func(childComplexity int, input model.CreateExternalNetworkInput) int
 		CreateFirewallRule    func(childComplexity int, input model.CreateFirewallRuleInput) int
 		CreateImage           func(childComplexity int, input model.CreateImageInput) int
+		CreateLoadBalancer    func(childComplexity int, input model.CreateLoadBalancerInput) int
 		CreateNetwork         func(childComplexity int, input model.CreateNetworkInput) int
 		CreateOneToOneAddress func(childComplexity int, input model.CreateOneToOneAddressInput) int
 		CreatePortForward     func(childComplexity int, input model.CreatePortForwardInput) int
@@ -311,6 +375,7 @@ type ComplexityRoot struct {
 		DeleteComputeProfile  func(childComplexity int, name string, resourceVersion *string) int
 		DeleteFirewallRule    func(childComplexity int, id string) int
 		DeleteImage           func(childComplexity int, name string, resourceVersion *string) int
+		DeleteLoadBalancer    func(childComplexity int, id string) int
 		DeleteNetwork         func(childComplexity int, id string) int
 		DeleteOneToOneAddress func(childComplexity int, id string) int
 		DeletePortForward     func(childComplexity int, id string) int
@@ -331,6 +396,7 @@ type ComplexityRoot struct {
 		UpdateComputeProfile  func(childComplexity int, input model.UpdateComputeProfileInput) int
 		UpdateEdgeGateway     func(childComplexity int, input model.UpdateEdgeGatewayInput) int
 		UpdateImage           func(childComplexity int, input model.UpdateImageInput) int
+		UpdateLoadBalancer    func(childComplexity int, input model.UpdateLoadBalancerInput) int
 		UpdateStorageProfile  func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc             func(childComplexity int, input model.UpdateVDCInput) int
 		UpdateZone            func(childComplexity int, input model.UpdateZoneInput) int
@@ -400,6 +466,11 @@ type ComplexityRoot struct {
 		StartCursor     func(childComplexity int) int
 	}
 
+	PathRoute struct {
+		PathPrefix func(childComplexity int) int
+		Pool       func(childComplexity int) int
+	}
+
 	PortForward struct {
 		ID            func(childComplexity int) int
 		Protocol      func(childComplexity int) int
@@ -422,6 +493,8 @@ type ComplexityRoot struct {
 		HostsConnection      func(childComplexity int, zone *string, region *string, first *int, after *string) int
 		Image                func(childComplexity int, name string) int
 		Images               func(childComplexity int) int
+		LoadBalancer         func(childComplexity int, id string) int
+		LoadBalancers        func(childComplexity int, zone *string, first *int, after *string) int
 		Me                   func(childComplexity int) int
 		Networks             func(childComplexity int, zone *string, first *int) int
 		NetworksConnection   func(childComplexity int, zone *string, first *int, after *string) int
@@ -446,6 +519,11 @@ type ComplexityRoot struct {
 		Zones func(childComplexity int) int
 	}
 
+	SNIRoute struct {
+		Pool       func(childComplexity int) int
+		ServerName func(childComplexity int) int
+	}
+
 	StorageProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
@@ -459,6 +537,13 @@ type ComplexityRoot struct {
 
 	Subscription struct {
 		Operation func(childComplexity int, id string) int
+	}
+
+	TLSCertificate struct {
+		DNSNames    func(childComplexity int) int
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+		NotAfter    func(childComplexity int) int
 	}
 
 	Tenant struct {
@@ -749,6 +834,56 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentUpdateOperation.Version(childComplexity), true
 
+	case "Backend.checkedAt":
+		if e.ComplexityRoot.Backend.CheckedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backend.CheckedAt(childComplexity), true
+	case "Backend.health":
+		if e.ComplexityRoot.Backend.Health == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backend.Health(childComplexity), true
+	case "Backend.lastError":
+		if e.ComplexityRoot.Backend.LastError == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backend.LastError(childComplexity), true
+	case "Backend.port":
+		if e.ComplexityRoot.Backend.Port == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backend.Port(childComplexity), true
+	case "Backend.vmId":
+		if e.ComplexityRoot.Backend.VMID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backend.VMID(childComplexity), true
+
+	case "BackendPool.backends":
+		if e.ComplexityRoot.BackendPool.Backends == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackendPool.Backends(childComplexity), true
+	case "BackendPool.healthCheck":
+		if e.ComplexityRoot.BackendPool.HealthCheck == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackendPool.HealthCheck(childComplexity), true
+	case "BackendPool.name":
+		if e.ComplexityRoot.BackendPool.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackendPool.Name(childComplexity), true
+
 	case "Capacity.cpuUsage":
 		if e.ComplexityRoot.Capacity.CPUUsage == nil {
 			break
@@ -887,6 +1022,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedFirewallRule.ID(childComplexity), true
+
+	case "DeletedLoadBalancer.id":
+		if e.ComplexityRoot.DeletedLoadBalancer.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedLoadBalancer.ID(childComplexity), true
 
 	case "DeletedNetwork.id":
 		if e.ComplexityRoot.DeletedNetwork.ID == nil {
@@ -1236,6 +1378,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.FirewallRule.ToPort(childComplexity), true
 
+	case "HealthCheck.healthyThreshold":
+		if e.ComplexityRoot.HealthCheck.HealthyThreshold == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.HealthyThreshold(childComplexity), true
+	case "HealthCheck.intervalSeconds":
+		if e.ComplexityRoot.HealthCheck.IntervalSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.IntervalSeconds(childComplexity), true
+	case "HealthCheck.path":
+		if e.ComplexityRoot.HealthCheck.Path == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.Path(childComplexity), true
+	case "HealthCheck.protocol":
+		if e.ComplexityRoot.HealthCheck.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.Protocol(childComplexity), true
+	case "HealthCheck.timeoutSeconds":
+		if e.ComplexityRoot.HealthCheck.TimeoutSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.TimeoutSeconds(childComplexity), true
+	case "HealthCheck.unhealthyThreshold":
+		if e.ComplexityRoot.HealthCheck.UnhealthyThreshold == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCheck.UnhealthyThreshold(childComplexity), true
+
 	case "Host.agentVersion":
 		if e.ComplexityRoot.Host.AgentVersion == nil {
 			break
@@ -1486,6 +1665,148 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ImageZoneState.Zone(childComplexity), true
 
+	case "LoadBalancer.certificates":
+		if e.ComplexityRoot.LoadBalancer.Certificates == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Certificates(childComplexity), true
+	case "LoadBalancer.createdAt":
+		if e.ComplexityRoot.LoadBalancer.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.CreatedAt(childComplexity), true
+	case "LoadBalancer.description":
+		if e.ComplexityRoot.LoadBalancer.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Description(childComplexity), true
+	case "LoadBalancer.id":
+		if e.ComplexityRoot.LoadBalancer.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.ID(childComplexity), true
+	case "LoadBalancer.listeners":
+		if e.ComplexityRoot.LoadBalancer.Listeners == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Listeners(childComplexity), true
+	case "LoadBalancer.name":
+		if e.ComplexityRoot.LoadBalancer.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Name(childComplexity), true
+	case "LoadBalancer.pools":
+		if e.ComplexityRoot.LoadBalancer.Pools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Pools(childComplexity), true
+	case "LoadBalancer.publicAddress":
+		if e.ComplexityRoot.LoadBalancer.PublicAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.PublicAddress(childComplexity), true
+	case "LoadBalancer.zone":
+		if e.ComplexityRoot.LoadBalancer.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancer.Zone(childComplexity), true
+
+	case "LoadBalancerConnection.edges":
+		if e.ComplexityRoot.LoadBalancerConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerConnection.Edges(childComplexity), true
+	case "LoadBalancerConnection.nodes":
+		if e.ComplexityRoot.LoadBalancerConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerConnection.Nodes(childComplexity), true
+	case "LoadBalancerConnection.pageInfo":
+		if e.ComplexityRoot.LoadBalancerConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerConnection.PageInfo(childComplexity), true
+	case "LoadBalancerConnection.totalCount":
+		if e.ComplexityRoot.LoadBalancerConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerConnection.TotalCount(childComplexity), true
+
+	case "LoadBalancerEdge.cursor":
+		if e.ComplexityRoot.LoadBalancerEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerEdge.Cursor(childComplexity), true
+	case "LoadBalancerEdge.node":
+		if e.ComplexityRoot.LoadBalancerEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerEdge.Node(childComplexity), true
+
+	case "LoadBalancerListener.certificates":
+		if e.ComplexityRoot.LoadBalancerListener.Certificates == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Certificates(childComplexity), true
+	case "LoadBalancerListener.name":
+		if e.ComplexityRoot.LoadBalancerListener.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Name(childComplexity), true
+	case "LoadBalancerListener.pool":
+		if e.ComplexityRoot.LoadBalancerListener.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Pool(childComplexity), true
+	case "LoadBalancerListener.port":
+		if e.ComplexityRoot.LoadBalancerListener.Port == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Port(childComplexity), true
+	case "LoadBalancerListener.protocol":
+		if e.ComplexityRoot.LoadBalancerListener.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Protocol(childComplexity), true
+	case "LoadBalancerListener.routes":
+		if e.ComplexityRoot.LoadBalancerListener.Routes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.Routes(childComplexity), true
+	case "LoadBalancerListener.serverNames":
+		if e.ComplexityRoot.LoadBalancerListener.ServerNames == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.ServerNames(childComplexity), true
+	case "LoadBalancerListener.sniRoutes":
+		if e.ComplexityRoot.LoadBalancerListener.SniRoutes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.SniRoutes(childComplexity), true
+
 	case "Me.email":
 		if e.ComplexityRoot.Me.Email == nil {
 			break
@@ -1671,6 +1992,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateImage(childComplexity, args["input"].(model.CreateImageInput)), true
+	case "Mutation.createLoadBalancer":
+		if e.ComplexityRoot.Mutation.CreateLoadBalancer == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createLoadBalancer_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateLoadBalancer(childComplexity, args["input"].(model.CreateLoadBalancerInput)), true
 	case "Mutation.createNetwork":
 		if e.ComplexityRoot.Mutation.CreateNetwork == nil {
 			break
@@ -1781,6 +2113,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteImage(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteLoadBalancer":
+		if e.ComplexityRoot.Mutation.DeleteLoadBalancer == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteLoadBalancer_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteLoadBalancer(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteNetwork":
 		if e.ComplexityRoot.Mutation.DeleteNetwork == nil {
 			break
@@ -2001,6 +2344,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateImage(childComplexity, args["input"].(model.UpdateImageInput)), true
+	case "Mutation.updateLoadBalancer":
+		if e.ComplexityRoot.Mutation.UpdateLoadBalancer == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateLoadBalancer_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateLoadBalancer(childComplexity, args["input"].(model.UpdateLoadBalancerInput)), true
 	case "Mutation.updateStorageProfile":
 		if e.ComplexityRoot.Mutation.UpdateStorageProfile == nil {
 			break
@@ -2266,6 +2620,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.StartCursor(childComplexity), true
 
+	case "PathRoute.pathPrefix":
+		if e.ComplexityRoot.PathRoute.PathPrefix == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PathRoute.PathPrefix(childComplexity), true
+	case "PathRoute.pool":
+		if e.ComplexityRoot.PathRoute.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PathRoute.Pool(childComplexity), true
+
 	case "PortForward.id":
 		if e.ComplexityRoot.PortForward.ID == nil {
 			break
@@ -2411,6 +2778,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Images(childComplexity), true
 
+	case "Query.loadBalancer":
+		if e.ComplexityRoot.Query.LoadBalancer == nil {
+			break
+		}
+
+		args, err := ec.field_Query_loadBalancer_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.LoadBalancer(childComplexity, args["id"].(string)), true
+	case "Query.loadBalancers":
+		if e.ComplexityRoot.Query.LoadBalancers == nil {
+			break
+		}
+
+		args, err := ec.field_Query_loadBalancers_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.LoadBalancers(childComplexity, args["zone"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.me":
 		if e.ComplexityRoot.Query.Me == nil {
 			break
@@ -2587,6 +2976,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Region.Zones(childComplexity), true
 
+	case "SNIRoute.pool":
+		if e.ComplexityRoot.SNIRoute.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SNIRoute.Pool(childComplexity), true
+	case "SNIRoute.serverName":
+		if e.ComplexityRoot.SNIRoute.ServerName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
+
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
 			break
@@ -2647,6 +3049,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.Operation(childComplexity, args["id"].(string)), true
+
+	case "TLSCertificate.dnsNames":
+		if e.ComplexityRoot.TLSCertificate.DNSNames == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TLSCertificate.DNSNames(childComplexity), true
+	case "TLSCertificate.fingerprint":
+		if e.ComplexityRoot.TLSCertificate.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TLSCertificate.Fingerprint(childComplexity), true
+	case "TLSCertificate.name":
+		if e.ComplexityRoot.TLSCertificate.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TLSCertificate.Name(childComplexity), true
+	case "TLSCertificate.notAfter":
+		if e.ComplexityRoot.TLSCertificate.NotAfter == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TLSCertificate.NotAfter(childComplexity), true
 
 	case "Tenant.domain":
 		if e.ComplexityRoot.Tenant.Domain == nil {
@@ -3214,11 +3641,14 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
+			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateExternalNetworkInput", ec.unmarshalInputCreateExternalNetworkInput),
 			graphql.NewInputUnmarshaler("CreateFirewallRuleInput", ec.unmarshalInputCreateFirewallRuleInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
+			graphql.NewInputUnmarshaler("CreateLoadBalancerInput", ec.unmarshalInputCreateLoadBalancerInput),
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
@@ -3226,13 +3656,19 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
+			graphql.NewInputUnmarshaler("HealthCheckInput", ec.unmarshalInputHealthCheckInput),
+			graphql.NewInputUnmarshaler("LoadBalancerListenerInput", ec.unmarshalInputLoadBalancerListenerInput),
 			graphql.NewInputUnmarshaler("MigrateVMInput", ec.unmarshalInputMigrateVMInput),
 			graphql.NewInputUnmarshaler("NICInput", ec.unmarshalInputNICInput),
 			graphql.NewInputUnmarshaler("NetworkMappingInput", ec.unmarshalInputNetworkMappingInput),
+			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
+			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
+			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateEdgeGatewayInput", ec.unmarshalInputUpdateEdgeGatewayInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
+			graphql.NewInputUnmarshaler("UpdateLoadBalancerInput", ec.unmarshalInputUpdateLoadBalancerInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
@@ -4449,6 +4885,346 @@ input VMFilter {
   name: String
 }
 `, BuiltIn: false},
+	{Name: "../loadbalancer.graphqls", Input: `# Load balancers: a VDC's service on several of its VMs behind one public
+# address of a zone's pool. Layer 4 (TCP), HTTP and HTTPS with path-prefix
+# routes to backend pools (HTTPS terminated with certificates given here),
+# and TLS passthrough routed by SNI. The public address lives on the VDC's
+# edge gateway, which forwards the listeners to the zone's flexgateway
+# replicas; they reach the backends back through that gateway, so a
+# balancer only ever reaches its own VDC's VMs. Certificates' private keys
+# are kept as secrets and never returned.
+
+extend type Query {
+  """
+  The load balancers of the current VDC, sorted by name, as a cursor
+  connection; the backends' health is read from the zone's flexgateway
+  replicas as the request is answered.
+  """
+  loadBalancers(
+    "Only the balancers in the zone of this name."
+    zone: String
+    "At most this many balancers (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the balancers after it."
+    after: String
+  ): LoadBalancerConnection! @vdc
+  "One load balancer of the current VDC; NOT_FOUND for any other."
+  loadBalancer(
+    "The balancer's id."
+    id: ID!
+  ): LoadBalancer! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a load balancer with the lowest free public address of the
+  zone's pool. BAD_USER_INPUT (extensions.field names the field) for an
+  unknown zone or one without an external network or a free address, ports
+  out of 1 to 65535, two listeners on one port, a route to a pool that is
+  not defined, a certificate that does not match its private key, is
+  expired, or does not cover a listener's server names, a backend VM in
+  another zone; NOT_FOUND for a backend VM the VDC does not have; CONFLICT
+  for a name the VDC uses already. A refused create changes nothing.
+  """
+  createLoadBalancer(
+    "The balancer."
+    input: CreateLoadBalancerInput!
+  ): LoadBalancer! @vdc(role: MEMBER)
+  """
+  Replaces a load balancer's description, listeners, pools or certificates
+  (each kept when null); its name, zone and address stay. Errors as
+  createLoadBalancer; NOT_FOUND for a balancer the VDC does not have.
+  """
+  updateLoadBalancer(
+    "The balancer and what changes."
+    input: UpdateLoadBalancerInput!
+  ): LoadBalancer! @vdc(role: MEMBER)
+  """
+  Deletes a load balancer, its certificates, and gives its public address
+  back to the pool; NOT_FOUND for a balancer the VDC does not have.
+  """
+  deleteLoadBalancer(
+    "The balancer's id."
+    id: ID!
+  ): DeletedLoadBalancer! @vdc(role: MEMBER)
+}
+
+"The protocol of a listener."
+enum LoadBalancerProtocol {
+  "TCP connections proxied to the listener's pool."
+  TCP
+  "HTTP requests routed to pools by path prefix."
+  HTTP
+  "HTTPS terminated with the listener's certificates, then routed as HTTP."
+  HTTPS
+  "TLS connections routed to pools by SNI, not terminated."
+  TLS_PASSTHROUGH
+}
+
+"How a pool's backends are checked."
+enum HealthCheckProtocol {
+  "A TCP connect."
+  TCP
+  "An HTTP GET of the path expecting a 2xx or 3xx answer."
+  HTTP
+}
+
+"A backend's health as the zone's flexgateway replicas report it."
+enum BackendHealth {
+  "Every replica that checks it finds it healthy: it receives traffic."
+  HEALTHY
+  "A replica finds it failing: that replica sends it no traffic."
+  UNHEALTHY
+  "No replica reports it (its pool has no health check, or no replica answers)."
+  UNKNOWN
+}
+
+"A load balancer of the current VDC."
+type LoadBalancer {
+  "The balancer's id."
+  id: ID!
+  "The balancer's name in its VDC."
+  name: String!
+  "The zone the balancer and its backends are in."
+  zone: Zone!
+  "Free text for humans."
+  description: String
+  "The public address the listeners listen on."
+  publicAddress: String!
+  "The listeners, in the order given."
+  listeners: [LoadBalancerListener!]!
+  "The backend pools, in the order given."
+  pools: [BackendPool!]!
+  "The TLS certificates (never their keys or PEM)."
+  certificates: [TLSCertificate!]!
+  "When the balancer was created."
+  createdAt: Time!
+}
+
+"A listener of a load balancer on its public address."
+type LoadBalancerListener {
+  "The listener's name in its balancer."
+  name: String!
+  "The listener's protocol."
+  protocol: LoadBalancerProtocol!
+  "The public port."
+  port: Int!
+  "A TCP listener's pool, or an HTTP(S) listener's default pool (requests no route matches)."
+  pool: String
+  "Path-prefix routes of an HTTP(S) listener, the longest prefix first when matched."
+  routes: [PathRoute!]!
+  "SNI routes of a TLS passthrough listener."
+  sniRoutes: [SNIRoute!]!
+  "The certificates an HTTPS listener serves, by name."
+  certificates: [String!]!
+  "The names clients reach an HTTPS listener by (each covered by one of its certificates)."
+  serverNames: [String!]!
+}
+
+"Sends HTTP requests whose path starts with pathPrefix to a pool."
+type PathRoute {
+  "The path prefix (starting with /)."
+  pathPrefix: String!
+  "The pool's name."
+  pool: String!
+}
+
+"Sends TLS connections for a server name to a pool."
+type SNIRoute {
+  "The server name (a DNS name, or *.name for one label)."
+  serverName: String!
+  "The pool's name."
+  pool: String!
+}
+
+"A backend pool of a load balancer."
+type BackendPool {
+  "The pool's name in its balancer."
+  name: String!
+  "The pool's backends."
+  backends: [Backend!]!
+  "The pool's health check, if any."
+  healthCheck: HealthCheck
+}
+
+"A VM's port in a pool."
+type Backend {
+  "The VM."
+  vmId: ID!
+  "The VM's port."
+  port: Int!
+  "The backend's health, read from the zone's flexgateway replicas now."
+  health: BackendHealth!
+  "The last failed check's error, if a replica reports one."
+  lastError: String
+  "When a replica last checked the backend."
+  checkedAt: Time
+}
+
+"An active health check of a pool's backends."
+type HealthCheck {
+  "How the backends are checked."
+  protocol: HealthCheckProtocol!
+  "The HTTP check's path."
+  path: String
+  "Seconds between checks."
+  intervalSeconds: Int!
+  "Seconds one check may take."
+  timeoutSeconds: Int!
+  "Checks in a row that must pass to bring a backend back."
+  healthyThreshold: Int!
+  "Checks in a row that must fail to take a backend out."
+  unhealthyThreshold: Int!
+}
+
+"What is known of a certificate of a load balancer (its key is never returned)."
+type TLSCertificate {
+  "The certificate's name in its balancer."
+  name: String!
+  "The leaf's subject names."
+  dnsNames: [String!]!
+  "When the leaf expires."
+  notAfter: Time!
+  "The SHA-256 of the leaf's DER, lower-case hex."
+  fingerprint: String!
+}
+
+"A page of load balancers."
+type LoadBalancerConnection {
+  "The balancers of this page with their cursors."
+  edges: [LoadBalancerEdge!]!
+  "The balancers of this page."
+  nodes: [LoadBalancer!]!
+  "Where this page is."
+  pageInfo: PageInfo!
+  "How many balancers match in all."
+  totalCount: Int!
+}
+
+"A load balancer with its cursor."
+type LoadBalancerEdge {
+  "The cursor of this balancer."
+  cursor: String!
+  "The balancer."
+  node: LoadBalancer!
+}
+
+"A deleted load balancer."
+type DeletedLoadBalancer {
+  "The balancer's id."
+  id: ID!
+}
+
+"A new load balancer."
+input CreateLoadBalancerInput {
+  "The balancer's name in its VDC (a DNS label)."
+  name: String!
+  "The zone's name."
+  zone: String!
+  "Free text for humans (at most 1024 bytes)."
+  description: String
+  "The listeners (1 to 8, no two on one port)."
+  listeners: [LoadBalancerListenerInput!]!
+  "The backend pools (at most 16)."
+  pools: [BackendPoolInput!]!
+  "The TLS certificates HTTPS listeners serve (at most 16)."
+  certificates: [TLSCertificateInput!]
+}
+
+"What changes of a load balancer; null keeps a field as it is."
+input UpdateLoadBalancerInput {
+  "The balancer's id."
+  id: ID!
+  "Free text for humans (at most 1024 bytes)."
+  description: String
+  "The listeners, replacing the old ones."
+  listeners: [LoadBalancerListenerInput!]
+  "The backend pools, replacing the old ones."
+  pools: [BackendPoolInput!]
+  "The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name."
+  certificates: [TLSCertificateInput!]
+}
+
+"A listener."
+input LoadBalancerListenerInput {
+  "The listener's name in its balancer (a DNS label)."
+  name: String!
+  "The listener's protocol."
+  protocol: LoadBalancerProtocol!
+  "The public port (1 to 65535)."
+  port: Int!
+  "A TCP listener's pool (required), or an HTTP(S) listener's default pool."
+  pool: String
+  "Path-prefix routes (HTTP and HTTPS only)."
+  routes: [PathRouteInput!]
+  "SNI routes (TLS_PASSTHROUGH only, at least one)."
+  sniRoutes: [SNIRouteInput!]
+  "The certificates an HTTPS listener serves, by name (HTTPS only, at least one)."
+  certificates: [String!]
+  "The names clients reach an HTTPS listener by: each must be covered by one of its certificates."
+  serverNames: [String!]
+}
+
+"A path-prefix route."
+input PathRouteInput {
+  "The path prefix (starting with /)."
+  pathPrefix: String!
+  "The pool's name."
+  pool: String!
+}
+
+"An SNI route."
+input SNIRouteInput {
+  "The server name (a lower-case DNS name, or *.name)."
+  serverName: String!
+  "The pool's name."
+  pool: String!
+}
+
+"A backend pool."
+input BackendPoolInput {
+  "The pool's name in its balancer (a DNS label)."
+  name: String!
+  "VMs of the VDC in the balancer's zone and their ports (at most 64)."
+  backends: [BackendInput!]!
+  "An active health check; none keeps every backend in."
+  healthCheck: HealthCheckInput
+}
+
+"A VM's port."
+input BackendInput {
+  "The VM (of the current VDC, in the balancer's zone)."
+  vmId: ID!
+  "The VM's port (1 to 65535)."
+  port: Int!
+}
+
+"An active health check."
+input HealthCheckInput {
+  "How the backends are checked."
+  protocol: HealthCheckProtocol!
+  "The HTTP check's path (starting with /; HTTP only)."
+  path: String
+  "Seconds between checks (1 to 300)."
+  intervalSeconds: Int = 5
+  "Seconds one check may take (1 to intervalSeconds)."
+  timeoutSeconds: Int = 2
+  "Checks in a row that must pass to bring a backend back (1 to 10)."
+  healthyThreshold: Int = 2
+  "Checks in a row that must fail to take a backend out (1 to 10)."
+  unhealthyThreshold: Int = 2
+}
+
+"A TLS certificate."
+input TLSCertificateInput {
+  "The certificate's name in its balancer (a DNS label)."
+  name: String!
+  "The certificate chain in PEM, leaf first (with privateKeyPem; both absent on an update keeps the stored one)."
+  certificatePem: String
+  "The certificate's private key in PEM (never returned, redacted from the audit log)."
+  privateKeyPem: String @secret
+}
+`, BuiltIn: false},
 	{Name: "../metrics.graphqls", Input: `# Metrics: the time series Proxmox records of every node and guest
 # (rrddata: CPU, memory, network and disk I/O, averaged per slot), read
 # through the agents at request time as every Proxmox read is. A VM's
@@ -5609,6 +6385,34 @@ func (ec *executionContext) childFields_AgentUpdateOperation(ctx context.Context
 	return nil, fmt.Errorf("no field named %q was found under type AgentUpdateOperation", field.Name)
 }
 
+func (ec *executionContext) childFields_Backend(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vmId":
+		return ec.fieldContext_Backend_vmId(ctx, field)
+	case "port":
+		return ec.fieldContext_Backend_port(ctx, field)
+	case "health":
+		return ec.fieldContext_Backend_health(ctx, field)
+	case "lastError":
+		return ec.fieldContext_Backend_lastError(ctx, field)
+	case "checkedAt":
+		return ec.fieldContext_Backend_checkedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Backend", field.Name)
+}
+
+func (ec *executionContext) childFields_BackendPool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_BackendPool_name(ctx, field)
+	case "backends":
+		return ec.fieldContext_BackendPool_backends(ctx, field)
+	case "healthCheck":
+		return ec.fieldContext_BackendPool_healthCheck(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BackendPool", field.Name)
+}
+
 func (ec *executionContext) childFields_Capacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "cpus":
@@ -5693,6 +6497,14 @@ func (ec *executionContext) childFields_DeletedFirewallRule(ctx context.Context,
 		return ec.fieldContext_DeletedFirewallRule_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedFirewallRule", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedLoadBalancer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedLoadBalancer_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedLoadBalancer", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedNetwork(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -5879,6 +6691,24 @@ func (ec *executionContext) childFields_FirewallRule(ctx context.Context, field 
 	return nil, fmt.Errorf("no field named %q was found under type FirewallRule", field.Name)
 }
 
+func (ec *executionContext) childFields_HealthCheck(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "protocol":
+		return ec.fieldContext_HealthCheck_protocol(ctx, field)
+	case "path":
+		return ec.fieldContext_HealthCheck_path(ctx, field)
+	case "intervalSeconds":
+		return ec.fieldContext_HealthCheck_intervalSeconds(ctx, field)
+	case "timeoutSeconds":
+		return ec.fieldContext_HealthCheck_timeoutSeconds(ctx, field)
+	case "healthyThreshold":
+		return ec.fieldContext_HealthCheck_healthyThreshold(ctx, field)
+	case "unhealthyThreshold":
+		return ec.fieldContext_HealthCheck_unhealthyThreshold(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HealthCheck", field.Name)
+}
+
 func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -5991,6 +6821,76 @@ func (ec *executionContext) childFields_ImageZoneState(ctx context.Context, fiel
 		return ec.fieldContext_ImageZoneState_reason(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ImageZoneState", field.Name)
+}
+
+func (ec *executionContext) childFields_LoadBalancer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_LoadBalancer_id(ctx, field)
+	case "name":
+		return ec.fieldContext_LoadBalancer_name(ctx, field)
+	case "zone":
+		return ec.fieldContext_LoadBalancer_zone(ctx, field)
+	case "description":
+		return ec.fieldContext_LoadBalancer_description(ctx, field)
+	case "publicAddress":
+		return ec.fieldContext_LoadBalancer_publicAddress(ctx, field)
+	case "listeners":
+		return ec.fieldContext_LoadBalancer_listeners(ctx, field)
+	case "pools":
+		return ec.fieldContext_LoadBalancer_pools(ctx, field)
+	case "certificates":
+		return ec.fieldContext_LoadBalancer_certificates(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_LoadBalancer_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LoadBalancer", field.Name)
+}
+
+func (ec *executionContext) childFields_LoadBalancerConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_LoadBalancerConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_LoadBalancerConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_LoadBalancerConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_LoadBalancerConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LoadBalancerConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_LoadBalancerEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_LoadBalancerEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_LoadBalancerEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LoadBalancerEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_LoadBalancerListener(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_LoadBalancerListener_name(ctx, field)
+	case "protocol":
+		return ec.fieldContext_LoadBalancerListener_protocol(ctx, field)
+	case "port":
+		return ec.fieldContext_LoadBalancerListener_port(ctx, field)
+	case "pool":
+		return ec.fieldContext_LoadBalancerListener_pool(ctx, field)
+	case "routes":
+		return ec.fieldContext_LoadBalancerListener_routes(ctx, field)
+	case "sniRoutes":
+		return ec.fieldContext_LoadBalancerListener_sniRoutes(ctx, field)
+	case "certificates":
+		return ec.fieldContext_LoadBalancerListener_certificates(ctx, field)
+	case "serverNames":
+		return ec.fieldContext_LoadBalancerListener_serverNames(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LoadBalancerListener", field.Name)
 }
 
 func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6187,6 +7087,16 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_PathRoute(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pathPrefix":
+		return ec.fieldContext_PathRoute_pathPrefix(ctx, field)
+	case "pool":
+		return ec.fieldContext_PathRoute_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PathRoute", field.Name)
+}
+
 func (ec *executionContext) childFields_PortForward(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -6215,6 +7125,16 @@ func (ec *executionContext) childFields_Region(ctx context.Context, field graphq
 	return nil, fmt.Errorf("no field named %q was found under type Region", field.Name)
 }
 
+func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "serverName":
+		return ec.fieldContext_SNIRoute_serverName(ctx, field)
+	case "pool":
+		return ec.fieldContext_SNIRoute_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
+}
+
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -6235,6 +7155,20 @@ func (ec *executionContext) childFields_StorageProfile(ctx context.Context, fiel
 		return ec.fieldContext_StorageProfile_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type StorageProfile", field.Name)
+}
+
+func (ec *executionContext) childFields_TLSCertificate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_TLSCertificate_name(ctx, field)
+	case "dnsNames":
+		return ec.fieldContext_TLSCertificate_dnsNames(ctx, field)
+	case "notAfter":
+		return ec.fieldContext_TLSCertificate_notAfter(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_TLSCertificate_fingerprint(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type TLSCertificate", field.Name)
 }
 
 func (ec *executionContext) childFields_Tenant(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -76,6 +76,48 @@ type AgentUpdateOperation struct {
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 }
 
+// A VM's port in a pool.
+type Backend struct {
+	// The VM.
+	VMID string `json:"vmId"`
+	// The VM's port.
+	Port int `json:"port"`
+	// The backend's health, read from the zone's flexgateway replicas now.
+	Health BackendHealth `json:"health"`
+	// The last failed check's error, if a replica reports one.
+	LastError *string `json:"lastError,omitempty"`
+	// When a replica last checked the backend.
+	CheckedAt *time.Time `json:"checkedAt,omitempty"`
+}
+
+// A VM's port.
+type BackendInput struct {
+	// The VM (of the current VDC, in the balancer's zone).
+	VMID string `json:"vmId"`
+	// The VM's port (1 to 65535).
+	Port int `json:"port"`
+}
+
+// A backend pool of a load balancer.
+type BackendPool struct {
+	// The pool's name in its balancer.
+	Name string `json:"name"`
+	// The pool's backends.
+	Backends []*Backend `json:"backends"`
+	// The pool's health check, if any.
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+}
+
+// A backend pool.
+type BackendPoolInput struct {
+	// The pool's name in its balancer (a DNS label).
+	Name string `json:"name"`
+	// VMs of the VDC in the balancer's zone and their ports (at most 64).
+	Backends []*BackendInput `json:"backends"`
+	// An active health check; none keeps every backend in.
+	HealthCheck *HealthCheckInput `json:"healthCheck,omitempty"`
+}
+
 // Totals and utilisation of a zone; usages are fractions from 0 to 1.
 type Capacity struct {
 	// Logical CPUs of the online hosts.
@@ -182,6 +224,22 @@ type CreateImageInput struct {
 	Checksum string `json:"checksum"`
 	// Whether the image runs cloud-init on first boot.
 	CloudInit bool `json:"cloudInit"`
+}
+
+// A new load balancer.
+type CreateLoadBalancerInput struct {
+	// The balancer's name in its VDC (a DNS label).
+	Name string `json:"name"`
+	// The zone's name.
+	Zone string `json:"zone"`
+	// Free text for humans (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// The listeners (1 to 8, no two on one port).
+	Listeners []*LoadBalancerListenerInput `json:"listeners"`
+	// The backend pools (at most 16).
+	Pools []*BackendPoolInput `json:"pools"`
+	// The TLS certificates HTTPS listeners serve (at most 16).
+	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
 }
 
 // A new network of the current VDC.
@@ -306,6 +364,12 @@ type Deleted struct {
 // The result of deleteFirewallRule.
 type DeletedFirewallRule struct {
 	// The id the rule had.
+	ID string `json:"id"`
+}
+
+// A deleted load balancer.
+type DeletedLoadBalancer struct {
+	// The balancer's id.
 	ID string `json:"id"`
 }
 
@@ -469,6 +533,38 @@ type FirewallRule struct {
 	Description *string `json:"description,omitempty"`
 }
 
+// An active health check of a pool's backends.
+type HealthCheck struct {
+	// How the backends are checked.
+	Protocol HealthCheckProtocol `json:"protocol"`
+	// The HTTP check's path.
+	Path *string `json:"path,omitempty"`
+	// Seconds between checks.
+	IntervalSeconds int `json:"intervalSeconds"`
+	// Seconds one check may take.
+	TimeoutSeconds int `json:"timeoutSeconds"`
+	// Checks in a row that must pass to bring a backend back.
+	HealthyThreshold int `json:"healthyThreshold"`
+	// Checks in a row that must fail to take a backend out.
+	UnhealthyThreshold int `json:"unhealthyThreshold"`
+}
+
+// An active health check.
+type HealthCheckInput struct {
+	// How the backends are checked.
+	Protocol HealthCheckProtocol `json:"protocol"`
+	// The HTTP check's path (starting with /; HTTP only).
+	Path *string `json:"path,omitempty"`
+	// Seconds between checks (1 to 300).
+	IntervalSeconds *int `json:"intervalSeconds,omitempty"`
+	// Seconds one check may take (1 to intervalSeconds).
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
+	// Checks in a row that must pass to bring a backend back (1 to 10).
+	HealthyThreshold *int `json:"healthyThreshold,omitempty"`
+	// Checks in a row that must fail to take a backend out (1 to 10).
+	UnhealthyThreshold *int `json:"unhealthyThreshold,omitempty"`
+}
+
 // A Proxmox node and its agent.
 type Host struct {
 	// Opaque id.
@@ -552,6 +648,66 @@ type ImageZoneState struct {
 	State ImageStagingState `json:"state"`
 	// Why staging failed (the Proxmox task's exit status), or what is being done.
 	Reason *string `json:"reason,omitempty"`
+}
+
+// A page of load balancers.
+type LoadBalancerConnection struct {
+	// The balancers of this page with their cursors.
+	Edges []*LoadBalancerEdge `json:"edges"`
+	// The balancers of this page.
+	Nodes []*catalog.LoadBalancer `json:"nodes"`
+	// Where this page is.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many balancers match in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A load balancer with its cursor.
+type LoadBalancerEdge struct {
+	// The cursor of this balancer.
+	Cursor string `json:"cursor"`
+	// The balancer.
+	Node *catalog.LoadBalancer `json:"node"`
+}
+
+// A listener of a load balancer on its public address.
+type LoadBalancerListener struct {
+	// The listener's name in its balancer.
+	Name string `json:"name"`
+	// The listener's protocol.
+	Protocol LoadBalancerProtocol `json:"protocol"`
+	// The public port.
+	Port int `json:"port"`
+	// A TCP listener's pool, or an HTTP(S) listener's default pool (requests no route matches).
+	Pool *string `json:"pool,omitempty"`
+	// Path-prefix routes of an HTTP(S) listener, the longest prefix first when matched.
+	Routes []*PathRoute `json:"routes"`
+	// SNI routes of a TLS passthrough listener.
+	SniRoutes []*SNIRoute `json:"sniRoutes"`
+	// The certificates an HTTPS listener serves, by name.
+	Certificates []string `json:"certificates"`
+	// The names clients reach an HTTPS listener by (each covered by one of its certificates).
+	ServerNames []string `json:"serverNames"`
+}
+
+// A listener.
+type LoadBalancerListenerInput struct {
+	// The listener's name in its balancer (a DNS label).
+	Name string `json:"name"`
+	// The listener's protocol.
+	Protocol LoadBalancerProtocol `json:"protocol"`
+	// The public port (1 to 65535).
+	Port int `json:"port"`
+	// A TCP listener's pool (required), or an HTTP(S) listener's default pool.
+	Pool *string `json:"pool,omitempty"`
+	// Path-prefix routes (HTTP and HTTPS only).
+	Routes []*PathRouteInput `json:"routes,omitempty"`
+	// SNI routes (TLS_PASSTHROUGH only, at least one).
+	SniRoutes []*SNIRouteInput `json:"sniRoutes,omitempty"`
+	// The certificates an HTTPS listener serves, by name (HTTPS only, at least one).
+	Certificates []string `json:"certificates,omitempty"`
+	// The names clients reach an HTTPS listener by: each must be covered by one of its certificates.
+	ServerNames []string `json:"serverNames,omitempty"`
 }
 
 // The signed-in user.
@@ -765,6 +921,22 @@ type PageInfo struct {
 	EndCursor *string `json:"endCursor,omitempty"`
 }
 
+// Sends HTTP requests whose path starts with pathPrefix to a pool.
+type PathRoute struct {
+	// The path prefix (starting with /).
+	PathPrefix string `json:"pathPrefix"`
+	// The pool's name.
+	Pool string `json:"pool"`
+}
+
+// A path-prefix route.
+type PathRouteInput struct {
+	// The path prefix (starting with /).
+	PathPrefix string `json:"pathPrefix"`
+	// The pool's name.
+	Pool string `json:"pool"`
+}
+
 // A public port of a VDC's edge gateway forwarded to a VM.
 type PortForward struct {
 	// Opaque id.
@@ -793,8 +965,46 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
+// Sends TLS connections for a server name to a pool.
+type SNIRoute struct {
+	// The server name (a DNS name, or *.name for one label).
+	ServerName string `json:"serverName"`
+	// The pool's name.
+	Pool string `json:"pool"`
+}
+
+// An SNI route.
+type SNIRouteInput struct {
+	// The server name (a lower-case DNS name, or *.name).
+	ServerName string `json:"serverName"`
+	// The pool's name.
+	Pool string `json:"pool"`
+}
+
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
+}
+
+// What is known of a certificate of a load balancer (its key is never returned).
+type TLSCertificate struct {
+	// The certificate's name in its balancer.
+	Name string `json:"name"`
+	// The leaf's subject names.
+	DNSNames []string `json:"dnsNames"`
+	// When the leaf expires.
+	NotAfter time.Time `json:"notAfter"`
+	// The SHA-256 of the leaf's DER, lower-case hex.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// A TLS certificate.
+type TLSCertificateInput struct {
+	// The certificate's name in its balancer (a DNS label).
+	Name string `json:"name"`
+	// The certificate chain in PEM, leaf first (with privateKeyPem; both absent on an update keeps the stored one).
+	CertificatePem *string `json:"certificatePem,omitempty"`
+	// The certificate's private key in PEM (never returned, redacted from the audit log).
+	PrivateKeyPem *string `json:"privateKeyPem,omitempty"`
 }
 
 // The tenant of the deployment.
@@ -857,6 +1067,20 @@ type UpdateImageInput struct {
 	Checksum *string `json:"checksum,omitempty"`
 	// Whether it runs cloud-init.
 	CloudInit *bool `json:"cloudInit,omitempty"`
+}
+
+// What changes of a load balancer; null keeps a field as it is.
+type UpdateLoadBalancerInput struct {
+	// The balancer's id.
+	ID string `json:"id"`
+	// Free text for humans (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// The listeners, replacing the old ones.
+	Listeners []*LoadBalancerListenerInput `json:"listeners,omitempty"`
+	// The backend pools, replacing the old ones.
+	Pools []*BackendPoolInput `json:"pools,omitempty"`
+	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
+	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
 }
 
 // Changes to a storage profile; absent fields stay as they are.
@@ -1285,6 +1509,67 @@ func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// A backend's health as the zone's flexgateway replicas report it.
+type BackendHealth string
+
+const (
+	// Every replica that checks it finds it healthy: it receives traffic.
+	BackendHealthHealthy BackendHealth = "HEALTHY"
+	// A replica finds it failing: that replica sends it no traffic.
+	BackendHealthUnhealthy BackendHealth = "UNHEALTHY"
+	// No replica reports it (its pool has no health check, or no replica answers).
+	BackendHealthUnknown BackendHealth = "UNKNOWN"
+)
+
+var AllBackendHealth = []BackendHealth{
+	BackendHealthHealthy,
+	BackendHealthUnhealthy,
+	BackendHealthUnknown,
+}
+
+func (e BackendHealth) IsValid() bool {
+	switch e {
+	case BackendHealthHealthy, BackendHealthUnhealthy, BackendHealthUnknown:
+		return true
+	}
+	return false
+}
+
+func (e BackendHealth) String() string {
+	return string(e)
+}
+
+func (e *BackendHealth) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = BackendHealth(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid BackendHealth", str)
+	}
+	return nil
+}
+
+func (e BackendHealth) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *BackendHealth) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e BackendHealth) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // Whether an edge gateway runs as the catalog wants it.
 type EdgeGatewayStatus string
 
@@ -1526,6 +1811,64 @@ func (e FirewallProtocol) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// How a pool's backends are checked.
+type HealthCheckProtocol string
+
+const (
+	// A TCP connect.
+	HealthCheckProtocolTCP HealthCheckProtocol = "TCP"
+	// An HTTP GET of the path expecting a 2xx or 3xx answer.
+	HealthCheckProtocolHTTP HealthCheckProtocol = "HTTP"
+)
+
+var AllHealthCheckProtocol = []HealthCheckProtocol{
+	HealthCheckProtocolTCP,
+	HealthCheckProtocolHTTP,
+}
+
+func (e HealthCheckProtocol) IsValid() bool {
+	switch e {
+	case HealthCheckProtocolTCP, HealthCheckProtocolHTTP:
+		return true
+	}
+	return false
+}
+
+func (e HealthCheckProtocol) String() string {
+	return string(e)
+}
+
+func (e *HealthCheckProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = HealthCheckProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid HealthCheckProtocol", str)
+	}
+	return nil
+}
+
+func (e HealthCheckProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *HealthCheckProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e HealthCheckProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // Whether a host can be used.
 type HostStatus string
 
@@ -1643,6 +1986,70 @@ func (e *ImageStagingState) UnmarshalJSON(b []byte) error {
 }
 
 func (e ImageStagingState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a listener.
+type LoadBalancerProtocol string
+
+const (
+	// TCP connections proxied to the listener's pool.
+	LoadBalancerProtocolTCP LoadBalancerProtocol = "TCP"
+	// HTTP requests routed to pools by path prefix.
+	LoadBalancerProtocolHTTP LoadBalancerProtocol = "HTTP"
+	// HTTPS terminated with the listener's certificates, then routed as HTTP.
+	LoadBalancerProtocolHTTPS LoadBalancerProtocol = "HTTPS"
+	// TLS connections routed to pools by SNI, not terminated.
+	LoadBalancerProtocolTLSPassthrough LoadBalancerProtocol = "TLS_PASSTHROUGH"
+)
+
+var AllLoadBalancerProtocol = []LoadBalancerProtocol{
+	LoadBalancerProtocolTCP,
+	LoadBalancerProtocolHTTP,
+	LoadBalancerProtocolHTTPS,
+	LoadBalancerProtocolTLSPassthrough,
+}
+
+func (e LoadBalancerProtocol) IsValid() bool {
+	switch e {
+	case LoadBalancerProtocolTCP, LoadBalancerProtocolHTTP, LoadBalancerProtocolHTTPS, LoadBalancerProtocolTLSPassthrough:
+		return true
+	}
+	return false
+}
+
+func (e LoadBalancerProtocol) String() string {
+	return string(e)
+}
+
+func (e *LoadBalancerProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = LoadBalancerProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid LoadBalancerProtocol", str)
+	}
+	return nil
+}
+
+func (e LoadBalancerProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *LoadBalancerProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e LoadBalancerProtocol) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

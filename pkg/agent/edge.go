@@ -129,6 +129,23 @@ func gatewayFromProto(p *edgev1.Gateway) (edge.Gateway, error) {
 		f := fmt.Sprintf("one_to_one[%d]", i)
 		g.OneToOne = append(g.OneToOne, edge.OneToOne{ID: o.GetId(), Public: addr(f+".public_address", o.GetPublicAddress()), Private: addr(f+".private_address", o.GetPrivateAddress())})
 	}
+	for i, b := range p.GetBalancers() {
+		f := fmt.Sprintf("balancers[%d]", i)
+		eb := edge.Balancer{ID: b.GetId(), Public: addr(f+".public_address", b.GetPublicAddress())}
+		forwards := func(name string, fs []*edgev1.Forward) []edge.Forward {
+			var out []edge.Forward
+			for j, fw := range fs {
+				ff := fmt.Sprintf("%s.%s[%d]", f, name, j)
+				out = append(out, edge.Forward{Port: port(ff+".port", fw.GetPort()), Target: addr(ff+".target", fw.GetTarget()), TargetPort: port(ff+".target_port", fw.GetTargetPort())})
+			}
+			return out
+		}
+		eb.Frontends, eb.Relays = forwards("frontends", b.GetFrontends()), forwards("relays", b.GetRelays())
+		for j, s := range b.GetSources() {
+			eb.Sources = append(eb.Sources, prefix(fmt.Sprintf("%s.sources[%d]", f, j), s))
+		}
+		g.Balancers = append(g.Balancers, eb)
+	}
 	for i, r := range p.GetRules() {
 		f := fmt.Sprintf("rules[%d]", i)
 		dir := map[edgev1.Direction]string{edgev1.Direction_DIRECTION_INBOUND: edge.Inbound, edgev1.Direction_DIRECTION_OUTBOUND: edge.Outbound}[r.GetDirection()]

@@ -1,6 +1,6 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks and the VDCs' edge gateways — as Kubernetes-style
+// zones' external networks, the VDCs' edge gateways and load balancers — as Kubernetes-style
 // objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
@@ -41,11 +41,14 @@ const (
 	// KindEdgeGateway is a VDC's edge gateway in a zone: its firewall
 	// rules, port forwards, 1:1 addresses and limits.
 	KindEdgeGateway Kind = "EdgeGateway"
+	// KindLoadBalancer is a VDC's load balancer in a zone (its
+	// certificates' keys are kept apart, in the store's secrets).
+	KindLoadBalancer Kind = "LoadBalancer"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -70,6 +73,8 @@ func (k Kind) plural() string {
 		return "externalnetworks"
 	case KindEdgeGateway:
 		return "edgegateways"
+	case KindLoadBalancer:
+		return "loadbalancers"
 	}
 	return ""
 }
@@ -92,6 +97,8 @@ func New(kind Kind) (Object, error) {
 		o = &ExternalNetwork{}
 	case KindEdgeGateway:
 		o = &EdgeGateway{}
+	case KindLoadBalancer:
+		o = &LoadBalancer{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}

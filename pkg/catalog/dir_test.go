@@ -71,3 +71,30 @@ func TestRejectsBadManifest(t *testing.T) {
 		t.Fatalf("got %v, want unknown field error", err)
 	}
 }
+
+// TestSecretsOnlyTheOwnerReads: the directory store keeps a secret as a
+// file of mode 0600 in a directory of mode 0700, and never exports it.
+func TestSecretsOnlyTheOwnerReads(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	if err := s.PutSecret(t.Context(), "lb.prod.web", map[string][]byte{"tls.key": []byte("PRIVATE")}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{filepath.Join(dir, "secrets"): 0o700, filepath.Join(dir, "secrets", "lb.prod.web.json"): 0o600} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o, want %o", p, got, want)
+		}
+	}
+	var out strings.Builder
+	if _, err := catalog.Export(t.Context(), s, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "PRIVATE") {
+		t.Errorf("the export holds the secret: %s", out.String())
+	}
+}

@@ -120,8 +120,8 @@ func (n *ExternalNetwork) Validate() error {
 			return invalid(f+".address", "%s is outside the pool", a)
 		case seen[al.Address]:
 			return invalid(f+".address", "%s is allocated twice", a)
-		case al.Use != UseGateway && al.Use != UseOneToOne:
-			return invalid(f+".use", "%q is not %s or %s", al.Use, UseGateway, UseOneToOne)
+		case al.Use != UseGateway && al.Use != UseOneToOne && al.Use != UseLoadBalancer:
+			return invalid(f+".use", "%q is not %s, %s or %s", al.Use, UseGateway, UseOneToOne, UseLoadBalancer)
 		}
 		if err := ValidateLabel(f+".vdc", al.VDC); err != nil {
 			return err

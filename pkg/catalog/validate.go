@@ -43,10 +43,14 @@ func ValidateName(kind Kind, name string) error {
 	switch kind {
 	case KindVDC, KindExternalNetwork:
 		return ValidateLabel("name", name)
-	case KindEdgeGateway:
-		vdc, zone, ok := strings.Cut(name, ".")
-		if !ok || ValidateLabel("name", vdc) != nil || ValidateLabel("name", zone) != nil {
-			return invalid("name", "%q must be <vdc>.<zone>, both DNS labels", name)
+	case KindEdgeGateway, KindLoadBalancer:
+		vdc, second, ok := strings.Cut(name, ".")
+		if !ok || ValidateLabel("name", vdc) != nil || ValidateLabel("name", second) != nil {
+			shape := "<vdc>.<zone>"
+			if kind == KindLoadBalancer {
+				shape = "<vdc>.<name>"
+			}
+			return invalid("name", "%q must be %s, both DNS labels", name, shape)
 		}
 		return nil
 	}

@@ -36,6 +36,28 @@ type Gateway struct {
 	// EgressMbps and IngressMbps limit the VDC's traffic to and from the external
 	// network in Mbit/s; 0 is no limit.
 	EgressMbps, IngressMbps int
+	// Balancers are the VDC's load balancers' addresses.
+	Balancers []Balancer
+}
+
+// Balancer is a load balancer's public address on the uplink: its listeners'
+// ports forwarded to the zone's flexgateway replicas (SNATed to Public, so that
+// replies come back through the gateway), and relay ports that only Sources (the
+// replicas) may use, forwarded to the VDC's VMs. Both are accepted before the
+// firewall rules: the address is the balancer's alone.
+type Balancer struct {
+	ID        string
+	Public    netip.Addr
+	Frontends []Forward
+	Relays    []Forward
+	Sources   []netip.Prefix
+}
+
+// Forward sends TCP connections to Port on to Target:TargetPort.
+type Forward struct {
+	Port       uint16
+	Target     netip.Addr
+	TargetPort uint16
 }
 
 // Leg is the gateway's NIC on one VDC network.
@@ -131,6 +153,32 @@ func (g *Gateway) Validate() error {
 	for i, o := range g.OneToOne {
 		if !o.Public.Is4() || !o.Private.Is4() {
 			return &InputError{fmt.Sprintf("oneToOne[%d]", i), "addresses must be IPv4"}
+		}
+	}
+	for i, b := range g.Balancers {
+		f := fmt.Sprintf("balancers[%d]", i)
+		if !b.Public.Is4() {
+			return &InputError{f, "the public address must be IPv4"}
+		}
+		ports := map[uint16]bool{}
+		for _, fw := range append(append([]Forward{}, b.Frontends...), b.Relays...) {
+			switch {
+			case fw.Port == 0 || fw.TargetPort == 0:
+				return &InputError{f, "ports must be 1 to 65535"}
+			case !fw.Target.Is4():
+				return &InputError{f, "targets must be IPv4"}
+			case ports[fw.Port]:
+				return &InputError{f, fmt.Sprintf("port %d is forwarded twice", fw.Port)}
+			}
+			ports[fw.Port] = true
+		}
+		if len(b.Relays) > 0 && len(b.Sources) == 0 {
+			return &InputError{f, "relays need the replicas' sources"}
+		}
+		for _, p := range b.Sources {
+			if !p.IsValid() || !p.Addr().Is4() {
+				return &InputError{f, "sources must be IPv4 CIDRs"}
+			}
 		}
 	}
 	for i, r := range g.Rules {

@@ -202,6 +202,11 @@ func (m *Manager) links(g Gateway, ns string) error {
 			up = append(up, p)
 		}
 	}
+	for _, b := range g.Balancers {
+		if p := netip.PrefixFrom(b.Public, g.Uplink.Address.Bits()); !slices.Contains(up, p) {
+			up = append(up, p)
+		}
+	}
 	if err := nic(g.Uplink.Bridge, "uplink", "u", up); err != nil {
 		return err
 	}

@@ -142,6 +142,22 @@ func build(c *nftables.Conn, g Gateway, counters map[string]Counter) error {
 		add(pre, "", cat(fromUplink, addrIs(16, pf.PublicAddr), proto(pf.Protocol), portRange(pf.PublicPort, pf.PublicPort),
 			setCtMark(forwardedMark), natTo(expr.NATTypeDestNAT, pf.Target, pf.TargetPort))...)
 	}
+	for _, b := range g.Balancers {
+		for _, fw := range b.Frontends {
+			add(pre, "", cat(fromUplink, addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
+				setCtMark(balancerMark), natTo(expr.NATTypeDestNAT, fw.Target, fw.TargetPort))...)
+		}
+		for _, fw := range b.Relays {
+			for _, src := range b.Sources {
+				add(pre, "", cat(fromUplink, prefixIs(12, src), addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
+					setCtMark(relayMark), natTo(expr.NATTypeDestNAT, fw.Target, fw.TargetPort))...)
+			}
+		}
+		if len(b.Frontends) > 0 {
+			// The replicas answer the gateway, which answers the client.
+			add(post, "", cat(toUplink, ctMarkIs(balancerMark), natTo(expr.NATTypeSourceNAT, b.Public, 0))...)
+		}
+	}
 	for _, o := range g.OneToOne {
 		add(post, "", cat(toUplink, addrIs(12, o.Private), natTo(expr.NATTypeSourceNAT, o.Public, 0))...)
 	}
@@ -150,6 +166,11 @@ func build(c *nftables.Conn, g Gateway, counters map[string]Counter) error {
 	add(fwd, "", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
 	add(fwd, "", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitINVALID), verdict(expr.VerdictDrop))...)
 	add(fwd, "", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), notIfname(unix.NFT_META_OIFNAME, "uplink"), verdict(expr.VerdictAccept))...)
+	// A balancer's listeners (uplink to uplink, to the replicas) and relays
+	// (from the replicas to the VDC's VMs): before the rules, as the address is
+	// the balancer's alone.
+	add(fwd, "", cat(fromUplink, toUplink, ctMarkIs(balancerMark), verdict(expr.VerdictAccept))...)
+	add(fwd, "", cat(fromUplink, notIfname(unix.NFT_META_OIFNAME, "uplink"), ctMarkIs(relayMark), verdict(expr.VerdictAccept))...)
 	// Traffic from the external network back to it is no VDC's: the gateway routes
 	// for its VDC only (and so inbound and outbound rules never meet one packet).
 	add(fwd, "", cat(fromUplink, toUplink, verdict(expr.VerdictDrop))...)
@@ -261,6 +282,13 @@ func ctBits(key uint32, bits uint32) []expr.Any {
 
 // forwardedMark is the conntrack mark of connections a port forward made.
 const forwardedMark = 0x464e // "FN"
+
+// balancerMark marks connections to a load balancer's listeners; relayMark those
+// of its replicas to the VDC's VMs.
+const (
+	balancerMark = 0x4c42 // "LB"
+	relayMark    = 0x4c52 // "LR"
+)
 
 func setCtMark(mark uint32) []expr.Any {
 	return []expr.Any{

@@ -37,6 +37,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -173,6 +175,27 @@ type APIConfig struct {
 	// ConsoleTTL is how long a console ticket of openConsole waits for its
 	// websocket. Default console.DefaultTTL.
 	ConsoleTTL time.Duration
+	// LoadBalancers are the zones' flexgateway replicas the load balancers
+	// are pushed to; its zero value serves no balancer (they can be made
+	// and are kept, but reach no data plane).
+	LoadBalancers LoadBalancersConfig
+}
+
+// lbZones is how each zone's edge gateways reach its flexgateway replicas.
+func lbZones(c LoadBalancersConfig) map[string]loadbalancer.Zone {
+	out := map[string]loadbalancer.Zone{}
+	for name, z := range c.Zones {
+		out[name] = z.Zone
+	}
+	return out
+}
+
+// LoadBalancersConfig configures the load balancers' sync (package lbsync).
+type LoadBalancersConfig struct {
+	// Zones are the zones with flexgateway replicas, by zone name.
+	Zones map[string]lbsync.Zone `json:"zones"`
+	// Token is the replicas' admin bearer token.
+	Token string `json:"token"`
 }
 
 // ReleasesConfig configures agent releases (package release) and their
@@ -227,6 +250,7 @@ type Server struct {
 	compute    *compute.Service     // nil without an API, protected by mu
 	rollouts   *rollout.Service     // nil without releases, protected by mu
 	edge       *edgesync.Syncer     // nil without an API, protected by mu
+	lbs        *lbsync.Syncer       // nil without an API, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
 	stopped    chan struct{}        // closed by Shutdown
@@ -443,7 +467,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	edge := s.edge
+	edge, lbs := s.edge, s.lbs
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
@@ -453,6 +477,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 		if edge != nil {
 			wg.Go(func() { edge.Run(rctx) })
+		}
+		if lbs != nil {
+			wg.Go(func() { _ = lbs.Run(rctx) })
 		}
 		registry.Run(rctx)
 		wg.Wait()
@@ -504,7 +531,15 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	// Every replica runs the edge gateways' syncer: they all compute the
 	// same placement from the catalog.
 	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
-		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"))})
+		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers))})
+	// Every replica runs the load balancers' sync too: a replica given the
+	// config it runs does nothing.
+	var lbs graph.LBSyncer
+	if secrets, ok := store.(catalog.SecretStore); ok {
+		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
+			Logger: s.log.With("component", "lbsync")})
+		lbs = s.lbs
+	}
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err
@@ -513,17 +548,18 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
-			Catalog:      store,
-			Tenant:       c.Tenant,
-			Logger:       s.log.With("component", "api"),
-			Zones:        registry,
-			ZoneTimeout:  c.ZoneTimeout,
-			Keys:         meshAPI,
-			AgentVersion: c.AgentVersion,
-			Compute:      vms,
-			Rollouts:     s.rollouts,
-			Edge:         s.edge,
-			Consoles:     consoles,
+			Catalog:       store,
+			Tenant:        c.Tenant,
+			Logger:        s.log.With("component", "api"),
+			Zones:         registry,
+			ZoneTimeout:   c.ZoneTimeout,
+			Keys:          meshAPI,
+			AgentVersion:  c.AgentVersion,
+			Compute:       vms,
+			Rollouts:      s.rollouts,
+			Edge:          s.edge,
+			Consoles:      consoles,
+			LoadBalancers: lbs,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Open) {
 		"ConcurrentUpdates":        concurrentUpdates,
 		"EveryFieldKept":           everyFieldKept,
 		"PublicAddressesOnce":      publicAddressesOnce,
+		"Secrets":                  secrets,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -84,7 +85,53 @@ func Sample() []catalog.Object {
 		{ID: "r2", Direction: catalog.DirectionOutbound, Protocol: "any", Action: catalog.ActionDeny}}
 	gw.PortForwards = []catalog.PortForward{{ID: "p1", Protocol: "tcp", PublicAddress: "203.0.113.10", PublicPort: 8080, VMID: 101, TargetPort: 80}}
 	gw.OneToOne = []catalog.OneToOneAddress{{ID: "o1", PublicAddress: "203.0.113.11", VMID: 102}}
-	return []catalog.Object{v, cp, sp, img, zp, en, gw}
+	en.Status.Allocations = append(en.Status.Allocations, catalog.PublicAllocation{Address: "203.0.113.12", VDC: "full", Use: catalog.UseLoadBalancer})
+	lb := &catalog.LoadBalancer{}
+	lb.Name, lb.VDC, lb.Zone, lb.Description, lb.PublicAddress = "full.web", "full", "fra1", "the shop", "203.0.113.12"
+	lb.Pools = []catalog.LBPool{
+		{Name: "app", Backends: []catalog.LBBackend{{VMID: 101, Port: 8080}, {VMID: 102, Port: 8080}},
+			HealthCheck: &catalog.LBHealthCheck{Protocol: catalog.LBHealthHTTP, Path: "/healthz", IntervalSeconds: 5, TimeoutSeconds: 2, HealthyThreshold: 2, UnhealthyThreshold: 3}},
+		{Name: "static", Backends: []catalog.LBBackend{{VMID: 103, Port: 80}}}}
+	lb.Certificates = []catalog.LBCertificate{{Name: "shop", DNSNames: []string{"shop.example", "*.shop.example"}, NotAfter: at, Fingerprint: strings.Repeat("0f", 32)}}
+	lb.Listeners = []catalog.LBListener{
+		{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 5432, Pool: "app"},
+		{Name: "web", Protocol: catalog.LBProtocolHTTP, Port: 80, Pool: "app", Routes: []catalog.LBRoute{{PathPrefix: "/static/", Pool: "static"}}},
+		{Name: "secure", Protocol: catalog.LBProtocolHTTPS, Port: 443, Pool: "app", Certificates: []string{"shop"}, ServerNames: []string{"shop.example"}},
+		{Name: "pass", Protocol: catalog.LBProtocolTLSPassthrough, Port: 8443, SNIRoutes: []catalog.LBSNIRoute{{ServerName: "db.shop.example", Pool: "app"}}}}
+	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb}
+}
+
+// secrets: a store that keeps secrets (catalog.SecretStore) returns what
+// was put, to the other store too, replaces it, and forgets it on delete.
+func secrets(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	sa, ok1 := a.(catalog.SecretStore)
+	sb, ok2 := b.(catalog.SecretStore)
+	if !ok1 || !ok2 {
+		t.Fatalf("%T does not keep secrets", a)
+	}
+	if _, err := sa.GetSecret(ctx, "lb.none.x"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("get a missing secret: %v, want not found", err)
+	}
+	for _, v := range []string{"one", "two"} {
+		if err := sa.PutSecret(ctx, "lb.full.web", map[string][]byte{"shop.key": []byte(v + "\x00\xff")}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := sb.GetSecret(ctx, "lb.full.web")
+		if err != nil || string(got["shop.key"]) != v+"\x00\xff" || len(got) != 1 {
+			t.Fatalf("secret read back: %q, %v", got, err)
+		}
+	}
+	if err := sb.DeleteSecret(ctx, "lb.full.web"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.DeleteSecret(ctx, "lb.full.web"); err != nil {
+		t.Fatalf("delete a deleted secret: %v", err)
+	}
+	if _, err := sa.GetSecret(ctx, "lb.full.web"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("a deleted secret: %v, want not found", err)
+	}
 }
 
 // everyFieldKept: what is written is what is read, field for field, by

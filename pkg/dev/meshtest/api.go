@@ -42,6 +42,9 @@ type APISpec struct {
 	// validity of the access tokens of logins with offline_access (the
 	// portal's sessions, which renew them). 0 is the provider's default.
 	SessionTokenLifetime time.Duration
+	// LoadBalancers are the zones' flexgateway replicas the orchestrator
+	// pushes load balancers to.
+	LoadBalancers orchestrator.LoadBalancersConfig
 }
 
 // DefaultUsers are the accounts of WithAPI without Users: "admin" (platform
@@ -160,6 +163,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		VMRecoverInterval: h.opts.api.VMRecoverInterval,
 		AgentVersion:      h.opts.api.AgentVersion,
 		Releases:          orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
+		LoadBalancers:     h.opts.api.LoadBalancers,
 	}
 }
 

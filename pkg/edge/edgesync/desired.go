@@ -11,6 +11,7 @@ import (
 	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
@@ -26,7 +27,9 @@ import (
 // (the targets). A gateway that cannot be derived this pass (its zone
 // unknown or unreachable, its public address not held by its VDC in the
 // pool) is left out and logged: the agent keeps running what it had.
-func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger) func(context.Context) ([]Desired, error) {
+// The VDC's load balancers in the zone are derived too (Balancers), reaching
+// the flexgateway replicas of lbZones (by zone name).
+func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone) func(context.Context) ([]Desired, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -36,6 +39,10 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger) fun
 			return nil, err
 		}
 		nets, err := catalog.List[*catalog.ExternalNetwork](ctx, store)
+		if err != nil {
+			return nil, err
+		}
+		lbs, err := catalog.List[*catalog.LoadBalancer](ctx, store)
 		if err != nil {
 			return nil, err
 		}
@@ -69,6 +76,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger) fun
 				log.Warn("edgesync: derive a gateway", "gateway", g.Name, "err", err)
 				continue
 			}
+			gw.Balancers = Balancers(g, nets[i], ms, lbs, lbZones[g.Zone], log)
 			out = append(out, Desired{ZoneID: z.ID, Gateway: gw})
 		}
 		return out, nil
@@ -119,6 +127,55 @@ func Derive(ctx context.Context, c *proxmox.Client, g *catalog.EdgeGateway, en *
 		out.Rules = append(out.Rules, Rule(r))
 	}
 	return out, nil
+}
+
+// Balancers are the addresses of g's VDC's load balancers in its zone: each
+// listener forwarded to the zone's flexgateway replicas (z) at its frontend
+// port, each backend's relay port to the VM's address (from the IPAM
+// mappings ms) and port, for the replicas' addresses only. A balancer
+// whose address the pool does not record as the VDC's, or a zone without
+// replicas, gives none; a VM without an address is left out until it has
+// one.
+func Balancers(g *catalog.EdgeGateway, en *catalog.ExternalNetwork, ms []ipam.Mapping, lbs []*catalog.LoadBalancer, z loadbalancer.Zone, log *slog.Logger) []*edgev1.Balancer {
+	if !z.Frontend.IsValid() {
+		return nil
+	}
+	addrs := vmAddresses(g.VDC, ms)
+	var out []*edgev1.Balancer
+	for _, lb := range lbs {
+		if lb.VDC != g.VDC || lb.Zone != g.Zone {
+			continue
+		}
+		if err := held(en, lb.VDC, lb.PublicAddr(), catalog.UseLoadBalancer); err != nil {
+			log.Warn("edgesync: a load balancer's address", "balancer", lb.Name, "err", err)
+			continue
+		}
+		b := &edgev1.Balancer{Id: lb.Name, PublicAddress: lb.PublicAddress}
+		for i, l := range lb.Listeners {
+			port, err := loadbalancer.FrontendPort(en, lb, i)
+			if err != nil {
+				log.Warn("edgesync: a load balancer's listener", "balancer", lb.Name, "err", err)
+				continue
+			}
+			b.Frontends = append(b.Frontends, &edgev1.Forward{Port: uint32(l.Port), Target: z.Frontend.String(), TargetPort: uint32(port)})
+		}
+		relays := loadbalancer.RelayPorts(lb)
+		backends := make([]catalog.LBBackend, 0, len(relays))
+		for be := range relays {
+			backends = append(backends, be)
+		}
+		slices.SortFunc(backends, func(x, y catalog.LBBackend) int { return relays[y] - relays[x] })
+		for _, be := range backends {
+			if a, ok := addrs[be.VMID]; ok {
+				b.Relays = append(b.Relays, &edgev1.Forward{Port: uint32(relays[be]), Target: a.String(), TargetPort: uint32(be.Port)})
+			}
+		}
+		for _, s := range z.Sources {
+			b.Sources = append(b.Sources, s.String())
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // Rule is a catalog rule as the agent takes it.

@@ -14,7 +14,8 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
 		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{},
-		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{})
+		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{},
+		&LoadBalancer{}, &LoadBalancerList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -364,7 +365,7 @@ type PublicAllocation struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	VDC string `json:"vdc"`
-	// +kubebuilder:validation:Enum=gateway;oneToOne
+	// +kubebuilder:validation:Enum=gateway;oneToOne;loadBalancer
 	Use string `json:"use"`
 }
 
@@ -497,4 +498,163 @@ type EdgeGatewayList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []EdgeGateway `json:"items"`
+}
+
+// LoadBalancer is a VDC's load balancer in a zone (named <vdc>.<name>):
+// its public address, listeners, backend pools and what is known of its
+// certificates (their PEM and keys are in the Secret lb.<vdc>.<name>).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=loadbalancers,singular=loadbalancer,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.startsWith(self.spec.vdc + '.')",message="name must be <vdc>.<name>"
+// +kubebuilder:printcolumn:name="VDC",type=string,JSONPath=`.spec.vdc`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`
+// +kubebuilder:printcolumn:name="Public address",type=string,JSONPath=`.spec.publicAddress`
+type LoadBalancer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec LoadBalancerSpec `json:"spec"`
+}
+
+// LoadBalancerSpec is what a VDC wants of a load balancer.
+type LoadBalancerSpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	VDC string `json:"vdc"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Zone string `json:"zone"`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Description string `json:"description,omitempty"`
+	// PublicAddress is the balancer's address in the zone's pool.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	PublicAddress string `json:"publicAddress"`
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	Listeners []LBListener `json:"listeners"`
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Pools []LBPool `json:"pools"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Certificates []LBCertificate `json:"certificates,omitempty"`
+}
+
+// LBListener is one listener of a load balancer.
+type LBListener struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:Enum=TCP;HTTP;HTTPS;TLS_PASSTHROUGH
+	Protocol string `json:"protocol"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int64 `json:"port"`
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Pool string `json:"pool,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Routes []LBRoute `json:"routes,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	SNIRoutes []LBSNIRoute `json:"sniRoutes,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Certificates []string `json:"certificates,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	ServerNames []string `json:"serverNames,omitempty"`
+}
+
+// LBRoute sends HTTP requests by path prefix to a pool.
+type LBRoute struct {
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/`
+	PathPrefix string `json:"pathPrefix"`
+	// +kubebuilder:validation:MaxLength=63
+	Pool string `json:"pool"`
+}
+
+// LBSNIRoute sends TLS connections by server name to a pool.
+type LBSNIRoute struct {
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName"`
+	// +kubebuilder:validation:MaxLength=63
+	Pool string `json:"pool"`
+}
+
+// LBPool is a backend pool.
+type LBPool struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Backends []LBBackend `json:"backends,omitempty"`
+	// +optional
+	HealthCheck *LBHealthCheck `json:"healthCheck,omitempty"`
+}
+
+// LBBackend is a VM's port.
+type LBBackend struct {
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	VMID int64 `json:"vmid"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int64 `json:"port"`
+}
+
+// LBHealthCheck is an active health check of a pool's backends.
+type LBHealthCheck struct {
+	// +kubebuilder:validation:Enum=TCP;HTTP
+	Protocol string `json:"protocol"`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Path string `json:"path,omitempty"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	IntervalSeconds int64 `json:"intervalSeconds"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	TimeoutSeconds int64 `json:"timeoutSeconds"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	HealthyThreshold int64 `json:"healthyThreshold"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	UnhealthyThreshold int64 `json:"unhealthyThreshold"`
+}
+
+// LBCertificate is what is known of a certificate (not its PEM).
+type LBCertificate struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	DNSNames []string `json:"dnsNames,omitempty"`
+	// NotAfter is an RFC 3339 time.
+	// +kubebuilder:validation:MaxLength=64
+	NotAfter string `json:"notAfter"`
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// LoadBalancerList is a list of load balancers.
+//
+// +kubebuilder:object:root=true
+type LoadBalancerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LoadBalancer `json:"items"`
 }

@@ -97,8 +97,10 @@ type Gateway struct {
 	Rules []*Rule `protobuf:"bytes,6,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Limits of the VDC's traffic to and from the external network in Mbit/s
 	// of IP packets; 0 is none.
-	EgressMbps    uint32 `protobuf:"varint,7,opt,name=egress_mbps,json=egressMbps,proto3" json:"egress_mbps,omitempty"`
-	IngressMbps   uint32 `protobuf:"varint,8,opt,name=ingress_mbps,json=ingressMbps,proto3" json:"ingress_mbps,omitempty"`
+	EgressMbps  uint32 `protobuf:"varint,7,opt,name=egress_mbps,json=egressMbps,proto3" json:"egress_mbps,omitempty"`
+	IngressMbps uint32 `protobuf:"varint,8,opt,name=ingress_mbps,json=ingressMbps,proto3" json:"ingress_mbps,omitempty"`
+	// The VDC's load balancers' addresses, held on the uplink.
+	Balancers     []*Balancer `protobuf:"bytes,9,rep,name=balancers,proto3" json:"balancers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +191,159 @@ func (x *Gateway) GetIngressMbps() uint32 {
 	return 0
 }
 
+func (x *Gateway) GetBalancers() []*Balancer {
+	if x != nil {
+		return x.Balancers
+	}
+	return nil
+}
+
+// Balancer is a load balancer's public address on the gateway: its
+// listeners' ports forwarded to the zone's flexgateway replicas, and relay
+// ports the replicas alone may use to reach the VDC's VMs.
+type Balancer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The balancer's public address.
+	PublicAddress string `protobuf:"bytes,2,opt,name=public_address,json=publicAddress,proto3" json:"public_address,omitempty"`
+	// TCP ports of public_address forwarded to the replicas (connections
+	// leave with public_address as their source, so replies come back).
+	Frontends []*Forward `protobuf:"bytes,3,rep,name=frontends,proto3" json:"frontends,omitempty"`
+	// TCP ports of public_address forwarded to the VDC's VMs, accepted only
+	// from sources.
+	Relays []*Forward `protobuf:"bytes,4,rep,name=relays,proto3" json:"relays,omitempty"`
+	// CIDRs of the replicas' addresses.
+	Sources       []string `protobuf:"bytes,5,rep,name=sources,proto3" json:"sources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Balancer) Reset() {
+	*x = Balancer{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Balancer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Balancer) ProtoMessage() {}
+
+func (x *Balancer) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Balancer.ProtoReflect.Descriptor instead.
+func (*Balancer) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Balancer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Balancer) GetPublicAddress() string {
+	if x != nil {
+		return x.PublicAddress
+	}
+	return ""
+}
+
+func (x *Balancer) GetFrontends() []*Forward {
+	if x != nil {
+		return x.Frontends
+	}
+	return nil
+}
+
+func (x *Balancer) GetRelays() []*Forward {
+	if x != nil {
+		return x.Relays
+	}
+	return nil
+}
+
+func (x *Balancer) GetSources() []string {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+// Forward sends TCP connections to port on to target:target_port.
+type Forward struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	TargetPort    uint32                 `protobuf:"varint,3,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forward) Reset() {
+	*x = Forward{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forward) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forward) ProtoMessage() {}
+
+func (x *Forward) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forward.ProtoReflect.Descriptor instead.
+func (*Forward) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Forward) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Forward) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Forward) GetTargetPort() uint32 {
+	if x != nil {
+		return x.TargetPort
+	}
+	return 0
+}
+
 // Leg is the gateway's NIC on a VDC network.
 type Leg struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -202,7 +357,7 @@ type Leg struct {
 
 func (x *Leg) Reset() {
 	*x = Leg{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +369,7 @@ func (x *Leg) String() string {
 func (*Leg) ProtoMessage() {}
 
 func (x *Leg) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +382,7 @@ func (x *Leg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leg.ProtoReflect.Descriptor instead.
 func (*Leg) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{1}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Leg) GetBridge() string {
@@ -259,7 +414,7 @@ type Uplink struct {
 
 func (x *Uplink) Reset() {
 	*x = Uplink{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +426,7 @@ func (x *Uplink) String() string {
 func (*Uplink) ProtoMessage() {}
 
 func (x *Uplink) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +439,7 @@ func (x *Uplink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Uplink.ProtoReflect.Descriptor instead.
 func (*Uplink) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{2}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Uplink) GetBridge() string {
@@ -324,7 +479,7 @@ type PortForward struct {
 
 func (x *PortForward) Reset() {
 	*x = PortForward{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +491,7 @@ func (x *PortForward) String() string {
 func (*PortForward) ProtoMessage() {}
 
 func (x *PortForward) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +504,7 @@ func (x *PortForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForward.ProtoReflect.Descriptor instead.
 func (*PortForward) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{3}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PortForward) GetId() string {
@@ -406,7 +561,7 @@ type OneToOne struct {
 
 func (x *OneToOne) Reset() {
 	*x = OneToOne{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +573,7 @@ func (x *OneToOne) String() string {
 func (*OneToOne) ProtoMessage() {}
 
 func (x *OneToOne) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +586,7 @@ func (x *OneToOne) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OneToOne.ProtoReflect.Descriptor instead.
 func (*OneToOne) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OneToOne) GetId() string {
@@ -476,7 +631,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +643,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +656,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rule) GetId() string {
@@ -570,7 +725,7 @@ type ApplyGatewayRequest struct {
 
 func (x *ApplyGatewayRequest) Reset() {
 	*x = ApplyGatewayRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +737,7 @@ func (x *ApplyGatewayRequest) String() string {
 func (*ApplyGatewayRequest) ProtoMessage() {}
 
 func (x *ApplyGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +750,7 @@ func (x *ApplyGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyGatewayRequest.ProtoReflect.Descriptor instead.
 func (*ApplyGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyGatewayRequest) GetGateway() *Gateway {
@@ -615,7 +770,7 @@ type ApplyGatewayResponse struct {
 
 func (x *ApplyGatewayResponse) Reset() {
 	*x = ApplyGatewayResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +782,7 @@ func (x *ApplyGatewayResponse) String() string {
 func (*ApplyGatewayResponse) ProtoMessage() {}
 
 func (x *ApplyGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +795,7 @@ func (x *ApplyGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyGatewayResponse.ProtoReflect.Descriptor instead.
 func (*ApplyGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplyGatewayResponse) GetState() *GatewayState {
@@ -660,7 +815,7 @@ type RemoveGatewayRequest struct {
 
 func (x *RemoveGatewayRequest) Reset() {
 	*x = RemoveGatewayRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +827,7 @@ func (x *RemoveGatewayRequest) String() string {
 func (*RemoveGatewayRequest) ProtoMessage() {}
 
 func (x *RemoveGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +840,7 @@ func (x *RemoveGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveGatewayRequest.ProtoReflect.Descriptor instead.
 func (*RemoveGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{8}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveGatewayRequest) GetVdc() string {
@@ -704,7 +859,7 @@ type RemoveGatewayResponse struct {
 
 func (x *RemoveGatewayResponse) Reset() {
 	*x = RemoveGatewayResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +871,7 @@ func (x *RemoveGatewayResponse) String() string {
 func (*RemoveGatewayResponse) ProtoMessage() {}
 
 func (x *RemoveGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +884,7 @@ func (x *RemoveGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveGatewayResponse.ProtoReflect.Descriptor instead.
 func (*RemoveGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{9}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{11}
 }
 
 // GatewayStatusRequest names the VDC.
@@ -742,7 +897,7 @@ type GatewayStatusRequest struct {
 
 func (x *GatewayStatusRequest) Reset() {
 	*x = GatewayStatusRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +909,7 @@ func (x *GatewayStatusRequest) String() string {
 func (*GatewayStatusRequest) ProtoMessage() {}
 
 func (x *GatewayStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +922,7 @@ func (x *GatewayStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatusRequest.ProtoReflect.Descriptor instead.
 func (*GatewayStatusRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{10}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GatewayStatusRequest) GetVdc() string {
@@ -787,7 +942,7 @@ type GatewayStatusResponse struct {
 
 func (x *GatewayStatusResponse) Reset() {
 	*x = GatewayStatusResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +954,7 @@ func (x *GatewayStatusResponse) String() string {
 func (*GatewayStatusResponse) ProtoMessage() {}
 
 func (x *GatewayStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +967,7 @@ func (x *GatewayStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatusResponse.ProtoReflect.Descriptor instead.
 func (*GatewayStatusResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{11}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GatewayStatusResponse) GetState() *GatewayState {
@@ -838,7 +993,7 @@ type GatewayState struct {
 
 func (x *GatewayState) Reset() {
 	*x = GatewayState{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1005,7 @@ func (x *GatewayState) String() string {
 func (*GatewayState) ProtoMessage() {}
 
 func (x *GatewayState) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1018,7 @@ func (x *GatewayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayState.ProtoReflect.Descriptor instead.
 func (*GatewayState) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{12}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GatewayState) GetNamespace() string {
@@ -899,7 +1054,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1066,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1079,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{13}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Counter) GetId() string {
@@ -952,7 +1107,7 @@ var File_flexplane_edge_v1_edge_proto protoreflect.FileDescriptor
 
 const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflexplane/edge/v1/edge.proto\x12\x11flexplane.edge.v1\"\xed\x02\n" +
+	"\x1cflexplane/edge/v1/edge.proto\x12\x11flexplane.edge.v1\"\xa8\x03\n" +
 	"\aGateway\x12\x10\n" +
 	"\x03vdc\x18\x01 \x01(\tR\x03vdc\x12*\n" +
 	"\x04legs\x18\x02 \x03(\v2\x16.flexplane.edge.v1.LegR\x04legs\x121\n" +
@@ -963,7 +1118,19 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\x05rules\x18\x06 \x03(\v2\x17.flexplane.edge.v1.RuleR\x05rules\x12\x1f\n" +
 	"\vegress_mbps\x18\a \x01(\rR\n" +
 	"egressMbps\x12!\n" +
-	"\fingress_mbps\x18\b \x01(\rR\vingressMbps\"7\n" +
+	"\fingress_mbps\x18\b \x01(\rR\vingressMbps\x129\n" +
+	"\tbalancers\x18\t \x03(\v2\x1b.flexplane.edge.v1.BalancerR\tbalancers\"\xc9\x01\n" +
+	"\bBalancer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0epublic_address\x18\x02 \x01(\tR\rpublicAddress\x128\n" +
+	"\tfrontends\x18\x03 \x03(\v2\x1a.flexplane.edge.v1.ForwardR\tfrontends\x122\n" +
+	"\x06relays\x18\x04 \x03(\v2\x1a.flexplane.edge.v1.ForwardR\x06relays\x12\x18\n" +
+	"\asources\x18\x05 \x03(\tR\asources\"V\n" +
+	"\aForward\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\x12\x1f\n" +
+	"\vtarget_port\x18\x03 \x01(\rR\n" +
+	"targetPort\"7\n" +
 	"\x03Leg\x12\x16\n" +
 	"\x06bridge\x18\x01 \x01(\tR\x06bridge\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"T\n" +
@@ -1034,46 +1201,51 @@ func file_flexplane_edge_v1_edge_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_edge_v1_edge_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(Direction)(0),                // 0: flexplane.edge.v1.Direction
 	(*Gateway)(nil),               // 1: flexplane.edge.v1.Gateway
-	(*Leg)(nil),                   // 2: flexplane.edge.v1.Leg
-	(*Uplink)(nil),                // 3: flexplane.edge.v1.Uplink
-	(*PortForward)(nil),           // 4: flexplane.edge.v1.PortForward
-	(*OneToOne)(nil),              // 5: flexplane.edge.v1.OneToOne
-	(*Rule)(nil),                  // 6: flexplane.edge.v1.Rule
-	(*ApplyGatewayRequest)(nil),   // 7: flexplane.edge.v1.ApplyGatewayRequest
-	(*ApplyGatewayResponse)(nil),  // 8: flexplane.edge.v1.ApplyGatewayResponse
-	(*RemoveGatewayRequest)(nil),  // 9: flexplane.edge.v1.RemoveGatewayRequest
-	(*RemoveGatewayResponse)(nil), // 10: flexplane.edge.v1.RemoveGatewayResponse
-	(*GatewayStatusRequest)(nil),  // 11: flexplane.edge.v1.GatewayStatusRequest
-	(*GatewayStatusResponse)(nil), // 12: flexplane.edge.v1.GatewayStatusResponse
-	(*GatewayState)(nil),          // 13: flexplane.edge.v1.GatewayState
-	(*Counter)(nil),               // 14: flexplane.edge.v1.Counter
+	(*Balancer)(nil),              // 2: flexplane.edge.v1.Balancer
+	(*Forward)(nil),               // 3: flexplane.edge.v1.Forward
+	(*Leg)(nil),                   // 4: flexplane.edge.v1.Leg
+	(*Uplink)(nil),                // 5: flexplane.edge.v1.Uplink
+	(*PortForward)(nil),           // 6: flexplane.edge.v1.PortForward
+	(*OneToOne)(nil),              // 7: flexplane.edge.v1.OneToOne
+	(*Rule)(nil),                  // 8: flexplane.edge.v1.Rule
+	(*ApplyGatewayRequest)(nil),   // 9: flexplane.edge.v1.ApplyGatewayRequest
+	(*ApplyGatewayResponse)(nil),  // 10: flexplane.edge.v1.ApplyGatewayResponse
+	(*RemoveGatewayRequest)(nil),  // 11: flexplane.edge.v1.RemoveGatewayRequest
+	(*RemoveGatewayResponse)(nil), // 12: flexplane.edge.v1.RemoveGatewayResponse
+	(*GatewayStatusRequest)(nil),  // 13: flexplane.edge.v1.GatewayStatusRequest
+	(*GatewayStatusResponse)(nil), // 14: flexplane.edge.v1.GatewayStatusResponse
+	(*GatewayState)(nil),          // 15: flexplane.edge.v1.GatewayState
+	(*Counter)(nil),               // 16: flexplane.edge.v1.Counter
 }
 var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
-	2,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
-	3,  // 1: flexplane.edge.v1.Gateway.uplink:type_name -> flexplane.edge.v1.Uplink
-	4,  // 2: flexplane.edge.v1.Gateway.port_forwards:type_name -> flexplane.edge.v1.PortForward
-	5,  // 3: flexplane.edge.v1.Gateway.one_to_one:type_name -> flexplane.edge.v1.OneToOne
-	6,  // 4: flexplane.edge.v1.Gateway.rules:type_name -> flexplane.edge.v1.Rule
-	0,  // 5: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
-	1,  // 6: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
-	13, // 7: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	13, // 8: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	14, // 9: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
-	7,  // 10: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
-	9,  // 11: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
-	11, // 12: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
-	8,  // 13: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
-	10, // 14: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
-	12, // 15: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	4,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
+	5,  // 1: flexplane.edge.v1.Gateway.uplink:type_name -> flexplane.edge.v1.Uplink
+	6,  // 2: flexplane.edge.v1.Gateway.port_forwards:type_name -> flexplane.edge.v1.PortForward
+	7,  // 3: flexplane.edge.v1.Gateway.one_to_one:type_name -> flexplane.edge.v1.OneToOne
+	8,  // 4: flexplane.edge.v1.Gateway.rules:type_name -> flexplane.edge.v1.Rule
+	2,  // 5: flexplane.edge.v1.Gateway.balancers:type_name -> flexplane.edge.v1.Balancer
+	3,  // 6: flexplane.edge.v1.Balancer.frontends:type_name -> flexplane.edge.v1.Forward
+	3,  // 7: flexplane.edge.v1.Balancer.relays:type_name -> flexplane.edge.v1.Forward
+	0,  // 8: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
+	1,  // 9: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
+	15, // 10: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	15, // 11: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	16, // 12: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
+	9,  // 13: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
+	11, // 14: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
+	13, // 15: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
+	10, // 16: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
+	12, // 17: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
+	14, // 18: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_edge_v1_edge_proto_init() }
@@ -1087,7 +1259,7 @@ func file_flexplane_edge_v1_edge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_edge_v1_edge_proto_rawDesc), len(file_flexplane_edge_v1_edge_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,136 @@
+// Package lbtest helps tests of load balancers: self-signed certificates
+// with their keys, and Replica, an HTTP server implementing flexgateway's
+// admin API (package lbconfig) that records the configs pushed to it and
+// answers a Status the test sets, for tests that need a replica's control
+// side without its data plane.
+package lbtest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
+)
+
+// Certificate returns a self-signed certificate for names, valid for a day,
+// and its private key, in PEM.
+func Certificate(t testing.TB, names ...string) (certPEM, keyPEM string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: names[0]},
+		DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}))
+}
+
+// Replica is an admin API of one flexgateway replica: PUT /v1/config
+// records the config (400 when Refuse is set), GET /v1/status answers the
+// status set with SetBackends and the revision last applied.
+type Replica struct {
+	// URL is the admin URL; Token the bearer token it requires.
+	URL, Token string
+
+	mu       sync.Mutex
+	configs  []lbconfig.Config        // protected by mu
+	backends []lbconfig.BackendStatus // protected by mu
+	applied  chan struct{}            // closed and replaced on every apply, protected by mu
+}
+
+// NewReplica starts a replica's admin API, stopped when the test ends.
+func NewReplica(t testing.TB, token string) *Replica {
+	r := &Replica{Token: token, applied: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(r.serve))
+	t.Cleanup(srv.Close)
+	r.URL = srv.URL
+	return r
+}
+
+func (r *Replica) serve(w http.ResponseWriter, req *http.Request) {
+	if req.Header.Get("Authorization") != "Bearer "+r.Token {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case req.Method == http.MethodPut && req.URL.Path == "/v1/config":
+		var cfg lbconfig.Config
+		if err := json.NewDecoder(req.Body).Decode(&cfg); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.configs = append(r.configs, cfg)
+		close(r.applied)
+		r.applied = make(chan struct{})
+		w.WriteHeader(http.StatusNoContent)
+	case req.Method == http.MethodGet && req.URL.Path == "/v1/status":
+		st := lbconfig.Status{Backends: r.backends}
+		if n := len(r.configs); n > 0 {
+			st.Revision = r.configs[n-1].Revision
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// SetBackends sets the backends' health the replica reports.
+func (r *Replica) SetBackends(bs []lbconfig.BackendStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.backends = bs
+}
+
+// Configs returns every config applied, in order.
+func (r *Replica) Configs() []lbconfig.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]lbconfig.Config(nil), r.configs...)
+}
+
+// Await waits up to timeout for a config ok accepts to be the last one
+// applied, and returns it.
+func (r *Replica) Await(t testing.TB, timeout time.Duration, ok func(lbconfig.Config) bool) lbconfig.Config {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		ch, n := r.applied, len(r.configs)
+		var last lbconfig.Config
+		if n > 0 {
+			last = r.configs[n-1]
+		}
+		r.mu.Unlock()
+		if n > 0 && ok(last) {
+			return last
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no config as wanted within %s; last: %+v", timeout, last)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package lbsync_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/lbtest"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
+)
+
+// TestSyncToReplicas: two syncers (two orchestrator replicas) over one
+// catalog push a zone's balancers to both of its flexgateway replicas
+// within a second of a change, with the certificates' keys, the listeners
+// on their frontend ports (the balancer has the pool's second address: the
+// VDC's edge gateway the first) and the backends behind the balancer's address;
+// a replica that already runs the revision is not sent it again; other
+// zones' balancers are not served.
+func TestSyncToReplicas(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store, err := catalog.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, zone := range []string{"alpha", "beta"} {
+		en := &catalog.ExternalNetwork{}
+		en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = zone, "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
+		if _, err := catalog.Create(ctx, store, en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok")
+	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{a.URL, b.URL}}}
+	for range 2 {
+		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Token: "tok"})
+		go func() { _ = s.Run(ctx) }()
+	}
+	a.Await(t, 5*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
+
+	svc := &loadbalancer.Service{Store: store, Secrets: store}
+	cert, key := lbtest.Certificate(t, "shop.example")
+	for _, zone := range []string{"beta", "alpha"} {
+		lb := &catalog.LoadBalancer{}
+		lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", "shop-"+zone), "red", zone
+		lb.Pools = []catalog.LBPool{{Name: "app", Backends: []catalog.LBBackend{{VMID: 100, Port: 80}, {VMID: 101, Port: 80}}}}
+		lb.Listeners = []catalog.LBListener{{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 65535, Pool: "app"},
+			{Name: "https", Protocol: catalog.LBProtocolHTTPS, Port: 443, Pool: "app", Certificates: []string{"shop"}}}
+		if _, err := svc.Create(ctx, lb, []loadbalancer.CertificatePEM{{Name: "shop", CertPEM: cert, KeyPEM: key}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for _, r := range []*lbtest.Replica{a, b} {
+		cfg := r.Await(t, 5*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+		bal := cfg.Balancers[0]
+		if bal.ID != "red.shop-alpha" || bal.Listeners[0].Address != "0.0.0.0:28008" || bal.Listeners[1].Address != "0.0.0.0:28009" ||
+			bal.Certificates[0].KeyPEM != key {
+			t.Errorf("balancer %+v", bal)
+		}
+		// The listener on 65535 pushes the relay ports below it.
+		if be := bal.Pools[0].Backends; be[0].Address != "203.0.113.11:65534" || be[1].Address != "203.0.113.11:65533" || be[0].ID != "100:80" {
+			t.Errorf("backends %+v", be)
+		}
+	}
+	// A pass runs every second (and at once when the API kicks it);
+	// allow for 2 busy cores.
+	d := time.Since(start)
+	t.Logf("both replicas had the balancer %s after the create", d.Round(time.Millisecond))
+	if d > 3*time.Second {
+		t.Errorf("the replicas had the balancer %s after the create (a pass runs every second)", d)
+	}
+	// Passes go on; the revision in force is not sent again.
+	n := len(a.Configs())
+	// Three passes' worth of watching: at most the other syncer's push of
+	// the same change (its pass read the old status at the same time) may
+	// come, then nothing.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(a.Configs()) > n+1 {
+			t.Fatalf("a replica running the revision was sent %d more configs", len(a.Configs())-n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
