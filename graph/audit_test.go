@@ -104,6 +104,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { createOneToOneAddress(input: {vmId: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteOneToOneAddress": {{user: "bob", vdc: "blue", query: `mutation { deleteOneToOneAddress(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"updateEdgeGateway":     {{user: "bob", vdc: "blue", query: `mutation { updateEdgeGateway(input: {zone: "alpha", egressMbps: 10}) { egressMbps } }`}},
+		"deleteEdgeGateway":     {{user: "bob", vdc: "blue", query: `mutation { deleteEdgeGateway(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -112,7 +113,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
-		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway"}
+		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "deleteEdgeGateway"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
