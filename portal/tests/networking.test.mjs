@@ -29,6 +29,9 @@ const applyTimeout = 60_000
 // fieldError is the error shown under a form field.
 const fieldError = (dialog, field) => dialog.locator(`[data-field="${field}"] .field-error`)
 
+// said waits for the page's message about what it did.
+const said = (page, text) => page.locator('p.ok').getByText(text, { exact: true }).waitFor()
+
 // phone checks the page as it is now on a 390 px phone, with axe.
 async function phone(page, name) {
   const size = page.viewportSize()
@@ -63,7 +66,7 @@ test('the platform admin creates the external network of a zone', async (t) => {
   await dialog.waitFor({ state: 'hidden' })
   const row = page.locator('tbody tr[data-zone="alpha"]')
   await row.getByTestId('allocated').getByText('0 of 11').waitFor()
-  await page.getByText('Created the external network of alpha with 11 public addresses.').waitFor()
+  await said(page, 'Created the external network of alpha with 11 public addresses.')
   await shot(page, 'external-networks')
   await phone(page, 'external networks')
 })
@@ -90,7 +93,7 @@ test('a member sets up the gateway: a rule, a port forward, a 1:1 address and li
   await dialog.getByLabel('Source').fill('198.51.100.0/24')
   await dialog.getByRole('button', { name: 'Create' }).click()
   await dialog.waitFor({ state: 'hidden' })
-  await page.getByText('Created firewall rule 1 in alpha.').waitFor()
+  await said(page, 'Created firewall rule 1 in alpha.')
   const card = page.locator('article.gateway[data-zone="alpha"]')
   const rule = card.getByRole('table', { name: 'Firewall rules in alpha' }).locator('tbody tr')
   await rule.first().waitFor()
@@ -103,9 +106,9 @@ test('a member sets up the gateway: a rule, a port forward, a 1:1 address and li
   for (const attempt of [1, 2]) {
     await page.getByRole('button', { name: 'New port forward' }).click()
     dialog = page.getByRole('dialog', { name: 'New port forward' })
-    const vms = await dialog.getByLabel('VM').locator('option').allInnerTexts()
+    const vms = await dialog.getByLabel('VM', { exact: true }).locator('option').allInnerTexts()
     assert.deepEqual(vms.sort(), ['vm-000 (alpha)', 'vm-001 (alpha)'])
-    await dialog.getByLabel('VM').selectOption({ label: 'vm-001 (alpha)' })
+    await dialog.getByLabel('VM', { exact: true }).selectOption({ label: 'vm-001 (alpha)' })
     await dialog.getByLabel('Public port').fill('8080')
     await dialog.getByLabel('VM port').fill('80')
     await dialog.getByRole('button', { name: 'Create' }).click()
@@ -124,7 +127,7 @@ test('a member sets up the gateway: a rule, a port forward, a 1:1 address and li
   // A 1:1 address for the other VM: the lowest free one.
   await page.getByRole('button', { name: 'New 1:1 address' }).click()
   dialog = page.getByRole('dialog', { name: 'New 1:1 address' })
-  await dialog.getByLabel('VM').selectOption({ label: 'vm-000 (alpha)' })
+  await dialog.getByLabel('VM', { exact: true }).selectOption({ label: 'vm-000 (alpha)' })
   await dialog.getByLabel('Public address').fill('203.0.113.300')
   await dialog.getByRole('button', { name: 'Create' }).click()
   await fieldError(dialog, 'publicAddress').getByText('Enter an IPv4 address').waitFor()
@@ -134,7 +137,7 @@ test('a member sets up the gateway: a rule, a port forward, a 1:1 address and li
   await card.locator('tr[data-address="203.0.113.11"] td[data-label="VM"]').getByText('vm-000').waitFor()
 
   // Bandwidth limits of the gateway.
-  await card.getByRole('button', { name: 'Set the limits in alpha' }).click()
+  await card.getByRole('button', { name: 'Set limits in alpha' }).click()
   dialog = page.getByRole('dialog', { name: 'Bandwidth limits' })
   await dialog.getByLabel('Egress (Mbit/s)').fill('200000')
   await dialog.getByRole('button', { name: 'Save' }).click()
@@ -184,13 +187,13 @@ test('the member deletes the rule and then the gateway', async (t) => {
   await confirm.waitFor({ state: 'hidden' })
   await card.getByText('No rules: inbound traffic is dropped, outbound allowed.').waitFor()
 
-  await card.getByRole('button', { name: 'Delete the gateway in alpha' }).click()
+  await card.getByRole('button', { name: 'Delete gateway in alpha' }).click()
   confirm = page.getByRole('dialog', { name: 'Delete the gateway in alpha?' })
   await confirm.getByText('its port forwards and 1:1 addresses').waitFor()
   await check(page, 'delete gateway', false)
   await confirm.getByRole('button', { name: 'Delete' }).click()
   await confirm.waitFor({ state: 'hidden' })
   await page.getByText(/^No edge gateways yet/).waitFor()
-  await page.getByText('Deleted the gateway in alpha; its addresses are back in the pool.').waitFor()
+  await said(page, 'Deleted the gateway in alpha; its addresses are back in the pool.')
   await shot(page, 'networking-deleted')
 })
