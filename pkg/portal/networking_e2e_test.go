@@ -56,7 +56,8 @@ func TestBrowserNetworking(t *testing.T) {
 	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
 
 	artifacts := filepath.Join(root, "test-artifacts", "networking")
-	start := runBrowserTests(t, root, []string{
+	// Generous: under CI's load the four tests took 2.5 minutes.
+	start := browsertest.Run(t, root, 8*time.Minute, []string{
 		"PORTAL_URL=" + h.Orchestrator.URL(),
 		"OIDC_ISSUER=" + issuer,
 		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
