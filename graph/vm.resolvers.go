@@ -7,11 +7,9 @@ package graph
 
 import (
 	"context"
-	"slices"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
@@ -77,7 +75,7 @@ func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMI
 }
 
 func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error) {
-	z, ok := r.zoneByID(mustVMRef(obj.ID).ZoneID)
+	z, ok := r.zoneByID(obj.Place.ZoneID)
 	if !ok {
 		return []string{}, nil
 	}
@@ -85,12 +83,10 @@ func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]strin
 	if obj.Host != nil {
 		current = obj.Host.Name
 	}
-	out := []string{}
-	for _, h := range z.Hosts {
-		if h.Status == zones.StatusOnline && h.Node != current {
-			out = append(out, h.Node)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	return onlineHosts(z, current), nil
+}
+
+// MigrationZones is the resolver for the migrationZones field.
+func (r *vMResolver) MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error) {
+	return r.migrationZones(ctx, obj)
 }

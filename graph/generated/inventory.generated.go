@@ -30,6 +30,7 @@ type VMResolver interface {
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
 	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
+	MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error)
 	Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error)
 	Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error)
 	Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error)
@@ -1411,6 +1412,38 @@ func (ec *executionContext) fieldContext_VM_migrationHosts(_ context.Context, fi
 	return graphql.NewScalarFieldContext("VM", field, true, true, "String")
 }
 
+func (ec *executionContext) _VM_migrationZones(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_migrationZones(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().MigrationZones(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.MigrationZone) graphql.Marshaler {
+			return ec.marshalNMigrationZone2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationZoneᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_migrationZones(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_MigrationZone(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _VM_nics(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2751,6 +2784,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_migrationHosts(ctx, field, obj)
+				})
+		case "migrationZones":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_migrationZones(ctx, field, obj)
 				})
 		case "nics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

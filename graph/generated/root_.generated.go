@@ -288,6 +288,19 @@ type ComplexityRoot struct {
 		Time                    func(childComplexity int) int
 	}
 
+	MigrationNIC struct {
+		Candidates func(childComplexity int) int
+		Index      func(childComplexity int) int
+		Network    func(childComplexity int) int
+		SameName   func(childComplexity int) int
+	}
+
+	MigrationZone struct {
+		Hosts func(childComplexity int) int
+		Nics  func(childComplexity int) int
+		Zone  func(childComplexity int) int
+	}
+
 	Mutation struct {
 		CreateComputeProfile  func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey   func(childComplexity int, input model.CreateEnrollmentKeyInput) int
@@ -501,6 +514,7 @@ type ComplexityRoot struct {
 		MemoryUsedMiB        func(childComplexity int) int
 		Metrics              func(childComplexity int, timeframe model.MetricsTimeframe) int
 		MigrationHosts       func(childComplexity int) int
+		MigrationZones       func(childComplexity int) int
 		Name                 func(childComplexity int) int
 		NetInBytes           func(childComplexity int) int
 		NetOutBytes          func(childComplexity int) int
@@ -1583,6 +1597,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.MetricsPoint.Time(childComplexity), true
+
+	case "MigrationNIC.candidates":
+		if e.ComplexityRoot.MigrationNIC.Candidates == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationNIC.Candidates(childComplexity), true
+	case "MigrationNIC.index":
+		if e.ComplexityRoot.MigrationNIC.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationNIC.Index(childComplexity), true
+	case "MigrationNIC.network":
+		if e.ComplexityRoot.MigrationNIC.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationNIC.Network(childComplexity), true
+	case "MigrationNIC.sameName":
+		if e.ComplexityRoot.MigrationNIC.SameName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationNIC.SameName(childComplexity), true
+
+	case "MigrationZone.hosts":
+		if e.ComplexityRoot.MigrationZone.Hosts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationZone.Hosts(childComplexity), true
+	case "MigrationZone.nics":
+		if e.ComplexityRoot.MigrationZone.Nics == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationZone.Nics(childComplexity), true
+	case "MigrationZone.zone":
+		if e.ComplexityRoot.MigrationZone.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
@@ -2817,6 +2875,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.MigrationHosts(childComplexity), true
+	case "VM.migrationZones":
+		if e.ComplexityRoot.VM.MigrationZones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.MigrationZones(childComplexity), true
 	case "VM.name":
 		if e.ComplexityRoot.VM.Name == nil {
 			break
@@ -5398,6 +5462,43 @@ extend type VM {
   VDC's members as the VM is (another VDC's VM answers NOT_FOUND).
   """
   migrationHosts: [String!]!
+  """
+  The zones migrateVM can move it to with zone: the zones other than its
+  own that its VDC may use (not dedicated to other VDCs), sorted by name,
+  each with its online hosts and, per NIC, the VDC's networks there the NIC
+  can map to. A zone that does not answer is listed with no networks, and
+  a ZONE_UNAVAILABLE error. Visible to the VDC's members as the VM is
+  (another VDC's VM answers NOT_FOUND).
+  """
+  migrationZones: [MigrationZone!]!
+}
+
+"A zone a VM can move to (VM.migrationZones)."
+type MigrationZone {
+  "The zone."
+  zone: Zone!
+  """
+  Its online hosts by name, sorted: migrateVM's host there (null lets
+  flexplane choose).
+  """
+  hosts: [String!]!
+  "Each NIC of the VM, by index, with the networks it can map to there."
+  nics: [MigrationNIC!]!
+}
+
+"A NIC of a VM and the networks of a target zone it can move onto."
+type MigrationNIC {
+  "The NIC's position: 0 for net0."
+  index: Int!
+  "The VDC's network it is on now; null when its bridge is none of the VDC's networks."
+  network: Network
+  "The VDC's networks in the target zone, sorted by name: NetworkMappingInput.to."
+  candidates: [Network!]!
+  """
+  The candidate of network's name, the one migrateVM maps it to when
+  networks does not say; null when there is none (the NIC must be mapped).
+  """
+  sameName: Network
 }
 `, BuiltIn: false},
 	{Name: "../vmdetail.graphqls", Input: `# The detail of a VM: its NICs and disks as its Proxmox configuration
@@ -6002,6 +6103,32 @@ func (ec *executionContext) childFields_MetricsPoint(ctx context.Context, field 
 	return nil, fmt.Errorf("no field named %q was found under type MetricsPoint", field.Name)
 }
 
+func (ec *executionContext) childFields_MigrationNIC(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_MigrationNIC_index(ctx, field)
+	case "network":
+		return ec.fieldContext_MigrationNIC_network(ctx, field)
+	case "candidates":
+		return ec.fieldContext_MigrationNIC_candidates(ctx, field)
+	case "sameName":
+		return ec.fieldContext_MigrationNIC_sameName(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type MigrationNIC", field.Name)
+}
+
+func (ec *executionContext) childFields_MigrationZone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_MigrationZone_zone(ctx, field)
+	case "hosts":
+		return ec.fieldContext_MigrationZone_hosts(ctx, field)
+	case "nics":
+		return ec.fieldContext_MigrationZone_nics(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type MigrationZone", field.Name)
+}
+
 func (ec *executionContext) childFields_Network(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -6278,6 +6405,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "migrationHosts":
 		return ec.fieldContext_VM_migrationHosts(ctx, field)
+	case "migrationZones":
+		return ec.fieldContext_VM_migrationZones(ctx, field)
 	case "nics":
 		return ec.fieldContext_VM_nics(ctx, field)
 	case "disks":

@@ -87,6 +87,212 @@ func (ec *executionContext) fieldContext_CreateVMPayload_operation(_ context.Con
 	return fc, nil
 }
 
+func (ec *executionContext) _MigrationNIC_index(ctx context.Context, field graphql.CollectedField, obj *model.MigrationNic) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationNIC_index(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Index, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationNIC_index(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("MigrationNIC", field, false, false, "Int")
+}
+
+func (ec *executionContext) _MigrationNIC_network(ctx context.Context, field graphql.CollectedField, obj *model.MigrationNic) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationNIC_network(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Network, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Network) graphql.Marshaler {
+			return ec.marshalONetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetwork(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationNIC_network(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "MigrationNIC",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Network(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _MigrationNIC_candidates(ctx context.Context, field graphql.CollectedField, obj *model.MigrationNic) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationNIC_candidates(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Candidates, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Network) graphql.Marshaler {
+			return ec.marshalNNetwork2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationNIC_candidates(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "MigrationNIC",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Network(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _MigrationNIC_sameName(ctx context.Context, field graphql.CollectedField, obj *model.MigrationNic) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationNIC_sameName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SameName, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Network) graphql.Marshaler {
+			return ec.marshalONetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetwork(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationNIC_sameName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "MigrationNIC",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Network(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _MigrationZone_zone(ctx context.Context, field graphql.CollectedField, obj *model.MigrationZone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationZone_zone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Zone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Zone) graphql.Marshaler {
+			return ec.marshalNZone2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐZone(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationZone_zone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "MigrationZone",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Zone(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _MigrationZone_hosts(ctx context.Context, field graphql.CollectedField, obj *model.MigrationZone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationZone_hosts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Hosts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationZone_hosts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("MigrationZone", field, false, false, "String")
+}
+
+func (ec *executionContext) _MigrationZone_nics(ctx context.Context, field graphql.CollectedField, obj *model.MigrationZone) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_MigrationZone_nics(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nics, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.MigrationNic) graphql.Marshaler {
+			return ec.marshalNMigrationNIC2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationNicᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_MigrationZone_nics(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "MigrationZone",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_MigrationNIC(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -396,6 +602,97 @@ func (ec *executionContext) _CreateVMPayload(ctx context.Context, sel ast.Select
 	return out
 }
 
+var migrationNICImplementors = []string{"MigrationNIC"}
+
+func (ec *executionContext) _MigrationNIC(ctx context.Context, sel ast.SelectionSet, obj *model.MigrationNic) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, migrationNICImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("MigrationNIC")
+		case "index":
+			out.Values[i] = ec._MigrationNIC_index(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "network":
+			out.Values[i] = ec._MigrationNIC_network(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "candidates":
+			out.Values[i] = ec._MigrationNIC_candidates(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sameName":
+			out.Values[i] = ec._MigrationNIC_sameName(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var migrationZoneImplementors = []string{"MigrationZone"}
+
+func (ec *executionContext) _MigrationZone(ctx context.Context, sel ast.SelectionSet, obj *model.MigrationZone) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, migrationZoneImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("MigrationZone")
+		case "zone":
+			out.Values[i] = ec._MigrationZone_zone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "hosts":
+			out.Values[i] = ec._MigrationZone_hosts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nics":
+			out.Values[i] = ec._MigrationZone_nics(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 // endregion **************************** object.gotpl ****************************
 
 // region    ***************************** type.gotpl *****************************
@@ -416,6 +713,54 @@ func (ec *executionContext) marshalNCreateVMPayload2ᚖgithubᚗcomᚋflexplane�
 func (ec *executionContext) unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrateVMInput(ctx context.Context, v any) (model.MigrateVMInput, error) {
 	res, err := ec.unmarshalInputMigrateVMInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNMigrationNIC2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationNicᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.MigrationNic) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMigrationNIC2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationNic(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNMigrationNIC2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationNic(ctx context.Context, sel ast.SelectionSet, v *model.MigrationNic) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "MigrationNIC!")
+		return graphql.Null
+	}
+	return ec._MigrationNIC(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNMigrationZone2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationZoneᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.MigrationZone) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMigrationZone2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationZone(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNMigrationZone2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrationZone(ctx context.Context, sel ast.SelectionSet, v *model.MigrationZone) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "MigrationZone!")
+		return graphql.Null
+	}
+	return ec._MigrationZone(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNNICInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNICInputᚄ(ctx context.Context, v any) ([]*model.NICInput, error) {

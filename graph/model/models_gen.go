@@ -616,6 +616,30 @@ type MigrateVMInput struct {
 	Networks []*NetworkMappingInput `json:"networks,omitempty"`
 }
 
+// A NIC of a VM and the networks of a target zone it can move onto.
+type MigrationNic struct {
+	// The NIC's position: 0 for net0.
+	Index int `json:"index"`
+	// The VDC's network it is on now; null when its bridge is none of the VDC's networks.
+	Network *Network `json:"network,omitempty"`
+	// The VDC's networks in the target zone, sorted by name: NetworkMappingInput.to.
+	Candidates []*Network `json:"candidates"`
+	// The candidate of network's name, the one migrateVM maps it to when
+	// networks does not say; null when there is none (the NIC must be mapped).
+	SameName *Network `json:"sameName,omitempty"`
+}
+
+// A zone a VM can move to (VM.migrationZones).
+type MigrationZone struct {
+	// The zone.
+	Zone *Zone `json:"zone"`
+	// Its online hosts by name, sorted: migrateVM's host there (null lets
+	// flexplane choose).
+	Hosts []string `json:"hosts"`
+	// Each NIC of the VM, by index, with the networks it can map to there.
+	Nics []*MigrationNic `json:"nics"`
+}
+
 // What can be changed.
 type Mutation struct {
 }
@@ -953,6 +977,13 @@ type VM struct {
 	// hosts other than the one it runs on, by name, sorted. Visible to the
 	// VDC's members as the VM is (another VDC's VM answers NOT_FOUND).
 	MigrationHosts []string `json:"migrationHosts"`
+	// The zones migrateVM can move it to with zone: the zones other than its
+	// own that its VDC may use (not dedicated to other VDCs), sorted by name,
+	// each with its online hosts and, per NIC, the VDC's networks there the NIC
+	// can map to. A zone that does not answer is listed with no networks, and
+	// a ZONE_UNAVAILABLE error. Visible to the VDC's members as the VM is
+	// (another VDC's VM answers NOT_FOUND).
+	MigrationZones []*MigrationZone `json:"migrationZones"`
 	// Its network interfaces in order (net0 first).
 	Nics []*VMNic `json:"nics"`
 	// Its disks in slot order (the cloud-init drive is not one).

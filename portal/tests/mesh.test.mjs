@@ -5,6 +5,8 @@
 //
 //   PORTAL_OTHER_USER / _PASSWORD      a member of a VDC the member is not in
 //   PORTAL_ZONES                       every zone, comma separated; the VM goes into the first
+//                                      and moves to the second (one host, pve1; the member's
+//                                      first VDC has no network there)
 //   PORTAL_HOSTS                       how many hosts the zones have in all
 //   PORTAL_VIEWER_USER / _PASSWORD     optional: a viewer of the member's first VDC
 //   PORTAL_AGENT_UPDATE                optional: 1 when every host's agent has an update
@@ -13,7 +15,9 @@
 //
 // The flow: the member signs in, switches VDC, creates a network when the
 // zone has none, creates a VM through the wizard and watches it reach
-// RUNNING, stops it; the other member cannot see it; the admin sees every
+// RUNNING, migrates it to the other host of its zone, stops it and moves
+// it to the second zone (after a snapshot and a missing network are
+// refused); the other member cannot see it; the admin sees every
 // zone and host online. Refusals (bad input, a network in use, the quota)
 // read as such.
 import { describe, test } from 'node:test'
@@ -75,6 +79,8 @@ describe('portal with zones and VMs', () => {
     assert.equal(await page.getByLabel('Name', { exact: true }).getAttribute('aria-invalid'), 'true')
     await shot(page, 'vm-wizard-invalid')
     await page.getByLabel('Name', { exact: true }).fill(vmName)
+    // 1 GiB: the disk is copied to the other zone below.
+    await page.getByLabel('Disk size (GiB)', { exact: true }).fill('1')
     const started = Date.now()
     await page.getByRole('button', { name: 'Create VM' }).click()
     await page.getByRole('heading', { name: `Creating ${vmName} in VDC ${vdc}` }).waitFor()
@@ -163,6 +169,17 @@ describe('portal with zones and VMs', () => {
     await snapRow.waitFor()
     assert.match(await snapRow.innerText(), /pre-change \(current\)[\s\S]*yes[\s\S]*GiB[\s\S]*before the change/)
     await shot(page, 'vm-snapshots')
+    // A snapshot does not move across zones: the API's preflight refusal
+    // shows in the Migrate dialog, and nothing moves.
+    const migrate = page.getByRole('dialog', { name: `Migrate VM ${vmName}` })
+    const migrateButton = page.getByRole('group', { name: 'Actions' }).getByRole('button', { name: 'Migrate', exact: true })
+    await migrateButton.click()
+    await migrate.getByLabel('Another zone').check()
+    await migrate.getByLabel('Zone', { exact: true }).selectOption(zones[1])
+    await migrate.getByRole('button', { name: 'Migrate', exact: true }).click()
+    await migrate.getByRole('alert').getByText(/^Conflict: .*snapshot "pre-change"/).waitFor()
+    await migrate.getByRole('button', { name: 'Cancel' }).click()
+    await migrate.waitFor({ state: 'hidden' })
     await page.getByRole('button', { name: 'Roll back to pre-change' }).click()
     await confirm.getByRole('button', { name: 'Roll back', exact: true }).click()
     await page.locator('.operations li[data-state="SUCCEEDED"][data-kind="ROLLBACK_SNAPSHOT"]').waitFor({ timeout: vmTimeout })
@@ -179,8 +196,6 @@ describe('portal with zones and VMs', () => {
     // bytes it moved. migrated.json tells TestBrowserMesh where it went, to
     // check through GraphQL.
     const from = (await page.getByTestId('vm-host').innerText()).trim()
-    const migrate = page.getByRole('dialog', { name: `Migrate VM ${vmName}` })
-    const migrateButton = page.getByRole('group', { name: 'Actions' }).getByRole('button', { name: 'Migrate', exact: true })
     await migrateButton.focus()
     await page.keyboard.press('Enter')
     const hostSelect = migrate.getByLabel('Host', { exact: true })
@@ -205,18 +220,81 @@ describe('portal with zones and VMs', () => {
     assert.match(await migrated.getByTestId('operation-progress').innerText(), /GiB \(100 %\) moved, /)
     await page.getByTestId('vm-host').getByText(to, { exact: true }).waitFor()
     await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
-    writeFileSync(join(artifacts, 'migrated.json'), JSON.stringify({ vdc, name: vmName, host: to }))
     await shot(page, 'vm-migrated')
 
     await stopVM(page, vmTimeout)
     await page.getByText('(followed by subscription)').waitFor()
     await shot(page, 'vm-stopped')
 
+    // Across zones: while the VDC has no network in the target zone the
+    // API refuses (the NIC's network has no namesake there), next to the
+    // networks; once it has one of the same name, that one is preselected,
+    // and the stopped VM moves with its disk, followed step by step with
+    // the bytes it moved, to the other zone under the same id (the same
+    // page).
+    const target = zones[1]
+    const netName = (await page.locator('[data-testid="vm-nics"] td[data-label="Network"] span').first().innerText()).trim().split(/\s+/)[0]
+    const toZone = async () => {
+      await migrateButton.click()
+      await migrate.getByLabel('Another zone').check()
+      await migrate.getByLabel('Zone', { exact: true }).selectOption(target)
+    }
+    await toZone()
+    await migrate.getByText(`This VDC has no network in zone ${target}`).waitFor()
+    await migrate.getByRole('button', { name: 'Migrate', exact: true }).click()
+    await migrate.getByTestId('migrate-networks-error').getByText(/^Invalid input: .*does not have/).waitFor()
+    await shot(page, 'vm-migrate-refused')
+    await migrate.getByRole('button', { name: 'Cancel' }).click()
+    await migrate.waitFor({ state: 'hidden' })
+    await go(page, 'Networks', 'Networks')
+    const netDialog = page.getByRole('dialog')
+    await page.getByRole('button', { name: 'New network' }).click()
+    await netDialog.getByLabel('Name', { exact: true }).fill(netName)
+    await netDialog.getByLabel('Zone', { exact: true }).selectOption(target)
+    await netDialog.getByRole('button', { name: 'Create' }).click()
+    await netDialog.waitFor({ state: 'hidden' })
+    await page.locator(`tbody tr[data-zone="${target}"]`).first().waitFor()
+    await go(page, 'VMs', 'VMs')
+    await page.getByRole('link', { name: vmName, exact: true }).click()
+    await page.getByRole('heading', { level: 1, name: vmName }).waitFor()
+    assert.equal(new URL(page.url()).pathname, vmPath)
+    await toZone()
+    const netSelect = migrate.getByLabel(`Network for ${netName}`, { exact: true })
+    assert.match(await netSelect.locator('option:checked').innerText(), new RegExp(`^${netName} \\(`), 'the network of the same name is preselected')
+    assert.deepEqual(await migrate.getByLabel('Host in the zone', { exact: true }).locator('option').allInnerTexts(), ['any', 'pve1'])
+    await page.setViewportSize({ width: 390, height: 844 })
+    await check(page, 'vm migrate dialog, another zone', true)
+    await shot(page, 'vm-migrate-zone')
+    await page.setViewportSize({ width: 1280, height: 800 })
+    // Every state the migration panel shows, as the browser renders it.
+    await page.evaluate(() => {
+      window.migrationTexts = []
+      new MutationObserver(() => {
+        const el = document.querySelector('[data-testid="migration"]')
+        if (el) window.migrationTexts.push(el.innerText)
+      }).observe(document.body, { subtree: true, childList: true, characterData: true })
+    })
+    await migrate.getByRole('button', { name: 'Migrate', exact: true }).click()
+    await migrate.waitFor({ state: 'hidden' })
+    const panel = page.getByTestId('migration')
+    await panel.getByRole('heading', { name: `Migration from zone ${zone} to zone ${target}` }).waitFor()
+    await panel.getByTestId('migration-done').waitFor({ timeout: 180_000 })
+    await page.getByTestId('vm-zone').getByText(target, { exact: true }).waitFor()
+    await page.getByTestId('vm-status').getByText('STOPPED').waitFor()
+    assert.equal(new URL(page.url()).pathname, vmPath, 'the VM keeps its id')
+    assert.match(await panel.getByTestId('migration-done').innerText(), new RegExp(`now in zone ${target} on pve1, with the same id\\. .*GiB \\(100 %\\) moved`))
+    const seen = await page.evaluate(() => window.migrationTexts)
+    assert.ok(seen.some((s) => /Step copy/.test(s)), `the copy step was shown: ${JSON.stringify(seen.slice(0, 20))}`)
+    assert.ok(seen.some((s) => /Step \w+[\s\S]*GiB[\s\S]* moved, /.test(s)), 'the bytes moved were shown while it ran')
+    await page.locator('[data-testid="vm-nics"] td[data-label="Network"]').getByText(netName).first().waitFor()
+    writeFileSync(join(artifacts, 'migrated.json'), JSON.stringify({ vdc, name: vmName, host: 'pve1', zone: target, path: vmPath }))
+    await shot(page, 'vm-migrated-zone')
+
     // The list, with its filters.
     await go(page, 'VMs', 'VMs')
     const row = page.locator(`tbody tr[data-name="${vmName}"]`)
     await row.waitFor()
-    assert.match(await row.innerText(), new RegExp(`stopped[\\s\\S]*${zone}`))
+    assert.match(await row.innerText(), new RegExp(`stopped[\\s\\S]*${target}`))
     await page.getByLabel('Status', { exact: true }).selectOption('RUNNING')
     await row.waitFor({ state: 'detached' })
     await page.getByLabel('Status', { exact: true }).selectOption('STOPPED')
@@ -224,14 +302,15 @@ describe('portal with zones and VMs', () => {
     await row.waitFor()
     await shot(page, 'vms')
 
-    // The VM's network cannot be deleted while it is in use.
+    // The VM's network (now in the other zone) cannot be deleted while it
+    // is in use.
     await go(page, 'Networks', 'Networks')
-    await page.locator(`tbody tr[data-zone="${zone}"] button`).first().click()
+    await page.locator(`tbody tr[data-zone="${target}"] button`).first().click()
     await confirm.getByRole('button', { name: 'Delete', exact: true }).click()
     await confirm.getByRole('alert').getByText(/^Conflict: /).waitFor()
     await shot(page, 'network-in-use')
     await confirm.getByRole('button', { name: 'Cancel' }).click()
-    await page.locator(`tbody tr[data-zone="${zone}"]`).first().waitFor()
+    await page.locator(`tbody tr[data-zone="${target}"]`).first().waitFor()
 
     if (process.env.PORTAL_MEMBER_VM_QUOTA === '1') {
       await go(page, 'VMs', 'VMs')
