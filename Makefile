@@ -15,7 +15,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # detector, the browser tests on the mesh harness (embedded Headscale), and
 # the 100 creates across a restart (a load test: under the detector it takes
 # minutes, and its concurrency is what the other compute tests race).
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserAgentUpdate|TestBrowserConventions|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts)$$
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestBrowserMesh|TestBrowserAgentUpdate|TestBrowserConventions|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts|TestKubeStack)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see the README, Fuzzing); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.
@@ -55,7 +55,8 @@ BUF_VERSION            ?= v1.75.0
 # Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
 PVE_APIDATA ?= ../shared/pve-api/apidata.json
 
-# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), built
+# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), and the
+# controller manager and scheduler of hosted control planes (pkg/dev/podrun), built
 # from the Go modules pinned in tools/kube and tools/etcd. They are cached
 # outside the checkout, in a directory named by a hash of the pins, so a
 # fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
@@ -84,7 +85,7 @@ build:
 DEV_ADDR ?= 127.0.0.1:8080
 DEV_DIR  ?= .dev
 export DEV_ADDR DEV_DIR
-dev: portal
+dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 	$(GO) build -o $(DEV_DIR)/bin/devstack ./cmd/devstack
 	exec $(DEV_DIR)/bin/devstack
 
@@ -130,10 +131,11 @@ lint: lint-schema lint-portal
 ## an agent's update and the rollback of bad releases vs a plain restart
 ## (pkg/rollout; the agents' probation is BENCH_UPDATE_PROBATION, default
 ## 40s), and the portal's first-page JavaScript gzipped against its 350 KB
-## budget (pkg/portal, on the build). Every figure is a ratio against a
-## baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ... (README,
-## Performance).
-bench: portal
+## budget (pkg/portal, on the build), and create -> hosted Kubernetes control
+## plane ready vs a bare kube-apiserver start (pkg/tenantkube/controlplane).
+## Every figure is a ratio against a baseline of the same run. Tune with
+## BENCH_SCALES, BENCH_VMS, ... (README, Performance).
+bench: portal kube-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
@@ -145,6 +147,8 @@ bench: portal
 		| tee $(dir $(BENCH_OUT))agent-update.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkFirstPageJS$$' -benchtime 1x ./pkg/portal \
 		| tee $(dir $(BENCH_OUT))portal-js.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkControlPlaneReady$$' -benchtime 3x -timeout 20m ./pkg/tenantkube/controlplane \
+		| tee $(dir $(BENCH_OUT))control-plane-ready.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease
@@ -168,17 +172,20 @@ release:
 bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
-## kube-bin: kube-apiserver and etcd for the tests, built from the pinned
-## Go modules into KUBE_BIN (a cold build takes ~10 minutes and ~3 GB of
-## memory; afterwards nothing is rebuilt until a pin changes). The version
-## ldflags make /version report the real version (Helm and client version
-## gates read it).
-kube-bin: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler and
+## etcd for the tests, built from the pinned Go modules into KUBE_BIN (a cold
+## build takes ~10 minutes and ~3 GB of memory; afterwards nothing is rebuilt
+## until a pin changes). The version ldflags make /version report the real
+## version (Helm and client version gates read it). The controller manager
+## and scheduler run a hosted control plane's rendered containers as
+## processes (pkg/dev/podrun).
+KUBE_CMDS   := kube-apiserver kube-controller-manager kube-scheduler
+kube-bin: $(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)) $(KUBE_BIN)/etcd
 
 print-kube-bin:
 	@echo $(KUBE_BIN)
 
-$(KUBE_BIN)/kube-apiserver:
+$(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)):
 	@mkdir -p $(@D)
 	cd tools/kube && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
 	minor=$$(echo $$v | cut -d. -f2) && \
@@ -186,7 +193,7 @@ $(KUBE_BIN)/kube-apiserver:
 		-X k8s.io/component-base/version.gitVersion=$$v \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=$$minor" \
-		-o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
+		-o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@
 
 $(KUBE_BIN)/etcd:

@@ -26,7 +26,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of TestRender"
 const kubeVersion = "v1.37.2"
 
 // chartNames are the charts of this directory.
-var chartNames = []string{"flexplane", "identity"}
+var chartNames = []string{"flexplane", "identity", "flexkube"}
 
 // valueSets are a chart's ci/*.yaml files, the matrix it is linted,
 // rendered and installed with.
@@ -242,5 +242,30 @@ func TestDefaultImageIsMakeImage(t *testing.T) {
 	}
 	if want := fmt.Sprintf("image: %q", ociimage.OrchestratorRef); !strings.Contains(manifest, want) {
 		t.Errorf("the Deployment does not run %s", ociimage.OrchestratorRef)
+	}
+}
+
+// TestRenderRefusesFlexKube checks that the flexkube chart refuses values
+// a control plane could not run with, naming the value.
+func TestRenderRefusesFlexKube(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		vals map[string]any
+		want string
+	}{
+		"no cluster":          {map[string]any{"endpoint": "203.0.113.10:6443"}, "cluster"},
+		"endpoint no port":    {map[string]any{"cluster": "c", "endpoint": "203.0.113.10"}, "endpoint"},
+		"bad version":         {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "version": "1.37"}, "version"},
+		"unknown value":       {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "replicas": 3}, "replicas"},
+		"unknown reconciler":  {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "apiServer": map[string]any{"endpointReconciler": "master-count"}}, "endpointReconciler"},
+		"upper-case cluster":  {map[string]any{"cluster": "Prod", "endpoint": "k8s.example.com:443"}, "cluster"},
+		"zero API replicas":   {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "apiServer": map[string]any{"replicas": 0}}, "replicas"},
+		"port out of range":   {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "etcd": map[string]any{"clientPort": 70000}}, "clientPort"},
+		"unknown address key": {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "addresses": map[string]any{"dns": "x"}}, "dns"},
+	} {
+		_, err := render(t, "flexkube", c.vals)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", name, err, c.want)
+		}
 	}
 }

@@ -200,6 +200,30 @@ func TestMigrateAcrossZones(t *testing.T) {
 	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { id } }`, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("vm(id) of the moved VM from red: %s", r.Raw)
 	}
+	// A power action on it is an operation that can be followed, of the
+	// VM under the id it kept; another VDC cannot follow it.
+	var stop gqlOp
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
+	var stopped struct{ State, VMID string }
+	poll(t, 60*time.Second, "the stop of the moved VM", func() bool {
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state vmId } }`,
+			map[string]any{"id": stop.ID}).OK(t).Into(t, "operation", &stopped)
+		return stopped.State == "SUCCEEDED"
+	})
+	if stopped.VMID != id {
+		t.Errorf("the stop's operation names VM %s, want the kept id %s", stopped.VMID, id)
+	}
+	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { operation(id: $id) { state } }`, map[string]any{"id": stop.ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("the stop's operation from red: %s", r.Raw)
+	}
+	if st, _, _ := vmHost(t, h, "bob", "blue", id); st != "STOPPED" {
+		t.Errorf("the moved VM after its stop: %s", st)
+	}
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { startVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t)
+	poll(t, 60*time.Second, "the moved VM running again", func() bool {
+		st, _, _ := vmHost(t, h, "bob", "blue", id)
+		return st == "RUNNING"
+	})
 	// A new VM in alpha does not take the VMID the moved one's id keeps.
 	var again struct{ Operation gqlOp }
 	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "newcomer", "zone": "alpha", "image": "tiny",

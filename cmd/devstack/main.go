@@ -47,7 +47,8 @@ func main() {
 	interval := fs.Duration("start-limit-interval", devstack.DefaultStartLimitInterval, "the start limit's window (env DEV_START_LIMIT_INTERVAL)")
 	recoverAfter := fs.Duration("vm-recover-after", 0, "the orchestrator's -vm-recover-after; 0 keeps its default (env DEV_VM_RECOVER_AFTER)")
 	timing := fs.String("pve-timing", "realistic", "the simulated clusters' task timing: realistic or fast (env DEV_PVE_TIMING)")
-	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval", "vm-recover-after", "pve-timing"} {
+	kube := fs.Bool("kube", false, "run 2 orchestrator replicas behind -addr on a real kube-apiserver (the catalog in CRDs) with the mesh state in PostgreSQL; needs root, make kube-bin and make postgres (env DEV_KUBE=1)")
+	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval", "vm-recover-after", "pve-timing", "kube"} {
 		key := "DEV_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if v := os.Getenv(key); v != "" {
 			if err := fs.Set(f, v); err != nil {
@@ -87,7 +88,7 @@ func main() {
 	}
 	err := devstack.Run(ctx, devstack.Config{Addr: *addr, Dir: *dir, LogLevel: *level, PortalDir: *portal,
 		RestartDelay: *delay, RestartDelayMax: *delayMax, StartLimitBurst: *burst, StartLimitInterval: *interval,
-		VMRecoverAfter: *recoverAfter, PVETiming: *timing})
+		VMRecoverAfter: *recoverAfter, PVETiming: *timing, Kube: *kube})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

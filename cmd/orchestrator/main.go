@@ -48,7 +48,7 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-agent-version V]
+                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-agent-version V]
                      [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
@@ -142,6 +142,7 @@ func serve(ctx context.Context, args []string) error {
 	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	recoverAfter := fs.Duration("vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
+	recoverInterval := fs.Duration("vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
 	portalDir := fs.String("portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
@@ -247,18 +248,19 @@ func serve(ctx context.Context, args []string) error {
 		STUNAddr:     *stun,
 		MeshPostgres: meshPostgres,
 		API: orchestrator.APIConfig{
-			Issuer:         *issuer,
-			Audience:       *audience,
-			Claims:         auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogBackend: *cat.backend,
-			CatalogDir:     *cat.dir,
-			Tenant:         graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
-			ZoneTimeout:    *zoneTimeout,
-			VMRecoverAfter: *recoverAfter,
-			AgentVersion:   *agentVersion,
-			MaxDepth:       *maxDepth,
-			MaxComplexity:  *maxComplexity,
-			Releases:       orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
+			Issuer:            *issuer,
+			Audience:          *audience,
+			Claims:            auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
+			CatalogBackend:    *cat.backend,
+			CatalogDir:        *cat.dir,
+			Tenant:            graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
+			ZoneTimeout:       *zoneTimeout,
+			VMRecoverAfter:    *recoverAfter,
+			VMRecoverInterval: *recoverInterval,
+			AgentVersion:      *agentVersion,
+			MaxDepth:          *maxDepth,
+			MaxComplexity:     *maxComplexity,
+			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 		},
 		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,

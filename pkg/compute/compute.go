@@ -449,6 +449,23 @@ func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveap
 	return z, g, in, cfg, err
 }
 
+// lookupPlace finds the guest at place, whichever VM it is (a guest that
+// moved here is found at its place, not under the id it kept), within the
+// zone timeout; an unknown zone is NOT_FOUND.
+func (s *Service) lookupPlace(ctx context.Context, vdc string, place tenancy.VMRef) (Zone, pveapi.Resource, *Intent, error) {
+	z, ok := s.zoneByID(ctx, place.ZoneID)
+	if !ok {
+		if down, known := s.unreachableZone(ctx, place.ZoneID); known {
+			return Zone{}, pveapi.Resource{}, nil, zoneDown(down.Name, errUnreachable)
+		}
+		return Zone{}, pveapi.Resource{}, nil, notFound()
+	}
+	zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	defer cancel()
+	z, g, in, _, err := s.lookupAt(zctx, vdc, z, place.VMID)
+	return z, g, in, err
+}
+
 // lookupMoved finds the guest of vdc that VM ref moved to, in any zone.
 func (s *Service) lookupMoved(ctx context.Context, vdc string, ref tenancy.VMRef) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
 	tag := wasTag(ref)

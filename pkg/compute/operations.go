@@ -224,13 +224,25 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	if !ok || ref.vmid == 0 {
 		return nil, newError(KindNotFound, "no such operation")
 	}
-	vmID := tenancy.VMRef{ZoneID: ref.zoneID, VMID: ref.vmid}.ID()
-	z, g, in, err := s.lookup(ctx, vdc, vmID)
+	// The id names the place of the guest the task ran on, which is not
+	// the VM's id once the VM has moved across zones: the guest is read
+	// at that place, and the operation names the id the VM kept.
+	place := tenancy.VMRef{ZoneID: ref.zoneID, VMID: ref.vmid}
+	z, g, in, err := s.lookupPlace(ctx, vdc, place)
+	if IsKind(err, KindNotFound) {
+		// An operation of a VM from before it moved away: the VM is
+		// where it went.
+		z, g, in, err = s.lookup(ctx, vdc, place.ID())
+	}
 	if err != nil {
 		if IsKind(err, KindNotFound) {
 			return nil, newError(KindNotFound, "no such operation")
 		}
 		return nil, err
+	}
+	vmID, notVM := keptID(place, g.Tags())
+	if notVM {
+		return nil, newError(KindNotFound, "no such operation")
 	}
 	op := &Operation{ID: id, Kind: ref.kind, VMID: vmID, Updated: time.Now()}
 	if ref.create {

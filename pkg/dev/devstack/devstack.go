@@ -53,10 +53,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +66,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/tcpfront"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 )
@@ -173,6 +176,12 @@ type Config struct {
 	// PVETiming is the simulated clusters' task duration model: "realistic"
 	// (the default) or "fast" (tests that run many creates).
 	PVETiming string
+	// Kube runs the orchestrator as Kubernetes runs it: Replicas replicas
+	// behind one front on Addr, on a real kube-apiserver (the Lease, the
+	// catalog in CRDs) with the mesh state in PostgreSQL, all fresh on every
+	// start (see startKube). Needs root (PostgreSQL runs as "nobody"),
+	// `make kube-bin` and `make postgres` (env DEV_KUBE=1).
+	Kube bool
 }
 
 // stackState is Dir/stack.json: addresses that should stay the same across
@@ -201,6 +210,8 @@ type stack struct {
 	log       *slog.Logger
 	mux       *logMux
 	url       string
+
+	kube *KubeState // with Config.Kube, once startKube ran
 
 	mu       sync.Mutex
 	units    []*unit // protected by mu
@@ -317,7 +328,7 @@ func (s *stack) run(ctx context.Context) error {
 				return fmt.Errorf("forward %s: %w", addr, err)
 			}
 			defer ln.Close()
-			go forward(ln, addr)
+			tcpfront.Serve(ln, addr)
 		}
 	}
 
@@ -436,18 +447,31 @@ func (s *stack) run(ctx context.Context) error {
 	if err := s.publishNext(ctx, orchDir, releasePub, releasePriv); err != nil {
 		return err
 	}
-	args := []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0",
-		"-release-key-file", releasePub,
+	common := []string{"-release-key-file", releasePub, "-release-dir", filepath.Join(orchDir, "releases"),
 		"-log-level", s.cfg.LogLevel, "-oidc-issuer", idp.Issuer(), "-oidc-audience", ClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
-		"-portal-dir", s.cfg.PortalDir, "-metrics-addr", metricsAddr}
+		"-portal-dir", s.cfg.PortalDir}
 	if s.cfg.VMRecoverAfter > 0 {
-		args = append(args, "-vm-recover-after", s.cfg.VMRecoverAfter.String())
+		common = append(common, "-vm-recover-after", s.cfg.VMRecoverAfter.String())
 	}
-	if _, err := s.add("orchestrator", func() procSpec {
-		return procSpec{path: s.path("bin", "orchestrator"), args: args}
-	}); err != nil {
-		return err
+	// The orchestrators: one, or with Kube the replicas behind a front.
+	orchestrators := []orchestratorUnit{{name: "orchestrator", dataDir: orchDir,
+		args: []string{"serve", "-listen", s.cfg.Addr, "-data-dir", orchDir, "-stun-addr", "127.0.0.1:0", "-metrics-addr", metricsAddr}}}
+	if s.cfg.Kube {
+		kube, closeKube, err := s.startKube(ctx, metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer closeKube()
+		orchestrators = kube
+	}
+	for _, o := range orchestrators {
+		args := append(o.args, common...)
+		if _, err := s.add(o.name, func() procSpec {
+			return procSpec{path: s.path("bin", "orchestrator"), args: args}
+		}); err != nil {
+			return err
+		}
 	}
 
 	// Tokens (they are valid before the API is up).
@@ -472,14 +496,13 @@ func (s *stack) run(ctx context.Context) error {
 	var keyFile string
 	for _, c := range Clusters() {
 		for i := 1; i <= c.Nodes; i++ {
-			if !meshnode.HasState(s.path("agents", fmt.Sprintf("%s-pve%d", c.Name, i))) {
-				keyFile = s.path("agents", "enroll.key")
+			if !meshnode.HasState(s.agentDir(fmt.Sprintf("%s-pve%d", c.Name, i))) {
+				keyFile = s.agentDir("enroll.key")
 			}
 		}
 	}
 	if keyFile != "" {
-		key, err := s.mux.run(ctx, "keys", s.cfg.Dir, s.path("bin", "orchestrator"),
-			"keys", "create", "-data-dir", orchDir, "-reusable", "-ttl", "15m")
+		key, err := s.enrollKey(ctx, orchestrators)
 		if err != nil {
 			return fmt.Errorf("enrollment key: %w", err)
 		}
@@ -493,7 +516,7 @@ func (s *stack) run(ctx context.Context) error {
 			node := fmt.Sprintf("pve%d", i)
 			ep := sm.endpoint(node) // the same across the simulator's restarts
 			name := c.Name + "-" + node
-			state := s.path("agents", name)
+			state := s.agentDir(name)
 			env := []string{
 				"FLEXPLANE_CONTROL_URL=" + s.url,
 				"FLEXPLANE_STATE_DIR=" + state,
@@ -638,34 +661,6 @@ func (s *stack) runIsolated(ctx context.Context) error {
 	return nil
 }
 
-// forward copies every connection accepted on ln to addr, until ln is
-// closed.
-func forward(ln net.Listener, addr string) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			d, err := net.DialTimeout("tcp", addr, 10*time.Second)
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(d, c)
-				_ = d.(*net.TCPConn).CloseWrite()
-				close(done)
-			}()
-			_, _ = io.Copy(c, d)
-			_ = c.(*net.TCPConn).CloseWrite()
-			<-done
-		}()
-	}
-}
-
 // readState reads Dir/stack.json; missing or bad, it is empty.
 func (s *stack) readState() stackState {
 	var st stackState
@@ -676,10 +671,15 @@ func (s *stack) readState() stackState {
 }
 
 // writeState writes Dir/stack.json.
-func (s *stack) writeState(st stackState) {
-	if b, err := json.MarshalIndent(st, "", "  "); err == nil {
-		_ = atomicfile.WriteFile(s.path("stack.json"), b, 0o600)
+func (s *stack) writeState(st stackState) { _ = writeJSON(s.path("stack.json"), st) }
+
+// writeJSON writes v as indented JSON to path, owner-only.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
 	}
+	return atomicfile.WriteFile(path, b, 0o600)
 }
 
 // AgentPrefix starts the process name of an agent: "agent fra1-pve1".
@@ -754,6 +754,11 @@ func (s *stack) banner(issuer, images string, build, total time.Duration) {
 		"graphql  " + s.url + "/graphql (header " + VDCHeader + ": <vdc>)",
 		"issuer   " + issuer + "   images " + images,
 		"tokens   " + s.path("tokens") + "/<user>.token (valid " + TokenLifetime.String() + ")",
+	}
+	if s.kube != nil {
+		lines = append(lines, fmt.Sprintf("replicas %s spreads connections over %s (mesh control leader: Lease default/%s)",
+			s.url, strings.Join(slices.Sorted(maps.Values(s.kube.Replicas)), ", "), LeaseName),
+			"kube     "+s.path("kube", "kube.json")+" (kubeconfig of the kube-apiserver; catalog: kubectl get flexplane)")
 	}
 	for _, u := range DemoUsers() {
 		lines = append(lines, fmt.Sprintf("user     %-6s password %-9s %s", u.Username, u.Password, u.About))

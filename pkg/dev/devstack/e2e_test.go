@@ -65,7 +65,7 @@ func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack
 	t.Cleanup(func() { s.stop(t) })
 
 	want := devstack.ReadyPrefix + "http://" + addr
-	deadline := time.NewTimer(5 * time.Minute) // a cold build of the binaries included
+	deadline := time.NewTimer(10 * time.Minute) // a cold build of the binaries on busy cores included
 	defer deadline.Stop()
 	var tail []string
 	for {
@@ -85,7 +85,7 @@ func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack
 				tail = tail[1:]
 			}
 		case <-deadline.C:
-			t.Fatalf("no ready line after 5m; last output:\n%s", strings.Join(tail, "\n"))
+			t.Fatalf("no ready line after 10m; last output:\n%s", strings.Join(tail, "\n"))
 		}
 	}
 }

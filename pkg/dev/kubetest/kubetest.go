@@ -70,6 +70,15 @@ func BinDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kubetest: bin dir: %w", err)
 	}
+	return BinDirOf(root)
+}
+
+// BinDirOf is BinDir for the flexplane repository at root instead of the
+// one above the working directory.
+func BinDirOf(root string) (string, error) {
+	if d := os.Getenv(BinEnv); d != "" {
+		return d, nil
+	}
 	h := sha256.New()
 	for _, f := range pinFiles {
 		data, err := os.ReadFile(filepath.Join(root, f))

@@ -67,7 +67,7 @@ type Config struct {
 	// "https://flexplane.example.com". DERP is served there too. Required.
 	ServerURL string
 	// STUNAddr is the UDP address of the STUN server that helps nodes find
-	// direct paths. Default ":3478". A port of 0 picks a free port.
+	// direct paths. Default DefaultSTUNAddr. A port of 0 picks a free port.
 	STUNAddr string
 	// SocketPath is the unix socket of headscale's local API, used by
 	// `orchestrator keys`. Default DataDir/headscale.sock.
@@ -98,6 +98,9 @@ type Control struct {
 	conns  map[net.Conn]struct{} // upgraded client connections, protected by mu
 }
 
+// DefaultSTUNAddr is Config.STUNAddr's default.
+const DefaultSTUNAddr = ":3478"
+
 // Start starts the embedded control server and applies the mesh policy. It
 // returns once the server answers on its API socket.
 func Start(ctx context.Context, cfg Config) (*Control, error) {
@@ -112,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Control, error) {
 		cfg.AgentPort = 50051
 	}
 	if cfg.STUNAddr == "" {
-		cfg.STUNAddr = ":3478"
+		cfg.STUNAddr = DefaultSTUNAddr
 	}
 	if cfg.SocketPath == "" {
 		cfg.SocketPath = filepath.Join(cfg.DataDir, "headscale.sock")

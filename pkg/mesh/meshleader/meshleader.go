@@ -13,10 +13,17 @@
 // leader. Headscale cannot be stopped inside a process (see package
 // meshcontrol): a replica that lost leadership keeps its idle goroutines
 // until it exits.
+//
+// Every replica answers STUN on the control server's STUN address (a
+// fixed port; the DERP map names it, the Service spreads it over the
+// replicas): the leader through its control server, the others with a
+// responder of their own, which a replica closes before it starts the
+// control server.
 package meshleader
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -85,6 +92,13 @@ type Leader struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	leadMu    sync.Mutex // serialises starting and stopping the control server
+	// stun answers STUN on Control.STUNAddr while no control server of
+	// this process holds it; protected by leadMu.
+	stun *stunServer
+	// stunHeld: a control server of this process bound Control.STUNAddr;
+	// headscale keeps it until the process exits (and answers on it);
+	// protected by leadMu.
+	stunHeld bool
 
 	mu      sync.Mutex
 	leader  string                // the Lease's holder (a PeerURL); "" none seen; protected by mu
@@ -165,6 +179,9 @@ func Start(ctx context.Context, cfg Config) (*Leader, error) {
 	if l.client, err = meshcontrol.DialFunc(l.dialAPI); err != nil {
 		return nil, fmt.Errorf("meshleader: %w", err)
 	}
+	l.leadMu.Lock()
+	l.serveSTUN()
+	l.leadMu.Unlock()
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l.cancel = cancel
 	go l.run(rctx)
@@ -199,8 +216,10 @@ func (l *Leader) lead(ctx context.Context) {
 	}
 	l.log.Info("leading: starting the mesh control server")
 	start := time.Now()
+	l.stopSTUN() // the control server binds the address itself
 	c, err := meshcontrol.Start(ctx, l.cfg.Control)
 	if err != nil {
+		l.serveSTUN()
 		// Holding the Lease without serving would stall the mesh: give it
 		// to another replica.
 		l.log.Error("leading: the mesh control server did not start; giving up the leadership", "err", err)
@@ -209,6 +228,7 @@ func (l *Leader) lead(ctx context.Context) {
 		l.mu.Unlock()
 		return
 	}
+	l.stunHeld = true
 	l.mu.Lock()
 	if ctx.Err() != nil || l.closed {
 		l.mu.Unlock()
@@ -231,6 +251,35 @@ func (l *Leader) lead(ctx context.Context) {
 	l.closeConnsLocked()
 	l.mu.Unlock()
 	l.stop(c)
+}
+
+// serveSTUN starts answering STUN on the control server's STUN address,
+// unless this process's control server holds it or its port is 0 (any
+// port: no address the replicas share). Called with leadMu held.
+func (l *Leader) serveSTUN() {
+	addr := cmp.Or(l.cfg.Control.STUNAddr, meshcontrol.DefaultSTUNAddr)
+	if l.stun != nil || l.stunHeld {
+		return
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
+		l.log.Debug("not serving STUN while not leading: no fixed STUN port", "stun", addr)
+		return
+	}
+	s, err := listenSTUN(addr, l.log)
+	if err != nil {
+		l.log.Warn("not serving STUN while not leading", "stun", addr, "err", err)
+		return
+	}
+	l.stun = s
+	l.log.Info("serving STUN while not leading", "stun", addr)
+}
+
+// stopSTUN stops the STUN server of serveSTUN. Called with leadMu held.
+func (l *Leader) stopSTUN() {
+	if l.stun != nil {
+		l.stun.Close()
+		l.stun = nil
+	}
 }
 
 // stop closes a control server within 5s.
@@ -523,6 +572,9 @@ func (l *Leader) Close(ctx context.Context) error {
 	if c != nil {
 		l.stop(c)
 	}
+	l.leadMu.Lock()
+	l.stopSTUN()
+	l.leadMu.Unlock()
 	// The control server has stopped: the Lease may go (ReleaseOnCancel).
 	l.cancel()
 	var err error

@@ -20,6 +20,7 @@ import (
 	"tailscale.com/client/local"
 	"tailscale.com/envknob"
 	"tailscale.com/ipn/ipnstate"
+	"tailscale.com/tailcfg"
 	"tailscale.com/tsnet"
 
 	"github.com/flexplane/flexplane/pkg/support/closectx"
@@ -140,6 +141,16 @@ func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 func (n *Node) Addr() netip.Addr {
 	v4, _ := n.srv.TailscaleIPs()
 	return v4
+}
+
+// DERPMap is the DERP map the control server gave the node: the relays and
+// their STUN ports.
+func (n *Node) DERPMap(ctx context.Context) (*tailcfg.DERPMap, error) {
+	m, err := n.lc.CurrentDERPMap(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("meshnode: derp map: %w", err)
+	}
+	return m, nil
 }
 
 // Peer is the identity of a mesh peer.

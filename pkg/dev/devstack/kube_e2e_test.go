@@ -1,0 +1,157 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
+)
+
+// TestKubeStack: `DEV_KUBE=1 make dev` runs two orchestrator replicas
+// behind the stack's one URL on a real kube-apiserver with PostgreSQL.
+// Both replicas answer GraphQL with every host ONLINE; the demo VDCs are
+// custom resources of the API server; the replica leading the mesh control
+// server SIGKILLed, the stack keeps serving through its URL (a client that
+// retries once sees no failure), another replica (or the killed one,
+// restarted) takes the Lease and every host is ONLINE.
+func TestKubeStack(t *testing.T) {
+	t.Parallel()
+	repo := stackTestRepo(t, "the DEV_KUBE stack")
+	tmp := t.TempDir()
+	bin := buildStack(t, repo, tmp)
+	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
+	ctx := t.Context()
+	s := startStack(t, bin, repo, addr, dir, "DEV_KUBE=1", "DEV_PVE_TIMING=fast")
+	admin := s.client(t, "admin")
+
+	var ks devstack.KubeState
+	if b, err := os.ReadFile(filepath.Join(dir, "kube", "kube.json")); err != nil || json.Unmarshal(b, &ks) != nil || len(ks.Replicas) != devstack.Replicas {
+		t.Fatalf("kube.json: %s (%v)", b, err)
+	}
+	status := func() string { out, _ := devstackCommand(t, bin, dir, "status"); return out }
+	// The replicas and the API server are inside the stack's namespace:
+	// reached from the namespace of a simulator, which stays.
+	simPID := pidInStatus(status(), "pvesim fra1")
+	if simPID == 0 {
+		t.Fatalf("no pvesim fra1 in devstack status:\n%s", status())
+	}
+	inside := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: netns.DialerOf(simPID)}}
+	for name, u := range ks.Replicas {
+		c := &devstack.Client{URL: u + "/graphql", Token: admin.Token, HTTPClient: inside}
+		poll(t, time.Minute, name+" answering with every host ONLINE", func() error { return allHostsOnline(ctx, c) })
+	}
+
+	kcfg, err := clientcmd.BuildConfigFromFlags("", ks.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcfg.Dial = netns.DialerOf(simPID)
+	dyn, err := dynamic.NewForConfig(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := dyn.Resource(schema.GroupVersionResource{Group: "flexplane.io", Version: "v1alpha1", Resource: "vdcs"}).Namespace("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vdcs []string
+	for _, o := range list.Items {
+		vdcs = append(vdcs, o.GetName())
+	}
+	if slices.Sort(vdcs); !slices.Equal(vdcs, []string{"dev", "prod", "staging"}) {
+		t.Fatalf("VDC custom resources %v, want dev, prod, staging", vdcs)
+	}
+
+	cs, err := kubernetes.NewForConfig(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := func() (name string, renewed time.Time) {
+		l, err := cs.CoordinationV1().Leases("default").Get(ctx, devstack.LeaseName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+			return "", time.Time{}
+		}
+		for n, u := range ks.Replicas {
+			if u == *l.Spec.HolderIdentity {
+				return n, l.Spec.RenewTime.Time
+			}
+		}
+		return "", time.Time{}
+	}
+	leader, _ := holder()
+	pid := pidInStatus(status(), leader)
+	if leader == "" || pid == 0 {
+		t.Fatalf("leader %q (pid %d); status:\n%s", leader, pid, status())
+	}
+
+	// Through the stack's URL during the failover, retrying once (on a new
+	// connection, so maybe to the other replica).
+	var requests, failed atomic.Int64
+	var failures sync.Map
+	pctx, stopPolling := context.WithCancel(ctx)
+	var pollers sync.WaitGroup
+	fresh := &devstack.Client{URL: admin.URL, Token: admin.Token,
+		HTTPClient: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+	hosts := func() error { _, err := hostStatus(pctx, fresh); return err }
+	pollers.Go(func() {
+		for pctx.Err() == nil {
+			requests.Add(1)
+			if err := hosts(); err != nil {
+				if err = hosts(); err != nil && pctx.Err() == nil {
+					failed.Add(1)
+					failures.Store(time.Now(), err.Error())
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var next string
+	poll(t, 90*time.Second, "a live replica holding the Lease", func() error {
+		n, renewed := holder()
+		if p := pidInStatus(status(), n); n == "" || p == 0 || p == pid || renewed.Before(killed) {
+			return fmt.Errorf("the Lease is %q's, renewed %v", n, renewed)
+		}
+		next = n
+		resp, err := http.Get("http://" + addr + "/key?v=100") // the control protocol through the front
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New("/key: " + resp.Status)
+		}
+		return nil
+	})
+	failover := time.Since(killed)
+	stopPolling()
+	pollers.Wait()
+	t.Logf("%s killed; %s leads %v later; %d requests through the stack's URL meanwhile, %d failed after a retry",
+		leader, next, failover.Round(100*time.Millisecond), requests.Load(), failed.Load())
+	failures.Range(func(k, v any) bool {
+		t.Errorf("request failed at +%v: %v", k.(time.Time).Sub(killed).Round(100*time.Millisecond), v)
+		return true
+	})
+	poll(t, time.Minute, "every host ONLINE through the stack's URL", func() error { return allHostsOnline(ctx, admin) })
+}

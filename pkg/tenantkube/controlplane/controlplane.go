@@ -1,0 +1,242 @@
+// Package controlplane runs the hosted Kubernetes control plane of a tenant
+// cluster in the management cluster: one namespace per cluster holding its
+// PKI (Secrets named as Cluster API's kubeadm bootstrap expects them) and a
+// release of the flexkube chart (etcd as a StatefulSet on a PVC,
+// kube-apiserver, kube-controller-manager and kube-scheduler as
+// Deployments, a Service for the endpoint), installed and upgraded with the
+// Helm Go SDK. It hands out short-lived client certificates signed by the
+// cluster's CA as kubeconfigs, and reads a control plane's status at request
+// time from its workloads.
+//
+// The PKI is generated here, in Go, once per cluster: an upgrade (a new
+// version) never rotates it, unlike a chart's own template functions.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Errors of the Manager, matched with errors.Is; the API edge maps them to
+// its codes.
+var (
+	// ErrInvalid: a Spec or Credential that cannot be used (nothing changed).
+	ErrInvalid = errors.New("invalid")
+	// ErrNotFound: no control plane in that namespace.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the namespace belongs to another cluster or is not ours.
+	ErrConflict = errors.New("conflict")
+	// ErrNotReady: the tenant API server cannot be reached yet.
+	ErrNotReady = errors.New("not ready")
+)
+
+// Labels and annotations the Manager puts on what it creates.
+const (
+	// LabelCluster is Cluster API's cluster label: on the PKI Secrets and
+	// the namespace, its value the Cluster's name.
+	LabelCluster = "cluster.x-k8s.io/cluster-name"
+	// LabelVDC names the VDC owning the cluster (namespace label).
+	LabelVDC = "flexplane.io/vdc"
+	// LabelManaged marks namespaces and Secrets made by the Manager.
+	LabelManaged = "app.kubernetes.io/managed-by"
+	managedBy    = "flexplane"
+	// annotationEndpoint keeps a cluster's endpoint on its namespace.
+	annotationEndpoint = "flexplane.io/endpoint"
+	// secretType is Cluster API's Secret type for cluster secrets.
+	secretType = "cluster.x-k8s.io/secret"
+)
+
+// Spec is the desired control plane of one tenant cluster.
+type Spec struct {
+	// Namespace is the management-cluster namespace of the tenant cluster
+	// (one per cluster), created by Ensure.
+	Namespace string
+	// Cluster is the Cluster API Cluster's name in that namespace; it
+	// prefixes the Secrets and the workloads.
+	Cluster string
+	// VDC is the VDC owning the cluster.
+	VDC string
+	// Version is the Kubernetes version, e.g. "v1.37.2".
+	Version string
+	// ServiceCIDR and PodCIDR are the tenant cluster's Service and Pod
+	// ranges.
+	ServiceCIDR, PodCIDR string
+	// Endpoint is the host:port the workers (and kubeconfigs) use to reach
+	// the API server; it is in the serving certificate.
+	Endpoint string
+}
+
+// Credential asks for a kubeconfig of a user.
+type Credential struct {
+	// User is the certificate's common name: the user name in the tenant
+	// cluster.
+	User string
+	// Groups name ClusterRoles of the tenant cluster the user gets, each
+	// one of Roles ("view" can read but not write, "cluster-admin" is
+	// everything).
+	Groups []string
+	// TTL is how long the certificate is valid, at most MaxTTL.
+	TTL time.Duration
+}
+
+// Roles are the groups a Credential may carry: each is bound (by the
+// Manager, in the tenant cluster) to the ClusterRole of the same name.
+var Roles = []string{"view", "edit", "admin", "cluster-admin"}
+
+// MaxTTL is the longest a Kubeconfig's certificate lives.
+const MaxTTL = 24 * time.Hour
+
+// Component is one workload of a control plane.
+type Component struct {
+	// Name is etcd, kube-apiserver, kube-controller-manager or
+	// kube-scheduler.
+	Name string
+	// Ready is true when the workload's replicas are ready and up to date.
+	Ready bool
+	// Message says what is missing when it is not ready.
+	Message string
+}
+
+// Status is a control plane's state, read at request time.
+type Status struct {
+	// Ready is true when every component is.
+	Ready bool
+	// Components in the order etcd, kube-apiserver,
+	// kube-controller-manager, kube-scheduler.
+	Components []Component
+	// Version is the Kubernetes version the API server's workload runs
+	// (rolled out), empty while it has none.
+	Version string
+}
+
+// Config configures a Manager.
+type Config struct {
+	// REST is the management cluster's client configuration. Required.
+	REST *rest.Config
+	// Chart is the flexkube chart. Default: the chart embedded in
+	// flexplane (package charts).
+	Chart *chart.Chart
+	// Values returns chart values for a cluster, merged over the ones the
+	// Manager derives from its Spec (images, resources, storage class,
+	// ports, addresses). Optional.
+	Values func(Spec) map[string]any
+	// TenantAddress returns the host:port where the Manager reaches a
+	// tenant's API server (to bind the Roles there). Default the API
+	// server's Service, <cluster>-apiserver.<namespace>.svc:6443.
+	TenantAddress func(namespace, cluster string) string
+	// Log receives the Manager's events. Default slog.Default().
+	Log *slog.Logger
+}
+
+// Manager installs, upgrades and removes hosted control planes. It keeps no
+// state of its own: everything is read from the management cluster.
+type Manager struct {
+	cfg    Config
+	client kubernetes.Interface
+	log    *slog.Logger
+}
+
+// New returns a Manager for the management cluster of cfg.REST.
+func New(cfg Config) (*Manager, error) {
+	if cfg.REST == nil {
+		return nil, fmt.Errorf("controlplane: new: Config.REST is required: %w", ErrInvalid)
+	}
+	if cfg.Chart == nil {
+		c, err := embeddedChart()
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: new: %w", err)
+		}
+		cfg.Chart = c
+	}
+	if cfg.TenantAddress == nil {
+		cfg.TenantAddress = func(ns, cluster string) string {
+			return net.JoinHostPort(cluster+"-apiserver."+ns+".svc", "6443")
+		}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	client, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: new: %w", err)
+	}
+	return &Manager{cfg: cfg, client: client, log: cfg.Log}, nil
+}
+
+var versionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
+
+// maxClusterName keeps <cluster>-controller-manager a valid name.
+const maxClusterName = 40
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), ErrInvalid)
+}
+
+// validate checks a Spec and returns the endpoint's host and port.
+func (s Spec) validate() (host string, port int, err error) {
+	if errs := validation.IsDNS1123Label(s.Namespace); len(errs) > 0 {
+		return "", 0, invalid("namespace %q: %s", s.Namespace, errs[0])
+	}
+	if errs := validation.IsDNS1123Label(s.Cluster); len(errs) > 0 || len(s.Cluster) > maxClusterName {
+		return "", 0, invalid("cluster %q: a lower-case DNS label of at most %d characters", s.Cluster, maxClusterName)
+	}
+	if errs := validation.IsValidLabelValue(s.VDC); s.VDC == "" || len(errs) > 0 {
+		return "", 0, invalid("vdc %q: a label value is required", s.VDC)
+	}
+	if !versionRE.MatchString(s.Version) {
+		return "", 0, invalid("version %q: want v1.<minor>.<patch>", s.Version)
+	}
+	for name, c := range map[string]string{"service CIDR": s.ServiceCIDR, "pod CIDR": s.PodCIDR} {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p != p.Masked() {
+			return "", 0, invalid("%s %q: want a network prefix such as 10.96.0.0/16", name, c)
+		}
+	}
+	h, ps, err := net.SplitHostPort(s.Endpoint)
+	if err == nil {
+		port, err = strconv.Atoi(ps)
+	}
+	if err != nil || h == "" || port < 1 || port > 65535 {
+		return "", 0, invalid("endpoint %q: want host:port", s.Endpoint)
+	}
+	if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
+		return "", 0, invalid("endpoint host %q: neither an address nor a DNS name", h)
+	}
+	return h, port, nil
+}
+
+// Ensure installs the control plane of s, or upgrades it to s: it creates
+// the namespace, the PKI Secrets (only those missing: they are never
+// rotated) and installs or upgrades the release of the flexkube chart. It
+// does not wait for the control plane to be ready (see Status).
+func (m *Manager) Ensure(ctx context.Context, s Spec) error {
+	host, _, err := s.validate()
+	if err != nil {
+		return fmt.Errorf("controlplane: ensure: %w", err)
+	}
+	if err := m.ensureNamespace(ctx, s); err != nil {
+		return fmt.Errorf("controlplane: ensure %s/%s: %w", s.Namespace, s.Cluster, err)
+	}
+	if err := m.ensurePKI(ctx, s, host); err != nil {
+		return fmt.Errorf("controlplane: ensure %s/%s: pki: %w", s.Namespace, s.Cluster, err)
+	}
+	if err := m.ensureRelease(ctx, s); err != nil {
+		return fmt.Errorf("controlplane: ensure %s/%s: release: %w", s.Namespace, s.Cluster, err)
+	}
+	m.log.Info("control plane ensured", "namespace", s.Namespace, "cluster", s.Cluster, "version", s.Version)
+	return nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
