@@ -108,6 +108,7 @@ func TestAuditEveryMutation(t *testing.T) {
 			certificates: [{name: "c", certificatePem: "x", privateKeyPem: "AAAAC3Nza-secret"}]}) { id } }`}},
 		"updateLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { updateLoadBalancer(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { deleteLoadBalancer(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"deleteEdgeGateway":  {{user: "bob", vdc: "blue", query: `mutation { deleteEdgeGateway(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -116,7 +117,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
-		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer"}
+		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string

@@ -571,3 +571,31 @@ func (r *Resolver) externalNetworks(ctx context.Context, first *int, after *stri
 	}
 	return out, nil
 }
+
+// deleteEdgeGateway deletes the VDC's gateway the id names (NOT_FOUND for
+// any other VDC's or none) and gives its addresses back to the pool; the
+// syncers tear its namespace down on their next pass.
+func (r *Resolver) deleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	notFound := apierr.New(apierr.NotFound, "edge gateway %q not found", id)
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil {
+		return nil, notFound
+	}
+	zone, ok := strings.CutPrefix(string(raw), "egw:"+scope.VDC.Name+".")
+	if !ok || zone == "" {
+		return nil, notFound
+	}
+	released, err := catalog.DeleteEdgeGateway(ctx, r.Catalog, scope.VDC.Name, zone)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	out := &model.DeletedEdgeGateway{ID: id, Zone: zone, ReleasedAddresses: []string{}}
+	for _, a := range released {
+		out.ReleasedAddresses = append(out.ReleasedAddresses, a.String())
+	}
+	return out, nil
+}

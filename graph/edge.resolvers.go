@@ -64,6 +64,10 @@ func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.Up
 	return r.updateEdgeGateway(ctx, input)
 }
 
+func (r *mutationResolver) DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error) {
+	return r.deleteEdgeGateway(ctx, id)
+}
+
 // EdgeGateways is the resolver for the edgeGateways field.
 func (r *queryResolver) EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error) {
 	return r.edgeGateways(ctx, zone, first, after)

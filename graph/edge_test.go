@@ -11,15 +11,17 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/edge"
+	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
 // gqlEdgeGateway is an edge gateway as edgeGateways answers it.
 type gqlEdgeGateway struct {
-	Node, Status, Message, PublicAddress string
-	EgressMbps, IngressMbps              int
-	FirewallRules                        []struct{ ID string }
-	PortForwards                         []struct{ ID string }
-	Counters                             []struct {
+	ID, Node, Status, Message, PublicAddress string
+	EgressMbps, IngressMbps                  int
+	FirewallRules                            []struct{ ID string }
+	PortForwards                             []struct{ ID string }
+	Counters                                 []struct {
 		Name    string
 		Packets float64
 	}
@@ -34,7 +36,7 @@ func (g gqlEdgeGateway) counter(name string) float64 {
 	return -1
 }
 
-const edgeGatewaysQuery = `{ edgeGateways(zone: "alpha") { totalCount nodes { node status message publicAddress egressMbps ingressMbps
+const edgeGatewaysQuery = `{ edgeGateways(zone: "alpha") { totalCount nodes { id node status message publicAddress egressMbps ingressMbps
 	firewallRules { id } portForwards { id } counters { name packets } } } }`
 
 // edgeGateways reads the VDC's gateways in zone alpha.
@@ -253,5 +255,50 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	h.GraphQL(t, "admin", "", `{ externalNetworks { nodes { allocated } } }`, nil).OK(t).Into(t, "externalNetworks", &exts)
 	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 {
 		t.Errorf("external networks after the 1:1 address went: %+v", exts)
+	}
+
+	// Deleting the gateway: another VDC's is NOT_FOUND (and so is its own
+	// gone); its address goes back to the pool and its agent's namespace
+	// goes.
+	gw = edgeGateways(t, h, "alice", "red")[0]
+	gwNS := edge.Namespace(p.NodeNS(gw.Node)+"-", "red")
+	if !nsnet.Exists(gwNS) {
+		t.Fatalf("the gateway's namespace %s on %s does not exist", gwNS, gw.Node)
+	}
+	const deleteGW = `mutation($id: ID!) { deleteEdgeGateway(id: $id) { id zone releasedAddresses } }`
+	h.GraphQL(t, "bob", "blue", `mutation { createFirewallRule(input: {zone: "alpha", direction: OUTBOUND, protocol: ANY, action: DENY}) { id } }`, nil).OK(t)
+	blueGW := edgeGateways(t, h, "bob", "blue")[0]
+	for _, id := range []string{gw.ID, "nosuch", ""} {
+		if r := h.GraphQL(t, "bob", "blue", deleteGW, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
+			t.Errorf("blue deleting gateway %q: %s", id, r.Raw)
+		}
+	}
+	if r := h.GraphQL(t, "alice", "red", deleteGW, map[string]any{"id": blueGW.ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("red deleting blue's gateway: %s", r.Raw)
+	}
+	var deleted struct {
+		ID, Zone          string
+		ReleasedAddresses []string
+	}
+	h.GraphQL(t, "alice", "red", deleteGW, map[string]any{"id": gw.ID}).OK(t).Into(t, "deleteEdgeGateway", &deleted)
+	if deleted.ID != gw.ID || deleted.Zone != "alpha" || len(deleted.ReleasedAddresses) != 1 || deleted.ReleasedAddresses[0] != "203.0.113.10" {
+		t.Errorf("deleteEdgeGateway: %+v", deleted)
+	}
+	if r := h.GraphQL(t, "alice", "red", deleteGW, map[string]any{"id": gw.ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("deleting the deleted gateway again: %s", r.Raw)
+	}
+	if gws := edgeGateways(t, h, "alice", "red"); len(gws) != 0 {
+		t.Errorf("red's gateways after the delete: %+v", gws)
+	}
+	if gws := edgeGateways(t, h, "bob", "blue"); len(gws) != 1 || gws[0].ID != blueGW.ID {
+		t.Errorf("blue's gateways after red's delete: %+v", gws)
+	}
+	h.GraphQL(t, "admin", "", `{ externalNetworks { nodes { allocated } } }`, nil).OK(t).Into(t, "externalNetworks", &exts)
+	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 { // blue's address only
+		t.Errorf("external networks after red's gateway went: %+v", exts)
+	}
+	poll(t, 15*time.Second, "the gateway's namespace gone", func() bool { return !nsnet.Exists(gwNS) })
+	if got := nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second); got != "" {
+		t.Errorf("the VM reaches the internet without a gateway: %q", got)
 	}
 }

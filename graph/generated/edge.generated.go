@@ -23,6 +23,75 @@ import (
 
 // region    **************************** field.gotpl *****************************
 
+func (ec *executionContext) _DeletedEdgeGateway_id(ctx context.Context, field graphql.CollectedField, obj *model.DeletedEdgeGateway) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeletedEdgeGateway_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeletedEdgeGateway_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeletedEdgeGateway", field, false, false, "ID")
+}
+
+func (ec *executionContext) _DeletedEdgeGateway_zone(ctx context.Context, field graphql.CollectedField, obj *model.DeletedEdgeGateway) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeletedEdgeGateway_zone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Zone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeletedEdgeGateway_zone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeletedEdgeGateway", field, false, false, "String")
+}
+
+func (ec *executionContext) _DeletedEdgeGateway_releasedAddresses(ctx context.Context, field graphql.CollectedField, obj *model.DeletedEdgeGateway) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeletedEdgeGateway_releasedAddresses(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ReleasedAddresses, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeletedEdgeGateway_releasedAddresses(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeletedEdgeGateway", field, false, false, "String")
+}
+
 func (ec *executionContext) _DeletedFirewallRule_id(ctx context.Context, field graphql.CollectedField, obj *model.DeletedFirewallRule) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1873,6 +1942,49 @@ func UnmarshalUpdateEdgeGatewayInput(ctx context.Context, raw any) (model.Update
 
 // region    **************************** object.gotpl ****************************
 
+var deletedEdgeGatewayImplementors = []string{"DeletedEdgeGateway"}
+
+func (ec *executionContext) _DeletedEdgeGateway(ctx context.Context, sel ast.SelectionSet, obj *model.DeletedEdgeGateway) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, deletedEdgeGatewayImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DeletedEdgeGateway")
+		case "id":
+			out.Values[i] = ec._DeletedEdgeGateway_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "zone":
+			out.Values[i] = ec._DeletedEdgeGateway_zone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "releasedAddresses":
+			out.Values[i] = ec._DeletedEdgeGateway_releasedAddresses(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var deletedFirewallRuleImplementors = []string{"DeletedFirewallRule"}
 
 func (ec *executionContext) _DeletedFirewallRule(ctx context.Context, sel ast.SelectionSet, obj *model.DeletedFirewallRule) graphql.Marshaler {
@@ -2554,6 +2666,14 @@ func (ec *executionContext) unmarshalNCreateOneToOneAddressInput2githubᚗcomᚋ
 func (ec *executionContext) unmarshalNCreatePortForwardInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreatePortForwardInput(ctx context.Context, v any) (model.CreatePortForwardInput, error) {
 	res, err := ec.unmarshalInputCreatePortForwardInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDeletedEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDeletedEdgeGateway(ctx context.Context, sel ast.SelectionSet, v *model.DeletedEdgeGateway) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DeletedEdgeGateway!")
+		return graphql.Null
+	}
+	return ec._DeletedEdgeGateway(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNDeletedFirewallRule2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDeletedFirewallRule(ctx context.Context, sel ast.SelectionSet, v *model.DeletedFirewallRule) graphql.Marshaler {

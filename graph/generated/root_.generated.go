@@ -124,6 +124,12 @@ type ComplexityRoot struct {
 		Name func(childComplexity int) int
 	}
 
+	DeletedEdgeGateway struct {
+		ID                func(childComplexity int) int
+		ReleasedAddresses func(childComplexity int) int
+		Zone              func(childComplexity int) int
+	}
+
 	DeletedFirewallRule struct {
 		ID func(childComplexity int) int
 	}
@@ -373,6 +379,7 @@ type ComplexityRoot struct {
 		CreateVM              func(childComplexity int, input model.CreateVMInput) int
 		CreateVdc             func(childComplexity int, input model.CreateVDCInput) int
 		DeleteComputeProfile  func(childComplexity int, name string, resourceVersion *string) int
+		DeleteEdgeGateway     func(childComplexity int, id string) int
 		DeleteFirewallRule    func(childComplexity int, id string) int
 		DeleteImage           func(childComplexity int, name string, resourceVersion *string) int
 		DeleteLoadBalancer    func(childComplexity int, id string) int
@@ -1015,6 +1022,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Deleted.Name(childComplexity), true
+
+	case "DeletedEdgeGateway.id":
+		if e.ComplexityRoot.DeletedEdgeGateway.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedEdgeGateway.ID(childComplexity), true
+	case "DeletedEdgeGateway.releasedAddresses":
+		if e.ComplexityRoot.DeletedEdgeGateway.ReleasedAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedEdgeGateway.ReleasedAddresses(childComplexity), true
+	case "DeletedEdgeGateway.zone":
+		if e.ComplexityRoot.DeletedEdgeGateway.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedEdgeGateway.Zone(childComplexity), true
 
 	case "DeletedFirewallRule.id":
 		if e.ComplexityRoot.DeletedFirewallRule.ID == nil {
@@ -2091,6 +2117,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteComputeProfile(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteEdgeGateway":
+		if e.ComplexityRoot.Mutation.DeleteEdgeGateway == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteEdgeGateway_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteEdgeGateway(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteFirewallRule":
 		if e.ComplexityRoot.Mutation.DeleteFirewallRule == nil {
 			break
@@ -4053,6 +4090,17 @@ extend type Mutation {
     "The zone and the limits."
     input: UpdateEdgeGatewayInput!
   ): EdgeGateway! @vdc(role: MEMBER)
+  """
+  Removes the VDC's gateway in a zone with its rules, port forwards and 1:1
+  addresses: its public addresses go back to the pool, and the agent
+  running it tears its namespace down. NOT_FOUND for a gateway the VDC does
+  not have. The VDC's VMs in the zone lose their way out until a new
+  gateway is made (by the next rule, port forward or limit there).
+  """
+  deleteEdgeGateway(
+    "The gateway's id (EdgeGateway.id)."
+    id: ID!
+  ): DeletedEdgeGateway! @vdc(role: MEMBER)
 }
 
 "Whether an edge gateway runs as the catalog wants it."
@@ -4297,6 +4345,16 @@ input UpdateEdgeGatewayInput {
 type DeletedFirewallRule {
   "The id the rule had."
   id: ID!
+}
+
+"The result of deleteEdgeGateway."
+type DeletedEdgeGateway {
+  "The id the gateway had."
+  id: ID!
+  "The zone it served."
+  zone: String!
+  "The public addresses that went back to the pool."
+  releasedAddresses: [String!]!
 }
 
 "The result of deletePortForward."
@@ -6489,6 +6547,18 @@ func (ec *executionContext) childFields_Deleted(ctx context.Context, field graph
 		return ec.fieldContext_Deleted_name(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Deleted", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedEdgeGateway(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedEdgeGateway_id(ctx, field)
+	case "zone":
+		return ec.fieldContext_DeletedEdgeGateway_zone(ctx, field)
+	case "releasedAddresses":
+		return ec.fieldContext_DeletedEdgeGateway_releasedAddresses(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedEdgeGateway", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedFirewallRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -30,6 +30,7 @@ type MutationResolver interface {
 	CreateOneToOneAddress(ctx context.Context, input model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error)
 	DeleteOneToOneAddress(ctx context.Context, id string) (*model.DeletedOneToOneAddress, error)
 	UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error)
+	DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error)
 	CreateEnrollmentKey(ctx context.Context, input model.CreateEnrollmentKeyInput) (*model.CreatedEnrollmentKey, error)
 	RevokeEnrollmentKey(ctx context.Context, id string) (*model.EnrollmentKey, error)
 	CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error)
@@ -326,6 +327,20 @@ func (ec *executionContext) field_Mutation_deleteComputeProfile_args(ctx context
 		return nil, err
 	}
 	args["resourceVersion"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteEdgeGateway_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -1853,6 +1868,68 @@ func (ec *executionContext) fieldContext_Mutation_updateEdgeGateway(ctx context.
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_updateEdgeGateway_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteEdgeGateway(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteEdgeGateway(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteEdgeGateway(ctx, fc.Args["id"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.DeletedEdgeGateway
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.DeletedEdgeGateway
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeletedEdgeGateway) graphql.Marshaler {
+			return ec.marshalNDeletedEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDeletedEdgeGateway(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteEdgeGateway(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeletedEdgeGateway(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteEdgeGateway_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -5438,6 +5515,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "updateEdgeGateway":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_updateEdgeGateway(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteEdgeGateway":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteEdgeGateway(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -361,6 +361,16 @@ type Deleted struct {
 	Name string `json:"name"`
 }
 
+// The result of deleteEdgeGateway.
+type DeletedEdgeGateway struct {
+	// The id the gateway had.
+	ID string `json:"id"`
+	// The zone it served.
+	Zone string `json:"zone"`
+	// The public addresses that went back to the pool.
+	ReleasedAddresses []string `json:"releasedAddresses"`
+}
+
 // The result of deleteFirewallRule.
 type DeletedFirewallRule struct {
 	// The id the rule had.

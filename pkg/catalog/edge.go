@@ -382,3 +382,65 @@ func EnsureEdgeGateway(ctx context.Context, s Store, vdc, zone string) (*EdgeGat
 	}
 	return nil, fmt.Errorf("ensure edge gateway: %w", err)
 }
+
+// DeleteEdgeGateway deletes vdc's gateway object in zone (ErrNotFound when
+// it has none), conditional on the resourceVersion read and read again when
+// another writer changed it, then gives the addresses it held (its public
+// address and its 1:1 addresses) back to the zone's pool in one write. It
+// returns the addresses given back, sorted.
+func DeleteEdgeGateway(ctx context.Context, s Store, vdc, zone string) ([]netip.Addr, error) {
+	name := EdgeGatewayName(vdc, zone)
+	var gone *EdgeGateway
+	for try := range maxAllocateTries {
+		g, err := Get[*EdgeGateway](ctx, s, name)
+		if err != nil {
+			return nil, fmt.Errorf("delete edge gateway: %w", err)
+		}
+		err = Delete[*EdgeGateway](ctx, s, name, g.ResourceVersion)
+		if errors.Is(err, ErrConflict) {
+			if err := backoff(ctx, try); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("delete edge gateway: %w", err)
+		}
+		gone = g
+		break
+	}
+	if gone == nil {
+		return nil, &ConflictError{Kind: KindEdgeGateway, Name: name}
+	}
+	held := map[string]bool{}
+	for _, a := range append([]string{gone.PublicAddress}, oneToOneAddresses(gone)...) {
+		held[a] = true
+	}
+	var released []netip.Addr
+	err := changePool(ctx, s, zone, nil, func(n *ExternalNetwork) (bool, error) {
+		released = nil
+		n.Status.Allocations = slices.DeleteFunc(n.Status.Allocations, func(al PublicAllocation) bool {
+			if al.VDC != vdc || !held[al.Address] {
+				return false
+			}
+			released = append(released, netip.MustParseAddr(al.Address))
+			return true
+		})
+		if len(released) == 0 {
+			return false, errNotHeld
+		}
+		return true, nil
+	})
+	if err != nil && !errors.Is(err, errNotHeld) {
+		return nil, fmt.Errorf("delete edge gateway: release its addresses: %w", err)
+	}
+	return released, nil
+}
+
+func oneToOneAddresses(g *EdgeGateway) []string {
+	out := make([]string, 0, len(g.OneToOne))
+	for _, o := range g.OneToOne {
+		out = append(out, o.PublicAddress)
+	}
+	return out
+}

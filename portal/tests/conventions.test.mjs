@@ -133,7 +133,7 @@ test('a member pages through every VM by cursors, with graphs, a renewing sessio
   await check(page, 'vm', true)
   await shot(page, 'vm-graphs')
 
-  for (const path of ['/networks', '/images', '/profiles/compute', '/profiles/storage']) {
+  for (const path of ['/networks', '/networking', '/images', '/profiles/compute', '/profiles/storage']) {
     await page.goto(base + path)
     await page.getByRole('heading', { level: 1 }).waitFor()
     await page.getByRole('table').or(page.getByText(/^No .*\.$/)).first().waitFor()
@@ -163,4 +163,8 @@ test('an admin sees graphs on a zone and a host page, without accessibility viol
   await page.goto(base + '/platform/vdcs')
   await page.getByRole('heading', { level: 1 }).waitFor()
   await check(page, 'vdcs', true)
+  await page.goto(base + '/platform/external-networks')
+  await page.getByRole('heading', { level: 1 }).waitFor()
+  await page.getByRole('table').or(page.getByText(/^No .*\.$/)).first().waitFor()
+  await check(page, 'external networks', true)
 })

@@ -19,6 +19,7 @@ export const navigation: NavSection[] = [
     items: [
       { to: '/vms', label: 'VMs' },
       { to: '/networks', label: 'Networks' },
+      { to: '/networking', label: 'Networking' },
     ],
   },
   {
@@ -36,6 +37,7 @@ export const navigation: NavSection[] = [
       { to: '/platform/zones', label: 'Zones' },
       { to: '/platform/hosts', label: 'Hosts' },
       { to: '/platform/vdcs', label: 'VDCs' },
+      { to: '/platform/external-networks', label: 'External networks' },
     ],
   },
 ]

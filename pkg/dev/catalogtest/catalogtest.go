@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ func Run(t *testing.T, open Open) {
 		"EveryFieldKept":           everyFieldKept,
 		"PublicAddressesOnce":      publicAddressesOnce,
 		"Secrets":                  secrets,
+		"DeleteEdgeGateway":        deleteEdgeGateway,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -472,5 +474,59 @@ func publicAddressesOnce(t *testing.T, open Open) {
 	})
 	if err != nil || len(o.(*catalog.ExternalNetwork).Status.Allocations) != n+1 {
 		t.Fatalf("after the release: %+v %v", o, err)
+	}
+}
+
+// deleteEdgeGateway: deleting a VDC's gateway gives back its public address
+// and its 1:1 addresses, and nobody else's; a gateway the VDC does not have
+// is ErrNotFound.
+func deleteEdgeGateway(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
+	if _, err := catalog.Create(ctx, a, en); err != nil {
+		t.Fatal(err)
+	}
+	red, err := catalog.EnsureEdgeGateway(ctx, a, "red", "zone1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blue, err := catalog.EnsureEdgeGateway(ctx, a, "blue", "zone1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := catalog.AllocatePublicAddress(ctx, a, "zone1", "red", catalog.UseOneToOne, netip.Addr{}, "publicAddress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	red.OneToOne = []catalog.OneToOneAddress{{ID: "o1", PublicAddress: one.String(), VMID: 100}}
+	if _, err := catalog.Update(ctx, a, red); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.DeleteEdgeGateway(ctx, b, "green", "zone1"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("deleting a gateway green does not have: %v", err)
+	}
+	if _, err := Await(t, b, catalog.KindEdgeGateway, red.Name, func(o catalog.Object) bool {
+		return len(o.(*catalog.EdgeGateway).OneToOne) == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	released, err := catalog.DeleteEdgeGateway(ctx, b, "red", "zone1")
+	want := []netip.Addr{netip.MustParseAddr(red.PublicAddress), one}
+	if err != nil || !slices.Equal(released, want) {
+		t.Fatalf("DeleteEdgeGateway: released %v, %v; want %v", released, err, want)
+	}
+	if _, err := catalog.DeleteEdgeGateway(ctx, b, "red", "zone1"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("deleting it again: %v", err)
+	}
+	o, err := Await(t, a, catalog.KindExternalNetwork, "zone1", func(o catalog.Object) bool {
+		return len(o.(*catalog.ExternalNetwork).Status.Allocations) == 1
+	})
+	if err != nil {
+		t.Fatalf("the pool after the delete: %+v %v", o, err)
+	}
+	if al := o.(*catalog.ExternalNetwork).Status.Allocations[0]; al.VDC != "blue" || al.Address != blue.PublicAddress {
+		t.Fatalf("the pool after red's gateway went: %+v", o.(*catalog.ExternalNetwork).Status.Allocations)
 	}
 }

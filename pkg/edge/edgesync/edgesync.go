@@ -49,9 +49,12 @@ type Syncer struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	placed map[string]string // "zone/vdc" -> mesh name of the host running it; protected by mu
-	failed map[string]error  // "zone/vdc" -> why the last pass could not apply it; protected by mu
+	placed map[gatewayKey]string // mesh name of the host running it; protected by mu
+	failed map[gatewayKey]error  // why the last pass could not apply it; protected by mu
 }
+
+// gatewayKey names a VDC's gateway in a zone.
+type gatewayKey struct{ zoneID, vdc string }
 
 // New returns a Syncer; Run starts it.
 func New(cfg Config) *Syncer {
@@ -65,7 +68,7 @@ func New(cfg Config) *Syncer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, placed: map[string]string{}, failed: map[string]error{}}
+	return &Syncer{cfg: cfg, log: log, placed: map[gatewayKey]string{}, failed: map[gatewayKey]error{}}
 }
 
 // Run makes a pass every Interval until ctx ends.
@@ -88,7 +91,7 @@ func (s *Syncer) Run(ctx context.Context) {
 func (s *Syncer) Placement(zoneID, vdc string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, ok := s.placed[zoneID+"/"+vdc]
+	h, ok := s.placed[gatewayKey{zoneID, vdc}]
 	return h, ok
 }
 
@@ -97,7 +100,7 @@ func (s *Syncer) Placement(zoneID, vdc string) (string, bool) {
 func (s *Syncer) LastError(zoneID, vdc string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.failed[zoneID+"/"+vdc]
+	return s.failed[gatewayKey{zoneID, vdc}]
 }
 
 // Choose orders the online hosts of z for vdc (rendezvous hashing) and returns the
@@ -118,65 +121,72 @@ func Choose(z zones.Zone, vdc string) (zones.Host, bool) {
 }
 
 // Sync makes one pass: every desired gateway applied on its host and removed from the
-// zone's other online hosts.
+// zone's other online hosts, and every gateway this Syncer placed that is no longer
+// desired (deleted) removed from every online host of its zone.
 func (s *Syncer) Sync(ctx context.Context) error {
 	want, err := s.cfg.Desired(ctx)
 	if err != nil {
 		return fmt.Errorf("edgesync: desired state: %w", err)
 	}
+	wanted := map[gatewayKey]bool{}
+	for _, d := range want {
+		wanted[gatewayKey{d.ZoneID, d.Gateway.GetVdc()}] = true
+	}
+	s.mu.Lock()
+	var gone []gatewayKey
+	for k := range s.placed {
+		if !wanted[k] {
+			gone = append(gone, k)
+		}
+	}
+	s.mu.Unlock()
 	var (
 		errs []error
 		emu  sync.Mutex
 		wg   sync.WaitGroup
 	)
-	for _, d := range want {
+	run := func(f func() error) {
 		wg.Go(func() {
-			if err := s.one(ctx, d); err != nil {
+			if err := f(); err != nil {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()
 			}
 		})
 	}
+	for _, d := range want {
+		run(func() error { return s.one(ctx, d) })
+	}
+	for _, k := range gone {
+		run(func() error { return s.teardown(ctx, k) })
+	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (s *Syncer) one(ctx context.Context, d Desired) error {
-	vdc := d.Gateway.GetVdc()
-	z, ok := s.cfg.Zones.Zone(d.ZoneID)
-	if !ok {
-		return fmt.Errorf("edgesync: %s: unknown zone %s", vdc, d.ZoneID)
+// teardown removes a gateway no longer desired from every online host of its zone
+// and, once that worked, forgets it.
+func (s *Syncer) teardown(ctx context.Context, k gatewayKey) error {
+	var errs []error
+	if z, ok := s.cfg.Zones.Zone(k.zoneID); ok {
+		errs = s.removeFrom(ctx, z, k.vdc, "")
 	}
-	key := d.ZoneID + "/" + vdc
-	err := s.apply(ctx, z, key, d.Gateway)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	s.log.Info("edgesync: gateway removed", "vdc", k.vdc, "zone", k.zoneID)
 	s.mu.Lock()
-	if err != nil {
-		s.failed[key] = err
-	} else {
-		delete(s.failed, key)
-	}
+	delete(s.placed, k)
+	delete(s.failed, k)
 	s.mu.Unlock()
-	return err
+	return nil
 }
 
-// apply places gw in z and removes it from the zone's other hosts.
-func (s *Syncer) apply(ctx context.Context, z zones.Zone, key string, gw *edgev1.Gateway) error {
-	vdc := gw.GetVdc()
-	h, ok := Choose(z, vdc)
-	if !ok {
-		return fmt.Errorf("edgesync: %s: zone %s has no online host", vdc, z.Name)
-	}
-	s.mu.Lock()
-	prev := s.placed[key]
-	s.mu.Unlock()
-	if prev != h.MeshName {
-		s.log.Info("edgesync: gateway placed", "vdc", vdc, "zone", z.Name, "host", h.MeshName, "was", prev)
-	}
+// removeFrom removes vdc's gateway from the online hosts of z but keep.
+func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc, keep string) []error {
 	var errs []error
-	// The others first: two gateways of one VDC would answer for one address.
 	for _, o := range z.Hosts {
-		if o.MeshName == h.MeshName || o.Status != zones.StatusOnline {
+		if o.MeshName == keep || o.Status != zones.StatusOnline {
 			continue
 		}
 		c, err := s.cfg.Zones.EdgeClient(o.MeshName)
@@ -189,6 +199,42 @@ func (s *Syncer) apply(ctx context.Context, z zones.Zone, key string, gw *edgev1
 			errs = append(errs, fmt.Errorf("edgesync: remove %s from %s: %w", vdc, o.MeshName, err))
 		}
 	}
+	return errs
+}
+
+func (s *Syncer) one(ctx context.Context, d Desired) error {
+	vdc := d.Gateway.GetVdc()
+	z, ok := s.cfg.Zones.Zone(d.ZoneID)
+	if !ok {
+		return fmt.Errorf("edgesync: %s: unknown zone %s", vdc, d.ZoneID)
+	}
+	key := gatewayKey{d.ZoneID, vdc}
+	err := s.apply(ctx, z, key, d.Gateway)
+	s.mu.Lock()
+	if err != nil {
+		s.failed[key] = err
+	} else {
+		delete(s.failed, key)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// apply places gw in z and removes it from the zone's other hosts.
+func (s *Syncer) apply(ctx context.Context, z zones.Zone, key gatewayKey, gw *edgev1.Gateway) error {
+	vdc := gw.GetVdc()
+	h, ok := Choose(z, vdc)
+	if !ok {
+		return fmt.Errorf("edgesync: %s: zone %s has no online host", vdc, z.Name)
+	}
+	s.mu.Lock()
+	prev := s.placed[key]
+	s.mu.Unlock()
+	if prev != h.MeshName {
+		s.log.Info("edgesync: gateway placed", "vdc", vdc, "zone", z.Name, "host", h.MeshName, "was", prev)
+	}
+	// The others first: two gateways of one VDC would answer for one address.
+	errs := s.removeFrom(ctx, z, vdc, h.MeshName)
 	c, err := s.cfg.Zones.EdgeClient(h.MeshName)
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
