@@ -197,7 +197,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		t.Errorf("the port forward answered %q", got)
 	}
 	var gw gqlEdgeGateway
-	poll(t, 15*time.Second, "the gateway active", func() bool {
+	poll(t, 60*time.Second, "the gateway active", func() bool {
 		gws := edgeGateways(t, h, "alice", "red")
 		gw = gws[0]
 		return len(gws) == 1 && gw.Status == "ACTIVE"
@@ -217,7 +217,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		t.Errorf("an address in use given twice: %s", r.Raw)
 	}
 	// Once the 1:1 address is applied the VM leaves by it.
-	poll(t, 15*time.Second, "the VM leaving by its 1:1 address", func() bool {
+	poll(t, 45*time.Second, "the VM leaving by its 1:1 address", func() bool {
 		return nettest.PeerIP(nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second)) == one.PublicAddress
 	})
 	before := edgeGateways(t, h, "alice", "red")[0].counter("default-deny-inbound")
@@ -250,7 +250,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	// Deleting the port forward closes it; the 1:1 address goes back to the pool.
 	h.GraphQL(t, "alice", "red", `mutation($id: ID!) { deletePortForward(id: $id) { id } }`, map[string]any{"id": fwd.ID}).OK(t)
 	h.GraphQL(t, "alice", "red", `mutation($id: ID!) { deleteOneToOneAddress(id: $id) { id } }`, map[string]any{"id": one.ID}).OK(t)
-	poll(t, 15*time.Second, "the port forward closed", func() bool { return nettest.Reach(inet, "203.0.113.10:8080", time.Second) == "" })
+	poll(t, 45*time.Second, "the port forward closed", func() bool { return nettest.Reach(inet, "203.0.113.10:8080", time.Second) == "" })
 	var exts struct{ Nodes []struct{ Allocated int } }
 	h.GraphQL(t, "admin", "", `{ externalNetworks { nodes { allocated } } }`, nil).OK(t).Into(t, "externalNetworks", &exts)
 	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 {
@@ -297,7 +297,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 { // blue's address only
 		t.Errorf("external networks after red's gateway went: %+v", exts)
 	}
-	poll(t, 15*time.Second, "the gateway's namespace gone", func() bool { return !nsnet.Exists(gwNS) })
+	poll(t, 45*time.Second, "the gateway's namespace gone", func() bool { return !nsnet.Exists(gwNS) })
 	if got := nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second); got != "" {
 		t.Errorf("the VM reaches the internet without a gateway: %q", got)
 	}
