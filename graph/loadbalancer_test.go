@@ -23,7 +23,15 @@ type lbStack struct {
 func newLBStack(t *testing.T, opts ...meshtest.Option) *lbStack {
 	t.Helper()
 	replica := lbtest.NewReplica(t, "lb-token")
-	lbs := orchestrator.LoadBalancersConfig{Token: "lb-token", Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}
+	s := setupLBStack(t, orchestrator.LoadBalancersConfig{Token: "lb-token", Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}, opts...)
+	s.replica = replica
+	return s
+}
+
+// setupLBStack is newLBStack with the replicas of lbs (and no lbtest
+// Replica).
+func setupLBStack(t *testing.T, lbs orchestrator.LoadBalancersConfig, opts ...meshtest.Option) *lbStack {
+	t.Helper()
 	h := meshtest.New(t, append([]meshtest.Option{meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
 		meshtest.WithAPI(meshtest.APISpec{LoadBalancers: lbs})}, opts...)...)
 	h.WaitOnline(t, 30*time.Second)
@@ -35,7 +43,7 @@ func newLBStack(t *testing.T, opts ...meshtest.Option) *lbStack {
 	  createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24", gateway: "203.0.113.254",
 	    poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`,
 		map[string]any{"u": url, "c": sum}).OK(t)
-	return &lbStack{h: h, replica: replica}
+	return &lbStack{h: h}
 }
 
 // vms creates a network (10.<n>.0.0/24) and running VMs of names in vdc

@@ -39,6 +39,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	// The Caddy modules a rendered config uses, and no others.
 	_ "github.com/caddyserver/caddy/v2/modules/caddyevents"
@@ -139,7 +140,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	g.metrics = newMetrics(reg, g)
 	g.admin = &http.Server{Handler: g.handler(reg), ReadHeaderTimeout: 10 * time.Second}
