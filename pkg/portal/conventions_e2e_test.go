@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
-	"github.com/flexplane/flexplane/pkg/portal"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -40,19 +38,10 @@ func TestBrowserConventions(t *testing.T) {
 	begin := time.Now()
 	vdcs := meshtest.DefaultVDCs()
 	vdcs[0].Quotas.VMs = conventionVMs + 10
-	web := &lateHandler{}
-	h := meshtest.New(t,
+	h, issuer := portalMesh(t, public, slog.DiscardHandler,
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}),
 		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs, SessionTokenLifetime: 45 * time.Second}),
-		meshtest.WithHandler(web),
 	)
-	issuer := h.IDP(t).Issuer()
-	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
 	h.WaitOnline(t, 30*time.Second)
 	seedGuests(t, h.Clusters[0].Proxmox(t), "red", conventionVMs, 3)
 	t.Logf("harness up and %d guests seeded in %s", conventionVMs, time.Since(begin).Round(time.Millisecond))

@@ -34,6 +34,47 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h).ServeHTTP(w, r)
 }
 
+// portalMesh starts the mesh harness with opts serving the built portal
+// (public) on the orchestrator's address, logging to logs, and returns it
+// with its provider's issuer.
+func portalMesh(t *testing.T, public string, logs slog.Handler, opts ...meshtest.Option) (*meshtest.Harness, string) {
+	t.Helper()
+	web := &lateHandler{}
+	h := meshtest.New(t, append(opts, meshtest.WithHandler(web))...)
+	issuer := h.IDP(t).Issuer()
+	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ph http.Handler = p
+	web.h.Store(&ph)
+	return h, issuer
+}
+
+// redUsers are the platform admin, alice (a member of VDC red) and vera
+// (a viewer of red), each with the password <name>-pw.
+func redUsers() []devidp.User {
+	return []devidp.User{
+		{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
+		{Username: "alice", Name: "Alice", Roles: []string{auth.VDCRoleKey("red", auth.RoleMember)}},
+		{Username: "vera", Name: "Vera", Roles: []string{auth.VDCRoleKey("red", auth.RoleViewer)}},
+	}
+}
+
+// redEnv is the environment of a browser test signing in as redUsers
+// against h, with its artifacts in artifacts, and extra.
+func redEnv(h *meshtest.Harness, issuer, artifacts string, extra ...string) []string {
+	return append([]string{
+		"PORTAL_URL=" + h.Orchestrator.URL(),
+		"OIDC_ISSUER=" + issuer,
+		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
+		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
+		"PORTAL_MEMBER_VDCS=red",
+		"PORTAL_VIEWER_USER=vera", "PORTAL_VIEWER_PASSWORD=vera-pw",
+		"PORTAL_ARTIFACTS=" + artifacts,
+	}, extra...)
+}
+
 // checkMigrated checks through GraphQL that the VM the browser test
 // migrated (artifacts/migrated.json) is in the zone and on the host it
 // moved to, under the id of the page it was moved from.
@@ -100,21 +141,12 @@ func TestBrowserMesh(t *testing.T) {
 	if os.Getenv("PORTAL_MESH_LOG") != "" {
 		logs = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
 	}
-	web := &lateHandler{}
-	h := meshtest.New(t,
+	h, issuer := portalMesh(t, public, logs,
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
 		// The harness's agents report "meshtest": every host has an update.
 		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, AgentVersion: "meshtest-next"}),
-		meshtest.WithHandler(web),
 		meshtest.WithLogHandler(logs),
 	)
-	issuer := h.IDP(t).Issuer()
-	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
 	h.WaitOnline(t, 30*time.Second)
 
 	// The catalog a VM needs: an image served over loopback, a compute

@@ -2,18 +2,14 @@ package portal_test
 
 import (
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
-	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
-	"github.com/flexplane/flexplane/pkg/portal"
 )
 
 // TestBrowserNetworking runs tests/networking.test.mjs against the mesh
@@ -32,40 +28,18 @@ func TestBrowserNetworking(t *testing.T) {
 	nettest.NeedRoot(t)
 	root, public := browserPrerequisites(t)
 	begin := time.Now()
-	users := []devidp.User{
-		{Username: "admin", Name: "Ada Admin", Roles: []string{auth.PlatformAdminRole}},
-		{Username: "alice", Name: "Alice", Roles: []string{auth.VDCRoleKey("red", auth.RoleMember)}},
-		{Username: "vera", Name: "Vera", Roles: []string{auth.VDCRoleKey("red", auth.RoleViewer)}},
-	}
-	web := &lateHandler{}
-	h := meshtest.New(t,
+	h, issuer := portalMesh(t, public, slog.DiscardHandler,
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users}),
+		meshtest.WithAPI(meshtest.APISpec{Users: redUsers()}),
 		meshtest.WithDataPlane(netip.MustParsePrefix("203.0.113.254/24")),
-		meshtest.WithHandler(web),
 	)
-	issuer := h.IDP(t).Issuer()
-	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
 	h.WaitOnline(t, 30*time.Second)
 	seedGuests(t, h.Clusters[0].Proxmox(t), "red", 2, 0)
 	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
 
 	artifacts := filepath.Join(root, "test-artifacts", "networking")
 	// Generous: under CI's load the four tests took 2.5 minutes.
-	start := browsertest.Run(t, root, 8*time.Minute, []string{
-		"PORTAL_URL=" + h.Orchestrator.URL(),
-		"OIDC_ISSUER=" + issuer,
-		"PORTAL_ADMIN_USER=admin", "PORTAL_ADMIN_PASSWORD=admin-pw",
-		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
-		"PORTAL_MEMBER_VDCS=red",
-		"PORTAL_VIEWER_USER=vera", "PORTAL_VIEWER_PASSWORD=vera-pw",
-		"PORTAL_ARTIFACTS=" + artifacts,
-	}, "tests/networking.test.mjs")
+	start := browsertest.Run(t, root, 8*time.Minute, redEnv(h, issuer, artifacts), "tests/networking.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "external-networks", "networking", "networking-viewer", "networking-deleted")
 
 	// What the browser did, through the API: red's gateway is gone and its

@@ -2,7 +2,6 @@ package portal_test
 
 import (
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
-	"github.com/flexplane/flexplane/pkg/portal"
 )
 
 // TestBrowserAgentUpdate updates an agent from the portal's Hosts page: the
@@ -37,16 +35,8 @@ func TestBrowserAgentUpdate(t *testing.T) {
 	if os.Getenv("PORTAL_MESH_LOG") != "" {
 		logs = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
 	}
-	web := &lateHandler{}
-	h := meshtest.New(t, meshtest.WithoutAgents(), meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithReleases(k.Public, 3*time.Minute),
-		meshtest.WithHandler(web), meshtest.WithLogHandler(logs), meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}))
-	issuer := h.IDP(t).Issuer()
-	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
+	h, issuer := portalMesh(t, public, logs, meshtest.WithoutAgents(), meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithReleases(k.Public, 3*time.Minute),
+		meshtest.WithLogHandler(logs), meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}))
 
 	agents := h.StartProcessAgents(t, h.Clusters[0], v1, agent.EnvReleaseKey+"="+k.Public)
 	at := func(p *meshtest.ProcessAgent, version string) bool {

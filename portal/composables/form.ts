@@ -3,7 +3,10 @@
 // refuses), sends them and closes the dialog; the API's refusals show on
 // their field (BAD_USER_INPUT with extensions.field input.<key>, the field
 // focused) or above the form. The fields' controls have the ids
-// `${prefix}-${key}`.
+// `${prefix}-${key}`, the key's brackets and dots made dashes (a nested
+// field such as listeners[0].port is the control lb-listeners-0-port): an
+// API field with such a control shows its error there even when it is no
+// key of the values.
 
 export function useDialogForm<V extends Record<string, unknown>>(opts: {
   prefix: string
@@ -18,7 +21,8 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
   const fieldErrors = ref<Record<string, string>>({})
   const formError = ref('')
   const saving = ref(false)
-  const focus = (key: string) => nextTick(() => document.getElementById(`${opts.prefix}-${key}`)?.focus())
+  const controlId = (key: string) => `${opts.prefix}-${key.replace(/[^A-Za-z0-9_-]+/g, '-').replace(/-$/, '')}`
+  const focus = (key: string) => nextTick(() => document.getElementById(controlId(key))?.focus())
 
   function open(start: Partial<V> = {}) {
     values.value = { ...opts.blank(), ...start }
@@ -45,7 +49,7 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
       else if (e.code === 'UNAUTHENTICATED') return
       else {
         const key = e.field?.replace(/^input\./, '')
-        if (e.code === 'BAD_USER_INPUT' && key && key in values.value) {
+        if (e.code === 'BAD_USER_INPUT' && key && (key in values.value || document.getElementById(controlId(key)))) {
           fieldErrors.value = { [key]: readable(e.message, e.field) }
           focus(key)
         } else formError.value = `${errorTitle(e.code)}: ${e.message}`

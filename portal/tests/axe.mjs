@@ -29,3 +29,12 @@ export async function check(page, name, phone) {
   await axe(page, name)
   if (phone) await fits(page, name)
 }
+
+// phone checks the page as it is now on a 390 px phone, with axe, and
+// gives the page its size back.
+export async function phone(page, name) {
+  const size = page.viewportSize()
+  await page.setViewportSize({ width: 390, height: 844 })
+  await check(page, name, true)
+  await page.setViewportSize(size)
+}

@@ -203,3 +203,9 @@ export async function updateAgentFromHostsPage(t, page, { host, other, from, to,
   assert.ok(await page.getByRole('button', { name: `Update ${other}`, exact: true }).isEnabled())
   await shot(page, `${shots}-done`)
 }
+
+// fieldError is the error shown under a form field (FormField's data-field).
+export const fieldError = (dialog, field) => dialog.locator(`[data-field="${field}"] .field-error`)
+
+// said waits for the page's message about what it did.
+export const said = (page, text) => page.locator('p.ok').getByText(text, { exact: true }).waitFor()

@@ -18,27 +18,13 @@
 // PORTAL_VIEWER_USER/PASSWORD (a viewer of it), PORTAL_ARTIFACTS.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { check } from './axe.mjs'
-import { admin, base, env, go, member, memberVDCs, session, shot, signIn } from './lib.mjs'
+import { check, phone } from './axe.mjs'
+import { admin, base, env, fieldError, go, member, memberVDCs, said, session, shot, signIn } from './lib.mjs'
 
 const viewer = { user: env('PORTAL_VIEWER_USER'), password: env('PORTAL_VIEWER_PASSWORD') }
 const vdc = memberVDCs[0]
 // The gateway is placed and applied by the orchestrator's next passes.
 const applyTimeout = 60_000
-
-// fieldError is the error shown under a form field.
-const fieldError = (dialog, field) => dialog.locator(`[data-field="${field}"] .field-error`)
-
-// said waits for the page's message about what it did.
-const said = (page, text) => page.locator('p.ok').getByText(text, { exact: true }).waitFor()
-
-// phone checks the page as it is now on a 390 px phone, with axe.
-async function phone(page, name) {
-  const size = page.viewportSize()
-  await page.setViewportSize({ width: 390, height: 844 })
-  await check(page, name, true)
-  await page.setViewportSize(size)
-}
 
 test('the platform admin creates the external network of a zone', async (t) => {
   const { page } = await session(t)

@@ -20,6 +20,7 @@ export const navigation: NavSection[] = [
       { to: '/vms', label: 'VMs' },
       { to: '/networks', label: 'Networks' },
       { to: '/networking', label: 'Networking' },
+      { to: '/load-balancers', label: 'Load balancers' },
     ],
   },
   {
