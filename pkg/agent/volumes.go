@@ -8,15 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"hash"
 	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -178,89 +175,31 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 		return status.Errorf(codes.Internal, "agent: open volume %s: %v", o.volume, err)
 	}
 	defer f.Close()
-	// The volume is read (and hashed) ahead of the stream: the next chunks
-	// are ready while one is sent.
-	chunks, free := make(chan readChunk, readAhead), make(chan []byte, readAhead+1)
-	for range readAhead + 1 {
-		free <- make([]byte, chunkSize)
-	}
-	var sum string
-	read := make(chan error, 1)
-	var reader sync.WaitGroup
-	defer reader.Wait() // before the file closes
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	reader.Go(func() {
-		defer close(chunks)
-		s, err := readVolume(ctx, f, o.size, a.cfg.MigrationBandwidth, chunks, free)
-		sum = s
-		read <- err
-	})
-	for c := range chunks {
-		err := stream.Send(&agentv1.ReadVolumeResponse{Offset: uint64(c.off), Data: c.data})
-		free <- c.data[:cap(c.data)]
-		if err != nil {
-			return err
-		}
-	}
-	if err := <-read; err != nil {
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		return status.Errorf(codes.Internal, "agent: read volume %s: %v", o.volume, err)
-	}
-	a.log.Info("agent: volume read", "volume", o.volume, "reader", who.Name, "bytes", o.size)
-	return stream.Send(&agentv1.ReadVolumeResponse{Size: uint64(o.size), Sha256: sum})
-}
-
-// readAhead is how many chunks a volume's source reads ahead of its stream
-// (and its target holds to write).
-const readAhead = 4
-
-// readChunk is data of a volume at off.
-type readChunk struct {
-	off  int64
-	data []byte
-}
-
-// readVolume reads the first size bytes of f a chunk at a time into
-// buffers taken from free, at rate bytes per second at most (0: no
-// bound), hashing them all and sending those not all zeros to chunks; it
-// returns the SHA-256 of what it read.
-func readVolume(ctx context.Context, f *os.File, size, rate int64, chunks chan<- readChunk, free <-chan []byte) (string, error) {
 	h := sha256.New()
+	buf := make([]byte, chunkSize)
 	zero := make([]byte, chunkSize)
+	var off int64
 	start := time.Now()
-	var buf []byte // the buffer being filled; a run of zeros keeps it
-	for off := int64(0); off < size; {
-		if err := pace(ctx, start, off, rate); err != nil {
-			return "", err
+	for off < o.size {
+		if err := pace(stream.Context(), start, off, a.cfg.MigrationBandwidth); err != nil {
+			return status.FromContextError(err).Err()
 		}
-		if buf == nil {
-			select {
-			case buf = <-free:
-			case <-ctx.Done():
-				return "", ctx.Err()
+		n, err := io.ReadFull(f, buf[:min(int64(chunkSize), o.size-off)])
+		if n > 0 {
+			h.Write(buf[:n])
+			if !bytes.Equal(buf[:n], zero[:n]) {
+				if err := stream.Send(&agentv1.ReadVolumeResponse{Offset: uint64(off), Data: buf[:n]}); err != nil {
+					return err
+				}
 			}
+			off += int64(n)
 		}
-		n, err := io.ReadFull(f, buf[:min(int64(chunkSize), size-off)])
 		if err != nil {
-			return "", fmt.Errorf("at %d: %w", off+int64(n), err)
+			return status.Errorf(codes.Internal, "agent: read volume %s at %d: %v", o.volume, off, err)
 		}
-		h.Write(buf[:n])
-		// A run of zeros is not sent: the target's volume holds zeros
-		// there (its checksum says so).
-		if !bytes.Equal(buf[:n], zero[:n]) {
-			select {
-			case chunks <- readChunk{off: off, data: buf[:n]}:
-				buf = nil
-			case <-ctx.Done():
-				return "", ctx.Err()
-			}
-		}
-		off += int64(n)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	a.log.Info("agent: volume read", "volume", o.volume, "reader", who.Name, "bytes", off)
+	return stream.Send(&agentv1.ReadVolumeResponse{Size: uint64(o.size), Sha256: hex.EncodeToString(h.Sum(nil))})
 }
 
 // pace waits until reading done bytes since start keeps to rate bytes
@@ -307,7 +246,7 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(dst.Path, os.O_RDWR, 0) // read too: the runs the source did not send are hashed as f holds them
+	f, err := os.OpenFile(dst.Path, os.O_WRONLY, 0)
 	if err != nil {
 		return status.Errorf(codes.Internal, "agent: open volume %s: %v", req.GetVolume(), err)
 	}
@@ -329,12 +268,8 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "agent: read from source: %v", err)
 	}
-	// What arrives is written (and hashed) by a writer of its own, so that
-	// the stream is read on while a chunk goes to disk.
-	w := &volumeWriter{f: f, h: sha256.New(), chunks: make(chan *agentv1.ReadVolumeResponse, readAhead), done: make(chan error, 1)}
-	go w.run()
-	defer w.stop()
-	last, end := time.Now(), int64(0)
+	var done int64
+	last := time.Now()
 	for {
 		c, err := rd.Recv()
 		if err != nil {
@@ -348,18 +283,13 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 			if size > dst.Size {
 				return status.Errorf(codes.FailedPrecondition, "agent: volume %s (%d bytes) is smaller than the source (%d)", req.GetVolume(), dst.Size, size)
 			}
-			if err := w.stop(); err != nil {
-				return status.Errorf(codes.Internal, "agent: write volume: %v", err)
-			}
-			// The rest of the volume (after the last data) is hashed as it
-			// is on disk; then all of it is made durable.
-			if err := w.hashTo(size); err != nil {
-				return status.Errorf(codes.Internal, "agent: checksum volume: %v", err)
-			}
 			if err := f.Sync(); err != nil {
 				return status.Errorf(codes.Internal, "agent: sync volume: %v", err)
 			}
-			sum := hex.EncodeToString(w.h.Sum(nil))
+			sum, err := fileSHA256(dst.Path, size)
+			if err != nil {
+				return status.Errorf(codes.Internal, "agent: checksum volume: %v", err)
+			}
 			if sum != c.GetSha256() {
 				return status.Errorf(codes.DataLoss, "agent: volume %s: checksum %s, the source's %s", req.GetVolume(), sum, c.GetSha256())
 			}
@@ -367,94 +297,34 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 			return stream.Send(&agentv1.PullVolumeResponse{BytesDone: uint64(size), BytesTotal: uint64(size), Sha256: sum})
 		}
 		off := int64(c.GetOffset())
-		if off < end || off+int64(len(c.GetData())) > dst.Size {
-			return status.Errorf(codes.FailedPrecondition, "agent: the source's data at %d does not follow its data before or does not fit volume %s", off, req.GetVolume())
+		if off < 0 || off+int64(len(c.GetData())) > dst.Size {
+			return status.Errorf(codes.FailedPrecondition, "agent: the source's data at %d does not fit volume %s", off, req.GetVolume())
 		}
-		end = off + int64(len(c.GetData()))
-		select {
-		case w.chunks <- c:
-		case err := <-w.done:
-			w.done <- err
+		if _, err := f.WriteAt(c.GetData(), off); err != nil {
 			return status.Errorf(codes.Internal, "agent: write volume: %v", err)
 		}
+		done = off + int64(len(c.GetData()))
 		if time.Since(last) >= progressEvery {
 			last = time.Now()
-			if err := stream.Send(&agentv1.PullVolumeResponse{BytesDone: uint64(w.written.Load()), BytesTotal: uint64(dst.Size)}); err != nil {
+			if err := stream.Send(&agentv1.PullVolumeResponse{BytesDone: uint64(done), BytesTotal: uint64(dst.Size)}); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// writebackEvery is how much a volume's target writes between starting the
-// writeback of what it wrote (so that the sync at the end waits little).
-const writebackEvery = 32 << 20
-
-// volumeWriter writes a volume's data, in order of offset, into f and
-// hashes all of f up to the end of the data: the data as it writes it,
-// the runs between (which the source did not send: zeros) as f holds them.
-type volumeWriter struct {
-	f      *os.File
-	h      hash.Hash // of f's first hashed bytes; the writer's until done
-	hashed int64
-	// written is the end of the data written so far.
-	written  atomic.Int64
-	flushed  int64 // where the last writeback started
-	chunks   chan *agentv1.ReadVolumeResponse
-	done     chan error // the writer's end: one error (or nil)
-	stopOnce sync.Once
-	err      error
-}
-
-func (w *volumeWriter) run() {
-	for c := range w.chunks {
-		if err := w.write(int64(c.GetOffset()), c.GetData()); err != nil {
-			w.done <- err
-			for range w.chunks { // drain: the reader stops on the error
-			}
-			return
-		}
+// fileSHA256 is the SHA-256 of the first size bytes of path.
+func fileSHA256(path string, size int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
 	}
-	w.done <- nil
-}
-
-func (w *volumeWriter) write(off int64, data []byte) error {
-	if err := w.hashTo(off); err != nil {
-		return err
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, size)); err != nil {
+		return "", err
 	}
-	if _, err := w.f.WriteAt(data, off); err != nil {
-		return err
-	}
-	w.h.Write(data)
-	w.hashed = off + int64(len(data))
-	w.written.Store(w.hashed)
-	if w.hashed-w.flushed >= writebackEvery {
-		startWriteback(w.f, w.flushed, w.hashed-w.flushed)
-		w.flushed = w.hashed
-	}
-	return nil
-}
-
-// hashTo hashes f from where the hash is to end, as f holds it.
-func (w *volumeWriter) hashTo(end int64) error {
-	if end <= w.hashed {
-		return nil
-	}
-	if _, err := io.Copy(w.h, io.NewSectionReader(w.f, w.hashed, end-w.hashed)); err != nil {
-		return err
-	}
-	w.hashed = end
-	return nil
-}
-
-// stop ends the writer once it wrote what it was given and returns its
-// error; the hash is the caller's after it.
-func (w *volumeWriter) stop() error {
-	w.stopOnce.Do(func() {
-		close(w.chunks)
-		w.err = <-w.done
-	})
-	return w.err
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // caller identifies the mesh peer of a call.
