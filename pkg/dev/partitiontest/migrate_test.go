@@ -491,4 +491,3 @@ func TestMigrateLinkCut(t *testing.T) {
 	t.Logf("link cut mid-copy: the move failed %v after the cut with the source running again; link down %v; undone %v after the heal; the second move arrived byte-identical",
 		failed.Round(time.Millisecond), down.Round(time.Millisecond), undone.Round(time.Millisecond))
 }
-
