@@ -297,8 +297,9 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 { // blue's address only
 		t.Errorf("external networks after red's gateway went: %+v", exts)
 	}
-	poll(t, 45*time.Second, "the gateway's namespace gone", func() bool { return !nsnet.Exists(gwNS) })
-	if got := nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second); got != "" {
-		t.Errorf("the VM reaches the internet without a gateway: %q", got)
-	}
+	// A sync pass that read the catalog before the delete may apply once
+	// more after it; the next pass takes the gateway down for good.
+	poll(t, 45*time.Second, "the gateway's namespace gone and the VM cut off", func() bool {
+		return !nsnet.Exists(gwNS) && nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second) == ""
+	})
 }
