@@ -9,7 +9,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # the grpc-zerolog global its Serve writes) that fail any -race run; a -race
 # run of them reports no race in flexplane's own code, and they are the
 # slowest to build with -race.
-RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator -e /pkg/rollout -e /pkg/dev/partitiontest)
+# pkg/loadbalancer/gateway is left out: caddy-l4 v0.1.2 itself has a data race (l4proxy counts
+# a connection with an unsynchronised add), which the detector reports in any gateway test.
+RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -e /pkg/dev/meshtest -e /pkg/orchestrator -e /pkg/rollout -e /pkg/dev/partitiontest -e /pkg/loadbalancer/gateway)
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, the browser tests on the mesh harness (embedded Headscale), and
