@@ -75,6 +75,7 @@ func set[V any](dst *V, v *V) {
 	}
 }
 
+// deref is *v, or the zero value for nil.
 func deref[V any](v *V) V {
 	var zero V
 	if v == nil {
@@ -84,7 +85,7 @@ func deref[V any](v *V) V {
 }
 
 func quotas(q *model.VDCQuotasInput) catalog.VDCQuotas {
-	return catalog.VDCQuotas{VCPUs: q.Vcpus, MemoryMiB: q.MemoryMiB, StorageGiB: q.StorageGiB, VMs: q.Vms}
+	return catalog.VDCQuotas{VCPUs: q.Vcpus, MemoryMiB: q.MemoryMiB, StorageGiB: q.StorageGiB, VMs: q.Vms, PublicAddresses: q.PublicAddresses}
 }
 
 func pools(in []*model.ZonePoolInput) []catalog.ZonePool {
@@ -95,11 +96,16 @@ func pools(in []*model.ZonePoolInput) []catalog.ZonePool {
 	return out
 }
 
-// vdcUsage is what v uses as its quotas count it (the quota ledger's
-// count), read within the zone timeout; with no zones, nothing.
+// vdcUsage is what v uses as its quotas count it: its VMs (the quota
+// ledger's count, read within the zone timeout; with no zones, none) and
+// the public addresses it holds (the catalog's count).
 func (r *Resolver) vdcUsage(ctx context.Context, v *catalog.VDC) (*model.VDCUsage, error) {
+	addrs, err := catalog.PublicAddressesOf(ctx, r.Catalog, v.Name)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
 	if r.Zones == nil {
-		return &model.VDCUsage{}, nil
+		return &model.VDCUsage{PublicAddresses: addrs}, nil
 	}
 	svc, err := r.compute()
 	if err != nil {
@@ -112,5 +118,5 @@ func (r *Resolver) vdcUsage(ctx context.Context, v *catalog.VDC) (*model.VDCUsag
 		r.Logger.Warn("graphql: VDC usage", "vdc", v.Name, "err", err)
 		return nil, apierr.New(apierr.ZoneUnavailable, "the usage of VDC %s cannot be read: a zone does not answer", v.Name)
 	}
-	return &model.VDCUsage{Vcpus: u.VCPUs, MemoryMiB: u.MemoryMiB, StorageGiB: u.StorageGiB, Vms: u.VMs}, nil
+	return &model.VDCUsage{Vcpus: u.VCPUs, MemoryMiB: u.MemoryMiB, StorageGiB: u.StorageGiB, Vms: u.VMs, PublicAddresses: addrs}, nil
 }

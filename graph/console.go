@@ -27,10 +27,14 @@ func (r *Resolver) openConsole(ctx context.Context, id string) (*model.ConsoleSe
 	if err != nil {
 		return nil, computeError(err, "")
 	}
-	ticket, exp, err := r.Consoles.Issue(console.Target{ZoneID: t.ZoneID, Node: t.Node, VMID: t.VMID, VMName: t.Name,
+	ticket, exp, err := r.Consoles.Issue(ctx, console.Target{ZoneID: t.ZoneID, Node: t.Node, VMID: t.VMID, VMName: t.Name,
 		VM: id, VDC: scope.VDC.Name, Subject: p.Subject})
 	if err != nil {
-		return nil, err
+		name := t.ZoneID
+		if z, ok := r.zoneByID(t.ZoneID); ok {
+			name = z.Name
+		}
+		return nil, apierr.ZoneDown(name, err)
 	}
 	return &model.ConsoleSession{Path: console.PathPrefix + ticket, ExpiresAt: exp}, nil
 }

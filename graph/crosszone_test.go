@@ -15,6 +15,7 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
+	"k8s.io/utils/ptr"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -167,7 +168,7 @@ func TestMigrateAcrossZones(t *testing.T) {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId progress { bytesMoved bytesTotal bytesPerSecond } } }`,
 			map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &last)
 		if last.State == "FAILED" {
-			t.Fatalf("the move failed at step %s: %s", last.Step, deref(last.Error))
+			t.Fatalf("the move failed at step %s: %s", last.Step, ptr.Deref(last.Error, ""))
 		}
 		return last.State == "SUCCEEDED"
 	})
@@ -298,12 +299,4 @@ func simClient(t *testing.T, c *meshtest.Cluster) *proxmox.Client {
 	t.Cleanup(tr.CloseIdleConnections)
 	id, secret, _ := strings.Cut(c.Token, "=")
 	return proxmox.NewClient(c.Sim.URL()+"/api2/json", proxmox.WithHTTPClient(&http.Client{Transport: tr}), proxmox.WithAPIToken(id, secret))
-}
-
-// deref is *s, or "" for nil.
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

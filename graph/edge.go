@@ -17,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
@@ -61,6 +62,20 @@ const maxEdgeTries = 20
 // public address when it has none), retrying on a concurrent write. A
 // change returning an error changes nothing.
 func (r *Resolver) changeGateway(ctx context.Context, vdc, zone, fieldPrefix string, change func(*catalog.EdgeGateway) error) (*catalog.EdgeGateway, error) {
+	// A change that makes the VDC's first gateway in the zone takes an
+	// address of its pool: the VDC's publicAddresses quota bounds it as it
+	// bounds 1:1 addresses and load balancers. A change of a gateway that
+	// is there takes none, so a quota lowered below what the VDC holds
+	// refuses no change (nor the removals that bring it back under).
+	has, err := catalog.HasEdgeGateway(ctx, r.Catalog, vdc, zone)
+	if err != nil {
+		return nil, edgeError(err, fieldPrefix)
+	}
+	if !has {
+		if err := quota.CheckPublicAddresses(ctx, r.Catalog, vdc, 1); err != nil {
+			return nil, edgeError(err, fieldPrefix)
+		}
+	}
 	for range maxEdgeTries {
 		g, err := catalog.EnsureEdgeGateway(ctx, r.Catalog, vdc, zone)
 		if err != nil {
@@ -320,7 +335,7 @@ func (r *Resolver) createFirewallRule(ctx context.Context, in model.CreateFirewa
 		rule.Direction = catalog.DirectionOutbound
 	}
 	if in.FromPort != nil || in.ToPort != nil {
-		from, to := cmp.Or(ptrVal(in.FromPort), ptrVal(in.ToPort)), cmp.Or(ptrVal(in.ToPort), ptrVal(in.FromPort))
+		from, to := cmp.Or(deref(in.FromPort), deref(in.ToPort)), cmp.Or(deref(in.ToPort), deref(in.FromPort))
 		if from == 0 || to == 0 {
 			field := "input.fromPort"
 			if from == 0 && in.FromPort != nil {
@@ -330,7 +345,7 @@ func (r *Resolver) createFirewallRule(ctx context.Context, in model.CreateFirewa
 		}
 		rule.FromPort, rule.ToPort = from, to
 	}
-	rule.Source, rule.Destination, rule.Description = ptrVal(in.Source), ptrVal(in.Destination), ptrVal(in.Description)
+	rule.Source, rule.Destination, rule.Description = deref(in.Source), deref(in.Destination), deref(in.Description)
 	if err := catalog.ValidateFirewallRule(rule); err != nil {
 		return nil, apierr.From(err, "input")
 	}
@@ -357,14 +372,6 @@ func (r *Resolver) createFirewallRule(ctx context.Context, in model.CreateFirewa
 		return nil, err
 	}
 	return firewallRuleModel(rule, pos), nil
-}
-
-func ptrVal[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // validPort refuses a port out of range on field.
@@ -455,11 +462,24 @@ func (r *Resolver) createOneToOneAddress(ctx context.Context, in model.CreateOne
 	if err != nil {
 		return nil, err
 	}
+	// The address, and the gateway's own when the VDC has none in the
+	// zone yet, count against the VDC's publicAddresses quota, as a load
+	// balancer's do; counted again once held, racers going over give theirs
+	// back.
+	if err := quota.CheckNewPublicAddresses(ctx, r.Catalog, scope.VDC.Name, z.Name, 1); err != nil {
+		return nil, edgeError(err, "input")
+	}
 	if _, err := catalog.EnsureEdgeGateway(ctx, r.Catalog, scope.VDC.Name, z.Name); err != nil {
 		return nil, edgeError(err, "input")
 	}
 	addr, err := catalog.AllocatePublicAddress(ctx, r.Catalog, z.Name, scope.VDC.Name, catalog.UseOneToOne, want, "publicAddress")
 	if err != nil {
+		return nil, edgeError(err, "input")
+	}
+	if err := quota.CheckPublicAddresses(ctx, r.Catalog, scope.VDC.Name, 0); err != nil {
+		if rerr := catalog.ReleasePublicAddress(context.WithoutCancel(ctx), r.Catalog, z.Name, scope.VDC.Name, addr); rerr != nil {
+			r.Logger.Warn("graphql: give back a 1:1 address", "address", addr, "err", rerr)
+		}
 		return nil, edgeError(err, "input")
 	}
 	o := catalog.OneToOneAddress{ID: newEdgeID(), PublicAddress: addr.String(), VMID: ref.VMID}
@@ -540,7 +560,7 @@ func (r *Resolver) createExternalNetwork(ctx context.Context, in model.CreateExt
 	if err != nil {
 		return nil, err
 	}
-	n := &catalog.ExternalNetwork{ExternalNetworkSpec: catalog.ExternalNetworkSpec{Description: ptrVal(in.Description), Bridge: in.Bridge,
+	n := &catalog.ExternalNetwork{ExternalNetworkSpec: catalog.ExternalNetworkSpec{Description: deref(in.Description), Bridge: in.Bridge,
 		CIDR: in.Cidr, Gateway: in.Gateway, PoolStart: in.PoolStart, PoolEnd: in.PoolEnd}}
 	n.Name = zs[0].Name
 	created, err := catalog.Create(ctx, r.Catalog, n)

@@ -16,17 +16,19 @@ import (
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // Load balancers (graph/loadbalancer.graphqls): the catalog's LoadBalancer
 // objects of the request's VDC, changed through pkg/loadbalancer, with the
-// backends' health read from the zone's flexgateway replicas at request
-// time.
+// backends' health as the zone's flexgateway replicas last reported it
+// (lbsync watches their status).
 
 // LBSyncer is the load balancers' sync to the zones' flexgateway replicas
 // (lbsync.Syncer implements it).
 type LBSyncer interface {
-	// Statuses returns what each replica of the zone reports that answers.
+	// Statuses returns what each replica of the zone that answers reports
+	// (as last seen: it does not wait on the replicas).
 	Statuses(ctx context.Context, zone string) []lbconfig.Status
 	// Kick starts a pass now (a balancer changed).
 	Kick()
@@ -49,10 +51,15 @@ func (r *Resolver) lbService() (*loadbalancer.Service, error) {
 }
 
 // lbError maps a domain error: another VDC's balancer is NOT_FOUND; a
-// zone without a free address or an external network is the zone's fault.
+// zone without a free address or an external network is the zone's fault;
+// a VDC over its public addresses quota is QUOTA_EXCEEDED naming the
+// quota's field.
 func lbError(err error) error {
 	if errors.Is(err, loadbalancer.ErrNotFound) {
 		return apierr.New(apierr.NotFound, "load balancer not found")
+	}
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		return &apierr.Error{Code: apierr.QuotaExceeded, Field: "quotas." + qe.Resource, Message: qe.Error()}
 	}
 	var ex *catalog.AlreadyExistsError
 	if errors.As(err, &ex) && ex.Kind == catalog.KindLoadBalancer {
@@ -126,7 +133,7 @@ func (r *Resolver) lbSpec(ctx context.Context, b *lbBackends, lb *catalog.LoadBa
 	if ls != nil {
 		lb.Listeners = []catalog.LBListener{}
 		for _, in := range ls {
-			l := catalog.LBListener{Name: in.Name, Protocol: string(in.Protocol), Port: in.Port, Pool: ptrVal(in.Pool),
+			l := catalog.LBListener{Name: in.Name, Protocol: string(in.Protocol), Port: in.Port, Pool: deref(in.Pool),
 				Certificates: in.Certificates, ServerNames: in.ServerNames}
 			for _, rt := range in.Routes {
 				l.Routes = append(l.Routes, catalog.LBRoute{PathPrefix: rt.PathPrefix, Pool: rt.Pool})
@@ -155,9 +162,9 @@ func (r *Resolver) lbSpec(ctx context.Context, b *lbBackends, lb *catalog.LoadBa
 			p.Backends = append(p.Backends, catalog.LBBackend{VMID: vmid, Port: be.Port})
 		}
 		if hc := in.HealthCheck; hc != nil {
-			p.HealthCheck = &catalog.LBHealthCheck{Protocol: string(hc.Protocol), Path: ptrVal(hc.Path),
-				IntervalSeconds: ptrVal(hc.IntervalSeconds), TimeoutSeconds: ptrVal(hc.TimeoutSeconds),
-				HealthyThreshold: ptrVal(hc.HealthyThreshold), UnhealthyThreshold: ptrVal(hc.UnhealthyThreshold)}
+			p.HealthCheck = &catalog.LBHealthCheck{Protocol: string(hc.Protocol), Path: deref(hc.Path),
+				IntervalSeconds: deref(hc.IntervalSeconds), TimeoutSeconds: deref(hc.TimeoutSeconds),
+				HealthyThreshold: deref(hc.HealthyThreshold), UnhealthyThreshold: deref(hc.UnhealthyThreshold)}
 		}
 		lb.Pools = append(lb.Pools, p)
 	}
@@ -167,7 +174,7 @@ func (r *Resolver) lbSpec(ctx context.Context, b *lbBackends, lb *catalog.LoadBa
 func lbCertificates(in []*model.TLSCertificateInput) []loadbalancer.CertificatePEM {
 	out := make([]loadbalancer.CertificatePEM, 0, len(in))
 	for _, c := range in {
-		out = append(out, loadbalancer.CertificatePEM{Name: c.Name, CertPEM: ptrVal(c.CertificatePem), KeyPEM: ptrVal(c.PrivateKeyPem)})
+		out = append(out, loadbalancer.CertificatePEM{Name: c.Name, CertPEM: deref(c.CertificatePem), KeyPEM: deref(c.PrivateKeyPem)})
 	}
 	return out
 }
@@ -186,7 +193,7 @@ func (r *Resolver) createLoadBalancer(ctx context.Context, in model.CreateLoadBa
 	if err != nil {
 		return nil, err
 	}
-	lb := &catalog.LoadBalancer{LoadBalancerSpec: catalog.LoadBalancerSpec{VDC: scope.VDC.Name, Zone: z.Name, Description: ptrVal(in.Description)}}
+	lb := &catalog.LoadBalancer{LoadBalancerSpec: catalog.LoadBalancerSpec{VDC: scope.VDC.Name, Zone: z.Name, Description: deref(in.Description)}}
 	lb.Name = catalog.LoadBalancerName(scope.VDC.Name, in.Name)
 	if err := r.lbSpec(ctx, &lbBackends{r: r, vdc: scope.VDC.Name, z: z}, lb, in.Listeners, in.Pools); err != nil {
 		return nil, err

@@ -3,22 +3,19 @@
 package graph_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
@@ -84,73 +81,17 @@ func (f *nsForwarder) relay(c net.Conn) {
 	_, _ = io.Copy(c, up)
 }
 
-// startGatewayIn runs the test binary as a flexgateway in namespace ns and
-// returns its admin address there; t.Cleanup stops it.
+// startGatewayIn runs the test binary as a flexgateway in namespace ns
+// (lbtest.StartGateway, started from a thread in ns) and returns its admin
+// address there; t.Cleanup stops it.
 func startGatewayIn(t *testing.T, ns, token string) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = []string{gatewayChildEnv + "=1", "FLEXGATEWAY_TOKEN=" + token, "FLEXGATEWAY_DATA_DIR=" + filepath.Join(dir, "data"),
-		"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedLog
-	cmd.Stderr = &stderr
-	// A process started from a thread in ns is in ns.
-	if err := nsnet.Do(ns, cmd.Start); err != nil {
-		t.Fatalf("flexgateway in %s: %v", ns, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("flexgateway: %v\n%s", err, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("flexgateway did not stop within 30s of SIGTERM\n%s", stderr.String())
+	return lbtest.StartGateway(t, lbtest.GatewayOptions{Token: token, Start: func(cmd *exec.Cmd) error {
+		if err := nsnet.Do(ns, cmd.Start); err != nil {
+			return fmt.Errorf("in %s: %w", ns, err)
 		}
-		_ = stdin.Close()
-		if t.Failed() {
-			t.Logf("flexgateway stderr:\n%s", stderr.String())
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("flexgateway: %v\n%s", err, stderr.String())
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "admin ")
-	if !ok {
-		t.Fatalf("flexgateway said %q", line)
-	}
-	return addr
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder // protected by mu
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+		return nil
+	}}).AdminAddr
 }
 
 // serveHTTP answers "NAME PATH" to every request on port 80 of ns.

@@ -19,6 +19,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -77,6 +78,9 @@ type Resolver struct {
 	// replicas and reads their backends' health; nil: every backend reads
 	// UNKNOWN (and the sync runs on its own schedule only).
 	LoadBalancers LBSyncer
+	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
+	// management cluster) answers those fields UNAVAILABLE.
+	Kubernetes *tenantkube.Service
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce

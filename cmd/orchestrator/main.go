@@ -44,6 +44,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/portal"
 	"github.com/flexplane/flexplane/pkg/support/profiling"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 const usage = `usage:
@@ -128,7 +130,8 @@ func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
-	lbConfig := fs.String("lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"token\": ..., \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
+	lbTokenFile := fs.String("lb-token-file", env("FLEXPLANE_LB_TOKEN_FILE", ""), "file holding the flexgateway replicas' admin bearer token, in place of -lb-config's token (env FLEXPLANE_LB_TOKEN_FILE)")
+	lbConfig := fs.String("lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"token\": ..., \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}, \"endpointSlices\": {\"namespace\": ..., \"fullname\": the flexgateway release's full name} to find the replicas in Kubernetes instead}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
 	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
 	meshPG := fs.String("mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
 	meshPGPassword := fs.String("mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
@@ -159,6 +162,10 @@ func serve(ctx context.Context, args []string) error {
 	peerURL := fs.String("peer-url", env("FLEXPLANE_PEER_URL", ""), "this replica's http:// URL as the other replicas reach it (http://POD_IP:8080); set, the orchestrator runs as one of several replicas: the mesh control server runs on the holder of a Kubernetes Lease (in -namespace, through -kubeconfig) and needs -mesh-postgres; empty runs alone (env FLEXPLANE_PEER_URL)")
 	leaseName := fs.String("lease-name", env("FLEXPLANE_LEASE_NAME", meshleader.DefaultLeaseName), "name of the Lease electing the replica that runs the mesh control server (env FLEXPLANE_LEASE_NAME)")
 	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long after a leader's last renewal of the Lease another replica takes over")
+	managedKube := fs.Bool("managed-kubernetes", env("FLEXPLANE_MANAGED_KUBERNETES", "") == "true", "offer managed Kubernetes: the cluster of -kubeconfig is the management cluster (it must serve Cluster API's and flexplane's provider CRDs); the mesh control leader runs Cluster API's controllers (env FLEXPLANE_MANAGED_KUBERNETES=true)")
+	kubeVersions := fs.String("kubernetes-versions", env("FLEXPLANE_KUBERNETES_VERSIONS", strings.Join(tenantkube.DefaultVersions, ",")), "comma-separated Kubernetes versions clusters may run (env FLEXPLANE_KUBERNETES_VERSIONS)")
+	workerImage := fs.String("kubernetes-worker-image", env("FLEXPLANE_KUBERNETES_WORKER_IMAGE", "debian-13"), "catalog image of Kubernetes worker VMs (env FLEXPLANE_KUBERNETES_WORKER_IMAGE)")
+	kubeconfigTTL := fs.Duration("kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
 	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -175,6 +182,9 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *leaseDuration < 3*time.Second {
 		return errors.New("-lease-duration must be at least 3s")
+	}
+	if *kubeconfigTTL <= 0 || *kubeconfigTTL > controlplane.MaxTTL {
+		return fmt.Errorf("-kubeconfig-ttl must be more than 0 and at most %s", controlplane.MaxTTL)
 	}
 	if *issuer != "" && *audience == "" {
 		return errors.New("-oidc-audience is required with -oidc-issuer")
@@ -253,6 +263,18 @@ func serve(ctx context.Context, args []string) error {
 			return fmt.Errorf("-lb-config %s: %w", *lbConfig, err)
 		}
 	}
+	if *lbTokenFile != "" {
+		if *lbConfig == "" {
+			return errors.New("-lb-token-file needs -lb-config")
+		}
+		data, err := os.ReadFile(*lbTokenFile)
+		if err != nil {
+			return err
+		}
+		if lbs.Token = strings.TrimSpace(string(data)); lbs.Token == "" {
+			return fmt.Errorf("-lb-token-file %s: the file is empty", *lbTokenFile)
+		}
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:       *listen,
 		PublicURL:    *publicURL,
@@ -274,6 +296,8 @@ func serve(ctx context.Context, args []string) error {
 			MaxComplexity:     *maxComplexity,
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 			LoadBalancers:     lbs,
+			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: *managedKube, Versions: strings.Split(*kubeVersions, ","),
+				WorkerImage: *workerImage, KubeconfigTTL: *kubeconfigTTL},
 		},
 		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,6 +164,34 @@ func TestServeMeshPostgresFlags(t *testing.T) {
 		err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), args[0], args[1]}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("serve %v: %v, want an error about %q", args, err, want)
+		}
+	}
+}
+
+// TestServeLBTokenFlags refuses a load balancers' token file without their
+// config, and one that is missing or empty, before anything starts.
+func TestServeLBTokenFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "lb.json")
+	empty := filepath.Join(dir, "token")
+	if err := os.WriteFile(cfg, []byte(`{"zones": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-lb-token-file", empty}, "needs -lb-config"},
+		{[]string{"-lb-config", cfg, "-lb-token-file", filepath.Join(dir, "nosuch")}, "nosuch"},
+		{[]string{"-lb-config", cfg, "-lb-token-file", empty}, "is empty"},
+	} {
+		err := run(t.Context(), append([]string{"serve", "-data-dir", t.TempDir()}, c.args...), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %v: %v, want an error about %q", c.args, err, c.want)
 		}
 	}
 }

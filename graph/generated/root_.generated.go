@@ -110,6 +110,12 @@ type ComplexityRoot struct {
 		Path      func(childComplexity int) int
 	}
 
+	ControlPlaneComponent struct {
+		Message func(childComplexity int) int
+		Name    func(childComplexity int) int
+		Ready   func(childComplexity int) int
+	}
+
 	CreateVMPayload struct {
 		Operation func(childComplexity int) int
 		VM        func(childComplexity int) int
@@ -134,11 +140,19 @@ type ComplexityRoot struct {
 		ID func(childComplexity int) int
 	}
 
+	DeletedKubernetesCluster struct {
+		ID func(childComplexity int) int
+	}
+
 	DeletedLoadBalancer struct {
 		ID func(childComplexity int) int
 	}
 
 	DeletedNetwork struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedNodePool struct {
 		ID func(childComplexity int) int
 	}
 
@@ -296,6 +310,49 @@ type ComplexityRoot struct {
 		Zone   func(childComplexity int) int
 	}
 
+	Kubeconfig struct {
+		ExpiresAt  func(childComplexity int) int
+		Kubeconfig func(childComplexity int) int
+		ReadOnly   func(childComplexity int) int
+	}
+
+	KubernetesCluster struct {
+		Conditions        func(childComplexity int) int
+		ControlPlane      func(childComplexity int) int
+		ControlPlaneReady func(childComplexity int) int
+		CreatedAt         func(childComplexity int) int
+		Endpoint          func(childComplexity int) int
+		ID                func(childComplexity int) int
+		Name              func(childComplexity int) int
+		NetworkID         func(childComplexity int) int
+		NodePools         func(childComplexity int) int
+		Phase             func(childComplexity int) int
+		PodCidr           func(childComplexity int) int
+		RunningVersion    func(childComplexity int) int
+		ServiceCidr       func(childComplexity int) int
+		Version           func(childComplexity int) int
+		Zone              func(childComplexity int) int
+	}
+
+	KubernetesClusterConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	KubernetesClusterEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	KubernetesCondition struct {
+		Message func(childComplexity int) int
+		Reason  func(childComplexity int) int
+		Status  func(childComplexity int) int
+		Type    func(childComplexity int) int
+	}
+
 	LoadBalancer struct {
 		Certificates  func(childComplexity int) int
 		CreatedAt     func(childComplexity int) int
@@ -365,48 +422,55 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateComputeProfile  func(childComplexity int, input model.CreateComputeProfileInput) int
-		CreateEnrollmentKey   func(childComplexity int, input model.CreateEnrollmentKeyInput) int
-		CreateExternalNetwork func(childComplexity int, input model.CreateExternalNetworkInput) int
-		CreateFirewallRule    func(childComplexity int, input model.CreateFirewallRuleInput) int
-		CreateImage           func(childComplexity int, input model.CreateImageInput) int
-		CreateLoadBalancer    func(childComplexity int, input model.CreateLoadBalancerInput) int
-		CreateNetwork         func(childComplexity int, input model.CreateNetworkInput) int
-		CreateOneToOneAddress func(childComplexity int, input model.CreateOneToOneAddressInput) int
-		CreatePortForward     func(childComplexity int, input model.CreatePortForwardInput) int
-		CreateSnapshot        func(childComplexity int, vm string, input model.CreateSnapshotInput) int
-		CreateStorageProfile  func(childComplexity int, input model.CreateStorageProfileInput) int
-		CreateVM              func(childComplexity int, input model.CreateVMInput) int
-		CreateVdc             func(childComplexity int, input model.CreateVDCInput) int
-		DeleteComputeProfile  func(childComplexity int, name string, resourceVersion *string) int
-		DeleteEdgeGateway     func(childComplexity int, id string) int
-		DeleteFirewallRule    func(childComplexity int, id string) int
-		DeleteImage           func(childComplexity int, name string, resourceVersion *string) int
-		DeleteLoadBalancer    func(childComplexity int, id string) int
-		DeleteNetwork         func(childComplexity int, id string) int
-		DeleteOneToOneAddress func(childComplexity int, id string) int
-		DeletePortForward     func(childComplexity int, id string) int
-		DeleteSnapshot        func(childComplexity int, vm string, name string) int
-		DeleteStorageProfile  func(childComplexity int, name string, resourceVersion *string) int
-		DeleteVM              func(childComplexity int, id string) int
-		DeleteVdc             func(childComplexity int, name string, resourceVersion *string) int
-		MigrateVM             func(childComplexity int, input model.MigrateVMInput) int
-		OpenConsole           func(childComplexity int, id string) int
-		RebootVM              func(childComplexity int, id string) int
-		RevokeEnrollmentKey   func(childComplexity int, id string) int
-		RollbackSnapshot      func(childComplexity int, vm string, name string, start *bool) int
-		ShutdownVM            func(childComplexity int, id string) int
-		StageImage            func(childComplexity int, name string, zone string) int
-		StartVM               func(childComplexity int, id string) int
-		StopVM                func(childComplexity int, id string) int
-		UpdateAgents          func(childComplexity int, input model.UpdateAgentsInput) int
-		UpdateComputeProfile  func(childComplexity int, input model.UpdateComputeProfileInput) int
-		UpdateEdgeGateway     func(childComplexity int, input model.UpdateEdgeGatewayInput) int
-		UpdateImage           func(childComplexity int, input model.UpdateImageInput) int
-		UpdateLoadBalancer    func(childComplexity int, input model.UpdateLoadBalancerInput) int
-		UpdateStorageProfile  func(childComplexity int, input model.UpdateStorageProfileInput) int
-		UpdateVdc             func(childComplexity int, input model.UpdateVDCInput) int
-		UpdateZone            func(childComplexity int, input model.UpdateZoneInput) int
+		CreateComputeProfile     func(childComplexity int, input model.CreateComputeProfileInput) int
+		CreateEnrollmentKey      func(childComplexity int, input model.CreateEnrollmentKeyInput) int
+		CreateExternalNetwork    func(childComplexity int, input model.CreateExternalNetworkInput) int
+		CreateFirewallRule       func(childComplexity int, input model.CreateFirewallRuleInput) int
+		CreateImage              func(childComplexity int, input model.CreateImageInput) int
+		CreateKubernetesCluster  func(childComplexity int, input model.CreateKubernetesClusterInput) int
+		CreateLoadBalancer       func(childComplexity int, input model.CreateLoadBalancerInput) int
+		CreateNetwork            func(childComplexity int, input model.CreateNetworkInput) int
+		CreateNodePool           func(childComplexity int, input model.CreateNodePoolInput) int
+		CreateOneToOneAddress    func(childComplexity int, input model.CreateOneToOneAddressInput) int
+		CreatePortForward        func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateSnapshot           func(childComplexity int, vm string, input model.CreateSnapshotInput) int
+		CreateStorageProfile     func(childComplexity int, input model.CreateStorageProfileInput) int
+		CreateVM                 func(childComplexity int, input model.CreateVMInput) int
+		CreateVdc                func(childComplexity int, input model.CreateVDCInput) int
+		DeleteComputeProfile     func(childComplexity int, name string, resourceVersion *string) int
+		DeleteEdgeGateway        func(childComplexity int, id string) int
+		DeleteFirewallRule       func(childComplexity int, id string) int
+		DeleteImage              func(childComplexity int, name string, resourceVersion *string) int
+		DeleteKubernetesCluster  func(childComplexity int, id string) int
+		DeleteLoadBalancer       func(childComplexity int, id string) int
+		DeleteNetwork            func(childComplexity int, id string) int
+		DeleteNodePool           func(childComplexity int, id string) int
+		DeleteOneToOneAddress    func(childComplexity int, id string) int
+		DeletePortForward        func(childComplexity int, id string) int
+		DeleteSnapshot           func(childComplexity int, vm string, name string) int
+		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVM                 func(childComplexity int, id string) int
+		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
+		IssueKubeconfig          func(childComplexity int, cluster string) int
+		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
+		OpenConsole              func(childComplexity int, id string) int
+		RebootVM                 func(childComplexity int, id string) int
+		RevokeEnrollmentKey      func(childComplexity int, id string) int
+		RollbackSnapshot         func(childComplexity int, vm string, name string, start *bool) int
+		ScaleNodePool            func(childComplexity int, id string, size int) int
+		ShutdownVM               func(childComplexity int, id string) int
+		StageImage               func(childComplexity int, name string, zone string) int
+		StartVM                  func(childComplexity int, id string) int
+		StopVM                   func(childComplexity int, id string) int
+		UpdateAgents             func(childComplexity int, input model.UpdateAgentsInput) int
+		UpdateComputeProfile     func(childComplexity int, input model.UpdateComputeProfileInput) int
+		UpdateEdgeGateway        func(childComplexity int, input model.UpdateEdgeGatewayInput) int
+		UpdateImage              func(childComplexity int, input model.UpdateImageInput) int
+		UpdateLoadBalancer       func(childComplexity int, input model.UpdateLoadBalancerInput) int
+		UpdateStorageProfile     func(childComplexity int, input model.UpdateStorageProfileInput) int
+		UpdateVdc                func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone               func(childComplexity int, input model.UpdateZoneInput) int
+		UpgradeKubernetesCluster func(childComplexity int, id string, version string) int
 	}
 
 	Network struct {
@@ -428,6 +492,33 @@ type ComplexityRoot struct {
 	NetworkEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	NodeLabel struct {
+		Key   func(childComplexity int) int
+		Value func(childComplexity int) int
+	}
+
+	NodePool struct {
+		ClusterID       func(childComplexity int) int
+		ComputeProfile  func(childComplexity int) int
+		Deleting        func(childComplexity int) int
+		ID              func(childComplexity int) int
+		Labels          func(childComplexity int) int
+		Name            func(childComplexity int) int
+		ReadyWorkers    func(childComplexity int) int
+		Size            func(childComplexity int) int
+		StorageProfile  func(childComplexity int) int
+		Taints          func(childComplexity int) int
+		UpToDateWorkers func(childComplexity int) int
+		Version         func(childComplexity int) int
+		Workers         func(childComplexity int) int
+	}
+
+	NodeTaint struct {
+		Effect func(childComplexity int) int
+		Key    func(childComplexity int) int
+		Value  func(childComplexity int) int
 	}
 
 	OneToOneAddress struct {
@@ -500,12 +591,16 @@ type ComplexityRoot struct {
 		HostsConnection      func(childComplexity int, zone *string, region *string, first *int, after *string) int
 		Image                func(childComplexity int, name string) int
 		Images               func(childComplexity int) int
+		KubernetesCluster    func(childComplexity int, id string) int
+		KubernetesClusters   func(childComplexity int, first *int, after *string) int
+		KubernetesVersions   func(childComplexity int) int
 		LoadBalancer         func(childComplexity int, id string) int
 		LoadBalancers        func(childComplexity int, zone *string, first *int, after *string) int
 		Me                   func(childComplexity int) int
 		Networks             func(childComplexity int, zone *string, first *int) int
 		NetworksConnection   func(childComplexity int, zone *string, first *int, after *string) int
 		Node                 func(childComplexity int, id string) int
+		NodePool             func(childComplexity int, id string) int
 		Operation            func(childComplexity int, id string) int
 		Regions              func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
@@ -573,17 +668,19 @@ type ComplexityRoot struct {
 	}
 
 	VDCQuotas struct {
-		MemoryMiB  func(childComplexity int) int
-		StorageGiB func(childComplexity int) int
-		VCPUs      func(childComplexity int) int
-		VMs        func(childComplexity int) int
+		MemoryMiB       func(childComplexity int) int
+		PublicAddresses func(childComplexity int) int
+		StorageGiB      func(childComplexity int) int
+		VCPUs           func(childComplexity int) int
+		VMs             func(childComplexity int) int
 	}
 
 	VDCUsage struct {
-		MemoryMiB  func(childComplexity int) int
-		StorageGiB func(childComplexity int) int
-		Vcpus      func(childComplexity int) int
-		Vms        func(childComplexity int) int
+		MemoryMiB       func(childComplexity int) int
+		PublicAddresses func(childComplexity int) int
+		StorageGiB      func(childComplexity int) int
+		Vcpus           func(childComplexity int) int
+		Vms             func(childComplexity int) int
 	}
 
 	VM struct {
@@ -990,6 +1087,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ConsoleSession.Path(childComplexity), true
 
+	case "ControlPlaneComponent.message":
+		if e.ComplexityRoot.ControlPlaneComponent.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ControlPlaneComponent.Message(childComplexity), true
+	case "ControlPlaneComponent.name":
+		if e.ComplexityRoot.ControlPlaneComponent.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ControlPlaneComponent.Name(childComplexity), true
+	case "ControlPlaneComponent.ready":
+		if e.ComplexityRoot.ControlPlaneComponent.Ready == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ControlPlaneComponent.Ready(childComplexity), true
+
 	case "CreateVMPayload.operation":
 		if e.ComplexityRoot.CreateVMPayload.Operation == nil {
 			break
@@ -1049,6 +1165,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DeletedFirewallRule.ID(childComplexity), true
 
+	case "DeletedKubernetesCluster.id":
+		if e.ComplexityRoot.DeletedKubernetesCluster.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedKubernetesCluster.ID(childComplexity), true
+
 	case "DeletedLoadBalancer.id":
 		if e.ComplexityRoot.DeletedLoadBalancer.ID == nil {
 			break
@@ -1062,6 +1185,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedNetwork.ID(childComplexity), true
+
+	case "DeletedNodePool.id":
+		if e.ComplexityRoot.DeletedNodePool.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedNodePool.ID(childComplexity), true
 
 	case "DeletedOneToOneAddress.id":
 		if e.ComplexityRoot.DeletedOneToOneAddress.ID == nil {
@@ -1691,6 +1821,179 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ImageZoneState.Zone(childComplexity), true
 
+	case "Kubeconfig.expiresAt":
+		if e.ComplexityRoot.Kubeconfig.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Kubeconfig.ExpiresAt(childComplexity), true
+	case "Kubeconfig.kubeconfig":
+		if e.ComplexityRoot.Kubeconfig.Kubeconfig == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Kubeconfig.Kubeconfig(childComplexity), true
+	case "Kubeconfig.readOnly":
+		if e.ComplexityRoot.Kubeconfig.ReadOnly == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Kubeconfig.ReadOnly(childComplexity), true
+
+	case "KubernetesCluster.conditions":
+		if e.ComplexityRoot.KubernetesCluster.Conditions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Conditions(childComplexity), true
+	case "KubernetesCluster.controlPlane":
+		if e.ComplexityRoot.KubernetesCluster.ControlPlane == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.ControlPlane(childComplexity), true
+	case "KubernetesCluster.controlPlaneReady":
+		if e.ComplexityRoot.KubernetesCluster.ControlPlaneReady == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.ControlPlaneReady(childComplexity), true
+	case "KubernetesCluster.createdAt":
+		if e.ComplexityRoot.KubernetesCluster.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.CreatedAt(childComplexity), true
+	case "KubernetesCluster.endpoint":
+		if e.ComplexityRoot.KubernetesCluster.Endpoint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Endpoint(childComplexity), true
+	case "KubernetesCluster.id":
+		if e.ComplexityRoot.KubernetesCluster.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.ID(childComplexity), true
+	case "KubernetesCluster.name":
+		if e.ComplexityRoot.KubernetesCluster.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Name(childComplexity), true
+	case "KubernetesCluster.networkId":
+		if e.ComplexityRoot.KubernetesCluster.NetworkID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.NetworkID(childComplexity), true
+	case "KubernetesCluster.nodePools":
+		if e.ComplexityRoot.KubernetesCluster.NodePools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.NodePools(childComplexity), true
+	case "KubernetesCluster.phase":
+		if e.ComplexityRoot.KubernetesCluster.Phase == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Phase(childComplexity), true
+	case "KubernetesCluster.podCidr":
+		if e.ComplexityRoot.KubernetesCluster.PodCidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.PodCidr(childComplexity), true
+	case "KubernetesCluster.runningVersion":
+		if e.ComplexityRoot.KubernetesCluster.RunningVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.RunningVersion(childComplexity), true
+	case "KubernetesCluster.serviceCidr":
+		if e.ComplexityRoot.KubernetesCluster.ServiceCidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.ServiceCidr(childComplexity), true
+	case "KubernetesCluster.version":
+		if e.ComplexityRoot.KubernetesCluster.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Version(childComplexity), true
+	case "KubernetesCluster.zone":
+		if e.ComplexityRoot.KubernetesCluster.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Zone(childComplexity), true
+
+	case "KubernetesClusterConnection.edges":
+		if e.ComplexityRoot.KubernetesClusterConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterConnection.Edges(childComplexity), true
+	case "KubernetesClusterConnection.nodes":
+		if e.ComplexityRoot.KubernetesClusterConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterConnection.Nodes(childComplexity), true
+	case "KubernetesClusterConnection.pageInfo":
+		if e.ComplexityRoot.KubernetesClusterConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterConnection.PageInfo(childComplexity), true
+	case "KubernetesClusterConnection.totalCount":
+		if e.ComplexityRoot.KubernetesClusterConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterConnection.TotalCount(childComplexity), true
+
+	case "KubernetesClusterEdge.cursor":
+		if e.ComplexityRoot.KubernetesClusterEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterEdge.Cursor(childComplexity), true
+	case "KubernetesClusterEdge.node":
+		if e.ComplexityRoot.KubernetesClusterEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesClusterEdge.Node(childComplexity), true
+
+	case "KubernetesCondition.message":
+		if e.ComplexityRoot.KubernetesCondition.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCondition.Message(childComplexity), true
+	case "KubernetesCondition.reason":
+		if e.ComplexityRoot.KubernetesCondition.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCondition.Reason(childComplexity), true
+	case "KubernetesCondition.status":
+		if e.ComplexityRoot.KubernetesCondition.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCondition.Status(childComplexity), true
+	case "KubernetesCondition.type":
+		if e.ComplexityRoot.KubernetesCondition.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCondition.Type(childComplexity), true
+
 	case "LoadBalancer.certificates":
 		if e.ComplexityRoot.LoadBalancer.Certificates == nil {
 			break
@@ -2018,6 +2321,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateImage(childComplexity, args["input"].(model.CreateImageInput)), true
+	case "Mutation.createKubernetesCluster":
+		if e.ComplexityRoot.Mutation.CreateKubernetesCluster == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createKubernetesCluster_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateKubernetesCluster(childComplexity, args["input"].(model.CreateKubernetesClusterInput)), true
 	case "Mutation.createLoadBalancer":
 		if e.ComplexityRoot.Mutation.CreateLoadBalancer == nil {
 			break
@@ -2040,6 +2354,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateNetwork(childComplexity, args["input"].(model.CreateNetworkInput)), true
+	case "Mutation.createNodePool":
+		if e.ComplexityRoot.Mutation.CreateNodePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createNodePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateNodePool(childComplexity, args["input"].(model.CreateNodePoolInput)), true
 	case "Mutation.createOneToOneAddress":
 		if e.ComplexityRoot.Mutation.CreateOneToOneAddress == nil {
 			break
@@ -2150,6 +2475,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteImage(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteKubernetesCluster":
+		if e.ComplexityRoot.Mutation.DeleteKubernetesCluster == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteKubernetesCluster_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteKubernetesCluster(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteLoadBalancer":
 		if e.ComplexityRoot.Mutation.DeleteLoadBalancer == nil {
 			break
@@ -2172,6 +2508,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteNetwork(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteNodePool":
+		if e.ComplexityRoot.Mutation.DeleteNodePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteNodePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteNodePool(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteOneToOneAddress":
 		if e.ComplexityRoot.Mutation.DeleteOneToOneAddress == nil {
 			break
@@ -2238,6 +2585,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.issueKubeconfig":
+		if e.ComplexityRoot.Mutation.IssueKubeconfig == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_issueKubeconfig_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.IssueKubeconfig(childComplexity, args["cluster"].(string)), true
 	case "Mutation.migrateVM":
 		if e.ComplexityRoot.Mutation.MigrateVM == nil {
 			break
@@ -2293,6 +2651,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RollbackSnapshot(childComplexity, args["vm"].(string), args["name"].(string), args["start"].(*bool)), true
+	case "Mutation.scaleNodePool":
+		if e.ComplexityRoot.Mutation.ScaleNodePool == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_scaleNodePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ScaleNodePool(childComplexity, args["id"].(string), args["size"].(int)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -2425,6 +2794,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateZone(childComplexity, args["input"].(model.UpdateZoneInput)), true
+	case "Mutation.upgradeKubernetesCluster":
+		if e.ComplexityRoot.Mutation.UpgradeKubernetesCluster == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_upgradeKubernetesCluster_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpgradeKubernetesCluster(childComplexity, args["id"].(string), args["version"].(string)), true
 
 	case "Network.cidr":
 		if e.ComplexityRoot.Network.Cidr == nil {
@@ -2500,6 +2880,117 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.NetworkEdge.Node(childComplexity), true
+
+	case "NodeLabel.key":
+		if e.ComplexityRoot.NodeLabel.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeLabel.Key(childComplexity), true
+	case "NodeLabel.value":
+		if e.ComplexityRoot.NodeLabel.Value == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeLabel.Value(childComplexity), true
+
+	case "NodePool.clusterId":
+		if e.ComplexityRoot.NodePool.ClusterID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.ClusterID(childComplexity), true
+	case "NodePool.computeProfile":
+		if e.ComplexityRoot.NodePool.ComputeProfile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.ComputeProfile(childComplexity), true
+	case "NodePool.deleting":
+		if e.ComplexityRoot.NodePool.Deleting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Deleting(childComplexity), true
+	case "NodePool.id":
+		if e.ComplexityRoot.NodePool.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.ID(childComplexity), true
+	case "NodePool.labels":
+		if e.ComplexityRoot.NodePool.Labels == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Labels(childComplexity), true
+	case "NodePool.name":
+		if e.ComplexityRoot.NodePool.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Name(childComplexity), true
+	case "NodePool.readyWorkers":
+		if e.ComplexityRoot.NodePool.ReadyWorkers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.ReadyWorkers(childComplexity), true
+	case "NodePool.size":
+		if e.ComplexityRoot.NodePool.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Size(childComplexity), true
+	case "NodePool.storageProfile":
+		if e.ComplexityRoot.NodePool.StorageProfile == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.StorageProfile(childComplexity), true
+	case "NodePool.taints":
+		if e.ComplexityRoot.NodePool.Taints == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Taints(childComplexity), true
+	case "NodePool.upToDateWorkers":
+		if e.ComplexityRoot.NodePool.UpToDateWorkers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.UpToDateWorkers(childComplexity), true
+	case "NodePool.version":
+		if e.ComplexityRoot.NodePool.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Version(childComplexity), true
+	case "NodePool.workers":
+		if e.ComplexityRoot.NodePool.Workers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodePool.Workers(childComplexity), true
+
+	case "NodeTaint.effect":
+		if e.ComplexityRoot.NodeTaint.Effect == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeTaint.Effect(childComplexity), true
+	case "NodeTaint.key":
+		if e.ComplexityRoot.NodeTaint.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeTaint.Key(childComplexity), true
+	case "NodeTaint.value":
+		if e.ComplexityRoot.NodeTaint.Value == nil {
+			break
+		}
+
+		return e.ComplexityRoot.NodeTaint.Value(childComplexity), true
 
 	case "OneToOneAddress.id":
 		if e.ComplexityRoot.OneToOneAddress.ID == nil {
@@ -2815,6 +3306,34 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Images(childComplexity), true
 
+	case "Query.kubernetesCluster":
+		if e.ComplexityRoot.Query.KubernetesCluster == nil {
+			break
+		}
+
+		args, err := ec.field_Query_kubernetesCluster_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.KubernetesCluster(childComplexity, args["id"].(string)), true
+	case "Query.kubernetesClusters":
+		if e.ComplexityRoot.Query.KubernetesClusters == nil {
+			break
+		}
+
+		args, err := ec.field_Query_kubernetesClusters_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.KubernetesClusters(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Query.kubernetesVersions":
+		if e.ComplexityRoot.Query.KubernetesVersions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.KubernetesVersions(childComplexity), true
 	case "Query.loadBalancer":
 		if e.ComplexityRoot.Query.LoadBalancer == nil {
 			break
@@ -2876,6 +3395,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Node(childComplexity, args["id"].(string)), true
+	case "Query.nodePool":
+		if e.ComplexityRoot.Query.NodePool == nil {
+			break
+		}
+
+		args, err := ec.field_Query_nodePool_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.NodePool(childComplexity, args["id"].(string)), true
 	case "Query.operation":
 		if e.ComplexityRoot.Query.Operation == nil {
 			break
@@ -3181,6 +3711,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDCQuotas.MemoryMiB(childComplexity), true
+	case "VDCQuotas.publicAddresses":
+		if e.ComplexityRoot.VDCQuotas.PublicAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCQuotas.PublicAddresses(childComplexity), true
 	case "VDCQuotas.storageGiB":
 		if e.ComplexityRoot.VDCQuotas.StorageGiB == nil {
 			break
@@ -3206,6 +3742,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDCUsage.MemoryMiB(childComplexity), true
+	case "VDCUsage.publicAddresses":
+		if e.ComplexityRoot.VDCUsage.PublicAddresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.PublicAddresses(childComplexity), true
 	case "VDCUsage.storageGiB":
 		if e.ComplexityRoot.VDCUsage.StorageGiB == nil {
 			break
@@ -3685,8 +4227,10 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateExternalNetworkInput", ec.unmarshalInputCreateExternalNetworkInput),
 			graphql.NewInputUnmarshaler("CreateFirewallRuleInput", ec.unmarshalInputCreateFirewallRuleInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
+			graphql.NewInputUnmarshaler("CreateKubernetesClusterInput", ec.unmarshalInputCreateKubernetesClusterInput),
 			graphql.NewInputUnmarshaler("CreateLoadBalancerInput", ec.unmarshalInputCreateLoadBalancerInput),
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
+			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
@@ -3698,6 +4242,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("MigrateVMInput", ec.unmarshalInputMigrateVMInput),
 			graphql.NewInputUnmarshaler("NICInput", ec.unmarshalInputNICInput),
 			graphql.NewInputUnmarshaler("NetworkMappingInput", ec.unmarshalInputNetworkMappingInput),
+			graphql.NewInputUnmarshaler("NodeLabelInput", ec.unmarshalInputNodeLabelInput),
+			graphql.NewInputUnmarshaler("NodeTaintInput", ec.unmarshalInputNodeTaintInput),
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
@@ -4070,7 +4616,10 @@ extend type Mutation {
   traffic to it still needs a firewall rule), from the pool of the VM's
   zone: publicAddress when given (BAD_USER_INPUT when it is outside the
   pool or in use), else the lowest free one. NOT_FOUND for a VM the VDC
-  does not have.
+  does not have; QUOTA_EXCEEDED (extensions.field quotas.publicAddresses)
+  when the VDC would hold more public addresses than its quota allows (the
+  edge gateway's own counts, as do its load balancers'). A refused create
+  changes nothing.
   """
   createOneToOneAddress(
     "The VM and the address."
@@ -4943,6 +5492,349 @@ input VMFilter {
   name: String
 }
 `, BuiltIn: false},
+	{Name: "../kubernetes.graphqls", Input: `# Managed Kubernetes: clusters of a VDC whose control plane (etcd,
+# kube-apiserver, controller manager, scheduler) runs as pods in the
+# management cluster (charts/flexkube) and whose workers are VMs of the VDC,
+# in node pools of 0 to 10 made by Cluster API through flexplane's own
+# infrastructure provider (so they count against the VDC's quota as VMs).
+# Nothing is stored by flexplane: status is read from the management
+# cluster (Cluster API's conditions, the control plane's workloads) as the
+# request is answered.
+#
+# These fields need the Kubernetes backend (a management cluster): without
+# one they answer UNAVAILABLE. A cluster or node pool of another VDC (or
+# none) answers NOT_FOUND.
+
+extend type Query {
+  "The Kubernetes clusters of the current VDC, sorted by name, as a cursor connection."
+  kubernetesClusters(
+    "At most this many clusters (0 to 1000)."
+    first: Int = 50
+    "The endCursor of the previous page: the clusters after it."
+    after: String
+  ): KubernetesClusterConnection! @vdc
+  "One Kubernetes cluster of the current VDC; NOT_FOUND for any other."
+  kubernetesCluster(
+    "The cluster's id."
+    id: ID!
+  ): KubernetesCluster! @vdc
+  "One node pool of a Kubernetes cluster of the current VDC; NOT_FOUND for any other."
+  nodePool(
+    "The pool's id."
+    id: ID!
+  ): NodePool! @vdc
+  """
+  The Kubernetes versions a cluster may be created with, newest last (empty
+  without a management cluster).
+  """
+  kubernetesVersions: [String!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a Kubernetes cluster without node pools: its hosted control plane
+  starts at once (phase PROVISIONING until its API server serves).
+  BAD_USER_INPUT (with extensions.field) for a bad name, a version not
+  offered, an unknown zone or bad CIDRs; NOT_FOUND (extensions.field
+  input.network) for a network the VDC does not have in the zone; CONFLICT
+  for a name the VDC uses already. A refused create changes nothing.
+  """
+  createKubernetesCluster(
+    "The cluster."
+    input: CreateKubernetesClusterInput!
+  ): KubernetesCluster! @vdc(role: MEMBER)
+  """
+  Deletes a Kubernetes cluster: its node pools' workers (their VMs and
+  addresses), its control plane, its Secrets and its namespace go, in the
+  background (the cluster reads DELETING until then).
+  """
+  deleteKubernetesCluster(
+    "The cluster's id."
+    id: ID!
+  ): DeletedKubernetesCluster! @vdc(role: MEMBER)
+  """
+  Adds a node pool to a cluster; its workers are created in the
+  background. BAD_USER_INPUT (with extensions.field) for a bad name, a size
+  outside 0 to 10, an unknown compute or storage profile, bad labels or
+  taints; NOT_FOUND for a cluster the VDC does not have; QUOTA_EXCEEDED when
+  the workers would not fit the VDC's quota; CONFLICT for a pool name the
+  cluster has. A refused create changes nothing.
+  """
+  createNodePool(
+    "The pool."
+    input: CreateNodePoolInput!
+  ): NodePool! @vdc(role: MEMBER)
+  """
+  Sets the desired size of a node pool (0 to 10): workers are added or
+  removed in the background. BAD_USER_INPUT for a size outside 0 to 10,
+  QUOTA_EXCEEDED when the added workers would not fit the VDC's quota,
+  CONFLICT while the pool is being deleted. A refused scale changes nothing.
+  """
+  scaleNodePool(
+    "The pool's id."
+    id: ID!
+    "The desired number of workers (0 to 10)."
+    size: Int!
+  ): NodePool! @vdc(role: MEMBER)
+  """
+  Upgrades a cluster to another Kubernetes version: the hosted control
+  plane first, then each node pool's workers, replaced one at a time by
+  workers of the version (runningVersion and each pool's upToDateWorkers
+  show the progress). Kubernetes' skew policy holds: BAD_USER_INPUT
+  (extensions.field version) for a version not offered, older than the
+  cluster's, or more than one minor version ahead; CONFLICT while the
+  cluster is still moving to its current version or is being deleted.
+  Asking for the version the cluster has changes nothing. A refused upgrade
+  changes nothing.
+  """
+  upgradeKubernetesCluster(
+    "The cluster's id."
+    id: ID!
+    "The version to move to, one of kubernetesVersions."
+    version: String!
+  ): KubernetesCluster! @vdc(role: MEMBER)
+  "Deletes a node pool; its workers' VMs are deleted in the background."
+  deleteNodePool(
+    "The pool's id."
+    id: ID!
+  ): DeletedNodePool! @vdc(role: MEMBER)
+  """
+  Issues a kubeconfig for the caller on a cluster: a new client certificate
+  signed by the cluster's CA, valid for a few hours (expiresAt). A VDC
+  member or admin gets one bound to cluster-admin; a viewer one bound to
+  the read-only view role. The cluster's own admin certificate is never
+  handed out. UNAVAILABLE while the control plane does not serve yet.
+  """
+  issueKubeconfig(
+    "The cluster's id."
+    cluster: ID!
+  ): Kubeconfig! @vdc
+}
+
+"Where a Kubernetes cluster is in its life (Cluster API's phase of the Cluster)."
+enum KubernetesClusterPhase {
+  "Created; Cluster API has not looked at it yet."
+  PENDING
+  "The control plane is starting."
+  PROVISIONING
+  "The control plane serves."
+  PROVISIONED
+  "Being deleted."
+  DELETING
+  "Failed; conditions say why."
+  FAILED
+  "A phase this API does not know."
+  UNKNOWN
+}
+
+"A Kubernetes cluster of the current VDC."
+type KubernetesCluster {
+  "The cluster's id."
+  id: ID!
+  "The cluster's name in its VDC."
+  name: String!
+  "The zone its workers run in."
+  zone: Zone!
+  "The id of the VDC network the workers are on."
+  networkId: ID!
+  "The Kubernetes version asked for."
+  version: String!
+  "The Kubernetes version the control plane's API server runs (null until it runs)."
+  runningVersion: String
+  "The Service range of the cluster, CIDR."
+  serviceCidr: String!
+  "The Pod range of the cluster, CIDR."
+  podCidr: String!
+  "host:port of the cluster's API server (null until known)."
+  endpoint: String
+  "Where the cluster is in its life."
+  phase: KubernetesClusterPhase!
+  "Whether every component of the hosted control plane is ready."
+  controlPlaneReady: Boolean!
+  "The hosted control plane's components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler."
+  controlPlane: [ControlPlaneComponent!]!
+  "Cluster API's conditions of the cluster."
+  conditions: [KubernetesCondition!]!
+  "The node pools, sorted by name."
+  nodePools: [NodePool!]!
+  "When the cluster was created."
+  createdAt: Time!
+}
+
+"One component of a hosted control plane."
+type ControlPlaneComponent {
+  "etcd, kube-apiserver, kube-controller-manager or kube-scheduler."
+  name: String!
+  "Whether its replicas are ready and up to date."
+  ready: Boolean!
+  "What is missing when it is not ready."
+  message: String
+}
+
+"A condition of a Cluster API object."
+type KubernetesCondition {
+  "The condition's type, e.g. Available."
+  type: String!
+  "True, False or Unknown."
+  status: String!
+  "A one-word reason."
+  reason: String
+  "A message for humans."
+  message: String
+}
+
+"The effect of a node taint."
+enum TaintEffect {
+  "Pods without a matching toleration are not scheduled."
+  NO_SCHEDULE
+  "The scheduler avoids the node for pods without a matching toleration."
+  PREFER_NO_SCHEDULE
+  "Pods without a matching toleration are evicted."
+  NO_EXECUTE
+}
+
+"A node label of a pool's workers."
+type NodeLabel {
+  "The label's key."
+  key: String!
+  "The label's value."
+  value: String!
+}
+
+"A node taint of a pool's workers."
+type NodeTaint {
+  "The taint's key."
+  key: String!
+  "The taint's value (may be empty)."
+  value: String!
+  "The taint's effect."
+  effect: TaintEffect!
+}
+
+"A node pool of a Kubernetes cluster: workers alike, scaled together."
+type NodePool {
+  "The pool's id."
+  id: ID!
+  "The id of the pool's cluster."
+  clusterId: ID!
+  "The pool's name in its cluster."
+  name: String!
+  "The compute profile of the workers."
+  computeProfile: String!
+  "The storage profile of the workers' disks."
+  storageProfile: String!
+  "The desired number of workers."
+  size: Int!
+  "How many workers exist (being created, running or being deleted)."
+  workers: Int!
+  "How many workers run."
+  readyWorkers: Int!
+  "The Kubernetes version the pool's workers run, or are being moved to."
+  version: String!
+  "How many of the pool's workers run version."
+  upToDateWorkers: Int!
+  "The workers' node labels, sorted by key."
+  labels: [NodeLabel!]!
+  "The workers' node taints."
+  taints: [NodeTaint!]!
+  "Whether the pool is being deleted."
+  deleting: Boolean!
+}
+
+"A kubeconfig issued to the caller."
+type Kubeconfig {
+  "The kubeconfig file (YAML) with its own client certificate and key."
+  kubeconfig: String!
+  "When its certificate expires."
+  expiresAt: Time!
+  "Whether it only reads (the caller is a viewer of the VDC)."
+  readOnly: Boolean!
+}
+
+"A page of Kubernetes clusters."
+type KubernetesClusterConnection {
+  "The clusters of this page with their cursors."
+  edges: [KubernetesClusterEdge!]!
+  "The clusters of this page."
+  nodes: [KubernetesCluster!]!
+  "Where this page is."
+  pageInfo: PageInfo!
+  "How many clusters the VDC has in all."
+  totalCount: Int!
+}
+
+"A Kubernetes cluster with its cursor."
+type KubernetesClusterEdge {
+  "The cursor of this cluster."
+  cursor: String!
+  "The cluster."
+  node: KubernetesCluster!
+}
+
+"A Kubernetes cluster being deleted."
+type DeletedKubernetesCluster {
+  "The cluster's id."
+  id: ID!
+}
+
+"A node pool being deleted."
+type DeletedNodePool {
+  "The pool's id."
+  id: ID!
+}
+
+"A new Kubernetes cluster."
+input CreateKubernetesClusterInput {
+  "The cluster's name in its VDC: 1 to 20 of a-z, 0-9 and '-', starting with a letter."
+  name: String!
+  "The zone's name: the workers run there."
+  zone: String!
+  "One of kubernetesVersions."
+  version: String!
+  "The id of the VDC's network in the zone the workers are on."
+  network: ID!
+  "The Service range, CIDR; default 10.96.0.0/12."
+  serviceCidr: String
+  "The Pod range, CIDR; default 10.244.0.0/16."
+  podCidr: String
+}
+
+"A new node pool."
+input CreateNodePoolInput {
+  "The id of the cluster."
+  cluster: ID!
+  "The pool's name in its cluster: 1 to 20 of a-z, 0-9 and '-', starting with a letter."
+  name: String!
+  "The compute profile of the workers."
+  computeProfile: String!
+  "The storage profile of the workers' disks."
+  storageProfile: String!
+  "The number of workers (0 to 10)."
+  size: Int!
+  "Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix)."
+  labels: [NodeLabelInput!]
+  "Node taints of the workers (at most 32)."
+  taints: [NodeTaintInput!]
+}
+
+"A node label."
+input NodeLabelInput {
+  "The label's key (a qualified name)."
+  key: String!
+  "The label's value."
+  value: String!
+}
+
+"A node taint."
+input NodeTaintInput {
+  "The taint's key (a qualified name)."
+  key: String!
+  "The taint's value (may be empty)."
+  value: String = ""
+  "The taint's effect."
+  effect: TaintEffect!
+}
+`, BuiltIn: false},
 	{Name: "../loadbalancer.graphqls", Input: `# Load balancers: a VDC's service on several of its VMs behind one public
 # address of a zone's pool. Layer 4 (TCP), HTTP and HTTPS with path-prefix
 # routes to backend pools (HTTPS terminated with certificates given here),
@@ -4982,7 +5874,10 @@ extend type Mutation {
   not defined, a certificate that does not match its private key, is
   expired, or does not cover a listener's server names, a backend VM in
   another zone; NOT_FOUND for a backend VM the VDC does not have; CONFLICT
-  for a name the VDC uses already. A refused create changes nothing.
+  for a name the VDC uses already; QUOTA_EXCEEDED (extensions.field
+  quotas.publicAddresses) when the VDC would hold more public addresses
+  than its quota allows (its edge gateway's and 1:1 NATs' count too). A
+  refused create changes nothing.
   """
   createLoadBalancer(
     "The balancer."
@@ -6035,6 +6930,8 @@ type VDCQuotas {
   storageGiB: Int!
   "At most this many VMs."
   vms: Int!
+  "At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null bounds none."
+  publicAddresses: Int
 }
 
 "What a VDC uses of its quotas."
@@ -6047,6 +6944,8 @@ type VDCUsage {
   storageGiB: Int!
   "Its VMs."
   vms: Int!
+  "The addresses of the zones' external networks it holds (its edge gateways', 1:1 NATs', load balancers')."
+  publicAddresses: Int!
 }
 
 "Quotas of a VDC (0 allows none)."
@@ -6059,6 +6958,8 @@ input VDCQuotasInput {
   storageGiB: Int!
   "At most this many VMs."
   vms: Int!
+  "At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null or absent bounds none."
+  publicAddresses: Int
 }
 
 "A new VDC."
@@ -6521,6 +7422,18 @@ func (ec *executionContext) childFields_ConsoleSession(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type ConsoleSession", field.Name)
 }
 
+func (ec *executionContext) childFields_ControlPlaneComponent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_ControlPlaneComponent_name(ctx, field)
+	case "ready":
+		return ec.fieldContext_ControlPlaneComponent_ready(ctx, field)
+	case "message":
+		return ec.fieldContext_ControlPlaneComponent_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ControlPlaneComponent", field.Name)
+}
+
 func (ec *executionContext) childFields_CreateVMPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "vm":
@@ -6569,6 +7482,14 @@ func (ec *executionContext) childFields_DeletedFirewallRule(ctx context.Context,
 	return nil, fmt.Errorf("no field named %q was found under type DeletedFirewallRule", field.Name)
 }
 
+func (ec *executionContext) childFields_DeletedKubernetesCluster(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedKubernetesCluster_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedKubernetesCluster", field.Name)
+}
+
 func (ec *executionContext) childFields_DeletedLoadBalancer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -6583,6 +7504,14 @@ func (ec *executionContext) childFields_DeletedNetwork(ctx context.Context, fiel
 		return ec.fieldContext_DeletedNetwork_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedNetwork", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedNodePool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedNodePool_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedNodePool", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedOneToOneAddress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6893,6 +7822,92 @@ func (ec *executionContext) childFields_ImageZoneState(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type ImageZoneState", field.Name)
 }
 
+func (ec *executionContext) childFields_Kubeconfig(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kubeconfig":
+		return ec.fieldContext_Kubeconfig_kubeconfig(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Kubeconfig_expiresAt(ctx, field)
+	case "readOnly":
+		return ec.fieldContext_Kubeconfig_readOnly(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Kubeconfig", field.Name)
+}
+
+func (ec *executionContext) childFields_KubernetesCluster(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_KubernetesCluster_id(ctx, field)
+	case "name":
+		return ec.fieldContext_KubernetesCluster_name(ctx, field)
+	case "zone":
+		return ec.fieldContext_KubernetesCluster_zone(ctx, field)
+	case "networkId":
+		return ec.fieldContext_KubernetesCluster_networkId(ctx, field)
+	case "version":
+		return ec.fieldContext_KubernetesCluster_version(ctx, field)
+	case "runningVersion":
+		return ec.fieldContext_KubernetesCluster_runningVersion(ctx, field)
+	case "serviceCidr":
+		return ec.fieldContext_KubernetesCluster_serviceCidr(ctx, field)
+	case "podCidr":
+		return ec.fieldContext_KubernetesCluster_podCidr(ctx, field)
+	case "endpoint":
+		return ec.fieldContext_KubernetesCluster_endpoint(ctx, field)
+	case "phase":
+		return ec.fieldContext_KubernetesCluster_phase(ctx, field)
+	case "controlPlaneReady":
+		return ec.fieldContext_KubernetesCluster_controlPlaneReady(ctx, field)
+	case "controlPlane":
+		return ec.fieldContext_KubernetesCluster_controlPlane(ctx, field)
+	case "conditions":
+		return ec.fieldContext_KubernetesCluster_conditions(ctx, field)
+	case "nodePools":
+		return ec.fieldContext_KubernetesCluster_nodePools(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_KubernetesCluster_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KubernetesCluster", field.Name)
+}
+
+func (ec *executionContext) childFields_KubernetesClusterConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_KubernetesClusterConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_KubernetesClusterConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_KubernetesClusterConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_KubernetesClusterConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KubernetesClusterConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_KubernetesClusterEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_KubernetesClusterEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_KubernetesClusterEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KubernetesClusterEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_KubernetesCondition(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_KubernetesCondition_type(ctx, field)
+	case "status":
+		return ec.fieldContext_KubernetesCondition_status(ctx, field)
+	case "reason":
+		return ec.fieldContext_KubernetesCondition_reason(ctx, field)
+	case "message":
+		return ec.fieldContext_KubernetesCondition_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type KubernetesCondition", field.Name)
+}
+
 func (ec *executionContext) childFields_LoadBalancer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -7069,6 +8084,60 @@ func (ec *executionContext) childFields_NetworkEdge(ctx context.Context, field g
 		return ec.fieldContext_NetworkEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type NetworkEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_NodeLabel(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_NodeLabel_key(ctx, field)
+	case "value":
+		return ec.fieldContext_NodeLabel_value(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodeLabel", field.Name)
+}
+
+func (ec *executionContext) childFields_NodePool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_NodePool_id(ctx, field)
+	case "clusterId":
+		return ec.fieldContext_NodePool_clusterId(ctx, field)
+	case "name":
+		return ec.fieldContext_NodePool_name(ctx, field)
+	case "computeProfile":
+		return ec.fieldContext_NodePool_computeProfile(ctx, field)
+	case "storageProfile":
+		return ec.fieldContext_NodePool_storageProfile(ctx, field)
+	case "size":
+		return ec.fieldContext_NodePool_size(ctx, field)
+	case "workers":
+		return ec.fieldContext_NodePool_workers(ctx, field)
+	case "readyWorkers":
+		return ec.fieldContext_NodePool_readyWorkers(ctx, field)
+	case "version":
+		return ec.fieldContext_NodePool_version(ctx, field)
+	case "upToDateWorkers":
+		return ec.fieldContext_NodePool_upToDateWorkers(ctx, field)
+	case "labels":
+		return ec.fieldContext_NodePool_labels(ctx, field)
+	case "taints":
+		return ec.fieldContext_NodePool_taints(ctx, field)
+	case "deleting":
+		return ec.fieldContext_NodePool_deleting(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodePool", field.Name)
+}
+
+func (ec *executionContext) childFields_NodeTaint(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_NodeTaint_key(ctx, field)
+	case "value":
+		return ec.fieldContext_NodeTaint_value(ctx, field)
+	case "effect":
+		return ec.fieldContext_NodeTaint_effect(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type NodeTaint", field.Name)
 }
 
 func (ec *executionContext) childFields_OneToOneAddress(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -7289,6 +8358,8 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_storageGiB(ctx, field)
 	case "vms":
 		return ec.fieldContext_VDCQuotas_vms(ctx, field)
+	case "publicAddresses":
+		return ec.fieldContext_VDCQuotas_publicAddresses(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }
@@ -7303,6 +8374,8 @@ func (ec *executionContext) childFields_VDCUsage(ctx context.Context, field grap
 		return ec.fieldContext_VDCUsage_storageGiB(ctx, field)
 	case "vms":
 		return ec.fieldContext_VDCUsage_vms(ctx, field)
+	case "publicAddresses":
+		return ec.fieldContext_VDCUsage_publicAddresses(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCUsage", field.Name)
 }

@@ -300,6 +300,29 @@ func (ec *executionContext) fieldContext_VDCQuotas_vms(_ context.Context, field 
 	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VDCQuotas_publicAddresses(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCQuotas_publicAddresses(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PublicAddresses, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDCQuotas_publicAddresses(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
+}
+
 func (ec *executionContext) _VDCUsage_vcpus(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -389,6 +412,29 @@ func (ec *executionContext) _VDCUsage_vms(ctx context.Context, field graphql.Col
 	)
 }
 func (ec *executionContext) fieldContext_VDCUsage_vms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_publicAddresses(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_publicAddresses(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PublicAddresses, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_publicAddresses(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
 }
 
@@ -526,7 +572,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms"}
+	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -561,6 +607,13 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 				return it, err
 			}
 			it.Vms = data
+		case "publicAddresses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("publicAddresses"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PublicAddresses = data
 		}
 	}
 	return it, nil
@@ -709,6 +762,11 @@ func (ec *executionContext) _VDCQuotas(ctx context.Context, sel ast.SelectionSet
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "publicAddresses":
+			out.Values[i] = ec._VDCQuotas_publicAddresses(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -754,6 +812,11 @@ func (ec *executionContext) _VDCUsage(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "vms":
 			out.Values[i] = ec._VDCUsage_vms(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "publicAddresses":
+			out.Values[i] = ec._VDCUsage_publicAddresses(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

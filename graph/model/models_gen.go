@@ -148,6 +148,16 @@ type ConsoleSession struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// One component of a hosted control plane.
+type ControlPlaneComponent struct {
+	// etcd, kube-apiserver, kube-controller-manager or kube-scheduler.
+	Name string `json:"name"`
+	// Whether its replicas are ready and up to date.
+	Ready bool `json:"ready"`
+	// What is missing when it is not ready.
+	Message *string `json:"message,omitempty"`
+}
+
 // A new compute profile.
 type CreateComputeProfileInput struct {
 	// Unique name (DNS labels joined by dots), e.g. medium.
@@ -226,6 +236,22 @@ type CreateImageInput struct {
 	CloudInit bool `json:"cloudInit"`
 }
 
+// A new Kubernetes cluster.
+type CreateKubernetesClusterInput struct {
+	// The cluster's name in its VDC: 1 to 20 of a-z, 0-9 and '-', starting with a letter.
+	Name string `json:"name"`
+	// The zone's name: the workers run there.
+	Zone string `json:"zone"`
+	// One of kubernetesVersions.
+	Version string `json:"version"`
+	// The id of the VDC's network in the zone the workers are on.
+	Network string `json:"network"`
+	// The Service range, CIDR; default 10.96.0.0/12.
+	ServiceCidr *string `json:"serviceCidr,omitempty"`
+	// The Pod range, CIDR; default 10.244.0.0/16.
+	PodCidr *string `json:"podCidr,omitempty"`
+}
+
 // A new load balancer.
 type CreateLoadBalancerInput struct {
 	// The balancer's name in its VDC (a DNS label).
@@ -252,6 +278,24 @@ type CreateNetworkInput struct {
 	Cidr string `json:"cidr"`
 	// An address inside cidr, not its network or broadcast address (no surrounding spaces).
 	Gateway string `json:"gateway"`
+}
+
+// A new node pool.
+type CreateNodePoolInput struct {
+	// The id of the cluster.
+	Cluster string `json:"cluster"`
+	// The pool's name in its cluster: 1 to 20 of a-z, 0-9 and '-', starting with a letter.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The number of workers (0 to 10).
+	Size int `json:"size"`
+	// Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix).
+	Labels []*NodeLabelInput `json:"labels,omitempty"`
+	// Node taints of the workers (at most 32).
+	Taints []*NodeTaintInput `json:"taints,omitempty"`
 }
 
 // A new 1:1 address.
@@ -377,6 +421,12 @@ type DeletedFirewallRule struct {
 	ID string `json:"id"`
 }
 
+// A Kubernetes cluster being deleted.
+type DeletedKubernetesCluster struct {
+	// The cluster's id.
+	ID string `json:"id"`
+}
+
 // A deleted load balancer.
 type DeletedLoadBalancer struct {
 	// The balancer's id.
@@ -386,6 +436,12 @@ type DeletedLoadBalancer struct {
 // The result of deleteNetwork.
 type DeletedNetwork struct {
 	// The id the network had.
+	ID string `json:"id"`
+}
+
+// A node pool being deleted.
+type DeletedNodePool struct {
+	// The pool's id.
 	ID string `json:"id"`
 }
 
@@ -660,6 +716,82 @@ type ImageZoneState struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// A kubeconfig issued to the caller.
+type Kubeconfig struct {
+	// The kubeconfig file (YAML) with its own client certificate and key.
+	Kubeconfig string `json:"kubeconfig"`
+	// When its certificate expires.
+	ExpiresAt time.Time `json:"expiresAt"`
+	// Whether it only reads (the caller is a viewer of the VDC).
+	ReadOnly bool `json:"readOnly"`
+}
+
+// A Kubernetes cluster of the current VDC.
+type KubernetesCluster struct {
+	// The cluster's id.
+	ID string `json:"id"`
+	// The cluster's name in its VDC.
+	Name string `json:"name"`
+	// The zone its workers run in.
+	Zone *Zone `json:"zone"`
+	// The id of the VDC network the workers are on.
+	NetworkID string `json:"networkId"`
+	// The Kubernetes version asked for.
+	Version string `json:"version"`
+	// The Kubernetes version the control plane's API server runs (null until it runs).
+	RunningVersion *string `json:"runningVersion,omitempty"`
+	// The Service range of the cluster, CIDR.
+	ServiceCidr string `json:"serviceCidr"`
+	// The Pod range of the cluster, CIDR.
+	PodCidr string `json:"podCidr"`
+	// host:port of the cluster's API server (null until known).
+	Endpoint *string `json:"endpoint,omitempty"`
+	// Where the cluster is in its life.
+	Phase KubernetesClusterPhase `json:"phase"`
+	// Whether every component of the hosted control plane is ready.
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+	// The hosted control plane's components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+	ControlPlane []*ControlPlaneComponent `json:"controlPlane"`
+	// Cluster API's conditions of the cluster.
+	Conditions []*KubernetesCondition `json:"conditions"`
+	// The node pools, sorted by name.
+	NodePools []*NodePool `json:"nodePools"`
+	// When the cluster was created.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// A page of Kubernetes clusters.
+type KubernetesClusterConnection struct {
+	// The clusters of this page with their cursors.
+	Edges []*KubernetesClusterEdge `json:"edges"`
+	// The clusters of this page.
+	Nodes []*KubernetesCluster `json:"nodes"`
+	// Where this page is.
+	PageInfo *PageInfo `json:"pageInfo"`
+	// How many clusters the VDC has in all.
+	TotalCount int `json:"totalCount"`
+}
+
+// A Kubernetes cluster with its cursor.
+type KubernetesClusterEdge struct {
+	// The cursor of this cluster.
+	Cursor string `json:"cursor"`
+	// The cluster.
+	Node *KubernetesCluster `json:"node"`
+}
+
+// A condition of a Cluster API object.
+type KubernetesCondition struct {
+	// The condition's type, e.g. Available.
+	Type string `json:"type"`
+	// True, False or Unknown.
+	Status string `json:"status"`
+	// A one-word reason.
+	Reason *string `json:"reason,omitempty"`
+	// A message for humans.
+	Message *string `json:"message,omitempty"`
+}
+
 // A page of load balancers.
 type LoadBalancerConnection struct {
 	// The balancers of this page with their cursors.
@@ -853,6 +985,72 @@ type NetworkMappingInput struct {
 	From string `json:"from"`
 	// The id of a network of the VDC in the target zone.
 	To string `json:"to"`
+}
+
+// A node label of a pool's workers.
+type NodeLabel struct {
+	// The label's key.
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// A node label.
+type NodeLabelInput struct {
+	// The label's key (a qualified name).
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type NodePool struct {
+	// The pool's id.
+	ID string `json:"id"`
+	// The id of the pool's cluster.
+	ClusterID string `json:"clusterId"`
+	// The pool's name in its cluster.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The desired number of workers.
+	Size int `json:"size"`
+	// How many workers exist (being created, running or being deleted).
+	Workers int `json:"workers"`
+	// How many workers run.
+	ReadyWorkers int `json:"readyWorkers"`
+	// The Kubernetes version the pool's workers run, or are being moved to.
+	Version string `json:"version"`
+	// How many of the pool's workers run version.
+	UpToDateWorkers int `json:"upToDateWorkers"`
+	// The workers' node labels, sorted by key.
+	Labels []*NodeLabel `json:"labels"`
+	// The workers' node taints.
+	Taints []*NodeTaint `json:"taints"`
+	// Whether the pool is being deleted.
+	Deleting bool `json:"deleting"`
+}
+
+// A node taint of a pool's workers.
+type NodeTaint struct {
+	// The taint's key.
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value string `json:"value"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
+}
+
+// A node taint.
+type NodeTaintInput struct {
+	// The taint's key (a qualified name).
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value *string `json:"value,omitempty"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
 }
 
 // A public address of a VDC's VM, both ways.
@@ -1151,6 +1349,8 @@ type VDCQuotasInput struct {
 	StorageGiB int `json:"storageGiB"`
 	// At most this many VMs.
 	Vms int `json:"vms"`
+	// At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null or absent bounds none.
+	PublicAddresses *int `json:"publicAddresses,omitempty"`
 }
 
 // What a VDC uses of its quotas.
@@ -1163,6 +1363,8 @@ type VDCUsage struct {
 	StorageGiB int `json:"storageGiB"`
 	// Its VMs.
 	Vms int `json:"vms"`
+	// The addresses of the zones' external networks it holds (its edge gateways', 1:1 NATs', load balancers').
+	PublicAddresses int `json:"publicAddresses"`
 }
 
 // A virtual machine of a VDC.
@@ -2001,6 +2203,76 @@ func (e ImageStagingState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Where a Kubernetes cluster is in its life (Cluster API's phase of the Cluster).
+type KubernetesClusterPhase string
+
+const (
+	// Created; Cluster API has not looked at it yet.
+	KubernetesClusterPhasePending KubernetesClusterPhase = "PENDING"
+	// The control plane is starting.
+	KubernetesClusterPhaseProvisioning KubernetesClusterPhase = "PROVISIONING"
+	// The control plane serves.
+	KubernetesClusterPhaseProvisioned KubernetesClusterPhase = "PROVISIONED"
+	// Being deleted.
+	KubernetesClusterPhaseDeleting KubernetesClusterPhase = "DELETING"
+	// Failed; conditions say why.
+	KubernetesClusterPhaseFailed KubernetesClusterPhase = "FAILED"
+	// A phase this API does not know.
+	KubernetesClusterPhaseUnknown KubernetesClusterPhase = "UNKNOWN"
+)
+
+var AllKubernetesClusterPhase = []KubernetesClusterPhase{
+	KubernetesClusterPhasePending,
+	KubernetesClusterPhaseProvisioning,
+	KubernetesClusterPhaseProvisioned,
+	KubernetesClusterPhaseDeleting,
+	KubernetesClusterPhaseFailed,
+	KubernetesClusterPhaseUnknown,
+}
+
+func (e KubernetesClusterPhase) IsValid() bool {
+	switch e {
+	case KubernetesClusterPhasePending, KubernetesClusterPhaseProvisioning, KubernetesClusterPhaseProvisioned, KubernetesClusterPhaseDeleting, KubernetesClusterPhaseFailed, KubernetesClusterPhaseUnknown:
+		return true
+	}
+	return false
+}
+
+func (e KubernetesClusterPhase) String() string {
+	return string(e)
+}
+
+func (e *KubernetesClusterPhase) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = KubernetesClusterPhase(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid KubernetesClusterPhase", str)
+	}
+	return nil
+}
+
+func (e KubernetesClusterPhase) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *KubernetesClusterPhase) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e KubernetesClusterPhase) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // The protocol of a listener.
 type LoadBalancerProtocol string
 
@@ -2328,6 +2600,67 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The effect of a node taint.
+type TaintEffect string
+
+const (
+	// Pods without a matching toleration are not scheduled.
+	TaintEffectNoSchedule TaintEffect = "NO_SCHEDULE"
+	// The scheduler avoids the node for pods without a matching toleration.
+	TaintEffectPreferNoSchedule TaintEffect = "PREFER_NO_SCHEDULE"
+	// Pods without a matching toleration are evicted.
+	TaintEffectNoExecute TaintEffect = "NO_EXECUTE"
+)
+
+var AllTaintEffect = []TaintEffect{
+	TaintEffectNoSchedule,
+	TaintEffectPreferNoSchedule,
+	TaintEffectNoExecute,
+}
+
+func (e TaintEffect) IsValid() bool {
+	switch e {
+	case TaintEffectNoSchedule, TaintEffectPreferNoSchedule, TaintEffectNoExecute:
+		return true
+	}
+	return false
+}
+
+func (e TaintEffect) String() string {
+	return string(e)
+}
+
+func (e *TaintEffect) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = TaintEffect(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid TaintEffect", str)
+	}
+	return nil
+}
+
+func (e TaintEffect) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *TaintEffect) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e TaintEffect) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

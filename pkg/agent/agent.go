@@ -105,6 +105,11 @@ type Config struct {
 	// orchestrator's spans, whose W3C trace context comes along) and the
 	// Proxmox requests they make; nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// FileRoot is the directory the paths of the node's storages are
+	// under, where WriteSnippet writes: "" is "/", the node's own file
+	// system; a test points it at a simulated node's
+	// (pvesim.Cluster.NodeRoot).
+	FileRoot string
 }
 
 func (c *Config) setDefaults() error {
@@ -192,7 +197,9 @@ type Agent struct {
 	// volumes offered to other agents.
 	migrate  *grpc.Server
 	migrated chan struct{}
-	offers   offers
+	offers   capabilities[offer]
+	// consoles are the console tickets waiting for their Console stream.
+	consoles capabilities[consoleTicket]
 
 	closeOnce sync.Once
 	closeErr  error

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 	"google.golang.org/grpc/codes"
@@ -35,6 +36,13 @@ func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
 		return status.Errorf(codes.InvalidArgument, "agent: console: %v", err)
 	}
 	node, vmid := first.GetNode(), first.GetVmid()
+	if t := first.GetTicket(); t != "" {
+		ct, ok := s.a.consoles.take(t, nil)
+		if !ok {
+			return status.Error(codes.PermissionDenied, "agent: console: the ticket is unknown, used or expired")
+		}
+		node, vmid = s.a.cfg.NodeName, ct.vmid
+	}
 	if vmid < 100 || vmid > 999999999 {
 		return status.Errorf(codes.InvalidArgument, "agent: console: VMID %d is not 100-999999999", vmid)
 	}
@@ -87,6 +95,45 @@ func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
 		return status.Errorf(codes.Unavailable, "agent: console of VM %d: %v", vmid, err)
 	}
 	return nil
+}
+
+// Console tickets: how long one may wait at most, and how many may wait.
+const (
+	maxConsoleTicketTTL = 5 * time.Minute
+	maxConsoleTickets   = 1024
+)
+
+// consoleTicket is the VM a console ticket opens.
+type consoleTicket struct{ vmid uint32 }
+
+// IssueConsoleTicket implements the IssueConsoleTicket RPC. The VM must be
+// a guest of this node now; a ticket stays valid if it moves, and its
+// Console stream then answers NOT_FOUND.
+func (s *service) IssueConsoleTicket(ctx context.Context, req *agentv1.IssueConsoleTicketRequest) (*agentv1.IssueConsoleTicketResponse, error) {
+	vmid, ttl := req.GetVmid(), time.Duration(req.GetTtlSeconds())*time.Second
+	switch {
+	case vmid < 100 || vmid > 999999999:
+		return nil, status.Errorf(codes.InvalidArgument, "agent: console ticket: VMID %d is not 100-999999999", vmid)
+	case ttl < time.Second || ttl > maxConsoleTicketTTL:
+		return nil, status.Errorf(codes.InvalidArgument, "agent: console ticket: ttl_seconds %d is not 1-%d", req.GetTtlSeconds(), int(maxConsoleTicketTTL/time.Second))
+	case req.GetNode() != s.a.cfg.NodeName:
+		return nil, status.Errorf(codes.NotFound, "agent: console ticket: node %q is not this agent's (%s)", req.GetNode(), s.a.cfg.NodeName)
+	}
+	resp, err := s.a.pve.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(s.a.cfg.NodeName)+"/qemu/"+strconv.FormatUint(uint64(vmid), 10)+"/status/current", "", nil, "")
+	switch {
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "agent: console ticket: proxmox: %v", err)
+	case resp.status != http.StatusOK && strings.Contains(resp.reason, "does not exist"):
+		return nil, status.Errorf(codes.NotFound, "agent: console ticket: VM %d: %s", vmid, resp.reason)
+	case resp.status != http.StatusOK:
+		return nil, status.Errorf(codes.Unavailable, "agent: console ticket: VM %d: proxmox answered %d %s", vmid, resp.status, resp.reason)
+	}
+	exp := time.Now().Add(ttl)
+	t, ok := s.a.consoles.add(consoleTicket{vmid: vmid}, exp, maxConsoleTickets)
+	if !ok {
+		return nil, status.Errorf(codes.ResourceExhausted, "agent: console ticket: %d tickets are waiting already", maxConsoleTickets)
+	}
+	return &agentv1.IssueConsoleTicketResponse{Ticket: t, ExpiresUnix: exp.Unix()}, nil
 }
 
 var (

@@ -26,6 +26,7 @@ func (s *edgeService) ApplyGateway(ctx context.Context, req *edgev1.ApplyGateway
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	g.Revision = req.GetRevision()
 	st, err := s.m.Apply(ctx, g)
 	if err != nil {
 		var ie *edge.InputError
@@ -58,6 +59,18 @@ func (s *edgeService) GatewayStatus(ctx context.Context, req *edgev1.GatewayStat
 		return nil, status.Errorf(codes.Internal, "agent: edge gateway status of %s: %v", req.GetVdc(), err)
 	}
 	return &edgev1.GatewayStatusResponse{State: stateToProto(st)}, nil
+}
+
+func (s *edgeService) ListGateways(ctx context.Context, _ *edgev1.ListGatewaysRequest) (*edgev1.ListGatewaysResponse, error) {
+	rs, err := s.m.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "agent: list edge gateways: %v", err)
+	}
+	out := &edgev1.ListGatewaysResponse{}
+	for _, r := range rs {
+		out.Gateways = append(out.Gateways, &edgev1.RunningGateway{Vdc: r.VDC, Namespace: r.Namespace, Revision: r.Revision})
+	}
+	return out, nil
 }
 
 func stateToProto(st edge.Status) *edgev1.GatewayState {

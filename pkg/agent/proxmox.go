@@ -168,16 +168,21 @@ func (p *pve) get(ctx context.Context, path string, v any) error {
 	if resp.status != http.StatusOK {
 		return fmt.Errorf("GET %s: proxmox answered %d", path, resp.status)
 	}
-	var env struct {
-		Data json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(resp.body, &env); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	if err := json.Unmarshal(env.Data, v); err != nil {
+	if err := decodeData(resp.body, v); err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
 	return nil
+}
+
+// decodeData decodes the "data" member of a Proxmox answer into v.
+func decodeData(body []byte, v any) error {
+	var env struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return err
+	}
+	return json.Unmarshal(env.Data, v)
 }
 
 // scrub makes sure an error never carries the token (a transport error

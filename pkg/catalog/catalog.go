@@ -212,6 +212,10 @@ type VDCQuotas struct {
 	MemoryMiB  int `json:"memoryMiB"`
 	StorageGiB int `json:"storageGiB"`
 	VMs        int `json:"vms"`
+	// PublicAddresses bounds the addresses of the zones' external
+	// networks the VDC holds (its edge gateways', its 1:1 NATs', its load
+	// balancers'); nil bounds none.
+	PublicAddresses *int `json:"publicAddresses,omitempty"`
 }
 
 // ObjectKind implements Object.
@@ -221,6 +225,10 @@ func (*VDC) ObjectKind() Kind { return KindVDC }
 func (v *VDC) DeepCopyObject() Object {
 	c := *v
 	c.Status.Reservations = slices.Clone(v.Status.Reservations)
+	if p := v.Quotas.PublicAddresses; p != nil {
+		n := *p
+		c.Quotas.PublicAddresses = &n
+	}
 	return &c
 }
 

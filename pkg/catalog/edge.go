@@ -444,3 +444,31 @@ func oneToOneAddresses(g *EdgeGateway) []string {
 	}
 	return out
 }
+
+// PublicAddressesOf counts the addresses of every zone's external network
+// that vdc holds, whatever their use.
+func PublicAddressesOf(ctx context.Context, s Store, vdc string) (int, error) {
+	nets, err := List[*ExternalNetwork](ctx, s)
+	if err != nil {
+		return 0, fmt.Errorf("public addresses of %s: %w", vdc, err)
+	}
+	n := 0
+	for _, en := range nets {
+		for _, a := range en.Status.Allocations {
+			if a.VDC == vdc {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// HasEdgeGateway reports whether vdc has its edge gateway in zone (which
+// holds an address of the zone's pool).
+func HasEdgeGateway(ctx context.Context, s Store, vdc, zone string) (bool, error) {
+	_, err := Get[*EdgeGateway](ctx, s, EdgeGatewayName(vdc, zone))
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

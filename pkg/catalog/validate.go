@@ -100,6 +100,7 @@ func (v *VDC) Validate() error {
 		validateRange("quotas.memoryMiB", v.Quotas.MemoryMiB, 0, maxQuota),
 		validateRange("quotas.storageGiB", v.Quotas.StorageGiB, 0, maxQuota),
 		validateRange("quotas.vms", v.Quotas.VMs, 0, maxQuota),
+		validateRange("quotas.publicAddresses", ptrOr(v.Quotas.PublicAddresses, 0), 0, maxQuota),
 	)
 }
 
@@ -206,4 +207,12 @@ func ValidateObject(o Object) error {
 		return invalid("name", "must not have surrounding spaces")
 	}
 	return o.Validate()
+}
+
+// ptrOr is *p, or def when p is nil.
+func ptrOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
 }

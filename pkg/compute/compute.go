@@ -100,6 +100,10 @@ type Config struct {
 	// Volumes moves disks between zones (migrateVM across zones); nil
 	// refuses such moves.
 	Volumes VolumeMover
+	// Snippets writes the snippet files that deliver a VM's own cloud-init
+	// user-data (CreateInput.UserData) through cicustom; nil keeps it in
+	// the VM's intent only.
+	Snippets SnippetWriter
 	// Images stages images; default images.New(Logger).
 	Images *images.Stager
 	// QuotaTTL is how long a quota reservation of a create lives unless the

@@ -780,6 +780,9 @@ func (s *Service) step(ctx context.Context, z Zone, g pveapi.Resource, cfg pveap
 			"disk": "scsi0", "size": fmt.Sprintf("%dG", in.DiskGiB), "digest": cfg.Digest()})
 		return "resize", err
 	}
+	if done, err := s.deliverUserData(ctx, z, g, cfg, in, base); done || err != nil {
+		return "user-data", err
+	}
 	if g.Status != "running" {
 		_, err := pveapi.Run(ctx, z.Client, "POST", base+"/status/start", nil)
 		if err != nil && strings.Contains(err.Error(), "already running") {

@@ -27,8 +27,9 @@ type VolumeRef struct {
 
 // VolumeMover copies a disk volume from a node of one zone into an
 // allocated volume of a node of another, agent to agent, calling progress
-// as bytes arrive; it returns the SHA-256 (hex) of what arrived, which the
-// target checked against the source's.
+// as bytes arrive; it returns the checksum (hex; BLAKE3, or SHA-256 with
+// an agent that knows no other) of what arrived, which the target checked
+// against the source's.
 type VolumeMover interface {
 	MoveVolume(ctx context.Context, from, to VolumeRef, progress func(done, total int64)) (string, error)
 }

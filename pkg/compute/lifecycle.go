@@ -83,6 +83,7 @@ var macRE = regexp.MustCompile(`(?i)([0-9a-f]{2}:){5}[0-9a-f]{2}`)
 // destroy stops, purges and releases the addresses of guest g.
 func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) (string, error) {
 	var macs []string
+	var cicustom string
 	base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID)
 	for range maxSteps {
 		cur, ok, err := pveapi.FindGuest(ctx, z.Client, g.VMID)
@@ -97,6 +98,7 @@ func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *In
 			continue
 		}
 		if cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID); err == nil {
+			cicustom = cfg.Str("cicustom")
 			for i := range MaxNICs {
 				if m := macRE.FindString(cfg.Str("net" + strconv.Itoa(i))); m != "" {
 					macs = append(macs, m)
@@ -122,6 +124,9 @@ func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *In
 			}
 		}
 		if err := ipam.ReleaseMACs(ctx, z.Client, macs); err != nil {
+			return upid, err
+		}
+		if err := s.deleteUserData(ctx, z, g.Node, g.VMID, cicustom); err != nil {
 			return upid, err
 		}
 		if in != nil {

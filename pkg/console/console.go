@@ -2,22 +2,28 @@
 // one-use console tickets (Broker.Issue, called by the GraphQL mutation
 // openConsole after it checked the caller's VDC) and serves the websocket
 // a browser (noVNC) opens with one (Broker.Handler), relaying its bytes to
-// the agent of the VM's node (a Dialer, the agent's Console RPC over the
-// mesh). A ticket is a random 256-bit secret, works once, and expires
-// after Config.TTL; the Proxmox ticket and token stay with the agent.
+// the agent of the VM's node (the agent's Console RPC over the mesh).
+//
+// The ticket is the agent's: the agent of the VM's node mints it (256
+// random bits, valid for Config.TTL) and opens the console once for it.
+// What the browser gets names that agent beside its secret, so whichever
+// orchestrator replica the websocket reaches relays it, with no state
+// shared between replicas, and a ticket still works only once. The Proxmox
+// ticket and token stay with the agent.
 package console
 
 import (
 	"context"
-	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -38,110 +44,100 @@ type Target struct {
 	VM, VDC, Subject string
 }
 
-// Dialer opens the byte stream of a VM's console: RFB 3.8 from its server
-// side, starting with the server's version (the agent relays with no
-// authentication). Closing it ends the session.
-type Dialer interface {
-	DialConsole(ctx context.Context, t Target) (io.ReadWriteCloser, error)
+// Agents reach the agents' console services.
+type Agents interface {
+	// IssueTicket has the agent of t's node mint a ticket for t's VM,
+	// valid for ttl.
+	IssueTicket(ctx context.Context, t Target, ttl time.Duration) (ticket string, expires time.Time, err error)
+	// Open opens the console a ticket of the agent of node in zone stands
+	// for: RFB 3.8 from its server side, starting with the server's
+	// version (the agent relays with no authentication). A ticket the
+	// agent does not know (made up, used, expired) is ErrUnknownTicket.
+	// Closing the stream ends the session.
+	Open(ctx context.Context, zoneID, node, ticket string) (io.ReadWriteCloser, error)
 }
+
+// ErrUnknownTicket is a ticket never issued, already used or expired.
+var ErrUnknownTicket = errors.New("console: unknown, used or expired ticket")
 
 // Config configures a Broker.
 type Config struct {
-	// Dialer reaches the VMs' consoles. Required.
-	Dialer Dialer
-	// TTL is how long a ticket stays valid. Default DefaultTTL.
+	// Agents reach the VMs' consoles. Required.
+	Agents Agents
+	// TTL is how long a ticket stays valid (1 s to 5 min). Default
+	// DefaultTTL.
 	TTL time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
 	// Logger receives session starts and ends. Default slog.Default().
 	Logger *slog.Logger
 }
 
-// Ticket errors (Redeem).
-var (
-	// ErrUnknownTicket is a ticket never issued or already used.
-	ErrUnknownTicket = errors.New("console: unknown or used ticket")
-	// ErrExpiredTicket is a ticket issued longer than TTL ago.
-	ErrExpiredTicket = errors.New("console: expired ticket")
-)
-
-// Broker issues tickets and serves the consoles they open.
+// Broker issues tickets and serves the consoles they open. It keeps no
+// state: any number of Brokers (one per replica) serve each other's
+// tickets.
 type Broker struct {
 	cfg Config
 	log *slog.Logger
-
-	mu      sync.Mutex
-	tickets map[string]issued // protected by mu
-}
-
-type issued struct {
-	target  Target
-	expires time.Time
 }
 
 // New returns a Broker.
 func New(cfg Config) (*Broker, error) {
-	if cfg.Dialer == nil {
-		return nil, errors.New("console: a Dialer is required")
+	if cfg.Agents == nil {
+		return nil, errors.New("console: Agents are required")
 	}
-	if cfg.TTL <= 0 {
+	if cfg.TTL == 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.TTL < time.Second || cfg.TTL > 5*time.Minute {
+		return nil, fmt.Errorf("console: a TTL of %v is not 1s-5m", cfg.TTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Broker{cfg: cfg, log: cfg.Logger, tickets: map[string]issued{}}, nil
+	return &Broker{cfg: cfg, log: cfg.Logger}, nil
 }
 
 // Issue returns a new one-use ticket for t and when it expires.
-func (b *Broker) Issue(t Target) (string, time.Time, error) {
-	var raw [32]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+func (b *Broker) Issue(ctx context.Context, t Target) (string, time.Time, error) {
+	secret, exp, err := b.cfg.Agents.IssueTicket(ctx, t, b.cfg.TTL)
+	if err != nil {
 		return "", time.Time{}, fmt.Errorf("console: ticket: %w", err)
 	}
-	ticket := base64.RawURLEncoding.EncodeToString(raw[:])
-	now := b.cfg.Now()
-	exp := now.Add(b.cfg.TTL)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// Expired tickets go as new ones come: the map holds at most the
-	// tickets of one TTL.
-	for k, v := range b.tickets {
-		if !now.Before(v.expires) {
-			delete(b.tickets, k)
-		}
-	}
-	b.tickets[ticket] = issued{target: t, expires: exp}
+	enc := base64.RawURLEncoding.EncodeToString
+	ticket := enc([]byte(t.ZoneID)) + "." + enc([]byte(t.Node)) + "." + secret
+	b.log.Info("console: ticket issued", "ticket", fingerprint(secret), "vm", t.VM, "vdc", t.VDC, "subject", t.Subject,
+		"node", t.Node, "vmid", t.VMID)
 	return ticket, exp, nil
 }
 
-// Redeem uses up ticket and returns its target.
-func (b *Broker) Redeem(ticket string) (Target, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	is, ok := b.tickets[ticket]
-	if !ok {
-		return Target{}, ErrUnknownTicket
+// parse splits a ticket of Issue into its agent and the agent's secret.
+func parse(ticket string) (zoneID, node, secret string, ok bool) {
+	parts := strings.Split(ticket, ".")
+	if len(parts) != 3 || parts[2] == "" {
+		return "", "", "", false
 	}
-	delete(b.tickets, ticket)
-	if !b.cfg.Now().Before(is.expires) {
-		return Target{}, ErrExpiredTicket
+	z, err1 := base64.RawURLEncoding.DecodeString(parts[0])
+	n, err2 := base64.RawURLEncoding.DecodeString(parts[1])
+	if err1 != nil || err2 != nil || len(z) == 0 || len(n) == 0 {
+		return "", "", "", false
 	}
-	return is.target, nil
+	return string(z), string(n), parts[2], true
+}
+
+// fingerprint names a ticket in the logs without its secret.
+func fingerprint(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:6])
 }
 
 // PathPrefix is where Handler serves: PathPrefix + ticket.
 const PathPrefix = "/console/"
 
-// Handler serves GET PathPrefix{ticket}: it redeems the ticket, upgrades
-// to a websocket (subprotocol "binary" when asked for; same origin only)
-// and relays binary messages to and from the VM's console until either
-// side closes. A bad ticket answers 403 before any upgrade; a console
-// that cannot be opened closes the websocket with status 1011 and the
-// reason.
+// Handler serves GET PathPrefix{ticket}: it has the ticket's agent open
+// the console, upgrades to a websocket (subprotocol "binary" when asked
+// for; same origin only) and relays binary messages to and from the VM's
+// console until either side closes. A ticket the agent refuses answers 403
+// before any upgrade; a console that cannot be opened closes the websocket
+// with status 1011 and the reason.
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathPrefix+"{ticket}", b.serve)
@@ -149,21 +145,28 @@ func (b *Broker) Handler() http.Handler {
 }
 
 func (b *Broker) serve(w http.ResponseWriter, r *http.Request) {
-	t, err := b.Redeem(r.PathValue("ticket"))
-	if err != nil {
+	zoneID, node, secret, ok := parse(r.PathValue("ticket"))
+	ctx := r.Context()
+	var vm io.ReadWriteCloser
+	err := ErrUnknownTicket
+	if ok {
+		vm, err = b.cfg.Agents.Open(ctx, zoneID, node, secret)
+	}
+	if errors.Is(err, ErrUnknownTicket) {
 		b.log.Warn("console: refused", "err", err, "remote", r.RemoteAddr)
 		http.Error(w, "console ticket unknown, used or expired", http.StatusForbidden)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
-	if err != nil {
-		b.log.Warn("console: upgrade", "err", err, "vm", t.VM)
+	log := b.log.With("ticket", fingerprint(secret), "node", node)
+	ws, aerr := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if aerr != nil {
+		log.Warn("console: upgrade", "err", aerr)
+		if vm != nil {
+			vm.Close()
+		}
 		return
 	}
 	ws.SetReadLimit(1 << 20)
-	ctx := r.Context()
-	log := b.log.With("vm", t.VM, "vdc", t.VDC, "subject", t.Subject, "node", t.Node, "vmid", t.VMID)
-	vm, err := b.cfg.Dialer.DialConsole(ctx, t)
 	if err != nil {
 		log.Warn("console: open", "err", err)
 		ws.Close(websocket.StatusInternalError, truncate(err.Error(), 120))

@@ -2,8 +2,11 @@ package console_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,21 +21,41 @@ import (
 	"github.com/flexplane/flexplane/pkg/support/rfb"
 )
 
-// pipeDialer serves each console with an RFB server offering None that
-// names its desktop after the target's VM, over an in-memory pipe.
-type pipeDialer struct {
+// agents stand for the agents: they mint one-use tickets and serve each
+// console with an RFB server offering None that names its desktop after
+// the ticket's VM, over an in-memory pipe.
+type agents struct {
 	mu      sync.Mutex
-	targets []console.Target // protected by mu
+	tickets map[string]console.Target // protected by mu
+	opened  []console.Target          // protected by mu
 	fail    error
 }
 
-func (d *pipeDialer) DialConsole(_ context.Context, t console.Target) (io.ReadWriteCloser, error) {
-	if d.fail != nil {
-		return nil, d.fail
+func (a *agents) IssueTicket(_ context.Context, t console.Target, ttl time.Duration) (string, time.Time, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.tickets == nil {
+		a.tickets = map[string]console.Target{}
 	}
-	d.mu.Lock()
-	d.targets = append(d.targets, t)
-	d.mu.Unlock()
+	secret := fmt.Sprintf("secret-%d", len(a.tickets)+len(a.opened))
+	a.tickets[t.ZoneID+"/"+t.Node+"/"+secret] = t
+	return secret, time.Now().Add(ttl), nil
+}
+
+func (a *agents) Open(_ context.Context, zoneID, node, ticket string) (io.ReadWriteCloser, error) {
+	a.mu.Lock()
+	t, ok := a.tickets[zoneID+"/"+node+"/"+ticket]
+	delete(a.tickets, zoneID+"/"+node+"/"+ticket)
+	if ok {
+		a.opened = append(a.opened, t)
+	}
+	a.mu.Unlock()
+	if !ok {
+		return nil, console.ErrUnknownTicket
+	}
+	if a.fail != nil {
+		return nil, a.fail
+	}
 	srv, cli := net.Pipe()
 	go func() {
 		defer srv.Close()
@@ -49,25 +72,17 @@ func (d *pipeDialer) DialConsole(_ context.Context, t console.Target) (io.ReadWr
 	return cli, nil
 }
 
-// clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time // protected by mu
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
-
-func start(t *testing.T, d console.Dialer) (*console.Broker, *clock, string) {
+// start serves a Broker over a; several started on the same a are
+// replicas.
+func start(t *testing.T, a console.Agents) (*console.Broker, string) {
 	t.Helper()
-	clk := &clock{now: time.Unix(1_800_000_000, 0)}
-	b, err := console.New(console.Config{Dialer: d, TTL: 30 * time.Second, Now: clk.Now})
+	b, err := console.New(console.Config{Agents: a, TTL: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(b.Handler())
 	t.Cleanup(srv.Close)
-	return b, clk, "ws" + strings.TrimPrefix(srv.URL, "http")
+	return b, "ws" + strings.TrimPrefix(srv.URL, "http")
 }
 
 func dial(t *testing.T, base, ticket string) (net.Conn, int, error) {
@@ -81,28 +96,29 @@ func dial(t *testing.T, base, ticket string) (net.Conn, int, error) {
 	return c, 0, err
 }
 
-// TestTickets: a ticket opens one session, relayed to its target; used
-// again, made up or expired it is refused with 403 before any upgrade.
+// TestTickets: a ticket opens one session, relayed to its target, through
+// any replica; used again (at either), made up, or naming another agent it
+// is refused with 403 before any upgrade.
 func TestTickets(t *testing.T) {
 	t.Parallel()
-	d := &pipeDialer{}
-	b, clk, base := start(t, d)
+	a := &agents{}
+	b, base := start(t, a)
+	_, other := start(t, a)
 	target := console.Target{ZoneID: "z1", Node: "pve1", VMID: 100, VMName: "web-1", VM: "vm-1", VDC: "blue", Subject: "bob"}
-	ticket, exp, err := b.Issue(target)
+	ticket, exp, err := b.Issue(t.Context(), target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ticket) < 40 || !exp.Equal(clk.Now().Add(30*time.Second)) {
+	if time.Until(exp) < 29*time.Second || time.Until(exp) > 30*time.Second {
 		t.Fatalf("ticket %q expires %v", ticket, exp)
 	}
-	other, _, _ := b.Issue(target)
-	if other == ticket {
+	second, _, _ := b.Issue(t.Context(), target)
+	if second == ticket {
 		t.Fatal("two tickets are the same")
 	}
-	clk.add(29 * time.Second)
-	conn, st, err := dial(t, base, ticket)
+	conn, st, err := dial(t, other, ticket)
 	if err != nil {
-		t.Fatalf("first use: %d %v", st, err)
+		t.Fatalf("first use, at the other replica: %d %v", st, err)
 	}
 	defer conn.Close()
 	if err := rfb.ClientNone(conn); err != nil {
@@ -112,28 +128,30 @@ func TestTickets(t *testing.T) {
 	if err != nil || si.Name != "web-1" {
 		t.Fatalf("server init %+v, %v", si, err)
 	}
-	d.mu.Lock()
-	if len(d.targets) != 1 || d.targets[0] != target {
-		t.Errorf("dialed %+v", d.targets)
+	a.mu.Lock()
+	if len(a.opened) != 1 || a.opened[0] != target {
+		t.Errorf("opened %+v", a.opened)
 	}
-	d.mu.Unlock()
-	if _, st, err := dial(t, base, ticket); err == nil || st != http.StatusForbidden {
-		t.Errorf("second use: %d %v", st, err)
+	a.mu.Unlock()
+	parts := strings.Split(second, ".") // zone, node, the agent's secret
+	node, secret := parts[1], parts[2]
+	otherNode := base64.RawURLEncoding.EncodeToString([]byte("pve2"))
+	for name, tk := range map[string]string{
+		"second use":           ticket,
+		"made up":              "made-up",
+		"two parts":            "eg.secret",
+		"bad encoding":         "!!." + node + "." + secret,
+		"another agent's name": strings.Replace(second, node, otherNode, 1),
+		"cut":                  strings.TrimSuffix(second, secret[len(secret)-1:]),
+	} {
+		for _, at := range []string{base, other} {
+			if _, st, err := dial(t, at, tk); err == nil || st != http.StatusForbidden {
+				t.Errorf("%s (%q): %d %v", name, tk, st, err)
+			}
+		}
 	}
-	if _, st, err := dial(t, base, "made-up"); err == nil || st != http.StatusForbidden {
-		t.Errorf("made-up ticket: %d %v", st, err)
-	}
-	clk.add(time.Second) // other is 30 s old
-	if _, st, err := dial(t, base, other); err == nil || st != http.StatusForbidden {
-		t.Errorf("expired ticket: %d %v", st, err)
-	}
-	if _, err := b.Redeem(other); !errors.Is(err, console.ErrUnknownTicket) {
-		t.Errorf("an expired ticket, once tried: %v", err)
-	}
-	late, _, _ := b.Issue(target)
-	clk.add(31 * time.Second)
-	if _, err := b.Redeem(late); !errors.Is(err, console.ErrExpiredTicket) {
-		t.Errorf("redeem after the TTL: %v", err)
+	if _, st, err := dial(t, base, second); err != nil {
+		t.Errorf("the second ticket, still unused: %d %v", st, err)
 	}
 }
 
@@ -141,8 +159,8 @@ func TestTickets(t *testing.T) {
 // websocket with 1011 and the reason.
 func TestConsoleThatCannotOpen(t *testing.T) {
 	t.Parallel()
-	b, _, base := start(t, &pipeDialer{fail: errors.New("the VM is not running")})
-	ticket, _, err := b.Issue(console.Target{VM: "vm-1"})
+	b, base := start(t, &agents{fail: errors.New("the VM is not running")})
+	ticket, _, err := b.Issue(t.Context(), console.Target{ZoneID: "z1", Node: "pve1", VM: "vm-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,9 +176,11 @@ func TestConsoleThatCannotOpen(t *testing.T) {
 	}
 }
 
-func TestNewNeedsDialer(t *testing.T) {
+func TestNewRefusesBadConfig(t *testing.T) {
 	t.Parallel()
-	if _, err := console.New(console.Config{}); err == nil {
-		t.Fatal("a Broker without a Dialer")
+	for _, c := range []console.Config{{}, {Agents: &agents{}, TTL: time.Millisecond}, {Agents: &agents{}, TTL: time.Hour}} {
+		if _, err := console.New(c); err == nil {
+			t.Errorf("a Broker of %+v", c)
+		}
 	}
 }

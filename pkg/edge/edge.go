@@ -7,8 +7,9 @@
 // The orchestrator sends the whole desired state (a Gateway); Manager.Apply makes the
 // namespace match it idempotently, the whole ruleset replaced in one nftables
 // transaction (no flush window; conntrack entries, so established flows, are kept).
-// Nothing is stored: an agent restarted finds the namespace and its ruleset as it left
-// them and the next Apply reconverges.
+// Nothing is stored outside the kernel: an agent restarted finds the namespace and its
+// ruleset as it left them (Manager.List reports them, by the VDC and revision each
+// namespace records) and the next Apply reconverges.
 package edge
 
 import (
@@ -38,6 +39,11 @@ type Gateway struct {
 	EgressMbps, IngressMbps int
 	// Balancers are the VDC's load balancers' addresses.
 	Balancers []Balancer
+	// Revision is an opaque label of this state chosen by the caller: the
+	// namespace records it once Apply completes, and Manager.List reports
+	// it, so a caller finding it there need not send the same state again.
+	// "" records none. It changes nothing that carries traffic.
+	Revision string
 }
 
 // Balancer is a load balancer's public address on the uplink: its listeners'
@@ -216,7 +222,10 @@ func id(s string, n int) string {
 }
 
 // Namespace is the name of the gateway namespace of vdc under prefix.
-func Namespace(prefix, vdc string) string { return prefix + "gw-" + id(vdc, 10) }
+func Namespace(prefix, vdc string) string { return namespaces(prefix) + id(vdc, 10) }
+
+// namespaces starts the name of every gateway namespace under prefix.
+func namespaces(prefix string) string { return prefix + "gw-" }
 
 // mac is a stable locally administered MAC of the gateway's NIC what: a gateway
 // rebuilt on another node keeps its MACs, so neighbours' caches stay right.

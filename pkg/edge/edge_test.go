@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,24 @@ func TestGatewayRulesInMaps(t *testing.T) {
 	if got := nettest.WaitReach(t, inet, oneToOne.String()+":80", 10*time.Second); !strings.HasPrefix(got, "vm102 from ") {
 		t.Errorf("an allowed port answered %q after a new ruleset", got)
 	}
+	// A rule put in front that overlaps them moves their elements to the next
+	// level's map: they keep their counts and still decide.
+	cs = counters(t, m, "red")
+	g.Rules = append([]edge.Rule{{ID: "front", Direction: edge.Inbound, Protocol: "tcp", FromPort: 80, ToPort: 81,
+		Source: netip.MustParsePrefix("198.51.100.0/24"), Allow: false}}, g.Rules...)
+	apply(t, m, g)
+	moved := counters(t, m, "red")
+	for _, id := range []string{"db-80", "db-81"} {
+		if c := moved[edge.CounterID(id)]; c.Packets < cs[edge.CounterID(id)].Packets || c.Packets == 0 {
+			t.Errorf("%s counted %v, then %v after a rule in front of it", id, cs[edge.CounterID(id)], c)
+		}
+	}
+	if got := nettest.WaitReach(t, inet, oneToOne.String()+":80", 10*time.Second); !strings.HasPrefix(got, "vm102 from ") {
+		t.Errorf("an allowed port answered %q after a rule in front of it", got)
+	}
+	if got := nettest.Reach(inet, oneToOne.String()+":81", 2*time.Second); got != "" {
+		t.Errorf("a denied port answered %q after a rule in front of it", got)
+	}
 }
 
 func counters(t *testing.T, m *edge.Manager, vdc string) map[string]edge.Counter {
@@ -313,5 +332,86 @@ func TestGatewayBandwidthLimits(t *testing.T) {
 		if math.Abs(rate-float64(tc.limit)) > 0.05*float64(tc.limit) {
 			t.Errorf("%s: %.2f Mbit/s, want %d ±5%%", tc.what, rate, tc.limit)
 		}
+	}
+}
+
+// List reports the gateways the kernel runs, by VDC and the revision of the last
+// apply that completed, also to a restarted agent (a new Manager); an apply cut
+// short leaves its gateway listed without a revision, and a namespace deleted
+// behind the manager's back is not listed.
+func TestGatewayListAfterRestart(t *testing.T) {
+	t.Parallel()
+	l := newLab(t)
+	m := l.manager("pve1")
+	red := l.gateway()
+	red.Revision = "r1"
+	apply(t, m, red)
+	blue := edge.Gateway{VDC: "blue", Uplink: edge.Uplink{Bridge: "vmbr0", Address: netip.MustParsePrefix("203.0.113.20/24")}, Revision: "b1"}
+	apply(t, m, blue)
+	green := edge.Gateway{VDC: "green", Uplink: edge.Uplink{Bridge: "vmbr0", Address: netip.MustParsePrefix("203.0.113.30/24")}}
+	apply(t, m, green)
+	if err := m.Remove(ctx(t), "green"); err != nil {
+		t.Fatal(err)
+	}
+	// blue's next revision is cut short (its leg's bridge is not there).
+	broken := blue
+	broken.Revision, broken.Legs = "b2", []edge.Leg{{Bridge: "nosuchbr", Address: netip.MustParsePrefix("10.9.0.1/24")}}
+	if _, err := m.Apply(ctx(t), broken); err == nil {
+		t.Fatal("an apply onto a missing bridge succeeded")
+	}
+	// A gateway whose namespace goes behind the agent's back.
+	gone := edge.Gateway{VDC: "gone", Uplink: edge.Uplink{Bridge: "vmbr0", Address: netip.MustParsePrefix("203.0.113.40/24")}, Revision: "g1"}
+	apply(t, m, gone)
+	if err := nsnet.Delete(m.Namespace("gone")); err != nil {
+		t.Fatal(err)
+	}
+
+	// An agent that died between making a namespace and naming its VDC in
+	// it left one that names none.
+	orphan := m.Namespace("orphan")
+	if err := nsnet.Ensure(orphan); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := l.manager("pve1") // nothing in memory
+	got, err := restarted.List(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []edge.Running{
+		{VDC: "blue", Namespace: m.Namespace("blue")}, // cut short: no revision
+		{VDC: "red", Namespace: m.Namespace("red"), Revision: "r1"},
+	}
+	slices.SortFunc(got, func(a, b edge.Running) int { return strings.Compare(a.VDC, b.VDC) })
+	if !slices.Equal(got, want) {
+		t.Errorf("listed %+v, want %+v", got, want)
+	}
+	// What is listed is what the kernel has: every gateway namespace of the node.
+	var listed []string
+	for _, r := range got {
+		listed = append(listed, r.Namespace)
+	}
+	kernel, err := nsnet.List(l.plane.NodeNS("pve1") + "-gw-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(listed)
+	slices.Sort(kernel)
+	if !slices.Equal(listed, kernel) {
+		t.Errorf("listed namespaces %v, the kernel has %v", listed, kernel)
+	}
+	if nsnet.Exists(orphan) {
+		t.Errorf("the namespace %s that names no VDC is still there after List", orphan)
+	}
+
+	// The restarted agent completes blue's apply: it is listed at its revision.
+	blue.Revision = "b3"
+	apply(t, restarted, blue)
+	got, err = restarted.List(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(got, func(r edge.Running) bool { return r.VDC == "blue" }); i < 0 || got[i].Revision != "b3" {
+		t.Errorf("after a completed apply: %+v", got)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +42,8 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 	mu  sync.Mutex // serialises Apply and Remove
+
+	applied map[string]*applied // the ruleset last applied, by namespace; protected by mu
 }
 
 // NewManager returns a manager; it changes nothing until Apply.
@@ -51,7 +55,7 @@ func NewManager(cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, log: log}
+	return &Manager{cfg: cfg, log: log, applied: map[string]*applied{}}
 }
 
 // Namespace is the namespace of vdc's gateway.
@@ -64,7 +68,8 @@ type Status struct {
 	// Counters are the packets and bytes each rule matched, by rule id; the default
 	// inbound deny is DefaultDenyID.
 	Counters map[string]Counter
-	// RulesetApply is how long the last nftables transaction took.
+	// RulesetApply is how long the apply's nftables transaction took (0 when the
+	// ruleset was already the desired one and none was sent).
 	RulesetApply time.Duration
 }
 
@@ -87,22 +92,68 @@ func (m *Manager) Apply(ctx context.Context, g Gateway) (Status, error) {
 	if err := nsnet.Ensure(ns); err != nil {
 		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
 	}
+	h, err := nsnet.Handle(ns)
+	if err != nil {
+		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
+	}
+	defer h.Close()
+	// The namespace names its VDC from the start (List finds a gateway cut
+	// short too), and no revision while the state may be partly applied.
+	lb, err := readLabel(h)
+	if err == nil && (lb.vdc != g.VDC || lb.revision != g.Revision && lb.revision != "") {
+		lb = label{vdc: g.VDC}
+		err = writeLabel(h, lb)
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
+	}
 	if err := nsnet.Sysctl(ns, "net/ipv4/ip_forward", "1"); err != nil {
 		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
 	}
 	if err := m.links(g, ns); err != nil {
 		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
 	}
-	took, err := ApplyRuleset(ns, g)
+	ra, err := m.applyRuleset(ns, g)
 	if err != nil {
 		return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
+	}
+	if ra.Mode != "unchanged" {
+		m.log.Info("edge: ruleset applied", "vdc", g.VDC, "rules", len(g.Rules), "mode", ra.Mode, "took", ra.Took)
 	}
 	if err := shape(ns, g); err != nil {
 		return Status{}, fmt.Errorf("edge: apply %s: bandwidth: %w", g.VDC, err)
 	}
-	st, err := m.status(ns)
-	st.RulesetApply = took
-	return st, err
+	if lb.revision != g.Revision {
+		if err := writeLabel(h, label{vdc: g.VDC, revision: g.Revision}); err != nil {
+			return Status{}, fmt.Errorf("edge: apply %s: %w", g.VDC, err)
+		}
+	}
+	// The counters are read by Status, not here: an apply sends at most one
+	// transaction and reads back only the fingerprint.
+	return Status{Namespace: ns, RulesetApply: ra.Took}, nil
+}
+
+// ApplyRuleset makes the ruleset in the namespace ns match g (see
+// applyRuleset), nothing else.
+func (m *Manager) ApplyRuleset(ns string, g Gateway) (RulesetApply, error) {
+	if err := g.Validate(); err != nil {
+		return RulesetApply{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.applyRuleset(ns, g)
+}
+
+// applyRuleset applies g's ruleset in ns from what was applied last; the caller
+// holds mu.
+func (m *Manager) applyRuleset(ns string, g Gateway) (RulesetApply, error) {
+	ra, next, err := applyRuleset(ns, g, m.applied[ns])
+	if next == nil {
+		delete(m.applied, ns)
+	} else {
+		m.applied[ns] = next
+	}
+	return ra, err
 }
 
 // Status reports vdc's gateway; ErrNotRunning without one.
@@ -122,11 +173,108 @@ func (m *Manager) status(ns string) (Status, error) {
 	return Status{Namespace: ns, Counters: cs}, err
 }
 
+// Running is a gateway found on the node.
+type Running struct {
+	// VDC is the gateway's VDC.
+	VDC string
+	// Namespace is the gateway's network namespace.
+	Namespace string
+	// Revision is Gateway.Revision of the last Apply that completed; "" when it
+	// gave none, or while an Apply of another revision has not completed.
+	Revision string
+}
+
+// List reports every gateway on the node, read from the kernel (the gateway
+// namespaces of NamespacePrefix and what each records), not from memory: a
+// restarted agent's List is its predecessor's, and a namespace deleted behind
+// the manager's back is not in it.
+func (m *Manager) List(ctx context.Context) ([]Running, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names, err := nsnet.List(namespaces(m.cfg.NamespacePrefix))
+	if err != nil {
+		return nil, fmt.Errorf("edge: list: %w", err)
+	}
+	var out []Running
+	for _, ns := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("edge: list: %w", err)
+		}
+		if !nsnet.Exists(ns) {
+			continue // a bare file: no namespace
+		}
+		lb, err := readNSLabel(ns)
+		if err != nil {
+			return nil, fmt.Errorf("edge: list: %s: %w", ns, err)
+		}
+		if lb.vdc == "" || m.Namespace(lb.vdc) != ns {
+			// No Apply runs while mu is held, and each names its VDC
+			// right after making the namespace: one that names none (or
+			// a VDC whose namespace it is not) was left by an agent that
+			// died in between, carries nothing, and no VDC's removal
+			// would ever name it.
+			if err := nsnet.Delete(ns); err != nil {
+				return nil, fmt.Errorf("edge: list: remove %s, which names no VDC: %w", ns, err)
+			}
+			m.log.Info("edge: removed a gateway namespace that names no VDC", "namespace", ns)
+			continue
+		}
+		out = append(out, Running{VDC: lb.vdc, Namespace: ns, Revision: lb.revision})
+	}
+	return out, nil
+}
+
+// label is what a gateway namespace records of itself, in the alias of its
+// loopback device (there from the namespace's start, and gone with it).
+type label struct{ vdc, revision string }
+
+// labelTag starts a gateway namespace's label.
+const labelTag = "flexplane-edge-gateway "
+
+func readNSLabel(ns string) (label, error) {
+	h, err := nsnet.Handle(ns)
+	if err != nil {
+		return label{}, err
+	}
+	defer h.Close()
+	return readLabel(h)
+}
+
+// readLabel reads the label of the namespace of h; the zero label without one.
+func readLabel(h *netlink.Handle) (label, error) {
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return label{}, fmt.Errorf("label: %w", err)
+	}
+	alias, ok := strings.CutPrefix(lo.Attrs().Alias, labelTag)
+	if !ok {
+		return label{}, nil
+	}
+	v, err := url.ParseQuery(alias)
+	if err != nil {
+		return label{}, nil
+	}
+	return label{vdc: v.Get("vdc"), revision: v.Get("revision")}, nil
+}
+
+// writeLabel records lb in the namespace of h.
+func writeLabel(h *netlink.Handle, lb label) error {
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetAlias(lo, labelTag+url.Values{"vdc": {lb.vdc}, "revision": {lb.revision}}.Encode())
+	}
+	if err != nil {
+		return fmt.Errorf("label: %w", err)
+	}
+	return nil
+}
+
 // Remove removes vdc's gateway (its namespace, and with it its NICs); one that does
 // not run is no error.
 func (m *Manager) Remove(ctx context.Context, vdc string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.applied, m.Namespace(vdc))
 	return nsnet.Delete(m.Namespace(vdc))
 }
 

@@ -3,9 +3,15 @@
 package edge
 
 import (
+	"cmp"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"hash"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +19,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	mdnetlink "github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,176 +33,648 @@ const tableName = "flexplane_edge"
 //	                            uplink to the VDC's public address
 //	forward (filter, drop):     established/related accepted, invalid dropped; between
 //	                            legs accepted; from the uplink back to it dropped; the
-//	                            rules in order, in runs of verdict maps (below; each
-//	                            rule with its counter); port forwards accepted (their connections
-//	                            carry a conntrack mark: a port forward opens its port
-//	                            unless a rule denies it; 1:1 addresses need rules);
-//	                            inbound dropped (DefaultDenyID's counter); outbound
-//	                            accepted
+//	                            rules, as one verdict-map lookup per level (below), each
+//	                            rule an element with its counter; port forwards accepted
+//	                            (their connections carry a conntrack mark: a port forward
+//	                            opens its port unless a rule denies it; 1:1 addresses
+//	                            need rules); inbound dropped (counted by the named
+//	                            counter DefaultDenyID); outbound accepted
 //	input (filter, drop):       established, the legs and ICMP accepted
+//	state (no hook):            one rule whose user data is the ruleset's fingerprint
 //
-// Every rule carries its counter id in its user data (a map element in its comment),
-// so counters are read back by id and carried over into the next ruleset.
+// Levels: a rule's level is one more than the highest level of the earlier rules one
+// packet can match together with it (0 without any). Two rules of one level never
+// match one packet, so a level is one lookup per direction and key shape in a verdict
+// map (a concatenated, interval-keyed map, each element with its counter), and trying
+// the levels in order decides as the rules in order would: of the rules a packet
+// matches, the first has the lowest level, as every later one meets it. A rule's level
+// depends only on the rules before it that it meets, so an edit moves few elements.
+//
+// An apply compiles the gateway into a plan and compares its fingerprint with the one
+// in the state chain: the same, nothing is sent. Otherwise, when the manager knows what
+// it applied last (that fingerprint), one transaction sends only the difference: map
+// elements added and deleted (the others, with their counters, stay), a map made again
+// only when most of it changes, a chain's rules replaced only when they changed. Without
+// that knowledge (an agent restarted, a table of another format) the table is replaced
+// whole in one transaction, the counters read first and carried over in the elements'
+// comments ("packets bytes id": an element's counter starts at zero).
 
-// ApplyRuleset replaces the gateway's table in one nftables transaction (the table
-// added, deleted and built again in one batch: no moment without it), carrying the
-// counters over, and returns how long the transaction took.
-func ApplyRuleset(ns string, g Gateway) (time.Duration, error) {
-	c, done, err := conn(ns)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	old, err := readCounters(c)
-	if err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	if err := build(c, g, old); err != nil {
-		return 0, err
-	}
-	if err := c.Flush(); err != nil {
-		return 0, fmt.Errorf("edge: ruleset transaction: %w", err)
-	}
-	return time.Since(start), nil
+// rulesetVersion changes the fingerprint when the ruleset's format changes.
+const rulesetVersion = "edge-ruleset-2"
+
+// stateChain holds the fingerprint.
+const stateChain = "state"
+
+// plan is the ruleset a gateway compiles to.
+type plan struct {
+	chains map[string][][]expr.Any // rules by chain (none for a chain taken over)
+	canon  map[string]string       // each chain's rules, canonically
+	maps   map[string]*ruleMap     // by name
+	fp     string
 }
 
-// ReadCounters reads every rule's counter by id; a namespace without the table has
-// none.
-func ReadCounters(ns string) (map[string]Counter, error) {
-	c, done, err := conn(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return readCounters(c)
+// ruleMap is one verdict map of a level.
+type ruleMap struct {
+	name   string
+	level  int
+	ported bool
+	elems  []element
 }
 
-func readCounters(c *nftables.Conn) (map[string]Counter, error) {
-	out := map[string]Counter{}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return nil, fmt.Errorf("edge: list tables: %w", err)
-	}
-	var t *nftables.Table
-	for _, tt := range tables {
-		if tt.Name == tableName {
-			t = tt
-		}
-	}
-	if t == nil {
-		return out, nil
-	}
-	for _, chain := range []string{"forward"} {
-		rules, err := c.GetRules(t, &nftables.Chain{Name: chain, Table: t})
-		if err != nil {
-			return nil, fmt.Errorf("edge: read rules: %w", err)
-		}
-		for _, r := range rules {
-			id := string(r.UserData)
-			if id == "" {
-				continue
-			}
-			for _, e := range r.Exprs {
-				if ce, ok := e.(*expr.Counter); ok {
-					cur := out[id]
-					cur.Packets += ce.Packets
-					cur.Bytes += ce.Bytes
-					out[id] = cur
-				}
-			}
-		}
-	}
-	if err := readMapCounters(c, t, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+// element is one rule in a map.
+type element struct {
+	key, end []byte
+	verdict  expr.VerdictKind
+	id       string // counter id
+	ident    string // names the element within its map: the above
 }
 
-// build queues the whole table into c's batch.
-func build(c *nftables.Conn, g Gateway, counters map[string]Counter) error {
-	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
-	c.AddTable(t)
-	c.DelTable(t)
-	c.AddTable(t)
-	drop, accept := nftables.ChainPolicyDrop, nftables.ChainPolicyAccept
-	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
-	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
-	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
-	add := func(ch *nftables.Chain, id string, es ...expr.Any) {
-		r := &nftables.Rule{Table: t, Chain: ch, Exprs: es}
-		if id != "" {
-			cnt := counters[id]
-			r.Exprs = append(es[:len(es)-1:len(es)-1], &expr.Counter{Packets: cnt.Packets, Bytes: cnt.Bytes}, es[len(es)-1])
-			r.UserData = []byte(id)
-		}
-		c.AddRule(r)
-	}
+func newElement(key, end []byte, v expr.VerdictKind, id string) element {
+	e := element{key: key, end: end, verdict: v, id: id}
+	e.ident = string(key) + string(end) + string(rune('0'+int(v)+1)) + id
+	return e
+}
+
+// applied is what a manager last applied in a namespace.
+type applied struct {
+	input  Gateway // the gateway it was compiled from, without what the ruleset ignores
+	fp     string
+	chains map[string]string             // each chain's rules, canonically
+	maps   map[string]map[string]element // each map's elements by ident
+}
+
+var chainNames = []string{"prerouting", "postrouting", "forward", "input", stateChain}
+
+// compile makes g's plan; the NAT chains of reuse (non-nil) are taken as they are
+// when g's NAT is reuse's.
+func compile(g Gateway, reuse *applied) *plan {
+	p := &plan{chains: map[string][][]expr.Any{}, maps: map[string]*ruleMap{}, canon: map[string]string{}}
+	add := func(chain string, es ...expr.Any) { p.chains[chain] = append(p.chains[chain], es) }
 	fromUplink := ifname(unix.NFT_META_IIFNAME, "uplink")
 	toUplink := ifname(unix.NFT_META_OIFNAME, "uplink")
 
+	if reuse != nil && sameNAT(reuse.input, g) {
+		p.canon["prerouting"], p.canon["postrouting"] = reuse.chains["prerouting"], reuse.chains["postrouting"]
+	} else {
+		compileNAT(g, add)
+	}
+
+	add("forward", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
+	add("forward", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitINVALID), verdict(expr.VerdictDrop))...)
+	add("forward", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), notIfname(unix.NFT_META_OIFNAME, "uplink"), verdict(expr.VerdictAccept))...)
+	// A balancer's listeners (uplink to uplink, to the replicas) and relays
+	// (from the replicas to the VDC's VMs): before the rules, as the address is
+	// the balancer's alone.
+	add("forward", cat(fromUplink, toUplink, ctMarkIs(balancerMark), verdict(expr.VerdictAccept))...)
+	add("forward", cat(fromUplink, notIfname(unix.NFT_META_OIFNAME, "uplink"), ctMarkIs(relayMark), verdict(expr.VerdictAccept))...)
+	// Traffic from the external network back to it is no VDC's: the gateway routes
+	// for its VDC only (and so inbound and outbound rules never meet one packet).
+	add("forward", cat(fromUplink, toUplink, verdict(expr.VerdictDrop))...)
+	for _, m := range ruleMaps(g.Rules) {
+		p.maps[m.name] = m
+		dir := Inbound
+		if strings.Contains(m.name, "_"+Outbound+"_") {
+			dir = Outbound
+		}
+		add("forward", cat(direction(dir), mapKey(m.ported), []expr.Any{&expr.Lookup{SourceRegister: regKey, SetName: m.name, IsDestRegSet: true}})...)
+	}
+	add("forward", cat(fromUplink, ctMarkIs(forwardedMark), verdict(expr.VerdictAccept))...)
+	add("forward", cat(fromUplink, []expr.Any{&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: DefaultDenyID}}, verdict(expr.VerdictDrop))...)
+	add("forward", cat(toUplink, verdict(expr.VerdictAccept))...)
+
+	add("input", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
+	add("input", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), verdict(expr.VerdictAccept))...)
+	add("input", cat(proto("icmp"), verdict(expr.VerdictAccept))...)
+
+	h := sha256.New()
+	fmt.Fprintln(h, rulesetVersion)
+	for _, name := range chainNames {
+		if _, ok := p.canon[name]; !ok {
+			p.canon[name] = canonical(p.chains[name])
+		}
+		fmt.Fprintln(h, name, p.canon[name])
+	}
+	for _, name := range slices.Sorted(mapsKeys(p.maps)) {
+		fmt.Fprintln(h, name)
+		for _, e := range p.maps[name].elems {
+			h.Write([]byte(e.ident))
+			h.Write([]byte{0})
+		}
+	}
+	p.fp = hex.EncodeToString(h.Sum(nil))
+	return p
+}
+
+// compileNAT adds the NAT chains' rules.
+func compileNAT(g Gateway, add func(chain string, es ...expr.Any)) {
+	fromUplink := ifname(unix.NFT_META_IIFNAME, "uplink")
+	toUplink := ifname(unix.NFT_META_OIFNAME, "uplink")
 	for _, o := range g.OneToOne {
-		add(pre, "", cat(fromUplink, addrIs(16, o.Public), natTo(expr.NATTypeDestNAT, o.Private, 0))...)
+		add("prerouting", cat(fromUplink, addrIs(16, o.Public), natTo(expr.NATTypeDestNAT, o.Private, 0))...)
 	}
 	for _, pf := range g.PortForwards {
-		add(pre, "", cat(fromUplink, addrIs(16, pf.PublicAddr), proto(pf.Protocol), portRange(pf.PublicPort, pf.PublicPort),
+		add("prerouting", cat(fromUplink, addrIs(16, pf.PublicAddr), proto(pf.Protocol), portRange(pf.PublicPort, pf.PublicPort),
 			setCtMark(forwardedMark), natTo(expr.NATTypeDestNAT, pf.Target, pf.TargetPort))...)
 	}
 	for _, b := range g.Balancers {
 		for _, fw := range b.Frontends {
-			add(pre, "", cat(fromUplink, addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
+			add("prerouting", cat(fromUplink, addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
 				setCtMark(balancerMark), natTo(expr.NATTypeDestNAT, fw.Target, fw.TargetPort))...)
 		}
 		for _, fw := range b.Relays {
 			for _, src := range b.Sources {
-				add(pre, "", cat(fromUplink, prefixIs(12, src), addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
+				add("prerouting", cat(fromUplink, prefixIs(12, src), addrIs(16, b.Public), proto("tcp"), portRange(fw.Port, fw.Port),
 					setCtMark(relayMark), natTo(expr.NATTypeDestNAT, fw.Target, fw.TargetPort))...)
 			}
 		}
 		if len(b.Frontends) > 0 {
 			// The replicas answer the gateway, which answers the client.
-			add(post, "", cat(toUplink, ctMarkIs(balancerMark), natTo(expr.NATTypeSourceNAT, b.Public, 0))...)
+			add("postrouting", cat(toUplink, ctMarkIs(balancerMark), natTo(expr.NATTypeSourceNAT, b.Public, 0))...)
 		}
 	}
 	for _, o := range g.OneToOne {
-		add(post, "", cat(toUplink, addrIs(12, o.Private), natTo(expr.NATTypeSourceNAT, o.Public, 0))...)
+		add("postrouting", cat(toUplink, addrIs(12, o.Private), natTo(expr.NATTypeSourceNAT, o.Public, 0))...)
 	}
-	add(post, "", cat(toUplink, natTo(expr.NATTypeSourceNAT, g.Uplink.Address.Addr(), 0))...)
+	add("postrouting", cat(toUplink, natTo(expr.NATTypeSourceNAT, g.Uplink.Address.Addr(), 0))...)
+}
 
-	add(fwd, "", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
-	add(fwd, "", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitINVALID), verdict(expr.VerdictDrop))...)
-	add(fwd, "", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), notIfname(unix.NFT_META_OIFNAME, "uplink"), verdict(expr.VerdictAccept))...)
-	// A balancer's listeners (uplink to uplink, to the replicas) and relays
-	// (from the replicas to the VDC's VMs): before the rules, as the address is
-	// the balancer's alone.
-	add(fwd, "", cat(fromUplink, toUplink, ctMarkIs(balancerMark), verdict(expr.VerdictAccept))...)
-	add(fwd, "", cat(fromUplink, notIfname(unix.NFT_META_OIFNAME, "uplink"), ctMarkIs(relayMark), verdict(expr.VerdictAccept))...)
-	// Traffic from the external network back to it is no VDC's: the gateway routes
-	// for its VDC only (and so inbound and outbound rules never meet one packet).
-	add(fwd, "", cat(fromUplink, toUplink, verdict(expr.VerdictDrop))...)
-	for i, run := range runs(g.Rules) {
-		if len(run) == 1 {
-			r := run[0]
-			add(fwd, CounterID(r.ID), cat(direction(r.Direction), prefixIs(12, r.Source), prefixIs(16, r.Destination),
-				proto(r.Protocol), ports(r), verdict(ruleVerdict(r)))...)
+// sameNAT says whether a and b make the same NAT chains.
+func sameNAT(a, b Gateway) bool {
+	return a.Uplink.Address == b.Uplink.Address && slices.Equal(a.PortForwards, b.PortForwards) && slices.Equal(a.OneToOne, b.OneToOne) &&
+		reflect.DeepEqual(a.Balancers, b.Balancers)
+}
+
+func mapsKeys(m map[string]*ruleMap) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// canonical is a digest of a chain's rules, to compare.
+func canonical(rules [][]expr.Any) string {
+	h := sha256.New()
+	for _, r := range rules {
+		writeRule(h, r)
+	}
+	// 64 bits: the state rule keeps four of these and the fingerprint in the
+	// 256 bytes a rule's user data may have.
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+func writeRule(h hash.Hash, r []expr.Any) {
+	for _, e := range r {
+		b, err := expr.Marshal(byte(nftables.TableFamilyIPv4), e)
+		if err != nil {
+			fmt.Fprintf(h, "%T%+v", e, e)
+		}
+		h.Write(b)
+	}
+	h.Write([]byte{0})
+}
+
+// levels gives each rule its level (see above).
+func levels(rules []Rule) ([]int, []box) {
+	lv := make([]int, len(rules))
+	boxes := make([]box, len(rules))
+	// By direction (rules of two directions never meet), in order.
+	type placed struct {
+		b     box
+		level int
+	}
+	var seen [2][]placed
+	for j, r := range rules {
+		b, d := boxOf(r), 0
+		boxes[j] = b
+		if r.Direction == Outbound {
+			d = 1
+		}
+		l := 0
+		ps := seen[d]
+		for i := range ps {
+			if p := &ps[i]; p.level >= l && p.b.meets(b) {
+				l = p.level + 1
+			}
+		}
+		lv[j] = l
+		seen[d] = append(seen[d], placed{b, l})
+	}
+	return lv, boxes
+}
+
+// ruleMaps puts the rules into their levels' maps: per level and direction one
+// keyed by source, destination, protocol and port for the rules with ports, one
+// without the port for the others; in the order the forward chain looks them up.
+func ruleMaps(rules []Rule) []*ruleMap {
+	lv, boxes := levels(rules)
+	type shape struct {
+		level  int
+		dir    string
+		ported bool
+	}
+	byShape := map[shape]*ruleMap{}
+	var out []*ruleMap
+	for i, r := range rules {
+		sh := shape{lv[i], r.Direction, r.FromPort != 0}
+		m := byShape[sh]
+		if m == nil {
+			name := fmt.Sprintf("rules%d_%s_any", sh.level, sh.dir)
+			if sh.ported {
+				name = fmt.Sprintf("rules%d_%s_port", sh.level, sh.dir)
+			}
+			m = &ruleMap{name: name, level: sh.level, ported: sh.ported}
+			byShape[sh] = m
+			out = append(out, m)
+		}
+		fields := 3
+		if sh.ported {
+			fields = 4
+		}
+		kb := make([]byte, 0, 32)
+		for i, f := range boxes[i].fields[:fields] {
+			kb = appendField(kb, i, f.lo)
+		}
+		for i, f := range boxes[i].fields[:fields] {
+			kb = appendField(kb, i, f.hi)
+		}
+		m.elems = append(m.elems, newElement(kb[:4*fields:4*fields], kb[4*fields:], ruleVerdict(r), CounterID(r.ID)))
+	}
+	// Level first, then direction and shape.
+	slices.SortFunc(out, func(a, b *ruleMap) int { return cmp.Or(cmp.Compare(a.level, b.level), strings.Compare(a.name, b.name)) })
+	return out
+}
+
+// mapKey loads a map's key: source, destination, protocol (and port).
+func mapKey(ported bool) []expr.Any {
+	es := []expr.Any{
+		&expr.Payload{DestRegister: regKey, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: regKey + 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regKey + 2},
+	}
+	if ported {
+		es = append(es, &expr.Payload{DestRegister: regKey + 3, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+	}
+	return es
+}
+
+func mapSet(t *nftables.Table, m *ruleMap, id uint32) *nftables.Set {
+	kt, _ := nftables.ConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetProto)
+	if m.ported {
+		kt, _ = nftables.ConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	}
+	// The id names the map within the batch; given here, the library does not
+	// take one from its package-wide counter (unguarded across connections).
+	return &nftables.Set{Table: t, ID: id, Name: m.name, IsMap: true, DataType: nftables.TypeVerdict, KeyType: kt,
+		Interval: true, Concatenation: true, Counter: true}
+}
+
+// RulesetApply is what one apply of a ruleset did.
+type RulesetApply struct {
+	// Took is how long the nftables transaction took (0 when none was needed).
+	Took time.Duration
+	// Mode is "unchanged" (nothing sent), "changes" (the difference sent) or
+	// "replaced" (the table replaced whole).
+	Mode string
+}
+
+// applyRuleset makes the gateway's table in ns match g in at most one nftables
+// transaction; prev is what was applied there last (nil: not known), and the
+// returned applied is what is there now (nil: not known).
+func applyRuleset(ns string, g Gateway, prev *applied) (RulesetApply, *applied, error) {
+	c, done, err := conn(ns)
+	if err != nil {
+		return RulesetApply{}, nil, err
+	}
+	defer done()
+	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
+	have, chains := fingerprint(c, t)
+	in := rulesetInput(g)
+	if prev == nil || prev.fp != have {
+		prev = recall(c, t, have, chains)
+	}
+	if prev != nil && prev.fp == have && reflect.DeepEqual(prev.input, in) {
+		return RulesetApply{Mode: "unchanged"}, prev, nil // not even compiled
+	}
+	reuse := prev
+	if prev == nil || prev.fp != have {
+		reuse = nil
+	}
+	p := compile(g, reuse)
+	if have == p.fp {
+		if prev == nil || prev.fp != have {
+			// Applied by an earlier agent: what is in the maps is not known here,
+			// so the next change replaces the table.
+			return RulesetApply{Mode: "unchanged"}, nil, nil
+		}
+		prev.input = in
+		return RulesetApply{Mode: "unchanged"}, prev, nil
+	}
+	var next *applied
+	mode := "changes"
+	if prev != nil && prev.fp == have {
+		next, err = changes(c, t, p, prev)
+	} else {
+		mode = "replaced"
+		next, err = replace(c, t, p)
+	}
+	if err != nil {
+		return RulesetApply{}, nil, err
+	}
+	next.input = in
+	start := time.Now()
+	if err := c.Flush(); err != nil {
+		return RulesetApply{}, nil, fmt.Errorf("edge: ruleset transaction: %w", err)
+	}
+	return RulesetApply{Took: time.Since(start), Mode: mode}, next, nil
+}
+
+// rulesetInput is g without what its ruleset does not depend on, copied.
+func rulesetInput(g Gateway) Gateway {
+	return Gateway{Uplink: Uplink{Address: g.Uplink.Address}, PortForwards: slices.Clone(g.PortForwards), OneToOne: slices.Clone(g.OneToOne),
+		Rules: slices.Clone(g.Rules), Balancers: slices.Clone(g.Balancers)}
+}
+
+// fingerprint is the state chain's fingerprint; "" without one.
+func fingerprint(c *nftables.Conn, t *nftables.Table) (fp string, chains []string) {
+	rules, err := c.GetRules(t, &nftables.Chain{Name: stateChain, Table: t})
+	if err != nil || len(rules) != 1 {
+		return "", nil
+	}
+	lines := strings.Split(string(rules[0].UserData), "\n")
+	if len(lines) == 5 {
+		chains = lines[1:]
+	}
+	return lines[0], chains
+}
+
+// recall rebuilds what was applied from the table (its maps dumped, the chains' digests
+// the state rule keeps), so that an agent restarted applies changes, not a whole table;
+// nil when the table does not tell.
+func recall(c *nftables.Conn, t *nftables.Table, fp string, chains []string) *applied {
+	if fp == "" || chains == nil {
+		return nil
+	}
+	a := newApplied()
+	a.fp = fp
+	for i, name := range chainNames[:4] {
+		a.chains[name] = chains[i]
+	}
+	sets, err := c.GetSets(t)
+	if err != nil {
+		return nil
+	}
+	for _, set := range sets {
+		if !strings.HasPrefix(set.Name, "rules") {
 			continue
 		}
-		for _, vm := range verdictMaps(t, i, run, counters) {
-			if err := c.AddSet(vm.set, vm.elems); err != nil {
-				return fmt.Errorf("edge: rules %s: %w", vm.set.Name, err)
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return nil
+		}
+		m := map[string]element{}
+		for _, e := range elems {
+			v, ok := elementVerdict(e.Val)
+			id := e.Comment[strings.LastIndex(e.Comment, " ")+1:]
+			if !ok || id == "" {
+				return nil
 			}
-			add(fwd, "", cat(direction(vm.direction), vm.key, []expr.Any{&expr.Lookup{SourceRegister: regKey, SetName: vm.set.Name, SetID: vm.set.ID, IsDestRegSet: true, DestRegister: 0}})...)
+			el := newElement(e.Key, e.KeyEnd, v, id)
+			m[el.ident] = el
+		}
+		a.maps[set.Name] = m
+	}
+	return a
+}
+
+// elementVerdict is the verdict of a verdict map's element data.
+func elementVerdict(val []byte) (expr.VerdictKind, bool) {
+	ad, err := mdnetlink.NewAttributeDecoder(val)
+	if err != nil {
+		return 0, false
+	}
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_VERDICT_CODE {
+			return expr.VerdictKind(int32(binary.BigEndian.Uint32(ad.Bytes()))), true
 		}
 	}
-	add(fwd, "", cat(fromUplink, ctMarkIs(forwardedMark), verdict(expr.VerdictAccept))...)
-	add(fwd, DefaultDenyID, cat(fromUplink, verdict(expr.VerdictDrop))...)
-	add(fwd, "", cat(toUplink, verdict(expr.VerdictAccept))...)
+	return 0, false
+}
 
-	add(in, "", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
-	add(in, "", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), verdict(expr.VerdictAccept))...)
-	add(in, "", cat(proto("icmp"), verdict(expr.VerdictAccept))...)
+// batch queues one transaction's messages.
+type batch struct {
+	c    *nftables.Conn
+	t    *nftables.Table
+	ids  map[string]uint32 // maps added in this batch
+	next *applied
+}
+
+func (b *batch) chain(name string) *nftables.Chain { return &nftables.Chain{Name: name, Table: b.t} }
+
+// rules adds chain's rules (canonically canon), the lookups naming the maps added in
+// this batch by id too.
+func (b *batch) rules(chain string, rules [][]expr.Any, canon string) {
+	ch := b.chain(chain)
+	for _, es := range rules {
+		for i, e := range es {
+			if l, ok := e.(*expr.Lookup); ok && b.ids[l.SetName] != 0 {
+				l2 := *l
+				l2.SetID = b.ids[l.SetName]
+				es = slices.Clone(es)
+				es[i] = &l2
+			}
+		}
+		b.c.AddRule(&nftables.Rule{Table: b.t, Chain: ch, Exprs: es})
+	}
+	b.next.chains[chain] = canon
+}
+
+// addMap adds m with its elements, their counters starting from counts.
+func (b *batch) addMap(m *ruleMap, counts map[string]Counter) error {
+	b.ids[m.name] = uint32(len(b.ids) + 1)
+	return b.elements(mapSet(b.t, m, b.ids[m.name]), m.elems, counts, true)
+}
+
+// elements adds elems to the map s (made too when create), counting from counts.
+func (b *batch) elements(s *nftables.Set, elems []element, counts map[string]Counter, create bool) error {
+	have := b.next.maps[s.Name]
+	if have == nil {
+		have = map[string]element{}
+		b.next.maps[s.Name] = have
+	}
+	vals := make([]nftables.SetElement, len(elems))
+	for i, e := range elems {
+		cnt := counts[e.id]
+		comment := fmt.Sprintf("%d %d %s", cnt.Packets, cnt.Bytes, e.id)
+		vals[i] = nftables.SetElement{Key: e.key, KeyEnd: e.end, VerdictData: &expr.Verdict{Kind: e.verdict}, Comment: comment}
+		have[e.ident] = e
+	}
+	var err error
+	if create {
+		err = b.c.AddSet(s, vals)
+	} else if len(vals) > 0 {
+		err = b.c.SetAddElements(s, vals)
+	}
+	if err != nil {
+		return fmt.Errorf("edge: rules %s: %w", s.Name, err)
+	}
 	return nil
+}
+
+// fingerprint records fp and the chains' digests in the state chain.
+func (b *batch) fingerprint(fp string) {
+	data := fp
+	for _, name := range chainNames[:4] {
+		data += "\n" + b.next.chains[name]
+	}
+	b.c.AddRule(&nftables.Rule{Table: b.t, Chain: b.chain(stateChain), Exprs: verdict(expr.VerdictReturn), UserData: []byte(data)})
+	b.next.fp = fp
+}
+
+func newApplied() *applied {
+	return &applied{chains: map[string]string{}, maps: map[string]map[string]element{}}
+}
+
+// replace queues the whole table replaced by p's, the counters carried over.
+func replace(c *nftables.Conn, t *nftables.Table, p *plan) (*applied, error) {
+	counts, err := readCounters(c)
+	if err != nil {
+		return nil, err
+	}
+	b := &batch{c: c, t: t, ids: map[string]uint32{}, next: newApplied()}
+	c.AddTable(t)
+	c.DelTable(t)
+	c.AddTable(t)
+	drop, accept := nftables.ChainPolicyDrop, nftables.ChainPolicyAccept
+	c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+	c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	c.AddChain(&nftables.Chain{Name: stateChain, Table: t})
+	deny := counts[DefaultDenyID]
+	c.AddObj(&nftables.NamedObj{Table: t, Name: DefaultDenyID, Type: nftables.ObjTypeCounter, Obj: &expr.Counter{Packets: deny.Packets, Bytes: deny.Bytes}})
+	for _, name := range slices.Sorted(mapsKeys(p.maps)) {
+		if err := b.addMap(p.maps[name], counts); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range chainNames[:4] {
+		b.rules(name, p.chains[name], p.canon[name])
+	}
+	b.fingerprint(p.fp)
+	return b.next, nil
+}
+
+// changes queues what turns prev into p.
+func changes(c *nftables.Conn, t *nftables.Table, p *plan, prev *applied) (*applied, error) {
+	b := &batch{c: c, t: t, ids: map[string]uint32{}, next: newApplied()}
+	// What each map loses and gains; a map losing most of itself is made again
+	// (an element whose verdict or rule changes is deleted and added again in
+	// the same transaction).
+	type diff struct {
+		gone, kept, added []element
+		keptSet           map[string]bool
+		remake            bool
+	}
+	diffs := map[string]*diff{}
+	wanted := map[string]bool{} // counter ids in p
+	for name, m := range p.maps {
+		d := &diff{}
+		diffs[name] = d
+		old, ok := prev.maps[name]
+		d.remake = !ok
+		d.keptSet = map[string]bool{}
+		for _, e := range m.elems {
+			wanted[e.id] = true
+			if _, ok := old[e.ident]; ok {
+				d.kept = append(d.kept, e)
+				d.keptSet[e.ident] = true
+			} else {
+				d.added = append(d.added, e)
+			}
+		}
+		for ident, e := range old {
+			if !d.keptSet[ident] {
+				d.gone = append(d.gone, e)
+			}
+		}
+		if len(d.gone) > len(d.kept) {
+			d.remake = true
+		}
+	}
+	// Rules whose elements move (to another map, or into a map made again)
+	// keep their counts: those maps are read first.
+	var read []string
+	for name, old := range prev.maps {
+		d := diffs[name]
+		for ident, e := range old {
+			if wanted[e.id] && (d == nil || d.remake || !d.keptSet[ident]) {
+				read = append(read, name)
+				break
+			}
+		}
+	}
+	counts := map[string]Counter{}
+	if len(read) > 0 {
+		if err := readMapCounters(c, t, read, counts); err != nil {
+			return nil, err
+		}
+	}
+	forward := p.canon["forward"] != prev.chains["forward"]
+	for name := range prev.maps {
+		if d := diffs[name]; d == nil || d.remake {
+			forward = true // its lookup goes or is bound to the map made again
+		}
+	}
+	for _, name := range chainNames[:4] {
+		if (name == "forward" && forward) || (name != "forward" && p.canon[name] != prev.chains[name]) {
+			c.FlushChain(b.chain(name))
+		} else {
+			b.next.chains[name] = prev.chains[name]
+		}
+	}
+	for name := range prev.maps {
+		if d := diffs[name]; d == nil || d.remake {
+			c.DelSet(&nftables.Set{Table: t, Name: name})
+		}
+	}
+	for _, name := range slices.Sorted(mapsKeys(p.maps)) {
+		d, m := diffs[name], p.maps[name]
+		if d.remake {
+			if err := b.addMap(m, counts); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		s := &nftables.Set{Table: t, Name: name, IsMap: true, KeyType: mapSet(t, m, 0).KeyType, Interval: true, Concatenation: true}
+		if len(d.gone) > 0 {
+			vals := make([]nftables.SetElement, len(d.gone))
+			for i, e := range d.gone {
+				vals[i] = nftables.SetElement{Key: e.key, KeyEnd: e.end}
+			}
+			if err := c.SetDeleteElements(s, vals); err != nil {
+				return nil, fmt.Errorf("edge: rules %s: %w", name, err)
+			}
+		}
+		kept := map[string]element{}
+		for _, e := range d.kept {
+			kept[e.ident] = e
+		}
+		b.next.maps[name] = kept
+		if err := b.elements(s, d.added, counts, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range chainNames[:4] {
+		if _, same := b.next.chains[name]; !same {
+			b.rules(name, p.chains[name], p.canon[name])
+		}
+	}
+	c.FlushChain(b.chain(stateChain))
+	b.fingerprint(p.fp)
+	return b.next, nil
 }
 
 // CounterID is the counter id of the rule with id ruleID.
@@ -315,14 +794,6 @@ func natTo(typ expr.NATType, a netip.Addr, port uint16) []expr.Any {
 	return append(es, n)
 }
 
-// The firewall rules go into the forward chain in runs: a run is a longest stretch of
-// consecutive rules no two of which one packet can match, so within a run order does
-// not matter and the run is one lookup per direction and key shape in a verdict map
-// (a concatenated, interval-keyed map, each element with its counter) instead of one
-// rule each: the kernel parses a handful of rules, not a thousand, and a packet does
-// one lookup per run. A run of one rule stays a rule. An element's counter starts at
-// zero, so its comment carries what the rule had counted before ("packets bytes id").
-
 // regKey is the first 32-bit register a map's key is loaded into (NFT_REG32_00).
 const regKey = 8
 
@@ -364,100 +835,6 @@ func prefixSpan(p netip.Prefix) span {
 	return span{lo, lo | ^uint32(0)>>p.Bits()}
 }
 
-// maxRun bounds a run: checking a rule against the run's costs more the longer the
-// run, while each map costs the transaction a little (measured: 1,000 rules in runs of
-// 256 apply as fast as in one).
-const maxRun = 256
-
-// runs splits rules into runs, each as long as it can be up to maxRun.
-func runs(rules []Rule) [][]Rule {
-	var out [][]Rule
-	var cur [2][]box // by direction: rules of two directions never meet
-	start := 0
-	for i, r := range rules {
-		b := boxOf(r)
-		d := 0
-		if r.Direction == Outbound {
-			d = 1
-		}
-		split := i-start == maxRun
-		for _, c := range cur[d] {
-			if split || c.meets(b) {
-				split = true
-				break
-			}
-		}
-		if split {
-			out = append(out, rules[start:i])
-			start, cur = i, [2][]box{}
-		}
-		cur[d] = append(cur[d], b)
-	}
-	if start < len(rules) {
-		out = append(out, rules[start:])
-	}
-	return out
-}
-
-// verdictMap is one map of a run and the key its lookup loads.
-type verdictMap struct {
-	direction string
-	key       []expr.Any
-	set       *nftables.Set
-	elems     []nftables.SetElement
-}
-
-// verdictMaps makes run number n's maps: per direction one keyed by source,
-// destination, protocol and port for the rules with ports, one without the port for
-// the others.
-func verdictMaps(t *nftables.Table, n int, run []Rule, counters map[string]Counter) []verdictMap {
-	withPort, _ := nftables.ConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
-	noPort, _ := nftables.ConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetProto)
-	loadAddrs := []expr.Any{
-		&expr.Payload{DestRegister: regKey, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-		&expr.Payload{DestRegister: regKey + 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regKey + 2},
-	}
-	loadPort := &expr.Payload{DestRegister: regKey + 3, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
-	var out []verdictMap
-	for _, dir := range []string{Inbound, Outbound} {
-		for _, ported := range []bool{true, false} {
-			vm := verdictMap{direction: dir, key: loadAddrs}
-			kt, shape := noPort, "any"
-			if ported {
-				vm.key, kt, shape = append(slices.Clip(loadAddrs), loadPort), withPort, "port"
-			}
-			for _, r := range run {
-				if r.Direction != dir || (r.FromPort != 0) != ported {
-					continue
-				}
-				b := boxOf(r)
-				fields := 3
-				if ported {
-					fields = 4
-				}
-				key, end := make([]byte, 0, 16), make([]byte, 0, 16)
-				for i, f := range b.fields[:fields] {
-					key, end = appendField(key, i, f.lo), appendField(end, i, f.hi)
-				}
-				cnt := counters[CounterID(r.ID)]
-				vm.elems = append(vm.elems, nftables.SetElement{Key: key, KeyEnd: end, VerdictData: &expr.Verdict{Kind: ruleVerdict(r)},
-					Comment: fmt.Sprintf("%d %d %s", cnt.Packets, cnt.Bytes, CounterID(r.ID))})
-			}
-			if len(vm.elems) == 0 {
-				continue
-			}
-			// The id names the map within the batch; given here, the library
-			// does not take one from its package-wide counter (unguarded across
-			// connections).
-			vm.set = &nftables.Set{Table: t, ID: uint32(4*n + len(out) + 1), Name: fmt.Sprintf("rules%d_%s_%s", n, dir, shape), IsMap: true,
-				DataType: nftables.TypeVerdict, KeyType: kt, Interval: true, Concatenation: true, Counter: true}
-			out = append(out, vm)
-		}
-	}
-	return out
-}
-
 // appendField appends field i of a key (addresses, protocol, port), each padded to a
 // register's 4 bytes.
 func appendField(b []byte, i int, v uint32) []byte {
@@ -470,19 +847,78 @@ func appendField(b []byte, i int, v uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, v)
 }
 
-// readMapCounters adds the counters of the runs' map elements to out.
-func readMapCounters(c *nftables.Conn, t *nftables.Table, out map[string]Counter) error {
-	sets, err := c.GetSets(t)
+// ReadCounters reads every rule's counter by id; a namespace without the table has
+// none.
+func ReadCounters(ns string) (map[string]Counter, error) {
+	c, done, err := conn(ns)
 	if err != nil {
-		return fmt.Errorf("edge: read sets: %w", err)
+		return nil, err
 	}
-	for _, s := range sets {
-		if !strings.HasPrefix(s.Name, "rules") {
-			continue
+	defer done()
+	return readCounters(c)
+}
+
+// readCounters reads the counters of the rules' map elements, of the rules
+// carrying an id in their user data (a table of the earlier format) and the
+// default deny's.
+func readCounters(c *nftables.Conn) (map[string]Counter, error) {
+	out := map[string]Counter{}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("edge: list tables: %w", err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == tableName }) {
+		return out, nil
+	}
+	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: "forward", Table: t})
+	if err != nil {
+		return nil, fmt.Errorf("edge: read rules: %w", err)
+	}
+	for _, r := range rules {
+		id := string(r.UserData)
+		for _, e := range r.Exprs {
+			if ce, ok := e.(*expr.Counter); ok && id != "" {
+				out[id] = Counter{out[id].Packets + ce.Packets, out[id].Bytes + ce.Bytes}
+			}
 		}
-		elems, err := c.GetSetElements(s)
+	}
+	obj, err := c.GetObject(&nftables.NamedObj{Table: t, Name: DefaultDenyID, Type: nftables.ObjTypeCounter})
+	switch {
+	case errors.Is(err, unix.ENOENT):
+	case err != nil:
+		return nil, fmt.Errorf("edge: read %s: %w", DefaultDenyID, err)
+	default:
+		if o, ok := obj.(*nftables.NamedObj); ok {
+			if ce, ok := o.Obj.(*expr.Counter); ok {
+				out[DefaultDenyID] = Counter{out[DefaultDenyID].Packets + ce.Packets, out[DefaultDenyID].Bytes + ce.Bytes}
+			}
+		}
+	}
+	if err := readMapCounters(c, t, nil, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readMapCounters adds the counters of the elements of the rules' maps named
+// (every map for nil) to out.
+func readMapCounters(c *nftables.Conn, t *nftables.Table, names []string, out map[string]Counter) error {
+	if names == nil {
+		sets, err := c.GetSets(t)
 		if err != nil {
-			return fmt.Errorf("edge: read %s: %w", s.Name, err)
+			return fmt.Errorf("edge: read sets: %w", err)
+		}
+		for _, s := range sets {
+			if strings.HasPrefix(s.Name, "rules") {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	for _, name := range names {
+		elems, err := c.GetSetElements(&nftables.Set{Table: t, Name: name})
+		if err != nil {
+			return fmt.Errorf("edge: read %s: %w", name, err)
 		}
 		for _, e := range elems {
 			parts := strings.SplitN(e.Comment, " ", 3)
@@ -514,12 +950,4 @@ func ruleVerdict(r Rule) expr.VerdictKind {
 		return expr.VerdictAccept
 	}
 	return expr.VerdictDrop
-}
-
-// ports matches r's port range; nothing for a rule without one.
-func ports(r Rule) []expr.Any {
-	if r.FromPort == 0 {
-		return nil
-	}
-	return portRange(r.FromPort, r.ToPort)
 }

@@ -103,7 +103,12 @@ func tbf(h *netlink.Handle, l netlink.Link, mbps int) error {
 	// The limit counts IP bytes; the bucket counts frames, 14 bytes of Ethernet
 	// header more per (full-sized, 1500-byte) packet.
 	rate := uint64(mbps) * 1_000_000 / 8 * 1514 / 1500 // bytes per second
-	burst := uint32(max(rate/100, 16*1514))            // 10 ms of traffic
+	// A bucket of 100 ms of traffic: on a busy node the qdisc's dequeue (a
+	// softirq) may come tens of milliseconds late, and a smaller bucket
+	// loses the tokens of the wait, delivering less than the limit (at load
+	// 20 on two cores a 10 ms bucket gave 36-38 of 40 Mbit/s, a 50 ms one
+	// 18.7 of 20 once). Over a second or more the rate stays the limit.
+	burst := uint32(max(rate/10, 16*1514))
 	q := &netlink.Tbf{QdiscAttrs: attrs, Rate: rate, Limit: burst * 4, Buffer: netlink.Xmittime(rate, burst)}
 	return h.QdiscReplace(q)
 }

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // CertificatePEM is a certificate given through the API: its chain (leaf
@@ -209,7 +210,11 @@ func (s *Service) Create(ctx context.Context, lb *catalog.LoadBalancer, certs []
 	if _, err := catalog.Get[*catalog.LoadBalancer](ctx, s.Store, lb.Name); err == nil {
 		return nil, fmt.Errorf("load balancer: create: %w", &catalog.AlreadyExistsError{Kind: catalog.KindLoadBalancer, Name: lb.Name})
 	}
-	// The balancer's address lives on the VDC's edge gateway in the zone.
+	// The balancer's address lives on the VDC's edge gateway in the zone,
+	// which holds one of its own: both count against the VDC's quota.
+	if err := quota.CheckNewPublicAddresses(ctx, s.Store, lb.VDC, lb.Zone, 1); err != nil {
+		return nil, fmt.Errorf("load balancer: create: %w", err)
+	}
 	if _, err := catalog.EnsureEdgeGateway(ctx, s.Store, lb.VDC, lb.Zone); err != nil {
 		return nil, err
 	}
@@ -222,6 +227,13 @@ func (s *Service) Create(ctx context.Context, lb *catalog.LoadBalancer, certs []
 		bg := context.WithoutCancel(ctx)
 		return errors.Join(err, s.Secrets.DeleteSecret(bg, catalog.LoadBalancerSecretName(lb.Name)),
 			catalog.ReleasePublicAddress(bg, s.Store, lb.Zone, lb.VDC, addr))
+	}
+	// Creates racing for the quota's last addresses may all have got one:
+	// count again now that the address is held, and give it back when
+	// over (of racers, all may give up; none goes over). The edge gateway
+	// such a race made stays, as every VDC's gateway does.
+	if err := quota.CheckPublicAddresses(ctx, s.Store, lb.VDC, 0); err != nil {
+		return nil, undo(err)
 	}
 	if err := s.Secrets.PutSecret(ctx, catalog.LoadBalancerSecretName(lb.Name), data); err != nil {
 		return nil, undo(fmt.Errorf("load balancer: create: %w", err))

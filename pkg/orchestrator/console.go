@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -11,29 +15,56 @@ import (
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
-// consoleDialer opens VM consoles through the agent of the VM's node
-// (console.Dialer): its Console RPC over the mesh.
-type consoleDialer struct{ r *zones.Registry }
+// consoleAgents reach the consoles of VMs through the agent of each VM's
+// node (console.Agents): its IssueConsoleTicket and Console RPCs over the
+// mesh.
+type consoleAgents struct{ r *zones.Registry }
 
-// DialConsole implements console.Dialer. It waits for the console's first
-// bytes, so that a VM the agent cannot open a console of fails here.
-func (d consoleDialer) DialConsole(ctx context.Context, t console.Target) (io.ReadWriteCloser, error) {
-	agent, _, ok := d.r.AgentOfNode(t.ZoneID, t.Node)
+func (d consoleAgents) agent(zoneID, node string) (agentv1.AgentServiceClient, error) {
+	agent, _, ok := d.r.AgentOfNode(zoneID, node)
 	if !ok {
-		return nil, fmt.Errorf("orchestrator: console: no online agent on %s", t.Node)
+		return nil, fmt.Errorf("orchestrator: console: no online agent on %s", node)
+	}
+	return agent, nil
+}
+
+// IssueTicket implements console.Agents.
+func (d consoleAgents) IssueTicket(ctx context.Context, t console.Target, ttl time.Duration) (string, time.Time, error) {
+	agent, err := d.agent(t.ZoneID, t.Node)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	resp, err := agent.IssueConsoleTicket(ctx, &agentv1.IssueConsoleTicketRequest{Node: t.Node, Vmid: uint32(t.VMID), TtlSeconds: uint32(ttl / time.Second)})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("orchestrator: console ticket of VM %d on %s: %w", t.VMID, t.Node, err)
+	}
+	return resp.GetTicket(), time.Unix(resp.GetExpiresUnix(), 0), nil
+}
+
+// Open implements console.Agents. It waits for the console's first bytes,
+// so that a ticket the agent refuses, or a VM it cannot open a console
+// of, fails here.
+func (d consoleAgents) Open(ctx context.Context, zoneID, node, ticket string) (io.ReadWriteCloser, error) {
+	agent, err := d.agent(zoneID, node)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	st, err := agent.Console(ctx)
 	if err == nil {
-		err = st.Send(&agentv1.ConsoleRequest{Node: t.Node, Vmid: uint32(t.VMID)})
+		err = st.Send(&agentv1.ConsoleRequest{Ticket: ticket})
 	}
 	var first *agentv1.ConsoleResponse
 	if err == nil {
 		first, err = st.Recv()
 	}
+	if status.Code(err) == codes.PermissionDenied {
+		cancel()
+		return nil, console.ErrUnknownTicket
+	}
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("orchestrator: console of VM %d on %s: %w", t.VMID, t.Node, err)
+		return nil, fmt.Errorf("orchestrator: console on %s: %w", node, err)
 	}
 	return agentConsole{cancel: cancel, Messages: &rfb.Messages{
 		Recv: func() ([]byte, error) {

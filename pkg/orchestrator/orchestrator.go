@@ -7,6 +7,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+	kubeclient "k8s.io/client-go/kubernetes"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/api"
@@ -45,6 +47,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 // Config configures an orchestrator.
@@ -173,12 +176,15 @@ type APIConfig struct {
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
 	// ConsoleTTL is how long a console ticket of openConsole waits for its
-	// websocket. Default console.DefaultTTL.
+	// websocket (1s to 5m). Default console.DefaultTTL.
 	ConsoleTTL time.Duration
 	// LoadBalancers are the zones' flexgateway replicas the load balancers
 	// are pushed to; its zero value serves no balancer (they can be made
 	// and are kept, but reach no data plane).
 	LoadBalancers LoadBalancersConfig
+	// Kubernetes is managed Kubernetes over the management cluster of
+	// Config.Kube; its zero value offers none.
+	Kubernetes ManagedKubernetesConfig
 }
 
 // lbZones is how each zone's edge gateways reach its flexgateway replicas.
@@ -196,6 +202,29 @@ type LoadBalancersConfig struct {
 	Zones map[string]lbsync.Zone `json:"zones"`
 	// Token is the replicas' admin bearer token.
 	Token string `json:"token"`
+	// EndpointSlices, when set, finds each zone's replicas in the
+	// EndpointSlices of charts/flexgateway's admin Services in the
+	// management cluster of Config.Kube, in place of Zones' Replicas.
+	EndpointSlices *lbsync.EndpointSlicesConfig `json:"endpointSlices,omitempty"`
+}
+
+// lbDiscovery is the replicas' discovery lc asks for (nil: the fixed
+// replicas of its zones).
+func lbDiscovery(lc LoadBalancersConfig, kc KubeConfig) (lbsync.Discoverer, error) {
+	if lc.EndpointSlices == nil {
+		return nil, nil
+	}
+	rc, ns, err := kc.REST()
+	if err != nil {
+		return nil, fmt.Errorf("load balancers: endpoint slices: %w", err)
+	}
+	client, err := kubeclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("load balancers: endpoint slices: %w", err)
+	}
+	cfg := *lc.EndpointSlices
+	cfg.Namespace = cmp.Or(cfg.Namespace, ns)
+	return lbsync.NewEndpointSlices(client, cfg)
 }
 
 // ReleasesConfig configures agent releases (package release) and their
@@ -251,6 +280,9 @@ type Server struct {
 	rollouts   *rollout.Service     // nil without releases, protected by mu
 	edge       *edgesync.Syncer     // nil without an API, protected by mu
 	lbs        *lbsync.Syncer       // nil without an API, protected by mu
+	kube       *kubernetes          // nil without managed Kubernetes, protected by mu
+	kubeStop   context.CancelFunc   // stops kube's controllers, protected by mu
+	kubeDone   chan struct{}        // closed when kube's controllers stopped, protected by mu
 	stop       context.CancelFunc   // stops the registry, protected by mu
 	done       chan struct{}        // closed when background work ended, protected by mu
 	stopped    chan struct{}        // closed by Shutdown
@@ -431,7 +463,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	var vms *compute.Service
 	if s.cfg.API.Issuer != "" {
 		s.probe.expectAPI()
-		consoles, err := console.New(console.Config{Dialer: consoleDialer{registry}, TTL: s.cfg.API.ConsoleTTL,
+		consoles, err := console.New(console.Config{Agents: consoleAgents{registry}, TTL: s.cfg.API.ConsoleTTL,
 			Logger: s.log.With("component", "console")})
 		if err != nil {
 			return fmt.Errorf("orchestrator: %w", err)
@@ -467,6 +499,22 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	kctx, kubeStop := context.WithCancel(rctx)
+	kubeDone := make(chan struct{})
+	if k := s.kube; k != nil {
+		// Cluster API's controllers run on one replica at a time: the
+		// mesh control server's leader (this one when not replicated).
+		var l leadership = alone{}
+		if leader != nil {
+			l = leader
+		}
+		go func() {
+			defer close(kubeDone)
+			k.run(kctx, l)
+		}()
+	} else {
+		close(kubeDone)
+	}
 	edge, lbs := s.edge, s.lbs
 	go func() {
 		defer close(done)
@@ -486,6 +534,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}()
 
 	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
+	s.kubeStop, s.kubeDone = kubeStop, kubeDone
 	s.leader, s.meshAPI = leader, meshAPI
 	s.catalog, s.closeCat, s.compute = store, closeCatalog, vms
 	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
@@ -521,10 +570,10 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	if leader != nil {
 		// The replica running the mesh control server also takes over
 		// the creates a dead replica left: one replica at a time.
-		recovers = func() bool { _, self := leader.Leader(); return self }
+		recovers = leader.Leading
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, ZoneTimeout: c.ZoneTimeout,
-		StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: registry.SnippetWriter(),
+		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
@@ -536,9 +585,20 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	// config it runs does nothing.
 	var lbs graph.LBSyncer
 	if secrets, ok := store.(catalog.SecretStore); ok {
+		disc, err := lbDiscovery(c.LoadBalancers, s.cfg.Kube)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+		}
 		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
-			Logger: s.log.With("component", "lbsync")})
+			Discover: disc, Logger: s.log.With("component", "lbsync")})
 		lbs = s.lbs
+	}
+	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	var kube *tenantkube.Service
+	if s.kube != nil {
+		kube = s.kube.svc
 	}
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
@@ -560,6 +620,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Edge:          s.edge,
 			Consoles:      consoles,
 			LoadBalancers: lbs,
+			Kubernetes:    kube,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
@@ -635,6 +696,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.metricsSrv != nil {
 		// Scrapes are short: no need to wait for them.
 		errs = append(errs, s.metricsSrv.Close())
+	}
+	// Cluster API's controllers before the VM lifecycle they create
+	// workers through.
+	s.kubeStop()
+	select {
+	case <-s.kubeDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("orchestrator: stop Cluster API's controllers: %w", ctx.Err()))
 	}
 	if s.compute != nil {
 		errs = append(errs, s.compute.Shutdown(ctx))

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,8 @@ func (m volumeMover) MoveVolume(ctx context.Context, from, to compute.VolumeRef,
 	if err != nil {
 		return "", fmt.Errorf("orchestrator: offer volume %s: %w", from.Volume, err)
 	}
-	st, err := dst.PullVolume(ctx, &agentv1.PullVolumeRequest{SourceAddr: o.GetAddr(), Capability: o.GetCapability(), Volume: to.Volume})
+	st, err := dst.PullVolume(ctx, &agentv1.PullVolumeRequest{SourceAddr: o.GetAddr(), Capability: o.GetCapability(), Volume: to.Volume,
+		ChecksumAlgorithms: []string{"blake3", "sha256"}})
 	if err != nil {
 		return "", fmt.Errorf("orchestrator: pull volume %s: %w", to.Volume, err)
 	}
@@ -50,8 +52,9 @@ func (m volumeMover) MoveVolume(ctx context.Context, from, to compute.VolumeRef,
 		if progress != nil {
 			progress(int64(p.GetBytesDone()), int64(max(p.GetBytesTotal(), o.GetSize())))
 		}
-		if p.GetSha256() != "" {
-			return p.GetSha256(), nil
+		// An agent that knows no checksum_algorithms sets sha256 alone.
+		if sum := cmp.Or(p.GetChecksum(), p.GetSha256()); sum != "" {
+			return sum, nil
 		}
 	}
 }

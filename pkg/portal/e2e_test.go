@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,8 +135,9 @@ func runBrowserTests(t *testing.T, root string, env []string, files ...string) t
 	return browsertest.Run(t, root, 4*time.Minute, env, files...)
 }
 
-// seedCatalog creates what the demo stack has: three VDCs, two images,
-// compute and storage profiles.
+// seedCatalog creates what the demo stack has: three VDCs (prod with a
+// quota of 4 public addresses, holding one of fra1's external network),
+// two images, compute and storage profiles.
 func seedCatalog(t *testing.T, ctx context.Context, store *catalog.DirStore) {
 	t.Helper()
 	for _, v := range []struct {
@@ -145,7 +147,19 @@ func seedCatalog(t *testing.T, ctx context.Context, store *catalog.DirStore) {
 		o := &catalog.VDC{}
 		o.Name, o.Description = v.name, v.desc
 		o.Quotas = catalog.VDCQuotas{VCPUs: v.vcpus, MemoryMiB: v.vcpus * 2048, StorageGiB: 1000, VMs: 20}
+		if v.name == "prod" {
+			four := 4
+			o.Quotas.PublicAddresses = &four
+		}
 		mustCreate(t, ctx, store, o)
+	}
+	// fra1's external network, one address of whose pool prod holds.
+	en := &catalog.ExternalNetwork{ExternalNetworkSpec: catalog.ExternalNetworkSpec{Bridge: "vmbr0", CIDR: "203.0.113.0/24",
+		Gateway: "203.0.113.254", PoolStart: "203.0.113.10", PoolEnd: "203.0.113.20"}}
+	en.Name = "fra1"
+	mustCreate(t, ctx, store, en)
+	if _, err := catalog.AllocatePublicAddress(ctx, store, "fra1", "prod", catalog.UseOneToOne, netip.Addr{}, "publicAddress"); err != nil {
+		t.Fatal(err)
 	}
 	for _, i := range []struct{ name, version, desc string }{
 		{"debian-12", "20261101", "Debian 12 (bookworm) generic cloud image"},

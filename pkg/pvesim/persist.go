@@ -39,6 +39,8 @@ type stateFile struct {
 	Pools   []poolRecord   `json:"pools"`
 	SDN     sdnRecord      `json:"sdn"`
 	Tasks   []taskRecord   `json:"tasks"`
+	// StorageContent is each storage's content types (PUT /storage).
+	StorageContent map[string][]string `json:"storage_content,omitempty"`
 }
 
 type nodeRecord struct {
@@ -238,7 +240,10 @@ func untypedObjects(m map[string]typedMap) map[string]map[string]any {
 // copied maps are immutable (strings, numbers, slices never written in place), so the
 // result can be encoded after mu is released.
 func (st *state) snapshot() *stateFile {
-	f := &stateFile{Version: stateVersion, Cluster: st.c.name, Saved: time.Now(), NextPID: st.nextPID}
+	f := &stateFile{Version: stateVersion, Cluster: st.c.name, Saved: time.Now(), NextPID: st.nextPID, StorageContent: map[string][]string{}}
+	for _, s := range st.storages {
+		f.StorageContent[s.id] = slices.Clone(s.content)
+	}
 	for _, name := range st.c.nodes {
 		n := st.nodes[name]
 		r := nodeRecord{Name: name, Booted: n.booted, Ifaces: copyTypedObjects(n.ifaces)}
@@ -304,6 +309,11 @@ func (st *state) restore(f *stateFile) error {
 	}
 	if f.Cluster != st.c.name {
 		return fmt.Errorf("state of cluster %q, not %q", f.Cluster, st.c.name)
+	}
+	for id, content := range f.StorageContent {
+		if s := st.storage(id); s != nil {
+			s.content = slices.Clone(content)
+		}
 	}
 	for _, r := range f.Nodes {
 		n := st.nodes[r.Name]

@@ -72,6 +72,15 @@ type Config struct {
 	// the file. Its files are kept across restarts with StateFile. "" keeps
 	// no bytes.
 	DiskDir string
+	// FileRoot, if set, is where the nodes' file systems are: node N's is
+	// FileRoot/N, and a file storage's directory (its config's "path") is
+	// there (a shared storage's is one directory all nodes' paths lead to,
+	// FileRoot/shared/<path>). What a process writes into a storage's
+	// snippets directory there (the agent writing a VM's cloud-init
+	// user-data) is the storage's `snippets` content: listed, found by
+	// cicustom, read by cloudinit/dump, deleted with the volume. "" keeps
+	// no files: a storage has no snippets.
+	FileRoot string
 	// CheckResponses makes the cluster check every successful response against the
 	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for
 	// SchemaProblems; for tests.
@@ -214,6 +223,10 @@ func Start(cfg Config) (*Cluster, error) {
 			ln.Close()
 			return nil, fmt.Errorf("pvesim: start: %w", err)
 		}
+	}
+	if err := c.makeFileRoots(); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("pvesim: start: %w", err)
 	}
 	c.download = cfg.HTTPClient
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -464,6 +464,11 @@ func (st *state) applyConfig(g *guest, p params, cl *call) error {
 			conf[k] = nv
 		case k == "tags" && isStr:
 			conf[k] = canonicalTags(s)
+		case k == "cicustom" && isStr:
+			if err := st.checkCICustom(g.node, s); err != nil {
+				return err
+			}
+			conf[k] = v
 		default:
 			conf[k] = v
 		}

@@ -97,6 +97,8 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /cluster/config/join":                                    hClusterJoinInfo,
 		"GET /cluster/sdn/ipams/{ipam}":                               hIPAMGet,
 		"PUT /nodes/{node}/storage/{storage}/content/{volume}":        hStorageVolumeUpdate,
+		"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump":                onGuest(hCloudInitDump),
+		"PUT /storage/{storage}":                                      hStorageConfigUpdate,
 		"POST /nodes/{node}/storage/{storage}/content":                hStorageAlloc,
 		"PUT /nodes/{node}/qemu/{vmid}/resize":                        onGuest(hQemuResize),
 		"POST /nodes/{node}/qemu/{vmid}/move_disk":                    onGuest(hQemuMoveDisk),

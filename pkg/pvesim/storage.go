@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -176,7 +177,7 @@ func hStorageVolumeGet(cl *call) (any, error) {
 	if s.typ == "lvmthin" {
 		path = "/dev/pve/" + name
 	}
-	if v.file != "" {
+	if v.file != "" && v.content == "images" {
 		path = v.file // the bytes are there (Config.DiskDir)
 	}
 	return map[string]any{
@@ -543,4 +544,47 @@ func hStorageAlloc(cl *call) (any, error) {
 	}
 	c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: "images", format: format, size: size, vmid: int(vmid)})
 	return volid, nil
+}
+
+// storageContentTypes are the content types each storage type allows.
+var storageContentTypes = map[string][]string{
+	"dir":     {"backup", "images", "import", "iso", "rootdir", "snippets", "vztmpl"},
+	"nfs":     {"backup", "images", "import", "iso", "rootdir", "snippets", "vztmpl"},
+	"lvmthin": {"images", "rootdir"},
+}
+
+// hStorageConfigUpdate is PUT /storage/{storage}: of a storage's options,
+// its content types are simulated (snippets, say, enabled for cicustom).
+func hStorageConfigUpdate(cl *call) (any, error) {
+	c := cl.c
+	s := c.st.storage(cl.vars["storage"])
+	if s == nil {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
+	}
+	for k := range cl.p {
+		if k != "content" && k != "digest" && k != "storage" {
+			return nil, errorf(http.StatusNotImplemented, "changing a storage's '%s' is not simulated", k)
+		}
+	}
+	if d, ok := cl.p.str("digest"); ok && d != c.st.storageCfgDigest() {
+		return nil, errorf(http.StatusInternalServerError, "detected modified configuration - file changed by other user? Try again.")
+	}
+	if content, ok := cl.p.str("content"); ok {
+		var list []string
+		for _, ct := range splitList(content) {
+			if !slices.Contains(storageContentTypes[s.typ], ct) {
+				return nil, paramError("content", fmt.Sprintf("storage type '%s' does not support content type '%s'", s.typ, ct))
+			}
+			if !slices.Contains(list, ct) {
+				list = append(list, ct)
+			}
+		}
+		sort.Strings(list)
+		s.content = list
+		if err := c.makeFileRoots(); err != nil {
+			return nil, errorf(http.StatusInternalServerError, "%v", err)
+		}
+		c.markDirty()
+	}
+	return map[string]any{"storage": s.id, "type": s.typ}, nil
 }

@@ -44,7 +44,6 @@ func BenchmarkWorkers0To10(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.bootstrap(b, c, joinData)
 		p, err := e.svc.CreateNodePool(ctx, tenantkube.NodePoolInput{VDC: "blue", Cluster: c.ID, Name: "w", ComputeProfile: "small", StorageProfile: "ssd"})
 		if err != nil {
 			b.Fatal(err)

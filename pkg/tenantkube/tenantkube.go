@@ -27,11 +27,13 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/semver"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,6 +42,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 // MaxPoolSize is the most workers a node pool may have.
@@ -101,6 +104,11 @@ func New(cfg Config) (*Service, error) {
 	if len(cfg.Versions) == 0 {
 		cfg.Versions = DefaultVersions
 	}
+	for _, v := range cfg.Versions {
+		if !semver.IsValid(v) || semver.Canonical(v) != v || semver.Prerelease(v) != "" {
+			return nil, fmt.Errorf("tenantkube: version %q is not of the form vX.Y.Z", v)
+		}
+	}
 	if cfg.WorkerImage == "" {
 		cfg.WorkerImage = "debian-13"
 	}
@@ -139,7 +147,10 @@ type Cluster struct {
 	// ControlPlaneReady says the hosted control plane serves; Components
 	// are its parts.
 	ControlPlaneReady bool
-	Components        []capiprovider.ComponentStatus
+	Components        []controlplane.Component
+	// RunningVersion is the version the API server's workload runs ("" while
+	// none does).
+	RunningVersion string
 	// Endpoint is host:port of the API server ("" until known).
 	Endpoint string
 	// Conditions are Cluster API's conditions of the Cluster.
@@ -167,9 +178,13 @@ type NodePool struct {
 	// Size is the desired number of workers; Workers how many machines
 	// exist, Ready how many of them run.
 	Size, Workers, Ready int
-	Labels               map[string]string
-	Taints               []Taint
-	Deleting             bool
+	// Version is the Kubernetes version the pool's workers run or are
+	// being moved to; UpToDate how many of its workers run it.
+	Version  string
+	UpToDate int
+	Labels   map[string]string
+	Taints   []Taint
+	Deleting bool
 }
 
 // CreateClusterInput is what createKubernetesCluster asks for.
@@ -290,7 +305,7 @@ func (s *Service) read(ctx context.Context, ns *corev1.Namespace) (*Cluster, err
 		c.Version, c.ServiceCIDR, c.PodCIDR = cp.Spec.Version, cp.Spec.ServiceCIDR, cp.Spec.PodCIDR
 	}
 	if st, err := s.cfg.ControlPlane.Status(ctx, ns.Name); err == nil {
-		c.ControlPlaneReady, c.Components = st.Ready, st.Components
+		c.ControlPlaneReady, c.Components, c.RunningVersion = st.Ready, st.Components, st.Version
 	} else {
 		s.log.Warn("control plane status", "cluster", ns.Name, "err", err)
 	}
@@ -322,7 +337,8 @@ func (s *Service) pools(ctx context.Context, ns, cluster string) ([]NodePool, er
 
 func (s *Service) pool(ctx context.Context, md *clusterv1.MachineDeployment, cluster string) (*NodePool, error) {
 	p := &NodePool{ID: md.Namespace + "/" + md.Labels[v1alpha1.NodePoolLabel], Cluster: md.Namespace, Name: md.Labels[v1alpha1.NodePoolLabel],
-		Size: int(ptr.Deref(md.Spec.Replicas, 0)), Labels: map[string]string{}, Deleting: !md.DeletionTimestamp.IsZero()}
+		Size: int(ptr.Deref(md.Spec.Replicas, 0)), Labels: map[string]string{}, Deleting: !md.DeletionTimestamp.IsZero(),
+		Version: md.Spec.Template.Spec.Version}
 	tpl := &v1alpha1.FlexMachineTemplate{}
 	if err := s.c().Get(ctx, client.ObjectKey{Namespace: md.Namespace, Name: md.Spec.Template.Spec.InfrastructureRef.Name}, tpl); err == nil {
 		p.ComputeProfile, p.StorageProfile = tpl.Spec.Template.Spec.ComputeProfile, tpl.Spec.Template.Spec.StorageProfile
@@ -337,6 +353,9 @@ func (s *Service) pool(ctx context.Context, md *clusterv1.MachineDeployment, clu
 	for _, m := range ms.Items {
 		if ptr.Deref(m.Status.Initialization.InfrastructureProvisioned, false) && m.DeletionTimestamp.IsZero() {
 			p.Ready++
+		}
+		if m.Spec.Version == p.Version && m.DeletionTimestamp.IsZero() {
+			p.UpToDate++
 		}
 	}
 	return p, nil
@@ -396,7 +415,10 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 		return nil, fromCompute(err)
 	}
 	nsName := namespaceOf(in.VDC, in.Name)
-	labels := map[string]string{v1alpha1.VDCLabel: in.VDC, v1alpha1.ClusterNameLabel: in.Name}
+	// The control plane's Manager runs in this namespace: it is labelled
+	// as the Manager labels its own.
+	labels := map[string]string{v1alpha1.VDCLabel: in.VDC, v1alpha1.ClusterNameLabel: in.Name,
+		controlplane.LabelCluster: in.Name, controlplane.LabelManaged: controlplane.ManagedBy}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName, Labels: labels}}
 	if err := s.c().Create(ctx, ns); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -493,9 +515,26 @@ func (s *Service) FinishDeletesOlderThan(ctx context.Context, age time.Duration)
 	return n, nil
 }
 
-// BootstrapSecretName is the Secret holding the cloud-init user-data that
-// joins the workers of cluster to it (written by the control plane).
-func BootstrapSecretName(cluster string) string { return cluster + "-worker-bootstrap" }
+// joinTemplate is the KubeadmConfigTemplate of a pool: the kubeadm join
+// of its workers (Cluster API's kubeadm bootstrap provider fills in the
+// discovery: the cluster's endpoint, a bootstrap token and the CA's hash),
+// registering them with the pool's labels and taints.
+func joinTemplate(ns, name string, labels map[string]string, in NodePoolInput) *bootstrapv1.KubeadmConfigTemplate {
+	reg := bootstrapv1.NodeRegistrationOptions{Taints: ptr.To([]corev1.Taint{})}
+	if len(in.Labels) > 0 {
+		reg.KubeletExtraArgs = []bootstrapv1.Arg{{Name: "node-labels", Value: ptr.To(formatLabels(in.Labels))}}
+	}
+	for _, t := range in.Taints {
+		*reg.Taints = append(*reg.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+	}
+	return &bootstrapv1.KubeadmConfigTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: maps.Clone(labels)},
+		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: bootstrapv1.KubeadmConfigSpec{
+			Format:            bootstrapv1.CloudConfig,
+			JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: reg},
+		}}},
+	}
+}
 
 // CreateNodePool adds a node pool of in.Size workers. Bad input (a size
 // outside 0..MaxPoolSize, an unknown profile) and a size the VDC's quota
@@ -539,10 +578,15 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 	if err := s.fits(ctx, in.VDC, cp, in.Size); err != nil {
 		return nil, err
 	}
+	// A new pool's workers run the version the control plane runs: during an
+	// upgrade that is the old one, and the provider rolls the pool after it.
 	version := ""
 	fcp := &v1alpha1.FlexControlPlane{}
 	if err := s.c().Get(ctx, key, fcp); err == nil {
 		version = fcp.Spec.Version
+		if fcp.Status.Version != "" {
+			version = fcp.Status.Version
+		}
 	}
 	mdName := cluster + "-" + in.Name
 	poolLabels := map[string]string{v1alpha1.VDCLabel: in.VDC, clusterv1.ClusterNameLabel: cluster, v1alpha1.NodePoolLabel: in.Name}
@@ -577,14 +621,23 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 				Spec: clusterv1.MachineSpec{
 					ClusterName: cluster,
 					Version:     version,
-					Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To(BootstrapSecretName(cluster))},
+					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfigTemplate", Name: mdName}},
 					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: v1alpha1.GroupVersion.Group,
 						Kind: "FlexMachineTemplate", Name: mdName},
 				},
 			},
 		},
 	}
+	join := joinTemplate(ns.Name, mdName, poolLabels, in)
+	if err := s.c().Create(ctx, join); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("a node pool %q exists", in.Name)}
+		}
+		return nil, internal("creating the node pool", err)
+	}
 	if err := s.c().Create(ctx, tpl); err != nil {
+		_ = s.c().Delete(context.WithoutCancel(ctx), join)
 		if apierrors.IsAlreadyExists(err) {
 			return nil, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("a node pool %q exists", in.Name)}
 		}
@@ -592,6 +645,7 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 	}
 	if err := s.c().Create(ctx, md); err != nil {
 		_ = s.c().Delete(context.WithoutCancel(ctx), tpl)
+		_ = s.c().Delete(context.WithoutCancel(ctx), join)
 		if apierrors.IsAlreadyExists(err) {
 			return nil, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("a node pool %q exists", in.Name)}
 		}
@@ -771,17 +825,24 @@ func (s *Service) DeleteNodePool(ctx context.Context, vdc, id string) error {
 	if err := s.c().Delete(ctx, tpl); err != nil && !apierrors.IsNotFound(err) {
 		return internal("deleting the node pool", err)
 	}
+	if ref := md.Spec.Template.Spec.Bootstrap.ConfigRef; ref.Name != "" {
+		join := &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: ref.Name}}
+		if err := s.c().Delete(ctx, join); err != nil && !apierrors.IsNotFound(err) {
+			return internal("deleting the node pool", err)
+		}
+	}
 	s.log.Info("node pool deleting", "vdc", vdc, "pool", id)
 	return nil
 }
 
-// ReadOnlyGroup is the group of a viewer's kubeconfig: the tenant
-// cluster binds it to the view role.
-const ReadOnlyGroup = "flexplane:viewers"
+// ReadOnlyGroup is the group of a viewer's kubeconfig: the control plane
+// binds it to the tenant cluster's view ClusterRole.
+const ReadOnlyGroup = "view"
 
-// AdminGroup is the group of a member's kubeconfig: bound to cluster-admin
-// in the tenant cluster (never system:masters, so it can be revoked).
-const AdminGroup = "flexplane:admins"
+// AdminGroup is the group of a member's kubeconfig: bound to the
+// cluster-admin ClusterRole in the tenant cluster (never system:masters,
+// so the binding can be revoked).
+const AdminGroup = "cluster-admin"
 
 // Kubeconfig issues a short-lived kubeconfig of cluster id for user: a
 // read-only credential when readOnly (a viewer), else one of AdminGroup.
@@ -798,7 +859,7 @@ func (s *Service) Kubeconfig(ctx context.Context, vdc, id, user string, readOnly
 	if readOnly {
 		group = ReadOnlyGroup
 	}
-	cred := capiprovider.Credential{User: user, Groups: []string{group}, TTL: s.cfg.KubeconfigTTL}
+	cred := controlplane.Credential{User: user, Groups: []string{group}, TTL: s.cfg.KubeconfigTTL}
 	kc, err := s.cfg.ControlPlane.Kubeconfig(ctx, ns.Name, cred)
 	if err != nil {
 		return nil, time.Time{}, &Error{Kind: KindUnavailable, Message: "the cluster's control plane cannot issue a kubeconfig yet", Cause: err}

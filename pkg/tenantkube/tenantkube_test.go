@@ -4,32 +4,82 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/dev/agenttest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
 )
 
-const joinData = "#cloud-config\nruncmd:\n  - kubeadm join dev-apiserver:6443 --token abcdef.0123456789abcdef\n"
+// tokenRE finds the bootstrap token in a kubeadm join configuration.
+var tokenRE = regexp.MustCompile(`(?m)^\s*token: "?([a-z0-9]{6})\.([a-z0-9]{16})"?$`)
+
+// expectJoin checks that user-data is Cluster API's kubeadm join of
+// endpoint, with the pool's labels and taints, and a bootstrap token the
+// cluster's API server (the stand-in's: the test's kube-apiserver)
+// authenticates as a joining node.
+func expectJoin(t *testing.T, vm, userData, endpoint string) {
+	t.Helper()
+	for _, want := range []string{"#cloud-config", "kubeadm join", "kind: JoinConfiguration", "apiServerEndpoint: " + endpoint,
+		"node-labels", "tier=web", "key: dedicated", "effect: NoSchedule", "caCertHashes:"} {
+		if !strings.Contains(userData, want) {
+			t.Errorf("VM %s: cloud-init user-data lacks %q:\n%s", vm, want, userData)
+		}
+	}
+	m := tokenRE.FindStringSubmatch(userData)
+	if m == nil {
+		t.Fatalf("VM %s: no bootstrap token in its user-data:\n%s", vm, userData)
+	}
+	cs, err := kubernetes.NewForConfig(kube.RESTConfigFor(m[1] + "." + m[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(context.Background(), &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("VM %s: the bootstrap token does not authenticate: %v", vm, err)
+	}
+	if u := r.Status.UserInfo; u.Username != "system:bootstrap:"+m[1] || !slices.Contains(u.Groups, "system:bootstrappers:kubeadm:default-node-token") {
+		t.Errorf("VM %s: the bootstrap token is %+v", vm, u)
+	}
+}
+
+// snippets counts the snippets on the zone's nodes.
+func (e *env) snippets(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for _, node := range e.zone.Sim.NodeNames() {
+		n += len(agenttest.SnippetVolumes(t, e.zone, node))
+	}
+	return n
+}
 
 // TestNodePoolsThroughClusterAPI: a cluster with a pool of 2 becomes two
-// worker VMs in the VDC, made by Cluster API's own controllers driving
-// flexplane's provider, with the bootstrap data as their user-data and
-// the provider's contract fields set; the pool scales 2 → 5 → 0; deleting
-// the cluster leaves no VM, address or Cluster API object. Another VDC
-// sees none of it.
+// worker VMs in the VDC, made by Cluster API's own controllers (core and
+// the kubeadm bootstrap provider) driving flexplane's provider: their
+// cloud-init user-data, a snippet the agent code wrote on their node, is
+// a kubeadm join of the cluster's endpoint with a bootstrap token the
+// cluster's API server accepts, and the provider's contract fields are
+// set; the pool scales 2 → 5 → 0, taking the snippets with the VMs;
+// deleting the cluster leaves no VM, snippet, address, Secret or Cluster
+// API object. Another VDC sees none of it.
 func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, quotas, true)
@@ -40,7 +90,6 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.bootstrap(t, c, joinData)
 	waitFor(t, time.Minute, "control plane initialized", func() (bool, string) {
 		cl := &clusterv1.Cluster{}
 		if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: "dev"}, cl); err != nil {
@@ -74,16 +123,18 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 		})
 	}
 	expectWorkers(2)
+	cl := &clusterv1.Cluster{}
+	if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: "dev"}, cl); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := net.JoinHostPort(cl.Spec.ControlPlaneEndpoint.Host, strconv.Itoa(int(cl.Spec.ControlPlaneEndpoint.Port)))
 	for _, vm := range e.workers(t, "blue", "dev-workers-") {
-		data, err := e.comp.UserData(ctx, "blue", vm.ID)
-		if err != nil || string(data) != joinData {
-			t.Errorf("VM %s user-data %q (%v), want the bootstrap data", vm.Name, data, err)
-		}
+		expectJoin(t, vm.Name, agenttest.UserData(t, e.zone, vm.Node, vm.Ref.VMID), endpoint)
 		var fm v1alpha1.FlexMachine
 		if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: vm.Name}, &fm); err != nil {
 			t.Fatal(err)
 		}
-		if fm.Spec.ProviderID != capiprovider.ProviderIDPrefix+vm.ID || fm.Status.FailureDomain != "alpha" ||
+		if fm.Spec.ProviderID != capiprovider.ProviderIDPrefix+vm.ID+"/"+vm.Name || fm.Status.FailureDomain != "alpha" ||
 			len(fm.Status.Addresses) != 2 || fm.Status.Addresses[1].Address != vm.Addresses[0] {
 			t.Errorf("FlexMachine %s: %+v %+v, VM %+v", fm.Name, fm.Spec, fm.Status, vm)
 		}
@@ -122,6 +173,9 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectWorkers(n)
+		if got := e.snippets(t); got != n {
+			t.Errorf("%d workers, %d snippets", n, got)
+		}
 	}
 	if _, err := e.svc.ScaleNodePool(ctx, "blue", pool.ID, 1); err != nil {
 		t.Fatal(err)
@@ -134,14 +188,16 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	waitFor(t, 3*time.Minute, "the cluster gone", func() (bool, string) {
 		left := 0
 		for _, l := range []client.ObjectList{&clusterv1.ClusterList{}, &clusterv1.MachineDeploymentList{}, &clusterv1.MachineSetList{},
-			&clusterv1.MachineList{}, &v1alpha1.FlexMachineList{}, &v1alpha1.FlexClusterList{}, &v1alpha1.FlexControlPlaneList{}} {
+			&clusterv1.MachineList{}, &v1alpha1.FlexMachineList{}, &v1alpha1.FlexClusterList{}, &v1alpha1.FlexControlPlaneList{},
+			&bootstrapv1.KubeadmConfigList{}} {
 			if err := e.kc.List(ctx, l, client.InNamespace(c.ID)); err != nil {
 				return false, err.Error()
 			}
 			left += len(mustItems(l))
 		}
 		vms := e.workers(t, "blue", "")
-		return left == 0 && len(vms) == 0, fmt.Sprintf("%d objects, %d VMs", left, len(vms))
+		snippets := e.snippets(t)
+		return left == 0 && len(vms) == 0 && snippets == 0, fmt.Sprintf("%d objects, %d VMs, %d snippets", left, len(vms), snippets)
 	})
 	if n, err := e.svc.FinishDeletesOlderThan(ctx, 0); err != nil || n != 1 {
 		t.Errorf("finishing the delete: %d, %v", n, err)
@@ -155,7 +211,7 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 			t.Errorf("address left: %+v", m)
 		}
 	}
-	if !e.cp.deleted[c.ID] {
+	if !e.cp.Deleted(c.ID) {
 		t.Error("the control plane was not deleted")
 	}
 	if _, err := e.svc.Cluster(ctx, "blue", c.ID); kind(err) != tenantkube.KindNotFound {
@@ -197,6 +253,8 @@ func mustItems(l client.ObjectList) []any {
 	case *v1alpha1.FlexClusterList:
 		return anys(l.Items)
 	case *v1alpha1.FlexControlPlaneList:
+		return anys(l.Items)
+	case *bootstrapv1.KubeadmConfigList:
 		return anys(l.Items)
 	}
 	panic(fmt.Sprintf("list %T", l))

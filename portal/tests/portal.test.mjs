@@ -41,6 +41,9 @@ describe('portal', () => {
       const sent = graphql.slice(before).filter((r) => r.body.includes('currentVDC'))
       assert.ok(sent.length > 0, 'no request after switching VDC')
       for (const r of sent) assert.equal(r.headers['flexplane-vdc-id'], vdc)
+      // prod holds 1 of its 4 public addresses; dev has no such quota.
+      const addresses = page.getByTestId('vdc-quotas').locator('.usage').filter({ hasText: 'Public addresses' })
+      await addresses.getByText(vdc === 'prod' ? '1 of 4' : '0 (no quota)', { exact: true }).waitFor()
     }
     await shot(page, 'home')
     // The first Tab reaches the skip link, which moves focus to the content.
@@ -257,10 +260,28 @@ describe('portal', () => {
     await dialog.getByRole('button', { name: 'Create' }).click()
     await dialog.locator('[data-field="quotas.vms"] .field-error').getByText('Enter a whole number.').waitFor()
     await dialog.getByLabel('VM quota', { exact: true }).fill('5')
+    // The public addresses quota: the API's range check shows on its field.
+    await dialog.getByLabel('Public address quota', { exact: true }).fill('-1')
+    await dialog.getByRole('button', { name: 'Create' }).click()
+    await dialog.locator('[data-field="quotas.publicAddresses"] .field-error').getByText(/must be between 0 and/).waitFor()
+    await dialog.getByLabel('Public address quota', { exact: true }).fill('2')
     await dialog.getByRole('button', { name: 'Create' }).click()
     const row = page.locator(`tbody tr[data-name="${name}"]`)
     await row.waitFor()
     assert.match(await row.innerText(), /24[\s\S]*32 GiB[\s\S]*500 GiB[\s\S]*5/)
+    assert.equal(await row.locator('td[data-label="Public addresses"]').innerText(), '0 of 2')
+    // prod's row counts the address it holds.
+    assert.equal(await page.locator('tbody tr[data-name="prod"] td[data-label="Public addresses"]').innerText(), '1 of 4')
+    // Edited: the form holds the quota; emptied, the VDC has none.
+    await row.getByRole('button', { name: `Edit ${name}` }).click()
+    assert.equal(await dialog.getByLabel('Public address quota', { exact: true }).inputValue(), '2')
+    await dialog.getByLabel('Public address quota', { exact: true }).fill('')
+    await dialog.getByRole('button', { name: 'Save' }).click()
+    await row.locator('td[data-label="Public addresses"]').getByText('0 (no quota)', { exact: true }).waitFor()
+    await row.getByRole('button', { name: `Edit ${name}` }).click()
+    assert.equal(await dialog.getByLabel('Public address quota', { exact: true }).inputValue(), '')
+    await page.keyboard.press('Escape')
+    await dialog.waitFor({ state: 'hidden' })
     // An admin may use every VDC: the new one is in the switcher at once.
     const switcher = page.getByLabel('VDC', { exact: true })
     await switcher.locator(`option[value="${name}"]`).waitFor({ state: 'attached' })

@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 // Code is the value of extensions.code.
@@ -97,6 +98,8 @@ func From(err error, fieldPrefix string) *Error {
 		nf *catalog.NotFoundError
 		ex *catalog.AlreadyExistsError
 		cf *catalog.ConflictError
+		ke *tenantkube.Error
+		qe *quota.ExceededError
 	)
 	switch {
 	case err == nil:
@@ -105,6 +108,10 @@ func From(err error, fieldPrefix string) *Error {
 		return ae
 	case errors.As(err, &ce):
 		return fromCompute(ce, fieldPrefix)
+	case errors.As(err, &ke):
+		return fromKube(ke, fieldPrefix)
+	case errors.As(err, &qe):
+		return &Error{Code: QuotaExceeded, Field: "quotas." + qe.Resource, Message: qe.Error()}
 	case errors.As(err, &ve):
 		field := joinField(fieldPrefix, ve.Field)
 		return BadInput(field, "%s: %s", field, ve.Message)
@@ -151,6 +158,36 @@ func fromCompute(ce *compute.Error, fieldPrefix string) *Error {
 	}
 	if code == Internal && e.Cause == nil {
 		e.Cause = ce
+	}
+	return e
+}
+
+// kubeCodes maps the kinds of managed Kubernetes errors to codes.
+var kubeCodes = map[tenantkube.ErrorKind]Code{
+	tenantkube.KindInternal:      Internal,
+	tenantkube.KindBadInput:      BadUserInput,
+	tenantkube.KindNotFound:      NotFound,
+	tenantkube.KindConflict:      Conflict,
+	tenantkube.KindQuotaExceeded: QuotaExceeded,
+	tenantkube.KindUnavailable:   Unavailable,
+}
+
+// fromKube maps an error of managed Kubernetes; its field goes under
+// fieldPrefix.
+func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
+	code, ok := kubeCodes[ke.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: ke.Message, Cause: ke.Cause}
+	if ke.Field != "" {
+		e.Field = joinField(fieldPrefix, ke.Field)
+		if code == BadUserInput {
+			e.Message = e.Field + ": " + ke.Message
+		}
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = ke
 	}
 	return e
 }

@@ -717,7 +717,7 @@ func allHostsOnline(ctx context.Context, admin *devstack.Client) error {
 // stack and checks what the API answers, then that everything recovers.
 func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.Client) {
 	ctx := t.Context()
-	run := func(args ...string) string {
+	run := func(t *testing.T, args ...string) string {
 		t.Helper()
 		out, code := devstackCommand(t, bin, s.dir, args...)
 		if code != 0 {
@@ -725,7 +725,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		}
 		return out
 	}
-	waitHost := func(host, want string, timeout time.Duration) time.Duration {
+	waitHost := func(t *testing.T, host, want string, timeout time.Duration) time.Duration {
 		t.Helper()
 		began := time.Now()
 		poll(t, timeout, host+" "+want, func() error {
@@ -737,11 +737,44 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		})
 		return time.Since(began)
 	}
-	allOnline := func() {
+	allOnline := func(t *testing.T) {
 		t.Helper()
 		poll(t, 2*time.Minute, "every host ONLINE", func() error { return allHostsOnline(ctx, admin) })
 	}
 	pidIn := func(status, name string) int { return pidInStatus(status, devstack.AgentPrefix+name) }
+	// waitRestarted waits for the agent name, whose process was pid, to run
+	// again as another process and its host to be ONLINE with it. Whether
+	// the host is seen down in between depends on timing: the stack starts
+	// the agent again within about a second, and a check that fails on the
+	// dead agent's connection may be followed by one that reaches the new
+	// one before the next poll. So down only reports it.
+	waitRestarted := func(t *testing.T, name, host string, pid int) (down bool, took time.Duration) {
+		t.Helper()
+		began := time.Now()
+		restarted := false
+		poll(t, 2*time.Minute, name+" restarted and "+host+" ONLINE", func() error {
+			hs, err := hostStatus(ctx, admin)
+			if err != nil {
+				return err
+			}
+			if hs[host] != "ONLINE" {
+				down = true
+				return fmt.Errorf("hosts %v", hs)
+			}
+			if !restarted {
+				out, code := devstackCommand(t, bin, s.dir, "status")
+				if p := pidIn(out, name); code != 0 || p == 0 || p == pid {
+					return fmt.Errorf("%s not running again as another process (exit %d):\n%s", name, code, out)
+				}
+				restarted = true
+				// Its host must be seen ONLINE after the restart, not
+				// only before the stack noticed the kill.
+				return fmt.Errorf("%s restarted; %s not yet checked since", name, host)
+			}
+			return nil
+		})
+		return down, time.Since(began)
+	}
 
 	t.Run("bad arguments", func(t *testing.T) {
 		for _, args := range [][]string{{"agent", "kill", "fra1-pve9"}, {"node", "offline", "ams1", "pve1"}, {"partition"}, {"frobnicate"}} {
@@ -752,17 +785,16 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	})
 
 	t.Run("kill -9 of an agent", func(t *testing.T) {
-		pid := pidIn(run("status"), "hel1-pve2")
+		pid := pidIn(run(t, "status"), "hel1-pve2")
 		if pid == 0 {
 			t.Fatalf("no pid of hel1-pve2 in devstack status")
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		off := waitHost("hel1/pve2", "OFFLINE", time.Minute)
-		on := waitHost("hel1/pve2", "ONLINE", 2*time.Minute)
-		t.Logf("kill -9 of agent hel1-pve2: OFFLINE after %v, ONLINE again %v later", off.Round(100*time.Millisecond), on.Round(100*time.Millisecond))
-		st := run("status")
+		down, on := waitRestarted(t, "hel1-pve2", "hel1/pve2", pid)
+		t.Logf("kill -9 of agent hel1-pve2: ONLINE again with the new agent after %v (seen down: %v)", on.Round(100*time.Millisecond), down)
+		st := run(t, "status")
 		if p := pidIn(st, "hel1-pve2"); p == 0 || p == pid {
 			t.Errorf("hel1-pve2 not restarted:\n%s", st)
 		}
@@ -772,23 +804,27 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	})
 
 	t.Run("agent stop and start", func(t *testing.T) {
-		run("agent", "stop", "fra1-pve2")
-		off := waitHost("fra1/pve2", "OFFLINE", time.Minute)
+		run(t, "agent", "stop", "fra1-pve2")
+		off := waitHost(t, "fra1/pve2", "OFFLINE", time.Minute)
 		if out, code := devstackCommand(t, bin, s.dir, "agent", "stop", "fra1-pve2"); code != 1 || !strings.Contains(out, "already stopped") {
 			t.Errorf("agent stop of a stopped agent: exit %d, %s", code, out)
 		}
-		run("agent", "start", "fra1-pve2")
-		on := waitHost("fra1/pve2", "ONLINE", 2*time.Minute)
+		run(t, "agent", "start", "fra1-pve2")
+		on := waitHost(t, "fra1/pve2", "ONLINE", 2*time.Minute)
 		t.Logf("agent stop: OFFLINE after %v; agent start: ONLINE after %v", off.Round(100*time.Millisecond), on.Round(100*time.Millisecond))
 	})
 
 	t.Run("agent kill", func(t *testing.T) {
-		out := run("agent", "kill", "fra1-pve3")
+		pid := pidIn(run(t, "status"), "fra1-pve3")
+		if pid == 0 {
+			t.Fatalf("no pid of fra1-pve3 in devstack status")
+		}
+		out := run(t, "agent", "kill", "fra1-pve3")
 		if !strings.Contains(out, "SIGKILL") {
 			t.Errorf("agent kill said %q", out)
 		}
-		waitHost("fra1/pve3", "OFFLINE", time.Minute)
-		waitHost("fra1/pve3", "ONLINE", 2*time.Minute)
+		down, on := waitRestarted(t, "fra1-pve3", "fra1/pve3", pid)
+		t.Logf("agent kill of fra1-pve3: ONLINE again with the new agent after %v (seen down: %v)", on.Round(100*time.Millisecond), down)
 	})
 
 	t.Run("node offline", func(t *testing.T) {
@@ -809,8 +845,8 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 			t.Fatalf("prod's VMs: %+v, %v", prod, err)
 		}
 		node := prod[i].Host.Name
-		run("node", "offline", "fra1", node)
-		waitHost("fra1/"+node, "OFFLINE", time.Minute)
+		run(t, "node", "offline", "fra1", node)
+		waitHost(t, "fra1/"+node, "OFFLINE", time.Minute)
 		var d struct {
 			Hosts []struct {
 				Name, StatusDetail string
@@ -834,8 +870,8 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 			}
 			return err
 		})
-		run("node", "online", "fra1", node)
-		waitHost("fra1/"+node, "ONLINE", 2*time.Minute)
+		run(t, "node", "online", "fra1", node)
+		waitHost(t, "fra1/"+node, "ONLINE", 2*time.Minute)
 		// A node that went offline stopped its guests, as a power loss
 		// does: their owners start them again.
 		for vdc, c := range map[string]*devstack.Client{"prod": alice, "staging": bob} {
@@ -855,7 +891,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	})
 
 	t.Run("partition and heal", func(t *testing.T) {
-		run("partition", "hel1")
+		run(t, "partition", "hel1")
 		// Partial answers: fra1's VMs, and hel1 reported unavailable
 		// within the orchestrator's -zone-timeout (5s by default).
 		var took time.Duration
@@ -875,9 +911,9 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		if took > 7*time.Second {
 			t.Errorf("the partial answer took %v, more than -zone-timeout", took)
 		}
-		off := waitHost("hel1/pve1", "OFFLINE", time.Minute)
+		off := waitHost(t, "hel1/pve1", "OFFLINE", time.Minute)
 		began := time.Now()
-		run("heal", "hel1")
+		run(t, "heal", "hel1")
 		poll(t, 2*time.Minute, "prod's VMs complete again", func() error {
 			vms, err := vmsOf(ctx, alice, "prod")
 			if err == nil && !slices.ContainsFunc(vms, func(v vm) bool { return v.Name == "db-1" }) {
@@ -886,9 +922,9 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 			return err
 		})
 		healed := time.Since(began)
-		allOnline()
+		allOnline(t)
 		t.Logf("partition: partial answer in %v, hosts OFFLINE after %v; heal: complete answers after %v, every host ONLINE after %v",
 			took.Round(10*time.Millisecond), off.Round(100*time.Millisecond), healed.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 	})
-	allOnline()
+	allOnline(t)
 }

@@ -140,6 +140,7 @@ type Server struct {
 	ownDir  bool
 	url     string
 	caPEM   []byte
+	caKey   []byte // caPEM's private key (PEM)
 	procs   []proc // etcd first
 	logs    []string
 	closeMu sync.Mutex
@@ -315,7 +316,7 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 	if err != nil {
 		return err
 	}
-	s.caPEM = cert
+	s.caPEM, s.caKey = cert, key
 	saKey, err := rsaKeyPEM()
 	if err != nil {
 		return err
@@ -347,6 +348,10 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			"--tls-cert-file=" + filepath.Join(pki, "tls.crt"),
 			"--tls-private-key-file=" + filepath.Join(pki, "tls.key"),
 			"--token-auth-file=" + filepath.Join(pki, "tokens.csv"),
+			// Bootstrap tokens (Secrets in kube-system) authenticate, as
+			// on a kubeadm cluster: Cluster API's kubeadm bootstrap
+			// provider makes them for joining workers.
+			"--enable-bootstrap-token-auth",
 			"--authorization-mode=RBAC",
 			"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
@@ -438,6 +443,11 @@ func (s *Server) URL() string { return s.url }
 
 // CAData is the PEM certificate the API server serves with.
 func (s *Server) CAData() []byte { return s.caPEM }
+
+// CAKey is the private key (PEM) of CAData's self-signed certificate: with
+// it a test can stand for a cluster whose CA Cluster API keeps (the
+// <cluster>-ca Secret).
+func (s *Server) CAKey() []byte { return s.caKey }
 
 // RESTConfig returns a new client configuration of the administrator.
 func (s *Server) RESTConfig() *rest.Config { return s.RESTConfigFor(AdminToken) }

@@ -1,8 +1,8 @@
 // Package lbtest helps tests of load balancers: self-signed certificates
 // with their keys, and Replica, an HTTP server implementing flexgateway's
 // admin API (package lbconfig) that records the configs pushed to it and
-// answers a Status the test sets, for tests that need a replica's control
-// side without its data plane.
+// answers a Status the test sets (to watchers too), for tests that need a
+// replica's control side without its data plane.
 package lbtest
 
 import (
@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -47,8 +48,9 @@ func Certificate(t testing.TB, names ...string) (certPEM, keyPEM string) {
 }
 
 // Replica is an admin API of one flexgateway replica: PUT /v1/config
-// records the config (400 when Refuse is set), GET /v1/status answers the
-// status set with SetBackends and the revision last applied.
+// records the config, GET /v1/status answers the status set with
+// SetBackends and the revision last applied, and with ?after= waits for
+// the status's generation to change, as flexgateway's does.
 type Replica struct {
 	// URL is the admin URL; Token the bearer token it requires.
 	URL, Token string
@@ -56,12 +58,16 @@ type Replica struct {
 	mu       sync.Mutex
 	configs  []lbconfig.Config        // protected by mu
 	backends []lbconfig.BackendStatus // protected by mu
+	revision string                   // the revision in force, protected by mu
+	gen      uint64                   // the status's generation, protected by mu
+	reads    int                      // status requests answered, protected by mu
 	applied  chan struct{}            // closed and replaced on every apply, protected by mu
+	changed  chan struct{}            // closed and replaced when gen changes, protected by mu
 }
 
 // NewReplica starts a replica's admin API, stopped when the test ends.
 func NewReplica(t testing.TB, token string) *Replica {
-	r := &Replica{Token: token, applied: make(chan struct{})}
+	r := &Replica{Token: token, gen: 1, applied: make(chan struct{}), changed: make(chan struct{})}
 	srv := httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
@@ -73,8 +79,6 @@ func (r *Replica) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	switch {
 	case req.Method == http.MethodPut && req.URL.Path == "/v1/config":
 		var cfg lbconfig.Config
@@ -82,19 +86,59 @@ func (r *Replica) serve(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		r.configs = append(r.configs, cfg)
+		r.mu.Lock()
+		r.configs, r.revision = append(r.configs, cfg), cfg.Revision
 		close(r.applied)
 		r.applied = make(chan struct{})
+		r.bump()
+		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	case req.Method == http.MethodGet && req.URL.Path == "/v1/status":
-		st := lbconfig.Status{Backends: r.backends}
-		if n := len(r.configs); n > 0 {
-			st.Revision = r.configs[n-1].Revision
-		}
-		_ = json.NewEncoder(w).Encode(st)
+		r.status(w, req)
 	default:
 		http.NotFound(w, req)
 	}
+}
+
+// status answers GET /v1/status, waiting as lbconfig says with ?after=.
+func (r *Replica) status(w http.ResponseWriter, req *http.Request) {
+	q := req.URL.Query()
+	after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
+	wait, _ := time.ParseDuration(q.Get("wait"))
+	timeout := time.After(wait)
+	for {
+		r.mu.Lock()
+		st := lbconfig.Status{Generation: r.gen, Revision: r.revision, Backends: r.backends}
+		changed := r.changed
+		r.mu.Unlock()
+		if !q.Has("after") || st.Generation != after {
+			r.answer(w, st)
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			r.answer(w, st)
+			return
+		case <-req.Context().Done():
+			return
+		}
+	}
+}
+
+// answer writes st and counts it.
+func (r *Replica) answer(w http.ResponseWriter, st lbconfig.Status) {
+	r.mu.Lock()
+	r.reads++
+	r.mu.Unlock()
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// bump changes the status's generation; r.mu is held.
+func (r *Replica) bump() {
+	r.gen++
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 // SetBackends sets the backends' health the replica reports.
@@ -102,6 +146,25 @@ func (r *Replica) SetBackends(bs []lbconfig.BackendStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.backends = bs
+	r.bump()
+}
+
+// Restart makes the replica look restarted: no config in force, and a
+// status generation its watchers have not seen.
+func (r *Replica) Restart() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.revision, r.backends = "", nil
+	r.gen += 1000
+	r.bump()
+}
+
+// StatusReads is how many status requests the replica answered (a watch
+// counts when it answers, not while it waits).
+func (r *Replica) StatusReads() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads
 }
 
 // Configs returns every config applied, in order.

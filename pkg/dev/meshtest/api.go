@@ -45,6 +45,11 @@ type APISpec struct {
 	// LoadBalancers are the zones' flexgateway replicas the orchestrator
 	// pushes load balancers to.
 	LoadBalancers orchestrator.LoadBalancersConfig
+	// Kube reaches the management cluster of Kubernetes (the
+	// orchestrator's Config.Kube), e.g. a kubetest.Server's kubeconfig.
+	Kube orchestrator.KubeConfig
+	// Kubernetes is the orchestrator's managed Kubernetes (with Kube).
+	Kubernetes orchestrator.ManagedKubernetesConfig
 }
 
 // DefaultUsers are the accounts of WithAPI without Users: "admin" (platform
@@ -164,6 +169,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		AgentVersion:      h.opts.api.AgentVersion,
 		Releases:          orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
 		LoadBalancers:     h.opts.api.LoadBalancers,
+		Kubernetes:        h.opts.api.Kubernetes,
 	}
 }
 

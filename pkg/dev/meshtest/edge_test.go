@@ -126,6 +126,15 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		host, ok := a1.Host()
 		return ok && host.Status == zones.StatusOnline
 	})
+	// The restarted agent reports the gateway its predecessor left running.
+	var listed *edgev1.ListGatewaysResponse
+	meshtest.WaitFor(t, 30*time.Second, "the restarted agent's gateways", func() bool {
+		listed, err = client(first.Node).ListGateways(ctx, &edgev1.ListGatewaysRequest{})
+		return err == nil
+	})
+	if gs := listed.GetGateways(); len(gs) != 1 || gs[0].GetVdc() != "red" || gs[0].GetNamespace() == "" {
+		t.Errorf("the restarted agent lists %v, want red's gateway", gs)
+	}
 	var st *edgev1.ApplyGatewayResponse
 	meshtest.WaitFor(t, 30*time.Second, "the state applied again after the restart", func() bool {
 		st, err = client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw})

@@ -60,6 +60,11 @@ type ClusterSpec struct {
 	// MigrationBandwidth is the agents' agent.Config.MigrationBandwidth
 	// (bytes per second a volume is read for another zone; 0: no bound).
 	MigrationBandwidth int64
+	// Snippets makes storage "local" take `snippets` content (as an
+	// operator enables it for cloud-init user-data), with the nodes' file
+	// systems real directories (pvesim Config.FileRoot) that the agents
+	// write the snippets into (agent Config.FileRoot).
+	Snippets bool
 }
 
 type options struct {
@@ -242,6 +247,9 @@ func New(t testing.TB, opts ...Option) *Harness {
 		c.Token = "flexplane@pve!agent=" + c.Secret
 		simCfg := pvesim.Config{Listen: net.JoinHostPort(o.host, "0"), Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
 			DiskDir: t.TempDir()}
+		if spec.Snippets {
+			simCfg.FileRoot = t.TempDir()
+		}
 		if o.plane != nil {
 			if os.Geteuid() != 0 {
 				t.Fatal("meshtest: WithDataPlane builds network namespaces: run the test as root")
@@ -265,6 +273,9 @@ func New(t testing.TB, opts ...Option) *Harness {
 		}
 		t.Cleanup(func() { sim.Close() })
 		c.Sim = sim
+		if spec.Snippets {
+			pvetest.EnableSnippets(t, c.Proxmox(t))
+		}
 		key := h.NewKey(t, meshcontrol.KeyOptions{Reusable: true, TTL: time.Hour})
 		for _, node := range sim.NodeNames() {
 			a := &Agent{
@@ -289,6 +300,10 @@ func New(t testing.TB, opts ...Option) *Harness {
 
 func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen string) {
 	t.Helper()
+	var kube orchestrator.KubeConfig
+	if h.opts.api != nil {
+		kube = h.opts.api.Kube
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
 		Listen:          listen,
 		DataDir:         h.dataDir,
@@ -299,6 +314,7 @@ func (h *Harness) startOrchestrator(t testing.TB, ctx context.Context, listen st
 		TracerProvider:  h.opts.tracer,
 		Audit:           orchestrator.AuditConfig{Sink: h.opts.audit},
 		API:             h.apiConfig(),
+		Kube:            kube,
 		Handler:         h.opts.web,
 		Logger:          h.logger.With("component", "orchestrator"),
 	})
@@ -438,6 +454,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		ProxmoxURL:          a.Cluster.Sim.URL(),
 		ProxmoxToken:        a.Cluster.Token,
 		ProxmoxFingerprint:  a.Cluster.Sim.Fingerprint(),
+		FileRoot:            a.Cluster.Sim.NodeRoot(a.Node),
 		MigrationBandwidth:  a.Cluster.Spec.MigrationBandwidth,
 		Version:             "meshtest",
 		TracerProvider:      a.h.opts.tracer,

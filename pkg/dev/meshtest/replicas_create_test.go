@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
-	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
@@ -45,23 +44,13 @@ func TestReplicasCreateInFlight(t *testing.T) {
 		}
 	}
 
-	url, sum := vmtest.ImageServer(t, 1<<20)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(rs.graphql(leader, rs.admin, "", `mutation($u: String!, $c: String!) {
-	  createVDC(input: {name: "red", quotas: {vcpus: 16, memoryMiB: 16384, storageGiB: 200, vms: 10}}) { name }
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "ha", pool: "local-lvm"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": url, "c": sum}, nil))
-	var lan struct{ CreateNetwork struct{ ID string } }
-	pollUntil(t, 30*time.Second, "the network created", func() error {
-		return rs.graphql(leader, alice, "red", `mutation { createNetwork(input: {name: "lan", zone: "ha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil, &lan)
-	})
+	lan := rs.seedRed(leader)
 
 	// settled is nil once name is RUNNING (or gone) through r, and
 	// nothing of its create is left over.
@@ -150,7 +139,7 @@ func TestReplicasCreateInFlight(t *testing.T) {
 		pollUntil(t, 60*time.Second, "createVM "+name+" accepted by "+a.name, func() error {
 			return rs.graphql(a, alice, "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`, map[string]any{"in": map[string]any{
 				"name": name, "zone": "ha", "image": "tiny", "computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4,
-				"nics": []any{map[string]any{"network": lan.CreateNetwork.ID}}, "user": "alice"}}, &created)
+				"nics": []any{map[string]any{"network": lan}}, "user": "alice"}}, &created)
 		})
 		var step string
 		deadline := time.Now().Add(2 * time.Minute)

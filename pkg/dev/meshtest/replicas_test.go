@@ -32,6 +32,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/pgtest"
 	"github.com/flexplane/flexplane/pkg/dev/tcpfront"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -341,6 +342,28 @@ func (rs *replicaSet) graphql(r *replica, authz, vdc, query string, vars map[str
 		return fmt.Errorf("%s: %w", r.name, err)
 	}
 	return nil
+}
+
+// seedRed makes, through r, what a VM of VDC "red" (alice's) needs: the
+// VDC, profiles "small" and "ssd", image "tiny" and network "lan" in zone
+// "ha", whose id it returns.
+func (rs *replicaSet) seedRed(r *replica) string {
+	t := rs.t
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 1<<20)
+	if err := rs.graphql(r, rs.admin, "", `mutation($u: String!, $c: String!) {
+	  createVDC(input: {name: "red", quotas: {vcpus: 16, memoryMiB: 16384, storageGiB: 200, vms: 10}}) { name }
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "ha", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var lan struct{ CreateNetwork struct{ ID string } }
+	pollUntil(t, 30*time.Second, "the network created", func() error {
+		return rs.graphql(r, rs.token("alice"), "red", `mutation { createNetwork(input: {name: "lan", zone: "ha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil, &lan)
+	})
+	return lan.CreateNetwork.ID
 }
 
 // hosts is nil when r's API lists at least 3 hosts ONLINE.

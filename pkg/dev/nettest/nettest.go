@@ -11,9 +11,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
@@ -124,8 +126,14 @@ func Echo(t testing.TB, ns string, port int) {
 	}()
 }
 
-// Meter counts the bytes a Sink received.
-type Meter struct{ n atomic.Int64 }
+// Meter counts the bytes a Sink received, as the kernel's TCP counts them
+// (TCP_INFO's bytes_received: in order, whether or not the sink has read
+// them yet), so that a sink held back by a busy machine does not skew a rate.
+type Meter struct {
+	mu    sync.Mutex
+	conns map[*net.TCPConn]bool // the open connections; protected by mu
+	done  uint64                // bytes received by the connections closed; protected by mu
+}
 
 // Sink listens on port of every address in ns and counts and discards what it
 // receives; t.Cleanup stops it.
@@ -137,32 +145,87 @@ func Sink(t testing.TB, ns string, port int) *Meter {
 		t.Fatalf("nettest: %v", err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	m := &Meter{}
+	m := &Meter{conns: map[*net.TCPConn]bool{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			tc := c.(*net.TCPConn)
+			m.mu.Lock()
+			m.conns[tc] = true
+			m.mu.Unlock()
 			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					m.n.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
+				_, _ = io.Copy(io.Discard, c)
+				m.mu.Lock()
+				n, _ := received(tc)
+				m.done += n
+				delete(m.conns, tc)
+				m.mu.Unlock()
+				c.Close()
 			}()
 		}
 	}()
 	return m
 }
 
+// received is the bytes the kernel received on c.
+func received(c *net.TCPConn) (uint64, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var info *unix.TCPInfo
+	var serr error
+	if err := raw.Control(func(fd uintptr) { info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, serr
+	}
+	return info.Bytes_received, nil
+}
+
+// sample is the bytes received so far and the instant they were counted: the
+// middle of the quickest of up to 100 readings, the first to take at most 1 ms
+// (a busy machine may preempt one).
+func (m *Meter) sample(t testing.TB) (uint64, time.Time) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var (
+		best  uint64
+		at    time.Time
+		quick = time.Duration(1<<63 - 1)
+	)
+	for range 100 {
+		start := time.Now()
+		n := m.done
+		for c := range m.conns {
+			b, err := received(c)
+			if err != nil {
+				t.Fatalf("nettest: TCP_INFO: %v", err)
+			}
+			n += b
+		}
+		took := time.Since(start)
+		if took < quick {
+			best, at, quick = n, start.Add(took/2), took
+		}
+		if took <= time.Millisecond {
+			break
+		}
+	}
+	return best, at
+}
+
 // Throughput sends from ns to the Sink of m at addr and returns the rate of TCP
-// payload the sink received during d, in Mbit/s, measured after 1.5 s of warm-up
-// (the token bucket's burst, TCP's slow start, the socket buffers filling).
+// payload the sink's kernel received during d, in Mbit/s, measured after 1.5 s
+// of warm-up (the token bucket's burst, TCP's slow start, the socket buffers
+// filling). The bytes are the kernel's count at instants read within about 1 ms, so
+// neither the sink's reads nor the test's wake-ups, late on a busy machine,
+// move the rate.
 func Throughput(t testing.TB, ns, addr string, m *Meter, d time.Duration) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -183,8 +246,8 @@ func Throughput(t testing.TB, ns, addr string, m *Meter, d time.Duration) float6
 	}()
 	defer func() { c.Close(); <-done }()
 	time.Sleep(1500 * time.Millisecond) // measuring: the warm-up is part of the method
-	b0, t0 := m.n.Load(), time.Now()
+	b0, t0 := m.sample(t)
 	time.Sleep(d)
-	b1, t1 := m.n.Load(), time.Now()
+	b1, t1 := m.sample(t)
 	return float64((b1-b0)*8) / t1.Sub(t0).Seconds() / 1e6
 }

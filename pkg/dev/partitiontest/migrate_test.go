@@ -491,3 +491,52 @@ func TestMigrateLinkCut(t *testing.T) {
 	t.Logf("link cut mid-copy: the move failed %v after the cut with the source running again; link down %v; undone %v after the heal; the second move arrived byte-identical",
 		failed.Round(time.Millisecond), down.Round(time.Millisecond), undone.Round(time.Millisecond))
 }
+
+// TestMigrateOrchestratorKilled: the orchestrator, a process of
+// cmd/orchestrator, is SIGKILLed mid-copy and started again on its data
+// directory. The new process's Recover, once the move's heartbeat is older
+// than -vm-recover-after, undoes the move (the source runs in alpha as
+// before, beta holds nothing of it); a second move then succeeds.
+func TestMigrateOrchestratorKilled(t *testing.T) {
+	t.Parallel()
+	bin := orchestratorBin(t)
+	h := meshtest.New(t, moveSpec()...)
+	h.WaitOnline(t, 30*time.Second)
+	m := newMove(t, h)
+	p := h.ReplaceOrchestratorWithProcess(t, bin)
+	var lastLog time.Time
+	hostsOnline := func() bool {
+		r := m.try(t, "admin", "", `{ hosts { status } }`, nil)
+		var d struct{ Hosts []struct{ Status string } }
+		if r == nil {
+			return false
+		}
+		if len(r.Errors) > 0 || r.Decode(&d) != nil || len(d.Hosts) != 2 || d.Hosts[0].Status != "ONLINE" || d.Hosts[1].Status != "ONLINE" {
+			if time.Since(lastLog) > 10*time.Second {
+				lastLog = time.Now()
+				t.Logf("hosts: %s", r.Raw)
+			}
+			return false
+		}
+		return true
+	}
+	meshtest.WaitFor(t, 90*time.Second, "the hosts ONLINE in the orchestrator process", hostsOnline)
+
+	op := m.start(t)
+	m.midCopy(t, op)
+	pid := p.Pid()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	m.leftover(t)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	meshtest.WaitFor(t, 90*time.Second, "the hosts ONLINE in the new orchestrator process", hostsOnline)
+	m.undone(t, 2*time.Minute)
+	undone := time.Since(killed)
+	m.moved(t)
+	t.Logf("orchestrator process %d SIGKILLed mid-copy, %d started: the move undone %v after the kill; the second move arrived byte-identical",
+		pid, p.Pid(), undone.Round(time.Millisecond))
+}

@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +27,52 @@ import (
 )
 
 // TestMain runs the tests in a network namespace of their own (whose only
-// interface is loopback until the test adds its veth).
-func TestMain(m *testing.M) { netns.Main(m) }
+// interface is loopback until the test adds its veth), with a directory for
+// the programs they build (builds) removed at the end.
+func TestMain(m *testing.M) { netns.Main(withBuilds{m}) }
+
+// withBuilds runs the tests with builds' directory.
+type withBuilds struct{ m *testing.M }
+
+func (r withBuilds) Run() int {
+	dir, err := os.MkdirTemp("", "partitiontest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "partitiontest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	builds.dir = dir
+	return r.m.Run()
+}
+
+// builds are the programs the tests run, each built once per test binary
+// (a build of cmd/orchestrator takes minutes on a busy machine; -count=N
+// runs its test N times).
+var builds struct {
+	dir          string // set by TestMain before any test runs
+	orchestrator func() (string, error)
+}
+
+func init() {
+	builds.orchestrator = sync.OnceValues(func() (string, error) {
+		out := filepath.Join(builds.dir, "orchestrator")
+		b, err := exec.Command("go", "build", "-o", out, "github.com/flexplane/flexplane/cmd/orchestrator").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("go build cmd/orchestrator: %w\n%s", err, b)
+		}
+		return out, nil
+	})
+}
+
+// orchestratorBin is cmd/orchestrator, built once (builds).
+func orchestratorBin(t *testing.T) string {
+	t.Helper()
+	bin, err := builds.orchestrator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
 
 // The addresses of the veth between the test's namespace (the
 // orchestrator, the simulated clusters, the other zone's agents) and the

@@ -10,7 +10,8 @@
 // kube-bin` (kube-apiserver, kube-controller-manager, kube-scheduler,
 // etcd), restarts it when it exits (restartPolicy Always), probes its
 // readiness probe and writes the workload's status (ready replicas) as
-// the controllers would.
+// the controllers would. A Follower does so for namespaces that appear
+// later, once a Helm release in them is installed.
 //
 // What it cannot do: several replicas of a workload (each would need its
 // own address), images (the binary comes from the command's name), pod

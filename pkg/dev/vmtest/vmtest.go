@@ -37,10 +37,11 @@ type Zone struct {
 }
 
 // StartZone starts a simulated cluster named name with nodes nodes, closed
-// at the end of the test, and a client of it (pkg/dev/pvetest).
+// at the end of the test, and a client of it (pkg/dev/pvetest); its nodes
+// have file systems (pvesim Config.FileRoot) for snippets.
 func StartZone(t testing.TB, name string, nodes int) *Zone {
 	t.Helper()
-	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes}, Token)
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes, FileRoot: t.TempDir()}, Token)
 	return &Zone{Name: name, Sim: sim, Client: c, Storage: "local-lvm"}
 }
 

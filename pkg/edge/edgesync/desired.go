@@ -25,8 +25,10 @@ import (
 // read from the zone's Proxmox, the VDC's networks there (a leg each on its
 // VNet holding its gateway address) and its VMs' addresses from the IPAM
 // (the targets). A gateway that cannot be derived this pass (its zone
-// unknown or unreachable, its public address not held by its VDC in the
-// pool) is left out and logged: the agent keeps running what it had.
+// unreachable, its public address not held by its VDC in the pool) is
+// given without its state (Desired.Gateway nil) and logged: the agent keeps
+// running what it had. One whose zone is not in the mesh is left out: no
+// host of that zone is seen to remove it from.
 // The VDC's load balancers in the zone are derived too (Balancers), reaching
 // the flexgateway replicas of lbZones (by zone name).
 func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone) func(context.Context) ([]Desired, error) {
@@ -57,9 +59,12 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 			if !ok {
 				continue // the zone is not (or no longer) in the mesh
 			}
+			// Kept as it runs, not removed, when its state cannot be derived.
+			keep := Desired{ZoneID: z.ID, VDC: g.VDC}
 			i := slices.IndexFunc(nets, func(n *catalog.ExternalNetwork) bool { return n.Name == g.Zone })
 			if i < 0 {
 				log.Warn("edgesync: a gateway's zone has no external network", "gateway", g.Name)
+				out = append(out, keep)
 				continue
 			}
 			c := reg.Client(z.ID)
@@ -67,6 +72,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 			if !ok {
 				if ms, err = ipam.Mappings(ctx, c); err != nil {
 					log.Warn("edgesync: read the IPAM", "zone", z.Name, "err", err)
+					out = append(out, keep)
 					continue
 				}
 				mappings[z.ID] = ms
@@ -74,6 +80,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 			gw, err := Derive(ctx, c, g, nets[i], ms)
 			if err != nil {
 				log.Warn("edgesync: derive a gateway", "gateway", g.Name, "err", err)
+				out = append(out, keep)
 				continue
 			}
 			gw.Balancers = Balancers(g, nets[i], ms, lbs, lbZones[g.Zone], log)

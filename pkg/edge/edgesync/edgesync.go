@@ -2,20 +2,35 @@
 // desired gateway it picks the agent that runs it (of the zone's online hosts, the
 // first in rendezvous order of the VDC, so placement is the same on every orchestrator
 // replica and moves only when that host goes), sends it the whole state
-// (flexplane.edge.v1 ApplyGateway) and removes the gateway from the zone's other
-// online hosts, on every pass. Nothing is stored: a gateway's state is derived again
-// on each pass, so after a failover it is rebuilt on the new host, not synchronised.
+// (flexplane.edge.v1 ApplyGateway) and removes the gateway from every other host.
+//
+// Nothing is stored, not even in memory: each pass first reads from every online
+// agent which gateways it runs (ListGateways, read from its kernel) and then the
+// desired state, and removes from each host every gateway it runs that is not
+// desired there: one deleted while every orchestrator replica was down, one left on
+// a host that went away and came back after a failover, one of a half-done move.
+// A gateway's state is derived again on each pass, so after a failover it is
+// rebuilt on the new host, not synchronised.
+//
+// A pass sends nothing for a gateway its host reports at the revision (the digest of
+// the state) it should run, for up to Config.Resync since this Syncer last sent or
+// saw it there: a fresh Syncer re-applies nothing that runs as desired, and a
+// gateway gone from its host (a node rebooted) is applied again on the next pass.
 package edgesync
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
@@ -24,26 +39,50 @@ import (
 // Desired is one gateway that should run in a zone.
 type Desired struct {
 	// ZoneID is the zone's id (zones.Zone.ID).
-	ZoneID  string
+	ZoneID string
+	// Gateway is the gateway's whole state; nil when it could not be derived
+	// this pass (its zone's Proxmox unreachable, say): the pass then leaves the
+	// gateway wherever it runs, as it is.
 	Gateway *edgev1.Gateway
+	// VDC names the gateway's VDC when Gateway is nil (else Gateway.Vdc).
+	VDC string
+}
+
+func (d Desired) vdc() string {
+	if d.Gateway != nil {
+		return d.Gateway.GetVdc()
+	}
+	return d.VDC
 }
 
 // Config configures a Syncer.
 type Config struct {
 	// Zones is the orchestrator's registry of zones and agents. Required.
 	Zones *zones.Registry
-	// Desired returns every gateway that should run. Required.
+	// Desired returns every gateway that should run; a gateway it leaves out
+	// is removed from every host. Required.
 	Desired func(ctx context.Context) ([]Desired, error)
 	// Interval is the time between passes (default 1s): a host lost is noticed by
 	// the registry within a few seconds, and the next pass moves its gateways.
 	Interval time.Duration
-	// CallTimeout bounds each call to an agent (default 5s).
+	// CallTimeout bounds each apply or remove sent to an agent (default 5s).
 	CallTimeout time.Duration
+	// ReportTimeout bounds each agent's report of the gateways it runs
+	// (default 1s): a pass waits for every report, so a host that died
+	// unnoticed yet holds the pass back this long. A host that did not
+	// report is left as it runs, and told to remove only the gateways that
+	// are sent elsewhere.
+	ReportTimeout time.Duration
+	// Resync is how long a gateway its host reports at the desired revision
+	// goes without being sent again (default 10s): the agent would find
+	// nothing to do, so a pass spares the call; past it, the state is sent
+	// again whatever changed unseen inside the gateway.
+	Resync time.Duration
 	// Logger receives placements and failures; nil discards them.
 	Logger *slog.Logger
 }
 
-// Syncer keeps the edge gateways running where they should.
+// Syncer keeps the edge gateways running where they should, and nowhere else.
 type Syncer struct {
 	cfg Config
 	log *slog.Logger
@@ -51,10 +90,31 @@ type Syncer struct {
 	mu     sync.Mutex
 	placed map[gatewayKey]string // mesh name of the host running it; protected by mu
 	failed map[gatewayKey]error  // why the last pass could not apply it; protected by mu
+	sent   map[gatewayKey]sent   // what was last sent or seen applied; protected by mu
+}
+
+// sent is the host and revision a pass last applied, or saw applied, for a
+// gateway, and when.
+type sent struct {
+	host, revision string
+	at             time.Time
 }
 
 // gatewayKey names a VDC's gateway in a zone.
 type gatewayKey struct{ zoneID, vdc string }
+
+// report is what an agent said it runs: the revision of each VDC's gateway,
+// or why it could not say.
+type report struct {
+	runs map[string]string
+	err  error
+}
+
+// lists: the agent reported vdc's gateway.
+func (r report) lists(vdc string) bool {
+	_, ok := r.runs[vdc]
+	return ok
+}
 
 // New returns a Syncer; Run starts it.
 func New(cfg Config) *Syncer {
@@ -64,11 +124,17 @@ func New(cfg Config) *Syncer {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 5 * time.Second
 	}
+	if cfg.ReportTimeout <= 0 {
+		cfg.ReportTimeout = time.Second
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 10 * time.Second
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, placed: map[gatewayKey]string{}, failed: map[gatewayKey]error{}}
+	return &Syncer{cfg: cfg, log: log, placed: map[gatewayKey]string{}, failed: map[gatewayKey]error{}, sent: map[gatewayKey]sent{}}
 }
 
 // Run makes a pass every Interval until ctx ends.
@@ -87,7 +153,8 @@ func (s *Syncer) Run(ctx context.Context) {
 	}
 }
 
-// Placement is the mesh name of the host the last pass gave zoneID's gateway of vdc.
+// Placement is the mesh name of the host the last pass gave zoneID's gateway of vdc
+// (or, for one it could not derive, saw running it).
 func (s *Syncer) Placement(zoneID, vdc string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,73 +187,159 @@ func Choose(z zones.Zone, vdc string) (zones.Host, bool) {
 	return best, bestScore != nil
 }
 
-// Sync makes one pass: every desired gateway applied on its host and removed from the
-// zone's other online hosts, and every gateway this Syncer placed that is no longer
-// desired (deleted) removed from every online host of its zone.
+// Sync makes one pass: what every online agent runs is read, then the desired
+// state; every desired gateway is applied on its host (unless the host reports it
+// at its revision) and every gateway a host runs that is not desired there is
+// removed from it.
 func (s *Syncer) Sync(ctx context.Context) error {
+	zs := s.cfg.Zones.Zones()
+	// The agents first: a gateway applied after its report was read was desired
+	// before the desired state is read, so a pass never removes one that another
+	// replica just applied for a gateway just created.
+	reports := s.reports(ctx, zs)
 	want, err := s.cfg.Desired(ctx)
 	if err != nil {
 		return fmt.Errorf("edgesync: desired state: %w", err)
 	}
-	wanted := map[gatewayKey]bool{}
-	for _, d := range want {
-		wanted[gatewayKey{d.ZoneID, d.Gateway.GetVdc()}] = true
-	}
-	s.mu.Lock()
-	var gone []gatewayKey
-	for k := range s.placed {
-		if !wanted[k] {
-			gone = append(gone, k)
+	var errs []error
+	for _, r := range reports {
+		if r.err != nil {
+			errs = append(errs, r.err)
 		}
 	}
-	s.mu.Unlock()
+	byID := map[string]zones.Zone{}
+	for _, z := range zs {
+		byID[z.ID] = z
+	}
+	desired := map[gatewayKey]*Desired{}
+	for i, d := range want {
+		if _, ok := byID[d.ZoneID]; !ok {
+			errs = append(errs, fmt.Errorf("edgesync: %s: unknown zone %s", d.vdc(), d.ZoneID))
+			continue
+		}
+		desired[gatewayKey{d.ZoneID, d.vdc()}] = &want[i]
+	}
+	keys := map[gatewayKey]bool{}
+	for k := range desired {
+		keys[k] = true
+	}
+	for _, z := range zs {
+		for _, h := range z.Hosts {
+			for vdc := range reports[h.MeshName].runs {
+				if vdc != "" {
+					keys[gatewayKey{z.ID, vdc}] = true
+				}
+			}
+		}
+	}
 	var (
-		errs []error
-		emu  sync.Mutex
-		wg   sync.WaitGroup
+		emu sync.Mutex
+		wg  sync.WaitGroup
 	)
-	run := func(f func() error) {
+	for k := range keys {
 		wg.Go(func() {
-			if err := f(); err != nil {
+			if err := s.reconcile(ctx, byID[k.zoneID], k, desired[k], reports); err != nil {
 				emu.Lock()
 				errs = append(errs, err)
 				emu.Unlock()
 			}
 		})
 	}
-	for _, d := range want {
-		run(func() error { return s.one(ctx, d) })
-	}
-	for _, k := range gone {
-		run(func() error { return s.teardown(ctx, k) })
-	}
 	wg.Wait()
+	// What is no longer desired is forgotten: the reports find it wherever it
+	// still runs.
+	s.mu.Lock()
+	maps.DeleteFunc(s.placed, func(k gatewayKey, _ string) bool { return desired[k] == nil })
+	maps.DeleteFunc(s.failed, func(k gatewayKey, _ error) bool { return desired[k] == nil })
+	maps.DeleteFunc(s.sent, func(k gatewayKey, _ sent) bool { return desired[k] == nil })
+	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-// teardown removes a gateway no longer desired from every online host of its zone
-// and, once that worked, forgets it.
-func (s *Syncer) teardown(ctx context.Context, k gatewayKey) error {
-	var errs []error
-	if z, ok := s.cfg.Zones.Zone(k.zoneID); ok {
-		errs = s.removeFrom(ctx, z, k.vdc, "")
+// reports reads from every online host of zs which gateways it runs.
+func (s *Syncer) reports(ctx context.Context, zs []zones.Zone) map[string]report {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]report{}
+	)
+	for _, z := range zs {
+		for _, h := range z.Hosts {
+			if h.Status != zones.StatusOnline {
+				continue
+			}
+			wg.Go(func() {
+				r := s.report(ctx, h.MeshName)
+				mu.Lock()
+				out[h.MeshName] = r
+				mu.Unlock()
+			})
+		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	s.log.Info("edgesync: gateway removed", "vdc", k.vdc, "zone", k.zoneID)
-	s.mu.Lock()
-	delete(s.placed, k)
-	delete(s.failed, k)
-	s.mu.Unlock()
-	return nil
+	wg.Wait()
+	return out
 }
 
-// removeFrom removes vdc's gateway from the online hosts of z but keep.
-func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc, keep string) []error {
+func (s *Syncer) report(ctx context.Context, host string) report {
+	c, err := s.cfg.Zones.EdgeClient(host)
+	var resp *edgev1.ListGatewaysResponse
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.ReportTimeout)
+		resp, err = c.ListGateways(cctx, &edgev1.ListGatewaysRequest{})
+		cancel()
+	}
+	if err != nil {
+		return report{err: fmt.Errorf("edgesync: the gateways of %s: %w", host, err)}
+	}
+	r := report{runs: map[string]string{}}
+	for _, g := range resp.GetGateways() {
+		if g.GetVdc() == "" {
+			s.log.Debug("edgesync: a gateway namespace that names no VDC", "host", host, "namespace", g.GetNamespace())
+			continue
+		}
+		r.runs[g.GetVdc()] = g.GetRevision()
+	}
+	return r
+}
+
+// reconcile makes the hosts of z run k's gateway as d says: on its host only, or
+// (d nil) nowhere; a gateway that could not be derived (d.Gateway nil) is left as
+// it runs.
+func (s *Syncer) reconcile(ctx context.Context, z zones.Zone, k gatewayKey, d *Desired, reports map[string]report) error {
+	switch {
+	case d == nil:
+		errs := s.removeFrom(ctx, z, k.vdc, func(h string) bool { return reports[h].lists(k.vdc) })
+		if len(errs) == 0 {
+			s.log.Info("edgesync: gateway removed", "vdc", k.vdc, "zone", z.Name)
+		}
+		return errors.Join(errs...)
+	case d.Gateway == nil:
+		for _, h := range z.Hosts {
+			if reports[h.MeshName].lists(k.vdc) {
+				s.mu.Lock()
+				s.placed[k] = h.MeshName
+				s.mu.Unlock()
+				break
+			}
+		}
+		return nil
+	}
+	err := s.apply(ctx, z, k, d.Gateway, reports)
+	s.mu.Lock()
+	if err != nil {
+		s.failed[k] = err
+	} else {
+		delete(s.failed, k)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// removeFrom removes vdc's gateway from the online hosts of z that from names.
+func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc string, from func(host string) bool) []error {
 	var errs []error
 	for _, o := range z.Hosts {
-		if o.MeshName == keep || o.Status != zones.StatusOnline {
+		if o.Status != zones.StatusOnline || !from(o.MeshName) {
 			continue
 		}
 		c, err := s.cfg.Zones.EdgeClient(o.MeshName)
@@ -202,50 +355,69 @@ func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc, keep string)
 	return errs
 }
 
-func (s *Syncer) one(ctx context.Context, d Desired) error {
-	vdc := d.Gateway.GetVdc()
-	z, ok := s.cfg.Zones.Zone(d.ZoneID)
-	if !ok {
-		return fmt.Errorf("edgesync: %s: unknown zone %s", vdc, d.ZoneID)
-	}
-	key := gatewayKey{d.ZoneID, vdc}
-	err := s.apply(ctx, z, key, d.Gateway)
-	s.mu.Lock()
-	if err != nil {
-		s.failed[key] = err
-	} else {
-		delete(s.failed, key)
-	}
-	s.mu.Unlock()
-	return err
-}
-
-// apply places gw in z and removes it from the zone's other hosts.
-func (s *Syncer) apply(ctx context.Context, z zones.Zone, key gatewayKey, gw *edgev1.Gateway) error {
+// apply places gw in z and removes it from the zone's other hosts: those that
+// report it, and, when it is sent, those that could not report.
+func (s *Syncer) apply(ctx context.Context, z zones.Zone, key gatewayKey, gw *edgev1.Gateway, reports map[string]report) error {
 	vdc := gw.GetVdc()
 	h, ok := Choose(z, vdc)
 	if !ok {
 		return fmt.Errorf("edgesync: %s: zone %s has no online host", vdc, z.Name)
 	}
+	digest, err := digestOf(gw)
+	if err != nil {
+		return fmt.Errorf("edgesync: %s: %w", vdc, err)
+	}
+	now := sent{host: h.MeshName, revision: hex.EncodeToString(digest[:]), at: time.Now()}
+	r := reports[h.MeshName]
+	rev, listed := r.runs[vdc]
+	confirmed := listed && rev == now.revision
 	s.mu.Lock()
-	prev := s.placed[key]
+	prev, last := s.placed[key], s.sent[key]
 	s.mu.Unlock()
+	same := last.host == now.host && last.revision == now.revision
+	send := true
+	switch {
+	case same && now.at.Sub(last.at) < s.cfg.Resync && (confirmed || r.err != nil):
+		send = false // sent (or seen) lately, and not reported gone
+	case confirmed && !same:
+		send = false // running as desired, applied by another Syncer
+		last = now
+	}
 	if prev != h.MeshName {
 		s.log.Info("edgesync: gateway placed", "vdc", vdc, "zone", z.Name, "host", h.MeshName, "was", prev)
 	}
 	// The others first: two gateways of one VDC would answer for one address.
-	errs := s.removeFrom(ctx, z, vdc, h.MeshName)
-	c, err := s.cfg.Zones.EdgeClient(h.MeshName)
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
-		_, err = c.ApplyGateway(cctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
-		cancel()
-	}
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("edgesync: apply %s on %s: %w", vdc, h.MeshName, err))...)
+	errs := s.removeFrom(ctx, z, vdc, func(o string) bool {
+		return o != h.MeshName && (reports[o].lists(vdc) || send && reports[o].err != nil)
+	})
+	if send {
+		c, err := s.cfg.Zones.EdgeClient(h.MeshName)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+			_, err = c.ApplyGateway(cctx, &edgev1.ApplyGatewayRequest{Gateway: gw, Revision: now.revision})
+			cancel()
+		}
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("edgesync: apply %s on %s: %w", vdc, h.MeshName, err))...)
+		}
+		last = now
 	}
 	s.mu.Lock()
 	s.placed[key] = h.MeshName
+	if len(errs) == 0 {
+		s.sent[key] = last
+	} else {
+		delete(s.sent, key)
+	}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// digestOf is the digest of a gateway's state.
+func digestOf(gw *edgev1.Gateway) ([32]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(gw)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("digest: %w", err)
+	}
+	return sha256.Sum256(b), nil
 }

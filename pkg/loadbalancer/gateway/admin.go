@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,9 +38,7 @@ func (g *Gateway) handler(reg *prometheus.Registry) http.Handler {
 		cfg, _ := g.configInForce()
 		writeJSON(w, cfg)
 	}))
-	mux.Handle("GET /v1/status", g.authorized(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, g.Status())
-	}))
+	mux.Handle("GET /v1/status", g.authorized(g.getStatus))
 	return mux
 }
 
@@ -79,6 +79,53 @@ func (g *Gateway) putConfig(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
 		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// maxStatusWait bounds how long GET /v1/status?after= holds a request.
+const maxStatusWait = 5 * time.Minute
+
+// getStatus answers the status; with ?after=<generation> it waits (up to
+// ?wait=, default 30 s) until the generation is another, so a watcher
+// learns of every apply and health change at once and costs nothing
+// while nothing changes.
+func (g *Gateway) getStatus(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if !q.Has("after") {
+		writeJSON(w, g.Status())
+		return
+	}
+	after, err := strconv.ParseUint(q.Get("after"), 10, 64)
+	if err != nil {
+		http.Error(w, "after: not a generation", http.StatusBadRequest)
+		return
+	}
+	wait := 30 * time.Second
+	if q.Has("wait") {
+		if wait, err = time.ParseDuration(q.Get("wait")); err != nil || wait <= 0 || wait > maxStatusWait {
+			http.Error(w, fmt.Sprintf("wait: a duration up to %s", maxStatusWait), http.StatusBadRequest)
+			return
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		st, changed := g.statusAndChanged()
+		if st.Generation != after {
+			writeJSON(w, st)
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			writeJSON(w, st)
+			return
+		case <-r.Context().Done():
+			return
+		case <-g.done:
+			writeJSON(w, st)
+			return
+		}
 	}
 }
 

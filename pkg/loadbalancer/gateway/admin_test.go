@@ -91,3 +91,76 @@ func TestAdminAPI(t *testing.T) {
 type missing struct{ what string }
 
 func (m *missing) Error() string { return "no " + m.what }
+
+// TestStatusWatch: GET /v1/status?after=<generation> answers at once when
+// the generation is another, waits while it is the same, and answers as
+// soon as an apply or a backend's health change moves it; a wait that
+// runs out answers the same status.
+func TestStatusWatch(t *testing.T) {
+	t.Parallel()
+	gw := startGateway(t)
+	ctx := t.Context()
+	st, err := gw.WatchStatus(ctx, 0, time.Minute)
+	if err != nil || st.Generation == 0 || st.Revision != "" {
+		t.Fatalf("first watch: %+v, %v", st, err)
+	}
+	// A wait that runs out.
+	start := time.Now()
+	if again, err := gw.WatchStatus(ctx, st.Generation, 300*time.Millisecond); err != nil || again.Generation != st.Generation || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("a watch with nothing new: %+v, %v after %s", again, err, time.Since(start))
+	}
+
+	type answer struct {
+		st  lbconfig.Status
+		err error
+	}
+	watch := func(after uint64) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			st, err := gw.WatchStatus(ctx, after, time.Minute)
+			ch <- answer{st, err}
+		}()
+		return ch
+	}
+	await := func(ch <-chan answer, what string) lbconfig.Status {
+		t.Helper()
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				t.Fatalf("%s: %v", what, a.err)
+			}
+			return a.st
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the watch did not answer", what)
+		}
+		return lbconfig.Status{}
+	}
+
+	// An apply.
+	ch := watch(st.Generation)
+	backend := newHTTPBackend(t, "a")
+	gw.apply(t, lbconfig.Config{Revision: "r1", Balancers: []lbconfig.Balancer{{ID: "lb", VDC: "prod",
+		Listeners: []lbconfig.Listener{{Name: "http", Protocol: lbconfig.ProtocolHTTP, Address: freeAddr(t), Pool: "p"}},
+		Pools: []lbconfig.Pool{{Name: "p", HealthCheck: healthCheck(lbconfig.HealthCheckHTTP, "/health"),
+			Backends: []lbconfig.Backend{{ID: "vm-1:80", Address: backend.addr}}}}}}})
+	st = await(ch, "after an apply")
+	if st.Revision != "r1" {
+		t.Errorf("after an apply: %+v", st)
+	}
+
+	// A health change: every answer until the backend is out comes from
+	// a change of the generation.
+	backend.setSick(true)
+	start = time.Now()
+	for !(len(st.Backends) == 1 && !st.Backends[0].Healthy) {
+		next := await(watch(st.Generation), "after a health change")
+		if next.Generation == st.Generation {
+			t.Fatalf("a watch answered without a change: %+v", next)
+		}
+		st = next
+	}
+	t.Logf("the health change reached the watch %s after the backend failed", time.Since(start).Round(time.Millisecond))
+	if st.Backends[0].LastError == "" {
+		t.Errorf("an unhealthy backend without its error: %+v", st.Backends[0])
+	}
+}

@@ -8,8 +8,10 @@
 // path-prefix routes and reverse_proxy, certificates loaded from the
 // Config and chosen by SNI) and loaded with caddy.Load, which starts the
 // new servers on the listeners the old ones hold and only then stops the
-// old ones: established TCP streams and requests in flight run on. An
-// invalid Config is refused and changes nothing; one Caddy fails to start
+// old ones: established TCP streams and requests in flight run on. HTTP
+// and HTTPS connections are served by the gateway's own http.Server per
+// address (front.go), which hands each request to the Caddy server in
+// force: a reload closes no keep-alive connection. An invalid Config is refused and changes nothing; one Caddy fails to start
 // leaves the old one running.
 //
 // Health checks are the gateway's own (TCP connect or HTTP GET with
@@ -99,6 +101,11 @@ type Gateway struct {
 	applied  time.Time                    // protected by mu
 	health   map[backendKey]*backendState // protected by mu
 	checkers context.CancelFunc           // protected by mu; stops the current health checkers
+	// gen is the status's generation: it changes with every apply and
+	// every backend health change; it starts at the process's start time
+	// so that a restarted gateway never reuses its predecessor's.
+	gen     uint64        // protected by mu
+	changed chan struct{} // closed and replaced when gen changes, protected by mu
 }
 
 // New checks cfg, claims the process's Caddy and listens on AdminAddr. Run
@@ -130,12 +137,14 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: admin listener: %w", err)
 	}
 	g := &Gateway{
-		cfg:    cfg,
-		log:    cmp.Or(cfg.Logger, slog.Default()),
-		ln:     ln,
-		reload: make(chan struct{}, 1),
-		done:   make(chan struct{}),
-		health: map[backendKey]*backendState{},
+		cfg:     cfg,
+		log:     cmp.Or(cfg.Logger, slog.Default()),
+		ln:      ln,
+		reload:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		health:  map[backendKey]*backendState{},
+		gen:     uint64(time.Now().UnixNano()),
+		changed: make(chan struct{}),
 	}
 	reg := cfg.Registry
 	if reg == nil {
@@ -233,7 +242,7 @@ func (g *Gateway) Apply(ctx context.Context, cfg lbconfig.Config) error {
 		return fmt.Errorf("gateway apply: %w", ctx.Err())
 	default:
 	}
-	opened, err := openSockets(cfg)
+	opened, err := openSockets(cfg, g.log)
 	if err != nil {
 		g.metrics.applies.WithLabelValues("invalid").Inc()
 		return err
@@ -252,6 +261,7 @@ func (g *Gateway) Apply(ctx context.Context, cfg lbconfig.Config) error {
 		g.checkers()
 	}
 	g.current, g.applied, g.health = &cfg, time.Now(), health
+	g.bump()
 	checkCtx, cancel := context.WithCancel(context.Background())
 	g.checkers = cancel
 	g.mu.Unlock()
@@ -269,7 +279,12 @@ func (g *Gateway) load(cfg lbconfig.Config, down map[backendKey]bool) error {
 		StorageDir: filepath.Join(g.cfg.DataDir, "caddy"),
 		LogLevel:   g.cfg.CaddyLogLevel,
 		Down:       func(k backendKey) bool { return down[k] },
-		Listen:     func(addr string) string { return caddyNetwork + "/" + addr },
+		Listen: func(p lbconfig.Protocol, addr string) string {
+			if p == lbconfig.ProtocolHTTP || p == lbconfig.ProtocolHTTPS {
+				return caddyHTTPNetwork + "/" + addr
+			}
+			return caddyNetwork + "/" + addr
+		},
 	})
 	if err != nil {
 		return err
@@ -299,11 +314,30 @@ func (g *Gateway) reloadHealth() error {
 	return nil
 }
 
+// bump changes the status's generation and wakes its watchers; g.mu is held.
+func (g *Gateway) bump() {
+	g.gen++
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
 // Status is the gateway's lbconfig.Status.
 func (g *Gateway) Status() lbconfig.Status {
+	st, _ := g.statusAndChanged()
+	return st
+}
+
+// statusAndChanged is the status and a channel closed when its generation
+// changes.
+func (g *Gateway) statusAndChanged() (lbconfig.Status, <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := lbconfig.Status{Applied: g.applied, Backends: []lbconfig.BackendStatus{}}
+	return g.status(), g.changed
+}
+
+// status is the gateway's lbconfig.Status; g.mu is held.
+func (g *Gateway) status() lbconfig.Status {
+	st := lbconfig.Status{Generation: g.gen, Applied: g.applied, Backends: []lbconfig.BackendStatus{}}
 	if g.current == nil {
 		return st
 	}

@@ -8,69 +8,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
-// childEnv set makes the test binary run a Gateway instead of the tests:
-// Caddy's config is process-wide, so every test runs its own gateway
-// process and the tests run in parallel.
-const childEnv = "FLEXGATEWAY_TEST_CHILD"
-
+// TestMain runs a Gateway instead of the tests in a child StartGateway
+// started (lbtest.GatewayChild): Caddy's config is process-wide, so every
+// test runs its own gateway process and the tests run in parallel.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runChild())
+	if code, child := lbtest.GatewayChild(func(c lbtest.ChildConfig) (lbtest.Gateway, error) {
+		g, err := New(Config{AdminAddr: c.AdminAddr, Token: c.Token, DataDir: c.DataDir, CaddyLogLevel: c.CaddyLogLevel, Logger: c.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
+	}); child {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
 
-// runChild runs a Gateway on 127.0.0.1:0 with the token and data
-// directory of its environment, writes "admin ADDR" on stdout and serves
-// until SIGTERM or until its stdin closes (the test process is gone).
-func runChild() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	g, err := New(Config{
-		AdminAddr:     "127.0.0.1:0",
-		Token:         os.Getenv("FLEXGATEWAY_TOKEN"),
-		DataDir:       os.Getenv("FLEXGATEWAY_DATA_DIR"),
-		CaddyLogLevel: os.Getenv("FLEXGATEWAY_CADDY_LOG_LEVEL"),
-		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("admin %s\n", g.AdminAddr())
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		stop()
-	}()
-	if err := g.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
 // gatewayProc is a gateway in a process of its own.
 type gatewayProc struct {
-	*lbconfig.Client
-	admin   string // admin base URL
-	dataDir string
-	home    string // the process's HOME: must stay empty
+	*lbtest.GatewayProcess
+	admin string // admin base URL
 }
 
 const testToken = "test-token-0123456789"
@@ -78,74 +48,8 @@ const testToken = "test-token-0123456789"
 // startGateway runs a gateway process for t and stops it at t's end.
 func startGateway(t testing.TB) *gatewayProc {
 	t.Helper()
-	dir := t.TempDir()
-	p := &gatewayProc{dataDir: filepath.Join(dir, "data"), home: filepath.Join(dir, "home")}
-	if err := os.MkdirAll(p.home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = []string{childEnv + "=1", "FLEXGATEWAY_TOKEN=" + testToken, "FLEXGATEWAY_DATA_DIR=" + p.dataDir,
-		"HOME=" + p.home, "PATH=" + os.Getenv("PATH"), "FLEXGATEWAY_CADDY_LOG_LEVEL=" + os.Getenv("FLEXGATEWAY_CADDY_LOG_LEVEL")}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway process: %v\n%s", err, stderr.String())
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("the gateway process did not stop within 30s after SIGTERM\n%s", stderr.String())
-		}
-		_ = stdin.Close()
-		if t.Failed() {
-			t.Logf("gateway stderr:\n%s", stderr.String())
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("gateway process: %v\n%s", err, stderr.String())
-	}
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "admin ")
-	if !ok {
-		t.Fatalf("gateway process said %q", line)
-	}
-	p.admin = "http://" + addr
-	p.Client = &lbconfig.Client{BaseURL: p.admin, Token: testToken}
-	return p
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder // protected by mu
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	p := lbtest.StartGateway(t, lbtest.GatewayOptions{Token: testToken})
+	return &gatewayProc{GatewayProcess: p, admin: "http://" + p.AdminAddr}
 }
 
 // freeAddr is a loopback address with a port free a moment ago (Caddy

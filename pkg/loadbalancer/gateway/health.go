@@ -150,6 +150,7 @@ func (g *Gateway) record(ctx context.Context, k backendKey, err error) {
 		}
 	}
 	if changed {
+		g.bump()
 		g.log.Info("backend health changed", "balancer", k.Balancer, "pool", k.Pool, "backend", k.Backend, "healthy", s.healthy, "err", s.lastError)
 		select {
 		case g.reload <- struct{}{}:

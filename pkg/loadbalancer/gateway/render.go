@@ -171,9 +171,10 @@ type renderOptions struct {
 	// Down reports the backends taken out by their health check; nil is
 	// none.
 	Down func(backendKey) bool
-	// Listen is the Caddy listen address of a listener's address ("fd/N"
-	// for a socket the gateway holds); nil is "tcp/" + address.
-	Listen func(address string) string
+	// Listen is the Caddy listen address of a listener of the protocol at
+	// address (a network of the gateway's for a socket it holds); nil is
+	// "tcp/" + address.
+	Listen func(p lbconfig.Protocol, address string) string
 }
 
 // render turns a validated cfg into Caddy's JSON config: a layer4 server
@@ -193,7 +194,7 @@ func render(cfg lbconfig.Config, opt renderOptions) ([]byte, error) {
 	}
 	listenAddr := opt.Listen
 	if listenAddr == nil {
-		listenAddr = func(a string) string { return "tcp/" + a }
+		listenAddr = func(_ lbconfig.Protocol, a string) string { return "tcp/" + a }
 	}
 	for _, b := range cfg.Balancers {
 		pools := map[string]lbconfig.Pool{}
@@ -212,7 +213,7 @@ func render(cfg lbconfig.Config, opt renderOptions) ([]byte, error) {
 		}
 		for _, l := range b.Listeners {
 			name := serverName(b.ID, l.Name)
-			listen := []string{listenAddr(l.Address)}
+			listen := []string{listenAddr(l.Protocol, l.Address)}
 			switch l.Protocol {
 			case lbconfig.ProtocolTCP:
 				out.layer4().Servers[name] = l4Server{Listen: listen, Routes: []l4Route{{Handle: []l4Handler{l4Proxy(up(l.Pool))}}}}
@@ -328,7 +329,7 @@ func l4Proxy(addrs []string) l4Handler {
 	if len(addrs) == 0 {
 		return l4Handler{Handler: "close"}
 	}
-	h := l4Handler{Handler: "proxy", LoadBalancing: &l4Balancing{Selection: selectionPolicy{Policy: "round_robin"}}}
+	h := l4Handler{Handler: "proxy", LoadBalancing: &l4Balancing{Selection: selectionPolicy{Policy: roundRobinPolicy}}}
 	for _, a := range addrs {
 		h.Upstreams = append(h.Upstreams, l4Upstream{Dial: []string{"tcp/" + a}})
 	}

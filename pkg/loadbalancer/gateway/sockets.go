@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 
@@ -27,6 +28,7 @@ const caddyNetwork = "flexgateway"
 func init() {
 	// Caddy's network types are process-wide, like its running config.
 	caddy.RegisterNetwork(caddyNetwork, caddyListener)
+	caddy.RegisterNetwork(caddyHTTPNetwork, caddyListener)
 }
 
 // held is the sockets of the process's Gateway by listener address;
@@ -39,17 +41,21 @@ var held = struct {
 // socket is a listening socket and the servers of loaded configs that
 // accept from it.
 type socket struct {
+	addr string
 	ln   net.Listener
+	log  *slog.Logger
 	done chan struct{} // closed with ln
 
 	mu      sync.Mutex
 	servers []*handoff    // protected by mu; the last is the newest
 	changed chan struct{} // protected by mu; closed and replaced when servers change
+	front   *front        // protected by mu; made when an HTTP server first takes a connection
 }
 
 // handoff is the net.Listener one Caddy server accepts from.
 type handoff struct {
 	s     *socket
+	http  bool          // an HTTP server's: its connections go to the socket's front
 	conns chan net.Conn // unbuffered: a conn goes only to a waiting Accept
 	done  chan struct{}
 	once  sync.Once
@@ -83,9 +89,10 @@ func (h *handoff) Close() error {
 
 func (h *handoff) Addr() net.Addr { return h.s.ln.Addr() }
 
-// caddyListener is Caddy's listener for "flexgateway/host:port": a new
-// handoff of the socket held for host:port.
-func caddyListener(_ context.Context, _, host, port string, _ uint, _ net.ListenConfig) (any, error) {
+// caddyListener is Caddy's listener for "flexgateway/host:port" and
+// "flexgateway-http/host:port": a new handoff of the socket held for
+// host:port.
+func caddyListener(_ context.Context, network, host, port string, _ uint, _ net.ListenConfig) (any, error) {
 	addr := net.JoinHostPort(host, port)
 	held.mu.Lock()
 	s := held.sockets[addr]
@@ -93,7 +100,7 @@ func caddyListener(_ context.Context, _, host, port string, _ uint, _ net.Listen
 	if s == nil {
 		return nil, fmt.Errorf("flexgateway: no socket held for %s", addr)
 	}
-	h := &handoff{s: s, conns: make(chan net.Conn), done: make(chan struct{})}
+	h := &handoff{s: s, http: network == caddyHTTPNetwork, conns: make(chan net.Conn), done: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.servers = append(s.servers, h)
@@ -103,7 +110,7 @@ func caddyListener(_ context.Context, _, host, port string, _ uint, _ net.Listen
 }
 
 // serve accepts connections until the socket is closed and hands each to
-// the newest server.
+// the newest server (to the front when it is an HTTP server).
 func (s *socket) serve() {
 	for {
 		c, err := s.ln.Accept()
@@ -132,6 +139,10 @@ func (s *socket) handOff(c net.Conn) {
 				return
 			}
 		}
+		if newest.http {
+			s.frontOf().deliver(c)
+			return
+		}
 		select {
 		case newest.conns <- c:
 			return
@@ -140,10 +151,20 @@ func (s *socket) handOff(c net.Conn) {
 	}
 }
 
+// frontOf is the socket's front, made on first use.
+func (s *socket) frontOf() *front {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.front == nil {
+		s.front = newFront(s.addr, s.ln.Addr(), s.log)
+	}
+	return s.front
+}
+
 // openSockets listens on every listener address of cfg that holds no
 // socket yet and returns the addresses it opened. An address that cannot
 // be listened on is an ErrInvalid; nothing is then kept open.
-func openSockets(cfg lbconfig.Config) ([]string, error) {
+func openSockets(cfg lbconfig.Config, log *slog.Logger) ([]string, error) {
 	held.mu.Lock()
 	defer held.mu.Unlock()
 	var opened []string
@@ -157,7 +178,7 @@ func openSockets(cfg lbconfig.Config) ([]string, error) {
 				closeSocketsLocked(opened)
 				return nil, invalid("balancer %q listener %q: %v", b.ID, l.Name, err)
 			}
-			s := &socket{ln: ln, done: make(chan struct{}), changed: make(chan struct{})}
+			s := &socket{addr: l.Address, ln: ln, log: log, done: make(chan struct{}), changed: make(chan struct{})}
 			held.sockets[l.Address] = s
 			opened = append(opened, l.Address)
 			go s.serve()
@@ -182,6 +203,9 @@ func closeSocketsLocked(addrs []string) {
 			s.mu.Lock()
 			close(s.changed)
 			s.changed = make(chan struct{})
+			if s.front != nil {
+				s.front.close()
+			}
 			s.mu.Unlock()
 		}
 	}

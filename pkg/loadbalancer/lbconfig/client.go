@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // ErrInvalid is returned by Client.Apply when the replica refused the config as invalid.
@@ -48,8 +49,19 @@ func (c *Client) Apply(ctx context.Context, cfg Config) error {
 
 // Status reads the replica's status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
+	return c.status(ctx, "/v1/status")
+}
+
+// WatchStatus reads the replica's status once its generation is other
+// than after, or wait has passed (then it may be the same). The request
+// lasts up to wait: c.HTTP must not time out before.
+func (c *Client) WatchStatus(ctx context.Context, after uint64, wait time.Duration) (Status, error) {
+	return c.status(ctx, fmt.Sprintf("/v1/status?after=%d&wait=%s", after, wait))
+}
+
+func (c *Client) status(ctx context.Context, path string) (Status, error) {
 	var st Status
-	resp, err := c.do(ctx, http.MethodGet, "/v1/status", nil)
+	resp, err := c.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return st, fmt.Errorf("lbconfig status: %w", err)
 	}

@@ -13,7 +13,9 @@
 //	PUT /v1/config   body: Config (JSON). 204 when applied; 400 with a plain-text reason
 //	                 when the config is invalid (nothing changes); 401 without the token.
 //	GET /v1/config   the Config in force (certificate keys redacted).
-//	GET /v1/status   Status (JSON).
+//	GET /v1/status   Status (JSON). With ?after=<generation>, the answer waits until
+//	                 the status's Generation is another one, or ?wait= (a Go duration,
+//	                 default 30s, at most 5m) has passed: a watch of the replica.
 //	GET /healthz     200 while the process serves.
 //	GET /readyz      200 once a Config has been applied.
 package lbconfig
@@ -156,6 +158,10 @@ type Certificate struct {
 
 // Status is what a replica reports.
 type Status struct {
+	// Generation changes whenever the revision or a backend's health does
+	// (GET /v1/status?after= waits for that); a restarted replica starts
+	// at another one.
+	Generation uint64 `json:"generation"`
 	// Revision is the revision of the Config in force ("" before the first).
 	Revision string `json:"revision"`
 	// Applied is when that Config was applied.

@@ -1,10 +1,14 @@
 // Package lbsync pushes the load balancers to the zones' flexgateway
-// replicas: every pass (1 s, or at once when kicked after a change) it
-// renders each configured zone's lbconfig.Config from the catalog
+// replicas. It watches every replica's status (lbconfig's long-polled
+// GET /v1/status?after=), so it knows at once what each replica runs and
+// how its backends are, at no cost while nothing changes. A pass renders
+// each configured zone's lbconfig.Config from the catalog
 // (loadbalancer.Render) and sends it to every replica of the zone whose
-// status shows another revision. It keeps nothing but the last failure per
-// replica: any number of orchestrator replicas may run it at once, since a
-// replica given the same config twice does nothing.
+// status shows another revision; passes run when the API kicks, when the
+// replicas change (Discoverer, EndpointSlices in Kubernetes), when a
+// replica's revision changes behind the syncer's back, and every Resync.
+// Any number of orchestrator replicas may run it at once, since a replica
+// given the same config twice does nothing.
 package lbsync
 
 import (
@@ -12,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -25,7 +30,8 @@ import (
 // Zone is one zone's flexgateway replicas.
 type Zone struct {
 	loadbalancer.Zone
-	// Replicas are the replicas' admin URLs (e.g. "http://10.0.0.5:9443").
+	// Replicas are the replicas' admin URLs (e.g. "http://10.0.0.5:9443"),
+	// when Config.Discover is not set.
 	Replicas []string `json:"replicas"`
 }
 
@@ -38,33 +44,52 @@ type Config struct {
 	// Zones are the zones with flexgateway replicas, by zone name; the
 	// balancers of other zones are not served.
 	Zones map[string]Zone
-	// Discover, when set, returns a zone's replicas' admin URLs each pass
-	// (in Kubernetes, from the flexgateway Service's endpoints) in place
-	// of Zones[zone].Replicas.
-	Discover func(ctx context.Context, zone string) ([]string, error)
+	// Discover, when set, finds the zones' replicas (in Kubernetes, from
+	// the flexgateway Services' EndpointSlices: EndpointSlices) in place
+	// of Zones[zone].Replicas; a change it signals starts a pass.
+	Discover Discoverer
 	// Token is the replicas' admin bearer token.
 	Token string
-	// Interval is the time between passes; zero is 1 s.
-	Interval time.Duration
-	// HTTP is the client of the admin API; nil has a 5 s timeout.
+	// Resync is the time between passes while nothing happens; zero is
+	// 30 s. A pass also runs at once when kicked (the API changed a
+	// balancer), when the replicas change, and when a replica reports
+	// another revision (it restarted, or another orchestrator pushed).
+	Resync time.Duration
+	// StatusWait is how long one status watch request waits for a change
+	// before it is renewed; zero is 30 s.
+	StatusWait time.Duration
+	// HTTP is the client of the admin API; nil has a 5 s timeout. Status
+	// watches use its Transport without the timeout.
 	HTTP *http.Client
 	// Logger receives the syncer's logs; nil discards them.
 	Logger *slog.Logger
 }
 
-// Syncer runs the passes.
+// Syncer runs the passes, and watches the status of every replica.
 type Syncer struct {
-	cfg  Config
-	kick chan struct{}
+	cfg   Config
+	kick  chan struct{}
+	watch *http.Client
 
-	mu     sync.Mutex
-	failed map[string]error // last failure by replica URL, protected by mu
+	mu       sync.Mutex
+	failed   map[string]error    // last failure by replica URL, protected by mu
+	watchers map[string]*watcher // by replica URL, protected by mu
+}
+
+// watcher holds one replica's status, kept current by a status watch.
+type watcher struct {
+	zone   string
+	stop   context.CancelFunc
+	status *lbconfig.Status // nil while the replica does not answer, protected by Syncer.mu
 }
 
 // New returns a Syncer; Run runs it.
 func New(cfg Config) *Syncer {
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
+	if cfg.Resync == 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.StatusWait == 0 {
+		cfg.StatusWait = 30 * time.Second
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 5 * time.Second}
@@ -72,7 +97,8 @@ func New(cfg Config) *Syncer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, kick: make(chan struct{}, 1), failed: map[string]error{}}
+	return &Syncer{cfg: cfg, kick: make(chan struct{}, 1), watch: &http.Client{Transport: cfg.HTTP.Transport},
+		failed: map[string]error{}, watchers: map[string]*watcher{}}
 }
 
 // Kick starts a pass now (or right after the one running).
@@ -85,8 +111,16 @@ func (s *Syncer) Kick() {
 
 // Run runs passes until ctx ends.
 func (s *Syncer) Run(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.Interval)
+	t := time.NewTicker(s.cfg.Resync)
 	defer t.Stop()
+	defer s.stopWatchers(nil)
+	var discovered <-chan struct{}
+	if s.cfg.Discover != nil {
+		if err := s.cfg.Discover.Start(ctx); err != nil {
+			return err
+		}
+		discovered = s.cfg.Discover.Changed()
+	}
 	for {
 		if err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("lbsync: pass", "err", err)
@@ -96,18 +130,19 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		case <-s.kick:
+		case <-discovered:
 		}
 	}
 }
 
-func (s *Syncer) client(url string) *lbconfig.Client {
-	return &lbconfig.Client{BaseURL: url, Token: s.cfg.Token, HTTP: s.cfg.HTTP}
+func (s *Syncer) client(url string, hc *http.Client) *lbconfig.Client {
+	return &lbconfig.Client{BaseURL: url, Token: s.cfg.Token, HTTP: hc}
 }
 
 // replicas returns the zone's admin URLs.
 func (s *Syncer) replicas(ctx context.Context, zone string) ([]string, error) {
 	if s.cfg.Discover != nil {
-		return s.cfg.Discover(ctx, zone)
+		return s.cfg.Discover.Replicas(ctx, zone)
 	}
 	return s.cfg.Zones[zone].Replicas, nil
 }
@@ -133,9 +168,11 @@ func (s *Syncer) Render(ctx context.Context, zone string) (lbconfig.Config, erro
 }
 
 // Pass renders every zone's config and sends it to the zone's replicas
-// that do not run it yet.
+// whose watched status shows another revision (or none yet). The
+// replicas' watches live as long as ctx and as the replicas are found.
 func (s *Syncer) Pass(ctx context.Context) error {
 	var errs []error
+	seen := map[string]bool{}
 	for zone := range s.cfg.Zones {
 		cfg, err := s.Render(ctx, zone)
 		if err != nil {
@@ -149,22 +186,107 @@ func (s *Syncer) Pass(ctx context.Context) error {
 		}
 		var wg sync.WaitGroup
 		for _, u := range urls {
+			seen[u] = true
+			if s.watched(ctx, zone, u) == cfg.Revision {
+				s.record(u, nil)
+				continue
+			}
 			wg.Go(func() { s.record(u, s.push(ctx, u, cfg)) })
 		}
 		wg.Wait()
 	}
+	if len(errs) == 0 {
+		// Only a complete pass knows which replicas are gone.
+		s.stopWatchers(seen)
+	}
 	return errors.Join(errs...)
 }
 
-// push sends cfg to the replica at url unless it runs it already.
-func (s *Syncer) push(ctx context.Context, url string, cfg lbconfig.Config) error {
-	c := s.client(url)
-	if st, err := c.Status(ctx); err == nil && st.Revision == cfg.Revision {
-		return nil
+// watched returns the revision the replica at url runs as its watch last
+// saw it ("" when unknown), and starts the watch if there is none.
+func (s *Syncer) watched(ctx context.Context, zone, url string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.watchers[url]
+	if w == nil {
+		wctx, stop := context.WithCancel(ctx)
+		w = &watcher{zone: zone, stop: stop}
+		s.watchers[url] = w
+		go s.watchStatus(wctx, url, w)
 	}
-	if err := c.Apply(ctx, cfg); err != nil {
+	if w.status == nil {
+		return ""
+	}
+	return w.status.Revision
+}
+
+// stopWatchers stops the watches of the replicas not in keep.
+func (s *Syncer) stopWatchers(keep map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for u, w := range s.watchers {
+		if !keep[u] {
+			w.stop()
+			delete(s.watchers, u)
+			delete(s.failed, u)
+		}
+	}
+}
+
+// watchStatus keeps w.status current until ctx ends: one request waits
+// for the replica's next change, so an idle replica costs one request per
+// StatusWait. A replica that changes its revision other than through this
+// syncer's push (it restarted, or another orchestrator pushed) kicks a pass.
+func (s *Syncer) watchStatus(ctx context.Context, url string, w *watcher) {
+	c := s.client(url, s.watch)
+	var gen uint64
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.StatusWait+10*time.Second)
+		st, err := c.WatchStatus(rctx, gen, s.cfg.StatusWait)
+		cancel()
+		s.mu.Lock()
+		prev := w.status
+		if err != nil {
+			w.status = nil
+		} else {
+			w.status = &st
+		}
+		s.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil && prev != nil {
+				s.cfg.Logger.Warn("lbsync: status watch", "replica", url, "err", err)
+			}
+			gen = 0
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 250 * time.Millisecond
+		if prev == nil || prev.Revision != st.Revision {
+			s.Kick()
+		}
+		gen = st.Generation
+	}
+}
+
+// push sends cfg to the replica at url.
+func (s *Syncer) push(ctx context.Context, url string, cfg lbconfig.Config) error {
+	if err := s.client(url, s.cfg.HTTP).Apply(ctx, cfg); err != nil {
 		return err
 	}
+	// The replica runs it now: no further pass sends it again before
+	// the watch says otherwise.
+	s.mu.Lock()
+	if w := s.watchers[url]; w != nil && w.status != nil {
+		st := *w.status
+		st.Revision = cfg.Revision
+		w.status = &st
+	}
+	s.mu.Unlock()
 	s.cfg.Logger.Info("lbsync: applied", "replica", url, "revision", cfg.Revision, "balancers", len(cfg.Balancers))
 	return nil
 }
@@ -190,26 +312,16 @@ func (s *Syncer) LastError(url string) error {
 	return s.failed[url]
 }
 
-// Statuses reads the status of every replica of zone that answers.
-func (s *Syncer) Statuses(ctx context.Context, zone string) []lbconfig.Status {
-	urls, err := s.replicas(ctx, zone)
-	if err != nil {
-		return nil
-	}
-	out := make([]lbconfig.Status, len(urls))
-	ok := make([]bool, len(urls))
-	var wg sync.WaitGroup
-	for i, u := range urls {
-		wg.Go(func() {
-			st, err := s.client(u).Status(ctx)
-			out[i], ok[i] = st, err == nil
-		})
-	}
-	wg.Wait()
+// Statuses returns the status of every replica of zone that answers its
+// watch, as the watch last saw it: it sends no request, and a health
+// change reaches it as soon as the replica sees it.
+func (s *Syncer) Statuses(_ context.Context, zone string) []lbconfig.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var res []lbconfig.Status
-	for i := range out {
-		if ok[i] {
-			res = append(res, out[i])
+	for _, u := range slices.Sorted(maps.Keys(s.watchers)) {
+		if w := s.watchers[u]; w.zone == zone && w.status != nil {
+			res = append(res, *w.status)
 		}
 	}
 	return res

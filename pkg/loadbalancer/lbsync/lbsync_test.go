@@ -15,7 +15,8 @@ import (
 
 // TestSyncToReplicas: two syncers (two orchestrator replicas) over one
 // catalog push a zone's balancers to both of its flexgateway replicas
-// within a second of a change, with the certificates' keys, the listeners
+// at once after a change (the API kicks its syncer; the other sees the
+// replicas' revision change in their status watch), with the certificates' keys, the listeners
 // on their frontend ports (the balancer has the pool's second address: the
 // VDC's edge gateway the first) and the backends behind the balancer's address;
 // a replica that already runs the revision is not sent it again; other
@@ -37,9 +38,11 @@ func TestSyncToReplicas(t *testing.T) {
 	}
 	a, b := lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok")
 	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{a.URL, b.URL}}}
+	var syncers []*lbsync.Syncer
 	for range 2 {
 		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Token: "tok"})
 		go func() { _ = s.Run(ctx) }()
+		syncers = append(syncers, s)
 	}
 	a.Await(t, 5*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
 
@@ -55,6 +58,8 @@ func TestSyncToReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The API kicks the syncer of the replica that made the change.
+	syncers[0].Kick()
 	start := time.Now()
 	for _, r := range []*lbtest.Replica{a, b} {
 		cfg := r.Await(t, 5*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
@@ -68,23 +73,82 @@ func TestSyncToReplicas(t *testing.T) {
 			t.Errorf("backends %+v", be)
 		}
 	}
-	// A pass runs every second (and at once when the API kicks it);
-	// allow for 2 busy cores.
+	// A kicked pass runs at once; allow for 2 busy cores.
 	d := time.Since(start)
 	t.Logf("both replicas had the balancer %s after the create", d.Round(time.Millisecond))
 	if d > 3*time.Second {
-		t.Errorf("the replicas had the balancer %s after the create (a pass runs every second)", d)
+		t.Errorf("the replicas had the balancer %s after the create", d)
 	}
-	// Passes go on; the revision in force is not sent again.
+	// The revision in force is not sent again.
 	n := len(a.Configs())
-	// Three passes' worth of watching: at most the other syncer's push of
-	// the same change (its pass read the old status at the same time) may
-	// come, then nothing.
+	// At most the other syncer's push of the same change (its pass saw
+	// the old status at the same time) may come, then nothing.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		if len(a.Configs()) > n+1 {
 			t.Fatalf("a replica running the revision was sent %d more configs", len(a.Configs())-n)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestStatusWatch: the syncer keeps each replica's status through one
+// waiting request, so an idle replica is not asked anything while the
+// status stays the same; a backend's health change reaches Statuses
+// within moments, with no read at request time; a restarted replica (no
+// config in force) is given the zone's config again at once, with no
+// change in the catalog.
+func TestStatusWatch(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store, err := catalog.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := lbtest.NewReplica(t, "tok")
+	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0"}, Replicas: []string{r.URL}}}
+	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Token: "tok"})
+	go func() { _ = s.Run(ctx) }()
+	first := r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" })
+
+	// Idle: the watch waits (30 s by default) and nothing is pushed.
+	awaitStatus(t, s, func(sts []lbconfig.Status) bool { return len(sts) == 1 && sts[0].Revision == first.Revision })
+	reads, configs := r.StatusReads(), len(r.Configs())
+	time.Sleep(3 * time.Second) // the span over which nothing may happen
+	if got := r.StatusReads(); got != reads {
+		t.Errorf("an idle replica answered %d status requests in 3 s", got-reads)
+	}
+	if got := len(r.Configs()); got != configs {
+		t.Errorf("an idle replica was sent %d configs in 3 s", got-configs)
+	}
+
+	// A health change is in Statuses at once.
+	start := time.Now()
+	r.SetBackends([]lbconfig.BackendStatus{{Balancer: "red.shop", Pool: "app", Backend: "100:80", LastError: "connection refused"}})
+	awaitStatus(t, s, func(sts []lbconfig.Status) bool {
+		return len(sts) == 1 && len(sts[0].Backends) == 1 && !sts[0].Backends[0].Healthy
+	})
+	d := time.Since(start)
+	t.Logf("a health change reached Statuses in %s", d.Round(time.Millisecond))
+	if d > 2*time.Second {
+		t.Errorf("a health change took %s to reach Statuses", d)
+	}
+
+	// A restarted replica gets the config again.
+	r.Restart()
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(r.Configs()) > configs && c.Revision == first.Revision })
+}
+
+// awaitStatus waits (10 s at most) until ok accepts the syncer's statuses
+// of zone alpha.
+func awaitStatus(t *testing.T, s *lbsync.Syncer, ok func([]lbconfig.Status) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok(s.Statuses(t.Context(), "alpha")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("statuses %+v", s.Statuses(t.Context(), "alpha"))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

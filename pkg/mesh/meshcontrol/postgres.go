@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"tailscale.com/types/key"
 
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
@@ -207,29 +206,29 @@ func openKeys(ctx context.Context, p PostgresConfig) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("connect to postgres %s:%d: %w", p.Host, p.Port, err)
 	}
 	// Replicas starting together race here: PostgreSQL's IF NOT EXISTS
-	// is no lock, and the loser's CREATE fails on the catalog's unique
-	// index. Once the winner committed the table exists.
-	for try := 0; ; try++ {
-		_, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
+	// takes no lock, and the loser's CREATE fails on one of the catalog's
+	// unique indexes (the table's name, or its row type's). An advisory
+	// lock held for the transaction makes them take turns; once the first
+	// committed, the others find the table.
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, keysTableLock); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS flexplane_mesh_keys (
 			name text PRIMARY KEY,
 			private_key text NOT NULL,
 			created_at timestamptz NOT NULL DEFAULT now())`)
-		var pgErr *pgconn.PgError
-		if err == nil {
-			return conn, nil
-		}
-		if try >= 5 || !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P07") {
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			conn.Close(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	}); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("create table flexplane_mesh_keys: %w", err)
 	}
+	return conn, nil
 }
+
+// keysTableLock is the advisory lock key under which flexplane_mesh_keys
+// is created ("flexmesh" in ASCII).
+const keysTableLock int64 = 0x666c65786d657368
 
 // syncKeys makes the control server's private keys those kept in the
 // database: a key the database lacks is added (the one already in the

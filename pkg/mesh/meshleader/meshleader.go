@@ -19,6 +19,10 @@
 // replicas): the leader through its control server, the others with a
 // responder of their own, which a replica closes before it starts the
 // control server.
+//
+// Whatever else runs on the leader only (Cluster API's controllers, say)
+// follows Leader.Changed, a channel closed on each change of leadership,
+// rather than polling Leader.
 package meshleader
 
 import (
@@ -106,6 +110,18 @@ type Leader struct {
 	conns   map[net.Conn]struct{} // upgraded and API connections, closed when the leader changes; protected by mu
 	resign  context.CancelFunc    // ends the current election round; protected by mu
 	closed  bool                  // protected by mu
+	// changed is closed, and replaced, when Leader's answer changes;
+	// protected by mu.
+	changed chan struct{}
+	// told is Leader's answer when changed was last closed (or made);
+	// protected by mu.
+	told leadership
+}
+
+// leadership is what Leader answers.
+type leadership struct {
+	peerURL string
+	self    bool
 }
 
 // Start joins the election and returns; the replica serves the control
@@ -150,16 +166,8 @@ func Start(ctx context.Context, cfg Config) (*Leader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meshleader: lease lock: %w", err)
 	}
-	l := &Leader{
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "meshleader"),
-		token: token,
-		conns: map[net.Conn]struct{}{},
-		done:  make(chan struct{}),
-		// Forwarded requests are few and long-lived (control streams,
-		// DERP): no idle pool worth keeping towards a leader that changes.
-		transport: &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext},
-	}
+	l := newLeader(cfg)
+	l.token = token
 	l.elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   cfg.LeaseDuration,
@@ -187,6 +195,21 @@ func Start(ctx context.Context, cfg Config) (*Leader, error) {
 	go l.run(rctx)
 	l.log.Info("joined the mesh control election", "lease", cfg.Namespace+"/"+cfg.LeaseName, "identity", cfg.PeerURL)
 	return l, nil
+}
+
+// newLeader is a Leader of cfg (its defaults set) before it joins the
+// election.
+func newLeader(cfg Config) *Leader {
+	return &Leader{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "meshleader"),
+		conns:   map[net.Conn]struct{}{},
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+		// Forwarded requests are few and long-lived (control streams,
+		// DERP): no idle pool worth keeping towards a leader that changes.
+		transport: &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext},
+	}
 }
 
 // run takes part in election rounds until ctx ends: a round ends when this
@@ -229,19 +252,35 @@ func (l *Leader) lead(ctx context.Context) {
 		return
 	}
 	l.stunHeld = true
-	l.mu.Lock()
-	if ctx.Err() != nil || l.closed {
-		l.mu.Unlock()
+	if ctx.Err() != nil || !l.serving(c) {
 		l.stop(c)
 		return
 	}
-	l.control, l.leader = c, l.cfg.PeerURL
-	l.closeConnsLocked()
-	l.mu.Unlock()
 	l.log.Info("leading: the mesh control server serves", "took", time.Since(start).Round(time.Millisecond))
 	<-ctx.Done()
 	l.log.Info("leadership lost: stopping the mesh control server")
+	l.stopped(c)
+	l.stop(c)
+}
+
+// serving makes c the control server this replica leads with; false once
+// closed.
+func (l *Leader) serving(c *meshcontrol.Control) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.control, l.leader = c, l.cfg.PeerURL
+	l.closeConnsLocked()
+	l.notifyLocked()
+	return true
+}
+
+// stopped records that c no longer serves: this replica no longer leads.
+func (l *Leader) stopped(c *meshcontrol.Control) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.control == c {
 		l.control = nil
 		if l.leader == l.cfg.PeerURL {
@@ -249,8 +288,7 @@ func (l *Leader) lead(ctx context.Context) {
 		}
 	}
 	l.closeConnsLocked()
-	l.mu.Unlock()
-	l.stop(c)
+	l.notifyLocked()
 }
 
 // serveSTUN starts answering STUN on the control server's STUN address,
@@ -304,9 +342,57 @@ func (l *Leader) setLeader(id string) {
 		// replica's control server) go; nodes reconnect to the new one.
 		l.leader = id
 		l.closeConnsLocked()
+		l.notifyLocked()
 	}
 	// Leading but the control server not yet started: leader is set once
 	// it serves (lead).
+}
+
+// notifyLocked closes changed if Leader's answer changed since it was last
+// closed. Called with mu held, after every change of leader or control.
+func (l *Leader) notifyLocked() {
+	now := leadership{l.leader, l.control != nil}
+	if now == l.told {
+		return
+	}
+	l.told = now
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next change of what Leader
+// answers (the leader seen, or whether it is this replica), then never
+// again: take a new one each time. It never blocks the election, and a
+// change is never missed by taking the channel before asking Leader:
+//
+//	for {
+//		changed := l.Changed()
+//		if l.Leading() {
+//			// start what runs on the leader only, if not running
+//		} else {
+//			// stop it, if running
+//		}
+//		select {
+//		case <-changed:
+//		case <-ctx.Done():
+//			return
+//		}
+//	}
+//
+// Changes that come quickly after another may be told as one; Leader
+// then answers the latest. After Close, the last change told is to no
+// longer lead.
+func (l *Leader) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// Leading is whether this replica leads: its control server serves
+// (Leader's self).
+func (l *Leader) Leading() bool {
+	_, self := l.Leader()
+	return self
 }
 
 func (l *Leader) closeConnsLocked() {
@@ -556,6 +642,17 @@ func (c *trackedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// shutLocked marks the Leader closed and returns the control server it
+// ran (nil if none), which no longer serves. Called with mu held.
+func (l *Leader) shutLocked() *meshcontrol.Control {
+	l.closed = true
+	c := l.control
+	l.control = nil
+	l.closeConnsLocked()
+	l.notifyLocked()
+	return c
+}
+
 // Close stops the control server if this replica runs it, gives up the
 // Lease so another replica takes over at once, and closes the client.
 func (l *Leader) Close(ctx context.Context) error {
@@ -564,10 +661,7 @@ func (l *Leader) Close(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.closed = true
-	c := l.control
-	l.control = nil
-	l.closeConnsLocked()
+	c := l.shutLocked()
 	l.mu.Unlock()
 	if c != nil {
 		l.stop(c)

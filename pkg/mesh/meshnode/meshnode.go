@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"tailscale.com/client/local"
@@ -75,6 +76,14 @@ type Node struct {
 	srv *tsnet.Server
 	lc  *local.Client
 	log *slog.Logger
+
+	mu sync.Mutex
+	// introduced are the peers that answered a disco ping of this node,
+	// or were waited for IntroduceWait (see Dial); protected by mu.
+	introduced map[netip.Addr]bool
+	// introducing is when a dial first waited for each peer not yet
+	// introduced; protected by mu.
+	introducing map[netip.Addr]time.Time
 }
 
 // Start starts a node and waits until it is up in the mesh or ctx ends. An
@@ -111,7 +120,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Close()
 		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
 	}
-	return &Node{srv: srv, lc: lc, log: logger}, nil
+	return &Node{srv: srv, lc: lc, log: logger, introduced: make(map[netip.Addr]bool), introducing: make(map[netip.Addr]time.Time)}, nil
 }
 
 // HasState reports whether dir holds the state of an enrolled node, so that
@@ -132,10 +141,110 @@ func (n *Node) Listen(network, addr string) (net.Listener, error) {
 	return n.srv.Listen(network, addr)
 }
 
-// Dial dials over the mesh.
+// Dial dials over the mesh. The first dials of a peer wait (until ctx
+// ends, and for at most 20 s from the first of them) for the peer to
+// answer a disco ping of this node, see introduce.
 func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := n.introduce(ctx, addr); err != nil {
+		return nil, fmt.Errorf("meshnode: dial %s: %w", addr, err)
+	}
 	return n.srv.Dial(ctx, network, addr)
 }
+
+// introduce waits until the peer at addr ("ip:port") holds this node's
+// current disco key, shown by its answer to a disco ping (a peer drops
+// disco messages of keys it does not know), once per peer for the node's
+// lifetime: the key is made anew by every start of a node and reaches
+// peers only through their control sessions.
+//
+// A peer that learns a new disco key of a node it has a WireGuard session
+// with takes it for a restart of that node and drops the session's keys
+// (tailscale's wgengine). If this node had started that session before the
+// peer knew its new key (the tunnel works without it: the node key is the
+// same), this node keeps sending on a session the peer no longer has and
+// starts a new one only when WireGuard gives up on it, 15 s later; every
+// call in between times out. That is what an orchestrator restarted on its
+// state directory met: its agents, whose control sessions reconnect
+// seconds later, answered its first calls and lost its tunnel when their
+// new map came.
+func (n *Node) introduce(ctx context.Context, addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil // srv.Dial reports it
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil
+	}
+	now := time.Now()
+	n.mu.Lock()
+	done := n.introduced[ip]
+	first, ok := n.introducing[ip]
+	if !ok {
+		first = now
+		n.introducing[ip] = first
+	}
+	n.mu.Unlock()
+	if done {
+		return nil
+	}
+	introduced := func() {
+		n.mu.Lock()
+		n.introduced[ip] = true
+		delete(n.introducing, ip)
+		n.mu.Unlock()
+	}
+	// The wait is bounded, over all the dials of the peer: the tunnel
+	// works without the peer's control session (which is what brings it
+	// the key), and a peer whose control session stays down is better
+	// dialled, at the risk of the session being dropped once it gets the
+	// key, than never.
+	wctx, cancel := context.WithDeadline(ctx, first.Add(introduceWait))
+	defer cancel()
+	var last string
+	// Each ping that goes unanswered waits twice as long as the one
+	// before: on a loaded machine an answer can take longer than the
+	// first timeout.
+	timeout := introducePingTimeout
+	for {
+		pctx, pcancel := context.WithTimeout(wctx, timeout)
+		pr, err := n.lc.Ping(pctx, ip, tailcfg.PingDisco)
+		pcancel()
+		switch {
+		case err == nil && pr.Err == "":
+			introduced()
+			if d := time.Since(first); d > introducePingTimeout {
+				n.log.Debug("meshnode: a peer knows this node now", "peer", ip, "waited", d.Round(time.Millisecond))
+			}
+			return nil
+		case err == nil:
+			last = pr.Err // e.g. no such peer yet in this node's map
+		default:
+			last = "no answer to a disco ping"
+			timeout = min(2*timeout, introducePingTimeoutMax)
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("peer %s does not know this node yet (%s): %w", ip, last, ctx.Err())
+			}
+			introduced()
+			n.log.Warn("meshnode: dialling a peer that answered no disco ping", "peer", ip, "waited", time.Since(first).Round(time.Millisecond), "last", last)
+			return nil
+		case <-time.After(introduceRetry):
+		}
+	}
+}
+
+// The timeout of introduce's first disco ping and the most it grows to,
+// its pause after a ping that failed at once, and how long, from a peer's
+// first dial, it waits before dialling a peer that answered none.
+const (
+	introducePingTimeout    = time.Second
+	introducePingTimeoutMax = 4 * time.Second
+	introduceRetry          = 100 * time.Millisecond
+	introduceWait           = 20 * time.Second
+)
 
 // Addr is the node's IPv4 mesh address.
 func (n *Node) Addr() netip.Addr {

@@ -61,6 +61,10 @@ type Mesh interface {
 // Config.CallTimeout closes the connection.
 const KeepaliveTime = 10 * time.Second
 
+// ProbeInterval is how often an agent never heard from, which the mesh
+// does not show online, is called anyway (see Registry.check).
+const ProbeInterval = 5 * time.Second
+
 // Config configures a Registry.
 type Config struct {
 	// Mesh is the mesh to discover agents in. Required.
@@ -169,7 +173,8 @@ type agentState struct {
 	detail      string
 	lastHealthy time.Time
 	update      UpdateStatus
-	checking    bool // a check is in flight
+	checking    bool      // a check is in flight
+	probedAt    time.Time // when it was last probed although the mesh did not show it
 }
 
 // Registry discovers agents and zones. Run keeps it current. It is a
@@ -187,6 +192,9 @@ type Registry struct {
 	mu     sync.Mutex
 	agents map[uint64]*agentState // by mesh node ID, protected by mu
 	ready  bool                   // a refresh completed, protected by mu
+	// graceOver is set once the agents still without Info when
+	// RejoinGrace ended have been logged; protected by mu.
+	graceOver bool
 	// changed is closed (and replaced) whenever the agents or their state
 	// change; protected by mu.
 	changed chan struct{}
@@ -335,7 +343,28 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 		r.changedLocked()
 		r.mu.Unlock()
 	}
+	r.logGraceOver()
 	return nil
+}
+
+// logGraceOver warns, once, when RejoinGrace has ended, of every agent of
+// the mesh whose Info was never read, with why: from then on Identified
+// no longer waits for those offline in the mesh, so they are missing from
+// every list of zones and hosts until they answer.
+func (r *Registry) logGraceOver() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.graceOver || time.Since(r.started) < r.cfg.RejoinGrace {
+		return
+	}
+	r.graceOver = true
+	for _, a := range r.agents {
+		if a.info == nil {
+			r.log.Warn("zones: agent without info after the rejoin grace; it is in no zone until it answers",
+				"mesh_name", a.node.Name, "mesh_addr", a.node.Addr, "mesh_online", a.node.Online,
+				"status", a.status, "detail", a.detail, "grace", r.cfg.RejoinGrace)
+		}
+	}
 }
 
 // check updates one agent's status (and Info when due); reachable is the
@@ -360,8 +389,13 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		if st != StatusOffline {
 			a.lastHealthy = time.Now()
 		}
-		if st != a.status {
-			r.log.Info("zones: host status", "mesh_name", node.Name, "status", st, "detail", detail)
+		switch {
+		case st != a.status:
+			r.log.Info("zones: host status", "mesh_name", node.Name, "status", st, "detail", detail, "has_info", a.info != nil)
+		case detail != a.detail && st == StatusOffline:
+			// An agent that never came online starts offline: without
+			// this, why it stays so would never be logged.
+			r.log.Info("zones: host still offline", "mesh_name", node.Name, "detail", detail, "has_info", a.info != nil)
 		}
 		a.status, a.detail = st, detail
 		r.changedLocked()
@@ -372,13 +406,36 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	// server (which moves between orchestrator replicas), and the health
 	// call fails soon enough for an agent that is really gone.
 	viaTunnel := client != nil && prev != StatusOffline
-	if !node.Online && !viaTunnel {
-		set(StatusOffline, "not connected to the mesh", nil)
-		return
+	var unseen string // why the mesh says the agent is not there
+	switch {
+	case !node.Online && !viaTunnel:
+		unseen = "not connected to the mesh"
+	case !reachable[node.Addr] && !viaTunnel:
+		unseen = "not yet reachable from the orchestrator"
 	}
-	if !reachable[node.Addr] && !viaTunnel {
-		set(StatusOffline, "not yet reachable from the orchestrator", nil)
-		return
+	if unseen != "" {
+		// The control server's view can be wrong for long: an agent
+		// that reconnected while an earlier session of it was ending
+		// may stay offline there (headscale marks it so when the old
+		// session's grace of 10 s ends just as the new one begins)
+		// although its tunnel works. An agent never
+		// heard from yet is probed over the mesh anyway, at most every
+		// ProbeInterval; without it, it would be in no zone until it
+		// reconnects for another reason. The probe's dial waits for the
+		// agent to know this orchestrator's node as it is now
+		// (meshnode.Node.Dial): one that has not reconnected to the
+		// control server since the orchestrator restarted does not, and
+		// would drop the tunnel when it does.
+		r.mu.Lock()
+		probe := a.info == nil && time.Since(a.probedAt) >= ProbeInterval
+		if probe {
+			a.probedAt = time.Now()
+		}
+		r.mu.Unlock()
+		if !probe {
+			set(StatusOffline, unseen, nil)
+			return
+		}
 	}
 	if client == nil {
 		conn, err := grpc.NewClient("passthrough:///"+net.JoinHostPort(node.Addr.String(), strconv.Itoa(int(r.cfg.AgentPort))),
@@ -412,8 +469,16 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	defer cancel()
 	h, err := client.Health(cctx, &agentv1.HealthRequest{})
 	if err != nil {
+		if unseen != "" {
+			r.log.Debug("zones: probe of an agent the mesh does not show", "mesh_name", node.Name, "why", unseen, "err", err)
+			set(StatusOffline, unseen, nil)
+			return
+		}
 		set(StatusOffline, "health: "+err.Error(), nil)
 		return
+	}
+	if unseen != "" {
+		r.log.Info("zones: agent answers although the mesh does not show it", "mesh_name", node.Name, "why", unseen)
 	}
 	if u := h.GetUpdate(); u != nil {
 		update = &UpdateStatus{

@@ -34,12 +34,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/bootstrap/kubeadm/reconcilers/kubeadmconfig"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
@@ -47,6 +49,7 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	"sigs.k8s.io/cluster-api/core/setup"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -54,6 +57,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 //go:embed crds/*.yaml
@@ -81,11 +85,13 @@ func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
 	return nil
 }
 
-// Scheme returns a scheme with Kubernetes' core types, Cluster API's
-// v1beta2 types and the providers' types.
+// Scheme returns a scheme with Kubernetes' built-in types (Cluster API's
+// cluster cache reads the tenant cluster's Nodes and DaemonSets), Cluster API's
+// v1beta2 types (core and the kubeadm bootstrap provider's) and the
+// providers' types.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("capiprovider: scheme: %w", err)
 		}
@@ -93,54 +99,18 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// ControlPlaneSpec is the hosted control plane of one cluster.
-type ControlPlaneSpec struct {
-	// Namespace is the cluster's namespace in the management cluster.
-	Namespace string
-	// Cluster is the Cluster API cluster's name; VDC its VDC.
-	Cluster, VDC string
-	// Version is the Kubernetes version.
-	Version string
-	// ServiceCIDR and PodCIDR are the cluster's ranges ("" for defaults).
-	ServiceCIDR, PodCIDR string
-	// Endpoint is host:port where the workers reach the API server.
-	Endpoint string
-}
-
-// Credential is what a kubeconfig is issued for.
-type Credential struct {
-	// User is the user name; Groups its groups (e.g. a read-only group).
-	User   string
-	Groups []string
-	// TTL is how long the credential is valid.
-	TTL time.Duration
-}
-
-// ComponentStatus is one component of a control plane.
-type ComponentStatus struct {
-	Name    string
-	Ready   bool
-	Message string
-}
-
-// ControlPlaneStatus is a control plane as it runs.
-type ControlPlaneStatus struct {
-	// Ready is true while every component is ready.
-	Ready      bool
-	Components []ComponentStatus
-	// Version is the version that runs.
-	Version string
-}
-
-// ControlPlane runs hosted control planes (pkg/tenantkube/controlplane
-// with charts/flexkube). Ensure is idempotent; it also writes Cluster API's
-// Secrets <cluster>-ca and <cluster>-kubeconfig in the namespace.
+// ControlPlane runs hosted control planes: *controlplane.Manager (with
+// charts/flexkube), whose types it speaks. Ensure is idempotent; it also
+// writes Cluster API's Secrets <cluster>-ca and <cluster>-kubeconfig in the
+// namespace.
 type ControlPlane interface {
-	Ensure(ctx context.Context, spec ControlPlaneSpec) error
+	Ensure(ctx context.Context, spec controlplane.Spec) error
 	Delete(ctx context.Context, namespace string) error
-	Status(ctx context.Context, namespace string) (ControlPlaneStatus, error)
-	Kubeconfig(ctx context.Context, namespace string, cred Credential) ([]byte, error)
+	Status(ctx context.Context, namespace string) (controlplane.Status, error)
+	Kubeconfig(ctx context.Context, namespace string, cred controlplane.Credential) ([]byte, error)
 }
+
+var _ ControlPlane = (*controlplane.Manager)(nil)
 
 // Config configures Run.
 type Config struct {
@@ -151,8 +121,14 @@ type Config struct {
 	// ControlPlane runs the hosted control planes.
 	ControlPlane ControlPlane
 	// Core also runs Cluster API's Cluster, MachineDeployment, MachineSet
-	// and Machine controllers in this process.
+	// and Machine controllers in this process, and the kubeadm bootstrap
+	// provider's KubeadmConfig controller (CABPK: a worker's kubeadm join
+	// data, with a bootstrap token it creates in the tenant cluster
+	// through the <cluster>-kubeconfig Secret).
 	Core bool
+	// BootstrapTokenTTL is how long a worker's bootstrap token is valid
+	// (CABPK renews it while the machine has not joined). Default 15m.
+	BootstrapTokenTTL time.Duration
 	// WorkerUser is the cloud-init user of worker VMs. Default "kube".
 	WorkerUser string
 	// Poll is how often an unfinished VM or control plane is looked at
@@ -174,6 +150,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 2 * time.Second
+	}
+	if cfg.BootstrapTokenTTL == 0 {
+		cfg.BootstrapTokenTTL = kubeadmconfig.DefaultTokenTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -200,7 +179,22 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("capiprovider: manager: %w", err)
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 4}
-	if err := (&machineReconciler{Client: mgr.GetClient(), api: mgr.GetAPIReader(), cfg: cfg}).setup(mgr, opts); err != nil {
+	// The tenant clusters' API servers, reached with their -kubeconfig
+	// Secrets: Cluster API's controllers watch their Nodes, the machine
+	// controller names them.
+	secrets, err := setup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return fmt.Errorf("capiprovider: cluster api: %w", err)
+	}
+	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secrets,
+		Cache:        setup.ClusterCacheCacheOptions(),
+		Client:       setup.ClusterCacheClientOptions("flexplane", 20, 30),
+	}, opts)
+	if err != nil {
+		return fmt.Errorf("capiprovider: cluster cache: %w", err)
+	}
+	if err := (&machineReconciler{Client: mgr.GetClient(), api: mgr.GetAPIReader(), tenants: cc, cfg: cfg}).setup(mgr, opts); err != nil {
 		return err
 	}
 	if err := (&clusterReconciler{Client: mgr.GetClient()}).setup(mgr, opts); err != nil {
@@ -210,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.Core {
-		if err := setupCore(ctx, mgr, opts); err != nil {
+		if err := setupCore(ctx, mgr, opts, cc, secrets, cfg.BootstrapTokenTTL); err != nil {
 			return err
 		}
 	}
@@ -227,20 +221,8 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// setupCore adds Cluster API's core controllers to mgr.
-func setupCore(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
-	secrets, err := setup.CreateSecretCachingClient(mgr)
-	if err != nil {
-		return fmt.Errorf("capiprovider: cluster api: %w", err)
-	}
-	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
-		SecretClient: secrets,
-		Cache:        setup.ClusterCacheCacheOptions(),
-		Client:       setup.ClusterCacheClientOptions("flexplane", 20, 30),
-	}, opts)
-	if err != nil {
-		return fmt.Errorf("capiprovider: cluster cache: %w", err)
-	}
+// setupCore adds Cluster API's core controllers and CABPK's to mgr.
+func setupCore(ctx context.Context, mgr ctrl.Manager, opts controller.Options, cc clustercache.ClusterCache, secrets client.Client, tokenTTL time.Duration) error {
 	steps := []struct {
 		name  string
 		setup func() error
@@ -258,6 +240,10 @@ func setupCore(ctx context.Context, mgr ctrl.Manager, opts controller.Options) e
 		{"machine", func() error {
 			return (&machine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 				RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
+		}},
+		{"kubeadmconfig", func() error {
+			return (&kubeadmconfig.Reconciler{Client: mgr.GetClient(), SecretCachingClient: secrets, APIReader: mgr.GetAPIReader(),
+				ClusterCache: cc, TokenTTL: tokenTTL}).SetupWithManager(ctx, mgr, opts)
 		}},
 	}
 	for _, s := range steps {

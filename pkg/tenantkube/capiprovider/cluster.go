@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 // clusterReconciler provisions FlexClusters: their zone and network are
@@ -84,7 +85,7 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}
 	ep := cp.Spec.ControlPlaneEndpoint
-	err := r.cfg.ControlPlane.Ensure(ctx, ControlPlaneSpec{
+	err := r.cfg.ControlPlane.Ensure(ctx, controlplane.Spec{
 		Namespace: cp.Namespace, Cluster: cp.Labels[clusterv1.ClusterNameLabel], VDC: cp.Spec.VDC, Version: cp.Spec.Version,
 		ServiceCIDR: cp.Spec.ServiceCIDR, PodCIDR: cp.Spec.PodCIDR,
 		Endpoint: net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
@@ -123,8 +124,40 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !st.Ready {
 		return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
 	}
+	if st.Version != cp.Spec.Version {
+		// An upgrade is under way: the new API server is not the one serving yet.
+		return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
+	}
+	if err := r.rollWorkers(ctx, cp); err != nil {
+		return ctrl.Result{}, err
+	}
 	// Components can fail later: look again now and then.
 	return ctrl.Result{RequeueAfter: 15 * r.cfg.Poll}, nil
+}
+
+// rollWorkers moves the node pools of cp's cluster to the version its
+// control plane runs: Cluster API replaces each pool's workers by new ones
+// of that version (the pools roll one worker at a time). Workers follow the
+// control plane, never lead it, as Kubernetes' skew policy asks.
+func (r *controlPlaneReconciler) rollWorkers(ctx context.Context, cp *v1alpha1.FlexControlPlane) error {
+	var mds clusterv1.MachineDeploymentList
+	cluster := cp.Labels[clusterv1.ClusterNameLabel]
+	if err := r.List(ctx, &mds, client.InNamespace(cp.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: cluster}); err != nil {
+		return fmt.Errorf("capiprovider: node pools of %s: %w", cp.Namespace, err)
+	}
+	for i := range mds.Items {
+		md := &mds.Items[i]
+		if md.Spec.Template.Spec.Version == cp.Spec.Version || !md.DeletionTimestamp.IsZero() {
+			continue
+		}
+		before := md.DeepCopy()
+		md.Spec.Template.Spec.Version = cp.Spec.Version
+		if err := r.Patch(ctx, md, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("capiprovider: moving node pool %s/%s to %s: %w", md.Namespace, md.Name, cp.Spec.Version, err)
+		}
+		r.cfg.Logger.Info("node pool rolling to a new version", "namespace", md.Namespace, "pool", md.Name, "version", cp.Spec.Version)
+	}
+	return nil
 }
 
 // componentCondition is the condition type of a control-plane component

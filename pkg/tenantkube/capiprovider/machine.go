@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +33,9 @@ type machineReconciler struct {
 	// api reads around the cache: a FlexMachine is read as last written,
 	// so a create recorded in its status is never made twice.
 	api client.Reader
-	cfg Config
+	// tenants reaches the tenant clusters' API servers.
+	tenants clustercache.ClusterCache
+	cfg     Config
 }
 
 func (r *machineReconciler) setup(mgr ctrl.Manager, opts controller.Options) error {
@@ -105,7 +108,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if fm.Spec.ProviderID == "" {
 		spec := fm.DeepCopy()
-		fm.Spec.ProviderID = ProviderIDPrefix + vm.ID
+		fm.Spec.ProviderID = providerID(vm.ID, fm.Name)
 		if err := r.Patch(ctx, fm, client.MergeFrom(spec)); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -120,7 +123,58 @@ func (r *machineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	fm.Status.Initialization.Provisioned = ptr.To(true)
 	fm.Status.Ready = true
-	return ctrl.Result{}, r.patchStatus(ctx, before, fm, true, "VMRunning", "")
+	if err := r.patchStatus(ctx, before, fm, true, "VMRunning", ""); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.nameNode(ctx, fm, m)
+}
+
+// nameNode gives the worker's Node in the tenant cluster fm's providerID,
+// which Cluster API's machine controller finds it by. A worker's kubelet
+// registers a Node named after its host name (the VM's name, fm's) and
+// knows no provider id of its own: flexplane sets it, as a cloud
+// controller manager would. It looks again every few polls until the
+// Machine has its Node.
+func (r *machineReconciler) nameNode(ctx context.Context, fm *v1alpha1.FlexMachine, m *clusterv1.Machine) (ctrl.Result, error) {
+	if m.Status.NodeRef.Name != "" {
+		return ctrl.Result{}, nil
+	}
+	again := ctrl.Result{RequeueAfter: 4 * r.cfg.Poll}
+	c, err := r.tenants.GetClient(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName})
+	if err != nil {
+		return again, nil // the tenant API server is not reachable yet
+	}
+	n := &corev1.Node{}
+	switch err := c.Get(ctx, client.ObjectKey{Name: fm.Name}, n); {
+	case apierrors.IsNotFound(err):
+		return again, nil // the worker has not joined yet
+	case err != nil:
+		return again, nil
+	}
+	switch n.Spec.ProviderID {
+	case fm.Spec.ProviderID:
+		return again, nil // the machine controller finds it soon
+	case "":
+		before := n.DeepCopy()
+		n.Spec.ProviderID = fm.Spec.ProviderID
+		if err := c.Patch(ctx, n, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("capiprovider: naming node %s: %w", n.Name, err)
+		}
+		r.cfg.Logger.Info("worker node named", "namespace", fm.Namespace, "node", n.Name, "providerID", fm.Spec.ProviderID)
+		return again, nil
+	default:
+		// Not this machine's worker: a Node's provider id never changes.
+		r.cfg.Logger.Warn("a node of the worker's name has another provider id", "namespace", fm.Namespace, "node", n.Name,
+			"providerID", n.Spec.ProviderID, "want", fm.Spec.ProviderID)
+		return ctrl.Result{RequeueAfter: 15 * r.cfg.Poll}, nil
+	}
+}
+
+// providerID is the provider id of machine name with VM vmID. The machine's
+// name is in it because Proxmox hands a deleted VM's number to the next VM:
+// a worker replaced by one on the same number must not share its Node's id.
+func providerID(vmID, name string) string {
+	return ProviderIDPrefix + vmID + "/" + name
 }
 
 // flexCluster returns the FlexCluster of fm's Cluster (nil while there is
@@ -191,6 +245,7 @@ func (r *machineReconciler) ensureVM(ctx context.Context, fm *v1alpha1.FlexMachi
 // vmID is the VM id fm already knows.
 func vmID(fm *v1alpha1.FlexMachine) string {
 	if id, ok := strings.CutPrefix(fm.Spec.ProviderID, ProviderIDPrefix); ok {
+		id, _, _ = strings.Cut(id, "/")
 		return id
 	}
 	return fm.Status.VM

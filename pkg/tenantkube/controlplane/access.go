@@ -109,7 +109,7 @@ func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups [
 	}
 	for _, g := range groups {
 		crb := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: roleBinding(g), Labels: map[string]string{LabelManaged: managedBy}},
+			ObjectMeta: metav1.ObjectMeta{Name: roleBinding(g), Labels: map[string]string{LabelManaged: ManagedBy}},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: g}},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: g},
 		}
@@ -146,7 +146,7 @@ func (m *Manager) Delete(ctx context.Context, namespace string) error {
 		return fmt.Errorf("controlplane: delete %s: volumes: %w", namespace, err)
 	}
 	if err := core.Secrets(namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
-		metav1.ListOptions{LabelSelector: LabelManaged + "=" + managedBy}); err != nil {
+		metav1.ListOptions{LabelSelector: LabelManaged + "=" + ManagedBy}); err != nil {
 		return fmt.Errorf("controlplane: delete %s: secrets: %w", namespace, err)
 	}
 	if err := core.Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -49,9 +49,10 @@ const (
 	LabelCluster = "cluster.x-k8s.io/cluster-name"
 	// LabelVDC names the VDC owning the cluster (namespace label).
 	LabelVDC = "flexplane.io/vdc"
-	// LabelManaged marks namespaces and Secrets made by the Manager.
+	// LabelManaged, with the value ManagedBy, marks namespaces and Secrets
+	// made by the Manager (or made for it, as tenantkube's namespaces).
 	LabelManaged = "app.kubernetes.io/managed-by"
-	managedBy    = "flexplane"
+	ManagedBy    = "flexplane"
 	// annotationEndpoint keeps a cluster's endpoint on its namespace.
 	annotationEndpoint = "flexplane.io/endpoint"
 	// secretType is Cluster API's Secret type for cluster secrets.

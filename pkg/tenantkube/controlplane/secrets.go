@@ -29,7 +29,7 @@ func certsSecret(cluster string) string      { return cluster + "-flexkube-certs
 func (m *Manager) ensureNamespace(ctx context.Context, s Spec) error {
 	want := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        s.Namespace,
-		Labels:      map[string]string{LabelCluster: s.Cluster, LabelVDC: s.VDC, LabelManaged: managedBy},
+		Labels:      map[string]string{LabelCluster: s.Cluster, LabelVDC: s.VDC, LabelManaged: ManagedBy},
 		Annotations: map[string]string{annotationEndpoint: s.Endpoint},
 	}}
 	ns, err := m.client.CoreV1().Namespaces().Create(ctx, want, metav1.CreateOptions{})
@@ -42,7 +42,7 @@ func (m *Manager) ensureNamespace(ctx context.Context, s Spec) error {
 	if ns.DeletionTimestamp != nil {
 		return fmt.Errorf("namespace %s is being deleted: %w", s.Namespace, ErrConflict)
 	}
-	if ns.Labels[LabelManaged] != managedBy || ns.Labels[LabelCluster] != s.Cluster || ns.Labels[LabelVDC] != s.VDC {
+	if ns.Labels[LabelManaged] != ManagedBy || ns.Labels[LabelCluster] != s.Cluster || ns.Labels[LabelVDC] != s.VDC {
 		return fmt.Errorf("namespace %s belongs to another cluster: %w", s.Namespace, ErrConflict)
 	}
 	if ns.Annotations[annotationEndpoint] != s.Endpoint {
@@ -65,7 +65,7 @@ type cluster struct {
 // lookup reads the cluster of namespace ns; ErrNotFound when there is none.
 func (m *Manager) lookup(ctx context.Context, ns string) (cluster, error) {
 	n, err := m.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) || (err == nil && n.Labels[LabelManaged] != managedBy) {
+	if apierrors.IsNotFound(err) || (err == nil && n.Labels[LabelManaged] != ManagedBy) {
 		return cluster{}, fmt.Errorf("namespace %s: %w", ns, ErrNotFound)
 	}
 	if err != nil {
@@ -87,7 +87,7 @@ func (m *Manager) secret(ctx context.Context, s Spec, name string, gen func() (m
 			return nil, fmt.Errorf("%s: %w", name, gerr)
 		}
 		got, err = secrets.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelCluster: s.Cluster, LabelManaged: managedBy}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelCluster: s.Cluster, LabelManaged: ManagedBy}},
 			Type:       secretType,
 			Data:       data,
 		}, metav1.CreateOptions{})

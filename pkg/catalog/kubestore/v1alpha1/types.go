@@ -67,6 +67,12 @@ type VDCQuotas struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1073741824
 	VMs int64 `json:"vms"`
+	// PublicAddresses bounds the external networks' addresses the VDC
+	// holds; absent bounds none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	PublicAddresses *int64 `json:"publicAddresses,omitempty"`
 }
 
 // VDCStatus is what the orchestrator records on a VDC.

@@ -214,9 +214,12 @@ type PullVolumeRequest struct {
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Proxmox volume id on this node to write into (allocated, at least the
 	// source's size).
-	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Volume string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
+	// Checksum algorithms the caller reads in PullVolumeResponse, preferred
+	// first ("blake3", "sha256"); empty: SHA-256 only, in its sha256 field.
+	ChecksumAlgorithms []string `protobuf:"bytes,4,rep,name=checksum_algorithms,json=checksumAlgorithms,proto3" json:"checksum_algorithms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PullVolumeRequest) Reset() {
@@ -270,6 +273,13 @@ func (x *PullVolumeRequest) GetVolume() string {
 	return ""
 }
 
+func (x *PullVolumeRequest) GetChecksumAlgorithms() []string {
+	if x != nil {
+		return x.ChecksumAlgorithms
+	}
+	return nil
+}
+
 // PullVolumeResponse is how far a PullVolume has come.
 type PullVolumeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -277,11 +287,17 @@ type PullVolumeResponse struct {
 	BytesDone uint64 `protobuf:"varint,1,opt,name=bytes_done,json=bytesDone,proto3" json:"bytes_done,omitempty"`
 	// Size of the source volume (0 until known).
 	BytesTotal uint64 `protobuf:"varint,2,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
-	// Set on the last message: SHA-256 (hex) of the volume's content as
-	// written, equal to the source's (else the call fails with DATA_LOSS).
-	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set on the last message when SHA-256 is the checksum algorithm: SHA-256
+	// (hex) of the volume's content as written, equal to the source's (else
+	// the call fails with DATA_LOSS).
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Set on the last message: the checksum (hex) of the volume's content as
+	// written, equal to the source's, and its algorithm ("blake3" or
+	// "sha256", whichever both agents know).
+	Checksum          string `protobuf:"bytes,4,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	ChecksumAlgorithm string `protobuf:"bytes,5,opt,name=checksum_algorithm,json=checksumAlgorithm,proto3" json:"checksum_algorithm,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PullVolumeResponse) Reset() {
@@ -335,6 +351,20 @@ func (x *PullVolumeResponse) GetSha256() string {
 	return ""
 }
 
+func (x *PullVolumeResponse) GetChecksum() string {
+	if x != nil {
+		return x.Checksum
+	}
+	return ""
+}
+
+func (x *PullVolumeResponse) GetChecksumAlgorithm() string {
+	if x != nil {
+		return x.ChecksumAlgorithm
+	}
+	return ""
+}
+
 // ConsoleRequest is one message of a Console stream from the caller.
 type ConsoleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -343,7 +373,10 @@ type ConsoleRequest struct {
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
 	// The next bytes of the RFB client.
-	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// A ticket from IssueConsoleTicket instead of node and vmid; first
+	// message only. One unknown, used or expired answers PERMISSION_DENIED.
+	Ticket        string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +432,131 @@ func (x *ConsoleRequest) GetData() []byte {
 	return nil
 }
 
+func (x *ConsoleRequest) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+// IssueConsoleTicketRequest names the VM a console ticket is for.
+type IssueConsoleTicketRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Proxmox node (the agent's own) and VMID of the VM.
+	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
+	// How long the ticket may wait for its Console stream, in seconds.
+	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueConsoleTicketRequest) Reset() {
+	*x = IssueConsoleTicketRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueConsoleTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueConsoleTicketRequest) ProtoMessage() {}
+
+func (x *IssueConsoleTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueConsoleTicketRequest.ProtoReflect.Descriptor instead.
+func (*IssueConsoleTicketRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *IssueConsoleTicketRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *IssueConsoleTicketRequest) GetVmid() uint32 {
+	if x != nil {
+		return x.Vmid
+	}
+	return 0
+}
+
+func (x *IssueConsoleTicketRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+// IssueConsoleTicketResponse carries the ticket.
+type IssueConsoleTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ticket: 256 random bits, URL-safe base64.
+	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// When it expires, in Unix seconds.
+	ExpiresUnix   int64 `protobuf:"varint,2,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueConsoleTicketResponse) Reset() {
+	*x = IssueConsoleTicketResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueConsoleTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueConsoleTicketResponse) ProtoMessage() {}
+
+func (x *IssueConsoleTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueConsoleTicketResponse.ProtoReflect.Descriptor instead.
+func (*IssueConsoleTicketResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *IssueConsoleTicketResponse) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *IssueConsoleTicketResponse) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
 // ConsoleResponse carries the next bytes of the RFB server.
 type ConsoleResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -409,7 +567,7 @@ type ConsoleResponse struct {
 
 func (x *ConsoleResponse) Reset() {
 	*x = ConsoleResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +579,7 @@ func (x *ConsoleResponse) String() string {
 func (*ConsoleResponse) ProtoMessage() {}
 
 func (x *ConsoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +592,7 @@ func (x *ConsoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleResponse.ProtoReflect.Descriptor instead.
 func (*ConsoleResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConsoleResponse) GetData() []byte {
@@ -444,18 +602,235 @@ func (x *ConsoleResponse) GetData() []byte {
 	return nil
 }
 
-// ReadVolumeRequest presents a capability.
-type ReadVolumeRequest struct {
+// WriteSnippetRequest is one snippet file.
+type WriteSnippetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// From OfferVolumeResponse.capability.
-	Capability    string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Proxmox storage id (e.g. "local"); its content types must include
+	// `snippets`.
+	Storage string `protobuf:"bytes,1,opt,name=storage,proto3" json:"storage,omitempty"`
+	// File name: 1 to 128 of A-Z, a-z, 0-9, '.', '_' and '-', starting with
+	// a letter or digit, with no "..".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The file's content, at most 256 KiB.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *WriteSnippetRequest) Reset() {
+	*x = WriteSnippetRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteSnippetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteSnippetRequest) ProtoMessage() {}
+
+func (x *WriteSnippetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteSnippetRequest.ProtoReflect.Descriptor instead.
+func (*WriteSnippetRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WriteSnippetRequest) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+func (x *WriteSnippetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WriteSnippetRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// WriteSnippetResponse names the written file as Proxmox does.
+type WriteSnippetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proxmox volume id of the snippet ("<storage>:snippets/<name>").
+	Volume        string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteSnippetResponse) Reset() {
+	*x = WriteSnippetResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteSnippetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteSnippetResponse) ProtoMessage() {}
+
+func (x *WriteSnippetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteSnippetResponse.ProtoReflect.Descriptor instead.
+func (*WriteSnippetResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WriteSnippetResponse) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// DeleteSnippetRequest names a snippet file.
+type DeleteSnippetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in WriteSnippetRequest.
+	Storage       string `protobuf:"bytes,1,opt,name=storage,proto3" json:"storage,omitempty"`
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnippetRequest) Reset() {
+	*x = DeleteSnippetRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnippetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnippetRequest) ProtoMessage() {}
+
+func (x *DeleteSnippetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnippetRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnippetRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteSnippetRequest) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+func (x *DeleteSnippetRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteSnippetResponse says whether a file was removed.
+type DeleteSnippetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when there was no such file.
+	Deleted       bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnippetResponse) Reset() {
+	*x = DeleteSnippetResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnippetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnippetResponse) ProtoMessage() {}
+
+func (x *DeleteSnippetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnippetResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnippetResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeleteSnippetResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+// ReadVolumeRequest presents a capability.
+type ReadVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From OfferVolumeResponse.capability.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Checksum algorithms the reader can check, preferred first ("blake3",
+	// "sha256"). A source that knows one of them answers with a first
+	// message naming the one it uses (checksum_algorithm, no data). Empty,
+	// or a source that does not know this field: SHA-256, no such message.
+	ChecksumAlgorithms []string `protobuf:"bytes,2,rep,name=checksum_algorithms,json=checksumAlgorithms,proto3" json:"checksum_algorithms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
 func (x *ReadVolumeRequest) Reset() {
 	*x = ReadVolumeRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +842,7 @@ func (x *ReadVolumeRequest) String() string {
 func (*ReadVolumeRequest) ProtoMessage() {}
 
 func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +855,7 @@ func (x *ReadVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ReadVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadVolumeRequest) GetCapability() string {
@@ -490,6 +865,13 @@ func (x *ReadVolumeRequest) GetCapability() string {
 	return ""
 }
 
+func (x *ReadVolumeRequest) GetChecksumAlgorithms() []string {
+	if x != nil {
+		return x.ChecksumAlgorithms
+	}
+	return nil
+}
+
 // ReadVolumeResponse is part of a volume, or its end.
 type ReadVolumeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -497,16 +879,23 @@ type ReadVolumeResponse struct {
 	Offset uint64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Bytes at offset (absent for the last message).
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	// Set on the last message: the volume's size and its SHA-256 (hex).
-	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Set on the last message: the volume's size and its SHA-256 (hex),
+	// when SHA-256 is the stream's checksum algorithm.
+	Size   uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The checksum algorithm of the stream, on its first message (without
+	// data) when the reader asked for checksum_algorithms, and on its last.
+	ChecksumAlgorithm string `protobuf:"bytes,5,opt,name=checksum_algorithm,json=checksumAlgorithm,proto3" json:"checksum_algorithm,omitempty"`
+	// Set on the last message: the volume's checksum (hex) in
+	// checksum_algorithm.
+	Checksum      string `protobuf:"bytes,6,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadVolumeResponse) Reset() {
 	*x = ReadVolumeResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +907,7 @@ func (x *ReadVolumeResponse) String() string {
 func (*ReadVolumeResponse) ProtoMessage() {}
 
 func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +920,7 @@ func (x *ReadVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ReadVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadVolumeResponse) GetOffset() uint64 {
@@ -562,6 +951,20 @@ func (x *ReadVolumeResponse) GetSha256() string {
 	return ""
 }
 
+func (x *ReadVolumeResponse) GetChecksumAlgorithm() string {
+	if x != nil {
+		return x.ChecksumAlgorithm
+	}
+	return ""
+}
+
+func (x *ReadVolumeResponse) GetChecksum() string {
+	if x != nil {
+		return x.Checksum
+	}
+	return ""
+}
+
 // InfoRequest has no fields.
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -571,7 +974,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +986,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +999,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // InfoResponse describes an agent and its Proxmox node.
@@ -622,7 +1025,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +1037,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +1050,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InfoResponse) GetAgentVersion() string {
@@ -701,7 +1104,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +1116,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +1129,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // HealthResponse reports the state of an agent.
@@ -745,7 +1148,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +1160,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +1173,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HealthResponse) GetStatus() HealthStatus {
@@ -822,7 +1225,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +1237,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +1250,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateStatus) GetPhase() string {
@@ -909,7 +1312,7 @@ type UpdateRequest struct {
 
 func (x *UpdateRequest) Reset() {
 	*x = UpdateRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1324,7 @@ func (x *UpdateRequest) String() string {
 func (*UpdateRequest) ProtoMessage() {}
 
 func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1337,7 @@ func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateRequest) GetManifest() []byte {
@@ -975,7 +1378,7 @@ type UpdateResponse struct {
 
 func (x *UpdateResponse) Reset() {
 	*x = UpdateResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1390,7 @@ func (x *UpdateResponse) String() string {
 func (*UpdateResponse) ProtoMessage() {}
 
 func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1403,7 @@ func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateResponse) GetVersion() string {
@@ -1029,7 +1432,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1444,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1457,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -1111,7 +1514,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1526,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1539,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -1176,7 +1579,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1591,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1604,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -1217,7 +1620,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1632,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1645,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -1274,35 +1677,61 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"capability\x18\x01 \x01(\tR\n" +
 	"capability\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04addr\x18\x03 \x01(\tR\x04addr\"l\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\"\x9d\x01\n" +
 	"\x11PullVolumeRequest\x12\x1f\n" +
 	"\vsource_addr\x18\x01 \x01(\tR\n" +
 	"sourceAddr\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x02 \x01(\tR\n" +
 	"capability\x12\x16\n" +
-	"\x06volume\x18\x03 \x01(\tR\x06volume\"l\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\x12/\n" +
+	"\x13checksum_algorithms\x18\x04 \x03(\tR\x12checksumAlgorithms\"\xb7\x01\n" +
 	"\x12PullVolumeResponse\x12\x1d\n" +
 	"\n" +
 	"bytes_done\x18\x01 \x01(\x04R\tbytesDone\x12\x1f\n" +
 	"\vbytes_total\x18\x02 \x01(\x04R\n" +
 	"bytesTotal\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"L\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x1a\n" +
+	"\bchecksum\x18\x04 \x01(\tR\bchecksum\x12-\n" +
+	"\x12checksum_algorithm\x18\x05 \x01(\tR\x11checksumAlgorithm\"d\n" +
 	"\x0eConsoleRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"%\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06ticket\x18\x04 \x01(\tR\x06ticket\"d\n" +
+	"\x19IssueConsoleTicketRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x1f\n" +
+	"\vttl_seconds\x18\x03 \x01(\rR\n" +
+	"ttlSeconds\"W\n" +
+	"\x1aIssueConsoleTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12!\n" +
+	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\"%\n" +
 	"\x0fConsoleResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"3\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"W\n" +
+	"\x13WriteSnippetRequest\x12\x18\n" +
+	"\astorage\x18\x01 \x01(\tR\astorage\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\".\n" +
+	"\x14WriteSnippetResponse\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\"D\n" +
+	"\x14DeleteSnippetRequest\x12\x18\n" +
+	"\astorage\x18\x01 \x01(\tR\astorage\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"1\n" +
+	"\x15DeleteSnippetResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"d\n" +
 	"\x11ReadVolumeRequest\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x01 \x01(\tR\n" +
-	"capability\"l\n" +
+	"capability\x12/\n" +
+	"\x13checksum_algorithms\x18\x02 \x03(\tR\x12checksumAlgorithms\"\xb7\x01\n" +
 	"\x12ReadVolumeResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"\r\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12-\n" +
+	"\x12checksum_algorithm\x18\x05 \x01(\tR\x11checksumAlgorithm\x12\x1a\n" +
+	"\bchecksum\x18\x06 \x01(\tR\bchecksum\"\r\n" +
 	"\vInfoRequest\"\xd7\x01\n" +
 	"\fInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
@@ -1352,7 +1781,7 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xb6\x05\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xf4\a\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
@@ -1362,7 +1791,10 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\vOfferVolume\x12&.flexplane.agent.v1.OfferVolumeRequest\x1a'.flexplane.agent.v1.OfferVolumeResponse\x12]\n" +
 	"\n" +
 	"PullVolume\x12%.flexplane.agent.v1.PullVolumeRequest\x1a&.flexplane.agent.v1.PullVolumeResponse0\x01\x12V\n" +
-	"\aConsole\x12\".flexplane.agent.v1.ConsoleRequest\x1a#.flexplane.agent.v1.ConsoleResponse(\x010\x012q\n" +
+	"\aConsole\x12\".flexplane.agent.v1.ConsoleRequest\x1a#.flexplane.agent.v1.ConsoleResponse(\x010\x01\x12s\n" +
+	"\x12IssueConsoleTicket\x12-.flexplane.agent.v1.IssueConsoleTicketRequest\x1a..flexplane.agent.v1.IssueConsoleTicketResponse\x12a\n" +
+	"\fWriteSnippet\x12'.flexplane.agent.v1.WriteSnippetRequest\x1a(.flexplane.agent.v1.WriteSnippetResponse\x12d\n" +
+	"\rDeleteSnippet\x12(.flexplane.agent.v1.DeleteSnippetRequest\x1a).flexplane.agent.v1.DeleteSnippetResponse2q\n" +
 	"\x10MigrationService\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
@@ -1380,52 +1812,64 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
-	(HealthStatus)(0),           // 0: flexplane.agent.v1.HealthStatus
-	(*OfferVolumeRequest)(nil),  // 1: flexplane.agent.v1.OfferVolumeRequest
-	(*OfferVolumeResponse)(nil), // 2: flexplane.agent.v1.OfferVolumeResponse
-	(*PullVolumeRequest)(nil),   // 3: flexplane.agent.v1.PullVolumeRequest
-	(*PullVolumeResponse)(nil),  // 4: flexplane.agent.v1.PullVolumeResponse
-	(*ConsoleRequest)(nil),      // 5: flexplane.agent.v1.ConsoleRequest
-	(*ConsoleResponse)(nil),     // 6: flexplane.agent.v1.ConsoleResponse
-	(*ReadVolumeRequest)(nil),   // 7: flexplane.agent.v1.ReadVolumeRequest
-	(*ReadVolumeResponse)(nil),  // 8: flexplane.agent.v1.ReadVolumeResponse
-	(*InfoRequest)(nil),         // 9: flexplane.agent.v1.InfoRequest
-	(*InfoResponse)(nil),        // 10: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),       // 11: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil),      // 12: flexplane.agent.v1.HealthResponse
-	(*UpdateStatus)(nil),        // 13: flexplane.agent.v1.UpdateStatus
-	(*UpdateRequest)(nil),       // 14: flexplane.agent.v1.UpdateRequest
-	(*UpdateResponse)(nil),      // 15: flexplane.agent.v1.UpdateResponse
-	(*ProxyRequest)(nil),        // 16: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),       // 17: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),      // 18: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil),     // 19: flexplane.agent.v1.MetricsResponse
+	(HealthStatus)(0),                  // 0: flexplane.agent.v1.HealthStatus
+	(*OfferVolumeRequest)(nil),         // 1: flexplane.agent.v1.OfferVolumeRequest
+	(*OfferVolumeResponse)(nil),        // 2: flexplane.agent.v1.OfferVolumeResponse
+	(*PullVolumeRequest)(nil),          // 3: flexplane.agent.v1.PullVolumeRequest
+	(*PullVolumeResponse)(nil),         // 4: flexplane.agent.v1.PullVolumeResponse
+	(*ConsoleRequest)(nil),             // 5: flexplane.agent.v1.ConsoleRequest
+	(*IssueConsoleTicketRequest)(nil),  // 6: flexplane.agent.v1.IssueConsoleTicketRequest
+	(*IssueConsoleTicketResponse)(nil), // 7: flexplane.agent.v1.IssueConsoleTicketResponse
+	(*ConsoleResponse)(nil),            // 8: flexplane.agent.v1.ConsoleResponse
+	(*WriteSnippetRequest)(nil),        // 9: flexplane.agent.v1.WriteSnippetRequest
+	(*WriteSnippetResponse)(nil),       // 10: flexplane.agent.v1.WriteSnippetResponse
+	(*DeleteSnippetRequest)(nil),       // 11: flexplane.agent.v1.DeleteSnippetRequest
+	(*DeleteSnippetResponse)(nil),      // 12: flexplane.agent.v1.DeleteSnippetResponse
+	(*ReadVolumeRequest)(nil),          // 13: flexplane.agent.v1.ReadVolumeRequest
+	(*ReadVolumeResponse)(nil),         // 14: flexplane.agent.v1.ReadVolumeResponse
+	(*InfoRequest)(nil),                // 15: flexplane.agent.v1.InfoRequest
+	(*InfoResponse)(nil),               // 16: flexplane.agent.v1.InfoResponse
+	(*HealthRequest)(nil),              // 17: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),             // 18: flexplane.agent.v1.HealthResponse
+	(*UpdateStatus)(nil),               // 19: flexplane.agent.v1.UpdateStatus
+	(*UpdateRequest)(nil),              // 20: flexplane.agent.v1.UpdateRequest
+	(*UpdateResponse)(nil),             // 21: flexplane.agent.v1.UpdateResponse
+	(*ProxyRequest)(nil),               // 22: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),              // 23: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),             // 24: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil),            // 25: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	13, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
-	9,  // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	11, // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	16, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	18, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	14, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
+	19, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
+	15, // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
+	17, // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	22, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	24, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	20, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
 	1,  // 7: flexplane.agent.v1.AgentService.OfferVolume:input_type -> flexplane.agent.v1.OfferVolumeRequest
 	3,  // 8: flexplane.agent.v1.AgentService.PullVolume:input_type -> flexplane.agent.v1.PullVolumeRequest
 	5,  // 9: flexplane.agent.v1.AgentService.Console:input_type -> flexplane.agent.v1.ConsoleRequest
-	7,  // 10: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
-	10, // 11: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	12, // 12: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	17, // 13: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	19, // 14: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	15, // 15: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	2,  // 16: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
-	4,  // 17: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
-	6,  // 18: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
-	8,  // 19: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
-	11, // [11:20] is the sub-list for method output_type
-	2,  // [2:11] is the sub-list for method input_type
+	6,  // 10: flexplane.agent.v1.AgentService.IssueConsoleTicket:input_type -> flexplane.agent.v1.IssueConsoleTicketRequest
+	9,  // 11: flexplane.agent.v1.AgentService.WriteSnippet:input_type -> flexplane.agent.v1.WriteSnippetRequest
+	11, // 12: flexplane.agent.v1.AgentService.DeleteSnippet:input_type -> flexplane.agent.v1.DeleteSnippetRequest
+	13, // 13: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	16, // 14: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	18, // 15: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	23, // 16: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	25, // 17: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	21, // 18: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 19: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 20: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	8,  // 21: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
+	7,  // 22: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
+	10, // 23: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
+	12, // 24: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
+	14, // 25: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	14, // [14:26] is the sub-list for method output_type
+	2,  // [2:14] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1442,7 +1886,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

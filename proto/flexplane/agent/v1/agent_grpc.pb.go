@@ -23,14 +23,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Info_FullMethodName        = "/flexplane.agent.v1.AgentService/Info"
-	AgentService_Health_FullMethodName      = "/flexplane.agent.v1.AgentService/Health"
-	AgentService_Proxy_FullMethodName       = "/flexplane.agent.v1.AgentService/Proxy"
-	AgentService_Metrics_FullMethodName     = "/flexplane.agent.v1.AgentService/Metrics"
-	AgentService_Update_FullMethodName      = "/flexplane.agent.v1.AgentService/Update"
-	AgentService_OfferVolume_FullMethodName = "/flexplane.agent.v1.AgentService/OfferVolume"
-	AgentService_PullVolume_FullMethodName  = "/flexplane.agent.v1.AgentService/PullVolume"
-	AgentService_Console_FullMethodName     = "/flexplane.agent.v1.AgentService/Console"
+	AgentService_Info_FullMethodName               = "/flexplane.agent.v1.AgentService/Info"
+	AgentService_Health_FullMethodName             = "/flexplane.agent.v1.AgentService/Health"
+	AgentService_Proxy_FullMethodName              = "/flexplane.agent.v1.AgentService/Proxy"
+	AgentService_Metrics_FullMethodName            = "/flexplane.agent.v1.AgentService/Metrics"
+	AgentService_Update_FullMethodName             = "/flexplane.agent.v1.AgentService/Update"
+	AgentService_OfferVolume_FullMethodName        = "/flexplane.agent.v1.AgentService/OfferVolume"
+	AgentService_PullVolume_FullMethodName         = "/flexplane.agent.v1.AgentService/PullVolume"
+	AgentService_Console_FullMethodName            = "/flexplane.agent.v1.AgentService/Console"
+	AgentService_IssueConsoleTicket_FullMethodName = "/flexplane.agent.v1.AgentService/IssueConsoleTicket"
+	AgentService_WriteSnippet_FullMethodName       = "/flexplane.agent.v1.AgentService/WriteSnippet"
+	AgentService_DeleteSnippet_FullMethodName      = "/flexplane.agent.v1.AgentService/DeleteSnippet"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -65,8 +68,8 @@ type AgentServiceClient interface {
 	OfferVolume(ctx context.Context, in *OfferVolumeRequest, opts ...grpc.CallOption) (*OfferVolumeResponse, error)
 	// PullVolume copies a volume offered by another agent into a disk volume
 	// of this node, agent to agent over the mesh, and streams its progress;
-	// the last message carries the SHA-256 of what was written, which must be
-	// the source's.
+	// the last message carries the checksum of what was written (BLAKE3, or
+	// SHA-256 with a source that knows no other), which must be the source's.
 	PullVolume(ctx context.Context, in *PullVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullVolumeResponse], error)
 	// Console relays the VNC console of one VM of this node. The first
 	// message names the VM; the agent asks its Proxmox for a VNC proxy
@@ -78,6 +81,27 @@ type AgentServiceClient interface {
 	// that is not on this node answers NOT_FOUND, one that is not running
 	// FAILED_PRECONDITION.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse], error)
+	// IssueConsoleTicket mints a one-use ticket for the console of one VM of
+	// this node, valid for ttl_seconds (1 to 300). The agent keeps it: a
+	// Console stream whose first message carries it opens that VM's console,
+	// through whichever orchestrator replica the browser reaches, and only
+	// once. A VM that is not on this node answers NOT_FOUND; too many tickets
+	// waiting RESOURCE_EXHAUSTED.
+	IssueConsoleTicket(ctx context.Context, in *IssueConsoleTicketRequest, opts ...grpc.CallOption) (*IssueConsoleTicketResponse, error)
+	// WriteSnippet writes a file into the `snippets` directory of a file
+	// storage of this node (e.g. a VM's cloud-init user-data, which a VM's
+	// `cicustom` then names as <storage>:snippets/<name>): Proxmox's API
+	// cannot upload snippets, so the agent writes the file itself, where the
+	// local Proxmox says the storage's path is. It replaces a file of that
+	// name. A name that is not a plain file name (see
+	// WriteSnippetRequest.name) or data over 256 KiB answers
+	// INVALID_ARGUMENT; a storage that does not allow `snippets` content, or
+	// is not a file storage, FAILED_PRECONDITION; an unknown storage
+	// NOT_FOUND. A refused call writes nothing.
+	WriteSnippet(ctx context.Context, in *WriteSnippetRequest, opts ...grpc.CallOption) (*WriteSnippetResponse, error)
+	// DeleteSnippet removes a file WriteSnippet wrote (the same rules for
+	// the name and the storage). A file that is not there is no error.
+	DeleteSnippet(ctx context.Context, in *DeleteSnippetRequest, opts ...grpc.CallOption) (*DeleteSnippetResponse, error)
 }
 
 type agentServiceClient struct {
@@ -183,6 +207,36 @@ func (c *agentServiceClient) Console(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_ConsoleClient = grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse]
 
+func (c *agentServiceClient) IssueConsoleTicket(ctx context.Context, in *IssueConsoleTicketRequest, opts ...grpc.CallOption) (*IssueConsoleTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueConsoleTicketResponse)
+	err := c.cc.Invoke(ctx, AgentService_IssueConsoleTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) WriteSnippet(ctx context.Context, in *WriteSnippetRequest, opts ...grpc.CallOption) (*WriteSnippetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteSnippetResponse)
+	err := c.cc.Invoke(ctx, AgentService_WriteSnippet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSnippet(ctx context.Context, in *DeleteSnippetRequest, opts ...grpc.CallOption) (*DeleteSnippetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnippetResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSnippet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -215,8 +269,8 @@ type AgentServiceServer interface {
 	OfferVolume(context.Context, *OfferVolumeRequest) (*OfferVolumeResponse, error)
 	// PullVolume copies a volume offered by another agent into a disk volume
 	// of this node, agent to agent over the mesh, and streams its progress;
-	// the last message carries the SHA-256 of what was written, which must be
-	// the source's.
+	// the last message carries the checksum of what was written (BLAKE3, or
+	// SHA-256 with a source that knows no other), which must be the source's.
 	PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error
 	// Console relays the VNC console of one VM of this node. The first
 	// message names the VM; the agent asks its Proxmox for a VNC proxy
@@ -228,6 +282,27 @@ type AgentServiceServer interface {
 	// that is not on this node answers NOT_FOUND, one that is not running
 	// FAILED_PRECONDITION.
 	Console(grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]) error
+	// IssueConsoleTicket mints a one-use ticket for the console of one VM of
+	// this node, valid for ttl_seconds (1 to 300). The agent keeps it: a
+	// Console stream whose first message carries it opens that VM's console,
+	// through whichever orchestrator replica the browser reaches, and only
+	// once. A VM that is not on this node answers NOT_FOUND; too many tickets
+	// waiting RESOURCE_EXHAUSTED.
+	IssueConsoleTicket(context.Context, *IssueConsoleTicketRequest) (*IssueConsoleTicketResponse, error)
+	// WriteSnippet writes a file into the `snippets` directory of a file
+	// storage of this node (e.g. a VM's cloud-init user-data, which a VM's
+	// `cicustom` then names as <storage>:snippets/<name>): Proxmox's API
+	// cannot upload snippets, so the agent writes the file itself, where the
+	// local Proxmox says the storage's path is. It replaces a file of that
+	// name. A name that is not a plain file name (see
+	// WriteSnippetRequest.name) or data over 256 KiB answers
+	// INVALID_ARGUMENT; a storage that does not allow `snippets` content, or
+	// is not a file storage, FAILED_PRECONDITION; an unknown storage
+	// NOT_FOUND. A refused call writes nothing.
+	WriteSnippet(context.Context, *WriteSnippetRequest) (*WriteSnippetResponse, error)
+	// DeleteSnippet removes a file WriteSnippet wrote (the same rules for
+	// the name and the storage). A file that is not there is no error.
+	DeleteSnippet(context.Context, *DeleteSnippetRequest) (*DeleteSnippetResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -261,6 +336,15 @@ func (UnimplementedAgentServiceServer) PullVolume(*PullVolumeRequest, grpc.Serve
 }
 func (UnimplementedAgentServiceServer) Console(grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]) error {
 	return status.Error(codes.Unimplemented, "method Console not implemented")
+}
+func (UnimplementedAgentServiceServer) IssueConsoleTicket(context.Context, *IssueConsoleTicketRequest) (*IssueConsoleTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueConsoleTicket not implemented")
+}
+func (UnimplementedAgentServiceServer) WriteSnippet(context.Context, *WriteSnippetRequest) (*WriteSnippetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteSnippet not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSnippet(context.Context, *DeleteSnippetRequest) (*DeleteSnippetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnippet not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -398,6 +482,60 @@ func _AgentService_Console_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_ConsoleServer = grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]
 
+func _AgentService_IssueConsoleTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueConsoleTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).IssueConsoleTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_IssueConsoleTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).IssueConsoleTicket(ctx, req.(*IssueConsoleTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_WriteSnippet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteSnippetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).WriteSnippet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_WriteSnippet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).WriteSnippet(ctx, req.(*WriteSnippetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSnippet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnippetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSnippet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSnippet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSnippet(ctx, req.(*DeleteSnippetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -424,6 +562,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "OfferVolume",
 			Handler:    _AgentService_OfferVolume_Handler,
+		},
+		{
+			MethodName: "IssueConsoleTicket",
+			Handler:    _AgentService_IssueConsoleTicket_Handler,
+		},
+		{
+			MethodName: "WriteSnippet",
+			Handler:    _AgentService_WriteSnippet_Handler,
+		},
+		{
+			MethodName: "DeleteSnippet",
+			Handler:    _AgentService_DeleteSnippet_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
@@ -460,7 +610,8 @@ const (
 // from OfferVolume.
 type MigrationServiceClient interface {
 	// ReadVolume streams an offered volume's bytes: chunks of data at their
-	// offsets (runs of zeros are left out), then the size and checksum.
+	// offsets (runs of zeros are left out), then the size and checksum; first
+	// the checksum algorithm, when the reader named those it knows.
 	ReadVolume(ctx context.Context, in *ReadVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadVolumeResponse], error)
 }
 
@@ -500,7 +651,8 @@ type MigrationService_ReadVolumeClient = grpc.ServerStreamingClient[ReadVolumeRe
 // from OfferVolume.
 type MigrationServiceServer interface {
 	// ReadVolume streams an offered volume's bytes: chunks of data at their
-	// offsets (runs of zeros are left out), then the size and checksum.
+	// offsets (runs of zeros are left out), then the size and checksum; first
+	// the checksum algorithm, when the reader named those it knows.
 	ReadVolume(*ReadVolumeRequest, grpc.ServerStreamingServer[ReadVolumeResponse]) error
 	mustEmbedUnimplementedMigrationServiceServer()
 }

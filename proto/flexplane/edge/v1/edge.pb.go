@@ -717,8 +717,13 @@ func (x *Rule) GetAllow() bool {
 
 // ApplyGatewayRequest carries the desired state.
 type ApplyGatewayRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Gateway       *Gateway               `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Gateway *Gateway               `protobuf:"bytes,1,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// An opaque label of this state chosen by the caller (the orchestrator's
+	// digest of gateway), recorded with the gateway once the state is applied
+	// and reported by ListGateways: a caller finding its label there need not
+	// send the same state again. Empty records none.
+	Revision      string `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +763,13 @@ func (x *ApplyGatewayRequest) GetGateway() *Gateway {
 		return x.Gateway
 	}
 	return nil
+}
+
+func (x *ApplyGatewayRequest) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
 }
 
 // ApplyGatewayResponse is the gateway's status after the change.
@@ -977,6 +989,156 @@ func (x *GatewayStatusResponse) GetState() *GatewayState {
 	return nil
 }
 
+// ListGatewaysRequest has no fields.
+type ListGatewaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatewaysRequest) Reset() {
+	*x = ListGatewaysRequest{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatewaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatewaysRequest) ProtoMessage() {}
+
+func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatewaysRequest.ProtoReflect.Descriptor instead.
+func (*ListGatewaysRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{14}
+}
+
+// ListGatewaysResponse lists the node's gateways.
+type ListGatewaysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gateways      []*RunningGateway      `protobuf:"bytes,1,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatewaysResponse) Reset() {
+	*x = ListGatewaysResponse{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatewaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatewaysResponse) ProtoMessage() {}
+
+func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
+func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListGatewaysResponse) GetGateways() []*RunningGateway {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
+}
+
+// RunningGateway is one gateway on the node.
+type RunningGateway struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The VDC's name; empty for a gateway namespace that does not record it
+	// (left by an apply cut short before its first step, or by an agent older
+	// than ListGateways): such a one is named by its namespace only.
+	Vdc string `protobuf:"bytes,1,opt,name=vdc,proto3" json:"vdc,omitempty"`
+	// Its network namespace on the node.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The revision of the last ApplyGateway that completed; empty when none
+	// was given, or when an apply since then has not completed (the state may
+	// be partly applied).
+	Revision      string `protobuf:"bytes,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningGateway) Reset() {
+	*x = RunningGateway{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningGateway) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningGateway) ProtoMessage() {}
+
+func (x *RunningGateway) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningGateway.ProtoReflect.Descriptor instead.
+func (*RunningGateway) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RunningGateway) GetVdc() string {
+	if x != nil {
+		return x.Vdc
+	}
+	return ""
+}
+
+func (x *RunningGateway) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RunningGateway) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
+}
+
 // GatewayState is what a running gateway reports.
 type GatewayState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -993,7 +1155,7 @@ type GatewayState struct {
 
 func (x *GatewayState) Reset() {
 	*x = GatewayState{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1167,7 @@ func (x *GatewayState) String() string {
 func (*GatewayState) ProtoMessage() {}
 
 func (x *GatewayState) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1180,7 @@ func (x *GatewayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayState.ProtoReflect.Descriptor instead.
 func (*GatewayState) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{14}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GatewayState) GetNamespace() string {
@@ -1054,7 +1216,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1228,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1241,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Counter) GetId() string {
@@ -1159,9 +1321,10 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\ato_port\x18\x05 \x01(\rR\x06toPort\x12\x16\n" +
 	"\x06source\x18\x06 \x01(\tR\x06source\x12 \n" +
 	"\vdestination\x18\a \x01(\tR\vdestination\x12\x14\n" +
-	"\x05allow\x18\b \x01(\bR\x05allow\"K\n" +
+	"\x05allow\x18\b \x01(\bR\x05allow\"g\n" +
 	"\x13ApplyGatewayRequest\x124\n" +
-	"\agateway\x18\x01 \x01(\v2\x1a.flexplane.edge.v1.GatewayR\agateway\"M\n" +
+	"\agateway\x18\x01 \x01(\v2\x1a.flexplane.edge.v1.GatewayR\agateway\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\tR\brevision\"M\n" +
 	"\x14ApplyGatewayResponse\x125\n" +
 	"\x05state\x18\x01 \x01(\v2\x1f.flexplane.edge.v1.GatewayStateR\x05state\"(\n" +
 	"\x14RemoveGatewayRequest\x12\x10\n" +
@@ -1170,7 +1333,14 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\x14GatewayStatusRequest\x12\x10\n" +
 	"\x03vdc\x18\x01 \x01(\tR\x03vdc\"N\n" +
 	"\x15GatewayStatusResponse\x125\n" +
-	"\x05state\x18\x01 \x01(\v2\x1f.flexplane.edge.v1.GatewayStateR\x05state\"\x96\x01\n" +
+	"\x05state\x18\x01 \x01(\v2\x1f.flexplane.edge.v1.GatewayStateR\x05state\"\x15\n" +
+	"\x13ListGatewaysRequest\"U\n" +
+	"\x14ListGatewaysResponse\x12=\n" +
+	"\bgateways\x18\x01 \x03(\v2!.flexplane.edge.v1.RunningGatewayR\bgateways\"\\\n" +
+	"\x0eRunningGateway\x12\x10\n" +
+	"\x03vdc\x18\x01 \x01(\tR\x03vdc\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\tR\brevision\"\x96\x01\n" +
 	"\fGatewayState\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x126\n" +
 	"\bcounters\x18\x02 \x03(\v2\x1a.flexplane.edge.v1.CounterR\bcounters\x120\n" +
@@ -1182,11 +1352,12 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\tDirection\x12\x19\n" +
 	"\x15DIRECTION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DIRECTION_INBOUND\x10\x01\x12\x16\n" +
-	"\x12DIRECTION_OUTBOUND\x10\x022\xb6\x02\n" +
+	"\x12DIRECTION_OUTBOUND\x10\x022\x97\x03\n" +
 	"\vEdgeService\x12_\n" +
 	"\fApplyGateway\x12&.flexplane.edge.v1.ApplyGatewayRequest\x1a'.flexplane.edge.v1.ApplyGatewayResponse\x12b\n" +
 	"\rRemoveGateway\x12'.flexplane.edge.v1.RemoveGatewayRequest\x1a(.flexplane.edge.v1.RemoveGatewayResponse\x12b\n" +
-	"\rGatewayStatus\x12'.flexplane.edge.v1.GatewayStatusRequest\x1a(.flexplane.edge.v1.GatewayStatusResponseB?Z=github.com/flexplane/flexplane/proto/flexplane/edge/v1;edgev1b\x06proto3"
+	"\rGatewayStatus\x12'.flexplane.edge.v1.GatewayStatusRequest\x1a(.flexplane.edge.v1.GatewayStatusResponse\x12_\n" +
+	"\fListGateways\x12&.flexplane.edge.v1.ListGatewaysRequest\x1a'.flexplane.edge.v1.ListGatewaysResponseB?Z=github.com/flexplane/flexplane/proto/flexplane/edge/v1;edgev1b\x06proto3"
 
 var (
 	file_flexplane_edge_v1_edge_proto_rawDescOnce sync.Once
@@ -1201,7 +1372,7 @@ func file_flexplane_edge_v1_edge_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_edge_v1_edge_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(Direction)(0),                // 0: flexplane.edge.v1.Direction
 	(*Gateway)(nil),               // 1: flexplane.edge.v1.Gateway
@@ -1218,8 +1389,11 @@ var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(*RemoveGatewayResponse)(nil), // 12: flexplane.edge.v1.RemoveGatewayResponse
 	(*GatewayStatusRequest)(nil),  // 13: flexplane.edge.v1.GatewayStatusRequest
 	(*GatewayStatusResponse)(nil), // 14: flexplane.edge.v1.GatewayStatusResponse
-	(*GatewayState)(nil),          // 15: flexplane.edge.v1.GatewayState
-	(*Counter)(nil),               // 16: flexplane.edge.v1.Counter
+	(*ListGatewaysRequest)(nil),   // 15: flexplane.edge.v1.ListGatewaysRequest
+	(*ListGatewaysResponse)(nil),  // 16: flexplane.edge.v1.ListGatewaysResponse
+	(*RunningGateway)(nil),        // 17: flexplane.edge.v1.RunningGateway
+	(*GatewayState)(nil),          // 18: flexplane.edge.v1.GatewayState
+	(*Counter)(nil),               // 19: flexplane.edge.v1.Counter
 }
 var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
 	4,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
@@ -1232,20 +1406,23 @@ var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
 	3,  // 7: flexplane.edge.v1.Balancer.relays:type_name -> flexplane.edge.v1.Forward
 	0,  // 8: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
 	1,  // 9: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
-	15, // 10: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	15, // 11: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	16, // 12: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
-	9,  // 13: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
-	11, // 14: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
-	13, // 15: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
-	10, // 16: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
-	12, // 17: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
-	14, // 18: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 10: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	18, // 11: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	17, // 12: flexplane.edge.v1.ListGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
+	19, // 13: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
+	9,  // 14: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
+	11, // 15: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
+	13, // 16: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
+	15, // 17: flexplane.edge.v1.EdgeService.ListGateways:input_type -> flexplane.edge.v1.ListGatewaysRequest
+	10, // 18: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
+	12, // 19: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
+	14, // 20: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
+	16, // 21: flexplane.edge.v1.EdgeService.ListGateways:output_type -> flexplane.edge.v1.ListGatewaysResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_edge_v1_edge_proto_init() }
@@ -1259,7 +1436,7 @@ func file_flexplane_edge_v1_edge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_edge_v1_edge_proto_rawDesc), len(file_flexplane_edge_v1_edge_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	EdgeService_ApplyGateway_FullMethodName  = "/flexplane.edge.v1.EdgeService/ApplyGateway"
 	EdgeService_RemoveGateway_FullMethodName = "/flexplane.edge.v1.EdgeService/RemoveGateway"
 	EdgeService_GatewayStatus_FullMethodName = "/flexplane.edge.v1.EdgeService/GatewayStatus"
+	EdgeService_ListGateways_FullMethodName  = "/flexplane.edge.v1.EdgeService/ListGateways"
 )
 
 // EdgeServiceClient is the client API for EdgeService service.
@@ -47,6 +48,11 @@ type EdgeServiceClient interface {
 	// GatewayStatus reports the VDC's gateway on this node; NOT_FOUND when it
 	// does not run here.
 	GatewayStatus(ctx context.Context, in *GatewayStatusRequest, opts ...grpc.CallOption) (*GatewayStatusResponse, error)
+	// ListGateways reports every gateway that runs on this node, read from the
+	// node's kernel (not from the agent's memory), so a restarted agent reports
+	// what its predecessor left running: the orchestrator, which stores no
+	// placement, removes from here what is not desired here.
+	ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error)
 }
 
 type edgeServiceClient struct {
@@ -87,6 +93,16 @@ func (c *edgeServiceClient) GatewayStatus(ctx context.Context, in *GatewayStatus
 	return out, nil
 }
 
+func (c *edgeServiceClient) ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGatewaysResponse)
+	err := c.cc.Invoke(ctx, EdgeService_ListGateways_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EdgeServiceServer is the server API for EdgeService service.
 // All implementations must embed UnimplementedEdgeServiceServer
 // for forward compatibility.
@@ -104,6 +120,11 @@ type EdgeServiceServer interface {
 	// GatewayStatus reports the VDC's gateway on this node; NOT_FOUND when it
 	// does not run here.
 	GatewayStatus(context.Context, *GatewayStatusRequest) (*GatewayStatusResponse, error)
+	// ListGateways reports every gateway that runs on this node, read from the
+	// node's kernel (not from the agent's memory), so a restarted agent reports
+	// what its predecessor left running: the orchestrator, which stores no
+	// placement, removes from here what is not desired here.
+	ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error)
 	mustEmbedUnimplementedEdgeServiceServer()
 }
 
@@ -122,6 +143,9 @@ func (UnimplementedEdgeServiceServer) RemoveGateway(context.Context, *RemoveGate
 }
 func (UnimplementedEdgeServiceServer) GatewayStatus(context.Context, *GatewayStatusRequest) (*GatewayStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GatewayStatus not implemented")
+}
+func (UnimplementedEdgeServiceServer) ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGateways not implemented")
 }
 func (UnimplementedEdgeServiceServer) mustEmbedUnimplementedEdgeServiceServer() {}
 func (UnimplementedEdgeServiceServer) testEmbeddedByValue()                     {}
@@ -198,6 +222,24 @@ func _EdgeService_GatewayStatus_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EdgeService_ListGateways_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGatewaysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EdgeServiceServer).ListGateways(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EdgeService_ListGateways_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EdgeServiceServer).ListGateways(ctx, req.(*ListGatewaysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EdgeService_ServiceDesc is the grpc.ServiceDesc for EdgeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -216,6 +258,10 @@ var EdgeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GatewayStatus",
 			Handler:    _EdgeService_GatewayStatus_Handler,
+		},
+		{
+			MethodName: "ListGateways",
+			Handler:    _EdgeService_ListGateways_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

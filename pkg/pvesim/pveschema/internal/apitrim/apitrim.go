@@ -82,6 +82,7 @@ var Paths = []string{
 	"/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
 	"/nodes/{node}/qemu/{vmid}/vncproxy",
 	"/nodes/{node}/qemu/{vmid}/vncwebsocket",
+	"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump",
 	"GET /nodes/{node}/lxc",
 	"GET /access/users",
 	"GET /access/groups",

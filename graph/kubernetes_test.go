@@ -1,0 +1,421 @@
+package graph_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flexplane/flexplane/pkg/dev/capitest"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
+)
+
+// kubeStack is an orchestrator with managed Kubernetes over its own real
+// kube-apiserver (Cluster API's CRDs installed from the module; Cluster
+// API's controllers and flexplane's providers run by the orchestrator, it
+// being the only replica and so the leader) and one simulated zone, with
+// a network "lan" in blue and in red. Its storage "local" takes snippets,
+// which the agent writes: a worker's cloud-init user-data. The hosted
+// control plane is capitest's stand-in, ready at once, unless the stack
+// is hosted (newHostedKubeStack).
+type kubeStack struct {
+	h         *meshtest.Harness
+	kc        client.Client
+	cp        *capitest.ControlPlane // the stand-in; nil when hosted
+	hosted    *capitest.Hosted       // the real control planes' processes; nil with the stand-in
+	blue, red string                 // the networks' ids
+}
+
+// newKubeStack is a kubeStack with capitest's stand-in control plane.
+func newKubeStack(t testing.TB) *kubeStack { return startKubeStack(t, false) }
+
+// newHostedKubeStack is a kubeStack whose hosted control planes are the
+// real ones: the orchestrator's controlplane.Manager installs each
+// cluster's flexkube release with Helm, and podrun runs its pods as
+// processes (capitest.Hosted supplies the chart values that give each
+// cluster its loopback ports, through the orchestrator's
+// ControlPlaneValues and TenantAddress).
+func newHostedKubeStack(t testing.TB) *kubeStack { return startKubeStack(t, true) }
+
+func startKubeStack(t testing.TB, hosted bool) *kubeStack {
+	t.Helper()
+	m := capitest.Start(t)
+	path := m.Kubeconfig
+	s := &kubeStack{kc: m.Client}
+	kcfg := orchestrator.ManagedKubernetesConfig{Enabled: true, WorkerImage: "tiny", WorkerDiskGiB: 4, Poll: 250 * time.Millisecond}
+	if hosted {
+		s.hosted = m.Hosted(t)
+		kcfg.ControlPlaneValues, kcfg.TenantAddress = s.hosted.Values, s.hosted.TenantAddress
+	} else {
+		s.cp = m.ControlPlane
+		kcfg.ControlPlane = s.cp
+	}
+	s.h = meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
+		meshtest.WithAPI(meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: path, Namespace: "flexplane"}, Kubernetes: kcfg}))
+	s.h.WaitOnline(t, 30*time.Second)
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	s.h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
+	  stageImage(name: "tiny", zone: "alpha") { state } }`, map[string]any{"u": url, "c": sum}).OK(t)
+	meshtest.WaitFor(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
+		var imgs []struct{ Zones []struct{ State string } }
+		s.h.GraphQL(t, "admin", "", `{ images { zones(zone: "alpha") { state } } }`, nil).OK(t).Into(t, "images", &imgs)
+		return len(imgs) == 1 && len(imgs[0].Zones) == 1 && imgs[0].Zones[0].State == "STAGED"
+	})
+	for _, c := range []struct {
+		user, vdc string
+		id        *string
+	}{{"bob", "blue", &s.blue}, {"alice", "red", &s.red}} {
+		var n struct{ ID string }
+		s.h.GraphQL(t, c.user, c.vdc, `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
+			OK(t).Into(t, "createNetwork", &n)
+		*c.id = n.ID
+	}
+	return s
+}
+
+type gqlKubeCluster struct {
+	ID, Name, Version, Phase, NetworkID string
+	Endpoint                            *string
+	ControlPlaneReady                   bool
+	ControlPlane                        []struct {
+		Name  string
+		Ready bool
+	}
+	NodePools []gqlNodePool
+}
+
+type gqlNodePool struct {
+	ID, Name, ComputeProfile    string
+	Size, Workers, ReadyWorkers int
+	Version                     string
+	UpToDateWorkers             int
+	Labels                      []struct{ Key, Value string }
+	Taints                      []struct{ Key, Value, Effect string }
+}
+
+const (
+	kubeClusterFields = `id name version phase networkId endpoint controlPlaneReady controlPlane { name ready } nodePools { ` + nodePoolFields + ` }`
+	nodePoolFields    = `id name computeProfile size workers readyWorkers version upToDateWorkers labels { key value } taints { key value effect }`
+)
+
+// workerVMs returns the names and statuses of vdc's VMs whose name starts
+// with prefix.
+func (s *kubeStack) workerVMs(t testing.TB, user, vdc, prefix string) map[string]string {
+	t.Helper()
+	var vms []struct{ Name, Status string }
+	s.h.GraphQL(t, user, vdc, `{ vms { name status } }`, nil).OK(t).Into(t, "vms", &vms)
+	out := map[string]string{}
+	for _, vm := range vms {
+		if strings.HasPrefix(vm.Name, prefix) {
+			out[vm.Name] = vm.Status
+		}
+	}
+	return out
+}
+
+// workerUserData returns the cloud-init user-data Proxmox gives each guest
+// whose name starts with prefix (GET .../cloudinit/dump?type=user), by name.
+func (s *kubeStack) workerUserData(t testing.TB, prefix string) map[string]string {
+	t.Helper()
+	px := s.h.Clusters[0].Proxmox(t)
+	var rs []struct {
+		VMID       int
+		Name, Node string
+	}
+	if err := px.Get(t.Context(), "/cluster/resources?type=vm", &rs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rs {
+		if !strings.HasPrefix(r.Name, prefix) {
+			continue
+		}
+		var data string
+		if err := px.Get(t.Context(), fmt.Sprintf("/nodes/%s/qemu/%d/cloudinit/dump?type=user", r.Node, r.VMID), &data); err != nil {
+			t.Fatalf("user-data of %s: %v", r.Name, err)
+		}
+		out[r.Name] = data
+	}
+	return out
+}
+
+// snippets lists the snippets of storage local in the zone (volids).
+func (s *kubeStack) snippets(t testing.TB) []string {
+	t.Helper()
+	px := s.h.Clusters[0].Proxmox(t)
+	var out []string
+	for _, node := range s.h.Clusters[0].Sim.NodeNames() {
+		var vols []struct{ VolID string }
+		if err := px.Get(t.Context(), "/nodes/"+node+"/storage/local/content?content=snippets", &vols); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			out = append(out, v.VolID)
+		}
+	}
+	return out
+}
+
+// errorOf returns the code and field of the only error of r.
+func errorOf(t *testing.T, r *meshtest.GraphQLResponse) (code, field string) {
+	t.Helper()
+	code = r.Code(t)
+	field, _ = r.Errors[0].Extensions["field"].(string)
+	return code, field
+}
+
+// TestKubernetesThroughGraphQL: a member creates a cluster and a pool of 2
+// through GraphQL; Cluster API's controllers, run by the orchestrator,
+// drive flexplane's provider into two running worker VMs in the VDC; the
+// pool scales 2 → 5 → 0; bad input (size 11, an unknown profile, the
+// network of another VDC) is refused with its field and changes nothing;
+// another VDC gets NOT_FOUND for all of it; delete leaves no VM, Cluster
+// API object or namespace. Each worker's cloud-init user-data, as
+// Proxmox gives it, is Cluster API's kubeadm join, in a snippet the
+// agent wrote; the snippets go with the VMs.
+func TestKubernetesThroughGraphQL(t *testing.T) {
+	t.Parallel()
+	s := newKubeStack(t)
+	h := s.h
+
+	var versions []string
+	h.GraphQL(t, "bob", "blue", `{ kubernetesVersions }`, nil).OK(t).Into(t, "kubernetesVersions", &versions)
+	if len(versions) == 0 {
+		t.Fatal("no Kubernetes version offered")
+	}
+	var c gqlKubeCluster
+	h.GraphQL(t, "bob", "blue", `mutation($v: String!, $n: ID!) { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: $v, network: $n}) { `+kubeClusterFields+` } }`,
+		map[string]any{"v": versions[len(versions)-1], "n": s.blue}).OK(t).Into(t, "createKubernetesCluster", &c)
+	if c.Name != "dev" || c.NetworkID != s.blue || c.ID == "" {
+		t.Fatalf("created %+v", c)
+	}
+	meshtest.WaitFor(t, 2*time.Minute, "the control plane ready and the cluster provisioned", func() bool {
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": c.ID}).
+			OK(t).Into(t, "kubernetesCluster", &c)
+		return c.ControlPlaneReady && c.Phase == "PROVISIONED" && c.Endpoint != nil && len(c.ControlPlane) > 0
+	})
+
+	var pool gqlNodePool
+	h.GraphQL(t, "bob", "blue", `mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "workers", computeProfile: "small", storageProfile: "ssd", size: 2,
+	  labels: [{key: "tier", value: "web"}], taints: [{key: "dedicated", value: "web", effect: NO_SCHEDULE}]}) { `+nodePoolFields+` } }`,
+		map[string]any{"c": c.ID}).OK(t).Into(t, "createNodePool", &pool)
+	if pool.Size != 2 || len(pool.Labels) != 1 || pool.Labels[0].Key != "tier" || len(pool.Taints) != 1 || pool.Taints[0].Effect != "NO_SCHEDULE" {
+		t.Fatalf("created pool %+v", pool)
+	}
+	expectWorkers := func(n int) {
+		t.Helper()
+		var state string
+		meshtest.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d running workers", n), func() bool {
+			vms := s.workerVMs(t, "bob", "blue", "dev-workers-")
+			running := 0
+			for _, st := range vms {
+				if st == "RUNNING" {
+					running++
+				}
+			}
+			h.GraphQL(t, "bob", "blue", `query($id: ID!) { nodePool(id: $id) { `+nodePoolFields+` } }`, map[string]any{"id": pool.ID}).
+				OK(t).Into(t, "nodePool", &pool)
+			state = fmt.Sprintf("VMs %v, pool %d/%d ready of %d", vms, pool.ReadyWorkers, pool.Workers, pool.Size)
+			return len(vms) == n && running == n && pool.Size == n && pool.Workers == n && pool.ReadyWorkers == n
+		})
+		t.Logf("%d workers: %s", n, state)
+	}
+	expectWorkers(2)
+
+	// Each worker's cloud-init user-data is CABPK's kubeadm join of the
+	// cluster's endpoint with the pool's labels and taints, in a snippet
+	// the agent wrote.
+	userData := s.workerUserData(t, "dev-workers-")
+	for name, data := range userData {
+		for _, want := range []string{"#cloud-config", "kubeadm join", "kind: JoinConfiguration", "apiServerEndpoint: " + *c.Endpoint,
+			"tier=web", "key: dedicated", "effect: NoSchedule", "caCertHashes:", "token: "} {
+			if !strings.Contains(data, want) {
+				t.Errorf("worker %s: cloud-init user-data lacks %q:\n%s", name, want, data)
+			}
+		}
+	}
+	if snips := s.snippets(t); len(userData) != 2 || len(snips) != 2 {
+		t.Errorf("user-data of %d workers, snippets %v", len(userData), snips)
+	}
+
+	// Bad input changes nothing.
+	for _, bad := range []struct {
+		name, query string
+		vars        map[string]any
+		code, field string
+	}{
+		{"pool size 11", `mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "big", computeProfile: "small", storageProfile: "ssd", size: 11}) { id } }`,
+			map[string]any{"c": c.ID}, "BAD_USER_INPUT", "input.size"},
+		{"unknown compute profile", `mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "odd", computeProfile: "nosuch", storageProfile: "ssd", size: 1}) { id } }`,
+			map[string]any{"c": c.ID}, "BAD_USER_INPUT", "input.computeProfile"},
+		{"scale to 11", `mutation($p: ID!) { scaleNodePool(id: $p, size: 11) { id } }`, map[string]any{"p": pool.ID}, "BAD_USER_INPUT", "size"},
+		{"network of another VDC", `mutation($n: ID!) { createKubernetesCluster(input: {name: "other", zone: "alpha", version: "v1.37.2", network: $n}) { id } }`,
+			map[string]any{"n": s.red}, "NOT_FOUND", "input.network"},
+		{"unknown version", `mutation($n: ID!) { createKubernetesCluster(input: {name: "old", zone: "alpha", version: "v1.20.0", network: $n}) { id } }`,
+			map[string]any{"n": s.blue}, "BAD_USER_INPUT", "input.version"},
+		{"upgrade to a version not offered", `mutation($c: ID!) { upgradeKubernetesCluster(id: $c, version: "v1.99.0") { id } }`,
+			map[string]any{"c": c.ID}, "BAD_USER_INPUT", "version"},
+	} {
+		r := h.GraphQL(t, "bob", "blue", bad.query, bad.vars)
+		if code, field := errorOf(t, r); code != bad.code || field != bad.field || r.Errors[0].Message == "" {
+			t.Errorf("%s: %s, want %s on %s", bad.name, r.Raw, bad.code, bad.field)
+		}
+	}
+	var list struct {
+		TotalCount int
+		Nodes      []gqlKubeCluster
+	}
+	h.GraphQL(t, "bob", "blue", `{ kubernetesClusters { totalCount nodes { `+kubeClusterFields+` } } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
+	if list.TotalCount != 1 || len(list.Nodes) != 1 || len(list.Nodes[0].NodePools) != 1 || list.Nodes[0].NodePools[0].Size != 2 ||
+		list.Nodes[0].NodePools[0].Version != "v1.37.2" || list.Nodes[0].NodePools[0].UpToDateWorkers != 2 {
+		t.Errorf("after the refusals: %+v", list)
+	}
+
+	// Another VDC sees none of it, and cannot touch it.
+	h.GraphQL(t, "alice", "red", `{ kubernetesClusters { totalCount } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
+	if list.TotalCount != 0 {
+		t.Errorf("red sees %d clusters", list.TotalCount)
+	}
+	if vms := s.workerVMs(t, "alice", "red", "dev-"); len(vms) != 0 {
+		t.Errorf("red sees workers %v", vms)
+	}
+	for _, q := range []string{
+		`query($c: ID!) { kubernetesCluster(id: $c) { id } }`,
+		`query($p: ID!) { nodePool(id: $p) { id } }`,
+		`mutation($p: ID!) { scaleNodePool(id: $p, size: 0) { id } }`,
+		`mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "x", computeProfile: "small", storageProfile: "ssd", size: 1}) { id } }`,
+		`mutation($c: ID!) { issueKubeconfig(cluster: $c) { kubeconfig } }`,
+		`mutation($p: ID!) { deleteNodePool(id: $p) { id } }`,
+		`mutation($c: ID!) { upgradeKubernetesCluster(id: $c, version: "v1.37.2") { id } }`,
+		`mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`,
+	} {
+		vars := map[string]any{}
+		if strings.Contains(q, "$c") {
+			vars["c"] = c.ID
+		}
+		if strings.Contains(q, "$p") {
+			vars["p"] = pool.ID
+		}
+		if r := h.GraphQL(t, "alice", "red", q, vars); r.Code(t) != "NOT_FOUND" {
+			t.Errorf("red: %s: %s", q, r.Raw)
+		}
+	}
+
+	for _, n := range []int{5, 0} {
+		h.GraphQL(t, "bob", "blue", `mutation($p: ID!, $n: Int!) { scaleNodePool(id: $p, size: $n) { size } }`, map[string]any{"p": pool.ID, "n": n}).OK(t)
+		expectWorkers(n)
+		meshtest.WaitFor(t, time.Minute, fmt.Sprintf("%d snippets", n), func() bool { return len(s.snippets(t)) == n })
+	}
+
+	// A member's kubeconfig is the cluster's admin; the stand-in's
+	// kubeconfig names the groups it was issued for.
+	var kcfg struct {
+		Kubeconfig string
+		ReadOnly   bool
+		ExpiresAt  time.Time
+	}
+	h.GraphQL(t, "bob", "blue", `mutation($c: ID!) { issueKubeconfig(cluster: $c) { kubeconfig readOnly expiresAt } }`, map[string]any{"c": c.ID}).
+		OK(t).Into(t, "issueKubeconfig", &kcfg)
+	if kcfg.ReadOnly || !strings.Contains(kcfg.Kubeconfig, "groups: cluster-admin\n") || time.Until(kcfg.ExpiresAt) > 25*time.Hour || time.Until(kcfg.ExpiresAt) < time.Hour {
+		t.Errorf("member's kubeconfig: %+v", kcfg)
+	}
+
+	h.GraphQL(t, "bob", "blue", `mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`, map[string]any{"c": c.ID}).OK(t)
+	meshtest.WaitFor(t, 4*time.Minute, "the cluster, its objects, namespace and VMs gone", func() bool {
+		h.GraphQL(t, "bob", "blue", `{ kubernetesClusters { totalCount } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
+		var ms clusterv1.MachineList
+		var fms v1alpha1.FlexMachineList
+		if err := s.kc.List(t.Context(), &ms); err != nil || len(ms.Items) > 0 {
+			return false
+		}
+		if err := s.kc.List(t.Context(), &fms); err != nil || len(fms.Items) > 0 {
+			return false
+		}
+		err := s.kc.Get(t.Context(), client.ObjectKey{Name: c.ID}, &corev1.Namespace{})
+		return list.TotalCount == 0 && len(s.workerVMs(t, "bob", "blue", "dev-")) == 0 && (apierrors.IsNotFound(err) || namespaceTerminating(t, s, c.ID))
+	})
+	if !s.cp.Deleted(c.ID) {
+		t.Error("the control plane was not deleted")
+	}
+	if r := h.GraphQL(t, "bob", "blue", `query($id: ID!) { kubernetesCluster(id: $id) { id } }`, map[string]any{"id": c.ID}); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("the deleted cluster: %s", r.Raw)
+	}
+}
+
+// namespaceTerminating says whether namespace ns is being deleted with no
+// Secret left in it (the API server has no namespace controller: its
+// objects are not swept).
+func namespaceTerminating(t *testing.T, s *kubeStack, ns string) bool {
+	t.Helper()
+	n := &corev1.Namespace{}
+	if err := s.kc.Get(t.Context(), client.ObjectKey{Name: ns}, n); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	var secrets corev1.SecretList
+	if err := s.kc.List(t.Context(), &secrets, client.InNamespace(ns)); err != nil {
+		return false
+	}
+	return !n.DeletionTimestamp.IsZero() && len(secrets.Items) == 0
+}
+
+// TestKubeconfigOfAViewer: a viewer of the VDC reads its clusters and gets
+// a read-only kubeconfig, never the admin's, and cannot change anything.
+func TestKubeconfigOfAViewer(t *testing.T) {
+	t.Parallel()
+	s := newKubeStack(t)
+	h := s.h
+	var c gqlKubeCluster
+	h.GraphQL(t, "alice", "red", `mutation($n: ID!) { createKubernetesCluster(input: {name: "ops", zone: "alpha", version: "v1.37.2", network: $n}) { id name } }`,
+		map[string]any{"n": s.red}).OK(t).Into(t, "createKubernetesCluster", &c)
+	meshtest.WaitFor(t, 2*time.Minute, "the control plane ready", func() bool {
+		h.GraphQL(t, "vera", "red", `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": c.ID}).
+			OK(t).Into(t, "kubernetesCluster", &c)
+		return c.ControlPlaneReady
+	})
+	var kcfg struct {
+		Kubeconfig string
+		ReadOnly   bool
+	}
+	h.GraphQL(t, "vera", "red", `mutation($c: ID!) { issueKubeconfig(cluster: $c) { kubeconfig readOnly } }`, map[string]any{"c": c.ID}).
+		OK(t).Into(t, "issueKubeconfig", &kcfg)
+	if !kcfg.ReadOnly || !strings.Contains(kcfg.Kubeconfig, "groups: view\n") || strings.Contains(kcfg.Kubeconfig, "cluster-admin") {
+		t.Errorf("viewer's kubeconfig: %+v", kcfg)
+	}
+	for _, q := range []string{
+		`mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "x", computeProfile: "small", storageProfile: "ssd", size: 1}) { id } }`,
+		`mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`,
+	} {
+		if r := h.GraphQL(t, "vera", "red", q, map[string]any{"c": c.ID}); r.Code(t) != "NOT_FOUND" {
+			t.Errorf("viewer: %s: %s", q, r.Raw)
+		}
+	}
+	h.GraphQL(t, "alice", "red", `{ kubernetesClusters { totalCount } }`, nil).OK(t)
+}
+
+// TestKubernetesUnavailable: without a management cluster the Kubernetes
+// fields answer UNAVAILABLE, and no version is offered.
+func TestKubernetesUnavailable(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}))
+	var versions []string
+	h.GraphQL(t, "bob", "blue", `{ kubernetesVersions }`, nil).OK(t).Into(t, "kubernetesVersions", &versions)
+	if len(versions) != 0 {
+		t.Errorf("versions %v offered", versions)
+	}
+	for _, q := range []string{`{ kubernetesClusters { totalCount } }`, `mutation { deleteKubernetesCluster(id: "kc-x") { id } }`} {
+		if r := h.GraphQL(t, "bob", "blue", q, nil); r.Code(t) != "UNAVAILABLE" || !strings.Contains(r.Errors[0].Message, "management cluster") {
+			t.Errorf("%s: %s", q, r.Raw)
+		}
+	}
+}

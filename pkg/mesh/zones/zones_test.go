@@ -1,0 +1,199 @@
+package zones_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
+)
+
+// fakeMesh is a mesh whose agents never answer: its node list and the
+// orchestrator's view of the peers are what the test sets.
+type fakeMesh struct {
+	mu        sync.Mutex
+	nodes     []zones.MeshNode    // protected by mu
+	reachable map[netip.Addr]bool // protected by mu
+	dialTo    string              // where Dial connects ("": it fails); protected by mu
+}
+
+func (m *fakeMesh) Nodes(context.Context) ([]zones.MeshNode, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]zones.MeshNode(nil), m.nodes...), nil
+}
+
+func (m *fakeMesh) OnlinePeers(context.Context) (map[netip.Addr]bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[netip.Addr]bool{}
+	for a, ok := range m.reachable {
+		out[a] = ok
+	}
+	return out, nil
+}
+
+func (m *fakeMesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	m.mu.Lock()
+	to := m.dialTo
+	m.mu.Unlock()
+	if to == "" {
+		return nil, errors.New("fake mesh: no dial")
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, to)
+}
+
+// agentServer answers Health and Info as one agent of cluster "alpha".
+type agentServer struct {
+	agentv1.UnimplementedAgentServiceServer
+}
+
+func (agentServer) Health(context.Context, *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
+	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
+}
+
+func (agentServer) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	return &agentv1.InfoResponse{NodeName: "pve1", ClusterId: "alpha-id", ClusterName: "alpha"}, nil
+}
+
+// TestAgentTheMeshShowsOffline: right after an orchestrator restart the
+// control server can list an agent offline (and the orchestrator's node
+// not see it) for long although its tunnel works. The registry probes an
+// agent it never heard from anyway: it reads its Info and the host is
+// online in its zone, while the mesh still says offline.
+func TestAgentTheMeshShowsOffline(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, agentServer{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	m := &fakeMesh{dialTo: lis.Addr().String(), nodes: []zones.MeshNode{
+		{ID: 1, Name: "alpha-pve1", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}}}
+	r, err := zones.New(zones.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	z, ok := r.Zone("alpha-id")
+	if !ok {
+		t.Fatalf("no zone alpha after a refresh: %v", r.Zones())
+	}
+	if h, ok := z.Host("pve1"); !ok || h.Status != zones.StatusOnline {
+		t.Fatalf("the host of an agent that answers: %+v (found %v)", h, ok)
+	}
+}
+
+// logLines decodes a JSON slog output.
+func logLines(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(l, &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestWhyAnAgentStaysOffline: an agent that never answers is never
+// "online", so no status change is ever logged for it; the registry still
+// says why it is offline (each time the reason changes), and warns once,
+// when the rejoin grace ends, of every agent still without Info, so an
+// operator sees why a restarted orchestrator lists no hosts.
+func TestWhyAnAgentStaysOffline(t *testing.T) {
+	t.Parallel()
+	var (
+		logMu sync.Mutex // slog's handler serializes its writes; the test reads under it too
+		buf   bytes.Buffer
+	)
+	w := writerFunc(func(b []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return buf.Write(b) })
+	read := func() []map[string]any {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return logLines(t, buf.Bytes())
+	}
+	gone := zones.MeshNode{ID: 1, Name: "agent-gone", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}
+	unseen := zones.MeshNode{ID: 2, Name: "agent-unseen", Addr: netip.MustParseAddr("100.64.0.2"), Tags: []string{meshnode.TagAgent}, Online: true}
+	m := &fakeMesh{nodes: []zones.MeshNode{gone, unseen}}
+	const grace = 500 * time.Millisecond
+	r, err := zones.New(zones.Config{Mesh: m, RejoinGrace: grace, Logger: slog.New(slog.NewJSONHandler(w, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	why := map[string]string{}
+	for _, l := range read() {
+		if l["msg"] == "zones: host still offline" {
+			why[l["mesh_name"].(string)] = l["detail"].(string)
+		}
+	}
+	if why["agent-gone"] != "not connected to the mesh" || why["agent-unseen"] != "not yet reachable from the orchestrator" {
+		t.Fatalf("why the agents are offline: %v\nlog:\n%s", why, buf.String())
+	}
+
+	// The same reasons again log nothing more.
+	n := len(read())
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != n {
+		t.Fatalf("a second refresh with the same reasons logged %v", got[n:])
+	}
+
+	// Once the grace has ended, one warning per agent without Info, and
+	// only one however many refreshes follow.
+	warned := map[string]string{}
+	warnings := 0
+	for deadline := time.Now().Add(10 * time.Second); len(warned) < 2 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if err := r.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		warnings = 0
+		for _, l := range read() {
+			if l["level"] == "WARN" {
+				warnings++
+				warned[l["mesh_name"].(string)] = l["detail"].(string)
+			}
+		}
+	}
+	if err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); len(got) != n+warnings {
+		t.Fatalf("refreshes after the grace logged more than its warnings: %v", got[n:])
+	}
+	if warnings != 2 || warned["agent-gone"] != why["agent-gone"] || warned["agent-unseen"] != why["agent-unseen"] {
+		t.Fatalf("warnings after the grace: %v\nlog:\n%s", warned, buf.String())
+	}
+	if len(r.Zones()) != 0 {
+		t.Fatalf("zones of agents that never answered: %v", r.Zones())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -1,0 +1,185 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
+)
+
+// ManagedKubernetesConfig configures managed Kubernetes (package
+// tenantkube): the cluster reached through Config.Kube is the management
+// cluster, which must serve Cluster API's CRDs (v1beta2, from
+// sigs.k8s.io/cluster-api v1.14) and the providers' (package
+// capiprovider, pkg/tenantkube/capiprovider/crds). Every replica serves
+// the GraphQL fields; the replica leading the mesh control server (the
+// only one when not replicated) also runs Cluster API's core controllers
+// and flexplane's providers in-process. The zero value offers none: the
+// Kubernetes fields answer UNAVAILABLE.
+type ManagedKubernetesConfig struct {
+	// Enabled turns managed Kubernetes on.
+	Enabled bool
+	// Versions are the Kubernetes versions clusters may run. Default
+	// tenantkube.DefaultVersions.
+	Versions []string
+	// WorkerImage is the catalog image worker VMs are made from. Default
+	// "debian-13".
+	WorkerImage string
+	// WorkerDiskGiB is a worker's disk. Default 20.
+	WorkerDiskGiB int
+	// KubeconfigTTL is how long an issued kubeconfig is valid (at most
+	// controlplane.MaxTTL). Default 8h.
+	KubeconfigTTL time.Duration
+	// Poll is how often the providers look again at an unfinished VM or
+	// control plane. Default 2s.
+	Poll time.Duration
+	// ControlPlane runs the hosted control planes; nil is a
+	// controlplane.Manager over the management cluster (charts/flexkube).
+	// For tests only.
+	ControlPlane capiprovider.ControlPlane
+	// ControlPlaneValues returns chart values of a cluster's flexkube
+	// release, merged over the ones the Manager derives from the cluster
+	// (controlplane.Config.Values): a site's images, storage class,
+	// resources or ports. Optional; unused with ControlPlane.
+	ControlPlaneValues func(controlplane.Spec) map[string]any
+	// TenantAddress returns the host:port where the Manager reaches a
+	// tenant's API server (controlplane.Config.TenantAddress). Default the
+	// API server's Service. Optional; unused with ControlPlane.
+	TenantAddress func(namespace, cluster string) string
+}
+
+// finishDeletesEvery is how often the leader deletes the namespaces of
+// clusters Cluster API is done deleting.
+const finishDeletesEvery = 5 * time.Second
+
+// kubernetes is managed Kubernetes as one orchestrator runs it.
+type kubernetes struct {
+	svc *tenantkube.Service
+	log *slog.Logger
+	// controllers runs Cluster API's controllers and the providers until
+	// ctx ends (capiprovider.Run).
+	controllers func(ctx context.Context) error
+	// finishDeletes deletes the namespaces of the clusters Cluster API is
+	// done deleting (svc.FinishDeletes).
+	finishDeletes func(ctx context.Context) (int, error)
+}
+
+// newKubernetes builds managed Kubernetes over the management cluster of
+// kc (nil, nil when cfg is not Enabled).
+func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Store, vms *compute.Service, log *slog.Logger) (*kubernetes, error) {
+	if !cfg.Enabled {
+		return nil, nil
+	}
+	rc, _, err := kc.REST()
+	if err != nil {
+		return nil, fmt.Errorf("managed kubernetes: %w", err)
+	}
+	scheme, err := capiprovider.Scheme()
+	if err != nil {
+		return nil, fmt.Errorf("managed kubernetes: %w", err)
+	}
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("managed kubernetes: %w", err)
+	}
+	cp := cfg.ControlPlane
+	if cp == nil {
+		m, err := controlplane.New(controlplane.Config{REST: rc, Values: cfg.ControlPlaneValues, TenantAddress: cfg.TenantAddress,
+			Log: log.With("component", "controlplane")})
+		if err != nil {
+			return nil, fmt.Errorf("managed kubernetes: %w", err)
+		}
+		cp = m
+	}
+	svc, err := tenantkube.New(tenantkube.Config{Client: c, Compute: vms, Catalog: store, ControlPlane: cp, Versions: cfg.Versions,
+		WorkerImage: cfg.WorkerImage, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, Logger: log.With("component", "tenantkube")})
+	if err != nil {
+		return nil, fmt.Errorf("managed kubernetes: %w", err)
+	}
+	controllers := func(ctx context.Context) error {
+		return capiprovider.Run(ctx, capiprovider.Config{REST: rc, Compute: vms, ControlPlane: cp, Core: true,
+			Poll: cfg.Poll, Logger: log.With("component", "capiprovider")})
+	}
+	return &kubernetes{svc: svc, log: log, controllers: controllers, finishDeletes: svc.FinishDeletes}, nil
+}
+
+// leadership is whether this replica leads, and a channel closed at the
+// next change of it (meshleader.Leader's Leading and Changed).
+type leadership interface {
+	Leading() bool
+	Changed() <-chan struct{}
+}
+
+// alone is the leadership of an orchestrator that is not replicated: it
+// always leads.
+type alone struct{}
+
+func (alone) Leading() bool            { return true }
+func (alone) Changed() <-chan struct{} { return nil } // never changes
+
+// run runs Cluster API's controllers and the providers, and finishes
+// deleted clusters, while this replica leads (told by l's changes, not
+// polled); it stops them when the leadership is lost, and returns when ctx
+// ends.
+func (k *kubernetes) run(ctx context.Context, l leadership) {
+	for ctx.Err() == nil {
+		changed := l.Changed()
+		if l.Leading() {
+			k.lead(ctx, l)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		}
+	}
+}
+
+// lead is one leadership's run of the controllers.
+func (k *kubernetes) lead(ctx context.Context, l leadership) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	k.log.Info("leading: starting Cluster API's controllers and flexplane's providers")
+	go func() { done <- k.controllers(lctx) }()
+	finish := time.NewTicker(finishDeletesEvery)
+	defer finish.Stop()
+	for {
+		changed := l.Changed()
+		if !l.Leading() {
+			k.log.Info("leadership lost: stopping Cluster API's controllers")
+			cancel()
+			<-done
+			return
+		}
+		select {
+		case err := <-done:
+			if err != nil && lctx.Err() == nil {
+				k.log.Error("Cluster API's controllers stopped; starting them again", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+			return
+		case <-ctx.Done():
+			<-done
+			return
+		case <-changed:
+		case <-finish.C:
+			if n, err := k.finishDeletes(lctx); err != nil {
+				k.log.Warn("finishing deleted Kubernetes clusters", "err", err)
+			} else if n > 0 {
+				k.log.Info("deleted Kubernetes clusters finished", "namespaces", n)
+			}
+		}
+	}
+}

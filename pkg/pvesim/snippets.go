@@ -1,0 +1,223 @@
+package pvesim
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Snippets. With Config.FileRoot, a file storage's directory is a real
+// directory, and its `snippets` content is the files of its snippets
+// subdirectory, as on a Proxmox node: whatever writes a file there (the
+// flexplane agent; Proxmox's API cannot upload snippets) makes a volume
+// <storage>:snippets/<file> (format "snippet") that the content listing
+// shows and a VM's cicustom may name; deleting the volume removes the
+// file. cloudinit/dump answers a VM's cloud-init data: the snippet its
+// cicustom names, else what Proxmox would generate.
+
+// NodeRoot is the directory of node's file system (Config.FileRoot/node;
+// "" without FileRoot): the agent of node writes its storages' files
+// under it.
+func (c *Cluster) NodeRoot(node string) string {
+	if c.cfg.FileRoot == "" {
+		return ""
+	}
+	return filepath.Join(c.cfg.FileRoot, node)
+}
+
+// makeFileRoots creates the nodes' roots and, in each, the path of every
+// shared file storage as a link to its one directory.
+func (c *Cluster) makeFileRoots() error {
+	if c.cfg.FileRoot == "" {
+		return nil
+	}
+	for _, node := range c.nodes {
+		for _, s := range c.st.storages {
+			if s.path == "" {
+				continue
+			}
+			p := filepath.Join(c.NodeRoot(node), s.path)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			if !s.shared {
+				if err := os.MkdirAll(p, 0o755); err != nil {
+					return err
+				}
+				continue
+			}
+			dir := filepath.Join(c.cfg.FileRoot, "shared", s.path)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(dir, p); err != nil && !os.IsExist(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// snippetsDir is the directory of storage s's snippets on node ("" when
+// it has none).
+func (st *state) snippetsDir(node string, s *storageDef) string {
+	if st.c.cfg.FileRoot == "" || s.path == "" || !s.hasContent("snippets") {
+		return ""
+	}
+	if s.shared {
+		return filepath.Join(st.c.cfg.FileRoot, "shared", s.path, "snippets")
+	}
+	return filepath.Join(st.c.NodeRoot(node), s.path, "snippets")
+}
+
+// syncSnippets makes the snippets volumes of s in m (its volumes on node)
+// the files of its snippets directory. The caller holds mu.
+func (st *state) syncSnippets(node string, s *storageDef, m map[string]*volume) {
+	dir := st.snippetsDir(node, s)
+	files := map[string]os.FileInfo{}
+	if dir != "" {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
+				continue // a hidden file is a writer's temporary one
+			}
+			if fi, err := e.Info(); err == nil {
+				files[s.id+":snippets/"+e.Name()] = fi
+			}
+		}
+	}
+	for id, v := range m {
+		if v.content == "snippets" && files[id] == nil {
+			delete(m, id)
+		}
+	}
+	for id, fi := range files {
+		v := m[id]
+		if v == nil {
+			v = &volume{volid: id, storage: s.id, content: "snippets", format: "snippet", ctime: fi.ModTime().Unix(),
+				file: filepath.Join(dir, fi.Name())}
+			if !s.shared {
+				v.node = node
+			}
+			m[id] = v
+		}
+		v.size = fi.Size()
+	}
+}
+
+// snippetVolume resolves the volid of a cicustom entry on node.
+func (st *state) snippetVolume(node, volid string) (*volume, error) {
+	sid, name, ok := strings.Cut(volid, ":")
+	s := st.storage(sid)
+	if !ok || s == nil {
+		return nil, fmt.Errorf("storage '%s' does not exist", sid)
+	}
+	if !strings.HasPrefix(name, "snippets/") {
+		return nil, fmt.Errorf("%s is not in the snippets directory", volid)
+	}
+	if !s.hasContent("snippets") {
+		return nil, fmt.Errorf("storage '%s' does not support content-type 'snippets'", sid)
+	}
+	v := st.findVolume(node, volid)
+	if v == nil {
+		return nil, fmt.Errorf("volume '%s' does not exist", volid)
+	}
+	return v, nil
+}
+
+// cicustomKeys are the parts of a cicustom value.
+var cicustomKeys = map[string]bool{"meta": true, "network": true, "user": true, "vendor": true}
+
+// checkCICustom validates a cicustom value for a guest on node: a list
+// of <type>=<volid>, each volid a snippet that exists.
+func (st *state) checkCICustom(node, value string) error {
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(value, ",") {
+		k, volid, ok := strings.Cut(part, "=")
+		if !ok || !cicustomKeys[k] || volid == "" || seen[k] {
+			return paramError("cicustom", fmt.Sprintf("invalid format - format error\ncicustom.%s: property is not defined in schema and the schema does not allow additional properties", part))
+		}
+		seen[k] = true
+		if _, err := st.snippetVolume(node, volid); err != nil {
+			return paramError("cicustom", err.Error())
+		}
+	}
+	return nil
+}
+
+// hCloudInitDump is GET .../qemu/{vmid}/cloudinit/dump: the guest's
+// cloud-init data of a type (user, network, meta).
+func hCloudInitDump(cl *call, g *guest) (any, error) {
+	typ, _ := cl.p.str("type")
+	custom := map[string]string{}
+	if cc, ok := g.conf["cicustom"].(string); ok {
+		for part := range strings.SplitSeq(cc, ",") {
+			if k, v, ok := strings.Cut(part, "="); ok {
+				custom[k] = v
+			}
+		}
+	}
+	if volid := custom[typ]; volid != "" {
+		v, err := cl.c.st.snippetVolume(g.node, volid)
+		if err != nil {
+			return nil, errorf(http.StatusInternalServerError, "%s", err)
+		}
+		b, err := os.ReadFile(v.file)
+		if err != nil {
+			return nil, errorf(http.StatusInternalServerError, "unable to read '%s': %v", volid, err)
+		}
+		return string(b), nil
+	}
+	str := func(k string) string { s, _ := g.conf[k].(string); return s }
+	name := str("name")
+	if name == "" {
+		name = fmt.Sprintf("VM%d", g.vmid)
+	}
+	var b strings.Builder
+	switch typ {
+	case "user":
+		fmt.Fprintf(&b, "#cloud-config\nhostname: %s\nmanage_etc_hosts: true\nfqdn: %s\n", name, name)
+		if u := str("ciuser"); u != "" {
+			fmt.Fprintf(&b, "user: %s\n", u)
+		}
+		if keys := str("sshkeys"); keys != "" {
+			b.WriteString("ssh_authorized_keys:\n")
+			dec, _ := url.PathUnescape(keys)
+			for k := range strings.SplitSeq(dec, "\n") {
+				if k = strings.TrimSpace(k); k != "" {
+					fmt.Fprintf(&b, "  - %s\n", k)
+				}
+			}
+		}
+		b.WriteString("chpasswd:\n  expire: False\nusers:\n  - default\npackage_upgrade: true\n")
+	case "network":
+		b.WriteString("version: 1\nconfig:\n")
+		keys := []string{}
+		for k := range g.conf {
+			if strings.HasPrefix(k, "net") {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			mac := parseProperty(str(k)).get("virtio")
+			fmt.Fprintf(&b, "    - type: physical\n      name: eth%s\n      mac_address: '%s'\n", strings.TrimPrefix(k, "net"), strings.ToLower(mac))
+			ip := parseProperty(str("ipconfig" + strings.TrimPrefix(k, "net"))).get("ip")
+			if ip != "" && ip != "dhcp" {
+				fmt.Fprintf(&b, "      subnets:\n      - type: static\n        address: '%s'\n", ip)
+			}
+		}
+	case "meta":
+		sum := sha1.Sum([]byte(fmt.Sprintf("%d/%s", g.vmid, str("name"))))
+		fmt.Fprintf(&b, "instance-id: %s\n", hex.EncodeToString(sum[:]))
+	default:
+		return nil, paramError("type", "value '"+typ+"' does not have a value in the enumeration 'user, network, meta'")
+	}
+	return b.String(), nil
+}
