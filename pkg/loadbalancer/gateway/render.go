@@ -135,7 +135,12 @@ type httpBalancing struct {
 type tlsConnPolicy struct {
 	CertificateSelection certSelection `json:"certificate_selection"`
 	DefaultSNI           string        `json:"default_sni"`
-	ALPN                 []string      `json:"alpn"`
+	// FallbackSNI is the name whose certificate a ClientHello naming
+	// none of the listener's certificates gets: the listener's first
+	// certificate, as for no name at all. Without it caddy picks any
+	// certificate of the listener's tags.
+	FallbackSNI string   `json:"fallback_sni"`
+	ALPN        []string `json:"alpn"`
 }
 
 type certSelection struct {
@@ -313,6 +318,7 @@ func (c *caddyConfig) certificates(b lbconfig.Balancer, l lbconfig.Listener) (tl
 			} else {
 				policy.DefaultSNI = leaf.IPAddresses[0].String()
 			}
+			policy.FallbackSNI = policy.DefaultSNI
 		}
 		loaded := slices.ContainsFunc(c.Apps.TLS.Certificates.LoadPEM, func(p pemCertificate) bool { return slices.Contains(p.Tags, tag) })
 		if !loaded {
