@@ -19,9 +19,20 @@ export async function axe(page, name) {
 }
 
 // fits checks the page does not scroll sideways on a 390 px phone.
+// A failure names the outermost elements that reach past the screen.
 export async function fits(page, name) {
-  const w = await page.evaluate(() => document.documentElement.scrollWidth)
-  assert.ok(w <= 390, `${name} is ${w} px wide on a 390 px phone`)
+  const { width, wide } = await page.evaluate(() => {
+    const width = document.documentElement.scrollWidth
+    const wide = []
+    if (width <= 390) return { width, wide }
+    for (const el of document.body.querySelectorAll('*')) {
+      if (el.getBoundingClientRect().right <= 390 || wide.some((w) => w.el.contains(el))) continue
+      if (el.closest('.table-wrap, dialog:not([open])')) continue
+      wide.push({ el, what: `${el.tagName.toLowerCase()}${el.className ? '.' + String(el.className).trim().replace(/\s+/g, '.') : ''}: ${(el.textContent ?? '').trim().slice(0, 120)}` })
+    }
+    return { width, wide: wide.slice(0, 5).map((w) => w.what) }
+  })
+  assert.ok(width <= 390, `${name} is ${width} px wide on a 390 px phone; too wide: ${wide.join(' | ')}`)
 }
 
 // check runs axe and, on a phone, checks the page fits.
