@@ -28,6 +28,14 @@ type gqlOp struct {
 	VMID  *string `json:"vmId"`
 }
 
+// opError is o's error, or "no error".
+func opError(o gqlOp) string {
+	if o.Error == nil {
+		return "no error"
+	}
+	return *o.Error
+}
+
 type gqlVM struct {
 	ID          string
 	Name        string
