@@ -462,24 +462,9 @@ func (r *Resolver) createOneToOneAddress(ctx context.Context, in model.CreateOne
 	if err != nil {
 		return nil, err
 	}
-	// The address, and the gateway's own when the VDC has none in the
-	// zone yet, count against the VDC's publicAddresses quota, as a load
-	// balancer's do; counted again once held, racers going over give theirs
-	// back.
-	if err := quota.CheckNewPublicAddresses(ctx, r.Catalog, scope.VDC.Name, z.Name, 1); err != nil {
-		return nil, edgeError(err, "input")
-	}
-	if _, err := catalog.EnsureEdgeGateway(ctx, r.Catalog, scope.VDC.Name, z.Name); err != nil {
-		return nil, edgeError(err, "input")
-	}
-	addr, err := catalog.AllocatePublicAddress(ctx, r.Catalog, z.Name, scope.VDC.Name, catalog.UseOneToOne, want, "publicAddress")
+	// Bounded by the VDC's publicAddresses quota, as a load balancer's.
+	addr, err := quota.TakePublicAddress(ctx, r.Catalog, scope.VDC.Name, z.Name, catalog.UseOneToOne, want, "publicAddress")
 	if err != nil {
-		return nil, edgeError(err, "input")
-	}
-	if err := quota.CheckPublicAddresses(ctx, r.Catalog, scope.VDC.Name, 0); err != nil {
-		if rerr := catalog.ReleasePublicAddress(context.WithoutCancel(ctx), r.Catalog, z.Name, scope.VDC.Name, addr); rerr != nil {
-			r.Logger.Warn("graphql: give back a 1:1 address", "address", addr, "err", rerr)
-		}
 		return nil, edgeError(err, "input")
 	}
 	o := catalog.OneToOneAddress{ID: newEdgeID(), PublicAddress: addr.String(), VMID: ref.VMID}

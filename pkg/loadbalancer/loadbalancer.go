@@ -210,30 +210,17 @@ func (s *Service) Create(ctx context.Context, lb *catalog.LoadBalancer, certs []
 	if _, err := catalog.Get[*catalog.LoadBalancer](ctx, s.Store, lb.Name); err == nil {
 		return nil, fmt.Errorf("load balancer: create: %w", &catalog.AlreadyExistsError{Kind: catalog.KindLoadBalancer, Name: lb.Name})
 	}
-	// The balancer's address lives on the VDC's edge gateway in the zone,
-	// which holds one of its own: both count against the VDC's quota.
-	if err := quota.CheckNewPublicAddresses(ctx, s.Store, lb.VDC, lb.Zone, 1); err != nil {
-		return nil, fmt.Errorf("load balancer: create: %w", err)
-	}
-	if _, err := catalog.EnsureEdgeGateway(ctx, s.Store, lb.VDC, lb.Zone); err != nil {
-		return nil, err
-	}
-	addr, err := catalog.AllocatePublicAddress(ctx, s.Store, lb.Zone, lb.VDC, catalog.UseLoadBalancer, netip.Addr{}, "zone")
+	// The balancer's address lives on the VDC's edge gateway in the zone
+	// and counts against the VDC's quota, as 1:1 addresses do.
+	addr, err := quota.TakePublicAddress(ctx, s.Store, lb.VDC, lb.Zone, catalog.UseLoadBalancer, netip.Addr{}, "zone")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load balancer: create: %w", err)
 	}
 	lb.PublicAddress = addr.String()
 	undo := func(err error) error {
 		bg := context.WithoutCancel(ctx)
 		return errors.Join(err, s.Secrets.DeleteSecret(bg, catalog.LoadBalancerSecretName(lb.Name)),
 			catalog.ReleasePublicAddress(bg, s.Store, lb.Zone, lb.VDC, addr))
-	}
-	// Creates racing for the quota's last addresses may all have got one:
-	// count again now that the address is held, and give it back when
-	// over (of racers, all may give up; none goes over). The edge gateway
-	// such a race made stays, as every VDC's gateway does.
-	if err := quota.CheckPublicAddresses(ctx, s.Store, lb.VDC, 0); err != nil {
-		return nil, undo(err)
 	}
 	if err := s.Secrets.PutSecret(ctx, catalog.LoadBalancerSecretName(lb.Name), data); err != nil {
 		return nil, undo(fmt.Errorf("load balancer: create: %w", err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
@@ -40,16 +41,36 @@ func CheckPublicAddresses(ctx context.Context, s catalog.Store, vdc string, more
 	return nil
 }
 
-// CheckNewPublicAddresses is CheckPublicAddresses for n addresses of
-// zone's pool that live on vdc's edge gateway there: when the VDC has no
-// gateway in the zone yet, the address the gateway will take counts too.
-func CheckNewPublicAddresses(ctx context.Context, s catalog.Store, vdc, zone string, n int) error {
+// TakePublicAddress allocates to vdc an address of zone's pool for use
+// (want, or any free one when want is zero; field names want in a
+// validation error), one that lives on vdc's edge gateway there, within
+// the VDC's publicAddresses quota: the gateway, made when the VDC has
+// none in the zone yet, and the address it takes count too. Racers for
+// the quota's last addresses may all get one, so it counts again once the
+// address is held and gives it back when over (of racers, all may give
+// up; none goes over). The caller gives the address back
+// (catalog.ReleasePublicAddress) when what it takes it for fails.
+func TakePublicAddress(ctx context.Context, s catalog.Store, vdc, zone, use string, want netip.Addr, field string) (netip.Addr, error) {
 	has, err := catalog.HasEdgeGateway(ctx, s, vdc, zone)
 	if err != nil {
-		return fmt.Errorf("public addresses quota: %w", err)
+		return netip.Addr{}, fmt.Errorf("public addresses quota: %w", err)
 	}
+	n := 1
 	if !has {
-		n++
+		n++ // the gateway's own address
 	}
-	return CheckPublicAddresses(ctx, s, vdc, n)
+	if err := CheckPublicAddresses(ctx, s, vdc, n); err != nil {
+		return netip.Addr{}, err
+	}
+	if _, err := catalog.EnsureEdgeGateway(ctx, s, vdc, zone); err != nil {
+		return netip.Addr{}, err
+	}
+	addr, err := catalog.AllocatePublicAddress(ctx, s, zone, vdc, use, want, field)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := CheckPublicAddresses(ctx, s, vdc, 0); err != nil {
+		return netip.Addr{}, errors.Join(err, catalog.ReleasePublicAddress(context.WithoutCancel(ctx), s, zone, vdc, addr))
+	}
+	return addr, nil
 }
