@@ -3,7 +3,6 @@ package graph_test
 import (
 	"bytes"
 	"crypto/x509"
-	"encoding/pem"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 )
 
@@ -68,7 +68,7 @@ func (s *kubeStack) tenantKubeconfig(t *testing.T, user, vdc, id string, wantRea
 	if err != nil {
 		t.Fatal(err)
 	}
-	crt := parseCert(t, rc.CertData)
+	crt := kubetest.ClientCertificate(t, rc.CertData)
 	if d := crt.NotAfter.Sub(kc.ExpiresAt); d > time.Minute || d < -time.Minute {
 		t.Errorf("%s's certificate expires at %s, the API says %s", user, crt.NotAfter, kc.ExpiresAt)
 	}
@@ -76,31 +76,6 @@ func (s *kubeStack) tenantKubeconfig(t *testing.T, user, vdc, id string, wantRea
 		t.Errorf("%s's certificate lives %s: not short-lived", user, life)
 	}
 	return c, crt, rc.CertData
-}
-
-func parseCert(t *testing.T, data []byte) *x509.Certificate {
-	t.Helper()
-	b, _ := pem.Decode(data)
-	if b == nil {
-		t.Fatal("no client certificate")
-	}
-	crt, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return crt
-}
-
-func tenantNamespaces(t *testing.T, c kubernetes.Interface) ([]string, error) {
-	list, err := c.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, n := range list.Items {
-		names = append(names, n.Name)
-	}
-	return names, nil
 }
 
 // TestHostedControlPlaneThroughAPI: createKubernetesCluster through
@@ -145,7 +120,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 	if bytes.Equal(pemData, adminCfg.CertData) {
 		t.Error("the member got the cluster's admin certificate")
 	}
-	names, err := tenantNamespaces(t, member)
+	names, err := kubetest.NamespaceNames(t.Context(), member)
 	if err != nil {
 		t.Fatalf("member lists the tenant's namespaces: %v%s", err, s.hosted.Pods.Tail(10))
 	}
@@ -170,7 +145,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 	// The tenant API server sees the viewers' binding when its RBAC cache
 	// does: within moments.
 	meshtest.WaitFor(t, 45*time.Second, "the viewer lists team-a", func() bool {
-		names, err := tenantNamespaces(t, viewer)
+		names, err := kubetest.NamespaceNames(t.Context(), viewer)
 		return err == nil && slices.Contains(names, "team-a")
 	})
 	_, err = viewer.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}}, metav1.CreateOptions{})
@@ -198,7 +173,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 		h.GraphQL(t, "alice", "red", `{ kubernetesClusters { totalCount } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
 		return list.TotalCount == 0 && s.hosted.Pods.Runner(c.ID) == nil
 	})
-	if _, err := tenantNamespaces(t, member); err == nil {
+	if _, err := kubetest.NamespaceNames(t.Context(), member); err == nil {
 		t.Error("the deleted cluster's API server still serves")
 	}
 }

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
@@ -52,23 +52,6 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // protected by mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRun runs flexgateway as main does: it serves the admin API with the
 // token of its file, becomes ready with a config and stops when its
 // context ends.
@@ -80,7 +63,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-admin-addr", "127.0.0.1:0", "-token-file", tokenFile, "-data-dir", filepath.Join(dir, "data")},

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
+	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 )
 
 const (
@@ -44,7 +44,7 @@ type harness struct {
 	store   *catalog.DirStore
 	url     string
 	handler http.Handler // the handler behind url, for in-process requests
-	logs    *syncBuffer
+	logs    *syncbuf.Buffer
 	mu      sync.Mutex
 	tokens  map[string]string // protected by mu
 	options harnessOptions
@@ -54,23 +54,6 @@ type harnessOptions struct {
 	lifetime      time.Duration
 	maxDepth      int
 	maxComplexity int
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // protected by mu
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -97,7 +80,7 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 	}
 	t.Cleanup(func() { idp.Close() })
 
-	h := &harness{idp: idp, dir: t.TempDir(), tokens: map[string]string{}, logs: &syncBuffer{}, options: opts}
+	h := &harness{idp: idp, dir: t.TempDir(), tokens: map[string]string{}, logs: &syncbuf.Buffer{}, options: opts}
 	h.store, err = catalog.OpenDir(h.dir)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
@@ -128,7 +128,7 @@ func StartGateway(t testing.TB, o GatewayOptions) *GatewayProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	start := o.Start
 	if start == nil {
@@ -167,23 +167,4 @@ func StartGateway(t testing.TB, o GatewayOptions) *GatewayProcess {
 	p.AdminAddr = addr
 	p.Client = &lbconfig.Client{BaseURL: "http://" + addr, Token: o.Token}
 	return p
-}
-
-// lockedBuffer is a strings.Builder safe for the writes of a process's
-// output and the reads of the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder // protected by mu
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,10 +1,10 @@
 package meshtest
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
+
+	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 )
 
 // LogRecorder is a slog.Handler that keeps every log line (text format, all
@@ -12,23 +12,12 @@ import (
 // logged). Pass it to WithLogHandler.
 type LogRecorder struct {
 	h   slog.Handler
-	buf *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // protected by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	buf *syncbuf.Buffer
 }
 
 // NewLogRecorder returns an empty recorder.
 func NewLogRecorder() *LogRecorder {
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	return &LogRecorder{buf: buf, h: slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})}
 }
 
@@ -50,7 +39,5 @@ func (r *LogRecorder) WithGroup(name string) slog.Handler {
 
 // Bytes returns a copy of everything logged so far.
 func (r *LogRecorder) Bytes() []byte {
-	r.buf.mu.Lock()
-	defer r.buf.mu.Unlock()
-	return bytes.Clone(r.buf.buf.Bytes())
+	return r.buf.Bytes()
 }

@@ -3,7 +3,6 @@ package controlplane
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/podrun"
 )
 
@@ -116,27 +116,7 @@ func tenantClient(t *testing.T, kubeconfig []byte) (kubernetes.Interface, *x509.
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := pem.Decode(rc.CertData)
-	if b == nil {
-		t.Fatal("kubeconfig has no client certificate")
-	}
-	crt, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, crt
-}
-
-func namespaceNames(ctx context.Context, c kubernetes.Interface) ([]string, error) {
-	list, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, n := range list.Items {
-		names = append(names, n.Name)
-	}
-	return names, nil
+	return client, kubetest.ClientCertificate(t, rc.CertData)
 }
 
 // TestHostedControlPlaneServes: a control plane Ensure installed, its
@@ -175,7 +155,7 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	if crt.Subject.CommonName != "ann" || slices.Contains(crt.Subject.Organization, "system:masters") {
 		t.Errorf("admin credential %v", crt.Subject)
 	}
-	names, err := namespaceNames(ctx, admin)
+	names, err := kubetest.NamespaceNames(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +191,7 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	// The tenant API server sees the viewers' binding when its RBAC cache
 	// does: within moments, as on any cluster.
 	eventually(t, 45*time.Second, "the viewer lists the namespaces", func() error {
-		names, err := namespaceNames(ctx, viewer)
+		names, err := kubetest.NamespaceNames(ctx, viewer)
 		if err == nil && !slices.Contains(names, "team-a") {
 			err = fmt.Errorf("team-a missing from %v", names)
 		}
@@ -232,11 +212,11 @@ func TestHostedControlPlaneServes(t *testing.T) {
 		t.Errorf("%s credential valid for %s", ttl, d)
 	}
 	eventually(t, time.Until(crt.NotAfter), fmt.Sprintf("a %s credential accepted before it expires", ttl), func() error {
-		_, err := namespaceNames(ctx, short)
+		_, err := kubetest.NamespaceNames(ctx, short)
 		return err
 	})
 	eventually(t, time.Minute, "an expired credential is refused", func() error {
-		_, err := namespaceNames(ctx, short)
+		_, err := kubetest.NamespaceNames(ctx, short)
 		if apierrors.IsUnauthorized(err) {
 			if now := time.Now(); now.Before(crt.NotAfter) {
 				t.Fatalf("refused at %s, before it expires at %s: %v", now, crt.NotAfter, err)
