@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
@@ -133,14 +134,20 @@ type httpBalancing struct {
 }
 
 type tlsConnPolicy struct {
+	Match                *tlsMatch     `json:"match,omitempty"`
 	CertificateSelection certSelection `json:"certificate_selection"`
-	DefaultSNI           string        `json:"default_sni"`
-	// FallbackSNI is the name whose certificate a ClientHello naming
-	// none of the listener's certificates gets: the listener's first
-	// certificate, as for no name at all. Without it caddy picks any
-	// certificate of the listener's tags.
-	FallbackSNI string   `json:"fallback_sni"`
-	ALPN        []string `json:"alpn"`
+	ALPN                 []string      `json:"alpn"`
+}
+
+// tlsMatch matches a ClientHello by its server name (a wildcard matches
+// one label) or by the local address it came to.
+type tlsMatch struct {
+	SNI     []string    `json:"sni,omitempty"`
+	LocalIP *tlsMatchIP `json:"local_ip,omitempty"`
+}
+
+type tlsMatchIP struct {
+	Ranges []string `json:"ranges"`
 }
 
 type certSelection struct {
@@ -254,11 +261,11 @@ func render(cfg lbconfig.Config, opt renderOptions) ([]byte, error) {
 				srv.Routes = append(srv.Routes, httpRoute{Handle: []httpHandler{fallback}, Terminal: true})
 				if l.Protocol == lbconfig.ProtocolHTTPS {
 					srv.Protocols = []string{"h1", "h2"}
-					policy, err := out.certificates(b, l)
+					policies, err := out.certificates(b, l)
 					if err != nil {
 						return nil, err
 					}
-					srv.TLSConnectionPolicies = []tlsConnPolicy{policy}
+					srv.TLSConnectionPolicies = policies
 				}
 				out.http().Servers[name] = srv
 			}
@@ -292,33 +299,51 @@ func (c *caddyConfig) http() *httpApp {
 
 // certificates loads the certificates HTTPS listener l serves into the
 // tls app (once per balancer and name) and returns the listener's
-// connection policy: a certificate of the listener chosen by SNI, the
-// first certificate's first name for clients that send none or one no
-// certificate holds.
-func (c *caddyConfig) certificates(b lbconfig.Balancer, l lbconfig.Listener) (tlsConnPolicy, error) {
+// connection policies, the first that matches a ClientHello deciding:
+// each allows one certificate alone, because caddy, when a policy's tags
+// allow several, picks any of them for a name none of them holds (and for
+// a wildcard name, or none). So a name a certificate holds exactly gets
+// it (the listener's first such), then one its wildcard holds, then a
+// connection to an address it holds; every other ClientHello (no name, or
+// a name no certificate holds) gets the listener's first certificate.
+func (c *caddyConfig) certificates(b lbconfig.Balancer, l lbconfig.Listener) ([]tlsConnPolicy, error) {
 	if c.Apps.TLS == nil {
 		c.Apps.TLS = &tlsApp{DisableOCSPStapling: true}
 	}
-	policy := tlsConnPolicy{ALPN: []string{"h2", "http/1.1"}}
+	one := func(tag string, m *tlsMatch) tlsConnPolicy {
+		return tlsConnPolicy{Match: m, CertificateSelection: certSelection{AnyTag: []string{tag}}, ALPN: []string{"h2", "http/1.1"}}
+	}
+	var exact, wildcard, byAddr []tlsConnPolicy
 	for _, name := range l.Certificates {
 		tag := b.ID + "/" + name
-		policy.CertificateSelection.AnyTag = append(policy.CertificateSelection.AnyTag, tag)
 		i := slices.IndexFunc(b.Certificates, func(cert lbconfig.Certificate) bool { return cert.Name == name })
 		if i < 0 {
-			return policy, invalid("balancer %q listener %q: certificate %q does not exist", b.ID, l.Name, name)
+			return nil, invalid("balancer %q listener %q: certificate %q does not exist", b.ID, l.Name, name)
 		}
 		cert := b.Certificates[i]
-		if policy.DefaultSNI == "" {
-			leaf, err := parseCertificate(cert)
-			if err != nil {
-				return policy, invalid("balancer %q certificate %q: %v", b.ID, name, err)
-			}
-			if len(leaf.DNSNames) > 0 {
-				policy.DefaultSNI = leaf.DNSNames[0]
+		leaf, err := parseCertificate(cert)
+		if err != nil {
+			return nil, invalid("balancer %q certificate %q: %v", b.ID, name, err)
+		}
+		var names, wildcards, addrs []string
+		for _, n := range leaf.DNSNames {
+			if strings.HasPrefix(n, "*.") {
+				wildcards = append(wildcards, n)
 			} else {
-				policy.DefaultSNI = leaf.IPAddresses[0].String()
+				names = append(names, n)
 			}
-			policy.FallbackSNI = policy.DefaultSNI
+		}
+		for _, ip := range leaf.IPAddresses {
+			addrs = append(addrs, ip.String())
+		}
+		if len(names) > 0 {
+			exact = append(exact, one(tag, &tlsMatch{SNI: names}))
+		}
+		if len(wildcards) > 0 {
+			wildcard = append(wildcard, one(tag, &tlsMatch{SNI: wildcards}))
+		}
+		if len(addrs) > 0 {
+			byAddr = append(byAddr, one(tag, &tlsMatch{LocalIP: &tlsMatchIP{Ranges: addrs}}))
 		}
 		loaded := slices.ContainsFunc(c.Apps.TLS.Certificates.LoadPEM, func(p pemCertificate) bool { return slices.Contains(p.Tags, tag) })
 		if !loaded {
@@ -326,7 +351,11 @@ func (c *caddyConfig) certificates(b lbconfig.Balancer, l lbconfig.Listener) (tl
 				pemCertificate{Certificate: cert.CertPEM, Key: cert.KeyPEM, Tags: []string{tag}})
 		}
 	}
-	return policy, nil
+	if len(l.Certificates) == 0 {
+		return nil, invalid("balancer %q listener %q: HTTPS with no certificate", b.ID, l.Name)
+	}
+	policies := slices.Concat(exact, wildcard, byAddr)
+	return append(policies, one(b.ID+"/"+l.Certificates[0], nil)), nil
 }
 
 // l4Proxy proxies to addrs round robin, or closes the connection when
