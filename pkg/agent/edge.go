@@ -159,6 +159,11 @@ func gatewayFromProto(p *edgev1.Gateway) (edge.Gateway, error) {
 		}
 		g.Balancers = append(g.Balancers, eb)
 	}
+	for i, e := range p.GetEndpoints() {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		g.Endpoints = append(g.Endpoints, edge.Endpoint{ID: e.GetId(), Address: addr(f+".address", e.GetAddress()), Port: port(f+".port", e.GetPort()),
+			Target: addr(f+".target", e.GetTarget()), TargetPort: port(f+".target_port", e.GetTargetPort())})
+	}
 	for i, r := range p.GetRules() {
 		f := fmt.Sprintf("rules[%d]", i)
 		dir := map[edgev1.Direction]string{edgev1.Direction_DIRECTION_INBOUND: edge.Inbound, edgev1.Direction_DIRECTION_OUTBOUND: edge.Outbound}[r.GetDirection()]

@@ -39,6 +39,9 @@ type Gateway struct {
 	EgressMbps, IngressMbps int
 	// Balancers are the VDC's load balancers' addresses.
 	Balancers []Balancer
+	// Endpoints are platform services the VDC's VMs reach at a leg's
+	// gateway address.
+	Endpoints []Endpoint
 	// Revision is an opaque label of this state chosen by the caller: the
 	// namespace records it once Apply completes, and Manager.List reports
 	// it, so a caller finding it there need not send the same state again.
@@ -57,6 +60,20 @@ type Balancer struct {
 	Frontends []Forward
 	Relays    []Forward
 	Sources   []netip.Prefix
+}
+
+// Endpoint is a platform service the VDC's networks reach at a leg's gateway
+// address: TCP connections to Address:Port are forwarded to Target:TargetPort on
+// the external network, SNATed to the uplink's address as all egress is. They are
+// accepted before the firewall rules, which are the tenant's, as the service is
+// the platform's: the hosted API server of one of the VDC's Kubernetes clusters,
+// reached by its workers at an address inside their network that needs no DNS.
+type Endpoint struct {
+	ID         string
+	Address    netip.Addr
+	Port       uint16
+	Target     netip.Addr
+	TargetPort uint16
 }
 
 // Forward sends TCP connections to Port on to Target:TargetPort.
@@ -186,6 +203,33 @@ func (g *Gateway) Validate() error {
 				return &InputError{f, "sources must be IPv4 CIDRs"}
 			}
 		}
+	}
+	legAddrs := map[netip.Addr]bool{}
+	for _, l := range g.Legs {
+		legAddrs[l.Address.Addr()] = true
+	}
+	type addrPort struct {
+		a netip.Addr
+		p uint16
+	}
+	endpoints := map[addrPort]bool{}
+	for i, e := range g.Endpoints {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		switch {
+		case e.ID == "":
+			return &InputError{f, "an id is required"}
+		case !legAddrs[e.Address]:
+			return &InputError{f, fmt.Sprintf("address %s is no leg's gateway address", e.Address)}
+		case e.Port == 0 || e.TargetPort == 0:
+			return &InputError{f, "ports must be 1 to 65535"}
+		case !e.Target.Is4():
+			return &InputError{f, "the target must be IPv4"}
+		case e.Target == g.Uplink.Address.Addr():
+			return &InputError{f, "the target is the gateway's own uplink address"}
+		case endpoints[addrPort{e.Address, e.Port}]:
+			return &InputError{f, fmt.Sprintf("%s port %d is forwarded twice", e.Address, e.Port)}
+		}
+		endpoints[addrPort{e.Address, e.Port}] = true
 	}
 	for i, r := range g.Rules {
 		if err := r.Validate(); err != nil {

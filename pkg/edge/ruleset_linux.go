@@ -60,7 +60,7 @@ const tableName = "flexplane_edge"
 // comments ("packets bytes id": an element's counter starts at zero).
 
 // rulesetVersion changes the fingerprint when the ruleset's format changes.
-const rulesetVersion = "edge-ruleset-2"
+const rulesetVersion = "edge-ruleset-3"
 
 // stateChain holds the fingerprint.
 const stateChain = "state"
@@ -130,6 +130,9 @@ func compile(g Gateway, reuse *applied) *plan {
 	// Traffic from the external network back to it is no VDC's: the gateway routes
 	// for its VDC only (and so inbound and outbound rules never meet one packet).
 	add("forward", cat(fromUplink, toUplink, verdict(expr.VerdictDrop))...)
+	// The platform's endpoints (from a leg to the external network): before the
+	// rules, which are the tenant's.
+	add("forward", cat(toUplink, ctMarkIs(endpointMark), verdict(expr.VerdictAccept))...)
 	for _, m := range ruleMaps(g.Rules) {
 		p.maps[m.name] = m
 		dir := Inbound
@@ -192,6 +195,10 @@ func compileNAT(g Gateway, add func(chain string, es ...expr.Any)) {
 			add("postrouting", cat(toUplink, ctMarkIs(balancerMark), natTo(expr.NATTypeSourceNAT, b.Public, 0))...)
 		}
 	}
+	for _, e := range g.Endpoints {
+		add("prerouting", cat(notIfname(unix.NFT_META_IIFNAME, "uplink"), addrIs(16, e.Address), proto("tcp"), portRange(e.Port, e.Port),
+			setCtMark(endpointMark), natTo(expr.NATTypeDestNAT, e.Target, e.TargetPort))...)
+	}
 	for _, o := range g.OneToOne {
 		add("postrouting", cat(toUplink, addrIs(12, o.Private), natTo(expr.NATTypeSourceNAT, o.Public, 0))...)
 	}
@@ -201,7 +208,7 @@ func compileNAT(g Gateway, add func(chain string, es ...expr.Any)) {
 // sameNAT says whether a and b make the same NAT chains.
 func sameNAT(a, b Gateway) bool {
 	return a.Uplink.Address == b.Uplink.Address && slices.Equal(a.PortForwards, b.PortForwards) && slices.Equal(a.OneToOne, b.OneToOne) &&
-		reflect.DeepEqual(a.Balancers, b.Balancers)
+		reflect.DeepEqual(a.Balancers, b.Balancers) && slices.Equal(a.Endpoints, b.Endpoints)
 }
 
 func mapsKeys(m map[string]*ruleMap) func(func(string) bool) {
@@ -394,7 +401,7 @@ func applyRuleset(ns string, g Gateway, prev *applied) (RulesetApply, *applied, 
 // rulesetInput is g without what its ruleset does not depend on, copied.
 func rulesetInput(g Gateway) Gateway {
 	return Gateway{Uplink: Uplink{Address: g.Uplink.Address}, PortForwards: slices.Clone(g.PortForwards), OneToOne: slices.Clone(g.OneToOne),
-		Rules: slices.Clone(g.Rules), Balancers: slices.Clone(g.Balancers)}
+		Rules: slices.Clone(g.Rules), Balancers: slices.Clone(g.Balancers), Endpoints: slices.Clone(g.Endpoints)}
 }
 
 // fingerprint is the state chain's fingerprint; "" without one.
@@ -761,6 +768,9 @@ func ctBits(key uint32, bits uint32) []expr.Any {
 
 // forwardedMark is the conntrack mark of connections a port forward made.
 const forwardedMark = 0x464e // "FN"
+
+// endpointMark marks connections from the VDC's networks to a platform endpoint.
+const endpointMark = 0x4550 // "EP"
 
 // balancerMark marks connections to a load balancer's listeners; relayMark those
 // of its replicas to the VDC's VMs.

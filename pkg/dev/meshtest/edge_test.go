@@ -61,6 +61,8 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		Legs:         []*edgev1.Leg{{Bridge: n.VNet, Address: "10.1.0.1/24"}},
 		Uplink:       &edgev1.Uplink{Bridge: "vmbr0", Address: "203.0.113.10/24", Gateway: "203.0.113.254"},
 		PortForwards: []*edgev1.PortForward{{Id: "web", Protocol: "tcp", PublicAddress: "203.0.113.10", PublicPort: 8080, Target: "10.1.0.11", TargetPort: 80}},
+		// A platform service at the network's gateway address.
+		Endpoints: []*edgev1.Endpoint{{Id: "kube", Address: "10.1.0.1", Port: 6443, Target: "203.0.113.254", TargetPort: 9000}},
 	}
 	client := func(node string) edgev1.EdgeServiceClient {
 		t.Helper()
@@ -77,6 +79,8 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		{Vdc: "red", Legs: gw.Legs, Uplink: &edgev1.Uplink{Bridge: "vmbr0", Address: "203.0.113.10"}},
 		{Vdc: "red", Legs: gw.Legs, Uplink: gw.Uplink, PortForwards: []*edgev1.PortForward{{Id: "x", Protocol: "tcp", PublicAddress: "203.0.113.10", PublicPort: 70000, Target: "10.1.0.11", TargetPort: 80}}},
 		{Vdc: "red", Legs: gw.Legs, Uplink: gw.Uplink, Rules: []*edgev1.Rule{{Id: "x", Direction: edgev1.Direction_DIRECTION_INBOUND, Protocol: "tcp", Source: "10.0.0.0/33"}}},
+		{Vdc: "red", Legs: gw.Legs, Uplink: gw.Uplink, Endpoints: []*edgev1.Endpoint{{Id: "x", Address: "10.1.0.9", Port: 6443, Target: "203.0.113.254", TargetPort: 6443}}},
+		{Vdc: "red", Legs: gw.Legs, Uplink: gw.Uplink, Endpoints: []*edgev1.Endpoint{{Id: "x", Address: "10.1.0.1", Port: 6443, Target: "not-an-address", TargetPort: 6443}}},
 	}
 	for i, g := range bad {
 		if _, err := client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: g}); status.Code(err) != codes.InvalidArgument {
@@ -96,6 +100,9 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	}
 	if got := nettest.WaitReach(t, inet, "203.0.113.10:8080", 10*time.Second); !strings.HasPrefix(got, "vm101 ") {
 		t.Errorf("port forward answered %q", got)
+	}
+	if got := nettest.WaitReach(t, vm, "10.1.0.1:6443", 10*time.Second); !strings.HasPrefix(got, "internet from 203.0.113.10:") {
+		t.Errorf("the endpoint answered %q, want the service seeing the public address", got)
 	}
 
 	// The agent restarts; the connection stays, and the same state applies again.

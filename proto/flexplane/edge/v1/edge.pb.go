@@ -100,7 +100,10 @@ type Gateway struct {
 	EgressMbps  uint32 `protobuf:"varint,7,opt,name=egress_mbps,json=egressMbps,proto3" json:"egress_mbps,omitempty"`
 	IngressMbps uint32 `protobuf:"varint,8,opt,name=ingress_mbps,json=ingressMbps,proto3" json:"ingress_mbps,omitempty"`
 	// The VDC's load balancers' addresses, held on the uplink.
-	Balancers     []*Balancer `protobuf:"bytes,9,rep,name=balancers,proto3" json:"balancers,omitempty"`
+	Balancers []*Balancer `protobuf:"bytes,9,rep,name=balancers,proto3" json:"balancers,omitempty"`
+	// Platform services the VDC's VMs reach at a leg's gateway address (the
+	// hosted API servers of the VDC's Kubernetes clusters).
+	Endpoints     []*Endpoint `protobuf:"bytes,10,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,6 +201,96 @@ func (x *Gateway) GetBalancers() []*Balancer {
 	return nil
 }
 
+func (x *Gateway) GetEndpoints() []*Endpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// Endpoint is a platform service reached from the VDC's networks: TCP
+// connections to address:port, address being a leg's gateway address, are
+// forwarded to target:target_port on the external network, leaving with the
+// VDC's public address as their source. Tenant firewall rules do not apply:
+// the service is the platform's.
+type Endpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A leg's gateway address.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Port    uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// Where the service is on the external network.
+	Target        string `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	TargetPort    uint32 `protobuf:"varint,5,opt,name=target_port,json=targetPort,proto3" json:"target_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Endpoint) Reset() {
+	*x = Endpoint{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Endpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Endpoint) ProtoMessage() {}
+
+func (x *Endpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
+func (*Endpoint) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Endpoint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Endpoint) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Endpoint) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Endpoint) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Endpoint) GetTargetPort() uint32 {
+	if x != nil {
+		return x.TargetPort
+	}
+	return 0
+}
+
 // Balancer is a load balancer's public address on the gateway: its
 // listeners' ports forwarded to the zone's flexgateway replicas, and relay
 // ports the replicas alone may use to reach the VDC's VMs.
@@ -220,7 +313,7 @@ type Balancer struct {
 
 func (x *Balancer) Reset() {
 	*x = Balancer{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +325,7 @@ func (x *Balancer) String() string {
 func (*Balancer) ProtoMessage() {}
 
 func (x *Balancer) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[1]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +338,7 @@ func (x *Balancer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Balancer.ProtoReflect.Descriptor instead.
 func (*Balancer) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{1}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Balancer) GetId() string {
@@ -295,7 +388,7 @@ type Forward struct {
 
 func (x *Forward) Reset() {
 	*x = Forward{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +400,7 @@ func (x *Forward) String() string {
 func (*Forward) ProtoMessage() {}
 
 func (x *Forward) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[2]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +413,7 @@ func (x *Forward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forward.ProtoReflect.Descriptor instead.
 func (*Forward) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{2}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Forward) GetPort() uint32 {
@@ -357,7 +450,7 @@ type Leg struct {
 
 func (x *Leg) Reset() {
 	*x = Leg{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +462,7 @@ func (x *Leg) String() string {
 func (*Leg) ProtoMessage() {}
 
 func (x *Leg) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[3]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +475,7 @@ func (x *Leg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leg.ProtoReflect.Descriptor instead.
 func (*Leg) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{3}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Leg) GetBridge() string {
@@ -414,7 +507,7 @@ type Uplink struct {
 
 func (x *Uplink) Reset() {
 	*x = Uplink{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +519,7 @@ func (x *Uplink) String() string {
 func (*Uplink) ProtoMessage() {}
 
 func (x *Uplink) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[4]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +532,7 @@ func (x *Uplink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Uplink.ProtoReflect.Descriptor instead.
 func (*Uplink) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{4}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Uplink) GetBridge() string {
@@ -479,7 +572,7 @@ type PortForward struct {
 
 func (x *PortForward) Reset() {
 	*x = PortForward{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +584,7 @@ func (x *PortForward) String() string {
 func (*PortForward) ProtoMessage() {}
 
 func (x *PortForward) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[5]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +597,7 @@ func (x *PortForward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForward.ProtoReflect.Descriptor instead.
 func (*PortForward) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{5}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PortForward) GetId() string {
@@ -561,7 +654,7 @@ type OneToOne struct {
 
 func (x *OneToOne) Reset() {
 	*x = OneToOne{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +666,7 @@ func (x *OneToOne) String() string {
 func (*OneToOne) ProtoMessage() {}
 
 func (x *OneToOne) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[6]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +679,7 @@ func (x *OneToOne) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OneToOne.ProtoReflect.Descriptor instead.
 func (*OneToOne) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{6}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OneToOne) GetId() string {
@@ -631,7 +724,7 @@ type Rule struct {
 
 func (x *Rule) Reset() {
 	*x = Rule{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +736,7 @@ func (x *Rule) String() string {
 func (*Rule) ProtoMessage() {}
 
 func (x *Rule) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[7]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +749,7 @@ func (x *Rule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rule.ProtoReflect.Descriptor instead.
 func (*Rule) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{7}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Rule) GetId() string {
@@ -730,7 +823,7 @@ type ApplyGatewayRequest struct {
 
 func (x *ApplyGatewayRequest) Reset() {
 	*x = ApplyGatewayRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +835,7 @@ func (x *ApplyGatewayRequest) String() string {
 func (*ApplyGatewayRequest) ProtoMessage() {}
 
 func (x *ApplyGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[8]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +848,7 @@ func (x *ApplyGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyGatewayRequest.ProtoReflect.Descriptor instead.
 func (*ApplyGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{8}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplyGatewayRequest) GetGateway() *Gateway {
@@ -782,7 +875,7 @@ type ApplyGatewayResponse struct {
 
 func (x *ApplyGatewayResponse) Reset() {
 	*x = ApplyGatewayResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +887,7 @@ func (x *ApplyGatewayResponse) String() string {
 func (*ApplyGatewayResponse) ProtoMessage() {}
 
 func (x *ApplyGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[9]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +900,7 @@ func (x *ApplyGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyGatewayResponse.ProtoReflect.Descriptor instead.
 func (*ApplyGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{9}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplyGatewayResponse) GetState() *GatewayState {
@@ -827,7 +920,7 @@ type RemoveGatewayRequest struct {
 
 func (x *RemoveGatewayRequest) Reset() {
 	*x = RemoveGatewayRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +932,7 @@ func (x *RemoveGatewayRequest) String() string {
 func (*RemoveGatewayRequest) ProtoMessage() {}
 
 func (x *RemoveGatewayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[10]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +945,7 @@ func (x *RemoveGatewayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveGatewayRequest.ProtoReflect.Descriptor instead.
 func (*RemoveGatewayRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{10}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveGatewayRequest) GetVdc() string {
@@ -871,7 +964,7 @@ type RemoveGatewayResponse struct {
 
 func (x *RemoveGatewayResponse) Reset() {
 	*x = RemoveGatewayResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +976,7 @@ func (x *RemoveGatewayResponse) String() string {
 func (*RemoveGatewayResponse) ProtoMessage() {}
 
 func (x *RemoveGatewayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[11]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +989,7 @@ func (x *RemoveGatewayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveGatewayResponse.ProtoReflect.Descriptor instead.
 func (*RemoveGatewayResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{11}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{12}
 }
 
 // GatewayStatusRequest names the VDC.
@@ -909,7 +1002,7 @@ type GatewayStatusRequest struct {
 
 func (x *GatewayStatusRequest) Reset() {
 	*x = GatewayStatusRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1014,7 @@ func (x *GatewayStatusRequest) String() string {
 func (*GatewayStatusRequest) ProtoMessage() {}
 
 func (x *GatewayStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[12]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1027,7 @@ func (x *GatewayStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatusRequest.ProtoReflect.Descriptor instead.
 func (*GatewayStatusRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{12}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GatewayStatusRequest) GetVdc() string {
@@ -954,7 +1047,7 @@ type GatewayStatusResponse struct {
 
 func (x *GatewayStatusResponse) Reset() {
 	*x = GatewayStatusResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1059,7 @@ func (x *GatewayStatusResponse) String() string {
 func (*GatewayStatusResponse) ProtoMessage() {}
 
 func (x *GatewayStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[13]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1072,7 @@ func (x *GatewayStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayStatusResponse.ProtoReflect.Descriptor instead.
 func (*GatewayStatusResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{13}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GatewayStatusResponse) GetState() *GatewayState {
@@ -998,7 +1091,7 @@ type ListGatewaysRequest struct {
 
 func (x *ListGatewaysRequest) Reset() {
 	*x = ListGatewaysRequest{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1103,7 @@ func (x *ListGatewaysRequest) String() string {
 func (*ListGatewaysRequest) ProtoMessage() {}
 
 func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[14]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1116,7 @@ func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysRequest.ProtoReflect.Descriptor instead.
 func (*ListGatewaysRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{14}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
 }
 
 // ListGatewaysResponse lists the node's gateways.
@@ -1036,7 +1129,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1141,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[15]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1154,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*RunningGateway {
@@ -1090,7 +1183,7 @@ type RunningGateway struct {
 
 func (x *RunningGateway) Reset() {
 	*x = RunningGateway{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1195,7 @@ func (x *RunningGateway) String() string {
 func (*RunningGateway) ProtoMessage() {}
 
 func (x *RunningGateway) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1208,7 @@ func (x *RunningGateway) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningGateway.ProtoReflect.Descriptor instead.
 func (*RunningGateway) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{16}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunningGateway) GetVdc() string {
@@ -1155,7 +1248,7 @@ type GatewayState struct {
 
 func (x *GatewayState) Reset() {
 	*x = GatewayState{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1260,7 @@ func (x *GatewayState) String() string {
 func (*GatewayState) ProtoMessage() {}
 
 func (x *GatewayState) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1273,7 @@ func (x *GatewayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayState.ProtoReflect.Descriptor instead.
 func (*GatewayState) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{17}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GatewayState) GetNamespace() string {
@@ -1216,7 +1309,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1321,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1334,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{18}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Counter) GetId() string {
@@ -1269,7 +1362,7 @@ var File_flexplane_edge_v1_edge_proto protoreflect.FileDescriptor
 
 const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflexplane/edge/v1/edge.proto\x12\x11flexplane.edge.v1\"\xa8\x03\n" +
+	"\x1cflexplane/edge/v1/edge.proto\x12\x11flexplane.edge.v1\"\xe3\x03\n" +
 	"\aGateway\x12\x10\n" +
 	"\x03vdc\x18\x01 \x01(\tR\x03vdc\x12*\n" +
 	"\x04legs\x18\x02 \x03(\v2\x16.flexplane.edge.v1.LegR\x04legs\x121\n" +
@@ -1281,7 +1374,16 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\vegress_mbps\x18\a \x01(\rR\n" +
 	"egressMbps\x12!\n" +
 	"\fingress_mbps\x18\b \x01(\rR\vingressMbps\x129\n" +
-	"\tbalancers\x18\t \x03(\v2\x1b.flexplane.edge.v1.BalancerR\tbalancers\"\xc9\x01\n" +
+	"\tbalancers\x18\t \x03(\v2\x1b.flexplane.edge.v1.BalancerR\tbalancers\x129\n" +
+	"\tendpoints\x18\n" +
+	" \x03(\v2\x1b.flexplane.edge.v1.EndpointR\tendpoints\"\x81\x01\n" +
+	"\bEndpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\tR\x06target\x12\x1f\n" +
+	"\vtarget_port\x18\x05 \x01(\rR\n" +
+	"targetPort\"\xc9\x01\n" +
 	"\bBalancer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0epublic_address\x18\x02 \x01(\tR\rpublicAddress\x128\n" +
@@ -1372,57 +1474,59 @@ func file_flexplane_edge_v1_edge_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_edge_v1_edge_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(Direction)(0),                // 0: flexplane.edge.v1.Direction
 	(*Gateway)(nil),               // 1: flexplane.edge.v1.Gateway
-	(*Balancer)(nil),              // 2: flexplane.edge.v1.Balancer
-	(*Forward)(nil),               // 3: flexplane.edge.v1.Forward
-	(*Leg)(nil),                   // 4: flexplane.edge.v1.Leg
-	(*Uplink)(nil),                // 5: flexplane.edge.v1.Uplink
-	(*PortForward)(nil),           // 6: flexplane.edge.v1.PortForward
-	(*OneToOne)(nil),              // 7: flexplane.edge.v1.OneToOne
-	(*Rule)(nil),                  // 8: flexplane.edge.v1.Rule
-	(*ApplyGatewayRequest)(nil),   // 9: flexplane.edge.v1.ApplyGatewayRequest
-	(*ApplyGatewayResponse)(nil),  // 10: flexplane.edge.v1.ApplyGatewayResponse
-	(*RemoveGatewayRequest)(nil),  // 11: flexplane.edge.v1.RemoveGatewayRequest
-	(*RemoveGatewayResponse)(nil), // 12: flexplane.edge.v1.RemoveGatewayResponse
-	(*GatewayStatusRequest)(nil),  // 13: flexplane.edge.v1.GatewayStatusRequest
-	(*GatewayStatusResponse)(nil), // 14: flexplane.edge.v1.GatewayStatusResponse
-	(*ListGatewaysRequest)(nil),   // 15: flexplane.edge.v1.ListGatewaysRequest
-	(*ListGatewaysResponse)(nil),  // 16: flexplane.edge.v1.ListGatewaysResponse
-	(*RunningGateway)(nil),        // 17: flexplane.edge.v1.RunningGateway
-	(*GatewayState)(nil),          // 18: flexplane.edge.v1.GatewayState
-	(*Counter)(nil),               // 19: flexplane.edge.v1.Counter
+	(*Endpoint)(nil),              // 2: flexplane.edge.v1.Endpoint
+	(*Balancer)(nil),              // 3: flexplane.edge.v1.Balancer
+	(*Forward)(nil),               // 4: flexplane.edge.v1.Forward
+	(*Leg)(nil),                   // 5: flexplane.edge.v1.Leg
+	(*Uplink)(nil),                // 6: flexplane.edge.v1.Uplink
+	(*PortForward)(nil),           // 7: flexplane.edge.v1.PortForward
+	(*OneToOne)(nil),              // 8: flexplane.edge.v1.OneToOne
+	(*Rule)(nil),                  // 9: flexplane.edge.v1.Rule
+	(*ApplyGatewayRequest)(nil),   // 10: flexplane.edge.v1.ApplyGatewayRequest
+	(*ApplyGatewayResponse)(nil),  // 11: flexplane.edge.v1.ApplyGatewayResponse
+	(*RemoveGatewayRequest)(nil),  // 12: flexplane.edge.v1.RemoveGatewayRequest
+	(*RemoveGatewayResponse)(nil), // 13: flexplane.edge.v1.RemoveGatewayResponse
+	(*GatewayStatusRequest)(nil),  // 14: flexplane.edge.v1.GatewayStatusRequest
+	(*GatewayStatusResponse)(nil), // 15: flexplane.edge.v1.GatewayStatusResponse
+	(*ListGatewaysRequest)(nil),   // 16: flexplane.edge.v1.ListGatewaysRequest
+	(*ListGatewaysResponse)(nil),  // 17: flexplane.edge.v1.ListGatewaysResponse
+	(*RunningGateway)(nil),        // 18: flexplane.edge.v1.RunningGateway
+	(*GatewayState)(nil),          // 19: flexplane.edge.v1.GatewayState
+	(*Counter)(nil),               // 20: flexplane.edge.v1.Counter
 }
 var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
-	4,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
-	5,  // 1: flexplane.edge.v1.Gateway.uplink:type_name -> flexplane.edge.v1.Uplink
-	6,  // 2: flexplane.edge.v1.Gateway.port_forwards:type_name -> flexplane.edge.v1.PortForward
-	7,  // 3: flexplane.edge.v1.Gateway.one_to_one:type_name -> flexplane.edge.v1.OneToOne
-	8,  // 4: flexplane.edge.v1.Gateway.rules:type_name -> flexplane.edge.v1.Rule
-	2,  // 5: flexplane.edge.v1.Gateway.balancers:type_name -> flexplane.edge.v1.Balancer
-	3,  // 6: flexplane.edge.v1.Balancer.frontends:type_name -> flexplane.edge.v1.Forward
-	3,  // 7: flexplane.edge.v1.Balancer.relays:type_name -> flexplane.edge.v1.Forward
-	0,  // 8: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
-	1,  // 9: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
-	18, // 10: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	18, // 11: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	17, // 12: flexplane.edge.v1.ListGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
-	19, // 13: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
-	9,  // 14: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
-	11, // 15: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
-	13, // 16: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
-	15, // 17: flexplane.edge.v1.EdgeService.ListGateways:input_type -> flexplane.edge.v1.ListGatewaysRequest
-	10, // 18: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
-	12, // 19: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
-	14, // 20: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
-	16, // 21: flexplane.edge.v1.EdgeService.ListGateways:output_type -> flexplane.edge.v1.ListGatewaysResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	5,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
+	6,  // 1: flexplane.edge.v1.Gateway.uplink:type_name -> flexplane.edge.v1.Uplink
+	7,  // 2: flexplane.edge.v1.Gateway.port_forwards:type_name -> flexplane.edge.v1.PortForward
+	8,  // 3: flexplane.edge.v1.Gateway.one_to_one:type_name -> flexplane.edge.v1.OneToOne
+	9,  // 4: flexplane.edge.v1.Gateway.rules:type_name -> flexplane.edge.v1.Rule
+	3,  // 5: flexplane.edge.v1.Gateway.balancers:type_name -> flexplane.edge.v1.Balancer
+	2,  // 6: flexplane.edge.v1.Gateway.endpoints:type_name -> flexplane.edge.v1.Endpoint
+	4,  // 7: flexplane.edge.v1.Balancer.frontends:type_name -> flexplane.edge.v1.Forward
+	4,  // 8: flexplane.edge.v1.Balancer.relays:type_name -> flexplane.edge.v1.Forward
+	0,  // 9: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
+	1,  // 10: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
+	19, // 11: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	19, // 12: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	18, // 13: flexplane.edge.v1.ListGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
+	20, // 14: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
+	10, // 15: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
+	12, // 16: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
+	14, // 17: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
+	16, // 18: flexplane.edge.v1.EdgeService.ListGateways:input_type -> flexplane.edge.v1.ListGatewaysRequest
+	11, // 19: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
+	13, // 20: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
+	15, // 21: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
+	17, // 22: flexplane.edge.v1.EdgeService.ListGateways:output_type -> flexplane.edge.v1.ListGatewaysResponse
+	19, // [19:23] is the sub-list for method output_type
+	15, // [15:19] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_edge_v1_edge_proto_init() }
@@ -1436,7 +1540,7 @@ func file_flexplane_edge_v1_edge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_edge_v1_edge_proto_rawDesc), len(file_flexplane_edge_v1_edge_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
