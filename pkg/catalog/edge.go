@@ -144,6 +144,28 @@ type EdgeGatewaySpec struct {
 	PortForwards []PortForward `json:"portForwards,omitempty"`
 	// OneToOne give VMs public addresses of their own, both ways.
 	OneToOne []OneToOneAddress `json:"oneToOne,omitempty"`
+	// KubeEndpoints are where the workers of the VDC's Kubernetes clusters
+	// in the zone reach their hosted API servers.
+	KubeEndpoints []KubeEndpoint `json:"kubeEndpoints,omitempty"`
+}
+
+// KubeEndpoint is the endpoint of a Kubernetes cluster of the VDC: a port
+// of one of its networks' gateway addresses, which the gateway forwards to
+// the cluster's hosted API server (where the management cluster serves it),
+// so that the workers reach it from inside their network, by an address
+// and without DNS. Claimed with ClaimKubeEndpoint before the cluster is
+// made (it is in the API server's certificate), given back with
+// ReleaseKubeEndpoint once it is gone.
+type KubeEndpoint struct {
+	// Cluster is the cluster's id (its namespace in the management cluster).
+	Cluster string `json:"cluster"`
+	// Address is the gateway address of the cluster's network.
+	Address string `json:"address"`
+	// Port is 1 to 65535.
+	Port int `json:"port"`
+	// Claimed is when it was claimed: a claim whose cluster never came to be
+	// is given back after a while.
+	Claimed time.Time `json:"claimed"`
 }
 
 // Directions of a firewall rule.
@@ -471,4 +493,91 @@ func HasEdgeGateway(ctx context.Context, s Store, vdc, zone string) (bool, error
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Ports ClaimKubeEndpoint gives out: a gateway address serves at most
+// MaxKubeEndpoints clusters.
+const (
+	FirstKubeEndpointPort = 6443
+	MaxKubeEndpoints      = 64
+)
+
+// ClaimKubeEndpoint claims for cluster the lowest free port from
+// FirstKubeEndpointPort of address addr on vdc's gateway in zone, which
+// must exist (EnsureEdgeGateway), and returns it; a cluster that holds one
+// gets it again. The claim is an update conditional on the gateway's
+// resourceVersion, retried when another writer got there first, so two
+// clusters never get one port.
+func ClaimKubeEndpoint(ctx context.Context, s Store, vdc, zone, cluster string, addr netip.Addr) (int, error) {
+	name := EdgeGatewayName(vdc, zone)
+	for try := range maxAllocateTries {
+		g, err := Get[*EdgeGateway](ctx, s, name)
+		if err != nil {
+			return 0, fmt.Errorf("claim kube endpoint: %w", err)
+		}
+		used := map[int]bool{}
+		for _, e := range g.KubeEndpoints {
+			if e.Cluster == cluster {
+				return e.Port, nil
+			}
+			if e.Address == addr.String() {
+				used[e.Port] = true
+			}
+		}
+		port := 0
+		for p := FirstKubeEndpointPort; p < FirstKubeEndpointPort+MaxKubeEndpoints; p++ {
+			if !used[p] {
+				port = p
+				break
+			}
+		}
+		if port == 0 {
+			return 0, &ValidationError{Field: "network", Message: fmt.Sprintf("the network's gateway address %s serves %d clusters already", addr, MaxKubeEndpoints)}
+		}
+		g.KubeEndpoints = append(g.KubeEndpoints, KubeEndpoint{Cluster: cluster, Address: addr.String(), Port: port, Claimed: time.Now().UTC().Truncate(time.Second)})
+		_, err = Update(ctx, s, g)
+		if errors.Is(err, ErrConflict) {
+			if err := backoff(ctx, try); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("claim kube endpoint: %w", err)
+		}
+		return port, nil
+	}
+	return 0, &ConflictError{Kind: KindEdgeGateway, Name: name}
+}
+
+// ReleaseKubeEndpoint gives back the endpoint of cluster on vdc's gateway
+// in zone; none (or no gateway) is no error.
+func ReleaseKubeEndpoint(ctx context.Context, s Store, vdc, zone, cluster string) error {
+	name := EdgeGatewayName(vdc, zone)
+	for try := range maxAllocateTries {
+		g, err := Get[*EdgeGateway](ctx, s, name)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("release kube endpoint: %w", err)
+		}
+		kept := slices.DeleteFunc(slices.Clone(g.KubeEndpoints), func(e KubeEndpoint) bool { return e.Cluster == cluster })
+		if len(kept) == len(g.KubeEndpoints) {
+			return nil
+		}
+		g.KubeEndpoints = kept
+		_, err = Update(ctx, s, g)
+		if errors.Is(err, ErrConflict) {
+			if err := backoff(ctx, try); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("release kube endpoint: %w", err)
+		}
+		return nil
+	}
+	return &ConflictError{Kind: KindEdgeGateway, Name: name}
 }

@@ -18,6 +18,8 @@ const (
 	MaxPortForwards = 1000
 	// MaxOneToOne bounds a gateway's 1:1 addresses.
 	MaxOneToOne = 256
+	// MaxKubeEndpointsPerGateway bounds a gateway's Kubernetes endpoints.
+	MaxKubeEndpointsPerGateway = 256
 )
 
 var (
@@ -191,6 +193,31 @@ func (g *EdgeGateway) Validate() error {
 		if err := validateVMID(f+".vmid", o.VMID); err != nil {
 			return err
 		}
+	}
+	if len(g.KubeEndpoints) > MaxKubeEndpointsPerGateway {
+		return invalid("kubeEndpoints", "at most %d", MaxKubeEndpointsPerGateway)
+	}
+	clusters, ports := map[string]bool{}, map[string]bool{}
+	for i, e := range g.KubeEndpoints {
+		f := fmt.Sprintf("kubeEndpoints[%d]", i)
+		if err := ValidateLabel(f+".cluster", e.Cluster); err != nil {
+			return err
+		}
+		a, err := ParseIPv4(f+".address", e.Address)
+		if err != nil {
+			return err
+		}
+		if err := validatePort(f+".port", e.Port); err != nil {
+			return err
+		}
+		key := fmt.Sprintf("%s:%d", a, e.Port)
+		switch {
+		case clusters[e.Cluster]:
+			return invalid(f+".cluster", "%q has two endpoints", e.Cluster)
+		case ports[key]:
+			return invalid(f+".port", "%s is the endpoint of two clusters", key)
+		}
+		clusters[e.Cluster], ports[key] = true, true
 	}
 	forwarded := map[string]bool{}
 	for i, pf := range g.PortForwards {

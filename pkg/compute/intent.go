@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -197,17 +198,25 @@ func (s *Service) Validate(ctx context.Context, in CreateInput) error {
 // createVM's NIC check does (the field at fault is "zone" or
 // "nics[0].network").
 func (s *Service) CheckNetwork(ctx context.Context, vdc, zone, id string) error {
+	_, err := s.Network(ctx, vdc, zone, id)
+	return err
+}
+
+// Network returns network id of vdc in zone (its VNet, prefix and gateway
+// address), refused as CheckNetwork refuses it.
+func (s *Service) Network(ctx context.Context, vdc, zone, id string) (ipam.Subnet, error) {
 	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
 	defer cancel()
 	z, ok := s.zoneByName(vctx, zone)
 	if !ok {
-		return badInput("zone", "no zone %q", zone)
+		return ipam.Subnet{}, badInput("zone", "no zone %q", zone)
 	}
-	if _, err := s.network(vctx, z, vdc, id); err != nil {
+	sub, err := s.network(vctx, z, vdc, id)
+	if err != nil {
 		if errors.Is(err, errNoNetwork) {
-			return badInput("nics[0].network", "no network %q in zone %s", id, z.Name)
+			return ipam.Subnet{}, badInput("nics[0].network", "no network %q in zone %s", id, z.Name)
 		}
-		return zoneDown(z.Name, err)
+		return ipam.Subnet{}, zoneDown(z.Name, err)
 	}
-	return nil
+	return sub, nil
 }

@@ -35,6 +35,7 @@ func Run(t *testing.T, open Open) {
 		"PublicAddressesOnce":      publicAddressesOnce,
 		"Secrets":                  secrets,
 		"DeleteEdgeGateway":        deleteEdgeGateway,
+		"KubeEndpointsOnce":        kubeEndpointsOnce,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -87,6 +88,7 @@ func Sample() []catalog.Object {
 		{ID: "r2", Direction: catalog.DirectionOutbound, Protocol: "any", Action: catalog.ActionDeny}}
 	gw.PortForwards = []catalog.PortForward{{ID: "p1", Protocol: "tcp", PublicAddress: "203.0.113.10", PublicPort: 8080, VMID: 101, TargetPort: 80}}
 	gw.OneToOne = []catalog.OneToOneAddress{{ID: "o1", PublicAddress: "203.0.113.11", VMID: 102}}
+	gw.KubeEndpoints = []catalog.KubeEndpoint{{Cluster: "full-k8s", Address: "10.1.0.1", Port: 6443, Claimed: time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)}}
 	en.Status.Allocations = append(en.Status.Allocations, catalog.PublicAllocation{Address: "203.0.113.12", VDC: "full", Use: catalog.UseLoadBalancer})
 	lb := &catalog.LoadBalancer{}
 	lb.Name, lb.VDC, lb.Zone, lb.Description, lb.PublicAddress = "full.web", "full", "fra1", "the shop", "203.0.113.12"
@@ -528,5 +530,82 @@ func deleteEdgeGateway(t *testing.T, open Open) {
 	}
 	if al := o.(*catalog.ExternalNetwork).Status.Allocations[0]; al.VDC != "blue" || al.Address != blue.PublicAddress {
 		t.Fatalf("the pool after red's gateway went: %+v", o.(*catalog.ExternalNetwork).Status.Allocations)
+	}
+}
+
+// kubeEndpointsOnce: clusters claiming endpoints on one gateway address at
+// once, through two replicas, each get a port of their own, the lowest
+// free ones; a cluster claiming again gets its own again; a released port
+// is the next one given; another address has its own ports; a gateway the
+// VDC does not have refuses, and bad claims are refused by validation.
+func kubeEndpointsOnce(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	stores := []catalog.Store{a, b}
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
+	if _, err := catalog.Create(ctx, a, en); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := catalog.ClaimKubeEndpoint(ctx, a, "red", "zone1", "red-k0", netip.MustParseAddr("10.1.0.1")); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("a claim without a gateway: %v", err)
+	}
+	if _, err := catalog.EnsureEdgeGateway(ctx, a, "red", "zone1"); err != nil {
+		t.Fatal(err)
+	}
+	lan := netip.MustParseAddr("10.1.0.1")
+	const n = 6
+	ports := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ports[i], errs[i] = catalog.ClaimKubeEndpoint(ctx, stores[i%2], "red", "zone1", fmt.Sprintf("red-k%d", i), lan)
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
+		if seen[ports[i]] || ports[i] < catalog.FirstKubeEndpointPort || ports[i] >= catalog.FirstKubeEndpointPort+n {
+			t.Fatalf("claim %d got port %d: given twice or not the lowest free (%v)", i, ports[i], ports)
+		}
+		seen[ports[i]] = true
+	}
+	if p, err := catalog.ClaimKubeEndpoint(ctx, b, "red", "zone1", "red-k2", lan); err != nil || p != ports[2] {
+		t.Fatalf("red-k2 claiming again: %d %v, want its own %d", p, err, ports[2])
+	}
+	if p, err := catalog.ClaimKubeEndpoint(ctx, a, "red", "zone1", "red-other", netip.MustParseAddr("10.2.0.1")); err != nil || p != catalog.FirstKubeEndpointPort {
+		t.Fatalf("a claim on another network's address: %d %v", p, err)
+	}
+	if err := catalog.ReleaseKubeEndpoint(ctx, b, "red", "zone1", "red-k3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.ReleaseKubeEndpoint(ctx, b, "red", "zone1", "red-k3"); err != nil {
+		t.Fatalf("releasing again: %v", err)
+	}
+	if p, err := catalog.ClaimKubeEndpoint(ctx, a, "red", "zone1", "red-new", lan); err != nil || p != ports[3] {
+		t.Fatalf("after red-k3's release a new claim got %d %v, want its port %d", p, err, ports[3])
+	}
+	g, err := catalog.Get[*catalog.EdgeGateway](ctx, a, catalog.EdgeGatewayName("red", "zone1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.KubeEndpoints) != n+1 {
+		t.Errorf("the gateway holds %d endpoints, want %d: %+v", len(g.KubeEndpoints), n+1, g.KubeEndpoints)
+	}
+	for field, e := range map[string]catalog.KubeEndpoint{
+		"kubeEndpoints[7].port":    {Cluster: "x", Address: lan.String(), Port: ports[0], Claimed: time.Now()},
+		"kubeEndpoints[7].cluster": {Cluster: "red-k0", Address: lan.String(), Port: 7000, Claimed: time.Now()},
+		"kubeEndpoints[7].address": {Cluster: "y", Address: "10.1.0", Port: 7001, Claimed: time.Now()},
+	} {
+		bad := *g
+		bad.KubeEndpoints = append(slices.Clone(g.KubeEndpoints), e)
+		var ve *catalog.ValidationError
+		if _, err := catalog.Update(ctx, a, &bad); !errors.As(err, &ve) || ve.Field != field {
+			t.Errorf("a bad endpoint: %v, want a validation error of %s", err, field)
+		}
 	}
 }

@@ -436,6 +436,28 @@ type EdgeGatewaySpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=256
 	OneToOne []OneToOneAddress `json:"oneToOne,omitempty"`
+	// KubeEndpoints are the VDC's Kubernetes clusters' API endpoints in
+	// its networks.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	KubeEndpoints []KubeEndpoint `json:"kubeEndpoints,omitempty"`
+}
+
+// KubeEndpoint is a port of a network's gateway address forwarded to a
+// cluster's hosted API server.
+type KubeEndpoint struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Cluster string `json:"cluster"`
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	Address string `json:"address"`
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int64 `json:"port"`
+	// +kubebuilder:validation:Format=date-time
+	Claimed string `json:"claimed"`
 }
 
 // FirewallRule is one rule of a VDC's firewall.
