@@ -37,6 +37,12 @@ type kubeStack struct {
 // newKubeStack is a kubeStack with capitest's stand-in control plane.
 func newKubeStack(t testing.TB) *kubeStack { return startKubeStack(t, false) }
 
+// createExternal makes the zone's external network of a kubeStack, where the VDCs'
+// edge gateways have their addresses (203.0.113.254 is the router, the
+// internet namespace of a data plane).
+const createExternal = `mutation { createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24",
+  gateway: "203.0.113.254", poolStart: "203.0.113.10", poolEnd: "203.0.113.50"}) { zone } }`
+
 // newHostedKubeStack is a kubeStack whose hosted control planes are the
 // real ones: the orchestrator's controlplane.Manager installs each
 // cluster's flexkube release with Helm, and podrun runs its pods as
@@ -45,7 +51,7 @@ func newKubeStack(t testing.TB) *kubeStack { return startKubeStack(t, false) }
 // ControlPlaneValues and TenantAddress).
 func newHostedKubeStack(t testing.TB) *kubeStack { return startKubeStack(t, true) }
 
-func startKubeStack(t testing.TB, hosted bool) *kubeStack {
+func startKubeStack(t testing.TB, hosted bool, opts ...meshtest.Option) *kubeStack {
 	t.Helper()
 	m := capitest.Start(t)
 	path := m.Kubeconfig
@@ -58,9 +64,10 @@ func startKubeStack(t testing.TB, hosted bool) *kubeStack {
 		s.cp = m.ControlPlane
 		kcfg.ControlPlane = s.cp
 	}
-	s.h = meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
-		meshtest.WithAPI(meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: path, Namespace: "flexplane"}, Kubernetes: kcfg}))
+	s.h = meshtest.New(t, append([]meshtest.Option{meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
+		meshtest.WithAPI(meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: path, Namespace: "flexplane"}, Kubernetes: kcfg})}, opts...)...)
 	s.h.WaitOnline(t, 30*time.Second)
+	s.h.GraphQL(t, "admin", "", createExternal, nil).OK(t)
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	s.h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }

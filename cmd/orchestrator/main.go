@@ -165,6 +165,7 @@ func serve(ctx context.Context, args []string) error {
 	managedKube := fs.Bool("managed-kubernetes", env("FLEXPLANE_MANAGED_KUBERNETES", "") == "true", "offer managed Kubernetes: the cluster of -kubeconfig is the management cluster (it must serve Cluster API's and flexplane's provider CRDs); the mesh control leader runs Cluster API's controllers (env FLEXPLANE_MANAGED_KUBERNETES=true)")
 	kubeVersions := fs.String("kubernetes-versions", env("FLEXPLANE_KUBERNETES_VERSIONS", strings.Join(tenantkube.DefaultVersions, ",")), "comma-separated Kubernetes versions clusters may run (env FLEXPLANE_KUBERNETES_VERSIONS)")
 	workerImage := fs.String("kubernetes-worker-image", env("FLEXPLANE_KUBERNETES_WORKER_IMAGE", "debian-13"), "catalog image of Kubernetes worker VMs (env FLEXPLANE_KUBERNETES_WORKER_IMAGE)")
+	kubeServiceType := fs.String("kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
 	kubeconfigTTL := fs.Duration("kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
 	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
@@ -182,6 +183,11 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *leaseDuration < 3*time.Second {
 		return errors.New("-lease-duration must be at least 3s")
+	}
+	switch *kubeServiceType {
+	case "LoadBalancer", "NodePort", "ClusterIP":
+	default:
+		return fmt.Errorf("-kubernetes-apiserver-service-type %q: want LoadBalancer, NodePort or ClusterIP", *kubeServiceType)
 	}
 	if *kubeconfigTTL <= 0 || *kubeconfigTTL > controlplane.MaxTTL {
 		return fmt.Errorf("-kubeconfig-ttl must be more than 0 and at most %s", controlplane.MaxTTL)
@@ -297,7 +303,7 @@ func serve(ctx context.Context, args []string) error {
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 			LoadBalancers:     lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: *managedKube, Versions: strings.Split(*kubeVersions, ","),
-				WorkerImage: *workerImage, KubeconfigTTL: *kubeconfigTTL},
+				WorkerImage: *workerImage, KubeconfigTTL: *kubeconfigTTL, APIServerServiceType: *kubeServiceType},
 		},
 		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,

@@ -135,6 +135,16 @@ func TestServeLimitFlags(t *testing.T) {
 	}
 }
 
+// TestServeKubernetesFlags refuses a hosted API servers' Service type
+// Kubernetes does not have, before anything starts.
+func TestServeKubernetesFlags(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), "-kubernetes-apiserver-service-type", "Ingress"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "-kubernetes-apiserver-service-type") {
+		t.Errorf("serve with Service type Ingress: %v", err)
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]int64{"200MiB": 200 << 20, "1GiB": 1 << 30, "4096": 4096, "512KiB": 512 << 10, "10B": 10} {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
+	k8s "k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -54,6 +56,14 @@ type ManagedKubernetesConfig struct {
 	// tenant's API server (controlplane.Config.TenantAddress). Default the
 	// API server's Service. Optional; unused with ControlPlane.
 	TenantAddress func(namespace, cluster string) string
+	// APIServerServiceType is the type of the hosted API servers'
+	// Services (controlplane.Config.ServiceType). The workers reach their
+	// API server through their VDC's edge gateway, which forwards their
+	// cluster's endpoint (a port of their network's gateway address) to
+	// the address a load balancer of the management cluster gives the
+	// Service, so the default, LoadBalancer, needs one (such as MetalLB)
+	// whose addresses the zones' external networks reach.
+	APIServerServiceType string
 }
 
 // finishDeletesEvery is how often the leader deletes the namespaces of
@@ -70,6 +80,9 @@ type kubernetes struct {
 	// finishDeletes deletes the namespaces of the clusters Cluster API is
 	// done deleting (svc.FinishDeletes).
 	finishDeletes func(ctx context.Context) (int, error)
+	// targets are where the management cluster serves the hosted API
+	// servers, for the edge gateways (controlplane.ListTargets).
+	targets func(ctx context.Context) (map[string]netip.AddrPort, error)
 }
 
 // newKubernetes builds managed Kubernetes over the management cluster of
@@ -93,7 +106,7 @@ func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Sto
 	cp := cfg.ControlPlane
 	if cp == nil {
 		m, err := controlplane.New(controlplane.Config{REST: rc, Values: cfg.ControlPlaneValues, TenantAddress: cfg.TenantAddress,
-			Log: log.With("component", "controlplane")})
+			ServiceType: cfg.APIServerServiceType, Log: log.With("component", "controlplane")})
 		if err != nil {
 			return nil, fmt.Errorf("managed kubernetes: %w", err)
 		}
@@ -108,7 +121,12 @@ func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Sto
 		return capiprovider.Run(ctx, capiprovider.Config{REST: rc, Compute: vms, ControlPlane: cp, Core: true,
 			Poll: cfg.Poll, Logger: log.With("component", "capiprovider")})
 	}
-	return &kubernetes{svc: svc, log: log, controllers: controllers, finishDeletes: svc.FinishDeletes}, nil
+	cs, err := k8s.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("managed kubernetes: %w", err)
+	}
+	targets := func(ctx context.Context) (map[string]netip.AddrPort, error) { return controlplane.ListTargets(ctx, cs) }
+	return &kubernetes{svc: svc, log: log, controllers: controllers, finishDeletes: svc.FinishDeletes, targets: targets}, nil
 }
 
 // leadership is whether this replica leads, and a channel closed at the

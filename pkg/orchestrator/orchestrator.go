@@ -577,10 +577,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	// Every replica runs the edge gateways' syncer: they all compute the
-	// same placement from the catalog.
-	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
-		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers))})
 	// Every replica runs the load balancers' sync too: a replica given the
 	// config it runs does nothing.
 	var lbs graph.LBSyncer
@@ -597,9 +593,14 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	var kube *tenantkube.Service
+	var kubeTargets edgesync.KubeTargets
 	if s.kube != nil {
-		kube = s.kube.svc
+		kube, kubeTargets = s.kube.svc, s.kube.targets
 	}
+	// Every replica runs the edge gateways' syncer: they all compute the
+	// same placement from the catalog.
+	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
+		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets)})
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err

@@ -60,6 +60,10 @@ func TestBrowserKubernetes(t *testing.T) {
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
 		map[string]any{"u": image, "c": sum}).OK(t)
 	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).OK(t)
+	// The zone's external network: a cluster's workers reach its API server
+	// through red's edge gateway, which takes an address of it.
+	h.GraphQL(t, "admin", "", `mutation { createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24",
+	  gateway: "203.0.113.254", poolStart: "203.0.113.10", poolEnd: "203.0.113.50"}) { zone } }`, nil).OK(t)
 	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
 
 	artifacts := filepath.Join(root, "test-artifacts", "kubernetes")

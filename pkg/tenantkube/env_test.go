@@ -58,6 +58,13 @@ func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
 	e.red = vmtest.AddNetwork(t, z, "red", "lan", "10.1.0.0/24", "10.1.0.1")
 	url, sum := vmtest.ImageServer(t, 1<<20)
 	e.store = vmtest.Catalog(t, []string{"blue", "red"}, q, url, sum, z)
+	// The zone's external network: the VDCs' edge gateways, which carry
+	// the workers to their clusters' API servers, take addresses of it.
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = z.Name, "vmbr0", "203.0.113.0/24", "203.0.113.254", "203.0.113.10", "203.0.113.50"
+	if _, err := catalog.Create(t.Context(), e.store, en); err != nil {
+		t.Fatal(err)
+	}
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("CAPI_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -148,4 +155,14 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, stri
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// endpoints are the Kubernetes endpoints of vdc's gateway in the zone.
+func (e *env) endpoints(t testing.TB, vdc string) []catalog.KubeEndpoint {
+	t.Helper()
+	g, err := catalog.Get[*catalog.EdgeGateway](t.Context(), e.store, catalog.EdgeGatewayName(vdc, e.zone.Name))
+	if err != nil {
+		t.Fatalf("%s's gateway: %v", vdc, err)
+	}
+	return g.KubeEndpoints
 }

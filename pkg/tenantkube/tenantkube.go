@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -294,7 +295,7 @@ func (s *Service) read(ctx context.Context, ns *corev1.Namespace) (*Cluster, err
 		c.Conditions = append(c.Conditions, Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
 	}
 	if ep := cl.Spec.ControlPlaneEndpoint; ep.Host != "" {
-		c.Endpoint = ep.Host + ":" + strconv.Itoa(int(ep.Port))
+		c.Endpoint = net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
 	}
 	fc := &v1alpha1.FlexCluster{}
 	if err := s.c().Get(ctx, key, fc); err == nil {
@@ -303,6 +304,11 @@ func (s *Service) read(ctx context.Context, ns *corev1.Namespace) (*Cluster, err
 	cp := &v1alpha1.FlexControlPlane{}
 	if err := s.c().Get(ctx, key, cp); err == nil {
 		c.Version, c.ServiceCIDR, c.PodCIDR = cp.Spec.Version, cp.Spec.ServiceCIDR, cp.Spec.PodCIDR
+		// The endpoint is the control plane's from the start (Cluster API
+		// copies it to the Cluster).
+		if ep := cp.Spec.ControlPlaneEndpoint; c.Endpoint == "" && ep.Host != "" {
+			c.Endpoint = net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
+		}
 	}
 	if st, err := s.cfg.ControlPlane.Status(ctx, ns.Name); err == nil {
 		c.ControlPlaneReady, c.Components, c.RunningVersion = st.Ready, st.Components, st.Version
@@ -411,8 +417,17 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 		in.PodCIDR = "10.244.0.0/16"
 	}
 	// The network and zone are checked as a worker's createVM checks them.
-	if err := s.cfg.Compute.CheckNetwork(ctx, in.VDC, in.Zone, in.Network); err != nil {
+	sub, err := s.cfg.Compute.Network(ctx, in.VDC, in.Zone, in.Network)
+	if err != nil {
 		return nil, fromCompute(err)
+	}
+	if !sub.Gateway.IsValid() || !sub.Gateway.Is4() {
+		return nil, badInput("network", "the network has no IPv4 gateway address, where its workers would reach the cluster's API server")
+	}
+	// The workers reach the hosted API server through the VDC's edge
+	// gateway in the zone, at a port of their network's gateway address.
+	if err := s.ensureGateway(ctx, in.VDC, in.Zone); err != nil {
+		return nil, err
 	}
 	nsName := namespaceOf(in.VDC, in.Name)
 	// The control plane's Manager runs in this namespace: it is labelled
@@ -426,11 +441,27 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 		}
 		return nil, internal("creating the cluster", err)
 	}
+	undo := func() {
+		uctx := context.WithoutCancel(ctx)
+		if err := catalog.ReleaseKubeEndpoint(uctx, s.cfg.Catalog, in.VDC, in.Zone, nsName); err != nil {
+			s.log.Warn("kubernetes cluster create: giving its endpoint back", "namespace", nsName, "err", err)
+		}
+		_ = s.c().Delete(uctx, ns)
+	}
+	port, err := catalog.ClaimKubeEndpoint(ctx, s.cfg.Catalog, in.VDC, in.Zone, nsName, sub.Gateway)
+	if err != nil {
+		undo()
+		var ve *catalog.ValidationError
+		if errors.As(err, &ve) {
+			return nil, badInput(ve.Field, "%s", ve.Message)
+		}
+		return nil, internal("claiming the cluster's endpoint", err)
+	}
 	objLabels := map[string]string{v1alpha1.VDCLabel: in.VDC, clusterv1.ClusterNameLabel: in.Name}
 	om := func() metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: nsName, Name: in.Name, Labels: maps.Clone(objLabels)}
 	}
-	endpoint := v1alpha1.APIEndpoint{Host: in.Name + "-apiserver." + nsName + ".svc", Port: 6443}
+	endpoint := v1alpha1.APIEndpoint{Host: sub.Gateway.String(), Port: int32(port)}
 	objs := []client.Object{
 		&v1alpha1.FlexCluster{ObjectMeta: om(), Spec: v1alpha1.FlexClusterSpec{VDC: in.VDC, Zone: in.Zone, Network: in.Network}},
 		&v1alpha1.FlexControlPlane{ObjectMeta: om(), Spec: v1alpha1.FlexControlPlaneSpec{VDC: in.VDC, Version: in.Version,
@@ -446,12 +477,39 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	}
 	for _, o := range objs {
 		if err := s.c().Create(ctx, o); err != nil {
-			_ = s.c().Delete(context.WithoutCancel(ctx), ns)
+			undo()
 			return nil, internal("creating the cluster", err)
 		}
 	}
 	s.log.Info("kubernetes cluster created", "vdc", in.VDC, "cluster", in.Name, "namespace", nsName)
 	return s.read(ctx, ns)
+}
+
+// ensureGateway makes sure vdc has its edge gateway in zone: made when it
+// has none, with an address of the zone's pool that counts against the
+// VDC's publicAddresses quota (as for 1:1 addresses and load balancers).
+func (s *Service) ensureGateway(ctx context.Context, vdc, zone string) error {
+	has, err := catalog.HasEdgeGateway(ctx, s.cfg.Catalog, vdc, zone)
+	if err != nil {
+		return internal("reading the VDC's edge gateway", err)
+	}
+	if has {
+		return nil
+	}
+	var qe *quota.ExceededError
+	if err := quota.CheckPublicAddresses(ctx, s.cfg.Catalog, vdc, 1); errors.As(err, &qe) {
+		return &Error{Kind: KindQuotaExceeded, Message: "the cluster needs the VDC's edge gateway in the zone, whose public address exceeds the VDC's quota: " + qe.Error(), Cause: err}
+	} else if err != nil {
+		return internal("checking the public addresses quota", err)
+	}
+	if _, err := catalog.EnsureEdgeGateway(ctx, s.cfg.Catalog, vdc, zone); err != nil {
+		var ve *catalog.ValidationError
+		if errors.As(err, &ve) {
+			return badInput(ve.Field, "the cluster needs the VDC's edge gateway in the zone: %s", ve.Message)
+		}
+		return internal("making the VDC's edge gateway", err)
+	}
+	return nil
 }
 
 // DeleteKubernetesCluster deletes cluster id: Cluster API deletes its machines (and
@@ -491,6 +549,12 @@ func (s *Service) FinishDeletesOlderThan(ctx context.Context, age time.Duration)
 		return 0, internal("listing clusters", err)
 	}
 	n := 0
+	// A namespace being deleted is a cluster that is gone: FinishDeletes
+	// deletes it once Cluster API is done.
+	exists := map[string]bool{}
+	for _, ns := range nss.Items {
+		exists[ns.Name] = ns.DeletionTimestamp.IsZero()
+	}
 	for _, ns := range nss.Items {
 		if !ns.DeletionTimestamp.IsZero() {
 			continue
@@ -510,9 +574,32 @@ func (s *Service) FinishDeletesOlderThan(ctx context.Context, age time.Duration)
 		if err := s.c().Delete(ctx, &ns); err != nil && !apierrors.IsNotFound(err) {
 			return n, internal("deleting a cluster's namespace", err)
 		}
+		exists[ns.Name] = false
 		n++
 	}
-	return n, nil
+	return n, s.releaseEndpoints(ctx, exists, age)
+}
+
+// releaseEndpoints gives back the endpoints of clusters whose namespace is
+// gone or going (deleted, or never made by a create that died), claimed longer than
+// age ago (a create in flight claims before its namespace is listed).
+func (s *Service) releaseEndpoints(ctx context.Context, exists map[string]bool, age time.Duration) error {
+	gws, err := catalog.List[*catalog.EdgeGateway](ctx, s.cfg.Catalog)
+	if err != nil {
+		return internal("listing the edge gateways", err)
+	}
+	for _, g := range gws {
+		for _, e := range g.KubeEndpoints {
+			if exists[e.Cluster] || time.Since(e.Claimed) < age {
+				continue
+			}
+			if err := catalog.ReleaseKubeEndpoint(ctx, s.cfg.Catalog, g.VDC, g.Zone, e.Cluster); err != nil {
+				return internal("giving a cluster's endpoint back", err)
+			}
+			s.log.Info("kubernetes cluster endpoint released", "vdc", g.VDC, "zone", g.Zone, "cluster", e.Cluster, "endpoint", net.JoinHostPort(e.Address, strconv.Itoa(e.Port)))
+		}
+	}
+	return nil
 }
 
 // joinTemplate is the KubeadmConfigTemplate of a pool: the kubeadm join

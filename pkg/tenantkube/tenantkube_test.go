@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -150,8 +151,13 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	}
 	got, err := e.svc.Cluster(ctx, "blue", c.ID)
 	if err != nil || len(got.Pools) != 1 || got.Pools[0].Size != 2 || got.Pools[0].Labels["tier"] != "web" ||
-		len(got.Pools[0].Taints) != 1 || !got.ControlPlaneReady || got.Endpoint == "" {
+		len(got.Pools[0].Taints) != 1 || !got.ControlPlaneReady || got.Endpoint != "10.1.0.1:6443" {
 		t.Errorf("cluster %+v, %v", got, err)
+	}
+	// The workers reach it through blue's edge gateway, at a port of their
+	// network's gateway address.
+	if eps := e.endpoints(t, "blue"); len(eps) != 1 || eps[0].Cluster != c.ID || eps[0].Address != "10.1.0.1" || eps[0].Port != 6443 {
+		t.Errorf("blue's gateway's Kubernetes endpoints %+v", eps)
 	}
 
 	// Another VDC sees none of it.
@@ -201,6 +207,9 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	})
 	if n, err := e.svc.FinishDeletesOlderThan(ctx, 0); err != nil || n != 1 {
 		t.Errorf("finishing the delete: %d, %v", n, err)
+	}
+	if eps := e.endpoints(t, "blue"); len(eps) != 0 {
+		t.Errorf("the deleted cluster's endpoint is kept: %+v", eps)
 	}
 	ms, err := ipam.Mappings(ctx, e.zone.Client)
 	if err != nil {
@@ -353,5 +362,79 @@ func TestBadInputChangesNothing(t *testing.T) {
 	var nilSvc *tenantkube.Service
 	if _, err := nilSvc.Clusters(ctx, "blue"); kind(err) != tenantkube.KindUnavailable {
 		t.Errorf("no management cluster: %v", err)
+	}
+}
+
+// TestClusterEndpoints: a cluster's endpoint is a port of its network's
+// gateway address on its VDC's edge gateway in the zone, made with the
+// cluster when the VDC has none, within its publicAddresses quota (refused
+// over it, changing nothing); a second cluster on the network gets the
+// next port; another VDC with the same addresses has a gateway and ports
+// of its own; a claim whose cluster never came to be is given back.
+//
+// It runs before the parallel tests, as TestBadInputChangesNothing.
+func TestClusterEndpoints(t *testing.T) {
+	none := 0
+	q := quotas
+	q.PublicAddresses = &none
+	e := newEnv(t, q, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	in := tenantkube.CreateClusterInput{VDC: "blue", Name: "one", Zone: "alpha", Network: e.blue, Version: "v1.37.2"}
+	if _, err := e.svc.CreateKubernetesCluster(ctx, in); kind(err) != tenantkube.KindQuotaExceeded {
+		t.Fatalf("a cluster needing a gateway over the quota: %v", err)
+	}
+	if has, err := catalog.HasEdgeGateway(ctx, e.store, "blue", "alpha"); err != nil || has {
+		t.Fatalf("a refused cluster made a gateway: %v %v", has, err)
+	}
+	if cs, err := e.svc.Clusters(ctx, "blue"); err != nil || len(cs) != 0 {
+		t.Fatalf("clusters after the refused create: %v %v", cs, err)
+	}
+	for _, vdc := range []string{"blue", "red"} {
+		v, err := catalog.Get[*catalog.VDC](ctx, e.store, vdc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one := 1
+		v.Quotas.PublicAddresses = &one
+		if _, err := catalog.Update(ctx, e.store, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for i, c := range []tenantkube.CreateClusterInput{in, {VDC: "blue", Name: "two", Zone: "alpha", Network: e.blue, Version: "v1.37.2"},
+		{VDC: "red", Name: "one", Zone: "alpha", Network: e.red, Version: "v1.37.2"}} {
+		got, err := e.svc.CreateKubernetesCluster(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got.ID)
+		t.Cleanup(func() { _ = e.kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: got.ID}}) })
+		want := []string{"10.1.0.1:6443", "10.1.0.1:6444", "10.1.0.1:6443"}[i]
+		if got.Endpoint != want {
+			t.Errorf("cluster %s/%s's endpoint %s, want %s", c.VDC, c.Name, got.Endpoint, want)
+		}
+	}
+	if eps := e.endpoints(t, "blue"); len(eps) != 2 || eps[0].Cluster != ids[0] || eps[1].Cluster != ids[1] {
+		t.Errorf("blue's endpoints %+v", eps)
+	}
+	if eps := e.endpoints(t, "red"); len(eps) != 1 || eps[0].Cluster != ids[2] || eps[0].Port != 6443 {
+		t.Errorf("red's endpoints %+v", eps)
+	}
+	// A create that died after its claim: the claim goes once it is old.
+	if _, err := catalog.ClaimKubeEndpoint(ctx, e.store, "blue", "alpha", "blue-ghost", netip.MustParseAddr("10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.FinishDeletesOlderThan(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if eps := e.endpoints(t, "blue"); len(eps) != 3 {
+		t.Errorf("a young claim was given back: %+v", eps)
+	}
+	if _, err := e.svc.FinishDeletesOlderThan(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if eps := e.endpoints(t, "blue"); len(eps) != 2 || slices.ContainsFunc(eps, func(ep catalog.KubeEndpoint) bool { return ep.Cluster == "blue-ghost" }) {
+		t.Errorf("after the ghost's claim aged: %+v", eps)
 	}
 }

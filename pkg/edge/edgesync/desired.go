@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
@@ -30,11 +31,14 @@ import (
 // running what it had. One whose zone is not in the mesh is left out: no
 // host of that zone is seen to remove it from.
 // The VDC's load balancers in the zone are derived too (Balancers), reaching
-// the flexgateway replicas of lbZones (by zone name).
-func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone) func(context.Context) ([]Desired, error) {
+// the flexgateway replicas of lbZones (by zone name), and its Kubernetes
+// clusters' endpoints (Endpoints), reaching their API servers where
+// kubeTargets (nil: none) says the management cluster serves them.
+func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone, kubeTargets KubeTargets) func(context.Context) ([]Desired, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	lastTargets := &targetsCache{}
 	return func(ctx context.Context) ([]Desired, error) {
 		gws, err := catalog.List[*catalog.EdgeGateway](ctx, store)
 		if err != nil {
@@ -48,6 +52,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 		if err != nil {
 			return nil, err
 		}
+		targets := lastTargets.get(ctx, kubeTargets, log)
 		byZoneName := map[string]zones.Zone{}
 		for _, z := range reg.Zones() {
 			byZoneName[z.Name] = z
@@ -84,6 +89,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 				continue
 			}
 			gw.Balancers = Balancers(g, nets[i], ms, lbs, lbZones[g.Zone], log)
+			gw.Endpoints = Endpoints(g, gw.Legs, targets)
 			out = append(out, Desired{ZoneID: z.ID, Gateway: gw})
 		}
 		return out, nil
@@ -181,6 +187,57 @@ func Balancers(g *catalog.EdgeGateway, en *catalog.ExternalNetwork, ms []ipam.Ma
 			b.Sources = append(b.Sources, s.String())
 		}
 		out = append(out, b)
+	}
+	return out
+}
+
+// KubeTargets returns, by cluster id, where the management cluster serves
+// each Kubernetes cluster's hosted API server to the zones' external
+// networks (controlplane.ListTargets).
+type KubeTargets func(context.Context) (map[string]netip.AddrPort, error)
+
+// targetsCache keeps the last KubeTargets read: a pass that cannot read
+// them (the management cluster not answering) derives the endpoints from
+// the last ones, rather than cut the workers off from running API servers.
+type targetsCache struct {
+	mu   sync.Mutex
+	last map[string]netip.AddrPort // protected by mu
+}
+
+func (c *targetsCache) get(ctx context.Context, read KubeTargets, log *slog.Logger) map[string]netip.AddrPort {
+	if read == nil {
+		return nil
+	}
+	t, err := read(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		log.Warn("edgesync: read the Kubernetes API servers' addresses; the last ones are kept", "err", err)
+		return c.last
+	}
+	c.last = t
+	return t
+}
+
+// Endpoints are g's Kubernetes clusters' endpoints on legs (the VDC's
+// networks in the zone), each forwarded to its API server at targets. An
+// endpoint whose network is gone, or whose API server has no address yet,
+// is left out until it has.
+func Endpoints(g *catalog.EdgeGateway, legs []*edgev1.Leg, targets map[string]netip.AddrPort) []*edgev1.Endpoint {
+	onLeg := map[string]bool{}
+	for _, l := range legs {
+		if p, err := netip.ParsePrefix(l.GetAddress()); err == nil {
+			onLeg[p.Addr().String()] = true
+		}
+	}
+	var out []*edgev1.Endpoint
+	for _, e := range g.KubeEndpoints {
+		t, ok := targets[e.Cluster]
+		if !ok || !onLeg[e.Address] {
+			continue
+		}
+		out = append(out, &edgev1.Endpoint{Id: e.Cluster, Address: e.Address, Port: uint32(e.Port),
+			Target: t.Addr().String(), TargetPort: uint32(t.Port())})
 	}
 	return out
 }

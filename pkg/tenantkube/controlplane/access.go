@@ -85,6 +85,17 @@ func notFound(err error) error {
 // cluster.
 func roleBinding(role string) string { return "flexplane:" + role }
 
+// serviceAddress is host:port of the API server's Service of cluster in
+// namespace ns, in the management cluster: the Service serves at the
+// endpoint's port.
+func serviceAddress(ns, cluster, endpoint string) string {
+	_, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		port = "6443"
+	}
+	return net.JoinHostPort(cluster+"-apiserver."+ns+".svc", port)
+}
+
 // bindRoles creates, in the tenant cluster, a ClusterRoleBinding of each
 // group to the ClusterRole of its name, with the admin kubeconfig of
 // <cluster>-kubeconfig pointed at Config.TenantAddress.
@@ -97,7 +108,10 @@ func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups [
 	if err != nil {
 		return fmt.Errorf("admin kubeconfig: %w", err)
 	}
-	addr := m.cfg.TenantAddress(ns, cl.name)
+	addr := serviceAddress(ns, cl.name, cl.endpoint)
+	if m.cfg.TenantAddress != nil {
+		addr = m.cfg.TenantAddress(ns, cl.name)
+	}
 	rc.Host = "https://" + addr
 	if host, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host) == nil {
 		rc.ServerName = host

@@ -135,8 +135,16 @@ type Config struct {
 	Values func(Spec) map[string]any
 	// TenantAddress returns the host:port where the Manager reaches a
 	// tenant's API server (to bind the Roles there). Default the API
-	// server's Service, <cluster>-apiserver.<namespace>.svc:6443.
+	// server's Service, <cluster>-apiserver.<namespace>.svc at the
+	// endpoint's port.
 	TenantAddress func(namespace, cluster string) string
+	// ServiceType is the type of the API servers' Services. The edge
+	// gateways forward the workers' connections (at their cluster's
+	// endpoint) to the address a LoadBalancer Service is given (Targets),
+	// so a management cluster needs a load-balancer implementation (such
+	// as MetalLB) whose addresses the zones' external networks reach.
+	// Default "LoadBalancer".
+	ServiceType string
 	// Log receives the Manager's events. Default slog.Default().
 	Log *slog.Logger
 }
@@ -161,10 +169,8 @@ func New(cfg Config) (*Manager, error) {
 		}
 		cfg.Chart = c
 	}
-	if cfg.TenantAddress == nil {
-		cfg.TenantAddress = func(ns, cluster string) string {
-			return net.JoinHostPort(cluster+"-apiserver."+ns+".svc", "6443")
-		}
+	if cfg.ServiceType == "" {
+		cfg.ServiceType = "LoadBalancer"
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -107,8 +107,8 @@ func TestEnsureKeepsPKIAcrossUpgrades(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster].Server; got != "https://203.0.113.10:6443" {
-		t.Errorf("admin kubeconfig server %q", got)
+	if got := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster].Server; got != "https://alpha-apiserver.kc-upgrade.svc:6443" {
+		t.Errorf("admin kubeconfig server %q, want the API server's Service", got)
 	}
 	if crt := parseCert(t, admin.AuthInfos[admin.Contexts[admin.CurrentContext].AuthInfo].ClientCertificateData); len(crt.Subject.Organization) != 1 || crt.Subject.Organization[0] != "system:masters" {
 		t.Errorf("admin certificate organizations %v", crt.Subject.Organization)

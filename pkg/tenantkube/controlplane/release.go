@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"strconv"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -66,12 +68,25 @@ func (m *Manager) helm(ns string) (*action.Configuration, error) {
 
 // values are the chart values of s: the Spec's, under Config.Values.
 func (m *Manager) values(s Spec) map[string]any {
+	// The API servers serve at the endpoint's port (so the address they
+	// advertise in the tenant's kubernetes Service, the endpoint, is theirs),
+	// and so does their Service.
+	port := 6443
+	if _, ps, err := net.SplitHostPort(s.Endpoint); err == nil {
+		if p, err := strconv.Atoi(ps); err == nil {
+			port = p
+		}
+	}
 	vals := map[string]any{
 		"cluster":     s.Cluster,
 		"version":     s.Version,
 		"serviceCIDR": s.ServiceCIDR,
 		"podCIDR":     s.PodCIDR,
 		"endpoint":    s.Endpoint,
+		"apiServer": map[string]any{
+			"port":    port,
+			"service": map[string]any{"type": m.cfg.ServiceType, "port": port},
+		},
 	}
 	if m.cfg.Values == nil {
 		return vals

@@ -153,7 +153,9 @@ func (m *Manager) ensurePKI(ctx context.Context, s Spec, endpointHost string) er
 		if err != nil {
 			return nil, err
 		}
-		kc, err := kubeconfig(s.Cluster, "kubernetes-admin", s.Endpoint, ca.certPEM, crt, key)
+		// Cluster API's controllers, in the management cluster, reach the
+		// API server at its Service there, not at the workers' endpoint.
+		kc, err := kubeconfig(s.Cluster, "kubernetes-admin", serviceAddress(s.Namespace, s.Cluster, s.Endpoint), ca.certPEM, crt, key)
 		return map[string][]byte{"value": kc}, err
 	})
 	return err
