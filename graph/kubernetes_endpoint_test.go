@@ -36,7 +36,9 @@ func TestKubernetesEndpointThroughEdgeGateway(t *testing.T) {
 	if c.Endpoint == nil || *c.Endpoint != "10.1.0.1:6443" {
 		t.Fatalf("the cluster's endpoint %v, want red's network's gateway address at 6443", c.Endpoint)
 	}
-	var gws struct{ Nodes []struct{ PublicAddress string } }
+	var gws struct {
+		Nodes []struct{ PublicAddress string }
+	}
 	h.GraphQL(t, "alice", "red", `{ edgeGateways(zone: "alpha") { nodes { publicAddress } } }`, nil).OK(t).Into(t, "edgeGateways", &gws)
 	if len(gws.Nodes) != 1 {
 		t.Fatalf("red's edge gateways after creating a cluster: %+v", gws)

@@ -409,7 +409,9 @@ func TestClusterEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, got.ID)
-		t.Cleanup(func() { _ = e.kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: got.ID}}) })
+		t.Cleanup(func() {
+			_ = e.kc.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: got.ID}})
+		})
 		want := []string{"10.1.0.1:6443", "10.1.0.1:6444", "10.1.0.1:6443"}[i]
 		if got.Endpoint != want {
 			t.Errorf("cluster %s/%s's endpoint %s, want %s", c.VDC, c.Name, got.Endpoint, want)
