@@ -147,6 +147,9 @@ type Manager struct {
 	cfg    Config
 	client kubernetes.Interface
 	log    *slog.Logger
+	// chartDigest is the digest of cfg.Chart (see chartDigest): a release
+	// whose chart has another is upgraded even at the same version.
+	chartDigest string
 }
 
 // New returns a Manager for the management cluster of cfg.REST.
@@ -169,11 +172,15 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	digest, err := chartDigest(cfg.Chart)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: new: chart: %w", err)
+	}
 	client, err := kubernetes.NewForConfig(cfg.REST)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: new: %w", err)
 	}
-	return &Manager{cfg: cfg, client: client, log: cfg.Log}, nil
+	return &Manager{cfg: cfg, client: client, log: cfg.Log, chartDigest: digest}, nil
 }
 
 var versionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
@@ -220,8 +227,11 @@ func (s Spec) validate() (host string, port int, err error) {
 
 // Ensure installs the control plane of s, or upgrades it to s: it creates
 // the namespace, the PKI Secrets (only those missing: they are never
-// rotated) and installs or upgrades the release of the flexkube chart. It
-// does not wait for the control plane to be ready (see Status).
+// rotated) and installs or upgrades the release of the flexkube chart. A
+// release whose last revision is deployed with the same chart and values
+// is left alone, so Ensure can be called as often as a reconciler likes
+// without writing a revision each time. It does not wait for the control
+// plane to be ready (see Status).
 func (m *Manager) Ensure(ctx context.Context, s Spec) error {
 	host, _, err := s.validate()
 	if err != nil {

@@ -1,14 +1,22 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
@@ -83,28 +91,109 @@ func (m *Manager) values(s Spec) map[string]any {
 	return chartutil.CoalesceTables(extra, vals)
 }
 
+// maxHistory is how many revisions of a release Helm keeps.
+const maxHistory = 10
+
 // ensureRelease installs the release of s (named after the cluster) or
-// upgrades it.
+// upgrades it, unless its last revision is deployed with the chart and
+// the values it would get now.
 func (m *Manager) ensureRelease(ctx context.Context, s Spec) error {
 	cfg, err := m.helm(s.Namespace)
 	if err != nil {
 		return err
 	}
 	vals := m.values(s)
-	_, err = action.NewHistory(cfg).Run(s.Cluster)
-	if errors.Is(err, driver.ErrReleaseNotFound) {
+	hist, err := cfg.Releases.History(s.Cluster)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return fmt.Errorf("history: %w", err)
+	}
+	if len(hist) == 0 {
 		inst := action.NewInstall(cfg)
 		inst.ReleaseName, inst.Namespace = s.Cluster, s.Namespace
 		_, err = inst.RunWithContext(ctx, m.cfg.Chart, vals)
 		return err
 	}
-	if err != nil {
-		return err
+	releaseutil.Reverse(hist, releaseutil.SortByRevision)
+	last := hist[0]
+	if m.unchanged(last, vals) {
+		m.log.Debug("release unchanged", "namespace", s.Namespace, "release", s.Cluster, "revision", last.Version)
+		return nil
 	}
 	up := action.NewUpgrade(cfg)
-	up.Namespace, up.MaxHistory = s.Namespace, 10
+	up.Namespace, up.MaxHistory = s.Namespace, maxHistory
 	_, err = up.RunWithContext(ctx, s.Cluster, m.cfg.Chart, vals)
 	return err
+}
+
+// unchanged tells whether rel is deployed with the Manager's chart (its
+// name, version and digest) and vals: an upgrade to them would change
+// nothing but write a revision.
+func (m *Manager) unchanged(rel *release.Release, vals map[string]any) bool {
+	if rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Chart == nil || rel.Chart.Metadata == nil {
+		return false
+	}
+	want := m.cfg.Chart.Metadata
+	if want == nil || rel.Chart.Metadata.Name != want.Name || rel.Chart.Metadata.Version != want.Version {
+		return false
+	}
+	if d, err := chartDigest(rel.Chart); err != nil || d != m.chartDigest {
+		return false
+	}
+	// Compared as JSON, as Helm stores them: numbers read back as float64.
+	got, err := json.Marshal(rel.Config)
+	if err != nil {
+		return false
+	}
+	now, err := json.Marshal(vals)
+	return err == nil && bytes.Equal(got, now)
+}
+
+// chartDigest is a SHA-256 digest of what a chart renders from: its
+// metadata, templates, default values, schema and other files, and its
+// subcharts'. A release's chart, as Helm stores it, has the digest of the
+// chart it was installed from unless that had subcharts (Helm does not
+// store those), so such a chart is always upgraded to.
+func chartDigest(c *chart.Chart) (string, error) {
+	h := sha256.New()
+	field := func(name string, data []byte) {
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
+	}
+	var add func(c *chart.Chart) error
+	add = func(c *chart.Chart) error {
+		meta, err := json.Marshal(c.Metadata)
+		if err != nil {
+			return err
+		}
+		vals, err := json.Marshal(c.Values)
+		if err != nil {
+			return err
+		}
+		field("metadata", meta)
+		field("values", vals)
+		field("schema", c.Schema)
+		for _, f := range sortedFiles(c.Templates) {
+			field("template/"+f.Name, f.Data)
+		}
+		for _, f := range sortedFiles(c.Files) {
+			field("file/"+f.Name, f.Data)
+		}
+		for _, d := range c.Dependencies() {
+			field("dependency", []byte(d.Name()))
+			if err := add(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := add(c); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func sortedFiles(fs []*chart.File) []*chart.File {
+	return slices.SortedFunc(slices.Values(fs), func(a, b *chart.File) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // uninstall removes the release of cluster; a release that is not there
