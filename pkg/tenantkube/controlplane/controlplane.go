@@ -40,6 +40,10 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrNotReady: the tenant API server cannot be reached yet.
 	ErrNotReady = errors.New("not ready")
+	// ErrBusy: another install or upgrade of the control plane's release
+	// is in progress (pending for less than Config.PendingGrace); nothing
+	// changed, try again later.
+	ErrBusy = errors.New("busy")
 )
 
 // Labels and annotations the Manager puts on what it creates.
@@ -139,6 +143,18 @@ type Config struct {
 	TenantAddress func(namespace, cluster string) string
 	// Log receives the Manager's events. Default slog.Default().
 	Log *slog.Logger
+	// PendingGrace is how long a release's last revision may stay pending
+	// (pending-install, -upgrade or -rollback: an operation under way)
+	// before Ensure takes its operation for dead (its orchestrator stopped
+	// in the middle of it), marks the revision failed and installs or
+	// upgrades again. Within the grace Ensure returns ErrBusy. It must be
+	// longer than an operation of the Manager may take (each is cancelled
+	// after helmTimeout, 2 minutes; New refuses a shorter grace). Default
+	// 5 minutes.
+	PendingGrace time.Duration
+	// Now is the Manager's clock: what it measures the age of a pending
+	// release with. Default time.Now.
+	Now func() time.Time
 }
 
 // Manager installs, upgrades and removes hosted control planes. It keeps no
@@ -171,6 +187,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.PendingGrace == 0 {
+		cfg.PendingGrace = defaultPendingGrace
+	}
+	if cfg.PendingGrace <= helmTimeout {
+		return nil, fmt.Errorf("controlplane: new: Config.PendingGrace %s is not longer than an operation's %s: %w",
+			cfg.PendingGrace, helmTimeout, ErrInvalid)
 	}
 	digest, err := chartDigest(cfg.Chart)
 	if err != nil {
@@ -230,7 +256,9 @@ func (s Spec) validate() (host string, port int, err error) {
 // rotated) and installs or upgrades the release of the flexkube chart. A
 // release whose last revision is deployed with the same chart and values
 // is left alone, so Ensure can be called as often as a reconciler likes
-// without writing a revision each time. It does not wait for the control
+// without writing a revision each time. A release left pending by an
+// operation that died is recovered once Config.PendingGrace has passed;
+// before that Ensure returns ErrBusy. It does not wait for the control
 // plane to be ready (see Status).
 func (m *Manager) Ensure(ctx context.Context, s Spec) error {
 	host, _, err := s.validate()

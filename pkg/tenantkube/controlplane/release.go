@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -94,35 +95,87 @@ func (m *Manager) values(s Spec) map[string]any {
 // maxHistory is how many revisions of a release Helm keeps.
 const maxHistory = 10
 
+// helmTimeout bounds one install or upgrade of a release (its context is
+// cancelled then, and Helm marks the revision failed), so a revision
+// pending for longer than Config.PendingGrace is one whose operation died.
+const helmTimeout = 2 * time.Minute
+
+// defaultPendingGrace is Config.PendingGrace's default.
+const defaultPendingGrace = 5 * time.Minute
+
 // ensureRelease installs the release of s (named after the cluster) or
 // upgrades it, unless its last revision is deployed with the chart and
-// the values it would get now.
+// the values it would get now. A last revision left pending longer than
+// Config.PendingGrace is marked failed first (younger: ErrBusy); without
+// any deployed revision the release is then installed anew over the
+// failed one.
 func (m *Manager) ensureRelease(ctx context.Context, s Spec) error {
 	cfg, err := m.helm(s.Namespace)
 	if err != nil {
 		return err
 	}
+	cfg.Releases.MaxHistory = maxHistory
 	vals := m.values(s)
 	hist, err := cfg.Releases.History(s.Cluster)
 	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return fmt.Errorf("history: %w", err)
 	}
-	if len(hist) == 0 {
-		inst := action.NewInstall(cfg)
-		inst.ReleaseName, inst.Namespace = s.Cluster, s.Namespace
-		_, err = inst.RunWithContext(ctx, m.cfg.Chart, vals)
-		return err
+	if len(hist) > 0 {
+		releaseutil.Reverse(hist, releaseutil.SortByRevision)
+		last := hist[0]
+		if last.Info.Status.IsPending() {
+			if err := m.failPending(cfg, last); err != nil {
+				return err
+			}
+		}
+		if m.unchanged(last, vals) {
+			m.log.Debug("release unchanged", "namespace", s.Namespace, "release", s.Cluster, "revision", last.Version)
+			return nil
+		}
 	}
-	releaseutil.Reverse(hist, releaseutil.SortByRevision)
-	last := hist[0]
-	if m.unchanged(last, vals) {
-		m.log.Debug("release unchanged", "namespace", s.Namespace, "release", s.Cluster, "revision", last.Version)
+	ctx, cancel := context.WithTimeout(ctx, helmTimeout)
+	defer cancel()
+	deployed := slices.ContainsFunc(hist, func(r *release.Release) bool { return r.Info.Status == release.StatusDeployed })
+	if len(hist) == 0 || !deployed && (hist[0].Info.Status == release.StatusFailed || hist[0].Info.Status == release.StatusUninstalled) {
+		// Never deployed: a first install, or one over a failed install.
+		// Replace keeps the objects the failed one made (they are this
+		// release's, so Helm adopts them) where an uninstall would delete
+		// them, the Service of the endpoint with its address among them.
+		inst := action.NewInstall(cfg)
+		inst.ReleaseName, inst.Namespace, inst.Timeout = s.Cluster, s.Namespace, helmTimeout
+		inst.Replace = len(hist) > 0
+		if _, err := inst.RunWithContext(ctx, m.cfg.Chart, vals); err != nil {
+			return fmt.Errorf("install: %w", err)
+		}
 		return nil
 	}
 	up := action.NewUpgrade(cfg)
-	up.Namespace, up.MaxHistory = s.Namespace, maxHistory
-	_, err = up.RunWithContext(ctx, s.Cluster, m.cfg.Chart, vals)
-	return err
+	up.Namespace, up.MaxHistory, up.Timeout = s.Namespace, maxHistory, helmTimeout
+	if _, err := up.RunWithContext(ctx, s.Cluster, m.cfg.Chart, vals); err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
+	return nil
+}
+
+// failPending marks rel, a pending revision, failed when it has been
+// pending for longer than Config.PendingGrace: the operation that wrote it
+// died, and Helm refuses every other while it is pending. A younger one is
+// ErrBusy, and stays as it is.
+func (m *Manager) failPending(cfg *action.Configuration, rel *release.Release) error {
+	since := rel.Info.LastDeployed.Time
+	age := m.cfg.Now().Sub(since)
+	if age < m.cfg.PendingGrace {
+		return fmt.Errorf("revision %d is %s since %s: %w", rel.Version, rel.Info.Status, since.UTC().Format(time.RFC3339), ErrBusy)
+	}
+	was := rel.Info.Status
+	rel.Info.Status = release.StatusFailed
+	rel.Info.Description = fmt.Sprintf("Marked failed by flexplane: %s for %s, longer than %s", was, age.Round(time.Second), m.cfg.PendingGrace)
+	if err := cfg.Releases.Update(rel); err != nil {
+		return fmt.Errorf("mark revision %d failed: %w", rel.Version, err)
+	}
+	m.log.Warn("stuck release revision marked failed", "namespace", rel.Namespace, "release", rel.Name,
+		"revision", rel.Version, "status", was, "since", since.UTC().Format(time.RFC3339))
+	return nil
 }
 
 // unchanged tells whether rel is deployed with the Manager's chart (its
