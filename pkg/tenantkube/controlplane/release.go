@@ -73,8 +73,10 @@ func (m *Manager) helm(ns string) (*action.Configuration, error) {
 	return cfg, nil
 }
 
-// values are the chart values of s: the Spec's, under Config.Values.
-func (m *Manager) values(s Spec) map[string]any {
+// values are the chart values of s: the Spec's, under Config.Values, and
+// pkiRevision (the digest of the leaf certificates, in the pods'
+// annotations).
+func (m *Manager) values(s Spec, pkiRevision string) map[string]any {
 	vals := map[string]any{
 		"cluster":     s.Cluster,
 		"version":     s.Version,
@@ -82,14 +84,13 @@ func (m *Manager) values(s Spec) map[string]any {
 		"podCIDR":     s.PodCIDR,
 		"endpoint":    s.Endpoint,
 	}
-	if m.cfg.Values == nil {
-		return vals
+	if m.cfg.Values != nil {
+		if extra := maps.Clone(m.cfg.Values(s)); extra != nil {
+			vals = chartutil.CoalesceTables(extra, vals)
+		}
 	}
-	extra := maps.Clone(m.cfg.Values(s))
-	if extra == nil {
-		return vals
-	}
-	return chartutil.CoalesceTables(extra, vals)
+	vals["pki"] = map[string]any{"revision": pkiRevision}
+	return vals
 }
 
 // maxHistory is how many revisions of a release Helm keeps.
@@ -109,13 +110,13 @@ const defaultPendingGrace = 5 * time.Minute
 // Config.PendingGrace is marked failed first (younger: ErrBusy); without
 // any deployed revision the release is then installed anew over the
 // failed one.
-func (m *Manager) ensureRelease(ctx context.Context, s Spec) error {
+func (m *Manager) ensureRelease(ctx context.Context, s Spec, pkiRevision string) error {
 	cfg, err := m.helm(s.Namespace)
 	if err != nil {
 		return err
 	}
 	cfg.Releases.MaxHistory = maxHistory
-	vals := m.values(s)
+	vals := m.values(s, pkiRevision)
 	hist, err := cfg.Releases.History(s.Cluster)
 	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
 		return fmt.Errorf("history: %w", err)
