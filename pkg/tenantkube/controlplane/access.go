@@ -60,7 +60,7 @@ func (m *Manager) Kubeconfig(ctx context.Context, namespace string, c Credential
 	if err := m.bindRoles(ctx, namespace, cl, c.Groups); err != nil {
 		return nil, fmt.Errorf("controlplane: kubeconfig %s: %w", namespace, err)
 	}
-	now := time.Now()
+	now := m.cfg.Now()
 	crt, key, err := ca.issue(leaf{cn: c.User, orgs: c.Groups, client: true, lifetime: c.TTL}, now)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: kubeconfig %s: %w", namespace, err)

@@ -8,8 +8,13 @@
 // cluster's CA as kubeconfigs, and reads a control plane's status at request
 // time from its workloads.
 //
-// The PKI is generated here, in Go, once per cluster: an upgrade (a new
-// version) never rotates it, unlike a chart's own template functions.
+// The PKI is generated here, in Go, not by a chart's template functions:
+// the authorities and the service-account key once per cluster, never
+// rotated; the leaf certificates and the admin kubeconfig are issued anew
+// by the same authorities when a third of their lifetime is left or the
+// endpoint changes, never by an upgrade (a new version). A digest of the
+// leaf certificates in the pods' annotations rolls the workloads onto
+// renewed ones.
 package controlplane
 
 import (
@@ -40,6 +45,10 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrNotReady: the tenant API server cannot be reached yet.
 	ErrNotReady = errors.New("not ready")
+	// ErrBusy: another install or upgrade of the control plane's release
+	// is in progress (pending for less than Config.PendingGrace); nothing
+	// changed, try again later.
+	ErrBusy = errors.New("busy")
 )
 
 // Labels and annotations the Manager puts on what it creates.
@@ -131,7 +140,7 @@ type Config struct {
 	Chart *chart.Chart
 	// Values returns chart values for a cluster, merged over the ones the
 	// Manager derives from its Spec (images, resources, storage class,
-	// ports, addresses). Optional.
+	// ports, addresses). pki.revision is always the Manager's. Optional.
 	Values func(Spec) map[string]any
 	// TenantAddress returns the host:port where the Manager reaches a
 	// tenant's API server (to bind the Roles there). Default the API
@@ -147,6 +156,19 @@ type Config struct {
 	ServiceType string
 	// Log receives the Manager's events. Default slog.Default().
 	Log *slog.Logger
+	// PendingGrace is how long a release's last revision may stay pending
+	// (pending-install, -upgrade or -rollback: an operation under way)
+	// before Ensure takes its operation for dead (its orchestrator stopped
+	// in the middle of it), marks the revision failed and installs or
+	// upgrades again. Within the grace Ensure returns ErrBusy. It must be
+	// longer than an operation of the Manager may take (each is cancelled
+	// after helmTimeout, 2 minutes; New refuses a shorter grace). Default
+	// 5 minutes.
+	PendingGrace time.Duration
+	// Now is the Manager's clock: the time it issues certificates at,
+	// judges whether they are due for renewal at, and measures the age of a
+	// pending release by. Default time.Now.
+	Now func() time.Time
 }
 
 // Manager installs, upgrades and removes hosted control planes. It keeps no
@@ -155,6 +177,9 @@ type Manager struct {
 	cfg    Config
 	client kubernetes.Interface
 	log    *slog.Logger
+	// chartDigest is the digest of cfg.Chart (see chartDigest): a release
+	// whose chart has another is upgraded even at the same version.
+	chartDigest string
 }
 
 // New returns a Manager for the management cluster of cfg.REST.
@@ -175,11 +200,25 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.PendingGrace == 0 {
+		cfg.PendingGrace = defaultPendingGrace
+	}
+	if cfg.PendingGrace <= helmTimeout {
+		return nil, fmt.Errorf("controlplane: new: Config.PendingGrace %s is not longer than an operation's %s: %w",
+			cfg.PendingGrace, helmTimeout, ErrInvalid)
+	}
+	digest, err := chartDigest(cfg.Chart)
+	if err != nil {
+		return nil, fmt.Errorf("controlplane: new: chart: %w", err)
+	}
 	client, err := kubernetes.NewForConfig(cfg.REST)
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: new: %w", err)
 	}
-	return &Manager{cfg: cfg, client: client, log: cfg.Log}, nil
+	return &Manager{cfg: cfg, client: client, log: cfg.Log, chartDigest: digest}, nil
 }
 
 var versionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
@@ -225,9 +264,17 @@ func (s Spec) validate() (host string, port int, err error) {
 }
 
 // Ensure installs the control plane of s, or upgrades it to s: it creates
-// the namespace, the PKI Secrets (only those missing: they are never
-// rotated) and installs or upgrades the release of the flexkube chart. It
-// does not wait for the control plane to be ready (see Status).
+// the namespace and the PKI Secrets that are missing, renews the leaf
+// certificates and the admin kubeconfig when they have less than a third
+// of their lifetime left or no longer fit s (its endpoint), never the
+// authorities or the service-account key, and installs or upgrades the
+// release of the flexkube chart, whose pods roll onto renewed
+// certificates. A release whose last revision is deployed with the same
+// chart and values is left alone, so Ensure can be called as often as a
+// reconciler likes without writing a revision each time. A release left
+// pending by an operation that died is recovered once Config.PendingGrace
+// has passed; before that Ensure returns ErrBusy. It does not wait for the
+// control plane to be ready (see Status).
 func (m *Manager) Ensure(ctx context.Context, s Spec) error {
 	host, _, err := s.validate()
 	if err != nil {
@@ -236,10 +283,11 @@ func (m *Manager) Ensure(ctx context.Context, s Spec) error {
 	if err := m.ensureNamespace(ctx, s); err != nil {
 		return fmt.Errorf("controlplane: ensure %s/%s: %w", s.Namespace, s.Cluster, err)
 	}
-	if err := m.ensurePKI(ctx, s, host); err != nil {
+	rev, err := m.ensurePKI(ctx, s, host)
+	if err != nil {
 		return fmt.Errorf("controlplane: ensure %s/%s: pki: %w", s.Namespace, s.Cluster, err)
 	}
-	if err := m.ensureRelease(ctx, s); err != nil {
+	if err := m.ensureRelease(ctx, s, rev); err != nil {
 		return fmt.Errorf("controlplane: ensure %s/%s: release: %w", s.Namespace, s.Cluster, err)
 	}
 	m.log.Info("control plane ensured", "namespace", s.Namespace, "cluster", s.Cluster, "version", s.Version)

@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"slices"
 	"time"
 )
 
 // Lifetimes of what the Manager issues. Authorities outlive every leaf they
-// sign; leaves are issued once with the cluster (an upgrade never reissues
-// them).
+// sign and are never rotated; leaves are issued with the cluster and issued
+// anew by the same authorities when a third of their lifetime is left (see
+// renewal), not by an upgrade.
 const (
 	caLifetime   = 10 * 365 * 24 * time.Hour
 	leafLifetime = 365 * 24 * time.Hour
@@ -173,6 +175,42 @@ func (a *authority) issue(l leaf, now time.Time) (crt, key []byte, err error) {
 		return nil, nil, err
 	}
 	return certPEM(der), kp, nil
+}
+
+// parseCertPEM parses the first PEM certificate of data.
+func parseCertPEM(data []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+// renewal says why crt is to be issued anew as l by a at now: it has less
+// than a third of its lifetime left, another authority signed it, or it
+// does not say what l says (its name, organizations, DNS names or
+// addresses: the endpoint's host changed). Empty when crt can stay.
+func renewal(crt *x509.Certificate, a *authority, l leaf, now time.Time) string {
+	if left, life := crt.NotAfter.Sub(now), crt.NotAfter.Sub(crt.NotBefore); 3*left < life {
+		return fmt.Sprintf("expires %s, less than a third of its lifetime left", crt.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if err := crt.CheckSignatureFrom(a.cert); err != nil {
+		return fmt.Sprintf("not signed by %s: %v", a.cert.Subject.CommonName, err)
+	}
+	if crt.Subject.CommonName != l.cn || !slices.Equal(crt.Subject.Organization, l.orgs) {
+		return fmt.Sprintf("subject %s, not CN=%s O=%v", crt.Subject, l.cn, l.orgs)
+	}
+	for _, d := range l.dns {
+		if !slices.Contains(crt.DNSNames, d) {
+			return "does not name " + d
+		}
+	}
+	for _, ip := range l.ips {
+		if !slices.ContainsFunc(crt.IPAddresses, ip.Equal) {
+			return "does not name " + ip.String()
+		}
+	}
+	return ""
 }
 
 // serviceAccountKey returns a new RSA key pair for signing service account

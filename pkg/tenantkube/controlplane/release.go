@@ -1,16 +1,25 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
+	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
@@ -66,8 +75,10 @@ func (m *Manager) helm(ns string) (*action.Configuration, error) {
 	return cfg, nil
 }
 
-// values are the chart values of s: the Spec's, under Config.Values.
-func (m *Manager) values(s Spec) map[string]any {
+// values are the chart values of s: the Spec's, under Config.Values, and
+// pkiRevision (the digest of the leaf certificates, in the pods'
+// annotations).
+func (m *Manager) values(s Spec, pkiRevision string) map[string]any {
 	// The API servers serve at the endpoint's port (so the address they
 	// advertise in the tenant's kubernetes Service, the endpoint, is theirs),
 	// and so does their Service.
@@ -88,38 +99,170 @@ func (m *Manager) values(s Spec) map[string]any {
 			"service": map[string]any{"type": m.cfg.ServiceType, "port": port},
 		},
 	}
-	if m.cfg.Values == nil {
-		return vals
+	if m.cfg.Values != nil {
+		if extra := maps.Clone(m.cfg.Values(s)); extra != nil {
+			vals = chartutil.CoalesceTables(extra, vals)
+		}
 	}
-	extra := maps.Clone(m.cfg.Values(s))
-	if extra == nil {
-		return vals
-	}
-	return chartutil.CoalesceTables(extra, vals)
+	vals["pki"] = map[string]any{"revision": pkiRevision}
+	return vals
 }
 
+// maxHistory is how many revisions of a release Helm keeps.
+const maxHistory = 10
+
+// helmTimeout bounds one install or upgrade of a release (its context is
+// cancelled then, and Helm marks the revision failed), so a revision
+// pending for longer than Config.PendingGrace is one whose operation died.
+const helmTimeout = 2 * time.Minute
+
+// defaultPendingGrace is Config.PendingGrace's default.
+const defaultPendingGrace = 5 * time.Minute
+
 // ensureRelease installs the release of s (named after the cluster) or
-// upgrades it.
-func (m *Manager) ensureRelease(ctx context.Context, s Spec) error {
+// upgrades it, unless its last revision is deployed with the chart and
+// the values it would get now. A last revision left pending longer than
+// Config.PendingGrace is marked failed first (younger: ErrBusy); without
+// any deployed revision the release is then installed anew over the
+// failed one.
+func (m *Manager) ensureRelease(ctx context.Context, s Spec, pkiRevision string) error {
 	cfg, err := m.helm(s.Namespace)
 	if err != nil {
 		return err
 	}
-	vals := m.values(s)
-	_, err = action.NewHistory(cfg).Run(s.Cluster)
-	if errors.Is(err, driver.ErrReleaseNotFound) {
-		inst := action.NewInstall(cfg)
-		inst.ReleaseName, inst.Namespace = s.Cluster, s.Namespace
-		_, err = inst.RunWithContext(ctx, m.cfg.Chart, vals)
-		return err
+	cfg.Releases.MaxHistory = maxHistory
+	vals := m.values(s, pkiRevision)
+	hist, err := cfg.Releases.History(s.Cluster)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return fmt.Errorf("history: %w", err)
 	}
-	if err != nil {
-		return err
+	if len(hist) > 0 {
+		releaseutil.Reverse(hist, releaseutil.SortByRevision)
+		last := hist[0]
+		if last.Info.Status.IsPending() {
+			if err := m.failPending(cfg, last); err != nil {
+				return err
+			}
+		}
+		if m.unchanged(last, vals) {
+			m.log.Debug("release unchanged", "namespace", s.Namespace, "release", s.Cluster, "revision", last.Version)
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, helmTimeout)
+	defer cancel()
+	deployed := slices.ContainsFunc(hist, func(r *release.Release) bool { return r.Info.Status == release.StatusDeployed })
+	if len(hist) == 0 || !deployed && (hist[0].Info.Status == release.StatusFailed || hist[0].Info.Status == release.StatusUninstalled) {
+		// Never deployed: a first install, or one over a failed install.
+		// Replace keeps the objects the failed one made (they are this
+		// release's, so Helm adopts them) where an uninstall would delete
+		// them, the Service of the endpoint with its address among them.
+		inst := action.NewInstall(cfg)
+		inst.ReleaseName, inst.Namespace, inst.Timeout = s.Cluster, s.Namespace, helmTimeout
+		inst.Replace = len(hist) > 0
+		if _, err := inst.RunWithContext(ctx, m.cfg.Chart, vals); err != nil {
+			return fmt.Errorf("install: %w", err)
+		}
+		return nil
 	}
 	up := action.NewUpgrade(cfg)
-	up.Namespace, up.MaxHistory = s.Namespace, 10
-	_, err = up.RunWithContext(ctx, s.Cluster, m.cfg.Chart, vals)
-	return err
+	up.Namespace, up.MaxHistory, up.Timeout = s.Namespace, maxHistory, helmTimeout
+	if _, err := up.RunWithContext(ctx, s.Cluster, m.cfg.Chart, vals); err != nil {
+		return fmt.Errorf("upgrade: %w", err)
+	}
+	return nil
+}
+
+// failPending marks rel, a pending revision, failed when it has been
+// pending for longer than Config.PendingGrace: the operation that wrote it
+// died, and Helm refuses every other while it is pending. A younger one is
+// ErrBusy, and stays as it is.
+func (m *Manager) failPending(cfg *action.Configuration, rel *release.Release) error {
+	since := rel.Info.LastDeployed.Time
+	age := m.cfg.Now().Sub(since)
+	if age < m.cfg.PendingGrace {
+		return fmt.Errorf("revision %d is %s since %s: %w", rel.Version, rel.Info.Status, since.UTC().Format(time.RFC3339), ErrBusy)
+	}
+	was := rel.Info.Status
+	rel.Info.Status = release.StatusFailed
+	rel.Info.Description = fmt.Sprintf("Marked failed by flexplane: %s for %s, longer than %s", was, age.Round(time.Second), m.cfg.PendingGrace)
+	if err := cfg.Releases.Update(rel); err != nil {
+		return fmt.Errorf("mark revision %d failed: %w", rel.Version, err)
+	}
+	m.log.Warn("stuck release revision marked failed", "namespace", rel.Namespace, "release", rel.Name,
+		"revision", rel.Version, "status", was, "since", since.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// unchanged tells whether rel is deployed with the Manager's chart (its
+// name, version and digest) and vals: an upgrade to them would change
+// nothing but write a revision.
+func (m *Manager) unchanged(rel *release.Release, vals map[string]any) bool {
+	if rel.Info == nil || rel.Info.Status != release.StatusDeployed || rel.Chart == nil || rel.Chart.Metadata == nil {
+		return false
+	}
+	want := m.cfg.Chart.Metadata
+	if want == nil || rel.Chart.Metadata.Name != want.Name || rel.Chart.Metadata.Version != want.Version {
+		return false
+	}
+	if d, err := chartDigest(rel.Chart); err != nil || d != m.chartDigest {
+		return false
+	}
+	// Compared as JSON, as Helm stores them: numbers read back as float64.
+	got, err := json.Marshal(rel.Config)
+	if err != nil {
+		return false
+	}
+	now, err := json.Marshal(vals)
+	return err == nil && bytes.Equal(got, now)
+}
+
+// chartDigest is a SHA-256 digest of what a chart renders from: its
+// metadata, templates, default values, schema and other files, and its
+// subcharts'. A release's chart, as Helm stores it, has the digest of the
+// chart it was installed from unless that had subcharts (Helm does not
+// store those), so such a chart is always upgraded to.
+func chartDigest(c *chart.Chart) (string, error) {
+	h := sha256.New()
+	field := func(name string, data []byte) {
+		fmt.Fprintf(h, "%s %d\n", name, len(data))
+		h.Write(data)
+	}
+	var add func(c *chart.Chart) error
+	add = func(c *chart.Chart) error {
+		meta, err := json.Marshal(c.Metadata)
+		if err != nil {
+			return err
+		}
+		vals, err := json.Marshal(c.Values)
+		if err != nil {
+			return err
+		}
+		field("metadata", meta)
+		field("values", vals)
+		field("schema", c.Schema)
+		for _, f := range sortedFiles(c.Templates) {
+			field("template/"+f.Name, f.Data)
+		}
+		for _, f := range sortedFiles(c.Files) {
+			field("file/"+f.Name, f.Data)
+		}
+		for _, d := range c.Dependencies() {
+			field("dependency", []byte(d.Name()))
+			if err := add(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := add(c); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func sortedFiles(fs []*chart.File) []*chart.File {
+	return slices.SortedFunc(slices.Values(fs), func(a, b *chart.File) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // uninstall removes the release of cluster; a release that is not there
