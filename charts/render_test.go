@@ -249,6 +249,12 @@ func TestRenderRefuses(t *testing.T) {
 		"load balancers without the token's Secret": {func(v map[string]any) {
 			v["loadBalancers"] = map[string]any{"enabled": true}
 		}, "loadBalancers.gateway.tokenSecret"},
+		"a worker image of no version": {func(v map[string]any) {
+			v["kubernetes"] = map[string]any{"enabled": true, "workerImages": map[string]any{"latest": "debian-13"}}
+		}, "workerImages"},
+		"an API server Service of no type": {func(v map[string]any) {
+			v["kubernetes"] = map[string]any{"enabled": true, "apiServerServiceType": "Ingress"}
+		}, "apiServerServiceType"},
 		"a zone without a frontend": {func(v map[string]any) {
 			v["loadBalancers"] = map[string]any{"enabled": true, "gateway": map[string]any{"tokenSecret": "t"}, "zones": map[string]any{"fra1": map[string]any{}}}
 		}, "frontend"},

@@ -165,6 +165,7 @@ func serve(ctx context.Context, args []string) error {
 	managedKube := fs.Bool("managed-kubernetes", env("FLEXPLANE_MANAGED_KUBERNETES", "") == "true", "offer managed Kubernetes: the cluster of -kubeconfig is the management cluster (it must serve Cluster API's and flexplane's provider CRDs); the mesh control leader runs Cluster API's controllers (env FLEXPLANE_MANAGED_KUBERNETES=true)")
 	kubeVersions := fs.String("kubernetes-versions", env("FLEXPLANE_KUBERNETES_VERSIONS", strings.Join(tenantkube.DefaultVersions, ",")), "comma-separated Kubernetes versions clusters may run (env FLEXPLANE_KUBERNETES_VERSIONS)")
 	workerImage := fs.String("kubernetes-worker-image", env("FLEXPLANE_KUBERNETES_WORKER_IMAGE", "debian-13"), "catalog image of Kubernetes worker VMs (env FLEXPLANE_KUBERNETES_WORKER_IMAGE)")
+	workerImages := fs.String("kubernetes-worker-images", env("FLEXPLANE_KUBERNETES_WORKER_IMAGES", ""), "catalog images of Kubernetes worker VMs by version, comma-separated version=image pairs (e.g. v1.37.2=debian-13-kube-1.37); other versions use -kubernetes-worker-image (env FLEXPLANE_KUBERNETES_WORKER_IMAGES)")
 	kubeServiceType := fs.String("kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
 	kubeconfigTTL := fs.Duration("kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
 	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
@@ -183,6 +184,10 @@ func serve(ctx context.Context, args []string) error {
 	}
 	if *leaseDuration < 3*time.Second {
 		return errors.New("-lease-duration must be at least 3s")
+	}
+	images, err := parseWorkerImages(*workerImages)
+	if err != nil {
+		return err
 	}
 	switch *kubeServiceType {
 	case "LoadBalancer", "NodePort", "ClusterIP":
@@ -303,7 +308,7 @@ func serve(ctx context.Context, args []string) error {
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
 			LoadBalancers:     lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: *managedKube, Versions: strings.Split(*kubeVersions, ","),
-				WorkerImage: *workerImage, KubeconfigTTL: *kubeconfigTTL, APIServerServiceType: *kubeServiceType},
+				WorkerImage: *workerImage, WorkerImages: images, KubeconfigTTL: *kubeconfigTTL, APIServerServiceType: *kubeServiceType},
 		},
 		Kube: cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,
@@ -465,4 +470,25 @@ func catalogCmd(ctx context.Context, sub string, args []string, stdin io.Reader,
 	default:
 		return fmt.Errorf("unknown catalog command %q\n%s", sub, usage)
 	}
+}
+
+// parseWorkerImages reads -kubernetes-worker-images: version=image pairs,
+// comma-separated, each version once ("" is none).
+func parseWorkerImages(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		v, img, ok := strings.Cut(pair, "=")
+		v, img = strings.TrimSpace(v), strings.TrimSpace(img)
+		if !ok || v == "" || img == "" {
+			return nil, fmt.Errorf("-kubernetes-worker-images: %q is not version=image", pair)
+		}
+		if _, dup := out[v]; dup {
+			return nil, fmt.Errorf("-kubernetes-worker-images: %s is given twice", v)
+		}
+		out[v] = img
+	}
+	return out, nil
 }

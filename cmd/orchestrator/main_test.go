@@ -145,6 +145,24 @@ func TestServeKubernetesFlags(t *testing.T) {
 	}
 }
 
+// TestParseWorkerImages reads version=image pairs and refuses what is not
+// one, or a version given twice.
+func TestParseWorkerImages(t *testing.T) {
+	t.Parallel()
+	got, err := parseWorkerImages(" v1.36.4=kube-1.36, v1.37.2=kube-1.37,")
+	if err != nil || len(got) != 2 || got["v1.36.4"] != "kube-1.36" || got["v1.37.2"] != "kube-1.37" {
+		t.Errorf("two pairs: %v, %v", got, err)
+	}
+	if got, err := parseWorkerImages(""); err != nil || len(got) != 0 {
+		t.Errorf("none: %v, %v", got, err)
+	}
+	for _, bad := range []string{"v1.37.2", "v1.37.2=", "=img", "v1.37.2=a,v1.37.2=b"} {
+		if _, err := parseWorkerImages(bad); err == nil || !strings.Contains(err.Error(), "-kubernetes-worker-images") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]int64{"200MiB": 200 << 20, "1GiB": 1 << 30, "4096": 4096, "512KiB": 512 << 10, "10B": 10} {

@@ -35,6 +35,10 @@ type ManagedKubernetesConfig struct {
 	// WorkerImage is the catalog image worker VMs are made from. Default
 	// "debian-13".
 	WorkerImage string
+	// WorkerImages are the catalog images of worker VMs by Kubernetes
+	// version; a version without one uses WorkerImage
+	// (tenantkube.Config.WorkerImages).
+	WorkerImages map[string]string
 	// WorkerDiskGiB is a worker's disk. Default 20.
 	WorkerDiskGiB int
 	// KubeconfigTTL is how long an issued kubeconfig is valid (at most
@@ -113,12 +117,12 @@ func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Sto
 		cp = m
 	}
 	svc, err := tenantkube.New(tenantkube.Config{Client: c, Compute: vms, Catalog: store, ControlPlane: cp, Versions: cfg.Versions,
-		WorkerImage: cfg.WorkerImage, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, Logger: log.With("component", "tenantkube")})
+		WorkerImage: cfg.WorkerImage, WorkerImages: cfg.WorkerImages, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, Logger: log.With("component", "tenantkube")})
 	if err != nil {
 		return nil, fmt.Errorf("managed kubernetes: %w", err)
 	}
 	controllers := func(ctx context.Context) error {
-		return capiprovider.Run(ctx, capiprovider.Config{REST: rc, Compute: vms, ControlPlane: cp, Core: true,
+		return capiprovider.Run(ctx, capiprovider.Config{REST: rc, Compute: vms, ControlPlane: cp, Core: true, WorkerImage: svc.WorkerImage,
 			Poll: cfg.Poll, Logger: log.With("component", "capiprovider")})
 	}
 	cs, err := k8s.NewForConfig(rc)

@@ -2,6 +2,7 @@ package tenantkube_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -52,6 +53,12 @@ var quotas = catalog.VDCQuotas{VCPUs: 64, MemoryMiB: 1 << 16, StorageGiB: 10000,
 // newEnv builds the env; with provider it runs the controllers (one test
 // at a time may: they watch every namespace).
 func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
+	return newEnvImages(t, q, provider, nil)
+}
+
+// newEnvImages is newEnv whose workers of the versions of images are made
+// from those catalog images (each a copy of "tiny" in the catalog).
+func newEnvImages(t testing.TB, q catalog.VDCQuotas, provider bool, images map[string]string) *env {
 	z := vmtest.StartZone(t, "alpha", 2)
 	e := &env{zone: z, cp: &capitest.ControlPlane{}}
 	e.blue = vmtest.AddNetwork(t, z, "blue", "lan", "10.1.0.0/24", "10.1.0.1")
@@ -64,6 +71,17 @@ func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
 	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = z.Name, "vmbr0", "203.0.113.0/24", "203.0.113.254", "203.0.113.10", "203.0.113.50"
 	if _, err := catalog.Create(t.Context(), e.store, en); err != nil {
 		t.Fatal(err)
+	}
+	tiny, err := catalog.Get[*catalog.Image](t.Context(), e.store, "tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range images {
+		img := &catalog.Image{ImageSpec: tiny.ImageSpec}
+		img.Name = name
+		if _, err := catalog.Create(t.Context(), e.store, img); err != nil && !errors.Is(err, catalog.ErrAlreadyExists) {
+			t.Fatal(err)
+		}
 	}
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("CAPI_LOG") != "" {
@@ -85,7 +103,7 @@ func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
 	}
 	e.cp.Client, e.cp.Kube = e.kc, kube
 	e.svc, err = tenantkube.New(tenantkube.Config{Client: e.kc, Compute: comp, Catalog: e.store, ControlPlane: e.cp,
-		WorkerImage: "tiny", WorkerDiskGiB: 4, Logger: log, Versions: versions})
+		WorkerImage: "tiny", WorkerImages: images, WorkerDiskGiB: 4, Logger: log, Versions: versions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +114,7 @@ func newEnv(t testing.TB, q catalog.VDCQuotas, provider bool) *env {
 	done := make(chan error, 1)
 	started := make(chan struct{})
 	go func() {
-		done <- capiprovider.Run(ctx, capiprovider.Config{REST: kube.RESTConfig(), Compute: comp, ControlPlane: e.cp, Core: true,
+		done <- capiprovider.Run(ctx, capiprovider.Config{REST: kube.RESTConfig(), Compute: comp, ControlPlane: e.cp, Core: true, WorkerImage: e.svc.WorkerImage,
 			Poll: 250 * time.Millisecond, Logger: log, Started: func() { close(started) }})
 	}()
 	t.Cleanup(func() {

@@ -79,6 +79,11 @@ type Config struct {
 	Versions []string
 	// WorkerImage is the catalog image of worker VMs. Default "debian-13".
 	WorkerImage string
+	// WorkerImages are the catalog images of worker VMs by Kubernetes
+	// version (an image with that version's kubelet and kubeadm); a
+	// version without one uses WorkerImage. Every key must be one of
+	// Versions.
+	WorkerImages map[string]string
 	// WorkerDiskGiB is a worker's disk. Default 20.
 	WorkerDiskGiB int
 	// KubeconfigTTL is how long an issued kubeconfig is valid. Default 8h.
@@ -113,6 +118,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.WorkerImage == "" {
 		cfg.WorkerImage = "debian-13"
 	}
+	for v, img := range cfg.WorkerImages {
+		if !slices.Contains(cfg.Versions, v) {
+			return nil, fmt.Errorf("tenantkube: a worker image for %s, which is not an offered version (%s)", v, strings.Join(cfg.Versions, ", "))
+		}
+		if img == "" {
+			return nil, fmt.Errorf("tenantkube: an empty worker image for %s", v)
+		}
+	}
+	cfg.WorkerImages = maps.Clone(cfg.WorkerImages)
 	if cfg.WorkerDiskGiB == 0 {
 		cfg.WorkerDiskGiB = 20
 	}
@@ -123,6 +137,15 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Service{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// WorkerImage returns the catalog image of workers of Kubernetes version
+// v (capiprovider.Config.WorkerImage).
+func (s *Service) WorkerImage(v string) string {
+	if img, ok := s.cfg.WorkerImages[v]; ok {
+		return img
+	}
+	return s.cfg.WorkerImage
 }
 
 // Versions returns the versions clusters may run.
@@ -652,7 +675,18 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 	if err := s.c().Get(ctx, key, fc); err != nil {
 		return nil, internal("reading the cluster", err)
 	}
-	probe := compute.CreateInput{VDC: in.VDC, Name: cluster + "-" + in.Name, Zone: fc.Spec.Zone, Image: s.cfg.WorkerImage,
+	// A new pool's workers run the version the control plane runs: during an
+	// upgrade that is the old one, and the provider rolls the pool after it.
+	version := ""
+	fcp := &v1alpha1.FlexControlPlane{}
+	if err := s.c().Get(ctx, key, fcp); err == nil {
+		version = fcp.Spec.Version
+		if fcp.Status.Version != "" {
+			version = fcp.Status.Version
+		}
+	}
+	image := s.WorkerImage(version)
+	probe := compute.CreateInput{VDC: in.VDC, Name: cluster + "-" + in.Name, Zone: fc.Spec.Zone, Image: image,
 		ComputeProfile: in.ComputeProfile, StorageProfile: in.StorageProfile, DiskGiB: s.cfg.WorkerDiskGiB,
 		NICs: []compute.NICInput{{Network: fc.Spec.Network}}, User: "kube"}
 	if err := s.cfg.Compute.Validate(ctx, probe); err != nil {
@@ -665,16 +699,6 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 	if err := s.fits(ctx, in.VDC, cp, in.Size); err != nil {
 		return nil, err
 	}
-	// A new pool's workers run the version the control plane runs: during an
-	// upgrade that is the old one, and the provider rolls the pool after it.
-	version := ""
-	fcp := &v1alpha1.FlexControlPlane{}
-	if err := s.c().Get(ctx, key, fcp); err == nil {
-		version = fcp.Spec.Version
-		if fcp.Status.Version != "" {
-			version = fcp.Status.Version
-		}
-	}
 	mdName := cluster + "-" + in.Name
 	poolLabels := map[string]string{v1alpha1.VDCLabel: in.VDC, clusterv1.ClusterNameLabel: cluster, v1alpha1.NodePoolLabel: in.Name}
 	tpl := &v1alpha1.FlexMachineTemplate{
@@ -683,7 +707,7 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 			annLabels: formatLabels(in.Labels), annTaints: formatTaints(in.Taints),
 		}},
 		Spec: v1alpha1.FlexMachineTemplateSpec{Template: v1alpha1.FlexMachineTemplateResource{Spec: v1alpha1.FlexMachineSpec{
-			Image: s.cfg.WorkerImage, ComputeProfile: in.ComputeProfile, StorageProfile: in.StorageProfile, DiskGiB: s.cfg.WorkerDiskGiB,
+			Image: image, ComputeProfile: in.ComputeProfile, StorageProfile: in.StorageProfile, DiskGiB: s.cfg.WorkerDiskGiB,
 		}}},
 	}
 	sel := map[string]string{clusterv1.ClusterNameLabel: cluster, v1alpha1.NodePoolLabel: in.Name}
@@ -908,9 +932,16 @@ func (s *Service) DeleteNodePool(ctx context.Context, vdc, id string) error {
 	if err := s.c().Delete(ctx, md); err != nil && !apierrors.IsNotFound(err) {
 		return internal("deleting the node pool", err)
 	}
+	// The pool's templates: the one it has, and those of versions it had.
 	tpl := &v1alpha1.FlexMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: md.Spec.Template.Spec.InfrastructureRef.Name}}
 	if err := s.c().Delete(ctx, tpl); err != nil && !apierrors.IsNotFound(err) {
 		return internal("deleting the node pool", err)
+	}
+	if pool := md.Labels[v1alpha1.NodePoolLabel]; pool != "" {
+		if err := s.c().DeleteAllOf(ctx, &v1alpha1.FlexMachineTemplate{}, client.InNamespace(md.Namespace),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: md.Spec.ClusterName, v1alpha1.NodePoolLabel: pool}); err != nil {
+			return internal("deleting the node pool", err)
+		}
 	}
 	if ref := md.Spec.Template.Spec.Bootstrap.ConfigRef; ref.Name != "" {
 		join := &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: ref.Name}}

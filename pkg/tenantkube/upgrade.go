@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
 )
 
@@ -60,6 +61,10 @@ func (s *Service) UpgradeKubernetesCluster(ctx context.Context, vdc, id, version
 		}
 		if err := s.poolsAt(ctx, ns.Name, key.Name, from); err != nil {
 			return nil, err
+		}
+		// The workers of the new version are made from its image.
+		if img := s.WorkerImage(version); !s.hasImage(ctx, img) {
+			return nil, badInput("version", "the worker image %q of %s is not in the image catalog", img, version)
 		}
 		before := cp.DeepCopy()
 		cp.Spec.Version = version
@@ -117,4 +122,10 @@ func majorMinor(v string) (maj, minor int, ok bool) {
 	x, err1 := strconv.Atoi(a)
 	y, err2 := strconv.Atoi(b)
 	return x, y, err1 == nil && err2 == nil
+}
+
+// hasImage says whether the catalog holds image name.
+func (s *Service) hasImage(ctx context.Context, name string) bool {
+	_, err := catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, name)
+	return err == nil
 }

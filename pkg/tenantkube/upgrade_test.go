@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
@@ -92,7 +94,7 @@ func registerNode(ctx context.Context, kc client.Client, name string) error {
 // It runs before the parallel tests, as its controllers watch every
 // namespace, and leaves nothing for theirs.
 func TestUpgrade(t *testing.T) {
-	e := newEnv(t, quotas, true)
+	e := newEnvImages(t, quotas, true, map[string]string{"v1.37.2": "tiny-1-37", "v1.38.0": "tiny-1-38"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := e.svc.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: "blue", Name: "up", Zone: "alpha", Network: e.blue, Version: "v1.36.4"})
@@ -183,6 +185,20 @@ func TestUpgrade(t *testing.T) {
 		t.Errorf("a second upgrade while the first runs: %v, want CONFLICT", err)
 	}
 	upgraded := workersAt(2, "v1.37.2")
+	// The new workers are made from v1.37.2's image, the old were v1.36.4's
+	// (the default one).
+	var fms v1alpha1.FlexMachineList
+	if err := e.kc.List(ctx, &fms, client.InNamespace(c.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for _, fm := range fms.Items {
+		if fm.Spec.Image != "tiny-1-37" {
+			t.Errorf("worker %s of v1.37.2 is made from image %q, want tiny-1-37", fm.Name, fm.Spec.Image)
+		}
+	}
+	if len(fms.Items) != 2 {
+		t.Errorf("%d FlexMachines after the upgrade, want 2", len(fms.Items))
+	}
 	for _, id := range upgraded {
 		if slices.Contains(old, id) {
 			t.Errorf("worker %s of v1.36.4 still runs after the upgrade (old %v, now %v)", id, old, upgraded)
@@ -193,6 +209,18 @@ func TestUpgrade(t *testing.T) {
 	}
 	if _, err := e.svc.UpgradeKubernetesCluster(ctx, "blue", c.ID, "v1.36.4"); kind(err) != tenantkube.KindBadInput {
 		t.Errorf("a downgrade: %v, want BAD_INPUT", err)
+	}
+	// v1.38.0's worker image is not in the catalog (any more): refused, and
+	// nothing changes.
+	if err := catalog.Delete[*catalog.Image](ctx, e.store, "tiny-1-38", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.UpgradeKubernetesCluster(ctx, "blue", c.ID, "v1.38.0")
+	if te := (*tenantkube.Error)(nil); !errors.As(err, &te) || te.Kind != tenantkube.KindBadInput || te.Field != "version" || !strings.Contains(te.Message, "tiny-1-38") {
+		t.Errorf("an upgrade whose worker image is missing: %v, want BAD_INPUT on version naming the image", err)
+	}
+	if got, err := e.svc.Cluster(ctx, "blue", c.ID); err != nil || got.Version != "v1.37.2" {
+		t.Errorf("after the refused upgrade: %+v, %v", got, err)
 	}
 
 	// Nothing of it stays for the parallel tests' controllers.

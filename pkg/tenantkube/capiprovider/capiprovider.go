@@ -129,6 +129,10 @@ type Config struct {
 	// BootstrapTokenTTL is how long a worker's bootstrap token is valid
 	// (CABPK renews it while the machine has not joined). Default 15m.
 	BootstrapTokenTTL time.Duration
+	// WorkerImage returns the catalog image of workers of a Kubernetes
+	// version: a pool moved to a new version gets a template of that image
+	// (tenantkube.Service.WorkerImage). Nil keeps each pool's image.
+	WorkerImage func(version string) string
 	// WorkerUser is the cloud-init user of worker VMs. Default "kube".
 	WorkerUser string
 	// Poll is how often an unfinished VM or control plane is looked at

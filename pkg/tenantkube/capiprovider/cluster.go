@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -151,6 +153,11 @@ func (r *controlPlaneReconciler) rollWorkers(ctx context.Context, cp *v1alpha1.F
 			continue
 		}
 		before := md.DeepCopy()
+		tpl, err := r.versionTemplate(ctx, md, cp.Spec.Version)
+		if err != nil {
+			return err
+		}
+		md.Spec.Template.Spec.InfrastructureRef.Name = tpl
 		md.Spec.Template.Spec.Version = cp.Spec.Version
 		if err := r.Patch(ctx, md, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("capiprovider: moving node pool %s/%s to %s: %w", md.Namespace, md.Name, cp.Spec.Version, err)
@@ -159,6 +166,37 @@ func (r *controlPlaneReconciler) rollWorkers(ctx context.Context, cp *v1alpha1.F
 	}
 	return nil
 }
+
+// versionTemplate returns the name of the FlexMachineTemplate md's workers
+// of version are made from: the one md has when its image is that
+// version's worker image, else a copy of it with that image, named after
+// the pool and the version (templates are not changed in place: the
+// pool's machines of the old version keep theirs).
+func (r *controlPlaneReconciler) versionTemplate(ctx context.Context, md *clusterv1.MachineDeployment, version string) (string, error) {
+	name := md.Spec.Template.Spec.InfrastructureRef.Name
+	if r.cfg.WorkerImage == nil {
+		return name, nil
+	}
+	img := r.cfg.WorkerImage(version)
+	cur := &v1alpha1.FlexMachineTemplate{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: md.Namespace, Name: name}, cur); err != nil {
+		return "", fmt.Errorf("capiprovider: template of node pool %s/%s: %w", md.Namespace, md.Name, err)
+	}
+	if cur.Spec.Template.Spec.Image == img {
+		return name, nil
+	}
+	next := &v1alpha1.FlexMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: md.Name + "-" + versionSuffix(version),
+		Labels: cur.Labels, Annotations: cur.Annotations}, Spec: *cur.Spec.DeepCopy()}
+	next.Spec.Template.Spec.Image = img
+	if err := r.Create(ctx, next); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("capiprovider: template of node pool %s/%s for %s: %w", md.Namespace, md.Name, version, err)
+	}
+	r.cfg.Logger.Info("node pool gets a worker image", "namespace", md.Namespace, "pool", md.Name, "version", version, "image", img)
+	return next.Name, nil
+}
+
+// versionSuffix is a version as a name's part: "v1.37.2" -> "v1-37-2".
+func versionSuffix(v string) string { return strings.ReplaceAll(v, ".", "-") }
 
 // componentCondition is the condition type of a control-plane component
 // ("kube-apiserver" -> "KubeApiserverReady").
