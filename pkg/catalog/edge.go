@@ -509,64 +509,62 @@ const (
 // resourceVersion, retried when another writer got there first, so two
 // clusters never get one port.
 func ClaimKubeEndpoint(ctx context.Context, s Store, vdc, zone, cluster string, addr netip.Addr) (int, error) {
-	name := EdgeGatewayName(vdc, zone)
-	for try := range maxAllocateTries {
-		g, err := Get[*EdgeGateway](ctx, s, name)
-		if err != nil {
-			return 0, fmt.Errorf("claim kube endpoint: %w", err)
-		}
+	port := 0
+	err := changeGateway(ctx, s, vdc, zone, func(g *EdgeGateway) (bool, error) {
 		used := map[int]bool{}
 		for _, e := range g.KubeEndpoints {
 			if e.Cluster == cluster {
-				return e.Port, nil
+				port = e.Port
+				return false, nil
 			}
 			if e.Address == addr.String() {
 				used[e.Port] = true
 			}
 		}
-		port := 0
 		for p := FirstKubeEndpointPort; p < FirstKubeEndpointPort+MaxKubeEndpoints; p++ {
 			if !used[p] {
 				port = p
-				break
+				g.KubeEndpoints = append(g.KubeEndpoints, KubeEndpoint{Cluster: cluster, Address: addr.String(), Port: p, Claimed: time.Now().UTC().Truncate(time.Second)})
+				return true, nil
 			}
 		}
-		if port == 0 {
-			return 0, &ValidationError{Field: "network", Message: fmt.Sprintf("the network's gateway address %s serves %d clusters already", addr, MaxKubeEndpoints)}
-		}
-		g.KubeEndpoints = append(g.KubeEndpoints, KubeEndpoint{Cluster: cluster, Address: addr.String(), Port: port, Claimed: time.Now().UTC().Truncate(time.Second)})
-		_, err = Update(ctx, s, g)
-		if errors.Is(err, ErrConflict) {
-			if err := backoff(ctx, try); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("claim kube endpoint: %w", err)
-		}
-		return port, nil
+		return false, &ValidationError{Field: "network", Message: fmt.Sprintf("the network's gateway address %s serves %d clusters already", addr, MaxKubeEndpoints)}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("claim kube endpoint: %w", err)
 	}
-	return 0, &ConflictError{Kind: KindEdgeGateway, Name: name}
+	return port, nil
 }
 
 // ReleaseKubeEndpoint gives back the endpoint of cluster on vdc's gateway
 // in zone; none (or no gateway) is no error.
 func ReleaseKubeEndpoint(ctx context.Context, s Store, vdc, zone, cluster string) error {
+	err := changeGateway(ctx, s, vdc, zone, func(g *EdgeGateway) (bool, error) {
+		n := len(g.KubeEndpoints)
+		g.KubeEndpoints = slices.DeleteFunc(g.KubeEndpoints, func(e KubeEndpoint) bool { return e.Cluster == cluster })
+		return len(g.KubeEndpoints) != n, nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("release kube endpoint: %w", err)
+	}
+	return nil
+}
+
+// changeGateway applies change to vdc's gateway in zone and writes it when
+// change says so, conditional on the resourceVersion read, reading it again
+// when another writer changed it. A change's error is returned as it is,
+// nothing written.
+func changeGateway(ctx context.Context, s Store, vdc, zone string, change func(*EdgeGateway) (write bool, err error)) error {
 	name := EdgeGatewayName(vdc, zone)
 	for try := range maxAllocateTries {
 		g, err := Get[*EdgeGateway](ctx, s, name)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
 		if err != nil {
-			return fmt.Errorf("release kube endpoint: %w", err)
+			return err
 		}
-		kept := slices.DeleteFunc(slices.Clone(g.KubeEndpoints), func(e KubeEndpoint) bool { return e.Cluster == cluster })
-		if len(kept) == len(g.KubeEndpoints) {
-			return nil
+		write, err := change(g)
+		if err != nil || !write {
+			return err
 		}
-		g.KubeEndpoints = kept
 		_, err = Update(ctx, s, g)
 		if errors.Is(err, ErrConflict) {
 			if err := backoff(ctx, try); err != nil {
@@ -574,10 +572,7 @@ func ReleaseKubeEndpoint(ctx context.Context, s Store, vdc, zone, cluster string
 			}
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("release kube endpoint: %w", err)
-		}
-		return nil
+		return err
 	}
 	return &ConflictError{Kind: KindEdgeGateway, Name: name}
 }

@@ -81,6 +81,9 @@ test('a member creates a cluster, a node pool, scales it and downloads a kubecon
   await c.getByTestId('control-plane').getByText('ready', { exact: true }).waitFor({ timeout: wait })
   await c.getByTestId('cluster-phase').getByText('provisioned', { exact: true }).waitFor({ timeout: wait })
   assert.equal(await c.getByTestId('cluster-network').innerText(), 'lan (10.1.0.0/24)')
+  // The workers reach the API server at a port of their network's gateway
+  // address, which the VDC's edge gateway forwards.
+  assert.equal(await c.getByTestId('cluster-endpoint').innerText(), '10.1.0.1:6443 in lan (10.1.0.0/24), through the edge gateway')
   const components = c.getByRole('list', { name: 'Control plane of web' }).locator('li')
   assert.ok((await components.count()) >= 2, 'the control plane lists its components')
   for (const name of await components.evaluateAll((li) => li.map((l) => l.getAttribute('data-component')))) {
