@@ -553,6 +553,10 @@ func kubeEndpointsOnce(t *testing.T, open Open) {
 	if _, err := catalog.EnsureEdgeGateway(ctx, a, "red", "zone1"); err != nil {
 		t.Fatal(err)
 	}
+	// The other replica sees the gateway once its cache does.
+	if _, err := Await(t, b, catalog.KindEdgeGateway, catalog.EdgeGatewayName("red", "zone1"), func(catalog.Object) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	lan := netip.MustParseAddr("10.1.0.1")
 	const n = 6
 	ports := make([]int, n)
@@ -573,6 +577,14 @@ func kubeEndpointsOnce(t *testing.T, open Open) {
 			t.Fatalf("claim %d got port %d: given twice or not the lowest free (%v)", i, ports[i], ports)
 		}
 		seen[ports[i]] = true
+	}
+	// Each replica reads every claim once its cache has them.
+	for _, st := range stores {
+		if _, err := Await(t, st, catalog.KindEdgeGateway, catalog.EdgeGatewayName("red", "zone1"), func(o catalog.Object) bool {
+			return len(o.(*catalog.EdgeGateway).KubeEndpoints) == n
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if p, err := catalog.ClaimKubeEndpoint(ctx, b, "red", "zone1", "red-k2", lan); err != nil || p != ports[2] {
 		t.Fatalf("red-k2 claiming again: %d %v, want its own %d", p, err, ports[2])
