@@ -5533,11 +5533,16 @@ extend type Query {
 extend type Mutation {
   """
   Creates a Kubernetes cluster without node pools: its hosted control plane
-  starts at once (phase PROVISIONING until its API server serves).
+  starts at once (phase PROVISIONING until its API server serves). Its
+  endpoint is a port of the network's gateway address, which the VDC's edge
+  gateway in the zone forwards to the API server; the gateway is made with
+  the cluster when the VDC has none there (an address of the zone's pool).
   BAD_USER_INPUT (with extensions.field) for a bad name, a version not
-  offered, an unknown zone or bad CIDRs; NOT_FOUND (extensions.field
-  input.network) for a network the VDC does not have in the zone; CONFLICT
-  for a name the VDC uses already. A refused create changes nothing.
+  offered, an unknown zone, a zone without an external network or bad
+  CIDRs; NOT_FOUND (extensions.field input.network) for a network the VDC
+  does not have in the zone; QUOTA_EXCEEDED when the gateway's address
+  would exceed the VDC's publicAddresses quota; CONFLICT for a name the VDC
+  uses already. A refused create changes nothing.
   """
   createKubernetesCluster(
     "The cluster."
@@ -5645,7 +5650,11 @@ type KubernetesCluster {
   serviceCidr: String!
   "The Pod range of the cluster, CIDR."
   podCidr: String!
-  "host:port of the cluster's API server (null until known)."
+  """
+  host:port of the cluster's API server for its workers: a port of its
+  network's gateway address, forwarded by the VDC's edge gateway (null
+  until known).
+  """
   endpoint: String
   "Where the cluster is in its life."
   phase: KubernetesClusterPhase!

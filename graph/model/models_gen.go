@@ -744,7 +744,9 @@ type KubernetesCluster struct {
 	ServiceCidr string `json:"serviceCidr"`
 	// The Pod range of the cluster, CIDR.
 	PodCidr string `json:"podCidr"`
-	// host:port of the cluster's API server (null until known).
+	// host:port of the cluster's API server for its workers: a port of its
+	// network's gateway address, forwarded by the VDC's edge gateway (null
+	// until known).
 	Endpoint *string `json:"endpoint,omitempty"`
 	// Where the cluster is in its life.
 	Phase KubernetesClusterPhase `json:"phase"`
