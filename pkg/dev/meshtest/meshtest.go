@@ -47,6 +47,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
+	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
 // ClusterSpec describes one simulated Proxmox cluster.
@@ -184,6 +185,9 @@ type Cluster struct {
 	// Plane is the cluster's data plane (WithDataPlane only).
 	Plane *simnet.Plane
 	label string
+	// edgePrefix starts the names of the agents' gateway namespaces
+	// without a data plane: the harness's own, removed with it.
+	edgePrefix string
 }
 
 // Agent is one agent of a simulated node.
@@ -266,6 +270,24 @@ func New(t testing.TB, opts ...Option) *Harness {
 				}
 			})
 			c.Plane, simCfg.DataPlane = p, p
+		}
+		if o.plane == nil {
+			// Without a data plane the agents have no bridges for a gateway
+			// (one the orchestrator sends fails part way, by design kept
+			// for the next apply); its namespace carries the harness's
+			// prefix and goes when the agents have stopped.
+			c.edgePrefix = "fpx" + randomHex(4) + "-"
+			t.Cleanup(func() {
+				names, err := nsnet.List(c.edgePrefix)
+				if err != nil {
+					t.Errorf("meshtest: %v", err)
+				}
+				for _, n := range names {
+					if err := nsnet.Delete(n); err != nil {
+						t.Errorf("meshtest: %v", err)
+					}
+				}
+			})
 		}
 		sim, err := pvesim.Start(simCfg)
 		if err != nil {
@@ -437,7 +459,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !a.joined {
 		key = a.key
 	}
-	var edgeNS, edgePrefix string
+	edgeNS, edgePrefix := "", a.Cluster.edgePrefix
 	if p := a.Cluster.Plane; p != nil {
 		// The node's bridges live in its namespace; the gateways' namespaces
 		// go with the plane.
