@@ -63,21 +63,9 @@ const maxEdgeTries = 20
 // change returning an error changes nothing.
 func (r *Resolver) changeGateway(ctx context.Context, vdc, zone, fieldPrefix string, change func(*catalog.EdgeGateway) error) (*catalog.EdgeGateway, error) {
 	// A change that makes the VDC's first gateway in the zone takes an
-	// address of its pool: the VDC's publicAddresses quota bounds it as it
-	// bounds 1:1 addresses and load balancers. A change of a gateway that
-	// is there takes none, so a quota lowered below what the VDC holds
-	// refuses no change (nor the removals that bring it back under).
-	has, err := catalog.HasEdgeGateway(ctx, r.Catalog, vdc, zone)
-	if err != nil {
-		return nil, edgeError(err, fieldPrefix)
-	}
-	if !has {
-		if err := quota.CheckPublicAddresses(ctx, r.Catalog, vdc, 1); err != nil {
-			return nil, edgeError(err, fieldPrefix)
-		}
-	}
+	// address of its pool, within the VDC's publicAddresses quota.
 	for range maxEdgeTries {
-		g, err := catalog.EnsureEdgeGateway(ctx, r.Catalog, vdc, zone)
+		g, err := quota.EnsureEdgeGateway(ctx, r.Catalog, vdc, zone)
 		if err != nil {
 			return nil, edgeError(err, "input")
 		}

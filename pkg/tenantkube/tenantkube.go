@@ -318,7 +318,7 @@ func (s *Service) read(ctx context.Context, ns *corev1.Namespace) (*Cluster, err
 		c.Conditions = append(c.Conditions, Condition{Type: cd.Type, Status: string(cd.Status), Reason: cd.Reason, Message: cd.Message})
 	}
 	if ep := cl.Spec.ControlPlaneEndpoint; ep.Host != "" {
-		c.Endpoint = net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
+		c.Endpoint = ep.String()
 	}
 	fc := &v1alpha1.FlexCluster{}
 	if err := s.c().Get(ctx, key, fc); err == nil {
@@ -330,7 +330,7 @@ func (s *Service) read(ctx context.Context, ns *corev1.Namespace) (*Cluster, err
 		// The endpoint is the control plane's from the start (Cluster API
 		// copies it to the Cluster).
 		if ep := cp.Spec.ControlPlaneEndpoint; c.Endpoint == "" && ep.Host != "" {
-			c.Endpoint = net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
+			c.Endpoint = ep.String()
 		}
 	}
 	if st, err := s.cfg.ControlPlane.Status(ctx, ns.Name); err == nil {
@@ -512,24 +512,15 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 // has none, with an address of the zone's pool that counts against the
 // VDC's publicAddresses quota (as for 1:1 addresses and load balancers).
 func (s *Service) ensureGateway(ctx context.Context, vdc, zone string) error {
-	has, err := catalog.HasEdgeGateway(ctx, s.cfg.Catalog, vdc, zone)
-	if err != nil {
-		return internal("reading the VDC's edge gateway", err)
-	}
-	if has {
-		return nil
-	}
+	_, err := quota.EnsureEdgeGateway(ctx, s.cfg.Catalog, vdc, zone)
 	var qe *quota.ExceededError
-	if err := quota.CheckPublicAddresses(ctx, s.cfg.Catalog, vdc, 1); errors.As(err, &qe) {
+	var ve *catalog.ValidationError
+	switch {
+	case errors.As(err, &qe):
 		return &Error{Kind: KindQuotaExceeded, Message: "the cluster needs the VDC's edge gateway in the zone, whose public address exceeds the VDC's quota: " + qe.Error(), Cause: err}
-	} else if err != nil {
-		return internal("checking the public addresses quota", err)
-	}
-	if _, err := catalog.EnsureEdgeGateway(ctx, s.cfg.Catalog, vdc, zone); err != nil {
-		var ve *catalog.ValidationError
-		if errors.As(err, &ve) {
-			return badInput(ve.Field, "the cluster needs the VDC's edge gateway in the zone: %s", ve.Message)
-		}
+	case errors.As(err, &ve):
+		return badInput(ve.Field, "the cluster needs the VDC's edge gateway in the zone: %s", ve.Message)
+	case err != nil:
 		return internal("making the VDC's edge gateway", err)
 	}
 	return nil
@@ -925,23 +916,18 @@ func (s *Service) DeleteNodePool(ctx context.Context, vdc, id string) error {
 	if s == nil {
 		return ErrUnavailable
 	}
-	md, _, err := s.machineDeployment(ctx, vdc, id)
+	md, cluster, err := s.machineDeployment(ctx, vdc, id)
 	if err != nil {
 		return err
 	}
 	if err := s.c().Delete(ctx, md); err != nil && !apierrors.IsNotFound(err) {
 		return internal("deleting the node pool", err)
 	}
-	// The pool's templates: the one it has, and those of versions it had.
-	tpl := &v1alpha1.FlexMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: md.Spec.Template.Spec.InfrastructureRef.Name}}
-	if err := s.c().Delete(ctx, tpl); err != nil && !apierrors.IsNotFound(err) {
+	// The pool's templates (labelled as the pool): the one it has, and
+	// those of versions it had.
+	if err := s.c().DeleteAllOf(ctx, &v1alpha1.FlexMachineTemplate{}, client.InNamespace(md.Namespace),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: cluster, v1alpha1.NodePoolLabel: md.Labels[v1alpha1.NodePoolLabel]}); err != nil {
 		return internal("deleting the node pool", err)
-	}
-	if pool := md.Labels[v1alpha1.NodePoolLabel]; pool != "" {
-		if err := s.c().DeleteAllOf(ctx, &v1alpha1.FlexMachineTemplate{}, client.InNamespace(md.Namespace),
-			client.MatchingLabels{clusterv1.ClusterNameLabel: md.Spec.ClusterName, v1alpha1.NodePoolLabel: pool}); err != nil {
-			return internal("deleting the node pool", err)
-		}
 	}
 	if ref := md.Spec.Template.Spec.Bootstrap.ConfigRef; ref.Name != "" {
 		join := &bootstrapv1.KubeadmConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: md.Namespace, Name: ref.Name}}

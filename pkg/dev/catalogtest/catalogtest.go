@@ -416,11 +416,7 @@ func publicAddressesOnce(t *testing.T, open Open) {
 	ctx := t.Context()
 	a, b := open(t)
 	stores := []catalog.Store{a, b}
-	en := &catalog.ExternalNetwork{}
-	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.21"
-	if _, err := catalog.Create(ctx, a, en); err != nil {
-		t.Fatal(err)
-	}
+	en := zone1(t, a, "203.0.113.21")
 	if _, err := Await(t, b, catalog.KindExternalNetwork, "zone1", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -485,11 +481,7 @@ func publicAddressesOnce(t *testing.T, open Open) {
 func deleteEdgeGateway(t *testing.T, open Open) {
 	ctx := t.Context()
 	a, b := open(t)
-	en := &catalog.ExternalNetwork{}
-	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
-	if _, err := catalog.Create(ctx, a, en); err != nil {
-		t.Fatal(err)
-	}
+	zone1(t, a, "203.0.113.20")
 	red, err := catalog.EnsureEdgeGateway(ctx, a, "red", "zone1")
 	if err != nil {
 		t.Fatal(err)
@@ -542,11 +534,7 @@ func kubeEndpointsOnce(t *testing.T, open Open) {
 	ctx := t.Context()
 	a, b := open(t)
 	stores := []catalog.Store{a, b}
-	en := &catalog.ExternalNetwork{}
-	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
-	if _, err := catalog.Create(ctx, a, en); err != nil {
-		t.Fatal(err)
-	}
+	zone1(t, a, "203.0.113.20")
 	if _, err := catalog.ClaimKubeEndpoint(ctx, a, "red", "zone1", "red-k0", netip.MustParseAddr("10.1.0.1")); !errors.Is(err, catalog.ErrNotFound) {
 		t.Fatalf("a claim without a gateway: %v", err)
 	}
@@ -620,4 +608,16 @@ func kubeEndpointsOnce(t *testing.T, open Open) {
 			t.Errorf("a bad endpoint: %v, want a validation error of %s", err, field)
 		}
 	}
+}
+
+// zone1 creates, through s, the external network of zone "zone1":
+// 203.0.113.0/24, its pool from 203.0.113.10 to poolEnd.
+func zone1(t *testing.T, s catalog.Store, poolEnd string) *catalog.ExternalNetwork {
+	t.Helper()
+	en := &catalog.ExternalNetwork{}
+	en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = "zone1", "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", poolEnd
+	if _, err := catalog.Create(t.Context(), s, en); err != nil {
+		t.Fatal(err)
+	}
+	return en
 }

@@ -52,7 +52,10 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 		if err != nil {
 			return nil, err
 		}
-		targets := lastTargets.get(ctx, kubeTargets, log)
+		var targets map[string]netip.AddrPort
+		if slices.ContainsFunc(gws, func(g *catalog.EdgeGateway) bool { return len(g.KubeEndpoints) > 0 }) {
+			targets = lastTargets.get(ctx, kubeTargets, log)
+		}
 		byZoneName := map[string]zones.Zone{}
 		for _, z := range reg.Zones() {
 			byZoneName[z.Name] = z

@@ -41,6 +41,25 @@ func CheckPublicAddresses(ctx context.Context, s catalog.Store, vdc string, more
 	return nil
 }
 
+// EnsureEdgeGateway returns vdc's gateway in zone, made when it has none
+// (catalog.EnsureEdgeGateway) within the VDC's publicAddresses quota, which
+// the gateway's own address counts against. A gateway that is there is
+// returned whatever the quota says: a quota lowered below what the VDC
+// holds refuses no change of it (nor the removals that bring it back
+// under).
+func EnsureEdgeGateway(ctx context.Context, s catalog.Store, vdc, zone string) (*catalog.EdgeGateway, error) {
+	has, err := catalog.HasEdgeGateway(ctx, s, vdc, zone)
+	if err != nil {
+		return nil, fmt.Errorf("public addresses quota: %w", err)
+	}
+	if !has {
+		if err := CheckPublicAddresses(ctx, s, vdc, 1); err != nil {
+			return nil, err
+		}
+	}
+	return catalog.EnsureEdgeGateway(ctx, s, vdc, zone)
+}
+
 // TakePublicAddress allocates to vdc an address of zone's pool for use
 // (want, or any free one when want is zero; field names want in a
 // validation error), one that lives on vdc's edge gateway there, within

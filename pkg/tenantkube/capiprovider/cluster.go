@@ -3,8 +3,6 @@ package capiprovider
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,7 +88,7 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	err := r.cfg.ControlPlane.Ensure(ctx, controlplane.Spec{
 		Namespace: cp.Namespace, Cluster: cp.Labels[clusterv1.ClusterNameLabel], VDC: cp.Spec.VDC, Version: cp.Spec.Version,
 		ServiceCIDR: cp.Spec.ServiceCIDR, PodCIDR: cp.Spec.PodCIDR,
-		Endpoint: net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
+		Endpoint: ep.String(),
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("capiprovider: control plane of %s: %w", cp.Namespace, err)

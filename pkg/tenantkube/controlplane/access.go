@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,11 +90,17 @@ func roleBinding(role string) string { return "flexplane:" + role }
 // namespace ns, in the management cluster: the Service serves at the
 // endpoint's port.
 func serviceAddress(ns, cluster, endpoint string) string {
-	_, port, err := net.SplitHostPort(endpoint)
-	if err != nil {
-		port = "6443"
+	return net.JoinHostPort(cluster+"-apiserver."+ns+".svc", strconv.Itoa(endpointPort(endpoint)))
+}
+
+// endpointPort is the port of endpoint (host:port), 6443 when it has none.
+func endpointPort(endpoint string) int {
+	if _, ps, err := net.SplitHostPort(endpoint); err == nil {
+		if p, err := strconv.Atoi(ps); err == nil {
+			return p
+		}
 	}
-	return net.JoinHostPort(cluster+"-apiserver."+ns+".svc", port)
+	return 6443
 }
 
 // bindRoles creates, in the tenant cluster, a ClusterRoleBinding of each

@@ -94,11 +94,7 @@ func newAuthority(cn string, now time.Time) (*authority, error) {
 
 // parseAuthority reads an authority back from its PEM certificate and key.
 func parseAuthority(crtPEM, kPEM []byte) (*authority, error) {
-	cb, _ := pem.Decode(crtPEM)
-	if cb == nil || cb.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
+	cert, err := parseCertPEM(crtPEM)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -82,12 +80,7 @@ func (m *Manager) values(s Spec, pkiRevision string) map[string]any {
 	// The API servers serve at the endpoint's port (so the address they
 	// advertise in the tenant's kubernetes Service, the endpoint, is theirs),
 	// and so does their Service.
-	port := 6443
-	if _, ps, err := net.SplitHostPort(s.Endpoint); err == nil {
-		if p, err := strconv.Atoi(ps); err == nil {
-			port = p
-		}
-	}
+	port := endpointPort(s.Endpoint)
 	vals := map[string]any{
 		"cluster":     s.Cluster,
 		"version":     s.Version,

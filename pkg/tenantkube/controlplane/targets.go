@@ -23,9 +23,11 @@ func (m *Manager) Targets(ctx context.Context) (map[string]netip.AddrPort, error
 	return ListTargets(ctx, m.client)
 }
 
-// ListTargets is Targets over the management cluster of c.
+// ListTargets is Targets over the management cluster of c. It is read
+// every pass of the edge gateways' sync, so the list is served from the
+// API server's watch cache (resourceVersion 0), not by a quorum read.
 func ListTargets(ctx context.Context, c kubernetes.Interface) (map[string]netip.AddrPort, error) {
-	svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: apiServerSelector})
+	svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: apiServerSelector, ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: targets: %w", err)
 	}

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"net"
+	"strconv"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -45,6 +48,9 @@ type APIEndpoint struct {
 	// +optional
 	Port int32 `json:"port,omitempty"`
 }
+
+// String is host:port of the endpoint.
+func (e APIEndpoint) String() string { return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port))) }
 
 // Condition is a Cluster API condition (metav1.Condition).
 type Condition = metav1.Condition
