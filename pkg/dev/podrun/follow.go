@@ -134,16 +134,20 @@ func (f *Follower) sync(ctx context.Context) error {
 		f.mu.Unlock()
 	}
 	f.mu.Lock()
-	var gone []*Runner
+	gone := map[string]*Runner{}
 	for ns, r := range f.runners {
 		if !live[ns] {
-			gone = append(gone, r)
-			delete(f.runners, ns)
+			gone[ns] = r
 		}
 	}
 	f.mu.Unlock()
-	for _, r := range gone {
+	// A namespace's Runner goes once its processes have stopped, so that a
+	// test seeing none sees no process serve either.
+	for ns, r := range gone {
 		_ = r.Close()
+		f.mu.Lock()
+		delete(f.runners, ns)
+		f.mu.Unlock()
 	}
 	return nil
 }
@@ -159,7 +163,8 @@ func (f *Follower) installed(ctx context.Context, ns string) (bool, error) {
 	return len(s.Items) > 0, nil
 }
 
-// Runner returns the Runner of namespace ns, nil while there is none.
+// Runner returns the Runner of namespace ns, nil while there is none (before
+// its release is installed, and once its processes have stopped).
 func (f *Follower) Runner(ns string) *Runner {
 	f.mu.Lock()
 	defer f.mu.Unlock()
