@@ -53,8 +53,11 @@ BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
 PROTOC_GEN_GRPC_VERSION ?= v1.6.2
 BUF_VERSION            ?= v1.75.0
-# Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
-PVE_APIDATA ?= ../shared/pve-api/apidata.json
+# Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is
+# trimmed from: the repository carries it, compressed. PVE_APIDATA_SRC is where
+# `make import-pve-apidata` takes a newer one from.
+PVE_APIDATA ?= pkg/pvesim/pveschema/upstream/apidata.json.gz
+PVE_APIDATA_SRC ?= ../shared/pve-api/apidata.json
 
 # The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), and the
 # controller manager and scheduler of hosted control planes (pkg/dev/podrun), built
@@ -73,7 +76,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image image-flexgateway test-portal kube-bin print-kube-bin
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image image-flexgateway test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -255,12 +258,15 @@ generate-crds:
 generate-deps:
 	$(GO) run ./pkg/dev/deptest/internal/deplist -out cmd/agent/deps.txt ./cmd/agent
 
-# The trimmed Proxmox VE API schema the simulator enforces.
-# The full schema is beside the repository here and in CI; without it this
-# fails rather than keep a file it cannot check.
+# The trimmed Proxmox VE API schema the simulator enforces, from the full one.
 generate-pveschema:
-	@test -f "$(PVE_APIDATA)" || { echo "generate: $(PVE_APIDATA) is missing (set PVE_APIDATA to Proxmox's apidata.json)"; exit 1; }
 	$(GO) run ./pkg/pvesim/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pvesim/pveschema/apidata.json
+
+## import-pve-apidata: replace the full Proxmox schema the repository carries
+## with PVE_APIDATA_SRC (plain api-viewer JSON); run `make generate` after it.
+import-pve-apidata:
+	@test -f "$(PVE_APIDATA_SRC)" || { echo "import-pve-apidata: $(PVE_APIDATA_SRC) is missing (set PVE_APIDATA_SRC)"; exit 1; }
+	gzip -9nc "$(PVE_APIDATA_SRC)" > pkg/pvesim/pveschema/upstream/apidata.json.gz
 
 # GraphiQL and React as the npm registry ships them, embedded by
 # pkg/api/graphiql so the API's GraphiQL page needs no CDN.
