@@ -65,7 +65,7 @@ PVE_APIDATA_SRC ?= ../shared/pve-api/apidata.json
 # outside the checkout, in a directory named by a hash of the pins, so a
 # fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
 # derives the same directory when FLEXPLANE_KUBE_BIN is unset).
-KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/etcd/go.mod tools/etcd/go.sum
+KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/kube/cmd/kube/main.go tools/kube/build.sh tools/etcd/go.mod tools/etcd/go.sum
 KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
 export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
 
@@ -185,31 +185,24 @@ bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 ## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler and
-## etcd for the tests, built from the pinned Go modules into KUBE_BIN (a cold
-## build takes ~10 minutes and ~3 GB of memory; afterwards nothing is rebuilt
-## until a pin changes). The version ldflags make /version report the real
-## version (Helm and client version gates read it). The controller manager
-## and scheduler run a hosted control plane's rendered containers as
-## processes (pkg/dev/podrun).
-KUBE_CMDS   := kube-apiserver kube-controller-manager kube-scheduler
-kube-bin: $(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)) $(KUBE_BIN)/etcd
+## etcd for the tests, built from the pinned Go modules into KUBE_BIN;
+## afterwards nothing is rebuilt until a pin changes. The three Kubernetes
+## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
+## as): one build shares their packages and link work. tools/kube/build.sh
+## prints its progress; docs/develop gives the measured cold times. The
+## controller manager and scheduler run a hosted control plane's rendered
+## containers as processes (pkg/dev/podrun).
+kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd
 
 print-kube-bin:
 	@echo $(KUBE_BIN)
 
-$(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)):
-	@mkdir -p $(@D)
-	cd tools/kube && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
-	minor=$$(echo $$v | cut -d. -f2) && \
-	$(GO) build -trimpath -ldflags "-s -w \
-		-X k8s.io/component-base/version.gitVersion=$$v \
-		-X k8s.io/component-base/version.gitMajor=1 \
-		-X k8s.io/component-base/version.gitMinor=$$minor" \
-		-o $@.tmp k8s.io/kubernetes/cmd/$(@F)
-	mv $@.tmp $@
+$(KUBE_BIN)/kube:
+	GO=$(GO) tools/kube/build.sh $(KUBE_BIN)
 
 $(KUBE_BIN)/etcd:
 	@mkdir -p $(@D)
+	@echo "kube-bin: building etcd into $(@D)"
 	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
