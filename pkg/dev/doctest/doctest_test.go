@@ -310,3 +310,52 @@ func TestAnchor(t *testing.T) {
 		}
 	}
 }
+
+// readmeSection matches a comment that sends the reader to a section of the
+// README by its title (the README, then a comma and the section's name, or
+// the README's so-and-so section): the manual is under docs/, so comments
+// name the page instead (docs/develop/fuzzing.md).
+var readmeSection = regexp.MustCompile(`\(README[,)]|README's [A-Za-z ]*section|the README, [A-Z]|the README \("`)
+
+// generated is Go's mark of a generated file.
+var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
+
+// TestCommentsNameDocsPages: code, Makefile, charts' values and unit files
+// point at pages under docs/, not at sections of the README. Generated
+// files are left out: they change with their source.
+func TestCommentsNameDocsPages(t *testing.T) {
+	t.Parallel()
+	skipDirs := []string{".git", "node_modules", ".output", ".dev", ".bin", "testdata", "bench-results"}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if slices.Contains(skipDirs, d.Name()) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if name != "Makefile" && !strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".service") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if generated.Match(b) {
+			return nil
+		}
+		for n, line := range strings.Split(string(b), "\n") {
+			if m := readmeSection.FindString(line); m != "" {
+				rel, _ := filepath.Rel(root, p)
+				t.Errorf("%s:%d: %q points at a README section; name the page under docs/", filepath.ToSlash(rel), n+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
