@@ -18,7 +18,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # see above) outside the excluded packages carry `//go:build !race` instead.
 RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts|TestKubeStack)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
-# at a trust boundary (see the README, Fuzzing); its seed corpus is in the
+# at a trust boundary (see docs/develop/fuzzing.md); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.
 # `make fuzz` runs those of FUZZ (all by default), one after another,
 # FUZZTIME each.
@@ -83,7 +83,7 @@ all: build
 build:
 	$(GO) build ./...
 
-## dev: the whole system on one machine (see pkg/dev/devstack and the README):
+## dev: the whole system on one machine (see pkg/dev/devstack and docs/develop/make-dev.md):
 ## builds the portal and the binaries, starts everything, prints
 ## "flexplane dev ready: http://$(DEV_ADDR)"; Ctrl-C stops it all.
 DEV_ADDR ?= 127.0.0.1:8080
@@ -140,7 +140,7 @@ lint: lint-schema lint-portal
 ## and the latency flexgateway adds to an HTTP request vs the backend direct
 ## at a fixed rate (pkg/loadbalancer/gateway). Every figure is a ratio
 ## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
-## (README, Performance).
+## (docs/performance/index.md).
 bench: portal kube-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
