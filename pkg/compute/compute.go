@@ -36,11 +36,9 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
@@ -144,26 +142,14 @@ type Service struct {
 	quota  *quota.Ledger
 	stager *images.Stager
 
-	base   context.Context // parent of every runner; canceled by Shutdown
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // runners; Add only under runMu while !closed
-
-	runMu  sync.Mutex
-	closed bool // Shutdown began: no runner starts; protected by runMu
-
-	mu      sync.Mutex
-	ops     map[string]*opState // operation id -> state; protected by mu
-	live    map[string]string   // "zoneID/vmid" -> operation id of a live runner; protected by mu
-	pending map[string]bool     // MACs claimed by runners that have no guest yet; protected by mu
-	// starting: intent ops of creates in CreateVM (before their
-	// operation is recorded); protected by mu
-	starting map[string]bool
-	orphans  map[string]time.Time
-	// orphans: "zone/ip/mac" -> first seen without a guest; protected by mu
-	moved map[tenancy.VMRef]string
+	// engine runs the operations: their records, runners, live guests
+	// and phases.
+	*engine
+	// addrs: the addresses claimed by runners and the orphans Recover saw.
+	addrs *addressBook
 	// moved: the guests Recover last saw that are not the VM their place
-	// names: a VM that moved there (its kept id) or a move's other copy
-	// (""); by zone, protected by mu
+	// names (see movedIndex).
+	moved *movedIndex
 }
 
 // New returns a Service.
@@ -188,11 +174,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
-		ops: map[string]*opState{}, live: map[string]string{}, pending: map[string]bool{}, starting: map[string]bool{}, orphans: map[string]time.Time{},
-		moved: map[tenancy.VMRef]string{},
+		engine: newEngine(cfg.Logger, cfg.AfterStep), addrs: newAddressBook(), moved: newMovedIndex(),
 	}
 	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
-	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -234,18 +218,7 @@ func (s *Service) Run(ctx context.Context) error {
 // Shutdown stops every runner (their creates stay recorded on the guests
 // for a later Recover) and waits for them until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
-	s.runMu.Lock()
-	s.closed = true
-	s.runMu.Unlock()
-	s.cancel()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("compute: shutdown: %w", ctx.Err())
-	}
+	return s.engine.shutdown(ctx)
 }
 
 // Images returns the stager the service uses.

@@ -337,14 +337,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		User: in.User, SSHKeys: p.keys, UserData: p.userData,
 	}
 	// Until its operation is recorded, Recover knows it live from here.
-	s.mu.Lock()
-	s.starting[intent.Op] = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.starting, intent.Op)
-		s.mu.Unlock()
-	}()
+	defer s.begin(intent.Op)()
 	fail := func(err error) (*VM, *Operation, error) {
 		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
@@ -452,11 +445,7 @@ func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID strin
 		s.finishOp(opID, err)
 		return
 	}
-	s.mu.Lock()
-	if st := s.ops[opID]; st != nil {
-		st.op.VMID = tenancy.VMRef{ZoneID: p.zone.ID, VMID: vmid}.ID()
-	}
-	s.mu.Unlock()
+	s.update(opID, func(op *Operation) { op.VMID = tenancy.VMRef{ZoneID: p.zone.ID, VMID: vmid}.ID() })
 	s.setLive(p.zone, vmid, in.Op)
 	defer s.clearLive(p.zone, vmid)
 	err = s.run(ctx, p.zone, vmid, upid, in, opID)
@@ -501,11 +490,7 @@ func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
 	if err := ipam.ReleaseMACs(ctx, z.Client, macs); err != nil {
 		s.log.Warn("releasing addresses", "op", in.Op, "err", err)
 	}
-	s.mu.Lock()
-	for _, m := range macs {
-		delete(s.pending, strings.ToUpper(m))
-	}
-	s.mu.Unlock()
+	s.addrs.drop(macs...)
 	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
 		s.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
@@ -515,14 +500,10 @@ func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
 func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
 	for i, n := range p.nics {
 		mac := ipam.NewMAC()
-		s.mu.Lock()
-		s.pending[mac] = true
-		s.mu.Unlock()
+		s.addrs.hold(mac)
 		addr, err := ipam.Claim(ctx, p.zone.Client, n.subnet, n.static, mac)
 		if err != nil {
-			s.mu.Lock()
-			delete(s.pending, mac)
-			s.mu.Unlock()
+			s.addrs.drop(mac)
 			field := fmt.Sprintf("nics[%d].address", i)
 			switch {
 			case errors.Is(err, ipam.ErrTaken):
@@ -603,11 +584,9 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 		}, &upid)
 		switch {
 		case err == nil:
-			s.mu.Lock()
 			for _, n := range in.NICs {
-				delete(s.pending, n.MAC)
+				s.addrs.drop(n.MAC)
 			}
-			s.mu.Unlock()
 			return vmid, upid, nil
 		case pveapi.IsLockTimeout(err) && locks < maxLockRetries:
 			locks++
@@ -628,50 +607,6 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 			return 0, "", fmt.Errorf("compute: clone: %w", err)
 		}
 	}
-}
-
-// spawn runs f in the background with the service's base context, unless
-// Shutdown began: then f does not run (what it would finish is recorded on
-// the guest or the catalog, and a later Recover finishes it), so that no
-// runner is added while Shutdown waits for them.
-func (s *Service) spawn(f func(ctx context.Context)) {
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	if s.closed {
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f(s.base)
-	}()
-}
-
-func (s *Service) after(ctx context.Context, op, step string) {
-	if s.cfg.AfterStep != nil {
-		s.cfg.AfterStep(ctx, op, step)
-	}
-}
-
-func liveKey(z Zone, vmid int) string { return z.ID + "/" + strconv.Itoa(vmid) }
-
-func (s *Service) setLive(z Zone, vmid int, op string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.live[liveKey(z, vmid)] = op
-}
-
-func (s *Service) clearLive(z Zone, vmid int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.live, liveKey(z, vmid))
-}
-
-func (s *Service) isLive(z Zone, vmid int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.live[liveKey(z, vmid)]
-	return ok
 }
 
 // errGone: the guest vanished or is no longer the one of the intent.

@@ -108,17 +108,17 @@ func keptID(place tenancy.VMRef, tags []string) (id string, notVM bool) {
 // indexMoved records, of the guests of zone z, those that are not the VM
 // their place names (see Service.moved).
 func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ref := range s.moved {
+	s.moved.mu.Lock()
+	defer s.moved.mu.Unlock()
+	for ref := range s.moved.m {
 		if ref.ZoneID == z.ID {
-			delete(s.moved, ref)
+			delete(s.moved.m, ref)
 		}
 	}
 	for _, g := range guests {
 		place := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}
 		if id, notVM := keptID(place, g.Tags()); notVM || id != place.ID() {
-			s.moved[place] = id
+			s.moved.m[place] = id
 		}
 	}
 }
@@ -129,9 +129,9 @@ func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
 // true for a move's other copy, which is not the VM. A process that just
 // started knows the moves once its first Recover has run.
 func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id, ok := s.moved[place]
+	s.moved.mu.Lock()
+	defer s.moved.mu.Unlock()
+	id, ok := s.moved.m[place]
 	if !ok {
 		return place.ID(), false
 	}
@@ -141,9 +141,9 @@ func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
 // PlaceOf is where the VM of id sits now if it moved across zones (as
 // KeptID knows it).
 func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for place, kept := range s.moved {
+	s.moved.mu.Lock()
+	defer s.moved.mu.Unlock()
+	for place, kept := range s.moved.m {
 		if kept == id {
 			return place, true
 		}
@@ -430,9 +430,7 @@ func (s *Service) networkName(ctx context.Context, z Zone, vnet string) (string,
 func (s *Service) claimTarget(ctx context.Context, m *move) error {
 	for i := range m.nics {
 		n := &m.nics[i]
-		s.mu.Lock()
-		s.pending[strings.ToUpper(n.MAC)] = true
-		s.mu.Unlock()
+		s.addrs.hold(n.MAC)
 		want, _ := netip.ParseAddr(n.Address)
 		if !m.subnets[i].Assignable(want) {
 			want = netip.Addr{}
@@ -462,11 +460,7 @@ func (s *Service) releaseTarget(ctx context.Context, m *move) {
 	if err := ipam.ReleaseMACs(ctx, m.dst.Client, macs); err != nil {
 		s.log.Warn("releasing the target's addresses", "op", m.op, "err", err)
 	}
-	s.mu.Lock()
-	for _, mac := range macs {
-		delete(s.pending, strings.ToUpper(mac))
-	}
-	s.mu.Unlock()
+	s.addrs.drop(macs...)
 }
 
 // runMove copies a VM to its target zone and cuts over: the target guest
@@ -719,18 +713,16 @@ func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
 			return fmt.Errorf("compute: remove the source: %w", err)
 		}
 	}
-	s.mu.Lock()
 	for _, n := range m.nics {
-		delete(s.pending, strings.ToUpper(n.MAC))
+		s.addrs.drop(n.MAC)
 	}
-	s.mu.Unlock()
 	s.releaseMoveQuota(ctx, m)
-	s.mu.Lock()
+	s.moved.mu.Lock()
 	if m.id != "" {
-		s.moved[tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid}] = m.id
+		s.moved.m[tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid}] = m.id
 	}
-	delete(s.moved, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID})
-	s.mu.Unlock()
+	delete(s.moved.m, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID})
+	s.moved.mu.Unlock()
 	s.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
 	return nil
 }
@@ -778,12 +770,7 @@ func (s *Service) rollbackMove(ctx context.Context, m *move, vmid int) {
 
 // setProgress updates the progress of a running operation of this process.
 func (s *Service) setProgress(id string, done, total int64, rate float64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.ops[id]; st != nil {
-		st.op.Progress = &Progress{Done: done, Total: total, BytesPerSecond: rate}
-		st.op.Updated = time.Now()
-	}
+	s.update(id, func(op *Operation) { op.Progress = &Progress{Done: done, Total: total, BytesPerSecond: rate} })
 }
 
 // propFirst is the first element of a Proxmox property string.

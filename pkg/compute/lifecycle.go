@@ -228,21 +228,6 @@ func (s *Service) indexMovedGuests(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// createLive reports whether this process runs the create of intent op.
-func (s *Service) createLive(op string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.starting[op] {
-		return true
-	}
-	for id, st := range s.ops {
-		if ref, ok := parseOpID(id); ok && ref.create && ref.op == op && !st.op.Done() {
-			return true
-		}
-	}
-	return false
-}
-
 func (s *Service) recoverZone(ctx context.Context, z Zone, onGuests map[string]bool) error {
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
@@ -320,13 +305,7 @@ func (s *Service) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 			continue
 		}
 		key := z.ID + "/" + m.Zone + "/" + m.IP + "/" + mac
-		s.mu.Lock()
-		pending := s.pending[mac]
-		first, known := s.orphans[key]
-		if !known && !pending {
-			s.orphans[key], first = now, now
-		}
-		s.mu.Unlock()
+		first, pending := s.addrs.seen(key, mac, now)
 		if pending {
 			continue
 		}
@@ -337,12 +316,6 @@ func (s *Service) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 		s.log.Info("releasing an orphaned address", "zone", z.Name, "ip", m.IP, "mac", mac)
 		errs = append(errs, ipam.ReleaseMACs(ctx, z.Client, []string{mac}))
 	}
-	s.mu.Lock()
-	for k := range s.orphans {
-		if strings.HasPrefix(k, z.ID+"/") && !seen[k] {
-			delete(s.orphans, k) // released, or used after all
-		}
-	}
-	s.mu.Unlock()
+	s.addrs.forget(z.ID, seen)
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package compute
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -70,13 +71,6 @@ type Operation struct {
 // Done reports whether the operation has ended.
 func (o Operation) Done() bool { return o.State != OpRunning }
 
-// opState is an operation this process runs or ran.
-type opState struct {
-	vdc  string
-	zone string // name of the zone the operation works in
-	op   Operation
-}
-
 // operation ids: base64url of "c/<zoneID>/<vmid>/<op>" (create) or
 // "t/<zoneID>/<vmid>/<kind>/<upid>" (task).
 func createOpID(zoneID string, vmid int, op string) string {
@@ -122,63 +116,9 @@ func parseOpID(id string) (opRef, bool) {
 	return opRef{}, false
 }
 
-// keepOps is how long this process remembers an ended operation (after
-// that, it is derived from Proxmox like any other replica does).
-const keepOps = time.Hour
-
-// record stores (or updates) an operation of this process in zone and
-// forgets operations that ended more than keepOps ago.
-func (s *Service) record(vdc, zone string, op Operation) {
-	op.Updated = time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, st := range s.ops {
-		if st.op.Done() && time.Since(st.op.Updated) > keepOps {
-			delete(s.ops, id)
-		}
-	}
-	s.ops[op.ID] = &opState{vdc: vdc, zone: zone, op: op}
-}
-
-// setStep updates the step of a running operation of this process.
-func (s *Service) setStep(id, step string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.ops[id]; st != nil {
-		st.op.Step = step
-		st.op.Updated = time.Now()
-	}
-}
-
-// finishOp ends operation id: SUCCEEDED, or FAILED with the client-safe
-// message of err; a failure is logged with its cause.
-func (s *Service) finishOp(id string, err error) {
-	s.mu.Lock()
-	st := s.ops[id]
-	if st == nil {
-		s.mu.Unlock()
-		if err != nil {
-			s.log.Error("operation failed", "op", id, "err", err)
-		}
-		return
-	}
-	st.op.State = OpSucceeded
-	if err != nil {
-		st.op.State = OpFailed
-		st.op.Error = publicError(err)
-	}
-	st.op.Updated = time.Now()
-	done := *st
-	s.mu.Unlock()
-	if err != nil {
-		s.log.Error("operation failed", "op", id, "kind", done.op.Kind, "step", done.op.Step, "zone", done.zone,
-			"vdc", done.vdc, "vm", done.op.VMID, "error", done.op.Error, "err", err)
-	}
-}
-
 // publicError is what a client may see of a failure.
 func publicError(err error) string {
-	if ce, ok := err.(*Error); ok {
+	if ce := (*Error)(nil); errors.As(err, &ce) {
 		return ce.Message
 	}
 	if te, ok := pveapi.AsTaskError(err); ok {
@@ -198,17 +138,6 @@ func taskFailure(te *pveapi.TaskError) string {
 		return typ + " task ended: " + msg
 	}
 	return msg
-}
-
-// local returns this process's record of an operation.
-func (s *Service) local(id string) (opState, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.ops[id]
-	if st == nil {
-		return opState{}, false
-	}
-	return *st, true
 }
 
 // Operation returns the operation id of vdc: this process's own record if

@@ -2,6 +2,7 @@ package compute
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,8 +14,7 @@ import (
 // concurrent with Wait) nor start a runner after it returned.
 func TestNoRunnerStartsOnceShutdownBegan(t *testing.T) {
 	t.Parallel()
-	s := &Service{}
-	s.base, s.cancel = context.WithCancel(context.Background())
+	s := newEngine(slog.New(slog.DiscardHandler), nil)
 	release := make(chan struct{})
 	s.spawn(func(ctx context.Context) { <-release })
 
@@ -37,7 +37,7 @@ func TestNoRunnerStartsOnceShutdownBegan(t *testing.T) {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() {
-		err := s.Shutdown(ctx)
+		err := s.shutdown(ctx)
 		returned.Store(true)
 		shut <- err
 	}()
