@@ -321,6 +321,10 @@ func (s *Service) target(p *plan) images.Target {
 // *quota.ExceededError), KindConflict (a taken static address, a full
 // subnet), KindZoneUnavailable or KindInternal; on error nothing is left
 // behind.
+//
+// The claim phase runs here, and so does the clone request when the image
+// is staged (the caller gets the VM's id at once); a runner runs the
+// other phases (createPhases).
 func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation, error) {
 	// The checks read the zone within the zone timeout: one cut off (its
 	// hosts not yet OFFLINE) is ZONE_UNAVAILABLE, not a create that hangs.
@@ -343,62 +347,178 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		s.release(context.WithoutCancel(ctx), p.zone, intent)
 		return nil, nil, err
 	}
-	// The addresses first: a create refused for its addresses has written
-	// nothing on the VDC (its resourceVersion is unchanged), and one
-	// refused for quota gives them back.
-	if err := s.claim(ctx, p, intent); err != nil {
-		return fail(err)
+	sc := &createScope{z: p.zone, p: p, in: intent}
+	phases := s.createPhases()
+	if err := runPhases(ctx, s.engine, "", intent.Op, phases[:1], sc); err != nil {
+		return fail(cause(err))
 	}
-	err = s.quota.Reserve(ctx, in.VDC, intent.Op, p.zone.ID, quota.Usage{VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, StorageGiB: in.DiskGiB})
-	if err != nil {
-		return fail(quotaError(in.VDC, err))
-	}
-	if err := s.ensurePool(ctx, p.zone, in.VDC); err != nil {
-		return fail(zoneDown(p.zone.Name, err))
-	}
-	s.after(ctx, intent.Op, "claim")
 	if p.tpl == nil {
 		// The first create that needs the image stages it; its guest (and
 		// so its VM id) exists once the template does.
-		op := Operation{ID: createOpID(p.zone.ID, 0, intent.Op), Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
+		sc.opID = createOpID(p.zone.ID, 0, intent.Op)
+		op := Operation{ID: sc.opID, Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
 		s.record(in.VDC, p.zone.Name, op)
-		s.spawn(func(ctx context.Context) { s.runStaged(ctx, p, intent, op.ID) })
+		s.spawn(func(ctx context.Context) { s.runCreate(ctx, sc, from(phases, "stage")) })
 		return nil, &op, nil
 	}
-	vmid, upid, err := s.clone(ctx, p.zone, *p.tpl, intent)
-	if err != nil {
-		return fail(cloneError(err))
+	if err := s.cloneGuest(ctx, sc); err != nil {
+		return fail(err)
 	}
-	// Readers of the IPAM see the VM's addresses at once (the runner
-	// assigns them again, idempotently, should this fail).
-	if err := s.assign(ctx, p.zone, vmid, intent); err != nil {
-		s.log.Warn("assigning addresses", "vmid", vmid, "err", err)
+	// Readers of the IPAM see the VM's addresses at once (the configure
+	// phase assigns them again, idempotently, should this fail).
+	if err := s.assign(ctx, p.zone, sc.vmid, intent); err != nil {
+		s.log.Warn("assigning addresses", "vmid", sc.vmid, "err", err)
 	}
-	return s.startRunner(p.zone, vmid, upid, intent), s.opOf(p.zone, vmid, intent), nil
+	return s.startRunner(sc, from(phases, "clone")), s.opOf(sc), nil
 }
 
-func (s *Service) opOf(z Zone, vmid int, in *Intent) *Operation {
-	st, _ := s.local(createOpID(z.ID, vmid, in.Op))
+// createScope is what the phases of a create work on: the plan (nil for
+// a create Recover took over) and intent, and what earlier phases found.
+type createScope struct {
+	z    Zone
+	p    *plan
+	in   *Intent
+	opID string // the create's operation
+	// vmid is the guest the clone made (0 before); upid its clone task
+	// while it is to be waited for.
+	vmid int
+	upid string
+	// assigned: the guest is recorded on its IPAM mappings (in this run).
+	assigned bool
+}
+
+// createPhases are the phases of a create, in order: the names its
+// operation's Step and Config.AfterStep say.
+//
+//   - claim: the addresses (IPAM mappings under new MACs), the quota
+//     reservation and the VDC's pool;
+//   - stage: the image's template in the zone, unless it is there;
+//   - clone: the guest, cloned from the template with the whole intent in
+//     its description, and its clone task waited for;
+//   - configure: the guest recorded on its IPAM mappings, then cores,
+//     memory, NICs, cloud-init, disk IO limits and the marker tags;
+//   - resize: the disk grown to its size;
+//   - user-data: the snippet of the guest's own user-data (if any);
+//   - start: the guest started;
+//   - finish: the quota reservation released and the marker cleared.
+//
+// Each phase from configure on observes the guest, applies its change
+// with the config digest it read and observes again until the guest has
+// it; a guest already unmarked ends the create (someone else finished it).
+func (s *Service) createPhases() []phase[createScope] {
+	return []phase[createScope]{
+		{name: "claim", run: s.claimPhase},
+		{name: "stage", run: s.stagePhase},
+		{name: "clone", run: s.clonePhase},
+		s.guestPhase("configure", s.configureGuest),
+		s.guestPhase("resize", s.resizeDisk),
+		s.guestPhase("user-data", s.deliverUserData),
+		s.guestPhase("start", s.startGuest),
+		s.guestPhase("finish", s.unmarkGuest),
+	}
+}
+
+// claimPhase claims the addresses first: a create refused for its
+// addresses has written nothing on the VDC (its resourceVersion is
+// unchanged), and one refused for quota gives them back (CreateVM
+// releases what the phase claimed).
+func (s *Service) claimPhase(ctx context.Context, sc *createScope) error {
+	if err := s.claim(ctx, sc.p, sc.in); err != nil {
+		return err
+	}
+	err := s.quota.Reserve(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, quota.Usage{VCPUs: sc.in.VCPUs, MemoryMiB: sc.in.MemoryMiB, StorageGiB: sc.in.DiskGiB})
+	if err != nil {
+		return quotaError(sc.in.VDC, err)
+	}
+	if err := s.ensurePool(ctx, sc.z, sc.in.VDC); err != nil {
+		return zoneDown(sc.z.Name, err)
+	}
+	return nil
+}
+
+// stagePhase waits for the image to be staged in the zone (the first
+// create that needs it stages it), unless it was there.
+func (s *Service) stagePhase(ctx context.Context, sc *createScope) error {
+	if sc.p == nil || sc.p.tpl != nil {
+		return nil
+	}
+	tpl, err := s.stager.Ensure(ctx, s.target(sc.p), sc.p.img)
+	if err != nil {
+		return stageError(sc.p.img.Name, sc.z.Name, err)
+	}
+	if int64(sc.in.DiskGiB)<<30 < tpl.DiskBytes {
+		return badInput("diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", sc.p.img.Name, tpl.DiskBytes)
+	}
+	sc.p.tpl = &tpl
+	return nil
+}
+
+// clonePhase clones the guest unless CreateVM did, and waits for the
+// clone task.
+func (s *Service) clonePhase(ctx context.Context, sc *createScope) error {
+	if sc.vmid == 0 {
+		if err := s.cloneGuest(ctx, sc); err != nil {
+			return err
+		}
+		s.update(sc.opID, func(op *Operation) { op.VMID = tenancy.VMRef{ZoneID: sc.z.ID, VMID: sc.vmid}.ID() })
+		s.setLive(sc.z, sc.vmid, sc.in.Op)
+	}
+	if sc.upid != "" {
+		if err := pveapi.Wait(ctx, sc.z.Client, sc.upid); err != nil {
+			return err
+		}
+		sc.upid = ""
+	}
+	return nil
+}
+
+// cloneGuest sends the clone of the plan's template.
+func (s *Service) cloneGuest(ctx context.Context, sc *createScope) error {
+	vmid, upid, err := s.clone(ctx, sc.z, *sc.p.tpl, sc.in)
+	if err != nil {
+		return cloneError(err)
+	}
+	sc.vmid, sc.upid = vmid, upid
+	return nil
+}
+
+func (s *Service) opOf(sc *createScope) *Operation {
+	st, _ := s.local(sc.opID)
 	return &st.op
 }
 
-// startRunner records the create of guest vmid and runs its steps.
-func (s *Service) startRunner(z Zone, vmid int, upid string, in *Intent) *VM {
-	ref := tenancy.VMRef{ZoneID: z.ID, VMID: vmid}
-	op := Operation{ID: createOpID(z.ID, vmid, in.Op), Kind: OpCreate, State: OpRunning, Step: "clone", VMID: ref.ID(), Started: in.Created}
+// startRunner records the create of the guest of sc and runs phases in
+// the background.
+func (s *Service) startRunner(sc *createScope, phases []phase[createScope]) *VM {
+	z, in := sc.z, sc.in
+	ref := tenancy.VMRef{ZoneID: z.ID, VMID: sc.vmid}
+	sc.opID = createOpID(z.ID, sc.vmid, in.Op)
+	op := Operation{ID: sc.opID, Kind: OpCreate, State: OpRunning, Step: "clone", VMID: ref.ID(), Started: in.Created}
 	s.record(in.VDC, z.Name, op)
-	s.setLive(z, vmid, in.Op)
-	s.spawn(func(ctx context.Context) {
-		defer s.clearLive(z, vmid)
-		err := s.run(ctx, z, vmid, upid, in, op.ID)
-		s.conclude(ctx, z, vmid, in, op.ID, err)
-	})
+	s.setLive(z, sc.vmid, in.Op)
+	s.spawn(func(ctx context.Context) { s.runCreate(ctx, sc, phases) })
 	vm := &VM{ID: ref.ID(), Ref: ref, Name: in.Name, VDC: in.VDC, Zone: z.Name, Status: StatusCreating,
 		VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, DiskGiB: in.DiskGiB, Operation: op.ID}
 	for _, n := range in.NICs {
 		vm.Addresses = append(vm.Addresses, n.Address)
 	}
 	return vm
+}
+
+// runCreate is the runner of a create: it runs phases and concludes.
+func (s *Service) runCreate(ctx context.Context, sc *createScope, phases []phase[createScope]) {
+	err := runPhases(ctx, s.engine, sc.opID, sc.in.Op, phases, sc)
+	if sc.vmid == 0 {
+		// No guest was made: the claims are undone (unless the process
+		// is only stopping: Recover releases them).
+		if ctx.Err() == nil {
+			s.release(ctx, sc.z, sc.in)
+		}
+		s.finishOp(sc.opID, err)
+		return
+	}
+	defer s.clearLive(sc.z, sc.vmid)
+	s.conclude(ctx, sc.z, sc.vmid, sc.in, sc.opID, err)
 }
 
 // conclude ends a create: on failure (but not when the process is only
@@ -420,36 +540,6 @@ func (s *Service) conclude(ctx context.Context, z Zone, vmid int, in *Intent, op
 		s.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
 	s.finishOp(opID, err)
-}
-
-// runStaged waits for the image to be staged, then clones and runs the steps.
-func (s *Service) runStaged(ctx context.Context, p *plan, in *Intent, opID string) {
-	tpl, err := s.stager.Ensure(ctx, s.target(p), p.img)
-	if err != nil {
-		err = stageError(p.img.Name, p.zone.Name, err)
-	} else if int64(in.DiskGiB)<<30 < tpl.DiskBytes {
-		err = badInput("diskGiB", "diskGiB must be at least the size of image %s (%d bytes)", p.img.Name, tpl.DiskBytes)
-	}
-	var vmid int
-	var upid string
-	if err == nil {
-		s.setStep(opID, "clone")
-		if vmid, upid, err = s.clone(ctx, p.zone, tpl, in); err != nil {
-			err = cloneError(err)
-		}
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			s.release(ctx, p.zone, in)
-		}
-		s.finishOp(opID, err)
-		return
-	}
-	s.update(opID, func(op *Operation) { op.VMID = tenancy.VMRef{ZoneID: p.zone.ID, VMID: vmid}.ID() })
-	s.setLive(p.zone, vmid, in.Op)
-	defer s.clearLive(p.zone, vmid)
-	err = s.run(ctx, p.zone, vmid, upid, in, opID)
-	s.conclude(ctx, p.zone, vmid, in, opID, err)
 }
 
 // cloneError is the client-safe account of a clone that failed.
@@ -612,77 +702,80 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 // errGone: the guest vanished or is no longer the one of the intent.
 var errGone = errors.New("compute: the guest of the create is gone")
 
-// run waits for the clone task, then finishes the create.
-func (s *Service) run(ctx context.Context, z Zone, vmid int, upid string, in *Intent, opID string) error {
-	if upid != "" {
-		if err := pveapi.Wait(ctx, z.Client, upid); err != nil {
-			return err
-		}
-		s.after(ctx, in.Op, "clone")
-	}
-	return s.finish(ctx, z, vmid, in, opID)
-}
-
-// maxSteps bounds the observe/apply rounds of one finish.
+// maxSteps bounds the observe/apply rounds of one phase.
 const maxSteps = 100
 
-// finish drives guest vmid to its intent: observe, plan one step, apply it
-// (conditional on the digest it read), and observe again, until the guest
-// is configured, running and unmarked. Every step is idempotent, so any
-// number of processes may run finish on one guest, one after another or at
-// once (a concurrent writer only makes the other re-read).
-func (s *Service) finish(ctx context.Context, z Zone, vmid int, in *Intent, opID string) error {
-	assigned := false
-	for range maxSteps {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		g, ok, err := pveapi.FindGuest(ctx, z.Client, vmid)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errGone
-		}
-		if g.Lock != "" {
-			s.setStep(opID, "clone")
-			sleep(ctx, pveapi.PollInterval)
-			continue
-		}
-		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, vmid)
-		if err != nil {
-			return err
-		}
-		if got, _ := ParseIntent(cfg.Str("description")); got == nil || got.Op != in.Op {
-			return errGone
-		}
-		if !isCreating(g) {
-			return nil
-		}
-		if !assigned {
-			if err := s.assign(ctx, z, vmid, in); err != nil {
+// guestStep is the work of a phase on the guest of a create: given the
+// guest as it is now (g, cfg; base is its API path), it applies the
+// phase's change if the guest still needs it (applied), or reports that
+// it does not.
+type guestStep func(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (applied bool, err error)
+
+// guestPhase is the phase name that drives the guest with apply: observe
+// (a guest gone, or no longer the one of the intent, is errGone), apply
+// conditional on the digest it read, observe again, until apply has
+// nothing left to do. Every step is idempotent, so any number of
+// processes may run the phases on one guest, one after another or at once
+// (a concurrent writer only makes the other re-read). A guest found
+// unmarked has been finished: by this phase (it is done) or by someone
+// else (the create is done, errDone).
+func (s *Service) guestPhase(name string, apply guestStep) phase[createScope] {
+	return phase[createScope]{name: name, run: func(ctx context.Context, sc *createScope) error {
+		applied := false
+		for range maxSteps {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			assigned = true
+			g, ok, err := pveapi.FindGuest(ctx, sc.z.Client, sc.vmid)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errGone
+			}
+			if g.Lock != "" {
+				sleep(ctx, pveapi.PollInterval)
+				continue
+			}
+			cfg, err := pveapi.GuestConfig(ctx, sc.z.Client, g.Node, sc.vmid)
+			if err != nil {
+				return err
+			}
+			if got, _ := ParseIntent(cfg.Str("description")); got == nil || got.Op != sc.in.Op {
+				return errGone
+			}
+			if !isCreating(g) {
+				if applied {
+					return nil
+				}
+				return errDone
+			}
+			if !sc.assigned {
+				if err := s.assign(ctx, sc.z, sc.vmid, sc.in); err != nil {
+					return err
+				}
+				sc.assigned = true
+			}
+			did, err := apply(ctx, sc, g, cfg, fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, sc.vmid))
+			if pveapi.IsLockTimeout(err) {
+				s.log.Debug("lock timeout; retrying", "vmid", sc.vmid, "step", name, "err", err)
+				sleep(ctx, pveapi.PollInterval)
+				continue
+			}
+			if retryable(err) {
+				continue
+			}
+			if err != nil {
+				return internal(fmt.Sprintf("creating the VM failed at its %s step: Proxmox refused it (see the orchestrator's logs)", name),
+					fmt.Errorf("compute: %s: %w", name, err))
+			}
+			if !did {
+				return nil
+			}
+			applied = true
 		}
-		base := fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, vmid)
-		step, err := s.step(ctx, z, g, cfg, in, base)
-		if pveapi.IsLockTimeout(err) {
-			s.log.Debug("lock timeout; retrying", "vmid", vmid, "step", step, "err", err)
-			sleep(ctx, pveapi.PollInterval)
-			continue
-		}
-		if retryable(err) {
-			continue
-		}
-		if err != nil {
-			return internal(fmt.Sprintf("creating the VM failed at its %s step: Proxmox refused it (see the orchestrator's logs)", step),
-				fmt.Errorf("compute: %s: %w", step, err))
-		}
-		s.setStep(opID, step)
-		s.after(ctx, in.Op, step)
-	}
-	return fmt.Errorf("compute: guest %d did not converge in %d steps", vmid, maxSteps)
+		return fmt.Errorf("compute: guest %d did not converge in %d steps", sc.vmid, maxSteps)
+	}}
 }
 
 // assign records the guest on its IPAM mappings.
@@ -699,42 +792,59 @@ func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) erro
 	return nil
 }
 
-// step applies the next change the guest needs and names it.
-func (s *Service) step(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (string, error) {
-	if changes, del := plannedConfig(cfg, in); len(changes) > 0 || del != "" {
-		s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
-		changes["digest"] = cfg.Digest()
-		if del != "" {
-			changes["delete"] = del
-		}
-		_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", changes)
-		return "configure", err
+// configureGuest writes the config the intent plans.
+func (s *Service) configureGuest(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	changes, del := plannedConfig(cfg, sc.in)
+	if len(changes) == 0 && del == "" {
+		return false, nil
 	}
-	if size, _ := parseSize(propOf(cfg.Str("scsi0"), "size")); size < int64(in.DiskGiB)<<30 {
-		_, err := pveapi.Run(ctx, z.Client, "PUT", base+"/resize", map[string]any{
-			"disk": "scsi0", "size": fmt.Sprintf("%dG", in.DiskGiB), "digest": cfg.Digest()})
-		return "resize", err
+	s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
+	changes["digest"] = cfg.Digest()
+	if del != "" {
+		changes["delete"] = del
 	}
-	if done, err := s.deliverUserData(ctx, z, g, cfg, in, base); done || err != nil {
-		return "user-data", err
+	_, err := pveapi.Run(ctx, sc.z.Client, "POST", base+"/config", changes)
+	return true, err
+}
+
+// resizeDisk grows the disk to the intent's size.
+func (s *Service) resizeDisk(ctx context.Context, sc *createScope, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	if size, _ := parseSize(propOf(cfg.Str("scsi0"), "size")); size >= int64(sc.in.DiskGiB)<<30 {
+		return false, nil
 	}
-	if g.Status != "running" {
-		_, err := pveapi.Run(ctx, z.Client, "POST", base+"/status/start", nil)
-		if err != nil && strings.Contains(err.Error(), "already running") {
-			err = nil
-		}
-		return "start", err
+	_, err := pveapi.Run(ctx, sc.z.Client, "PUT", base+"/resize", map[string]any{
+		"disk": "scsi0", "size": fmt.Sprintf("%dG", sc.in.DiskGiB), "digest": cfg.Digest()})
+	return true, err
+}
+
+// deliverUserData writes the snippet of the guest's own user-data.
+func (s *Service) deliverUserData(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	return s.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
+}
+
+// startGuest starts the guest.
+func (s *Service) startGuest(ctx context.Context, sc *createScope, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
+	if g.Status == "running" {
+		return false, nil
 	}
-	// Verified: configured, sized and running. Release the quota
-	// reservation first: from now on Proxmox counts the guest (its op tag
-	// is no longer covered by a reservation), so it is never counted twice
-	// nor missed. Then clear the marker.
-	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
-		return "finish", err
+	_, err := pveapi.Run(ctx, sc.z.Client, "POST", base+"/status/start", nil)
+	if err != nil && strings.Contains(err.Error(), "already running") {
+		err = nil
 	}
-	_, err := pveapi.Run(ctx, z.Client, "POST", base+"/config", map[string]any{
-		"tags": tenancy.GuestTags(in.VDC), "digest": cfg.Digest()})
-	return "finish", err
+	return true, err
+}
+
+// unmarkGuest ends a verified create (configured, sized and running):
+// it releases the quota reservation first (from now on Proxmox counts the
+// guest: its op tag is no longer covered by a reservation, so it is never
+// counted twice nor missed), then clears the marker.
+func (s *Service) unmarkGuest(ctx context.Context, sc *createScope, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	if err := s.quota.Release(ctx, sc.in.VDC, sc.in.Op); err != nil {
+		return true, err
+	}
+	_, err := pveapi.Run(ctx, sc.z.Client, "POST", base+"/config", map[string]any{
+		"tags": tenancy.GuestTags(sc.in.VDC), "digest": cfg.Digest()})
+	return true, err
 }
 
 // maxLockRetries bounds the clones sent again after a lock timeout (about

@@ -277,9 +277,14 @@ func (s *Service) adopt(ctx context.Context, z Zone, vmid int, in *Intent) {
 		VMID: tenancy.VMRef{ZoneID: z.ID, VMID: vmid}.ID(), Started: in.Created})
 	s.setLive(z, vmid, in.Op)
 	defer s.clearLive(z, vmid)
+	// The guest exists: the phases from configure on finish it (they
+	// wait for a clone still running).
+	sc := &createScope{z: z, in: in, opID: id, vmid: vmid}
+	phases := from(s.createPhases(), "configure")
 	var err error
 	for range 3 {
-		if err = s.finish(ctx, z, vmid, in, id); err == nil || errors.Is(err, errGone) || ctx.Err() != nil {
+		sc.assigned = false
+		if err = runPhases(ctx, s.engine, id, in.Op, phases, sc); err == nil || errors.Is(err, errGone) || ctx.Err() != nil {
 			break
 		}
 	}

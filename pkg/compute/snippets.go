@@ -78,9 +78,9 @@ func snippetStorage(ctx context.Context, z Zone, node string) (string, error) {
 	return ids[0], nil
 }
 
-// deliverUserData writes guest g's user-data snippet and names it in its
+// writeUserData writes guest g's user-data snippet and names it in its
 // cicustom, unless that is done.
-func (s *Service) deliverUserData(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (bool, error) {
+func (s *Service) writeUserData(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (bool, error) {
 	if in.UserData == "" || s.cfg.Snippets == nil {
 		return false, nil
 	}
