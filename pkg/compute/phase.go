@@ -77,7 +77,7 @@ func from[S any](phases []phase[S], name string) []phase[S] {
 // runPhases runs phases in order over sc: before each, the record of
 // operation opID (if this process has one) says the phase is its step;
 // after each, the phase hook is called with hook (the operation's intent
-// op). It stops at the first phase that fails, returning a *phaseError
+// op; "" for an operation without one, which the hook does not see). It stops at the first phase that fails, returning a *phaseError
 // that names it, or that says errDone (returning nil), and between phases
 // when ctx ends (returning ctx's error, unwrapped: the runner is only
 // stopping).
@@ -97,7 +97,9 @@ func runPhases[S any](ctx context.Context, e *engine, opID, hook string, phases 
 			}
 			return &phaseError{phase: p.name, err: err}
 		}
-		e.after(ctx, hook, p.name)
+		if hook != "" {
+			e.after(ctx, hook, p.name)
+		}
 	}
 	return nil
 }
