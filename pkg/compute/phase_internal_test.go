@@ -60,3 +60,19 @@ func TestRunPhases(t *testing.T) {
 		t.Fatalf("from b: %v", got)
 	}
 }
+
+// TestCreatePhaseNames: the phases of a create are the ones the package
+// documents, in order.
+func TestCreatePhaseNames(t *testing.T) {
+	t.Parallel()
+	want := []string{"claim", "stage", "clone", "configure", "resize", "user-data", "start", "finish"}
+	if got := phaseNames((&Service{}).createPhases()); !slices.Equal(got, want) {
+		t.Fatalf("create phases %v, want %v", got, want)
+	}
+	if got := phaseNames((&Service{}).deletePhases()); !slices.Equal(got, []string{"stop", "destroy", "release"}) {
+		t.Fatalf("delete phases %v", got)
+	}
+	if got := phaseNames((&Service{}).powerPhases()); !slices.Equal(got, []string{"lookup", "request"}) {
+		t.Fatalf("power phases %v", got)
+	}
+}
