@@ -468,53 +468,86 @@ func (s *Service) releaseTarget(ctx context.Context, m *move) {
 // copied agent to agent and checked, then the cut-over (the source marked
 // moved with the digest it read: from then on the target is the VM), the
 // target finished (pool, tags, started if the source ran) and the source
-// destroyed with its addresses released. A failure before the cut-over
-// undoes the target and restarts the source.
+// destroyed with its addresses released: the phases of movePhases. A
+// failure before the cut-over undoes the target and restarts the source.
 func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
-	vmid, err := s.createTarget(ctx, m)
-	if err != nil {
+	sc := &moveScope{m: m, opID: opID}
+	err := runPhases(ctx, s.engine, opID, m.op, s.movePhases(), sc)
+	if sc.stopBeat != nil {
+		sc.stopBeat()
+	}
+	if err == nil {
+		return nil
+	}
+	if sc.vmid == 0 {
+		// No target guest: its addresses and quota go back.
 		s.releaseTarget(ctx, m)
 		s.releaseMoveQuota(ctx, m)
 		return err
 	}
-	undo := func(cause error) error {
-		if ctx.Err() != nil {
-			return cause // shut down: the move stays recorded for Recover
-		}
-		s.setStep(opID, "rollback")
-		s.rollbackMove(context.WithoutCancel(ctx), m, vmid)
-		return cause
+	if phase, _ := failedPhase(err); phase == "finish" || ctx.Err() != nil {
+		// Cut over (the target is the VM: Recover finishes it), or shut
+		// down (the move stays recorded for Recover).
+		return err
 	}
-	s.after(ctx, m.op, "target")
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	stopBeat := s.heartbeat(ctx, m, vmid)
-	if err := s.copyDisks(ctx, m, opID, vmid); err != nil {
-		stopBeat()
-		return undo(err)
-	}
-	stopBeat()
-	s.after(ctx, m.op, "copy")
-	s.setStep(opID, "cutover")
-	if err := s.cutOver(ctx, m); err != nil {
-		return undo(err)
-	}
-	s.after(ctx, m.op, "cutover")
-	s.setStep(opID, "finish")
-	return s.finishMove(ctx, m, vmid)
+	s.setStep(opID, "rollback")
+	s.rollbackMove(context.WithoutCancel(ctx), m, sc.vmid)
+	return err
 }
 
-// copyDisks stops the source if it runs and copies each disk to the
-// target guest vmid agent to agent, following the bytes moved.
-func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int) error {
-	if m.running {
-		s.setStep(opID, "stop")
-		if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{}); err != nil {
+// moveScope is what the phases of a move across zones work on.
+type moveScope struct {
+	m    *move
+	opID string
+	vmid int // the target guest (target)
+	// stopBeat ends the heartbeat on the target's move intent (from stop
+	// until the disks are copied).
+	stopBeat func()
+}
+
+// movePhases are the phases of a move across zones, in order: target (the
+// target guest, stopped, marked incoming, in no pool), stop (the
+// heartbeat begun and the source stopped if it runs), copy (each disk
+// copied agent to agent and checked), cutover (the source marked moved
+// with the digest it read: from then on the target is the VM), finish
+// (the target finished and the source destroyed). A failure after target
+// and before the cut-over undoes the move (rollbackMove).
+func (s *Service) movePhases() []phase[moveScope] {
+	return []phase[moveScope]{
+		{name: "target", run: func(ctx context.Context, sc *moveScope) error {
+			vmid, err := s.createTarget(ctx, sc.m)
+			if err != nil {
+				return err
+			}
+			sc.vmid = vmid
+			return nil
+		}},
+		{name: "stop", run: func(ctx context.Context, sc *moveScope) error {
+			m := sc.m
+			sc.stopBeat = s.heartbeat(ctx, m, sc.vmid)
+			if !m.running {
+				return nil
+			}
+			_, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{})
 			return err
-		}
+		}},
+		{name: "copy", run: func(ctx context.Context, sc *moveScope) error {
+			if err := s.copyDisks(ctx, sc.m, sc.opID, sc.vmid); err != nil {
+				return err
+			}
+			// The cut-over's conditional writes must not race a beat.
+			sc.stopBeat()
+			sc.stopBeat = nil
+			return nil
+		}},
+		{name: "cutover", run: func(ctx context.Context, sc *moveScope) error { return s.cutOver(ctx, sc.m) }},
+		{name: "finish", run: func(ctx context.Context, sc *moveScope) error { return s.finishMove(ctx, sc.m, sc.vmid) }},
 	}
-	s.setStep(opID, "copy")
+}
+
+// copyDisks copies each disk of the stopped source to the target guest
+// vmid agent to agent, following the bytes moved.
+func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int) error {
 	start := time.Now()
 	for i, d := range m.disks {
 		to := VolumeRef{ZoneID: m.dst.ID, Node: m.node, Volume: targetVolume(m, vmid, i)}
