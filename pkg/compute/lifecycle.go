@@ -109,17 +109,56 @@ func (s *Service) recoverZone(ctx context.Context, z Zone, onGuests map[string]b
 		for _, n := range in.NICs {
 			used[strings.ToUpper(n.MAC)] = true
 		}
-		if in.Move != nil && g.HasTag(incomingTag) {
-			g.RawTags = cfg.Str("tags")
-			s.recoverMove(ctx, z, g, in)
-			continue
+		for _, h := range s.recoveryHooks() {
+			if h.takes(z, g, in) {
+				h.run(ctx, z, g, cfg, in)
+				break
+			}
 		}
-		if !isCreating(g) || s.isLive(z, g.VMID) || time.Since(in.Created) < s.cfg.StaleAfter {
-			continue
-		}
-		s.adopt(ctx, z, g.VMID, in)
 	}
 	return s.releaseOrphans(ctx, z, used)
+}
+
+// recoveryHook is what Recover does with a guest an operation left
+// unfinished (one that carries its intent): an operation that can be left
+// so adds one.
+type recoveryHook struct {
+	// name says which operation the hook finishes.
+	name string
+	// takes reports whether the hook takes guest g of zone z (as Proxmox
+	// lists it) with its intent.
+	takes func(z Zone, g pveapi.Resource, in *Intent) bool
+	// run finishes (or undoes) the operation; cfg is the guest's config.
+	run func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent)
+}
+
+// recoveryHooks are Recover's hooks; the first that takes a guest runs.
+//
+//   - move: the target of a move across zones (marked incoming) is
+//     finished or undone by recoverMove;
+//   - create: a create whose intent is older than StaleAfter and that no
+//     runner of this process works on is finished, from its configure
+//     phase, or cleaned up (adopt).
+func (s *Service) recoveryHooks() []recoveryHook {
+	return []recoveryHook{
+		{
+			name:  "move",
+			takes: func(_ Zone, g pveapi.Resource, in *Intent) bool { return in.Move != nil && g.HasTag(incomingTag) },
+			run: func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent) {
+				g.RawTags = cfg.Str("tags")
+				s.recoverMove(ctx, z, g, in)
+			},
+		},
+		{
+			name: "create",
+			takes: func(z Zone, g pveapi.Resource, in *Intent) bool {
+				return isCreating(g) && !s.isLive(z, g.VMID) && time.Since(in.Created) >= s.cfg.StaleAfter
+			},
+			run: func(ctx context.Context, z Zone, g pveapi.Resource, _ pveapi.Config, in *Intent) {
+				s.adopt(ctx, z, g.VMID, in)
+			},
+		},
+	}
 }
 
 // adopt finishes an unfinished create found on a guest, or cleans it up.

@@ -76,3 +76,16 @@ func TestCreatePhaseNames(t *testing.T) {
 		t.Fatalf("power phases %v", got)
 	}
 }
+
+// TestRecoveryHooks: Recover gives a guest to the move's hook before the
+// create's (a move's target carries the intent of a create too).
+func TestRecoveryHooks(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, h := range (&Service{}).recoveryHooks() {
+		names = append(names, h.name)
+	}
+	if !slices.Equal(names, []string{"move", "create"}) {
+		t.Fatalf("recovery hooks %v", names)
+	}
+}
