@@ -1,10 +1,38 @@
-// Package compute is the VM lifecycle of flexplane: createVM as a sequence
-// of idempotent steps whose intent is recorded on the guest, recovery of
-// creates left unfinished by a crash, power actions and delete, and the
+// Package compute is the VM lifecycle of flexplane: create, power
+// actions, delete, snapshots, moves within and across zones, console
+// targets and hardware, recovery of what a crash left unfinished, and the
 // operations that report their progress. Proxmox is the system of record:
 // nothing of a VM is kept here that Proxmox does not also hold, so any
 // orchestrator replica can answer for any VM, and one that starts after a
 // crash finishes (or cleans up) what another began.
+//
+// # Engine and phases
+//
+// The Service is a thin front over two parts. The engine (engine.go) runs
+// operations whatever they do: this process's records of them (what
+// Operation and Watch answer from memory), their runners under one
+// context that Shutdown cancels, the guests a runner works on, and the
+// phase runner. Each operation is an ordered list of named phases over a
+// small scope of its own, the inputs and what earlier phases found, in
+// the operation's file (phase.go has the type and runner):
+//
+//   - create (create.go): claim, stage, clone, configure, resize,
+//     user-data, start, finish;
+//   - delete (delete.go): stop, destroy, release;
+//   - power actions (power.go): lookup, request;
+//   - move across zones (crosszone.go): target, stop, copy, cutover,
+//     finish.
+//
+// The runner runs the phases in order, records the running phase as the
+// operation's Step (so the operation, and the log of its failure, say
+// which phase it is in or failed in), calls Config.AfterStep after each,
+// and stops at the first error, which names its phase; a phase that finds
+// the work done by someone else ends the operation. Phases observe before
+// they act and do only what is left, so a runner may run them again, and
+// Recover runs the hook of the operation a guest was left in
+// (recoveryHooks: a create's phases from configure on, a move's
+// recovery). A new operation, or a new step of one, is a new phase list or
+// a new phase, not a new method on the Service.
 //
 // # How a create is made safe
 //
@@ -21,10 +49,11 @@
 //     their MACs and addresses, cloud-init, the operation id) in its
 //     description; its first config write tags it with its VDC, the
 //     fp-creating marker and the operation (pkg/tenancy).
-//   - Each further step observes the guest, plans the change, applies it
+//   - Each further phase observes the guest, plans its change, applies it
 //     with the config digest it read (a concurrent writer makes it re-read)
 //     and verifies: configure (cores, memory, NICs, cloud-init, disk IO
-//     limits), resize the disk, start, then clear the marker.
+//     limits), resize the disk, user-data, start, then finish: clear the
+//     marker.
 //   - A guest with the marker and no live operation is finished from its
 //     intent by whoever sees it (Recover), or deleted with its addresses
 //     released if it cannot be finished. IPAM mappings under flexplane MACs
@@ -126,10 +155,12 @@ type Config struct {
 	// replicas, only one (the leader) takes over what a dead one left, so
 	// that two never finish the same create. Nil: always.
 	Recovers func() bool
-	// AfterStep, if set, is called after each step of a create completes
-	// (steps: "claim", "clone", "configure", "resize", "start", "finish";
-	// of a move across zones: "target", "stop", "copy", "cutover")
-	// with the runner's context; it lets tests stop a runner mid-way.
+	// AfterStep, if set, is called after each phase of a create completes
+	// (phases: "claim", "stage" when the image was not staged, "clone",
+	// "configure", "resize", "user-data", "start", "finish"; of a move
+	// across zones: "target", "stop", "copy", "cutover", "finish") with
+	// the intent's operation id and the runner's context (the request's
+	// for "claim"); it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
