@@ -20,6 +20,8 @@
 //     user-data, start, finish;
 //   - delete (delete.go): stop, destroy, release;
 //   - power actions (power.go): lookup, request;
+//   - snapshot (snapshots.go): check, reserve, request;
+//   - move within a zone (migrate.go): preflight, request;
 //   - move across zones (crosszone.go): target, stop, copy, cutover,
 //     finish.
 //

@@ -64,48 +64,88 @@ func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, e
 	if in.Zone != "" && in.Zone != z.Name && in.Zone != z.ID {
 		return s.migrateAcross(ctx, z, g, in)
 	}
+	sc := &migrateScope{in: in, z: z, g: g}
+	if err := runPhases(ctx, s.engine, "", "", s.migratePhases(), sc); err != nil {
+		return nil, cause(err)
+	}
+	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, sc.upid), Kind: OpMigrate, State: OpRunning, Step: "qmigrate",
+		VMID: in.ID, Started: time.Now(), Progress: &Progress{}}
+	return &op, nil
+}
+
+// migrateScope is what the phases of a move within a zone work on.
+type migrateScope struct {
+	in MigrateInput
+	z  Zone
+	g  pveapi.Resource
+	// node and params: the target node and the migration's parameters
+	// (preflight).
+	node   string
+	params map[string]any
+	// online and localDisks: the VM runs; how many local disks it has.
+	online     bool
+	localDisks int
+	upid       string // the migration task (request)
+}
+
+// migratePhases are the phases of a move within a zone, in order:
+// preflight (the target host, and Proxmox's preconditions: no devices of
+// the host, a target it allows; online for a running VM, with its local
+// disks if it has any), request (Proxmox's migration task, which the
+// operation then follows).
+func (s *Service) migratePhases() []phase[migrateScope] {
+	return []phase[migrateScope]{
+		{name: "preflight", run: s.preflightWithin},
+		{name: "request", run: func(ctx context.Context, sc *migrateScope) error {
+			z, g := sc.z, sc.g
+			if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), sc.params, &sc.upid); err != nil {
+				return conflict(err)
+			}
+			s.log.Info("migrating a VM", "zone", z.Name, "vmid", g.VMID, "from", g.Node, "to", sc.node, "online", sc.online,
+				"local_disks", sc.localDisks, "upid", sc.upid)
+			return nil
+		}},
+	}
+}
+
+// preflightWithin checks a move within the zone before anything moves.
+func (s *Service) preflightWithin(ctx context.Context, sc *migrateScope) error {
+	in, z, g := sc.in, sc.z, sc.g
 	if len(in.Networks) > 0 {
-		return nil, badInput("networks", "networks map NICs to another zone's networks; the VM stays in zone %s", z.Name)
+		return badInput("networks", "networks map NICs to another zone's networks; the VM stays in zone %s", z.Name)
 	}
 	if in.Host == "" {
-		return nil, badInput("host", "a move within zone %s needs the host to move to", z.Name)
+		return badInput("host", "a move within zone %s needs the host to move to", z.Name)
 	}
 	node, err := s.targetNode(ctx, z, in.Host)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if node == g.Node {
-		return nil, badInput("host", "the VM already runs on host %s", node)
+		return badInput("host", "the VM already runs on host %s", node)
 	}
 	check, err := pveapi.MigratePreconditions(ctx, z.Client, g.Node, g.VMID, node)
 	if err != nil {
-		return nil, zoneDown(z.Name, err)
+		return zoneDown(z.Name, err)
 	}
 	if len(check.LocalResources) > 0 {
-		return nil, newError(KindConflict, "the VM uses devices of its host (%v) and cannot move", check.LocalResources)
+		return newError(KindConflict, "the VM uses devices of its host (%v) and cannot move", check.LocalResources)
 	}
 	if why, ok := check.NotAllowed[node]; ok {
-		return nil, &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("Proxmox refuses to move the VM to %s: %s", node, why)}
+		return &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("Proxmox refuses to move the VM to %s: %s", node, why)}
 	}
 	if !slices.Contains(check.Allowed, node) {
-		return nil, &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is not online", node)}
+		return &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is not online", node)}
 	}
-	params := map[string]any{"target": node}
+	sc.node, sc.params = node, map[string]any{"target": node}
+	sc.online, sc.localDisks = check.Running, len(check.LocalDisks)
 	if check.Running {
-		params["online"] = 1
+		sc.params["online"] = 1
 	}
 	if len(check.LocalDisks) > 0 {
-		params["with-local-disks"] = 1
+		sc.params["with-local-disks"] = 1
 	}
-	var upid string
-	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), params, &upid); err != nil {
-		return nil, conflict(err)
-	}
-	s.log.Info("migrating a VM", "zone", z.Name, "vmid", g.VMID, "from", g.Node, "to", node, "online", check.Running,
-		"local_disks", len(check.LocalDisks), "upid", upid)
-	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, upid), Kind: OpMigrate, State: OpRunning, Step: "qmigrate",
-		VMID: in.ID, Started: time.Now(), Progress: &Progress{}}
-	return &op, nil
+	return nil
 }
 
 // targetNode resolves host (a host id of zone z or a node name) to an

@@ -75,6 +75,15 @@ func TestCreatePhaseNames(t *testing.T) {
 	if got := phaseNames((&Service{}).powerPhases()); !slices.Equal(got, []string{"lookup", "request"}) {
 		t.Fatalf("power phases %v", got)
 	}
+	if got := phaseNames((&Service{}).snapshotPhases()); !slices.Equal(got, []string{"check", "reserve", "request"}) {
+		t.Fatalf("snapshot phases %v", got)
+	}
+	if got := phaseNames((&Service{}).migratePhases()); !slices.Equal(got, []string{"preflight", "request"}) {
+		t.Fatalf("migrate phases %v", got)
+	}
+	if got := phaseNames((&Service{}).movePhases()); !slices.Equal(got, []string{"target", "stop", "copy", "cutover", "finish"}) {
+		t.Fatalf("move phases %v", got)
+	}
 }
 
 // TestRecoveryHooks: Recover gives a guest to the move's hook before the

@@ -122,50 +122,91 @@ func (s *Service) snapshotTarget(ctx context.Context, vdc, id string) (Zone, pve
 // the VM must be running). Its storage (quota.SnapshotGiB) is reserved
 // against the VDC's quota first. The operation follows the Proxmox task.
 func (s *Service) CreateSnapshot(ctx context.Context, vdc, id string, in SnapshotInput) (*Operation, error) {
-	if err := validSnapshotName(in.Name); err != nil {
-		return nil, err
-	}
-	if len(in.Description) > MaxSnapshotDescription || !utf8.ValidString(in.Description) {
-		return nil, badInput("description", "a description is UTF-8 of at most %d bytes", MaxSnapshotDescription)
-	}
-	z, g, snaps, err := s.snapshotTarget(ctx, vdc, id)
-	if err != nil {
-		return nil, err
-	}
-	if in.WithRAM && g.Status != "running" {
-		return nil, badInput("withRAM", "only a running VM's RAM can be saved")
-	}
-	if slices.ContainsFunc(snaps, func(sn pveapi.Snapshot) bool { return sn.Name == in.Name }) {
-		return nil, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the VM has a snapshot %q", in.Name)}
-	}
-	if len(snaps) >= MaxSnapshots {
-		return nil, newError(KindConflict, "the VM has %d snapshots, the most it may have", MaxSnapshots)
-	}
-	resID := "snap-" + newOpID()
-	gib := quota.SnapshotGiB(g.DiskGiB(), g.MemoryMiB(), in.WithRAM)
-	if err := s.quota.ReserveSnapshot(ctx, vdc, resID, z.ID, in.Name, gib); err != nil {
-		return nil, quotaError(vdc, err)
-	}
-	params := map[string]any{"snapname": in.Name}
-	if in.Description != "" {
-		params["description"] = in.Description
-	}
-	if in.WithRAM {
-		params["vmstate"] = 1
-	}
-	var upid string
-	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot", g.Node, g.VMID), params, &upid); err != nil {
-		s.releaseQuota(vdc, resID)
-		return nil, conflict(err)
+	sc := &snapshotScope{vdc: vdc, id: id, in: in}
+	if err := runPhases(ctx, s.engine, "", "", s.snapshotPhases(), sc); err != nil {
+		return nil, cause(err)
 	}
 	// The reservation counts the snapshot until the pool does.
+	z, upid, resID := sc.z, sc.upid, sc.resID
 	s.spawn(func(ctx context.Context) {
 		if err := pveapi.Wait(ctx, z.Client, upid); err != nil && ctx.Err() != nil {
 			return // shutting down: the reservation expires
 		}
 		s.releaseQuota(vdc, resID)
 	})
-	return s.taskOp(z, g, id, OpCreateSnapshot, upid), nil
+	return s.taskOp(sc.z, sc.g, id, OpCreateSnapshot, sc.upid), nil
+}
+
+// snapshotScope is what the phases of a snapshot's creation work on.
+type snapshotScope struct {
+	vdc, id string
+	in      SnapshotInput
+	// z, g and snaps: the VM's zone, guest and snapshots (check).
+	z     Zone
+	g     pveapi.Resource
+	snaps []pveapi.Snapshot
+	resID string // the quota reservation (reserve)
+	upid  string // the snapshot task (request)
+}
+
+// snapshotPhases are the phases of a snapshot's creation, in order: check
+// (the input, and the VM: created, not locked, room for one more snapshot
+// of that name), reserve (the snapshot's storage against the VDC's
+// quota), request (the Proxmox task; a refused one gives the reservation
+// back). Once the task ends, the reservation is released (the pool counts
+// the snapshot).
+func (s *Service) snapshotPhases() []phase[snapshotScope] {
+	return []phase[snapshotScope]{
+		{name: "check", run: s.checkSnapshot},
+		{name: "reserve", run: func(ctx context.Context, sc *snapshotScope) error {
+			sc.resID = "snap-" + newOpID()
+			gib := quota.SnapshotGiB(sc.g.DiskGiB(), sc.g.MemoryMiB(), sc.in.WithRAM)
+			if err := s.quota.ReserveSnapshot(ctx, sc.vdc, sc.resID, sc.z.ID, sc.in.Name, gib); err != nil {
+				return quotaError(sc.vdc, err)
+			}
+			return nil
+		}},
+		{name: "request", run: func(ctx context.Context, sc *snapshotScope) error {
+			params := map[string]any{"snapname": sc.in.Name}
+			if sc.in.Description != "" {
+				params["description"] = sc.in.Description
+			}
+			if sc.in.WithRAM {
+				params["vmstate"] = 1
+			}
+			if err := sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot", sc.g.Node, sc.g.VMID), params, &sc.upid); err != nil {
+				s.releaseQuota(sc.vdc, sc.resID)
+				return conflict(err)
+			}
+			return nil
+		}},
+	}
+}
+
+// checkSnapshot checks the input and the VM of a snapshot's creation.
+func (s *Service) checkSnapshot(ctx context.Context, sc *snapshotScope) error {
+	in := sc.in
+	if err := validSnapshotName(in.Name); err != nil {
+		return err
+	}
+	if len(in.Description) > MaxSnapshotDescription || !utf8.ValidString(in.Description) {
+		return badInput("description", "a description is UTF-8 of at most %d bytes", MaxSnapshotDescription)
+	}
+	z, g, snaps, err := s.snapshotTarget(ctx, sc.vdc, sc.id)
+	if err != nil {
+		return err
+	}
+	sc.z, sc.g, sc.snaps = z, g, snaps
+	if in.WithRAM && g.Status != "running" {
+		return badInput("withRAM", "only a running VM's RAM can be saved")
+	}
+	if slices.ContainsFunc(snaps, func(sn pveapi.Snapshot) bool { return sn.Name == in.Name }) {
+		return &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the VM has a snapshot %q", in.Name)}
+	}
+	if len(snaps) >= MaxSnapshots {
+		return newError(KindConflict, "the VM has %d snapshots, the most it may have", MaxSnapshots)
+	}
+	return nil
 }
 
 // RollbackSnapshot puts VM id of vdc back to snapshot name: the VM stops,
