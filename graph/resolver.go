@@ -11,15 +11,18 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -78,12 +81,29 @@ type Resolver struct {
 	// replicas and reads their backends' health; nil: every backend reads
 	// UNKNOWN (and the sync runs on its own schedule only).
 	LoadBalancers LBSyncer
+	// Networks creates and deletes the VDCs' networks in the zones; nil
+	// refuses createNetwork and deleteNetwork.
+	Networks *network.Service
+	// VDCs creates, changes and deletes VDCs (a delete cleans every
+	// zone); nil keeps them in Catalog alone.
+	VDCs *vdc.Service
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
+
+	vdcOnce     sync.Once
+	catalogVDCs *vdc.Service // VDCs' stand-in, built by vdcOnce
 
 	invOnce sync.Once
 	inv     *inventory.Inventory // built over Zones at first use, by invOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)
+
+// networks is the networks service, INTERNAL when there is none.
+func (r *Resolver) networks() (*network.Service, error) {
+	if r.Networks == nil {
+		return nil, apierr.New(apierr.Internal, "networks are not offered: the orchestrator has no networks service")
+	}
+	return r.Networks, nil
+}

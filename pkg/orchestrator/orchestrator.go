@@ -606,6 +606,10 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
+	svcs, err := newServices(registry, store, vms, c.ZoneTimeout, s.log)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
@@ -622,6 +626,8 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Consoles:      consoles,
 			LoadBalancers: lbs,
 			Kubernetes:    kube,
+			Networks:      svcs.networks,
+			VDCs:          svcs.vdcs,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
