@@ -16,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
@@ -77,10 +78,11 @@ type Resolver struct {
 	Edge *edgesync.Syncer
 	// Consoles issues the tickets of openConsole; nil refuses it.
 	Consoles *console.Broker
-	// LoadBalancers pushes the load balancers to the zones' flexgateway
-	// replicas and reads their backends' health; nil: every backend reads
-	// UNKNOWN (and the sync runs on its own schedule only).
-	LoadBalancers LBSyncer
+	// LoadBalancers creates, changes and deletes the VDCs' load balancers
+	// (checking their backends) and reads their backends' health from the
+	// zones' flexgateway replicas; nil refuses those fields (a catalog
+	// that keeps no secrets offers none).
+	LoadBalancers *loadbalancer.Service
 	// Networks creates and deletes the VDCs' networks in the zones; nil
 	// refuses createNetwork and deleteNetwork.
 	Networks *network.Service

@@ -1,29 +1,45 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // services are the capability services the GraphQL resolver holds, each
 // built once over the fleet registry and the catalog.
 type services struct {
-	networks *network.Service
-	vdcs     *vdc.Service
+	networks  *network.Service
+	vdcs      *vdc.Service
+	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
 }
 
 // newServices builds the capability services.
-func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
-	var err error
+	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
+	if err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	fl := fleet{registry, inv}
+	if secrets, ok := store.(catalog.SecretStore); ok {
+		s.balancers = &loadbalancer.Service{Store: store, Secrets: secrets, Fleet: fl}
+		if lbs != nil {
+			s.balancers.Sync = lbs
+		}
+	}
 	if s.networks, err = network.NewService(registry); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
@@ -32,6 +48,45 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	return s, nil
+}
+
+// fleet is the registry's zones and their pools' guests as the
+// capability services check VMs against them.
+type fleet struct {
+	r   *zones.Registry
+	inv *inventory.Inventory
+}
+
+// ZoneName implements loadbalancer.Fleet.
+func (f fleet) ZoneName(id string) (string, bool) {
+	z, ok := f.r.Zone(id)
+	return z.Name, ok
+}
+
+// ZoneID implements loadbalancer.Fleet.
+func (f fleet) ZoneID(name string) (string, bool) {
+	for _, z := range f.r.Zones() {
+		if z.Name == name {
+			return z.ID, true
+		}
+	}
+	return "", false
+}
+
+// PoolVMs implements loadbalancer.Fleet: the pool's guests, bounded by
+// the zone timeout, templates left out.
+func (f fleet) PoolVMs(ctx context.Context, zoneID, pool string) ([]int, error) {
+	rs, err := f.inv.ZonePoolGuests(ctx, zoneID, pool)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, res := range rs {
+		if res.Template != 1 {
+			out = append(out, res.VMID)
+		}
+	}
+	return out, nil
 }
 
 // vdcZones are the registry's zones as the VDC lifecycle sees them.
