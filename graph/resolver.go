@@ -15,7 +15,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
-	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -73,9 +73,9 @@ type Resolver struct {
 	// Rollouts publishes agent releases and rolls them out; nil offers
 	// none (agentReleases is empty, updateAgents refused).
 	Rollouts *rollout.Service
-	// Edge places the VDCs' edge gateways; edgeGateways reads where each
-	// runs from it. Nil: every gateway reads as pending.
-	Edge *edgesync.Syncer
+	// Gateways changes the VDCs' edge gateways and reads how each runs;
+	// nil refuses those fields.
+	Gateways *gateways.Service
 	// Consoles issues the tickets of openConsole; nil refuses it.
 	Consoles *console.Broker
 	// LoadBalancers creates, changes and deletes the VDCs' load balancers

@@ -604,7 +604,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
-	svcs, err := newServices(registry, store, vms, s.lbs, c.ZoneTimeout, s.log)
+	svcs, err := newServices(registry, store, vms, s.lbs, s.edge, c.ZoneTimeout, s.log)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -620,7 +620,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			AgentVersion:  c.AgentVersion,
 			Compute:       vms,
 			Rollouts:      s.rollouts,
-			Edge:          s.edge,
+			Gateways:      svcs.gateways,
 			Consoles:      consoles,
 			LoadBalancers: svcs.balancers,
 			Kubernetes:    kube,

@@ -10,6 +10,8 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -24,10 +26,11 @@ type services struct {
 	networks  *network.Service
 	vdcs      *vdc.Service
 	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
+	gateways  *gateways.Service
 }
 
 // newServices builds the capability services.
-func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
 	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
 	if err != nil {
@@ -39,6 +42,13 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 		if lbs != nil {
 			s.balancers.Sync = lbs
 		}
+	}
+	gcfg := gateways.Config{Store: store, Fleet: fl, Logger: log.With("component", "gateways")}
+	if edge != nil {
+		gcfg.Running = edge
+	}
+	if s.gateways, err = gateways.New(gcfg); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.networks, err = network.NewService(registry); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
@@ -57,7 +67,7 @@ type fleet struct {
 	inv *inventory.Inventory
 }
 
-// ZoneName implements loadbalancer.Fleet.
+// ZoneName implements loadbalancer.Fleet and gateways.Fleet.
 func (f fleet) ZoneName(id string) (string, bool) {
 	z, ok := f.r.Zone(id)
 	return z.Name, ok
@@ -73,7 +83,7 @@ func (f fleet) ZoneID(name string) (string, bool) {
 	return "", false
 }
 
-// PoolVMs implements loadbalancer.Fleet: the pool's guests, bounded by
+// PoolVMs implements loadbalancer.Fleet and gateways.Fleet: the pool's guests, bounded by
 // the zone timeout, templates left out.
 func (f fleet) PoolVMs(ctx context.Context, zoneID, pool string) ([]int, error) {
 	rs, err := f.inv.ZonePoolGuests(ctx, zoneID, pool)

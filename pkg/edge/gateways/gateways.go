@@ -207,7 +207,7 @@ type RuleSpec struct {
 	// Protocol and Action are the catalog's (lower case).
 	Protocol, Action string
 	// FromPort and ToPort bound the ports; one alone is a single port.
-	FromPort, ToPort *int
+	FromPort, ToPort                 *int
 	Source, Destination, Description string
 	// Position is where the rule goes (0 first); nil appends it.
 	Position *int
