@@ -86,7 +86,11 @@ func (f fleet) ZoneID(name string) (string, bool) {
 // PoolVMs implements loadbalancer.Fleet and gateways.Fleet: the pool's guests, bounded by
 // the zone timeout, templates left out.
 func (f fleet) PoolVMs(ctx context.Context, zoneID, pool string) ([]int, error) {
-	rs, err := f.inv.ZonePoolGuests(ctx, zoneID, pool)
+	z, ok := f.r.Zone(zoneID)
+	if !ok {
+		return nil, fmt.Errorf("orchestrator: pool %s: no zone %s", pool, zoneID)
+	}
+	rs, err := f.inv.NewSession().PoolGuests(ctx, z, pool)
 	if err != nil {
 		return nil, err
 	}
