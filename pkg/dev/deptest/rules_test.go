@@ -16,7 +16,7 @@ import (
 
 const module = "github.com/flexplane/flexplane"
 
-// domain are the domain packages (rule 2 of the layout, README): the VM
+// domain are the domain packages (rule 2 of the layout, docs/develop/layout.md): the VM
 // lifecycle and images, networks and IPAM, tenancy and quota, the
 // catalog, with every package that will be added under them.
 var domain = []string{
@@ -99,7 +99,7 @@ func TestViolationChain(t *testing.T) {
 
 // TestEveryPackageHasDoc: every package of the module has a doc comment
 // that starts as Go's convention says, "Package <name> ..." for a library
-// and "Command <name> ..." for a command (rule 4 of the layout, README).
+// and "Command <name> ..." for a command (rule 4 of the layout, docs/develop/layout.md).
 func TestEveryPackageHasDoc(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-json=ImportPath,Name,Doc", module+"/...").Output()

@@ -40,6 +40,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -565,17 +566,12 @@ func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
 	return zones.Zone{}, false
 }
 
-// WaitFor polls cond until it holds or timeout passes, then fails the test
-// with what.
+// WaitFor is poll.True, kept for the graph tests that still call it.
+//
+// Deprecated: use poll.True.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("meshtest: timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	poll.True(t, timeout, what, cond)
 }
 
 // WaitOnline waits until every running agent's host is online.

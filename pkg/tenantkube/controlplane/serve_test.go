@@ -19,6 +19,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/podrun"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // processes are the loopback ports of one control plane run as processes.
@@ -89,22 +90,6 @@ func waitReady(ctx context.Context, t testing.TB, m *Manager, ns string, r *podr
 	}
 }
 
-// eventually polls f every 200 ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func tenantClient(t *testing.T, kubeconfig []byte) (kubernetes.Interface, *x509.Certificate) {
 	t.Helper()
 	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
@@ -167,11 +152,11 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the controller manager creates team-a's default ServiceAccount", func() error {
+	poll.Until(t, 2*time.Minute, "the controller manager creates team-a's default ServiceAccount", func() error {
 		_, err := admin.CoreV1().ServiceAccounts("team-a").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
-	eventually(t, 2*time.Minute, "the scheduler holds its lease", func() error {
+	poll.Until(t, 2*time.Minute, "the scheduler holds its lease", func() error {
 		_, err := admin.CoordinationV1().Leases("kube-system").Get(ctx, "kube-scheduler", metav1.GetOptions{})
 		return err
 	})
@@ -190,7 +175,7 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	}
 	// The tenant API server sees the viewers' binding when its RBAC cache
 	// does: within moments, as on any cluster.
-	eventually(t, 45*time.Second, "the viewer lists the namespaces", func() error {
+	poll.Until(t, 45*time.Second, "the viewer lists the namespaces", func() error {
 		names, err := kubetest.NamespaceNames(ctx, viewer)
 		if err == nil && !slices.Contains(names, "team-a") {
 			err = fmt.Errorf("team-a missing from %v", names)
@@ -211,11 +196,11 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	if d := time.Until(crt.NotAfter); d > ttl {
 		t.Errorf("%s credential valid for %s", ttl, d)
 	}
-	eventually(t, time.Until(crt.NotAfter), fmt.Sprintf("a %s credential accepted before it expires", ttl), func() error {
+	poll.Until(t, time.Until(crt.NotAfter), fmt.Sprintf("a %s credential accepted before it expires", ttl), func() error {
 		_, err := kubetest.NamespaceNames(ctx, short)
 		return err
 	})
-	eventually(t, time.Minute, "an expired credential is refused", func() error {
+	poll.Until(t, time.Minute, "an expired credential is refused", func() error {
 		_, err := kubetest.NamespaceNames(ctx, short)
 		if apierrors.IsUnauthorized(err) {
 			if now := time.Now(); now.Before(crt.NotAfter) {
