@@ -145,7 +145,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	}
 	// Every replica runs the load balancers' sync too: a replica given the
 	// config it runs does nothing.
-	var lbs graph.LBSyncer
 	if secrets, ok := store.(catalog.SecretStore); ok {
 		disc, err := lbDiscovery(c.LoadBalancers, s.cfg.Kube)
 		if err != nil {
@@ -153,7 +152,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		}
 		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
 			Discover: disc, Logger: s.log.With("component", "lbsync")})
-		lbs = s.lbs
 	}
 	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -172,6 +170,10 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
+	svcs, err := newServices(registry, store, vms, s.lbs, s.edge, c.ZoneTimeout, s.log)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
@@ -184,10 +186,12 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			AgentVersion:  c.AgentVersion,
 			Compute:       vms,
 			Rollouts:      s.rollouts,
-			Edge:          s.edge,
+			Gateways:      svcs.gateways,
 			Consoles:      consoles,
-			LoadBalancers: lbs,
+			LoadBalancers: svcs.balancers,
 			Kubernetes:    kube,
+			Networks:      svcs.networks,
+			VDCs:          svcs.vdcs,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
