@@ -30,9 +30,9 @@ import (
 	kubeclient "k8s.io/client-go/kubernetes"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/graph/server/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -160,7 +160,7 @@ type APIConfig struct {
 	// Releases configures agent releases and rollouts; its zero value
 	// offers none.
 	Releases ReleasesConfig
-	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
+	// MaxDepth and MaxComplexity bound queries; zero keeps graph/server's
 	// defaults.
 	MaxDepth, MaxComplexity int
 	// HTTPClient fetches the issuer's discovery document and signing keys;
@@ -606,7 +606,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
-	h, err := api.New(api.Config{
+	h, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
 			Catalog:       store,

@@ -1,4 +1,4 @@
-// Package api serves flexplane's GraphQL API over HTTP: POST and GET
+// Package server serves flexplane's GraphQL API over HTTP: POST and GET
 // queries, a websocket transport for subscriptions, introspection and a
 // GraphiQL page for humans, behind OIDC bearer authentication and the
 // FlexPlane-VDC-ID header. It maps every error to a client-safe message
@@ -6,10 +6,10 @@
 //
 // The orchestrator mounts the handler, e.g.
 //
-//	h, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{...}})
+//	h, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{...}})
 //	mux.Handle("/graphql", h)
 //	mux.Handle("/graphql/"+graphiql.AssetDir, h) // the GraphiQL page's assets
-package api
+package server
 
 import (
 	"context"
@@ -35,8 +35,8 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/graph/server/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
@@ -94,7 +94,7 @@ type Config struct {
 // upgrades, and a GraphiQL page for a GET that asks for HTML.
 func New(cfg Config) (http.Handler, error) {
 	if cfg.Verifier == nil || cfg.Resolver == nil || cfg.Resolver.Catalog == nil {
-		return nil, errors.New("api: new: Verifier, Resolver and Resolver.Catalog are required")
+		return nil, errors.New("server: new: Verifier, Resolver and Resolver.Catalog are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -128,7 +128,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	page, err := graphiql.New("flexplane GraphQL")
 	if err != nil {
-		return nil, fmt.Errorf("api: new: %w", err)
+		return nil, fmt.Errorf("server: new: %w", err)
 	}
 	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page}
 
@@ -151,7 +151,7 @@ func New(cfg Config) (http.Handler, error) {
 		// counts the operations aroundOperation refuses.
 		m, err := newOpMetrics(cfg.Metrics)
 		if err != nil {
-			return nil, fmt.Errorf("api: new: metrics: %w", err)
+			return nil, fmt.Errorf("server: new: metrics: %w", err)
 		}
 		srv.Use(m)
 	}
