@@ -572,7 +572,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		// the creates a dead replica left: one replica at a time.
 		recovers = leader.Leading
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: registry.SnippetWriter(),
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
 		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
