@@ -341,8 +341,11 @@ func vmModel(zm *model.Zone, res pveapi.Resource, status model.VMStatus) *model.
 	return m
 }
 
-// vmStatus is the API's status of a guest: pveapi's one mapping.
-func vmStatus(res pveapi.Resource) model.VMStatus { return model.VMStatus(res.State()) }
+// vmStatus is the API's status of a guest: pveapi's one mapping, given
+// whether tenancy's marker says its create has not finished.
+func vmStatus(res pveapi.Resource) model.VMStatus {
+	return model.VMStatus(res.State(tenancy.Creating(res.Tags())))
+}
 
 // guestStatus is the status of a member of a VDC's pool, whose entry lacks
 // the lock and tags that tell a create in flight: a guest bound to a live
