@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzLookup \
 	./pkg/pvesim/pveschema:FuzzPropertyString \
 	./pkg/pvesim/pveschema:FuzzFormat \
-	./pkg/proxmox/inventory:FuzzDecodeAnswer \
+	./pkg/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
 	./pkg/proxmox/pveapi:FuzzConfig
 FUZZ        ?= $(FUZZ_TARGETS)
