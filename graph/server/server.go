@@ -184,8 +184,6 @@ type apiHandler struct {
 	graphiql *graphiql.Handler
 }
 
-type rawVDCKey struct{}
-
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := graphiql.Asset(r); ok {
 		h.graphiql.ServeAsset(w, r)
@@ -199,7 +197,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
 	ctx := r.Context()
 	if v := r.Header.Get(graph.VDCHeader); v != "" {
-		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+		ctx = graph.WithVDCName(ctx, v)
 	}
 	header := r.Header.Get("Authorization")
 	// Browsers cannot set headers on websocket upgrades: such connections
@@ -253,7 +251,7 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, r *http.Request, err
 // reached with 1013 ("try again later") and "UNAVAILABLE: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
-		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+		ctx = graph.WithVDCName(ctx, v)
 	}
 	if header := payload.Authorization(); header != "" {
 		tok, err := auth.BearerToken(header)
@@ -289,26 +287,15 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 	return ctx, nil, err
 }
 
-// aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
-// header: a VDC the caller may not use, or that does not exist, fails the
-// whole operation with NOT_FOUND. Queries and mutations get the per-operation
-// state of graph.WithRequest.
+// aroundOperation begins the operation's state (graph.BeginOperation: a
+// caller is required, and the FlexPlane-VDC-ID header names a VDC the
+// caller may use, else NOT_FOUND); a refusal fails the whole operation.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-	p, ok := auth.FromContext(ctx)
-	if !ok {
-		return h.fail(ctx, apierr.New(apierr.Unauthenticated, "authentication required"))
-	}
-	if name, ok := ctx.Value(rawVDCKey{}).(string); ok {
-		scope, err := graph.ResolveVDC(ctx, h.cfg.Resolver.Catalog, p, name)
-		if err != nil {
-			return h.fail(ctx, err)
-		}
-		ctx = graph.WithVDCScope(ctx, scope)
-	}
-	// Queries and mutations read each zone once; a subscription lives on
-	// and must read afresh each time.
-	if oc := graphql.GetOperationContext(ctx); oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
-		ctx = graph.WithRequest(ctx)
+	oc := graphql.GetOperationContext(ctx)
+	subscription := oc.Operation != nil && oc.Operation.Operation == ast.Subscription
+	ctx, err := graph.BeginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
+	if err != nil {
+		return h.fail(ctx, err)
 	}
 	return next(ctx)
 }
