@@ -139,3 +139,35 @@ func TestLayerOf(t *testing.T) {
 		}
 	}
 }
+
+// graphPackages are the only packages under graph/ (besides graph itself,
+// the resolvers): a package there holds the HTTP handler, the error
+// mapping or generated code; a capability's logic goes into its service
+// under pkg/, not into a sub-package of the edge.
+var graphPackages = map[string]string{
+	"graph/server":          "the HTTP handler of the API: transports, authentication, limits, audit, metrics, tracing",
+	"graph/server/apierr":   "the error mapping: typed domain errors to the codes clients see",
+	"graph/server/graphiql": "the GraphiQL page's embedded assets",
+	"graph/generated":       "generated code (gqlgen)",
+	"graph/model":           "generated code (gqlgen's models)",
+	"graph/scalar":          "the schema's scalars, which generated code marshals",
+	"graph/internal/sdl":    "the generator of the checked-in SDL (make generate-graphql)",
+}
+
+// TestGraphHoldsOnlyTheEdge: every package under graph/ is one of
+// graphPackages, and each of those exists.
+func TestGraphHoldsOnlyTheEdge(t *testing.T) {
+	t.Parallel()
+	pkgs := deptest.Load(t, module+"/graph/...").Roots()
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(p, module+"/")
+		if _, ok := graphPackages[rel]; !ok && rel != "graph" {
+			t.Errorf("%s is a package under graph/ that is not the HTTP handler, the error mapping or generated code: move its logic into a service under pkg/ (or list it in graphPackages, layers_test.go, with why it belongs to the edge)", p)
+		}
+	}
+	for rel := range graphPackages {
+		if !slices.Contains(pkgs, module+"/"+rel) {
+			t.Errorf("graphPackages lists %s, which is not a package", rel)
+		}
+	}
+}
