@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"

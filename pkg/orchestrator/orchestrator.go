@@ -26,8 +26,8 @@ import (
 	kubeclient "k8s.io/client-go/kubernetes"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -138,7 +138,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		// the creates a dead replica left: one replica at a time.
 		recovers = leader.Leading
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: registry.SnippetWriter(),
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
 		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -174,7 +174,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	h, err := api.New(api.Config{
+	h, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
 			Catalog:       store,

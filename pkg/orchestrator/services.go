@@ -12,11 +12,11 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
