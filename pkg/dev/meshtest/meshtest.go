@@ -567,14 +567,6 @@ func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
 	return zones.Zone{}, false
 }
 
-// WaitFor is poll.True, kept for the graph tests that still call it.
-//
-// Deprecated: use poll.True.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	poll.True(t, timeout, what, cond)
-}
-
 // WaitOnline waits until every running agent's host is online.
 func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
 	t.Helper()
