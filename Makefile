@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzLookup \
 	./pkg/pvesim/pveschema:FuzzPropertyString \
 	./pkg/pvesim/pveschema:FuzzFormat \
-	./pkg/proxmox/inventory:FuzzDecodeAnswer \
+	./pkg/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
 	./pkg/proxmox/pveapi:FuzzConfig
 FUZZ        ?= $(FUZZ_TARGETS)
@@ -262,14 +262,14 @@ import-pve-apidata:
 	gzip -9nc "$(PVE_APIDATA_SRC)" > pkg/pvesim/pveschema/upstream/apidata.json.gz
 
 # GraphiQL and React as the npm registry ships them, embedded by
-# pkg/api/graphiql so the API's GraphiQL page needs no CDN.
+# graph/server/graphiql so the API's GraphiQL page needs no CDN.
 GRAPHIQL_VERSION ?= 4.1.2
 GRAPHIQL_REACT_VERSION ?= 18.2.0
 generate-graphiql:
-	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
+	graph/server/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files graph/server/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

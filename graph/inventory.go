@@ -16,12 +16,12 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
@@ -341,8 +341,11 @@ func vmModel(zm *model.Zone, res pveapi.Resource, status model.VMStatus) *model.
 	return m
 }
 
-// vmStatus is the API's status of a guest: pveapi's one mapping.
-func vmStatus(res pveapi.Resource) model.VMStatus { return model.VMStatus(res.State()) }
+// vmStatus is the API's status of a guest: pveapi's one mapping, given
+// whether tenancy's marker says its create has not finished.
+func vmStatus(res pveapi.Resource) model.VMStatus {
+	return model.VMStatus(res.State(tenancy.Creating(res.Tags())))
+}
 
 // guestStatus is the status of a member of a VDC's pool, whose entry lacks
 // the lock and tags that tell a create in flight: a guest bound to a live

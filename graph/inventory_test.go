@@ -19,6 +19,7 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -821,7 +822,7 @@ func TestInventory(t *testing.T) {
 			}
 		}
 		partial(t) // before and after the registry notices
-		meshtest.WaitFor(t, 30*time.Second, "beta offline", func() bool {
+		poll.True(t, 30*time.Second, "beta offline", func() bool {
 			var zs []struct{ Name, Status string }
 			h.GraphQL(t, "alice", "", `{ zones { name status } }`, nil).OK(t).Into(t, "zones", &zs)
 			return len(zs) == 2 && zs[1].Status == "OFFLINE"

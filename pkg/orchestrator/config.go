@@ -129,7 +129,7 @@ type APIConfig struct {
 	// Releases configures agent releases and rollouts; its zero value
 	// offers none.
 	Releases ReleasesConfig
-	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
+	// MaxDepth and MaxComplexity bound queries; zero keeps graph/server's
 	// defaults.
 	MaxDepth, MaxComplexity int
 	// HTTPClient fetches the issuer's discovery document and signing keys;

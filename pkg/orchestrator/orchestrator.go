@@ -26,8 +26,8 @@ import (
 	kubeclient "k8s.io/client-go/kubernetes"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -138,14 +138,13 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		// the creates a dead replica left: one replica at a time.
 		recovers = leader.Leading
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: registry.SnippetWriter(),
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
 		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	// Every replica runs the load balancers' sync too: a replica given the
 	// config it runs does nothing.
-	var lbs graph.LBSyncer
 	if secrets, ok := store.(catalog.SecretStore); ok {
 		disc, err := lbDiscovery(c.LoadBalancers, s.cfg.Kube)
 		if err != nil {
@@ -153,7 +152,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		}
 		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
 			Discover: disc, Logger: s.log.With("component", "lbsync")})
-		lbs = s.lbs
 	}
 	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -172,7 +170,11 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
-	h, err := api.New(api.Config{
+	svcs, err := newServices(registry, store, vms, s.lbs, s.edge, c.ZoneTimeout, s.log)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	h, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
 			Catalog:       store,
@@ -184,10 +186,12 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			AgentVersion:  c.AgentVersion,
 			Compute:       vms,
 			Rollouts:      s.rollouts,
-			Edge:          s.edge,
+			Gateways:      svcs.gateways,
 			Consoles:      consoles,
-			LoadBalancers: lbs,
+			LoadBalancers: svcs.balancers,
 			Kubernetes:    kube,
+			Networks:      svcs.networks,
+			VDCs:          svcs.vdcs,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

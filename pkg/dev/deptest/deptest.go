@@ -93,6 +93,19 @@ func load(roots ...string) (*Graph, error) {
 // Roots returns the import paths of the packages Load was given.
 func (g *Graph) Roots() []string { return slices.Clone(g.roots) }
 
+// Imports returns, sorted, the packages pkg imports directly (non-test
+// code), without the standard library unless std.
+func (g *Graph) Imports(pkg string, std bool) []string {
+	var out []string
+	for _, p := range g.imports[pkg] {
+		if std || !g.std[p] {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Deps returns, sorted, root and every package it links, without the
 // standard library unless std.
 func (g *Graph) Deps(root string, std bool) []string {

@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -566,24 +567,15 @@ func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
 	return zones.Zone{}, false
 }
 
-// WaitFor is poll.True, kept for the graph tests that still call it.
-//
-// Deprecated: use poll.True.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	poll.True(t, timeout, what, cond)
-}
-
 // WaitOnline waits until every running agent's host is online.
 func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !h.allOnline() {
-		if time.Now().After(deadline) {
-			t.Fatalf("meshtest: timed out after %v waiting for all running agents online:\n%s", timeout, h.Status())
+	poll.Until(t, timeout, "all running agents online", func() error {
+		if !h.allOnline() {
+			return errors.New("not all online:\n" + h.Status())
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Status describes every agent's host, for failure messages.

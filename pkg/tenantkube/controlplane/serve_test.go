@@ -74,20 +74,18 @@ func processManager(t testing.TB, ports map[string]processes) (*Manager, kuberne
 // waitReady polls Status until the control plane is ready.
 func waitReady(ctx context.Context, t testing.TB, m *Manager, ns string, r *podrun.Runner) Status {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		st, err := m.Status(ctx, ns)
-		if err != nil {
+	var st Status
+	poll.Until(t, 4*time.Minute, "the control plane ready", func() error {
+		var err error
+		if st, err = m.Status(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		if st.Ready {
-			return st
+		if !st.Ready {
+			return fmt.Errorf("%+v%s", st, r.Tail(15))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control plane not ready after 4 minutes: %+v%s", st, r.Tail(15))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func tenantClient(t *testing.T, kubeconfig []byte) (kubernetes.Interface, *x509.Certificate) {

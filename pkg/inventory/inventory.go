@@ -7,6 +7,10 @@
 // Requests that span zones ask all zones concurrently, each bounded by
 // Config.Timeout; a zone that fails or is too slow is reported as a
 // ZoneError and the others' answers are kept.
+//
+// It is the fan-out over the fleet: it sits above the zone registry
+// (pkg/mesh/zones), and beside the capabilities that read through it, so
+// that pkg/proxmox knows Proxmox only and no fleet.
 package inventory
 
 import (

@@ -1,4 +1,4 @@
-package api_test
+package server_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -556,7 +556,7 @@ func TestIssuerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store}})
+	handler, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package api serves flexplane's GraphQL API over HTTP: POST and GET
+// Package server serves flexplane's GraphQL API over HTTP: POST and GET
 // queries, a websocket transport for subscriptions, introspection and a
 // GraphiQL page for humans, behind OIDC bearer authentication and the
 // FlexPlane-VDC-ID header. It maps every error to a client-safe message
@@ -6,10 +6,10 @@
 //
 // The orchestrator mounts the handler, e.g.
 //
-//	h, err := api.New(api.Config{Verifier: v, Resolver: &graph.Resolver{...}})
+//	h, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{...}})
 //	mux.Handle("/graphql", h)
 //	mux.Handle("/graphql/"+graphiql.AssetDir, h) // the GraphiQL page's assets
-package api
+package server
 
 import (
 	"context"
@@ -35,8 +35,8 @@ import (
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/generated"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/graph/server/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 )
@@ -94,7 +94,7 @@ type Config struct {
 // upgrades, and a GraphiQL page for a GET that asks for HTML.
 func New(cfg Config) (http.Handler, error) {
 	if cfg.Verifier == nil || cfg.Resolver == nil || cfg.Resolver.Catalog == nil {
-		return nil, errors.New("api: new: Verifier, Resolver and Resolver.Catalog are required")
+		return nil, errors.New("server: new: Verifier, Resolver and Resolver.Catalog are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -128,7 +128,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	page, err := graphiql.New("flexplane GraphQL")
 	if err != nil {
-		return nil, fmt.Errorf("api: new: %w", err)
+		return nil, fmt.Errorf("server: new: %w", err)
 	}
 	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page}
 
@@ -151,7 +151,7 @@ func New(cfg Config) (http.Handler, error) {
 		// counts the operations aroundOperation refuses.
 		m, err := newOpMetrics(cfg.Metrics)
 		if err != nil {
-			return nil, fmt.Errorf("api: new: metrics: %w", err)
+			return nil, fmt.Errorf("server: new: metrics: %w", err)
 		}
 		srv.Use(m)
 	}
@@ -184,8 +184,6 @@ type apiHandler struct {
 	graphiql *graphiql.Handler
 }
 
-type rawVDCKey struct{}
-
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := graphiql.Asset(r); ok {
 		h.graphiql.ServeAsset(w, r)
@@ -199,7 +197,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
 	ctx := r.Context()
 	if v := r.Header.Get(graph.VDCHeader); v != "" {
-		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+		ctx = graph.WithVDCName(ctx, v)
 	}
 	header := r.Header.Get("Authorization")
 	// Browsers cannot set headers on websocket upgrades: such connections
@@ -253,7 +251,7 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, r *http.Request, err
 // reached with 1013 ("try again later") and "UNAVAILABLE: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
-		ctx = context.WithValue(ctx, rawVDCKey{}, v)
+		ctx = graph.WithVDCName(ctx, v)
 	}
 	if header := payload.Authorization(); header != "" {
 		tok, err := auth.BearerToken(header)
@@ -289,26 +287,15 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 	return ctx, nil, err
 }
 
-// aroundOperation requires a caller and resolves the FlexPlane-VDC-ID
-// header: a VDC the caller may not use, or that does not exist, fails the
-// whole operation with NOT_FOUND. Queries and mutations get the per-operation
-// state of graph.WithRequest.
+// aroundOperation begins the operation's state (graph.BeginOperation: a
+// caller is required, and the FlexPlane-VDC-ID header names a VDC the
+// caller may use, else NOT_FOUND); a refusal fails the whole operation.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-	p, ok := auth.FromContext(ctx)
-	if !ok {
-		return h.fail(ctx, apierr.New(apierr.Unauthenticated, "authentication required"))
-	}
-	if name, ok := ctx.Value(rawVDCKey{}).(string); ok {
-		scope, err := graph.ResolveVDC(ctx, h.cfg.Resolver.Catalog, p, name)
-		if err != nil {
-			return h.fail(ctx, err)
-		}
-		ctx = graph.WithVDCScope(ctx, scope)
-	}
-	// Queries and mutations read each zone once; a subscription lives on
-	// and must read afresh each time.
-	if oc := graphql.GetOperationContext(ctx); oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
-		ctx = graph.WithRequest(ctx)
+	oc := graphql.GetOperationContext(ctx)
+	subscription := oc.Operation != nil && oc.Operation.Operation == ast.Subscription
+	ctx, err := graph.BeginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
+	if err != nil {
+		return h.fail(ctx, err)
 	}
 	return next(ctx)
 }

@@ -1,4 +1,9 @@
-package zones
+// Package snippets is the orchestrator's compute.SnippetWriter: the agent
+// of a snippet's node writes and deletes it (agent RPCs WriteSnippet,
+// DeleteSnippet). It is wiring: the VM lifecycle (pkg/compute) names the
+// snippets it needs, the fleet (pkg/mesh/zones) finds the agents, and this
+// package joins them, so that neither imports the other.
+package snippets
 
 import (
 	"context"
@@ -13,26 +18,16 @@ import (
 type AgentFinder func(zoneID, node string) (agentv1.AgentServiceClient, bool)
 
 // snippetWriter is a compute.SnippetWriter whose snippets the agent of
-// their node writes (agent RPCs WriteSnippet, DeleteSnippet).
+// their node writes.
 type snippetWriter struct{ agent AgentFinder }
 
-// NewSnippetWriter returns the compute.SnippetWriter over the agents
-// agent finds.
-func NewSnippetWriter(agent AgentFinder) compute.SnippetWriter { return snippetWriter{agent} }
-
-// SnippetWriter is the compute.SnippetWriter of r's agents (the one the
-// orchestrator's compute service uses).
-func (r *Registry) SnippetWriter() compute.SnippetWriter {
-	return NewSnippetWriter(func(zoneID, node string) (agentv1.AgentServiceClient, bool) {
-		c, _, ok := r.AgentOfNode(zoneID, node)
-		return c, ok
-	})
-}
+// NewWriter returns the compute.SnippetWriter over the agents agent finds.
+func NewWriter(agent AgentFinder) compute.SnippetWriter { return snippetWriter{agent} }
 
 func (w snippetWriter) client(ref compute.SnippetRef) (agentv1.AgentServiceClient, error) {
 	c, ok := w.agent(ref.ZoneID, ref.Node)
 	if !ok {
-		return nil, fmt.Errorf("zones: snippet %s: no online agent on %s", ref.Volume(), ref.Node)
+		return nil, fmt.Errorf("snippets: %s: no online agent on %s", ref.Volume(), ref.Node)
 	}
 	return c, nil
 }
@@ -44,7 +39,7 @@ func (w snippetWriter) WriteSnippet(ctx context.Context, ref compute.SnippetRef,
 		return err
 	}
 	if _, err := c.WriteSnippet(ctx, &agentv1.WriteSnippetRequest{Storage: ref.Storage, Name: ref.Name, Data: data}); err != nil {
-		return fmt.Errorf("zones: write snippet %s on %s: %w", ref.Volume(), ref.Node, err)
+		return fmt.Errorf("snippets: write snippet %s on %s: %w", ref.Volume(), ref.Node, err)
 	}
 	return nil
 }
@@ -56,7 +51,7 @@ func (w snippetWriter) DeleteSnippet(ctx context.Context, ref compute.SnippetRef
 		return err
 	}
 	if _, err := c.DeleteSnippet(ctx, &agentv1.DeleteSnippetRequest{Storage: ref.Storage, Name: ref.Name}); err != nil {
-		return fmt.Errorf("zones: delete snippet %s on %s: %w", ref.Volume(), ref.Node, err)
+		return fmt.Errorf("snippets: delete snippet %s on %s: %w", ref.Volume(), ref.Node, err)
 	}
 	return nil
 }

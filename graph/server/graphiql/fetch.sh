@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches GraphiQL and the React it runs on from the npm registry (npm pack
 # checks each tarball against the registry's integrity hash) into assets/,
-# which pkg/api/graphiql embeds. Run by `make generate-graphiql`.
+# which graph/server/graphiql embeds. Run by `make generate-graphiql`.
 set -euo pipefail
 cd "$(dirname "$0")"
 graphiql=$1 react=$2

@@ -12,6 +12,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
@@ -99,6 +101,7 @@ func From(err error, fieldPrefix string) *Error {
 		ex *catalog.AlreadyExistsError
 		cf *catalog.ConflictError
 		ke *tenantkube.Error
+		fe *fault.Error
 		qe *quota.ExceededError
 	)
 	switch {
@@ -110,6 +113,8 @@ func From(err error, fieldPrefix string) *Error {
 		return fromCompute(ce, fieldPrefix)
 	case errors.As(err, &ke):
 		return fromKube(ke, fieldPrefix)
+	case errors.As(err, &fe):
+		return fromFault(fe, fieldPrefix)
 	case errors.As(err, &qe):
 		return &Error{Code: QuotaExceeded, Field: "quotas." + qe.Resource, Message: qe.Error()}
 	case errors.As(err, &ve):
@@ -117,8 +122,12 @@ func From(err error, fieldPrefix string) *Error {
 		return BadInput(field, "%s: %s", field, ve.Message)
 	case errors.As(err, &nf):
 		return &Error{Code: NotFound, Message: nf.Error()}
+	case errors.As(err, &ex) && ex.Kind == catalog.KindLoadBalancer:
+		return &Error{Code: Conflict, Message: "the VDC has a load balancer of that name already"}
 	case errors.As(err, &ex):
 		return &Error{Code: Conflict, Message: ex.Error()}
+	case errors.Is(err, loadbalancer.ErrNotFound):
+		return &Error{Code: NotFound, Message: "load balancer not found"}
 	case errors.As(err, &cf):
 		return &Error{Code: Conflict, Message: cf.Error()}
 	case errors.Is(err, auth.ErrIssuerUnavailable):
@@ -188,6 +197,36 @@ func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
 	}
 	if code == Internal && e.Cause == nil {
 		e.Cause = ke
+	}
+	return e
+}
+
+// faultCodes maps the kinds of the capability services' errors to codes.
+var faultCodes = map[fault.Kind]Code{
+	fault.Internal:        Internal,
+	fault.NotFound:        NotFound,
+	fault.BadInput:        BadUserInput,
+	fault.Conflict:        Conflict,
+	fault.ZoneUnavailable: ZoneUnavailable,
+}
+
+// fromFault maps an error of a capability service (networks, edge
+// gateways, load balancers, VDCs): its field goes under fieldPrefix and
+// heads the message of bad input.
+func fromFault(fe *fault.Error, fieldPrefix string) *Error {
+	code, ok := faultCodes[fe.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: fe.Message, Zone: fe.Zone, Cause: fe.Cause}
+	if fe.Field != "" {
+		e.Field = joinField(fieldPrefix, fe.Field)
+		if code == BadUserInput {
+			e.Message = e.Field + ": " + fe.Message
+		}
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = fe
 	}
 	return e
 }

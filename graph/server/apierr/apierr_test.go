@@ -6,10 +6,12 @@ import (
 	"io/fs"
 	"testing"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
@@ -41,6 +43,15 @@ func TestFrom(t *testing.T) {
 		{&compute.Error{Kind: compute.KindZoneUnavailable, Zone: "fra1", Message: "zone fra1 is unavailable", Cause: cause},
 			apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
 		{&compute.Error{Kind: compute.KindInternal, Message: "cloning failed", Cause: cause}, apierr.Internal, "", "cloning failed"},
+		// The capability services' errors: bad input names its field,
+		// placed in the request, before the message.
+		{fmt.Errorf("op: %w", fault.Invalid("pools[0].backends[1].port", "port 0 is out of range")), apierr.BadUserInput,
+			"input.pools[0].backends[1].port", "input.pools[0].backends[1].port: port 0 is out of range"},
+		{fault.New(fault.Conflict, "the edge gateway keeps changing"), apierr.Conflict, "", "the edge gateway keeps changing"},
+		{fault.New(fault.NotFound, "port forward not found"), apierr.NotFound, "", "port forward not found"},
+		{fault.ZoneDown("fra1", cause), apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
+		{fmt.Errorf("op: %w", loadbalancer.ErrNotFound), apierr.NotFound, "", "load balancer not found"},
+		{&catalog.AlreadyExistsError{Kind: catalog.KindLoadBalancer, Name: "p.web"}, apierr.Conflict, "", "the VDC has a load balancer of that name already"},
 	}
 	for _, c := range cases {
 		e := apierr.From(c.err, "input")
@@ -59,6 +70,9 @@ func TestFrom(t *testing.T) {
 	}
 	if e := apierr.From(&compute.Error{Kind: compute.KindZoneUnavailable, Zone: "fra1", Cause: cause}, ""); e.Extensions()["zone"] != "fra1" || !errors.Is(e, fs.ErrPermission) {
 		t.Errorf("compute zone error: %+v", e)
+	}
+	if e := apierr.From(fault.ZoneDown("fra1", cause), ""); e.Extensions()["zone"] != "fra1" || !errors.Is(e, fs.ErrPermission) {
+		t.Errorf("fault zone error: %+v", e)
 	}
 	if ext := apierr.ZoneDown("hel1", cause).Extensions(); ext["zone"] != "hel1" {
 		t.Errorf("zone extension: %v", ext)

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // TracerName is the instrumentation scope of the API's spans.
-const TracerName = "github.com/flexplane/flexplane/pkg/api"
+const TracerName = "github.com/flexplane/flexplane/graph/server"
 
 // opTracing is the HandlerExtension starting a span per GraphQL operation:
 // the root of the trace of everything the operation causes (the calls to

@@ -8,7 +8,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
+	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
