@@ -55,7 +55,9 @@ type Operation struct {
 	ID    string
 	Kind  OpKind
 	State OpState
-	// Step is the current step (RUNNING) or the last one.
+	// Step is the phase the operation runs (RUNNING), failed in (FAILED)
+	// or ended with (SUCCEEDED); for one that follows a Proxmox task, the
+	// task's type.
 	Step string
 	// Error says why the operation failed (FAILED).
 	Error string

@@ -75,7 +75,8 @@ func from[S any](phases []phase[S], name string) []phase[S] {
 }
 
 // runPhases runs phases in order over sc: before each, the record of
-// operation opID (if this process has one) says the phase is its step;
+// operation opID (if this process has one; "" for an operation that is
+// not recorded) says the phase is its step, and a debug log names it;
 // after each, the phase hook is called with hook (the operation's intent
 // op; "" for an operation without one, which the hook does not see). It stops at the first phase that fails, returning a *phaseError
 // that names it, or that says errDone (returning nil), and between phases
@@ -86,7 +87,10 @@ func runPhases[S any](ctx context.Context, e *engine, opID, hook string, phases 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		e.setStep(opID, p.name)
+		if opID != "" {
+			e.setStep(opID, p.name)
+			e.log.Debug("phase", "op", opID, "phase", p.name)
+		}
 		err := p.run(ctx, sc)
 		if errors.Is(err, errDone) {
 			return nil
