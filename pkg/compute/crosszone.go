@@ -105,6 +105,16 @@ func keptID(place tenancy.VMRef, tags []string) (id string, notVM bool) {
 	return place.ID(), false
 }
 
+// movedIndex holds the guests Recover last saw that are not the VM their
+// place names: a VM that moved there (its kept id) or a move's other copy
+// (""), by zone.
+type movedIndex struct {
+	mu sync.Mutex
+	m  map[tenancy.VMRef]string // protected by mu
+}
+
+func newMovedIndex() *movedIndex { return &movedIndex{m: map[tenancy.VMRef]string{}} }
+
 // indexMoved records, of the guests of zone z, those that are not the VM
 // their place names (see Service.moved).
 func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {

@@ -5,11 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // engine runs the operations of a Service, whatever they do: it keeps
@@ -217,72 +214,3 @@ func (e *engine) createLive(op string) bool {
 	}
 	return false
 }
-
-// addressBook is what Recover must know of IPAM mappings besides Proxmox:
-// the MACs this process claimed addresses under whose guests do not exist
-// yet (pending: not orphans), and when each flexplane mapping without a
-// guest was first seen (orphans, released after a grace period).
-type addressBook struct {
-	mu      sync.Mutex
-	pending map[string]bool      // upper-case MAC -> claimed; protected by mu
-	orphans map[string]time.Time // "zone/ip/mac" -> first seen without a guest; protected by mu
-}
-
-func newAddressBook() *addressBook {
-	return &addressBook{pending: map[string]bool{}, orphans: map[string]time.Time{}}
-}
-
-// hold marks MACs as claimed by a runner whose guest does not exist yet.
-func (a *addressBook) hold(macs ...string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, m := range macs {
-		a.pending[strings.ToUpper(m)] = true
-	}
-}
-
-// drop ends the hold of MACs.
-func (a *addressBook) drop(macs ...string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, m := range macs {
-		delete(a.pending, strings.ToUpper(m))
-	}
-}
-
-// seen records the orphan key (of upper-case MAC mac) seen at now unless
-// the MAC is pending; it returns when the orphan was first seen.
-func (a *addressBook) seen(key, mac string, now time.Time) (first time.Time, pending bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.pending[mac] {
-		return time.Time{}, true
-	}
-	first, known := a.orphans[key]
-	if !known {
-		a.orphans[key], first = now, now
-	}
-	return first, false
-}
-
-// forget drops the orphans of zone zoneID not in seen (released, or used
-// after all).
-func (a *addressBook) forget(zoneID string, seen map[string]bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for k := range a.orphans {
-		if strings.HasPrefix(k, zoneID+"/") && !seen[k] {
-			delete(a.orphans, k)
-		}
-	}
-}
-
-// movedIndex holds the guests Recover last saw that are not the VM their
-// place names: a VM that moved there (its kept id) or a move's other copy
-// (""), by zone.
-type movedIndex struct {
-	mu sync.Mutex
-	m  map[tenancy.VMRef]string // protected by mu
-}
-
-func newMovedIndex() *movedIndex { return &movedIndex{m: map[tenancy.VMRef]string{}} }

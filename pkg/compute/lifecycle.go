@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -215,4 +216,63 @@ func (s *Service) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 	}
 	s.addrs.forget(z.ID, seen)
 	return errors.Join(errs...)
+}
+
+// addressBook is what Recover must know of IPAM mappings besides Proxmox:
+// the MACs this process claimed addresses under whose guests do not exist
+// yet (pending: not orphans), and when each flexplane mapping without a
+// guest was first seen (orphans, released after a grace period).
+type addressBook struct {
+	mu      sync.Mutex
+	pending map[string]bool      // upper-case MAC -> claimed; protected by mu
+	orphans map[string]time.Time // "zone/ip/mac" -> first seen without a guest; protected by mu
+}
+
+func newAddressBook() *addressBook {
+	return &addressBook{pending: map[string]bool{}, orphans: map[string]time.Time{}}
+}
+
+// hold marks MACs as claimed by a runner whose guest does not exist yet.
+func (a *addressBook) hold(macs ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range macs {
+		a.pending[strings.ToUpper(m)] = true
+	}
+}
+
+// drop ends the hold of MACs.
+func (a *addressBook) drop(macs ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range macs {
+		delete(a.pending, strings.ToUpper(m))
+	}
+}
+
+// seen records the orphan key (of upper-case MAC mac) seen at now unless
+// the MAC is pending; it returns when the orphan was first seen.
+func (a *addressBook) seen(key, mac string, now time.Time) (first time.Time, pending bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending[mac] {
+		return time.Time{}, true
+	}
+	first, known := a.orphans[key]
+	if !known {
+		a.orphans[key], first = now, now
+	}
+	return first, false
+}
+
+// forget drops the orphans of zone zoneID not in seen (released, or used
+// after all).
+func (a *addressBook) forget(zoneID string, seen map[string]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k := range a.orphans {
+		if strings.HasPrefix(k, zoneID+"/") && !seen[k] {
+			delete(a.orphans, k)
+		}
+	}
 }
