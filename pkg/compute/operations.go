@@ -209,7 +209,8 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	return op, nil
 }
 
-// observeStep names the step an unfinished create is at, read off the guest.
+// observeStep names the phase an unfinished create is in, read off the
+// guest (createPhases).
 func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) string {
 	if g.Lock == "clone" {
 		return "clone"
@@ -220,6 +221,9 @@ func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Resource, in
 	}
 	if ch, _ := plannedConfig(cfg, in); len(ch) > 0 {
 		return "configure"
+	}
+	if size, _ := parseSize(propOf(cfg.Str("scsi0"), "size")); size < int64(in.DiskGiB)<<30 {
+		return "resize"
 	}
 	if g.Status != "running" {
 		return "start"
