@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/luthermonson/go-proxmox"
-
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -35,17 +33,17 @@ func (r *Resolver) deleteVDC(ctx context.Context, name string, resourceVersion *
 	if resourceVersion != nil {
 		rv = *resourceVersion
 	}
-	inv := r.inventory()
-	if inv != nil {
+	if r.Zones != nil {
 		if err := r.vdcIsEmpty(ctx, v); err != nil {
 			return nil, err
 		}
 	}
 	out, err := remove[*catalog.VDC](ctx, r.Catalog, name, &rv)
-	if err != nil || inv == nil {
+	if err != nil || r.Zones == nil {
 		return out, err
 	}
-	for _, ze := range inv.Each(ctx, r.Zones.Zones(), func(ctx context.Context, _ zones.Zone, c *proxmox.Client) error {
+	for _, ze := range r.estate().Each(ctx, r.Zones.Zones(), func(ctx context.Context, z zones.Zone) error {
+		c := r.Zones.Client(z.ID)
 		if err := network.RemoveVDC(ctx, c, name); err != nil {
 			return err
 		}
@@ -67,8 +65,8 @@ func (r *Resolver) vdcIsEmpty(ctx context.Context, v *catalog.VDC) error {
 		mu   sync.Mutex
 		nets int
 	)
-	if zerrs := r.inventory().Each(ctx, r.Zones.Zones(), func(ctx context.Context, _ zones.Zone, c *proxmox.Client) error {
-		ns, err := network.List(ctx, c, v.Name)
+	if zerrs := r.estate().Each(ctx, r.Zones.Zones(), func(ctx context.Context, z zones.Zone) error {
+		ns, err := network.List(ctx, r.Zones.Client(z.ID), v.Name)
 		mu.Lock()
 		defer mu.Unlock()
 		nets += len(ns)

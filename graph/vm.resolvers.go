@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
@@ -83,7 +84,7 @@ func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]strin
 	if obj.Host != nil {
 		current = obj.Host.Name
 	}
-	return onlineHosts(z, current), nil
+	return estate.OnlineHosts(z, current), nil
 }
 
 // MigrationZones is the resolver for the migrationZones field.

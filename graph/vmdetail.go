@@ -7,15 +7,13 @@ import (
 	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
-	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
-	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each
@@ -95,22 +93,10 @@ func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, er
 	}
 	// The VDC's networks name the bridges; the IPAM holds the addresses.
 	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
-	var nets []network.Network
-	r.eachZone(ctx, []zones.Zone{z}, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) error {
-		nets, err = network.List(ctx, c, vdc)
-		return err
-	})
-	ips := map[string][]string{} // by lower-case MAC
-	if ms, err := r.session(ctx).IPAM(ctx, z); err != nil {
-		r.zoneDown(ctx, z, err)
-	} else {
-		for _, m := range ms {
-			if m.Gateway == 0 && m.MAC != "" {
-				mac := strings.ToLower(m.MAC)
-				ips[mac] = append(ips[mac], m.IP)
-			}
-		}
-	}
+	nets, err := r.estate().Networks(ctx, z, vdc)
+	r.reportDown(ctx, err)
+	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
+	r.reportDown(ctx, err)
 	zm := zoneModel(z, r.agentTarget())
 	out := make([]*model.VMNic, 0, len(hw.NICs))
 	for _, n := range hw.NICs {
@@ -143,7 +129,7 @@ func (r *Resolver) vmDisks(ctx context.Context, vm *model.VM) ([]*model.VMDisk, 
 	out := make([]*model.VMDisk, 0, len(hw.Disks))
 	for _, d := range hw.Disks {
 		out = append(out, &model.VMDisk{
-			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / gib, Storage: d.Storage,
+			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
 			StorageProfile: storageProfileOf(profiles, z.Name, d),
 			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
 			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
@@ -212,23 +198,13 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 	return out, nil
 }
 
-// vmCounter reads one of vm's byte counters off the zone's resources (the
-// operation's inventory session read them for the VM itself); a VM the
+// vmCounters reads vm's byte counters off the zone's resources (the
+// operation's view of the estate read them for the VM itself); a VM the
 // zone no longer lists counts 0.
-func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(pveapi.Resource) int64) (float64, error) {
-	ref := vm.Place
-	z, ok := r.zoneByID(ref.ZoneID)
-	if !ok {
-		return 0, nil
-	}
-	rs, err := r.session(ctx).Resources(ctx, z, "vm")
+func (r *Resolver) vmCounters(ctx context.Context, vm *model.VM) (estate.Counters, error) {
+	c, err := r.session(ctx).Counters(ctx, vm.Place)
 	if err != nil {
-		return 0, apierr.ZoneDown(z.Name, err)
+		return c, estateError(err)
 	}
-	for _, res := range rs {
-		if res.Type == "qemu" && res.VMID == ref.VMID {
-			return float64(counter(res)), nil
-		}
-	}
-	return 0, nil
+	return c, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // Nics is the resolver for the nics field.
@@ -47,20 +46,24 @@ func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, fi
 
 // NetInBytes is the resolver for the netInBytes field.
 func (r *vMResolver) NetInBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetIn })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.NetIn), err
 }
 
 // NetOutBytes is the resolver for the netOutBytes field.
 func (r *vMResolver) NetOutBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetOut })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.NetOut), err
 }
 
 // DiskReadBytes is the resolver for the diskReadBytes field.
 func (r *vMResolver) DiskReadBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskRead })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.DiskRead), err
 }
 
 // DiskWriteBytes is the resolver for the diskWriteBytes field.
 func (r *vMResolver) DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskWrite })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.DiskWrite), err
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -606,6 +607,10 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
+	// One read service of the estate for every request: its bound on the
+	// Proxmox answers decoded at a time holds for the process.
+	est := estate.New(estate.Config{Zones: registry, Catalog: store, Placement: vms, Timeout: c.ZoneTimeout,
+		Logger: s.log.With("component", "estate")})
 	h, err := api.New(api.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
@@ -613,6 +618,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Tenant:        c.Tenant,
 			Logger:        s.log.With("component", "api"),
 			Zones:         registry,
+			Estate:        est,
 			ZoneTimeout:   c.ZoneTimeout,
 			Keys:          meshAPI,
 			AgentVersion:  c.AgentVersion,
