@@ -141,61 +141,6 @@ func operationConnection(p page[*model.Operation]) *model.OperationConnection {
 // the caller may see.
 func nodeNotFound() error { return apierr.New(apierr.NotFound, "no object of that id") }
 
-// node resolves a global id in the caller's scope: the kinds of id are
-// told apart by their encoding (tenancy's kinds, a zone's cluster
-// identity, compute's operation ids), and each is looked up as its own
-// field would, so another VDC's object answers NOT_FOUND.
-func (r *Resolver) node(ctx context.Context, id string) (model.Node, error) {
-	_, inVDC := VDCScopeFrom(ctx)
-	if _, err := tenancy.ParseVMID(id); err == nil {
-		if !inVDC {
-			return nil, nodeNotFound()
-		}
-		vm, err := (&queryResolver{r}).VM(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return vm, nil
-	}
-	if ref, err := tenancy.ParseNetworkID(id); err == nil {
-		if !inVDC {
-			return nil, nodeNotFound()
-		}
-		return r.networkNode(ctx, ref)
-	}
-	if ref, err := tenancy.ParseHostID(id); err == nil {
-		p, err := caller(ctx)
-		if err != nil {
-			return nil, err
-		}
-		z, ok := r.zoneByID(ref.ZoneID)
-		if !p.PlatformAdmin || !ok {
-			return nil, nodeNotFound()
-		}
-		for _, h := range zoneModel(z, r.agentTarget()).Hosts {
-			if h.ID == id {
-				return h, nil
-			}
-		}
-		return nil, nodeNotFound()
-	}
-	if z, ok := r.zoneByID(id); ok {
-		return zoneModel(z, r.agentTarget()), nil
-	}
-	if !inVDC {
-		return nil, nodeNotFound()
-	}
-	op, err := (&queryResolver{r}).Operation(ctx, id)
-	if err != nil {
-		var ae *apierr.Error
-		if errors.As(err, &ae) && (ae.Code == apierr.NotFound || ae.Code == apierr.BadUserInput) {
-			return nil, nodeNotFound()
-		}
-		return nil, err
-	}
-	return op, nil
-}
-
 // networkNode finds the network ref names among the current VDC's.
 func (r *Resolver) networkNode(ctx context.Context, ref tenancy.NetworkRef) (model.Node, error) {
 	scope, _ := VDCScopeFrom(ctx)

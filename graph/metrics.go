@@ -11,7 +11,7 @@ import (
 // Metrics of VMs, hosts and zones from the estate service: a zone that
 // does not answer is reported (ZONE_UNAVAILABLE) and gives null.
 
-func timeframe(tf model.MetricsTimeframe) string { return strings.ToLower(string(tf)) }
+func rrdTimeframe(tf model.MetricsTimeframe) string { return strings.ToLower(string(tf)) }
 
 // metricsPoints renders a series; a zone that failed reads null.
 func (r *Resolver) metricsPoints(ctx context.Context, pts []estate.Point, err error) ([]*model.MetricsPoint, error) {
@@ -31,22 +31,4 @@ func (r *Resolver) metricsPoints(ctx context.Context, pts []estate.Point, err er
 			DiskReadBytesPerSecond: p.DiskRead, DiskWriteBytesPerSecond: p.DiskWrite})
 	}
 	return out, nil
-}
-
-func (r *Resolver) vmMetrics(ctx context.Context, vm *model.VM, tf model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	if _, ok := r.zoneByID(vm.Place.ZoneID); !ok || vm.Host == nil {
-		return []*model.MetricsPoint{}, nil
-	}
-	pts, err := r.estate().VMMetrics(ctx, vm.Place.ZoneID, vm.Host.Name, vm.Place.VMID, timeframe(tf))
-	return r.metricsPoints(ctx, pts, err)
-}
-
-func (r *Resolver) hostMetrics(ctx context.Context, h *model.Host, tf model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	pts, err := r.estate().HostMetrics(ctx, h.Zone.ID, h.Name, timeframe(tf))
-	return r.metricsPoints(ctx, pts, err)
-}
-
-func (r *Resolver) zoneMetrics(ctx context.Context, zm *model.Zone, tf model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	pts, err := r.estate().ZoneMetrics(ctx, zm.ID, timeframe(tf))
-	return r.metricsPoints(ctx, pts, err)
 }

@@ -2,11 +2,9 @@ package graph
 
 import (
 	"context"
-	"errors"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
@@ -41,37 +39,6 @@ func (r *Resolver) placeable(ctx context.Context, z zones.Zone, vdc, field strin
 		return estateError(err)
 	}
 	return nil
-}
-
-// regions groups the zones the caller sees by region.
-func (r *Resolver) regions(ctx context.Context) ([]*model.Region, error) {
-	regs, err := r.session(ctx).Regions(ctx, viewer(ctx))
-	if err != nil {
-		return nil, estateError(err)
-	}
-	out := make([]*model.Region, 0, len(regs))
-	for _, reg := range regs {
-		m := &model.Region{Name: reg.Name}
-		for _, z := range reg.Zones {
-			m.Zones = append(m.Zones, zoneModel(z, r.agentTarget()))
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-// updateZone applies input to the policy of a known zone.
-func (r *Resolver) updateZone(ctx context.Context, input model.UpdateZoneInput) (*model.Zone, error) {
-	z, err := r.session(ctx).SetPolicy(ctx, estate.PolicyChange{Zone: input.Name, Region: input.Region, DedicatedTo: input.DedicatedTo})
-	if err != nil {
-		var ie *estate.InputError
-		if errors.As(err, &ie) {
-			ie.Field = "input." + ie.Field
-			return nil, estateError(ie)
-		}
-		return nil, fail(err)
-	}
-	return zoneModel(z, r.agentTarget()), nil
 }
 
 // zonePolicy returns the policy of zone m (nil when it has none).

@@ -114,30 +114,6 @@ func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, er
 	return out, nil
 }
 
-func (r *Resolver) vmDisks(ctx context.Context, vm *model.VM) ([]*model.VMDisk, error) {
-	_, z, hw, err := r.hardware(ctx, vm)
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.VMDisk{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	profiles, err := list[*catalog.StorageProfile](ctx, r.Catalog)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*model.VMDisk, 0, len(hw.Disks))
-	for _, d := range hw.Disks {
-		out = append(out, &model.VMDisk{
-			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
-			StorageProfile: storageProfileOf(profiles, z.Name, d),
-			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
-			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
-		})
-	}
-	return out, nil
-}
-
 // storageProfileOf returns the storage profile that offers d's storage in
 // zone, preferring one whose limits are d's (profiles is sorted by name),
 // or nil.

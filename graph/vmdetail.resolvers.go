@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 )
 
@@ -20,7 +21,27 @@ func (r *vMResolver) Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, e
 
 // Disks is the resolver for the disks field.
 func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error) {
-	return r.vmDisks(ctx, obj)
+	_, z, hw, err := r.hardware(ctx, obj)
+	if r.zoneFailed(ctx, obj, err) {
+		return []*model.VMDisk{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := list[*catalog.StorageProfile](ctx, r.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.VMDisk, 0, len(hw.Disks))
+	for _, d := range hw.Disks {
+		out = append(out, &model.VMDisk{
+			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
+			StorageProfile: storageProfileOf(profiles, z.Name, d),
+			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
+			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
+		})
+	}
+	return out, nil
 }
 
 // Operations is the resolver for the operations field.
