@@ -34,8 +34,7 @@ type request struct {
 	once     sync.Once
 	read     *estate.Read // the operation's view of the estate, made by once
 	mu       sync.Mutex
-	reported map[string]bool          // zones reported unavailable, protected by mu
-	hardware map[string]*hardwareRead // by VM id, protected by mu
+	reported map[string]bool // zones reported unavailable, protected by mu
 }
 
 // WithRequest returns ctx carrying the state of one operation: its view of
@@ -43,7 +42,7 @@ type request struct {
 // already reported unavailable. The API handler calls it for every query
 // and mutation (not for subscriptions, which must read afresh).
 func WithRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}, hardware: map[string]*hardwareRead{}})
+	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
 }
 
 func requestFrom(ctx context.Context) *request {
@@ -222,7 +221,7 @@ func hostModel(zm *model.Zone, h zones.Host, target agentTarget) *model.Host {
 		Zone:            zm,
 		AgentVersion:    ptr(h.AgentVersion),
 		ProxmoxVersion:  ptr(h.ProxmoxVersion),
-		UpdateAvailable: ptr(target.updateAvailable(h)),
+		UpdateAvailable: ptr(target.UpdateAvailable(h.AgentVersion, h.Platform)),
 		Update:          hostUpdateModel(h.Update),
 	}
 	if h.Status == zones.StatusOnline {

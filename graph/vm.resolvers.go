@@ -90,7 +90,7 @@ func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]strin
 // MigrationZones is the resolver for the migrationZones field.
 func (r *vMResolver) MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	nics, err := r.vmNICs(ctx, obj)
+	nics, err := r.Nics(ctx, obj)
 	if err != nil {
 		return nil, err
 	}

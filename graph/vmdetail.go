@@ -3,14 +3,11 @@ package graph
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -21,50 +18,39 @@ import (
 // for anything not of the request's VDC; nics and disks share one read per
 // operation.
 
-// hardwareRead is one read of a VM's configuration, shared by the fields of
-// an operation that need it.
-type hardwareRead struct {
-	once sync.Once
+// vmHardware is a VM's VDC, zone, NICs and disks.
+type vmHardware struct {
 	vdc  string
 	zone zones.Zone
 	hw   compute.Hardware
-	err  error
 }
 
 // hardware returns the VDC, zone, NICs and disks of vm, read once per
 // operation.
 func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
-	h := &hardwareRead{}
-	if req := requestFrom(ctx); req != nil {
-		req.mu.Lock()
-		if req.hardware[vm.ID] == nil {
-			req.hardware[vm.ID] = h
-		}
-		h = req.hardware[vm.ID]
-		req.mu.Unlock()
-	}
-	h.once.Do(func() { h.vdc, h.zone, h.hw, h.err = r.readHardware(ctx, vm) })
-	return h.vdc, h.zone, h.hw, h.err
+	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) { return r.readHardware(ctx, vm) })
+	h, _ := v.(vmHardware)
+	return h.vdc, h.zone, h.hw, err
 }
 
-func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
+func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (vmHardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
-		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+		return vmHardware{}, vmNotFound()
 	}
 	svc, err := r.compute()
 	if err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, err
+		return vmHardware{}, err
 	}
 	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
 	if err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, computeError(err, "")
+		return vmHardware{}, computeError(err, "")
 	}
 	z, ok := r.zoneByID(cz.ID)
 	if !ok {
-		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+		return vmHardware{}, vmNotFound()
 	}
-	return scope.VDC.Name, z, hw, nil
+	return vmHardware{vdc: scope.VDC.Name, zone: z, hw: hw}, nil
 }
 
 // zoneFailed reports whether err is vm's zone failing; if so the zone is
@@ -81,58 +67,6 @@ func (r *Resolver) zoneFailed(ctx context.Context, vm *model.VM, err error) bool
 		graphql.AddError(ctx, ae)
 	}
 	return true
-}
-
-func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, error) {
-	vdc, z, hw, err := r.hardware(ctx, vm)
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.VMNic{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The VDC's networks name the bridges; the IPAM holds the addresses.
-	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
-	nets, err := r.estate().Networks(ctx, z, vdc)
-	r.reportDown(ctx, err)
-	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
-	r.reportDown(ctx, err)
-	zm := zoneModel(z, r.agentTarget())
-	out := make([]*model.VMNic, 0, len(hw.NICs))
-	for _, n := range hw.NICs {
-		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}
-		if m.IPAddresses == nil {
-			m.IPAddresses = []string{}
-		}
-		for _, nw := range nets {
-			if nw.VNet == n.Bridge {
-				m.Network = networkModel(zm, nw, z.ID)
-			}
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-// storageProfileOf returns the storage profile that offers d's storage in
-// zone, preferring one whose limits are d's (profiles is sorted by name),
-// or nil.
-func storageProfileOf(profiles []*catalog.StorageProfile, zone string, d compute.Disk) *catalog.StorageProfile {
-	var found *catalog.StorageProfile
-	for _, p := range profiles {
-		for _, zp := range p.Pools {
-			if zp.Zone != zone || zp.Pool != d.Storage {
-				continue
-			}
-			if p.ReadMBps == d.ReadMBps && p.WriteMBps == d.WriteMBps {
-				return p
-			}
-			if found == nil {
-				found = p
-			}
-		}
-	}
-	return found
 }
 
 // positive is n, or nil when n is not positive (no limit).

@@ -7,6 +7,7 @@ package graph
 
 import (
 	"context"
+	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/api/apierr"
@@ -16,7 +17,34 @@ import (
 
 // Nics is the resolver for the nics field.
 func (r *vMResolver) Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error) {
-	return r.vmNICs(ctx, obj)
+	vdc, z, hw, err := r.hardware(ctx, obj)
+	if r.zoneFailed(ctx, obj, err) {
+		return []*model.VMNic{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The VDC's networks name the bridges; the IPAM holds the addresses.
+	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
+	nets, err := r.estate().Networks(ctx, z, vdc)
+	r.reportDown(ctx, err)
+	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
+	r.reportDown(ctx, err)
+	zm := zoneModel(z, r.agentTarget())
+	out := make([]*model.VMNic, 0, len(hw.NICs))
+	for _, n := range hw.NICs {
+		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}
+		if m.IPAddresses == nil {
+			m.IPAddresses = []string{}
+		}
+		for _, nw := range nets {
+			if nw.VNet == n.Bridge {
+				m.Network = networkModel(zm, nw, z.ID)
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // Disks is the resolver for the disks field.
@@ -36,7 +64,7 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 	for _, d := range hw.Disks {
 		out = append(out, &model.VMDisk{
 			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
-			StorageProfile: storageProfileOf(profiles, z.Name, d),
+			StorageProfile: catalog.ProfileOfStorage(profiles, z.Name, d.Storage, d.ReadMBps, d.WriteMBps),
 			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
 			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
 		})

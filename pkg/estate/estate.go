@@ -239,6 +239,7 @@ type Read struct {
 	mu       sync.Mutex
 	policies map[string]*catalog.ZonePolicy // once read; protected by mu
 	read     bool                           // policies were read; protected by mu
+	memos    map[string]*memo               // by key; protected by mu
 }
 
 // NewRead starts the view of one operation.
@@ -260,4 +261,28 @@ func (rd *Read) PoolGuests(ctx context.Context, z zones.Zone, poolid string) ([]
 		return nil, nil
 	}
 	return rd.sess.PoolGuests(ctx, z, poolid)
+}
+
+// Memo returns what read returns for key, calling read once per Read: the
+// fields of one operation share one read of what another service says (a
+// VM's configuration, say). A failed read is shared too.
+func (rd *Read) Memo(key string, read func() (any, error)) (any, error) {
+	rd.mu.Lock()
+	if rd.memos == nil {
+		rd.memos = map[string]*memo{}
+	}
+	m := rd.memos[key]
+	if m == nil {
+		m = &memo{}
+		rd.memos[key] = m
+	}
+	rd.mu.Unlock()
+	m.once.Do(func() { m.val, m.err = read() })
+	return m.val, m.err
+}
+
+type memo struct {
+	once sync.Once
+	val  any
+	err  error
 }
