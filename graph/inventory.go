@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,18 +30,16 @@ type requestKey struct{}
 
 // request is the state of one GraphQL operation.
 type request struct {
-	once     sync.Once
-	read     *estate.Read // the operation's view of the estate, made by once
-	mu       sync.Mutex
-	reported map[string]bool // zones reported unavailable, protected by mu
+	once sync.Once
+	read *estate.Read // the operation's view of the estate, made by once
 }
 
 // WithRequest returns ctx carrying the state of one operation: its view of
-// the estate (each zone is read once per operation) and which zones were
-// already reported unavailable. The API handler calls it for every query
-// and mutation (not for subscriptions, which must read afresh).
+// the estate (each zone is read once per operation, and reported
+// unavailable once). The API handler calls it for every query and mutation
+// (not for subscriptions, which must read afresh).
 func WithRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, &request{reported: map[string]bool{}})
+	return context.WithValue(ctx, requestKey{}, &request{})
 }
 
 func requestFrom(ctx context.Context) *request {
@@ -117,15 +114,7 @@ func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.estate().Zo
 // firstReport reports whether the operation has not reported zone id
 // unavailable yet ("" stands for the zones not known yet), and records it.
 func (r *Resolver) firstReport(ctx context.Context, id string) bool {
-	req := requestFrom(ctx)
-	if req == nil {
-		return true
-	}
-	req.mu.Lock()
-	defer req.mu.Unlock()
-	seen := req.reported[id]
-	req.reported[id] = true
-	return !seen
+	return r.session(ctx).FirstReport(id)
 }
 
 // zoneDown adds one ZONE_UNAVAILABLE error per zone and operation, and
@@ -322,30 +311,13 @@ func keysUnavailable() error {
 	return apierr.New(apierr.NotFound, "enrollment keys are not managed by this orchestrator")
 }
 
-// agentKeys lists the keys that enroll agents (the orchestrator's own
-// mesh key is not the API's business).
-func (r *Resolver) agentKeys(ctx context.Context) ([]meshcontrol.Key, error) {
-	ks, err := r.Keys.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list enrollment keys: %w", err)
-	}
-	return slices.DeleteFunc(ks, func(k meshcontrol.Key) bool {
-		return !slices.Equal(k.Tags, []string{meshcontrol.TagAgent})
-	}), nil
-}
-
 // agentKey returns the agent key with the API id id; NOT_FOUND otherwise.
 func (r *Resolver) agentKey(ctx context.Context, id string) (meshcontrol.Key, error) {
 	n, err := strconv.ParseUint(id, 10, 64)
 	if err == nil {
-		ks, err := r.agentKeys(ctx)
-		if err != nil {
-			return meshcontrol.Key{}, err
-		}
-		for _, k := range ks {
-			if k.ID == n {
-				return k, nil
-			}
+		var k meshcontrol.Key
+		if k, err = meshcontrol.AgentKey(ctx, r.Keys, n); err == nil || !errors.Is(err, meshcontrol.ErrKeyNotFound) {
+			return k, err
 		}
 	}
 	return meshcontrol.Key{}, apierr.New(apierr.NotFound, "enrollment key %q not found", id)

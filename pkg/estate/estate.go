@@ -240,6 +240,7 @@ type Read struct {
 	policies map[string]*catalog.ZonePolicy // once read; protected by mu
 	read     bool                           // policies were read; protected by mu
 	memos    map[string]*memo               // by key; protected by mu
+	reported map[string]bool                // zones reported unavailable; protected by mu
 }
 
 // NewRead starts the view of one operation.
@@ -285,4 +286,18 @@ type memo struct {
 	once sync.Once
 	val  any
 	err  error
+}
+
+// FirstReport reports whether zone id ("" for the zones not known yet) has
+// not been reported unavailable in this Read yet, and records that it is:
+// an operation reports each zone once however many fields it fails.
+func (rd *Read) FirstReport(id string) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.reported == nil {
+		rd.reported = map[string]bool{}
+	}
+	seen := rd.reported[id]
+	rd.reported[id] = true
+	return !seen
 }
