@@ -52,21 +52,21 @@ func (r *Resolver) kubeClusterModel(c *tenantkube.Cluster) *model.KubernetesClus
 		phase = model.KubernetesClusterPhaseDeleting
 	}
 	zm := &model.Zone{ID: c.Zone, Name: c.Zone}
-	if z, ok := r.zoneNamed(c.Zone); ok {
+	if z, ok := r.estate().ZoneNamed(c.Zone); ok {
 		zm = zoneModel(z, r.agentTarget())
 	}
 	m := &model.KubernetesCluster{ID: c.ID, Name: c.Name, Zone: zm, NetworkID: c.Network, Version: c.Version,
-		ServiceCidr: c.ServiceCIDR, PodCidr: c.PodCIDR, Endpoint: optString(c.Endpoint), Phase: phase,
+		ServiceCidr: c.ServiceCIDR, PodCidr: c.PodCIDR, Endpoint: optional(c.Endpoint), Phase: phase,
 		ControlPlaneReady: c.ControlPlaneReady, ControlPlane: []*model.ControlPlaneComponent{}, Conditions: []*model.KubernetesCondition{},
 		NodePools: []*model.NodePool{}, CreatedAt: c.Created}
 	if c.ControlPlaneReady && c.RunningVersion != "" {
 		m.RunningVersion = &c.RunningVersion
 	}
 	for _, cp := range c.Components {
-		m.ControlPlane = append(m.ControlPlane, &model.ControlPlaneComponent{Name: cp.Name, Ready: cp.Ready, Message: optString(cp.Message)})
+		m.ControlPlane = append(m.ControlPlane, &model.ControlPlaneComponent{Name: cp.Name, Ready: cp.Ready, Message: optional(cp.Message)})
 	}
 	for _, cd := range c.Conditions {
-		m.Conditions = append(m.Conditions, &model.KubernetesCondition{Type: cd.Type, Status: cd.Status, Reason: optString(cd.Reason), Message: optString(cd.Message)})
+		m.Conditions = append(m.Conditions, &model.KubernetesCondition{Type: cd.Type, Status: cd.Status, Reason: optional(cd.Reason), Message: optional(cd.Message)})
 	}
 	for i := range c.Pools {
 		m.NodePools = append(m.NodePools, nodePoolModel(&c.Pools[i]))
