@@ -18,7 +18,7 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # see above) outside the excluded packages carry `//go:build !race` instead.
 RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts|TestKubeStack)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
-# at a trust boundary (see the README, Fuzzing); its seed corpus is in the
+# at a trust boundary (see docs/develop/fuzzing.md); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.
 # `make fuzz` runs those of FUZZ (all by default), one after another,
 # FUZZTIME each.
@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzLookup \
 	./pkg/pvesim/pveschema:FuzzPropertyString \
 	./pkg/pvesim/pveschema:FuzzFormat \
-	./pkg/proxmox/inventory:FuzzDecodeAnswer \
+	./pkg/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
 	./pkg/proxmox/pveapi:FuzzConfig
 FUZZ        ?= $(FUZZ_TARGETS)
@@ -53,8 +53,11 @@ BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
 PROTOC_GEN_GRPC_VERSION ?= v1.6.2
 BUF_VERSION            ?= v1.75.0
-# Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is trimmed from.
-PVE_APIDATA ?= ../shared/pve-api/apidata.json
+# Full Proxmox VE api-viewer schema that pkg/pvesim/pveschema/apidata.json is
+# trimmed from: the repository carries it, compressed. PVE_APIDATA_SRC is where
+# `make import-pve-apidata` takes a newer one from.
+PVE_APIDATA ?= pkg/pvesim/pveschema/upstream/apidata.json.gz
+PVE_APIDATA_SRC ?= ../shared/pve-api/apidata.json
 
 # The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), and the
 # controller manager and scheduler of hosted control planes (pkg/dev/podrun), built
@@ -62,7 +65,7 @@ PVE_APIDATA ?= ../shared/pve-api/apidata.json
 # outside the checkout, in a directory named by a hash of the pins, so a
 # fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
 # derives the same directory when FLEXPLANE_KUBE_BIN is unset).
-KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/etcd/go.mod tools/etcd/go.sum
+KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/kube/cmd/kube/main.go tools/kube/build.sh tools/etcd/go.mod tools/etcd/go.sum
 KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
 export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
 
@@ -73,14 +76,14 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image image-flexgateway test-portal kube-bin print-kube-bin
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres image image-flexgateway test-portal kube-bin print-kube-bin
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## dev: the whole system on one machine (see pkg/dev/devstack and the README):
+## dev: the whole system on one machine (see pkg/dev/devstack and docs/develop/make-dev.md):
 ## builds the portal and the binaries, starts everything, prints
 ## "flexplane dev ready: http://$(DEV_ADDR)"; Ctrl-C stops it all.
 DEV_ADDR ?= 127.0.0.1:8080
@@ -137,7 +140,7 @@ lint: lint-schema lint-portal
 ## and the latency flexgateway adds to an HTTP request vs the backend direct
 ## at a fixed rate (pkg/loadbalancer/gateway). Every figure is a ratio
 ## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
-## (README, Performance).
+## (docs/performance/index.md).
 bench: portal kube-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
@@ -182,31 +185,24 @@ bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 ## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler and
-## etcd for the tests, built from the pinned Go modules into KUBE_BIN (a cold
-## build takes ~10 minutes and ~3 GB of memory; afterwards nothing is rebuilt
-## until a pin changes). The version ldflags make /version report the real
-## version (Helm and client version gates read it). The controller manager
-## and scheduler run a hosted control plane's rendered containers as
-## processes (pkg/dev/podrun).
-KUBE_CMDS   := kube-apiserver kube-controller-manager kube-scheduler
-kube-bin: $(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)) $(KUBE_BIN)/etcd
+## etcd for the tests, built from the pinned Go modules into KUBE_BIN;
+## afterwards nothing is rebuilt until a pin changes. The three Kubernetes
+## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
+## as): one build shares their packages and link work. tools/kube/build.sh
+## prints its progress; docs/develop gives the measured cold times. The
+## controller manager and scheduler run a hosted control plane's rendered
+## containers as processes (pkg/dev/podrun).
+kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd
 
 print-kube-bin:
 	@echo $(KUBE_BIN)
 
-$(addprefix $(KUBE_BIN)/,$(KUBE_CMDS)):
-	@mkdir -p $(@D)
-	cd tools/kube && v=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
-	minor=$$(echo $$v | cut -d. -f2) && \
-	$(GO) build -trimpath -ldflags "-s -w \
-		-X k8s.io/component-base/version.gitVersion=$$v \
-		-X k8s.io/component-base/version.gitMajor=1 \
-		-X k8s.io/component-base/version.gitMinor=$$minor" \
-		-o $@.tmp k8s.io/kubernetes/cmd/$(@F)
-	mv $@.tmp $@
+$(KUBE_BIN)/kube:
+	GO=$(GO) tools/kube/build.sh $(KUBE_BIN)
 
 $(KUBE_BIN)/etcd:
 	@mkdir -p $(@D)
+	@echo "kube-bin: building etcd into $(@D)"
 	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
@@ -255,22 +251,25 @@ generate-crds:
 generate-deps:
 	$(GO) run ./pkg/dev/deptest/internal/deplist -out cmd/agent/deps.txt ./cmd/agent
 
-# The trimmed Proxmox VE API schema the simulator enforces.
-# The full schema is beside the repository here and in CI; without it this
-# fails rather than keep a file it cannot check.
+# The trimmed Proxmox VE API schema the simulator enforces, from the full one.
 generate-pveschema:
-	@test -f "$(PVE_APIDATA)" || { echo "generate: $(PVE_APIDATA) is missing (set PVE_APIDATA to Proxmox's apidata.json)"; exit 1; }
 	$(GO) run ./pkg/pvesim/pveschema/internal/trim -in $(PVE_APIDATA) -out pkg/pvesim/pveschema/apidata.json
 
+## import-pve-apidata: replace the full Proxmox schema the repository carries
+## with PVE_APIDATA_SRC (plain api-viewer JSON); run `make generate` after it.
+import-pve-apidata:
+	@test -f "$(PVE_APIDATA_SRC)" || { echo "import-pve-apidata: $(PVE_APIDATA_SRC) is missing (set PVE_APIDATA_SRC)"; exit 1; }
+	gzip -9nc "$(PVE_APIDATA_SRC)" > pkg/pvesim/pveschema/upstream/apidata.json.gz
+
 # GraphiQL and React as the npm registry ships them, embedded by
-# pkg/api/graphiql so the API's GraphiQL page needs no CDN.
+# graph/server/graphiql so the API's GraphiQL page needs no CDN.
 GRAPHIQL_VERSION ?= 4.1.2
 GRAPHIQL_REACT_VERSION ?= 18.2.0
 generate-graphiql:
-	pkg/api/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
+	graph/server/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files pkg/api/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files graph/server/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

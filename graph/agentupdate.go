@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"

@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
@@ -153,7 +154,7 @@ func TestAuditEveryMutation(t *testing.T) {
 			case "createVM":
 				// The create clones the template stageImage started: wait for
 				// it, so that the create has its VM at once.
-				meshtest.WaitFor(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
+				poll.True(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
 					var imgs []struct{ Zones []struct{ State string } }
 					h.GraphQL(t, "admin", "", `{ images { zones(zone: "alpha") { state } } }`, nil).OK(t).Into(t, "images", &imgs)
 					return len(imgs) == 1 && len(imgs[0].Zones) == 1 && imgs[0].Zones[0].State == "STAGED"

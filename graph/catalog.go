@@ -1,11 +1,10 @@
 package graph
 
 import (
-	"cmp"
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
@@ -94,29 +93,4 @@ func pools(in []*model.ZonePoolInput) []catalog.ZonePool {
 		out = append(out, catalog.ZonePool{Zone: p.Zone, Pool: p.Pool})
 	}
 	return out
-}
-
-// vdcUsage is what v uses as its quotas count it: its VMs (the quota
-// ledger's count, read within the zone timeout; with no zones, none) and
-// the public addresses it holds (the catalog's count).
-func (r *Resolver) vdcUsage(ctx context.Context, v *catalog.VDC) (*model.VDCUsage, error) {
-	addrs, err := catalog.PublicAddressesOf(ctx, r.Catalog, v.Name)
-	if err != nil {
-		return nil, apierr.From(err, "")
-	}
-	if r.Zones == nil {
-		return &model.VDCUsage{PublicAddresses: addrs}, nil
-	}
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.ZoneTimeout, DefaultZoneTimeout))
-	defer cancel()
-	u, err := svc.Quota().Usage(ctx, v)
-	if err != nil {
-		r.Logger.Warn("graphql: VDC usage", "vdc", v.Name, "err", err)
-		return nil, apierr.New(apierr.ZoneUnavailable, "the usage of VDC %s cannot be read: a zone does not answer", v.Name)
-	}
-	return &model.VDCUsage{Vcpus: u.VCPUs, MemoryMiB: u.MemoryMiB, StorageGiB: u.StorageGiB, Vms: u.VMs, PublicAddresses: addrs}, nil
 }

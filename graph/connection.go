@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"

@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/console"
 )
 

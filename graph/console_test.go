@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
 )
@@ -90,7 +91,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	}
 	var op gqlOp
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": vm}).OK(t).Into(t, "stopVM", &op)
-	poll(t, 30*time.Second, "the VM to stop", func() bool {
+	poll.True(t, 30*time.Second, "the VM to stop", func() bool {
 		var v struct{ Status string }
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &v)
 		return v.Status == "STOPPED"

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -164,7 +165,7 @@ func TestMigrateAcrossZones(t *testing.T) {
 	var op gqlMigrateOp
 	mv(good).OK(t).Into(t, "migrateVM", &op)
 	var last gqlMigrateOp
-	poll(t, 120*time.Second, "the move", func() bool {
+	poll.True(t, 120*time.Second, "the move", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId progress { bytesMoved bytesTotal bytesPerSecond } } }`,
 			map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &last)
 		if last.State == "FAILED" {
@@ -206,7 +207,7 @@ func TestMigrateAcrossZones(t *testing.T) {
 	var stop gqlOp
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
 	var stopped struct{ State, VMID string }
-	poll(t, 60*time.Second, "the stop of the moved VM", func() bool {
+	poll.True(t, 60*time.Second, "the stop of the moved VM", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state vmId } }`,
 			map[string]any{"id": stop.ID}).OK(t).Into(t, "operation", &stopped)
 		return stopped.State == "SUCCEEDED"
@@ -221,7 +222,7 @@ func TestMigrateAcrossZones(t *testing.T) {
 		t.Errorf("the moved VM after its stop: %s", st)
 	}
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { startVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t)
-	poll(t, 60*time.Second, "the moved VM running again", func() bool {
+	poll.True(t, 60*time.Second, "the moved VM running again", func() bool {
 		st, _, _ := vmHost(t, h, "bob", "blue", id)
 		return st == "RUNNING"
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -63,7 +64,7 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 			OK(t).Into(t, "createVM", &created)
 		id := awaitCreate(t, h, users[vdc], vdc, created.Operation.ID)
 		var vm gqlVM
-		poll(t, 60*time.Second, name+" running with its address", func() bool {
+		poll.True(t, 60*time.Second, name+" running with its address", func() bool {
 			h.GraphQL(t, users[vdc], vdc, `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": id}).
 				OK(t).Into(t, "vm", &vm)
 			return vm.Status == "RUNNING" && len(vm.IPAddresses) > 0

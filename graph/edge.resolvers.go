@@ -9,7 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
 )
 
 // CreateExternalNetwork is the resolver for the createExternalNetwork field.
@@ -24,10 +24,7 @@ func (r *mutationResolver) CreateFirewallRule(ctx context.Context, input model.C
 
 // DeleteFirewallRule is the resolver for the deleteFirewallRule field.
 func (r *mutationResolver) DeleteFirewallRule(ctx context.Context, id string) (*model.DeletedFirewallRule, error) {
-	err := r.deleteFromGateway(ctx, id, "firewall rule", func(g *catalog.EdgeGateway, id string) bool {
-		return removeByID(&g.FirewallRules, id, func(r catalog.FirewallRule) string { return r.ID })
-	})
-	if err != nil {
+	if err := r.deleteFromGateway(ctx, id, (*gateways.Service).DeleteFirewallRule); err != nil {
 		return nil, err
 	}
 	return &model.DeletedFirewallRule{ID: id}, nil
@@ -40,10 +37,7 @@ func (r *mutationResolver) CreatePortForward(ctx context.Context, input model.Cr
 
 // DeletePortForward is the resolver for the deletePortForward field.
 func (r *mutationResolver) DeletePortForward(ctx context.Context, id string) (*model.DeletedPortForward, error) {
-	err := r.deleteFromGateway(ctx, id, "port forward", func(g *catalog.EdgeGateway, id string) bool {
-		return removeByID(&g.PortForwards, id, func(p catalog.PortForward) string { return p.ID })
-	})
-	if err != nil {
+	if err := r.deleteFromGateway(ctx, id, (*gateways.Service).DeletePortForward); err != nil {
 		return nil, err
 	}
 	return &model.DeletedPortForward{ID: id}, nil
@@ -56,7 +50,10 @@ func (r *mutationResolver) CreateOneToOneAddress(ctx context.Context, input mode
 
 // DeleteOneToOneAddress is the resolver for the deleteOneToOneAddress field.
 func (r *mutationResolver) DeleteOneToOneAddress(ctx context.Context, id string) (*model.DeletedOneToOneAddress, error) {
-	return r.deleteOneToOneAddress(ctx, id)
+	if err := r.deleteFromGateway(ctx, id, (*gateways.Service).DeleteOneToOne); err != nil {
+		return nil, err
+	}
+	return &model.DeletedOneToOneAddress{ID: id}, nil
 }
 
 // UpdateEdgeGateway is the resolver for the updateEdgeGateway field.

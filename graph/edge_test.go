@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/edge"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
@@ -104,7 +105,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		OK(t).Into(t, "createVM", &created)
 	vmID := awaitCreate(t, h, "alice", "red", created.Operation.ID)
 	var vm gqlVM
-	poll(t, 60*time.Second, "web running with its address", func() bool {
+	poll.True(t, 60*time.Second, "web running with its address", func() bool {
 		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { id status ipAddresses } }`, map[string]any{"id": vmID}).OK(t).Into(t, "vm", &vm)
 		return vm.Status == "RUNNING" && len(vm.IPAddresses) > 0
 	})
@@ -197,7 +198,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		t.Errorf("the port forward answered %q", got)
 	}
 	var gw gqlEdgeGateway
-	poll(t, 60*time.Second, "the gateway active", func() bool {
+	poll.True(t, 60*time.Second, "the gateway active", func() bool {
 		gws := edgeGateways(t, h, "alice", "red")
 		gw = gws[0]
 		return len(gws) == 1 && gw.Status == "ACTIVE"
@@ -217,7 +218,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		t.Errorf("an address in use given twice: %s", r.Raw)
 	}
 	// Once the 1:1 address is applied the VM leaves by it.
-	poll(t, 45*time.Second, "the VM leaving by its 1:1 address", func() bool {
+	poll.True(t, 45*time.Second, "the VM leaving by its 1:1 address", func() bool {
 		return nettest.PeerIP(nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second)) == one.PublicAddress
 	})
 	before := edgeGateways(t, h, "alice", "red")[0].counter("default-deny-inbound")
@@ -250,7 +251,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	// Deleting the port forward closes it; the 1:1 address goes back to the pool.
 	h.GraphQL(t, "alice", "red", `mutation($id: ID!) { deletePortForward(id: $id) { id } }`, map[string]any{"id": fwd.ID}).OK(t)
 	h.GraphQL(t, "alice", "red", `mutation($id: ID!) { deleteOneToOneAddress(id: $id) { id } }`, map[string]any{"id": one.ID}).OK(t)
-	poll(t, 45*time.Second, "the port forward closed", func() bool { return nettest.Reach(inet, "203.0.113.10:8080", time.Second) == "" })
+	poll.True(t, 45*time.Second, "the port forward closed", func() bool { return nettest.Reach(inet, "203.0.113.10:8080", time.Second) == "" })
 	var exts struct{ Nodes []struct{ Allocated int } }
 	h.GraphQL(t, "admin", "", `{ externalNetworks { nodes { allocated } } }`, nil).OK(t).Into(t, "externalNetworks", &exts)
 	if len(exts.Nodes) != 1 || exts.Nodes[0].Allocated != 1 {
@@ -299,7 +300,7 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 	}
 	// A sync pass that read the catalog before the delete may apply once
 	// more after it; the next pass takes the gateway down for good.
-	poll(t, 45*time.Second, "the gateway's namespace gone and the VM cut off", func() bool {
+	poll.True(t, 45*time.Second, "the gateway's namespace gone and the VM cut off", func() bool {
 		return !nsnet.Exists(gwNS) && nettest.Reach(vmNS, "203.0.113.254:9000", 2*time.Second) == ""
 	})
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )

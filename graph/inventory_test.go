@@ -19,6 +19,7 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -135,19 +136,23 @@ func zoneErrors(t *testing.T, r *meshtest.GraphQLResponse) []string {
 
 const vmFields = `id name status zone { name } host { name status } vcpus memoryMiB ipAddresses`
 
-// runREADMEExample runs the curl command of the README's API section with
-// env and returns its output.
-func runREADMEExample(t *testing.T, env map[string]string) []byte {
+// apiPage is the manual's page on the GraphQL API, whose first curl
+// example runAPIExample runs.
+const apiPage = "../docs/api/graphql.md"
+
+// runAPIExample runs the first curl command of the manual's GraphQL API
+// page (docs/api/graphql.md) with env and returns its output.
+func runAPIExample(t *testing.T, env map[string]string) []byte {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile(apiPage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, api, ok := strings.Cut(string(readme), "## The GraphQL API")
+	_, api, ok := strings.Cut(string(page), "# The GraphQL API")
 	_, block, ok2 := strings.Cut(api, "```sh\ncurl")
 	script, _, ok3 := strings.Cut(block, "```")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README: no curl example in the API section")
+		t.Fatal(apiPage + ": no curl example on the API page")
 	}
 	cmd := exec.Command("bash", "-c", "curl"+script)
 	cmd.Env = os.Environ()
@@ -156,7 +161,7 @@ func runREADMEExample(t *testing.T, env map[string]string) []byte {
 	}
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("README example: %v: %s", err, out)
+		t.Fatalf("%s example: %v: %s", apiPage, err, out)
 	}
 	return out
 }
@@ -662,9 +667,9 @@ func TestInventory(t *testing.T) {
 				}
 			}
 		})
-		t.Run("readme example", func(t *testing.T) {
+		t.Run("api page example", func(t *testing.T) {
 			t.Parallel()
-			out := runREADMEExample(t, map[string]string{"FLEXPLANE_URL": h.Orchestrator.URL(), "TOKEN": h.Token(t, "alice"), "VDC": "red"})
+			out := runAPIExample(t, map[string]string{"FLEXPLANE_URL": h.Orchestrator.URL(), "TOKEN": h.Token(t, "alice"), "VDC": "red"})
 			var resp struct {
 				Data struct {
 					Zones []struct{ Name string }
@@ -681,7 +686,7 @@ func TestInventory(t *testing.T) {
 			}
 			d := resp.Data
 			if len(resp.Errors) != 0 || len(d.Zones) != 2 || len(d.Vms) != 2 || len(d.Networks) == 0 {
-				t.Errorf("README example answered %s", out)
+				t.Errorf("the API page's example answered %s", out)
 			}
 		})
 		t.Run("complexity", func(t *testing.T) {
@@ -817,7 +822,7 @@ func TestInventory(t *testing.T) {
 			}
 		}
 		partial(t) // before and after the registry notices
-		meshtest.WaitFor(t, 30*time.Second, "beta offline", func() bool {
+		poll.True(t, 30*time.Second, "beta offline", func() bool {
 			var zs []struct{ Name, Status string }
 			h.GraphQL(t, "alice", "", `{ zones { name status } }`, nil).OK(t).Into(t, "zones", &zs)
 			return len(zs) == 2 && zs[1].Status == "OFFLINE"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // createVMs creates n VMs name-0..name-(n-1) in red through GraphQL and
@@ -25,7 +25,7 @@ func (s *kubeStack) createVMs(b *testing.B, name string, n int) {
 // prefix.
 func (s *kubeStack) waitRunning(b *testing.B, user, vdc, prefix string, n int) {
 	b.Helper()
-	meshtest.WaitFor(b, 8*time.Minute, fmt.Sprintf("%d running VMs %s*", n, prefix), func() bool {
+	poll.True(b, 8*time.Minute, fmt.Sprintf("%d running VMs %s*", n, prefix), func() bool {
 		running := 0
 		for _, st := range s.workerVMs(b, user, vdc, prefix) {
 			if st == "RUNNING" {
@@ -46,7 +46,7 @@ func (s *kubeStack) createCluster(b *testing.B, name string) string {
 	if s.hosted != nil {
 		return s.waitHostedReady(b, "bob", "blue", c.ID, 5*time.Minute).ID
 	}
-	meshtest.WaitFor(b, 5*time.Minute, "cluster "+name+" ready", func() bool {
+	poll.True(b, 5*time.Minute, "cluster "+name+" ready", func() bool {
 		s.h.GraphQL(b, "bob", "blue", `query($id: ID!) { kubernetesCluster(id: $id) { id phase controlPlaneReady } }`, map[string]any{"id": c.ID}).
 			OK(b).Into(b, "kubernetesCluster", &c)
 		return c.ControlPlaneReady && c.Phase == "PROVISIONED"
@@ -101,7 +101,7 @@ func BenchmarkPoolWorkers0To10ThroughAPI(b *testing.B) {
 		s.h.GraphQL(b, "bob", "blue", `mutation($p: ID!) { scaleNodePool(id: $p, size: 10) { size } }`, map[string]any{"p": pool.ID}).OK(b)
 		prefix := "bench-" + name + "-"
 		s.waitRunning(b, "bob", "blue", prefix, 10)
-		meshtest.WaitFor(b, 2*time.Minute, "ten snippets", func() bool { return len(s.snippets(b)) == 10*(i+1) })
+		poll.True(b, 2*time.Minute, "ten snippets", func() bool { return len(s.snippets(b)) == 10*(i+1) })
 		took := time.Since(start)
 		for vm, data := range s.workerUserData(b, prefix) {
 			if !strings.Contains(data, "kubeadm join") {

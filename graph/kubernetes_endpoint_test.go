@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -172,7 +173,7 @@ func TestHostedAPIServerThroughEdgeGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	meshtest.WaitFor(t, 45*time.Second, "the VM lists the tenant's namespaces through the edge gateway", func() bool {
+	poll.True(t, 45*time.Second, "the VM lists the tenant's namespaces through the edge gateway", func() bool {
 		names, err = kubetest.NamespaceNames(t.Context(), tenant)
 		return err == nil
 	})

@@ -3,6 +3,7 @@ package graph_test
 import (
 	"bytes"
 	"crypto/x509"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // waitHostedReady waits until cluster id of vdc reads, through GraphQL,
@@ -24,8 +25,7 @@ import (
 func (s *kubeStack) waitHostedReady(t testing.TB, user, vdc, id string, timeout time.Duration) gqlKubeCluster {
 	t.Helper()
 	var c gqlKubeCluster
-	deadline := time.Now().Add(timeout)
-	for {
+	poll.Until(t, timeout, "cluster "+id+" ready", func() error {
 		s.h.GraphQL(t, user, vdc, `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": id}).
 			OK(t).Into(t, "kubernetesCluster", &c)
 		ready := 0
@@ -35,13 +35,11 @@ func (s *kubeStack) waitHostedReady(t testing.TB, user, vdc, id string, timeout 
 			}
 		}
 		if c.ControlPlaneReady && ready == 4 && len(c.ControlPlane) == 4 && c.Phase == "PROVISIONED" {
-			return c
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %s not ready after %s: %+v%s", id, timeout, c, s.hosted.Pods.Tail(15))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v%s", c, s.hosted.Pods.Tail(15))
+	})
+	return c
 }
 
 // tenantKubeconfig issues user's kubeconfig of cluster id through
@@ -133,7 +131,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 		t.Fatalf("member creates a namespace: %v", err)
 	}
 	// The tenant's controller manager runs: team-a gets its ServiceAccount.
-	meshtest.WaitFor(t, 2*time.Minute, "team-a's default ServiceAccount", func() bool {
+	poll.True(t, 2*time.Minute, "team-a's default ServiceAccount", func() bool {
 		_, err := member.CoreV1().ServiceAccounts("team-a").Get(t.Context(), "default", metav1.GetOptions{})
 		return err == nil
 	})
@@ -144,7 +142,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 	}
 	// The tenant API server sees the viewers' binding when its RBAC cache
 	// does: within moments.
-	meshtest.WaitFor(t, 45*time.Second, "the viewer lists team-a", func() bool {
+	poll.True(t, 45*time.Second, "the viewer lists team-a", func() bool {
 		names, err := kubetest.NamespaceNames(t.Context(), viewer)
 		return err == nil && slices.Contains(names, "team-a")
 	})
@@ -168,7 +166,7 @@ func TestHostedControlPlaneThroughAPI(t *testing.T) {
 	}
 
 	h.GraphQL(t, "alice", "red", `mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`, map[string]any{"c": c.ID}).OK(t)
-	meshtest.WaitFor(t, 4*time.Minute, "the cluster and its control plane's processes gone", func() bool {
+	poll.True(t, 4*time.Minute, "the cluster and its control plane's processes gone", func() bool {
 		var list struct{ TotalCount int }
 		h.GraphQL(t, "alice", "red", `{ kubernetesClusters { totalCount } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
 		return list.TotalCount == 0 && s.hosted.Pods.Runner(c.ID) == nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
@@ -74,7 +75,7 @@ func startKubeStack(t testing.TB, hosted bool, opts ...meshtest.Option) *kubeSta
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
 	  stageImage(name: "tiny", zone: "alpha") { state } }`, map[string]any{"u": url, "c": sum}).OK(t)
-	meshtest.WaitFor(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
+	poll.True(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
 		var imgs []struct{ Zones []struct{ State string } }
 		s.h.GraphQL(t, "admin", "", `{ images { zones(zone: "alpha") { state } } }`, nil).OK(t).Into(t, "images", &imgs)
 		return len(imgs) == 1 && len(imgs[0].Zones) == 1 && imgs[0].Zones[0].State == "STAGED"
@@ -207,7 +208,7 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	if c.Name != "dev" || c.NetworkID != s.blue || c.ID == "" {
 		t.Fatalf("created %+v", c)
 	}
-	meshtest.WaitFor(t, 2*time.Minute, "the control plane ready and the cluster provisioned", func() bool {
+	poll.True(t, 2*time.Minute, "the control plane ready and the cluster provisioned", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": c.ID}).
 			OK(t).Into(t, "kubernetesCluster", &c)
 		return c.ControlPlaneReady && c.Phase == "PROVISIONED" && c.Endpoint != nil && len(c.ControlPlane) > 0
@@ -223,7 +224,7 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	expectWorkers := func(n int) {
 		t.Helper()
 		var state string
-		meshtest.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d running workers", n), func() bool {
+		poll.True(t, 3*time.Minute, fmt.Sprintf("%d running workers", n), func() bool {
 			vms := s.workerVMs(t, "bob", "blue", "dev-workers-")
 			running := 0
 			for _, st := range vms {
@@ -322,7 +323,7 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	for _, n := range []int{5, 0} {
 		h.GraphQL(t, "bob", "blue", `mutation($p: ID!, $n: Int!) { scaleNodePool(id: $p, size: $n) { size } }`, map[string]any{"p": pool.ID, "n": n}).OK(t)
 		expectWorkers(n)
-		meshtest.WaitFor(t, time.Minute, fmt.Sprintf("%d snippets", n), func() bool { return len(s.snippets(t)) == n })
+		poll.True(t, time.Minute, fmt.Sprintf("%d snippets", n), func() bool { return len(s.snippets(t)) == n })
 	}
 
 	// A member's kubeconfig is the cluster's admin; the stand-in's
@@ -339,7 +340,7 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	}
 
 	h.GraphQL(t, "bob", "blue", `mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`, map[string]any{"c": c.ID}).OK(t)
-	meshtest.WaitFor(t, 4*time.Minute, "the cluster, its objects, namespace and VMs gone", func() bool {
+	poll.True(t, 4*time.Minute, "the cluster, its objects, namespace and VMs gone", func() bool {
 		h.GraphQL(t, "bob", "blue", `{ kubernetesClusters { totalCount } }`, nil).OK(t).Into(t, "kubernetesClusters", &list)
 		var ms clusterv1.MachineList
 		var fms v1alpha1.FlexMachineList
@@ -385,7 +386,7 @@ func TestKubeconfigOfAViewer(t *testing.T) {
 	var c gqlKubeCluster
 	h.GraphQL(t, "alice", "red", `mutation($n: ID!) { createKubernetesCluster(input: {name: "ops", zone: "alpha", version: "v1.37.2", network: $n}) { id name } }`,
 		map[string]any{"n": s.red}).OK(t).Into(t, "createKubernetesCluster", &c)
-	meshtest.WaitFor(t, 2*time.Minute, "the control plane ready", func() bool {
+	poll.True(t, 2*time.Minute, "the control plane ready", func() bool {
 		h.GraphQL(t, "vera", "red", `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": c.ID}).
 			OK(t).Into(t, "kubernetesCluster", &c)
 		return c.ControlPlaneReady

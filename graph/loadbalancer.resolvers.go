@@ -59,8 +59,7 @@ func (r *queryResolver) LoadBalancers(ctx context.Context, zone *string, first *
 }
 
 func (r *queryResolver) LoadBalancer(ctx context.Context, id string) (*catalog.LoadBalancer, error) {
-	_, lb, err := r.vdcLoadBalancer(ctx, id)
-	return lb, err
+	return r.vdcLoadBalancer(ctx, id)
 }
 
 func (r *Resolver) LoadBalancer() generated.LoadBalancerResolver { return &loadBalancerResolver{r} }

@@ -18,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -157,7 +158,7 @@ func TestLoadBalancerTraffic(t *testing.T) {
 	blue := s.vms(t, "bob", "blue", 2, "a", "b")
 	red := s.vms(t, "alice", "red", 1, "r")
 	for i, name := range []string{"a", "b"} {
-		poll(t, 60*time.Second, name+" running with its address", func() bool {
+		poll.True(t, 60*time.Second, name+" running with its address", func() bool {
 			var vm gqlVM
 			h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id status ipAddresses } }`, map[string]any{"id": blue[i]}).OK(t).Into(t, "vm", &vm)
 			return vm.Status == "RUNNING" && len(vm.IPAddresses) > 0
@@ -194,7 +195,7 @@ func TestLoadBalancerTraffic(t *testing.T) {
 
 	// TCP: connections reach both VMs.
 	seen := map[string]int{}
-	poll(t, 60*time.Second, "the TCP listener reaching both VMs", func() bool {
+	poll.True(t, 60*time.Second, "the TCP listener reaching both VMs", func() bool {
 		if got := nettest.Reach(inet, pub+":5000", 2*time.Second); got != "" {
 			seen[strings.Fields(got)[0]]++
 		}
@@ -205,13 +206,13 @@ func TestLoadBalancerTraffic(t *testing.T) {
 	// HTTP: routed by path.
 	for path, want := range map[string]string{"/b/x": "b /b/x", "/a/y": "a /a/y", "/": "a /"} {
 		var got string
-		poll(t, 45*time.Second, "GET "+path, func() bool { got = getFrom(inet, "", "http://"+pub+path); return got == want })
+		poll.True(t, 45*time.Second, "GET "+path, func() bool { got = getFrom(inet, "", "http://"+pub+path); return got == want })
 	}
 
 	// A relay port (the first is blue's first VM's port 80) answers the
 	// replica only; the listeners answer anyone.
 	var got string
-	poll(t, 15*time.Second, "relay 65535 from the replica", func() bool { got = getFrom(inet, "", "http://"+pub+":65535/r"); return got != "" })
+	poll.True(t, 15*time.Second, "relay 65535 from the replica", func() bool { got = getFrom(inet, "", "http://"+pub+":65535/r"); return got != "" })
 	if got != "a /r" {
 		t.Errorf("relay 65535 from the replica answered %q", got)
 	}
@@ -224,7 +225,7 @@ func TestLoadBalancerTraffic(t *testing.T) {
 
 	// The delete closes the address.
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteLoadBalancer(id: $id) { id } }`, map[string]any{"id": lb.ID}).OK(t)
-	poll(t, 60*time.Second, "the balancer's address closed", func() bool {
+	poll.True(t, 60*time.Second, "the balancer's address closed", func() bool {
 		return nettest.Reach(inet, pub+":5000", 2*time.Second) == "" && getFrom(inet, "", "http://"+pub+"/") == ""
 	})
 }

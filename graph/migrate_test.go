@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -143,7 +144,7 @@ func TestMigrateWithinZone(t *testing.T) {
 
 	// Stopped, it moves back offline (by host id this time).
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t)
-	poll(t, 20*time.Second, "stop", func() bool { st, _, _ := vmHost(t, h, "bob", "blue", id); return st == "STOPPED" })
+	poll.True(t, 20*time.Second, "stop", func() bool { st, _, _ := vmHost(t, h, "bob", "blue", id); return st == "STOPPED" })
 	var hosts []struct{ ID, Name string }
 	h.GraphQL(t, "admin", "", `{ hosts { id name } }`, nil).OK(t).Into(t, "hosts", &hosts)
 	var back string
@@ -153,7 +154,7 @@ func TestMigrateWithinZone(t *testing.T) {
 		}
 	}
 	h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": map[string]any{"id": id, "host": back}}).OK(t).Into(t, "migrateVM", &op)
-	poll(t, 20*time.Second, "the move back", func() bool {
+	poll.True(t, 20*time.Second, "the move back", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
 		if op.State == "FAILED" {
 			t.Fatalf("the move back failed: %+v", op)

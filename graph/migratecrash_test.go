@@ -2,6 +2,7 @@ package graph_test
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
@@ -83,7 +85,7 @@ func (r *moveRig) start(t *testing.T) string {
 	t.Helper()
 	var op gqlMigrateOp
 	r.h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": map[string]any{"id": r.id, "zone": "beta"}}).OK(t).Into(t, "migrateVM", &op)
-	poll(t, 60*time.Second, "the copy to be under way", func() bool {
+	poll.True(t, 60*time.Second, "the copy to be under way", func() bool {
 		p := r.progress(t, op.ID)
 		if p.State != "RUNNING" {
 			t.Fatalf("the move ended before the crash: %+v", p)
@@ -124,18 +126,12 @@ func (r *moveRig) undone(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	h := r.h
 	alpha, beta := h.Zone(t, h.Clusters[0]), h.Zone(t, h.Clusters[1])
-	var why string
-	deadline := time.Now().Add(timeout)
-	for {
-		why = r.leftover(t, alpha.ID, beta.ID)
-		if why == "" {
-			break
+	poll.Until(t, timeout, "the move to undo itself", func() error {
+		if why := r.leftover(t, alpha.ID, beta.ID); why != "" {
+			return errors.New(why)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the move did not undo itself: %s", why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	var vms []gqlVM
 	h.GraphQL(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil).OK(t).Into(t, "vms", &vms)
 	if len(vms) != 1 || vms[0].ID != r.id || vms[0].Status != "RUNNING" || vms[0].Zone.Name != "alpha" ||
@@ -223,7 +219,7 @@ func (r *moveRig) killMidCopy(t *testing.T, a *meshtest.Agent, meanwhile func())
 	if err := a.Kill(); err != nil {
 		t.Logf("kill %s: %v", a.MeshName, err) // its mesh node took long to go: it is gone all the same
 	}
-	poll(t, 90*time.Second, "the move to fail", func() bool { return r.opState(t, op) == "FAILED" })
+	poll.True(t, 90*time.Second, "the move to fail", func() bool { return r.opState(t, op) == "FAILED" })
 	if meanwhile != nil {
 		meanwhile()
 	}
@@ -273,7 +269,7 @@ func TestMigrateHeartbeat(t *testing.T) {
 	began := time.Now()
 	op := r.start(t)
 	recovered := 0
-	poll(t, 120*time.Second, "the move", func() bool {
+	poll.True(t, 120*time.Second, "the move", func() bool {
 		p := r.progress(t, op)
 		if p.State == "FAILED" {
 			t.Fatalf("the move failed: %+v", p)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // gqlMigrationZone is what migrationZones answers, as the tests read it.
@@ -100,7 +101,7 @@ func TestMigrationZones(t *testing.T) {
 	}
 	move()
 	retried := false
-	poll(t, 120*time.Second, "the move", func() bool {
+	poll.True(t, 120*time.Second, "the move", func() bool {
 		var o gqlOp
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step error vmId } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &o)
 		if o.State == "FAILED" && o.Step == "rollback" && !retried {

@@ -10,7 +10,7 @@ import (
 	"errors"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -30,7 +30,11 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	if err := r.placeable(ctx, z, scope.VDC.Name, "input.zone"); err != nil {
 		return nil, err
 	}
-	n, err := network.Create(ctx, r.Zones.Client(z.ID), spec)
+	svc, err := r.networks()
+	if err != nil {
+		return nil, err
+	}
+	n, err := svc.Create(ctx, z.ID, spec)
 	if err != nil {
 		return nil, zoneError(z, networkError(err))
 	}
@@ -49,7 +53,11 @@ func (r *mutationResolver) DeleteNetwork(ctx context.Context, id string) (*model
 	if !ok {
 		return nil, notFound
 	}
-	if err := network.Delete(ctx, r.Zones.Client(z.ID), scope.VDC.Name, ref.VNet); err != nil {
+	svc, err := r.networks()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Delete(ctx, z.ID, scope.VDC.Name, ref.VNet); err != nil {
 		if errors.Is(err, network.ErrNotFound) {
 			return nil, notFound
 		}

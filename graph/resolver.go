@@ -11,15 +11,19 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
-	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // Tenant is the one tenant a deployment serves.
@@ -73,21 +77,39 @@ type Resolver struct {
 	// Rollouts publishes agent releases and rolls them out; nil offers
 	// none (agentReleases is empty, updateAgents refused).
 	Rollouts *rollout.Service
-	// Edge places the VDCs' edge gateways; edgeGateways reads where each
-	// runs from it. Nil: every gateway reads as pending.
-	Edge *edgesync.Syncer
+	// Gateways changes the VDCs' edge gateways and reads how each runs;
+	// nil refuses those fields.
+	Gateways *gateways.Service
 	// Consoles issues the tickets of openConsole; nil refuses it.
 	Consoles *console.Broker
-	// LoadBalancers pushes the load balancers to the zones' flexgateway
-	// replicas and reads their backends' health; nil: every backend reads
-	// UNKNOWN (and the sync runs on its own schedule only).
-	LoadBalancers LBSyncer
+	// LoadBalancers creates, changes and deletes the VDCs' load balancers
+	// (checking their backends) and reads their backends' health from the
+	// zones' flexgateway replicas; nil refuses those fields (a catalog
+	// that keeps no secrets offers none).
+	LoadBalancers *loadbalancer.Service
+	// Networks creates and deletes the VDCs' networks in the zones; nil
+	// refuses createNetwork and deleteNetwork.
+	Networks *network.Service
+	// VDCs creates, changes and deletes VDCs (a delete cleans every
+	// zone); nil keeps them in Catalog alone.
+	VDCs *vdc.Service
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
+
+	vdcOnce     sync.Once
+	catalogVDCs *vdc.Service // VDCs' stand-in, built by vdcOnce
 
 	estOnce sync.Once
 	est     *estate.Service // built at first use without Estate, by estOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)
+
+// networks is the networks service, INTERNAL when there is none.
+func (r *Resolver) networks() (*network.Service, error) {
+	if r.Networks == nil {
+		return nil, apierr.New(apierr.Internal, "networks are not offered: the orchestrator has no networks service")
+	}
+	return r.Networks, nil
+}

@@ -11,7 +11,7 @@ import (
 )
 
 // public are the root fields any signed-in caller may use without a VDC
-// scope or the platform admin role (rule 4 of the layout, README). Each
+// scope or the platform admin role (rule 4 of the layout, docs/develop/layout.md). Each
 // answers only what the caller may see (e.g. vdcs lists the caller's VDCs).
 var public = []string{
 	"Query.me", "Query.tenant",

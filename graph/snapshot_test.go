@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 type gqlSnapshot struct {
@@ -47,7 +48,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		if op.Kind != kind || op.State != "RUNNING" || op.VMID == nil || *op.VMID != vm {
 			t.Fatalf("%s: %+v", field, op)
 		}
-		poll(t, 30*time.Second, field, func() bool {
+		poll.True(t, 30*time.Second, field, func() bool {
 			h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
 			if op.State == "FAILED" {
 				t.Fatalf("%s failed: %+v", field, op)
@@ -68,7 +69,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		s[1].Name != "live" || !s[1].WithRAM || !s[1].Current || s[1].Parent == nil || *s[1].Parent != "clean" || s[0].StorageGiB+s[1].StorageGiB != 9 {
 		t.Fatalf("snapshots: %+v", s)
 	}
-	poll(t, 20*time.Second, "the usage to count both snapshots once", func() bool { return usage() == base+9 })
+	poll.True(t, 20*time.Second, "the usage to count both snapshots once", func() bool { return usage() == base+9 })
 
 	// Refusals.
 	for _, c := range []struct {

@@ -19,26 +19,33 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 	v.Name = input.Name
 	v.Description = deref(input.Description)
 	v.Quotas = quotas(input.Quotas)
-	out, err := catalog.Create(ctx, r.Catalog, v)
+	out, err := r.vdcs().Create(ctx, v)
 	if err != nil {
-		return nil, fail(err)
+		return nil, vdcError(err, "input")
 	}
 	return out, nil
 }
 
 // UpdateVdc is the resolver for the updateVDC field.
 func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error) {
-	return update(ctx, r.Catalog, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
+	out, err := r.vdcs().Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
 		set(&v.Description, input.Description)
 		if input.Quotas != nil {
 			v.Quotas = quotas(input.Quotas)
 		}
 	})
+	if err != nil {
+		return nil, vdcError(err, "input")
+	}
+	return out, nil
 }
 
 // DeleteVdc is the resolver for the deleteVDC field.
 func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error) {
-	return r.deleteVDC(ctx, name, resourceVersion)
+	if err := r.vdcs().Delete(ctx, name, resourceVersion); err != nil {
+		return nil, vdcError(err, "")
+	}
+	return &model.Deleted{Name: name}, nil
 }
 
 // Vdcs is the resolver for the vdcs field.
@@ -81,7 +88,11 @@ func (r *queryResolver) CurrentVdc(ctx context.Context) (*catalog.VDC, error) {
 
 // Usage is the resolver for the usage field.
 func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error) {
-	return r.vdcUsage(ctx, obj)
+	u, err := r.vdcs().Usage(ctx, obj)
+	if err != nil {
+		return nil, vdcError(err, "")
+	}
+	return vdcUsageModel(u), nil
 }
 
 func (r *Resolver) VDC() generated.VDCResolver { return &vDCResolver{r} }

@@ -7,7 +7,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"

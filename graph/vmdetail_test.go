@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 type gqlVMDetail struct {
@@ -140,7 +141,7 @@ func TestVMDetail(t *testing.T) {
 	const countersQuery = `query($id: ID!) { vm(id: $id) { netInBytes netOutBytes diskReadBytes diskWriteBytes } }`
 	var first, later counters
 	h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &first)
-	poll(t, 10*time.Second, "the VM's network counter to grow", func() bool {
+	poll.True(t, 10*time.Second, "the VM's network counter to grow", func() bool {
 		h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &later)
 		return later.NetInBytes > first.NetInBytes
 	})
@@ -152,7 +153,7 @@ func TestVMDetail(t *testing.T) {
 	// A stop: newest first, the same id stopVM returned.
 	var stop gqlOp
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
-	poll(t, 20*time.Second, "the stop in the history", func() bool {
+	poll.True(t, 20*time.Second, "the stop in the history", func() bool {
 		h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": 1}).OK(t).Into(t, "vm", &vm)
 		return len(vm.Operations) == 1 && vm.Operations[0].State == "SUCCEEDED"
 	})

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 )

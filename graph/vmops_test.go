@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute/images"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
@@ -42,18 +43,6 @@ type gqlVM struct {
 	Status      string
 	IPAddresses []string
 	Zone        struct{ Name string }
-}
-
-// poll calls cond until it is true, failing the test after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // subscribe runs a subscription over the websocket (gqltest.Subscribe)
@@ -110,7 +99,7 @@ func seedVMs(t *testing.T, h *meshtest.Harness, zones ...string) map[string]stri
 func awaitCreate(t *testing.T, h *meshtest.Harness, user, vdc, op string) string {
 	t.Helper()
 	var id string
-	poll(t, 60*time.Second, "the create "+op, func() bool {
+	poll.True(t, 60*time.Second, "the create "+op, func() bool {
 		var o gqlOp
 		h.GraphQL(t, user, vdc, `query($id: ID!) { operation(id: $id) { state step error vmId } }`,
 			map[string]any{"id": op}).OK(t).Into(t, "operation", &o)
@@ -163,7 +152,7 @@ func TestVMsEndToEnd(t *testing.T) {
 	if r := h.GraphQL(t, "bob", "blue", `mutation { stageImage(name: "tiny", zone: "alpha") { state } }`, nil); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("stageImage by a VDC member: %s", r.Raw)
 	}
-	poll(t, 30*time.Second, "tiny staged in alpha", func() bool {
+	poll.True(t, 30*time.Second, "tiny staged in alpha", func() bool {
 		var img struct {
 			Zones []struct{ Zone, State string }
 		}
@@ -247,7 +236,7 @@ func TestVMsEndToEnd(t *testing.T) {
 	// Stop, then delete: the VM is gone and its address is free again.
 	var op gqlOp
 	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state kind } }`, map[string]any{"id": vmA}).OK(t).Into(t, "stopVM", &op)
-	poll(t, 20*time.Second, "stop", func() bool {
+	poll.True(t, 20*time.Second, "stop", func() bool {
 		var vm gqlVM
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vmA}).OK(t).Into(t, "vm", &vm)
 		return vm.Status == "STOPPED"
@@ -320,7 +309,7 @@ func TestCrashFinishedByNewOrchestrator(t *testing.T) {
 
 	h.RestartOrchestrator(t)
 	var got gqlVM
-	poll(t, 30*time.Second, "the new orchestrator to finish the create", func() bool {
+	poll.True(t, 30*time.Second, "the new orchestrator to finish the create", func() bool {
 		r := h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": vm.ID})
 		if len(r.Errors) > 0 {
 			return false // not listed until its VDC tag is written
@@ -331,7 +320,7 @@ func TestCrashFinishedByNewOrchestrator(t *testing.T) {
 	if got.Name != "phoenix" || len(got.IPAddresses) != 1 || got.IPAddresses[0] != "10.1.0.2" {
 		t.Errorf("recovered VM %+v", got)
 	}
-	poll(t, 10*time.Second, "the operation to succeed on the new orchestrator", func() bool {
+	poll.True(t, 10*time.Second, "the operation to succeed on the new orchestrator", func() bool {
 		var fin gqlOp
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state step } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &fin)
 		if fin.State == "FAILED" {

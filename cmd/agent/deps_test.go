@@ -10,7 +10,7 @@ const self = "github.com/flexplane/flexplane/cmd/agent"
 
 // TestDeps keeps the mesh control server, the GraphQL server, the
 // orchestrator's wiring and every dev tool out of the agent binary, which
-// runs on every hypervisor (rule 1 of the layout, README).
+// runs on every hypervisor (rule 1 of the layout, docs/develop/layout.md).
 func TestDeps(t *testing.T) {
 	t.Parallel()
 	g := deptest.Load(t, self)

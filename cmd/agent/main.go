@@ -1,5 +1,5 @@
 // Command agent is the flexplane node agent. It runs on every Proxmox node;
-// see package agent and the README for its configuration.
+// see package agent and docs/install/agents.md for its configuration.
 //
 // The process a supervisor starts is the launcher (package selfupdate): it
 // runs the agent as its child, the installed binary or a newer version the

@@ -7,7 +7,7 @@ import (
 )
 
 // TestDeps: the orchestrator binary links no simulator, dev provider, dev
-// tool or test harness (rule 1 of the layout, README).
+// tool or test harness (rule 1 of the layout, docs/develop/layout.md).
 func TestDeps(t *testing.T) {
 	t.Parallel()
 	const self = "github.com/flexplane/flexplane/cmd/orchestrator"

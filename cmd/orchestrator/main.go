@@ -16,13 +16,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,19 +30,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/audit"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
-	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
-	"github.com/flexplane/flexplane/pkg/portal"
-	"github.com/flexplane/flexplane/pkg/support/profiling"
-	"github.com/flexplane/flexplane/pkg/support/tracing"
-	"github.com/flexplane/flexplane/pkg/tenantkube"
-	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 const usage = `usage:
@@ -116,214 +103,6 @@ func envInt(key string) (int, error) {
 		return 0, fmt.Errorf("%s: %q is not an integer", key, v)
 	}
 	return n, nil
-}
-
-func serve(ctx context.Context, args []string) error {
-	defComplexity, err := envInt("FLEXPLANE_MAX_COMPLEXITY")
-	if err != nil {
-		return err
-	}
-	defDepth, err := envInt("FLEXPLANE_MAX_DEPTH")
-	if err != nil {
-		return err
-	}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	listen := fs.String("listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
-	publicURL := fs.String("public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
-	lbTokenFile := fs.String("lb-token-file", env("FLEXPLANE_LB_TOKEN_FILE", ""), "file holding the flexgateway replicas' admin bearer token, in place of -lb-config's token (env FLEXPLANE_LB_TOKEN_FILE)")
-	lbConfig := fs.String("lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"token\": ..., \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}, \"endpointSlices\": {\"namespace\": ..., \"fullname\": the flexgateway release's full name} to find the replicas in Kubernetes instead}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
-	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
-	meshPG := fs.String("mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
-	meshPGPassword := fs.String("mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
-	stun := fs.String("stun-addr", env("FLEXPLANE_STUN_ADDR", ":3478"), "STUN UDP address (env FLEXPLANE_STUN_ADDR)")
-	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
-	issuer := fs.String("oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
-	audience := fs.String("oidc-audience", env("FLEXPLANE_OIDC_AUDIENCE", ""), "client id the tokens must be issued to (env FLEXPLANE_OIDC_AUDIENCE)")
-	rolesClaim := fs.String("oidc-roles-claim", env("FLEXPLANE_OIDC_ROLES_CLAIM", auth.ZitadelRolesClaim), "claim holding the role keys (env FLEXPLANE_OIDC_ROLES_CLAIM)")
-	nameClaim := fs.String("oidc-name-claim", env("FLEXPLANE_OIDC_NAME_CLAIM", "name"), "display-name claim (env FLEXPLANE_OIDC_NAME_CLAIM)")
-	emailClaim := fs.String("oidc-email-claim", env("FLEXPLANE_OIDC_EMAIL_CLAIM", "email"), "email claim (env FLEXPLANE_OIDC_EMAIL_CLAIM)")
-	cat := catalogFlags(fs)
-	tenantName := fs.String("tenant-name", env("FLEXPLANE_TENANT_NAME", "flexplane"), "display name of the tenant (env FLEXPLANE_TENANT_NAME)")
-	tenantDomain := fs.String("tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
-	zoneTimeout := fs.Duration("zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
-	recoverAfter := fs.Duration("vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
-	recoverInterval := fs.Duration("vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
-	portalDir := fs.String("portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
-	agentVersion := fs.String("agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
-	maxComplexity := fs.Int("max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
-	maxDepth := fs.Int("max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
-	memLimit := fs.String("memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
-	debugAddr := fs.String("debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
-	metricsAddr := fs.String("metrics-addr", env("FLEXPLANE_METRICS_ADDR", ""), "address serving Prometheus metrics at /metrics (the orchestrator's) and /metrics/agents/<mesh name> (each agent's, over the mesh); keep it off the public network; empty serves none (env FLEXPLANE_METRICS_ADDR)")
-	otlp := fs.String("otlp-endpoint", env("FLEXPLANE_OTLP_ENDPOINT", ""), "OTLP/gRPC collector URL for traces, e.g. http://collector:4317; empty falls back to OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing (env FLEXPLANE_OTLP_ENDPOINT)")
-	auditLog := fs.String("audit-log", env("FLEXPLANE_AUDIT_LOG", ""), "where audit events of mutations go as JSON lines: - for stdout, or a file appended to; empty writes none (env FLEXPLANE_AUDIT_LOG)")
-	auditWebhook := fs.String("audit-webhook", env("FLEXPLANE_AUDIT_WEBHOOK", ""), "URL audit events are POSTed to in batches (with retries); empty posts none (env FLEXPLANE_AUDIT_WEBHOOK)")
-	releaseDir, releaseKeyFile := releaseFlags(fs)
-	peerURL := fs.String("peer-url", env("FLEXPLANE_PEER_URL", ""), "this replica's http:// URL as the other replicas reach it (http://POD_IP:8080); set, the orchestrator runs as one of several replicas: the mesh control server runs on the holder of a Kubernetes Lease (in -namespace, through -kubeconfig) and needs -mesh-postgres; empty runs alone (env FLEXPLANE_PEER_URL)")
-	leaseName := fs.String("lease-name", env("FLEXPLANE_LEASE_NAME", meshleader.DefaultLeaseName), "name of the Lease electing the replica that runs the mesh control server (env FLEXPLANE_LEASE_NAME)")
-	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long after a leader's last renewal of the Lease another replica takes over")
-	managedKube := fs.Bool("managed-kubernetes", env("FLEXPLANE_MANAGED_KUBERNETES", "") == "true", "offer managed Kubernetes: the cluster of -kubeconfig is the management cluster (it must serve Cluster API's and flexplane's provider CRDs); the mesh control leader runs Cluster API's controllers (env FLEXPLANE_MANAGED_KUBERNETES=true)")
-	kubeVersions := fs.String("kubernetes-versions", env("FLEXPLANE_KUBERNETES_VERSIONS", strings.Join(tenantkube.DefaultVersions, ",")), "comma-separated Kubernetes versions clusters may run (env FLEXPLANE_KUBERNETES_VERSIONS)")
-	workerImage := fs.String("kubernetes-worker-image", env("FLEXPLANE_KUBERNETES_WORKER_IMAGE", "debian-13"), "catalog image of Kubernetes worker VMs (env FLEXPLANE_KUBERNETES_WORKER_IMAGE)")
-	workerImages := fs.String("kubernetes-worker-images", env("FLEXPLANE_KUBERNETES_WORKER_IMAGES", ""), "catalog images of Kubernetes worker VMs by version, comma-separated version=image pairs (e.g. v1.37.2=debian-13-kube-1.37); other versions use -kubernetes-worker-image (env FLEXPLANE_KUBERNETES_WORKER_IMAGES)")
-	kubeServiceType := fs.String("kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
-	kubeconfigTTL := fs.Duration("kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
-	probation := fs.Duration("update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	releaseKey, err := readReleaseKey(*releaseKeyFile)
-	if err != nil {
-		return err
-	}
-	if *maxComplexity < 0 || *maxDepth < 0 {
-		return errors.New("-max-complexity and -max-depth must not be negative")
-	}
-	if *peerURL != "" && *meshPG == "" {
-		return errors.New("-peer-url needs -mesh-postgres: the mesh state moves between the replicas")
-	}
-	if *leaseDuration < 3*time.Second {
-		return errors.New("-lease-duration must be at least 3s")
-	}
-	images, err := parseWorkerImages(*workerImages)
-	if err != nil {
-		return err
-	}
-	switch *kubeServiceType {
-	case "LoadBalancer", "NodePort", "ClusterIP":
-	default:
-		return fmt.Errorf("-kubernetes-apiserver-service-type %q: want LoadBalancer, NodePort or ClusterIP", *kubeServiceType)
-	}
-	if *kubeconfigTTL <= 0 || *kubeconfigTTL > controlplane.MaxTTL {
-		return fmt.Errorf("-kubeconfig-ttl must be more than 0 and at most %s", controlplane.MaxTTL)
-	}
-	if *issuer != "" && *audience == "" {
-		return errors.New("-oidc-audience is required with -oidc-issuer")
-	}
-	var meshPostgres *meshcontrol.PostgresConfig
-	if *meshPG != "" {
-		if meshPostgres, err = meshcontrol.ParsePostgresURL(*meshPG); err != nil {
-			return fmt.Errorf("-mesh-postgres: %w", err)
-		}
-		if *meshPGPassword == "" {
-			return errors.New("-mesh-postgres needs -mesh-postgres-password-file")
-		}
-		meshPostgres.PasswordFile = *meshPGPassword
-	} else if *meshPGPassword != "" {
-		return errors.New("-mesh-postgres-password-file needs -mesh-postgres")
-	}
-	if *memLimit != "" {
-		n, err := parseSize(*memLimit)
-		if err != nil {
-			return fmt.Errorf("-memory-limit: %w", err)
-		}
-		debug.SetMemoryLimit(n)
-	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
-		return fmt.Errorf("log level: %w", err)
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	if *debugAddr != "" {
-		prof, err := profiling.Start(*debugAddr, logger)
-		if err != nil {
-			return err
-		}
-		defer prof.Close()
-	}
-	var site http.Handler
-	if *portalDir != "" {
-		if *issuer == "" {
-			return errors.New("-portal-dir needs -oidc-issuer: the portal signs in with it")
-		}
-		p, err := portal.New(portal.Config{Dir: *portalDir, Issuer: *issuer, ClientID: *audience, Logger: logger})
-		if err != nil {
-			return fmt.Errorf("portal: %w", err)
-		}
-		site = p
-	}
-	auditCfg := orchestrator.AuditConfig{Webhook: audit.WebhookConfig{URL: *auditWebhook}}
-	switch *auditLog {
-	case "":
-	case "-":
-		auditCfg.Log = os.Stdout
-	default:
-		f, err := os.OpenFile(*auditLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			return fmt.Errorf("-audit-log: %w", err)
-		}
-		defer f.Close()
-		auditCfg.Log = f
-	}
-	tp, stopTracing, err := tracing.Start(ctx, tracing.Config{Endpoint: *otlp, Service: "flexplane-orchestrator", Version: buildVersion()})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx)
-	}()
-	var lbs orchestrator.LoadBalancersConfig
-	if *lbConfig != "" {
-		data, err := os.ReadFile(*lbConfig)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(data, &lbs); err != nil {
-			return fmt.Errorf("-lb-config %s: %w", *lbConfig, err)
-		}
-	}
-	if *lbTokenFile != "" {
-		if *lbConfig == "" {
-			return errors.New("-lb-token-file needs -lb-config")
-		}
-		data, err := os.ReadFile(*lbTokenFile)
-		if err != nil {
-			return err
-		}
-		if lbs.Token = strings.TrimSpace(string(data)); lbs.Token == "" {
-			return fmt.Errorf("-lb-token-file %s: the file is empty", *lbTokenFile)
-		}
-	}
-	srv, err := orchestrator.New(orchestrator.Config{
-		Listen:       *listen,
-		PublicURL:    *publicURL,
-		DataDir:      *dataDir,
-		STUNAddr:     *stun,
-		MeshPostgres: meshPostgres,
-		API: orchestrator.APIConfig{
-			Issuer:            *issuer,
-			Audience:          *audience,
-			Claims:            auth.ClaimNames{Roles: *rolesClaim, Name: *nameClaim, Email: *emailClaim},
-			CatalogBackend:    *cat.backend,
-			CatalogDir:        *cat.dir,
-			Tenant:            graph.Tenant{Name: *tenantName, Domain: *tenantDomain},
-			ZoneTimeout:       *zoneTimeout,
-			VMRecoverAfter:    *recoverAfter,
-			VMRecoverInterval: *recoverInterval,
-			AgentVersion:      *agentVersion,
-			MaxDepth:          *maxDepth,
-			MaxComplexity:     *maxComplexity,
-			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: *releaseDir, HostTimeout: *probation},
-			LoadBalancers:     lbs,
-			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: *managedKube, Versions: strings.Split(*kubeVersions, ","),
-				WorkerImage: *workerImage, WorkerImages: images, KubeconfigTTL: *kubeconfigTTL, APIServerServiceType: *kubeServiceType},
-		},
-		Kube: cat.kube(),
-		Replication: orchestrator.ReplicationConfig{PeerURL: *peerURL, LeaseName: *leaseName,
-			LeaseDuration: *leaseDuration, RenewDeadline: *leaseDuration * 2 / 3, RetryPeriod: *leaseDuration / 7},
-		MetricsListen:  *metricsAddr,
-		Audit:          auditCfg,
-		TracerProvider: tp,
-		Handler:        site,
-		Logger:         logger,
-	})
-	if err != nil {
-		return err
-	}
-	meshnode.PrepareProcess(cmp.Or(*publicURL, "http://"))
-	return srv.Run(ctx)
 }
 
 // parseSize parses a byte count as GOMEMLIMIT writes it: a number with an

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -63,22 +65,18 @@ func TestOpenConsole(t *testing.T) {
 		t.Fatalf("console of a stopped VM: %v", err)
 	}
 	post("/nodes/pve1/qemu/100/status/start", "")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "the VM to start", func() error {
 		var st struct {
 			Status string `json:"status"`
 		}
 		if err := p.get(ctx, "/nodes/pve1/qemu/100/status/current", &st); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if st.Status == "running" {
-			break
+		if st.Status != "running" {
+			return fmt.Errorf("status %s", st.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the VM did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	conn, err := p.openConsole(ctx, "pve1", 100)
 	if err != nil {
 		t.Fatal(err)

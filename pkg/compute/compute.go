@@ -369,7 +369,7 @@ type VM struct {
 func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 	vm := &VM{
 		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
-		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(),
+		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(tenancy.Creating(g.Tags())),
 	}
 	vm.ID = vm.Ref.ID()
 	if was, ok := wasOf(g.Tags()); ok {

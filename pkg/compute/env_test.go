@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"

@@ -32,8 +32,8 @@ func TestVMStatusIsPveapiState(t *testing.T) {
 	for _, status := range []string{"running", "stopped", "paused", "suspended", "unknown"} {
 		for _, lock := range []string{"", "clone", "create", "suspended", "migrate"} {
 			g := pveapi.Resource{Type: "qemu", VMID: 100, Status: status, Lock: lock, RawTags: tenancy.GuestTags("red")}
-			if got := vmFromGuest(Zone{ID: "z"}, g, nil, false).Status; got != g.State() {
-				t.Errorf("status %q lock %q: %s, pveapi says %s", status, lock, got, g.State())
+			if got := vmFromGuest(Zone{ID: "z"}, g, nil, false).Status; got != g.State(tenancy.Creating(g.Tags())) {
+				t.Errorf("status %q lock %q: %s, pveapi says %s", status, lock, got, g.State(tenancy.Creating(g.Tags())))
 			}
 		}
 	}

@@ -25,9 +25,9 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/inventory"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -55,6 +55,10 @@ type Config struct {
 	Catalog catalog.Store
 	// Placement tells the VMs that moved across zones; nil: none moved.
 	Placement Placement
+	// Inventory reads Proxmox; nil builds one over Zones. Share the
+	// process's one so that its bound on the answers decoded at a time
+	// holds across every service.
+	Inventory *inventory.Inventory
 	// Timeout bounds each zone's part of a read. Zero is DefaultTimeout.
 	Timeout time.Duration
 	// Logger receives the service's diagnostics; nil discards them.
@@ -75,8 +79,8 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{cfg: cfg}
-	if cfg.Zones != nil {
+	s := &Service{cfg: cfg, inv: cfg.Inventory}
+	if cfg.Zones != nil && s.inv == nil {
 		// New fails only without Zones.
 		s.inv, _ = inventory.New(inventory.Config{Zones: cfg.Zones, Timeout: cfg.Timeout})
 	}

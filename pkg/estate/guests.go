@@ -44,7 +44,7 @@ func GuestStatus(res pveapi.Resource, creating map[int]bool) string {
 	if creating[res.VMID] {
 		return string(pveapi.StateCreating)
 	}
-	return string(res.State())
+	return string(res.State(tenancy.Creating(res.Tags())))
 }
 
 func guestOf(z zones.Zone, res *pveapi.Resource, id, status string) Guest {

@@ -89,8 +89,8 @@ func TestGuestStatusIsPveapiState(t *testing.T) {
 		for _, lock := range []string{"", "clone", "create", "suspended", "backup"} {
 			for _, tags := range []string{"", tenancy.GuestTags("red"), tenancy.GuestTags("red", tenancy.CreatingTag)} {
 				res := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: tags}
-				if got := GuestStatus(res, nil); got != string(res.State()) {
-					t.Errorf("%+v: %q, pveapi says %q", res, got, res.State())
+				if got := GuestStatus(res, nil); got != string(res.State(tenancy.Creating(res.Tags()))) {
+					t.Errorf("%+v: %q, pveapi says %q", res, got, res.State(tenancy.Creating(res.Tags())))
 				}
 			}
 		}

@@ -130,6 +130,13 @@ type Service struct {
 	// Now is the clock certificates' expiry is checked against; nil is
 	// time.Now.
 	Now func() time.Time
+	// Fleet checks the backends of CreateBalancer and UpdateBalancer
+	// (required by them).
+	Fleet Fleet
+	// Sync is told of every change of CreateBalancer, UpdateBalancer and
+	// DeleteBalancer and reports the backends' health; nil: none (every
+	// backend's health is unknown).
+	Sync Sync
 }
 
 func (s *Service) now() time.Time {

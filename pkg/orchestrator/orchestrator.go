@@ -12,34 +12,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/trace"
 	kubeclient "k8s.io/client-go/kubernetes"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
-	"github.com/flexplane/flexplane/pkg/api/apierr"
-	"github.com/flexplane/flexplane/pkg/api/graphiql"
+	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
-	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -51,143 +45,6 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
-// Config configures an orchestrator.
-type Config struct {
-	// Listen is the public TCP address. Default ":8080".
-	Listen string
-	// PublicURL is the URL agents use to reach Listen (behind a TLS
-	// terminating proxy, its https:// URL). Default "http://" + the bound
-	// address, with 127.0.0.1 for an unspecified host (enough for one
-	// machine only).
-	PublicURL string
-	// DataDir keeps the mesh control server's state and the orchestrator's
-	// mesh identity. Required.
-	DataDir string
-	// STUNAddr is the UDP address of the STUN server. Default ":3478"; a
-	// zero port picks a free one.
-	STUNAddr string
-	// MeshPostgres keeps the mesh control server's state in PostgreSQL
-	// (replicated deployments: whichever replica runs it finds the same
-	// nodes, keys and server keys); nil keeps it in SQLite under DataDir.
-	MeshPostgres *meshcontrol.PostgresConfig
-	// AgentPort is the agents' gRPC port. Default 50051.
-	AgentPort uint16
-	// MeshName is the orchestrator's name in the mesh. Default
-	// "flexplane-orchestrator".
-	MeshName string
-	// API configures the GraphQL API served at /graphql; its zero value
-	// serves none.
-	API APIConfig
-	// Handler serves every path the mesh control server and the API do not
-	// own (the portal, ...). Nil answers 404.
-	Handler http.Handler
-	// RefreshInterval is how often zones and host status are refreshed.
-	// Default 2s.
-	RefreshInterval time.Duration
-	// MetricsListen is the TCP address serving the Prometheus metrics: the
-	// orchestrator's at /metrics, each agent's (fetched over the mesh) at
-	// /metrics/agents/<mesh name>. Keep it off the public network; ""
-	// serves none.
-	MetricsListen string
-	// Audit says where the audit events of mutations go; its zero value
-	// records none.
-	Audit AuditConfig
-	// TracerProvider traces GraphQL operations and the calls they make to
-	// the agents, whose spans join the trace; nil traces nothing.
-	TracerProvider trace.TracerProvider
-	// Kube says how to reach Kubernetes (the catalog's kubernetes
-	// backend, the Lease of Replication).
-	Kube KubeConfig
-	// Replication runs the orchestrator as one of several replicas behind
-	// one Service; its zero value runs it alone.
-	Replication ReplicationConfig
-	// MeshPolicy replaces the default mesh policy; for tests only.
-	MeshPolicy string
-	// Logger receives all logs, including the control server's. Default
-	// slog.Default().
-	Logger *slog.Logger
-}
-
-// ReplicationConfig makes the orchestrator one of several replicas: the
-// embedded mesh control server runs on one of them at a time, the holder
-// of a Kubernetes Lease (reached through Config.Kube), with its state in
-// Config.MeshPostgres (required); the others forward the control protocol
-// to it (package meshleader). Every replica is its own mesh node and
-// serves the whole API.
-type ReplicationConfig struct {
-	// PeerURL is this replica's http:// URL as the other replicas reach
-	// it (its pod's IP and the port of Listen); it must differ between
-	// replicas. "" runs the orchestrator alone.
-	PeerURL string
-	// LeaseName is the Lease's name, in the namespace of Config.Kube.
-	// Default meshleader.DefaultLeaseName.
-	LeaseName string
-	// LeaseDuration, RenewDeadline and RetryPeriod are the election's
-	// timings (see meshleader.Config); defaults 15s, 10s and 2s.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-}
-
-// APIPath is where the GraphQL API is served.
-const APIPath = "/graphql"
-
-// APIConfig configures the GraphQL API. The zero value serves no API.
-type APIConfig struct {
-	// Issuer is the URL of the OpenID Connect issuer whose bearer tokens
-	// the API accepts; "" serves no API. Its discovery document is read at
-	// Start, which fails if the issuer cannot be reached.
-	Issuer string
-	// Audience is the client id tokens must be issued to (the portal's).
-	// Required with Issuer.
-	Audience string
-	// Claims names the role, name and email claims; the zero value reads
-	// Zitadel's tokens.
-	Claims auth.ClaimNames
-	// CatalogBackend is where the catalog (VDCs, profiles, images) lives:
-	// CatalogDir (the default: manifests in CatalogDir) or
-	// CatalogKubernetes (custom resources, reached through Config.Kube).
-	CatalogBackend string
-	// CatalogDir holds the catalog's manifests (the dir backend).
-	// Default DataDir/catalog.
-	CatalogDir string
-	// Tenant is the one tenant this deployment serves.
-	Tenant graph.Tenant
-	// ZoneTimeout bounds each zone's part of a request that spans zones;
-	// a slower zone is reported ZONE_UNAVAILABLE. Default
-	// graph.DefaultZoneTimeout.
-	ZoneTimeout time.Duration
-	// AgentVersion is the agent version this orchestrator ships; hosts
-	// whose agent reports another show updateAvailable. Empty: never.
-	AgentVersion string
-	// Releases configures agent releases and rollouts; its zero value
-	// offers none.
-	Releases ReleasesConfig
-	// MaxDepth and MaxComplexity bound queries; zero keeps pkg/api's
-	// defaults.
-	MaxDepth, MaxComplexity int
-	// HTTPClient fetches the issuer's discovery document and signing keys;
-	// nil is http.DefaultClient.
-	HTTPClient *http.Client
-	// VMRecoverAfter is how old an unfinished VM create must be before
-	// this orchestrator, not running it, finishes or cleans it up (another
-	// replica may still be working on it until then). Default 2m
-	// (compute.Config.StaleAfter).
-	VMRecoverAfter time.Duration
-	// VMRecoverInterval is how often the orchestrator looks for unfinished
-	// VM creates and moves to finish or undo. Default 30s
-	// (compute.Config.RecoverInterval).
-	VMRecoverInterval time.Duration
-	// ConsoleTTL is how long a console ticket of openConsole waits for its
-	// websocket (1s to 5m). Default console.DefaultTTL.
-	ConsoleTTL time.Duration
-	// LoadBalancers are the zones' flexgateway replicas the load balancers
-	// are pushed to; its zero value serves no balancer (they can be made
-	// and are kept, but reach no data plane).
-	LoadBalancers LoadBalancersConfig
-	// Kubernetes is managed Kubernetes over the management cluster of
-	// Config.Kube; its zero value offers none.
-	Kubernetes ManagedKubernetesConfig
-}
-
 // lbZones is how each zone's edge gateways reach its flexgateway replicas.
 func lbZones(c LoadBalancersConfig) map[string]loadbalancer.Zone {
 	out := map[string]loadbalancer.Zone{}
@@ -195,18 +52,6 @@ func lbZones(c LoadBalancersConfig) map[string]loadbalancer.Zone {
 		out[name] = z.Zone
 	}
 	return out
-}
-
-// LoadBalancersConfig configures the load balancers' sync (package lbsync).
-type LoadBalancersConfig struct {
-	// Zones are the zones with flexgateway replicas, by zone name.
-	Zones map[string]lbsync.Zone `json:"zones"`
-	// Token is the replicas' admin bearer token.
-	Token string `json:"token"`
-	// EndpointSlices, when set, finds each zone's replicas in the
-	// EndpointSlices of charts/flexgateway's admin Services in the
-	// management cluster of Config.Kube, in place of Zones' Replicas.
-	EndpointSlices *lbsync.EndpointSlicesConfig `json:"endpointSlices,omitempty"`
 }
 
 // lbDiscovery is the replicas' discovery lc asks for (nil: the fixed
@@ -226,33 +71,6 @@ func lbDiscovery(lc LoadBalancersConfig, kc KubeConfig) (lbsync.Discoverer, erro
 	cfg := *lc.EndpointSlices
 	cfg.Namespace = cmp.Or(cfg.Namespace, ns)
 	return lbsync.NewEndpointSlices(client, cfg)
-}
-
-// ReleasesConfig configures agent releases (package release) and their
-// rollouts (package rollout).
-type ReleasesConfig struct {
-	// PublicKey is the minisign public key releases are signed with (the
-	// agents have the same); "" offers no releases.
-	PublicKey string
-	// Dir is the release store: published releases and the rollouts'
-	// records. Replicas share it (one volume mounted by all). Default
-	// DataDir/releases.
-	Dir string
-	// HostTimeout bounds one host's update in a rollout. Default 3m.
-	HostTimeout time.Duration
-}
-
-// AuditConfig configures the audit sinks; every one set receives every
-// event.
-type AuditConfig struct {
-	// Log receives the events as JSON lines (os.Stdout, a file); nil
-	// writes none.
-	Log io.Writer
-	// Webhook posts the events in batches when its URL is set; its
-	// Metrics and Logger are the orchestrator's.
-	Webhook audit.WebhookConfig
-	// Sink also receives every event (tests).
-	Sink audit.Sink
 }
 
 // Server is an orchestrator.
@@ -290,259 +108,6 @@ type Server struct {
 	stopOnce   sync.Once
 }
 
-// New checks cfg and returns a server; Start or Run starts it.
-func New(cfg Config) (*Server, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("orchestrator: DataDir is required")
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = ":8080"
-	}
-	if cfg.PublicURL != "" {
-		u, err := url.Parse(cfg.PublicURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return nil, fmt.Errorf("orchestrator: PublicURL %q must be an http(s) URL without a path", cfg.PublicURL)
-		}
-	}
-	if cfg.MeshName == "" {
-		cfg.MeshName = "flexplane-orchestrator"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.API.Issuer != "" {
-		if cfg.API.Audience == "" {
-			return nil, errors.New("orchestrator: API.Audience is required with API.Issuer")
-		}
-		if cfg.API.CatalogDir == "" {
-			cfg.API.CatalogDir = filepath.Join(cfg.DataDir, "catalog")
-		}
-	}
-	if cfg.Replication.PeerURL != "" && cfg.MeshPostgres == nil {
-		return nil, errors.New("orchestrator: Replication needs MeshPostgres: the mesh state moves with the leadership")
-	}
-	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{}), probe: &probe{}}, nil
-}
-
-// Start listens, starts the mesh control server, joins the mesh as
-// tag:orchestrator and starts discovering zones. It returns once the
-// orchestrator serves; ctx bounds the start only.
-func (s *Server) Start(ctx context.Context) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("orchestrator: already started")
-	}
-	s.started = true
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("orchestrator: listen: %w", err)
-	}
-	undo = append(undo, func() { ln.Close() })
-	publicURL := s.cfg.PublicURL
-	if publicURL == "" {
-		publicURL = "http://" + hostPort(ln.Addr())
-	}
-	ccfg := meshcontrol.Config{
-		DataDir:   filepath.Join(s.cfg.DataDir, "headscale"),
-		ServerURL: publicURL,
-		STUNAddr:  s.cfg.STUNAddr,
-		Postgres:  s.cfg.MeshPostgres,
-		AgentPort: s.cfg.AgentPort,
-		Policy:    s.cfg.MeshPolicy,
-		Logger:    s.log,
-	}
-	mux := http.NewServeMux()
-	s.probe.mount(mux)
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	var control *meshcontrol.Control
-	var leader *meshleader.Leader
-	var meshAPI *meshcontrol.Client
-	if s.cfg.Replication.PeerURL == "" {
-		if control, err = meshcontrol.Start(ctx, ccfg); err != nil {
-			return fmt.Errorf("orchestrator: %w", err)
-		}
-		undo = append(undo, func() { control.Close(context.WithoutCancel(ctx)) })
-		control.Mount(mux)
-		srv.ConnState = control.TrackConn
-		meshAPI = control.Client
-	} else {
-		if leader, err = s.startLeader(ctx, ccfg); err != nil {
-			return err
-		}
-		undo = append(undo, func() { leader.Close(context.WithoutCancel(ctx)) })
-		leader.Mount(mux)
-		srv.ConnContext = leader.ConnContext
-		meshAPI = leader.Client()
-	}
-	s.probe.setLeader(leader)
-	if s.cfg.Handler != nil {
-		mux.Handle("/", s.cfg.Handler)
-	}
-	var api apiSlot
-	if s.cfg.API.Issuer != "" {
-		mux.Handle(APIPath, &api)
-		mux.Handle(APIPath+"/"+graphiql.AssetDir, &api)
-	}
-	done := make(chan struct{})
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("orchestrator: serve", "err", err)
-		}
-	}()
-	undo = append(undo, func() { srv.Close() })
-
-	meshDir := filepath.Join(s.cfg.DataDir, "mesh")
-	var authKey string
-	if !meshnode.HasState(meshDir) {
-		key, err := ownKey(ctx, meshAPI, leader != nil)
-		if err != nil {
-			return fmt.Errorf("orchestrator: enroll own mesh node: %w", err)
-		}
-		authKey = key.Secret
-	}
-	node, err := meshnode.Start(ctx, meshnode.Config{
-		Hostname:   s.cfg.MeshName,
-		Dir:        meshDir,
-		ControlURL: publicURL,
-		AuthKey:    authKey,
-		Logger:     s.log,
-	})
-	if err != nil {
-		return fmt.Errorf("orchestrator: join mesh: %w", err)
-	}
-	undo = append(undo, func() { node.Close(context.WithoutCancel(ctx)) })
-	s.probe.setNode(node)
-
-	registry, err := zones.New(zones.Config{
-		Mesh:            mesh{control: meshAPI, node: node},
-		AgentPort:       s.cfg.AgentPort,
-		RefreshInterval: s.cfg.RefreshInterval,
-		Logger:          s.log,
-		TracerProvider:  s.cfg.TracerProvider,
-	})
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(registry, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var sinks audit.Multi
-	if s.cfg.Audit.Log != nil {
-		sinks = append(sinks, audit.NewWriter(s.cfg.Audit.Log, s.log))
-	}
-	var webhook *audit.Webhook
-	if wc := s.cfg.Audit.Webhook; wc.URL != "" {
-		wc.Metrics, wc.Logger = reg, s.log.With("component", "audit")
-		if webhook, err = audit.NewWebhook(wc); err != nil {
-			return fmt.Errorf("orchestrator: %w", err)
-		}
-		undo = append(undo, func() { webhook.Close(context.WithoutCancel(ctx)) })
-		sinks = append(sinks, webhook)
-	}
-	if s.cfg.Audit.Sink != nil {
-		sinks = append(sinks, s.cfg.Audit.Sink)
-	}
-	var auditSink audit.Sink
-	if len(sinks) > 0 {
-		auditSink = sinks
-	}
-	var store catalog.Store
-	var closeCatalog func()
-	var vms *compute.Service
-	if s.cfg.API.Issuer != "" {
-		s.probe.expectAPI()
-		consoles, err := console.New(console.Config{Agents: consoleAgents{registry}, TTL: s.cfg.API.ConsoleTTL,
-			Logger: s.log.With("component", "console")})
-		if err != nil {
-			return fmt.Errorf("orchestrator: %w", err)
-		}
-		h, st, closeCat, cs, err := s.newAPI(ctx, registry, meshAPI, leader, reg, auditSink, consoles)
-		if err != nil {
-			return err
-		}
-		undo = append(undo, closeCat)
-		closeCatalog = closeCat
-		vms = cs
-		// ServeMux allows registering while it serves; until now the
-		// console path fell through to Handler.
-		mux.Handle(console.PathPrefix, consoles.Handler())
-		api.set(h)
-		store = st
-		s.probe.setCatalog(st)
-	}
-	var metricsSrv *http.Server
-	var metricsLn net.Listener
-	if s.cfg.MetricsListen != "" {
-		if metricsLn, err = net.Listen("tcp", s.cfg.MetricsListen); err != nil {
-			return fmt.Errorf("orchestrator: metrics: listen: %w", err)
-		}
-		undo = append(undo, func() { metricsLn.Close() })
-		metricsSrv = &http.Server{Handler: metricsHandler(reg, registry), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
-		go func() {
-			if err := metricsSrv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("orchestrator: serve metrics", "err", err)
-			}
-		}()
-		s.log.Info("orchestrator serving metrics", "listen", metricsLn.Addr().String())
-	}
-	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	kctx, kubeStop := context.WithCancel(rctx)
-	kubeDone := make(chan struct{})
-	if k := s.kube; k != nil {
-		// Cluster API's controllers run on one replica at a time: the
-		// mesh control server's leader (this one when not replicated).
-		var l leadership = alone{}
-		if leader != nil {
-			l = leader
-		}
-		go func() {
-			defer close(kubeDone)
-			k.run(kctx, l)
-		}()
-	} else {
-		close(kubeDone)
-	}
-	edge, lbs := s.edge, s.lbs
-	go func() {
-		defer close(done)
-		var wg sync.WaitGroup
-		if vms != nil {
-			// Finishes creates other orchestrators left unfinished.
-			wg.Go(func() { _ = vms.Run(rctx) })
-		}
-		if edge != nil {
-			wg.Go(func() { edge.Run(rctx) })
-		}
-		if lbs != nil {
-			wg.Go(func() { _ = lbs.Run(rctx) })
-		}
-		registry.Run(rctx)
-		wg.Wait()
-	}()
-
-	s.ln, s.url, s.http, s.control, s.node, s.registry, s.stop, s.done = ln, publicURL, srv, control, node, registry, stop, done
-	s.kubeStop, s.kubeDone = kubeStop, kubeDone
-	s.leader, s.meshAPI = leader, meshAPI
-	s.catalog, s.closeCat, s.compute = store, closeCatalog, vms
-	s.metrics, s.metricsSrv, s.metricsLn, s.webhook = reg, metricsSrv, metricsLn, webhook
-	s.log.Info("orchestrator serving", "listen", ln.Addr().String(), "url", publicURL)
-	return nil
-}
-
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
 func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink, consoles *console.Broker) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
@@ -573,14 +138,13 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		// the creates a dead replica left: one replica at a time.
 		recovers = leader.Leading
 	}
-	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: registry.SnippetWriter(),
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
 		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers, Logger: s.log.With("component", "compute")})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	// Every replica runs the load balancers' sync too: a replica given the
 	// config it runs does nothing.
-	var lbs graph.LBSyncer
 	if secrets, ok := store.(catalog.SecretStore); ok {
 		disc, err := lbDiscovery(c.LoadBalancers, s.cfg.Kube)
 		if err != nil {
@@ -588,7 +152,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 		}
 		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
 			Discover: disc, Logger: s.log.With("component", "lbsync")})
-		lbs = s.lbs
 	}
 	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -607,27 +170,29 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
-	// One read service of the estate for every request: its bound on the
-	// Proxmox answers decoded at a time holds for the process.
-	est := estate.New(estate.Config{Zones: registry, Catalog: store, Placement: vms, Timeout: c.ZoneTimeout,
-		Logger: s.log.With("component", "estate")})
-	h, err := api.New(api.Config{
+	svcs, err := newServices(registry, store, vms, s.lbs, s.edge, c.ZoneTimeout, s.log)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	h, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
 			Catalog:       store,
 			Tenant:        c.Tenant,
 			Logger:        s.log.With("component", "api"),
 			Zones:         registry,
-			Estate:        est,
+			Estate:        svcs.estate,
 			ZoneTimeout:   c.ZoneTimeout,
 			Keys:          meshAPI,
 			AgentVersion:  c.AgentVersion,
 			Compute:       vms,
 			Rollouts:      s.rollouts,
-			Edge:          s.edge,
+			Gateways:      svcs.gateways,
 			Consoles:      consoles,
-			LoadBalancers: lbs,
+			LoadBalancers: svcs.balancers,
 			Kubernetes:    kube,
+			Networks:      svcs.networks,
+			VDCs:          svcs.vdcs,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

@@ -5,6 +5,8 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/orchestrator/snippets"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
 // computeZones adapts the zone registry to the zones the VM lifecycle
@@ -48,3 +50,12 @@ func (z computeZones) Known(context.Context) []compute.Zone {
 // Identified implements compute.IdentifiedZones: it waits (within ctx)
 // until the registry knows the zone of every agent in the mesh.
 func (z computeZones) Identified(ctx context.Context) error { return z.r.Identified(ctx) }
+
+// NewSnippetWriter returns the snippet writer of the orchestrator's compute
+// service: the agent of r on the snippet's node writes it.
+func NewSnippetWriter(r *zones.Registry) compute.SnippetWriter {
+	return snippets.NewWriter(func(zoneID, node string) (agentv1.AgentServiceClient, bool) {
+		c, _, ok := r.AgentOfNode(zoneID, node)
+		return c, ok
+	})
+}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
-	"github.com/flexplane/flexplane/pkg/api"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
@@ -80,7 +80,7 @@ func TestBrowser(t *testing.T) {
 		logs = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	apiHandler, err := api.New(api.Config{
+	apiHandler, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
 		Logger:   logger,

@@ -15,6 +15,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
@@ -49,7 +50,7 @@ func TestBrowserAgentUpdate(t *testing.T) {
 		return ok && host.Status == zones.StatusOnline && host.AgentVersion == version
 	}
 	for _, p := range agents {
-		meshtest.WaitFor(t, 2*time.Minute, p.MeshName+" online at v1.0.0", func() bool { return at(p, "v1.0.0") })
+		poll.True(t, 2*time.Minute, p.MeshName+" online at v1.0.0", func() bool { return at(p, "v1.0.0") })
 	}
 	k.Publish(t, h, v11, "v1.1.0")
 	t.Logf("harness up with 2 agent processes and v1.1.0 published in %s", time.Since(begin).Round(time.Millisecond))

@@ -10,6 +10,7 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -59,7 +60,7 @@ func BenchmarkClusterResources(b *testing.B) {
 		b.Fatalf("create guest: %v", err)
 	}
 	cluster := (&proxmox.Cluster{}).New(cl)
-	waitFor(b, "all guests created", 30*time.Second, func() bool {
+	poll.True(b, 30*time.Second, "all guests created", func() bool {
 		rs, err := cluster.Resources(ctx, "vm")
 		return err == nil && len(rs) == guests
 	})

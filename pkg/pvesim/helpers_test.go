@@ -178,15 +178,3 @@ func call(t testing.TB, c *pvesim.Cluster, token, method, path string, form url.
 	}
 	return r
 }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -13,6 +13,7 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -188,7 +189,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("after start: status %q pid %d maxmem %d cpus %d", vm.Status, vm.PID, vm.MaxMem, vm.CPUs)
 	}
 	netin := vm.NetIn
-	waitFor(t, "netin to grow", 10*time.Second, func() bool {
+	poll.True(t, 10*time.Second, "netin to grow", func() bool {
 		if err := vm.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}

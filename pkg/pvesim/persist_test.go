@@ -16,6 +16,7 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -394,7 +395,7 @@ func TestStateFileConcurrentMutations(t *testing.T) {
 func TestReadsDoNotWriteState(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, pvesim.Config{StateFile: filepath.Join(t.TempDir(), "state.json")})
-	waitFor(t, "the first state file write", 5*time.Second, func() bool { return c.StateSaves() == 1 })
+	poll.True(t, 5*time.Second, "the first state file write", func() bool { return c.StateSaves() == 1 })
 	for range 100 {
 		if r := call(t, c, testToken, http.MethodGet, "/cluster/resources", nil); r.status != http.StatusOK {
 			t.Fatal(r.reason)
@@ -406,7 +407,7 @@ func TestReadsDoNotWriteState(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodPost, "/pools", url.Values{"poolid": {"a"}}); r.status != http.StatusOK {
 		t.Fatal(r.reason)
 	}
-	waitFor(t, "the write after a change", 5*time.Second, func() bool { return c.StateSaves() == 2 })
+	poll.True(t, 5*time.Second, "the write after a change", func() bool { return c.StateSaves() == 2 })
 	for range 100 {
 		call(t, c, testToken, http.MethodGet, "/pools", nil)
 	}
@@ -496,7 +497,7 @@ func TestStateFileSaveFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first state file write", 5*time.Second, func() bool { return c.StateSaves() == 1 })
+	poll.True(t, 5*time.Second, "the first state file write", func() bool { return c.StateSaves() == 1 })
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -115,7 +116,7 @@ func TestNodePowerAndJoinInfo(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve2/status", nil); r.status != 595 {
 		t.Fatalf("rebooting node: %s", r.reason)
 	}
-	waitFor(t, "pve2 to come back", 10*time.Second, func() bool {
+	poll.True(t, 10*time.Second, "pve2 to come back", func() bool {
 		return call(t, c, testToken, http.MethodGet, "/nodes/pve2/status", nil).status == http.StatusOK
 	})
 	standalone := startCluster(t, pvesim.Config{})

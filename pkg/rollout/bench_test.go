@@ -10,6 +10,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
@@ -66,7 +67,7 @@ func BenchmarkAgentUpdate(b *testing.B) {
 		}
 	}
 	for _, p := range agents {
-		meshtest.WaitFor(b, 2*time.Minute, p.MeshName+" online at v1.0.0", online(p, "v1.0.0"))
+		poll.True(b, 2*time.Minute, p.MeshName+" online at v1.0.0", online(p, "v1.0.0"))
 	}
 	k.Publish(b, h, v11, "v1.1.0")
 	k.Publish(b, h, crasher, "v1.2.0")
@@ -86,7 +87,7 @@ func BenchmarkAgentUpdate(b *testing.B) {
 		h.GraphQL(b, "admin", "", `mutation($id: ID!, $v: String!) { updateAgents(input: {version: $v, hosts: [$id]}) { `+opFields+` } }`,
 			map[string]any{"id": id, "v": version}).OK(b).Into(b, "updateAgents", &op)
 		op = follow(b, h, op.ID, probation+3*time.Minute)
-		meshtest.WaitFor(b, time.Minute, p.MeshName+" online at "+want, online(p, want))
+		poll.True(b, time.Minute, p.MeshName+" online at "+want, online(p, want))
 		took := time.Since(start)
 		if op.State != wantState || len(op.Hosts) != 1 {
 			b.Fatalf("rollout of %s: %s %q %+v, want %s", version, op.State, op.Error, op.Hosts, wantState)
@@ -105,7 +106,7 @@ func BenchmarkAgentUpdate(b *testing.B) {
 		if err := p.Restart(); err != nil {
 			b.Fatal(err)
 		}
-		meshtest.WaitFor(b, 2*time.Minute, p.MeshName+" healthy after a restart", func() bool {
+		poll.True(b, 2*time.Minute, p.MeshName+" healthy after a restart", func() bool {
 			host, _, ok := h.ProcessHost(p)
 			started := p.StartedAt()
 			return ok && started.After(before) && host.Status == zones.StatusOnline && host.LastHealthy.After(started)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -136,7 +137,7 @@ func TestRollout(t *testing.T) {
 			return true
 		}
 	}
-	meshtest.WaitFor(t, 90*time.Second, "every agent online at v1.0.0", atVersion("v1.0.0"))
+	poll.True(t, 90*time.Second, "every agent online at v1.0.0", atVersion("v1.0.0"))
 
 	// A running VM in each zone, whose uptime must only grow.
 	ctx := t.Context()
@@ -231,7 +232,7 @@ func TestRollout(t *testing.T) {
 		if p.Pid() != pid || p.Starts() != starts {
 			t.Errorf("the agent restarted (pid %d→%d, starts %d→%d)", pid, p.Pid(), starts, p.Starts())
 		}
-		meshtest.WaitFor(t, 10*time.Second, "the refusal reported", func() bool {
+		poll.True(t, 10*time.Second, "the refusal reported", func() bool {
 			x := hosts(t, h)["alpha/pve1"]
 			return x.Update != nil && x.Update.State == "REFUSED" && strings.Contains(x.Update.Reason, "longer") && x.AgentVersion == "v1.0.0"
 		})
@@ -287,7 +288,7 @@ func TestRollout(t *testing.T) {
 				t.Errorf("batch %d updates two hosts of zone %s", b, zs[0])
 			}
 		}
-		meshtest.WaitFor(t, 30*time.Second, "every agent online at v1.1.0", atVersion("v1.1.0"))
+		poll.True(t, 30*time.Second, "every agent online at v1.1.0", atVersion("v1.1.0"))
 		for name, x := range hosts(t, h) {
 			if x.Update == nil || x.Update.State != "DONE" || x.Update.Version != "v1.1.0" || x.ID != before[name].ID {
 				t.Errorf("host %s after the rollout: %+v", name, x)
@@ -381,7 +382,7 @@ func TestRollout(t *testing.T) {
 				t.Errorf("host %s after the halt: %s, want SKIPPED", x.Name, x.State)
 			}
 		}
-		meshtest.WaitFor(t, 30*time.Second, "the zone online at v1.1.0 again", atVersion("v1.1.0"))
+		poll.True(t, 30*time.Second, "the zone online at v1.1.0 again", atVersion("v1.1.0"))
 		x := hosts(t, h)[c.Spec.Name+"/"+first.Name]
 		if x.Update == nil || x.Update.State != "ROLLED_BACK" || !strings.Contains(x.Update.Reason, reason) || x.Update.Version != version {
 			t.Errorf("host %s: %+v, want ROLLED_BACK from %s: %q", first.Name, x.Update, version, reason)
@@ -399,7 +400,7 @@ func TestRollout(t *testing.T) {
 		var op opJSON
 		h.GraphQL(t, "admin", "", `mutation($zone: ID!) { updateAgents(input: {version: "v1.3.0", zone: $zone}) { `+opFields+` } }`,
 			map[string]any{"zone": zone}).OK(t).Into(t, "updateAgents", &op)
-		meshtest.WaitFor(t, time.Minute, "the first host updating", func() bool {
+		poll.True(t, time.Minute, "the first host updating", func() bool {
 			x := operation(t, h, op.ID)
 			return len(x.Hosts) == 3 && x.Hosts[0].State == "UPDATING"
 		})
@@ -418,7 +419,7 @@ func TestRollout(t *testing.T) {
 		}
 		// The host finishes on its own: the release never gets healthy,
 		// so its launcher rolls it back.
-		meshtest.WaitFor(t, 90*time.Second, "every agent online at v1.1.0 again", atVersion("v1.1.0"))
+		poll.True(t, 90*time.Second, "every agent online at v1.1.0 again", atVersion("v1.1.0"))
 		checkVMs(t)
 	})
 }

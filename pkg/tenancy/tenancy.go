@@ -68,6 +68,19 @@ func GuestTags(vdc string, extra ...string) string {
 // intent recorded on the guest, or cleans it up.
 const CreatingTag = "fp-creating"
 
+// Creating reports whether a guest's tags say its create has not finished:
+// it carries CreatingTag, or it is a guest flexplane manages with no VDC tag
+// yet (a fresh clone of a flexplane template, in the first moments of a
+// create). What Proxmox itself says (a create or clone lock) and that a
+// template is never creating are pveapi.Resource.State's.
+func Creating(tags []string) bool {
+	if slices.Contains(tags, CreatingTag) {
+		return true
+	}
+	vdc, managed := VDCOf(tags)
+	return managed && vdc == ""
+}
+
 // opTagPrefix starts the tag naming the operation that works on a guest.
 const opTagPrefix = "fp-op-"
 

@@ -3,7 +3,10 @@ package tenancy
 import (
 	"errors"
 	"regexp"
+	"slices"
 	"testing"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // Proxmox's own formats for the ids derived here (pve-common, pve-network).
@@ -170,5 +173,36 @@ func TestVNetBelongs(t *testing.T) {
 	}
 	if vdc, name, ok := VNetOf(SDNZoneID("red"), alias); !ok || vdc != "red" || name != "web" {
 		t.Errorf("VNetOf: %q %q %v", vdc, name, ok)
+	}
+}
+
+// TestCreating: a guest is marked creating by CreatingTag, or by being
+// managed without a VDC tag yet; a guest of a VDC, and one flexplane does
+// not manage, are not.
+func TestCreating(t *testing.T) {
+	t.Parallel()
+	for tags, want := range map[string]bool{
+		GuestTags("red", CreatingTag): true,
+		ManagedTag:                    true,
+		CreatingTag:                   true,
+		GuestTags("red"):              false,
+		GuestTags("red", OpTag("x")):  false,
+		"":                            false,
+		"web;db":                      false,
+	} {
+		if got := Creating(SplitTags(tags)); got != want {
+			t.Errorf("Creating(%q) = %v, want %v", tags, got, want)
+		}
+	}
+}
+
+// TestSplitTagsReadsAsProxmoxDoes: tenancy writes and reads Proxmox tag
+// lists; pveapi reads them on its own, the same way.
+func TestSplitTagsReadsAsProxmoxDoes(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"", "a", "flexplane;fp-vdc-red", "a,b c", ";;a;;", GuestTags("red", CreatingTag)} {
+		if got, want := SplitTags(in), pveapi.SplitTags(in); !slices.Equal(got, want) {
+			t.Errorf("SplitTags(%q) = %q, pveapi reads %q", in, got, want)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/agenttest"
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -159,20 +160,16 @@ func (e *env) workers(t testing.TB, vdc, prefix string) []*compute.VM {
 	return out
 }
 
-// waitFor polls cond until it holds or d passes.
+// waitFor polls cond until it holds or d passes; cond's second result,
+// the state it saw, explains a failure.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, state := cond()
-		if ok {
-			return
+	poll.Until(t, d, what, func() error {
+		if ok, state := cond(); !ok {
+			return errors.New(state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s (%s)", what, d, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // endpoints are the Kubernetes endpoints of vdc's gateway in the zone.

@@ -18,12 +18,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/flexplane/flexplane/pkg/api/apierr"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
 	"github.com/flexplane/flexplane/pkg/catalog/kubestore/v1alpha1"
 	"github.com/flexplane/flexplane/pkg/dev/catalogtest"
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // kube is the API server all tests of the package share (one namespace
@@ -218,17 +219,12 @@ func TestCacheSeesOtherWriters(t *testing.T) {
 	if err := dc.Resource(kubestore.GVR(catalog.KindComputeProfile)).Namespace(ns).Delete(ctx, "byhand", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := s.Get(ctx, catalog.KindComputeProfile, "byhand")
-		if errors.Is(err, catalog.ErrNotFound) {
-			break
+	poll.Until(t, 10*time.Second, "the external delete to reach the cache", func() error {
+		if _, err := s.Get(ctx, catalog.KindComputeProfile, "byhand"); !errors.Is(err, catalog.ErrNotFound) {
+			return fmt.Errorf("get: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the external delete never reached the cache (last: %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestExportImportRoundTrip moves a catalog from the directory backend to

@@ -18,7 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/orchestrator/snippets"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -51,7 +51,7 @@ func Snippets(t testing.TB, z *vmtest.Zone) compute.SnippetWriter {
 		clients[node] = agentv1.NewAgentServiceClient(conn)
 	}
 	zoneID := z.Name
-	return zones.NewSnippetWriter(func(zid, node string) (agentv1.AgentServiceClient, bool) {
+	return snippets.NewWriter(func(zid, node string) (agentv1.AgentServiceClient, bool) {
 		c, ok := clients[node]
 		return c, ok && zid == zoneID
 	})

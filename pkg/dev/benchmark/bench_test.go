@@ -31,8 +31,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-// Parameters of BenchmarkStack, from the environment (see the README's
-// Performance section).
+// Parameters of BenchmarkStack, from the environment (see
+// docs/performance/index.md).
 type params struct {
 	out        string        // BENCH_OUT: JSON report path
 	scales     []int         // BENCH_SCALES: zone counts, ascending
@@ -274,7 +274,7 @@ func timed(f func() error) (time.Duration, error) {
 }
 
 // BenchmarkStack runs the whole report once (use -benchtime 1x): see the
-// package documentation and the README's Performance section.
+// package documentation and docs/performance/index.md.
 func BenchmarkStack(b *testing.B) {
 	_, file, _, _ := runtime.Caller(0)
 	moduleDir := filepath.Join(filepath.Dir(file), "..", "..", "..")

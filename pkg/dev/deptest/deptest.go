@@ -1,9 +1,9 @@
 // Package deptest keeps the import rules of flexplane's layout with tests
-// (README, Layout): it loads the import graph `go list -deps` reports
+// (docs/develop/layout.md): it loads the import graph `go list -deps` reports
 // (non-test code, for a fixed platform), fails a test for each forbidden
 // package a root links (with the chain of imports that brings it in), and
 // compares the dependencies of a binary with a checked-in list. Its own
-// tests hold the rules that span packages: the README's package map is
+// tests hold the rules that span packages: the package map (docs/develop/packages.md) is
 // the module's packages, product code links no dev tool, domain packages
 // import no transport, every package has a doc comment, and tests and
 // tools send GraphQL with pkg/dev/gqltest only.
@@ -92,6 +92,19 @@ func load(roots ...string) (*Graph, error) {
 
 // Roots returns the import paths of the packages Load was given.
 func (g *Graph) Roots() []string { return slices.Clone(g.roots) }
+
+// Imports returns, sorted, the packages pkg imports directly (non-test
+// code), without the standard library unless std.
+func (g *Graph) Imports(pkg string, std bool) []string {
+	var out []string
+	for _, p := range g.imports[pkg] {
+		if std || !g.std[p] {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Deps returns, sorted, root and every package it links, without the
 // standard library unless std.

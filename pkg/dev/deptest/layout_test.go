@@ -12,11 +12,14 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/deptest"
 )
 
-// TestReadmeMapListsEveryPackage: the README's package map has one row per
-// package of the module, no more and no less.
-func TestReadmeMapListsEveryPackage(t *testing.T) {
+// packageMap is the page of the manual that maps the module's packages.
+const packageMap = "docs/develop/packages.md"
+
+// TestPackageMapListsEveryPackage: the package map (docs/develop/packages.md)
+// has one row per package of the module, no more and no less.
+func TestPackageMapListsEveryPackage(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open(filepath.Join("..", "..", "..", "README.md"))
+	f, err := os.Open(filepath.Join("..", "..", "..", filepath.FromSlash(packageMap)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,9 +31,9 @@ func TestReadmeMapListsEveryPackage(t *testing.T) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case line == "## Package map":
+		case line == "# Package map":
 			in = true
-		case in && strings.HasPrefix(line, "## "):
+		case in && strings.HasPrefix(line, "# "):
 			in = false
 		case in:
 			if m := row.FindStringSubmatch(line); m != nil {
@@ -39,17 +42,17 @@ func TestReadmeMapListsEveryPackage(t *testing.T) {
 		}
 	}
 	if len(mapped) == 0 {
-		t.Fatal("README.md has no package map (a \"## Package map\" section with a row per package)")
+		t.Fatal(packageMap + " has no package map (a \"# Package map\" section with a row per package)")
 	}
 	pkgs := deptest.Load(t, module+"/...").Roots()
 	for _, p := range mapped {
 		if !slices.Contains(pkgs, p) {
-			t.Errorf("README.md maps %s, which is not a package of the module", p)
+			t.Errorf("%s maps %s, which is not a package of the module", packageMap, p)
 		}
 	}
 	for _, p := range pkgs {
 		if !slices.Contains(mapped, p) {
-			t.Errorf("package %s is missing from README.md's package map", p)
+			t.Errorf("package %s is missing from the package map, %s", p, packageMap)
 		}
 	}
 }

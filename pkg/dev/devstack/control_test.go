@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/unixsock"
@@ -138,12 +139,12 @@ func TestCommandsActOnTheRunningStack(t *testing.T) {
 		t.Errorf("killing a stopped agent: %v", err)
 	}
 	must("agent", "start", "fra1-pve1")
-	waitFor(t, 10*time.Second, "fra1-pve1 started", func() bool { return pidOf("fra1-pve1") != 0 })
+	poll.True(t, 10*time.Second, "fra1-pve1 started", func() bool { return pidOf("fra1-pve1") != 0 })
 	killed := pidOf("fra1-pve2")
 	if out := must("agent", "kill", "fra1-pve2"); !strings.Contains(out, "SIGKILL") {
 		t.Errorf("agent kill said %q", out)
 	}
-	waitFor(t, 10*time.Second, "fra1-pve2 restarted", func() bool { p := pidOf("fra1-pve2"); return p != 0 && p != killed })
+	poll.True(t, 10*time.Second, "fra1-pve2 restarted", func() bool { p := pidOf("fra1-pve2"); return p != 0 && p != killed })
 
 	// partition and heal: the zone's agents stop (T) and continue.
 	must("partition", "fra1")
@@ -152,7 +153,7 @@ func TestCommandsActOnTheRunningStack(t *testing.T) {
 		if strings.HasPrefix(name, "fra1-") {
 			want = "T"
 		}
-		waitFor(t, 10*time.Second, name+" in state "+want, func() bool { return processState(pidOf(name)) == want })
+		poll.True(t, 10*time.Second, name+" in state "+want, func() bool { return processState(pidOf(name)) == want })
 	}
 	if _, err := run("partition", "fra1"); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Errorf("partitioning it again: %v", err)
@@ -162,7 +163,7 @@ func TestCommandsActOnTheRunningStack(t *testing.T) {
 	}
 	must("heal", "fra1")
 	for _, name := range []string{"fra1-pve1", "fra1-pve2", "fra1-pve3"} {
-		waitFor(t, 10*time.Second, name+" continued", func() bool { return processState(pidOf(name)) == "S" })
+		poll.True(t, 10*time.Second, name+" continued", func() bool { return processState(pidOf(name)) == "S" })
 	}
 
 	// node offline and online, relayed to the simulator.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -243,21 +244,6 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func poll(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 type vm struct {
 	ID, Name, Status string
 	IPAddresses      []string
@@ -432,7 +418,7 @@ func TestStack(t *testing.T) {
 	t.Run("vms", func(t *testing.T) {
 		// The demo VMs come up first (their images are staged by then):
 		// the screens a newcomer sees are not empty.
-		poll(t, 3*time.Minute, "the demo VMs web-1 and db-1 RUNNING in prod", func() error {
+		poll.Until(t, 3*time.Minute, "the demo VMs web-1 and db-1 RUNNING in prod", func() error {
 			vms, err := vmsOf(ctx, alice, "prod")
 			if err != nil {
 				return err
@@ -463,7 +449,7 @@ func TestStack(t *testing.T) {
 			}
 			ops = append(ops, op)
 		}
-		poll(t, 3*time.Minute, "both VMs RUNNING with addresses", func() error {
+		poll.Until(t, 3*time.Minute, "both VMs RUNNING with addresses", func() error {
 			for _, id := range ops {
 				o, err := devstack.GetOperation(ctx, alice, "dev", id)
 				if err != nil || o.State != "FAILED" {
@@ -499,7 +485,7 @@ func TestStack(t *testing.T) {
 		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
 			t.Fatalf("stopVM: %v", err)
 		}
-		poll(t, time.Minute, "the VM STOPPED", func() error {
+		poll.Until(t, time.Minute, "the VM STOPPED", func() error {
 			vms, err := vmsOf(ctx, alice, "dev")
 			if err != nil {
 				return err
@@ -514,7 +500,7 @@ func TestStack(t *testing.T) {
 		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { deleteVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
 			t.Fatalf("deleteVM: %v", err)
 		}
-		poll(t, time.Minute, "the VM gone", func() error {
+		poll.Until(t, time.Minute, "the VM gone", func() error {
 			vms, err := vmsOf(ctx, alice, "dev")
 			if err != nil {
 				return err
@@ -587,7 +573,7 @@ func TestStack(t *testing.T) {
 	}
 	wantDemo := []string{"prod/db-1 RUNNING", "prod/web-1 RUNNING", "staging/app-1 RUNNING"}
 	if haveVMs {
-		poll(t, 2*time.Minute, "every demo VM RUNNING", func() error {
+		poll.Until(t, 2*time.Minute, "every demo VM RUNNING", func() error {
 			got, err := demoVMs(alice, bob)
 			if err == nil && !slices.Equal(got, wantDemo) {
 				err = fmt.Errorf("demo VMs %v", got)
@@ -728,7 +714,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	waitHost := func(t *testing.T, host, want string, timeout time.Duration) time.Duration {
 		t.Helper()
 		began := time.Now()
-		poll(t, timeout, host+" "+want, func() error {
+		poll.Until(t, timeout, host+" "+want, func() error {
 			hs, err := hostStatus(ctx, admin)
 			if err == nil && hs[host] != want {
 				err = fmt.Errorf("hosts %v", hs)
@@ -739,7 +725,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 	}
 	allOnline := func(t *testing.T) {
 		t.Helper()
-		poll(t, 2*time.Minute, "every host ONLINE", func() error { return allHostsOnline(ctx, admin) })
+		poll.Until(t, 2*time.Minute, "every host ONLINE", func() error { return allHostsOnline(ctx, admin) })
 	}
 	pidIn := func(status, name string) int { return pidInStatus(status, devstack.AgentPrefix+name) }
 	// waitRestarted waits for the agent name, whose process was pid, to run
@@ -752,7 +738,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		t.Helper()
 		began := time.Now()
 		restarted := false
-		poll(t, 2*time.Minute, name+" restarted and "+host+" ONLINE", func() error {
+		poll.Until(t, 2*time.Minute, name+" restarted and "+host+" ONLINE", func() error {
 			hs, err := hostStatus(ctx, admin)
 			if err != nil {
 				return err
@@ -863,7 +849,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		}
 		// The zone answers through its other nodes: the VM is listed,
 		// UNKNOWN, without an error.
-		poll(t, time.Minute, "web-1 UNKNOWN", func() error {
+		poll.Until(t, time.Minute, "web-1 UNKNOWN", func() error {
 			vms, err := vmsOn(alice, "prod")
 			if err == nil && !slices.ContainsFunc(vms, func(v placed) bool { return v.Name == "web-1" && v.Status == "UNKNOWN" }) {
 				err = fmt.Errorf("prod's VMs %+v", vms)
@@ -875,7 +861,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		// A node that went offline stopped its guests, as a power loss
 		// does: their owners start them again.
 		for vdc, c := range map[string]*devstack.Client{"prod": alice, "staging": bob} {
-			poll(t, 2*time.Minute, "the VMs of "+vdc+" RUNNING", func() error {
+			poll.Until(t, 2*time.Minute, "the VMs of "+vdc+" RUNNING", func() error {
 				vms, err := vmsOn(c, vdc)
 				for _, v := range vms {
 					if err == nil && v.Status == "STOPPED" {
@@ -895,7 +881,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		// Partial answers: fra1's VMs, and hel1 reported unavailable
 		// within the orchestrator's -zone-timeout (5s by default).
 		var took time.Duration
-		poll(t, time.Minute, "hel1 ZONE_UNAVAILABLE", func() error {
+		poll.Until(t, time.Minute, "hel1 ZONE_UNAVAILABLE", func() error {
 			began := time.Now()
 			vms, err := vmsOf(ctx, alice, "prod")
 			took = time.Since(began)
@@ -914,7 +900,7 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 		off := waitHost(t, "hel1/pve1", "OFFLINE", time.Minute)
 		began := time.Now()
 		run(t, "heal", "hel1")
-		poll(t, 2*time.Minute, "prod's VMs complete again", func() error {
+		poll.Until(t, 2*time.Minute, "prod's VMs complete again", func() error {
 			vms, err := vmsOf(ctx, alice, "prod")
 			if err == nil && !slices.ContainsFunc(vms, func(v vm) bool { return v.Name == "db-1" }) {
 				err = fmt.Errorf("vms %v", vms)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // proxmoxOf is a client of a zone's simulated cluster as its operator has
@@ -112,7 +113,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 		spec := devstack.VMSpec{Name: name, Zone: zone, Image: "debian-12", ComputeProfile: "small",
 			StorageProfile: "ssd-standard", DiskGiB: 10, Network: networks[vdc+"/"+zone]}
 		var op string
-		poll(t, 2*time.Minute, "createVM "+name+" accepted", func() error {
+		poll.Until(t, 2*time.Minute, "createVM "+name+" accepted", func() error {
 			var err error
 			op, err = devstack.CreateVM(ctx, alice, vdc, spec)
 			return err
@@ -128,7 +129,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 			t.Fatal(err)
 		}
 		steps[o.State+" "+o.Step]++
-		poll(t, 2*time.Minute, "the orchestrator back with every host", func() error {
+		poll.Until(t, 2*time.Minute, "the orchestrator back with every host", func() error {
 			if p := orchestratorPID(); p == 0 || p == pid {
 				return errors.New("not restarted")
 			}
@@ -142,7 +143,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	// orchestrator's -vm-recover-after, 15s here).
 	var running, gone int
 	recovering := time.Now()
-	poll(t, 5*time.Minute, "every VM RUNNING or gone", func() error {
+	poll.Until(t, 5*time.Minute, "every VM RUNNING or gone", func() error {
 		running, gone = 0, 0
 		if err := hostsOnline(); err != nil {
 			return err

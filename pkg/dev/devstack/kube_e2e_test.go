@@ -23,6 +23,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestKubeStack: `DEV_KUBE=1 make dev` runs two orchestrator replicas
@@ -56,7 +57,7 @@ func TestKubeStack(t *testing.T) {
 	inside := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: netns.DialerOf(simPID)}}
 	for name, u := range ks.Replicas {
 		c := &devstack.Client{URL: u + "/graphql", Token: admin.Token, HTTPClient: inside}
-		poll(t, time.Minute, name+" answering with every host ONLINE", func() error { return allHostsOnline(ctx, c) })
+		poll.Until(t, time.Minute, name+" answering with every host ONLINE", func() error { return allHostsOnline(ctx, c) })
 	}
 
 	kcfg, err := clientcmd.BuildConfigFromFlags("", ks.Kubeconfig)
@@ -128,7 +129,7 @@ func TestKubeStack(t *testing.T) {
 	}
 	killed := time.Now()
 	var next string
-	poll(t, 90*time.Second, "a live replica holding the Lease", func() error {
+	poll.Until(t, 90*time.Second, "a live replica holding the Lease", func() error {
 		n, renewed := holder()
 		if p := pidInStatus(status(), n); n == "" || p == 0 || p == pid || renewed.Before(killed) {
 			return fmt.Errorf("the Lease is %q's, renewed %v", n, renewed)
@@ -153,5 +154,5 @@ func TestKubeStack(t *testing.T) {
 		t.Errorf("request failed at +%v: %v", k.(time.Time).Sub(killed).Round(100*time.Millisecond), v)
 		return true
 	})
-	poll(t, time.Minute, "every host ONLINE through the stack's URL", func() error { return allHostsOnline(ctx, admin) })
+	poll.Until(t, time.Minute, "every host ONLINE through the stack's URL", func() error { return allHostsOnline(ctx, admin) })
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestCreatesAcrossOrchestratorRestarts: 10 clients send 100 creates (two
@@ -51,7 +52,7 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 	for _, vdc := range []string{"prod", "dev"} {
 		in := map[string]any{"name": vdc, "quotas": map[string]any{"vcpus": 400, "memoryMiB": 1 << 20, "storageGiB": 20000, "vms": 200}}
 		// Again on CONFLICT: the stack's seeding writes the VDC meanwhile.
-		poll(t, time.Minute, "the quotas of "+vdc+" raised", func() error {
+		poll.Until(t, time.Minute, "the quotas of "+vdc+" raised", func() error {
 			return admin.Do(ctx, "", `mutation($in: UpdateVDCInput!) { updateVDC(input: $in) { name } }`, map[string]any{"in": in}, nil)
 		})
 	}
@@ -116,7 +117,7 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 		}()
 	}
 	restart := func(sig syscall.Signal, after int) {
-		poll(t, 3*time.Minute, fmt.Sprintf("%d creates accepted", after), func() error {
+		poll.Until(t, 3*time.Minute, fmt.Sprintf("%d creates accepted", after), func() error {
 			if n := countAccepted(); n < after {
 				return fmt.Errorf("%d accepted", n)
 			}
@@ -130,7 +131,7 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		began := time.Now()
-		poll(t, 2*time.Minute, "the orchestrator restarted", func() error {
+		poll.Until(t, 2*time.Minute, "the orchestrator restarted", func() error {
 			if p := pidInStatus(status(), "orchestrator"); p == 0 || p == pid {
 				return errors.New("not restarted")
 			}
@@ -156,7 +157,7 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 	}
 	var running, gone int
 	settling := time.Now()
-	poll(t, 4*time.Minute, "every create RUNNING or gone", func() error {
+	poll.Until(t, 4*time.Minute, "every create RUNNING or gone", func() error {
 		running, gone = 0, 0
 		for _, vdc := range []string{"prod", "dev"} {
 			vms, err := vmsOf(ctx, alice, vdc)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"io"
 	"log/slog"
 	"os"
@@ -40,18 +41,6 @@ func sh(script string, env ...string) func() procSpec {
 	return func() procSpec { return procSpec{path: "/bin/sh", args: []string{"-c", script}, env: env} }
 }
 
-// waitFor polls cond every 10ms until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // state returns u's start times and current process under the lock.
 func (s *stack) state(u *unit) ([]time.Time, *proc, bool) {
 	s.mu.Lock()
@@ -81,7 +70,7 @@ func TestSupervisorRestartsWithBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the third start to run", func() bool {
+	poll.True(t, 10*time.Second, "the third start to run", func() bool {
 		starts, _, running := s.state(u)
 		return len(starts) == 3 && running
 	})
@@ -92,7 +81,7 @@ func TestSupervisorRestartsWithBackoff(t *testing.T) {
 	if d := starts[2].Sub(starts[1]); d < 2*delay {
 		t.Errorf("second restart after %v, want at least %v (doubled)", d, 2*delay)
 	}
-	waitFor(t, 10*time.Second, "both restarts logged", func() bool {
+	poll.True(t, 10*time.Second, "both restarts logged", func() bool {
 		return strings.Count(log(), `msg="exited unasked; restarting" process=flaky status="exit status 1"`) == 2
 	})
 	select {
@@ -143,7 +132,7 @@ func TestSupervisorForgetsOldStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the fifth start", func() bool {
+	poll.True(t, 20*time.Second, "the fifth start", func() bool {
 		b, _ := os.ReadFile(count)
 		return strings.TrimSpace(string(b)) == "5"
 	})
@@ -204,7 +193,7 @@ func TestSupervisorStopStartKillAndFreeze(t *testing.T) {
 	if err := s.hold("agent x"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the supervisor to see the stop", func() bool {
+	poll.True(t, 10*time.Second, "the supervisor to see the stop", func() bool {
 		return strings.Contains(log(), `msg="stopped on request" process="agent x"`)
 	})
 	if starts, cur, running := s.state(u); running || cur != first || len(starts) != 1 {
@@ -219,7 +208,7 @@ func TestSupervisorStopStartKillAndFreeze(t *testing.T) {
 	if err := s.release("agent x"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the start", func() bool { _, cur, running := s.state(u); return running && cur != first })
+	poll.True(t, 10*time.Second, "the start", func() bool { _, cur, running := s.state(u); return running && cur != first })
 	if err := s.release("agent x"); !errors.Is(err, errConflict) {
 		t.Errorf("starting a running child: %v, want a conflict", err)
 	}
@@ -228,12 +217,12 @@ func TestSupervisorStopStartKillAndFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, second, _ := s.state(u)
-	waitFor(t, 10*time.Second, "the child stopped (T)", func() bool { return processState(second.pid()) == "T" })
+	poll.True(t, 10*time.Second, "the child stopped (T)", func() bool { return processState(second.pid()) == "T" })
 	killed, err := s.kill("agent x")
 	if err != nil || killed != second.pid() {
 		t.Fatalf("kill: %d, %v; want pid %d", killed, err, second.pid())
 	}
-	waitFor(t, 10*time.Second, "the restart after the kill", func() bool {
+	poll.True(t, 10*time.Second, "the restart after the kill", func() bool {
 		_, cur, running := s.state(u)
 		return running && cur != second && processState(cur.pid()) == "T"
 	})
@@ -241,7 +230,7 @@ func TestSupervisorStopStartKillAndFreeze(t *testing.T) {
 	if err := s.freeze([]string{"agent x"}, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the child continued", func() bool { return processState(third.pid()) == "S" })
+	poll.True(t, 10*time.Second, "the child continued", func() bool { return processState(third.pid()) == "S" })
 	<-second.exited
 	if !strings.Contains(second.err.Error(), "killed") {
 		t.Errorf("the killed child ended with %v, want a kill", second.err)

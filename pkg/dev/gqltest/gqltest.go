@@ -1,7 +1,7 @@
 // Package gqltest is the one GraphQL client of flexplane's tests and dev
 // tools: a request over HTTP POST with its bearer token and VDC header
 // (Post), and an operation over a websocket in the graphql-transport-ws
-// protocol (Subscribe). The harnesses (pkg/api's, pkg/dev/meshtest), the
+// protocol (Subscribe). The harnesses (graph/server's, pkg/dev/meshtest), the
 // dev stack's seeding and the benchmark all send their requests with it.
 package gqltest
 

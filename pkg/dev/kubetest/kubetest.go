@@ -42,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -58,7 +59,7 @@ const AdminToken = "kubetest-admin-token"
 
 // pinFiles are the files whose content keys the binaries' cache directory
 // (the Makefile hashes the same files in the same order).
-var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/etcd/go.mod", "tools/etcd/go.sum"}
+var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/kube/cmd/kube/main.go", "tools/kube/build.sh", "tools/etcd/go.mod", "tools/etcd/go.sum"}
 
 // BinDir returns the directory that holds (or will hold) the binaries:
 // $FLEXPLANE_KUBE_BIN, else <user cache>/flexplane/kube-<hash of the pins>.
@@ -289,7 +290,7 @@ func (s *Server) startEtcd(ctx context.Context, binDir string) (string, error) {
 		}, nil
 	}
 	ready := func(ctx context.Context) error {
-		return poll(ctx, func() error {
+		return poll.Context(ctx, func() error {
 			resp, err := http.Get(clientURL + "/health")
 			if err != nil {
 				return err
@@ -367,7 +368,7 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 		if err != nil {
 			return err
 		}
-		return poll(ctx, func() error {
+		return poll.Context(ctx, func() error {
 			resp, err := client.Get(s.url + "/readyz")
 			if err != nil {
 				return err
@@ -380,23 +381,6 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 		})
 	}
 	return s.start(ctx, "kube-apiserver", filepath.Join(cfg.BinDir, "kube-apiserver"), args, ready)
-}
-
-// poll calls f every 100 ms until it succeeds or ctx ends.
-func poll(ctx context.Context, f func() error) error {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
 }
 
 // selfSigned returns a serving certificate for 127.0.0.1 and localhost

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -33,7 +34,7 @@ func BenchmarkEnrollment(b *testing.B) {
 			b.Fatal(err)
 		}
 		joins = append(joins, time.Since(start))
-		meshtest.WaitFor(b, 60*time.Second, "new agent online", func() bool {
+		poll.True(b, 60*time.Second, "new agent online", func() bool {
 			host, ok := a.Host()
 			return ok && host.Status == zones.StatusOnline
 		})

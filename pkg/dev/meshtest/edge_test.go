@@ -17,6 +17,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -129,13 +130,13 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	if err := a1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	meshtest.WaitFor(t, 30*time.Second, "the restarted agent online", func() bool {
+	poll.True(t, 30*time.Second, "the restarted agent online", func() bool {
 		host, ok := a1.Host()
 		return ok && host.Status == zones.StatusOnline
 	})
 	// The restarted agent reports the gateway its predecessor left running.
 	var listed *edgev1.ListGatewaysResponse
-	meshtest.WaitFor(t, 30*time.Second, "the restarted agent's gateways", func() bool {
+	poll.True(t, 30*time.Second, "the restarted agent's gateways", func() bool {
 		listed, err = client(first.Node).ListGateways(ctx, &edgev1.ListGatewaysRequest{})
 		return err == nil
 	})
@@ -143,7 +144,7 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		t.Errorf("the restarted agent lists %v, want red's gateway", gs)
 	}
 	var st *edgev1.ApplyGatewayResponse
-	meshtest.WaitFor(t, 30*time.Second, "the state applied again after the restart", func() bool {
+	poll.True(t, 30*time.Second, "the state applied again after the restart", func() bool {
 		st, err = client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
 		return err == nil
 	})
@@ -163,7 +164,7 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); sy.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	meshtest.WaitFor(t, 10*time.Second, "the syncer placing the gateway", func() bool {
+	poll.True(t, 10*time.Second, "the syncer placing the gateway", func() bool {
 		host, ok := sy.Placement(h.Zone(t, cl).ID, "red")
 		return ok && host == first.MeshName
 	})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestAgentKilledDuringProxyCalls: an agent killed while it is forwarding
@@ -38,7 +39,7 @@ func TestAgentKilledDuringProxyCalls(t *testing.T) {
 				errs <- err
 			}()
 		}
-		meshtest.WaitFor(t, 10*time.Second, "the calls to reach Proxmox", func() bool { return c.Sim.InFlight() >= calls })
+		poll.True(t, 10*time.Second, "the calls to reach Proxmox", func() bool { return c.Sim.InFlight() >= calls })
 		// (Its mesh node's Close gives up on the calls in flight: that is
 		// the kill.)
 		if err := c.Agents[0].Kill(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -239,7 +240,7 @@ func TestMesh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		meshtest.WaitFor(t, 5*time.Second, "key expiry", func() bool { return time.Now().After(expired.Expiration) })
+		poll.True(t, 5*time.Second, "key expiry", func() bool { return time.Now().After(expired.Expiration) })
 		for name, key := range map[string]string{"revoked": revoked.Secret, "expired": expired.Secret} {
 			a := h.NewAgent(t, alpha, "pve3", key)
 			jctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -269,7 +270,7 @@ func TestMesh(t *testing.T) {
 			}
 		}()
 		peerClient := dialAgent(t, other.Dial, target.Addr())
-		meshtest.WaitFor(t, 20*time.Second, "agent-to-agent call refused by identity", func() bool {
+		poll.True(t, 20*time.Second, "agent-to-agent call refused by identity", func() bool {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, err := peerClient.Info(cctx, &agentv1.InfoRequest{})
@@ -335,7 +336,7 @@ func TestMesh(t *testing.T) {
 		}
 		s := time.Now()
 		for _, a := range []*meshtest.Agent{alpha.Agents[0], victim} {
-			meshtest.WaitFor(t, 30*time.Second, a.MeshName+" offline", func() bool {
+			poll.True(t, 30*time.Second, a.MeshName+" offline", func() bool {
 				host, ok := a.Host()
 				return ok && host.Status == zones.StatusOffline
 			})
@@ -365,14 +366,14 @@ func TestMesh(t *testing.T) {
 		s := time.Now()
 		h.RestartOrchestrator(t)
 		t.Logf("orchestrator restarted in %v", time.Since(s).Round(time.Millisecond))
-		meshtest.WaitFor(t, 60*time.Second, "both zones rediscovered", func() bool {
+		poll.True(t, 60*time.Second, "both zones rediscovered", func() bool {
 			return len(h.Orchestrator.Zones().Zones()) == 2
 		})
 		h.WaitOnline(t, 60*time.Second)
 		t.Logf("all hosts online again %v after the restart began", time.Since(s).Round(time.Millisecond))
 		// The agents are connected to the new control server (not only
 		// reachable over tunnels that outlived the old one).
-		meshtest.WaitFor(t, 60*time.Second, "agents connected to the new control server", func() bool {
+		poll.True(t, 60*time.Second, "agents connected to the new control server", func() bool {
 			nodes, err := h.Orchestrator.Control().Nodes(t.Context())
 			if err != nil {
 				return false
@@ -463,7 +464,7 @@ func TestStandaloneNode(t *testing.T) {
 	// When Proxmox itself is down, the agent is still in the mesh: degraded.
 	down := h.Clusters[1]
 	down.Sim.Close()
-	meshtest.WaitFor(t, 20*time.Second, "host degraded", func() bool {
+	poll.True(t, 20*time.Second, "host degraded", func() bool {
 		host, ok := down.Agents[0].Host()
 		return ok && host.Status == zones.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
 	})

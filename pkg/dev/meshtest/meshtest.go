@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -565,29 +567,15 @@ func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
 	return zones.Zone{}, false
 }
 
-// WaitFor polls cond until it holds or timeout passes, then fails the test
-// with what.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("meshtest: timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 // WaitOnline waits until every running agent's host is online.
 func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !h.allOnline() {
-		if time.Now().After(deadline) {
-			t.Fatalf("meshtest: timed out after %v waiting for all running agents online:\n%s", timeout, h.Status())
+	poll.Until(t, timeout, "all running agents online", func() error {
+		if !h.allOnline() {
+			return errors.New("not all online:\n" + h.Status())
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Status describes every agent's host, for failure messages.

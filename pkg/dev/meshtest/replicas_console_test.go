@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
 )
@@ -30,7 +31,7 @@ func TestReplicasConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	var vm string
-	pollUntil(t, 2*time.Minute, "the VM running", func() error {
+	poll.Until(t, 2*time.Minute, "the VM running", func() error {
 		var d struct {
 			VMs []struct{ ID, Name, Status string }
 		}

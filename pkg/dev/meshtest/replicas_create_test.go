@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -136,7 +137,7 @@ func TestReplicasCreateInFlight(t *testing.T) {
 		var created struct {
 			CreateVM struct{ Operation struct{ ID string } }
 		}
-		pollUntil(t, 60*time.Second, "createVM "+name+" accepted by "+a.name, func() error {
+		poll.Until(t, 60*time.Second, "createVM "+name+" accepted by "+a.name, func() error {
 			return rs.graphql(a, alice, "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`, map[string]any{"in": map[string]any{
 				"name": name, "zone": "ha", "image": "tiny", "computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4,
 				"nics": []any{map[string]any{"network": lan}}, "user": "alice"}}, &created)
@@ -166,7 +167,7 @@ func TestReplicasCreateInFlight(t *testing.T) {
 	// A replica that does not lead dies: the leader takes its create over.
 	step := killDuringCreate(first, "inflight-1")
 	killed := time.Now()
-	pollUntil(t, 3*time.Minute, "inflight-1 settled on the leader", func() error { return settled(leader, "inflight-1") })
+	poll.Until(t, 3*time.Minute, "inflight-1 settled on the leader", func() error { return settled(leader, "inflight-1") })
 	t.Logf("%s killed during the %s step of a create: the leader settled it (%s) %v later", first.name, step, outcome(leader, "inflight-1"), time.Since(killed).Round(100*time.Millisecond))
 
 	// The leader dies: the last replica, once it leads, takes it over.
@@ -175,7 +176,7 @@ func TestReplicasCreateInFlight(t *testing.T) {
 	if next := rs.waitLeader(45*time.Second, leader); next != last {
 		t.Fatalf("%s leads, not the last live replica %s", next.name, last.name)
 	}
-	pollUntil(t, 3*time.Minute, "inflight-2 settled on the new leader", func() error {
+	poll.Until(t, 3*time.Minute, "inflight-2 settled on the new leader", func() error {
 		return errors.Join(settled(last, "inflight-1"), settled(last, "inflight-2"))
 	})
 	t.Logf("the leader %s killed during the %s step of a create: the new leader settled it (%s) %v later", leader.name, step, outcome(last, "inflight-2"), time.Since(killed).Round(100*time.Millisecond))

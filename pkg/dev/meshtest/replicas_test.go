@@ -31,6 +31,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/pgtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/tcpfront"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -156,7 +157,7 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 			}
 		})
 	}
-	pollUntil(t, 90*time.Second, "every replica ready", func() error {
+	poll.Until(t, 90*time.Second, "every replica ready", func() error {
 		return errors.Join(rs.ready(rs.replicas[0]), rs.ready(rs.replicas[1]), rs.ready(rs.replicas[2]))
 	})
 	if rs.cs, err = kubernetes.NewForConfig(kube.RESTConfig()); err != nil {
@@ -175,7 +176,7 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 	for _, n := range rs.sim.NodeNames()[:3] {
 		rs.startAgent(n, key.Secret)
 	}
-	pollUntil(t, 90*time.Second, "the agents ONLINE on every replica", func() error {
+	poll.Until(t, 90*time.Second, "the agents ONLINE on every replica", func() error {
 		return errors.Join(rs.hosts(rs.replicas[0]), rs.hosts(rs.replicas[1]), rs.hosts(rs.replicas[2]))
 	})
 	return rs
@@ -223,7 +224,7 @@ func (rs *replicaSet) leader() *replica {
 func (rs *replicaSet) waitLeader(timeout time.Duration, not *replica) *replica {
 	rs.t.Helper()
 	var r *replica
-	pollUntil(rs.t, timeout, "a leader", func() error {
+	poll.Until(rs.t, timeout, "a leader", func() error {
 		if r = rs.leader(); r == nil || r == not {
 			return errors.New("no live replica holds the lease")
 		}
@@ -283,7 +284,7 @@ func (rs *replicaSet) derpSTUNPort(api *meshcontrol.Client) int {
 	}
 	t.Cleanup(func() { n.Close(context.Background()) })
 	var port int
-	pollUntil(t, 30*time.Second, "a DERP map with a STUN port", func() error {
+	poll.Until(t, 30*time.Second, "a DERP map with a STUN port", func() error {
 		m, err := n.DERPMap(ctx)
 		if err != nil {
 			return err
@@ -360,7 +361,7 @@ func (rs *replicaSet) seedRed(r *replica) string {
 		t.Fatal(err)
 	}
 	var lan struct{ CreateNetwork struct{ ID string } }
-	pollUntil(t, 30*time.Second, "the network created", func() error {
+	poll.Until(t, 30*time.Second, "the network created", func() error {
 		return rs.graphql(r, rs.token("alice"), "red", `mutation { createNetwork(input: {name: "lan", zone: "ha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil, &lan)
 	})
 	return lan.CreateNetwork.ID
@@ -418,7 +419,7 @@ func TestReplicasFailover(t *testing.T) {
 			return errors.Join(errs...)
 		}
 	}
-	pollUntil(t, 30*time.Second, "STUN answered by every replica", stunOn(replicas...))
+	poll.Until(t, 30*time.Second, "STUN answered by every replica", stunOn(replicas...))
 
 	// Poll the hosts on the survivors during the failover, retrying once.
 	var survivors []*replica
@@ -456,7 +457,7 @@ func TestReplicasFailover(t *testing.T) {
 	killed := time.Now()
 	<-leader.exited
 	var next *replica
-	pollUntil(t, 30*time.Second, "another replica serving the control protocol", func() error {
+	poll.Until(t, 30*time.Second, "another replica serving the control protocol", func() error {
 		if next = rs.leader(); next == nil || next == leader {
 			return errors.New("the lease is still the killed replica's")
 		}
@@ -475,9 +476,9 @@ func TestReplicasFailover(t *testing.T) {
 		return nil
 	})
 	failover := time.Since(killed)
-	pollUntil(t, 30*time.Second, "STUN answered by both survivors", stunOn(survivors...))
+	poll.Until(t, 30*time.Second, "STUN answered by both survivors", stunOn(survivors...))
 	api = rs.meshAPI(next)
-	pollUntil(t, 60*time.Second, "the agents back on the new control server", func() error {
+	poll.Until(t, 60*time.Second, "the agents back on the new control server", func() error {
 		ns, err := api.Nodes(ctx)
 		if err != nil {
 			return err
@@ -507,7 +508,7 @@ func TestReplicasFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.startAgent(nodes[3], fresh.Secret)
-	pollUntil(t, 60*time.Second, "the new agent ONLINE on the survivors", func() error {
+	poll.Until(t, 60*time.Second, "the new agent ONLINE on the survivors", func() error {
 		var errs []error
 		for _, r := range survivors {
 			var d struct {
@@ -555,23 +556,6 @@ func startOnOwnThread(cmd *exec.Cmd, exited <-chan struct{}) error {
 		}
 	}()
 	return <-errc
-}
-
-// pollUntil calls f until it succeeds, failing t with its last error after
-// timeout.
-func pollUntil(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // freeUDPPort is a UDP port free on every address.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestShutdownDrainsRequestsInFlight: a request that is waiting for an
@@ -35,7 +36,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() { got <- post() }()
-	meshtest.WaitFor(t, 10*time.Second, "the request to reach the simulated cluster", func() bool { return sim.InFlight() > 0 })
+	poll.True(t, 10*time.Second, "the request to reach the simulated cluster", func() bool { return sim.InFlight() > 0 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
@@ -32,13 +33,7 @@ func NeedRoot(t testing.TB) {
 // the test after timeout.
 func WaitNS(t testing.TB, ns string, exists bool, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for nsnet.Exists(ns) != exists {
-		if time.Now().After(deadline) {
-			t.Fatalf("nettest: namespace %s exists=%v, want %v after %s", ns, !exists, exists, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.True(t, timeout, fmt.Sprintf("namespace %s exists=%v", ns, exists), func() bool { return nsnet.Exists(ns) == exists })
 }
 
 // Serve listens on port of every address in ns (waiting up to 20 s for ns) and
@@ -83,16 +78,12 @@ func Reach(ns, addr string, timeout time.Duration) string {
 // shows the source the service saw), failing the test after timeout.
 func WaitReach(t testing.TB, ns, addr string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if got := Reach(ns, addr, time.Second); got != "" {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nettest: %s does not reach %s within %s", ns, addr, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var got string
+	poll.True(t, timeout, fmt.Sprintf("%s to reach %s", ns, addr), func() bool {
+		got = Reach(ns, addr, time.Second)
+		return got != ""
+	})
+	return got
 }
 
 // PeerIP is the address in an answer of Serve.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -87,7 +88,7 @@ func newMove(t *testing.T, h *meshtest.Harness) *move {
 		map[string]any{"in": map[string]any{"name": "fragile", "zone": "alpha", "image": "tiny", "computeProfile": "small",
 			"storageProfile": "ssd", "diskGiB": 1, "nics": []any{map[string]any{"network": nets["alpha"]}}, "user": "bob"}}).
 		OK(t).Into(t, "createVM", &created)
-	meshtest.WaitFor(t, 90*time.Second, "the VM created", func() bool {
+	poll.True(t, 90*time.Second, "the VM created", func() bool {
 		op := m.operation(t, created.Operation.ID)
 		if op.State == "FAILED" {
 			t.Fatalf("createVM: %+v", op)
@@ -364,7 +365,7 @@ func (m *move) undone(t *testing.T, timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var vms []gqlVM
-	meshtest.WaitFor(t, 30*time.Second, "the VM listed in alpha", func() bool {
+	poll.True(t, 30*time.Second, "the VM listed in alpha", func() bool {
 		r := m.try(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil)
 		var d struct{ VMs []gqlVM }
 		return r != nil && len(r.Errors) == 0 && r.Decode(&d) == nil && len(d.VMs) == 1 && d.VMs[0].Zone.Name == "alpha" && func() bool { vms = d.VMs; return true }()
@@ -380,7 +381,7 @@ func (m *move) moved(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
 	op := m.start(t)
-	meshtest.WaitFor(t, 3*time.Minute, "the second move", func() bool {
+	poll.True(t, 3*time.Minute, "the second move", func() bool {
 		p := m.operation(t, op)
 		if p.State == "FAILED" {
 			t.Fatalf("the second move failed: %+v: %s", p, errorOf(p))
@@ -428,7 +429,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	betaHost := func(status zones.HostStatus) func() bool {
 		return func() bool { host, _, ok := h.ProcessHost(betaAgent); return ok && host.Status == status }
 	}
-	meshtest.WaitFor(t, 90*time.Second, "beta's agent (in its namespace) online", betaHost(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "beta's agent (in its namespace) online", betaHost(zones.StatusOnline))
 	h.WaitOnline(t, 30*time.Second)
 	m := newMove(t, h)
 
@@ -462,7 +463,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	}
 	// The copy fails (the source's ping to its reader goes unanswered),
 	// and the source runs again while beta is out of reach.
-	meshtest.WaitFor(t, 90*time.Second, "the move failed and the source running again", func() bool {
+	poll.True(t, 90*time.Second, "the move failed and the source running again", func() bool {
 		m.leftover(t) // fails on two running copies
 		g, ok, err := pveapi.FindGuest(t.Context(), m.alpha, m.vmid)
 		return m.operation(t, op).State == "FAILED" && err == nil && ok && g.Status == "running"
@@ -471,7 +472,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	failed := time.Since(cut)
 	// Down past the heartbeat's age (a Recover then takes the move over)
 	// and until beta's host is OFFLINE.
-	meshtest.WaitFor(t, 90*time.Second, "beta's host OFFLINE", func() bool {
+	poll.True(t, 90*time.Second, "beta's host OFFLINE", func() bool {
 		m.leftover(t)
 		return betaHost(zones.StatusOffline)() && time.Since(cut) > 3*recoverAfter
 	})
@@ -481,7 +482,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	down := time.Since(cut)
 	veth.Heal()
 	healed := time.Now()
-	meshtest.WaitFor(t, 90*time.Second, "beta's host ONLINE after the heal", betaHost(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "beta's host ONLINE after the heal", betaHost(zones.StatusOnline))
 	m.undone(t, 2*time.Minute)
 	if st := m.operation(t, op).State; st != "FAILED" {
 		t.Errorf("the move's operation after the heal: %q, want FAILED", st)
@@ -520,7 +521,7 @@ func TestMigrateOrchestratorKilled(t *testing.T) {
 		}
 		return true
 	}
-	meshtest.WaitFor(t, 90*time.Second, "the hosts ONLINE in the orchestrator process", hostsOnline)
+	poll.True(t, 90*time.Second, "the hosts ONLINE in the orchestrator process", hostsOnline)
 
 	op := m.start(t)
 	m.midCopy(t, op)
@@ -533,7 +534,7 @@ func TestMigrateOrchestratorKilled(t *testing.T) {
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	meshtest.WaitFor(t, 90*time.Second, "the hosts ONLINE in the new orchestrator process", hostsOnline)
+	poll.True(t, 90*time.Second, "the hosts ONLINE in the new orchestrator process", hostsOnline)
 	m.undone(t, 2*time.Minute)
 	undone := time.Since(killed)
 	m.moved(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
@@ -145,7 +146,7 @@ func zoneNamespace(t *testing.T) (string, *link) {
 	up(pair.Inner, "wan0", zoneAddr)
 	// The address is usable once its duplicate detection is over (IPv4:
 	// at once) and the link's carrier is up.
-	meshtest.WaitFor(t, 10*time.Second, "the veth up", func() bool {
+	poll.True(t, 10*time.Second, "the veth up", func() bool {
 		l, err := pair.Outer.LinkByName(v.Name)
 		return err == nil && l.Attrs().OperState == netlink.OperUp
 	})
@@ -217,7 +218,7 @@ func TestZonePartitioned(t *testing.T) {
 			return true
 		}
 	}
-	meshtest.WaitFor(t, 90*time.Second, "west's agents (in their namespace) online", westHosts(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "west's agents (in their namespace) online", westHosts(zones.StatusOnline))
 	h.WaitOnline(t, 30*time.Second)
 
 	// The catalog a create needs, a network in west, and a stopped VM of
@@ -274,7 +275,7 @@ func TestZonePartitioned(t *testing.T) {
 		return len(r.Errors) == 0 && len(vms) == 2
 	}
 	var westVM string
-	meshtest.WaitFor(t, 30*time.Second, "both VMs listed", func() bool {
+	poll.True(t, 30*time.Second, "both VMs listed", func() bool {
 		vms, r, _ := list()
 		for _, v := range vms {
 			if v.Zone.Name == "west" {
@@ -363,7 +364,7 @@ func TestZonePartitioned(t *testing.T) {
 
 	veth.Heal()
 	healed := time.Now()
-	meshtest.WaitFor(t, 90*time.Second, "complete answers and west's hosts ONLINE after the heal", func() bool {
+	poll.True(t, 90*time.Second, "complete answers and west's hosts ONLINE after the heal", func() bool {
 		vms, r, _ := list()
 		return complete(vms, r) && westHosts(zones.StatusOnline)()
 	})

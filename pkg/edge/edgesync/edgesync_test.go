@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -210,7 +211,7 @@ func lab(t *testing.T) (*zones.Registry, *mesh) {
 	done := make(chan struct{})
 	go func() { defer close(done); reg.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "three hosts online", func() bool { return len(online(reg)) == 3 })
+	poll.True(t, 30*time.Second, "three hosts online", func() bool { return len(online(reg)) == 3 })
 	return reg, m
 }
 
@@ -233,17 +234,6 @@ func zone(t *testing.T, reg *zones.Registry) zones.Zone {
 		t.Fatalf("zones %v", zs)
 	}
 	return zs[0]
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func (m *mesh) agent(name string) *agent {
@@ -316,7 +306,7 @@ func TestPlacementAndFailover(t *testing.T) {
 
 	m.agent(first.MeshName).stop()
 	lost := time.Now()
-	waitFor(t, "the host offline", func() bool { return len(online(reg)) == 2 })
+	poll.True(t, 30*time.Second, "the host offline", func() bool { return len(online(reg)) == 2 })
 	sync1(t, s)
 	second, _ := edgesync.Choose(zone(t, reg), "red")
 	if h, _ := s.Placement(z.ID, "red"); h != second.MeshName || h == first.MeshName {
@@ -331,7 +321,7 @@ func TestPlacementAndFailover(t *testing.T) {
 	// rebooted): red moves back without being sent again, and the interim
 	// host removes its copy.
 	m.agent(first.MeshName).start(t)
-	waitFor(t, "the host back", func() bool { return len(online(reg)) == 3 })
+	poll.True(t, 30*time.Second, "the host back", func() bool { return len(online(reg)) == 3 })
 	sync1(t, s)
 	if h, _ := s.Placement(z.ID, "red"); h != first.MeshName {
 		t.Fatalf("with %s back the gateway is on %q", first.MeshName, h)
@@ -350,11 +340,11 @@ func TestPlacementAndFailover(t *testing.T) {
 
 	// Lost again, and back rebooted (its kernel empty): red is sent to it again.
 	m.agent(first.MeshName).stop()
-	waitFor(t, "the host offline", func() bool { return len(online(reg)) == 2 })
+	poll.True(t, 30*time.Second, "the host offline", func() bool { return len(online(reg)) == 2 })
 	sync1(t, s)
 	m.agent(first.MeshName).run("red", "", false)
 	m.agent(first.MeshName).start(t)
-	waitFor(t, "the host back", func() bool { return len(online(reg)) == 3 })
+	poll.True(t, 30*time.Second, "the host back", func() bool { return len(online(reg)) == 3 })
 	sync1(t, s)
 	if applied, _ := m.agent(first.MeshName).calls(); !slices.Equal(applied, []string{"red"}) {
 		t.Errorf("%s, back rebooted, applied %v", first.MeshName, applied)
@@ -459,7 +449,7 @@ func TestResync(t *testing.T) {
 	}
 	var applied []string
 	var took time.Duration
-	waitFor(t, "the state sent again", func() bool {
+	poll.True(t, 30*time.Second, "the state sent again", func() bool {
 		sync1(t, s)
 		took = time.Since(before)
 		applied, _ = a.calls()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
@@ -68,7 +69,7 @@ func TestAdminAPI(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"revision": "r1"`) || !strings.Contains(body, "BEGIN CERTIFICATE") || strings.Contains(body, "PRIVATE KEY") {
 		t.Errorf("GET /v1/config = %d, want r1 with its certificate and no key:\n%s", code, body)
 	}
-	eventually(t, 10*time.Second, "metrics", func() error {
+	poll.Until(t, 10*time.Second, "metrics", func() error {
 		_, m := do("GET", "/metrics", "", "")
 		for _, want := range []string{
 			`flexplane_flexgateway_config_applies_total{result="applied"} 1`,

@@ -168,22 +168,6 @@ func get(client *http.Client, url string) (string, error) {
 	return string(body), nil
 }
 
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // testCA is the pool of testdata/certs/ca.pem.
 func testCA(t testing.TB) *x509.CertPool {
 	t.Helper()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
@@ -226,7 +227,7 @@ func TestHealthCheckTakesBackendOut(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 10*time.Second, "tb taken out", wantHealth("tb", false))
+	poll.Until(t, 10*time.Second, "tb taken out", wantHealth("tb", false))
 	if s, _ := status("tb"); s.LastError == "" || s.Checked.IsZero() {
 		t.Errorf("tb's status %+v has no error or check time", s)
 	}
@@ -241,7 +242,7 @@ func TestHealthCheckTakesBackendOut(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, "tb out of rotation", tenToTA)
+	poll.Until(t, 10*time.Second, "tb out of rotation", tenToTA)
 	if err := tenToTA(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +251,8 @@ func TestHealthCheckTakesBackendOut(t *testing.T) {
 	}
 
 	b.setSick(true)
-	eventually(t, 10*time.Second, "b taken out", wantHealth("b", false))
-	eventually(t, 10*time.Second, "only a answers", func() error {
+	poll.Until(t, 10*time.Second, "b taken out", wantHealth("b", false))
+	poll.Until(t, 10*time.Second, "only a answers", func() error {
 		seen, err := hits(10)
 		if err != nil || seen["b"] != 0 {
 			return fmt.Errorf("%v, %v", seen, err)
@@ -259,7 +260,7 @@ func TestHealthCheckTakesBackendOut(t *testing.T) {
 		return nil
 	})
 	b.setSick(false)
-	eventually(t, 10*time.Second, "b back", func() error {
+	poll.Until(t, 10*time.Second, "b back", func() error {
 		seen, err := hits(10)
 		if err != nil || seen["b"] == 0 {
 			return fmt.Errorf("%v, %v", seen, err)
@@ -282,7 +283,7 @@ func TestHealthCheckTakesBackendOut(t *testing.T) {
 			c.Close()
 		}
 	}()
-	eventually(t, 10*time.Second, "tb back", func() error {
+	poll.Until(t, 10*time.Second, "tb back", func() error {
 		for range 4 {
 			if name, err := tcpHello(tcpAddr); err == nil && name == "tb" {
 				return nil

@@ -2,12 +2,14 @@ package lbsync_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
@@ -144,11 +146,10 @@ func TestStatusWatch(t *testing.T) {
 // of zone alpha.
 func awaitStatus(t *testing.T, s *lbsync.Syncer, ok func([]lbconfig.Status) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok(s.Statuses(t.Context(), "alpha")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("statuses %+v", s.Statuses(t.Context(), "alpha"))
+	poll.Until(t, 10*time.Second, "zone alpha's statuses", func() error {
+		if st := s.Statuses(t.Context(), "alpha"); !ok(st) {
+			return fmt.Errorf("statuses %+v", st)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package meshcontrol_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/pgtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 )
@@ -97,10 +99,10 @@ func TestPostgres(t *testing.T) {
 // each online.
 func waitNodes(t *testing.T, c *meshcontrol.Control, want map[string]bool) map[string]meshcontrol.Node {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var got map[string]meshcontrol.Node
+	poll.Until(t, 60*time.Second, "the control server's nodes", func() error {
 		nodes, err := c.Nodes(t.Context())
-		got := map[string]meshcontrol.Node{}
+		got = map[string]meshcontrol.Node{}
 		online := 0
 		for _, n := range nodes {
 			got[n.Name] = n
@@ -108,14 +110,12 @@ func waitNodes(t *testing.T, c *meshcontrol.Control, want map[string]bool) map[s
 				online++
 			}
 		}
-		if err == nil && len(got) == len(want) && online == len(want) {
-			return got
+		if err != nil || len(got) != len(want) || online != len(want) {
+			return fmt.Errorf("nodes = %+v (%v), want %v online", nodes, err, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes = %+v (%v), want %v online", nodes, err, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 // TestPostgresErrors checks that a database the server cannot use is an

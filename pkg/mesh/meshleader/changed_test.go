@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 )
 
@@ -112,23 +113,17 @@ func TestChangedWatchersSeeTheLastChange(t *testing.T) {
 	}
 	l.setLeader("http://10.0.9.9:8080")
 	want := "http://10.0.9.9:8080 false"
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "every watcher to see the last leader", func() error {
 		mu.Lock()
 		all := seen
 		mu.Unlock()
-		done := true
 		for _, s := range all {
-			done = done && s == want
+			if s != want {
+				return fmt.Errorf("watchers saw %q, want all %q", all, want)
+			}
 		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watchers saw %q, want all %q", all, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	wg.Wait()
 }

@@ -1,10 +1,21 @@
-// Package zones is the orchestrator's view of the Proxmox estate. It derives
-// the agents from the mesh's node list and what each agent reports (Info),
-// groups them into zones by Proxmox cluster identity (a standalone node is a
-// zone of one), tracks every host's status from the mesh and the agent's
-// Health, and gives a go-proxmox client per zone whose HTTP transport is the
-// agents' Proxy RPC over the mesh: the orchestrator holds no Proxmox
-// credential. Nothing is configured by hand and nothing is persisted.
+// Package zones is the fleet: the orchestrator's registry of the Proxmox
+// estate, and the transport to it. Its name says what it groups, not all
+// it does; it holds two things:
+//
+//   - the fleet registry (Registry, zones.go): it derives the agents from
+//     the mesh's node list and what each agent reports (Info), groups them
+//     into zones by Proxmox cluster identity (a standalone node is a zone
+//     of one), and tracks every host's status from the mesh and the
+//     agent's Health; it finds the agent of a node (AgentOfNode, Agent)
+//     and the gateway's edge client (EdgeClient);
+//   - the Proxmox transport (transport.go): a go-proxmox client per zone
+//     whose HTTP transport is the agents' Proxy RPC over the mesh, so the
+//     orchestrator holds no Proxmox credential.
+//
+// Nothing is configured by hand and nothing is persisted. It sits in the
+// mesh layer: it may import pkg/proxmox, never a capability; fan-out over
+// its zones is pkg/inventory's, and joining it to a capability's interface
+// (compute's zones, snippets, volumes) is pkg/orchestrator's wiring.
 package zones
 
 import (

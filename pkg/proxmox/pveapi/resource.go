@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	proxmox "github.com/luthermonson/go-proxmox"
-
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // Resource is one entry of /cluster/resources, and of a pool's members
@@ -48,8 +47,14 @@ type Resource struct {
 	HAState string `json:"hastate"`
 }
 
+// SplitTags splits a tag list as Proxmox writes it (';' separated; ','
+// and ' ' are accepted too).
+func SplitTags(tags string) []string {
+	return strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+}
+
 // Tags splits the guest's tags.
-func (r Resource) Tags() []string { return tenancy.SplitTags(r.RawTags) }
+func (r Resource) Tags() []string { return SplitTags(r.RawTags) }
 
 // HasTag reports whether the guest carries tag.
 func (r Resource) HasTag(tag string) bool {
@@ -80,37 +85,28 @@ const (
 	StateUnknown  GuestState = "UNKNOWN"
 )
 
-// State is the one mapping of a guest's Proxmox status, lock and tags to
-// its state:
-//   - CREATING while Proxmox creates or clones it (lock create, clone), while
-//     it carries the fp-creating marker, and while it is a clone of a
-//     flexplane template that has no VDC tag yet (the first moments of a
-//     create);
+// State is the one mapping of a guest's Proxmox status and lock to its
+// state, given whether its tags mark a create that has not finished
+// (markedCreating: flexplane's marker, which its owner pkg/tenancy reads,
+// tenancy.Creating; Proxmox knows nothing of it):
+//   - CREATING while Proxmox creates or clones it (lock create, clone), and
+//     while it is marked creating and is no template;
 //   - PAUSED when it is paused or suspended in RAM (status paused,
 //     suspended) or hibernated to disk (lock suspending, suspended: its
-//     status is then running or stopped);
+//     status is then running or stopped), marked or not;
 //   - RUNNING and STOPPED as Proxmox says (a lock such as backup, migrate or
 //     snapshot does not change what the guest does);
 //   - UNKNOWN otherwise (status unknown while its node is offline, or a
 //     state Proxmox adds later).
-func (r Resource) State() GuestState {
+func (r Resource) State(markedCreating bool) GuestState {
 	switch r.Lock {
 	case "create", "clone":
 		return StateCreating
 	case "suspending", "suspended":
 		return StatePaused
 	}
-	if r.Template != 1 && r.RawTags != "" {
-		tags := r.Tags()
-		vdc, managed := tenancy.VDCOf(tags)
-		for _, t := range tags {
-			if t == tenancy.CreatingTag {
-				return StateCreating
-			}
-		}
-		if managed && vdc == "" {
-			return StateCreating
-		}
+	if markedCreating && r.Template != 1 {
+		return StateCreating
 	}
 	switch r.Status {
 	case "running":

@@ -2,17 +2,18 @@ package pveapi_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestStateOfEveryStatusAndLock is the one mapping of a guest's Proxmox
-// status, lock and tags to its state, over every status Proxmox reports and
-// every lock of the qemu config schema.
+// status and lock (and whether its tags mark a create, which
+// pkg/tenancy's tests read) to its state, over every status Proxmox
+// reports and every lock of the qemu config schema.
 func TestStateOfEveryStatusAndLock(t *testing.T) {
 	t.Parallel()
 	statuses := map[string]pveapi.GuestState{
@@ -32,27 +33,36 @@ func TestStateOfEveryStatusAndLock(t *testing.T) {
 			if want == "" {
 				want = byStatus
 			}
-			r := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: tenancy.GuestTags("red")}
-			if got := r.State(); got != want {
+			r := pveapi.Resource{Type: "qemu", Status: status, Lock: lock, RawTags: "flexplane;fp-vdc-red"}
+			if got := r.State(false); got != want {
 				t.Errorf("status %q lock %q: %s, want %s", status, lock, got, want)
 			}
-			// The create's marker, and a fresh clone without its VDC tag,
-			// are CREATING unless a lock says more.
-			for _, tags := range []string{tenancy.GuestTags("red", tenancy.CreatingTag), tenancy.ManagedTag} {
-				r.RawTags = tags
-				w := pveapi.StateCreating
-				if byLock == pveapi.StatePaused {
-					w = pveapi.StatePaused
-				}
-				if got := r.State(); got != w {
-					t.Errorf("status %q lock %q tags %q: %s, want %s", status, lock, tags, got, w)
-				}
+			// A guest marked creating is CREATING unless a lock says more.
+			w := pveapi.StateCreating
+			if byLock == pveapi.StatePaused {
+				w = pveapi.StatePaused
 			}
-			// A template is never CREATING by its tags.
-			r.RawTags, r.Template = tenancy.ManagedTag, 1
-			if got := r.State(); got != want {
+			if got := r.State(true); got != w {
+				t.Errorf("status %q lock %q, marked creating: %s, want %s", status, lock, got, w)
+			}
+			// A template is never CREATING by its marker.
+			r.Template = 1
+			if got := r.State(true); got != want {
 				t.Errorf("template, status %q lock %q: %s, want %s", status, lock, got, want)
 			}
+		}
+	}
+}
+
+// TestSplitTags: Proxmox separates tags with ';' (older lists with ','
+// or ' '); empty parts are no tags.
+func TestSplitTags(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]string{
+		"": nil, "a": {"a"}, "a;b": {"a", "b"}, "a,b c": {"a", "b", "c"}, ";;a;;": {"a"},
+	} {
+		if got := pveapi.SplitTags(in); !slices.Equal(got, want) {
+			t.Errorf("SplitTags(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

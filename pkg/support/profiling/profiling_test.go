@@ -2,6 +2,7 @@ package profiling
 
 import (
 	"context"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"io"
 	"net/http"
 	"runtime"
@@ -55,13 +56,9 @@ func TestCloseCutsAProfileShort(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(allStacks(), "net/http/pprof.Profile(") {
-		if time.Now().After(deadline) {
-			t.Fatal("the profile request never reached its handler")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.True(t, 10*time.Second, "the profile request to reach its handler", func() bool {
+		return strings.Contains(allStacks(), "net/http/pprof.Profile(")
+	})
 	began := time.Now()
 	s.Close()
 	if took := time.Since(began); took > closeGrace+3*time.Second {

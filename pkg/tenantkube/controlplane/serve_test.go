@@ -19,6 +19,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/podrun"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // processes are the loopback ports of one control plane run as processes.
@@ -73,36 +74,18 @@ func processManager(t testing.TB, ports map[string]processes) (*Manager, kuberne
 // waitReady polls Status until the control plane is ready.
 func waitReady(ctx context.Context, t testing.TB, m *Manager, ns string, r *podrun.Runner) Status {
 	t.Helper()
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		st, err := m.Status(ctx, ns)
-		if err != nil {
+	var st Status
+	poll.Until(t, 4*time.Minute, "the control plane ready", func() error {
+		var err error
+		if st, err = m.Status(ctx, ns); err != nil {
 			t.Fatal(err)
 		}
-		if st.Ready {
-			return st
+		if !st.Ready {
+			return fmt.Errorf("%+v%s", st, r.Tail(15))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control plane not ready after 4 minutes: %+v%s", st, r.Tail(15))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// eventually polls f every 200 ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func tenantClient(t *testing.T, kubeconfig []byte) (kubernetes.Interface, *x509.Certificate) {
@@ -167,11 +150,11 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the controller manager creates team-a's default ServiceAccount", func() error {
+	poll.Until(t, 2*time.Minute, "the controller manager creates team-a's default ServiceAccount", func() error {
 		_, err := admin.CoreV1().ServiceAccounts("team-a").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
-	eventually(t, 2*time.Minute, "the scheduler holds its lease", func() error {
+	poll.Until(t, 2*time.Minute, "the scheduler holds its lease", func() error {
 		_, err := admin.CoordinationV1().Leases("kube-system").Get(ctx, "kube-scheduler", metav1.GetOptions{})
 		return err
 	})
@@ -190,7 +173,7 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	}
 	// The tenant API server sees the viewers' binding when its RBAC cache
 	// does: within moments, as on any cluster.
-	eventually(t, 45*time.Second, "the viewer lists the namespaces", func() error {
+	poll.Until(t, 45*time.Second, "the viewer lists the namespaces", func() error {
 		names, err := kubetest.NamespaceNames(ctx, viewer)
 		if err == nil && !slices.Contains(names, "team-a") {
 			err = fmt.Errorf("team-a missing from %v", names)
@@ -211,11 +194,11 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	if d := time.Until(crt.NotAfter); d > ttl {
 		t.Errorf("%s credential valid for %s", ttl, d)
 	}
-	eventually(t, time.Until(crt.NotAfter), fmt.Sprintf("a %s credential accepted before it expires", ttl), func() error {
+	poll.Until(t, time.Until(crt.NotAfter), fmt.Sprintf("a %s credential accepted before it expires", ttl), func() error {
 		_, err := kubetest.NamespaceNames(ctx, short)
 		return err
 	})
-	eventually(t, time.Minute, "an expired credential is refused", func() error {
+	poll.Until(t, time.Minute, "an expired credential is refused", func() error {
 		_, err := kubetest.NamespaceNames(ctx, short)
 		if apierrors.IsUnauthorized(err) {
 			if now := time.Now(); now.Before(crt.NotAfter) {

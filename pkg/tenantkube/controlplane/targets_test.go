@@ -1,10 +1,13 @@
 package controlplane
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -80,11 +83,16 @@ func TestEndpointInANetwork(t *testing.T) {
 	if _, err := client.CoreV1().Services(s.Namespace).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	targets, err = m.Targets(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if targets[s.Namespace] != netip.MustParseAddrPort("198.51.100.7:6444") {
-		t.Errorf("targets %v, want %s at 198.51.100.7:6444", targets, s.Namespace)
-	}
+	// Targets reads the watch cache, which sees the update a moment later.
+	want := netip.MustParseAddrPort("198.51.100.7:6444")
+	poll.Until(t, 10*time.Second, "the Service's address in Targets", func() error {
+		targets, err := m.Targets(ctx)
+		if err != nil {
+			return err
+		}
+		if targets[s.Namespace] != want {
+			return fmt.Errorf("targets %v, want %s at %s", targets, s.Namespace, want)
+		}
+		return nil
+	})
 }

@@ -1,6 +1,6 @@
 // Command trim writes the trimmed Proxmox VE API schema that package pveschema embeds.
 //
-//	go run ./pkg/pvesim/pveschema/internal/trim -in ../shared/pve-api/apidata.json -out pkg/pvesim/pveschema/apidata.json
+//	go run ./pkg/pvesim/pveschema/internal/trim -in pkg/pvesim/pveschema/upstream/apidata.json.gz -out pkg/pvesim/pveschema/apidata.json
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 )
 
 func main() {
-	in := flag.String("in", "", "full api-viewer schema (apidata.json)")
+	in := flag.String("in", "", "full api-viewer schema (apidata.json, or gzip-compressed)")
 	out := flag.String("out", "", "trimmed schema to write")
 	flag.Parse()
 	if err := run(*in, *out); err != nil {
@@ -25,7 +25,7 @@ func run(in, out string) error {
 	if in == "" || out == "" {
 		return fmt.Errorf("trim: -in and -out are required")
 	}
-	full, err := os.ReadFile(in)
+	full, err := apitrim.ReadFull(in)
 	if err != nil {
 		return fmt.Errorf("trim: %w", err)
 	}

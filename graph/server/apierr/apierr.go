@@ -1,0 +1,241 @@
+// Package apierr defines the errors the GraphQL API shows its clients: a
+// code (extensions.code) and a message safe to show, plus for bad input the
+// offending field and for an unreachable zone the zone. The cause of an
+// INTERNAL error is kept for the logs and never shown.
+package apierr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/fault"
+	"github.com/flexplane/flexplane/pkg/tenancy/quota"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
+)
+
+// Code is the value of extensions.code.
+type Code string
+
+// The codes clients may see.
+const (
+	Unauthenticated Code = "UNAUTHENTICATED"
+	NotFound        Code = "NOT_FOUND"
+	BadUserInput    Code = "BAD_USER_INPUT"
+	Conflict        Code = "CONFLICT"
+	QuotaExceeded   Code = "QUOTA_EXCEEDED"
+	ZoneUnavailable Code = "ZONE_UNAVAILABLE"
+	// Unavailable: a service the whole request depends on (the identity
+	// provider) cannot be reached; retrying later may work.
+	Unavailable Code = "UNAVAILABLE"
+	Internal    Code = "INTERNAL"
+)
+
+// Error is an error meant for API clients.
+type Error struct {
+	Code Code
+	// Message is shown to the client as is.
+	Message string
+	// Field is the input field at fault (BAD_USER_INPUT), e.g.
+	// "input.quotas.vcpus".
+	Field string
+	// Zone is the zone at fault (ZONE_UNAVAILABLE).
+	Zone string
+	// Cause is logged, never shown.
+	Cause error
+}
+
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Cause)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Extensions returns the GraphQL error extensions of e.
+func (e *Error) Extensions() map[string]any {
+	ext := map[string]any{"code": string(e.Code)}
+	if e.Field != "" {
+		ext["field"] = e.Field
+	}
+	if e.Zone != "" {
+		ext["zone"] = e.Zone
+	}
+	return ext
+}
+
+// New returns an error with code and a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// BadInput reports an invalid input field.
+func BadInput(field, format string, args ...any) *Error {
+	return &Error{Code: BadUserInput, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ZoneDown reports a zone that could not be reached.
+func ZoneDown(zone string, cause error) *Error {
+	return &Error{Code: ZoneUnavailable, Zone: zone, Message: fmt.Sprintf("zone %s is unavailable", zone), Cause: cause}
+}
+
+// From classifies any error for clients. fieldPrefix is where the input
+// of the failed call sits in the request: it is prepended to the field of
+// catalog validation errors (e.g. "input" turns "quotas.vcpus" into
+// "input.quotas.vcpus") and of compute errors ("nics[0].address" becomes
+// "input.nics[0].address"). Errors it does not know are INTERNAL with the
+// original as Cause.
+func From(err error, fieldPrefix string) *Error {
+	var (
+		ae *Error
+		ce *compute.Error
+		ve *catalog.ValidationError
+		nf *catalog.NotFoundError
+		ex *catalog.AlreadyExistsError
+		cf *catalog.ConflictError
+		ke *tenantkube.Error
+		fe *fault.Error
+		qe *quota.ExceededError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &ce):
+		return fromCompute(ce, fieldPrefix)
+	case errors.As(err, &ke):
+		return fromKube(ke, fieldPrefix)
+	case errors.As(err, &fe):
+		return fromFault(fe, fieldPrefix)
+	case errors.As(err, &qe):
+		return &Error{Code: QuotaExceeded, Field: "quotas." + qe.Resource, Message: qe.Error()}
+	case errors.As(err, &ve):
+		field := joinField(fieldPrefix, ve.Field)
+		return BadInput(field, "%s: %s", field, ve.Message)
+	case errors.As(err, &nf):
+		return &Error{Code: NotFound, Message: nf.Error()}
+	case errors.As(err, &ex) && ex.Kind == catalog.KindLoadBalancer:
+		return &Error{Code: Conflict, Message: "the VDC has a load balancer of that name already"}
+	case errors.As(err, &ex):
+		return &Error{Code: Conflict, Message: ex.Error()}
+	case errors.Is(err, loadbalancer.ErrNotFound):
+		return &Error{Code: NotFound, Message: "load balancer not found"}
+	case errors.As(err, &cf):
+		return &Error{Code: Conflict, Message: cf.Error()}
+	case errors.Is(err, auth.ErrIssuerUnavailable):
+		return &Error{Code: Unavailable, Message: "the identity provider cannot be reached; try again shortly", Cause: err}
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return &Error{Code: Unauthenticated, Message: auth.PublicReason(err), Cause: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: Internal, Message: "the request timed out", Cause: err}
+	}
+	return &Error{Code: Internal, Message: "internal error", Cause: err}
+}
+
+// computeCodes maps the kinds of compute errors to codes.
+var computeCodes = map[compute.ErrorKind]Code{
+	compute.KindInternal:        Internal,
+	compute.KindNotFound:        NotFound,
+	compute.KindBadInput:        BadUserInput,
+	compute.KindConflict:        Conflict,
+	compute.KindQuotaExceeded:   QuotaExceeded,
+	compute.KindZoneUnavailable: ZoneUnavailable,
+}
+
+// fromCompute maps an error of the VM lifecycle: its field (relative to
+// the call's input) goes under fieldPrefix; an exceeded quota names the
+// VDC's quota field ("quotas.vcpus"), which is no input.
+func fromCompute(ce *compute.Error, fieldPrefix string) *Error {
+	code, ok := computeCodes[ce.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: ce.Message, Zone: ce.Zone, Cause: ce.Cause}
+	if ce.Field != "" {
+		e.Field = joinField(fieldPrefix, ce.Field)
+	}
+	if qe := (*quota.ExceededError)(nil); errors.As(ce, &qe) {
+		e.Field = "quotas." + qe.Resource
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = ce
+	}
+	return e
+}
+
+// kubeCodes maps the kinds of managed Kubernetes errors to codes.
+var kubeCodes = map[tenantkube.ErrorKind]Code{
+	tenantkube.KindInternal:      Internal,
+	tenantkube.KindBadInput:      BadUserInput,
+	tenantkube.KindNotFound:      NotFound,
+	tenantkube.KindConflict:      Conflict,
+	tenantkube.KindQuotaExceeded: QuotaExceeded,
+	tenantkube.KindUnavailable:   Unavailable,
+}
+
+// fromKube maps an error of managed Kubernetes; its field goes under
+// fieldPrefix.
+func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
+	code, ok := kubeCodes[ke.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: ke.Message, Cause: ke.Cause}
+	if ke.Field != "" {
+		e.Field = joinField(fieldPrefix, ke.Field)
+		if code == BadUserInput {
+			e.Message = e.Field + ": " + ke.Message
+		}
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = ke
+	}
+	return e
+}
+
+// faultCodes maps the kinds of the capability services' errors to codes.
+var faultCodes = map[fault.Kind]Code{
+	fault.Internal:        Internal,
+	fault.NotFound:        NotFound,
+	fault.BadInput:        BadUserInput,
+	fault.Conflict:        Conflict,
+	fault.ZoneUnavailable: ZoneUnavailable,
+}
+
+// fromFault maps an error of a capability service (networks, edge
+// gateways, load balancers, VDCs): its field goes under fieldPrefix and
+// heads the message of bad input.
+func fromFault(fe *fault.Error, fieldPrefix string) *Error {
+	code, ok := faultCodes[fe.Kind]
+	if !ok {
+		code = Internal
+	}
+	e := &Error{Code: code, Message: fe.Message, Zone: fe.Zone, Cause: fe.Cause}
+	if fe.Field != "" {
+		e.Field = joinField(fieldPrefix, fe.Field)
+		if code == BadUserInput {
+			e.Message = e.Field + ": " + fe.Message
+		}
+	}
+	if code == Internal && e.Cause == nil {
+		e.Cause = fe
+	}
+	return e
+}
+
+// joinField places field (relative to an input) under prefix: "nics[0]"
+// under "input" is "input.nics[0]".
+func joinField(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}

@@ -1,0 +1,230 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+)
+
+// Config configures an orchestrator.
+type Config struct {
+	// Listen is the public TCP address. Default ":8080".
+	Listen string
+	// PublicURL is the URL agents use to reach Listen (behind a TLS
+	// terminating proxy, its https:// URL). Default "http://" + the bound
+	// address, with 127.0.0.1 for an unspecified host (enough for one
+	// machine only).
+	PublicURL string
+	// DataDir keeps the mesh control server's state and the orchestrator's
+	// mesh identity. Required.
+	DataDir string
+	// STUNAddr is the UDP address of the STUN server. Default ":3478"; a
+	// zero port picks a free one.
+	STUNAddr string
+	// MeshPostgres keeps the mesh control server's state in PostgreSQL
+	// (replicated deployments: whichever replica runs it finds the same
+	// nodes, keys and server keys); nil keeps it in SQLite under DataDir.
+	MeshPostgres *meshcontrol.PostgresConfig
+	// AgentPort is the agents' gRPC port. Default 50051.
+	AgentPort uint16
+	// MeshName is the orchestrator's name in the mesh. Default
+	// "flexplane-orchestrator".
+	MeshName string
+	// API configures the GraphQL API served at /graphql; its zero value
+	// serves none.
+	API APIConfig
+	// Handler serves every path the mesh control server and the API do not
+	// own (the portal, ...). Nil answers 404.
+	Handler http.Handler
+	// RefreshInterval is how often zones and host status are refreshed.
+	// Default 2s.
+	RefreshInterval time.Duration
+	// MetricsListen is the TCP address serving the Prometheus metrics: the
+	// orchestrator's at /metrics, each agent's (fetched over the mesh) at
+	// /metrics/agents/<mesh name>. Keep it off the public network; ""
+	// serves none.
+	MetricsListen string
+	// Audit says where the audit events of mutations go; its zero value
+	// records none.
+	Audit AuditConfig
+	// TracerProvider traces GraphQL operations and the calls they make to
+	// the agents, whose spans join the trace; nil traces nothing.
+	TracerProvider trace.TracerProvider
+	// Kube says how to reach Kubernetes (the catalog's kubernetes
+	// backend, the Lease of Replication).
+	Kube KubeConfig
+	// Replication runs the orchestrator as one of several replicas behind
+	// one Service; its zero value runs it alone.
+	Replication ReplicationConfig
+	// MeshPolicy replaces the default mesh policy; for tests only.
+	MeshPolicy string
+	// Logger receives all logs, including the control server's. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// ReplicationConfig makes the orchestrator one of several replicas: the
+// embedded mesh control server runs on one of them at a time, the holder
+// of a Kubernetes Lease (reached through Config.Kube), with its state in
+// Config.MeshPostgres (required); the others forward the control protocol
+// to it (package meshleader). Every replica is its own mesh node and
+// serves the whole API.
+type ReplicationConfig struct {
+	// PeerURL is this replica's http:// URL as the other replicas reach
+	// it (its pod's IP and the port of Listen); it must differ between
+	// replicas. "" runs the orchestrator alone.
+	PeerURL string
+	// LeaseName is the Lease's name, in the namespace of Config.Kube.
+	// Default meshleader.DefaultLeaseName.
+	LeaseName string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the election's
+	// timings (see meshleader.Config); defaults 15s, 10s and 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// APIPath is where the GraphQL API is served.
+const APIPath = "/graphql"
+
+// APIConfig configures the GraphQL API. The zero value serves no API.
+type APIConfig struct {
+	// Issuer is the URL of the OpenID Connect issuer whose bearer tokens
+	// the API accepts; "" serves no API. Its discovery document is read at
+	// Start, which fails if the issuer cannot be reached.
+	Issuer string
+	// Audience is the client id tokens must be issued to (the portal's).
+	// Required with Issuer.
+	Audience string
+	// Claims names the role, name and email claims; the zero value reads
+	// Zitadel's tokens.
+	Claims auth.ClaimNames
+	// CatalogBackend is where the catalog (VDCs, profiles, images) lives:
+	// CatalogDir (the default: manifests in CatalogDir) or
+	// CatalogKubernetes (custom resources, reached through Config.Kube).
+	CatalogBackend string
+	// CatalogDir holds the catalog's manifests (the dir backend).
+	// Default DataDir/catalog.
+	CatalogDir string
+	// Tenant is the one tenant this deployment serves.
+	Tenant graph.Tenant
+	// ZoneTimeout bounds each zone's part of a request that spans zones;
+	// a slower zone is reported ZONE_UNAVAILABLE. Default
+	// graph.DefaultZoneTimeout.
+	ZoneTimeout time.Duration
+	// AgentVersion is the agent version this orchestrator ships; hosts
+	// whose agent reports another show updateAvailable. Empty: never.
+	AgentVersion string
+	// Releases configures agent releases and rollouts; its zero value
+	// offers none.
+	Releases ReleasesConfig
+	// MaxDepth and MaxComplexity bound queries; zero keeps graph/server's
+	// defaults.
+	MaxDepth, MaxComplexity int
+	// HTTPClient fetches the issuer's discovery document and signing keys;
+	// nil is http.DefaultClient.
+	HTTPClient *http.Client
+	// VMRecoverAfter is how old an unfinished VM create must be before
+	// this orchestrator, not running it, finishes or cleans it up (another
+	// replica may still be working on it until then). Default 2m
+	// (compute.Config.StaleAfter).
+	VMRecoverAfter time.Duration
+	// VMRecoverInterval is how often the orchestrator looks for unfinished
+	// VM creates and moves to finish or undo. Default 30s
+	// (compute.Config.RecoverInterval).
+	VMRecoverInterval time.Duration
+	// ConsoleTTL is how long a console ticket of openConsole waits for its
+	// websocket (1s to 5m). Default console.DefaultTTL.
+	ConsoleTTL time.Duration
+	// LoadBalancers are the zones' flexgateway replicas the load balancers
+	// are pushed to; its zero value serves no balancer (they can be made
+	// and are kept, but reach no data plane).
+	LoadBalancers LoadBalancersConfig
+	// Kubernetes is managed Kubernetes over the management cluster of
+	// Config.Kube; its zero value offers none.
+	Kubernetes ManagedKubernetesConfig
+}
+
+// LoadBalancersConfig configures the load balancers' sync (package lbsync).
+type LoadBalancersConfig struct {
+	// Zones are the zones with flexgateway replicas, by zone name.
+	Zones map[string]lbsync.Zone `json:"zones"`
+	// Token is the replicas' admin bearer token.
+	Token string `json:"token"`
+	// EndpointSlices, when set, finds each zone's replicas in the
+	// EndpointSlices of charts/flexgateway's admin Services in the
+	// management cluster of Config.Kube, in place of Zones' Replicas.
+	EndpointSlices *lbsync.EndpointSlicesConfig `json:"endpointSlices,omitempty"`
+}
+
+// ReleasesConfig configures agent releases (package release) and their
+// rollouts (package rollout).
+type ReleasesConfig struct {
+	// PublicKey is the minisign public key releases are signed with (the
+	// agents have the same); "" offers no releases.
+	PublicKey string
+	// Dir is the release store: published releases and the rollouts'
+	// records. Replicas share it (one volume mounted by all). Default
+	// DataDir/releases.
+	Dir string
+	// HostTimeout bounds one host's update in a rollout. Default 3m.
+	HostTimeout time.Duration
+}
+
+// AuditConfig configures the audit sinks; every one set receives every
+// event.
+type AuditConfig struct {
+	// Log receives the events as JSON lines (os.Stdout, a file); nil
+	// writes none.
+	Log io.Writer
+	// Webhook posts the events in batches when its URL is set; its
+	// Metrics and Logger are the orchestrator's.
+	Webhook audit.WebhookConfig
+	// Sink also receives every event (tests).
+	Sink audit.Sink
+}
+
+// New checks cfg and returns a server; Start or Run starts it.
+func New(cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("orchestrator: DataDir is required")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = ":8080"
+	}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("orchestrator: PublicURL %q must be an http(s) URL without a path", cfg.PublicURL)
+		}
+	}
+	if cfg.MeshName == "" {
+		cfg.MeshName = "flexplane-orchestrator"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.API.Issuer != "" {
+		if cfg.API.Audience == "" {
+			return nil, errors.New("orchestrator: API.Audience is required with API.Issuer")
+		}
+		if cfg.API.CatalogDir == "" {
+			cfg.API.CatalogDir = filepath.Join(cfg.DataDir, "catalog")
+		}
+	}
+	if cfg.Replication.PeerURL != "" && cfg.MeshPostgres == nil {
+		return nil, errors.New("orchestrator: Replication needs MeshPostgres: the mesh state moves with the leadership")
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, stopped: make(chan struct{}), probe: &probe{}}, nil
+}

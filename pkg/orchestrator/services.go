@@ -1,0 +1,128 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/vdc"
+)
+
+// services are the capability services the GraphQL resolver holds, each
+// built once over the fleet registry and the catalog.
+type services struct {
+	networks  *network.Service
+	vdcs      *vdc.Service
+	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
+	gateways  *gateways.Service
+	estate    *estate.Service
+}
+
+// newServices builds the capability services.
+func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+	var s services
+	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
+	if err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	fl := fleet{registry, inv}
+	s.estate = estate.New(estate.Config{Zones: registry, Catalog: store, Placement: vms, Inventory: inv, Timeout: zoneTimeout,
+		Logger: log.With("component", "estate")})
+	if secrets, ok := store.(catalog.SecretStore); ok {
+		s.balancers = &loadbalancer.Service{Store: store, Secrets: secrets, Fleet: fl}
+		if lbs != nil {
+			s.balancers.Sync = lbs
+		}
+	}
+	gcfg := gateways.Config{Store: store, Fleet: fl, Logger: log.With("component", "gateways")}
+	if edge != nil {
+		gcfg.Running = edge
+	}
+	if s.gateways, err = gateways.New(gcfg); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.networks, err = network.NewService(registry); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.vdcs, err = vdc.New(vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
+		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc")}); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	return s, nil
+}
+
+// fleet is the registry's zones and their pools' guests as the
+// capability services check VMs against them.
+type fleet struct {
+	r   *zones.Registry
+	inv *inventory.Inventory
+}
+
+// ZoneName implements loadbalancer.Fleet and gateways.Fleet.
+func (f fleet) ZoneName(id string) (string, bool) {
+	z, ok := f.r.Zone(id)
+	return z.Name, ok
+}
+
+// ZoneID implements loadbalancer.Fleet.
+func (f fleet) ZoneID(name string) (string, bool) {
+	for _, z := range f.r.Zones() {
+		if z.Name == name {
+			return z.ID, true
+		}
+	}
+	return "", false
+}
+
+// PoolVMs implements loadbalancer.Fleet and gateways.Fleet: the pool's guests, bounded by
+// the zone timeout, templates left out.
+func (f fleet) PoolVMs(ctx context.Context, zoneID, pool string) ([]int, error) {
+	z, ok := f.r.Zone(zoneID)
+	if !ok {
+		return nil, fmt.Errorf("orchestrator: pool %s: no zone %s", pool, zoneID)
+	}
+	rs, err := f.inv.NewSession().PoolGuests(ctx, z, pool)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, res := range rs {
+		if res.Template != 1 {
+			out = append(out, res.VMID)
+		}
+	}
+	return out, nil
+}
+
+// vdcZones are the registry's zones as the VDC lifecycle sees them.
+type vdcZones struct{ r *zones.Registry }
+
+// Zones implements vdc.Zones: every zone of the registry.
+func (z vdcZones) Zones() []vdc.Zone {
+	var out []vdc.Zone
+	for _, zz := range z.r.Zones() {
+		out = append(out, vdc.Zone{ID: zz.ID, Name: zz.Name})
+	}
+	return out
+}
+
+// vdcPools removes a VDC's Proxmox pool through the zone's client.
+type vdcPools struct{ r *zones.Registry }
+
+// RemovePool implements vdc.Pools.
+func (p vdcPools) RemovePool(ctx context.Context, zoneID, vdc string) error {
+	return compute.RemovePool(ctx, p.r.Client(zoneID), vdc)
+}
