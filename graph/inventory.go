@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,27 +142,8 @@ func (r *Resolver) reportDown(ctx context.Context, err error, more ...*estate.Zo
 
 // estateError maps an error of the estate's read service.
 func estateError(err error) error {
-	var (
-		ze *estate.ZoneError
-		ie *estate.InputError
-		ne *estate.NotKnownError
-	)
-	switch {
-	case errors.As(err, &ze):
+	if ze := (*estate.ZoneError)(nil); errors.As(err, &ze) {
 		return apierr.ZoneDown(ze.Zone.Name, ze.Err)
-	case errors.As(err, &ie):
-		return apierr.BadInput(ie.Field, "%s: %s", ie.Field, ie.Message)
-	case errors.As(err, &ne):
-		e := apierr.New(apierr.ZoneUnavailable, "%s", ne.Error())
-		if ne.Zone != "" {
-			e.Zone = ne.Zone
-			e.Message = fmt.Sprintf("zone %s is unavailable: %s", ne.Zone, e.Message)
-		}
-		return e
-	case errors.Is(err, estate.ErrNotFound):
-		return vmNotFound()
-	case errors.Is(err, estate.ErrPolicies):
-		return apierr.New(apierr.Internal, "the zone policies cannot be read")
 	}
 	return apierr.From(err, "")
 }

@@ -7,7 +7,6 @@ package graph
 
 import (
 	"context"
-	"errors"
 	"slices"
 
 	"github.com/flexplane/flexplane/graph/model"
@@ -17,11 +16,6 @@ import (
 func (r *mutationResolver) UpdateZone(ctx context.Context, input model.UpdateZoneInput) (*model.Zone, error) {
 	z, err := r.session(ctx).SetPolicy(ctx, estate.PolicyChange{Zone: input.Name, Region: input.Region, DedicatedTo: input.DedicatedTo})
 	if err != nil {
-		var ie *estate.InputError
-		if errors.As(err, &ie) {
-			ie.Field = "input." + ie.Field
-			return nil, estateError(ie)
-		}
 		return nil, fail(err)
 	}
 	return zoneModel(z, r.agentTarget()), nil

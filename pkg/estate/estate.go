@@ -8,9 +8,9 @@
 // Config.Timeout: a zone that fails or is too slow comes back as a
 // ZoneError beside the others' answers, never failing the whole read.
 // Nothing is cached beyond one Read, which is one API operation: every
-// answer is built from what Proxmox says now. Errors are typed (ZoneError,
-// InputError, NotKnownError, ErrNotFound, ErrPolicies); the API's edge maps
-// them to its codes.
+// answer is built from what Proxmox says now. Errors are a *ZoneError for
+// a zone that does not answer, else *fault.Error, which the API's edge maps
+// to its codes.
 package estate
 
 import (
@@ -29,6 +29,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -101,39 +102,9 @@ func (e *ZoneError) Error() string { return fmt.Sprintf("estate: zone %s: %v", e
 
 func (e *ZoneError) Unwrap() error { return e.Err }
 
-// InputError is a request naming something that is not there (a zone, a
-// region, a VDC), on Field of the request.
-type InputError struct {
-	Field   string
-	Message string
-}
-
-func (e *InputError) Error() string { return e.Field + ": " + e.Message }
-
-// NotKnownError says that the zones are not all known yet: right after a
-// restart the registry has not heard from every agent. Zone names the zone
-// asked for ("" when all were).
-type NotKnownError struct {
-	Zone string
-	// Agents is how many agents have not reported yet (0: none has).
-	Agents int
-	Err    error
-}
-
-func (e *NotKnownError) Error() string {
-	if e.Agents == 0 {
-		return "the zones are not known yet: the orchestrator has not heard from the agents since it started"
-	}
-	return fmt.Sprintf("the zones of %d agents are not known yet: they have not reported since the orchestrator started", e.Agents)
-}
-
-func (e *NotKnownError) Unwrap() error { return e.Err }
-
-// ErrNotFound is a VM that is not there, or not of the VDC asked about.
-var ErrNotFound = errors.New("estate: not found")
-
-// ErrPolicies is the zone policies failing to read.
-var ErrPolicies = errors.New("estate: the zone policies cannot be read")
+// notFound is the one error of a VM that is not there, or not of the VDC
+// asked about.
+func notFound() error { return fault.New(fault.NotFound, "VM not found") }
 
 // Zones returns the zones of the registry (none without one).
 func (s *Service) Zones() []zones.Zone {
@@ -163,8 +134,8 @@ func (s *Service) ZoneNamed(name string) (zones.Zone, bool) {
 
 // Known returns the zones known so far. Right after a restart it waits
 // for every agent's zone within the zone timeout; then the zones known so
-// far come with a *NotKnownError naming how many agents were not heard
-// from.
+// far come with a *fault.Error of ZoneUnavailable saying how many agents
+// were not heard from.
 func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
 	if s.cfg.Zones == nil {
 		return nil, nil
@@ -178,7 +149,11 @@ func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
 		return all, nil
 	}
 	s.cfg.Logger.Warn("estate: zones not known yet", "err", idErr)
-	return all, &NotKnownError{Agents: len(ue.Agents), Err: idErr}
+	msg := fmt.Sprintf("the zones of %d agents are not known yet: they have not reported since the orchestrator started", len(ue.Agents))
+	if len(ue.Agents) == 0 {
+		msg = "the zones are not known yet: the orchestrator has not heard from the agents since it started"
+	}
+	return all, &fault.Error{Kind: fault.ZoneUnavailable, Message: msg, Cause: idErr}
 }
 
 // Each runs fn for every zone of zs concurrently, each within the zone

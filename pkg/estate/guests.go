@@ -175,12 +175,12 @@ func page(byZone [][]candidate, n int) []Guest {
 }
 
 // VM returns the VM id of vdc, where it is now (in another zone if it moved
-// there); ErrNotFound for an id that is malformed, forged, of another VDC
+// there); a NotFound *fault.Error for an id that is malformed, forged, of another VDC
 // or gone, a *ZoneError when its zone does not answer.
 func (rd *Read) VM(ctx context.Context, vdc *catalog.VDC, id string) (Guest, error) {
 	ref, err := tenancy.ParseVMID(id)
 	if err != nil {
-		return Guest{}, ErrNotFound
+		return Guest{}, notFound()
 	}
 	if z, ok := rd.s.Zone(ref.ZoneID); ok {
 		g, found, err := rd.guest(ctx, vdc, z, ref.VMID, func(kept string, notVM bool) bool { return !notVM && kept == id })
@@ -190,19 +190,19 @@ func (rd *Read) VM(ctx context.Context, vdc *catalog.VDC, id string) (Guest, err
 	}
 	// Moved across zones: read that zone's pool of vdc only.
 	if rd.s.cfg.Placement == nil {
-		return Guest{}, ErrNotFound
+		return Guest{}, notFound()
 	}
 	place, ok := rd.s.cfg.Placement.PlaceOf(id)
 	if !ok {
-		return Guest{}, ErrNotFound
+		return Guest{}, notFound()
 	}
 	z, ok := rd.s.Zone(place.ZoneID)
 	if !ok {
-		return Guest{}, ErrNotFound
+		return Guest{}, notFound()
 	}
 	g, found, err := rd.guest(ctx, vdc, z, place.VMID, nil)
 	if err != nil || !found {
-		return Guest{}, cmp.Or(err, ErrNotFound)
+		return Guest{}, cmp.Or(err, notFound())
 	}
 	g.ID = id
 	return g, nil

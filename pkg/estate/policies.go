@@ -10,6 +10,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 // Regions and dedicated zones: the zone policies of the catalog, read once
@@ -25,7 +26,8 @@ type Viewer struct {
 }
 
 // Policies returns the zone policies by zone name, read once per Read; a
-// failed read is ErrPolicies (and is tried again by the next call).
+// failed read is an Internal *fault.Error (and is tried again by the next
+// call).
 func (rd *Read) Policies(ctx context.Context) (map[string]*catalog.ZonePolicy, error) {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
@@ -39,7 +41,7 @@ func (rd *Read) Policies(ctx context.Context) (map[string]*catalog.ZonePolicy, e
 	ps, err := catalog.ZonePolicies(ctx, rd.s.cfg.Catalog)
 	if err != nil {
 		rd.s.cfg.Logger.Warn("estate: zone policies", "err", err)
-		return nil, fmt.Errorf("%w: %w", ErrPolicies, err)
+		return nil, &fault.Error{Kind: fault.Internal, Message: "the zone policies cannot be read", Cause: err}
 	}
 	rd.policies, rd.read = ps, true
 	return ps, nil
@@ -84,9 +86,9 @@ func (rd *Read) Visible(ctx context.Context, v Viewer, zs []zones.Zone, region *
 }
 
 // Named returns the zone called name if v sees it; otherwise an
-// *InputError on field, as for a zone that does not exist (a zone
-// dedicated to other VDCs is not disclosed), or a *NotKnownError while
-// the zones are not all known yet.
+// BadInput *fault.Error on field, as for a zone that does not exist (a
+// zone dedicated to other VDCs is not disclosed), or a ZoneUnavailable one
+// while the zones are not all known yet.
 func (rd *Read) Named(ctx context.Context, v Viewer, name, field string) (zones.Zone, error) {
 	all, known := rd.s.Known(ctx)
 	for _, z := range all {
@@ -101,14 +103,13 @@ func (rd *Read) Named(ctx context.Context, v Viewer, name, field string) (zones.
 			return z, nil
 		}
 	}
-	if ne := (*NotKnownError)(nil); errors.As(known, &ne) {
-		ne.Zone = name
-		return zones.Zone{}, ne
+	if fe := (*fault.Error)(nil); errors.As(known, &fe) {
+		return zones.Zone{}, &fault.Error{Kind: fe.Kind, Zone: name, Message: fmt.Sprintf("zone %s is unavailable: %s", name, fe.Message), Cause: fe.Cause}
 	}
-	return zones.Zone{}, &InputError{Field: field, Message: fmt.Sprintf("there is no zone %q", name)}
+	return zones.Zone{}, fault.Invalid(field, "there is no zone %q", name)
 }
 
-// Placeable fails with an *InputError on field unless vdc may place
+// Placeable fails with a BadInput *fault.Error on field unless vdc may place
 // resources in z (as for a zone that does not exist): a zone dedicated to
 // other VDCs takes nothing of vdc, whoever asks.
 func (rd *Read) Placeable(ctx context.Context, z zones.Zone, vdc, field string) error {
@@ -117,7 +118,7 @@ func (rd *Read) Placeable(ctx context.Context, z zones.Zone, vdc, field string) 
 		return err
 	}
 	if p != nil && !p.Allows(vdc) {
-		return &InputError{Field: field, Message: fmt.Sprintf("there is no zone %q", z.Name)}
+		return fault.Invalid(field, "there is no zone %q", z.Name)
 	}
 	return nil
 }
@@ -167,19 +168,19 @@ type PolicyChange struct {
 }
 
 // SetPolicy applies c to the policy of a known zone and returns the zone:
-// an *InputError on "name" or "dedicatedTo[i]" for a zone or VDC that does
+// a BadInput *fault.Error on "name" or "dedicatedTo[i]" for a zone or VDC that does
 // not exist; catalog errors otherwise. The Read reads the policies again
 // afterwards.
 func (rd *Read) SetPolicy(ctx context.Context, c PolicyChange) (zones.Zone, error) {
 	z, ok := rd.s.ZoneNamed(c.Zone)
 	if !ok {
-		return zones.Zone{}, &InputError{Field: "name", Message: fmt.Sprintf("there is no zone %q", c.Zone)}
+		return zones.Zone{}, fault.Invalid("name", "there is no zone %q", c.Zone)
 	}
 	store := rd.s.cfg.Catalog
 	for i, v := range c.DedicatedTo {
 		if _, err := catalog.Get[*catalog.VDC](ctx, store, v); err != nil {
 			if errors.Is(err, catalog.ErrNotFound) {
-				return zones.Zone{}, &InputError{Field: fmt.Sprintf("dedicatedTo[%d]", i), Message: fmt.Sprintf("there is no VDC %q", v)}
+				return zones.Zone{}, fault.Invalid(fmt.Sprintf("dedicatedTo[%d]", i), "there is no VDC %q", v)
 			}
 			return zones.Zone{}, fmt.Errorf("estate: set zone policy: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 // TestVisibleAndPlaceable: a zone dedicated to VDCs is seen and taken by
@@ -59,8 +60,8 @@ func TestVisibleAndPlaceable(t *testing.T) {
 	if _, err := rd.Visible(ctx, Viewer{}, all, &bad, "filter.region"); !errors.As(err, &ve) || ve.Field != "filter.region" {
 		t.Errorf("bad region: %v", err)
 	}
-	var ie *InputError
-	if err := rd.Placeable(ctx, all[1], "blue", "input.zone"); !errors.As(err, &ie) || ie.Field != "input.zone" {
+	var fe *fault.Error
+	if err := rd.Placeable(ctx, all[1], "blue", "input.zone"); !errors.As(err, &fe) || fe.Kind != fault.BadInput || fe.Field != "input.zone" {
 		t.Errorf("blue in fra2: %v", err)
 	}
 	for _, vdc := range []string{"red", "blue"} {
