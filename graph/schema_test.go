@@ -1,13 +1,18 @@
 package graph
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/formatter"
+
+	"github.com/flexplane/flexplane/graph/generated"
 )
 
 // public are the root fields any signed-in caller may use without a VDC
@@ -102,4 +107,39 @@ func TestRootTypesInSchemaFile(t *testing.T) {
 			t.Errorf("type %s is declared in %s, want schema.graphqls (domain files extend it)", root.Name, got)
 		}
 	}
+}
+
+// TestServedSchemaIsTheSDLFile: the schema the server executes (gqlgen's,
+// as introspection shows it) is exactly the published SDL file
+// graph/flexplane.graphql that clients generate code from, so a change of
+// the Go side cannot change what is served without that file's diff
+// showing it (`make check-generated` keeps the file equal to the
+// *.graphqls sources).
+func TestServedSchemaIsTheSDLFile(t *testing.T) {
+	t.Parallel()
+	served := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{}}).Schema()
+	b, err := os.ReadFile("flexplane.graphql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	published, err := gqlparser.LoadSchema(&ast.Source{Name: "flexplane.graphql", Input: string(b)})
+	if err != nil {
+		t.Fatalf("flexplane.graphql: %v", err)
+	}
+	format := func(s *ast.Schema) string {
+		var buf bytes.Buffer
+		formatter.NewFormatter(&buf).FormatSchema(s)
+		return buf.String()
+	}
+	got, want := format(served), format(published)
+	if got == want {
+		return
+	}
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range min(len(gl), len(wl)) {
+		if gl[i] != wl[i] {
+			t.Fatalf("the served schema differs from flexplane.graphql at line %d:\nserved:    %s\npublished: %s\n(run make generate)", i+1, gl[i], wl[i])
+		}
+	}
+	t.Fatalf("the served schema has %d lines, flexplane.graphql %d (run make generate)", len(gl), len(wl))
 }

@@ -4353,7 +4353,7 @@ func newExecutionContext(
 var sources = []*ast.Source{
 	{Name: "../agentupdate.graphqls", Input: `# Agent self-update: signed releases published to the orchestrator
 # (` + "`" + `orchestrator releases add` + "`" + `) and rolled out to the agents over the mesh,
-# in batches, by platform admins. See the README, Agent updates.
+# in batches, by platform admins. See docs/operate/agent-updates.md.
 
 extend type Query {
   "The published agent releases, newest first; empty when the orchestrator has no release key."
