@@ -234,9 +234,9 @@ func (s *Service) NewRead() *Read {
 // Service returns the service rd reads through.
 func (rd *Read) Service() *Service { return rd.s }
 
-// PoolGuests reads the QEMU guests of the pool poolid of zone z as Proxmox
+// poolGuests reads the QEMU guests of the pool poolid of zone z as Proxmox
 // lists them, once per Read (none without zones).
-func (rd *Read) PoolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+func (rd *Read) poolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
 	if rd.sess == nil {
 		return nil, nil
 	}

@@ -109,7 +109,7 @@ func (rd *Read) VMs(ctx context.Context, vdc *catalog.VDC, zs []zones.Zone, f VM
 		p      VMPage
 	)
 	p.Down = rd.s.Each(ctx, zs, func(ctx context.Context, z zones.Zone) error {
-		rs, err := rd.PoolGuests(ctx, z, tenancy.PoolID(vdc.Name))
+		rs, err := rd.poolGuests(ctx, z, tenancy.PoolID(vdc.Name))
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func (rd *Read) VM(ctx context.Context, vdc *catalog.VDC, id string) (Guest, err
 // guest finds VMID vmid in z's pool of vdc, a VM (not a template) for
 // which keep (when set) says yes given its kept id.
 func (rd *Read) guest(ctx context.Context, vdc *catalog.VDC, z zones.Zone, vmid int, keep func(kept string, notVM bool) bool) (Guest, bool, error) {
-	rs, err := rd.PoolGuests(ctx, z, tenancy.PoolID(vdc.Name))
+	rs, err := rd.poolGuests(ctx, z, tenancy.PoolID(vdc.Name))
 	if err != nil {
 		return Guest{}, false, &ZoneError{Zone: z, Err: err}
 	}
