@@ -13,38 +13,10 @@ import (
 )
 
 // agentTarget is what a host's updateAvailable is decided against.
-type agentTarget struct {
-	// latest is the newest published release per platform.
-	latest map[string]string
-	// shipped is the orchestrator's agent version, used without releases.
-	shipped string
-}
+type agentTarget = rollout.Target
 
 // agentTarget reads the newest releases (nothing without a store).
-func (r *Resolver) agentTarget() agentTarget {
-	t := agentTarget{shipped: r.AgentVersion}
-	if r.Rollouts == nil {
-		return t
-	}
-	t.latest = r.Rollouts.Latest()
-	return t
-}
-
-// updateAvailable says whether a newer release is published for h.
-func (t agentTarget) updateAvailable(h zones.Host) bool {
-	if len(t.latest) == 0 {
-		return t.shipped != "" && h.AgentVersion != "" && h.AgentVersion != t.shipped
-	}
-	platform := h.Platform
-	if platform == "" {
-		platform = release.Platform()
-	}
-	v, ok := t.latest[platform]
-	if !ok {
-		return false
-	}
-	return !release.ValidVersion(h.AgentVersion) || release.Compare(v, h.AgentVersion) > 0
-}
+func (r *Resolver) agentTarget() agentTarget { return r.Rollouts.Target(r.AgentVersion) }
 
 var updatePhases = map[string]model.AgentUpdateState{
 	"idle": model.AgentUpdateStateIdle, "downloading": model.AgentUpdateStateDownloading,

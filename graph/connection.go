@@ -2,52 +2,28 @@ package graph
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
-
-	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
-	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
-// Cursor connections and the Node interface (graph/node.graphqls).
-//
-// Every connection pages a list sorted by a string key: the key joins the
-// list's sort fields with NUL (which no name or id holds), so that the
-// order of keys is the order of the fields. A cursor is the opaque encoding
-// of its item's key, and after=cursor takes the items whose key is greater:
-// a page stays right when items before the cursor come and go.
-
-const cursorPrefix = "cursor/"
-
-func encodeCursor(key string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + key))
-}
+// Cursor connections and the Node interface (graph/node.graphqls). Every
+// connection pages a list sorted by a string key (package paging).
 
 // errBadCursor is the one answer for an after that is not a cursor.
 var errBadCursor = apierr.BadInput("after", "after: not a cursor of this list")
 
-func decodeCursor(c string) (string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !strings.HasPrefix(string(raw), cursorPrefix) {
-		return "", errBadCursor
-	}
-	return strings.TrimPrefix(string(raw), cursorPrefix), nil
-}
+func encodeCursor(key string) string { return paging.Cursor(key) }
 
 // sortKey joins sort fields into a connection's key.
-func sortKey(fields ...string) string { return strings.Join(fields, "\x00") }
+func sortKey(fields ...string) string { return paging.Key(fields...) }
 
 // page is one page of a connection.
 type page[T any] struct {
@@ -64,34 +40,11 @@ func paginate[T any](items []T, key func(T) string, first *int, def int, after *
 	if err != nil {
 		return page[T]{}, err
 	}
-	keys := make(map[int]string, len(items))
-	idx := make([]int, len(items))
-	for i, it := range items {
-		idx[i] = i
-		keys[i] = key(it)
+	p, err := paging.Cut(items, key, n, after)
+	if err != nil {
+		return page[T]{}, errBadCursor
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	start := 0
-	if after != nil {
-		k, err := decodeCursor(*after)
-		if err != nil {
-			return page[T]{}, err
-		}
-		start, _ = slices.BinarySearchFunc(idx, k, func(i int, k string) int {
-			if keys[i] <= k {
-				return -1
-			}
-			return 1
-		})
-	}
-	end := min(start+n, len(idx))
-	p := page[T]{items: make([]T, 0, end-start), total: len(items)}
-	for _, i := range idx[start:end] {
-		p.items = append(p.items, items[i])
-		p.cursors = append(p.cursors, encodeCursor(keys[i]))
-	}
-	p.info = pageInfo(p.cursors, start > 0, end < len(idx))
-	return p, nil
+	return page[T]{items: p.Items, cursors: p.Cursors, info: pageInfo(p.Cursors, p.Before, p.More), total: p.Total}, nil
 }
 
 func pageInfo(cursors []string, before, more bool) *model.PageInfo {
@@ -141,13 +94,14 @@ func vmCursor(after *string) (*tenancy.VMRef, error) {
 	if after == nil {
 		return nil, nil
 	}
-	k, err := decodeCursor(*after)
-	if err != nil {
-		return nil, err
+	k, err := paging.Decode(*after)
+	fs := paging.Fields(k)
+	if err != nil || len(fs) != 2 || fs[0] == "" {
+		return nil, errBadCursor
 	}
-	zone, num, ok := strings.Cut(k, "\x00")
-	vmid, err := strconv.Atoi(num)
-	if !ok || err != nil || zone == "" {
+	zone := fs[0]
+	vmid, err := strconv.Atoi(fs[1])
+	if err != nil {
 		return nil, errBadCursor
 	}
 	return &tenancy.VMRef{ZoneID: zone, VMID: vmid}, nil
@@ -187,61 +141,6 @@ func operationConnection(p page[*model.Operation]) *model.OperationConnection {
 // the caller may see.
 func nodeNotFound() error { return apierr.New(apierr.NotFound, "no object of that id") }
 
-// node resolves a global id in the caller's scope: the kinds of id are
-// told apart by their encoding (tenancy's kinds, a zone's cluster
-// identity, compute's operation ids), and each is looked up as its own
-// field would, so another VDC's object answers NOT_FOUND.
-func (r *Resolver) node(ctx context.Context, id string) (model.Node, error) {
-	_, inVDC := VDCScopeFrom(ctx)
-	if _, err := tenancy.ParseVMID(id); err == nil {
-		if !inVDC {
-			return nil, nodeNotFound()
-		}
-		vm, err := (&queryResolver{r}).VM(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		return vm, nil
-	}
-	if ref, err := tenancy.ParseNetworkID(id); err == nil {
-		if !inVDC {
-			return nil, nodeNotFound()
-		}
-		return r.networkNode(ctx, ref)
-	}
-	if ref, err := tenancy.ParseHostID(id); err == nil {
-		p, err := caller(ctx)
-		if err != nil {
-			return nil, err
-		}
-		z, ok := r.zoneByID(ref.ZoneID)
-		if !p.PlatformAdmin || !ok {
-			return nil, nodeNotFound()
-		}
-		for _, h := range zoneModel(z, r.agentTarget()).Hosts {
-			if h.ID == id {
-				return h, nil
-			}
-		}
-		return nil, nodeNotFound()
-	}
-	if z, ok := r.zoneByID(id); ok {
-		return zoneModel(z, r.agentTarget()), nil
-	}
-	if !inVDC {
-		return nil, nodeNotFound()
-	}
-	op, err := (&queryResolver{r}).Operation(ctx, id)
-	if err != nil {
-		var ae *apierr.Error
-		if errors.As(err, &ae) && (ae.Code == apierr.NotFound || ae.Code == apierr.BadUserInput) {
-			return nil, nodeNotFound()
-		}
-		return nil, err
-	}
-	return op, nil
-}
-
 // networkNode finds the network ref names among the current VDC's.
 func (r *Resolver) networkNode(ctx context.Context, ref tenancy.NetworkRef) (model.Node, error) {
 	scope, _ := VDCScopeFrom(ctx)
@@ -249,8 +148,12 @@ func (r *Resolver) networkNode(ctx context.Context, ref tenancy.NetworkRef) (mod
 	if !ok {
 		return nil, nodeNotFound()
 	}
-	nets, err := network.List(ctx, r.Zones.Client(z.ID), scope.VDC.Name)
+	nets, err := r.estate().Networks(ctx, z, scope.VDC.Name)
 	if err != nil {
+		var ze *estate.ZoneError
+		if errors.As(err, &ze) {
+			err = ze.Err
+		}
 		return nil, zoneError(z, networkError(err))
 	}
 	for _, n := range nets {
@@ -280,56 +183,13 @@ func (r *Resolver) vmPage(ctx context.Context, filter *model.VMFilter, n int, cu
 	if err != nil {
 		return vmPageResult{}, err
 	}
-	s := r.session(ctx)
-	creating := quota.Creating(scope.VDC)
-	var (
-		mu            sync.Mutex
-		byZone        [][]vmCandidate
-		total, before int
-	)
-	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error {
-		rs, err := s.PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
-		if err != nil {
-			return err
-		}
-		zm := zoneModel(z, r.agentTarget())
-		cs := make([]vmCandidate, 0, len(rs))
-		matched, skipped := 0, 0
-		for i := range rs {
-			res := &rs[i]
-			if res.Template == 1 {
-				continue
-			}
-			ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
-			id, notVM := r.keptID(ref)
-			if notVM {
-				continue // a move's other copy
-			}
-			if id == ref.ID() {
-				id = ""
-			}
-			status := guestStatus(*res, creating[z.ID])
-			if filter.Status != nil && status != *filter.Status {
-				continue
-			}
-			if filter.Name != nil && !strings.Contains(strings.ToLower(res.Name), strings.ToLower(*filter.Name)) {
-				continue
-			}
-			matched++
-			if cursor != nil && vmOrder(ref, *cursor) <= 0 {
-				skipped++
-				continue
-			}
-			cs = append(cs, vmCandidate{ref: ref, id: id, zone: zm, res: res, status: status})
-		}
-		mu.Lock()
-		byZone = append(byZone, cs)
-		total += matched
-		before += skipped
-		mu.Unlock()
-		return nil
-	})
-	return vmPageResult{vms: pageVMs(byZone, n), total: total, before: before}, nil
+	f := estate.VMFilter{Name: filter.Name}
+	if filter.Status != nil {
+		f.Status = ptr(string(*filter.Status))
+	}
+	p := r.session(ctx).VMs(ctx, scope.VDC, zs, f, n, cursor)
+	r.reportDown(ctx, nil, p.Down...)
+	return vmPageResult{vms: r.vmModels(p.VMs), total: p.Total, before: p.Before}, nil
 }
 
 // networkPage lists the current VDC's networks (of one zone, or all) and
@@ -343,22 +203,14 @@ func (r *Resolver) networkPage(ctx context.Context, zone *string, first *int, af
 	if err != nil {
 		return page[*model.Network]{}, err
 	}
-	var (
-		mu  sync.Mutex
-		all []*model.Network
-	)
-	r.eachZone(ctx, zs, func(ctx context.Context, z zones.Zone, c *proxmox.Client) error {
-		nets, err := network.List(ctx, c, scope.VDC.Name)
-		if err != nil {
-			return err
-		}
+	byZone, down := r.estate().NetworksOf(ctx, zs, scope.VDC.Name)
+	r.reportDown(ctx, nil, down...)
+	var all []*model.Network
+	for _, z := range zs {
 		zm := zoneModel(z, r.agentTarget())
-		mu.Lock()
-		defer mu.Unlock()
-		for _, nw := range nets {
+		for _, nw := range byZone[z.ID] {
 			all = append(all, networkModel(zm, nw, z.ID))
 		}
-		return nil
-	})
+	}
 	return paginate(all, networkKey, first, 50, after)
 }

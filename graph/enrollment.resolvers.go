@@ -61,7 +61,7 @@ func (r *queryResolver) EnrollmentKeys(ctx context.Context) ([]*model.Enrollment
 	if r.Keys == nil {
 		return nil, keysUnavailable()
 	}
-	ks, err := r.agentKeys(ctx)
+	ks, err := meshcontrol.AgentKeys(ctx, r.Keys)
 	if err != nil {
 		return nil, err
 	}

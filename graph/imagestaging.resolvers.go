@@ -9,8 +9,8 @@ import (
 	"context"
 
 	"github.com/99designs/gqlgen/graphql"
+
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
@@ -19,21 +19,17 @@ func (r *imageResolver) Zones(ctx context.Context, obj *catalog.Image, zone *str
 	if err != nil {
 		return nil, err
 	}
+	states, err := svc.ImageStates(ctx, obj, zone)
+	if err != nil {
+		return nil, err
+	}
 	out := []*model.ImageZoneState{}
-	for _, z := range svc.ZoneList(ctx) {
-		if zone != nil && *zone != z.Name {
+	for _, st := range states {
+		if st.Err != nil {
+			graphql.AddError(ctx, computeError(st.Err, ""))
 			continue
 		}
-		t, err := r.stagingTarget(ctx, z)
-		if err != nil {
-			return nil, err
-		}
-		st, err := svc.Images().Status(ctx, t, obj)
-		if err != nil {
-			graphql.AddError(ctx, apierr.ZoneDown(z.Name, err))
-			continue
-		}
-		out = append(out, imageStateModel(z.Name, st))
+		out = append(out, imageStateModel(st.Zone, st.Status))
 	}
 	return out, nil
 }
@@ -47,17 +43,9 @@ func (r *mutationResolver) StageImage(ctx context.Context, name string, zone str
 	if err != nil {
 		return nil, err
 	}
-	z, ok := svc.Zone(ctx, zone)
-	if !ok {
-		return nil, apierr.BadInput("zone", "there is no reachable zone %q", zone)
-	}
-	t, err := r.stagingTarget(ctx, z)
+	st, err := svc.StageImageIn(ctx, img, zone)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "")
 	}
-	st, err := svc.StageImage(ctx, t, img)
-	if err != nil {
-		return nil, apierr.ZoneDown(z.Name, err)
-	}
-	return imageStateModel(z.Name, st), nil
+	return imageStateModel(st.Zone, st.Status), nil
 }

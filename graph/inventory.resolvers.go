@@ -7,58 +7,57 @@ package graph
 
 import (
 	"context"
-	"slices"
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/tenancy"
-	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
 // Uptime is the resolver for the uptime field.
 func (r *hostResolver) Uptime(ctx context.Context, obj *model.Host) (*int, error) {
-	res, ok := r.hostResource(ctx, obj)
+	f, ok := r.hostFigures(ctx, obj)
 	if !ok {
 		return nil, nil
 	}
-	return ptr(int(res.Uptime)), nil
+	return ptr(f.Uptime), nil
 }
 
 // Cpus is the resolver for the cpus field.
 func (r *hostResolver) Cpus(ctx context.Context, obj *model.Host) (*int, error) {
-	res, ok := r.hostResource(ctx, obj)
+	f, ok := r.hostFigures(ctx, obj)
 	if !ok {
 		return nil, nil
 	}
-	return ptr(res.MaxCPU), nil
+	return ptr(f.CPUs), nil
 }
 
 // CPUUsage is the resolver for the cpuUsage field.
 func (r *hostResolver) CPUUsage(ctx context.Context, obj *model.Host) (*float64, error) {
-	res, ok := r.hostResource(ctx, obj)
+	f, ok := r.hostFigures(ctx, obj)
 	if !ok {
 		return nil, nil
 	}
-	return ptr(res.CPU), nil
+	return ptr(f.CPUUsage), nil
 }
 
 // MemoryUsed is the resolver for the memoryUsed field.
 func (r *hostResolver) MemoryUsed(ctx context.Context, obj *model.Host) (*int, error) {
-	res, ok := r.hostResource(ctx, obj)
+	f, ok := r.hostFigures(ctx, obj)
 	if !ok {
 		return nil, nil
 	}
-	return ptr(int(res.Mem / mib)), nil
+	return ptr(f.MemoryUsedMiB), nil
 }
 
 // MemoryTotal is the resolver for the memoryTotal field.
 func (r *hostResolver) MemoryTotal(ctx context.Context, obj *model.Host) (*int, error) {
-	res, ok := r.hostResource(ctx, obj)
+	f, ok := r.hostFigures(ctx, obj)
 	if !ok {
 		return nil, nil
 	}
-	return ptr(int(res.MaxMem / mib)), nil
+	return ptr(f.MemoryTotalMiB), nil
 }
 
 // Zones is the resolver for the zones field.
@@ -191,58 +190,27 @@ func (r *queryResolver) VmsConnection(ctx context.Context, filter *model.VMFilte
 // VM is the resolver for the vm field.
 func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	ref, err := tenancy.ParseVMID(id)
+	g, err := r.session(ctx).VM(ctx, scope.VDC, id)
 	if err != nil {
-		return nil, vmNotFound()
+		return nil, estateError(err)
 	}
-	if z, ok := r.zoneByID(ref.ZoneID); ok {
-		rs, err := r.session(ctx).PoolGuests(ctx, z, tenancy.PoolID(scope.VDC.Name))
-		if err != nil {
-			return nil, apierr.ZoneDown(z.Name, err)
-		}
-		for _, res := range rs {
-			if kept, notVM := r.keptID(ref); res.VMID == ref.VMID && res.Template != 1 && !notVM && kept == id {
-				return vmModel(zoneModel(z, r.agentTarget()), res, guestStatus(res, quota.Creating(scope.VDC)[z.ID])), nil
-			}
-		}
-	}
-	return r.movedVM(ctx, scope.VDC, id)
+	return r.vmModels([]estate.Guest{g})[0], nil
 }
 
 // IPAddresses is the resolver for the ipAddresses field.
 func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, error) {
-	ref := obj.Place
-	z, ok := r.zoneByID(ref.ZoneID)
-	if !ok {
-		return []string{}, nil
-	}
-	ms, err := r.session(ctx).IPAM(ctx, z)
-	if err != nil {
-		r.zoneDown(ctx, z, err)
-		return []string{}, nil
-	}
-	out := []string{}
-	for _, m := range ms {
-		if int(m.VMID) == ref.VMID && m.Gateway == 0 {
-			out = append(out, m.IP)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	ips, err := r.session(ctx).Addresses(ctx, obj.Place)
+	r.reportDown(ctx, err)
+	return ips, nil
 }
 
 // Capacity is the resolver for the capacity field.
 func (r *zoneResolver) Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error) {
-	z, ok := r.zoneByID(obj.ID)
-	if !ok {
+	c, ok, err := r.session(ctx).Capacity(ctx, obj.ID)
+	if r.reportDown(ctx, err) || !ok {
 		return nil, nil
 	}
-	rs, err := r.session(ctx).Resources(ctx, z, "")
-	if err != nil {
-		r.zoneDown(ctx, z, err)
-		return nil, nil
-	}
-	return capacity(rs), nil
+	return capacityModel(c), nil
 }
 
 func (r *Resolver) Host() generated.HostResolver { return &hostResolver{r} }

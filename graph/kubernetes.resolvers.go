@@ -9,46 +9,122 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 func (r *mutationResolver) CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*model.KubernetesCluster, error) {
-	return r.createKubernetesCluster(ctx, input)
+	scope, _ := VDCScopeFrom(ctx)
+	c, err := r.Kubernetes.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone,
+		Network: input.Network, Version: input.Version, ServiceCIDR: deref(input.ServiceCidr), PodCIDR: deref(input.PodCidr)})
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	return r.kubeClusterModel(c), nil
 }
 
 func (r *mutationResolver) DeleteKubernetesCluster(ctx context.Context, id string) (*model.DeletedKubernetesCluster, error) {
-	return r.deleteKubernetesCluster(ctx, id)
+	scope, _ := VDCScopeFrom(ctx)
+	if err := r.Kubernetes.DeleteKubernetesCluster(ctx, scope.VDC.Name, id); err != nil {
+		return nil, kubeErr(err)
+	}
+	return &model.DeletedKubernetesCluster{ID: id}, nil
 }
 
 func (r *mutationResolver) CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*model.NodePool, error) {
-	return r.createNodePool(ctx, input)
+	scope, _ := VDCScopeFrom(ctx)
+	labels := map[string]string{}
+	for _, l := range input.Labels {
+		if _, dup := labels[l.Key]; dup {
+			return nil, apierr.BadInput("input.labels", "input.labels: label %q given twice", l.Key)
+		}
+		labels[l.Key] = l.Value
+	}
+	p, err := r.Kubernetes.CreateNodePool(ctx, tenantkube.NodePoolInput{VDC: scope.VDC.Name, Cluster: input.Cluster, Name: input.Name,
+		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile, Size: input.Size, Labels: labels, Taints: taintInputs(input.Taints)})
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	return nodePoolModel(p), nil
 }
 
 func (r *mutationResolver) ScaleNodePool(ctx context.Context, id string, size int) (*model.NodePool, error) {
-	return r.scaleNodePool(ctx, id, size)
+	scope, _ := VDCScopeFrom(ctx)
+	p, err := r.Kubernetes.ScaleNodePool(ctx, scope.VDC.Name, id, size)
+	if err != nil {
+		return nil, kubeArgErr(err)
+	}
+	return nodePoolModel(p), nil
 }
 
 func (r *mutationResolver) UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*model.KubernetesCluster, error) {
-	return r.upgradeKubernetesCluster(ctx, id, version)
+	scope, _ := VDCScopeFrom(ctx)
+	c, err := r.Kubernetes.UpgradeKubernetesCluster(ctx, scope.VDC.Name, id, version)
+	if err != nil {
+		return nil, kubeArgErr(err)
+	}
+	return r.kubeClusterModel(c), nil
 }
 
 func (r *mutationResolver) DeleteNodePool(ctx context.Context, id string) (*model.DeletedNodePool, error) {
-	return r.deleteNodePool(ctx, id)
+	scope, _ := VDCScopeFrom(ctx)
+	if err := r.Kubernetes.DeleteNodePool(ctx, scope.VDC.Name, id); err != nil {
+		return nil, kubeErr(err)
+	}
+	return &model.DeletedNodePool{ID: id}, nil
 }
 
 func (r *mutationResolver) IssueKubeconfig(ctx context.Context, cluster string) (*model.Kubeconfig, error) {
-	return r.issueKubeconfig(ctx, cluster)
+	scope, _ := VDCScopeFrom(ctx)
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	readOnly := !scope.Role.AtLeast(auth.RoleMember)
+	kc, exp, err := r.Kubernetes.Kubeconfig(ctx, scope.VDC.Name, cluster, kubeUser(p), readOnly)
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	return &model.Kubeconfig{Kubeconfig: string(kc), ExpiresAt: exp, ReadOnly: readOnly}, nil
 }
 
 func (r *queryResolver) KubernetesClusters(ctx context.Context, first *int, after *string) (*model.KubernetesClusterConnection, error) {
-	return r.kubernetesClusters(ctx, first, after)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	cs, err := r.Kubernetes.Clusters(ctx, scope.VDC.Name)
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	p, err := paginate(cs, func(c *tenantkube.Cluster) string { return sortKey(c.Name, c.ID) }, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	out := &model.KubernetesClusterConnection{Edges: []*model.KubernetesClusterEdge{}, Nodes: []*model.KubernetesCluster{},
+		PageInfo: p.info, TotalCount: p.total}
+	for i, c := range p.items {
+		m := r.kubeClusterModel(c)
+		out.Nodes = append(out.Nodes, m)
+		out.Edges = append(out.Edges, &model.KubernetesClusterEdge{Cursor: p.cursors[i], Node: m})
+	}
+	return out, nil
 }
 
 func (r *queryResolver) KubernetesCluster(ctx context.Context, id string) (*model.KubernetesCluster, error) {
-	return r.kubernetesCluster(ctx, id)
+	scope, _ := VDCScopeFrom(ctx)
+	c, err := r.Kubernetes.Cluster(ctx, scope.VDC.Name, id)
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	return r.kubeClusterModel(c), nil
 }
 
 func (r *queryResolver) NodePool(ctx context.Context, id string) (*model.NodePool, error) {
-	return r.nodePool(ctx, id)
+	scope, _ := VDCScopeFrom(ctx)
+	p, err := r.Kubernetes.NodePool(ctx, scope.VDC.Name, id)
+	if err != nil {
+		return nil, kubeErr(err)
+	}
+	return nodePoolModel(p), nil
 }
 
 func (r *queryResolver) KubernetesVersions(ctx context.Context) ([]string, error) {

@@ -13,15 +13,21 @@ import (
 
 // Metrics is the resolver for the metrics field.
 func (r *hostResolver) Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	return r.hostMetrics(ctx, obj, timeframe)
+	pts, err := r.estate().HostMetrics(ctx, obj.Zone.ID, obj.Name, rrdTimeframe(timeframe))
+	return r.metricsPoints(ctx, pts, err)
 }
 
 // Metrics is the resolver for the metrics field.
 func (r *vMResolver) Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	return r.vmMetrics(ctx, obj, timeframe)
+	if _, ok := r.zoneByID(obj.Place.ZoneID); !ok || obj.Host == nil {
+		return []*model.MetricsPoint{}, nil
+	}
+	pts, err := r.estate().VMMetrics(ctx, obj.Place.ZoneID, obj.Host.Name, obj.Place.VMID, rrdTimeframe(timeframe))
+	return r.metricsPoints(ctx, pts, err)
 }
 
 // Metrics is the resolver for the metrics field.
 func (r *zoneResolver) Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	return r.zoneMetrics(ctx, obj, timeframe)
+	pts, err := r.estate().ZoneMetrics(ctx, obj.ID, rrdTimeframe(timeframe))
+	return r.metricsPoints(ctx, pts, err)
 }

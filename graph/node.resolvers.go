@@ -7,11 +7,61 @@ package graph
 
 import (
 	"context"
+	"errors"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error) {
-	return r.node(ctx, id)
+	_, inVDC := VDCScopeFrom(ctx)
+	if _, err := tenancy.ParseVMID(id); err == nil {
+		if !inVDC {
+			return nil, nodeNotFound()
+		}
+		vm, err := r.VM(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return vm, nil
+	}
+	if ref, err := tenancy.ParseNetworkID(id); err == nil {
+		if !inVDC {
+			return nil, nodeNotFound()
+		}
+		return r.networkNode(ctx, ref)
+	}
+	if ref, err := tenancy.ParseHostID(id); err == nil {
+		p, err := caller(ctx)
+		if err != nil {
+			return nil, err
+		}
+		z, ok := r.zoneByID(ref.ZoneID)
+		if !p.PlatformAdmin || !ok {
+			return nil, nodeNotFound()
+		}
+		for _, h := range zoneModel(z, r.agentTarget()).Hosts {
+			if h.ID == id {
+				return h, nil
+			}
+		}
+		return nil, nodeNotFound()
+	}
+	if z, ok := r.zoneByID(id); ok {
+		return zoneModel(z, r.agentTarget()), nil
+	}
+	if !inVDC {
+		return nil, nodeNotFound()
+	}
+	op, err := r.Operation(ctx, id)
+	if err != nil {
+		var ae *apierr.Error
+		if errors.As(err, &ae) && (ae.Code == apierr.NotFound || ae.Code == apierr.BadUserInput) {
+			return nil, nodeNotFound()
+		}
+		return nil, err
+	}
+	return op, nil
 }

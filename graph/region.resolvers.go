@@ -10,14 +10,31 @@ import (
 	"slices"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 func (r *mutationResolver) UpdateZone(ctx context.Context, input model.UpdateZoneInput) (*model.Zone, error) {
-	return r.updateZone(ctx, input)
+	z, err := r.session(ctx).SetPolicy(ctx, estate.PolicyChange{Zone: input.Name, Region: input.Region, DedicatedTo: input.DedicatedTo})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return zoneModel(z, r.agentTarget()), nil
 }
 
 func (r *queryResolver) Regions(ctx context.Context) ([]*model.Region, error) {
-	return r.regions(ctx)
+	regs, err := r.session(ctx).Regions(ctx, viewer(ctx))
+	if err != nil {
+		return nil, estateError(err)
+	}
+	out := make([]*model.Region, 0, len(regs))
+	for _, reg := range regs {
+		m := &model.Region{Name: reg.Name}
+		for _, z := range reg.Zones {
+			m.Zones = append(m.Zones, zoneModel(z, r.agentTarget()))
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 func (r *zoneResolver) Region(ctx context.Context, obj *model.Zone) (*string, error) {

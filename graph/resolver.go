@@ -16,7 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
-	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
@@ -58,6 +58,10 @@ type Resolver struct {
 	// Zones is the registry of zones and hosts; every Proxmox call goes
 	// through its per-zone clients. Nil serves an empty estate.
 	Zones *zones.Registry
+	// Estate reads the zones, hosts and guests, their figures and
+	// metrics, and keeps the zone policies. Nil: one is built over Zones,
+	// Catalog and Compute at first use.
+	Estate *estate.Service
 	// ZoneTimeout bounds each zone's part of a request that spans zones: a
 	// zone slower than this is reported ZONE_UNAVAILABLE. Zero is
 	// DefaultZoneTimeout.
@@ -96,8 +100,8 @@ type Resolver struct {
 	vdcOnce     sync.Once
 	catalogVDCs *vdc.Service // VDCs' stand-in, built by vdcOnce
 
-	invOnce sync.Once
-	inv     *inventory.Inventory // built over Zones at first use, by invOnce
+	estOnce sync.Once
+	est     *estate.Service // built at first use without Estate, by estOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

@@ -32,5 +32,32 @@ func (r *mutationResolver) DeleteSnapshot(ctx context.Context, vm string, name s
 }
 
 func (r *vMResolver) Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error) {
-	return r.vmSnapshots(ctx, obj)
+	scope, ok := VDCScopeFrom(ctx)
+	if !ok {
+		return nil, vmNotFound()
+	}
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := svc.Snapshots(ctx, scope.VDC.Name, obj.ID)
+	if err != nil {
+		err = computeError(err, "")
+		if r.zoneFailed(ctx, obj, err) {
+			return []*model.VMSnapshot{}, nil
+		}
+		return nil, err
+	}
+	out := make([]*model.VMSnapshot, 0, len(snaps))
+	for _, s := range snaps {
+		m := &model.VMSnapshot{Name: s.Name, Description: s.Description, WithRAM: s.WithRAM, Current: s.Current, StorageGiB: s.StorageGiB}
+		if !s.Taken.IsZero() {
+			m.CreatedAt = &s.Taken
+		}
+		if s.Parent != "" {
+			m.Parent = &s.Parent
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

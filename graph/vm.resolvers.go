@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
@@ -83,10 +84,39 @@ func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]strin
 	if obj.Host != nil {
 		current = obj.Host.Name
 	}
-	return onlineHosts(z, current), nil
+	return estate.OnlineHosts(z, current), nil
 }
 
 // MigrationZones is the resolver for the migrationZones field.
 func (r *vMResolver) MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error) {
-	return r.migrationZones(ctx, obj)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	nics, err := r.Nics(ctx, obj)
+	if err != nil {
+		return nil, err
+	}
+	targets, down, err := r.session(ctx).MigrationTargets(ctx, scope.VDC.Name, obj.Place.ZoneID)
+	if err != nil {
+		return nil, estateError(err)
+	}
+	r.reportDown(ctx, nil, down...)
+	out := make([]*model.MigrationZone, 0, len(targets))
+	for _, t := range targets {
+		zm := zoneModel(t.Zone, r.agentTarget())
+		mz := &model.MigrationZone{Zone: zm, Hosts: t.Hosts, Nics: make([]*model.MigrationNic, 0, len(nics))}
+		candidates := make([]*model.Network, 0, len(t.Networks))
+		for _, n := range t.Networks {
+			candidates = append(candidates, networkModel(zm, n, t.Zone.ID))
+		}
+		for _, n := range nics {
+			m := &model.MigrationNic{Index: n.Index, Network: n.Network, Candidates: candidates}
+			for _, c := range candidates {
+				if n.Network != nil && c.Name == n.Network.Name && m.SameName == nil {
+					m.SameName = c
+				}
+			}
+			mz.Nics = append(mz.Nics, m)
+		}
+		out = append(out, mz)
+	}
+	return out, nil
 }

@@ -3,19 +3,14 @@ package graph
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
-	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
-	"github.com/flexplane/flexplane/pkg/network"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each
@@ -23,50 +18,39 @@ import (
 // for anything not of the request's VDC; nics and disks share one read per
 // operation.
 
-// hardwareRead is one read of a VM's configuration, shared by the fields of
-// an operation that need it.
-type hardwareRead struct {
-	once sync.Once
+// vmHardware is a VM's VDC, zone, NICs and disks.
+type vmHardware struct {
 	vdc  string
 	zone zones.Zone
 	hw   compute.Hardware
-	err  error
 }
 
 // hardware returns the VDC, zone, NICs and disks of vm, read once per
 // operation.
 func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
-	h := &hardwareRead{}
-	if req := requestFrom(ctx); req != nil {
-		req.mu.Lock()
-		if req.hardware[vm.ID] == nil {
-			req.hardware[vm.ID] = h
-		}
-		h = req.hardware[vm.ID]
-		req.mu.Unlock()
-	}
-	h.once.Do(func() { h.vdc, h.zone, h.hw, h.err = r.readHardware(ctx, vm) })
-	return h.vdc, h.zone, h.hw, h.err
+	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) { return r.readHardware(ctx, vm) })
+	h, _ := v.(vmHardware)
+	return h.vdc, h.zone, h.hw, err
 }
 
-func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
+func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (vmHardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
-		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+		return vmHardware{}, vmNotFound()
 	}
 	svc, err := r.compute()
 	if err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, err
+		return vmHardware{}, err
 	}
 	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
 	if err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, computeError(err, "")
+		return vmHardware{}, computeError(err, "")
 	}
 	z, ok := r.zoneByID(cz.ID)
 	if !ok {
-		return "", zones.Zone{}, compute.Hardware{}, vmNotFound()
+		return vmHardware{}, vmNotFound()
 	}
-	return scope.VDC.Name, z, hw, nil
+	return vmHardware{vdc: scope.VDC.Name, zone: z, hw: hw}, nil
 }
 
 // zoneFailed reports whether err is vm's zone failing; if so the zone is
@@ -83,94 +67,6 @@ func (r *Resolver) zoneFailed(ctx context.Context, vm *model.VM, err error) bool
 		graphql.AddError(ctx, ae)
 	}
 	return true
-}
-
-func (r *Resolver) vmNICs(ctx context.Context, vm *model.VM) ([]*model.VMNic, error) {
-	vdc, z, hw, err := r.hardware(ctx, vm)
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.VMNic{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The VDC's networks name the bridges; the IPAM holds the addresses.
-	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
-	var nets []network.Network
-	r.eachZone(ctx, []zones.Zone{z}, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) error {
-		nets, err = network.List(ctx, c, vdc)
-		return err
-	})
-	ips := map[string][]string{} // by lower-case MAC
-	if ms, err := r.session(ctx).IPAM(ctx, z); err != nil {
-		r.zoneDown(ctx, z, err)
-	} else {
-		for _, m := range ms {
-			if m.Gateway == 0 && m.MAC != "" {
-				mac := strings.ToLower(m.MAC)
-				ips[mac] = append(ips[mac], m.IP)
-			}
-		}
-	}
-	zm := zoneModel(z, r.agentTarget())
-	out := make([]*model.VMNic, 0, len(hw.NICs))
-	for _, n := range hw.NICs {
-		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}
-		if m.IPAddresses == nil {
-			m.IPAddresses = []string{}
-		}
-		for _, nw := range nets {
-			if nw.VNet == n.Bridge {
-				m.Network = networkModel(zm, nw, z.ID)
-			}
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (r *Resolver) vmDisks(ctx context.Context, vm *model.VM) ([]*model.VMDisk, error) {
-	_, z, hw, err := r.hardware(ctx, vm)
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.VMDisk{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	profiles, err := list[*catalog.StorageProfile](ctx, r.Catalog)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*model.VMDisk, 0, len(hw.Disks))
-	for _, d := range hw.Disks {
-		out = append(out, &model.VMDisk{
-			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / gib, Storage: d.Storage,
-			StorageProfile: storageProfileOf(profiles, z.Name, d),
-			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
-			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
-		})
-	}
-	return out, nil
-}
-
-// storageProfileOf returns the storage profile that offers d's storage in
-// zone, preferring one whose limits are d's (profiles is sorted by name),
-// or nil.
-func storageProfileOf(profiles []*catalog.StorageProfile, zone string, d compute.Disk) *catalog.StorageProfile {
-	var found *catalog.StorageProfile
-	for _, p := range profiles {
-		for _, zp := range p.Pools {
-			if zp.Zone != zone || zp.Pool != d.Storage {
-				continue
-			}
-			if p.ReadMBps == d.ReadMBps && p.WriteMBps == d.WriteMBps {
-				return p
-			}
-			if found == nil {
-				found = p
-			}
-		}
-	}
-	return found
 }
 
 // positive is n, or nil when n is not positive (no limit).
@@ -212,23 +108,13 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 	return out, nil
 }
 
-// vmCounter reads one of vm's byte counters off the zone's resources (the
-// operation's inventory session read them for the VM itself); a VM the
+// vmCounters reads vm's byte counters off the zone's resources (the
+// operation's view of the estate read them for the VM itself); a VM the
 // zone no longer lists counts 0.
-func (r *Resolver) vmCounter(ctx context.Context, vm *model.VM, counter func(pveapi.Resource) int64) (float64, error) {
-	ref := vm.Place
-	z, ok := r.zoneByID(ref.ZoneID)
-	if !ok {
-		return 0, nil
-	}
-	rs, err := r.session(ctx).Resources(ctx, z, "vm")
+func (r *Resolver) vmCounters(ctx context.Context, vm *model.VM) (estate.Counters, error) {
+	c, err := r.session(ctx).Counters(ctx, vm.Place)
 	if err != nil {
-		return 0, apierr.ZoneDown(z.Name, err)
+		return c, estateError(err)
 	}
-	for _, res := range rs {
-		if res.Type == "qemu" && res.VMID == ref.VMID {
-			return float64(counter(res)), nil
-		}
-	}
-	return 0, nil
+	return c, nil
 }

@@ -7,21 +7,69 @@ package graph
 
 import (
 	"context"
+	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 // Nics is the resolver for the nics field.
 func (r *vMResolver) Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error) {
-	return r.vmNICs(ctx, obj)
+	vdc, z, hw, err := r.hardware(ctx, obj)
+	if r.zoneFailed(ctx, obj, err) {
+		return []*model.VMNic{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The VDC's networks name the bridges; the IPAM holds the addresses.
+	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
+	nets, err := r.estate().Networks(ctx, z, vdc)
+	r.reportDown(ctx, err)
+	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
+	r.reportDown(ctx, err)
+	zm := zoneModel(z, r.agentTarget())
+	out := make([]*model.VMNic, 0, len(hw.NICs))
+	for _, n := range hw.NICs {
+		m := &model.VMNic{Index: n.Index, Bridge: n.Bridge, Model: n.Model, Mac: n.MAC, IPAddresses: ips[strings.ToLower(n.MAC)]}
+		if m.IPAddresses == nil {
+			m.IPAddresses = []string{}
+		}
+		for _, nw := range nets {
+			if nw.VNet == n.Bridge {
+				m.Network = networkModel(zm, nw, z.ID)
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // Disks is the resolver for the disks field.
 func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk, error) {
-	return r.vmDisks(ctx, obj)
+	_, z, hw, err := r.hardware(ctx, obj)
+	if r.zoneFailed(ctx, obj, err) {
+		return []*model.VMDisk{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := list[*catalog.StorageProfile](ctx, r.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.VMDisk, 0, len(hw.Disks))
+	for _, d := range hw.Disks {
+		out = append(out, &model.VMDisk{
+			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
+			StorageProfile: catalog.ProfileOfStorage(profiles, z.Name, d.Storage, d.ReadMBps, d.WriteMBps),
+			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
+			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),
+		})
+	}
+	return out, nil
 }
 
 // Operations is the resolver for the operations field.
@@ -47,20 +95,24 @@ func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, fi
 
 // NetInBytes is the resolver for the netInBytes field.
 func (r *vMResolver) NetInBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetIn })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.NetIn), err
 }
 
 // NetOutBytes is the resolver for the netOutBytes field.
 func (r *vMResolver) NetOutBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.NetOut })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.NetOut), err
 }
 
 // DiskReadBytes is the resolver for the diskReadBytes field.
 func (r *vMResolver) DiskReadBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskRead })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.DiskRead), err
 }
 
 // DiskWriteBytes is the resolver for the diskWriteBytes field.
 func (r *vMResolver) DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error) {
-	return r.vmCounter(ctx, obj, func(res pveapi.Resource) int64 { return res.DiskWrite })
+	c, err := r.vmCounters(ctx, obj)
+	return float64(c.DiskWrite), err
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 )
@@ -96,22 +95,6 @@ func (r *Resolver) power(ctx context.Context, id string, do func(*compute.Servic
 	return opModel(op), nil
 }
 
-// stagingTarget is where an image is staged in a zone: the storages the
-// storage profiles map for the zone.
-func (r *Resolver) stagingTarget(ctx context.Context, z compute.Zone) (images.Target, error) {
-	sps, err := catalog.List[*catalog.StorageProfile](ctx, r.Catalog)
-	if err != nil {
-		return images.Target{}, err
-	}
-	t := images.Target{Zone: z.Name, Client: z.Client}
-	for _, sp := range sps {
-		if p, ok := sp.PoolFor(z.Name); ok {
-			t.Storages = append(t.Storages, p)
-		}
-	}
-	return t, nil
-}
-
 func imageStateModel(zone string, st images.Status) *model.ImageZoneState {
 	m := &model.ImageZoneState{Zone: zone, State: model.ImageStagingState(st.State)}
 	if st.Reason != "" {
@@ -134,37 +117,4 @@ func (r *Resolver) snapshotOp(ctx context.Context, vm, input string, do func(svc
 		return nil, computeError(err, input)
 	}
 	return opModel(op), nil
-}
-
-// vmSnapshots lists the snapshots of vm; its zone failing leaves the list
-// empty with the zone reported unavailable.
-func (r *Resolver) vmSnapshots(ctx context.Context, vm *model.VM) ([]*model.VMSnapshot, error) {
-	scope, ok := VDCScopeFrom(ctx)
-	if !ok {
-		return nil, vmNotFound()
-	}
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := svc.Snapshots(ctx, scope.VDC.Name, vm.ID)
-	if err != nil {
-		err = computeError(err, "")
-		if r.zoneFailed(ctx, vm, err) {
-			return []*model.VMSnapshot{}, nil
-		}
-		return nil, err
-	}
-	out := make([]*model.VMSnapshot, 0, len(snaps))
-	for _, s := range snaps {
-		m := &model.VMSnapshot{Name: s.Name, Description: s.Description, WithRAM: s.WithRAM, Current: s.Current, StorageGiB: s.StorageGiB}
-		if !s.Taken.IsZero() {
-			m.CreatedAt = &s.Taken
-		}
-		if s.Parent != "" {
-			m.Parent = &s.Parent
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }

@@ -291,6 +291,27 @@ func (s *StorageProfileSpec) PoolFor(zone string) (string, bool) {
 	return "", false
 }
 
+// ProfileOfStorage returns the storage profile of profiles (sorted by
+// name) that offers Proxmox storage storage in zone, preferring one whose
+// limits are readMBps and writeMBps; nil when none does.
+func ProfileOfStorage(profiles []*StorageProfile, zone, storage string, readMBps, writeMBps int) *StorageProfile {
+	var found *StorageProfile
+	for _, p := range profiles {
+		for _, zp := range p.Pools {
+			if zp.Zone != zone || zp.Pool != storage {
+				continue
+			}
+			if p.ReadMBps == readMBps && p.WriteMBps == writeMBps {
+				return p
+			}
+			if found == nil {
+				found = p
+			}
+		}
+	}
+	return found
+}
+
 // ObjectKind implements Object.
 func (*StorageProfile) ObjectKind() Kind { return KindStorageProfile }
 

@@ -181,6 +181,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Tenant:        c.Tenant,
 			Logger:        s.log.With("component", "api"),
 			Zones:         registry,
+			Estate:        svcs.estate,
 			ZoneTimeout:   c.ZoneTimeout,
 			Keys:          meshAPI,
 			AgentVersion:  c.AgentVersion,

@@ -12,6 +12,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
@@ -27,6 +28,7 @@ type services struct {
 	vdcs      *vdc.Service
 	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
 	gateways  *gateways.Service
+	estate    *estate.Service
 }
 
 // newServices builds the capability services.
@@ -37,6 +39,8 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	fl := fleet{registry, inv}
+	s.estate = estate.New(estate.Config{Zones: registry, Catalog: store, Placement: vms, Inventory: inv, Timeout: zoneTimeout,
+		Logger: log.With("component", "estate")})
 	if secrets, ok := store.(catalog.SecretStore); ok {
 		s.balancers = &loadbalancer.Service{Store: store, Secrets: secrets, Fleet: fl}
 		if lbs != nil {

@@ -738,3 +738,39 @@ func (s *Service) Latest() map[string]string {
 
 // latestTTL is how long Latest keeps what it read.
 const latestTTL = 3 * time.Second
+
+// Target is what an agent's update is decided against: the newest
+// published release per platform, or without releases the version the
+// orchestrator ships.
+type Target struct {
+	// Latest is the newest published release per platform.
+	Latest map[string]string
+	// Shipped is the orchestrator's agent version, used without releases.
+	Shipped string
+}
+
+// Target returns the target of updates now: s's newest releases (none on
+// a nil Service), and shipped.
+func (s *Service) Target(shipped string) Target {
+	t := Target{Shipped: shipped}
+	if s != nil {
+		t.Latest = s.Latest()
+	}
+	return t
+}
+
+// UpdateAvailable says whether a newer agent than version is published for
+// platform ("" for the orchestrator's own).
+func (t Target) UpdateAvailable(version, platform string) bool {
+	if len(t.Latest) == 0 {
+		return t.Shipped != "" && version != "" && version != t.Shipped
+	}
+	if platform == "" {
+		platform = release.Platform()
+	}
+	v, ok := t.Latest[platform]
+	if !ok {
+		return false
+	}
+	return !release.ValidVersion(version) || release.Compare(v, version) > 0
+}

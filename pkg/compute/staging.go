@@ -1,0 +1,78 @@
+package compute
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute/images"
+)
+
+// Images staged into the zones: where each zone takes them is what the
+// storage profiles map for it.
+
+// stagingTarget is where an image is staged in zone z: the storages the
+// storage profiles map for the zone.
+func (s *Service) stagingTarget(ctx context.Context, z Zone) (images.Target, error) {
+	sps, err := catalog.List[*catalog.StorageProfile](ctx, s.cfg.Catalog)
+	if err != nil {
+		return images.Target{}, fmt.Errorf("compute: staging target: %w", err)
+	}
+	t := images.Target{Zone: z.Name, Client: z.Client}
+	for _, sp := range sps {
+		if p, ok := sp.PoolFor(z.Name); ok {
+			t.Storages = append(t.Storages, p)
+		}
+	}
+	return t, nil
+}
+
+// ImageState is an image's staging state in one zone; Err is the zone
+// failing to tell (a *Error of KindZoneUnavailable).
+type ImageState struct {
+	Zone   string
+	Status images.Status
+	Err    error
+}
+
+// ImageStates reads img's staging state in every reachable zone, or in the
+// one called zone when it is set.
+func (s *Service) ImageStates(ctx context.Context, img *catalog.Image, zone *string) ([]ImageState, error) {
+	var out []ImageState
+	for _, z := range s.ZoneList(ctx) {
+		if zone != nil && *zone != z.Name {
+			continue
+		}
+		t, err := s.stagingTarget(ctx, z)
+		if err != nil {
+			return nil, err
+		}
+		st, err := s.stager.Status(ctx, t, img)
+		if err != nil {
+			out = append(out, ImageState{Zone: z.Name, Err: zoneDown(z.Name, err)})
+			continue
+		}
+		out = append(out, ImageState{Zone: z.Name, Status: st})
+	}
+	return out, nil
+}
+
+// StageImageIn starts staging img into the reachable zone called zone (or
+// with that ID; StageImage) and returns its state there: a *Error of
+// KindBadInput on "zone" when there is none, of KindZoneUnavailable when
+// the zone fails.
+func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone string) (ImageState, error) {
+	z, ok := s.Zone(ctx, zone)
+	if !ok {
+		return ImageState{}, badInput("zone", "there is no reachable zone %q", zone)
+	}
+	t, err := s.stagingTarget(ctx, z)
+	if err != nil {
+		return ImageState{}, err
+	}
+	st, err := s.StageImage(ctx, t, img)
+	if err != nil {
+		return ImageState{}, zoneDown(z.Name, err)
+	}
+	return ImageState{Zone: z.Name, Status: st}, nil
+}

@@ -1,0 +1,282 @@
+// Package estate is the read service of the fleet for the API: the zones
+// and hosts of the fleet registry, which of them a caller sees and where a
+// VDC may place anything (the catalog's zone policies: regions and
+// dedicated zones), and what Proxmox says of them now (a VDC's guests, the
+// hosts' figures, a zone's capacity, addresses, networks and metrics).
+//
+// Reads that span zones ask every zone concurrently, each bounded by
+// Config.Timeout: a zone that fails or is too slow comes back as a
+// ZoneError beside the others' answers, never failing the whole read.
+// Nothing is cached beyond one Read, which is one API operation: every
+// answer is built from what Proxmox says now. Errors are a *ZoneError for
+// a zone that does not answer, else *fault.Error, which the API's edge maps
+// to its codes.
+package estate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/inventory"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/fault"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+)
+
+// DefaultTimeout bounds one zone's part of a read when Config.Timeout is
+// zero.
+const DefaultTimeout = 5 * time.Second
+
+// Placement tells where VMs that moved across zones are now; the VM
+// lifecycle (*compute.Service) implements it.
+type Placement interface {
+	// KeptID returns the id of the VM whose guest sits at place, and
+	// notVM for a move's other copy (which is no VM of the API).
+	KeptID(place tenancy.VMRef) (id string, notVM bool)
+	// PlaceOf returns where the VM of id sits now, if it moved.
+	PlaceOf(id string) (tenancy.VMRef, bool)
+}
+
+// Config configures a Service.
+type Config struct {
+	// Zones is the fleet registry. Nil serves an empty estate.
+	Zones *zones.Registry
+	// Catalog holds the zone policies. Nil reads none (every zone is open
+	// to every VDC and in no region).
+	Catalog catalog.Store
+	// Placement tells the VMs that moved across zones; nil: none moved.
+	Placement Placement
+	// Inventory reads Proxmox; nil builds one over Zones. Share the
+	// process's one so that its bound on the answers decoded at a time
+	// holds across every service.
+	Inventory *inventory.Inventory
+	// Timeout bounds each zone's part of a read. Zero is DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives the service's diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Service reads the estate. One Service serves a whole process and is safe
+// for concurrent use: its bound on the answers decoded at a time holds
+// across all operations only if they share it.
+type Service struct {
+	cfg Config
+	inv *inventory.Inventory // nil without Zones
+}
+
+// New returns a service over cfg.Zones.
+func New(cfg Config) *Service {
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, inv: cfg.Inventory}
+	if cfg.Zones != nil && s.inv == nil {
+		// New fails only without Zones.
+		s.inv, _ = inventory.New(inventory.Config{Zones: cfg.Zones, Timeout: cfg.Timeout})
+	}
+	return s
+}
+
+// InventoryForTest returns the inventory the service reads Proxmox with
+// (nil without zones).
+func (s *Service) InventoryForTest() *inventory.Inventory { return s.inv }
+
+// ZoneError is a zone that could not answer.
+type ZoneError struct {
+	Zone zones.Zone
+	Err  error
+}
+
+func (e *ZoneError) Error() string { return fmt.Sprintf("estate: zone %s: %v", e.Zone.Name, e.Err) }
+
+func (e *ZoneError) Unwrap() error { return e.Err }
+
+// notFound is the one error of a VM that is not there, or not of the VDC
+// asked about.
+func notFound() error { return fault.New(fault.NotFound, "VM not found") }
+
+// Zones returns the zones of the registry (none without one).
+func (s *Service) Zones() []zones.Zone {
+	if s.cfg.Zones == nil {
+		return nil
+	}
+	return s.cfg.Zones.Zones()
+}
+
+// Zone returns the zone with the cluster identity id.
+func (s *Service) Zone(id string) (zones.Zone, bool) {
+	if s.cfg.Zones == nil {
+		return zones.Zone{}, false
+	}
+	return s.cfg.Zones.Zone(id)
+}
+
+// ZoneNamed returns the zone called name.
+func (s *Service) ZoneNamed(name string) (zones.Zone, bool) {
+	for _, z := range s.Zones() {
+		if z.Name == name {
+			return z, true
+		}
+	}
+	return zones.Zone{}, false
+}
+
+// Known returns the zones known so far. Right after a restart it waits
+// for every agent's zone within the zone timeout; then the zones known so
+// far come with a *fault.Error of ZoneUnavailable saying how many agents
+// were not heard from.
+func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
+	if s.cfg.Zones == nil {
+		return nil, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	idErr := s.cfg.Zones.Identified(wctx)
+	cancel()
+	all := s.cfg.Zones.Zones()
+	var ue *zones.UnidentifiedError
+	if !errors.As(idErr, &ue) || ctx.Err() != nil {
+		return all, nil
+	}
+	s.cfg.Logger.Warn("estate: zones not known yet", "err", idErr)
+	msg := fmt.Sprintf("the zones of %d agents are not known yet: they have not reported since the orchestrator started", len(ue.Agents))
+	if len(ue.Agents) == 0 {
+		msg = "the zones are not known yet: the orchestrator has not heard from the agents since it started"
+	}
+	return all, &fault.Error{Kind: fault.ZoneUnavailable, Message: msg, Cause: idErr}
+}
+
+// Each runs fn for every zone of zs concurrently, each within the zone
+// timeout, and returns the zones whose fn failed, in the order of zs.
+func (s *Service) Each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone) error) []*ZoneError {
+	if s.inv == nil {
+		return nil
+	}
+	return s.each(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error { return fn(ctx, z) })
+}
+
+// each is Each with the zone's go-proxmox client.
+func (s *Service) each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) []*ZoneError {
+	if s.inv == nil {
+		return nil
+	}
+	var out []*ZoneError
+	for _, ze := range s.inv.Each(ctx, zs, fn) {
+		out = append(out, &ZoneError{Zone: ze.Zone, Err: ze.Err})
+	}
+	return out
+}
+
+// Networks lists the networks of vdc in zone z, within the zone timeout.
+func (s *Service) Networks(ctx context.Context, z zones.Zone, vdc string) ([]network.Network, error) {
+	var nets []network.Network
+	if zerrs := s.each(ctx, []zones.Zone{z}, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) (err error) {
+		nets, err = network.List(ctx, c, vdc)
+		return err
+	}); len(zerrs) > 0 {
+		return nil, zerrs[0]
+	}
+	return nets, nil
+}
+
+// NetworksOf lists the networks of vdc in every zone of zs, by zone ID; the
+// zones that fail are returned beside.
+func (s *Service) NetworksOf(ctx context.Context, zs []zones.Zone, vdc string) (map[string][]network.Network, []*ZoneError) {
+	var mu sync.Mutex
+	out := map[string][]network.Network{}
+	zerrs := s.each(ctx, zs, func(ctx context.Context, z zones.Zone, c *proxmox.Client) error {
+		nets, err := network.List(ctx, c, vdc)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out[z.ID] = nets
+		return nil
+	})
+	return out, zerrs
+}
+
+// Read is one API operation's view of the estate: each zone is read at
+// most once per kind of read, and the zone policies once, so that every
+// field of one answer sees the same state. It is not a cache across
+// operations. A Read is safe for concurrent use.
+type Read struct {
+	s    *Service
+	sess *inventory.Session // nil without zones
+
+	mu       sync.Mutex
+	policies map[string]*catalog.ZonePolicy // once read; protected by mu
+	read     bool                           // policies were read; protected by mu
+	memos    map[string]*memo               // by key; protected by mu
+	reported map[string]bool                // zones reported unavailable; protected by mu
+}
+
+// NewRead starts the view of one operation.
+func (s *Service) NewRead() *Read {
+	rd := &Read{s: s}
+	if s.inv != nil {
+		rd.sess = s.inv.NewSession()
+	}
+	return rd
+}
+
+// Service returns the service rd reads through.
+func (rd *Read) Service() *Service { return rd.s }
+
+// poolGuests reads the QEMU guests of the pool poolid of zone z as Proxmox
+// lists them, once per Read (none without zones).
+func (rd *Read) poolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+	if rd.sess == nil {
+		return nil, nil
+	}
+	return rd.sess.PoolGuests(ctx, z, poolid)
+}
+
+// Memo returns what read returns for key, calling read once per Read: the
+// fields of one operation share one read of what another service says (a
+// VM's configuration, say). A failed read is shared too.
+func (rd *Read) Memo(key string, read func() (any, error)) (any, error) {
+	rd.mu.Lock()
+	if rd.memos == nil {
+		rd.memos = map[string]*memo{}
+	}
+	m := rd.memos[key]
+	if m == nil {
+		m = &memo{}
+		rd.memos[key] = m
+	}
+	rd.mu.Unlock()
+	m.once.Do(func() { m.val, m.err = read() })
+	return m.val, m.err
+}
+
+type memo struct {
+	once sync.Once
+	val  any
+	err  error
+}
+
+// FirstReport reports whether zone id ("" for the zones not known yet) has
+// not been reported unavailable in this Read yet, and records that it is:
+// an operation reports each zone once however many fields it fails.
+func (rd *Read) FirstReport(id string) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.reported == nil {
+		rd.reported = map[string]bool{}
+	}
+	seen := rd.reported[id]
+	rd.reported[id] = true
+	return !seen
+}
