@@ -9,7 +9,6 @@ import (
 	"context"
 
 	"github.com/99designs/gqlgen/graphql"
-
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
