@@ -37,7 +37,7 @@ func (s *kubeStack) waitHostedReady(t testing.TB, user, vdc, id string, timeout 
 		if c.ControlPlaneReady && ready == 4 && len(c.ControlPlane) == 4 && c.Phase == "PROVISIONED" {
 			return nil
 		}
-		return fmt.Errorf("%+v%s", c, s.hosted.Pods.Tail(15))
+		return poll.Lazy(func() string { return fmt.Sprintf("%+v%s", c, s.hosted.Pods.Tail(15)) })
 	})
 	return c
 }

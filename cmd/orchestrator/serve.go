@@ -115,6 +115,7 @@ type serveFlags struct {
 	managedKube                                              bool
 	kubeVersions, workerImage, workerImages, kubeServiceType string
 	kubeconfigTTL                                            time.Duration
+	images                                                   map[string]string // parsed from workerImages by check
 }
 
 // parseServeFlags reads serve's flags and environment, and checks what
@@ -193,9 +194,11 @@ func (f *serveFlags) check() error {
 	if f.leaseDuration < 3*time.Second {
 		return errors.New("-lease-duration must be at least 3s")
 	}
-	if _, err := parseWorkerImages(f.workerImages); err != nil {
+	images, err := parseWorkerImages(f.workerImages)
+	if err != nil {
 		return err
 	}
+	f.images = images
 	switch f.kubeServiceType {
 	case "LoadBalancer", "NodePort", "ClusterIP":
 	default:
@@ -235,10 +238,6 @@ func (f *serveFlags) check() error {
 func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFiles func(), err error) {
 	closeFiles = func() {}
 	releaseKey, err := readReleaseKey(f.releaseKeyFile)
-	if err != nil {
-		return orchestrator.Config{}, nil, err
-	}
-	images, err := parseWorkerImages(f.workerImages)
 	if err != nil {
 		return orchestrator.Config{}, nil, err
 	}
@@ -289,7 +288,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
 			LoadBalancers:     lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: f.managedKube, Versions: strings.Split(f.kubeVersions, ","),
-				WorkerImage: f.workerImage, WorkerImages: images, KubeconfigTTL: f.kubeconfigTTL, APIServerServiceType: f.kubeServiceType},
+				WorkerImage: f.workerImage, WorkerImages: f.images, KubeconfigTTL: f.kubeconfigTTL, APIServerServiceType: f.kubeServiceType},
 		},
 		Kube: f.cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: f.peerURL, LeaseName: f.leaseName,

@@ -184,21 +184,7 @@ var kubeCodes = map[tenantkube.ErrorKind]Code{
 // fromKube maps an error of managed Kubernetes; its field goes under
 // fieldPrefix.
 func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
-	code, ok := kubeCodes[ke.Kind]
-	if !ok {
-		code = Internal
-	}
-	e := &Error{Code: code, Message: ke.Message, Cause: ke.Cause}
-	if ke.Field != "" {
-		e.Field = joinField(fieldPrefix, ke.Field)
-		if code == BadUserInput {
-			e.Message = e.Field + ": " + ke.Message
-		}
-	}
-	if code == Internal && e.Cause == nil {
-		e.Cause = ke
-	}
-	return e
+	return fromKind(kubeCodes[ke.Kind], ke.Message, "", ke.Field, fieldPrefix, ke.Cause, ke)
 }
 
 // faultCodes maps the kinds of the capability services' errors to codes.
@@ -214,19 +200,27 @@ var faultCodes = map[fault.Kind]Code{
 // gateways, load balancers, VDCs): its field goes under fieldPrefix and
 // heads the message of bad input.
 func fromFault(fe *fault.Error, fieldPrefix string) *Error {
-	code, ok := faultCodes[fe.Kind]
-	if !ok {
+	return fromKind(faultCodes[fe.Kind], fe.Message, fe.Zone, fe.Field, fieldPrefix, fe.Cause, fe)
+}
+
+// fromKind is the error of a domain error whose kind maps to code (""
+// for a kind with no code: Internal): its field (relative to the call's
+// input) goes under fieldPrefix and heads the message of bad input; an
+// internal error without a cause keeps the domain error itself as its
+// cause, for the log.
+func fromKind(code Code, message, zone, field, fieldPrefix string, cause, domain error) *Error {
+	if code == "" {
 		code = Internal
 	}
-	e := &Error{Code: code, Message: fe.Message, Zone: fe.Zone, Cause: fe.Cause}
-	if fe.Field != "" {
-		e.Field = joinField(fieldPrefix, fe.Field)
+	e := &Error{Code: code, Message: message, Zone: zone, Cause: cause}
+	if field != "" {
+		e.Field = joinField(fieldPrefix, field)
 		if code == BadUserInput {
-			e.Message = e.Field + ": " + fe.Message
+			e.Message = e.Field + ": " + message
 		}
 	}
 	if code == Internal && e.Cause == nil {
-		e.Cause = fe
+		e.Cause = domain
 	}
 	return e
 }

@@ -23,7 +23,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -572,7 +571,7 @@ func (h *Harness) WaitOnline(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	poll.Until(t, timeout, "all running agents online", func() error {
 		if !h.allOnline() {
-			return errors.New("not all online:\n" + h.Status())
+			return poll.Lazy(func() string { return "not all online:\n" + h.Status() })
 		}
 		return nil
 	})

@@ -70,3 +70,12 @@ func Context(ctx context.Context, f func() error) error {
 		interval = min(2*interval, MaxInterval)
 	}
 }
+
+// Lazy is an error whose message msg makes only when it is read: a
+// condition's reason that costs I/O or formatting (a log's tail, the state
+// of every agent) is then made once, for the failure, not at every check.
+func Lazy(msg func() string) error { return lazy(msg) }
+
+type lazy func() string
+
+func (l lazy) Error() string { return l() }

@@ -106,3 +106,18 @@ func TestContextEndsWithTheContext(t *testing.T) {
 		}
 	})
 }
+
+func TestLazyReasonIsMadeOnlyForTheFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		checks, made := 0, 0
+		failed := run(t, func(ft *fakeT) {
+			poll.Until(ft, time.Second, "never", func() error {
+				checks++
+				return poll.Lazy(func() string { made++; return fmt.Sprintf("after %d checks", checks) })
+			})
+		})
+		if made != 1 || !strings.Contains(failed, fmt.Sprintf("after %d checks", checks)) {
+			t.Errorf("%d checks made the reason %d times; failure %q", checks, made, failed)
+		}
+	})
+}

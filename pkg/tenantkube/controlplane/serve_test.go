@@ -81,7 +81,7 @@ func waitReady(ctx context.Context, t testing.TB, m *Manager, ns string, r *podr
 			t.Fatal(err)
 		}
 		if !st.Ready {
-			return fmt.Errorf("%+v%s", st, r.Tail(15))
+			return poll.Lazy(func() string { return fmt.Sprintf("%+v%s", st, r.Tail(15)) })
 		}
 		return nil
 	})
