@@ -12,6 +12,8 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // right is one thing the orchestrator does in the management cluster.
@@ -105,25 +107,25 @@ func TestKubernetesRights(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(time.Minute)
+	start := time.Now()
 	for _, name := range crdNames {
-		for {
+		poll.Until(t, time.Minute-time.Since(start), "CRD "+name+" established", func() error {
 			crd, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), name, metav1.GetOptions{})
-			if err == nil && established(crd) {
-				contract := "v1beta2"
-				if strings.HasSuffix(name, ".infrastructure.flexplane.io") {
-					contract = "v1alpha1"
-				}
-				if got := crd.Labels["cluster.x-k8s.io/v1beta2"]; got != contract {
-					t.Errorf("CRD %s: contract label %q, want %q", name, got, contract)
-				}
-				break
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CRD %s not established within a minute: %v %+v", name, err, crd)
+			if !established(crd) {
+				return fmt.Errorf("conditions %+v", crd.Status.Conditions)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			contract := "v1beta2"
+			if strings.HasSuffix(name, ".infrastructure.flexplane.io") {
+				contract = "v1alpha1"
+			}
+			if got := crd.Labels["cluster.x-k8s.io/v1beta2"]; got != contract {
+				t.Errorf("CRD %s: contract label %q, want %q", name, got, contract)
+			}
+			return nil
+		})
 	}
 
 	sa := "system:serviceaccount:" + ns + ":flexplane"

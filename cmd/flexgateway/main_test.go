@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
@@ -71,14 +73,14 @@ func TestRun(t *testing.T) {
 	}()
 	var addr string
 	re := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(20 * time.Millisecond) {
-		if m := re.FindStringSubmatch(logs.String()); m != nil {
-			addr = m[1]
+	poll.Until(t, 30*time.Second, "the admin address logged", func() error {
+		m := re.FindStringSubmatch(logs.String())
+		if m == nil {
+			return fmt.Errorf("not in the log:\n%s", logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no admin address logged:\n%s", logs.String())
-		}
-	}
+		addr = m[1]
+		return nil
+	})
 	c := &lbconfig.Client{BaseURL: "http://" + addr, Token: "0123456789abcdef0123"}
 	if err := c.Apply(t.Context(), lbconfig.Config{Revision: "r1"}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 func TestPrincipalFromClaims(t *testing.T) {
@@ -206,23 +207,19 @@ func TestLazyVerifierWaitsForTheIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, 15*time.Second, "the verifier reaching the issuer", func() error {
 		p, err := v.Verify(ctx, tok.AccessToken)
-		if err == nil {
-			if role, ok := p.RoleIn("staging"); !ok || role != auth.RoleMember {
-				t.Fatalf("principal %+v", p)
+		if err != nil {
+			if !errors.Is(err, auth.ErrIssuerUnavailable) {
+				t.Fatalf("verify once the issuer is up: %v", err)
 			}
-			break
+			return err
 		}
-		if !errors.Is(err, auth.ErrIssuerUnavailable) {
-			t.Fatalf("verify once the issuer is up: %v", err)
+		if role, ok := p.RoleIn("staging"); !ok || role != auth.RoleMember {
+			t.Fatalf("principal %+v", p)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the verifier never reached the issuer: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	// Discovered once, a bad token is refused as unauthenticated.
 	if _, err := v.Verify(ctx, "not-even-a-jwt"); !errors.Is(err, auth.ErrUnauthenticated) {
 		t.Fatalf("bad token: %v", err)

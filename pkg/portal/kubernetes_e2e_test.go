@@ -6,6 +6,7 @@
 package portal_test
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -96,17 +98,13 @@ func TestBrowserKubernetes(t *testing.T) {
 	if clusters.TotalCount != 0 {
 		t.Errorf("after the browser: red has %d Kubernetes clusters", clusters.TotalCount)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	poll.Until(t, 90*time.Second, "red's workers gone after the browser deleted its cluster", func() error {
 		var vms struct{ TotalCount int }
 		h.GraphQL(t, "alice", "red", `{ vmsConnection(first: 1) { totalCount } }`, nil).OK(t).Into(t, "vmsConnection", &vms)
-		if vms.TotalCount == 0 {
-			break
+		if vms.TotalCount != 0 {
+			return fmt.Errorf("red still has %d VMs", vms.TotalCount)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("red still has %d VMs 90 s after the browser deleted its cluster", vms.TotalCount)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("TestBrowserKubernetes took %s in all", time.Since(begin).Round(time.Millisecond))
 }

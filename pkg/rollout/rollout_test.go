@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,9 +69,9 @@ func operation(t testing.TB, h *meshtest.Harness, id string) opJSON {
 // two hosts of one zone are updating at once; it returns the end state.
 func follow(t testing.TB, h *meshtest.Harness, id string, timeout time.Duration) opJSON {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		op := operation(t, h, id)
+	var op opJSON
+	poll.Until(t, timeout, "rollout "+id+" ending", func() error {
+		op = operation(t, h, id)
 		updating := map[string]int{}
 		for _, x := range op.Hosts {
 			if x.State == "UPDATING" {
@@ -80,14 +81,12 @@ func follow(t testing.TB, h *meshtest.Harness, id string, timeout time.Duration)
 				}
 			}
 		}
-		if op.State != "RUNNING" {
-			return op
+		if op.State == "RUNNING" {
+			return fmt.Errorf("still running: %+v", op)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rollout %s still running after %s: %+v", id, timeout, op)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	return op
 }
 
 // vmUptimes reads the uptime of the VMs by zone client.

@@ -26,6 +26,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/dev/benchmark"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -626,6 +627,7 @@ func cpuOver(pid int, f func() error) (cpuSpent, error) {
 // timeout passes; it returns how long it waited.
 func settle(ctx context.Context, pid int, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
+	// poll:own-loop: each pass measures the CPU used over half a second.
 	for time.Since(start) < timeout && ctx.Err() == nil {
 		c0, err := benchmark.CPUTime(pid)
 		if err != nil {
@@ -655,9 +657,10 @@ func loadAvg() string {
 // waitZones waits until the API shows zones zones, all ONLINE, and hosts
 // hosts online.
 func waitZones(ctx context.Context, st *benchmark.Stack, zones, hosts int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var refused error
+	err := poll.Context(wait, func() error {
 		r, err := st.GraphQL(ctx, benchmark.AdminUser, false, `{ zones(first: 32) { name status hosts { status } } }`, nil)
 		if err == nil {
 			var zs []struct {
@@ -679,20 +682,22 @@ func waitZones(ctx context.Context, st *benchmark.Stack, zones, hosts int, timeo
 				if online == zones && len(zs) == zones && hostsOnline == hosts {
 					return nil
 				}
-				last = fmt.Sprintf("%d zones (%d online), %d hosts online", len(zs), online, hostsOnline)
+				err = fmt.Errorf("%d zones (%d online), %d hosts online", len(zs), online, hostsOnline)
 			}
 		}
-		if err != nil {
-			last = err.Error()
-			if strings.Contains(last, "BAD_USER_INPUT") {
-				return fmt.Errorf("waiting for zones: %w", err)
-			}
+		if strings.Contains(err.Error(), "BAD_USER_INPUT") {
+			refused = err
+			cancel()
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting %v for %d zones and %d hosts online: %s", timeout, zones, hosts, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	switch {
+	case refused != nil:
+		return fmt.Errorf("waiting for zones: %w", refused)
+	case err != nil:
+		return fmt.Errorf("waiting %v for %d zones and %d hosts online: %w", timeout, zones, hosts, err)
 	}
+	return nil
 }
 
 // compare measures q through the API and its floor, alternately.
@@ -992,6 +997,8 @@ func enrollment(ctx context.Context, st *benchmark.Stack, rounds int, dir string
 func waitHost(ctx context.Context, st *benchmark.Stack, zone, status string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	q := fmt.Sprintf(`{ zone(name: %q) { hosts { status } } }`, zone)
+	// poll:own-loop: it measures enrollment and offline detection, at a
+	// fixed 20 ms resolution.
 	for {
 		r, err := st.GraphQL(ctx, benchmark.AdminUser, false, q, nil)
 		if err == nil {

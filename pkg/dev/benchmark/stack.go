@@ -38,6 +38,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
@@ -247,8 +248,10 @@ func (s *Stack) startOrchestrator(ctx context.Context) error {
 	}
 	s.orchDone = make(chan struct{})
 	go func() { s.orch.Wait(); close(s.orchDone) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ready, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var exited error
+	err = poll.Context(ready, func() error {
 		c, err := meshcontrol.Dial(orchestrator.SocketPath(s.dataDir))
 		if err == nil {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -266,14 +269,19 @@ func (s *Stack) startOrchestrator(ctx context.Context) error {
 		}
 		select {
 		case <-s.orchDone:
-			return fmt.Errorf("benchmark: orchestrator exited: %s", s.orchLogTail())
+			exited = fmt.Errorf("benchmark: orchestrator exited: %s", s.orchLogTail())
+			cancel()
 		default:
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("benchmark: orchestrator not ready after 60s: %w; log: %s", err, s.orchLogTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	switch {
+	case exited != nil:
+		return exited
+	case err != nil:
+		return fmt.Errorf("benchmark: orchestrator not ready after 60s: %w; log: %s", err, s.orchLogTail())
 	}
+	return nil
 }
 
 func (s *Stack) orchLogTail() string {
@@ -458,17 +466,18 @@ func (c *Cluster) addGuests(ctx context.Context, n, first int, vdcOf func(i int)
 	default:
 	}
 	want := len(before) + n
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	seeded, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := poll.Context(seeded, func() error {
 		rs, err := cl.Resources(ctx, "vm")
-		if err == nil && len(rs) == want {
-			return nil
+		if err == nil && len(rs) != want {
+			err = fmt.Errorf("%d of %d guests", len(rs), want)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("benchmark: seed %s: %d of %d guests after 60s (%v)", c.Name, len(rs), want, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	}); err != nil {
+		return fmt.Errorf("benchmark: seed %s: not seeded after 60s: %w", c.Name, err)
 	}
+	return nil
 }
 
 // createGuest creates guest vmid (the i-th of a seed) of vdc on node (one

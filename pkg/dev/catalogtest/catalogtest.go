@@ -7,6 +7,7 @@ package catalogtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // Open returns two stores over one new, empty catalog (as two
@@ -165,15 +167,23 @@ func everyFieldKept(t *testing.T, open Open) {
 // write a moment later. It returns the last read.
 func Await(t *testing.T, s catalog.Store, kind catalog.Kind, name string, ok func(catalog.Object) bool) (catalog.Object, error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		o, err := s.Get(t.Context(), kind, name)
-		if (err == nil && (ok == nil || ok(o))) || (err != nil && !errors.Is(err, catalog.ErrNotFound)) || time.Now().After(deadline) {
-			return o, err
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var o catalog.Object
+	var err error
+	_ = poll.Context(ctx, func() error {
+		o, err = s.Get(t.Context(), kind, name)
+		if (err == nil && (ok == nil || ok(o))) || (err != nil && !errors.Is(err, catalog.ErrNotFound)) {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errNotYet
+	})
+	return o, err
 }
+
+// errNotYet is what Await's condition reports while the object is not
+// there or not yet accepted.
+var errNotYet = errors.New("not yet")
 
 // SameContent reports whether two objects are equal but for the metadata
 // a store assigns (resourceVersion, creationTimestamp).

@@ -175,6 +175,8 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := time.Now()
+	// poll:own-loop: it measures how soon the gateway moves, at a fixed
+	// 50 ms resolution.
 	for {
 		host, _ := sy.Placement(h.Zone(t, cl).ID, "red")
 		if host != first.MeshName {

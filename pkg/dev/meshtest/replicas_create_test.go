@@ -144,6 +144,8 @@ func TestReplicasCreateInFlight(t *testing.T) {
 		})
 		var step string
 		deadline := time.Now().Add(2 * time.Minute)
+		// poll:own-loop: the kill must land while the create works on
+		// its guest, a window sampled every 20 ms.
 		for {
 			var d struct{ Operation struct{ State, Step string } }
 			err := rs.graphql(a, alice, "red", `query($id: ID!) { operation(id: $id) { state step } }`, map[string]any{"id": created.CreateVM.Operation.ID}, &d)

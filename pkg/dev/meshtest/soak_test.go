@@ -3,6 +3,7 @@ package meshtest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -180,18 +182,17 @@ func TestSoak(t *testing.T) {
 	// seconds; a leak per request would not.
 	var g1, f1 int
 	var h1 uint64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	settle, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := poll.Context(settle, func() error {
 		g1, f1, h1 = runtime.NumGoroutine(), fds(), heap()
-		settled := g1 <= g0+20 && f1 <= f0+10 && h1 <= h0+h0/2+16<<20
-		if settled || time.Now().After(deadline) {
-			if !settled {
-				t.Errorf("after the soak: %d goroutines (%d before), %d file descriptors (%d before), heap %d MiB (%d MiB before)",
-					g1, g0, f1, f0, h1>>20, h0>>20)
-			}
-			break
+		if g1 <= g0+20 && f1 <= f0+10 && h1 <= h0+h0/2+16<<20 {
+			return nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		return errors.New("not settled")
+	}); err != nil {
+		t.Errorf("after the soak: %d goroutines (%d before), %d file descriptors (%d before), heap %d MiB (%d MiB before)",
+			g1, g0, f1, f0, h1>>20, h0>>20)
 	}
 	t.Logf("goroutines %d -> %d, file descriptors %d -> %d, heap %.1f -> %.1f MiB", g0, g1, f0, f1, float64(h0)/(1<<20), float64(h1)/(1<<20))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -261,6 +262,8 @@ func (m *move) start(t *testing.T) string {
 func (m *move) midCopy(t *testing.T, op string) {
 	t.Helper()
 	var p gqlOp
+	// poll:own-loop: the crash must land in a short window of the copy,
+	// sampled every 50 ms, not at poll's growing interval.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		p = m.operation(t, op)
 		if p.State != "" && p.State != "RUNNING" {
@@ -356,14 +359,12 @@ func addresses(ctx context.Context, c *proxmox.Client) (int, error) {
 // the VDC's only VM.
 func (m *move) undone(t *testing.T, timeout time.Duration) {
 	t.Helper()
-	var why string
-	deadline := time.Now().Add(timeout)
-	for why = m.leftover(t); why != ""; why = m.leftover(t) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the move did not undo itself in %v: %s", timeout, why)
+	poll.Until(t, timeout, "the move undoing itself", func() error {
+		if why := m.leftover(t); why != "" {
+			return errors.New(why)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	var vms []gqlVM
 	poll.True(t, 30*time.Second, "the VM listed in alpha", func() bool {
 		r := m.try(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil)

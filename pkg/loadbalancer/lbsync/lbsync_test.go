@@ -86,6 +86,8 @@ func TestSyncToReplicas(t *testing.T) {
 	// At most the other syncer's push of the same change (its pass saw
 	// the old status at the same time) may come, then nothing.
 	deadline := time.Now().Add(3 * time.Second)
+	// poll:own-loop: it watches a 3 s window for pushes that must not
+	// come; there is no condition to wait for.
 	for time.Now().Before(deadline) {
 		if len(a.Configs()) > n+1 {
 			t.Fatalf("a replica running the revision was sent %d more configs", len(a.Configs())-n)

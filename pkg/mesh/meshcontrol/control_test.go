@@ -204,9 +204,7 @@ func TestEnrollment(t *testing.T) {
 	}()
 	go func() {
 		// Wait until the key has expired (by the server's clock).
-		for time.Now().Before(expiring.Expiration.Add(100 * time.Millisecond)) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		time.Sleep(time.Until(expiring.Expiration.Add(100 * time.Millisecond)))
 		_, err := join("expired", expiring.Secret, 15*time.Second)
 		results <- result{"expired", err}
 	}()

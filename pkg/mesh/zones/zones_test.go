@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -167,8 +168,7 @@ func TestWhyAnAgentStaysOffline(t *testing.T) {
 	// only one however many refreshes follow.
 	warned := map[string]string{}
 	warnings := 0
-	for deadline := time.Now().Add(10 * time.Second); len(warned) < 2 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	poll.True(t, 10*time.Second, "a warning for each agent without Info", func() bool {
 		if err := r.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,8 @@ func TestWhyAnAgentStaysOffline(t *testing.T) {
 				warned[l["mesh_name"].(string)] = l["detail"].(string)
 			}
 		}
-	}
+		return len(warned) >= 2
+	})
 	if err := r.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
