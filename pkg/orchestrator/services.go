@@ -38,16 +38,15 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 	if err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
-	fl := fleet{registry, inv}
 	s.estate = estate.New(estate.Config{Zones: registry, Catalog: store, Placement: vms, Inventory: inv, Timeout: zoneTimeout,
 		Logger: log.With("component", "estate")})
 	if secrets, ok := store.(catalog.SecretStore); ok {
-		s.balancers = &loadbalancer.Service{Store: store, Secrets: secrets, Fleet: fl}
+		s.balancers = &loadbalancer.Service{Store: store, Secrets: secrets, Fleet: s.estate}
 		if lbs != nil {
 			s.balancers.Sync = lbs
 		}
 	}
-	gcfg := gateways.Config{Store: store, Fleet: fl, Logger: log.With("component", "gateways")}
+	gcfg := gateways.Config{Store: store, Fleet: s.estate, Logger: log.With("component", "gateways")}
 	if edge != nil {
 		gcfg.Running = edge
 	}
@@ -62,49 +61,6 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	return s, nil
-}
-
-// fleet is the registry's zones and their pools' guests as the
-// capability services check VMs against them.
-type fleet struct {
-	r   *zones.Registry
-	inv *inventory.Inventory
-}
-
-// ZoneName implements loadbalancer.Fleet and gateways.Fleet.
-func (f fleet) ZoneName(id string) (string, bool) {
-	z, ok := f.r.Zone(id)
-	return z.Name, ok
-}
-
-// ZoneID implements loadbalancer.Fleet.
-func (f fleet) ZoneID(name string) (string, bool) {
-	for _, z := range f.r.Zones() {
-		if z.Name == name {
-			return z.ID, true
-		}
-	}
-	return "", false
-}
-
-// PoolVMs implements loadbalancer.Fleet and gateways.Fleet: the pool's guests, bounded by
-// the zone timeout, templates left out.
-func (f fleet) PoolVMs(ctx context.Context, zoneID, pool string) ([]int, error) {
-	z, ok := f.r.Zone(zoneID)
-	if !ok {
-		return nil, fmt.Errorf("orchestrator: pool %s: no zone %s", pool, zoneID)
-	}
-	rs, err := f.inv.NewSession().PoolGuests(ctx, z, pool)
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, res := range rs {
-		if res.Template != 1 {
-			out = append(out, res.VMID)
-		}
-	}
-	return out, nil
 }
 
 // vdcZones are the registry's zones as the VDC lifecycle sees them.
