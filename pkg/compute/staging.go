@@ -13,8 +13,8 @@ import (
 
 // stagingTarget is where an image is staged in zone z: the storages the
 // storage profiles map for the zone.
-func (s *Service) stagingTarget(ctx context.Context, z Zone) (images.Target, error) {
-	sps, err := catalog.List[*catalog.StorageProfile](ctx, s.cfg.Catalog)
+func stagingTarget(ctx context.Context, cat catalog.Store, z Zone) (images.Target, error) {
+	sps, err := catalog.List[*catalog.StorageProfile](ctx, cat)
 	if err != nil {
 		return images.Target{}, fmt.Errorf("compute: staging target: %w", err)
 	}
@@ -43,11 +43,11 @@ func (s *Service) ImageStates(ctx context.Context, img *catalog.Image, zone *str
 		if zone != nil && *zone != z.Name {
 			continue
 		}
-		t, err := s.stagingTarget(ctx, z)
+		t, err := stagingTarget(ctx, s.d.cfg.Catalog, z)
 		if err != nil {
 			return nil, err
 		}
-		st, err := s.stager.Status(ctx, t, img)
+		st, err := s.d.stager.Status(ctx, t, img)
 		if err != nil {
 			out = append(out, ImageState{Zone: z.Name, Err: zoneDown(z.Name, err)})
 			continue
@@ -66,7 +66,7 @@ func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone str
 	if !ok {
 		return ImageState{}, badInput("zone", "there is no reachable zone %q", zone)
 	}
-	t, err := s.stagingTarget(ctx, z)
+	t, err := stagingTarget(ctx, s.d.cfg.Catalog, z)
 	if err != nil {
 		return ImageState{}, err
 	}
