@@ -8,22 +8,42 @@
 //
 // # Engine and phases
 //
-// The Service is a thin front over two parts. The engine (engine.go) runs
-// operations whatever they do: this process's records of them (what
-// Operation and Watch answer from memory), their runners under one
-// context that Shutdown cancels, the guests a runner works on, and the
-// phase runner. Each operation is an ordered list of named phases over a
-// small scope of its own, the inputs and what earlier phases found, in
-// the operation's file (phase.go has the type and runner):
+// The Service is the public API and nothing else: the entry points that
+// start operations and the read queries, each a few lines that build an
+// operation's scope and run its phases. Behind it:
 //
-//   - create (create.go): claim, stage, clone, configure, resize,
-//     user-data, start, finish;
-//   - delete (delete.go): stop, destroy, release;
-//   - power actions (power.go): lookup, request;
-//   - snapshot (snapshots.go): check, reserve, request;
-//   - move within a zone (migrate.go): preflight, request;
-//   - move across zones (crosszone.go): target, stop, copy, cutover,
-//     finish.
+//   - the engine (engine.go) runs operations whatever they do: this
+//     process's records of them (what Operation and Watch answer from
+//     memory), their runners under one context that Shutdown cancels, the
+//     guests a runner works on, and the phase runner (phase.go);
+//   - the finder (find.go) finds zones, VMs and the guests they are,
+//     networks and nodes; it only reads;
+//   - deps (compute.go) are what every operation works with (the engine,
+//     the finder, the quota ledger, the image stager, the snippets, the
+//     index of moved guests), built once by New.
+//
+// Each operation is an ordered list of named phases over a small scope of
+// its own (its inputs, what earlier phases found, and deps), in the
+// operation's file; each phase is a method of that scope:
+//
+//   - create (create.go, createScope): claim, stage, clone, configure,
+//     resize, user-data, start, finish;
+//   - delete (delete.go, deleteScope): stop, destroy, release;
+//   - power actions (power.go, powerScope): lookup, request;
+//   - snapshot (snapshot_create.go, snapshotScope): check, reserve,
+//     request;
+//   - rollback to a snapshot (snapshot_rollback.go, rollbackScope):
+//     check, request;
+//   - snapshot deletion (snapshot_delete.go, snapshotDeleteScope): check,
+//     request;
+//   - move within a zone (migrate.go, migrateScope): preflight, request;
+//   - move across zones (crosszone.go, moveScope): preflight, reserve,
+//     claim before its operation exists, then target, stop, copy,
+//     cutover, finish in its runner.
+//
+// Hardware, console targets, history and user-data are read queries, not
+// operations; a VM's user-data snippet is written by the create's
+// user-data phase and deleted by the delete's release phase (snippets.go).
 //
 // The runner runs the phases in order, records the running phase as the
 // operation's Step (so the operation, and the log of its failure, say
@@ -33,8 +53,10 @@
 // they act and do only what is left, so a runner may run them again, and
 // Recover runs the hook of the operation a guest was left in
 // (recoveryHooks: a create's phases from configure on, a move's
-// recovery). A new operation, or a new step of one, is a new phase list or
-// a new phase, not a new method on the Service.
+// recovery). A new operation, or a new step of one, is a new phase list
+// over a new scope, or a new phase, never a new method on the Service: a
+// test (shape_test.go) keeps the Service within a budget of exported
+// methods and every phase list a function beside its scope.
 //
 // # How a create is made safe
 //

@@ -548,7 +548,7 @@ type moveScope struct {
 // copied agent to agent and checked), cutover (the source marked moved
 // with the digest it read: from then on the target is the VM), finish
 // (the target finished and the source destroyed). A failure after target
-// and before the cut-over undoes the move (rollbackMove).
+// and before the cut-over undoes the move (rollback).
 func movePhases() []phase[moveScope] {
 	return []phase[moveScope]{
 		step("target", (*moveScope).createTarget),

@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -25,7 +26,8 @@ const serviceMethodBudget = 40
 //     no phase body or operation helper is a Service method;
 //   - Service embeds nothing (no promoted methods widen it unseen);
 //   - every phase list (a function returning []phase[S]) is a plain
-//     function, not a method, declared in the file that declares S.
+//     function, not a method, declared in the file that declares S, and
+//     names no Service (its phases are methods of S).
 func TestServiceShape(t *testing.T) {
 	t.Parallel()
 	fset := token.NewFileSet()
@@ -76,6 +78,9 @@ func TestServiceShape(t *testing.T) {
 				}
 				if s, ok := phaseListScope(d); ok {
 					lists = append(lists, list{fn: d.Name.Name, file: name, scope: s, recv: recv})
+					if d.Body != nil && mentions(d.Body, "Service") {
+						t.Errorf("%s: phase list %s names the Service: its phases are methods of %s", name, d.Name.Name, s)
+					}
 				}
 			}
 		}
@@ -135,6 +140,18 @@ func phaseListScope(d *ast.FuncDecl) (string, bool) {
 	return s.Name, true
 }
 
+// mentions reports whether n names ident.
+func mentions(n ast.Node, ident string) bool {
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && id.Name == ident {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
 func exprString(e ast.Expr) string {
 	switch e := e.(type) {
 	case *ast.Ident:
@@ -154,7 +171,8 @@ func TestShapeFindsPhaseLists(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "x.go", `package x
 func a() []phase[aScope] { return nil }
 func (s *Service) b() []phase[bScope] { return nil }
-func c() []int { return nil }`, 0)
+func c() []int { return nil }
+func d() []phase[dScope] { return []phase[dScope]{step("x", (*Service).x)} }`, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +180,11 @@ func c() []int { return nil }`, 0)
 	for _, d := range f.Decls {
 		if fd, ok := d.(*ast.FuncDecl); ok {
 			if s, ok := phaseListScope(fd); ok {
-				got = append(got, recvType(fd)+"/"+s)
+				got = append(got, recvType(fd)+"/"+s+"/"+fmt.Sprint(mentions(fd.Body, "Service")))
 			}
 		}
 	}
-	if want := []string{"/aScope", "Service/bScope"}; !slices.Equal(got, want) {
+	if want := []string{"/aScope/false", "Service/bScope/false", "/dScope/true"}; !slices.Equal(got, want) {
 		t.Fatalf("phase lists %v, want %v", got, want)
 	}
 }
