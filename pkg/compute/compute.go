@@ -39,7 +39,9 @@
 //   - move within a zone (migrate.go, migrateScope): preflight, request;
 //   - move across zones (crosszone.go, moveScope): preflight, reserve,
 //     claim before its operation exists, then target, stop, copy,
-//     cutover, finish in its runner.
+//     cutover, finish in its runner;
+//   - an image's staging into a zone (staging.go, stageScope): request,
+//     then template in the background.
 //
 // Hardware, console targets, history and user-data are read queries, not
 // operations; a VM's user-data snippet is written by the create's
@@ -410,20 +412,3 @@ func (s *Service) Zone(ctx context.Context, name string) (Zone, bool) {
 
 // ZoneList lists the reachable zones.
 func (s *Service) ZoneList(ctx context.Context) []Zone { return s.d.cfg.Zones.Zones(ctx) }
-
-// StageImage starts staging img into the zone of t (see images.Stager.Stage)
-// and lets the service finish it in the background: waiting for the
-// download and making the template. It returns the state at once.
-func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
-	d := s.d
-	st, err := d.stager.Stage(ctx, t, img)
-	if err != nil || st.State == images.StateStaged {
-		return st, err
-	}
-	d.eng.spawn(func(ctx context.Context) {
-		if _, err := d.stager.Ensure(ctx, t, img); err != nil && ctx.Err() == nil {
-			d.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", err)
-		}
-	})
-	return st, nil
-}

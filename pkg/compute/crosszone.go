@@ -278,7 +278,7 @@ func (m *move) total() int64 {
 // preflight checks everything a move needs before any disk I/O, and
 // plans it (sc.m).
 func (sc *moveScope) preflight(ctx context.Context) error {
-	m, err := sc.plan(ctx)
+	m, err := sc.planMove(ctx)
 	if err != nil {
 		return err
 	}
@@ -286,8 +286,8 @@ func (sc *moveScope) preflight(ctx context.Context) error {
 	return nil
 }
 
-// plan is preflight's check, that returns the planned move.
-func (sc *moveScope) plan(ctx context.Context) (*move, error) {
+// planMove is preflight's check; it returns the planned move.
+func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
 	z, g, in := sc.src, sc.g, sc.req
 	if sc.cfg.Volumes == nil {
 		return nil, newError(KindInternal, "moving VMs across zones is not available")

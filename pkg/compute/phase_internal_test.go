@@ -94,6 +94,9 @@ func TestCreatePhaseNames(t *testing.T) {
 	if got := phaseNames(snapshotDeletePhases()); !slices.Equal(got, []string{"check", "request"}) {
 		t.Fatalf("snapshot delete phases %v", got)
 	}
+	if got := phaseNames(stagePhases()); !slices.Equal(got, []string{"request", "template"}) {
+		t.Fatalf("staging phases %v", got)
+	}
 }
 
 // TestSnapshotPhasesNameTheirFailure: a rollback or a snapshot's deletion

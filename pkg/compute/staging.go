@@ -76,3 +76,59 @@ func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone str
 	}
 	return ImageState{Zone: z.Name, Status: st}, nil
 }
+
+// StageImage starts staging img into the zone of t (see images.Stager.Stage)
+// and lets the service finish it in the background: waiting for the
+// download and making the template. It returns the state at once.
+func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
+	d := s.d
+	sc := &stageScope{deps: d, t: t, img: img}
+	phases := stagePhases()
+	if err := runPhases(ctx, d.eng, "", "", phases[:1], sc); err != nil || sc.st.State == images.StateStaged {
+		return sc.st, cause(err)
+	}
+	d.eng.spawn(func(ctx context.Context) {
+		if err := runPhases(ctx, d.eng, "", "", from(phases, "template"), sc); err != nil && ctx.Err() == nil {
+			d.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", cause(err))
+		}
+	})
+	return sc.st, nil
+}
+
+// stageScope is what the phases of an image's staging work on.
+type stageScope struct {
+	*deps
+	t   images.Target
+	img *catalog.Image
+	st  images.Status // the state the request found or began
+}
+
+// stagePhases are the phases of an image's staging into a zone, in
+// order: request (the download begun, unless the image is staged there:
+// then the staging is done), template (in the background: the download
+// waited for and the template made).
+func stagePhases() []phase[stageScope] {
+	return []phase[stageScope]{
+		step("request", (*stageScope).request),
+		step("template", (*stageScope).template),
+	}
+}
+
+// request begins the download unless the image is staged.
+func (sc *stageScope) request(ctx context.Context) error {
+	st, err := sc.stager.Stage(ctx, sc.t, sc.img)
+	sc.st = st
+	if err != nil {
+		return err
+	}
+	if st.State == images.StateStaged {
+		return errDone
+	}
+	return nil
+}
+
+// template waits for the download and makes the template.
+func (sc *stageScope) template(ctx context.Context) error {
+	_, err := sc.stager.Ensure(ctx, sc.t, sc.img)
+	return err
+}
