@@ -170,7 +170,7 @@ func TestShapeFindsPhaseLists(t *testing.T) {
 	t.Parallel()
 	f, err := parser.ParseFile(token.NewFileSet(), "x.go", `package x
 func a() []phase[aScope] { return nil }
-func (s *Service) b() []phase[bScope] { return nil }
+func (x *Service) b() []phase[bScope] { return nil }
 func c() []int { return nil }
 func d() []phase[dScope] { return []phase[dScope]{step("x", (*Service).x)} }`, 0)
 	if err != nil {
