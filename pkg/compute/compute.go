@@ -8,22 +8,44 @@
 //
 // # Engine and phases
 //
-// The Service is a thin front over two parts. The engine (engine.go) runs
-// operations whatever they do: this process's records of them (what
-// Operation and Watch answer from memory), their runners under one
-// context that Shutdown cancels, the guests a runner works on, and the
-// phase runner. Each operation is an ordered list of named phases over a
-// small scope of its own, the inputs and what earlier phases found, in
-// the operation's file (phase.go has the type and runner):
+// The Service is the public API and nothing else: the entry points that
+// start operations and the read queries, each a few lines that build an
+// operation's scope and run its phases. Behind it:
 //
-//   - create (create.go): claim, stage, clone, configure, resize,
-//     user-data, start, finish;
-//   - delete (delete.go): stop, destroy, release;
-//   - power actions (power.go): lookup, request;
-//   - snapshot (snapshots.go): check, reserve, request;
-//   - move within a zone (migrate.go): preflight, request;
-//   - move across zones (crosszone.go): target, stop, copy, cutover,
-//     finish.
+//   - the engine (engine.go) runs operations whatever they do: this
+//     process's records of them (what Operation and Watch answer from
+//     memory), their runners under one context that Shutdown cancels, the
+//     guests a runner works on, and the phase runner (phase.go);
+//   - the finder (find.go) finds zones, VMs and the guests they are,
+//     networks and nodes; it only reads;
+//   - deps (compute.go) are what every operation works with (the engine,
+//     the finder, the quota ledger, the image stager, the snippets, the
+//     index of moved guests), built once by New.
+//
+// Each operation is an ordered list of named phases over a small scope of
+// its own (its inputs, what earlier phases found, and deps), in the
+// operation's file; each phase is a method of that scope:
+//
+//   - create (create.go, createScope): claim, stage, clone, configure,
+//     resize, user-data, start, finish;
+//   - delete (delete.go, deleteScope): stop, destroy, release;
+//   - power actions (power.go, powerScope): lookup, request;
+//   - snapshot (snapshot_create.go, snapshotScope): check, reserve,
+//     request;
+//   - rollback to a snapshot (snapshot_rollback.go, rollbackScope):
+//     check, request;
+//   - snapshot deletion (snapshot_delete.go, snapshotDeleteScope): check,
+//     request;
+//   - move within a zone (migrate.go, migrateScope): preflight, request;
+//   - move across zones (crosszone.go, moveScope): preflight, reserve,
+//     claim before its operation exists, then target, stop, copy,
+//     cutover, finish in its runner;
+//   - an image's staging into a zone (staging.go, stageScope): request,
+//     then template in the background.
+//
+// Hardware, console targets, history and user-data are read queries, not
+// operations; a VM's user-data snippet is written by the create's
+// user-data phase and deleted by the delete's release phase (snippets.go).
 //
 // The runner runs the phases in order, records the running phase as the
 // operation's Step (so the operation, and the log of its failure, say
@@ -33,8 +55,10 @@
 // they act and do only what is left, so a runner may run them again, and
 // Recover runs the hook of the operation a guest was left in
 // (recoveryHooks: a create's phases from configure on, a move's
-// recovery). A new operation, or a new step of one, is a new phase list or
-// a new phase, not a new method on the Service.
+// recovery). A new operation, or a new step of one, is a new phase list
+// over a new scope, or a new phase, never a new method on the Service: a
+// test (shape_test.go) keeps the Service within a budget of exported
+// methods and every phase list a function beside its scope.
 //
 // # How a create is made safe
 //
@@ -68,7 +92,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -168,16 +191,27 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Service runs VM lifecycles.
+// Service runs VM lifecycles. Its methods are its public API: the entry
+// points that start operations and the read queries. What an operation
+// does is in its phases, on its own scope (see the package doc).
 type Service struct {
+	// d are the parts the operations share; each operation's scope
+	// holds them.
+	d *deps
+}
+
+// deps are what the operations of a Service work with, built once by New
+// and shared by every scope: the configuration, the engine that runs the
+// operations, the finder of zones and guests, the quota ledger, the image
+// stager, the snippets, and the service's two indexes.
+type deps struct {
 	cfg    Config
 	log    *slog.Logger
+	eng    *engine
+	find   *finder
 	quota  *quota.Ledger
 	stager *images.Stager
-
-	// engine runs the operations: their records, runners, live guests
-	// and phases.
-	*engine
+	snips  snippets
 	// addrs: the addresses claimed by runners and the orphans Recover saw.
 	addrs *addressBook
 	// moved: the guests Recover last saw that are not the VM their place
@@ -205,38 +239,45 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
 	}
-	s := &Service{
-		cfg: cfg, log: cfg.Logger, stager: cfg.Images,
-		engine: newEngine(cfg.Logger, cfg.AfterStep), addrs: newAddressBook(), moved: newMovedIndex(),
+	timeout := cfg.ZoneTimeout
+	if timeout <= 0 {
+		timeout = quota.DefaultZoneTimeout
 	}
-	s.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: s.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
-	return s, nil
+	find := &finder{zones: cfg.Zones, timeout: timeout, log: cfg.Logger}
+	d := &deps{
+		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
+		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: newMovedIndex(),
+	}
+	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
+	return &Service{d: d}, nil
 }
 
 // Run calls Recover every RecoverInterval, and at once whenever a zone
 // comes into reach (an orchestrator that just started sees its zones only
 // as their agents connect), until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	t := time.NewTicker(min(s.cfg.RecoverInterval, time.Second))
+	cfg := s.d.cfg
+	t := time.NewTicker(min(cfg.RecoverInterval, time.Second))
 	defer t.Stop()
 	seen := map[string]bool{}
 	var last time.Time
+	rec := recovery{s.d}
 	for {
 		fresh := false
-		for _, z := range s.cfg.Zones.Zones(ctx) {
+		for _, z := range cfg.Zones.Zones(ctx) {
 			if !seen[z.ID] {
 				seen[z.ID], fresh = true, true
 			}
 		}
-		if fresh || time.Since(last) >= s.cfg.RecoverInterval {
+		if fresh || time.Since(last) >= cfg.RecoverInterval {
 			// A replica that leaves the takeover to another still keeps its
 			// index of moved guests, which every answer about them needs.
-			op, pass := "recover", s.Recover
-			if s.cfg.Recovers != nil && !s.cfg.Recovers() {
-				op, pass = "index moved guests", s.indexMovedGuests
+			op, pass := "recover", rec.pass
+			if cfg.Recovers != nil && !cfg.Recovers() {
+				op, pass = "index moved guests", rec.indexMovedGuests
 			}
 			if err := pass(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn(op, "err", err)
+				s.d.log.Warn(op, "err", err)
 			}
 			last = time.Now()
 		}
@@ -251,84 +292,14 @@ func (s *Service) Run(ctx context.Context) error {
 // Shutdown stops every runner (their creates stay recorded on the guests
 // for a later Recover) and waits for them until ctx ends.
 func (s *Service) Shutdown(ctx context.Context) error {
-	return s.engine.shutdown(ctx)
+	return s.d.eng.shutdown(ctx)
 }
 
 // Images returns the stager the service uses.
-func (s *Service) Images() *images.Stager { return s.stager }
+func (s *Service) Images() *images.Stager { return s.d.stager }
 
 // Quota returns the ledger the service reserves quota with.
-func (s *Service) Quota() *quota.Ledger { return s.quota }
-
-// quotaZones lists every zone for the quota ledger, those that cannot be
-// reached without a client.
-func (s *Service) quotaZones(ctx context.Context) []quota.Zone {
-	zs := s.cfg.Zones.Zones(ctx)
-	if k, ok := s.cfg.Zones.(KnownZones); ok {
-		zs = k.Known(ctx)
-	}
-	out := make([]quota.Zone, 0, len(zs))
-	for _, z := range zs {
-		out = append(out, quota.Zone{ID: z.ID, Name: z.Name, Client: z.Client})
-	}
-	return out
-}
-
-// zoneByName finds a zone by name (or ID).
-func (s *Service) zoneByName(ctx context.Context, name string) (Zone, bool) {
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		if z.Name == name || z.ID == name {
-			return z, true
-		}
-	}
-	return Zone{}, false
-}
-
-func (s *Service) zoneByID(ctx context.Context, id string) (Zone, bool) {
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		if z.ID == id {
-			return z, true
-		}
-	}
-	return Zone{}, false
-}
-
-// zoneTimeout is Config.ZoneTimeout or its default.
-func (s *Service) zoneTimeout() time.Duration {
-	if s.cfg.ZoneTimeout > 0 {
-		return s.cfg.ZoneTimeout
-	}
-	return quota.DefaultZoneTimeout
-}
-
-// errUnreachable is the cause of a ZONE_UNAVAILABLE for a zone known to
-// have no reachable agent now: refused at once, without waiting for it.
-var errUnreachable = errors.New("no agent of the zone can be reached now")
-
-// zonesUnknown waits (within ctx) until the zones are all known, and
-// returns why they are not when ctx ends first (nil for Zones that always
-// know them).
-func (s *Service) zonesUnknown(ctx context.Context) error {
-	if iz, ok := s.cfg.Zones.(IdentifiedZones); ok {
-		return iz.Identified(ctx)
-	}
-	return nil
-}
-
-// unreachableZone finds a zone, by name or ID, that is known (KnownZones)
-// but cannot be reached now.
-func (s *Service) unreachableZone(ctx context.Context, name string) (Zone, bool) {
-	k, ok := s.cfg.Zones.(KnownZones)
-	if !ok {
-		return Zone{}, false
-	}
-	for _, z := range k.Known(ctx) {
-		if z.Client == nil && (z.Name == name || z.ID == name) {
-			return z, true
-		}
-	}
-	return Zone{}, false
-}
+func (s *Service) Quota() *quota.Ledger { return s.d.quota }
 
 var lowerBase32 = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
@@ -407,133 +378,9 @@ func isCreating(g pveapi.Resource) bool {
 	return g.HasTag(tenancy.CreatingTag) || vdc == ""
 }
 
-// notFound is the error for a VM that does not exist in the caller's VDC.
-func notFound() error { return newError(KindNotFound, "no such VM") }
-
-// lookup resolves a VM id within vdc: the zone, the guest and its intent.
-// Anything that is not a VM of vdc is NOT_FOUND.
-func (s *Service) lookup(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, error) {
-	z, g, in, _, err := s.lookupConfig(ctx, vdc, id)
-	return z, g, in, err
-}
-
-// lookupConfig is lookup that also returns the guest's configuration.
-func (s *Service) lookupConfig(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
-	ref, err := tenancy.ParseVMID(id)
-	if err != nil {
-		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-	}
-	z, ok := s.zoneByID(ctx, ref.ZoneID)
-	if ok {
-		// Within the zone timeout: a zone cut off (its hosts not yet
-		// OFFLINE) is ZONE_UNAVAILABLE, not a call that hangs.
-		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
-		z, g, in, cfg, err := s.lookupAt(zctx, vdc, z, ref.VMID)
-		cancel()
-		if err == nil && !g.HasTag(movedTag) {
-			if _, moved := wasOf(g.Tags()); !moved {
-				return z, g, in, cfg, nil
-			}
-		}
-		if err != nil && !IsKind(err, KindNotFound) {
-			return Zone{}, pveapi.Resource{}, nil, nil, err
-		}
-	}
-	// A VM that moved to another zone keeps its id: the guest it is now
-	// carries the place it was created at (wasTag).
-	z, g, in, cfg, err := s.lookupMoved(ctx, vdc, ref)
-	if IsKind(err, KindNotFound) && !ok {
-		// Not moved to a zone that answers, and its zone cannot be
-		// reached, or is not known yet: unavailable, not gone (whatever
-		// VDC asks).
-		if down, known := s.unreachableZone(ctx, ref.ZoneID); known {
-			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(down.Name, errUnreachable)
-		}
-		zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
-		uerr := s.zonesUnknown(zctx)
-		cancel()
-		if uerr != nil {
-			return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(ref.ZoneID, uerr)
-		}
-	}
-	return z, g, in, cfg, err
-}
-
-// lookupPlace finds the guest at place, whichever VM it is (a guest that
-// moved here is found at its place, not under the id it kept), within the
-// zone timeout; an unknown zone is NOT_FOUND.
-func (s *Service) lookupPlace(ctx context.Context, vdc string, place tenancy.VMRef) (Zone, pveapi.Resource, *Intent, error) {
-	z, ok := s.zoneByID(ctx, place.ZoneID)
-	if !ok {
-		if down, known := s.unreachableZone(ctx, place.ZoneID); known {
-			return Zone{}, pveapi.Resource{}, nil, zoneDown(down.Name, errUnreachable)
-		}
-		return Zone{}, pveapi.Resource{}, nil, notFound()
-	}
-	zctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
-	defer cancel()
-	z, g, in, _, err := s.lookupAt(zctx, vdc, z, place.VMID)
-	return z, g, in, err
-}
-
-// lookupMoved finds the guest of vdc that VM ref moved to, in any zone.
-func (s *Service) lookupMoved(ctx context.Context, vdc string, ref tenancy.VMRef) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
-	tag := wasTag(ref)
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		gs, err := pveapi.Guests(ctx, z.Client)
-		if err != nil {
-			continue
-		}
-		for _, g := range gs {
-			if g.HasTag(tag) && !g.HasTag(incomingTag) && !g.HasTag(movedTag) {
-				return s.lookupAt(ctx, vdc, z, g.VMID)
-			}
-		}
-	}
-	return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-}
-
-// lookupAt resolves guest vmid of zone z within vdc.
-func (s *Service) lookupAt(ctx context.Context, vdc string, z Zone, vmid int) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
-	ref := tenancy.VMRef{ZoneID: z.ID, VMID: vmid}
-	// The VDC's pool lists its guests only (its cost follows the VDC, not
-	// the zone; another VDC's guest is refused before any further read, as
-	// fast as a missing one); their tags and lock are in their configs.
-	gs, err := pveapi.PoolGuests(ctx, z.Client, tenancy.PoolID(vdc))
-	if err != nil {
-		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
-	}
-	i := slices.IndexFunc(gs, func(g pveapi.Resource) bool { return g.VMID == ref.VMID })
-	if i < 0 || gs[i].Template == 1 {
-		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-	}
-	g := gs[i]
-	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
-	if err != nil {
-		if pveapi.IsNotFound(err) {
-			return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-		}
-		return Zone{}, pveapi.Resource{}, nil, nil, zoneDown(z.Name, err)
-	}
-	g.RawTags, g.Lock, g.Pool = cfg.Str("tags"), cfg.Str("lock"), tenancy.PoolID(vdc)
-	if !g.HasTag(tenancy.ManagedTag) {
-		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-	}
-	in, _ := ParseIntent(cfg.Str("description"))
-	owner, _ := tenancy.VDCOf(g.Tags())
-	tagged := owner != ""
-	switch {
-	case tagged && owner == vdc:
-	case !tagged && in != nil && in.VDC == vdc:
-	default:
-		return Zone{}, pveapi.Resource{}, nil, nil, notFound()
-	}
-	return z, g, in, cfg, nil
-}
-
 // VM returns the VM id of vdc.
 func (s *Service) VM(ctx context.Context, vdc, id string) (*VM, error) {
-	z, g, in, err := s.lookup(ctx, vdc, id)
+	z, g, in, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
@@ -559,23 +406,9 @@ func conflict(err error) error {
 }
 
 // Zone returns the reachable zone called name (or with that ID).
-func (s *Service) Zone(ctx context.Context, name string) (Zone, bool) { return s.zoneByName(ctx, name) }
+func (s *Service) Zone(ctx context.Context, name string) (Zone, bool) {
+	return s.d.find.zoneByName(ctx, name)
+}
 
 // ZoneList lists the reachable zones.
-func (s *Service) ZoneList(ctx context.Context) []Zone { return s.cfg.Zones.Zones(ctx) }
-
-// StageImage starts staging img into the zone of t (see images.Stager.Stage)
-// and lets the service finish it in the background: waiting for the
-// download and making the template. It returns the state at once.
-func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
-	st, err := s.stager.Stage(ctx, t, img)
-	if err != nil || st.State == images.StateStaged {
-		return st, err
-	}
-	s.spawn(func(ctx context.Context) {
-		if _, err := s.stager.Ensure(ctx, t, img); err != nil && ctx.Err() == nil {
-			s.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", err)
-		}
-	})
-	return st, nil
-}
+func (s *Service) ZoneList(ctx context.Context) []Zone { return s.d.cfg.Zones.Zones(ctx) }

@@ -14,11 +14,11 @@ type ConsoleTarget struct {
 // none) is KindNotFound, a VM that is not running (or still being
 // created) KindConflict.
 func (s *Service) Console(ctx context.Context, vdc, id string) (ConsoleTarget, error) {
-	z, g, _, err := s.lookup(ctx, vdc, id)
+	z, g, _, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return ConsoleTarget{}, err
 	}
-	if isCreating(g) || s.isLive(z, g.VMID) {
+	if isCreating(g) || s.d.eng.isLive(z, g.VMID) {
 		return ConsoleTarget{}, newError(KindConflict, "the VM is still being created")
 	}
 	if g.Status != "running" {

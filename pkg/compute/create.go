@@ -137,31 +137,31 @@ func authorizedKey(k string) (string, bool) {
 }
 
 // validate checks every input before anything is written.
-func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
+func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	p := &plan{}
 	if !validDNSName(in.Name) {
 		return nil, badInput("name", "name must be a DNS name of lower-case letters, digits, '-' and '.'")
 	}
-	z, ok := s.zoneByName(ctx, in.Zone)
+	z, ok := d.find.zoneByName(ctx, in.Zone)
 	down := false
 	if !ok {
 		// A zone known but out of reach fails at once (once its hosts
 		// are OFFLINE), not as a zone that does not exist; right after a
 		// restart, one not known yet is waited for (within ctx, the zone
 		// timeout), then unavailable.
-		if z, down = s.unreachableZone(ctx, in.Zone); !down {
-			if err := s.zonesUnknown(ctx); err != nil {
+		if z, down = d.find.unreachableZone(ctx, in.Zone); !down {
+			if err := d.find.zonesUnknown(ctx); err != nil {
 				return nil, zoneDown(in.Zone, err)
 			}
-			if z, ok = s.zoneByName(ctx, in.Zone); !ok {
-				if z, down = s.unreachableZone(ctx, in.Zone); !down {
+			if z, ok = d.find.zoneByName(ctx, in.Zone); !ok {
+				if z, down = d.find.unreachableZone(ctx, in.Zone); !down {
 					return nil, badInput("zone", "no zone %q", in.Zone)
 				}
 			}
 		}
 	}
 	// A zone dedicated to other VDCs does not exist for this one.
-	open, err := catalog.ZoneAllows(ctx, s.cfg.Catalog, z.Name, in.VDC)
+	open, err := catalog.ZoneAllows(ctx, d.cfg.Catalog, z.Name, in.VDC)
 	if err != nil {
 		return nil, internal("reading the zone's policy failed", err)
 	}
@@ -172,13 +172,13 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 		return nil, zoneDown(z.Name, errUnreachable)
 	}
 	p.zone = z
-	if p.img, err = catalog.Get[*catalog.Image](ctx, s.cfg.Catalog, in.Image); err != nil {
+	if p.img, err = catalog.Get[*catalog.Image](ctx, d.cfg.Catalog, in.Image); err != nil {
 		return nil, catalogInput("image", "image", in.Image, err)
 	}
-	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, s.cfg.Catalog, in.ComputeProfile); err != nil {
+	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, d.cfg.Catalog, in.ComputeProfile); err != nil {
 		return nil, catalogInput("computeProfile", "compute profile", in.ComputeProfile, err)
 	}
-	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, s.cfg.Catalog, in.StorageProfile); err != nil {
+	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, in.StorageProfile); err != nil {
 		return nil, catalogInput("storageProfile", "storage profile", in.StorageProfile, err)
 	}
 	if p.storage, ok = p.sp.PoolFor(z.Name); !ok {
@@ -187,7 +187,7 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
 		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
-	st, err := s.stager.Status(ctx, s.target(p), p.img)
+	st, err := d.stager.Status(ctx, p.target(), p.img)
 	if err != nil {
 		return nil, zoneDown(z.Name, err)
 	}
@@ -203,7 +203,7 @@ func (s *Service) validate(ctx context.Context, in CreateInput) (*plan, error) {
 	seen := map[string]bool{}
 	for i, n := range in.NICs {
 		field := fmt.Sprintf("nics[%d]", i)
-		sub, err := s.network(ctx, z, in.VDC, n.Network)
+		sub, err := d.find.network(ctx, z, in.VDC, n.Network)
 		if err != nil {
 			if errors.Is(err, errNoNetwork) {
 				return nil, badInput(field+".network", "no network %q in zone %s", n.Network, z.Name)
@@ -269,47 +269,8 @@ func catalogInput(field, what, name string, err error) error {
 	return internal("reading the catalog failed", err)
 }
 
-var errNoNetwork = errors.New("no such network")
-
-// network resolves a network id to its subnet, if it is a network of vdc
-// in zone z.
-func (s *Service) network(ctx context.Context, z Zone, vdc, id string) (ipam.Subnet, error) {
-	ref, err := tenancy.ParseNetworkID(id)
-	if err != nil || ref.ZoneID != z.ID {
-		return ipam.Subnet{}, errNoNetwork
-	}
-	var vn struct {
-		Zone  string `json:"zone"`
-		Alias string `json:"alias"`
-	}
-	if err := z.Client.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(ref.VNet), &vn); err != nil {
-		if pveapi.IsNotFound(err) {
-			return ipam.Subnet{}, errNoNetwork
-		}
-		return ipam.Subnet{}, err
-	}
-	if !tenancy.VNetBelongs(vdc, vn.Zone, vn.Alias) {
-		return ipam.Subnet{}, errNoNetwork
-	}
-	var subs []struct {
-		CIDR    string `json:"cidr"`
-		Gateway string `json:"gateway"`
-	}
-	if err := z.Client.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(ref.VNet)+"/subnets", &subs); err != nil {
-		return ipam.Subnet{}, err
-	}
-	if len(subs) == 0 {
-		return ipam.Subnet{}, errNoNetwork
-	}
-	pfx, err := netip.ParsePrefix(subs[0].CIDR)
-	if err != nil {
-		return ipam.Subnet{}, fmt.Errorf("compute: subnet of %s: %w", ref.VNet, err)
-	}
-	gw, _ := netip.ParseAddr(subs[0].Gateway)
-	return ipam.Subnet{Zone: vn.Zone, VNet: ref.VNet, Prefix: pfx, Gateway: gw}, nil
-}
-
-func (s *Service) target(p *plan) images.Target {
+// target is where the plan's image is staged.
+func (p *plan) target() images.Target {
 	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
 }
 
@@ -328,8 +289,9 @@ func (s *Service) target(p *plan) images.Target {
 func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation, error) {
 	// The checks read the zone within the zone timeout: one cut off (its
 	// hosts not yet OFFLINE) is ZONE_UNAVAILABLE, not a create that hangs.
-	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
-	p, err := s.validate(vctx, in)
+	d := s.d
+	vctx, cancel := context.WithTimeout(ctx, d.find.timeout)
+	p, err := validate(vctx, d, in)
 	cancel()
 	if err != nil {
 		return nil, nil, err
@@ -341,15 +303,15 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		User: in.User, SSHKeys: p.keys, UserData: p.userData,
 	}
 	// Until its operation is recorded, Recover knows it live from here.
-	defer s.begin(intent.Op)()
+	defer d.eng.begin(intent.Op)()
+	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	fail := func(err error) (*VM, *Operation, error) {
-		s.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
-		s.release(context.WithoutCancel(ctx), p.zone, intent)
+		d.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
+		sc.release(context.WithoutCancel(ctx))
 		return nil, nil, err
 	}
-	sc := &createScope{z: p.zone, p: p, in: intent}
-	phases := s.createPhases()
-	if err := runPhases(ctx, s.engine, "", intent.Op, phases[:1], sc); err != nil {
+	phases := createPhases()
+	if err := runPhases(ctx, d.eng, "", intent.Op, phases[:1], sc); err != nil {
 		return fail(cause(err))
 	}
 	if p.tpl == nil {
@@ -357,24 +319,25 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		// so its VM id) exists once the template does.
 		sc.opID = createOpID(p.zone.ID, 0, intent.Op)
 		op := Operation{ID: sc.opID, Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
-		s.record(in.VDC, p.zone.Name, op)
-		s.spawn(func(ctx context.Context) { s.runCreate(ctx, sc, from(phases, "stage")) })
+		d.eng.record(in.VDC, p.zone.Name, op)
+		d.eng.spawn(func(ctx context.Context) { sc.run(ctx, from(phases, "stage")) })
 		return nil, &op, nil
 	}
-	if err := s.cloneGuest(ctx, sc); err != nil {
+	if err := sc.cloneGuest(ctx); err != nil {
 		return fail(err)
 	}
 	// Readers of the IPAM see the VM's addresses at once (the configure
 	// phase assigns them again, idempotently, should this fail).
-	if err := s.assign(ctx, p.zone, sc.vmid, intent); err != nil {
-		s.log.Warn("assigning addresses", "vmid", sc.vmid, "err", err)
+	if err := sc.assign(ctx); err != nil {
+		d.log.Warn("assigning addresses", "vmid", sc.vmid, "err", err)
 	}
-	return s.startRunner(sc, from(phases, "clone")), s.opOf(sc), nil
+	return sc.startRunner(from(phases, "clone")), sc.op(), nil
 }
 
 // createScope is what the phases of a create work on: the plan (nil for
 // a create Recover took over) and intent, and what earlier phases found.
 type createScope struct {
+	*deps
 	z    Zone
 	p    *plan
 	in   *Intent
@@ -405,16 +368,16 @@ type createScope struct {
 // Each phase from configure on observes the guest, applies its change
 // with the config digest it read and observes again until the guest has
 // it; a guest already unmarked ends the create (someone else finished it).
-func (s *Service) createPhases() []phase[createScope] {
+func createPhases() []phase[createScope] {
 	return []phase[createScope]{
-		{name: "claim", run: s.claimPhase},
-		{name: "stage", run: s.stagePhase},
-		{name: "clone", run: s.clonePhase},
-		s.guestPhase("configure", s.configureGuest),
-		s.guestPhase("resize", s.resizeDisk),
-		s.guestPhase("user-data", s.deliverUserData),
-		s.guestPhase("start", s.startGuest),
-		s.guestPhase("finish", s.unmarkGuest),
+		step("claim", (*createScope).claimPhase),
+		step("stage", (*createScope).stagePhase),
+		step("clone", (*createScope).clonePhase),
+		guestPhase("configure", (*createScope).configureGuest),
+		guestPhase("resize", (*createScope).resizeDisk),
+		guestPhase("user-data", (*createScope).deliverUserData),
+		guestPhase("start", (*createScope).startGuest),
+		guestPhase("finish", (*createScope).unmarkGuest),
 	}
 }
 
@@ -422,15 +385,15 @@ func (s *Service) createPhases() []phase[createScope] {
 // addresses has written nothing on the VDC (its resourceVersion is
 // unchanged), and one refused for quota gives them back (CreateVM
 // releases what the phase claimed).
-func (s *Service) claimPhase(ctx context.Context, sc *createScope) error {
-	if err := s.claim(ctx, sc.p, sc.in); err != nil {
+func (sc *createScope) claimPhase(ctx context.Context) error {
+	if err := sc.claim(ctx); err != nil {
 		return err
 	}
-	err := s.quota.Reserve(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, quota.Usage{VCPUs: sc.in.VCPUs, MemoryMiB: sc.in.MemoryMiB, StorageGiB: sc.in.DiskGiB})
+	err := sc.quota.Reserve(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, quota.Usage{VCPUs: sc.in.VCPUs, MemoryMiB: sc.in.MemoryMiB, StorageGiB: sc.in.DiskGiB})
 	if err != nil {
 		return quotaError(sc.in.VDC, err)
 	}
-	if err := s.ensurePool(ctx, sc.z, sc.in.VDC); err != nil {
+	if err := sc.ensurePool(ctx, sc.z, sc.in.VDC); err != nil {
 		return zoneDown(sc.z.Name, err)
 	}
 	return nil
@@ -438,11 +401,11 @@ func (s *Service) claimPhase(ctx context.Context, sc *createScope) error {
 
 // stagePhase waits for the image to be staged in the zone (the first
 // create that needs it stages it), unless it was there.
-func (s *Service) stagePhase(ctx context.Context, sc *createScope) error {
+func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := s.stager.Ensure(ctx, s.target(sc.p), sc.p.img)
+	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}
@@ -455,13 +418,13 @@ func (s *Service) stagePhase(ctx context.Context, sc *createScope) error {
 
 // clonePhase clones the guest unless CreateVM did, and waits for the
 // clone task.
-func (s *Service) clonePhase(ctx context.Context, sc *createScope) error {
+func (sc *createScope) clonePhase(ctx context.Context) error {
 	if sc.vmid == 0 {
-		if err := s.cloneGuest(ctx, sc); err != nil {
+		if err := sc.cloneGuest(ctx); err != nil {
 			return err
 		}
-		s.update(sc.opID, func(op *Operation) { op.VMID = tenancy.VMRef{ZoneID: sc.z.ID, VMID: sc.vmid}.ID() })
-		s.setLive(sc.z, sc.vmid, sc.in.Op)
+		sc.eng.update(sc.opID, func(op *Operation) { op.VMID = tenancy.VMRef{ZoneID: sc.z.ID, VMID: sc.vmid}.ID() })
+		sc.eng.setLive(sc.z, sc.vmid, sc.in.Op)
 	}
 	if sc.upid != "" {
 		if err := pveapi.Wait(ctx, sc.z.Client, sc.upid); err != nil {
@@ -473,8 +436,8 @@ func (s *Service) clonePhase(ctx context.Context, sc *createScope) error {
 }
 
 // cloneGuest sends the clone of the plan's template.
-func (s *Service) cloneGuest(ctx context.Context, sc *createScope) error {
-	vmid, upid, err := s.clone(ctx, sc.z, *sc.p.tpl, sc.in)
+func (sc *createScope) cloneGuest(ctx context.Context) error {
+	vmid, upid, err := sc.clone(ctx)
 	if err != nil {
 		return cloneError(err)
 	}
@@ -482,21 +445,22 @@ func (s *Service) cloneGuest(ctx context.Context, sc *createScope) error {
 	return nil
 }
 
-func (s *Service) opOf(sc *createScope) *Operation {
-	st, _ := s.local(sc.opID)
+// op is this process's record of the create.
+func (sc *createScope) op() *Operation {
+	st, _ := sc.eng.local(sc.opID)
 	return &st.op
 }
 
 // startRunner records the create of the guest of sc and runs phases in
 // the background.
-func (s *Service) startRunner(sc *createScope, phases []phase[createScope]) *VM {
+func (sc *createScope) startRunner(phases []phase[createScope]) *VM {
 	z, in := sc.z, sc.in
 	ref := tenancy.VMRef{ZoneID: z.ID, VMID: sc.vmid}
 	sc.opID = createOpID(z.ID, sc.vmid, in.Op)
 	op := Operation{ID: sc.opID, Kind: OpCreate, State: OpRunning, Step: "clone", VMID: ref.ID(), Started: in.Created}
-	s.record(in.VDC, z.Name, op)
-	s.setLive(z, sc.vmid, in.Op)
-	s.spawn(func(ctx context.Context) { s.runCreate(ctx, sc, phases) })
+	sc.eng.record(in.VDC, z.Name, op)
+	sc.eng.setLive(z, sc.vmid, in.Op)
+	sc.eng.spawn(func(ctx context.Context) { sc.run(ctx, phases) })
 	vm := &VM{ID: ref.ID(), Ref: ref, Name: in.Name, VDC: in.VDC, Zone: z.Name, Status: StatusCreating,
 		VCPUs: in.VCPUs, MemoryMiB: in.MemoryMiB, DiskGiB: in.DiskGiB, Operation: op.ID}
 	for _, n := range in.NICs {
@@ -505,41 +469,94 @@ func (s *Service) startRunner(sc *createScope, phases []phase[createScope]) *VM 
 	return vm
 }
 
-// runCreate is the runner of a create: it runs phases and concludes.
-func (s *Service) runCreate(ctx context.Context, sc *createScope, phases []phase[createScope]) {
-	err := runPhases(ctx, s.engine, sc.opID, sc.in.Op, phases, sc)
+// run is the runner of a create: it runs phases and concludes.
+func (sc *createScope) run(ctx context.Context, phases []phase[createScope]) {
+	err := runPhases(ctx, sc.eng, sc.opID, sc.in.Op, phases, sc)
 	if sc.vmid == 0 {
 		// No guest was made: the claims are undone (unless the process
 		// is only stopping: Recover releases them).
 		if ctx.Err() == nil {
-			s.release(ctx, sc.z, sc.in)
+			sc.release(ctx)
 		}
-		s.finishOp(sc.opID, err)
+		sc.eng.finishOp(sc.opID, err)
 		return
 	}
-	defer s.clearLive(sc.z, sc.vmid)
-	s.conclude(ctx, sc.z, sc.vmid, sc.in, sc.opID, err)
+	defer sc.eng.clearLive(sc.z, sc.vmid)
+	sc.conclude(ctx, err)
 }
 
 // conclude ends a create: on failure (but not when the process is only
 // stopping) the guest is deleted and its addresses released; the quota
 // reservation is released either way.
-func (s *Service) conclude(ctx context.Context, z Zone, vmid int, in *Intent, opID string, err error) {
+func (sc *createScope) conclude(ctx context.Context, err error) {
+	z, vmid, in := sc.z, sc.vmid, sc.in
 	if ctx.Err() != nil {
 		return // shutting down: the guest keeps its marker for Recover
 	}
 	if err != nil {
-		s.log.Warn("create failed; cleaning up", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "err", err)
-		if cerr := s.cleanup(ctx, z, vmid, in); cerr != nil {
-			s.log.Error("cleanup failed", "vmid", vmid, "err", cerr)
+		sc.log.Warn("create failed; cleaning up", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "err", err)
+		if cerr := sc.cleanup(ctx); cerr != nil {
+			sc.log.Error("cleanup failed", "vmid", vmid, "err", cerr)
 		}
 	} else {
-		s.log.Info("VM created", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid)
+		sc.log.Info("VM created", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid)
 	}
-	if qerr := s.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
-		s.log.Warn("releasing quota", "op", in.Op, "err", qerr)
+	if qerr := sc.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
+		sc.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
-	s.finishOp(opID, err)
+	sc.eng.finishOp(sc.opID, err)
+}
+
+// cleanup deletes the guest of a create that cannot be finished and
+// releases its addresses.
+func (sc *createScope) cleanup(ctx context.Context) error {
+	z, vmid, in := sc.z, sc.vmid, sc.in
+	g, ok, err := pveapi.FindGuest(ctx, z.Client, vmid)
+	if err != nil {
+		return err
+	}
+	if ok {
+		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, vmid)
+		if err != nil && !pveapi.IsNotFound(err) {
+			return err
+		}
+		if got, _ := ParseIntent(cfg.Str("description")); got != nil && got.Op == in.Op {
+			if _, err := sc.destroy(ctx, z, g, in); err != nil {
+				return err
+			}
+			return nil
+		}
+	}
+	sc.release(ctx)
+	return nil
+}
+
+// adoptCreate is the create's recovery hook: it finishes an unfinished
+// create found on guest vmid of zone z, or cleans it up.
+func adoptCreate(ctx context.Context, d *deps, z Zone, vmid int, in *Intent) {
+	d.log.Info("recovering an unfinished create", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "op", in.Op)
+	id := createOpID(z.ID, vmid, in.Op)
+	d.eng.record(in.VDC, z.Name, Operation{ID: id, Kind: OpCreate, State: OpRunning, Step: "recover",
+		VMID: tenancy.VMRef{ZoneID: z.ID, VMID: vmid}.ID(), Started: in.Created})
+	d.eng.setLive(z, vmid, in.Op)
+	defer d.eng.clearLive(z, vmid)
+	// The guest exists: the phases from configure on finish it (they
+	// wait for a clone still running).
+	sc := &createScope{deps: d, z: z, in: in, opID: id, vmid: vmid}
+	phases := from(createPhases(), "configure")
+	var err error
+	for range 3 {
+		sc.assigned = false
+		if err = runPhases(ctx, d.eng, id, in.Op, phases, sc); err == nil || errors.Is(err, errGone) || ctx.Err() != nil {
+			break
+		}
+	}
+	if errors.Is(err, errGone) {
+		// Someone else finished or removed it; nothing is ours to undo.
+		d.eng.finishOp(id, nil)
+		return
+	}
+	sc.conclude(ctx, err)
 }
 
 // cloneError is the client-safe account of a clone that failed.
@@ -565,35 +582,38 @@ func stageError(image, zone string, err error) error {
 // and listed as CREATING, from its first moment); should that fail, the
 // guest is counted twice until the create finishes: too much, never too
 // little.
-func (s *Service) bind(ctx context.Context, in *Intent, vmid int) {
-	if err := s.quota.Bind(ctx, in.VDC, in.Op, vmid); err != nil {
-		s.log.Warn("binding the guest to its quota reservation", "op", in.Op, "vmid", vmid, "err", err)
+func (sc *createScope) bind(ctx context.Context, vmid int) {
+	in := sc.in
+	if err := sc.quota.Bind(ctx, in.VDC, in.Op, vmid); err != nil {
+		sc.log.Warn("binding the guest to its quota reservation", "op", in.Op, "vmid", vmid, "err", err)
 	}
 }
 
 // release undoes the claims of a create that has no guest.
-func (s *Service) release(ctx context.Context, z Zone, in *Intent) {
+func (sc *createScope) release(ctx context.Context) {
+	z, in := sc.z, sc.in
 	var macs []string
 	for _, n := range in.NICs {
 		macs = append(macs, n.MAC)
 	}
 	if err := ipam.ReleaseMACs(ctx, z.Client, macs); err != nil {
-		s.log.Warn("releasing addresses", "op", in.Op, "err", err)
+		sc.log.Warn("releasing addresses", "op", in.Op, "err", err)
 	}
-	s.addrs.drop(macs...)
-	if err := s.quota.Release(ctx, in.VDC, in.Op); err != nil {
-		s.log.Warn("releasing quota", "op", in.Op, "err", err)
+	sc.addrs.drop(macs...)
+	if err := sc.quota.Release(ctx, in.VDC, in.Op); err != nil {
+		sc.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
 }
 
 // claim claims an address per NIC in the IPAM and records them in the intent.
-func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
+func (sc *createScope) claim(ctx context.Context) error {
+	p, in := sc.p, sc.in
 	for i, n := range p.nics {
 		mac := ipam.NewMAC()
-		s.addrs.hold(mac)
+		sc.addrs.hold(mac)
 		addr, err := ipam.Claim(ctx, p.zone.Client, n.subnet, n.static, mac)
 		if err != nil {
-			s.addrs.drop(mac)
+			sc.addrs.drop(mac)
 			field := fmt.Sprintf("nics[%d].address", i)
 			switch {
 			case errors.Is(err, ipam.ErrTaken):
@@ -603,7 +623,7 @@ func (s *Service) claim(ctx context.Context, p *plan, in *Intent) error {
 			}
 			// A network deleted since it was validated (Proxmox refuses
 			// the claim) is the caller's race, not the zone's failure.
-			if _, nerr := s.network(ctx, p.zone, in.VDC, n.network); errors.Is(nerr, errNoNetwork) {
+			if _, nerr := sc.find.network(ctx, p.zone, in.VDC, n.network); errors.Is(nerr, errNoNetwork) {
 				return &Error{Kind: KindConflict, Field: fmt.Sprintf("nics[%d].network", i), Message: "the network was deleted while the VM was being created", Cause: err}
 			}
 			return zoneDown(p.zone.Name, err)
@@ -622,7 +642,7 @@ func gatewayString(a netip.Addr) string {
 }
 
 // ensurePool creates the VDC's Proxmox pool if it is missing.
-func (s *Service) ensurePool(ctx context.Context, z Zone, vdc string) error {
+func (d *deps) ensurePool(ctx context.Context, z Zone, vdc string) error {
 	err := z.Client.Post(ctx, "/pools", map[string]any{"poolid": tenancy.PoolID(vdc)}, nil)
 	if err != nil && !pveapi.IsAlreadyExists(err) {
 		return fmt.Errorf("compute: create pool: %w", err)
@@ -653,21 +673,22 @@ func RemovePool(ctx context.Context, c *proxmox.Client, vdc string) error {
 
 // clone clones the template into a new guest carrying the intent; the
 // VMID from /cluster/nextid is a guess, a taken one is replaced.
-func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *Intent) (int, string, error) {
+func (sc *createScope) clone(ctx context.Context) (int, string, error) {
+	z, tpl, in := sc.z, *sc.p.tpl, sc.in
 	vmid, err := pveapi.NextID(ctx, z.Client)
 	if err != nil {
 		return 0, "", err
 	}
 	// A VM that moved out of z keeps the id its VMID here made: that VMID
 	// is not the new VM's to take.
-	kept := s.keptVMIDs(ctx, z)
+	kept := sc.find.keptVMIDs(ctx, z)
 	base, locks := vmid, 0
 	for attempt := 1; ; attempt++ {
 		for kept[vmid] {
 			vmid++
 		}
 		var upid string
-		s.bind(ctx, in, vmid)
+		sc.bind(ctx, vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
 			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
@@ -675,14 +696,14 @@ func (s *Service) clone(ctx context.Context, z Zone, tpl images.Template, in *In
 		switch {
 		case err == nil:
 			for _, n := range in.NICs {
-				s.addrs.drop(n.MAC)
+				sc.addrs.drop(n.MAC)
 			}
 			return vmid, upid, nil
 		case pveapi.IsLockTimeout(err) && locks < maxLockRetries:
 			locks++
 			// The template's lock is busy (other clones of it): nothing
 			// was done; the same clone again, after a while.
-			s.log.Debug("clone: lock timeout; retrying", "vmid", vmid, "attempt", locks, "err", err)
+			sc.log.Debug("clone: lock timeout; retrying", "vmid", vmid, "attempt", locks, "err", err)
 			sleep(ctx, lockRetryDelay(locks))
 			if err := ctx.Err(); err != nil {
 				return 0, "", fmt.Errorf("compute: clone: %w", err)
@@ -709,7 +730,7 @@ const maxSteps = 100
 // guest as it is now (g, cfg; base is its API path), it applies the
 // phase's change if the guest still needs it (applied), or reports that
 // it does not.
-type guestStep func(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (applied bool, err error)
+type guestStep func(sc *createScope, ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (applied bool, err error)
 
 // guestPhase is the phase name that drives the guest with apply: observe
 // (a guest gone, or no longer the one of the intent, is errGone), apply
@@ -719,7 +740,7 @@ type guestStep func(ctx context.Context, sc *createScope, g pveapi.Resource, cfg
 // (a concurrent writer only makes the other re-read). A guest found
 // unmarked has been finished: by this phase (it is done) or by someone
 // else (the create is done, errDone).
-func (s *Service) guestPhase(name string, apply guestStep) phase[createScope] {
+func guestPhase(name string, apply guestStep) phase[createScope] {
 	return phase[createScope]{name: name, run: func(ctx context.Context, sc *createScope) error {
 		applied := false
 		for range maxSteps {
@@ -751,14 +772,14 @@ func (s *Service) guestPhase(name string, apply guestStep) phase[createScope] {
 				return errDone
 			}
 			if !sc.assigned {
-				if err := s.assign(ctx, sc.z, sc.vmid, sc.in); err != nil {
+				if err := sc.assign(ctx); err != nil {
 					return err
 				}
 				sc.assigned = true
 			}
-			did, err := apply(ctx, sc, g, cfg, fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, sc.vmid))
+			did, err := apply(sc, ctx, g, cfg, fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, sc.vmid))
 			if pveapi.IsLockTimeout(err) {
-				s.log.Debug("lock timeout; retrying", "vmid", sc.vmid, "step", name, "err", err)
+				sc.log.Debug("lock timeout; retrying", "vmid", sc.vmid, "step", name, "err", err)
 				sleep(ctx, pveapi.PollInterval)
 				continue
 			}
@@ -779,7 +800,8 @@ func (s *Service) guestPhase(name string, apply guestStep) phase[createScope] {
 }
 
 // assign records the guest on its IPAM mappings.
-func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) error {
+func (sc *createScope) assign(ctx context.Context) error {
+	z, vmid, in := sc.z, sc.vmid, sc.in
 	for _, n := range in.NICs {
 		a, err := netip.ParseAddr(n.Address)
 		if err != nil {
@@ -793,12 +815,12 @@ func (s *Service) assign(ctx context.Context, z Zone, vmid int, in *Intent) erro
 }
 
 // configureGuest writes the config the intent plans.
-func (s *Service) configureGuest(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+func (sc *createScope) configureGuest(ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
 	changes, del := plannedConfig(cfg, sc.in)
 	if len(changes) == 0 && del == "" {
 		return false, nil
 	}
-	s.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
+	sc.log.Debug("configure", "vmid", g.VMID, "changes", changes, "delete", del)
 	changes["digest"] = cfg.Digest()
 	if del != "" {
 		changes["delete"] = del
@@ -808,7 +830,7 @@ func (s *Service) configureGuest(ctx context.Context, sc *createScope, g pveapi.
 }
 
 // resizeDisk grows the disk to the intent's size.
-func (s *Service) resizeDisk(ctx context.Context, sc *createScope, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+func (sc *createScope) resizeDisk(ctx context.Context, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
 	if size, _ := parseSize(propOf(cfg.Str("scsi0"), "size")); size >= int64(sc.in.DiskGiB)<<30 {
 		return false, nil
 	}
@@ -818,12 +840,12 @@ func (s *Service) resizeDisk(ctx context.Context, sc *createScope, _ pveapi.Reso
 }
 
 // deliverUserData writes the snippet of the guest's own user-data.
-func (s *Service) deliverUserData(ctx context.Context, sc *createScope, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
-	return s.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
+func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
 }
 
 // startGuest starts the guest.
-func (s *Service) startGuest(ctx context.Context, sc *createScope, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
+func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
 	if g.Status == "running" {
 		return false, nil
 	}
@@ -838,8 +860,8 @@ func (s *Service) startGuest(ctx context.Context, sc *createScope, g pveapi.Reso
 // it releases the quota reservation first (from now on Proxmox counts the
 // guest: its op tag is no longer covered by a reservation, so it is never
 // counted twice nor missed), then clears the marker.
-func (s *Service) unmarkGuest(ctx context.Context, sc *createScope, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
-	if err := s.quota.Release(ctx, sc.in.VDC, sc.in.Op); err != nil {
+func (sc *createScope) unmarkGuest(ctx context.Context, _ pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
+	if err := sc.quota.Release(ctx, sc.in.VDC, sc.in.Op); err != nil {
 		return true, err
 	}
 	_, err := pveapi.Run(ctx, sc.z.Client, "POST", base+"/config", map[string]any{

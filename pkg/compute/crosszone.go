@@ -71,25 +71,6 @@ func wasOf(tags []string) (tenancy.VMRef, bool) {
 	return tenancy.VMRef{}, false
 }
 
-// keptVMIDs are the VMIDs of zone z that VMs which moved away from z keep
-// in their ids (their fp-was tags), found in every zone that answers.
-func (s *Service) keptVMIDs(ctx context.Context, z Zone) map[int]bool {
-	kept := map[int]bool{}
-	for _, zz := range s.cfg.Zones.Zones(ctx) {
-		gs, err := pveapi.Guests(ctx, zz.Client)
-		if err != nil {
-			s.log.Warn("listing the VMIDs moved VMs keep", "zone", zz.Name, "err", err)
-			continue
-		}
-		for _, g := range gs {
-			if was, ok := wasOf(g.Tags()); ok && was.ZoneID == z.ID {
-				kept[was.VMID] = true
-			}
-		}
-	}
-	return kept
-}
-
 // keptID is the id of the VM whose guest sits at place with tags: the
 // place it was created at if it moved there across zones (its fp-was
 // tag), else place. notVM is true for a guest that is not the VM: the
@@ -115,22 +96,33 @@ type movedIndex struct {
 
 func newMovedIndex() *movedIndex { return &movedIndex{m: map[tenancy.VMRef]string{}} }
 
-// indexMoved records, of the guests of zone z, those that are not the VM
-// their place names (see Service.moved).
-func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
-	s.moved.mu.Lock()
-	defer s.moved.mu.Unlock()
-	for ref := range s.moved.m {
+// index records, of the guests of zone z, those that are not the VM
+// their place names.
+func (mi *movedIndex) index(z Zone, guests []pveapi.Resource) {
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
+	for ref := range mi.m {
 		if ref.ZoneID == z.ID {
-			delete(s.moved.m, ref)
+			delete(mi.m, ref)
 		}
 	}
 	for _, g := range guests {
 		place := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}
 		if id, notVM := keptID(place, g.Tags()); notVM || id != place.ID() {
-			s.moved.m[place] = id
+			mi.m[place] = id
 		}
 	}
+}
+
+// moveDone records that VM id (kept; "" for none) now sits at to, and
+// that from holds it no more.
+func (mi *movedIndex) moveDone(id string, from, to tenancy.VMRef) {
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
+	if id != "" {
+		mi.m[to] = id
+	}
+	delete(mi.m, from)
 }
 
 // KeptID tells the id of the VM whose guest sits at place, as the last
@@ -139,9 +131,10 @@ func (s *Service) indexMoved(z Zone, guests []pveapi.Resource) {
 // true for a move's other copy, which is not the VM. A process that just
 // started knows the moves once its first Recover has run.
 func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
-	s.moved.mu.Lock()
-	defer s.moved.mu.Unlock()
-	id, ok := s.moved.m[place]
+	mi := s.d.moved
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
+	id, ok := mi.m[place]
 	if !ok {
 		return place.ID(), false
 	}
@@ -151,9 +144,10 @@ func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
 // PlaceOf is where the VM of id sits now if it moved across zones (as
 // KeptID knows it).
 func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
-	s.moved.mu.Lock()
-	defer s.moved.mu.Unlock()
-	for place, kept := range s.moved.m {
+	mi := s.d.moved
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
+	for place, kept := range mi.m {
 		if kept == id {
 			return place, true
 		}
@@ -193,42 +187,63 @@ type move struct {
 var copyKeys = []string{"name", "cores", "sockets", "memory", "cpu", "ostype", "boot", "scsihw", "agent", "ciuser",
 	"sshkeys", "serial0", "vga", "bios", "machine", "smbios1", "numa", "balloon"}
 
-// migrateAcross moves a VM to another zone: preflight before any disk I/O
-// (each refusal a clear error that changes nothing), the target's
-// addresses claimed, then a runner copies the disks agent to agent and
-// cuts over (runMove).
-func (s *Service) migrateAcross(ctx context.Context, z Zone, g pveapi.Resource, in MigrateInput) (*Operation, error) {
-	if s.cfg.Volumes == nil {
-		return nil, newError(KindInternal, "moving VMs across zones is not available")
+// migrateAcross moves a VM (guest g of zone z) to another zone: the
+// prepare phases check everything before any disk I/O (each refusal a
+// clear error that changes nothing), reserve the quota of the disks' copy
+// and claim the target's addresses; then a runner copies the disks agent
+// to agent and cuts over (the phases of movePhases, run).
+func migrateAcross(ctx context.Context, d *deps, z Zone, g pveapi.Resource, in MigrateInput) (*Operation, error) {
+	sc := &moveScope{deps: d, req: in, src: z, g: g}
+	if err := runPhases(ctx, d.eng, "", "", movePreparePhases(), sc); err != nil {
+		return nil, cause(err)
 	}
-	tz, ok := s.zoneByName(ctx, in.Zone)
-	if !ok {
-		return nil, badInput("zone", "no zone %q can be reached", in.Zone)
-	}
-	m, err := s.preflight(ctx, z, tz, g, in)
-	if err != nil {
-		return nil, err
-	}
-	// While the move runs its target holds a copy of the disks: the VDC
-	// must have room for them.
-	if err := s.quota.ReserveStorage(ctx, m.vdc, moveReservation(m.op), tz.ID, "move", m.diskGiB()); err != nil {
-		return nil, quotaError(m.vdc, err)
-	}
-	if err := s.claimTarget(ctx, m); err != nil {
-		s.releaseMoveQuota(ctx, m)
-		return nil, err
-	}
-	opID := taskOpID(z.ID, g.VMID, OpMigrate, "move:"+m.op)
-	op := Operation{ID: opID, Kind: OpMigrate, State: OpRunning, Step: "prepare", VMID: in.ID, Started: time.Now(),
+	m := sc.m
+	sc.opID = taskOpID(z.ID, g.VMID, OpMigrate, "move:"+m.op)
+	op := Operation{ID: sc.opID, Kind: OpMigrate, State: OpRunning, Step: "prepare", VMID: in.ID, Started: time.Now(),
 		Progress: &Progress{Total: m.total()}}
-	s.record(m.vdc, tz.Name, op)
-	s.setLive(z, g.VMID, m.op)
-	s.log.Info("moving a VM across zones", "vm", in.ID, "from", z.Name, "to", tz.Name, "node", m.node, "disks", len(m.disks))
-	s.spawn(func(ctx context.Context) {
-		defer s.clearLive(z, g.VMID)
-		s.finishOp(opID, s.runMove(ctx, m, opID))
+	d.eng.record(m.vdc, m.dst.Name, op)
+	d.eng.setLive(z, g.VMID, m.op)
+	d.log.Info("moving a VM across zones", "vm", in.ID, "from", z.Name, "to", m.dst.Name, "node", m.node, "disks", len(m.disks))
+	d.eng.spawn(func(ctx context.Context) {
+		defer d.eng.clearLive(z, g.VMID)
+		d.eng.finishOp(sc.opID, sc.run(ctx))
 	})
 	return &op, nil
+}
+
+// movePreparePhases are the phases that prepare a move across zones, in
+// order, before its operation exists: preflight (the target zone, and
+// everything the move needs: no HA, no host CPU type, no snapshots or
+// replication, raw disks on a storage the target has, the target
+// networks and host), reserve (the disks' copy against the VDC's quota),
+// claim (the target's addresses; a failed claim gives the reservation
+// back).
+func movePreparePhases() []phase[moveScope] {
+	return []phase[moveScope]{
+		step("preflight", (*moveScope).preflight),
+		step("reserve", (*moveScope).reserve),
+		step("claim", (*moveScope).claim),
+	}
+}
+
+// reserve reserves the quota of the target's copy of the disks: while the
+// move runs, the VDC must have room for them.
+func (sc *moveScope) reserve(ctx context.Context) error {
+	m := sc.m
+	if err := sc.quota.ReserveStorage(ctx, m.vdc, moveReservation(m.op), m.dst.ID, "move", m.diskGiB()); err != nil {
+		return quotaError(m.vdc, err)
+	}
+	return nil
+}
+
+// claim claims the target's addresses; a failed claim gives the quota
+// reservation back.
+func (sc *moveScope) claim(ctx context.Context) error {
+	if err := sc.claimTarget(ctx); err != nil {
+		sc.releaseQuota(ctx)
+		return err
+	}
+	return nil
 }
 
 // diskGiB is the size of the move's disks in GiB, as the target allocates
@@ -244,10 +259,11 @@ func (m *move) diskGiB() int {
 // moveReservation is the id of the quota reservation of move op.
 func moveReservation(op string) string { return "move:" + op }
 
-// releaseMoveQuota releases the quota reservation of m's disks' copy.
-func (s *Service) releaseMoveQuota(ctx context.Context, m *move) {
-	if err := s.quota.Release(ctx, m.vdc, moveReservation(m.op)); err != nil {
-		s.log.Warn("releasing a move's quota", "op", m.op, "err", err)
+// releaseQuota releases the quota reservation of the disks' copy.
+func (sc *moveScope) releaseQuota(ctx context.Context) {
+	m := sc.m
+	if err := sc.quota.Release(ctx, m.vdc, moveReservation(m.op)); err != nil {
+		sc.log.Warn("releasing a move's quota", "op", m.op, "err", err)
 	}
 }
 
@@ -259,8 +275,27 @@ func (m *move) total() int64 {
 	return n
 }
 
-// preflight checks everything a move needs before any disk I/O.
-func (s *Service) preflight(ctx context.Context, z, tz Zone, g pveapi.Resource, in MigrateInput) (*move, error) {
+// preflight checks everything a move needs before any disk I/O, and
+// plans it (sc.m).
+func (sc *moveScope) preflight(ctx context.Context) error {
+	m, err := sc.planMove(ctx)
+	if err != nil {
+		return err
+	}
+	sc.m = m
+	return nil
+}
+
+// planMove is preflight's check; it returns the planned move.
+func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
+	z, g, in := sc.src, sc.g, sc.req
+	if sc.cfg.Volumes == nil {
+		return nil, newError(KindInternal, "moving VMs across zones is not available")
+	}
+	tz, ok := sc.find.zoneByName(ctx, in.Zone)
+	if !ok {
+		return nil, badInput("zone", "no zone %q can be reached", in.Zone)
+	}
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
 		return nil, zoneDown(z.Name, err)
@@ -301,14 +336,14 @@ func (s *Service) preflight(ctx context.Context, z, tz Zone, g pveapi.Resource, 
 			return nil, newError(KindConflict, "the VM is replicated to node %s (replication job %s); replication does not cross zones: remove the job first", j.Target, j.ID)
 		}
 	}
-	if err := s.planDisks(ctx, m); err != nil {
+	if err := planDisks(ctx, m); err != nil {
 		return nil, err
 	}
-	if err := s.planNetworks(ctx, m, in.Networks); err != nil {
+	if err := planNetworks(ctx, sc.find, m, in.Networks); err != nil {
 		return nil, err
 	}
 	if in.Host != "" {
-		if m.node, err = s.targetNode(ctx, tz, in.Host); err != nil {
+		if m.node, err = sc.find.targetNode(ctx, tz, in.Host); err != nil {
 			return nil, err
 		}
 	} else {
@@ -329,7 +364,7 @@ func (s *Service) preflight(ctx context.Context, z, tz Zone, g pveapi.Resource, 
 }
 
 // planDisks finds the VM's disks (raw, on storage the target zone has).
-func (s *Service) planDisks(ctx context.Context, m *move) error {
+func planDisks(ctx context.Context, m *move) error {
 	for _, k := range slices.Sorted(maps.Keys(m.cfg)) {
 		if !isDiskKey(k) {
 			continue
@@ -379,14 +414,14 @@ var rawStorage = map[string]bool{"lvmthin": true, "lvm": true, "zfspool": true, 
 
 // planNetworks maps each NIC to a network of the VDC in the target zone
 // (given, or the one of the same name) and checks it exists.
-func (s *Service) planNetworks(ctx context.Context, m *move, given []NetworkMapping) error {
+func planNetworks(ctx context.Context, f *finder, m *move, given []NetworkMapping) error {
 	to := map[string]string{}
 	for i, nm := range given {
 		ref, err := tenancy.ParseNetworkID(nm.From)
 		if err != nil || ref.ZoneID != m.src.ID || !slices.ContainsFunc(m.in.NICs, func(n NICIntent) bool { return n.VNet == ref.VNet }) {
 			return badInput(fmt.Sprintf("networks[%d].from", i), "the VM has no NIC on network %q", nm.From)
 		}
-		if _, err := s.network(ctx, m.dst, m.vdc, nm.To); err != nil {
+		if _, err := f.network(ctx, m.dst, m.vdc, nm.To); err != nil {
 			if errors.Is(err, errNoNetwork) {
 				return badInput(fmt.Sprintf("networks[%d].to", i), "no network %q of the VDC in zone %s", nm.To, m.dst.Name)
 			}
@@ -397,19 +432,19 @@ func (s *Service) planNetworks(ctx context.Context, m *move, given []NetworkMapp
 	for i, n := range m.in.NICs {
 		id, ok := to[n.VNet]
 		if !ok {
-			name, err := s.networkName(ctx, m.src, n.VNet)
+			name, err := f.networkName(ctx, m.src, n.VNet)
 			if err != nil {
 				return err
 			}
 			id = tenancy.NetworkRef{ZoneID: m.dst.ID, VNet: tenancy.VNetID(m.vdc, name)}.ID()
-			if _, err := s.network(ctx, m.dst, m.vdc, id); err != nil {
+			if _, err := f.network(ctx, m.dst, m.vdc, id); err != nil {
 				if errors.Is(err, errNoNetwork) {
 					return badInput("networks", "NIC %d is on network %q, which zone %s does not have: map it to one of its networks", i, name, m.dst.Name)
 				}
 				return zoneDown(m.dst.Name, err)
 			}
 		}
-		sub, _ := s.network(ctx, m.dst, m.vdc, id)
+		sub, _ := f.network(ctx, m.dst, m.vdc, id)
 		nic := NICIntent{SDNZone: sub.Zone, VNet: sub.VNet, MAC: n.MAC, Bits: sub.Prefix.Bits(), Gateway: gatewayString(sub.Gateway),
 			Address: n.Address}
 		m.nics = append(m.nics, nic)
@@ -418,29 +453,14 @@ func (s *Service) planNetworks(ctx context.Context, m *move, given []NetworkMapp
 	return nil
 }
 
-// networkName is the name of the VDC network of VNet vnet in zone z.
-func (s *Service) networkName(ctx context.Context, z Zone, vnet string) (string, error) {
-	var vn struct {
-		Zone  string `json:"zone"`
-		Alias string `json:"alias"`
-	}
-	if err := z.Client.Get(ctx, "/cluster/sdn/vnets/"+url.PathEscape(vnet), &vn); err != nil {
-		return "", zoneDown(z.Name, err)
-	}
-	_, name, ok := tenancy.VNetOf(vn.Zone, vn.Alias)
-	if !ok {
-		return "", newError(KindConflict, "the VM's network %s is not a network of its VDC", vnet)
-	}
-	return name, nil
-}
-
 // claimTarget claims the NICs' addresses in the target zone's IPAM under
 // their MACs: the same address if the target network has it free, else
 // the first free one. A failed claim releases what it claimed.
-func (s *Service) claimTarget(ctx context.Context, m *move) error {
+func (sc *moveScope) claimTarget(ctx context.Context) error {
+	m := sc.m
 	for i := range m.nics {
 		n := &m.nics[i]
-		s.addrs.hold(n.MAC)
+		sc.addrs.hold(n.MAC)
 		want, _ := netip.ParseAddr(n.Address)
 		if !m.subnets[i].Assignable(want) {
 			want = netip.Addr{}
@@ -450,7 +470,7 @@ func (s *Service) claimTarget(ctx context.Context, m *move) error {
 			addr, err = ipam.Claim(ctx, m.dst.Client, m.subnets[i], netip.Addr{}, n.MAC)
 		}
 		if err != nil {
-			s.releaseTarget(ctx, m)
+			sc.releaseTarget(ctx)
 			if errors.Is(err, ipam.ErrExhausted) {
 				return &Error{Kind: KindConflict, Field: "networks", Message: fmt.Sprintf("no free address left in %s of zone %s", m.subnets[i].Prefix, m.dst.Name), Cause: err}
 			}
@@ -462,27 +482,28 @@ func (s *Service) claimTarget(ctx context.Context, m *move) error {
 }
 
 // releaseTarget releases the target's addresses of m.
-func (s *Service) releaseTarget(ctx context.Context, m *move) {
+func (sc *moveScope) releaseTarget(ctx context.Context) {
+	m := sc.m
 	var macs []string
 	for _, n := range m.nics {
 		macs = append(macs, n.MAC)
 	}
 	if err := ipam.ReleaseMACs(ctx, m.dst.Client, macs); err != nil {
-		s.log.Warn("releasing the target's addresses", "op", m.op, "err", err)
+		sc.log.Warn("releasing the target's addresses", "op", m.op, "err", err)
 	}
-	s.addrs.drop(macs...)
+	sc.addrs.drop(macs...)
 }
 
-// runMove copies a VM to its target zone and cuts over: the target guest
+// run copies a VM to its target zone and cuts over: the target guest
 // (stopped, marked incoming, in no pool), the source stopped, each disk
 // copied agent to agent and checked, then the cut-over (the source marked
 // moved with the digest it read: from then on the target is the VM), the
 // target finished (pool, tags, started if the source ran) and the source
 // destroyed with its addresses released: the phases of movePhases. A
 // failure before the cut-over undoes the target and restarts the source.
-func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
-	sc := &moveScope{m: m, opID: opID}
-	err := runPhases(ctx, s.engine, opID, m.op, s.movePhases(), sc)
+func (sc *moveScope) run(ctx context.Context) error {
+	m, opID := sc.m, sc.opID
+	err := runPhases(ctx, sc.eng, opID, m.op, movePhases(), sc)
 	if sc.stopBeat != nil {
 		sc.stopBeat()
 	}
@@ -491,8 +512,8 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 	}
 	if sc.vmid == 0 {
 		// No target guest: its addresses and quota go back.
-		s.releaseTarget(ctx, m)
-		s.releaseMoveQuota(ctx, m)
+		sc.releaseTarget(ctx)
+		sc.releaseQuota(ctx)
 		return err
 	}
 	if phase, _ := failedPhase(err); phase == "finish" || ctx.Err() != nil {
@@ -500,16 +521,22 @@ func (s *Service) runMove(ctx context.Context, m *move, opID string) error {
 		// down (the move stays recorded for Recover).
 		return err
 	}
-	s.setStep(opID, "rollback")
-	s.rollbackMove(context.WithoutCancel(ctx), m, sc.vmid)
+	sc.eng.setStep(opID, "rollback")
+	sc.rollback(context.WithoutCancel(ctx))
 	return err
 }
 
 // moveScope is what the phases of a move across zones work on.
 type moveScope struct {
-	m    *move
-	opID string
-	vmid int // the target guest (target)
+	*deps
+	// req, src and g: the request, the VM's zone and guest (for the
+	// prepare phases).
+	req  MigrateInput
+	src  Zone
+	g    pveapi.Resource
+	m    *move  // the planned move (preflight)
+	opID string // the move's operation
+	vmid int    // the target guest (target)
 	// stopBeat ends the heartbeat on the target's move intent (from stop
 	// until the disks are copied).
 	stopBeat func()
@@ -521,47 +548,37 @@ type moveScope struct {
 // copied agent to agent and checked), cutover (the source marked moved
 // with the digest it read: from then on the target is the VM), finish
 // (the target finished and the source destroyed). A failure after target
-// and before the cut-over undoes the move (rollbackMove).
-func (s *Service) movePhases() []phase[moveScope] {
+// and before the cut-over undoes the move (rollback).
+func movePhases() []phase[moveScope] {
 	return []phase[moveScope]{
-		{name: "target", run: func(ctx context.Context, sc *moveScope) error {
-			vmid, err := s.createTarget(ctx, sc.m)
-			if err != nil {
-				return err
-			}
-			sc.vmid = vmid
-			return nil
-		}},
-		{name: "stop", run: func(ctx context.Context, sc *moveScope) error {
-			m := sc.m
-			sc.stopBeat = s.heartbeat(ctx, m, sc.vmid)
-			if !m.running {
-				return nil
-			}
-			_, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{})
-			return err
-		}},
-		{name: "copy", run: func(ctx context.Context, sc *moveScope) error {
-			if err := s.copyDisks(ctx, sc.m, sc.opID, sc.vmid); err != nil {
-				return err
-			}
-			// The cut-over's conditional writes must not race a beat.
-			sc.stopBeat()
-			sc.stopBeat = nil
-			return nil
-		}},
-		{name: "cutover", run: func(ctx context.Context, sc *moveScope) error { return s.cutOver(ctx, sc.m) }},
-		{name: "finish", run: func(ctx context.Context, sc *moveScope) error { return s.finishMove(ctx, sc.m, sc.vmid) }},
+		step("target", (*moveScope).createTarget),
+		step("stop", (*moveScope).stopSource),
+		step("copy", (*moveScope).copyDisks),
+		step("cutover", (*moveScope).cutOver),
+		step("finish", (*moveScope).finish),
 	}
 }
 
+// stopSource begins the heartbeat and stops the source if it runs.
+func (sc *moveScope) stopSource(ctx context.Context) error {
+	m := sc.m
+	sc.stopBeat = sc.heartbeat(ctx)
+	if !m.running {
+		return nil
+	}
+	_, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{})
+	return err
+}
+
 // copyDisks copies each disk of the stopped source to the target guest
-// vmid agent to agent, following the bytes moved.
-func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int) error {
+// agent to agent, following the bytes moved, then ends the heartbeat (the
+// cut-over's conditional writes must not race a beat).
+func (sc *moveScope) copyDisks(ctx context.Context) error {
+	m, opID, vmid := sc.m, sc.opID, sc.vmid
 	start := time.Now()
 	for i, d := range m.disks {
 		to := VolumeRef{ZoneID: m.dst.ID, Node: m.node, Volume: targetVolume(m, vmid, i)}
-		_, err := s.cfg.Volumes.MoveVolume(ctx, VolumeRef{ZoneID: m.src.ID, Node: m.g.Node, Volume: d.volume}, to, func(done, _ int64) {
+		_, err := sc.cfg.Volumes.MoveVolume(ctx, VolumeRef{ZoneID: m.src.ID, Node: m.g.Node, Volume: d.volume}, to, func(done, _ int64) {
 			m.mu.Lock()
 			m.done[d.key] = done
 			var sum int64
@@ -569,26 +586,29 @@ func (s *Service) copyDisks(ctx context.Context, m *move, opID string, vmid int)
 				sum += n
 			}
 			m.mu.Unlock()
-			s.setProgress(opID, sum, m.total(), float64(sum)/max(time.Since(start).Seconds(), 0.001))
+			sc.eng.setProgress(opID, sum, m.total(), float64(sum)/max(time.Since(start).Seconds(), 0.001))
 		})
 		if err != nil {
 			return fmt.Errorf("compute: copy disk %s: %w", d.key, err)
 		}
 	}
+	sc.stopBeat()
+	sc.stopBeat = nil
 	return nil
 }
 
 // heartbeat records, every StaleAfter/4 until the returned stop is
-// called, that the runner of m is alive on the target guest vmid's move
+// called, that the runner of the move is alive on the target guest's move
 // intent (MoveIntent.Beat): a copy longer than StaleAfter is not taken
 // for a dead one by another replica's Recover. stop waits for a write in
 // flight, so that the cut-over's conditional writes do not race it.
-func (s *Service) heartbeat(ctx context.Context, m *move, vmid int) (stop func()) {
+func (sc *moveScope) heartbeat(ctx context.Context) (stop func()) {
+	m, vmid := sc.m, sc.vmid
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(max(s.cfg.StaleAfter/4, 50*time.Millisecond))
+		t := time.NewTicker(max(sc.cfg.StaleAfter/4, 50*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -596,8 +616,8 @@ func (s *Service) heartbeat(ctx context.Context, m *move, vmid int) (stop func()
 				return
 			case <-t.C:
 			}
-			if err := s.beat(ctx, m, vmid); err != nil && ctx.Err() == nil {
-				s.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err)
+			if err := beat(ctx, m, vmid); err != nil && ctx.Err() == nil {
+				sc.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err)
 			}
 		}
 	}()
@@ -606,7 +626,7 @@ func (s *Service) heartbeat(ctx context.Context, m *move, vmid int) (stop func()
 
 // beat writes the time into the move intent of the target guest vmid,
 // conditional on the digest read.
-func (s *Service) beat(ctx context.Context, m *move, vmid int) error {
+func beat(ctx context.Context, m *move, vmid int) error {
 	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
 	if err != nil {
 		return err
@@ -628,7 +648,18 @@ func targetVolume(m *move, vmid, i int) string {
 
 // createTarget creates the stopped target guest, marked incoming, with
 // empty disks of the source's sizes and NICs on the target networks.
-func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
+func (sc *moveScope) createTarget(ctx context.Context) error {
+	vmid, err := sc.newTarget(ctx)
+	if err != nil {
+		return err
+	}
+	sc.vmid = vmid
+	return nil
+}
+
+// newTarget is createTarget's work: it returns the target guest.
+func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
+	m := sc.m
 	params := map[string]any{}
 	for _, k := range copyKeys {
 		if v := m.cfg.Str(k); v != "" {
@@ -667,8 +698,8 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 		}
 		params[d.key] = v
 	}
-	vmid := m.g.VMID                // the same VMID if it is free there
-	kept := s.keptVMIDs(ctx, m.dst) // and not one a VM that left the zone keeps
+	vmid := m.g.VMID                      // the same VMID if it is free there
+	kept := sc.find.keptVMIDs(ctx, m.dst) // and not one a VM that left the zone keeps
 	for attempt := 0; ; attempt++ {
 		for kept[vmid] {
 			vmid++
@@ -700,7 +731,7 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 	for i, n := range m.nics {
 		a, _ := netip.ParseAddr(n.Address)
 		if err := ipam.Assign(ctx, m.dst.Client, n.SDNZone, n.VNet, a, n.MAC, vmid); err != nil {
-			s.log.Warn("recording the target address's guest", "nic", i, "err", err)
+			sc.log.Warn("recording the target address's guest", "nic", i, "err", err)
 		}
 	}
 	return vmid, nil
@@ -708,7 +739,8 @@ func (s *Service) createTarget(ctx context.Context, m *move) (int, error) {
 
 // cutOver marks the source moved, conditional on the digest read: from
 // then on the target is the VM.
-func (s *Service) cutOver(ctx context.Context, m *move) error {
+func (sc *moveScope) cutOver(ctx context.Context) error {
+	m := sc.m
 	cfg, err := pveapi.GuestConfig(ctx, m.src.Client, m.g.Node, m.g.VMID)
 	if err != nil {
 		return err
@@ -719,11 +751,11 @@ func (s *Service) cutOver(ctx context.Context, m *move) error {
 	return err
 }
 
-// finishMove makes the target the VM (in the VDC's pool, unmarked,
-// started if the source ran) and destroys the source, releasing its
-// addresses.
-func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
-	if err := s.ensurePool(ctx, m.dst, m.vdc); err != nil {
+// finish makes the target the VM (in the VDC's pool, unmarked, started
+// if the source ran) and destroys the source, releasing its addresses.
+func (sc *moveScope) finish(ctx context.Context) error {
+	m, vmid := sc.m, sc.vmid
+	if err := sc.ensurePool(ctx, m.dst, m.vdc); err != nil {
 		return err
 	}
 	if err := m.dst.Client.Put(ctx, "/pools/"+tenancy.PoolID(m.vdc), map[string]any{"vms": vmid}, nil); err != nil && !pveapi.IsAlreadyExists(err) {
@@ -752,68 +784,55 @@ func (s *Service) finishMove(ctx context.Context, m *move, vmid int) error {
 	if ok {
 		// destroy releases the source's addresses (the MACs are the same,
 		// but the mappings are the source zone's).
-		if _, err := s.destroySource(ctx, m.src, src); err != nil {
+		// (The source is destroyed without touching quota: the VM lives
+		// on.)
+		if _, err := sc.destroy(ctx, m.src, src, nil); err != nil {
 			return fmt.Errorf("compute: remove the source: %w", err)
 		}
 	}
 	for _, n := range m.nics {
-		s.addrs.drop(n.MAC)
+		sc.addrs.drop(n.MAC)
 	}
-	s.releaseMoveQuota(ctx, m)
-	s.moved.mu.Lock()
-	if m.id != "" {
-		s.moved.m[tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid}] = m.id
-	}
-	delete(s.moved.m, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID})
-	s.moved.mu.Unlock()
-	s.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
+	sc.releaseQuota(ctx)
+	sc.moved.moveDone(m.id, tenancy.VMRef{ZoneID: m.src.ID, VMID: m.g.VMID}, tenancy.VMRef{ZoneID: m.dst.ID, VMID: vmid})
+	sc.log.Info("VM moved across zones", "vm", m.id, "from", m.src.Name, "to", m.dst.Name, "vmid", vmid)
 	return nil
 }
 
-// destroySource destroys a moved source without touching quota (the VM
-// lives on).
-func (s *Service) destroySource(ctx context.Context, z Zone, g pveapi.Resource) (string, error) {
-	return s.destroy(ctx, z, g, nil)
-}
-
-// rollbackMove undoes a move that has not cut over: the source runs again
+// rollback undoes a move that has not cut over: the source runs again
 // if it ran, then the target guest and its addresses go. It stops at the
 // first step that fails (a zone out of reach), leaving the target marked
 // incoming with its move recorded, for Recover to finish the undo once
 // both zones answer: until then the source stays the VM.
-func (s *Service) rollbackMove(ctx context.Context, m *move, vmid int) {
+func (sc *moveScope) rollback(ctx context.Context) {
+	m, vmid := sc.m, sc.vmid
 	if m.running {
 		src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
 		if err != nil {
-			s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+			sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
 			return
 		}
 		if ok && src.Status != "running" {
 			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
-				s.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+				sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
 				return
 			}
 		}
 	}
 	g, ok, err := pveapi.FindGuest(ctx, m.dst.Client, vmid)
 	if err != nil {
-		s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+		sc.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
 		return
 	}
 	if ok && g.HasTag(incomingTag) {
-		if _, err := s.destroy(ctx, m.dst, g, nil); err != nil {
-			s.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
+		if _, err := sc.destroy(ctx, m.dst, g, nil); err != nil {
+			sc.log.Warn("removing the target of a failed move", "op", m.op, "vmid", vmid, "err", err)
 			return
 		}
 	}
-	s.releaseTarget(ctx, m)
-	s.releaseMoveQuota(ctx, m)
-	s.log.Info("move across zones undone", "op", m.op, "vm", m.id, "from", m.src.Name, "to", m.dst.Name)
-}
-
-// setProgress updates the progress of a running operation of this process.
-func (s *Service) setProgress(id string, done, total int64, rate float64) {
-	s.update(id, func(op *Operation) { op.Progress = &Progress{Done: done, Total: total, BytesPerSecond: rate} })
+	sc.releaseTarget(ctx)
+	sc.releaseQuota(ctx)
+	sc.log.Info("move across zones undone", "op", m.op, "vm", m.id, "from", m.src.Name, "to", m.dst.Name)
 }
 
 // propFirst is the first element of a Proxmox property string.
@@ -850,12 +869,12 @@ func isDiskKey(k string) bool {
 // was marked moved the cut-over happened and the move is finished, else
 // the target is removed with its addresses and the source runs again if
 // it ran.
-func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) {
+func recoverMove(ctx context.Context, d *deps, z Zone, g pveapi.Resource, in *Intent) {
 	mi := in.Move
-	if time.Since(mi.last()) < s.cfg.StaleAfter {
+	if time.Since(mi.last()) < d.cfg.StaleAfter {
 		return // perhaps live in another replica
 	}
-	sz, ok := s.zoneByID(ctx, mi.From)
+	sz, ok := d.find.zoneByID(ctx, mi.From)
 	if !ok {
 		return // the source's zone cannot be reached: wait
 	}
@@ -863,7 +882,7 @@ func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in
 	if err != nil {
 		return
 	}
-	if s.isLive(sz, mi.VMID) {
+	if d.eng.isLive(sz, mi.VMID) {
 		return
 	}
 	m := &move{op: mi.Op, vdc: in.VDC, src: sz, dst: z, g: src, node: g.Node, running: mi.Running, nics: in.NICs, in: in}
@@ -873,13 +892,14 @@ func (s *Service) recoverMove(ctx context.Context, z Zone, g pveapi.Resource, in
 	if was, ok := wasOf(g.Tags()); ok {
 		m.id = was.ID()
 	}
+	sc := &moveScope{deps: d, m: m, vmid: g.VMID}
 	if found && src.HasTag(movedTag) || !found {
-		s.log.Info("recovering a move across zones: finishing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
-		if err := s.finishMove(ctx, m, g.VMID); err != nil {
-			s.log.Warn("finishing a move", "op", mi.Op, "err", err)
+		d.log.Info("recovering a move across zones: finishing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
+		if err := sc.finish(ctx); err != nil {
+			d.log.Warn("finishing a move", "op", mi.Op, "err", err)
 		}
 		return
 	}
-	s.log.Info("recovering a move across zones: undoing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
-	s.rollbackMove(ctx, m, g.VMID)
+	d.log.Info("recovering a move across zones: undoing it", "op", mi.Op, "zone", z.Name, "vmid", g.VMID)
+	sc.rollback(ctx)
 }

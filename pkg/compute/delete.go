@@ -16,21 +16,22 @@ import (
 // releases its IPAM addresses; it returns when that is done. A VM whose
 // create this process is running answers CONFLICT.
 func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, error) {
-	z, g, in, err := s.lookup(ctx, vdc, id)
+	d := s.d
+	z, g, in, err := d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
-	if s.isLive(z, g.VMID) {
+	if d.eng.isLive(z, g.VMID) {
 		return nil, newError(KindConflict, "the VM is still being created")
 	}
 	started := time.Now()
-	upid, err := s.destroy(ctx, z, g, in)
+	upid, err := d.destroy(ctx, z, g, in)
 	if err != nil {
 		return nil, internal("deleting the VM failed", err)
 	}
 	op := Operation{ID: taskOpID(z.ID, g.VMID, OpDelete, upid), Kind: OpDelete, State: OpSucceeded, Step: "qmdestroy",
 		VMID: id, Started: started, Updated: time.Now()}
-	s.record(vdc, z.Name, op)
+	d.eng.record(vdc, z.Name, op)
 	return &op, nil
 }
 
@@ -38,6 +39,7 @@ var macRE = regexp.MustCompile(`(?i)([0-9a-f]{2}:){5}[0-9a-f]{2}`)
 
 // deleteScope is what the phases of a delete work on.
 type deleteScope struct {
+	*deps
 	z Zone
 	g pveapi.Resource // the guest (its node and VMID)
 	// in is the intent of the VM's create (nil for a guest without
@@ -54,26 +56,27 @@ type deleteScope struct {
 // powered off, once no other task holds its lock), destroy (purged with
 // its disks), release (its IPAM addresses, its user-data snippet and the
 // quota its create may still hold).
-func (s *Service) deletePhases() []phase[deleteScope] {
+func deletePhases() []phase[deleteScope] {
 	return []phase[deleteScope]{
-		{name: "stop", run: s.stopForDelete},
-		{name: "destroy", run: s.destroyGuest},
-		{name: "release", run: s.releaseDeleted},
+		step("stop", (*deleteScope).stop),
+		step("destroy", (*deleteScope).destroy),
+		step("release", (*deleteScope).release),
 	}
 }
 
 // destroy stops, purges and releases the addresses of guest g (the
-// delete phases); it returns the destroy task.
-func (s *Service) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) (string, error) {
-	sc := &deleteScope{z: z, g: g, in: in, base: fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID)}
-	err := runPhases(ctx, s.engine, "", "", s.deletePhases(), sc)
+// delete phases); it returns the destroy task. Deletes, failed creates
+// and moves (a move's other copy) destroy guests so.
+func (d *deps) destroy(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) (string, error) {
+	sc := &deleteScope{deps: d, z: z, g: g, in: in, base: fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID)}
+	err := runPhases(ctx, d.eng, "", "", deletePhases(), sc)
 	return sc.upid, err
 }
 
 // settle waits until no task but its destroy holds the guest's lock, and
 // reads what release needs off its config; a guest that is gone fails
 // the delete.
-func (s *Service) settle(ctx context.Context, sc *deleteScope) (pveapi.Resource, error) {
+func (sc *deleteScope) settle(ctx context.Context) (pveapi.Resource, error) {
 	for range maxSteps {
 		cur, ok, err := pveapi.FindGuest(ctx, sc.z.Client, sc.g.VMID)
 		if err != nil {
@@ -99,17 +102,17 @@ func (s *Service) settle(ctx context.Context, sc *deleteScope) (pveapi.Resource,
 	return pveapi.Resource{}, fmt.Errorf("compute: delete %d: gave up", sc.g.VMID)
 }
 
-// stopForDelete powers the guest off.
-func (s *Service) stopForDelete(ctx context.Context, sc *deleteScope) error {
+// stop powers the guest off.
+func (sc *deleteScope) stop(ctx context.Context) error {
 	for range maxSteps {
-		cur, err := s.settle(ctx, sc)
+		cur, err := sc.settle(ctx)
 		if err != nil {
 			return err
 		}
 		if cur.Status != "running" {
 			return nil
 		}
-		if err := s.powerOff(ctx, sc); err != nil {
+		if err := sc.powerOff(ctx); err != nil {
 			return err
 		}
 	}
@@ -118,23 +121,23 @@ func (s *Service) stopForDelete(ctx context.Context, sc *deleteScope) error {
 
 // powerOff stops the guest at once; a guest that changed meanwhile is
 // tried again by the caller.
-func (s *Service) powerOff(ctx context.Context, sc *deleteScope) error {
+func (sc *deleteScope) powerOff(ctx context.Context) error {
 	if _, err := pveapi.Run(ctx, sc.z.Client, "POST", sc.base+"/status/stop", map[string]any{}); err != nil && !retryable(err) {
 		return err
 	}
 	return nil
 }
 
-// destroyGuest purges the stopped guest with its disks (one started again
+// destroy purges the stopped guest with its disks (one started again
 // meanwhile is stopped first).
-func (s *Service) destroyGuest(ctx context.Context, sc *deleteScope) error {
+func (sc *deleteScope) destroy(ctx context.Context) error {
 	for range maxSteps {
-		cur, err := s.settle(ctx, sc)
+		cur, err := sc.settle(ctx)
 		if err != nil {
 			return err
 		}
 		if cur.Status == "running" {
-			if err := s.powerOff(ctx, sc); err != nil {
+			if err := sc.powerOff(ctx); err != nil {
 				return err
 			}
 			continue
@@ -152,8 +155,8 @@ func (s *Service) destroyGuest(ctx context.Context, sc *deleteScope) error {
 	return fmt.Errorf("compute: delete %d: gave up", sc.g.VMID)
 }
 
-// releaseDeleted releases what the destroyed guest held.
-func (s *Service) releaseDeleted(ctx context.Context, sc *deleteScope) error {
+// release releases what the destroyed guest held.
+func (sc *deleteScope) release(ctx context.Context) error {
 	macs := sc.macs
 	if sc.in != nil {
 		for _, n := range sc.in.NICs {
@@ -163,37 +166,14 @@ func (s *Service) releaseDeleted(ctx context.Context, sc *deleteScope) error {
 	if err := ipam.ReleaseMACs(ctx, sc.z.Client, macs); err != nil {
 		return err
 	}
-	if err := s.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom); err != nil {
+	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom); err != nil {
 		return err
 	}
 	if sc.in != nil {
-		if err := s.quota.Release(ctx, sc.in.VDC, sc.in.Op); err != nil {
-			s.log.Warn("releasing quota", "op", sc.in.Op, "err", err)
+		if err := sc.quota.Release(ctx, sc.in.VDC, sc.in.Op); err != nil {
+			sc.log.Warn("releasing quota", "op", sc.in.Op, "err", err)
 		}
 	}
-	s.log.Info("VM deleted", "zone", sc.z.Name, "vmid", sc.g.VMID)
-	return nil
-}
-
-// cleanup deletes the guest of a create that cannot be finished and
-// releases its addresses.
-func (s *Service) cleanup(ctx context.Context, z Zone, vmid int, in *Intent) error {
-	g, ok, err := pveapi.FindGuest(ctx, z.Client, vmid)
-	if err != nil {
-		return err
-	}
-	if ok {
-		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, vmid)
-		if err != nil && !pveapi.IsNotFound(err) {
-			return err
-		}
-		if got, _ := ParseIntent(cfg.Str("description")); got != nil && got.Op == in.Op {
-			if _, err := s.destroy(ctx, z, g, in); err != nil {
-				return err
-			}
-			return nil
-		}
-	}
-	s.release(ctx, z, in)
+	sc.log.Info("VM deleted", "zone", sc.z.Name, "vmid", sc.g.VMID)
 	return nil
 }

@@ -98,7 +98,7 @@ func slotOrder(a, b string) int {
 
 // Hardware returns the zone and the NICs and disks of VM id of vdc.
 func (s *Service) Hardware(ctx context.Context, vdc, id string) (Zone, Hardware, error) {
-	z, _, _, cfg, err := s.lookupConfig(ctx, vdc, id)
+	z, _, _, cfg, err := s.d.find.lookupConfig(ctx, vdc, id)
 	if err != nil {
 		return Zone{}, Hardware{}, err
 	}
@@ -140,7 +140,7 @@ func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operati
 	if n < 1 || n > MaxHistory {
 		return nil, badInput("n", "n must be between 1 and %d", MaxHistory)
 	}
-	z, g, in, err := s.lookup(ctx, vdc, id)
+	z, g, in, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operati
 		op := Operation{ID: createOpID(z.ID, g.VMID, in.Op), Kind: OpCreate, State: OpSucceeded, Step: "finish", VMID: id,
 			Started: in.Created, Updated: in.Created}
 		if isCreating(g) {
-			op.State, op.Step, op.Updated = OpRunning, s.observeStep(ctx, z, g, in), time.Now()
+			op.State, op.Step, op.Updated = OpRunning, observeStep(ctx, z, g, in), time.Now()
 		}
 		ops = append(ops, op)
 	}

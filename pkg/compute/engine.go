@@ -214,3 +214,8 @@ func (e *engine) createLive(op string) bool {
 	}
 	return false
 }
+
+// setProgress updates the progress of a running operation of this process.
+func (e *engine) setProgress(id string, done, total int64, rate float64) {
+	e.update(id, func(op *Operation) { op.Progress = &Progress{Done: done, Total: total, BytesPerSecond: rate} })
+}

@@ -148,7 +148,7 @@ func (in *Intent) DecodedUserData() ([]byte, error) {
 // UserData returns the cloud-init user-data VM id of vdc was created with
 // (nil when none was given). Anything not a VM of vdc is NOT_FOUND.
 func (s *Service) UserData(ctx context.Context, vdc, id string) ([]byte, error) {
-	_, _, in, err := s.lookup(ctx, vdc, id)
+	_, _, in, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func (s *Service) UserData(ctx context.Context, vdc, id string) ([]byte, error) 
 // none (names are not unique in general: callers that make them so, such
 // as the Cluster API provider, find their VM again by it).
 func (s *Service) VMByName(ctx context.Context, vdc, zone, name string) (*VM, error) {
-	z, ok := s.zoneByName(ctx, zone)
+	z, ok := s.d.find.zoneByName(ctx, zone)
 	if !ok {
 		return nil, zoneDown(zone, errors.New("zone not reachable"))
 	}
@@ -188,9 +188,9 @@ func (s *Service) VMByName(ctx context.Context, vdc, zone, name string) (*VM, er
 // not the VDC's). Callers that create VMs later (a node pool's workers)
 // refuse bad input up front with it.
 func (s *Service) Validate(ctx context.Context, in CreateInput) error {
-	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	vctx, cancel := context.WithTimeout(ctx, s.d.find.timeout)
 	defer cancel()
-	_, err := s.validate(vctx, in)
+	_, err := validate(vctx, s.d, in)
 	return err
 }
 
@@ -205,13 +205,14 @@ func (s *Service) CheckNetwork(ctx context.Context, vdc, zone, id string) error 
 // Network returns network id of vdc in zone (its VNet, prefix and gateway
 // address), refused as CheckNetwork refuses it.
 func (s *Service) Network(ctx context.Context, vdc, zone, id string) (ipam.Subnet, error) {
-	vctx, cancel := context.WithTimeout(ctx, s.zoneTimeout())
+	f := s.d.find
+	vctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	z, ok := s.zoneByName(vctx, zone)
+	z, ok := f.zoneByName(vctx, zone)
 	if !ok {
 		return ipam.Subnet{}, badInput("zone", "no zone %q", zone)
 	}
-	sub, err := s.network(vctx, z, vdc, id)
+	sub, err := f.network(vctx, z, vdc, id)
 	if err != nil {
 		if errors.Is(err, errNoNetwork) {
 			return ipam.Subnet{}, badInput("nics[0].network", "no network %q in zone %s", id, z.Name)

@@ -23,17 +23,26 @@ import (
 // deleted and its addresses released); flexplane IPAM mappings whose MAC
 // no guest has are released once they have been seen so for OrphanGrace.
 func (s *Service) Recover(ctx context.Context) error {
+	return recovery{s.d}.pass(ctx)
+}
+
+// recovery is Recover's pass over the zones: what it finds unfinished it
+// gives to the recovery hook of the operation that left it.
+type recovery struct{ *deps }
+
+// pass is one Recover.
+func (r recovery) pass(ctx context.Context) error {
 	var errs []error
 	onGuests := map[string]bool{} // intent ops a guest carries
 	listed := map[string]bool{}   // zone IDs whose guests were all read
-	for _, z := range s.cfg.Zones.Zones(ctx) {
-		if err := s.recoverZone(ctx, z, onGuests); err != nil {
+	for _, z := range r.cfg.Zones.Zones(ctx) {
+		if err := r.zone(ctx, z, onGuests); err != nil {
 			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
 			continue
 		}
 		listed[z.ID] = true
 	}
-	if err := s.releaseStale(ctx, onGuests, listed); err != nil {
+	if err := r.releaseStale(ctx, onGuests, listed); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -45,21 +54,21 @@ func (s *Service) Recover(ctx context.Context) error {
 // guests were all read and none of which carries the create's intent, and
 // of no create this process runs. Until then they count, as the create
 // would, and expire after QuotaTTL at the latest.
-func (s *Service) releaseStale(ctx context.Context, onGuests, listed map[string]bool) error {
-	vdcs, err := catalog.List[*catalog.VDC](ctx, s.cfg.Catalog)
+func (r recovery) releaseStale(ctx context.Context, onGuests, listed map[string]bool) error {
+	vdcs, err := catalog.List[*catalog.VDC](ctx, r.cfg.Catalog)
 	if err != nil {
 		return fmt.Errorf("stale reservations: %w", err)
 	}
-	ttl := cmp.Or(s.cfg.QuotaTTL, quota.DefaultTTL)
+	ttl := cmp.Or(r.cfg.QuotaTTL, quota.DefaultTTL)
 	var errs []error
 	for _, v := range vdcs {
-		for _, r := range v.Status.Reservations {
-			created := r.Expires.Add(-ttl)
-			if r.Snapshot != "" || !listed[r.Zone] || onGuests[r.ID] || time.Since(created) < s.cfg.StaleAfter || s.createLive(r.ID) {
+		for _, res := range v.Status.Reservations {
+			created := res.Expires.Add(-ttl)
+			if res.Snapshot != "" || !listed[res.Zone] || onGuests[res.ID] || time.Since(created) < r.cfg.StaleAfter || r.eng.createLive(res.ID) {
 				continue
 			}
-			s.log.Info("releasing the quota of a create that died before its guest existed", "vdc", v.Name, "op", r.ID, "reserved", created)
-			if err := s.quota.Release(ctx, v.Name, r.ID); err != nil {
+			r.log.Info("releasing the quota of a create that died before its guest existed", "vdc", v.Name, "op", res.ID, "reserved", created)
+			if err := r.quota.Release(ctx, v.Name, res.ID); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -69,25 +78,26 @@ func (s *Service) releaseStale(ctx context.Context, onGuests, listed map[string]
 
 // indexMovedGuests refreshes the index of guests that moved across zones
 // from every zone in reach, and nothing else.
-func (s *Service) indexMovedGuests(ctx context.Context) error {
+func (r recovery) indexMovedGuests(ctx context.Context) error {
 	var errs []error
-	for _, z := range s.cfg.Zones.Zones(ctx) {
+	for _, z := range r.cfg.Zones.Zones(ctx) {
 		guests, err := pveapi.Guests(ctx, z.Client)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
 			continue
 		}
-		s.indexMoved(z, guests)
+		r.moved.index(z, guests)
 	}
 	return errors.Join(errs...)
 }
 
-func (s *Service) recoverZone(ctx context.Context, z Zone, onGuests map[string]bool) error {
+// zone is the pass over zone z.
+func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool) error {
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
 		return err
 	}
-	s.indexMoved(z, guests)
+	r.moved.index(z, guests)
 	used := map[string]bool{}
 	for _, g := range guests {
 		if !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {
@@ -110,14 +120,14 @@ func (s *Service) recoverZone(ctx context.Context, z Zone, onGuests map[string]b
 		for _, n := range in.NICs {
 			used[strings.ToUpper(n.MAC)] = true
 		}
-		for _, h := range s.recoveryHooks() {
+		for _, h := range recoveryHooks(r.deps) {
 			if h.takes(z, g, in) {
 				h.run(ctx, z, g, cfg, in)
 				break
 			}
 		}
 	}
-	return s.releaseOrphans(ctx, z, used)
+	return r.releaseOrphans(ctx, z, used)
 }
 
 // recoveryHook is what Recover does with a guest an operation left
@@ -133,63 +143,39 @@ type recoveryHook struct {
 	run func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent)
 }
 
-// recoveryHooks are Recover's hooks; the first that takes a guest runs.
+// recoveryHooks are Recover's hooks over d; the first that takes a guest
+// runs.
 //
 //   - move: the target of a move across zones (marked incoming) is
-//     finished or undone by recoverMove;
+//     finished or undone by recoverMove (crosszone.go);
 //   - create: a create whose intent is older than StaleAfter and that no
 //     runner of this process works on is finished, from its configure
-//     phase, or cleaned up (adopt).
-func (s *Service) recoveryHooks() []recoveryHook {
+//     phase, or cleaned up (adoptCreate, create.go).
+func recoveryHooks(d *deps) []recoveryHook {
 	return []recoveryHook{
 		{
 			name:  "move",
 			takes: func(_ Zone, g pveapi.Resource, in *Intent) bool { return in.Move != nil && g.HasTag(incomingTag) },
 			run: func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent) {
 				g.RawTags = cfg.Str("tags")
-				s.recoverMove(ctx, z, g, in)
+				recoverMove(ctx, d, z, g, in)
 			},
 		},
 		{
 			name: "create",
 			takes: func(z Zone, g pveapi.Resource, in *Intent) bool {
-				return isCreating(g) && !s.isLive(z, g.VMID) && time.Since(in.Created) >= s.cfg.StaleAfter
+				return isCreating(g) && !d.eng.isLive(z, g.VMID) && time.Since(in.Created) >= d.cfg.StaleAfter
 			},
 			run: func(ctx context.Context, z Zone, g pveapi.Resource, _ pveapi.Config, in *Intent) {
-				s.adopt(ctx, z, g.VMID, in)
+				adoptCreate(ctx, d, z, g.VMID, in)
 			},
 		},
 	}
 }
 
-// adopt finishes an unfinished create found on a guest, or cleans it up.
-func (s *Service) adopt(ctx context.Context, z Zone, vmid int, in *Intent) {
-	s.log.Info("recovering an unfinished create", "vm", in.Name, "vdc", in.VDC, "zone", z.Name, "vmid", vmid, "op", in.Op)
-	id := createOpID(z.ID, vmid, in.Op)
-	s.record(in.VDC, z.Name, Operation{ID: id, Kind: OpCreate, State: OpRunning, Step: "recover",
-		VMID: tenancy.VMRef{ZoneID: z.ID, VMID: vmid}.ID(), Started: in.Created})
-	s.setLive(z, vmid, in.Op)
-	defer s.clearLive(z, vmid)
-	// The guest exists: the phases from configure on finish it (they
-	// wait for a clone still running).
-	sc := &createScope{z: z, in: in, opID: id, vmid: vmid}
-	phases := from(s.createPhases(), "configure")
-	var err error
-	for range 3 {
-		sc.assigned = false
-		if err = runPhases(ctx, s.engine, id, in.Op, phases, sc); err == nil || errors.Is(err, errGone) || ctx.Err() != nil {
-			break
-		}
-	}
-	if errors.Is(err, errGone) {
-		// Someone else finished or removed it; nothing is ours to undo.
-		s.finishOp(id, nil)
-		return
-	}
-	s.conclude(ctx, z, vmid, in, id, err)
-}
-
-func (s *Service) releaseOrphans(ctx context.Context, z Zone, used map[string]bool) error {
+// releaseOrphans releases the flexplane IPAM mappings of zone z whose MAC
+// no guest uses (not in used), once seen so for OrphanGrace.
+func (r recovery) releaseOrphans(ctx context.Context, z Zone, used map[string]bool) error {
 	maps, err := ipam.Mappings(ctx, z.Client)
 	if err != nil {
 		return err
@@ -203,18 +189,18 @@ func (s *Service) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 			continue
 		}
 		key := z.ID + "/" + m.Zone + "/" + m.IP + "/" + mac
-		first, pending := s.addrs.seen(key, mac, now)
+		first, pending := r.addrs.seen(key, mac, now)
 		if pending {
 			continue
 		}
 		seen[key] = true
-		if now.Sub(first) < s.cfg.OrphanGrace {
+		if now.Sub(first) < r.cfg.OrphanGrace {
 			continue
 		}
-		s.log.Info("releasing an orphaned address", "zone", z.Name, "ip", m.IP, "mac", mac)
+		r.log.Info("releasing an orphaned address", "zone", z.Name, "ip", m.IP, "mac", mac)
 		errs = append(errs, ipam.ReleaseMACs(ctx, z.Client, []string{mac}))
 	}
-	s.addrs.forget(z.ID, seen)
+	r.addrs.forget(z.ID, seen)
 	return errors.Join(errs...)
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // MigrateInput says where a VM moves.
@@ -51,7 +50,8 @@ type Progress struct {
 // migration (online for a running VM, copying local disks when needed),
 // or to another zone (migrateAcross). The operation follows the move.
 func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, error) {
-	z, g, _, err := s.lookup(ctx, in.VDC, in.ID)
+	d := s.d
+	z, g, _, err := d.find.lookup(ctx, in.VDC, in.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -62,10 +62,10 @@ func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, e
 		return nil, newError(KindConflict, "the VM is locked (%s)", g.Lock)
 	}
 	if in.Zone != "" && in.Zone != z.Name && in.Zone != z.ID {
-		return s.migrateAcross(ctx, z, g, in)
+		return migrateAcross(ctx, d, z, g, in)
 	}
-	sc := &migrateScope{in: in, z: z, g: g}
-	if err := runPhases(ctx, s.engine, "", "", s.migratePhases(), sc); err != nil {
+	sc := &migrateScope{deps: d, in: in, z: z, g: g}
+	if err := runPhases(ctx, d.eng, "", "", migratePhases(), sc); err != nil {
 		return nil, cause(err)
 	}
 	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, sc.upid), Kind: OpMigrate, State: OpRunning, Step: "qmigrate",
@@ -75,6 +75,7 @@ func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, e
 
 // migrateScope is what the phases of a move within a zone work on.
 type migrateScope struct {
+	*deps
 	in MigrateInput
 	z  Zone
 	g  pveapi.Resource
@@ -93,23 +94,26 @@ type migrateScope struct {
 // the host, a target it allows; online for a running VM, with its local
 // disks if it has any), request (Proxmox's migration task, which the
 // operation then follows).
-func (s *Service) migratePhases() []phase[migrateScope] {
+func migratePhases() []phase[migrateScope] {
 	return []phase[migrateScope]{
-		{name: "preflight", run: s.preflightWithin},
-		{name: "request", run: func(ctx context.Context, sc *migrateScope) error {
-			z, g := sc.z, sc.g
-			if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), sc.params, &sc.upid); err != nil {
-				return conflict(err)
-			}
-			s.log.Info("migrating a VM", "zone", z.Name, "vmid", g.VMID, "from", g.Node, "to", sc.node, "online", sc.online,
-				"local_disks", sc.localDisks, "upid", sc.upid)
-			return nil
-		}},
+		step("preflight", (*migrateScope).preflight),
+		step("request", (*migrateScope).request),
 	}
 }
 
-// preflightWithin checks a move within the zone before anything moves.
-func (s *Service) preflightWithin(ctx context.Context, sc *migrateScope) error {
+// request asks Proxmox for the migration's task.
+func (sc *migrateScope) request(ctx context.Context) error {
+	z, g := sc.z, sc.g
+	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), sc.params, &sc.upid); err != nil {
+		return conflict(err)
+	}
+	sc.log.Info("migrating a VM", "zone", z.Name, "vmid", g.VMID, "from", g.Node, "to", sc.node, "online", sc.online,
+		"local_disks", sc.localDisks, "upid", sc.upid)
+	return nil
+}
+
+// preflight checks a move within the zone before anything moves.
+func (sc *migrateScope) preflight(ctx context.Context) error {
 	in, z, g := sc.in, sc.z, sc.g
 	if len(in.Networks) > 0 {
 		return badInput("networks", "networks map NICs to another zone's networks; the VM stays in zone %s", z.Name)
@@ -117,7 +121,7 @@ func (s *Service) preflightWithin(ctx context.Context, sc *migrateScope) error {
 	if in.Host == "" {
 		return badInput("host", "a move within zone %s needs the host to move to", z.Name)
 	}
-	node, err := s.targetNode(ctx, z, in.Host)
+	node, err := sc.find.targetNode(ctx, z, in.Host)
 	if err != nil {
 		return err
 	}
@@ -146,30 +150,6 @@ func (s *Service) preflightWithin(ctx context.Context, sc *migrateScope) error {
 		sc.params["with-local-disks"] = 1
 	}
 	return nil
-}
-
-// targetNode resolves host (a host id of zone z or a node name) to an
-// online node of z.
-func (s *Service) targetNode(ctx context.Context, z Zone, host string) (string, error) {
-	node := host
-	if ref, err := tenancy.ParseHostID(host); err == nil {
-		if ref.ZoneID != z.ID {
-			return "", badInput("host", "host %q is not in zone %s", host, z.Name)
-		}
-		node = ref.Node
-	}
-	nodes, err := pveapi.Resources(ctx, z.Client, "node")
-	if err != nil {
-		return "", zoneDown(z.Name, err)
-	}
-	i := slices.IndexFunc(nodes, func(n pveapi.Resource) bool { return n.Type == "node" && n.Node == node })
-	if i < 0 {
-		return "", badInput("host", "zone %s has no host %q", z.Name, host)
-	}
-	if nodes[i].Status != "online" {
-		return "", &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is not online", node)}
-	}
-	return node, nil
 }
 
 // migrateTask reads a migration's task: its state and, from its log, its

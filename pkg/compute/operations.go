@@ -145,7 +145,8 @@ func taskFailure(te *pveapi.TaskError) string {
 // Operation returns the operation id of vdc: this process's own record if
 // it runs (or ran) it, else derived from Proxmox.
 func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, error) {
-	if st, ok := s.local(id); ok {
+	d := s.d
+	if st, ok := d.eng.local(id); ok {
 		if st.vdc != vdc {
 			return nil, newError(KindNotFound, "no such operation")
 		}
@@ -159,11 +160,11 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	// the VM's id once the VM has moved across zones: the guest is read
 	// at that place, and the operation names the id the VM kept.
 	place := tenancy.VMRef{ZoneID: ref.zoneID, VMID: ref.vmid}
-	z, g, in, err := s.lookupPlace(ctx, vdc, place)
+	z, g, in, err := d.find.lookupPlace(ctx, vdc, place)
 	if IsKind(err, KindNotFound) {
 		// An operation of a VM from before it moved away: the VM is
 		// where it went.
-		z, g, in, err = s.lookup(ctx, vdc, place.ID())
+		z, g, in, err = d.find.lookup(ctx, vdc, place.ID())
 	}
 	if err != nil {
 		if IsKind(err, KindNotFound) {
@@ -184,7 +185,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		op.State, op.Step = OpSucceeded, "finish"
 		if isCreating(g) {
 			op.State = OpRunning
-			op.Step = s.observeStep(ctx, z, g, in)
+			op.Step = observeStep(ctx, z, g, in)
 		}
 		return op, nil
 	}
@@ -211,7 +212,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 
 // observeStep names the phase an unfinished create is in, read off the
 // guest (createPhases).
-func (s *Service) observeStep(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) string {
+func observeStep(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) string {
 	if g.Lock == "clone" {
 		return "clone"
 	}
@@ -254,7 +255,7 @@ func (s *Service) Watch(ctx context.Context, vdc, id string) (<-chan Operation, 
 		cur := *first
 		ch <- cur
 		every := RemoteWatchInterval
-		if _, ok := s.local(id); ok {
+		if _, ok := s.d.eng.local(id); ok {
 			every = WatchInterval
 		}
 		t := time.NewTicker(every)

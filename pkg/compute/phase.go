@@ -54,6 +54,13 @@ func cause(err error) error {
 	return err
 }
 
+// step is the phase name whose work is run, a method of the scope (a
+// method expression such as (*createScope).claim): an operation's logic
+// is on its scope, not on the Service.
+func step[S any](name string, run func(sc *S, ctx context.Context) error) phase[S] {
+	return phase[S]{name: name, run: func(ctx context.Context, sc *S) error { return run(sc, ctx) }}
+}
+
 // phaseNames lists the names of phases, in order.
 func phaseNames[S any](phases []phase[S]) []string {
 	names := make([]string, len(phases))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestRunPhases: phases run in order, the operation's step names the
@@ -66,23 +67,57 @@ func TestRunPhases(t *testing.T) {
 func TestCreatePhaseNames(t *testing.T) {
 	t.Parallel()
 	want := []string{"claim", "stage", "clone", "configure", "resize", "user-data", "start", "finish"}
-	if got := phaseNames((&Service{}).createPhases()); !slices.Equal(got, want) {
+	if got := phaseNames(createPhases()); !slices.Equal(got, want) {
 		t.Fatalf("create phases %v, want %v", got, want)
 	}
-	if got := phaseNames((&Service{}).deletePhases()); !slices.Equal(got, []string{"stop", "destroy", "release"}) {
+	if got := phaseNames(deletePhases()); !slices.Equal(got, []string{"stop", "destroy", "release"}) {
 		t.Fatalf("delete phases %v", got)
 	}
-	if got := phaseNames((&Service{}).powerPhases()); !slices.Equal(got, []string{"lookup", "request"}) {
+	if got := phaseNames(powerPhases()); !slices.Equal(got, []string{"lookup", "request"}) {
 		t.Fatalf("power phases %v", got)
 	}
-	if got := phaseNames((&Service{}).snapshotPhases()); !slices.Equal(got, []string{"check", "reserve", "request"}) {
+	if got := phaseNames(snapshotPhases()); !slices.Equal(got, []string{"check", "reserve", "request"}) {
 		t.Fatalf("snapshot phases %v", got)
 	}
-	if got := phaseNames((&Service{}).migratePhases()); !slices.Equal(got, []string{"preflight", "request"}) {
+	if got := phaseNames(migratePhases()); !slices.Equal(got, []string{"preflight", "request"}) {
 		t.Fatalf("migrate phases %v", got)
 	}
-	if got := phaseNames((&Service{}).movePhases()); !slices.Equal(got, []string{"target", "stop", "copy", "cutover", "finish"}) {
+	if got := phaseNames(movePhases()); !slices.Equal(got, []string{"target", "stop", "copy", "cutover", "finish"}) {
 		t.Fatalf("move phases %v", got)
+	}
+	if got := phaseNames(movePreparePhases()); !slices.Equal(got, []string{"preflight", "reserve", "claim"}) {
+		t.Fatalf("move prepare phases %v", got)
+	}
+	if got := phaseNames(rollbackPhases()); !slices.Equal(got, []string{"check", "request"}) {
+		t.Fatalf("rollback phases %v", got)
+	}
+	if got := phaseNames(snapshotDeletePhases()); !slices.Equal(got, []string{"check", "request"}) {
+		t.Fatalf("snapshot delete phases %v", got)
+	}
+	if got := phaseNames(stagePhases()); !slices.Equal(got, []string{"request", "template"}) {
+		t.Fatalf("staging phases %v", got)
+	}
+}
+
+// TestSnapshotPhasesNameTheirFailure: a rollback or a snapshot's deletion
+// of a VM that is not there fails in its check phase, which the failure
+// names, with the NOT_FOUND it met; the request phase never runs.
+func TestSnapshotPhasesNameTheirFailure(t *testing.T) {
+	t.Parallel()
+	d := &deps{eng: newEngine(slog.New(slog.DiscardHandler), nil), find: &finder{zones: StaticZones{}, timeout: time.Second}}
+	ref := snapshotRef{vdc: "blue", id: "not-a-vm", name: "before"}
+	for name, run := range map[string]func() error{
+		"rollback": func() error {
+			return runPhases(context.Background(), d.eng, "", "", rollbackPhases(), &rollbackScope{deps: d, snap: ref})
+		},
+		"delete": func() error {
+			return runPhases(context.Background(), d.eng, "", "", snapshotDeletePhases(), &snapshotDeleteScope{deps: d, snap: ref})
+		},
+	} {
+		err := run()
+		if phase, ok := failedPhase(err); !ok || phase != "check" || !IsKind(cause(err), KindNotFound) {
+			t.Errorf("%s: %v, want NOT_FOUND in phase check", name, err)
+		}
 	}
 }
 
@@ -91,7 +126,7 @@ func TestCreatePhaseNames(t *testing.T) {
 func TestRecoveryHooks(t *testing.T) {
 	t.Parallel()
 	var names []string
-	for _, h := range (&Service{}).recoveryHooks() {
+	for _, h := range recoveryHooks(&deps{}) {
 		names = append(names, h.name)
 	}
 	if !slices.Equal(names, []string{"move", "create"}) {

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
@@ -78,7 +77,7 @@ func validSnapshotName(name string) error {
 
 // Snapshots lists the snapshots of VM id of vdc, oldest first.
 func (s *Service) Snapshots(ctx context.Context, vdc, id string) ([]Snapshot, error) {
-	z, g, _, err := s.lookup(ctx, vdc, id)
+	z, g, _, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
@@ -100,12 +99,12 @@ func (s *Service) Snapshots(ctx context.Context, vdc, id string) ([]Snapshot, er
 
 // snapshotTarget resolves VM id of vdc for a snapshot operation: a VM that
 // is being created, or that Proxmox holds locked, answers CONFLICT.
-func (s *Service) snapshotTarget(ctx context.Context, vdc, id string) (Zone, pveapi.Resource, []pveapi.Snapshot, error) {
-	z, g, _, err := s.lookup(ctx, vdc, id)
+func snapshotTarget(ctx context.Context, d *deps, vdc, id string) (Zone, pveapi.Resource, []pveapi.Snapshot, error) {
+	z, g, _, err := d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return Zone{}, g, nil, err
 	}
-	if isCreating(g) || s.isLive(z, g.VMID) {
+	if isCreating(g) || d.eng.isLive(z, g.VMID) {
 		return Zone{}, g, nil, newError(KindConflict, "the VM is still being created")
 	}
 	if g.Lock != "" {
@@ -118,154 +117,36 @@ func (s *Service) snapshotTarget(ctx context.Context, vdc, id string) (Zone, pve
 	return z, g, snaps, nil
 }
 
-// CreateSnapshot takes a snapshot of VM id of vdc (with its RAM if asked:
-// the VM must be running). Its storage (quota.SnapshotGiB) is reserved
-// against the VDC's quota first. The operation follows the Proxmox task.
-func (s *Service) CreateSnapshot(ctx context.Context, vdc, id string, in SnapshotInput) (*Operation, error) {
-	sc := &snapshotScope{vdc: vdc, id: id, in: in}
-	if err := runPhases(ctx, s.engine, "", "", s.snapshotPhases(), sc); err != nil {
-		return nil, cause(err)
-	}
-	// The reservation counts the snapshot until the pool does.
-	z, upid, resID := sc.z, sc.upid, sc.resID
-	s.spawn(func(ctx context.Context) {
-		if err := pveapi.Wait(ctx, z.Client, upid); err != nil && ctx.Err() != nil {
-			return // shutting down: the reservation expires
-		}
-		s.releaseQuota(vdc, resID)
-	})
-	return s.taskOp(sc.z, sc.g, id, OpCreateSnapshot, sc.upid), nil
+// snapshotRef is the snapshot a rollback or a delete works on and the VM
+// that has it, as their check phase finds them.
+type snapshotRef struct {
+	vdc, id, name string
+	z             Zone
+	g             pveapi.Resource
 }
 
-// snapshotScope is what the phases of a snapshot's creation work on.
-type snapshotScope struct {
-	vdc, id string
-	in      SnapshotInput
-	// z, g and snaps: the VM's zone, guest and snapshots (check).
-	z     Zone
-	g     pveapi.Resource
-	snaps []pveapi.Snapshot
-	resID string // the quota reservation (reserve)
-	upid  string // the snapshot task (request)
-}
-
-// snapshotPhases are the phases of a snapshot's creation, in order: check
-// (the input, and the VM: created, not locked, room for one more snapshot
-// of that name), reserve (the snapshot's storage against the VDC's
-// quota), request (the Proxmox task; a refused one gives the reservation
-// back). Once the task ends, the reservation is released (the pool counts
-// the snapshot).
-func (s *Service) snapshotPhases() []phase[snapshotScope] {
-	return []phase[snapshotScope]{
-		{name: "check", run: s.checkSnapshot},
-		{name: "reserve", run: func(ctx context.Context, sc *snapshotScope) error {
-			sc.resID = "snap-" + newOpID()
-			gib := quota.SnapshotGiB(sc.g.DiskGiB(), sc.g.MemoryMiB(), sc.in.WithRAM)
-			if err := s.quota.ReserveSnapshot(ctx, sc.vdc, sc.resID, sc.z.ID, sc.in.Name, gib); err != nil {
-				return quotaError(sc.vdc, err)
-			}
-			return nil
-		}},
-		{name: "request", run: func(ctx context.Context, sc *snapshotScope) error {
-			params := map[string]any{"snapname": sc.in.Name}
-			if sc.in.Description != "" {
-				params["description"] = sc.in.Description
-			}
-			if sc.in.WithRAM {
-				params["vmstate"] = 1
-			}
-			if err := sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot", sc.g.Node, sc.g.VMID), params, &sc.upid); err != nil {
-				s.releaseQuota(sc.vdc, sc.resID)
-				return conflict(err)
-			}
-			return nil
-		}},
-	}
-}
-
-// checkSnapshot checks the input and the VM of a snapshot's creation.
-func (s *Service) checkSnapshot(ctx context.Context, sc *snapshotScope) error {
-	in := sc.in
-	if err := validSnapshotName(in.Name); err != nil {
-		return err
-	}
-	if len(in.Description) > MaxSnapshotDescription || !utf8.ValidString(in.Description) {
-		return badInput("description", "a description is UTF-8 of at most %d bytes", MaxSnapshotDescription)
-	}
-	z, g, snaps, err := s.snapshotTarget(ctx, sc.vdc, sc.id)
+// resolve finds the VM and its snapshot: NOT_FOUND (field "name") when
+// the VM has none of that name, CONFLICT while it is being created or
+// Proxmox holds it locked.
+func (r *snapshotRef) resolve(ctx context.Context, d *deps) error {
+	z, g, snaps, err := snapshotTarget(ctx, d, r.vdc, r.id)
 	if err != nil {
 		return err
 	}
-	sc.z, sc.g, sc.snaps = z, g, snaps
-	if in.WithRAM && g.Status != "running" {
-		return badInput("withRAM", "only a running VM's RAM can be saved")
+	if !slices.ContainsFunc(snaps, func(sn pveapi.Snapshot) bool { return sn.Name == r.name }) {
+		return &Error{Kind: KindNotFound, Field: "name", Message: "the VM has no such snapshot"}
 	}
-	if slices.ContainsFunc(snaps, func(sn pveapi.Snapshot) bool { return sn.Name == in.Name }) {
-		return &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the VM has a snapshot %q", in.Name)}
-	}
-	if len(snaps) >= MaxSnapshots {
-		return newError(KindConflict, "the VM has %d snapshots, the most it may have", MaxSnapshots)
-	}
+	r.z, r.g = z, g
 	return nil
 }
 
-// RollbackSnapshot puts VM id of vdc back to snapshot name: the VM stops,
-// and runs again afterwards if the snapshot holds its RAM or start asks.
-func (s *Service) RollbackSnapshot(ctx context.Context, vdc, id, name string, start bool) (*Operation, error) {
-	z, g, err := s.existingSnapshot(ctx, vdc, id, name)
-	if err != nil {
-		return nil, err
-	}
-	params := map[string]any{}
-	if start {
-		params["start"] = 1
-	}
-	var upid string
-	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/%s/rollback", g.Node, g.VMID, url.PathEscape(name)), params, &upid); err != nil {
-		return nil, conflict(err)
-	}
-	return s.taskOp(z, g, id, OpRollbackSnapshot, upid), nil
-}
-
-// DeleteSnapshot deletes snapshot name of VM id of vdc; the snapshots
-// taken on top of it take its parent.
-func (s *Service) DeleteSnapshot(ctx context.Context, vdc, id, name string) (*Operation, error) {
-	z, g, err := s.existingSnapshot(ctx, vdc, id, name)
-	if err != nil {
-		return nil, err
-	}
-	var upid string
-	if err := z.Client.DeleteWithParams(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/%s", g.Node, g.VMID, url.PathEscape(name)), map[string]any{}, &upid); err != nil {
-		return nil, conflict(err)
-	}
-	return s.taskOp(z, g, id, OpDeleteSnapshot, upid), nil
-}
-
-// existingSnapshot resolves snapshot name of VM id of vdc: NOT_FOUND (field
-// "name") when the VM has none of that name.
-func (s *Service) existingSnapshot(ctx context.Context, vdc, id, name string) (Zone, pveapi.Resource, error) {
-	z, g, snaps, err := s.snapshotTarget(ctx, vdc, id)
-	if err != nil {
-		return Zone{}, g, err
-	}
-	if !slices.ContainsFunc(snaps, func(sn pveapi.Snapshot) bool { return sn.Name == name }) {
-		return Zone{}, g, &Error{Kind: KindNotFound, Field: "name", Message: "the VM has no such snapshot"}
-	}
-	return z, g, nil
+// path is the snapshot's API path.
+func (r *snapshotRef) path() string {
+	return fmt.Sprintf("/nodes/%s/qemu/%d/snapshot/%s", r.g.Node, r.g.VMID, url.PathEscape(r.name))
 }
 
 // taskOp is the running operation of kind following task upid on guest g.
-func (s *Service) taskOp(z Zone, g pveapi.Resource, id string, kind OpKind, upid string) *Operation {
+func taskOp(z Zone, g pveapi.Resource, id string, kind OpKind, upid string) *Operation {
 	return &Operation{ID: taskOpID(z.ID, g.VMID, kind, upid), Kind: kind, State: OpRunning, Step: pveapi.TypeOfUPID(upid),
 		VMID: id, Started: time.Now()}
-}
-
-// releaseQuota drops quota reservation id of vdc, logging a failure (the
-// reservation then expires).
-func (s *Service) releaseQuota(vdc, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.quota.Release(ctx, vdc, id); err != nil {
-		s.log.Warn("releasing quota", "vdc", vdc, "reservation", id, "err", err)
-	}
 }

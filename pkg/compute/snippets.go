@@ -40,6 +40,10 @@ type SnippetWriter interface {
 	DeleteSnippet(ctx context.Context, ref SnippetRef) error
 }
 
+// snippets writes and deletes the snippets of VMs' user-data through
+// its writer (Config.Snippets; nil keeps user-data in the intent only).
+type snippets struct{ w SnippetWriter }
+
 // userDataName is the snippet file of guest vmid's user-data.
 func userDataName(vmid int) string { return "fp-" + strconv.Itoa(vmid) + "-user.yaml" }
 
@@ -80,8 +84,8 @@ func snippetStorage(ctx context.Context, z Zone, node string) (string, error) {
 
 // writeUserData writes guest g's user-data snippet and names it in its
 // cicustom, unless that is done.
-func (s *Service) writeUserData(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (bool, error) {
-	if in.UserData == "" || s.cfg.Snippets == nil {
+func (sn snippets) writeUserData(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent, base string) (bool, error) {
+	if in.UserData == "" || sn.w == nil {
 		return false, nil
 	}
 	if _, ok := userDataSnippet(cfg.Str("cicustom"), g.VMID); ok {
@@ -96,7 +100,7 @@ func (s *Service) writeUserData(ctx context.Context, z Zone, g pveapi.Resource, 
 		return true, err
 	}
 	ref := SnippetRef{ZoneID: z.ID, Node: g.Node, Storage: storage, Name: userDataName(g.VMID)}
-	if err := s.cfg.Snippets.WriteSnippet(ctx, ref, data); err != nil {
+	if err := sn.w.WriteSnippet(ctx, ref, data); err != nil {
 		return true, fmt.Errorf("compute: writing the user-data snippet: %w", err)
 	}
 	_, err = pveapi.Run(ctx, z.Client, "POST", base+"/config", map[string]any{"cicustom": "user=" + ref.Volume(), "digest": cfg.Digest()})
@@ -105,12 +109,12 @@ func (s *Service) writeUserData(ctx context.Context, z Zone, g pveapi.Resource, 
 
 // deleteUserData deletes the user-data snippet cicustom names for guest
 // vmid on node, if it is flexplane's.
-func (s *Service) deleteUserData(ctx context.Context, z Zone, node string, vmid int, cicustom string) error {
+func (sn snippets) deleteUserData(ctx context.Context, z Zone, node string, vmid int, cicustom string) error {
 	storage, ok := userDataSnippet(cicustom, vmid)
-	if !ok || s.cfg.Snippets == nil {
+	if !ok || sn.w == nil {
 		return nil
 	}
-	if err := s.cfg.Snippets.DeleteSnippet(ctx, SnippetRef{ZoneID: z.ID, Node: node, Storage: storage, Name: userDataName(vmid)}); err != nil {
+	if err := sn.w.DeleteSnippet(ctx, SnippetRef{ZoneID: z.ID, Node: node, Storage: storage, Name: userDataName(vmid)}); err != nil {
 		return fmt.Errorf("compute: deleting the user-data snippet: %w", err)
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 
 // stagingTarget is where an image is staged in zone z: the storages the
 // storage profiles map for the zone.
-func (s *Service) stagingTarget(ctx context.Context, z Zone) (images.Target, error) {
-	sps, err := catalog.List[*catalog.StorageProfile](ctx, s.cfg.Catalog)
+func stagingTarget(ctx context.Context, cat catalog.Store, z Zone) (images.Target, error) {
+	sps, err := catalog.List[*catalog.StorageProfile](ctx, cat)
 	if err != nil {
 		return images.Target{}, fmt.Errorf("compute: staging target: %w", err)
 	}
@@ -43,11 +43,11 @@ func (s *Service) ImageStates(ctx context.Context, img *catalog.Image, zone *str
 		if zone != nil && *zone != z.Name {
 			continue
 		}
-		t, err := s.stagingTarget(ctx, z)
+		t, err := stagingTarget(ctx, s.d.cfg.Catalog, z)
 		if err != nil {
 			return nil, err
 		}
-		st, err := s.stager.Status(ctx, t, img)
+		st, err := s.d.stager.Status(ctx, t, img)
 		if err != nil {
 			out = append(out, ImageState{Zone: z.Name, Err: zoneDown(z.Name, err)})
 			continue
@@ -66,7 +66,7 @@ func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone str
 	if !ok {
 		return ImageState{}, badInput("zone", "there is no reachable zone %q", zone)
 	}
-	t, err := s.stagingTarget(ctx, z)
+	t, err := stagingTarget(ctx, s.d.cfg.Catalog, z)
 	if err != nil {
 		return ImageState{}, err
 	}
@@ -75,4 +75,60 @@ func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone str
 		return ImageState{}, zoneDown(z.Name, err)
 	}
 	return ImageState{Zone: z.Name, Status: st}, nil
+}
+
+// StageImage starts staging img into the zone of t (see images.Stager.Stage)
+// and lets the service finish it in the background: waiting for the
+// download and making the template. It returns the state at once.
+func (s *Service) StageImage(ctx context.Context, t images.Target, img *catalog.Image) (images.Status, error) {
+	d := s.d
+	sc := &stageScope{deps: d, t: t, img: img}
+	phases := stagePhases()
+	if err := runPhases(ctx, d.eng, "", "", phases[:1], sc); err != nil || sc.st.State == images.StateStaged {
+		return sc.st, cause(err)
+	}
+	d.eng.spawn(func(ctx context.Context) {
+		if err := runPhases(ctx, d.eng, "", "", from(phases, "template"), sc); err != nil && ctx.Err() == nil {
+			d.log.Warn("staging failed", "image", img.Name, "zone", t.Zone, "err", cause(err))
+		}
+	})
+	return sc.st, nil
+}
+
+// stageScope is what the phases of an image's staging work on.
+type stageScope struct {
+	*deps
+	t   images.Target
+	img *catalog.Image
+	st  images.Status // the state the request found or began
+}
+
+// stagePhases are the phases of an image's staging into a zone, in
+// order: request (the download begun, unless the image is staged there:
+// then the staging is done), template (in the background: the download
+// waited for and the template made).
+func stagePhases() []phase[stageScope] {
+	return []phase[stageScope]{
+		step("request", (*stageScope).request),
+		step("template", (*stageScope).template),
+	}
+}
+
+// request begins the download unless the image is staged.
+func (sc *stageScope) request(ctx context.Context) error {
+	st, err := sc.stager.Stage(ctx, sc.t, sc.img)
+	sc.st = st
+	if err != nil {
+		return err
+	}
+	if st.State == images.StateStaged {
+		return errDone
+	}
+	return nil
+}
+
+// template waits for the download and makes the template.
+func (sc *stageScope) template(ctx context.Context) error {
+	_, err := sc.stager.Ensure(ctx, sc.t, sc.img)
+	return err
 }
