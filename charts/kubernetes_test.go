@@ -1,6 +1,7 @@
-package charts
+package charts_test
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -9,11 +10,19 @@ import (
 	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/flexplane/flexplane/charts"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 // right is one thing the orchestrator does in the management cluster.
@@ -29,8 +38,7 @@ type right struct {
 // chart installed with Helm: its release Secrets and workloads; the PKI
 // Secrets; the etcd volumes deleted with the cluster), and the
 // orchestrator's own Lease and catalog in its namespace (ns).
-func kubernetesRights(ns string) []right {
-	const tenant = "c-0123456789" // a cluster's namespace
+func kubernetesRights(ns, tenant string) []right {
 	var rs []right
 	add := func(group string, resources []string, namespace string, verbs ...string) {
 		for _, r := range resources {
@@ -67,19 +75,24 @@ func kubernetesRights(ns string) []right {
 // Cluster API's CRDs (core and the kubeadm bootstrap provider's) and
 // flexplane's provider CRDs are established, carry their contract label
 // and are kept by an uninstall; the orchestrator's ServiceAccount is
-// granted every right managed Kubernetes uses (SubjectAccessReview), and
-// without managed Kubernetes none of the cluster-wide ones.
+// granted every right managed Kubernetes uses (SubjectAccessReview) in a
+// cluster's namespace it made (controlplane.Manager.Ensure as that
+// ServiceAccount: the namespace, its RoleBinding, the PKI and the flexkube
+// release), and none to write in a namespace it did not make (kube-system,
+// default, another), nor can it bind its role there or change or delete
+// such a namespace (the admission policy); and without managed Kubernetes
+// none of the cluster-wide ones.
 func TestKubernetesRights(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	c := charts.NewCluster(t)
 	const ns, rel = "fp", "flexplane"
-	c.install(rel, ns, "flexplane", readValues(t, "flexplane/ci/kubernetes-values.yaml"))
+	c.Install(rel, ns, "flexplane", charts.ReadValues(t, "flexplane/ci/kubernetes-values.yaml"))
 
 	files, err := filepath.Glob("flexplane/files/clusterapi/crds/*.yaml")
 	if err != nil || len(files) < 15 {
 		t.Fatalf("generated CRDs: %v %v", files, err)
 	}
-	ext, err := apiextclient.NewForConfig(c.kube.RESTConfig())
+	ext, err := apiextclient.NewForConfig(c.Kube().RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +142,11 @@ func TestKubernetesRights(t *testing.T) {
 	}
 
 	sa := "system:serviceaccount:" + ns + ":flexplane"
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 	allowed := func(r right) (bool, error) {
-		rev, err := c.client.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		rev, err := c.Client().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 			User:   sa,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			Groups: groups,
 			ResourceAttributes: &authzv1.ResourceAttributes{Verb: r.verb, Group: r.group, Resource: r.resource,
 				Subresource: r.subresource, Namespace: r.namespace},
 		}}, metav1.CreateOptions{})
@@ -157,11 +171,85 @@ func TestKubernetesRights(t *testing.T) {
 			t.Errorf("%s allowed %t, want %t: %s", sa, !want, want, strings.Join(wrong, "; "))
 		}
 	}
-	rights := kubernetesRights(ns)
+
+	// The orchestrator as its ServiceAccount (the administrator
+	// impersonating it).
+	orch := rest.CopyConfig(c.Kube().RESTConfig())
+	orch.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: groups}
+
+	// Nowhere it did not make a namespace can it write.
+	if _, err := c.Client().CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var elsewhere []right
+	for _, other := range []string{"kube-system", "default", "other", ""} {
+		for _, r := range []right{{verb: "create", group: "apps", resource: "deployments"}, {verb: "create", resource: "secrets"},
+			{verb: "update", resource: "secrets"}, {verb: "create", resource: "pods"}, {verb: "create", resource: "configmaps"},
+			{verb: "create", group: "cluster.x-k8s.io", resource: "machines"}} {
+			r.namespace = other
+			elsewhere = append(elsewhere, r)
+		}
+	}
+	// (Cluster API's controllers still read Secrets everywhere: their
+	// caches watch every namespace.)
+	elsewhere = append(elsewhere, right{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles"})
+	check(false, elsewhere)
+	kc, err := kubernetes.NewForConfig(orch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Errorf("%s as the orchestrator: %v, want denied", what, err)
+		}
+	}
+	// The API server applies an admission policy shortly after it is made.
+	poll.Until(t, time.Minute, "the admission policy in effect", func() error {
+		_, err := kc.CoreV1().Namespaces().Patch(t.Context(), "other", types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"flexplane"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return errors.New("a namespace it did not make labelled as flexplane's (dry run)")
+		}
+		return nil
+	})
+	for _, other := range []string{"kube-system", "other"} {
+		_, err := kc.RbacV1().RoleBindings(other).Create(t.Context(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "mine"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: rel + "-controlplane"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "flexplane"}}}, metav1.CreateOptions{})
+		denied("binding its role in "+other, err)
+		_, err = kc.CoreV1().Namespaces().Patch(t.Context(), other, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"app.kubernetes.io/managed-by":"flexplane"}}}`), metav1.PatchOptions{})
+		denied("labelling namespace "+other+" as flexplane's", err)
+	}
+	denied("deleting namespace other", kc.CoreV1().Namespaces().Delete(t.Context(), "other", metav1.DeleteOptions{}))
+
+	// The orchestrator makes a cluster's namespace and its control plane,
+	// as the capiprovider's reconciler does.
+	m, err := controlplane.New(controlplane.Config{REST: orch, NamespaceRole: rel + "-controlplane", ServiceType: "ClusterIP"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenant = "kc-web-0123abcd"
+	spec := controlplane.Spec{Namespace: tenant, Cluster: "web", VDC: "vdc-a", Version: "v1.37.2",
+		ServiceCIDR: "10.96.0.0/16", PodCIDR: "10.244.0.0/16", Endpoint: "203.0.113.10:6443"}
+	if err := m.Ensure(t.Context(), spec); err != nil {
+		t.Fatalf("the orchestrator's ServiceAccount makes a control plane: %v", err)
+	}
+	rights := kubernetesRights(ns, tenant)
 	check(true, rights)
 
+	// The control plane deleted, the namespace is its owner's to delete
+	// (tenantkube's FinishDeletes), which the orchestrator may.
+	if err := m.Delete(t.Context(), tenant); err != nil {
+		t.Fatalf("the orchestrator's ServiceAccount deletes the control plane: %v", err)
+	}
+	if err := kc.CoreV1().Namespaces().Delete(t.Context(), tenant, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the orchestrator deletes its cluster's namespace: %v", err)
+	}
+
 	// Without managed Kubernetes, nothing outside the release's namespace.
-	c.upgrade(rel, ns, "flexplane", readValues(t, "flexplane/ci/single-values.yaml"))
+	c.Upgrade(rel, ns, "flexplane", charts.ReadValues(t, "flexplane/ci/single-values.yaml"))
 	var outside []right
 	for _, r := range rights {
 		if r.namespace != ns {

@@ -38,7 +38,7 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-agent-version V]
+                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-secret-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-agent-version V]
                      [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
@@ -198,20 +198,21 @@ func keys(ctx context.Context, sub string, args []string, stdout io.Writer) erro
 // backendFlags are the flags choosing the catalog's backend, shared by
 // serve and the catalog subcommands.
 type backendFlags struct {
-	backend, dir, kubeconfig, namespace *string
+	backend, dir, kubeconfig, namespace, secretNamespace *string
 }
 
 func catalogFlags(fs *flag.FlagSet) backendFlags {
 	return backendFlags{
-		backend:    fs.String("catalog", env("FLEXPLANE_CATALOG", orchestrator.CatalogDir), "catalog backend: dir (manifests in -catalog-dir; one host) or kubernetes (custom resources flexplane.io/v1alpha1 in -namespace; many replicas) (env FLEXPLANE_CATALOG)"),
-		dir:        fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory of the dir backend; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)"),
-		kubeconfig: fs.String("kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the kubernetes backend; empty uses the pod's service account (env KUBECONFIG)"),
-		namespace:  fs.String("namespace", env("FLEXPLANE_NAMESPACE", ""), "namespace of flexplane's objects in Kubernetes; default the pod's own, else default (env FLEXPLANE_NAMESPACE)"),
+		backend:         fs.String("catalog", env("FLEXPLANE_CATALOG", orchestrator.CatalogDir), "catalog backend: dir (manifests in -catalog-dir; one host) or kubernetes (custom resources flexplane.io/v1alpha1 in -namespace; many replicas) (env FLEXPLANE_CATALOG)"),
+		dir:             fs.String("catalog-dir", env("FLEXPLANE_CATALOG_DIR", ""), "catalog manifest directory of the dir backend; default DATA_DIR/catalog (env FLEXPLANE_CATALOG_DIR)"),
+		kubeconfig:      fs.String("kubeconfig", env("KUBECONFIG", ""), "kubeconfig of the kubernetes backend; empty uses the pod's service account (env KUBECONFIG)"),
+		namespace:       fs.String("namespace", env("FLEXPLANE_NAMESPACE", ""), "namespace of flexplane's objects in Kubernetes; default the pod's own, else default (env FLEXPLANE_NAMESPACE)"),
+		secretNamespace: fs.String("secret-namespace", env("FLEXPLANE_SECRET_NAMESPACE", ""), "namespace of the kubernetes backend's Secrets (the load balancers' certificates), apart from -namespace so that the rights to them reach no other Secret; default -namespace (env FLEXPLANE_SECRET_NAMESPACE)"),
 	}
 }
 
 func (b backendFlags) kube() orchestrator.KubeConfig {
-	return orchestrator.KubeConfig{Kubeconfig: *b.kubeconfig, Namespace: *b.namespace}
+	return orchestrator.KubeConfig{Kubeconfig: *b.kubeconfig, Namespace: *b.namespace, SecretNamespace: *b.secretNamespace}
 }
 
 // catalogCmd runs `orchestrator catalog export|import`: the catalog moves

@@ -34,6 +34,9 @@ type KubeConfig struct {
 	// Namespace holds flexplane's objects; "" is the pod's own namespace
 	// in a cluster, else "default".
 	Namespace string
+	// SecretNamespace holds the catalog's Secrets (the load balancers'
+	// certificates; kubestore.Config.SecretNamespace); "" is Namespace.
+	SecretNamespace string
 }
 
 // REST returns the client configuration and namespace kc describes.
@@ -90,7 +93,7 @@ func OpenCatalog(ctx context.Context, cfg CatalogConfig) (store catalog.Store, c
 		if err != nil {
 			return nil, nil, fmt.Errorf("catalog: %w", err)
 		}
-		s, err := kubestore.Open(ctx, kubestore.Config{REST: rc, Namespace: ns, Logger: cfg.Logger})
+		s, err := kubestore.Open(ctx, kubestore.Config{REST: rc, Namespace: ns, SecretNamespace: cfg.Kube.SecretNamespace, Logger: cfg.Logger})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -68,6 +68,13 @@ type ManagedKubernetesConfig struct {
 	// Service, so the default, LoadBalancer, needs one (such as MetalLB)
 	// whose addresses the zones' external networks reach.
 	APIServerServiceType string
+	// NamespaceRole is the ClusterRole giving the orchestrator its rights
+	// in a cluster's namespace (controlplane.Config.NamespaceRole; the
+	// chart's <fullname>-controlplane): bound there (a RoleBinding) when
+	// the namespace is made, and in every cluster's namespace when the
+	// leader starts the controllers. Empty: the orchestrator's rights are
+	// cluster-wide. Unused with ControlPlane.
+	NamespaceRole string
 }
 
 // finishDeletesEvery is how often the leader deletes the namespaces of
@@ -108,20 +115,32 @@ func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Sto
 		return nil, fmt.Errorf("managed kubernetes: %w", err)
 	}
 	cp := cfg.ControlPlane
+	var (
+		grant    func(ctx context.Context, namespace string) error
+		grantAll = func(context.Context) error { return nil }
+	)
 	if cp == nil {
 		m, err := controlplane.New(controlplane.Config{REST: rc, Values: cfg.ControlPlaneValues, TenantAddress: cfg.TenantAddress,
-			ServiceType: cfg.APIServerServiceType, Log: log.With("component", "controlplane")})
+			ServiceType: cfg.APIServerServiceType, NamespaceRole: cfg.NamespaceRole, Log: log.With("component", "controlplane")})
 		if err != nil {
 			return nil, fmt.Errorf("managed kubernetes: %w", err)
 		}
 		cp = m
+		if cfg.NamespaceRole != "" {
+			grant, grantAll = m.Grant, m.GrantAll
+		}
 	}
-	svc, err := tenantkube.New(tenantkube.Config{Client: c, Compute: vms, Catalog: store, ControlPlane: cp, Versions: cfg.Versions,
+	svc, err := tenantkube.New(tenantkube.Config{Client: c, Compute: vms, Catalog: store, ControlPlane: cp, Grant: grant, Versions: cfg.Versions,
 		WorkerImage: cfg.WorkerImage, WorkerImages: cfg.WorkerImages, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, Logger: log.With("component", "tenantkube")})
 	if err != nil {
 		return nil, fmt.Errorf("managed kubernetes: %w", err)
 	}
 	controllers := func(ctx context.Context) error {
+		// The clusters' namespaces made before the orchestrator's rights
+		// were scoped to them get their RoleBinding.
+		if err := grantAll(ctx); err != nil {
+			return err
+		}
 		return capiprovider.Run(ctx, capiprovider.Config{REST: rc, Compute: vms, ControlPlane: cp, Core: true, WorkerImage: svc.WorkerImage,
 			Poll: cfg.Poll, Logger: log.With("component", "capiprovider")})
 	}

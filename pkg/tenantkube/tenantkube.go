@@ -74,6 +74,11 @@ type Config struct {
 	Catalog catalog.Store
 	// ControlPlane issues kubeconfigs and reports control planes.
 	ControlPlane capiprovider.ControlPlane
+	// Grant gives the Service's identity its rights in a cluster's
+	// namespace just made, before anything is made in it
+	// (controlplane.Manager.Grant). Nil: the identity's rights are
+	// cluster-wide.
+	Grant func(ctx context.Context, namespace string) error
 	// Versions are the Kubernetes versions clusters may run. Default
 	// DefaultVersions.
 	Versions []string
@@ -470,6 +475,12 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 			s.log.Warn("kubernetes cluster create: giving its endpoint back", "namespace", nsName, "err", err)
 		}
 		_ = s.c().Delete(uctx, ns)
+	}
+	if s.cfg.Grant != nil {
+		if err := s.cfg.Grant(ctx, nsName); err != nil {
+			_ = s.c().Delete(context.WithoutCancel(ctx), ns)
+			return nil, internal("creating the cluster", err)
+		}
 	}
 	port, err := catalog.ClaimKubeEndpoint(ctx, s.cfg.Catalog, in.VDC, in.Zone, nsName, sub.Gateway)
 	if err != nil {

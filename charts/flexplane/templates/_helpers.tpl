@@ -57,8 +57,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default (printf "%s-mesh-postgres" (include "flexplane.fullname" .)) .Values.meshPostgres.existingSecret -}}
 {{- end -}}
 
+{{/* The namespace of the orchestrator's catalog Secrets (the load balancers' certificates). */}}
+{{- define "flexplane.secretsNamespace" -}}
+{{- default (printf "%s-secrets" .Release.Namespace) .Values.secretsNamespace.name -}}
+{{- end -}}
+
 {{/* Checks across values that the schema cannot express. */}}
 {{- define "flexplane.validate" -}}
+{{- if eq (include "flexplane.secretsNamespace" .) .Release.Namespace -}}
+{{- fail "secretsNamespace.name must not be the release's namespace: the orchestrator may read every Secret of that namespace" -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.meshPostgres.url) -}}
 {{- fail "meshPostgres.url is required with more than one replica: the mesh control server keeps its state in PostgreSQL then" -}}
 {{- end -}}

@@ -59,6 +59,11 @@ type Config struct {
 	REST *rest.Config
 	// Namespace holds the catalog's objects. Required.
 	Namespace string
+	// SecretNamespace holds the catalog's Secrets (SecretStore: the load
+	// balancers' certificates), apart from Namespace so that the rights to
+	// them (a name prefix RBAC cannot grant, so every Secret of their
+	// namespace) reach no other Secret. Default Namespace.
+	SecretNamespace string
 	// CacheWait bounds how long a write waits for the watch to bring it
 	// into the cache before it returns anyway (the write has happened;
 	// a read may then briefly see the version before it). Default 10s.
@@ -72,6 +77,7 @@ type Config struct {
 type Store struct {
 	client    dynamic.Interface
 	ns        string
+	secretNS  string // SecretStore's namespace
 	cacheWait time.Duration
 	log       *slog.Logger
 	informers map[catalog.Kind]cache.SharedIndexInformer
@@ -110,7 +116,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Store{client: client, ns: cfg.Namespace, cacheWait: cfg.CacheWait, log: cfg.Logger,
+	if cfg.SecretNamespace == "" {
+		cfg.SecretNamespace = cfg.Namespace
+	}
+	s := &Store{client: client, ns: cfg.Namespace, secretNS: cfg.SecretNamespace, cacheWait: cfg.CacheWait, log: cfg.Logger,
 		informers: map[catalog.Kind]cache.SharedIndexInformer{}, stop: stop, changed: make(chan struct{})}
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(client, 0, cfg.Namespace, nil)
 	notify := cache.ResourceEventHandlerFuncs{

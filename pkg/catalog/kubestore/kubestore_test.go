@@ -328,3 +328,42 @@ func TestAPITypesMirrorDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretNamespace: with a SecretNamespace the store keeps its Secrets
+// (the load balancers' certificates) there, none in the catalog's
+// namespace, and reads, replaces and deletes them there.
+func TestSecretNamespace(t *testing.T) {
+	t.Parallel()
+	ns, secrets := namespace(t), namespace(t)
+	s, err := kubestore.Open(t.Context(), kubestore.Config{REST: kube.RESTConfig(), Namespace: ns, SecretNamespace: secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cs, err := kubernetes.NewForConfig(kube.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, v := range []string{"one", "two"} {
+		if err := s.PutSecret(ctx, "lb.vdc-a.web", map[string][]byte{"shop.key": []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetSecret(ctx, "lb.vdc-a.web")
+		if err != nil || string(got["shop.key"]) != v {
+			t.Fatalf("GetSecret: %q %v, want %q", got, err, v)
+		}
+	}
+	if _, err := cs.CoreV1().Secrets(secrets).Get(ctx, "lb.vdc-a.web", metav1.GetOptions{}); err != nil {
+		t.Errorf("the Secret in %s: %v", secrets, err)
+	}
+	if list, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("Secrets in the catalog's namespace %s: %d %v, want none", ns, len(list.Items), err)
+	}
+	if err := s.DeleteSecret(ctx, "lb.vdc-a.web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSecret(ctx, "lb.vdc-a.web"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Errorf("GetSecret after DeleteSecret: %v, want not found", err)
+	}
+}

@@ -22,9 +22,9 @@ const managedBy = "flexplane"
 var _ catalog.SecretStore = (*Store)(nil)
 
 // GetSecret implements catalog.SecretStore: the Secret of that name in the
-// store's namespace, read from the API server (secrets are not cached).
+// store's Config.SecretNamespace, read from the API server (secrets are not cached).
 func (s *Store) GetSecret(ctx context.Context, name string) (map[string][]byte, error) {
-	u, err := s.client.Resource(secretsGVR).Namespace(s.ns).Get(ctx, name, metav1.GetOptions{})
+	u, err := s.client.Resource(secretsGVR).Namespace(s.secretNS).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("kubestore: get secret: %w", &catalog.NotFoundError{Kind: catalog.KindSecret, Name: name})
 	}
@@ -52,10 +52,10 @@ func (s *Store) PutSecret(ctx context.Context, name string, data map[string][]by
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": enc,
-		"metadata": map[string]any{"name": name, "namespace": s.ns,
+		"metadata": map[string]any{"name": name, "namespace": s.secretNS,
 			"labels": map[string]any{"app.kubernetes.io/managed-by": managedBy}},
 	}}
-	api := s.client.Resource(secretsGVR).Namespace(s.ns)
+	api := s.client.Resource(secretsGVR).Namespace(s.secretNS)
 	_, err := api.Create(ctx, u, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		cur, gerr := api.Get(ctx, name, metav1.GetOptions{})
@@ -73,7 +73,7 @@ func (s *Store) PutSecret(ctx context.Context, name string, data map[string][]by
 
 // DeleteSecret implements catalog.SecretStore.
 func (s *Store) DeleteSecret(ctx context.Context, name string) error {
-	err := s.client.Resource(secretsGVR).Namespace(s.ns).Delete(ctx, name, metav1.DeleteOptions{})
+	err := s.client.Resource(secretsGVR).Namespace(s.secretNS).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubestore: delete secret: %w", err)
 	}

@@ -148,7 +148,8 @@ func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups [
 
 // Delete removes the control plane of namespace: the release (its
 // workloads and Services), the etcd volumes, the Secrets and the
-// namespace. A namespace without a control plane is no error (Delete can be
+// namespace (not with a Config.NamespaceRole: then the namespace is its
+// owner's to delete). A namespace without a control plane is no error (Delete can be
 // repeated); a namespace the Manager did not create is never touched.
 func (m *Manager) Delete(ctx context.Context, namespace string) error {
 	cl, err := m.lookup(ctx, namespace)
@@ -169,6 +170,13 @@ func (m *Manager) Delete(ctx context.Context, namespace string) error {
 	if err := core.Secrets(namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: LabelManaged + "=" + ManagedBy}); err != nil {
 		return fmt.Errorf("controlplane: delete %s: secrets: %w", namespace, err)
+	}
+	if m.cfg.NamespaceRole != "" {
+		// The namespace's RoleBinding is what lets the orchestrator
+		// finish the objects still in it (their finalizers): the namespace
+		// is its owner's to delete (Config.NamespaceRole).
+		m.log.Info("control plane deleted", "namespace", namespace, "cluster", cl.name)
+		return nil
 	}
 	if err := core.Namespaces().Delete(ctx, namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("controlplane: delete %s: namespace: %w", namespace, err)

@@ -165,6 +165,15 @@ type Config struct {
 	// after helmTimeout, 2 minutes; New refuses a shorter grace). Default
 	// 5 minutes.
 	PendingGrace time.Duration
+	// NamespaceRole is the ClusterRole that gives the Manager's identity
+	// its rights in a cluster's namespace (charts/flexplane's
+	// <fullname>-controlplane), when it has none cluster-wide: the Manager
+	// binds it there (Grant) when it makes or finds the namespace, and
+	// Delete leaves the namespace, where the binding is, to its owner
+	// (tenantkube's FinishDeletes deletes it once Cluster API is done with
+	// the objects in it). Empty: the identity's rights are cluster-wide;
+	// Delete deletes the namespace.
+	NamespaceRole string
 	// Now is the Manager's clock: the time it issues certificates at,
 	// judges whether they are due for renewal at, and measures the age of a
 	// pending release by. Default time.Now.
@@ -180,6 +189,7 @@ type Manager struct {
 	// chartDigest is the digest of cfg.Chart (see chartDigest): a release
 	// whose chart has another is upgraded even at the same version.
 	chartDigest string
+	who         whoami
 }
 
 // New returns a Manager for the management cluster of cfg.REST.

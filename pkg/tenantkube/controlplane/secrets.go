@@ -50,6 +50,9 @@ func (m *Manager) ensureNamespace(ctx context.Context, s Spec) error {
 	if ns.Labels[LabelManaged] != ManagedBy || ns.Labels[LabelCluster] != s.Cluster || ns.Labels[LabelVDC] != s.VDC {
 		return fmt.Errorf("namespace %s belongs to another cluster: %w", s.Namespace, ErrConflict)
 	}
+	if err := m.Grant(ctx, s.Namespace); err != nil {
+		return fmt.Errorf("namespace: %w", err)
+	}
 	if ns.Annotations[annotationEndpoint] != s.Endpoint {
 		if ns.Annotations == nil {
 			ns.Annotations = map[string]string{}

@@ -1,0 +1,30 @@
+package charts
+
+import (
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+)
+
+// What the tests of package charts_test (those importing packages that
+// import this one, as pkg/tenantkube/controlplane) use of these.
+
+// Cluster is a real API server with Helm's and client-go's clients.
+type Cluster struct{ c *cluster }
+
+func NewCluster(t *testing.T) *Cluster { return &Cluster{newCluster(t)} }
+
+func (c *Cluster) Install(name, ns, chartName string, vals map[string]any) {
+	c.c.install(name, ns, chartName, vals)
+}
+
+func (c *Cluster) Upgrade(name, ns, chartName string, vals map[string]any) {
+	c.c.upgrade(name, ns, chartName, vals)
+}
+
+func (c *Cluster) Kube() *kubetest.Server       { return c.c.kube }
+func (c *Cluster) Client() kubernetes.Interface { return c.c.client }
+
+func ReadValues(t *testing.T, file string) map[string]any { return readValues(t, file) }
