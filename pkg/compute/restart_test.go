@@ -70,6 +70,8 @@ func TestCreatesInFlightAcrossARestart(t *testing.T) {
 	}
 	// Restart once about half the creates were accepted.
 	began := time.Now()
+	// poll:own-loop: the restart must come while about half the creates
+	// are in, a moment sampled every 5 ms; after a minute it comes anyway.
 	for deadline := time.Now().Add(time.Minute); ; {
 		mu.Lock()
 		k := len(accepted)

@@ -1,6 +1,7 @@
 package compute_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
@@ -57,17 +59,12 @@ func storageUsed(t *testing.T, e *env) int {
 // waitStorage waits until blue's quota counts want GiB of storage.
 func waitStorage(t *testing.T, e *env, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got := storageUsed(t, e)
-		if got == want {
-			return
+	poll.Until(t, 20*time.Second, fmt.Sprintf("blue's storage used at %d GiB", want), func() error {
+		if got := storageUsed(t, e); got != want {
+			return fmt.Errorf("%d GiB", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("storage used %d GiB, want %d", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestSnapshotRoundTrip takes a snapshot without and one with RAM, rolls
