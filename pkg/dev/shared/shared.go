@@ -208,7 +208,12 @@ func (p *packageTB) SkipNow()                         { p.Fatal("skipped") }
 func (p *packageTB) Skipped() bool                    { return false }
 
 func (p *packageTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "shared-"+p.name)
+	dir, err := os.MkdirTemp("", "shared-"+strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r == os.PathSeparator {
+			return '-'
+		}
+		return r
+	}, p.name))
 	if err != nil {
 		p.Fatalf("TempDir: %v", err)
 	}
