@@ -1,6 +1,7 @@
 package graph_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node), the API and the catalog seedCatalog makes, and otherwise only
@@ -60,8 +61,16 @@ func tenantNamed(name string) tenant {
 // with its network in blue created.
 func sharedTenant(t *testing.T, name string) (*meshtest.Harness, tenant) {
 	t.Helper()
-	h := sharedMesh.Get(t)
-	tn := tenantNamed(name)
+	h, tn := sharedVDCs(t, name)
 	tn.net = createNetworks(t, h, tn.bob, tn.blue, "alpha")["alpha"]
 	return h, tn
+}
+
+// sharedVDCs is sharedTenant without the network.
+func sharedVDCs(t *testing.T, name string) (*meshtest.Harness, tenant) {
+	t.Helper()
+	if !slices.Contains(sharedTenants, name) {
+		t.Fatalf("no tenant %q in sharedTenants", name)
+	}
+	return sharedMesh.Get(t), tenantNamed(name)
 }
