@@ -27,8 +27,13 @@ import (
 // leaves a screenshot of each main page in portal/test-artifacts/devstack.
 // The stack is the package's shared devStack, whose close stops it with
 // SIGTERM and checks that no process is left behind.
+//
+// It is not parallel: it runs before the package's parallel tests, on the
+// stack as it started (and starts it, with the package's one build of the
+// binaries, which those tests wait for anyway); TestStack uses it after.
+// The other way round, the VM it creates can get the VMID of the VM
+// TestStack deleted, whose Proxmox tasks the VM's operations then list.
 func TestPortalOnDevStack(t *testing.T) {
-	t.Parallel()
 	repo := stackTestRepo(t, "the portal's dev stack browser test")
 	root, _ := browsertest.Prerequisites(t, repo)
 	began := time.Now()
