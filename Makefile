@@ -14,9 +14,18 @@ RACE_PKGS   ?= $(shell $(GO) list ./pkg/... | grep -v -e /pkg/mesh/meshcontrol -
 # that run the whole stack as child processes built without the race
 # detector, and the 100 creates across a restart (a load test: under the
 # detector it takes minutes, and its concurrency is what the other compute
-# tests race). Test files that start the mesh harness (embedded Headscale,
-# see above) outside the excluded packages carry `//go:build !race` instead.
-RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts|TestKubeStack)$$
+# tests race). So are two whole-system tests of pkg/tenantkube, the
+# slowest of the race run, whose concurrent code narrower tests race:
+# TestUpgrade (Cluster API's rolling update of a cluster, about 50 s under
+# the detector, run alone before the package's parallel tests; the
+# provider's reconcilers it drives are raced by
+# TestNodePoolsThroughClusterAPI, which creates, scales and deletes the
+# same machines) and TestHostedControlPlaneServes (a control plane's
+# containers as child processes, about 45 s; the Manager's concurrent
+# paths are raced by the other TestEnsure* and TestRenewal* tests).
+# Test files that start the mesh harness (embedded Headscale, see above)
+# outside the excluded packages carry `//go:build !race` instead.
+RACE_SKIP   ?= ^(TestStack|TestPortalOnDevStack|TestOrchestratorKilledDuringCreateVM|TestCreatesInFlightAcrossARestart|TestCreatesAcrossOrchestratorRestarts|TestKubeStack|TestUpgrade|TestHostedControlPlaneServes)$$
 # Every fuzz target, as package:Target. Each checks properties of a parser
 # at a trust boundary (see docs/develop/fuzzing.md); its seed corpus is in the
 # package's testdata/fuzz/<Target>/, which every plain `go test` runs.

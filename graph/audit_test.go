@@ -226,7 +226,9 @@ func TestAuditEveryMutation(t *testing.T) {
 func TestAuditRefusedMutations(t *testing.T) {
 	t.Parallel()
 	rec := &auditRecorder{}
-	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithAuditSink(rec))
+	// One agent: a refused mutation reaches none.
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}),
+		meshtest.WithAuditSink(rec))
 	const create = `mutation { createVDC(input: {name: "x", quotas: {vcpus: 1, memoryMiB: 1, storageGiB: 1, vms: 1}}) { name } `
 	for _, c := range []struct {
 		name, authz, vdc, query string

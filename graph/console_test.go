@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
@@ -24,21 +23,19 @@ import (
 // and a stopped VM (CONFLICT) get no console.
 func TestConsoleEndToEnd(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
-	h.WaitOnline(t, 30*time.Second)
-	nets := seedVMs(t, h, "alpha")
+	h, tn := sharedTenant(t, "console")
 	var created struct{ Operation gqlOp }
-	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "screen", "zone": "alpha", "image": "tiny",
-		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}},
+	h.GraphQL(t, tn.bob, tn.blue, createVM, map[string]any{"in": map[string]any{"name": "screen", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": tn.net}},
 		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
-	vm := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+	vm := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
 
 	const open = `mutation($id: ID!) { openConsole(id: $id) { path expiresAt } }`
 	var s struct {
 		Path      string
 		ExpiresAt time.Time
 	}
-	h.GraphQL(t, "bob", "blue", open, map[string]any{"id": vm}).OK(t).Into(t, "openConsole", &s)
+	h.GraphQL(t, tn.bob, tn.blue, open, map[string]any{"id": vm}).OK(t).Into(t, "openConsole", &s)
 	if !strings.HasPrefix(s.Path, "/console/") || time.Until(s.ExpiresAt) <= 0 || time.Until(s.ExpiresAt) > time.Minute {
 		t.Fatalf("openConsole: %+v", s)
 	}
@@ -84,19 +81,19 @@ func TestConsoleEndToEnd(t *testing.T) {
 	conn.Close()
 
 	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
-	for _, user := range []string{"alice", "vera"} {
-		if got := h.GraphQL(t, user, "red", open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
-			t.Errorf("%s in red: %s, want NOT_FOUND", user, got)
+	for _, user := range []string{tn.alice, tn.vera} {
+		if got := h.GraphQL(t, user, tn.red, open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
+			t.Errorf("%s in %s: %s, want NOT_FOUND", user, tn.red, got)
 		}
 	}
 	var op gqlOp
-	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": vm}).OK(t).Into(t, "stopVM", &op)
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { stopVM(id: $id) { id state } }`, map[string]any{"id": vm}).OK(t).Into(t, "stopVM", &op)
 	poll.True(t, 30*time.Second, "the VM to stop", func() bool {
 		var v struct{ Status string }
-		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &v)
+		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &v)
 		return v.Status == "STOPPED"
 	})
-	if got := h.GraphQL(t, "bob", "blue", open, map[string]any{"id": vm}).Code(t); got != "CONFLICT" {
+	if got := h.GraphQL(t, tn.bob, tn.blue, open, map[string]any{"id": vm}).Code(t); got != "CONFLICT" {
 		t.Errorf("console of a stopped VM: %s, want CONFLICT", got)
 	}
 }

@@ -412,17 +412,18 @@ func TestKubeconfigOfAViewer(t *testing.T) {
 }
 
 // TestKubernetesUnavailable: without a management cluster the Kubernetes
-// fields answer UNAVAILABLE, and no version is offered.
+// fields answer UNAVAILABLE, and no version is offered. (The shared harness
+// has none.)
 func TestKubernetesUnavailable(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}))
+	h, tn := sharedVDCs(t, "kubeless")
 	var versions []string
-	h.GraphQL(t, "bob", "blue", `{ kubernetesVersions }`, nil).OK(t).Into(t, "kubernetesVersions", &versions)
+	h.GraphQL(t, tn.bob, tn.blue, `{ kubernetesVersions }`, nil).OK(t).Into(t, "kubernetesVersions", &versions)
 	if len(versions) != 0 {
 		t.Errorf("versions %v offered", versions)
 	}
 	for _, q := range []string{`{ kubernetesClusters { totalCount } }`, `mutation { deleteKubernetesCluster(id: "kc-x") { id } }`} {
-		if r := h.GraphQL(t, "bob", "blue", q, nil); r.Code(t) != "UNAVAILABLE" || !strings.Contains(r.Errors[0].Message, "management cluster") {
+		if r := h.GraphQL(t, tn.bob, tn.blue, q, nil); r.Code(t) != "UNAVAILABLE" || !strings.Contains(r.Errors[0].Message, "management cluster") {
 			t.Errorf("%s: %s", q, r.Raw)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/shared"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/gateway"
 )
 
 // TestMain runs the tests in a network namespace whose only interface is
-// loopback: the mesh nodes they start bind on all interfaces (pkg/dev/netns).
+// loopback: the mesh nodes they start bind on all interfaces (pkg/dev/netns);
+// after them it stops the harness they share (sharedMesh).
 // Started as a flexgateway (lbtest.StartGateway), it runs one instead:
 // Caddy's config is process-wide, and the gateway must live in the zone's
 // internet namespace.
@@ -24,5 +26,5 @@ func TestMain(m *testing.M) {
 	}); child {
 		os.Exit(code)
 	}
-	netns.Main(m)
+	netns.Main(shared.ThenClose(m, sharedMesh))
 }

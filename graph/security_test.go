@@ -6,9 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -17,11 +15,9 @@ import (
 // the code a client can act on and changes nothing it must not.
 func TestTenantAttacks(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
-	h.WaitOnline(t, 30*time.Second)
-	nets := seedVMs(t, h, "alpha")
+	h, tn := sharedTenant(t, "attacks")
 	var redNet struct{ ID string }
-	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
+	h.GraphQL(t, tn.alice, tn.red, `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
 		OK(t).Into(t, "createNetwork", &redNet)
 	in := func(name, network string) map[string]any {
 		return map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny", "computeProfile": "small",
@@ -33,13 +29,13 @@ func TestTenantAttacks(t *testing.T) {
 		h.GraphQL(t, user, vdc, createVM, in(name, network)).OK(t).Into(t, "createVM", &created)
 		return awaitCreate(t, h, user, vdc, created.Operation.ID)
 	}
-	blueVM := create("bob", "blue", "web", nets["alpha"])
-	redVM := create("alice", "red", "db", redNet.ID)
+	blueVM := create(tn.bob, tn.blue, "web", tn.net)
+	redVM := create(tn.alice, tn.red, "db", redNet.ID)
 
 	t.Run("forged operation ids", func(t *testing.T) {
 		// red stops its VM; bob wraps that task in his own VM's id.
 		var stop gqlOp
-		h.GraphQL(t, "alice", "red", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": redVM}).OK(t).Into(t, "stopVM", &stop)
+		h.GraphQL(t, tn.alice, tn.red, `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": redVM}).OK(t).Into(t, "stopVM", &stop)
 		raw, _ := base64.RawURLEncoding.DecodeString(stop.ID)
 		upid := strings.SplitN(string(raw), "/", 5)[4]
 		ref, err := tenancy.ParseVMID(blueVM)
@@ -47,30 +43,31 @@ func TestTenantAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		forged := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "t/%s/%d/STOP_VM/%s", ref.ZoneID, ref.VMID, upid))
-		if r := h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state step error } }`, map[string]any{"id": forged}); r.Code(t) != "NOT_FOUND" {
+		if r := h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state step error } }`, map[string]any{"id": forged}); r.Code(t) != "NOT_FOUND" {
 			t.Errorf("query of red's task in blue's VM id: %s", r.Raw)
 		}
-		msgs := subscribe(t, h.GraphQLURL(), h.Token(t, "bob"), "blue", `subscription { operation(id: "`+forged+`") { kind state step error } }`)
+		msgs := subscribe(t, h.GraphQLURL(), h.Token(t, tn.bob), tn.blue, `subscription { operation(id: "`+forged+`") { kind state step error } }`)
 		if len(msgs) != 1 || !strings.Contains(string(msgs[0]), `"NOT_FOUND"`) || strings.Contains(string(msgs[0]), "qmstop") {
 			t.Errorf("subscription to red's task in blue's VM id: %s", msgs)
 		}
 	})
 
 	t.Run("deleteVDC", func(t *testing.T) {
-		deleteVDC := `mutation { deleteVDC(name: "blue") { name } }`
+		deleteVDC := `mutation($n: String!) { deleteVDC(name: $n) { name } }`
+		blue := map[string]any{"n": tn.blue}
 		refused := func(what string) {
 			t.Helper()
-			r := h.GraphQL(t, "admin", "", deleteVDC, nil)
+			r := h.GraphQL(t, "admin", "", deleteVDC, blue)
 			if r.Code(t) != "CONFLICT" || !strings.Contains(r.Errors[0].Message, what) {
 				t.Errorf("deleteVDC with %s: %s", what, r.Raw)
 			}
-			h.GraphQL(t, "bob", "blue", `{ currentVDC { name } }`, nil).OK(t)
+			h.GraphQL(t, tn.bob, tn.blue, `{ currentVDC { name } }`, nil).OK(t)
 		}
 		refused("1 VM")
-		h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteVM(id: $id) { state } }`, map[string]any{"id": blueVM}).OK(t)
+		h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { deleteVM(id: $id) { state } }`, map[string]any{"id": blueVM}).OK(t)
 		refused("1 network")
-		h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`, map[string]any{"id": nets["alpha"]}).OK(t)
-		h.GraphQL(t, "admin", "", deleteVDC, nil).OK(t)
+		h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`, map[string]any{"id": tn.net}).OK(t)
+		h.GraphQL(t, "admin", "", deleteVDC, blue).OK(t)
 
 		// Its pool and SDN zone are gone from Proxmox; red's are not.
 		c := h.Clusters[0].Proxmox(t)
@@ -89,8 +86,8 @@ func TestTenantAttacks(t *testing.T) {
 		hasZone := func(vdc string) bool {
 			return slices.ContainsFunc(zones, func(z struct{ Zone string }) bool { return z.Zone == tenancy.SDNZoneID(vdc) })
 		}
-		if hasPool("blue") || hasZone("blue") || !hasPool("red") || !hasZone("red") {
-			t.Errorf("after deleteVDC blue: pools %v, SDN zones %v", pools, zones)
+		if hasPool(tn.blue) || hasZone(tn.blue) || !hasPool(tn.red) || !hasZone(tn.red) {
+			t.Errorf("after deleteVDC %s: pools %v, SDN zones %v", tn.blue, pools, zones)
 		}
 	})
 }

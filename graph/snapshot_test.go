@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
@@ -24,17 +23,15 @@ type gqlSnapshot struct {
 // of it, and bad input names its field.
 func TestSnapshotsEndToEnd(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
-	h.WaitOnline(t, 30*time.Second)
-	nets := seedVMs(t, h, "alpha")
+	h, tn := sharedTenant(t, "snapshots")
 	var created struct{ Operation gqlOp }
-	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "snap", "zone": "alpha", "image": "tiny",
-		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}},
+	h.GraphQL(t, tn.bob, tn.blue, createVM, map[string]any{"in": map[string]any{"name": "snap", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": tn.net}},
 		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
-	vm := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+	vm := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
 	usage := func() int {
 		var v struct{ Usage struct{ StorageGiB int } }
-		h.GraphQL(t, "bob", "blue", `{ vdc(name: "blue") { usage { storageGiB } } }`, nil).OK(t).Into(t, "vdc", &v)
+		h.GraphQL(t, tn.bob, tn.blue, `query($n: String!) { vdc(name: $n) { usage { storageGiB } } }`, map[string]any{"n": tn.blue}).OK(t).Into(t, "vdc", &v)
 		return v.Usage.StorageGiB
 	}
 	base := usage()
@@ -44,12 +41,12 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		t.Helper()
 		vars["vm"] = vm
 		var op gqlOp
-		h.GraphQL(t, "bob", "blue", query, vars).OK(t).Into(t, field, &op)
+		h.GraphQL(t, tn.bob, tn.blue, query, vars).OK(t).Into(t, field, &op)
 		if op.Kind != kind || op.State != "RUNNING" || op.VMID == nil || *op.VMID != vm {
 			t.Fatalf("%s: %+v", field, op)
 		}
 		poll.True(t, 30*time.Second, field, func() bool {
-			h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
+			h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
 			if op.State == "FAILED" {
 				t.Fatalf("%s failed: %+v", field, op)
 			}
@@ -64,7 +61,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		Status    string
 		Snapshots []gqlSnapshot
 	}
-	h.GraphQL(t, "bob", "blue", list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
+	h.GraphQL(t, tn.bob, tn.blue, list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
 	if s := got.Snapshots; len(s) != 2 || s[0].Name != "clean" || s[0].Description != "fresh" || s[0].WithRAM || s[0].CreatedAt == nil ||
 		s[1].Name != "live" || !s[1].WithRAM || !s[1].Current || s[1].Parent == nil || *s[1].Parent != "clean" || s[0].StorageGiB+s[1].StorageGiB != 9 {
 		t.Fatalf("snapshots: %+v", s)
@@ -77,14 +74,14 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		vars             map[string]any
 		code, field      string
 	}{
-		{"bob", "blue", create, map[string]any{"vm": vm, "in": map[string]any{"name": "current"}}, "BAD_USER_INPUT", "input.name"},
-		{"bob", "blue", create, map[string]any{"vm": vm, "in": map[string]any{"name": "live"}}, "CONFLICT", "input.name"},
-		{"bob", "blue", `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "nope") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", "name"},
-		{"alice", "red", create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "NOT_FOUND", ""},
-		{"alice", "red", `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
-		{"alice", "red", `mutation($vm: ID!) { deleteSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
-		{"alice", "red", `query($vm: ID!) { vm(id: $vm) { snapshots { name } } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
-		{"vera", "red", create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "NOT_FOUND", ""},
+		{tn.bob, tn.blue, create, map[string]any{"vm": vm, "in": map[string]any{"name": "current"}}, "BAD_USER_INPUT", "input.name"},
+		{tn.bob, tn.blue, create, map[string]any{"vm": vm, "in": map[string]any{"name": "live"}}, "CONFLICT", "input.name"},
+		{tn.bob, tn.blue, `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "nope") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", "name"},
+		{tn.alice, tn.red, create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "NOT_FOUND", ""},
+		{tn.alice, tn.red, `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
+		{tn.alice, tn.red, `mutation($vm: ID!) { deleteSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
+		{tn.alice, tn.red, `query($vm: ID!) { vm(id: $vm) { snapshots { name } } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
+		{tn.vera, tn.red, create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "NOT_FOUND", ""},
 	} {
 		r := h.GraphQL(t, c.user, c.vdc, c.query, c.vars)
 		if r.Code(t) != c.code || fieldOf(t, r) != c.field {
@@ -93,17 +90,17 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 	}
 
 	run("rollbackSnapshot", `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "clean") { id kind state vmId } }`, map[string]any{}, "ROLLBACK_SNAPSHOT")
-	h.GraphQL(t, "bob", "blue", list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
+	h.GraphQL(t, tn.bob, tn.blue, list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
 	if got.Status != "STOPPED" || !got.Snapshots[0].Current {
 		t.Errorf("after rolling back to a snapshot without RAM: %+v", got)
 	}
 	run("rollbackSnapshot", `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "live") { id kind state vmId } }`, map[string]any{}, "ROLLBACK_SNAPSHOT")
-	h.GraphQL(t, "bob", "blue", list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
+	h.GraphQL(t, tn.bob, tn.blue, list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
 	if got.Status != "RUNNING" {
 		t.Errorf("after rolling back to a snapshot with RAM: %+v", got)
 	}
 	run("deleteSnapshot", `mutation($vm: ID!) { deleteSnapshot(vm: $vm, name: "clean") { id kind state vmId } }`, map[string]any{}, "DELETE_SNAPSHOT")
-	h.GraphQL(t, "bob", "blue", list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
+	h.GraphQL(t, tn.bob, tn.blue, list, map[string]any{"id": vm}).OK(t).Into(t, "vm", &got)
 	if len(got.Snapshots) != 1 || got.Snapshots[0].Name != "live" || got.Snapshots[0].Parent != nil {
 		t.Errorf("after the delete: %+v", got.Snapshots)
 	}
@@ -112,7 +109,7 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 	}
 	// The VM's operations list them.
 	var ops struct{ Operations []gqlOp }
-	h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { operations { kind state } } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &ops)
+	h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { vm(id: $id) { operations { kind state } } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &ops)
 	kinds := map[string]int{}
 	for _, o := range ops.Operations {
 		kinds[o.Kind]++

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
@@ -44,28 +43,24 @@ const vmDetail = `query($id: ID!, $n: Int) { vm(id: $id) {
 // VDC's member gets NOT_FOUND for all of it. The VDC's usage counts the VM.
 func TestVMDetail(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t,
-		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{VDCs: meshtest.DefaultVDCs()}))
-	h.WaitOnline(t, 30*time.Second)
-	nets := seedVMs(t, h, "alpha")
+	h, tn := sharedTenant(t, "detail")
 
 	var created struct {
 		VM        *gqlVM
 		Operation gqlOp
 	}
-	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "web", "zone": "alpha", "image": "tiny",
-		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}},
+	h.GraphQL(t, tn.bob, tn.blue, createVM, map[string]any{"in": map[string]any{"name": "web", "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": tn.net}},
 		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
-	id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+	id := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
 
 	var vm gqlVMDetail
-	h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id}).OK(t).Into(t, "vm", &vm)
+	h.GraphQL(t, tn.bob, tn.blue, vmDetail, map[string]any{"id": id}).OK(t).Into(t, "vm", &vm)
 	if len(vm.Nics) != 1 {
 		t.Fatalf("nics: %+v", vm.Nics)
 	}
 	nic := vm.Nics[0]
-	if nic.Index != 0 || nic.Network == nil || nic.Network.ID != nets["alpha"] || nic.Network.Name != "lan" || nic.Bridge == "" ||
+	if nic.Index != 0 || nic.Network == nil || nic.Network.ID != tn.net || nic.Network.Name != "lan" || nic.Bridge == "" ||
 		nic.Model != "virtio" || !regexp.MustCompile(`^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$`).MatchString(nic.Mac) ||
 		len(nic.IPs) != 1 || nic.IPs[0] != "10.1.0.2" {
 		t.Errorf("nic: %+v (network %+v)", nic, nic.Network)
@@ -108,7 +103,7 @@ func TestVMDetail(t *testing.T) {
 				TotalCount int
 			}
 		}
-		h.GraphQL(t, "bob", "blue", `query($id: ID!, $after: String) { vm(id: $id) { operationsConnection(first: 1, after: $after) { nodes { id kind state vmId } pageInfo { hasNextPage endCursor } totalCount } } }`,
+		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!, $after: String) { vm(id: $id) { operationsConnection(first: 1, after: $after) { nodes { id kind state vmId } pageInfo { hasNextPage endCursor } totalCount } } }`,
 			map[string]any{"id": id, "after": after}).OK(t).Into(t, "vm", &c)
 		paged = append(paged, c.OperationsConnection.Nodes...)
 		if c.OperationsConnection.TotalCount != 2 || !c.OperationsConnection.PageInfo.HasNextPage {
@@ -123,15 +118,15 @@ func TestVMDetail(t *testing.T) {
 		Typename string `json:"__typename"`
 		Kind     string
 	}
-	h.GraphQL(t, "bob", "blue", `query($id: ID!) { node(id: $id) { __typename ... on Operation { kind } } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "node", &n)
+	h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { node(id: $id) { __typename ... on Operation { kind } } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "node", &n)
 	if n.Typename != "Operation" || n.Kind != "CREATE_VM" {
 		t.Errorf("node(operation id) = %+v", n)
 	}
-	if r := h.GraphQL(t, "alice", "red", `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": vm.Operations[1].ID}); r.Code(t) != "NOT_FOUND" {
+	if r := h.GraphQL(t, tn.alice, tn.red, `query($id: ID!) { node(id: $id) { id } }`, map[string]any{"id": vm.Operations[1].ID}); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("another VDC's operation as a node: %s", r.Raw)
 	}
 	var op gqlOp
-	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "operation", &op)
+	h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[1].ID}).OK(t).Into(t, "operation", &op)
 	if op.Kind != "CREATE_VM" || op.State != "SUCCEEDED" {
 		t.Errorf("operation(id) of the history's create: %+v", op)
 	}
@@ -140,9 +135,9 @@ func TestVMDetail(t *testing.T) {
 	type counters struct{ NetInBytes, NetOutBytes, DiskReadBytes, DiskWriteBytes float64 }
 	const countersQuery = `query($id: ID!) { vm(id: $id) { netInBytes netOutBytes diskReadBytes diskWriteBytes } }`
 	var first, later counters
-	h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &first)
+	h.GraphQL(t, tn.bob, tn.blue, countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &first)
 	poll.True(t, 10*time.Second, "the VM's network counter to grow", func() bool {
-		h.GraphQL(t, "bob", "blue", countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &later)
+		h.GraphQL(t, tn.bob, tn.blue, countersQuery, map[string]any{"id": id}).OK(t).Into(t, "vm", &later)
 		return later.NetInBytes > first.NetInBytes
 	})
 	if later.NetOutBytes <= 0 || later.DiskReadBytes <= 0 || later.DiskWriteBytes <= 0 ||
@@ -152,20 +147,20 @@ func TestVMDetail(t *testing.T) {
 
 	// A stop: newest first, the same id stopVM returned.
 	var stop gqlOp
-	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": id}).OK(t).Into(t, "stopVM", &stop)
 	poll.True(t, 20*time.Second, "the stop in the history", func() bool {
-		h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": 1}).OK(t).Into(t, "vm", &vm)
+		h.GraphQL(t, tn.bob, tn.blue, vmDetail, map[string]any{"id": id, "n": 1}).OK(t).Into(t, "vm", &vm)
 		return len(vm.Operations) == 1 && vm.Operations[0].State == "SUCCEEDED"
 	})
 	if o := vm.Operations[0]; o.ID != stop.ID || o.Kind != "STOP_VM" || o.Step != "qmstop" {
 		t.Errorf("newest operation %+v, want stopVM's %s", o, stop.ID)
 	}
-	h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[0].ID}).OK(t).Into(t, "operation", &op)
+	h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state } }`, map[string]any{"id": vm.Operations[0].ID}).OK(t).Into(t, "operation", &op)
 	if op.Kind != "STOP_VM" || op.State != "SUCCEEDED" {
 		t.Errorf("operation(id) of the history's stop: %+v", op)
 	}
 	for _, n := range []int{0, 101} {
-		if r := h.GraphQL(t, "bob", "blue", vmDetail, map[string]any{"id": id, "n": n}); r.Code(t) != "BAD_USER_INPUT" {
+		if r := h.GraphQL(t, tn.bob, tn.blue, vmDetail, map[string]any{"id": id, "n": n}); r.Code(t) != "BAD_USER_INPUT" {
 			t.Errorf("operations(first: %d): %s", n, r.Raw)
 		}
 	}
@@ -174,21 +169,21 @@ func TestVMDetail(t *testing.T) {
 	var usage struct {
 		Usage struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }
 	}
-	h.GraphQL(t, "bob", "blue", `{ vdc(name: "blue") { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "vdc", &usage)
+	h.GraphQL(t, tn.bob, tn.blue, `query($n: String!) { vdc(name: $n) { usage { vcpus memoryMiB storageGiB vms } } }`, map[string]any{"n": tn.blue}).OK(t).Into(t, "vdc", &usage)
 	if u := usage.Usage; u.Vms != 1 || u.Vcpus != 1 || u.MemoryMiB != 512 || u.StorageGiB != 4 {
 		t.Errorf("blue's usage %+v, want 1 VM, 1 vCPU, 512 MiB, 4 GiB", u)
 	}
-	h.GraphQL(t, "alice", "red", `{ currentVDC { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "currentVDC", &usage)
+	h.GraphQL(t, tn.alice, tn.red, `{ currentVDC { usage { vcpus memoryMiB storageGiB vms } } }`, nil).OK(t).Into(t, "currentVDC", &usage)
 	if u := usage.Usage; u != (struct{ Vcpus, MemoryMiB, StorageGiB, Vms int }{}) {
 		t.Errorf("red's usage %+v, want none", u)
 	}
 
 	// Another VDC's member: NOT_FOUND, and nothing of it in their list.
-	if r := h.GraphQL(t, "alice", "red", vmDetail, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
+	if r := h.GraphQL(t, tn.alice, tn.red, vmDetail, map[string]any{"id": id}); r.Code(t) != "NOT_FOUND" {
 		t.Errorf("vm detail from red: %s", r.Raw)
 	}
 	var theirs []gqlVMDetail
-	h.GraphQL(t, "alice", "red", `{ vms(first: 10) { nics { mac } disks { slot } operations(first: 5) { id } } }`, nil).OK(t).Into(t, "vms", &theirs)
+	h.GraphQL(t, tn.alice, tn.red, `{ vms(first: 10) { nics { mac } disks { slot } operations(first: 5) { id } } }`, nil).OK(t).Into(t, "vms", &theirs)
 	if len(theirs) != 0 {
 		t.Errorf("red's VMs: %+v", theirs)
 	}

@@ -74,6 +74,15 @@ func subscribe(t *testing.T, url, token, vdc, query string) []json.RawMessage {
 // returns the networks' ids by zone.
 func seedVMs(t *testing.T, h *meshtest.Harness, zones ...string) map[string]string {
 	t.Helper()
+	seedCatalog(t, h, zones...)
+	return createNetworks(t, h, "bob", "blue", zones...)
+}
+
+// seedCatalog creates the catalog seedVMs does: the compute profile
+// "small", the storage profile "ssd" on zones' local-lvm and the image
+// "tiny", served until t ends.
+func seedCatalog(t testing.TB, h *meshtest.Harness, zones ...string) {
+	t.Helper()
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	var pools []any
 	for _, z := range zones {
@@ -84,10 +93,16 @@ func seedVMs(t *testing.T, h *meshtest.Harness, zones ...string) map[string]stri
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: $p}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
 		map[string]any{"u": url, "c": sum, "p": pools}).OK(t)
+}
+
+// createNetworks creates the network "lan" (10.1.0.0/24) of user in vdc in
+// each of zones and returns their ids by zone.
+func createNetworks(t *testing.T, h *meshtest.Harness, user, vdc string, zones ...string) map[string]string {
+	t.Helper()
 	nets := map[string]string{}
 	for _, z := range zones {
 		var n struct{ ID string }
-		h.GraphQL(t, "bob", "blue", `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
+		h.GraphQL(t, user, vdc, `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
 			map[string]any{"z": z}).OK(t).Into(t, "createNetwork", &n)
 		nets[z] = n.ID
 	}

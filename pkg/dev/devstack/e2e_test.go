@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/dev/shared"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -36,9 +38,19 @@ type stack struct {
 }
 
 // startStack starts bin, with env added to its environment, and waits for
-// its ready line.
-func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack {
+// its ready line; t.Cleanup stops it.
+func startStack(t testing.TB, bin, repo, addr, dir string, env ...string) *stack {
 	t.Helper()
+	return launchStack(t, t, bin, repo, addr, dir, env...)
+}
+
+// launchStack is startStack with the stack stopped when owner ends rather
+// than t: a shared stack started again by one of its tests outlives it.
+func launchStack(t, owner testing.TB, bin, repo, addr, dir string, env ...string) *stack {
+	t.Helper()
+	if err := copyBinaries(t, dir); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(bin)
 	cmd.Dir = repo
 	cmd.Env = append(append(os.Environ(), "DEV_ADDR="+addr, "DEV_DIR="+dir, "DEV_LOG_LEVEL=info"), env...)
@@ -63,7 +75,7 @@ func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack
 		close(s.lines)
 		close(s.done)
 	}()
-	t.Cleanup(func() { s.stop(t) })
+	owner.Cleanup(func() { s.stop(owner) })
 
 	want := devstack.ReadyPrefix + "http://" + addr
 	deadline := time.NewTimer(10 * time.Minute) // a cold build of the binaries on busy cores included
@@ -92,7 +104,7 @@ func startStack(t *testing.T, bin, repo, addr, dir string, env ...string) *stack
 }
 
 // stop sends SIGTERM and waits for the stack to exit.
-func (s *stack) stop(t *testing.T) {
+func (s *stack) stop(t testing.TB) {
 	t.Helper()
 	select {
 	case <-s.done:
@@ -113,7 +125,7 @@ func (s *stack) stop(t *testing.T) {
 	}
 }
 
-func (s *stack) client(t *testing.T, user string) *devstack.Client {
+func (s *stack) client(t testing.TB, user string) *devstack.Client {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(s.dir, "tokens", user+".token"))
 	if err != nil {
@@ -198,6 +210,12 @@ func stackTestRepo(t *testing.T, what string) string {
 	if testing.Short() {
 		t.Skipf("-short: %s builds and runs every binary", what)
 	}
+	return repoRoot(t)
+}
+
+// repoRoot is the repository's root.
+func repoRoot(t testing.TB) string {
+	t.Helper()
 	repo, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -205,23 +223,72 @@ func stackTestRepo(t *testing.T, what string) string {
 	return repo
 }
 
-// buildStack builds the devstack binary `make dev` runs into dir.
-func buildStack(t *testing.T, repo, dir string) string {
+// buildStack is the devstack binary `make dev` runs, built once for the
+// package's tests (stackBinaries).
+func buildStack(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(dir, "devstack")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/devstack")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/devstack: %v\n%s", err, out)
+	return filepath.Join(stackBinaries.Get(t), "devstack")
+}
+
+// stackBinaries is a directory with the devstack binary and, in bin, what a
+// stack's start builds into $DEV_DIR/bin (devstack's build: the
+// orchestrator, pvesim and the agent at its two versions, with the same
+// command lines), built once for the package's tests. launchStack copies
+// bin into a stack's directory before its start: the stack's own go build
+// finds every target up to date (its build ID matches) and links none
+// again, instead of linking four large binaries for each stack. Should
+// the command lines here drift from devstack's, the stack links its own
+// as before: slower, never wrong.
+var stackBinaries = shared.New("stack binaries", func(t testing.TB) string {
+	repo, dir := repoRoot(t), t.TempDir()
+	for _, args := range [][]string{
+		{"build", "-o", filepath.Join(dir, "devstack"), "./cmd/devstack"},
+		{"build", "-o", filepath.Join(dir, "bin") + string(filepath.Separator), "./cmd/orchestrator", "./cmd/pvesim"},
+		{"build", "-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "-o", filepath.Join(dir, "bin", "agent"), "./cmd/agent"},
+		{"build", "-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "-o", filepath.Join(dir, "bin", "agent-"+devstack.NextAgentVersion), "./cmd/agent"},
+	} {
+		build := exec.Command("go", args...)
+		build.Dir = repo
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
-	return bin
+	return dir
+})
+
+// copyBinaries copies stackBinaries' bin into the stack directory dir,
+// unless it has one already (a stack started again on its directory).
+func copyBinaries(t testing.TB, dir string) error {
+	t.Helper()
+	to := filepath.Join(dir, "bin")
+	if _, err := os.Stat(to); err == nil {
+		return nil
+	}
+	from := filepath.Join(stackBinaries.Get(t), "bin")
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), b, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stackFile is the part of $DEV_DIR/stack.json the tests read.
 type stackFile struct{ URL, Issuer string }
 
 // readStackFile reads the stack.json of a stack serving on addr.
-func readStackFile(t *testing.T, dir, addr string) stackFile {
+func readStackFile(t testing.TB, dir, addr string) stackFile {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "stack.json"))
 	if err != nil {
@@ -234,7 +301,7 @@ func readStackFile(t *testing.T, dir, addr string) stackFile {
 	return st
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -256,21 +323,82 @@ func vmsOf(ctx context.Context, c *devstack.Client, vdc string) ([]vm, error) {
 	return d.VMs, err
 }
 
-// TestStack starts the dev stack exactly as `make dev` does, uses it with
-// the tokens it wrote, stops it with SIGTERM and checks that no process it
-// started is left; then starts it again on the same directory and checks
-// the state survived.
+func TestMain(m *testing.M) {
+	os.Exit(shared.ThenClose(m, devStack, stackBinaries).Run())
+}
+
+// devStack is the dev stack started exactly as `make dev` starts it, with
+// its defaults, shared by the tests that use it as a user does (TestStack,
+// TestPortalOnDevStack) instead of one stack each. They take turns (use):
+// each leaves it running with every host ONLINE, its VMs named its own way.
+// Closing it, after the package's tests, stops it with SIGTERM and checks
+// that it exits cleanly and leaves none of its processes behind. Tests
+// that need other settings (a start limit, fast tasks, DEV_KUBE) start
+// their own.
+var devStack = shared.New("dev stack", func(t testing.TB) *sharedStack {
+	repo := repoRoot(t)
+	ss := &sharedStack{owner: t, repo: repo, bin: buildStack(t), addr: freeAddr(t), dir: filepath.Join(t.TempDir(), "dev")}
+	began := time.Now()
+	ss.s = startStack(t, ss.bin, repo, ss.addr, ss.dir)
+	ss.ready = time.Since(began)
+	t.Cleanup(func() {
+		children := descendants(ss.s.cmd.Process.Pid)
+		ss.s.stop(t)
+		if ss.s.err != nil {
+			t.Errorf("the stack exited with %v after SIGTERM, want 0", ss.s.err)
+		}
+		for _, p := range children {
+			if alive(p) {
+				t.Errorf("process %d (%s) outlived the stack", p.pid, p.cmd)
+			}
+		}
+	})
+	return ss
+})
+
+// sharedStack is devStack.
+type sharedStack struct {
+	owner                testing.TB // the package's, which stops the stack
+	repo, bin, addr, dir string
+	ready                time.Duration // how long its first start took
+
+	turn sync.Mutex // held by the test using the stack
+	s    *stack     // the running stack; protected by turn
+}
+
+// use waits for t's turn on the shared stack, which lasts until t ends.
+func (ss *sharedStack) use(t *testing.T) *sharedStack {
+	t.Helper()
+	ss.turn.Lock()
+	t.Cleanup(ss.turn.Unlock)
+	select {
+	case <-ss.s.done:
+		t.Fatalf("the shared stack is not running (an earlier test stopped it and failed before starting it again): %v", ss.s.err)
+	default:
+	}
+	return ss
+}
+
+// restart starts the stack again on its address and directory after t
+// stopped it; it stays running after t.
+func (ss *sharedStack) restart(t *testing.T) *stack {
+	t.Helper()
+	ss.s = launchStack(t, ss.owner, ss.bin, ss.repo, ss.addr, ss.dir)
+	return ss.s
+}
+
+// TestStack uses the dev stack started exactly as `make dev` starts it
+// (devStack) with the tokens it wrote, stops it with SIGTERM and checks
+// that no process it started is left; then starts it again on the same
+// directory and checks the state survived.
 func TestStack(t *testing.T) {
 	t.Parallel()
-	repo := stackTestRepo(t, "the dev stack end-to-end test")
-	tmp := t.TempDir()
-	bin := buildStack(t, repo, tmp)
-	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
+	stackTestRepo(t, "the dev stack end-to-end test")
+	ss := devStack.Get(t).use(t)
+	s, bin, repo, addr, dir := ss.s, ss.bin, ss.repo, ss.addr, ss.dir
 	ctx := t.Context()
 
-	began := time.Now()
-	s := startStack(t, bin, repo, addr, dir)
-	t.Logf("ready after %v (binaries built from the module cache)", time.Since(began).Round(time.Second))
+	t.Logf("ready after %v (binaries built from the module cache)", ss.ready.Round(time.Second))
 	children := descendants(s.cmd.Process.Pid)
 	// the devstack in its network namespace, orchestrator, 2 pvesim, and 5
 	// agents, each a launcher (what systemd would start) and its agent
@@ -467,7 +595,7 @@ func TestStack(t *testing.T) {
 			}
 			byZone := map[string]string{}
 			for _, v := range vms {
-				if !strings.HasPrefix(v.Name, "e2e-") {
+				if v.Name != "e2e-fra1" && v.Name != "e2e-hel1" { // not another test's
 					continue
 				}
 				if v.Status != "RUNNING" || len(v.IPAddresses) == 0 || v.Name != "e2e-"+v.Zone.Name {
@@ -597,9 +725,11 @@ func TestStack(t *testing.T) {
 	}
 
 	// A second start on the same directory: same catalog, agents back
-	// without a new enrollment, new tokens valid.
-	began = time.Now()
-	s = startStack(t, bin, repo, addr, dir)
+	// without a new enrollment, new tokens valid. It stays running for the
+	// other tests of devStack, whose close stops it and checks again that
+	// no process is left.
+	began := time.Now()
+	s = ss.restart(t)
 	t.Logf("ready again after %v", time.Since(began).Round(time.Second))
 	admin = s.client(t, "admin")
 	var after state
@@ -628,13 +758,7 @@ func TestStack(t *testing.T) {
 			t.Errorf("demo VMs after the restart: %v (%v), want %v", got, err, wantDemo)
 		}
 	}
-	children = descendants(s.cmd.Process.Pid)
-	s.stop(t)
-	for _, p := range children {
-		if alive(p) {
-			t.Errorf("process %d (%s) outlived the second stack", p.pid, p.cmd)
-		}
-	}
+	poll.Until(t, 2*time.Minute, "every host ONLINE after the restart", func() error { return allHostsOnline(ctx, admin) })
 }
 
 // devstackCommand runs `devstack -dir DIR args...` as a user would against

@@ -80,7 +80,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	t.Parallel()
 	repo := stackTestRepo(t, "the orchestrator kill test")
 	tmp := t.TempDir()
-	bin := buildStack(t, repo, tmp)
+	bin := buildStack(t)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
 	// 20 restarts in a few minutes, each at once: the test's start limit.

@@ -37,7 +37,7 @@ func TestKubeStack(t *testing.T) {
 	t.Parallel()
 	repo := stackTestRepo(t, "the DEV_KUBE stack")
 	tmp := t.TempDir()
-	bin := buildStack(t, repo, tmp)
+	bin := buildStack(t)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
 	s := startStack(t, bin, repo, addr, dir, "DEV_KUBE=1", "DEV_PVE_TIMING=fast")

@@ -31,7 +31,7 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 	t.Parallel()
 	repo := stackTestRepo(t, "the orchestrator restart test")
 	tmp := t.TempDir()
-	bin := buildStack(t, repo, tmp)
+	bin := buildStack(t)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
 	// Fast Proxmox tasks: 100 creates in a bounded time. A create the old
