@@ -213,6 +213,8 @@ func TestLoadBalancerThroughGraphQL(t *testing.T) {
 	s.replica.SetBackends([]lbconfig.BackendStatus{
 		{Balancer: b.ID, Pool: app.Name, Backend: app.Backends[0].ID, Healthy: true, Checked: time.Now()},
 		{Balancer: b.ID, Pool: app.Name, Backend: app.Backends[1].ID, Healthy: false, LastError: "connection refused", Checked: time.Now()}})
+	// poll:own-loop: it measures how soon the change shows, at a fixed
+	// 50 ms resolution.
 	for {
 		var got gqlLB
 		h.GraphQL(t, "alice", "red", `query($id: ID!) { loadBalancer(id: $id) { `+lbFields+` } }`, map[string]any{"id": lb.ID}).OK(t).Into(t, "loadBalancer", &got)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 func TestStandInImagesAreServedWithTheirChecksums(t *testing.T) {
@@ -120,13 +122,9 @@ func TestStopEndsTheWholeProcessGroup(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("stop returned after %v, before the grace period, though the child ignores SIGTERM", d)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(grandchild, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d still runs after stop", grandchild)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.True(t, 5*time.Second, fmt.Sprintf("grandchild %d gone after stop", grandchild), func() bool {
+		return syscall.Kill(grandchild, 0) != nil
+	})
 }
 
 func TestRunRefusesABadAddressAndChangesNothing(t *testing.T) {

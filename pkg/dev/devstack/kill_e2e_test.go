@@ -107,6 +107,8 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	var wanted []asked
 	steps := map[string]int{} // the operation's step when it was killed
 	began := time.Now()
+	// poll:own-loop: each kill comes at a random point of its create,
+	// slept on purpose.
 	for i := range kills {
 		vdc, zone := []string{"prod", "dev"}[i%2], []string{"fra1", "hel1"}[i/2%2]
 		name := fmt.Sprintf("kill-%02d", i)

@@ -113,6 +113,8 @@ func TestKubeStack(t *testing.T) {
 		HTTPClient: &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
 	hosts := func() error { _, err := hostStatus(pctx, fresh); return err }
 	pollers.Go(func() {
+		// poll:own-loop: a client asking every 200 ms while the
+		// orchestrator is killed, counting what fails.
 		for pctx.Err() == nil {
 			requests.Add(1)
 			if err := hosts(); err != nil {

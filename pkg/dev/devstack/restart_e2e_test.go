@@ -74,10 +74,13 @@ func TestCreatesAcrossOrchestratorRestarts(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(c), 1))
 			vdc, zone := []string{"prod", "dev"}[c%2], []string{"fra1", "hel1"}[c/2%2]
+			// poll:own-loop: a client's creates, paced at random.
 			for i := range each {
 				cr := create{vdc, fmt.Sprintf("rs-%d-%d", c, i)}
 				spec := devstack.VMSpec{Name: cr.name, Zone: zone, Image: "debian-12", ComputeProfile: "small",
 					StorageProfile: "ssd-standard", DiskGiB: 10, Network: networks[vdc+"/"+zone]}
+				// poll:own-loop: a client sending again every 200 ms,
+				// counting each refusal.
 				for deadline := time.Now().Add(3 * time.Minute); ; {
 					_, err := devstack.CreateVM(ctx, alice, vdc, spec)
 					var re *devstack.ResponseError
