@@ -135,7 +135,7 @@ const MaxHistory = 100
 // at most n (1 to MaxHistory): its create (from the intent it carries) and
 // the power actions and deletes in the task history of its node. Their ids
 // answer Operation too. Tasks of other nodes (before a migration) are not
-// read.
+// read, nor tasks of an earlier guest that had the VMID (taskOfThisGuest).
 func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operation, error) {
 	if n < 1 || n > MaxHistory {
 		return nil, badInput("n", "n must be between 1 and %d", MaxHistory)
@@ -153,8 +153,8 @@ func (s *Service) History(ctx context.Context, vdc, id string, n int) ([]Operati
 	var ops []Operation
 	for _, t := range tasks {
 		kind, ok := taskKinds[t.Type]
-		if !ok {
-			continue
+		if !ok || !taskOfThisGuest(t.Started, in) {
+			continue // not an operation, or one of an earlier guest with the VMID
 		}
 		op := Operation{ID: taskOpID(z.ID, g.VMID, kind, t.UPID), Kind: kind, Step: t.Type, VMID: id, Started: t.Started, Updated: t.Ended}
 		op.State, op.Error = taskState(t.TaskStatus)

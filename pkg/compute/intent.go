@@ -41,9 +41,11 @@ type Intent struct {
 	// UserData is the guest's own cloud-init user-data, gzip-compressed
 	// and base64-encoded (see CreateInput.UserData).
 	UserData string `json:"userData,omitempty"`
-	// Move is set on the target copy of a move across zones until it is
-	// the VM: where it comes from, so whoever finds it unfinished
-	// finishes it (the source was marked moved) or undoes it.
+	// Move is set on the target copy of a move across zones: until it is
+	// the VM, where it comes from, so whoever finds it unfinished
+	// finishes it (the source was marked moved) or undoes it. It stays
+	// once the move is done: its Started bounds the tasks of the guest
+	// (ownedSince).
 	Move *MoveIntent `json:"move,omitempty"`
 }
 

@@ -172,11 +172,36 @@ func migrateTask(ctx context.Context, z Zone, upid string, op *Operation) error 
 }
 
 // ownTask reports whether the task u may be read for an operation of kind
-// on guest g: the guest's, of the kind's task type, on its node (a
-// migration's on any node of the zone, since the guest has left it).
-func ownTask(u pveapi.UPID, g pveapi.Resource, kind OpKind) bool {
-	if u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != kind {
+// on guest g with intent in: the guest's (its VMID, and started since the
+// guest is the VM: taskOfThisGuest), of the kind's task type, on its node
+// (a migration's on any node of the zone, since the guest has left it).
+func ownTask(u pveapi.UPID, g pveapi.Resource, in *Intent, kind OpKind) bool {
+	if u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != kind || !taskOfThisGuest(u.Started, in) {
 		return false
 	}
 	return kind == OpMigrate || u.Node == g.Node
+}
+
+// ownedSince is when the guest with intent in came to be the VM at its
+// place, to the second (Proxmox's task times are whole seconds): its
+// create, or, for a VM moved across zones, the move's creation of the
+// target guest (MoveIntent.Started, recorded before it), whichever is
+// later. Zero for a guest flexplane did not create (no intent).
+func ownedSince(in *Intent) time.Time {
+	if in == nil {
+		return time.Time{}
+	}
+	t := in.Created
+	if in.Move != nil && in.Move.Started.After(t) {
+		t = in.Move.Started
+	}
+	return t.Truncate(time.Second)
+}
+
+// taskOfThisGuest reports whether a task of the guest's VMID that started
+// at started ran on this guest rather than on an earlier one with the
+// same VMID (VMIDs are reused, across VDCs too): it started at or after
+// ownedSince, in the same second counting as this guest's.
+func taskOfThisGuest(started time.Time, in *Intent) bool {
+	return !started.Truncate(time.Second).Before(ownedSince(in))
 }

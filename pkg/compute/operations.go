@@ -189,10 +189,11 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		}
 		return op, nil
 	}
-	// The id is the client's to forge: the task must be one of this VM,
-	// on its node, of the kind the id says, before Proxmox is asked.
+	// The id is the client's to forge: the task must be one of this VM
+	// (not of an earlier guest with its VMID), on its node, of the kind
+	// the id says, before Proxmox is asked.
 	u, err := pveapi.ParseUPID(ref.upid)
-	if err != nil || !ownTask(u, g, ref.kind) {
+	if err != nil || !ownTask(u, g, in, ref.kind) {
 		return nil, newError(KindNotFound, "no such operation")
 	}
 	if ref.kind == OpMigrate {

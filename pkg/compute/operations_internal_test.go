@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -36,5 +37,36 @@ func TestVMStatusIsPveapiState(t *testing.T) {
 				t.Errorf("status %q lock %q: %s, pveapi says %s", status, lock, got, g.State(tenancy.Creating(g.Tags())))
 			}
 		}
+	}
+}
+
+// TestTaskOfThisGuest: a task counts as the guest's from the second of its
+// create on, or, once it moved across zones, from the second the move
+// made the target guest; every task counts for a guest with no intent.
+func TestTaskOfThisGuest(t *testing.T) {
+	created := time.Date(2025, 3, 1, 10, 0, 0, 700e6, time.UTC)
+	moved := created.Add(time.Hour)
+	in := &Intent{Created: created}
+	inMoved := &Intent{Created: created, Move: &MoveIntent{Started: moved}}
+	for _, c := range []struct {
+		in      *Intent
+		started time.Time
+		want    bool
+	}{
+		{nil, time.Unix(1, 0), true},
+		{in, created.Truncate(time.Second), true}, // the create's second
+		{in, created.Add(-time.Second), false},
+		{in, created.Add(time.Minute), true},
+		{inMoved, created.Add(time.Minute), false}, // the guest at the place before
+		{inMoved, moved.Truncate(time.Second), true},
+		{inMoved, moved.Add(time.Second), true},
+	} {
+		if got := taskOfThisGuest(c.started, c.in); got != c.want {
+			t.Errorf("task at %s, intent %+v: %v, want %v", c.started, c.in, got, c.want)
+		}
+	}
+	u, err := pveapi.ParseUPID("UPID:pve1:000032F4:0083D614:6B148084:qmstart:101:root@pam:")
+	if err != nil || !u.Started.Equal(time.Unix(0x6B148084, 0)) {
+		t.Errorf("ParseUPID: %+v, %v", u, err)
 	}
 }

@@ -54,6 +54,9 @@ type UPID struct {
 	// ID is the object the task works on: a guest's VMID for guest tasks,
 	// "" for some.
 	ID string
+	// Started is when the task started, in whole seconds (zero if the
+	// UPID does not say).
+	Started time.Time
 }
 
 // ParseUPID splits a task id into its fields.
@@ -62,7 +65,11 @@ func ParseUPID(upid string) (UPID, error) {
 	if len(parts) < 8 || parts[0] != "UPID" || parts[1] == "" || parts[5] == "" {
 		return UPID{}, fmt.Errorf("pveapi: malformed UPID %q", upid)
 	}
-	return UPID{Node: parts[1], Type: parts[5], ID: parts[6]}, nil
+	u := UPID{Node: parts[1], Type: parts[5], ID: parts[6]}
+	if sec, err := strconv.ParseUint(parts[4], 16, 32); err == nil {
+		u.Started = time.Unix(int64(sec), 0)
+	}
+	return u, nil
 }
 
 // TypeOfUPID returns the task type a UPID names, or "" if it names none.
