@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"errors"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/model"
@@ -80,27 +79,6 @@ func rolloutModel(ro *rollout.Rollout) *model.AgentUpdateOperation {
 func releaseModel(p *release.Published) *model.AgentRelease {
 	m := p.Manifest
 	return &model.AgentRelease{Version: m.Version, Platform: m.Platform, Size: int(m.Size), Sha256: m.SHA256, MinVersion: optional(m.MinVersion), NotAfter: m.NotAfter}
-}
-
-// rolloutError maps a refused rollout to the API's codes.
-func rolloutError(err error) error {
-	var re *rollout.Error
-	if !errors.As(err, &re) {
-		return err
-	}
-	field := "input." + re.Field
-	switch re.Kind {
-	case rollout.KindBadInput:
-		return apierr.BadInput(field, "%s: %s", field, re.Message)
-	case rollout.KindNotFound:
-		e := apierr.New(apierr.NotFound, "%s: %s", field, re.Message)
-		e.Field = field
-		return e
-	default:
-		e := apierr.New(apierr.Conflict, "%s", re.Message)
-		e.Field = field
-		return e
-	}
 }
 
 func releasesUnavailable() error {

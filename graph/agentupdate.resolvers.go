@@ -36,7 +36,7 @@ func (r *mutationResolver) UpdateAgents(ctx context.Context, input model.UpdateA
 	}
 	ro, err := r.Rollouts.Start(ctx, req)
 	if err != nil {
-		return nil, rolloutError(err)
+		return nil, apierr.From(err, "input")
 	}
 	return rolloutModel(ro), nil
 }

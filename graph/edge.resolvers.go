@@ -7,19 +7,48 @@ package graph
 
 import (
 	"context"
+	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
 // CreateExternalNetwork is the resolver for the createExternalNetwork field.
 func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error) {
-	return r.createExternalNetwork(ctx, input)
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zs, err := r.zonesOf(ctx, &input.Zone, "input.zone")
+	if err != nil {
+		return nil, err
+	}
+	n := &catalog.ExternalNetwork{ExternalNetworkSpec: catalog.ExternalNetworkSpec{Description: deref(input.Description), Bridge: input.Bridge,
+		CIDR: input.Cidr, Gateway: input.Gateway, PoolStart: input.PoolStart, PoolEnd: input.PoolEnd}}
+	n.Name = zs[0].Name
+	created, err := svc.CreateExternalNetwork(ctx, n)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return externalNetworkModel(created), nil
 }
 
 // CreateFirewallRule is the resolver for the createFirewallRule field.
 func (r *mutationResolver) CreateFirewallRule(ctx context.Context, input model.CreateFirewallRuleInput) (*model.FirewallRule, error) {
-	return r.createFirewallRule(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	rule, pos, err := svc.CreateFirewallRule(ctx, scope.VDC.Name, r.edgeZone(ctx, scope.VDC.Name, input.Zone, "input.zone"), ruleSpec(input))
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return firewallRuleModel(rule, pos), nil
 }
 
 // DeleteFirewallRule is the resolver for the deleteFirewallRule field.
@@ -32,7 +61,17 @@ func (r *mutationResolver) DeleteFirewallRule(ctx context.Context, id string) (*
 
 // CreatePortForward is the resolver for the createPortForward field.
 func (r *mutationResolver) CreatePortForward(ctx context.Context, input model.CreatePortForwardInput) (*model.PortForward, error) {
-	return r.createPortForward(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	pf, zoneID, err := svc.CreatePortForward(ctx, scope.VDC.Name, gateways.PortForwardSpec{VM: input.VMID, Protocol: strings.ToLower(string(input.Protocol)),
+		PublicPort: input.PublicPort, TargetPort: input.TargetPort, PublicAddress: input.PublicAddress})
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return portForwardModel(zoneID, pf), nil
 }
 
 // DeletePortForward is the resolver for the deletePortForward field.
@@ -45,7 +84,16 @@ func (r *mutationResolver) DeletePortForward(ctx context.Context, id string) (*m
 
 // CreateOneToOneAddress is the resolver for the createOneToOneAddress field.
 func (r *mutationResolver) CreateOneToOneAddress(ctx context.Context, input model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error) {
-	return r.createOneToOneAddress(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	o, zoneID, err := svc.CreateOneToOne(ctx, scope.VDC.Name, input.VMID, input.PublicAddress)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return oneToOneModel(zoneID, o), nil
 }
 
 // DeleteOneToOneAddress is the resolver for the deleteOneToOneAddress field.
@@ -58,19 +106,84 @@ func (r *mutationResolver) DeleteOneToOneAddress(ctx context.Context, id string)
 
 // UpdateEdgeGateway is the resolver for the updateEdgeGateway field.
 func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error) {
-	return r.updateEdgeGateway(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	var z zones.Zone
+	g, err := svc.SetLimits(ctx, scope.VDC.Name, func() (name string, err error) {
+		z, err = r.placeableZone(ctx, scope.VDC.Name, input.Zone, "input.zone")
+		return z.Name, err
+	}, input.EgressMbps, input.IngressMbps)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return r.edgeGatewayModel(svc.View(ctx, z.ID, g)), nil
 }
 
 func (r *mutationResolver) DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error) {
-	return r.deleteEdgeGateway(ctx, id)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zone, released, err := svc.DeleteByID(ctx, scope.VDC.Name, id)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	out := &model.DeletedEdgeGateway{ID: id, Zone: zone, ReleasedAddresses: []string{}}
+	for _, a := range released {
+		out.ReleasedAddresses = append(out.ReleasedAddresses, a.String())
+	}
+	return out, nil
 }
 
 // EdgeGateways is the resolver for the edgeGateways field.
 func (r *queryResolver) EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error) {
-	return r.edgeGateways(ctx, zone, first, after)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zs, err := r.zonesOf(ctx, zone, "zone")
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]string{}
+	for _, z := range zs {
+		ids[z.Name] = z.ID
+	}
+	p, err := svc.Page(ctx, scope.VDC.Name, ids, first, after)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	out := &model.EdgeGatewayConnection{Edges: []*model.EdgeGatewayEdge{}, Nodes: []*model.EdgeGateway{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i, v := range p.Items {
+		out.Nodes = append(out.Nodes, r.edgeGatewayModel(v))
+		out.Edges = append(out.Edges, &model.EdgeGatewayEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }
 
 // ExternalNetworks is the resolver for the externalNetworks field.
 func (r *queryResolver) ExternalNetworks(ctx context.Context, first *int, after *string) (*model.ExternalNetworkConnection, error) {
-	return r.externalNetworks(ctx, first, after)
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := svc.ExternalNetworks(ctx)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	p, err := paging.List(ns, func(n *catalog.ExternalNetwork) string { return paging.Key(n.Name) }, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	out := &model.ExternalNetworkConnection{Edges: []*model.ExternalNetworkEdge{}, Nodes: []*model.ExternalNetwork{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i, n := range p.Items {
+		out.Nodes = append(out.Nodes, externalNetworkModel(n))
+		out.Edges = append(out.Edges, &model.ExternalNetworkEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }

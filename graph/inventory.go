@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 
-	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
@@ -24,29 +21,6 @@ import (
 
 // Helpers of the inventory and network resolvers: the per-request state,
 // partial answers and the translation of the estate into the API's types.
-
-type requestKey struct{}
-
-// request is the state of one GraphQL operation.
-type request struct {
-	once sync.Once
-	read *estate.Read // the operation's view of the estate, made by once
-}
-
-// WithRequest returns ctx carrying the state of one operation: its view of
-// the estate (each zone is read once per operation, and reported
-// unavailable once). The API handler calls it for every query and mutation
-// (not for subscriptions, which must read afresh).
-func WithRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, &request{})
-}
-
-func requestFrom(ctx context.Context) *request {
-	if r, ok := ctx.Value(requestKey{}).(*request); ok {
-		return r
-	}
-	return nil
-}
 
 // estate returns the estate's read service: Estate, or one built over
 // Zones at first use and shared by every request (so that its bound on the
@@ -66,14 +40,7 @@ func (r *Resolver) estate() *estate.Service {
 }
 
 // session returns the operation's view of the estate.
-func (r *Resolver) session(ctx context.Context) *estate.Read {
-	req := requestFrom(ctx)
-	if req == nil {
-		return r.estate().NewRead()
-	}
-	req.once.Do(func() { req.read = r.estate().NewRead() })
-	return req.read
-}
+func (r *Resolver) session(ctx context.Context) *estate.Read { return r.estate().ReadOf(ctx) }
 
 // viewer is who reads the estate: the caller and the request's VDC.
 func viewer(ctx context.Context) estate.Viewer {
@@ -96,13 +63,13 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 	if name == nil {
 		all, err := r.estate().Known(ctx)
 		if err != nil && r.firstReport(ctx, "") {
-			graphql.AddError(ctx, estateError(err))
+			graphql.AddError(ctx, apierr.From(err, ""))
 		}
 		return all, nil
 	}
 	z, err := r.session(ctx).Named(ctx, viewer(ctx), *name, field)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	return []zones.Zone{z}, nil
 }
@@ -138,28 +105,6 @@ func (r *Resolver) reportDown(ctx context.Context, err error, more ...*estate.Zo
 		return true
 	}
 	return false
-}
-
-// estateError maps an error of the estate's read service.
-func estateError(err error) error {
-	if ze := (*estate.ZoneError)(nil); errors.As(err, &ze) {
-		return apierr.ZoneDown(ze.Zone.Name, ze.Err)
-	}
-	return apierr.From(err, "")
-}
-
-// maxFirst bounds every list's first.
-const maxFirst = 1000
-
-// limit checks a list's first argument.
-func limit(first *int, def int) (int, error) {
-	if first == nil {
-		return def, nil
-	}
-	if *first < 0 || *first > maxFirst {
-		return 0, apierr.BadInput("first", "first: must be between 0 and %d", maxFirst)
-	}
-	return *first, nil
 }
 
 func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
@@ -255,36 +200,6 @@ func (r *Resolver) hostFigures(ctx context.Context, h *model.Host) (estate.HostF
 // another VDC or gone.
 func vmNotFound() error { return apierr.New(apierr.NotFound, "VM not found") }
 
-// zoneHostsCost is what Zone.hosts counts as in query complexity.
-const zoneHostsCost = 8
-
-// Complexity returns the query complexity of list fields: their children's
-// cost times the number of items they may return (first); every other
-// field costs 1 plus its children.
-func Complexity() generated.ComplexityRoot {
-	var c generated.ComplexityRoot
-	times := func(child int, first *int, def int) int {
-		n := def
-		if first != nil && *first > 0 {
-			n = *first
-		}
-		return 1 + child*n
-	}
-	c.Query.Zones = func(child int, first *int, _ *string) int { return times(child, first, 20) }
-	c.Query.Hosts = func(child int, _, _ *string, first *int) int { return times(child, first, 50) }
-	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
-	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
-	c.VM.Operations = func(child int, first *int) int { return times(child, first, 20) }
-	// A connection costs its children (edges, nodes, pageInfo) times first.
-	c.Query.ZonesConnection = func(child int, first *int, _, _ *string) int { return times(child, first, 20) }
-	c.Query.HostsConnection = func(child int, _, _ *string, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.VmsConnection = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.NetworksConnection = func(child int, _ *string, first *int, _ *string) int { return times(child, first, 50) }
-	c.VM.OperationsConnection = func(child int, first *int, _ *string) int { return times(child, first, 20) }
-	return c
-}
-
 // Enrollment keys.
 
 func keysUnavailable() error {
@@ -332,31 +247,9 @@ func networkModel(zm *model.Zone, n network.Network, zoneID string) *model.Netwo
 	return m
 }
 
-// networkError classifies the errors of package network.
-func networkError(err error) error {
-	var ie *network.InputError
-	switch {
-	case errors.As(err, &ie):
-		return apierr.BadInput("input."+ie.Field, "input.%s: %s", ie.Field, ie.Message)
-	case errors.Is(err, network.ErrExists):
-		return &apierr.Error{Code: apierr.Conflict, Message: "the VDC already has a network of that name in the zone", Cause: err}
-	case errors.Is(err, network.ErrInUse):
-		msg := err.Error()
-		if _, after, ok := strings.Cut(msg, network.ErrInUse.Error()+": "); ok {
-			msg = "the network is in use: " + after
-		}
-		return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
-	}
-	return err
-}
-
-// zoneError reports an error caused by a zone without a reachable agent
-// as ZONE_UNAVAILABLE; other errors pass.
+// zoneError is err, or ZONE_UNAVAILABLE when z's agent cannot be reached
+// or did not answer in time.
 func zoneError(z zones.Zone, err error) error {
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
-		return err
-	}
 	if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
 		return apierr.ZoneDown(z.Name, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -767,7 +768,7 @@ func TestInventory(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 24 {
 			wg.Go(func() {
-				vms, err := r.Query().Vms(graph.WithRequest(scoped), nil, nil, nil)
+				vms, err := r.Query().Vms(estate.WithRead(scoped), nil, nil, nil)
 				if err != nil || len(vms) != 3 {
 					t.Errorf("vms: %d, %v", len(vms), err)
 				}

@@ -2,11 +2,9 @@ package graph
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
@@ -111,12 +109,4 @@ func taintInputs(in []*model.NodeTaintInput) []tenantkube.Taint {
 		out = append(out, tenantkube.Taint{Key: t.Key, Value: deref(t.Value), Effect: eff})
 	}
 	return out
-}
-
-// kubeUser is the user name of the caller's kubeconfigs in tenant clusters.
-func kubeUser(p *auth.Principal) string {
-	if p.Email != "" && !strings.ContainsAny(p.Email, "\n\x00") {
-		return p.Email
-	}
-	return "oidc:" + p.Subject
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
@@ -82,7 +83,7 @@ func (r *mutationResolver) IssueKubeconfig(ctx context.Context, cluster string) 
 		return nil, err
 	}
 	readOnly := !scope.Role.AtLeast(auth.RoleMember)
-	kc, exp, err := r.Kubernetes.Kubeconfig(ctx, scope.VDC.Name, cluster, kubeUser(p), readOnly)
+	kc, exp, err := r.Kubernetes.Kubeconfig(ctx, scope.VDC.Name, cluster, p.KubeUser(), readOnly)
 	if err != nil {
 		return nil, kubeErr(err)
 	}
@@ -95,16 +96,16 @@ func (r *queryResolver) KubernetesClusters(ctx context.Context, first *int, afte
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	p, err := paginate(cs, func(c *tenantkube.Cluster) string { return sortKey(c.Name, c.ID) }, first, 50, after)
+	p, err := paging.List(cs, func(c *tenantkube.Cluster) string { return paging.Key(c.Name, c.ID) }, first, 50, after)
 	if err != nil {
 		return nil, err
 	}
 	out := &model.KubernetesClusterConnection{Edges: []*model.KubernetesClusterEdge{}, Nodes: []*model.KubernetesCluster{},
-		PageInfo: p.info, TotalCount: p.total}
-	for i, c := range p.items {
+		PageInfo: p.Info(), TotalCount: p.Total}
+	for i, c := range p.Items {
 		m := r.kubeClusterModel(c)
 		out.Nodes = append(out.Nodes, m)
-		out.Edges = append(out.Edges, &model.KubernetesClusterEdge{Cursor: p.cursors[i], Node: m})
+		out.Edges = append(out.Edges, &model.KubernetesClusterEdge{Cursor: p.Cursors[i], Node: m})
 	}
 	return out, nil
 }

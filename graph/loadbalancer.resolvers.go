@@ -11,11 +11,14 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
 func (r *loadBalancerResolver) ID(ctx context.Context, obj *catalog.LoadBalancer) (string, error) {
-	return loadBalancerID(obj), nil
+	return loadbalancer.ID(obj), nil
 }
 
 func (r *loadBalancerResolver) Name(ctx context.Context, obj *catalog.LoadBalancer) (string, error) {
@@ -31,7 +34,7 @@ func (r *loadBalancerResolver) Listeners(ctx context.Context, obj *catalog.LoadB
 }
 
 func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.BackendPool, error) {
-	return r.lbPools(ctx, obj), nil
+	return r.lbPools(ctx, obj)
 }
 
 func (r *loadBalancerResolver) Certificates(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.TLSCertificate, error) {
@@ -43,19 +46,72 @@ func (r *loadBalancerResolver) CreatedAt(ctx context.Context, obj *catalog.LoadB
 }
 
 func (r *mutationResolver) CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error) {
-	return r.createLoadBalancer(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	z, err := r.placeableZone(ctx, scope.VDC.Name, input.Zone, "input.zone")
+	if err != nil {
+		return nil, err
+	}
+	out, err := svc.CreateBalancer(ctx, scope.VDC.Name, z.Name, input.Name, lbSpec(input.Description, input.Listeners, input.Pools, input.Certificates))
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) UpdateLoadBalancer(ctx context.Context, input model.UpdateLoadBalancerInput) (*catalog.LoadBalancer, error) {
-	return r.updateLoadBalancer(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	name, err := loadbalancer.ParseID(input.ID)
+	var out *catalog.LoadBalancer
+	if err == nil {
+		out, err = svc.UpdateBalancer(ctx, scope.VDC.Name, name, lbSpec(input.Description, input.Listeners, input.Pools, input.Certificates))
+	}
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) DeleteLoadBalancer(ctx context.Context, id string) (*model.DeletedLoadBalancer, error) {
-	return r.deleteLoadBalancer(ctx, id)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	name, err := loadbalancer.ParseID(id)
+	if err == nil {
+		err = svc.DeleteBalancer(ctx, scope.VDC.Name, name)
+	}
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return &model.DeletedLoadBalancer{ID: id}, nil
 }
 
 func (r *queryResolver) LoadBalancers(ctx context.Context, zone *string, first *int, after *string) (*model.LoadBalancerConnection, error) {
-	return r.loadBalancers(ctx, zone, first, after)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	lbs, err := svc.Balancers(ctx, scope.VDC.Name, deref(zone))
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	p, err := paging.List(lbs, func(lb *catalog.LoadBalancer) string { return paging.Key(lb.ShortName()) }, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	return &model.LoadBalancerConnection{Edges: paging.Edges(p, func(c string, lb *catalog.LoadBalancer) *model.LoadBalancerEdge {
+		return &model.LoadBalancerEdge{Cursor: c, Node: lb}
+	}), Nodes: p.Items, PageInfo: p.Info(), TotalCount: p.Total}, nil
 }
 
 func (r *queryResolver) LoadBalancer(ctx context.Context, id string) (*catalog.LoadBalancer, error) {

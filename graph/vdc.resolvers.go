@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // CreateVdc is the resolver for the createVDC field.
@@ -73,11 +74,12 @@ func (r *queryResolver) Vdc(ctx context.Context, name string) (*catalog.VDC, err
 	if err != nil {
 		return nil, err
 	}
-	s, err := ResolveVDC(ctx, r.Catalog, p, name)
+	_, member := p.RoleIn(name)
+	v, err := vdc.Resolve(ctx, r.Catalog, name, member)
 	if err != nil {
 		return nil, fail(err)
 	}
-	return s.VDC, nil
+	return v, nil
 }
 
 // CurrentVdc is the resolver for the currentVDC field.

@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -96,7 +97,7 @@ func (r *vMResolver) MigrationZones(ctx context.Context, obj *model.VM) ([]*mode
 	}
 	targets, down, err := r.session(ctx).MigrationTargets(ctx, scope.VDC.Name, obj.Place.ZoneID)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	r.reportDown(ctx, nil, down...)
 	out := make([]*model.MigrationZone, 0, len(targets))

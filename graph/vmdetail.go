@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -77,35 +78,25 @@ func positive(n int) *int {
 	return &n
 }
 
-func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) ([]*model.Operation, error) {
+// history is the operations that ran on vm, newest first, at most n
+// (default 20); none when its zone fails (reported).
+func (r *Resolver) history(ctx context.Context, vm *model.VM, n *int) ([]compute.Operation, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
 		return nil, vmNotFound()
-	}
-	n := 20
-	if first != nil {
-		n = *first
 	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
 	}
-	if n < 1 || n > compute.MaxHistory {
+	if n != nil && (*n < 1 || *n > compute.MaxHistory) {
 		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
 	}
-	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, n)
-	err = computeError(err, "")
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.Operation{}, nil
+	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, cmp.Or(deref(n), 20))
+	if err = computeError(err, ""); r.zoneFailed(ctx, vm, err) {
+		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*model.Operation, 0, len(ops))
-	for i := range ops {
-		out = append(out, opModel(&ops[i]))
-	}
-	return out, nil
+	return ops, err
 }
 
 // vmCounters reads vm's byte counters off the zone's resources (the
@@ -114,7 +105,7 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 func (r *Resolver) vmCounters(ctx context.Context, vm *model.VM) (estate.Counters, error) {
 	c, err := r.session(ctx).Counters(ctx, vm.Place)
 	if err != nil {
-		return c, estateError(err)
+		return c, apierr.From(err, "")
 	}
 	return c, nil
 }

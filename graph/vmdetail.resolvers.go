@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
 // Nics is the resolver for the nics field.
@@ -74,7 +75,15 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 
 // Operations is the resolver for the operations field.
 func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error) {
-	return r.vmOperations(ctx, obj, first)
+	ops, err := r.history(ctx, obj, first)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.Operation, 0, len(ops))
+	for i := range ops {
+		out = append(out, opModel(&ops[i]))
+	}
+	return out, nil
 }
 
 // OperationsConnection is the resolver for the operationsConnection field.
@@ -82,15 +91,17 @@ func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, fi
 	if first != nil && (*first < 1 || *first > compute.MaxHistory) {
 		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
 	}
-	ops, err := r.vmOperations(ctx, obj, ptr(compute.MaxHistory))
+	ops, err := r.history(ctx, obj, ptr(compute.MaxHistory))
 	if err != nil {
 		return nil, err
 	}
-	p, err := paginate(ops, opKey, first, 20, after)
+	p, err := paging.List(ops, compute.HistoryKey, first, 20, after)
 	if err != nil {
 		return nil, err
 	}
-	return operationConnection(p), nil
+	return &model.OperationConnection{Edges: paging.Edges(p, func(c string, op compute.Operation) *model.OperationEdge {
+		return &model.OperationEdge{Cursor: c, Node: opModel(&op)}
+	}), Nodes: []*model.Operation{}, PageInfo: p.Info(), TotalCount: p.Total}, nil
 }
 
 // NetInBytes is the resolver for the netInBytes field.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/auth"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -35,7 +36,7 @@ type ResolverRoot interface {
 
 type DirectiveRoot struct {
 	PlatformAdmin func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
-	Vdc           func(ctx context.Context, obj any, next graphql.Resolver, role model.VDCRole) (res any, err error)
+	Vdc           func(ctx context.Context, obj any, next graphql.Resolver, role auth.Role) (res any, err error)
 }
 
 type ComplexityRoot struct {

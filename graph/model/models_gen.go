@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -504,7 +506,7 @@ type EdgeGatewayConnection struct {
 	// The gateways of the page (the edges' nodes).
 	Nodes []*EdgeGateway `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many gateways match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -562,7 +564,7 @@ type ExternalNetworkConnection struct {
 	// The networks of the page (the edges' nodes).
 	Nodes []*ExternalNetwork `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many networks there are in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -677,7 +679,7 @@ type HostConnection struct {
 	// The hosts of the page (the edges' nodes).
 	Nodes []*Host `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many hosts match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -769,7 +771,7 @@ type KubernetesClusterConnection struct {
 	// The clusters of this page.
 	Nodes []*KubernetesCluster `json:"nodes"`
 	// Where this page is.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many clusters the VDC has in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -801,7 +803,7 @@ type LoadBalancerConnection struct {
 	// The balancers of this page.
 	Nodes []*catalog.LoadBalancer `json:"nodes"`
 	// Where this page is.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many balancers match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -968,7 +970,7 @@ type NetworkConnection struct {
 	// The networks of the page (the edges' nodes).
 	Nodes []*Network `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many networks match in all (in the zones that answered).
 	TotalCount int `json:"totalCount"`
 }
@@ -1096,7 +1098,7 @@ type OperationConnection struct {
 	// The operations of the page (the edges' nodes).
 	Nodes []*Operation `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many operations there are in all (of the newest 100).
 	TotalCount int `json:"totalCount"`
 }
@@ -1117,18 +1119,6 @@ type OperationProgress struct {
 	BytesTotal float64 `json:"bytesTotal"`
 	// The current rate in bytes per second (0 when unknown).
 	BytesPerSecond float64 `json:"bytesPerSecond"`
-}
-
-// Where a page of a connection lies in the whole list.
-type PageInfo struct {
-	// Whether there are items after this page (pass endCursor as after to get them).
-	HasNextPage bool `json:"hasNextPage"`
-	// Whether there are items before this page (true when after was given and matched items).
-	HasPreviousPage bool `json:"hasPreviousPage"`
-	// The cursor of the page's first edge; null for an empty page.
-	StartCursor *string `json:"startCursor,omitempty"`
-	// The cursor of the page's last edge; null for an empty page.
-	EndCursor *string `json:"endCursor,omitempty"`
 }
 
 // Sends HTTP requests whose path starts with pathPrefix to a pool.
@@ -1338,7 +1328,7 @@ type VDCAccess struct {
 	// The VDC.
 	Vdc *catalog.VDC `json:"vdc"`
 	// The caller's role in it.
-	Role VDCRole `json:"role"`
+	Role auth.Role `json:"role"`
 }
 
 // Quotas of a VDC (0 allows none).
@@ -1445,7 +1435,7 @@ type VMConnection struct {
 	// The VMs of the page (the edges' nodes).
 	Nodes []*VM `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many VMs match the filter in all (in the zones that answered).
 	TotalCount int `json:"totalCount"`
 }
@@ -1559,7 +1549,7 @@ type ZoneConnection struct {
 	// The zones of the page (the edges' nodes).
 	Nodes []*Zone `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many zones there are in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -2663,67 +2653,6 @@ func (e *TaintEffect) UnmarshalJSON(b []byte) error {
 }
 
 func (e TaintEffect) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// A role within one VDC.
-type VDCRole string
-
-const (
-	// Manages the VDC.
-	VDCRoleAdmin VDCRole = "ADMIN"
-	// Creates and runs resources in the VDC.
-	VDCRoleMember VDCRole = "MEMBER"
-	// Reads the VDC.
-	VDCRoleViewer VDCRole = "VIEWER"
-)
-
-var AllVDCRole = []VDCRole{
-	VDCRoleAdmin,
-	VDCRoleMember,
-	VDCRoleViewer,
-}
-
-func (e VDCRole) IsValid() bool {
-	switch e {
-	case VDCRoleAdmin, VDCRoleMember, VDCRoleViewer:
-		return true
-	}
-	return false
-}
-
-func (e VDCRole) String() string {
-	return string(e)
-}
-
-func (e *VDCRole) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = VDCRole(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid VDCRole", str)
-	}
-	return nil
-}
-
-func (e VDCRole) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *VDCRole) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e VDCRole) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -57,7 +57,7 @@ type Config struct {
 	MaxDepth int
 	// MaxComplexity bounds the complexity of an operation (each field costs
 	// 1 plus its children; list fields their children times first, see
-	// graph.Complexity); 0 is 1000.
+	// complexity); 0 is 1000.
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
@@ -134,8 +134,8 @@ func New(cfg Config) (http.Handler, error) {
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
-		Directives: graph.Directives(),
-		Complexity: graph.Complexity(),
+		Directives: directives(),
+		Complexity: complexity(),
 	}))
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 10 * time.Second,
@@ -197,7 +197,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
 	ctx := r.Context()
 	if v := r.Header.Get(graph.VDCHeader); v != "" {
-		ctx = graph.WithVDCName(ctx, v)
+		ctx = withVDCName(ctx, v)
 	}
 	header := r.Header.Get("Authorization")
 	// Browsers cannot set headers on websocket upgrades: such connections
@@ -251,7 +251,7 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, r *http.Request, err
 // reached with 1013 ("try again later") and "UNAVAILABLE: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
-		ctx = graph.WithVDCName(ctx, v)
+		ctx = withVDCName(ctx, v)
 	}
 	if header := payload.Authorization(); header != "" {
 		tok, err := auth.BearerToken(header)
@@ -287,13 +287,13 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 	return ctx, nil, err
 }
 
-// aroundOperation begins the operation's state (graph.BeginOperation: a
+// aroundOperation begins the operation's state (beginOperation: a
 // caller is required, and the FlexPlane-VDC-ID header names a VDC the
 // caller may use, else NOT_FOUND); a refusal fails the whole operation.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	subscription := oc.Operation != nil && oc.Operation.Operation == ast.Subscription
-	ctx, err := graph.BeginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
+	ctx, err := beginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
 	if err != nil {
 		return h.fail(ctx, err)
 	}
