@@ -1,8 +1,6 @@
 package graph
 
 import (
-	"slices"
-
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -31,30 +29,20 @@ func kubeArgErr(err error) error {
 	return kubeErr(err)
 }
 
-// kubePhases maps Cluster API's phases of a Cluster.
+// kubePhases maps a cluster's State.
 var kubePhases = map[string]model.KubernetesClusterPhase{
-	"":             model.KubernetesClusterPhasePending,
-	"Pending":      model.KubernetesClusterPhasePending,
-	"Provisioning": model.KubernetesClusterPhaseProvisioning,
-	"Provisioned":  model.KubernetesClusterPhaseProvisioned,
-	"Deleting":     model.KubernetesClusterPhaseDeleting,
-	"Failed":       model.KubernetesClusterPhaseFailed,
+	"Pending": model.KubernetesClusterPhasePending, "Provisioning": model.KubernetesClusterPhaseProvisioning,
+	"Provisioned": model.KubernetesClusterPhaseProvisioned, "Deleting": model.KubernetesClusterPhaseDeleting,
+	"Failed": model.KubernetesClusterPhaseFailed, "Unknown": model.KubernetesClusterPhaseUnknown,
 }
 
 func (r *Resolver) kubeClusterModel(c *tenantkube.Cluster) *model.KubernetesCluster {
-	phase, ok := kubePhases[c.Phase]
-	if !ok {
-		phase = model.KubernetesClusterPhaseUnknown
-	}
-	if c.Deleting {
-		phase = model.KubernetesClusterPhaseDeleting
-	}
 	zm := &model.Zone{ID: c.Zone, Name: c.Zone}
 	if z, ok := r.estate().ZoneNamed(c.Zone); ok {
 		zm = zoneModel(z, r.agentTarget())
 	}
 	m := &model.KubernetesCluster{ID: c.ID, Name: c.Name, Zone: zm, NetworkID: c.Network, Version: c.Version,
-		ServiceCidr: c.ServiceCIDR, PodCidr: c.PodCIDR, Endpoint: optional(c.Endpoint), Phase: phase,
+		ServiceCidr: c.ServiceCIDR, PodCidr: c.PodCIDR, Endpoint: optional(c.Endpoint), Phase: kubePhases[c.State()],
 		ControlPlaneReady: c.ControlPlaneReady, ControlPlane: []*model.ControlPlaneComponent{}, Conditions: []*model.KubernetesCondition{},
 		NodePools: []*model.NodePool{}, CreatedAt: c.Created}
 	if c.ControlPlaneReady && c.RunningVersion != "" {
@@ -82,13 +70,8 @@ var taintEffects = map[string]model.TaintEffect{
 func nodePoolModel(p *tenantkube.NodePool) *model.NodePool {
 	m := &model.NodePool{ID: p.ID, ClusterID: p.Cluster, Name: p.Name, ComputeProfile: p.ComputeProfile, StorageProfile: p.StorageProfile,
 		Size: p.Size, Workers: p.Workers, ReadyWorkers: p.Ready, Version: p.Version, UpToDateWorkers: p.UpToDate, Labels: []*model.NodeLabel{}, Taints: []*model.NodeTaint{}, Deleting: p.Deleting}
-	keys := make([]string, 0, len(p.Labels))
-	for k := range p.Labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		m.Labels = append(m.Labels, &model.NodeLabel{Key: k, Value: p.Labels[k]})
+	for _, l := range p.SortedLabels() {
+		m.Labels = append(m.Labels, &model.NodeLabel{Key: l[0], Value: l[1]})
 	}
 	for _, t := range p.Taints {
 		m.Taints = append(m.Taints, &model.NodeTaint{Key: t.Key, Value: t.Value, Effect: taintEffects[t.Effect]})

@@ -981,3 +981,30 @@ func ClusterStatusCondition(c *Cluster, t string) string {
 	}
 	return ""
 }
+
+// The phases Cluster API gives a Cluster, as State reports them.
+var capiPhases = map[string]bool{"Pending": true, "Provisioning": true, "Provisioned": true, "Deleting": true, "Failed": true}
+
+// State is c's phase as the API shows it: Deleting once its delete began,
+// Pending before Cluster API gives it a phase, Unknown for a phase Cluster
+// API did not have, else Cluster API's phase.
+func (c *Cluster) State() string {
+	switch {
+	case c.Deleting:
+		return "Deleting"
+	case c.Phase == "":
+		return "Pending"
+	case !capiPhases[c.Phase]:
+		return "Unknown"
+	}
+	return c.Phase
+}
+
+// SortedLabels are the pool's labels sorted by key, as key and value.
+func (p *NodePool) SortedLabels() [][2]string {
+	out := make([][2]string, 0, len(p.Labels))
+	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+		out = append(out, [2]string{k, p.Labels[k]})
+	}
+	return out
+}
