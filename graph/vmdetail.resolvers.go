@@ -99,9 +99,12 @@ func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, fi
 	if err != nil {
 		return nil, err
 	}
-	return &model.OperationConnection{Edges: paging.Edges(p, func(c string, op compute.Operation) *model.OperationEdge {
-		return &model.OperationEdge{Cursor: c, Node: opModel(&op)}
-	}), Nodes: []*model.Operation{}, PageInfo: p.Info(), TotalCount: p.Total}, nil
+	out := &model.OperationConnection{Edges: []*model.OperationEdge{}, Nodes: []*model.Operation{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i := range p.Items {
+		out.Nodes = append(out.Nodes, opModel(&p.Items[i]))
+		out.Edges = append(out.Edges, &model.OperationEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }
 
 // NetInBytes is the resolver for the netInBytes field.

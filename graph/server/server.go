@@ -39,6 +39,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 // Config configures the GraphQL handler. Verifier and Resolver are
@@ -310,8 +311,13 @@ func (h *apiHandler) fail(ctx context.Context, err error) graphql.ResponseHandle
 // else is logged and shown as INTERNAL.
 func (h *apiHandler) present(ctx context.Context, err error) *gqlerror.Error {
 	gqlErr := graphql.DefaultErrorPresenter(ctx, err)
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
+	var (
+		ae *apierr.Error
+		fe *fault.Error
+	)
+	if errors.As(err, &ae) || errors.As(err, &fe) {
+		ae = apierr.From(err, "") // a service's kinded error, as paging's on first and after
+
 		if ae.Code == apierr.Internal {
 			h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", ae)
 		}
