@@ -72,7 +72,7 @@ func (r *Resolver) networkPage(ctx context.Context, zone *string, first *int, af
 	if err != nil {
 		return paging.Page[*model.Network]{}, err
 	}
-	byZone, down := r.estate().NetworksOf(ctx, zs, scope.VDC.Name)
+	byZone, down := r.Estate.NetworksOf(ctx, zs, scope.VDC.Name)
 	r.reportDown(ctx, nil, down...)
 	var all []*model.Network
 	for _, z := range zs {

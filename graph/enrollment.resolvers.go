@@ -43,14 +43,14 @@ func (r *mutationResolver) RevokeEnrollmentKey(ctx context.Context, id string) (
 	if r.Keys == nil {
 		return nil, keysUnavailable()
 	}
-	k, err := r.agentKey(ctx, id)
+	k, err := meshcontrol.AgentKeyOf(ctx, r.Keys, id)
 	if err != nil {
 		return nil, err
 	}
 	if err := r.Keys.RevokeKey(ctx, k.ID); err != nil {
 		return nil, fmt.Errorf("revoke enrollment key: %w", err)
 	}
-	if k, err = r.agentKey(ctx, id); err != nil {
+	if k, err = meshcontrol.AgentKeyOf(ctx, r.Keys, id); err != nil {
 		return nil, err
 	}
 	return keyModel(k), nil

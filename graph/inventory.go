@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -22,25 +21,8 @@ import (
 // Helpers of the inventory and network resolvers: the per-request state,
 // partial answers and the translation of the estate into the API's types.
 
-// estate returns the estate's read service: Estate, or one built over
-// Zones at first use and shared by every request (so that its bound on the
-// answers decoded at a time holds for the process).
-func (r *Resolver) estate() *estate.Service {
-	if r.Estate != nil {
-		return r.Estate
-	}
-	r.estOnce.Do(func() {
-		cfg := estate.Config{Zones: r.Zones, Catalog: r.Catalog, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout), Logger: r.Logger}
-		if r.Compute != nil {
-			cfg.Placement = r.Compute
-		}
-		r.est = estate.New(cfg)
-	})
-	return r.est
-}
-
 // session returns the operation's view of the estate.
-func (r *Resolver) session(ctx context.Context) *estate.Read { return r.estate().ReadOf(ctx) }
+func (r *Resolver) session(ctx context.Context) *estate.Read { return r.Estate.ReadOf(ctx) }
 
 // viewer is who reads the estate: the caller and the request's VDC.
 func viewer(ctx context.Context) estate.Viewer {
@@ -61,7 +43,7 @@ func viewer(ctx context.Context) estate.Viewer {
 // ZONE_UNAVAILABLE, not BAD_USER_INPUT.
 func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
 	if name == nil {
-		all, err := r.estate().Known(ctx)
+		all, err := r.Estate.Known(ctx)
 		if err != nil && r.firstReport(ctx, "") {
 			graphql.AddError(ctx, apierr.From(err, ""))
 		}
@@ -75,7 +57,7 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 }
 
 // zoneByID returns the zone with the cluster identity id.
-func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.estate().Zone(id) }
+func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.Estate.Zone(id) }
 
 // firstReport reports whether the operation has not reported zone id
 // unavailable yet ("" stands for the zones not known yet), and records it.
@@ -108,21 +90,9 @@ func (r *Resolver) reportDown(ctx context.Context, err error, more ...*estate.Zo
 }
 
 func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
-	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone}
-	online := 0
+	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone, Status: model.ZoneStatus(estate.StatusOf(z))}
 	for _, h := range z.Hosts {
-		if h.Status == zones.StatusOnline {
-			online++
-		}
 		m.Hosts = append(m.Hosts, hostModel(m, h, target))
-	}
-	switch {
-	case online == len(z.Hosts):
-		m.Status = model.ZoneStatusOnline
-	case online > 0:
-		m.Status = model.ZoneStatusDegraded
-	default:
-		m.Status = model.ZoneStatusOffline
 	}
 	return m
 }
@@ -131,31 +101,20 @@ func hostModel(zm *model.Zone, h zones.Host, target agentTarget) *model.Host {
 	m := &model.Host{
 		ID:              tenancy.HostRef{ZoneID: zm.ID, Node: h.Node}.ID(),
 		Name:            h.Node,
-		Status:          model.HostStatusOffline,
+		Status:          model.HostStatusOnline,
 		Zone:            zm,
 		AgentVersion:    ptr(h.AgentVersion),
 		ProxmoxVersion:  ptr(h.ProxmoxVersion),
 		UpdateAvailable: ptr(target.UpdateAvailable(h.AgentVersion, h.Platform)),
 		Update:          hostUpdateModel(h.Update),
 	}
-	if h.Status == zones.StatusOnline {
-		m.Status = model.HostStatusOnline
-	} else {
-		detail := h.Detail
-		if h.Status == zones.StatusDegraded {
-			detail = "the agent cannot reach Proxmox: " + detail
-		}
-		m.StatusDetail = &detail
+	if down, why := estate.HostDown(h); down {
+		m.Status, m.StatusDetail = model.HostStatusOffline, &why
 	}
 	return m
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func capacityModel(c estate.Capacity) *model.Capacity {
-	return &model.Capacity{Cpus: c.CPUs, MemoryTotal: c.MemoryTotal, MemoryUsed: c.MemoryUsed, StorageTotal: c.StorageTotal,
-		StorageUsed: c.StorageUsed, CPUUsage: c.CPUUsage, MemoryUsage: c.MemoryUsage, StorageUsage: c.StorageUsage}
-}
 
 func vmModel(zm *model.Zone, g estate.Guest) *model.VM {
 	m := &model.VM{ID: g.ID, Place: g.Ref, Name: g.Name, Status: model.VMStatus(g.Status), Zone: zm, Vcpus: g.VCPUs,
@@ -204,18 +163,6 @@ func vmNotFound() error { return apierr.New(apierr.NotFound, "VM not found") }
 
 func keysUnavailable() error {
 	return apierr.New(apierr.NotFound, "enrollment keys are not managed by this orchestrator")
-}
-
-// agentKey returns the agent key with the API id id; NOT_FOUND otherwise.
-func (r *Resolver) agentKey(ctx context.Context, id string) (meshcontrol.Key, error) {
-	n, err := strconv.ParseUint(id, 10, 64)
-	if err == nil {
-		var k meshcontrol.Key
-		if k, err = meshcontrol.AgentKey(ctx, r.Keys, n); err == nil || !errors.Is(err, meshcontrol.ErrKeyNotFound) {
-			return k, err
-		}
-	}
-	return meshcontrol.Key{}, apierr.New(apierr.NotFound, "enrollment key %q not found", id)
 }
 
 func keyModel(k meshcontrol.Key) *model.EnrollmentKey {

@@ -202,12 +202,12 @@ func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, 
 }
 
 // Capacity is the resolver for the capacity field.
-func (r *zoneResolver) Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error) {
+func (r *zoneResolver) Capacity(ctx context.Context, obj *model.Zone) (*estate.Capacity, error) {
 	c, ok, err := r.session(ctx).Capacity(ctx, obj.ID)
 	if r.reportDown(ctx, err) || !ok {
 		return nil, nil
 	}
-	return capacityModel(c), nil
+	return &c, nil
 }
 
 func (r *Resolver) Host() generated.HostResolver { return &hostResolver{r} }

@@ -759,7 +759,9 @@ func TestInventory(t *testing.T) {
 	// most GOMAXPROCS answers are decoded at once in the process, however
 	// many requests run.
 	t.Run("one inventory for all requests", func(t *testing.T) {
-		r := &graph.Resolver{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Logger: slog.New(slog.DiscardHandler)}
+		logger := slog.New(slog.DiscardHandler)
+		est := estate.New(estate.Config{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Logger: logger})
+		r := &graph.Resolver{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Estate: est, Logger: logger}
 		red, err := catalog.Get[*catalog.VDC](ctx, h.Catalog(t), "red")
 		if err != nil {
 			t.Fatal(err)

@@ -38,7 +38,7 @@ var kubePhases = map[string]model.KubernetesClusterPhase{
 
 func (r *Resolver) kubeClusterModel(c *tenantkube.Cluster) *model.KubernetesCluster {
 	zm := &model.Zone{ID: c.Zone, Name: c.Zone}
-	if z, ok := r.estate().ZoneNamed(c.Zone); ok {
+	if z, ok := r.Estate.ZoneNamed(c.Zone); ok {
 		zm = zoneModel(z, r.agentTarget())
 	}
 	m := &model.KubernetesCluster{ID: c.ID, Name: c.Name, Zone: zm, NetworkID: c.Network, Version: c.Version,

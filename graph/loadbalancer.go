@@ -93,61 +93,24 @@ func lbCertificates(in []*model.TLSCertificateInput) []loadbalancer.CertificateP
 
 // lbZone is the balancer's zone for its zone field.
 func (r *Resolver) lbZone(lb *catalog.LoadBalancer) (*model.Zone, error) {
-	z, ok := r.estate().ZoneNamed(lb.Zone)
+	z, ok := r.Estate.ZoneNamed(lb.Zone)
 	if !ok {
 		return &model.Zone{ID: lb.Zone, Name: lb.Zone}, nil
 	}
 	return zoneModel(z, r.agentTarget()), nil
 }
 
-func lbListeners(lb *catalog.LoadBalancer) []*model.LoadBalancerListener {
-	out := []*model.LoadBalancerListener{}
-	for _, l := range lb.Listeners {
-		m := &model.LoadBalancerListener{Name: l.Name, Protocol: model.LoadBalancerProtocol(l.Protocol), Port: l.Port, Pool: optString(l.Pool),
-			Routes: []*model.PathRoute{}, SniRoutes: []*model.SNIRoute{}, Certificates: append([]string{}, l.Certificates...),
-			ServerNames: append([]string{}, l.ServerNames...)}
-		for _, rt := range l.Routes {
-			m.Routes = append(m.Routes, &model.PathRoute{PathPrefix: rt.PathPrefix, Pool: rt.Pool})
-		}
-		for _, rt := range l.SNIRoutes {
-			m.SniRoutes = append(m.SniRoutes, &model.SNIRoute{ServerName: rt.ServerName, Pool: rt.Pool})
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-var backendHealths = map[loadbalancer.Health]model.BackendHealth{
-	loadbalancer.Unknown: model.BackendHealthUnknown, loadbalancer.Healthy: model.BackendHealthHealthy, loadbalancer.Unhealthy: model.BackendHealthUnhealthy,
-}
-
 // lbPools are the balancer's pools with each backend's health as the
 // zone's replicas report it now.
-func (r *Resolver) lbPools(ctx context.Context, lb *catalog.LoadBalancer) ([]*model.BackendPool, error) {
+func (r *Resolver) lbPools(ctx context.Context, lb *catalog.LoadBalancer) ([]*loadbalancer.Pool, error) {
 	svc, err := r.balancers()
 	if err != nil {
 		return nil, err
 	}
-	out := []*model.BackendPool{}
-	for _, p := range svc.Pools(ctx, lb) {
-		m := &model.BackendPool{Name: p.Name, Backends: []*model.Backend{}}
-		if hc := p.HealthCheck; hc != nil {
-			m.HealthCheck = &model.HealthCheck{Protocol: model.HealthCheckProtocol(hc.Protocol), Path: optString(hc.Path), IntervalSeconds: hc.IntervalSeconds,
-				TimeoutSeconds: hc.TimeoutSeconds, HealthyThreshold: hc.HealthyThreshold, UnhealthyThreshold: hc.UnhealthyThreshold}
-		}
-		for _, be := range p.Backends {
-			m.Backends = append(m.Backends, &model.Backend{VMID: be.VMID, Port: be.Port, Health: backendHealths[be.Health], LastError: optString(be.LastError),
-				CheckedAt: be.CheckedAt})
-		}
-		out = append(out, m)
+	ps := svc.Pools(ctx, lb)
+	out := make([]*loadbalancer.Pool, 0, len(ps))
+	for i := range ps {
+		out = append(out, &ps[i])
 	}
 	return out, nil
-}
-
-func lbCertificateModels(lb *catalog.LoadBalancer) []*model.TLSCertificate {
-	out := []*model.TLSCertificate{}
-	for _, c := range lb.Certificates {
-		out = append(out, &model.TLSCertificate{Name: c.Name, DNSNames: append([]string{}, c.DNSNames...), NotAfter: c.NotAfter, Fingerprint: c.Fingerprint})
-	}
-	return out
 }

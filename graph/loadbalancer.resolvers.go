@@ -17,6 +17,18 @@ import (
 	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
+func (r *backendResolver) LastError(ctx context.Context, obj *loadbalancer.Backend) (*string, error) {
+	return optString(obj.LastError), nil
+}
+
+func (r *healthCheckResolver) Protocol(ctx context.Context, obj *catalog.LBHealthCheck) (model.HealthCheckProtocol, error) {
+	return model.HealthCheckProtocol(obj.Protocol), nil
+}
+
+func (r *healthCheckResolver) Path(ctx context.Context, obj *catalog.LBHealthCheck) (*string, error) {
+	return optString(obj.Path), nil
+}
+
 func (r *loadBalancerResolver) ID(ctx context.Context, obj *catalog.LoadBalancer) (string, error) {
 	return loadbalancer.ID(obj), nil
 }
@@ -29,20 +41,20 @@ func (r *loadBalancerResolver) Zone(ctx context.Context, obj *catalog.LoadBalanc
 	return r.lbZone(obj)
 }
 
-func (r *loadBalancerResolver) Listeners(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.LoadBalancerListener, error) {
-	return lbListeners(obj), nil
-}
-
-func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.BackendPool, error) {
+func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*loadbalancer.Pool, error) {
 	return r.lbPools(ctx, obj)
-}
-
-func (r *loadBalancerResolver) Certificates(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.TLSCertificate, error) {
-	return lbCertificateModels(obj), nil
 }
 
 func (r *loadBalancerResolver) CreatedAt(ctx context.Context, obj *catalog.LoadBalancer) (*time.Time, error) {
 	return &obj.CreationTimestamp, nil
+}
+
+func (r *loadBalancerListenerResolver) Protocol(ctx context.Context, obj *catalog.LBListener) (model.LoadBalancerProtocol, error) {
+	return model.LoadBalancerProtocol(obj.Protocol), nil
+}
+
+func (r *loadBalancerListenerResolver) Pool(ctx context.Context, obj *catalog.LBListener) (*string, error) {
+	return optString(obj.Pool), nil
 }
 
 func (r *mutationResolver) CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error) {
@@ -118,6 +130,19 @@ func (r *queryResolver) LoadBalancer(ctx context.Context, id string) (*catalog.L
 	return r.vdcLoadBalancer(ctx, id)
 }
 
+func (r *Resolver) Backend() generated.BackendResolver { return &backendResolver{r} }
+
+func (r *Resolver) HealthCheck() generated.HealthCheckResolver { return &healthCheckResolver{r} }
+
 func (r *Resolver) LoadBalancer() generated.LoadBalancerResolver { return &loadBalancerResolver{r} }
 
-type loadBalancerResolver struct{ *Resolver }
+func (r *Resolver) LoadBalancerListener() generated.LoadBalancerListenerResolver {
+	return &loadBalancerListenerResolver{r}
+}
+
+type (
+	backendResolver              struct{ *Resolver }
+	healthCheckResolver          struct{ *Resolver }
+	loadBalancerResolver         struct{ *Resolver }
+	loadBalancerListenerResolver struct{ *Resolver }
+)

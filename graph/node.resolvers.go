@@ -31,7 +31,7 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		if !inVDC {
 			return nil, nodeNotFound()
 		}
-		z, n, err := r.estate().Network(ctx, ref, scope.VDC.Name)
+		z, n, err := r.Estate.Network(ctx, ref, scope.VDC.Name)
 		if err != nil {
 			return nil, apierr.From(err, "")
 		}

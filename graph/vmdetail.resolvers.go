@@ -27,7 +27,7 @@ func (r *vMResolver) Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, e
 	}
 	// The VDC's networks name the bridges; the IPAM holds the addresses.
 	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
-	nets, err := r.estate().Networks(ctx, z, vdc)
+	nets, err := r.Estate.Networks(ctx, z, vdc)
 	r.reportDown(ctx, err)
 	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
 	r.reportDown(ctx, err)

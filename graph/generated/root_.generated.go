@@ -23,9 +23,12 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Backend() BackendResolver
+	HealthCheck() HealthCheckResolver
 	Host() HostResolver
 	Image() ImageResolver
 	LoadBalancer() LoadBalancerResolver
+	LoadBalancerListener() LoadBalancerListenerResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
@@ -88,7 +91,7 @@ type ComplexityRoot struct {
 
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
-		Cpus         func(childComplexity int) int
+		CPUs         func(childComplexity int) int
 		MemoryTotal  func(childComplexity int) int
 		MemoryUsage  func(childComplexity int) int
 		MemoryUsed   func(childComplexity int) int
@@ -385,8 +388,8 @@ type ComplexityRoot struct {
 		Port         func(childComplexity int) int
 		Protocol     func(childComplexity int) int
 		Routes       func(childComplexity int) int
+		SNIRoutes    func(childComplexity int) int
 		ServerNames  func(childComplexity int) int
-		SniRoutes    func(childComplexity int) int
 	}
 
 	Me struct {
@@ -399,14 +402,14 @@ type ComplexityRoot struct {
 	}
 
 	MetricsPoint struct {
-		CPUUsage                func(childComplexity int) int
-		DiskReadBytesPerSecond  func(childComplexity int) int
-		DiskWriteBytesPerSecond func(childComplexity int) int
-		MemoryTotalMiB          func(childComplexity int) int
-		MemoryUsedMiB           func(childComplexity int) int
-		NetInBytesPerSecond     func(childComplexity int) int
-		NetOutBytesPerSecond    func(childComplexity int) int
-		Time                    func(childComplexity int) int
+		CPUUsage       func(childComplexity int) int
+		DiskRead       func(childComplexity int) int
+		DiskWrite      func(childComplexity int) int
+		MemoryTotalMiB func(childComplexity int) int
+		MemoryUsedMiB  func(childComplexity int) int
+		NetIn          func(childComplexity int) int
+		NetOut         func(childComplexity int) int
+		Time           func(childComplexity int) int
 	}
 
 	MigrationNIC struct {
@@ -996,11 +999,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Capacity.CPUUsage(childComplexity), true
 	case "Capacity.cpus":
-		if e.ComplexityRoot.Capacity.Cpus == nil {
+		if e.ComplexityRoot.Capacity.CPUs == nil {
 			break
 		}
 
-		return e.ComplexityRoot.Capacity.Cpus(childComplexity), true
+		return e.ComplexityRoot.Capacity.CPUs(childComplexity), true
 	case "Capacity.memoryTotal":
 		if e.ComplexityRoot.Capacity.MemoryTotal == nil {
 			break
@@ -2124,18 +2127,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.LoadBalancerListener.Routes(childComplexity), true
+	case "LoadBalancerListener.sniRoutes":
+		if e.ComplexityRoot.LoadBalancerListener.SNIRoutes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.SNIRoutes(childComplexity), true
 	case "LoadBalancerListener.serverNames":
 		if e.ComplexityRoot.LoadBalancerListener.ServerNames == nil {
 			break
 		}
 
 		return e.ComplexityRoot.LoadBalancerListener.ServerNames(childComplexity), true
-	case "LoadBalancerListener.sniRoutes":
-		if e.ComplexityRoot.LoadBalancerListener.SniRoutes == nil {
-			break
-		}
-
-		return e.ComplexityRoot.LoadBalancerListener.SniRoutes(childComplexity), true
 
 	case "Me.email":
 		if e.ComplexityRoot.Me.Email == nil {
@@ -2181,17 +2184,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MetricsPoint.CPUUsage(childComplexity), true
 	case "MetricsPoint.diskReadBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.DiskRead == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.DiskRead(childComplexity), true
 	case "MetricsPoint.diskWriteBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.DiskWrite == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.DiskWrite(childComplexity), true
 	case "MetricsPoint.memoryTotalMiB":
 		if e.ComplexityRoot.MetricsPoint.MemoryTotalMiB == nil {
 			break
@@ -2205,17 +2208,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MetricsPoint.MemoryUsedMiB(childComplexity), true
 	case "MetricsPoint.netInBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.NetIn == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.NetIn(childComplexity), true
 	case "MetricsPoint.netOutBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.NetOut == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.NetOut(childComplexity), true
 	case "MetricsPoint.time":
 		if e.ComplexityRoot.MetricsPoint.Time == nil {
 			break

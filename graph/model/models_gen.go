@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -78,36 +79,12 @@ type AgentUpdateOperation struct {
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 }
 
-// A VM's port in a pool.
-type Backend struct {
-	// The VM.
-	VMID string `json:"vmId"`
-	// The VM's port.
-	Port int `json:"port"`
-	// The backend's health, read from the zone's flexgateway replicas now.
-	Health BackendHealth `json:"health"`
-	// The last failed check's error, if a replica reports one.
-	LastError *string `json:"lastError,omitempty"`
-	// When a replica last checked the backend.
-	CheckedAt *time.Time `json:"checkedAt,omitempty"`
-}
-
 // A VM's port.
 type BackendInput struct {
 	// The VM (of the current VDC, in the balancer's zone).
 	VMID string `json:"vmId"`
 	// The VM's port (1 to 65535).
 	Port int `json:"port"`
-}
-
-// A backend pool of a load balancer.
-type BackendPool struct {
-	// The pool's name in its balancer.
-	Name string `json:"name"`
-	// The pool's backends.
-	Backends []*Backend `json:"backends"`
-	// The pool's health check, if any.
-	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 }
 
 // A backend pool.
@@ -118,26 +95,6 @@ type BackendPoolInput struct {
 	Backends []*BackendInput `json:"backends"`
 	// An active health check; none keeps every backend in.
 	HealthCheck *HealthCheckInput `json:"healthCheck,omitempty"`
-}
-
-// Totals and utilisation of a zone; usages are fractions from 0 to 1.
-type Capacity struct {
-	// Logical CPUs of the online hosts.
-	Cpus int `json:"cpus"`
-	// CPU utilisation of the online hosts, 0 to 1.
-	CPUUsage float64 `json:"cpuUsage"`
-	// Memory of the online hosts, in MiB.
-	MemoryTotal int `json:"memoryTotal"`
-	// Memory in use on the online hosts, in MiB.
-	MemoryUsed int `json:"memoryUsed"`
-	// memoryUsed / memoryTotal, 0 to 1.
-	MemoryUsage float64 `json:"memoryUsage"`
-	// Storage in GiB (a shared storage counts once).
-	StorageTotal int `json:"storageTotal"`
-	// Storage in use, in GiB.
-	StorageUsed int `json:"storageUsed"`
-	// storageUsed / storageTotal, 0 to 1.
-	StorageUsage float64 `json:"storageUsage"`
 }
 
 // A console session waiting for its websocket.
@@ -601,22 +558,6 @@ type FirewallRule struct {
 	Description *string `json:"description,omitempty"`
 }
 
-// An active health check of a pool's backends.
-type HealthCheck struct {
-	// How the backends are checked.
-	Protocol HealthCheckProtocol `json:"protocol"`
-	// The HTTP check's path.
-	Path *string `json:"path,omitempty"`
-	// Seconds between checks.
-	IntervalSeconds int `json:"intervalSeconds"`
-	// Seconds one check may take.
-	TimeoutSeconds int `json:"timeoutSeconds"`
-	// Checks in a row that must pass to bring a backend back.
-	HealthyThreshold int `json:"healthyThreshold"`
-	// Checks in a row that must fail to take a backend out.
-	UnhealthyThreshold int `json:"unhealthyThreshold"`
-}
-
 // An active health check.
 type HealthCheckInput struct {
 	// How the backends are checked.
@@ -667,7 +608,7 @@ type Host struct {
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
 	// The node's CPU, memory and network over the timeframe, oldest point
 	// first; null, with an error, when the host does not answer.
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 }
 
 func (Host) IsNode() {}
@@ -816,26 +757,6 @@ type LoadBalancerEdge struct {
 	Node *catalog.LoadBalancer `json:"node"`
 }
 
-// A listener of a load balancer on its public address.
-type LoadBalancerListener struct {
-	// The listener's name in its balancer.
-	Name string `json:"name"`
-	// The listener's protocol.
-	Protocol LoadBalancerProtocol `json:"protocol"`
-	// The public port.
-	Port int `json:"port"`
-	// A TCP listener's pool, or an HTTP(S) listener's default pool (requests no route matches).
-	Pool *string `json:"pool,omitempty"`
-	// Path-prefix routes of an HTTP(S) listener, the longest prefix first when matched.
-	Routes []*PathRoute `json:"routes"`
-	// SNI routes of a TLS passthrough listener.
-	SniRoutes []*SNIRoute `json:"sniRoutes"`
-	// The certificates an HTTPS listener serves, by name.
-	Certificates []string `json:"certificates"`
-	// The names clients reach an HTTPS listener by (each covered by one of its certificates).
-	ServerNames []string `json:"serverNames"`
-}
-
 // A listener.
 type LoadBalancerListenerInput struct {
 	// The listener's name in its balancer (a DNS label).
@@ -871,26 +792,6 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
-}
-
-// One point of a time series: the averages over its slot; null fields had no data.
-type MetricsPoint struct {
-	// The start of the slot.
-	Time time.Time `json:"time"`
-	// CPU utilisation, 0 to 1 of its (virtual) CPUs.
-	CPUUsage *float64 `json:"cpuUsage,omitempty"`
-	// Memory in use, in MiB.
-	MemoryUsedMiB *float64 `json:"memoryUsedMiB,omitempty"`
-	// Memory it has, in MiB.
-	MemoryTotalMiB *float64 `json:"memoryTotalMiB,omitempty"`
-	// Bytes per second received.
-	NetInBytesPerSecond *float64 `json:"netInBytesPerSecond,omitempty"`
-	// Bytes per second sent.
-	NetOutBytesPerSecond *float64 `json:"netOutBytesPerSecond,omitempty"`
-	// Bytes per second read from disks (VMs only).
-	DiskReadBytesPerSecond *float64 `json:"diskReadBytesPerSecond,omitempty"`
-	// Bytes per second written to disks (VMs only).
-	DiskWriteBytesPerSecond *float64 `json:"diskWriteBytesPerSecond,omitempty"`
 }
 
 // Where migrateVM moves a VM.
@@ -1121,14 +1022,6 @@ type OperationProgress struct {
 	BytesPerSecond float64 `json:"bytesPerSecond"`
 }
 
-// Sends HTTP requests whose path starts with pathPrefix to a pool.
-type PathRoute struct {
-	// The path prefix (starting with /).
-	PathPrefix string `json:"pathPrefix"`
-	// The pool's name.
-	Pool string `json:"pool"`
-}
-
 // A path-prefix route.
 type PathRouteInput struct {
 	// The path prefix (starting with /).
@@ -1165,14 +1058,6 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
-// Sends TLS connections for a server name to a pool.
-type SNIRoute struct {
-	// The server name (a DNS name, or *.name for one label).
-	ServerName string `json:"serverName"`
-	// The pool's name.
-	Pool string `json:"pool"`
-}
-
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
@@ -1183,18 +1068,6 @@ type SNIRouteInput struct {
 
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
-}
-
-// What is known of a certificate of a load balancer (its key is never returned).
-type TLSCertificate struct {
-	// The certificate's name in its balancer.
-	Name string `json:"name"`
-	// The leaf's subject names.
-	DNSNames []string `json:"dnsNames"`
-	// When the leaf expires.
-	NotAfter time.Time `json:"notAfter"`
-	// The SHA-256 of the leaf's DER, lower-case hex.
-	Fingerprint string `json:"fingerprint"`
 }
 
 // A TLS certificate.
@@ -1388,7 +1261,7 @@ type VM struct {
 	// Its CPU, memory, network and disk I/O over the timeframe, oldest point
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1527,11 +1400,11 @@ type Zone struct {
 	// The zone's hosts, sorted by name.
 	Hosts []*Host `json:"hosts,omitempty"`
 	// Totals and utilisation of the zone's online hosts and storage.
-	Capacity *Capacity `json:"capacity,omitempty"`
+	Capacity *estate.Capacity `json:"capacity,omitempty"`
 	// The zone's hosts together over the timeframe, oldest point first: CPU as
 	// a fraction of all their CPUs, memory and traffic summed. Hosts that do
 	// not answer are left out (with ZONE_UNAVAILABLE when none answers).
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 	// The region it belongs to.
 	Region *string `json:"region,omitempty"`
 	// Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC).
@@ -1708,67 +1581,6 @@ func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
 }
 
 func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// A backend's health as the zone's flexgateway replicas report it.
-type BackendHealth string
-
-const (
-	// Every replica that checks it finds it healthy: it receives traffic.
-	BackendHealthHealthy BackendHealth = "HEALTHY"
-	// A replica finds it failing: that replica sends it no traffic.
-	BackendHealthUnhealthy BackendHealth = "UNHEALTHY"
-	// No replica reports it (its pool has no health check, or no replica answers).
-	BackendHealthUnknown BackendHealth = "UNKNOWN"
-)
-
-var AllBackendHealth = []BackendHealth{
-	BackendHealthHealthy,
-	BackendHealthUnhealthy,
-	BackendHealthUnknown,
-}
-
-func (e BackendHealth) IsValid() bool {
-	switch e {
-	case BackendHealthHealthy, BackendHealthUnhealthy, BackendHealthUnknown:
-		return true
-	}
-	return false
-}
-
-func (e BackendHealth) String() string {
-	return string(e)
-}
-
-func (e *BackendHealth) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = BackendHealth(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid BackendHealth", str)
-	}
-	return nil
-}
-
-func (e BackendHealth) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *BackendHealth) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e BackendHealth) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -19,6 +19,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 const (
@@ -121,7 +122,7 @@ func (h *harness) newHandler(t *testing.T) http.Handler {
 	}
 	handler, err := server.New(server.Config{
 		Verifier:      v,
-		Resolver:      &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Resolver:      &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
 		Logger:        slog.New(slog.NewTextHandler(h.logs, nil)),
 		MaxDepth:      h.options.maxDepth,
 		MaxComplexity: h.options.maxComplexity,

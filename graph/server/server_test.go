@@ -25,6 +25,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 func TestAuthentication(t *testing.T) {
@@ -556,7 +557,7 @@ func TestIssuerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store}})
+	handler, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store})}})
 	if err != nil {
 		t.Fatal(err)
 	}

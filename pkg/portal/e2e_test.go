@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 
@@ -82,7 +83,7 @@ func TestBrowser(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	apiHandler, err := server.New(server.Config{
 		Verifier: verifier,
-		Resolver: &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
 		Logger:   logger,
 	})
 	if err != nil {
