@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"cmp"
 	"context"
 	"errors"
 
@@ -79,7 +78,7 @@ func positive(n int) *int {
 }
 
 // history is the operations that ran on vm, newest first, at most n
-// (default 20); none when its zone fails (reported).
+// (compute.HistoryLimit); none when its zone fails (reported).
 func (r *Resolver) history(ctx context.Context, vm *model.VM, n *int) ([]compute.Operation, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
@@ -89,10 +88,11 @@ func (r *Resolver) history(ctx context.Context, vm *model.VM, n *int) ([]compute
 	if err != nil {
 		return nil, err
 	}
-	if n != nil && (*n < 1 || *n > compute.MaxHistory) {
-		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
+	limit, err := compute.HistoryLimit(n)
+	if err != nil {
+		return nil, computeError(err, "")
 	}
-	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, cmp.Or(deref(n), 20))
+	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, limit)
 	if err = computeError(err, ""); r.zoneFailed(ctx, vm, err) {
 		return nil, nil
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/support/paging"
@@ -88,8 +87,8 @@ func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) 
 
 // OperationsConnection is the resolver for the operationsConnection field.
 func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, first *int, after *string) (*model.OperationConnection, error) {
-	if first != nil && (*first < 1 || *first > compute.MaxHistory) {
-		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
+	if _, err := compute.HistoryLimit(first); err != nil {
+		return nil, computeError(err, "")
 	}
 	ops, err := r.history(ctx, obj, ptr(compute.MaxHistory))
 	if err != nil {
