@@ -1,14 +1,11 @@
 package graph
 
 import (
-	"time"
-
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // agentTarget is what a host's updateAvailable is decided against.
@@ -47,33 +44,6 @@ func optional(s string) *string {
 
 var rolloutStates = map[string]model.OperationState{
 	rollout.Running: model.OperationStateRunning, rollout.Succeeded: model.OperationStateSucceeded, rollout.Failed: model.OperationStateFailed,
-}
-
-var rolloutHostStates = map[string]model.AgentUpdateHostState{
-	rollout.HostPending: model.AgentUpdateHostStatePending, rollout.HostUpdating: model.AgentUpdateHostStateUpdating,
-	rollout.HostDone: model.AgentUpdateHostStateDone, rollout.HostFailed: model.AgentUpdateHostStateFailed,
-	rollout.HostSkipped: model.AgentUpdateHostStateSkipped,
-}
-
-func rolloutModel(ro *rollout.Rollout) *model.AgentUpdateOperation {
-	m := &model.AgentUpdateOperation{
-		ID: ro.ID, Version: ro.Version, State: rolloutStates[ro.State], Error: optional(ro.Error), Batch: ro.Batch,
-		StartedAt: ro.StartedAt, UpdatedAt: ro.UpdatedAt,
-	}
-	if !ro.FinishedAt.IsZero() {
-		m.FinishedAt = ptr(ro.FinishedAt)
-	}
-	for _, h := range ro.Hosts {
-		hm := &model.AgentUpdateHost{
-			ID: tenancy.HostRef{ZoneID: h.ZoneID, Node: h.Node}.ID(), Name: h.Node, Zone: h.ZoneName, Batch: h.Batch,
-			From: optional(h.From), State: rolloutHostStates[h.State], Reason: optional(h.Reason),
-		}
-		if h.Took > 0 {
-			hm.Seconds = ptr(h.Took.Round(time.Millisecond).Seconds())
-		}
-		m.Hosts = append(m.Hosts, hm)
-	}
-	return m
 }
 
 func releaseModel(p *release.Published) *model.AgentRelease {

@@ -56,6 +56,15 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 	return []zones.Zone{z}, nil
 }
 
+// zoneNamed is the zone named name, or a stand-in of that name and id
+// while the registry does not know it.
+func (r *Resolver) zoneNamed(name string) *model.Zone {
+	if z, ok := r.Estate.ZoneNamed(name); ok {
+		return zoneModel(z, r.agentTarget())
+	}
+	return &model.Zone{ID: name, Name: name}
+}
+
 // zoneByID returns the zone with the cluster identity id.
 func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.Estate.Zone(id) }
 

@@ -91,15 +91,6 @@ func lbCertificates(in []*model.TLSCertificateInput) []loadbalancer.CertificateP
 	return out
 }
 
-// lbZone is the balancer's zone for its zone field.
-func (r *Resolver) lbZone(lb *catalog.LoadBalancer) (*model.Zone, error) {
-	z, ok := r.Estate.ZoneNamed(lb.Zone)
-	if !ok {
-		return &model.Zone{ID: lb.Zone, Name: lb.Zone}, nil
-	}
-	return zoneModel(z, r.agentTarget()), nil
-}
-
 // lbPools are the balancer's pools with each backend's health as the
 // zone's replicas report it now.
 func (r *Resolver) lbPools(ctx context.Context, lb *catalog.LoadBalancer) ([]*loadbalancer.Pool, error) {

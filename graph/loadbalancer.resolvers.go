@@ -38,7 +38,7 @@ func (r *loadBalancerResolver) Name(ctx context.Context, obj *catalog.LoadBalanc
 }
 
 func (r *loadBalancerResolver) Zone(ctx context.Context, obj *catalog.LoadBalancer) (*model.Zone, error) {
-	return r.lbZone(obj)
+	return r.zoneNamed(obj.Zone), nil
 }
 
 func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*loadbalancer.Pool, error) {

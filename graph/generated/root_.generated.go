@@ -23,13 +23,19 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	AgentUpdateHost() AgentUpdateHostResolver
+	AgentUpdateOperation() AgentUpdateOperationResolver
 	Backend() BackendResolver
+	ControlPlaneComponent() ControlPlaneComponentResolver
 	HealthCheck() HealthCheckResolver
 	Host() HostResolver
 	Image() ImageResolver
+	KubernetesCluster() KubernetesClusterResolver
+	KubernetesCondition() KubernetesConditionResolver
 	LoadBalancer() LoadBalancerResolver
 	LoadBalancerListener() LoadBalancerListenerResolver
 	Mutation() MutationResolver
+	NodePool() NodePoolResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
@@ -53,14 +59,14 @@ type ComplexityRoot struct {
 	}
 
 	AgentUpdateHost struct {
-		Batch   func(childComplexity int) int
-		From    func(childComplexity int) int
-		ID      func(childComplexity int) int
-		Name    func(childComplexity int) int
-		Reason  func(childComplexity int) int
-		Seconds func(childComplexity int) int
-		State   func(childComplexity int) int
-		Zone    func(childComplexity int) int
+		Batch    func(childComplexity int) int
+		From     func(childComplexity int) int
+		ID       func(childComplexity int) int
+		Node     func(childComplexity int) int
+		Reason   func(childComplexity int) int
+		Seconds  func(childComplexity int) int
+		State    func(childComplexity int) int
+		ZoneName func(childComplexity int) int
 	}
 
 	AgentUpdateOperation struct {
@@ -321,19 +327,19 @@ type ComplexityRoot struct {
 	}
 
 	KubernetesCluster struct {
+		Components        func(childComplexity int) int
 		Conditions        func(childComplexity int) int
-		ControlPlane      func(childComplexity int) int
 		ControlPlaneReady func(childComplexity int) int
-		CreatedAt         func(childComplexity int) int
+		Created           func(childComplexity int) int
 		Endpoint          func(childComplexity int) int
 		ID                func(childComplexity int) int
 		Name              func(childComplexity int) int
-		NetworkID         func(childComplexity int) int
-		NodePools         func(childComplexity int) int
-		Phase             func(childComplexity int) int
-		PodCidr           func(childComplexity int) int
+		Network           func(childComplexity int) int
+		PodCIDR           func(childComplexity int) int
+		Pools             func(childComplexity int) int
 		RunningVersion    func(childComplexity int) int
-		ServiceCidr       func(childComplexity int) int
+		ServiceCIDR       func(childComplexity int) int
+		State             func(childComplexity int) int
 		Version           func(childComplexity int) int
 		Zone              func(childComplexity int) int
 	}
@@ -504,19 +510,19 @@ type ComplexityRoot struct {
 	}
 
 	NodePool struct {
-		ClusterID       func(childComplexity int) int
-		ComputeProfile  func(childComplexity int) int
-		Deleting        func(childComplexity int) int
-		ID              func(childComplexity int) int
-		Labels          func(childComplexity int) int
-		Name            func(childComplexity int) int
-		ReadyWorkers    func(childComplexity int) int
-		Size            func(childComplexity int) int
-		StorageProfile  func(childComplexity int) int
-		Taints          func(childComplexity int) int
-		UpToDateWorkers func(childComplexity int) int
-		Version         func(childComplexity int) int
-		Workers         func(childComplexity int) int
+		Cluster        func(childComplexity int) int
+		ComputeProfile func(childComplexity int) int
+		Deleting       func(childComplexity int) int
+		ID             func(childComplexity int) int
+		Labels         func(childComplexity int) int
+		Name           func(childComplexity int) int
+		Ready          func(childComplexity int) int
+		Size           func(childComplexity int) int
+		StorageProfile func(childComplexity int) int
+		Taints         func(childComplexity int) int
+		UpToDate       func(childComplexity int) int
+		Version        func(childComplexity int) int
+		Workers        func(childComplexity int) int
 	}
 
 	NodeTaint struct {
@@ -857,11 +863,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentUpdateHost.ID(childComplexity), true
 	case "AgentUpdateHost.name":
-		if e.ComplexityRoot.AgentUpdateHost.Name == nil {
+		if e.ComplexityRoot.AgentUpdateHost.Node == nil {
 			break
 		}
 
-		return e.ComplexityRoot.AgentUpdateHost.Name(childComplexity), true
+		return e.ComplexityRoot.AgentUpdateHost.Node(childComplexity), true
 	case "AgentUpdateHost.reason":
 		if e.ComplexityRoot.AgentUpdateHost.Reason == nil {
 			break
@@ -881,11 +887,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentUpdateHost.State(childComplexity), true
 	case "AgentUpdateHost.zone":
-		if e.ComplexityRoot.AgentUpdateHost.Zone == nil {
+		if e.ComplexityRoot.AgentUpdateHost.ZoneName == nil {
 			break
 		}
 
-		return e.ComplexityRoot.AgentUpdateHost.Zone(childComplexity), true
+		return e.ComplexityRoot.AgentUpdateHost.ZoneName(childComplexity), true
 
 	case "AgentUpdateOperation.batch":
 		if e.ComplexityRoot.AgentUpdateOperation.Batch == nil {
@@ -1844,18 +1850,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Kubeconfig.ReadOnly(childComplexity), true
 
+	case "KubernetesCluster.controlPlane":
+		if e.ComplexityRoot.KubernetesCluster.Components == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Components(childComplexity), true
 	case "KubernetesCluster.conditions":
 		if e.ComplexityRoot.KubernetesCluster.Conditions == nil {
 			break
 		}
 
 		return e.ComplexityRoot.KubernetesCluster.Conditions(childComplexity), true
-	case "KubernetesCluster.controlPlane":
-		if e.ComplexityRoot.KubernetesCluster.ControlPlane == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.ControlPlane(childComplexity), true
 	case "KubernetesCluster.controlPlaneReady":
 		if e.ComplexityRoot.KubernetesCluster.ControlPlaneReady == nil {
 			break
@@ -1863,11 +1869,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.ControlPlaneReady(childComplexity), true
 	case "KubernetesCluster.createdAt":
-		if e.ComplexityRoot.KubernetesCluster.CreatedAt == nil {
+		if e.ComplexityRoot.KubernetesCluster.Created == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.CreatedAt(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.Created(childComplexity), true
 	case "KubernetesCluster.endpoint":
 		if e.ComplexityRoot.KubernetesCluster.Endpoint == nil {
 			break
@@ -1887,29 +1893,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.Name(childComplexity), true
 	case "KubernetesCluster.networkId":
-		if e.ComplexityRoot.KubernetesCluster.NetworkID == nil {
+		if e.ComplexityRoot.KubernetesCluster.Network == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.NetworkID(childComplexity), true
-	case "KubernetesCluster.nodePools":
-		if e.ComplexityRoot.KubernetesCluster.NodePools == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.NodePools(childComplexity), true
-	case "KubernetesCluster.phase":
-		if e.ComplexityRoot.KubernetesCluster.Phase == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.Phase(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.Network(childComplexity), true
 	case "KubernetesCluster.podCidr":
-		if e.ComplexityRoot.KubernetesCluster.PodCidr == nil {
+		if e.ComplexityRoot.KubernetesCluster.PodCIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.PodCidr(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.PodCIDR(childComplexity), true
+	case "KubernetesCluster.nodePools":
+		if e.ComplexityRoot.KubernetesCluster.Pools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Pools(childComplexity), true
 	case "KubernetesCluster.runningVersion":
 		if e.ComplexityRoot.KubernetesCluster.RunningVersion == nil {
 			break
@@ -1917,11 +1917,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.RunningVersion(childComplexity), true
 	case "KubernetesCluster.serviceCidr":
-		if e.ComplexityRoot.KubernetesCluster.ServiceCidr == nil {
+		if e.ComplexityRoot.KubernetesCluster.ServiceCIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.ServiceCidr(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.ServiceCIDR(childComplexity), true
+	case "KubernetesCluster.phase":
+		if e.ComplexityRoot.KubernetesCluster.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.State(childComplexity), true
 	case "KubernetesCluster.version":
 		if e.ComplexityRoot.KubernetesCluster.Version == nil {
 			break
@@ -2899,11 +2905,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		return e.ComplexityRoot.NodeLabel.Value(childComplexity), true
 
 	case "NodePool.clusterId":
-		if e.ComplexityRoot.NodePool.ClusterID == nil {
+		if e.ComplexityRoot.NodePool.Cluster == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.ClusterID(childComplexity), true
+		return e.ComplexityRoot.NodePool.Cluster(childComplexity), true
 	case "NodePool.computeProfile":
 		if e.ComplexityRoot.NodePool.ComputeProfile == nil {
 			break
@@ -2935,11 +2941,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.NodePool.Name(childComplexity), true
 	case "NodePool.readyWorkers":
-		if e.ComplexityRoot.NodePool.ReadyWorkers == nil {
+		if e.ComplexityRoot.NodePool.Ready == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.ReadyWorkers(childComplexity), true
+		return e.ComplexityRoot.NodePool.Ready(childComplexity), true
 	case "NodePool.size":
 		if e.ComplexityRoot.NodePool.Size == nil {
 			break
@@ -2959,11 +2965,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.NodePool.Taints(childComplexity), true
 	case "NodePool.upToDateWorkers":
-		if e.ComplexityRoot.NodePool.UpToDateWorkers == nil {
+		if e.ComplexityRoot.NodePool.UpToDate == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.UpToDateWorkers(childComplexity), true
+		return e.ComplexityRoot.NodePool.UpToDate(childComplexity), true
 	case "NodePool.version":
 		if e.ComplexityRoot.NodePool.Version == nil {
 			break

@@ -15,13 +15,15 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
 
 type MutationResolver interface {
-	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*model.AgentUpdateOperation, error)
+	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*rollout.Rollout, error)
 	OpenConsole(ctx context.Context, id string) (*model.ConsoleSession, error)
 	CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error)
 	CreateFirewallRule(ctx context.Context, input model.CreateFirewallRuleInput) (*model.FirewallRule, error)
@@ -38,11 +40,11 @@ type MutationResolver interface {
 	UpdateImage(ctx context.Context, input model.UpdateImageInput) (*catalog.Image, error)
 	DeleteImage(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
 	StageImage(ctx context.Context, name string, zone string) (*model.ImageZoneState, error)
-	CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*model.KubernetesCluster, error)
+	CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*tenantkube.Cluster, error)
 	DeleteKubernetesCluster(ctx context.Context, id string) (*model.DeletedKubernetesCluster, error)
-	CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*model.NodePool, error)
-	ScaleNodePool(ctx context.Context, id string, size int) (*model.NodePool, error)
-	UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*model.KubernetesCluster, error)
+	CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*tenantkube.NodePool, error)
+	ScaleNodePool(ctx context.Context, id string, size int) (*tenantkube.NodePool, error)
+	UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*tenantkube.Cluster, error)
 	DeleteNodePool(ctx context.Context, id string) (*model.DeletedNodePool, error)
 	IssueKubeconfig(ctx context.Context, cluster string) (*model.Kubeconfig, error)
 	CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error)
@@ -73,7 +75,7 @@ type MutationResolver interface {
 }
 type QueryResolver interface {
 	AgentReleases(ctx context.Context) ([]*model.AgentRelease, error)
-	AgentUpdateOperation(ctx context.Context, id string) (*model.AgentUpdateOperation, error)
+	AgentUpdateOperation(ctx context.Context, id string) (*rollout.Rollout, error)
 	EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error)
 	ExternalNetworks(ctx context.Context, first *int, after *string) (*model.ExternalNetworkConnection, error)
 	EnrollmentKeys(ctx context.Context) ([]*model.EnrollmentKey, error)
@@ -90,8 +92,8 @@ type QueryResolver interface {
 	VmsConnection(ctx context.Context, filter *model.VMFilter, first *int, after *string) (*model.VMConnection, error)
 	VM(ctx context.Context, id string) (*model.VM, error)
 	KubernetesClusters(ctx context.Context, first *int, after *string) (*model.KubernetesClusterConnection, error)
-	KubernetesCluster(ctx context.Context, id string) (*model.KubernetesCluster, error)
-	NodePool(ctx context.Context, id string) (*model.NodePool, error)
+	KubernetesCluster(ctx context.Context, id string) (*tenantkube.Cluster, error)
+	NodePool(ctx context.Context, id string) (*tenantkube.NodePool, error)
 	KubernetesVersions(ctx context.Context) ([]string, error)
 	LoadBalancers(ctx context.Context, zone *string, first *int, after *string) (*model.LoadBalancerConnection, error)
 	LoadBalancer(ctx context.Context, id string) (*catalog.LoadBalancer, error)
@@ -1457,7 +1459,7 @@ func (ec *executionContext) _Mutation_updateAgents(ctx context.Context, field gr
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.AgentUpdateOperation
+					var zeroVal *rollout.Rollout
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -1466,8 +1468,8 @@ func (ec *executionContext) _Mutation_updateAgents(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
-			return ec.marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
+			return ec.marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2472,11 +2474,11 @@ func (ec *executionContext) _Mutation_createKubernetesCluster(ctx context.Contex
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2485,8 +2487,8 @@ func (ec *executionContext) _Mutation_createKubernetesCluster(ctx context.Contex
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2596,11 +2598,11 @@ func (ec *executionContext) _Mutation_createNodePool(ctx context.Context, field 
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2609,8 +2611,8 @@ func (ec *executionContext) _Mutation_createNodePool(ctx context.Context, field 
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2658,11 +2660,11 @@ func (ec *executionContext) _Mutation_scaleNodePool(ctx context.Context, field g
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2671,8 +2673,8 @@ func (ec *executionContext) _Mutation_scaleNodePool(ctx context.Context, field g
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2720,11 +2722,11 @@ func (ec *executionContext) _Mutation_upgradeKubernetesCluster(ctx context.Conte
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2733,8 +2735,8 @@ func (ec *executionContext) _Mutation_upgradeKubernetesCluster(ctx context.Conte
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4450,7 +4452,7 @@ func (ec *executionContext) _Query_agentUpdateOperation(ctx context.Context, fie
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.AgentUpdateOperation
+					var zeroVal *rollout.Rollout
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -4459,8 +4461,8 @@ func (ec *executionContext) _Query_agentUpdateOperation(ctx context.Context, fie
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
-			return ec.marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
+			return ec.marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx, selections, v)
 		},
 		true,
 		false,
@@ -5306,11 +5308,11 @@ func (ec *executionContext) _Query_kubernetesCluster(ctx context.Context, field 
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -5319,8 +5321,8 @@ func (ec *executionContext) _Query_kubernetesCluster(ctx context.Context, field 
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5368,11 +5370,11 @@ func (ec *executionContext) _Query_nodePool(ctx context.Context, field graphql.C
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -5381,8 +5383,8 @@ func (ec *executionContext) _Query_nodePool(ctx context.Context, field graphql.C
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,

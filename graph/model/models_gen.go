@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 // An object with a global id, which node(id:) answers again.
@@ -35,48 +36,6 @@ type AgentRelease struct {
 	MinVersion *string `json:"minVersion,omitempty"`
 	// After this, agents refuse it.
 	NotAfter time.Time `json:"notAfter"`
-}
-
-// A host of a rollout.
-type AgentUpdateHost struct {
-	// The host's id.
-	ID string `json:"id"`
-	// The Proxmox node name.
-	Name string `json:"name"`
-	// The zone's name.
-	Zone string `json:"zone"`
-	// Its batch, from 1.
-	Batch int `json:"batch"`
-	// The version it ran before.
-	From *string `json:"from,omitempty"`
-	// Where its update is.
-	State AgentUpdateHostState `json:"state"`
-	// Why it failed or was skipped.
-	Reason *string `json:"reason,omitempty"`
-	// Seconds its update took (done or failed).
-	Seconds *float64 `json:"seconds,omitempty"`
-}
-
-// A rollout of an agent release.
-type AgentUpdateOperation struct {
-	// Opaque id.
-	ID string `json:"id"`
-	// The release being rolled out.
-	Version string `json:"version"`
-	// RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped).
-	State OperationState `json:"state"`
-	// Why it failed (FAILED): the host that halted it and its reason.
-	Error *string `json:"error,omitempty"`
-	// The largest batch (0: one host per zone).
-	Batch int `json:"batch"`
-	// The hosts in the order they are updated.
-	Hosts []*AgentUpdateHost `json:"hosts"`
-	// When it started.
-	StartedAt time.Time `json:"startedAt"`
-	// When its record last changed.
-	UpdatedAt time.Time `json:"updatedAt"`
-	// When it ended.
-	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 }
 
 // A VM's port.
@@ -105,16 +64,6 @@ type ConsoleSession struct {
 	Path string `json:"path"`
 	// When the ticket expires if it has not been used.
 	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-// One component of a hosted control plane.
-type ControlPlaneComponent struct {
-	// etcd, kube-apiserver, kube-controller-manager or kube-scheduler.
-	Name string `json:"name"`
-	// Whether its replicas are ready and up to date.
-	Ready bool `json:"ready"`
-	// What is missing when it is not ready.
-	Message *string `json:"message,omitempty"`
 }
 
 // A new compute profile.
@@ -254,7 +203,7 @@ type CreateNodePoolInput struct {
 	// Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix).
 	Labels []*NodeLabelInput `json:"labels,omitempty"`
 	// Node taints of the workers (at most 32).
-	Taints []*NodeTaintInput `json:"taints,omitempty"`
+	Taints []*tenantkube.Taint `json:"taints,omitempty"`
 }
 
 // A new 1:1 address.
@@ -669,48 +618,12 @@ type Kubeconfig struct {
 	ReadOnly bool `json:"readOnly"`
 }
 
-// A Kubernetes cluster of the current VDC.
-type KubernetesCluster struct {
-	// The cluster's id.
-	ID string `json:"id"`
-	// The cluster's name in its VDC.
-	Name string `json:"name"`
-	// The zone its workers run in.
-	Zone *Zone `json:"zone"`
-	// The id of the VDC network the workers are on.
-	NetworkID string `json:"networkId"`
-	// The Kubernetes version asked for.
-	Version string `json:"version"`
-	// The Kubernetes version the control plane's API server runs (null until it runs).
-	RunningVersion *string `json:"runningVersion,omitempty"`
-	// The Service range of the cluster, CIDR.
-	ServiceCidr string `json:"serviceCidr"`
-	// The Pod range of the cluster, CIDR.
-	PodCidr string `json:"podCidr"`
-	// host:port of the cluster's API server for its workers: a port of its
-	// network's gateway address, forwarded by the VDC's edge gateway (null
-	// until known).
-	Endpoint *string `json:"endpoint,omitempty"`
-	// Where the cluster is in its life.
-	Phase KubernetesClusterPhase `json:"phase"`
-	// Whether every component of the hosted control plane is ready.
-	ControlPlaneReady bool `json:"controlPlaneReady"`
-	// The hosted control plane's components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
-	ControlPlane []*ControlPlaneComponent `json:"controlPlane"`
-	// Cluster API's conditions of the cluster.
-	Conditions []*KubernetesCondition `json:"conditions"`
-	// The node pools, sorted by name.
-	NodePools []*NodePool `json:"nodePools"`
-	// When the cluster was created.
-	CreatedAt time.Time `json:"createdAt"`
-}
-
 // A page of Kubernetes clusters.
 type KubernetesClusterConnection struct {
 	// The clusters of this page with their cursors.
 	Edges []*KubernetesClusterEdge `json:"edges"`
 	// The clusters of this page.
-	Nodes []*KubernetesCluster `json:"nodes"`
+	Nodes []*tenantkube.Cluster `json:"nodes"`
 	// Where this page is.
 	PageInfo *paging.Info `json:"pageInfo"`
 	// How many clusters the VDC has in all.
@@ -722,19 +635,7 @@ type KubernetesClusterEdge struct {
 	// The cursor of this cluster.
 	Cursor string `json:"cursor"`
 	// The cluster.
-	Node *KubernetesCluster `json:"node"`
-}
-
-// A condition of a Cluster API object.
-type KubernetesCondition struct {
-	// The condition's type, e.g. Available.
-	Type string `json:"type"`
-	// True, False or Unknown.
-	Status string `json:"status"`
-	// A one-word reason.
-	Reason *string `json:"reason,omitempty"`
-	// A message for humans.
-	Message *string `json:"message,omitempty"`
+	Node *tenantkube.Cluster `json:"node"`
 }
 
 // A page of load balancers.
@@ -906,56 +807,6 @@ type NodeLabelInput struct {
 	Key string `json:"key"`
 	// The label's value.
 	Value string `json:"value"`
-}
-
-// A node pool of a Kubernetes cluster: workers alike, scaled together.
-type NodePool struct {
-	// The pool's id.
-	ID string `json:"id"`
-	// The id of the pool's cluster.
-	ClusterID string `json:"clusterId"`
-	// The pool's name in its cluster.
-	Name string `json:"name"`
-	// The compute profile of the workers.
-	ComputeProfile string `json:"computeProfile"`
-	// The storage profile of the workers' disks.
-	StorageProfile string `json:"storageProfile"`
-	// The desired number of workers.
-	Size int `json:"size"`
-	// How many workers exist (being created, running or being deleted).
-	Workers int `json:"workers"`
-	// How many workers run.
-	ReadyWorkers int `json:"readyWorkers"`
-	// The Kubernetes version the pool's workers run, or are being moved to.
-	Version string `json:"version"`
-	// How many of the pool's workers run version.
-	UpToDateWorkers int `json:"upToDateWorkers"`
-	// The workers' node labels, sorted by key.
-	Labels []*NodeLabel `json:"labels"`
-	// The workers' node taints.
-	Taints []*NodeTaint `json:"taints"`
-	// Whether the pool is being deleted.
-	Deleting bool `json:"deleting"`
-}
-
-// A node taint of a pool's workers.
-type NodeTaint struct {
-	// The taint's key.
-	Key string `json:"key"`
-	// The taint's value (may be empty).
-	Value string `json:"value"`
-	// The taint's effect.
-	Effect TaintEffect `json:"effect"`
-}
-
-// A node taint.
-type NodeTaintInput struct {
-	// The taint's key (a qualified name).
-	Key string `json:"key"`
-	// The taint's value (may be empty).
-	Value *string `json:"value,omitempty"`
-	// The taint's effect.
-	Effect TaintEffect `json:"effect"`
 }
 
 // A public address of a VDC's VM, both ways.
@@ -1441,73 +1292,6 @@ type ZonePoolInput struct {
 	Zone string `json:"zone"`
 	// The Proxmox storage in that zone, e.g. local-lvm.
 	Pool string `json:"pool"`
-}
-
-// Where a host of a rollout is.
-type AgentUpdateHostState string
-
-const (
-	// Its batch has not started.
-	AgentUpdateHostStatePending AgentUpdateHostState = "PENDING"
-	// The release is being sent to it or it is on probation.
-	AgentUpdateHostStateUpdating AgentUpdateHostState = "UPDATING"
-	// It runs the new version and passed its probation.
-	AgentUpdateHostStateDone AgentUpdateHostState = "DONE"
-	// It refused the release, rolled back or was not done in time: the rollout halted.
-	AgentUpdateHostStateFailed AgentUpdateHostState = "FAILED"
-	// Not updated: the rollout halted first, or it runs the version already.
-	AgentUpdateHostStateSkipped AgentUpdateHostState = "SKIPPED"
-)
-
-var AllAgentUpdateHostState = []AgentUpdateHostState{
-	AgentUpdateHostStatePending,
-	AgentUpdateHostStateUpdating,
-	AgentUpdateHostStateDone,
-	AgentUpdateHostStateFailed,
-	AgentUpdateHostStateSkipped,
-}
-
-func (e AgentUpdateHostState) IsValid() bool {
-	switch e {
-	case AgentUpdateHostStatePending, AgentUpdateHostStateUpdating, AgentUpdateHostStateDone, AgentUpdateHostStateFailed, AgentUpdateHostStateSkipped:
-		return true
-	}
-	return false
-}
-
-func (e AgentUpdateHostState) String() string {
-	return string(e)
-}
-
-func (e *AgentUpdateHostState) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = AgentUpdateHostState(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid AgentUpdateHostState", str)
-	}
-	return nil
-}
-
-func (e AgentUpdateHostState) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *AgentUpdateHostState) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e AgentUpdateHostState) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
 }
 
 // The state of an agent's update.
@@ -2007,76 +1791,6 @@ func (e ImageStagingState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Where a Kubernetes cluster is in its life (Cluster API's phase of the Cluster).
-type KubernetesClusterPhase string
-
-const (
-	// Created; Cluster API has not looked at it yet.
-	KubernetesClusterPhasePending KubernetesClusterPhase = "PENDING"
-	// The control plane is starting.
-	KubernetesClusterPhaseProvisioning KubernetesClusterPhase = "PROVISIONING"
-	// The control plane serves.
-	KubernetesClusterPhaseProvisioned KubernetesClusterPhase = "PROVISIONED"
-	// Being deleted.
-	KubernetesClusterPhaseDeleting KubernetesClusterPhase = "DELETING"
-	// Failed; conditions say why.
-	KubernetesClusterPhaseFailed KubernetesClusterPhase = "FAILED"
-	// A phase this API does not know.
-	KubernetesClusterPhaseUnknown KubernetesClusterPhase = "UNKNOWN"
-)
-
-var AllKubernetesClusterPhase = []KubernetesClusterPhase{
-	KubernetesClusterPhasePending,
-	KubernetesClusterPhaseProvisioning,
-	KubernetesClusterPhaseProvisioned,
-	KubernetesClusterPhaseDeleting,
-	KubernetesClusterPhaseFailed,
-	KubernetesClusterPhaseUnknown,
-}
-
-func (e KubernetesClusterPhase) IsValid() bool {
-	switch e {
-	case KubernetesClusterPhasePending, KubernetesClusterPhaseProvisioning, KubernetesClusterPhaseProvisioned, KubernetesClusterPhaseDeleting, KubernetesClusterPhaseFailed, KubernetesClusterPhaseUnknown:
-		return true
-	}
-	return false
-}
-
-func (e KubernetesClusterPhase) String() string {
-	return string(e)
-}
-
-func (e *KubernetesClusterPhase) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = KubernetesClusterPhase(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid KubernetesClusterPhase", str)
-	}
-	return nil
-}
-
-func (e KubernetesClusterPhase) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *KubernetesClusterPhase) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e KubernetesClusterPhase) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
 // The protocol of a listener.
 type LoadBalancerProtocol string
 
@@ -2404,67 +2118,6 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// The effect of a node taint.
-type TaintEffect string
-
-const (
-	// Pods without a matching toleration are not scheduled.
-	TaintEffectNoSchedule TaintEffect = "NO_SCHEDULE"
-	// The scheduler avoids the node for pods without a matching toleration.
-	TaintEffectPreferNoSchedule TaintEffect = "PREFER_NO_SCHEDULE"
-	// Pods without a matching toleration are evicted.
-	TaintEffectNoExecute TaintEffect = "NO_EXECUTE"
-)
-
-var AllTaintEffect = []TaintEffect{
-	TaintEffectNoSchedule,
-	TaintEffectPreferNoSchedule,
-	TaintEffectNoExecute,
-}
-
-func (e TaintEffect) IsValid() bool {
-	switch e {
-	case TaintEffectNoSchedule, TaintEffectPreferNoSchedule, TaintEffectNoExecute:
-		return true
-	}
-	return false
-}
-
-func (e TaintEffect) String() string {
-	return string(e)
-}
-
-func (e *TaintEffect) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = TaintEffect(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid TaintEffect", str)
-	}
-	return nil
-}
-
-func (e TaintEffect) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *TaintEffect) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e TaintEffect) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

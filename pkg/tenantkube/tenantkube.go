@@ -191,7 +191,7 @@ type Condition struct {
 type Taint struct {
 	Key, Value string
 	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
-	Effect string
+	Effect TaintEffect
 }
 
 // NodePool is one MachineDeployment of workers.
@@ -983,21 +983,21 @@ func ClusterStatusCondition(c *Cluster, t string) string {
 }
 
 // The phases Cluster API gives a Cluster, as State reports them.
-var capiPhases = map[string]bool{"Pending": true, "Provisioning": true, "Provisioned": true, "Deleting": true, "Failed": true}
+var capiPhases = map[Phase]bool{PhasePending: true, PhaseProvisioning: true, PhaseProvisioned: true, PhaseDeleting: true, PhaseFailed: true}
 
 // State is c's phase as the API shows it: Deleting once its delete began,
 // Pending before Cluster API gives it a phase, Unknown for a phase Cluster
 // API did not have, else Cluster API's phase.
-func (c *Cluster) State() string {
+func (c *Cluster) State() Phase {
 	switch {
 	case c.Deleting:
-		return "Deleting"
+		return PhaseDeleting
 	case c.Phase == "":
-		return "Pending"
-	case !capiPhases[c.Phase]:
-		return "Unknown"
+		return PhasePending
+	case !capiPhases[Phase(c.Phase)]:
+		return PhaseUnknown
 	}
-	return c.Phase
+	return Phase(c.Phase)
 }
 
 // SortedLabels are the pool's labels sorted by key, as key and value.
