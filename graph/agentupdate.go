@@ -28,18 +28,11 @@ func hostUpdateModel(u zones.UpdateStatus) *model.HostUpdate {
 	if !ok {
 		return nil
 	}
-	m := &model.HostUpdate{State: state, Version: optional(u.Version), From: optional(u.From), Reason: optional(u.Reason), OperationID: optional(u.Operation)}
+	m := &model.HostUpdate{State: state, Version: optString(u.Version), From: optString(u.From), Reason: optString(u.Reason), OperationID: optString(u.Operation)}
 	if u.UpdatedAt.UnixMilli() > 0 {
 		m.UpdatedAt = ptr(u.UpdatedAt.UTC())
 	}
 	return m
-}
-
-func optional(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 var rolloutStates = map[string]model.OperationState{
@@ -48,7 +41,7 @@ var rolloutStates = map[string]model.OperationState{
 
 func releaseModel(p *release.Published) *model.AgentRelease {
 	m := p.Manifest
-	return &model.AgentRelease{Version: m.Version, Platform: m.Platform, Size: int(m.Size), Sha256: m.SHA256, MinVersion: optional(m.MinVersion), NotAfter: m.NotAfter}
+	return &model.AgentRelease{Version: m.Version, Platform: m.Platform, Size: int(m.Size), Sha256: m.SHA256, MinVersion: optString(m.MinVersion), NotAfter: m.NotAfter}
 }
 
 func releasesUnavailable() error {

@@ -23,11 +23,11 @@ func (r *agentUpdateHostResolver) ID(ctx context.Context, obj *rollout.Host) (st
 }
 
 func (r *agentUpdateHostResolver) From(ctx context.Context, obj *rollout.Host) (*string, error) {
-	return optional(obj.From), nil
+	return optString(obj.From), nil
 }
 
 func (r *agentUpdateHostResolver) Reason(ctx context.Context, obj *rollout.Host) (*string, error) {
-	return optional(obj.Reason), nil
+	return optString(obj.Reason), nil
 }
 
 func (r *agentUpdateHostResolver) Seconds(ctx context.Context, obj *rollout.Host) (*float64, error) {
@@ -42,7 +42,7 @@ func (r *agentUpdateOperationResolver) State(ctx context.Context, obj *rollout.R
 }
 
 func (r *agentUpdateOperationResolver) Error(ctx context.Context, obj *rollout.Rollout) (*string, error) {
-	return optional(obj.Error), nil
+	return optString(obj.Error), nil
 }
 
 func (r *agentUpdateOperationResolver) FinishedAt(ctx context.Context, obj *rollout.Rollout) (*time.Time, error) {

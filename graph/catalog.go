@@ -64,10 +64,6 @@ func deref[V any](v *V) V {
 	return *v
 }
 
-func quotas(q *model.VDCQuotasInput) catalog.VDCQuotas {
-	return catalog.VDCQuotas{VCPUs: q.Vcpus, MemoryMiB: q.MemoryMiB, StorageGiB: q.StorageGiB, VMs: q.Vms, PublicAddresses: q.PublicAddresses}
-}
-
 func pools(in []*model.ZonePoolInput) []catalog.ZonePool {
 	out := make([]catalog.ZonePool, 0, len(in))
 	for _, p := range in {

@@ -76,37 +76,6 @@ func oneToOneModel(zoneID string, o catalog.OneToOneAddress) *model.OneToOneAddr
 	return &model.OneToOneAddress{ID: o.ID, PublicAddress: o.PublicAddress, VMID: tenancy.VMRef{ZoneID: zoneID, VMID: o.VMID}.ID()}
 }
 
-var edgeStatuses = map[gateways.Status]model.EdgeGatewayStatus{
-	gateways.Pending: model.EdgeGatewayStatusPending,
-	gateways.Active:  model.EdgeGatewayStatusActive,
-	gateways.Failed:  model.EdgeGatewayStatusFailed,
-}
-
-// edgeGatewayModel renders a gateway as the service shows it.
-func (r *Resolver) edgeGatewayModel(v gateways.View) *model.EdgeGateway {
-	zm := &model.Zone{ID: v.ZoneID, Name: v.Zone}
-	if z, ok := r.zoneByID(v.ZoneID); ok {
-		zm = zoneModel(z, r.agentTarget())
-	}
-	m := &model.EdgeGateway{ID: v.ID, Zone: zm, Status: edgeStatuses[v.State.Status], Message: optString(v.State.Message),
-		Node: optString(v.State.Node), PublicAddress: v.PublicAddress, EgressMbps: v.EgressMbps, IngressMbps: v.IngressMbps,
-		FirewallRules: []*model.FirewallRule{}, PortForwards: []*model.PortForward{}, OneToOneAddresses: []*model.OneToOneAddress{},
-		Counters: []*model.EdgeCounter{}}
-	for i, rule := range v.FirewallRules {
-		m.FirewallRules = append(m.FirewallRules, firewallRuleModel(rule, i))
-	}
-	for _, pf := range v.PortForwards {
-		m.PortForwards = append(m.PortForwards, portForwardModel(v.ZoneID, pf))
-	}
-	for _, o := range v.OneToOne {
-		m.OneToOneAddresses = append(m.OneToOneAddresses, oneToOneModel(v.ZoneID, o))
-	}
-	for _, c := range v.State.Counters {
-		m.Counters = append(m.Counters, &model.EdgeCounter{Name: c.Name, Rule: optString(c.Rule), Packets: float64(c.Packets), Bytes: float64(c.Bytes)})
-	}
-	return m
-}
-
 // ruleSpec is the service's spec of a rule's input.
 func ruleSpec(in model.CreateFirewallRuleInput) gateways.RuleSpec {
 	spec := gateways.RuleSpec{Direction: catalog.DirectionInbound, Protocol: strings.ToLower(string(in.Protocol)), Action: strings.ToLower(string(in.Action)),
@@ -116,11 +85,6 @@ func ruleSpec(in model.CreateFirewallRuleInput) gateways.RuleSpec {
 		spec.Direction = catalog.DirectionOutbound
 	}
 	return spec
-}
-
-func externalNetworkModel(n *catalog.ExternalNetwork) *model.ExternalNetwork {
-	return &model.ExternalNetwork{Zone: n.Name, Description: optString(n.Description), Bridge: n.Bridge, Cidr: n.CIDR, Gateway: n.Gateway,
-		PoolStart: n.PoolStart, PoolEnd: n.PoolEnd, PoolSize: n.PoolSize(), Allocated: len(n.Status.Allocations)}
 }
 
 // deleteFromGateway removes the item of id from the VDC's gateway holding

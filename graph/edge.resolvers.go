@@ -9,6 +9,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
@@ -17,8 +18,67 @@ import (
 	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
+func (r *edgeGatewayResolver) Zone(ctx context.Context, obj *gateways.View) (*model.Zone, error) {
+	if z, ok := r.zoneByID(obj.ZoneID); ok {
+		return zoneModel(z, r.agentTarget()), nil
+	}
+	return &model.Zone{ID: obj.ZoneID, Name: obj.Zone}, nil
+}
+
+func (r *edgeGatewayResolver) Node(ctx context.Context, obj *gateways.View) (*string, error) {
+	return optString(obj.State.Node), nil
+}
+
+func (r *edgeGatewayResolver) Status(ctx context.Context, obj *gateways.View) (gateways.Status, error) {
+	return obj.State.Status, nil
+}
+
+func (r *edgeGatewayResolver) Message(ctx context.Context, obj *gateways.View) (*string, error) {
+	return optString(obj.State.Message), nil
+}
+
+func (r *edgeGatewayResolver) FirewallRules(ctx context.Context, obj *gateways.View) ([]*model.FirewallRule, error) {
+	out := []*model.FirewallRule{}
+	for i, rule := range obj.FirewallRules {
+		out = append(out, firewallRuleModel(rule, i))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) PortForwards(ctx context.Context, obj *gateways.View) ([]*model.PortForward, error) {
+	out := []*model.PortForward{}
+	for _, pf := range obj.PortForwards {
+		out = append(out, portForwardModel(obj.ZoneID, pf))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) OneToOneAddresses(ctx context.Context, obj *gateways.View) ([]*model.OneToOneAddress, error) {
+	out := []*model.OneToOneAddress{}
+	for _, o := range obj.OneToOne {
+		out = append(out, oneToOneModel(obj.ZoneID, o))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) Counters(ctx context.Context, obj *gateways.View) ([]*model.EdgeCounter, error) {
+	out := []*model.EdgeCounter{}
+	for _, c := range obj.State.Counters {
+		out = append(out, &model.EdgeCounter{Name: c.Name, Rule: optString(c.Rule), Packets: float64(c.Packets), Bytes: float64(c.Bytes)})
+	}
+	return out, nil
+}
+
+func (r *externalNetworkResolver) Description(ctx context.Context, obj *catalog.ExternalNetwork) (*string, error) {
+	return optString(obj.Description), nil
+}
+
+func (r *externalNetworkResolver) Allocated(ctx context.Context, obj *catalog.ExternalNetwork) (int, error) {
+	return len(obj.Status.Allocations), nil
+}
+
 // CreateExternalNetwork is the resolver for the createExternalNetwork field.
-func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error) {
+func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*catalog.ExternalNetwork, error) {
 	svc, err := r.gateways()
 	if err != nil {
 		return nil, err
@@ -34,7 +94,7 @@ func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input mode
 	if err != nil {
 		return nil, apierr.From(err, "input")
 	}
-	return externalNetworkModel(created), nil
+	return created, nil
 }
 
 // CreateFirewallRule is the resolver for the createFirewallRule field.
@@ -105,7 +165,7 @@ func (r *mutationResolver) DeleteOneToOneAddress(ctx context.Context, id string)
 }
 
 // UpdateEdgeGateway is the resolver for the updateEdgeGateway field.
-func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error) {
+func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*gateways.View, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	svc, err := r.gateways()
 	if err != nil {
@@ -119,7 +179,8 @@ func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.Up
 	if err != nil {
 		return nil, apierr.From(err, "input")
 	}
-	return r.edgeGatewayModel(svc.View(ctx, z.ID, g)), nil
+	v := svc.View(ctx, z.ID, g)
+	return &v, nil
 }
 
 func (r *mutationResolver) DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error) {
@@ -158,9 +219,9 @@ func (r *queryResolver) EdgeGateways(ctx context.Context, zone *string, first *i
 	if err != nil {
 		return nil, apierr.From(err, "")
 	}
-	out := &model.EdgeGatewayConnection{Edges: []*model.EdgeGatewayEdge{}, Nodes: []*model.EdgeGateway{}, PageInfo: p.Info(), TotalCount: p.Total}
+	out := &model.EdgeGatewayConnection{Edges: []*model.EdgeGatewayEdge{}, Nodes: []*gateways.View{}, PageInfo: p.Info(), TotalCount: p.Total}
 	for i, v := range p.Items {
-		out.Nodes = append(out.Nodes, r.edgeGatewayModel(v))
+		out.Nodes = append(out.Nodes, &v)
 		out.Edges = append(out.Edges, &model.EdgeGatewayEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
 	}
 	return out, nil
@@ -180,10 +241,21 @@ func (r *queryResolver) ExternalNetworks(ctx context.Context, first *int, after 
 	if err != nil {
 		return nil, err
 	}
-	out := &model.ExternalNetworkConnection{Edges: []*model.ExternalNetworkEdge{}, Nodes: []*model.ExternalNetwork{}, PageInfo: p.Info(), TotalCount: p.Total}
+	out := &model.ExternalNetworkConnection{Edges: []*model.ExternalNetworkEdge{}, Nodes: []*catalog.ExternalNetwork{}, PageInfo: p.Info(), TotalCount: p.Total}
 	for i, n := range p.Items {
-		out.Nodes = append(out.Nodes, externalNetworkModel(n))
+		out.Nodes = append(out.Nodes, n)
 		out.Edges = append(out.Edges, &model.ExternalNetworkEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
 	}
 	return out, nil
 }
+
+func (r *Resolver) EdgeGateway() generated.EdgeGatewayResolver { return &edgeGatewayResolver{r} }
+
+func (r *Resolver) ExternalNetwork() generated.ExternalNetworkResolver {
+	return &externalNetworkResolver{r}
+}
+
+type (
+	edgeGatewayResolver     struct{ *Resolver }
+	externalNetworkResolver struct{ *Resolver }
+)

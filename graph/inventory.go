@@ -3,8 +3,6 @@ package graph
 import (
 	"context"
 	"errors"
-	"strconv"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 
@@ -12,7 +10,6 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/estate"
-	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -172,17 +169,6 @@ func vmNotFound() error { return apierr.New(apierr.NotFound, "VM not found") }
 
 func keysUnavailable() error {
 	return apierr.New(apierr.NotFound, "enrollment keys are not managed by this orchestrator")
-}
-
-func keyModel(k meshcontrol.Key) *model.EnrollmentKey {
-	return &model.EnrollmentKey{
-		ID:        strconv.FormatUint(k.ID, 10),
-		Reusable:  k.Reusable,
-		Used:      k.Used,
-		Expired:   k.Expired(time.Now()),
-		CreatedAt: k.CreatedAt,
-		ExpiresAt: k.Expiration,
-	}
 }
 
 // Networks.

@@ -18,7 +18,7 @@ import (
 )
 
 func (r *controlPlaneComponentResolver) Message(ctx context.Context, obj *controlplane.Component) (*string, error) {
-	return optional(obj.Message), nil
+	return optString(obj.Message), nil
 }
 
 func (r *kubernetesClusterResolver) Zone(ctx context.Context, obj *tenantkube.Cluster) (*model.Zone, error) {
@@ -29,19 +29,19 @@ func (r *kubernetesClusterResolver) RunningVersion(ctx context.Context, obj *ten
 	if !obj.ControlPlaneReady {
 		return nil, nil
 	}
-	return optional(obj.RunningVersion), nil
+	return optString(obj.RunningVersion), nil
 }
 
 func (r *kubernetesClusterResolver) Endpoint(ctx context.Context, obj *tenantkube.Cluster) (*string, error) {
-	return optional(obj.Endpoint), nil
+	return optString(obj.Endpoint), nil
 }
 
 func (r *kubernetesConditionResolver) Reason(ctx context.Context, obj *tenantkube.Condition) (*string, error) {
-	return optional(obj.Reason), nil
+	return optString(obj.Reason), nil
 }
 
 func (r *kubernetesConditionResolver) Message(ctx context.Context, obj *tenantkube.Condition) (*string, error) {
-	return optional(obj.Message), nil
+	return optString(obj.Message), nil
 }
 
 func (r *mutationResolver) CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*tenantkube.Cluster, error) {

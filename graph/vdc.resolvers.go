@@ -19,7 +19,7 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 	v := &catalog.VDC{}
 	v.Name = input.Name
 	v.Description = deref(input.Description)
-	v.Quotas = quotas(input.Quotas)
+	v.Quotas = *input.Quotas
 	out, err := r.vdcs().Create(ctx, v)
 	if err != nil {
 		return nil, vdcError(err, "input")
@@ -32,7 +32,7 @@ func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCI
 	out, err := r.vdcs().Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
 		set(&v.Description, input.Description)
 		if input.Quotas != nil {
-			v.Quotas = quotas(input.Quotas)
+			v.Quotas = *input.Quotas
 		}
 	})
 	if err != nil {

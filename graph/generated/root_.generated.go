@@ -27,6 +27,9 @@ type ResolverRoot interface {
 	AgentUpdateOperation() AgentUpdateOperationResolver
 	Backend() BackendResolver
 	ControlPlaneComponent() ControlPlaneComponentResolver
+	EdgeGateway() EdgeGatewayResolver
+	EnrollmentKey() EnrollmentKeyResolver
+	ExternalNetwork() ExternalNetworkResolver
 	HealthCheck() HealthCheckResolver
 	Host() HostResolver
 	Image() ImageResolver
@@ -209,24 +212,24 @@ type ComplexityRoot struct {
 	}
 
 	EnrollmentKey struct {
-		CreatedAt func(childComplexity int) int
-		Expired   func(childComplexity int) int
-		ExpiresAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Reusable  func(childComplexity int) int
-		Used      func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		Expiration func(childComplexity int) int
+		Expired    func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Reusable   func(childComplexity int) int
+		Used       func(childComplexity int) int
 	}
 
 	ExternalNetwork struct {
 		Allocated   func(childComplexity int) int
 		Bridge      func(childComplexity int) int
-		Cidr        func(childComplexity int) int
+		CIDR        func(childComplexity int) int
 		Description func(childComplexity int) int
 		Gateway     func(childComplexity int) int
+		Name        func(childComplexity int) int
 		PoolEnd     func(childComplexity int) int
 		PoolSize    func(childComplexity int) int
 		PoolStart   func(childComplexity int) int
-		Zone        func(childComplexity int) int
 	}
 
 	ExternalNetworkConnection struct {
@@ -1359,18 +1362,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.EnrollmentKey.CreatedAt(childComplexity), true
+	case "EnrollmentKey.expiresAt":
+		if e.ComplexityRoot.EnrollmentKey.Expiration == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.Expiration(childComplexity), true
 	case "EnrollmentKey.expired":
 		if e.ComplexityRoot.EnrollmentKey.Expired == nil {
 			break
 		}
 
 		return e.ComplexityRoot.EnrollmentKey.Expired(childComplexity), true
-	case "EnrollmentKey.expiresAt":
-		if e.ComplexityRoot.EnrollmentKey.ExpiresAt == nil {
-			break
-		}
-
-		return e.ComplexityRoot.EnrollmentKey.ExpiresAt(childComplexity), true
 	case "EnrollmentKey.id":
 		if e.ComplexityRoot.EnrollmentKey.ID == nil {
 			break
@@ -1403,11 +1406,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ExternalNetwork.Bridge(childComplexity), true
 	case "ExternalNetwork.cidr":
-		if e.ComplexityRoot.ExternalNetwork.Cidr == nil {
+		if e.ComplexityRoot.ExternalNetwork.CIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.ExternalNetwork.Cidr(childComplexity), true
+		return e.ComplexityRoot.ExternalNetwork.CIDR(childComplexity), true
 	case "ExternalNetwork.description":
 		if e.ComplexityRoot.ExternalNetwork.Description == nil {
 			break
@@ -1420,6 +1423,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ExternalNetwork.Gateway(childComplexity), true
+	case "ExternalNetwork.zone":
+		if e.ComplexityRoot.ExternalNetwork.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Name(childComplexity), true
 	case "ExternalNetwork.poolEnd":
 		if e.ComplexityRoot.ExternalNetwork.PoolEnd == nil {
 			break
@@ -1438,12 +1447,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ExternalNetwork.PoolStart(childComplexity), true
-	case "ExternalNetwork.zone":
-		if e.ComplexityRoot.ExternalNetwork.Zone == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalNetwork.Zone(childComplexity), true
 
 	case "ExternalNetworkConnection.edges":
 		if e.ComplexityRoot.ExternalNetworkConnection.Edges == nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -25,17 +27,17 @@ import (
 type MutationResolver interface {
 	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*rollout.Rollout, error)
 	OpenConsole(ctx context.Context, id string) (*model.ConsoleSession, error)
-	CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error)
+	CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*catalog.ExternalNetwork, error)
 	CreateFirewallRule(ctx context.Context, input model.CreateFirewallRuleInput) (*model.FirewallRule, error)
 	DeleteFirewallRule(ctx context.Context, id string) (*model.DeletedFirewallRule, error)
 	CreatePortForward(ctx context.Context, input model.CreatePortForwardInput) (*model.PortForward, error)
 	DeletePortForward(ctx context.Context, id string) (*model.DeletedPortForward, error)
 	CreateOneToOneAddress(ctx context.Context, input model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error)
 	DeleteOneToOneAddress(ctx context.Context, id string) (*model.DeletedOneToOneAddress, error)
-	UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error)
+	UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*gateways.View, error)
 	DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error)
 	CreateEnrollmentKey(ctx context.Context, input model.CreateEnrollmentKeyInput) (*model.CreatedEnrollmentKey, error)
-	RevokeEnrollmentKey(ctx context.Context, id string) (*model.EnrollmentKey, error)
+	RevokeEnrollmentKey(ctx context.Context, id string) (*meshcontrol.Key, error)
 	CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error)
 	UpdateImage(ctx context.Context, input model.UpdateImageInput) (*catalog.Image, error)
 	DeleteImage(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
@@ -78,7 +80,7 @@ type QueryResolver interface {
 	AgentUpdateOperation(ctx context.Context, id string) (*rollout.Rollout, error)
 	EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error)
 	ExternalNetworks(ctx context.Context, first *int, after *string) (*model.ExternalNetworkConnection, error)
-	EnrollmentKeys(ctx context.Context) ([]*model.EnrollmentKey, error)
+	EnrollmentKeys(ctx context.Context) ([]*meshcontrol.Key, error)
 	Me(ctx context.Context) (*model.Me, error)
 	Tenant(ctx context.Context) (*model.Tenant, error)
 	Images(ctx context.Context) ([]*catalog.Image, error)
@@ -1578,7 +1580,7 @@ func (ec *executionContext) _Mutation_createExternalNetwork(ctx context.Context,
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.ExternalNetwork
+					var zeroVal *catalog.ExternalNetwork
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -1587,8 +1589,8 @@ func (ec *executionContext) _Mutation_createExternalNetwork(ctx context.Context,
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.ExternalNetwork) graphql.Marshaler {
-			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetwork(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.ExternalNetwork) graphql.Marshaler {
+			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetwork(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2008,11 +2010,11 @@ func (ec *executionContext) _Mutation_updateEdgeGateway(ctx context.Context, fie
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.EdgeGateway
+					var zeroVal *gateways.View
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.EdgeGateway
+					var zeroVal *gateways.View
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2021,8 +2023,8 @@ func (ec *executionContext) _Mutation_updateEdgeGateway(ctx context.Context, fie
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EdgeGateway) graphql.Marshaler {
-			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGateway(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *gateways.View) graphql.Marshaler {
+			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2188,7 +2190,7 @@ func (ec *executionContext) _Mutation_revokeEnrollmentKey(ctx context.Context, f
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.EnrollmentKey
+					var zeroVal *meshcontrol.Key
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -2197,8 +2199,8 @@ func (ec *executionContext) _Mutation_revokeEnrollmentKey(ctx context.Context, f
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EnrollmentKey) graphql.Marshaler {
-			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *meshcontrol.Key) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4627,7 +4629,7 @@ func (ec *executionContext) _Query_enrollmentKeys(ctx context.Context, field gra
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal []*model.EnrollmentKey
+					var zeroVal []*meshcontrol.Key
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -4636,8 +4638,8 @@ func (ec *executionContext) _Query_enrollmentKeys(ctx context.Context, field gra
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.EnrollmentKey) graphql.Marshaler {
-			return ec.marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKeyᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*meshcontrol.Key) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKeyᚄ(ctx, selections, v)
 		},
 		true,
 		true,

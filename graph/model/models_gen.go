@@ -11,7 +11,9 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -262,7 +264,7 @@ type CreateVDCInput struct {
 	// What it is for; empty by default.
 	Description *string `json:"description,omitempty"`
 	// Its quotas.
-	Quotas *VDCQuotasInput `json:"quotas"`
+	Quotas *catalog.VDCQuotas `json:"quotas"`
 }
 
 // A new VM of the current VDC.
@@ -302,7 +304,7 @@ type CreateVMPayload struct {
 // A new key and its secret.
 type CreatedEnrollmentKey struct {
 	// The key.
-	Key *EnrollmentKey `json:"key"`
+	Key *meshcontrol.Key `json:"key"`
 	// Give this to the agent (-auth-key); it is not shown again.
 	Secret string `json:"secret"`
 }
@@ -377,40 +379,12 @@ type EdgeCounter struct {
 	Bytes float64 `json:"bytes"`
 }
 
-// The edge gateway of the current VDC in one zone.
-type EdgeGateway struct {
-	// Opaque id.
-	ID string `json:"id"`
-	// The zone it serves.
-	Zone *Zone `json:"zone"`
-	// The Proxmox node whose agent runs it; null while pending.
-	Node *string `json:"node,omitempty"`
-	// Whether it runs as wanted.
-	Status EdgeGatewayStatus `json:"status"`
-	// Why it failed, when it did.
-	Message *string `json:"message,omitempty"`
-	// The VDC's public address in the zone: egress leaves from it, port forwards listen on it.
-	PublicAddress string `json:"publicAddress"`
-	// The limit of traffic out to the external network in Mbit/s; 0 is none.
-	EgressMbps int `json:"egressMbps"`
-	// The limit of traffic in from the external network in Mbit/s; 0 is none.
-	IngressMbps int `json:"ingressMbps"`
-	// The firewall rules in order: the first that matches decides.
-	FirewallRules []*FirewallRule `json:"firewallRules"`
-	// The port forwards, sorted by protocol and public port.
-	PortForwards []*PortForward `json:"portForwards"`
-	// The VMs' own public addresses, sorted by address.
-	OneToOneAddresses []*OneToOneAddress `json:"oneToOneAddresses"`
-	// The packet counters of the running gateway (empty while it is not running), sorted by name.
-	Counters []*EdgeCounter `json:"counters"`
-}
-
 // A page of edge gateways.
 type EdgeGatewayConnection struct {
 	// The gateways of the page with their cursors.
 	Edges []*EdgeGatewayEdge `json:"edges"`
 	// The gateways of the page (the edges' nodes).
-	Nodes []*EdgeGateway `json:"nodes"`
+	Nodes []*gateways.View `json:"nodes"`
 	// Where the page lies in the list.
 	PageInfo *paging.Info `json:"pageInfo"`
 	// How many gateways match in all.
@@ -422,45 +396,7 @@ type EdgeGatewayEdge struct {
 	// Pass it as after to get the gateways after this one.
 	Cursor string `json:"cursor"`
 	// The gateway.
-	Node *EdgeGateway `json:"node"`
-}
-
-// An enrollment key.
-type EnrollmentKey struct {
-	// The key's id at the mesh control server.
-	ID string `json:"id"`
-	// Whether it enrolls any number of agents (else one).
-	Reusable bool `json:"reusable"`
-	// Whether an agent enrolled with it.
-	Used bool `json:"used"`
-	// Whether it can no longer enroll agents (expired or revoked).
-	Expired bool `json:"expired"`
-	// When it was created.
-	CreatedAt time.Time `json:"createdAt"`
-	// When it stops enrolling agents.
-	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-// A zone's external network and its pool of public addresses.
-type ExternalNetwork struct {
-	// The zone's name.
-	Zone string `json:"zone"`
-	// Free text.
-	Description *string `json:"description,omitempty"`
-	// The bridge of the network on every node of the zone.
-	Bridge string `json:"bridge"`
-	// The IPv4 network, e.g. 203.0.113.0/24.
-	Cidr string `json:"cidr"`
-	// The network's router.
-	Gateway string `json:"gateway"`
-	// The first address of the pool.
-	PoolStart string `json:"poolStart"`
-	// The last address of the pool.
-	PoolEnd string `json:"poolEnd"`
-	// How many addresses the pool has.
-	PoolSize int `json:"poolSize"`
-	// How many of them VDCs hold.
-	Allocated int `json:"allocated"`
+	Node *gateways.View `json:"node"`
 }
 
 // A page of external networks.
@@ -468,7 +404,7 @@ type ExternalNetworkConnection struct {
 	// The networks of the page with their cursors.
 	Edges []*ExternalNetworkEdge `json:"edges"`
 	// The networks of the page (the edges' nodes).
-	Nodes []*ExternalNetwork `json:"nodes"`
+	Nodes []*catalog.ExternalNetwork `json:"nodes"`
 	// Where the page lies in the list.
 	PageInfo *paging.Info `json:"pageInfo"`
 	// How many networks there are in all.
@@ -480,7 +416,7 @@ type ExternalNetworkEdge struct {
 	// Pass it as after to get the networks after this one.
 	Cursor string `json:"cursor"`
 	// The network.
-	Node *ExternalNetwork `json:"node"`
+	Node *catalog.ExternalNetwork `json:"node"`
 }
 
 // A firewall rule of a VDC's edge gateway.
@@ -1034,7 +970,7 @@ type UpdateVDCInput struct {
 	// A new description.
 	Description *string `json:"description,omitempty"`
 	// New quotas (all of them).
-	Quotas *VDCQuotasInput `json:"quotas,omitempty"`
+	Quotas *catalog.VDCQuotas `json:"quotas,omitempty"`
 }
 
 // A change of a zone's policy.
@@ -1053,20 +989,6 @@ type VDCAccess struct {
 	Vdc *catalog.VDC `json:"vdc"`
 	// The caller's role in it.
 	Role auth.Role `json:"role"`
-}
-
-// Quotas of a VDC (0 allows none).
-type VDCQuotasInput struct {
-	// At most this many vCPUs.
-	Vcpus int `json:"vcpus"`
-	// At most this much memory in MiB.
-	MemoryMiB int `json:"memoryMiB"`
-	// At most this much disk in GiB.
-	StorageGiB int `json:"storageGiB"`
-	// At most this many VMs.
-	Vms int `json:"vms"`
-	// At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null or absent bounds none.
-	PublicAddresses *int `json:"publicAddresses,omitempty"`
 }
 
 // What a VDC uses of its quotas.
@@ -1365,67 +1287,6 @@ func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
 }
 
 func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// Whether an edge gateway runs as the catalog wants it.
-type EdgeGatewayStatus string
-
-const (
-	// Its agent runs the whole state.
-	EdgeGatewayStatusActive EdgeGatewayStatus = "ACTIVE"
-	// Not placed yet (just created, or its zone has no online host).
-	EdgeGatewayStatusPending EdgeGatewayStatus = "PENDING"
-	// The last attempt to apply it failed (see message).
-	EdgeGatewayStatusFailed EdgeGatewayStatus = "FAILED"
-)
-
-var AllEdgeGatewayStatus = []EdgeGatewayStatus{
-	EdgeGatewayStatusActive,
-	EdgeGatewayStatusPending,
-	EdgeGatewayStatusFailed,
-}
-
-func (e EdgeGatewayStatus) IsValid() bool {
-	switch e {
-	case EdgeGatewayStatusActive, EdgeGatewayStatusPending, EdgeGatewayStatusFailed:
-		return true
-	}
-	return false
-}
-
-func (e EdgeGatewayStatus) String() string {
-	return string(e)
-}
-
-func (e *EdgeGatewayStatus) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = EdgeGatewayStatus(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid EdgeGatewayStatus", str)
-	}
-	return nil
-}
-
-func (e EdgeGatewayStatus) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *EdgeGatewayStatus) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e EdgeGatewayStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
