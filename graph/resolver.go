@@ -7,7 +7,6 @@ package graph
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
@@ -88,14 +87,11 @@ type Resolver struct {
 	// refuses createNetwork and deleteNetwork.
 	Networks *network.Service
 	// VDCs creates, changes and deletes VDCs (a delete cleans every
-	// zone); nil keeps them in Catalog alone.
+	// zone). Required: one over Catalog alone keeps them there.
 	VDCs *vdc.Service
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
-
-	vdcOnce     sync.Once
-	catalogVDCs *vdc.Service // VDCs' stand-in, built by vdcOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

@@ -20,7 +20,7 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 	v.Name = input.Name
 	v.Description = deref(input.Description)
 	v.Quotas = *input.Quotas
-	out, err := r.vdcs().Create(ctx, v)
+	out, err := r.VDCs.Create(ctx, v)
 	if err != nil {
 		return nil, vdcError(err, "input")
 	}
@@ -29,7 +29,7 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 
 // UpdateVdc is the resolver for the updateVDC field.
 func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error) {
-	out, err := r.vdcs().Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
+	out, err := r.VDCs.Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
 		set(&v.Description, input.Description)
 		if input.Quotas != nil {
 			v.Quotas = *input.Quotas
@@ -43,7 +43,7 @@ func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCI
 
 // DeleteVdc is the resolver for the deleteVDC field.
 func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error) {
-	if err := r.vdcs().Delete(ctx, name, resourceVersion); err != nil {
+	if err := r.VDCs.Delete(ctx, name, resourceVersion); err != nil {
 		return nil, vdcError(err, "")
 	}
 	return &model.Deleted{Name: name}, nil
@@ -90,7 +90,7 @@ func (r *queryResolver) CurrentVdc(ctx context.Context) (*catalog.VDC, error) {
 
 // Usage is the resolver for the usage field.
 func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error) {
-	u, err := r.vdcs().Usage(ctx, obj)
+	u, err := r.VDCs.Usage(ctx, obj)
 	if err != nil {
 		return nil, vdcError(err, "")
 	}

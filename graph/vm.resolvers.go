@@ -63,17 +63,11 @@ func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Oper
 	return r.power(ctx, id, (*compute.Service).DeleteVM)
 }
 
-func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {
-	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
-	op, err := svc.MigrateVM(ctx, migrateInput(scope.VDC.Name, input))
-	if err != nil {
-		return nil, computeError(err, "input")
-	}
-	return opModel(op), nil
+func (r *mutationResolver) MigrateVM(ctx context.Context, input compute.MigrateInput) (*model.Operation, error) {
+	return r.vmOp(ctx, "input", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+		input.VDC = vdc
+		return svc.MigrateVM(ctx, input)
+	})
 }
 
 func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error) {

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -18,39 +19,31 @@ import (
 // for anything not of the request's VDC; nics and disks share one read per
 // operation.
 
-// vmHardware is a VM's VDC, zone, NICs and disks.
-type vmHardware struct {
-	vdc  string
-	zone zones.Zone
-	hw   compute.Hardware
-}
-
 // hardware returns the VDC, zone, NICs and disks of vm, read once per
 // operation.
 func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
-	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) { return r.readHardware(ctx, vm) })
-	h, _ := v.(vmHardware)
-	return h.vdc, h.zone, h.hw, err
-}
-
-func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (vmHardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
-	if !ok {
-		return vmHardware{}, vmNotFound()
-	}
 	svc, err := r.compute()
-	if err != nil {
-		return vmHardware{}, err
+	if !ok || err != nil {
+		return "", zones.Zone{}, compute.Hardware{}, cmp.Or(err, vmNotFound())
 	}
-	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
-	if err != nil {
-		return vmHardware{}, computeError(err, "")
+	type read struct {
+		zone zones.Zone
+		hw   compute.Hardware
 	}
-	z, ok := r.zoneByID(cz.ID)
-	if !ok {
-		return vmHardware{}, vmNotFound()
-	}
-	return vmHardware{vdc: scope.VDC.Name, zone: z, hw: hw}, nil
+	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) {
+		cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
+		if err != nil {
+			return read{}, computeError(err, "")
+		}
+		z, ok := r.zoneByID(cz.ID)
+		if !ok {
+			return read{}, vmNotFound()
+		}
+		return read{z, hw}, nil
+	})
+	h, _ := v.(read)
+	return scope.VDC.Name, h.zone, h.hw, err
 }
 
 // zoneFailed reports whether err is vm's zone failing; if so the zone is

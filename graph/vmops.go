@@ -54,21 +54,6 @@ func opModel(op *compute.Operation) *model.Operation {
 	return m
 }
 
-// migrateInput is the compute input of migrateVM in vdc.
-func migrateInput(vdc string, in model.MigrateVMInput) compute.MigrateInput {
-	out := compute.MigrateInput{VDC: vdc, ID: in.ID}
-	if in.Host != nil {
-		out.Host = *in.Host
-	}
-	if in.Zone != nil {
-		out.Zone = *in.Zone
-	}
-	for _, n := range in.Networks {
-		out.Networks = append(out.Networks, compute.NetworkMapping{From: n.From, To: n.To})
-	}
-	return out
-}
-
 // creatingVMModel renders a VM createVM just started.
 func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
 	m := &model.VM{ID: vm.ID, Place: vm.Ref, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,

@@ -11,6 +11,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/compute"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -465,7 +466,7 @@ type ComplexityRoot struct {
 		DeleteVM                 func(childComplexity int, id string) int
 		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
 		IssueKubeconfig          func(childComplexity int, cluster string) int
-		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
+		MigrateVM                func(childComplexity int, input compute.MigrateInput) int
 		OpenConsole              func(childComplexity int, id string) int
 		RebootVM                 func(childComplexity int, id string) int
 		RevokeEnrollmentKey      func(childComplexity int, id string) int
@@ -2619,7 +2620,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(model.MigrateVMInput)), true
+		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(compute.MigrateInput)), true
 	case "Mutation.openConsole":
 		if e.ComplexityRoot.Mutation.OpenConsole == nil {
 			break
