@@ -9,14 +9,50 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-func (r *mutationResolver) UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*model.AgentUpdateOperation, error) {
+func (r *agentUpdateHostResolver) ID(ctx context.Context, obj *rollout.Host) (string, error) {
+	return tenancy.HostRef{ZoneID: obj.ZoneID, Node: obj.Node}.ID(), nil
+}
+
+func (r *agentUpdateHostResolver) From(ctx context.Context, obj *rollout.Host) (*string, error) {
+	return optString(obj.From), nil
+}
+
+func (r *agentUpdateHostResolver) Reason(ctx context.Context, obj *rollout.Host) (*string, error) {
+	return optString(obj.Reason), nil
+}
+
+func (r *agentUpdateHostResolver) Seconds(ctx context.Context, obj *rollout.Host) (*float64, error) {
+	if obj.Took <= 0 {
+		return nil, nil
+	}
+	return ptr(obj.Took.Round(time.Millisecond).Seconds()), nil
+}
+
+func (r *agentUpdateOperationResolver) State(ctx context.Context, obj *rollout.Rollout) (model.OperationState, error) {
+	return rolloutStates[obj.State], nil
+}
+
+func (r *agentUpdateOperationResolver) Error(ctx context.Context, obj *rollout.Rollout) (*string, error) {
+	return optString(obj.Error), nil
+}
+
+func (r *agentUpdateOperationResolver) FinishedAt(ctx context.Context, obj *rollout.Rollout) (*time.Time, error) {
+	if obj.FinishedAt.IsZero() {
+		return nil, nil
+	}
+	return &obj.FinishedAt, nil
+}
+
+func (r *mutationResolver) UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*rollout.Rollout, error) {
 	if r.Rollouts == nil {
 		return nil, releasesUnavailable()
 	}
@@ -36,9 +72,9 @@ func (r *mutationResolver) UpdateAgents(ctx context.Context, input model.UpdateA
 	}
 	ro, err := r.Rollouts.Start(ctx, req)
 	if err != nil {
-		return nil, rolloutError(err)
+		return nil, apierr.From(err, "input")
 	}
-	return rolloutModel(ro), nil
+	return ro, nil
 }
 
 func (r *queryResolver) AgentReleases(ctx context.Context) ([]*model.AgentRelease, error) {
@@ -56,7 +92,7 @@ func (r *queryResolver) AgentReleases(ctx context.Context) ([]*model.AgentReleas
 	return out, nil
 }
 
-func (r *queryResolver) AgentUpdateOperation(ctx context.Context, id string) (*model.AgentUpdateOperation, error) {
+func (r *queryResolver) AgentUpdateOperation(ctx context.Context, id string) (*rollout.Rollout, error) {
 	if r.Rollouts == nil {
 		return nil, releasesUnavailable()
 	}
@@ -67,5 +103,18 @@ func (r *queryResolver) AgentUpdateOperation(ctx context.Context, id string) (*m
 	if err != nil {
 		return nil, fmt.Errorf("agent update operation: %w", err)
 	}
-	return rolloutModel(ro), nil
+	return ro, nil
 }
+
+func (r *Resolver) AgentUpdateHost() generated.AgentUpdateHostResolver {
+	return &agentUpdateHostResolver{r}
+}
+
+func (r *Resolver) AgentUpdateOperation() generated.AgentUpdateOperationResolver {
+	return &agentUpdateOperationResolver{r}
+}
+
+type (
+	agentUpdateHostResolver      struct{ *Resolver }
+	agentUpdateOperationResolver struct{ *Resolver }
+)

@@ -14,22 +14,10 @@ import (
 // the field under "input".
 func fail(err error) error { return apierr.From(err, "input") }
 
-// update applies change to the named object and writes it conditionally:
-// on resourceVersion when the client gave one, else on the version just
-// read (a concurrent write in between is a CONFLICT, never lost).
+// update applies change to the named object and writes it conditionally
+// (catalog.Change).
 func update[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string, change func(P)) (P, error) {
-	cur, err := catalog.Get[P](ctx, store, name)
-	if err != nil {
-		return nil, fail(err)
-	}
-	if resourceVersion != nil {
-		if *resourceVersion == "" {
-			return nil, apierr.BadInput("input.resourceVersion", "input.resourceVersion: must not be empty when given")
-		}
-		cur.GetObjectMeta().ResourceVersion = *resourceVersion
-	}
-	change(cur)
-	out, err := catalog.Update(ctx, store, cur)
+	out, err := catalog.Change(ctx, store, name, resourceVersion, change)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -37,17 +25,10 @@ func update[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.St
 }
 
 // remove deletes the named object, conditionally when resourceVersion is
-// given.
+// given (catalog.DeleteAt).
 func remove[P catalog.ObjectPtr[T], T any](ctx context.Context, store catalog.Store, name string, resourceVersion *string) (*model.Deleted, error) {
-	rv := ""
-	if resourceVersion != nil {
-		if *resourceVersion == "" {
-			return nil, apierr.BadInput("resourceVersion", "resourceVersion: must not be empty when given")
-		}
-		rv = *resourceVersion
-	}
-	if err := catalog.Delete[P](ctx, store, name, rv); err != nil {
-		return nil, fail(err)
+	if err := catalog.DeleteAt[P](ctx, store, name, resourceVersion); err != nil {
+		return nil, apierr.From(err, "")
 	}
 	return &model.Deleted{Name: name}, nil
 }
@@ -81,10 +62,6 @@ func deref[V any](v *V) V {
 		return zero
 	}
 	return *v
-}
-
-func quotas(q *model.VDCQuotasInput) catalog.VDCQuotas {
-	return catalog.VDCQuotas{VCPUs: q.Vcpus, MemoryMiB: q.MemoryMiB, StorageGiB: q.StorageGiB, VMs: q.Vms, PublicAddresses: q.PublicAddresses}
 }
 
 func pools(in []*model.ZonePoolInput) []catalog.ZonePool {

@@ -7,19 +7,108 @@ package graph
 
 import (
 	"context"
+	"strings"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
+func (r *edgeGatewayResolver) Zone(ctx context.Context, obj *gateways.View) (*model.Zone, error) {
+	if z, ok := r.zoneByID(obj.ZoneID); ok {
+		return zoneModel(z, r.agentTarget()), nil
+	}
+	return &model.Zone{ID: obj.ZoneID, Name: obj.Zone}, nil
+}
+
+func (r *edgeGatewayResolver) Node(ctx context.Context, obj *gateways.View) (*string, error) {
+	return optString(obj.State.Node), nil
+}
+
+func (r *edgeGatewayResolver) Status(ctx context.Context, obj *gateways.View) (gateways.Status, error) {
+	return obj.State.Status, nil
+}
+
+func (r *edgeGatewayResolver) Message(ctx context.Context, obj *gateways.View) (*string, error) {
+	return optString(obj.State.Message), nil
+}
+
+func (r *edgeGatewayResolver) FirewallRules(ctx context.Context, obj *gateways.View) ([]*model.FirewallRule, error) {
+	out := []*model.FirewallRule{}
+	for i, rule := range obj.FirewallRules {
+		out = append(out, firewallRuleModel(rule, i))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) PortForwards(ctx context.Context, obj *gateways.View) ([]*model.PortForward, error) {
+	out := []*model.PortForward{}
+	for _, pf := range obj.PortForwards {
+		out = append(out, portForwardModel(obj.ZoneID, pf))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) OneToOneAddresses(ctx context.Context, obj *gateways.View) ([]*model.OneToOneAddress, error) {
+	out := []*model.OneToOneAddress{}
+	for _, o := range obj.OneToOne {
+		out = append(out, oneToOneModel(obj.ZoneID, o))
+	}
+	return out, nil
+}
+
+func (r *edgeGatewayResolver) Counters(ctx context.Context, obj *gateways.View) ([]*model.EdgeCounter, error) {
+	out := []*model.EdgeCounter{}
+	for _, c := range obj.State.Counters {
+		out = append(out, &model.EdgeCounter{Name: c.Name, Rule: optString(c.Rule), Packets: float64(c.Packets), Bytes: float64(c.Bytes)})
+	}
+	return out, nil
+}
+
+func (r *externalNetworkResolver) Description(ctx context.Context, obj *catalog.ExternalNetwork) (*string, error) {
+	return optString(obj.Description), nil
+}
+
+func (r *externalNetworkResolver) Allocated(ctx context.Context, obj *catalog.ExternalNetwork) (int, error) {
+	return len(obj.Status.Allocations), nil
+}
+
 // CreateExternalNetwork is the resolver for the createExternalNetwork field.
-func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error) {
-	return r.createExternalNetwork(ctx, input)
+func (r *mutationResolver) CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*catalog.ExternalNetwork, error) {
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zs, err := r.zonesOf(ctx, &input.Zone, "input.zone")
+	if err != nil {
+		return nil, err
+	}
+	n := &catalog.ExternalNetwork{ExternalNetworkSpec: catalog.ExternalNetworkSpec{Description: deref(input.Description), Bridge: input.Bridge,
+		CIDR: input.Cidr, Gateway: input.Gateway, PoolStart: input.PoolStart, PoolEnd: input.PoolEnd}}
+	n.Name = zs[0].Name
+	created, err := svc.CreateExternalNetwork(ctx, n)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return created, nil
 }
 
 // CreateFirewallRule is the resolver for the createFirewallRule field.
 func (r *mutationResolver) CreateFirewallRule(ctx context.Context, input model.CreateFirewallRuleInput) (*model.FirewallRule, error) {
-	return r.createFirewallRule(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	rule, pos, err := svc.CreateFirewallRule(ctx, scope.VDC.Name, r.edgeZone(ctx, scope.VDC.Name, input.Zone, "input.zone"), ruleSpec(input))
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return firewallRuleModel(rule, pos), nil
 }
 
 // DeleteFirewallRule is the resolver for the deleteFirewallRule field.
@@ -32,7 +121,17 @@ func (r *mutationResolver) DeleteFirewallRule(ctx context.Context, id string) (*
 
 // CreatePortForward is the resolver for the createPortForward field.
 func (r *mutationResolver) CreatePortForward(ctx context.Context, input model.CreatePortForwardInput) (*model.PortForward, error) {
-	return r.createPortForward(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	pf, zoneID, err := svc.CreatePortForward(ctx, scope.VDC.Name, gateways.PortForwardSpec{VM: input.VMID, Protocol: strings.ToLower(string(input.Protocol)),
+		PublicPort: input.PublicPort, TargetPort: input.TargetPort, PublicAddress: input.PublicAddress})
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return portForwardModel(zoneID, pf), nil
 }
 
 // DeletePortForward is the resolver for the deletePortForward field.
@@ -45,7 +144,16 @@ func (r *mutationResolver) DeletePortForward(ctx context.Context, id string) (*m
 
 // CreateOneToOneAddress is the resolver for the createOneToOneAddress field.
 func (r *mutationResolver) CreateOneToOneAddress(ctx context.Context, input model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error) {
-	return r.createOneToOneAddress(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	o, zoneID, err := svc.CreateOneToOne(ctx, scope.VDC.Name, input.VMID, input.PublicAddress)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	return oneToOneModel(zoneID, o), nil
 }
 
 // DeleteOneToOneAddress is the resolver for the deleteOneToOneAddress field.
@@ -57,20 +165,97 @@ func (r *mutationResolver) DeleteOneToOneAddress(ctx context.Context, id string)
 }
 
 // UpdateEdgeGateway is the resolver for the updateEdgeGateway field.
-func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error) {
-	return r.updateEdgeGateway(ctx, input)
+func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*gateways.View, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	var z zones.Zone
+	g, err := svc.SetLimits(ctx, scope.VDC.Name, func() (name string, err error) {
+		z, err = r.placeableZone(ctx, scope.VDC.Name, input.Zone, "input.zone")
+		return z.Name, err
+	}, input.EgressMbps, input.IngressMbps)
+	if err != nil {
+		return nil, apierr.From(err, "input")
+	}
+	v := svc.View(ctx, z.ID, g)
+	return &v, nil
 }
 
 func (r *mutationResolver) DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error) {
-	return r.deleteEdgeGateway(ctx, id)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zone, released, err := svc.DeleteByID(ctx, scope.VDC.Name, id)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	out := &model.DeletedEdgeGateway{ID: id, Zone: zone, ReleasedAddresses: []string{}}
+	for _, a := range released {
+		out.ReleasedAddresses = append(out.ReleasedAddresses, a.String())
+	}
+	return out, nil
 }
 
 // EdgeGateways is the resolver for the edgeGateways field.
 func (r *queryResolver) EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error) {
-	return r.edgeGateways(ctx, zone, first, after)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	zs, err := r.zonesOf(ctx, zone, "zone")
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]string{}
+	for _, z := range zs {
+		ids[z.Name] = z.ID
+	}
+	p, err := svc.Page(ctx, scope.VDC.Name, ids, first, after)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	out := &model.EdgeGatewayConnection{Edges: []*model.EdgeGatewayEdge{}, Nodes: []*gateways.View{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i, v := range p.Items {
+		out.Nodes = append(out.Nodes, &v)
+		out.Edges = append(out.Edges, &model.EdgeGatewayEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }
 
 // ExternalNetworks is the resolver for the externalNetworks field.
 func (r *queryResolver) ExternalNetworks(ctx context.Context, first *int, after *string) (*model.ExternalNetworkConnection, error) {
-	return r.externalNetworks(ctx, first, after)
+	svc, err := r.gateways()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := svc.ExternalNetworks(ctx)
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	p, err := paging.List(ns, func(n *catalog.ExternalNetwork) string { return paging.Key(n.Name) }, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	out := &model.ExternalNetworkConnection{Edges: []*model.ExternalNetworkEdge{}, Nodes: []*catalog.ExternalNetwork{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i, n := range p.Items {
+		out.Nodes = append(out.Nodes, n)
+		out.Edges = append(out.Edges, &model.ExternalNetworkEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }
+
+func (r *Resolver) EdgeGateway() generated.EdgeGatewayResolver { return &edgeGatewayResolver{r} }
+
+func (r *Resolver) ExternalNetwork() generated.ExternalNetworkResolver {
+	return &externalNetworkResolver{r}
+}
+
+type (
+	edgeGatewayResolver     struct{ *Resolver }
+	externalNetworkResolver struct{ *Resolver }
+)

@@ -8,12 +8,22 @@ package graph
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 )
+
+func (r *enrollmentKeyResolver) ID(ctx context.Context, obj *meshcontrol.Key) (string, error) {
+	return strconv.FormatUint(obj.ID, 10), nil
+}
+
+func (r *enrollmentKeyResolver) Expired(ctx context.Context, obj *meshcontrol.Key) (bool, error) {
+	return obj.Expired(time.Now()), nil
+}
 
 // CreateEnrollmentKey is the resolver for the createEnrollmentKey field.
 func (r *mutationResolver) CreateEnrollmentKey(ctx context.Context, input model.CreateEnrollmentKeyInput) (*model.CreatedEnrollmentKey, error) {
@@ -35,29 +45,29 @@ func (r *mutationResolver) CreateEnrollmentKey(ctx context.Context, input model.
 	if err != nil {
 		return nil, fmt.Errorf("create enrollment key: %w", err)
 	}
-	return &model.CreatedEnrollmentKey{Key: keyModel(k), Secret: k.Secret}, nil
+	return &model.CreatedEnrollmentKey{Key: &k, Secret: k.Secret}, nil
 }
 
 // RevokeEnrollmentKey is the resolver for the revokeEnrollmentKey field.
-func (r *mutationResolver) RevokeEnrollmentKey(ctx context.Context, id string) (*model.EnrollmentKey, error) {
+func (r *mutationResolver) RevokeEnrollmentKey(ctx context.Context, id string) (*meshcontrol.Key, error) {
 	if r.Keys == nil {
 		return nil, keysUnavailable()
 	}
-	k, err := r.agentKey(ctx, id)
+	k, err := meshcontrol.AgentKeyOf(ctx, r.Keys, id)
 	if err != nil {
 		return nil, err
 	}
 	if err := r.Keys.RevokeKey(ctx, k.ID); err != nil {
 		return nil, fmt.Errorf("revoke enrollment key: %w", err)
 	}
-	if k, err = r.agentKey(ctx, id); err != nil {
+	if k, err = meshcontrol.AgentKeyOf(ctx, r.Keys, id); err != nil {
 		return nil, err
 	}
-	return keyModel(k), nil
+	return &k, nil
 }
 
 // EnrollmentKeys is the resolver for the enrollmentKeys field.
-func (r *queryResolver) EnrollmentKeys(ctx context.Context) ([]*model.EnrollmentKey, error) {
+func (r *queryResolver) EnrollmentKeys(ctx context.Context) ([]*meshcontrol.Key, error) {
 	if r.Keys == nil {
 		return nil, keysUnavailable()
 	}
@@ -65,9 +75,13 @@ func (r *queryResolver) EnrollmentKeys(ctx context.Context) ([]*model.Enrollment
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*model.EnrollmentKey, 0, len(ks))
+	out := make([]*meshcontrol.Key, 0, len(ks))
 	for _, k := range ks {
-		out = append(out, keyModel(k))
+		out = append(out, &k)
 	}
 	return out, nil
 }
+
+func (r *Resolver) EnrollmentKey() generated.EnrollmentKeyResolver { return &enrollmentKeyResolver{r} }
+
+type enrollmentKeyResolver struct{ *Resolver }

@@ -3,4 +3,4 @@ package graph
 import "github.com/flexplane/flexplane/pkg/inventory"
 
 // InventoryForTest returns the inventory r reads the estate with.
-func InventoryForTest(r *Resolver) *inventory.Inventory { return r.estate().InventoryForTest() }
+func InventoryForTest(r *Resolver) *inventory.Inventory { return r.Estate.InventoryForTest() }

@@ -18,7 +18,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 	if err != nil {
 		return nil, err
 	}
-	me := &model.Me{Subject: p.Subject, Name: p.Name, PlatformAdmin: p.PlatformAdmin, Roles: roleKeys(p), Vdcs: []*model.VDCAccess{}}
+	me := &model.Me{Subject: p.Subject, Name: p.Name, PlatformAdmin: p.PlatformAdmin, Roles: p.RoleKeys(), Vdcs: []*model.VDCAccess{}}
 	if p.Email != "" {
 		me.Email = &p.Email
 	}
@@ -28,7 +28,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 	}
 	for _, v := range vdcs {
 		if role, ok := p.RoleIn(v.Name); ok {
-			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: modelRole(role)})
+			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: role})
 		}
 	}
 	return me, nil

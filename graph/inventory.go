@@ -1,22 +1,15 @@
 package graph
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 
-	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/estate"
-	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -25,55 +18,8 @@ import (
 // Helpers of the inventory and network resolvers: the per-request state,
 // partial answers and the translation of the estate into the API's types.
 
-type requestKey struct{}
-
-// request is the state of one GraphQL operation.
-type request struct {
-	once sync.Once
-	read *estate.Read // the operation's view of the estate, made by once
-}
-
-// WithRequest returns ctx carrying the state of one operation: its view of
-// the estate (each zone is read once per operation, and reported
-// unavailable once). The API handler calls it for every query and mutation
-// (not for subscriptions, which must read afresh).
-func WithRequest(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestKey{}, &request{})
-}
-
-func requestFrom(ctx context.Context) *request {
-	if r, ok := ctx.Value(requestKey{}).(*request); ok {
-		return r
-	}
-	return nil
-}
-
-// estate returns the estate's read service: Estate, or one built over
-// Zones at first use and shared by every request (so that its bound on the
-// answers decoded at a time holds for the process).
-func (r *Resolver) estate() *estate.Service {
-	if r.Estate != nil {
-		return r.Estate
-	}
-	r.estOnce.Do(func() {
-		cfg := estate.Config{Zones: r.Zones, Catalog: r.Catalog, Timeout: cmp.Or(r.ZoneTimeout, DefaultZoneTimeout), Logger: r.Logger}
-		if r.Compute != nil {
-			cfg.Placement = r.Compute
-		}
-		r.est = estate.New(cfg)
-	})
-	return r.est
-}
-
 // session returns the operation's view of the estate.
-func (r *Resolver) session(ctx context.Context) *estate.Read {
-	req := requestFrom(ctx)
-	if req == nil {
-		return r.estate().NewRead()
-	}
-	req.once.Do(func() { req.read = r.estate().NewRead() })
-	return req.read
-}
+func (r *Resolver) session(ctx context.Context) *estate.Read { return r.Estate.ReadOf(ctx) }
 
 // viewer is who reads the estate: the caller and the request's VDC.
 func viewer(ctx context.Context) estate.Viewer {
@@ -94,21 +40,30 @@ func viewer(ctx context.Context) estate.Viewer {
 // ZONE_UNAVAILABLE, not BAD_USER_INPUT.
 func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
 	if name == nil {
-		all, err := r.estate().Known(ctx)
+		all, err := r.Estate.Known(ctx)
 		if err != nil && r.firstReport(ctx, "") {
-			graphql.AddError(ctx, estateError(err))
+			graphql.AddError(ctx, apierr.From(err, ""))
 		}
 		return all, nil
 	}
 	z, err := r.session(ctx).Named(ctx, viewer(ctx), *name, field)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	return []zones.Zone{z}, nil
 }
 
+// zoneNamed is the zone named name, or a stand-in of that name and id
+// while the registry does not know it.
+func (r *Resolver) zoneNamed(name string) *model.Zone {
+	if z, ok := r.Estate.ZoneNamed(name); ok {
+		return zoneModel(z, r.agentTarget())
+	}
+	return &model.Zone{ID: name, Name: name}
+}
+
 // zoneByID returns the zone with the cluster identity id.
-func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.estate().Zone(id) }
+func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.Estate.Zone(id) }
 
 // firstReport reports whether the operation has not reported zone id
 // unavailable yet ("" stands for the zones not known yet), and records it.
@@ -140,44 +95,10 @@ func (r *Resolver) reportDown(ctx context.Context, err error, more ...*estate.Zo
 	return false
 }
 
-// estateError maps an error of the estate's read service.
-func estateError(err error) error {
-	if ze := (*estate.ZoneError)(nil); errors.As(err, &ze) {
-		return apierr.ZoneDown(ze.Zone.Name, ze.Err)
-	}
-	return apierr.From(err, "")
-}
-
-// maxFirst bounds every list's first.
-const maxFirst = 1000
-
-// limit checks a list's first argument.
-func limit(first *int, def int) (int, error) {
-	if first == nil {
-		return def, nil
-	}
-	if *first < 0 || *first > maxFirst {
-		return 0, apierr.BadInput("first", "first: must be between 0 and %d", maxFirst)
-	}
-	return *first, nil
-}
-
 func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
-	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone}
-	online := 0
+	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone, Status: model.ZoneStatus(estate.StatusOf(z))}
 	for _, h := range z.Hosts {
-		if h.Status == zones.StatusOnline {
-			online++
-		}
 		m.Hosts = append(m.Hosts, hostModel(m, h, target))
-	}
-	switch {
-	case online == len(z.Hosts):
-		m.Status = model.ZoneStatusOnline
-	case online > 0:
-		m.Status = model.ZoneStatusDegraded
-	default:
-		m.Status = model.ZoneStatusOffline
 	}
 	return m
 }
@@ -186,31 +107,20 @@ func hostModel(zm *model.Zone, h zones.Host, target agentTarget) *model.Host {
 	m := &model.Host{
 		ID:              tenancy.HostRef{ZoneID: zm.ID, Node: h.Node}.ID(),
 		Name:            h.Node,
-		Status:          model.HostStatusOffline,
+		Status:          model.HostStatusOnline,
 		Zone:            zm,
 		AgentVersion:    ptr(h.AgentVersion),
 		ProxmoxVersion:  ptr(h.ProxmoxVersion),
 		UpdateAvailable: ptr(target.UpdateAvailable(h.AgentVersion, h.Platform)),
 		Update:          hostUpdateModel(h.Update),
 	}
-	if h.Status == zones.StatusOnline {
-		m.Status = model.HostStatusOnline
-	} else {
-		detail := h.Detail
-		if h.Status == zones.StatusDegraded {
-			detail = "the agent cannot reach Proxmox: " + detail
-		}
-		m.StatusDetail = &detail
+	if down, why := estate.HostDown(h); down {
+		m.Status, m.StatusDetail = model.HostStatusOffline, &why
 	}
 	return m
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func capacityModel(c estate.Capacity) *model.Capacity {
-	return &model.Capacity{Cpus: c.CPUs, MemoryTotal: c.MemoryTotal, MemoryUsed: c.MemoryUsed, StorageTotal: c.StorageTotal,
-		StorageUsed: c.StorageUsed, CPUUsage: c.CPUUsage, MemoryUsage: c.MemoryUsage, StorageUsage: c.StorageUsage}
-}
 
 func vmModel(zm *model.Zone, g estate.Guest) *model.VM {
 	m := &model.VM{ID: g.ID, Place: g.Ref, Name: g.Name, Status: model.VMStatus(g.Status), Zone: zm, Vcpus: g.VCPUs,
@@ -255,63 +165,10 @@ func (r *Resolver) hostFigures(ctx context.Context, h *model.Host) (estate.HostF
 // another VDC or gone.
 func vmNotFound() error { return apierr.New(apierr.NotFound, "VM not found") }
 
-// zoneHostsCost is what Zone.hosts counts as in query complexity.
-const zoneHostsCost = 8
-
-// Complexity returns the query complexity of list fields: their children's
-// cost times the number of items they may return (first); every other
-// field costs 1 plus its children.
-func Complexity() generated.ComplexityRoot {
-	var c generated.ComplexityRoot
-	times := func(child int, first *int, def int) int {
-		n := def
-		if first != nil && *first > 0 {
-			n = *first
-		}
-		return 1 + child*n
-	}
-	c.Query.Zones = func(child int, first *int, _ *string) int { return times(child, first, 20) }
-	c.Query.Hosts = func(child int, _, _ *string, first *int) int { return times(child, first, 50) }
-	c.Query.Vms = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.Networks = func(child int, _ *string, first *int) int { return times(child, first, 50) }
-	c.Zone.Hosts = func(child int) int { return 1 + child*zoneHostsCost }
-	c.VM.Operations = func(child int, first *int) int { return times(child, first, 20) }
-	// A connection costs its children (edges, nodes, pageInfo) times first.
-	c.Query.ZonesConnection = func(child int, first *int, _, _ *string) int { return times(child, first, 20) }
-	c.Query.HostsConnection = func(child int, _, _ *string, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.VmsConnection = func(child int, _ *model.VMFilter, first *int, _ *string) int { return times(child, first, 50) }
-	c.Query.NetworksConnection = func(child int, _ *string, first *int, _ *string) int { return times(child, first, 50) }
-	c.VM.OperationsConnection = func(child int, first *int, _ *string) int { return times(child, first, 20) }
-	return c
-}
-
 // Enrollment keys.
 
 func keysUnavailable() error {
 	return apierr.New(apierr.NotFound, "enrollment keys are not managed by this orchestrator")
-}
-
-// agentKey returns the agent key with the API id id; NOT_FOUND otherwise.
-func (r *Resolver) agentKey(ctx context.Context, id string) (meshcontrol.Key, error) {
-	n, err := strconv.ParseUint(id, 10, 64)
-	if err == nil {
-		var k meshcontrol.Key
-		if k, err = meshcontrol.AgentKey(ctx, r.Keys, n); err == nil || !errors.Is(err, meshcontrol.ErrKeyNotFound) {
-			return k, err
-		}
-	}
-	return meshcontrol.Key{}, apierr.New(apierr.NotFound, "enrollment key %q not found", id)
-}
-
-func keyModel(k meshcontrol.Key) *model.EnrollmentKey {
-	return &model.EnrollmentKey{
-		ID:        strconv.FormatUint(k.ID, 10),
-		Reusable:  k.Reusable,
-		Used:      k.Used,
-		Expired:   k.Expired(time.Now()),
-		CreatedAt: k.CreatedAt,
-		ExpiresAt: k.Expiration,
-	}
 }
 
 // Networks.
@@ -332,31 +189,9 @@ func networkModel(zm *model.Zone, n network.Network, zoneID string) *model.Netwo
 	return m
 }
 
-// networkError classifies the errors of package network.
-func networkError(err error) error {
-	var ie *network.InputError
-	switch {
-	case errors.As(err, &ie):
-		return apierr.BadInput("input."+ie.Field, "input.%s: %s", ie.Field, ie.Message)
-	case errors.Is(err, network.ErrExists):
-		return &apierr.Error{Code: apierr.Conflict, Message: "the VDC already has a network of that name in the zone", Cause: err}
-	case errors.Is(err, network.ErrInUse):
-		msg := err.Error()
-		if _, after, ok := strings.Cut(msg, network.ErrInUse.Error()+": "); ok {
-			msg = "the network is in use: " + after
-		}
-		return &apierr.Error{Code: apierr.Conflict, Message: msg, Cause: err}
-	}
-	return err
-}
-
-// zoneError reports an error caused by a zone without a reachable agent
-// as ZONE_UNAVAILABLE; other errors pass.
+// zoneError is err, or ZONE_UNAVAILABLE when z's agent cannot be reached
+// or did not answer in time.
 func zoneError(z zones.Zone, err error) error {
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
-		return err
-	}
 	if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
 		return apierr.ZoneDown(z.Name, err)
 	}

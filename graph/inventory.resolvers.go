@@ -12,6 +12,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -62,7 +63,7 @@ func (r *hostResolver) MemoryTotal(ctx context.Context, obj *model.Host) (*int, 
 
 // Zones is the resolver for the zones field.
 func (r *queryResolver) Zones(ctx context.Context, first *int, region *string) ([]*model.Zone, error) {
-	n, err := limit(first, 20)
+	n, err := paging.Limit(first, 20)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (r *queryResolver) ZonesConnection(ctx context.Context, first *int, region 
 	for _, z := range zs {
 		all = append(all, zoneModel(z, r.agentTarget()))
 	}
-	p, err := paginate(all, zoneKey, first, 20, after)
+	p, err := paging.List(all, zoneKey, first, 20, after)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func (r *queryResolver) Zone(ctx context.Context, name string) (*model.Zone, err
 
 // Hosts is the resolver for the hosts field.
 func (r *queryResolver) Hosts(ctx context.Context, zone *string, region *string, first *int) ([]*model.Host, error) {
-	n, err := limit(first, 50)
+	n, err := paging.Limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, regio
 	for _, z := range zs {
 		all = append(all, zoneModel(z, r.agentTarget()).Hosts...)
 	}
-	p, err := paginate(all, hostKey, first, 50, after)
+	p, err := paging.List(all, hostKey, first, 50, after)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, regio
 
 // Vms is the resolver for the vms field.
 func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *int, after *string) ([]*model.VM, error) {
-	n, err := limit(first, 50)
+	n, err := paging.Limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
@@ -153,37 +154,33 @@ func (r *queryResolver) Vms(ctx context.Context, filter *model.VMFilter, first *
 		}
 		cursor = &ref
 	}
-	p, err := r.vmPage(ctx, filter, n, cursor)
-	if err != nil {
-		return nil, err
-	}
-	return p.vms, nil
+	vms, _, err := r.vmPage(ctx, filter, n, cursor)
+	return vms, err
 }
 
 // VmsConnection is the resolver for the vmsConnection field.
 func (r *queryResolver) VmsConnection(ctx context.Context, filter *model.VMFilter, first *int, after *string) (*model.VMConnection, error) {
-	n, err := limit(first, 50)
+	n, err := paging.Limit(first, 50)
 	if err != nil {
 		return nil, err
 	}
-	cursor, err := vmCursor(after)
+	cursor, err := estate.ParseVMCursor(after)
 	if err != nil {
 		return nil, err
 	}
-	p, err := r.vmPage(ctx, filter, n+1, cursor)
+	vms, p, err := r.vmPage(ctx, filter, n+1, cursor)
 	if err != nil {
 		return nil, err
 	}
-	more := len(p.vms) > n
-	vms := append([]*model.VM{}, p.vms[:min(n, len(p.vms))]...)
-	c := &model.VMConnection{Edges: make([]*model.VMEdge, 0, len(vms)), Nodes: vms, TotalCount: p.total}
+	more := len(vms) > n
+	vms = vms[:min(n, len(vms))]
+	c := &model.VMConnection{Edges: make([]*model.VMEdge, 0, len(vms)), Nodes: vms, TotalCount: p.Total}
 	cursors := make([]string, 0, len(vms))
 	for _, vm := range vms {
-		cur := encodeCursor(vmCursorKey(vm.Place))
-		cursors = append(cursors, cur)
-		c.Edges = append(c.Edges, &model.VMEdge{Cursor: cur, Node: vm})
+		cursors = append(cursors, estate.VMCursor(vm.Place))
+		c.Edges = append(c.Edges, &model.VMEdge{Cursor: cursors[len(cursors)-1], Node: vm})
 	}
-	c.PageInfo = pageInfo(cursors, p.before > 0, more)
+	c.PageInfo = paging.NewInfo(cursors, p.Before > 0, more)
 	return c, nil
 }
 
@@ -192,7 +189,7 @@ func (r *queryResolver) VM(ctx context.Context, id string) (*model.VM, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	g, err := r.session(ctx).VM(ctx, scope.VDC, id)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	return r.vmModels([]estate.Guest{g})[0], nil
 }
@@ -205,12 +202,12 @@ func (r *vMResolver) IPAddresses(ctx context.Context, obj *model.VM) ([]string, 
 }
 
 // Capacity is the resolver for the capacity field.
-func (r *zoneResolver) Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error) {
+func (r *zoneResolver) Capacity(ctx context.Context, obj *model.Zone) (*estate.Capacity, error) {
 	c, ok, err := r.session(ctx).Capacity(ctx, obj.ID)
 	if r.reportDown(ctx, err) || !ok {
 		return nil, nil
 	}
-	return capacityModel(c), nil
+	return &c, nil
 }
 
 func (r *Resolver) Host() generated.HostResolver { return &hostResolver{r} }

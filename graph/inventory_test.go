@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -758,7 +759,9 @@ func TestInventory(t *testing.T) {
 	// most GOMAXPROCS answers are decoded at once in the process, however
 	// many requests run.
 	t.Run("one inventory for all requests", func(t *testing.T) {
-		r := &graph.Resolver{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Logger: slog.New(slog.DiscardHandler)}
+		logger := slog.New(slog.DiscardHandler)
+		est := estate.New(estate.Config{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Logger: logger})
+		r := &graph.Resolver{Zones: h.Orchestrator.Zones(), Catalog: h.Catalog(t), Estate: est, Logger: logger}
 		red, err := catalog.Get[*catalog.VDC](ctx, h.Catalog(t), "red")
 		if err != nil {
 			t.Fatal(err)
@@ -767,7 +770,7 @@ func TestInventory(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 24 {
 			wg.Go(func() {
-				vms, err := r.Query().Vms(graph.WithRequest(scoped), nil, nil, nil)
+				vms, err := r.Query().Vms(estate.WithRead(scoped), nil, nil, nil)
 				if err != nil || len(vms) != 3 {
 					t.Errorf("vms: %d, %v", len(vms), err)
 				}

@@ -1,12 +1,7 @@
 package graph
 
 import (
-	"slices"
-	"strings"
-
-	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
@@ -33,90 +28,11 @@ func kubeArgErr(err error) error {
 	return kubeErr(err)
 }
 
-// kubePhases maps Cluster API's phases of a Cluster.
-var kubePhases = map[string]model.KubernetesClusterPhase{
-	"":             model.KubernetesClusterPhasePending,
-	"Pending":      model.KubernetesClusterPhasePending,
-	"Provisioning": model.KubernetesClusterPhaseProvisioning,
-	"Provisioned":  model.KubernetesClusterPhaseProvisioned,
-	"Deleting":     model.KubernetesClusterPhaseDeleting,
-	"Failed":       model.KubernetesClusterPhaseFailed,
-}
-
-func (r *Resolver) kubeClusterModel(c *tenantkube.Cluster) *model.KubernetesCluster {
-	phase, ok := kubePhases[c.Phase]
-	if !ok {
-		phase = model.KubernetesClusterPhaseUnknown
-	}
-	if c.Deleting {
-		phase = model.KubernetesClusterPhaseDeleting
-	}
-	zm := &model.Zone{ID: c.Zone, Name: c.Zone}
-	if z, ok := r.estate().ZoneNamed(c.Zone); ok {
-		zm = zoneModel(z, r.agentTarget())
-	}
-	m := &model.KubernetesCluster{ID: c.ID, Name: c.Name, Zone: zm, NetworkID: c.Network, Version: c.Version,
-		ServiceCidr: c.ServiceCIDR, PodCidr: c.PodCIDR, Endpoint: optional(c.Endpoint), Phase: phase,
-		ControlPlaneReady: c.ControlPlaneReady, ControlPlane: []*model.ControlPlaneComponent{}, Conditions: []*model.KubernetesCondition{},
-		NodePools: []*model.NodePool{}, CreatedAt: c.Created}
-	if c.ControlPlaneReady && c.RunningVersion != "" {
-		m.RunningVersion = &c.RunningVersion
-	}
-	for _, cp := range c.Components {
-		m.ControlPlane = append(m.ControlPlane, &model.ControlPlaneComponent{Name: cp.Name, Ready: cp.Ready, Message: optional(cp.Message)})
-	}
-	for _, cd := range c.Conditions {
-		m.Conditions = append(m.Conditions, &model.KubernetesCondition{Type: cd.Type, Status: cd.Status, Reason: optional(cd.Reason), Message: optional(cd.Message)})
-	}
-	for i := range c.Pools {
-		m.NodePools = append(m.NodePools, nodePoolModel(&c.Pools[i]))
-	}
-	return m
-}
-
-// taintEffects maps Kubernetes' taint effects to the schema's.
-var taintEffects = map[string]model.TaintEffect{
-	"NoSchedule":       model.TaintEffectNoSchedule,
-	"PreferNoSchedule": model.TaintEffectPreferNoSchedule,
-	"NoExecute":        model.TaintEffectNoExecute,
-}
-
-func nodePoolModel(p *tenantkube.NodePool) *model.NodePool {
-	m := &model.NodePool{ID: p.ID, ClusterID: p.Cluster, Name: p.Name, ComputeProfile: p.ComputeProfile, StorageProfile: p.StorageProfile,
-		Size: p.Size, Workers: p.Workers, ReadyWorkers: p.Ready, Version: p.Version, UpToDateWorkers: p.UpToDate, Labels: []*model.NodeLabel{}, Taints: []*model.NodeTaint{}, Deleting: p.Deleting}
-	keys := make([]string, 0, len(p.Labels))
-	for k := range p.Labels {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		m.Labels = append(m.Labels, &model.NodeLabel{Key: k, Value: p.Labels[k]})
-	}
-	for _, t := range p.Taints {
-		m.Taints = append(m.Taints, &model.NodeTaint{Key: t.Key, Value: t.Value, Effect: taintEffects[t.Effect]})
-	}
-	return m
-}
-
-// taintInputs maps the schema's taint effects back.
-func taintInputs(in []*model.NodeTaintInput) []tenantkube.Taint {
+// taints are the inputs' taints.
+func taints(in []*tenantkube.Taint) []tenantkube.Taint {
 	var out []tenantkube.Taint
 	for _, t := range in {
-		eff := ""
-		for k, v := range taintEffects {
-			if v == t.Effect {
-				eff = k
-			}
-		}
-		out = append(out, tenantkube.Taint{Key: t.Key, Value: deref(t.Value), Effect: eff})
+		out = append(out, *t)
 	}
 	return out
-}
-
-// kubeUser is the user name of the caller's kubeconfigs in tenant clusters.
-func kubeUser(p *auth.Principal) string {
-	if p.Email != "" && !strings.ContainsAny(p.Email, "\n\x00") {
-		return p.Email
-	}
-	return "oidc:" + p.Subject
 }

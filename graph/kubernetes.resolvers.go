@@ -8,20 +8,50 @@ package graph
 import (
 	"context"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
-func (r *mutationResolver) CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*model.KubernetesCluster, error) {
+func (r *controlPlaneComponentResolver) Message(ctx context.Context, obj *controlplane.Component) (*string, error) {
+	return optString(obj.Message), nil
+}
+
+func (r *kubernetesClusterResolver) Zone(ctx context.Context, obj *tenantkube.Cluster) (*model.Zone, error) {
+	return r.zoneNamed(obj.Zone), nil
+}
+
+func (r *kubernetesClusterResolver) RunningVersion(ctx context.Context, obj *tenantkube.Cluster) (*string, error) {
+	if !obj.ControlPlaneReady {
+		return nil, nil
+	}
+	return optString(obj.RunningVersion), nil
+}
+
+func (r *kubernetesClusterResolver) Endpoint(ctx context.Context, obj *tenantkube.Cluster) (*string, error) {
+	return optString(obj.Endpoint), nil
+}
+
+func (r *kubernetesConditionResolver) Reason(ctx context.Context, obj *tenantkube.Condition) (*string, error) {
+	return optString(obj.Reason), nil
+}
+
+func (r *kubernetesConditionResolver) Message(ctx context.Context, obj *tenantkube.Condition) (*string, error) {
+	return optString(obj.Message), nil
+}
+
+func (r *mutationResolver) CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*tenantkube.Cluster, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	c, err := r.Kubernetes.CreateKubernetesCluster(ctx, tenantkube.CreateClusterInput{VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone,
 		Network: input.Network, Version: input.Version, ServiceCIDR: deref(input.ServiceCidr), PodCIDR: deref(input.PodCidr)})
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	return r.kubeClusterModel(c), nil
+	return c, nil
 }
 
 func (r *mutationResolver) DeleteKubernetesCluster(ctx context.Context, id string) (*model.DeletedKubernetesCluster, error) {
@@ -32,7 +62,7 @@ func (r *mutationResolver) DeleteKubernetesCluster(ctx context.Context, id strin
 	return &model.DeletedKubernetesCluster{ID: id}, nil
 }
 
-func (r *mutationResolver) CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*model.NodePool, error) {
+func (r *mutationResolver) CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*tenantkube.NodePool, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	labels := map[string]string{}
 	for _, l := range input.Labels {
@@ -42,29 +72,29 @@ func (r *mutationResolver) CreateNodePool(ctx context.Context, input model.Creat
 		labels[l.Key] = l.Value
 	}
 	p, err := r.Kubernetes.CreateNodePool(ctx, tenantkube.NodePoolInput{VDC: scope.VDC.Name, Cluster: input.Cluster, Name: input.Name,
-		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile, Size: input.Size, Labels: labels, Taints: taintInputs(input.Taints)})
+		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile, Size: input.Size, Labels: labels, Taints: taints(input.Taints)})
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	return nodePoolModel(p), nil
+	return p, nil
 }
 
-func (r *mutationResolver) ScaleNodePool(ctx context.Context, id string, size int) (*model.NodePool, error) {
+func (r *mutationResolver) ScaleNodePool(ctx context.Context, id string, size int) (*tenantkube.NodePool, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	p, err := r.Kubernetes.ScaleNodePool(ctx, scope.VDC.Name, id, size)
 	if err != nil {
 		return nil, kubeArgErr(err)
 	}
-	return nodePoolModel(p), nil
+	return p, nil
 }
 
-func (r *mutationResolver) UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*model.KubernetesCluster, error) {
+func (r *mutationResolver) UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*tenantkube.Cluster, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	c, err := r.Kubernetes.UpgradeKubernetesCluster(ctx, scope.VDC.Name, id, version)
 	if err != nil {
 		return nil, kubeArgErr(err)
 	}
-	return r.kubeClusterModel(c), nil
+	return c, nil
 }
 
 func (r *mutationResolver) DeleteNodePool(ctx context.Context, id string) (*model.DeletedNodePool, error) {
@@ -82,11 +112,19 @@ func (r *mutationResolver) IssueKubeconfig(ctx context.Context, cluster string) 
 		return nil, err
 	}
 	readOnly := !scope.Role.AtLeast(auth.RoleMember)
-	kc, exp, err := r.Kubernetes.Kubeconfig(ctx, scope.VDC.Name, cluster, kubeUser(p), readOnly)
+	kc, exp, err := r.Kubernetes.Kubeconfig(ctx, scope.VDC.Name, cluster, p.KubeUser(), readOnly)
 	if err != nil {
 		return nil, kubeErr(err)
 	}
 	return &model.Kubeconfig{Kubeconfig: string(kc), ExpiresAt: exp, ReadOnly: readOnly}, nil
+}
+
+func (r *nodePoolResolver) Labels(ctx context.Context, obj *tenantkube.NodePool) ([]*model.NodeLabel, error) {
+	out := []*model.NodeLabel{}
+	for _, l := range obj.SortedLabels() {
+		out = append(out, &model.NodeLabel{Key: l[0], Value: l[1]})
+	}
+	return out, nil
 }
 
 func (r *queryResolver) KubernetesClusters(ctx context.Context, first *int, after *string) (*model.KubernetesClusterConnection, error) {
@@ -95,38 +133,58 @@ func (r *queryResolver) KubernetesClusters(ctx context.Context, first *int, afte
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	p, err := paginate(cs, func(c *tenantkube.Cluster) string { return sortKey(c.Name, c.ID) }, first, 50, after)
+	p, err := paging.List(cs, func(c *tenantkube.Cluster) string { return paging.Key(c.Name, c.ID) }, first, 50, after)
 	if err != nil {
 		return nil, err
 	}
-	out := &model.KubernetesClusterConnection{Edges: []*model.KubernetesClusterEdge{}, Nodes: []*model.KubernetesCluster{},
-		PageInfo: p.info, TotalCount: p.total}
-	for i, c := range p.items {
-		m := r.kubeClusterModel(c)
-		out.Nodes = append(out.Nodes, m)
-		out.Edges = append(out.Edges, &model.KubernetesClusterEdge{Cursor: p.cursors[i], Node: m})
+	out := &model.KubernetesClusterConnection{Edges: []*model.KubernetesClusterEdge{}, Nodes: []*tenantkube.Cluster{},
+		PageInfo: p.Info(), TotalCount: p.Total}
+	for i, c := range p.Items {
+		out.Nodes = append(out.Nodes, c)
+		out.Edges = append(out.Edges, &model.KubernetesClusterEdge{Cursor: p.Cursors[i], Node: c})
 	}
 	return out, nil
 }
 
-func (r *queryResolver) KubernetesCluster(ctx context.Context, id string) (*model.KubernetesCluster, error) {
+func (r *queryResolver) KubernetesCluster(ctx context.Context, id string) (*tenantkube.Cluster, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	c, err := r.Kubernetes.Cluster(ctx, scope.VDC.Name, id)
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	return r.kubeClusterModel(c), nil
+	return c, nil
 }
 
-func (r *queryResolver) NodePool(ctx context.Context, id string) (*model.NodePool, error) {
+func (r *queryResolver) NodePool(ctx context.Context, id string) (*tenantkube.NodePool, error) {
 	scope, _ := VDCScopeFrom(ctx)
 	p, err := r.Kubernetes.NodePool(ctx, scope.VDC.Name, id)
 	if err != nil {
 		return nil, kubeErr(err)
 	}
-	return nodePoolModel(p), nil
+	return p, nil
 }
 
 func (r *queryResolver) KubernetesVersions(ctx context.Context) ([]string, error) {
 	return append([]string{}, r.Kubernetes.Versions()...), nil
 }
+
+func (r *Resolver) ControlPlaneComponent() generated.ControlPlaneComponentResolver {
+	return &controlPlaneComponentResolver{r}
+}
+
+func (r *Resolver) KubernetesCluster() generated.KubernetesClusterResolver {
+	return &kubernetesClusterResolver{r}
+}
+
+func (r *Resolver) KubernetesCondition() generated.KubernetesConditionResolver {
+	return &kubernetesConditionResolver{r}
+}
+
+func (r *Resolver) NodePool() generated.NodePoolResolver { return &nodePoolResolver{r} }
+
+type (
+	controlPlaneComponentResolver struct{ *Resolver }
+	kubernetesClusterResolver     struct{ *Resolver }
+	kubernetesConditionResolver   struct{ *Resolver }
+	nodePoolResolver              struct{ *Resolver }
+)

@@ -11,11 +11,26 @@ import (
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
+func (r *backendResolver) LastError(ctx context.Context, obj *loadbalancer.Backend) (*string, error) {
+	return optString(obj.LastError), nil
+}
+
+func (r *healthCheckResolver) Protocol(ctx context.Context, obj *catalog.LBHealthCheck) (model.HealthCheckProtocol, error) {
+	return model.HealthCheckProtocol(obj.Protocol), nil
+}
+
+func (r *healthCheckResolver) Path(ctx context.Context, obj *catalog.LBHealthCheck) (*string, error) {
+	return optString(obj.Path), nil
+}
+
 func (r *loadBalancerResolver) ID(ctx context.Context, obj *catalog.LoadBalancer) (string, error) {
-	return loadBalancerID(obj), nil
+	return loadbalancer.ID(obj), nil
 }
 
 func (r *loadBalancerResolver) Name(ctx context.Context, obj *catalog.LoadBalancer) (string, error) {
@@ -23,45 +38,111 @@ func (r *loadBalancerResolver) Name(ctx context.Context, obj *catalog.LoadBalanc
 }
 
 func (r *loadBalancerResolver) Zone(ctx context.Context, obj *catalog.LoadBalancer) (*model.Zone, error) {
-	return r.lbZone(obj)
+	return r.zoneNamed(obj.Zone), nil
 }
 
-func (r *loadBalancerResolver) Listeners(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.LoadBalancerListener, error) {
-	return lbListeners(obj), nil
-}
-
-func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.BackendPool, error) {
-	return r.lbPools(ctx, obj), nil
-}
-
-func (r *loadBalancerResolver) Certificates(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.TLSCertificate, error) {
-	return lbCertificateModels(obj), nil
+func (r *loadBalancerResolver) Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*loadbalancer.Pool, error) {
+	return r.lbPools(ctx, obj)
 }
 
 func (r *loadBalancerResolver) CreatedAt(ctx context.Context, obj *catalog.LoadBalancer) (*time.Time, error) {
 	return &obj.CreationTimestamp, nil
 }
 
+func (r *loadBalancerListenerResolver) Protocol(ctx context.Context, obj *catalog.LBListener) (model.LoadBalancerProtocol, error) {
+	return model.LoadBalancerProtocol(obj.Protocol), nil
+}
+
+func (r *loadBalancerListenerResolver) Pool(ctx context.Context, obj *catalog.LBListener) (*string, error) {
+	return optString(obj.Pool), nil
+}
+
 func (r *mutationResolver) CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error) {
-	return r.createLoadBalancer(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	z, err := r.placeableZone(ctx, scope.VDC.Name, input.Zone, "input.zone")
+	if err != nil {
+		return nil, err
+	}
+	out, err := svc.CreateBalancer(ctx, scope.VDC.Name, z.Name, input.Name, lbSpec(input.Description, input.Listeners, input.Pools, input.Certificates))
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) UpdateLoadBalancer(ctx context.Context, input model.UpdateLoadBalancerInput) (*catalog.LoadBalancer, error) {
-	return r.updateLoadBalancer(ctx, input)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	name, err := loadbalancer.ParseID(input.ID)
+	var out *catalog.LoadBalancer
+	if err == nil {
+		out, err = svc.UpdateBalancer(ctx, scope.VDC.Name, name, lbSpec(input.Description, input.Listeners, input.Pools, input.Certificates))
+	}
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) DeleteLoadBalancer(ctx context.Context, id string) (*model.DeletedLoadBalancer, error) {
-	return r.deleteLoadBalancer(ctx, id)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	name, err := loadbalancer.ParseID(id)
+	if err == nil {
+		err = svc.DeleteBalancer(ctx, scope.VDC.Name, name)
+	}
+	if err != nil {
+		return nil, lbError(err)
+	}
+	return &model.DeletedLoadBalancer{ID: id}, nil
 }
 
 func (r *queryResolver) LoadBalancers(ctx context.Context, zone *string, first *int, after *string) (*model.LoadBalancerConnection, error) {
-	return r.loadBalancers(ctx, zone, first, after)
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.balancers()
+	if err != nil {
+		return nil, err
+	}
+	lbs, err := svc.Balancers(ctx, scope.VDC.Name, deref(zone))
+	if err != nil {
+		return nil, apierr.From(err, "")
+	}
+	p, err := paging.List(lbs, func(lb *catalog.LoadBalancer) string { return paging.Key(lb.ShortName()) }, first, 50, after)
+	if err != nil {
+		return nil, err
+	}
+	return &model.LoadBalancerConnection{Edges: paging.Edges(p, func(c string, lb *catalog.LoadBalancer) *model.LoadBalancerEdge {
+		return &model.LoadBalancerEdge{Cursor: c, Node: lb}
+	}), Nodes: p.Items, PageInfo: p.Info(), TotalCount: p.Total}, nil
 }
 
 func (r *queryResolver) LoadBalancer(ctx context.Context, id string) (*catalog.LoadBalancer, error) {
 	return r.vdcLoadBalancer(ctx, id)
 }
 
+func (r *Resolver) Backend() generated.BackendResolver { return &backendResolver{r} }
+
+func (r *Resolver) HealthCheck() generated.HealthCheckResolver { return &healthCheckResolver{r} }
+
 func (r *Resolver) LoadBalancer() generated.LoadBalancerResolver { return &loadBalancerResolver{r} }
 
-type loadBalancerResolver struct{ *Resolver }
+func (r *Resolver) LoadBalancerListener() generated.LoadBalancerListenerResolver {
+	return &loadBalancerListenerResolver{r}
+}
+
+type (
+	backendResolver              struct{ *Resolver }
+	healthCheckResolver          struct{ *Resolver }
+	loadBalancerResolver         struct{ *Resolver }
+	loadBalancerListenerResolver struct{ *Resolver }
+)

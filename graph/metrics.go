@@ -13,8 +13,8 @@ import (
 
 func rrdTimeframe(tf model.MetricsTimeframe) string { return strings.ToLower(string(tf)) }
 
-// metricsPoints renders a series; a zone that failed reads null.
-func (r *Resolver) metricsPoints(ctx context.Context, pts []estate.Point, err error) ([]*model.MetricsPoint, error) {
+// metricsPoints is a series; a zone that failed reads null.
+func (r *Resolver) metricsPoints(ctx context.Context, pts []estate.Point, err error) ([]*estate.Point, error) {
 	if err != nil {
 		if r.reportDown(ctx, err) {
 			return nil, nil
@@ -24,11 +24,9 @@ func (r *Resolver) metricsPoints(ctx context.Context, pts []estate.Point, err er
 	if pts == nil {
 		return nil, nil
 	}
-	out := make([]*model.MetricsPoint, 0, len(pts))
-	for _, p := range pts {
-		out = append(out, &model.MetricsPoint{Time: p.Time, CPUUsage: p.CPUUsage, MemoryUsedMiB: p.MemoryUsedMiB,
-			MemoryTotalMiB: p.MemoryTotalMiB, NetInBytesPerSecond: p.NetIn, NetOutBytesPerSecond: p.NetOut,
-			DiskReadBytesPerSecond: p.DiskRead, DiskWriteBytesPerSecond: p.DiskWrite})
+	out := make([]*estate.Point, 0, len(pts))
+	for i := range pts {
+		out = append(out, &pts[i])
 	}
 	return out, nil
 }

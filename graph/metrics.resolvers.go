@@ -9,25 +9,26 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 // Metrics is the resolver for the metrics field.
-func (r *hostResolver) Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	pts, err := r.estate().HostMetrics(ctx, obj.Zone.ID, obj.Name, rrdTimeframe(timeframe))
+func (r *hostResolver) Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*estate.Point, error) {
+	pts, err := r.Estate.HostMetrics(ctx, obj.Zone.ID, obj.Name, rrdTimeframe(timeframe))
 	return r.metricsPoints(ctx, pts, err)
 }
 
 // Metrics is the resolver for the metrics field.
-func (r *vMResolver) Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
+func (r *vMResolver) Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error) {
 	if _, ok := r.zoneByID(obj.Place.ZoneID); !ok || obj.Host == nil {
-		return []*model.MetricsPoint{}, nil
+		return []*estate.Point{}, nil
 	}
-	pts, err := r.estate().VMMetrics(ctx, obj.Place.ZoneID, obj.Host.Name, obj.Place.VMID, rrdTimeframe(timeframe))
+	pts, err := r.Estate.VMMetrics(ctx, obj.Place.ZoneID, obj.Host.Name, obj.Place.VMID, rrdTimeframe(timeframe))
 	return r.metricsPoints(ctx, pts, err)
 }
 
 // Metrics is the resolver for the metrics field.
-func (r *zoneResolver) Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error) {
-	pts, err := r.estate().ZoneMetrics(ctx, obj.ID, rrdTimeframe(timeframe))
+func (r *zoneResolver) Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*estate.Point, error) {
+	pts, err := r.Estate.ZoneMetrics(ctx, obj.ID, rrdTimeframe(timeframe))
 	return r.metricsPoints(ctx, pts, err)
 }

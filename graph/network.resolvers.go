@@ -20,7 +20,7 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	spec := network.Spec{VDC: scope.VDC.Name, Name: input.Name, CIDR: input.Cidr, Gateway: input.Gateway}
 	if _, _, err := spec.Validate(); err != nil {
-		return nil, networkError(err)
+		return nil, apierr.From(err, "input")
 	}
 	zs, err := r.zonesOf(ctx, &input.Zone, "input.zone")
 	if err != nil {
@@ -36,7 +36,7 @@ func (r *mutationResolver) CreateNetwork(ctx context.Context, input model.Create
 	}
 	n, err := svc.Create(ctx, z.ID, spec)
 	if err != nil {
-		return nil, zoneError(z, networkError(err))
+		return nil, apierr.From(zoneError(z, err), "input")
 	}
 	return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 }
@@ -61,7 +61,7 @@ func (r *mutationResolver) DeleteNetwork(ctx context.Context, id string) (*model
 		if errors.Is(err, network.ErrNotFound) {
 			return nil, notFound
 		}
-		return nil, zoneError(z, networkError(err))
+		return nil, apierr.From(zoneError(z, err), "input")
 	}
 	return &model.DeletedNetwork{ID: id}, nil
 }
@@ -72,7 +72,7 @@ func (r *queryResolver) Networks(ctx context.Context, zone *string, first *int) 
 	if err != nil {
 		return nil, err
 	}
-	return p.items, nil
+	return p.Items, nil
 }
 
 // NetworksConnection is the resolver for the networksConnection field.

@@ -16,7 +16,7 @@ import (
 
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error) {
-	_, inVDC := VDCScopeFrom(ctx)
+	scope, inVDC := VDCScopeFrom(ctx)
 	if _, err := tenancy.ParseVMID(id); err == nil {
 		if !inVDC {
 			return nil, nodeNotFound()
@@ -31,7 +31,11 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		if !inVDC {
 			return nil, nodeNotFound()
 		}
-		return r.networkNode(ctx, ref)
+		z, n, err := r.Estate.Network(ctx, ref, scope.VDC.Name)
+		if err != nil {
+			return nil, apierr.From(err, "")
+		}
+		return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 	}
 	if ref, err := tenancy.ParseHostID(id); err == nil {
 		p, err := caller(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
@@ -16,7 +17,7 @@ import (
 func (r *Resolver) visibleZones(ctx context.Context, zs []zones.Zone, region *string, field string) ([]zones.Zone, error) {
 	vis, err := r.session(ctx).Visible(ctx, viewer(ctx), zs, region, field)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	return vis, nil
 }
@@ -36,7 +37,7 @@ func (r *Resolver) scopedZones(ctx context.Context, zone, region *string, zoneFi
 // field, as for a zone that does not exist).
 func (r *Resolver) placeable(ctx context.Context, z zones.Zone, vdc, field string) error {
 	if err := r.session(ctx).Placeable(ctx, z, vdc, field); err != nil {
-		return estateError(err)
+		return apierr.From(err, "")
 	}
 	return nil
 }
@@ -45,7 +46,7 @@ func (r *Resolver) placeable(ctx context.Context, z zones.Zone, vdc, field strin
 func (r *Resolver) zonePolicy(ctx context.Context, m *model.Zone) (*catalog.ZonePolicy, error) {
 	p, err := r.session(ctx).Policy(ctx, m.Name)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	return p, nil
 }

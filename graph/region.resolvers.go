@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
 
@@ -24,7 +25,7 @@ func (r *mutationResolver) UpdateZone(ctx context.Context, input model.UpdateZon
 func (r *queryResolver) Regions(ctx context.Context) ([]*model.Region, error) {
 	regs, err := r.session(ctx).Regions(ctx, viewer(ctx))
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	out := make([]*model.Region, 0, len(regs))
 	for _, reg := range regs {

@@ -7,7 +7,6 @@ package graph
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
@@ -42,8 +41,8 @@ type EnrollmentKeys interface {
 	RevokeKey(ctx context.Context, id uint64) error
 }
 
-// DefaultZoneTimeout bounds one zone's part of a request that fans out to
-// every zone when Resolver.ZoneTimeout is zero.
+// DefaultZoneTimeout is the orchestrator's default bound of one zone's part
+// of a request that fans out to every zone (estate.Config.Timeout).
 const DefaultZoneTimeout = 5 * time.Second
 
 // Resolver is the root resolver. Each domain adds its dependencies as
@@ -59,13 +58,10 @@ type Resolver struct {
 	// through its per-zone clients. Nil serves an empty estate.
 	Zones *zones.Registry
 	// Estate reads the zones, hosts and guests, their figures and
-	// metrics, and keeps the zone policies. Nil: one is built over Zones,
-	// Catalog and Compute at first use.
+	// metrics, and keeps the zone policies; the composition root
+	// (pkg/orchestrator) builds it once, so that its bound on the answers
+	// decoded at a time holds for the process. Required.
 	Estate *estate.Service
-	// ZoneTimeout bounds each zone's part of a request that spans zones: a
-	// zone slower than this is reported ZONE_UNAVAILABLE. Zero is
-	// DefaultZoneTimeout.
-	ZoneTimeout time.Duration
 	// Keys manages agent enrollment keys; nil refuses the key fields.
 	Keys EnrollmentKeys
 	// Compute runs VM lifecycles (createVM, power actions, deleteVM,
@@ -91,17 +87,11 @@ type Resolver struct {
 	// refuses createNetwork and deleteNetwork.
 	Networks *network.Service
 	// VDCs creates, changes and deletes VDCs (a delete cleans every
-	// zone); nil keeps them in Catalog alone.
+	// zone). Required: one over Catalog alone keeps them there.
 	VDCs *vdc.Service
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
-
-	vdcOnce     sync.Once
-	catalogVDCs *vdc.Service // VDCs' stand-in, built by vdcOnce
-
-	estOnce sync.Once
-	est     *estate.Service // built at first use without Estate, by estOnce
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

@@ -14,19 +14,19 @@ import (
 
 func (r *mutationResolver) CreateSnapshot(ctx context.Context, vm string, input model.CreateSnapshotInput) (*model.Operation, error) {
 	in := compute.SnapshotInput{Name: input.Name, Description: deref(input.Description), WithRAM: deref(input.WithRAM)}
-	return r.snapshotOp(ctx, vm, "input", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+	return r.vmOp(ctx, "input", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
 		return svc.CreateSnapshot(ctx, vdc, vm, in)
 	})
 }
 
 func (r *mutationResolver) RollbackSnapshot(ctx context.Context, vm string, name string, start *bool) (*model.Operation, error) {
-	return r.snapshotOp(ctx, vm, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+	return r.vmOp(ctx, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
 		return svc.RollbackSnapshot(ctx, vdc, vm, name, deref(start))
 	})
 }
 
 func (r *mutationResolver) DeleteSnapshot(ctx context.Context, vm string, name string) (*model.Operation, error) {
-	return r.snapshotOp(ctx, vm, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+	return r.vmOp(ctx, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
 		return svc.DeleteSnapshot(ctx, vdc, vm, name)
 	})
 }

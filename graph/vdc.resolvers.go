@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // CreateVdc is the resolver for the createVDC field.
@@ -18,8 +19,8 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 	v := &catalog.VDC{}
 	v.Name = input.Name
 	v.Description = deref(input.Description)
-	v.Quotas = quotas(input.Quotas)
-	out, err := r.vdcs().Create(ctx, v)
+	v.Quotas = *input.Quotas
+	out, err := r.VDCs.Create(ctx, v)
 	if err != nil {
 		return nil, vdcError(err, "input")
 	}
@@ -28,10 +29,10 @@ func (r *mutationResolver) CreateVdc(ctx context.Context, input model.CreateVDCI
 
 // UpdateVdc is the resolver for the updateVDC field.
 func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error) {
-	out, err := r.vdcs().Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
+	out, err := r.VDCs.Update(ctx, input.Name, input.ResourceVersion, func(v *catalog.VDC) {
 		set(&v.Description, input.Description)
 		if input.Quotas != nil {
-			v.Quotas = quotas(input.Quotas)
+			v.Quotas = *input.Quotas
 		}
 	})
 	if err != nil {
@@ -42,7 +43,7 @@ func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCI
 
 // DeleteVdc is the resolver for the deleteVDC field.
 func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error) {
-	if err := r.vdcs().Delete(ctx, name, resourceVersion); err != nil {
+	if err := r.VDCs.Delete(ctx, name, resourceVersion); err != nil {
 		return nil, vdcError(err, "")
 	}
 	return &model.Deleted{Name: name}, nil
@@ -73,11 +74,12 @@ func (r *queryResolver) Vdc(ctx context.Context, name string) (*catalog.VDC, err
 	if err != nil {
 		return nil, err
 	}
-	s, err := ResolveVDC(ctx, r.Catalog, p, name)
+	_, member := p.RoleIn(name)
+	v, err := vdc.Resolve(ctx, r.Catalog, name, member)
 	if err != nil {
 		return nil, fail(err)
 	}
-	return s.VDC, nil
+	return v, nil
 }
 
 // CurrentVdc is the resolver for the currentVDC field.
@@ -88,7 +90,7 @@ func (r *queryResolver) CurrentVdc(ctx context.Context) (*catalog.VDC, error) {
 
 // Usage is the resolver for the usage field.
 func (r *vDCResolver) Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error) {
-	u, err := r.vdcs().Usage(ctx, obj)
+	u, err := r.VDCs.Usage(ctx, obj)
 	if err != nil {
 		return nil, vdcError(err, "")
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -62,17 +63,11 @@ func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Oper
 	return r.power(ctx, id, (*compute.Service).DeleteVM)
 }
 
-func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {
-	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
-	op, err := svc.MigrateVM(ctx, migrateInput(scope.VDC.Name, input))
-	if err != nil {
-		return nil, computeError(err, "input")
-	}
-	return opModel(op), nil
+func (r *mutationResolver) MigrateVM(ctx context.Context, input compute.MigrateInput) (*model.Operation, error) {
+	return r.vmOp(ctx, "input", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+		input.VDC = vdc
+		return svc.MigrateVM(ctx, input)
+	})
 }
 
 func (r *vMResolver) MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error) {
@@ -96,7 +91,7 @@ func (r *vMResolver) MigrationZones(ctx context.Context, obj *model.VM) ([]*mode
 	}
 	targets, down, err := r.session(ctx).MigrationTargets(ctx, scope.VDC.Name, obj.Place.ZoneID)
 	if err != nil {
-		return nil, estateError(err)
+		return nil, apierr.From(err, "")
 	}
 	r.reportDown(ctx, nil, down...)
 	out := make([]*model.MigrationZone, 0, len(targets))

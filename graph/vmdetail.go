@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -18,39 +19,31 @@ import (
 // for anything not of the request's VDC; nics and disks share one read per
 // operation.
 
-// vmHardware is a VM's VDC, zone, NICs and disks.
-type vmHardware struct {
-	vdc  string
-	zone zones.Zone
-	hw   compute.Hardware
-}
-
 // hardware returns the VDC, zone, NICs and disks of vm, read once per
 // operation.
 func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
-	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) { return r.readHardware(ctx, vm) })
-	h, _ := v.(vmHardware)
-	return h.vdc, h.zone, h.hw, err
-}
-
-func (r *Resolver) readHardware(ctx context.Context, vm *model.VM) (vmHardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
-	if !ok {
-		return vmHardware{}, vmNotFound()
-	}
 	svc, err := r.compute()
-	if err != nil {
-		return vmHardware{}, err
+	if !ok || err != nil {
+		return "", zones.Zone{}, compute.Hardware{}, cmp.Or(err, vmNotFound())
 	}
-	cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
-	if err != nil {
-		return vmHardware{}, computeError(err, "")
+	type read struct {
+		zone zones.Zone
+		hw   compute.Hardware
 	}
-	z, ok := r.zoneByID(cz.ID)
-	if !ok {
-		return vmHardware{}, vmNotFound()
-	}
-	return vmHardware{vdc: scope.VDC.Name, zone: z, hw: hw}, nil
+	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) {
+		cz, hw, err := svc.Hardware(ctx, scope.VDC.Name, vm.ID)
+		if err != nil {
+			return read{}, computeError(err, "")
+		}
+		z, ok := r.zoneByID(cz.ID)
+		if !ok {
+			return read{}, vmNotFound()
+		}
+		return read{z, hw}, nil
+	})
+	h, _ := v.(read)
+	return scope.VDC.Name, h.zone, h.hw, err
 }
 
 // zoneFailed reports whether err is vm's zone failing; if so the zone is
@@ -77,35 +70,26 @@ func positive(n int) *int {
 	return &n
 }
 
-func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) ([]*model.Operation, error) {
+// history is the operations that ran on vm, newest first, at most n
+// (compute.HistoryLimit); none when its zone fails (reported).
+func (r *Resolver) history(ctx context.Context, vm *model.VM, n *int) ([]compute.Operation, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	if !ok {
 		return nil, vmNotFound()
-	}
-	n := 20
-	if first != nil {
-		n = *first
 	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
 	}
-	if n < 1 || n > compute.MaxHistory {
-		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
-	}
-	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, n)
-	err = computeError(err, "")
-	if r.zoneFailed(ctx, vm, err) {
-		return []*model.Operation{}, nil
-	}
+	limit, err := compute.HistoryLimit(n)
 	if err != nil {
-		return nil, err
+		return nil, computeError(err, "")
 	}
-	out := make([]*model.Operation, 0, len(ops))
-	for i := range ops {
-		out = append(out, opModel(&ops[i]))
+	ops, err := svc.History(ctx, scope.VDC.Name, vm.ID, limit)
+	if err = computeError(err, ""); r.zoneFailed(ctx, vm, err) {
+		return nil, nil
 	}
-	return out, nil
+	return ops, err
 }
 
 // vmCounters reads vm's byte counters off the zone's resources (the
@@ -114,7 +98,7 @@ func (r *Resolver) vmOperations(ctx context.Context, vm *model.VM, first *int) (
 func (r *Resolver) vmCounters(ctx context.Context, vm *model.VM) (estate.Counters, error) {
 	c, err := r.session(ctx).Counters(ctx, vm.Place)
 	if err != nil {
-		return c, estateError(err)
+		return c, apierr.From(err, "")
 	}
 	return c, nil
 }

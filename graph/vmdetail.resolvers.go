@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
 // Nics is the resolver for the nics field.
@@ -26,7 +26,7 @@ func (r *vMResolver) Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, e
 	}
 	// The VDC's networks name the bridges; the IPAM holds the addresses.
 	// A zone failing here leaves those out, with its ZONE_UNAVAILABLE.
-	nets, err := r.estate().Networks(ctx, z, vdc)
+	nets, err := r.Estate.Networks(ctx, z, vdc)
 	r.reportDown(ctx, err)
 	ips, err := r.session(ctx).AddressesByMAC(ctx, z.ID)
 	r.reportDown(ctx, err)
@@ -74,23 +74,36 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 
 // Operations is the resolver for the operations field.
 func (r *vMResolver) Operations(ctx context.Context, obj *model.VM, first *int) ([]*model.Operation, error) {
-	return r.vmOperations(ctx, obj, first)
+	ops, err := r.history(ctx, obj, first)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.Operation, 0, len(ops))
+	for i := range ops {
+		out = append(out, opModel(&ops[i]))
+	}
+	return out, nil
 }
 
 // OperationsConnection is the resolver for the operationsConnection field.
 func (r *vMResolver) OperationsConnection(ctx context.Context, obj *model.VM, first *int, after *string) (*model.OperationConnection, error) {
-	if first != nil && (*first < 1 || *first > compute.MaxHistory) {
-		return nil, apierr.BadInput("first", "first must be between 1 and %d", compute.MaxHistory)
+	if _, err := compute.HistoryLimit(first); err != nil {
+		return nil, computeError(err, "")
 	}
-	ops, err := r.vmOperations(ctx, obj, ptr(compute.MaxHistory))
+	ops, err := r.history(ctx, obj, ptr(compute.MaxHistory))
 	if err != nil {
 		return nil, err
 	}
-	p, err := paginate(ops, opKey, first, 20, after)
+	p, err := paging.List(ops, compute.HistoryKey, first, 20, after)
 	if err != nil {
 		return nil, err
 	}
-	return operationConnection(p), nil
+	out := &model.OperationConnection{Edges: []*model.OperationEdge{}, Nodes: []*model.Operation{}, PageInfo: p.Info(), TotalCount: p.Total}
+	for i := range p.Items {
+		out.Nodes = append(out.Nodes, opModel(&p.Items[i]))
+		out.Edges = append(out.Edges, &model.OperationEdge{Cursor: p.Cursors[i], Node: out.Nodes[i]})
+	}
+	return out, nil
 }
 
 // NetInBytes is the resolver for the netInBytes field.

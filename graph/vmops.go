@@ -54,21 +54,6 @@ func opModel(op *compute.Operation) *model.Operation {
 	return m
 }
 
-// migrateInput is the compute input of migrateVM in vdc.
-func migrateInput(vdc string, in model.MigrateVMInput) compute.MigrateInput {
-	out := compute.MigrateInput{VDC: vdc, ID: in.ID}
-	if in.Host != nil {
-		out.Host = *in.Host
-	}
-	if in.Zone != nil {
-		out.Zone = *in.Zone
-	}
-	for _, n := range in.Networks {
-		out.Networks = append(out.Networks, compute.NetworkMapping{From: n.From, To: n.To})
-	}
-	return out
-}
-
 // creatingVMModel renders a VM createVM just started.
 func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
 	m := &model.VM{ID: vm.ID, Place: vm.Ref, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
@@ -81,18 +66,10 @@ func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
 	return m
 }
 
-// power runs one of the power actions of the compute service.
+// power runs one of the power actions of the compute service on VM id of
+// the request's VDC.
 func (r *Resolver) power(ctx context.Context, id string, do func(*compute.Service, context.Context, string, string) (*compute.Operation, error)) (*model.Operation, error) {
-	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
-	op, err := do(svc, ctx, scope.VDC.Name, id)
-	if err != nil {
-		return nil, computeError(err, "")
-	}
-	return opModel(op), nil
+	return r.vmOp(ctx, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) { return do(svc, ctx, vdc, id) })
 }
 
 func imageStateModel(zone string, st images.Status) *model.ImageZoneState {
@@ -103,10 +80,10 @@ func imageStateModel(zone string, st images.Status) *model.ImageZoneState {
 	return m
 }
 
-// snapshotOp runs a snapshot operation of the compute service on VM vm of
-// the request's VDC; input is where the call's input object sits ("" for
-// top-level arguments).
-func (r *Resolver) snapshotOp(ctx context.Context, vm, input string, do func(svc *compute.Service, vdc string) (*compute.Operation, error)) (*model.Operation, error) {
+// vmOp runs an operation of the compute service on a VM of the request's
+// VDC; input is where the call's input object sits ("" for top-level
+// arguments).
+func (r *Resolver) vmOp(ctx context.Context, input string, do func(svc *compute.Service, vdc string) (*compute.Operation, error)) (*model.Operation, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	svc, err := r.compute()
 	if err != nil {

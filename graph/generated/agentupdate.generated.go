@@ -11,10 +11,27 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
+	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
+
+type AgentUpdateHostResolver interface {
+	ID(ctx context.Context, obj *rollout.Host) (string, error)
+
+	From(ctx context.Context, obj *rollout.Host) (*string, error)
+
+	Reason(ctx context.Context, obj *rollout.Host) (*string, error)
+	Seconds(ctx context.Context, obj *rollout.Host) (*float64, error)
+}
+type AgentUpdateOperationResolver interface {
+	State(ctx context.Context, obj *rollout.Rollout) (model.OperationState, error)
+	Error(ctx context.Context, obj *rollout.Rollout) (*string, error)
+
+	FinishedAt(ctx context.Context, obj *rollout.Rollout) (*time.Time, error)
+}
 
 // endregion ************************** generated!.gotpl **************************
 
@@ -162,7 +179,7 @@ func (ec *executionContext) fieldContext_AgentRelease_notAfter(_ context.Context
 	return graphql.NewScalarFieldContext("AgentRelease", field, false, false, "Time")
 }
 
-func (ec *executionContext) _AgentUpdateHost_id(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_id(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -171,7 +188,7 @@ func (ec *executionContext) _AgentUpdateHost_id(ctx context.Context, field graph
 			return ec.fieldContext_AgentUpdateHost_id(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ID, nil
+			return ec.Resolvers.AgentUpdateHost().ID(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -182,10 +199,10 @@ func (ec *executionContext) _AgentUpdateHost_id(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateHost_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "ID")
+	return graphql.NewScalarFieldContext("AgentUpdateHost", field, true, true, "ID")
 }
 
-func (ec *executionContext) _AgentUpdateHost_name(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_name(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -194,7 +211,7 @@ func (ec *executionContext) _AgentUpdateHost_name(ctx context.Context, field gra
 			return ec.fieldContext_AgentUpdateHost_name(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
+			return obj.Node, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -208,7 +225,7 @@ func (ec *executionContext) fieldContext_AgentUpdateHost_name(_ context.Context,
 	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "String")
 }
 
-func (ec *executionContext) _AgentUpdateHost_zone(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_zone(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -217,7 +234,7 @@ func (ec *executionContext) _AgentUpdateHost_zone(ctx context.Context, field gra
 			return ec.fieldContext_AgentUpdateHost_zone(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Zone, nil
+			return obj.ZoneName, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -231,7 +248,7 @@ func (ec *executionContext) fieldContext_AgentUpdateHost_zone(_ context.Context,
 	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "String")
 }
 
-func (ec *executionContext) _AgentUpdateHost_batch(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_batch(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -254,7 +271,7 @@ func (ec *executionContext) fieldContext_AgentUpdateHost_batch(_ context.Context
 	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "Int")
 }
 
-func (ec *executionContext) _AgentUpdateHost_from(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_from(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -263,7 +280,7 @@ func (ec *executionContext) _AgentUpdateHost_from(ctx context.Context, field gra
 			return ec.fieldContext_AgentUpdateHost_from(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.From, nil
+			return ec.Resolvers.AgentUpdateHost().From(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -274,10 +291,10 @@ func (ec *executionContext) _AgentUpdateHost_from(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateHost_from(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "String")
+	return graphql.NewScalarFieldContext("AgentUpdateHost", field, true, true, "String")
 }
 
-func (ec *executionContext) _AgentUpdateHost_state(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_state(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -289,8 +306,8 @@ func (ec *executionContext) _AgentUpdateHost_state(ctx context.Context, field gr
 			return obj.State, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.AgentUpdateHostState) graphql.Marshaler {
-			return ec.marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHostState(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v rollout.HostState) graphql.Marshaler {
+			return ec.marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState(ctx, selections, v)
 		},
 		true,
 		true,
@@ -300,7 +317,7 @@ func (ec *executionContext) fieldContext_AgentUpdateHost_state(_ context.Context
 	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "AgentUpdateHostState")
 }
 
-func (ec *executionContext) _AgentUpdateHost_reason(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_reason(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -309,7 +326,7 @@ func (ec *executionContext) _AgentUpdateHost_reason(ctx context.Context, field g
 			return ec.fieldContext_AgentUpdateHost_reason(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Reason, nil
+			return ec.Resolvers.AgentUpdateHost().Reason(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -320,10 +337,10 @@ func (ec *executionContext) _AgentUpdateHost_reason(ctx context.Context, field g
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateHost_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "String")
+	return graphql.NewScalarFieldContext("AgentUpdateHost", field, true, true, "String")
 }
 
-func (ec *executionContext) _AgentUpdateHost_seconds(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateHost) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateHost_seconds(ctx context.Context, field graphql.CollectedField, obj *rollout.Host) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -332,7 +349,7 @@ func (ec *executionContext) _AgentUpdateHost_seconds(ctx context.Context, field 
 			return ec.fieldContext_AgentUpdateHost_seconds(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Seconds, nil
+			return ec.Resolvers.AgentUpdateHost().Seconds(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
@@ -343,10 +360,10 @@ func (ec *executionContext) _AgentUpdateHost_seconds(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateHost_seconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateHost", field, false, false, "Float")
+	return graphql.NewScalarFieldContext("AgentUpdateHost", field, true, true, "Float")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_id(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_id(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -369,7 +386,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_id(_ context.Conte
 	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "ID")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_version(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_version(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -392,7 +409,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_version(_ context.
 	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "String")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_state(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_state(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -401,7 +418,7 @@ func (ec *executionContext) _AgentUpdateOperation_state(ctx context.Context, fie
 			return ec.fieldContext_AgentUpdateOperation_state(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.State, nil
+			return ec.Resolvers.AgentUpdateOperation().State(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v model.OperationState) graphql.Marshaler {
@@ -412,10 +429,10 @@ func (ec *executionContext) _AgentUpdateOperation_state(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateOperation_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "OperationState")
+	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, true, true, "OperationState")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_error(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_error(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -424,7 +441,7 @@ func (ec *executionContext) _AgentUpdateOperation_error(ctx context.Context, fie
 			return ec.fieldContext_AgentUpdateOperation_error(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Error, nil
+			return ec.Resolvers.AgentUpdateOperation().Error(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -435,10 +452,10 @@ func (ec *executionContext) _AgentUpdateOperation_error(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateOperation_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "String")
+	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, true, true, "String")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_batch(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_batch(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -461,7 +478,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_batch(_ context.Co
 	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "Int")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_hosts(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_hosts(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -473,8 +490,8 @@ func (ec *executionContext) _AgentUpdateOperation_hosts(ctx context.Context, fie
 			return obj.Hosts, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.AgentUpdateHost) graphql.Marshaler {
-			return ec.marshalNAgentUpdateHost2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHostᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []rollout.Host) graphql.Marshaler {
+			return ec.marshalNAgentUpdateHost2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -493,7 +510,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_hosts(_ context.Co
 	return fc, nil
 }
 
-func (ec *executionContext) _AgentUpdateOperation_startedAt(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_startedAt(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -516,7 +533,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_startedAt(_ contex
 	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "Time")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_updatedAt(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_updatedAt(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -539,7 +556,7 @@ func (ec *executionContext) fieldContext_AgentUpdateOperation_updatedAt(_ contex
 	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "Time")
 }
 
-func (ec *executionContext) _AgentUpdateOperation_finishedAt(ctx context.Context, field graphql.CollectedField, obj *model.AgentUpdateOperation) (ret graphql.Marshaler) {
+func (ec *executionContext) _AgentUpdateOperation_finishedAt(ctx context.Context, field graphql.CollectedField, obj *rollout.Rollout) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -548,7 +565,7 @@ func (ec *executionContext) _AgentUpdateOperation_finishedAt(ctx context.Context
 			return ec.fieldContext_AgentUpdateOperation_finishedAt(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.FinishedAt, nil
+			return ec.Resolvers.AgentUpdateOperation().FinishedAt(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
@@ -559,7 +576,7 @@ func (ec *executionContext) _AgentUpdateOperation_finishedAt(ctx context.Context
 	)
 }
 func (ec *executionContext) fieldContext_AgentUpdateOperation_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, false, false, "Time")
+	return graphql.NewScalarFieldContext("AgentUpdateOperation", field, true, true, "Time")
 }
 
 func (ec *executionContext) _HostUpdate_state(ctx context.Context, field graphql.CollectedField, obj *model.HostUpdate) (ret graphql.Marshaler) {
@@ -835,7 +852,7 @@ func (ec *executionContext) _AgentRelease(ctx context.Context, sel ast.Selection
 
 var agentUpdateHostImplementors = []string{"AgentUpdateHost"}
 
-func (ec *executionContext) _AgentUpdateHost(ctx context.Context, sel ast.SelectionSet, obj *model.AgentUpdateHost) graphql.Marshaler {
+func (ec *executionContext) _AgentUpdateHost(ctx context.Context, sel ast.SelectionSet, obj *rollout.Host) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, agentUpdateHostImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -845,45 +862,49 @@ func (ec *executionContext) _AgentUpdateHost(ctx context.Context, sel ast.Select
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("AgentUpdateHost")
 		case "id":
-			out.Values[i] = ec._AgentUpdateHost_id(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateHost_id(ctx, field, obj)
+				})
 		case "name":
 			out.Values[i] = ec._AgentUpdateHost_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "zone":
 			out.Values[i] = ec._AgentUpdateHost_zone(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "batch":
 			out.Values[i] = ec._AgentUpdateHost_batch(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "from":
-			out.Values[i] = ec._AgentUpdateHost_from(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateHost_from(ctx, field, obj)
+				})
 		case "state":
 			out.Values[i] = ec._AgentUpdateHost_state(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "reason":
-			out.Values[i] = ec._AgentUpdateHost_reason(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateHost_reason(ctx, field, obj)
+				})
 		case "seconds":
-			out.Values[i] = ec._AgentUpdateHost_seconds(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateHost_seconds(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -903,7 +924,7 @@ func (ec *executionContext) _AgentUpdateHost(ctx context.Context, sel ast.Select
 
 var agentUpdateOperationImplementors = []string{"AgentUpdateOperation"}
 
-func (ec *executionContext) _AgentUpdateOperation(ctx context.Context, sel ast.SelectionSet, obj *model.AgentUpdateOperation) graphql.Marshaler {
+func (ec *executionContext) _AgentUpdateOperation(ctx context.Context, sel ast.SelectionSet, obj *rollout.Rollout) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, agentUpdateOperationImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -915,48 +936,51 @@ func (ec *executionContext) _AgentUpdateOperation(ctx context.Context, sel ast.S
 		case "id":
 			out.Values[i] = ec._AgentUpdateOperation_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "version":
 			out.Values[i] = ec._AgentUpdateOperation_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "state":
-			out.Values[i] = ec._AgentUpdateOperation_state(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateOperation_state(ctx, field, obj)
+				})
 		case "error":
-			out.Values[i] = ec._AgentUpdateOperation_error(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateOperation_error(ctx, field, obj)
+				})
 		case "batch":
 			out.Values[i] = ec._AgentUpdateOperation_batch(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "hosts":
 			out.Values[i] = ec._AgentUpdateOperation_hosts(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "startedAt":
 			out.Values[i] = ec._AgentUpdateOperation_startedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "updatedAt":
 			out.Values[i] = ec._AgentUpdateOperation_updatedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "finishedAt":
-			out.Values[i] = ec._AgentUpdateOperation_finishedAt(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AgentUpdateOperation_finishedAt(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -1060,11 +1084,15 @@ func (ec *executionContext) marshalNAgentRelease2ᚖgithubᚗcomᚋflexplaneᚋf
 	return ec._AgentRelease(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNAgentUpdateHost2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHostᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.AgentUpdateHost) graphql.Marshaler {
+func (ec *executionContext) marshalNAgentUpdateHost2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHost(ctx context.Context, sel ast.SelectionSet, v rollout.Host) graphql.Marshaler {
+	return ec._AgentUpdateHost(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNAgentUpdateHost2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostᚄ(ctx context.Context, sel ast.SelectionSet, v []rollout.Host) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAgentUpdateHost2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHost(ctx, sel, v[i])
+		return ec.marshalNAgentUpdateHost2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHost(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -1076,25 +1104,39 @@ func (ec *executionContext) marshalNAgentUpdateHost2ᚕᚖgithubᚗcomᚋflexpla
 	return ret
 }
 
-func (ec *executionContext) marshalNAgentUpdateHost2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHost(ctx context.Context, sel ast.SelectionSet, v *model.AgentUpdateHost) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "AgentUpdateHost!")
-		return graphql.Null
-	}
-	return ec._AgentUpdateHost(ctx, sel, v)
-}
-
-func (ec *executionContext) unmarshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHostState(ctx context.Context, v any) (model.AgentUpdateHostState, error) {
-	var res model.AgentUpdateHostState
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState(ctx context.Context, v any) (rollout.HostState, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateHostState(ctx context.Context, sel ast.SelectionSet, v model.AgentUpdateHostState) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState(ctx context.Context, sel ast.SelectionSet, v rollout.HostState) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "AgentUpdateHostState!")
+	}
+	return res
 }
 
-func (ec *executionContext) marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx context.Context, sel ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
+var (
+	unmarshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState = map[string]rollout.HostState{
+		"PENDING":  rollout.HostPending,
+		"UPDATING": rollout.HostUpdating,
+		"DONE":     rollout.HostDone,
+		"FAILED":   rollout.HostFailed,
+		"SKIPPED":  rollout.HostSkipped,
+	}
+	marshalNAgentUpdateHostState2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐHostState = map[rollout.HostState]string{
+		rollout.HostPending:  "PENDING",
+		rollout.HostUpdating: "UPDATING",
+		rollout.HostDone:     "DONE",
+		rollout.HostFailed:   "FAILED",
+		rollout.HostSkipped:  "SKIPPED",
+	}
+)
+
+func (ec *executionContext) marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx context.Context, sel ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "AgentUpdateOperation!")
 		return graphql.Null
@@ -1117,7 +1159,7 @@ func (ec *executionContext) unmarshalNUpdateAgentsInput2githubᚗcomᚋflexplane
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx context.Context, sel ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
+func (ec *executionContext) marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx context.Context, sel ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

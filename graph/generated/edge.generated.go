@@ -10,10 +10,31 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
+
+type EdgeGatewayResolver interface {
+	Zone(ctx context.Context, obj *gateways.View) (*model.Zone, error)
+	Node(ctx context.Context, obj *gateways.View) (*string, error)
+	Status(ctx context.Context, obj *gateways.View) (gateways.Status, error)
+	Message(ctx context.Context, obj *gateways.View) (*string, error)
+
+	FirewallRules(ctx context.Context, obj *gateways.View) ([]*model.FirewallRule, error)
+	PortForwards(ctx context.Context, obj *gateways.View) ([]*model.PortForward, error)
+	OneToOneAddresses(ctx context.Context, obj *gateways.View) ([]*model.OneToOneAddress, error)
+	Counters(ctx context.Context, obj *gateways.View) ([]*model.EdgeCounter, error)
+}
+type ExternalNetworkResolver interface {
+	Description(ctx context.Context, obj *catalog.ExternalNetwork) (*string, error)
+
+	Allocated(ctx context.Context, obj *catalog.ExternalNetwork) (int, error)
+}
 
 // endregion ************************** generated!.gotpl **************************
 
@@ -253,7 +274,7 @@ func (ec *executionContext) fieldContext_EdgeCounter_bytes(_ context.Context, fi
 	return graphql.NewScalarFieldContext("EdgeCounter", field, false, false, "Float")
 }
 
-func (ec *executionContext) _EdgeGateway_id(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_id(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -276,7 +297,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_id(_ context.Context, field
 	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "ID")
 }
 
-func (ec *executionContext) _EdgeGateway_zone(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_zone(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -285,7 +306,7 @@ func (ec *executionContext) _EdgeGateway_zone(ctx context.Context, field graphql
 			return ec.fieldContext_EdgeGateway_zone(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Zone, nil
+			return ec.Resolvers.EdgeGateway().Zone(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.Zone) graphql.Marshaler {
@@ -299,8 +320,8 @@ func (ec *executionContext) fieldContext_EdgeGateway_zone(_ context.Context, fie
 	fc = &graphql.FieldContext{
 		Object:     "EdgeGateway",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Zone(ctx, field)
 		},
@@ -308,7 +329,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_zone(_ context.Context, fie
 	return fc, nil
 }
 
-func (ec *executionContext) _EdgeGateway_node(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_node(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -317,7 +338,7 @@ func (ec *executionContext) _EdgeGateway_node(ctx context.Context, field graphql
 			return ec.fieldContext_EdgeGateway_node(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Node, nil
+			return ec.Resolvers.EdgeGateway().Node(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -328,10 +349,10 @@ func (ec *executionContext) _EdgeGateway_node(ctx context.Context, field graphql
 	)
 }
 func (ec *executionContext) fieldContext_EdgeGateway_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "String")
+	return graphql.NewScalarFieldContext("EdgeGateway", field, true, true, "String")
 }
 
-func (ec *executionContext) _EdgeGateway_status(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_status(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -340,21 +361,21 @@ func (ec *executionContext) _EdgeGateway_status(ctx context.Context, field graph
 			return ec.fieldContext_EdgeGateway_status(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Status, nil
+			return ec.Resolvers.EdgeGateway().Status(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.EdgeGatewayStatus) graphql.Marshaler {
-			return ec.marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGatewayStatus(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v gateways.Status) graphql.Marshaler {
+			return ec.marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_EdgeGateway_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "EdgeGatewayStatus")
+	return graphql.NewScalarFieldContext("EdgeGateway", field, true, true, "EdgeGatewayStatus")
 }
 
-func (ec *executionContext) _EdgeGateway_message(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_message(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -363,7 +384,7 @@ func (ec *executionContext) _EdgeGateway_message(ctx context.Context, field grap
 			return ec.fieldContext_EdgeGateway_message(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Message, nil
+			return ec.Resolvers.EdgeGateway().Message(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -374,10 +395,10 @@ func (ec *executionContext) _EdgeGateway_message(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_EdgeGateway_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "String")
+	return graphql.NewScalarFieldContext("EdgeGateway", field, true, true, "String")
 }
 
-func (ec *executionContext) _EdgeGateway_publicAddress(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_publicAddress(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -400,7 +421,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_publicAddress(_ context.Con
 	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "String")
 }
 
-func (ec *executionContext) _EdgeGateway_egressMbps(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_egressMbps(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -423,7 +444,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_egressMbps(_ context.Contex
 	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "Int")
 }
 
-func (ec *executionContext) _EdgeGateway_ingressMbps(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_ingressMbps(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -446,7 +467,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_ingressMbps(_ context.Conte
 	return graphql.NewScalarFieldContext("EdgeGateway", field, false, false, "Int")
 }
 
-func (ec *executionContext) _EdgeGateway_firewallRules(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_firewallRules(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -455,7 +476,7 @@ func (ec *executionContext) _EdgeGateway_firewallRules(ctx context.Context, fiel
 			return ec.fieldContext_EdgeGateway_firewallRules(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.FirewallRules, nil
+			return ec.Resolvers.EdgeGateway().FirewallRules(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.FirewallRule) graphql.Marshaler {
@@ -469,8 +490,8 @@ func (ec *executionContext) fieldContext_EdgeGateway_firewallRules(_ context.Con
 	fc = &graphql.FieldContext{
 		Object:     "EdgeGateway",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_FirewallRule(ctx, field)
 		},
@@ -478,7 +499,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_firewallRules(_ context.Con
 	return fc, nil
 }
 
-func (ec *executionContext) _EdgeGateway_portForwards(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_portForwards(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -487,7 +508,7 @@ func (ec *executionContext) _EdgeGateway_portForwards(ctx context.Context, field
 			return ec.fieldContext_EdgeGateway_portForwards(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.PortForwards, nil
+			return ec.Resolvers.EdgeGateway().PortForwards(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.PortForward) graphql.Marshaler {
@@ -501,8 +522,8 @@ func (ec *executionContext) fieldContext_EdgeGateway_portForwards(_ context.Cont
 	fc = &graphql.FieldContext{
 		Object:     "EdgeGateway",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_PortForward(ctx, field)
 		},
@@ -510,7 +531,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_portForwards(_ context.Cont
 	return fc, nil
 }
 
-func (ec *executionContext) _EdgeGateway_oneToOneAddresses(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_oneToOneAddresses(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -519,7 +540,7 @@ func (ec *executionContext) _EdgeGateway_oneToOneAddresses(ctx context.Context, 
 			return ec.fieldContext_EdgeGateway_oneToOneAddresses(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.OneToOneAddresses, nil
+			return ec.Resolvers.EdgeGateway().OneToOneAddresses(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.OneToOneAddress) graphql.Marshaler {
@@ -533,8 +554,8 @@ func (ec *executionContext) fieldContext_EdgeGateway_oneToOneAddresses(_ context
 	fc = &graphql.FieldContext{
 		Object:     "EdgeGateway",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_OneToOneAddress(ctx, field)
 		},
@@ -542,7 +563,7 @@ func (ec *executionContext) fieldContext_EdgeGateway_oneToOneAddresses(_ context
 	return fc, nil
 }
 
-func (ec *executionContext) _EdgeGateway_counters(ctx context.Context, field graphql.CollectedField, obj *model.EdgeGateway) (ret graphql.Marshaler) {
+func (ec *executionContext) _EdgeGateway_counters(ctx context.Context, field graphql.CollectedField, obj *gateways.View) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -551,7 +572,7 @@ func (ec *executionContext) _EdgeGateway_counters(ctx context.Context, field gra
 			return ec.fieldContext_EdgeGateway_counters(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Counters, nil
+			return ec.Resolvers.EdgeGateway().Counters(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.EdgeCounter) graphql.Marshaler {
@@ -565,8 +586,8 @@ func (ec *executionContext) fieldContext_EdgeGateway_counters(_ context.Context,
 	fc = &graphql.FieldContext{
 		Object:     "EdgeGateway",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_EdgeCounter(ctx, field)
 		},
@@ -618,8 +639,8 @@ func (ec *executionContext) _EdgeGatewayConnection_nodes(ctx context.Context, fi
 			return obj.Nodes, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.EdgeGateway) graphql.Marshaler {
-			return ec.marshalNEdgeGateway2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGatewayᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*gateways.View) graphql.Marshaler {
+			return ec.marshalNEdgeGateway2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐViewᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -650,8 +671,8 @@ func (ec *executionContext) _EdgeGatewayConnection_pageInfo(ctx context.Context,
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -728,8 +749,8 @@ func (ec *executionContext) _EdgeGatewayEdge_node(ctx context.Context, field gra
 			return obj.Node, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EdgeGateway) graphql.Marshaler {
-			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGateway(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *gateways.View) graphql.Marshaler {
+			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -748,7 +769,7 @@ func (ec *executionContext) fieldContext_EdgeGatewayEdge_node(_ context.Context,
 	return fc, nil
 }
 
-func (ec *executionContext) _ExternalNetwork_zone(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_zone(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -757,7 +778,7 @@ func (ec *executionContext) _ExternalNetwork_zone(ctx context.Context, field gra
 			return ec.fieldContext_ExternalNetwork_zone(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Zone, nil
+			return obj.Name, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -771,7 +792,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_zone(_ context.Context,
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_description(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_description(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -780,7 +801,7 @@ func (ec *executionContext) _ExternalNetwork_description(ctx context.Context, fi
 			return ec.fieldContext_ExternalNetwork_description(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Description, nil
+			return ec.Resolvers.ExternalNetwork().Description(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -791,10 +812,10 @@ func (ec *executionContext) _ExternalNetwork_description(ctx context.Context, fi
 	)
 }
 func (ec *executionContext) fieldContext_ExternalNetwork_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ExternalNetwork", field, true, true, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_bridge(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_bridge(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -817,7 +838,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_bridge(_ context.Contex
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_cidr(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_cidr(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -826,7 +847,7 @@ func (ec *executionContext) _ExternalNetwork_cidr(ctx context.Context, field gra
 			return ec.fieldContext_ExternalNetwork_cidr(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Cidr, nil
+			return obj.CIDR, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -840,7 +861,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_cidr(_ context.Context,
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_gateway(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_gateway(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -863,7 +884,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_gateway(_ context.Conte
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_poolStart(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_poolStart(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -886,7 +907,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_poolStart(_ context.Con
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_poolEnd(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_poolEnd(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -909,7 +930,7 @@ func (ec *executionContext) fieldContext_ExternalNetwork_poolEnd(_ context.Conte
 	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "String")
 }
 
-func (ec *executionContext) _ExternalNetwork_poolSize(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_poolSize(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -918,7 +939,7 @@ func (ec *executionContext) _ExternalNetwork_poolSize(ctx context.Context, field
 			return ec.fieldContext_ExternalNetwork_poolSize(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.PoolSize, nil
+			return obj.PoolSize(), nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -929,10 +950,10 @@ func (ec *executionContext) _ExternalNetwork_poolSize(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext_ExternalNetwork_poolSize(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "Int")
+	return graphql.NewScalarFieldContext("ExternalNetwork", field, true, false, "Int")
 }
 
-func (ec *executionContext) _ExternalNetwork_allocated(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetwork) (ret graphql.Marshaler) {
+func (ec *executionContext) _ExternalNetwork_allocated(ctx context.Context, field graphql.CollectedField, obj *catalog.ExternalNetwork) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -941,7 +962,7 @@ func (ec *executionContext) _ExternalNetwork_allocated(ctx context.Context, fiel
 			return ec.fieldContext_ExternalNetwork_allocated(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Allocated, nil
+			return ec.Resolvers.ExternalNetwork().Allocated(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -952,7 +973,7 @@ func (ec *executionContext) _ExternalNetwork_allocated(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_ExternalNetwork_allocated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExternalNetwork", field, false, false, "Int")
+	return graphql.NewScalarFieldContext("ExternalNetwork", field, true, true, "Int")
 }
 
 func (ec *executionContext) _ExternalNetworkConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ExternalNetworkConnection) (ret graphql.Marshaler) {
@@ -999,8 +1020,8 @@ func (ec *executionContext) _ExternalNetworkConnection_nodes(ctx context.Context
 			return obj.Nodes, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.ExternalNetwork) graphql.Marshaler {
-			return ec.marshalNExternalNetwork2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetworkᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*catalog.ExternalNetwork) graphql.Marshaler {
+			return ec.marshalNExternalNetwork2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetworkᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1031,8 +1052,8 @@ func (ec *executionContext) _ExternalNetworkConnection_pageInfo(ctx context.Cont
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1109,8 +1130,8 @@ func (ec *executionContext) _ExternalNetworkEdge_node(ctx context.Context, field
 			return obj.Node, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.ExternalNetwork) graphql.Marshaler {
-			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetwork(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.ExternalNetwork) graphql.Marshaler {
+			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetwork(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2134,7 +2155,7 @@ func (ec *executionContext) _EdgeCounter(ctx context.Context, sel ast.SelectionS
 
 var edgeGatewayImplementors = []string{"EdgeGateway"}
 
-func (ec *executionContext) _EdgeGateway(ctx context.Context, sel ast.SelectionSet, obj *model.EdgeGateway) graphql.Marshaler {
+func (ec *executionContext) _EdgeGateway(ctx context.Context, sel ast.SelectionSet, obj *gateways.View) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, edgeGatewayImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2146,63 +2167,71 @@ func (ec *executionContext) _EdgeGateway(ctx context.Context, sel ast.SelectionS
 		case "id":
 			out.Values[i] = ec._EdgeGateway_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "zone":
-			out.Values[i] = ec._EdgeGateway_zone(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_zone(ctx, field, obj)
+				})
 		case "node":
-			out.Values[i] = ec._EdgeGateway_node(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_node(ctx, field, obj)
+				})
 		case "status":
-			out.Values[i] = ec._EdgeGateway_status(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_status(ctx, field, obj)
+				})
 		case "message":
-			out.Values[i] = ec._EdgeGateway_message(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_message(ctx, field, obj)
+				})
 		case "publicAddress":
 			out.Values[i] = ec._EdgeGateway_publicAddress(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "egressMbps":
 			out.Values[i] = ec._EdgeGateway_egressMbps(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "ingressMbps":
 			out.Values[i] = ec._EdgeGateway_ingressMbps(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "firewallRules":
-			out.Values[i] = ec._EdgeGateway_firewallRules(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_firewallRules(ctx, field, obj)
+				})
 		case "portForwards":
-			out.Values[i] = ec._EdgeGateway_portForwards(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_portForwards(ctx, field, obj)
+				})
 		case "oneToOneAddresses":
-			out.Values[i] = ec._EdgeGateway_oneToOneAddresses(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_oneToOneAddresses(ctx, field, obj)
+				})
 		case "counters":
-			out.Values[i] = ec._EdgeGateway_counters(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EdgeGateway_counters(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -2308,7 +2337,7 @@ func (ec *executionContext) _EdgeGatewayEdge(ctx context.Context, sel ast.Select
 
 var externalNetworkImplementors = []string{"ExternalNetwork"}
 
-func (ec *executionContext) _ExternalNetwork(ctx context.Context, sel ast.SelectionSet, obj *model.ExternalNetwork) graphql.Marshaler {
+func (ec *executionContext) _ExternalNetwork(ctx context.Context, sel ast.SelectionSet, obj *catalog.ExternalNetwork) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, externalNetworkImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2320,48 +2349,50 @@ func (ec *executionContext) _ExternalNetwork(ctx context.Context, sel ast.Select
 		case "zone":
 			out.Values[i] = ec._ExternalNetwork_zone(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "description":
-			out.Values[i] = ec._ExternalNetwork_description(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._ExternalNetwork_description(ctx, field, obj)
+				})
 		case "bridge":
 			out.Values[i] = ec._ExternalNetwork_bridge(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "cidr":
 			out.Values[i] = ec._ExternalNetwork_cidr(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "gateway":
 			out.Values[i] = ec._ExternalNetwork_gateway(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "poolStart":
 			out.Values[i] = ec._ExternalNetwork_poolStart(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "poolEnd":
 			out.Values[i] = ec._ExternalNetwork_poolEnd(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "poolSize":
 			out.Values[i] = ec._ExternalNetwork_poolSize(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "allocated":
-			out.Values[i] = ec._ExternalNetwork_allocated(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._ExternalNetwork_allocated(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -2724,11 +2755,11 @@ func (ec *executionContext) marshalNEdgeCounter2ᚖgithubᚗcomᚋflexplaneᚋfl
 	return ec._EdgeCounter(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNEdgeGateway2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGatewayᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.EdgeGateway) graphql.Marshaler {
+func (ec *executionContext) marshalNEdgeGateway2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐViewᚄ(ctx context.Context, sel ast.SelectionSet, v []*gateways.View) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGateway(ctx, sel, v[i])
+		return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐView(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2740,7 +2771,7 @@ func (ec *executionContext) marshalNEdgeGateway2ᚕᚖgithubᚗcomᚋflexplane�
 	return ret
 }
 
-func (ec *executionContext) marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGateway(ctx context.Context, sel ast.SelectionSet, v *model.EdgeGateway) graphql.Marshaler {
+func (ec *executionContext) marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐView(ctx context.Context, sel ast.SelectionSet, v *gateways.View) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "EdgeGateway!")
 		return graphql.Null
@@ -2780,21 +2811,39 @@ func (ec *executionContext) marshalNEdgeGatewayEdge2ᚖgithubᚗcomᚋflexplane�
 	return ec._EdgeGatewayEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGatewayStatus(ctx context.Context, v any) (model.EdgeGatewayStatus, error) {
-	var res model.EdgeGatewayStatus
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus(ctx context.Context, v any) (gateways.Status, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGatewayStatus(ctx context.Context, sel ast.SelectionSet, v model.EdgeGatewayStatus) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus(ctx context.Context, sel ast.SelectionSet, v gateways.Status) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "EdgeGatewayStatus!")
+	}
+	return res
 }
 
-func (ec *executionContext) marshalNExternalNetwork2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetworkᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ExternalNetwork) graphql.Marshaler {
+var (
+	unmarshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus = map[string]gateways.Status{
+		"ACTIVE":  gateways.Active,
+		"PENDING": gateways.Pending,
+		"FAILED":  gateways.Failed,
+	}
+	marshalNEdgeGatewayStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐStatus = map[gateways.Status]string{
+		gateways.Active:  "ACTIVE",
+		gateways.Pending: "PENDING",
+		gateways.Failed:  "FAILED",
+	}
+)
+
+func (ec *executionContext) marshalNExternalNetwork2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetworkᚄ(ctx context.Context, sel ast.SelectionSet, v []*catalog.ExternalNetwork) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetwork(ctx, sel, v[i])
+		return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetwork(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2806,7 +2855,7 @@ func (ec *executionContext) marshalNExternalNetwork2ᚕᚖgithubᚗcomᚋflexpla
 	return ret
 }
 
-func (ec *executionContext) marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetwork(ctx context.Context, sel ast.SelectionSet, v *model.ExternalNetwork) graphql.Marshaler {
+func (ec *executionContext) marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetwork(ctx context.Context, sel ast.SelectionSet, v *catalog.ExternalNetwork) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ExternalNetwork!")
 		return graphql.Null

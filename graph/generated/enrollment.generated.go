@@ -11,10 +11,17 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
+
+type EnrollmentKeyResolver interface {
+	ID(ctx context.Context, obj *meshcontrol.Key) (string, error)
+
+	Expired(ctx context.Context, obj *meshcontrol.Key) (bool, error)
+}
 
 // endregion ************************** generated!.gotpl **************************
 
@@ -36,8 +43,8 @@ func (ec *executionContext) _CreatedEnrollmentKey_key(ctx context.Context, field
 			return obj.Key, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EnrollmentKey) graphql.Marshaler {
-			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *meshcontrol.Key) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -79,7 +86,7 @@ func (ec *executionContext) fieldContext_CreatedEnrollmentKey_secret(_ context.C
 	return graphql.NewScalarFieldContext("CreatedEnrollmentKey", field, false, false, "String")
 }
 
-func (ec *executionContext) _EnrollmentKey_id(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_id(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -88,7 +95,7 @@ func (ec *executionContext) _EnrollmentKey_id(ctx context.Context, field graphql
 			return ec.fieldContext_EnrollmentKey_id(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ID, nil
+			return ec.Resolvers.EnrollmentKey().ID(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -99,10 +106,10 @@ func (ec *executionContext) _EnrollmentKey_id(ctx context.Context, field graphql
 	)
 }
 func (ec *executionContext) fieldContext_EnrollmentKey_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("EnrollmentKey", field, false, false, "ID")
+	return graphql.NewScalarFieldContext("EnrollmentKey", field, true, true, "ID")
 }
 
-func (ec *executionContext) _EnrollmentKey_reusable(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_reusable(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -125,7 +132,7 @@ func (ec *executionContext) fieldContext_EnrollmentKey_reusable(_ context.Contex
 	return graphql.NewScalarFieldContext("EnrollmentKey", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _EnrollmentKey_used(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_used(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -148,7 +155,7 @@ func (ec *executionContext) fieldContext_EnrollmentKey_used(_ context.Context, f
 	return graphql.NewScalarFieldContext("EnrollmentKey", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _EnrollmentKey_expired(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_expired(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -157,7 +164,7 @@ func (ec *executionContext) _EnrollmentKey_expired(ctx context.Context, field gr
 			return ec.fieldContext_EnrollmentKey_expired(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Expired, nil
+			return ec.Resolvers.EnrollmentKey().Expired(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
@@ -168,10 +175,10 @@ func (ec *executionContext) _EnrollmentKey_expired(ctx context.Context, field gr
 	)
 }
 func (ec *executionContext) fieldContext_EnrollmentKey_expired(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("EnrollmentKey", field, false, false, "Boolean")
+	return graphql.NewScalarFieldContext("EnrollmentKey", field, true, true, "Boolean")
 }
 
-func (ec *executionContext) _EnrollmentKey_createdAt(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_createdAt(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -194,7 +201,7 @@ func (ec *executionContext) fieldContext_EnrollmentKey_createdAt(_ context.Conte
 	return graphql.NewScalarFieldContext("EnrollmentKey", field, false, false, "Time")
 }
 
-func (ec *executionContext) _EnrollmentKey_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.EnrollmentKey) (ret graphql.Marshaler) {
+func (ec *executionContext) _EnrollmentKey_expiresAt(ctx context.Context, field graphql.CollectedField, obj *meshcontrol.Key) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -203,7 +210,7 @@ func (ec *executionContext) _EnrollmentKey_expiresAt(ctx context.Context, field 
 			return ec.fieldContext_EnrollmentKey_expiresAt(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ExpiresAt, nil
+			return obj.Expiration, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
@@ -318,7 +325,7 @@ func (ec *executionContext) _CreatedEnrollmentKey(ctx context.Context, sel ast.S
 
 var enrollmentKeyImplementors = []string{"EnrollmentKey"}
 
-func (ec *executionContext) _EnrollmentKey(ctx context.Context, sel ast.SelectionSet, obj *model.EnrollmentKey) graphql.Marshaler {
+func (ec *executionContext) _EnrollmentKey(ctx context.Context, sel ast.SelectionSet, obj *meshcontrol.Key) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, enrollmentKeyImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -328,34 +335,36 @@ func (ec *executionContext) _EnrollmentKey(ctx context.Context, sel ast.Selectio
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("EnrollmentKey")
 		case "id":
-			out.Values[i] = ec._EnrollmentKey_id(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrollmentKey_id(ctx, field, obj)
+				})
 		case "reusable":
 			out.Values[i] = ec._EnrollmentKey_reusable(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "used":
 			out.Values[i] = ec._EnrollmentKey_used(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "expired":
-			out.Values[i] = ec._EnrollmentKey_expired(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrollmentKey_expired(ctx, field, obj)
+				})
 		case "createdAt":
 			out.Values[i] = ec._EnrollmentKey_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "expiresAt":
 			out.Values[i] = ec._EnrollmentKey_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -391,11 +400,11 @@ func (ec *executionContext) marshalNCreatedEnrollmentKey2ᚖgithubᚗcomᚋflexp
 	return ec._CreatedEnrollmentKey(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKeyᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.EnrollmentKey) graphql.Marshaler {
+func (ec *executionContext) marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKeyᚄ(ctx context.Context, sel ast.SelectionSet, v []*meshcontrol.Key) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx, sel, v[i])
+		return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKey(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -407,7 +416,7 @@ func (ec *executionContext) marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplane
 	return ret
 }
 
-func (ec *executionContext) marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx context.Context, sel ast.SelectionSet, v *model.EnrollmentKey) graphql.Marshaler {
+func (ec *executionContext) marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKey(ctx context.Context, sel ast.SelectionSet, v *meshcontrol.Key) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "EnrollmentKey!")
 		return graphql.Null

@@ -10,6 +10,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -261,8 +263,8 @@ func (ec *executionContext) _VDCAccess_role(ctx context.Context, field graphql.C
 			return obj.Role, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.VDCRole) graphql.Marshaler {
-			return ec.marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v auth.Role) graphql.Marshaler {
+			return ec.marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -462,14 +464,32 @@ func (ec *executionContext) marshalNVDCAccess2ᚖgithubᚗcomᚋflexplaneᚋflex
 	return ec._VDCAccess(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx context.Context, v any) (model.VDCRole, error) {
-	var res model.VDCRole
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx context.Context, v any) (auth.Role, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx context.Context, sel ast.SelectionSet, v model.VDCRole) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx context.Context, sel ast.SelectionSet, v auth.Role) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "VDCRole!")
+	}
+	return res
 }
+
+var (
+	unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole = map[string]auth.Role{
+		"ADMIN":  auth.RoleAdmin,
+		"MEMBER": auth.RoleMember,
+		"VIEWER": auth.RoleViewer,
+	}
+	marshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole = map[auth.Role]string{
+		auth.RoleAdmin:  "ADMIN",
+		auth.RoleMember: "MEMBER",
+		auth.RoleViewer: "VIEWER",
+	}
+)
 
 // endregion ***************************** type.gotpl *****************************

@@ -11,6 +11,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -22,12 +24,12 @@ type HostResolver interface {
 	CPUUsage(ctx context.Context, obj *model.Host) (*float64, error)
 	MemoryUsed(ctx context.Context, obj *model.Host) (*int, error)
 	MemoryTotal(ctx context.Context, obj *model.Host) (*int, error)
-	Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
+	Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 }
 type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
-	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
+	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
 	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
 	MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error)
@@ -41,8 +43,8 @@ type VMResolver interface {
 	DiskWriteBytes(ctx context.Context, obj *model.VM) (float64, error)
 }
 type ZoneResolver interface {
-	Capacity(ctx context.Context, obj *model.Zone) (*model.Capacity, error)
-	Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*model.MetricsPoint, error)
+	Capacity(ctx context.Context, obj *model.Zone) (*estate.Capacity, error)
+	Metrics(ctx context.Context, obj *model.Zone, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 	Region(ctx context.Context, obj *model.Zone) (*string, error)
 	Dedicated(ctx context.Context, obj *model.Zone) (bool, error)
 	DedicatedTo(ctx context.Context, obj *model.Zone) ([]string, error)
@@ -134,7 +136,7 @@ func (ec *executionContext) field_Zone_metrics_args(ctx context.Context, rawArgs
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _Capacity_cpus(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_cpus(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -143,7 +145,7 @@ func (ec *executionContext) _Capacity_cpus(ctx context.Context, field graphql.Co
 			return ec.fieldContext_Capacity_cpus(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Cpus, nil
+			return obj.CPUs, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -157,7 +159,7 @@ func (ec *executionContext) fieldContext_Capacity_cpus(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Capacity_cpuUsage(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_cpuUsage(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -180,7 +182,7 @@ func (ec *executionContext) fieldContext_Capacity_cpuUsage(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Float")
 }
 
-func (ec *executionContext) _Capacity_memoryTotal(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_memoryTotal(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -203,7 +205,7 @@ func (ec *executionContext) fieldContext_Capacity_memoryTotal(_ context.Context,
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Capacity_memoryUsed(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_memoryUsed(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -226,7 +228,7 @@ func (ec *executionContext) fieldContext_Capacity_memoryUsed(_ context.Context, 
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Capacity_memoryUsage(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_memoryUsage(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -249,7 +251,7 @@ func (ec *executionContext) fieldContext_Capacity_memoryUsage(_ context.Context,
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Float")
 }
 
-func (ec *executionContext) _Capacity_storageTotal(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_storageTotal(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -272,7 +274,7 @@ func (ec *executionContext) fieldContext_Capacity_storageTotal(_ context.Context
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Capacity_storageUsed(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_storageUsed(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -295,7 +297,7 @@ func (ec *executionContext) fieldContext_Capacity_storageUsed(_ context.Context,
 	return graphql.NewScalarFieldContext("Capacity", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Capacity_storageUsage(ctx context.Context, field graphql.CollectedField, obj *model.Capacity) (ret graphql.Marshaler) {
+func (ec *executionContext) _Capacity_storageUsage(ctx context.Context, field graphql.CollectedField, obj *estate.Capacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -805,7 +807,7 @@ func (ec *executionContext) _Host_metrics(ctx context.Context, field graphql.Col
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal []*model.MetricsPoint
+					var zeroVal []*estate.Point
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
@@ -814,8 +816,8 @@ func (ec *executionContext) _Host_metrics(ctx context.Context, field graphql.Col
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.MetricsPoint) graphql.Marshaler {
-			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPointᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*estate.Point) graphql.Marshaler {
+			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPointᚄ(ctx, selections, v)
 		},
 		true,
 		false,
@@ -921,8 +923,8 @@ func (ec *executionContext) _HostConnection_pageInfo(ctx context.Context, field 
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1326,8 +1328,8 @@ func (ec *executionContext) _VM_metrics(ctx context.Context, field graphql.Colle
 			return ec.Resolvers.VM().Metrics(ctx, obj, fc.Args["timeframe"].(model.MetricsTimeframe))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.MetricsPoint) graphql.Marshaler {
-			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPointᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*estate.Point) graphql.Marshaler {
+			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPointᚄ(ctx, selections, v)
 		},
 		true,
 		false,
@@ -1764,8 +1766,8 @@ func (ec *executionContext) _VMConnection_pageInfo(ctx context.Context, field gr
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2015,7 +2017,7 @@ func (ec *executionContext) _Zone_capacity(ctx context.Context, field graphql.Co
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.Capacity
+					var zeroVal *estate.Capacity
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
@@ -2024,8 +2026,8 @@ func (ec *executionContext) _Zone_capacity(ctx context.Context, field graphql.Co
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.Capacity) graphql.Marshaler {
-			return ec.marshalOCapacity2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCapacity(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *estate.Capacity) graphql.Marshaler {
+			return ec.marshalOCapacity2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐCapacity(ctx, selections, v)
 		},
 		true,
 		false,
@@ -2061,7 +2063,7 @@ func (ec *executionContext) _Zone_metrics(ctx context.Context, field graphql.Col
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal []*model.MetricsPoint
+					var zeroVal []*estate.Point
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
@@ -2070,8 +2072,8 @@ func (ec *executionContext) _Zone_metrics(ctx context.Context, field graphql.Col
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.MetricsPoint) graphql.Marshaler {
-			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPointᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*estate.Point) graphql.Marshaler {
+			return ec.marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPointᚄ(ctx, selections, v)
 		},
 		true,
 		false,
@@ -2259,8 +2261,8 @@ func (ec *executionContext) _ZoneConnection_pageInfo(ctx context.Context, field 
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2434,7 +2436,7 @@ func UnmarshalVMFilter(ctx context.Context, raw any) (model.VMFilter, error) {
 
 var capacityImplementors = []string{"Capacity"}
 
-func (ec *executionContext) _Capacity(ctx context.Context, sel ast.SelectionSet, obj *model.Capacity) graphql.Marshaler {
+func (ec *executionContext) _Capacity(ctx context.Context, sel ast.SelectionSet, obj *estate.Capacity) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, capacityImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -3313,7 +3315,7 @@ func (ec *executionContext) marshalNZoneStatus2githubᚗcomᚋflexplaneᚋflexpl
 	return v
 }
 
-func (ec *executionContext) marshalOCapacity2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCapacity(ctx context.Context, sel ast.SelectionSet, v *model.Capacity) graphql.Marshaler {
+func (ec *executionContext) marshalOCapacity2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐCapacity(ctx context.Context, sel ast.SelectionSet, v *estate.Capacity) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

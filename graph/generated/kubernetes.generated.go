@@ -11,10 +11,32 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
+	"github.com/flexplane/flexplane/pkg/support/paging"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
+
+type ControlPlaneComponentResolver interface {
+	Message(ctx context.Context, obj *controlplane.Component) (*string, error)
+}
+type KubernetesClusterResolver interface {
+	Zone(ctx context.Context, obj *tenantkube.Cluster) (*model.Zone, error)
+
+	RunningVersion(ctx context.Context, obj *tenantkube.Cluster) (*string, error)
+
+	Endpoint(ctx context.Context, obj *tenantkube.Cluster) (*string, error)
+}
+type KubernetesConditionResolver interface {
+	Reason(ctx context.Context, obj *tenantkube.Condition) (*string, error)
+	Message(ctx context.Context, obj *tenantkube.Condition) (*string, error)
+}
+type NodePoolResolver interface {
+	Labels(ctx context.Context, obj *tenantkube.NodePool) ([]*model.NodeLabel, error)
+}
 
 // endregion ************************** generated!.gotpl **************************
 
@@ -24,7 +46,7 @@ import (
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _ControlPlaneComponent_name(ctx context.Context, field graphql.CollectedField, obj *model.ControlPlaneComponent) (ret graphql.Marshaler) {
+func (ec *executionContext) _ControlPlaneComponent_name(ctx context.Context, field graphql.CollectedField, obj *controlplane.Component) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -47,7 +69,7 @@ func (ec *executionContext) fieldContext_ControlPlaneComponent_name(_ context.Co
 	return graphql.NewScalarFieldContext("ControlPlaneComponent", field, false, false, "String")
 }
 
-func (ec *executionContext) _ControlPlaneComponent_ready(ctx context.Context, field graphql.CollectedField, obj *model.ControlPlaneComponent) (ret graphql.Marshaler) {
+func (ec *executionContext) _ControlPlaneComponent_ready(ctx context.Context, field graphql.CollectedField, obj *controlplane.Component) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -70,7 +92,7 @@ func (ec *executionContext) fieldContext_ControlPlaneComponent_ready(_ context.C
 	return graphql.NewScalarFieldContext("ControlPlaneComponent", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _ControlPlaneComponent_message(ctx context.Context, field graphql.CollectedField, obj *model.ControlPlaneComponent) (ret graphql.Marshaler) {
+func (ec *executionContext) _ControlPlaneComponent_message(ctx context.Context, field graphql.CollectedField, obj *controlplane.Component) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -79,7 +101,7 @@ func (ec *executionContext) _ControlPlaneComponent_message(ctx context.Context, 
 			return ec.fieldContext_ControlPlaneComponent_message(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Message, nil
+			return ec.Resolvers.ControlPlaneComponent().Message(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -90,7 +112,7 @@ func (ec *executionContext) _ControlPlaneComponent_message(ctx context.Context, 
 	)
 }
 func (ec *executionContext) fieldContext_ControlPlaneComponent_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ControlPlaneComponent", field, false, false, "String")
+	return graphql.NewScalarFieldContext("ControlPlaneComponent", field, true, true, "String")
 }
 
 func (ec *executionContext) _DeletedKubernetesCluster_id(ctx context.Context, field graphql.CollectedField, obj *model.DeletedKubernetesCluster) (ret graphql.Marshaler) {
@@ -208,7 +230,7 @@ func (ec *executionContext) fieldContext_Kubeconfig_readOnly(_ context.Context, 
 	return graphql.NewScalarFieldContext("Kubeconfig", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _KubernetesCluster_id(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_id(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -231,7 +253,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_id(_ context.Context,
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "ID")
 }
 
-func (ec *executionContext) _KubernetesCluster_name(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_name(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -254,7 +276,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_name(_ context.Contex
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_zone(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_zone(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -263,7 +285,7 @@ func (ec *executionContext) _KubernetesCluster_zone(ctx context.Context, field g
 			return ec.fieldContext_KubernetesCluster_zone(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Zone, nil
+			return ec.Resolvers.KubernetesCluster().Zone(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.Zone) graphql.Marshaler {
@@ -277,8 +299,8 @@ func (ec *executionContext) fieldContext_KubernetesCluster_zone(_ context.Contex
 	fc = &graphql.FieldContext{
 		Object:     "KubernetesCluster",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Zone(ctx, field)
 		},
@@ -286,7 +308,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_zone(_ context.Contex
 	return fc, nil
 }
 
-func (ec *executionContext) _KubernetesCluster_networkId(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_networkId(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -295,7 +317,7 @@ func (ec *executionContext) _KubernetesCluster_networkId(ctx context.Context, fi
 			return ec.fieldContext_KubernetesCluster_networkId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.NetworkID, nil
+			return obj.Network, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -309,7 +331,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_networkId(_ context.C
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "ID")
 }
 
-func (ec *executionContext) _KubernetesCluster_version(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_version(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -332,7 +354,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_version(_ context.Con
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_runningVersion(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_runningVersion(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -341,7 +363,7 @@ func (ec *executionContext) _KubernetesCluster_runningVersion(ctx context.Contex
 			return ec.fieldContext_KubernetesCluster_runningVersion(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.RunningVersion, nil
+			return ec.Resolvers.KubernetesCluster().RunningVersion(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -352,10 +374,10 @@ func (ec *executionContext) _KubernetesCluster_runningVersion(ctx context.Contex
 	)
 }
 func (ec *executionContext) fieldContext_KubernetesCluster_runningVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
+	return graphql.NewScalarFieldContext("KubernetesCluster", field, true, true, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_serviceCidr(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_serviceCidr(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -364,7 +386,7 @@ func (ec *executionContext) _KubernetesCluster_serviceCidr(ctx context.Context, 
 			return ec.fieldContext_KubernetesCluster_serviceCidr(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ServiceCidr, nil
+			return obj.ServiceCIDR, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -378,7 +400,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_serviceCidr(_ context
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_podCidr(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_podCidr(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -387,7 +409,7 @@ func (ec *executionContext) _KubernetesCluster_podCidr(ctx context.Context, fiel
 			return ec.fieldContext_KubernetesCluster_podCidr(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.PodCidr, nil
+			return obj.PodCIDR, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -401,7 +423,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_podCidr(_ context.Con
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_endpoint(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_endpoint(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -410,7 +432,7 @@ func (ec *executionContext) _KubernetesCluster_endpoint(ctx context.Context, fie
 			return ec.fieldContext_KubernetesCluster_endpoint(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Endpoint, nil
+			return ec.Resolvers.KubernetesCluster().Endpoint(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -421,10 +443,10 @@ func (ec *executionContext) _KubernetesCluster_endpoint(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_KubernetesCluster_endpoint(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "String")
+	return graphql.NewScalarFieldContext("KubernetesCluster", field, true, true, "String")
 }
 
-func (ec *executionContext) _KubernetesCluster_phase(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_phase(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -433,21 +455,21 @@ func (ec *executionContext) _KubernetesCluster_phase(ctx context.Context, field 
 			return ec.fieldContext_KubernetesCluster_phase(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Phase, nil
+			return obj.State(), nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.KubernetesClusterPhase) graphql.Marshaler {
-			return ec.marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesClusterPhase(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v tenantkube.Phase) graphql.Marshaler {
+			return ec.marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
 func (ec *executionContext) fieldContext_KubernetesCluster_phase(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "KubernetesClusterPhase")
+	return graphql.NewScalarFieldContext("KubernetesCluster", field, true, false, "KubernetesClusterPhase")
 }
 
-func (ec *executionContext) _KubernetesCluster_controlPlaneReady(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_controlPlaneReady(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -470,7 +492,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_controlPlaneReady(_ c
 	return graphql.NewScalarFieldContext("KubernetesCluster", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _KubernetesCluster_controlPlane(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_controlPlane(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -479,11 +501,11 @@ func (ec *executionContext) _KubernetesCluster_controlPlane(ctx context.Context,
 			return ec.fieldContext_KubernetesCluster_controlPlane(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ControlPlane, nil
+			return obj.Components, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.ControlPlaneComponent) graphql.Marshaler {
-			return ec.marshalNControlPlaneComponent2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐControlPlaneComponentᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []controlplane.Component) graphql.Marshaler {
+			return ec.marshalNControlPlaneComponent2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚋcontrolplaneᚐComponentᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -502,7 +524,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_controlPlane(_ contex
 	return fc, nil
 }
 
-func (ec *executionContext) _KubernetesCluster_conditions(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_conditions(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -514,8 +536,8 @@ func (ec *executionContext) _KubernetesCluster_conditions(ctx context.Context, f
 			return obj.Conditions, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.KubernetesCondition) graphql.Marshaler {
-			return ec.marshalNKubernetesCondition2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesConditionᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []tenantkube.Condition) graphql.Marshaler {
+			return ec.marshalNKubernetesCondition2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐConditionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -534,7 +556,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_conditions(_ context.
 	return fc, nil
 }
 
-func (ec *executionContext) _KubernetesCluster_nodePools(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_nodePools(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -543,11 +565,11 @@ func (ec *executionContext) _KubernetesCluster_nodePools(ctx context.Context, fi
 			return ec.fieldContext_KubernetesCluster_nodePools(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.NodePools, nil
+			return obj.Pools, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePoolᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePoolᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -566,7 +588,7 @@ func (ec *executionContext) fieldContext_KubernetesCluster_nodePools(_ context.C
 	return fc, nil
 }
 
-func (ec *executionContext) _KubernetesCluster_createdAt(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCluster) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCluster_createdAt(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Cluster) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -575,7 +597,7 @@ func (ec *executionContext) _KubernetesCluster_createdAt(ctx context.Context, fi
 			return ec.fieldContext_KubernetesCluster_createdAt(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.CreatedAt, nil
+			return obj.Created, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
@@ -633,8 +655,8 @@ func (ec *executionContext) _KubernetesClusterConnection_nodes(ctx context.Conte
 			return obj.Nodes, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesClusterᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐClusterᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -665,8 +687,8 @@ func (ec *executionContext) _KubernetesClusterConnection_pageInfo(ctx context.Co
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -743,8 +765,8 @@ func (ec *executionContext) _KubernetesClusterEdge_node(ctx context.Context, fie
 			return obj.Node, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -763,7 +785,7 @@ func (ec *executionContext) fieldContext_KubernetesClusterEdge_node(_ context.Co
 	return fc, nil
 }
 
-func (ec *executionContext) _KubernetesCondition_type(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCondition) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCondition_type(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Condition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -786,7 +808,7 @@ func (ec *executionContext) fieldContext_KubernetesCondition_type(_ context.Cont
 	return graphql.NewScalarFieldContext("KubernetesCondition", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCondition_status(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCondition) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCondition_status(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Condition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -809,7 +831,7 @@ func (ec *executionContext) fieldContext_KubernetesCondition_status(_ context.Co
 	return graphql.NewScalarFieldContext("KubernetesCondition", field, false, false, "String")
 }
 
-func (ec *executionContext) _KubernetesCondition_reason(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCondition) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCondition_reason(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Condition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -818,7 +840,7 @@ func (ec *executionContext) _KubernetesCondition_reason(ctx context.Context, fie
 			return ec.fieldContext_KubernetesCondition_reason(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Reason, nil
+			return ec.Resolvers.KubernetesCondition().Reason(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -829,10 +851,10 @@ func (ec *executionContext) _KubernetesCondition_reason(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_KubernetesCondition_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("KubernetesCondition", field, false, false, "String")
+	return graphql.NewScalarFieldContext("KubernetesCondition", field, true, true, "String")
 }
 
-func (ec *executionContext) _KubernetesCondition_message(ctx context.Context, field graphql.CollectedField, obj *model.KubernetesCondition) (ret graphql.Marshaler) {
+func (ec *executionContext) _KubernetesCondition_message(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Condition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -841,7 +863,7 @@ func (ec *executionContext) _KubernetesCondition_message(ctx context.Context, fi
 			return ec.fieldContext_KubernetesCondition_message(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Message, nil
+			return ec.Resolvers.KubernetesCondition().Message(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -852,7 +874,7 @@ func (ec *executionContext) _KubernetesCondition_message(ctx context.Context, fi
 	)
 }
 func (ec *executionContext) fieldContext_KubernetesCondition_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("KubernetesCondition", field, false, false, "String")
+	return graphql.NewScalarFieldContext("KubernetesCondition", field, true, true, "String")
 }
 
 func (ec *executionContext) _NodeLabel_key(ctx context.Context, field graphql.CollectedField, obj *model.NodeLabel) (ret graphql.Marshaler) {
@@ -901,7 +923,7 @@ func (ec *executionContext) fieldContext_NodeLabel_value(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("NodeLabel", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodePool_id(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_id(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -924,7 +946,7 @@ func (ec *executionContext) fieldContext_NodePool_id(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "ID")
 }
 
-func (ec *executionContext) _NodePool_clusterId(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_clusterId(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -933,7 +955,7 @@ func (ec *executionContext) _NodePool_clusterId(ctx context.Context, field graph
 			return ec.fieldContext_NodePool_clusterId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ClusterID, nil
+			return obj.Cluster, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -947,7 +969,7 @@ func (ec *executionContext) fieldContext_NodePool_clusterId(_ context.Context, f
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "ID")
 }
 
-func (ec *executionContext) _NodePool_name(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_name(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -970,7 +992,7 @@ func (ec *executionContext) fieldContext_NodePool_name(_ context.Context, field 
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodePool_computeProfile(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_computeProfile(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -993,7 +1015,7 @@ func (ec *executionContext) fieldContext_NodePool_computeProfile(_ context.Conte
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodePool_storageProfile(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_storageProfile(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1016,7 +1038,7 @@ func (ec *executionContext) fieldContext_NodePool_storageProfile(_ context.Conte
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodePool_size(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_size(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1039,7 +1061,7 @@ func (ec *executionContext) fieldContext_NodePool_size(_ context.Context, field 
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "Int")
 }
 
-func (ec *executionContext) _NodePool_workers(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_workers(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1062,7 +1084,7 @@ func (ec *executionContext) fieldContext_NodePool_workers(_ context.Context, fie
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "Int")
 }
 
-func (ec *executionContext) _NodePool_readyWorkers(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_readyWorkers(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1071,7 +1093,7 @@ func (ec *executionContext) _NodePool_readyWorkers(ctx context.Context, field gr
 			return ec.fieldContext_NodePool_readyWorkers(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ReadyWorkers, nil
+			return obj.Ready, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -1085,7 +1107,7 @@ func (ec *executionContext) fieldContext_NodePool_readyWorkers(_ context.Context
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "Int")
 }
 
-func (ec *executionContext) _NodePool_version(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_version(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1108,7 +1130,7 @@ func (ec *executionContext) fieldContext_NodePool_version(_ context.Context, fie
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodePool_upToDateWorkers(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_upToDateWorkers(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1117,7 +1139,7 @@ func (ec *executionContext) _NodePool_upToDateWorkers(ctx context.Context, field
 			return ec.fieldContext_NodePool_upToDateWorkers(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.UpToDateWorkers, nil
+			return obj.UpToDate, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -1131,7 +1153,7 @@ func (ec *executionContext) fieldContext_NodePool_upToDateWorkers(_ context.Cont
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "Int")
 }
 
-func (ec *executionContext) _NodePool_labels(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_labels(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1140,7 +1162,7 @@ func (ec *executionContext) _NodePool_labels(ctx context.Context, field graphql.
 			return ec.fieldContext_NodePool_labels(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Labels, nil
+			return ec.Resolvers.NodePool().Labels(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.NodeLabel) graphql.Marshaler {
@@ -1154,8 +1176,8 @@ func (ec *executionContext) fieldContext_NodePool_labels(_ context.Context, fiel
 	fc = &graphql.FieldContext{
 		Object:     "NodePool",
 		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
+		IsMethod:   true,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_NodeLabel(ctx, field)
 		},
@@ -1163,7 +1185,7 @@ func (ec *executionContext) fieldContext_NodePool_labels(_ context.Context, fiel
 	return fc, nil
 }
 
-func (ec *executionContext) _NodePool_taints(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_taints(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1175,8 +1197,8 @@ func (ec *executionContext) _NodePool_taints(ctx context.Context, field graphql.
 			return obj.Taints, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.NodeTaint) graphql.Marshaler {
-			return ec.marshalNNodeTaint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []tenantkube.Taint) graphql.Marshaler {
+			return ec.marshalNNodeTaint2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1195,7 +1217,7 @@ func (ec *executionContext) fieldContext_NodePool_taints(_ context.Context, fiel
 	return fc, nil
 }
 
-func (ec *executionContext) _NodePool_deleting(ctx context.Context, field graphql.CollectedField, obj *model.NodePool) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodePool_deleting(ctx context.Context, field graphql.CollectedField, obj *tenantkube.NodePool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1218,7 +1240,7 @@ func (ec *executionContext) fieldContext_NodePool_deleting(_ context.Context, fi
 	return graphql.NewScalarFieldContext("NodePool", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _NodeTaint_key(ctx context.Context, field graphql.CollectedField, obj *model.NodeTaint) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodeTaint_key(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Taint) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1241,7 +1263,7 @@ func (ec *executionContext) fieldContext_NodeTaint_key(_ context.Context, field 
 	return graphql.NewScalarFieldContext("NodeTaint", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodeTaint_value(ctx context.Context, field graphql.CollectedField, obj *model.NodeTaint) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodeTaint_value(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Taint) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1264,7 +1286,7 @@ func (ec *executionContext) fieldContext_NodeTaint_value(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("NodeTaint", field, false, false, "String")
 }
 
-func (ec *executionContext) _NodeTaint_effect(ctx context.Context, field graphql.CollectedField, obj *model.NodeTaint) (ret graphql.Marshaler) {
+func (ec *executionContext) _NodeTaint_effect(ctx context.Context, field graphql.CollectedField, obj *tenantkube.Taint) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1276,8 +1298,8 @@ func (ec *executionContext) _NodeTaint_effect(ctx context.Context, field graphql
 			return obj.Effect, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.TaintEffect) graphql.Marshaler {
-			return ec.marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTaintEffect(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v tenantkube.TaintEffect) graphql.Marshaler {
+			return ec.marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1430,7 +1452,7 @@ func (ec *executionContext) unmarshalInputCreateNodePoolInput(ctx context.Contex
 			it.Labels = data
 		case "taints":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("taints"))
-			data, err := ec.unmarshalONodeTaintInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintInputᚄ(ctx, v)
+			data, err := ec.unmarshalONodeTaintInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1501,8 +1523,8 @@ func UnmarshalNodeLabelInput(ctx context.Context, raw any) (model.NodeLabelInput
 	return out, err
 }
 
-func (ec *executionContext) unmarshalInputNodeTaintInput(ctx context.Context, obj any) (model.NodeTaintInput, error) {
-	var it model.NodeTaintInput
+func (ec *executionContext) unmarshalInputNodeTaintInput(ctx context.Context, obj any) (tenantkube.Taint, error) {
+	var it tenantkube.Taint
 	if obj == nil {
 		return it, nil
 	}
@@ -1532,14 +1554,14 @@ func (ec *executionContext) unmarshalInputNodeTaintInput(ctx context.Context, ob
 			it.Key = data
 		case "value":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("value"))
-			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			data, err := ec.unmarshalOString2string(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Value = data
 		case "effect":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("effect"))
-			data, err := ec.unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTaintEffect(ctx, v)
+			data, err := ec.unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -1555,8 +1577,8 @@ func (ec *executionContext) unmarshalInputNodeTaintInput(ctx context.Context, ob
 //
 // ctx must come from a gqlgen request; outside one there is no unmarshaler to use
 // and the returned error says so.
-func UnmarshalNodeTaintInput(ctx context.Context, raw any) (model.NodeTaintInput, error) {
-	var out model.NodeTaintInput
+func UnmarshalNodeTaintInput(ctx context.Context, raw any) (tenantkube.Taint, error) {
+	var out tenantkube.Taint
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "NodeTaintInput", raw, &out)
 	return out, err
 }
@@ -1571,7 +1593,7 @@ func UnmarshalNodeTaintInput(ctx context.Context, raw any) (model.NodeTaintInput
 
 var controlPlaneComponentImplementors = []string{"ControlPlaneComponent"}
 
-func (ec *executionContext) _ControlPlaneComponent(ctx context.Context, sel ast.SelectionSet, obj *model.ControlPlaneComponent) graphql.Marshaler {
+func (ec *executionContext) _ControlPlaneComponent(ctx context.Context, sel ast.SelectionSet, obj *controlplane.Component) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, controlPlaneComponentImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1583,18 +1605,19 @@ func (ec *executionContext) _ControlPlaneComponent(ctx context.Context, sel ast.
 		case "name":
 			out.Values[i] = ec._ControlPlaneComponent_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "ready":
 			out.Values[i] = ec._ControlPlaneComponent_ready(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "message":
-			out.Values[i] = ec._ControlPlaneComponent_message(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._ControlPlaneComponent_message(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -1723,7 +1746,7 @@ func (ec *executionContext) _Kubeconfig(ctx context.Context, sel ast.SelectionSe
 
 var kubernetesClusterImplementors = []string{"KubernetesCluster"}
 
-func (ec *executionContext) _KubernetesCluster(ctx context.Context, sel ast.SelectionSet, obj *model.KubernetesCluster) graphql.Marshaler {
+func (ec *executionContext) _KubernetesCluster(ctx context.Context, sel ast.SelectionSet, obj *tenantkube.Cluster) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, kubernetesClusterImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1735,77 +1758,80 @@ func (ec *executionContext) _KubernetesCluster(ctx context.Context, sel ast.Sele
 		case "id":
 			out.Values[i] = ec._KubernetesCluster_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "name":
 			out.Values[i] = ec._KubernetesCluster_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "zone":
-			out.Values[i] = ec._KubernetesCluster_zone(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._KubernetesCluster_zone(ctx, field, obj)
+				})
 		case "networkId":
 			out.Values[i] = ec._KubernetesCluster_networkId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "version":
 			out.Values[i] = ec._KubernetesCluster_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "runningVersion":
-			out.Values[i] = ec._KubernetesCluster_runningVersion(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._KubernetesCluster_runningVersion(ctx, field, obj)
+				})
 		case "serviceCidr":
 			out.Values[i] = ec._KubernetesCluster_serviceCidr(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "podCidr":
 			out.Values[i] = ec._KubernetesCluster_podCidr(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "endpoint":
-			out.Values[i] = ec._KubernetesCluster_endpoint(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._KubernetesCluster_endpoint(ctx, field, obj)
+				})
 		case "phase":
 			out.Values[i] = ec._KubernetesCluster_phase(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "controlPlaneReady":
 			out.Values[i] = ec._KubernetesCluster_controlPlaneReady(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "controlPlane":
 			out.Values[i] = ec._KubernetesCluster_controlPlane(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "conditions":
 			out.Values[i] = ec._KubernetesCluster_conditions(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "nodePools":
 			out.Values[i] = ec._KubernetesCluster_nodePools(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._KubernetesCluster_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -1912,7 +1938,7 @@ func (ec *executionContext) _KubernetesClusterEdge(ctx context.Context, sel ast.
 
 var kubernetesConditionImplementors = []string{"KubernetesCondition"}
 
-func (ec *executionContext) _KubernetesCondition(ctx context.Context, sel ast.SelectionSet, obj *model.KubernetesCondition) graphql.Marshaler {
+func (ec *executionContext) _KubernetesCondition(ctx context.Context, sel ast.SelectionSet, obj *tenantkube.Condition) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, kubernetesConditionImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1924,23 +1950,25 @@ func (ec *executionContext) _KubernetesCondition(ctx context.Context, sel ast.Se
 		case "type":
 			out.Values[i] = ec._KubernetesCondition_type(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "status":
 			out.Values[i] = ec._KubernetesCondition_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "reason":
-			out.Values[i] = ec._KubernetesCondition_reason(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._KubernetesCondition_reason(ctx, field, obj)
+				})
 		case "message":
-			out.Values[i] = ec._KubernetesCondition_message(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._KubernetesCondition_message(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -1998,7 +2026,7 @@ func (ec *executionContext) _NodeLabel(ctx context.Context, sel ast.SelectionSet
 
 var nodePoolImplementors = []string{"NodePool"}
 
-func (ec *executionContext) _NodePool(ctx context.Context, sel ast.SelectionSet, obj *model.NodePool) graphql.Marshaler {
+func (ec *executionContext) _NodePool(ctx context.Context, sel ast.SelectionSet, obj *tenantkube.NodePool) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, nodePoolImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2010,67 +2038,68 @@ func (ec *executionContext) _NodePool(ctx context.Context, sel ast.SelectionSet,
 		case "id":
 			out.Values[i] = ec._NodePool_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "clusterId":
 			out.Values[i] = ec._NodePool_clusterId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "name":
 			out.Values[i] = ec._NodePool_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "computeProfile":
 			out.Values[i] = ec._NodePool_computeProfile(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "storageProfile":
 			out.Values[i] = ec._NodePool_storageProfile(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "size":
 			out.Values[i] = ec._NodePool_size(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "workers":
 			out.Values[i] = ec._NodePool_workers(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "readyWorkers":
 			out.Values[i] = ec._NodePool_readyWorkers(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "version":
 			out.Values[i] = ec._NodePool_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "upToDateWorkers":
 			out.Values[i] = ec._NodePool_upToDateWorkers(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "labels":
-			out.Values[i] = ec._NodePool_labels(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._NodePool_labels(ctx, field, obj)
+				})
 		case "taints":
 			out.Values[i] = ec._NodePool_taints(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "deleting":
 			out.Values[i] = ec._NodePool_deleting(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -2091,7 +2120,7 @@ func (ec *executionContext) _NodePool(ctx context.Context, sel ast.SelectionSet,
 
 var nodeTaintImplementors = []string{"NodeTaint"}
 
-func (ec *executionContext) _NodeTaint(ctx context.Context, sel ast.SelectionSet, obj *model.NodeTaint) graphql.Marshaler {
+func (ec *executionContext) _NodeTaint(ctx context.Context, sel ast.SelectionSet, obj *tenantkube.Taint) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, nodeTaintImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2136,11 +2165,15 @@ func (ec *executionContext) _NodeTaint(ctx context.Context, sel ast.SelectionSet
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNControlPlaneComponent2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐControlPlaneComponentᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ControlPlaneComponent) graphql.Marshaler {
+func (ec *executionContext) marshalNControlPlaneComponent2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚋcontrolplaneᚐComponent(ctx context.Context, sel ast.SelectionSet, v controlplane.Component) graphql.Marshaler {
+	return ec._ControlPlaneComponent(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNControlPlaneComponent2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚋcontrolplaneᚐComponentᚄ(ctx context.Context, sel ast.SelectionSet, v []controlplane.Component) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNControlPlaneComponent2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐControlPlaneComponent(ctx, sel, v[i])
+		return ec.marshalNControlPlaneComponent2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚋcontrolplaneᚐComponent(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2150,14 +2183,6 @@ func (ec *executionContext) marshalNControlPlaneComponent2ᚕᚖgithubᚗcomᚋf
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNControlPlaneComponent2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐControlPlaneComponent(ctx context.Context, sel ast.SelectionSet, v *model.ControlPlaneComponent) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ControlPlaneComponent!")
-		return graphql.Null
-	}
-	return ec._ControlPlaneComponent(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNCreateKubernetesClusterInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateKubernetesClusterInput(ctx context.Context, v any) (model.CreateKubernetesClusterInput, error) {
@@ -2194,11 +2219,11 @@ func (ec *executionContext) marshalNKubeconfig2ᚖgithubᚗcomᚋflexplaneᚋfle
 	return ec._Kubeconfig(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNKubernetesCluster2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesClusterᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.KubernetesCluster) graphql.Marshaler {
+func (ec *executionContext) marshalNKubernetesCluster2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐClusterᚄ(ctx context.Context, sel ast.SelectionSet, v []*tenantkube.Cluster) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, sel, v[i])
+		return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2210,7 +2235,7 @@ func (ec *executionContext) marshalNKubernetesCluster2ᚕᚖgithubᚗcomᚋflexp
 	return ret
 }
 
-func (ec *executionContext) marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx context.Context, sel ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
+func (ec *executionContext) marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx context.Context, sel ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "KubernetesCluster!")
 		return graphql.Null
@@ -2250,21 +2275,49 @@ func (ec *executionContext) marshalNKubernetesClusterEdge2ᚖgithubᚗcomᚋflex
 	return ec._KubernetesClusterEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesClusterPhase(ctx context.Context, v any) (model.KubernetesClusterPhase, error) {
-	var res model.KubernetesClusterPhase
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase(ctx context.Context, v any) (tenantkube.Phase, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesClusterPhase(ctx context.Context, sel ast.SelectionSet, v model.KubernetesClusterPhase) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase(ctx context.Context, sel ast.SelectionSet, v tenantkube.Phase) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "KubernetesClusterPhase!")
+	}
+	return res
 }
 
-func (ec *executionContext) marshalNKubernetesCondition2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.KubernetesCondition) graphql.Marshaler {
+var (
+	unmarshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase = map[string]tenantkube.Phase{
+		"PENDING":      tenantkube.PhasePending,
+		"PROVISIONING": tenantkube.PhaseProvisioning,
+		"PROVISIONED":  tenantkube.PhaseProvisioned,
+		"DELETING":     tenantkube.PhaseDeleting,
+		"FAILED":       tenantkube.PhaseFailed,
+		"UNKNOWN":      tenantkube.PhaseUnknown,
+	}
+	marshalNKubernetesClusterPhase2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐPhase = map[tenantkube.Phase]string{
+		tenantkube.PhasePending:      "PENDING",
+		tenantkube.PhaseProvisioning: "PROVISIONING",
+		tenantkube.PhaseProvisioned:  "PROVISIONED",
+		tenantkube.PhaseDeleting:     "DELETING",
+		tenantkube.PhaseFailed:       "FAILED",
+		tenantkube.PhaseUnknown:      "UNKNOWN",
+	}
+)
+
+func (ec *executionContext) marshalNKubernetesCondition2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCondition(ctx context.Context, sel ast.SelectionSet, v tenantkube.Condition) graphql.Marshaler {
+	return ec._KubernetesCondition(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNKubernetesCondition2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []tenantkube.Condition) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNKubernetesCondition2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCondition(ctx, sel, v[i])
+		return ec.marshalNKubernetesCondition2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCondition(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2274,14 +2327,6 @@ func (ec *executionContext) marshalNKubernetesCondition2ᚕᚖgithubᚗcomᚋfle
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNKubernetesCondition2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCondition(ctx context.Context, sel ast.SelectionSet, v *model.KubernetesCondition) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "KubernetesCondition!")
-		return graphql.Null
-	}
-	return ec._KubernetesCondition(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNNodeLabel2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeLabelᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.NodeLabel) graphql.Marshaler {
@@ -2313,11 +2358,15 @@ func (ec *executionContext) unmarshalNNodeLabelInput2ᚖgithubᚗcomᚋflexplane
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNNodePool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePoolᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.NodePool) graphql.Marshaler {
+func (ec *executionContext) marshalNNodePool2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx context.Context, sel ast.SelectionSet, v tenantkube.NodePool) graphql.Marshaler {
+	return ec._NodePool(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNNodePool2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePoolᚄ(ctx context.Context, sel ast.SelectionSet, v []tenantkube.NodePool) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, sel, v[i])
+		return ec.marshalNNodePool2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2329,7 +2378,7 @@ func (ec *executionContext) marshalNNodePool2ᚕᚖgithubᚗcomᚋflexplaneᚋfl
 	return ret
 }
 
-func (ec *executionContext) marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx context.Context, sel ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
+func (ec *executionContext) marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx context.Context, sel ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "NodePool!")
 		return graphql.Null
@@ -2337,11 +2386,15 @@ func (ec *executionContext) marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexp
 	return ec._NodePool(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNNodeTaint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.NodeTaint) graphql.Marshaler {
+func (ec *executionContext) marshalNNodeTaint2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaint(ctx context.Context, sel ast.SelectionSet, v tenantkube.Taint) graphql.Marshaler {
+	return ec._NodeTaint(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNNodeTaint2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintᚄ(ctx context.Context, sel ast.SelectionSet, v []tenantkube.Taint) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNNodeTaint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaint(ctx, sel, v[i])
+		return ec.marshalNNodeTaint2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaint(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2353,28 +2406,38 @@ func (ec *executionContext) marshalNNodeTaint2ᚕᚖgithubᚗcomᚋflexplaneᚋf
 	return ret
 }
 
-func (ec *executionContext) marshalNNodeTaint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaint(ctx context.Context, sel ast.SelectionSet, v *model.NodeTaint) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "NodeTaint!")
-		return graphql.Null
-	}
-	return ec._NodeTaint(ctx, sel, v)
-}
-
-func (ec *executionContext) unmarshalNNodeTaintInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintInput(ctx context.Context, v any) (*model.NodeTaintInput, error) {
+func (ec *executionContext) unmarshalNNodeTaintInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaint(ctx context.Context, v any) (*tenantkube.Taint, error) {
 	res, err := ec.unmarshalInputNodeTaintInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTaintEffect(ctx context.Context, v any) (model.TaintEffect, error) {
-	var res model.TaintEffect
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect(ctx context.Context, v any) (tenantkube.TaintEffect, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTaintEffect(ctx context.Context, sel ast.SelectionSet, v model.TaintEffect) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect(ctx context.Context, sel ast.SelectionSet, v tenantkube.TaintEffect) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "TaintEffect!")
+	}
+	return res
 }
+
+var (
+	unmarshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect = map[string]tenantkube.TaintEffect{
+		"NO_SCHEDULE":        tenantkube.NoSchedule,
+		"PREFER_NO_SCHEDULE": tenantkube.PreferNoSchedule,
+		"NO_EXECUTE":         tenantkube.NoExecute,
+	}
+	marshalNTaintEffect2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintEffect = map[tenantkube.TaintEffect]string{
+		tenantkube.NoSchedule:       "NO_SCHEDULE",
+		tenantkube.PreferNoSchedule: "PREFER_NO_SCHEDULE",
+		tenantkube.NoExecute:        "NO_EXECUTE",
+	}
+)
 
 func (ec *executionContext) unmarshalONodeLabelInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeLabelInputᚄ(ctx context.Context, v any) ([]*model.NodeLabelInput, error) {
 	if v == nil {
@@ -2393,16 +2456,16 @@ func (ec *executionContext) unmarshalONodeLabelInput2ᚕᚖgithubᚗcomᚋflexpl
 	return res, nil
 }
 
-func (ec *executionContext) unmarshalONodeTaintInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintInputᚄ(ctx context.Context, v any) ([]*model.NodeTaintInput, error) {
+func (ec *executionContext) unmarshalONodeTaintInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaintᚄ(ctx context.Context, v any) ([]*tenantkube.Taint, error) {
 	if v == nil {
 		return nil, nil
 	}
 	vSlice := graphql.CoerceList(v)
 	var err error
-	res := make([]*model.NodeTaintInput, len(vSlice))
+	res := make([]*tenantkube.Taint, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNNodeTaintInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodeTaintInput(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNNodeTaintInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐTaint(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}

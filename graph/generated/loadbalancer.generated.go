@@ -11,21 +11,35 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
 
+type BackendResolver interface {
+	LastError(ctx context.Context, obj *loadbalancer.Backend) (*string, error)
+}
+type HealthCheckResolver interface {
+	Protocol(ctx context.Context, obj *catalog.LBHealthCheck) (model.HealthCheckProtocol, error)
+	Path(ctx context.Context, obj *catalog.LBHealthCheck) (*string, error)
+}
 type LoadBalancerResolver interface {
 	ID(ctx context.Context, obj *catalog.LoadBalancer) (string, error)
 	Name(ctx context.Context, obj *catalog.LoadBalancer) (string, error)
 	Zone(ctx context.Context, obj *catalog.LoadBalancer) (*model.Zone, error)
 
-	Listeners(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.LoadBalancerListener, error)
-	Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.BackendPool, error)
-	Certificates(ctx context.Context, obj *catalog.LoadBalancer) ([]*model.TLSCertificate, error)
+	Pools(ctx context.Context, obj *catalog.LoadBalancer) ([]*loadbalancer.Pool, error)
+
 	CreatedAt(ctx context.Context, obj *catalog.LoadBalancer) (*time.Time, error)
+}
+type LoadBalancerListenerResolver interface {
+	Protocol(ctx context.Context, obj *catalog.LBListener) (model.LoadBalancerProtocol, error)
+
+	Pool(ctx context.Context, obj *catalog.LBListener) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -36,7 +50,7 @@ type LoadBalancerResolver interface {
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _Backend_vmId(ctx context.Context, field graphql.CollectedField, obj *model.Backend) (ret graphql.Marshaler) {
+func (ec *executionContext) _Backend_vmId(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Backend) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -59,7 +73,7 @@ func (ec *executionContext) fieldContext_Backend_vmId(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Backend", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Backend_port(ctx context.Context, field graphql.CollectedField, obj *model.Backend) (ret graphql.Marshaler) {
+func (ec *executionContext) _Backend_port(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Backend) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -82,7 +96,7 @@ func (ec *executionContext) fieldContext_Backend_port(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Backend", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Backend_health(ctx context.Context, field graphql.CollectedField, obj *model.Backend) (ret graphql.Marshaler) {
+func (ec *executionContext) _Backend_health(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Backend) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -94,8 +108,8 @@ func (ec *executionContext) _Backend_health(ctx context.Context, field graphql.C
 			return obj.Health, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.BackendHealth) graphql.Marshaler {
-			return ec.marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendHealth(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v loadbalancer.Health) graphql.Marshaler {
+			return ec.marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth(ctx, selections, v)
 		},
 		true,
 		true,
@@ -105,7 +119,7 @@ func (ec *executionContext) fieldContext_Backend_health(_ context.Context, field
 	return graphql.NewScalarFieldContext("Backend", field, false, false, "BackendHealth")
 }
 
-func (ec *executionContext) _Backend_lastError(ctx context.Context, field graphql.CollectedField, obj *model.Backend) (ret graphql.Marshaler) {
+func (ec *executionContext) _Backend_lastError(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Backend) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -114,7 +128,7 @@ func (ec *executionContext) _Backend_lastError(ctx context.Context, field graphq
 			return ec.fieldContext_Backend_lastError(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.LastError, nil
+			return ec.Resolvers.Backend().LastError(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -125,10 +139,10 @@ func (ec *executionContext) _Backend_lastError(ctx context.Context, field graphq
 	)
 }
 func (ec *executionContext) fieldContext_Backend_lastError(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Backend", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Backend", field, true, true, "String")
 }
 
-func (ec *executionContext) _Backend_checkedAt(ctx context.Context, field graphql.CollectedField, obj *model.Backend) (ret graphql.Marshaler) {
+func (ec *executionContext) _Backend_checkedAt(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Backend) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -151,7 +165,7 @@ func (ec *executionContext) fieldContext_Backend_checkedAt(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Backend", field, false, false, "Time")
 }
 
-func (ec *executionContext) _BackendPool_name(ctx context.Context, field graphql.CollectedField, obj *model.BackendPool) (ret graphql.Marshaler) {
+func (ec *executionContext) _BackendPool_name(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -174,7 +188,7 @@ func (ec *executionContext) fieldContext_BackendPool_name(_ context.Context, fie
 	return graphql.NewScalarFieldContext("BackendPool", field, false, false, "String")
 }
 
-func (ec *executionContext) _BackendPool_backends(ctx context.Context, field graphql.CollectedField, obj *model.BackendPool) (ret graphql.Marshaler) {
+func (ec *executionContext) _BackendPool_backends(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -186,8 +200,8 @@ func (ec *executionContext) _BackendPool_backends(ctx context.Context, field gra
 			return obj.Backends, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.Backend) graphql.Marshaler {
-			return ec.marshalNBackend2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []loadbalancer.Backend) graphql.Marshaler {
+			return ec.marshalNBackend2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐBackendᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -206,7 +220,7 @@ func (ec *executionContext) fieldContext_BackendPool_backends(_ context.Context,
 	return fc, nil
 }
 
-func (ec *executionContext) _BackendPool_healthCheck(ctx context.Context, field graphql.CollectedField, obj *model.BackendPool) (ret graphql.Marshaler) {
+func (ec *executionContext) _BackendPool_healthCheck(ctx context.Context, field graphql.CollectedField, obj *loadbalancer.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -218,8 +232,8 @@ func (ec *executionContext) _BackendPool_healthCheck(ctx context.Context, field 
 			return obj.HealthCheck, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.HealthCheck) graphql.Marshaler {
-			return ec.marshalOHealthCheck2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHealthCheck(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.LBHealthCheck) graphql.Marshaler {
+			return ec.marshalOHealthCheck2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBHealthCheck(ctx, selections, v)
 		},
 		true,
 		false,
@@ -261,7 +275,7 @@ func (ec *executionContext) fieldContext_DeletedLoadBalancer_id(_ context.Contex
 	return graphql.NewScalarFieldContext("DeletedLoadBalancer", field, false, false, "ID")
 }
 
-func (ec *executionContext) _HealthCheck_protocol(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_protocol(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -270,7 +284,7 @@ func (ec *executionContext) _HealthCheck_protocol(ctx context.Context, field gra
 			return ec.fieldContext_HealthCheck_protocol(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Protocol, nil
+			return ec.Resolvers.HealthCheck().Protocol(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v model.HealthCheckProtocol) graphql.Marshaler {
@@ -281,10 +295,10 @@ func (ec *executionContext) _HealthCheck_protocol(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_HealthCheck_protocol(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("HealthCheck", field, false, false, "HealthCheckProtocol")
+	return graphql.NewScalarFieldContext("HealthCheck", field, true, true, "HealthCheckProtocol")
 }
 
-func (ec *executionContext) _HealthCheck_path(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_path(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -293,7 +307,7 @@ func (ec *executionContext) _HealthCheck_path(ctx context.Context, field graphql
 			return ec.fieldContext_HealthCheck_path(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Path, nil
+			return ec.Resolvers.HealthCheck().Path(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -304,10 +318,10 @@ func (ec *executionContext) _HealthCheck_path(ctx context.Context, field graphql
 	)
 }
 func (ec *executionContext) fieldContext_HealthCheck_path(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("HealthCheck", field, false, false, "String")
+	return graphql.NewScalarFieldContext("HealthCheck", field, true, true, "String")
 }
 
-func (ec *executionContext) _HealthCheck_intervalSeconds(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_intervalSeconds(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -330,7 +344,7 @@ func (ec *executionContext) fieldContext_HealthCheck_intervalSeconds(_ context.C
 	return graphql.NewScalarFieldContext("HealthCheck", field, false, false, "Int")
 }
 
-func (ec *executionContext) _HealthCheck_timeoutSeconds(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_timeoutSeconds(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -353,7 +367,7 @@ func (ec *executionContext) fieldContext_HealthCheck_timeoutSeconds(_ context.Co
 	return graphql.NewScalarFieldContext("HealthCheck", field, false, false, "Int")
 }
 
-func (ec *executionContext) _HealthCheck_healthyThreshold(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_healthyThreshold(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -376,7 +390,7 @@ func (ec *executionContext) fieldContext_HealthCheck_healthyThreshold(_ context.
 	return graphql.NewScalarFieldContext("HealthCheck", field, false, false, "Int")
 }
 
-func (ec *executionContext) _HealthCheck_unhealthyThreshold(ctx context.Context, field graphql.CollectedField, obj *model.HealthCheck) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCheck_unhealthyThreshold(ctx context.Context, field graphql.CollectedField, obj *catalog.LBHealthCheck) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -532,11 +546,11 @@ func (ec *executionContext) _LoadBalancer_listeners(ctx context.Context, field g
 			return ec.fieldContext_LoadBalancer_listeners(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.LoadBalancer().Listeners(ctx, obj)
+			return obj.Listeners, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.LoadBalancerListener) graphql.Marshaler {
-			return ec.marshalNLoadBalancerListener2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐLoadBalancerListenerᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []catalog.LBListener) graphql.Marshaler {
+			return ec.marshalNLoadBalancerListener2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBListenerᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -546,8 +560,8 @@ func (ec *executionContext) fieldContext_LoadBalancer_listeners(_ context.Contex
 	fc = &graphql.FieldContext{
 		Object:     "LoadBalancer",
 		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
+		IsMethod:   false,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_LoadBalancerListener(ctx, field)
 		},
@@ -567,8 +581,8 @@ func (ec *executionContext) _LoadBalancer_pools(ctx context.Context, field graph
 			return ec.Resolvers.LoadBalancer().Pools(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.BackendPool) graphql.Marshaler {
-			return ec.marshalNBackendPool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendPoolᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*loadbalancer.Pool) graphql.Marshaler {
+			return ec.marshalNBackendPool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐPoolᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -596,11 +610,11 @@ func (ec *executionContext) _LoadBalancer_certificates(ctx context.Context, fiel
 			return ec.fieldContext_LoadBalancer_certificates(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.LoadBalancer().Certificates(ctx, obj)
+			return obj.Certificates, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.TLSCertificate) graphql.Marshaler {
-			return ec.marshalNTLSCertificate2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTLSCertificateᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []catalog.LBCertificate) graphql.Marshaler {
+			return ec.marshalNTLSCertificate2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBCertificateᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -610,8 +624,8 @@ func (ec *executionContext) fieldContext_LoadBalancer_certificates(_ context.Con
 	fc = &graphql.FieldContext{
 		Object:     "LoadBalancer",
 		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
+		IsMethod:   false,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_TLSCertificate(ctx, field)
 		},
@@ -718,8 +732,8 @@ func (ec *executionContext) _LoadBalancerConnection_pageInfo(ctx context.Context
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,
@@ -816,7 +830,7 @@ func (ec *executionContext) fieldContext_LoadBalancerEdge_node(_ context.Context
 	return fc, nil
 }
 
-func (ec *executionContext) _LoadBalancerListener_name(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_name(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -839,7 +853,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_name(_ context.Con
 	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "String")
 }
 
-func (ec *executionContext) _LoadBalancerListener_protocol(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_protocol(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -848,7 +862,7 @@ func (ec *executionContext) _LoadBalancerListener_protocol(ctx context.Context, 
 			return ec.fieldContext_LoadBalancerListener_protocol(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Protocol, nil
+			return ec.Resolvers.LoadBalancerListener().Protocol(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v model.LoadBalancerProtocol) graphql.Marshaler {
@@ -859,10 +873,10 @@ func (ec *executionContext) _LoadBalancerListener_protocol(ctx context.Context, 
 	)
 }
 func (ec *executionContext) fieldContext_LoadBalancerListener_protocol(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "LoadBalancerProtocol")
+	return graphql.NewScalarFieldContext("LoadBalancerListener", field, true, true, "LoadBalancerProtocol")
 }
 
-func (ec *executionContext) _LoadBalancerListener_port(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_port(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -885,7 +899,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_port(_ context.Con
 	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "Int")
 }
 
-func (ec *executionContext) _LoadBalancerListener_pool(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_pool(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -894,7 +908,7 @@ func (ec *executionContext) _LoadBalancerListener_pool(ctx context.Context, fiel
 			return ec.fieldContext_LoadBalancerListener_pool(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Pool, nil
+			return ec.Resolvers.LoadBalancerListener().Pool(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -905,10 +919,10 @@ func (ec *executionContext) _LoadBalancerListener_pool(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_LoadBalancerListener_pool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "String")
+	return graphql.NewScalarFieldContext("LoadBalancerListener", field, true, true, "String")
 }
 
-func (ec *executionContext) _LoadBalancerListener_routes(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_routes(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -920,8 +934,8 @@ func (ec *executionContext) _LoadBalancerListener_routes(ctx context.Context, fi
 			return obj.Routes, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.PathRoute) graphql.Marshaler {
-			return ec.marshalNPathRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPathRouteᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []catalog.LBRoute) graphql.Marshaler {
+			return ec.marshalNPathRoute2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBRouteᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -940,7 +954,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_routes(_ context.C
 	return fc, nil
 }
 
-func (ec *executionContext) _LoadBalancerListener_sniRoutes(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_sniRoutes(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -949,11 +963,11 @@ func (ec *executionContext) _LoadBalancerListener_sniRoutes(ctx context.Context,
 			return ec.fieldContext_LoadBalancerListener_sniRoutes(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.SniRoutes, nil
+			return obj.SNIRoutes, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.SNIRoute) graphql.Marshaler {
-			return ec.marshalNSNIRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSNIRouteᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []catalog.LBSNIRoute) graphql.Marshaler {
+			return ec.marshalNSNIRoute2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBSNIRouteᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -972,7 +986,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_sniRoutes(_ contex
 	return fc, nil
 }
 
-func (ec *executionContext) _LoadBalancerListener_certificates(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_certificates(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -995,7 +1009,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_certificates(_ con
 	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "String")
 }
 
-func (ec *executionContext) _LoadBalancerListener_serverNames(ctx context.Context, field graphql.CollectedField, obj *model.LoadBalancerListener) (ret graphql.Marshaler) {
+func (ec *executionContext) _LoadBalancerListener_serverNames(ctx context.Context, field graphql.CollectedField, obj *catalog.LBListener) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1018,7 +1032,7 @@ func (ec *executionContext) fieldContext_LoadBalancerListener_serverNames(_ cont
 	return graphql.NewScalarFieldContext("LoadBalancerListener", field, false, false, "String")
 }
 
-func (ec *executionContext) _PathRoute_pathPrefix(ctx context.Context, field graphql.CollectedField, obj *model.PathRoute) (ret graphql.Marshaler) {
+func (ec *executionContext) _PathRoute_pathPrefix(ctx context.Context, field graphql.CollectedField, obj *catalog.LBRoute) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1041,7 +1055,7 @@ func (ec *executionContext) fieldContext_PathRoute_pathPrefix(_ context.Context,
 	return graphql.NewScalarFieldContext("PathRoute", field, false, false, "String")
 }
 
-func (ec *executionContext) _PathRoute_pool(ctx context.Context, field graphql.CollectedField, obj *model.PathRoute) (ret graphql.Marshaler) {
+func (ec *executionContext) _PathRoute_pool(ctx context.Context, field graphql.CollectedField, obj *catalog.LBRoute) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1064,7 +1078,7 @@ func (ec *executionContext) fieldContext_PathRoute_pool(_ context.Context, field
 	return graphql.NewScalarFieldContext("PathRoute", field, false, false, "String")
 }
 
-func (ec *executionContext) _SNIRoute_serverName(ctx context.Context, field graphql.CollectedField, obj *model.SNIRoute) (ret graphql.Marshaler) {
+func (ec *executionContext) _SNIRoute_serverName(ctx context.Context, field graphql.CollectedField, obj *catalog.LBSNIRoute) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1087,7 +1101,7 @@ func (ec *executionContext) fieldContext_SNIRoute_serverName(_ context.Context, 
 	return graphql.NewScalarFieldContext("SNIRoute", field, false, false, "String")
 }
 
-func (ec *executionContext) _SNIRoute_pool(ctx context.Context, field graphql.CollectedField, obj *model.SNIRoute) (ret graphql.Marshaler) {
+func (ec *executionContext) _SNIRoute_pool(ctx context.Context, field graphql.CollectedField, obj *catalog.LBSNIRoute) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1110,7 +1124,7 @@ func (ec *executionContext) fieldContext_SNIRoute_pool(_ context.Context, field 
 	return graphql.NewScalarFieldContext("SNIRoute", field, false, false, "String")
 }
 
-func (ec *executionContext) _TLSCertificate_name(ctx context.Context, field graphql.CollectedField, obj *model.TLSCertificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _TLSCertificate_name(ctx context.Context, field graphql.CollectedField, obj *catalog.LBCertificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1133,7 +1147,7 @@ func (ec *executionContext) fieldContext_TLSCertificate_name(_ context.Context, 
 	return graphql.NewScalarFieldContext("TLSCertificate", field, false, false, "String")
 }
 
-func (ec *executionContext) _TLSCertificate_dnsNames(ctx context.Context, field graphql.CollectedField, obj *model.TLSCertificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _TLSCertificate_dnsNames(ctx context.Context, field graphql.CollectedField, obj *catalog.LBCertificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1156,7 +1170,7 @@ func (ec *executionContext) fieldContext_TLSCertificate_dnsNames(_ context.Conte
 	return graphql.NewScalarFieldContext("TLSCertificate", field, false, false, "String")
 }
 
-func (ec *executionContext) _TLSCertificate_notAfter(ctx context.Context, field graphql.CollectedField, obj *model.TLSCertificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _TLSCertificate_notAfter(ctx context.Context, field graphql.CollectedField, obj *catalog.LBCertificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1179,7 +1193,7 @@ func (ec *executionContext) fieldContext_TLSCertificate_notAfter(_ context.Conte
 	return graphql.NewScalarFieldContext("TLSCertificate", field, false, false, "Time")
 }
 
-func (ec *executionContext) _TLSCertificate_fingerprint(ctx context.Context, field graphql.CollectedField, obj *model.TLSCertificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _TLSCertificate_fingerprint(ctx context.Context, field graphql.CollectedField, obj *catalog.LBCertificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1803,7 +1817,7 @@ func UnmarshalUpdateLoadBalancerInput(ctx context.Context, raw any) (model.Updat
 
 var backendImplementors = []string{"Backend"}
 
-func (ec *executionContext) _Backend(ctx context.Context, sel ast.SelectionSet, obj *model.Backend) graphql.Marshaler {
+func (ec *executionContext) _Backend(ctx context.Context, sel ast.SelectionSet, obj *loadbalancer.Backend) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, backendImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1815,27 +1829,28 @@ func (ec *executionContext) _Backend(ctx context.Context, sel ast.SelectionSet, 
 		case "vmId":
 			out.Values[i] = ec._Backend_vmId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "port":
 			out.Values[i] = ec._Backend_port(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "health":
 			out.Values[i] = ec._Backend_health(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "lastError":
-			out.Values[i] = ec._Backend_lastError(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Backend_lastError(ctx, field, obj)
+				})
 		case "checkedAt":
 			out.Values[i] = ec._Backend_checkedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -1856,7 +1871,7 @@ func (ec *executionContext) _Backend(ctx context.Context, sel ast.SelectionSet, 
 
 var backendPoolImplementors = []string{"BackendPool"}
 
-func (ec *executionContext) _BackendPool(ctx context.Context, sel ast.SelectionSet, obj *model.BackendPool) graphql.Marshaler {
+func (ec *executionContext) _BackendPool(ctx context.Context, sel ast.SelectionSet, obj *loadbalancer.Pool) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, backendPoolImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1932,7 +1947,7 @@ func (ec *executionContext) _DeletedLoadBalancer(ctx context.Context, sel ast.Se
 
 var healthCheckImplementors = []string{"HealthCheck"}
 
-func (ec *executionContext) _HealthCheck(ctx context.Context, sel ast.SelectionSet, obj *model.HealthCheck) graphql.Marshaler {
+func (ec *executionContext) _HealthCheck(ctx context.Context, sel ast.SelectionSet, obj *catalog.LBHealthCheck) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, healthCheckImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -1942,34 +1957,36 @@ func (ec *executionContext) _HealthCheck(ctx context.Context, sel ast.SelectionS
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("HealthCheck")
 		case "protocol":
-			out.Values[i] = ec._HealthCheck_protocol(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._HealthCheck_protocol(ctx, field, obj)
+				})
 		case "path":
-			out.Values[i] = ec._HealthCheck_path(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._HealthCheck_path(ctx, field, obj)
+				})
 		case "intervalSeconds":
 			out.Values[i] = ec._HealthCheck_intervalSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "timeoutSeconds":
 			out.Values[i] = ec._HealthCheck_timeoutSeconds(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "healthyThreshold":
 			out.Values[i] = ec._HealthCheck_healthyThreshold(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "unhealthyThreshold":
 			out.Values[i] = ec._HealthCheck_unhealthyThreshold(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -2028,11 +2045,10 @@ func (ec *executionContext) _LoadBalancer(ctx context.Context, sel ast.Selection
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "listeners":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._LoadBalancer_listeners(ctx, field, obj)
-				})
+			out.Values[i] = ec._LoadBalancer_listeners(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "pools":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -2040,11 +2056,10 @@ func (ec *executionContext) _LoadBalancer(ctx context.Context, sel ast.Selection
 					return ec._LoadBalancer_pools(ctx, field, obj)
 				})
 		case "certificates":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._LoadBalancer_certificates(ctx, field, obj)
-				})
+			out.Values[i] = ec._LoadBalancer_certificates(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "createdAt":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,
@@ -2156,7 +2171,7 @@ func (ec *executionContext) _LoadBalancerEdge(ctx context.Context, sel ast.Selec
 
 var loadBalancerListenerImplementors = []string{"LoadBalancerListener"}
 
-func (ec *executionContext) _LoadBalancerListener(ctx context.Context, sel ast.SelectionSet, obj *model.LoadBalancerListener) graphql.Marshaler {
+func (ec *executionContext) _LoadBalancerListener(ctx context.Context, sel ast.SelectionSet, obj *catalog.LBListener) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, loadBalancerListenerImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2168,42 +2183,44 @@ func (ec *executionContext) _LoadBalancerListener(ctx context.Context, sel ast.S
 		case "name":
 			out.Values[i] = ec._LoadBalancerListener_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "protocol":
-			out.Values[i] = ec._LoadBalancerListener_protocol(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._LoadBalancerListener_protocol(ctx, field, obj)
+				})
 		case "port":
 			out.Values[i] = ec._LoadBalancerListener_port(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "pool":
-			out.Values[i] = ec._LoadBalancerListener_pool(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._LoadBalancerListener_pool(ctx, field, obj)
+				})
 		case "routes":
 			out.Values[i] = ec._LoadBalancerListener_routes(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "sniRoutes":
 			out.Values[i] = ec._LoadBalancerListener_sniRoutes(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "certificates":
 			out.Values[i] = ec._LoadBalancerListener_certificates(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "serverNames":
 			out.Values[i] = ec._LoadBalancerListener_serverNames(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -2224,7 +2241,7 @@ func (ec *executionContext) _LoadBalancerListener(ctx context.Context, sel ast.S
 
 var pathRouteImplementors = []string{"PathRoute"}
 
-func (ec *executionContext) _PathRoute(ctx context.Context, sel ast.SelectionSet, obj *model.PathRoute) graphql.Marshaler {
+func (ec *executionContext) _PathRoute(ctx context.Context, sel ast.SelectionSet, obj *catalog.LBRoute) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, pathRouteImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2262,7 +2279,7 @@ func (ec *executionContext) _PathRoute(ctx context.Context, sel ast.SelectionSet
 
 var sNIRouteImplementors = []string{"SNIRoute"}
 
-func (ec *executionContext) _SNIRoute(ctx context.Context, sel ast.SelectionSet, obj *model.SNIRoute) graphql.Marshaler {
+func (ec *executionContext) _SNIRoute(ctx context.Context, sel ast.SelectionSet, obj *catalog.LBSNIRoute) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, sNIRouteImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2300,7 +2317,7 @@ func (ec *executionContext) _SNIRoute(ctx context.Context, sel ast.SelectionSet,
 
 var tLSCertificateImplementors = []string{"TLSCertificate"}
 
-func (ec *executionContext) _TLSCertificate(ctx context.Context, sel ast.SelectionSet, obj *model.TLSCertificate) graphql.Marshaler {
+func (ec *executionContext) _TLSCertificate(ctx context.Context, sel ast.SelectionSet, obj *catalog.LBCertificate) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, tLSCertificateImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -2350,11 +2367,15 @@ func (ec *executionContext) _TLSCertificate(ctx context.Context, sel ast.Selecti
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNBackend2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Backend) graphql.Marshaler {
+func (ec *executionContext) marshalNBackend2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐBackend(ctx context.Context, sel ast.SelectionSet, v loadbalancer.Backend) graphql.Marshaler {
+	return ec._Backend(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNBackend2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐBackendᚄ(ctx context.Context, sel ast.SelectionSet, v []loadbalancer.Backend) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNBackend2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackend(ctx, sel, v[i])
+		return ec.marshalNBackend2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐBackend(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2366,23 +2387,33 @@ func (ec *executionContext) marshalNBackend2ᚕᚖgithubᚗcomᚋflexplaneᚋfle
 	return ret
 }
 
-func (ec *executionContext) marshalNBackend2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackend(ctx context.Context, sel ast.SelectionSet, v *model.Backend) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "Backend!")
-		return graphql.Null
-	}
-	return ec._Backend(ctx, sel, v)
-}
-
-func (ec *executionContext) unmarshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendHealth(ctx context.Context, v any) (model.BackendHealth, error) {
-	var res model.BackendHealth
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth(ctx context.Context, v any) (loadbalancer.Health, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendHealth(ctx context.Context, sel ast.SelectionSet, v model.BackendHealth) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth(ctx context.Context, sel ast.SelectionSet, v loadbalancer.Health) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "BackendHealth!")
+	}
+	return res
 }
+
+var (
+	unmarshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth = map[string]loadbalancer.Health{
+		"HEALTHY":   loadbalancer.Healthy,
+		"UNHEALTHY": loadbalancer.Unhealthy,
+		"UNKNOWN":   loadbalancer.Unknown,
+	}
+	marshalNBackendHealth2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐHealth = map[loadbalancer.Health]string{
+		loadbalancer.Healthy:   "HEALTHY",
+		loadbalancer.Unhealthy: "UNHEALTHY",
+		loadbalancer.Unknown:   "UNKNOWN",
+	}
+)
 
 func (ec *executionContext) unmarshalNBackendInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendInputᚄ(ctx context.Context, v any) ([]*model.BackendInput, error) {
 	vSlice := graphql.CoerceList(v)
@@ -2403,11 +2434,11 @@ func (ec *executionContext) unmarshalNBackendInput2ᚖgithubᚗcomᚋflexplane�
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNBackendPool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendPoolᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.BackendPool) graphql.Marshaler {
+func (ec *executionContext) marshalNBackendPool2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐPoolᚄ(ctx context.Context, sel ast.SelectionSet, v []*loadbalancer.Pool) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNBackendPool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendPool(ctx, sel, v[i])
+		return ec.marshalNBackendPool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐPool(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2419,7 +2450,7 @@ func (ec *executionContext) marshalNBackendPool2ᚕᚖgithubᚗcomᚋflexplane�
 	return ret
 }
 
-func (ec *executionContext) marshalNBackendPool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackendPool(ctx context.Context, sel ast.SelectionSet, v *model.BackendPool) graphql.Marshaler {
+func (ec *executionContext) marshalNBackendPool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋloadbalancerᚐPool(ctx context.Context, sel ast.SelectionSet, v *loadbalancer.Pool) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "BackendPool!")
 		return graphql.Null
@@ -2525,11 +2556,15 @@ func (ec *executionContext) marshalNLoadBalancerEdge2ᚖgithubᚗcomᚋflexplane
 	return ec._LoadBalancerEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNLoadBalancerListener2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐLoadBalancerListenerᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.LoadBalancerListener) graphql.Marshaler {
+func (ec *executionContext) marshalNLoadBalancerListener2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBListener(ctx context.Context, sel ast.SelectionSet, v catalog.LBListener) graphql.Marshaler {
+	return ec._LoadBalancerListener(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNLoadBalancerListener2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBListenerᚄ(ctx context.Context, sel ast.SelectionSet, v []catalog.LBListener) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNLoadBalancerListener2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐLoadBalancerListener(ctx, sel, v[i])
+		return ec.marshalNLoadBalancerListener2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBListener(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2539,14 +2574,6 @@ func (ec *executionContext) marshalNLoadBalancerListener2ᚕᚖgithubᚗcomᚋfl
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNLoadBalancerListener2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐLoadBalancerListener(ctx context.Context, sel ast.SelectionSet, v *model.LoadBalancerListener) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "LoadBalancerListener!")
-		return graphql.Null
-	}
-	return ec._LoadBalancerListener(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNLoadBalancerListenerInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐLoadBalancerListenerInputᚄ(ctx context.Context, v any) ([]*model.LoadBalancerListenerInput, error) {
@@ -2578,11 +2605,15 @@ func (ec *executionContext) marshalNLoadBalancerProtocol2githubᚗcomᚋflexplan
 	return v
 }
 
-func (ec *executionContext) marshalNPathRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPathRouteᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.PathRoute) graphql.Marshaler {
+func (ec *executionContext) marshalNPathRoute2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBRoute(ctx context.Context, sel ast.SelectionSet, v catalog.LBRoute) graphql.Marshaler {
+	return ec._PathRoute(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNPathRoute2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBRouteᚄ(ctx context.Context, sel ast.SelectionSet, v []catalog.LBRoute) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNPathRoute2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPathRoute(ctx, sel, v[i])
+		return ec.marshalNPathRoute2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBRoute(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2592,14 +2623,6 @@ func (ec *executionContext) marshalNPathRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋf
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNPathRoute2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPathRoute(ctx context.Context, sel ast.SelectionSet, v *model.PathRoute) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "PathRoute!")
-		return graphql.Null
-	}
-	return ec._PathRoute(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNPathRouteInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPathRouteInput(ctx context.Context, v any) (*model.PathRouteInput, error) {
@@ -2607,11 +2630,15 @@ func (ec *executionContext) unmarshalNPathRouteInput2ᚖgithubᚗcomᚋflexplane
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNSNIRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSNIRouteᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.SNIRoute) graphql.Marshaler {
+func (ec *executionContext) marshalNSNIRoute2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBSNIRoute(ctx context.Context, sel ast.SelectionSet, v catalog.LBSNIRoute) graphql.Marshaler {
+	return ec._SNIRoute(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNSNIRoute2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBSNIRouteᚄ(ctx context.Context, sel ast.SelectionSet, v []catalog.LBSNIRoute) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNSNIRoute2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSNIRoute(ctx, sel, v[i])
+		return ec.marshalNSNIRoute2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBSNIRoute(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2621,14 +2648,6 @@ func (ec *executionContext) marshalNSNIRoute2ᚕᚖgithubᚗcomᚋflexplaneᚋfl
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNSNIRoute2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSNIRoute(ctx context.Context, sel ast.SelectionSet, v *model.SNIRoute) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "SNIRoute!")
-		return graphql.Null
-	}
-	return ec._SNIRoute(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNSNIRouteInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSNIRouteInput(ctx context.Context, v any) (*model.SNIRouteInput, error) {
@@ -2636,11 +2655,15 @@ func (ec *executionContext) unmarshalNSNIRouteInput2ᚖgithubᚗcomᚋflexplane�
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNTLSCertificate2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTLSCertificateᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.TLSCertificate) graphql.Marshaler {
+func (ec *executionContext) marshalNTLSCertificate2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBCertificate(ctx context.Context, sel ast.SelectionSet, v catalog.LBCertificate) graphql.Marshaler {
+	return ec._TLSCertificate(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNTLSCertificate2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBCertificateᚄ(ctx context.Context, sel ast.SelectionSet, v []catalog.LBCertificate) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNTLSCertificate2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTLSCertificate(ctx, sel, v[i])
+		return ec.marshalNTLSCertificate2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBCertificate(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -2650,14 +2673,6 @@ func (ec *executionContext) marshalNTLSCertificate2ᚕᚖgithubᚗcomᚋflexplan
 	}
 
 	return ret
-}
-
-func (ec *executionContext) marshalNTLSCertificate2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTLSCertificate(ctx context.Context, sel ast.SelectionSet, v *model.TLSCertificate) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "TLSCertificate!")
-		return graphql.Null
-	}
-	return ec._TLSCertificate(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNTLSCertificateInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐTLSCertificateInput(ctx context.Context, v any) (*model.TLSCertificateInput, error) {
@@ -2687,7 +2702,7 @@ func (ec *executionContext) unmarshalOBackendPoolInput2ᚕᚖgithubᚗcomᚋflex
 	return res, nil
 }
 
-func (ec *executionContext) marshalOHealthCheck2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHealthCheck(ctx context.Context, sel ast.SelectionSet, v *model.HealthCheck) graphql.Marshaler {
+func (ec *executionContext) marshalOHealthCheck2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐLBHealthCheck(ctx context.Context, sel ast.SelectionSet, v *catalog.LBHealthCheck) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

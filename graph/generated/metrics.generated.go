@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -24,7 +25,7 @@ import (
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _MetricsPoint_time(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_time(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -47,7 +48,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_time(_ context.Context, fi
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Time")
 }
 
-func (ec *executionContext) _MetricsPoint_cpuUsage(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_cpuUsage(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -70,7 +71,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_cpuUsage(_ context.Context
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_memoryUsedMiB(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_memoryUsedMiB(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -93,7 +94,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_memoryUsedMiB(_ context.Co
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_memoryTotalMiB(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_memoryTotalMiB(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -116,7 +117,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_memoryTotalMiB(_ context.C
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_netInBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_netInBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -125,7 +126,7 @@ func (ec *executionContext) _MetricsPoint_netInBytesPerSecond(ctx context.Contex
 			return ec.fieldContext_MetricsPoint_netInBytesPerSecond(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.NetInBytesPerSecond, nil
+			return obj.NetIn, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
@@ -139,7 +140,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_netInBytesPerSecond(_ cont
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_netOutBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_netOutBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -148,7 +149,7 @@ func (ec *executionContext) _MetricsPoint_netOutBytesPerSecond(ctx context.Conte
 			return ec.fieldContext_MetricsPoint_netOutBytesPerSecond(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.NetOutBytesPerSecond, nil
+			return obj.NetOut, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
@@ -162,7 +163,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_netOutBytesPerSecond(_ con
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_diskReadBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_diskReadBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -171,7 +172,7 @@ func (ec *executionContext) _MetricsPoint_diskReadBytesPerSecond(ctx context.Con
 			return ec.fieldContext_MetricsPoint_diskReadBytesPerSecond(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.DiskReadBytesPerSecond, nil
+			return obj.DiskRead, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
@@ -185,7 +186,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_diskReadBytesPerSecond(_ c
 	return graphql.NewScalarFieldContext("MetricsPoint", field, false, false, "Float")
 }
 
-func (ec *executionContext) _MetricsPoint_diskWriteBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *model.MetricsPoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _MetricsPoint_diskWriteBytesPerSecond(ctx context.Context, field graphql.CollectedField, obj *estate.Point) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -194,7 +195,7 @@ func (ec *executionContext) _MetricsPoint_diskWriteBytesPerSecond(ctx context.Co
 			return ec.fieldContext_MetricsPoint_diskWriteBytesPerSecond(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.DiskWriteBytesPerSecond, nil
+			return obj.DiskWrite, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
@@ -222,7 +223,7 @@ func (ec *executionContext) fieldContext_MetricsPoint_diskWriteBytesPerSecond(_ 
 
 var metricsPointImplementors = []string{"MetricsPoint"}
 
-func (ec *executionContext) _MetricsPoint(ctx context.Context, sel ast.SelectionSet, obj *model.MetricsPoint) graphql.Marshaler {
+func (ec *executionContext) _MetricsPoint(ctx context.Context, sel ast.SelectionSet, obj *estate.Point) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, metricsPointImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -292,7 +293,7 @@ func (ec *executionContext) _MetricsPoint(ctx context.Context, sel ast.Selection
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNMetricsPoint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPoint(ctx context.Context, sel ast.SelectionSet, v *model.MetricsPoint) graphql.Marshaler {
+func (ec *executionContext) marshalNMetricsPoint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPoint(ctx context.Context, sel ast.SelectionSet, v *estate.Point) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "MetricsPoint!")
 		return graphql.Null
@@ -310,14 +311,14 @@ func (ec *executionContext) marshalNMetricsTimeframe2githubᚗcomᚋflexplaneᚋ
 	return v
 }
 
-func (ec *executionContext) marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPointᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.MetricsPoint) graphql.Marshaler {
+func (ec *executionContext) marshalOMetricsPoint2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPointᚄ(ctx context.Context, sel ast.SelectionSet, v []*estate.Point) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNMetricsPoint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMetricsPoint(ctx, sel, v[i])
+		return ec.marshalNMetricsPoint2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋestateᚐPoint(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -269,8 +270,8 @@ func (ec *executionContext) _NetworkConnection_pageInfo(ctx context.Context, fie
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,

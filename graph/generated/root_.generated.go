@@ -10,6 +10,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/compute"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -22,10 +24,22 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	AgentUpdateHost() AgentUpdateHostResolver
+	AgentUpdateOperation() AgentUpdateOperationResolver
+	Backend() BackendResolver
+	ControlPlaneComponent() ControlPlaneComponentResolver
+	EdgeGateway() EdgeGatewayResolver
+	EnrollmentKey() EnrollmentKeyResolver
+	ExternalNetwork() ExternalNetworkResolver
+	HealthCheck() HealthCheckResolver
 	Host() HostResolver
 	Image() ImageResolver
+	KubernetesCluster() KubernetesClusterResolver
+	KubernetesCondition() KubernetesConditionResolver
 	LoadBalancer() LoadBalancerResolver
+	LoadBalancerListener() LoadBalancerListenerResolver
 	Mutation() MutationResolver
+	NodePool() NodePoolResolver
 	Query() QueryResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
@@ -35,7 +49,7 @@ type ResolverRoot interface {
 
 type DirectiveRoot struct {
 	PlatformAdmin func(ctx context.Context, obj any, next graphql.Resolver) (res any, err error)
-	Vdc           func(ctx context.Context, obj any, next graphql.Resolver, role model.VDCRole) (res any, err error)
+	Vdc           func(ctx context.Context, obj any, next graphql.Resolver, role auth.Role) (res any, err error)
 }
 
 type ComplexityRoot struct {
@@ -49,14 +63,14 @@ type ComplexityRoot struct {
 	}
 
 	AgentUpdateHost struct {
-		Batch   func(childComplexity int) int
-		From    func(childComplexity int) int
-		ID      func(childComplexity int) int
-		Name    func(childComplexity int) int
-		Reason  func(childComplexity int) int
-		Seconds func(childComplexity int) int
-		State   func(childComplexity int) int
-		Zone    func(childComplexity int) int
+		Batch    func(childComplexity int) int
+		From     func(childComplexity int) int
+		ID       func(childComplexity int) int
+		Node     func(childComplexity int) int
+		Reason   func(childComplexity int) int
+		Seconds  func(childComplexity int) int
+		State    func(childComplexity int) int
+		ZoneName func(childComplexity int) int
 	}
 
 	AgentUpdateOperation struct {
@@ -87,7 +101,7 @@ type ComplexityRoot struct {
 
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
-		Cpus         func(childComplexity int) int
+		CPUs         func(childComplexity int) int
 		MemoryTotal  func(childComplexity int) int
 		MemoryUsage  func(childComplexity int) int
 		MemoryUsed   func(childComplexity int) int
@@ -199,24 +213,24 @@ type ComplexityRoot struct {
 	}
 
 	EnrollmentKey struct {
-		CreatedAt func(childComplexity int) int
-		Expired   func(childComplexity int) int
-		ExpiresAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Reusable  func(childComplexity int) int
-		Used      func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		Expiration func(childComplexity int) int
+		Expired    func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Reusable   func(childComplexity int) int
+		Used       func(childComplexity int) int
 	}
 
 	ExternalNetwork struct {
 		Allocated   func(childComplexity int) int
 		Bridge      func(childComplexity int) int
-		Cidr        func(childComplexity int) int
+		CIDR        func(childComplexity int) int
 		Description func(childComplexity int) int
 		Gateway     func(childComplexity int) int
+		Name        func(childComplexity int) int
 		PoolEnd     func(childComplexity int) int
 		PoolSize    func(childComplexity int) int
 		PoolStart   func(childComplexity int) int
-		Zone        func(childComplexity int) int
 	}
 
 	ExternalNetworkConnection struct {
@@ -317,19 +331,19 @@ type ComplexityRoot struct {
 	}
 
 	KubernetesCluster struct {
+		Components        func(childComplexity int) int
 		Conditions        func(childComplexity int) int
-		ControlPlane      func(childComplexity int) int
 		ControlPlaneReady func(childComplexity int) int
-		CreatedAt         func(childComplexity int) int
+		Created           func(childComplexity int) int
 		Endpoint          func(childComplexity int) int
 		ID                func(childComplexity int) int
 		Name              func(childComplexity int) int
-		NetworkID         func(childComplexity int) int
-		NodePools         func(childComplexity int) int
-		Phase             func(childComplexity int) int
-		PodCidr           func(childComplexity int) int
+		Network           func(childComplexity int) int
+		PodCIDR           func(childComplexity int) int
+		Pools             func(childComplexity int) int
 		RunningVersion    func(childComplexity int) int
-		ServiceCidr       func(childComplexity int) int
+		ServiceCIDR       func(childComplexity int) int
+		State             func(childComplexity int) int
 		Version           func(childComplexity int) int
 		Zone              func(childComplexity int) int
 	}
@@ -384,8 +398,8 @@ type ComplexityRoot struct {
 		Port         func(childComplexity int) int
 		Protocol     func(childComplexity int) int
 		Routes       func(childComplexity int) int
+		SNIRoutes    func(childComplexity int) int
 		ServerNames  func(childComplexity int) int
-		SniRoutes    func(childComplexity int) int
 	}
 
 	Me struct {
@@ -398,14 +412,14 @@ type ComplexityRoot struct {
 	}
 
 	MetricsPoint struct {
-		CPUUsage                func(childComplexity int) int
-		DiskReadBytesPerSecond  func(childComplexity int) int
-		DiskWriteBytesPerSecond func(childComplexity int) int
-		MemoryTotalMiB          func(childComplexity int) int
-		MemoryUsedMiB           func(childComplexity int) int
-		NetInBytesPerSecond     func(childComplexity int) int
-		NetOutBytesPerSecond    func(childComplexity int) int
-		Time                    func(childComplexity int) int
+		CPUUsage       func(childComplexity int) int
+		DiskRead       func(childComplexity int) int
+		DiskWrite      func(childComplexity int) int
+		MemoryTotalMiB func(childComplexity int) int
+		MemoryUsedMiB  func(childComplexity int) int
+		NetIn          func(childComplexity int) int
+		NetOut         func(childComplexity int) int
+		Time           func(childComplexity int) int
 	}
 
 	MigrationNIC struct {
@@ -452,7 +466,7 @@ type ComplexityRoot struct {
 		DeleteVM                 func(childComplexity int, id string) int
 		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
 		IssueKubeconfig          func(childComplexity int, cluster string) int
-		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
+		MigrateVM                func(childComplexity int, input compute.MigrateInput) int
 		OpenConsole              func(childComplexity int, id string) int
 		RebootVM                 func(childComplexity int, id string) int
 		RevokeEnrollmentKey      func(childComplexity int, id string) int
@@ -500,19 +514,19 @@ type ComplexityRoot struct {
 	}
 
 	NodePool struct {
-		ClusterID       func(childComplexity int) int
-		ComputeProfile  func(childComplexity int) int
-		Deleting        func(childComplexity int) int
-		ID              func(childComplexity int) int
-		Labels          func(childComplexity int) int
-		Name            func(childComplexity int) int
-		ReadyWorkers    func(childComplexity int) int
-		Size            func(childComplexity int) int
-		StorageProfile  func(childComplexity int) int
-		Taints          func(childComplexity int) int
-		UpToDateWorkers func(childComplexity int) int
-		Version         func(childComplexity int) int
-		Workers         func(childComplexity int) int
+		Cluster        func(childComplexity int) int
+		ComputeProfile func(childComplexity int) int
+		Deleting       func(childComplexity int) int
+		ID             func(childComplexity int) int
+		Labels         func(childComplexity int) int
+		Name           func(childComplexity int) int
+		Ready          func(childComplexity int) int
+		Size           func(childComplexity int) int
+		StorageProfile func(childComplexity int) int
+		Taints         func(childComplexity int) int
+		UpToDate       func(childComplexity int) int
+		Version        func(childComplexity int) int
+		Workers        func(childComplexity int) int
 	}
 
 	NodeTaint struct {
@@ -853,11 +867,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentUpdateHost.ID(childComplexity), true
 	case "AgentUpdateHost.name":
-		if e.ComplexityRoot.AgentUpdateHost.Name == nil {
+		if e.ComplexityRoot.AgentUpdateHost.Node == nil {
 			break
 		}
 
-		return e.ComplexityRoot.AgentUpdateHost.Name(childComplexity), true
+		return e.ComplexityRoot.AgentUpdateHost.Node(childComplexity), true
 	case "AgentUpdateHost.reason":
 		if e.ComplexityRoot.AgentUpdateHost.Reason == nil {
 			break
@@ -877,11 +891,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentUpdateHost.State(childComplexity), true
 	case "AgentUpdateHost.zone":
-		if e.ComplexityRoot.AgentUpdateHost.Zone == nil {
+		if e.ComplexityRoot.AgentUpdateHost.ZoneName == nil {
 			break
 		}
 
-		return e.ComplexityRoot.AgentUpdateHost.Zone(childComplexity), true
+		return e.ComplexityRoot.AgentUpdateHost.ZoneName(childComplexity), true
 
 	case "AgentUpdateOperation.batch":
 		if e.ComplexityRoot.AgentUpdateOperation.Batch == nil {
@@ -995,11 +1009,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Capacity.CPUUsage(childComplexity), true
 	case "Capacity.cpus":
-		if e.ComplexityRoot.Capacity.Cpus == nil {
+		if e.ComplexityRoot.Capacity.CPUs == nil {
 			break
 		}
 
-		return e.ComplexityRoot.Capacity.Cpus(childComplexity), true
+		return e.ComplexityRoot.Capacity.CPUs(childComplexity), true
 	case "Capacity.memoryTotal":
 		if e.ComplexityRoot.Capacity.MemoryTotal == nil {
 			break
@@ -1349,18 +1363,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.EnrollmentKey.CreatedAt(childComplexity), true
+	case "EnrollmentKey.expiresAt":
+		if e.ComplexityRoot.EnrollmentKey.Expiration == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrollmentKey.Expiration(childComplexity), true
 	case "EnrollmentKey.expired":
 		if e.ComplexityRoot.EnrollmentKey.Expired == nil {
 			break
 		}
 
 		return e.ComplexityRoot.EnrollmentKey.Expired(childComplexity), true
-	case "EnrollmentKey.expiresAt":
-		if e.ComplexityRoot.EnrollmentKey.ExpiresAt == nil {
-			break
-		}
-
-		return e.ComplexityRoot.EnrollmentKey.ExpiresAt(childComplexity), true
 	case "EnrollmentKey.id":
 		if e.ComplexityRoot.EnrollmentKey.ID == nil {
 			break
@@ -1393,11 +1407,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ExternalNetwork.Bridge(childComplexity), true
 	case "ExternalNetwork.cidr":
-		if e.ComplexityRoot.ExternalNetwork.Cidr == nil {
+		if e.ComplexityRoot.ExternalNetwork.CIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.ExternalNetwork.Cidr(childComplexity), true
+		return e.ComplexityRoot.ExternalNetwork.CIDR(childComplexity), true
 	case "ExternalNetwork.description":
 		if e.ComplexityRoot.ExternalNetwork.Description == nil {
 			break
@@ -1410,6 +1424,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ExternalNetwork.Gateway(childComplexity), true
+	case "ExternalNetwork.zone":
+		if e.ComplexityRoot.ExternalNetwork.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExternalNetwork.Name(childComplexity), true
 	case "ExternalNetwork.poolEnd":
 		if e.ComplexityRoot.ExternalNetwork.PoolEnd == nil {
 			break
@@ -1428,12 +1448,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ExternalNetwork.PoolStart(childComplexity), true
-	case "ExternalNetwork.zone":
-		if e.ComplexityRoot.ExternalNetwork.Zone == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExternalNetwork.Zone(childComplexity), true
 
 	case "ExternalNetworkConnection.edges":
 		if e.ComplexityRoot.ExternalNetworkConnection.Edges == nil {
@@ -1840,18 +1854,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Kubeconfig.ReadOnly(childComplexity), true
 
+	case "KubernetesCluster.controlPlane":
+		if e.ComplexityRoot.KubernetesCluster.Components == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Components(childComplexity), true
 	case "KubernetesCluster.conditions":
 		if e.ComplexityRoot.KubernetesCluster.Conditions == nil {
 			break
 		}
 
 		return e.ComplexityRoot.KubernetesCluster.Conditions(childComplexity), true
-	case "KubernetesCluster.controlPlane":
-		if e.ComplexityRoot.KubernetesCluster.ControlPlane == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.ControlPlane(childComplexity), true
 	case "KubernetesCluster.controlPlaneReady":
 		if e.ComplexityRoot.KubernetesCluster.ControlPlaneReady == nil {
 			break
@@ -1859,11 +1873,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.ControlPlaneReady(childComplexity), true
 	case "KubernetesCluster.createdAt":
-		if e.ComplexityRoot.KubernetesCluster.CreatedAt == nil {
+		if e.ComplexityRoot.KubernetesCluster.Created == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.CreatedAt(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.Created(childComplexity), true
 	case "KubernetesCluster.endpoint":
 		if e.ComplexityRoot.KubernetesCluster.Endpoint == nil {
 			break
@@ -1883,29 +1897,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.Name(childComplexity), true
 	case "KubernetesCluster.networkId":
-		if e.ComplexityRoot.KubernetesCluster.NetworkID == nil {
+		if e.ComplexityRoot.KubernetesCluster.Network == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.NetworkID(childComplexity), true
-	case "KubernetesCluster.nodePools":
-		if e.ComplexityRoot.KubernetesCluster.NodePools == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.NodePools(childComplexity), true
-	case "KubernetesCluster.phase":
-		if e.ComplexityRoot.KubernetesCluster.Phase == nil {
-			break
-		}
-
-		return e.ComplexityRoot.KubernetesCluster.Phase(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.Network(childComplexity), true
 	case "KubernetesCluster.podCidr":
-		if e.ComplexityRoot.KubernetesCluster.PodCidr == nil {
+		if e.ComplexityRoot.KubernetesCluster.PodCIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.PodCidr(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.PodCIDR(childComplexity), true
+	case "KubernetesCluster.nodePools":
+		if e.ComplexityRoot.KubernetesCluster.Pools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.Pools(childComplexity), true
 	case "KubernetesCluster.runningVersion":
 		if e.ComplexityRoot.KubernetesCluster.RunningVersion == nil {
 			break
@@ -1913,11 +1921,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.KubernetesCluster.RunningVersion(childComplexity), true
 	case "KubernetesCluster.serviceCidr":
-		if e.ComplexityRoot.KubernetesCluster.ServiceCidr == nil {
+		if e.ComplexityRoot.KubernetesCluster.ServiceCIDR == nil {
 			break
 		}
 
-		return e.ComplexityRoot.KubernetesCluster.ServiceCidr(childComplexity), true
+		return e.ComplexityRoot.KubernetesCluster.ServiceCIDR(childComplexity), true
+	case "KubernetesCluster.phase":
+		if e.ComplexityRoot.KubernetesCluster.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.KubernetesCluster.State(childComplexity), true
 	case "KubernetesCluster.version":
 		if e.ComplexityRoot.KubernetesCluster.Version == nil {
 			break
@@ -2123,18 +2137,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.LoadBalancerListener.Routes(childComplexity), true
+	case "LoadBalancerListener.sniRoutes":
+		if e.ComplexityRoot.LoadBalancerListener.SNIRoutes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LoadBalancerListener.SNIRoutes(childComplexity), true
 	case "LoadBalancerListener.serverNames":
 		if e.ComplexityRoot.LoadBalancerListener.ServerNames == nil {
 			break
 		}
 
 		return e.ComplexityRoot.LoadBalancerListener.ServerNames(childComplexity), true
-	case "LoadBalancerListener.sniRoutes":
-		if e.ComplexityRoot.LoadBalancerListener.SniRoutes == nil {
-			break
-		}
-
-		return e.ComplexityRoot.LoadBalancerListener.SniRoutes(childComplexity), true
 
 	case "Me.email":
 		if e.ComplexityRoot.Me.Email == nil {
@@ -2180,17 +2194,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MetricsPoint.CPUUsage(childComplexity), true
 	case "MetricsPoint.diskReadBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.DiskRead == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.DiskReadBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.DiskRead(childComplexity), true
 	case "MetricsPoint.diskWriteBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.DiskWrite == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.DiskWriteBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.DiskWrite(childComplexity), true
 	case "MetricsPoint.memoryTotalMiB":
 		if e.ComplexityRoot.MetricsPoint.MemoryTotalMiB == nil {
 			break
@@ -2204,17 +2218,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MetricsPoint.MemoryUsedMiB(childComplexity), true
 	case "MetricsPoint.netInBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.NetIn == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.NetInBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.NetIn(childComplexity), true
 	case "MetricsPoint.netOutBytesPerSecond":
-		if e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond == nil {
+		if e.ComplexityRoot.MetricsPoint.NetOut == nil {
 			break
 		}
 
-		return e.ComplexityRoot.MetricsPoint.NetOutBytesPerSecond(childComplexity), true
+		return e.ComplexityRoot.MetricsPoint.NetOut(childComplexity), true
 	case "MetricsPoint.time":
 		if e.ComplexityRoot.MetricsPoint.Time == nil {
 			break
@@ -2606,7 +2620,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(model.MigrateVMInput)), true
+		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(compute.MigrateInput)), true
 	case "Mutation.openConsole":
 		if e.ComplexityRoot.Mutation.OpenConsole == nil {
 			break
@@ -2895,11 +2909,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		return e.ComplexityRoot.NodeLabel.Value(childComplexity), true
 
 	case "NodePool.clusterId":
-		if e.ComplexityRoot.NodePool.ClusterID == nil {
+		if e.ComplexityRoot.NodePool.Cluster == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.ClusterID(childComplexity), true
+		return e.ComplexityRoot.NodePool.Cluster(childComplexity), true
 	case "NodePool.computeProfile":
 		if e.ComplexityRoot.NodePool.ComputeProfile == nil {
 			break
@@ -2931,11 +2945,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.NodePool.Name(childComplexity), true
 	case "NodePool.readyWorkers":
-		if e.ComplexityRoot.NodePool.ReadyWorkers == nil {
+		if e.ComplexityRoot.NodePool.Ready == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.ReadyWorkers(childComplexity), true
+		return e.ComplexityRoot.NodePool.Ready(childComplexity), true
 	case "NodePool.size":
 		if e.ComplexityRoot.NodePool.Size == nil {
 			break
@@ -2955,11 +2969,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.NodePool.Taints(childComplexity), true
 	case "NodePool.upToDateWorkers":
-		if e.ComplexityRoot.NodePool.UpToDateWorkers == nil {
+		if e.ComplexityRoot.NodePool.UpToDate == nil {
 			break
 		}
 
-		return e.ComplexityRoot.NodePool.UpToDateWorkers(childComplexity), true
+		return e.ComplexityRoot.NodePool.UpToDate(childComplexity), true
 	case "NodePool.version":
 		if e.ComplexityRoot.NodePool.Version == nil {
 			break

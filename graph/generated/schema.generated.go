@@ -13,35 +13,41 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
 // region    ************************** generated!.gotpl **************************
 
 type MutationResolver interface {
-	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*model.AgentUpdateOperation, error)
+	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*rollout.Rollout, error)
 	OpenConsole(ctx context.Context, id string) (*model.ConsoleSession, error)
-	CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*model.ExternalNetwork, error)
+	CreateExternalNetwork(ctx context.Context, input model.CreateExternalNetworkInput) (*catalog.ExternalNetwork, error)
 	CreateFirewallRule(ctx context.Context, input model.CreateFirewallRuleInput) (*model.FirewallRule, error)
 	DeleteFirewallRule(ctx context.Context, id string) (*model.DeletedFirewallRule, error)
 	CreatePortForward(ctx context.Context, input model.CreatePortForwardInput) (*model.PortForward, error)
 	DeletePortForward(ctx context.Context, id string) (*model.DeletedPortForward, error)
 	CreateOneToOneAddress(ctx context.Context, input model.CreateOneToOneAddressInput) (*model.OneToOneAddress, error)
 	DeleteOneToOneAddress(ctx context.Context, id string) (*model.DeletedOneToOneAddress, error)
-	UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*model.EdgeGateway, error)
+	UpdateEdgeGateway(ctx context.Context, input model.UpdateEdgeGatewayInput) (*gateways.View, error)
 	DeleteEdgeGateway(ctx context.Context, id string) (*model.DeletedEdgeGateway, error)
 	CreateEnrollmentKey(ctx context.Context, input model.CreateEnrollmentKeyInput) (*model.CreatedEnrollmentKey, error)
-	RevokeEnrollmentKey(ctx context.Context, id string) (*model.EnrollmentKey, error)
+	RevokeEnrollmentKey(ctx context.Context, id string) (*meshcontrol.Key, error)
 	CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error)
 	UpdateImage(ctx context.Context, input model.UpdateImageInput) (*catalog.Image, error)
 	DeleteImage(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
 	StageImage(ctx context.Context, name string, zone string) (*model.ImageZoneState, error)
-	CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*model.KubernetesCluster, error)
+	CreateKubernetesCluster(ctx context.Context, input model.CreateKubernetesClusterInput) (*tenantkube.Cluster, error)
 	DeleteKubernetesCluster(ctx context.Context, id string) (*model.DeletedKubernetesCluster, error)
-	CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*model.NodePool, error)
-	ScaleNodePool(ctx context.Context, id string, size int) (*model.NodePool, error)
-	UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*model.KubernetesCluster, error)
+	CreateNodePool(ctx context.Context, input model.CreateNodePoolInput) (*tenantkube.NodePool, error)
+	ScaleNodePool(ctx context.Context, id string, size int) (*tenantkube.NodePool, error)
+	UpgradeKubernetesCluster(ctx context.Context, id string, version string) (*tenantkube.Cluster, error)
 	DeleteNodePool(ctx context.Context, id string) (*model.DeletedNodePool, error)
 	IssueKubeconfig(ctx context.Context, cluster string) (*model.Kubeconfig, error)
 	CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error)
@@ -68,14 +74,14 @@ type MutationResolver interface {
 	ShutdownVM(ctx context.Context, id string) (*model.Operation, error)
 	RebootVM(ctx context.Context, id string) (*model.Operation, error)
 	DeleteVM(ctx context.Context, id string) (*model.Operation, error)
-	MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error)
+	MigrateVM(ctx context.Context, input compute.MigrateInput) (*model.Operation, error)
 }
 type QueryResolver interface {
 	AgentReleases(ctx context.Context) ([]*model.AgentRelease, error)
-	AgentUpdateOperation(ctx context.Context, id string) (*model.AgentUpdateOperation, error)
+	AgentUpdateOperation(ctx context.Context, id string) (*rollout.Rollout, error)
 	EdgeGateways(ctx context.Context, zone *string, first *int, after *string) (*model.EdgeGatewayConnection, error)
 	ExternalNetworks(ctx context.Context, first *int, after *string) (*model.ExternalNetworkConnection, error)
-	EnrollmentKeys(ctx context.Context) ([]*model.EnrollmentKey, error)
+	EnrollmentKeys(ctx context.Context) ([]*meshcontrol.Key, error)
 	Me(ctx context.Context) (*model.Me, error)
 	Tenant(ctx context.Context) (*model.Tenant, error)
 	Images(ctx context.Context) ([]*catalog.Image, error)
@@ -89,8 +95,8 @@ type QueryResolver interface {
 	VmsConnection(ctx context.Context, filter *model.VMFilter, first *int, after *string) (*model.VMConnection, error)
 	VM(ctx context.Context, id string) (*model.VM, error)
 	KubernetesClusters(ctx context.Context, first *int, after *string) (*model.KubernetesClusterConnection, error)
-	KubernetesCluster(ctx context.Context, id string) (*model.KubernetesCluster, error)
-	NodePool(ctx context.Context, id string) (*model.NodePool, error)
+	KubernetesCluster(ctx context.Context, id string) (*tenantkube.Cluster, error)
+	NodePool(ctx context.Context, id string) (*tenantkube.NodePool, error)
 	KubernetesVersions(ctx context.Context) ([]string, error)
 	LoadBalancers(ctx context.Context, zone *string, first *int, after *string) (*model.LoadBalancerConnection, error)
 	LoadBalancer(ctx context.Context, id string) (*catalog.LoadBalancer, error)
@@ -119,8 +125,8 @@ func (ec *executionContext) dir_vdc_args(ctx context.Context, rawArgs map[string
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "role",
-		func(ctx context.Context, v any) (model.VDCRole, error) {
-			return ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, v)
+		func(ctx context.Context, v any) (auth.Role, error) {
+			return ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -601,8 +607,8 @@ func (ec *executionContext) field_Mutation_migrateVM_args(ctx context.Context, r
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
-		func(ctx context.Context, v any) (model.MigrateVMInput, error) {
-			return ec.unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrateVMInput(ctx, v)
+		func(ctx context.Context, v any) (compute.MigrateInput, error) {
+			return ec.unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐMigrateInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1456,7 +1462,7 @@ func (ec *executionContext) _Mutation_updateAgents(ctx context.Context, field gr
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.AgentUpdateOperation
+					var zeroVal *rollout.Rollout
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -1465,8 +1471,8 @@ func (ec *executionContext) _Mutation_updateAgents(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
-			return ec.marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
+			return ec.marshalNAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1512,7 +1518,7 @@ func (ec *executionContext) _Mutation_openConsole(ctx context.Context, field gra
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.ConsoleSession
 					return zeroVal, err
@@ -1575,7 +1581,7 @@ func (ec *executionContext) _Mutation_createExternalNetwork(ctx context.Context,
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.ExternalNetwork
+					var zeroVal *catalog.ExternalNetwork
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -1584,8 +1590,8 @@ func (ec *executionContext) _Mutation_createExternalNetwork(ctx context.Context,
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.ExternalNetwork) graphql.Marshaler {
-			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐExternalNetwork(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.ExternalNetwork) graphql.Marshaler {
+			return ec.marshalNExternalNetwork2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐExternalNetwork(ctx, selections, v)
 		},
 		true,
 		true,
@@ -1631,7 +1637,7 @@ func (ec *executionContext) _Mutation_createFirewallRule(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.FirewallRule
 					return zeroVal, err
@@ -1693,7 +1699,7 @@ func (ec *executionContext) _Mutation_deleteFirewallRule(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedFirewallRule
 					return zeroVal, err
@@ -1755,7 +1761,7 @@ func (ec *executionContext) _Mutation_createPortForward(ctx context.Context, fie
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.PortForward
 					return zeroVal, err
@@ -1817,7 +1823,7 @@ func (ec *executionContext) _Mutation_deletePortForward(ctx context.Context, fie
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedPortForward
 					return zeroVal, err
@@ -1879,7 +1885,7 @@ func (ec *executionContext) _Mutation_createOneToOneAddress(ctx context.Context,
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.OneToOneAddress
 					return zeroVal, err
@@ -1941,7 +1947,7 @@ func (ec *executionContext) _Mutation_deleteOneToOneAddress(ctx context.Context,
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedOneToOneAddress
 					return zeroVal, err
@@ -2003,13 +2009,13 @@ func (ec *executionContext) _Mutation_updateEdgeGateway(ctx context.Context, fie
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.EdgeGateway
+					var zeroVal *gateways.View
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.EdgeGateway
+					var zeroVal *gateways.View
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2018,8 +2024,8 @@ func (ec *executionContext) _Mutation_updateEdgeGateway(ctx context.Context, fie
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EdgeGateway) graphql.Marshaler {
-			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEdgeGateway(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *gateways.View) graphql.Marshaler {
+			return ec.marshalNEdgeGateway2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋedgeᚋgatewaysᚐView(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2065,7 +2071,7 @@ func (ec *executionContext) _Mutation_deleteEdgeGateway(ctx context.Context, fie
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedEdgeGateway
 					return zeroVal, err
@@ -2185,7 +2191,7 @@ func (ec *executionContext) _Mutation_revokeEnrollmentKey(ctx context.Context, f
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.EnrollmentKey
+					var zeroVal *meshcontrol.Key
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -2194,8 +2200,8 @@ func (ec *executionContext) _Mutation_revokeEnrollmentKey(ctx context.Context, f
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.EnrollmentKey) graphql.Marshaler {
-			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKey(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *meshcontrol.Key) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKey(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2469,13 +2475,13 @@ func (ec *executionContext) _Mutation_createKubernetesCluster(ctx context.Contex
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2484,8 +2490,8 @@ func (ec *executionContext) _Mutation_createKubernetesCluster(ctx context.Contex
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2531,7 +2537,7 @@ func (ec *executionContext) _Mutation_deleteKubernetesCluster(ctx context.Contex
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedKubernetesCluster
 					return zeroVal, err
@@ -2593,13 +2599,13 @@ func (ec *executionContext) _Mutation_createNodePool(ctx context.Context, field 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2608,8 +2614,8 @@ func (ec *executionContext) _Mutation_createNodePool(ctx context.Context, field 
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2655,13 +2661,13 @@ func (ec *executionContext) _Mutation_scaleNodePool(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2670,8 +2676,8 @@ func (ec *executionContext) _Mutation_scaleNodePool(ctx context.Context, field g
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2717,13 +2723,13 @@ func (ec *executionContext) _Mutation_upgradeKubernetesCluster(ctx context.Conte
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -2732,8 +2738,8 @@ func (ec *executionContext) _Mutation_upgradeKubernetesCluster(ctx context.Conte
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2779,7 +2785,7 @@ func (ec *executionContext) _Mutation_deleteNodePool(ctx context.Context, field 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedNodePool
 					return zeroVal, err
@@ -2841,7 +2847,7 @@ func (ec *executionContext) _Mutation_issueKubeconfig(ctx context.Context, field
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.Kubeconfig
 					return zeroVal, err
@@ -2903,7 +2909,7 @@ func (ec *executionContext) _Mutation_createLoadBalancer(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *catalog.LoadBalancer
 					return zeroVal, err
@@ -2965,7 +2971,7 @@ func (ec *executionContext) _Mutation_updateLoadBalancer(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *catalog.LoadBalancer
 					return zeroVal, err
@@ -3027,7 +3033,7 @@ func (ec *executionContext) _Mutation_deleteLoadBalancer(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedLoadBalancer
 					return zeroVal, err
@@ -3089,7 +3095,7 @@ func (ec *executionContext) _Mutation_createNetwork(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Network
 					return zeroVal, err
@@ -3151,7 +3157,7 @@ func (ec *executionContext) _Mutation_deleteNetwork(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.DeletedNetwork
 					return zeroVal, err
@@ -3612,7 +3618,7 @@ func (ec *executionContext) _Mutation_createSnapshot(ctx context.Context, field 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -3674,7 +3680,7 @@ func (ec *executionContext) _Mutation_rollbackSnapshot(ctx context.Context, fiel
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -3736,7 +3742,7 @@ func (ec *executionContext) _Mutation_deleteSnapshot(ctx context.Context, field 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -3969,7 +3975,7 @@ func (ec *executionContext) _Mutation_createVM(ctx context.Context, field graphq
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.CreateVMPayload
 					return zeroVal, err
@@ -4031,7 +4037,7 @@ func (ec *executionContext) _Mutation_startVM(ctx context.Context, field graphql
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4093,7 +4099,7 @@ func (ec *executionContext) _Mutation_stopVM(ctx context.Context, field graphql.
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4155,7 +4161,7 @@ func (ec *executionContext) _Mutation_shutdownVM(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4217,7 +4223,7 @@ func (ec *executionContext) _Mutation_rebootVM(ctx context.Context, field graphq
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4279,7 +4285,7 @@ func (ec *executionContext) _Mutation_deleteVM(ctx context.Context, field graphq
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4335,13 +4341,13 @@ func (ec *executionContext) _Mutation_migrateVM(ctx context.Context, field graph
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().MigrateVM(ctx, fc.Args["input"].(model.MigrateVMInput))
+			return ec.Resolvers.Mutation().MigrateVM(ctx, fc.Args["input"].(compute.MigrateInput))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "MEMBER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -4449,7 +4455,7 @@ func (ec *executionContext) _Query_agentUpdateOperation(ctx context.Context, fie
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal *model.AgentUpdateOperation
+					var zeroVal *rollout.Rollout
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -4458,8 +4464,8 @@ func (ec *executionContext) _Query_agentUpdateOperation(ctx context.Context, fie
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.AgentUpdateOperation) graphql.Marshaler {
-			return ec.marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐAgentUpdateOperation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *rollout.Rollout) graphql.Marshaler {
+			return ec.marshalOAgentUpdateOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋrolloutᚐRollout(ctx, selections, v)
 		},
 		true,
 		false,
@@ -4505,7 +4511,7 @@ func (ec *executionContext) _Query_edgeGateways(ctx context.Context, field graph
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.EdgeGatewayConnection
 					return zeroVal, err
@@ -4624,7 +4630,7 @@ func (ec *executionContext) _Query_enrollmentKeys(ctx context.Context, field gra
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal []*model.EnrollmentKey
+					var zeroVal []*meshcontrol.Key
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
@@ -4633,8 +4639,8 @@ func (ec *executionContext) _Query_enrollmentKeys(ctx context.Context, field gra
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.EnrollmentKey) graphql.Marshaler {
-			return ec.marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐEnrollmentKeyᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*meshcontrol.Key) graphql.Marshaler {
+			return ec.marshalNEnrollmentKey2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋmeshcontrolᚐKeyᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5055,7 +5061,7 @@ func (ec *executionContext) _Query_vms(ctx context.Context, field graphql.Collec
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal []*model.VM
 					return zeroVal, err
@@ -5117,7 +5123,7 @@ func (ec *executionContext) _Query_vmsConnection(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.VMConnection
 					return zeroVal, err
@@ -5179,7 +5185,7 @@ func (ec *executionContext) _Query_vm(ctx context.Context, field graphql.Collect
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.VM
 					return zeroVal, err
@@ -5241,7 +5247,7 @@ func (ec *executionContext) _Query_kubernetesClusters(ctx context.Context, field
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.KubernetesClusterConnection
 					return zeroVal, err
@@ -5303,13 +5309,13 @@ func (ec *executionContext) _Query_kubernetesCluster(ctx context.Context, field 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.KubernetesCluster
+					var zeroVal *tenantkube.Cluster
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -5318,8 +5324,8 @@ func (ec *executionContext) _Query_kubernetesCluster(ctx context.Context, field 
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.KubernetesCluster) graphql.Marshaler {
-			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐKubernetesCluster(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.Cluster) graphql.Marshaler {
+			return ec.marshalNKubernetesCluster2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐCluster(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5365,13 +5371,13 @@ func (ec *executionContext) _Query_nodePool(ctx context.Context, field graphql.C
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.NodePool
+					var zeroVal *tenantkube.NodePool
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -5380,8 +5386,8 @@ func (ec *executionContext) _Query_nodePool(ctx context.Context, field graphql.C
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.NodePool) graphql.Marshaler {
-			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNodePool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *tenantkube.NodePool) graphql.Marshaler {
+			return ec.marshalNNodePool2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋtenantkubeᚐNodePool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5426,7 +5432,7 @@ func (ec *executionContext) _Query_kubernetesVersions(ctx context.Context, field
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal []string
 					return zeroVal, err
@@ -5468,7 +5474,7 @@ func (ec *executionContext) _Query_loadBalancers(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.LoadBalancerConnection
 					return zeroVal, err
@@ -5530,7 +5536,7 @@ func (ec *executionContext) _Query_loadBalancer(ctx context.Context, field graph
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *catalog.LoadBalancer
 					return zeroVal, err
@@ -5592,7 +5598,7 @@ func (ec *executionContext) _Query_networks(ctx context.Context, field graphql.C
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal []*model.Network
 					return zeroVal, err
@@ -5654,7 +5660,7 @@ func (ec *executionContext) _Query_networksConnection(ctx context.Context, field
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.NetworkConnection
 					return zeroVal, err
@@ -5760,7 +5766,7 @@ func (ec *executionContext) _Query_operation(ctx context.Context, field graphql.
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err
@@ -6081,7 +6087,7 @@ func (ec *executionContext) _Query_currentVDC(ctx context.Context, field graphql
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *catalog.VDC
 					return zeroVal, err
@@ -6208,7 +6214,7 @@ func (ec *executionContext) _Subscription_operation(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCRole(ctx, "VIEWER")
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
 				if err != nil {
 					var zeroVal *model.Operation
 					return zeroVal, err

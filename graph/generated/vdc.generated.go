@@ -476,7 +476,7 @@ func (ec *executionContext) unmarshalInputCreateVDCInput(ctx context.Context, ob
 			it.Description = data
 		case "quotas":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quotas"))
-			data, err := ec.unmarshalNVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCQuotasInput(ctx, v)
+			data, err := ec.unmarshalNVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐVDCQuotas(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -539,7 +539,7 @@ func (ec *executionContext) unmarshalInputUpdateVDCInput(ctx context.Context, ob
 			it.Description = data
 		case "quotas":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("quotas"))
-			data, err := ec.unmarshalOVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCQuotasInput(ctx, v)
+			data, err := ec.unmarshalOVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐVDCQuotas(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -561,8 +561,8 @@ func UnmarshalUpdateVDCInput(ctx context.Context, raw any) (model.UpdateVDCInput
 	return out, err
 }
 
-func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, obj any) (model.VDCQuotasInput, error) {
-	var it model.VDCQuotasInput
+func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, obj any) (catalog.VDCQuotas, error) {
+	var it catalog.VDCQuotas
 	if obj == nil {
 		return it, nil
 	}
@@ -585,7 +585,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 			if err != nil {
 				return it, err
 			}
-			it.Vcpus = data
+			it.VCPUs = data
 		case "memoryMiB":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("memoryMiB"))
 			data, err := ec.unmarshalNInt2int(ctx, v)
@@ -606,7 +606,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 			if err != nil {
 				return it, err
 			}
-			it.Vms = data
+			it.VMs = data
 		case "publicAddresses":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("publicAddresses"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -625,8 +625,8 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 //
 // ctx must come from a gqlgen request; outside one there is no unmarshaler to use
 // and the returned error says so.
-func UnmarshalVDCQuotasInput(ctx context.Context, raw any) (model.VDCQuotasInput, error) {
-	var out model.VDCQuotasInput
+func UnmarshalVDCQuotasInput(ctx context.Context, raw any) (catalog.VDCQuotas, error) {
+	var out catalog.VDCQuotas
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "VDCQuotasInput", raw, &out)
 	return out, err
 }
@@ -887,7 +887,7 @@ func (ec *executionContext) marshalNVDCQuotas2githubᚗcomᚋflexplaneᚋflexpla
 	return ec._VDCQuotas(ctx, sel, &v)
 }
 
-func (ec *executionContext) unmarshalNVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCQuotasInput(ctx context.Context, v any) (*model.VDCQuotasInput, error) {
+func (ec *executionContext) unmarshalNVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐVDCQuotas(ctx context.Context, v any) (*catalog.VDCQuotas, error) {
 	res, err := ec.unmarshalInputVDCQuotasInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
@@ -899,7 +899,7 @@ func (ec *executionContext) marshalOVDC2ᚖgithubᚗcomᚋflexplaneᚋflexplane�
 	return ec._VDC(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCQuotasInput(ctx context.Context, v any) (*model.VDCQuotasInput, error) {
+func (ec *executionContext) unmarshalOVDCQuotasInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐVDCQuotas(ctx context.Context, v any) (*catalog.VDCQuotas, error) {
 	if v == nil {
 		return nil, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -100,8 +101,8 @@ func (ec *executionContext) _OperationConnection_pageInfo(ctx context.Context, f
 			return obj.PageInfo, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
-			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *paging.Info) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋsupportᚋpagingᚐInfo(ctx, selections, v)
 		},
 		true,
 		true,

@@ -9,8 +9,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
 // An object with a global id, which node(id:) answers again.
@@ -34,78 +40,12 @@ type AgentRelease struct {
 	NotAfter time.Time `json:"notAfter"`
 }
 
-// A host of a rollout.
-type AgentUpdateHost struct {
-	// The host's id.
-	ID string `json:"id"`
-	// The Proxmox node name.
-	Name string `json:"name"`
-	// The zone's name.
-	Zone string `json:"zone"`
-	// Its batch, from 1.
-	Batch int `json:"batch"`
-	// The version it ran before.
-	From *string `json:"from,omitempty"`
-	// Where its update is.
-	State AgentUpdateHostState `json:"state"`
-	// Why it failed or was skipped.
-	Reason *string `json:"reason,omitempty"`
-	// Seconds its update took (done or failed).
-	Seconds *float64 `json:"seconds,omitempty"`
-}
-
-// A rollout of an agent release.
-type AgentUpdateOperation struct {
-	// Opaque id.
-	ID string `json:"id"`
-	// The release being rolled out.
-	Version string `json:"version"`
-	// RUNNING until every host is done (SUCCEEDED) or one failed (FAILED, the rest skipped).
-	State OperationState `json:"state"`
-	// Why it failed (FAILED): the host that halted it and its reason.
-	Error *string `json:"error,omitempty"`
-	// The largest batch (0: one host per zone).
-	Batch int `json:"batch"`
-	// The hosts in the order they are updated.
-	Hosts []*AgentUpdateHost `json:"hosts"`
-	// When it started.
-	StartedAt time.Time `json:"startedAt"`
-	// When its record last changed.
-	UpdatedAt time.Time `json:"updatedAt"`
-	// When it ended.
-	FinishedAt *time.Time `json:"finishedAt,omitempty"`
-}
-
-// A VM's port in a pool.
-type Backend struct {
-	// The VM.
-	VMID string `json:"vmId"`
-	// The VM's port.
-	Port int `json:"port"`
-	// The backend's health, read from the zone's flexgateway replicas now.
-	Health BackendHealth `json:"health"`
-	// The last failed check's error, if a replica reports one.
-	LastError *string `json:"lastError,omitempty"`
-	// When a replica last checked the backend.
-	CheckedAt *time.Time `json:"checkedAt,omitempty"`
-}
-
 // A VM's port.
 type BackendInput struct {
 	// The VM (of the current VDC, in the balancer's zone).
 	VMID string `json:"vmId"`
 	// The VM's port (1 to 65535).
 	Port int `json:"port"`
-}
-
-// A backend pool of a load balancer.
-type BackendPool struct {
-	// The pool's name in its balancer.
-	Name string `json:"name"`
-	// The pool's backends.
-	Backends []*Backend `json:"backends"`
-	// The pool's health check, if any.
-	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 }
 
 // A backend pool.
@@ -118,26 +58,6 @@ type BackendPoolInput struct {
 	HealthCheck *HealthCheckInput `json:"healthCheck,omitempty"`
 }
 
-// Totals and utilisation of a zone; usages are fractions from 0 to 1.
-type Capacity struct {
-	// Logical CPUs of the online hosts.
-	Cpus int `json:"cpus"`
-	// CPU utilisation of the online hosts, 0 to 1.
-	CPUUsage float64 `json:"cpuUsage"`
-	// Memory of the online hosts, in MiB.
-	MemoryTotal int `json:"memoryTotal"`
-	// Memory in use on the online hosts, in MiB.
-	MemoryUsed int `json:"memoryUsed"`
-	// memoryUsed / memoryTotal, 0 to 1.
-	MemoryUsage float64 `json:"memoryUsage"`
-	// Storage in GiB (a shared storage counts once).
-	StorageTotal int `json:"storageTotal"`
-	// Storage in use, in GiB.
-	StorageUsed int `json:"storageUsed"`
-	// storageUsed / storageTotal, 0 to 1.
-	StorageUsage float64 `json:"storageUsage"`
-}
-
 // A console session waiting for its websocket.
 type ConsoleSession struct {
 	// The path of the websocket, on the GraphQL endpoint's host (ws: or wss:
@@ -146,16 +66,6 @@ type ConsoleSession struct {
 	Path string `json:"path"`
 	// When the ticket expires if it has not been used.
 	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-// One component of a hosted control plane.
-type ControlPlaneComponent struct {
-	// etcd, kube-apiserver, kube-controller-manager or kube-scheduler.
-	Name string `json:"name"`
-	// Whether its replicas are ready and up to date.
-	Ready bool `json:"ready"`
-	// What is missing when it is not ready.
-	Message *string `json:"message,omitempty"`
 }
 
 // A new compute profile.
@@ -295,7 +205,7 @@ type CreateNodePoolInput struct {
 	// Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix).
 	Labels []*NodeLabelInput `json:"labels,omitempty"`
 	// Node taints of the workers (at most 32).
-	Taints []*NodeTaintInput `json:"taints,omitempty"`
+	Taints []*tenantkube.Taint `json:"taints,omitempty"`
 }
 
 // A new 1:1 address.
@@ -354,7 +264,7 @@ type CreateVDCInput struct {
 	// What it is for; empty by default.
 	Description *string `json:"description,omitempty"`
 	// Its quotas.
-	Quotas *VDCQuotasInput `json:"quotas"`
+	Quotas *catalog.VDCQuotas `json:"quotas"`
 }
 
 // A new VM of the current VDC.
@@ -394,7 +304,7 @@ type CreateVMPayload struct {
 // A new key and its secret.
 type CreatedEnrollmentKey struct {
 	// The key.
-	Key *EnrollmentKey `json:"key"`
+	Key *meshcontrol.Key `json:"key"`
 	// Give this to the agent (-auth-key); it is not shown again.
 	Secret string `json:"secret"`
 }
@@ -469,42 +379,14 @@ type EdgeCounter struct {
 	Bytes float64 `json:"bytes"`
 }
 
-// The edge gateway of the current VDC in one zone.
-type EdgeGateway struct {
-	// Opaque id.
-	ID string `json:"id"`
-	// The zone it serves.
-	Zone *Zone `json:"zone"`
-	// The Proxmox node whose agent runs it; null while pending.
-	Node *string `json:"node,omitempty"`
-	// Whether it runs as wanted.
-	Status EdgeGatewayStatus `json:"status"`
-	// Why it failed, when it did.
-	Message *string `json:"message,omitempty"`
-	// The VDC's public address in the zone: egress leaves from it, port forwards listen on it.
-	PublicAddress string `json:"publicAddress"`
-	// The limit of traffic out to the external network in Mbit/s; 0 is none.
-	EgressMbps int `json:"egressMbps"`
-	// The limit of traffic in from the external network in Mbit/s; 0 is none.
-	IngressMbps int `json:"ingressMbps"`
-	// The firewall rules in order: the first that matches decides.
-	FirewallRules []*FirewallRule `json:"firewallRules"`
-	// The port forwards, sorted by protocol and public port.
-	PortForwards []*PortForward `json:"portForwards"`
-	// The VMs' own public addresses, sorted by address.
-	OneToOneAddresses []*OneToOneAddress `json:"oneToOneAddresses"`
-	// The packet counters of the running gateway (empty while it is not running), sorted by name.
-	Counters []*EdgeCounter `json:"counters"`
-}
-
 // A page of edge gateways.
 type EdgeGatewayConnection struct {
 	// The gateways of the page with their cursors.
 	Edges []*EdgeGatewayEdge `json:"edges"`
 	// The gateways of the page (the edges' nodes).
-	Nodes []*EdgeGateway `json:"nodes"`
+	Nodes []*gateways.View `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many gateways match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -514,45 +396,7 @@ type EdgeGatewayEdge struct {
 	// Pass it as after to get the gateways after this one.
 	Cursor string `json:"cursor"`
 	// The gateway.
-	Node *EdgeGateway `json:"node"`
-}
-
-// An enrollment key.
-type EnrollmentKey struct {
-	// The key's id at the mesh control server.
-	ID string `json:"id"`
-	// Whether it enrolls any number of agents (else one).
-	Reusable bool `json:"reusable"`
-	// Whether an agent enrolled with it.
-	Used bool `json:"used"`
-	// Whether it can no longer enroll agents (expired or revoked).
-	Expired bool `json:"expired"`
-	// When it was created.
-	CreatedAt time.Time `json:"createdAt"`
-	// When it stops enrolling agents.
-	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-// A zone's external network and its pool of public addresses.
-type ExternalNetwork struct {
-	// The zone's name.
-	Zone string `json:"zone"`
-	// Free text.
-	Description *string `json:"description,omitempty"`
-	// The bridge of the network on every node of the zone.
-	Bridge string `json:"bridge"`
-	// The IPv4 network, e.g. 203.0.113.0/24.
-	Cidr string `json:"cidr"`
-	// The network's router.
-	Gateway string `json:"gateway"`
-	// The first address of the pool.
-	PoolStart string `json:"poolStart"`
-	// The last address of the pool.
-	PoolEnd string `json:"poolEnd"`
-	// How many addresses the pool has.
-	PoolSize int `json:"poolSize"`
-	// How many of them VDCs hold.
-	Allocated int `json:"allocated"`
+	Node *gateways.View `json:"node"`
 }
 
 // A page of external networks.
@@ -560,9 +404,9 @@ type ExternalNetworkConnection struct {
 	// The networks of the page with their cursors.
 	Edges []*ExternalNetworkEdge `json:"edges"`
 	// The networks of the page (the edges' nodes).
-	Nodes []*ExternalNetwork `json:"nodes"`
+	Nodes []*catalog.ExternalNetwork `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many networks there are in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -572,7 +416,7 @@ type ExternalNetworkEdge struct {
 	// Pass it as after to get the networks after this one.
 	Cursor string `json:"cursor"`
 	// The network.
-	Node *ExternalNetwork `json:"node"`
+	Node *catalog.ExternalNetwork `json:"node"`
 }
 
 // A firewall rule of a VDC's edge gateway.
@@ -597,22 +441,6 @@ type FirewallRule struct {
 	Action FirewallAction `json:"action"`
 	// Free text.
 	Description *string `json:"description,omitempty"`
-}
-
-// An active health check of a pool's backends.
-type HealthCheck struct {
-	// How the backends are checked.
-	Protocol HealthCheckProtocol `json:"protocol"`
-	// The HTTP check's path.
-	Path *string `json:"path,omitempty"`
-	// Seconds between checks.
-	IntervalSeconds int `json:"intervalSeconds"`
-	// Seconds one check may take.
-	TimeoutSeconds int `json:"timeoutSeconds"`
-	// Checks in a row that must pass to bring a backend back.
-	HealthyThreshold int `json:"healthyThreshold"`
-	// Checks in a row that must fail to take a backend out.
-	UnhealthyThreshold int `json:"unhealthyThreshold"`
 }
 
 // An active health check.
@@ -665,7 +493,7 @@ type Host struct {
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
 	// The node's CPU, memory and network over the timeframe, oldest point
 	// first; null, with an error, when the host does not answer.
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 }
 
 func (Host) IsNode() {}
@@ -677,7 +505,7 @@ type HostConnection struct {
 	// The hosts of the page (the edges' nodes).
 	Nodes []*Host `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many hosts match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -726,50 +554,14 @@ type Kubeconfig struct {
 	ReadOnly bool `json:"readOnly"`
 }
 
-// A Kubernetes cluster of the current VDC.
-type KubernetesCluster struct {
-	// The cluster's id.
-	ID string `json:"id"`
-	// The cluster's name in its VDC.
-	Name string `json:"name"`
-	// The zone its workers run in.
-	Zone *Zone `json:"zone"`
-	// The id of the VDC network the workers are on.
-	NetworkID string `json:"networkId"`
-	// The Kubernetes version asked for.
-	Version string `json:"version"`
-	// The Kubernetes version the control plane's API server runs (null until it runs).
-	RunningVersion *string `json:"runningVersion,omitempty"`
-	// The Service range of the cluster, CIDR.
-	ServiceCidr string `json:"serviceCidr"`
-	// The Pod range of the cluster, CIDR.
-	PodCidr string `json:"podCidr"`
-	// host:port of the cluster's API server for its workers: a port of its
-	// network's gateway address, forwarded by the VDC's edge gateway (null
-	// until known).
-	Endpoint *string `json:"endpoint,omitempty"`
-	// Where the cluster is in its life.
-	Phase KubernetesClusterPhase `json:"phase"`
-	// Whether every component of the hosted control plane is ready.
-	ControlPlaneReady bool `json:"controlPlaneReady"`
-	// The hosted control plane's components: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
-	ControlPlane []*ControlPlaneComponent `json:"controlPlane"`
-	// Cluster API's conditions of the cluster.
-	Conditions []*KubernetesCondition `json:"conditions"`
-	// The node pools, sorted by name.
-	NodePools []*NodePool `json:"nodePools"`
-	// When the cluster was created.
-	CreatedAt time.Time `json:"createdAt"`
-}
-
 // A page of Kubernetes clusters.
 type KubernetesClusterConnection struct {
 	// The clusters of this page with their cursors.
 	Edges []*KubernetesClusterEdge `json:"edges"`
 	// The clusters of this page.
-	Nodes []*KubernetesCluster `json:"nodes"`
+	Nodes []*tenantkube.Cluster `json:"nodes"`
 	// Where this page is.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many clusters the VDC has in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -779,19 +571,7 @@ type KubernetesClusterEdge struct {
 	// The cursor of this cluster.
 	Cursor string `json:"cursor"`
 	// The cluster.
-	Node *KubernetesCluster `json:"node"`
-}
-
-// A condition of a Cluster API object.
-type KubernetesCondition struct {
-	// The condition's type, e.g. Available.
-	Type string `json:"type"`
-	// True, False or Unknown.
-	Status string `json:"status"`
-	// A one-word reason.
-	Reason *string `json:"reason,omitempty"`
-	// A message for humans.
-	Message *string `json:"message,omitempty"`
+	Node *tenantkube.Cluster `json:"node"`
 }
 
 // A page of load balancers.
@@ -801,7 +581,7 @@ type LoadBalancerConnection struct {
 	// The balancers of this page.
 	Nodes []*catalog.LoadBalancer `json:"nodes"`
 	// Where this page is.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many balancers match in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -812,26 +592,6 @@ type LoadBalancerEdge struct {
 	Cursor string `json:"cursor"`
 	// The balancer.
 	Node *catalog.LoadBalancer `json:"node"`
-}
-
-// A listener of a load balancer on its public address.
-type LoadBalancerListener struct {
-	// The listener's name in its balancer.
-	Name string `json:"name"`
-	// The listener's protocol.
-	Protocol LoadBalancerProtocol `json:"protocol"`
-	// The public port.
-	Port int `json:"port"`
-	// A TCP listener's pool, or an HTTP(S) listener's default pool (requests no route matches).
-	Pool *string `json:"pool,omitempty"`
-	// Path-prefix routes of an HTTP(S) listener, the longest prefix first when matched.
-	Routes []*PathRoute `json:"routes"`
-	// SNI routes of a TLS passthrough listener.
-	SniRoutes []*SNIRoute `json:"sniRoutes"`
-	// The certificates an HTTPS listener serves, by name.
-	Certificates []string `json:"certificates"`
-	// The names clients reach an HTTPS listener by (each covered by one of its certificates).
-	ServerNames []string `json:"serverNames"`
 }
 
 // A listener.
@@ -869,41 +629,6 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
-}
-
-// One point of a time series: the averages over its slot; null fields had no data.
-type MetricsPoint struct {
-	// The start of the slot.
-	Time time.Time `json:"time"`
-	// CPU utilisation, 0 to 1 of its (virtual) CPUs.
-	CPUUsage *float64 `json:"cpuUsage,omitempty"`
-	// Memory in use, in MiB.
-	MemoryUsedMiB *float64 `json:"memoryUsedMiB,omitempty"`
-	// Memory it has, in MiB.
-	MemoryTotalMiB *float64 `json:"memoryTotalMiB,omitempty"`
-	// Bytes per second received.
-	NetInBytesPerSecond *float64 `json:"netInBytesPerSecond,omitempty"`
-	// Bytes per second sent.
-	NetOutBytesPerSecond *float64 `json:"netOutBytesPerSecond,omitempty"`
-	// Bytes per second read from disks (VMs only).
-	DiskReadBytesPerSecond *float64 `json:"diskReadBytesPerSecond,omitempty"`
-	// Bytes per second written to disks (VMs only).
-	DiskWriteBytesPerSecond *float64 `json:"diskWriteBytesPerSecond,omitempty"`
-}
-
-// Where migrateVM moves a VM.
-type MigrateVMInput struct {
-	// The VM's id.
-	ID string `json:"id"`
-	// The host to move to: a host's id or name (e.g. pve2). Required within
-	// the VM's zone; across zones null lets flexplane choose.
-	Host *string `json:"host,omitempty"`
-	// The name of the zone to move to; null (or the VM's zone) stays in it.
-	Zone *string `json:"zone,omitempty"`
-	// Across zones: the network each of the VM's networks maps to in the
-	// target zone; a network not listed maps to the VDC's network of the same
-	// name there.
-	Networks []*NetworkMappingInput `json:"networks,omitempty"`
 }
 
 // A NIC of a VM and the networks of a target zone it can move onto.
@@ -968,7 +693,7 @@ type NetworkConnection struct {
 	// The networks of the page (the edges' nodes).
 	Nodes []*Network `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many networks match in all (in the zones that answered).
 	TotalCount int `json:"totalCount"`
 }
@@ -979,14 +704,6 @@ type NetworkEdge struct {
 	Cursor string `json:"cursor"`
 	// The network.
 	Node *Network `json:"node"`
-}
-
-// One network of a VM and the network of the target zone it maps to.
-type NetworkMappingInput struct {
-	// The id of a network one of the VM's NICs is on.
-	From string `json:"from"`
-	// The id of a network of the VDC in the target zone.
-	To string `json:"to"`
 }
 
 // A node label of a pool's workers.
@@ -1003,56 +720,6 @@ type NodeLabelInput struct {
 	Key string `json:"key"`
 	// The label's value.
 	Value string `json:"value"`
-}
-
-// A node pool of a Kubernetes cluster: workers alike, scaled together.
-type NodePool struct {
-	// The pool's id.
-	ID string `json:"id"`
-	// The id of the pool's cluster.
-	ClusterID string `json:"clusterId"`
-	// The pool's name in its cluster.
-	Name string `json:"name"`
-	// The compute profile of the workers.
-	ComputeProfile string `json:"computeProfile"`
-	// The storage profile of the workers' disks.
-	StorageProfile string `json:"storageProfile"`
-	// The desired number of workers.
-	Size int `json:"size"`
-	// How many workers exist (being created, running or being deleted).
-	Workers int `json:"workers"`
-	// How many workers run.
-	ReadyWorkers int `json:"readyWorkers"`
-	// The Kubernetes version the pool's workers run, or are being moved to.
-	Version string `json:"version"`
-	// How many of the pool's workers run version.
-	UpToDateWorkers int `json:"upToDateWorkers"`
-	// The workers' node labels, sorted by key.
-	Labels []*NodeLabel `json:"labels"`
-	// The workers' node taints.
-	Taints []*NodeTaint `json:"taints"`
-	// Whether the pool is being deleted.
-	Deleting bool `json:"deleting"`
-}
-
-// A node taint of a pool's workers.
-type NodeTaint struct {
-	// The taint's key.
-	Key string `json:"key"`
-	// The taint's value (may be empty).
-	Value string `json:"value"`
-	// The taint's effect.
-	Effect TaintEffect `json:"effect"`
-}
-
-// A node taint.
-type NodeTaintInput struct {
-	// The taint's key (a qualified name).
-	Key string `json:"key"`
-	// The taint's value (may be empty).
-	Value *string `json:"value,omitempty"`
-	// The taint's effect.
-	Effect TaintEffect `json:"effect"`
 }
 
 // A public address of a VDC's VM, both ways.
@@ -1096,7 +763,7 @@ type OperationConnection struct {
 	// The operations of the page (the edges' nodes).
 	Nodes []*Operation `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many operations there are in all (of the newest 100).
 	TotalCount int `json:"totalCount"`
 }
@@ -1117,26 +784,6 @@ type OperationProgress struct {
 	BytesTotal float64 `json:"bytesTotal"`
 	// The current rate in bytes per second (0 when unknown).
 	BytesPerSecond float64 `json:"bytesPerSecond"`
-}
-
-// Where a page of a connection lies in the whole list.
-type PageInfo struct {
-	// Whether there are items after this page (pass endCursor as after to get them).
-	HasNextPage bool `json:"hasNextPage"`
-	// Whether there are items before this page (true when after was given and matched items).
-	HasPreviousPage bool `json:"hasPreviousPage"`
-	// The cursor of the page's first edge; null for an empty page.
-	StartCursor *string `json:"startCursor,omitempty"`
-	// The cursor of the page's last edge; null for an empty page.
-	EndCursor *string `json:"endCursor,omitempty"`
-}
-
-// Sends HTTP requests whose path starts with pathPrefix to a pool.
-type PathRoute struct {
-	// The path prefix (starting with /).
-	PathPrefix string `json:"pathPrefix"`
-	// The pool's name.
-	Pool string `json:"pool"`
 }
 
 // A path-prefix route.
@@ -1175,14 +822,6 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
-// Sends TLS connections for a server name to a pool.
-type SNIRoute struct {
-	// The server name (a DNS name, or *.name for one label).
-	ServerName string `json:"serverName"`
-	// The pool's name.
-	Pool string `json:"pool"`
-}
-
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
@@ -1193,18 +832,6 @@ type SNIRouteInput struct {
 
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
-}
-
-// What is known of a certificate of a load balancer (its key is never returned).
-type TLSCertificate struct {
-	// The certificate's name in its balancer.
-	Name string `json:"name"`
-	// The leaf's subject names.
-	DNSNames []string `json:"dnsNames"`
-	// When the leaf expires.
-	NotAfter time.Time `json:"notAfter"`
-	// The SHA-256 of the leaf's DER, lower-case hex.
-	Fingerprint string `json:"fingerprint"`
 }
 
 // A TLS certificate.
@@ -1320,7 +947,7 @@ type UpdateVDCInput struct {
 	// A new description.
 	Description *string `json:"description,omitempty"`
 	// New quotas (all of them).
-	Quotas *VDCQuotasInput `json:"quotas,omitempty"`
+	Quotas *catalog.VDCQuotas `json:"quotas,omitempty"`
 }
 
 // A change of a zone's policy.
@@ -1338,21 +965,7 @@ type VDCAccess struct {
 	// The VDC.
 	Vdc *catalog.VDC `json:"vdc"`
 	// The caller's role in it.
-	Role VDCRole `json:"role"`
-}
-
-// Quotas of a VDC (0 allows none).
-type VDCQuotasInput struct {
-	// At most this many vCPUs.
-	Vcpus int `json:"vcpus"`
-	// At most this much memory in MiB.
-	MemoryMiB int `json:"memoryMiB"`
-	// At most this much disk in GiB.
-	StorageGiB int `json:"storageGiB"`
-	// At most this many VMs.
-	Vms int `json:"vms"`
-	// At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null or absent bounds none.
-	PublicAddresses *int `json:"publicAddresses,omitempty"`
+	Role auth.Role `json:"role"`
 }
 
 // What a VDC uses of its quotas.
@@ -1398,7 +1011,7 @@ type VM struct {
 	// Its CPU, memory, network and disk I/O over the timeframe, oldest point
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1445,7 +1058,7 @@ type VMConnection struct {
 	// The VMs of the page (the edges' nodes).
 	Nodes []*VM `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many VMs match the filter in all (in the zones that answered).
 	TotalCount int `json:"totalCount"`
 }
@@ -1537,11 +1150,11 @@ type Zone struct {
 	// The zone's hosts, sorted by name.
 	Hosts []*Host `json:"hosts,omitempty"`
 	// Totals and utilisation of the zone's online hosts and storage.
-	Capacity *Capacity `json:"capacity,omitempty"`
+	Capacity *estate.Capacity `json:"capacity,omitempty"`
 	// The zone's hosts together over the timeframe, oldest point first: CPU as
 	// a fraction of all their CPUs, memory and traffic summed. Hosts that do
 	// not answer are left out (with ZONE_UNAVAILABLE when none answers).
-	Metrics []*MetricsPoint `json:"metrics,omitempty"`
+	Metrics []*estate.Point `json:"metrics,omitempty"`
 	// The region it belongs to.
 	Region *string `json:"region,omitempty"`
 	// Whether it is dedicated to chosen VDCs (for a VDC member: to the request's VDC).
@@ -1559,7 +1172,7 @@ type ZoneConnection struct {
 	// The zones of the page (the edges' nodes).
 	Nodes []*Zone `json:"nodes"`
 	// Where the page lies in the list.
-	PageInfo *PageInfo `json:"pageInfo"`
+	PageInfo *paging.Info `json:"pageInfo"`
 	// How many zones there are in all.
 	TotalCount int `json:"totalCount"`
 }
@@ -1578,73 +1191,6 @@ type ZonePoolInput struct {
 	Zone string `json:"zone"`
 	// The Proxmox storage in that zone, e.g. local-lvm.
 	Pool string `json:"pool"`
-}
-
-// Where a host of a rollout is.
-type AgentUpdateHostState string
-
-const (
-	// Its batch has not started.
-	AgentUpdateHostStatePending AgentUpdateHostState = "PENDING"
-	// The release is being sent to it or it is on probation.
-	AgentUpdateHostStateUpdating AgentUpdateHostState = "UPDATING"
-	// It runs the new version and passed its probation.
-	AgentUpdateHostStateDone AgentUpdateHostState = "DONE"
-	// It refused the release, rolled back or was not done in time: the rollout halted.
-	AgentUpdateHostStateFailed AgentUpdateHostState = "FAILED"
-	// Not updated: the rollout halted first, or it runs the version already.
-	AgentUpdateHostStateSkipped AgentUpdateHostState = "SKIPPED"
-)
-
-var AllAgentUpdateHostState = []AgentUpdateHostState{
-	AgentUpdateHostStatePending,
-	AgentUpdateHostStateUpdating,
-	AgentUpdateHostStateDone,
-	AgentUpdateHostStateFailed,
-	AgentUpdateHostStateSkipped,
-}
-
-func (e AgentUpdateHostState) IsValid() bool {
-	switch e {
-	case AgentUpdateHostStatePending, AgentUpdateHostStateUpdating, AgentUpdateHostStateDone, AgentUpdateHostStateFailed, AgentUpdateHostStateSkipped:
-		return true
-	}
-	return false
-}
-
-func (e AgentUpdateHostState) String() string {
-	return string(e)
-}
-
-func (e *AgentUpdateHostState) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = AgentUpdateHostState(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid AgentUpdateHostState", str)
-	}
-	return nil
-}
-
-func (e AgentUpdateHostState) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *AgentUpdateHostState) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e AgentUpdateHostState) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
 }
 
 // The state of an agent's update.
@@ -1718,128 +1264,6 @@ func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
 }
 
 func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// A backend's health as the zone's flexgateway replicas report it.
-type BackendHealth string
-
-const (
-	// Every replica that checks it finds it healthy: it receives traffic.
-	BackendHealthHealthy BackendHealth = "HEALTHY"
-	// A replica finds it failing: that replica sends it no traffic.
-	BackendHealthUnhealthy BackendHealth = "UNHEALTHY"
-	// No replica reports it (its pool has no health check, or no replica answers).
-	BackendHealthUnknown BackendHealth = "UNKNOWN"
-)
-
-var AllBackendHealth = []BackendHealth{
-	BackendHealthHealthy,
-	BackendHealthUnhealthy,
-	BackendHealthUnknown,
-}
-
-func (e BackendHealth) IsValid() bool {
-	switch e {
-	case BackendHealthHealthy, BackendHealthUnhealthy, BackendHealthUnknown:
-		return true
-	}
-	return false
-}
-
-func (e BackendHealth) String() string {
-	return string(e)
-}
-
-func (e *BackendHealth) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = BackendHealth(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid BackendHealth", str)
-	}
-	return nil
-}
-
-func (e BackendHealth) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *BackendHealth) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e BackendHealth) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// Whether an edge gateway runs as the catalog wants it.
-type EdgeGatewayStatus string
-
-const (
-	// Its agent runs the whole state.
-	EdgeGatewayStatusActive EdgeGatewayStatus = "ACTIVE"
-	// Not placed yet (just created, or its zone has no online host).
-	EdgeGatewayStatusPending EdgeGatewayStatus = "PENDING"
-	// The last attempt to apply it failed (see message).
-	EdgeGatewayStatusFailed EdgeGatewayStatus = "FAILED"
-)
-
-var AllEdgeGatewayStatus = []EdgeGatewayStatus{
-	EdgeGatewayStatusActive,
-	EdgeGatewayStatusPending,
-	EdgeGatewayStatusFailed,
-}
-
-func (e EdgeGatewayStatus) IsValid() bool {
-	switch e {
-	case EdgeGatewayStatusActive, EdgeGatewayStatusPending, EdgeGatewayStatusFailed:
-		return true
-	}
-	return false
-}
-
-func (e EdgeGatewayStatus) String() string {
-	return string(e)
-}
-
-func (e *EdgeGatewayStatus) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = EdgeGatewayStatus(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid EdgeGatewayStatus", str)
-	}
-	return nil
-}
-
-func (e EdgeGatewayStatus) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *EdgeGatewayStatus) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e EdgeGatewayStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
@@ -2205,76 +1629,6 @@ func (e ImageStagingState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Where a Kubernetes cluster is in its life (Cluster API's phase of the Cluster).
-type KubernetesClusterPhase string
-
-const (
-	// Created; Cluster API has not looked at it yet.
-	KubernetesClusterPhasePending KubernetesClusterPhase = "PENDING"
-	// The control plane is starting.
-	KubernetesClusterPhaseProvisioning KubernetesClusterPhase = "PROVISIONING"
-	// The control plane serves.
-	KubernetesClusterPhaseProvisioned KubernetesClusterPhase = "PROVISIONED"
-	// Being deleted.
-	KubernetesClusterPhaseDeleting KubernetesClusterPhase = "DELETING"
-	// Failed; conditions say why.
-	KubernetesClusterPhaseFailed KubernetesClusterPhase = "FAILED"
-	// A phase this API does not know.
-	KubernetesClusterPhaseUnknown KubernetesClusterPhase = "UNKNOWN"
-)
-
-var AllKubernetesClusterPhase = []KubernetesClusterPhase{
-	KubernetesClusterPhasePending,
-	KubernetesClusterPhaseProvisioning,
-	KubernetesClusterPhaseProvisioned,
-	KubernetesClusterPhaseDeleting,
-	KubernetesClusterPhaseFailed,
-	KubernetesClusterPhaseUnknown,
-}
-
-func (e KubernetesClusterPhase) IsValid() bool {
-	switch e {
-	case KubernetesClusterPhasePending, KubernetesClusterPhaseProvisioning, KubernetesClusterPhaseProvisioned, KubernetesClusterPhaseDeleting, KubernetesClusterPhaseFailed, KubernetesClusterPhaseUnknown:
-		return true
-	}
-	return false
-}
-
-func (e KubernetesClusterPhase) String() string {
-	return string(e)
-}
-
-func (e *KubernetesClusterPhase) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = KubernetesClusterPhase(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid KubernetesClusterPhase", str)
-	}
-	return nil
-}
-
-func (e KubernetesClusterPhase) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *KubernetesClusterPhase) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e KubernetesClusterPhase) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
 // The protocol of a listener.
 type LoadBalancerProtocol string
 
@@ -2602,128 +1956,6 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// The effect of a node taint.
-type TaintEffect string
-
-const (
-	// Pods without a matching toleration are not scheduled.
-	TaintEffectNoSchedule TaintEffect = "NO_SCHEDULE"
-	// The scheduler avoids the node for pods without a matching toleration.
-	TaintEffectPreferNoSchedule TaintEffect = "PREFER_NO_SCHEDULE"
-	// Pods without a matching toleration are evicted.
-	TaintEffectNoExecute TaintEffect = "NO_EXECUTE"
-)
-
-var AllTaintEffect = []TaintEffect{
-	TaintEffectNoSchedule,
-	TaintEffectPreferNoSchedule,
-	TaintEffectNoExecute,
-}
-
-func (e TaintEffect) IsValid() bool {
-	switch e {
-	case TaintEffectNoSchedule, TaintEffectPreferNoSchedule, TaintEffectNoExecute:
-		return true
-	}
-	return false
-}
-
-func (e TaintEffect) String() string {
-	return string(e)
-}
-
-func (e *TaintEffect) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = TaintEffect(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid TaintEffect", str)
-	}
-	return nil
-}
-
-func (e TaintEffect) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *TaintEffect) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e TaintEffect) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// A role within one VDC.
-type VDCRole string
-
-const (
-	// Manages the VDC.
-	VDCRoleAdmin VDCRole = "ADMIN"
-	// Creates and runs resources in the VDC.
-	VDCRoleMember VDCRole = "MEMBER"
-	// Reads the VDC.
-	VDCRoleViewer VDCRole = "VIEWER"
-)
-
-var AllVDCRole = []VDCRole{
-	VDCRoleAdmin,
-	VDCRoleMember,
-	VDCRoleViewer,
-}
-
-func (e VDCRole) IsValid() bool {
-	switch e {
-	case VDCRoleAdmin, VDCRoleMember, VDCRoleViewer:
-		return true
-	}
-	return false
-}
-
-func (e VDCRole) String() string {
-	return string(e)
-}
-
-func (e *VDCRole) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = VDCRole(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid VDCRole", str)
-	}
-	return nil
-}
-
-func (e VDCRole) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *VDCRole) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e VDCRole) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

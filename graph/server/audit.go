@@ -70,7 +70,7 @@ func newEvent(ctx context.Context, verb string, oc *graphql.OperationContext) au
 	}
 	if s, ok := graph.VDCScopeFrom(ctx); ok && s.VDC != nil {
 		ev.VDC = s.VDC.Name
-	} else if name, ok := graph.VDCNameFrom(ctx); ok {
+	} else if name, ok := vdcNameFrom(ctx); ok {
 		ev.VDC = name // refused before the VDC was resolved: the one asked for
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {

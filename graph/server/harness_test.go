@@ -19,6 +19,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 const (
@@ -119,9 +121,13 @@ func (h *harness) newHandler(t *testing.T) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
+	vdcs, err := vdc.New(vdc.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
 	handler, err := server.New(server.Config{
 		Verifier:      v,
-		Resolver:      &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Resolver:      &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
 		Logger:        slog.New(slog.NewTextHandler(h.logs, nil)),
 		MaxDepth:      h.options.maxDepth,
 		MaxComplexity: h.options.maxComplexity,

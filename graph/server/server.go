@@ -39,6 +39,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/graphiql"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 // Config configures the GraphQL handler. Verifier and Resolver are
@@ -57,7 +58,7 @@ type Config struct {
 	MaxDepth int
 	// MaxComplexity bounds the complexity of an operation (each field costs
 	// 1 plus its children; list fields their children times first, see
-	// graph.Complexity); 0 is 1000.
+	// complexity); 0 is 1000.
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
@@ -134,8 +135,8 @@ func New(cfg Config) (http.Handler, error) {
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
-		Directives: graph.Directives(),
-		Complexity: graph.Complexity(),
+		Directives: directives(),
+		Complexity: complexity(),
 	}))
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 10 * time.Second,
@@ -197,7 +198,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
 	ctx := r.Context()
 	if v := r.Header.Get(graph.VDCHeader); v != "" {
-		ctx = graph.WithVDCName(ctx, v)
+		ctx = withVDCName(ctx, v)
 	}
 	header := r.Header.Get("Authorization")
 	// Browsers cannot set headers on websocket upgrades: such connections
@@ -251,7 +252,7 @@ func (h *apiHandler) unauthenticated(w http.ResponseWriter, r *http.Request, err
 // reached with 1013 ("try again later") and "UNAVAILABLE: <why>".
 func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	if v := payload.GetString(graph.VDCHeader); v != "" {
-		ctx = graph.WithVDCName(ctx, v)
+		ctx = withVDCName(ctx, v)
 	}
 	if header := payload.Authorization(); header != "" {
 		tok, err := auth.BearerToken(header)
@@ -287,13 +288,13 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 	return ctx, nil, err
 }
 
-// aroundOperation begins the operation's state (graph.BeginOperation: a
+// aroundOperation begins the operation's state (beginOperation: a
 // caller is required, and the FlexPlane-VDC-ID header names a VDC the
 // caller may use, else NOT_FOUND); a refusal fails the whole operation.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	subscription := oc.Operation != nil && oc.Operation.Operation == ast.Subscription
-	ctx, err := graph.BeginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
+	ctx, err := beginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
 	if err != nil {
 		return h.fail(ctx, err)
 	}
@@ -310,8 +311,13 @@ func (h *apiHandler) fail(ctx context.Context, err error) graphql.ResponseHandle
 // else is logged and shown as INTERNAL.
 func (h *apiHandler) present(ctx context.Context, err error) *gqlerror.Error {
 	gqlErr := graphql.DefaultErrorPresenter(ctx, err)
-	var ae *apierr.Error
-	if errors.As(err, &ae) {
+	var (
+		ae *apierr.Error
+		fe *fault.Error
+	)
+	if errors.As(err, &ae) || errors.As(err, &fe) {
+		ae = apierr.From(err, "") // a service's kinded error, as paging's on first and after
+
 		if ae.Code == apierr.Internal {
 			h.log.Error("graphql: internal error", "path", gqlErr.Path.String(), "err", ae)
 		}

@@ -26,6 +26,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 func TestAuthentication(t *testing.T) {
@@ -553,7 +555,11 @@ func TestIssuerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store}})
+	vdcs, err := vdc.New(vdc.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler, err := server.New(server.Config{Verifier: v, Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,29 @@ func (p *Principal) MemberVDCs() []string {
 	return out
 }
 
+// RoleKeys returns the caller's roles as role keys (PlatformAdminRole,
+// VDCRoleKey), sorted.
+func (p *Principal) RoleKeys() []string {
+	var keys []string
+	if p.PlatformAdmin {
+		keys = append(keys, PlatformAdminRole)
+	}
+	for v, r := range p.VDCRoles {
+		keys = append(keys, VDCRoleKey(v, r))
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// KubeUser is the caller's user name in the kubeconfigs of tenant
+// clusters: the email when it is one line, else "oidc:" and the subject.
+func (p *Principal) KubeUser() string {
+	if p.Email != "" && !strings.ContainsAny(p.Email, "\n\x00") {
+		return p.Email
+	}
+	return "oidc:" + p.Subject
+}
+
 // ClaimNames says which token claims carry identity and roles. Empty fields
 // take the defaults documented on each.
 type ClaimNames struct {

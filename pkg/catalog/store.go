@@ -93,3 +93,37 @@ func Update[P ObjectPtr[T], T any](ctx context.Context, s Store, obj P) (P, erro
 func Delete[P ObjectPtr[T], T any](ctx context.Context, s Store, name, resourceVersion string) error {
 	return s.Delete(ctx, kindOf[P](), name, resourceVersion)
 }
+
+// Change applies change to the object called name and writes it
+// conditionally: on resourceVersion when the caller gave one (an empty
+// one is a ValidationError of "resourceVersion"), else on the version
+// just read, so that a concurrent write in between is a conflict, never
+// lost.
+func Change[P ObjectPtr[T], T any](ctx context.Context, s Store, name string, resourceVersion *string, change func(P)) (P, error) {
+	cur, err := Get[P](ctx, s, name)
+	if err != nil {
+		return nil, err
+	}
+	if resourceVersion != nil {
+		if *resourceVersion == "" {
+			return nil, invalid("resourceVersion", "must not be empty when given")
+		}
+		cur.GetObjectMeta().ResourceVersion = *resourceVersion
+	}
+	change(cur)
+	return Update(ctx, s, cur)
+}
+
+// DeleteAt deletes the object called name, conditionally on
+// resourceVersion when the caller gave one (an empty one is a
+// ValidationError of "resourceVersion").
+func DeleteAt[P ObjectPtr[T], T any](ctx context.Context, s Store, name string, resourceVersion *string) error {
+	if resourceVersion != nil && *resourceVersion == "" {
+		return invalid("resourceVersion", "must not be empty when given")
+	}
+	rv := ""
+	if resourceVersion != nil {
+		rv = *resourceVersion
+	}
+	return Delete[P](ctx, s, name, rv)
+}

@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -68,6 +70,21 @@ type Operation struct {
 	Updated time.Time
 	// Progress is how far a migration has copied (nil for other kinds).
 	Progress *Progress
+}
+
+// HistoryKey is op's key (paging.Key) in History's order, newest first:
+// Proxmox keeps task start times in seconds, and within one second a task
+// is newer than the create that started it.
+func HistoryKey(op Operation) string {
+	var sec int64
+	if !op.Started.IsZero() {
+		sec = op.Started.Unix()
+	}
+	tie := "0"
+	if op.Kind == OpCreate {
+		tie = "1"
+	}
+	return paging.Key(fmt.Sprintf("%019d", math.MaxInt64-sec), tie, op.ID)
 }
 
 // Done reports whether the operation has ended.

@@ -189,6 +189,32 @@ func (s *Service) Networks(ctx context.Context, z zones.Zone, vdc string) ([]net
 	return nets, nil
 }
 
+// Network returns the network of vdc that ref names, and its zone: a
+// NotFound *fault.Error when the zone or the network is not known, a
+// ZoneUnavailable one when the zone does not answer.
+func (s *Service) Network(ctx context.Context, ref tenancy.NetworkRef, vdc string) (zones.Zone, network.Network, error) {
+	z, ok := s.Zone(ref.ZoneID)
+	if !ok {
+		return z, network.Network{}, fault.New(fault.NotFound, "no object of that id")
+	}
+	nets, err := s.Networks(ctx, z, vdc)
+	if err != nil {
+		if ze := (*ZoneError)(nil); errors.As(err, &ze) {
+			err = ze.Err
+		}
+		if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
+			return z, network.Network{}, fault.ZoneDown(z.Name, err)
+		}
+		return z, network.Network{}, err
+	}
+	for _, n := range nets {
+		if n.VNet == ref.VNet {
+			return z, n, nil
+		}
+	}
+	return z, network.Network{}, fault.New(fault.NotFound, "no object of that id")
+}
+
 // NetworksOf lists the networks of vdc in every zone of zs, by zone ID; the
 // zones that fail are returned beside.
 func (s *Service) NetworksOf(ctx context.Context, zs []zones.Zone, vdc string) (map[string][]network.Network, []*ZoneError) {
@@ -279,4 +305,32 @@ func (rd *Read) FirstReport(id string) bool {
 	seen := rd.reported[id]
 	rd.reported[id] = true
 	return !seen
+}
+
+type readKey struct{}
+
+// readHolder is the one Read of an operation, made at its first use.
+type readHolder struct {
+	once sync.Once
+	read *Read
+}
+
+// WithRead returns ctx carrying the state of one API operation: its view
+// of the estate, made at first use (ReadOf), so that each zone is read
+// once per operation and reported unavailable once. The API's handler
+// calls it for every query and mutation (not for subscriptions, which
+// must read afresh).
+func WithRead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readKey{}, &readHolder{})
+}
+
+// ReadOf returns the operation's view of the estate (WithRead), or a new
+// Read when ctx carries no operation.
+func (s *Service) ReadOf(ctx context.Context) *Read {
+	h, ok := ctx.Value(readKey{}).(*readHolder)
+	if !ok {
+		return s.NewRead()
+	}
+	h.once.Do(func() { h.read = s.NewRead() })
+	return h.read
 }

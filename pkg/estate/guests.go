@@ -3,13 +3,16 @@ package estate
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
@@ -87,6 +90,29 @@ type VMPage struct {
 // Order orders VMs by zone identity and VMID (the page order of VMs).
 func Order(a, b tenancy.VMRef) int {
 	return cmp.Or(cmp.Compare(a.ZoneID, b.ZoneID), cmp.Compare(a.VMID, b.VMID))
+}
+
+// VMCursor is the cursor of the VM at ref in a page of VMs.
+func VMCursor(ref tenancy.VMRef) string {
+	return paging.Cursor(paging.Key(ref.ZoneID, fmt.Sprintf("%09d", ref.VMID)))
+}
+
+// ParseVMCursor returns the VM a cursor of VMCursor names (nil for no
+// cursor); paging.ErrBadAfter for anything else.
+func ParseVMCursor(after *string) (*tenancy.VMRef, error) {
+	if after == nil {
+		return nil, nil
+	}
+	k, err := paging.Decode(*after)
+	fs := paging.Fields(k)
+	if err != nil || len(fs) != 2 || fs[0] == "" {
+		return nil, paging.ErrBadAfter
+	}
+	vmid, err := strconv.Atoi(fs[1])
+	if err != nil {
+		return nil, paging.ErrBadAfter
+	}
+	return &tenancy.VMRef{ZoneID: fs[0], VMID: vmid}, nil
 }
 
 // candidate is a guest that matches a page's filter, before the page is

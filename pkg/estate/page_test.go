@@ -10,6 +10,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
@@ -121,6 +122,28 @@ func TestGuestStatusOfCreatesInFlight(t *testing.T) {
 	} {
 		if got := GuestStatus(pveapi.Resource{Type: "qemu", VMID: c.vmid, Status: "stopped"}, creating[c.zone]); got != string(c.want) {
 			t.Errorf("guest %d of %s: %s, want %s", c.vmid, c.zone, got, c.want)
+		}
+	}
+}
+
+func TestVMCursorRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, ref := range []tenancy.VMRef{{ZoneID: "a-b", VMID: 100}, {ZoneID: "a", VMID: 999999999}} {
+		c := VMCursor(ref)
+		got, err := ParseVMCursor(&c)
+		if err != nil || *got != ref {
+			t.Errorf("%+v: %+v, %v", ref, got, err)
+		}
+	}
+	// Cursors order as VMs' pages do: zone identity, then VMID.
+	key := func(ref tenancy.VMRef) string { k, _ := paging.Decode(VMCursor(ref)); return k }
+	a, b, c := tenancy.VMRef{ZoneID: "a", VMID: 999}, tenancy.VMRef{ZoneID: "a", VMID: 1000}, tenancy.VMRef{ZoneID: "a-b", VMID: 100}
+	if !(key(a) < key(b) && key(b) < key(c)) || Order(b, c) >= 0 {
+		t.Error("cursor keys do not order as Order")
+	}
+	for _, bad := range []string{"", "x", paging.Cursor("a")} {
+		if _, err := ParseVMCursor(&bad); err != paging.ErrBadAfter {
+			t.Errorf("after %q: %v, want ErrBadAfter", bad, err)
 		}
 	}
 }

@@ -182,7 +182,6 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 			Logger:        s.log.With("component", "api"),
 			Zones:         registry,
 			Estate:        svcs.estate,
-			ZoneTimeout:   c.ZoneTimeout,
 			Keys:          meshAPI,
 			AgentVersion:  c.AgentVersion,
 			Compute:       vms,

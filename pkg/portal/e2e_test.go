@@ -20,7 +20,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 const clientID = "flexplane-portal"
@@ -80,9 +82,13 @@ func TestBrowser(t *testing.T) {
 		logs = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	vdcs, err := vdc.New(vdc.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
 	apiHandler, err := server.New(server.Config{
 		Verifier: verifier,
-		Resolver: &graph.Resolver{Catalog: store, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
 		Logger:   logger,
 	})
 	if err != nil {

@@ -72,15 +72,18 @@ const (
 	Failed    = "failed"
 )
 
+// HostState is where a host is within a rollout.
+type HostState string
+
 // Host states within a rollout.
 const (
-	HostPending  = "pending"
-	HostUpdating = "updating"
-	HostDone     = "done"
-	HostFailed   = "failed"
+	HostPending  HostState = "pending"
+	HostUpdating HostState = "updating"
+	HostDone     HostState = "done"
+	HostFailed   HostState = "failed"
 	// HostSkipped: not updated, because the rollout halted first or the
 	// host runs the version (or a newer one) already.
-	HostSkipped = "skipped"
+	HostSkipped HostState = "skipped"
 )
 
 // Rollout is one rollout and where it is.
@@ -110,9 +113,9 @@ type Host struct {
 	// Batch is the number of its batch, from 1.
 	Batch int `json:"batch"`
 	// From is the version it ran before.
-	From   string `json:"from"`
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
+	From   string    `json:"from"`
+	State  HostState `json:"state"`
+	Reason string    `json:"reason,omitempty"`
 	// Took is how long its update took, done or failed.
 	Took time.Duration `json:"took,omitempty"`
 }

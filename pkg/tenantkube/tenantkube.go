@@ -196,7 +196,7 @@ type Condition struct {
 type Taint struct {
 	Key, Value string
 	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
-	Effect string
+	Effect TaintEffect
 }
 
 // NodePool is one MachineDeployment of workers.
@@ -991,4 +991,31 @@ func ClusterStatusCondition(c *Cluster, t string) string {
 		}
 	}
 	return ""
+}
+
+// The phases Cluster API gives a Cluster, as State reports them.
+var capiPhases = map[Phase]bool{PhasePending: true, PhaseProvisioning: true, PhaseProvisioned: true, PhaseDeleting: true, PhaseFailed: true}
+
+// State is c's phase as the API shows it: Deleting once its delete began,
+// Pending before Cluster API gives it a phase, Unknown for a phase Cluster
+// API did not have, else Cluster API's phase.
+func (c *Cluster) State() Phase {
+	switch {
+	case c.Deleting:
+		return PhaseDeleting
+	case c.Phase == "":
+		return PhasePending
+	case !capiPhases[Phase(c.Phase)]:
+		return PhaseUnknown
+	}
+	return Phase(c.Phase)
+}
+
+// SortedLabels are the pool's labels sorted by key, as key and value.
+func (p *NodePool) SortedLabels() [][2]string {
+	out := make([][2]string, 0, len(p.Labels))
+	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+		out = append(out, [2]string{k, p.Labels[k]})
+	}
+	return out
 }

@@ -52,7 +52,7 @@ func validTaints(ts []Taint) error {
 				return badInput("taints", "taint %s value %q: %s", t.Key, t.Value, strings.Join(errs, "; "))
 			}
 		}
-		if !slices.Contains([]string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, t.Effect) {
+		if !slices.Contains([]TaintEffect{NoSchedule, PreferNoSchedule, NoExecute}, t.Effect) {
 			return badInput("taints", "taint %s effect must be NoSchedule, PreferNoSchedule or NoExecute", t.Key)
 		}
 	}
@@ -85,7 +85,7 @@ func parseLabels(s string) map[string]string {
 func formatTaints(ts []Taint) string {
 	var parts []string
 	for _, t := range ts {
-		parts = append(parts, t.Key+"="+t.Value+":"+t.Effect)
+		parts = append(parts, t.Key+"="+t.Value+":"+string(t.Effect))
 	}
 	return strings.Join(parts, ",")
 }
@@ -98,7 +98,7 @@ func parseTaints(s string) []Taint {
 			continue
 		}
 		k, v, _ := strings.Cut(kv, "=")
-		out = append(out, Taint{Key: k, Value: v, Effect: eff})
+		out = append(out, Taint{Key: k, Value: v, Effect: TaintEffect(eff)})
 	}
 	return out
 }

@@ -8,11 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/support/fault"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -103,6 +107,9 @@ func From(err error, fieldPrefix string) *Error {
 		ke *tenantkube.Error
 		fe *fault.Error
 		qe *quota.ExceededError
+		ze *estate.ZoneError
+		ne *network.InputError
+		re *rollout.Error
 	)
 	switch {
 	case err == nil:
@@ -115,6 +122,25 @@ func From(err error, fieldPrefix string) *Error {
 		return fromKube(ke, fieldPrefix)
 	case errors.As(err, &fe):
 		return fromFault(fe, fieldPrefix)
+	case errors.As(err, &ze):
+		return ZoneDown(ze.Zone.Name, ze.Err)
+	case errors.As(err, &ne):
+		field := joinField(fieldPrefix, ne.Field)
+		return BadInput(field, "%s: %s", field, ne.Message)
+	case errors.Is(err, network.ErrExists):
+		return &Error{Code: Conflict, Message: "the VDC already has a network of that name in the zone", Cause: err}
+	case errors.Is(err, network.ErrInUse):
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, network.ErrInUse.Error()+": "); ok {
+			msg = "the network is in use: " + after
+		}
+		return &Error{Code: Conflict, Message: msg, Cause: err}
+	case errors.As(err, &re):
+		e := fromKind(rolloutCodes[re.Kind], re.Message, "", re.Field, fieldPrefix, nil, re)
+		if e.Code == NotFound {
+			e.Message = e.Field + ": " + re.Message
+		}
+		return e
 	case errors.As(err, &qe):
 		return &Error{Code: QuotaExceeded, Field: "quotas." + qe.Resource, Message: qe.Error()}
 	case errors.As(err, &ve):
@@ -185,6 +211,13 @@ var kubeCodes = map[tenantkube.ErrorKind]Code{
 // fieldPrefix.
 func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
 	return fromKind(kubeCodes[ke.Kind], ke.Message, "", ke.Field, fieldPrefix, ke.Cause, ke)
+}
+
+// rolloutCodes maps the kinds of refused rollouts to codes.
+var rolloutCodes = map[rollout.ErrorKind]Code{
+	rollout.KindBadInput: BadUserInput,
+	rollout.KindNotFound: NotFound,
+	rollout.KindConflict: Conflict,
 }
 
 // faultCodes maps the kinds of the capability services' errors to codes.

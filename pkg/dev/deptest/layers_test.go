@@ -1,6 +1,9 @@
 package deptest_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -169,5 +172,45 @@ func TestGraphHoldsOnlyTheEdge(t *testing.T) {
 		if !slices.Contains(pkgs, module+"/"+rel) {
 			t.Errorf("graphPackages lists %s, which is not a package", rel)
 		}
+	}
+}
+
+// maxGraphHelperLines bounds the Go files at the top of graph/ other than
+// the resolvers (*.resolvers.go, resolver.go) and tests: what is left
+// there maps a service's answer to the schema's types, and the logic
+// (sorting, merging state, deciding statuses, validation, zone
+// resolution, pagination) lives in the capabilities' services.
+const maxGraphHelperLines = 1000
+
+// TestGraphHelpersStayThin: the Go files at the top of graph/ other than
+// *.resolvers.go, resolver.go and tests hold at most maxGraphHelperLines
+// lines.
+func TestGraphHelpersStayThin(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "graph", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, counts := 0, []string{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		if strings.HasSuffix(name, ".resolvers.go") || name == "resolver.go" || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := strings.Count(string(b), "\n")
+		total += n
+		counts = append(counts, fmt.Sprintf("%s %d", name, n))
+	}
+	if total > maxGraphHelperLines {
+		t.Errorf("graph/*.go other than *.resolvers.go, resolver.go and tests hold %d lines, more than %d (%s): "+
+			"a resolver maps its input to one call of a capability's service and the answer to the model; move the logic "+
+			"(sorting, merging state, deciding statuses, validation, zone resolution, pagination) into the service under pkg/, "+
+			"bind schema types to the domain's Go types in gqlgen.yml where they match, and put schema machinery of the "+
+			"HTTP handler (complexity, directives) in graph/server",
+			total, maxGraphHelperLines, strings.Join(counts, ", "))
 	}
 }

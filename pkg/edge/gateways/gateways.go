@@ -237,11 +237,22 @@ func CheckRule(spec RuleSpec) (catalog.FirewallRule, error) {
 	return rule, nil
 }
 
+// ZoneCheck resolves the zone a change names, once the change's input is
+// checked: the API's edge makes sure the caller sees it and the VDC may
+// use it, so that bad input is told before the zone is looked at.
+type ZoneCheck func() (string, error)
+
+// Zone is the ZoneCheck of a zone already checked.
+func Zone(name string) ZoneCheck { return func() (string, error) { return name, nil } }
+
 // CreateFirewallRule checks spec and inserts the rule into vdc's gateway
-// in zone (which the caller has checked vdc may use), returning it and
-// its position.
-func (s *Service) CreateFirewallRule(ctx context.Context, vdc, zone string, spec RuleSpec) (catalog.FirewallRule, int, error) {
+// in the zone zoneOf resolves, returning it and its position.
+func (s *Service) CreateFirewallRule(ctx context.Context, vdc string, zoneOf ZoneCheck, spec RuleSpec) (catalog.FirewallRule, int, error) {
 	rule, err := CheckRule(spec)
+	if err != nil {
+		return catalog.FirewallRule{}, 0, err
+	}
+	zone, err := zoneOf()
 	if err != nil {
 		return catalog.FirewallRule{}, 0, err
 	}
@@ -461,10 +472,14 @@ func CheckLimits(egressMbps, ingressMbps *int) error {
 	return nil
 }
 
-// SetLimits sets the bandwidth limits of vdc's gateway in zone (which the
-// caller has checked vdc may use).
-func (s *Service) SetLimits(ctx context.Context, vdc, zone string, egressMbps, ingressMbps *int) (*catalog.EdgeGateway, error) {
+// SetLimits sets the bandwidth limits of vdc's gateway in the zone zoneOf
+// resolves.
+func (s *Service) SetLimits(ctx context.Context, vdc string, zoneOf ZoneCheck, egressMbps, ingressMbps *int) (*catalog.EdgeGateway, error) {
 	if err := CheckLimits(egressMbps, ingressMbps); err != nil {
+		return nil, err
+	}
+	zone, err := zoneOf()
+	if err != nil {
 		return nil, err
 	}
 	return s.change(ctx, vdc, zone, func(g *catalog.EdgeGateway) error {

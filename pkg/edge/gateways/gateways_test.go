@@ -73,23 +73,23 @@ func TestFirewallRules(t *testing.T) {
 	t.Parallel()
 	svc, _ := setup(t, fleet{})
 	ctx := t.Context()
-	first, pos, err := svc.CreateFirewallRule(ctx, "prod", "alpha", rule(nil))
+	first, pos, err := svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(nil))
 	if err != nil || pos != 0 {
 		t.Fatalf("first rule: %d, %v", pos, err)
 	}
 	if first.FromPort != 22 || first.ToPort != 22 {
 		t.Errorf("one port given: %d-%d, want 22-22", first.FromPort, first.ToPort)
 	}
-	if _, pos, err := svc.CreateFirewallRule(ctx, "prod", "alpha", rule(ptr(0))); err != nil || pos != 0 {
+	if _, pos, err := svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(ptr(0))); err != nil || pos != 0 {
 		t.Fatalf("rule at 0: %d, %v", pos, err)
 	}
-	_, _, err = svc.CreateFirewallRule(ctx, "prod", "alpha", rule(ptr(3)))
+	_, _, err = svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(ptr(3)))
 	wantFault(t, "beyond the end", err, fault.BadInput, "position")
-	_, _, err = svc.CreateFirewallRule(ctx, "prod", "alpha", rule(ptr(-1)))
+	_, _, err = svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(ptr(-1)))
 	wantFault(t, "below 0", err, fault.BadInput, "position")
 	bad := rule(nil)
 	bad.FromPort = ptr(0)
-	_, _, err = svc.CreateFirewallRule(ctx, "prod", "alpha", bad)
+	_, _, err = svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), bad)
 	wantFault(t, "port 0", err, fault.BadInput, "fromPort")
 	gws, err := svc.List(ctx, "prod")
 	if err != nil || len(gws) != 1 || len(gws[0].FirewallRules) != 2 || gws[0].FirewallRules[1].ID != first.ID {
@@ -108,14 +108,14 @@ func TestConcurrentChangesAllLand(t *testing.T) {
 	t.Parallel()
 	svc, _ := setup(t, fleet{})
 	ctx := t.Context()
-	if _, _, err := svc.CreateFirewallRule(ctx, "prod", "alpha", rule(nil)); err != nil {
+	if _, _, err := svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(nil)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 8
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			if _, _, err := svc.CreateFirewallRule(ctx, "prod", "alpha", rule(nil)); err != nil {
+			if _, _, err := svc.CreateFirewallRule(ctx, "prod", gateways.Zone("alpha"), rule(nil)); err != nil {
 				t.Error(err)
 			}
 		})
@@ -191,9 +191,9 @@ func TestLimitsAndDelete(t *testing.T) {
 	t.Parallel()
 	svc, _ := setup(t, fleet{})
 	ctx := t.Context()
-	_, err := svc.SetLimits(ctx, "prod", "alpha", ptr(-1), nil)
+	_, err := svc.SetLimits(ctx, "prod", gateways.Zone("alpha"), ptr(-1), nil)
 	wantFault(t, "negative egress", err, fault.BadInput, "egressMbps")
-	g, err := svc.SetLimits(ctx, "prod", "alpha", ptr(100), ptr(50))
+	g, err := svc.SetLimits(ctx, "prod", gateways.Zone("alpha"), ptr(100), ptr(50))
 	if err != nil || g.EgressMbps != 100 || g.IngressMbps != 50 {
 		t.Fatalf("limits: %+v, %v", g, err)
 	}

@@ -2,8 +2,12 @@ package meshcontrol
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 // KeyLister lists enrollment keys (*Client does).
@@ -32,4 +36,18 @@ func AgentKey(ctx context.Context, l KeyLister, id uint64) (Key, error) {
 		return ks[i], nil
 	}
 	return Key{}, ErrKeyNotFound
+}
+
+// AgentKeyOf is AgentKey of the key whose id is the decimal id (as the
+// API names keys); a fault.NotFound error, wrapping ErrKeyNotFound, for one
+// that is malformed or unknown.
+func AgentKeyOf(ctx context.Context, l KeyLister, id string) (Key, error) {
+	err := ErrKeyNotFound
+	if n, perr := strconv.ParseUint(id, 10, 64); perr == nil {
+		var k Key
+		if k, err = AgentKey(ctx, l, n); err == nil || !errors.Is(err, ErrKeyNotFound) {
+			return k, err
+		}
+	}
+	return Key{}, &fault.Error{Kind: fault.NotFound, Message: fmt.Sprintf("enrollment key %q not found", id), Cause: err}
 }

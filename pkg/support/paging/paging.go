@@ -11,6 +11,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 const cursorPrefix = "cursor/"
@@ -82,4 +84,68 @@ func Cut[T any](items []T, key func(T) string, n int, after *string) (Page[T], e
 		p.Cursors = append(p.Cursors, Cursor(keys[i]))
 	}
 	return p, nil
+}
+
+// Info is where a page sits in its list: the schema's PageInfo.
+type Info struct {
+	HasNextPage, HasPreviousPage bool
+	// StartCursor and EndCursor are the cursors of the page's first and
+	// last items (nil for an empty page).
+	StartCursor, EndCursor *string
+}
+
+// Info says where p sits in its list.
+func (p Page[T]) Info() *Info { return NewInfo(p.Cursors, p.Before, p.More) }
+
+// NewInfo is the Info of a page of items with cursors, with items before
+// it (before) and after it (more).
+func NewInfo(cursors []string, before, more bool) *Info {
+	info := &Info{HasNextPage: more, HasPreviousPage: before}
+	if len(cursors) > 0 {
+		info.StartCursor, info.EndCursor = &cursors[0], &cursors[len(cursors)-1]
+	}
+	return info
+}
+
+// MaxFirst bounds the size of every page.
+const MaxFirst = 1000
+
+// Limit is the size of page a list's first argument asks for: def when
+// it is nil; bad input (field "first") outside 0 to MaxFirst.
+func Limit(first *int, def int) (int, error) {
+	if first == nil {
+		return def, nil
+	}
+	if *first < 0 || *first > MaxFirst {
+		return 0, fault.Invalid("first", "must be between 0 and %d", MaxFirst)
+	}
+	return *first, nil
+}
+
+// ErrBadAfter is the one answer for an after argument that is not a
+// cursor of its list.
+var ErrBadAfter = fault.Invalid("after", "not a cursor of this list")
+
+// List cuts the page a list's arguments ask for: at most first (def when
+// nil, Limit) items in key order after the cursor after; bad input on
+// "first" or "after" (ErrBadAfter).
+func List[T any](items []T, key func(T) string, first *int, def int, after *string) (Page[T], error) {
+	n, err := Limit(first, def)
+	if err != nil {
+		return Page[T]{}, err
+	}
+	p, err := Cut(items, key, n, after)
+	if err != nil {
+		return Page[T]{}, ErrBadAfter
+	}
+	return p, nil
+}
+
+// Edges pairs a page's items with their cursors, as edge makes each.
+func Edges[T, E any](p Page[T], edge func(cursor string, node T) E) []E {
+	out := make([]E, len(p.Items))
+	for i, it := range p.Items {
+		out[i] = edge(p.Cursors[i], it)
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package paging
 import (
 	"slices"
 	"testing"
+
+	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
 func TestCutFollowsKeysNotPositions(t *testing.T) {
@@ -51,5 +53,48 @@ func TestKeysOrderAsFields(t *testing.T) {
 	}
 	if k, err := Decode(Cursor(Key("x", "1"))); err != nil || k != Key("x", "1") {
 		t.Errorf("round trip: %q, %v", k, err)
+	}
+}
+
+func TestListFollowsKeysNotPositions(t *testing.T) {
+	t.Parallel()
+	key := func(s string) string { return s }
+	two := 2
+	items := []string{"d", "b", "a", "c", "e"}
+	var got []string
+	var after *string
+	for {
+		p, err := List(items, key, &two, 20, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Items...)
+		info := p.Info()
+		if p.Total != len(items) || info.HasPreviousPage != (after != nil) || len(p.Cursors) != len(p.Items) {
+			t.Fatalf("page after %v: %+v", after, p)
+		}
+		if !info.HasNextPage {
+			break
+		}
+		// The item the cursor names goes away: the next page is still right.
+		last := p.Items[len(p.Items)-1]
+		items = slices.DeleteFunc(items, func(s string) bool { return s == last })
+		after = info.EndCursor
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(got, want) {
+		t.Errorf("pages = %v, want %v", got, want)
+	}
+	p, err := List([]string{}, key, nil, 20, nil)
+	if err != nil || p.Items == nil || p.Info().EndCursor != nil || p.Info().HasNextPage {
+		t.Errorf("empty list: %+v, %v", p, err)
+	}
+	for _, bad := range []string{"", "x", Cursor("a")[1:]} {
+		if _, err := List(items, key, nil, 20, &bad); err != ErrBadAfter {
+			t.Errorf("after %q: %v, want ErrBadAfter", bad, err)
+		}
+	}
+	minus := -1
+	if _, err := List(items, key, &minus, 20, nil); !fault.Is(err, fault.BadInput) {
+		t.Errorf("first -1: %v, want bad input", err)
 	}
 }
