@@ -3,7 +3,7 @@ package graph
 import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
 )
@@ -23,7 +23,7 @@ var updatePhases = map[string]model.AgentUpdateState{
 
 // hostUpdateModel is an agent's reported update state (nil when it reports
 // none).
-func hostUpdateModel(u zones.UpdateStatus) *model.HostUpdate {
+func hostUpdateModel(u fleet.UpdateStatus) *model.HostUpdate {
 	state, ok := updatePhases[u.Phase]
 	if !ok {
 		return nil

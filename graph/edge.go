@@ -8,7 +8,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -34,10 +34,10 @@ func (r *Resolver) edgeZone(ctx context.Context, vdc, zone, field string) gatewa
 
 // placeableZone is the zone named zone, which the caller sees and vdc may
 // use (BAD_USER_INPUT on field otherwise).
-func (r *Resolver) placeableZone(ctx context.Context, vdc, zone, field string) (zones.Zone, error) {
+func (r *Resolver) placeableZone(ctx context.Context, vdc, zone, field string) (fleet.Zone, error) {
 	zs, err := r.zonesOf(ctx, &zone, field)
 	if err != nil {
-		return zones.Zone{}, err
+		return fleet.Zone{}, err
 	}
 	return zs[0], r.placeable(ctx, zs[0], vdc, field)
 }

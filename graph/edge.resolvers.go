@@ -14,7 +14,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 )
 
@@ -171,7 +171,7 @@ func (r *mutationResolver) UpdateEdgeGateway(ctx context.Context, input model.Up
 	if err != nil {
 		return nil, err
 	}
-	var z zones.Zone
+	var z fleet.Zone
 	g, err := svc.SetLimits(ctx, scope.VDC.Name, func() (name string, err error) {
 		z, err = r.placeableZone(ctx, scope.VDC.Name, input.Zone, "input.zone")
 		return z.Name, err

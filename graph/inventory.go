@@ -10,7 +10,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/estate"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -38,7 +38,7 @@ func viewer(ctx context.Context) estate.Viewer {
 // zones are not all known yet (right after a restart), all zones come with
 // a ZONE_UNAVAILABLE error, and a zone that is not known yet is
 // ZONE_UNAVAILABLE, not BAD_USER_INPUT.
-func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]zones.Zone, error) {
+func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]fleet.Zone, error) {
 	if name == nil {
 		all, err := r.Estate.Known(ctx)
 		if err != nil && r.firstReport(ctx, "") {
@@ -50,7 +50,7 @@ func (r *Resolver) zonesOf(ctx context.Context, name *string, field string) ([]z
 	if err != nil {
 		return nil, apierr.From(err, "")
 	}
-	return []zones.Zone{z}, nil
+	return []fleet.Zone{z}, nil
 }
 
 // zoneNamed is the zone named name, or a stand-in of that name and id
@@ -63,7 +63,7 @@ func (r *Resolver) zoneNamed(name string) *model.Zone {
 }
 
 // zoneByID returns the zone with the cluster identity id.
-func (r *Resolver) zoneByID(id string) (zones.Zone, bool) { return r.Estate.Zone(id) }
+func (r *Resolver) zoneByID(id string) (fleet.Zone, bool) { return r.Estate.Zone(id) }
 
 // firstReport reports whether the operation has not reported zone id
 // unavailable yet ("" stands for the zones not known yet), and records it.
@@ -73,7 +73,7 @@ func (r *Resolver) firstReport(ctx context.Context, id string) bool {
 
 // zoneDown adds one ZONE_UNAVAILABLE error per zone and operation, and
 // logs the cause.
-func (r *Resolver) zoneDown(ctx context.Context, z zones.Zone, err error) {
+func (r *Resolver) zoneDown(ctx context.Context, z fleet.Zone, err error) {
 	if !r.firstReport(ctx, z.ID) {
 		return
 	}
@@ -95,7 +95,7 @@ func (r *Resolver) reportDown(ctx context.Context, err error, more ...*estate.Zo
 	return false
 }
 
-func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
+func zoneModel(z fleet.Zone, target agentTarget) *model.Zone {
 	m := &model.Zone{ID: z.ID, Name: z.Name, Standalone: z.Standalone, Status: model.ZoneStatus(estate.StatusOf(z))}
 	for _, h := range z.Hosts {
 		m.Hosts = append(m.Hosts, hostModel(m, h, target))
@@ -103,7 +103,7 @@ func zoneModel(z zones.Zone, target agentTarget) *model.Zone {
 	return m
 }
 
-func hostModel(zm *model.Zone, h zones.Host, target agentTarget) *model.Host {
+func hostModel(zm *model.Zone, h fleet.Host, target agentTarget) *model.Host {
 	m := &model.Host{
 		ID:              tenancy.HostRef{ZoneID: zm.ID, Node: h.Node}.ID(),
 		Name:            h.Node,
@@ -191,8 +191,8 @@ func networkModel(zm *model.Zone, n network.Network, zoneID string) *model.Netwo
 
 // zoneError is err, or ZONE_UNAVAILABLE when z's agent cannot be reached
 // or did not answer in time.
-func zoneError(z zones.Zone, err error) error {
-	if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
+func zoneError(z fleet.Zone, err error) error {
+	if errors.Is(err, fleet.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
 		return apierr.ZoneDown(z.Name, err)
 	}
 	return err

@@ -6,7 +6,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 )
 
 // Regions and dedicated zones: the estate service's zone policies decide
@@ -14,7 +14,7 @@ import (
 
 // visibleZones returns the zones of zs the caller sees, of region when it
 // is set (BAD_USER_INPUT on field for a region that is no DNS label).
-func (r *Resolver) visibleZones(ctx context.Context, zs []zones.Zone, region *string, field string) ([]zones.Zone, error) {
+func (r *Resolver) visibleZones(ctx context.Context, zs []fleet.Zone, region *string, field string) ([]fleet.Zone, error) {
 	vis, err := r.session(ctx).Visible(ctx, viewer(ctx), zs, region, field)
 	if err != nil {
 		return nil, apierr.From(err, "")
@@ -25,7 +25,7 @@ func (r *Resolver) visibleZones(ctx context.Context, zs []zones.Zone, region *st
 // scopedZones returns the zones a list's filters name: the zone named zone
 // (which the caller must see) or every zone, and of those only region's
 // that the caller sees when region is set.
-func (r *Resolver) scopedZones(ctx context.Context, zone, region *string, zoneField, regionField string) ([]zones.Zone, error) {
+func (r *Resolver) scopedZones(ctx context.Context, zone, region *string, zoneField, regionField string) ([]fleet.Zone, error) {
 	zs, err := r.zonesOf(ctx, zone, zoneField)
 	if err == nil && region != nil {
 		zs, err = r.visibleZones(ctx, zs, region, regionField)
@@ -35,7 +35,7 @@ func (r *Resolver) scopedZones(ctx context.Context, zone, region *string, zoneFi
 
 // placeable fails unless vdc may place resources in z (BAD_USER_INPUT on
 // field, as for a zone that does not exist).
-func (r *Resolver) placeable(ctx context.Context, z zones.Zone, vdc, field string) error {
+func (r *Resolver) placeable(ctx context.Context, z fleet.Zone, vdc, field string) error {
 	if err := r.session(ctx).Placeable(ctx, z, vdc, field); err != nil {
 		return apierr.From(err, "")
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -56,7 +56,7 @@ type Resolver struct {
 	Logger *slog.Logger
 	// Zones is the registry of zones and hosts; every Proxmox call goes
 	// through its per-zone clients. Nil serves an empty estate.
-	Zones *zones.Registry
+	Zones *fleet.Registry
 	// Estate reads the zones, hosts and guests, their figures and
 	// metrics, and keeps the zone policies; the composition root
 	// (pkg/orchestrator) builds it once, so that its bound on the answers

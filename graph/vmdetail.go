@@ -11,7 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 )
 
 // The detail of a VM: NICs, disks and the operations that ran on it. Each
@@ -21,14 +21,14 @@ import (
 
 // hardware returns the VDC, zone, NICs and disks of vm, read once per
 // operation.
-func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, zones.Zone, compute.Hardware, error) {
+func (r *Resolver) hardware(ctx context.Context, vm *model.VM) (string, fleet.Zone, compute.Hardware, error) {
 	scope, ok := VDCScopeFrom(ctx)
 	svc, err := r.compute()
 	if !ok || err != nil {
-		return "", zones.Zone{}, compute.Hardware{}, cmp.Or(err, vmNotFound())
+		return "", fleet.Zone{}, compute.Hardware{}, cmp.Or(err, vmNotFound())
 	}
 	type read struct {
-		zone zones.Zone
+		zone fleet.Zone
 		hw   compute.Hardware
 	}
 	v, err := r.session(ctx).Memo("hardware/"+vm.ID, func() (any, error) {

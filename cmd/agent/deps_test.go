@@ -20,7 +20,7 @@ func TestDeps(t *testing.T) {
 		"github.com/vektah/gqlparser":                         "the GraphQL API is the orchestrator's",
 		"github.com/graph-gophers/graphql-go":                 "the GraphQL API is the orchestrator's",
 		"github.com/flexplane/flexplane/pkg/mesh/meshcontrol": "mesh control runs in the orchestrator",
-		"github.com/flexplane/flexplane/pkg/mesh/zones":       "the zone registry is the orchestrator's",
+		"github.com/flexplane/flexplane/pkg/mesh/fleet":       "the zone registry is the orchestrator's",
 		"github.com/flexplane/flexplane/pkg/orchestrator":     "the orchestrator's wiring",
 		"github.com/flexplane/flexplane/pkg/pvesim":           "the Proxmox simulator is a product of its own (cmd/pvesim)",
 		"github.com/flexplane/flexplane/pkg/dev":              "dev tools and test harnesses are never linked into a product",

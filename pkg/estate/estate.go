@@ -26,7 +26,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/inventory"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/support/fault"
@@ -50,7 +50,7 @@ type Placement interface {
 // Config configures a Service.
 type Config struct {
 	// Zones is the fleet registry. Nil serves an empty estate.
-	Zones *zones.Registry
+	Zones *fleet.Registry
 	// Catalog holds the zone policies. Nil reads none (every zone is open
 	// to every VDC and in no region).
 	Catalog catalog.Store
@@ -94,7 +94,7 @@ func (s *Service) InventoryForTest() *inventory.Inventory { return s.inv }
 
 // ZoneError is a zone that could not answer.
 type ZoneError struct {
-	Zone zones.Zone
+	Zone fleet.Zone
 	Err  error
 }
 
@@ -107,7 +107,7 @@ func (e *ZoneError) Unwrap() error { return e.Err }
 func notFound() error { return fault.New(fault.NotFound, "VM not found") }
 
 // Zones returns the zones of the registry (none without one).
-func (s *Service) Zones() []zones.Zone {
+func (s *Service) Zones() []fleet.Zone {
 	if s.cfg.Zones == nil {
 		return nil
 	}
@@ -115,28 +115,28 @@ func (s *Service) Zones() []zones.Zone {
 }
 
 // Zone returns the zone with the cluster identity id.
-func (s *Service) Zone(id string) (zones.Zone, bool) {
+func (s *Service) Zone(id string) (fleet.Zone, bool) {
 	if s.cfg.Zones == nil {
-		return zones.Zone{}, false
+		return fleet.Zone{}, false
 	}
 	return s.cfg.Zones.Zone(id)
 }
 
 // ZoneNamed returns the zone called name.
-func (s *Service) ZoneNamed(name string) (zones.Zone, bool) {
+func (s *Service) ZoneNamed(name string) (fleet.Zone, bool) {
 	for _, z := range s.Zones() {
 		if z.Name == name {
 			return z, true
 		}
 	}
-	return zones.Zone{}, false
+	return fleet.Zone{}, false
 }
 
 // Known returns the zones known so far. Right after a restart it waits
 // for every agent's zone within the zone timeout; then the zones known so
 // far come with a *fault.Error of ZoneUnavailable saying how many agents
 // were not heard from.
-func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
+func (s *Service) Known(ctx context.Context) ([]fleet.Zone, error) {
 	if s.cfg.Zones == nil {
 		return nil, nil
 	}
@@ -144,7 +144,7 @@ func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
 	idErr := s.cfg.Zones.Identified(wctx)
 	cancel()
 	all := s.cfg.Zones.Zones()
-	var ue *zones.UnidentifiedError
+	var ue *fleet.UnidentifiedError
 	if !errors.As(idErr, &ue) || ctx.Err() != nil {
 		return all, nil
 	}
@@ -158,15 +158,15 @@ func (s *Service) Known(ctx context.Context) ([]zones.Zone, error) {
 
 // Each runs fn for every zone of zs concurrently, each within the zone
 // timeout, and returns the zones whose fn failed, in the order of zs.
-func (s *Service) Each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone) error) []*ZoneError {
+func (s *Service) Each(ctx context.Context, zs []fleet.Zone, fn func(ctx context.Context, z fleet.Zone) error) []*ZoneError {
 	if s.inv == nil {
 		return nil
 	}
-	return s.each(ctx, zs, func(ctx context.Context, z zones.Zone, _ *proxmox.Client) error { return fn(ctx, z) })
+	return s.each(ctx, zs, func(ctx context.Context, z fleet.Zone, _ *proxmox.Client) error { return fn(ctx, z) })
 }
 
 // each is Each with the zone's go-proxmox client.
-func (s *Service) each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) []*ZoneError {
+func (s *Service) each(ctx context.Context, zs []fleet.Zone, fn func(ctx context.Context, z fleet.Zone, c *proxmox.Client) error) []*ZoneError {
 	if s.inv == nil {
 		return nil
 	}
@@ -178,9 +178,9 @@ func (s *Service) each(ctx context.Context, zs []zones.Zone, fn func(ctx context
 }
 
 // Networks lists the networks of vdc in zone z, within the zone timeout.
-func (s *Service) Networks(ctx context.Context, z zones.Zone, vdc string) ([]network.Network, error) {
+func (s *Service) Networks(ctx context.Context, z fleet.Zone, vdc string) ([]network.Network, error) {
 	var nets []network.Network
-	if zerrs := s.each(ctx, []zones.Zone{z}, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) (err error) {
+	if zerrs := s.each(ctx, []fleet.Zone{z}, func(ctx context.Context, _ fleet.Zone, c *proxmox.Client) (err error) {
 		nets, err = network.List(ctx, c, vdc)
 		return err
 	}); len(zerrs) > 0 {
@@ -192,7 +192,7 @@ func (s *Service) Networks(ctx context.Context, z zones.Zone, vdc string) ([]net
 // Network returns the network of vdc that ref names, and its zone: a
 // NotFound *fault.Error when the zone or the network is not known, a
 // ZoneUnavailable one when the zone does not answer.
-func (s *Service) Network(ctx context.Context, ref tenancy.NetworkRef, vdc string) (zones.Zone, network.Network, error) {
+func (s *Service) Network(ctx context.Context, ref tenancy.NetworkRef, vdc string) (fleet.Zone, network.Network, error) {
 	z, ok := s.Zone(ref.ZoneID)
 	if !ok {
 		return z, network.Network{}, fault.New(fault.NotFound, "no object of that id")
@@ -202,7 +202,7 @@ func (s *Service) Network(ctx context.Context, ref tenancy.NetworkRef, vdc strin
 		if ze := (*ZoneError)(nil); errors.As(err, &ze) {
 			err = ze.Err
 		}
-		if errors.Is(err, zones.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, fleet.ErrNoAgent) || errors.Is(err, context.DeadlineExceeded) {
 			return z, network.Network{}, fault.ZoneDown(z.Name, err)
 		}
 		return z, network.Network{}, err
@@ -217,10 +217,10 @@ func (s *Service) Network(ctx context.Context, ref tenancy.NetworkRef, vdc strin
 
 // NetworksOf lists the networks of vdc in every zone of zs, by zone ID; the
 // zones that fail are returned beside.
-func (s *Service) NetworksOf(ctx context.Context, zs []zones.Zone, vdc string) (map[string][]network.Network, []*ZoneError) {
+func (s *Service) NetworksOf(ctx context.Context, zs []fleet.Zone, vdc string) (map[string][]network.Network, []*ZoneError) {
 	var mu sync.Mutex
 	out := map[string][]network.Network{}
-	zerrs := s.each(ctx, zs, func(ctx context.Context, z zones.Zone, c *proxmox.Client) error {
+	zerrs := s.each(ctx, zs, func(ctx context.Context, z fleet.Zone, c *proxmox.Client) error {
 		nets, err := network.List(ctx, c, vdc)
 		if err != nil {
 			return err
@@ -262,7 +262,7 @@ func (rd *Read) Service() *Service { return rd.s }
 
 // poolGuests reads the QEMU guests of the pool poolid of zone z as Proxmox
 // lists them, once per Read (none without zones).
-func (rd *Read) poolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+func (rd *Read) poolGuests(ctx context.Context, z fleet.Zone, poolid string) ([]pveapi.Resource, error) {
 	if rd.sess == nil {
 		return nil, nil
 	}

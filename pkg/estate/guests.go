@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -50,7 +50,7 @@ func GuestStatus(res pveapi.Resource, creating map[int]bool) string {
 	return string(res.State(tenancy.Creating(res.Tags())))
 }
 
-func guestOf(z zones.Zone, res *pveapi.Resource, id, status string) Guest {
+func guestOf(z fleet.Zone, res *pveapi.Resource, id, status string) Guest {
 	ref := tenancy.VMRef{ZoneID: z.ID, VMID: res.VMID}
 	if id == "" {
 		id = ref.ID()
@@ -118,7 +118,7 @@ func ParseVMCursor(after *string) (*tenancy.VMRef, error) {
 // candidate is a guest that matches a page's filter, before the page is
 // cut.
 type candidate struct {
-	zone   zones.Zone
+	zone   fleet.Zone
 	ref    tenancy.VMRef
 	id     string           // its id ("" for ref's): the one it kept if it moved
 	res    *pveapi.Resource // in the Read's answer; not modified
@@ -127,14 +127,14 @@ type candidate struct {
 
 // VMs returns the first n VMs of vdc in zones zs after cursor (nil: from
 // the first) that match f.
-func (rd *Read) VMs(ctx context.Context, vdc *catalog.VDC, zs []zones.Zone, f VMFilter, n int, cursor *tenancy.VMRef) VMPage {
+func (rd *Read) VMs(ctx context.Context, vdc *catalog.VDC, zs []fleet.Zone, f VMFilter, n int, cursor *tenancy.VMRef) VMPage {
 	creating := quota.Creating(vdc)
 	var (
 		mu     sync.Mutex
 		byZone [][]candidate
 		p      VMPage
 	)
-	p.Down = rd.s.Each(ctx, zs, func(ctx context.Context, z zones.Zone) error {
+	p.Down = rd.s.Each(ctx, zs, func(ctx context.Context, z fleet.Zone) error {
 		rs, err := rd.poolGuests(ctx, z, tenancy.PoolID(vdc.Name))
 		if err != nil {
 			return err
@@ -236,7 +236,7 @@ func (rd *Read) VM(ctx context.Context, vdc *catalog.VDC, id string) (Guest, err
 
 // guest finds VMID vmid in z's pool of vdc, a VM (not a template) for
 // which keep (when set) says yes given its kept id.
-func (rd *Read) guest(ctx context.Context, vdc *catalog.VDC, z zones.Zone, vmid int, keep func(kept string, notVM bool) bool) (Guest, bool, error) {
+func (rd *Read) guest(ctx context.Context, vdc *catalog.VDC, z fleet.Zone, vmid int, keep func(kept string, notVM bool) bool) (Guest, bool, error) {
 	rs, err := rd.poolGuests(ctx, z, tenancy.PoolID(vdc.Name))
 	if err != nil {
 		return Guest{}, false, &ZoneError{Zone: z, Err: err}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
@@ -44,13 +44,13 @@ func points(pts []pveapi.RRDPoint) []Point {
 
 // rrd reads rrddata of zone zoneID within the zone timeout: nil for a zone
 // not known, a *ZoneError for one that does not answer.
-func (s *Service) rrd(ctx context.Context, zoneID string, read func(ctx context.Context, z zones.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error)) ([]Point, error) {
+func (s *Service) rrd(ctx context.Context, zoneID string, read func(ctx context.Context, z fleet.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error)) ([]Point, error) {
 	z, ok := s.Zone(zoneID)
 	if !ok {
 		return nil, nil
 	}
 	var pts []pveapi.RRDPoint
-	if zerrs := s.each(ctx, []zones.Zone{z}, func(ctx context.Context, z zones.Zone, c *proxmox.Client) (err error) {
+	if zerrs := s.each(ctx, []fleet.Zone{z}, func(ctx context.Context, z fleet.Zone, c *proxmox.Client) (err error) {
 		pts, err = read(ctx, z, c)
 		return err
 	}); len(zerrs) > 0 {
@@ -62,14 +62,14 @@ func (s *Service) rrd(ctx context.Context, zoneID string, read func(ctx context.
 // VMMetrics reads the series of guest vmid on host node of zone zoneID
 // over timeframe (one of pveapi.Timeframes).
 func (s *Service) VMMetrics(ctx context.Context, zoneID, node string, vmid int, timeframe string) ([]Point, error) {
-	return s.rrd(ctx, zoneID, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
+	return s.rrd(ctx, zoneID, func(ctx context.Context, _ fleet.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
 		return pveapi.GuestRRD(ctx, c, node, vmid, timeframe)
 	})
 }
 
 // HostMetrics reads the series of host node of zone zoneID.
 func (s *Service) HostMetrics(ctx context.Context, zoneID, node, timeframe string) ([]Point, error) {
-	return s.rrd(ctx, zoneID, func(ctx context.Context, _ zones.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
+	return s.rrd(ctx, zoneID, func(ctx context.Context, _ fleet.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
 		return pveapi.NodeRRD(ctx, c, node, timeframe)
 	})
 }
@@ -79,10 +79,10 @@ func (s *Service) HostMetrics(ctx context.Context, zoneID, node, timeframe strin
 // by each host's CPUs, memory and traffic added. The zone fails only when
 // no host answers.
 func (s *Service) ZoneMetrics(ctx context.Context, zoneID, timeframe string) ([]Point, error) {
-	return s.rrd(ctx, zoneID, func(ctx context.Context, z zones.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
+	return s.rrd(ctx, zoneID, func(ctx context.Context, z fleet.Zone, c *proxmox.Client) ([]pveapi.RRDPoint, error) {
 		var nodes []string
 		for _, h := range z.Hosts {
-			if h.Status == zones.StatusOnline {
+			if h.Status == fleet.StatusOnline {
 				nodes = append(nodes, h.Node)
 			}
 		}

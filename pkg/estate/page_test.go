@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -21,7 +21,7 @@ func candidates(zs, guests int) [][]candidate {
 	var byZone [][]candidate
 	for i := zs - 1; i >= 0; i-- {
 		var cs []candidate
-		z := zones.Zone{ID: fmt.Sprintf("%032x", i*7919), Name: fmt.Sprintf("z%02d", i)}
+		z := fleet.Zone{ID: fmt.Sprintf("%032x", i*7919), Name: fmt.Sprintf("z%02d", i)}
 		for g := range guests {
 			res := &pveapi.Resource{VMID: 1000 + (g*37)%guests, Name: fmt.Sprintf("vm-%d", g), Node: fmt.Sprintf("pve%d", g%2+1),
 				Status: "running", MaxCPU: 2, MaxMem: 2 << 30, RawTags: tenancy.GuestTags("red")}

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/support/fault"
 )
@@ -56,7 +56,7 @@ func (rd *Read) Policy(ctx context.Context, name string) (*catalog.ZonePolicy, e
 	return ps[name], nil
 }
 
-func (v Viewer) sees(policies map[string]*catalog.ZonePolicy, z zones.Zone) bool {
+func (v Viewer) sees(policies map[string]*catalog.ZonePolicy, z fleet.Zone) bool {
 	p := policies[z.Name]
 	return p == nil || len(p.DedicatedTo) == 0 || v.PlatformAdmin || (v.VDC != "" && p.Allows(v.VDC))
 }
@@ -70,7 +70,7 @@ func regionOf(policies map[string]*catalog.ZonePolicy, zone string) string {
 
 // Visible returns the zones of zs that v sees, of region when it is set (a
 // *catalog.ValidationError on field for a region that is no DNS label).
-func (rd *Read) Visible(ctx context.Context, v Viewer, zs []zones.Zone, region *string, field string) ([]zones.Zone, error) {
+func (rd *Read) Visible(ctx context.Context, v Viewer, zs []fleet.Zone, region *string, field string) ([]fleet.Zone, error) {
 	if region != nil {
 		if err := catalog.ValidateLabel(field, *region); err != nil {
 			return nil, err
@@ -80,7 +80,7 @@ func (rd *Read) Visible(ctx context.Context, v Viewer, zs []zones.Zone, region *
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(slices.Clone(zs), func(z zones.Zone) bool {
+	return slices.DeleteFunc(slices.Clone(zs), func(z fleet.Zone) bool {
 		return !v.sees(policies, z) || (region != nil && regionOf(policies, z.Name) != *region)
 	}), nil
 }
@@ -89,30 +89,30 @@ func (rd *Read) Visible(ctx context.Context, v Viewer, zs []zones.Zone, region *
 // BadInput *fault.Error on field, as for a zone that does not exist (a
 // zone dedicated to other VDCs is not disclosed), or a ZoneUnavailable one
 // while the zones are not all known yet.
-func (rd *Read) Named(ctx context.Context, v Viewer, name, field string) (zones.Zone, error) {
+func (rd *Read) Named(ctx context.Context, v Viewer, name, field string) (fleet.Zone, error) {
 	all, known := rd.s.Known(ctx)
 	for _, z := range all {
 		if z.Name != name {
 			continue
 		}
-		vis, err := rd.Visible(ctx, v, []zones.Zone{z}, nil, "")
+		vis, err := rd.Visible(ctx, v, []fleet.Zone{z}, nil, "")
 		if err != nil {
-			return zones.Zone{}, err
+			return fleet.Zone{}, err
 		}
 		if len(vis) == 1 {
 			return z, nil
 		}
 	}
 	if fe := (*fault.Error)(nil); errors.As(known, &fe) {
-		return zones.Zone{}, &fault.Error{Kind: fe.Kind, Zone: name, Message: fmt.Sprintf("zone %s is unavailable: %s", name, fe.Message), Cause: fe.Cause}
+		return fleet.Zone{}, &fault.Error{Kind: fe.Kind, Zone: name, Message: fmt.Sprintf("zone %s is unavailable: %s", name, fe.Message), Cause: fe.Cause}
 	}
-	return zones.Zone{}, fault.Invalid(field, "there is no zone %q", name)
+	return fleet.Zone{}, fault.Invalid(field, "there is no zone %q", name)
 }
 
 // Placeable fails with a BadInput *fault.Error on field unless vdc may place
 // resources in z (as for a zone that does not exist): a zone dedicated to
 // other VDCs takes nothing of vdc, whoever asks.
-func (rd *Read) Placeable(ctx context.Context, z zones.Zone, vdc, field string) error {
+func (rd *Read) Placeable(ctx context.Context, z fleet.Zone, vdc, field string) error {
 	p, err := rd.Policy(ctx, z.Name)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func (rd *Read) Placeable(ctx context.Context, z zones.Zone, vdc, field string) 
 // Region is a region and its zones that a viewer sees, by name.
 type Region struct {
 	Name  string
-	Zones []zones.Zone
+	Zones []fleet.Zone
 }
 
 // Regions groups the zones v sees by region, by name.
@@ -151,7 +151,7 @@ func (rd *Read) Regions(ctx context.Context, v Viewer) ([]Region, error) {
 	}
 	slices.SortFunc(out, func(a, b Region) int { return cmp.Compare(a.Name, b.Name) })
 	for _, reg := range out {
-		slices.SortFunc(reg.Zones, func(a, b zones.Zone) int { return cmp.Compare(a.Name, b.Name) })
+		slices.SortFunc(reg.Zones, func(a, b fleet.Zone) int { return cmp.Compare(a.Name, b.Name) })
 	}
 	return out, nil
 }
@@ -171,18 +171,18 @@ type PolicyChange struct {
 // a BadInput *fault.Error on "name" or "dedicatedTo[i]" for a zone or VDC that does
 // not exist; catalog errors otherwise. The Read reads the policies again
 // afterwards.
-func (rd *Read) SetPolicy(ctx context.Context, c PolicyChange) (zones.Zone, error) {
+func (rd *Read) SetPolicy(ctx context.Context, c PolicyChange) (fleet.Zone, error) {
 	z, ok := rd.s.ZoneNamed(c.Zone)
 	if !ok {
-		return zones.Zone{}, fault.Invalid("name", "there is no zone %q", c.Zone)
+		return fleet.Zone{}, fault.Invalid("name", "there is no zone %q", c.Zone)
 	}
 	store := rd.s.cfg.Catalog
 	for i, v := range c.DedicatedTo {
 		if _, err := catalog.Get[*catalog.VDC](ctx, store, v); err != nil {
 			if errors.Is(err, catalog.ErrNotFound) {
-				return zones.Zone{}, fault.Invalid(fmt.Sprintf("dedicatedTo[%d]", i), "there is no VDC %q", v)
+				return fleet.Zone{}, fault.Invalid(fmt.Sprintf("dedicatedTo[%d]", i), "there is no VDC %q", v)
 			}
-			return zones.Zone{}, fmt.Errorf("estate: set zone policy: %w", err)
+			return fleet.Zone{}, fmt.Errorf("estate: set zone policy: %w", err)
 		}
 	}
 	change := func(p *catalog.ZonePolicy) {
@@ -204,7 +204,7 @@ func (rd *Read) SetPolicy(ctx context.Context, c PolicyChange) (zones.Zone, erro
 		_, err = catalog.Update(ctx, store, p)
 	}
 	if err != nil {
-		return zones.Zone{}, fmt.Errorf("estate: set zone policy: %w", err)
+		return fleet.Zone{}, fmt.Errorf("estate: set zone policy: %w", err)
 	}
 	rd.mu.Lock()
 	rd.policies, rd.read = nil, false // read again: this operation changed them
@@ -215,7 +215,7 @@ func (rd *Read) SetPolicy(ctx context.Context, c PolicyChange) (zones.Zone, erro
 // MigrationTarget is a zone a VM of a VDC can move to: its online hosts
 // and the VDC's networks there (nil when the zone did not answer).
 type MigrationTarget struct {
-	Zone     zones.Zone
+	Zone     fleet.Zone
 	Hosts    []string
 	Networks []network.Network
 }
@@ -229,13 +229,13 @@ func (rd *Read) MigrationTargets(ctx context.Context, vdc, from string) ([]Migra
 	if err != nil {
 		return nil, nil, err
 	}
-	var zs []zones.Zone
+	var zs []fleet.Zone
 	for _, z := range rd.s.Zones() {
 		if p := policies[z.Name]; z.ID != from && (p == nil || p.Allows(vdc)) {
 			zs = append(zs, z)
 		}
 	}
-	slices.SortFunc(zs, func(a, b zones.Zone) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(zs, func(a, b fleet.Zone) int { return cmp.Compare(a.Name, b.Name) })
 	nets, zerrs := rd.s.NetworksOf(ctx, zs, vdc)
 	out := make([]MigrationTarget, 0, len(zs))
 	for _, z := range zs {
@@ -252,10 +252,10 @@ func (rd *Read) MigrationTargets(ctx context.Context, vdc, from string) ([]Migra
 
 // OnlineHosts returns the names of z's online hosts other than except,
 // sorted.
-func OnlineHosts(z zones.Zone, except string) []string {
+func OnlineHosts(z fleet.Zone, except string) []string {
 	out := []string{}
 	for _, h := range z.Hosts {
-		if h.Status == zones.StatusOnline && h.Node != except {
+		if h.Status == fleet.StatusOnline && h.Node != except {
 			out = append(out, h.Node)
 		}
 	}

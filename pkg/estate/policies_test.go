@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/fault"
 )
 
@@ -28,8 +28,8 @@ func TestVisibleAndPlaceable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all := []zones.Zone{{ID: "a", Name: "fra1"}, {ID: "b", Name: "fra2"}, {ID: "c", Name: "nyc1"}}
-	names := func(zs []zones.Zone) []string {
+	all := []fleet.Zone{{ID: "a", Name: "fra1"}, {ID: "b", Name: "fra2"}, {ID: "c", Name: "nyc1"}}
+	names := func(zs []fleet.Zone) []string {
 		var out []string
 		for _, z := range zs {
 			out = append(out, z.Name)

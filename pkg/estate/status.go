@@ -1,6 +1,6 @@
 package estate
 
-import "github.com/flexplane/flexplane/pkg/mesh/zones"
+import "github.com/flexplane/flexplane/pkg/mesh/fleet"
 
 // ZoneStatus is how much of a zone answers; its values are the API's
 // ZoneStatus enum.
@@ -14,10 +14,10 @@ const (
 )
 
 // StatusOf decides z's status from its hosts'.
-func StatusOf(z zones.Zone) ZoneStatus {
+func StatusOf(z fleet.Zone) ZoneStatus {
 	online := 0
 	for _, h := range z.Hosts {
-		if h.Status == zones.StatusOnline {
+		if h.Status == fleet.StatusOnline {
 			online++
 		}
 	}
@@ -31,11 +31,11 @@ func StatusOf(z zones.Zone) ZoneStatus {
 }
 
 // HostDown reports whether h is not online, and why.
-func HostDown(h zones.Host) (down bool, why string) {
+func HostDown(h fleet.Host) (down bool, why string) {
 	switch h.Status {
-	case zones.StatusOnline:
+	case fleet.StatusOnline:
 		return false, ""
-	case zones.StatusDegraded:
+	case fleet.StatusDegraded:
 		return true, "the agent cannot reach Proxmox: " + h.Detail
 	}
 	return true, h.Detail

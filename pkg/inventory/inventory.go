@@ -9,7 +9,7 @@
 // ZoneError and the others' answers are kept.
 //
 // It is the fan-out over the fleet: it sits above the zone registry
-// (pkg/mesh/zones), and beside the capabilities that read through it, so
+// (pkg/mesh/fleet), and beside the capabilities that read through it, so
 // that pkg/proxmox knows Proxmox only and no fleet.
 package inventory
 
@@ -29,7 +29,7 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/luthermonson/go-proxmox"
 
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
@@ -40,7 +40,7 @@ const DefaultTimeout = 5 * time.Second
 // Config configures an Inventory.
 type Config struct {
 	// Zones is the registry of zones and hosts. Required.
-	Zones *zones.Registry
+	Zones *fleet.Registry
 	// Timeout bounds each zone's part of a request. Default DefaultTimeout.
 	Timeout time.Duration
 }
@@ -71,7 +71,7 @@ func (inv *Inventory) Client(zoneID string) *proxmox.Client { return inv.cfg.Zon
 
 // ZoneError is a zone that could not answer.
 type ZoneError struct {
-	Zone zones.Zone
+	Zone fleet.Zone
 	Err  error
 }
 
@@ -82,7 +82,7 @@ func (e *ZoneError) Unwrap() error { return e.Err }
 // Each runs fn for every zone in zs concurrently, each call bounded by the
 // per-zone timeout, and returns the zones whose call failed, in the order
 // of zs. fn must be safe to call concurrently.
-func (inv *Inventory) Each(ctx context.Context, zs []zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) []*ZoneError {
+func (inv *Inventory) Each(ctx context.Context, zs []fleet.Zone, fn func(ctx context.Context, z fleet.Zone, c *proxmox.Client) error) []*ZoneError {
 	errs := make([]error, len(zs))
 	var wg sync.WaitGroup
 	for i, z := range zs {
@@ -101,13 +101,13 @@ func (inv *Inventory) Each(ctx context.Context, zs []zones.Zone, fn func(ctx con
 // One runs fn for one zone, bounded by the per-zone timeout. A call that
 // outlives the timeout is abandoned (its context is cancelled) and reported
 // as context.DeadlineExceeded even if fn does not return at once.
-func (inv *Inventory) One(ctx context.Context, z zones.Zone, fn func(ctx context.Context, z zones.Zone, c *proxmox.Client) error) error {
+func (inv *Inventory) One(ctx context.Context, z fleet.Zone, fn func(ctx context.Context, z fleet.Zone, c *proxmox.Client) error) error {
 	return inv.bounded(ctx, z, func(ctx context.Context) error { return fn(ctx, z, inv.Client(z.ID)) })
 }
 
 // bounded runs fn for zone z under the per-zone timeout, as One describes,
 // without building a go-proxmox client for callers that do not use one.
-func (inv *Inventory) bounded(ctx context.Context, z zones.Zone, fn func(ctx context.Context) error) error {
+func (inv *Inventory) bounded(ctx context.Context, z fleet.Zone, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, inv.cfg.Timeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -182,7 +182,7 @@ func (inv *Inventory) DecodedAtOnceForTest() (peak, limit int) {
 // for 401 and 403, the status line (which carries Proxmox's error text)
 // for 500 and 501, and "bad request: ..." with the answer's errors for 400.
 func (inv *Inventory) get(ctx context.Context, zoneID, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, zones.BaseURL(zoneID)+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fleet.BaseURL(zoneID)+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (inv *Inventory) get(ctx context.Context, zoneID, path string) ([]byte, err
 	}
 	defer res.Body.Close()
 	var body []byte
-	if b, ok := res.Body.(*zones.Body); ok {
+	if b, ok := res.Body.(*fleet.Body); ok {
 		body = b.Bytes()
 	} else if body, err = io.ReadAll(res.Body); err != nil {
 		return nil, err
@@ -287,7 +287,7 @@ func (inv *Inventory) NewSession() *Session {
 	return &Session{inv: inv, calls: map[string]*call{}}
 }
 
-func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(ctx context.Context) (any, error)) (any, error) {
+func (s *Session) memo(ctx context.Context, z fleet.Zone, key string, read func(ctx context.Context) (any, error)) (any, error) {
 	s.mu.Lock()
 	c := s.calls[z.ID+"\x00"+key]
 	if c == nil {
@@ -309,7 +309,7 @@ func (s *Session) memo(ctx context.Context, z zones.Zone, key string, read func(
 }
 
 // memoRead is memo for a read that returns a T.
-func memoRead[T any](ctx context.Context, s *Session, z zones.Zone, key string, read func(ctx context.Context) (T, error)) (T, error) {
+func memoRead[T any](ctx context.Context, s *Session, z fleet.Zone, key string, read func(ctx context.Context) (T, error)) (T, error) {
 	v, err := s.memo(ctx, z, key, func(ctx context.Context) (any, error) { return read(ctx) })
 	if err != nil {
 		var zero T
@@ -320,7 +320,7 @@ func memoRead[T any](ctx context.Context, s *Session, z zones.Zone, key string, 
 
 // Resources reads the zone's /cluster/resources of type typ once per
 // session.
-func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]pveapi.Resource, error) {
+func (s *Session) Resources(ctx context.Context, z fleet.Zone, typ string) ([]pveapi.Resource, error) {
 	return memoRead(ctx, s, z, "resources/"+typ, func(ctx context.Context) ([]pveapi.Resource, error) {
 		return s.inv.ZoneResources(ctx, z.ID, typ)
 	})
@@ -328,14 +328,14 @@ func (s *Session) Resources(ctx context.Context, z zones.Zone, typ string) ([]pv
 
 // PoolGuests reads the QEMU guests of the zone's pool poolid once per
 // session (ZonePoolGuests).
-func (s *Session) PoolGuests(ctx context.Context, z zones.Zone, poolid string) ([]pveapi.Resource, error) {
+func (s *Session) PoolGuests(ctx context.Context, z fleet.Zone, poolid string) ([]pveapi.Resource, error) {
 	return memoRead(ctx, s, z, "pool/"+poolid, func(ctx context.Context) ([]pveapi.Resource, error) {
 		return s.inv.ZonePoolGuests(ctx, z.ID, poolid)
 	})
 }
 
 // IPAM reads the zone's IPAM mappings once per session.
-func (s *Session) IPAM(ctx context.Context, z zones.Zone) ([]pveapi.IPMapping, error) {
+func (s *Session) IPAM(ctx context.Context, z fleet.Zone) ([]pveapi.IPMapping, error) {
 	return memoRead(ctx, s, z, "ipam", func(ctx context.Context) ([]pveapi.IPMapping, error) {
 		return s.inv.ZoneIPAMStatus(ctx, z.ID)
 	})

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/console"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -18,7 +18,7 @@ import (
 // consoleAgents reach the consoles of VMs through the agent of each VM's
 // node (console.Agents): its IssueConsoleTicket and Console RPCs over the
 // mesh.
-type consoleAgents struct{ r *zones.Registry }
+type consoleAgents struct{ r *fleet.Registry }
 
 func (d consoleAgents) agent(zoneID, node string) (agentv1.AgentServiceClient, error) {
 	agent, _, ok := d.r.AgentOfNode(zoneID, node)

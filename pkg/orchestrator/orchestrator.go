@@ -36,10 +36,10 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -88,7 +88,7 @@ type Server struct {
 	meshAPI    *meshcontrol.Client  // the (leading) control server's API, protected by mu
 	probe      *probe
 	node       *meshnode.Node       // protected by mu
-	registry   *zones.Registry      // protected by mu
+	registry   *fleet.Registry      // protected by mu
 	metrics    *prometheus.Registry // protected by mu
 	metricsSrv *http.Server         // nil without MetricsListen, protected by mu
 	metricsLn  net.Listener         // nil without MetricsListen, protected by mu
@@ -110,7 +110,7 @@ type Server struct {
 
 // newAPI builds the GraphQL handler over the registry, the catalog
 // directory and the control server's enrollment keys.
-func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink, consoles *console.Broker) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
+func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *meshcontrol.Client, leader *meshleader.Leader, reg prometheus.Registerer, sink audit.Sink, consoles *console.Broker) (_ http.Handler, _ catalog.Store, closeCat func(), _ *compute.Service, err error) {
 	c := s.cfg.API
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
@@ -207,7 +207,7 @@ func (s *Server) newAPI(ctx context.Context, registry *zones.Registry, meshAPI *
 }
 
 // newRollouts opens the release store and the rollout service over it.
-func newRollouts(rc ReleasesConfig, dataDir string, registry *zones.Registry, log *slog.Logger) (*rollout.Service, error) {
+func newRollouts(rc ReleasesConfig, dataDir string, registry *fleet.Registry, log *slog.Logger) (*rollout.Service, error) {
 	verifier, err := release.NewVerifier(rc.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
@@ -348,7 +348,7 @@ func (s *Server) Metrics() prometheus.Gatherer {
 }
 
 // Zones is the zone registry (after Start).
-func (s *Server) Zones() *zones.Registry {
+func (s *Server) Zones() *fleet.Registry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.registry
@@ -408,14 +408,14 @@ type mesh struct {
 	node    *meshnode.Node
 }
 
-func (m mesh) Nodes(ctx context.Context) ([]zones.MeshNode, error) {
+func (m mesh) Nodes(ctx context.Context) ([]fleet.MeshNode, error) {
 	nodes, err := m.control.Nodes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]zones.MeshNode, 0, len(nodes))
+	out := make([]fleet.MeshNode, 0, len(nodes))
 	for _, n := range nodes {
-		zn := zones.MeshNode{ID: n.ID, Name: n.GivenName, Tags: n.Tags, Online: n.Online}
+		zn := fleet.MeshNode{ID: n.ID, Name: n.GivenName, Tags: n.Tags, Online: n.Online}
 		for _, a := range n.Addrs {
 			if a.Is4() {
 				zn.Addr = a
@@ -440,7 +440,7 @@ const AgentMetricsPath = "/metrics/agents/"
 
 // metricsHandler serves the orchestrator's metrics at /metrics and each
 // agent's, read over the mesh with its Metrics RPC, below AgentMetricsPath.
-func metricsHandler(reg prometheus.Gatherer, registry *zones.Registry) http.Handler {
+func metricsHandler(reg prometheus.Gatherer, registry *fleet.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 	mux.HandleFunc("GET "+AgentMetricsPath+"{host}", func(w http.ResponseWriter, r *http.Request) {
@@ -448,7 +448,7 @@ func metricsHandler(reg prometheus.Gatherer, registry *zones.Registry) http.Hand
 		defer cancel()
 		text, contentType, err := registry.AgentMetrics(ctx, r.PathValue("host"))
 		switch {
-		case errors.Is(err, zones.ErrUnknownHost):
+		case errors.Is(err, fleet.ErrUnknownHost):
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		case err != nil:

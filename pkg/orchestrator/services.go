@@ -16,7 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/inventory"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -32,7 +32,7 @@ type services struct {
 }
 
 // newServices builds the capability services.
-func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
 	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
 	if err != nil {
@@ -64,7 +64,7 @@ func newServices(registry *zones.Registry, store catalog.Store, vms *compute.Ser
 }
 
 // vdcZones are the registry's zones as the VDC lifecycle sees them.
-type vdcZones struct{ r *zones.Registry }
+type vdcZones struct{ r *fleet.Registry }
 
 // Zones implements vdc.Zones: every zone of the registry.
 func (z vdcZones) Zones() []vdc.Zone {
@@ -76,7 +76,7 @@ func (z vdcZones) Zones() []vdc.Zone {
 }
 
 // vdcPools removes a VDC's Proxmox pool through the zone's client.
-type vdcPools struct{ r *zones.Registry }
+type vdcPools struct{ r *fleet.Registry }
 
 // RemovePool implements vdc.Pools.
 func (p vdcPools) RemovePool(ctx context.Context, zoneID, vdc string) error {

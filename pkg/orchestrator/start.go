@@ -19,10 +19,10 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/console"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 )
 
 // phase is one named step of Start. run starts what the step owns and
@@ -102,7 +102,7 @@ type boot struct {
 	meshAPI    *meshcontrol.Client  // mesh control
 	apiSlot    apiSlot              // serve
 	node       *meshnode.Node       // mesh node
-	registry   *zones.Registry      // zone registry
+	registry   *fleet.Registry      // zone registry
 	reg        *prometheus.Registry // zone registry
 	webhook    *audit.Webhook       // audit
 	auditSink  audit.Sink           // audit
@@ -225,7 +225,7 @@ func (b *boot) meshNode(ctx context.Context) (func(), error) {
 // zoneRegistry builds the registry of zones and hosts over the mesh (it
 // starts discovering in background work) and the metrics registry.
 func (b *boot) zoneRegistry(context.Context) (func(), error) {
-	registry, err := zones.New(zones.Config{
+	registry, err := fleet.New(fleet.Config{
 		Mesh:            mesh{control: b.meshAPI, node: b.node},
 		AgentPort:       b.cfg.AgentPort,
 		RefreshInterval: b.cfg.RefreshInterval,

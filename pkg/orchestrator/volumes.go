@@ -8,7 +8,7 @@ import (
 	"io"
 
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -16,11 +16,11 @@ import (
 // (compute.VolumeMover): the source agent offers the volume to the target
 // agent, which pulls it over the mesh; the orchestrator only passes the
 // capability and follows the progress.
-type volumeMover struct{ r *zones.Registry }
+type volumeMover struct{ r *fleet.Registry }
 
 // NewVolumeMover returns the VolumeMover of the zones of r (the one the
 // orchestrator's compute service uses).
-func NewVolumeMover(r *zones.Registry) compute.VolumeMover { return volumeMover{r} }
+func NewVolumeMover(r *fleet.Registry) compute.VolumeMover { return volumeMover{r} }
 
 // MoveVolume implements compute.VolumeMover.
 func (m volumeMover) MoveVolume(ctx context.Context, from, to compute.VolumeRef, progress func(done, total int64)) (string, error) {

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/pkg/compute"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/orchestrator/snippets"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -13,11 +13,11 @@ import (
 // works in: the zones that have an online host, each with the registry's
 // client (the agents' Proxy over the mesh). It lives here, at the wiring,
 // so that package compute knows no mesh.
-type computeZones struct{ r *zones.Registry }
+type computeZones struct{ r *fleet.Registry }
 
 // NewComputeZones returns the zones of r as the orchestrator's compute
 // service sees them (another replica's, in tests).
-func NewComputeZones(r *zones.Registry) compute.Zones { return computeZones{r} }
+func NewComputeZones(r *fleet.Registry) compute.Zones { return computeZones{r} }
 
 // Zones implements compute.Zones.
 func (z computeZones) Zones(ctx context.Context) []compute.Zone {
@@ -37,7 +37,7 @@ func (z computeZones) Known(context.Context) []compute.Zone {
 	for _, zz := range z.r.Zones() {
 		m := compute.Zone{ID: zz.ID, Name: zz.Name}
 		for _, h := range zz.Hosts {
-			if h.Status == zones.StatusOnline {
+			if h.Status == fleet.StatusOnline {
 				m.Client = z.r.Client(zz.ID)
 				break
 			}
@@ -53,7 +53,7 @@ func (z computeZones) Identified(ctx context.Context) error { return z.r.Identif
 
 // NewSnippetWriter returns the snippet writer of the orchestrator's compute
 // service: the agent of r on the snippet's node writes it.
-func NewSnippetWriter(r *zones.Registry) compute.SnippetWriter {
+func NewSnippetWriter(r *fleet.Registry) compute.SnippetWriter {
 	return snippets.NewWriter(func(zoneID, node string) (agentv1.AgentServiceClient, bool) {
 		c, _, ok := r.AgentOfNode(zoneID, node)
 		return c, ok

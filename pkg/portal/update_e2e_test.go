@@ -16,7 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 )
 
 // TestBrowserAgentUpdate updates an agent from the portal's Hosts page: the
@@ -47,7 +47,7 @@ func TestBrowserAgentUpdate(t *testing.T) {
 	agents := h.StartProcessAgents(t, h.Clusters[0], v1, agent.EnvReleaseKey+"="+k.Public)
 	at := func(p *meshtest.ProcessAgent, version string) bool {
 		host, _, ok := h.ProcessHost(p)
-		return ok && host.Status == zones.StatusOnline && host.AgentVersion == version
+		return ok && host.Status == fleet.StatusOnline && host.AgentVersion == version
 	}
 	for _, p := range agents {
 		poll.True(t, 2*time.Minute, p.MeshName+" online at v1.0.0", func() bool { return at(p, "v1.0.0") })

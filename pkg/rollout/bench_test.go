@@ -11,7 +11,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 )
 
 // EnvBenchProbation sets the agents' probation in BenchmarkAgentUpdate
@@ -63,7 +63,7 @@ func BenchmarkAgentUpdate(b *testing.B) {
 	online := func(p *meshtest.ProcessAgent, version string) func() bool {
 		return func() bool {
 			host, _, ok := h.ProcessHost(p)
-			return ok && host.Status == zones.StatusOnline && host.AgentVersion == version
+			return ok && host.Status == fleet.StatusOnline && host.AgentVersion == version
 		}
 	}
 	for _, p := range agents {
@@ -109,7 +109,7 @@ func BenchmarkAgentUpdate(b *testing.B) {
 		poll.True(b, 2*time.Minute, p.MeshName+" healthy after a restart", func() bool {
 			host, _, ok := h.ProcessHost(p)
 			started := p.StartedAt()
-			return ok && started.After(before) && host.Status == zones.StatusOnline && host.LastHealthy.After(started)
+			return ok && started.After(before) && host.Status == fleet.StatusOnline && host.LastHealthy.After(started)
 		})
 		restarts = append(restarts, time.Since(before))
 		updates = append(updates, update(p, "v1.1.0", "SUCCEEDED", "v1.1.0"))

@@ -28,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -36,7 +36,7 @@ import (
 
 // Registry is what a rollout needs of the zone registry.
 type Registry interface {
-	Zones() []zones.Zone
+	Zones() []fleet.Zone
 	Agent(meshID uint64) (agentv1.AgentServiceClient, bool)
 }
 
@@ -267,7 +267,7 @@ func (s *Service) Start(ctx context.Context, req Request) (*Rollout, error) {
 
 // chosen is a host picked for a rollout.
 type chosen struct {
-	zones.Host
+	fleet.Host
 	zoneID, zoneName string
 }
 
@@ -275,8 +275,8 @@ type chosen struct {
 func (s *Service) pick(req Request) ([]chosen, error) {
 	zs := s.cfg.Registry.Zones()
 	var out []chosen
-	add := func(z zones.Zone, h zones.Host) error {
-		if h.Status != zones.StatusOnline {
+	add := func(z fleet.Zone, h fleet.Host) error {
+		if h.Status != fleet.StatusOnline {
 			return &Error{Kind: KindConflict, Field: "hosts", Message: fmt.Sprintf("host %s of zone %s is %s: an update needs it online", h.Node, z.Name, h.Status)}
 		}
 		if h.Platform == "" {
@@ -293,7 +293,7 @@ func (s *Service) pick(req Request) ([]chosen, error) {
 				return nil, &Error{Kind: KindBadInput, Field: fmt.Sprintf("hosts[%d]", i), Message: "a host is named twice"}
 			}
 			seen[ref] = true
-			zi := slices.IndexFunc(zs, func(z zones.Zone) bool { return z.ID == ref.ZoneID })
+			zi := slices.IndexFunc(zs, func(z fleet.Zone) bool { return z.ID == ref.ZoneID })
 			if zi < 0 {
 				return nil, &Error{Kind: KindNotFound, Field: fmt.Sprintf("hosts[%d]", i), Message: "no such host"}
 			}
@@ -306,7 +306,7 @@ func (s *Service) pick(req Request) ([]chosen, error) {
 			}
 		}
 	case req.Zone != "":
-		zi := slices.IndexFunc(zs, func(z zones.Zone) bool { return z.ID == req.Zone })
+		zi := slices.IndexFunc(zs, func(z fleet.Zone) bool { return z.ID == req.Zone })
 		if zi < 0 {
 			return nil, &Error{Kind: KindNotFound, Field: "zone", Message: "no such zone"}
 		}
@@ -516,7 +516,7 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 		case "rolled-back", "refused":
 			return fmt.Errorf("%s: %s", host.Update.Phase, host.Update.Reason)
 		case "done":
-			if host.AgentVersion == version && host.Status == zones.StatusOnline {
+			if host.AgentVersion == version && host.Status == fleet.StatusOnline {
 				return nil
 			}
 		}
@@ -569,7 +569,7 @@ func closeErr(stream agentv1.AgentService_UpdateClient, err error) error {
 	return err
 }
 
-func (s *Service) host(meshID uint64) (zones.Host, bool) {
+func (s *Service) host(meshID uint64) (fleet.Host, bool) {
 	for _, z := range s.cfg.Registry.Zones() {
 		for _, h := range z.Hosts {
 			if h.MeshID == meshID {
@@ -577,7 +577,7 @@ func (s *Service) host(meshID uint64) (zones.Host, bool) {
 			}
 		}
 	}
-	return zones.Host{}, false
+	return fleet.Host{}, false
 }
 
 func (s *Service) path(id string) string { return filepath.Join(s.dir, id+".json") }

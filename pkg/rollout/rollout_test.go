@@ -17,7 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -129,7 +129,7 @@ func TestRollout(t *testing.T) {
 		return func() bool {
 			for _, p := range agents {
 				host, _, ok := h.ProcessHost(p)
-				if !ok || host.Status != zones.StatusOnline || host.AgentVersion != version {
+				if !ok || host.Status != fleet.StatusOnline || host.AgentVersion != version {
 					return false
 				}
 			}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -36,7 +36,7 @@ func BenchmarkEnrollment(b *testing.B) {
 		joins = append(joins, time.Since(start))
 		poll.True(b, 60*time.Second, "new agent online", func() bool {
 			host, ok := a.Host()
-			return ok && host.Status == zones.StatusOnline
+			return ok && host.Status == fleet.StatusOnline
 		})
 		onlines = append(onlines, time.Since(start))
 		b.StopTimer()

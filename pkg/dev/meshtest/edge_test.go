@@ -20,7 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
@@ -132,7 +132,7 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	}
 	poll.True(t, 30*time.Second, "the restarted agent online", func() bool {
 		host, ok := a1.Host()
-		return ok && host.Status == zones.StatusOnline
+		return ok && host.Status == fleet.StatusOnline
 	})
 	// The restarted agent reports the gateway its predecessor left running.
 	var listed *edgev1.ListGatewaysResponse

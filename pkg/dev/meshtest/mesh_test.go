@@ -21,8 +21,8 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -82,7 +82,7 @@ func TestMesh(t *testing.T) {
 			var nodes []string
 			for _, host := range z.Hosts {
 				nodes = append(nodes, host.Node)
-				if host.Status != zones.StatusOnline || host.AgentVersion != "meshtest" || host.ProxmoxVersion == "" {
+				if host.Status != fleet.StatusOnline || host.AgentVersion != "meshtest" || host.ProxmoxVersion == "" {
 					t.Errorf("zone %s host %+v", z.Name, host)
 				}
 			}
@@ -328,7 +328,7 @@ func TestMesh(t *testing.T) {
 		// that kept what it built then would now answer stale data.
 		if z, ok := reg.Zone(betaID); !ok {
 			t.Fatal("zone beta not found by ID")
-		} else if host, _ := z.Host(victimHost.Node); host.Status != zones.StatusOnline {
+		} else if host, _ := z.Host(victimHost.Node); host.Status != fleet.StatusOnline {
 			t.Fatalf("victim before the stop: %+v", host)
 		}
 		if err := victim.Stop(); err != nil {
@@ -338,7 +338,7 @@ func TestMesh(t *testing.T) {
 		for _, a := range []*meshtest.Agent{alpha.Agents[0], victim} {
 			poll.True(t, 30*time.Second, a.MeshName+" offline", func() bool {
 				host, ok := a.Host()
-				return ok && host.Status == zones.StatusOffline
+				return ok && host.Status == fleet.StatusOffline
 			})
 		}
 		t.Logf("offline detected after %v", time.Since(s).Round(time.Millisecond))
@@ -350,7 +350,7 @@ func TestMesh(t *testing.T) {
 		if !ok {
 			t.Fatal("zone beta not found by ID after the stop")
 		}
-		if host, _ := z.Host(victimHost.Node); host.Status != zones.StatusOffline {
+		if host, _ := z.Host(victimHost.Node); host.Status != fleet.StatusOffline {
 			t.Fatalf("Zone(id) after a refresh answers stale data for the stopped agent: %+v", host)
 		}
 		if z := h.Zone(t, beta); len(z.Hosts) != 2 {
@@ -466,12 +466,12 @@ func TestStandaloneNode(t *testing.T) {
 	down.Sim.Close()
 	poll.True(t, 20*time.Second, "host degraded", func() bool {
 		host, ok := down.Agents[0].Host()
-		return ok && host.Status == zones.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
+		return ok && host.Status == fleet.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
 	})
 	if _, err := h.Orchestrator.Zones().Client(h.Zone(t, down).ID).Nodes(t.Context()); err == nil {
 		t.Fatal("a zone whose Proxmox is down answered")
 	}
-	if host, _ := h.Clusters[0].Agents[0].Host(); host.Status != zones.StatusOnline {
+	if host, _ := h.Clusters[0].Agents[0].Host(); host.Status != fleet.StatusOnline {
 		t.Fatalf("the other zone's host is %s", host.Status)
 	}
 }

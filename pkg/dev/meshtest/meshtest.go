@@ -42,9 +42,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
@@ -531,7 +531,7 @@ func (a *Agent) Running() *agent.Agent {
 }
 
 // Host returns the agent's host as the orchestrator sees it.
-func (a *Agent) Host() (zones.Host, bool) {
+func (a *Agent) Host() (fleet.Host, bool) {
 	for _, z := range a.h.Orchestrator.Zones().Zones() {
 		for _, host := range z.Hosts {
 			if host.MeshName == a.MeshName {
@@ -539,21 +539,21 @@ func (a *Agent) Host() (zones.Host, bool) {
 			}
 		}
 	}
-	return zones.Host{}, false
+	return fleet.Host{}, false
 }
 
 // Zone returns the orchestrator's zone of cluster c (found through its
 // agents), failing the test when there is none.
-func (h *Harness) Zone(t testing.TB, c *Cluster) zones.Zone {
+func (h *Harness) Zone(t testing.TB, c *Cluster) fleet.Zone {
 	t.Helper()
 	if z, ok := h.zoneOf(c); ok {
 		return z
 	}
 	t.Fatalf("meshtest: no zone for cluster %s", c.label)
-	return zones.Zone{}
+	return fleet.Zone{}
 }
 
-func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
+func (h *Harness) zoneOf(c *Cluster) (fleet.Zone, bool) {
 	for _, z := range h.Orchestrator.Zones().Zones() {
 		for _, host := range z.Hosts {
 			for _, a := range c.Agents {
@@ -563,7 +563,7 @@ func (h *Harness) zoneOf(c *Cluster) (zones.Zone, bool) {
 			}
 		}
 	}
-	return zones.Zone{}, false
+	return fleet.Zone{}, false
 }
 
 // WaitOnline waits until every running agent's host is online.
@@ -593,7 +593,7 @@ func (h *Harness) allOnline() bool {
 			continue
 		}
 		host, ok := a.Host()
-		if !ok || host.Status != zones.StatusOnline {
+		if !ok || host.Status != fleet.StatusOnline {
 			return false
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 )
 
@@ -232,7 +232,7 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 
 // ProcessHost returns the agent's host and its zone as the orchestrator
 // sees them.
-func (h *Harness) ProcessHost(p *ProcessAgent) (zones.Host, zones.Zone, bool) {
+func (h *Harness) ProcessHost(p *ProcessAgent) (fleet.Host, fleet.Zone, bool) {
 	for _, z := range h.Orchestrator.Zones().Zones() {
 		for _, host := range z.Hosts {
 			if host.MeshName == p.MeshName {
@@ -240,7 +240,7 @@ func (h *Harness) ProcessHost(p *ProcessAgent) (zones.Host, zones.Zone, bool) {
 			}
 		}
 	}
-	return zones.Host{}, zones.Zone{}, false
+	return fleet.Host{}, fleet.Zone{}, false
 }
 
 func (p *ProcessAgent) String() string { return fmt.Sprintf("agent %s (pid %d)", p.MeshName, p.Pid()) }

@@ -19,7 +19,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -427,10 +427,10 @@ func TestMigrateLinkCut(t *testing.T) {
 			t.Logf("beta's agent's log (tail):\n%s", log[max(0, len(log)-20000):])
 		}
 	})
-	betaHost := func(status zones.HostStatus) func() bool {
+	betaHost := func(status fleet.HostStatus) func() bool {
 		return func() bool { host, _, ok := h.ProcessHost(betaAgent); return ok && host.Status == status }
 	}
-	poll.True(t, 90*time.Second, "beta's agent (in its namespace) online", betaHost(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "beta's agent (in its namespace) online", betaHost(fleet.StatusOnline))
 	h.WaitOnline(t, 30*time.Second)
 	m := newMove(t, h)
 
@@ -475,7 +475,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	// and until beta's host is OFFLINE.
 	poll.True(t, 90*time.Second, "beta's host OFFLINE", func() bool {
 		m.leftover(t)
-		return betaHost(zones.StatusOffline)() && time.Since(cut) > 3*recoverAfter
+		return betaHost(fleet.StatusOffline)() && time.Since(cut) > 3*recoverAfter
 	})
 	if err := probe(5 * time.Second); err == nil {
 		t.Fatal("alpha's agent reaches beta's during the cut")
@@ -483,7 +483,7 @@ func TestMigrateLinkCut(t *testing.T) {
 	down := time.Since(cut)
 	veth.Heal()
 	healed := time.Now()
-	poll.True(t, 90*time.Second, "beta's host ONLINE after the heal", betaHost(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "beta's host ONLINE after the heal", betaHost(fleet.StatusOnline))
 	m.undone(t, 2*time.Minute)
 	if st := m.operation(t, op).State; st != "FAILED" {
 		t.Errorf("the move's operation after the heal: %q, want FAILED", st)

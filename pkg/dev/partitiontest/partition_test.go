@@ -22,7 +22,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -208,7 +208,7 @@ func TestZonePartitioned(t *testing.T) {
 	east, west := h.Clusters[0], h.Clusters[1]
 	h.StartAgents(t, east.Agents...)
 	westAgents := h.StartProcessAgentsIn(t, ns, west, bin)
-	westHosts := func(status zones.HostStatus) func() bool {
+	westHosts := func(status fleet.HostStatus) func() bool {
 		return func() bool {
 			for _, p := range westAgents {
 				if host, _, ok := h.ProcessHost(p); !ok || host.Status != status {
@@ -218,7 +218,7 @@ func TestZonePartitioned(t *testing.T) {
 			return true
 		}
 	}
-	poll.True(t, 90*time.Second, "west's agents (in their namespace) online", westHosts(zones.StatusOnline))
+	poll.True(t, 90*time.Second, "west's agents (in their namespace) online", westHosts(fleet.StatusOnline))
 	h.WaitOnline(t, 30*time.Second)
 
 	// The catalog a create needs, a network in west, and a stopped VM of
@@ -319,7 +319,7 @@ func TestZonePartitioned(t *testing.T) {
 	// within the zone timeout, until west's hosts are OFFLINE and after.
 	var firstPartial, slowest time.Duration
 	partials, completes := 0, 0
-	for partials < 3 || !westHosts(zones.StatusOffline)() {
+	for partials < 3 || !westHosts(fleet.StatusOffline)() {
 		if time.Since(cut) > 90*time.Second {
 			t.Fatalf("west's hosts not OFFLINE 90s after the cut (%d partial answers)", partials)
 		}
@@ -366,7 +366,7 @@ func TestZonePartitioned(t *testing.T) {
 	healed := time.Now()
 	poll.True(t, 90*time.Second, "complete answers and west's hosts ONLINE after the heal", func() bool {
 		vms, r, _ := list()
-		return complete(vms, r) && westHosts(zones.StatusOnline)()
+		return complete(vms, r) && westHosts(fleet.StatusOnline)()
 	})
 	recovered := time.Since(healed)
 	if after := guests(t, ctx, westPVE); after != before {

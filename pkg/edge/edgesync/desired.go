@@ -13,7 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -34,7 +34,7 @@ import (
 // the flexgateway replicas of lbZones (by zone name), and its Kubernetes
 // clusters' endpoints (Endpoints), reaching their API servers where
 // kubeTargets (nil: none) says the management cluster serves them.
-func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone, kubeTargets KubeTargets) func(context.Context) ([]Desired, error) {
+func FromCatalog(store catalog.Store, reg *fleet.Registry, log *slog.Logger, lbZones map[string]loadbalancer.Zone, kubeTargets KubeTargets) func(context.Context) ([]Desired, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +56,7 @@ func FromCatalog(store catalog.Store, reg *zones.Registry, log *slog.Logger, lbZ
 		if slices.ContainsFunc(gws, func(g *catalog.EdgeGateway) bool { return len(g.KubeEndpoints) > 0 }) {
 			targets = lastTargets.get(ctx, kubeTargets, log)
 		}
-		byZoneName := map[string]zones.Zone{}
+		byZoneName := map[string]fleet.Zone{}
 		for _, z := range reg.Zones() {
 			byZoneName[z.Name] = z
 		}

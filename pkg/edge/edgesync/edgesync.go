@@ -32,7 +32,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
@@ -58,7 +58,7 @@ func (d Desired) vdc() string {
 // Config configures a Syncer.
 type Config struct {
 	// Zones is the orchestrator's registry of zones and agents. Required.
-	Zones *zones.Registry
+	Zones *fleet.Registry
 	// Desired returns every gateway that should run; a gateway it leaves out
 	// is removed from every host. Required.
 	Desired func(ctx context.Context) ([]Desired, error)
@@ -172,11 +172,11 @@ func (s *Syncer) LastError(zoneID, vdc string) error {
 
 // Choose orders the online hosts of z for vdc (rendezvous hashing) and returns the
 // first; false when the zone has no online host.
-func Choose(z zones.Zone, vdc string) (zones.Host, bool) {
-	var best zones.Host
+func Choose(z fleet.Zone, vdc string) (fleet.Host, bool) {
+	var best fleet.Host
 	var bestScore []byte
 	for _, h := range z.Hosts {
-		if h.Status != zones.StatusOnline {
+		if h.Status != fleet.StatusOnline {
 			continue
 		}
 		sum := sha256.Sum256([]byte(vdc + "\x00" + h.MeshName))
@@ -207,7 +207,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 			errs = append(errs, r.err)
 		}
 	}
-	byID := map[string]zones.Zone{}
+	byID := map[string]fleet.Zone{}
 	for _, z := range zs {
 		byID[z.ID] = z
 	}
@@ -257,7 +257,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 }
 
 // reports reads from every online host of zs which gateways it runs.
-func (s *Syncer) reports(ctx context.Context, zs []zones.Zone) map[string]report {
+func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone) map[string]report {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -265,7 +265,7 @@ func (s *Syncer) reports(ctx context.Context, zs []zones.Zone) map[string]report
 	)
 	for _, z := range zs {
 		for _, h := range z.Hosts {
-			if h.Status != zones.StatusOnline {
+			if h.Status != fleet.StatusOnline {
 				continue
 			}
 			wg.Go(func() {
@@ -305,7 +305,7 @@ func (s *Syncer) report(ctx context.Context, host string) report {
 // reconcile makes the hosts of z run k's gateway as d says: on its host only, or
 // (d nil) nowhere; a gateway that could not be derived (d.Gateway nil) is left as
 // it runs.
-func (s *Syncer) reconcile(ctx context.Context, z zones.Zone, k gatewayKey, d *Desired, reports map[string]report) error {
+func (s *Syncer) reconcile(ctx context.Context, z fleet.Zone, k gatewayKey, d *Desired, reports map[string]report) error {
 	switch {
 	case d == nil:
 		errs := s.removeFrom(ctx, z, k.vdc, func(h string) bool { return reports[h].lists(k.vdc) })
@@ -336,10 +336,10 @@ func (s *Syncer) reconcile(ctx context.Context, z zones.Zone, k gatewayKey, d *D
 }
 
 // removeFrom removes vdc's gateway from the online hosts of z that from names.
-func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc string, from func(host string) bool) []error {
+func (s *Syncer) removeFrom(ctx context.Context, z fleet.Zone, vdc string, from func(host string) bool) []error {
 	var errs []error
 	for _, o := range z.Hosts {
-		if o.Status != zones.StatusOnline || !from(o.MeshName) {
+		if o.Status != fleet.StatusOnline || !from(o.MeshName) {
 			continue
 		}
 		c, err := s.cfg.Zones.EdgeClient(o.MeshName)
@@ -357,7 +357,7 @@ func (s *Syncer) removeFrom(ctx context.Context, z zones.Zone, vdc string, from 
 
 // apply places gw in z and removes it from the zone's other hosts: those that
 // report it, and, when it is sent, those that could not report.
-func (s *Syncer) apply(ctx context.Context, z zones.Zone, key gatewayKey, gw *edgev1.Gateway, reports map[string]report) error {
+func (s *Syncer) apply(ctx context.Context, z fleet.Zone, key gatewayKey, gw *edgev1.Gateway, reports map[string]report) error {
 	vdc := gw.GetVdc()
 	h, ok := Choose(z, vdc)
 	if !ok {

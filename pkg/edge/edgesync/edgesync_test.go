@@ -18,13 +18,13 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
-// mesh is a mesh of agents on loopback: a real zones.Registry finds them, checks
+// mesh is a mesh of agents on loopback: a real fleet.Registry finds them, checks
 // their health over gRPC and dials their edge service.
 type mesh struct {
 	mu     sync.Mutex
@@ -153,12 +153,12 @@ func (a *agent) up() bool {
 	return a.real != ""
 }
 
-func (m *mesh) Nodes(context.Context) ([]zones.MeshNode, error) {
+func (m *mesh) Nodes(context.Context) ([]fleet.MeshNode, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []zones.MeshNode
+	var out []fleet.MeshNode
 	for _, a := range m.agents {
-		out = append(out, zones.MeshNode{ID: a.id, Name: a.name, Addr: a.addr, Tags: []string{meshnode.TagAgent}, Online: a.up()})
+		out = append(out, fleet.MeshNode{ID: a.id, Name: a.name, Addr: a.addr, Tags: []string{meshnode.TagAgent}, Online: a.up()})
 	}
 	return out, nil
 }
@@ -195,7 +195,7 @@ func (m *mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // lab is a zone of three hosts seen by a running registry.
-func lab(t *testing.T) (*zones.Registry, *mesh) {
+func lab(t *testing.T) (*fleet.Registry, *mesh) {
 	t.Helper()
 	m := &mesh{}
 	for i := range 3 {
@@ -203,7 +203,7 @@ func lab(t *testing.T) (*zones.Registry, *mesh) {
 		a.start(t)
 		m.agents = append(m.agents, a)
 	}
-	reg, err := zones.New(zones.Config{Mesh: m, RefreshInterval: 100 * time.Millisecond, CallTimeout: time.Second})
+	reg, err := fleet.New(fleet.Config{Mesh: m, RefreshInterval: 100 * time.Millisecond, CallTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +215,11 @@ func lab(t *testing.T) (*zones.Registry, *mesh) {
 	return reg, m
 }
 
-func online(reg *zones.Registry) []string {
+func online(reg *fleet.Registry) []string {
 	var out []string
 	for _, z := range reg.Zones() {
 		for _, h := range z.Hosts {
-			if h.Status == zones.StatusOnline {
+			if h.Status == fleet.StatusOnline {
 				out = append(out, h.MeshName)
 			}
 		}
@@ -227,7 +227,7 @@ func online(reg *zones.Registry) []string {
 	return out
 }
 
-func zone(t *testing.T, reg *zones.Registry) zones.Zone {
+func zone(t *testing.T, reg *fleet.Registry) fleet.Zone {
 	t.Helper()
 	zs := reg.Zones()
 	if len(zs) != 1 {
@@ -272,7 +272,7 @@ func sync1(t *testing.T, s *edgesync.Syncer) {
 }
 
 // placed is a lab, a syncer (Resync resync) and red's gateway placed by one pass.
-func placed(t *testing.T, resync time.Duration) (*zones.Registry, *mesh, zones.Zone, *desired, *edgesync.Syncer) {
+func placed(t *testing.T, resync time.Duration) (*fleet.Registry, *mesh, fleet.Zone, *desired, *edgesync.Syncer) {
 	t.Helper()
 	reg, m := lab(t)
 	z := zone(t, reg)

@@ -1,7 +1,7 @@
 // Package snippets is the orchestrator's compute.SnippetWriter: the agent
 // of a snippet's node writes and deletes it (agent RPCs WriteSnippet,
 // DeleteSnippet). It is wiring: the VM lifecycle (pkg/compute) names the
-// snippets it needs, the fleet (pkg/mesh/zones) finds the agents, and this
+// snippets it needs, the fleet (pkg/mesh/fleet) finds the agents, and this
 // package joins them, so that neither imports the other.
 package snippets
 

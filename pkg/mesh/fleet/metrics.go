@@ -1,4 +1,4 @@
-package zones
+package fleet
 
 import (
 	"context"

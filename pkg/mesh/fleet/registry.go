@@ -1,8 +1,8 @@
-// Package zones is the fleet: the orchestrator's registry of the Proxmox
-// estate, and the transport to it. Its name says what it groups, not all
-// it does; it holds two things:
+// Package fleet is the orchestrator's view of the Proxmox fleet: the
+// registry of its zones and hosts, and the transport to them. It holds two
+// things:
 //
-//   - the fleet registry (Registry, zones.go): it derives the agents from
+//   - the fleet registry (Registry, registry.go): it derives the agents from
 //     the mesh's node list and what each agent reports (Info), groups them
 //     into zones by Proxmox cluster identity (a standalone node is a zone
 //     of one), and tracks every host's status from the mesh and the
@@ -16,7 +16,7 @@
 // mesh layer: it may import pkg/proxmox, never a capability; fan-out over
 // its zones is pkg/inventory's, and joining it to a capability's interface
 // (compute's zones, snippets, volumes) is pkg/orchestrator's wiring.
-package zones
+package fleet
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package zones_test
+package fleet_test
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
-	"github.com/flexplane/flexplane/pkg/mesh/zones"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -24,15 +24,15 @@ import (
 // orchestrator's view of the peers are what the test sets.
 type fakeMesh struct {
 	mu        sync.Mutex
-	nodes     []zones.MeshNode    // protected by mu
+	nodes     []fleet.MeshNode    // protected by mu
 	reachable map[netip.Addr]bool // protected by mu
 	dialTo    string              // where Dial connects ("": it fails); protected by mu
 }
 
-func (m *fakeMesh) Nodes(context.Context) ([]zones.MeshNode, error) {
+func (m *fakeMesh) Nodes(context.Context) ([]fleet.MeshNode, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]zones.MeshNode(nil), m.nodes...), nil
+	return append([]fleet.MeshNode(nil), m.nodes...), nil
 }
 
 func (m *fakeMesh) OnlinePeers(context.Context) (map[netip.Addr]bool, error) {
@@ -84,9 +84,9 @@ func TestAgentTheMeshShowsOffline(t *testing.T) {
 	agentv1.RegisterAgentServiceServer(srv, agentServer{})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	m := &fakeMesh{dialTo: lis.Addr().String(), nodes: []zones.MeshNode{
+	m := &fakeMesh{dialTo: lis.Addr().String(), nodes: []fleet.MeshNode{
 		{ID: 1, Name: "alpha-pve1", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}}}
-	r, err := zones.New(zones.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestAgentTheMeshShowsOffline(t *testing.T) {
 	if !ok {
 		t.Fatalf("no zone alpha after a refresh: %v", r.Zones())
 	}
-	if h, ok := z.Host("pve1"); !ok || h.Status != zones.StatusOnline {
+	if h, ok := z.Host("pve1"); !ok || h.Status != fleet.StatusOnline {
 		t.Fatalf("the host of an agent that answers: %+v (found %v)", h, ok)
 	}
 }
@@ -133,11 +133,11 @@ func TestWhyAnAgentStaysOffline(t *testing.T) {
 		defer logMu.Unlock()
 		return logLines(t, buf.Bytes())
 	}
-	gone := zones.MeshNode{ID: 1, Name: "agent-gone", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}
-	unseen := zones.MeshNode{ID: 2, Name: "agent-unseen", Addr: netip.MustParseAddr("100.64.0.2"), Tags: []string{meshnode.TagAgent}, Online: true}
-	m := &fakeMesh{nodes: []zones.MeshNode{gone, unseen}}
+	gone := fleet.MeshNode{ID: 1, Name: "agent-gone", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}
+	unseen := fleet.MeshNode{ID: 2, Name: "agent-unseen", Addr: netip.MustParseAddr("100.64.0.2"), Tags: []string{meshnode.TagAgent}, Online: true}
+	m := &fakeMesh{nodes: []fleet.MeshNode{gone, unseen}}
 	const grace = 500 * time.Millisecond
-	r, err := zones.New(zones.Config{Mesh: m, RejoinGrace: grace, Logger: slog.New(slog.NewJSONHandler(w, nil))})
+	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: grace, Logger: slog.New(slog.NewJSONHandler(w, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
