@@ -41,7 +41,7 @@ func (k ErrorKind) String() string {
 }
 
 // Error is the error of every exported operation of the Service. The
-// GraphQL edge maps its Kind to an error code and places Field in the
+// API layer maps its Kind to an error code and places Field in the
 // request (package compute knows its own inputs, not the API's).
 type Error struct {
 	Kind ErrorKind

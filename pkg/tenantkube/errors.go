@@ -23,7 +23,7 @@ const (
 )
 
 // Error is what the service returns for a refused or failed call; the
-// GraphQL edge maps Kind to a code.
+// API layer maps Kind to a code.
 type Error struct {
 	Kind ErrorKind
 	// Field is the offending input field (KindBadInput, KindNotFound of

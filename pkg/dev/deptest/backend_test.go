@@ -15,7 +15,7 @@ import (
 )
 
 // backendClients are the clients of the systems behind the API that the
-// GraphQL edge must not import itself: resolvers map input to one call of
+// API layer must not import itself: resolvers map input to one call of
 // a capability's service and its answer to the schema's types, and the
 // services (which may link these) speak to Proxmox and Kubernetes.
 // Linking them transitively through a service is expected; importing one

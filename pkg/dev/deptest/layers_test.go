@@ -40,7 +40,7 @@ var layers = []layer{
 	{"capabilities", "one service per capability, and the reads that fan out over the zones",
 		[]string{"pkg/network/...", "pkg/loadbalancer/...", "pkg/edge/...", "pkg/compute/...", "pkg/rollout/...",
 			"pkg/tenantkube/...", "pkg/console/...", "pkg/inventory/...", "pkg/estate/...", "pkg/vdc/..."}},
-	{"graphql", "the GraphQL edge: resolvers, the HTTP handler, the error mapping and generated code",
+	{"graphql", "the API layer: resolvers, the HTTP handler, the error mapping and generated code",
 		[]string{"graph/..."}},
 	{"binaries", "the wiring of the binaries: the orchestrator, the portal, the agent",
 		[]string{"pkg/orchestrator/...", "pkg/portal/...", "pkg/agent/..."}},
@@ -146,7 +146,7 @@ func TestLayerOf(t *testing.T) {
 // graphPackages are the only packages under graph/ (besides graph itself,
 // the resolvers): a package there holds the HTTP handler, the error
 // mapping or generated code; a capability's logic goes into its service
-// under pkg/, not into a sub-package of the edge.
+// under pkg/, not into a sub-package of the API layer.
 var graphPackages = map[string]string{
 	"graph/server":          "the HTTP handler of the API: transports, authentication, limits, audit, metrics, tracing",
 	"graph/server/apierr":   "the error mapping: typed domain errors to the codes clients see",
@@ -157,15 +157,15 @@ var graphPackages = map[string]string{
 	"graph/internal/sdl":    "the generator of the checked-in SDL (make generate-graphql)",
 }
 
-// TestGraphHoldsOnlyTheEdge: every package under graph/ is one of
+// TestGraphHoldsOnlyTheAPILayer: every package under graph/ is one of
 // graphPackages, and each of those exists.
-func TestGraphHoldsOnlyTheEdge(t *testing.T) {
+func TestGraphHoldsOnlyTheAPILayer(t *testing.T) {
 	t.Parallel()
 	pkgs := deptest.Load(t, module+"/graph/...").Roots()
 	for _, p := range pkgs {
 		rel := strings.TrimPrefix(p, module+"/")
 		if _, ok := graphPackages[rel]; !ok && rel != "graph" {
-			t.Errorf("%s is a package under graph/ that is not the HTTP handler, the error mapping or generated code: move its logic into a service under pkg/ (or list it in graphPackages, layers_test.go, with why it belongs to the edge)", p)
+			t.Errorf("%s is a package under graph/ that is not the HTTP handler, the error mapping or generated code: move its logic into a service under pkg/ (or list it in graphPackages, layers_test.go, with why it belongs to the API layer)", p)
 		}
 	}
 	for rel := range graphPackages {

@@ -40,17 +40,17 @@ var mustBeDomain = []string{
 // transport is what domain packages must not link: the GraphQL server,
 // gRPC, the mesh (tsnet and Headscale), OpenID Connect, and flexplane's
 // own edge and wiring packages that carry them. Domain packages return
-// typed errors; the edge maps them to codes and field paths.
+// typed errors; the API layer maps them to codes and field paths.
 var transport = deptest.Bans{
-	"github.com/99designs/gqlgen":   "GraphQL belongs to the edge (graph/...)",
-	"github.com/vektah/gqlparser":   "GraphQL belongs to the edge (graph/...)",
+	"github.com/99designs/gqlgen":   "GraphQL belongs to the API layer (graph/...)",
+	"github.com/vektah/gqlparser":   "GraphQL belongs to the API layer (graph/...)",
 	"google.golang.org/grpc":        "gRPC belongs to the mesh and the agent",
 	"tailscale.com":                 "the mesh (tsnet) belongs to pkg/mesh",
 	"github.com/tailscale":          "the mesh (tsnet) belongs to pkg/mesh",
 	"github.com/juanfont/headscale": "mesh control belongs to pkg/mesh/meshcontrol",
 	"github.com/coreos/go-oidc":     "OpenID Connect belongs to pkg/auth",
-	module + "/graph":               "the GraphQL edge maps domain errors, not the reverse",
-	module + "/pkg/auth":            "identity belongs to the edge",
+	module + "/graph":               "the API layer maps domain errors, not the reverse",
+	module + "/pkg/auth":            "identity belongs to the API layer",
 	module + "/pkg/mesh":            "the mesh is wired in by pkg/orchestrator",
 	module + "/proto":               "the agent's gRPC API belongs to the mesh",
 	module + "/pkg/orchestrator":    "wiring imports the domain, not the reverse",

@@ -2,7 +2,7 @@
 // edge gateways, load balancers, VDCs) return for what the caller did
 // wrong or what stands in the way: a kind, a message safe to show, the
 // input field at fault (relative to the call's input) and the zone at
-// fault. The GraphQL edge maps the kind to its code in one place; the
+// fault. The API layer maps the kind to its code in one place; the
 // services import no transport to do so.
 package fault
 
@@ -32,7 +32,7 @@ const (
 type Error struct {
 	Kind Kind
 	// Message is safe to show. For BadInput it does not name the field:
-	// the edge puts the field's full path before it.
+	// the API layer puts the field's full path before it.
 	Message string
 	// Field is the input field at fault (BadInput), relative to the call's
 	// input: "position", "pools[0].backends[1].vmId".
