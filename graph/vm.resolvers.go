@@ -63,10 +63,20 @@ func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Oper
 	return r.power(ctx, id, (*compute.Service).DeleteVM)
 }
 
-func (r *mutationResolver) MigrateVM(ctx context.Context, input compute.MigrateInput) (*model.Operation, error) {
+func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {
+	in := compute.MigrateInput{ID: input.ID}
+	if input.Host != nil {
+		in.Host = *input.Host
+	}
+	if input.Zone != nil {
+		in.Zone = *input.Zone
+	}
+	for _, n := range input.Networks {
+		in.Networks = append(in.Networks, compute.NetworkMapping{From: n.From, To: n.To})
+	}
 	return r.vmOp(ctx, "input", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
-		input.VDC = vdc
-		return svc.MigrateVM(ctx, input)
+		in.VDC = vdc
+		return svc.MigrateVM(ctx, in)
 	})
 }
 

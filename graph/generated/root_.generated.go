@@ -11,7 +11,6 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/compute"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -466,7 +465,7 @@ type ComplexityRoot struct {
 		DeleteVM                 func(childComplexity int, id string) int
 		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
 		IssueKubeconfig          func(childComplexity int, cluster string) int
-		MigrateVM                func(childComplexity int, input compute.MigrateInput) int
+		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
 		OpenConsole              func(childComplexity int, id string) int
 		RebootVM                 func(childComplexity int, id string) int
 		RevokeEnrollmentKey      func(childComplexity int, id string) int
@@ -2620,7 +2619,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(compute.MigrateInput)), true
+		return e.ComplexityRoot.Mutation.MigrateVM(childComplexity, args["input"].(model.MigrateVMInput)), true
 	case "Mutation.openConsole":
 		if e.ComplexityRoot.Mutation.OpenConsole == nil {
 			break

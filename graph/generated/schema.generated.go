@@ -15,7 +15,6 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
-	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/rollout"
@@ -74,7 +73,7 @@ type MutationResolver interface {
 	ShutdownVM(ctx context.Context, id string) (*model.Operation, error)
 	RebootVM(ctx context.Context, id string) (*model.Operation, error)
 	DeleteVM(ctx context.Context, id string) (*model.Operation, error)
-	MigrateVM(ctx context.Context, input compute.MigrateInput) (*model.Operation, error)
+	MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error)
 }
 type QueryResolver interface {
 	AgentReleases(ctx context.Context) ([]*model.AgentRelease, error)
@@ -607,8 +606,8 @@ func (ec *executionContext) field_Mutation_migrateVM_args(ctx context.Context, r
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
-		func(ctx context.Context, v any) (compute.MigrateInput, error) {
-			return ec.unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐMigrateInput(ctx, v)
+		func(ctx context.Context, v any) (model.MigrateVMInput, error) {
+			return ec.unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrateVMInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -4341,7 +4340,7 @@ func (ec *executionContext) _Mutation_migrateVM(ctx context.Context, field graph
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().MigrateVM(ctx, fc.Args["input"].(compute.MigrateInput))
+			return ec.Resolvers.Mutation().MigrateVM(ctx, fc.Args["input"].(model.MigrateVMInput))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next

@@ -10,7 +10,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
-	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -396,8 +395,8 @@ func UnmarshalCreateVMInput(ctx context.Context, raw any) (model.CreateVMInput, 
 	return out, err
 }
 
-func (ec *executionContext) unmarshalInputMigrateVMInput(ctx context.Context, obj any) (compute.MigrateInput, error) {
-	var it compute.MigrateInput
+func (ec *executionContext) unmarshalInputMigrateVMInput(ctx context.Context, obj any) (model.MigrateVMInput, error) {
+	var it model.MigrateVMInput
 	if obj == nil {
 		return it, nil
 	}
@@ -423,21 +422,21 @@ func (ec *executionContext) unmarshalInputMigrateVMInput(ctx context.Context, ob
 			it.ID = data
 		case "host":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("host"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Host = data
 		case "zone":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("zone"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Zone = data
 		case "networks":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("networks"))
-			data, err := ec.unmarshalONetworkMappingInput2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐNetworkMappingᚄ(ctx, v)
+			data, err := ec.unmarshalONetworkMappingInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInputᚄ(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -453,8 +452,8 @@ func (ec *executionContext) unmarshalInputMigrateVMInput(ctx context.Context, ob
 //
 // ctx must come from a gqlgen request; outside one there is no unmarshaler to use
 // and the returned error says so.
-func UnmarshalMigrateVMInput(ctx context.Context, raw any) (compute.MigrateInput, error) {
-	var out compute.MigrateInput
+func UnmarshalMigrateVMInput(ctx context.Context, raw any) (model.MigrateVMInput, error) {
+	var out model.MigrateVMInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "MigrateVMInput", raw, &out)
 	return out, err
 }
@@ -508,8 +507,8 @@ func UnmarshalNICInput(ctx context.Context, raw any) (model.NICInput, error) {
 	return out, err
 }
 
-func (ec *executionContext) unmarshalInputNetworkMappingInput(ctx context.Context, obj any) (compute.NetworkMapping, error) {
-	var it compute.NetworkMapping
+func (ec *executionContext) unmarshalInputNetworkMappingInput(ctx context.Context, obj any) (model.NetworkMappingInput, error) {
+	var it model.NetworkMappingInput
 	if obj == nil {
 		return it, nil
 	}
@@ -551,8 +550,8 @@ func (ec *executionContext) unmarshalInputNetworkMappingInput(ctx context.Contex
 //
 // ctx must come from a gqlgen request; outside one there is no unmarshaler to use
 // and the returned error says so.
-func UnmarshalNetworkMappingInput(ctx context.Context, raw any) (compute.NetworkMapping, error) {
-	var out compute.NetworkMapping
+func UnmarshalNetworkMappingInput(ctx context.Context, raw any) (model.NetworkMappingInput, error) {
+	var out model.NetworkMappingInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "NetworkMappingInput", raw, &out)
 	return out, err
 }
@@ -711,7 +710,7 @@ func (ec *executionContext) marshalNCreateVMPayload2ᚖgithubᚗcomᚋflexplane�
 	return ec._CreateVMPayload(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐMigrateInput(ctx context.Context, v any) (compute.MigrateInput, error) {
+func (ec *executionContext) unmarshalNMigrateVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐMigrateVMInput(ctx context.Context, v any) (model.MigrateVMInput, error) {
 	res, err := ec.unmarshalInputMigrateVMInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
@@ -783,21 +782,21 @@ func (ec *executionContext) unmarshalNNICInput2ᚖgithubᚗcomᚋflexplaneᚋfle
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalNNetworkMappingInput2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐNetworkMapping(ctx context.Context, v any) (compute.NetworkMapping, error) {
+func (ec *executionContext) unmarshalNNetworkMappingInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInput(ctx context.Context, v any) (*model.NetworkMappingInput, error) {
 	res, err := ec.unmarshalInputNetworkMappingInput(ctx, v)
-	return res, graphql.ErrorOnPath(ctx, err)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) unmarshalONetworkMappingInput2ᚕgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐNetworkMappingᚄ(ctx context.Context, v any) ([]compute.NetworkMapping, error) {
+func (ec *executionContext) unmarshalONetworkMappingInput2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInputᚄ(ctx context.Context, v any) ([]*model.NetworkMappingInput, error) {
 	if v == nil {
 		return nil, nil
 	}
 	vSlice := graphql.CoerceList(v)
 	var err error
-	res := make([]compute.NetworkMapping, len(vSlice))
+	res := make([]*model.NetworkMappingInput, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
-		res[i], err = ec.unmarshalNNetworkMappingInput2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐNetworkMapping(ctx, vSlice[i])
+		res[i], err = ec.unmarshalNNetworkMappingInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐNetworkMappingInput(ctx, vSlice[i])
 		if err != nil {
 			return nil, err
 		}

@@ -631,6 +631,21 @@ type Me struct {
 	Vdcs []*VDCAccess `json:"vdcs"`
 }
 
+// Where migrateVM moves a VM.
+type MigrateVMInput struct {
+	// The VM's id.
+	ID string `json:"id"`
+	// The host to move to: a host's id or name (e.g. pve2). Required within
+	// the VM's zone; across zones null lets flexplane choose.
+	Host *string `json:"host,omitempty"`
+	// The name of the zone to move to; null (or the VM's zone) stays in it.
+	Zone *string `json:"zone,omitempty"`
+	// Across zones: the network each of the VM's networks maps to in the
+	// target zone; a network not listed maps to the VDC's network of the same
+	// name there.
+	Networks []*NetworkMappingInput `json:"networks,omitempty"`
+}
+
 // A NIC of a VM and the networks of a target zone it can move onto.
 type MigrationNic struct {
 	// The NIC's position: 0 for net0.
@@ -704,6 +719,14 @@ type NetworkEdge struct {
 	Cursor string `json:"cursor"`
 	// The network.
 	Node *Network `json:"node"`
+}
+
+// One network of a VM and the network of the target zone it maps to.
+type NetworkMappingInput struct {
+	// The id of a network one of the VM's NICs is on.
+	From string `json:"from"`
+	// The id of a network of the VDC in the target zone.
+	To string `json:"to"`
 }
 
 // A node label of a pool's workers.
