@@ -518,6 +518,10 @@ func (a *Agent) caller(ctx context.Context) (meshnode.Peer, error) {
 	}
 	who, err := a.node.WhoIs(ctx, p.Addr.String())
 	if err != nil {
+		// The caller learns only that it was refused; why (a peer not in
+		// this node's view, or the lookup cut short by the call's
+		// deadline) is the agent's log's.
+		a.log.Warn("agent: refused a caller its mesh node could not identify", "addr", p.Addr.String(), "err", err)
 		return meshnode.Peer{}, status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
 	}
 	return who, nil
