@@ -33,8 +33,11 @@ for t in "$@"; do
 	echo "== $name ($pkg) for $dur"
 	# Rounds of a count each: the first of 2000 executions measures the
 	# rate, the next aims at the time left at the rate the last measured,
-	# until the time is spent.
+	# until the time is spent. The time is the engine's own (its last
+	# "fuzz: elapsed: Ns"), so building the instrumented test binary does
+	# not eat into it; a round counts at least a second.
 	start=$(date +%s)
+	spent=0
 	n=2000
 	while :; do
 		if ! $go test -run '^$' -fuzz "^$name\$" -fuzztime "${n}x" -timeout 0 "$pkg" >"$log" 2>&1; then
@@ -42,7 +45,9 @@ for t in "$@"; do
 			echo "== $name: failed" >&2
 			exit 1
 		fi
-		left=$((secs - ($(date +%s) - start)))
+		took=$(sed -n 's/^fuzz: elapsed: \([0-9]*\)s.*/\1/p' "$log" | tail -n 1)
+		spent=$((spent + (${took:-0} > 0 ? ${took:-0} : 1)))
+		left=$((secs - spent))
 		if [ "$left" -le 0 ]; then
 			break
 		fi
@@ -53,5 +58,5 @@ for t in "$@"; do
 		fi
 	done
 	grep '^fuzz: elapsed' "$log" | tail -n 1
-	echo "== $name: passed in $(($(date +%s) - start))s"
+	echo "== $name: passed, ${spent}s of fuzzing in $(($(date +%s) - start))s"
 done
