@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -40,28 +41,22 @@ func grant(ctx context.Context, kube kubernetes.Interface, ns, role, user string
 	}
 	// The authorizer reads RoleBindings from a watch: wait for it, asking
 	// for one of the rights the binding gives.
-	deadline := time.Now().Add(grantWait)
-	for {
+	inEffect := func(ctx context.Context) (bool, error) {
 		rev, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "secrets"},
 		}}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("grant %s: %w", ns, err)
+			return false, err
 		}
-		if rev.Status.Allowed {
-			return nil
-		}
-		if time.Now().After(deadline) {
+		return rev.Status.Allowed, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, grantWait, true, inEffect); err != nil {
+		if wait.Interrupted(err) && ctx.Err() == nil {
 			return fmt.Errorf("grant %s: the RoleBinding to %s is not in effect after %s", ns, role, grantWait)
 		}
-		// Keeps its own pace: a bounded wait on the API server's watch,
-		// not a test's poll.
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("grant %s: %w", ns, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return fmt.Errorf("grant %s: %w", ns, err)
 	}
+	return nil
 }
 
 // whoami caches the Manager's user name (SelfSubjectReview).
