@@ -123,6 +123,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 		slices.SortFunc(points, func(a, b time.Duration) int { return int(b - a) }) // the later point first
 		type inFlight struct{ vdc, op string }
 		var ops []inFlight
+		// poll:own-loop: the creates of one kill, started apart on purpose.
 		for j := range perKill {
 			n := i*perKill + j
 			vdc, zone := []string{"prod", "dev"}[n%2], []string{"fra1", "hel1"}[n/2%2]
