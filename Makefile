@@ -178,7 +178,7 @@ RELEASE_VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' 2>/dev/null ||
 RELEASE_PLATFORM ?= linux/amd64
 RELEASE_KEY      ?= release.key
 RELEASE_DIR      ?= dist
-RELEASE_VALID    ?= 2160h
+RELEASE_VALID    ?= 336h
 RELEASE_BIN       = $(RELEASE_DIR)/flexplane-agent-$(RELEASE_VERSION)-$(subst /,-,$(RELEASE_PLATFORM))
 release:
 	GOOS=$(word 1,$(subst /, ,$(RELEASE_PLATFORM))) GOARCH=$(word 2,$(subst /, ,$(RELEASE_PLATFORM))) CGO_ENABLED=0 \
