@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 )
 
 // testClock is a clock the test moves.
@@ -29,6 +29,17 @@ func (c *testClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// lastHeader is a transport that keeps the header of the last answer.
+type lastHeader struct{ header http.Header }
+
+func (l *lastHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		l.header = resp.Header
+	}
+	return resp, err
 }
 
 // TestMutationRateLimit: with the default limits, on a clock the test
@@ -50,33 +61,23 @@ func TestMutationRateLimit(t *testing.T) {
 	}
 	before := h.snapshot(t)
 
-	// The 31st, as a raw request to see the status and headers.
-	body, _ := json.Marshal(map[string]any{"query": create(30)})
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+h.token(t, "admin"))
-	resp, err := http.DefaultClient.Do(req)
+	// The 31st, keeping the answer's headers.
+	rec := &lastHeader{}
+	r, err := gqltest.Post(t.Context(), &http.Client{Transport: rec}, h.url, gqltest.Request{Query: create(30), Authorization: "Bearer " + h.token(t, "admin")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var answer struct {
-		Errors []struct {
-			Message    string
-			Extensions map[string]any
-		}
-		Data json.RawMessage
+		Data   json.RawMessage
+		Errors []struct{ Extensions map[string]any }
 	}
-	raw := new(bytes.Buffer)
-	_, _ = raw.ReadFrom(resp.Body)
-	resp.Body.Close()
-	if err := json.Unmarshal(raw.Bytes(), &answer); err != nil {
-		t.Fatalf("%d %s: %v", resp.StatusCode, raw, err)
+	if err := json.Unmarshal([]byte(r.Raw), &answer); err != nil {
+		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
-		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || string(answer.Data) != "null" || len(answer.Errors) != 1 ||
-		answer.Errors[0].Extensions["code"] != "RATE_LIMITED" || answer.Errors[0].Extensions["retryAfter"] != float64(1) ||
-		answer.Errors[0].Message != "too many mutations: a caller may run 10 per second, 30 at once; try again in 1 s" {
-		t.Fatalf("the 31st mutation: %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), raw)
+	if r.Status != http.StatusTooManyRequests || rec.header.Get("Retry-After") != "1" || string(answer.Data) != "null" || len(r.Errors) != 1 ||
+		r.Errors[0].Code() != "RATE_LIMITED" || r.Errors[0].Extensions["retryAfter"] != float64(1) ||
+		r.Errors[0].Message != "too many mutations: a caller may run 10 per second, 30 at once; try again in 1 s" {
+		t.Fatalf("the 31st mutation: %d (Retry-After %q): %s", r.Status, rec.header.Get("Retry-After"), r.Raw)
 	}
 	if after := h.snapshot(t); after != before {
 		t.Fatalf("a refused mutation changed the catalog:\n%s\n%s", before, after)
