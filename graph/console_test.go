@@ -2,8 +2,11 @@ package graph_test
 
 import (
 	"context"
+	"encoding/base64"
+	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +82,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 		}
 	}
 	conn.Close()
+	refusalsLookAlike(t, h.Orchestrator.URL(), s.Path)
 
 	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
 	for _, user := range []string{tn.alice, tn.vera} {
@@ -95,5 +99,58 @@ func TestConsoleEndToEnd(t *testing.T) {
 	})
 	if got := h.GraphQL(t, tn.bob, tn.blue, open, map[string]any{"id": vm}).Code(t); got != "CONFLICT" {
 		t.Errorf("console of a stopped VM: %s, want CONFLICT", got)
+	}
+}
+
+// refusalsLookAlike: GET /console/{ticket} without a good ticket answers
+// the same 403, byte for byte (the headers but Date too), whether the
+// ticket names the VM's own agent (used) or with a made-up secret, an
+// agent of its zone that does not exist, a zone that does not exist, or
+// nothing at all: a caller without a ticket learns nothing of which agents
+// or VMs there are.
+func refusalsLookAlike(t *testing.T, base, used string) {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(used, "/console/"), ".") // zone, node, secret
+	if len(parts) != 3 {
+		t.Fatalf("ticket %q is not zone.node.secret", used)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	madeUp := strings.Repeat("ab", 32)
+	type answer struct {
+		Status int
+		Header http.Header
+		Body   string
+	}
+	get := func(path string) answer {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Header.Del("Date")
+		return answer{resp.StatusCode, resp.Header, string(body)}
+	}
+	want := get(used)
+	if want.Status != http.StatusForbidden {
+		t.Fatalf("a used ticket: %+v, want 403", want)
+	}
+	for name, path := range map[string]string{
+		"the VM's agent, a made-up secret":  "/console/" + parts[0] + "." + parts[1] + "." + madeUp,
+		"an agent of the zone there is not": "/console/" + parts[0] + "." + enc([]byte("no-such-node")) + "." + madeUp,
+		"a zone there is not":               "/console/" + enc([]byte("no-such-zone")) + "." + parts[1] + "." + madeUp,
+		"no ticket at all":                  "/console/made-up",
+	} {
+		if got := get(path); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want the answer to a used ticket %+v", name, got, want)
+		}
 	}
 }
