@@ -243,10 +243,11 @@ func New(cfg Config) (*Service, error) {
 	if timeout <= 0 {
 		timeout = quota.DefaultZoneTimeout
 	}
-	find := &finder{zones: cfg.Zones, timeout: timeout, log: cfg.Logger}
+	moved := newMovedIndex()
+	find := &finder{zones: cfg.Zones, timeout: timeout, moved: moved, log: cfg.Logger}
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
-		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: newMovedIndex(),
+		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
 	}
 	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	return &Service{d: d}, nil
