@@ -164,8 +164,10 @@ type Config struct {
 	// ZoneTimeout bounds the quota count of each zone (zones are counted
 	// in parallel) and the reads that look a VM up or check a create's
 	// input in its zone before anything is written (a zone that does not
-	// answer within it is ZONE_UNAVAILABLE); default
-	// quota.DefaultZoneTimeout.
+	// answer within it is ZONE_UNAVAILABLE), and each zone's part of the
+	// scans over all zones (asked in parallel) for a VM that moved across
+	// zones or the VMIDs moved VMs keep (a zone that does not answer
+	// within it is passed over); default quota.DefaultZoneTimeout.
 	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
