@@ -46,6 +46,7 @@ const usage = `usage:
   orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
   orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
+  orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
   orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE`
 
 func main() {
