@@ -193,7 +193,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.workerImages, "kubernetes-worker-images", env("FLEXPLANE_KUBERNETES_WORKER_IMAGES", ""), "catalog images of Kubernetes worker VMs by version, comma-separated version=image pairs (e.g. v1.37.2=debian-13-kube-1.37); other versions use -kubernetes-worker-image (env FLEXPLANE_KUBERNETES_WORKER_IMAGES)")
 	fs.StringVar(&f.kubeServiceType, "kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
 	fs.StringVar(&f.kubeNamespaceRole, "kubernetes-namespace-role", env("FLEXPLANE_KUBERNETES_NAMESPACE_ROLE", ""), "ClusterRole holding the orchestrator's rights in a cluster's namespace (the chart's <fullname>-controlplane), bound there when the namespace is made; empty: the orchestrator's rights are cluster-wide (env FLEXPLANE_KUBERNETES_NAMESPACE_ROLE)")
-	fs.DurationVar(&f.kubeconfigTTL, "kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
+	fs.DurationVar(&f.kubeconfigTTL, "kubeconfig-ttl", 8*time.Hour, "lifetime of the client certificate of a kubeconfig issued by issueKubeconfig (at most 24h): also the longest a member removed from a VDC keeps access")
 	fs.DurationVar(&f.probation, "update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -145,11 +145,10 @@ func (p *Principal) RoleKeys() []string {
 }
 
 // KubeUser is the caller's user name in the kubeconfigs of tenant
-// clusters: the email when it is one line, else "oidc:" and the subject.
+// clusters: "oidc:" and the token's subject, which the issuer (one per
+// orchestrator) guarantees to be this user's and no one else's. Never the
+// email claim: a user may set any address there, another user's too.
 func (p *Principal) KubeUser() string {
-	if p.Email != "" && !strings.ContainsAny(p.Email, "\n\x00") {
-		return p.Email
-	}
 	return "oidc:" + p.Subject
 }
 

@@ -150,8 +150,10 @@ func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
 
 // PlaceOf is where the VM of id sits now if it moved across zones (as
 // KeptID knows it).
-func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
-	mi := s.d.moved
+func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) { return s.d.moved.placeOf(id) }
+
+// placeOf is PlaceOf.
+func (mi *movedIndex) placeOf(id string) (tenancy.VMRef, bool) {
 	mi.mu.Lock()
 	defer mi.mu.Unlock()
 	for place, kept := range mi.m {

@@ -373,14 +373,15 @@ func (x *PullVolumeResponse) GetChecksumAlgorithm() string {
 // ConsoleRequest is one message of a Console stream from the caller.
 type ConsoleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The Proxmox node and VMID of the VM; first message only. The node must
-	// be the agent's own.
+	// Deprecated and ignored: a console opens only with a ticket. (These
+	// once named the VM of a stream without one.)
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
 	// The next bytes of the RFB client.
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	// A ticket from IssueConsoleTicket instead of node and vmid; first
-	// message only. One unknown, used or expired answers PERMISSION_DENIED.
+	// A ticket from IssueConsoleTicket; first message only, and required.
+	// None, or one unknown, used, expired or whose guest changed, answers
+	// PERMISSION_DENIED.
 	Ticket        string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -451,7 +452,9 @@ type IssueConsoleTicketRequest struct {
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
 	// How long the ticket may wait for its Console stream, in seconds.
-	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The VDC the VM belongs to (its tenancy tag); required.
+	Vdc           string `protobuf:"bytes,4,opt,name=vdc,proto3" json:"vdc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,6 +508,13 @@ func (x *IssueConsoleTicketRequest) GetTtlSeconds() uint32 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *IssueConsoleTicketRequest) GetVdc() string {
+	if x != nil {
+		return x.Vdc
+	}
+	return ""
 }
 
 // IssueConsoleTicketResponse carries the ticket.
@@ -564,8 +574,11 @@ func (x *IssueConsoleTicketResponse) GetExpiresUnix() int64 {
 
 // ConsoleResponse carries the next bytes of the RFB server.
 type ConsoleResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the first message only, which has no data: the ticket was
+	// accepted. An error before it means the ticket was refused.
+	Accepted      bool `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -605,6 +618,13 @@ func (x *ConsoleResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ConsoleResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
 }
 
 // WriteSnippetRequest is one snippet file.
@@ -1722,17 +1742,19 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
-	"\x06ticket\x18\x04 \x01(\tR\x06ticket\"d\n" +
+	"\x06ticket\x18\x04 \x01(\tR\x06ticket\"v\n" +
 	"\x19IssueConsoleTicketRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\rR\n" +
-	"ttlSeconds\"W\n" +
+	"ttlSeconds\x12\x10\n" +
+	"\x03vdc\x18\x04 \x01(\tR\x03vdc\"W\n" +
 	"\x1aIssueConsoleTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12!\n" +
-	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\"%\n" +
+	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\"A\n" +
 	"\x0fConsoleResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"W\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1a\n" +
+	"\baccepted\x18\x02 \x01(\bR\baccepted\"W\n" +
 	"\x13WriteSnippetRequest\x12\x18\n" +
 	"\astorage\x18\x01 \x01(\tR\astorage\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
