@@ -417,5 +417,10 @@ func ZoneAllows(ctx context.Context, store Store, zone, vdc string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return p.Allows(vdc), nil
+	return PlacementAllowed(p, vdc), nil
 }
+
+// PlacementAllowed is ZoneAllows over a policy already read: whether vdc
+// may place anything in the zone of policy p (nil: the zone has none, and
+// is open to every VDC).
+func PlacementAllowed(p *ZonePolicy, vdc string) bool { return p == nil || p.Allows(vdc) }
