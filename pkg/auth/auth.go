@@ -93,6 +93,9 @@ func ParseVDCRoleKey(key string) (vdc string, role Role, ok bool) {
 
 // Principal is the verified caller of a request.
 type Principal struct {
+	// Issuer is the token's "iss": with Subject, it names the caller
+	// (a user or a service account) across issuers.
+	Issuer string
 	// Subject is the token's "sub": the stable user id at the issuer.
 	Subject string
 	// Name is for display: the name claim, else preferred_username, else
@@ -186,6 +189,7 @@ func PrincipalFromClaims(claims map[string]any, names ClaimNames) (*Principal, e
 	if p.Subject == "" {
 		return nil, errors.New("token has no subject")
 	}
+	p.Issuer, _ = claims["iss"].(string)
 	p.Email, _ = claims[names.Email].(string)
 	p.Name, _ = claims[names.Name].(string)
 	if p.Name == "" {

@@ -17,6 +17,7 @@ import (
 func TestPrincipalFromClaims(t *testing.T) {
 	t.Parallel()
 	zitadel := map[string]any{
+		"iss":  "https://id.example.com",
 		"sub":  "u1",
 		"name": "User One",
 		auth.ZitadelRolesClaim: map[string]any{
@@ -32,7 +33,7 @@ func TestPrincipalFromClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.PlatformAdmin || p.Name != "User One" || len(p.VDCRoles) != 2 || p.VDCRoles["prod"] != auth.RoleAdmin || p.VDCRoles["dev"] != auth.RoleMember {
+	if p.PlatformAdmin || p.Issuer != "https://id.example.com" || p.Subject != "u1" || p.Name != "User One" || len(p.VDCRoles) != 2 || p.VDCRoles["prod"] != auth.RoleAdmin || p.VDCRoles["dev"] != auth.RoleMember {
 		t.Fatalf("principal: %+v", p)
 	}
 	if role, ok := p.RoleIn("staging"); ok {

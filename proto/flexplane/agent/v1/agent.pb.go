@@ -80,7 +80,10 @@ func (HealthStatus) EnumDescriptor() ([]byte, []int) {
 // OfferVolumeRequest names a volume and the agent that may read it.
 type OfferVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0").
+	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0"). It
+	// must be a disk in the config of a stopped guest of this node tagged
+	// "fp-leaving" (the source of a move across zones), else
+	// FAILED_PRECONDITION; ReadVolume checks it again.
 	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	// Mesh name of the agent that may read it.
 	Reader string `protobuf:"bytes,2,opt,name=reader,proto3" json:"reader,omitempty"`
@@ -213,7 +216,9 @@ type PullVolumeRequest struct {
 	// The source's capability (OfferVolumeResponse.capability).
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Proxmox volume id on this node to write into (allocated, at least the
-	// source's size).
+	// source's size). It must be a disk in the config of a stopped guest of
+	// this node tagged "fp-incoming" (the target of a move across zones),
+	// else FAILED_PRECONDITION.
 	Volume string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	// Checksum algorithms the caller reads in PullVolumeResponse, preferred
 	// first ("blake3", "sha256"); empty: SHA-256 only, in its sha256 field.
@@ -1305,9 +1310,14 @@ type UpdateRequest struct {
 	// The rollout asking for the update; first message only.
 	Operation string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
 	// The next bytes of the binary.
-	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// The highest floor the orchestrator knows (JSON) and its minisign
+	// signature; first message only, optional. The agent keeps the highest
+	// floor it has seen and refuses to stage or launch a version below it.
+	Floor          []byte `protobuf:"bytes,5,opt,name=floor,proto3" json:"floor,omitempty"`
+	FloorSignature []byte `protobuf:"bytes,6,opt,name=floor_signature,json=floorSignature,proto3" json:"floor_signature,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
@@ -1364,6 +1374,20 @@ func (x *UpdateRequest) GetOperation() string {
 func (x *UpdateRequest) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetFloor() []byte {
+	if x != nil {
+		return x.Floor
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetFloorSignature() []byte {
+	if x != nil {
+		return x.FloorSignature
 	}
 	return nil
 }
@@ -1753,12 +1777,14 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\toperation\x18\x05 \x01(\tR\toperation\x12+\n" +
-	"\x12updated_at_unix_ms\x18\x06 \x01(\x03R\x0fupdatedAtUnixMs\"{\n" +
+	"\x12updated_at_unix_ms\x18\x06 \x01(\x03R\x0fupdatedAtUnixMs\"\xba\x01\n" +
 	"\rUpdateRequest\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1c\n" +
 	"\toperation\x18\x03 \x01(\tR\toperation\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"*\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x14\n" +
+	"\x05floor\x18\x05 \x01(\fR\x05floor\x12'\n" +
+	"\x0ffloor_signature\x18\x06 \x01(\fR\x0efloorSignature\"*\n" +
 	"\x0eUpdateResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\"\x87\x01\n" +
 	"\fProxyRequest\x12\x16\n" +
