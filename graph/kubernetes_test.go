@@ -186,6 +186,11 @@ func (s *kubeStack) snippets(t testing.TB) []string {
 	return out
 }
 
+// createCIDRs creates a cluster "ranges" on network $n with the Service
+// and Pod ranges $svc and $pod (null: the defaults).
+const createCIDRs = `mutation($n: ID!, $svc: String, $pod: String) {
+  createKubernetesCluster(input: {name: "ranges", zone: "alpha", version: "v1.37.2", network: $n, serviceCidr: $svc, podCidr: $pod}) { id } }`
+
 // errorOf returns the code and field of the only error of r.
 func errorOf(t *testing.T, r *meshtest.GraphQLResponse) (code, field string) {
 	t.Helper()
@@ -198,8 +203,13 @@ func errorOf(t *testing.T, r *meshtest.GraphQLResponse) (code, field string) {
 // through GraphQL; Cluster API's controllers, run by the orchestrator,
 // drive flexplane's provider into two running worker VMs in the VDC; the
 // pool scales 2 → 5 → 0; bad input (size 11, an unknown profile, the
-// network of another VDC) is refused with its field and changes nothing;
-// another VDC gets NOT_FOUND for all of it; delete leaves no VM, Cluster
+// network of another VDC, Service and Pod ranges that are no IPv4
+// prefixes, out of bounds or overlapping each other or the network) is
+// refused with its field and changes nothing; so are a cluster of another
+// VDC in the zone while it is dedicated to the member's VDC (which may
+// create its own), and a second cluster over the VDC's kubernetesClusters
+// quota of 1, which its usage counts; another VDC gets NOT_FOUND for all
+// of it; delete leaves no VM, Cluster
 // API object or namespace. Each worker's cloud-init user-data, as
 // Proxmox gives it, is Cluster API's kubeadm join, in a snippet the
 // agent wrote; the snippets go with the VMs.
@@ -213,12 +223,29 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	if len(versions) == 0 {
 		t.Fatal("no Kubernetes version offered")
 	}
+	// alpha dedicated to blue: blue's member creates its cluster there,
+	// red's is refused as for a zone that does not exist, and red has no
+	// cluster.
+	dedicate := func(to []string) {
+		h.GraphQL(t, "admin", "", `mutation($to: [String!]) { updateZone(input: {name: "alpha", dedicatedTo: $to}) { name } }`, map[string]any{"to": to}).OK(t)
+	}
+	dedicate([]string{"blue"})
 	var c gqlKubeCluster
 	h.GraphQL(t, "bob", "blue", `mutation($v: String!, $n: ID!) { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: $v, network: $n}) { `+kubeClusterFields+` } }`,
 		map[string]any{"v": versions[len(versions)-1], "n": s.blue}).OK(t).Into(t, "createKubernetesCluster", &c)
 	if c.Name != "dev" || c.NetworkID != s.blue || c.ID == "" {
 		t.Fatalf("created %+v", c)
 	}
+	r := h.GraphQL(t, "alice", "red", `mutation($n: ID!) { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: $n}) { id } }`,
+		map[string]any{"n": s.red})
+	if code, field := errorOf(t, r); code != "BAD_USER_INPUT" || field != "input.zone" {
+		t.Errorf("red's cluster in alpha, dedicated to blue: %s", r.Raw)
+	}
+	var redClusters corev1.NamespaceList
+	if err := s.kc.List(t.Context(), &redClusters, client.MatchingLabels{v1alpha1.VDCLabel: "red"}); err != nil || len(redClusters.Items) != 0 {
+		t.Errorf("red's cluster namespaces after the refusal: %v %v", redClusters.Items, err)
+	}
+	dedicate([]string{})
 	poll.True(t, 2*time.Minute, "the control plane ready and the cluster provisioned", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { kubernetesCluster(id: $id) { `+kubeClusterFields+` } }`, map[string]any{"id": c.ID}).
 			OK(t).Into(t, "kubernetesCluster", &c)
@@ -285,12 +312,38 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 			map[string]any{"n": s.blue}, "BAD_USER_INPUT", "input.version"},
 		{"upgrade to a version not offered", `mutation($c: ID!) { upgradeKubernetesCluster(id: $c, version: "v1.99.0") { id } }`,
 			map[string]any{"c": c.ID}, "BAD_USER_INPUT", "version"},
+		{"a service CIDR with host bits", createCIDRs, map[string]any{"n": s.blue, "svc": "10.96.0.1/12"}, "BAD_USER_INPUT", "input.serviceCidr"},
+		{"an IPv6 service CIDR", createCIDRs, map[string]any{"n": s.blue, "svc": "fd00::/108"}, "BAD_USER_INPUT", "input.serviceCidr"},
+		{"a pod CIDR that is no prefix", createCIDRs, map[string]any{"n": s.blue, "pod": "banana"}, "BAD_USER_INPUT", "input.podCidr"},
+		{"a pod CIDR too small for a node each", createCIDRs, map[string]any{"n": s.blue, "pod": "10.244.0.0/24"}, "BAD_USER_INPUT", "input.podCidr"},
+		{"a service CIDR too small", createCIDRs, map[string]any{"n": s.blue, "svc": "10.96.0.0/28"}, "BAD_USER_INPUT", "input.serviceCidr"},
+		{"overlapping CIDRs", createCIDRs, map[string]any{"n": s.blue, "svc": "10.96.0.0/12", "pod": "10.100.0.0/16"}, "BAD_USER_INPUT", "input.podCidr"},
+		{"a service CIDR over the network", createCIDRs, map[string]any{"n": s.blue, "svc": "10.1.0.0/16"}, "BAD_USER_INPUT", "input.serviceCidr"},
+		{"a pod CIDR over the network", createCIDRs, map[string]any{"n": s.blue, "pod": "10.0.0.0/12"}, "BAD_USER_INPUT", "input.podCidr"},
 	} {
 		r := h.GraphQL(t, "bob", "blue", bad.query, bad.vars)
 		if code, field := errorOf(t, r); code != bad.code || field != bad.field || r.Errors[0].Message == "" {
 			t.Errorf("%s: %s, want %s on %s", bad.name, r.Raw, bad.code, bad.field)
 		}
 	}
+	// blue's kubernetesClusters quota of 1 refuses a second cluster; its
+	// usage counts the one it has.
+	var blue struct {
+		Quotas map[string]any
+		Usage  struct{ KubernetesClusters int }
+	}
+	h.GraphQL(t, "admin", "", `{ vdc(name: "blue") { quotas { vcpus memoryMiB storageGiB vms publicAddresses } } }`, nil).OK(t).Into(t, "vdc", &blue)
+	blue.Quotas["kubernetesClusters"] = 1
+	h.GraphQL(t, "admin", "", `mutation($q: VDCQuotasInput!) { updateVDC(input: {name: "blue", quotas: $q}) { name } }`, map[string]any{"q": blue.Quotas}).OK(t)
+	r = h.GraphQL(t, "bob", "blue", createCIDRs, map[string]any{"n": s.blue})
+	if code, field := errorOf(t, r); code != "QUOTA_EXCEEDED" || field != "quotas.kubernetesClusters" {
+		t.Errorf("a second cluster over the quota of 1: %s", r.Raw)
+	}
+	h.GraphQL(t, "bob", "blue", `{ currentVDC { quotas { kubernetesClusters } usage { kubernetesClusters } } }`, nil).OK(t).Into(t, "currentVDC", &blue)
+	if blue.Usage.KubernetesClusters != 1 || blue.Quotas["kubernetesClusters"] != float64(1) {
+		t.Errorf("blue's quota and usage: %+v", blue)
+	}
+
 	var list struct {
 		TotalCount int
 		Nodes      []gqlKubeCluster

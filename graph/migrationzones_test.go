@@ -2,6 +2,7 @@ package graph_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,9 +28,12 @@ const migrationZonesQuery = `query($id: ID!) { vm(id: $id) { migrationHosts migr
 // TestMigrationZones reads where a VM can move across zones: the other
 // zones its VDC may use, their online hosts and, per NIC, the VDC's
 // networks there with the one of the same name preselected. A zone
-// dedicated to another VDC is not offered; another VDC's VM answers
-// NOT_FOUND. Once the VM moved with the mapping it offers, it is offered
-// its old zone and the hosts of its new one.
+// dedicated to another VDC is not offered, refuses the move as a zone
+// that does not exist (changing nothing), and node(id:) does not find it
+// or its hosts for the VM's VDC; another VDC's VM answers NOT_FOUND. Once
+// the VM moved with the mapping offered (into the zone, now dedicated to
+// its VDC among others), it is offered its old zone and the hosts of its
+// new one.
 func TestMigrationZones(t *testing.T) {
 	t.Parallel()
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
@@ -80,15 +84,63 @@ func TestMigrationZones(t *testing.T) {
 		t.Errorf("another VDC's VM: %s", r.Raw)
 	}
 
-	// A zone dedicated to another VDC is not offered.
+	// A zone dedicated to another VDC is not offered, the VM cannot move
+	// there (refused as a zone that does not exist, changing nothing), and
+	// node(id:) does not find the zone or its hosts for blue; red and the
+	// admin find the zone, the admin its hosts too.
 	dedicate := func(to []string) {
 		h.GraphQL(t, "admin", "", `mutation($to: [String!]) { updateZone(input: {name: "beta", dedicatedTo: $to}) { name } }`, map[string]any{"to": to}).OK(t)
+	}
+	var beta struct {
+		ID    string
+		Hosts []struct{ ID string }
+	}
+	h.GraphQL(t, "admin", "", `{ zone(name: "beta") { id hosts { id } } }`, nil).OK(t).Into(t, "zone", &beta)
+	if len(beta.Hosts) != 1 {
+		t.Fatalf("beta: %+v", beta)
 	}
 	dedicate([]string{"red"})
 	if zs := read(); len(zs) != 0 {
 		t.Errorf("migrationZones with beta dedicated to red: %+v", zs)
 	}
-	dedicate([]string{})
+	r := h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": map[string]any{"id": id, "zone": "beta",
+		"networks": []any{map[string]any{"from": apps, "to": dmz}}}})
+	if code, field := errorOf(t, r); code != "BAD_USER_INPUT" || field != "input.zone" {
+		t.Errorf("a move into beta, dedicated to red: %s", r.Raw)
+	}
+	unknown := h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": map[string]any{"id": id, "zone": "nosuch"}})
+	if r.Errors[0].Message != strings.ReplaceAll(unknown.Errors[0].Message, "nosuch", "beta") {
+		t.Errorf("the refusal of beta (%q) differs from that of a zone that does not exist (%q)", r.Errors[0].Message, unknown.Errors[0].Message)
+	}
+	var before struct{ Zone struct{ Name string } }
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { zone { name } } }`, map[string]any{"id": id}).OK(t).Into(t, "vm", &before)
+	if before.Zone.Name != "alpha" {
+		t.Errorf("the VM after the refused move: %+v", before)
+	}
+	const nodeQ = `query($id: ID!) { node(id: $id) { id } }`
+	for _, c := range []struct {
+		user, vdc, id string
+		found         bool
+	}{
+		{"bob", "blue", beta.ID, false},
+		{"bob", "", beta.ID, false},
+		{"bob", "blue", beta.Hosts[0].ID, false},
+		{"alice", "red", beta.ID, true},
+		{"admin", "", beta.ID, true},
+		{"admin", "", beta.Hosts[0].ID, true},
+	} {
+		r := h.GraphQL(t, c.user, c.vdc, nodeQ, map[string]any{"id": c.id})
+		if c.found {
+			var n struct{ ID string }
+			if r.OK(t).Into(t, "node", &n); n.ID != c.id {
+				t.Errorf("%s in %q: node(%s) = %+v", c.user, c.vdc, c.id, n)
+			}
+		} else if r.Code(t) != "NOT_FOUND" {
+			t.Errorf("%s in %q: node(%s): %s, want NOT_FOUND", c.user, c.vdc, c.id, r.Raw)
+		}
+	}
+	// Dedicated to blue (among others), it is blue's to move to.
+	dedicate([]string{"blue", "red"})
 
 	// It moves with the mapping offered; then its old zone is offered.
 	// A move that failed and rolled back leaves the VM where it was, so

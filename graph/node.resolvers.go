@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -54,6 +55,14 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		return nil, nodeNotFound()
 	}
 	if z, ok := r.zoneByID(id); ok {
+		// A zone dedicated to other VDCs does not exist for the caller.
+		vis, err := r.visibleZones(ctx, []fleet.Zone{z}, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		if len(vis) == 0 {
+			return nil, nodeNotFound()
+		}
 		return zoneModel(z, r.agentTarget()), nil
 	}
 	if !inVDC {

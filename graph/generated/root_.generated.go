@@ -681,19 +681,21 @@ type ComplexityRoot struct {
 	}
 
 	VDCQuotas struct {
-		MemoryMiB       func(childComplexity int) int
-		PublicAddresses func(childComplexity int) int
-		StorageGiB      func(childComplexity int) int
-		VCPUs           func(childComplexity int) int
-		VMs             func(childComplexity int) int
+		KubernetesClusters func(childComplexity int) int
+		MemoryMiB          func(childComplexity int) int
+		PublicAddresses    func(childComplexity int) int
+		StorageGiB         func(childComplexity int) int
+		VCPUs              func(childComplexity int) int
+		VMs                func(childComplexity int) int
 	}
 
 	VDCUsage struct {
-		MemoryMiB       func(childComplexity int) int
-		PublicAddresses func(childComplexity int) int
-		StorageGiB      func(childComplexity int) int
-		Vcpus           func(childComplexity int) int
-		Vms             func(childComplexity int) int
+		KubernetesClusters func(childComplexity int) int
+		MemoryMiB          func(childComplexity int) int
+		PublicAddresses    func(childComplexity int) int
+		StorageGiB         func(childComplexity int) int
+		Vcpus              func(childComplexity int) int
+		Vms                func(childComplexity int) int
 	}
 
 	VM struct {
@@ -3718,6 +3720,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCAccess.Vdc(childComplexity), true
 
+	case "VDCQuotas.kubernetesClusters":
+		if e.ComplexityRoot.VDCQuotas.KubernetesClusters == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCQuotas.KubernetesClusters(childComplexity), true
 	case "VDCQuotas.memoryMiB":
 		if e.ComplexityRoot.VDCQuotas.MemoryMiB == nil {
 			break
@@ -3749,6 +3757,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCQuotas.VMs(childComplexity), true
 
+	case "VDCUsage.kubernetesClusters":
+		if e.ComplexityRoot.VDCUsage.KubernetesClusters == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.KubernetesClusters(childComplexity), true
 	case "VDCUsage.memoryMiB":
 		if e.ComplexityRoot.VDCUsage.MemoryMiB == nil {
 			break
@@ -5551,11 +5565,16 @@ extend type Mutation {
   gateway in the zone forwards to the API server; the gateway is made with
   the cluster when the VDC has none there (an address of the zone's pool).
   BAD_USER_INPUT (with extensions.field) for a bad name, a version not
-  offered, an unknown zone, a zone without an external network or bad
-  CIDRs; NOT_FOUND (extensions.field input.network) for a network the VDC
-  does not have in the zone; QUOTA_EXCEEDED when the gateway's address
-  would exceed the VDC's publicAddresses quota; CONFLICT for a name the VDC
-  uses already. A refused create changes nothing.
+  offered, an unknown zone (a zone dedicated to other VDCs is one), a zone
+  without an external network or bad CIDRs (input.serviceCidr,
+  input.podCidr: not an IPv4 prefix, out of bounds, overlapping each other
+  or the network); NOT_FOUND (extensions.field input.network) for a
+  network the VDC does not have in the zone; QUOTA_EXCEEDED
+  (extensions.field quotas.kubernetesClusters or quotas.publicAddresses)
+  when the VDC has as many clusters as its kubernetesClusters quota
+  allows, or the gateway's address would exceed its publicAddresses
+  quota; CONFLICT for a name the VDC uses already. A refused create
+  changes nothing.
   """
   createKubernetesCluster(
     "The cluster."
@@ -5815,9 +5834,9 @@ input CreateKubernetesClusterInput {
   version: String!
   "The id of the VDC's network in the zone the workers are on."
   network: ID!
-  "The Service range, CIDR; default 10.96.0.0/12."
+  "The Service range, an IPv4 CIDR of /12 to /24; default 10.96.0.0/12."
   serviceCidr: String
-  "The Pod range, CIDR; default 10.244.0.0/16."
+  "The Pod range, an IPv4 CIDR of /8 to /20 (a /24 per node), apart from the Service range and the network; default 10.244.0.0/16."
   podCidr: String
 }
 
@@ -6394,7 +6413,9 @@ extend type Query {
   """
   The object with this global id, in the caller's scope: VMs, networks and
   operations of the current VDC (FlexPlane-VDC-ID), hosts for platform
-  admins, zones for everyone. NOT_FOUND for any other id.
+  admins, the zones the caller sees (not those dedicated to other VDCs
+  than the request's, but every zone for platform admins). NOT_FOUND for
+  any other id.
   """
   node(
     "A global id, as an object's id field gave it."
@@ -6693,10 +6714,13 @@ input UpdateStorageProfileInput {
 #
 # Who sees what: a zone dedicated to VDCs exists only for those VDCs (the
 # FlexPlane-VDC-ID of the request) and for platform admins. Anyone else
-# finds it nowhere: not in zones or regions, zone(name) answers NOT_FOUND,
-# and createVM or createNetwork there answer as for a zone that does not
-# exist (BAD_USER_INPUT on the zone field). No VDC can place anything in a
-# zone dedicated to others, not even when a platform admin asks.
+# finds it nowhere: not in zones or regions, zone(name) and node(id) answer
+# NOT_FOUND, and whatever places something there (createVM, migrateVM's
+# zone, createNetwork, createKubernetesCluster, createLoadBalancer, an
+# edge gateway's firewall rules and limits) answers as for a zone that
+# does not exist (BAD_USER_INPUT on the zone field). No VDC can place
+# anything in a zone dedicated to others, not even when a platform admin
+# asks.
 
 extend type Query {
   """
@@ -6956,6 +6980,8 @@ type VDCQuotas {
   vms: Int!
   "At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null bounds none."
   publicAddresses: Int
+  "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null bounds none."
+  kubernetesClusters: Int
 }
 
 "What a VDC uses of its quotas."
@@ -6970,6 +6996,8 @@ type VDCUsage {
   vms: Int!
   "The addresses of the zones' external networks it holds (its edge gateways', 1:1 NATs', load balancers')."
   publicAddresses: Int!
+  "Its Kubernetes clusters, those being deleted included (0 without managed Kubernetes)."
+  kubernetesClusters: Int!
 }
 
 "Quotas of a VDC (0 allows none)."
@@ -6984,6 +7012,8 @@ input VDCQuotasInput {
   vms: Int!
   "At most this many public addresses of the zones' external networks (edge gateways, 1:1 NATs, load balancers); null or absent bounds none."
   publicAddresses: Int
+  "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null or absent bounds none."
+  kubernetesClusters: Int
 }
 
 "A new VDC."
@@ -8384,6 +8414,8 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_vms(ctx, field)
 	case "publicAddresses":
 		return ec.fieldContext_VDCQuotas_publicAddresses(ctx, field)
+	case "kubernetesClusters":
+		return ec.fieldContext_VDCQuotas_kubernetesClusters(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }
@@ -8400,6 +8432,8 @@ func (ec *executionContext) childFields_VDCUsage(ctx context.Context, field grap
 		return ec.fieldContext_VDCUsage_vms(ctx, field)
 	case "publicAddresses":
 		return ec.fieldContext_VDCUsage_publicAddresses(ctx, field)
+	case "kubernetesClusters":
+		return ec.fieldContext_VDCUsage_kubernetesClusters(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCUsage", field.Name)
 }

@@ -323,6 +323,29 @@ func (ec *executionContext) fieldContext_VDCQuotas_publicAddresses(_ context.Con
 	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VDCQuotas_kubernetesClusters(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCQuotas_kubernetesClusters(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KubernetesClusters, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDCQuotas_kubernetesClusters(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
+}
+
 func (ec *executionContext) _VDCUsage_vcpus(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -435,6 +458,29 @@ func (ec *executionContext) _VDCUsage_publicAddresses(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext_VDCUsage_publicAddresses(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VDCUsage_kubernetesClusters(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_kubernetesClusters(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KubernetesClusters, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_kubernetesClusters(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
 }
 
@@ -572,7 +618,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses"}
+	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses", "kubernetesClusters"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -614,6 +660,13 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 				return it, err
 			}
 			it.PublicAddresses = data
+		case "kubernetesClusters":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kubernetesClusters"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.KubernetesClusters = data
 		}
 	}
 	return it, nil
@@ -767,6 +820,11 @@ func (ec *executionContext) _VDCQuotas(ctx context.Context, sel ast.SelectionSet
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "kubernetesClusters":
+			out.Values[i] = ec._VDCQuotas_kubernetesClusters(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -817,6 +875,11 @@ func (ec *executionContext) _VDCUsage(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "publicAddresses":
 			out.Values[i] = ec._VDCUsage_publicAddresses(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "kubernetesClusters":
+			out.Values[i] = ec._VDCUsage_kubernetesClusters(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -156,9 +156,9 @@ type CreateKubernetesClusterInput struct {
 	Version string `json:"version"`
 	// The id of the VDC's network in the zone the workers are on.
 	Network string `json:"network"`
-	// The Service range, CIDR; default 10.96.0.0/12.
+	// The Service range, an IPv4 CIDR of /12 to /24; default 10.96.0.0/12.
 	ServiceCidr *string `json:"serviceCidr,omitempty"`
-	// The Pod range, CIDR; default 10.244.0.0/16.
+	// The Pod range, an IPv4 CIDR of /8 to /20 (a /24 per node), apart from the Service range and the network; default 10.244.0.0/16.
 	PodCidr *string `json:"podCidr,omitempty"`
 }
 
@@ -1003,6 +1003,8 @@ type VDCUsage struct {
 	Vms int `json:"vms"`
 	// The addresses of the zones' external networks it holds (its edge gateways', 1:1 NATs', load balancers').
 	PublicAddresses int `json:"publicAddresses"`
+	// Its Kubernetes clusters, those being deleted included (0 without managed Kubernetes).
+	KubernetesClusters int `json:"kubernetesClusters"`
 }
 
 // A virtual machine of a VDC.

@@ -216,6 +216,10 @@ type VDCQuotas struct {
 	// networks the VDC holds (its edge gateways', its 1:1 NATs', its load
 	// balancers'); nil bounds none.
 	PublicAddresses *int `json:"publicAddresses,omitempty"`
+	// KubernetesClusters bounds the VDC's Kubernetes clusters (each a
+	// hosted control plane in the management cluster), those being
+	// deleted included; nil bounds none.
+	KubernetesClusters *int `json:"kubernetesClusters,omitempty"`
 }
 
 // ObjectKind implements Object.
@@ -228,6 +232,10 @@ func (v *VDC) DeepCopyObject() Object {
 	if p := v.Quotas.PublicAddresses; p != nil {
 		n := *p
 		c.Quotas.PublicAddresses = &n
+	}
+	if p := v.Quotas.KubernetesClusters; p != nil {
+		n := *p
+		c.Quotas.KubernetesClusters = &n
 	}
 	return &c
 }
@@ -396,7 +404,11 @@ func ZonePolicies(ctx context.Context, store Store) (map[string]*ZonePolicy, err
 }
 
 // ZoneAllows reports whether zone is open to vdc (it has no policy, or
-// its policy dedicates it to no VDC or to vdc among others).
+// its policy dedicates it to no VDC or to vdc among others): whether vdc
+// may place anything there. A zone dedicated to other VDCs does not exist
+// for vdc, so every operation that places something of a VDC in a zone
+// asks this (or ZonePolicySpec.Allows of the policies it has read) and
+// refuses as for a zone that does not exist.
 func ZoneAllows(ctx context.Context, store Store, zone, vdc string) (bool, error) {
 	p, err := Get[*ZonePolicy](ctx, store, zone)
 	if errors.Is(err, ErrNotFound) {
@@ -405,5 +417,10 @@ func ZoneAllows(ctx context.Context, store Store, zone, vdc string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return p.Allows(vdc), nil
+	return PlacementAllowed(p, vdc), nil
 }
+
+// PlacementAllowed is ZoneAllows over a policy already read: whether vdc
+// may place anything in the zone of policy p (nil: the zone has none, and
+// is open to every VDC).
+func PlacementAllowed(p *ZonePolicy, vdc string) bool { return p == nil || p.Allows(vdc) }

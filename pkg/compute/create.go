@@ -137,6 +137,22 @@ func authorizedKey(k string) (string, bool) {
 }
 
 // validate checks every input before anything is written.
+// placeable returns absent (the error of a zone that does not exist)
+// unless vdc may place resources in zone: a zone dedicated to other VDCs
+// does not exist for vdc (catalog.ZoneAllows, the one rule of dedicated
+// zones). Every operation of the service that places something in a zone
+// (createVM, a move across zones, a worker's network) asks it.
+func placeable(ctx context.Context, d *deps, zone, vdc string, absent *Error) error {
+	open, err := catalog.ZoneAllows(ctx, d.cfg.Catalog, zone, vdc)
+	if err != nil {
+		return internal("reading the zone's policy failed", err)
+	}
+	if !open {
+		return absent
+	}
+	return nil
+}
+
 func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	p := &plan{}
 	if !validDNSName(in.Name) {
@@ -160,13 +176,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 			}
 		}
 	}
-	// A zone dedicated to other VDCs does not exist for this one.
-	open, err := catalog.ZoneAllows(ctx, d.cfg.Catalog, z.Name, in.VDC)
+	err := placeable(ctx, d, z.Name, in.VDC, badInput("zone", "no zone %q", in.Zone))
 	if err != nil {
-		return nil, internal("reading the zone's policy failed", err)
-	}
-	if !open {
-		return nil, badInput("zone", "no zone %q", in.Zone)
+		return nil, err
 	}
 	if down {
 		return nil, zoneDown(z.Name, errUnreachable)

@@ -301,9 +301,13 @@ func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
 	if sc.cfg.Volumes == nil {
 		return nil, newError(KindInternal, "moving VMs across zones is not available")
 	}
+	absent := badInput("zone", "no zone %q can be reached", in.Zone)
 	tz, ok := sc.find.zoneByName(ctx, in.Zone)
 	if !ok {
-		return nil, badInput("zone", "no zone %q can be reached", in.Zone)
+		return nil, absent
+	}
+	if err := placeable(ctx, sc.deps, tz.Name, in.VDC, absent); err != nil {
+		return nil, err
 	}
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {

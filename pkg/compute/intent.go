@@ -210,9 +210,13 @@ func (s *Service) Network(ctx context.Context, vdc, zone, id string) (ipam.Subne
 	f := s.d.find
 	vctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
+	absent := badInput("zone", "no zone %q", zone)
 	z, ok := f.zoneByName(vctx, zone)
 	if !ok {
-		return ipam.Subnet{}, badInput("zone", "no zone %q", zone)
+		return ipam.Subnet{}, absent
+	}
+	if err := placeable(vctx, s.d, z.Name, vdc, absent); err != nil {
+		return ipam.Subnet{}, err
 	}
 	sub, err := f.network(vctx, z, vdc, id)
 	if err != nil {

@@ -117,7 +117,7 @@ func (rd *Read) Placeable(ctx context.Context, z fleet.Zone, vdc, field string) 
 	if err != nil {
 		return err
 	}
-	if p != nil && !p.Allows(vdc) {
+	if !catalog.PlacementAllowed(p, vdc) {
 		return fault.Invalid(field, "there is no zone %q", z.Name)
 	}
 	return nil
@@ -231,7 +231,7 @@ func (rd *Read) MigrationTargets(ctx context.Context, vdc, from string) ([]Migra
 	}
 	var zs []fleet.Zone
 	for _, z := range rd.s.Zones() {
-		if p := policies[z.Name]; z.ID != from && (p == nil || p.Allows(vdc)) {
+		if z.ID != from && catalog.PlacementAllowed(policies[z.Name], vdc) {
 			zs = append(zs, z)
 		}
 	}

@@ -170,7 +170,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 			return nil, nil, nil, nil, err
 		}
 	}
-	svcs, err := newServices(registry, store, vms, s.lbs, s.edge, c.ZoneTimeout, s.log)
+	svcs, err := newServices(registry, store, vms, kube, s.lbs, s.edge, c.ZoneTimeout, s.log)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

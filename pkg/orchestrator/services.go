@@ -18,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
@@ -32,7 +33,8 @@ type services struct {
 }
 
 // newServices builds the capability services.
-func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Service, kube *tenantkube.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer,
+	zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
 	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
 	if err != nil {
@@ -56,8 +58,12 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 	if s.networks, err = network.NewService(registry); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
-	if s.vdcs, err = vdc.New(vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
-		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc")}); err != nil {
+	vcfg := vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
+		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc")}
+	if kube != nil {
+		vcfg.Clusters = kube
+	}
+	if s.vdcs, err = vdc.New(vcfg); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	return s, nil

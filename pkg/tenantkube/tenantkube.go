@@ -452,6 +452,14 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	if !sub.Gateway.IsValid() || !sub.Gateway.Is4() {
 		return nil, badInput("network", "the network has no IPv4 gateway address, where its workers would reach the cluster's API server")
 	}
+	// The ranges as the control plane will check them, and apart from the
+	// workers' network.
+	if _, _, err := controlplane.ValidateCIDRs(in.ServiceCIDR, in.PodCIDR, sub.Prefix); err != nil {
+		return nil, cidrInput(err)
+	}
+	if err := s.clustersQuota(ctx, in.VDC, 1); err != nil {
+		return nil, err
+	}
 	// The workers reach the hosted API server through the VDC's edge
 	// gateway in the zone, at a port of their network's gateway address.
 	if err := s.ensureGateway(ctx, in.VDC, in.Zone); err != nil {
@@ -475,6 +483,12 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 			s.log.Warn("kubernetes cluster create: giving its endpoint back", "namespace", nsName, "err", err)
 		}
 		_ = s.c().Delete(uctx, ns)
+	}
+	// Racers for the quota's last clusters may all have passed the check
+	// above: counted again with this one made, each over it gives up.
+	if err := s.clustersQuota(ctx, in.VDC, 0); err != nil {
+		_ = s.c().Delete(context.WithoutCancel(ctx), ns)
+		return nil, err
 	}
 	if s.cfg.Grant != nil {
 		if err := s.cfg.Grant(ctx, nsName); err != nil {
@@ -517,6 +531,49 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	}
 	s.log.Info("kubernetes cluster created", "vdc", in.VDC, "cluster", in.Name, "namespace", nsName)
 	return s.read(ctx, ns)
+}
+
+// CountClusters counts vdc's clusters as its kubernetesClusters quota
+// counts them: every cluster namespace of the VDC, those being deleted
+// included (a control plane runs until its namespace is gone). A nil
+// Service (no management cluster) counts none.
+func (s *Service) CountClusters(ctx context.Context, vdc string) (int, error) {
+	if s == nil {
+		return 0, nil
+	}
+	var nss corev1.NamespaceList
+	if err := s.c().List(ctx, &nss, client.MatchingLabels{v1alpha1.VDCLabel: vdc}, client.HasLabels{v1alpha1.ClusterNameLabel}); err != nil {
+		return 0, fmt.Errorf("tenantkube: count the clusters of %s: %w", vdc, err)
+	}
+	return len(nss.Items), nil
+}
+
+// clustersQuota refuses vdc having more clusters than its
+// kubernetesClusters quota allows once it has more more.
+func (s *Service) clustersQuota(ctx context.Context, vdc string, more int) error {
+	count := func(ctx context.Context) (int, error) { return s.CountClusters(ctx, vdc) }
+	err := quota.CheckKubernetesClusters(ctx, s.cfg.Catalog, vdc, count, more)
+	var qe *quota.ExceededError
+	switch {
+	case errors.As(err, &qe):
+		return &Error{Kind: KindQuotaExceeded, Message: qe.Error(), Cause: err}
+	case err != nil:
+		return internal("counting the VDC's Kubernetes clusters", err)
+	}
+	return nil
+}
+
+// cidrInput is the bad input of a range controlplane.ValidateCIDRs
+// refused.
+func cidrInput(err error) error {
+	var ce *controlplane.CIDRError
+	if !errors.As(err, &ce) {
+		return internal("checking the cluster's ranges", err)
+	}
+	if ce.Pod {
+		return badInput("podCidr", "%s", ce.Message)
+	}
+	return badInput("serviceCidr", "%s", ce.Message)
 }
 
 // ensureGateway makes sure vdc has its edge gateway in zone: made when it

@@ -53,6 +53,12 @@ type Ledger interface {
 	Usage(ctx context.Context, v *catalog.VDC) (quota.Usage, error)
 }
 
+// Clusters counts a VDC's Kubernetes clusters as its kubernetesClusters
+// quota counts them (*tenantkube.Service implements it).
+type Clusters interface {
+	CountClusters(ctx context.Context, vdc string) (int, error)
+}
+
 // DefaultZoneTimeout bounds one zone's part of a call when
 // Config.ZoneTimeout is zero.
 const DefaultZoneTimeout = 5 * time.Second
@@ -71,6 +77,9 @@ type Config struct {
 	Pools Pools
 	// Ledger counts the VDC's VMs (required with Zones).
 	Ledger Ledger
+	// Clusters counts the VDC's Kubernetes clusters for its usage; nil:
+	// there is no managed Kubernetes, and it has none.
+	Clusters Clusters
 	// ZoneTimeout bounds each zone's part of a call; zero is
 	// DefaultZoneTimeout.
 	ZoneTimeout time.Duration
@@ -138,18 +147,27 @@ type Usage struct {
 	VMs quota.Usage
 	// PublicAddresses is the number of public addresses the VDC holds.
 	PublicAddresses int
+	// KubernetesClusters is the number of its Kubernetes clusters.
+	KubernetesClusters int
 }
 
 // Usage reads what v uses: its VMs (the quota ledger's count, read within
-// the zone timeout) and the public addresses it holds (the catalog's
-// count). A zone that does not answer makes it ZONE_UNAVAILABLE.
+// the zone timeout), the public addresses it holds (the catalog's count)
+// and its Kubernetes clusters (Config.Clusters). A zone that does not
+// answer makes it ZONE_UNAVAILABLE.
 func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	addrs, err := catalog.PublicAddressesOf(ctx, s.cfg.Store, v.Name)
 	if err != nil {
 		return Usage{}, fmt.Errorf("vdc: usage of %s: %w", v.Name, err)
 	}
+	clusters := 0
+	if s.cfg.Clusters != nil {
+		if clusters, err = s.cfg.Clusters.CountClusters(ctx, v.Name); err != nil {
+			return Usage{}, fmt.Errorf("vdc: usage of %s: %w", v.Name, err)
+		}
+	}
 	if s.cfg.Zones == nil {
-		return Usage{PublicAddresses: addrs}, nil
+		return Usage{PublicAddresses: addrs, KubernetesClusters: clusters}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ZoneTimeout)
 	defer cancel()
@@ -159,7 +177,7 @@ func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 		return Usage{}, &fault.Error{Kind: fault.ZoneUnavailable, Cause: err,
 			Message: fmt.Sprintf("the usage of VDC %s cannot be read: a zone does not answer", v.Name)}
 	}
-	return Usage{VMs: u, PublicAddresses: addrs}, nil
+	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters}, nil
 }
 
 // Delete deletes the VDC name once nothing of it is left: while it has

@@ -44,6 +44,8 @@ describe('portal', () => {
       // prod holds 1 of its 4 public addresses; dev has no such quota.
       const addresses = page.getByTestId('vdc-quotas').locator('.usage').filter({ hasText: 'Public addresses' })
       await addresses.getByText(vdc === 'prod' ? '1 of 4' : '0 (no quota)', { exact: true }).waitFor()
+      const clusters = page.getByTestId('vdc-quotas').locator('.usage').filter({ hasText: 'Kubernetes clusters' })
+      await clusters.getByText('0 (no quota)', { exact: true }).waitFor()
     }
     await shot(page, 'home')
     // The first Tab reaches the skip link, which moves focus to the content.
@@ -265,21 +267,32 @@ describe('portal', () => {
     await dialog.getByRole('button', { name: 'Create' }).click()
     await dialog.locator('[data-field="quotas.publicAddresses"] .field-error').getByText(/must be between 0 and/).waitFor()
     await dialog.getByLabel('Public address quota', { exact: true }).fill('2')
+    // The Kubernetes clusters quota, likewise.
+    await dialog.getByLabel('Kubernetes cluster quota', { exact: true }).fill('-1')
+    await dialog.getByRole('button', { name: 'Create' }).click()
+    await dialog.locator('[data-field="quotas.kubernetesClusters"] .field-error').getByText(/must be between 0 and/).waitFor()
+    await dialog.getByLabel('Kubernetes cluster quota', { exact: true }).fill('3')
     await dialog.getByRole('button', { name: 'Create' }).click()
     const row = page.locator(`tbody tr[data-name="${name}"]`)
     await row.waitFor()
     assert.match(await row.innerText(), /24[\s\S]*32 GiB[\s\S]*500 GiB[\s\S]*5/)
     assert.equal(await row.locator('td[data-label="Public addresses"]').innerText(), '0 of 2')
-    // prod's row counts the address it holds.
+    assert.equal(await row.locator('td[data-label="Kubernetes clusters"]').innerText(), '0 of 3')
+    // prod's row counts the address it holds; it has no clusters quota.
     assert.equal(await page.locator('tbody tr[data-name="prod"] td[data-label="Public addresses"]').innerText(), '1 of 4')
-    // Edited: the form holds the quota; emptied, the VDC has none.
+    assert.equal(await page.locator('tbody tr[data-name="prod"] td[data-label="Kubernetes clusters"]').innerText(), '0 (no quota)')
+    // Edited: the form holds the quotas; emptied, the VDC has none.
     await row.getByRole('button', { name: `Edit ${name}` }).click()
     assert.equal(await dialog.getByLabel('Public address quota', { exact: true }).inputValue(), '2')
+    assert.equal(await dialog.getByLabel('Kubernetes cluster quota', { exact: true }).inputValue(), '3')
     await dialog.getByLabel('Public address quota', { exact: true }).fill('')
+    await dialog.getByLabel('Kubernetes cluster quota', { exact: true }).fill('')
     await dialog.getByRole('button', { name: 'Save' }).click()
     await row.locator('td[data-label="Public addresses"]').getByText('0 (no quota)', { exact: true }).waitFor()
+    await row.locator('td[data-label="Kubernetes clusters"]').getByText('0 (no quota)', { exact: true }).waitFor()
     await row.getByRole('button', { name: `Edit ${name}` }).click()
     assert.equal(await dialog.getByLabel('Public address quota', { exact: true }).inputValue(), '')
+    assert.equal(await dialog.getByLabel('Kubernetes cluster quota', { exact: true }).inputValue(), '')
     await page.keyboard.press('Escape')
     await dialog.waitFor({ state: 'hidden' })
     // An admin may use every VDC: the new one is in the switcher at once.

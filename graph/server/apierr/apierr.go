@@ -218,9 +218,13 @@ var kubeCodes = map[tenantkube.ErrorKind]Code{
 }
 
 // fromKube maps an error of managed Kubernetes; its field goes under
-// fieldPrefix.
+// fieldPrefix, and an exceeded quota names the VDC's quota field.
 func fromKube(ke *tenantkube.Error, fieldPrefix string) *Error {
-	return fromKind(kubeCodes[ke.Kind], ke.Message, "", ke.Field, fieldPrefix, ke.Cause, ke)
+	e := fromKind(kubeCodes[ke.Kind], ke.Message, "", ke.Field, fieldPrefix, ke.Cause, ke)
+	if qe := (*quota.ExceededError)(nil); errors.As(ke, &qe) {
+		e.Field = "quotas." + qe.Resource
+	}
+	return e
 }
 
 // rolloutCodes maps the kinds of refused rollouts to codes.

@@ -337,11 +337,11 @@ func (s *Service) target(ctx context.Context, vdc, vmID string, publicAddress *s
 	if err != nil {
 		return "", ref, netip.Addr{}, err
 	}
-	policies, err := catalog.ZonePolicies(ctx, s.cfg.Store)
+	open, err := catalog.ZoneAllows(ctx, s.cfg.Store, zone, vdc)
 	if err != nil {
-		return "", ref, netip.Addr{}, fmt.Errorf("gateways: zone policies: %w", err)
+		return "", ref, netip.Addr{}, fmt.Errorf("gateways: zone policy: %w", err)
 	}
-	if p := policies[zone]; p != nil && !p.Allows(vdc) {
+	if !open {
 		return "", ref, netip.Addr{}, fault.Invalid("vmId", "there is no zone %q", zone)
 	}
 	want, err := s.publicAddress(ctx, zone, publicAddress, "publicAddress")

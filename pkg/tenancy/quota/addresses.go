@@ -20,23 +20,35 @@ import (
 // them, then checks again with more = 0 and gives them back when over (of
 // racers, all may give up; none goes over).
 func CheckPublicAddresses(ctx context.Context, s catalog.Store, vdc string, more int) error {
+	held := func(ctx context.Context) (int, error) { return catalog.PublicAddressesOf(ctx, s, vdc) }
+	return checkCount(ctx, s, vdc, "publicAddresses", func(q catalog.VDCQuotas) *int { return q.PublicAddresses }, held, more)
+}
+
+// checkCount refuses, with an *ExceededError of resource, vdc holding
+// more than its bound of a counted resource (limit picks the bound of the
+// VDC's quotas, nil for none) once it takes more; held counts what it
+// holds, and is not called without a bound. A VDC that has no object has
+// no quota (the API checks the VDC exists). Failures to read are wrapped
+// with the resource's name; the *ExceededError is returned as it is.
+func checkCount(ctx context.Context, s catalog.Store, vdc, resource string, limit func(catalog.VDCQuotas) *int,
+	held func(context.Context) (int, error), more int) error {
 	v, err := catalog.Get[*catalog.VDC](ctx, s, vdc)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return nil // no VDC object, no quota (the API checks the VDC exists)
-	}
-	if err != nil {
-		return fmt.Errorf("public addresses quota: %w", err)
-	}
-	limit := v.Quotas.PublicAddresses
-	if limit == nil {
 		return nil
 	}
-	held, err := catalog.PublicAddressesOf(ctx, s, vdc)
 	if err != nil {
-		return fmt.Errorf("public addresses quota: %w", err)
+		return fmt.Errorf("%s quota: %w", resource, err)
 	}
-	if held+more > *limit {
-		return &ExceededError{VDC: vdc, Resource: "publicAddresses", Limit: *limit, Used: held, Requested: more}
+	bound := limit(v.Quotas)
+	if bound == nil {
+		return nil
+	}
+	n, err := held(ctx)
+	if err != nil {
+		return fmt.Errorf("%s quota: %w", resource, err)
+	}
+	if n+more > *bound {
+		return &ExceededError{VDC: vdc, Resource: resource, Limit: *bound, Used: n, Requested: more}
 	}
 	return nil
 }

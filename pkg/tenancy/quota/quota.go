@@ -62,7 +62,7 @@ func (u Usage) add(o Usage) Usage {
 // ExceededError is a refused reservation: Resource would go over Limit.
 type ExceededError struct {
 	VDC       string
-	Resource  string // "vcpus", "memoryMiB", "storageGiB", "vms" or "publicAddresses"
+	Resource  string // "vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses" or "kubernetesClusters"
 	Limit     int
 	Used      int // including other creates in flight
 	Requested int

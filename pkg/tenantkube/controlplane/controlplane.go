@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"time"
@@ -254,11 +253,8 @@ func (s Spec) validate() (host string, port int, err error) {
 	if !versionRE.MatchString(s.Version) {
 		return "", 0, invalid("version %q: want v1.<minor>.<patch>", s.Version)
 	}
-	for name, c := range map[string]string{"service CIDR": s.ServiceCIDR, "pod CIDR": s.PodCIDR} {
-		p, err := netip.ParsePrefix(c)
-		if err != nil || p != p.Masked() {
-			return "", 0, invalid("%s %q: want a network prefix such as 10.96.0.0/16", name, c)
-		}
+	if _, _, err := ValidateCIDRs(s.ServiceCIDR, s.PodCIDR); err != nil {
+		return "", 0, err
 	}
 	h, ps, err := net.SplitHostPort(s.Endpoint)
 	if err == nil {
@@ -274,7 +270,8 @@ func (s Spec) validate() (host string, port int, err error) {
 }
 
 // Ensure installs the control plane of s, or upgrades it to s: it creates
-// the namespace and the PKI Secrets that are missing, renews the leaf
+// the namespace (with its ResourceQuota and LimitRange, see LimitsName)
+// and the PKI Secrets that are missing, renews the leaf
 // certificates and the admin kubeconfig when they have less than a third
 // of their lifetime left or no longer fit s (its endpoint), never the
 // authorities or the service-account key, and installs or upgrades the
@@ -291,6 +288,9 @@ func (m *Manager) Ensure(ctx context.Context, s Spec) error {
 		return fmt.Errorf("controlplane: ensure: %w", err)
 	}
 	if err := m.ensureNamespace(ctx, s); err != nil {
+		return fmt.Errorf("controlplane: ensure %s/%s: %w", s.Namespace, s.Cluster, err)
+	}
+	if err := m.ensureLimits(ctx, s); err != nil {
 		return fmt.Errorf("controlplane: ensure %s/%s: %w", s.Namespace, s.Cluster, err)
 	}
 	rev, err := m.ensurePKI(ctx, s, host)

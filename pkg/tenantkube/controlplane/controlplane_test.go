@@ -173,6 +173,8 @@ func TestEnsureRefusesBadInput(t *testing.T) {
 		"long":      func(s *Spec) { s.Cluster = "a-cluster-name-much-longer-than-forty-characters" },
 		"version":   func(s *Spec) { s.Version = "1.37" },
 		"cidr":      func(s *Spec) { s.ServiceCIDR = "10.96.0.1/16" },
+		"pods":      func(s *Spec) { s.PodCIDR = "10.244.0.0/24" },
+		"overlap":   func(s *Spec) { s.PodCIDR = "10.96.0.0/20" },
 		"endpoint":  func(s *Spec) { s.Endpoint = "203.0.113.10" },
 		"vdc":       func(s *Spec) { s.VDC = "" },
 	} {

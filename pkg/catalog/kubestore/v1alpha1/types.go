@@ -73,6 +73,12 @@ type VDCQuotas struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1073741824
 	PublicAddresses *int64 `json:"publicAddresses,omitempty"`
+	// KubernetesClusters bounds the VDC's Kubernetes clusters; absent
+	// bounds none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	KubernetesClusters *int64 `json:"kubernetesClusters,omitempty"`
 }
 
 // VDCStatus is what the orchestrator records on a VDC.
