@@ -43,6 +43,8 @@ const usage = `usage:
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID
+  orchestrator nodes list [-data-dir DIR]
+  orchestrator nodes delete [-data-dir DIR] ID
   orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
   orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
@@ -70,6 +72,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return keys(ctx, args[1], args[2:], stdout)
+	case "nodes":
+		if len(args) < 2 {
+			return errors.New(usage)
+		}
+		return nodes(ctx, args[1], args[2:], stdout)
 	case "catalog":
 		if len(args) < 2 {
 			return errors.New(usage)
@@ -135,16 +142,13 @@ func keys(ctx context.Context, sub string, args []string, stdout io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	client, err := meshcontrol.Dial(orchestrator.SocketPath(*dataDir))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	client, err := dialControl(ctx, *dataDir)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx); err != nil {
-		return fmt.Errorf("is the orchestrator running with -data-dir %s? %w", *dataDir, err)
-	}
 	switch sub {
 	case "create":
 		if fs.NArg() != 0 {
@@ -178,21 +182,83 @@ func keys(ctx context.Context, sub string, args []string, stdout io.Writer) erro
 		}
 		return tw.Flush()
 	case "revoke":
-		if fs.NArg() != 1 {
-			return errors.New(usage)
-		}
-		id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
-		if err != nil {
-			return fmt.Errorf("key id %q is not a number", fs.Arg(0))
-		}
-		if err := client.RevokeKey(ctx, id); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked key %d\n", id)
-		return nil
+		return byID(fs, "key", stdout, "revoked key %d\n", func(id uint64) error { return client.RevokeKey(ctx, id) })
 	default:
 		return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
 	}
+}
+
+// dialControl connects to the mesh control server of the orchestrator
+// running with dataDir.
+func dialControl(ctx context.Context, dataDir string) (*meshcontrol.Client, error) {
+	client, err := meshcontrol.Dial(orchestrator.SocketPath(dataDir))
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Ping(ctx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("is the orchestrator running with -data-dir %s? %w", dataDir, err)
+	}
+	return client, nil
+}
+
+// nodes lists the nodes of the mesh, or deletes one (the old mesh node of a
+// rebuilt Proxmox node, see docs/install/agents.md).
+func nodes(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("nodes "+sub, flag.ContinueOnError)
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	client, err := dialControl(ctx, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	switch sub {
+	case "list":
+		if fs.NArg() != 0 {
+			return errors.New(usage)
+		}
+		ns, err := client.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tHOST\tADDRESSES\tONLINE\tLAST SEEN\tCREATED\tTAGS")
+		for _, n := range ns {
+			addrs := make([]string, len(n.Addrs))
+			for i, a := range n.Addrs {
+				addrs[i] = a.String()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", n.ID, n.GivenName, n.Name, strings.Join(addrs, ","), n.Online,
+				n.LastSeen.Format(time.RFC3339), n.CreatedAt.Format(time.RFC3339), strings.Join(n.Tags, ","))
+		}
+		return tw.Flush()
+	case "delete":
+		return byID(fs, "node", stdout, "deleted mesh node %d\n", func(id uint64) error { return client.DeleteNode(ctx, id) })
+	default:
+		return fmt.Errorf("unknown nodes command %q\n%s", sub, usage)
+	}
+}
+
+// byID runs do with the one positional argument of fs, the id of a what,
+// and prints done with it.
+func byID(fs *flag.FlagSet, what string, stdout io.Writer, done string, do func(id uint64) error) error {
+	if fs.NArg() != 1 {
+		return errors.New(usage)
+	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s id %q is not a number", what, fs.Arg(0))
+	}
+	if err := do(id); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, done, id)
+	return nil
 }
 
 // backendFlags are the flags choosing the catalog's backend, shared by
