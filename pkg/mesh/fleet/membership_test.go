@@ -185,3 +185,96 @@ func TestMembershipIsProven(t *testing.T) {
 		t.Errorf("the agent of pve1 once the first is gone: %+v, %v", h, ok)
 	}
 }
+
+// countingAgent is agent pve1 of certs whose version and the mesh key it
+// signs for the test changes, counting its proofs.
+type countingAgent struct {
+	agentv1.UnimplementedAgentServiceServer
+	certs   *pvetest.Certs
+	mu      sync.Mutex
+	version string // protected by mu
+	signFor string // the mesh key it proves for; protected by mu
+	proofs  int    // protected by mu
+}
+
+func (a *countingAgent) Health(context.Context, *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING, AgentVersion: a.version}, nil
+}
+
+func (a *countingAgent) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &agentv1.InfoResponse{AgentVersion: a.version, NodeName: "pve1", ClusterName: "alpha", ClusterId: a.certs.ID}, nil
+}
+
+func (a *countingAgent) Prove(_ context.Context, req *agentv1.ProveRequest) (*agentv1.ProveResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.proofs++
+	return a.certs.Prove("pve1", req, a.signFor)
+}
+
+func (a *countingAgent) set(version, signFor string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.version, a.signFor = version, signFor
+}
+
+func (a *countingAgent) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proofs
+}
+
+// TestProofRenewed: the registry asks an agent for a proof when it first
+// hears from it and again when the agent runs another version or has
+// another mesh identity, not on every health check; a proof for the old
+// identity does not hold for the new one.
+func TestProofRenewed(t *testing.T) {
+	t.Parallel()
+	a := &countingAgent{certs: pvetest.NewCerts(t, "pve1"), version: "v1", signFor: "nodekey:01"}
+	addr := netip.MustParseAddr("100.64.0.1")
+	m := &fakeMesh{dialTo: serve(t, a), reachable: map[netip.Addr]bool{addr: true}, nodes: []fleet.MeshNode{
+		{ID: 1, Name: "alpha-pve1", NodeKey: "nodekey:01", Addr: addr, Tags: []string{meshnode.TagAgent}, Online: true}}}
+	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh := func(n int) {
+		t.Helper()
+		for range n {
+			if err := r.Refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	member := func() bool { _, _, ok := r.AgentOfNode(a.certs.ID, "pve1"); return ok }
+	refresh(5)
+	if !member() || a.count() != 1 {
+		t.Fatalf("after 5 refreshes: member %v, %d proofs; want a member with 1 proof", member(), a.count())
+	}
+	a.set("v2", "nodekey:01")
+	refresh(3)
+	if !member() || a.count() != 2 {
+		t.Fatalf("after a new version: member %v, %d proofs; want a member with 2 proofs", member(), a.count())
+	}
+	// The node key changes (a new mesh identity on the same address); the
+	// agent still proves for the old one.
+	m.mu.Lock()
+	m.nodes[0].NodeKey = "nodekey:02"
+	m.mu.Unlock()
+	refresh(2)
+	if member() || a.count() != 3 {
+		t.Fatalf("a proof for the old mesh identity: member %v, %d proofs; want refused after 3 proofs", member(), a.count())
+	}
+	if rs := r.RefusedAgents(); len(rs) != 1 || !strings.Contains(rs[0].Reason, "signature") {
+		t.Fatalf("refused %+v", rs)
+	}
+	a.set("v3", "nodekey:02") // it restarts and proves for its new identity
+	refresh(2)
+	if !member() || len(r.RefusedAgents()) != 0 {
+		t.Fatalf("after proving for its new identity: member %v, refused %+v", member(), r.RefusedAgents())
+	}
+}
