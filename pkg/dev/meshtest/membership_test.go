@@ -18,7 +18,10 @@ import (
 // one no certificates at all. Neither becomes a host of alpha, neither gets
 // one of alpha's Proxy calls, the orchestrator hands out neither's client
 // for alpha's node, and both are listed as refused with why, claiming
-// alpha; alpha's genuine agent keeps serving.
+// alpha; alpha's genuine agent keeps serving. A second mesh identity of
+// alpha's pve1, with pve1's real files (the node reinstalled), is refused
+// too while the first is in the mesh, and takes the node once the first is
+// removed from the mesh.
 func TestImpostorAgents(t *testing.T) {
 	t.Parallel()
 	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{}),
@@ -92,9 +95,29 @@ func TestImpostorAgents(t *testing.T) {
 		t.Errorf("alpha's zone ID changed from %s to %s", zone.ID, z.ID)
 	}
 
+	// pve1 enrolled again, with a new mesh identity: refused, the first
+	// keeps the node.
+	again := h.NewAgent(t, alpha, "pve1", "")
+	h.StartAgents(t, again)
+	poll.True(t, 30*time.Second, "the second identity of pve1 refused", func() bool {
+		for _, ra := range reg.RefusedAgents() {
+			if ra.MeshName == again.MeshName && strings.Contains(ra.Reason, "held by mesh node "+alpha.Agents[0].MeshName) {
+				return true
+			}
+		}
+		return false
+	})
+	if _, host, ok := reg.AgentOfNode(zone.ID, "pve1"); !ok || host.MeshName != alpha.Agents[0].MeshName {
+		t.Errorf("the agent of alpha's pve1 with a second identity in the mesh: %+v, %v", host, ok)
+	}
+	first, _ := alpha.Agents[0].Host()
+
 	// alpha's genuine agent goes away: alpha is unavailable, its calls
 	// fail rather than go to an impostor.
 	if err := alpha.Agents[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	poll.True(t, 30*time.Second, "alpha's agent offline", func() bool {
@@ -111,5 +134,23 @@ func TestImpostorAgents(t *testing.T) {
 		if n := imp.Forwarded(); n != 0 {
 			t.Errorf("impostor %s got %d of alpha's requests once alpha's agent was gone", imp.MeshName, n)
 		}
+	}
+
+	// The admin removes the first identity from the mesh: the second,
+	// started again, holds pve1 and serves alpha.
+	if err := h.Orchestrator.Control().DeleteNode(ctx, first.MeshID); err != nil {
+		t.Fatal(err)
+	}
+	h.StartAgents(t, again)
+	poll.True(t, 30*time.Second, "the second identity of pve1 online in alpha", func() bool {
+		host, ok := again.Host()
+		return ok && host.Status == fleet.StatusOnline && host.Node == "pve1"
+	})
+	var st map[string]any
+	if err := px.Get(ctx, "/nodes/pve1/status", &st); err != nil {
+		t.Errorf("alpha through its new agent: %v", err)
+	}
+	if z, ok := reg.Zone(zone.ID); !ok || len(z.Hosts) != 1 || z.Hosts[0].MeshName != again.MeshName {
+		t.Errorf("alpha after its node's new agent took over: %+v; want zone %s with one host", z, zone.ID)
 	}
 }
