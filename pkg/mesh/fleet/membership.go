@@ -58,7 +58,7 @@ func (r *Registry) prove(ctx context.Context, client agentv1.AgentServiceClient,
 		switch st := status.Convert(err); st.Code() {
 		case codes.Unimplemented:
 			return verdict{refusal: fmt.Sprintf("the agent (version %s) cannot prove its membership: update it", info.GetAgentVersion())}, nil
-		case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.Internal:
+		case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied:
 			return verdict{refusal: "the agent could not prove its membership: " + st.Message()}, nil
 		default:
 			return verdict{}, fmt.Errorf("zones: prove: %w", err)

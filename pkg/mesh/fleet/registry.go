@@ -715,8 +715,8 @@ func (a *agentState) host() Host {
 }
 
 // Agent returns the gRPC client of the agent with the given mesh ID, if
-// the registry has one (for calls the zone clients do not make, such as
-// Update).
+// the registry has one and the agent is a host of a zone (for calls the
+// zone clients do not make, such as Update); a refused agent has none.
 func (r *Registry) Agent(meshID uint64) (agentv1.AgentServiceClient, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -735,7 +735,8 @@ type target struct {
 }
 
 // targets returns the usable agents of a zone: the agent of preferNode first
-// (if any), then the others in a stable order. Only online agents are usable.
+// (if any), then the others in a stable order. Only online agents that are
+// hosts of the zone (proven, see membership.go) are usable.
 func (r *Registry) targets(zoneID, preferNode string) []target {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -773,7 +774,8 @@ func (r *Registry) markFailed(meshID uint64, err error) {
 }
 
 // AgentOfNode returns the client of the online agent of node in zone zoneID and
-// its host, for calls to that one agent (a volume on its node).
+// its host, for calls to that one agent (a volume on its node): the agent
+// that proved that node of that zone.
 func (r *Registry) AgentOfNode(zoneID, node string) (agentv1.AgentServiceClient, Host, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
