@@ -216,18 +216,22 @@ func diff(want, got string) string {
 	return b.String()
 }
 
+// requiredValues are the flexplane chart's values without a default, for
+// its two replicas.
+func requiredValues() map[string]any {
+	return map[string]any{
+		"publicURL":    "https://fp.example.com",
+		"oidc":         map[string]any{"issuer": "https://id.example.com", "audience": "portal"},
+		"meshPostgres": map[string]any{"url": "postgres://hs@db/headscale", "existingSecret": "hs-db"},
+	}
+}
+
 // TestRenderRefuses checks that values the orchestrator could not run with
 // are refused with a message naming the value, before anything is
 // installed.
 func TestRenderRefuses(t *testing.T) {
 	t.Parallel()
-	base := func() map[string]any {
-		return map[string]any{
-			"publicURL":    "https://fp.example.com",
-			"oidc":         map[string]any{"issuer": "https://id.example.com", "audience": "portal"},
-			"meshPostgres": map[string]any{"url": "postgres://hs@db/headscale", "existingSecret": "hs-db"},
-		}
-	}
+	base := requiredValues
 	if _, err := render(t, "flexplane", base()); err != nil {
 		t.Fatalf("the base values are refused: %v", err)
 	}

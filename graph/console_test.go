@@ -2,8 +2,12 @@ package graph_test
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestConsoleEndToEnd opens a VM's console as the portal does: openConsole
@@ -79,6 +84,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 		}
 	}
 	conn.Close()
+	refusalsLookAlike(t, h.Orchestrator.URL(), s.Path)
 
 	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
 	for _, user := range []string{tn.alice, tn.vera} {
@@ -95,5 +101,102 @@ func TestConsoleEndToEnd(t *testing.T) {
 	})
 	if got := h.GraphQL(t, tn.bob, tn.blue, open, map[string]any{"id": vm}).Code(t); got != "CONFLICT" {
 		t.Errorf("console of a stopped VM: %s, want CONFLICT", got)
+	}
+
+	// A ticket that outlives its VM: the VM deleted and its VMID given to
+	// a running guest of another VDC, the ticket opens nothing.
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { startVM(id: $id) { id } }`, map[string]any{"id": vm}).OK(t)
+	poll.True(t, 30*time.Second, "the VM to run again", func() bool {
+		var v struct{ Status string }
+		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": vm}).OK(t).Into(t, "vm", &v)
+		return v.Status == "RUNNING"
+	})
+	h.GraphQL(t, tn.bob, tn.blue, open, map[string]any{"id": vm}).OK(t).Into(t, "openConsole", &s)
+	node, err := base64.RawURLEncoding.DecodeString(strings.Split(strings.TrimPrefix(s.Path, "/console/"), ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := tenancy.ParseVMID(vm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { deleteVM(id: $id) { id } }`, map[string]any{"id": vm}).OK(t)
+	pve := h.Clusters[0].Proxmox(t)
+	guest := fmt.Sprintf("/nodes/%s/qemu/%d", node, ref.VMID)
+	poll.Until(t, 30*time.Second, "the VMID given to a running guest of "+tn.red, func() error {
+		var st struct{ Status string }
+		if err := pve.Get(t.Context(), guest+"/status/current", &st); err != nil {
+			// Gone: the guest of another VDC takes the VMID.
+			err := pve.Post(t.Context(), fmt.Sprintf("/nodes/%s/qemu", node), map[string]any{"vmid": ref.VMID, "name": "reuser",
+				"tags": tenancy.ManagedTag + ";" + tenancy.VDCTag(tn.red)}, nil)
+			return fmt.Errorf("no guest %d (create: %v)", ref.VMID, err)
+		}
+		var cfg struct{ Tags string }
+		if err := pve.Get(t.Context(), guest+"/config", &cfg); err != nil || !strings.Contains(cfg.Tags, tenancy.VDCTag(tn.red)) {
+			return fmt.Errorf("guest %d is still the deleted VM's (tags %q, %v)", ref.VMID, cfg.Tags, err)
+		}
+		if st.Status != "running" {
+			return fmt.Errorf("%s (start: %v)", st.Status, pve.Post(t.Context(), guest+"/status/start", map[string]any{}, nil))
+		}
+		return nil
+	})
+	if time.Until(s.ExpiresAt) < time.Second {
+		t.Fatalf("the ticket expired (%s) before the VMID was reused: the check would prove nothing", s.ExpiresAt)
+	}
+	if _, st, err := dial(s.Path); err == nil || st != http.StatusForbidden {
+		t.Errorf("the deleted VM's ticket on %s's guest of its VMID: status %d, %v; want 403", tn.red, st, err)
+	}
+}
+
+// refusalsLookAlike: GET /console/{ticket} without a good ticket answers
+// the same 403, byte for byte (the headers but Date too), whether the
+// ticket names the VM's own agent (used) or with a made-up secret, an
+// agent of its zone that does not exist, a zone that does not exist, or
+// nothing at all: a caller without a ticket learns nothing of which agents
+// or VMs there are.
+func refusalsLookAlike(t *testing.T, base, used string) {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(used, "/console/"), ".") // zone, node, secret
+	if len(parts) != 3 {
+		t.Fatalf("ticket %q is not zone.node.secret", used)
+	}
+	enc := base64.RawURLEncoding.EncodeToString
+	madeUp := strings.Repeat("ab", 32)
+	type answer struct {
+		Status int
+		Header http.Header
+		Body   string
+	}
+	get := func(path string) answer {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Header.Del("Date")
+		return answer{resp.StatusCode, resp.Header, string(body)}
+	}
+	want := get(used)
+	if want.Status != http.StatusForbidden {
+		t.Fatalf("a used ticket: %+v, want 403", want)
+	}
+	for name, path := range map[string]string{
+		"the VM's agent, a made-up secret":  "/console/" + parts[0] + "." + parts[1] + "." + madeUp,
+		"an agent of the zone there is not": "/console/" + parts[0] + "." + enc([]byte("no-such-node")) + "." + madeUp,
+		"a zone there is not":               "/console/" + enc([]byte("no-such-zone")) + "." + parts[1] + "." + madeUp,
+		"no ticket at all":                  "/console/made-up",
+	} {
+		if got := get(path); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want the answer to a used ticket %+v", name, got, want)
+		}
 	}
 }

@@ -70,6 +70,9 @@ func (s *kubeStack) tenantKubeconfig(t *testing.T, user, vdc, id string, wantRea
 	if d := crt.NotAfter.Sub(kc.ExpiresAt); d > time.Minute || d < -time.Minute {
 		t.Errorf("%s's certificate expires at %s, the API says %s", user, crt.NotAfter, kc.ExpiresAt)
 	}
+	if crt.Subject.CommonName != "oidc:"+user {
+		t.Errorf("%s's certificate is of %q, want its subject oidc:%s", user, crt.Subject.CommonName, user)
+	}
 	if life := crt.NotAfter.Sub(crt.NotBefore); life > 9*time.Hour {
 		t.Errorf("%s's certificate lives %s: not short-lived", user, life)
 	}

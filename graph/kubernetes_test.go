@@ -65,8 +65,19 @@ func startKubeStack(t testing.TB, hosted bool, opts ...meshtest.Option) *kubeSta
 		s.cp = m.ControlPlane
 		kcfg.ControlPlane = s.cp
 	}
+	api := meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: path, Namespace: "flexplane"}, Kubernetes: kcfg}
+	if hosted {
+		// alice's token claims vera's email address (a user may set any):
+		// the kubeconfigs the hosted tests check name each by her subject.
+		api.Users = meshtest.DefaultUsers()
+		for i, u := range api.Users {
+			if u.Username == "alice" || u.Username == "vera" {
+				api.Users[i].Email = "vera@example.test"
+			}
+		}
+	}
 	s.h = meshtest.New(t, append([]meshtest.Option{meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
-		meshtest.WithAPI(meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: path, Namespace: "flexplane"}, Kubernetes: kcfg})}, opts...)...)
+		meshtest.WithAPI(api)}, opts...)...)
 	s.h.WaitOnline(t, 30*time.Second)
 	s.h.GraphQL(t, "admin", "", createExternal, nil).OK(t)
 	url, sum := vmtest.ImageServer(t, 3<<20)

@@ -120,8 +120,9 @@ func (r *moveRig) opState(t *testing.T, op string) string {
 }
 
 // undone waits until the move has undone itself: the source runs in
-// alpha with its address and is the VDC's only VM, and beta holds no
-// guest, disk volume or address of the VM. Never do two copies run.
+// alpha with its address, no longer marked leaving, and is the VDC's only
+// VM, and beta holds no guest, disk volume or address of the VM. Never do
+// two copies run.
 func (r *moveRig) undone(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	h := r.h
@@ -175,6 +176,9 @@ func (r *moveRig) leftover(t *testing.T, alphaID, betaID string) string {
 	}
 	if src.HasTag("fp-moved") {
 		t.Fatalf("the source was cut over: %s", src.RawTags)
+	}
+	if src.HasTag("fp-leaving") {
+		return "the source is still marked leaving (its agent would offer its disks): " + src.RawTags
 	}
 	if len(targets) > 0 {
 		return fmt.Sprintf("beta holds guests %+v", targets)

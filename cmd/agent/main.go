@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/support/profiling"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
 )
@@ -92,8 +93,14 @@ func launch(ctx context.Context, cfg agent.Config, opts agent.Options) (int, err
 	if err != nil {
 		return 1, err
 	}
+	var verifier *release.Verifier
+	if cfg.ReleaseKey != "" {
+		if verifier, err = release.NewVerifier(cfg.ReleaseKey); err != nil {
+			return 1, fmt.Errorf("agent: launcher: %w", err)
+		}
+	}
 	return selfupdate.Launch(ctx, selfupdate.LaunchConfig{
-		Dir: dir, Self: self, SelfVersion: cfg.Version, Args: os.Args[1:],
+		Dir: dir, Self: self, SelfVersion: cfg.Version, Args: os.Args[1:], Verifier: verifier,
 		Probation: opts.Probation, Logger: cfg.Logger.With("node", cfg.NodeName),
 	})
 }

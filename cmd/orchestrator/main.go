@@ -40,6 +40,7 @@ const usage = `usage:
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
                      [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-secret-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-agent-version V]
                      [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
+                     [-mutation-rate N] [-mutation-burst N] [-console-rate N] [-console-burst N]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID
@@ -48,6 +49,7 @@ const usage = `usage:
   orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
   orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
+  orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
   orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE`
 
 func main() {
@@ -108,6 +110,20 @@ func envInt(key string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not an integer", key, v)
+	}
+	return n, nil
+}
+
+// envFloat is the number in environment variable key, or def when it is
+// unset.
+func envFloat(key string, def float64) (float64, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number", key, v)
 	}
 	return n, nil
 }

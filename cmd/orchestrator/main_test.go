@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 )
@@ -148,6 +149,65 @@ func TestServeLimitFlags(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir()}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "FLEXPLANE_MAX_COMPLEXITY") {
 		t.Errorf("serve with FLEXPLANE_MAX_COMPLEXITY=lots: %v", err)
+	}
+}
+
+// TestServeRateLimitFlags: the rate limits' flags and environment give the
+// API's RateLimits (the defaults without them, a rate of 0 or less a limit
+// turned off), and values that are no rate or burst are refused with an
+// error naming the flag, before anything starts.
+func TestServeRateLimitFlags(t *testing.T) {
+	parse := func(args ...string) (server.RateLimits, error) {
+		f, err := parseServeFlags(append([]string{"-data-dir", t.TempDir()}, args...))
+		if err != nil {
+			return server.RateLimits{}, err
+		}
+		return f.rateLimits(), nil
+	}
+	same := func(a, b server.RateLimits) bool {
+		return a.MutationRate == b.MutationRate && a.MutationBurst == b.MutationBurst && a.ConsoleRate == b.ConsoleRate && a.ConsoleBurst == b.ConsoleBurst
+	}
+	for _, c := range []struct {
+		args []string
+		want server.RateLimits
+	}{
+		{nil, server.RateLimits{MutationRate: 10, MutationBurst: 30, ConsoleRate: 5, ConsoleBurst: 5}},
+		{[]string{"-mutation-rate", "2.5", "-mutation-burst", "4", "-console-rate", "1", "-console-burst", "2"},
+			server.RateLimits{MutationRate: 2.5, MutationBurst: 4, ConsoleRate: 1, ConsoleBurst: 2}},
+		{[]string{"-mutation-rate", "0", "-console-rate", "-1"}, server.RateLimits{MutationRate: -1, MutationBurst: -1, ConsoleRate: -1, ConsoleBurst: -1}},
+		{[]string{"-mutation-rate", "0", "-mutation-burst", "0"}, server.RateLimits{MutationRate: -1, MutationBurst: -1, ConsoleRate: 5, ConsoleBurst: 5}},
+	} {
+		if got, err := parse(c.args...); err != nil || !same(got, c.want) {
+			t.Errorf("serve %v: %+v, %v; want %+v", c.args, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-mutation-rate", "lots"}, "-mutation-rate"},
+		{[]string{"-mutation-rate", "NaN"}, "-mutation-rate NaN"},
+		{[]string{"-console-rate", "+Inf"}, "-console-rate +Inf"},
+		{[]string{"-console-rate", "2e6"}, "-console-rate 2e+06"},
+		{[]string{"-mutation-burst", "0"}, "-mutation-burst 0: want 1 to 1000000 while -mutation-rate is on"},
+		{[]string{"-console-burst", "-3"}, "-console-burst -3"},
+		{[]string{"-mutation-burst", "1.5"}, "-mutation-burst"},
+	} {
+		if _, err := parse(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %v: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+	t.Setenv("FLEXPLANE_MUTATION_RATE", "3")
+	t.Setenv("FLEXPLANE_CONSOLE_BURST", "9")
+	if got, err := parse(); err != nil || got.MutationRate != 3 || got.ConsoleBurst != 9 {
+		t.Errorf("from the environment: %+v, %v", got, err)
+	}
+	for key, v := range map[string]string{"FLEXPLANE_CONSOLE_RATE": "fast", "FLEXPLANE_MUTATION_BURST": "2.5"} {
+		t.Setenv(key, v)
+		if _, err := parse(); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s=%s: %v, want an error naming it", key, v, err)
+		}
+		t.Setenv(key, "")
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // releaseFlags adds the release store's flags to fs.
 func releaseFlags(fs *flag.FlagSet) (dir, keyFile *string) {
 	dir = fs.String("release-dir", env("FLEXPLANE_RELEASE_DIR", ""), "agent release store, shared by the replicas; default DATA_DIR/releases (env FLEXPLANE_RELEASE_DIR)")
-	keyFile = fs.String("release-key-file", env("FLEXPLANE_RELEASE_KEY_FILE", ""), "minisign public key agent releases are signed with; empty offers no releases (env FLEXPLANE_RELEASE_KEY_FILE)")
+	keyFile = fs.String("release-key-file", env("FLEXPLANE_RELEASE_KEY_FILE", ""), "trusted minisign public keys agent releases and floors are signed with: a .pub file, or ID=BASE64KEY lines; empty offers no releases (env FLEXPLANE_RELEASE_KEY_FILE)")
 	return dir, keyFile
 }
 
@@ -32,7 +32,7 @@ func readReleaseKey(path string) (string, error) {
 	return string(b), nil
 }
 
-// releases runs `orchestrator releases add|list`: they work on the store
+// releases runs `orchestrator releases add|floor|list`: they work on the store
 // directly (no running orchestrator is needed; every replica sees the
 // result at once).
 func releases(cmd string, args []string, stdout io.Writer) error {
@@ -76,6 +76,24 @@ func releases(cmd string, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "published %s %s (%d bytes) in %s\n", p.Manifest.Version, p.Manifest.Platform, p.Manifest.Size, store.Dir())
 		return nil
+	case "floor":
+		if fs.NArg() != 2 {
+			return errors.New("releases floor: FLOOR SIG are required\n" + usage)
+		}
+		raw, err := readSmall(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		sig, err := readSmall(fs.Arg(1))
+		if err != nil {
+			return err
+		}
+		f, err := store.AddFloor(raw, sig)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "floor in force: versions below %s are refused (%s)\n", f.Floor.MinVersion, store.Dir())
+		return nil
 	case "list":
 		list, err := store.List()
 		if err != nil {
@@ -87,7 +105,17 @@ func releases(cmd string, args []string, stdout io.Writer) error {
 			m := p.Manifest
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", m.Version, m.Platform, m.Size, m.SHA256[:16], m.NotAfter.Format(time.RFC3339))
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		f, err := store.Floor()
+		if err != nil {
+			return err
+		}
+		if f != nil {
+			fmt.Fprintf(stdout, "floor: versions below %s are refused\n", f.Floor.MinVersion)
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown releases command %q\n%s", cmd, usage)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -96,6 +98,9 @@ type serveFlags struct {
 	tenantName, tenantDomain                            string
 	zoneTimeout                                         time.Duration
 	maxComplexity, maxDepth                             int
+	// The rate limits per caller: mutation fields and openConsole.
+	mutationRate, consoleRate   float64
+	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
 	// The portal's built files.
@@ -131,6 +136,18 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 		return nil, err
 	}
 	f := &serveFlags{}
+	rates := map[string]float64{}
+	for key, def := range map[string]float64{
+		"FLEXPLANE_MUTATION_RATE": server.DefaultMutationRate, "FLEXPLANE_MUTATION_BURST": server.DefaultMutationBurst,
+		"FLEXPLANE_CONSOLE_RATE": server.DefaultConsoleRate, "FLEXPLANE_CONSOLE_BURST": server.DefaultConsoleBurst,
+	} {
+		if rates[key], err = envFloat(key, def); err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(key, "_BURST") && rates[key] != math.Trunc(rates[key]) {
+			return nil, fmt.Errorf("%s: %v is not a whole number", key, rates[key])
+		}
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.listen, "listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	fs.StringVar(&f.publicURL, "public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
@@ -155,6 +172,10 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	fs.StringVar(&f.agentVersion, "agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	fs.IntVar(&f.maxComplexity, "max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
+	fs.Float64Var(&f.mutationRate, "mutation-rate", rates["FLEXPLANE_MUTATION_RATE"], "mutation fields per second one caller (a token's issuer and subject) may run, sustained, on this replica; 0 or less turns the limit off (env FLEXPLANE_MUTATION_RATE)")
+	fs.IntVar(&f.mutationBurst, "mutation-burst", int(rates["FLEXPLANE_MUTATION_BURST"]), "mutation fields one caller may run at once after a pause (env FLEXPLANE_MUTATION_BURST)")
+	fs.Float64Var(&f.consoleRate, "console-rate", rates["FLEXPLANE_CONSOLE_RATE"], "openConsole calls per second one caller may make, sustained, on top of -mutation-rate; 0 or less turns the limit off (env FLEXPLANE_CONSOLE_RATE)")
+	fs.IntVar(&f.consoleBurst, "console-burst", int(rates["FLEXPLANE_CONSOLE_BURST"]), "openConsole calls one caller may make at once after a pause (env FLEXPLANE_CONSOLE_BURST)")
 	fs.IntVar(&f.maxDepth, "max-depth", defDepth, "deepest field nesting of a GraphQL query; 0 is the API's default, 12 (env FLEXPLANE_MAX_DEPTH)")
 	fs.StringVar(&f.memLimit, "memory-limit", env("FLEXPLANE_MEMORY_LIMIT", ""), "soft limit of the Go heap and runtime (e.g. 200MiB, as GOMEMLIMIT): the GC works harder near it instead of letting the heap double; empty keeps Go's default (env FLEXPLANE_MEMORY_LIMIT)")
 	fs.StringVar(&f.debugAddr, "debug-addr", env("FLEXPLANE_DEBUG_ADDR", ""), "loopback address (127.0.0.1:6060) serving Go runtime profiles at /debug/pprof/; empty serves none (env FLEXPLANE_DEBUG_ADDR)")
@@ -172,7 +193,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.workerImages, "kubernetes-worker-images", env("FLEXPLANE_KUBERNETES_WORKER_IMAGES", ""), "catalog images of Kubernetes worker VMs by version, comma-separated version=image pairs (e.g. v1.37.2=debian-13-kube-1.37); other versions use -kubernetes-worker-image (env FLEXPLANE_KUBERNETES_WORKER_IMAGES)")
 	fs.StringVar(&f.kubeServiceType, "kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
 	fs.StringVar(&f.kubeNamespaceRole, "kubernetes-namespace-role", env("FLEXPLANE_KUBERNETES_NAMESPACE_ROLE", ""), "ClusterRole holding the orchestrator's rights in a cluster's namespace (the chart's <fullname>-controlplane), bound there when the namespace is made; empty: the orchestrator's rights are cluster-wide (env FLEXPLANE_KUBERNETES_NAMESPACE_ROLE)")
-	fs.DurationVar(&f.kubeconfigTTL, "kubeconfig-ttl", 8*time.Hour, "lifetime of a kubeconfig issued by issueKubeconfig (at most 24h)")
+	fs.DurationVar(&f.kubeconfigTTL, "kubeconfig-ttl", 8*time.Hour, "lifetime of the client certificate of a kubeconfig issued by issueKubeconfig (at most 24h): also the longest a member removed from a VDC keeps access")
 	fs.DurationVar(&f.probation, "update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -189,6 +210,18 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 func (f *serveFlags) check() error {
 	if f.maxComplexity < 0 || f.maxDepth < 0 {
 		return errors.New("-max-complexity and -max-depth must not be negative")
+	}
+	for _, l := range []struct {
+		name, burstName string
+		rate            float64
+		burst           int
+	}{{"-mutation-rate", "-mutation-burst", f.mutationRate, f.mutationBurst}, {"-console-rate", "-console-burst", f.consoleRate, f.consoleBurst}} {
+		switch {
+		case math.IsNaN(l.rate) || math.IsInf(l.rate, 0) || l.rate > maxRate:
+			return fmt.Errorf("%s %v: want a number of calls per second up to %d (0 turns the limit off)", l.name, l.rate, maxRate)
+		case l.rate > 0 && (l.burst < 1 || l.burst > maxRate):
+			return fmt.Errorf("%s %d: want 1 to %d while %s is on (%s 0 turns the limit off)", l.burstName, l.burst, maxRate, l.name, l.name)
+		}
 	}
 	if f.peerURL != "" && f.meshPG == "" {
 		return errors.New("-peer-url needs -mesh-postgres: the mesh state moves between the replicas")
@@ -287,6 +320,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			AgentVersion:      f.agentVersion,
 			MaxDepth:          f.maxDepth,
 			MaxComplexity:     f.maxComplexity,
+			RateLimits:        f.rateLimits(),
 			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
 			LoadBalancers:     lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: f.managedKube, Versions: strings.Split(f.kubeVersions, ","),
@@ -301,6 +335,23 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 		Handler:       site,
 		Logger:        logger,
 	}, closeFiles, nil
+}
+
+// maxRate bounds the rate and burst flags: beyond it a limit means
+// nothing.
+const maxRate = 1_000_000
+
+// rateLimits are the API's rate limits the flags give: a rate of 0 or
+// less is a limit turned off.
+func (f *serveFlags) rateLimits() server.RateLimits {
+	rl := server.RateLimits{MutationRate: f.mutationRate, MutationBurst: f.mutationBurst, ConsoleRate: f.consoleRate, ConsoleBurst: f.consoleBurst}
+	if f.mutationRate <= 0 {
+		rl.MutationRate, rl.MutationBurst = -1, -1
+	}
+	if f.consoleRate <= 0 {
+		rl.ConsoleRate, rl.ConsoleBurst = -1, -1
+	}
+	return rl
 }
 
 // loadBalancers reads -lb-config and -lb-token-file.

@@ -6836,8 +6836,10 @@ type Region {
 # that does not exist, answers NOT_FOUND for the whole request.
 #
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE or
-# INTERNAL.
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
+# caller ran mutations faster than its rate limit allows; nothing of the
+# operation ran) or INTERNAL.
 
 # The root types; each domain file extends them with its fields. Every
 # field carries @vdc or @platformAdmin, or is on the short public list of

@@ -56,6 +56,7 @@ type harnessOptions struct {
 	lifetime      time.Duration
 	maxDepth      int
 	maxComplexity int
+	rateLimits    server.RateLimits
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -131,6 +132,7 @@ func (h *harness) newHandler(t *testing.T) http.Handler {
 		Logger:        slog.New(slog.NewTextHandler(h.logs, nil)),
 		MaxDepth:      h.options.maxDepth,
 		MaxComplexity: h.options.maxComplexity,
+		RateLimits:    h.options.rateLimits,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -88,6 +88,10 @@ type Config struct {
 	// MaxIntrospectionFields bounds the __schema and __type fields of one
 	// operation (each answers up to the whole schema); 0 is 2.
 	MaxIntrospectionFields int
+	// RateLimits bound how fast one caller may run mutations and
+	// openConsole; the zero value takes the defaults (10 mutation fields
+	// per second after a burst of 30, openConsole 5 per second).
+	RateLimits RateLimits
 }
 
 // New returns the handler of the GraphQL endpoint. It answers at whatever
@@ -131,7 +135,7 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: new: %w", err)
 	}
-	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page}
+	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page, limiter: newRateLimiter(cfg.RateLimits)}
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
@@ -183,6 +187,7 @@ type apiHandler struct {
 	log      *slog.Logger
 	srv      *handler.Server
 	graphiql *graphiql.Handler
+	limiter  *rateLimiter // nil: no rate limit
 }
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +222,11 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h.srv.ServeHTTP(w, r.WithContext(ctx))
+	r = r.WithContext(ctx)
+	if !isWebsocket(r) {
+		w, r = withThrottle(w, r)
+	}
+	h.srv.ServeHTTP(w, r)
 }
 
 func isWebsocket(r *http.Request) bool {
@@ -288,11 +297,16 @@ func refuseWebsocket(ctx context.Context, err error) (context.Context, *transpor
 	return ctx, nil, err
 }
 
-// aroundOperation begins the operation's state (beginOperation: a
-// caller is required, and the FlexPlane-VDC-ID header names a VDC the
-// caller may use, else NOT_FOUND); a refusal fails the whole operation.
+// aroundOperation takes a mutation's tokens from its caller's rate limits
+// (RATE_LIMITED when they are spent) and begins the operation's state
+// (beginOperation: a caller is required, and the FlexPlane-VDC-ID header
+// names a VDC the caller may use, else NOT_FOUND); a refusal fails the
+// whole operation before any resolver runs.
 func (h *apiHandler) aroundOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
+	if err := h.limiter.limit(ctx, oc); err != nil {
+		return h.fail(ctx, err)
+	}
 	subscription := oc.Operation != nil && oc.Operation.Operation == ast.Subscription
 	ctx, err := beginOperation(ctx, h.cfg.Resolver.Catalog, subscription)
 	if err != nil {

@@ -107,8 +107,10 @@ type Config struct {
 	HealthTimeout time.Duration
 	// Logger receives the agent's logs. Default slog.Default().
 	Logger *slog.Logger
-	// ReleaseKey is the minisign public key agent releases are signed
-	// with; "" refuses every update.
+	// ReleaseKey holds the trusted minisign public keys agent releases and
+	// floors are signed with (release.NewVerifier's forms: a .pub file's
+	// text, or `ID=BASE64KEY` entries separated by newlines or commas);
+	// "" refuses every update.
 	ReleaseKey string
 	// EdgeBridgeNamespace is the named network namespace holding the node's
 	// bridges (VNets, the external network's), where the edge gateways' NICs
@@ -553,7 +555,14 @@ func (s *service) Update(stream agentv1.AgentService_UpdateServer) error {
 		}
 		return msg.GetData(), nil
 	}
-	m, err := s.a.updater.Stage(stream.Context(), first.GetOperation(), first.GetManifest(), first.GetSignature(), next)
+	var m *release.Manifest
+	if len(first.GetFloor()) > 0 {
+		// The floor comes first: a release below it is refused.
+		_, err = s.a.updater.SeeFloor(first.GetFloor(), first.GetFloorSignature())
+	}
+	if err == nil {
+		m, err = s.a.updater.Stage(stream.Context(), first.GetOperation(), first.GetManifest(), first.GetSignature(), next)
+	}
 	switch {
 	case errors.Is(err, release.ErrRefused), errors.Is(err, selfupdate.ErrNoKey):
 		return status.Errorf(codes.FailedPrecondition, "agent: update: %v", err)

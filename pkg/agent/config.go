@@ -91,9 +91,14 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		edgeBridge  = fs.String("edge-bridge-netns", "", "named network namespace holding the node's bridges for the edge gateways (env "+EnvEdgeBridgeNetNS+"; default the agent's own, as on Proxmox)")
 		edgePrefix  = fs.String("edge-netns-prefix", "", "prefix of the edge gateways' namespace names (env "+EnvEdgeNetNSPrefix+"; default fp)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
-		releaseKey  = fs.String("release-key-file", "", "minisign public key file agent releases must be signed with (env "+EnvReleaseKeyFile+"; or the key itself in "+EnvReleaseKey+"; default none: no updates)")
+		releaseKey  = fs.String("release-key-file", "", "file of the trusted minisign public keys agent releases must be signed with: a .pub file, or ID=BASE64KEY lines (env "+EnvReleaseKeyFile+"; default none: no updates)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
 	)
+	var releaseKeys []string
+	fs.Func("release-key", "a trusted release public key ID=BASE64KEY; repeat it or separate keys with commas (env "+EnvReleaseKey+")", func(v string) error {
+		releaseKeys = append(releaseKeys, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		var b strings.Builder
 		fs.SetOutput(&b)
@@ -151,9 +156,19 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		}
 		cfg.Port = uint16(n)
 	}
-	if cfg.ReleaseKey, err = secret(get("", EnvReleaseKey), get(*releaseKey, EnvReleaseKeyFile)); err != nil {
-		return Config{}, Options{}, fmt.Errorf("agent: release key: %w", err)
+	// Release keys are public: flags, the environment and a key file all
+	// add to the trusted set.
+	if len(releaseKeys) == 0 {
+		releaseKeys = append(releaseKeys, get("", EnvReleaseKey))
 	}
+	if path := get(*releaseKey, EnvReleaseKeyFile); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, Options{}, fmt.Errorf("agent: release key: %w", err)
+		}
+		releaseKeys = append(releaseKeys, string(b))
+	}
+	cfg.ReleaseKey = strings.TrimSpace(strings.Join(releaseKeys, "\n"))
 	opts := Options{DebugAddr: get(*debugAddr, EnvDebugAddr), OTLPEndpoint: get(*otlp, EnvOTLPEndpoint), NoLauncher: get("", EnvNoLauncher) != ""}
 	if p := get(*probation, EnvProbation); p != "" {
 		if opts.Probation, err = time.ParseDuration(p); err != nil || opts.Probation <= 0 {

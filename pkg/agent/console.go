@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/support/rfb"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -25,31 +26,36 @@ import (
 // (a full raw frame of a large screen).
 const maxConsoleMessage = 32 << 20
 
-// Console implements the Console RPC: the agent opens the VM's VNC
-// console on its Proxmox (vncproxy, then vncwebsocket with the ticket,
-// logging in with the ticket as the VNC password), then serves the caller
-// an RFB handshake without authentication and relays the rest both ways.
-// The Proxmox ticket stays here.
+// Console implements the Console RPC: the first message must carry a
+// ticket of IssueConsoleTicket, whose guest must still be the one it was
+// issued for (the same uuid and VDC at its VMID): anything else is
+// PERMISSION_DENIED, whatever the message names. The agent then says it
+// accepted the ticket, opens the VM's VNC console on its Proxmox
+// (vncproxy, then vncwebsocket with the ticket, logging in with the ticket
+// as the VNC password), serves the caller an RFB handshake without
+// authentication and relays the rest both ways. The Proxmox ticket stays
+// here.
 func (s *service) Console(stream agentv1.AgentService_ConsoleServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "agent: console: %v", err)
 	}
-	node, vmid := first.GetNode(), first.GetVmid()
-	if t := first.GetTicket(); t != "" {
-		ct, ok := s.a.consoles.take(t, nil)
-		if !ok {
+	ct, ok := s.a.consoles.take(first.GetTicket(), nil)
+	if !ok {
+		return status.Error(codes.PermissionDenied, "agent: console: the ticket is unknown, used or expired")
+	}
+	node, vmid := s.a.cfg.NodeName, ct.vmid
+	ctx := stream.Context()
+	if err := s.a.pve.sameGuest(ctx, node, ct); err != nil {
+		s.a.log.Warn("agent: console: ticket refused", "vmid", vmid, "vdc", ct.vdc, "err", err)
+		if errors.Is(err, errOtherGuest) {
 			return status.Error(codes.PermissionDenied, "agent: console: the ticket is unknown, used or expired")
 		}
-		node, vmid = s.a.cfg.NodeName, ct.vmid
+		return status.Errorf(codes.Unavailable, "agent: console of VM %d: %v", vmid, err)
 	}
-	if vmid < 100 || vmid > 999999999 {
-		return status.Errorf(codes.InvalidArgument, "agent: console: VMID %d is not 100-999999999", vmid)
+	if err := stream.Send(&agentv1.ConsoleResponse{Accepted: true}); err != nil {
+		return err
 	}
-	if node != s.a.cfg.NodeName {
-		return status.Errorf(codes.NotFound, "agent: console: node %q is not this agent's (%s)", node, s.a.cfg.NodeName)
-	}
-	ctx := stream.Context()
 	up, err := s.a.pve.openConsole(ctx, node, vmid)
 	if err != nil {
 		s.a.log.Warn("agent: console", "vmid", vmid, "err", err)
@@ -103,12 +109,18 @@ const (
 	maxConsoleTickets   = 1024
 )
 
-// consoleTicket is the VM a console ticket opens.
-type consoleTicket struct{ vmid uint32 }
+// consoleTicket is the guest a console ticket opens: its VMID, and what
+// tells it from a later guest with the same VMID (its VDC and the uuid
+// Proxmox gave it when it was created or cloned).
+type consoleTicket struct {
+	vmid      uint32
+	vdc, uuid string
+}
 
 // IssueConsoleTicket implements the IssueConsoleTicket RPC. The VM must be
-// a guest of this node now; a ticket stays valid if it moves, and its
-// Console stream then answers NOT_FOUND.
+// a guest of this node of req.vdc now, with a uuid; the ticket is bound to
+// that guest: if the guest leaves the node, or its VMID names another
+// guest by the time the ticket is used, its Console stream is refused.
 func (s *service) IssueConsoleTicket(ctx context.Context, req *agentv1.IssueConsoleTicketRequest) (*agentv1.IssueConsoleTicketResponse, error) {
 	vmid, ttl := req.GetVmid(), time.Duration(req.GetTtlSeconds())*time.Second
 	switch {
@@ -116,24 +128,70 @@ func (s *service) IssueConsoleTicket(ctx context.Context, req *agentv1.IssueCons
 		return nil, status.Errorf(codes.InvalidArgument, "agent: console ticket: VMID %d is not 100-999999999", vmid)
 	case ttl < time.Second || ttl > maxConsoleTicketTTL:
 		return nil, status.Errorf(codes.InvalidArgument, "agent: console ticket: ttl_seconds %d is not 1-%d", req.GetTtlSeconds(), int(maxConsoleTicketTTL/time.Second))
+	case req.GetVdc() == "":
+		return nil, status.Error(codes.InvalidArgument, "agent: console ticket: vdc is required")
 	case req.GetNode() != s.a.cfg.NodeName:
 		return nil, status.Errorf(codes.NotFound, "agent: console ticket: node %q is not this agent's (%s)", req.GetNode(), s.a.cfg.NodeName)
 	}
-	resp, err := s.a.pve.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(s.a.cfg.NodeName)+"/qemu/"+strconv.FormatUint(uint64(vmid), 10)+"/status/current", "", nil, "")
+	g, err := s.a.pve.consoleGuest(ctx, s.a.cfg.NodeName, vmid)
 	switch {
+	case errors.Is(err, errNoGuest):
+		return nil, status.Errorf(codes.NotFound, "agent: console ticket: VM %d: %v", vmid, err)
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "agent: console ticket: proxmox: %v", err)
-	case resp.status != http.StatusOK && strings.Contains(resp.reason, "does not exist"):
-		return nil, status.Errorf(codes.NotFound, "agent: console ticket: VM %d: %s", vmid, resp.reason)
-	case resp.status != http.StatusOK:
-		return nil, status.Errorf(codes.Unavailable, "agent: console ticket: VM %d: proxmox answered %d %s", vmid, resp.status, resp.reason)
+		return nil, status.Errorf(codes.Unavailable, "agent: console ticket: VM %d: %v", vmid, err)
+	case g.vdc != req.GetVdc() || g.uuid == "":
+		// Another VDC's guest is as missing as none.
+		return nil, status.Errorf(codes.NotFound, "agent: console ticket: VM %d: %v", vmid, errNoGuest)
 	}
 	exp := time.Now().Add(ttl)
-	t, ok := s.a.consoles.add(consoleTicket{vmid: vmid}, exp, maxConsoleTickets)
+	t, ok := s.a.consoles.add(g, exp, maxConsoleTickets)
 	if !ok {
 		return nil, status.Errorf(codes.ResourceExhausted, "agent: console ticket: %d tickets are waiting already", maxConsoleTickets)
 	}
 	return &agentv1.IssueConsoleTicketResponse{Ticket: t, ExpiresUnix: exp.Unix()}, nil
+}
+
+// errOtherGuest: the VMID of a ticket names another guest now (or none).
+var errOtherGuest = errors.New("the VMID names another guest than the ticket's")
+
+// consoleGuest reads what tells guest vmid of node apart from another
+// guest with its VMID: its VDC (tenancy's tags) and the uuid of its
+// smbios1 setting. A guest that is not there is errNoGuest.
+func (p *pve) consoleGuest(ctx context.Context, node string, vmid uint32) (consoleTicket, error) {
+	resp, err := p.do(ctx, http.MethodGet, "/nodes/"+url.PathEscape(node)+"/qemu/"+strconv.FormatUint(uint64(vmid), 10)+"/config", "", nil, "")
+	switch {
+	case err != nil:
+		return consoleTicket{}, fmt.Errorf("proxmox: %w", err)
+	case resp.status != http.StatusOK && strings.Contains(resp.reason, "does not exist"):
+		return consoleTicket{}, errNoGuest
+	case resp.status != http.StatusOK:
+		return consoleTicket{}, fmt.Errorf("proxmox answered %d %s", resp.status, resp.reason)
+	}
+	var cfg struct {
+		Tags    string `json:"tags"`
+		SMBIOS1 string `json:"smbios1"`
+	}
+	if err := decodeData(resp.body, &cfg); err != nil {
+		return consoleTicket{}, fmt.Errorf("guest config: %w", err)
+	}
+	g := consoleTicket{vmid: vmid}
+	g.vdc, _ = tenancy.VDCOf(tenancy.SplitTags(cfg.Tags))
+	for kv := range strings.SplitSeq(cfg.SMBIOS1, ",") {
+		if v, ok := strings.CutPrefix(kv, "uuid="); ok {
+			g.uuid = strings.ToLower(v)
+		}
+	}
+	return g, nil
+}
+
+// sameGuest checks that the guest of t's VMID on node is still t's guest:
+// errOtherGuest when it is another (or none).
+func (p *pve) sameGuest(ctx context.Context, node string, t consoleTicket) error {
+	g, err := p.consoleGuest(ctx, node, t.vmid)
+	if errors.Is(err, errNoGuest) || err == nil && g != t {
+		return errOtherGuest
+	}
+	return err
 }
 
 var (

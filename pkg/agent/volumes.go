@@ -97,6 +97,104 @@ func chooseChecksum(wanted []string) string {
 	return checksumSHA256
 }
 
+// Marks of a move across zones, which compute's cross-zone phases set on
+// the guests in Proxmox and the agent reads there itself: a volume is
+// offered (read) only when it is a disk in the config of a stopped guest
+// of this node tagged leavingTag, and written only when it is a disk of a
+// stopped guest tagged arrivingTag. The orchestrator cannot name any other
+// volume of the node, so it cannot have a raw disk (or a vmstate volume,
+// which holds a guest's RAM) read or overwritten.
+const (
+	leavingTag  = "fp-leaving"
+	arrivingTag = "fp-incoming"
+)
+
+// diskBuses are the config keys (with a number) that hold a guest's
+// disks; unusedN, vmstate and the snapshots' sections are not among them.
+var diskBuses = []string{"scsi", "virtio", "sata", "ide", "efidisk", "tpmstate"}
+
+// movingGuest checks that volume is a disk of a stopped guest of this
+// node marked tag (leavingTag or arrivingTag) and returns that guest's
+// VMID; anything else is FailedPrecondition.
+func (a *Agent) movingGuest(ctx context.Context, volume, tag string) (int, error) {
+	var guests []struct {
+		VMID   json.Number `json:"vmid"`
+		Status string      `json:"status"`
+		Tags   string      `json:"tags"`
+	}
+	if err := a.pveGet(ctx, "/nodes/"+a.cfg.NodeName+"/qemu", &guests); err != nil {
+		return 0, err
+	}
+	for _, g := range guests {
+		vmid, err := strconv.Atoi(g.VMID.String())
+		if err != nil || !hasTag(g.Tags, tag) {
+			continue
+		}
+		var cfg map[string]any
+		if err := a.pveGet(ctx, "/nodes/"+a.cfg.NodeName+"/qemu/"+strconv.Itoa(vmid)+"/config", &cfg); err != nil {
+			return 0, err
+		}
+		tags, _ := cfg["tags"].(string)
+		if !hasTag(tags, tag) || !hasDisk(cfg, volume) {
+			continue
+		}
+		if g.Status != "stopped" {
+			return 0, status.Errorf(codes.FailedPrecondition, "agent: volume %s: guest %d is %s, not stopped", volume, vmid, g.Status)
+		}
+		return vmid, nil
+	}
+	a.log.Warn("agent: refused a volume of no guest marked for a move", "volume", volume, "mark", tag)
+	return 0, status.Errorf(codes.FailedPrecondition, "agent: volume %s is no disk of a guest of this node marked %s", volume, tag)
+}
+
+// pveGet reads path of the local Proxmox API into out (its data).
+func (a *Agent) pveGet(ctx context.Context, path string, out any) error {
+	resp, err := a.pve.do(ctx, "GET", path, "", nil, "")
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "agent: proxmox: %v", err)
+	}
+	if resp.status != 200 {
+		return status.Errorf(codes.Unavailable, "agent: proxmox: GET %s: %s", path, resp.reason)
+	}
+	env := struct {
+		Data any `json:"data"`
+	}{Data: out}
+	if err := json.Unmarshal(resp.body, &env); err != nil {
+		return status.Errorf(codes.Internal, "agent: proxmox: GET %s: %v", path, err)
+	}
+	return nil
+}
+
+// hasTag reports whether a Proxmox tag list holds tag.
+func hasTag(tags, tag string) bool {
+	return slices.Contains(strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }), tag)
+}
+
+// hasDisk reports whether volume is a disk (not a CD-ROM) of a guest config.
+func hasDisk(cfg map[string]any, volume string) bool {
+	for k, v := range cfg {
+		s, ok := v.(string)
+		if !ok || !isDiskKey(k) {
+			continue
+		}
+		first, opts, _ := strings.Cut(s, ",")
+		if first == volume && !strings.Contains(","+opts+",", ",media=cdrom,") {
+			return true
+		}
+	}
+	return false
+}
+
+// isDiskKey reports whether k is a disk slot of a guest config.
+func isDiskKey(k string) bool {
+	for _, bus := range diskBuses {
+		if n, ok := strings.CutPrefix(k, bus); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // DefaultOfferTTL is how long an offer stands unless OfferVolume says.
 const DefaultOfferTTL = 10 * time.Minute
 
@@ -154,6 +252,9 @@ func (s *service) OfferVolume(ctx context.Context, req *agentv1.OfferVolumeReque
 	if err != nil {
 		return nil, err
 	}
+	if _, err := a.movingGuest(ctx, req.GetVolume(), leavingTag); err != nil {
+		return nil, err
+	}
 	ttl := DefaultOfferTTL
 	if req.GetTtlSeconds() > 0 {
 		ttl = time.Duration(req.GetTtlSeconds()) * time.Second
@@ -183,6 +284,10 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 	if !ok {
 		a.log.Warn("agent: refused a volume read", "caller", who.Name)
 		return status.Error(codes.PermissionDenied, "agent: no such offer for this caller")
+	}
+	// The guest must still be leaving: a move undone since the offer ends it.
+	if _, err := a.movingGuest(stream.Context(), o.volume, leavingTag); err != nil {
+		return err
 	}
 	f, err := os.Open(o.path)
 	if err != nil {
@@ -327,6 +432,9 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	}
 	dst, err := a.localVolume(ctx, req.GetVolume())
 	if err != nil {
+		return err
+	}
+	if _, err := a.movingGuest(ctx, req.GetVolume(), arrivingTag); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(dst.Path, os.O_RDWR, 0) // read too: the runs the source did not send are hashed as f holds them

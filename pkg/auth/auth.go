@@ -93,6 +93,9 @@ func ParseVDCRoleKey(key string) (vdc string, role Role, ok bool) {
 
 // Principal is the verified caller of a request.
 type Principal struct {
+	// Issuer is the token's "iss": with Subject, it names the caller
+	// (a user or a service account) across issuers.
+	Issuer string
 	// Subject is the token's "sub": the stable user id at the issuer.
 	Subject string
 	// Name is for display: the name claim, else preferred_username, else
@@ -142,11 +145,10 @@ func (p *Principal) RoleKeys() []string {
 }
 
 // KubeUser is the caller's user name in the kubeconfigs of tenant
-// clusters: the email when it is one line, else "oidc:" and the subject.
+// clusters: "oidc:" and the token's subject, which the issuer (one per
+// orchestrator) guarantees to be this user's and no one else's. Never the
+// email claim: a user may set any address there, another user's too.
 func (p *Principal) KubeUser() string {
-	if p.Email != "" && !strings.ContainsAny(p.Email, "\n\x00") {
-		return p.Email
-	}
 	return "oidc:" + p.Subject
 }
 
@@ -186,6 +188,7 @@ func PrincipalFromClaims(claims map[string]any, names ClaimNames) (*Principal, e
 	if p.Subject == "" {
 		return nil, errors.New("token has no subject")
 	}
+	p.Issuer, _ = claims["iss"].(string)
 	p.Email, _ = claims[names.Email].(string)
 	p.Name, _ = claims[names.Name].(string)
 	if p.Name == "" {

@@ -17,6 +17,7 @@ import (
 func TestPrincipalFromClaims(t *testing.T) {
 	t.Parallel()
 	zitadel := map[string]any{
+		"iss":  "https://id.example.com",
 		"sub":  "u1",
 		"name": "User One",
 		auth.ZitadelRolesClaim: map[string]any{
@@ -32,7 +33,7 @@ func TestPrincipalFromClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.PlatformAdmin || p.Name != "User One" || len(p.VDCRoles) != 2 || p.VDCRoles["prod"] != auth.RoleAdmin || p.VDCRoles["dev"] != auth.RoleMember {
+	if p.PlatformAdmin || p.Issuer != "https://id.example.com" || p.Subject != "u1" || p.Name != "User One" || len(p.VDCRoles) != 2 || p.VDCRoles["prod"] != auth.RoleAdmin || p.VDCRoles["dev"] != auth.RoleMember {
 		t.Fatalf("principal: %+v", p)
 	}
 	if role, ok := p.RoleIn("staging"); ok {
@@ -190,19 +191,7 @@ func TestLazyVerifierWaitsForTheIssuer(t *testing.T) {
 		t.Fatalf("ready with the issuer down: %v", err)
 	}
 
-	srv, err := devidp.New(devidp.Config{
-		Addr:    addr,
-		KeyDir:  t.TempDir(),
-		Users:   []devidp.User{{Username: "bob", Password: "pw", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}}},
-		Clients: []devidp.Client{{ID: "portal", RedirectURIs: []string{"http://127.0.0.1:1/cb"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startIdP(t, addr, devidp.User{Username: "bob", Password: "pw", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}})
 	tok, err := srv.Login(ctx, "portal", "bob", "pw")
 	if err != nil {
 		t.Fatal(err)
@@ -224,4 +213,51 @@ func TestLazyVerifierWaitsForTheIssuer(t *testing.T) {
 	if _, err := v.Verify(ctx, "not-even-a-jwt"); !errors.Is(err, auth.ErrUnauthenticated) {
 		t.Fatalf("bad token: %v", err)
 	}
+}
+
+// TestKubeUserIsTheSubject: the user name of a tenant cluster's kubeconfig
+// is the verified token's subject, never its email claim: a user whose
+// email claim is another user's address gets a name of its own.
+func TestKubeUserIsTheSubject(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := startIdP(t, "",
+		devidp.User{Username: "alice", Password: "pw", Email: "alice@example.test", Roles: []string{auth.VDCRoleKey("prod", auth.RoleMember)}},
+		devidp.User{Username: "eve", Password: "pw", Email: "alice@example.test", Roles: []string{auth.VDCRoleKey("prod", auth.RoleMember)}})
+	v, err := auth.NewVerifier(ctx, auth.Config{Issuer: srv.Issuer(), Audience: "portal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"alice", "eve"} {
+		tok, err := srv.Login(ctx, "portal", user, "pw")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := v.Verify(ctx, tok.AccessToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Email != "alice@example.test" {
+			t.Fatalf("%s's token claims email %q", user, p.Email)
+		}
+		if got := p.KubeUser(); got != "oidc:"+user {
+			t.Errorf("%s's kubeconfig user %q, want oidc:%s", user, got, user)
+		}
+	}
+}
+
+// startIdP starts the development identity provider at addr ("" for any
+// port) with users and one client, "portal"; it stops with the test.
+func startIdP(t *testing.T, addr string, users ...devidp.User) *devidp.Server {
+	t.Helper()
+	srv, err := devidp.New(devidp.Config{Addr: addr, KeyDir: t.TempDir(), Users: users,
+		Clients: []devidp.Client{{ID: "portal", RedirectURIs: []string{"http://127.0.0.1:1/cb"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
 }

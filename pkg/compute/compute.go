@@ -164,8 +164,10 @@ type Config struct {
 	// ZoneTimeout bounds the quota count of each zone (zones are counted
 	// in parallel) and the reads that look a VM up or check a create's
 	// input in its zone before anything is written (a zone that does not
-	// answer within it is ZONE_UNAVAILABLE); default
-	// quota.DefaultZoneTimeout.
+	// answer within it is ZONE_UNAVAILABLE), and each zone's part of the
+	// scans over all zones (asked in parallel) for a VM that moved across
+	// zones or the VMIDs moved VMs keep (a zone that does not answer
+	// within it is passed over); default quota.DefaultZoneTimeout.
 	ZoneTimeout time.Duration
 	// StaleAfter is how old the intent of an unfinished create must be
 	// before Recover, in a process that does not run it, takes it over (it
@@ -243,10 +245,11 @@ func New(cfg Config) (*Service, error) {
 	if timeout <= 0 {
 		timeout = quota.DefaultZoneTimeout
 	}
-	find := &finder{zones: cfg.Zones, timeout: timeout, log: cfg.Logger}
+	moved := newMovedIndex()
+	find := &finder{zones: cfg.Zones, timeout: timeout, moved: moved, log: cfg.Logger}
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
-		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: newMovedIndex(),
+		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
 	}
 	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	return &Service{d: d}, nil

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	proxmox "github.com/luthermonson/go-proxmox"
+
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/tenancy"
@@ -41,6 +43,11 @@ const (
 	incomingTag = "fp-incoming"
 	// movedTag marks the source after cut-over: the target is the VM.
 	movedTag = "fp-moved"
+	// leavingTag marks the source from its stop until the move ends: its
+	// agent offers the disks of a guest so marked (and stopped) only, as
+	// the target's agent writes only into a guest marked incomingTag
+	// (pkg/agent's volumes.go reads both marks itself).
+	leavingTag = "fp-leaving"
 	// wasTagPrefix + zoneID + "-" + vmid names, on a moved guest, the
 	// place the VM was created at, which its id encodes.
 	wasTagPrefix = "fp-was-"
@@ -143,8 +150,10 @@ func (s *Service) KeptID(place tenancy.VMRef) (id string, notVM bool) {
 
 // PlaceOf is where the VM of id sits now if it moved across zones (as
 // KeptID knows it).
-func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) {
-	mi := s.d.moved
+func (s *Service) PlaceOf(id string) (tenancy.VMRef, bool) { return s.d.moved.placeOf(id) }
+
+// placeOf is PlaceOf.
+func (mi *movedIndex) placeOf(id string) (tenancy.VMRef, bool) {
 	mi.mu.Lock()
 	defer mi.mu.Unlock()
 	for place, kept := range mi.m {
@@ -559,10 +568,14 @@ func movePhases() []phase[moveScope] {
 	}
 }
 
-// stopSource begins the heartbeat and stops the source if it runs.
+// stopSource begins the heartbeat, marks the source leaving (what lets
+// its agent offer its disks) and stops it if it runs.
 func (sc *moveScope) stopSource(ctx context.Context) error {
 	m := sc.m
 	sc.stopBeat = sc.heartbeat(ctx)
+	if err := markLeaving(ctx, m.src.Client, m.g.Node, m.g.VMID, true); err != nil {
+		return fmt.Errorf("compute: mark the source leaving: %w", err)
+	}
 	if !m.running {
 		return nil
 	}
@@ -737,6 +750,28 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 	return vmid, nil
 }
 
+// markLeaving adds (or removes) the leaving mark of guest vmid on node,
+// conditional on the digest read; it changes nothing when the mark is
+// already as wanted.
+func markLeaving(ctx context.Context, c *proxmox.Client, node string, vmid int, on bool) error {
+	cfg, err := pveapi.GuestConfig(ctx, c, node, vmid)
+	if err != nil {
+		return err
+	}
+	tags := tenancy.SplitTags(cfg.Str("tags"))
+	if slices.Contains(tags, leavingTag) == on {
+		return nil
+	}
+	if on {
+		tags = append(tags, leavingTag)
+	} else {
+		tags = slices.DeleteFunc(tags, func(t string) bool { return t == leavingTag })
+	}
+	_, err = pveapi.Run(ctx, c, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid),
+		map[string]any{"tags": tenancy.JoinTags(tags), "digest": cfg.Digest()})
+	return err
+}
+
 // cutOver marks the source moved, conditional on the digest read: from
 // then on the target is the VM.
 func (sc *moveScope) cutOver(ctx context.Context) error {
@@ -806,12 +841,18 @@ func (sc *moveScope) finish(ctx context.Context) error {
 // both zones answer: until then the source stays the VM.
 func (sc *moveScope) rollback(ctx context.Context) {
 	m, vmid := sc.m, sc.vmid
-	if m.running {
-		src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
-		if err != nil {
-			sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
+	src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
+	if err != nil {
+		sc.log.Warn("unmarking the source of a failed move", "op", m.op, "err", err)
+		return
+	}
+	if ok && src.HasTag(leavingTag) {
+		if err := markLeaving(ctx, m.src.Client, src.Node, src.VMID, false); err != nil {
+			sc.log.Warn("unmarking the source of a failed move", "op", m.op, "err", err)
 			return
 		}
+	}
+	if m.running {
 		if ok && src.Status != "running" {
 			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
 				sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)

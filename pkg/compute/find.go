@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/network/ipam"
@@ -24,7 +25,10 @@ type finder struct {
 	// timeout bounds the reads of one zone (Config.ZoneTimeout or its
 	// default).
 	timeout time.Duration
-	log     *slog.Logger
+	// moved is the index of the guests that moved across zones, where a
+	// VM that moved is looked for first; nil looks in every zone.
+	moved *movedIndex
+	log   *slog.Logger
 }
 
 // quotaZones lists every zone for the quota ledger, those that cannot be
@@ -158,21 +162,80 @@ func (f *finder) lookupPlace(ctx context.Context, vdc string, place tenancy.VMRe
 	return z, g, in, err
 }
 
-// lookupMoved finds the guest of vdc that VM ref moved to, in any zone.
+// lookupMoved finds the guest of vdc that VM ref moved to: first at the
+// place the index of moved guests knows for it (that zone only), else in
+// every zone that answers, all asked at once, each within the zone
+// timeout. A zone that does not answer in time is passed over: the VM is
+// not found there.
 func (f *finder) lookupMoved(ctx context.Context, vdc string, ref tenancy.VMRef) (Zone, pveapi.Resource, *Intent, pveapi.Config, error) {
 	tag := wasTag(ref)
-	for _, z := range f.zones.Zones(ctx) {
-		gs, err := pveapi.Guests(ctx, z.Client)
-		if err != nil {
-			continue
-		}
-		for _, g := range gs {
-			if g.HasTag(tag) && !g.HasTag(incomingTag) && !g.HasTag(movedTag) {
-				return f.lookupAt(ctx, vdc, z, g.VMID)
+	isTarget := func(g pveapi.Resource) bool {
+		return g.HasTag(tag) && !g.HasTag(incomingTag) && !g.HasTag(movedTag)
+	}
+	if f.moved != nil {
+		if place, ok := f.moved.placeOf(ref.ID()); ok {
+			if z, ok := f.zoneByID(ctx, place.ZoneID); ok {
+				zctx, cancel := context.WithTimeout(ctx, f.timeout)
+				z, g, in, cfg, err := f.lookupAt(zctx, vdc, z, place.VMID)
+				cancel()
+				if err == nil && isTarget(g) {
+					return z, g, in, cfg, nil
+				}
 			}
 		}
 	}
+	zs := f.zones.Zones(ctx)
+	found, _ := eachZone(ctx, f.timeout, zs, func(ctx context.Context, z Zone) (int, error) {
+		gs, err := pveapi.Guests(ctx, z.Client)
+		if err != nil {
+			return 0, err
+		}
+		if j := slices.IndexFunc(gs, isTarget); j >= 0 {
+			return gs[j].VMID, nil
+		}
+		return 0, nil
+	})
+	for i, vmid := range found { // the VMID of the guest it moved to, by zone; 0 for none
+		if vmid != 0 {
+			zctx, cancel := context.WithTimeout(ctx, f.timeout)
+			defer cancel()
+			return f.lookupAt(zctx, vdc, zs[i], vmid)
+		}
+	}
 	return Zone{}, pveapi.Resource{}, nil, nil, notFound()
+}
+
+// eachZone calls fn for every zone of zs at once, each call bounded by
+// timeout, and returns the answer and error of each zone, by index, when
+// all have answered or timed out. A call that outlives its timeout is
+// abandoned (its context is cancelled and its answer no longer waited
+// for): its zone's error is the context's.
+func eachZone[T any](ctx context.Context, timeout time.Duration, zs []Zone, fn func(ctx context.Context, z Zone) (T, error)) ([]T, []error) {
+	out, errs := make([]T, len(zs)), make([]error, len(zs))
+	var wg sync.WaitGroup
+	for i, z := range zs {
+		wg.Go(func() {
+			zctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			type answer struct {
+				v   T
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				v, err := fn(zctx, z)
+				done <- answer{v, err}
+			}()
+			select {
+			case a := <-done:
+				out[i], errs[i] = a.v, a.err
+			case <-zctx.Done():
+				errs[i] = fmt.Errorf("zone %s: %w", z.Name, zctx.Err())
+			}
+		})
+	}
+	wg.Wait()
+	return out, errs
 }
 
 // lookupAt resolves guest vmid of zone z within vdc.
@@ -299,22 +362,34 @@ func (f *finder) targetNode(ctx context.Context, z Zone, host string) (string, e
 }
 
 // keptVMIDs are the VMIDs of zone z that VMs which moved away from z keep
-// in their ids (their fp-was tags), found in every zone that answers.
+// in their ids (their fp-was tags), found in every zone that answers
+// within the zone timeout (asked at once).
 func (f *finder) keptVMIDs(ctx context.Context, z Zone) map[int]bool {
-	kept := map[int]bool{}
-	for _, zz := range f.zones.Zones(ctx) {
+	zs := f.zones.Zones(ctx)
+	kept, errs := eachZone(ctx, f.timeout, zs, func(ctx context.Context, zz Zone) ([]int, error) {
 		gs, err := pveapi.Guests(ctx, zz.Client)
 		if err != nil {
-			f.log.Warn("listing the VMIDs moved VMs keep", "zone", zz.Name, "err", err)
-			continue
+			return nil, err
 		}
+		var vmids []int
 		for _, g := range gs {
 			if was, ok := wasOf(g.Tags()); ok && was.ZoneID == z.ID {
-				kept[was.VMID] = true
+				vmids = append(vmids, was.VMID)
 			}
 		}
+		return vmids, nil
+	})
+	out := map[int]bool{}
+	for i, err := range errs {
+		if err != nil {
+			f.log.Warn("listing the VMIDs moved VMs keep", "zone", zs[i].Name, "err", err)
+			continue
+		}
+		for _, vmid := range kept[i] {
+			out[vmid] = true
+		}
 	}
-	return kept
+	return out
 }
 
 // networkName is the name of the VDC network of VNet vnet in zone z.

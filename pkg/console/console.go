@@ -3,6 +3,8 @@
 // openConsole after it checked the caller's VDC) and serves the websocket
 // a browser (noVNC) opens with one (Broker.Handler), relaying its bytes to
 // the agent of the VM's node (the agent's Console RPC over the mesh).
+// Every request without a good ticket gets the same 403 answer before any
+// upgrade, whether or not the agent or VM it names exists.
 //
 // The ticket is the agent's: the agent of the VM's node mints it (256
 // random bits, valid for Config.TTL) and opens the console once for it.
@@ -39,21 +41,28 @@ type Target struct {
 	// VMID is the VM's Proxmox id; VMName its name.
 	VMID   int
 	VMName string
-	// VM is the VM's flexplane id, VDC its VDC and Subject who asked: for
-	// the logs.
-	VM, VDC, Subject string
+	// VDC is the VM's VDC: the ticket is bound to it.
+	VDC string
+	// VM is the VM's flexplane id and Subject who asked: for the logs.
+	VM, Subject string
 }
 
 // Agents reach the agents' console services.
 type Agents interface {
 	// IssueTicket has the agent of t's node mint a ticket for t's VM,
-	// valid for ttl.
+	// valid for ttl and bound to the guest t.VMID names now, of t.VDC: a
+	// later guest with that VMID (another VDC's, after this one was
+	// deleted) is not opened with it.
 	IssueTicket(ctx context.Context, t Target, ttl time.Duration) (ticket string, expires time.Time, err error)
 	// Open opens the console a ticket of the agent of node in zone stands
 	// for: RFB 3.8 from its server side, starting with the server's
-	// version (the agent relays with no authentication). A ticket the
-	// agent does not know (made up, used, expired) is ErrUnknownTicket.
-	// Closing the stream ends the session.
+	// version (the agent relays with no authentication). Whatever fails
+	// before the agent accepted the ticket is ErrUnknownTicket: a ticket
+	// it does not know (made up, used, expired) or whose guest is no
+	// longer the one it was issued for, and an agent that is not there
+	// or cannot be reached; the other errors are of a console the agent
+	// could not open for a good ticket. Closing the stream ends the
+	// session.
 	Open(ctx context.Context, zoneID, node, ticket string) (io.ReadWriteCloser, error)
 }
 
@@ -135,9 +144,10 @@ const PathPrefix = "/console/"
 // Handler serves GET PathPrefix{ticket}: it has the ticket's agent open
 // the console, upgrades to a websocket (subprotocol "binary" when asked
 // for; same origin only) and relays binary messages to and from the VM's
-// console until either side closes. A ticket the agent refuses answers 403
-// before any upgrade; a console that cannot be opened closes the websocket
-// with status 1011 and the reason.
+// console until either side closes. A ticket that is not one, names no
+// agent there is, or that the agent refuses answers 403 with the same body
+// before any upgrade; a console that cannot be opened for a good ticket
+// closes the websocket with status 1011 and the reason.
 func (b *Broker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathPrefix+"{ticket}", b.serve)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
@@ -132,6 +133,11 @@ type APIConfig struct {
 	// MaxDepth and MaxComplexity bound queries; zero keeps graph/server's
 	// defaults.
 	MaxDepth, MaxComplexity int
+	// RateLimits bound how fast one caller (a token's issuer and subject)
+	// may run mutations and openConsole, on this replica; the zero value
+	// keeps graph/server's defaults, a negative rate turns a limit off
+	// (docs/operate/orchestrator.md).
+	RateLimits server.RateLimits
 	// HTTPClient fetches the issuer's discovery document and signing keys;
 	// nil is http.DefaultClient.
 	HTTPClient *http.Client

@@ -6,9 +6,6 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
@@ -20,34 +17,31 @@ import (
 // mesh.
 type consoleAgents struct{ r *fleet.Registry }
 
-func (d consoleAgents) agent(zoneID, node string) (agentv1.AgentServiceClient, error) {
-	agent, _, ok := d.r.AgentOfNode(zoneID, node)
-	if !ok {
-		return nil, fmt.Errorf("orchestrator: console: no online agent on %s", node)
-	}
-	return agent, nil
-}
-
-// IssueTicket implements console.Agents.
+// IssueTicket implements console.Agents: the ticket is bound to the guest
+// t.VMID names now, of t.VDC (the agent checks both).
 func (d consoleAgents) IssueTicket(ctx context.Context, t console.Target, ttl time.Duration) (string, time.Time, error) {
-	agent, err := d.agent(t.ZoneID, t.Node)
-	if err != nil {
-		return "", time.Time{}, err
+	agent, _, ok := d.r.AgentOfNode(t.ZoneID, t.Node)
+	if !ok {
+		return "", time.Time{}, fmt.Errorf("orchestrator: console: no online agent on %s", t.Node)
 	}
-	resp, err := agent.IssueConsoleTicket(ctx, &agentv1.IssueConsoleTicketRequest{Node: t.Node, Vmid: uint32(t.VMID), TtlSeconds: uint32(ttl / time.Second)})
+	resp, err := agent.IssueConsoleTicket(ctx, &agentv1.IssueConsoleTicketRequest{Node: t.Node, Vmid: uint32(t.VMID), Vdc: t.VDC,
+		TtlSeconds: uint32(ttl / time.Second)})
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("orchestrator: console ticket of VM %d on %s: %w", t.VMID, t.Node, err)
 	}
 	return resp.GetTicket(), time.Unix(resp.GetExpiresUnix(), 0), nil
 }
 
-// Open implements console.Agents. It waits for the console's first bytes,
-// so that a ticket the agent refuses, or a VM it cannot open a console
-// of, fails here.
+// Open implements console.Agents. Whatever fails before the agent says
+// it accepted the ticket (no online agent of that name, a ticket the
+// agent refuses, a stream that breaks first) is console.ErrUnknownTicket,
+// so a caller without a good ticket learns nothing of which agents or VMs
+// exist. It then waits for the console's first bytes, so that a VM the
+// agent cannot open a console of fails here.
 func (d consoleAgents) Open(ctx context.Context, zoneID, node, ticket string) (io.ReadWriteCloser, error) {
-	agent, err := d.agent(zoneID, node)
-	if err != nil {
-		return nil, err
+	agent, _, ok := d.r.AgentOfNode(zoneID, node)
+	if !ok {
+		return nil, console.ErrUnknownTicket
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	st, err := agent.Console(ctx)
@@ -58,13 +52,17 @@ func (d consoleAgents) Open(ctx context.Context, zoneID, node, ticket string) (i
 	if err == nil {
 		first, err = st.Recv()
 	}
-	if status.Code(err) == codes.PermissionDenied {
+	// An agent of an earlier version says nothing before the console's
+	// first bytes, which mean it accepted the ticket too.
+	if err != nil || !first.GetAccepted() && len(first.GetData()) == 0 {
 		cancel()
 		return nil, console.ErrUnknownTicket
 	}
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("orchestrator: console on %s: %w", node, err)
+	if first.GetAccepted() {
+		if first, err = st.Recv(); err != nil {
+			cancel()
+			return nil, fmt.Errorf("orchestrator: console on %s: %w", node, err)
+		}
 	}
 	return agentConsole{cancel: cancel, Messages: &rfb.Messages{
 		Recv: func() ([]byte, error) {

@@ -196,6 +196,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,
 		MaxComplexity:  c.MaxComplexity,
+		RateLimits:     c.RateLimits,
 		Metrics:        reg,
 		TracerProvider: s.cfg.TracerProvider,
 		Audit:          sink,

@@ -1,8 +1,11 @@
 // Package release is what an agent release is: a signed manifest (version,
 // platform, size, SHA-256 of the binary, the oldest version it may replace,
 // a not-after date) and the binary it describes. The manifest is signed with
-// minisign (ed25519); the signing key stays offline and only its public key
-// is configured where releases are checked. A Verifier checks a manifest
+// minisign (ed25519); every signature names the id of its key, the signing
+// keys stay offline and only their public keys are configured where
+// releases are checked (several while keys rotate). A floor is a signed
+// statement that versions below one are refused, distributed like
+// releases. A Verifier checks a manifest
 // before any byte of the binary is accepted, and a Check verifies the binary
 // while it streams. Store keeps published releases in a directory that
 // several orchestrator replicas may share.
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"hash"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,43 +121,131 @@ func ValidVersion(v string) bool { return semver.IsValid(v) && semver.Canonical(
 // Compare compares two valid versions as semver.Compare does.
 func Compare(a, b string) int { return semver.Compare(a, b) }
 
-// Sign signs a manifest's encoding with a minisign private key.
+// DefaultValidity is how long a release's manifest is accepted after it
+// is signed unless the signer says otherwise: short, so that a release
+// stops being installable (and launchable) soon after it is no longer
+// re-signed.
+const DefaultValidity = 14 * 24 * time.Hour
+
+// KeyID is the text form of a minisign key id: 16 uppercase hex digits,
+// as the minisign tool prints it.
+func KeyID(id uint64) string { return fmt.Sprintf("%016X", id) }
+
+// Sign signs a manifest's encoding with a minisign private key. The
+// signature names the key's id.
 func Sign(key minisign.PrivateKey, manifest []byte) []byte {
-	return minisign.SignWithComments(key, manifest, "flexplane agent release", "signature of a flexplane agent release manifest")
+	return minisign.SignWithComments(key, manifest, "flexplane agent release, key "+KeyID(key.ID()), "signature of a flexplane agent release manifest")
 }
 
-// Verifier checks manifests against a public key.
+// SignAll signs data with each key and concatenates the signatures: a
+// signature file that verifies with any of the keys (a release signed
+// with the old and the new key while keys rotate).
+func SignAll(keys []minisign.PrivateKey, data []byte) []byte {
+	var out []byte
+	for _, k := range keys {
+		sig := Sign(k, data)
+		if len(sig) > 0 && sig[len(sig)-1] != '\n' {
+			sig = append(sig, '\n')
+		}
+		out = append(out, sig...)
+	}
+	return out
+}
+
+// Verifier checks manifests and floors against a set of trusted public
+// keys, each known by its key id.
 type Verifier struct {
-	key minisign.PublicKey
-	now func() time.Time
+	keys map[uint64]minisign.PublicKey
+	now  func() time.Time
 }
 
-// NewVerifier parses a minisign public key (the .pub file's text or its
-// base64 line).
-func NewVerifier(publicKey string) (*Verifier, error) {
-	var key minisign.PublicKey
-	text := strings.TrimSpace(publicKey)
-	if lines := strings.Split(text, "\n"); len(lines) > 1 {
-		text = strings.TrimSpace(lines[len(lines)-1])
+// NewVerifier parses the trusted public keys: a minisign .pub file's text,
+// or any number of entries separated by newlines, commas or spaces, each
+// `ID=BASE64KEY` (the id is checked against the key's own) or a bare
+// base64 key. Lines starting with "#" or "untrusted comment:" are skipped.
+func NewVerifier(publicKeys string) (*Verifier, error) {
+	v := &Verifier{keys: map[uint64]minisign.PublicKey{}, now: time.Now}
+	for line := range strings.SplitSeq(publicKeys, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "untrusted comment:") {
+			continue
+		}
+		for entry := range strings.FieldsFuncSeq(line, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			id, text, named := strings.Cut(entry, "=")
+			if !named || len(id) != 16 {
+				// A bare key (base64 may end in "=").
+				id, text, named = "", entry, false
+			}
+			var key minisign.PublicKey
+			if err := key.UnmarshalText([]byte(text)); err != nil {
+				return nil, fmt.Errorf("release: public key %q: %w", entry, err)
+			}
+			if named && !strings.EqualFold(id, KeyID(key.ID())) {
+				return nil, fmt.Errorf("release: public key named %s has the key id %s", id, KeyID(key.ID()))
+			}
+			v.keys[key.ID()] = key
+		}
 	}
-	if err := key.UnmarshalText([]byte(text)); err != nil {
-		return nil, fmt.Errorf("release: public key: %w", err)
+	if len(v.keys) == 0 {
+		return nil, errors.New("release: no public key given")
 	}
-	return &Verifier{key: key, now: time.Now}, nil
+	return v, nil
+}
+
+// KeyIDs are the ids of the trusted keys, sorted.
+func (v *Verifier) KeyIDs() []string {
+	var out []string
+	for id := range v.keys {
+		out = append(out, KeyID(id))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // WithClock returns a verifier whose "now" is now (tests of expiry).
 func (v *Verifier) WithClock(now func() time.Time) *Verifier {
-	return &Verifier{key: v.key, now: now}
+	return &Verifier{keys: v.keys, now: now}
+}
+
+// Now is the verifier's time.
+func (v *Verifier) Now() time.Time { return v.now() }
+
+// verify checks that signature (one or more minisign signatures, one after
+// another) holds a valid signature of data by a trusted key, and returns
+// that key's id. Signatures by keys not trusted are skipped; one by a
+// trusted key that does not verify refuses.
+func (v *Verifier) verify(data, signature []byte) (string, error) {
+	if len(signature) > MaxManifest {
+		return "", refused("signature of %d bytes", len(signature))
+	}
+	lines := strings.Split(strings.TrimRight(string(signature), "\n"), "\n")
+	if len(lines)%4 != 0 || len(lines) == 0 {
+		return "", refused("the signature is not minisign signatures of 4 lines each")
+	}
+	var unknown []string
+	for i := 0; i < len(lines); i += 4 {
+		one := []byte(strings.Join(lines[i:i+4], "\n"))
+		var sig minisign.Signature
+		if err := sig.UnmarshalText(one); err != nil {
+			return "", refused("signature %d: %v", i/4+1, err)
+		}
+		key, ok := v.keys[sig.KeyID]
+		if !ok {
+			unknown = append(unknown, KeyID(sig.KeyID))
+			continue
+		}
+		if !minisign.Verify(key, data, one) {
+			return "", refused("the signature by key %s is not valid", KeyID(sig.KeyID))
+		}
+		return KeyID(sig.KeyID), nil
+	}
+	return "", refused("signed by key %s, none of the trusted keys %s", strings.Join(unknown, ", "), strings.Join(v.KeyIDs(), ", "))
 }
 
 // Manifest verifies a manifest's signature and expiry and decodes it.
 func (v *Verifier) Manifest(manifest, signature []byte) (*Manifest, error) {
-	if len(signature) > MaxManifest {
-		return nil, refused("signature of %d bytes", len(signature))
-	}
-	if !minisign.Verify(v.key, manifest, signature) {
-		return nil, refused("the manifest's signature is not valid for the configured key")
+	if _, err := v.verify(manifest, signature); err != nil {
+		return nil, err
 	}
 	m, err := Decode(manifest)
 	if err != nil {

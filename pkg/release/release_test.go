@@ -128,3 +128,113 @@ func TestStore(t *testing.T) {
 		t.Errorf("a refused release was published: %v", err)
 	}
 }
+
+func keyPair(t *testing.T) (minisign.PublicKey, minisign.PrivateKey) {
+	t.Helper()
+	pub, priv, err := minisign.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv
+}
+
+// TestKeyIDs: signatures name their key id; a verifier trusts a set of
+// keys given as ID=BASE64KEY; a release signed by a key not in the set is
+// refused naming that key, one by any trusted key accepted; a release
+// signed by the old and the new key (rotation) verifies with either.
+func TestKeyIDs(t *testing.T) {
+	t.Parallel()
+	oldPub, oldKey := keyPair(t)
+	newPub, newKey := keyPair(t)
+	_, strangerKey := keyPair(t)
+	entry := func(p minisign.PublicKey) string { return release.KeyID(p.ID()) + "=" + p.String() }
+	both, err := release.NewVerifier("# old and new\n" + entry(oldPub) + "," + entry(newPub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := both.KeyIDs(); len(got) != 2 {
+		t.Fatalf("trusted keys %v, want 2", got)
+	}
+	onlyNew, err := release.NewVerifier(entry(newPub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := release.NewVerifier(release.KeyID(oldPub.ID()) + "=" + newPub.String()); err == nil {
+		t.Error("a key named with another key's id was accepted")
+	}
+	bin := []byte("the agent binary")
+	raw, _ := signed(t, oldKey, bin, "v1.2.0", time.Now().Add(time.Hour))
+
+	if sig := release.Sign(newKey, raw); !strings.Contains(string(sig), release.KeyID(newPub.ID())) {
+		t.Errorf("the signature does not name its key id %s:\n%s", release.KeyID(newPub.ID()), sig)
+	}
+	if _, err := both.Manifest(raw, release.Sign(newKey, raw)); err != nil {
+		t.Errorf("signed by the second trusted key: %v", err)
+	}
+	_, err = both.Manifest(raw, release.Sign(strangerKey, raw))
+	if !errors.Is(err, release.ErrRefused) || !strings.Contains(err.Error(), release.KeyID(strangerKey.ID())) {
+		t.Errorf("signed by an unknown key: %v, want refused naming its id", err)
+	}
+	if _, err := onlyNew.Manifest(raw, release.Sign(oldKey, raw)); !errors.Is(err, release.ErrRefused) {
+		t.Errorf("signed by a removed key: %v, want refused", err)
+	}
+	dual := release.SignAll([]minisign.PrivateKey{oldKey, newKey}, raw)
+	for name, v := range map[string]*release.Verifier{"both": both, "only the new": onlyNew} {
+		if _, err := v.Manifest(raw, dual); err != nil {
+			t.Errorf("signed with both keys, checked with %s: %v", name, err)
+		}
+	}
+	forged := release.SignAll([]minisign.PrivateKey{strangerKey}, raw)
+	forged = append(forged, release.Sign(newKey, []byte("another manifest"))...)
+	if _, err := both.Manifest(raw, forged); !errors.Is(err, release.ErrRefused) {
+		t.Errorf("a trusted key's signature of other bytes: %v, want refused", err)
+	}
+}
+
+// TestFloorInStore: the store's floor is the highest published one that
+// verifies; a floor of an untrusted key is refused.
+func TestFloorInStore(t *testing.T) {
+	t.Parallel()
+	v, key := verifier(t)
+	_, stranger := keyPair(t)
+	store, err := release.OpenStore(t.TempDir(), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := store.Floor(); err != nil || f != nil {
+		t.Fatalf("an empty store's floor: %v %v", f, err)
+	}
+	floor := func(version string) []byte {
+		f := release.Floor{Kind: release.FloorKind, MinVersion: version, IssuedAt: time.Now().UTC()}
+		raw, err := f.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	for _, ver := range []string{"v1.2.0", "v1.1.0"} {
+		raw := floor(ver)
+		if _, err := store.AddFloor(raw, release.SignFloor([]minisign.PrivateKey{key}, raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := floor("v9.0.0")
+	if _, err := store.AddFloor(raw, release.SignFloor([]minisign.PrivateKey{stranger}, raw)); !errors.Is(err, release.ErrRefused) {
+		t.Errorf("a floor of an untrusted key: %v, want refused", err)
+	}
+	f, err := store.Floor()
+	if err != nil || f == nil || f.Floor.MinVersion != "v1.2.0" {
+		t.Fatalf("floor %+v %v, want v1.2.0", f, err)
+	}
+	if err := f.Floor.Allows("v1.1.9"); !errors.Is(err, release.ErrRefused) {
+		t.Errorf("v1.1.9 under a floor v1.2.0: %v, want refused", err)
+	}
+	if err := f.Floor.Allows("v1.2.0"); err != nil {
+		t.Errorf("v1.2.0 under a floor v1.2.0: %v", err)
+	}
+	// A manifest's signature is not a floor's.
+	m, sig := signed(t, key, []byte("bin"), "v1.3.0", time.Now().Add(time.Hour))
+	if _, err := v.Floor(m, sig); !errors.Is(err, release.ErrRefused) {
+		t.Errorf("a manifest taken as a floor: %v", err)
+	}
+}

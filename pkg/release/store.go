@@ -216,3 +216,90 @@ func (s *Store) verifyAnyClock(version, platform string) (*Published, error) {
 	saved.verify = s.verify.WithClock(func() time.Time { return time.Time{} })
 	return saved.Get(version, platform)
 }
+
+// Names of a floor's files in the store: DIR/floor/<minVersion>/{floor.json,floor.json.minisig}.
+const (
+	FloorDir           = "floor"
+	FloorFile          = "floor.json"
+	FloorSignatureFile = "floor.json.minisig"
+)
+
+// PublishedFloor is a floor in a store.
+type PublishedFloor struct {
+	Floor *Floor
+	// Raw and Signature are the floor's signed encoding and its signature,
+	// as agents get them.
+	Raw, Signature []byte
+}
+
+// AddFloor publishes a floor after checking its signature. Floors appear
+// like releases (one rename of a complete directory) and are never
+// changed; the highest published one is the store's floor, so adding a
+// lower one changes nothing.
+func (s *Store) AddFloor(raw, signature []byte) (*PublishedFloor, error) {
+	f, err := s.verify.Floor(raw, signature)
+	if err != nil {
+		return nil, fmt.Errorf("release: add floor: %w", err)
+	}
+	root := filepath.Join(s.dir, FloorDir)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("release: add floor: %w", err)
+	}
+	final := filepath.Join(root, f.MinVersion)
+	if _, err := os.Stat(final); err != nil {
+		tmp, err := os.MkdirTemp(root, "."+f.MinVersion+".tmp-*")
+		if err != nil {
+			return nil, fmt.Errorf("release: add floor: %w", err)
+		}
+		defer os.RemoveAll(tmp) // harmless once renamed
+		for name, b := range map[string][]byte{FloorFile: raw, FloorSignatureFile: signature} {
+			if err := atomicfile.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+				return nil, fmt.Errorf("release: add floor: %w", err)
+			}
+		}
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return nil, fmt.Errorf("release: add floor: %w", err)
+		}
+		if err := os.Rename(tmp, final); err != nil && !errors.Is(err, fs.ErrExist) {
+			if _, serr := os.Stat(final); serr != nil {
+				return nil, fmt.Errorf("release: add floor: %w", err)
+			}
+		}
+		if err := atomicfile.SyncDir(root); err != nil {
+			return nil, fmt.Errorf("release: add floor: %w", err)
+		}
+	}
+	return s.Floor()
+}
+
+// Floor is the highest published floor that verifies; nil when there is
+// none.
+func (s *Store) Floor() (*PublishedFloor, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, FloorDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("release: floor: %w", err)
+	}
+	var best *PublishedFloor
+	for _, e := range entries {
+		if !e.IsDir() || !ValidVersion(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(s.dir, FloorDir, e.Name())
+		raw, rerr := os.ReadFile(filepath.Join(dir, FloorFile))
+		sig, serr := os.ReadFile(filepath.Join(dir, FloorSignatureFile))
+		if rerr != nil || serr != nil {
+			continue
+		}
+		f, err := s.verify.Floor(raw, sig)
+		if err != nil || f.MinVersion != e.Name() {
+			continue // not a floor of these keys: never served
+		}
+		if best == nil || Compare(f.MinVersion, best.Floor.MinVersion) > 0 {
+			best = &PublishedFloor{Floor: f, Raw: raw, Signature: sig}
+		}
+	}
+	return best, nil
+}

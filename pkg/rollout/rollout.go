@@ -226,6 +226,13 @@ func (s *Service) Start(ctx context.Context, req Request) (*Rollout, error) {
 	if req.Batch < 0 {
 		return nil, &Error{Kind: KindBadInput, Field: "batch", Message: "batch must not be negative"}
 	}
+	floor, err := s.cfg.Releases.Floor()
+	if err != nil {
+		return nil, fmt.Errorf("rollout: %w", err)
+	}
+	if floor != nil && release.Compare(req.Version, floor.Floor.MinVersion) < 0 {
+		return nil, &Error{Kind: KindConflict, Field: "version", Message: fmt.Sprintf("version %s is below the floor %s: versions below it are revoked", req.Version, floor.Floor.MinVersion)}
+	}
 	hosts, err := s.pick(req)
 	if err != nil {
 		return nil, err
@@ -489,11 +496,20 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 	if err != nil {
 		return err
 	}
+	floor, err := s.cfg.Releases.Floor()
+	if err != nil {
+		return err
+	}
+	if floor != nil {
+		if err := floor.Floor.Allows(version); err != nil {
+			return err
+		}
+	}
 	client, ok := s.cfg.Registry.Agent(h.MeshID)
 	if !ok {
 		return errors.New("the host's agent is not connected")
 	}
-	if err := send(ctx, client, id, pub); err != nil {
+	if err := send(ctx, client, id, pub, floor); err != nil {
 		return err
 	}
 	log.Info("rollout: release sent; waiting for the new version", "host", h.MeshName)
@@ -523,8 +539,8 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 	}
 }
 
-// send streams a release to an agent.
-func send(ctx context.Context, client agentv1.AgentServiceClient, id string, pub *release.Published) error {
+// send streams a release to an agent, with the floor when there is one.
+func send(ctx context.Context, client agentv1.AgentServiceClient, id string, pub *release.Published, floor *release.PublishedFloor) error {
 	f, err := os.Open(pub.BinaryPath())
 	if err != nil {
 		return err
@@ -534,7 +550,11 @@ func send(ctx context.Context, client agentv1.AgentServiceClient, id string, pub
 	if err != nil {
 		return fmt.Errorf("send the release: %w", err)
 	}
-	if err := stream.Send(&agentv1.UpdateRequest{Manifest: pub.Raw, Signature: pub.Signature, Operation: id}); err != nil {
+	first := &agentv1.UpdateRequest{Manifest: pub.Raw, Signature: pub.Signature, Operation: id}
+	if floor != nil {
+		first.Floor, first.FloorSignature = floor.Raw, floor.Signature
+	}
+	if err := stream.Send(first); err != nil {
 		return fmt.Errorf("send the release: %w", closeErr(stream, err))
 	}
 	buf := make([]byte, ChunkSize)

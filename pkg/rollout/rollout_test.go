@@ -183,14 +183,20 @@ func TestRollout(t *testing.T) {
 		}
 	}
 	checkVMs(t)
-
-	t.Run("tampered releases are refused before anything runs", func(t *testing.T) {
-		p := agents[0]
+	// agentClient is the orchestrator's client of p's agent.
+	agentClient := func(t *testing.T, p *meshtest.ProcessAgent) agentv1.AgentServiceClient {
+		t.Helper()
 		host, _, _ := h.ProcessHost(p)
 		client, ok := h.Orchestrator.Zones().Agent(host.MeshID)
 		if !ok {
 			t.Fatal("no client for", p)
 		}
+		return client
+	}
+
+	t.Run("tampered releases are refused before anything runs", func(t *testing.T) {
+		p := agents[0]
+		client := agentClient(t, p)
 		good, err := os.ReadFile(v11)
 		if err != nil {
 			t.Fatal(err)
@@ -210,13 +216,13 @@ func TestRollout(t *testing.T) {
 			want          string
 		}{
 			{"flipped byte", raw, sig, flipped, "SHA-256"},
-			{"wrong key", wrongRaw, wrongSig, good, "signature is not valid"},
+			{"wrong key", wrongRaw, wrongSig, good, "none of the trusted keys"},
 			{"expired", expRaw, expSig, good, "expired"},
 			{"older version", oldRaw, oldSig, good, "not newer"},
 			{"truncated download", raw, sig, good[:len(good)-4096], "truncated"},
 			{"longer than its manifest", raw, sig, append(append([]byte(nil), good...), 0), "longer"},
 		} {
-			err := stream(t, client, tc.manifest, tc.sig, tc.data)
+			err := stream(t, client, &agentv1.UpdateRequest{Manifest: tc.manifest, Signature: tc.sig}, tc.data)
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: %v, want FailedPrecondition saying %q", tc.name, err, tc.want)
 			}
@@ -354,9 +360,11 @@ func TestRollout(t *testing.T) {
 		if onDisk.State != rollout.Failed || onDisk.FinishedAt.IsZero() || onDisk.Hosts[0].State != rollout.HostFailed {
 			t.Errorf("the abandoned record after the takeover: %+v, want failed and finished", onDisk)
 		}
-		if _, err := os.Stat(filepath.Join(dir, "active")); !os.IsNotExist(err) {
-			t.Errorf("the lock after the rollout ended: %v, want none", err)
-		}
+		// The record says it ended just before the lock goes.
+		poll.True(t, 10*time.Second, "the lock freed after the rollout ended", func() bool {
+			_, err := os.Stat(filepath.Join(dir, "active"))
+			return os.IsNotExist(err)
+		})
 		checkVMs(t)
 	})
 
@@ -421,11 +429,39 @@ func TestRollout(t *testing.T) {
 		poll.True(t, 90*time.Second, "every agent online at v1.1.0 again", atVersion("v1.1.0"))
 		checkVMs(t)
 	})
+	t.Run("a floor revokes the versions below it", func(t *testing.T) {
+		// The agent keeps a floor sent with a release and refuses a
+		// release below it before accepting a byte.
+		p := agents[0]
+		client := agentClient(t, p)
+		good, err := os.ReadFile(hanger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, sig := k.Manifest(t, hanger, "v1.3.0", time.Now().Add(time.Hour))
+		floor, floorSig := k.Floor(t, "v1.4.0")
+		err = stream(t, client, &agentv1.UpdateRequest{Manifest: raw, Signature: sig, Floor: floor, FloorSignature: floorSig}, good)
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "floor") {
+			t.Fatalf("a release below the floor sent with it: %v, want FailedPrecondition naming the floor", err)
+		}
+		// Without the floor (an orchestrator that forgot it) still refused.
+		if err := stream(t, client, &agentv1.UpdateRequest{Manifest: raw, Signature: sig}, good); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "floor") {
+			t.Fatalf("a release below the floor the agent has seen: %v, want FailedPrecondition naming the floor", err)
+		}
+		// The orchestrator refuses to roll out below its floor.
+		k.PublishFloor(t, h, "v1.4.0")
+		r := h.GraphQL(t, "admin", "", `mutation { updateAgents(input: {version: "v1.3.0"}) { id } }`, nil)
+		if r.Code(t) != "CONFLICT" || !strings.Contains(r.Err().Error(), "floor") {
+			t.Fatalf("a rollout below the floor: %v, want CONFLICT naming the floor", r.Err())
+		}
+		poll.True(t, 30*time.Second, "every agent online at v1.1.0", atVersion("v1.1.0"))
+	})
 }
 
-// stream sends a release to an agent as the orchestrator does, with
-// arbitrary bytes for the binary.
-func stream(t testing.TB, client agentv1.AgentServiceClient, manifest, sig, data []byte) error {
+// stream sends a release to an agent as the orchestrator does (first is
+// its first message: manifest, signature, floor), with arbitrary bytes for
+// the binary.
+func stream(t testing.TB, client agentv1.AgentServiceClient, first *agentv1.UpdateRequest, data []byte) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -433,7 +469,8 @@ func stream(t testing.TB, client agentv1.AgentServiceClient, manifest, sig, data
 	if err != nil {
 		return err
 	}
-	if err := s.Send(&agentv1.UpdateRequest{Manifest: manifest, Signature: sig, Operation: "test"}); err != nil {
+	first.Operation = "test"
+	if err := s.Send(first); err != nil {
 		_, err = s.CloseAndRecv()
 		return err
 	}

@@ -16,19 +16,30 @@ export interface GraphQLErrorEntry {
 }
 
 // ApiError is a failed request: the first error's code and field, all
-// errors, and whatever partial data came with them.
+// errors, whatever partial data came with them, and for RATE_LIMITED the
+// seconds to wait.
 export class ApiError extends Error {
   code: string
   field?: string
   errors: GraphQLErrorEntry[]
   data: unknown
+  retryAfter?: number
   constructor(message: string, code: string, errors: GraphQLErrorEntry[] = [], data: unknown = null) {
     super(message)
     this.code = code
     this.errors = errors
     this.field = errors[0]?.extensions?.field
     this.data = data
+    const wait = Number(errors[0]?.extensions?.retryAfter)
+    if (code === 'RATE_LIMITED' && Number.isFinite(wait) && wait > 0) this.retryAfter = Math.ceil(wait)
   }
+}
+
+// rateLimitedMessage says, for people, that they were refused for going
+// too fast and when to try again.
+export function rateLimitedMessage(retryAfter?: number): string {
+  const when = retryAfter ? `in ${retryAfter} second${retryAfter === 1 ? '' : 's'}` : 'in a moment'
+  return `You are making changes faster than the API allows; nothing was changed. Try again ${when}.`
 }
 
 export interface RequestContext {
@@ -70,7 +81,13 @@ export async function request<T, V extends AnyVariables = AnyVariables>(
   }
   if (errors.length > 0) {
     const first = errors[0]!
-    throw new ApiError(first.message, first.extensions?.code || 'INTERNAL', errors, res.data ?? null)
+    const code = first.extensions?.code || 'INTERNAL'
+    if (code === 'RATE_LIMITED') {
+      const e = new ApiError('', code, errors, res.data ?? null)
+      e.message = rateLimitedMessage(e.retryAfter)
+      throw e
+    }
+    throw new ApiError(first.message, code, errors, res.data ?? null)
   }
   if (status) throw new ApiError(`The API answered ${status} without a GraphQL response.`, 'INTERNAL')
   throw new ApiError(`The API cannot be reached (${err.networkError?.message ?? err.message}).`, 'NETWORK')

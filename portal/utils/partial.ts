@@ -30,6 +30,7 @@ export function errorTitle(code: string): string {
     QUOTA_EXCEEDED: 'Quota exceeded',
     FORBIDDEN: 'Not allowed',
     ZONE_UNAVAILABLE: 'Zone unavailable',
+    RATE_LIMITED: 'Too many requests',
   }
   return titles[code] ?? 'Error'
 }

@@ -36,6 +36,10 @@ const (
 	// Unavailable: a service the whole request depends on (the identity
 	// provider) cannot be reached; retrying later may work.
 	Unavailable Code = "UNAVAILABLE"
+	// RateLimited: the caller sent more mutations than its rate limit
+	// allows; nothing of the operation ran, and extensions.retryAfter says
+	// in how many seconds it may try again.
+	RateLimited Code = "RATE_LIMITED"
 	Internal    Code = "INTERNAL"
 )
 
@@ -49,6 +53,9 @@ type Error struct {
 	Field string
 	// Zone is the zone at fault (ZONE_UNAVAILABLE).
 	Zone string
+	// RetryAfter is the whole seconds, at least 1, until a refused caller
+	// may try again (RATE_LIMITED); shown as extensions.retryAfter.
+	RetryAfter int
 	// Cause is logged, never shown.
 	Cause error
 }
@@ -71,6 +78,9 @@ func (e *Error) Extensions() map[string]any {
 	}
 	if e.Zone != "" {
 		ext["zone"] = e.Zone
+	}
+	if e.RetryAfter > 0 {
+		ext["retryAfter"] = e.RetryAfter
 	}
 	return ext
 }

@@ -1,6 +1,7 @@
 package selfupdate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,11 @@ type LaunchConfig struct {
 	Self string
 	// SelfVersion is the launcher's version.
 	SelfVersion string
+	// Verifier checks an installed version before every start (Dir.Verify:
+	// its signed manifest, expiry, the floor and the binary's SHA-256); a
+	// version that fails is not run: the launcher falls back to the
+	// previous version, else to Self. Nil refuses every installed version.
+	Verifier *release.Verifier
 	// Args are the agent's arguments (without the program name); every
 	// version gets the same ones, and the same environment.
 	Args []string
@@ -158,6 +164,11 @@ func (l *launcher) once(ctx context.Context) (code int, again bool, err error) {
 		}
 		return 1, false, fmt.Errorf("selfupdate: launch: %w", err)
 	}
+	if bin != l.cfg.Self {
+		if err := d.Verify(l.cfg.Verifier, version); err != nil {
+			return l.refuse(st, version, err)
+		}
+	}
 
 	last := &lastLine{w: l.cfg.Stderr}
 	cmd := exec.Command(bin, l.cfg.Args...)
@@ -234,6 +245,34 @@ func (l *launcher) exited(ctx context.Context, version string, werr error, lastO
 func (l *launcher) rollback(st State, reason string) (int, bool, error) {
 	l.log.Warn("launcher: rolling back", "version", st.Version, "to", st.From, "reason", reason)
 	if _, err := l.cfg.Dir.rollback(st, reason); err != nil {
+		return 1, false, err
+	}
+	return 0, true, nil
+}
+
+// refuse falls back from an installed version that failed its check
+// before start, without running it: current goes back to previous (and
+// previous to none, so that a second refusal falls back to the installed
+// binary), and the state says why.
+func (l *launcher) refuse(st State, version string, cause error) (int, bool, error) {
+	d := l.cfg.Dir
+	prev, err := d.Previous()
+	if err != nil {
+		return 1, false, err
+	}
+	if prev == version {
+		prev = ""
+	}
+	l.log.Error("launcher: refusing to start an installed version; falling back", "version", version, "to", cmp.Or(prev, l.cfg.SelfVersion), "reason", cause)
+	if err := d.setLink("current", prev); err != nil {
+		return 1, false, err
+	}
+	if err := d.setLink("previous", ""); err != nil {
+		return 1, false, err
+	}
+	st = State{Phase: RolledBack, Version: version, From: cmp.Or(prev, l.cfg.SelfVersion), Operation: st.Operation,
+		Reason: fmt.Sprintf("%s was not started: %v", version, cause)}
+	if err := d.SetState(st); err != nil {
 		return 1, false, err
 	}
 	return 0, true, nil

@@ -1,16 +1,13 @@
 package selfupdate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +19,6 @@ var ErrBusy = errors.New("selfupdate: an update is in progress")
 
 // ErrNoKey: the agent has no release key configured, so it takes no update.
 var ErrNoKey = errors.New("selfupdate: no release public key is configured")
-
-// VersionCheckTimeout bounds the run of a new binary that checks its
-// version.
-const VersionCheckTimeout = 15 * time.Second
 
 // Updater stages releases for a running agent.
 type Updater struct {
@@ -67,11 +60,13 @@ func NewUpdater(cfg UpdaterConfig) *Updater {
 // State is the agent's update state.
 func (u *Updater) State() (State, error) { return u.dir.State() }
 
-// Stage receives a release: it checks manifest and signature before
-// accepting any byte, then reads the binary from next (until io.EOF),
-// checking its size and hash as it streams, writes it beside the running
-// version, runs it once to check the version it reports, and switches the
-// current link to it. The caller then restarts the agent (the launcher
+// Stage receives a release: it checks manifest and signature (a trusted
+// key, not expired, not below the floor) before accepting any byte, then
+// reads the binary from next (until io.EOF), checking its size and hash as
+// it streams, writes it beside the running version with its signed
+// manifest, checks it again as the launcher will (Dir.Verify: the version
+// is the signed manifest's; the binary is never run to ask it), and
+// switches the current link to it. The caller then restarts the agent (the launcher
 // starts the new version on probation). A refused release leaves the
 // running version and the links as they were; its reason is recorded in
 // the state as Refused and the error wraps release.ErrRefused.
@@ -105,6 +100,13 @@ func (u *Updater) Stage(ctx context.Context, operation string, manifest, signatu
 	if err := m.Replaces(u.running, u.platform); err != nil {
 		return refuse(err)
 	}
+	floor, err := u.dir.Floor(u.verify)
+	if err != nil {
+		return refuse(err)
+	}
+	if err := floor.Allows(m.Version); err != nil {
+		return refuse(err)
+	}
 	if err := u.dir.SetState(st); err != nil {
 		return nil, err
 	}
@@ -126,11 +128,15 @@ func (u *Updater) Stage(ctx context.Context, operation string, manifest, signatu
 	if err := os.MkdirAll(versionDir, 0o700); err != nil {
 		return nil, fmt.Errorf("selfupdate: %w", err)
 	}
-	bin := u.dir.binary(m.Version)
-	if err := os.Rename(partial, bin); err != nil {
+	if err := u.dir.writeManifest(m.Version, manifest, signature); err != nil {
+		os.RemoveAll(versionDir)
+		return nil, err
+	}
+	if err := os.Rename(partial, u.dir.binary(m.Version)); err != nil {
+		os.RemoveAll(versionDir)
 		return nil, fmt.Errorf("selfupdate: %w", err)
 	}
-	if err := checkVersion(ctx, bin, m.Version); err != nil {
+	if err := u.dir.Verify(u.verify, m.Version); err != nil {
 		os.RemoveAll(versionDir)
 		return refuse(err)
 	}
@@ -191,30 +197,18 @@ func receive(ctx context.Context, path string, m *release.Manifest, next func() 
 	return f.Close()
 }
 
-// checkVersion runs bin -version and compares what it prints with want.
-func checkVersion(ctx context.Context, bin, want string) error {
-	ctx, cancel := context.WithTimeout(ctx, VersionCheckTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-version")
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: the new binary did not report its version: %v: %s", release.ErrRefused, err, tail(out.Bytes(), 200))
+// SeeFloor keeps a floor sent with an update when it is higher than the
+// one the agent has seen (Dir.RaiseFloor).
+func (u *Updater) SeeFloor(raw, signature []byte) (*release.Floor, error) {
+	if u.verify == nil {
+		return nil, ErrNoKey
 	}
-	if got := strings.TrimSpace(out.String()); got != want {
-		return fmt.Errorf("%w: the new binary reports version %q, its manifest %q", release.ErrRefused, tail([]byte(got), 100), want)
+	f, err := u.dir.RaiseFloor(u.verify, raw, signature)
+	if err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// tail is the last n bytes of b, as text on one line.
-func tail(b []byte, n int) string {
-	b = bytes.TrimSpace(b)
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.Join(strings.Fields(string(b)), " ")
+	u.log.Info("selfupdate: floor in force", "minVersion", f.MinVersion)
+	return f, nil
 }
 
 // Healthy ends a probation of the running version: the agent calls it

@@ -73,7 +73,8 @@ func proxmoxOf(t *testing.T, dir, zone string, pid int) func(ctx context.Context
 }
 
 // TestOrchestratorKilledDuringCreateVM: the orchestrator is SIGKILLed at a
-// random moment of a createVM, 20 times, and restarted by the dev stack.
+// random moment of each of 20 createVMs (two in flight at each of 10 kills),
+// and restarted by the dev stack.
 // Afterwards there is no duplicate VM, no guest or address without its VM,
 // and every VM asked for is RUNNING or cleanly gone.
 func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
@@ -83,7 +84,7 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	bin := buildStack(t)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
-	// 20 restarts in a few minutes, each at once: the test's start limit.
+	// 10 restarts in a few minutes, each at once: the test's start limit.
 	// Creates a killed orchestrator left are taken over after 15s, not the
 	// default 2m: with one orchestrator nobody else is working on them.
 	s := startStack(t, bin, repo, addr, dir, "DEV_START_LIMIT_BURST=100", "DEV_RESTART_DELAY_MAX=1s", "DEV_VM_RECOVER_AFTER=15s")
@@ -102,35 +103,62 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0))
 	t.Logf("random seed %d", seed)
-	const kills = 20
+	// 20 creates, each interrupted at a random point of its own: two
+	// creates are in flight at each of 10 kills, started so that each is
+	// killed a random 0-6 s after it was accepted (the later point's
+	// create starts first). A kill costs a restart of the orchestrator and
+	// its mesh (most of the test's time); the creates it interrupts do not.
+	const kills, perKill = 10, 2
 	type asked struct{ vdc, name string }
 	var wanted []asked
 	steps := map[string]int{} // the operation's step when it was killed
 	began := time.Now()
-	// poll:own-loop: each kill comes at a random point of its create,
+	// poll:own-loop: each kill comes at a random point of its creates,
 	// slept on purpose.
 	for i := range kills {
-		vdc, zone := []string{"prod", "dev"}[i%2], []string{"fra1", "hel1"}[i/2%2]
-		name := fmt.Sprintf("kill-%02d", i)
-		spec := devstack.VMSpec{Name: name, Zone: zone, Image: "debian-12", ComputeProfile: "small",
-			StorageProfile: "ssd-standard", DiskGiB: 10, Network: networks[vdc+"/"+zone]}
-		var op string
-		poll.Until(t, 2*time.Minute, "createVM "+name+" accepted", func() error {
-			var err error
-			op, err = devstack.CreateVM(ctx, alice, vdc, spec)
-			return err
-		})
-		wanted = append(wanted, asked{vdc, name})
-		time.Sleep(time.Duration(rng.Int64N(int64(6 * time.Second)))) // the random point of the create
+		points := []time.Duration{
+			time.Duration(rng.Int64N(int64(6 * time.Second))),
+			time.Duration(rng.Int64N(int64(6 * time.Second))),
+		}
+		slices.SortFunc(points, func(a, b time.Duration) int { return int(b - a) }) // the later point first
+		type inFlight struct{ vdc, op string }
+		var ops []inFlight
+		// poll:own-loop: the creates of one kill, started apart on purpose.
+		for j := range perKill {
+			n := i*perKill + j
+			vdc, zone := []string{"prod", "dev"}[n%2], []string{"fra1", "hel1"}[n/2%2]
+			name := fmt.Sprintf("kill-%02d", n)
+			spec := devstack.VMSpec{Name: name, Zone: zone, Image: "debian-12", ComputeProfile: "small",
+				StorageProfile: "ssd-standard", DiskGiB: 10, Network: networks[vdc+"/"+zone]}
+			var op string
+			poll.Until(t, 2*time.Minute, "createVM "+name+" accepted", func() error {
+				var err error
+				op, err = devstack.CreateVM(ctx, alice, vdc, spec)
+				return err
+			})
+			wanted = append(wanted, asked{vdc, name})
+			ops = append(ops, inFlight{vdc, op})
+			wait := points[j]
+			if j+1 < perKill {
+				wait -= points[j+1]
+			}
+			time.Sleep(wait) // the random point of the create
+		}
 		pid := orchestratorPID()
-		o, _ := devstack.GetOperation(ctx, alice, vdc, op)
 		if pid == 0 {
 			t.Fatalf("no orchestrator pid in devstack status")
+		}
+		var at []string
+		for _, o := range ops {
+			st, _ := devstack.GetOperation(ctx, alice, o.vdc, o.op)
+			at = append(at, st.State+" "+st.Step)
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		steps[o.State+" "+o.Step]++
+		for _, s := range at {
+			steps[s]++
+		}
 		poll.Until(t, 2*time.Minute, "the orchestrator back with every host", func() error {
 			if p := orchestratorPID(); p == 0 || p == pid {
 				return errors.New("not restarted")
@@ -178,9 +206,9 @@ func TestOrchestratorKilledDuringCreateVM(t *testing.T) {
 	// In Proxmox: one guest per VM listed, none of a VM that is gone, and
 	// no IPAM address of a guest that does not exist.
 	listed := checkProxmox(t, ctx, alice, dir, orchestratorPID(), "kill-")
-	t.Logf("after %d kills: %d VMs RUNNING, %d cleanly gone, none twice, %v after the last kill", kills, running, gone, time.Since(recovering).Round(time.Second))
-	if running+gone != kills || slices.ContainsFunc(wanted, func(w asked) bool { return listed[w.name] > 1 }) {
-		t.Errorf("%d running + %d gone of %d", running, gone, kills)
+	t.Logf("after %d kills of %d creates: %d VMs RUNNING, %d cleanly gone, none twice, %v after the last kill", kills, kills*perKill, running, gone, time.Since(recovering).Round(time.Second))
+	if running+gone != kills*perKill || slices.ContainsFunc(wanted, func(w asked) bool { return listed[w.name] > 1 }) {
+		t.Errorf("%d running + %d gone of %d", running, gone, kills*perKill)
 	}
 }
 

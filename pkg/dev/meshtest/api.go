@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -31,6 +32,9 @@ type APISpec struct {
 	ZoneTimeout time.Duration
 	// MaxComplexity bounds queries; 0 keeps the API's default.
 	MaxComplexity int
+	// RateLimits are the API's rate limits per caller; the zero value
+	// keeps the API's defaults.
+	RateLimits server.RateLimits
 	// VMRecoverAfter is the orchestrator's APIConfig.VMRecoverAfter.
 	VMRecoverAfter time.Duration
 	// VMRecoverInterval is the orchestrator's APIConfig.VMRecoverInterval.
@@ -164,6 +168,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		Tenant:            graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
 		ZoneTimeout:       h.opts.api.ZoneTimeout,
 		MaxComplexity:     h.opts.api.MaxComplexity,
+		RateLimits:        h.opts.api.RateLimits,
 		VMRecoverAfter:    h.opts.api.VMRecoverAfter,
 		VMRecoverInterval: h.opts.api.VMRecoverInterval,
 		AgentVersion:      h.opts.api.AgentVersion,

@@ -31,8 +31,8 @@ func TestVolumeChecksums(t *testing.T) {
 	data := make([]byte, size)
 	_, _ = rand.Read(data[:3<<20])
 	_, _ = rand.Read(data[5<<20 : 6<<20]) // zeros between, and at the end
-	src := benchDisk(t, ctx, h.Clusters[0], 9101, size)
-	dst := benchDisk(t, ctx, h.Clusters[1], 9102, size)
+	src := benchDisk(t, ctx, h.Clusters[0], "pve1", 9101, size, "fp-leaving")
+	dst := benchDisk(t, ctx, h.Clusters[1], "pve1", 9102, size, "fp-incoming")
 	if err := os.WriteFile(src.path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -41,8 +41,8 @@ func BenchmarkMigrationThroughput(b *testing.B) {
 	ctx := b.Context()
 	data := make([]byte, migrationDisk)
 	_, _ = rand.Read(data)
-	src := benchDisk(b, ctx, h.Clusters[0], 9001, migrationDisk)
-	dst := benchDisk(b, ctx, h.Clusters[1], 9002, migrationDisk)
+	src := benchDisk(b, ctx, h.Clusters[0], "pve1", 9001, migrationDisk, "fp-leaving")
+	dst := benchDisk(b, ctx, h.Clusters[1], "pve1", 9002, migrationDisk, "fp-incoming")
 	if err := os.WriteFile(src.path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -120,24 +120,26 @@ func BenchmarkMigrationThroughput(b *testing.B) {
 // benchVolume is a disk volume of a simulated guest and its file.
 type benchVolume struct{ volid, path string }
 
-// benchDisk makes guest vmid with one disk of size bytes on c's first node,
-// through the simulator's own API.
-func benchDisk(b testing.TB, ctx context.Context, c *meshtest.Cluster, vmid int, size int64) benchVolume {
+// benchDisk makes guest vmid with one disk of size bytes on node of c,
+// tagged mark (fp-leaving for a move's source, fp-incoming for its
+// target, as the agents require), through the simulator's own API.
+func benchDisk(b testing.TB, ctx context.Context, c *meshtest.Cluster, node string, vmid int, size int64, mark string) benchVolume {
 	b.Helper()
 	pc := c.Proxmox(b)
-	if _, err := pveapi.Run(ctx, pc, "POST", "/nodes/pve1/qemu", map[string]any{
+	if _, err := pveapi.Run(ctx, pc, "POST", "/nodes/"+node+"/qemu", map[string]any{
 		"vmid": vmid, "name": fmt.Sprintf("bench%d", vmid), "scsi0": fmt.Sprintf("local-lvm:%g", float64(size)/(1<<30)),
+		"tags": mark, // what the agents require of a move's source and target
 	}); err != nil {
 		b.Fatal(err)
 	}
-	cfg, err := pveapi.GuestConfig(ctx, pc, "pve1", vmid)
+	cfg, err := pveapi.GuestConfig(ctx, pc, node, vmid)
 	if err != nil {
 		b.Fatal(err)
 	}
 	volid, _, _ := strings.Cut(cfg.Str("scsi0"), ",")
 	storage, _, _ := strings.Cut(volid, ":")
 	var v struct{ Path string }
-	if err := pc.Get(ctx, "/nodes/pve1/storage/"+storage+"/content/"+volid, &v); err != nil {
+	if err := pc.Get(ctx, "/nodes/"+node+"/storage/"+storage+"/content/"+volid, &v); err != nil {
 		b.Fatal(err)
 	}
 	return benchVolume{volid: volid, path: v.Path}

@@ -56,6 +56,23 @@ func (h *Harness) ReplaceOrchestratorWithProcess(t testing.TB, bin string) *Orch
 	if spec.MaxComplexity > 0 {
 		args = append(args, "-max-complexity", fmt.Sprint(spec.MaxComplexity))
 	}
+	rl := spec.RateLimits
+	for _, l := range []struct {
+		rateFlag, burstFlag string
+		rate                float64
+		burst               int
+	}{{"-mutation-rate", "-mutation-burst", rl.MutationRate, rl.MutationBurst}, {"-console-rate", "-console-burst", rl.ConsoleRate, rl.ConsoleBurst}} {
+		if l.rate < 0 || l.burst < 0 {
+			args = append(args, l.rateFlag, "0") // the limit off
+			continue
+		}
+		if l.rate > 0 {
+			args = append(args, l.rateFlag, fmt.Sprint(l.rate))
+		}
+		if l.burst > 0 {
+			args = append(args, l.burstFlag, fmt.Sprint(l.burst))
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := h.Orchestrator.Shutdown(sctx); err != nil {

@@ -58,6 +58,37 @@ func (k ReleaseKey) Manifest(t testing.TB, path, version string, notAfter time.T
 // add` does.
 func (k ReleaseKey) Publish(t testing.TB, h *Harness, path, version string) {
 	t.Helper()
+	raw, sig := k.Manifest(t, path, version, time.Now().Add(time.Hour))
+	if _, err := k.store(t, h).Add(path, raw, sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Floor returns a floor at minVersion signed with this key, and its
+// signature.
+func (k ReleaseKey) Floor(t testing.TB, minVersion string) (raw, sig []byte) {
+	t.Helper()
+	f := release.Floor{Kind: release.FloorKind, MinVersion: minVersion, IssuedAt: time.Now().UTC()}
+	raw, err := f.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, release.SignFloor([]minisign.PrivateKey{k.priv}, raw)
+}
+
+// PublishFloor adds a floor at minVersion to the release store of h, as
+// `orchestrator releases floor` does.
+func (k ReleaseKey) PublishFloor(t testing.TB, h *Harness, minVersion string) {
+	t.Helper()
+	raw, sig := k.Floor(t, minVersion)
+	if _, err := k.store(t, h).AddFloor(raw, sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// store opens the release store of h (WithReleases) with this key.
+func (k ReleaseKey) store(t testing.TB, h *Harness) *release.Store {
+	t.Helper()
 	v, err := release.NewVerifier(k.Public)
 	if err != nil {
 		t.Fatal(err)
@@ -66,8 +97,5 @@ func (k ReleaseKey) Publish(t testing.TB, h *Harness, path, version string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, sig := k.Manifest(t, path, version, time.Now().Add(time.Hour))
-	if _, err := store.Add(path, raw, sig); err != nil {
-		t.Fatal(err)
-	}
+	return store
 }

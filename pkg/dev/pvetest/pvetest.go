@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,32 @@ func ClientBefore(t testing.TB, sim *pvesim.Cluster, token, method, path string,
 	return client(t, sim, token, func(next http.RoundTripper) http.RoundTripper {
 		return &beforeRequest{next: next, method: method, path: path, before: before}
 	})
+}
+
+// Counter counts the requests a client of CountingClient sent.
+type Counter struct{ n atomic.Int64 }
+
+// Requests is how many requests were sent so far.
+func (c *Counter) Requests() int64 { return c.n.Load() }
+
+// CountingClient is Client whose requests are counted in the Counter it
+// returns: a test's way to tell which clusters a call asked.
+func CountingClient(t testing.TB, sim *pvesim.Cluster, token string) (*proxmox.Client, *Counter) {
+	t.Helper()
+	n := &Counter{}
+	return client(t, sim, token, func(next http.RoundTripper) http.RoundTripper {
+		return countRequests{next: next, n: n}
+	}), n
+}
+
+type countRequests struct {
+	next http.RoundTripper
+	n    *Counter
+}
+
+func (c countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.n.Add(1)
+	return c.next.RoundTrip(r)
 }
 
 func client(t testing.TB, sim *pvesim.Cluster, token string, wrap func(http.RoundTripper) http.RoundTripper) *proxmox.Client {

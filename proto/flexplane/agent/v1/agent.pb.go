@@ -80,7 +80,10 @@ func (HealthStatus) EnumDescriptor() ([]byte, []int) {
 // OfferVolumeRequest names a volume and the agent that may read it.
 type OfferVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0").
+	// Proxmox volume id on this node (e.g. "local-lvm:vm-100-disk-0"). It
+	// must be a disk in the config of a stopped guest of this node tagged
+	// "fp-leaving" (the source of a move across zones), else
+	// FAILED_PRECONDITION; ReadVolume checks it again.
 	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	// Mesh name of the agent that may read it.
 	Reader string `protobuf:"bytes,2,opt,name=reader,proto3" json:"reader,omitempty"`
@@ -213,7 +216,9 @@ type PullVolumeRequest struct {
 	// The source's capability (OfferVolumeResponse.capability).
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	// Proxmox volume id on this node to write into (allocated, at least the
-	// source's size).
+	// source's size). It must be a disk in the config of a stopped guest of
+	// this node tagged "fp-incoming" (the target of a move across zones),
+	// else FAILED_PRECONDITION.
 	Volume string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	// Checksum algorithms the caller reads in PullVolumeResponse, preferred
 	// first ("blake3", "sha256"); empty: SHA-256 only, in its sha256 field.
@@ -368,14 +373,15 @@ func (x *PullVolumeResponse) GetChecksumAlgorithm() string {
 // ConsoleRequest is one message of a Console stream from the caller.
 type ConsoleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The Proxmox node and VMID of the VM; first message only. The node must
-	// be the agent's own.
+	// Deprecated and ignored: a console opens only with a ticket. (These
+	// once named the VM of a stream without one.)
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
 	// The next bytes of the RFB client.
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
-	// A ticket from IssueConsoleTicket instead of node and vmid; first
-	// message only. One unknown, used or expired answers PERMISSION_DENIED.
+	// A ticket from IssueConsoleTicket; first message only, and required.
+	// None, or one unknown, used, expired or whose guest changed, answers
+	// PERMISSION_DENIED.
 	Ticket        string `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -446,7 +452,9 @@ type IssueConsoleTicketRequest struct {
 	Node string `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Vmid uint32 `protobuf:"varint,2,opt,name=vmid,proto3" json:"vmid,omitempty"`
 	// How long the ticket may wait for its Console stream, in seconds.
-	TtlSeconds    uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,3,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// The VDC the VM belongs to (its tenancy tag); required.
+	Vdc           string `protobuf:"bytes,4,opt,name=vdc,proto3" json:"vdc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +508,13 @@ func (x *IssueConsoleTicketRequest) GetTtlSeconds() uint32 {
 		return x.TtlSeconds
 	}
 	return 0
+}
+
+func (x *IssueConsoleTicketRequest) GetVdc() string {
+	if x != nil {
+		return x.Vdc
+	}
+	return ""
 }
 
 // IssueConsoleTicketResponse carries the ticket.
@@ -559,8 +574,11 @@ func (x *IssueConsoleTicketResponse) GetExpiresUnix() int64 {
 
 // ConsoleResponse carries the next bytes of the RFB server.
 type ConsoleResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the first message only, which has no data: the ticket was
+	// accepted. An error before it means the ticket was refused.
+	Accepted      bool `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +618,13 @@ func (x *ConsoleResponse) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ConsoleResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
 }
 
 // WriteSnippetRequest is one snippet file.
@@ -1431,9 +1456,14 @@ type UpdateRequest struct {
 	// The rollout asking for the update; first message only.
 	Operation string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
 	// The next bytes of the binary.
-	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// The highest floor the orchestrator knows (JSON) and its minisign
+	// signature; first message only, optional. The agent keeps the highest
+	// floor it has seen and refuses to stage or launch a version below it.
+	Floor          []byte `protobuf:"bytes,5,opt,name=floor,proto3" json:"floor,omitempty"`
+	FloorSignature []byte `protobuf:"bytes,6,opt,name=floor_signature,json=floorSignature,proto3" json:"floor_signature,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
@@ -1490,6 +1520,20 @@ func (x *UpdateRequest) GetOperation() string {
 func (x *UpdateRequest) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetFloor() []byte {
+	if x != nil {
+		return x.Floor
+	}
+	return nil
+}
+
+func (x *UpdateRequest) GetFloorSignature() []byte {
+	if x != nil {
+		return x.FloorSignature
 	}
 	return nil
 }
@@ -1824,17 +1868,19 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
-	"\x06ticket\x18\x04 \x01(\tR\x06ticket\"d\n" +
+	"\x06ticket\x18\x04 \x01(\tR\x06ticket\"v\n" +
 	"\x19IssueConsoleTicketRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04vmid\x18\x02 \x01(\rR\x04vmid\x12\x1f\n" +
 	"\vttl_seconds\x18\x03 \x01(\rR\n" +
-	"ttlSeconds\"W\n" +
+	"ttlSeconds\x12\x10\n" +
+	"\x03vdc\x18\x04 \x01(\tR\x03vdc\"W\n" +
 	"\x1aIssueConsoleTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12!\n" +
-	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\"%\n" +
+	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\"A\n" +
 	"\x0fConsoleResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"W\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1a\n" +
+	"\baccepted\x18\x02 \x01(\bR\baccepted\"W\n" +
 	"\x13WriteSnippetRequest\x12\x18\n" +
 	"\astorage\x18\x01 \x01(\tR\astorage\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1887,12 +1933,14 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\toperation\x18\x05 \x01(\tR\toperation\x12+\n" +
-	"\x12updated_at_unix_ms\x18\x06 \x01(\x03R\x0fupdatedAtUnixMs\"{\n" +
+	"\x12updated_at_unix_ms\x18\x06 \x01(\x03R\x0fupdatedAtUnixMs\"\xba\x01\n" +
 	"\rUpdateRequest\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1c\n" +
 	"\toperation\x18\x03 \x01(\tR\toperation\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"*\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x14\n" +
+	"\x05floor\x18\x05 \x01(\fR\x05floor\x12'\n" +
+	"\x0ffloor_signature\x18\x06 \x01(\fR\x0efloorSignature\"*\n" +
 	"\x0eUpdateResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\"\x87\x01\n" +
 	"\fProxyRequest\x12\x16\n" +

@@ -73,21 +73,29 @@ type AgentServiceClient interface {
 	// SHA-256 with a source that knows no other), which must be the source's.
 	PullVolume(ctx context.Context, in *PullVolumeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullVolumeResponse], error)
 	// Console relays the VNC console of one VM of this node. The first
-	// message names the VM; the agent asks its Proxmox for a VNC proxy
-	// (vncproxy), connects to it (vncwebsocket) and logs in with the ticket
-	// Proxmox answered, which never leaves the agent. It then speaks RFB 3.8
-	// to the caller with no authentication (security type None) and relays
-	// everything after the security handshake unchanged: data of requests
-	// goes to the VM's VNC server, its answers come back in responses. A VM
-	// that is not on this node answers NOT_FOUND, one that is not running
-	// FAILED_PRECONDITION.
+	// message carries a ticket of IssueConsoleTicket, and nothing else opens
+	// a console: a stream without one, or with one that is unknown, used,
+	// expired, or whose guest is no longer the one it was issued for (the
+	// VMID now names another guest, or one of another VDC), answers
+	// PERMISSION_DENIED. The agent answers a ticket it accepted with a first
+	// message that has accepted set and no data. It then asks its Proxmox
+	// for a VNC proxy (vncproxy), connects to it (vncwebsocket) and logs in
+	// with the ticket Proxmox answered, which never leaves the agent. It then
+	// speaks RFB 3.8 to the caller with no authentication (security type
+	// None) and relays everything after the security handshake unchanged:
+	// data of requests goes to the VM's VNC server, its answers come back in
+	// responses. A VM that is no longer on this node answers NOT_FOUND, one
+	// that is not running FAILED_PRECONDITION.
 	Console(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsoleRequest, ConsoleResponse], error)
 	// IssueConsoleTicket mints a one-use ticket for the console of one VM of
-	// this node, valid for ttl_seconds (1 to 300). The agent keeps it: a
-	// Console stream whose first message carries it opens that VM's console,
-	// through whichever orchestrator replica the browser reaches, and only
-	// once. A VM that is not on this node answers NOT_FOUND; too many tickets
-	// waiting RESOURCE_EXHAUSTED.
+	// this node, valid for ttl_seconds (1 to 300), bound to the guest the
+	// VMID names now: its VDC (which must be vdc) and the uuid Proxmox gave
+	// it (smbios1), which a later guest with the same VMID does not have.
+	// The agent keeps it: a Console stream whose first message carries it
+	// opens that guest's console, through whichever orchestrator replica the
+	// browser reaches, and only once. A VM that is not on this node, is of
+	// another VDC or has no uuid answers NOT_FOUND; too many tickets waiting
+	// RESOURCE_EXHAUSTED.
 	IssueConsoleTicket(ctx context.Context, in *IssueConsoleTicketRequest, opts ...grpc.CallOption) (*IssueConsoleTicketResponse, error)
 	// WriteSnippet writes a file into the `snippets` directory of a file
 	// storage of this node (e.g. a VM's cloud-init user-data, which a VM's
@@ -295,21 +303,29 @@ type AgentServiceServer interface {
 	// SHA-256 with a source that knows no other), which must be the source's.
 	PullVolume(*PullVolumeRequest, grpc.ServerStreamingServer[PullVolumeResponse]) error
 	// Console relays the VNC console of one VM of this node. The first
-	// message names the VM; the agent asks its Proxmox for a VNC proxy
-	// (vncproxy), connects to it (vncwebsocket) and logs in with the ticket
-	// Proxmox answered, which never leaves the agent. It then speaks RFB 3.8
-	// to the caller with no authentication (security type None) and relays
-	// everything after the security handshake unchanged: data of requests
-	// goes to the VM's VNC server, its answers come back in responses. A VM
-	// that is not on this node answers NOT_FOUND, one that is not running
-	// FAILED_PRECONDITION.
+	// message carries a ticket of IssueConsoleTicket, and nothing else opens
+	// a console: a stream without one, or with one that is unknown, used,
+	// expired, or whose guest is no longer the one it was issued for (the
+	// VMID now names another guest, or one of another VDC), answers
+	// PERMISSION_DENIED. The agent answers a ticket it accepted with a first
+	// message that has accepted set and no data. It then asks its Proxmox
+	// for a VNC proxy (vncproxy), connects to it (vncwebsocket) and logs in
+	// with the ticket Proxmox answered, which never leaves the agent. It then
+	// speaks RFB 3.8 to the caller with no authentication (security type
+	// None) and relays everything after the security handshake unchanged:
+	// data of requests goes to the VM's VNC server, its answers come back in
+	// responses. A VM that is no longer on this node answers NOT_FOUND, one
+	// that is not running FAILED_PRECONDITION.
 	Console(grpc.BidiStreamingServer[ConsoleRequest, ConsoleResponse]) error
 	// IssueConsoleTicket mints a one-use ticket for the console of one VM of
-	// this node, valid for ttl_seconds (1 to 300). The agent keeps it: a
-	// Console stream whose first message carries it opens that VM's console,
-	// through whichever orchestrator replica the browser reaches, and only
-	// once. A VM that is not on this node answers NOT_FOUND; too many tickets
-	// waiting RESOURCE_EXHAUSTED.
+	// this node, valid for ttl_seconds (1 to 300), bound to the guest the
+	// VMID names now: its VDC (which must be vdc) and the uuid Proxmox gave
+	// it (smbios1), which a later guest with the same VMID does not have.
+	// The agent keeps it: a Console stream whose first message carries it
+	// opens that guest's console, through whichever orchestrator replica the
+	// browser reaches, and only once. A VM that is not on this node, is of
+	// another VDC or has no uuid answers NOT_FOUND; too many tickets waiting
+	// RESOURCE_EXHAUSTED.
 	IssueConsoleTicket(context.Context, *IssueConsoleTicketRequest) (*IssueConsoleTicketResponse, error)
 	// WriteSnippet writes a file into the `snippets` directory of a file
 	// storage of this node (e.g. a VM's cloud-init user-data, which a VM's
