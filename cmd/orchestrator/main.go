@@ -152,112 +152,101 @@ func buildVersion() string {
 
 func keys(ctx context.Context, sub string, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
-	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
 	reusable := fs.Bool("reusable", false, "create: the key enrolls any number of agents until it expires")
 	ttl := fs.Duration("ttl", time.Hour, "create: how long the key can be used")
+	return controlCommand(ctx, fs, args, func(ctx context.Context, client *meshcontrol.Client) error {
+		switch sub {
+		case "create":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
+			}
+			k, err := client.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: *reusable, TTL: *ttl})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s\n", k.Secret)
+			fmt.Fprintf(os.Stderr, "key %d: reusable=%t expires %s\n", k.ID, k.Reusable, k.Expiration.Format(time.RFC3339))
+			return nil
+		case "list":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
+			}
+			ks, err := client.ListKeys(ctx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKEY\tREUSABLE\tUSED\tEXPIRES\tSTATE\tTAGS")
+			now := time.Now()
+			for _, k := range ks {
+				state := "valid"
+				if k.Expired(now) {
+					state = "expired"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%t\t%t\t%s\t%s\t%s\n", k.ID, k.Secret, k.Reusable, k.Used,
+					k.Expiration.Format(time.RFC3339), state, strings.Join(k.Tags, ","))
+			}
+			return tw.Flush()
+		case "revoke":
+			return byID(fs, "key", stdout, "revoked key %d\n", func(id uint64) error { return client.RevokeKey(ctx, id) })
+		default:
+			return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
+		}
+	})
+}
+
+// controlCommand adds -data-dir to fs, parses args and runs do, within 10
+// seconds, with a client of the mesh control server of the orchestrator
+// running with that data directory.
+func controlCommand(ctx context.Context, fs *flag.FlagSet, args []string, do func(context.Context, *meshcontrol.Client) error) error {
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	client, err := dialControl(ctx, *dataDir)
+	client, err := meshcontrol.Dial(orchestrator.SocketPath(*dataDir))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	switch sub {
-	case "create":
-		if fs.NArg() != 0 {
-			return errors.New(usage)
-		}
-		k, err := client.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: *reusable, TTL: *ttl})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\n", k.Secret)
-		fmt.Fprintf(os.Stderr, "key %d: reusable=%t expires %s\n", k.ID, k.Reusable, k.Expiration.Format(time.RFC3339))
-		return nil
-	case "list":
-		if fs.NArg() != 0 {
-			return errors.New(usage)
-		}
-		ks, err := client.ListKeys(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tKEY\tREUSABLE\tUSED\tEXPIRES\tSTATE\tTAGS")
-		now := time.Now()
-		for _, k := range ks {
-			state := "valid"
-			if k.Expired(now) {
-				state = "expired"
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%t\t%t\t%s\t%s\t%s\n", k.ID, k.Secret, k.Reusable, k.Used,
-				k.Expiration.Format(time.RFC3339), state, strings.Join(k.Tags, ","))
-		}
-		return tw.Flush()
-	case "revoke":
-		return byID(fs, "key", stdout, "revoked key %d\n", func(id uint64) error { return client.RevokeKey(ctx, id) })
-	default:
-		return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
-	}
-}
-
-// dialControl connects to the mesh control server of the orchestrator
-// running with dataDir.
-func dialControl(ctx context.Context, dataDir string) (*meshcontrol.Client, error) {
-	client, err := meshcontrol.Dial(orchestrator.SocketPath(dataDir))
-	if err != nil {
-		return nil, err
-	}
 	if err := client.Ping(ctx); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("is the orchestrator running with -data-dir %s? %w", dataDir, err)
+		return fmt.Errorf("is the orchestrator running with -data-dir %s? %w", *dataDir, err)
 	}
-	return client, nil
+	return do(ctx, client)
 }
 
 // nodes lists the nodes of the mesh, or deletes one (the old mesh node of a
 // rebuilt Proxmox node, see docs/install/agents.md).
 func nodes(ctx context.Context, sub string, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("nodes "+sub, flag.ContinueOnError)
-	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	client, err := dialControl(ctx, *dataDir)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	switch sub {
-	case "list":
-		if fs.NArg() != 0 {
-			return errors.New(usage)
-		}
-		ns, err := client.Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tHOST\tADDRESSES\tONLINE\tLAST SEEN\tCREATED\tTAGS")
-		for _, n := range ns {
-			addrs := make([]string, len(n.Addrs))
-			for i, a := range n.Addrs {
-				addrs[i] = a.String()
+	return controlCommand(ctx, fs, args, func(ctx context.Context, client *meshcontrol.Client) error {
+		switch sub {
+		case "list":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", n.ID, n.GivenName, n.Name, strings.Join(addrs, ","), n.Online,
-				n.LastSeen.Format(time.RFC3339), n.CreatedAt.Format(time.RFC3339), strings.Join(n.Tags, ","))
+			ns, err := client.Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tHOST\tADDRESSES\tONLINE\tLAST SEEN\tCREATED\tTAGS")
+			for _, n := range ns {
+				addrs := make([]string, len(n.Addrs))
+				for i, a := range n.Addrs {
+					addrs[i] = a.String()
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", n.ID, n.GivenName, n.Name, strings.Join(addrs, ","), n.Online,
+					n.LastSeen.Format(time.RFC3339), n.CreatedAt.Format(time.RFC3339), strings.Join(n.Tags, ","))
+			}
+			return tw.Flush()
+		case "delete":
+			return byID(fs, "node", stdout, "deleted mesh node %d\n", func(id uint64) error { return client.DeleteNode(ctx, id) })
+		default:
+			return fmt.Errorf("unknown nodes command %q\n%s", sub, usage)
 		}
-		return tw.Flush()
-	case "delete":
-		return byID(fs, "node", stdout, "deleted mesh node %d\n", func(id uint64) error { return client.DeleteNode(ctx, id) })
-	default:
-		return fmt.Errorf("unknown nodes command %q\n%s", sub, usage)
-	}
+	})
 }
 
 // byID runs do with the one positional argument of fs, the id of a what,
