@@ -12,6 +12,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
@@ -138,6 +139,16 @@ func (r *queryResolver) HostsConnection(ctx context.Context, zone *string, regio
 		return nil, err
 	}
 	return hostConnection(p), nil
+}
+
+// RefusedAgents is the resolver for the refusedAgents field.
+func (r *queryResolver) RefusedAgents(ctx context.Context) ([]*fleet.RefusedAgent, error) {
+	refused := r.Estate.RefusedAgents()
+	out := make([]*fleet.RefusedAgent, len(refused))
+	for i := range refused {
+		out[i] = &refused[i]
+	}
+	return out, nil
 }
 
 // Vms is the resolver for the vms field.

@@ -44,6 +44,8 @@ const usage = `usage:
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]
   orchestrator keys list [-data-dir DIR]
   orchestrator keys revoke [-data-dir DIR] ID
+  orchestrator nodes list [-data-dir DIR]
+  orchestrator nodes delete [-data-dir DIR] ID
   orchestrator catalog export [-catalog dir|kubernetes] [-catalog-dir DIR | -data-dir DIR] [-kubeconfig FILE] [-namespace NS] > catalog.yaml
   orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
@@ -72,6 +74,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return keys(ctx, args[1], args[2:], stdout)
+	case "nodes":
+		if len(args) < 2 {
+			return errors.New(usage)
+		}
+		return nodes(ctx, args[1], args[2:], stdout)
 	case "catalog":
 		if len(args) < 2 {
 			return errors.New(usage)
@@ -145,70 +152,118 @@ func buildVersion() string {
 
 func keys(ctx context.Context, sub string, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
-	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
 	reusable := fs.Bool("reusable", false, "create: the key enrolls any number of agents until it expires")
 	ttl := fs.Duration("ttl", time.Hour, "create: how long the key can be used")
+	return controlCommand(ctx, fs, args, func(ctx context.Context, client *meshcontrol.Client) error {
+		switch sub {
+		case "create":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
+			}
+			k, err := client.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: *reusable, TTL: *ttl})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s\n", k.Secret)
+			fmt.Fprintf(os.Stderr, "key %d: reusable=%t expires %s\n", k.ID, k.Reusable, k.Expiration.Format(time.RFC3339))
+			return nil
+		case "list":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
+			}
+			ks, err := client.ListKeys(ctx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tKEY\tREUSABLE\tUSED\tEXPIRES\tSTATE\tTAGS")
+			now := time.Now()
+			for _, k := range ks {
+				state := "valid"
+				if k.Expired(now) {
+					state = "expired"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%t\t%t\t%s\t%s\t%s\n", k.ID, k.Secret, k.Reusable, k.Used,
+					k.Expiration.Format(time.RFC3339), state, strings.Join(k.Tags, ","))
+			}
+			return tw.Flush()
+		case "revoke":
+			return byID(fs, "key", stdout, "revoked key %d\n", func(id uint64) error { return client.RevokeKey(ctx, id) })
+		default:
+			return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
+		}
+	})
+}
+
+// controlCommand adds -data-dir to fs, parses args and runs do, within 10
+// seconds, with a client of the mesh control server of the orchestrator
+// running with that data directory.
+func controlCommand(ctx context.Context, fs *flag.FlagSet, args []string, do func(context.Context, *meshcontrol.Client) error) error {
+	dataDir := fs.String("data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "data directory of the running orchestrator (env FLEXPLANE_DATA_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	client, err := meshcontrol.Dial(orchestrator.SocketPath(*dataDir))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	if err := client.Ping(ctx); err != nil {
 		return fmt.Errorf("is the orchestrator running with -data-dir %s? %w", *dataDir, err)
 	}
-	switch sub {
-	case "create":
-		if fs.NArg() != 0 {
-			return errors.New(usage)
-		}
-		k, err := client.CreateKey(ctx, meshcontrol.KeyOptions{Reusable: *reusable, TTL: *ttl})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s\n", k.Secret)
-		fmt.Fprintf(os.Stderr, "key %d: reusable=%t expires %s\n", k.ID, k.Reusable, k.Expiration.Format(time.RFC3339))
-		return nil
-	case "list":
-		if fs.NArg() != 0 {
-			return errors.New(usage)
-		}
-		ks, err := client.ListKeys(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tKEY\tREUSABLE\tUSED\tEXPIRES\tSTATE\tTAGS")
-		now := time.Now()
-		for _, k := range ks {
-			state := "valid"
-			if k.Expired(now) {
-				state = "expired"
+	return do(ctx, client)
+}
+
+// nodes lists the nodes of the mesh, or deletes one (the old mesh node of a
+// rebuilt Proxmox node, see docs/install/agents.md).
+func nodes(ctx context.Context, sub string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("nodes "+sub, flag.ContinueOnError)
+	return controlCommand(ctx, fs, args, func(ctx context.Context, client *meshcontrol.Client) error {
+		switch sub {
+		case "list":
+			if fs.NArg() != 0 {
+				return errors.New(usage)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%t\t%t\t%s\t%s\t%s\n", k.ID, k.Secret, k.Reusable, k.Used,
-				k.Expiration.Format(time.RFC3339), state, strings.Join(k.Tags, ","))
+			ns, err := client.Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tHOST\tADDRESSES\tONLINE\tLAST SEEN\tCREATED\tTAGS")
+			for _, n := range ns {
+				addrs := make([]string, len(n.Addrs))
+				for i, a := range n.Addrs {
+					addrs[i] = a.String()
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%t\t%s\t%s\t%s\n", n.ID, n.GivenName, n.Name, strings.Join(addrs, ","), n.Online,
+					n.LastSeen.Format(time.RFC3339), n.CreatedAt.Format(time.RFC3339), strings.Join(n.Tags, ","))
+			}
+			return tw.Flush()
+		case "delete":
+			return byID(fs, "node", stdout, "deleted mesh node %d\n", func(id uint64) error { return client.DeleteNode(ctx, id) })
+		default:
+			return fmt.Errorf("unknown nodes command %q\n%s", sub, usage)
 		}
-		return tw.Flush()
-	case "revoke":
-		if fs.NArg() != 1 {
-			return errors.New(usage)
-		}
-		id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
-		if err != nil {
-			return fmt.Errorf("key id %q is not a number", fs.Arg(0))
-		}
-		if err := client.RevokeKey(ctx, id); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "revoked key %d\n", id)
-		return nil
-	default:
-		return fmt.Errorf("unknown keys command %q\n%s", sub, usage)
+	})
+}
+
+// byID runs do with the one positional argument of fs, the id of a what,
+// and prints done with it.
+func byID(fs *flag.FlagSet, what string, stdout io.Writer, done string, do func(id uint64) error) error {
+	if fs.NArg() != 1 {
+		return errors.New(usage)
 	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s id %q is not a number", what, fs.Arg(0))
+	}
+	if err := do(id); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, done, id)
+	return nil
 }
 
 // backendFlags are the flags choosing the catalog's backend, shared by

@@ -99,6 +99,22 @@ func TestKeys(t *testing.T) {
 		!strings.Contains(err.Error(), "running") {
 		t.Errorf("keys against a data dir without orchestrator: %v", err)
 	}
+
+	// The mesh's nodes: the orchestrator's own is listed; deleting a node
+	// that is not there, or not a number, is refused.
+	nodes, err := cli("nodes", "list")
+	if err != nil || !regexp.MustCompile(`(?m)^\d+\s+\S+\s.*\stag:orchestrator$`).MatchString(nodes) {
+		t.Errorf("nodes list: %v\n%s", err, nodes)
+	}
+	for id, want := range map[string]string{"999": "not found", "abc": "not a number"} {
+		err := run(ctx, []string{"nodes", "delete", "-data-dir", dir, id}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("nodes delete %s: %v, want %q", id, err, want)
+		}
+	}
+	if after, _ := cli("nodes", "list"); strings.Count(after, "\n") != strings.Count(nodes, "\n") {
+		t.Errorf("refused deletes changed the node list:\n%s", after)
+	}
 }
 
 // TestServeAPIFlags refuses an API configuration without an audience

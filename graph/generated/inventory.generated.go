@@ -8,10 +8,12 @@ import (
 	"math"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/estate"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -1019,6 +1021,144 @@ func (ec *executionContext) fieldContext_HostEdge_node(_ context.Context, field 
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _RefusedAgent_meshName(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_meshName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MeshName, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_meshName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "String")
+}
+
+func (ec *executionContext) _RefusedAgent_claimedZone(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_claimedZone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClaimedZone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_claimedZone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "String")
+}
+
+func (ec *executionContext) _RefusedAgent_claimedZoneId(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_claimedZoneId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClaimedZoneID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_claimedZoneId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "String")
+}
+
+func (ec *executionContext) _RefusedAgent_claimedNode(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_claimedNode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClaimedNode, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_claimedNode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "String")
+}
+
+func (ec *executionContext) _RefusedAgent_reason(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "String")
+}
+
+func (ec *executionContext) _RefusedAgent_since(ctx context.Context, field graphql.CollectedField, obj *fleet.RefusedAgent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RefusedAgent_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Since, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RefusedAgent_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RefusedAgent", field, false, false, "Time")
 }
 
 func (ec *executionContext) _VM_id(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
@@ -2697,6 +2837,64 @@ func (ec *executionContext) _HostEdge(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var refusedAgentImplementors = []string{"RefusedAgent"}
+
+func (ec *executionContext) _RefusedAgent(ctx context.Context, sel ast.SelectionSet, obj *fleet.RefusedAgent) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, refusedAgentImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RefusedAgent")
+		case "meshName":
+			out.Values[i] = ec._RefusedAgent_meshName(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "claimedZone":
+			out.Values[i] = ec._RefusedAgent_claimedZone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "claimedZoneId":
+			out.Values[i] = ec._RefusedAgent_claimedZoneId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "claimedNode":
+			out.Values[i] = ec._RefusedAgent_claimedNode(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reason":
+			out.Values[i] = ec._RefusedAgent_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "since":
+			out.Values[i] = ec._RefusedAgent_since(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var vMImplementors = []string{"VM", "Node"}
 
 func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *model.VM) graphql.Marshaler {
@@ -3181,6 +3379,30 @@ func (ec *executionContext) unmarshalNHostStatus2githubᚗcomᚋflexplaneᚋflex
 
 func (ec *executionContext) marshalNHostStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostStatus(ctx context.Context, sel ast.SelectionSet, v model.HostStatus) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNRefusedAgent2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋfleetᚐRefusedAgentᚄ(ctx context.Context, sel ast.SelectionSet, v []*fleet.RefusedAgent) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRefusedAgent2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋfleetᚐRefusedAgent(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNRefusedAgent2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋfleetᚐRefusedAgent(ctx context.Context, sel ast.SelectionSet, v *fleet.RefusedAgent) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "RefusedAgent!")
+		return graphql.Null
+	}
+	return ec._RefusedAgent(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNVM2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVMᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.VM) graphql.Marshaler {

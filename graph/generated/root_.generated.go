@@ -615,6 +615,7 @@ type ComplexityRoot struct {
 		Node                 func(childComplexity int, id string) int
 		NodePool             func(childComplexity int, id string) int
 		Operation            func(childComplexity int, id string) int
+		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
 		StorageProfiles      func(childComplexity int) int
@@ -627,6 +628,15 @@ type ComplexityRoot struct {
 		Zone                 func(childComplexity int, name string) int
 		Zones                func(childComplexity int, first *int, region *string) int
 		ZonesConnection      func(childComplexity int, first *int, region *string, after *string) int
+	}
+
+	RefusedAgent struct {
+		ClaimedNode   func(childComplexity int) int
+		ClaimedZone   func(childComplexity int) int
+		ClaimedZoneID func(childComplexity int) int
+		MeshName      func(childComplexity int) int
+		Reason        func(childComplexity int) int
+		Since         func(childComplexity int) int
 	}
 
 	Region struct {
@@ -3432,6 +3442,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Operation(childComplexity, args["id"].(string)), true
+	case "Query.refusedAgents":
+		if e.ComplexityRoot.Query.RefusedAgents == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.RefusedAgents(childComplexity), true
 	case "Query.regions":
 		if e.ComplexityRoot.Query.Regions == nil {
 			break
@@ -3544,6 +3560,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.ZonesConnection(childComplexity, args["first"].(*int), args["region"].(*string), args["after"].(*string)), true
+
+	case "RefusedAgent.claimedNode":
+		if e.ComplexityRoot.RefusedAgent.ClaimedNode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.ClaimedNode(childComplexity), true
+	case "RefusedAgent.claimedZone":
+		if e.ComplexityRoot.RefusedAgent.ClaimedZone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.ClaimedZone(childComplexity), true
+	case "RefusedAgent.claimedZoneId":
+		if e.ComplexityRoot.RefusedAgent.ClaimedZoneID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.ClaimedZoneID(childComplexity), true
+	case "RefusedAgent.meshName":
+		if e.ComplexityRoot.RefusedAgent.MeshName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.MeshName(childComplexity), true
+	case "RefusedAgent.reason":
+		if e.ComplexityRoot.RefusedAgent.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.Reason(childComplexity), true
+	case "RefusedAgent.since":
+		if e.ComplexityRoot.RefusedAgent.Since == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RefusedAgent.Since(childComplexity), true
 
 	case "Region.name":
 		if e.ComplexityRoot.Region.Name == nil {
@@ -5283,6 +5336,14 @@ extend type Query {
     after: String
   ): HostConnection! @platformAdmin
   """
+  The agents of the mesh kept out of every zone, sorted by mesh name: an
+  agent is a host only of the zone and as the node it proves with its node's
+  certificate and key, so one whose proof fails, is missing, disagrees with
+  what it claims, or proves a node another agent holds is listed here
+  instead (docs/install/agents.md).
+  """
+  refusedAgents: [RefusedAgent!]! @platformAdmin
+  """
   The VMs of the current VDC matching filter, ordered by id. Cursor
   pagination: pass the id of the last VM of a page as after to get the next
   page; a page shorter than first is the last.
@@ -5313,6 +5374,22 @@ extend type Query {
     "The VM's id."
     id: ID!
   ): VM @vdc
+}
+
+"An agent of the mesh that is in no zone, and why."
+type RefusedAgent {
+  "The agent's name in the mesh."
+  meshName: String!
+  "The zone (Proxmox cluster name; empty for a standalone node) the agent claims to be in."
+  claimedZone: String!
+  "The identity of the Proxmox cluster the agent claims (the id of that zone)."
+  claimedZoneId: String!
+  "The Proxmox node the agent claims to run on."
+  claimedNode: String!
+  "Why the agent is in no zone."
+  reason: String!
+  "Since when the agent is refused for this reason."
+  since: Time!
 }
 
 "A page of zones."
@@ -8306,6 +8383,24 @@ func (ec *executionContext) childFields_PortForward(ctx context.Context, field g
 		return ec.fieldContext_PortForward_targetPort(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_RefusedAgent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "meshName":
+		return ec.fieldContext_RefusedAgent_meshName(ctx, field)
+	case "claimedZone":
+		return ec.fieldContext_RefusedAgent_claimedZone(ctx, field)
+	case "claimedZoneId":
+		return ec.fieldContext_RefusedAgent_claimedZoneId(ctx, field)
+	case "claimedNode":
+		return ec.fieldContext_RefusedAgent_claimedNode(ctx, field)
+	case "reason":
+		return ec.fieldContext_RefusedAgent_reason(ctx, field)
+	case "since":
+		return ec.fieldContext_RefusedAgent_since(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RefusedAgent", field.Name)
 }
 
 func (ec *executionContext) childFields_Region(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
+	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -90,6 +91,7 @@ type QueryResolver interface {
 	Zone(ctx context.Context, name string) (*model.Zone, error)
 	Hosts(ctx context.Context, zone *string, region *string, first *int) ([]*model.Host, error)
 	HostsConnection(ctx context.Context, zone *string, region *string, first *int, after *string) (*model.HostConnection, error)
+	RefusedAgents(ctx context.Context) ([]*fleet.RefusedAgent, error)
 	Vms(ctx context.Context, filter *model.VMFilter, first *int, after *string) ([]*model.VM, error)
 	VmsConnection(ctx context.Context, filter *model.VMFilter, first *int, after *string) (*model.VMConnection, error)
 	VM(ctx context.Context, id string) (*model.VM, error)
@@ -5044,6 +5046,51 @@ func (ec *executionContext) fieldContext_Query_hostsConnection(ctx context.Conte
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_refusedAgents(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_refusedAgents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().RefusedAgents(ctx)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal []*fleet.RefusedAgent
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []*fleet.RefusedAgent) graphql.Marshaler {
+			return ec.marshalNRefusedAgent2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋmeshᚋfleetᚐRefusedAgentᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_refusedAgents(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RefusedAgent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_vms(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6752,6 +6799,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_hostsConnection(ctx, field)
+				})
+		case "refusedAgents":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_refusedAgents(ctx, field)
 				})
 		case "vms":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,

@@ -41,6 +41,14 @@ import (
 // DefaultPort is the agent's gRPC port on the mesh.
 const DefaultPort = 50051
 
+// Where Proxmox keeps the files of a node's membership proof (Prove):
+// /etc/pve/local is the node's own directory of the cluster file system.
+const (
+	DefaultNodeKeyFile   = "/etc/pve/local/pve-ssl.key"
+	DefaultNodeCertFile  = "/etc/pve/local/pve-ssl.pem"
+	DefaultClusterCAFile = "/etc/pve/pve-root-ca.pem"
+)
+
 // maxRequest bounds a request body the agent forwards.
 const maxRequest = 8 << 20
 
@@ -71,6 +79,17 @@ type Config struct {
 	// ProxmoxFingerprint pins the SHA-256 fingerprint (AB:CD:...) of the
 	// Proxmox certificate. Empty means verifying it against the system's CAs.
 	ProxmoxFingerprint string
+	// NodeKeyFile is the node's TLS private key (Proxmox's pve-ssl.key,
+	// root:www-data 0640), with which the agent proves the orchestrator that
+	// it runs on a node of its cluster (Prove). Default
+	// DefaultNodeKeyFile.
+	NodeKeyFile string
+	// NodeCertFile is the node's certificate, issued by the cluster CA
+	// (pve-ssl.pem). Default DefaultNodeCertFile.
+	NodeCertFile string
+	// ClusterCAFile is the cluster CA's certificate (pve-root-ca.pem),
+	// whose identity is the agent's zone. Default DefaultClusterCAFile.
+	ClusterCAFile string
 	// Port is the gRPC port on the mesh address. Default DefaultPort.
 	Port uint16
 	// MigrationPort is the port of the migration service on the mesh
@@ -139,6 +158,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Port == 0 {
 		c.Port = DefaultPort
+	}
+	if c.NodeKeyFile == "" {
+		c.NodeKeyFile = DefaultNodeKeyFile
+	}
+	if c.NodeCertFile == "" {
+		c.NodeCertFile = DefaultNodeCertFile
+	}
+	if c.ClusterCAFile == "" {
+		c.ClusterCAFile = DefaultClusterCAFile
 	}
 	if c.MigrationPort == 0 {
 		c.MigrationPort = c.Port + 1

@@ -31,6 +31,9 @@ const (
 	EnvProxmoxToken     = "FLEXPLANE_PVE_TOKEN"
 	EnvProxmoxTokenFile = "FLEXPLANE_PVE_TOKEN_FILE"
 	EnvFingerprint      = "FLEXPLANE_PVE_FINGERPRINT"
+	EnvNodeKeyFile      = "FLEXPLANE_PVE_SSL_KEY"
+	EnvNodeCertFile     = "FLEXPLANE_PVE_SSL_CERT"
+	EnvClusterCAFile    = "FLEXPLANE_PVE_ROOT_CA"
 	EnvPort             = "FLEXPLANE_AGENT_PORT"
 	EnvLogLevel         = "FLEXPLANE_LOG_LEVEL"
 	EnvDebugAddr        = "FLEXPLANE_DEBUG_ADDR"
@@ -79,6 +82,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		pveURL      = fs.String("pve-url", "", "local Proxmox API URL (env "+EnvProxmoxURL+"; default https://127.0.0.1:8006)")
 		tokenFile   = fs.String("pve-token-file", "", "file holding the Proxmox API token USER@REALM!ID=SECRET (env "+EnvProxmoxTokenFile+"; or the token itself in "+EnvProxmoxToken+")")
 		fingerprint = fs.String("pve-fingerprint", "", "SHA-256 fingerprint of the Proxmox certificate (env "+EnvFingerprint+")")
+		sslKey      = fs.String("pve-ssl-key", "", "the node's TLS key, which proves the agent's membership of its cluster (env "+EnvNodeKeyFile+"; default "+DefaultNodeKeyFile+")")
+		sslCert     = fs.String("pve-ssl-cert", "", "the node's certificate (env "+EnvNodeCertFile+"; default "+DefaultNodeCertFile+")")
+		rootCA      = fs.String("pve-root-ca", "", "the cluster CA's certificate (env "+EnvClusterCAFile+"; default "+DefaultClusterCAFile+")")
 		port        = fs.String("port", "", "gRPC port on the mesh address (env "+EnvPort+"; default 50051)")
 		logLevel    = fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+"; default info)")
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
@@ -120,6 +126,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		MeshName:            get(*meshName, EnvMeshName),
 		ProxmoxURL:          get(*pveURL, EnvProxmoxURL),
 		ProxmoxFingerprint:  get(*fingerprint, EnvFingerprint),
+		NodeKeyFile:         get(*sslKey, EnvNodeKeyFile),
+		NodeCertFile:        get(*sslCert, EnvNodeCertFile),
+		ClusterCAFile:       get(*rootCA, EnvClusterCAFile),
 		EdgeBridgeNamespace: get(*edgeBridge, EnvEdgeBridgeNetNS),
 		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
 	}

@@ -43,6 +43,21 @@ FLEXPLANE_AGENT_PORT=50099
 		t.Fatalf("precedence flag > env > file broken: %+v", cfg)
 	}
 
+	// The membership proof's files: Proxmox's by default, else as given.
+	c0 := cfg
+	if err := c0.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c0.NodeKeyFile != "/etc/pve/local/pve-ssl.key" || c0.NodeCertFile != "/etc/pve/local/pve-ssl.pem" || c0.ClusterCAFile != "/etc/pve/pve-root-ca.pem" {
+		t.Fatalf("default proof files: %q %q %q", c0.NodeKeyFile, c0.NodeCertFile, c0.ClusterCAFile)
+	}
+	env[EnvNodeCertFile] = "/env/pve-ssl.pem"
+	pc, _, err := LoadConfig([]string{"-pve-ssl-key", "/flag/pve-ssl.key", "-pve-root-ca", "/flag/ca.pem"}, func(k string) string { return env[k] })
+	delete(env, EnvNodeCertFile)
+	if err != nil || pc.NodeKeyFile != "/flag/pve-ssl.key" || pc.NodeCertFile != "/env/pve-ssl.pem" || pc.ClusterCAFile != "/flag/ca.pem" {
+		t.Fatalf("proof files from flags and env: %+v, %v", pc, err)
+	}
+
 	// The profile listener is off by default and loopback only.
 	_, opts, err = LoadConfig([]string{"-debug-addr", "127.0.0.1:6061"}, func(k string) string { return env[k] })
 	if err != nil || opts.DebugAddr != "127.0.0.1:6061" {

@@ -6,10 +6,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pvecert"
 )
 
 // maxResponse bounds a Proxmox answer the agent relays.
@@ -236,9 +236,9 @@ func (p *pve) facts(ctx context.Context, node string) (clusterFacts, error) {
 		var err error
 		switch path.Base(c.Filename) {
 		case "pve-ssl.pem":
-			id, err = clusterIdentity(c.PEM, false)
+			id, err = pvecert.ClusterIdentityOfNode([]byte(c.PEM))
 		case "pve-root-ca.pem":
-			id, err = clusterIdentity(c.PEM, true)
+			id, err = pvecert.ClusterIdentity([]byte(c.PEM))
 		default:
 			continue
 		}
@@ -254,29 +254,4 @@ func (p *pve) facts(ctx context.Context, node string) (clusterFacts, error) {
 		return f, fmt.Errorf("node %s has neither pve-ssl.pem nor pve-root-ca.pem", node)
 	}
 	return f, nil
-}
-
-// clusterIdentity derives a stable cluster identity from the cluster CA:
-// every node of a cluster has its pve-ssl.pem issued by the cluster's CA
-// (pve-root-ca.pem), and every cluster (or standalone node) has its own CA.
-// The identity hashes the CA's name and key identifier, read from the CA
-// certificate itself (isCA) or from the issuer fields of a node certificate,
-// which gives the same value.
-func clusterIdentity(pemData string, isCA bool) (string, error) {
-	block, _ := pem.Decode([]byte(pemData))
-	if block == nil {
-		return "", errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return "", err
-	}
-	name, keyID := cert.RawIssuer, cert.AuthorityKeyId
-	if isCA {
-		name, keyID = cert.RawSubject, cert.SubjectKeyId
-	}
-	h := sha256.New()
-	h.Write(name)
-	h.Write(keyID)
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }

@@ -122,6 +122,15 @@ func (s *Service) Zone(id string) (fleet.Zone, bool) {
 	return s.cfg.Zones.Zone(id)
 }
 
+// RefusedAgents lists the agents of the mesh the registry keeps out of
+// every zone, and why (none without a registry).
+func (s *Service) RefusedAgents() []fleet.RefusedAgent {
+	if s.cfg.Zones == nil {
+		return nil
+	}
+	return s.cfg.Zones.RefusedAgents()
+}
+
 // ZoneNamed returns the zone called name.
 func (s *Service) ZoneNamed(name string) (fleet.Zone, bool) {
 	for _, z := range s.Zones() {

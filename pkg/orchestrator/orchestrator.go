@@ -416,7 +416,7 @@ func (m mesh) Nodes(ctx context.Context) ([]fleet.MeshNode, error) {
 	}
 	out := make([]fleet.MeshNode, 0, len(nodes))
 	for _, n := range nodes {
-		zn := fleet.MeshNode{ID: n.ID, Name: n.GivenName, Tags: n.Tags, Online: n.Online}
+		zn := fleet.MeshNode{ID: n.ID, Name: n.GivenName, NodeKey: n.NodeKey, Tags: n.Tags, Online: n.Online}
 		for _, a := range n.Addrs {
 			if a.Is4() {
 				zn.Addr = a

@@ -31,6 +31,7 @@ type certBundle struct {
 
 type nodeCert struct {
 	tls         tls.Certificate // the node's served chain and key
+	keyPEM      []byte          // the node's key, as pve-ssl.key
 	pem         string
 	fingerprint string
 	subject     string
@@ -215,8 +216,13 @@ func newCertBundle(nodes []string, host, dir string) (*certBundle, error) {
 		for _, ip := range cert.IPAddresses {
 			san = append(san, "IP:"+ip.String())
 		}
+		keyDER, err := x509.MarshalECPrivateKey(kp.key)
+		if err != nil {
+			return nil, fmt.Errorf("node %s key: %w", node, err)
+		}
 		nc := &nodeCert{
 			tls:         tls.Certificate{Certificate: [][]byte{cert.Raw, ca.cert.Raw}, PrivateKey: kp.key},
+			keyPEM:      pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 			pem:         string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})),
 			fingerprint: fingerprintOf(cert.Raw),
 			subject:     dnString(cert.Subject),
@@ -232,4 +238,45 @@ func newCertBundle(nodes []string, host, dir string) (*certBundle, error) {
 		}
 	}
 	return b, nil
+}
+
+// NodeFiles are the paths of a node's certificate files as Proxmox keeps them
+// (/etc/pve/pve-root-ca.pem, /etc/pve/nodes/NODE/pve-ssl.pem and .key, which
+// /etc/pve/local/ shows on the node itself), for the node's agent.
+type NodeFiles struct {
+	// Key is the node's private key (pve-ssl.key).
+	Key string
+	// Cert is the node's certificate, issued by the cluster CA (pve-ssl.pem).
+	Cert string
+	// CA is the cluster CA's certificate (pve-root-ca.pem).
+	CA string
+}
+
+// NodeFilesIn are the paths of node's files in the CertDir dir of a cluster
+// (what its NodeFiles answers), for a process that did not start it.
+func NodeFilesIn(dir, node string) NodeFiles {
+	nd := filepath.Join(dir, "nodes", node)
+	return NodeFiles{Key: filepath.Join(nd, "pve-ssl.key"), Cert: filepath.Join(nd, "pve-ssl.pem"), CA: filepath.Join(dir, "pve-root-ca.pem")}
+}
+
+// writeFiles writes the cluster CA and every node's certificate and key below
+// dir in Proxmox's layout (nodeFiles); the key is readable by its owner and
+// group only, as Proxmox's root:www-data 0640.
+func (b *certBundle) writeFiles(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "pve-root-ca.pem"), b.caPEM, 0o644); err != nil {
+		return fmt.Errorf("write certificate files: %w", err)
+	}
+	for node, nc := range b.nodes {
+		f := NodeFilesIn(dir, node)
+		if err := os.MkdirAll(filepath.Dir(f.Key), 0o755); err != nil {
+			return fmt.Errorf("write certificate files: %w", err)
+		}
+		if err := os.WriteFile(f.Cert, []byte(nc.pem), 0o644); err != nil {
+			return fmt.Errorf("write certificate files: %w", err)
+		}
+		if err := os.WriteFile(f.Key, nc.keyPEM, 0o640); err != nil {
+			return fmt.Errorf("write certificate files: %w", err)
+		}
+	}
+	return nil
 }

@@ -51,7 +51,9 @@ type Config struct {
 	// CertDir holds the cluster CA and node certificates (pve-root-ca.pem/.key,
 	// pveN.pem/.key). Present files are reused, missing ones created and saved, so a
 	// cluster keeps its identity and fingerprints across restarts. "" creates fresh ones
-	// in memory.
+	// in memory. Every start also writes them there as Proxmox keeps them for its nodes'
+	// agents (NodeFiles: pve-root-ca.pem, nodes/pveN/pve-ssl.pem and pve-ssl.key); with
+	// "", into a temporary directory that Close removes.
 	CertDir string
 	// StateFile is where the cluster keeps its model across restarts (JSON). Present, it
 	// is loaded at Start (a corrupt or incompatible file fails Start); while the cluster
@@ -126,6 +128,8 @@ type Cluster struct {
 	nodes    []string
 	api      *apiSchema
 	certs    *certBundle
+	certDir  string               // where NodeFiles are; immutable after Start
+	tempDir  bool                 // certDir is temporary: Close removes it
 	eps      map[string]*endpoint // node -> its API endpoint; immutable after Start
 	url      string
 	started  time.Time
@@ -213,6 +217,24 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pvesim: start: %w", err)
 	}
 	c.certs = certs
+	c.certDir = cfg.CertDir
+	if c.certDir == "" {
+		if c.certDir, err = os.MkdirTemp("", "pvesim-pve-"); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("pvesim: start: %w", err)
+		}
+		c.tempDir = true
+	}
+	started := false
+	defer func() {
+		if !started {
+			c.removeTempDir()
+		}
+	}()
+	if err := certs.writeFiles(c.certDir); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("pvesim: start: %w", err)
+	}
 	c.st = newState(c)
 	if cfg.StateFile != "" {
 		if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o755); err != nil {
@@ -268,6 +290,7 @@ func Start(cfg Config) (*Cluster, error) {
 		go c.dataPlaneLoop()
 		c.kickNet()
 	}
+	started = true
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil
 }
@@ -305,6 +328,18 @@ func (c *Cluster) NodeNames() []string { return append([]string(nil), c.nodes...
 // may trust it instead of pinning the fingerprint.
 func (c *Cluster) CACertPEM() []byte { return append([]byte(nil), c.certs.caPEM...) }
 
+// NodeFiles are the paths of node's certificate files (the cluster CA, the node's
+// certificate and key) as Proxmox keeps them: what the node's agent proves its
+// membership of the cluster with. The paths of a node not in the cluster are of files
+// that do not exist.
+func (c *Cluster) NodeFiles(node string) NodeFiles { return NodeFilesIn(c.certDir, node) }
+
+func (c *Cluster) removeTempDir() {
+	if c.tempDir {
+		_ = os.RemoveAll(c.certDir)
+	}
+}
+
 // Identity is the random organizational unit in the cluster CA's subject: the stable
 // identity of this cluster that /nodes/{node}/certificates/info reveals.
 func (c *Cluster) Identity() string { return c.certs.identity }
@@ -330,6 +365,7 @@ func (c *Cluster) Close() error {
 		if err := c.stopPersister(); err != nil && c.closeErr == nil {
 			c.closeErr = fmt.Errorf("pvesim: close: %w", err)
 		}
+		c.removeTempDir()
 	})
 	return c.closeErr
 }

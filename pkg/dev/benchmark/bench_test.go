@@ -945,6 +945,9 @@ func enrollment(ctx context.Context, st *benchmark.Stack, rounds int, dir string
 			"-pve-url", c.Sim.NodeURL("pve1"),
 			"-pve-token-file", tokenFile,
 			"-pve-fingerprint", c.Sim.NodeFingerprint("pve1"),
+			"-pve-ssl-key", c.Sim.NodeFiles("pve1").Key,
+			"-pve-ssl-cert", c.Sim.NodeFiles("pve1").Cert,
+			"-pve-root-ca", c.Sim.NodeFiles("pve1").CA,
 			"-log-level", "warn",
 		)
 		cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -523,6 +523,9 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 					ProxmoxURL:         c.Sim.NodeURL(node),
 					ProxmoxToken:       c.token,
 					ProxmoxFingerprint: c.Sim.NodeFingerprint(node),
+					NodeKeyFile:        c.Sim.NodeFiles(node).Key,
+					NodeCertFile:       c.Sim.NodeFiles(node).Cert,
+					ClusterCAFile:      c.Sim.NodeFiles(node).CA,
 					Version:            "bench",
 					Logger:             s.log.With("component", "agent", "agent", c.Name+"-"+node),
 				})

@@ -349,6 +349,12 @@ func (u *up) agents(ctx context.Context) (func(), error) {
 				"FLEXPLANE_PVE_URL=" + ep.url,
 				"FLEXPLANE_PVE_TOKEN_FILE=" + sm.tokenFile,
 				"FLEXPLANE_PVE_FINGERPRINT=" + ep.fingerprint,
+				// The files the agent proves its membership with, where
+				// pvesim keeps them in its --cert-dir as Proxmox does
+				// (pvesim.NodeFilesIn).
+				"FLEXPLANE_PVE_SSL_KEY=" + s.path("pve", c.Name+"-certs", "nodes", node, "pve-ssl.key"),
+				"FLEXPLANE_PVE_SSL_CERT=" + s.path("pve", c.Name+"-certs", "nodes", node, "pve-ssl.pem"),
+				"FLEXPLANE_PVE_ROOT_CA=" + s.path("pve", c.Name+"-certs", "pve-root-ca.pem"),
 				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
 				"FLEXPLANE_RELEASE_KEY_FILE=" + u.releasePub,
 			}

@@ -200,6 +200,11 @@ type Agent struct {
 	MeshName string
 	// StateDir is the agent's state directory.
 	StateDir string
+	// ProxmoxURL and ProxmoxFingerprint, when set before Start, replace
+	// the cluster's API as the agent's local Proxmox, and Files the node's
+	// certificate files: for an impostor (see StartImpostor).
+	ProxmoxURL, ProxmoxFingerprint string
+	Files                          *pvesim.NodeFiles
 
 	h      *Harness
 	key    string
@@ -466,6 +471,13 @@ func (a *Agent) Start(ctx context.Context) error {
 		// go with the plane.
 		edgeNS, edgePrefix = p.NodeNS(a.Node), p.NodeNS(a.Node)+"-"
 	}
+	pveURL, pveFP, files := a.Cluster.Sim.URL(), a.Cluster.Sim.Fingerprint(), a.Cluster.Sim.NodeFiles(a.Node)
+	if a.ProxmoxURL != "" {
+		pveURL, pveFP = a.ProxmoxURL, a.ProxmoxFingerprint
+	}
+	if a.Files != nil {
+		files = *a.Files
+	}
 	ag, err := agent.Start(ctx, agent.Config{
 		EdgeBridgeNamespace: edgeNS,
 		EdgeNamespacePrefix: edgePrefix,
@@ -474,10 +486,13 @@ func (a *Agent) Start(ctx context.Context) error {
 		StateDir:            a.StateDir,
 		NodeName:            a.Node,
 		MeshName:            a.MeshName,
-		ProxmoxURL:          a.Cluster.Sim.URL(),
+		ProxmoxURL:          pveURL,
 		ProxmoxToken:        a.Cluster.Token,
-		ProxmoxFingerprint:  a.Cluster.Sim.Fingerprint(),
+		ProxmoxFingerprint:  pveFP,
 		FileRoot:            a.Cluster.Sim.NodeRoot(a.Node),
+		NodeKeyFile:         files.Key,
+		NodeCertFile:        files.Cert,
+		ClusterCAFile:       files.CA,
 		MigrationBandwidth:  a.Cluster.Spec.MigrationBandwidth,
 		Version:             "meshtest",
 		TracerProvider:      a.h.opts.tracer,

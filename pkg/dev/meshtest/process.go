@@ -99,6 +99,9 @@ func (h *Harness) StartProcessAgentsIn(t testing.TB, ns string, c *Cluster, bin 
 			agent.EnvMeshName+"="+p.MeshName,
 			agent.EnvProxmoxURL+"="+c.Sim.NodeURL(node),
 			agent.EnvFingerprint+"="+c.Sim.NodeFingerprint(node),
+			agent.EnvNodeKeyFile+"="+c.Sim.NodeFiles(node).Key,
+			agent.EnvNodeCertFile+"="+c.Sim.NodeFiles(node).Cert,
+			agent.EnvClusterCAFile+"="+c.Sim.NodeFiles(node).CA,
 			agent.EnvProxmoxToken+"="+c.Token,
 		)
 		p.env = append(p.env, env...)

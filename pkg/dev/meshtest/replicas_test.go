@@ -254,6 +254,7 @@ func (rs *replicaSet) startAgent(node, key string) {
 	a, err := agent.Start(actx, agent.Config{
 		ControlURL: rs.svc.URL(), AuthKey: key, StateDir: shortDir(t, "fpra"), NodeName: node, MeshName: "ha-" + node,
 		ProxmoxURL: rs.sim.URL(), ProxmoxToken: simToken, ProxmoxFingerprint: rs.sim.Fingerprint(), Version: "meshtest",
+		NodeKeyFile: rs.sim.NodeFiles(node).Key, NodeCertFile: rs.sim.NodeFiles(node).Cert, ClusterCAFile: rs.sim.NodeFiles(node).CA,
 	})
 	if err != nil {
 		t.Fatalf("agent %s: %v", node, err)

@@ -1,6 +1,8 @@
 // Package pvetest gives tests a go-proxmox client straight to a simulated
 // Proxmox cluster (pkg/pvesim), authenticated with one of its API tokens and
-// trusting the cluster's CA, as an operator at the cluster would be.
+// trusting the cluster's CA, as an operator at the cluster would be; and
+// certificates of a cluster in memory (Certs), for fake agents that prove
+// their membership of it.
 package pvetest
 
 import (

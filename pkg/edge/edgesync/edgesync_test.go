@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -34,9 +35,10 @@ type mesh struct {
 // agent is one host's agent: Info and Health, and an edge service recording the
 // calls it gets.
 type agent struct {
-	name string
-	id   uint64
-	addr netip.Addr // its mesh address
+	name  string
+	id    uint64
+	certs *pvetest.Certs // its cluster's, which it proves its membership with
+	addr  netip.Addr     // its mesh address
 
 	mu      sync.Mutex
 	real    string            // the loopback address it listens on; "" while down; protected by mu
@@ -58,7 +60,11 @@ type edgeAPI struct {
 }
 
 func (a agentAPI) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
-	return &agentv1.InfoResponse{AgentVersion: "test", NodeName: a.name, ClusterName: "lab", ClusterId: "lab-id"}, nil
+	return &agentv1.InfoResponse{AgentVersion: "test", NodeName: a.name, ClusterName: "lab", ClusterId: a.certs.ID}, nil
+}
+
+func (a agentAPI) Prove(_ context.Context, req *agentv1.ProveRequest) (*agentv1.ProveResponse, error) {
+	return a.certs.Prove(a.name, req, "")
 }
 
 func (a agentAPI) Health(context.Context, *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
@@ -198,8 +204,9 @@ func (m *mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 func lab(t *testing.T) (*fleet.Registry, *mesh) {
 	t.Helper()
 	m := &mesh{}
+	certs := pvetest.NewCerts(t, "host1", "host2", "host3")
 	for i := range 3 {
-		a := &agent{name: fmt.Sprintf("host%d", i+1), id: uint64(i + 1), addr: netip.AddrFrom4([4]byte{100, 64, 0, byte(i + 1)}), runs: map[string]string{}}
+		a := &agent{name: fmt.Sprintf("host%d", i+1), id: uint64(i + 1), certs: certs, addr: netip.AddrFrom4([4]byte{100, 64, 0, byte(i + 1)}), runs: map[string]string{}}
 		a.start(t)
 		m.agents = append(m.agents, a)
 	}

@@ -131,8 +131,9 @@ func (r *Registry) AgentMetrics(ctx context.Context, meshName string) ([]byte, s
 func (r *Registry) EdgeClient(meshName string) (edgev1.EdgeServiceClient, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	members := r.snapshot().members
 	for _, a := range r.agents {
-		if a.node.Name == meshName && a.conn != nil {
+		if a.node.Name == meshName && a.conn != nil && members[a.node.ID] {
 			return edgev1.NewEdgeServiceClient(a.conn), nil
 		}
 	}

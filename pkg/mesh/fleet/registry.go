@@ -3,11 +3,14 @@
 // things:
 //
 //   - the fleet registry (Registry, registry.go): it derives the agents from
-//     the mesh's node list and what each agent reports (Info), groups them
-//     into zones by Proxmox cluster identity (a standalone node is a zone
-//     of one), and tracks every host's status from the mesh and the
-//     agent's Health; it finds the agent of a node (AgentOfNode, Agent)
-//     and the gateway's edge client (EdgeClient);
+//     the mesh's node list and what each agent reports (Info) and proves
+//     (Prove: its node's certificate and a signature with its key, see
+//     membership.go), groups them into zones by the Proxmox cluster
+//     identity they prove (a standalone node is a zone of one), keeps out
+//     of every zone the agents that prove nothing or something else than
+//     they claim (RefusedAgents), and tracks every host's status from the
+//     mesh and the agent's Health; it finds the agent of a node
+//     (AgentOfNode, Agent) and the gateway's edge client (EdgeClient);
 //   - the Proxmox transport (transport.go): a go-proxmox client per zone
 //     whose HTTP transport is the agents' Proxy RPC over the mesh, so the
 //     orchestrator holds no Proxmox credential.
@@ -38,6 +41,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/proxmox/pvecert"
 	"github.com/flexplane/flexplane/pkg/support/tracing"
 	// The agents' Proxy answers come zstd-compressed when the
 	// orchestrator's gRPC clients advertise it.
@@ -47,11 +51,14 @@ import (
 
 // MeshNode is a node of the mesh as the control server lists it.
 type MeshNode struct {
-	ID     uint64
-	Name   string
-	Addr   netip.Addr
-	Tags   []string
-	Online bool
+	ID   uint64
+	Name string
+	Addr netip.Addr
+	// NodeKey is the node's WireGuard key ("nodekey:<hex>"): the mesh
+	// identity an agent's membership proof must be made for.
+	NodeKey string
+	Tags    []string
+	Online  bool
 }
 
 // Mesh is what the registry needs of the mesh: the control server's node list
@@ -85,8 +92,10 @@ type Config struct {
 	// RefreshInterval is how often the node list is read and every online
 	// agent's Health is called. Default 2s.
 	RefreshInterval time.Duration
-	// InfoInterval is how often an agent's Info is read again; it is also
-	// read whenever an agent comes (back) online. Default 5m.
+	// InfoInterval is how often an agent's Info is read, and its membership
+	// proven, again; both are also done whenever an agent comes (back)
+	// online, reports another version or has another mesh identity.
+	// Default 5m.
 	InfoInterval time.Duration
 	// CallTimeout bounds one Info or Health call. Default 3s.
 	CallTimeout time.Duration
@@ -154,7 +163,8 @@ type UpdateStatus struct {
 
 // Zone is one Proxmox cluster, or a standalone node.
 type Zone struct {
-	// ID is the stable cluster identity reported by the agents.
+	// ID is the stable cluster identity its agents prove (pvecert.ClusterIdentity
+	// of the cluster CA).
 	ID string
 	// Name is the Proxmox cluster name, or the node name of a standalone node.
 	Name       string
@@ -178,8 +188,19 @@ type agentState struct {
 	conn   *grpc.ClientConn
 	client agentv1.AgentServiceClient
 
-	info        *agentv1.InfoResponse
-	infoAt      time.Time
+	info   *agentv1.InfoResponse
+	infoAt time.Time
+	// member is what the agent's proof showed with info; nil when it proved
+	// nothing, refusal then says why. provenKey is the mesh node key the
+	// proof was made for.
+	member       *pvecert.Member
+	refusal      string
+	refusedSince time.Time
+	provenKey    string
+	// heldBy is the mesh node that holds the agent's node of its zone
+	// when another agent does (set by snapshot); heldSince is since when.
+	heldBy      string
+	heldSince   time.Time
 	status      HostStatus
 	detail      string
 	lastHealthy time.Time
@@ -218,6 +239,10 @@ type Registry struct {
 type snapshot struct {
 	zones []Zone         // sorted by name then ID
 	byID  map[string]int // index into zones
+	// members are the agents of the zones (by mesh ID): proven, and the
+	// first of their node.
+	members map[uint64]bool
+	refused []RefusedAgent // sorted by mesh name
 }
 
 // New returns a registry; call Run to keep it current.
@@ -383,16 +408,18 @@ func (r *Registry) logGraceOver() {
 func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip.Addr]bool) {
 	r.mu.Lock()
 	node, client, prev := a.node, a.client, a.status
-	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline
+	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline || a.provenKey != node.NodeKey
 	knownVersion := a.info.GetAgentVersion()
 	r.mu.Unlock()
 
 	var update *UpdateStatus
+	var proven verdict
 	set := func(st HostStatus, detail string, info *agentv1.InfoResponse) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if info != nil {
 			a.info, a.infoAt = info, time.Now()
+			r.setVerdictLocked(a, node, info, proven)
 		}
 		if update != nil {
 			a.update = *update
@@ -504,6 +531,11 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		info, err = client.Info(cctx, &agentv1.InfoRequest{})
 		if err != nil {
 			r.log.Warn("zones: agent info", "mesh_name", node.Name, "err", err)
+			info = nil
+		} else if proven, err = r.prove(cctx, client, node, info); err != nil {
+			// Info and the proof are kept together: the Info is read
+			// again with the next proof.
+			r.log.Warn("zones: agent proof", "mesh_name", node.Name, "err", err)
 			info = nil
 		}
 	}
@@ -633,12 +665,13 @@ func (r *Registry) snapshot() *snapshot {
 	if r.snap != nil {
 		return r.snap
 	}
+	members, refused := r.membersLocked()
 	byID := map[string]*Zone{}
 	for _, a := range r.agents {
-		if a.info == nil {
+		if !members[a.node.ID] {
 			continue
 		}
-		id := a.info.GetClusterId()
+		id := a.member.ClusterID
 		z := byID[id]
 		if z == nil {
 			z = &Zone{ID: id, Name: a.info.GetClusterName(), Standalone: a.info.GetClusterName() == ""}
@@ -661,13 +694,13 @@ func (r *Registry) snapshot() *snapshot {
 	for i, z := range zones {
 		idx[z.ID] = i
 	}
-	r.snap = &snapshot{zones: zones, byID: idx}
+	r.snap = &snapshot{zones: zones, byID: idx, members: members, refused: refused}
 	return r.snap
 }
 
 func (a *agentState) host() Host {
 	return Host{
-		Node:           a.info.GetNodeName(),
+		Node:           a.member.Node,
 		MeshID:         a.node.ID,
 		MeshName:       a.node.Name,
 		MeshAddr:       a.node.Addr,
@@ -682,13 +715,13 @@ func (a *agentState) host() Host {
 }
 
 // Agent returns the gRPC client of the agent with the given mesh ID, if
-// the registry has one (for calls the zone clients do not make, such as
-// Update).
+// the registry has one and the agent is a host of a zone (for calls the
+// zone clients do not make, such as Update); a refused agent has none.
 func (r *Registry) Agent(meshID uint64) (agentv1.AgentServiceClient, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[meshID]
-	if a == nil || a.client == nil {
+	if a == nil || a.client == nil || !r.snapshot().members[meshID] {
 		return nil, false
 	}
 	return a.client, true
@@ -702,16 +735,18 @@ type target struct {
 }
 
 // targets returns the usable agents of a zone: the agent of preferNode first
-// (if any), then the others in a stable order. Only online agents are usable.
+// (if any), then the others in a stable order. Only online agents that are
+// hosts of the zone (proven, see membership.go) are usable.
 func (r *Registry) targets(zoneID, preferNode string) []target {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ts []target
+	members := r.snapshot().members
 	for _, a := range r.agents {
-		if a.info == nil || a.info.GetClusterId() != zoneID || a.status != StatusOnline || a.client == nil {
+		if !members[a.node.ID] || a.member.ClusterID != zoneID || a.status != StatusOnline || a.client == nil {
 			continue
 		}
-		ts = append(ts, target{node: a.info.GetNodeName(), meshID: a.node.ID, client: a.client})
+		ts = append(ts, target{node: a.member.Node, meshID: a.node.ID, client: a.client})
 	}
 	slices.SortFunc(ts, func(a, b target) int {
 		ap, bp := a.node == preferNode, b.node == preferNode
@@ -739,12 +774,14 @@ func (r *Registry) markFailed(meshID uint64, err error) {
 }
 
 // AgentOfNode returns the client of the online agent of node in zone zoneID and
-// its host, for calls to that one agent (a volume on its node).
+// its host, for calls to that one agent (a volume on its node): the agent
+// that proved that node of that zone.
 func (r *Registry) AgentOfNode(zoneID, node string) (agentv1.AgentServiceClient, Host, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	members := r.snapshot().members
 	for _, a := range r.agents {
-		if a.info != nil && a.info.GetClusterId() == zoneID && a.info.GetNodeName() == node && a.status == StatusOnline && a.client != nil {
+		if members[a.node.ID] && a.member.ClusterID == zoneID && a.member.Node == node && a.status == StatusOnline && a.client != nil {
 			return a.client, a.host(), true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -27,6 +28,9 @@ type fakeMesh struct {
 	nodes     []fleet.MeshNode    // protected by mu
 	reachable map[netip.Addr]bool // protected by mu
 	dialTo    string              // where Dial connects ("": it fails); protected by mu
+	// dialByIP is where Dial connects for each mesh address, when set;
+	// protected by mu.
+	dialByIP map[string]string
 }
 
 func (m *fakeMesh) Nodes(context.Context) ([]fleet.MeshNode, error) {
@@ -48,6 +52,10 @@ func (m *fakeMesh) OnlinePeers(context.Context) (map[netip.Addr]bool, error) {
 func (m *fakeMesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	m.mu.Lock()
 	to := m.dialTo
+	if m.dialByIP != nil {
+		host, _, _ := net.SplitHostPort(addr)
+		to = m.dialByIP[host]
+	}
 	m.mu.Unlock()
 	if to == "" {
 		return nil, errors.New("fake mesh: no dial")
@@ -56,17 +64,23 @@ func (m *fakeMesh) Dial(ctx context.Context, network, addr string) (net.Conn, er
 	return d.DialContext(ctx, network, to)
 }
 
-// agentServer answers Health and Info as one agent of cluster "alpha".
+// agentServer answers Health, Info and Prove as agent pve1 of cluster
+// "alpha".
 type agentServer struct {
 	agentv1.UnimplementedAgentServiceServer
+	certs *pvetest.Certs
 }
 
 func (agentServer) Health(context.Context, *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
 	return &agentv1.HealthResponse{Status: agentv1.HealthStatus_HEALTH_STATUS_SERVING}, nil
 }
 
-func (agentServer) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
-	return &agentv1.InfoResponse{NodeName: "pve1", ClusterId: "alpha-id", ClusterName: "alpha"}, nil
+func (a agentServer) Info(context.Context, *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	return &agentv1.InfoResponse{NodeName: "pve1", ClusterId: a.certs.ID, ClusterName: "alpha"}, nil
+}
+
+func (a agentServer) Prove(_ context.Context, req *agentv1.ProveRequest) (*agentv1.ProveResponse, error) {
+	return a.certs.Prove("pve1", req, "")
 }
 
 // TestAgentTheMeshShowsOffline: right after an orchestrator restart the
@@ -81,7 +95,8 @@ func TestAgentTheMeshShowsOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	agentv1.RegisterAgentServiceServer(srv, agentServer{})
+	certs := pvetest.NewCerts(t, "pve1")
+	agentv1.RegisterAgentServiceServer(srv, agentServer{certs: certs})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	m := &fakeMesh{dialTo: lis.Addr().String(), nodes: []fleet.MeshNode{
@@ -93,7 +108,7 @@ func TestAgentTheMeshShowsOffline(t *testing.T) {
 	if err := r.Refresh(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	z, ok := r.Zone("alpha-id")
+	z, ok := r.Zone(certs.ID)
 	if !ok {
 		t.Fatalf("no zone alpha after a refresh: %v", r.Zones())
 	}

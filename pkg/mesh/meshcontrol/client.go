@@ -65,6 +65,9 @@ type Node struct {
 	Name      string
 	GivenName string
 	Addrs     []netip.Addr
+	// NodeKey is the node's WireGuard node key ("nodekey:<hex>"), its mesh
+	// identity: what an agent's membership proof binds.
+	NodeKey   string
 	Tags      []string
 	Online    bool
 	LastSeen  time.Time
@@ -199,6 +202,7 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 			ID:        n.GetId(),
 			Name:      n.GetName(),
 			GivenName: n.GetGivenName(),
+			NodeKey:   n.GetNodeKey(),
 			Tags:      slices.Clone(n.GetTags()),
 			Online:    n.GetOnline(),
 		}
@@ -216,6 +220,26 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 		nodes = append(nodes, node)
 	}
 	return nodes, nil
+}
+
+// ErrNodeNotFound is returned when deleting a node that is not in the mesh.
+var ErrNodeNotFound = errors.New("mesh node not found")
+
+// DeleteNode removes the node with the given id from the mesh: its key no
+// longer connects, and a new node may take its place (an agent of a
+// rebuilt Proxmox node; see docs/install/agents.md).
+func (c *Client) DeleteNode(ctx context.Context, id uint64) error {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("meshcontrol: delete node %d: %w", id, err)
+	}
+	if !slices.ContainsFunc(nodes, func(n Node) bool { return n.ID == id }) {
+		return fmt.Errorf("meshcontrol: delete node %d: %w", id, ErrNodeNotFound)
+	}
+	if _, err := c.api.DeleteNode(ctx, &v1.DeleteNodeRequest{NodeId: id}); err != nil {
+		return fmt.Errorf("meshcontrol: delete node %d: %w", id, err)
+	}
+	return nil
 }
 
 // SetPolicy replaces the mesh policy (headscale's HuJSON policy format).

@@ -252,6 +252,19 @@ func (n *Node) Addr() netip.Addr {
 	return v4
 }
 
+// NodeKey is the node's WireGuard node key ("nodekey:<hex>"), as the control
+// server lists it: the node's identity in the mesh.
+func (n *Node) NodeKey(ctx context.Context) (string, error) {
+	st, err := n.lc.StatusWithoutPeers(ctx)
+	if err != nil {
+		return "", fmt.Errorf("meshnode: node key: %w", err)
+	}
+	if st.Self == nil || st.Self.PublicKey.IsZero() {
+		return "", errors.New("meshnode: node key: the node has no key yet")
+	}
+	return st.Self.PublicKey.String(), nil
+}
+
 // DERPMap is the DERP map the control server gave the node: the relays and
 // their STUN ports.
 func (n *Node) DERPMap(ctx context.Context) (*tailcfg.DERPMap, error) {

@@ -1120,6 +1120,132 @@ func (x *InfoResponse) GetPlatform() string {
 	return ""
 }
 
+// ProveRequest carries the orchestrator's challenge.
+type ProveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 32 random bytes, fresh for every proof.
+	Nonce         []byte `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProveRequest) Reset() {
+	*x = ProveRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProveRequest) ProtoMessage() {}
+
+func (x *ProveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProveRequest.ProtoReflect.Descriptor instead.
+func (*ProveRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ProveRequest) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+// ProveResponse is the agent's membership proof.
+type ProveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's certificate (pve-ssl.pem, PEM).
+	NodeCertificate []byte `protobuf:"bytes,1,opt,name=node_certificate,json=nodeCertificate,proto3" json:"node_certificate,omitempty"`
+	// The cluster CA (pve-root-ca.pem, PEM).
+	ClusterCa []byte `protobuf:"bytes,2,opt,name=cluster_ca,json=clusterCa,proto3" json:"cluster_ca,omitempty"`
+	// The mesh identity the agent signed for: its node key as the control
+	// server lists it ("nodekey:..."). The orchestrator verifies with the key
+	// it knows the agent by, not with this field, which is for diagnostics.
+	MeshNodeKey string `protobuf:"bytes,3,opt,name=mesh_node_key,json=meshNodeKey,proto3" json:"mesh_node_key,omitempty"`
+	// The signature, with the key of node_certificate, over the message of
+	// package pvecert (Message): the context string "flexplane agent
+	// membership proof v1", the nonce and the mesh node key, each prefixed
+	// with its length as 4 bytes big-endian. RSA-PSS (SHA-256, salt length
+	// equal to the hash) for an RSA key, ECDSA with SHA-256 (ASN.1) or
+	// Ed25519.
+	Signature     []byte `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProveResponse) Reset() {
+	*x = ProveResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProveResponse) ProtoMessage() {}
+
+func (x *ProveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProveResponse.ProtoReflect.Descriptor instead.
+func (*ProveResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ProveResponse) GetNodeCertificate() []byte {
+	if x != nil {
+		return x.NodeCertificate
+	}
+	return nil
+}
+
+func (x *ProveResponse) GetClusterCa() []byte {
+	if x != nil {
+		return x.ClusterCa
+	}
+	return nil
+}
+
+func (x *ProveResponse) GetMeshNodeKey() string {
+	if x != nil {
+		return x.MeshNodeKey
+	}
+	return ""
+}
+
+func (x *ProveResponse) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // HealthRequest has no fields.
 type HealthRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1129,7 +1255,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1267,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1280,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 // HealthResponse reports the state of an agent.
@@ -1173,7 +1299,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1311,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1324,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthResponse) GetStatus() HealthStatus {
@@ -1250,7 +1376,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1388,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1401,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateStatus) GetPhase() string {
@@ -1342,7 +1468,7 @@ type UpdateRequest struct {
 
 func (x *UpdateRequest) Reset() {
 	*x = UpdateRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1480,7 @@ func (x *UpdateRequest) String() string {
 func (*UpdateRequest) ProtoMessage() {}
 
 func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1493,7 @@ func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateRequest) GetManifest() []byte {
@@ -1422,7 +1548,7 @@ type UpdateResponse struct {
 
 func (x *UpdateResponse) Reset() {
 	*x = UpdateResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1560,7 @@ func (x *UpdateResponse) String() string {
 func (*UpdateResponse) ProtoMessage() {}
 
 func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1573,7 @@ func (x *UpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateResponse.ProtoReflect.Descriptor instead.
 func (*UpdateResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateResponse) GetVersion() string {
@@ -1476,7 +1602,7 @@ type ProxyRequest struct {
 
 func (x *ProxyRequest) Reset() {
 	*x = ProxyRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1614,7 @@ func (x *ProxyRequest) String() string {
 func (*ProxyRequest) ProtoMessage() {}
 
 func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1627,7 @@ func (x *ProxyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyRequest.ProtoReflect.Descriptor instead.
 func (*ProxyRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProxyRequest) GetMethod() string {
@@ -1558,7 +1684,7 @@ type ProxyResponse struct {
 
 func (x *ProxyResponse) Reset() {
 	*x = ProxyResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1696,7 @@ func (x *ProxyResponse) String() string {
 func (*ProxyResponse) ProtoMessage() {}
 
 func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1709,7 @@ func (x *ProxyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProxyResponse.ProtoReflect.Descriptor instead.
 func (*ProxyResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProxyResponse) GetStatusCode() int32 {
@@ -1623,7 +1749,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1761,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1774,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 // MetricsResponse carries the agent's metrics.
@@ -1664,7 +1790,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1802,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1815,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MetricsResponse) GetText() []byte {
@@ -1786,7 +1912,15 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12'\n" +
 	"\x0fproxmox_version\x18\x05 \x01(\tR\x0eproxmoxVersion\x12\x1a\n" +
-	"\bplatform\x18\x06 \x01(\tR\bplatform\"\x0f\n" +
+	"\bplatform\x18\x06 \x01(\tR\bplatform\"$\n" +
+	"\fProveRequest\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\"\x9b\x01\n" +
+	"\rProveResponse\x12)\n" +
+	"\x10node_certificate\x18\x01 \x01(\fR\x0fnodeCertificate\x12\x1d\n" +
+	"\n" +
+	"cluster_ca\x18\x02 \x01(\fR\tclusterCa\x12\"\n" +
+	"\rmesh_node_key\x18\x03 \x01(\tR\vmeshNodeKey\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\"\x0f\n" +
 	"\rHealthRequest\"\xc1\x01\n" +
 	"\x0eHealthResponse\x128\n" +
 	"\x06status\x18\x01 \x01(\x0e2 .flexplane.agent.v1.HealthStatusR\x06status\x12\x16\n" +
@@ -1829,7 +1963,7 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xf4\a\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xc2\b\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
@@ -1842,7 +1976,8 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\aConsole\x12\".flexplane.agent.v1.ConsoleRequest\x1a#.flexplane.agent.v1.ConsoleResponse(\x010\x01\x12s\n" +
 	"\x12IssueConsoleTicket\x12-.flexplane.agent.v1.IssueConsoleTicketRequest\x1a..flexplane.agent.v1.IssueConsoleTicketResponse\x12a\n" +
 	"\fWriteSnippet\x12'.flexplane.agent.v1.WriteSnippetRequest\x1a(.flexplane.agent.v1.WriteSnippetResponse\x12d\n" +
-	"\rDeleteSnippet\x12(.flexplane.agent.v1.DeleteSnippetRequest\x1a).flexplane.agent.v1.DeleteSnippetResponse2q\n" +
+	"\rDeleteSnippet\x12(.flexplane.agent.v1.DeleteSnippetRequest\x1a).flexplane.agent.v1.DeleteSnippetResponse\x12L\n" +
+	"\x05Prove\x12 .flexplane.agent.v1.ProveRequest\x1a!.flexplane.agent.v1.ProveResponse2q\n" +
 	"\x10MigrationService\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
@@ -1860,7 +1995,7 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(HealthStatus)(0),                  // 0: flexplane.agent.v1.HealthStatus
 	(*OfferVolumeRequest)(nil),         // 1: flexplane.agent.v1.OfferVolumeRequest
@@ -1879,45 +2014,49 @@ var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(*ReadVolumeResponse)(nil),         // 14: flexplane.agent.v1.ReadVolumeResponse
 	(*InfoRequest)(nil),                // 15: flexplane.agent.v1.InfoRequest
 	(*InfoResponse)(nil),               // 16: flexplane.agent.v1.InfoResponse
-	(*HealthRequest)(nil),              // 17: flexplane.agent.v1.HealthRequest
-	(*HealthResponse)(nil),             // 18: flexplane.agent.v1.HealthResponse
-	(*UpdateStatus)(nil),               // 19: flexplane.agent.v1.UpdateStatus
-	(*UpdateRequest)(nil),              // 20: flexplane.agent.v1.UpdateRequest
-	(*UpdateResponse)(nil),             // 21: flexplane.agent.v1.UpdateResponse
-	(*ProxyRequest)(nil),               // 22: flexplane.agent.v1.ProxyRequest
-	(*ProxyResponse)(nil),              // 23: flexplane.agent.v1.ProxyResponse
-	(*MetricsRequest)(nil),             // 24: flexplane.agent.v1.MetricsRequest
-	(*MetricsResponse)(nil),            // 25: flexplane.agent.v1.MetricsResponse
+	(*ProveRequest)(nil),               // 17: flexplane.agent.v1.ProveRequest
+	(*ProveResponse)(nil),              // 18: flexplane.agent.v1.ProveResponse
+	(*HealthRequest)(nil),              // 19: flexplane.agent.v1.HealthRequest
+	(*HealthResponse)(nil),             // 20: flexplane.agent.v1.HealthResponse
+	(*UpdateStatus)(nil),               // 21: flexplane.agent.v1.UpdateStatus
+	(*UpdateRequest)(nil),              // 22: flexplane.agent.v1.UpdateRequest
+	(*UpdateResponse)(nil),             // 23: flexplane.agent.v1.UpdateResponse
+	(*ProxyRequest)(nil),               // 24: flexplane.agent.v1.ProxyRequest
+	(*ProxyResponse)(nil),              // 25: flexplane.agent.v1.ProxyResponse
+	(*MetricsRequest)(nil),             // 26: flexplane.agent.v1.MetricsRequest
+	(*MetricsResponse)(nil),            // 27: flexplane.agent.v1.MetricsResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
-	19, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
+	21, // 1: flexplane.agent.v1.HealthResponse.update:type_name -> flexplane.agent.v1.UpdateStatus
 	15, // 2: flexplane.agent.v1.AgentService.Info:input_type -> flexplane.agent.v1.InfoRequest
-	17, // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
-	22, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
-	24, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
-	20, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
+	19, // 3: flexplane.agent.v1.AgentService.Health:input_type -> flexplane.agent.v1.HealthRequest
+	24, // 4: flexplane.agent.v1.AgentService.Proxy:input_type -> flexplane.agent.v1.ProxyRequest
+	26, // 5: flexplane.agent.v1.AgentService.Metrics:input_type -> flexplane.agent.v1.MetricsRequest
+	22, // 6: flexplane.agent.v1.AgentService.Update:input_type -> flexplane.agent.v1.UpdateRequest
 	1,  // 7: flexplane.agent.v1.AgentService.OfferVolume:input_type -> flexplane.agent.v1.OfferVolumeRequest
 	3,  // 8: flexplane.agent.v1.AgentService.PullVolume:input_type -> flexplane.agent.v1.PullVolumeRequest
 	5,  // 9: flexplane.agent.v1.AgentService.Console:input_type -> flexplane.agent.v1.ConsoleRequest
 	6,  // 10: flexplane.agent.v1.AgentService.IssueConsoleTicket:input_type -> flexplane.agent.v1.IssueConsoleTicketRequest
 	9,  // 11: flexplane.agent.v1.AgentService.WriteSnippet:input_type -> flexplane.agent.v1.WriteSnippetRequest
 	11, // 12: flexplane.agent.v1.AgentService.DeleteSnippet:input_type -> flexplane.agent.v1.DeleteSnippetRequest
-	13, // 13: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
-	16, // 14: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	18, // 15: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	23, // 16: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	25, // 17: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	21, // 18: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	2,  // 19: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
-	4,  // 20: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
-	8,  // 21: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
-	7,  // 22: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
-	10, // 23: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
-	12, // 24: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
-	14, // 25: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
-	14, // [14:26] is the sub-list for method output_type
-	2,  // [2:14] is the sub-list for method input_type
+	17, // 13: flexplane.agent.v1.AgentService.Prove:input_type -> flexplane.agent.v1.ProveRequest
+	13, // 14: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	16, // 15: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	20, // 16: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	25, // 17: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	27, // 18: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	23, // 19: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 20: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 21: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	8,  // 22: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
+	7,  // 23: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
+	10, // 24: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
+	12, // 25: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
+	18, // 26: flexplane.agent.v1.AgentService.Prove:output_type -> flexplane.agent.v1.ProveResponse
+	14, // 27: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	15, // [15:28] is the sub-list for method output_type
+	2,  // [2:15] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1934,7 +2073,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

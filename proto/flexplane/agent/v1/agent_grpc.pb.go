@@ -34,6 +34,7 @@ const (
 	AgentService_IssueConsoleTicket_FullMethodName = "/flexplane.agent.v1.AgentService/IssueConsoleTicket"
 	AgentService_WriteSnippet_FullMethodName       = "/flexplane.agent.v1.AgentService/WriteSnippet"
 	AgentService_DeleteSnippet_FullMethodName      = "/flexplane.agent.v1.AgentService/DeleteSnippet"
+	AgentService_Prove_FullMethodName              = "/flexplane.agent.v1.AgentService/Prove"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -110,6 +111,17 @@ type AgentServiceClient interface {
 	// DeleteSnippet removes a file WriteSnippet wrote (the same rules for
 	// the name and the storage). A file that is not there is no error.
 	DeleteSnippet(ctx context.Context, in *DeleteSnippetRequest, opts ...grpc.CallOption) (*DeleteSnippetResponse, error)
+	// Prove proves that the agent runs on a node of the Proxmox cluster it
+	// reports in Info: it signs the orchestrator's nonce, its own mesh
+	// identity and a context string with its node's TLS key (pve-ssl.key),
+	// and presents its node certificate (pve-ssl.pem) and the cluster CA
+	// (pve-root-ca.pem). The orchestrator verifies the chain and the
+	// signature (package pvecert) and puts the agent into the zone the CA
+	// identifies, as the node the certificate names; an agent that cannot
+	// prove it is in no zone. Key or certificate files the agent cannot read
+	// answer FAILED_PRECONDITION; a nonce of another size than 32 bytes
+	// INVALID_ARGUMENT.
+	Prove(ctx context.Context, in *ProveRequest, opts ...grpc.CallOption) (*ProveResponse, error)
 }
 
 type agentServiceClient struct {
@@ -245,6 +257,16 @@ func (c *agentServiceClient) DeleteSnippet(ctx context.Context, in *DeleteSnippe
 	return out, nil
 }
 
+func (c *agentServiceClient) Prove(ctx context.Context, in *ProveRequest, opts ...grpc.CallOption) (*ProveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProveResponse)
+	err := c.cc.Invoke(ctx, AgentService_Prove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -319,6 +341,17 @@ type AgentServiceServer interface {
 	// DeleteSnippet removes a file WriteSnippet wrote (the same rules for
 	// the name and the storage). A file that is not there is no error.
 	DeleteSnippet(context.Context, *DeleteSnippetRequest) (*DeleteSnippetResponse, error)
+	// Prove proves that the agent runs on a node of the Proxmox cluster it
+	// reports in Info: it signs the orchestrator's nonce, its own mesh
+	// identity and a context string with its node's TLS key (pve-ssl.key),
+	// and presents its node certificate (pve-ssl.pem) and the cluster CA
+	// (pve-root-ca.pem). The orchestrator verifies the chain and the
+	// signature (package pvecert) and puts the agent into the zone the CA
+	// identifies, as the node the certificate names; an agent that cannot
+	// prove it is in no zone. Key or certificate files the agent cannot read
+	// answer FAILED_PRECONDITION; a nonce of another size than 32 bytes
+	// INVALID_ARGUMENT.
+	Prove(context.Context, *ProveRequest) (*ProveResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -361,6 +394,9 @@ func (UnimplementedAgentServiceServer) WriteSnippet(context.Context, *WriteSnipp
 }
 func (UnimplementedAgentServiceServer) DeleteSnippet(context.Context, *DeleteSnippetRequest) (*DeleteSnippetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSnippet not implemented")
+}
+func (UnimplementedAgentServiceServer) Prove(context.Context, *ProveRequest) (*ProveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Prove not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -552,6 +588,24 @@ func _AgentService_DeleteSnippet_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Prove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).Prove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_Prove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).Prove(ctx, req.(*ProveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -590,6 +644,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSnippet",
 			Handler:    _AgentService_DeleteSnippet_Handler,
+		},
+		{
+			MethodName: "Prove",
+			Handler:    _AgentService_Prove_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
