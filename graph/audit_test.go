@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
+	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
@@ -56,8 +57,12 @@ type auditCall struct {
 func TestAuditEveryMutation(t *testing.T) {
 	t.Parallel()
 	rec := &auditRecorder{}
+	// Every mutation, one after another, by a few callers: more than the
+	// default rate limit lets through (whose refusals
+	// TestAuditRefusedMutations and graph/server's tests audit).
+	noLimits := server.RateLimits{MutationRate: -1, ConsoleRate: -1}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithAuditSink(rec))
+		meshtest.WithAPI(meshtest.APISpec{RateLimits: noLimits}), meshtest.WithAuditSink(rec))
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	var created struct {
