@@ -47,6 +47,38 @@ describe('portal', () => {
       const clusters = page.getByTestId('vdc-quotas').locator('.usage').filter({ hasText: 'Kubernetes clusters' })
       await clusters.getByText('0 (no quota)', { exact: true }).waitFor()
     }
+    // A switch while the last VDC's answer is still on its way: the other
+    // VDC's query is sent on its own and shown, and the late answer of the
+    // VDC switched away from changes nothing when it comes.
+    await select.selectOption(other)
+    await page.getByRole('heading', { name: `VDC ${other}` }).waitFor()
+    let release
+    const held = new Promise((r) => { release = r })
+    let holding
+    const isHeld = new Promise((r) => { holding = r })
+    const hold = async (route) => {
+      const r = route.request()
+      if (r.headers()['flexplane-vdc-id'] === initial && (r.postData() ?? '').includes('currentVDC')) {
+        holding(r)
+        await held
+      }
+      await route.continue()
+    }
+    await page.route('**/graphql', hold)
+    await select.selectOption(initial)
+    const late = await isHeld
+    const before = graphql.length
+    await select.selectOption(other)
+    await page.getByRole('heading', { name: `VDC ${other}` }).waitFor()
+    assert.ok(graphql.slice(before).some((r) => r.body.includes('currentVDC') && r.headers['flexplane-vdc-id'] === other), `no request of ${other}'s home page while ${initial}'s was on its way`)
+    const answered = page.waitForResponse((res) => res.request() === late)
+    release()
+    await answered
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))))
+    assert.equal(await page.locator('#vdc-heading').textContent(), `VDC ${other}`, `${initial}'s late answer replaced ${other}'s`)
+    await page.unroute('**/graphql', hold)
+    await select.selectOption(initial)
+    await page.getByRole('heading', { name: `VDC ${initial}` }).waitFor()
     await shot(page, 'home')
     // The first Tab reaches the skip link, which moves focus to the content.
     await page.locator('body').focus()

@@ -5,7 +5,7 @@
 // the pages: `graphql(...)`), so a query that does not fit the schema, or a
 // page that reads a field it did not ask for, fails the type check.
 
-import { Client, fetchExchange, gql, type AnyVariables, type DocumentInput, type OperationResult } from '@urql/core'
+import { Client, createRequest, fetchExchange, gql, type AnyVariables, type DocumentInput, type OperationResult } from '@urql/core'
 import { createClient as createWSClient } from 'graphql-ws'
 import { print, type DocumentNode } from 'graphql'
 
@@ -63,10 +63,17 @@ export async function request<T, V extends AnyVariables = AnyVariables>(
   const query = typeof doc === 'string' ? gql(doc) : doc
   const isMutation = query.definitions.some((d) => d.kind === 'OperationDefinition' && d.operation === 'mutation')
   const opts = { requestPolicy: 'network-only' as const, fetchOptions: { headers } }
-  const res: OperationResult<T, V> = await (isMutation
-    ? ctx.client.mutation<T, V>(query as DocumentInput<T, V>, (variables ?? {}) as V, opts)
-    : ctx.client.query<T, V>(query as DocumentInput<T, V>, (variables ?? {}) as V, opts)
-  ).toPromise()
+  // urql shares one result among the queries in flight with the same key,
+  // which it makes of the document and variables only: the same query for
+  // another VDC, sent while the first is still on its way, would get the
+  // first VDC's answer. The key here names the VDC too.
+  const req = createRequest<T, V>(query as DocumentInput<T, V>, (variables ?? {}) as V)
+  const op = ctx.client.createRequestOperation<T, V>(
+    isMutation ? 'mutation' : 'query',
+    { ...req, key: keyWithVDC(req.key, ctx.vdc) },
+    opts,
+  )
+  const res: OperationResult<T, V> = await ctx.client.executeRequestOperation<T, V>(op).toPromise()
   const err = res.error
   if (!err) return res.data as T
   const errors: GraphQLErrorEntry[] = err.graphQLErrors.map((e) => ({
@@ -91,6 +98,17 @@ export async function request<T, V extends AnyVariables = AnyVariables>(
   }
   if (status) throw new ApiError(`The API answered ${status} without a GraphQL response.`, 'INTERNAL')
   throw new ApiError(`The API cannot be reached (${err.networkError?.message ?? err.message}).`, 'NETWORK')
+}
+
+// keyWithVDC mixes the VDC into an operation's key (FNV-1a over the key
+// and the VDC's name).
+function keyWithVDC(key: number, vdc: string | null): number {
+  let h = 0x811c9dc5
+  for (const c of `${key}\u0000${vdc ?? ''}`) {
+    h ^= c.codePointAt(0)!
+    h = Math.imul(h, 0x01000193) >>> 0
+  }
+  return h
 }
 
 // newClient is the portal's GraphQL client: urql over HTTP POST for
