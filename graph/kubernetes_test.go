@@ -202,12 +202,15 @@ func errorOf(t *testing.T, r *meshtest.GraphQLResponse) (code, field string) {
 // TestKubernetesThroughGraphQL: a member creates a cluster and a pool of 2
 // through GraphQL; Cluster API's controllers, run by the orchestrator,
 // drive flexplane's provider into two running worker VMs in the VDC; the
-// pool scales 2 → 5 → 0; bad input (size 11, an unknown profile, the
+// pool scales 2 → 1 → 5 → 0; bad input (size 11, an unknown profile, the
 // network of another VDC, Service and Pod ranges that are no IPv4
 // prefixes, out of bounds or overlapping each other or the network) is
 // refused with its field and changes nothing; so are a cluster of another
 // VDC in the zone while it is dedicated to the member's VDC (which may
-// create its own), and a second cluster over the VDC's kubernetesClusters
+// create its own), the pool's scale up and a new pool once the zone is
+// dedicated to another VDC (as a zone that does not exist; a scale down
+// works, and so does scaling once the zone is dedicated to the member's
+// VDC), and a second cluster over the VDC's kubernetesClusters
 // quota of 1, which its usage counts; another VDC gets NOT_FOUND for all
 // of it; delete leaves no VM, Cluster
 // API object or namespace. Each worker's cloud-init user-data, as
@@ -241,6 +244,8 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 	if code, field := errorOf(t, r); code != "BAD_USER_INPUT" || field != "input.zone" {
 		t.Errorf("red's cluster in alpha, dedicated to blue: %s", r.Raw)
 	}
+	// How a zone dedicated to other VDCs is worded: as one that does not exist.
+	noZone := strings.TrimPrefix(r.Errors[0].Message, "input.zone: ")
 	var redClusters corev1.NamespaceList
 	if err := s.kc.List(t.Context(), &redClusters, client.MatchingLabels{v1alpha1.VDCLabel: "red"}); err != nil || len(redClusters.Items) != 0 {
 		t.Errorf("red's cluster namespaces after the refusal: %v %v", redClusters.Items, err)
@@ -384,8 +389,36 @@ func TestKubernetesThroughGraphQL(t *testing.T) {
 		}
 	}
 
+	// alpha dedicated to red after blue's pool was made there: no more
+	// workers of blue's may go there, refused as createKubernetesCluster
+	// refuses the zone and changing nothing: a scale up (the pool still
+	// wants 2), a new pool (none made); a scale down places nothing and
+	// works. Once alpha is dedicated to blue, blue scales as before.
+	dedicate([]string{"red"})
+	scale := `mutation($p: ID!, $n: Int!) { scaleNodePool(id: $p, size: $n) { size } }`
+	for _, refused := range []struct {
+		name, query string
+		vars        map[string]any
+		field       string
+	}{
+		{"scale up", scale, map[string]any{"p": pool.ID, "n": 3}, "id"},
+		{"a new pool", `mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "more", computeProfile: "small", storageProfile: "ssd", size: 1}) { id } }`,
+			map[string]any{"c": c.ID}, "input.cluster"},
+	} {
+		r := h.GraphQL(t, "bob", "blue", refused.query, refused.vars)
+		if code, field := errorOf(t, r); code != "BAD_USER_INPUT" || field != refused.field || r.Errors[0].Message != refused.field+": "+noZone {
+			t.Errorf("%s in alpha, dedicated to red: %s, want BAD_USER_INPUT on %s: %s", refused.name, r.Raw, refused.field, noZone)
+		}
+	}
+	var mds clusterv1.MachineDeploymentList
+	if err := s.kc.List(t.Context(), &mds, client.InNamespace(c.ID)); err != nil || len(mds.Items) != 1 || *mds.Items[0].Spec.Replicas != 2 {
+		t.Errorf("node pools after the refusals: %v %v", mds.Items, err)
+	}
+	h.GraphQL(t, "bob", "blue", scale, map[string]any{"p": pool.ID, "n": 1}).OK(t)
+	expectWorkers(1)
+	dedicate([]string{"blue"})
 	for _, n := range []int{5, 0} {
-		h.GraphQL(t, "bob", "blue", `mutation($p: ID!, $n: Int!) { scaleNodePool(id: $p, size: $n) { size } }`, map[string]any{"p": pool.ID, "n": n}).OK(t)
+		h.GraphQL(t, "bob", "blue", scale, map[string]any{"p": pool.ID, "n": n}).OK(t)
 		expectWorkers(n)
 		poll.True(t, time.Minute, fmt.Sprintf("%d snippets", n), func() bool { return len(s.snippets(t)) == n })
 	}

@@ -181,3 +181,19 @@ func (e *env) endpoints(t testing.TB, vdc string) []catalog.KubeEndpoint {
 	}
 	return g.KubeEndpoints
 }
+
+// dedicate dedicates the env's zone to vdcs (its ZonePolicy) and returns
+// what takes the dedication back.
+func (e *env) dedicate(t testing.TB, vdcs ...string) func() {
+	t.Helper()
+	p := &catalog.ZonePolicy{ObjectMeta: catalog.ObjectMeta{Name: e.zone.Name}, ZonePolicySpec: catalog.ZonePolicySpec{DedicatedTo: vdcs}}
+	if _, err := catalog.Create(t.Context(), e.store, p); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := catalog.Delete[*catalog.ZonePolicy](context.Background(), e.store, e.zone.Name, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

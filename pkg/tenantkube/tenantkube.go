@@ -403,8 +403,11 @@ func (s *Service) validVersion(v string) error {
 	return nil
 }
 
-// fromCompute turns compute's refusal of a worker into the service's.
-func fromCompute(err error) error {
+// fromCompute turns compute's refusal of a worker into the service's; a
+// refused zone is bad input on zoneField, the input that named the zone
+// ("zone" for a cluster, "cluster" for a pool, whose workers go to the
+// cluster's zone).
+func fromCompute(err error, zoneField string) error {
 	var ce *compute.Error
 	if !errors.As(err, &ce) {
 		return internal("checking the workers", err)
@@ -414,7 +417,9 @@ func fromCompute(err error) error {
 		switch {
 		case strings.HasSuffix(ce.Field, ".network"):
 			return &Error{Kind: KindNotFound, Field: "network", Message: "no such network in the VDC's zone"}
-		case ce.Field == "computeProfile", ce.Field == "storageProfile", ce.Field == "zone":
+		case ce.Field == "zone":
+			return badInput(zoneField, "%s", ce.Message)
+		case ce.Field == "computeProfile", ce.Field == "storageProfile":
 			return badInput(ce.Field, "%s", ce.Message)
 		}
 		return badInput("", "%s", ce.Message)
@@ -424,6 +429,28 @@ func fromCompute(err error) error {
 		return &Error{Kind: KindQuotaExceeded, Message: ce.Message}
 	}
 	return &Error{Kind: KindInternal, Message: ce.Message, Cause: err}
+}
+
+// workersPlaceable refuses new workers of vdc's cluster (in namespace ns)
+// when vdc may not place anything in the cluster's zone any more: the zone
+// was dedicated to other VDCs since the cluster was made
+// (catalog.ZoneAllows, the one rule of dedicated zones). The refusal is
+// bad input on field, worded as for a zone that does not exist, as
+// createKubernetesCluster refuses such a zone. The workers the cluster has
+// there stay: only making more is refused.
+func (s *Service) workersPlaceable(ctx context.Context, vdc, ns, cluster, field string) error {
+	fc := &v1alpha1.FlexCluster{}
+	if err := s.c().Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, fc); err != nil {
+		return internal("reading the cluster", err)
+	}
+	open, err := catalog.ZoneAllows(ctx, s.cfg.Catalog, fc.Spec.Zone, vdc)
+	if err != nil {
+		return internal("reading the zone's policy", err)
+	}
+	if !open {
+		return badInput(field, "no zone %q", fc.Spec.Zone)
+	}
+	return nil
 }
 
 // CreateKubernetesCluster creates a cluster with no node pools: its namespace,
@@ -447,7 +474,7 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	// The network and zone are checked as a worker's createVM checks them.
 	sub, err := s.cfg.Compute.Network(ctx, in.VDC, in.Zone, in.Network)
 	if err != nil {
-		return nil, fromCompute(err)
+		return nil, fromCompute(err, "zone")
 	}
 	if !sub.Gateway.IsValid() || !sub.Gateway.Is4() {
 		return nil, badInput("network", "the network has no IPv4 gateway address, where its workers would reach the cluster's API server")
@@ -749,7 +776,7 @@ func (s *Service) CreateNodePool(ctx context.Context, in NodePoolInput) (*NodePo
 		ComputeProfile: in.ComputeProfile, StorageProfile: in.StorageProfile, DiskGiB: s.cfg.WorkerDiskGiB,
 		NICs: []compute.NICInput{{Network: fc.Spec.Network}}, User: "kube"}
 	if err := s.cfg.Compute.Validate(ctx, probe); err != nil {
-		return nil, fromCompute(err)
+		return nil, fromCompute(err, "cluster")
 	}
 	cp, err := catalog.Get[*catalog.ComputeProfile](ctx, s.cfg.Catalog, in.ComputeProfile)
 	if err != nil {
@@ -931,7 +958,9 @@ func (s *Service) NodePool(ctx context.Context, vdc, id string) (*NodePool, erro
 }
 
 // ScaleNodePool sets the size of pool id (0 to MaxPoolSize); growing is
-// refused when the VDC's quota cannot hold the workers.
+// refused when the VDC's quota cannot hold the workers, or when the
+// cluster's zone was dedicated to other VDCs since (bad input on "id", as
+// for a zone that does not exist). Shrinking is always allowed.
 func (s *Service) ScaleNodePool(ctx context.Context, vdc, id string, size int) (*NodePool, error) {
 	if s == nil {
 		return nil, ErrUnavailable
@@ -947,6 +976,9 @@ func (s *Service) ScaleNodePool(ctx context.Context, vdc, id string, size int) (
 		return nil, &Error{Kind: KindConflict, Message: "the node pool is being deleted"}
 	}
 	if more := size - int(ptr.Deref(md.Spec.Replicas, 0)); more > 0 {
+		if err := s.workersPlaceable(ctx, vdc, md.Namespace, cluster, "id"); err != nil {
+			return nil, err
+		}
 		tpl := &v1alpha1.FlexMachineTemplate{}
 		if err := s.c().Get(ctx, client.ObjectKey{Namespace: md.Namespace, Name: md.Spec.Template.Spec.InfrastructureRef.Name}, tpl); err != nil {
 			return nil, internal("reading the node pool", err)

@@ -247,6 +247,15 @@ func kind(err error) tenantkube.ErrorKind {
 	return -1
 }
 
+// field is the field of a *tenantkube.Error ("" for another error).
+func field(err error) string {
+	var te *tenantkube.Error
+	if errors.As(err, &te) {
+		return te.Field
+	}
+	return ""
+}
+
 func mustItems(l client.ObjectList) []any {
 	switch l := l.(type) {
 	case *clusterv1.ClusterList:
@@ -279,7 +288,9 @@ func anys[T any](s []T) []any {
 
 // TestBadInputChangesNothing: a pool of 11, an unknown profile or
 // version, a network of another VDC and a pool over the VDC's quota are
-// refused with the field at fault, and leave no object behind.
+// refused with the field at fault, and leave no object behind; so are a
+// new pool and a scale up once the cluster's zone is dedicated to another
+// VDC, where a scale down still works.
 //
 // It runs before the parallel tests (whose controllers watch every
 // namespace) and leaves its namespace terminating.
@@ -352,6 +363,25 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if got, err := e.svc.NodePool(ctx, "blue", p.ID); err != nil || got.Size != 2 {
 		t.Errorf("pool after refused scales: %+v, %v", got, err)
 	}
+	// alpha dedicated to red after the pool was made: blue makes no more
+	// workers there (bad input on the pool's cluster or id, as a zone that
+	// does not exist), but may shrink its pool.
+	undedicate := e.dedicate(t, "red")
+	in := ok
+	in.Name = "q"
+	if _, err := e.svc.CreateNodePool(ctx, in); kind(err) != tenantkube.KindBadInput || field(err) != "cluster" || !strings.Contains(err.Error(), `no zone "alpha"`) {
+		t.Errorf("a pool in alpha, dedicated to red: %v, want BAD_INPUT on cluster", err)
+	}
+	if _, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 3); kind(err) != tenantkube.KindBadInput || field(err) != "id" || !strings.Contains(err.Error(), `no zone "alpha"`) {
+		t.Errorf("scale up in alpha, dedicated to red: %v, want BAD_INPUT on id", err)
+	}
+	if got, err := e.svc.NodePool(ctx, "blue", p.ID); err != nil || got.Size != 2 {
+		t.Errorf("pool after the refused scale up: %+v, %v", got, err)
+	}
+	if got, err := e.svc.ScaleNodePool(ctx, "blue", p.ID, 1); err != nil || got.Size != 1 {
+		t.Errorf("scale down in alpha, dedicated to red: %+v, %v", got, err)
+	}
+	undedicate()
 	if _, _, err := e.svc.Kubeconfig(ctx, "red", c.ID, "eve", false); kind(err) != tenantkube.KindNotFound {
 		t.Errorf("red's kubeconfig of blue's cluster: %v", err)
 	}

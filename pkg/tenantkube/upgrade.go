@@ -3,6 +3,7 @@ package tenantkube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,8 +22,11 @@ import (
 //
 // Kubernetes' version skew policy holds: no downgrade, and at most one
 // minor version per upgrade; a cluster still upgrading, or being deleted,
-// is refused with KindConflict. Asking for the version the cluster has is
-// not an error. A refused upgrade changes nothing.
+// is refused with KindConflict. The new workers replace the old in the
+// cluster's zone, so a cluster with workers wanted in a zone dedicated to
+// other VDCs since is refused as a scale up is (bad input on "id"). Asking
+// for the version the cluster has is not an error. A refused upgrade
+// changes nothing.
 func (s *Service) UpgradeKubernetesCluster(ctx context.Context, vdc, id, version string) (*Cluster, error) {
 	if s == nil {
 		return nil, ErrUnavailable
@@ -59,16 +63,23 @@ func (s *Service) UpgradeKubernetesCluster(ctx context.Context, vdc, id, version
 		if cp.Status.Version != from {
 			return nil, &Error{Kind: KindConflict, Message: fmt.Sprintf("the control plane does not run %s yet", from)}
 		}
-		if err := s.poolsAt(ctx, ns.Name, key.Name, from); err != nil {
+		pools, err := s.poolsAt(ctx, ns.Name, key.Name, from)
+		if err != nil {
 			return nil, err
 		}
 		// The workers of the new version are made from its image.
 		if img := s.WorkerImage(version); !s.hasImage(ctx, img) {
 			return nil, badInput("version", "the worker image %q of %s is not in the image catalog", img, version)
 		}
+		// The new workers replace the old in the cluster's zone.
+		if slices.ContainsFunc(pools, func(p NodePool) bool { return p.Size > 0 }) {
+			if err := s.workersPlaceable(ctx, vdc, ns.Name, key.Name, "id"); err != nil {
+				return nil, err
+			}
+		}
 		before := cp.DeepCopy()
 		cp.Spec.Version = version
-		err := s.c().Patch(ctx, cp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		err = s.c().Patch(ctx, cp, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		if err == nil {
 			break
 		}
@@ -81,20 +92,21 @@ func (s *Service) UpgradeKubernetesCluster(ctx context.Context, vdc, id, version
 	return s.read(ctx, ns)
 }
 
-// poolsAt refuses an upgrade while a node pool of cluster (in namespace
-// ns) still moves its workers: the pool's version is not version, or not
-// all its workers run it (as the pool reads in the API).
-func (s *Service) poolsAt(ctx context.Context, ns, cluster, version string) error {
+// poolsAt returns the node pools of cluster (in namespace ns), refusing an
+// upgrade while one of them still moves its workers: the pool's version is
+// not version, or not all its workers run it (as the pool reads in the
+// API).
+func (s *Service) poolsAt(ctx context.Context, ns, cluster, version string) ([]NodePool, error) {
 	pools, err := s.pools(ctx, ns, cluster)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range pools {
 		if p.Version != version || p.UpToDate != p.Workers {
-			return &Error{Kind: KindConflict, Message: fmt.Sprintf("node pool %s is still moving its workers to %s", p.Name, p.Version)}
+			return nil, &Error{Kind: KindConflict, Message: fmt.Sprintf("node pool %s is still moving its workers to %s", p.Name, p.Version)}
 		}
 	}
-	return nil
+	return pools, nil
 }
 
 // upgradeStep checks that a cluster of version from may move to version

@@ -88,8 +88,9 @@ func registerNode(ctx context.Context, kc client.Client, name string) error {
 // TestUpgrade: a cluster moves one minor version: its control plane first,
 // then its pool's workers, replaced one by one by workers of the new version
 // (new VMs, none left of the old), through Cluster API's rolling update.
-// Downgrades, skipping a minor version and a second upgrade while one runs
-// are refused and change nothing; asking for the version it has is a no-op.
+// Downgrades, skipping a minor version, a second upgrade while one runs
+// and an upgrade whose new workers' zone was dedicated to another VDC are
+// refused and change nothing; asking for the version it has is a no-op.
 //
 // It runs before the parallel tests, as its controllers watch every
 // namespace, and leaves nothing for theirs.
@@ -176,6 +177,17 @@ func TestUpgrade(t *testing.T) {
 	if got, err := e.svc.UpgradeKubernetesCluster(ctx, "blue", c.ID, "v1.36.4"); err != nil || got.Version != "v1.36.4" {
 		t.Errorf("upgrade to the version it has: %+v, %v", got, err)
 	}
+	// alpha dedicated to red: the upgrade's new workers could not be
+	// placed, so it is refused as a zone that does not exist, and the
+	// cluster stays at its version.
+	undedicate := e.dedicate(t, "red")
+	if _, err := e.svc.UpgradeKubernetesCluster(ctx, "blue", c.ID, "v1.37.2"); kind(err) != tenantkube.KindBadInput || field(err) != "id" || !strings.Contains(err.Error(), `no zone "alpha"`) {
+		t.Errorf("upgrade with workers in alpha, dedicated to red: %v, want BAD_INPUT on id", err)
+	}
+	if got, err := e.svc.Cluster(ctx, "blue", c.ID); err != nil || got.Version != "v1.36.4" {
+		t.Errorf("after the refused upgrade: %+v, %v", got, err)
+	}
+	undedicate()
 	got, err := e.svc.UpgradeKubernetesCluster(ctx, "blue", c.ID, "v1.37.2")
 	if err != nil || got.Version != "v1.37.2" {
 		t.Fatalf("upgrade: %+v, %v", got, err)
