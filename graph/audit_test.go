@@ -4,42 +4,17 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
+	"github.com/flexplane/flexplane/pkg/dev/audittest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
-
-// auditRecorder is an audit sink keeping every event.
-type auditRecorder struct {
-	mu     sync.Mutex
-	events []audit.Event // protected by mu
-}
-
-func (r *auditRecorder) Emit(ev audit.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, ev)
-}
-
-// since returns the events after the first n.
-func (r *auditRecorder) since(n int) []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.events[n:])
-}
-
-func (r *auditRecorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.events)
-}
 
 // auditCall is one call of a mutation in TestAuditEveryMutation.
 type auditCall struct {
@@ -56,7 +31,7 @@ type auditCall struct {
 // time, the Proxmox tasks it started, and its secrets redacted.
 func TestAuditEveryMutation(t *testing.T) {
 	t.Parallel()
-	rec := &auditRecorder{}
+	rec := &audittest.Recorder{}
 	// Every mutation, one after another, by a few callers: more than the
 	// default rate limit lets through (whose refusals
 	// TestAuditRefusedMutations and graph/server's tests audit).
@@ -171,12 +146,12 @@ func TestAuditEveryMutation(t *testing.T) {
 				vars = map[string]any{"id": created.CreateNetwork.ID}
 				c.ids = []string{created.CreateNetwork.ID}
 			}
-			n := rec.len()
+			n := rec.Len()
 			r := h.GraphQL(t, c.user, c.vdc, c.query, vars)
 			if verb == "createNetwork" {
 				r.OK(t).Into(t, "createNetwork", &created.CreateNetwork)
 			}
-			evs := rec.since(n)
+			evs := rec.Since(n)
 			if len(evs) != 1 {
 				t.Errorf("%s as %s: %d audit events, want 1: %+v", verb, c.user, len(evs), evs)
 				continue
@@ -230,7 +205,7 @@ func TestAuditEveryMutation(t *testing.T) {
 // are not audited.
 func TestAuditRefusedMutations(t *testing.T) {
 	t.Parallel()
-	rec := &auditRecorder{}
+	rec := &audittest.Recorder{}
 	// One agent: a refused mutation reaches none.
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}),
 		meshtest.WithAuditSink(rec))
@@ -254,7 +229,7 @@ func TestAuditRefusedMutations(t *testing.T) {
 		{"no token", "", "", `mutation { deleteVDC(name: "red") { name } }`, nil, []string{"deleteVDC"}, "UNAUTHENTICATED", ""},
 		{"a refused query", "admin", "", `{ vdcs { nosuch } }`, nil, nil, "", ""},
 	} {
-		n := rec.len()
+		n := rec.Len()
 		var r *meshtest.GraphQLResponse
 		switch c.authz {
 		case "admin", "alice", "bob":
@@ -266,7 +241,7 @@ func TestAuditRefusedMutations(t *testing.T) {
 			t.Errorf("%s: not refused: %s", c.name, r.Raw)
 			continue
 		}
-		evs := rec.since(n)
+		evs := rec.Since(n)
 		if len(evs) != len(c.verbs) {
 			t.Errorf("%s: %d events, want %d: %+v", c.name, len(evs), len(c.verbs), evs)
 			continue

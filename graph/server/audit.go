@@ -103,27 +103,7 @@ func (a *auditor) InterceptRootField(ctx context.Context, next graphql.RootResol
 	f := rf.Field
 	ev := newEvent(ctx, f.Name, oc)
 	ev.UPIDs = upids
-	var ids []string
-	if f.Definition != nil {
-		ev.ObjectRef.Resource = f.Definition.Type.Name()
-		args := f.ArgumentMap(oc.Variables)
-		ev.RequestObject = map[string]any{}
-		for _, def := range f.Definition.Arguments {
-			v, ok := args[def.Name]
-			if !ok {
-				continue
-			}
-			if def.Directives.ForName(SecretDirective) != nil {
-				ev.RequestObject[def.Name] = audit.Redacted
-				continue
-			}
-			ev.RequestObject[def.Name] = a.redact(v, def.Type)
-			if id, ok := v.(string); ok && def.Type.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
-				ids = append(ids, id) // an ID argument of any name (vm: of createSnapshot)
-			}
-			ids = collectIDs(ids, def.Name, ev.RequestObject[def.Name])
-		}
-	}
+	ids := a.describe(&ev, f.Field, oc.Variables)
 	for _, e := range graphql.GetErrors(ctx) {
 		if len(e.Path) > 0 && e.Path[0] == ast.PathName(f.Alias) {
 			ev.ResponseStatus.Code, _ = e.Extensions["code"].(string)
@@ -144,6 +124,36 @@ func (a *auditor) InterceptRootField(ctx context.Context, next graphql.RootResol
 	ev.ObjectRef.IDs = ids
 	a.sink.Emit(ev)
 	return res
+}
+
+// describe fills ev's resource and request object from mutation field f
+// (its arguments with vars, secrets redacted) and returns the ids its
+// arguments name. A field without a definition (refused before
+// validation) is described by its name only.
+func (a *auditor) describe(ev *audit.Event, f *ast.Field, vars map[string]any) []string {
+	if f.Definition == nil {
+		return nil
+	}
+	var ids []string
+	ev.ObjectRef.Resource = f.Definition.Type.Name()
+	args := f.ArgumentMap(vars)
+	ev.RequestObject = map[string]any{}
+	for _, def := range f.Definition.Arguments {
+		v, ok := args[def.Name]
+		if !ok {
+			continue
+		}
+		if def.Directives.ForName(SecretDirective) != nil {
+			ev.RequestObject[def.Name] = audit.Redacted
+			continue
+		}
+		ev.RequestObject[def.Name] = a.redact(v, def.Type)
+		if id, ok := v.(string); ok && def.Type.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id) // an ID argument of any name (vm: of createSnapshot)
+		}
+		ids = collectIDs(ids, def.Name, ev.RequestObject[def.Name])
+	}
+	return ids
 }
 
 // redact returns v (an argument's value of type t) with the values of the

@@ -60,7 +60,7 @@ func (a *auditor) InterceptOperation(ctx context.Context, next graphql.Operation
 	return func(rctx context.Context) *graphql.Response {
 		resp := rh(rctx)
 		if resp != nil && !st.ran.Load() {
-			a.refused(ctx, oc, mutationFields(oc.Operation), resp.Errors)
+			a.refusedFields(ctx, oc, resp.Errors)
 		}
 		return resp
 	}
@@ -84,6 +84,24 @@ func (a *auditor) InterceptResponse(ctx context.Context, next graphql.ResponseHa
 	return resp
 }
 
+// refusedFields emits one event per mutation field of oc's operation, which
+// parsed and validated (refused by the VDC's scope or a rate limit), with
+// the first error of errs: each described with its arguments and the ids
+// they name, as an event of a field that ran is.
+func (a *auditor) refusedFields(ctx context.Context, oc *graphql.OperationContext, errs gqlerror.List) {
+	fields := topFields(oc.Operation)
+	if len(fields) == 0 {
+		a.refused(ctx, oc, []string{unnamedVerb}, errs)
+		return
+	}
+	for _, f := range fields {
+		ev := newEvent(ctx, f.Name, oc)
+		ev.ObjectRef.IDs = a.describe(&ev, f, oc.Variables)
+		ev.ResponseStatus = refusal(errs)
+		a.sink.Emit(ev)
+	}
+}
+
 // refused emits one event per verb with the first error of errs.
 func (a *auditor) refused(ctx context.Context, oc *graphql.OperationContext, verbs []string, errs gqlerror.List) {
 	for _, verb := range verbs {
@@ -105,13 +123,22 @@ func refusal(errs gqlerror.List) audit.ResponseStatus {
 // selects none directly, e.g. only through fragments).
 func mutationFields(op *ast.OperationDefinition) []string {
 	var out []string
-	for _, sel := range op.SelectionSet {
-		if f, ok := sel.(*ast.Field); ok && f.Name != "__typename" {
-			out = append(out, f.Name)
-		}
+	for _, f := range topFields(op) {
+		out = append(out, f.Name)
 	}
 	if len(out) == 0 {
 		return []string{unnamedVerb}
+	}
+	return out
+}
+
+// topFields are the fields op selects directly, but __typename.
+func topFields(op *ast.OperationDefinition) []*ast.Field {
+	var out []*ast.Field
+	for _, sel := range op.SelectionSet {
+		if f, ok := sel.(*ast.Field); ok && f.Name != "__typename" {
+			out = append(out, f)
+		}
 	}
 	return out
 }

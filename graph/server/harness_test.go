@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/graph/server/graphiql"
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -57,6 +58,7 @@ type harnessOptions struct {
 	maxDepth      int
 	maxComplexity int
 	rateLimits    server.RateLimits
+	audit         audit.Sink // nil: none
 }
 
 func newHarness(t *testing.T, opts harnessOptions) *harness {
@@ -133,6 +135,7 @@ func (h *harness) newHandler(t *testing.T) http.Handler {
 		MaxDepth:      h.options.maxDepth,
 		MaxComplexity: h.options.maxComplexity,
 		RateLimits:    h.options.rateLimits,
+		Audit:         h.options.audit,
 	})
 	if err != nil {
 		t.Fatal(err)

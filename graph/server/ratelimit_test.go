@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/graph/server"
+	"github.com/flexplane/flexplane/pkg/dev/audittest"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 )
 
@@ -48,11 +50,13 @@ func (l *lastHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 // standard error shape) and changes nothing, while another caller's
 // mutations and the caller's own queries are still served. After
 // retryAfter seconds the caller is served again, at 10 a second; an
-// operation with more mutation fields than the burst is bad input.
+// operation with more mutation fields than the burst is bad input. The
+// refusal is audited with the object it was about, as a mutation that ran.
 func TestMutationRateLimit(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	h := newHarness(t, harnessOptions{rateLimits: server.RateLimits{Now: clock.Now}})
+	events := &audittest.Recorder{}
+	h := newHarness(t, harnessOptions{rateLimits: server.RateLimits{Now: clock.Now}, audit: events})
 	create := func(i int) string {
 		return fmt.Sprintf(`mutation { createComputeProfile(input: {name: "p%d", vcpus: 1, memoryMiB: 1024}) { name } }`, i)
 	}
@@ -81,6 +85,10 @@ func TestMutationRateLimit(t *testing.T) {
 	}
 	if after := h.snapshot(t); after != before {
 		t.Fatalf("a refused mutation changed the catalog:\n%s\n%s", before, after)
+	}
+	if ev, ok := events.Last(); !ok || ev.Verb != "createComputeProfile" || ev.ResponseStatus.Code != "RATE_LIMITED" ||
+		ev.ObjectRef.Resource != "ComputeProfile" || !slices.Equal(ev.ObjectRef.IDs, []string{"p30"}) || ev.RequestObject["input"] == nil {
+		t.Fatalf("the refusal's audit event: %+v", ev)
 	}
 	// Queries are not limited; another caller's mutations are not this
 	// caller's (alice may not create profiles: the field does not exist
