@@ -126,7 +126,9 @@ const (
 )
 
 // Rule is one firewall rule. Inbound rules see the destination after DNAT (the VM's
-// address and port).
+// address and port), and only traffic a DNAT addressed (a port forward, a 1:1
+// address): a packet from the external network sent to a VM's private address is
+// dropped before the rules, whatever they allow (counted by NotDNATedID).
 type Rule struct {
 	ID        string
 	Direction string // Inbound or Outbound

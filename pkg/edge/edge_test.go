@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
+	"github.com/vishvananda/netlink"
 
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
@@ -229,6 +231,68 @@ func TestGatewayRulesInMaps(t *testing.T) {
 	if got := nettest.Reach(inet, oneToOne.String()+":81", 2*time.Second); got != "" {
 		t.Errorf("a denied port answered %q after a rule in front of it", got)
 	}
+}
+
+// An inbound rule sees the VM's address only because a DNAT put it there: a host
+// on the external network that routes the VDC's private network to the
+// gateway's uplink reaches no VM through it, even with an inbound rule allowing
+// everything, and the drop is counted apart; that rule still lets the port
+// forward and the 1:1 address in, and outbound traffic and every reply pass.
+func TestGatewayInboundOnlyThroughDNAT(t *testing.T) {
+	t.Parallel()
+	l := newLab(t)
+	m := l.manager("pve1")
+	g := l.gateway()
+	g.Rules = []edge.Rule{{ID: "open", Direction: edge.Inbound, Protocol: "any", Allow: true}}
+	apply(t, m, g)
+	inet := l.plane.InternetNS()
+	nettest.Serve(t, inet, 9000, "internet")
+	nettest.Serve(t, l.plane.GuestNS(101), 80, "vm101")
+	nettest.Serve(t, l.plane.GuestNS(102), 80, "vm102")
+
+	// Outbound, and its replies.
+	for _, vmid := range []int{101, 102} {
+		if got := nettest.WaitReach(t, l.plane.GuestNS(vmid), upstream.Addr().String()+":9000", 20*time.Second); !strings.HasPrefix(got, "internet from ") {
+			t.Errorf("vm%d's egress answered %q", vmid, got)
+		}
+	}
+	// The port forward and the 1:1 address, and their replies.
+	throughDNAT := func(when string) {
+		t.Helper()
+		if got := nettest.WaitReach(t, inet, public.Addr().String()+":8080", 10*time.Second); !strings.HasPrefix(got, "vm101 from "+upstream.Addr().String()+":") {
+			t.Errorf("%s: the port forward answered %q", when, got)
+		}
+		if got := nettest.WaitReach(t, inet, oneToOne.String()+":80", 10*time.Second); !strings.HasPrefix(got, "vm102 from "+upstream.Addr().String()+":") {
+			t.Errorf("%s: the 1:1 address answered %q", when, got)
+		}
+	}
+	throughDNAT("with an inbound rule allowing everything")
+
+	// The internet (a host on the external network) sends to the VMs'
+	// private addresses by way of the gateway's uplink.
+	h, err := nsnet.Handle(inet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	vdcNet := netip.MustParsePrefix("10.1.0.0/24")
+	if err := h.RouteAdd(&netlink.Route{Dst: &net.IPNet{IP: vdcNet.Addr().AsSlice(), Mask: net.CIDRMask(vdcNet.Bits(), 32)}, Gw: public.Addr().AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	before := counters(t, m, "red")
+	for _, vm := range []string{"10.1.0.11:80", "10.1.0.12:80"} {
+		if got := nettest.Reach(inet, vm, 2*time.Second); got != "" {
+			t.Errorf("the internet reached the private address %s through the uplink: %q", vm, got)
+		}
+	}
+	after := counters(t, m, "red")
+	if b, a := before[edge.NotDNATedID].Packets, after[edge.NotDNATedID].Packets; a <= b {
+		t.Errorf("%s counted %d → %d packets after two connections to private addresses", edge.NotDNATedID, b, a)
+	}
+	if b, a := before[edge.CounterID("open")], after[edge.CounterID("open")]; a != b {
+		t.Errorf("the rule was consulted for packets no DNAT addressed: it counted %v → %v", b, a)
+	}
+	throughDNAT("with the private network routed to the uplink")
 }
 
 func counters(t *testing.T, m *edge.Manager, vdc string) map[string]edge.Counter {

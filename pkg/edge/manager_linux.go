@@ -66,7 +66,8 @@ type Status struct {
 	// Namespace is the gateway's network namespace.
 	Namespace string
 	// Counters are the packets and bytes each rule matched, by rule id; the default
-	// inbound deny is DefaultDenyID.
+	// inbound deny is DefaultDenyID, the drop of inbound traffic no DNAT
+	// addressed NotDNATedID.
 	Counters map[string]Counter
 	// RulesetApply is how long the apply's nftables transaction took (0 when the
 	// ruleset was already the desired one and none was sent).
@@ -78,6 +79,12 @@ type Counter struct{ Packets, Bytes uint64 }
 
 // DefaultDenyID is the counter of inbound traffic no rule allowed.
 const DefaultDenyID = "default-deny-inbound"
+
+// NotDNATedID is the counter of traffic from the external network that no port
+// forward, 1:1 address or load balancer relay addressed to the VDC (sent to a
+// VM's private address by way of the gateway's uplink): dropped before the
+// rules, whatever they allow.
+const NotDNATedID = "deny-inbound-not-dnated"
 
 // Apply makes vdc's gateway match g: the namespace, its legs and uplink, the ruleset
 // in one transaction, the bandwidth limits. Applying the same state again changes

@@ -307,3 +307,64 @@ func ScratchNS(tb testing.TB) string {
 	tb.Cleanup(func() { nsnet.Delete(ns) })
 	return ns
 }
+
+// A restarted agent that finds a table of the earlier format (a forward chain
+// without the drop of what no DNAT addressed, and without its counter) sends
+// the new ruleset as changes: the counter is made in the same transaction, and
+// the forward chain counts in it.
+func TestRulesetChangesAddTheNamedCounters(t *testing.T) {
+	t.Parallel()
+	ns := ScratchNS(t)
+	g := Gateway{VDC: "upgrade", Uplink: Uplink{Bridge: "vmbr0", Address: netip.MustParsePrefix("203.0.113.10/24")},
+		Rules: []Rule{{ID: "web", Direction: Inbound, Protocol: "tcp", FromPort: 80, ToPort: 80, Allow: true}}}
+	if _, err := NewManager(Config{}).ApplyRuleset(ns, g); err != nil {
+		t.Fatal(err)
+	}
+	c, done, err := conn(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	tb := &nftables.Table{Name: tableName, Family: nftables.TableFamilyIPv4}
+	state := &nftables.Chain{Name: stateChain, Table: tb}
+	_, chains := fingerprint(c, tb)
+	if chains == nil {
+		t.Fatal("the state rule records no chains")
+	}
+	chains[slices.Index(chainNames, "forward")] = "earlier"
+	c.FlushChain(&nftables.Chain{Name: "forward", Table: tb})
+	c.DeleteObject(&nftables.NamedObj{Table: tb, Name: NotDNATedID, Type: nftables.ObjTypeCounter})
+	c.FlushChain(state)
+	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: verdict(expr.VerdictReturn), UserData: []byte("earlier\n" + strings.Join(chains, "\n"))})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("making the table of the earlier format: %v", err)
+	}
+	counter := &nftables.NamedObj{Table: tb, Name: NotDNATedID, Type: nftables.ObjTypeCounter}
+	// The library does not wrap the kernel's ENOENT here: any error is its absence.
+	if _, err := c.GetObject(counter); err == nil {
+		t.Fatalf("the table of the earlier format has the counter %s", NotDNATedID)
+	}
+
+	ra, err := NewManager(Config{}).ApplyRuleset(ns, g)
+	if err != nil || ra.Mode != "changes" {
+		t.Fatalf("the ruleset over a table of the earlier format: %+v, %v", ra, err)
+	}
+	if _, err := c.GetObject(counter); err != nil {
+		t.Errorf("after the changes: the counter %s: %v", NotDNATedID, err)
+	}
+	rules, err := c.GetRules(tb, &nftables.Chain{Name: "forward", Table: tb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := 0
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if o, ok := e.(*expr.Objref); ok && o.Name == NotDNATedID {
+				refs++
+			}
+		}
+	}
+	if refs != 1 {
+		t.Errorf("the forward chain counts in %s %d times, want once", NotDNATedID, refs)
+	}
+}

@@ -32,7 +32,9 @@ const tableName = "flexplane_edge"
 //	postrouting (nat, srcnat):  1:1 SNAT, then SNAT of everything else leaving by the
 //	                            uplink to the VDC's public address
 //	forward (filter, drop):     established/related accepted, invalid dropped; between
-//	                            legs accepted; from the uplink back to it dropped; the
+//	                            legs accepted; from the uplink back to it dropped; from
+//	                            the uplink without DNAT (conntrack status) dropped,
+//	                            counted by the named counter NotDNATedID; the
 //	                            rules, as one verdict-map lookup per level (below), each
 //	                            rule an element with its counter; port forwards accepted
 //	                            (their connections carry a conntrack mark: a port forward
@@ -60,7 +62,7 @@ const tableName = "flexplane_edge"
 // comments ("packets bytes id": an element's counter starts at zero).
 
 // rulesetVersion changes the fingerprint when the ruleset's format changes.
-const rulesetVersion = "edge-ruleset-3"
+const rulesetVersion = "edge-ruleset-4"
 
 // stateChain holds the fingerprint.
 const stateChain = "state"
@@ -130,6 +132,13 @@ func compile(g Gateway, reuse *applied) *plan {
 	// Traffic from the external network back to it is no VDC's: the gateway routes
 	// for its VDC only (and so inbound and outbound rules never meet one packet).
 	add("forward", cat(fromUplink, toUplink, verdict(expr.VerdictDrop))...)
+	// A new flow from the external network into the VDC that no DNAT of the
+	// gateway's addressed (a host on the external network sending to a VM's
+	// private address by way of the uplink): dropped before the rules, whatever
+	// they allow, and counted apart. Inbound rules are for what the port
+	// forwards, 1:1 addresses and relays let in; they see the VM's address only
+	// because the DNAT put it there.
+	add("forward", cat(fromUplink, ctBitsClear(unix.NFT_CT_STATUS, ctStatusDNAT), counterRef(NotDNATedID), verdict(expr.VerdictDrop))...)
 	// The platform's endpoints (from a leg to the external network): before the
 	// rules, which are the tenant's.
 	add("forward", cat(toUplink, ctMarkIs(endpointMark), verdict(expr.VerdictAccept))...)
@@ -142,7 +151,7 @@ func compile(g Gateway, reuse *applied) *plan {
 		add("forward", cat(direction(dir), mapKey(m.ported), []expr.Any{&expr.Lookup{SourceRegister: regKey, SetName: m.name, IsDestRegSet: true}})...)
 	}
 	add("forward", cat(fromUplink, ctMarkIs(forwardedMark), verdict(expr.VerdictAccept))...)
-	add("forward", cat(fromUplink, []expr.Any{&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: DefaultDenyID}}, verdict(expr.VerdictDrop))...)
+	add("forward", cat(fromUplink, counterRef(DefaultDenyID), verdict(expr.VerdictDrop))...)
 	add("forward", cat(toUplink, verdict(expr.VerdictAccept))...)
 
 	add("input", cat(ctBits(unix.NFT_CT_STATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))...)
@@ -540,6 +549,19 @@ func (b *batch) fingerprint(fp string) {
 	b.next.fp = fp
 }
 
+// namedCounters adds the named counters, counting from counts. One the table
+// has already is left as it is (a counter object has nothing to update), so a
+// table of an earlier format that lacks one gets it with its changes.
+func (b *batch) namedCounters(counts map[string]Counter) {
+	for _, name := range namedCounterIDs() {
+		cnt := counts[name]
+		b.c.AddObj(&nftables.NamedObj{Table: b.t, Name: name, Type: nftables.ObjTypeCounter, Obj: &expr.Counter{Packets: cnt.Packets, Bytes: cnt.Bytes}})
+	}
+}
+
+// namedCounterIDs are the ids of the forward chain's named counters.
+func namedCounterIDs() []string { return []string{DefaultDenyID, NotDNATedID} }
+
 func newApplied() *applied {
 	return &applied{chains: map[string]string{}, maps: map[string]map[string]element{}}
 }
@@ -560,8 +582,7 @@ func replace(c *nftables.Conn, t *nftables.Table, p *plan) (*applied, error) {
 	c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 	c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
 	c.AddChain(&nftables.Chain{Name: stateChain, Table: t})
-	deny := counts[DefaultDenyID]
-	c.AddObj(&nftables.NamedObj{Table: t, Name: DefaultDenyID, Type: nftables.ObjTypeCounter, Obj: &expr.Counter{Packets: deny.Packets, Bytes: deny.Bytes}})
+	b.namedCounters(counts)
 	for _, name := range slices.Sorted(mapsKeys(p.maps)) {
 		if err := b.addMap(p.maps[name], counts); err != nil {
 			return nil, err
@@ -647,6 +668,7 @@ func changes(c *nftables.Conn, t *nftables.Table, p *plan, prev *applied) (*appl
 			c.DelSet(&nftables.Set{Table: t, Name: name})
 		}
 	}
+	b.namedCounters(nil)
 	for _, name := range slices.Sorted(mapsKeys(p.maps)) {
 		d, m := diffs[name], p.maps[name]
 		if d.remake {
@@ -758,12 +780,28 @@ func portRange(from, to uint16) []expr.Any {
 }
 
 // ctBits matches a conntrack state or status with any of bits set.
-func ctBits(key uint32, bits uint32) []expr.Any {
+func ctBits(key uint32, bits uint32) []expr.Any { return ctMasked(key, bits, expr.CmpOpNeq) }
+
+// ctBitsClear matches a conntrack state or status with none of bits set.
+func ctBitsClear(key uint32, bits uint32) []expr.Any { return ctMasked(key, bits, expr.CmpOpEq) }
+
+// ctMasked compares a conntrack state or status masked by bits with zero.
+func ctMasked(key uint32, bits uint32, op expr.CmpOp) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKey(key)},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binary.NativeEndian.AppendUint32(nil, bits), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: make([]byte, 4)},
 	}
+}
+
+// ctStatusDNAT is the conntrack status bit of a connection whose destination a
+// DNAT changed (IPS_DST_NAT); a connection no DNAT rule matched has a null
+// binding, without it.
+const ctStatusDNAT = 1 << 5
+
+// counterRef counts a packet in the named counter name.
+func counterRef(name string) []expr.Any {
+	return []expr.Any{&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: name}}
 }
 
 // forwardedMark is the conntrack mark of connections a port forward made.
@@ -870,7 +908,7 @@ func ReadCounters(ns string) (map[string]Counter, error) {
 
 // readCounters reads the counters of the rules' map elements, of the rules
 // carrying an id in their user data (a table of the earlier format) and the
-// default deny's.
+// named counters (the default deny's, the drop of what no DNAT addressed).
 func readCounters(c *nftables.Conn) (map[string]Counter, error) {
 	out := map[string]Counter{}
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
@@ -893,15 +931,17 @@ func readCounters(c *nftables.Conn) (map[string]Counter, error) {
 			}
 		}
 	}
-	obj, err := c.GetObject(&nftables.NamedObj{Table: t, Name: DefaultDenyID, Type: nftables.ObjTypeCounter})
-	switch {
-	case errors.Is(err, unix.ENOENT):
-	case err != nil:
-		return nil, fmt.Errorf("edge: read %s: %w", DefaultDenyID, err)
-	default:
-		if o, ok := obj.(*nftables.NamedObj); ok {
-			if ce, ok := o.Obj.(*expr.Counter); ok {
-				out[DefaultDenyID] = Counter{out[DefaultDenyID].Packets + ce.Packets, out[DefaultDenyID].Bytes + ce.Bytes}
+	for _, name := range namedCounterIDs() {
+		obj, err := c.GetObject(&nftables.NamedObj{Table: t, Name: name, Type: nftables.ObjTypeCounter})
+		switch {
+		case errors.Is(err, unix.ENOENT):
+		case err != nil:
+			return nil, fmt.Errorf("edge: read %s: %w", name, err)
+		default:
+			if o, ok := obj.(*nftables.NamedObj); ok {
+				if ce, ok := o.Obj.(*expr.Counter); ok {
+					out[name] = Counter{out[name].Packets + ce.Packets, out[name].Bytes + ce.Bytes}
+				}
 			}
 		}
 	}
