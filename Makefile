@@ -107,9 +107,13 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 	exec $(DEV_DIR)/bin/devstack
 
 ## test: the whole suite (plain run, then the race detector on RACE_PKGS),
-## including the portal's browser tests.
+## including the portal's browser tests. The plain run's longest packages
+## (the dev stack, the mesh, graph, the portal) spend most of their time
+## waiting on processes they started, so TEST_P of them run at once: more
+## than the 2 cores the suite is budgeted for.
+TEST_P ?= 4
 test: portal browser postgres kube-bin
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
 ## fuzz: each of FUZZ for about FUZZTIME, one after another
