@@ -5,6 +5,13 @@
 // runs the agent as its child, the installed binary or a newer version the
 // agent staged, and switches back to the previous version when a new one
 // fails its probation. `agent -version` prints the version and exits.
+//
+// `agent helper` runs the agent's privileged helper instead (package
+// privhelper): the small root process that does the node's privileged
+// work for an agent running as an unprivileged user. It is a subcommand of
+// the one binary so that a node installs one file and the helper speaks
+// exactly the agent's version of the helper API; it never runs the
+// launcher or joins the mesh.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/release"
@@ -32,6 +40,13 @@ var buildVersion string
 func main() {
 	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
 		fmt.Println(version())
+		return
+	}
+	if len(os.Args) >= 2 && os.Args[1] == "helper" {
+		if err := runHelper(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		return
 	}
 	code, err := run()
@@ -81,6 +96,26 @@ func run() (int, error) {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return code, errors.Join(a.Shutdown(sctx), stopTracing(sctx))
+}
+
+// runHelper runs the privileged helper until SIGINT or SIGTERM.
+func runHelper(args []string) error {
+	cfg, level, err := privhelper.LoadConfig(args)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	h, err := privhelper.Start(cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.Shutdown(sctx)
+	return nil
 }
 
 // launch runs the agent under the launcher.

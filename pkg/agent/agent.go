@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/agent/selfupdate"
 	"github.com/flexplane/flexplane/pkg/edge"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -126,6 +127,11 @@ type Config struct {
 	// orchestrator's spans, whose W3C trace context comes along) and the
 	// Proxmox requests they make; nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// HelperSocket is the unix socket of the node's privileged helper
+	// (package privhelper), which then does the agent's privileged work:
+	// the edge gateways, the volume I/O of moves, the snippet files. ""
+	// does that work in the agent's own process, which then needs root.
+	HelperSocket string
 	// FileRoot is the directory the paths of the node's storages are
 	// under, where WriteSnippet writes: "" is "/", the node's own file
 	// system; a test points it at a simulated node's
@@ -228,6 +234,8 @@ type Agent struct {
 	migrate  *grpc.Server
 	migrated chan struct{}
 	offers   capabilities[offer]
+	// helper does the privileged work when Config.HelperSocket is set.
+	helper *privhelper.Client
 	// consoles are the console tickets waiting for their Console stream.
 	consoles capabilities[consoleTicket]
 
@@ -301,11 +309,21 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	agentv1.RegisterAgentServiceServer(a.grpc, &service{a: a})
-	edgev1.RegisterEdgeServiceServer(a.grpc, &edgeService{a: a, m: edge.NewManager(edge.Config{
-		BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
-	})})
+	if cfg.HelperSocket != "" {
+		if a.helper, err = privhelper.Dial(cfg.HelperSocket); err != nil {
+			ln.Close()
+			a.node.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		edgev1.RegisterEdgeServiceServer(a.grpc, a.helper.EdgeServer())
+	} else {
+		edgev1.RegisterEdgeServiceServer(a.grpc, privhelper.NewEdgeServer(edge.NewManager(edge.Config{
+			BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
+		}), a.log))
+	}
 	mln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.MigrationPort)))
 	if err != nil {
+		a.closeHelper()
 		ln.Close()
 		a.node.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("agent: listen on mesh: %w", err)
@@ -355,6 +373,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		a.closeErr = a.node.Close(lctx)
 		<-a.served
 		<-a.migrated
+		a.closeHelper()
 		a.log.Info("agent stopped")
 	})
 	return a.closeErr
@@ -372,8 +391,16 @@ func (a *Agent) KillForTest() error {
 		a.migrate.Stop()
 		<-a.served
 		<-a.migrated
+		a.closeHelper()
 	})
 	return a.closeErr
+}
+
+// closeHelper closes the connection to the helper, if any.
+func (a *Agent) closeHelper() {
+	if a.helper != nil {
+		a.helper.Close()
+	}
 }
 
 // Addr is the agent's gRPC address on the mesh (ip:port).

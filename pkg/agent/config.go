@@ -44,6 +44,7 @@ const (
 	EnvNoLauncher       = "FLEXPLANE_NO_LAUNCHER"
 	EnvEdgeBridgeNetNS  = "FLEXPLANE_EDGE_BRIDGE_NETNS"
 	EnvEdgeNetNSPrefix  = "FLEXPLANE_EDGE_NETNS_PREFIX"
+	EnvHelperSocket     = "FLEXPLANE_HELPER_SOCKET"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -90,6 +91,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		debugAddr   = fs.String("debug-addr", "", "loopback address serving Go runtime profiles at /debug/pprof/ (env "+EnvDebugAddr+"; default none)")
 		edgeBridge  = fs.String("edge-bridge-netns", "", "named network namespace holding the node's bridges for the edge gateways (env "+EnvEdgeBridgeNetNS+"; default the agent's own, as on Proxmox)")
 		edgePrefix  = fs.String("edge-netns-prefix", "", "prefix of the edge gateways' namespace names (env "+EnvEdgeNetNSPrefix+"; default fp)")
+		helper      = fs.String("helper-socket", "", "unix socket of the node's privileged helper (`agent helper`), which then runs the edge gateways, the volume I/O of moves and the snippet files (env "+EnvHelperSocket+"; default none: the agent does that work itself, as root)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "file of the trusted minisign public keys agent releases must be signed with: a .pub file, or ID=BASE64KEY lines (env "+EnvReleaseKeyFile+"; default none: no updates)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
@@ -131,6 +133,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		ClusterCAFile:       get(*rootCA, EnvClusterCAFile),
 		EdgeBridgeNamespace: get(*edgeBridge, EnvEdgeBridgeNetNS),
 		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
+		HelperSocket:        get(*helper, EnvHelperSocket),
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")

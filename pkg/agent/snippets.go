@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +11,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -30,10 +31,7 @@ import (
 // name, so nothing is written outside a snippets directory.
 
 // MaxSnippetBytes bounds a snippet's size.
-const MaxSnippetBytes = 256 << 10
-
-// snippetNameRE is what a snippet's file name may be.
-var snippetNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+const MaxSnippetBytes = privhelper.MaxSnippetBytes
 
 // snippetsDir returns the snippets directory of storage on this node, or
 // a gRPC status: NOT_FOUND for an unknown storage, FAILED_PRECONDITION for
@@ -42,8 +40,8 @@ func (a *Agent) snippetsDir(ctx context.Context, storage, name string) (string, 
 	if !segmentName(storage) {
 		return "", status.Errorf(codes.InvalidArgument, "agent: %q is not a storage id", storage)
 	}
-	if !snippetNameRE.MatchString(name) || strings.Contains(name, "..") {
-		return "", status.Errorf(codes.InvalidArgument, "agent: snippet name %q: want 1 to 128 of A-Z, a-z, 0-9, '.', '_', '-', starting with a letter or digit, without \"..\"", name)
+	if err := privhelper.CheckSnippetName(name); err != nil {
+		return "", status.Error(codes.InvalidArgument, "agent: "+err.Error())
 	}
 	var st struct {
 		Content string `json:"content"`
@@ -100,7 +98,12 @@ func (s *service) WriteSnippet(ctx context.Context, req *agentv1.WriteSnippetReq
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(dir, req.GetName(), req.GetData()); err != nil {
+	if a.helper != nil {
+		// The helper checks the directory and the name again itself.
+		if err := a.helper.WriteSnippet(ctx, dir, req.GetName(), req.GetData()); err != nil {
+			return nil, helperError("write snippet "+req.GetName(), err)
+		}
+	} else if err := writeSnippet(dir, req.GetName(), req.GetData()); err != nil {
 		return nil, status.Errorf(codes.Internal, "agent: write snippet %s: %v", req.GetName(), err)
 	}
 	volume := req.GetStorage() + ":snippets/" + req.GetName()
@@ -115,44 +118,45 @@ func (s *service) DeleteSnippet(ctx context.Context, req *agentv1.DeleteSnippetR
 	if err != nil {
 		return nil, err
 	}
-	err = os.Remove(filepath.Join(dir, req.GetName()))
-	if errors.Is(err, fs.ErrNotExist) {
-		return &agentv1.DeleteSnippetResponse{}, nil
-	}
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "agent: delete snippet %s: %v", req.GetName(), err)
+	if a.helper != nil {
+		deleted, err := a.helper.DeleteSnippet(ctx, dir, req.GetName())
+		if err != nil {
+			return nil, helperError("delete snippet "+req.GetName(), err)
+		}
+		if !deleted {
+			return &agentv1.DeleteSnippetResponse{}, nil
+		}
+	} else {
+		err = os.Remove(filepath.Join(dir, req.GetName()))
+		if errors.Is(err, fs.ErrNotExist) {
+			return &agentv1.DeleteSnippetResponse{}, nil
+		}
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "agent: delete snippet %s: %v", req.GetName(), err)
+		}
 	}
 	a.log.Info("agent: snippet deleted", "volume", req.GetStorage()+":snippets/"+req.GetName())
 	return &agentv1.DeleteSnippetResponse{Deleted: true}, nil
 }
 
-// writeFileAtomic writes dir/name (0600: a VM's user-data may hold
-// secrets) through a temporary file in dir, so a reader sees the old or
-// the new content, never part of it.
-func writeFileAtomic(dir, name string, data []byte) error {
+// writeSnippet writes dir/name in the agent's own process (no helper).
+func writeSnippet(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
+	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
+	defer r.Close()
+	return privhelper.WriteFileAtomic(r, name, data)
+}
+
+// helperError is the status of the helper's refusal or failure of op, its
+// code kept.
+func helperError(op string, err error) error {
+	st := status.Convert(err)
+	return status.Errorf(cmp.Or(st.Code(), codes.Internal), "agent: %s: %s", op, st.Message())
 }
 
 // snippetsOnly serves the snippet RPCs of AgentService alone.

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -103,15 +104,13 @@ func chooseChecksum(wanted []string) string {
 // of this node tagged leavingTag, and written only when it is a disk of a
 // stopped guest tagged arrivingTag. The orchestrator cannot name any other
 // volume of the node, so it cannot have a raw disk (or a vmstate volume,
-// which holds a guest's RAM) read or overwritten.
+// which holds a guest's RAM) read or overwritten. With a helper
+// (Config.HelperSocket) the helper checks the marks again in the guest's
+// config file before it opens a volume.
 const (
-	leavingTag  = "fp-leaving"
-	arrivingTag = "fp-incoming"
+	leavingTag  = privhelper.LeavingTag
+	arrivingTag = privhelper.ArrivingTag
 )
-
-// diskBuses are the config keys (with a number) that hold a guest's
-// disks; unusedN, vmstate and the snapshots' sections are not among them.
-var diskBuses = []string{"scsi", "virtio", "sata", "ide", "efidisk", "tpmstate"}
 
 // movingGuest checks that volume is a disk of a stopped guest of this
 // node marked tag (leavingTag or arrivingTag) and returns that guest's
@@ -166,29 +165,16 @@ func (a *Agent) pveGet(ctx context.Context, path string, out any) error {
 }
 
 // hasTag reports whether a Proxmox tag list holds tag.
-func hasTag(tags, tag string) bool {
-	return slices.Contains(strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }), tag)
-}
+func hasTag(tags, tag string) bool { return privhelper.HasTag(tags, tag) }
 
 // hasDisk reports whether volume is a disk (not a CD-ROM) of a guest config.
 func hasDisk(cfg map[string]any, volume string) bool {
 	for k, v := range cfg {
 		s, ok := v.(string)
-		if !ok || !isDiskKey(k) {
+		if !ok {
 			continue
 		}
-		first, opts, _ := strings.Cut(s, ",")
-		if first == volume && !strings.Contains(","+opts+",", ",media=cdrom,") {
-			return true
-		}
-	}
-	return false
-}
-
-// isDiskKey reports whether k is a disk slot of a guest config.
-func isDiskKey(k string) bool {
-	for _, bus := range diskBuses {
-		if n, ok := strings.CutPrefix(k, bus); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+		if vol, ok := privhelper.DiskVolume(k, s); ok && vol == volume {
 			return true
 		}
 	}
@@ -200,6 +186,7 @@ const DefaultOfferTTL = 10 * time.Minute
 
 // offer is a volume one agent may read once.
 type offer struct {
+	vmid   int
 	volume string
 	path   string
 	size   int64
@@ -252,14 +239,15 @@ func (s *service) OfferVolume(ctx context.Context, req *agentv1.OfferVolumeReque
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.movingGuest(ctx, req.GetVolume(), leavingTag); err != nil {
+	vmid, err := a.movingGuest(ctx, req.GetVolume(), leavingTag)
+	if err != nil {
 		return nil, err
 	}
 	ttl := DefaultOfferTTL
 	if req.GetTtlSeconds() > 0 {
 		ttl = time.Duration(req.GetTtlSeconds()) * time.Second
 	}
-	capability, _ := a.offers.add(offer{volume: req.GetVolume(), path: v.Path, size: v.Size, reader: req.GetReader()}, time.Now().Add(ttl), 0)
+	capability, _ := a.offers.add(offer{vmid: vmid, volume: req.GetVolume(), path: v.Path, size: v.Size, reader: req.GetReader()}, time.Now().Add(ttl), 0)
 	a.log.Info("agent: volume offered", "volume", req.GetVolume(), "reader", req.GetReader(), "size", v.Size)
 	return &agentv1.OfferVolumeResponse{Capability: capability, Size: uint64(v.Size), Addr: a.MigrationAddr()}, nil
 }
@@ -289,9 +277,9 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 	if _, err := a.movingGuest(stream.Context(), o.volume, leavingTag); err != nil {
 		return err
 	}
-	f, err := os.Open(o.path)
+	f, err := a.openVolume(stream.Context(), o.vmid, o.volume, o.path, false)
 	if err != nil {
-		return status.Errorf(codes.Internal, "agent: open volume %s: %v", o.volume, err)
+		return err
 	}
 	defer f.Close()
 	alg := checksumSHA256
@@ -316,7 +304,7 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 	defer cancel()
 	reader.Go(func() {
 		defer close(chunks)
-		s, err := readVolume(ctx, f, o.size, a.cfg.MigrationBandwidth, h, chunks, free)
+		s, err := readVolume(ctx, io.NewSectionReader(f, 0, o.size), o.size, a.cfg.MigrationBandwidth, h, chunks, free)
 		sum = s
 		read <- err
 	})
@@ -351,11 +339,11 @@ type readChunk struct {
 	data []byte
 }
 
-// readVolume reads the first size bytes of f a chunk at a time into
+// readVolume reads the first size bytes of r a chunk at a time into
 // buffers taken from free, at rate bytes per second at most (0: no
 // bound), hashing them all into h and sending those not all zeros to
 // chunks; it returns the checksum (hex) of what it read.
-func readVolume(ctx context.Context, f *os.File, size, rate int64, h hash.Hash, chunks chan<- readChunk, free <-chan []byte) (string, error) {
+func readVolume(ctx context.Context, f io.Reader, size, rate int64, h hash.Hash, chunks chan<- readChunk, free <-chan []byte) (string, error) {
 	zero := make([]byte, chunkSize)
 	start := time.Now()
 	var buf []byte // the buffer being filled; a run of zeros keeps it
@@ -434,12 +422,13 @@ func (s *service) PullVolume(req *agentv1.PullVolumeRequest, stream grpc.ServerS
 	if err != nil {
 		return err
 	}
-	if _, err := a.movingGuest(ctx, req.GetVolume(), arrivingTag); err != nil {
+	vmid, err := a.movingGuest(ctx, req.GetVolume(), arrivingTag)
+	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(dst.Path, os.O_RDWR, 0) // read too: the runs the source did not send are hashed as f holds them
+	f, err := a.openVolume(ctx, vmid, req.GetVolume(), dst.Path, true) // read too: the runs the source did not send are hashed as f holds them
 	if err != nil {
-		return status.Errorf(codes.Internal, "agent: open volume %s: %v", req.GetVolume(), err)
+		return err
 	}
 	defer f.Close()
 	conn, err := grpc.NewClient("passthrough:///"+req.GetSourceAddr(),
@@ -555,7 +544,7 @@ const writebackEvery = 32 << 20
 // hashes all of f up to the end of the data: the data as it writes it,
 // the runs between (which the source did not send: zeros) as f holds them.
 type volumeWriter struct {
-	f      *os.File
+	f      volumeFile
 	h      hash.Hash // of f's first hashed bytes; the writer's until done
 	hashed int64
 	// written is the end of the data written so far.
@@ -590,7 +579,9 @@ func (w *volumeWriter) write(off int64, data []byte) error {
 	w.hashed = off + int64(len(data))
 	w.written.Store(w.hashed)
 	if w.hashed-w.flushed >= writebackEvery {
-		startWriteback(w.f, w.flushed, w.hashed-w.flushed)
+		if f, ok := w.f.(*os.File); ok {
+			startWriteback(f, w.flushed, w.hashed-w.flushed)
+		}
 		w.flushed = w.hashed
 	}
 	return nil
@@ -601,7 +592,7 @@ func (w *volumeWriter) hashTo(end int64) error {
 	if end <= w.hashed {
 		return nil
 	}
-	if _, err := io.Copy(w.h, io.NewSectionReader(w.f, w.hashed, end-w.hashed)); err != nil {
+	if _, err := io.CopyBuffer(w.h, io.NewSectionReader(w.f, w.hashed, end-w.hashed), make([]byte, chunkSize)); err != nil {
 		return err
 	}
 	w.hashed = end
@@ -616,6 +607,38 @@ func (w *volumeWriter) stop() error {
 		w.err = <-w.done
 	})
 	return w.err
+}
+
+// volumeFile is an open volume: the agent's own file, or one its helper
+// opened (privhelper.Volume).
+type volumeFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Sync() error
+	Close() error
+}
+
+// openVolume opens path, volume of guest vmid, for reading or also for
+// writing: through the helper when the agent has one (which checks the
+// guest's mark again itself), else in the agent's own process.
+func (a *Agent) openVolume(ctx context.Context, vmid int, volume, path string, write bool) (volumeFile, error) {
+	if a.helper != nil {
+		v, err := a.helper.OpenVolume(ctx, uint32(vmid), volume, path, write)
+		if err != nil {
+			a.log.Warn("agent: the helper did not open a volume", "volume", volume, "err", err)
+			return nil, helperError("open volume "+volume, err)
+		}
+		return v, nil
+	}
+	flag := os.O_RDONLY
+	if write {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "agent: open volume %s: %v", volume, err)
+	}
+	return f, nil
 }
 
 // caller identifies the mesh peer of a call.

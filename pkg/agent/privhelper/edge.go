@@ -1,9 +1,10 @@
-package agent
+package privhelper
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sort"
 
@@ -14,11 +15,19 @@ import (
 	edgev1 "github.com/flexplane/flexplane/proto/flexplane/edge/v1"
 )
 
+// NewEdgeServer serves flexplane.edge.v1 with m: the node's edge
+// gateways, run in the calling process (the helper's, or the agent's own
+// when it runs without a helper). Every gateway is validated first; an
+// invalid one is INVALID_ARGUMENT and changes nothing.
+func NewEdgeServer(m *edge.Manager, log *slog.Logger) edgev1.EdgeServiceServer {
+	return &edgeService{m: m, log: log}
+}
+
 // edgeService serves flexplane.edge.v1: the node's edge gateways.
 type edgeService struct {
 	edgev1.UnimplementedEdgeServiceServer
-	a *Agent
-	m *edge.Manager
+	m   *edge.Manager
+	log *slog.Logger
 }
 
 func (s *edgeService) ApplyGateway(ctx context.Context, req *edgev1.ApplyGatewayRequest) (*edgev1.ApplyGatewayResponse, error) {
@@ -33,10 +42,10 @@ func (s *edgeService) ApplyGateway(ctx context.Context, req *edgev1.ApplyGateway
 		if errors.As(err, &ie) {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		s.a.log.Error("agent: apply edge gateway", "vdc", g.VDC, "err", err)
+		s.log.Error("agent: apply edge gateway", "vdc", g.VDC, "err", err)
 		return nil, status.Errorf(codes.Internal, "agent: apply edge gateway of %s: %v", g.VDC, err)
 	}
-	s.a.log.Info("agent: edge gateway applied", "vdc", g.VDC, "rules", len(g.Rules), "ruleset_apply", st.RulesetApply)
+	s.log.Info("agent: edge gateway applied", "vdc", g.VDC, "rules", len(g.Rules), "ruleset_apply", st.RulesetApply)
 	return &edgev1.ApplyGatewayResponse{State: stateToProto(st)}, nil
 }
 
