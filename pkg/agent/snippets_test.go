@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -23,8 +24,16 @@ import (
 // VM's cicustom names and cloudinit/dump reads; delete removes it. Bad
 // names, traversal and oversize data are INVALID_ARGUMENT, a storage
 // without snippets FAILED_PRECONDITION, and none of them writes a file.
+// All of it in the agent's own process, and again through a privileged
+// helper on its socket, whose snippet directory is the node's local
+// storage's.
 func TestSnippets(t *testing.T) {
 	t.Parallel()
+	t.Run("in process", func(t *testing.T) { t.Parallel(); testSnippets(t, false) })
+	t.Run("through the helper", func(t *testing.T) { t.Parallel(); testSnippets(t, true) })
+}
+
+func testSnippets(t *testing.T, viaHelper bool) {
 	root := t.TempDir()
 	sim, p := startSim(t, pvesim.Config{Cluster: "lab", Nodes: 2, FileRoot: root})
 	ctx := t.Context()
@@ -48,6 +57,9 @@ func TestSnippets(t *testing.T) {
 		return decodeData(resp.body, v)
 	}
 	svc := &service{a: &Agent{cfg: Config{NodeName: "pve1", FileRoot: sim.NodeRoot("pve1")}, pve: p, log: slog.New(slog.DiscardHandler)}}
+	if viaHelper {
+		svc.a.helper = startHelper(t, privhelper.Config{SnippetDirs: []string{filepath.Join(sim.NodeRoot("pve1"), "var", "lib", "vz", "snippets")}})
+	}
 
 	// Snippets are not allowed on local until the operator says so.
 	if _, err := svc.WriteSnippet(ctx, &agentv1.WriteSnippetRequest{Storage: "local", Name: "a.yaml", Data: []byte("x")}); status.Code(err) != codes.FailedPrecondition {
