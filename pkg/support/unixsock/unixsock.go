@@ -1,5 +1,7 @@
 // Package unixsock listens on owner-only unix sockets, the control sockets
-// of the development tools (the dev stack's, the Proxmox simulator's).
+// of the development tools (the dev stack's, the Proxmox simulator's) and
+// the agent's privileged helper's (which then opens it to the agent's
+// group).
 package unixsock
 
 import (
