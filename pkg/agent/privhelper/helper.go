@@ -133,7 +133,8 @@ func Start(cfg Config) (*Helper, error) {
 		return nil, fmt.Errorf("privhelper: %w", err)
 	}
 	// The agent's group may connect; nobody else but root.
-	if err := os.Chown(cfg.Socket, -1, cfg.AgentGID); err == nil {
+	err = os.Chown(cfg.Socket, -1, cfg.AgentGID)
+	if err == nil {
 		err = os.Chmod(cfg.Socket, 0o660)
 	}
 	if err != nil {
