@@ -117,7 +117,8 @@ type Config struct {
 	// bridges (VNets, the external network's), where the edge gateways' NICs
 	// are plugged: "" is the agent's own namespace, as on a real Proxmox node;
 	// with the simulator's data plane it is the node's namespace
-	// (simnet.Plane.NodeNS). The edge gateways need root.
+	// (simnet.Plane.NodeNS). The edge gateways need root; with a helper
+	// (HelperSocket) they are the helper's, configured by its own flags.
 	EdgeBridgeNamespace string
 	// EdgeNamespacePrefix starts the names of the edge gateways' network
 	// namespaces (default "fp"): two agents on one host (the simulator) need
