@@ -58,6 +58,21 @@ FLEXPLANE_AGENT_PORT=50099
 		t.Fatalf("proof files from flags and env: %+v, %v", pc, err)
 	}
 
+	// No helper by default; its socket from the environment or the flag.
+	if cfg.HelperSocket != "" {
+		t.Fatalf("a helper socket by default: %q", cfg.HelperSocket)
+	}
+	env[EnvHelperSocket] = "/run/env/helper.sock"
+	hc, _, err := LoadConfig(nil, func(k string) string { return env[k] })
+	if err != nil || hc.HelperSocket != "/run/env/helper.sock" {
+		t.Fatalf("helper socket from the environment: %q, %v", hc.HelperSocket, err)
+	}
+	hc, _, err = LoadConfig([]string{"-helper-socket", "/run/flag/helper.sock"}, func(k string) string { return env[k] })
+	delete(env, EnvHelperSocket)
+	if err != nil || hc.HelperSocket != "/run/flag/helper.sock" {
+		t.Fatalf("helper socket from the flag: %q, %v", hc.HelperSocket, err)
+	}
+
 	// The profile listener is off by default and loopback only.
 	_, opts, err = LoadConfig([]string{"-debug-addr", "127.0.0.1:6061"}, func(k string) string { return env[k] })
 	if err != nil || opts.DebugAddr != "127.0.0.1:6061" {
