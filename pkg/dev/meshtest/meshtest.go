@@ -29,6 +29,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/pvetest"
@@ -67,6 +69,12 @@ type ClusterSpec struct {
 	// systems real directories (pvesim Config.FileRoot) that the agents
 	// write the snippets into (agent Config.FileRoot).
 	Snippets bool
+	// Helpers runs each agent as the shipped units do: its privileged work
+	// (edge gateways, snippets) through a privileged helper of its own
+	// (package privhelper, in-process, on a unix socket; agent
+	// Config.HelperSocket). The simulator keeps no guest config files, so
+	// such an agent's helper opens no volume of a move.
+	Helpers bool
 }
 
 type options struct {
@@ -208,6 +216,7 @@ type Agent struct {
 
 	h      *Harness
 	key    string
+	helper string // its helper's socket (ClusterSpec.Helpers), else ""
 	mu     sync.Mutex
 	agent  *agent.Agent // protected by mu
 	joined bool         // protected by mu
@@ -317,6 +326,9 @@ func New(t testing.TB, opts ...Option) *Harness {
 			c.Agents = append(c.Agents, a)
 			h.agents = append(h.agents, a)
 			t.Cleanup(func() { a.Stop() })
+			if spec.Helpers {
+				a.startHelper(t)
+			}
 		}
 		h.Clusters = append(h.Clusters, c)
 	}
@@ -465,11 +477,12 @@ func (a *Agent) Start(ctx context.Context) error {
 	if !a.joined {
 		key = a.key
 	}
-	edgeNS, edgePrefix := "", a.Cluster.edgePrefix
-	if p := a.Cluster.Plane; p != nil {
-		// The node's bridges live in its namespace; the gateways' namespaces
-		// go with the plane.
-		edgeNS, edgePrefix = p.NodeNS(a.Node), p.NodeNS(a.Node)+"-"
+	edgeNS, edgePrefix := a.edge()
+	if a.helper != "" {
+		// The helper runs the gateways: the agent's own configuration
+		// names a bridge namespace that does not exist, so a gateway that
+		// works cannot be the agent's.
+		edgeNS = "meshtest-not-the-agents"
 	}
 	pveURL, pveFP, files := a.Cluster.Sim.URL(), a.Cluster.Sim.Fingerprint(), a.Cluster.Sim.NodeFiles(a.Node)
 	if a.ProxmoxURL != "" {
@@ -479,6 +492,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		files = *a.Files
 	}
 	ag, err := agent.Start(ctx, agent.Config{
+		HelperSocket:        a.helper,
 		EdgeBridgeNamespace: edgeNS,
 		EdgeNamespacePrefix: edgePrefix,
 		ControlURL:          a.h.Orchestrator.URL(),
@@ -503,6 +517,43 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	a.agent, a.joined = ag, true
 	return nil
+}
+
+// edge is the agent's edge configuration: the namespace of its node's
+// bridges and its gateways' prefix.
+func (a *Agent) edge() (bridgeNS, prefix string) {
+	if p := a.Cluster.Plane; p != nil {
+		// The node's bridges live in its namespace; the gateways' namespaces
+		// go with the plane.
+		return p.NodeNS(a.Node), p.NodeNS(a.Node) + "-"
+	}
+	return "", a.Cluster.edgePrefix
+}
+
+// startHelper starts the agent's privileged helper, serving this
+// process's user, until the test ends.
+func (a *Agent) startHelper(t testing.TB) {
+	t.Helper()
+	edgeNS, edgePrefix := a.edge()
+	cfg := privhelper.Config{
+		Socket: filepath.Join(shortTempDir(t, "fph"), "helper.sock"), AgentUID: os.Getuid(), AgentGID: os.Getgid(),
+		SnippetDirs: []string{}, VolumeDirs: []string{}, GuestConfigDir: filepath.Join(a.StateDir, "no-guest-configs"),
+		EdgeBridgeNamespace: edgeNS, EdgeNamespacePrefix: edgePrefix,
+		Logger: a.h.logger.With("component", "helper", "agent", a.MeshName),
+	}
+	if root := a.Cluster.Sim.NodeRoot(a.Node); root != "" {
+		cfg.SnippetDirs = []string{filepath.Join(root, "var", "lib", "vz", "snippets")}
+	}
+	hp, err := privhelper.Start(cfg)
+	if err != nil {
+		t.Fatalf("meshtest: helper of %s: %v", a.MeshName, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hp.Shutdown(ctx)
+	})
+	a.helper = cfg.Socket
 }
 
 // Stop stops the agent as SIGTERM stops its process: calls in flight
