@@ -53,7 +53,8 @@ func (u unit) is(key, want string) bool {
 // only CAP_NET_ADMIN and CAP_SYS_ADMIN, reaches only unix and netlink
 // sockets, may create only network namespaces, serves the agent's user
 // from its runtime directory, and stays in the node's mount namespace
-// (where the gateways' named namespaces must be). Without systemd-analyze
+// (where the gateways' named namespaces must be); the sysusers file makes
+// the user and group they name. Without systemd-analyze
 // it fails: `make test` installs it (make systemd-analyze).
 func TestSystemdUnits(t *testing.T) {
 	t.Parallel()
@@ -145,8 +146,14 @@ func TestSystemdUnits(t *testing.T) {
 	if cfg.Socket != socket || filepath.Base(filepath.Dir(socket)) != "flexplane-agent-helper" {
 		t.Errorf("the helper listens on %q, the agent dials %q: want one socket in the helper's RuntimeDirectory", cfg.Socket, socket)
 	}
-	sysusers, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "flexplane-agent.sysusers"))
-	if err != nil || !bytes.Contains(sysusers, []byte("\nu flexplane-agent ")) {
-		t.Errorf("deploy/systemd/flexplane-agent.sysusers does not make the user flexplane-agent (%v)", err)
+	// The sysusers file makes the user and group both units name: read by
+	// systemd-sysusers itself, into an empty root and writing nothing.
+	sysusers, err := filepath.Abs(filepath.Join("..", "..", "deploy", "systemd", "flexplane-agent.sysusers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command("systemd-sysusers", "--root", t.TempDir(), "--dry-run", sysusers).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("Creating group 'flexplane-agent'")) || !bytes.Contains(out, []byte("Creating user 'flexplane-agent'")) {
+		t.Errorf("systemd-sysusers %s: %v\n%s", sysusers, err, out)
 	}
 }
