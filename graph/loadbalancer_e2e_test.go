@@ -43,7 +43,7 @@ func newNSForwarder(t *testing.T) *nsForwarder {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	f := &nsForwarder{URL: "http://" + ln.Addr().String()}
+	f := &nsForwarder{URL: "https://" + ln.Addr().String()}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -83,11 +83,11 @@ func (f *nsForwarder) relay(c net.Conn) {
 }
 
 // startGatewayIn runs the test binary as a flexgateway in namespace ns
-// (lbtest.StartGateway, started from a thread in ns) and returns its admin
-// address there; t.Cleanup stops it.
-func startGatewayIn(t *testing.T, ns, token string) string {
+// (lbtest.StartGateway, started from a thread in ns) with pki's server
+// certificate and returns its admin address there; t.Cleanup stops it.
+func startGatewayIn(t *testing.T, ns, token string, pki *lbtest.PKI) string {
 	t.Helper()
-	return lbtest.StartGateway(t, lbtest.GatewayOptions{Token: token, Start: func(cmd *exec.Cmd) error {
+	return lbtest.StartGateway(t, lbtest.GatewayOptions{Token: token, PKI: pki, Start: func(cmd *exec.Cmd) error {
 		if err := nsnet.Do(ns, cmd.Start); err != nil {
 			return fmt.Errorf("in %s: %w", ns, err)
 		}
@@ -135,7 +135,8 @@ func getFrom(ns, src, url string) string {
 
 // TestLoadBalancerTraffic sends real packets through a load balancer made
 // through GraphQL: a flexgateway process in the zone's internet namespace
-// (the replica the orchestrator's lbsync configures, the edge gateways'
+// (the replica the orchestrator's lbsync configures over mutual TLS with
+// the zone's token, the edge gateways'
 // frontend and the relays' only source), two VMs of blue serving TCP and
 // HTTP in their namespaces. From the internet, the balancer's TCP listener
 // reaches both VMs and its HTTP listener routes by path to two pools; red's
@@ -147,13 +148,14 @@ func TestLoadBalancerTraffic(t *testing.T) {
 	const token = "lb-e2e-token"
 	const replicaAddr, stranger = "203.0.113.254", "203.0.113.253"
 	fwd := newNSForwarder(t)
-	lbs := orchestrator.LoadBalancersConfig{Token: token, Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{fwd.URL},
+	pki := lbtest.NewPKI(t)
+	lbs := orchestrator.LoadBalancersConfig{Tokens: map[string]string{"alpha": token}, TLS: pki.Client, Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{fwd.URL},
 		Zone: loadbalancer.Zone{Frontend: netip.MustParseAddr(replicaAddr), Sources: []netip.Prefix{netip.MustParsePrefix(replicaAddr + "/32")}}}}}
 	s := setupLBStack(t, lbs, meshtest.WithDataPlane(netip.MustParsePrefix(replicaAddr+"/24"), netip.MustParsePrefix(stranger+"/24")))
 	h := s.h
 	p := h.Clusters[0].Plane
 	inet := p.InternetNS()
-	fwd.Target(inet, startGatewayIn(t, inet, token))
+	fwd.Target(inet, startGatewayIn(t, inet, token, pki))
 
 	blue := s.vms(t, "bob", "blue", 2, "a", "b")
 	red := s.vms(t, "alice", "red", 1, "r")

@@ -22,8 +22,10 @@ type lbStack struct {
 
 func newLBStack(t *testing.T, opts ...meshtest.Option) *lbStack {
 	t.Helper()
-	replica := lbtest.NewReplica(t, "lb-token")
-	s := setupLBStack(t, orchestrator.LoadBalancersConfig{Token: "lb-token", Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}, opts...)
+	pki := lbtest.NewPKI(t)
+	replica := lbtest.NewReplica(t, pki, "lb-token")
+	s := setupLBStack(t, orchestrator.LoadBalancersConfig{Tokens: map[string]string{"alpha": "lb-token"}, TLS: pki.Client,
+		Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}, opts...)
 	s.replica = replica
 	return s
 }

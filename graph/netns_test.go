@@ -18,7 +18,7 @@ import (
 // internet namespace.
 func TestMain(m *testing.M) {
 	if code, child := lbtest.GatewayChild(func(c lbtest.ChildConfig) (lbtest.Gateway, error) {
-		g, err := gateway.New(gateway.Config{AdminAddr: c.AdminAddr, Token: c.Token, DataDir: c.DataDir, CaddyLogLevel: c.CaddyLogLevel, Logger: c.Logger})
+		g, err := gateway.New(gateway.Config{AdminAddr: c.AdminAddr, TLS: c.TLS, Token: c.Token, DataDir: c.DataDir, CaddyLogLevel: c.CaddyLogLevel, Logger: c.Logger})
 		if err != nil {
 			return nil, err
 		}

@@ -2,10 +2,17 @@
 // Caddy with caddy-l4, configured only through its admin API by the
 // orchestrator.
 //
-//	flexgateway [-admin-addr ADDR] -token-file FILE -data-dir DIR [-log-level LEVEL] [-caddy-log-level LEVEL]
+//	flexgateway [-admin-addr ADDR] -token-file FILE -tls-cert-file FILE -tls-key-file FILE
+//	    -client-ca-file FILE -data-dir DIR [-log-level LEVEL] [-caddy-log-level LEVEL]
+//
+// The admin API is served over TLS with -tls-cert-file and answers only
+// clients whose certificate chains to -client-ca-file and who bear the
+// token of -token-file, the token of the replica's zone.
 //
 // Every flag has an environment variable (FLEXGATEWAY_ADMIN_ADDR,
-// FLEXGATEWAY_TOKEN_FILE, FLEXGATEWAY_DATA_DIR, FLEXGATEWAY_LOG_LEVEL,
+// FLEXGATEWAY_TOKEN_FILE, FLEXGATEWAY_TLS_CERT_FILE,
+// FLEXGATEWAY_TLS_KEY_FILE, FLEXGATEWAY_CLIENT_CA_FILE,
+// FLEXGATEWAY_DATA_DIR, FLEXGATEWAY_LOG_LEVEL,
 // FLEXGATEWAY_CADDY_LOG_LEVEL); a flag wins over its variable.
 package main
 
@@ -23,6 +30,7 @@ import (
 	"syscall"
 
 	"github.com/flexplane/flexplane/pkg/loadbalancer/gateway"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
 func main() {
@@ -57,8 +65,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (gateway
 	fs := flag.NewFlagSet("flexgateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		adminAddr  = fs.String("admin-addr", cmp.Or(getenv("FLEXGATEWAY_ADMIN_ADDR"), ":9443"), "host:port of the admin API, /healthz, /readyz and /metrics")
-		tokenFile  = fs.String("token-file", getenv("FLEXGATEWAY_TOKEN_FILE"), "file holding the admin API's bearer token (required)")
+		adminAddr  = fs.String("admin-addr", cmp.Or(getenv("FLEXGATEWAY_ADMIN_ADDR"), ":9443"), "host:port of the admin API, /healthz, /readyz and /metrics, all over TLS")
+		tokenFile  = fs.String("token-file", getenv("FLEXGATEWAY_TOKEN_FILE"), "file holding the admin API's bearer token: the token of this replica's zone (required)")
+		certFile   = fs.String("tls-cert-file", getenv("FLEXGATEWAY_TLS_CERT_FILE"), "PEM file of the admin listener's certificate chain, read at every handshake (required)")
+		keyFile    = fs.String("tls-key-file", getenv("FLEXGATEWAY_TLS_KEY_FILE"), "PEM file of the admin listener's private key, read at every handshake (required)")
+		clientCA   = fs.String("client-ca-file", getenv("FLEXGATEWAY_CLIENT_CA_FILE"), "PEM file of the CA the orchestrator's client certificate must chain to, read at every handshake (required)")
 		dataDir    = fs.String("data-dir", getenv("FLEXGATEWAY_DATA_DIR"), "the only directory written to (required)")
 		logLevel   = fs.String("log-level", cmp.Or(getenv("FLEXGATEWAY_LOG_LEVEL"), "info"), "debug, info, warn or error")
 		caddyLevel = fs.String("caddy-log-level", cmp.Or(getenv("FLEXGATEWAY_CADDY_LOG_LEVEL"), "warn"), "Caddy's own log level: debug, info, warn or error")
@@ -81,6 +92,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (gateway
 	if *tokenFile == "" || *dataDir == "" {
 		return gateway.Config{}, level, errors.New("flexgateway: -token-file and -data-dir are required")
 	}
+	if *certFile == "" || *keyFile == "" || *clientCA == "" {
+		return gateway.Config{}, level, errors.New("flexgateway: -tls-cert-file, -tls-key-file and -client-ca-file are required")
+	}
 	tok, err := os.ReadFile(*tokenFile)
 	if err != nil {
 		return gateway.Config{}, level, fmt.Errorf("flexgateway: token: %w", err)
@@ -91,6 +105,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (gateway
 	}
 	return gateway.Config{
 		AdminAddr:     *adminAddr,
+		TLS:           lbconfig.TLSFiles{CertFile: *certFile, KeyFile: *keyFile, CAFile: *clientCA},
 		Token:         token,
 		DataDir:       *dataDir,
 		CaddyLogLevel: strings.ToUpper(*caddyLevel),

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/syncbuf"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
 // TestFlags checks the flags' errors: a missing token file or data
-// directory, a short token, an unknown level.
+// directory, a short token, missing TLS files, an unknown level.
 func TestFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -30,16 +30,19 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	noenv := func(string) string { return "" }
+	tlsArgs := []string{"-tls-cert-file", "c", "-tls-key-file", "k", "-client-ca-file", "ca"}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{nil, "-token-file and -data-dir are required"},
-		{[]string{"-token-file", short, "-data-dir", dir}, "shorter than 16"},
-		{[]string{"-token-file", filepath.Join(dir, "none"), "-data-dir", dir}, "no such file"},
-		{[]string{"-token-file", good, "-data-dir", dir, "-log-level", "loud"}, "-log-level"},
-		{[]string{"-token-file", good, "-data-dir", dir, "-caddy-log-level", "loud"}, "-caddy-log-level"},
-		{[]string{"-token-file", good, "-data-dir", dir, "extra"}, "unexpected arguments"},
+		{[]string{"-token-file", good, "-data-dir", dir}, "-tls-cert-file, -tls-key-file and -client-ca-file are required"},
+		{[]string{"-token-file", good, "-data-dir", dir, "-tls-cert-file", "c", "-tls-key-file", "k"}, "-client-ca-file are required"},
+		{append([]string{"-token-file", short, "-data-dir", dir}, tlsArgs...), "shorter than 16"},
+		{append([]string{"-token-file", filepath.Join(dir, "none"), "-data-dir", dir}, tlsArgs...), "no such file"},
+		{append([]string{"-token-file", good, "-data-dir", dir, "-log-level", "loud"}, tlsArgs...), "-log-level"},
+		{append([]string{"-token-file", good, "-data-dir", dir, "-caddy-log-level", "loud"}, tlsArgs...), "-caddy-log-level"},
+		{append([]string{"-token-file", good, "-data-dir", dir}, append(tlsArgs, "extra")...), "unexpected arguments"},
 	} {
 		_, _, err := parse(c.args, noenv, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -47,16 +50,18 @@ func TestFlags(t *testing.T) {
 		}
 	}
 	cfg, _, err := parse(nil, func(k string) string {
-		return map[string]string{"FLEXGATEWAY_TOKEN_FILE": good, "FLEXGATEWAY_DATA_DIR": dir, "FLEXGATEWAY_ADMIN_ADDR": "127.0.0.1:1"}[k]
+		return map[string]string{"FLEXGATEWAY_TOKEN_FILE": good, "FLEXGATEWAY_DATA_DIR": dir, "FLEXGATEWAY_ADMIN_ADDR": "127.0.0.1:1",
+			"FLEXGATEWAY_TLS_CERT_FILE": "c", "FLEXGATEWAY_TLS_KEY_FILE": "k", "FLEXGATEWAY_CLIENT_CA_FILE": "ca"}[k]
 	}, &bytes.Buffer{})
-	if err != nil || cfg.Token != "0123456789abcdef0123" || cfg.AdminAddr != "127.0.0.1:1" || cfg.DataDir != dir || cfg.CaddyLogLevel != "WARN" {
+	if err != nil || cfg.Token != "0123456789abcdef0123" || cfg.AdminAddr != "127.0.0.1:1" || cfg.DataDir != dir || cfg.CaddyLogLevel != "WARN" ||
+		cfg.TLS != (lbconfig.TLSFiles{CertFile: "c", KeyFile: "k", CAFile: "ca"}) {
 		t.Errorf("from the environment: %+v, %v", cfg, err)
 	}
 }
 
-// TestRun runs flexgateway as main does: it serves the admin API with the
-// token of its file, becomes ready with a config and stops when its
-// context ends.
+// TestRun runs flexgateway as main does: it serves the admin API over TLS
+// with the certificates and token of its files, becomes ready with a
+// config and stops when its context ends.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -64,11 +69,13 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	pki := lbtest.NewPKI(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var logs syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-admin-addr", "127.0.0.1:0", "-token-file", tokenFile, "-data-dir", filepath.Join(dir, "data")},
+		done <- run(ctx, []string{"-admin-addr", "127.0.0.1:0", "-token-file", tokenFile, "-data-dir", filepath.Join(dir, "data"),
+			"-tls-cert-file", pki.Server.CertFile, "-tls-key-file", pki.Server.KeyFile, "-client-ca-file", pki.Server.CAFile},
 			func(string) string { return "" }, &logs)
 	}()
 	var addr string
@@ -81,11 +88,12 @@ func TestRun(t *testing.T) {
 		addr = m[1]
 		return nil
 	})
-	c := &lbconfig.Client{BaseURL: "http://" + addr, Token: "0123456789abcdef0123"}
+	hc := pki.HTTP(t, 30*time.Second)
+	c := &lbconfig.Client{BaseURL: "https://" + addr, Token: "0123456789abcdef0123", HTTP: hc}
 	if err := c.Apply(t.Context(), lbconfig.Config{Revision: "r1"}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get("http://" + addr + "/readyz")
+	resp, err := hc.Get("https://" + addr + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/readyz: %v %v", resp, err)
 	}

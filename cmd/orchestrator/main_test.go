@@ -272,26 +272,43 @@ func TestServeMeshPostgresFlags(t *testing.T) {
 	}
 }
 
-// TestServeLBTokenFlags refuses a load balancers' token file without their
-// config, and one that is missing or empty, before anything starts.
+// TestServeLBTokenFlags refuses a load balancers' token directory without
+// their config, a zone's token that is missing, empty or short, two
+// zones sharing a token, and zones without the admin API's TLS files,
+// before anything starts.
 func TestServeLBTokenFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "lb.json")
-	empty := filepath.Join(dir, "token")
-	if err := os.WriteFile(cfg, []byte(`{"zones": {}}`), 0o600); err != nil {
-		t.Fatal(err)
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	const tls = `"tls": {"certFile": "c", "keyFile": "k", "caFile": "ca"}`
+	cfg := write("lb.json", `{"zones": {"fra": {}, "hel": {}}, `+tls+`}`)
+	shared := write("shared.json", `{"zones": {"fra": {}, "hel": {}}, "tokens": {"fra": "0123456789abcdef", "hel": "0123456789abcdef"}, `+tls+`}`)
+	noTLS := write("notls.json", `{"zones": {"fra": {}}, "tokens": {"fra": "0123456789abcdef"}}`)
+	write("empty/fra", " \n")
+	write("empty/hel", "0123456789abcdef-hel")
+	write("short/fra", "abc")
+	write("short/hel", "0123456789abcdef-hel")
+	write("one/fra", "0123456789abcdef-fra")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-lb-token-file", empty}, "needs -lb-config"},
-		{[]string{"-lb-config", cfg, "-lb-token-file", filepath.Join(dir, "nosuch")}, "nosuch"},
-		{[]string{"-lb-config", cfg, "-lb-token-file", empty}, "is empty"},
+		{[]string{"-lb-token-dir", dir}, "needs -lb-config"},
+		{[]string{"-lb-config", cfg}, "no admin token"},
+		{[]string{"-lb-config", cfg, "-lb-token-dir", filepath.Join(dir, "one")}, "zone hel"},
+		{[]string{"-lb-config", cfg, "-lb-token-dir", filepath.Join(dir, "empty")}, "is empty"},
+		{[]string{"-lb-config", cfg, "-lb-token-dir", filepath.Join(dir, "short")}, "16 characters"},
+		{[]string{"-lb-config", shared}, "the same admin token"},
+		{[]string{"-lb-config", noTLS}, "tls needs"},
 	} {
 		err := run(t.Context(), append([]string{"serve", "-data-dir", t.TempDir()}, c.args...), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ type serveFlags struct {
 	// Audit events.
 	auditLog, auditWebhook string
 	// Load balancers: the zones' flexgateway replicas, and their token.
-	lbConfig, lbTokenFile string
+	lbConfig, lbTokenDir string
 	// Replicas: this one's URL, and the Lease electing the mesh control
 	// server's.
 	peerURL, leaseName string
@@ -151,8 +152,8 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&f.listen, "listen", env("FLEXPLANE_LISTEN", ":8080"), "public listen address (env FLEXPLANE_LISTEN)")
 	fs.StringVar(&f.publicURL, "public-url", env("FLEXPLANE_PUBLIC_URL", ""), "URL agents use to reach -listen (env FLEXPLANE_PUBLIC_URL)")
-	fs.StringVar(&f.lbTokenFile, "lb-token-file", env("FLEXPLANE_LB_TOKEN_FILE", ""), "file holding the flexgateway replicas' admin bearer token, in place of -lb-config's token (env FLEXPLANE_LB_TOKEN_FILE)")
-	fs.StringVar(&f.lbConfig, "lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"token\": ..., \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}, \"endpointSlices\": {\"namespace\": ..., \"fullname\": the flexgateway release's full name} to find the replicas in Kubernetes instead}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
+	fs.StringVar(&f.lbTokenDir, "lb-token-dir", env("FLEXPLANE_LB_TOKEN_DIR", ""), "directory of the flexgateway replicas' admin bearer tokens, a file per zone named as the zone (a Secret's volume), in place of -lb-config's tokens: each zone's replicas accept only their own zone's token (env FLEXPLANE_LB_TOKEN_DIR)")
+	fs.StringVar(&f.lbConfig, "lb-config", env("FLEXPLANE_LB_CONFIG", ""), "JSON file of the zones' flexgateway replicas the load balancers are pushed to: {\"tokens\": {\"<zone>\": token}, \"tls\": {\"certFile\": client certificate, \"keyFile\": its key, \"caFile\": the replicas' CA, \"serverName\": the name their certificates carry (default flexgateway)}, \"zones\": {\"<zone>\": {\"replicas\": [admin URLs], \"frontend\": address, \"sources\": [CIDRs], \"listenHost\": host}}, \"endpointSlices\": {\"namespace\": ..., \"fullname\": the flexgateway release's full name} to find the replicas in Kubernetes instead}; empty serves no balancer (env FLEXPLANE_LB_CONFIG)")
 	fs.StringVar(&f.dataDir, "data-dir", env("FLEXPLANE_DATA_DIR", "/var/lib/flexplane"), "state directory (env FLEXPLANE_DATA_DIR)")
 	fs.StringVar(&f.meshPG, "mesh-postgres", env("FLEXPLANE_MESH_POSTGRES", ""), "keep the mesh control server's state in PostgreSQL, postgres://USER@HOST[:PORT]/DATABASE[?sslmode=MODE] (no password in it); empty keeps it in SQLite under -data-dir (env FLEXPLANE_MESH_POSTGRES)")
 	fs.StringVar(&f.meshPGPassword, "mesh-postgres-password-file", env("FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE", ""), "file holding the password of -mesh-postgres (env FLEXPLANE_MESH_POSTGRES_PASSWORD_FILE)")
@@ -261,8 +262,8 @@ func (f *serveFlags) check() error {
 	} else if f.meshPGPassword != "" {
 		return errors.New("-mesh-postgres-password-file needs -mesh-postgres")
 	}
-	if f.lbTokenFile != "" && f.lbConfig == "" {
-		return errors.New("-lb-token-file needs -lb-config")
+	if f.lbTokenDir != "" && f.lbConfig == "" {
+		return errors.New("-lb-token-dir needs -lb-config")
 	}
 	return nil
 }
@@ -354,7 +355,8 @@ func (f *serveFlags) rateLimits() server.RateLimits {
 	return rl
 }
 
-// loadBalancers reads -lb-config and -lb-token-file.
+// loadBalancers reads -lb-config and -lb-token-dir, and checks that every
+// zone has a token and that the admin API's TLS files are named.
 func (f *serveFlags) loadBalancers() (orchestrator.LoadBalancersConfig, error) {
 	var lbs orchestrator.LoadBalancersConfig
 	if f.lbConfig == "" {
@@ -367,14 +369,31 @@ func (f *serveFlags) loadBalancers() (orchestrator.LoadBalancersConfig, error) {
 	if err := json.Unmarshal(data, &lbs); err != nil {
 		return lbs, fmt.Errorf("-lb-config %s: %w", f.lbConfig, err)
 	}
-	if f.lbTokenFile != "" {
-		data, err := os.ReadFile(f.lbTokenFile)
-		if err != nil {
-			return lbs, err
+	if f.lbTokenDir != "" {
+		lbs.Tokens = map[string]string{}
+		for zone := range lbs.Zones {
+			data, err := os.ReadFile(filepath.Join(f.lbTokenDir, zone))
+			if err != nil {
+				return lbs, fmt.Errorf("-lb-token-dir: zone %s: %w", zone, err)
+			}
+			if lbs.Tokens[zone] = strings.TrimSpace(string(data)); lbs.Tokens[zone] == "" {
+				return lbs, fmt.Errorf("-lb-token-dir: zone %s: the file is empty", zone)
+			}
 		}
-		if lbs.Token = strings.TrimSpace(string(data)); lbs.Token == "" {
-			return lbs, fmt.Errorf("-lb-token-file %s: the file is empty", f.lbTokenFile)
+	}
+	seen := map[string]string{}
+	for zone := range lbs.Zones {
+		tok := lbs.Tokens[zone]
+		if len(tok) < 16 {
+			return lbs, fmt.Errorf("-lb-config: zone %s: no admin token of 16 characters or more (tokens, or -lb-token-dir)", zone)
 		}
+		if other, ok := seen[tok]; ok {
+			return lbs, fmt.Errorf("-lb-config: zones %s and %s have the same admin token: each zone needs its own", other, zone)
+		}
+		seen[tok] = zone
+	}
+	if len(lbs.Zones) > 0 && (lbs.TLS.CertFile == "" || lbs.TLS.KeyFile == "" || lbs.TLS.CAFile == "") {
+		return lbs, errors.New("-lb-config: tls needs certFile, keyFile and caFile (the admin API's mutual TLS)")
 	}
 	return lbs, nil
 }

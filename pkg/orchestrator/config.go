@@ -16,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 )
@@ -166,8 +167,16 @@ type APIConfig struct {
 type LoadBalancersConfig struct {
 	// Zones are the zones with flexgateway replicas, by zone name.
 	Zones map[string]lbsync.Zone `json:"zones"`
-	// Token is the replicas' admin bearer token.
-	Token string `json:"token"`
+	// Tokens are the replicas' admin bearer tokens by zone name: each
+	// zone's replicas accept only their own zone's token, and a zone
+	// without one is sent nothing. cmd/orchestrator reads them from
+	// -lb-token-dir (a file per zone) when given.
+	Tokens map[string]string `json:"tokens,omitempty"`
+	// TLS are the orchestrator's client certificate and key for the
+	// replicas' admin API, the CA the replicas' certificates chain to,
+	// and the name they carry (default lbconfig.DefaultServerName).
+	// Required with Zones.
+	TLS lbconfig.TLSFiles `json:"tls"`
 	// EndpointSlices, when set, finds each zone's replicas in the
 	// EndpointSlices of charts/flexgateway's admin Services in the
 	// management cluster of Config.Kube, in place of Zones' Replicas.

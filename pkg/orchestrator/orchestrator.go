@@ -35,6 +35,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/console"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
 	"github.com/flexplane/flexplane/pkg/loadbalancer"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -71,6 +72,20 @@ func lbDiscovery(lc LoadBalancersConfig, kc KubeConfig) (lbsync.Discoverer, erro
 	cfg := *lc.EndpointSlices
 	cfg.Namespace = cmp.Or(cfg.Namespace, ns)
 	return lbsync.NewEndpointSlices(client, cfg)
+}
+
+// lbHTTP is the client of the replicas' admin API lc asks for: mutual TLS
+// with lc.TLS. Without zones it is nil (nothing is pushed).
+func lbHTTP(lc LoadBalancersConfig) (*http.Client, error) {
+	if len(lc.Zones) == 0 {
+		return nil, nil
+	}
+	tc, err := lbconfig.ClientTLS(lc.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("load balancers: %w", err)
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true,
+		MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}, nil
 }
 
 // Server is an orchestrator.
@@ -150,8 +165,12 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 		}
-		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Token: c.LoadBalancers.Token,
-			Discover: disc, Logger: s.log.With("component", "lbsync")})
+		hc, err := lbHTTP(c.LoadBalancers)
+		if err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+		}
+		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Tokens: c.LoadBalancers.Tokens,
+			HTTP: hc, Discover: disc, Logger: s.log.With("component", "lbsync")})
 	}
 	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

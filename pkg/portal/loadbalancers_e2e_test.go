@@ -36,8 +36,9 @@ func TestBrowserLoadBalancers(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
 	begin := time.Now()
-	replica := lbtest.NewReplica(t, "lb-token")
-	lbs := orchestrator.LoadBalancersConfig{Token: "lb-token", Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}
+	pki := lbtest.NewPKI(t)
+	replica := lbtest.NewReplica(t, pki, "lb-token")
+	lbs := orchestrator.LoadBalancersConfig{Tokens: map[string]string{"alpha": "lb-token"}, TLS: pki.Client, Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}
 	h, issuer := portalMesh(t, public, slog.DiscardHandler,
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}),
 		meshtest.WithAPI(meshtest.APISpec{Users: redUsers(), LoadBalancers: lbs}),

@@ -41,6 +41,8 @@ type ChildConfig struct {
 	// AdminAddr is where the admin API listens: 127.0.0.1:0 of the child's
 	// network namespace.
 	AdminAddr string
+	// TLS are the admin listener's certificate, key and client CA.
+	TLS lbconfig.TLSFiles
 	// Token is the admin API's bearer token.
 	Token string
 	// DataDir is the gateway's data directory.
@@ -65,7 +67,9 @@ func GatewayChild(newGateway func(ChildConfig) (Gateway, error)) (code int, chil
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	g, err := newGateway(ChildConfig{
-		AdminAddr:     "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0",
+		TLS: lbconfig.TLSFiles{CertFile: os.Getenv("FLEXGATEWAY_TLS_CERT_FILE"), KeyFile: os.Getenv("FLEXGATEWAY_TLS_KEY_FILE"),
+			CAFile: os.Getenv("FLEXGATEWAY_CLIENT_CA_FILE")},
 		Token:         os.Getenv("FLEXGATEWAY_TOKEN"),
 		DataDir:       os.Getenv("FLEXGATEWAY_DATA_DIR"),
 		CaddyLogLevel: os.Getenv("FLEXGATEWAY_CADDY_LOG_LEVEL"),
@@ -91,6 +95,8 @@ func GatewayChild(newGateway func(ChildConfig) (Gateway, error)) (code int, chil
 type GatewayOptions struct {
 	// Token is the admin API's bearer token (required).
 	Token string
+	// PKI is the admin API's mutual TLS; nil makes one (NewPKI).
+	PKI *PKI
 	// Start starts the child's command; nil is cmd.Start. A test that needs
 	// the gateway in a network namespace starts it from a thread there.
 	Start func(cmd *exec.Cmd) error
@@ -98,8 +104,10 @@ type GatewayOptions struct {
 
 // GatewayProcess is a flexgateway in a child process of the test binary.
 type GatewayProcess struct {
-	// Client talks to its admin API.
+	// Client talks to its admin API with the PKI's client certificate.
 	*lbconfig.Client
+	// PKI is the admin API's mutual TLS.
+	PKI *PKI
 	// AdminAddr is the admin API's host:port (in the child's namespace).
 	AdminAddr string
 	// DataDir is its data directory; Home its HOME, which it leaves empty.
@@ -113,12 +121,17 @@ type GatewayProcess struct {
 func StartGateway(t testing.TB, o GatewayOptions) *GatewayProcess {
 	t.Helper()
 	dir := t.TempDir()
-	p := &GatewayProcess{DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home")}
+	pki := o.PKI
+	if pki == nil {
+		pki = NewPKI(t)
+	}
+	p := &GatewayProcess{PKI: pki, DataDir: filepath.Join(dir, "data"), Home: filepath.Join(dir, "home")}
 	if err := os.MkdirAll(p.Home, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = []string{GatewayChildEnv + "=1", "FLEXGATEWAY_TOKEN=" + o.Token, "FLEXGATEWAY_DATA_DIR=" + p.DataDir,
+		"FLEXGATEWAY_TLS_CERT_FILE=" + pki.Server.CertFile, "FLEXGATEWAY_TLS_KEY_FILE=" + pki.Server.KeyFile, "FLEXGATEWAY_CLIENT_CA_FILE=" + pki.Server.CAFile,
 		"HOME=" + p.Home, "PATH=" + os.Getenv("PATH"), "FLEXGATEWAY_CADDY_LOG_LEVEL=" + os.Getenv("FLEXGATEWAY_CADDY_LOG_LEVEL")}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -165,6 +178,6 @@ func StartGateway(t testing.TB, o GatewayOptions) *GatewayProcess {
 		t.Fatalf("flexgateway said %q", line)
 	}
 	p.AdminAddr = addr
-	p.Client = &lbconfig.Client{BaseURL: "http://" + addr, Token: o.Token}
+	p.Client = &lbconfig.Client{BaseURL: "https://" + addr, Token: o.Token, HTTP: pki.HTTP(t, 30*time.Second)}
 	return p
 }

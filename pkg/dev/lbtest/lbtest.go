@@ -1,8 +1,9 @@
 // Package lbtest helps tests of load balancers: self-signed certificates
-// with their keys, and Replica, an HTTP server implementing flexgateway's
-// admin API (package lbconfig) that records the configs pushed to it and
-// answers a Status the test sets (to watchers too), for tests that need a
-// replica's control side without its data plane.
+// with their keys, the admin API's mutual TLS (PKI), and Replica, an
+// HTTPS server implementing flexgateway's admin API (package lbconfig)
+// that records the configs pushed to it and answers a Status the test
+// sets (to watchers too), for tests that need a replica's control side
+// without its data plane.
 package lbtest
 
 import (
@@ -47,13 +48,17 @@ func Certificate(t testing.TB, names ...string) (certPEM, keyPEM string) {
 		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}))
 }
 
-// Replica is an admin API of one flexgateway replica: PUT /v1/config
+// Replica is an admin API of one flexgateway replica, over the mutual TLS
+// of a PKI and with a token, as flexgateway's: PUT /v1/config
 // records the config, GET /v1/status answers the status set with
 // SetBackends and the revision last applied, and with ?after= waits for
 // the status's generation to change, as flexgateway's does.
 type Replica struct {
-	// URL is the admin URL; Token the bearer token it requires.
+	// URL is the admin URL (https); Token the bearer token it requires.
 	URL, Token string
+	// HTTP is a client of the replica: it presents the PKI's client
+	// certificate.
+	HTTP *http.Client
 
 	mu       sync.Mutex
 	configs  []lbconfig.Config        // protected by mu
@@ -65,17 +70,25 @@ type Replica struct {
 	changed  chan struct{}            // closed and replaced when gen changes, protected by mu
 }
 
-// NewReplica starts a replica's admin API, stopped when the test ends.
-func NewReplica(t testing.TB, token string) *Replica {
-	r := &Replica{Token: token, gen: 1, applied: make(chan struct{}), changed: make(chan struct{})}
-	srv := httptest.NewServer(http.HandlerFunc(r.serve))
+// NewReplica starts a replica's admin API with pki's server certificate,
+// stopped when the test ends.
+func NewReplica(t testing.TB, pki *PKI, token string) *Replica {
+	t.Helper()
+	r := &Replica{Token: token, HTTP: pki.HTTP(t, 5*time.Second), gen: 1, applied: make(chan struct{}), changed: make(chan struct{})}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(r.serve))
+	cfg, err := lbconfig.ServerTLS(pki.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLS = cfg
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
 	return r
 }
 
 func (r *Replica) serve(w http.ResponseWriter, req *http.Request) {
-	if req.Header.Get("Authorization") != "Bearer "+r.Token {
+	if !lbconfig.ClientVerified(req.TLS) || req.Header.Get("Authorization") != "Bearer "+r.Token {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}

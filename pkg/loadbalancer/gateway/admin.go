@@ -42,11 +42,16 @@ func (g *Gateway) handler(reg *prometheus.Registry) http.Handler {
 	return mux
 }
 
-// authorized lets only requests bearing the admin token through (compared
-// in constant time).
+// authorized lets only requests over a connection with a verified client
+// certificate (one of another CA fails the handshake already) and bearing
+// the zone's admin token through (compared in constant time).
 func (g *Gateway) authorized(h http.HandlerFunc) http.Handler {
 	want := []byte("Bearer " + g.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !lbconfig.ClientVerified(r.TLS) {
+			http.Error(w, "unauthorized: a client certificate is required", http.StatusUnauthorized)
+			return
+		}
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="flexgateway"`)

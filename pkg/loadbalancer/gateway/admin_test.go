@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"io"
 	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,22 +17,14 @@ import (
 func TestAdminAPI(t *testing.T) {
 	t.Parallel()
 	gw := startGateway(t)
+	hc := gw.PKI.HTTP(t, 30*time.Second)
 	do := func(method, path, token, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, gw.admin+path, strings.NewReader(body))
+		code, b, err := call(t, hc, method, gw.admin+path, token, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return code, b
 	}
 	if code, _ := do("GET", "/healthz", "", ""); code != 200 {
 		t.Errorf("/healthz = %d", code)

@@ -19,6 +19,11 @@
 // a row is left out of the rendered config until it passes
 // HealthyThreshold checks in a row; each change of health reloads Caddy.
 //
+// The admin API is served over TLS only, and answers only a client whose
+// certificate chains to Config.TLS's CA and who bears the zone's token
+// (Config.Token); private keys are write-only: GET /v1/config shows a
+// fingerprint of each key, never the key.
+//
 // Caddy's own admin endpoint is disabled and its config is never
 // autosaved; its storage is DataDir. Caddy's running config is
 // process-wide, so a process runs at most one Gateway at a time.
@@ -27,6 +32,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,11 +65,18 @@ import (
 
 // Config configures a Gateway.
 type Config struct {
-	// AdminAddr is the host:port of the admin API (lbconfig's), also
-	// serving /healthz, /readyz and /metrics; "127.0.0.1:0" picks a port
+	// AdminAddr is the host:port of the admin API (lbconfig's), served
+	// over TLS only, also serving /healthz, /readyz and /metrics (which
+	// need no client certificate); "127.0.0.1:0" picks a port
 	// (Gateway.AdminAddr tells which). Required.
 	AdminAddr string
-	// Token is the admin API's bearer token. Required.
+	// TLS are the admin listener's certificate and key, and the CA a
+	// client's certificate must chain to for the admin API (see
+	// lbconfig.ServerTLS); the files are read at every handshake.
+	// Required.
+	TLS lbconfig.TLSFiles
+	// Token is the admin API's bearer token: the token of the gateway's
+	// zone only. Required.
 	Token string
 	// DataDir is the only directory the gateway and Caddy write to
 	// (Caddy's storage under DataDir/caddy). Required; created if absent.
@@ -131,11 +144,17 @@ func New(cfg Config) (*Gateway, error) {
 		running.Store(false)
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	tlsCfg, err := lbconfig.ServerTLS(cfg.TLS)
+	if err != nil {
+		running.Store(false)
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		running.Store(false)
 		return nil, fmt.Errorf("gateway: admin listener: %w", err)
 	}
+	ln = tls.NewListener(ln, tlsCfg)
 	g := &Gateway{
 		cfg:     cfg,
 		log:     cmp.Or(cfg.Logger, slog.Default()),
@@ -362,7 +381,9 @@ func (g *Gateway) status() lbconfig.Status {
 	return st
 }
 
-// configInForce is the Config in force with certificate keys redacted, and
+// configInForce is the Config in force with certificate keys redacted
+// (each key's fingerprint in its place, and only the CERTIFICATE blocks
+// of each chain, so that a key pasted after a chain is left out too), and
 // whether there is one.
 func (g *Gateway) configInForce() (lbconfig.Config, bool) {
 	g.mu.Lock()
@@ -376,7 +397,9 @@ func (g *Gateway) configInForce() (lbconfig.Config, bool) {
 	_ = json.Unmarshal(b, &cfg)
 	for i := range cfg.Balancers {
 		for j := range cfg.Balancers[i].Certificates {
-			cfg.Balancers[i].Certificates[j].KeyPEM = ""
+			c := &cfg.Balancers[i].Certificates[j]
+			c.KeyFingerprint = lbconfig.KeyFingerprint(c.KeyPEM)
+			c.KeyPEM, c.CertPEM = "", lbconfig.CertificatesOnly(c.CertPEM)
 		}
 	}
 	return cfg, true

@@ -26,7 +26,7 @@ import (
 // test runs its own gateway process and the tests run in parallel.
 func TestMain(m *testing.M) {
 	if code, child := lbtest.GatewayChild(func(c lbtest.ChildConfig) (lbtest.Gateway, error) {
-		g, err := New(Config{AdminAddr: c.AdminAddr, Token: c.Token, DataDir: c.DataDir, CaddyLogLevel: c.CaddyLogLevel, Logger: c.Logger})
+		g, err := New(Config{AdminAddr: c.AdminAddr, TLS: c.TLS, Token: c.Token, DataDir: c.DataDir, CaddyLogLevel: c.CaddyLogLevel, Logger: c.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ const testToken = "test-token-0123456789"
 func startGateway(t testing.TB) *gatewayProc {
 	t.Helper()
 	p := lbtest.StartGateway(t, lbtest.GatewayOptions{Token: testToken})
-	return &gatewayProc{GatewayProcess: p, admin: "http://" + p.AdminAddr}
+	return &gatewayProc{GatewayProcess: p, admin: "https://" + p.AdminAddr}
 }
 
 // freeAddr is a loopback address with a port free a moment ago (Caddy

@@ -17,11 +17,12 @@ var ErrInvalid = errors.New("config refused")
 
 // Client talks to one replica's admin API.
 type Client struct {
-	// BaseURL is the replica's admin URL, e.g. "http://10.0.0.5:9443".
+	// BaseURL is the replica's admin URL, e.g. "https://10.0.0.5:9443".
 	BaseURL string
-	// Token is the admin bearer token.
+	// Token is the admin bearer token of the replica's zone.
 	Token string
-	// HTTP is the client used; nil is http.DefaultClient.
+	// HTTP is the client used; nil is http.DefaultClient. Its transport
+	// must present the client certificate (ClientTLS).
 	HTTP *http.Client
 }
 

@@ -7,8 +7,11 @@
 // to every replica of the zone; a replica applies it atomically (all or nothing) and
 // without dropping established connections. Nothing else configures a replica.
 //
-// The admin API, served by each replica on its admin listener, authenticated by a bearer
-// token:
+// The admin API, served by each replica on its admin listener over TLS (ServerTLS), needs
+// both a client certificate that chains to the replica's client CA and the bearer token of
+// the replica's zone (each zone has a token of its own); the orchestrator presents its
+// certificate and checks the replica's (ClientTLS). Private keys are write-only: no answer
+// carries one.
 //
 //	PUT /v1/config   body: Config (JSON). 204 when applied; 400 with a plain-text reason
 //	                 when the config is invalid (nothing changes); 401 without the token.
@@ -18,6 +21,10 @@
 //	                 default 30s, at most 5m) has passed: a watch of the replica.
 //	GET /healthz     200 while the process serves.
 //	GET /readyz      200 once a Config has been applied.
+//	GET /metrics     Prometheus metrics.
+//
+// /healthz, /readyz and /metrics are on the same listener over TLS too, but need no client
+// certificate and no token, for probes and scrapers.
 package lbconfig
 
 import (
@@ -152,8 +159,13 @@ type Certificate struct {
 	Name string `json:"name"`
 	// CertPEM is the certificate chain, leaf first.
 	CertPEM string `json:"certPEM"`
-	// KeyPEM is the private key; GET /v1/config returns it empty.
+	// KeyPEM is the private key; write-only: GET /v1/config returns it
+	// empty (and CertPEM with its CERTIFICATE blocks only).
 	KeyPEM string `json:"keyPEM,omitempty"`
+	// KeyFingerprint is set only by GET /v1/config: KeyFingerprint of the
+	// key in force, so that a reader can tell which key is set without
+	// reading it. A PUT ignores it.
+	KeyFingerprint string `json:"keyFingerprint,omitempty"`
 }
 
 // Status is what a replica reports.

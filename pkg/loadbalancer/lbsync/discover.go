@@ -119,7 +119,7 @@ func (d *EndpointSlices) Replicas(_ context.Context, zone string) ([]string, err
 				continue
 			}
 			for _, a := range ep.Addresses {
-				out = append(out, "http://"+net.JoinHostPort(a, strconv.Itoa(port)))
+				out = append(out, "https://"+net.JoinHostPort(a, strconv.Itoa(port)))
 			}
 		}
 	}

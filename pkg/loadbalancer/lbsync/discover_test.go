@@ -65,19 +65,22 @@ func TestDiscoverFromEndpointSlices(t *testing.T) {
 		}
 	}
 	dialer := &net.Dialer{}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	pki := lbtest.NewPKI(t)
+	tr := pki.Transport(t)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil || host != "198.18.0.1" {
 			return nil, fmt.Errorf("dial %s: not a replica of the test", addr)
 		}
 		return dialer.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
-	}}}
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: tr}
 	create := func(s *discoveryv1.EndpointSlice) {
 		if _, err := slices.Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ready, notReady, otherZone, otherService := lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok")
+	ready, notReady, otherZone, otherService := lbtest.NewReplica(t, pki, "tok"), lbtest.NewReplica(t, pki, "tok"), lbtest.NewReplica(t, pki, "tok"), lbtest.NewReplica(t, pki, "tok")
 	create(slice("alpha-1", "gw-alpha-admin", ready, true))
 	create(slice("alpha-2", "gw-alpha-admin", notReady, false))
 	create(slice("beta-1", "gw-beta-admin", otherZone, true))
@@ -94,7 +97,7 @@ func TestDiscoverFromEndpointSlices(t *testing.T) {
 	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}}}
 	// A resync far beyond the test: only the discovery's signal can start
 	// the passes that reach new replicas.
-	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Discover: disc, Token: "tok", Resync: time.Hour, HTTP: hc})
+	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Discover: disc, Tokens: map[string]string{"alpha": "tok"}, Resync: time.Hour, HTTP: hc})
 	go func() { _ = s.Run(ctx) }()
 
 	cfg := ready.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" })
@@ -115,7 +118,7 @@ func TestDiscoverFromEndpointSlices(t *testing.T) {
 	if _, err := slices.Update(ctx, s2, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	late := lbtest.NewReplica(t, "tok")
+	late := lbtest.NewReplica(t, pki, "tok")
 	create(slice("alpha-3", "gw-alpha-admin", late, true))
 	for _, r := range []*lbtest.Replica{notReady, late} {
 		r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision == cfg.Revision })

@@ -9,6 +9,12 @@
 // replica's revision changes behind the syncer's back, and every Resync.
 // Any number of orchestrator replicas may run it at once, since a replica
 // given the same config twice does nothing.
+//
+// The syncer never reads a config back: whether a replica runs the
+// catalog's config is told by the revision its status reports, a hash of
+// the whole config, keys included (loadbalancer.Render), so the replicas
+// can keep private keys write-only. Each zone's replicas are sent that
+// zone's token only (Config.Tokens), over mutual TLS (Config.HTTP).
 package lbsync
 
 import (
@@ -30,7 +36,7 @@ import (
 // Zone is one zone's flexgateway replicas.
 type Zone struct {
 	loadbalancer.Zone
-	// Replicas are the replicas' admin URLs (e.g. "http://10.0.0.5:9443"),
+	// Replicas are the replicas' admin URLs (e.g. "https://10.0.0.5:9443"),
 	// when Config.Discover is not set.
 	Replicas []string `json:"replicas"`
 }
@@ -48,8 +54,9 @@ type Config struct {
 	// the flexgateway Services' EndpointSlices: EndpointSlices) in place
 	// of Zones[zone].Replicas; a change it signals starts a pass.
 	Discover Discoverer
-	// Token is the replicas' admin bearer token.
-	Token string
+	// Tokens are the admin bearer tokens by zone name: a zone's replicas
+	// are sent its token only, and a zone without one is sent nothing.
+	Tokens map[string]string
 	// Resync is the time between passes while nothing happens; zero is
 	// 30 s. A pass also runs at once when kicked (the API changed a
 	// balancer), when the replicas change, and when a replica reports
@@ -58,8 +65,11 @@ type Config struct {
 	// StatusWait is how long one status watch request waits for a change
 	// before it is renewed; zero is 30 s.
 	StatusWait time.Duration
-	// HTTP is the client of the admin API; nil has a 5 s timeout. Status
-	// watches use its Transport without the timeout.
+	// HTTP is the client of the admin API: its Transport presents the
+	// orchestrator's client certificate and checks the replicas'
+	// (lbconfig.ClientTLS). Nil has a 5 s timeout and the default
+	// transport, which no replica answers. Status watches use its
+	// Transport without the timeout.
 	HTTP *http.Client
 	// Logger receives the syncer's logs; nil discards them.
 	Logger *slog.Logger
@@ -135,8 +145,8 @@ func (s *Syncer) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Syncer) client(url string, hc *http.Client) *lbconfig.Client {
-	return &lbconfig.Client{BaseURL: url, Token: s.cfg.Token, HTTP: hc}
+func (s *Syncer) client(zone, url string, hc *http.Client) *lbconfig.Client {
+	return &lbconfig.Client{BaseURL: url, Token: s.cfg.Tokens[zone], HTTP: hc}
 }
 
 // replicas returns the zone's admin URLs.
@@ -174,6 +184,10 @@ func (s *Syncer) Pass(ctx context.Context) error {
 	var errs []error
 	seen := map[string]bool{}
 	for zone := range s.cfg.Zones {
+		if s.cfg.Tokens[zone] == "" {
+			errs = append(errs, fmt.Errorf("lbsync: zone %s: no admin token", zone))
+			continue
+		}
 		cfg, err := s.Render(ctx, zone)
 		if err != nil {
 			errs = append(errs, err)
@@ -191,7 +205,7 @@ func (s *Syncer) Pass(ctx context.Context) error {
 				s.record(u, nil)
 				continue
 			}
-			wg.Go(func() { s.record(u, s.push(ctx, u, cfg)) })
+			wg.Go(func() { s.record(u, s.push(ctx, zone, u, cfg)) })
 		}
 		wg.Wait()
 	}
@@ -212,7 +226,7 @@ func (s *Syncer) watched(ctx context.Context, zone, url string) string {
 		wctx, stop := context.WithCancel(ctx)
 		w = &watcher{zone: zone, stop: stop}
 		s.watchers[url] = w
-		go s.watchStatus(wctx, url, w)
+		go s.watchStatus(wctx, zone, url, w)
 	}
 	if w.status == nil {
 		return ""
@@ -237,8 +251,8 @@ func (s *Syncer) stopWatchers(keep map[string]bool) {
 // for the replica's next change, so an idle replica costs one request per
 // StatusWait. A replica that changes its revision other than through this
 // syncer's push (it restarted, or another orchestrator pushed) kicks a pass.
-func (s *Syncer) watchStatus(ctx context.Context, url string, w *watcher) {
-	c := s.client(url, s.watch)
+func (s *Syncer) watchStatus(ctx context.Context, zone, url string, w *watcher) {
+	c := s.client(zone, url, s.watch)
 	var gen uint64
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
@@ -273,9 +287,9 @@ func (s *Syncer) watchStatus(ctx context.Context, url string, w *watcher) {
 	}
 }
 
-// push sends cfg to the replica at url.
-func (s *Syncer) push(ctx context.Context, url string, cfg lbconfig.Config) error {
-	if err := s.client(url, s.cfg.HTTP).Apply(ctx, cfg); err != nil {
+// push sends cfg to zone's replica at url.
+func (s *Syncer) push(ctx context.Context, zone, url string, cfg lbconfig.Config) error {
+	if err := s.client(zone, url, s.cfg.HTTP).Apply(ctx, cfg); err != nil {
 		return err
 	}
 	// The replica runs it now: no further pass sends it again before

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,22 +28,13 @@ func TestSyncToReplicas(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	store, err := catalog.OpenDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, zone := range []string{"alpha", "beta"} {
-		en := &catalog.ExternalNetwork{}
-		en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = zone, "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
-		if _, err := catalog.Create(ctx, store, en); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, b := lbtest.NewReplica(t, "tok"), lbtest.NewReplica(t, "tok")
+	store := storeWithZones(t, "alpha", "beta")
+	pki := lbtest.NewPKI(t)
+	a, b := lbtest.NewReplica(t, pki, "tok"), lbtest.NewReplica(t, pki, "tok")
 	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{a.URL, b.URL}}}
 	var syncers []*lbsync.Syncer
 	for range 2 {
-		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Token: "tok"})
+		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second)})
 		go func() { _ = s.Run(ctx) }()
 		syncers = append(syncers, s)
 	}
@@ -110,9 +102,10 @@ func TestStatusWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := lbtest.NewReplica(t, "tok")
+	pki := lbtest.NewPKI(t)
+	r := lbtest.NewReplica(t, pki, "tok")
 	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0"}, Replicas: []string{r.URL}}}
-	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Token: "tok"})
+	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second)})
 	go func() { _ = s.Run(ctx) }()
 	first := r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" })
 
@@ -142,6 +135,72 @@ func TestStatusWatch(t *testing.T) {
 	// A restarted replica gets the config again.
 	r.Restart()
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(r.Configs()) > configs && c.Revision == first.Revision })
+}
+
+// storeWithZones is a catalog with an external network in each of zones.
+func storeWithZones(t *testing.T, zones ...string) *catalog.DirStore {
+	t.Helper()
+	store, err := catalog.OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, zone := range zones {
+		en := &catalog.ExternalNetwork{}
+		en.Name, en.Bridge, en.CIDR, en.Gateway, en.PoolStart, en.PoolEnd = zone, "vmbr0", "203.0.113.0/24", "203.0.113.1", "203.0.113.10", "203.0.113.20"
+		if _, err := catalog.Create(t.Context(), store, en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return store
+}
+
+// TestZoneTokens: each zone's replicas are sent their zone's token only,
+// and converge on their zone's balancers, each replica accepting only its
+// own zone's token; a zone without a token is sent nothing.
+func TestZoneTokens(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store := storeWithZones(t, "alpha", "beta", "gamma")
+	svc := &loadbalancer.Service{Store: store, Secrets: store}
+	for _, zone := range []string{"alpha", "beta", "gamma"} {
+		lb := &catalog.LoadBalancer{}
+		lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", "shop-"+zone), "red", zone
+		lb.Pools = []catalog.LBPool{{Name: "app", Backends: []catalog.LBBackend{{VMID: 100, Port: 80}}}}
+		lb.Listeners = []catalog.LBListener{{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 5000, Pool: "app"}}
+		if _, err := svc.Create(ctx, lb, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pki := lbtest.NewPKI(t)
+	replicas := map[string]*lbtest.Replica{"alpha": lbtest.NewReplica(t, pki, "tok-alpha"), "beta": lbtest.NewReplica(t, pki, "tok-beta"),
+		"gamma": lbtest.NewReplica(t, pki, "tok-gamma")}
+	zones := map[string]lbsync.Zone{}
+	for zone, r := range replicas {
+		zones[zone] = lbsync.Zone{Zone: loadbalancer.Zone{ListenHost: "0.0.0.0"}, Replicas: []string{r.URL}}
+	}
+	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok-alpha", "beta": "tok-beta"},
+		HTTP: pki.HTTP(t, 5*time.Second)})
+	go func() { _ = s.Run(ctx) }()
+	for _, zone := range []string{"alpha", "beta"} {
+		cfg := replicas[zone].Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+		if id := cfg.Balancers[0].ID; id != "red.shop-"+zone {
+			t.Errorf("zone %s's replica runs %s", zone, id)
+		}
+		if err := s.LastError(replicas[zone].URL); err != nil {
+			t.Errorf("zone %s: %v", zone, err)
+		}
+	}
+	if n := len(replicas["gamma"].Configs()); n != 0 {
+		t.Errorf("zone gamma, without a token, was sent %d configs", n)
+	}
+	// Each replica refuses the other zone's token.
+	for zone, other := range map[string]string{"alpha": "tok-beta", "beta": "tok-alpha"} {
+		c := &lbconfig.Client{BaseURL: replicas[zone].URL, Token: other, HTTP: replicas[zone].HTTP}
+		if _, err := c.Status(ctx); err == nil || !strings.Contains(err.Error(), "401") {
+			t.Errorf("zone %s's replica with %s: %v, want 401", zone, other, err)
+		}
+	}
 }
 
 // awaitStatus waits (10 s at most) until ok accepts the syncer's statuses
