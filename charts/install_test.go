@@ -212,20 +212,27 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		installed := c.objects(ns, rel)
 		for _, want := range []string{"deployments/flexgateway-fra", "deployments/flexgateway-hel", "services/flexgateway-fra-admin",
 			"services/flexgateway-hel-admin", "poddisruptionbudgets/flexgateway-fra", "poddisruptionbudgets/flexgateway-hel",
-			"secrets/flexgateway-admin-token",
+			"secrets/flexgateway-admin-tokens",
 		} {
 			if _, ok := installed[want]; !ok {
 				t.Errorf("installed: no %s (have %v)", want, slices.Sorted(maps.Keys(installed)))
 			}
 		}
-		if tok := installed["secrets/flexgateway-admin-token"].Data["token"]; len(tok) < 40 {
-			t.Fatalf("admin token %q", tok)
+		// A token per zone, each its own.
+		toks := installed["secrets/flexgateway-admin-tokens"].Data
+		if len(toks["fra"]) < 40 || len(toks["hel"]) < 40 || toks["fra"] == toks["hel"] {
+			t.Fatalf("admin tokens %q", toks)
 		}
 		d, err := c.client.AppsV1().Deployments(ns).Get(t.Context(), "flexgateway-hel", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		spec := d.Spec.Template.Spec
+		for _, v := range spec.Volumes {
+			if v.Name == "token" && (len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "hel") {
+				t.Errorf("hel's pods mount the tokens %+v, want hel's only", v.Secret.Items)
+			}
+		}
 		if spec.NodeSelector["flexplane.io/proxmox-cluster"] != "hel" || !*spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem || !*spec.SecurityContext.RunAsNonRoot {
 			t.Errorf("hel's pods: node selector %v, read-only root %v, non-root %v", spec.NodeSelector,
 				*spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem, *spec.SecurityContext.RunAsNonRoot)

@@ -251,8 +251,11 @@ func TestRenderRefuses(t *testing.T) {
 		"unknown value": {func(v map[string]any) { v["replicas"] = 3 }, "replicas"},
 		"zero replicas": {func(v map[string]any) { v["replicaCount"] = 0 }, "replicaCount"},
 		"load balancers without the token's Secret": {func(v map[string]any) {
-			v["loadBalancers"] = map[string]any{"enabled": true}
+			v["loadBalancers"] = map[string]any{"enabled": true, "gateway": map[string]any{"tlsSecret": "t"}}
 		}, "loadBalancers.gateway.tokenSecret"},
+		"load balancers without the TLS Secret": {func(v map[string]any) {
+			v["loadBalancers"] = map[string]any{"enabled": true, "gateway": map[string]any{"tokenSecret": "t"}}
+		}, "loadBalancers.gateway.tlsSecret"},
 		"a worker image of no version": {func(v map[string]any) {
 			v["kubernetes"] = map[string]any{"enabled": true, "workerImages": map[string]any{"latest": "debian-13"}}
 		}, "workerImages"},
@@ -260,7 +263,7 @@ func TestRenderRefuses(t *testing.T) {
 			v["kubernetes"] = map[string]any{"enabled": true, "apiServerServiceType": "Ingress"}
 		}, "apiServerServiceType"},
 		"a zone without a frontend": {func(v map[string]any) {
-			v["loadBalancers"] = map[string]any{"enabled": true, "gateway": map[string]any{"tokenSecret": "t"}, "zones": map[string]any{"fra1": map[string]any{}}}
+			v["loadBalancers"] = map[string]any{"enabled": true, "gateway": map[string]any{"tokenSecret": "t", "tlsSecret": "t"}, "zones": map[string]any{"fra1": map[string]any{}}}
 		}, "frontend"},
 	} {
 		v := base()
@@ -288,6 +291,7 @@ func TestFlexgatewayRenderRefuses(t *testing.T) {
 		"zero replicas":   {map[string]any{"zones": []any{zone("a", 0)}}, "replicas"},
 		"zone not a name": {map[string]any{"zones": []any{zone("A_b", 1)}}, "name"},
 		"admin port low":  {map[string]any{"adminPort": 80}, "adminPort"},
+		"no admin TLS":    {map[string]any{"adminTLS": map[string]any{"existingSecret": ""}}, "adminTLS.existingSecret is required"},
 		"unknown value":   {map[string]any{"replicaCount": 3}, "replicaCount"},
 	} {
 		_, err := render(t, "flexgateway", c.vals)

@@ -29,9 +29,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* The Secret holding the admin token. */}}
+{{/* The Secret holding the zones' admin tokens, a key per zone. */}}
 {{- define "flexgateway.tokenSecret" -}}
-{{- default (printf "%s-admin-token" (include "flexgateway.fullname" .)) .Values.adminToken.existingSecret -}}
+{{- default (printf "%s-admin-tokens" (include "flexgateway.fullname" .)) .Values.adminToken.existingSecret -}}
 {{- end -}}
 
 {{/* Checks across values that the schema cannot express. */}}
@@ -42,5 +42,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "zones: zone %q appears twice" .name) -}}
 {{- end -}}
 {{- $_ := set $seen .name true -}}
+{{- end -}}
+{{- if not .Values.adminTLS.existingSecret -}}
+{{- fail "adminTLS.existingSecret is required: a Secret with tls.crt, tls.key and ca.crt for the admin API's mutual TLS" -}}
 {{- end -}}
 {{- end -}}
