@@ -253,17 +253,17 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		if !equalObject(after["deployments/flexgateway-hel"], installed["deployments/flexgateway-hel"]) {
 			t.Error("a change of fra's replicas changed hel's Deployment")
 		}
-		if !maps.Equal(after["secrets/flexgateway-admin-token"].Data, installed["secrets/flexgateway-admin-token"].Data) {
-			t.Error("a changed upgrade rotated the admin token")
+		if !maps.Equal(after["secrets/flexgateway-admin-tokens"].Data, installed["secrets/flexgateway-admin-tokens"].Data) {
+			t.Error("a changed upgrade rotated the admin tokens")
 		}
 		c.uninstall(rel, ns)
 		left := slices.Sorted(maps.Keys(c.objects(ns, rel)))
-		if want := []string{"secrets/flexgateway-admin-token"}; !slices.Equal(left, want) {
+		if want := []string{"secrets/flexgateway-admin-tokens"}; !slices.Equal(left, want) {
 			t.Errorf("uninstall left %v, want only the kept %v", left, want)
 		}
 		c.install(rel, ns, "flexgateway", vals)
-		if again := c.objects(ns, rel); !maps.Equal(again["secrets/flexgateway-admin-token"].Data, installed["secrets/flexgateway-admin-token"].Data) {
-			t.Error("reinstalled: the admin token changed")
+		if again := c.objects(ns, rel); !maps.Equal(again["secrets/flexgateway-admin-tokens"].Data, installed["secrets/flexgateway-admin-tokens"].Data) {
+			t.Error("reinstalled: the admin tokens changed")
 		}
 	})
 
