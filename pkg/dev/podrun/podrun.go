@@ -8,7 +8,9 @@
 // mounted ConfigMap files to those directories, starts each container's
 // command with the binary of that name from the binaries built by `make
 // kube-bin` (kube-apiserver, kube-controller-manager, kube-scheduler,
-// etcd), restarts it when it exits (restartPolicy Always), probes its
+// etcd; the orchestrator's, which the chart runs as the API server's
+// egress proxy, is a stand-in of its egress-proxy subcommand built from
+// ./egressproxy, see Config.Binaries), restarts it when it exits (restartPolicy Always), probes its
 // readiness probe and writes the workload's status (ready replicas) as
 // the controllers would. A Follower does so for namespaces that appear
 // later, once a Helm release in them is installed.
@@ -63,8 +65,43 @@ type Config struct {
 	// Dir receives the pods' files and logs. Default a new temporary
 	// directory, removed by Close.
 	Dir string
+	// Binaries maps a command's name to the binary that runs it, ahead
+	// of BinDir. A container whose command is orchestrator (the egress
+	// proxy) and that is not in it runs the stand-in of package
+	// ./egressproxy, built (go build) into Dir when first needed.
+	Binaries map[string]string
 	// Log receives the runner's events. Default slog.Default().
 	Log *slog.Logger
+}
+
+// standIn is the command whose stand-in podrun builds, and the stand-in's
+// package.
+const (
+	standIn        = "orchestrator"
+	standInPackage = "github.com/flexplane/flexplane/pkg/dev/podrun/egressproxy"
+)
+
+// binary returns the path of the binary of command name.
+func (r *Runner) binary(ctx context.Context, name string) (string, error) {
+	if p, ok := r.cfg.Binaries[name]; ok {
+		return p, nil
+	}
+	if name == standIn {
+		out := filepath.Join(r.cfg.Dir, "bin", name)
+		if _, err := os.Stat(out); err == nil {
+			return out, nil
+		}
+		b, err := exec.CommandContext(ctx, "go", "build", "-o", out, standInPackage).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("go build %s: %w\n%s", standInPackage, err, b)
+		}
+		return out, nil
+	}
+	bin := filepath.Join(r.cfg.BinDir, name)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("%s is missing in %s: run `make kube-bin`: %w", name, r.cfg.BinDir, err)
+	}
+	return bin, nil
 }
 
 // Runner runs the pods of one namespace.
@@ -277,9 +314,9 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		for i := range cmd {
 			cmd[i] = rewrite(expand(cmd[i], env))
 		}
-		bin := filepath.Join(r.cfg.BinDir, filepath.Base(cmd[0]))
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("container %s: %s is missing in %s: run `make kube-bin`: %w", c.Name, filepath.Base(cmd[0]), r.cfg.BinDir, err)
+		bin, err := r.binary(ctx, filepath.Base(cmd[0]))
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", c.Name, err)
 		}
 		var envList []string
 		for _, e := range c.Env {

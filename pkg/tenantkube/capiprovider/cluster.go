@@ -88,7 +88,7 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	err := r.cfg.ControlPlane.Ensure(ctx, controlplane.Spec{
 		Namespace: cp.Namespace, Cluster: cp.Labels[clusterv1.ClusterNameLabel], VDC: cp.Spec.VDC, Version: cp.Spec.Version,
 		ServiceCIDR: cp.Spec.ServiceCIDR, PodCIDR: cp.Spec.PodCIDR,
-		Endpoint: ep.String(),
+		Endpoint: ep.String(), Networks: cp.Spec.Networks,
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("capiprovider: control plane of %s: %w", cp.Namespace, err)
@@ -130,6 +130,12 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if err := r.rollWorkers(ctx, cp); err != nil {
 		return ctrl.Result{}, err
+	}
+	// The workers' kubelets ask for serving certificates: approve those
+	// of the cluster's networks. A tenant API server that does not
+	// answer is looked at again later, as its components are.
+	if err := r.cfg.ControlPlane.ApproveKubeletServing(ctx, cp.Namespace, cp.Spec.Networks); err != nil {
+		r.cfg.Logger.Warn("kubelet serving certificates not decided", "namespace", cp.Namespace, "err", err)
 	}
 	// Components can fail later: look again now and then.
 	return ctrl.Result{RequeueAfter: 15 * r.cfg.Poll}, nil
