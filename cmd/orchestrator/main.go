@@ -53,7 +53,7 @@ const usage = `usage:
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
   orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
   orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE
-  orchestrator egress-proxy [-listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]`
+  orchestrator egress-proxy [-socket PATH | -listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

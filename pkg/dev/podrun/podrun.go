@@ -3,7 +3,8 @@
 // local processes: it plays the kubelet and the workload controllers that
 // the test API server does not have. For each workload it makes one pod's
 // worth of files (the Secrets, ConfigMaps and projected volumes it mounts,
-// written to a directory; emptyDirs and volume claims as directories),
+// written to a directory; volume claims as directories, emptyDirs as
+// directories its containers share),
 // rewrites the mount paths in the containers' arguments, environment and
 // mounted ConfigMap files to those directories, starts each container's
 // command with the binary of that name from the binaries built by `make
@@ -111,6 +112,9 @@ type Runner struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	pods   []*pod
+
+	// tempDirs are the pods' emptyDirs, removed by Close.
+	tempDirs []string
 
 	closeMu sync.Mutex
 	closed  bool // protected by closeMu
@@ -282,6 +286,21 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 	}
 	p := &pod{r: r, w: w}
 	podDir := filepath.Join(r.cfg.Dir, w.pod)
+	// A pod's emptyDirs are shared by its containers (a unix socket in
+	// one is how two of them talk), in a directory of a short path, as a
+	// socket's path must be.
+	emptyDirs := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.EmptyDir == nil {
+			continue
+		}
+		dir, err := os.MkdirTemp("", "podrun-")
+		if err != nil {
+			return nil, err
+		}
+		r.tempDirs = append(r.tempDirs, dir)
+		emptyDirs[v.Name] = dir
+	}
 	for _, c := range spec.Containers {
 		cdir := filepath.Join(podDir, c.Name)
 		if err := os.MkdirAll(filepath.Join(cdir, "tmp"), 0o700); err != nil {
@@ -290,6 +309,9 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		var mounts []mount
 		for _, vm := range c.VolumeMounts {
 			dir := filepath.Join(cdir, "volumes", vm.Name)
+			if d, ok := emptyDirs[vm.Name]; ok {
+				dir = d
+			}
 			if vm.SubPath != "" {
 				dir = filepath.Join(dir, vm.SubPath)
 			}
@@ -299,6 +321,12 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		slices.SortFunc(mounts, func(a, b mount) int { return len(b.path) - len(a.path) })
 		rewrite := func(s string) string { return rewritePaths(s, mounts) }
 		for _, vm := range c.VolumeMounts {
+			if d, ok := emptyDirs[vm.Name]; ok {
+				if err := os.MkdirAll(filepath.Join(d, vm.SubPath), 0o700); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if err := r.writeVolume(ctx, spec.Volumes, w.claims, vm.Name, filepath.Join(cdir, "volumes", vm.Name), rewrite); err != nil {
 				return nil, fmt.Errorf("container %s: volume %s: %w", c.Name, vm.Name, err)
 			}
@@ -699,6 +727,9 @@ func (r *Runner) Close() error {
 		r.cancel()
 	}
 	r.wg.Wait()
+	for _, d := range r.tempDirs {
+		_ = os.RemoveAll(d)
+	}
 	if r.ownDir {
 		return os.RemoveAll(r.cfg.Dir)
 	}

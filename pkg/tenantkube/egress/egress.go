@@ -23,15 +23,19 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 )
 
 // Config configures a Proxy.
 type Config struct {
-	// Listen is the TCP address the proxy listens on, host:port. Beside
-	// a kube-apiserver it is a loopback address of the pod, which only the
-	// pod's containers reach. Required.
+	// Network is "unix" (Listen is a socket's path) or "tcp" (Listen is
+	// host:port). Beside a kube-apiserver it is a unix socket in a volume
+	// of the pod that only its containers mount: kube-apiserver speaks
+	// HTTP CONNECT without TLS to a unix socket only. Default "tcp".
+	Network string
+	// Listen is where the proxy listens. Required.
 	Listen string
 	// Allow are the networks a tunnel may lead to. A destination outside
 	// every one of them is refused; none: every destination is refused.
@@ -72,6 +76,13 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Listen == "" {
 		return nil, fmt.Errorf("egress: new: Config.Listen is required: %w", ErrInvalid)
 	}
+	switch cfg.Network {
+	case "":
+		cfg.Network = "tcp"
+	case "tcp", "unix":
+	default:
+		return nil, fmt.Errorf("egress: new: Config.Network %q: want tcp or unix: %w", cfg.Network, ErrInvalid)
+	}
 	for _, p := range cfg.Allow {
 		if !p.IsValid() {
 			return nil, fmt.Errorf("egress: new: allowed network %v: %w", p, ErrInvalid)
@@ -96,14 +107,29 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Run listens on Config.Listen and serves until ctx ends or Shutdown is
+// Run listens on Config.Listen (a unix socket with mode 0660: the pod's
+// group) and serves until ctx ends or Shutdown is
 // called; then it shuts the proxy down (as Shutdown, with a grace of 5 s
 // when ctx ended) and returns nil. A failure to listen is returned.
 func (p *Proxy) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if p.cfg.Network == "unix" {
+		// A socket left by a proxy that did not exit cleanly (the
+		// container restarted) is replaced; any other file is not.
+		if fi, err := os.Lstat(p.cfg.Listen); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(p.cfg.Listen)
+		}
+	}
+	ln, err := net.Listen(p.cfg.Network, p.cfg.Listen)
 	if err != nil {
 		close(p.ready)
 		return fmt.Errorf("egress: run: %w", err)
+	}
+	if p.cfg.Network == "unix" {
+		if err := os.Chmod(p.cfg.Listen, 0o660); err != nil {
+			ln.Close()
+			close(p.ready)
+			return fmt.Errorf("egress: run: %w", err)
+		}
 	}
 	p.mu.Lock()
 	p.ln = ln

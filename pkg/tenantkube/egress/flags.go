@@ -14,7 +14,8 @@ import (
 // command (the orchestrator binary's `egress-proxy` subcommand, which the
 // flexkube chart runs beside each API server):
 //
-//	-listen ADDR       host:port to listen on (default 127.0.0.1:8131)
+//	-socket PATH       the unix socket to listen on (as the chart runs it)
+//	-listen ADDR       host:port to listen on, without -socket (default 127.0.0.1:8131)
 //	-allow CIDR,...    the networks tunnels may lead to (default none)
 //	-max-conns N       tunnels open at once (default 256)
 //	-dial-timeout D    bound of a destination's dial (default 10s)
@@ -24,13 +25,17 @@ func ParseArgs(args []string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("egress-proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
-	var allow string
+	var allow, socket string
+	fs.StringVar(&socket, "socket", "", "the unix socket to listen on (instead of -listen)")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8131", "host:port to listen on")
 	fs.StringVar(&allow, "allow", "", "comma-separated CIDRs tunnels may lead to (none: every destination is refused)")
 	fs.IntVar(&cfg.MaxConns, "max-conns", 256, "tunnels open at once")
 	fs.DurationVar(&cfg.DialTimeout, "dial-timeout", 0, "bound of a destination's dial (default 10s)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("egress: flags: %w", err)
+	}
+	if socket != "" {
+		cfg.Network, cfg.Listen = "unix", socket
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("egress: flags: unexpected argument %q: %w", fs.Arg(0), ErrInvalid)
