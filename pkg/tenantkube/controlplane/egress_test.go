@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -133,7 +134,7 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 	if err := m.Ensure(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = m.Delete(ctx, ns) })
+	t.Cleanup(func() { _ = m.Delete(context.WithoutCancel(ctx), ns) })
 	r, err := podrun.Start(ctx, podrun.Config{Client: mgmt, Namespace: ns, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -72,7 +73,9 @@ func TestKubeletServingApproval(t *testing.T) {
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), crb.Name, metav1.DeleteOptions{})
+	})
 
 	serving := []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageKeyEncipherment, certv1.UsageServerAuth}
 	nodes := []string{"system:nodes", "system:authenticated"}
@@ -120,7 +123,9 @@ func TestKubeletServingApproval(t *testing.T) {
 		if _, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		t.Cleanup(func() { _ = admin.CertificatesV1().CertificateSigningRequests().Delete(ctx, csr.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = admin.CertificatesV1().CertificateSigningRequests().Delete(context.WithoutCancel(ctx), csr.Name, metav1.DeleteOptions{})
+		})
 	}
 
 	nets := []netip.Prefix{netip.MustParsePrefix("10.20.0.0/24")}
