@@ -108,9 +108,13 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 // Run listens on Config.Listen (a unix socket with mode 0660: the pod's
-// group) and serves until ctx ends or Shutdown is
-// called; then it shuts the proxy down (as Shutdown, with a grace of 5 s
-// when ctx ended) and returns nil. A failure to listen is returned.
+// group) and serves until ctx ends or Shutdown is called; then it shuts
+// the proxy down (as Shutdown, with a grace of 5 s when ctx ended) and
+// returns nil. A failure to listen is returned. Run is called once.
+//
+// A connection has Config.HeaderTimeout to send its request (so does an
+// idle one between requests); a tunnel lives until either side closes it.
+// Tunnels are bounded by Config.MaxConns.
 func (p *Proxy) Run(ctx context.Context) error {
 	if p.cfg.Network == "unix" {
 		// A socket left by a proxy that did not exit cleanly (the
