@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,10 +14,13 @@ import (
 	"time"
 
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/flexplane/flexplane/pkg/dev/netns"
@@ -198,6 +202,53 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 		}
 		if n := requests.Load(); n != 0 {
 			t.Errorf("the kubelet with another CA's certificate got %d requests", n)
+		}
+	})
+
+	t.Run("a worker's serving certificate", func(t *testing.T) {
+		// A worker's kubelet (serverTLSBootstrap) asks for its serving
+		// certificate; the Manager approves it, the cluster's controller
+		// manager signs it with the CA the API server trusts for kubelets.
+		rc, err := clientcmd.RESTConfigFromKubeConfig(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Impersonate = rest.ImpersonationConfig{UserName: "system:node:w1", Groups: []string{"system:nodes", "system:authenticated"}}
+		asNode, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []csrCase{node("w1-serving", "w1", "198.18.1.5"), node("w1-management", "w1", netns.Address)} {
+			csr := &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+				Spec: certv1.CertificateSigningRequestSpec{Request: csrPEM(t, c), SignerName: c.signer, Usages: c.usages}}
+			if _, err := asNode.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.ApproveKubeletServing(ctx, ns, s.Networks); err != nil {
+			t.Fatal(err)
+		}
+		var crt *x509.Certificate
+		poll.Until(t, time.Minute, "the controller manager signs the approved request", func() error {
+			got, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "w1-serving", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(got.Status.Certificate) == 0 {
+				return fmt.Errorf("not signed: %+v", got.Status.Conditions)
+			}
+			crt, err = parseCertPEM(got.Status.Certificate)
+			return err
+		})
+		roots := x509.NewCertPool()
+		roots.AddCert(ca.cert)
+		if _, err := crt.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil ||
+			crt.Subject.CommonName != "system:node:w1" || len(crt.IPAddresses) != 1 || crt.IPAddresses[0].String() != "198.18.1.5" {
+			t.Errorf("the serving certificate %v %v: %v", crt.Subject, crt.IPAddresses, err)
+		}
+		got, err := admin.CertificatesV1().CertificateSigningRequests().Get(ctx, "w1-management", metav1.GetOptions{})
+		if err != nil || len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != certv1.CertificateDenied || len(got.Status.Certificate) != 0 {
+			t.Errorf("a request for a management-side address: %+v, %v", got.Status, err)
 		}
 	})
 

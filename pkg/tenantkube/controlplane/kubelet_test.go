@@ -34,6 +34,14 @@ type csrCase struct {
 	want      certv1.RequestConditionType // "" when left undecided
 }
 
+// node is a kubelet serving request of node requester, named name.
+func node(name, requester string, ips ...string) csrCase {
+	return csrCase{name: name, requester: "system:node:" + requester, groups: []string{"system:nodes", "system:authenticated"},
+		signer: certv1.KubeletServingSignerName, cn: "system:node:" + requester, orgs: []string{"system:nodes"},
+		dns: []string{requester}, ips: ips,
+		usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageKeyEncipherment, certv1.UsageServerAuth}}
+}
+
 func csrPEM(t *testing.T, c csrCase) []byte {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -77,12 +85,6 @@ func TestKubeletServingApproval(t *testing.T) {
 		_ = admin.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), crb.Name, metav1.DeleteOptions{})
 	})
 
-	serving := []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageKeyEncipherment, certv1.UsageServerAuth}
-	nodes := []string{"system:nodes", "system:authenticated"}
-	node := func(name, requester string, ips ...string) csrCase {
-		return csrCase{name: name, requester: "system:node:" + requester, groups: nodes, signer: certv1.KubeletServingSignerName,
-			cn: "system:node:" + requester, orgs: []string{"system:nodes"}, dns: []string{requester}, ips: ips, usages: serving}
-	}
 	cases := []csrCase{
 		node("good", "w1", "10.20.0.5"),
 		node("outside", "w1", "10.20.0.5", "192.168.7.1"),
