@@ -24,7 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/flexplane/flexplane/pkg/dev/netns"
-	"github.com/flexplane/flexplane/pkg/dev/podrun"
+	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
@@ -37,35 +37,10 @@ const (
 	vdcNetwork = "198.18.1.0/24"
 )
 
-// counter is a TCP listener that counts the connections it accepts and
-// closes them.
-type counter struct {
-	net.Listener
-	n atomic.Int32
+// countConns counts the connections to a listener at host.
+func countConns(t *testing.T, host string) *nettest.Counter {
+	return nettest.CountConns(t, net.JoinHostPort(host, "0"), false)
 }
-
-func countConns(t *testing.T, host string) *counter {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &counter{Listener: l}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.n.Add(1)
-			conn.Close()
-		}
-	}()
-	return c
-}
-
-func (c *counter) port() int { return c.Addr().(*net.TCPAddr).Port }
 
 // kubeletAt serves HTTPS at host as a kubelet would, with a certificate
 // for host issued by a (the cluster's CA, or another), and counts the
@@ -130,21 +105,10 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const ns = "kc-egress"
-	ports := map[string]processes{ns: freePorts(t)}
-	m, mgmt := processManager(t, ports)
 	s := spec(ns, "egress")
-	s.Endpoint = ports[ns].endpoint()
 	s.Networks = []string{vdcNetwork}
-	if err := m.Ensure(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	m, mgmt, r, _ := runControlPlane(t, s)
 	t.Cleanup(func() { _ = m.Delete(context.WithoutCancel(ctx), ns) })
-	r, err := podrun.Start(ctx, podrun.Config{Client: mgmt, Namespace: ns, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	waitReady(ctx, t, m, ns, r)
 	kc, err := m.Kubeconfig(ctx, ns, Credential{User: "mallory", Groups: []string{"cluster-admin"}, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -162,17 +126,17 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 
 	t.Run("node proxy to the management side", func(t *testing.T) {
 		mgmtSide := countConns(t, netns.Address)
-		fakeNode(t, admin, "mgmt", netns.Address, mgmtSide.port())
+		fakeNode(t, admin, "mgmt", netns.Address, mgmtSide.Port())
 		if body, err := nodeProxy(t, admin, "mgmt"); err == nil {
 			t.Errorf("node proxy to %s answered %q", mgmtSide.Addr(), body)
 		}
 		// Another port of the node: the proxy transport, not the kubelet's.
 		other := countConns(t, netns.Address)
-		b, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/http:mgmt:" + strconv.Itoa(other.port()) + "/proxy/").DoRaw(ctx)
+		b, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/http:mgmt:" + strconv.Itoa(other.Port()) + "/proxy/").DoRaw(ctx)
 		if err == nil {
-			t.Errorf("node proxy to port %d answered %q", other.port(), b)
+			t.Errorf("node proxy to port %d answered %q", other.Port(), b)
 		}
-		if n, o := mgmtSide.n.Load(), other.n.Load(); n != 0 || o != 0 {
+		if n, o := mgmtSide.Count(), other.Count(); n != 0 || o != 0 {
 			t.Errorf("the management-side listeners saw %d and %d connections, want none%s", n, o, r.Tail(5))
 		}
 	})
@@ -254,7 +218,7 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 
 	t.Run("webhooks to the management side", func(t *testing.T) {
 		hook := countConns(t, "127.0.0.1")
-		url := fmt.Sprintf("https://127.0.0.1:%d/validate", hook.port())
+		url := fmt.Sprintf("https://127.0.0.1:%d/validate", hook.Port())
 		for _, policy := range []admissionregv1.FailurePolicyType{admissionregv1.Ignore, admissionregv1.Fail} {
 			name := "egress-" + strings.ToLower(string(policy))
 			_, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregv1.ValidatingWebhookConfiguration{
@@ -294,7 +258,7 @@ func TestHostedControlPlaneEgress(t *testing.T) {
 		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm("ignored", "egress-ignore"), metav1.CreateOptions{}); err != nil {
 			t.Errorf("create with the Ignore webhook: %v", err)
 		}
-		if n := hook.n.Load(); n != 0 {
+		if n := hook.Count(); n != 0 {
 			t.Errorf("the management-side webhook listener saw %d connections, want none", n)
 		}
 	})

@@ -10,43 +10,15 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/tenantkube/egress"
 )
 
-// listener is a TCP echo server that counts the connections it accepts.
-type listener struct {
-	net.Listener
-	accepted atomic.Int32
-}
-
-func listen(t *testing.T, addr string) *listener {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := &listener{Listener: l}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			ln.accepted.Add(1)
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln
-}
+func listen(t *testing.T, addr string) *nettest.Counter { return nettest.CountConns(t, addr, true) }
 
 func start(t *testing.T, cfg egress.Config) *egress.Proxy {
 	t.Helper()
@@ -126,7 +98,7 @@ func TestTunnelsOnlyToAllowedNetworks(t *testing.T) {
 		t.Fatalf("CONNECT to the allowed network: %d", code)
 	}
 	echo(t, c, "hello through the tunnel")
-	if n := inside.accepted.Load(); n != 1 {
+	if n := inside.Count(); n != 1 {
 		t.Errorf("the allowed listener accepted %d connections, want 1", n)
 	}
 
@@ -155,7 +127,7 @@ func TestTunnelsOnlyToAllowedNetworks(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d, want 405", resp.StatusCode)
 	}
-	if n := outside.accepted.Load(); n != 0 {
+	if n := outside.Count(); n != 0 {
 		t.Errorf("the listener outside the allowed networks accepted %d connections", n)
 	}
 }
@@ -169,7 +141,7 @@ func TestNoNetworkAllowsNothing(t *testing.T) {
 	if code, _ := connect(t, p, l.Addr().String()); code != http.StatusForbidden {
 		t.Errorf("CONNECT: %d, want 403", code)
 	}
-	if n := l.accepted.Load(); n != 0 {
+	if n := l.Count(); n != 0 {
 		t.Errorf("listener accepted %d", n)
 	}
 }
