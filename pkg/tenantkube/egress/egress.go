@@ -113,7 +113,8 @@ func New(cfg Config) (*Proxy, error) {
 // returns nil. A failure to listen is returned. Run is called once.
 //
 // A connection has Config.HeaderTimeout to send its request (so does an
-// idle one between requests); a tunnel lives until either side closes it.
+// idle one between requests); a tunnel lives until both directions are
+// done, the second at most 30 s after the first.
 // Tunnels are bounded by Config.MaxConns.
 func (p *Proxy) Run(ctx context.Context) error {
 	if p.cfg.Network == "unix" {
@@ -330,8 +331,17 @@ func (p *Proxy) tunnel(down net.Conn, buf *bufio.ReadWriter, up net.Conn, releas
 		done <- struct{}{}
 	}()
 	<-done
+	// One side is done: the other gets a while to finish its half, not
+	// forever (a peer that never closes would hold a tunnel's slot).
+	deadline := time.Now().Add(halfCloseGrace)
+	_ = up.SetDeadline(deadline)
+	_ = down.SetDeadline(deadline)
 	<-done
 }
+
+// halfCloseGrace is how long a tunnel's other direction may go on once one
+// has ended.
+const halfCloseGrace = 30 * time.Second
 
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
