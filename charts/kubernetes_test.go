@@ -55,6 +55,7 @@ func kubernetesRights(ns, tenant string) []right {
 	add("", []string{"secrets", "persistentvolumeclaims"}, tenant, "list", "deletecollection")
 	add("", []string{"events"}, tenant, "create", "patch")
 	add("apps", []string{"deployments", "statefulsets"}, tenant, all...)
+	add("networking.k8s.io", []string{"networkpolicies"}, tenant, all...)
 	add("cluster.x-k8s.io", []string{"clusters", "machinedeployments", "machinesets", "machines"}, tenant, all...)
 	add("cluster.x-k8s.io", []string{"clusters/status", "machinedeployments/status", "machinesets/status", "machines/status",
 		"clusters/finalizers", "machinedeployments/finalizers", "machinesets/finalizers", "machines/finalizers"}, tenant, "get", "update", "patch")

@@ -339,6 +339,8 @@ func TestRenderRefusesFlexKube(t *testing.T) {
 		"zero API replicas":   {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "apiServer": map[string]any{"replicas": 0}}, "replicas"},
 		"port out of range":   {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "etcd": map[string]any{"clientPort": 70000}}, "clientPort"},
 		"unknown address key": {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "addresses": map[string]any{"dns": "x"}}, "dns"},
+		"egress to a name":    {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "egressProxy": map[string]any{"allowedCIDRs": []any{"mgmt.example.com"}}}, "allowedCIDRs"},
+		"egress unbounded":    {map[string]any{"cluster": "c", "endpoint": "k8s.example.com:443", "egressProxy": map[string]any{"maxConnections": 0}}, "maxConnections"},
 	} {
 		_, err := render(t, "flexkube", c.vals)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -8,6 +8,7 @@
 //	orchestrator catalog import [backend flags]  create the manifests on stdin in the catalog
 //	orchestrator releases add FILE MANIFEST SIG  publish a signed agent release
 //	orchestrator releases list                   list the published releases
+//	orchestrator egress-proxy [flags]            a hosted control plane's egress proxy
 //
 // The keys subcommands talk to the running orchestrator through the unix
 // socket in its data directory (-data-dir, env FLEXPLANE_DATA_DIR).
@@ -33,6 +34,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/tenantkube/egress"
 )
 
 const usage = `usage:
@@ -50,7 +52,8 @@ const usage = `usage:
   orchestrator catalog import [-catalog ...] [-replace] < catalog.yaml
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
   orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
-  orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE`
+  orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE
+  orchestrator egress-proxy [-socket PATH | -listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -89,6 +92,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return errors.New(usage)
 		}
 		return releases(args[1], args[2:], stdout)
+	case "egress-proxy":
+		return egress.Main(ctx, args[1:], os.Stderr)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}

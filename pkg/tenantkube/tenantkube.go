@@ -540,7 +540,9 @@ func (s *Service) CreateKubernetesCluster(ctx context.Context, in CreateClusterI
 	objs := []client.Object{
 		&v1alpha1.FlexCluster{ObjectMeta: om(), Spec: v1alpha1.FlexClusterSpec{VDC: in.VDC, Zone: in.Zone, Network: in.Network}},
 		&v1alpha1.FlexControlPlane{ObjectMeta: om(), Spec: v1alpha1.FlexControlPlaneSpec{VDC: in.VDC, Version: in.Version,
-			ServiceCIDR: in.ServiceCIDR, PodCIDR: in.PodCIDR, ControlPlaneEndpoint: endpoint}},
+			ServiceCIDR: in.ServiceCIDR, PodCIDR: in.PodCIDR, ControlPlaneEndpoint: endpoint,
+			// The workers' network: what the API server may reach.
+			Networks: []string{sub.Prefix.Masked().String()}}},
 		&clusterv1.Cluster{ObjectMeta: om(), Spec: clusterv1.ClusterSpec{
 			ClusterNetwork: clusterv1.ClusterNetwork{
 				Services: clusterv1.NetworkRanges{CIDRBlocks: []string{in.ServiceCIDR}},
@@ -726,11 +728,30 @@ func joinTemplate(ns, name string, labels map[string]string, in NodePoolInput) *
 	return &bootstrapv1.KubeadmConfigTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: maps.Clone(labels)},
 		Spec: bootstrapv1.KubeadmConfigTemplateSpec{Template: bootstrapv1.KubeadmConfigTemplateResource{Spec: bootstrapv1.KubeadmConfigSpec{
-			Format:            bootstrapv1.CloudConfig,
-			JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: reg},
+			Format: bootstrapv1.CloudConfig,
+			// The kubelet asks the cluster for its serving certificate
+			// (a kubernetes.io/kubelet-serving CSR, approved by
+			// controlplane.Manager.ApproveKubeletServing), which the API
+			// server verifies (--kubelet-certificate-authority).
+			Files: []bootstrapv1.File{{Path: kubeadmPatches + "/kubeletconfiguration0+merge.yaml", Permissions: "0644", Owner: "root:root",
+				Content: KubeletServingPatch}},
+			JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: reg,
+				Patches: bootstrapv1.Patches{Directory: kubeadmPatches}},
 		}}},
 	}
 }
+
+// kubeadmPatches is the directory of kubeadm's patches on a worker.
+const kubeadmPatches = "/etc/kubeadm/patches"
+
+// KubeletServingPatch is the kubeadm patch of a worker's kubelet
+// configuration that the node pools' cloud-init writes: the kubelet gets
+// its serving certificate from the cluster (serverTLSBootstrap) instead of
+// signing one itself.
+const KubeletServingPatch = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+serverTLSBootstrap: true
+`
 
 // CreateNodePool adds a node pool of in.Size workers. Bad input (a size
 // outside 0..MaxPoolSize, an unknown profile) and a size the VDC's quota

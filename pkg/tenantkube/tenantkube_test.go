@@ -24,6 +24,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/agenttest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
@@ -40,7 +41,9 @@ var tokenRE = regexp.MustCompile(`(?m)^\s*token: "?([a-z0-9]{6})\.([a-z0-9]{16})
 func expectJoin(t *testing.T, vm, userData, endpoint string) {
 	t.Helper()
 	for _, want := range []string{"#cloud-config", "kubeadm join", "kind: JoinConfiguration", "apiServerEndpoint: " + endpoint,
-		"node-labels", "tier=web", "key: dedicated", "effect: NoSchedule", "caCertHashes:"} {
+		"node-labels", "tier=web", "key: dedicated", "effect: NoSchedule", "caCertHashes:",
+		// The kubelet asks for its serving certificate.
+		"/etc/kubeadm/patches/kubeletconfiguration0+merge.yaml", "serverTLSBootstrap: true", "directory: /etc/kubeadm/patches"} {
 		if !strings.Contains(userData, want) {
 			t.Errorf("VM %s: cloud-init user-data lacks %q:\n%s", vm, want, userData)
 		}
@@ -154,6 +157,25 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 		len(got.Pools[0].Taints) != 1 || !got.ControlPlaneReady || got.Endpoint != "10.1.0.1:6443" {
 		t.Errorf("cluster %+v, %v", got, err)
 	}
+	// Its API server may reach the workers' network, and only that.
+	var fcp v1alpha1.FlexControlPlane
+	if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: "dev"}, &fcp); err != nil {
+		t.Fatal(err)
+	}
+	if n := fcp.Spec.Networks; len(n) != 1 || !netip.MustParsePrefix(n[0]).Contains(netip.MustParseAddr("10.1.0.1")) {
+		t.Errorf("the control plane's networks %v, want the workers' network of 10.1.0.1", n)
+	}
+	// A control plane made before its networks were recorded gets them
+	// from its cluster's network.
+	recorded := fcp.Spec.Networks
+	fcp.Spec.Networks = nil
+	if err := e.kc.Update(ctx, &fcp); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, time.Minute, "the control plane's networks recorded again", func() bool {
+		var got v1alpha1.FlexControlPlane
+		return e.kc.Get(ctx, client.ObjectKeyFromObject(&fcp), &got) == nil && slices.Equal(got.Spec.Networks, recorded)
+	})
 	// The workers reach it through blue's edge gateway, at a port of their
 	// network's gateway address.
 	if eps := e.endpoints(t, "blue"); len(eps) != 1 || eps[0].Cluster != c.ID || eps[0].Address != "10.1.0.1" || eps[0].Port != 6443 {

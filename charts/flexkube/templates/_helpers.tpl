@@ -78,6 +78,16 @@ failureThreshold: {{ .failures | default 3 }}
     {{- end }}
 {{- end -}}
 
+{{/* The egress proxy's image: the orchestrator's, at the chart's appVersion unless tagged. */}}
+{{- define "flexkube.egressImage" -}}
+{{- $e := .Values.egressProxy.image -}}
+{{- if $e.digest -}}
+{{- printf "%s@%s" $e.repository $e.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $e.repository (default .Chart.AppVersion $e.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Checks across values that the schema cannot express. */}}
 {{- define "flexkube.validate" -}}
 {{- if not (regexMatch ":[0-9]+$" .Values.endpoint) -}}

@@ -131,6 +131,9 @@ func (c *ControlPlane) Ensure(ctx context.Context, spec controlplane.Spec) error
 	return nil
 }
 
+// ApproveKubeletServing does nothing: the stand-in has no workers.
+func (c *ControlPlane) ApproveKubeletServing(context.Context, string, []string) error { return nil }
+
 // Delete forgets the control plane of ns.
 func (c *ControlPlane) Delete(_ context.Context, ns string) error {
 	c.mu.Lock()

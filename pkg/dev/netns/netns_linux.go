@@ -56,22 +56,36 @@ func LoopbackUp() error {
 	if err := setUp("lo"); err != nil {
 		return fmt.Errorf("netns: loopback up: %w", err)
 	}
+	if err := AddLoopbackAddress(Address); err != nil {
+		return fmt.Errorf("netns: loopback up: %w", err)
+	}
+	return nil
+}
+
+// AddLoopbackAddress gives lo of this process's network namespace the IPv4
+// address ip (a /32), for a test that needs addresses that are neither
+// loopback ones nor any machine's (198.18.0.0/15) in a namespace of its
+// own (Inside). An address lo has already is no error.
+func AddLoopbackAddress(ip string) error {
+	addr := net.ParseIP(ip).To4()
+	if addr == nil {
+		return fmt.Errorf("netns: address %q is not IPv4", ip)
+	}
 	lo, err := net.InterfaceByName("lo")
 	if err != nil {
-		return fmt.Errorf("netns: loopback up: %w", err)
+		return fmt.Errorf("netns: address %s: %w", ip, err)
 	}
 	c, err := rtnetlink.Dial(nil)
 	if err != nil {
-		return fmt.Errorf("netns: loopback up: %w", err)
+		return fmt.Errorf("netns: address %s: %w", ip, err)
 	}
 	defer c.Close()
-	addr := net.ParseIP(Address).To4()
 	err = c.Address.New(&rtnetlink.AddressMessage{
 		Family: unix.AF_INET, PrefixLength: 32, Index: uint32(lo.Index),
 		Attributes: &rtnetlink.AddressAttributes{Address: addr, Local: addr},
 	})
 	if err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("netns: loopback up: address %s: %w", Address, err)
+		return fmt.Errorf("netns: address %s: %w", ip, err)
 	}
 	return nil
 }

@@ -21,3 +21,6 @@ func DialerOf(int) func(ctx context.Context, network, addr string) (net.Conn, er
 		return nil, errors.New("netns: network namespaces need Linux")
 	}
 }
+
+// AddLoopbackAddress needs Linux.
+func AddLoopbackAddress(string) error { return errors.New("netns: network namespaces need Linux") }

@@ -26,6 +26,8 @@ type FollowConfig struct {
 	Selector string
 	// BinDir is as Config.BinDir.
 	BinDir string
+	// Binaries is as Config.Binaries.
+	Binaries map[string]string
 	// Dir receives one directory per namespace (as Config.Dir). Default a
 	// new temporary directory, removed by Close.
 	Dir string
@@ -121,7 +123,7 @@ func (f *Follower) sync(ctx context.Context) error {
 		if err != nil || !installed {
 			continue
 		}
-		r, err := Start(ctx, Config{Client: f.cfg.Client, Namespace: ns.Name, BinDir: f.cfg.BinDir,
+		r, err := Start(ctx, Config{Client: f.cfg.Client, Namespace: ns.Name, BinDir: f.cfg.BinDir, Binaries: f.cfg.Binaries,
 			Dir: filepath.Join(f.cfg.Dir, ns.Name), Log: f.cfg.Log})
 		f.mu.Lock()
 		if err != nil {

@@ -3,12 +3,15 @@
 // local processes: it plays the kubelet and the workload controllers that
 // the test API server does not have. For each workload it makes one pod's
 // worth of files (the Secrets, ConfigMaps and projected volumes it mounts,
-// written to a directory; emptyDirs and volume claims as directories),
+// written to a directory; volume claims as directories, emptyDirs as
+// directories its containers share),
 // rewrites the mount paths in the containers' arguments, environment and
 // mounted ConfigMap files to those directories, starts each container's
 // command with the binary of that name from the binaries built by `make
 // kube-bin` (kube-apiserver, kube-controller-manager, kube-scheduler,
-// etcd), restarts it when it exits (restartPolicy Always), probes its
+// etcd; the orchestrator's, which the chart runs as the API server's
+// egress proxy, is a stand-in of its egress-proxy subcommand built from
+// ./egressproxy, see Config.Binaries), restarts it when it exits (restartPolicy Always), probes its
 // readiness probe and writes the workload's status (ready replicas) as
 // the controllers would. A Follower does so for namespaces that appear
 // later, once a Helm release in them is installed.
@@ -63,8 +66,43 @@ type Config struct {
 	// Dir receives the pods' files and logs. Default a new temporary
 	// directory, removed by Close.
 	Dir string
+	// Binaries maps a command's name to the binary that runs it, ahead
+	// of BinDir. A container whose command is orchestrator (the egress
+	// proxy) and that is not in it runs the stand-in of package
+	// ./egressproxy, built (go build) into Dir when first needed.
+	Binaries map[string]string
 	// Log receives the runner's events. Default slog.Default().
 	Log *slog.Logger
+}
+
+// standIn is the command whose stand-in podrun builds, and the stand-in's
+// package.
+const (
+	standIn        = "orchestrator"
+	standInPackage = "github.com/flexplane/flexplane/pkg/dev/podrun/egressproxy"
+)
+
+// binary returns the path of the binary of command name.
+func (r *Runner) binary(ctx context.Context, name string) (string, error) {
+	if p, ok := r.cfg.Binaries[name]; ok {
+		return p, nil
+	}
+	if name == standIn {
+		out := filepath.Join(r.cfg.Dir, "bin", name)
+		if _, err := os.Stat(out); err == nil {
+			return out, nil
+		}
+		b, err := exec.CommandContext(ctx, "go", "build", "-o", out, standInPackage).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("go build %s: %w\n%s", standInPackage, err, b)
+		}
+		return out, nil
+	}
+	bin := filepath.Join(r.cfg.BinDir, name)
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("%s is missing in %s: run `make kube-bin`: %w", name, r.cfg.BinDir, err)
+	}
+	return bin, nil
 }
 
 // Runner runs the pods of one namespace.
@@ -74,6 +112,9 @@ type Runner struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	pods   []*pod
+
+	// tempDirs are the pods' emptyDirs, removed by Close.
+	tempDirs []string
 
 	closeMu sync.Mutex
 	closed  bool // protected by closeMu
@@ -245,6 +286,21 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 	}
 	p := &pod{r: r, w: w}
 	podDir := filepath.Join(r.cfg.Dir, w.pod)
+	// A pod's emptyDirs are shared by its containers (a unix socket in
+	// one is how two of them talk), in a directory of a short path, as a
+	// socket's path must be.
+	emptyDirs := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.EmptyDir == nil {
+			continue
+		}
+		dir, err := os.MkdirTemp("", "podrun-")
+		if err != nil {
+			return nil, err
+		}
+		r.tempDirs = append(r.tempDirs, dir)
+		emptyDirs[v.Name] = dir
+	}
 	for _, c := range spec.Containers {
 		cdir := filepath.Join(podDir, c.Name)
 		if err := os.MkdirAll(filepath.Join(cdir, "tmp"), 0o700); err != nil {
@@ -253,6 +309,9 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		var mounts []mount
 		for _, vm := range c.VolumeMounts {
 			dir := filepath.Join(cdir, "volumes", vm.Name)
+			if d, ok := emptyDirs[vm.Name]; ok {
+				dir = d
+			}
 			if vm.SubPath != "" {
 				dir = filepath.Join(dir, vm.SubPath)
 			}
@@ -262,6 +321,12 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		slices.SortFunc(mounts, func(a, b mount) int { return len(b.path) - len(a.path) })
 		rewrite := func(s string) string { return rewritePaths(s, mounts) }
 		for _, vm := range c.VolumeMounts {
+			if d, ok := emptyDirs[vm.Name]; ok {
+				if err := os.MkdirAll(filepath.Join(d, vm.SubPath), 0o700); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if err := r.writeVolume(ctx, spec.Volumes, w.claims, vm.Name, filepath.Join(cdir, "volumes", vm.Name), rewrite); err != nil {
 				return nil, fmt.Errorf("container %s: volume %s: %w", c.Name, vm.Name, err)
 			}
@@ -277,9 +342,9 @@ func (r *Runner) preparePod(ctx context.Context, w workload) (*pod, error) {
 		for i := range cmd {
 			cmd[i] = rewrite(expand(cmd[i], env))
 		}
-		bin := filepath.Join(r.cfg.BinDir, filepath.Base(cmd[0]))
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("container %s: %s is missing in %s: run `make kube-bin`: %w", c.Name, filepath.Base(cmd[0]), r.cfg.BinDir, err)
+		bin, err := r.binary(ctx, filepath.Base(cmd[0]))
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", c.Name, err)
 		}
 		var envList []string
 		for _, e := range c.Env {
@@ -662,6 +727,9 @@ func (r *Runner) Close() error {
 		r.cancel()
 	}
 	r.wg.Wait()
+	for _, d := range r.tempDirs {
+		_ = os.RemoveAll(d)
+	}
 	if r.ownDir {
 		return os.RemoveAll(r.cfg.Dir)
 	}

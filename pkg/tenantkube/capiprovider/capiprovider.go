@@ -108,6 +108,7 @@ type ControlPlane interface {
 	Delete(ctx context.Context, namespace string) error
 	Status(ctx context.Context, namespace string) (controlplane.Status, error)
 	Kubeconfig(ctx context.Context, namespace string, cred controlplane.Credential) ([]byte, error)
+	ApproveKubeletServing(ctx context.Context, namespace string, networks []string) error
 }
 
 var _ ControlPlane = (*controlplane.Manager)(nil)

@@ -56,6 +56,21 @@ type controlPlaneReconciler struct {
 	cfg Config
 }
 
+// workerNetworks are the networks cp's API server may reach: its cluster's
+// workers' network (the FlexCluster's), as createKubernetesCluster records
+// them.
+func (r *controlPlaneReconciler) workerNetworks(ctx context.Context, cp *v1alpha1.FlexControlPlane) ([]string, error) {
+	fc := &v1alpha1.FlexCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: cp.Namespace, Name: cp.Labels[clusterv1.ClusterNameLabel]}, fc); err != nil {
+		return nil, fmt.Errorf("capiprovider: the cluster of %s: %w", cp.Namespace, err)
+	}
+	sub, err := r.cfg.Compute.Network(ctx, fc.Spec.VDC, fc.Spec.Zone, fc.Spec.Network)
+	if err != nil {
+		return nil, fmt.Errorf("capiprovider: the workers' network of %s: %w", cp.Namespace, err)
+	}
+	return []string{sub.Prefix.Masked().String()}, nil
+}
+
 func (r *controlPlaneReconciler) setup(mgr ctrl.Manager, opts controller.Options) error {
 	err := ctrl.NewControllerManagedBy(mgr).Named("flexcontrolplane").For(&v1alpha1.FlexControlPlane{}).WithOptions(opts).Complete(r)
 	if err != nil {
@@ -84,11 +99,25 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, err
 		}
 	}
+	if len(cp.Spec.Networks) == 0 {
+		// A control plane made before its networks were recorded: its
+		// egress proxy would refuse everything (no node proxy, logs or
+		// exec). They are its cluster's workers' network, read again.
+		nets, err := r.workerNetworks(ctx, cp)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		cp.Spec.Networks = nets
+		if err := r.Update(ctx, cp); err != nil {
+			return ctrl.Result{}, fmt.Errorf("capiprovider: recording the networks of %s: %w", cp.Namespace, err)
+		}
+		r.cfg.Logger.Info("recorded a control plane's networks", "namespace", cp.Namespace, "networks", nets)
+	}
 	ep := cp.Spec.ControlPlaneEndpoint
 	err := r.cfg.ControlPlane.Ensure(ctx, controlplane.Spec{
 		Namespace: cp.Namespace, Cluster: cp.Labels[clusterv1.ClusterNameLabel], VDC: cp.Spec.VDC, Version: cp.Spec.Version,
 		ServiceCIDR: cp.Spec.ServiceCIDR, PodCIDR: cp.Spec.PodCIDR,
-		Endpoint: ep.String(),
+		Endpoint: ep.String(), Networks: cp.Spec.Networks,
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("capiprovider: control plane of %s: %w", cp.Namespace, err)
@@ -130,6 +159,12 @@ func (r *controlPlaneReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if err := r.rollWorkers(ctx, cp); err != nil {
 		return ctrl.Result{}, err
+	}
+	// The workers' kubelets ask for serving certificates: approve those
+	// of the cluster's networks. A tenant API server that does not
+	// answer is looked at again later, as its components are.
+	if err := r.cfg.ControlPlane.ApproveKubeletServing(ctx, cp.Namespace, cp.Spec.Networks); err != nil {
+		r.cfg.Logger.Warn("kubelet serving certificates not decided", "namespace", cp.Namespace, "err", err)
 	}
 	// Components can fail later: look again now and then.
 	return ctrl.Result{RequeueAfter: 15 * r.cfg.Poll}, nil

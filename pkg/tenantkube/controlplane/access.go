@@ -107,24 +107,7 @@ func endpointPort(endpoint string) int {
 // group to the ClusterRole of its name, with the admin kubeconfig of
 // <cluster>-kubeconfig pointed at Config.TenantAddress.
 func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups []string) error {
-	sec, err := m.client.CoreV1().Secrets(ns).Get(ctx, kubeconfigSecret(cl.name), metav1.GetOptions{})
-	if err != nil {
-		return notFound(err)
-	}
-	rc, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
-	if err != nil {
-		return fmt.Errorf("admin kubeconfig: %w", err)
-	}
-	addr := serviceAddress(ns, cl.name, cl.endpoint)
-	if m.cfg.TenantAddress != nil {
-		addr = m.cfg.TenantAddress(ns, cl.name)
-	}
-	rc.Host = "https://" + addr
-	if host, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host) == nil {
-		rc.ServerName = host
-	}
-	rc.Timeout = 15 * time.Second
-	tenant, err := kubernetes.NewForConfig(rc)
+	tenant, addr, err := m.tenantClient(ctx, ns, cl)
 	if err != nil {
 		return err
 	}
@@ -144,6 +127,34 @@ func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups [
 		}
 	}
 	return nil
+}
+
+// tenantClient is a client of the tenant cluster of ns with its admin
+// kubeconfig (<cluster>-kubeconfig), pointed at Config.TenantAddress, and
+// that address.
+func (m *Manager) tenantClient(ctx context.Context, ns string, cl cluster) (kubernetes.Interface, string, error) {
+	sec, err := m.client.CoreV1().Secrets(ns).Get(ctx, kubeconfigSecret(cl.name), metav1.GetOptions{})
+	if err != nil {
+		return nil, "", notFound(err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
+	if err != nil {
+		return nil, "", fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	addr := serviceAddress(ns, cl.name, cl.endpoint)
+	if m.cfg.TenantAddress != nil {
+		addr = m.cfg.TenantAddress(ns, cl.name)
+	}
+	rc.Host = "https://" + addr
+	if host, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host) == nil {
+		rc.ServerName = host
+	}
+	rc.Timeout = 15 * time.Second
+	tenant, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", err
+	}
+	return tenant, addr, nil
 }
 
 // Delete removes the control plane of namespace: the release (its

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"time"
@@ -85,6 +86,13 @@ type Spec struct {
 	// Endpoint is the host:port the workers (and kubeconfigs) use to reach
 	// the API server; it is in the serving certificate.
 	Endpoint string
+	// Networks are the VDC networks (CIDRs, in canonical form) the tenant
+	// API server may reach: its egress proxy opens connections to them
+	// only, its NetworkPolicy allows them, and kubelet serving
+	// certificates are approved for addresses in them
+	// (ApproveKubeletServing). None: the API server reaches no network
+	// (no node proxy, logs or exec, no webhook).
+	Networks []string
 }
 
 // Credential asks for a kubeconfig of a user.
@@ -255,6 +263,11 @@ func (s Spec) validate() (host string, port int, err error) {
 	}
 	if _, _, err := ValidateCIDRs(s.ServiceCIDR, s.PodCIDR); err != nil {
 		return "", 0, err
+	}
+	for _, n := range s.Networks {
+		if p, err := netip.ParsePrefix(n); err != nil || p.Masked() != p {
+			return "", 0, invalid("network %q: want a CIDR in canonical form, such as 10.0.0.0/24", n)
+		}
 	}
 	h, ps, err := net.SplitHostPort(s.Endpoint)
 	if err == nil {

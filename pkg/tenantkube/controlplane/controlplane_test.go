@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -15,12 +16,28 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 )
 
 // kube is the management cluster of this package's tests.
 var kube *kubetest.Server
 
-func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kube)) }
+// TestMain runs the package's tests in a network namespace of their own
+// (netns), whose lo also has vdcAddress: the egress tests' stand-ins for a
+// VDC network's and the management network's addresses are there, and
+// nowhere else.
+func TestMain(m *testing.M) {
+	if !netns.Inside() {
+		os.Exit(netns.Reexec(nil))
+	}
+	for _, up := range []func() error{netns.LoopbackUp, func() error { return netns.AddLoopbackAddress(vdcAddress) }} {
+		if err := up(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(kubetest.Main(m, &kube))
+}
 
 func newManager(t testing.TB, cfg Config) (*Manager, kubernetes.Interface) {
 	t.Helper()

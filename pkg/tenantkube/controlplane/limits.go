@@ -53,12 +53,13 @@ func footprintOf(vals chartutil.Values) (footprint, error) {
 	for _, c := range []struct {
 		key      string
 		replicas bool
-	}{{"apiServer", true}, {"controllerManager", false}, {"scheduler", false}, {"etcd", false}} {
+		sidecar  bool // a container of the API server's pods
+	}{{"apiServer", true, false}, {"egressProxy", true, true}, {"controllerManager", false, false}, {"scheduler", false, false}, {"etcd", false, false}} {
 		n := int64(1)
 		if c.replicas {
-			r, err := vals.PathValue(c.key + ".replicas")
+			r, err := vals.PathValue("apiServer.replicas")
 			if err != nil {
-				return f, fmt.Errorf("%s.replicas: %w", c.key, err)
+				return f, fmt.Errorf("apiServer.replicas: %w", err)
 			}
 			switch v := r.(type) {
 			case float64:
@@ -68,7 +69,7 @@ func footprintOf(vals chartutil.Values) (footprint, error) {
 			case int64:
 				n = v
 			default:
-				return f, fmt.Errorf("%s.replicas: %v is no number", c.key, r)
+				return f, fmt.Errorf("apiServer.replicas: %v is no number", r)
 			}
 		}
 		q := func(path string) (resource.Quantity, error) {
@@ -94,6 +95,9 @@ func footprintOf(vals chartutil.Values) (footprint, error) {
 			f.cpu.Add(cpu)
 			f.memory.Add(mem)
 			f.memoryLimit.Add(lim)
+		}
+		if c.sidecar {
+			continue
 		}
 		f.pods += n
 		if lim.Cmp(f.maxMemoryLimit) > 0 {

@@ -34,7 +34,7 @@ func TestNamespaceLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[corev1.ResourceName]string{
-		corev1.ResourceRequestsCPU: "1500m", corev1.ResourceRequestsMemory: "2944Mi", corev1.ResourceLimitsMemory: "7680Mi",
+		corev1.ResourceRequestsCPU: "1540m", corev1.ResourceRequestsMemory: "3072Mi", corev1.ResourceLimitsMemory: "8192Mi",
 		corev1.ResourcePods: "10", corev1.ResourcePersistentVolumeClaims: "2", corev1.ResourceRequestsStorage: "4Gi",
 	}
 	if len(rq.Spec.Hard) != len(want) {

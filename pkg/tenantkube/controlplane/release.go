@@ -91,6 +91,7 @@ func (m *Manager) values(s Spec, pkiRevision string) map[string]any {
 			"port":    port,
 			"service": map[string]any{"type": m.cfg.ServiceType, "port": port},
 		},
+		"egressProxy": map[string]any{"allowedCIDRs": networks(s.Networks)},
 	}
 	if m.cfg.Values != nil {
 		if extra := maps.Clone(m.cfg.Values(s)); extra != nil {
@@ -99,6 +100,15 @@ func (m *Manager) values(s Spec, pkiRevision string) map[string]any {
 	}
 	vals["pki"] = map[string]any{"revision": pkiRevision}
 	return vals
+}
+
+// networks is s.Networks as chart values (a list, never null).
+func networks(ns []string) []any {
+	out := make([]any, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, n)
+	}
+	return out
 }
 
 // maxHistory is how many revisions of a release Helm keeps.

@@ -71,6 +71,25 @@ func processManager(t testing.TB, ports map[string]processes) (*Manager, kuberne
 	})
 }
 
+// runControlPlane ensures the control plane of s, its endpoint a loopback
+// port of its own, runs its pods (podrun) and waits until it is ready.
+func runControlPlane(t *testing.T, s Spec) (*Manager, kubernetes.Interface, *podrun.Runner, Status) {
+	t.Helper()
+	ctx := t.Context()
+	ports := map[string]processes{s.Namespace: freePorts(t)}
+	m, mgmt := processManager(t, ports)
+	s.Endpoint = ports[s.Namespace].endpoint()
+	if err := m.Ensure(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	r, err := podrun.Start(ctx, podrun.Config{Client: mgmt, Namespace: s.Namespace, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return m, mgmt, r, waitReady(ctx, t, m, s.Namespace, r)
+}
+
 // waitReady polls Status until the control plane is ready.
 func waitReady(ctx context.Context, t testing.TB, m *Manager, ns string, r *podrun.Runner) Status {
 	t.Helper()
@@ -113,19 +132,7 @@ func TestHostedControlPlaneServes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	const ns = "kc-serve"
-	ports := map[string]processes{ns: freePorts(t)}
-	m, mgmt := processManager(t, ports)
-	s := spec(ns, "serve")
-	s.Endpoint = ports[ns].endpoint()
-	if err := m.Ensure(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	r, err := podrun.Start(ctx, podrun.Config{Client: mgmt, Namespace: ns, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	st := waitReady(ctx, t, m, ns, r)
+	m, mgmt, r, st := runControlPlane(t, spec(ns, "serve"))
 	if st.Version != "v1.37.2" || len(st.Components) != 4 {
 		t.Errorf("status %+v, want 4 components at v1.37.2", st)
 	}

@@ -303,6 +303,13 @@ type FlexControlPlaneSpec struct {
 	// ControlPlaneEndpoint is where the workers reach the API server.
 	// +optional
 	ControlPlaneEndpoint APIEndpoint `json:"controlPlaneEndpoint,omitempty"`
+	// Networks are the VDC networks (CIDRs) the cluster's API server may
+	// reach, through its egress proxy, and where its workers' kubelet
+	// serving certificates may have their addresses. None: no network.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	// +optional
+	Networks []string `json:"networks,omitempty"`
 }
 
 // ControlPlaneInitialization is the v1beta2 contract's initialization
