@@ -77,6 +77,11 @@ type Node struct {
 	lc  *local.Client
 	log *slog.Logger
 
+	// whois identifies the callers of the node's connections (WhoIs);
+	// stopWhois ends its lookups when the node closes.
+	whois     *whoisCache
+	stopWhois context.CancelFunc
+
 	mu sync.Mutex
 	// introduced are the peers that answered a disco ping of this node,
 	// or were waited for IntroduceWait (see Dial); protected by mu.
@@ -120,7 +125,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Close()
 		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
 	}
-	return &Node{srv: srv, lc: lc, log: logger, introduced: make(map[netip.Addr]bool), introducing: make(map[netip.Addr]time.Time)}, nil
+	n := &Node{srv: srv, lc: lc, log: logger, introduced: make(map[netip.Addr]bool), introducing: make(map[netip.Addr]time.Time)}
+	var wctx context.Context
+	wctx, n.stopWhois = context.WithCancel(context.Background())
+	n.whois = newWhoisCache(wctx, n.lookupWhoIs)
+	return n, nil
 }
 
 // HasState reports whether dir holds the state of an enrolled node, so that
@@ -133,7 +142,11 @@ func HasState(dir string) bool {
 // Close leaves the mesh, waiting for the node's network stack to stop
 // until ctx ends.
 func (n *Node) Close(ctx context.Context) error {
-	return closectx.Do(ctx, "meshnode: close", n.srv.Close)
+	return closectx.Do(ctx, "meshnode: close", func() error {
+		n.stopWhois()
+		n.whois.wait()
+		return n.srv.Close()
+	})
 }
 
 // Listen listens on the node's mesh addresses only.
@@ -284,8 +297,17 @@ type Peer struct {
 // HasTag reports whether the peer carries tag.
 func (p Peer) HasTag(tag string) bool { return slices.Contains(p.Tags, tag) }
 
-// WhoIs identifies the mesh peer behind remoteAddr ("ip:port").
+// WhoIs identifies the mesh peer behind remoteAddr ("ip:port", the remote
+// end of a connection to this node) until ctx ends. A peer identified
+// stays so for the calls of the same connection for 30 s (renewed in the
+// background after 15 s), and a lookup cut short by ctx goes on for the
+// next call: see whoisCache.
 func (n *Node) WhoIs(ctx context.Context, remoteAddr string) (Peer, error) {
+	return n.whois.get(ctx, remoteAddr)
+}
+
+// lookupWhoIs asks the node's LocalAPI who the peer behind remoteAddr is.
+func (n *Node) lookupWhoIs(ctx context.Context, remoteAddr string) (Peer, error) {
 	who, err := n.lc.WhoIs(ctx, remoteAddr)
 	if err != nil {
 		return Peer{}, fmt.Errorf("meshnode: whois %s: %w", remoteAddr, err)
