@@ -3,6 +3,7 @@ package meshnode
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -133,7 +134,23 @@ func (c *whoisCache) expireLocked(now time.Time) {
 	}
 }
 
+// forgetUnless forgets the identity of every connection for which keep,
+// given the connection's remote address and the peer found, is false.
+func (c *whoisCache) forgetUnless(keep func(ip netip.Addr, p Peer) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for addr, e := range c.known {
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil || !keep(ap.Addr().Unmap(), e.peer) {
+			delete(c.known, addr)
+		}
+	}
+}
+
 // wait waits for the lookups running; the node's context must have ended.
 func (c *whoisCache) wait() { c.lookups.Wait() }
 
 func (p Peer) clone() Peer { return Peer{Name: p.Name, Tags: slices.Clone(p.Tags)} }
+
+// same reports whether p and q are the same peer with the same tags.
+func (p Peer) same(q Peer) bool { return p.Name == q.Name && slices.Equal(p.Tags, q.Tags) }

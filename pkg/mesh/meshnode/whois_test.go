@@ -3,6 +3,7 @@ package meshnode
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -172,6 +173,42 @@ func TestWhoIsRenewsAndForgets(t *testing.T) {
 		}
 		if f.count() != before+1 {
 			t.Errorf("%d lookups after the identity's life, want 1", f.count()-before)
+		}
+	})
+}
+
+// A peer in the node's current map is identified without asking the node,
+// however busy the node is; a new map that no longer holds a peer, or holds
+// it with other tags, ends the identity its connections had.
+func TestWhoIsFromTheNodesMap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeLookup{delay: time.Hour, who: Peer{Name: "orch", Tags: []string{TagOrchestrator}}}
+		n := nodeWithLookup(t, f)
+		orch := netip.MustParseAddr("100.64.0.1")
+		n.setPeers(map[netip.Addr]Peer{orch: {Name: "orch", Tags: []string{TagOrchestrator}}})
+		p, err := whoisWithin(n, time.Millisecond, orchAddr)
+		if err != nil || !p.HasTag(TagOrchestrator) {
+			t.Fatalf("a peer of the node's map: %+v, %v; want it at once", p, err)
+		}
+		if f.count() != 0 {
+			t.Errorf("the node was asked %d times for a peer of its map", f.count())
+		}
+		// A peer not in the map (it joined since) is asked for.
+		f.set(func(f *fakeLookup) { f.delay = 0 })
+		if p, err := whoisWithin(n, time.Second, "100.64.0.9:41000"); err != nil || !p.HasTag(TagOrchestrator) {
+			t.Fatalf("a peer not yet in the map: %+v, %v", p, err)
+		}
+		// Retagged in the next map: the connection's identity is dropped,
+		// and the map's answer is the new one.
+		n.setPeers(map[netip.Addr]Peer{orch: {Name: "orch", Tags: []string{TagOrchestrator}}, netip.MustParseAddr("100.64.0.9"): {Name: "orch", Tags: []string{TagAgent}}})
+		f.set(func(f *fakeLookup) { f.gone = true })
+		if p, _ := whoisWithin(n, time.Second, "100.64.0.9:41000"); p.HasTag(TagOrchestrator) {
+			t.Fatalf("after a map with other tags: %+v", p)
+		}
+		// Gone from the map: asked again, and refused.
+		n.setPeers(map[netip.Addr]Peer{orch: {Name: "orch", Tags: []string{TagOrchestrator}}})
+		if p, err := whoisWithin(n, time.Second, "100.64.0.9:41000"); err == nil {
+			t.Fatalf("a peer gone from the map is still identified as %+v", p)
 		}
 	})
 }
