@@ -213,3 +213,51 @@ func TestWhyAnAgentStaysOffline(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// slowAgent is agentServer answering Health and Info after delay each.
+type slowAgent struct {
+	agentServer
+	delay time.Duration
+}
+
+func (a slowAgent) Health(ctx context.Context, req *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
+	time.Sleep(a.delay) // the agent's latency, not a wait of the test
+	return a.agentServer.Health(ctx, req)
+}
+
+func (a slowAgent) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	time.Sleep(a.delay) // the agent's latency, not a wait of the test
+	return a.agentServer.Info(ctx, req)
+}
+
+// CallTimeout bounds each call to an agent, not Health and Info together:
+// a loaded agent that answers each within it joins its zone.
+func TestEachCallHasTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	certs := pvetest.NewCerts(t, "pve1")
+	agentv1.RegisterAgentServiceServer(srv, slowAgent{agentServer: agentServer{certs: certs}, delay: 600 * time.Millisecond})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := netip.MustParseAddr("100.64.0.1")
+	m := &fakeMesh{dialTo: lis.Addr().String(), reachable: map[netip.Addr]bool{addr: true}, nodes: []fleet.MeshNode{
+		{ID: 1, Name: "alpha-pve1", Addr: addr, Tags: []string{meshnode.TagAgent}, Online: true}}}
+	r, err := fleet.New(fleet.Config{Mesh: m, CallTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	z, ok := r.Zone(certs.ID)
+	if !ok {
+		t.Fatalf("an agent answering Health and Info in 0.6 s each, CallTimeout 1 s: in no zone (%v)", r.Zones())
+	}
+	if h, ok := z.Host("pve1"); !ok || h.Status != fleet.StatusOnline {
+		t.Fatalf("its host: %+v (found %v)", h, ok)
+	}
+}
