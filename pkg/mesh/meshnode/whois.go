@@ -20,7 +20,8 @@ const (
 )
 
 // whoisCache remembers who the peer behind each connection ("ip:port" of
-// its remote end) is, for calls on the same connection.
+// its remote end) is, for calls on the same connection: WhoIs uses it for
+// the peers its map of the mesh (watchPeers) does not hold yet.
 //
 // The node's own lookup (tsnet's LocalAPI WhoIs) waits for the node's
 // backend lock, which the node holds while it applies each new map of the
@@ -31,8 +32,8 @@ const (
 // the call that started it has given up; calls on a connection already
 // identified do not wait for the lock at all, and an identification is
 // renewed in the background halfway through its life. Failed lookups are
-// not remembered, and a renewal that fails forgets the peer: its next call
-// is identified again.
+// not remembered, a renewal that fails forgets the peer, and so does a new
+// map that does not hold it as it was: its next call is identified again.
 type whoisCache struct {
 	lookup      func(ctx context.Context, addr string) (Peer, error)
 	ttl, renew  time.Duration
