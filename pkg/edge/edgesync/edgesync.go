@@ -4,13 +4,18 @@
 // replica and moves only when that host goes), sends it the whole state
 // (flexplane.edge.v1 ApplyGateway) and removes the gateway from every other host.
 //
-// Nothing is stored, not even in memory: each pass first reads from every online
-// agent which gateways it runs (ListGateways, read from its kernel) and then the
-// desired state, and removes from each host every gateway it runs that is not
-// desired there: one deleted while every orchestrator replica was down, one left on
-// a host that went away and came back after a failover, one of a half-done move.
+// Nothing is stored but what the last passes saw: each pass first reads from the
+// online agents which gateways they run (ListGateways, read from their kernels) and
+// then the desired state, and removes from each host every gateway it runs that is
+// not desired there: one deleted while every orchestrator replica was down, one left
+// on a host that went away and came back after a failover, one of a half-done move.
 // A gateway's state is derived again on each pass, so after a failover it is
 // rebuilt on the new host, not synchronised.
+//
+// A pass asks only the hosts of the zones where the last pass had a gateway
+// desired or saw one running (or could not ask a host), and every host of every
+// zone once per Config.Sweep: the calls grow with the zones that have gateways,
+// not with the whole fleet.
 //
 // A pass sends nothing for a gateway its host reports at the revision (the digest of
 // the state) it should run, for up to Config.Resync since this Syncer last sent or
@@ -73,6 +78,12 @@ type Config struct {
 	// report is left as it runs, and told to remove only the gateways that
 	// are sent elsewhere.
 	ReportTimeout time.Duration
+	// Sweep is how often a pass asks every online host which gateways it runs
+	// (default 10s); the passes in between ask only the hosts of the zones
+	// where the last pass had a gateway desired or running, or a host that
+	// did not answer. A gateway left on a host of a zone that has none is
+	// removed within Sweep; a fresh Syncer's first pass asks every host.
+	Sweep time.Duration
 	// Resync is how long a gateway its host reports at the desired revision
 	// goes without being sent again (default 10s): the agent would find
 	// nothing to do, so a pass spares the call; past it, the state is sent
@@ -91,6 +102,10 @@ type Syncer struct {
 	placed map[gatewayKey]string // mesh name of the host running it; protected by mu
 	failed map[gatewayKey]error  // why the last pass could not apply it; protected by mu
 	sent   map[gatewayKey]sent   // what was last sent or seen applied; protected by mu
+
+	// Only Sync touches these (passes do not overlap).
+	watch map[string]bool // ids of the zones the next pass asks between sweeps
+	swept time.Time       // when the last pass that asked every host began
 }
 
 // sent is the host and revision a pass last applied, or saw applied, for a
@@ -109,6 +124,11 @@ type report struct {
 	runs map[string]string
 	err  error
 }
+
+// errNotAsked is the report of a host the pass did not ask (its zone had no
+// gateway last pass): what it runs is not known, as for a host that did not
+// answer, but it is no failure.
+var errNotAsked = errors.New("edgesync: not asked this pass")
 
 // lists: the agent reported vdc's gateway.
 func (r report) lists(vdc string) bool {
@@ -129,6 +149,9 @@ func New(cfg Config) *Syncer {
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 10 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -196,14 +219,19 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	// The agents first: a gateway applied after its report was read was desired
 	// before the desired state is read, so a pass never removes one that another
 	// replica just applied for a gateway just created.
-	reports := s.reports(ctx, zs)
+	began := time.Now()
+	sweep := s.watch == nil || began.Sub(s.swept) >= s.cfg.Sweep
+	reports := s.reports(ctx, zs, func(z fleet.Zone) bool { return sweep || s.watch[z.ID] })
+	if sweep {
+		s.swept = began
+	}
 	want, err := s.cfg.Desired(ctx)
 	if err != nil {
 		return fmt.Errorf("edgesync: desired state: %w", err)
 	}
 	var errs []error
 	for _, r := range reports {
-		if r.err != nil {
+		if r.err != nil && !errors.Is(r.err, errNotAsked) {
 			errs = append(errs, r.err)
 		}
 	}
@@ -220,18 +248,26 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		desired[gatewayKey{d.ZoneID, d.vdc()}] = &want[i]
 	}
 	keys := map[gatewayKey]bool{}
+	watch := map[string]bool{}
 	for k := range desired {
 		keys[k] = true
+		watch[k.zoneID] = true
 	}
 	for _, z := range zs {
 		for _, h := range z.Hosts {
-			for vdc := range reports[h.MeshName].runs {
+			r := reports[h.MeshName]
+			if r.err != nil && !errors.Is(r.err, errNotAsked) {
+				watch[z.ID] = true
+			}
+			for vdc := range r.runs {
 				if vdc != "" {
 					keys[gatewayKey{z.ID, vdc}] = true
+					watch[z.ID] = true
 				}
 			}
 		}
 	}
+	s.watch = watch
 	var (
 		emu sync.Mutex
 		wg  sync.WaitGroup
@@ -256,16 +292,24 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// reports reads from every online host of zs which gateways it runs.
-func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone) map[string]report {
+// reports reads from every online host of the zones of zs that ask names
+// which gateways it runs; the online hosts of the others report errNotAsked.
+func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone, ask func(fleet.Zone) bool) map[string]report {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
 		out = map[string]report{}
 	)
 	for _, z := range zs {
+		asked := ask(z)
 		for _, h := range z.Hosts {
 			if h.Status != fleet.StatusOnline {
+				continue
+			}
+			if !asked {
+				mu.Lock()
+				out[h.MeshName] = report{err: errNotAsked}
+				mu.Unlock()
 				continue
 			}
 			wg.Go(func() {

@@ -47,6 +47,7 @@ type agent struct {
 	removed []string          // the VDCs of the RemoveGateway calls; protected by mu
 	failing bool              // ApplyGateway fails; protected by mu
 	runs    map[string]string // the revision of each VDC's gateway it runs (its kernel's); protected by mu
+	lists   int               // ListGateways calls; protected by mu
 }
 
 type agentAPI struct {
@@ -93,6 +94,7 @@ func (a edgeAPI) RemoveGateway(_ context.Context, req *edgev1.RemoveGatewayReque
 func (a edgeAPI) ListGateways(context.Context, *edgev1.ListGatewaysRequest) (*edgev1.ListGatewaysResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.lists++
 	out := &edgev1.ListGatewaysResponse{}
 	for vdc, rev := range a.runs {
 		out.Gateways = append(out.Gateways, &edgev1.RunningGateway{Vdc: vdc, Namespace: "fpgw-" + vdc, Revision: rev})
@@ -118,6 +120,15 @@ func (a *agent) run(vdc, rev string, ok bool) {
 	} else {
 		delete(a.runs, vdc)
 	}
+}
+
+// listed returns and forgets how many times the agent was asked what it runs.
+func (a *agent) listed() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.lists
+	a.lists = 0
+	return n
 }
 
 // calls returns and forgets the calls so far.
@@ -534,4 +545,76 @@ func TestFreshSyncerRemovesWhatIsNotDesired(t *testing.T) {
 			t.Errorf("a second pass with nothing changed: %s got applies %v and removes %v", a.name, applied, removed)
 		}
 	}
+}
+
+// Between sweeps a pass asks only the hosts of the zones that have a gateway
+// (desired or running): a fleet without gateways is asked once per Sweep, not
+// on every pass. A gateway created is applied on the next pass all the same,
+// and one left on a host of a zone that has none is removed within Sweep.
+func TestPassesAskOnlyZonesWithGateways(t *testing.T) {
+	t.Parallel()
+	reg, m := lab(t)
+	z := zone(t, reg)
+	d := &desired{}
+	const sweep = 300 * time.Millisecond
+	s := edgesync.New(edgesync.Config{Zones: reg, Desired: d.get, Sweep: sweep})
+	listed := func() (n int) {
+		for _, h := range z.Hosts {
+			n += m.agent(h.MeshName).listed()
+		}
+		return n
+	}
+	began := time.Now()
+	sync1(t, s)
+	if n := listed(); n != 3 {
+		t.Fatalf("the first pass asked %d hosts, want every one (3)", n)
+	}
+	passes := 0
+	for time.Since(began) < sweep/2 { // poll:own-loop: passes within one sweep, as fast as they go
+		sync1(t, s)
+		passes++
+	}
+	if n := listed(); n != 0 {
+		t.Fatalf("%d passes before the next sweep, with no gateway anywhere, asked %d hosts; want none", passes, n)
+	}
+
+	// A gateway created is placed by the next pass.
+	d.set(gateway(z.ID, "red", 1))
+	sync1(t, s)
+	h, ok := edgesync.Choose(z, "red")
+	if !ok {
+		t.Fatal("no host for red")
+	}
+	if got := m.agent(h.MeshName).running(); got["red"] == "" {
+		t.Fatalf("the pass after red was created left it unapplied; %s runs %v", h.MeshName, got)
+	}
+	listed()
+	sync1(t, s)
+	if n := listed(); n != 3 {
+		t.Fatalf("a pass with a gateway in the zone asked %d hosts, want 3", n)
+	}
+
+	// Deleted: removed, then the zone is left alone again.
+	d.set()
+	sync1(t, s)
+	if got := m.agent(h.MeshName).running(); got["red"] != "" {
+		t.Fatalf("red deleted still runs on %s", h.MeshName)
+	}
+	sync1(t, s) // the last pass saw it running
+	listed()
+	sync1(t, s)
+	if n := listed(); n != 0 && time.Since(began) < sweep {
+		t.Fatalf("a pass after the zone's last gateway went asked %d hosts, want none", n)
+	}
+
+	// A copy left on a host of a zone with none is found by the next sweep.
+	stray := m.agent("host2")
+	stray.run("blue", "x", true)
+	poll.Until(t, 10*time.Second, "the stray gateway removed", func() error {
+		sync1(t, s)
+		if got := stray.running(); got["blue"] != "" {
+			return fmt.Errorf("host2 runs %v", got)
+		}
+		return nil
+	})
 }

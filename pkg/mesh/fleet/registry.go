@@ -528,11 +528,18 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	// An agent that restarted into another version within one refresh was
 	// never seen offline: its new version says its Info is stale.
 	if infoDue || (h.GetAgentVersion() != "" && h.GetAgentVersion() != knownVersion) {
-		info, err = client.Info(cctx, &agentv1.InfoRequest{})
+		// Each call has CallTimeout of its own: on a loaded agent, Info
+		// (several Proxmox reads) after Health in one budget timed out
+		// over and over, and the agent stayed in no zone.
+		ictx, icancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		info, err = client.Info(ictx, &agentv1.InfoRequest{})
+		icancel()
+		pctx, pcancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		defer pcancel()
 		if err != nil {
 			r.log.Warn("zones: agent info", "mesh_name", node.Name, "err", err)
 			info = nil
-		} else if proven, err = r.prove(cctx, client, node, info); err != nil {
+		} else if proven, err = r.prove(pctx, client, node, info); err != nil {
 			// Info and the proof are kept together: the Info is read
 			// again with the next proof.
 			r.log.Warn("zones: agent proof", "mesh_name", node.Name, "err", err)

@@ -90,30 +90,11 @@ func (a agentServer) Prove(_ context.Context, req *agentv1.ProveRequest) (*agent
 // online in its zone, while the mesh still says offline.
 func TestAgentTheMeshShowsOffline(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	certs := pvetest.NewCerts(t, "pve1")
-	agentv1.RegisterAgentServiceServer(srv, agentServer{certs: certs})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	m := &fakeMesh{dialTo: lis.Addr().String(), nodes: []fleet.MeshNode{
+	m := &fakeMesh{dialTo: serveAgent(t, agentServer{certs: certs}), nodes: []fleet.MeshNode{
 		{ID: 1, Name: "alpha-pve1", Addr: netip.MustParseAddr("100.64.0.1"), Tags: []string{meshnode.TagAgent}}}}
-	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	z, ok := r.Zone(certs.ID)
-	if !ok {
-		t.Fatalf("no zone alpha after a refresh: %v", r.Zones())
-	}
-	if h, ok := z.Host("pve1"); !ok || h.Status != fleet.StatusOnline {
-		t.Fatalf("the host of an agent that answers: %+v (found %v)", h, ok)
+	if h := hostAfterRefresh(t, fleet.Config{Mesh: m, RejoinGrace: time.Millisecond}, certs.ID); h.Status != fleet.StatusOnline {
+		t.Fatalf("the host of an agent that answers: %+v", h)
 	}
 }
 
@@ -213,3 +194,70 @@ func TestWhyAnAgentStaysOffline(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// slowAgent is agentServer answering Health and Info after delay each.
+type slowAgent struct {
+	agentServer
+	delay time.Duration
+}
+
+func (a slowAgent) Health(ctx context.Context, req *agentv1.HealthRequest) (*agentv1.HealthResponse, error) {
+	time.Sleep(a.delay) // the agent's latency, not a wait of the test
+	return a.agentServer.Health(ctx, req)
+}
+
+func (a slowAgent) Info(ctx context.Context, req *agentv1.InfoRequest) (*agentv1.InfoResponse, error) {
+	time.Sleep(a.delay) // the agent's latency, not a wait of the test
+	return a.agentServer.Info(ctx, req)
+}
+
+// CallTimeout bounds each call to an agent, not Health and Info together:
+// a loaded agent that answers each within it joins its zone.
+func TestEachCallHasTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	certs := pvetest.NewCerts(t, "pve1")
+	at := serveAgent(t, slowAgent{agentServer: agentServer{certs: certs}, delay: 600 * time.Millisecond})
+	addr := netip.MustParseAddr("100.64.0.1")
+	m := &fakeMesh{dialTo: at, reachable: map[netip.Addr]bool{addr: true}, nodes: []fleet.MeshNode{
+		{ID: 1, Name: "alpha-pve1", Addr: addr, Tags: []string{meshnode.TagAgent}, Online: true}}}
+	if h := hostAfterRefresh(t, fleet.Config{Mesh: m, CallTimeout: time.Second}, certs.ID); h.Status != fleet.StatusOnline {
+		t.Fatalf("an agent answering Health and Info in 0.6 s each, CallTimeout 1 s: its host %+v", h)
+	}
+}
+
+// serveAgent serves impl's AgentService on loopback and returns its address.
+func serveAgent(t *testing.T, impl agentv1.AgentServiceServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentv1.RegisterAgentServiceServer(srv, impl)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+// hostAfterRefresh is host pve1 of zone id after one refresh of a registry
+// of cfg; the test fails when there is none.
+func hostAfterRefresh(t *testing.T, cfg fleet.Config, id string) fleet.Host {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	r, err := fleet.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	z, ok := r.Zone(id)
+	if !ok {
+		t.Fatalf("no zone after a refresh: %v", r.Zones())
+	}
+	h, ok := z.Host("pve1")
+	if !ok {
+		t.Fatalf("no host pve1 in %+v", z)
+	}
+	return h
+}

@@ -77,6 +77,11 @@ type Node struct {
 	lc  *local.Client
 	log *slog.Logger
 
+	// whois identifies the callers of the node's connections (WhoIs);
+	// stopWhois ends its lookups when the node closes.
+	whois     *whoisCache
+	stopWhois context.CancelFunc
+
 	mu sync.Mutex
 	// introduced are the peers that answered a disco ping of this node,
 	// or were waited for IntroduceWait (see Dial); protected by mu.
@@ -84,6 +89,11 @@ type Node struct {
 	// introducing is when a dial first waited for each peer not yet
 	// introduced; protected by mu.
 	introducing map[netip.Addr]time.Time
+	// peers are the peers of the node's current map of the mesh by mesh
+	// address, kept by watchPeers; nil while not known. Protected by mu.
+	peers map[netip.Addr]Peer
+	// watching ends when watchPeers has returned.
+	watching chan struct{}
 }
 
 // Start starts a node and waits until it is up in the mesh or ctx ends. An
@@ -120,7 +130,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		srv.Close()
 		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
 	}
-	return &Node{srv: srv, lc: lc, log: logger, introduced: make(map[netip.Addr]bool), introducing: make(map[netip.Addr]time.Time)}, nil
+	n := &Node{srv: srv, lc: lc, log: logger, introduced: make(map[netip.Addr]bool), introducing: make(map[netip.Addr]time.Time),
+		watching: make(chan struct{})}
+	var wctx context.Context
+	wctx, n.stopWhois = context.WithCancel(context.Background())
+	n.whois = newWhoisCache(wctx, n.lookupWhoIs)
+	go func() {
+		defer close(n.watching)
+		n.watchPeers(wctx)
+	}()
+	return n, nil
 }
 
 // HasState reports whether dir holds the state of an enrolled node, so that
@@ -133,7 +152,12 @@ func HasState(dir string) bool {
 // Close leaves the mesh, waiting for the node's network stack to stop
 // until ctx ends.
 func (n *Node) Close(ctx context.Context) error {
-	return closectx.Do(ctx, "meshnode: close", n.srv.Close)
+	return closectx.Do(ctx, "meshnode: close", func() error {
+		n.stopWhois()
+		n.whois.wait()
+		<-n.watching
+		return n.srv.Close()
+	})
 }
 
 // Listen listens on the node's mesh addresses only.
@@ -284,8 +308,25 @@ type Peer struct {
 // HasTag reports whether the peer carries tag.
 func (p Peer) HasTag(tag string) bool { return slices.Contains(p.Tags, tag) }
 
-// WhoIs identifies the mesh peer behind remoteAddr ("ip:port").
+// WhoIs identifies the mesh peer behind remoteAddr ("ip:port", the remote
+// end of a connection to this node) until ctx ends: from the node's current
+// map of the mesh (watchPeers) when it holds the address, else by asking
+// the node (a peer that joined since the last map the watch got, or no map
+// yet). A peer the node was asked about stays identified for the calls of
+// the same connection for 30 s (renewed in the background after 15 s, and
+// forgotten as soon as a new map does not confirm it), and a lookup cut
+// short by ctx goes on for the next call: see whoisCache.
 func (n *Node) WhoIs(ctx context.Context, remoteAddr string) (Peer, error) {
+	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
+		if p, ok := n.knownPeer(ap.Addr().Unmap()); ok {
+			return p.clone(), nil
+		}
+	}
+	return n.whois.get(ctx, remoteAddr)
+}
+
+// lookupWhoIs asks the node's LocalAPI who the peer behind remoteAddr is.
+func (n *Node) lookupWhoIs(ctx context.Context, remoteAddr string) (Peer, error) {
 	who, err := n.lc.WhoIs(ctx, remoteAddr)
 	if err != nil {
 		return Peer{}, fmt.Errorf("meshnode: whois %s: %w", remoteAddr, err)
