@@ -17,12 +17,15 @@
 //     it reports it initialized once its API server serves, with its
 //     endpoint, as Cluster API's control-plane contract asks.
 //
-// Run starts them in a controller-runtime manager (the orchestrator runs
-// it on the replica holding the leader Lease); with Config.Core it also
-// runs Cluster API's core controllers (Cluster, MachineDeployment,
-// MachineSet, Machine) in the same process, from the module, so a
-// management cluster needs Cluster API's CRDs but no Cluster API
-// deployment.
+// Run starts them in a controller-runtime manager per cluster's namespace
+// (the orchestrator runs them on the replica holding the leader Lease);
+// with Config.Core it also runs Cluster API's core controllers (Cluster,
+// MachineDeployment, MachineSet, Machine) in the same process, from the
+// module, so a management cluster needs Cluster API's CRDs but no Cluster
+// API deployment. Each manager's caches watch only its namespace (labelled
+// controlplane.LabelManaged=controlplane.ManagedBy), never the whole
+// management cluster: the orchestrator needs no right to read Secrets or
+// workloads of any other namespace.
 package capiprovider
 
 import (
@@ -34,10 +37,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -49,6 +54,7 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	"sigs.k8s.io/cluster-api/core/setup"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -141,11 +147,28 @@ type Config struct {
 	Poll time.Duration
 	// Logger receives the controllers' logs. Default slog.Default().
 	Logger *slog.Logger
-	// Started, when set, is called once the manager's caches are synced.
+	// Started, when set, is called once, when the caches of the
+	// controllers of every cluster's namespace there is when Run starts
+	// are synced (Secrets and Cluster API's objects included); with no
+	// such namespace, once the namespaces have been read.
 	Started func()
 }
 
 // Run runs the controllers until ctx ends.
+//
+// They run for each of the clusters' namespaces (labelled
+// controlplane.LabelManaged=controlplane.ManagedBy: tenantkube's and the
+// control planes' Manager's) on its own, in a manager whose caches list
+// and watch only that namespace, so the orchestrator's service account
+// needs its rights to read Secrets, ConfigMaps and Cluster API's objects
+// only there. (A controller-runtime cache over several namespaces cannot
+// take in a new one once started, and its informers are not the
+// SharedIndexInformers Cluster API's controllers read the stores of.) A
+// namespace's controllers start when it appears and stop when it is being
+// deleted: tenantkube deletes a cluster's namespace once Cluster API is
+// done with the cluster, and its RoleBinding may be gone already. Those
+// that stop with an error (a namespace the orchestrator cannot read)
+// start again a few seconds later, apart from the others.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.REST == nil || cfg.Compute == nil || cfg.ControlPlane == nil {
 		return errors.New("capiprovider: REST, Compute and ControlPlane are required")
@@ -162,14 +185,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	return runScoped(ctx, cfg)
+}
+
+// runManager runs the controllers of namespace ns, whose caches' informers
+// newInformer makes, until ctx ends; synced is called once their caches
+// are synced.
+func runManager(ctx context.Context, cfg Config, ns string, newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, synced func()) error {
 	scheme, err := Scheme()
 	if err != nil {
 		return err
 	}
-	log := logr.FromSlogHandler(cfg.Logger.Handler())
+	log := logr.FromSlogHandler(cfg.Logger.With("namespace", ns).Handler())
 	// Cluster API's code logs through controller-runtime's root logger where
-	// a context carries none: that logger is the process's, set once here.
-	ctrl.SetLogger(log)
+	// a context carries none: that logger is the process's, set here.
+	ctrl.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 	ctx = logr.NewContext(ctx, log)
 	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
 		Scheme:                 scheme,
@@ -179,6 +209,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// One process may run several managers (tests, replicas in one
 		// binary): controller names need not be unique.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		// Namespaced objects listed and watched in ns alone.
+		Cache: cache.Options{NewInformer: newInformer},
 	})
 	if err != nil {
 		return fmt.Errorf("capiprovider: manager: %w", err)
@@ -213,13 +245,22 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	if cfg.Started != nil {
-		go func() {
-			if mgr.GetCache().WaitForCacheSync(ctx) {
-				cfg.Started()
+	go func() {
+		c := mgr.GetCache()
+		if !c.WaitForCacheSync(ctx) {
+			return
+		}
+		// The informers of what the controllers read, made now where no
+		// controller has yet: without the right to read one (in every
+		// namespace of the cache) it never syncs, and synced is not called.
+		for _, o := range []client.Object{&corev1.Secret{}, &clusterv1.Cluster{}, &clusterv1.MachineDeployment{}, &clusterv1.MachineSet{},
+			&clusterv1.Machine{}, &bootstrapv1.KubeadmConfig{}, &v1alpha1.FlexCluster{}, &v1alpha1.FlexControlPlane{}, &v1alpha1.FlexMachine{}} {
+			if _, err := c.GetInformer(ctx, o, cache.BlockUntilSynced(true)); err != nil {
+				return
 			}
-		}()
-	}
+		}
+		synced()
+	}()
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("capiprovider: %w", err)
 	}

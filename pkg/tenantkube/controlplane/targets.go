@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -23,18 +24,35 @@ func (m *Manager) Targets(ctx context.Context) (map[string]netip.AddrPort, error
 	return ListTargets(ctx, m.client)
 }
 
-// ListTargets is Targets over the management cluster of c. It is read
-// every pass of the edge gateways' sync, so the list is served from the
-// API server's watch cache (resourceVersion 0), not by a quorum read.
+// ListTargets is Targets over the management cluster of c. It reads the
+// clusters' namespaces (labelled LabelManaged=ManagedBy) and the API
+// servers' Services in each: the orchestrator may read Services only
+// there. It is read every pass of the edge gateways' sync, so the lists
+// are served from the API server's watch cache (resourceVersion 0), not
+// by quorum reads.
 func ListTargets(ctx context.Context, c kubernetes.Interface) (map[string]netip.AddrPort, error) {
-	svcs, err := c.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: apiServerSelector, ResourceVersion: "0"})
+	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: LabelManaged + "=" + ManagedBy, ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: targets: %w", err)
 	}
 	out := map[string]netip.AddrPort{}
-	for _, svc := range svcs.Items {
-		if t, ok := target(&svc); ok {
-			out[svc.Namespace] = t
+	for _, ns := range nss.Items {
+		if ns.Status.Phase == corev1.NamespaceTerminating {
+			continue
+		}
+		svcs, err := c.CoreV1().Services(ns.Name).List(ctx, metav1.ListOptions{LabelSelector: apiServerSelector, ResourceVersion: "0"})
+		if apierrors.IsForbidden(err) {
+			// A namespace just made, not granted yet (Manager.Grant):
+			// nothing of the control plane is there yet.
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("controlplane: targets: %w", err)
+		}
+		for _, svc := range svcs.Items {
+			if t, ok := target(&svc); ok {
+				out[svc.Namespace] = t
+			}
 		}
 	}
 	return out, nil
