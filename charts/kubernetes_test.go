@@ -1,14 +1,17 @@
 package charts_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -21,7 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/flexplane/flexplane/charts"
+	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
 	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
@@ -50,7 +56,6 @@ func kubernetesRights(ns, tenant string) []right {
 	}
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	add("", []string{"namespaces"}, "", "get", "list", "watch", "create", "update", "delete")
-	add("", []string{"secrets"}, "", "get", "list", "watch")
 	add("", []string{"secrets", "configmaps", "services"}, tenant, all...)
 	add("", []string{"secrets", "persistentvolumeclaims"}, tenant, "list", "deletecollection")
 	add("", []string{"events"}, tenant, "create", "patch")
@@ -79,10 +84,11 @@ func kubernetesRights(ns, tenant string) []right {
 // granted every right managed Kubernetes uses (SubjectAccessReview) in a
 // cluster's namespace it made (controlplane.Manager.Ensure as that
 // ServiceAccount: the namespace, its RoleBinding, the PKI and the flexkube
-// release), and none to write in a namespace it did not make (kube-system,
-// default, another), nor can it bind its role there or change or delete
-// such a namespace (the admission policy); and without managed Kubernetes
-// none of the cluster-wide ones.
+// release), and none to read or write a Secret or a workload in a
+// namespace it did not make (kube-system, default, another, its own but
+// its Secrets by name; tried as that ServiceAccount too), nor can it bind
+// its role there or change or delete such a namespace (the admission
+// policy); and without managed Kubernetes none of the cluster-wide ones.
 func TestKubernetesRights(t *testing.T) {
 	t.Parallel()
 	c := charts.NewCluster(t)
@@ -191,8 +197,18 @@ func TestKubernetesRights(t *testing.T) {
 			elsewhere = append(elsewhere, r)
 		}
 	}
-	// (Cluster API's controllers still read Secrets everywhere: their
-	// caches watch every namespace.)
+	// Nor read a Secret or a workload there: Cluster API's controllers
+	// watch only the clusters' namespaces. In its own namespace it reads
+	// its Secrets by name only.
+	for _, other := range []string{"kube-system", "default", "other", "", ns} {
+		for _, r := range []right{{verb: "get", resource: "secrets"}, {verb: "list", resource: "secrets"}, {verb: "watch", resource: "secrets"},
+			{verb: "list", resource: "configmaps"}, {verb: "list", resource: "services"}, {verb: "list", resource: "persistentvolumeclaims"},
+			{verb: "get", group: "apps", resource: "deployments"}, {verb: "list", group: "apps", resource: "deployments"},
+			{verb: "list", group: "apps", resource: "statefulsets"}} {
+			r.namespace = other
+			elsewhere = append(elsewhere, r)
+		}
+	}
 	elsewhere = append(elsewhere, right{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles"})
 	check(false, elsewhere)
 	kc, err := kubernetes.NewForConfig(orch)
@@ -224,6 +240,26 @@ func TestKubernetesRights(t *testing.T) {
 		denied("labelling namespace "+other+" as flexplane's", err)
 	}
 	denied("deleting namespace other", kc.CoreV1().Namespaces().Delete(t.Context(), "other", metav1.DeleteOptions{}))
+	// As the orchestrator: no Secret or workload of a namespace it did not
+	// make, read or written.
+	for _, other := range []string{"kube-system", "other", ns} {
+		if _, err := c.Client().CoreV1().Secrets(other).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "admins"},
+			StringData: map[string]string{"token": "hunter2"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kc.CoreV1().Secrets(other).Get(t.Context(), "admins", metav1.GetOptions{})
+		denied("reading a Secret of "+other, err)
+		_, err = kc.CoreV1().Secrets(other).List(t.Context(), metav1.ListOptions{})
+		denied("listing the Secrets of "+other, err)
+		_, err = kc.AppsV1().Deployments(other).List(t.Context(), metav1.ListOptions{})
+		denied("listing the Deployments of "+other, err)
+		_, err = kc.CoreV1().Secrets(other).Create(t.Context(), workloadSecret(), metav1.CreateOptions{})
+		denied("creating a Secret in "+other, err)
+		_, err = kc.AppsV1().Deployments(other).Create(t.Context(), workload(), metav1.CreateOptions{})
+		denied("creating a Deployment in "+other, err)
+	}
+	_, err = kc.CoreV1().Secrets(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
+	denied("listing every namespace's Secrets", err)
 
 	// The orchestrator makes a cluster's namespace and its control plane,
 	// as the capiprovider's reconciler does.
@@ -239,6 +275,21 @@ func TestKubernetesRights(t *testing.T) {
 	}
 	rights := kubernetesRights(ns, tenant)
 	check(true, rights)
+	// What it cannot do elsewhere it does in the namespace it made.
+	if _, err := kc.CoreV1().Secrets(tenant).Create(t.Context(), workloadSecret(), metav1.CreateOptions{}); err != nil {
+		t.Errorf("creating a Secret in %s as the orchestrator: %v", tenant, err)
+	}
+	if _, err := kc.CoreV1().Secrets(tenant).Get(t.Context(), workloadSecret().Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("reading a Secret of %s as the orchestrator: %v", tenant, err)
+	}
+	if _, err := kc.AppsV1().Deployments(tenant).Create(t.Context(), workload(), metav1.CreateOptions{}); err != nil {
+		t.Errorf("creating a Deployment in %s as the orchestrator: %v", tenant, err)
+	}
+
+	// Cluster API's controllers and flexplane's providers, run with the
+	// ServiceAccount's rights only: their caches sync (they watch only the
+	// clusters' namespaces, where it may read).
+	controllersSync(t, orch, ns, m)
 
 	// The control plane deleted, the namespace is its owner's to delete
 	// (tenantkube's FinishDeletes), which the orchestrator may.
@@ -262,5 +313,62 @@ func TestKubernetesRights(t *testing.T) {
 		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), name, metav1.GetOptions{}); err != nil {
 			t.Errorf("CRD %s after disabling managed Kubernetes: %v (want kept)", name, err)
 		}
+	}
+}
+
+// workloadSecret is a Secret the orchestrator tries to write.
+func workloadSecret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "planted"}, StringData: map[string]string{"token": "x"}}
+}
+
+// workload is a Deployment the orchestrator tries to create.
+func workload() *appsv1.Deployment {
+	labels := map[string]string{"app": "planted"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "planted"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/planted"}}},
+			},
+		},
+	}
+}
+
+// controllersSync runs Cluster API's controllers and the providers
+// (capiprovider.Run, core included) as the orchestrator runs them, over
+// rest (the orchestrator's ServiceAccount), until their caches are
+// synced, and stops them.
+func controllersSync(t *testing.T, orch *rest.Config, ns string, cp capiprovider.ControlPlane) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	store, err := kubestore.Open(t.Context(), kubestore.Config{REST: orch, Namespace: ns, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	vms, err := compute.New(compute.Config{Catalog: store, Zones: compute.StaticZones{}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- capiprovider.Run(ctx, capiprovider.Config{REST: orch, Compute: vms, ControlPlane: cp, Core: true, Logger: log,
+			Started: func() { close(started) }})
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the controllers as the orchestrator's ServiceAccount stopped: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the controllers' caches as the orchestrator's ServiceAccount are not synced after 2 minutes")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("the controllers as the orchestrator's ServiceAccount: %v", err)
 	}
 }

@@ -6,7 +6,9 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/flexplane/flexplane/charts"
@@ -15,7 +17,8 @@ import (
 
 // TestOrchestratorSecrets installs the flexplane chart: the orchestrator's
 // ServiceAccount reads no Secret of the release's namespace but its own
-// (by name), and keeps the catalog's Secrets (the load balancers'
+// (by name), nor creates one there (which it could make another service
+// account's token), and keeps the catalog's Secrets (the load balancers'
 // certificates) in the chart's secrets namespace, where kubestore, as that
 // ServiceAccount, stores, reads and deletes them.
 func TestOrchestratorSecrets(t *testing.T) {
@@ -38,6 +41,8 @@ func TestOrchestratorSecrets(t *testing.T) {
 		{"update", ns, "database", false},
 		{"delete", ns, "database", false},
 		{"list", ns, "", false},
+		{"create", ns, "", false},
+		{"create", ns, rel + "-state", false},
 		{"get", ns, rel + "-state", true},
 		{"update", ns, rel + "-state", true},
 		{"get", secrets, "lb.vdc-a.web", true},
@@ -62,6 +67,18 @@ func TestOrchestratorSecrets(t *testing.T) {
 	// (-namespace, -secret-namespace), as its ServiceAccount.
 	orch := rest.CopyConfig(c.Kube().RESTConfig())
 	orch.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: groups}
+	kc, err := kubernetes.NewForConfig(orch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Secrets(ns).Get(t.Context(), "database", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("reading Secret database of %s as the orchestrator: %v, want forbidden", ns, err)
+	}
+	if _, err := kc.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: rel + "-state",
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}}, Type: corev1.SecretTypeServiceAccountToken},
+		metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("creating a token Secret in %s as the orchestrator: %v, want forbidden", ns, err)
+	}
 	store, err := kubestore.Open(t.Context(), kubestore.Config{REST: orch, Namespace: ns, SecretNamespace: secrets})
 	if err != nil {
 		t.Fatal(err)
