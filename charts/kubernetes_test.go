@@ -84,7 +84,9 @@ func kubernetesRights(ns, tenant string) []right {
 // granted every right managed Kubernetes uses (SubjectAccessReview) in a
 // cluster's namespace it made (controlplane.Manager.Ensure as that
 // ServiceAccount: the namespace, its RoleBinding, the PKI and the flexkube
-// release), and none to read or write a Secret or a workload in a
+// release; the hosted API servers' addresses read; Cluster API's
+// controllers and the providers run until their caches are synced), and
+// none to read or write a Secret or a workload in a
 // namespace it did not make (kube-system, default, another, its own but
 // its Secrets by name; tried as that ServiceAccount too), nor can it bind
 // its role there or change or delete such a namespace (the admission
@@ -284,6 +286,12 @@ func TestKubernetesRights(t *testing.T) {
 	}
 	if _, err := kc.AppsV1().Deployments(tenant).Create(t.Context(), workload(), metav1.CreateOptions{}); err != nil {
 		t.Errorf("creating a Deployment in %s as the orchestrator: %v", tenant, err)
+	}
+
+	// The hosted API servers' addresses, for the edge gateways, read as
+	// every replica reads them.
+	if _, err := controlplane.ListTargets(t.Context(), kc); err != nil {
+		t.Errorf("the hosted API servers' addresses as the orchestrator: %v", err)
 	}
 
 	// Cluster API's controllers and flexplane's providers, run with the
