@@ -110,13 +110,17 @@ func runScoped(ctx context.Context, cfg Config) error {
 	}
 
 	// Started once the controllers of the namespaces there were at the
-	// start are synced.
+	// start are synced (or those namespaces are gone).
 	first, err := current()
 	if err != nil {
 		return err
 	}
 	var initial sync.WaitGroup
 	initial.Add(len(first))
+	initialSynced := map[string]func(){}
+	for _, ns := range first {
+		initialSynced[ns] = sync.OnceFunc(initial.Done)
+	}
 	if cfg.Started != nil {
 		go func() {
 			initial.Wait()
@@ -125,11 +129,13 @@ func runScoped(ctx context.Context, cfg Config) error {
 	}
 
 	running := map[string]*namespaceRun{}
+	var stopping []*namespaceRun
 	defer func() {
 		for _, r := range running {
 			r.cancel()
+			stopping = append(stopping, r)
 		}
-		for _, r := range running {
+		for _, r := range stopping {
 			<-r.done
 		}
 	}()
@@ -138,11 +144,17 @@ func runScoped(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
+		for ns, synced := range initialSynced {
+			if !slices.Contains(want, ns) {
+				synced()
+				delete(initialSynced, ns)
+			}
+		}
 		for ns, r := range running {
 			if !slices.Contains(want, ns) {
 				cfg.Logger.Info("stopping the controllers of a namespace being deleted or gone", "namespace", ns)
 				r.cancel()
-				<-r.done
+				stopping = append(stopping, r)
 				delete(running, ns)
 			}
 		}
@@ -150,9 +162,9 @@ func runScoped(ctx context.Context, cfg Config) error {
 			if running[ns] != nil {
 				continue
 			}
-			synced := func() {}
-			if slices.Contains(first, ns) {
-				synced = sync.OnceFunc(initial.Done)
+			synced := initialSynced[ns]
+			if synced == nil {
+				synced = func() {}
 			}
 			rctx, cancel := context.WithCancel(ctx)
 			r := &namespaceRun{cancel: cancel, done: make(chan struct{})}
@@ -202,7 +214,9 @@ type namespacedListWatch struct {
 // newInformer is a cache.Options.NewInformer making the informers of
 // namespaced objects list and watch only namespace ns (cluster-scoped ones
 // as given). The informers stay client-go's SharedIndexInformers, which
-// Cluster API's controllers read the stores of.
+// Cluster API's controllers read the stores of. It replaces the
+// ListerWatcher controller-runtime made, with it the selectors of
+// cache.Options, which runManager sets none of.
 func (n namespacedListWatch) newInformer(ns string) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if scoped, err := n.listWatch(ns, obj); err == nil && scoped != nil {
