@@ -22,12 +22,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/flexplane/flexplane/charts"
 	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider"
+	"github.com/flexplane/flexplane/pkg/tenantkube/capiprovider/v1alpha1"
 	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
@@ -85,7 +87,9 @@ func kubernetesRights(ns, tenant string) []right {
 // cluster's namespace it made (controlplane.Manager.Ensure as that
 // ServiceAccount: the namespace, its RoleBinding, the PKI and the flexkube
 // release; the hosted API servers' addresses read; Cluster API's
-// controllers and the providers run until their caches are synced), and
+// controllers and the providers run until their caches are synced and they
+// reconcile, unhindered by a namespace labelled as a cluster's by someone
+// else), and
 // none to read or write a Secret or a workload in a
 // namespace it did not make (kube-system, default, another, its own but
 // its Secrets by name; tried as that ServiceAccount too), nor can it bind
@@ -296,8 +300,8 @@ func TestKubernetesRights(t *testing.T) {
 
 	// Cluster API's controllers and flexplane's providers, run with the
 	// ServiceAccount's rights only: their caches sync (they watch only the
-	// clusters' namespaces, where it may read).
-	controllersSync(t, orch, ns, m)
+	// clusters' namespaces, where it may read), and they reconcile.
+	controllersRun(t, orch, c.Client(), ns, tenant, m)
 
 	// The control plane deleted, the namespace is its owner's to delete
 	// (tenantkube's FinishDeletes), which the orchestrator may.
@@ -344,11 +348,14 @@ func workload() *appsv1.Deployment {
 	}
 }
 
-// controllersSync runs Cluster API's controllers and the providers
+// controllersRun runs Cluster API's controllers and the providers
 // (capiprovider.Run, core included) as the orchestrator runs them, over
-// rest (the orchestrator's ServiceAccount), until their caches are
-// synced, and stops them.
-func controllersSync(t *testing.T, orch *rest.Config, ns string, cp capiprovider.ControlPlane) {
+// orch (the orchestrator's ServiceAccount), twice: until their caches are
+// synced; then, with a namespace labelled as a cluster's by someone else
+// (admin), where the ServiceAccount may read nothing, until they have
+// reconciled a FlexCluster of the cluster's namespace tenant: that other
+// namespace's controllers, which cannot start, hold up no one's.
+func controllersRun(t *testing.T, orch *rest.Config, admin kubernetes.Interface, ns, tenant string, cp capiprovider.ControlPlane) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	store, err := kubestore.Open(t.Context(), kubestore.Config{REST: orch, Namespace: ns, Logger: log})
@@ -360,23 +367,59 @@ func controllersSync(t *testing.T, orch *rest.Config, ns string, cp capiprovider
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+	run := func(started func()) (stop func()) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			done <- capiprovider.Run(ctx, capiprovider.Config{REST: orch, Compute: vms, ControlPlane: cp, Core: true, Logger: log, Started: started})
+		}()
+		return func() {
+			t.Helper()
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("the controllers as the orchestrator's ServiceAccount: %v", err)
+			}
+		}
+	}
+
 	started := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- capiprovider.Run(ctx, capiprovider.Config{REST: orch, Compute: vms, ControlPlane: cp, Core: true, Logger: log,
-			Started: func() { close(started) }})
-	}()
+	stop := run(func() { close(started) })
 	select {
 	case <-started:
-	case err := <-done:
-		t.Fatalf("the controllers as the orchestrator's ServiceAccount stopped: %v", err)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the controllers' caches as the orchestrator's ServiceAccount are not synced after 2 minutes")
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("the controllers as the orchestrator's ServiceAccount: %v", err)
+	stop()
+
+	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "squatter",
+		Labels: map[string]string{controlplane.LabelManaged: controlplane.ManagedBy}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	defer func() {
+		_ = admin.CoreV1().Namespaces().Delete(context.WithoutCancel(t.Context()), "squatter", metav1.DeleteOptions{})
+	}()
+	scheme, err := capiprovider.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(orch, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &v1alpha1.FlexCluster{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "web"},
+		Spec: v1alpha1.FlexClusterSpec{VDC: "vdc-a", Zone: "alpha", Network: "net-1"}}
+	if err := c.Create(t.Context(), fc); err != nil {
+		t.Fatal(err)
+	}
+	defer run(nil)()
+	poll.Until(t, 2*time.Minute, "the FlexCluster provisioned by the controllers as the orchestrator's ServiceAccount", func() error {
+		got := &v1alpha1.FlexCluster{}
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(fc), got); err != nil {
+			return err
+		}
+		if !got.Status.Ready {
+			return fmt.Errorf("status %+v", got.Status)
+		}
+		return nil
+	})
 }
