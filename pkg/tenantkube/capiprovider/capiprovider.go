@@ -42,7 +42,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -191,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 // runManager runs the controllers of namespace ns, whose caches' informers
 // newInformer makes, until ctx ends; synced is called once their caches
 // are synced.
-func runManager(ctx context.Context, cfg Config, ns string, newInformer func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer, synced func()) error {
+func runManager(ctx context.Context, cfg Config, ns string, newInformer newInformerFunc, synced func()) error {
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -251,8 +250,8 @@ func runManager(ctx context.Context, cfg Config, ns string, newInformer func(too
 			return
 		}
 		// The informers of what the controllers read, made now where no
-		// controller has yet: without the right to read one (in every
-		// namespace of the cache) it never syncs, and synced is not called.
+		// controller has yet: without the right to read one in ns it never
+		// syncs, and synced is not called.
 		for _, o := range []client.Object{&corev1.Secret{}, &clusterv1.Cluster{}, &clusterv1.MachineDeployment{}, &clusterv1.MachineSet{},
 			&clusterv1.Machine{}, &bootstrapv1.KubeadmConfig{}, &v1alpha1.FlexCluster{}, &v1alpha1.FlexControlPlane{}, &v1alpha1.FlexMachine{}} {
 			if _, err := c.GetInformer(ctx, o, cache.BlockUntilSynced(true)); err != nil {

@@ -31,6 +31,9 @@ const managedSelector = controlplane.LabelManaged + "=" + controlplane.ManagedBy
 // error wait before they start again.
 const restartAfter = 5 * time.Second
 
+// newInformerFunc is the type of cache.Options.NewInformer.
+type newInformerFunc = func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
+
 // namespaceRun is one namespace's running controllers.
 type namespaceRun struct {
 	cancel context.CancelFunc
@@ -217,7 +220,7 @@ type namespacedListWatch struct {
 // Cluster API's controllers read the stores of. It replaces the
 // ListerWatcher controller-runtime made, with it the selectors of
 // cache.Options, which runManager sets none of.
-func (n namespacedListWatch) newInformer(ns string) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+func (n namespacedListWatch) newInformer(ns string) newInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if scoped, err := n.listWatch(ns, obj); err == nil && scoped != nil {
 			lw = scoped
