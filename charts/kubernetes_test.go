@@ -246,6 +246,15 @@ func TestKubernetesRights(t *testing.T) {
 		denied("labelling namespace "+other+" as flexplane's", err)
 	}
 	denied("deleting namespace other", kc.CoreV1().Namespaces().Delete(t.Context(), "other", metav1.DeleteOptions{}))
+	// Nor make itself a namespace of a name another installation expects,
+	// or one that is not labelled as its own.
+	for _, n := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "monitoring", Labels: map[string]string{"app.kubernetes.io/managed-by": "flexplane"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kc-unlabelled-0123abcd"}},
+	} {
+		_, err := kc.CoreV1().Namespaces().Create(t.Context(), n, metav1.CreateOptions{})
+		denied("creating namespace "+n.Name, err)
+	}
 	// As the orchestrator: no Secret or workload of a namespace it did not
 	// make, read or written.
 	for _, other := range []string{"kube-system", "other", ns} {
