@@ -198,10 +198,12 @@ func TestEdgeGatewayThroughGraphQL(t *testing.T) {
 		t.Errorf("the port forward answered %q", got)
 	}
 	var gw gqlEdgeGateway
-	poll.True(t, 60*time.Second, "the gateway active", func() bool {
+	// Active, and running the rules (the port forward above may have been
+	// applied by a pass before the rules were).
+	poll.True(t, 60*time.Second, "the gateway active with its rules' counters", func() bool {
 		gws := edgeGateways(t, h, "alice", "red")
 		gw = gws[0]
-		return len(gws) == 1 && gw.Status == "ACTIVE"
+		return len(gws) == 1 && gw.Status == "ACTIVE" && gw.counter(r1.ID) >= 0 && gw.counter(r2.ID) >= 0
 	})
 	if gw.Node == "" || gw.PublicAddress != "203.0.113.10" || len(gw.FirewallRules) != 2 || gw.FirewallRules[0].ID != r2.ID ||
 		len(gw.PortForwards) != 1 || gw.EgressMbps != 500 || gw.counter("default-deny-inbound") < 0 || gw.counter(r1.ID) < 0 {
