@@ -42,15 +42,24 @@ func (f TLSFiles) load() (tls.Certificate, *x509.CertPool, error) {
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
-	ca, err := os.ReadFile(f.CAFile)
+	pool, err := f.pool()
 	if err != nil {
 		return tls.Certificate{}, nil, err
 	}
+	return cert, pool, nil
+}
+
+// pool reads the CA pool alone.
+func (f TLSFiles) pool() (*x509.CertPool, error) {
+	ca, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return tls.Certificate{}, nil, fmt.Errorf("%s holds no PEM certificate", f.CAFile)
+		return nil, fmt.Errorf("%s holds no PEM certificate", f.CAFile)
 	}
-	return cert, pool, nil
+	return pool, nil
 }
 
 // ServerTLS is a replica's admin listener's TLS: it presents CertFile and
@@ -98,7 +107,7 @@ func ClientTLS(f TLSFiles) (*tls.Config, error) {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			cert, _, err := f.load()
+			cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 			if err != nil {
 				return nil, fmt.Errorf("lbconfig: admin TLS: %w", err)
 			}
@@ -108,7 +117,7 @@ func ClientTLS(f TLSFiles) (*tls.Config, error) {
 		// here, against it and ServerName, in place of the default check.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, pool, err := f.load()
+			pool, err := f.pool()
 			if err != nil {
 				return fmt.Errorf("lbconfig: admin TLS: %w", err)
 			}
