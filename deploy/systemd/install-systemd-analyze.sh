@@ -10,17 +10,5 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 	exit 0
 fi
 
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-	if ! command -v sudo >/dev/null 2>&1; then
-		echo "install-systemd-analyze: systemd-analyze is missing and sudo is not available; run as root: apt-get install -y systemd" >&2
-		exit 1
-	fi
-	SUDO="sudo -n"
-fi
-
-echo "install-systemd-analyze: installing Debian's systemd (apt-get)" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends systemd
+"$(dirname "$0")/../../tools/apt/install.sh" install-systemd-analyze systemd
 systemd-analyze --version >&2

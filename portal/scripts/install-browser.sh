@@ -10,19 +10,7 @@ if [ -x "$CHROMIUM" ]; then
 	exit 0
 fi
 
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-	if ! command -v sudo >/dev/null 2>&1; then
-		echo "install-browser: $CHROMIUM is missing and sudo is not available; run as root: apt-get install -y chromium" >&2
-		exit 1
-	fi
-	SUDO="sudo -n"
-fi
-
-echo "install-browser: installing Debian's chromium (apt-get)" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends chromium
+"$(dirname "$0")/../../tools/apt/install.sh" install-browser chromium
 if [ ! -x "$CHROMIUM" ]; then
 	echo "install-browser: apt-get finished but $CHROMIUM is still missing" >&2
 	exit 1

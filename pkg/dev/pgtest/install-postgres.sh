@@ -3,7 +3,7 @@
 # throwaway PostgreSQL (pkg/dev/pgtest) when /usr/lib/postgresql/*/bin has
 # none. Only the binaries are needed: the tests run their own clusters, so
 # the cluster Debian's package creates and starts is not used.
-# Non-interactive; uses sudo only when not root.
+# Non-interactive (tools/apt/install.sh); uses sudo only when not root.
 set -euo pipefail
 
 for b in /usr/lib/postgresql/*/bin/postgres; do
@@ -12,19 +12,7 @@ for b in /usr/lib/postgresql/*/bin/postgres; do
 	fi
 done
 
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-	if ! command -v sudo >/dev/null 2>&1; then
-		echo "install-postgres: PostgreSQL is missing and sudo is not available; run as root: apt-get install -y postgresql" >&2
-		exit 1
-	fi
-	SUDO="sudo -n"
-fi
-
-echo "install-postgres: installing Debian's postgresql (apt-get)" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends postgresql
+"$(dirname "$0")/../../../tools/apt/install.sh" install-postgres postgresql
 for b in /usr/lib/postgresql/*/bin/postgres; do
 	if [ -x "$b" ]; then
 		"$b" --version >&2
