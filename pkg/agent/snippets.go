@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/agent/privhelper"
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
@@ -149,7 +150,7 @@ func writeSnippet(dir, name string, data []byte) error {
 		return err
 	}
 	defer r.Close()
-	return privhelper.WriteFileAtomic(r, name, data)
+	return atomicfile.WriteFileIn(r, name, data, privhelper.SnippetMode)
 }
 
 // helperError is the status of the helper's refusal or failure of op, its

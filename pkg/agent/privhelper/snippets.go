@@ -2,7 +2,6 @@ package privhelper
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,8 +12,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 	helperv1 "github.com/flexplane/flexplane/proto/flexplane/helper/v1"
 )
+
+// SnippetMode is a snippet file's mode: a VM's user-data may hold secrets.
+const SnippetMode = 0o600
 
 // MaxSnippetBytes bounds a snippet's size.
 const MaxSnippetBytes = 256 << 10
@@ -62,7 +65,7 @@ func (s *service) WriteSnippet(_ context.Context, req *helperv1.WriteSnippetRequ
 		return nil, err
 	}
 	defer r.Close()
-	if err := WriteFileAtomic(r, req.GetName(), req.GetData()); err != nil {
+	if err := atomicfile.WriteFileIn(r, req.GetName(), req.GetData(), SnippetMode); err != nil {
 		return nil, status.Errorf(codes.Internal, "privhelper: write snippet: %v", err)
 	}
 	s.h.log.Info("privhelper: snippet written", "dir", req.GetDir(), "name", req.GetName(), "bytes", len(req.GetData()))
@@ -85,30 +88,4 @@ func (s *service) DeleteSnippet(_ context.Context, req *helperv1.DeleteSnippetRe
 	}
 	s.h.log.Info("privhelper: snippet deleted", "dir", req.GetDir(), "name", req.GetName())
 	return &helperv1.DeleteSnippetResponse{Deleted: true}, nil
-}
-
-// WriteFileAtomic writes name in r (0600: a VM's user-data may hold
-// secrets) through a temporary file beside it, so a reader sees the old or
-// the new content, never part of it.
-func WriteFileAtomic(r *os.Root, name string, data []byte) error {
-	tmp := ".tmp-" + name + "-" + rand.Text()
-	f, err := r.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = r.Rename(tmp, name)
-	}
-	if err != nil {
-		_ = r.Remove(tmp)
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }

@@ -3,6 +3,7 @@
 package atomicfile
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io/fs"
 	"os"
@@ -28,6 +29,26 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 		return fmt.Errorf("atomicfile: %w", err)
 	}
 	if err := SyncDir(dir); err != nil {
+		return fmt.Errorf("atomicfile: %w", err)
+	}
+	return nil
+}
+
+// WriteFileIn is WriteFile for name inside root: neither name nor a link
+// in root leads the file, or its temporary beside it, out of root. The
+// directory is not synced (a Root cannot open itself as a file).
+func WriteFileIn(root *os.Root, name string, data []byte, perm fs.FileMode) error {
+	tmp := "." + filepath.Base(name) + ".tmp-" + rand.Text()
+	f, err := root.OpenFile(filepath.Join(filepath.Dir(name), tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return fmt.Errorf("atomicfile: %w", err)
+	}
+	tmp = filepath.Join(filepath.Dir(name), tmp)
+	defer root.Remove(tmp) // fails harmlessly once renamed
+	if err := writeSynced(f, data, perm); err != nil {
+		return fmt.Errorf("atomicfile: %s: %w", name, err)
+	}
+	if err := root.Rename(tmp, name); err != nil {
 		return fmt.Errorf("atomicfile: %w", err)
 	}
 	return nil
