@@ -77,6 +77,14 @@ func Follow(cfg FollowConfig) (*Follower, error) {
 		}
 		f.cfg.Dir, f.ownDir = dir, true
 	}
+	if _, ok := f.cfg.Binaries[standIn]; !ok {
+		// One stand-in for every namespace's Runner, built by the first.
+		f.cfg.Binaries = maps.Clone(f.cfg.Binaries)
+		if f.cfg.Binaries == nil {
+			f.cfg.Binaries = map[string]string{}
+		}
+		f.cfg.Binaries[standIn] = filepath.Join(f.cfg.Dir, ".bin", standIn) // no namespace is named so
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go f.loop(ctx)

@@ -68,8 +68,8 @@ type Config struct {
 	Dir string
 	// Binaries maps a command's name to the binary that runs it, ahead
 	// of BinDir. A container whose command is orchestrator (the egress
-	// proxy) and that is not in it runs the stand-in of package
-	// ./egressproxy, built (go build) into Dir when first needed.
+	// proxy) runs the stand-in of package ./egressproxy, built (go build)
+	// when first needed to the path Binaries names for it, else into Dir.
 	Binaries map[string]string
 	// Log receives the runner's events. Default slog.Default().
 	Log *slog.Logger
@@ -84,25 +84,38 @@ const (
 
 // binary returns the path of the binary of command name.
 func (r *Runner) binary(ctx context.Context, name string) (string, error) {
-	if p, ok := r.cfg.Binaries[name]; ok {
-		return p, nil
-	}
+	p, ok := r.cfg.Binaries[name]
 	if name == standIn {
-		out := filepath.Join(r.cfg.Dir, "bin", name)
-		if _, err := os.Stat(out); err == nil {
-			return out, nil
+		if !ok {
+			p = filepath.Join(r.cfg.Dir, "bin", name)
 		}
-		b, err := exec.CommandContext(ctx, "go", "build", "-o", out, standInPackage).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("go build %s: %w\n%s", standInPackage, err, b)
-		}
-		return out, nil
+		return p, buildStandIn(ctx, p)
+	}
+	if ok {
+		return p, nil
 	}
 	bin := filepath.Join(r.cfg.BinDir, name)
 	if _, err := os.Stat(bin); err != nil {
 		return "", fmt.Errorf("%s is missing in %s: run `make kube-bin`: %w", name, r.cfg.BinDir, err)
 	}
 	return bin, nil
+}
+
+// buildStandIn builds the stand-in to out unless out exists (a Follower's
+// namespaces share one); it is renamed into place whole.
+func buildStandIn(ctx context.Context, out string) error {
+	if _, err := os.Stat(out); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	b, err := exec.CommandContext(ctx, "go", "build", "-o", tmp, standInPackage).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", standInPackage, err, b)
+	}
+	return os.Rename(tmp, out)
 }
 
 // Runner runs the pods of one namespace.
