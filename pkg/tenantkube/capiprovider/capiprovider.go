@@ -184,21 +184,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Cluster API's code logs through controller-runtime's root logger where
+	// a context carries none: that logger is the process's, set here.
+	ctrl.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 	return runScoped(ctx, cfg)
 }
 
 // runManager runs the controllers of namespace ns, whose caches' informers
 // newInformer makes, until ctx ends; synced is called once their caches
 // are synced.
-func runManager(ctx context.Context, cfg Config, ns string, newInformer newInformerFunc, synced func()) error {
-	scheme, err := Scheme()
-	if err != nil {
-		return err
-	}
+func runManager(ctx context.Context, cfg Config, scheme *runtime.Scheme, ns string, newInformer newInformerFunc, synced func()) error {
 	log := logr.FromSlogHandler(cfg.Logger.With("namespace", ns).Handler())
-	// Cluster API's code logs through controller-runtime's root logger where
-	// a context carries none: that logger is the process's, set here.
-	ctrl.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler()))
 	ctx = logr.NewContext(ctx, log)
 	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
 		Scheme:                 scheme,
@@ -245,10 +241,17 @@ func runManager(ctx context.Context, cfg Config, ns string, newInformer newInfor
 		}
 	}
 	go func() {
-		c := mgr.GetCache()
-		if !c.WaitForCacheSync(ctx) {
+		// Only once the manager has started its caches and runnables:
+		// controller-runtime's start waits for the caches of the informers
+		// that exist then, and once its context ends before they sync (a
+		// namespace the orchestrator may not read, stopped) that wait
+		// spins without end.
+		select {
+		case <-mgr.Elected():
+		case <-ctx.Done():
 			return
 		}
+		c := mgr.GetCache()
 		// The informers of what the controllers read, made now where no
 		// controller has yet: without the right to read one in ns it never
 		// syncs, and synced is not called.

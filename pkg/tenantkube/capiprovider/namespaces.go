@@ -191,7 +191,7 @@ func runNamespace(ctx context.Context, cfg Config, ns string, lw namespacedListW
 	log := cfg.Logger.With("namespace", ns)
 	for {
 		log.Info("starting the controllers of a cluster's namespace")
-		err := runManager(ctx, cfg, ns, lw.newInformer(ns), synced)
+		err := runManager(ctx, cfg, lw.scheme, ns, lw.newInformer(ns), synced)
 		if ctx.Err() != nil {
 			return
 		}
