@@ -15,9 +15,9 @@ type AddrRange = pveschema.AddrRange
 // PortRange is an inclusive range of TCP/UDP ports.
 type PortRange = pveschema.PortRange
 
-// FirewallSet is an ipset as the data plane matches it: its entries as sorted, disjoint
-// ranges per family, the nomatch entries cut out (an address of a nomatch entry is no
-// member, whatever wider entry holds it).
+// FirewallSet is an ipset as the data plane matches it: its members as sorted, disjoint
+// ranges per family (the most specific entry holding an address decides whether it is a
+// member, as in the kernel's hash:net ipsets with nomatch entries).
 type FirewallSet struct {
 	V4, V6 []AddrRange
 }
@@ -136,21 +136,19 @@ func (st *state) nicFirewall(t *Topology, g *guest, iface string, nic *TopologyN
 // ipfilterSet makes the set of addresses the NIC may send from and returns its name.
 func (st *state) ipfilterSet(t *Topology, g *guest, iface string, nic *TopologyNIC) string {
 	name := "ipfilter-" + iface
-	var match []AddrRange
-	var nomatch []AddrRange
+	var entries []setEntry
 	if set := g.fw.IPSets[name]; set != nil {
-		match, nomatch = setRanges(set)
+		entries = setEntries(set)
 	} else {
 		if nic.Address.IsValid() {
-			a := nic.Address.Addr()
-			match = append(match, AddrRange{From: a, To: a})
+			entries = append(entries, hostEntry(nic.Address.Addr()))
 		}
 		for _, m := range st.sdn.ips {
 			if m.vmid != g.vmid || (m.mac != "" && !macEqual(m.mac, nic.MAC)) {
 				continue
 			}
 			if a, err := netip.ParseAddr(m.ip); err == nil {
-				match = append(match, AddrRange{From: a, To: a})
+				entries = append(entries, hostEntry(a))
 			}
 		}
 	}
@@ -159,11 +157,11 @@ func (st *state) ipfilterSet(t *Topology, g *guest, iface string, nic *TopologyN
 	ll, _ := netip.ParseAddr(linkLocal(nic.MAC))
 	for _, a := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified(), ll} {
 		if a.IsValid() {
-			match = append(match, AddrRange{From: a, To: a})
+			entries = append(entries, hostEntry(a))
 		}
 	}
 	full := "guest/" + strconv.Itoa(g.vmid) + "/" + name
-	addSet(t, full, match, nomatch)
+	addSet(t, full, entries)
 	return full
 }
 
@@ -173,34 +171,54 @@ func macEqual(a, b string) bool {
 	return err1 == nil && err2 == nil && x.String() == y.String()
 }
 
-// setRanges parses an ipset's entries into its match and nomatch ranges.
-func setRanges(s *fwIPSet) (match, nomatch []AddrRange) {
+// setEntry is an ipset entry: its addresses, its prefix length and whether it is a
+// nomatch entry.
+type setEntry struct {
+	r       AddrRange
+	bits    int
+	nomatch bool
+}
+
+func hostEntry(a netip.Addr) setEntry {
+	return setEntry{r: AddrRange{From: a, To: a}, bits: a.BitLen()}
+}
+
+// setEntries parses an ipset's entries.
+func setEntries(s *fwIPSet) []setEntry {
+	var out []setEntry
 	for _, e := range s.Entries {
 		r, err := pveschema.ParseFirewallAddr(e.CIDR)
 		if err != nil {
 			continue // an alias: not simulated
 		}
-		if e.NoMatch {
-			nomatch = append(nomatch, r)
-		} else {
-			match = append(match, r)
+		bits := r.From.BitLen()
+		if p, err := netip.ParsePrefix(e.CIDR); err == nil {
+			bits = p.Bits()
 		}
+		out = append(out, setEntry{r: r, bits: bits, nomatch: e.NoMatch})
 	}
-	return match, nomatch
+	return out
 }
 
-// addSet puts a set into the topology, its ranges made disjoint per family.
-func addSet(t *Topology, name string, match, nomatch []AddrRange) {
+// addSet puts a set into the topology as disjoint ranges per family. As in the
+// kernel's hash:net ipsets, the most specific entry holding an address decides: a
+// nomatch entry cuts its addresses out of wider entries, a narrower entry inside a
+// nomatch one puts its addresses back.
+func addSet(t *Topology, name string, entries []setEntry) {
 	if t.FirewallSets == nil {
 		t.FirewallSets = map[string]FirewallSet{}
 	}
+	entries = slices.Clone(entries)
+	slices.SortStableFunc(entries, func(a, b setEntry) int { return a.bits - b.bits })
 	var s FirewallSet
-	for _, v6 := range []bool{false, true} {
-		ranges := subtractRanges(mergeRanges(family(match, v6)), mergeRanges(family(nomatch, v6)))
-		if v6 {
-			s.V6 = ranges
-		} else {
-			s.V4 = ranges
+	for _, e := range entries {
+		res := &s.V4
+		if e.r.From.Is6() {
+			res = &s.V6
+		}
+		*res = subtractRanges(*res, []AddrRange{e.r})
+		if !e.nomatch {
+			*res = mergeRanges(append(*res, e.r))
 		}
 	}
 	t.FirewallSets[name] = s
@@ -311,14 +329,12 @@ func (st *state) compileAddrs(t *Topology, g *guest, v string) (FirewallAddrs, b
 	if scope, name, ok := pveschema.FirewallSetRef(v); ok {
 		if scope != "dc" && g.fw.IPSets[name] != nil {
 			full := "guest/" + strconv.Itoa(g.vmid) + "/" + name
-			match, nomatch := setRanges(g.fw.IPSets[name])
-			addSet(t, full, match, nomatch)
+			addSet(t, full, setEntries(g.fw.IPSets[name]))
 			return FirewallAddrs{Set: full}, true
 		}
 		if (scope == "dc" || scope == "") && st.fw.IPSets[name] != nil {
 			full := "dc/" + name
-			match, nomatch := setRanges(st.fw.IPSets[name])
-			addSet(t, full, match, nomatch)
+			addSet(t, full, setEntries(st.fw.IPSets[name]))
 			return FirewallAddrs{Set: full}, true
 		}
 		return FirewallAddrs{}, false

@@ -37,12 +37,11 @@ import (
 //	                             established and related ones (estMark) for the
 //	                             bridge chains to accept
 //
-// A NIC's out chain: frames from another MAC dropped (macfilter); DHCP requests
-// accepted; with ipfilter, IPv4, IPv6 and ARP from a source outside the ipfilter set
-// dropped; ARP accepted; established and related accepted; neighbour discovery
-// accepted; the rules; policy_out. Its in chain: ARP and DHCP replies accepted;
-// established and related accepted; neighbour discovery accepted; the rules;
-// policy_in. REJECT drops: the kernel has no reject in the bridge family.
+// A NIC's out chain: frames from another MAC dropped (macfilter); with ipfilter, IPv4,
+// IPv6 and ARP from a source outside the ipfilter set dropped; established and related
+// accepted; DHCP requests, ARP and neighbour discovery accepted; the rules; policy_out.
+// Its in chain: established and related accepted; DHCP replies, ARP and neighbour
+// discovery accepted; the rules; policy_in. REJECT drops: the kernel has no reject in the bridge family.
 //
 // A node's ruleset is applied in one transaction, only when it changed: when only the
 // ipsets' entries changed, the transaction replaces just those sets' elements.
@@ -418,6 +417,8 @@ func (b *fwBatch) nicChain(n fwNIC, in bool) error {
 	add := func(es []expr.Any) { b.c.AddRule(&nftables.Rule{Table: b.t, Chain: ch, Exprs: es}) }
 	f := n.fw
 	dhcpReply := rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 67, 0, 68}), []expr.Any{accept})
+	// The spoofing checks come first; then established traffic, most of the packets,
+	// leaves after as few expressions as possible.
 	if !in {
 		if mac, err := net.ParseMAC(n.mac); err == nil && f.MACFilter {
 			add([]expr.Any{
@@ -426,7 +427,6 @@ func (b *fwBatch) nicChain(n fwNIC, in bool) error {
 				drop,
 			})
 		}
-		add(rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 68, 0, 67}), []expr.Any{accept}))
 		if f.IPFilter != "" {
 			v4, v6 := b.named(f.IPFilter, false), b.named(f.IPFilter, true)
 			// ARP's sender address (after hardware and protocol types and
@@ -435,12 +435,13 @@ func (b *fwBatch) nicChain(n fwNIC, in bool) error {
 			add(rule(etherType(ethIPv4), lookupAddr(12, 4, v4, true), []expr.Any{drop}))
 			add(rule(etherType(ethIPv6), lookupAddr(8, 16, v6, true), []expr.Any{drop}))
 		}
-		add(rule(etherType(ethARP), []expr.Any{accept}))
+		add(established())
+		add(rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 68, 0, 67}), []expr.Any{accept}))
 	} else {
-		add(rule(etherType(ethARP), []expr.Any{accept}))
+		add(established())
 		add(dhcpReply)
 	}
-	add(established())
+	add(rule(etherType(ethARP), []expr.Any{accept}))
 	add(ndp())
 	for _, r := range f.Rules {
 		if r.In != in {
