@@ -31,9 +31,10 @@ import (
 //	                             -in; per ipset the interval sets <scope>_<name>_4/_6
 //	table inet pvesim-fw-ct      conntrack: the kernel has no conntrack in the bridge
 //	                             family (nf_conntrack_bridge) here, so br_netfilter
-//	                             (bridge-nf-call-iptables, set in the node's namespace
-//	                             only while a NIC there is filtered) passes bridged IP
-//	                             packets through the inet hooks, where this table marks
+//	                             (bridge-nf-call-iptables and -ip6tables, on by default;
+//	                             the plane makes sure) passes bridged IP packets through
+//	                             the inet hooks, where this table (its conntrack only
+//	                             there while a NIC of the node is filtered) marks
 //	                             established and related ones (estMark) for the
 //	                             bridge chains to accept
 //
