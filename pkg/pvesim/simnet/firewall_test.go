@@ -150,17 +150,18 @@ func neighbour(t *testing.T, ns, ip string) string {
 // a non-member's connection gets no answer, though ARP still resolves; ipset and rule
 // changes take effect on the running guests; an outbound DROP policy with one rule lets
 // only that port out; ipfilter drops a spoofed source; disabling the guest's firewall
-// opens it again. (One VNet: the simulator's data plane has no router between VNets.)
+// opens it again. The non-member is on the other node, behind the VNet's VXLAN. (One
+// VNet: the simulator's data plane has no router between VNets.)
 func TestFirewallFiltersGuestTraffic(t *testing.T) {
 	t.Parallel()
-	_, c, p := plane(t, 1)
+	_, c, p := plane(t, 2)
 	red, err := network.Create(ctx(t), c, network.Spec{VDC: "red", Name: "main", CIDR: "10.1.0.0/24", Gateway: "10.1.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	firewalledGuest(t, c, "pve1", 101, red.VNet, "10.1.0.11", true)  // db
 	firewalledGuest(t, c, "pve1", 102, red.VNet, "10.1.0.12", true)  // app, a member
-	firewalledGuest(t, c, "pve1", 103, red.VNet, "10.1.0.13", false) // other, no member
+	firewalledGuest(t, c, "pve2", 103, red.VNet, "10.1.0.13", false) // other, no member, across the VXLAN
 	db, app, other := p.GuestNS(101), p.GuestNS(102), p.GuestNS(103)
 	nettest.Serve(t, db, 5432, "db")
 	nettest.Serve(t, db, 7000, "db")
