@@ -88,13 +88,17 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: release all build dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+.PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
 	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze image image-flexgateway test-portal kube-bin print-kube-bin
 
 all: build
 
 build:
 	$(GO) build ./...
+
+## flexctl: the command-line client (docs/use/flexctl.md) as bin/flexctl.
+flexctl:
+	$(GO) build -o bin/flexctl ./cmd/flexctl
 
 ## dev: the whole system on one machine (see pkg/dev/devstack and docs/develop/make-dev.md):
 ## builds the portal and the binaries, starts everything, prints
@@ -233,11 +237,14 @@ generate-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
 	$(BIN)/buf lint
 	$(BIN)/buf generate
 
-# GraphQL server code from gqlgen.yml and graph/*.graphqls, and the whole
-# schema as one SDL file for client code generation (graph/flexplane.graphql).
+# GraphQL server code from gqlgen.yml and graph/*.graphqls, the whole
+# schema as one SDL file for client code generation (graph/flexplane.graphql),
+# and flexctl's client from it and the operations in pkg/flexctl/api
+# (genqlient, pinned in go.mod's tool block).
 generate-graphql:
 	$(GO) tool gqlgen generate
 	$(GO) run ./graph/internal/sdl -in 'graph/*.graphqls' -out graph/flexplane.graphql
+	cd pkg/flexctl/api && $(GO) tool genqlient genqlient.yaml
 
 # The catalog's Kubernetes API (pkg/catalog/kubestore/v1alpha1): DeepCopy
 # methods, and the CRDs with their OpenAPI validation, embedded by
@@ -279,7 +286,7 @@ generate-graphiql:
 	graph/server/graphiql/fetch.sh $(GRAPHIQL_VERSION) $(GRAPHIQL_REACT_VERSION)
 
 # Paths holding generated files; check-generated fails when they differ from a fresh run.
-GENERATED_PATHS ?= proto graph pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files graph/server/graphiql/assets cmd/agent/deps.txt
+GENERATED_PATHS ?= proto graph pkg/flexctl/api pkg/pvesim/pveschema/apidata.json pkg/catalog/kubestore/crds pkg/catalog/kubestore/v1alpha1 pkg/tenantkube/capiprovider/crds pkg/tenantkube/capiprovider/v1alpha1 charts/flexplane/crds charts/flexplane/files graph/server/graphiql/assets cmd/agent/deps.txt
 
 ## check-proto-breaking: fail when the agent API breaks compatibility with
 ## any earlier version of it on main (buf breaking, FILE rules): agents of

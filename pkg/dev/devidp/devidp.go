@@ -6,7 +6,9 @@
 // Users and their passwords are configured in Go. Browser clients (the
 // portal) use the authorization code flow with PKCE and a plain login page;
 // scripts and tests get real signed tokens with Login (or the CodeFlow
-// function), which drives the same code flow over HTTP. Access tokens are
+// function), which drives the same code flow over HTTP. Command-line
+// clients (flexctl login) use the device authorization grant (RFC 8628):
+// the user enters the code they show at DevicePath. Access tokens are
 // JWTs whose audience is the client id and which carry the user's roles in
 // Zitadel's project role claim (see package auth for the role keys), so
 // the API verifies them exactly as it verifies Zitadel's.
@@ -147,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 		codes:             map[string]string{},
 		tokens:            map[string]*accessToken{},
 		refresh:           map[string]*refreshToken{},
+		devices:           map[string]*deviceAuth{},
 	}
 	for _, u := range cfg.Users {
 		if u.Username == "" || u.Password == "" {
@@ -186,6 +189,12 @@ func (s *Server) Start() error {
 		SupportedScopes:          []string{"openid", "profile", "email", "offline_access"},
 		GrantTypeRefreshToken:    true,
 		DefaultLogoutRedirectURI: loggedOutPath,
+		DeviceAuthorization: op.DeviceAuthorizationConfig{
+			Lifetime:     deviceLifetime,
+			PollInterval: devicePollInterval,
+			UserFormPath: DevicePath,
+			UserCode:     op.UserCodeBase20,
+		},
 	}, s.storage, op.StaticIssuer(s.issuer), op.WithAllowInsecure(), op.WithLogger(s.log))
 	if err != nil {
 		ln.Close()
@@ -193,6 +202,7 @@ func (s *Server) Start() error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(loginPath, &loginHandler{storage: s.storage, callback: op.AuthCallbackURL(provider), issuer: s.issuer, log: s.log})
+	mux.Handle(DevicePath, &deviceHandler{storage: s.storage, log: s.log})
 	mux.HandleFunc(loggedOutPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("You are signed out of the flexplane development provider.\n"))

@@ -102,7 +102,7 @@ func (c *client) ResponseTypes() []oidc.ResponseType {
 	return []oidc.ResponseType{oidc.ResponseTypeCode}
 }
 func (c *client) GrantTypes() []oidc.GrantType {
-	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken}
+	return []oidc.GrantType{oidc.GrantTypeCode, oidc.GrantTypeRefreshToken, oidc.GrantTypeDeviceCode}
 }
 func (c *client) ApplicationType() op.ApplicationType {
 	if c.Secret == "" {
@@ -146,9 +146,13 @@ type storage struct {
 	codes    map[string]string        // code -> request id; protected by mu
 	tokens   map[string]*accessToken  // protected by mu
 	refresh  map[string]*refreshToken // by token; protected by mu
+	devices  map[string]*deviceAuth   // by device code; protected by mu
 }
 
-var _ op.Storage = (*storage)(nil)
+var (
+	_ op.Storage                    = (*storage)(nil)
+	_ op.DeviceAuthorizationStorage = (*storage)(nil)
+)
 
 // maxPendingAge bounds how long an unfinished authorization request is kept.
 const maxPendingAge = 15 * time.Minute
