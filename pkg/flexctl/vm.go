@@ -14,8 +14,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
 )
 
-// pageSize is how many items a list asks for per page.
-const pageSize = 500
+// pageSize is how many items a list asks for per page: the API's default,
+// within its query complexity limit.
+const pageSize = 50
 
 func vmTable(vms []api.VMFields) func() Table {
 	return func() Table {

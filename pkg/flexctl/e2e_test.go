@@ -1,0 +1,250 @@
+package flexctl_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/flexctl"
+)
+
+// TestFlexctlEndToEnd runs the built flexctl binary against a running
+// mesh harness (real orchestrator, agents, simulated Proxmox, real OIDC
+// tokens): a device login as alice (a member of VDC red) kept in a context,
+// then with that context a network and a VM created (--wait), listed, read,
+// stopped, started and deleted; an API refusal (exit 1, the API's message
+// and code), a usage error (exit 2, nothing sent), and red's VM asked for
+// from VDC blue by bob (NOT_FOUND).
+func TestFlexctlEndToEnd(t *testing.T) {
+	s := startStack(t, nil)
+	home := t.TempDir()
+	endpoint := s.h.Orchestrator.URL()
+	base := []string{flexctl.EnvEndpoint + "=" + endpoint}
+
+	t.Run("login", func(t *testing.T) {
+		login(t, s, home, append(base, flexctl.EnvVDC+"=red"), "alice", "alice-pw")
+		cfg := filepath.Join(home, ".config", "flexplane", "config.yaml")
+		st, err := os.Stat(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("config file mode %v, want 0600", st.Mode().Perm())
+		}
+		f, err := flexctl.LoadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := f.Context("default")
+		if f.CurrentContext != "default" || c == nil || c.Token == "" || c.VDC != "red" || c.Endpoint != endpoint {
+			t.Fatalf("config after login: %+v", f)
+		}
+	})
+
+	// From here on, nothing but the context: the token flexctl obtained.
+	var netID string
+	t.Run("network create and list", func(t *testing.T) {
+		r := s.run(t, home, nil, "network", "create", "lan", "--zone", "alpha", "--cidr", "10.1.0.0/24", "--gateway", "10.1.0.1", "-o", "json")
+		var n struct{ ID, Name, Cidr string }
+		decode(t, r, &n)
+		if n.ID == "" || n.Name != "lan" || n.Cidr != "10.1.0.0/24" {
+			t.Fatalf("created network %+v", n)
+		}
+		netID = n.ID
+		r = s.run(t, home, nil, "network", "list")
+		if r.code != 0 || !strings.Contains(r.stdout, netID) || !strings.Contains(r.stdout, "10.1.0.0/24") || !strings.HasPrefix(r.stdout, "ID ") {
+			t.Fatalf("network list: %+v", r)
+		}
+	})
+
+	var vmID string
+	t.Run("vm create --wait", func(t *testing.T) {
+		r := s.run(t, home, nil, "vm", "create", "web", "--zone", "alpha", "--image", "tiny", "--compute-profile", "small",
+			"--storage-profile", "ssd", "--disk-gib", "4", "--user", "ubuntu", "--nic", netID, "--wait", "-o", "json")
+		var v struct{ ID, Name, Status string }
+		decode(t, r, &v)
+		if v.ID == "" || v.Name != "web" || v.Status != "RUNNING" {
+			t.Fatalf("created VM %+v", v)
+		}
+		if !strings.Contains(r.stderr, "create_vm RUNNING") || !strings.Contains(r.stderr, "create_vm SUCCEEDED") {
+			t.Errorf("no progress lines on stderr:\n%s", r.stderr)
+		}
+		vmID = v.ID
+	})
+
+	t.Run("vm list and get", func(t *testing.T) {
+		var vms []struct{ ID, Name, Status string }
+		decode(t, s.run(t, home, nil, "vm", "list", "-o", "json"), &vms)
+		if len(vms) != 1 || vms[0].ID != vmID || vms[0].Status != "RUNNING" {
+			t.Fatalf("vm list: %+v", vms)
+		}
+		r := s.run(t, home, nil, "vm", "get", vmID, "-o", "yaml")
+		if r.code != 0 || !strings.Contains(r.stdout, "id: "+vmID) || !strings.Contains(r.stdout, "status: RUNNING") {
+			t.Fatalf("vm get -o yaml: %+v", r)
+		}
+	})
+
+	t.Run("vm stop and start", func(t *testing.T) {
+		for _, step := range []struct{ action, status string }{{"stop", "STOPPED"}, {"start", "RUNNING"}} {
+			var op struct{ State, Kind string }
+			decode(t, s.run(t, home, nil, "vm", step.action, vmID, "--wait", "-o", "json"), &op)
+			if op.State != "SUCCEEDED" {
+				t.Fatalf("vm %s: %+v", step.action, op)
+			}
+			var v struct{ Status string }
+			decode(t, s.run(t, home, nil, "vm", "get", vmID, "-o", "json"), &v)
+			if v.Status != step.status {
+				t.Fatalf("after vm %s: status %s, want %s", step.action, v.Status, step.status)
+			}
+		}
+	})
+
+	t.Run("another VDC's VM is NOT_FOUND", func(t *testing.T) {
+		bob := append(base, flexctl.EnvVDC+"=blue", flexctl.EnvToken+"="+s.h.Token(t, "bob"))
+		for _, args := range [][]string{{"vm", "get", vmID}, {"vm", "stop", vmID}, {"vm", "delete", vmID}} {
+			r := s.run(t, t.TempDir(), bob, args...)
+			if r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") || !strings.HasPrefix(r.stderr, "error: ") {
+				t.Errorf("bob's %v: %+v", args, r)
+			}
+		}
+		var v struct{ Status string }
+		decode(t, s.run(t, home, nil, "vm", "get", vmID, "-o", "json"), &v)
+		if v.Status != "RUNNING" {
+			t.Fatalf("after bob's attempts: %s", v.Status)
+		}
+	})
+
+	t.Run("refused by the API: exit 1 with message and code", func(t *testing.T) {
+		r := s.run(t, home, nil, "network", "create", "bad", "--zone", "alpha", "--cidr", "10.1.0.0/33", "--gateway", "10.1.0.1")
+		if r.code != flexctl.ExitRefused || !regexp.MustCompile(`^error: .+ \(BAD_USER_INPUT\)\n$`).MatchString(r.stderr) {
+			t.Fatalf("bad CIDR: %+v", r)
+		}
+		r = s.run(t, t.TempDir(), append(base, flexctl.EnvVDC+"=red", flexctl.EnvToken+"=not-a-token"), "vm", "list")
+		if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(UNAUTHENTICATED)") {
+			t.Fatalf("a malformed token: %+v", r)
+		}
+	})
+
+	t.Run("usage error: exit 2, nothing sent", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"vm", "create", "x", "--zone", "alpha"}, // required flags missing
+			{"vm", "get"},                            // no id
+			{"vm", "list", "--no-such-flag"},
+			{"vm", "list", "-o", "xml"},
+			{"nope"},
+		} {
+			r := s.run(t, home, nil, args...)
+			if r.code != flexctl.ExitUsage || !strings.HasPrefix(r.stderr, "error: ") {
+				t.Errorf("flexctl %v: %+v", args, r)
+			}
+		}
+		var networks []struct{ Name string }
+		decode(t, s.run(t, home, nil, "network", "list", "-o", "json"), &networks)
+		if len(networks) != 1 {
+			t.Errorf("networks after refusals: %+v", networks)
+		}
+	})
+
+	t.Run("vm delete and network delete", func(t *testing.T) {
+		var op struct{ State string }
+		decode(t, s.run(t, home, nil, "vm", "delete", vmID, "--wait", "-o", "json"), &op)
+		if op.State != "SUCCEEDED" {
+			t.Fatalf("vm delete: %+v", op)
+		}
+		if r := s.run(t, home, nil, "vm", "get", vmID); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(NOT_FOUND)") {
+			t.Fatalf("vm get after delete: %+v", r)
+		}
+		if r := s.run(t, home, nil, "network", "delete", netID); r.code != 0 {
+			t.Fatalf("network delete: %+v", r)
+		}
+		var networks []struct{ Name string }
+		decode(t, s.run(t, home, nil, "network", "list", "-o", "json"), &networks)
+		if len(networks) != 0 {
+			t.Fatalf("networks after delete: %+v", networks)
+		}
+	})
+}
+
+// decode checks that r succeeded and decodes its JSON output into v.
+func decode(t *testing.T, r result, v any) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("flexctl exited %d: %s", r.code, r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		t.Fatalf("flexctl output %q: %v", r.stdout, err)
+	}
+}
+
+// userCodeLine is login's prompt: the verification URL and the code.
+var userCodeLine = regexp.MustCompile(`open (\S+)`)
+
+// login runs flexctl login with env and signs in as user at the URL it
+// prints, as a person would in a browser: the provider's device page with
+// the code filled in, the username and password posted.
+func login(t *testing.T, s *stack, home string, env []string, user, password string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, "login")
+	cmd.Env = append([]string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config")}, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	var verify *url.URL
+	var printed strings.Builder
+	for verify == nil && sc.Scan() {
+		printed.WriteString(sc.Text() + "\n")
+		if m := userCodeLine.FindStringSubmatch(sc.Text()); m != nil {
+			if verify, err = url.Parse(m[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if verify == nil {
+		cmd.Wait()
+		t.Fatalf("flexctl login printed no URL:\n%s", printed.String())
+	}
+	rest := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(stderr); rest <- string(b) }()
+	if verify.Path != devidp.DevicePath || !strings.HasPrefix(verify.String(), s.h.IDP(t).Issuer()) {
+		t.Fatalf("login URL %s is not the provider's device page", verify)
+	}
+	code := verify.Query().Get("user_code")
+	if code == "" || !strings.Contains(printed.String(), code) {
+		t.Fatalf("login printed no user code:\n%s", printed.String())
+	}
+	form := url.Values{"user_code": {code}, "username": {user}, "password": {password}}
+	res, err := http.PostForm(s.h.IDP(t).Issuer()+devidp.DevicePath, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("device sign-in: %s", res.Status)
+	}
+	out := <-rest // all read before Wait closes the pipe
+	err = cmd.Wait()
+	if err != nil {
+		t.Fatalf("flexctl login: %v\n%s%s", err, printed.String(), out)
+	}
+	if !strings.Contains(out, "logged in: context default") {
+		t.Errorf("flexctl login said:\n%s%s", printed.String(), out)
+	}
+}

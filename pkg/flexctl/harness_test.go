@@ -1,0 +1,106 @@
+package flexctl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/portal"
+)
+
+// stack is a mesh harness (one zone "alpha" of one node, the API with
+// meshtest's default users, the portal's configuration document on the
+// orchestrator's origin) with a catalog of one image ("tiny"), compute
+// profile ("small") and storage profile ("ssd"), and flexctl built from
+// this module.
+type stack struct {
+	h   *meshtest.Harness
+	bin string
+}
+
+// lateHandler serves the handler set once it is known (the portal's
+// configuration names the issuer, which starts with the harness).
+type lateHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := l.h.Load()
+	if h == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+func startStack(t testing.TB, vdcs []*catalog.VDC) *stack {
+	t.Helper()
+	bin := buildFlexctl(t)
+	web := &lateHandler{}
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}), meshtest.WithHandler(web))
+	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ph http.Handler = p
+	web.h.Store(&ph)
+	h.WaitOnline(t, 30*time.Second)
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
+	return &stack{h: h, bin: bin}
+}
+
+// buildFlexctl builds cmd/flexctl into a temporary directory.
+func buildFlexctl(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "flexctl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flexplane/flexplane/cmd/flexctl").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build flexctl: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// result is what a run of flexctl did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs flexctl with args and the environment env (KEY=VALUE; HOME and
+// XDG_CONFIG_HOME are home) and returns what it printed and its exit code.
+func (s *stack) run(t testing.TB, home string, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, args...)
+	cmd.Env = append([]string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "PATH=" + os.Getenv("PATH")}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("flexctl %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
