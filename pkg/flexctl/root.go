@@ -50,11 +50,34 @@ or failed, 2 bad usage.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{OutputTable, OutputJSON, OutputYAML}, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.RegisterFlagCompletionFunc("context", a.completeContexts)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
-	root.CompletionOptions.HiddenDefaultCmd = false
+	root.CompletionOptions.DisableDefaultCmd = true
 
 	root.AddCommand(a.loginCommand(), a.configCommand(), a.vmCommand(), a.networkCommand(),
-		a.imageCommand(), a.lbCommand(), a.kubernetesCommand())
+		a.imageCommand(), a.lbCommand(), a.kubernetesCommand(), a.completionCommand(root))
 	return root
+}
+
+// completionCommand prints the completion script of a shell.
+func (a *app) completionCommand(root *cobra.Command) *cobra.Command {
+	shells := []string{"bash", "zsh", "fish"}
+	return &cobra.Command{
+		Use:       "completion bash|zsh|fish",
+		Short:     "Print the shell completion script (e.g. source <(flexctl completion bash))",
+		ValidArgs: shells,
+		Args:      args(1, "a shell: bash, zsh or fish"),
+		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
+			out := cmd.OutOrStdout()
+			switch argv[0] {
+			case "bash":
+				return root.GenBashCompletionV2(out, true)
+			case "zsh":
+				return root.GenZshCompletion(out)
+			case "fish":
+				return root.GenFishCompletion(out, true)
+			}
+			return usageErrorf("no completion for shell %q: use bash, zsh or fish", argv[0])
+		}),
+	}
 }
 
 // run wraps a command's own code: from there on an error is the API's or
