@@ -151,8 +151,9 @@ lint: lint-schema lint-portal
 ## 40s), and the portal's first-page JavaScript gzipped against its 350 KB
 ## budget (pkg/portal, on the build), create -> hosted Kubernetes control
 ## plane ready vs a bare kube-apiserver start (pkg/tenantkube/controlplane),
-## and the latency flexgateway adds to an HTTP request vs the backend direct
-## at a fixed rate (pkg/loadbalancer/gateway). Every figure is a ratio
+## the latency flexgateway adds to an HTTP request vs the backend direct
+## at a fixed rate (pkg/loadbalancer/gateway), and `flexctl vm list` of 100
+## VMs vs the same GraphQL query sent by curl (pkg/flexctl). Every figure is a ratio
 ## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
 ## (docs/performance/index.md).
 bench: portal kube-bin
@@ -175,6 +176,8 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))control-plane-ready.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkAddedLatency$$' -benchtime 1x -timeout 5m ./pkg/loadbalancer/gateway \
 		| tee $(dir $(BENCH_OUT))lb-latency.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkVMList$$' -benchtime 10x -timeout 10m ./pkg/flexctl \
+		| tee $(dir $(BENCH_OUT))flexctl-vm-list.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

@@ -27,7 +27,7 @@ import (
 // and code), a usage error (exit 2, nothing sent), and red's VM asked for
 // from VDC blue by bob (NOT_FOUND).
 func TestFlexctlEndToEnd(t *testing.T) {
-	s := startStack(t, nil)
+	s := startStack(t)
 	home := t.TempDir()
 	endpoint := s.h.Orchestrator.URL()
 	base := []string{flexctl.EnvEndpoint + "=" + endpoint}

@@ -13,13 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 
-// stack is a mesh harness (one zone "alpha" of one node, the API with
+// stack is a mesh harness (one zone "alpha", of one node by default, the API with
 // meshtest's default users, the portal's configuration document on the
 // orchestrator's origin) with a catalog of one image ("tiny"), compute
 // profile ("small") and storage profile ("ssd"), and flexctl built from
@@ -42,12 +41,19 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h).ServeHTTP(w, r)
 }
 
-func startStack(t testing.TB, vdcs []*catalog.VDC) *stack {
+func startStack(t testing.TB) *stack {
+	t.Helper()
+	return startStackWith(t, meshtest.APISpec{}, 1)
+}
+
+// startStackWith is startStack with the API of spec and zone alpha of
+// nodes nodes.
+func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	t.Helper()
 	bin := buildFlexctl(t)
 	web := &lateHandler{}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{VDCs: vdcs}), meshtest.WithHandler(web))
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: nodes}),
+		meshtest.WithAPI(spec), meshtest.WithHandler(web))
 	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
