@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,19 +26,6 @@ type stack struct {
 	bin string
 }
 
-// lateHandler serves the handler set once it is known (the portal's
-// configuration names the issuer, which starts with the harness).
-type lateHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := l.h.Load()
-	if h == nil {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-		return
-	}
-	(*h).ServeHTTP(w, r)
-}
-
 func startStack(t testing.TB) *stack {
 	t.Helper()
 	return startStackWith(t, meshtest.APISpec{}, 1)
@@ -51,15 +36,14 @@ func startStack(t testing.TB) *stack {
 func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	t.Helper()
 	bin := buildFlexctl(t)
-	web := &lateHandler{}
+	web := &meshtest.LateHandler{}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: nodes}),
 		meshtest.WithAPI(spec), meshtest.WithHandler(web))
 	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
+	web.Set(p)
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {

@@ -1,8 +1,10 @@
 package flexctl
 
 import (
+	"context"
 	"strconv"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
@@ -20,37 +22,28 @@ func imageTable(images []api.ImageFields) func() Table {
 
 func (a *app) imageCommand() *cobra.Command {
 	image := group("image", "The image catalog: list, get")
-	list := &cobra.Command{Use: "list", Short: "List the catalog's images", Args: args(0, "no arguments"),
-		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
+	list := listCommand(a, "List the catalog's images", "list images",
+		func(ctx context.Context, c graphql.Client, _ *string) ([]api.ImageFields, pageInfo, error) {
+			r, err := api.ListImages(ctx, c)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			r, err := api.ListImages(cmd.Context(), c)
-			if err != nil {
-				return apiError("list images", err)
-			}
-			images := []api.ImageFields{}
+			var out []api.ImageFields
 			for _, i := range r.Images {
-				images = append(images, i.ImageFields)
+				out = append(out, i.ImageFields)
 			}
-			return Write(cmd.OutOrStdout(), a.output, images, imageTable(images))
-		})}
-	get := &cobra.Command{Use: "get NAME", Short: "Show an image", Args: args(1, "the image's name"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.GetImage(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("get image", err)
-			}
-			if r.Image == nil {
-				return &APIError{Message: "no image " + argv[0], Code: "NOT_FOUND"}
-			}
-			return Write(cmd.OutOrStdout(), a.output, r.Image.ImageFields, imageTable([]api.ImageFields{r.Image.ImageFields}))
-		})}
+			return out, nil, nil
+		}, imageTable)
+	get := getCommand(a, "Show an image", "NAME", func(ctx context.Context, c graphql.Client, name string) (api.ImageFields, error) {
+		r, err := api.GetImage(ctx, c, name)
+		if err != nil {
+			return api.ImageFields{}, apiError("get image", err)
+		}
+		if r.Image == nil {
+			return api.ImageFields{}, &APIError{Message: "no image " + name, Code: "NOT_FOUND"}
+		}
+		return r.Image.ImageFields, nil
+	}, imageTable)
 	image.AddCommand(list, get)
 	return image
 }

@@ -1,10 +1,12 @@
 package flexctl
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
@@ -26,43 +28,25 @@ func clusterTable(cs []api.KubernetesClusterFields) func() Table {
 
 func (a *app) kubernetesCommand() *cobra.Command {
 	k := group("kubernetes", "Managed Kubernetes clusters of the VDC: list, get, create, delete, kubeconfig", "k8s")
-	list := &cobra.Command{Use: "list", Short: "List the VDC's Kubernetes clusters", Args: args(0, "no arguments"),
-		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
+	list := listCommand(a, "List the VDC's Kubernetes clusters", "list Kubernetes clusters",
+		func(ctx context.Context, c graphql.Client, after *string) ([]api.KubernetesClusterFields, pageInfo, error) {
+			r, err := api.ListKubernetesClusters(ctx, c, pageSize, after)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			cs := []api.KubernetesClusterFields{}
-			var after *string
-			for {
-				r, err := api.ListKubernetesClusters(cmd.Context(), c, pageSize, after)
-				if err != nil {
-					return apiError("list Kubernetes clusters", err)
-				}
-				for _, n := range r.KubernetesClusters.Nodes {
-					cs = append(cs, n.KubernetesClusterFields)
-				}
-				pi := r.KubernetesClusters.PageInfo
-				if !pi.HasNextPage || pi.EndCursor == nil {
-					break
-				}
-				after = pi.EndCursor
+			var out []api.KubernetesClusterFields
+			for _, n := range r.KubernetesClusters.Nodes {
+				out = append(out, n.KubernetesClusterFields)
 			}
-			return Write(cmd.OutOrStdout(), a.output, cs, clusterTable(cs))
-		})}
-	get := &cobra.Command{Use: "get ID", Short: "Show a Kubernetes cluster", Args: args(1, "the cluster's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.GetKubernetesCluster(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("get Kubernetes cluster", err)
-			}
-			kc := r.KubernetesCluster.KubernetesClusterFields
-			return Write(cmd.OutOrStdout(), a.output, kc, clusterTable([]api.KubernetesClusterFields{kc}))
-		})}
+			return out, &r.KubernetesClusters.PageInfo, nil
+		}, clusterTable)
+	get := getCommand(a, "Show a Kubernetes cluster", "ID", func(ctx context.Context, c graphql.Client, id string) (api.KubernetesClusterFields, error) {
+		r, err := api.GetKubernetesCluster(ctx, c, id)
+		if err != nil {
+			return api.KubernetesClusterFields{}, apiError("get Kubernetes cluster", err)
+		}
+		return r.KubernetesCluster.KubernetesClusterFields, nil
+	}, clusterTable)
 	var in api.CreateKubernetesClusterInput
 	var serviceCIDR, podCIDR string
 	create := &cobra.Command{Use: "create NAME", Short: "Create a Kubernetes cluster (its control plane; add node pools in the portal)", Args: args(1, "the cluster's name"),
@@ -93,18 +77,13 @@ func (a *app) kubernetesCommand() *cobra.Command {
 	cf.StringVar(&serviceCIDR, "service-cidr", "", "the services' CIDR (default: the API's)")
 	cf.StringVar(&podCIDR, "pod-cidr", "", "the pods' CIDR (default: the API's)")
 	required(cf, "zone", "version", "network")
-	del := &cobra.Command{Use: "delete ID", Short: "Delete a Kubernetes cluster and its workers", Args: args(1, "the cluster's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.DeleteKubernetesCluster(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("delete Kubernetes cluster", err)
-			}
-			return writeDeleted(cmd, a.output, r.DeleteKubernetesCluster.Id)
-		})}
+	del := deleteCommand(a, "Delete a Kubernetes cluster and its workers", "delete Kubernetes cluster", func(ctx context.Context, c graphql.Client, id string) (string, error) {
+		r, err := api.DeleteKubernetesCluster(ctx, c, id)
+		if err != nil {
+			return "", err
+		}
+		return r.DeleteKubernetesCluster.Id, nil
+	})
 	var file string
 	kubeconfig := &cobra.Command{Use: "kubeconfig ID", Short: "Issue a kubeconfig for a cluster: to stdout, or with --file to a file (mode 0600)", Args: args(1, "the cluster's id"),
 		RunE: a.run(func(cmd *cobra.Command, argv []string) error {

@@ -1,12 +1,14 @@
 package flexctl
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -32,43 +34,25 @@ func lbTable(lbs []api.LoadBalancerFields) func() Table {
 
 func (a *app) lbCommand() *cobra.Command {
 	lb := group("lb", "Load balancers of the VDC: list, get, create, delete")
-	list := &cobra.Command{Use: "list", Short: "List the VDC's load balancers", Args: args(0, "no arguments"),
-		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
+	list := listCommand(a, "List the VDC's load balancers", "list load balancers",
+		func(ctx context.Context, c graphql.Client, after *string) ([]api.LoadBalancerFields, pageInfo, error) {
+			r, err := api.ListLoadBalancers(ctx, c, pageSize, after)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			lbs := []api.LoadBalancerFields{}
-			var after *string
-			for {
-				r, err := api.ListLoadBalancers(cmd.Context(), c, pageSize, after)
-				if err != nil {
-					return apiError("list load balancers", err)
-				}
-				for _, n := range r.LoadBalancers.Nodes {
-					lbs = append(lbs, n.LoadBalancerFields)
-				}
-				pi := r.LoadBalancers.PageInfo
-				if !pi.HasNextPage || pi.EndCursor == nil {
-					break
-				}
-				after = pi.EndCursor
+			var out []api.LoadBalancerFields
+			for _, n := range r.LoadBalancers.Nodes {
+				out = append(out, n.LoadBalancerFields)
 			}
-			return Write(cmd.OutOrStdout(), a.output, lbs, lbTable(lbs))
-		})}
-	get := &cobra.Command{Use: "get ID", Short: "Show a load balancer", Args: args(1, "the load balancer's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.GetLoadBalancer(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("get load balancer", err)
-			}
-			l := r.LoadBalancer.LoadBalancerFields
-			return Write(cmd.OutOrStdout(), a.output, l, lbTable([]api.LoadBalancerFields{l}))
-		})}
+			return out, &r.LoadBalancers.PageInfo, nil
+		}, lbTable)
+	get := getCommand(a, "Show a load balancer", "ID", func(ctx context.Context, c graphql.Client, id string) (api.LoadBalancerFields, error) {
+		r, err := api.GetLoadBalancer(ctx, c, id)
+		if err != nil {
+			return api.LoadBalancerFields{}, apiError("get load balancer", err)
+		}
+		return r.LoadBalancer.LoadBalancerFields, nil
+	}, lbTable)
 	var file string
 	create := &cobra.Command{Use: "create -f FILE", Short: "Create a load balancer from a YAML or JSON file of createLoadBalancer's input (- for stdin)",
 		Args: args(0, "no arguments (the input is read from -f)"),
@@ -100,18 +84,13 @@ func (a *app) lbCommand() *cobra.Command {
 		})}
 	create.Flags().StringVarP(&file, "file", "f", "", "the input: name, zone, listeners, pools, certificates (YAML or JSON)")
 	required(create.Flags(), "file")
-	del := &cobra.Command{Use: "delete ID", Short: "Delete a load balancer", Args: args(1, "the load balancer's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.DeleteLoadBalancer(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("delete load balancer", err)
-			}
-			return writeDeleted(cmd, a.output, r.DeleteLoadBalancer.Id)
-		})}
+	del := deleteCommand(a, "Delete a load balancer", "delete load balancer", func(ctx context.Context, c graphql.Client, id string) (string, error) {
+		r, err := api.DeleteLoadBalancer(ctx, c, id)
+		if err != nil {
+			return "", err
+		}
+		return r.DeleteLoadBalancer.Id, nil
+	})
 	lb.AddCommand(list, get, create, del)
 	return lb
 }

@@ -1,6 +1,9 @@
 package flexctl
 
 import (
+	"context"
+
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
@@ -19,50 +22,32 @@ func networkTable(nets []api.NetworkFields) func() Table {
 func (a *app) networkCommand() *cobra.Command {
 	network := group("network", "Networks of the VDC: list, get, create, delete", "net")
 
-	list := &cobra.Command{Use: "list", Short: "List the VDC's networks", Args: args(0, "no arguments"),
-		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
+	list := listCommand(a, "List the VDC's networks", "list networks",
+		func(ctx context.Context, c graphql.Client, after *string) ([]api.NetworkFields, pageInfo, error) {
+			r, err := api.ListNetworks(ctx, c, pageSize, after)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			nets := []api.NetworkFields{}
-			var after *string
-			for {
-				r, err := api.ListNetworks(cmd.Context(), c, pageSize, after)
-				if err != nil {
-					return apiError("list networks", err)
-				}
-				for _, n := range r.NetworksConnection.Nodes {
-					nets = append(nets, n.NetworkFields)
-				}
-				pi := r.NetworksConnection.PageInfo
-				if !pi.HasNextPage || pi.EndCursor == nil {
-					break
-				}
-				after = pi.EndCursor
+			var out []api.NetworkFields
+			for _, n := range r.NetworksConnection.Nodes {
+				out = append(out, n.NetworkFields)
 			}
-			return Write(cmd.OutOrStdout(), a.output, nets, networkTable(nets))
-		})}
-
-	get := &cobra.Command{Use: "get ID", Short: "Show a network", Args: args(1, "the network's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.GetNetwork(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("get network", err)
-			}
-			var n *api.GetNetworkNodeNetwork
-			if r.Node != nil {
-				n, _ = (*r.Node).(*api.GetNetworkNodeNetwork)
-			}
-			if n == nil {
-				return &APIError{Message: "no network " + argv[0], Code: "NOT_FOUND"}
-			}
-			return Write(cmd.OutOrStdout(), a.output, n.NetworkFields, networkTable([]api.NetworkFields{n.NetworkFields}))
-		})}
+			return out, &r.NetworksConnection.PageInfo, nil
+		}, networkTable)
+	get := getCommand(a, "Show a network", "ID", func(ctx context.Context, c graphql.Client, id string) (api.NetworkFields, error) {
+		r, err := api.GetNetwork(ctx, c, id)
+		if err != nil {
+			return api.NetworkFields{}, apiError("get network", err)
+		}
+		var n *api.GetNetworkNodeNetwork
+		if r.Node != nil {
+			n, _ = (*r.Node).(*api.GetNetworkNodeNetwork)
+		}
+		if n == nil {
+			return api.NetworkFields{}, &APIError{Message: "no network " + id, Code: "NOT_FOUND"}
+		}
+		return n.NetworkFields, nil
+	}, networkTable)
 
 	var in api.CreateNetworkInput
 	create := &cobra.Command{Use: "create NAME", Short: "Create a network in a zone", Args: args(1, "the network's name"),
@@ -85,18 +70,13 @@ func (a *app) networkCommand() *cobra.Command {
 	cf.StringVar(&in.Gateway, "gateway", "", "the gateway address in it, e.g. 10.1.0.1")
 	required(cf, "zone", "cidr", "gateway")
 
-	del := &cobra.Command{Use: "delete ID", Short: "Delete a network", Args: args(1, "the network's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r, err := api.DeleteNetwork(cmd.Context(), c, argv[0])
-			if err != nil {
-				return apiError("delete network", err)
-			}
-			return writeDeleted(cmd, a.output, r.DeleteNetwork.Id)
-		})}
+	del := deleteCommand(a, "Delete a network", "delete network", func(ctx context.Context, c graphql.Client, id string) (string, error) {
+		r, err := api.DeleteNetwork(ctx, c, id)
+		if err != nil {
+			return "", err
+		}
+		return r.DeleteNetwork.Id, nil
+	})
 
 	network.AddCommand(list, get, create, del)
 	return network

@@ -47,46 +47,19 @@ func opTable(ops []api.OperationFields) func() Table {
 func (a *app) vmCommand() *cobra.Command {
 	vm := group("vm", "VMs of the VDC: list, get, create, delete, start, stop, console-url")
 
-	list := &cobra.Command{Use: "list", Short: "List the VDC's VMs", Args: args(0, "no arguments"),
-		RunE: a.run(func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd.Context())
+	list := listCommand(a, "List the VDC's VMs", "list VMs",
+		func(ctx context.Context, c graphql.Client, after *string) ([]api.VMFields, pageInfo, error) {
+			r, err := api.ListVMs(ctx, c, pageSize, after)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			var vms []api.VMFields
-			var after *string
-			for {
-				r, err := api.ListVMs(cmd.Context(), c, pageSize, after)
-				if err != nil {
-					return apiError("list VMs", err)
-				}
-				for _, n := range r.VmsConnection.Nodes {
-					vms = append(vms, n.VMFields)
-				}
-				pi := r.VmsConnection.PageInfo
-				if !pi.HasNextPage || pi.EndCursor == nil {
-					break
-				}
-				after = pi.EndCursor
+			var out []api.VMFields
+			for _, n := range r.VmsConnection.Nodes {
+				out = append(out, n.VMFields)
 			}
-			if vms == nil {
-				vms = []api.VMFields{}
-			}
-			return Write(cmd.OutOrStdout(), a.output, vms, vmTable(vms))
-		})}
-
-	get := &cobra.Command{Use: "get ID", Short: "Show a VM", Args: args(1, "the VM's id"),
-		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
-			c, err := a.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			v, err := a.getVM(cmd.Context(), c, argv[0])
-			if err != nil {
-				return err
-			}
-			return Write(cmd.OutOrStdout(), a.output, v, vmTable([]api.VMFields{v}))
-		})}
+			return out, &r.VmsConnection.PageInfo, nil
+		}, vmTable)
+	get := getCommand(a, "Show a VM", "ID", a.getVM, vmTable)
 
 	var in api.CreateVMInput
 	var nics []string

@@ -8,12 +8,10 @@ package portal_test
 import (
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,33 +24,19 @@ import (
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 
-// lateHandler serves the handler set once it is known (the portal needs
-// the issuer, which starts with the harness that serves it).
-type lateHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h := l.h.Load()
-	if h == nil {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-		return
-	}
-	(*h).ServeHTTP(w, r)
-}
-
 // portalMesh starts the mesh harness with opts serving the built portal
 // (public) on the orchestrator's address, logging to logs, and returns it
 // with its provider's issuer.
 func portalMesh(t *testing.T, public string, logs slog.Handler, opts ...meshtest.Option) (*meshtest.Harness, string) {
 	t.Helper()
-	web := &lateHandler{}
+	web := &meshtest.LateHandler{}
 	h := meshtest.New(t, append(opts, meshtest.WithHandler(web))...)
 	issuer := h.IDP(t).Issuer()
 	p, err := portal.New(portal.Config{Dir: public, Issuer: issuer, ClientID: meshtest.APIClientID, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ph http.Handler = p
-	web.h.Store(&ph)
+	web.Set(p)
 	return h, issuer
 }
 

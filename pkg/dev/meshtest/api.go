@@ -2,7 +2,9 @@ package meshtest
 
 import (
 	"context"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,4 +260,21 @@ func PostGraphQL(t testing.TB, url, authz, vdc, query string, vars map[string]an
 		t.Fatalf("meshtest: %v", err)
 	}
 	return r
+}
+
+// LateHandler is a handler for WithHandler that is known only once the
+// harness runs (the portal's, which names the harness's identity
+// provider): it answers 503 until Set.
+type LateHandler struct{ h atomic.Pointer[http.Handler] }
+
+// Set makes l serve h.
+func (l *LateHandler) Set(h http.Handler) { l.h.Store(&h) }
+
+func (l *LateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := l.h.Load()
+	if h == nil {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	}
+	(*h).ServeHTTP(w, r)
 }
