@@ -1,3 +1,5 @@
+//go:build !race
+
 package flexctl_test
 
 import (
@@ -16,13 +18,14 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/flexctl"
 )
 
 // TestFlexctlEndToEnd runs the built flexctl binary against a running
 // mesh harness (real orchestrator, agents, simulated Proxmox, real OIDC
 // tokens): a device login as alice (a member of VDC red) kept in a context,
-// then with that context a network and a VM created (--wait), listed, read,
+// an expired login renewed with its refresh token, then with that context a network and a VM created (--wait), listed, read,
 // stopped, started and deleted; an API refusal (exit 1, the API's message
 // and code), a usage error (exit 2, nothing sent), and red's VM asked for
 // from VDC blue by bob (NOT_FOUND).
@@ -49,6 +52,46 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		c := f.Context("default")
 		if f.CurrentContext != "default" || c == nil || c.Token == "" || c.VDC != "red" || c.Endpoint != endpoint {
 			t.Fatalf("config after login: %+v", f)
+		}
+	})
+
+	t.Run("an expired login is renewed with its refresh token", func(t *testing.T) {
+		issuer := s.h.IDP(t).Issuer()
+		tok, err := devidp.CodeFlow(context.Background(), nil, devidp.FlowParams{Issuer: issuer, ClientID: meshtest.APIClientID,
+			RedirectURI: "http://127.0.0.1/callback", Username: "alice", Password: "alice-pw",
+			Scopes: []string{"openid", "profile", "offline_access"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			TokenEndpoint string `json:"token_endpoint"`
+		}
+		res, err := http.Get(issuer + "/.well-known/openid-configuration")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&d)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		path := filepath.Join(dir, ".config", "flexplane", "config.yaml")
+		old := flexctl.Context{Name: "old", Endpoint: endpoint, VDC: "red", Token: "expired", RefreshToken: tok.RefreshToken,
+			Expiry: time.Now().Add(-time.Minute), TokenURL: d.TokenEndpoint, ClientID: meshtest.APIClientID}
+		if err := (&flexctl.File{CurrentContext: "old", Contexts: []flexctl.Context{old}}).Save(path); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.run(t, dir, nil, "vm", "list"); r.code != 0 {
+			t.Fatalf("vm list with an expired login: %+v", r)
+		}
+		f, err := flexctl.LoadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := f.Context("old")
+		if c.Token == "expired" || c.RefreshToken == old.RefreshToken || !c.Expiry.After(time.Now()) {
+			t.Fatalf("context after renewal: token %q..., expiry %v, refresh token rotated %v", c.Token[:8], c.Expiry, c.RefreshToken != old.RefreshToken)
 		}
 	})
 
