@@ -223,16 +223,19 @@ func (a *app) consoleURLCommand() *cobra.Command {
 			if err != nil {
 				return apiError("open console", err)
 			}
-			s, _ := a.settings() // resolved by client already
+			s, err := a.settings()
+			if err != nil {
+				return err
+			}
 			u, err := url.Parse(s.Endpoint)
 			if err != nil {
 				return fmt.Errorf("console url: %w", err)
 			}
-			u.Scheme = map[string]string{"https": "wss"}[u.Scheme]
-			if u.Scheme == "" {
-				u.Scheme = "ws"
+			scheme := "ws"
+			if u.Scheme == "https" {
+				scheme = "wss"
 			}
-			ws := u.Scheme + "://" + u.Host + r.OpenConsole.Path
+			ws := scheme + "://" + u.Host + r.OpenConsole.Path
 			out := struct {
 				URL       string `json:"url"`
 				ExpiresAt string `json:"expiresAt"`
