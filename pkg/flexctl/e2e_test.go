@@ -25,10 +25,12 @@ import (
 // TestFlexctlEndToEnd runs the built flexctl binary against a running
 // mesh harness (real orchestrator, agents, simulated Proxmox, real OIDC
 // tokens): a device login as alice (a member of VDC red) kept in a context,
-// an expired login renewed with its refresh token, then with that context a network and a VM created (--wait), listed, read,
-// stopped, started and deleted; an API refusal (exit 1, the API's message
-// and code), a usage error (exit 2, nothing sent), and red's VM asked for
-// from VDC blue by bob (NOT_FOUND).
+// an expired login renewed with its refresh token, then with that context
+// a network and a VM created (--wait), listed, read, its console opened,
+// stopped, started and deleted, images and load balancers listed, managed
+// Kubernetes refused as UNAVAILABLE (no management cluster); an API refusal
+// (exit 1, the API's message and code), usage errors (exit 2, nothing
+// changed), and red's VM asked for from VDC blue by bob (NOT_FOUND).
 func TestFlexctlEndToEnd(t *testing.T) {
 	s := startStack(t)
 	home := t.TempDir()
@@ -135,6 +137,31 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		r := s.run(t, home, nil, "vm", "get", vmID, "-o", "yaml")
 		if r.code != 0 || !strings.Contains(r.stdout, "id: "+vmID) || !strings.Contains(r.stdout, "status: RUNNING") {
 			t.Fatalf("vm get -o yaml: %+v", r)
+		}
+	})
+
+	t.Run("images, console, load balancers, Kubernetes", func(t *testing.T) {
+		var images []struct{ Name, Version string }
+		decode(t, s.run(t, home, nil, "image", "list", "-o", "json"), &images)
+		if len(images) != 1 || images[0].Name != "tiny" {
+			t.Errorf("image list: %+v", images)
+		}
+		if r := s.run(t, home, nil, "image", "get", "tiny"); r.code != 0 || !strings.Contains(r.stdout, "tiny") {
+			t.Errorf("image get: %+v", r)
+		}
+		var console struct{ URL string }
+		decode(t, s.run(t, home, nil, "vm", "console-url", vmID, "-o", "json"), &console)
+		if !strings.HasPrefix(console.URL, "ws://"+strings.TrimPrefix(endpoint, "http://")+"/") {
+			t.Errorf("console-url: %q", console.URL)
+		}
+		var lbs []any
+		decode(t, s.run(t, home, nil, "lb", "list", "-o", "json"), &lbs)
+		if len(lbs) != 0 {
+			t.Errorf("lb list: %+v", lbs)
+		}
+		// The harness has no management cluster: the API says so.
+		if r := s.run(t, home, nil, "kubernetes", "list"); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(UNAVAILABLE)") {
+			t.Errorf("kubernetes list without a management cluster: %+v", r)
 		}
 	})
 
