@@ -3,13 +3,13 @@ package flexctl
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
+	"github.com/flexplane/flexplane/pkg/support/atomicfile"
 )
 
 func clusterTable(cs []api.KubernetesClusterFields) func() Table {
@@ -99,7 +99,7 @@ func (a *app) kubernetesCommand() *cobra.Command {
 				_, err := fmt.Fprint(cmd.OutOrStdout(), r.IssueKubeconfig.Kubeconfig)
 				return err
 			}
-			if err := os.WriteFile(file, []byte(r.IssueKubeconfig.Kubeconfig), 0o600); err != nil {
+			if err := atomicfile.WriteFile(file, []byte(r.IssueKubeconfig.Kubeconfig), 0o600); err != nil {
 				return fmt.Errorf("write kubeconfig: %w", err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "kubeconfig written to %s (expires %s)\n", file, r.IssueKubeconfig.ExpiresAt)
