@@ -191,9 +191,11 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists (0 before): that guest is
 	// counted through the reservation, not as a member of the VDC's pool.
 	VMID int `json:"vmid,omitempty"`
-	// Snapshot is set on a reservation of storage only, no VM: that of a
+	// Snapshot is set on a reservation without a VM: the storage of a
 	// snapshot being taken (the snapshot's name) or of the disks' copy of
-	// a move across zones (quota.Ledger.ReserveStorage).
+	// a move across zones (quota.Ledger.ReserveStorage), or what an
+	// existing VM grows by (quota.Ledger.ReserveResources: a disk, a
+	// larger compute profile).
 	Snapshot string `json:"snapshot,omitempty"`
 }
 

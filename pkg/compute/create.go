@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
@@ -968,14 +967,7 @@ func encodeKeys(keys []string) string {
 }
 
 // propOf returns key of a Proxmox property string ("vol,key=v,...").
-func propOf(s, key string) string {
-	for p := range strings.SplitSeq(s, ",") {
-		if k, v, ok := strings.Cut(p, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
+func propOf(s, key string) string { return pveapi.Prop(s, key) }
 
 // limitIs reports whether disk's limit key is v (0: unset).
 func limitIs(disk, key string, v int) bool {
@@ -997,34 +989,7 @@ func setProp(s, key string, v int) string {
 
 // parseSize parses a Proxmox size ("32G", "512M", "4096"): a byte count,
 // never negative.
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("compute: size %q: %w", s, err)
-	}
-	// Not negative, NaN or beyond int64 (whose conversion is undefined).
-	n := f * float64(mult)
-	if !(n >= 0 && n < math.MaxInt64) {
-		return 0, fmt.Errorf("compute: size %q is out of range", s)
-	}
-	return int64(n), nil
-}
+func parseSize(s string) (int64, error) { return pveapi.ConfigSize(s) }
 
 // quotaError maps an error of reserving quota in vdc.
 func quotaError(vdc string, err error) error {

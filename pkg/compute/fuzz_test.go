@@ -126,7 +126,7 @@ func FuzzParseHardware(f *testing.F) {
 			}
 		}
 		for i, d := range hw.Disks {
-			if i > 0 && slotOrder(hw.Disks[i-1].Slot, d.Slot) > 0 {
+			if i > 0 && pveapi.SlotOrder(hw.Disks[i-1].Slot, d.Slot) > 0 {
 				t.Fatalf("disks out of order: %+v", hw.Disks)
 			}
 			if propOf(cfg.Str(d.Slot), "media") == "cdrom" {

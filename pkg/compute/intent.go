@@ -41,6 +41,11 @@ type Intent struct {
 	// UserData is the guest's own cloud-init user-data, gzip-compressed
 	// and base64-encoded (see CreateInput.UserData).
 	UserData string `json:"userData,omitempty"`
+	// ComputeProfile is the compute profile of VCPUs and MemoryMiB once a
+	// resize named one ("" before).
+	ComputeProfile string `json:"computeProfile,omitempty"`
+	// Resize is set while a resize that reboots the VM is unfinished.
+	Resize *ResizeIntent `json:"resize,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays

@@ -176,7 +176,8 @@ func migrateTask(ctx context.Context, z Zone, upid string, op *Operation) error 
 // guest is the VM: taskOfThisGuest), of the kind's task type, on its node
 // (a migration's on any node of the zone, since the guest has left it).
 func ownTask(u pveapi.UPID, g pveapi.Resource, in *Intent, kind OpKind) bool {
-	if u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != kind || !taskOfThisGuest(u.Started, in) {
+	ofKind := taskKinds[u.Type] == kind || kind == OpResize && resizeTasks[u.Type]
+	if u.ID != strconv.Itoa(g.VMID) || !ofKind || !taskOfThisGuest(u.Started, in) {
 		return false
 	}
 	return kind == OpMigrate || u.Node == g.Node
