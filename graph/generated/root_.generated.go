@@ -435,6 +435,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		AttachDisk               func(childComplexity int, input model.AttachDiskInput) int
 		CreateComputeProfile     func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey      func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateExternalNetwork    func(childComplexity int, input model.CreateExternalNetworkInput) int
@@ -464,10 +465,13 @@ type ComplexityRoot struct {
 		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVM                 func(childComplexity int, id string) int
 		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
+		DetachDisk               func(childComplexity int, input model.DetachDiskInput) int
 		IssueKubeconfig          func(childComplexity int, cluster string) int
 		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
 		OpenConsole              func(childComplexity int, id string) int
 		RebootVM                 func(childComplexity int, id string) int
+		ResizeDisk               func(childComplexity int, input model.ResizeDiskInput) int
+		ResizeVM                 func(childComplexity int, input model.ResizeVMInput) int
 		RevokeEnrollmentKey      func(childComplexity int, id string) int
 		RollbackSnapshot         func(childComplexity int, vm string, name string, start *bool) int
 		ScaleNodePool            func(childComplexity int, id string, size int) int
@@ -743,6 +747,7 @@ type ComplexityRoot struct {
 	}
 
 	VMDisk struct {
+		Boot           func(childComplexity int) int
 		ReadIops       func(childComplexity int) int
 		ReadMBps       func(childComplexity int) int
 		SizeGiB        func(childComplexity int) int
@@ -2291,6 +2296,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
+	case "Mutation.attachDisk":
+		if e.ComplexityRoot.Mutation.AttachDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_attachDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AttachDisk(childComplexity, args["input"].(model.AttachDiskInput)), true
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -2610,6 +2626,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.detachDisk":
+		if e.ComplexityRoot.Mutation.DetachDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_detachDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DetachDisk(childComplexity, args["input"].(model.DetachDiskInput)), true
 	case "Mutation.issueKubeconfig":
 		if e.ComplexityRoot.Mutation.IssueKubeconfig == nil {
 			break
@@ -2654,6 +2681,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RebootVM(childComplexity, args["id"].(string)), true
+	case "Mutation.resizeDisk":
+		if e.ComplexityRoot.Mutation.ResizeDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resizeDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResizeDisk(childComplexity, args["input"].(model.ResizeDiskInput)), true
+	case "Mutation.resizeVM":
+		if e.ComplexityRoot.Mutation.ResizeVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resizeVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResizeVM(childComplexity, args["input"].(model.ResizeVMInput)), true
 	case "Mutation.revokeEnrollmentKey":
 		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
 			break
@@ -4032,6 +4081,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VMConnection.TotalCount(childComplexity), true
 
+	case "VMDisk.boot":
+		if e.ComplexityRoot.VMDisk.Boot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.Boot(childComplexity), true
 	case "VMDisk.readIops":
 		if e.ComplexityRoot.VMDisk.ReadIops == nil {
 			break
@@ -4300,6 +4355,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AttachDiskInput", ec.unmarshalInputAttachDiskInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
@@ -4317,6 +4373,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
+			graphql.NewInputUnmarshaler("DetachDiskInput", ec.unmarshalInputDetachDiskInput),
 			graphql.NewInputUnmarshaler("HealthCheckInput", ec.unmarshalInputHealthCheckInput),
 			graphql.NewInputUnmarshaler("LoadBalancerListenerInput", ec.unmarshalInputLoadBalancerListenerInput),
 			graphql.NewInputUnmarshaler("MigrateVMInput", ec.unmarshalInputMigrateVMInput),
@@ -4325,6 +4382,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("NodeLabelInput", ec.unmarshalInputNodeLabelInput),
 			graphql.NewInputUnmarshaler("NodeTaintInput", ec.unmarshalInputNodeTaintInput),
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
+			graphql.NewInputUnmarshaler("ResizeDiskInput", ec.unmarshalInputResizeDiskInput),
+			graphql.NewInputUnmarshaler("ResizeVMInput", ec.unmarshalInputResizeVMInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
@@ -4608,6 +4667,104 @@ type ConsoleSession {
   path: String!
   "When the ticket expires if it has not been used."
   expiresAt: Time!
+}
+`, BuiltIn: false},
+	{Name: "../disk.graphqls", Input: `# A VM's disks and size after its create: disks attached, grown and
+# detached, and the VM resized to another compute profile.
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: a VM of
+# another VDC (or no VM) answers NOT_FOUND, as does a disk slot the VM does
+# not have (extensions.field = input.disk). Bad input is BAD_USER_INPUT
+# naming the field and changes nothing.
+#
+# Quota: every disk of a VM counts against the VDC's storage quota, the
+# unused ones (detached with keep: true) too; a disk attached or grown, and
+# the vCPUs and memory a resize adds, are reserved against the quotas
+# before Proxmox is asked, as createVM does (QUOTA_EXCEEDED otherwise).
+
+extend type Mutation {
+  """
+  Adds a disk to a VM in its next free scsi slot (scsi1 on a new VM); a
+  running VM gets it hot-plugged. BAD_USER_INPUT for a size out of 1 to
+  65536 GiB, a storage profile that does not exist or has no storage in
+  the VM's zone, or a VM whose 31 scsi slots are taken; CONFLICT while the
+  VM is being created or is busy.
+  """
+  attachDisk(
+    "The disk to add."
+    input: AttachDiskInput!
+  ): VMDisk! @vdc(role: MEMBER)
+  """
+  Grows a disk (a running VM's live; the guest's file systems are the
+  guest's to grow). Disks only grow: a smaller size is BAD_USER_INPUT
+  (input.sizeGiB), the same size changes nothing.
+  """
+  resizeDisk(
+    "The disk and its new size."
+    input: ResizeDiskInput!
+  ): VMDisk! @vdc(role: MEMBER)
+  """
+  Removes a disk from a VM and deletes its volume, or keeps the volume as
+  an unused disk of the VM (still counted against the storage quota, gone
+  with the VM) with keep: true. CONFLICT for the boot disk.
+  """
+  detachDisk(
+    "The disk to remove."
+    input: DetachDiskInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Gives a VM the vCPUs and memory of another compute profile. A stopped VM
+  takes them at once; a running one takes them live where its configuration
+  allows (Proxmox's hotplug option names cpu, and the vCPUs fit its cores ×
+  sockets; it names memory, with NUMA on), else on a reboot: the operation
+  then follows the reboot, which reboot: true must allow (CONFLICT with the
+  reason otherwise, extensions.field = input.reboot). The VM records its new
+  profile.
+  """
+  resizeVM(
+    "The VM and its new size."
+    input: ResizeVMInput!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"A disk to add to a VM."
+input AttachDiskInput {
+  "The VM's id."
+  vm: ID!
+  "Its size in GiB, 1 to 65536."
+  sizeGiB: Int!
+  "The storage profile (its storage in the VM's zone); null takes the boot disk's."
+  storageProfile: String
+}
+
+"A disk to grow."
+input ResizeDiskInput {
+  "The VM's id."
+  vm: ID!
+  "The disk's slot (VMDisk.slot, e.g. scsi1)."
+  disk: String!
+  "Its new size in GiB: at least its size, at most 65536."
+  sizeGiB: Int!
+}
+
+"A disk to remove."
+input DetachDiskInput {
+  "The VM's id."
+  vm: ID!
+  "The disk's slot (VMDisk.slot); not the boot disk's."
+  disk: String!
+  "Keep the volume as an unused disk of the VM instead of deleting it."
+  keep: Boolean = false
+}
+
+"A VM's new size."
+input ResizeVMInput {
+  "The VM's id."
+  id: ID!
+  "The compute profile whose vCPUs and memory the VM takes."
+  computeProfile: String!
+  "Allow the reboot a running VM needs when it cannot take the change live."
+  reboot: Boolean = false
 }
 `, BuiltIn: false},
 	{Name: "../edge.graphqls", Input: `# Edge gateways: one per VDC per zone, run by an agent of the zone in a
@@ -6601,6 +6758,8 @@ enum OperationKind {
   DELETE_SNAPSHOT
   "migrateVM."
   MIGRATE_VM
+  "resizeVM."
+  RESIZE_VM
 }
 
 "Whether an operation runs or how it ended."
@@ -7366,8 +7525,10 @@ type VMNIC {
 
 "A disk of a VM."
 type VMDisk {
-  "The Proxmox slot, e.g. scsi0."
+  "The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by."
   slot: String!
+  "Whether the VM boots from it (the first disk of its boot order); it cannot be detached."
+  boot: Boolean!
   "Size in GiB."
   sizeGiB: Float!
   "The Proxmox storage holding it."
@@ -8605,6 +8766,8 @@ func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphq
 	switch field.Name {
 	case "slot":
 		return ec.fieldContext_VMDisk_slot(ctx, field)
+	case "boot":
+		return ec.fieldContext_VMDisk_boot(ctx, field)
 	case "sizeGiB":
 		return ec.fieldContext_VMDisk_sizeGiB(ctx, field)
 	case "storage":

@@ -40,6 +40,16 @@ type AgentRelease struct {
 	NotAfter time.Time `json:"notAfter"`
 }
 
+// A disk to add to a VM.
+type AttachDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// Its size in GiB, 1 to 65536.
+	SizeGiB int `json:"sizeGiB"`
+	// The storage profile (its storage in the VM's zone); null takes the boot disk's.
+	StorageProfile *string `json:"storageProfile,omitempty"`
+}
+
 // A VM's port.
 type BackendInput struct {
 	// The VM (of the current VDC, in the balancer's zone).
@@ -365,6 +375,16 @@ type DeletedOneToOneAddress struct {
 type DeletedPortForward struct {
 	// The id the port forward had.
 	ID string `json:"id"`
+}
+
+// A disk to remove.
+type DetachDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The disk's slot (VMDisk.slot); not the boot disk's.
+	Disk string `json:"disk"`
+	// Keep the volume as an unused disk of the VM instead of deleting it.
+	Keep *bool `json:"keep,omitempty"`
 }
 
 // A packet counter of a running edge gateway.
@@ -845,6 +865,26 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
+// A disk to grow.
+type ResizeDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The disk's slot (VMDisk.slot, e.g. scsi1).
+	Disk string `json:"disk"`
+	// Its new size in GiB: at least its size, at most 65536.
+	SizeGiB int `json:"sizeGiB"`
+}
+
+// A VM's new size.
+type ResizeVMInput struct {
+	// The VM's id.
+	ID string `json:"id"`
+	// The compute profile whose vCPUs and memory the VM takes.
+	ComputeProfile string `json:"computeProfile"`
+	// Allow the reboot a running VM needs when it cannot take the change live.
+	Reboot *bool `json:"reboot,omitempty"`
+}
+
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
@@ -1090,8 +1130,10 @@ type VMConnection struct {
 
 // A disk of a VM.
 type VMDisk struct {
-	// The Proxmox slot, e.g. scsi0.
+	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
 	Slot string `json:"slot"`
+	// Whether the VM boots from it (the first disk of its boot order); it cannot be detached.
+	Boot bool `json:"boot"`
 	// Size in GiB.
 	SizeGiB float64 `json:"sizeGiB"`
 	// The Proxmox storage holding it.
@@ -1809,6 +1851,8 @@ const (
 	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
 	// migrateVM.
 	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
+	// resizeVM.
+	OperationKindResizeVM OperationKind = "RESIZE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -1822,11 +1866,12 @@ var AllOperationKind = []OperationKind{
 	OperationKindRollbackSnapshot,
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVM,
+	OperationKindResizeVM,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM:
 		return true
 	}
 	return false
