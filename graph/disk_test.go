@@ -1,11 +1,18 @@
 package graph_test
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // createBlueVM creates VM name of small and image tiny with a 4 GiB disk
@@ -27,6 +34,32 @@ func storageUsage(t *testing.T, h *meshtest.Harness, tn tenant) int {
 	return v.Usage.StorageGiB
 }
 
+// diskFile is the file holding the bytes of disk slot of VM id, as the
+// simulated node's storage names it (its volume's path).
+func diskFile(t *testing.T, h *meshtest.Harness, id, slot string) string {
+	t.Helper()
+	ref, err := tenancy.ParseVMID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.Clusters[0].Proxmox(t)
+	g, ok, err := pveapi.FindGuest(context.Background(), c, ref.VMID)
+	if err != nil || !ok {
+		t.Fatalf("guest %d: %v, %v", ref.VMID, ok, err)
+	}
+	cfg, err := pveapi.GuestConfig(context.Background(), c, g.Node, g.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, _, _ := strings.Cut(cfg.Str(slot), ",")
+	storage, _, _ := strings.Cut(vol, ":")
+	var info struct{ Path string }
+	if err := c.Get(context.Background(), "/nodes/"+g.Node+"/storage/"+storage+"/content/"+vol, &info); err != nil || info.Path == "" {
+		t.Fatalf("the path of %s: %q, %v", vol, info.Path, err)
+	}
+	return info.Path
+}
+
 type gqlDisk struct {
 	Slot           string
 	Boot           bool
@@ -38,7 +71,8 @@ type gqlDisk struct {
 // and resizes the VM through the API, the mesh and the agent's allowlist
 // to simulated Proxmox: the VM's disks show each change (the boot disk
 // flagged), the VDC's storage usage counts every disk, the unused one
-// kept by a detach too, and the refusals (a shrink, a missing slot, the
+// kept by a detach too, a grown disk's file (the simulator's data plane)
+// is the new size with its bytes kept, and the refusals (a shrink, a missing slot, the
 // boot disk, a reboot not allowed, another VDC's VM, a viewer) name their
 // code and field.
 func TestDisksEndToEnd(t *testing.T) {
@@ -96,9 +130,22 @@ func TestDisksEndToEnd(t *testing.T) {
 		t.Fatalf("refusals changed the disks: %+v", ds)
 	}
 
+	// The data plane: what the guest wrote on the disk stays when it grows.
+	file := diskFile(t, h, vm, "scsi1")
+	data := make([]byte, 1<<20)
+	_, _ = rand.Read(data)
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	h.GraphQL(t, tn.bob, tn.blue, grow, map[string]any{"in": map[string]any{"vm": vm, "disk": "scsi1", "sizeGiB": 6}}).OK(t).Into(t, "resizeDisk", &d)
 	if d.Slot != "scsi1" || d.SizeGiB != 6 {
 		t.Fatalf("grown: %+v", d)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Size() != 6<<30 {
+		t.Fatalf("the grown disk's file: %v, %v", fi, err)
+	}
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got[:len(data)], data) {
+		t.Fatalf("the grown disk lost its bytes (%v)", err)
 	}
 	poll.True(t, 20*time.Second, "the usage to count the grown disk", func() bool { return usage() == base+6 })
 
