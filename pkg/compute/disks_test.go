@@ -246,6 +246,20 @@ func TestResizeVM(t *testing.T) {
 	if cfg.Int("vcpus") != 1 || cfg.Int("cores") != 4 {
 		t.Fatalf("hot resize config: vcpus %d cores %d", cfg.Int("vcpus"), cfg.Int("cores"))
 	}
+	// A stopped VM takes a new size at once, without a reboot.
+	stop, err := e.svc.StopVM(ctx, "blue", vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitTask(stop)
+	if op, err = e.svc.ResizeVM(ctx, "blue", compute.ResizeVMInput{ID: vm.ID, ComputeProfile: "medium"}); err != nil {
+		t.Fatalf("resize of a stopped VM: %v", err)
+	}
+	e.waitTask(op)
+	cfg = guestConfig(t, e, vm)
+	if cfg.Int("cores") != 2 || cfg.Str("vcpus") != "" || cfg.Int("memory") != 2048 {
+		t.Fatalf("stopped VM's config after the resize: cores %d vcpus %q memory %d", cfg.Int("cores"), cfg.Str("vcpus"), cfg.Int("memory"))
+	}
 	poll.Until(t, 20*time.Second, "the resizes' reservations released", func() error {
 		if rs, err := e.svc.Quota().Reservations(ctx, "blue"); err != nil || len(rs) != 0 {
 			return fmt.Errorf("%+v, %v", rs, err)
@@ -306,4 +320,26 @@ func TestResizeRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitResized(t, e, vm, 2, 2048, "medium")
+}
+
+// TestAttachDiskSlotsRunOut: a VM has at most Proxmox's 31 scsi slots; an
+// attach beyond them is BAD_USER_INPUT and changes nothing.
+func TestAttachDiskSlotsRunOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	ctx := vmtest.Ctx(t)
+	vm := runningVM(t, e)
+	for n := 1; n < compute.MaxSCSIDisks; n++ {
+		if _, d, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1}); err != nil || d.Slot != fmt.Sprintf("scsi%d", n) {
+			t.Fatalf("attach %d: %+v, %v", n, d, err)
+		}
+	}
+	before := e.snapshot()
+	_, _, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1})
+	if code, field := inputRefusal(err); code != apierr.BadUserInput || field != "input.sizeGiB" {
+		t.Fatalf("attach beyond the slots: %s (%s), %v", code, field, err)
+	}
+	if after := e.snapshot(); !before.equal(after) {
+		t.Fatalf("a refused attach changed things")
+	}
 }
