@@ -162,7 +162,7 @@ func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]
 				errs = append(errs, fmt.Errorf("quota: usage: %w", err))
 				mu.Unlock()
 			}
-			diskGiB, err := guestDiskGiB(ctx, c, g)
+			diskGiB, err := GuestDiskGiB(ctx, c, g)
 			if err != nil {
 				fail(err)
 				return
@@ -192,11 +192,11 @@ func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]
 // configs and snapshot lists).
 const snapshotReads = 8
 
-// guestDiskGiB is what guest g holds on storage, in GiB rounded up: every
+// GuestDiskGiB is what guest g holds on storage, in GiB rounded up: every
 // disk of its configuration, the unused ones (detached but kept) included.
 // Proxmox's maxdisk is only the boot disk's size. A guest gone meanwhile
 // counts its maxdisk.
-func guestDiskGiB(ctx context.Context, c *proxmox.Client, g pveapi.Resource) (int, error) {
+func GuestDiskGiB(ctx context.Context, c *proxmox.Client, g pveapi.Resource) (int, error) {
 	cfg, err := pveapi.GuestConfig(ctx, c, g.Node, g.VMID)
 	if pveapi.IsNotFound(err) {
 		return g.DiskGiB(), nil
