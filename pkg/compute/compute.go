@@ -41,7 +41,13 @@
 //     claim before its operation exists, then target, stop, copy,
 //     cutover, finish in its runner;
 //   - an image's staging into a zone (staging.go, stageScope): request,
-//     then template in the background.
+//     then template in the background;
+//   - a disk attached (disk_attach.go, attachScope): check, reserve,
+//     request; grown (disk_resize.go, diskResizeScope): check, reserve,
+//     request; detached (disk_detach.go, detachScope): check, request;
+//   - a VM resized to another compute profile (vm_resize.go,
+//     resizeScope): check, plan, reserve, apply, reboot, then its end
+//     (marker cleared, reservation released) once the reboot has ended.
 //
 // Hardware, console targets, history and user-data are read queries, not
 // operations; a VM's user-data snippet is written by the create's
@@ -55,7 +61,7 @@
 // they act and do only what is left, so a runner may run them again, and
 // Recover runs the hook of the operation a guest was left in
 // (recoveryHooks: a create's phases from configure on, a move's
-// recovery). A new operation, or a new step of one, is a new phase list
+// recovery, a resize's reboot and end). A new operation, or a new step of one, is a new phase list
 // over a new scope, or a new phase, never a new method on the Service: a
 // test (shape_test.go) keeps the Service within a budget of exported
 // methods and every phase list a function beside its scope.
