@@ -1,7 +1,8 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways and load balancers — as Kubernetes-style
-// objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
+// zones' external networks, the VDCs' edge gateways and load balancers,
+// the users' SSH keys — as Kubernetes-style objects (apiVersion
+// flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
 // read at, and an Update or Delete whose resourceVersion is stale fails with
@@ -48,7 +49,7 @@ const (
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindUserSSHKeys}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -75,6 +76,8 @@ func (k Kind) plural() string {
 		return "edgegateways"
 	case KindLoadBalancer:
 		return "loadbalancers"
+	case KindUserSSHKeys:
+		return "usersshkeys"
 	}
 	return ""
 }
@@ -99,6 +102,8 @@ func New(kind Kind) (Object, error) {
 		o = &EdgeGateway{}
 	case KindLoadBalancer:
 		o = &LoadBalancer{}
+	case KindUserSSHKeys:
+		o = &UserSSHKeys{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}

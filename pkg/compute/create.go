@@ -15,7 +15,6 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
@@ -40,8 +39,15 @@ type CreateInput struct {
 	DiskGiB int
 	// NICs are 1 to 4 NICs on networks of the VDC in the zone.
 	NICs []NICInput
-	// SSHKeys are OpenSSH authorized keys for the cloud-init user.
+	// SSHKeys are OpenSSH authorized keys for the cloud-init user, each
+	// as catalog.ParseSSHKey accepts it.
 	SSHKeys []string
+	// SSHKeyNames are keys of Owner's (catalog.SSHKeysOf) by name, for the
+	// cloud-init user too: merged with SSHKeys, a key given twice once.
+	SSHKeyNames []string
+	// Owner is the token subject of the caller, whose keys SSHKeyNames
+	// name.
+	Owner string
 	// User is the cloud-init user to create.
 	User string
 	// UserData is cloud-init user-data of the guest's own (a Cluster API
@@ -122,18 +128,6 @@ func validDNSName(s string) bool {
 		}
 	}
 	return true
-}
-
-// authorizedKey returns k, trimmed, if it is one OpenSSH authorized key on
-// one line. ssh.ParseAuthorizedKey alone skips lines it cannot parse, which
-// would let any text before a key into the guest's authorized_keys.
-func authorizedKey(k string) (string, bool) {
-	k = strings.TrimSpace(k)
-	if strings.ContainsAny(k, "\r\n") {
-		return "", false
-	}
-	_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
-	return k, err == nil && strings.TrimSpace(string(rest)) == ""
 }
 
 // validate checks every input before anything is written.
@@ -239,24 +233,23 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		}
 		p.nics = append(p.nics, np)
 	}
-	if len(in.SSHKeys) > MaxSSHKeys {
-		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	keys, err := sshKeys(ctx, d, in)
+	if err != nil {
+		return nil, err
 	}
-	for i, k := range in.SSHKeys {
-		key, ok := authorizedKey(k)
-		if !ok {
-			return nil, badInput(fmt.Sprintf("sshKeys[%d]", i), "not an OpenSSH public key")
-		}
-		p.keys = append(p.keys, key)
-	}
+	p.keys = keys
 	if !userRE.MatchString(in.User) {
 		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
 	}
 	if systemUser(in.User) {
 		return nil, badInput("user", "user %q is a system account of the image; choose another name", in.User)
 	}
-	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
-		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
+	if !p.img.CloudInit && len(p.keys) > 0 {
+		field := "sshKeys"
+		if len(in.SSHKeys) == 0 {
+			field = "sshKeyNames"
+		}
+		return nil, badInput(field, "image %s does not run cloud-init", p.img.Name)
 	}
 	if len(in.UserData) > 0 {
 		if !p.img.CloudInit {
@@ -272,6 +265,69 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		p.userData = enc
 	}
 	return p, nil
+}
+
+// sshKeys checks in's SSHKeys and resolves its SSHKeyNames among the
+// owner's keys, and returns them merged, each key (its options, type and
+// key, whatever its comment) once.
+func sshKeys(ctx context.Context, d *deps, in CreateInput) ([]string, error) {
+	var (
+		out  []string
+		seen = map[string]bool{}
+	)
+	add := func(info *catalog.SSHKeyInfo) {
+		id := strings.Join(info.Options, ",") + " " + info.Fingerprint
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, info.Line)
+		}
+	}
+	if len(in.SSHKeys) > MaxSSHKeys {
+		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	}
+	for i, k := range in.SSHKeys {
+		field := fmt.Sprintf("sshKeys[%d]", i)
+		info, err := catalog.ParseSSHKey(field, k)
+		if err != nil {
+			return nil, keyInput(field, err)
+		}
+		add(info)
+	}
+	if len(in.SSHKeyNames) == 0 {
+		return out, nil
+	}
+	owned, err := catalog.SSHKeysOf(ctx, d.cfg.Catalog, in.Owner)
+	if err != nil {
+		return nil, internal("reading the caller's SSH keys failed", err)
+	}
+	if in.Owner == "" {
+		owned = nil
+	}
+	for i, name := range in.SSHKeyNames {
+		field := fmt.Sprintf("sshKeyNames[%d]", i)
+		j := slices.IndexFunc(owned, func(k catalog.UserSSHKey) bool { return k.Name == name })
+		if j < 0 {
+			return nil, badInput(field, "you have no SSH key named %q", name)
+		}
+		info, err := catalog.ParseSSHKey(field, owned[j].PublicKey)
+		if err != nil {
+			return nil, keyInput(field, err)
+		}
+		add(info)
+	}
+	if len(out) > MaxSSHKeys {
+		return nil, badInput("sshKeyNames", "at most %d SSH keys in all, sshKeys and sshKeyNames together", MaxSSHKeys)
+	}
+	return out, nil
+}
+
+// keyInput is the bad input of a key catalog.ParseSSHKey refused.
+func keyInput(field string, err error) error {
+	var ve *catalog.ValidationError
+	if errors.As(err, &ve) {
+		return badInput(field, "%s", ve.Message)
+	}
+	return internal("checking an SSH key failed", err)
 }
 
 func catalogInput(field, what, name string, err error) error {
