@@ -16,6 +16,10 @@ import (
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
@@ -23,7 +27,8 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	in := compute.CreateInput{
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
-		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
+		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
+		Owner: p.Subject, User: input.User,
 	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}

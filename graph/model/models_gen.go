@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -22,6 +23,18 @@ import (
 // An object with a global id, which node(id:) answers again.
 type Node interface {
 	IsNode()
+}
+
+// A key to add to the caller's SSH keys.
+type AddSSHKeyInput struct {
+	// The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+	// '_' or '-', starting with a letter or digit.
+	Name string `json:"name"`
+	// One OpenSSH authorized_keys line (options, type, key, comment) of at most
+	// 8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+	// ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+	// sk-ecdsa-sha2-nistp256@openssh.com.
+	PublicKey string `json:"publicKey"`
 }
 
 // A signed agent release the orchestrator serves to agents.
@@ -287,6 +300,9 @@ type CreateVMInput struct {
 	Nics []*NICInput `json:"nics"`
 	// At most 32 OpenSSH public keys for the cloud-init user.
 	SSHKeys []string `json:"sshKeys,omitempty"`
+	// Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+	// merged with sshKeys, a key given twice once, at most 32 in all.
+	SSHKeyNames []string `json:"sshKeyNames,omitempty"`
 	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
@@ -365,6 +381,14 @@ type DeletedOneToOneAddress struct {
 type DeletedPortForward struct {
 	// The id the port forward had.
 	ID string `json:"id"`
+}
+
+// The result of deleteSSHKey.
+type DeletedSSHKey struct {
+	// The name the key had.
+	Name string `json:"name"`
+	// Its fingerprint.
+	Fingerprint string `json:"fingerprint"`
 }
 
 // A packet counter of a running edge gateway.
@@ -629,6 +653,8 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
+	// The caller's SSH keys, in the order they were added.
+	SSHKeys []*sshkey.Key `json:"sshKeys"`
 }
 
 // Where migrateVM moves a VM.

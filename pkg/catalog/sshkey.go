@@ -212,78 +212,81 @@ func AddSSHKey(ctx context.Context, s Store, subject, name, publicKey string) (U
 		return UserSSHKey{}, err
 	}
 	key := UserSSHKey{Name: name, PublicKey: info.Line, Created: time.Now().UTC().Truncate(time.Second)}
-	for try := range maxAllocateTries {
-		u, err := Get[*UserSSHKeys](ctx, s, UserSSHKeysName(subject))
-		fresh := errors.Is(err, ErrNotFound)
-		switch {
-		case fresh:
-			u = &UserSSHKeys{}
-			u.Name, u.Subject = UserSSHKeysName(subject), subject
-		case err != nil:
-			return UserSSHKey{}, fmt.Errorf("add ssh key: %w", err)
-		case u.Subject != subject:
-			return UserSSHKey{}, fmt.Errorf("add ssh key: the keys of another subject have this subject's name %s", u.Name)
-		}
+	err = changeSSHKeys(ctx, s, subject, func(u *UserSSHKeys) error {
 		if slices.ContainsFunc(u.Keys, func(k UserSSHKey) bool { return k.Name == name }) {
-			return UserSSHKey{}, invalid("name", "you have a key named %q already", name)
+			return invalid("name", "you have a key named %q already", name)
 		}
 		if len(u.Keys) >= MaxUserSSHKeys {
-			return UserSSHKey{}, invalid("name", "you keep %d SSH keys, the most a user may; delete one first", len(u.Keys))
+			return invalid("name", "you keep %d SSH keys, the most a user may; delete one first", len(u.Keys))
 		}
 		u.Keys = append(u.Keys, key)
-		if fresh {
-			_, err = Create(ctx, s, u)
-		} else {
-			_, err = Update(ctx, s, u)
-		}
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAlreadyExists) {
-			if err := backoff(ctx, try); err != nil {
-				return UserSSHKey{}, err
-			}
-			continue
-		}
-		if err != nil {
-			return UserSSHKey{}, fmt.Errorf("add ssh key: %w", err)
-		}
-		return key, nil
+		return nil
+	})
+	if err != nil {
+		return UserSSHKey{}, fmt.Errorf("add ssh key: %w", err)
 	}
-	return UserSSHKey{}, &ConflictError{Kind: KindUserSSHKeys, Name: UserSSHKeysName(subject)}
+	return key, nil
 }
 
 // DeleteSSHKey removes the key name of subject, conditionally on the
 // version read, and returns it. A name the subject has no key of is a
 // *NotFoundError, whoever else has a key of that name.
 func DeleteSSHKey(ctx context.Context, s Store, subject, name string) (UserSSHKey, error) {
-	notFound := &NotFoundError{Kind: "SSH key", Name: name}
-	for try := range maxAllocateTries {
-		u, err := Get[*UserSSHKeys](ctx, s, UserSSHKeysName(subject))
-		if errors.Is(err, ErrNotFound) {
-			return UserSSHKey{}, notFound
-		}
-		if err != nil {
-			return UserSSHKey{}, fmt.Errorf("delete ssh key: %w", err)
-		}
+	var gone UserSSHKey
+	err := changeSSHKeys(ctx, s, subject, func(u *UserSSHKeys) error {
 		i := slices.IndexFunc(u.Keys, func(k UserSSHKey) bool { return k.Name == name })
-		if u.Subject != subject || i < 0 {
-			return UserSSHKey{}, notFound
+		if i < 0 {
+			return &NotFoundError{Kind: "SSH key", Name: name}
 		}
-		gone := u.Keys[i]
+		gone = u.Keys[i]
 		u.Keys = slices.Delete(u.Keys, i, i+1)
-		if len(u.Keys) == 0 {
-			err = s.Delete(ctx, KindUserSSHKeys, u.Name, u.ResourceVersion)
-		} else {
+		return nil
+	})
+	if err != nil {
+		return UserSSHKey{}, fmt.Errorf("delete ssh key: %w", err)
+	}
+	return gone, nil
+}
+
+// changeSSHKeys applies change to the keys of subject (none yet: an empty
+// object) and writes them, conditionally on the version read, reading
+// them again when another writer changed them; an object left without
+// keys is deleted. A change's error is returned as it is, nothing
+// written.
+func changeSSHKeys(ctx context.Context, s Store, subject string, change func(*UserSSHKeys) error) error {
+	name := UserSSHKeysName(subject)
+	for try := range maxAllocateTries {
+		u, err := Get[*UserSSHKeys](ctx, s, name)
+		fresh := errors.Is(err, ErrNotFound)
+		switch {
+		case fresh:
+			u = &UserSSHKeys{}
+			u.Name, u.Subject = name, subject
+		case err != nil:
+			return err
+		case u.Subject != subject:
+			return fmt.Errorf("the keys of another subject have this subject's name %s", name)
+		}
+		if err := change(u); err != nil {
+			return err
+		}
+		switch {
+		case fresh && len(u.Keys) == 0:
+			return nil
+		case fresh:
+			_, err = Create(ctx, s, u)
+		case len(u.Keys) == 0:
+			err = s.Delete(ctx, KindUserSSHKeys, name, u.ResourceVersion)
+		default:
 			_, err = Update(ctx, s, u)
 		}
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrAlreadyExists) || errors.Is(err, ErrNotFound) {
 			if err := backoff(ctx, try); err != nil {
-				return UserSSHKey{}, err
+				return err
 			}
 			continue
 		}
-		if err != nil {
-			return UserSSHKey{}, fmt.Errorf("delete ssh key: %w", err)
-		}
-		return gone, nil
+		return err
 	}
-	return UserSSHKey{}, &ConflictError{Kind: KindUserSSHKeys, Name: UserSSHKeysName(subject)}
+	return &ConflictError{Kind: KindUserSSHKeys, Name: name}
 }

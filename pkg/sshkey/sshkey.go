@@ -87,14 +87,7 @@ func (s *Service) Add(ctx context.Context, subject, name, publicKey string) (*Ke
 		return nil, ErrNoSubject
 	}
 	k, err := catalog.AddSSHKey(ctx, s.cfg.Catalog, subject, name, publicKey)
-	if err != nil {
-		return nil, fmt.Errorf("sshkey: add: %w", err)
-	}
-	key, err := view(k)
-	if err != nil {
-		return nil, fmt.Errorf("sshkey: add: %w", err)
-	}
-	return key, nil
+	return viewOf("add", k, err)
 }
 
 // Delete deletes the key name of subject and returns it; a name subject
@@ -104,14 +97,18 @@ func (s *Service) Delete(ctx context.Context, subject, name string) (*Key, error
 		return nil, ErrNoSubject
 	}
 	k, err := catalog.DeleteSSHKey(ctx, s.cfg.Catalog, subject, name)
-	if err != nil {
-		return nil, fmt.Errorf("sshkey: delete: %w", err)
+	return viewOf("delete", k, err)
+}
+
+// viewOf is view of the key an operation op returned, or its error.
+func viewOf(op string, k catalog.UserSSHKey, err error) (*Key, error) {
+	if err == nil {
+		var key *Key
+		if key, err = view(k); err == nil {
+			return key, nil
+		}
 	}
-	key, err := view(k)
-	if err != nil {
-		return nil, fmt.Errorf("sshkey: delete: %w", err)
-	}
-	return key, nil
+	return nil, fmt.Errorf("sshkey: %s: %w", op, err)
 }
 
 // view is what a stored key says.
