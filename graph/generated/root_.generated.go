@@ -7096,12 +7096,18 @@ extend type Mutation {
   Adds an SSH key to the caller's keys (at most 100; names unique among
   the caller's keys). Any signed-in user, for their own keys.
   """
-  addSSHKey(input: AddSSHKeyInput!): SSHKey!
+  addSSHKey(
+    "The key and its name."
+    input: AddSSHKeyInput!
+  ): SSHKey!
   """
   Deletes the caller's key of that name; a name the caller has no key of
   is NOT_FOUND. Any signed-in user, for their own keys.
   """
-  deleteSSHKey(name: String!): DeletedSSHKey!
+  deleteSSHKey(
+    "The name of the caller's key."
+    name: String!
+  ): DeletedSSHKey!
 }
 
 extend type Me {
