@@ -296,12 +296,12 @@ func sshKeys(ctx context.Context, d *deps, in CreateInput) ([]string, error) {
 	if len(in.SSHKeyNames) == 0 {
 		return out, nil
 	}
-	owned, err := catalog.SSHKeysOf(ctx, d.cfg.Catalog, in.Owner)
-	if err != nil {
-		return nil, internal("reading the caller's SSH keys failed", err)
-	}
-	if in.Owner == "" {
-		owned = nil
+	var owned []catalog.UserSSHKey
+	if in.Owner != "" {
+		var err error
+		if owned, err = catalog.SSHKeysOf(ctx, d.cfg.Catalog, in.Owner); err != nil {
+			return nil, internal("reading the caller's SSH keys failed", err)
+		}
 	}
 	for i, name := range in.SSHKeyNames {
 		field := fmt.Sprintf("sshKeyNames[%d]", i)
