@@ -100,6 +100,9 @@ func TestAuditEveryMutation(t *testing.T) {
 		"upgradeKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { upgradeKubernetesCluster(id: "nosuch", version: "v1.37.2") { id } }`, ids: []string{"nosuch"}}},
 		"issueKubeconfig":          {{user: "bob", vdc: "blue", query: `mutation { issueKubeconfig(cluster: "nosuch") { expiresAt } }`, ids: []string{"nosuch"}}},
 		"deleteKubernetesCluster":  {{user: "bob", vdc: "blue", query: `mutation { deleteKubernetesCluster(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
+			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
+		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -109,7 +112,8 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
-		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster"}
+		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
+		"addSSHKey", "deleteSSHKey"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -187,6 +191,10 @@ func TestAuditEveryMutation(t *testing.T) {
 				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)
+				}
+			case "addSSHKey":
+				if strings.Contains(string(b), "AAAAC3Nza") || ev.ResponseStatus.Code != "OK" {
+					t.Errorf("addSSHKey: refused, or the key is not redacted: %s", b)
 				}
 			case "createComputeProfile":
 				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {

@@ -33,7 +33,8 @@ type AddSSHKeyInput struct {
 	// One OpenSSH authorized_keys line (options, type, key, comment) of at most
 	// 8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
 	// ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
-	// sk-ecdsa-sha2-nistp256@openssh.com.
+	// sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+	// createVM's sshKeys are.
 	PublicKey string `json:"publicKey"`
 }
 
