@@ -296,6 +296,9 @@ func sshKeys(ctx context.Context, d *deps, in CreateInput) ([]string, error) {
 	if len(in.SSHKeyNames) == 0 {
 		return out, nil
 	}
+	if len(in.SSHKeyNames) > MaxSSHKeys {
+		return nil, badInput("sshKeyNames", "at most %d SSH keys", MaxSSHKeys)
+	}
 	var owned []catalog.UserSSHKey
 	if in.Owner != "" {
 		var err error
