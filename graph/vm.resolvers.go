@@ -25,6 +25,9 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
 		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
 	}
+	if input.UserData != nil {
+		in.UserData = []byte(*input.UserData)
+	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}
 		if n.Address != nil {

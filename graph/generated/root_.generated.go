@@ -7242,6 +7242,15 @@ input CreateVMInput {
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  The guest's own cloud-init user-data, at most 64 KiB: a ` + "`" + `#cloud-config` + "`" + `
+  YAML document or a shell script starting with ` + "`" + `#!` + "`" + `. flexplane merges it
+  with its own settings (hostname, the user and its SSH keys) as a
+  multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+  and the network configuration stays flexplane's. A ` + "`" + `users` + "`" + ` entry naming
+  ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
+  """
+  userData: String @secret
 }
 
 "A NIC of a new VM."

@@ -291,6 +291,13 @@ type CreateVMInput struct {
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData,omitempty"`
 }
 
 // The result of createVM.

@@ -44,15 +44,13 @@ type CreateInput struct {
 	SSHKeys []string
 	// User is the cloud-init user to create.
 	User string
-	// UserData is cloud-init user-data of the guest's own (a Cluster API
-	// worker's bootstrap data, for one): at most MaxUserData bytes once
-	// compressed. It is recorded with the guest's intent.
+	// UserData is cloud-init user-data of the guest's own (a tenant's, or
+	// a Cluster API worker's bootstrap data): a #cloud-config document or
+	// a script starting with "#!", at most MaxUserData bytes, merged with
+	// flexplane's own cloud-init settings (userdata.go) into a snippet.
+	// Only its checksum is recorded with the guest's intent.
 	UserData []byte
 }
-
-// MaxUserData bounds the compressed user-data of a create: it travels in
-// the guest's description, which Proxmox bounds to 8 KiB.
-const MaxUserData = 4 << 10
 
 // NICInput is one NIC: the network's id and a static address, or "" for
 // the first free address of the network's subnet.
@@ -97,8 +95,8 @@ type plan struct {
 	tpl     *images.Template // nil while the image is not staged in the zone
 	nics    []nicPlan
 	keys    []string
-	// userData is CreateInput.UserData compressed and encoded.
-	userData string
+	// userData is CreateInput.UserData, checked.
+	userData []byte
 }
 
 type nicPlan struct {
@@ -259,17 +257,16 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
 	}
 	if len(in.UserData) > 0 {
+		if err := checkUserData(in.UserData, in.User); err != nil {
+			return nil, err
+		}
 		if !p.img.CloudInit {
 			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
 		}
-		enc, err := encodeUserData(in.UserData)
-		if err != nil {
-			return nil, internal("compressing user-data", err)
+		if d.snips.w == nil {
+			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
-		if len(enc) > MaxUserData {
-			return nil, badInput("userData", "user-data is %d bytes compressed, more than %d", len(enc), MaxUserData)
-		}
-		p.userData = enc
+		p.userData = in.UserData
 	}
 	return p, nil
 }
@@ -312,11 +309,15 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, UserData: p.userData,
+		User: in.User, SSHKeys: p.keys,
+	}
+	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
+	if p.userData != nil {
+		sc.userData = mergedUserData(intent, p.userData)
+		intent.UserDataSum = userDataSum(sc.userData)
 	}
 	// Until its operation is recorded, Recover knows it live from here.
 	defer d.eng.begin(intent.Op)()
-	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	fail := func(err error) (*VM, *Operation, error) {
 		d.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		sc.release(context.WithoutCancel(ctx))
@@ -360,6 +361,10 @@ type createScope struct {
 	upid string
 	// assigned: the guest is recorded on its IPAM mappings (in this run).
 	assigned bool
+	// userData is the snippet of the guest's user-data while this process
+	// has it (nil for a create Recover took over: the snippet written
+	// before is all there is).
+	userData []byte
 }
 
 // createPhases are the phases of a create, in order: the names its
@@ -853,7 +858,7 @@ func (sc *createScope) resizeDisk(ctx context.Context, _ pveapi.Resource, cfg pv
 
 // deliverUserData writes the snippet of the guest's own user-data.
 func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
-	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
+	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, sc.userData, base)
 }
 
 // startGuest starts the guest.

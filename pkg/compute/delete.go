@@ -166,7 +166,7 @@ func (sc *deleteScope) release(ctx context.Context) error {
 	if err := ipam.ReleaseMACs(ctx, sc.z.Client, macs); err != nil {
 		return err
 	}
-	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom); err != nil {
+	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom, sc.log); err != nil {
 		return err
 	}
 	if sc.in != nil {
