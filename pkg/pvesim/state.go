@@ -25,6 +25,9 @@ type state struct {
 	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
 	nextPID  uint32
+	// firstBoots are the guests' starts whose cloud-init is still to run
+	// (cloudinit.go).
+	firstBoots []firstBoot
 	timers   map[*taskTimer]struct{}
 }
 
@@ -52,6 +55,9 @@ type guest struct {
 	snaps     map[string]*snapshot // by name
 	// metric counters carried over from earlier runs
 	baseNetIn, baseNetOut, baseRead, baseWrite int64
+	// ciInstance is the cloud-init instance-id whose first start ran its
+	// user-data (cloudinit.go); "" before.
+	ciInstance string
 }
 
 type storageDef struct {
