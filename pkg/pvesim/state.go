@@ -28,7 +28,7 @@ type state struct {
 	// firstBoots are the guests' starts whose cloud-init is still to run
 	// (cloudinit.go).
 	firstBoots []firstBoot
-	timers   map[*taskTimer]struct{}
+	timers     map[*taskTimer]struct{}
 }
 
 type node struct {

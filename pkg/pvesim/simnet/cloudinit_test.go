@@ -68,7 +68,9 @@ func TestCloudInitRunsAtFirstStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	indent := func(s string) string { return "      " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n      ") }
+	indent := func(s string) string {
+		return "      " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n      ")
+	}
 	userData := "Content-Type: multipart/mixed; boundary=\"b\"\nMIME-Version: 1.0\n\n" +
 		"--b\r\nContent-Type: text/cloud-config\r\n\r\n#cloud-config\nhostname: web\n" +
 		"write_files:\n  - path: /etc/passwd\n    content: not the host's\n" +
