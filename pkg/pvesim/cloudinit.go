@@ -97,7 +97,11 @@ func (c *Cluster) runFirstBoots(fbs []firstBoot) {
 		return
 	}
 	for _, fb := range fbs {
-		go c.runFirstBoot(ex, fb)
+		c.work.Add(1) // the caller, the data plane loop, is counted in work too
+		go func() {
+			defer c.work.Done()
+			c.runFirstBoot(ex, fb)
+		}()
 	}
 }
 
@@ -166,8 +170,18 @@ func (c *Cluster) runFirstBoot(ex GuestExec, fb firstBoot) {
 			log.Warn("cloud-init: start", "script", name, "err", err)
 			return
 		}
-		err := cmd.Wait()
-		log.Info("cloud-init: ran", "script", name, "err", err)
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		select {
+		case err := <-waited:
+			log.Info("cloud-init: ran", "script", name, "err", err)
+		case <-c.ctx.Done():
+			// The cluster closes: the script ends now (what it left running
+			// in the background ends with the guest's namespace).
+			_ = cmd.Process.Kill()
+			<-waited
+			return
+		}
 	}
 }
 
