@@ -167,24 +167,9 @@ func TestUserDataRunsInTheVM(t *testing.T) {
 		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithDataPlane())
 	h.WaitOnline(t, 30*time.Second)
 	nets := seedVMs(t, h, "alpha")
-	const userData = `#cloud-config
-write_files:
-  - path: /srv/hello.txt
-    content: hello from cloud-init
-  - path: /srv/serve.py
-    content: |
-      import socket
-      s = socket.socket()
-      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-      s.bind(("0.0.0.0", 7100))
-      s.listen()
-      while True:
-          c, _ = s.accept()
-          c.sendall(open("srv/hello.txt", "rb").read())
-          c.close()
-runcmd:
-  - python3 srv/serve.py >/dev/null 2>&1 &
-`
+	userData := "#cloud-config\nwrite_files:\n  - path: /srv/hello.txt\n    content: hello from cloud-init\n" +
+		"  - path: /srv/serve.py\n    content: |\n" + nettest.Indent(nettest.FileServerPy, 6) + "\n" +
+		"runcmd:\n  - python3 srv/serve.py >/dev/null 2>&1 &\n"
 	c := h.Clusters[0].Proxmox(t)
 	ids, ips, vmids := map[string]string{}, map[string]string{}, map[string]int{}
 	for _, name := range []string{"web", "probe"} {

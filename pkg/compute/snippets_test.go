@@ -15,6 +15,17 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
+// snippetEnv is an env of zone alpha whose service writes snippets
+// through agents.
+func snippetEnv(t *testing.T) (*env, *vmtest.Zone, *compute.Service) {
+	t.Helper()
+	e := newEnv(t, bigQuota, "alpha")
+	z := e.zones[0]
+	cfg := e.cfg
+	cfg.Snippets = agenttest.Snippets(t, z)
+	return e, z, e.newService(cfg)
+}
+
 // TestUserDataSnippet: a VM created with user-data gets it as its real
 // cloud-init user-data, merged with flexplane's own part (its user and
 // SSH keys, which a cicustom user= snippet would otherwise drop): the
@@ -23,11 +34,7 @@ import (
 // another node keeps it; deleting the VM deletes the snippet on every node.
 func TestUserDataSnippet(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, bigQuota, "alpha")
-	z := e.zones[0]
-	cfg := e.cfg
-	cfg.Snippets = agenttest.Snippets(t, z)
-	svc := e.newService(cfg)
+	e, z, svc := snippetEnv(t)
 	ctx := vmtest.Ctx(t)
 	in := e.input(z.Name, "worker-1")
 	in.UserData = []byte("#cloud-config\nruncmd:\n  - [kubeadm, join, --config, /run/kubeadm/kubeadm-join-config.yaml]\n")
@@ -95,11 +102,7 @@ func TestUserDataSnippet(t *testing.T) {
 // replace the VM's own user is refused on userData, and nothing is left.
 func TestUserDataBadInput(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, bigQuota, "alpha")
-	z := e.zones[0]
-	cfg := e.cfg
-	cfg.Snippets = agenttest.Snippets(t, z)
-	svc := e.newService(cfg)
+	e, z, svc := snippetEnv(t)
 	ctx := vmtest.Ctx(t)
 	before := e.snapshot()
 	for _, c := range []struct{ data, want string }{

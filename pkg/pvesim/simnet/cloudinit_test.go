@@ -24,19 +24,6 @@ import (
 	"github.com/flexplane/flexplane/pkg/pvesim/simnet"
 )
 
-// serveScript answers each connection with the file srv/hello.txt of its
-// working directory (the guest's root).
-const serveScript = `import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 7100))
-s.listen()
-while True:
-    c, _ = s.accept()
-    c.sendall(open("srv/hello.txt", "rb").read())
-    c.close()
-`
-
 // A guest's first start runs its cloud-init user-data (a multipart one, as
 // flexplane writes it): its write_files land under the guest's root, an
 // absolute path such as /etc/passwd too (the host's file is untouched), its
@@ -68,14 +55,11 @@ func TestCloudInitRunsAtFirstStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	indent := func(s string) string {
-		return "      " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n      ")
-	}
 	userData := "Content-Type: multipart/mixed; boundary=\"b\"\nMIME-Version: 1.0\n\n" +
 		"--b\r\nContent-Type: text/cloud-config\r\n\r\n#cloud-config\nhostname: web\n" +
 		"write_files:\n  - path: /etc/passwd\n    content: not the host's\n" +
 		"  - path: /srv/hello.txt\n    encoding: b64\n    content: " + base64.StdEncoding.EncodeToString([]byte("hello from cloud-init")) + "\n" +
-		"  - path: /srv/serve.py\n    permissions: '0600'\n    content: |\n" + indent(serveScript) + "\n" +
+		"  - path: /srv/serve.py\n    permissions: '0600'\n    content: |\n" + nettest.Indent(nettest.FileServerPy, 6) + "\n" +
 		"\r\n--b\r\nContent-Type: text/x-shellscript\r\n\r\n#!/bin/sh\necho script ran > script.out\n" +
 		"\r\n--b\r\nContent-Type: text/cloud-config\r\nMerge-Type: list(append)+dict(no_replace,recurse_list)+str()\r\n\r\n#cloud-config\n" +
 		"runcmd:\n  - python3 srv/serve.py >/dev/null 2>&1 &\n  - echo $! > srv/server.pid\n" +
