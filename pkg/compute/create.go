@@ -50,6 +50,10 @@ type CreateInput struct {
 	// flexplane's own cloud-init settings (userdata.go) into a snippet.
 	// Only its checksum is recorded with the guest's intent.
 	UserData []byte
+	// UserDataVerbatim delivers UserData as it is, neither checked (but
+	// for its size) nor merged: a Cluster API bootstrap's, which owns the
+	// worker's whole user-data (a jinja template of cloud-init's).
+	UserDataVerbatim bool
 }
 
 // NICInput is one NIC: the network's id and a static address, or "" for
@@ -95,8 +99,10 @@ type plan struct {
 	tpl     *images.Template // nil while the image is not staged in the zone
 	nics    []nicPlan
 	keys    []string
-	// userData is CreateInput.UserData, checked.
+	// userData is CreateInput.UserData, checked, and verbatim its
+	// UserDataVerbatim.
 	userData []byte
+	verbatim bool
 }
 
 type nicPlan struct {
@@ -257,8 +263,13 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
 	}
 	if len(in.UserData) > 0 {
-		if err := checkUserData(in.UserData, in.User); err != nil {
-			return nil, err
+		if in.UserDataVerbatim && len(in.UserData) > MaxUserData {
+			return nil, badInput("userData", "user-data is %d bytes, more than %d", len(in.UserData), MaxUserData)
+		}
+		if !in.UserDataVerbatim {
+			if err := checkUserData(in.UserData, in.User); err != nil {
+				return nil, err
+			}
 		}
 		if !p.img.CloudInit {
 			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
@@ -266,7 +277,7 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		if d.snips.w == nil {
 			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
-		p.userData = in.UserData
+		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
 	}
 	return p, nil
 }
@@ -313,7 +324,10 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	}
 	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	if p.userData != nil {
-		sc.userData = mergedUserData(intent, p.userData)
+		sc.userData = p.userData
+		if !p.verbatim {
+			sc.userData = mergedUserData(intent, p.userData)
+		}
 		intent.UserDataSum = userDataSum(sc.userData)
 	}
 	// Until its operation is recorded, Recover knows it live from here.

@@ -200,3 +200,30 @@ func TestUserDataRecovered(t *testing.T) {
 		t.Fatalf("the create without its snippet was not cleaned up: %v %v", ok, err)
 	}
 }
+
+// TestUserDataVerbatim: a Cluster API bootstrap's user-data (a jinja
+// template of cloud-init's, which the strict check would refuse) reaches
+// the guest byte for byte, not merged.
+func TestUserDataVerbatim(t *testing.T) {
+	t.Parallel()
+	e, z, svc := snippetEnv(t)
+	ctx := vmtest.Ctx(t)
+	in := e.input(z.Name, "worker-2")
+	in.UserData = []byte("## template: jinja\n#cloud-config\nruncmd:\n  - kubeadm join --node-name '{{ ds.meta_data.local_hostname }}'\n")
+	in.UserDataVerbatim = true
+	_, op, err := svc.CreateVM(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := e.wait(svc, "blue", op.ID)
+	if final.State != compute.OpSucceeded {
+		t.Fatalf("create: %+v", final)
+	}
+	vm, err := svc.VM(ctx, "blue", final.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := agenttest.UserData(t, z, vm.Node, vm.Ref.VMID); got != string(in.UserData) {
+		t.Fatalf("user-data %q, want the bootstrap's as it is", got)
+	}
+}
