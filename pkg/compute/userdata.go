@@ -44,10 +44,11 @@ func checkUserData(data []byte, user string) error {
 	if len(data) > MaxUserData {
 		return badInput("userData", "user-data is %d bytes, more than %d", len(data), MaxUserData)
 	}
+	first, _, _ := bytes.Cut(data, []byte("\n"))
 	switch {
 	case bytes.HasPrefix(data, []byte("#!")):
 		return nil
-	case !bytes.HasPrefix(data, []byte("#cloud-config")):
+	case string(bytes.TrimRight(first, " \t\r")) != "#cloud-config":
 		return badInput("userData", "user-data must be a #cloud-config document (its first line \"#cloud-config\") or a script starting with \"#!\"")
 	}
 	var doc any
