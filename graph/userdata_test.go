@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestUserDataThroughGraphQL: createVM's userData is checked (a YAML error
@@ -46,7 +47,11 @@ func TestUserDataThroughGraphQL(t *testing.T) {
 	h.GraphQL(t, tn.bob, tn.blue, createVM, input("web", tenant)).OK(t).Into(t, "createVM", &created)
 	id := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
 	px := h.Clusters[0].Proxmox(t)
-	vmid := vmidOf(t, px, "web")
+	ref, err := tenancy.ParseVMID(id) // names are not unique: another test's VM may be a "web" too
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmid := ref.VMID
 	var data string
 	if err := px.Get(vmtest.Ctx(t), fmt.Sprintf("/nodes/pve1/qemu/%d/cloudinit/dump?type=user", vmid), &data); err != nil {
 		t.Fatal(err)
