@@ -36,8 +36,8 @@ import (
 // started in a guest when the guest stops, is deleted or moves to
 // another node (a real guest's processes end with it too); a guest
 // started again does not run its user-data again, as cloud-init runs it
-// once per instance. The simulator does not keep across restarts that
-// it ran it.
+// once per instance (Config.StateFile keeps that it ran it; what it
+// started does not outlive the simulator's process).
 
 // GuestExec is a DataPlane that can run processes inside a running
 // guest's network namespace (simnet's Plane): with one, a guest's first
