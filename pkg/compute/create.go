@@ -277,6 +277,12 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		if d.snips.w == nil {
 			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
+		if p.tpl != nil {
+			// The clone lands on the template's node: it must keep snippets.
+			if _, err := snippetStorage(ctx, z, p.tpl.Node); err != nil {
+				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, p.tpl.Node)
+			}
+		}
 		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
 	}
 	return p, nil

@@ -227,3 +227,29 @@ func TestUserDataVerbatim(t *testing.T) {
 		t.Fatalf("user-data %q, want the bootstrap's as it is", got)
 	}
 }
+
+// TestUserDataNeedsSnippets: in a zone whose hosts keep no snippets, a
+// create with user-data is refused up front and changes nothing.
+func TestUserDataNeedsSnippets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	z := e.zones[0]
+	e.stage(z)
+	cfg := e.cfg
+	cfg.Snippets = agenttest.Snippets(t, z)
+	svc := e.newService(cfg)
+	ctx := vmtest.Ctx(t)
+	if err := z.Client.Put(ctx, "/storage/local", map[string]string{"content": "iso,vztmpl,backup,import"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	in := e.input(z.Name, "web")
+	in.UserData = []byte("#cloud-config\nruncmd: [ls]\n")
+	_, _, err := svc.CreateVM(ctx, in)
+	if ce, ok := err.(*compute.Error); !ok || ce.Kind != compute.KindBadInput || ce.Field != "userData" || !strings.Contains(ce.Message, "snippets") {
+		t.Fatalf("create without snippet storage: %v", err)
+	}
+	if after := e.snapshot(); !after.equal(before) {
+		t.Fatalf("the refused create changed state:\n%+v\n%+v", before, after)
+	}
+}
