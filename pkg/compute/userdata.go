@@ -33,9 +33,6 @@ const MaxUserData = 64 << 10
 // recursively, and a key flexplane's part set (hostname, user) is kept.
 const userDataMergeType = "list(append)+dict(no_replace,recurse_list)+str()"
 
-// userDataBoundary separates the parts of the merged user-data.
-const userDataBoundary = "flexplane-user-data"
-
 // checkUserData validates a create's user-data for a VM whose cloud-init
 // user is user: a #cloud-config document that parses as a YAML mapping
 // and keeps user, or a script starting with "#!". Errors are BAD_INPUT on
@@ -103,9 +100,10 @@ func mergedUserData(in *Intent, data []byte) []byte {
 	own.WriteString("chpasswd:\n  expire: false\nusers:\n  - default\n")
 
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Content-Type: multipart/mixed; boundary=%q\nMIME-Version: 1.0\n\n", userDataBoundary)
+	// A random boundary, which the caller's part cannot hold: it cannot
+	// end its part early and add parts of its own.
 	w := multipart.NewWriter(&b)
-	_ = w.SetBoundary(userDataBoundary)
+	fmt.Fprintf(&b, "Content-Type: multipart/mixed; boundary=%q\nMIME-Version: 1.0\n\n", w.Boundary())
 	part := func(h textproto.MIMEHeader, body []byte) {
 		h.Set("MIME-Version", "1.0")
 		p, _ := w.CreatePart(h)
