@@ -26,6 +26,37 @@ func snippetEnv(t *testing.T) (*env, *vmtest.Zone, *compute.Service) {
 	return e, z, e.newService(cfg)
 }
 
+// stagedSnippetEnv is an env of zone alpha with its image staged, and a
+// config whose snippets agents write.
+func stagedSnippetEnv(t *testing.T) (*env, *vmtest.Zone, compute.Config) {
+	t.Helper()
+	e := newEnv(t, bigQuota, "alpha")
+	z := e.zones[0]
+	e.stage(z)
+	cfg := e.cfg
+	cfg.Snippets = agenttest.Snippets(t, z)
+	return e, z, cfg
+}
+
+// create creates a VM of blue with svc and waits for it.
+func (e *env) create(svc *compute.Service, in compute.CreateInput) *compute.VM {
+	e.t.Helper()
+	ctx := vmtest.Ctx(e.t)
+	_, op, err := svc.CreateVM(ctx, in)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	final := e.wait(svc, "blue", op.ID)
+	if final.State != compute.OpSucceeded {
+		e.t.Fatalf("create: %+v", final)
+	}
+	vm, err := svc.VM(ctx, "blue", final.VMID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return vm
+}
+
 // TestUserDataSnippet: a VM created with user-data gets it as its real
 // cloud-init user-data, merged with flexplane's own part (its user and
 // SSH keys, which a cicustom user= snippet would otherwise drop): the
@@ -38,18 +69,7 @@ func TestUserDataSnippet(t *testing.T) {
 	ctx := vmtest.Ctx(t)
 	in := e.input(z.Name, "worker-1")
 	in.UserData = []byte("#cloud-config\nruncmd:\n  - [kubeadm, join, --config, /run/kubeadm/kubeadm-join-config.yaml]\n")
-	_, op, err := svc.CreateVM(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	final := e.wait(svc, "blue", op.ID)
-	if final.State != compute.OpSucceeded {
-		t.Fatalf("create: %+v", final)
-	}
-	vm, err := svc.VM(ctx, "blue", final.VMID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := e.create(svc, in)
 	if vm.Status != compute.StatusRunning {
 		t.Fatalf("VM %+v, want running", vm)
 	}
@@ -168,11 +188,7 @@ func crashBefore(t *testing.T, e *env, cfg compute.Config, step string) pveapi.R
 // cleaned up.
 func TestUserDataRecovered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
-	cfg := e.cfg
-	cfg.Snippets = agenttest.Snippets(t, z)
+	e, z, cfg := stagedSnippetEnv(t)
 	ctx := vmtest.Ctx(t)
 
 	g := crashBefore(t, e, cfg, "resize")
@@ -207,22 +223,10 @@ func TestUserDataRecovered(t *testing.T) {
 func TestUserDataVerbatim(t *testing.T) {
 	t.Parallel()
 	e, z, svc := snippetEnv(t)
-	ctx := vmtest.Ctx(t)
 	in := e.input(z.Name, "worker-2")
 	in.UserData = []byte("## template: jinja\n#cloud-config\nruncmd:\n  - kubeadm join --node-name '{{ ds.meta_data.local_hostname }}'\n")
 	in.UserDataVerbatim = true
-	_, op, err := svc.CreateVM(ctx, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	final := e.wait(svc, "blue", op.ID)
-	if final.State != compute.OpSucceeded {
-		t.Fatalf("create: %+v", final)
-	}
-	vm, err := svc.VM(ctx, "blue", final.VMID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vm := e.create(svc, in)
 	if got := agenttest.UserData(t, z, vm.Node, vm.Ref.VMID); got != string(in.UserData) {
 		t.Fatalf("user-data %q, want the bootstrap's as it is", got)
 	}
@@ -232,11 +236,7 @@ func TestUserDataVerbatim(t *testing.T) {
 // create with user-data is refused up front and changes nothing.
 func TestUserDataNeedsSnippets(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
-	cfg := e.cfg
-	cfg.Snippets = agenttest.Snippets(t, z)
+	e, z, cfg := stagedSnippetEnv(t)
 	svc := e.newService(cfg)
 	ctx := vmtest.Ctx(t)
 	if err := z.Client.Put(ctx, "/storage/local", map[string]string{"content": "iso,vztmpl,backup,import"}, nil); err != nil {
