@@ -416,7 +416,7 @@ func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
+	tpl, err := sc.stageOnHost(ctx)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}

@@ -36,9 +36,15 @@ type env struct {
 
 func newEnv(t *testing.T, q catalog.VDCQuotas, zoneNames ...string) *env {
 	t.Helper()
+	return newEnvOf(t, 2, q, zoneNames...)
+}
+
+// newEnvOf is newEnv with zones of nodes nodes.
+func newEnvOf(t *testing.T, nodes int, q catalog.VDCQuotas, zoneNames ...string) *env {
+	t.Helper()
 	e := &env{t: t, blue: map[string]string{}, red: map[string]string{}, small: map[string]string{}, quotas: q}
 	for _, n := range zoneNames {
-		z := vmtest.StartZone(t, n, 2)
+		z := vmtest.StartZone(t, n, nodes)
 		e.zones = append(e.zones, z)
 		e.blue[n] = vmtest.AddNetwork(t, z, "blue", "lan", "10.1.0.0/24", "10.1.0.1")
 		e.small[n] = vmtest.AddNetwork(t, z, "blue", "small", "10.2.0.0/28", "10.2.0.1")

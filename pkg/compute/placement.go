@@ -293,9 +293,7 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	}
 	hosts := make([]hostLoad, 0, len(byNode))
 	for _, h := range byNode {
-		if h.MaxMem > 0 || h.Online {
-			hosts = append(hosts, *h)
-		}
+		hosts = append(hosts, *h)
 	}
 	if pin != "" {
 		i := slices.IndexFunc(hosts, func(h hostLoad) bool { return h.Node == pin })
@@ -391,4 +389,22 @@ func (sc *createScope) unplace() {
 	if sc.p != nil {
 		sc.p.slot.release()
 	}
+}
+
+// stageOnHost stages the image of a create where its VM is cloned from
+// and returns that template. A VM of local storage needs its host's own
+// template: the image is staged on every node that may host first (as
+// staging it into the zone does), so that the next creates, placed
+// elsewhere, find theirs; a node that fails there only matters if it is
+// the host.
+func (sc *createScope) stageOnHost(ctx context.Context) (images.Template, error) {
+	t := sc.p.target()
+	if t.Node != "" {
+		all := t
+		all.Node = ""
+		if _, err := sc.stager.Ensure(ctx, all, sc.p.img); err != nil {
+			sc.log.Warn("staging the image on every node", "image", sc.p.img.Name, "zone", t.Zone, "err", err)
+		}
+	}
+	return sc.stager.Ensure(ctx, t, sc.p.img)
 }
