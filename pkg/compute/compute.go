@@ -224,6 +224,9 @@ type deps struct {
 	moved *movedIndex
 	// placer: the placements of the creates in flight (placement.go).
 	placer *placer
+	// unplaced: creates skip placement and clone on the template's node
+	// (set only by DisablePlacementForTest, to measure placement's cost).
+	unplaced bool
 }
 
 // New returns a Service.

@@ -363,21 +363,32 @@ func (s *slot) host(tpl string) string {
 // p.slot) and reads whether the image is staged where the VM is cloned
 // from (p.tpl). On error nothing is held.
 func placeCreate(ctx context.Context, d *deps, p *plan, in CreateInput) error {
+	if d.unplaced {
+		return stagedState(ctx, d, p, in)
+	}
 	s, err := d.place(ctx, placeRequest{Zone: p.zone, Pin: in.Host, Field: "host", VM: in.Name, Demand: demand{
 		MemBytes: int64(p.cp.MemoryMiB) << 20, VCPUs: p.cp.VCPUs, DiskBytes: int64(in.DiskGiB) << 30, Storage: p.storage}})
 	if err != nil {
 		return err
 	}
 	p.slot = s
+	if err := stagedState(ctx, d, p, in); err != nil {
+		s.release()
+		return err
+	}
+	return nil
+}
+
+// stagedState reads whether the image of p is staged where its VM is
+// cloned from (p.tpl), and checks the disk against the image's size.
+func stagedState(ctx context.Context, d *deps, p *plan, in CreateInput) error {
 	st, err := d.stager.Status(ctx, p.target(), p.img)
 	if err != nil {
-		s.release()
 		return zoneDown(p.zone.Name, err)
 	}
 	if st.State == images.StateStaged {
 		p.tpl = &st.Template
 		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			s.release()
 			return badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
 		}
 	}
