@@ -327,16 +327,34 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	return s, nil
 }
 
-// capacityMessage says why no host of zone can take a VM.
+// capacityMessage says why no host of zone can take a VM: how many hosts
+// refused it for each reason, not which (the hosts and their load are
+// the platform admins' to see; the log names them).
 func capacityMessage(zone string, vs []verdict) string {
 	if len(vs) == 0 {
 		return fmt.Sprintf("zone %s has no host", zone)
 	}
-	var why []string
+	count := map[string]int{}
+	var whys []string
 	for _, v := range vs {
-		why = append(why, v.Node+": "+v.Why)
+		if count[v.Why] == 0 {
+			whys = append(whys, v.Why)
+		}
+		count[v.Why]++
 	}
-	return fmt.Sprintf("no host of zone %s can take the VM (%s)", zone, strings.Join(why, "; "))
+	slices.Sort(whys)
+	parts := make([]string, 0, len(whys))
+	for _, w := range whys {
+		parts = append(parts, fmt.Sprintf("%d %s: %s", count[w], plural(count[w], "host", "hosts"), w))
+	}
+	return fmt.Sprintf("no host of zone %s can take the VM (%s)", zone, strings.Join(parts, "; "))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // templateNode is the node whose own template a VM placed in s is cloned

@@ -127,3 +127,14 @@ func TestLoadsCountsProxmoxFigures(t *testing.T) {
 		t.Errorf("pve2 %+v: want offline, its storage unavailable", h)
 	}
 }
+
+// TestCapacityMessageNamesNoHost: a tenant learns why, not which hosts.
+func TestCapacityMessageNamesNoHost(t *testing.T) {
+	t.Parallel()
+	msg := capacityMessage("fra1", []verdict{{Node: "pve1", Why: "offline"}, {Node: "pve2", Why: "not enough free memory", Detail: "1 MiB free"},
+		{Node: "pve3", Why: "not enough free memory"}})
+	want := "no host of zone fra1 can take the VM (2 hosts: not enough free memory; 1 host: offline)"
+	if msg != want {
+		t.Errorf("message %q, want %q", msg, want)
+	}
+}
