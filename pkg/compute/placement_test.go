@@ -71,14 +71,21 @@ func (e *env) waitQuiet(id string) compute.Operation {
 	return last
 }
 
+// stagedThreeNodes is an env of one zone "alpha" of three nodes, the
+// image staged there.
+func stagedThreeNodes(t *testing.T) (*env, *vmtest.Zone) {
+	t.Helper()
+	e := newEnvOf(t, 3, bigQuota, "alpha")
+	e.stage(e.zones[0])
+	return e, e.zones[0]
+}
+
 // TestPlacementSpreadsCreates creates nine VMs at once in a zone of three
 // nodes: every node takes some, none more than four (without placement
 // all nine landed on the template's node).
 func TestPlacementSpreadsCreates(t *testing.T) {
 	t.Parallel()
-	e := newEnvOf(t, 3, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
+	e, z := stagedThreeNodes(t)
 	e.createAll(z, "web", 9)
 	hosts := e.hostsOf(z)
 	if len(hosts) != 3 {
@@ -95,9 +102,7 @@ func TestPlacementSpreadsCreates(t *testing.T) {
 // most loaded; an unknown or offline host is BAD_USER_INPUT on host.
 func TestPlacementPinnedHost(t *testing.T) {
 	t.Parallel()
-	e := newEnvOf(t, 3, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
+	e, z := stagedThreeNodes(t)
 	ctx := vmtest.Ctx(t)
 	for i := range 2 {
 		in := e.input("alpha", fmt.Sprintf("pinned-%d", i))
@@ -140,9 +145,7 @@ func TestPlacementPinnedHost(t *testing.T) {
 // ratio (its ZonePolicy) then lets it in.
 func TestPlacementCapacityExceeded(t *testing.T) {
 	t.Parallel()
-	e := newEnvOf(t, 3, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
+	e, z := stagedThreeNodes(t)
 	ctx := vmtest.Ctx(t)
 	// Each simulated node has 64 GiB.
 	huge := &catalog.ComputeProfile{ObjectMeta: catalog.ObjectMeta{Name: "huge"}, ComputeProfileSpec: catalog.ComputeProfileSpec{VCPUs: 2, MemoryMiB: 80 << 10}}
@@ -181,9 +184,7 @@ func TestPlacementCapacityExceeded(t *testing.T) {
 // VM.
 func TestPlacementSkipsOfflineNode(t *testing.T) {
 	t.Parallel()
-	e := newEnvOf(t, 3, bigQuota, "alpha")
-	z := e.zones[0]
-	e.stage(z)
+	e, z := stagedThreeNodes(t)
 	z.Sim.SetNodeOnline("pve2", false)
 	e.createAll(z, "db", 4)
 	hosts := e.hostsOf(z)

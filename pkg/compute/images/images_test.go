@@ -13,8 +13,7 @@ import (
 func TestStageMakesOneTemplatePerNode(t *testing.T) {
 	t.Parallel()
 	z := vmtest.StartZone(t, "alpha", 2)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	img := &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: "tiny"}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
+	img := tinyImage(t, "tiny")
 	s := images.New(nil)
 	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm"}}
 	ctx := vmtest.Ctx(t)
@@ -102,8 +101,7 @@ func TestStageWrongChecksumFails(t *testing.T) {
 func TestStageOnOneNode(t *testing.T) {
 	t.Parallel()
 	z := vmtest.StartZone(t, "gamma", 3)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	img := &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: "tiny"}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
+	img := tinyImage(t, "tiny")
 	s := images.New(nil)
 	ctx := vmtest.Ctx(t)
 	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm"}, Node: "pve2"}
@@ -117,7 +115,7 @@ func TestStageOnOneNode(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want %s", node, st, err, want)
 		}
 	}
-	shared := &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: "shared"}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
+	shared := tinyImage(t, "shared")
 	if _, err := s.Ensure(ctx, images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"shared"}}, shared); err != nil {
 		t.Fatalf("ensure on shared storage: %v", err)
 	}
@@ -134,4 +132,11 @@ func TestStageOnOneNode(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d templates of an image on shared storage, want 1", n)
 	}
+}
+
+// tinyImage is an image called name of 3 MiB, served until t ends.
+func tinyImage(t *testing.T, name string) *catalog.Image {
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	return &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: name}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
 }
