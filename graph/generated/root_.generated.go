@@ -6860,7 +6860,8 @@ type Region {
 # that does not exist, answers NOT_FOUND for the whole request.
 #
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, CAPACITY_EXCEEDED (no
+# host of the zone can take the VM; nothing was done), ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
 # operation ran) or INTERNAL.
@@ -7251,6 +7252,14 @@ input CreateVMInput {
   ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
   """
   userData: String @secret
+  """
+  Pins the VM to a host of the zone (a Host id, or the host's name); only
+  an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+  take the VM (unknown, offline, in maintenance, without room for its
+  memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+  chooses the least loaded host that can take it.
+  """
+  host: String
 }
 
 "A NIC of a new VM."

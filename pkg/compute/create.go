@@ -54,6 +54,10 @@ type CreateInput struct {
 	// for its size) nor merged: a Cluster API bootstrap's, which owns the
 	// worker's whole user-data (a jinja template of cloud-init's).
 	UserDataVerbatim bool
+	// Host pins the VM to a host of the zone (a host id or its node name);
+	// "" lets placement choose (placement.go). Who may pin is the
+	// caller's to check.
+	Host string
 }
 
 // NICInput is one NIC: the network's id and a static address, or "" for
@@ -103,6 +107,8 @@ type plan struct {
 	// UserDataVerbatim.
 	userData []byte
 	verbatim bool
+	// slot is the host placement chose, held until the create ends.
+	slot *slot
 }
 
 type nicPlan struct {
@@ -203,16 +209,6 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
 		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
-	st, err := d.stager.Status(ctx, p.target(), p.img)
-	if err != nil {
-		return nil, zoneDown(z.Name, err)
-	}
-	if st.State == images.StateStaged {
-		p.tpl = &st.Template
-		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			return nil, badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
-		}
-	}
 	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
 		return nil, badInput("nics", "a VM has 1 to %d NICs", MaxNICs)
 	}
@@ -277,13 +273,27 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		if d.snips.w == nil {
 			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
-		if p.tpl != nil {
-			// The clone lands on the template's node: it must keep snippets.
-			if _, err := snippetStorage(ctx, z, p.tpl.Node); err != nil {
-				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, p.tpl.Node)
+		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
+	}
+	if err := placeCreate(ctx, d, p, in); err != nil {
+		return nil, err
+	}
+	if len(p.userData) > 0 {
+		// The guest lands on the host placement chose (else on its
+		// template's): that host must keep snippets.
+		host := ""
+		switch {
+		case p.slot != nil:
+			host = p.slot.node
+		case p.tpl != nil:
+			host = p.tpl.Node
+		}
+		if host != "" {
+			if _, err := snippetStorage(ctx, z, host); err != nil {
+				p.slot.release()
+				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
 			}
 		}
-		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
 	}
 	return p, nil
 }
@@ -297,7 +307,7 @@ func catalogInput(field, what, name string, err error) error {
 
 // target is where the plan's image is staged.
 func (p *plan) target() images.Target {
-	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
+	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}, Node: p.slot.templateNode()}
 }
 
 // CreateVM validates in, reserves quota, claims the addresses and starts
@@ -442,7 +452,7 @@ func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
+	tpl, err := sc.stageOnHost(ctx)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}
@@ -541,6 +551,7 @@ func (sc *createScope) conclude(ctx context.Context, err error) {
 	if qerr := sc.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
+	sc.unplace()
 	sc.eng.finishOp(sc.opID, err)
 }
 
@@ -640,6 +651,7 @@ func (sc *createScope) release(ctx context.Context) {
 	if err := sc.quota.Release(ctx, in.VDC, in.Op); err != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
+	sc.unplace()
 }
 
 // claim claims an address per NIC in the IPAM and records them in the intent.
@@ -726,9 +738,10 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 		}
 		var upid string
 		sc.bind(ctx, vmid)
+		sc.p.slot.bind(vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
-			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
+			"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
 		}, &upid)
 		switch {
 		case err == nil:
