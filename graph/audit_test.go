@@ -36,7 +36,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	// default rate limit lets through (whose refusals
 	// TestAuditRefusedMutations and graph/server's tests audit).
 	noLimits := server.RateLimits{MutationRate: -1, ConsoleRate: -1}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
 		meshtest.WithAPI(meshtest.APISpec{RateLimits: noLimits}), meshtest.WithAuditSink(rec))
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
@@ -145,7 +145,7 @@ func TestAuditEveryMutation(t *testing.T) {
 				})
 				vars = map[string]any{"in": map[string]any{"name": "a-1", "zone": "alpha", "image": "tiny", "computeProfile": "small",
 					"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": created.CreateNetwork.ID}},
-					"sshKeys": []string{sshKey}, "user": "bob"}}
+					"sshKeys": []string{sshKey}, "user": "bob", "userData": "#cloud-config\nruncmd:\n  - echo user-data-secret-42\n"}}
 			case "deleteNetwork":
 				vars = map[string]any{"id": created.CreateNetwork.ID}
 				c.ids = []string{created.CreateNetwork.ID}
@@ -188,6 +188,9 @@ func TestAuditEveryMutation(t *testing.T) {
 			case "createVM":
 				if strings.Contains(string(b), "AAAAC3Nza") || !strings.Contains(string(b), audit.Redacted) {
 					t.Errorf("createVM: the SSH key is not redacted: %s", b)
+				}
+				if strings.Contains(string(b), "user-data-secret-42") || strings.Contains(string(b), "runcmd") {
+					t.Errorf("createVM: the user-data is not redacted: %s", b)
 				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -29,6 +30,17 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
 		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
 		Owner: p.Subject, User: input.User,
+	}
+	if input.UserData != nil {
+		in.UserData = []byte(*input.UserData)
+	}
+	if input.Host != nil {
+		// Pinning a host is an ADMIN's choice: the hosts' load is the
+		// platform's to balance.
+		if !scope.Role.AtLeast(auth.RoleAdmin) {
+			return nil, apierr.BadInput("input.host", "input.host: only an ADMIN of the VDC may pin a host")
+		}
+		in.Host = *input.Host
 	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}

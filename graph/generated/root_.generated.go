@@ -6964,7 +6964,8 @@ type Region {
 # that does not exist, answers NOT_FOUND for the whole request.
 #
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, CAPACITY_EXCEEDED (no
+# host of the zone can take the VM; nothing was done), ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
 # operation ran) or INTERNAL.
@@ -7424,6 +7425,23 @@ input CreateVMInput {
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  The guest's own cloud-init user-data, at most 64 KiB: a ` + "`" + `#cloud-config` + "`" + `
+  YAML document or a shell script starting with ` + "`" + `#!` + "`" + `. flexplane merges it
+  with its own settings (hostname, the user and its SSH keys) as a
+  multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+  and the network configuration stays flexplane's. A ` + "`" + `users` + "`" + ` entry naming
+  ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
+  """
+  userData: String @secret
+  """
+  Pins the VM to a host of the zone (a Host id, or the host's name); only
+  an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+  take the VM (unknown, offline, in maintenance, without room for its
+  memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+  chooses the least loaded host that can take it.
+  """
+  host: String
 }
 
 "A NIC of a new VM."

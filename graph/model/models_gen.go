@@ -308,6 +308,19 @@ type CreateVMInput struct {
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData,omitempty"`
+	// Pins the VM to a host of the zone (a Host id, or the host's name); only
+	// an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+	// take the VM (unknown, offline, in maintenance, without room for its
+	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+	// chooses the least loaded host that can take it.
+	Host *string `json:"host,omitempty"`
 }
 
 // The result of createVM.

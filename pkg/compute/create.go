@@ -50,15 +50,21 @@ type CreateInput struct {
 	Owner string
 	// User is the cloud-init user to create.
 	User string
-	// UserData is cloud-init user-data of the guest's own (a Cluster API
-	// worker's bootstrap data, for one): at most MaxUserData bytes once
-	// compressed. It is recorded with the guest's intent.
+	// UserData is cloud-init user-data of the guest's own (a tenant's, or
+	// a Cluster API worker's bootstrap data): a #cloud-config document or
+	// a script starting with "#!", at most MaxUserData bytes, merged with
+	// flexplane's own cloud-init settings (userdata.go) into a snippet.
+	// Only its checksum is recorded with the guest's intent.
 	UserData []byte
+	// UserDataVerbatim delivers UserData as it is, neither checked (but
+	// for its size) nor merged: a Cluster API bootstrap's, which owns the
+	// worker's whole user-data (a jinja template of cloud-init's).
+	UserDataVerbatim bool
+	// Host pins the VM to a host of the zone (a host id or its node name);
+	// "" lets placement choose (placement.go). Who may pin is the
+	// caller's to check.
+	Host string
 }
-
-// MaxUserData bounds the compressed user-data of a create: it travels in
-// the guest's description, which Proxmox bounds to 8 KiB.
-const MaxUserData = 4 << 10
 
 // NICInput is one NIC: the network's id and a static address, or "" for
 // the first free address of the network's subnet.
@@ -103,8 +109,12 @@ type plan struct {
 	tpl     *images.Template // nil while the image is not staged in the zone
 	nics    []nicPlan
 	keys    []string
-	// userData is CreateInput.UserData compressed and encoded.
-	userData string
+	// userData is CreateInput.UserData, checked, and verbatim its
+	// UserDataVerbatim.
+	userData []byte
+	verbatim bool
+	// slot is the host placement chose, held until the create ends.
+	slot *slot
 }
 
 type nicPlan struct {
@@ -193,16 +203,6 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
 		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
-	st, err := d.stager.Status(ctx, p.target(), p.img)
-	if err != nil {
-		return nil, zoneDown(z.Name, err)
-	}
-	if st.State == images.StateStaged {
-		p.tpl = &st.Template
-		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			return nil, badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
-		}
-	}
 	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
 		return nil, badInput("nics", "a VM has 1 to %d NICs", MaxNICs)
 	}
@@ -252,17 +252,41 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, badInput(field, "image %s does not run cloud-init", p.img.Name)
 	}
 	if len(in.UserData) > 0 {
+		if in.UserDataVerbatim && len(in.UserData) > MaxUserData {
+			return nil, badInput("userData", "user-data is %d bytes, more than %d", len(in.UserData), MaxUserData)
+		}
+		if !in.UserDataVerbatim {
+			if err := checkUserData(in.UserData, in.User); err != nil {
+				return nil, err
+			}
+		}
 		if !p.img.CloudInit {
 			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
 		}
-		enc, err := encodeUserData(in.UserData)
-		if err != nil {
-			return nil, internal("compressing user-data", err)
+		if d.snips.w == nil {
+			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
-		if len(enc) > MaxUserData {
-			return nil, badInput("userData", "user-data is %d bytes compressed, more than %d", len(enc), MaxUserData)
+		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
+	}
+	if err := placeCreate(ctx, d, p, in); err != nil {
+		return nil, err
+	}
+	if len(p.userData) > 0 {
+		// The guest lands on the host placement chose (else on its
+		// template's): that host must keep snippets.
+		host := ""
+		switch {
+		case p.slot != nil:
+			host = p.slot.node
+		case p.tpl != nil:
+			host = p.tpl.Node
 		}
-		p.userData = enc
+		if host != "" {
+			if _, err := snippetStorage(ctx, z, host); err != nil {
+				p.slot.release()
+				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
+			}
+		}
 	}
 	return p, nil
 }
@@ -342,7 +366,7 @@ func catalogInput(field, what, name string, err error) error {
 
 // target is where the plan's image is staged.
 func (p *plan) target() images.Target {
-	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
+	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}, Node: p.slot.templateNode()}
 }
 
 // CreateVM validates in, reserves quota, claims the addresses and starts
@@ -371,11 +395,18 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, UserData: p.userData,
+		User: in.User, SSHKeys: p.keys,
+	}
+	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
+	if p.userData != nil {
+		sc.userData = p.userData
+		if !p.verbatim {
+			sc.userData = mergedUserData(intent, p.userData)
+		}
+		intent.UserDataSum = userDataSum(sc.userData)
 	}
 	// Until its operation is recorded, Recover knows it live from here.
 	defer d.eng.begin(intent.Op)()
-	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	fail := func(err error) (*VM, *Operation, error) {
 		d.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		sc.release(context.WithoutCancel(ctx))
@@ -419,6 +450,10 @@ type createScope struct {
 	upid string
 	// assigned: the guest is recorded on its IPAM mappings (in this run).
 	assigned bool
+	// userData is the snippet of the guest's user-data while this process
+	// has it (nil for a create Recover took over: the snippet written
+	// before is all there is).
+	userData []byte
 }
 
 // createPhases are the phases of a create, in order: the names its
@@ -476,7 +511,7 @@ func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
+	tpl, err := sc.stageOnHost(ctx)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}
@@ -575,6 +610,7 @@ func (sc *createScope) conclude(ctx context.Context, err error) {
 	if qerr := sc.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
+	sc.unplace()
 	sc.eng.finishOp(sc.opID, err)
 }
 
@@ -674,6 +710,7 @@ func (sc *createScope) release(ctx context.Context) {
 	if err := sc.quota.Release(ctx, in.VDC, in.Op); err != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
+	sc.unplace()
 }
 
 // claim claims an address per NIC in the IPAM and records them in the intent.
@@ -760,9 +797,10 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 		}
 		var upid string
 		sc.bind(ctx, vmid)
+		sc.p.slot.bind(vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
-			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
+			"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
 		}, &upid)
 		switch {
 		case err == nil:
@@ -912,7 +950,7 @@ func (sc *createScope) resizeDisk(ctx context.Context, _ pveapi.Resource, cfg pv
 
 // deliverUserData writes the snippet of the guest's own user-data.
 func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
-	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
+	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, sc.userData, base)
 }
 
 // startGuest starts the guest.
