@@ -24,6 +24,7 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/snapshot"},
 		{"POST", "/nodes/pve1/qemu/100/snapshot/before-upgrade/rollback"},
 		{"DELETE", "/nodes/pve1/qemu/100/snapshot/before-upgrade"},
+		{"GET", "/nodes/pve1/qemu/100/cloudinit/dump"}, // a move copies the VM's user-data snippet
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {

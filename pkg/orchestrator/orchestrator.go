@@ -211,6 +211,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 			Kubernetes:    kube,
 			Networks:      svcs.networks,
 			VDCs:          svcs.vdcs,
+			SSHKeys:       svcs.sshKeys,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

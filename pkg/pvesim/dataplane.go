@@ -31,6 +31,9 @@ type Topology struct {
 	VNets []TopologyVNet
 	// Guests are the running guests of online nodes, sorted by VMID.
 	Guests []TopologyGuest
+	// FirewallSets are the address sets the NICs' firewalls name: "dc/NAME" for the
+	// cluster's ipset NAME, "guest/VMID/NAME" for a guest's.
+	FirewallSets map[string]FirewallSet
 }
 
 // TopologyNode is a node and its management address (vmbr0), which VXLAN zones use
@@ -76,6 +79,8 @@ type TopologyNIC struct {
 	MAC     string
 	Address netip.Prefix
 	Gateway netip.Addr
+	// Firewall is what the firewall enforces on the NIC; nil when it is off.
+	Firewall *NICFirewall
 }
 
 // topology builds the Topology of the model; the caller holds mu.
@@ -142,6 +147,7 @@ func (st *state) topology() Topology {
 		}
 		t.Guests = append(t.Guests, tg)
 	}
+	st.firewallTopology(&t)
 	return t
 }
 
@@ -158,17 +164,23 @@ func (c *Cluster) dataPlaneLoop() {
 		}
 		c.mu.Lock()
 		t := c.st.topology()
+		// The guests started in t whose cloud-init is to run.
+		fbs := c.st.firstBoots
+		c.st.firstBoots = nil
 		c.mu.Unlock()
-		if last != nil && reflect.DeepEqual(*last, t) {
-			continue
+		if last == nil || !reflect.DeepEqual(*last, t) {
+			if err := c.cfg.DataPlane.Apply(t); err != nil {
+				c.mu.Lock()
+				c.st.firstBoots = append(fbs, c.st.firstBoots...)
+				c.mu.Unlock()
+				c.log.Error("data plane: apply; again in 1s", "err", err)
+				c.work.Add(1)
+				time.AfterFunc(time.Second, func() { defer c.work.Done(); c.kickNet() })
+				continue
+			}
+			last = &t
 		}
-		if err := c.cfg.DataPlane.Apply(t); err != nil {
-			c.log.Error("data plane: apply; again in 1s", "err", err)
-			c.work.Add(1)
-			time.AfterFunc(time.Second, func() { defer c.work.Done(); c.kickNet() })
-			continue
-		}
-		last = &t
+		c.runFirstBoots(fbs)
 	}
 }
 

@@ -39,6 +39,8 @@ type stateFile struct {
 	Pools   []poolRecord   `json:"pools"`
 	SDN     sdnRecord      `json:"sdn"`
 	Tasks   []taskRecord   `json:"tasks"`
+	// Firewall is the cluster's firewall (cluster.fw): options, rules, ipsets, groups.
+	Firewall *fwConf `json:"firewall,omitempty"`
 	// StorageContent is each storage's content types (PUT /storage).
 	StorageContent map[string][]string `json:"storage_content,omitempty"`
 }
@@ -67,6 +69,9 @@ type guestRecord struct {
 	DiskRead      int64            `json:"diskread,omitempty"`
 	DiskWrite     int64            `json:"diskwrite,omitempty"`
 	Snapshots     []snapshotRecord `json:"snapshots,omitempty"`
+	// CloudInit is the cloud-init instance-id whose user-data the guest ran.
+	CloudInit string  `json:"cloudinit_instance,omitempty"`
+	Firewall  *fwConf `json:"firewall,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -257,10 +262,13 @@ func (st *state) snapshot() *stateFile {
 		r := guestRecord{
 			VMID: vmid, Node: g.node, Pool: g.pool, Conf: copyTyped(g.conf), Pending: copyTyped(g.pending),
 			PendingDelete: sortedKeys(g.pendDel), Running: g.running, Paused: g.paused, PID: g.pid,
-			NetIn: g.baseNetIn, NetOut: g.baseNetOut, DiskRead: g.baseRead, DiskWrite: g.baseWrite,
+			NetIn: g.baseNetIn, NetOut: g.baseNetOut, DiskRead: g.baseRead, DiskWrite: g.baseWrite, CloudInit: g.ciInstance,
 		}
 		if g.running {
 			r.StartedAt = g.startedAt
+		}
+		if g.fw != nil {
+			r.Firewall = g.fw.clone()
 		}
 		for _, name := range sortedKeys(g.snaps) {
 			s := g.snaps[name]
@@ -289,6 +297,7 @@ func (st *state) snapshot() *stateFile {
 		m := st.sdn.ips[key]
 		f.SDN.IPs = append(f.SDN.IPs, ipRecord{Zone: m.zone, VNet: m.vnet, Subnet: m.subnet, IP: m.ip, MAC: m.mac, Hostname: m.hostname, VMID: m.vmid, Gateway: m.gateway})
 	}
+	f.Firewall = st.fw.clone()
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -348,9 +357,13 @@ func (st *state) restore(f *stateFile) error {
 		g := &guest{
 			vmid: r.VMID, node: r.Node, pool: r.Pool, conf: r.Conf, running: r.Running, paused: r.Paused,
 			startedAt: r.StartedAt, pid: r.PID, baseNetIn: r.NetIn, baseNetOut: r.NetOut, baseRead: r.DiskRead, baseWrite: r.DiskWrite,
+			ciInstance: r.CloudInit,
 		}
 		if len(r.Pending) > 0 {
 			g.pending = r.Pending
+		}
+		if r.Firewall != nil {
+			g.fw = r.Firewall.normalize()
 		}
 		if len(r.PendingDelete) > 0 {
 			g.pendDel = map[string]bool{}
@@ -390,6 +403,7 @@ func (st *state) restore(f *stateFile) error {
 	for _, r := range f.SDN.IPs {
 		st.sdn.ips[r.Zone+"/"+r.IP] = &ipMapping{zone: r.Zone, vnet: r.VNet, subnet: r.Subnet, ip: r.IP, mac: r.MAC, hostname: r.Hostname, vmid: r.VMID, gateway: r.Gateway}
 	}
+	st.fw = f.Firewall.normalize()
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {

@@ -839,6 +839,7 @@ func (st *state) boot(g *guest) {
 	g.paused = false
 	g.startedAt = time.Now()
 	g.pid = int(st.nextPID) + 17
+	st.noteFirstBoot(g)
 }
 
 // checkRunning is the precondition of shutdown and reboot: unlocked and running.
@@ -1191,6 +1192,9 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	conf["smbios1"] = "uuid=" + uuid()
 	conf["lock"] = "clone"
 	ng := &guest{vmid: newid, node: target, conf: conf, pool: poolID}
+	if src.fw != nil {
+		ng.fw = src.fw.clone()
+	}
 	c.st.guests[newid] = ng
 
 	srcConf := make(map[string]any, len(from))

@@ -24,8 +24,12 @@ type state struct {
 	pools    map[string]*pool
 	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
+	fw       *fwConf // the cluster's firewall (cluster.fw)
 	nextPID  uint32
-	timers   map[*taskTimer]struct{}
+	// firstBoots are the guests' starts whose cloud-init is still to run
+	// (cloudinit.go).
+	firstBoots []firstBoot
+	timers     map[*taskTimer]struct{}
 }
 
 type node struct {
@@ -50,8 +54,12 @@ type guest struct {
 	pid       int
 	pool      string
 	snaps     map[string]*snapshot // by name
+	fw        *fwConf              // the guest's firewall (<vmid>.fw); nil without one
 	// metric counters carried over from earlier runs
 	baseNetIn, baseNetOut, baseRead, baseWrite int64
+	// ciInstance is the cloud-init instance-id whose first start ran its
+	// user-data (cloudinit.go); "" before.
+	ciInstance string
 }
 
 type storageDef struct {
@@ -97,6 +105,7 @@ func newState(c *Cluster) *state {
 		pools:   map[string]*pool{},
 		repl:    map[string]*replJob{},
 		sdn:     newSDNState(),
+		fw:      newFWConf(),
 		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
 		timers:  map[*taskTimer]struct{}{},
 		storages: []*storageDef{

@@ -17,9 +17,15 @@
 //	                bridge, named ethN inside, with netN's MAC and cloud-init
 //	                ipconfigN's address and gateway
 //
+// A node's namespace also holds its guests' firewall (firewall.go): nftables tables that
+// filter each NIC with firewall=1 on its tap as Proxmox's firewall does, when the guest's
+// and the cluster's firewall are enabled.
+//
 // A Plane is a pvesim.DataPlane: the cluster hands it its topology after every change.
 // Stopping, deleting or migrating a guest removes (or moves) its namespace; a node that
-// goes offline loses its namespace, and with it every veth into it.
+// goes offline loses its namespace, and with it every veth into it. StartInGuest runs a
+// process inside a guest's namespace (the simulator's cloud-init); its process group is
+// killed when the namespace goes.
 package simnet
 
 import (
@@ -28,6 +34,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,8 +66,10 @@ type Plane struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	guests map[int]string // applied guests: VMID -> signature; protected by mu
-	closed bool           // protected by mu
+	guests map[int]string     // applied guests: VMID -> signature; protected by mu
+	procs  map[int][]int      // process groups started in guests (StartInGuest): VMID -> ids; protected by mu
+	fw     map[string]fwState // applied firewalls by node; protected by mu
+	closed bool               // protected by mu
 }
 
 // vnetAlias marks the bridges and VXLAN devices the plane made for VNets.
@@ -76,7 +85,7 @@ func New(cfg Config) (*Plane, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}}
+	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}, procs: map[int][]int{}, fw: map[string]fwState{}}
 	if err := p.removeAll(); err != nil {
 		return nil, err
 	}
@@ -115,7 +124,44 @@ func (p *Plane) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	for vmid := range p.procs {
+		p.endProcs(vmid)
+	}
 	return p.removeAll()
+}
+
+// StartInGuest starts cmd inside the namespace of the running guest vmid, in
+// a process group of its own, which the plane kills (SIGKILL to the group) when
+// the guest's namespace goes: the guest stops, is deleted or moves to another
+// node, or the plane closes. The caller waits for cmd. It implements
+// pvesim.GuestExec: the simulator runs a guest's cloud-init with it.
+func (p *Plane) StartInGuest(vmid int, cmd *exec.Cmd) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ns := p.GuestNS(vmid)
+	if p.closed || !nsnet.Exists(ns) {
+		return fmt.Errorf("simnet: start in guest %d: it is not running", vmid)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &unix.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	// A child forked from a thread in the namespace starts in it.
+	if err := nsnet.Do(ns, cmd.Start); err != nil {
+		return fmt.Errorf("simnet: start in guest %d: %w", vmid, err)
+	}
+	p.procs[vmid] = append(p.procs[vmid], cmd.Process.Pid)
+	return nil
+}
+
+// endProcs kills the process groups started in guest vmid. The caller holds mu.
+func (p *Plane) endProcs(vmid int) {
+	for _, pgid := range p.procs[vmid] {
+		if err := unix.Kill(-pgid, unix.SIGKILL); err == nil {
+			p.log.Info("simnet: guest gone: killed its processes", "vmid", vmid, "pgid", pgid)
+		}
+	}
+	delete(p.procs, vmid)
 }
 
 func (p *Plane) removeAll() error {
@@ -144,6 +190,7 @@ func (p *Plane) Apply(t pvesim.Topology) error {
 				p.log.Info("simnet: node offline: removing its namespace", "node", n.Name)
 			}
 			errs = append(errs, nsnet.Delete(p.NodeNS(n.Name)))
+			delete(p.fw, n.Name)
 			continue
 		}
 		if err := p.applyNode(n, t.VNets); err != nil {
@@ -165,8 +212,17 @@ func (p *Plane) Apply(t pvesim.Topology) error {
 			continue
 		}
 		p.log.Info("simnet: guest stopped: removing its namespace", "vmid", vmid)
+		p.endProcs(vmid)
 		errs = append(errs, nsnet.Delete(name))
 		delete(p.guests, vmid)
+	}
+	for _, n := range t.Nodes {
+		if !n.Online {
+			continue
+		}
+		if err := p.applyFirewall(t, n.Name); err != nil {
+			errs = append(errs, fmt.Errorf("simnet: node %s: %w", n.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -384,6 +440,7 @@ func (p *Plane) applyGuest(g pvesim.TopologyGuest, vnets []pvesim.TopologyVNet) 
 	if p.guests[g.VMID] == sig && nsnet.Exists(ns) && p.tapsPresent(g) {
 		return nil
 	}
+	p.endProcs(g.VMID)
 	if err := nsnet.Delete(ns); err != nil {
 		return err
 	}
