@@ -144,7 +144,8 @@ type ObjectMeta struct {
 func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // VDC is a virtual datacenter: the unit of tenancy inside the deployment's
-// tenant. Users are members of VDCs through their token's role claims.
+// tenant. Users are members of VDCs through their token's role claims and
+// through the bindings of Members.
 type VDC struct {
 	TypeMeta
 	ObjectMeta `json:"metadata"`
@@ -203,6 +204,12 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// Members are the users granted a role here, besides the identity
+	// provider's role claims (the higher of the two counts).
+	Members []MemberBinding `json:"members,omitempty"`
+	// ServiceAccounts are the VDC's service accounts (at most
+	// MaxServiceAccounts).
+	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC. Every field is at least zero;
@@ -229,6 +236,7 @@ func (*VDC) ObjectKind() Kind { return KindVDC }
 func (v *VDC) DeepCopyObject() Object {
 	c := *v
 	c.Status.Reservations = slices.Clone(v.Status.Reservations)
+	cloneAccess(&c)
 	if p := v.Quotas.PublicAddresses; p != nil {
 		n := *p
 		c.Quotas.PublicAddresses = &n

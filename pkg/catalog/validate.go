@@ -102,6 +102,7 @@ func (v *VDC) Validate() error {
 		validateRange("quotas.vms", v.Quotas.VMs, 0, maxQuota),
 		validateRange("quotas.publicAddresses", ptrOr(v.Quotas.PublicAddresses, 0), 0, maxQuota),
 		validateRange("quotas.kubernetesClusters", ptrOr(v.Quotas.KubernetesClusters, 0), 0, maxQuota),
+		validateAccess(v),
 	)
 }
 

@@ -68,6 +68,13 @@ func Sample() []catalog.Object {
 		{ID: "op-2", VCPUs: 1, MemoryMiB: 512, StorageGiB: 5, Expires: at.Add(time.Minute)},
 	}
 	v.Status.Counted = map[string]catalog.ZoneCount{"fra1": {VCPUs: 4, MemoryMiB: 4096, StorageGiB: 40, VMs: 2, At: at}}
+	v.Members = []catalog.MemberBinding{{User: "alice", Role: catalog.RoleAdmin}, {User: "bob", Role: catalog.RoleViewer}}
+	later, used := at.Add(time.Hour), at.Add(time.Minute)
+	v.ServiceAccounts = []catalog.ServiceAccount{
+		{ID: "sa-0123456789abcdef0123", Name: "ci", Role: catalog.RoleMember, CreatedBy: "alice-sub", CreatedAt: at, ExpiresAt: &later,
+			LastUsedAt: &used, TokenHash: "sha256:" + strings.Repeat("0f", 32), PreviousTokenHash: "sha256:" + strings.Repeat("a1", 32), PreviousUntil: &later},
+		{ID: "sa-0123456789abcdef0124", Name: "reader", Role: catalog.RoleViewer, CreatedAt: at, TokenHash: "sha256:" + strings.Repeat("1e", 32)},
+	}
 	cp := &catalog.ComputeProfile{}
 	cp.Name, cp.Description, cp.VCPUs, cp.MemoryMiB = "medium", "4 by 8", 4, 8192
 	sp := &catalog.StorageProfile{}
@@ -325,6 +332,21 @@ func validationChangesNothing(t *testing.T, open Open) {
 		{"name", vdc("a.b", 1)},
 		{"name", vdc(strings.Repeat("a", 64), 1)},
 		{"quotas.vcpus", vdc("prod", -1)},
+		{"members[1].user", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.Members = []catalog.MemberBinding{{User: "alice", Role: catalog.RoleAdmin}, {User: "alice", Role: catalog.RoleViewer}}
+			return v
+		}()},
+		{"members[0].role", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.Members = []catalog.MemberBinding{{User: "alice", Role: "owner"}}
+			return v
+		}()},
+		{"serviceAccounts[0].tokenHash", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.ServiceAccounts = []catalog.ServiceAccount{{ID: "sa-0123456789abcdef0123", Name: "ci", Role: catalog.RoleMember, TokenHash: "fpsa_plaintext"}}
+			return v
+		}()},
 		{"tier", func() catalog.Object { sp := base(); sp.Tier = ""; return sp }()},
 		{"pools", func() catalog.Object { sp := base(); sp.Pools = nil; return sp }()},
 		{"pools[1].zone", func() catalog.Object {

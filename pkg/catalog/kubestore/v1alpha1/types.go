@@ -51,6 +51,58 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// Members are the users granted a role in the VDC here, besides the
+	// identity provider's role claims.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=500
+	Members []MemberBinding `json:"members,omitempty"`
+	// ServiceAccounts are the VDC's service accounts; only hashes of
+	// their tokens are kept.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
+}
+
+// MemberBinding grants a user (the identity provider's
+// preferred_username) a role in a VDC.
+type MemberBinding struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	User string `json:"user"`
+	// +kubebuilder:validation:Enum=admin;member;viewer
+	Role string `json:"role"`
+}
+
+// ServiceAccount is a VDC's non-human caller, with the SHA-256 of its
+// token's secret (never the token).
+type ServiceAccount struct {
+	// +kubebuilder:validation:Pattern=`^sa-[0-9a-f]{20}$`
+	ID string `json:"id"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:Enum=admin;member;viewer
+	Role string `json:"role"`
+	// +optional
+	CreatedBy string `json:"createdBy,omitempty"`
+	// +kubebuilder:validation:Format=date-time
+	CreatedAt string `json:"createdAt"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	ExpiresAt string `json:"expiresAt,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	LastUsedAt string `json:"lastUsedAt,omitempty"`
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	TokenHash string `json:"tokenHash"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	PreviousTokenHash string `json:"previousTokenHash,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	PreviousUntil string `json:"previousUntil,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC; zero allows none.
