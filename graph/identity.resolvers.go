@@ -27,7 +27,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 		return nil, fail(err)
 	}
 	for _, v := range vdcs {
-		if role, ok := p.RoleIn(v.Name); ok {
+		if role, ok := RoleIn(p, v); ok {
 			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: role})
 		}
 	}

@@ -40,6 +40,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
 	Query() QueryResolver
+	ServiceAccount() ServiceAccountResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
 	VM() VMResolver
@@ -175,6 +176,15 @@ type ComplexityRoot struct {
 
 	DeletedPortForward struct {
 		ID func(childComplexity int) int
+	}
+
+	DeletedServiceAccount struct {
+		ID   func(childComplexity int) int
+		Name func(childComplexity int) int
+	}
+
+	DeletedVDCMember struct {
+		User func(childComplexity int) int
 	}
 
 	EdgeCounter struct {
@@ -435,55 +445,60 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateComputeProfile     func(childComplexity int, input model.CreateComputeProfileInput) int
-		CreateEnrollmentKey      func(childComplexity int, input model.CreateEnrollmentKeyInput) int
-		CreateExternalNetwork    func(childComplexity int, input model.CreateExternalNetworkInput) int
-		CreateFirewallRule       func(childComplexity int, input model.CreateFirewallRuleInput) int
-		CreateImage              func(childComplexity int, input model.CreateImageInput) int
-		CreateKubernetesCluster  func(childComplexity int, input model.CreateKubernetesClusterInput) int
-		CreateLoadBalancer       func(childComplexity int, input model.CreateLoadBalancerInput) int
-		CreateNetwork            func(childComplexity int, input model.CreateNetworkInput) int
-		CreateNodePool           func(childComplexity int, input model.CreateNodePoolInput) int
-		CreateOneToOneAddress    func(childComplexity int, input model.CreateOneToOneAddressInput) int
-		CreatePortForward        func(childComplexity int, input model.CreatePortForwardInput) int
-		CreateSnapshot           func(childComplexity int, vm string, input model.CreateSnapshotInput) int
-		CreateStorageProfile     func(childComplexity int, input model.CreateStorageProfileInput) int
-		CreateVM                 func(childComplexity int, input model.CreateVMInput) int
-		CreateVdc                func(childComplexity int, input model.CreateVDCInput) int
-		DeleteComputeProfile     func(childComplexity int, name string, resourceVersion *string) int
-		DeleteEdgeGateway        func(childComplexity int, id string) int
-		DeleteFirewallRule       func(childComplexity int, id string) int
-		DeleteImage              func(childComplexity int, name string, resourceVersion *string) int
-		DeleteKubernetesCluster  func(childComplexity int, id string) int
-		DeleteLoadBalancer       func(childComplexity int, id string) int
-		DeleteNetwork            func(childComplexity int, id string) int
-		DeleteNodePool           func(childComplexity int, id string) int
-		DeleteOneToOneAddress    func(childComplexity int, id string) int
-		DeletePortForward        func(childComplexity int, id string) int
-		DeleteSnapshot           func(childComplexity int, vm string, name string) int
-		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
-		DeleteVM                 func(childComplexity int, id string) int
-		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
-		IssueKubeconfig          func(childComplexity int, cluster string) int
-		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
-		OpenConsole              func(childComplexity int, id string) int
-		RebootVM                 func(childComplexity int, id string) int
-		RevokeEnrollmentKey      func(childComplexity int, id string) int
-		RollbackSnapshot         func(childComplexity int, vm string, name string, start *bool) int
-		ScaleNodePool            func(childComplexity int, id string, size int) int
-		ShutdownVM               func(childComplexity int, id string) int
-		StageImage               func(childComplexity int, name string, zone string) int
-		StartVM                  func(childComplexity int, id string) int
-		StopVM                   func(childComplexity int, id string) int
-		UpdateAgents             func(childComplexity int, input model.UpdateAgentsInput) int
-		UpdateComputeProfile     func(childComplexity int, input model.UpdateComputeProfileInput) int
-		UpdateEdgeGateway        func(childComplexity int, input model.UpdateEdgeGatewayInput) int
-		UpdateImage              func(childComplexity int, input model.UpdateImageInput) int
-		UpdateLoadBalancer       func(childComplexity int, input model.UpdateLoadBalancerInput) int
-		UpdateStorageProfile     func(childComplexity int, input model.UpdateStorageProfileInput) int
-		UpdateVdc                func(childComplexity int, input model.UpdateVDCInput) int
-		UpdateZone               func(childComplexity int, input model.UpdateZoneInput) int
-		UpgradeKubernetesCluster func(childComplexity int, id string, version string) int
+		AddVDCMember              func(childComplexity int, input model.AddVDCMemberInput) int
+		CreateComputeProfile      func(childComplexity int, input model.CreateComputeProfileInput) int
+		CreateEnrollmentKey       func(childComplexity int, input model.CreateEnrollmentKeyInput) int
+		CreateExternalNetwork     func(childComplexity int, input model.CreateExternalNetworkInput) int
+		CreateFirewallRule        func(childComplexity int, input model.CreateFirewallRuleInput) int
+		CreateImage               func(childComplexity int, input model.CreateImageInput) int
+		CreateKubernetesCluster   func(childComplexity int, input model.CreateKubernetesClusterInput) int
+		CreateLoadBalancer        func(childComplexity int, input model.CreateLoadBalancerInput) int
+		CreateNetwork             func(childComplexity int, input model.CreateNetworkInput) int
+		CreateNodePool            func(childComplexity int, input model.CreateNodePoolInput) int
+		CreateOneToOneAddress     func(childComplexity int, input model.CreateOneToOneAddressInput) int
+		CreatePortForward         func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateServiceAccount      func(childComplexity int, input model.CreateServiceAccountInput) int
+		CreateSnapshot            func(childComplexity int, vm string, input model.CreateSnapshotInput) int
+		CreateStorageProfile      func(childComplexity int, input model.CreateStorageProfileInput) int
+		CreateVM                  func(childComplexity int, input model.CreateVMInput) int
+		CreateVdc                 func(childComplexity int, input model.CreateVDCInput) int
+		DeleteComputeProfile      func(childComplexity int, name string, resourceVersion *string) int
+		DeleteEdgeGateway         func(childComplexity int, id string) int
+		DeleteFirewallRule        func(childComplexity int, id string) int
+		DeleteImage               func(childComplexity int, name string, resourceVersion *string) int
+		DeleteKubernetesCluster   func(childComplexity int, id string) int
+		DeleteLoadBalancer        func(childComplexity int, id string) int
+		DeleteNetwork             func(childComplexity int, id string) int
+		DeleteNodePool            func(childComplexity int, id string) int
+		DeleteOneToOneAddress     func(childComplexity int, id string) int
+		DeletePortForward         func(childComplexity int, id string) int
+		DeleteServiceAccount      func(childComplexity int, id string) int
+		DeleteSnapshot            func(childComplexity int, vm string, name string) int
+		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVM                  func(childComplexity int, id string) int
+		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
+		IssueKubeconfig           func(childComplexity int, cluster string) int
+		MigrateVM                 func(childComplexity int, input model.MigrateVMInput) int
+		OpenConsole               func(childComplexity int, id string) int
+		RebootVM                  func(childComplexity int, id string) int
+		RemoveVDCMember           func(childComplexity int, user string) int
+		RevokeEnrollmentKey       func(childComplexity int, id string) int
+		RollbackSnapshot          func(childComplexity int, vm string, name string, start *bool) int
+		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
+		ScaleNodePool             func(childComplexity int, id string, size int) int
+		ShutdownVM                func(childComplexity int, id string) int
+		StageImage                func(childComplexity int, name string, zone string) int
+		StartVM                   func(childComplexity int, id string) int
+		StopVM                    func(childComplexity int, id string) int
+		UpdateAgents              func(childComplexity int, input model.UpdateAgentsInput) int
+		UpdateComputeProfile      func(childComplexity int, input model.UpdateComputeProfileInput) int
+		UpdateEdgeGateway         func(childComplexity int, input model.UpdateEdgeGatewayInput) int
+		UpdateImage               func(childComplexity int, input model.UpdateImageInput) int
+		UpdateLoadBalancer        func(childComplexity int, input model.UpdateLoadBalancerInput) int
+		UpdateStorageProfile      func(childComplexity int, input model.UpdateStorageProfileInput) int
+		UpdateVdc                 func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone                func(childComplexity int, input model.UpdateZoneInput) int
+		UpgradeKubernetesCluster  func(childComplexity int, id string, version string) int
 	}
 
 	Network struct {
@@ -617,6 +632,7 @@ type ComplexityRoot struct {
 		Operation            func(childComplexity int, id string) int
 		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
+		ServiceAccounts      func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
 		StorageProfiles      func(childComplexity int) int
 		Tenant               func(childComplexity int) int
@@ -649,6 +665,20 @@ type ComplexityRoot struct {
 		ServerName func(childComplexity int) int
 	}
 
+	ServiceAccount struct {
+		CreatedAt  func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Role       func(childComplexity int) int
+	}
+
+	ServiceAccountToken struct {
+		ServiceAccount func(childComplexity int) int
+		Token          func(childComplexity int) int
+	}
+
 	StorageProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
@@ -679,6 +709,7 @@ type ComplexityRoot struct {
 	VDC struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
+		Members           func(childComplexity int) int
 		Name              func(childComplexity int) int
 		Quotas            func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
@@ -688,6 +719,12 @@ type ComplexityRoot struct {
 	VDCAccess struct {
 		Role func(childComplexity int) int
 		Vdc  func(childComplexity int) int
+	}
+
+	VDCMember struct {
+		Role   func(childComplexity int) int
+		Source func(childComplexity int) int
+		User   func(childComplexity int) int
 	}
 
 	VDCQuotas struct {
@@ -1231,6 +1268,26 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "DeletedServiceAccount.id":
+		if e.ComplexityRoot.DeletedServiceAccount.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedServiceAccount.ID(childComplexity), true
+	case "DeletedServiceAccount.name":
+		if e.ComplexityRoot.DeletedServiceAccount.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedServiceAccount.Name(childComplexity), true
+
+	case "DeletedVDCMember.user":
+		if e.ComplexityRoot.DeletedVDCMember.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedVDCMember.User(childComplexity), true
 
 	case "EdgeCounter.bytes":
 		if e.ComplexityRoot.EdgeCounter.Bytes == nil {
@@ -2291,6 +2348,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
+	case "Mutation.addVDCMember":
+		if e.ComplexityRoot.Mutation.AddVDCMember == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addVDCMember_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddVDCMember(childComplexity, args["input"].(model.AddVDCMemberInput)), true
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -2412,6 +2480,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePortForward(childComplexity, args["input"].(model.CreatePortForwardInput)), true
+	case "Mutation.createServiceAccount":
+		if e.ComplexityRoot.Mutation.CreateServiceAccount == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createServiceAccount_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateServiceAccount(childComplexity, args["input"].(model.CreateServiceAccountInput)), true
 	case "Mutation.createSnapshot":
 		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
 			break
@@ -2566,6 +2645,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteServiceAccount":
+		if e.ComplexityRoot.Mutation.DeleteServiceAccount == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteServiceAccount_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteServiceAccount(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteSnapshot":
 		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
 			break
@@ -2654,6 +2744,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RebootVM(childComplexity, args["id"].(string)), true
+	case "Mutation.removeVDCMember":
+		if e.ComplexityRoot.Mutation.RemoveVDCMember == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_removeVDCMember_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RemoveVDCMember(childComplexity, args["user"].(string)), true
 	case "Mutation.revokeEnrollmentKey":
 		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
 			break
@@ -2676,6 +2777,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RollbackSnapshot(childComplexity, args["vm"].(string), args["name"].(string), args["start"].(*bool)), true
+	case "Mutation.rotateServiceAccountToken":
+		if e.ComplexityRoot.Mutation.RotateServiceAccountToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rotateServiceAccountToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RotateServiceAccountToken(childComplexity, args["input"].(model.RotateServiceAccountTokenInput)), true
 	case "Mutation.scaleNodePool":
 		if e.ComplexityRoot.Mutation.ScaleNodePool == nil {
 			break
@@ -3454,6 +3566,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Regions(childComplexity), true
+	case "Query.serviceAccounts":
+		if e.ComplexityRoot.Query.ServiceAccounts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ServiceAccounts(childComplexity), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -3624,6 +3742,56 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
 
+	case "ServiceAccount.createdAt":
+		if e.ComplexityRoot.ServiceAccount.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.CreatedAt(childComplexity), true
+	case "ServiceAccount.expiresAt":
+		if e.ComplexityRoot.ServiceAccount.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.ExpiresAt(childComplexity), true
+	case "ServiceAccount.id":
+		if e.ComplexityRoot.ServiceAccount.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.ID(childComplexity), true
+	case "ServiceAccount.lastUsedAt":
+		if e.ComplexityRoot.ServiceAccount.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.LastUsedAt(childComplexity), true
+	case "ServiceAccount.name":
+		if e.ComplexityRoot.ServiceAccount.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.Name(childComplexity), true
+	case "ServiceAccount.role":
+		if e.ComplexityRoot.ServiceAccount.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.Role(childComplexity), true
+
+	case "ServiceAccountToken.serviceAccount":
+		if e.ComplexityRoot.ServiceAccountToken.ServiceAccount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccountToken.ServiceAccount(childComplexity), true
+	case "ServiceAccountToken.token":
+		if e.ComplexityRoot.ServiceAccountToken.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccountToken.Token(childComplexity), true
+
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
 			break
@@ -3735,6 +3903,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.Description(childComplexity), true
+	case "VDC.members":
+		if e.ComplexityRoot.VDC.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.Members(childComplexity), true
 	case "VDC.name":
 		if e.ComplexityRoot.VDC.Name == nil {
 			break
@@ -3772,6 +3946,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDCAccess.Vdc(childComplexity), true
+
+	case "VDCMember.role":
+		if e.ComplexityRoot.VDCMember.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.Role(childComplexity), true
+	case "VDCMember.source":
+		if e.ComplexityRoot.VDCMember.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.Source(childComplexity), true
+	case "VDCMember.user":
+		if e.ComplexityRoot.VDCMember.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.User(childComplexity), true
 
 	case "VDCQuotas.kubernetesClusters":
 		if e.ComplexityRoot.VDCQuotas.KubernetesClusters == nil {
@@ -4300,6 +4493,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AddVDCMemberInput", ec.unmarshalInputAddVDCMemberInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
@@ -4313,6 +4507,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
+			graphql.NewInputUnmarshaler("CreateServiceAccountInput", ec.unmarshalInputCreateServiceAccountInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
@@ -4325,6 +4520,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("NodeLabelInput", ec.unmarshalInputNodeLabelInput),
 			graphql.NewInputUnmarshaler("NodeTaintInput", ec.unmarshalInputNodeTaintInput),
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
+			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
@@ -4431,6 +4627,149 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../access.graphqls", Input: `# Who may use a VDC: its members (users granted a role here, besides the
+# identity provider's role claims) and its service accounts (tokens
+# flexplane issues for automation). Managing either needs the VDC's ADMIN
+# role (platform admins have it in every VDC).
+
+extend type Query {
+  "The service accounts of the VDC, by name."
+  serviceAccounts: [ServiceAccount!]! @vdc(role: ADMIN)
+}
+
+extend type Mutation {
+  """
+  Makes a service account of the VDC and its token, which this answer shows
+  once: flexplane keeps only its hash. The role is at most the caller's
+  (else FORBIDDEN); a taken name is CONFLICT, as is a 51st account.
+  """
+  createServiceAccount(
+    "What to make."
+    input: CreateServiceAccountInput!
+  ): ServiceAccountToken! @vdc(role: ADMIN)
+  """
+  Gives a service account a new token, shown once; the old token keeps
+  working for graceSeconds (0: it stops now).
+  """
+  rotateServiceAccountToken(
+    "Which account, and how long its old token lasts."
+    input: RotateServiceAccountTokenInput!
+  ): ServiceAccountToken! @vdc(role: ADMIN)
+  "Deletes a service account; its tokens stop working on every replica within seconds."
+  deleteServiceAccount(
+    "The account's id."
+    id: ID!
+  ): DeletedServiceAccount! @vdc(role: ADMIN)
+  """
+  Grants a user a role in the VDC, or changes the role granted here before.
+  The role is at most the caller's (else FORBIDDEN).
+  """
+  addVDCMember(
+    "Who and which role."
+    input: AddVDCMemberInput!
+  ): VDCMember! @vdc(role: ADMIN)
+  """
+  Removes the role granted here to a user (NOT_FOUND when none was: a role
+  of the identity provider's claims is changed there).
+  """
+  removeVDCMember(
+    "The user's login name (the token's preferred_username)."
+    user: String!
+  ): DeletedVDCMember! @vdc(role: ADMIN)
+}
+
+extend type VDC {
+  """
+  The users granted a role here, and the caller when the identity
+  provider's claims give it one; by user.
+  """
+  members: [VDCMember!]!
+}
+
+"A user's role in a VDC."
+type VDCMember {
+  "The login name the identity provider asserts (the token's preferred_username)."
+  user: String!
+  "The role (the higher of a grant here and the identity provider's claims counts)."
+  role: VDCRole!
+  "Where the role comes from."
+  source: VDCMemberSource!
+}
+
+"Where a VDC member's role comes from."
+enum VDCMemberSource {
+  "Granted in flexplane (addVDCMember)."
+  GRANTED
+  "The identity provider's role claims."
+  CLAIMS
+}
+
+"A user to grant a role in the VDC."
+input AddVDCMemberInput {
+  "The login name the identity provider asserts (the token's preferred_username)."
+  user: String!
+  "The role."
+  role: VDCRole!
+}
+
+"The result of removeVDCMember."
+type DeletedVDCMember {
+  "The user whose role was removed."
+  user: String!
+}
+
+"A VDC's non-human caller: its token acts in this VDC with its role."
+type ServiceAccount {
+  "Unique id (sa- and 20 hex digits)."
+  id: ID!
+  "Unique name in the VDC (a DNS label)."
+  name: String!
+  "Its role in the VDC."
+  role: VDCRole!
+  "When it was made."
+  createdAt: Time!
+  "When its tokens stop working; null: never."
+  expiresAt: Time
+  "When a token of it was last accepted (updated at most once a minute); null: never."
+  lastUsedAt: Time
+}
+
+"A service account with a token just made for it."
+type ServiceAccountToken {
+  "The account."
+  serviceAccount: ServiceAccount!
+  """
+  The bearer token (fpsa_...), shown only in this answer: store it now.
+  """
+  token: String!
+}
+
+"A new service account."
+input CreateServiceAccountInput {
+  "Unique name in the VDC (a DNS label)."
+  name: String!
+  "Its role: at most the caller's."
+  role: VDCRole!
+  "When its tokens stop working; absent: never."
+  expiresAt: Time
+}
+
+"Which service account gets a new token."
+input RotateServiceAccountTokenInput {
+  "The account's id."
+  id: ID!
+  "How long the old token keeps working, 0 to 604800 seconds."
+  graceSeconds: Int = 0
+}
+
+"The result of deleteServiceAccount."
+type DeletedServiceAccount {
+  "The deleted account's id."
+  id: ID!
+  "Its name."
+  name: String!
+}
+`, BuiltIn: false},
 	{Name: "../agentupdate.graphqls", Input: `# Agent self-update: signed releases published to the orchestrator
 # (` + "`" + `orchestrator releases add` + "`" + `) and rolled out to the agents over the mesh,
 # in batches, by platform admins. See docs/operate/agent-updates.md.
@@ -6853,13 +7192,15 @@ type Region {
 # one holds what they share (so gqlgen generates the root types' code here,
 # not in one domain's file).
 #
-# Authentication: every request carries "Authorization: Bearer <OIDC token>"
-# (over websockets: the connection_init payload key "Authorization").
+# Authentication: every request carries "Authorization: Bearer <token>", a
+# user's OIDC token or a service account's token (fpsa_...); over
+# websockets: the connection_init payload key "Authorization".
 # VDC scope: the "FlexPlane-VDC-ID" header (payload key over websockets)
 # names the VDC of VDC-level fields. A VDC the token does not allow, or one
 # that does not exist, answers NOT_FOUND for the whole request.
 #
-# Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
+# Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, FORBIDDEN (a
+# member of the VDC whose role does not allow the action), BAD_USER_INPUT
 # (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
@@ -6889,7 +7230,8 @@ directive @platformAdmin on FIELD_DEFINITION
 
 """
 The field works in the VDC named by the FlexPlane-VDC-ID header, which must be
-set; the caller needs at least the given role in that VDC (else NOT_FOUND).
+set; the caller needs at least the given role in that VDC: a member of it
+with a lower role gets FORBIDDEN, anyone else NOT_FOUND.
 """
 directive @vdc(role: VDCRole! = VIEWER) on FIELD_DEFINITION
 
@@ -7661,6 +8003,24 @@ func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, 
 	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
 }
 
+func (ec *executionContext) childFields_DeletedServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedServiceAccount_id(ctx, field)
+	case "name":
+		return ec.fieldContext_DeletedServiceAccount_name(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedServiceAccount", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedVDCMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "user":
+		return ec.fieldContext_DeletedVDCMember_user(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedVDCMember", field.Name)
+}
+
 func (ec *executionContext) childFields_EdgeCounter(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -8423,6 +8783,34 @@ func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
 }
 
+func (ec *executionContext) childFields_ServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ServiceAccount_id(ctx, field)
+	case "name":
+		return ec.fieldContext_ServiceAccount_name(ctx, field)
+	case "role":
+		return ec.fieldContext_ServiceAccount_role(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ServiceAccount_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ServiceAccount_expiresAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_ServiceAccount_lastUsedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ServiceAccount", field.Name)
+}
+
+func (ec *executionContext) childFields_ServiceAccountToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "serviceAccount":
+		return ec.fieldContext_ServiceAccountToken_serviceAccount(ctx, field)
+	case "token":
+		return ec.fieldContext_ServiceAccountToken_token(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ServiceAccountToken", field.Name)
+}
+
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -8483,6 +8871,8 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_resourceVersion(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_VDC_createdAt(ctx, field)
+	case "members":
+		return ec.fieldContext_VDC_members(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDC", field.Name)
 }
@@ -8495,6 +8885,18 @@ func (ec *executionContext) childFields_VDCAccess(ctx context.Context, field gra
 		return ec.fieldContext_VDCAccess_role(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCAccess", field.Name)
+}
+
+func (ec *executionContext) childFields_VDCMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "user":
+		return ec.fieldContext_VDCMember_user(ctx, field)
+	case "role":
+		return ec.fieldContext_VDCMember_role(ctx, field)
+	case "source":
+		return ec.fieldContext_VDCMember_source(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VDCMember", field.Name)
 }
 
 func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -24,6 +24,14 @@ type Node interface {
 	IsNode()
 }
 
+// A user to grant a role in the VDC.
+type AddVDCMemberInput struct {
+	// The login name the identity provider asserts (the token's preferred_username).
+	User string `json:"user"`
+	// The role.
+	Role auth.Role `json:"role"`
+}
+
 // A signed agent release the orchestrator serves to agents.
 type AgentRelease struct {
 	// Its semantic version, e.g. v1.4.0.
@@ -230,6 +238,16 @@ type CreatePortForwardInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// A new service account.
+type CreateServiceAccountInput struct {
+	// Unique name in the VDC (a DNS label).
+	Name string `json:"name"`
+	// Its role: at most the caller's.
+	Role auth.Role `json:"role"`
+	// When its tokens stop working; absent: never.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
 // A snapshot to take.
 type CreateSnapshotInput struct {
 	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
@@ -365,6 +383,20 @@ type DeletedOneToOneAddress struct {
 type DeletedPortForward struct {
 	// The id the port forward had.
 	ID string `json:"id"`
+}
+
+// The result of deleteServiceAccount.
+type DeletedServiceAccount struct {
+	// The deleted account's id.
+	ID string `json:"id"`
+	// Its name.
+	Name string `json:"name"`
+}
+
+// The result of removeVDCMember.
+type DeletedVDCMember struct {
+	// The user whose role was removed.
+	User string `json:"user"`
 }
 
 // A packet counter of a running edge gateway.
@@ -845,12 +877,28 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
+// Which service account gets a new token.
+type RotateServiceAccountTokenInput struct {
+	// The account's id.
+	ID string `json:"id"`
+	// How long the old token keeps working, 0 to 604800 seconds.
+	GraceSeconds *int `json:"graceSeconds,omitempty"`
+}
+
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
 	ServerName string `json:"serverName"`
 	// The pool's name.
 	Pool string `json:"pool"`
+}
+
+// A service account with a token just made for it.
+type ServiceAccountToken struct {
+	// The account.
+	ServiceAccount *catalog.ServiceAccount `json:"serviceAccount"`
+	// The bearer token (fpsa_...), shown only in this answer: store it now.
+	Token string `json:"token"`
 }
 
 // What can be followed over a websocket (graphql-transport-ws).
@@ -989,6 +1037,16 @@ type VDCAccess struct {
 	Vdc *catalog.VDC `json:"vdc"`
 	// The caller's role in it.
 	Role auth.Role `json:"role"`
+}
+
+// A user's role in a VDC.
+type VDCMember struct {
+	// The login name the identity provider asserts (the token's preferred_username).
+	User string `json:"user"`
+	// The role (the higher of a grant here and the identity provider's claims counts).
+	Role auth.Role `json:"role"`
+	// Where the role comes from.
+	Source VDCMemberSource `json:"source"`
 }
 
 // What a VDC uses of its quotas.
@@ -1981,6 +2039,64 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Where a VDC member's role comes from.
+type VDCMemberSource string
+
+const (
+	// Granted in flexplane (addVDCMember).
+	VDCMemberSourceGranted VDCMemberSource = "GRANTED"
+	// The identity provider's role claims.
+	VDCMemberSourceClaims VDCMemberSource = "CLAIMS"
+)
+
+var AllVDCMemberSource = []VDCMemberSource{
+	VDCMemberSourceGranted,
+	VDCMemberSourceClaims,
+}
+
+func (e VDCMemberSource) IsValid() bool {
+	switch e {
+	case VDCMemberSourceGranted, VDCMemberSourceClaims:
+		return true
+	}
+	return false
+}
+
+func (e VDCMemberSource) String() string {
+	return string(e)
+}
+
+func (e *VDCMemberSource) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = VDCMemberSource(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid VDCMemberSource", str)
+	}
+	return nil
+}
+
+func (e VDCMemberSource) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *VDCMemberSource) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e VDCMemberSource) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

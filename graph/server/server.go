@@ -1,6 +1,7 @@
 // Package server serves flexplane's GraphQL API over HTTP: POST and GET
 // queries, a websocket transport for subscriptions, introspection and a
-// GraphiQL page for humans, behind OIDC bearer authentication and the
+// GraphiQL page for humans, behind bearer authentication (users' OIDC
+// tokens, service accounts' tokens) and the
 // FlexPlane-VDC-ID header. It maps every error to a client-safe message
 // with extensions.code (see package apierr) and logs internal causes.
 //
@@ -45,8 +46,11 @@ import (
 // Config configures the GraphQL handler. Verifier and Resolver are
 // required; zero values of the rest are sensible defaults.
 type Config struct {
-	// Verifier checks bearer tokens.
+	// Verifier checks users' bearer tokens (OIDC).
 	Verifier *auth.Verifier
+	// ServiceAccounts checks service accounts' tokens (those starting
+	// with auth.ServiceAccountTokenPrefix); nil refuses them.
+	ServiceAccounts *auth.ServiceAccountVerifier
 	// Resolver holds the domain dependencies (catalog, tenant, zone
 	// registry, enrollment keys). Resolver.Catalog is also used to check
 	// the FlexPlane-VDC-ID header.
@@ -213,7 +217,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tok, err := auth.BearerToken(header)
 		if err == nil {
 			var p *auth.Principal
-			if p, err = h.cfg.Verifier.Verify(ctx, tok); err == nil {
+			if p, err = h.verify(ctx, tok); err == nil {
 				ctx = auth.NewContext(ctx, p)
 			}
 		}
@@ -227,6 +231,18 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w, r = withThrottle(w, r)
 	}
 	h.srv.ServeHTTP(w, r)
+}
+
+// verify checks a bearer token: a service account's (by its prefix) or a
+// user's OIDC token.
+func (h *apiHandler) verify(ctx context.Context, tok string) (*auth.Principal, error) {
+	if auth.IsServiceAccountToken(tok) {
+		if h.cfg.ServiceAccounts == nil {
+			return nil, &auth.RefusedError{Reason: "service account tokens are not accepted here"}
+		}
+		return h.cfg.ServiceAccounts.Verify(ctx, tok)
+	}
+	return h.cfg.Verifier.Verify(ctx, tok)
 }
 
 func isWebsocket(r *http.Request) bool {
@@ -267,7 +283,7 @@ func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPa
 		tok, err := auth.BearerToken(header)
 		var p *auth.Principal
 		if err == nil {
-			p, err = h.cfg.Verifier.Verify(ctx, tok)
+			p, err = h.verify(ctx, tok)
 		}
 		if err != nil {
 			return refuseWebsocket(ctx, err)

@@ -194,7 +194,8 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		return nil, nil, nil, nil, err
 	}
 	h, err := server.New(server.Config{
-		Verifier: verifier,
+		Verifier:        verifier,
+		ServiceAccounts: NewServiceAccountVerifier(svcs.vdcs),
 		Resolver: &graph.Resolver{
 			Catalog:       store,
 			Tenant:        c.Tenant,

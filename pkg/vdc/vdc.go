@@ -85,12 +85,18 @@ type Config struct {
 	ZoneTimeout time.Duration
 	// Logger receives what a delete leaves behind; nil discards it.
 	Logger *slog.Logger
+	// Tokens issues service account tokens; nil: service accounts cannot
+	// be made.
+	Tokens Tokens
+	// Now is the clock of service accounts' times; nil is time.Now.
+	Now func() time.Time
 }
 
 // Service creates, changes and deletes VDCs.
 type Service struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	access accessState
 }
 
 // New checks cfg and returns the service.
@@ -106,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg.ZoneTimeout = cmp.Or(cfg.ZoneTimeout, DefaultZoneTimeout)
-	return &Service{cfg: cfg, log: log}, nil
+	return &Service{cfg: cfg, log: log, access: accessState{lastUsed: map[string]time.Time{}}}, nil
 }
 
 // Create creates v in the catalog.
