@@ -86,10 +86,11 @@ func TestConsoleEndToEnd(t *testing.T) {
 	conn.Close()
 	refusalsLookAlike(t, h.Orchestrator.URL(), s.Path)
 
-	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
-	for _, user := range []string{tn.alice, tn.vera} {
-		if got := h.GraphQL(t, user, tn.red, open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
-			t.Errorf("%s in %s: %s, want NOT_FOUND", user, tn.red, got)
+	// Another VDC's member gets NOT_FOUND, a viewer (who may not open
+	// consoles at all) FORBIDDEN, a stopped VM CONFLICT.
+	for user, want := range map[string]string{tn.alice: "NOT_FOUND", tn.vera: "FORBIDDEN"} {
+		if got := h.GraphQL(t, user, tn.red, open, map[string]any{"id": vm}).Code(t); got != want {
+			t.Errorf("%s in %s: %s, want %s", user, tn.red, got, want)
 		}
 	}
 	var op gqlOp

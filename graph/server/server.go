@@ -46,11 +46,10 @@ import (
 // Config configures the GraphQL handler. Verifier and Resolver are
 // required; zero values of the rest are sensible defaults.
 type Config struct {
-	// Verifier checks users' bearer tokens (OIDC).
+	// Verifier checks users' bearer tokens (OIDC); service accounts'
+	// tokens (auth.ServiceAccountTokenPrefix) are checked against the
+	// VDCs of Resolver.VDCs.
 	Verifier *auth.Verifier
-	// ServiceAccounts checks service accounts' tokens (those starting
-	// with auth.ServiceAccountTokenPrefix); nil refuses them.
-	ServiceAccounts *auth.ServiceAccountVerifier
 	// Resolver holds the domain dependencies (catalog, tenant, zone
 	// registry, enrollment keys). Resolver.Catalog is also used to check
 	// the FlexPlane-VDC-ID header.
@@ -140,6 +139,9 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("server: new: %w", err)
 	}
 	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page, limiter: newRateLimiter(cfg.RateLimits)}
+	if cfg.Resolver.VDCs != nil {
+		h.accounts = auth.NewServiceAccountVerifier(serviceAccountStore{cfg.Resolver.VDCs}, nil)
+	}
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
@@ -191,7 +193,8 @@ type apiHandler struct {
 	log      *slog.Logger
 	srv      *handler.Server
 	graphiql *graphiql.Handler
-	limiter  *rateLimiter // nil: no rate limit
+	limiter  *rateLimiter                 // nil: no rate limit
+	accounts *auth.ServiceAccountVerifier // nil without Resolver.VDCs
 }
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -237,10 +240,10 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // user's OIDC token.
 func (h *apiHandler) verify(ctx context.Context, tok string) (*auth.Principal, error) {
 	if auth.IsServiceAccountToken(tok) {
-		if h.cfg.ServiceAccounts == nil {
+		if h.accounts == nil {
 			return nil, &auth.RefusedError{Reason: "service account tokens are not accepted here"}
 		}
-		return h.cfg.ServiceAccounts.Verify(ctx, tok)
+		return h.accounts.Verify(ctx, tok)
 	}
 	return h.cfg.Verifier.Verify(ctx, tok)
 }

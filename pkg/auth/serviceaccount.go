@@ -179,3 +179,15 @@ func (v *ServiceAccountVerifier) Verify(ctx context.Context, raw string) (*Princ
 		VDCRoles:       map[string]Role{vdc: a.Role},
 	}, nil
 }
+
+// ServiceAccountTokens issues service account tokens in this package's
+// format (the VDC lifecycle's Tokens).
+type ServiceAccountTokens struct{}
+
+// NewID returns NewServiceAccountID.
+func (ServiceAccountTokens) NewID() (string, error) { return NewServiceAccountID() }
+
+// NewToken returns NewServiceAccountToken.
+func (ServiceAccountTokens) NewToken(vdc, id string) (token, hash string, err error) {
+	return NewServiceAccountToken(vdc, id)
+}

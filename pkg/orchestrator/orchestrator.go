@@ -194,8 +194,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		return nil, nil, nil, nil, err
 	}
 	h, err := server.New(server.Config{
-		Verifier:        verifier,
-		ServiceAccounts: NewServiceAccountVerifier(svcs.vdcs),
+		Verifier: verifier,
 		Resolver: &graph.Resolver{
 			Catalog:       store,
 			Tenant:        c.Tenant,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
@@ -59,7 +60,7 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	vcfg := vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
-		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc"), Tokens: ServiceAccountTokens{}}
+		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc"), Tokens: auth.ServiceAccountTokens{}}
 	if kube != nil {
 		vcfg.Clusters = kube
 	}

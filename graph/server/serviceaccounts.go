@@ -1,4 +1,4 @@
-package orchestrator
+package server
 
 import (
 	"context"
@@ -9,27 +9,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
-// ServiceAccountTokens issues service account tokens for the VDC
-// lifecycle (vdc.Config.Tokens) with package auth's format.
-type ServiceAccountTokens struct{}
-
-// NewID implements vdc.Tokens.
-func (ServiceAccountTokens) NewID() (string, error) { return auth.NewServiceAccountID() }
-
-// NewToken implements vdc.Tokens.
-func (ServiceAccountTokens) NewToken(vdcName, id string) (token, hash string, err error) {
-	return auth.NewServiceAccountToken(vdcName, id)
-}
-
-// NewServiceAccountVerifier returns the verifier of service account
-// tokens over the VDCs of svc: each token is checked against the catalog
-// as the replica reads it now.
-func NewServiceAccountVerifier(svc *vdc.Service) *auth.ServiceAccountVerifier {
-	return auth.NewServiceAccountVerifier(serviceAccountStore{svc}, nil)
-}
-
-// serviceAccountStore is the VDC lifecycle's service accounts as package
-// auth reads them.
+// serviceAccountStore is the VDCs' service accounts as package auth's
+// verifier reads them: from the catalog as this replica sees it now, on
+// every request.
 type serviceAccountStore struct{ svc *vdc.Service }
 
 // ServiceAccount implements auth.ServiceAccountStore.
