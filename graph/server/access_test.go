@@ -125,7 +125,7 @@ func TestServiceAccounts(t *testing.T) {
 	}
 	// Bad input.
 	for _, c := range []struct {
-		in         map[string]any
+		in          map[string]any
 		code, field string
 	}{
 		{map[string]any{"name": "ci", "role": "VIEWER"}, "CONFLICT", ""},
