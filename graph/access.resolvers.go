@@ -17,11 +17,8 @@ import (
 )
 
 func (r *mutationResolver) CreateServiceAccount(ctx context.Context, input model.CreateServiceAccountInput) (*model.ServiceAccountToken, error) {
-	name, c, err := accessCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out, err := r.VDCs.CreateServiceAccount(ctx, name, c, vdc.NewServiceAccount{Name: input.Name, Role: string(input.Role), ExpiresAt: input.ExpiresAt})
+	sc, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	out, err := r.VDCs.CreateServiceAccount(ctx, sc.VDC.Name, sc.Caller, vdc.NewServiceAccount{Name: input.Name, Role: string(input.Role), ExpiresAt: input.ExpiresAt})
 	if err != nil {
 		return nil, vdcError(err, "input")
 	}
@@ -29,12 +26,9 @@ func (r *mutationResolver) CreateServiceAccount(ctx context.Context, input model
 }
 
 func (r *mutationResolver) RotateServiceAccountToken(ctx context.Context, input model.RotateServiceAccountTokenInput) (*model.ServiceAccountToken, error) {
-	name, c, err := accessCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
+	sc, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	grace := time.Duration(deref(input.GraceSeconds)) * time.Second
-	out, err := r.VDCs.RotateServiceAccountToken(ctx, name, c, input.ID, grace)
+	out, err := r.VDCs.RotateServiceAccountToken(ctx, sc.VDC.Name, sc.Caller, input.ID, grace)
 	if err != nil {
 		return nil, vdcError(err, "input")
 	}
@@ -42,35 +36,26 @@ func (r *mutationResolver) RotateServiceAccountToken(ctx context.Context, input 
 }
 
 func (r *mutationResolver) DeleteServiceAccount(ctx context.Context, id string) (*model.DeletedServiceAccount, error) {
-	name, c, err := accessCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	deleted, err := r.VDCs.DeleteServiceAccount(ctx, name, c, id)
+	sc, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	deleted, err := r.VDCs.DeleteServiceAccount(ctx, sc.VDC.Name, sc.Caller, id)
 	if err != nil {
 		return nil, vdcError(err, "")
 	}
 	return &model.DeletedServiceAccount{ID: id, Name: deleted}, nil
 }
 
-func (r *mutationResolver) AddVDCMember(ctx context.Context, input model.AddVDCMemberInput) (*model.VDCMember, error) {
-	name, c, err := accessCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	m, err := r.VDCs.AddMember(ctx, name, c, input.User, string(input.Role))
+func (r *mutationResolver) AddVDCMember(ctx context.Context, input model.AddVDCMemberInput) (*vdc.Member, error) {
+	sc, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	m, err := r.VDCs.AddMember(ctx, sc.VDC.Name, sc.Caller, input.User, string(input.Role))
 	if err != nil {
 		return nil, vdcError(err, "input")
 	}
-	return memberModel(m), nil
+	return &m, nil
 }
 
 func (r *mutationResolver) RemoveVDCMember(ctx context.Context, user string) (*model.DeletedVDCMember, error) {
-	name, c, err := accessCaller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.VDCs.RemoveMember(ctx, name, c, user); err != nil {
+	sc, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	if err := r.VDCs.RemoveMember(ctx, sc.VDC.Name, sc.Caller, user); err != nil {
 		return nil, vdcError(err, "")
 	}
 	return &model.DeletedVDCMember{User: user}, nil
@@ -78,19 +63,14 @@ func (r *mutationResolver) RemoveVDCMember(ctx context.Context, user string) (*m
 
 func (r *queryResolver) ServiceAccounts(ctx context.Context) ([]*catalog.ServiceAccount, error) {
 	s, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	accounts := vdc.ServiceAccounts(s.VDC)
-	out := make([]*catalog.ServiceAccount, len(accounts))
-	for i := range accounts {
-		out[i] = &accounts[i]
-	}
-	return out, nil
+	return vdc.ServiceAccounts(s.VDC), nil
 }
 
 func (r *serviceAccountResolver) Role(ctx context.Context, obj *catalog.ServiceAccount) (auth.Role, error) {
 	return auth.Role(obj.Role), nil
 }
 
-func (r *vDCResolver) Members(ctx context.Context, obj *catalog.VDC) ([]*model.VDCMember, error) {
+func (r *vDCResolver) Members(ctx context.Context, obj *catalog.VDC) ([]*vdc.Member, error) {
 	p, err := caller(ctx)
 	if err != nil {
 		return nil, err
@@ -99,16 +79,27 @@ func (r *vDCResolver) Members(ctx context.Context, obj *catalog.VDC) ([]*model.V
 	if role, ok := p.RoleIn(obj.Name); ok && p.Username != "" && !p.ServiceAccount && !p.PlatformAdmin {
 		claimed = &vdc.Member{User: p.Username, Role: string(role)}
 	}
-	members := vdc.Members(obj, claimed)
-	out := make([]*model.VDCMember, len(members))
-	for i, m := range members {
-		out[i] = memberModel(m)
+	return vdc.Members(obj, claimed), nil
+}
+
+func (r *vDCMemberResolver) Role(ctx context.Context, obj *vdc.Member) (auth.Role, error) {
+	return auth.Role(obj.Role), nil
+}
+
+func (r *vDCMemberResolver) Source(ctx context.Context, obj *vdc.Member) (model.VDCMemberSource, error) {
+	if obj.Granted {
+		return model.VDCMemberSourceGranted, nil
 	}
-	return out, nil
+	return model.VDCMemberSourceClaims, nil
 }
 
 func (r *Resolver) ServiceAccount() generated.ServiceAccountResolver {
 	return &serviceAccountResolver{r}
 }
 
-type serviceAccountResolver struct{ *Resolver }
+func (r *Resolver) VDCMember() generated.VDCMemberResolver { return &vDCMemberResolver{r} }
+
+type (
+	serviceAccountResolver struct{ *Resolver }
+	vDCMemberResolver      struct{ *Resolver }
+)

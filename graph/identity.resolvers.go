@@ -27,7 +27,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 		return nil, fail(err)
 	}
 	for _, v := range vdcs {
-		if role, ok := RoleIn(p, v); ok {
+		if role, ok := p.RoleWith(v.Name, v.MemberRole); ok {
 			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: role})
 		}
 	}

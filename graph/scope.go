@@ -12,10 +12,12 @@ import (
 // VDCHeader names the VDC a request works in.
 const VDCHeader = "FlexPlane-VDC-ID"
 
-// VDCScope is the VDC a request works in and the caller's role there.
+// VDCScope is the VDC a request works in and the caller's role there
+// (Caller: the same, as the VDC service's access changes take it).
 type VDCScope struct {
-	VDC  *catalog.VDC
-	Role auth.Role
+	VDC    *catalog.VDC
+	Role   auth.Role
+	Caller vdc.Caller
 }
 
 type vdcScopeKey struct{}
@@ -39,25 +41,4 @@ func caller(ctx context.Context) (*auth.Principal, error) {
 		return nil, apierr.New(apierr.Unauthenticated, "authentication required")
 	}
 	return p, nil
-}
-
-// RoleIn returns p's effective role in v: the higher of its role claims
-// and the role v's member bindings grant its user name; ok is false when
-// p may not use v.
-func RoleIn(p *auth.Principal, v *catalog.VDC) (auth.Role, bool) {
-	return p.Granted(v.Name, auth.Role(v.MemberRole(p.Username)))
-}
-
-// accessCaller is the request's caller as the VDC service's access
-// changes name it, with its role in the request's VDC.
-func accessCaller(ctx context.Context) (vdcName string, c vdc.Caller, err error) {
-	p, err := caller(ctx)
-	if err != nil {
-		return "", vdc.Caller{}, err
-	}
-	s, ok := VDCScopeFrom(ctx) // @vdc guarantees it
-	if !ok {
-		return "", vdc.Caller{}, apierr.BadInput(VDCHeader, "the %s header must name a VDC", VDCHeader)
-	}
-	return s.VDC.Name, vdc.Caller{Subject: p.Subject, Role: string(s.Role)}, nil
 }

@@ -3,7 +3,6 @@ package graph
 import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
@@ -15,11 +14,3 @@ func vdcUsageModel(u vdc.Usage) *model.VDCUsage {
 // vdcError maps an error of the VDC lifecycle; fields are relative to the
 // request's arguments (prefix "input" for the input object).
 func vdcError(err error, prefix string) error { return apierr.From(err, prefix) }
-
-func memberModel(m vdc.Member) *model.VDCMember {
-	src := model.VDCMemberSourceClaims
-	if m.Granted {
-		src = model.VDCMemberSourceGranted
-	}
-	return &model.VDCMember{User: m.User, Role: auth.Role(m.Role), Source: src}
-}

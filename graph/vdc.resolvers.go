@@ -61,7 +61,7 @@ func (r *queryResolver) Vdcs(ctx context.Context) ([]*catalog.VDC, error) {
 	}
 	out := make([]*catalog.VDC, 0, len(all))
 	for _, v := range all {
-		if _, ok := RoleIn(p, v); ok {
+		if _, ok := p.RoleWith(v.Name, v.MemberRole); ok {
 			out = append(out, v)
 		}
 	}
@@ -78,7 +78,7 @@ func (r *queryResolver) Vdc(ctx context.Context, name string) (*catalog.VDC, err
 	if err != nil {
 		return nil, fail(err)
 	}
-	if _, ok := RoleIn(p, v); !ok {
+	if _, ok := p.RoleWith(v.Name, v.MemberRole); !ok {
 		return nil, fail(vdc.NotFound(name))
 	}
 	return v, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -20,6 +21,10 @@ import (
 
 type ServiceAccountResolver interface {
 	Role(ctx context.Context, obj *catalog.ServiceAccount) (auth.Role, error)
+}
+type VDCMemberResolver interface {
+	Role(ctx context.Context, obj *vdc.Member) (auth.Role, error)
+	Source(ctx context.Context, obj *vdc.Member) (model.VDCMemberSource, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -292,7 +297,7 @@ func (ec *executionContext) fieldContext_ServiceAccountToken_token(_ context.Con
 	return graphql.NewScalarFieldContext("ServiceAccountToken", field, false, false, "String")
 }
 
-func (ec *executionContext) _VDCMember_user(ctx context.Context, field graphql.CollectedField, obj *model.VDCMember) (ret graphql.Marshaler) {
+func (ec *executionContext) _VDCMember_user(ctx context.Context, field graphql.CollectedField, obj *vdc.Member) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -315,7 +320,7 @@ func (ec *executionContext) fieldContext_VDCMember_user(_ context.Context, field
 	return graphql.NewScalarFieldContext("VDCMember", field, false, false, "String")
 }
 
-func (ec *executionContext) _VDCMember_role(ctx context.Context, field graphql.CollectedField, obj *model.VDCMember) (ret graphql.Marshaler) {
+func (ec *executionContext) _VDCMember_role(ctx context.Context, field graphql.CollectedField, obj *vdc.Member) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -324,7 +329,7 @@ func (ec *executionContext) _VDCMember_role(ctx context.Context, field graphql.C
 			return ec.fieldContext_VDCMember_role(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Role, nil
+			return ec.Resolvers.VDCMember().Role(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v auth.Role) graphql.Marshaler {
@@ -335,10 +340,10 @@ func (ec *executionContext) _VDCMember_role(ctx context.Context, field graphql.C
 	)
 }
 func (ec *executionContext) fieldContext_VDCMember_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("VDCMember", field, false, false, "VDCRole")
+	return graphql.NewScalarFieldContext("VDCMember", field, true, true, "VDCRole")
 }
 
-func (ec *executionContext) _VDCMember_source(ctx context.Context, field graphql.CollectedField, obj *model.VDCMember) (ret graphql.Marshaler) {
+func (ec *executionContext) _VDCMember_source(ctx context.Context, field graphql.CollectedField, obj *vdc.Member) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -347,7 +352,7 @@ func (ec *executionContext) _VDCMember_source(ctx context.Context, field graphql
 			return ec.fieldContext_VDCMember_source(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Source, nil
+			return ec.Resolvers.VDCMember().Source(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v model.VDCMemberSource) graphql.Marshaler {
@@ -358,7 +363,7 @@ func (ec *executionContext) _VDCMember_source(ctx context.Context, field graphql
 	)
 }
 func (ec *executionContext) fieldContext_VDCMember_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("VDCMember", field, false, false, "VDCMemberSource")
+	return graphql.NewScalarFieldContext("VDCMember", field, true, true, "VDCMemberSource")
 }
 
 // endregion **************************** field.gotpl *****************************
@@ -701,7 +706,7 @@ func (ec *executionContext) _ServiceAccountToken(ctx context.Context, sel ast.Se
 
 var vDCMemberImplementors = []string{"VDCMember"}
 
-func (ec *executionContext) _VDCMember(ctx context.Context, sel ast.SelectionSet, obj *model.VDCMember) graphql.Marshaler {
+func (ec *executionContext) _VDCMember(ctx context.Context, sel ast.SelectionSet, obj *vdc.Member) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, vDCMemberImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -713,18 +718,20 @@ func (ec *executionContext) _VDCMember(ctx context.Context, sel ast.SelectionSet
 		case "user":
 			out.Values[i] = ec._VDCMember_user(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "role":
-			out.Values[i] = ec._VDCMember_role(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDCMember_role(ctx, field, obj)
+				})
 		case "source":
-			out.Values[i] = ec._VDCMember_source(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDCMember_source(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -809,11 +816,11 @@ func (ec *executionContext) marshalNServiceAccountToken2ᚖgithubᚗcomᚋflexpl
 	return ec._ServiceAccountToken(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.VDCMember) graphql.Marshaler {
+func (ec *executionContext) marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMemberᚄ(ctx context.Context, sel ast.SelectionSet, v []*vdc.Member) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCMember(ctx, sel, v[i])
+		return ec.marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMember(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -825,7 +832,7 @@ func (ec *executionContext) marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋf
 	return ret
 }
 
-func (ec *executionContext) marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCMember(ctx context.Context, sel ast.SelectionSet, v *model.VDCMember) graphql.Marshaler {
+func (ec *executionContext) marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMember(ctx context.Context, sel ast.SelectionSet, v *vdc.Member) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "VDCMember!")
 		return graphql.Null

@@ -43,6 +43,7 @@ type ResolverRoot interface {
 	ServiceAccount() ServiceAccountResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
+	VDCMember() VDCMemberResolver
 	VM() VMResolver
 	Zone() ZoneResolver
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
+	"github.com/flexplane/flexplane/pkg/vdc"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -29,7 +30,7 @@ type MutationResolver interface {
 	CreateServiceAccount(ctx context.Context, input model.CreateServiceAccountInput) (*model.ServiceAccountToken, error)
 	RotateServiceAccountToken(ctx context.Context, input model.RotateServiceAccountTokenInput) (*model.ServiceAccountToken, error)
 	DeleteServiceAccount(ctx context.Context, id string) (*model.DeletedServiceAccount, error)
-	AddVDCMember(ctx context.Context, input model.AddVDCMemberInput) (*model.VDCMember, error)
+	AddVDCMember(ctx context.Context, input model.AddVDCMemberInput) (*vdc.Member, error)
 	RemoveVDCMember(ctx context.Context, user string) (*model.DeletedVDCMember, error)
 	UpdateAgents(ctx context.Context, input model.UpdateAgentsInput) (*rollout.Rollout, error)
 	OpenConsole(ctx context.Context, id string) (*model.ConsoleSession, error)
@@ -1726,11 +1727,11 @@ func (ec *executionContext) _Mutation_addVDCMember(ctx context.Context, field gr
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "ADMIN")
 				if err != nil {
-					var zeroVal *model.VDCMember
+					var zeroVal *vdc.Member
 					return zeroVal, err
 				}
 				if ec.Directives.Vdc == nil {
-					var zeroVal *model.VDCMember
+					var zeroVal *vdc.Member
 					return zeroVal, errors.New("directive vdc is not implemented")
 				}
 				return ec.Directives.Vdc(ctx, nil, directive0, role)
@@ -1739,8 +1740,8 @@ func (ec *executionContext) _Mutation_addVDCMember(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.VDCMember) graphql.Marshaler {
-			return ec.marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCMember(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *vdc.Member) graphql.Marshaler {
+			return ec.marshalNVDCMember2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMember(ctx, selections, v)
 		},
 		true,
 		true,

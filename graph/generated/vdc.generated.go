@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -20,7 +21,7 @@ import (
 type VDCResolver interface {
 	Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error)
 
-	Members(ctx context.Context, obj *catalog.VDC) ([]*model.VDCMember, error)
+	Members(ctx context.Context, obj *catalog.VDC) ([]*vdc.Member, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -222,8 +223,8 @@ func (ec *executionContext) _VDC_members(ctx context.Context, field graphql.Coll
 			return ec.Resolvers.VDC().Members(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.VDCMember) graphql.Marshaler {
-			return ec.marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐVDCMemberᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*vdc.Member) graphql.Marshaler {
+			return ec.marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMemberᚄ(ctx, selections, v)
 		},
 		true,
 		true,

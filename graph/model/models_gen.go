@@ -1039,16 +1039,6 @@ type VDCAccess struct {
 	Role auth.Role `json:"role"`
 }
 
-// A user's role in a VDC.
-type VDCMember struct {
-	// The login name the identity provider asserts (the token's preferred_username).
-	User string `json:"user"`
-	// The role (the higher of a grant here and the identity provider's claims counts).
-	Role auth.Role `json:"role"`
-	// Where the role comes from.
-	Source VDCMemberSource `json:"source"`
-}
-
 // What a VDC uses of its quotas.
 type VDCUsage struct {
 	// vCPUs of its VMs.

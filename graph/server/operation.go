@@ -36,7 +36,7 @@ func vdcNameFrom(ctx context.Context) (string, bool) {
 // requires a caller (UNAUTHENTICATED otherwise), resolves the VDC the
 // request named into its scope (NOT_FOUND for one the caller may not use
 // or that does not exist, vdc.Resolve; the caller's role is the higher of
-// its claims and the VDC's binding of its user name, graph.RoleIn), and gives queries and mutations
+// its claims and the VDC's grant of its user name, auth.Principal.RoleWith), and gives queries and mutations
 // their view of the estate (estate.WithRead); a subscription lives on and
 // reads afresh each time, so it gets none.
 func beginOperation(ctx context.Context, store catalog.Store, subscription bool) (context.Context, error) {
@@ -52,11 +52,11 @@ func beginOperation(ctx context.Context, store catalog.Store, subscription bool)
 		if err != nil {
 			return ctx, apierr.From(err, "")
 		}
-		role, member := graph.RoleIn(p, v)
+		role, member := p.RoleWith(name, v.MemberRole)
 		if !member {
 			return ctx, vdcNotFound(name)
 		}
-		ctx = graph.WithVDCScope(ctx, graph.VDCScope{VDC: v, Role: role})
+		ctx = graph.WithVDCScope(ctx, graph.VDCScope{VDC: v, Role: role, Caller: vdc.Caller{Subject: p.Subject, Role: string(role)}})
 	}
 	if !subscription {
 		ctx = estate.WithRead(ctx)

@@ -118,12 +118,17 @@ type Principal struct {
 	VDCRoles map[string]Role
 }
 
-// Granted returns the role the caller has in vdc counting bound, the role
-// a VDC's member binding grants the caller's Username there ("" for none):
-// the higher of it and RoleIn. A service account has only its own role.
-func (p *Principal) Granted(vdc string, bound Role) (role Role, ok bool) {
+// RoleWith returns the caller's role in vdc counting the VDC's own grants
+// (granted returns the role, "admin", "member", "viewer" or "", the VDC
+// grants a user name): the higher of that and RoleIn. A service account
+// has only its own role.
+func (p *Principal) RoleWith(vdc string, granted func(user string) string) (role Role, ok bool) {
 	role, ok = p.RoleIn(vdc)
-	if p.ServiceAccount || p.Username == "" || !bound.Valid() {
+	if p.ServiceAccount || p.Username == "" || granted == nil {
+		return role, ok
+	}
+	bound := Role(granted(p.Username))
+	if !bound.Valid() {
 		return role, ok
 	}
 	if !ok || bound.rank() > role.rank() {

@@ -75,7 +75,7 @@ func TestServiceAccountToken(t *testing.T) {
 		if _, ok := p.RoleIn("dev"); ok {
 			t.Error("the account has a role in another VDC")
 		}
-		if role, _ := p.Granted("prod", auth.RoleAdmin); role != auth.RoleMember {
+		if role, _ := p.RoleWith("prod", func(string) string { return "admin" }); role != auth.RoleMember {
 			t.Errorf("a member binding raised a service account to %s", role)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,18 +108,14 @@ func checkRole(field, role string, caller Caller) error {
 	return nil
 }
 
-// ServiceAccounts returns the service accounts of v, by name.
-func ServiceAccounts(v *catalog.VDC) []catalog.ServiceAccount {
-	out := slices.Clone(v.ServiceAccounts)
-	slices.SortFunc(out, func(a, b catalog.ServiceAccount) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+// ServiceAccounts returns (copies of) the service accounts of v, by name.
+func ServiceAccounts(v *catalog.VDC) []*catalog.ServiceAccount {
+	out := make([]*catalog.ServiceAccount, len(v.ServiceAccounts))
+	for i := range v.ServiceAccounts {
+		a := v.ServiceAccounts[i]
+		out[i] = &a
+	}
+	slices.SortFunc(out, func(a, b *catalog.ServiceAccount) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -301,34 +298,28 @@ type Member struct {
 	Granted bool
 }
 
-// Members lists the bindings of v, by user; claimed, when not empty, is
-// the caller's own membership by the identity provider's claims, listed
-// too unless a binding names the same user with a role at least as high.
-func Members(v *catalog.VDC, claimed *Member) []Member {
-	out := make([]Member, 0, len(v.Members)+1)
+// Members lists the grants of v, by user; claimed, when not nil, is the
+// caller's own membership by the identity provider's claims, listed in
+// place of the caller's grant when it is higher, and besides when there is
+// none.
+func Members(v *catalog.VDC, claimed *Member) []*Member {
+	out := make([]*Member, 0, len(v.Members)+1)
 	for _, m := range v.Members {
-		if claimed != nil && m.User == claimed.User && catalog.RoleRank(claimed.Role) > catalog.RoleRank(m.Role) {
-			out = append(out, *claimed)
+		if claimed != nil && m.User == claimed.User {
+			if catalog.RoleRank(claimed.Role) > catalog.RoleRank(m.Role) {
+				out = append(out, claimed)
+			} else {
+				out = append(out, &Member{User: m.User, Role: m.Role, Granted: true})
+			}
 			claimed = nil
 			continue
 		}
-		out = append(out, Member{User: m.User, Role: m.Role, Granted: true})
-		if claimed != nil && m.User == claimed.User {
-			claimed = nil
-		}
+		out = append(out, &Member{User: m.User, Role: m.Role, Granted: true})
 	}
 	if claimed != nil {
-		out = append(out, *claimed)
+		out = append(out, claimed)
 	}
-	slices.SortFunc(out, func(a, b Member) int {
-		if a.User < b.User {
-			return -1
-		}
-		if a.User > b.User {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *Member) int { return strings.Compare(a.User, b.User) })
 	return out
 }
 
