@@ -27,10 +27,10 @@ func (k *tokens) NewToken(v, id string) (string, string, error) {
 	return fmt.Sprintf("fpsa_%s_%s_%d", v, id, k.n), "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// TestAccessRoleBound: nobody grants or makes an account above its own
-// role, nor changes one above it; a refusal changes nothing.
-func TestAccessRoleBound(t *testing.T) {
-	t.Parallel()
+// accessService is a VDC service over a new catalog directory with the
+// VDC prod.
+func accessService(t *testing.T) (*vdc.Service, catalog.Store) {
+	t.Helper()
 	store, err := catalog.OpenDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +44,14 @@ func TestAccessRoleBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return svc, store
+}
+
+// TestAccessRoleBound: nobody grants or makes an account above its own
+// role, nor changes one above it; a refusal changes nothing.
+func TestAccessRoleBound(t *testing.T) {
+	t.Parallel()
+	svc, store := accessService(t)
 	admin := vdc.Caller{Subject: "pam", Role: catalog.RoleAdmin}
 	member := vdc.Caller{Subject: "alice", Role: catalog.RoleMember}
 	top, err := svc.CreateServiceAccount(t.Context(), "prod", admin, vdc.NewServiceAccount{Name: "top", Role: catalog.RoleAdmin})
@@ -86,19 +94,7 @@ func TestAccessRoleBound(t *testing.T) {
 // most once a minute, whatever the number of requests.
 func TestLastUsedAtOnceAMinute(t *testing.T) {
 	t.Parallel()
-	store, err := catalog.OpenDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &catalog.VDC{}
-	v.Name = "prod"
-	if _, err := catalog.Create(t.Context(), store, v); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := vdc.New(vdc.Config{Store: store, Tokens: &tokens{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, store := accessService(t)
 	a, err := svc.CreateServiceAccount(t.Context(), "prod", vdc.Caller{Role: catalog.RoleAdmin}, vdc.NewServiceAccount{Name: "ci", Role: catalog.RoleViewer})
 	if err != nil {
 		t.Fatal(err)
