@@ -29,15 +29,16 @@ type Open func(t *testing.T) (a, b catalog.Store)
 // Run runs the behaviour tests on stores from open, in parallel subtests.
 func Run(t *testing.T, open Open) {
 	tests := map[string]func(*testing.T, Open){
-		"CRUDAndConflicts":         crudAndConflicts,
-		"AllKindsRoundTrip":        allKindsRoundTrip,
-		"ValidationChangesNothing": validationChangesNothing,
-		"ConcurrentUpdates":        concurrentUpdates,
-		"EveryFieldKept":           everyFieldKept,
-		"PublicAddressesOnce":      publicAddressesOnce,
-		"Secrets":                  secrets,
-		"DeleteEdgeGateway":        deleteEdgeGateway,
-		"KubeEndpointsOnce":        kubeEndpointsOnce,
+		"CRUDAndConflicts":           crudAndConflicts,
+		"AllKindsRoundTrip":          allKindsRoundTrip,
+		"ValidationChangesNothing":   validationChangesNothing,
+		"ConcurrentUpdates":          concurrentUpdates,
+		"EveryFieldKept":             everyFieldKept,
+		"PublicAddressesOnce":        publicAddressesOnce,
+		"Secrets":                    secrets,
+		"DeleteEdgeGateway":          deleteEdgeGateway,
+		"KubeEndpointsOnce":          kubeEndpointsOnce,
+		"AccessChangesReachReplicas": accessChangesReachReplicas,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -166,6 +167,55 @@ func everyFieldKept(t *testing.T, open Open) {
 				t.Errorf("%s: read %+v, wrote %+v", o.ObjectKind(), got, o)
 			}
 		}
+	}
+}
+
+// accessChangesReachReplicas: a service account's rotated token hash and
+// its deletion, written through one store, are what the other store (a
+// second replica, which checks tokens against its own reads) reads within
+// 10 s; a refused duplicate changes nothing.
+func accessChangesReachReplicas(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	hash := func(c byte) string { return "sha256:" + strings.Repeat(string([]byte{c, c}), 32) }
+	v := vdc("access", 4)
+	v.ServiceAccounts = []catalog.ServiceAccount{{ID: "sa-00000000000000000001", Name: "ci", Role: catalog.RoleMember,
+		CreatedAt: time.Now().UTC(), TokenHash: hash('a')}}
+	created, err := catalog.Create(ctx, a, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(want string) func(catalog.Object) bool {
+		return func(o catalog.Object) bool {
+			accounts := o.(*catalog.VDC).ServiceAccounts
+			if want == "" {
+				return len(accounts) == 0
+			}
+			return len(accounts) == 1 && accounts[0].TokenHash == want
+		}
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds(hash('a'))); err != nil {
+		t.Fatalf("the other replica does not see the account: %v", err)
+	}
+	created.ServiceAccounts[0].TokenHash = hash('b')
+	rotated, err := catalog.Update(ctx, a, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds(hash('b'))); err != nil {
+		t.Fatalf("the other replica does not see the rotation within 10 s: %v", err)
+	}
+	dup := rotated.DeepCopyObject().(*catalog.VDC)
+	dup.ServiceAccounts = append(dup.ServiceAccounts, dup.ServiceAccounts[0])
+	if _, err := catalog.Update(ctx, a, dup); !errors.Is(err, catalog.ErrInvalid) {
+		t.Fatalf("a second account of one id: %v, want invalid", err)
+	}
+	rotated.ServiceAccounts = nil
+	if _, err := catalog.Update(ctx, a, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds("")); err != nil {
+		t.Fatalf("the other replica does not see the deletion within 10 s: %v", err)
 	}
 }
 
