@@ -1,8 +1,9 @@
 // Package vdc is the lifecycle of the virtual data centers: a VDC is
 // created and changed in the catalog, and deleted only once nothing of it
 // is left in any zone (no VMs, no creates in flight, no networks), after
-// which its Proxmox pool and SDN zone are removed from every zone. The
-// zones are reached through small interfaces the orchestrator satisfies;
+// which its Proxmox pool and SDN zone are removed from every zone. Who may
+// use a VDC besides the identity provider's claims, its members and its
+// service accounts, is changed here too (access.go). The zones are reached through small interfaces the orchestrator satisfies;
 // the package imports no transport.
 package vdc
 
