@@ -100,6 +100,14 @@ func TestAuditEveryMutation(t *testing.T) {
 		"upgradeKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { upgradeKubernetesCluster(id: "nosuch", version: "v1.37.2") { id } }`, ids: []string{"nosuch"}}},
 		"issueKubeconfig":          {{user: "bob", vdc: "blue", query: `mutation { issueKubeconfig(cluster: "nosuch") { expiresAt } }`, ids: []string{"nosuch"}}},
 		"deleteKubernetesCluster":  {{user: "bob", vdc: "blue", query: `mutation { deleteKubernetesCluster(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { createServiceAccount(input: {name: "ci", role: MEMBER}) { serviceAccount { id } token } }`,
+			ids: []string{"ci"}}},
+		"rotateServiceAccountToken": {{user: "admin", vdc: "blue", query: `mutation { rotateServiceAccountToken(input: {id: "sa-00000000000000000000", graceSeconds: 60}) { token } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"deleteServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { deleteServiceAccount(id: "sa-00000000000000000000") { id } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"addVDCMember":    {{user: "admin", vdc: "blue", query: `mutation { addVDCMember(input: {user: "carol", role: VIEWER}) { user } }`}},
+		"removeVDCMember": {{user: "admin", vdc: "blue", query: `mutation { removeVDCMember(user: "carol") { user } }`}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -109,7 +117,8 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
-		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster"}
+		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
+		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -187,6 +196,10 @@ func TestAuditEveryMutation(t *testing.T) {
 				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)
+				}
+			case "createServiceAccount", "rotateServiceAccountToken":
+				if strings.Contains(string(b), "fpsa_") {
+					t.Errorf("%s: the token is in the audit event: %s", verb, b)
 				}
 			case "createComputeProfile":
 				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {
