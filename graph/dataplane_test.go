@@ -71,9 +71,14 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 		})
 		vms[name] = vmInfo{vmid: vmidOf(t, c, name), ip: vm.IPAddresses[0]}
 	}
-	// The second VM of each VDC moves to the other node (an operator's migration).
+	// The second VM of each VDC runs on the other node than the first:
+	// placement spread them, else it moves there (an operator's migration).
 	for _, name := range []string{"red-2", "blue-2"} {
 		node := nodeOf(t, c, vms[name].vmid)
+		first := strings.TrimSuffix(name, "-2") + "-1"
+		if node != nodeOf(t, c, vms[first].vmid) {
+			continue
+		}
 		other := map[string]string{"pve1": "pve2", "pve2": "pve1"}[node]
 		var upid proxmox.UPID
 		if err := c.Post(vmtest.Ctx(t), fmt.Sprintf("/nodes/%s/qemu/%d/migrate", node, vms[name].vmid), map[string]any{"target": other, "online": 1}, &upid); err != nil {

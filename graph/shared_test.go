@@ -14,15 +14,15 @@ import (
 
 // tenant is what a test on the shared harness has of its own: two VDCs and
 // the users meshtest.DefaultUsers has for "red" and "blue" (alice a member
-// of red, bob of blue, vera a viewer of red), and a network "lan" of blue's
-// in zone alpha.
+// of red, bob of blue, vera a viewer of red, and olga an admin of blue),
+// and a network "lan" of blue's in zone alpha.
 type tenant struct {
-	red, blue, alice, bob, vera string
-	net                         string // blue's network in alpha
+	red, blue, alice, bob, vera, olga string
+	net                               string // blue's network in alpha
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "placement"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node), the API and the catalog seedCatalog makes, and otherwise only
@@ -40,7 +40,8 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 		users = append(users,
 			devidp.User{Username: tn.alice, Name: "Alice of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleMember)}},
 			devidp.User{Username: tn.bob, Name: "Bob of " + name, Roles: []string{auth.VDCRoleKey(tn.blue, auth.RoleMember)}},
-			devidp.User{Username: tn.vera, Name: "Vera of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleViewer)}})
+			devidp.User{Username: tn.vera, Name: "Vera of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleViewer)}},
+			devidp.User{Username: tn.olga, Name: "Olga of " + name, Roles: []string{auth.VDCRoleKey(tn.blue, auth.RoleAdmin)}})
 		for _, v := range meshtest.DefaultVDCs() {
 			v.Name = name + "-" + v.Name
 			vdcs = append(vdcs, v)
@@ -54,7 +55,7 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 })
 
 func tenantNamed(name string) tenant {
-	return tenant{red: name + "-red", blue: name + "-blue", alice: name + "-alice", bob: name + "-bob", vera: name + "-vera"}
+	return tenant{red: name + "-red", blue: name + "-blue", alice: name + "-alice", bob: name + "-bob", vera: name + "-vera", olga: name + "-olga"}
 }
 
 // sharedTenant is the shared harness and the tenant name of sharedTenants,

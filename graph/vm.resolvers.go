@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -24,6 +25,14 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
 		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
+	}
+	if input.Host != nil {
+		// Pinning a host is an ADMIN's choice: the hosts' load is the
+		// platform's to balance.
+		if !scope.Role.AtLeast(auth.RoleAdmin) {
+			return nil, apierr.BadInput("input.host", "input.host: only an ADMIN of the VDC may pin a host")
+		}
+		in.Host = *input.Host
 	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}

@@ -7202,7 +7202,8 @@ type Region {
 #
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, FORBIDDEN (a
 # member of the VDC whose role does not allow the action), BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, CAPACITY_EXCEEDED (no
+# host of the zone can take the VM; nothing was done), ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
 # operation ran) or INTERNAL.
@@ -7585,6 +7586,14 @@ input CreateVMInput {
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  Pins the VM to a host of the zone (a Host id, or the host's name); only
+  an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+  take the VM (unknown, offline, in maintenance, without room for its
+  memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+  chooses the least loaded host that can take it.
+  """
+  host: String
 }
 
 "A NIC of a new VM."

@@ -309,6 +309,12 @@ type CreateVMInput struct {
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// Pins the VM to a host of the zone (a Host id, or the host's name); only
+	// an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+	// take the VM (unknown, offline, in maintenance, without room for its
+	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+	// chooses the least loaded host that can take it.
+	Host *string `json:"host,omitempty"`
 }
 
 // The result of createVM.

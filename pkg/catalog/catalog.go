@@ -381,6 +381,39 @@ type ZonePolicySpec struct {
 	// DedicatedTo lists the VDCs the zone is reserved for: when set, only
 	// they see the zone and place resources in it. Empty: every VDC.
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host of
+	// the zone hold, in percent of the host's memory (100: none
+	// overcommitted); 0 means DefaultMemoryOvercommitPercent.
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of the
+	// zone hold, in percent of the host's logical CPUs; 0 means
+	// DefaultCPUOvercommitPercent.
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
+}
+
+// Placement's overcommit defaults and bounds (ZonePolicySpec): memory is
+// not overcommitted unless the admin says so; vCPUs are, four to a CPU,
+// as most clouds do for general-purpose guests.
+const (
+	DefaultMemoryOvercommitPercent = 100
+	DefaultCPUOvercommitPercent    = 400
+	MinOvercommitPercent           = 10
+	MaxMemoryOvercommitPercent     = 400
+	MaxCPUOvercommitPercent        = 1600
+)
+
+// Overcommit returns the zone's memory and CPU overcommit ratios (1.0:
+// a host holds guests up to its own size), the defaults where unset. A
+// nil policy (a zone without one) has the defaults.
+func (p *ZonePolicy) Overcommit() (memory, cpu float64) {
+	m, c := DefaultMemoryOvercommitPercent, DefaultCPUOvercommitPercent
+	if p != nil && p.MemoryOvercommitPercent > 0 {
+		m = p.MemoryOvercommitPercent
+	}
+	if p != nil && p.CPUOvercommitPercent > 0 {
+		c = p.CPUOvercommitPercent
+	}
+	return float64(m) / 100, float64(c) / 100
 }
 
 // Allows reports whether the zone is open to vdc.

@@ -48,6 +48,10 @@ type CreateInput struct {
 	// worker's bootstrap data, for one): at most MaxUserData bytes once
 	// compressed. It is recorded with the guest's intent.
 	UserData []byte
+	// Host pins the VM to a host of the zone (a host id or its node name);
+	// "" lets placement choose (placement.go). Who may pin is the
+	// caller's to check.
+	Host string
 }
 
 // MaxUserData bounds the compressed user-data of a create: it travels in
@@ -99,6 +103,8 @@ type plan struct {
 	keys    []string
 	// userData is CreateInput.UserData compressed and encoded.
 	userData string
+	// slot is the host placement chose, held until the create ends.
+	slot *slot
 }
 
 type nicPlan struct {
@@ -199,16 +205,6 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
 		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
-	st, err := d.stager.Status(ctx, p.target(), p.img)
-	if err != nil {
-		return nil, zoneDown(z.Name, err)
-	}
-	if st.State == images.StateStaged {
-		p.tpl = &st.Template
-		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			return nil, badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
-		}
-	}
 	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
 		return nil, badInput("nics", "a VM has 1 to %d NICs", MaxNICs)
 	}
@@ -271,6 +267,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		}
 		p.userData = enc
 	}
+	if err := placeCreate(ctx, d, p, in); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -283,7 +282,7 @@ func catalogInput(field, what, name string, err error) error {
 
 // target is where the plan's image is staged.
 func (p *plan) target() images.Target {
-	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
+	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}, Node: p.slot.templateNode()}
 }
 
 // CreateVM validates in, reserves quota, claims the addresses and starts
@@ -417,7 +416,7 @@ func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
+	tpl, err := sc.stageOnHost(ctx)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}
@@ -516,6 +515,7 @@ func (sc *createScope) conclude(ctx context.Context, err error) {
 	if qerr := sc.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
+	sc.unplace()
 	sc.eng.finishOp(sc.opID, err)
 }
 
@@ -615,6 +615,7 @@ func (sc *createScope) release(ctx context.Context) {
 	if err := sc.quota.Release(ctx, in.VDC, in.Op); err != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
+	sc.unplace()
 }
 
 // claim claims an address per NIC in the IPAM and records them in the intent.
@@ -701,9 +702,10 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 		}
 		var upid string
 		sc.bind(ctx, vmid)
+		sc.p.slot.bind(vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
-			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
+			"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
 		}, &upid)
 		switch {
 		case err == nil:

@@ -62,6 +62,9 @@ func TestLookup(t *testing.T) {
 		{"GET", "/cluster/sdn/vnets/vnet1/subnets/zone1-10.0.0.0-24", "/cluster/sdn/vnets/{vnet}/subnets/{subnet}", map[string]string{"vnet": "vnet1", "subnet": "zone1-10.0.0.0-24"}},
 		{"GET", "/nodes/pve1/qemu/100/agent/network-get-interfaces", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", map[string]string{"node": "pve1", "vmid": "100"}},
 		{"GET", "/nodes/", "/nodes", map[string]string{}},
+		// An ipset entry's CIDR holds a slash ("%2F" arrives decoded).
+		{"DELETE", "/cluster/firewall/ipset/apps/10.2.0.0/16", "/cluster/firewall/ipset/{name}/{cidr}", map[string]string{"name": "apps", "cidr": "10.2.0.0/16"}},
+		{"GET", "/nodes/pve1/qemu/100/firewall/ipset/ipfilter-net0/fd00::/64", "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}", map[string]string{"node": "pve1", "vmid": "100", "name": "ipfilter-net0", "cidr": "fd00::/64"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
@@ -419,7 +422,7 @@ func exampleParam(p *prop) string {
 			}
 		}
 	}
-	for _, c := range []string{"x", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
+	for _, c := range []string{"x", "xy", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
 		if p.re == nil || p.re.MatchString(c) {
 			return c
 		}
@@ -470,7 +473,7 @@ func TestLookupEveryEndpoint(t *testing.T) {
 		"node": "pve1", "vmid": "100", "storage": "local", "volume": "local:iso/debian-12.iso",
 		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
 		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
-		"snapname": "before-upgrade", "id": "100-0",
+		"snapname": "before-upgrade", "id": "100-0", "group": "db", "pos": "0", "name": "app-members", "cidr": "10.0.0.5",
 	}
 	for _, e := range s.Endpoints() {
 		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {

@@ -353,6 +353,18 @@ type ZonePolicySpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host
+	// of the zone hold, in percent of its memory; unset: 100.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=400
+	// +optional
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of
+	// the zone hold, in percent of its logical CPUs; unset: 400.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=1600
+	// +optional
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
 }
 
 // ZonePolicyList is a list of zone policies.
