@@ -1,6 +1,7 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways and load balancers — as Kubernetes-style
+// zones' external networks, the VDCs' edge gateways, load balancers and
+// security groups — as Kubernetes-style
 // objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
@@ -44,11 +45,14 @@ const (
 	// KindLoadBalancer is a VDC's load balancer in a zone (its
 	// certificates' keys are kept apart, in the store's secrets).
 	KindLoadBalancer Kind = "LoadBalancer"
+	// KindSecurityGroup is a VDC's security group: the rules its member
+	// VMs' firewalls allow.
+	KindSecurityGroup Kind = "SecurityGroup"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -75,6 +79,8 @@ func (k Kind) plural() string {
 		return "edgegateways"
 	case KindLoadBalancer:
 		return "loadbalancers"
+	case KindSecurityGroup:
+		return "securitygroups"
 	}
 	return ""
 }
@@ -99,6 +105,8 @@ func New(kind Kind) (Object, error) {
 		o = &EdgeGateway{}
 	case KindLoadBalancer:
 		o = &LoadBalancer{}
+	case KindSecurityGroup:
+		o = &SecurityGroup{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}
@@ -203,6 +211,9 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// DefaultSecurityGroup is the short name of the security group a new
+	// VM of the VDC is put in when its create names none; "" is none.
+	DefaultSecurityGroup string `json:"defaultSecurityGroup,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC. Every field is at least zero;

@@ -104,7 +104,21 @@ func Sample() []catalog.Object {
 		{Name: "web", Protocol: catalog.LBProtocolHTTP, Port: 80, Pool: "app", Routes: []catalog.LBRoute{{PathPrefix: "/static/", Pool: "static"}}},
 		{Name: "secure", Protocol: catalog.LBProtocolHTTPS, Port: 443, Pool: "app", Certificates: []string{"shop"}, ServerNames: []string{"shop.example"}},
 		{Name: "pass", Protocol: catalog.LBProtocolTLSPassthrough, Port: 8443, SNIRoutes: []catalog.LBSNIRoute{{ServerName: "db.shop.example", Pool: "app"}}}}
-	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb}
+	v.DefaultSecurityGroup = "web"
+	sg := SecurityGroup("full", "web")
+	sg.Description = "the shop's web servers"
+	sg.Rules = append(sg.Rules,
+		catalog.SecurityRule{Direction: catalog.DirectionInbound, Protocol: catalog.SecurityProtocolUDP, Ports: "8000:8100,9000", PeerGroup: "db", Description: "metrics"},
+		catalog.SecurityRule{Direction: catalog.DirectionOutbound, Protocol: catalog.SecurityProtocolICMP, PeerCIDR: "2001:db8::/32"})
+	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb, sg}
+}
+
+// SecurityGroup returns a valid security group of vdc with one rule.
+func SecurityGroup(vdc, name string) *catalog.SecurityGroup {
+	g := &catalog.SecurityGroup{}
+	g.Name, g.VDC = catalog.SecurityGroupName(vdc, name), vdc
+	g.Rules = []catalog.SecurityRule{{Direction: catalog.DirectionInbound, Protocol: catalog.SecurityProtocolTCP, Ports: "443", PeerCIDR: "10.0.0.0/8"}}
+	return g
 }
 
 // secrets: a store that keeps secrets (catalog.SecretStore) returns what
@@ -325,6 +339,29 @@ func validationChangesNothing(t *testing.T, open Open) {
 		{"name", vdc("a.b", 1)},
 		{"name", vdc(strings.Repeat("a", 64), 1)},
 		{"quotas.vcpus", vdc("prod", -1)},
+		{"defaultSecurityGroup", func() catalog.Object { v := vdc("prod", 1); v.DefaultSecurityGroup = "Web"; return v }()},
+		{"name", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Name = "prod"; return g }()},
+		{"name", func() catalog.Object { g := SecurityGroup("prod", "web"); g.VDC = "other"; return g }()},
+		{"rules[0].ports", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Ports = "80:22"; return g }()},
+		{"rules[0].ports", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Ports = "70000"; return g }()},
+		{"rules[0].ports", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			g.Rules[0].Protocol = catalog.SecurityProtocolICMP
+			return g
+		}()},
+		{"rules[1].peerCidr", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			g.Rules = append(g.Rules, catalog.SecurityRule{Direction: catalog.DirectionOutbound, Protocol: "any", PeerCIDR: "10.0.0.1/8"})
+			return g
+		}()},
+		{"rules[0].direction", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Direction = "sideways"; return g }()},
+		{"rules", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			for len(g.Rules) <= catalog.MaxSecurityRules {
+				g.Rules = append(g.Rules, g.Rules[0])
+			}
+			return g
+		}()},
 		{"tier", func() catalog.Object { sp := base(); sp.Tier = ""; return sp }()},
 		{"pools", func() catalog.Object { sp := base(); sp.Pools = nil; return sp }()},
 		{"pools[1].zone", func() catalog.Object {
