@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/securitygroup"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -92,6 +93,9 @@ type Resolver struct {
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
+	// SecurityGroups manages the VDCs' security groups; nil answers
+	// those fields INTERNAL.
+	SecurityGroups *securitygroup.Service
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)

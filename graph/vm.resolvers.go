@@ -23,7 +23,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	in := compute.CreateInput{
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
-		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
+		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User, SecurityGroups: input.SecurityGroups,
 	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}

@@ -40,10 +40,14 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
 	Query() QueryResolver
+	SecurityGroup() SecurityGroupResolver
+	SecurityGroupZone() SecurityGroupZoneResolver
+	SecurityRule() SecurityRuleResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
 	VM() VMResolver
 	Zone() ZoneResolver
+	SecurityRuleInput() SecurityRuleInputResolver
 }
 
 type DirectiveRoot struct {
@@ -174,6 +178,10 @@ type ComplexityRoot struct {
 	}
 
 	DeletedPortForward struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedSecurityGroup struct {
 		ID func(childComplexity int) int
 	}
 
@@ -446,6 +454,7 @@ type ComplexityRoot struct {
 		CreateNodePool           func(childComplexity int, input model.CreateNodePoolInput) int
 		CreateOneToOneAddress    func(childComplexity int, input model.CreateOneToOneAddressInput) int
 		CreatePortForward        func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateSecurityGroup      func(childComplexity int, input model.CreateSecurityGroupInput) int
 		CreateSnapshot           func(childComplexity int, vm string, input model.CreateSnapshotInput) int
 		CreateStorageProfile     func(childComplexity int, input model.CreateStorageProfileInput) int
 		CreateVM                 func(childComplexity int, input model.CreateVMInput) int
@@ -460,6 +469,7 @@ type ComplexityRoot struct {
 		DeleteNodePool           func(childComplexity int, id string) int
 		DeleteOneToOneAddress    func(childComplexity int, id string) int
 		DeletePortForward        func(childComplexity int, id string) int
+		DeleteSecurityGroup      func(childComplexity int, id string) int
 		DeleteSnapshot           func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVM                 func(childComplexity int, id string) int
@@ -471,6 +481,8 @@ type ComplexityRoot struct {
 		RevokeEnrollmentKey      func(childComplexity int, id string) int
 		RollbackSnapshot         func(childComplexity int, vm string, name string, start *bool) int
 		ScaleNodePool            func(childComplexity int, id string, size int) int
+		SetDefaultSecurityGroup  func(childComplexity int, name *string) int
+		SetVMSecurityGroups      func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM               func(childComplexity int, id string) int
 		StageImage               func(childComplexity int, name string, zone string) int
 		StartVM                  func(childComplexity int, id string) int
@@ -480,6 +492,7 @@ type ComplexityRoot struct {
 		UpdateEdgeGateway        func(childComplexity int, input model.UpdateEdgeGatewayInput) int
 		UpdateImage              func(childComplexity int, input model.UpdateImageInput) int
 		UpdateLoadBalancer       func(childComplexity int, input model.UpdateLoadBalancerInput) int
+		UpdateSecurityGroup      func(childComplexity int, input model.UpdateSecurityGroupInput) int
 		UpdateStorageProfile     func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc                func(childComplexity int, input model.UpdateVDCInput) int
 		UpdateZone               func(childComplexity int, input model.UpdateZoneInput) int
@@ -617,6 +630,7 @@ type ComplexityRoot struct {
 		Operation            func(childComplexity int, id string) int
 		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
+		SecurityGroups       func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
 		StorageProfiles      func(childComplexity int) int
 		Tenant               func(childComplexity int) int
@@ -649,6 +663,36 @@ type ComplexityRoot struct {
 		ServerName func(childComplexity int) int
 	}
 
+	SecurityGroup struct {
+		Description func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Members     func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Rules       func(childComplexity int) int
+		Zones       func(childComplexity int) int
+	}
+
+	SecurityGroupMember struct {
+		Addresses func(childComplexity int) int
+		VM        func(childComplexity int) int
+		Zone      func(childComplexity int) int
+	}
+
+	SecurityGroupZone struct {
+		Message func(childComplexity int) int
+		Status  func(childComplexity int) int
+		Zone    func(childComplexity int) int
+	}
+
+	SecurityRule struct {
+		Description func(childComplexity int) int
+		Direction   func(childComplexity int) int
+		PeerCidr    func(childComplexity int) int
+		PeerGroup   func(childComplexity int) int
+		Ports       func(childComplexity int) int
+		Protocol    func(childComplexity int) int
+	}
+
 	StorageProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
@@ -677,12 +721,13 @@ type ComplexityRoot struct {
 	}
 
 	VDC struct {
-		CreationTimestamp func(childComplexity int) int
-		Description       func(childComplexity int) int
-		Name              func(childComplexity int) int
-		Quotas            func(childComplexity int) int
-		ResourceVersion   func(childComplexity int) int
-		Usage             func(childComplexity int) int
+		CreationTimestamp    func(childComplexity int) int
+		DefaultSecurityGroup func(childComplexity int) int
+		Description          func(childComplexity int) int
+		Name                 func(childComplexity int) int
+		Quotas               func(childComplexity int) int
+		ResourceVersion      func(childComplexity int) int
+		Usage                func(childComplexity int) int
 	}
 
 	VDCAccess struct {
@@ -728,6 +773,7 @@ type ComplexityRoot struct {
 		Nics                 func(childComplexity int) int
 		Operations           func(childComplexity int, first *int) int
 		OperationsConnection func(childComplexity int, first *int, after *string) int
+		SecurityGroups       func(childComplexity int) int
 		Snapshots            func(childComplexity int) int
 		Status               func(childComplexity int) int
 		Uptime               func(childComplexity int) int
@@ -1231,6 +1277,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "DeletedSecurityGroup.id":
+		if e.ComplexityRoot.DeletedSecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSecurityGroup.ID(childComplexity), true
 
 	case "EdgeCounter.bytes":
 		if e.ComplexityRoot.EdgeCounter.Bytes == nil {
@@ -2412,6 +2465,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePortForward(childComplexity, args["input"].(model.CreatePortForwardInput)), true
+	case "Mutation.createSecurityGroup":
+		if e.ComplexityRoot.Mutation.CreateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSecurityGroup(childComplexity, args["input"].(model.CreateSecurityGroupInput)), true
 	case "Mutation.createSnapshot":
 		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
 			break
@@ -2566,6 +2630,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSecurityGroup":
+		if e.ComplexityRoot.Mutation.DeleteSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSecurityGroup(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteSnapshot":
 		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
 			break
@@ -2687,6 +2762,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ScaleNodePool(childComplexity, args["id"].(string), args["size"].(int)), true
+	case "Mutation.setDefaultSecurityGroup":
+		if e.ComplexityRoot.Mutation.SetDefaultSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setDefaultSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetDefaultSecurityGroup(childComplexity, args["name"].(*string)), true
+	case "Mutation.setVMSecurityGroups":
+		if e.ComplexityRoot.Mutation.SetVMSecurityGroups == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setVMSecurityGroups_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetVMSecurityGroups(childComplexity, args["input"].(model.SetVMSecurityGroupsInput)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -2786,6 +2883,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateLoadBalancer(childComplexity, args["input"].(model.UpdateLoadBalancerInput)), true
+	case "Mutation.updateSecurityGroup":
+		if e.ComplexityRoot.Mutation.UpdateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateSecurityGroup(childComplexity, args["input"].(model.UpdateSecurityGroupInput)), true
 	case "Mutation.updateStorageProfile":
 		if e.ComplexityRoot.Mutation.UpdateStorageProfile == nil {
 			break
@@ -3454,6 +3562,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Regions(childComplexity), true
+	case "Query.securityGroups":
+		if e.ComplexityRoot.Query.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.SecurityGroups(childComplexity), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -3624,6 +3738,118 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
 
+	case "SecurityGroup.description":
+		if e.ComplexityRoot.SecurityGroup.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Description(childComplexity), true
+	case "SecurityGroup.id":
+		if e.ComplexityRoot.SecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.ID(childComplexity), true
+	case "SecurityGroup.members":
+		if e.ComplexityRoot.SecurityGroup.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Members(childComplexity), true
+	case "SecurityGroup.name":
+		if e.ComplexityRoot.SecurityGroup.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Name(childComplexity), true
+	case "SecurityGroup.rules":
+		if e.ComplexityRoot.SecurityGroup.Rules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Rules(childComplexity), true
+	case "SecurityGroup.zones":
+		if e.ComplexityRoot.SecurityGroup.Zones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Zones(childComplexity), true
+
+	case "SecurityGroupMember.addresses":
+		if e.ComplexityRoot.SecurityGroupMember.Addresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Addresses(childComplexity), true
+	case "SecurityGroupMember.vmId":
+		if e.ComplexityRoot.SecurityGroupMember.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.VM(childComplexity), true
+	case "SecurityGroupMember.zone":
+		if e.ComplexityRoot.SecurityGroupMember.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Zone(childComplexity), true
+
+	case "SecurityGroupZone.message":
+		if e.ComplexityRoot.SecurityGroupZone.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Message(childComplexity), true
+	case "SecurityGroupZone.status":
+		if e.ComplexityRoot.SecurityGroupZone.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Status(childComplexity), true
+	case "SecurityGroupZone.zone":
+		if e.ComplexityRoot.SecurityGroupZone.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Zone(childComplexity), true
+
+	case "SecurityRule.description":
+		if e.ComplexityRoot.SecurityRule.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Description(childComplexity), true
+	case "SecurityRule.direction":
+		if e.ComplexityRoot.SecurityRule.Direction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Direction(childComplexity), true
+	case "SecurityRule.peerCidr":
+		if e.ComplexityRoot.SecurityRule.PeerCidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerCidr(childComplexity), true
+	case "SecurityRule.peerGroup":
+		if e.ComplexityRoot.SecurityRule.PeerGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerGroup(childComplexity), true
+	case "SecurityRule.ports":
+		if e.ComplexityRoot.SecurityRule.Ports == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Ports(childComplexity), true
+	case "SecurityRule.protocol":
+		if e.ComplexityRoot.SecurityRule.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Protocol(childComplexity), true
+
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
 			break
@@ -3729,6 +3955,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.CreationTimestamp(childComplexity), true
+	case "VDC.defaultSecurityGroup":
+		if e.ComplexityRoot.VDC.DefaultSecurityGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.DefaultSecurityGroup(childComplexity), true
 	case "VDC.description":
 		if e.ComplexityRoot.VDC.Description == nil {
 			break
@@ -3976,6 +4208,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.securityGroups":
+		if e.ComplexityRoot.VM.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.SecurityGroups(childComplexity), true
 	case "VM.snapshots":
 		if e.ComplexityRoot.VM.Snapshots == nil {
 			break
@@ -4313,6 +4551,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
+			graphql.NewInputUnmarshaler("CreateSecurityGroupInput", ec.unmarshalInputCreateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
@@ -4326,12 +4565,15 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("NodeTaintInput", ec.unmarshalInputNodeTaintInput),
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
+			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
+			graphql.NewInputUnmarshaler("SetVMSecurityGroupsInput", ec.unmarshalInputSetVMSecurityGroupsInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateEdgeGatewayInput", ec.unmarshalInputUpdateEdgeGatewayInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateLoadBalancerInput", ec.unmarshalInputUpdateLoadBalancerInput),
+			graphql.NewInputUnmarshaler("UpdateSecurityGroupInput", ec.unmarshalInputUpdateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
@@ -4784,9 +5026,9 @@ type EdgeCounter {
 
 "Which way a firewall rule looks."
 enum FirewallDirection {
-  "From the external network to the VDC (the destination is the VM's address and port after port forwarding)."
+  "From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members."
   INBOUND
-  "From the VDC to the external network."
+  "From the VDC to the external network; of a security group's rule: from its members."
   OUTBOUND
 }
 
@@ -6900,6 +7142,232 @@ carry it.
 """
 directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
 `, BuiltIn: false},
+	{Name: "../securitygroup.graphqls", Input: `# Security groups: per-VM firewall rules of a VDC, written to each zone's
+# Proxmox firewall. Rules only allow. A VM in no group keeps its firewall
+# off (open inside the VDC); a VM in groups denies inbound traffic but what
+# a rule of one of its groups allows and what comes from members of the
+# same group, and allows outbound traffic unless one of its groups has
+# OUTBOUND rules, then only what they allow. Platform traffic is always
+# allowed: DHCP and ARP, what the VDC's edge gateway forwards to the VM as
+# its own rules decide it (port forwards, 1:1 addresses) and its
+# health checks, load balancers' health checks, and the traffic between a
+# Kubernetes node pool's workers and their control plane that the pool
+# needs. Traffic from outside passes the edge gateway's rules first, then
+# the VM's groups.
+
+extend type Query {
+  """
+  The security groups of the current VDC, sorted by name (a plain list: a
+  VDC has at most 100).
+  """
+  securityGroups: [SecurityGroup!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a security group. BAD_USER_INPUT (extensions.field names the
+  field, e.g. input.rules[3].ports) for a name that is not a DNS label,
+  more than 200 rules, a malformed CIDR or port list, ports on an ICMP or
+  ANY rule, a rule with both a peer CIDR and a peer group; NOT_FOUND for a
+  peer group the VDC does not have (input.rules[i].peerGroup); CONFLICT
+  for a name the VDC uses already or when it has 100 groups. A refused
+  create changes nothing.
+  """
+  createSecurityGroup(
+    "The group."
+    input: CreateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Replaces a group's rules (all of them, when given) or its description;
+  the zones' firewalls follow. Errors as createSecurityGroup; NOT_FOUND
+  for a group the VDC does not have.
+  """
+  updateSecurityGroup(
+    "The group and what changes."
+    input: UpdateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Deletes a group. CONFLICT while a VM is in it, a rule of another group
+  names it as its peer, or it is the VDC's default group; ZONE_UNAVAILABLE
+  while a zone where a VM might be in it cannot be read; NOT_FOUND for a
+  group the VDC does not have.
+  """
+  deleteSecurityGroup(
+    "The group's id."
+    id: ID!
+  ): DeletedSecurityGroup! @vdc(role: MEMBER)
+  """
+  Puts a VM in exactly these security groups of its VDC (an empty list:
+  in none, its firewall off as before groups). BAD_USER_INPUT for more
+  than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
+  does not have (extensions.field input.securityGroups[i]).
+  """
+  setVMSecurityGroups(
+    "The VM and its groups."
+    input: SetVMSecurityGroupsInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Sets the security group new VMs of the current VDC are put in when
+  their create names none (null: none). VMs that exist keep their groups.
+  NOT_FOUND for a group the VDC does not have.
+  """
+  setDefaultSecurityGroup(
+    "The group's name, or null."
+    name: String
+  ): VDC! @vdc(role: ADMIN)
+}
+
+"""
+A security group of a VDC: rules that allow traffic to and from its member
+VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+gateway's forwarded and health-check traffic as its rules decide it,
+load-balancer health checks, the Kubernetes traffic a node pool needs).
+"""
+type SecurityGroup {
+  "Opaque id."
+  id: ID!
+  "Its name, unique in the VDC (a DNS label): what rules and VMs name it by."
+  name: String!
+  "What it is for."
+  description: String!
+  "Its rules, in order."
+  rules: [SecurityRule!]!
+  """
+  The VMs in it, in the zones that answer, sorted by id; a zone that does
+  not answer adds a ZONE_UNAVAILABLE error.
+  """
+  members: [SecurityGroupMember!]!
+  """
+  Where it stands in each zone where the VDC has VMs, read from the zones'
+  firewalls as the request is answered.
+  """
+  zones: [SecurityGroupZone!]!
+}
+
+"A rule of a security group: it allows the traffic it matches."
+type SecurityRule {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "The destination ports as Proxmox writes them (22, 8000:8100, 80,443); null for all."
+  ports: String
+  "The other end's network; null for none."
+  peerCidr: String
+  "The other end as the members of a security group of the VDC (by name); null for none."
+  peerGroup: String
+  "Free text."
+  description: String
+}
+
+"The protocol of a security group's rule."
+enum SecurityProtocol {
+  "TCP."
+  TCP
+  "UDP."
+  UDP
+  "ICMP."
+  ICMP
+  "Every protocol."
+  ANY
+}
+
+"A VM in a security group."
+type SecurityGroupMember {
+  "The VM's id."
+  vmId: ID!
+  "Its zone's name."
+  zone: String!
+  "Its NICs' addresses."
+  addresses: [String!]!
+}
+
+"Where a security group stands in one zone."
+type SecurityGroupZone {
+  "The zone's name."
+  zone: String!
+  "Whether its firewall holds the group as it is."
+  status: SecurityGroupZoneStatus!
+  "Why it is pending, failed or unavailable; null when applied."
+  message: String
+}
+
+"Where a security group stands in a zone."
+enum SecurityGroupZoneStatus {
+  "The zone's firewall holds the group, its rules and its members as they are."
+  APPLIED
+  "Not written yet (a change reaches the zone within seconds)."
+  PENDING
+  "The last attempt to write it failed; it is tried again."
+  ERROR
+  "The zone cannot be reached; it gets the group when it is back."
+  UNAVAILABLE
+}
+
+"The result of deleteSecurityGroup."
+type DeletedSecurityGroup {
+  "The group's id."
+  id: ID!
+}
+
+"A new security group."
+input CreateSecurityGroupInput {
+  "Its name, unique in the VDC: a DNS label."
+  name: String!
+  "What it is for (at most 1024 bytes)."
+  description: String
+  "Its rules (at most 200)."
+  rules: [SecurityRuleInput!]!
+}
+
+"What updateSecurityGroup changes; a null field is kept."
+input UpdateSecurityGroupInput {
+  "The group's id."
+  id: ID!
+  "All its rules, replacing those it has (at most 200)."
+  rules: [SecurityRuleInput!]
+  "What it is for."
+  description: String
+}
+
+"""
+A rule of a security group. With neither peerCidr nor peerGroup the peer
+is any address.
+"""
+input SecurityRuleInput {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "Destination ports (TCP, UDP) as Proxmox writes them: 22, 8000:8100, 80,443; null for all."
+  ports: String
+  "The other end's network (e.g. 10.1.0.0/24)."
+  peerCidr: String
+  "The other end as the members of a security group of the same VDC, by name (kept up to date as VMs come and go)."
+  peerGroup: String
+  "Free text (at most 1024 bytes)."
+  description: String
+}
+
+"What setVMSecurityGroups changes."
+input SetVMSecurityGroupsInput {
+  "The VM's id."
+  vm: ID!
+  "The names of the VDC's security groups it is in from now on (at most 16)."
+  securityGroups: [String!]!
+}
+
+extend type VM {
+  "The names of the security groups it is in (none: its firewall is off)."
+  securityGroups: [String!]!
+}
+
+extend type VDC {
+  "The security group new VMs are put in when their create names none; null for none."
+  defaultSecurityGroup: String
+}
+`, BuiltIn: false},
 	{Name: "../snapshot.graphqls", Input: `# VM snapshots: Proxmox's own snapshots of a guest (its disks, its
 # configuration and, if asked, its RAM). Taking, rolling back and deleting
 # one are operations that follow their Proxmox task (qmsnapshot, qmrollback,
@@ -7242,6 +7710,13 @@ input CreateVMInput {
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  The names of the VDC's security groups it is in (at most 16); null puts
+  it in the VDC's default group if it has one, an empty list in none.
+  NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+  VDC does not have.
+  """
+  securityGroups: [String!]
 }
 
 "A NIC of a new VM."
@@ -7659,6 +8134,14 @@ func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, 
 		return ec.fieldContext_DeletedPortForward_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedSecurityGroup_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSecurityGroup", field.Name)
 }
 
 func (ec *executionContext) childFields_EdgeCounter(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8423,6 +8906,66 @@ func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
 }
 
+func (ec *executionContext) childFields_SecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_SecurityGroup_id(ctx, field)
+	case "name":
+		return ec.fieldContext_SecurityGroup_name(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityGroup_description(ctx, field)
+	case "rules":
+		return ec.fieldContext_SecurityGroup_rules(ctx, field)
+	case "members":
+		return ec.fieldContext_SecurityGroup_members(ctx, field)
+	case "zones":
+		return ec.fieldContext_SecurityGroup_zones(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroup", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vmId":
+		return ec.fieldContext_SecurityGroupMember_vmId(ctx, field)
+	case "zone":
+		return ec.fieldContext_SecurityGroupMember_zone(ctx, field)
+	case "addresses":
+		return ec.fieldContext_SecurityGroupMember_addresses(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupMember", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupZone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_SecurityGroupZone_zone(ctx, field)
+	case "status":
+		return ec.fieldContext_SecurityGroupZone_status(ctx, field)
+	case "message":
+		return ec.fieldContext_SecurityGroupZone_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupZone", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "direction":
+		return ec.fieldContext_SecurityRule_direction(ctx, field)
+	case "protocol":
+		return ec.fieldContext_SecurityRule_protocol(ctx, field)
+	case "ports":
+		return ec.fieldContext_SecurityRule_ports(ctx, field)
+	case "peerCidr":
+		return ec.fieldContext_SecurityRule_peerCidr(ctx, field)
+	case "peerGroup":
+		return ec.fieldContext_SecurityRule_peerGroup(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityRule_description(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityRule", field.Name)
+}
+
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -8483,6 +9026,8 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_resourceVersion(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_VDC_createdAt(ctx, field)
+	case "defaultSecurityGroup":
+		return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDC", field.Name)
 }
@@ -8561,6 +9106,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
+	case "securityGroups":
+		return ec.fieldContext_VM_securityGroups(ctx, field)
 	case "snapshots":
 		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "migrationHosts":

@@ -19,6 +19,8 @@ import (
 
 type VDCResolver interface {
 	Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error)
+
+	DefaultSecurityGroup(ctx context.Context, obj *catalog.VDC) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -206,6 +208,29 @@ func (ec *executionContext) _VDC_createdAt(ctx context.Context, field graphql.Co
 }
 func (ec *executionContext) fieldContext_VDC_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VDC", field, false, false, "Time")
+}
+
+func (ec *executionContext) _VDC_defaultSecurityGroup(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VDC().DefaultSecurityGroup(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDC_defaultSecurityGroup(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDC", field, true, true, "String")
 }
 
 func (ec *executionContext) _VDCQuotas_vcpus(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
@@ -767,6 +792,12 @@ func (ec *executionContext) _VDC(ctx context.Context, sel ast.SelectionSet, obj 
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "defaultSecurityGroup":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDC_defaultSecurityGroup(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

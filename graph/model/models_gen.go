@@ -230,6 +230,16 @@ type CreatePortForwardInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// A new security group.
+type CreateSecurityGroupInput struct {
+	// Its name, unique in the VDC: a DNS label.
+	Name string `json:"name"`
+	// What it is for (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// Its rules (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules"`
+}
+
 // A snapshot to take.
 type CreateSnapshotInput struct {
 	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
@@ -291,6 +301,11 @@ type CreateVMInput struct {
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The names of the VDC's security groups it is in (at most 16); null puts
+	// it in the VDC's default group if it has one, an empty list in none.
+	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+	// VDC does not have.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
 }
 
 // The result of createVM.
@@ -364,6 +379,12 @@ type DeletedOneToOneAddress struct {
 // The result of deletePortForward.
 type DeletedPortForward struct {
 	// The id the port forward had.
+	ID string `json:"id"`
+}
+
+// The result of deleteSecurityGroup.
+type DeletedSecurityGroup struct {
+	// The group's id.
 	ID string `json:"id"`
 }
 
@@ -853,6 +874,14 @@ type SNIRouteInput struct {
 	Pool string `json:"pool"`
 }
 
+// What setVMSecurityGroups changes.
+type SetVMSecurityGroupsInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The names of the VDC's security groups it is in from now on (at most 16).
+	SecurityGroups []string `json:"securityGroups"`
+}
+
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
@@ -941,6 +970,16 @@ type UpdateLoadBalancerInput struct {
 	Pools []*BackendPoolInput `json:"pools,omitempty"`
 	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
 	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
+}
+
+// What updateSecurityGroup changes; a null field is kept.
+type UpdateSecurityGroupInput struct {
+	// The group's id.
+	ID string `json:"id"`
+	// All its rules, replacing those it has (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules,omitempty"`
+	// What it is for.
+	Description *string `json:"description,omitempty"`
 }
 
 // Changes to a storage profile; absent fields stay as they are.
@@ -1037,6 +1076,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
+	// The names of the security groups it is in (none: its firewall is off).
+	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1356,9 +1397,9 @@ func (e FirewallAction) MarshalJSON() ([]byte, error) {
 type FirewallDirection string
 
 const (
-	// From the external network to the VDC (the destination is the VM's address and port after port forwarding).
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members.
 	FirewallDirectionInbound FirewallDirection = "INBOUND"
-	// From the VDC to the external network.
+	// From the VDC to the external network; of a security group's rule: from its members.
 	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
 )
 
@@ -1981,6 +2022,70 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a security group's rule.
+type SecurityProtocol string
+
+const (
+	// TCP.
+	SecurityProtocolTCP SecurityProtocol = "TCP"
+	// UDP.
+	SecurityProtocolUDP SecurityProtocol = "UDP"
+	// ICMP.
+	SecurityProtocolICMP SecurityProtocol = "ICMP"
+	// Every protocol.
+	SecurityProtocolAny SecurityProtocol = "ANY"
+)
+
+var AllSecurityProtocol = []SecurityProtocol{
+	SecurityProtocolTCP,
+	SecurityProtocolUDP,
+	SecurityProtocolICMP,
+	SecurityProtocolAny,
+}
+
+func (e SecurityProtocol) IsValid() bool {
+	switch e {
+	case SecurityProtocolTCP, SecurityProtocolUDP, SecurityProtocolICMP, SecurityProtocolAny:
+		return true
+	}
+	return false
+}
+
+func (e SecurityProtocol) String() string {
+	return string(e)
+}
+
+func (e *SecurityProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SecurityProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SecurityProtocol", str)
+	}
+	return nil
+}
+
+func (e SecurityProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SecurityProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SecurityProtocol) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

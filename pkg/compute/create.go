@@ -48,6 +48,10 @@ type CreateInput struct {
 	// worker's bootstrap data, for one): at most MaxUserData bytes once
 	// compressed. It is recorded with the guest's intent.
 	UserData []byte
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in (at most catalog.MaxVMSecurityGroups); nil puts it in the
+	// VDC's default group, if it has one; empty puts it in none.
+	SecurityGroups []string
 }
 
 // MaxUserData bounds the compressed user-data of a create: it travels in
@@ -99,6 +103,9 @@ type plan struct {
 	keys    []string
 	// userData is CreateInput.UserData compressed and encoded.
 	userData string
+	// groups are the VM's security groups (the input's, or the VDC's
+	// default).
+	groups []string
 }
 
 type nicPlan struct {
@@ -271,6 +278,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		}
 		p.userData = enc
 	}
+	if p.groups, err = createGroups(ctx, d.cfg.Catalog, in.VDC, in.SecurityGroups); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -312,7 +322,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, UserData: p.userData,
+		User: in.User, SSHKeys: p.keys, UserData: p.userData, SecurityGroups: p.groups,
 	}
 	// Until its operation is recorded, Recover knows it live from here.
 	defer d.eng.begin(intent.Op)()

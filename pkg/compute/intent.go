@@ -41,6 +41,10 @@ type Intent struct {
 	// UserData is the guest's own cloud-init user-data, gzip-compressed
 	// and base64-encoded (see CreateInput.UserData).
 	UserData string `json:"userData,omitempty"`
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in: a fact of the VM, changed by SetSecurityGroups; the
+	// groups' members are read from here.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays

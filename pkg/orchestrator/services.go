@@ -18,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/securitygroup"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -30,6 +31,7 @@ type services struct {
 	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
 	gateways  *gateways.Service
 	estate    *estate.Service
+	groups    *securitygroup.Service
 }
 
 // newServices builds the capability services.
@@ -53,6 +55,9 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		gcfg.Running = edge
 	}
 	if s.gateways, err = gateways.New(gcfg); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, Logger: log.With("component", "securitygroup")}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.networks, err = network.NewService(registry); err != nil {
