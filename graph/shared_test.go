@@ -22,7 +22,7 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "secgroups"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node), the API and the catalog seedCatalog makes, and otherwise only
