@@ -39,6 +39,8 @@ type stateFile struct {
 	Pools   []poolRecord   `json:"pools"`
 	SDN     sdnRecord      `json:"sdn"`
 	Tasks   []taskRecord   `json:"tasks"`
+	// Firewall is the cluster's firewall (cluster.fw): options, rules, ipsets, groups.
+	Firewall *fwConf `json:"firewall,omitempty"`
 	// StorageContent is each storage's content types (PUT /storage).
 	StorageContent map[string][]string `json:"storage_content,omitempty"`
 }
@@ -67,6 +69,7 @@ type guestRecord struct {
 	DiskRead      int64            `json:"diskread,omitempty"`
 	DiskWrite     int64            `json:"diskwrite,omitempty"`
 	Snapshots     []snapshotRecord `json:"snapshots,omitempty"`
+	Firewall      *fwConf          `json:"firewall,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -262,6 +265,9 @@ func (st *state) snapshot() *stateFile {
 		if g.running {
 			r.StartedAt = g.startedAt
 		}
+		if g.fw != nil {
+			r.Firewall = g.fw.clone()
+		}
 		for _, name := range sortedKeys(g.snaps) {
 			s := g.snaps[name]
 			r.Snapshots = append(r.Snapshots, snapshotRecord{Name: s.name, Description: s.description, SnapTime: s.snaptime, VMState: s.vmstate, Parent: s.parent, Conf: copyTyped(s.conf)})
@@ -289,6 +295,7 @@ func (st *state) snapshot() *stateFile {
 		m := st.sdn.ips[key]
 		f.SDN.IPs = append(f.SDN.IPs, ipRecord{Zone: m.zone, VNet: m.vnet, Subnet: m.subnet, IP: m.ip, MAC: m.mac, Hostname: m.hostname, VMID: m.vmid, Gateway: m.gateway})
 	}
+	f.Firewall = st.fw.clone()
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -352,6 +359,9 @@ func (st *state) restore(f *stateFile) error {
 		if len(r.Pending) > 0 {
 			g.pending = r.Pending
 		}
+		if r.Firewall != nil {
+			g.fw = r.Firewall.normalize()
+		}
 		if len(r.PendingDelete) > 0 {
 			g.pendDel = map[string]bool{}
 			for _, k := range r.PendingDelete {
@@ -390,6 +400,7 @@ func (st *state) restore(f *stateFile) error {
 	for _, r := range f.SDN.IPs {
 		st.sdn.ips[r.Zone+"/"+r.IP] = &ipMapping{zone: r.Zone, vnet: r.VNet, subnet: r.Subnet, ip: r.IP, mac: r.MAC, hostname: r.Hostname, vmid: r.VMID, gateway: r.Gateway}
 	}
+	st.fw = f.Firewall.normalize()
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {

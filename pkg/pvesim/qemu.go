@@ -1152,6 +1152,9 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 	conf["smbios1"] = "uuid=" + uuid()
 	conf["lock"] = "clone"
 	ng := &guest{vmid: newid, node: target, conf: conf, pool: poolID}
+	if src.fw != nil {
+		ng.fw = src.fw.clone()
+	}
 	c.st.guests[newid] = ng
 
 	srcConf := make(map[string]any, len(from))

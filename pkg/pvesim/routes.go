@@ -1,5 +1,7 @@
 package pvesim
 
+import "maps"
+
 // routeTable maps "METHOD /schema/template" to the handler implementing it. Every
 // template is a path of Proxmox's schema; a schema path without an entry answers 501.
 func (c *Cluster) routeTable() map[string]routeEntry {
@@ -116,6 +118,7 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /access/groups":                                          hAccessGroups,
 		"GET /access/domains":                                         hAccessDomains,
 	}
+	maps.Copy(r, firewallRoutes())
 	out := make(map[string]routeEntry, len(r)+1)
 	for k, h := range r {
 		out[k] = routeEntry{handler: h}

@@ -24,6 +24,7 @@ type state struct {
 	pools    map[string]*pool
 	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
+	fw       *fwConf // the cluster's firewall (cluster.fw)
 	nextPID  uint32
 	timers   map[*taskTimer]struct{}
 }
@@ -50,6 +51,7 @@ type guest struct {
 	pid       int
 	pool      string
 	snaps     map[string]*snapshot // by name
+	fw        *fwConf              // the guest's firewall (<vmid>.fw); nil without one
 	// metric counters carried over from earlier runs
 	baseNetIn, baseNetOut, baseRead, baseWrite int64
 }
@@ -97,6 +99,7 @@ func newState(c *Cluster) *state {
 		pools:   map[string]*pool{},
 		repl:    map[string]*replJob{},
 		sdn:     newSDNState(),
+		fw:      newFWConf(),
 		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
 		timers:  map[*taskTimer]struct{}{},
 		storages: []*storageDef{

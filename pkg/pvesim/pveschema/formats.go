@@ -24,6 +24,9 @@ type formatSet struct {
 func newFormatSet(namedJSON []byte) (*formatSet, error) {
 	drives, devs := qemuDeviceKeys()
 	fs := &formatSet{verifiers: verifiers(drives, devs), props: map[string]map[string]*prop{}}
+	for name, verify := range firewallVerifiers() {
+		fs.verifiers[name] = verify
+	}
 	if err := json.Unmarshal(namedJSON, &fs.props); err != nil {
 		return nil, fmt.Errorf("named formats: %w", err)
 	}

@@ -66,6 +66,14 @@ var formatCases = map[string]struct {
 	"pve-storage-options":            {good: []string{"vers=4.2,soft"}, bad: map[string]string{"vers=4 soft": "invalid options 'vers=4 soft'", "": ""}},
 	"pve-dir-override":               {good: []string{"iso=isos", "images=a/b.c"}, bad: map[string]string{"iso": "invalid override 'iso'", "disks=d": "invalid content type 'disks'"}},
 	"storage-pair":                   {good: []string{"1", "local-lvm", "local-lvm:ceph"}, bad: map[string]string{"local-lvm:-x": "entry 'local-lvm:-x' contains invalid ID - storage ID '-x' contains illegal characters", "a:b:c": ""}},
+	"pve-fw-addr-spec": {good: []string{"10.0.0.1", "10.0.0.0/24,10.1.0.1", "10.0.0.1-10.0.0.9", "fd00::/64", "+dc/app-members", "+guest/ipfilter-net0", "+web", "dc/myalias"},
+		bad: map[string]string{"+dc/1bad": "malformed ipset name", "10.0.0.1,fd00::1": "detected mixed ipv4/ipv6 addresses in address list '10.0.0.1,fd00::1'", "10.0.0.1,,10.0.0.2": "extraneous commas in list", "10.0.0.1-10.0.0.3,10.0.1.1": "you can use a range in a list", "10.0.0.300": ""}},
+	"IPorCIDRorAlias": {good: []string{"10.0.0.5", "10.0.0.0/24", "fd00::1", "dc/alias1"}, bad: map[string]string{"10.0.0.300": "value does not look like a valid IP address or CIDR network", "10.0.0.1/24": "", "10.0.0.1-10.0.0.3": ""}},
+	"pve-fw-dport-spec": {good: []string{"22", "8000:8100", "80,443", "ssh,https", "echo-request"},
+		bad: map[string]string{"70000": "invalid port '70000'", "100:20": "backwards range '100:20' not allowed, did you mean '20:100'?", "nosuchservice": "invalid port 'nosuchservice'", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16": "too many entries in port list (> 15 numbers)", "22,echo-request": "ICMP ports not allowed in port range", "22,": "extraneous commas in list"}},
+	"pve-fw-sport-spec":     {good: []string{"1024:65535", "53"}, bad: map[string]string{"echo-request": "invalid port 'echo-request'"}},
+	"pve-fw-protocol-spec":  {good: []string{"tcp", "udp", "icmp", "icmpv6", "6", "17"}, bad: map[string]string{"tcpx": "unknown protocol 'tcpx'", "255": ""}},
+	"pve-fw-icmp-type-spec": {good: []string{"echo-request", "any", "neighbour-solicitation"}, bad: map[string]string{"ping": "invalid icmp-type value 'ping'"}},
 	// Named property-string formats: the error starts "format error" or names the problem.
 	"pve-qm-ipconfig": {good: []string{"ip=10.0.0.5/24,gw=10.0.0.1", "ip=dhcp", "ip6=auto", "ip=dhcp,ip6=fd00::2/64,gw6=fd00::1", ""},
 		bad: map[string]string{

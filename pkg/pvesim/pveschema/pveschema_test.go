@@ -419,7 +419,7 @@ func exampleParam(p *prop) string {
 			}
 		}
 	}
-	for _, c := range []string{"x", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
+	for _, c := range []string{"x", "xy", "10G", "https://example.com/a.iso", strings.Repeat("AB:", 31) + "AB"} {
 		if p.re == nil || p.re.MatchString(c) {
 			return c
 		}
@@ -470,7 +470,7 @@ func TestLookupEveryEndpoint(t *testing.T) {
 		"node": "pve1", "vmid": "100", "storage": "local", "volume": "local:iso/debian-12.iso",
 		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
 		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
-		"snapname": "before-upgrade", "id": "100-0",
+		"snapname": "before-upgrade", "id": "100-0", "group": "db", "pos": "0", "name": "app-members", "cidr": "10.0.0.5",
 	}
 	for _, e := range s.Endpoints() {
 		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {

@@ -95,7 +95,7 @@ func example(p *prop) any {
 		if len(p.Enum) > 0 {
 			return p.Enum[0]
 		}
-		for _, c := range []string{"x", "0123456789abcdef", strings.Repeat("AB:", 31) + "AB", "100-0"} {
+		for _, c := range []string{"x", "xy", "0123456789abcdef", strings.Repeat("AB:", 31) + "AB", "100-0"} {
 			if p.re == nil || p.re.MatchString(c) {
 				return c
 			}

@@ -232,11 +232,13 @@ func (s *Schema) match(n *routeNode, segs []string, vars map[string]string) *rou
 	if n.variable == nil {
 		return nil
 	}
-	if n.varName == "volume" && n.variable.literal == nil && n.variable.variable == nil && n.variable.methods != nil {
+	// A volume ID or an ipset's CIDR, the last variable, may hold slashes ("%2F" arrives
+	// decoded).
+	if (n.varName == "volume" || n.varName == "cidr") && n.variable.literal == nil && n.variable.variable == nil && n.variable.methods != nil {
 		if strings.ContainsAny(strings.Join(segs, ""), " \t\n\r\f\v") {
 			return nil
 		}
-		vars["volume"] = strings.Join(segs, "/")
+		vars[n.varName] = strings.Join(segs, "/")
 		return n.variable
 	}
 	if strings.ContainsAny(segs[0], " \t\n\r\f\v") {
