@@ -19,6 +19,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/securitygroup"
+	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -36,7 +37,7 @@ type services struct {
 
 // newServices builds the capability services.
 func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Service, kube *tenantkube.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer,
-	zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+	groups *sgsync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
 	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
 	if err != nil {
@@ -57,7 +58,8 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 	if s.gateways, err = gateways.New(gcfg); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
-	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, Logger: log.With("component", "securitygroup")}); err != nil {
+	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, State: groups, Changed: groups.Kick,
+		Logger: log.With("component", "securitygroup")}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.networks, err = network.NewService(registry); err != nil {

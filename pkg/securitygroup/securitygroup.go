@@ -77,6 +77,10 @@ type Config struct {
 	// State reads the groups' state in the zones; nil: every group is
 	// reported in no zone.
 	State State
+	// Changed, if set, is called after each change of a group, a VM's
+	// groups or the default (sgsync.Syncer.Kick: the zones follow at
+	// once rather than at the next pass).
+	Changed func()
 	// Logger receives the service's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -85,6 +89,13 @@ type Config struct {
 type Service struct {
 	cfg Config
 	log *slog.Logger
+}
+
+// changed tells Config.Changed.
+func (s *Service) changed() {
+	if s.cfg.Changed != nil {
+		s.cfg.Changed()
+	}
 }
 
 // New checks cfg and returns the service.
@@ -140,6 +151,7 @@ func (s *Service) Create(ctx context.Context, vdc string, in Input) (*catalog.Se
 	if err != nil {
 		return nil, fmt.Errorf("securitygroup: create: %w", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -171,6 +183,7 @@ func (s *Service) Update(ctx context.Context, vdc, id string, rules []catalog.Se
 	if err != nil {
 		return nil, writeError("update", err)
 	}
+	s.changed()
 	return out, nil
 }
 
@@ -224,6 +237,7 @@ func (s *Service) Delete(ctx context.Context, vdc, id string) (*catalog.Security
 	if err := catalog.Delete[*catalog.SecurityGroup](ctx, s.cfg.Store, g.Name, g.ResourceVersion); err != nil {
 		return nil, writeError("delete", err)
 	}
+	s.changed()
 	return g, nil
 }
 
@@ -284,7 +298,12 @@ func (s *Service) VMGroups(ctx context.Context, vdc, id string) ([]string, error
 // catalog.MaxVMSecurityGroups, each a group of vdc: NOT_FOUND of
 // "securityGroups[i]" otherwise).
 func (s *Service) SetVMGroups(ctx context.Context, vdc, id string, names []string) (*compute.VM, error) {
-	return s.cfg.VMs.SetSecurityGroups(ctx, vdc, id, names)
+	vm, err := s.cfg.VMs.SetSecurityGroups(ctx, vdc, id, names)
+	if err != nil {
+		return nil, err
+	}
+	s.changed()
+	return vm, nil
 }
 
 // SetDefault makes group name of vdc the VDC's default (nil: none), the
