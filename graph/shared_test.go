@@ -22,7 +22,7 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "secgroups"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "secgroups", "sgwriter"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node), the API and the catalog seedCatalog makes, and otherwise only
@@ -47,7 +47,7 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 		}
 	}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs}))
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second}))
 	h.WaitOnline(t, 30*time.Second)
 	seedCatalog(t, h, "alpha")
 	return h
