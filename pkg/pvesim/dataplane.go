@@ -31,6 +31,9 @@ type Topology struct {
 	VNets []TopologyVNet
 	// Guests are the running guests of online nodes, sorted by VMID.
 	Guests []TopologyGuest
+	// FirewallSets are the address sets the NICs' firewalls name: "dc/NAME" for the
+	// cluster's ipset NAME, "guest/VMID/NAME" for a guest's.
+	FirewallSets map[string]FirewallSet
 }
 
 // TopologyNode is a node and its management address (vmbr0), which VXLAN zones use
@@ -76,6 +79,8 @@ type TopologyNIC struct {
 	MAC     string
 	Address netip.Prefix
 	Gateway netip.Addr
+	// Firewall is what the firewall enforces on the NIC; nil when it is off.
+	Firewall *NICFirewall
 }
 
 // topology builds the Topology of the model; the caller holds mu.
@@ -142,6 +147,7 @@ func (st *state) topology() Topology {
 		}
 		t.Guests = append(t.Guests, tg)
 	}
+	st.firewallTopology(&t)
 	return t
 }
 

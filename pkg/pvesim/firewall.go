@@ -339,7 +339,6 @@ func (s ruleScope) create(cl *call) (any, error) {
 		pos = min(int(n), len(rules))
 	}
 	*s.rules = slices.Insert(rules, pos, r)
-	cl.c.kickNet()
 	return nil, nil
 }
 
@@ -360,12 +359,17 @@ func (s ruleScope) get(cl *call) (any, error) {
 	return out[pos], nil
 }
 
-func (s ruleScope) update(cl *call) (any, error) {
+// change checks the request's digest and returns the position of the rule it changes.
+func (s ruleScope) change(cl *call) (int, error) {
 	d, _ := rulesList(*s.rules)
 	if err := checkDigest(cl.p, d); err != nil {
-		return nil, err
+		return 0, err
 	}
-	pos, err := s.at(cl)
+	return s.at(cl)
+}
+
+func (s ruleScope) update(cl *call) (any, error) {
+	pos, err := s.change(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +391,6 @@ func (s ruleScope) update(cl *call) (any, error) {
 			}
 			*s.rules = moved
 		}
-		cl.c.kickNet()
 		return nil, nil
 	}
 	r := cloneRules(rules[pos : pos+1])[0]
@@ -396,21 +399,15 @@ func (s ruleScope) update(cl *call) (any, error) {
 		return nil, err
 	}
 	rules[pos] = r
-	cl.c.kickNet()
 	return nil, nil
 }
 
 func (s ruleScope) remove(cl *call) (any, error) {
-	d, _ := rulesList(*s.rules)
-	if err := checkDigest(cl.p, d); err != nil {
-		return nil, err
-	}
-	pos, err := s.at(cl)
+	pos, err := s.change(cl)
 	if err != nil {
 		return nil, err
 	}
 	*s.rules = slices.Delete(*s.rules, pos, pos+1)
-	cl.c.kickNet()
 	return nil, nil
 }
 
@@ -474,7 +471,6 @@ func setOptions(cl *call, o map[string]string) error {
 		}
 		o[k] = formatValue(v)
 	}
-	cl.c.kickNet()
 	return nil
 }
 
@@ -544,7 +540,6 @@ func hFWGroupCreate(cl *call) (any, error) {
 				}
 			}
 		}
-		cl.c.kickNet()
 		return nil, nil
 	}
 	if fw.Groups[name] != nil {
@@ -648,14 +643,12 @@ func (s ipsetScope) create(cl *call) (any, error) {
 		}
 		delete(s.fw.IPSets, old)
 		s.fw.IPSets[name] = set
-		cl.c.kickNet()
 		return nil, nil
 	}
 	if s.fw.IPSets[name] != nil {
 		return nil, errorf(http.StatusInternalServerError, "IPSet '%s' already exists", name)
 	}
 	s.fw.IPSets[name] = &fwIPSet{Comment: comment}
-	cl.c.kickNet()
 	return nil, nil
 }
 
@@ -688,7 +681,6 @@ func (s ipsetScope) remove(cl *call) (any, error) {
 		return nil, errorf(http.StatusInternalServerError, "IPSet '%s' is not empty", name)
 	}
 	delete(s.fw.IPSets, name)
-	cl.c.kickNet()
 	return nil, nil
 }
 
@@ -721,7 +713,6 @@ func (s ipsetScope) add(cl *call) (any, error) {
 		}
 	}
 	set.Entries = append(set.Entries, fwIPSetEntry{CIDR: cidr, NoMatch: cl.p.bool("nomatch"), Comment: cl.p.strOr("comment", "")})
-	cl.c.kickNet()
 	return nil, nil
 }
 
@@ -748,13 +739,19 @@ func (s ipsetScope) getEntry(cl *call) (any, error) {
 	return out[i], nil
 }
 
-func (s ipsetScope) updateEntry(cl *call) (any, error) {
+// changeEntry is entry for a change: the request's digest must be the set's.
+func (s ipsetScope) changeEntry(cl *call) (*fwIPSet, int, error) {
 	set, i, err := s.entry(cl)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	d, _ := entriesList(set)
-	if err := checkDigest(cl.p, d); err != nil {
+	return set, i, checkDigest(cl.p, d)
+}
+
+func (s ipsetScope) updateEntry(cl *call) (any, error) {
+	set, i, err := s.changeEntry(cl)
+	if err != nil {
 		return nil, err
 	}
 	e := &set.Entries[i]
@@ -764,21 +761,15 @@ func (s ipsetScope) updateEntry(cl *call) (any, error) {
 	if cl.p.has("nomatch") {
 		e.NoMatch = cl.p.bool("nomatch")
 	}
-	cl.c.kickNet()
 	return nil, nil
 }
 
 func (s ipsetScope) removeEntry(cl *call) (any, error) {
-	set, i, err := s.entry(cl)
+	set, i, err := s.changeEntry(cl)
 	if err != nil {
 		return nil, err
 	}
-	d, _ := entriesList(set)
-	if err := checkDigest(cl.p, d); err != nil {
-		return nil, err
-	}
 	set.Entries = slices.Delete(set.Entries, i, i+1)
-	cl.c.kickNet()
 	return nil, nil
 }
 

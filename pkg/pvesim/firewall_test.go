@@ -2,14 +2,18 @@ package pvesim_test
 
 import (
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -246,4 +250,105 @@ func TestFirewallGuestConfig(t *testing.T) {
 	if got := listOf(t, fwCall(t, c2, "GET", "/nodes/pve2/qemu/100/firewall/rules", nil, ok)); len(got) != 0 {
 		t.Fatalf("a new VM 100 inherited rules: %v", got)
 	}
+}
+
+// recorder is a data plane that keeps the last topology.
+type recorder struct {
+	mu   sync.Mutex
+	last pvesim.Topology
+}
+
+func (r *recorder) Apply(t pvesim.Topology) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = t
+	return nil
+}
+
+func (r *recorder) topology() pvesim.Topology {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// The data plane gets each firewalled NIC's rules in order, the security group expanded
+// in place, disabled rules and other NICs' rules left out, and the sets with their
+// nomatch entries cut out.
+func TestFirewallTopology(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	c := startCluster(t, pvesim.Config{DataPlane: rec})
+	ok := http.StatusOK
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	newVM(t, cl, "pve1", 100,
+		proxmox.VirtualMachineOption{Name: "net0", Value: "virtio=BC:24:11:00:00:64,bridge=vmbr0,firewall=1"},
+		proxmox.VirtualMachineOption{Name: "net1", Value: "virtio=BC:24:11:00:01:64,bridge=vmbr0"},
+		proxmox.VirtualMachineOption{Name: "ipconfig0", Value: "ip=10.1.0.11/24"})
+	fwCall(t, c, "POST", "/cluster/firewall/ipset", url.Values{"name": {"apps"}}, ok)
+	for _, e := range []url.Values{{"cidr": {"10.2.0.0/16"}}, {"cidr": {"10.2.3.0/24"}, "nomatch": {"1"}}, {"cidr": {"10.2.3.7"}}, {"cidr": {"fd00::/64"}}} {
+		fwCall(t, c, "POST", "/cluster/firewall/ipset/apps", e, ok)
+	}
+	fwCall(t, c, "POST", "/cluster/firewall/groups", url.Values{"group": {"db"}}, ok)
+	// Posted on top each: the group's rules end up 5432 (disabled), 5433, in that order.
+	fwCall(t, c, "POST", "/cluster/firewall/groups/db", url.Values{"type": {"in"}, "action": {"ACCEPT"}, "proto": {"tcp"}, "dport": {"5433,6000:6010"}, "source": {"+dc/apps"}, "enable": {"1"}}, ok)
+	fwCall(t, c, "POST", "/cluster/firewall/groups/db", url.Values{"type": {"in"}, "action": {"ACCEPT"}, "proto": {"tcp"}, "dport": {"5432"}}, ok)
+	fwCall(t, c, "POST", "/nodes/pve1/qemu/100/firewall/rules", url.Values{"type": {"out"}, "action": {"DROP"}, "proto": {"udp"}, "iface": {"net1"}, "enable": {"1"}}, ok)
+	fwCall(t, c, "POST", "/nodes/pve1/qemu/100/firewall/rules", url.Values{"type": {"group"}, "action": {"db"}, "enable": {"1"}}, ok)
+	fwCall(t, c, "POST", "/nodes/pve1/qemu/100/firewall/rules", url.Values{"type": {"in"}, "action": {"REJECT"}, "source": {"192.0.2.0/24"}, "enable": {"1"}}, ok)
+	fwCall(t, c, "PUT", "/nodes/pve1/qemu/100/firewall/options", url.Values{"enable": {"1"}, "ipfilter": {"1"}}, ok)
+	fwCall(t, c, "PUT", "/cluster/firewall/options", url.Values{"enable": {"1"}}, ok)
+	fwCall(t, c, "POST", "/nodes/pve1/qemu/100/status/start", nil, ok)
+
+	var nics []pvesim.TopologyNIC
+	var top pvesim.Topology
+	poll.True(t, 10*time.Second, "the guest in the topology", func() bool {
+		top = rec.topology()
+		if len(top.Guests) != 1 {
+			return false
+		}
+		nics = top.Guests[0].NICs
+		return len(nics) == 2
+	})
+	if nics[1].Firewall != nil {
+		t.Errorf("net1 without firewall=1 is filtered: %+v", nics[1].Firewall)
+	}
+	f := nics[0].Firewall
+	if f == nil {
+		t.Fatal("net0 is not filtered")
+	}
+	v4 := func(a, b string) pvesim.AddrRange {
+		return pvesim.AddrRange{From: netip.MustParseAddr(a), To: netip.MustParseAddr(b)}
+	}
+	want := &pvesim.NICFirewall{
+		PolicyIn: "DROP", PolicyOut: "ACCEPT", MACFilter: true, IPFilter: "guest/100/ipfilter-net0",
+		Rules: []pvesim.FirewallRule{
+			{In: true, Action: "REJECT", Proto: -1, ICMPType: -1, Source: pvesim.FirewallAddrs{V4: []pvesim.AddrRange{v4("192.0.2.0", "192.0.2.255")}}},
+			{In: true, Action: "ACCEPT", Proto: 6, ICMPType: -1, DPorts: []pvesim.PortRange{{From: 5433, To: 5433}, {From: 6000, To: 6010}}, Source: pvesim.FirewallAddrs{Set: "dc/apps"}},
+		},
+	}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("net0's firewall:\n got %+v\nwant %+v", f, want)
+	}
+	wantApps := pvesim.FirewallSet{
+		V4: []pvesim.AddrRange{v4("10.2.0.0", "10.2.2.255"), v4("10.2.3.7", "10.2.3.7"), v4("10.2.4.0", "10.2.255.255")},
+		V6: []pvesim.AddrRange{{From: netip.MustParseAddr("fd00::"), To: netip.MustParseAddr("fd00::ffff:ffff:ffff:ffff")}},
+	}
+	if got := top.FirewallSets["dc/apps"]; !reflect.DeepEqual(got, wantApps) {
+		t.Errorf("set apps:\n got %+v\nwant %+v", got, wantApps)
+	}
+	// Without an ipfilter-net0 set, ipfilter allows the NIC's address (and the
+	// unspecified and link-local ones).
+	wantFilter := pvesim.FirewallSet{
+		V4: []pvesim.AddrRange{v4("0.0.0.0", "0.0.0.0"), v4("10.1.0.11", "10.1.0.11")},
+		V6: []pvesim.AddrRange{{From: netip.MustParseAddr("::"), To: netip.MustParseAddr("::")}, {From: netip.MustParseAddr("fe80::be24:11ff:fe00:64"), To: netip.MustParseAddr("fe80::be24:11ff:fe00:64")}},
+	}
+	if got := top.FirewallSets["guest/100/ipfilter-net0"]; !reflect.DeepEqual(got, wantFilter) {
+		t.Errorf("ipfilter set:\n got %+v\nwant %+v", got, wantFilter)
+	}
+	// The cluster's firewall off turns every NIC's off.
+	fwCall(t, c, "PUT", "/cluster/firewall/options", url.Values{"enable": {"0"}}, ok)
+	poll.True(t, 10*time.Second, "the firewall off in the topology", func() bool {
+		top := rec.topology()
+		return len(top.Guests) == 1 && top.Guests[0].NICs[0].Firewall == nil
+	})
 }

@@ -62,6 +62,9 @@ func TestLookup(t *testing.T) {
 		{"GET", "/cluster/sdn/vnets/vnet1/subnets/zone1-10.0.0.0-24", "/cluster/sdn/vnets/{vnet}/subnets/{subnet}", map[string]string{"vnet": "vnet1", "subnet": "zone1-10.0.0.0-24"}},
 		{"GET", "/nodes/pve1/qemu/100/agent/network-get-interfaces", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", map[string]string{"node": "pve1", "vmid": "100"}},
 		{"GET", "/nodes/", "/nodes", map[string]string{}},
+		// An ipset entry's CIDR holds a slash ("%2F" arrives decoded).
+		{"DELETE", "/cluster/firewall/ipset/apps/10.2.0.0/16", "/cluster/firewall/ipset/{name}/{cidr}", map[string]string{"name": "apps", "cidr": "10.2.0.0/16"}},
+		{"GET", "/nodes/pve1/qemu/100/firewall/ipset/ipfilter-net0/fd00::/64", "/nodes/{node}/qemu/{vmid}/firewall/ipset/{name}/{cidr}", map[string]string{"node": "pve1", "vmid": "100", "name": "ipfilter-net0", "cidr": "fd00::/64"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.method+tc.path, func(t *testing.T) {

@@ -17,6 +17,10 @@
 //	                bridge, named ethN inside, with netN's MAC and cloud-init
 //	                ipconfigN's address and gateway
 //
+// A node's namespace also holds its guests' firewall (firewall.go): nftables tables that
+// filter each NIC with firewall=1 on its tap as Proxmox's firewall does, when the guest's
+// and the cluster's firewall are enabled.
+//
 // A Plane is a pvesim.DataPlane: the cluster hands it its topology after every change.
 // Stopping, deleting or migrating a guest removes (or moves) its namespace; a node that
 // goes offline loses its namespace, and with it every veth into it.
@@ -59,8 +63,9 @@ type Plane struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	guests map[int]string // applied guests: VMID -> signature; protected by mu
-	closed bool           // protected by mu
+	guests map[int]string     // applied guests: VMID -> signature; protected by mu
+	fw     map[string]fwState // applied firewalls by node; protected by mu
+	closed bool               // protected by mu
 }
 
 // vnetAlias marks the bridges and VXLAN devices the plane made for VNets.
@@ -76,7 +81,7 @@ func New(cfg Config) (*Plane, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}}
+	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}, fw: map[string]fwState{}}
 	if err := p.removeAll(); err != nil {
 		return nil, err
 	}
@@ -144,6 +149,7 @@ func (p *Plane) Apply(t pvesim.Topology) error {
 				p.log.Info("simnet: node offline: removing its namespace", "node", n.Name)
 			}
 			errs = append(errs, nsnet.Delete(p.NodeNS(n.Name)))
+			delete(p.fw, n.Name)
 			continue
 		}
 		if err := p.applyNode(n, t.VNets); err != nil {
@@ -167,6 +173,14 @@ func (p *Plane) Apply(t pvesim.Topology) error {
 		p.log.Info("simnet: guest stopped: removing its namespace", "vmid", vmid)
 		errs = append(errs, nsnet.Delete(name))
 		delete(p.guests, vmid)
+	}
+	for _, n := range t.Nodes {
+		if !n.Online {
+			continue
+		}
+		if err := p.applyFirewall(t, n.Name); err != nil {
+			errs = append(errs, fmt.Errorf("simnet: node %s: %w", n.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
