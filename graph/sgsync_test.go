@@ -274,3 +274,85 @@ func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
 }
 
 func sortedOf(s ...string) []string { slices.Sort(s); return s }
+
+// TestSecurityGroupsZoneDownAndBack: a VDC with members of a group in two
+// zones; with one zone's agent stopped, the group's rules change: the
+// other zone gets the new group, the stopped one is reported UNAVAILABLE,
+// and gets it once its agent is back.
+func TestSecurityGroupsZoneDownAndBack(t *testing.T) {
+	t.Parallel()
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+		meshtest.WithAPI(meshtest.APISpec{SecurityGroupInterval: 500 * time.Millisecond}))
+	h.WaitOnline(t, 30*time.Second)
+	seedCatalog(t, h, "alpha", "beta")
+	nets := createNetworks(t, h, "bob", "blue", "alpha", "beta")
+	var db struct{ ID string }
+	h.GraphQL(t, "bob", "blue", createGroup, groupInput("db",
+		map[string]any{"direction": "INBOUND", "protocol": "TCP", "ports": "5432"})).OK(t).Into(t, "createSecurityGroup", &db)
+	vms := map[string]string{}
+	for _, z := range []string{"alpha", "beta"} {
+		var created struct{ Operation gqlOp }
+		h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "pg-" + z, "zone": z, "image": "tiny",
+			"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": nets[z]}},
+			"sshKeys": []string{sshKey}, "user": "bob", "securityGroups": []string{"db"}}}).OK(t).Into(t, "createVM", &created)
+		vms[z] = awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+	}
+	alpha, beta := h.Clusters[0], h.Clusters[1]
+	for _, c := range []*meshtest.Cluster{alpha, beta} {
+		if err := c.Proxmox(t).Put(t.Context(), "/cluster/firewall/options", map[string]any{"enable": 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	statuses := func() map[string]string {
+		out := map[string]string{}
+		for _, z := range groupZones(t, h, "bob", "blue", "db") {
+			out[z.Zone] = z.Status
+		}
+		return out
+	}
+	poll.True(t, 30*time.Second, "db applied in both zones", func() bool {
+		st := statuses()
+		return st["alpha"] == "APPLIED" && st["beta"] == "APPLIED"
+	})
+	// dport of the group the zone's VM has attached (its last rule).
+	attachedPort := func(c *meshtest.Cluster, vm string) string {
+		pc := c.Proxmox(t)
+		g := readGuest(t, pc, vm)
+		if len(g.rules) != 2 {
+			return ""
+		}
+		rs, err := pveapi.FirewallGroupRules(t.Context(), pc, g.rules[1])
+		if err != nil || len(rs) == 0 {
+			return ""
+		}
+		return rs[len(rs)-1].DPort
+	}
+	if p := attachedPort(beta, vms["beta"]); p != "5432" {
+		t.Fatalf("beta's VM's group allows %q, want 5432", p)
+	}
+
+	for _, a := range beta.Agents {
+		if err := a.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { updateSecurityGroup(input: {id: $id, rules: [{direction: INBOUND, protocol: TCP, ports: "5433"}]}) { id } }`,
+		map[string]any{"id": db.ID}).OK(t)
+	poll.True(t, 60*time.Second, "the change applied in alpha, beta unavailable", func() bool {
+		st := statuses()
+		return st["alpha"] == "APPLIED" && st["beta"] == "UNAVAILABLE" && attachedPort(alpha, vms["alpha"]) == "5433"
+	})
+	if p := attachedPort(beta, vms["beta"]); p != "5432" {
+		t.Fatalf("beta, cut off, changed meanwhile: %q", p)
+	}
+
+	for _, a := range beta.Agents {
+		if err := a.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.WaitOnline(t, 60*time.Second)
+	poll.True(t, 60*time.Second, "the change applied in beta once it is back", func() bool {
+		return statuses()["beta"] == "APPLIED" && attachedPort(beta, vms["beta"]) == "5433"
+	})
+}
