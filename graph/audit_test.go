@@ -90,6 +90,12 @@ func TestAuditEveryMutation(t *testing.T) {
 		"updateLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { updateLoadBalancer(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { deleteLoadBalancer(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteEdgeGateway":  {{user: "bob", vdc: "blue", query: `mutation { deleteEdgeGateway(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createSecurityGroup": {{user: "bob", vdc: "blue", query: `mutation { createSecurityGroup(input: {name: "web", rules: [{direction: INBOUND, protocol: TCP, ports: "443"}]}) { id } }`,
+			ids: []string{"web"}}},
+		"updateSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { updateSecurityGroup(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
+		"deleteSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { deleteSecurityGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"setVMSecurityGroups":     {{user: "bob", vdc: "blue", query: `mutation { setVMSecurityGroups(input: {vm: "nosuch", securityGroups: []}) { id } }`}},
+		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -109,6 +115,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
+		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
