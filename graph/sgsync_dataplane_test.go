@@ -10,7 +10,6 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
-	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 )
 
 // TestSecurityGroupsDataPlane sends real packets through the simulator's data plane
@@ -25,12 +24,7 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
 		meshtest.WithAPI(meshtest.APISpec{SecurityGroupInterval: 500 * time.Millisecond}), meshtest.WithDataPlane())
 	h.WaitOnline(t, 30*time.Second)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "shared", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "shared"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": url, "c": sum}).OK(t)
+	seedSharedStorage(t, h)
 	net := createNetworks(t, h, "bob", "blue", "alpha")["alpha"]
 	h.GraphQL(t, "bob", "blue", createGroup, groupInput("app")).OK(t)
 	h.GraphQL(t, "bob", "blue", createGroup, groupInput("db",
