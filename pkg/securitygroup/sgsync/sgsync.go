@@ -71,6 +71,11 @@ type Config struct {
 	Interval time.Duration
 	// ZoneTimeout bounds each zone's part of a pass; default 30s.
 	ZoneTimeout time.Duration
+	// Sweep is how often a pass reads every zone while the catalog has no
+	// group (to remove what a VDC left); between sweeps such a pass reads
+	// only the zones where the last pass found something of flexplane's.
+	// Default 5m.
+	Sweep time.Duration
 	// Logger receives the passes' failures; nil discards them.
 	Logger *slog.Logger
 }
@@ -80,6 +85,11 @@ type Syncer struct {
 	cfg  Config
 	log  *slog.Logger
 	kick chan struct{}
+	// had are the zones where the last pass found or wanted something,
+	// and swept when it last read every zone: Pass's own (one runs at a
+	// time).
+	had   map[string]bool
+	swept time.Time
 
 	mu       sync.Mutex
 	failures map[string]string // by zone name and VDC ("zone/vdc"): the last pass's error; protected by mu
@@ -96,11 +106,14 @@ func New(cfg Config) (*Syncer, error) {
 	if cfg.ZoneTimeout <= 0 {
 		cfg.ZoneTimeout = 30 * time.Second
 	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = 5 * time.Minute
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, kick: make(chan struct{}, 1), failures: map[string]string{}}, nil
+	return &Syncer{cfg: cfg, log: log, kick: make(chan struct{}, 1), failures: map[string]string{}, had: map[string]bool{}}, nil
 }
 
 // Kick asks for a pass now (after a change of a group or a VM's groups).
@@ -133,7 +146,7 @@ func (s *Syncer) Run(ctx context.Context) {
 // Pass makes every reachable zone's firewall hold the catalog's groups
 // once. A zone that fails is recorded (securitygroup.StatusError) and
 // passed over; the error returned is the catalog's, or every zone's
-// joined.
+// joined. Passes must not run concurrently (Run runs one at a time).
 func (s *Syncer) Pass(ctx context.Context) error {
 	all, err := catalog.List[*catalog.SecurityGroup](ctx, s.cfg.Store)
 	if err != nil {
@@ -151,13 +164,21 @@ func (s *Syncer) Pass(ctx context.Context) error {
 	for v := range byVDC {
 		vdcs[v] = true
 	}
+	sweep := time.Since(s.swept) >= s.cfg.Sweep
+	if sweep {
+		s.swept = time.Now()
+	}
 	for _, z := range zones {
+		if len(all) == 0 && !sweep && !s.had[z.Name] {
+			continue // nothing wanted anywhere, nothing of flexplane's seen there
+		}
 		st, err := readZone(ctx, z.Client)
 		if err != nil {
 			s.log.Info("sgsync: zone not read", "zone", z.Name, "err", err)
 			continue
 		}
 		applied[z.Name] = st
+		s.had[z.Name] = len(st.vdcs) > 0
 		for v := range st.vdcs {
 			vdcs[v] = true
 		}
