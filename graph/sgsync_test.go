@@ -68,7 +68,7 @@ func readFirewall(t *testing.T, c *proxmox.Client) fwView {
 // groupOf is the Proxmox group of vdc's group name (by its comment).
 func (v fwView) groupOf(vdc, name string) (string, bool) {
 	for n, g := range v.groups {
-		if g.Comment == "flexplane vdc="+vdc+" group="+name {
+		if g.Comment == "flexplane fp-vdc-"+vdc+" group="+name {
 			return n, true
 		}
 	}
@@ -215,7 +215,7 @@ func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
 		t.Errorf("d's firewall: %+v", gd)
 	}
 	platform := gd.rules[0]
-	if g := v.groups[platform]; g.Comment != "flexplane vdc="+tn.blue+" platform" || len(v.rules[platform]) != 3 {
+	if g := v.groups[platform]; g.Comment != "flexplane fp-vdc-"+tn.blue+" platform" || len(v.rules[platform]) != 3 {
 		t.Errorf("the platform group %s: %+v %+v", platform, g, v.rules[platform])
 	}
 	wantOpts.PolicyOut = "ACCEPT" // app has no outbound rule
@@ -255,7 +255,7 @@ func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
 	poll.True(t, 30*time.Second, "red's group apart from blue's", func() bool {
 		v = readFirewall(t, c)
 		for _, g := range v.groups {
-			if strings.Contains(g.Comment, "vdc="+tn.red) {
+			if strings.Contains(g.Comment, "fp-vdc-"+tn.red+" ") {
 				return false // red has no VM in a group: nothing of it is written
 			}
 		}
@@ -273,7 +273,7 @@ func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
 	poll.True(t, 30*time.Second, "blue's objects gone from the firewall", func() bool {
 		v = readFirewall(t, c)
 		for _, g := range v.groups {
-			if strings.Contains(g.Comment, "vdc="+tn.blue) {
+			if strings.Contains(g.Comment, "fp-vdc-"+tn.blue+" ") {
 				return false
 			}
 		}

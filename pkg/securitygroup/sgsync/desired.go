@@ -11,12 +11,16 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-// commentPrefix starts the comment of every security group and IP set
-// flexplane writes: with the name's "fp" prefix it marks them as
-// flexplane's, and it names the VDC they belong to.
-const commentPrefix = "flexplane vdc="
+// comment is the comment of a security group or IP set of vdc: the
+// tenancy tags of its guests (tenancy.ManagedTag and tenancy.VDCTag), then
+// what it is. With the name's "fp" prefix they mark it as flexplane's and
+// say whose it is.
+func comment(vdc, what string) string {
+	return tenancy.ManagedTag + " " + tenancy.VDCTag(vdc) + " " + what
+}
 
 // objName is the Proxmox name of one of flexplane's firewall objects: "fp"
 // and 14 hex digits of a hash of what it is (kind and parts), 16
@@ -29,11 +33,11 @@ func objName(kind string, parts ...string) string {
 // owned reports whether a group or set of this name and comment is
 // flexplane's, and of which VDC.
 func owned(name, comment string) (vdc string, ok bool) {
-	rest, found := strings.CutPrefix(comment, commentPrefix)
-	if !strings.HasPrefix(name, "fp") || !found {
+	words := strings.Fields(comment)
+	if !strings.HasPrefix(name, "fp") || len(words) < 2 || words[0] != tenancy.ManagedTag {
 		return "", false
 	}
-	vdc, _, _ = strings.Cut(rest, " ")
+	vdc, _ = tenancy.VDCOf(words[:2])
 	return vdc, vdc != ""
 }
 
@@ -115,20 +119,20 @@ func (w *zoneWant) addVDC(vdc string, groups []*catalog.SecurityGroup, vms []com
 	slices.Sort(nets)
 	slices.Sort(gws)
 	outside := objName("outside", append([]string{vdc}, nets...)...)
-	o := set{comment: commentPrefix + vdc + " platform: not the VDC's networks"}
+	o := set{comment: comment(vdc, "platform: not the VDC's networks")}
 	o.entries = []pveapi.IPSetEntry{{CIDR: "0.0.0.0/1"}, {CIDR: "128.0.0.0/1"}}
 	for _, n := range nets {
 		o.entries = append(o.entries, pveapi.IPSetEntry{CIDR: n, NoMatch: 1})
 	}
 	w.sets[outside] = o
 	gwSet := objName("gateways", append([]string{vdc}, gws...)...)
-	g := set{comment: commentPrefix + vdc + " platform: the edge gateway's addresses"}
+	g := set{comment: comment(vdc, "platform: the edge gateway's addresses")}
 	for _, a := range gws {
 		g.entries = append(g.entries, pveapi.IPSetEntry{CIDR: a})
 	}
 	w.sets[gwSet] = g
 	platform := objName("platform", vdc, outside, gwSet)
-	w.groups[platform] = group{comment: commentPrefix + vdc + " platform", rules: []pveapi.FirewallRule{
+	w.groups[platform] = group{comment: comment(vdc, "platform"), rules: []pveapi.FirewallRule{
 		{Type: "in", Action: "ACCEPT", Enable: 1, Source: "+dc/" + outside, Comment: "what the edge gateway forwards"},
 		{Type: "in", Action: "ACCEPT", Enable: 1, Source: "+dc/" + gwSet, Comment: "the edge gateway's own traffic"},
 		{Type: "out", Action: "ACCEPT", Enable: 1, Dest: "+dc/" + gwSet, Comment: "to the edge gateway"},
@@ -139,7 +143,7 @@ func (w *zoneWant) addVDC(vdc string, groups []*catalog.SecurityGroup, vms []com
 	outbound := map[string]bool{}
 	for _, sg := range groups {
 		name := sg.ShortName()
-		ms := set{comment: commentPrefix + vdc + " group=" + name + " members"}
+		ms := set{comment: comment(vdc, "group="+name+" members")}
 		for _, m := range members {
 			if slices.Contains(m.Groups, name) {
 				for _, n := range m.NICs {
@@ -152,7 +156,7 @@ func (w *zoneWant) addVDC(vdc string, groups []*catalog.SecurityGroup, vms []com
 		w.sets[MemberSet(vdc, name)] = ms
 		rules := translate(vdc, sg)
 		pg := objName("group", vdc, name, fmt.Sprint(rules))
-		w.groups[pg] = group{comment: commentPrefix + vdc + " group=" + name, rules: rules}
+		w.groups[pg] = group{comment: comment(vdc, "group="+name), rules: rules}
 		w.groupOf[sg.Name] = pg
 		outbound[name] = sg.HasOutbound()
 	}

@@ -78,7 +78,7 @@ func TestNamesAndTenancy(t *testing.T) {
 	if _, ok := owned("fpabc", "someone else's"); ok {
 		t.Error("a group with another comment taken for flexplane's")
 	}
-	if _, ok := owned("web", commentPrefix+"red"); ok {
+	if _, ok := owned("web", comment("red", "group=web")); ok {
 		t.Error("a group without the fp prefix taken for flexplane's")
 	}
 }

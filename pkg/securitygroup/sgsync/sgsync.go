@@ -21,8 +21,9 @@
 //     and its rules exactly the platform group and its groups, in order;
 //   - the datacenter's firewall (/cluster/firewall/options) is only read:
 //     while it is off, the groups are reported failed;
-//   - what is flexplane's (a name starting "fp", a comment starting
-//     "flexplane vdc=") and no longer wanted is removed, once no VM refers
+//   - what is flexplane's (a name starting "fp", a comment starting with
+//     the tenancy tags "flexplane fp-vdc-<vdc>") and no longer wanted is
+//     removed, once no VM refers
 //     to it. A VM in no group keeps its firewall off.
 //
 // A zone that cannot be reached is passed over and gets its state when it
