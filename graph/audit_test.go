@@ -36,7 +36,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	// default rate limit lets through (whose refusals
 	// TestAuditRefusedMutations and graph/server's tests audit).
 	noLimits := server.RateLimits{MutationRate: -1, ConsoleRate: -1}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
 		meshtest.WithAPI(meshtest.APISpec{RateLimits: noLimits}), meshtest.WithAuditSink(rec))
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
@@ -106,6 +106,9 @@ func TestAuditEveryMutation(t *testing.T) {
 		"upgradeKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { upgradeKubernetesCluster(id: "nosuch", version: "v1.37.2") { id } }`, ids: []string{"nosuch"}}},
 		"issueKubeconfig":          {{user: "bob", vdc: "blue", query: `mutation { issueKubeconfig(cluster: "nosuch") { expiresAt } }`, ids: []string{"nosuch"}}},
 		"deleteKubernetesCluster":  {{user: "bob", vdc: "blue", query: `mutation { deleteKubernetesCluster(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
+			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
+		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
@@ -116,7 +119,8 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
-		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster"}
+		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
+		"addSSHKey", "deleteSSHKey"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -148,7 +152,7 @@ func TestAuditEveryMutation(t *testing.T) {
 				})
 				vars = map[string]any{"in": map[string]any{"name": "a-1", "zone": "alpha", "image": "tiny", "computeProfile": "small",
 					"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": created.CreateNetwork.ID}},
-					"sshKeys": []string{sshKey}, "user": "bob"}}
+					"sshKeys": []string{sshKey}, "user": "bob", "userData": "#cloud-config\nruncmd:\n  - echo user-data-secret-42\n"}}
 			case "deleteNetwork":
 				vars = map[string]any{"id": created.CreateNetwork.ID}
 				c.ids = []string{created.CreateNetwork.ID}
@@ -192,8 +196,15 @@ func TestAuditEveryMutation(t *testing.T) {
 				if strings.Contains(string(b), "AAAAC3Nza") || !strings.Contains(string(b), audit.Redacted) {
 					t.Errorf("createVM: the SSH key is not redacted: %s", b)
 				}
+				if strings.Contains(string(b), "user-data-secret-42") || strings.Contains(string(b), "runcmd") {
+					t.Errorf("createVM: the user-data is not redacted: %s", b)
+				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)
+				}
+			case "addSSHKey":
+				if strings.Contains(string(b), "AAAAC3Nza") || ev.ResponseStatus.Code != "OK" {
+					t.Errorf("addSSHKey: refused, or the key is not redacted: %s", b)
 				}
 			case "createComputeProfile":
 				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {

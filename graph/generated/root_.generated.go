@@ -37,6 +37,7 @@ type ResolverRoot interface {
 	KubernetesCondition() KubernetesConditionResolver
 	LoadBalancer() LoadBalancerResolver
 	LoadBalancerListener() LoadBalancerListenerResolver
+	Me() MeResolver
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
 	Query() QueryResolver
@@ -179,6 +180,11 @@ type ComplexityRoot struct {
 
 	DeletedPortForward struct {
 		ID func(childComplexity int) int
+	}
+
+	DeletedSSHKey struct {
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
 	}
 
 	DeletedSecurityGroup struct {
@@ -414,6 +420,7 @@ type ComplexityRoot struct {
 		Name          func(childComplexity int) int
 		PlatformAdmin func(childComplexity int) int
 		Roles         func(childComplexity int) int
+		SSHKeys       func(childComplexity int) int
 		Subject       func(childComplexity int) int
 		Vdcs          func(childComplexity int) int
 	}
@@ -443,6 +450,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		AddSSHKey                func(childComplexity int, input model.AddSSHKeyInput) int
 		CreateComputeProfile     func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey      func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateExternalNetwork    func(childComplexity int, input model.CreateExternalNetworkInput) int
@@ -469,6 +477,7 @@ type ComplexityRoot struct {
 		DeleteNodePool           func(childComplexity int, id string) int
 		DeleteOneToOneAddress    func(childComplexity int, id string) int
 		DeletePortForward        func(childComplexity int, id string) int
+		DeleteSSHKey             func(childComplexity int, name string) int
 		DeleteSecurityGroup      func(childComplexity int, id string) int
 		DeleteSnapshot           func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
@@ -661,6 +670,16 @@ type ComplexityRoot struct {
 	SNIRoute struct {
 		Pool       func(childComplexity int) int
 		ServerName func(childComplexity int) int
+	}
+
+	SSHKey struct {
+		Comment     func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Options     func(childComplexity int) int
+		PublicKey   func(childComplexity int) int
+		Type        func(childComplexity int) int
 	}
 
 	SecurityGroup struct {
@@ -1277,6 +1296,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "DeletedSSHKey.fingerprint":
+		if e.ComplexityRoot.DeletedSSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Fingerprint(childComplexity), true
+	case "DeletedSSHKey.name":
+		if e.ComplexityRoot.DeletedSSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Name(childComplexity), true
 
 	case "DeletedSecurityGroup.id":
 		if e.ComplexityRoot.DeletedSecurityGroup.ID == nil {
@@ -2238,6 +2270,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Me.Roles(childComplexity), true
+	case "Me.sshKeys":
+		if e.ComplexityRoot.Me.SSHKeys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Me.SSHKeys(childComplexity), true
 	case "Me.subject":
 		if e.ComplexityRoot.Me.Subject == nil {
 			break
@@ -2344,6 +2382,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
+	case "Mutation.addSSHKey":
+		if e.ComplexityRoot.Mutation.AddSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddSSHKey(childComplexity, args["input"].(model.AddSSHKeyInput)), true
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -2630,6 +2679,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSSHKey":
+		if e.ComplexityRoot.Mutation.DeleteSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSSHKey(childComplexity, args["name"].(string)), true
 	case "Mutation.deleteSecurityGroup":
 		if e.ComplexityRoot.Mutation.DeleteSecurityGroup == nil {
 			break
@@ -3738,6 +3798,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
 
+	case "SSHKey.comment":
+		if e.ComplexityRoot.SSHKey.Comment == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Comment(childComplexity), true
+	case "SSHKey.createdAt":
+		if e.ComplexityRoot.SSHKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.CreatedAt(childComplexity), true
+	case "SSHKey.fingerprint":
+		if e.ComplexityRoot.SSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Fingerprint(childComplexity), true
+	case "SSHKey.name":
+		if e.ComplexityRoot.SSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Name(childComplexity), true
+	case "SSHKey.options":
+		if e.ComplexityRoot.SSHKey.Options == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Options(childComplexity), true
+	case "SSHKey.publicKey":
+		if e.ComplexityRoot.SSHKey.PublicKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.PublicKey(childComplexity), true
+	case "SSHKey.type":
+		if e.ComplexityRoot.SSHKey.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Type(childComplexity), true
+
 	case "SecurityGroup.description":
 		if e.ComplexityRoot.SecurityGroup.Description == nil {
 			break
@@ -4538,6 +4641,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AddSSHKeyInput", ec.unmarshalInputAddSSHKeyInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
@@ -7102,7 +7206,8 @@ type Region {
 # that does not exist, answers NOT_FOUND for the whole request.
 #
 # Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, CAPACITY_EXCEEDED (no
+# host of the zone can take the VM; nothing was done), ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
 # operation ran) or INTERNAL.
@@ -7452,6 +7557,79 @@ type VMSnapshot {
   storageGiB: Int!
 }
 `, BuiltIn: false},
+	{Name: "../sshkey.graphqls", Input: `# SSH keys of a user: kept per user (the token's subject) for new VMs,
+# which take them by name (CreateVMInput.sshKeyNames).
+
+extend type Mutation {
+  """
+  Adds an SSH key to the caller's keys (at most 100; names unique among
+  the caller's keys). Any signed-in user, for their own keys.
+  """
+  addSSHKey(
+    "The key and its name."
+    input: AddSSHKeyInput!
+  ): SSHKey!
+  """
+  Deletes the caller's key of that name; a name the caller has no key of
+  is NOT_FOUND. Any signed-in user, for their own keys.
+  """
+  deleteSSHKey(
+    "The name of the caller's key."
+    name: String!
+  ): DeletedSSHKey!
+}
+
+extend type Me {
+  "The caller's SSH keys, in the order they were added."
+  sshKeys: [SSHKey!]!
+}
+
+"A key to add to the caller's SSH keys."
+input AddSSHKeyInput {
+  """
+  The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+  '_' or '-', starting with a letter or digit.
+  """
+  name: String!
+  """
+  One OpenSSH authorized_keys line (options, type, key, comment) of at most
+  8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+  ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+  sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+  createVM's sshKeys are.
+  """
+  publicKey: String! @secret
+}
+
+"An SSH key of the caller's."
+type SSHKey {
+  "The key's name among the caller's keys."
+  name: String!
+  "The key type, e.g. ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa."
+  type: String!
+  "The SHA256 fingerprint as ssh-keygen -l prints it (SHA256:...)."
+  fingerprint: String!
+  "The comment after the key, if any."
+  comment: String
+  """
+  The key's authorized_keys options, in their order, e.g.
+  command="/usr/bin/backup", from="10.0.0.0/8", no-pty.
+  """
+  options: [String!]!
+  "The whole authorized_keys line."
+  publicKey: String!
+  "When the key was added."
+  createdAt: Time!
+}
+
+"The result of deleteSSHKey."
+type DeletedSSHKey {
+  "The name the key had."
+  name: String!
+  "Its fingerprint."
+  fingerprint: String!
+}
+`, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
 
 extend type Query {
@@ -7705,6 +7883,11 @@ input CreateVMInput {
   "At most 32 OpenSSH public keys for the cloud-init user."
   sshKeys: [String!] @secret
   """
+  Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+  merged with sshKeys, a key given twice once, at most 32 in all.
+  """
+  sshKeyNames: [String!]
+  """
   The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
   letter); not a system account of the image (root, nobody, daemon, ...,
   systemd-*), which cloud-init would open to the keys.
@@ -7717,6 +7900,23 @@ input CreateVMInput {
   VDC does not have.
   """
   securityGroups: [String!]
+  """
+  The guest's own cloud-init user-data, at most 64 KiB: a ` + "`" + `#cloud-config` + "`" + `
+  YAML document or a shell script starting with ` + "`" + `#!` + "`" + `. flexplane merges it
+  with its own settings (hostname, the user and its SSH keys) as a
+  multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+  and the network configuration stays flexplane's. A ` + "`" + `users` + "`" + ` entry naming
+  ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
+  """
+  userData: String @secret
+  """
+  Pins the VM to a host of the zone (a Host id, or the host's name); only
+  an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+  take the VM (unknown, offline, in maintenance, without room for its
+  memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+  chooses the least loaded host that can take it.
+  """
+  host: String
 }
 
 "A NIC of a new VM."
@@ -8134,6 +8334,16 @@ func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, 
 		return ec.fieldContext_DeletedPortForward_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_DeletedSSHKey_name(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_DeletedSSHKey_fingerprint(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSSHKey", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedSecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8606,6 +8816,8 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 		return ec.fieldContext_Me_roles(ctx, field)
 	case "vdcs":
 		return ec.fieldContext_Me_vdcs(ctx, field)
+	case "sshKeys":
+		return ec.fieldContext_Me_sshKeys(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
 }
@@ -8904,6 +9116,26 @@ func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field grap
 		return ec.fieldContext_SNIRoute_pool(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
+}
+
+func (ec *executionContext) childFields_SSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_SSHKey_name(ctx, field)
+	case "type":
+		return ec.fieldContext_SSHKey_type(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_SSHKey_fingerprint(ctx, field)
+	case "comment":
+		return ec.fieldContext_SSHKey_comment(ctx, field)
+	case "options":
+		return ec.fieldContext_SSHKey_options(ctx, field)
+	case "publicKey":
+		return ec.fieldContext_SSHKey_publicKey(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_SSHKey_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SSHKey", field.Name)
 }
 
 func (ec *executionContext) childFields_SecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

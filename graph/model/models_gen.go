@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -22,6 +23,19 @@ import (
 // An object with a global id, which node(id:) answers again.
 type Node interface {
 	IsNode()
+}
+
+// A key to add to the caller's SSH keys.
+type AddSSHKeyInput struct {
+	// The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+	// '_' or '-', starting with a letter or digit.
+	Name string `json:"name"`
+	// One OpenSSH authorized_keys line (options, type, key, comment) of at most
+	// 8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+	// ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+	// sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+	// createVM's sshKeys are.
+	PublicKey string `json:"publicKey"`
 }
 
 // A signed agent release the orchestrator serves to agents.
@@ -297,6 +311,9 @@ type CreateVMInput struct {
 	Nics []*NICInput `json:"nics"`
 	// At most 32 OpenSSH public keys for the cloud-init user.
 	SSHKeys []string `json:"sshKeys,omitempty"`
+	// Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+	// merged with sshKeys, a key given twice once, at most 32 in all.
+	SSHKeyNames []string `json:"sshKeyNames,omitempty"`
 	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
@@ -306,6 +323,19 @@ type CreateVMInput struct {
 	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
 	// VDC does not have.
 	SecurityGroups []string `json:"securityGroups,omitempty"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData,omitempty"`
+	// Pins the VM to a host of the zone (a Host id, or the host's name); only
+	// an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+	// take the VM (unknown, offline, in maintenance, without room for its
+	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+	// chooses the least loaded host that can take it.
+	Host *string `json:"host,omitempty"`
 }
 
 // The result of createVM.
@@ -380,6 +410,14 @@ type DeletedOneToOneAddress struct {
 type DeletedPortForward struct {
 	// The id the port forward had.
 	ID string `json:"id"`
+}
+
+// The result of deleteSSHKey.
+type DeletedSSHKey struct {
+	// The name the key had.
+	Name string `json:"name"`
+	// Its fingerprint.
+	Fingerprint string `json:"fingerprint"`
 }
 
 // The result of deleteSecurityGroup.
@@ -650,6 +688,8 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
+	// The caller's SSH keys, in the order they were added.
+	SSHKeys []*sshkey.Key `json:"sshKeys"`
 }
 
 // Where migrateVM moves a VM.

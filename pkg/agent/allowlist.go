@@ -42,6 +42,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/pending", "/nodes/{node}/qemu/{vmid}/status",
 		"/nodes/{node}/qemu/{vmid}/status/current", "/nodes/{node}/qemu/{vmid}/rrddata",
 		"/nodes/{node}/qemu/{vmid}/migrate", "/nodes/{node}/qemu/{vmid}/snapshot",
+		"/nodes/{node}/qemu/{vmid}/cloudinit/dump",
 		"/nodes/{node}/storage", "/nodes/{node}/storage/{storage}",
 		"/nodes/{node}/storage/{storage}/status", "/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/content/{volume...}",

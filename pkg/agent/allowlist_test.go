@@ -36,6 +36,7 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/firewall/rules"},
 		{"PUT", "/nodes/pve1/qemu/100/firewall/rules/0"},
 		{"DELETE", "/nodes/pve1/qemu/100/firewall/rules/0"},
+		{"GET", "/nodes/pve1/qemu/100/cloudinit/dump"}, // a move copies the VM's user-data snippet
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {

@@ -1,8 +1,8 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
 // zones' external networks, the VDCs' edge gateways, load balancers and
-// security groups — as Kubernetes-style
-// objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
+// security groups, the users' SSH keys — as Kubernetes-style objects
+// (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
 // read at, and an Update or Delete whose resourceVersion is stale fails with
@@ -52,7 +52,7 @@ const (
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -81,6 +81,8 @@ func (k Kind) plural() string {
 		return "loadbalancers"
 	case KindSecurityGroup:
 		return "securitygroups"
+	case KindUserSSHKeys:
+		return "usersshkeys"
 	}
 	return ""
 }
@@ -107,6 +109,8 @@ func New(kind Kind) (Object, error) {
 		o = &LoadBalancer{}
 	case KindSecurityGroup:
 		o = &SecurityGroup{}
+	case KindUserSSHKeys:
+		o = &UserSSHKeys{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}
@@ -384,6 +388,39 @@ type ZonePolicySpec struct {
 	// DedicatedTo lists the VDCs the zone is reserved for: when set, only
 	// they see the zone and place resources in it. Empty: every VDC.
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host of
+	// the zone hold, in percent of the host's memory (100: none
+	// overcommitted); 0 means DefaultMemoryOvercommitPercent.
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of the
+	// zone hold, in percent of the host's logical CPUs; 0 means
+	// DefaultCPUOvercommitPercent.
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
+}
+
+// Placement's overcommit defaults and bounds (ZonePolicySpec): memory is
+// not overcommitted unless the admin says so; vCPUs are, four to a CPU,
+// as most clouds do for general-purpose guests.
+const (
+	DefaultMemoryOvercommitPercent = 100
+	DefaultCPUOvercommitPercent    = 400
+	MinOvercommitPercent           = 10
+	MaxMemoryOvercommitPercent     = 400
+	MaxCPUOvercommitPercent        = 1600
+)
+
+// Overcommit returns the zone's memory and CPU overcommit ratios (1.0:
+// a host holds guests up to its own size), the defaults where unset. A
+// nil policy (a zone without one) has the defaults.
+func (p *ZonePolicy) Overcommit() (memory, cpu float64) {
+	m, c := DefaultMemoryOvercommitPercent, DefaultCPUOvercommitPercent
+	if p != nil && p.MemoryOvercommitPercent > 0 {
+		m = p.MemoryOvercommitPercent
+	}
+	if p != nil && p.CPUOvercommitPercent > 0 {
+		c = p.CPUOvercommitPercent
+	}
+	return float64(m) / 100, float64(c) / 100
 }
 
 // Allows reports whether the zone is open to vdc.

@@ -192,6 +192,12 @@ func (p *ZonePolicy) Validate() error {
 			return invalid(field, "%q is named twice", v)
 		}
 	}
+	if v := p.MemoryOvercommitPercent; v != 0 && (v < MinOvercommitPercent || v > MaxMemoryOvercommitPercent) {
+		return invalid("memoryOvercommitPercent", "must be between %d and %d (0: the default, %d)", MinOvercommitPercent, MaxMemoryOvercommitPercent, DefaultMemoryOvercommitPercent)
+	}
+	if v := p.CPUOvercommitPercent; v != 0 && (v < MinOvercommitPercent || v > MaxCPUOvercommitPercent) {
+		return invalid("cpuOvercommitPercent", "must be between %d and %d (0: the default, %d)", MinOvercommitPercent, MaxCPUOvercommitPercent, DefaultCPUOvercommitPercent)
+	}
 	return nil
 }
 

@@ -189,6 +189,9 @@ type Config struct {
 	// the intent's operation id and the runner's context (the request's
 	// for "claim"); it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
+	// Maintenance, if set, returns the hosts (node names) of zone that are
+	// in maintenance: placement puts no new VM on them. Nil: none is.
+	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -219,6 +222,11 @@ type deps struct {
 	// moved: the guests Recover last saw that are not the VM their place
 	// names (see movedIndex).
 	moved *movedIndex
+	// placer: the placements of the creates in flight (placement.go).
+	placer *placer
+	// unplaced: creates skip placement and clone on the template's node
+	// (set only by DisablePlacementForTest, to measure placement's cost).
+	unplaced bool
 }
 
 // New returns a Service.
@@ -250,6 +258,7 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
+		placer: newPlacer(),
 	}
 	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	return &Service{d: d}, nil

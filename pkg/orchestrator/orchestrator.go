@@ -224,6 +224,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 			Networks:       svcs.networks,
 			VDCs:           svcs.vdcs,
 			SecurityGroups: svcs.groups,
+			SSHKeys:        svcs.sshKeys,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

@@ -20,6 +20,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/securitygroup"
 	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -33,6 +34,7 @@ type services struct {
 	gateways  *gateways.Service
 	estate    *estate.Service
 	groups    *securitygroup.Service
+	sshKeys   *sshkey.Service
 }
 
 // newServices builds the capability services.
@@ -56,6 +58,9 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		gcfg.Running = edge
 	}
 	if s.gateways, err = gateways.New(gcfg); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.sshKeys, err = sshkey.New(sshkey.Config{Catalog: store}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, State: groups, Changed: groups.Kick,

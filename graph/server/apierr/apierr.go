@@ -32,7 +32,10 @@ const (
 	BadUserInput    Code = "BAD_USER_INPUT"
 	Conflict        Code = "CONFLICT"
 	QuotaExceeded   Code = "QUOTA_EXCEEDED"
-	ZoneUnavailable Code = "ZONE_UNAVAILABLE"
+	// CapacityExceeded: no host of the zone can take the VM; nothing was
+	// done.
+	CapacityExceeded Code = "CAPACITY_EXCEEDED"
+	ZoneUnavailable  Code = "ZONE_UNAVAILABLE"
 	// Unavailable: a service the whole request depends on (the identity
 	// provider) cannot be reached; retrying later may work.
 	Unavailable Code = "UNAVAILABLE"
@@ -178,12 +181,13 @@ func From(err error, fieldPrefix string) *Error {
 
 // computeCodes maps the kinds of compute errors to codes.
 var computeCodes = map[compute.ErrorKind]Code{
-	compute.KindInternal:        Internal,
-	compute.KindNotFound:        NotFound,
-	compute.KindBadInput:        BadUserInput,
-	compute.KindConflict:        Conflict,
-	compute.KindQuotaExceeded:   QuotaExceeded,
-	compute.KindZoneUnavailable: ZoneUnavailable,
+	compute.KindInternal:         Internal,
+	compute.KindNotFound:         NotFound,
+	compute.KindBadInput:         BadUserInput,
+	compute.KindConflict:         Conflict,
+	compute.KindQuotaExceeded:    QuotaExceeded,
+	compute.KindZoneUnavailable:  ZoneUnavailable,
+	compute.KindCapacityExceeded: CapacityExceeded,
 }
 
 // fromCompute maps an error of the VM lifecycle: its field (relative to

@@ -40,7 +40,7 @@ var layers = []layer{
 	{"capabilities", "one service per capability, and the reads that fan out over the zones",
 		[]string{"pkg/network/...", "pkg/loadbalancer/...", "pkg/edge/...", "pkg/compute/...", "pkg/rollout/...",
 			"pkg/tenantkube/...", "pkg/console/...", "pkg/inventory/...", "pkg/estate/...", "pkg/vdc/...",
-			"pkg/securitygroup/..."}},
+			"pkg/securitygroup/...", "pkg/sshkey"}},
 	{"graphql", "the API layer: resolvers, the HTTP handler, the error mapping and generated code",
 		[]string{"graph/..."}},
 	{"binaries", "the wiring of the binaries: the orchestrator, the portal, the agent",

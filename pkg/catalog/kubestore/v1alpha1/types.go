@@ -15,7 +15,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
 		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{},
 		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{},
-		&LoadBalancer{}, &LoadBalancerList{}, &SecurityGroup{}, &SecurityGroupList{})
+		&LoadBalancer{}, &LoadBalancerList{}, &SecurityGroup{}, &SecurityGroupList{}, &UserSSHKeys{}, &UserSSHKeysList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -307,6 +307,18 @@ type ZonePolicySpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host
+	// of the zone hold, in percent of its memory; unset: 100.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=400
+	// +optional
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of
+	// the zone hold, in percent of its logical CPUs; unset: 400.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=1600
+	// +optional
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
 }
 
 // ZonePolicyList is a list of zone policies.
@@ -763,4 +775,58 @@ type SecurityGroupList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SecurityGroup `json:"items"`
+}
+
+// UserSSHKeys is the SSH keys one user keeps for new VMs, named after a
+// hash of the user's token subject ("u-" and 40 hex digits).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=usersshkeys,singular=usersshkeys,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^u-[0-9a-f]{40}$')",message="name must be u- and 40 hex digits"
+// +kubebuilder:printcolumn:name="Subject",type=string,JSONPath=`.spec.subject`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type UserSSHKeys struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec UserSSHKeysSpec `json:"spec"`
+}
+
+// UserSSHKeysSpec is the keys of a user.
+type UserSSHKeysSpec struct {
+	// Subject is the token subject of the user.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	Subject string `json:"subject"`
+	// Keys are the user's keys, names unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Keys []UserSSHKey `json:"keys,omitempty"`
+}
+
+// UserSSHKey is one key of a user.
+type UserSSHKey struct {
+	// Name is the key's name among the user's keys.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	Name string `json:"name"`
+	// PublicKey is one OpenSSH authorized_keys line.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	PublicKey string `json:"publicKey"`
+	// Created is an RFC 3339 time.
+	// +kubebuilder:validation:MaxLength=64
+	Created string `json:"created"`
+}
+
+// UserSSHKeysList is a list of users' SSH keys.
+//
+// +kubebuilder:object:root=true
+type UserSSHKeysList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []UserSSHKeys `json:"items"`
 }
