@@ -22,10 +22,11 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "placement"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
-// one node), the API and the catalog seedCatalog makes, and otherwise only
+// one node, whose storage "local" takes snippets), the API and the catalog
+// seedCatalog makes, and otherwise only
 // VDCs of their own: it is started once for the package rather than once
 // per test. Tenancy keeps them apart: each test acts as its tenant's users
 // in its tenant's VDCs, where another test's resources answer NOT_FOUND.
@@ -47,8 +48,8 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 			vdcs = append(vdcs, v)
 		}
 	}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs}))
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second}))
 	h.WaitOnline(t, 30*time.Second)
 	seedCatalog(t, h, "alpha")
 	return h

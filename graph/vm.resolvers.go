@@ -17,6 +17,10 @@ import (
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
@@ -24,7 +28,12 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	in := compute.CreateInput{
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
-		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
+		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
+		SecurityGroups: input.SecurityGroups,
+		Owner:          p.Subject, User: input.User,
+	}
+	if input.UserData != nil {
+		in.UserData = []byte(*input.UserData)
 	}
 	if input.Host != nil {
 		// Pinning a host is an ADMIN's choice: the hosts' load is the

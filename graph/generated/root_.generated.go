@@ -37,15 +37,20 @@ type ResolverRoot interface {
 	KubernetesCondition() KubernetesConditionResolver
 	LoadBalancer() LoadBalancerResolver
 	LoadBalancerListener() LoadBalancerListenerResolver
+	Me() MeResolver
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
 	Query() QueryResolver
+	SecurityGroup() SecurityGroupResolver
+	SecurityGroupZone() SecurityGroupZoneResolver
+	SecurityRule() SecurityRuleResolver
 	ServiceAccount() ServiceAccountResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
 	VDCMember() VDCMemberResolver
 	VM() VMResolver
 	Zone() ZoneResolver
+	SecurityRuleInput() SecurityRuleInputResolver
 }
 
 type DirectiveRoot struct {
@@ -176,6 +181,15 @@ type ComplexityRoot struct {
 	}
 
 	DeletedPortForward struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedSSHKey struct {
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+	}
+
+	DeletedSecurityGroup struct {
 		ID func(childComplexity int) int
 	}
 
@@ -417,6 +431,7 @@ type ComplexityRoot struct {
 		Name          func(childComplexity int) int
 		PlatformAdmin func(childComplexity int) int
 		Roles         func(childComplexity int) int
+		SSHKeys       func(childComplexity int) int
 		Subject       func(childComplexity int) int
 		Vdcs          func(childComplexity int) int
 	}
@@ -446,6 +461,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		AddSSHKey                 func(childComplexity int, input model.AddSSHKeyInput) int
 		AddVDCMember              func(childComplexity int, input model.AddVDCMemberInput) int
 		CreateComputeProfile      func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey       func(childComplexity int, input model.CreateEnrollmentKeyInput) int
@@ -458,6 +474,7 @@ type ComplexityRoot struct {
 		CreateNodePool            func(childComplexity int, input model.CreateNodePoolInput) int
 		CreateOneToOneAddress     func(childComplexity int, input model.CreateOneToOneAddressInput) int
 		CreatePortForward         func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateSecurityGroup       func(childComplexity int, input model.CreateSecurityGroupInput) int
 		CreateServiceAccount      func(childComplexity int, input model.CreateServiceAccountInput) int
 		CreateSnapshot            func(childComplexity int, vm string, input model.CreateSnapshotInput) int
 		CreateStorageProfile      func(childComplexity int, input model.CreateStorageProfileInput) int
@@ -473,6 +490,8 @@ type ComplexityRoot struct {
 		DeleteNodePool            func(childComplexity int, id string) int
 		DeleteOneToOneAddress     func(childComplexity int, id string) int
 		DeletePortForward         func(childComplexity int, id string) int
+		DeleteSSHKey              func(childComplexity int, name string) int
+		DeleteSecurityGroup       func(childComplexity int, id string) int
 		DeleteServiceAccount      func(childComplexity int, id string) int
 		DeleteSnapshot            func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
@@ -487,6 +506,8 @@ type ComplexityRoot struct {
 		RollbackSnapshot          func(childComplexity int, vm string, name string, start *bool) int
 		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
 		ScaleNodePool             func(childComplexity int, id string, size int) int
+		SetDefaultSecurityGroup   func(childComplexity int, name *string) int
+		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM                func(childComplexity int, id string) int
 		StageImage                func(childComplexity int, name string, zone string) int
 		StartVM                   func(childComplexity int, id string) int
@@ -496,6 +517,7 @@ type ComplexityRoot struct {
 		UpdateEdgeGateway         func(childComplexity int, input model.UpdateEdgeGatewayInput) int
 		UpdateImage               func(childComplexity int, input model.UpdateImageInput) int
 		UpdateLoadBalancer        func(childComplexity int, input model.UpdateLoadBalancerInput) int
+		UpdateSecurityGroup       func(childComplexity int, input model.UpdateSecurityGroupInput) int
 		UpdateStorageProfile      func(childComplexity int, input model.UpdateStorageProfileInput) int
 		UpdateVdc                 func(childComplexity int, input model.UpdateVDCInput) int
 		UpdateZone                func(childComplexity int, input model.UpdateZoneInput) int
@@ -633,6 +655,7 @@ type ComplexityRoot struct {
 		Operation            func(childComplexity int, id string) int
 		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
+		SecurityGroups       func(childComplexity int) int
 		ServiceAccounts      func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
 		StorageProfiles      func(childComplexity int) int
@@ -664,6 +687,46 @@ type ComplexityRoot struct {
 	SNIRoute struct {
 		Pool       func(childComplexity int) int
 		ServerName func(childComplexity int) int
+	}
+
+	SSHKey struct {
+		Comment     func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Options     func(childComplexity int) int
+		PublicKey   func(childComplexity int) int
+		Type        func(childComplexity int) int
+	}
+
+	SecurityGroup struct {
+		Description func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Members     func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Rules       func(childComplexity int) int
+		Zones       func(childComplexity int) int
+	}
+
+	SecurityGroupMember struct {
+		Addresses func(childComplexity int) int
+		VM        func(childComplexity int) int
+		Zone      func(childComplexity int) int
+	}
+
+	SecurityGroupZone struct {
+		Message func(childComplexity int) int
+		Status  func(childComplexity int) int
+		Zone    func(childComplexity int) int
+	}
+
+	SecurityRule struct {
+		Description func(childComplexity int) int
+		Direction   func(childComplexity int) int
+		PeerCidr    func(childComplexity int) int
+		PeerGroup   func(childComplexity int) int
+		Ports       func(childComplexity int) int
+		Protocol    func(childComplexity int) int
 	}
 
 	ServiceAccount struct {
@@ -708,13 +771,14 @@ type ComplexityRoot struct {
 	}
 
 	VDC struct {
-		CreationTimestamp func(childComplexity int) int
-		Description       func(childComplexity int) int
-		Members           func(childComplexity int) int
-		Name              func(childComplexity int) int
-		Quotas            func(childComplexity int) int
-		ResourceVersion   func(childComplexity int) int
-		Usage             func(childComplexity int) int
+		CreationTimestamp    func(childComplexity int) int
+		DefaultSecurityGroup func(childComplexity int) int
+		Description          func(childComplexity int) int
+		Members              func(childComplexity int) int
+		Name                 func(childComplexity int) int
+		Quotas               func(childComplexity int) int
+		ResourceVersion      func(childComplexity int) int
+		Usage                func(childComplexity int) int
 	}
 
 	VDCAccess struct {
@@ -766,6 +830,7 @@ type ComplexityRoot struct {
 		Nics                 func(childComplexity int) int
 		Operations           func(childComplexity int, first *int) int
 		OperationsConnection func(childComplexity int, first *int, after *string) int
+		SecurityGroups       func(childComplexity int) int
 		Snapshots            func(childComplexity int) int
 		Status               func(childComplexity int) int
 		Uptime               func(childComplexity int) int
@@ -1269,6 +1334,26 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "DeletedSSHKey.fingerprint":
+		if e.ComplexityRoot.DeletedSSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Fingerprint(childComplexity), true
+	case "DeletedSSHKey.name":
+		if e.ComplexityRoot.DeletedSSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Name(childComplexity), true
+
+	case "DeletedSecurityGroup.id":
+		if e.ComplexityRoot.DeletedSecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSecurityGroup.ID(childComplexity), true
 
 	case "DeletedServiceAccount.id":
 		if e.ComplexityRoot.DeletedServiceAccount.ID == nil {
@@ -2243,6 +2328,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Me.Roles(childComplexity), true
+	case "Me.sshKeys":
+		if e.ComplexityRoot.Me.SSHKeys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Me.SSHKeys(childComplexity), true
 	case "Me.subject":
 		if e.ComplexityRoot.Me.Subject == nil {
 			break
@@ -2349,6 +2440,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
+	case "Mutation.addSSHKey":
+		if e.ComplexityRoot.Mutation.AddSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddSSHKey(childComplexity, args["input"].(model.AddSSHKeyInput)), true
 	case "Mutation.addVDCMember":
 		if e.ComplexityRoot.Mutation.AddVDCMember == nil {
 			break
@@ -2481,6 +2583,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePortForward(childComplexity, args["input"].(model.CreatePortForwardInput)), true
+	case "Mutation.createSecurityGroup":
+		if e.ComplexityRoot.Mutation.CreateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSecurityGroup(childComplexity, args["input"].(model.CreateSecurityGroupInput)), true
 	case "Mutation.createServiceAccount":
 		if e.ComplexityRoot.Mutation.CreateServiceAccount == nil {
 			break
@@ -2646,6 +2759,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSSHKey":
+		if e.ComplexityRoot.Mutation.DeleteSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSSHKey(childComplexity, args["name"].(string)), true
+	case "Mutation.deleteSecurityGroup":
+		if e.ComplexityRoot.Mutation.DeleteSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSecurityGroup(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteServiceAccount":
 		if e.ComplexityRoot.Mutation.DeleteServiceAccount == nil {
 			break
@@ -2800,6 +2935,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ScaleNodePool(childComplexity, args["id"].(string), args["size"].(int)), true
+	case "Mutation.setDefaultSecurityGroup":
+		if e.ComplexityRoot.Mutation.SetDefaultSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setDefaultSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetDefaultSecurityGroup(childComplexity, args["name"].(*string)), true
+	case "Mutation.setVMSecurityGroups":
+		if e.ComplexityRoot.Mutation.SetVMSecurityGroups == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setVMSecurityGroups_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetVMSecurityGroups(childComplexity, args["input"].(model.SetVMSecurityGroupsInput)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -2899,6 +3056,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateLoadBalancer(childComplexity, args["input"].(model.UpdateLoadBalancerInput)), true
+	case "Mutation.updateSecurityGroup":
+		if e.ComplexityRoot.Mutation.UpdateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateSecurityGroup(childComplexity, args["input"].(model.UpdateSecurityGroupInput)), true
 	case "Mutation.updateStorageProfile":
 		if e.ComplexityRoot.Mutation.UpdateStorageProfile == nil {
 			break
@@ -3567,6 +3735,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Regions(childComplexity), true
+	case "Query.securityGroups":
+		if e.ComplexityRoot.Query.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.SecurityGroups(childComplexity), true
 	case "Query.serviceAccounts":
 		if e.ComplexityRoot.Query.ServiceAccounts == nil {
 			break
@@ -3743,6 +3917,161 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
 
+	case "SSHKey.comment":
+		if e.ComplexityRoot.SSHKey.Comment == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Comment(childComplexity), true
+	case "SSHKey.createdAt":
+		if e.ComplexityRoot.SSHKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.CreatedAt(childComplexity), true
+	case "SSHKey.fingerprint":
+		if e.ComplexityRoot.SSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Fingerprint(childComplexity), true
+	case "SSHKey.name":
+		if e.ComplexityRoot.SSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Name(childComplexity), true
+	case "SSHKey.options":
+		if e.ComplexityRoot.SSHKey.Options == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Options(childComplexity), true
+	case "SSHKey.publicKey":
+		if e.ComplexityRoot.SSHKey.PublicKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.PublicKey(childComplexity), true
+	case "SSHKey.type":
+		if e.ComplexityRoot.SSHKey.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Type(childComplexity), true
+
+	case "SecurityGroup.description":
+		if e.ComplexityRoot.SecurityGroup.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Description(childComplexity), true
+	case "SecurityGroup.id":
+		if e.ComplexityRoot.SecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.ID(childComplexity), true
+	case "SecurityGroup.members":
+		if e.ComplexityRoot.SecurityGroup.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Members(childComplexity), true
+	case "SecurityGroup.name":
+		if e.ComplexityRoot.SecurityGroup.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Name(childComplexity), true
+	case "SecurityGroup.rules":
+		if e.ComplexityRoot.SecurityGroup.Rules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Rules(childComplexity), true
+	case "SecurityGroup.zones":
+		if e.ComplexityRoot.SecurityGroup.Zones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Zones(childComplexity), true
+
+	case "SecurityGroupMember.addresses":
+		if e.ComplexityRoot.SecurityGroupMember.Addresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Addresses(childComplexity), true
+	case "SecurityGroupMember.vmId":
+		if e.ComplexityRoot.SecurityGroupMember.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.VM(childComplexity), true
+	case "SecurityGroupMember.zone":
+		if e.ComplexityRoot.SecurityGroupMember.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Zone(childComplexity), true
+
+	case "SecurityGroupZone.message":
+		if e.ComplexityRoot.SecurityGroupZone.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Message(childComplexity), true
+	case "SecurityGroupZone.status":
+		if e.ComplexityRoot.SecurityGroupZone.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Status(childComplexity), true
+	case "SecurityGroupZone.zone":
+		if e.ComplexityRoot.SecurityGroupZone.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Zone(childComplexity), true
+
+	case "SecurityRule.description":
+		if e.ComplexityRoot.SecurityRule.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Description(childComplexity), true
+	case "SecurityRule.direction":
+		if e.ComplexityRoot.SecurityRule.Direction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Direction(childComplexity), true
+	case "SecurityRule.peerCidr":
+		if e.ComplexityRoot.SecurityRule.PeerCidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerCidr(childComplexity), true
+	case "SecurityRule.peerGroup":
+		if e.ComplexityRoot.SecurityRule.PeerGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerGroup(childComplexity), true
+	case "SecurityRule.ports":
+		if e.ComplexityRoot.SecurityRule.Ports == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Ports(childComplexity), true
+	case "SecurityRule.protocol":
+		if e.ComplexityRoot.SecurityRule.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Protocol(childComplexity), true
+
 	case "ServiceAccount.createdAt":
 		if e.ComplexityRoot.ServiceAccount.CreatedAt == nil {
 			break
@@ -3898,6 +4227,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.CreationTimestamp(childComplexity), true
+	case "VDC.defaultSecurityGroup":
+		if e.ComplexityRoot.VDC.DefaultSecurityGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.DefaultSecurityGroup(childComplexity), true
 	case "VDC.description":
 		if e.ComplexityRoot.VDC.Description == nil {
 			break
@@ -4170,6 +4505,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.securityGroups":
+		if e.ComplexityRoot.VM.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.SecurityGroups(childComplexity), true
 	case "VM.snapshots":
 		if e.ComplexityRoot.VM.Snapshots == nil {
 			break
@@ -4494,6 +4835,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AddSSHKeyInput", ec.unmarshalInputAddSSHKeyInput),
 			graphql.NewInputUnmarshaler("AddVDCMemberInput", ec.unmarshalInputAddVDCMemberInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
@@ -4508,6 +4850,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
+			graphql.NewInputUnmarshaler("CreateSecurityGroupInput", ec.unmarshalInputCreateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("CreateServiceAccountInput", ec.unmarshalInputCreateServiceAccountInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
@@ -4523,12 +4866,15 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
 			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
+			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
+			graphql.NewInputUnmarshaler("SetVMSecurityGroupsInput", ec.unmarshalInputSetVMSecurityGroupsInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateEdgeGatewayInput", ec.unmarshalInputUpdateEdgeGatewayInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateLoadBalancerInput", ec.unmarshalInputUpdateLoadBalancerInput),
+			graphql.NewInputUnmarshaler("UpdateSecurityGroupInput", ec.unmarshalInputUpdateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
@@ -5124,9 +5470,9 @@ type EdgeCounter {
 
 "Which way a firewall rule looks."
 enum FirewallDirection {
-  "From the external network to the VDC (the destination is the VM's address and port after port forwarding)."
+  "From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members."
   INBOUND
-  "From the VDC to the external network."
+  "From the VDC to the external network; of a security group's rule: from its members."
   OUTBOUND
 }
 
@@ -7244,6 +7590,232 @@ carry it.
 """
 directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
 `, BuiltIn: false},
+	{Name: "../securitygroup.graphqls", Input: `# Security groups: per-VM firewall rules of a VDC, written to each zone's
+# Proxmox firewall. Rules only allow. A VM in no group keeps its firewall
+# off (open inside the VDC); a VM in groups denies inbound traffic but what
+# a rule of one of its groups allows and what comes from members of the
+# same group, and allows outbound traffic unless one of its groups has
+# OUTBOUND rules, then only what they allow. Platform traffic is always
+# allowed: DHCP and ARP, what the VDC's edge gateway forwards to the VM as
+# its own rules decide it (port forwards, 1:1 addresses) and its
+# health checks, load balancers' health checks, and the traffic between a
+# Kubernetes node pool's workers and their control plane that the pool
+# needs. Traffic from outside passes the edge gateway's rules first, then
+# the VM's groups.
+
+extend type Query {
+  """
+  The security groups of the current VDC, sorted by name (a plain list: a
+  VDC has at most 100).
+  """
+  securityGroups: [SecurityGroup!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a security group. BAD_USER_INPUT (extensions.field names the
+  field, e.g. input.rules[3].ports) for a name that is not a DNS label,
+  more than 200 rules, a malformed CIDR or port list, ports on an ICMP or
+  ANY rule, a rule with both a peer CIDR and a peer group; NOT_FOUND for a
+  peer group the VDC does not have (input.rules[i].peerGroup); CONFLICT
+  for a name the VDC uses already or when it has 100 groups. A refused
+  create changes nothing.
+  """
+  createSecurityGroup(
+    "The group."
+    input: CreateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Replaces a group's rules (all of them, when given) or its description;
+  the zones' firewalls follow. Errors as createSecurityGroup; NOT_FOUND
+  for a group the VDC does not have.
+  """
+  updateSecurityGroup(
+    "The group and what changes."
+    input: UpdateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Deletes a group. CONFLICT while a VM is in it, a rule of another group
+  names it as its peer, or it is the VDC's default group; ZONE_UNAVAILABLE
+  while a zone where a VM might be in it cannot be read; NOT_FOUND for a
+  group the VDC does not have.
+  """
+  deleteSecurityGroup(
+    "The group's id."
+    id: ID!
+  ): DeletedSecurityGroup! @vdc(role: MEMBER)
+  """
+  Puts a VM in exactly these security groups of its VDC (an empty list:
+  in none, its firewall off as before groups). BAD_USER_INPUT for more
+  than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
+  does not have (extensions.field input.securityGroups[i]).
+  """
+  setVMSecurityGroups(
+    "The VM and its groups."
+    input: SetVMSecurityGroupsInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Sets the security group new VMs of the current VDC are put in when
+  their create names none (null: none). VMs that exist keep their groups.
+  NOT_FOUND for a group the VDC does not have.
+  """
+  setDefaultSecurityGroup(
+    "The group's name, or null."
+    name: String
+  ): VDC! @vdc(role: ADMIN)
+}
+
+"""
+A security group of a VDC: rules that allow traffic to and from its member
+VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+gateway's forwarded and health-check traffic as its rules decide it,
+load-balancer health checks, the Kubernetes traffic a node pool needs).
+"""
+type SecurityGroup {
+  "Opaque id."
+  id: ID!
+  "Its name, unique in the VDC (a DNS label): what rules and VMs name it by."
+  name: String!
+  "What it is for."
+  description: String!
+  "Its rules, in order."
+  rules: [SecurityRule!]!
+  """
+  The VMs in it, in the zones that answer, sorted by id; a zone that does
+  not answer adds a ZONE_UNAVAILABLE error.
+  """
+  members: [SecurityGroupMember!]!
+  """
+  Where it stands in each zone where the VDC has VMs, read from the zones'
+  firewalls as the request is answered.
+  """
+  zones: [SecurityGroupZone!]!
+}
+
+"A rule of a security group: it allows the traffic it matches."
+type SecurityRule {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "The destination ports as Proxmox writes them (22, 8000:8100, 80,443); null for all."
+  ports: String
+  "The other end's network; null for none."
+  peerCidr: String
+  "The other end as the members of a security group of the VDC (by name); null for none."
+  peerGroup: String
+  "Free text."
+  description: String
+}
+
+"The protocol of a security group's rule."
+enum SecurityProtocol {
+  "TCP."
+  TCP
+  "UDP."
+  UDP
+  "ICMP."
+  ICMP
+  "Every protocol."
+  ANY
+}
+
+"A VM in a security group."
+type SecurityGroupMember {
+  "The VM's id."
+  vmId: ID!
+  "Its zone's name."
+  zone: String!
+  "Its NICs' addresses."
+  addresses: [String!]!
+}
+
+"Where a security group stands in one zone."
+type SecurityGroupZone {
+  "The zone's name."
+  zone: String!
+  "Whether its firewall holds the group as it is."
+  status: SecurityGroupZoneStatus!
+  "Why it is pending, failed or unavailable; null when applied."
+  message: String
+}
+
+"Where a security group stands in a zone."
+enum SecurityGroupZoneStatus {
+  "The zone's firewall holds the group, its rules and its members as they are."
+  APPLIED
+  "Not written yet (a change reaches the zone within seconds)."
+  PENDING
+  "The last attempt to write it failed; it is tried again."
+  ERROR
+  "The zone cannot be reached; it gets the group when it is back."
+  UNAVAILABLE
+}
+
+"The result of deleteSecurityGroup."
+type DeletedSecurityGroup {
+  "The group's id."
+  id: ID!
+}
+
+"A new security group."
+input CreateSecurityGroupInput {
+  "Its name, unique in the VDC: a DNS label."
+  name: String!
+  "What it is for (at most 1024 bytes)."
+  description: String
+  "Its rules (at most 200)."
+  rules: [SecurityRuleInput!]!
+}
+
+"What updateSecurityGroup changes; a null field is kept."
+input UpdateSecurityGroupInput {
+  "The group's id."
+  id: ID!
+  "All its rules, replacing those it has (at most 200)."
+  rules: [SecurityRuleInput!]
+  "What it is for."
+  description: String
+}
+
+"""
+A rule of a security group. With neither peerCidr nor peerGroup the peer
+is any address.
+"""
+input SecurityRuleInput {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "Destination ports (TCP, UDP) as Proxmox writes them: 22, 8000:8100, 80,443; null for all."
+  ports: String
+  "The other end's network (e.g. 10.1.0.0/24)."
+  peerCidr: String
+  "The other end as the members of a security group of the same VDC, by name (kept up to date as VMs come and go)."
+  peerGroup: String
+  "Free text (at most 1024 bytes)."
+  description: String
+}
+
+"What setVMSecurityGroups changes."
+input SetVMSecurityGroupsInput {
+  "The VM's id."
+  vm: ID!
+  "The names of the VDC's security groups it is in from now on (at most 16)."
+  securityGroups: [String!]!
+}
+
+extend type VM {
+  "The names of the security groups it is in (none: its firewall is off)."
+  securityGroups: [String!]!
+}
+
+extend type VDC {
+  "The security group new VMs are put in when their create names none; null for none."
+  defaultSecurityGroup: String
+}
+`, BuiltIn: false},
 	{Name: "../snapshot.graphqls", Input: `# VM snapshots: Proxmox's own snapshots of a guest (its disks, its
 # configuration and, if asked, its RAM). Taking, rolling back and deleting
 # one are operations that follow their Proxmox task (qmsnapshot, qmrollback,
@@ -7326,6 +7898,79 @@ type VMSnapshot {
   current: Boolean!
   "What it counts against the VDC's storage quota, in GiB."
   storageGiB: Int!
+}
+`, BuiltIn: false},
+	{Name: "../sshkey.graphqls", Input: `# SSH keys of a user: kept per user (the token's subject) for new VMs,
+# which take them by name (CreateVMInput.sshKeyNames).
+
+extend type Mutation {
+  """
+  Adds an SSH key to the caller's keys (at most 100; names unique among
+  the caller's keys). Any signed-in user, for their own keys.
+  """
+  addSSHKey(
+    "The key and its name."
+    input: AddSSHKeyInput!
+  ): SSHKey!
+  """
+  Deletes the caller's key of that name; a name the caller has no key of
+  is NOT_FOUND. Any signed-in user, for their own keys.
+  """
+  deleteSSHKey(
+    "The name of the caller's key."
+    name: String!
+  ): DeletedSSHKey!
+}
+
+extend type Me {
+  "The caller's SSH keys, in the order they were added."
+  sshKeys: [SSHKey!]!
+}
+
+"A key to add to the caller's SSH keys."
+input AddSSHKeyInput {
+  """
+  The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+  '_' or '-', starting with a letter or digit.
+  """
+  name: String!
+  """
+  One OpenSSH authorized_keys line (options, type, key, comment) of at most
+  8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+  ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+  sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+  createVM's sshKeys are.
+  """
+  publicKey: String! @secret
+}
+
+"An SSH key of the caller's."
+type SSHKey {
+  "The key's name among the caller's keys."
+  name: String!
+  "The key type, e.g. ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa."
+  type: String!
+  "The SHA256 fingerprint as ssh-keygen -l prints it (SHA256:...)."
+  fingerprint: String!
+  "The comment after the key, if any."
+  comment: String
+  """
+  The key's authorized_keys options, in their order, e.g.
+  command="/usr/bin/backup", from="10.0.0.0/8", no-pty.
+  """
+  options: [String!]!
+  "The whole authorized_keys line."
+  publicKey: String!
+  "When the key was added."
+  createdAt: Time!
+}
+
+"The result of deleteSSHKey."
+type DeletedSSHKey {
+  "The name the key had."
+  name: String!
+  "Its fingerprint."
+  fingerprint: String!
 }
 `, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
@@ -7581,11 +8226,32 @@ input CreateVMInput {
   "At most 32 OpenSSH public keys for the cloud-init user."
   sshKeys: [String!] @secret
   """
+  Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+  merged with sshKeys, a key given twice once, at most 32 in all.
+  """
+  sshKeyNames: [String!]
+  """
   The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
   letter); not a system account of the image (root, nobody, daemon, ...,
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  The names of the VDC's security groups it is in (at most 16); null puts
+  it in the VDC's default group if it has one, an empty list in none.
+  NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+  VDC does not have.
+  """
+  securityGroups: [String!]
+  """
+  The guest's own cloud-init user-data, at most 64 KiB: a ` + "`" + `#cloud-config` + "`" + `
+  YAML document or a shell script starting with ` + "`" + `#!` + "`" + `. flexplane merges it
+  with its own settings (hostname, the user and its SSH keys) as a
+  multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+  and the network configuration stays flexplane's. A ` + "`" + `users` + "`" + ` entry naming
+  ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
+  """
+  userData: String @secret
   """
   Pins the VM to a host of the zone (a Host id, or the host's name); only
   an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
@@ -8011,6 +8677,24 @@ func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, 
 		return ec.fieldContext_DeletedPortForward_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_DeletedSSHKey_name(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_DeletedSSHKey_fingerprint(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSSHKey", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedSecurityGroup_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSecurityGroup", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8493,6 +9177,8 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 		return ec.fieldContext_Me_roles(ctx, field)
 	case "vdcs":
 		return ec.fieldContext_Me_vdcs(ctx, field)
+	case "sshKeys":
+		return ec.fieldContext_Me_sshKeys(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
 }
@@ -8793,6 +9479,86 @@ func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
 }
 
+func (ec *executionContext) childFields_SSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_SSHKey_name(ctx, field)
+	case "type":
+		return ec.fieldContext_SSHKey_type(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_SSHKey_fingerprint(ctx, field)
+	case "comment":
+		return ec.fieldContext_SSHKey_comment(ctx, field)
+	case "options":
+		return ec.fieldContext_SSHKey_options(ctx, field)
+	case "publicKey":
+		return ec.fieldContext_SSHKey_publicKey(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_SSHKey_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SSHKey", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_SecurityGroup_id(ctx, field)
+	case "name":
+		return ec.fieldContext_SecurityGroup_name(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityGroup_description(ctx, field)
+	case "rules":
+		return ec.fieldContext_SecurityGroup_rules(ctx, field)
+	case "members":
+		return ec.fieldContext_SecurityGroup_members(ctx, field)
+	case "zones":
+		return ec.fieldContext_SecurityGroup_zones(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroup", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vmId":
+		return ec.fieldContext_SecurityGroupMember_vmId(ctx, field)
+	case "zone":
+		return ec.fieldContext_SecurityGroupMember_zone(ctx, field)
+	case "addresses":
+		return ec.fieldContext_SecurityGroupMember_addresses(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupMember", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupZone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_SecurityGroupZone_zone(ctx, field)
+	case "status":
+		return ec.fieldContext_SecurityGroupZone_status(ctx, field)
+	case "message":
+		return ec.fieldContext_SecurityGroupZone_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupZone", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "direction":
+		return ec.fieldContext_SecurityRule_direction(ctx, field)
+	case "protocol":
+		return ec.fieldContext_SecurityRule_protocol(ctx, field)
+	case "ports":
+		return ec.fieldContext_SecurityRule_ports(ctx, field)
+	case "peerCidr":
+		return ec.fieldContext_SecurityRule_peerCidr(ctx, field)
+	case "peerGroup":
+		return ec.fieldContext_SecurityRule_peerGroup(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityRule_description(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityRule", field.Name)
+}
+
 func (ec *executionContext) childFields_ServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -8883,6 +9649,8 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_createdAt(ctx, field)
 	case "members":
 		return ec.fieldContext_VDC_members(ctx, field)
+	case "defaultSecurityGroup":
+		return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDC", field.Name)
 }
@@ -8973,6 +9741,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
+	case "securityGroups":
+		return ec.fieldContext_VM_securityGroups(ctx, field)
 	case "snapshots":
 		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "migrationHosts":

@@ -22,6 +22,7 @@ type VDCResolver interface {
 	Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error)
 
 	Members(ctx context.Context, obj *catalog.VDC) ([]*vdc.Member, error)
+	DefaultSecurityGroup(ctx context.Context, obj *catalog.VDC) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -241,6 +242,29 @@ func (ec *executionContext) fieldContext_VDC_members(_ context.Context, field gr
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _VDC_defaultSecurityGroup(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VDC().DefaultSecurityGroup(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDC_defaultSecurityGroup(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDC", field, true, true, "String")
 }
 
 func (ec *executionContext) _VDCQuotas_vcpus(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
@@ -807,6 +831,12 @@ func (ec *executionContext) _VDC(ctx context.Context, sel ast.SelectionSet, obj 
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VDC_members(ctx, field, obj)
+				})
+		case "defaultSecurityGroup":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDC_defaultSecurityGroup(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -22,6 +23,19 @@ import (
 // An object with a global id, which node(id:) answers again.
 type Node interface {
 	IsNode()
+}
+
+// A key to add to the caller's SSH keys.
+type AddSSHKeyInput struct {
+	// The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+	// '_' or '-', starting with a letter or digit.
+	Name string `json:"name"`
+	// One OpenSSH authorized_keys line (options, type, key, comment) of at most
+	// 8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+	// ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+	// sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+	// createVM's sshKeys are.
+	PublicKey string `json:"publicKey"`
 }
 
 // A user to grant a role in the VDC.
@@ -238,6 +252,16 @@ type CreatePortForwardInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// A new security group.
+type CreateSecurityGroupInput struct {
+	// Its name, unique in the VDC: a DNS label.
+	Name string `json:"name"`
+	// What it is for (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// Its rules (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules"`
+}
+
 // A new service account.
 type CreateServiceAccountInput struct {
 	// Unique name in the VDC (a DNS label).
@@ -305,10 +329,25 @@ type CreateVMInput struct {
 	Nics []*NICInput `json:"nics"`
 	// At most 32 OpenSSH public keys for the cloud-init user.
 	SSHKeys []string `json:"sshKeys,omitempty"`
+	// Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+	// merged with sshKeys, a key given twice once, at most 32 in all.
+	SSHKeyNames []string `json:"sshKeyNames,omitempty"`
 	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The names of the VDC's security groups it is in (at most 16); null puts
+	// it in the VDC's default group if it has one, an empty list in none.
+	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+	// VDC does not have.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData,omitempty"`
 	// Pins the VM to a host of the zone (a Host id, or the host's name); only
 	// an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
 	// take the VM (unknown, offline, in maintenance, without room for its
@@ -388,6 +427,20 @@ type DeletedOneToOneAddress struct {
 // The result of deletePortForward.
 type DeletedPortForward struct {
 	// The id the port forward had.
+	ID string `json:"id"`
+}
+
+// The result of deleteSSHKey.
+type DeletedSSHKey struct {
+	// The name the key had.
+	Name string `json:"name"`
+	// Its fingerprint.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// The result of deleteSecurityGroup.
+type DeletedSecurityGroup struct {
+	// The group's id.
 	ID string `json:"id"`
 }
 
@@ -667,6 +720,8 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
+	// The caller's SSH keys, in the order they were added.
+	SSHKeys []*sshkey.Key `json:"sshKeys"`
 }
 
 // Where migrateVM moves a VM.
@@ -907,6 +962,14 @@ type ServiceAccountToken struct {
 	Token string `json:"token"`
 }
 
+// What setVMSecurityGroups changes.
+type SetVMSecurityGroupsInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The names of the VDC's security groups it is in from now on (at most 16).
+	SecurityGroups []string `json:"securityGroups"`
+}
+
 // What can be followed over a websocket (graphql-transport-ws).
 type Subscription struct {
 }
@@ -995,6 +1058,16 @@ type UpdateLoadBalancerInput struct {
 	Pools []*BackendPoolInput `json:"pools,omitempty"`
 	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
 	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
+}
+
+// What updateSecurityGroup changes; a null field is kept.
+type UpdateSecurityGroupInput struct {
+	// The group's id.
+	ID string `json:"id"`
+	// All its rules, replacing those it has (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules,omitempty"`
+	// What it is for.
+	Description *string `json:"description,omitempty"`
 }
 
 // Changes to a storage profile; absent fields stay as they are.
@@ -1091,6 +1164,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
+	// The names of the security groups it is in (none: its firewall is off).
+	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1410,9 +1485,9 @@ func (e FirewallAction) MarshalJSON() ([]byte, error) {
 type FirewallDirection string
 
 const (
-	// From the external network to the VDC (the destination is the VM's address and port after port forwarding).
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members.
 	FirewallDirectionInbound FirewallDirection = "INBOUND"
-	// From the VDC to the external network.
+	// From the VDC to the external network; of a security group's rule: from its members.
 	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
 )
 
@@ -2035,6 +2110,70 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a security group's rule.
+type SecurityProtocol string
+
+const (
+	// TCP.
+	SecurityProtocolTCP SecurityProtocol = "TCP"
+	// UDP.
+	SecurityProtocolUDP SecurityProtocol = "UDP"
+	// ICMP.
+	SecurityProtocolICMP SecurityProtocol = "ICMP"
+	// Every protocol.
+	SecurityProtocolAny SecurityProtocol = "ANY"
+)
+
+var AllSecurityProtocol = []SecurityProtocol{
+	SecurityProtocolTCP,
+	SecurityProtocolUDP,
+	SecurityProtocolICMP,
+	SecurityProtocolAny,
+}
+
+func (e SecurityProtocol) IsValid() bool {
+	switch e {
+	case SecurityProtocolTCP, SecurityProtocolUDP, SecurityProtocolICMP, SecurityProtocolAny:
+		return true
+	}
+	return false
+}
+
+func (e SecurityProtocol) String() string {
+	return string(e)
+}
+
+func (e *SecurityProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SecurityProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SecurityProtocol", str)
+	}
+	return nil
+}
+
+func (e SecurityProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SecurityProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SecurityProtocol) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

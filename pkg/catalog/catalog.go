@@ -1,7 +1,8 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways and load balancers — as Kubernetes-style
-// objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
+// zones' external networks, the VDCs' edge gateways, load balancers and
+// security groups, the users' SSH keys — as Kubernetes-style objects
+// (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
 // read at, and an Update or Delete whose resourceVersion is stale fails with
@@ -44,11 +45,14 @@ const (
 	// KindLoadBalancer is a VDC's load balancer in a zone (its
 	// certificates' keys are kept apart, in the store's secrets).
 	KindLoadBalancer Kind = "LoadBalancer"
+	// KindSecurityGroup is a VDC's security group: the rules its member
+	// VMs' firewalls allow.
+	KindSecurityGroup Kind = "SecurityGroup"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -75,6 +79,10 @@ func (k Kind) plural() string {
 		return "edgegateways"
 	case KindLoadBalancer:
 		return "loadbalancers"
+	case KindSecurityGroup:
+		return "securitygroups"
+	case KindUserSSHKeys:
+		return "usersshkeys"
 	}
 	return ""
 }
@@ -99,6 +107,10 @@ func New(kind Kind) (Object, error) {
 		o = &EdgeGateway{}
 	case KindLoadBalancer:
 		o = &LoadBalancer{}
+	case KindSecurityGroup:
+		o = &SecurityGroup{}
+	case KindUserSSHKeys:
+		o = &UserSSHKeys{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}
@@ -210,6 +222,9 @@ type VDCSpec struct {
 	// ServiceAccounts are the VDC's service accounts (at most
 	// MaxServiceAccounts).
 	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
+	// DefaultSecurityGroup is the short name of the security group a new
+	// VM of the VDC is put in when its create names none; "" is none.
+	DefaultSecurityGroup string `json:"defaultSecurityGroup,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC. Every field is at least zero;

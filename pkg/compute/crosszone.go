@@ -752,6 +752,9 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 			return vmid, fmt.Errorf("compute: the target's disk %s is %s, want %s", d.key, cfg.Str(d.key), want)
 		}
 	}
+	if err := sc.copyUserData(ctx, vmid); err != nil {
+		return vmid, err
+	}
 	for i, n := range m.nics {
 		a, _ := netip.ParseAddr(n.Address)
 		if err := ipam.Assign(ctx, m.dst.Client, n.SDNZone, n.VNet, a, n.MAC, vmid); err != nil {
@@ -759,6 +762,25 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 		}
 	}
 	return vmid, nil
+}
+
+// copyUserData gives the target guest vmid a copy of the source's
+// user-data snippet (if it has flexplane's), named in its cicustom.
+func (sc *moveScope) copyUserData(ctx context.Context, vmid int) error {
+	m := sc.m
+	cc, err := sc.snips.copyUserData(ctx, m.src, m.g.Node, m.g.VMID, m.cfg.Str("cicustom"), m.dst, m.node, vmid)
+	if err != nil || cc == "" {
+		return err
+	}
+	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
+	if err != nil {
+		return err
+	}
+	if _, err := pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", m.node, vmid),
+		map[string]any{"cicustom": cc, "digest": cfg.Digest()}); err != nil {
+		return fmt.Errorf("compute: the target's user-data: %w", err)
+	}
+	return nil
 }
 
 // markLeaving adds (or removes) the leaving mark of guest vmid on node,

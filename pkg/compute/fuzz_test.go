@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim/pveschema"
 )
@@ -59,7 +60,8 @@ func FuzzCreateInput(f *testing.F) {
 				t.Fatalf("user %q is accepted, but Proxmox refuses it: %v", user, err)
 			}
 		}
-		if k, ok := authorizedKey(key); ok {
+		if info, err := catalog.ParseSSHKey("key", key); err == nil {
+			k := info.Line
 			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil || strings.ContainsAny(k, "\r\n") {
 				t.Fatalf("key %q is accepted as %q, which is not one key on one line (%v)", key, k, err)
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
@@ -86,10 +87,15 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keys, err := sshkey.New(sshkey.Config{Catalog: store})
+	if err != nil {
+		t.Fatal(err)
+	}
 	apiHandler, err := server.New(server.Config{
 		Verifier: verifier,
-		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
-		Logger:   logger,
+		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, SSHKeys: keys,
+			Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Logger: logger,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -800,6 +800,7 @@ func (st *state) boot(g *guest) {
 	g.paused = false
 	g.startedAt = time.Now()
 	g.pid = int(st.nextPID) + 17
+	st.noteFirstBoot(g)
 }
 
 // checkRunning is the precondition of shutdown and reboot: unlocked and running.
