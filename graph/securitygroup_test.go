@@ -124,8 +124,8 @@ func TestSecurityGroupsAPI(t *testing.T) {
 	if r := h.GraphQL(t, tn.alice, tn.red, createGroup, groupInput("steal", rule("peerGroup", "app"))); r.Code(t) != "NOT_FOUND" || fieldOf(t, r) != "input.rules[0].peerGroup" {
 		t.Errorf("red's rule naming blue's group: %s", r.Raw)
 	}
-	if got := h.GraphQL(t, tn.vera, tn.red, createGroup, groupInput("view")).Code(t); got != "NOT_FOUND" {
-		t.Errorf("a viewer creates a group: %s, want NOT_FOUND", got)
+	if got := h.GraphQL(t, tn.vera, tn.red, createGroup, groupInput("view")).Code(t); got != "FORBIDDEN" {
+		t.Errorf("a viewer creates a group: %s, want FORBIDDEN", got)
 	}
 
 	// A VM in db; db cannot be deleted while it is, app not while db's rule names it.
@@ -189,9 +189,9 @@ func TestSecurityGroupsAPI(t *testing.T) {
 		t.Fatalf("setVMSecurityGroups: %v, then %v", set.SecurityGroups, vmGroups(vm))
 	}
 
-	// The default: an admin's to set (a member's is NOT_FOUND), put on new VMs.
+	// The default: an admin's to set (a member's is FORBIDDEN), put on new VMs.
 	setDefault := `mutation($n: String) { setDefaultSecurityGroup(name: $n) { name defaultSecurityGroup } }`
-	if got := h.GraphQL(t, tn.bob, tn.blue, setDefault, map[string]any{"n": "db"}).Code(t); got != "NOT_FOUND" {
+	if got := h.GraphQL(t, tn.bob, tn.blue, setDefault, map[string]any{"n": "db"}).Code(t); got != "FORBIDDEN" {
 		t.Errorf("a member sets the default: %s", got)
 	}
 	if r := h.GraphQL(t, "admin", tn.blue, setDefault, map[string]any{"n": "nope"}); r.Code(t) != "NOT_FOUND" {

@@ -39,7 +39,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		// Pinning a host is an ADMIN's choice: the hosts' load is the
 		// platform's to balance.
 		if !scope.Role.AtLeast(auth.RoleAdmin) {
-			return nil, apierr.BadInput("input.host", "input.host: only an ADMIN of the VDC may pin a host")
+			return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
 		}
 		in.Host = *input.Host
 	}

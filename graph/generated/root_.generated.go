@@ -8254,7 +8254,7 @@ input CreateVMInput {
   userData: String @secret
   """
   Pins the VM to a host of the zone (a Host id, or the host's name); only
-  an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+  an ADMIN of the VDC may set it (else FORBIDDEN). A host that cannot
   take the VM (unknown, offline, in maintenance, without room for its
   memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
   chooses the least loaded host that can take it.

@@ -298,10 +298,14 @@ var mutationRoles = map[string]string{
 	// Who may use the VDC.
 	"createServiceAccount": "ADMIN", "rotateServiceAccountToken": "ADMIN", "deleteServiceAccount": "ADMIN",
 	"addVDCMember": "ADMIN", "removeVDCMember": "ADMIN",
+	// The VDC's settings.
+	"setDefaultSecurityGroup": "ADMIN",
 	// VMs, their consoles and snapshots.
 	"createVM": "MEMBER", "startVM": "MEMBER", "stopVM": "MEMBER", "shutdownVM": "MEMBER", "rebootVM": "MEMBER",
 	"deleteVM": "MEMBER", "migrateVM": "MEMBER", "openConsole": "MEMBER",
 	"createSnapshot": "MEMBER", "rollbackSnapshot": "MEMBER", "deleteSnapshot": "MEMBER",
+	// Security groups.
+	"createSecurityGroup": "MEMBER", "updateSecurityGroup": "MEMBER", "deleteSecurityGroup": "MEMBER", "setVMSecurityGroups": "MEMBER",
 	// Networks and edge gateways.
 	"createNetwork": "MEMBER", "deleteNetwork": "MEMBER",
 	"createFirewallRule": "MEMBER", "deleteFirewallRule": "MEMBER", "createPortForward": "MEMBER", "deletePortForward": "MEMBER",
