@@ -90,6 +90,12 @@ func TestAuditEveryMutation(t *testing.T) {
 		"updateLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { updateLoadBalancer(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { deleteLoadBalancer(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteEdgeGateway":  {{user: "bob", vdc: "blue", query: `mutation { deleteEdgeGateway(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createSecurityGroup": {{user: "bob", vdc: "blue", query: `mutation { createSecurityGroup(input: {name: "web", rules: [{direction: INBOUND, protocol: TCP, ports: "443"}]}) { id } }`,
+			ids: []string{"web"}}},
+		"updateSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { updateSecurityGroup(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
+		"deleteSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { deleteSecurityGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"setVMSecurityGroups":     {{user: "bob", vdc: "blue", query: `mutation { setVMSecurityGroups(input: {vm: "nosuch", securityGroups: []}) { id } }`}},
+		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -100,6 +106,14 @@ func TestAuditEveryMutation(t *testing.T) {
 		"upgradeKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { upgradeKubernetesCluster(id: "nosuch", version: "v1.37.2") { id } }`, ids: []string{"nosuch"}}},
 		"issueKubeconfig":          {{user: "bob", vdc: "blue", query: `mutation { issueKubeconfig(cluster: "nosuch") { expiresAt } }`, ids: []string{"nosuch"}}},
 		"deleteKubernetesCluster":  {{user: "bob", vdc: "blue", query: `mutation { deleteKubernetesCluster(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { createServiceAccount(input: {name: "ci", role: MEMBER}) { serviceAccount { id } token } }`,
+			ids: []string{"ci"}}},
+		"rotateServiceAccountToken": {{user: "admin", vdc: "blue", query: `mutation { rotateServiceAccountToken(input: {id: "sa-00000000000000000000", graceSeconds: 60}) { token } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"deleteServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { deleteServiceAccount(id: "sa-00000000000000000000") { id } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"addVDCMember":    {{user: "admin", vdc: "blue", query: `mutation { addVDCMember(input: {user: "carol", role: VIEWER}) { user } }`}},
+		"removeVDCMember": {{user: "admin", vdc: "blue", query: `mutation { removeVDCMember(user: "carol") { user } }`}},
 		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
 			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
 		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
@@ -112,8 +126,10 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
+		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
-		"addSSHKey", "deleteSSHKey"}
+		"addSSHKey", "deleteSSHKey",
+		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -194,6 +210,10 @@ func TestAuditEveryMutation(t *testing.T) {
 				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)
+				}
+			case "createServiceAccount", "rotateServiceAccountToken":
+				if strings.Contains(string(b), "fpsa_") {
+					t.Errorf("%s: the token is in the audit event: %s", verb, b)
 				}
 			case "addSSHKey":
 				if strings.Contains(string(b), "AAAAC3Nza") || ev.ResponseStatus.Code != "OK" {

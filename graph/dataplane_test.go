@@ -30,12 +30,7 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}),
 		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithDataPlane())
 	h.WaitOnline(t, 30*time.Second)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "shared", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "shared"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": url, "c": sum}).OK(t)
+	seedSharedStorage(t, h)
 	users := map[string]string{"red": "alice", "blue": "bob"}
 	nets := map[string]string{}
 	for vdc, user := range users {
@@ -115,6 +110,19 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// seedSharedStorage makes the catalog of a data plane test in zone alpha:
+// compute profile small, storage profile shared (the zone's shared pool),
+// image tiny.
+func seedSharedStorage(t *testing.T, h *meshtest.Harness) {
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "shared", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "shared"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
 }
 
 // vmidOf is the VMID of the guest named name.

@@ -28,7 +28,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 		return nil, fail(err)
 	}
 	for _, v := range vdcs {
-		if role, ok := p.RoleIn(v.Name); ok {
+		if role, ok := p.RoleWith(v.Name, v.MemberRole); ok {
 			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: role})
 		}
 	}

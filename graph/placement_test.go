@@ -6,7 +6,7 @@ import (
 )
 
 // TestCreateVMPlacement: createVM's host is an ADMIN's to pin (a MEMBER
-// setting it is BAD_USER_INPUT on input.host, as is a host the zone does
+// setting it is FORBIDDEN on input.host; BAD_USER_INPUT there is a host the zone does
 // not have); a VM no host can hold is CAPACITY_EXCEEDED; an admin's pin
 // on a host that can take the VM is honoured.
 func TestCreateVMPlacement(t *testing.T) {
@@ -26,7 +26,7 @@ func TestCreateVMPlacement(t *testing.T) {
 		in         map[string]any
 		code, why  string
 	}{
-		{"member pins", tn.bob, in("pve1", "small"), "BAD_USER_INPUT", "only an ADMIN"},
+		{"member pins", tn.bob, in("pve1", "small"), "FORBIDDEN", "only an ADMIN"},
 		{"unknown host", tn.olga, in("pve9", "small"), "BAD_USER_INPUT", `no host "pve9"`},
 		{"too big for the pinned host", tn.olga, in("pve1", "placement-huge"), "BAD_USER_INPUT", "not enough free memory"},
 		{"too big for the zone", tn.bob, in(nil, "placement-huge"), "CAPACITY_EXCEEDED", "not enough free memory"},
@@ -36,7 +36,7 @@ func TestCreateVMPlacement(t *testing.T) {
 			t.Errorf("%s: %s, want %s saying %q", c.name, r.Raw, c.code, c.why)
 			continue
 		}
-		if f := r.Errors[0].Extensions["field"]; c.code == "BAD_USER_INPUT" && f != "input.host" {
+		if f := r.Errors[0].Extensions["field"]; c.code != "CAPACITY_EXCEEDED" && f != "input.host" {
 			t.Errorf("%s: field %v, want input.host", c.name, f)
 		}
 	}

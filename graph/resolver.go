@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/securitygroup"
 	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
@@ -93,6 +94,9 @@ type Resolver struct {
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
+	// SecurityGroups manages the VDCs' security groups; nil answers
+	// those fields INTERNAL.
+	SecurityGroups *securitygroup.Service
 	// SSHKeys keeps the users' SSH keys (me.sshKeys, addSSHKey,
 	// deleteSSHKey); nil refuses those fields.
 	SSHKeys *sshkey.Service

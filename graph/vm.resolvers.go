@@ -29,7 +29,8 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
 		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
-		Owner: p.Subject, User: input.User,
+		SecurityGroups: input.SecurityGroups,
+		Owner:          p.Subject, User: input.User,
 	}
 	if input.UserData != nil {
 		in.UserData = []byte(*input.UserData)
@@ -38,7 +39,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		// Pinning a host is an ADMIN's choice: the hosts' load is the
 		// platform's to balance.
 		if !scope.Role.AtLeast(auth.RoleAdmin) {
-			return nil, apierr.BadInput("input.host", "input.host: only an ADMIN of the VDC may pin a host")
+			return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
 		}
 		in.Host = *input.Host
 	}

@@ -38,6 +38,14 @@ type AddSSHKeyInput struct {
 	PublicKey string `json:"publicKey"`
 }
 
+// A user to grant a role in the VDC.
+type AddVDCMemberInput struct {
+	// The login name the identity provider asserts (the token's preferred_username).
+	User string `json:"user"`
+	// The role.
+	Role auth.Role `json:"role"`
+}
+
 // A signed agent release the orchestrator serves to agents.
 type AgentRelease struct {
 	// Its semantic version, e.g. v1.4.0.
@@ -254,6 +262,26 @@ type CreatePortForwardInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// A new security group.
+type CreateSecurityGroupInput struct {
+	// Its name, unique in the VDC: a DNS label.
+	Name string `json:"name"`
+	// What it is for (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// Its rules (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules"`
+}
+
+// A new service account.
+type CreateServiceAccountInput struct {
+	// Unique name in the VDC (a DNS label).
+	Name string `json:"name"`
+	// Its role: at most the caller's.
+	Role auth.Role `json:"role"`
+	// When its tokens stop working; absent: never.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
 // A snapshot to take.
 type CreateSnapshotInput struct {
 	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
@@ -318,6 +346,11 @@ type CreateVMInput struct {
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The names of the VDC's security groups it is in (at most 16); null puts
+	// it in the VDC's default group if it has one, an empty list in none.
+	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+	// VDC does not have.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
 	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
 	// YAML document or a shell script starting with `#!`. flexplane merges it
 	// with its own settings (hostname, the user and its SSH keys) as a
@@ -326,7 +359,7 @@ type CreateVMInput struct {
 	// `user` is refused. Never returned, and redacted in the audit log.
 	UserData *string `json:"userData,omitempty"`
 	// Pins the VM to a host of the zone (a Host id, or the host's name); only
-	// an ADMIN of the VDC may set it (else BAD_USER_INPUT). A host that cannot
+	// an ADMIN of the VDC may set it (else FORBIDDEN). A host that cannot
 	// take the VM (unknown, offline, in maintenance, without room for its
 	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
 	// chooses the least loaded host that can take it.
@@ -413,6 +446,26 @@ type DeletedSSHKey struct {
 	Name string `json:"name"`
 	// Its fingerprint.
 	Fingerprint string `json:"fingerprint"`
+}
+
+// The result of deleteSecurityGroup.
+type DeletedSecurityGroup struct {
+	// The group's id.
+	ID string `json:"id"`
+}
+
+// The result of deleteServiceAccount.
+type DeletedServiceAccount struct {
+	// The deleted account's id.
+	ID string `json:"id"`
+	// Its name.
+	Name string `json:"name"`
+}
+
+// The result of removeVDCMember.
+type DeletedVDCMember struct {
+	// The user whose role was removed.
+	User string `json:"user"`
 }
 
 // A disk to remove.
@@ -925,12 +978,36 @@ type ResizeVMInput struct {
 	Reboot *bool `json:"reboot,omitempty"`
 }
 
+// Which service account gets a new token.
+type RotateServiceAccountTokenInput struct {
+	// The account's id.
+	ID string `json:"id"`
+	// How long the old token keeps working, 0 to 604800 seconds.
+	GraceSeconds *int `json:"graceSeconds,omitempty"`
+}
+
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
 	ServerName string `json:"serverName"`
 	// The pool's name.
 	Pool string `json:"pool"`
+}
+
+// A service account with a token just made for it.
+type ServiceAccountToken struct {
+	// The account.
+	ServiceAccount *catalog.ServiceAccount `json:"serviceAccount"`
+	// The bearer token (fpsa_...), shown only in this answer: store it now.
+	Token string `json:"token"`
+}
+
+// What setVMSecurityGroups changes.
+type SetVMSecurityGroupsInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The names of the VDC's security groups it is in from now on (at most 16).
+	SecurityGroups []string `json:"securityGroups"`
 }
 
 // What can be followed over a websocket (graphql-transport-ws).
@@ -1021,6 +1098,16 @@ type UpdateLoadBalancerInput struct {
 	Pools []*BackendPoolInput `json:"pools,omitempty"`
 	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
 	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
+}
+
+// What updateSecurityGroup changes; a null field is kept.
+type UpdateSecurityGroupInput struct {
+	// The group's id.
+	ID string `json:"id"`
+	// All its rules, replacing those it has (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules,omitempty"`
+	// What it is for.
+	Description *string `json:"description,omitempty"`
 }
 
 // Changes to a storage profile; absent fields stay as they are.
@@ -1117,6 +1204,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
+	// The names of the security groups it is in (none: its firewall is off).
+	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1438,9 +1527,9 @@ func (e FirewallAction) MarshalJSON() ([]byte, error) {
 type FirewallDirection string
 
 const (
-	// From the external network to the VDC (the destination is the VM's address and port after port forwarding).
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members.
 	FirewallDirectionInbound FirewallDirection = "INBOUND"
-	// From the VDC to the external network.
+	// From the VDC to the external network; of a security group's rule: from its members.
 	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
 )
 
@@ -2066,6 +2155,128 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a security group's rule.
+type SecurityProtocol string
+
+const (
+	// TCP.
+	SecurityProtocolTCP SecurityProtocol = "TCP"
+	// UDP.
+	SecurityProtocolUDP SecurityProtocol = "UDP"
+	// ICMP.
+	SecurityProtocolICMP SecurityProtocol = "ICMP"
+	// Every protocol.
+	SecurityProtocolAny SecurityProtocol = "ANY"
+)
+
+var AllSecurityProtocol = []SecurityProtocol{
+	SecurityProtocolTCP,
+	SecurityProtocolUDP,
+	SecurityProtocolICMP,
+	SecurityProtocolAny,
+}
+
+func (e SecurityProtocol) IsValid() bool {
+	switch e {
+	case SecurityProtocolTCP, SecurityProtocolUDP, SecurityProtocolICMP, SecurityProtocolAny:
+		return true
+	}
+	return false
+}
+
+func (e SecurityProtocol) String() string {
+	return string(e)
+}
+
+func (e *SecurityProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SecurityProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SecurityProtocol", str)
+	}
+	return nil
+}
+
+func (e SecurityProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SecurityProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SecurityProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Where a VDC member's role comes from.
+type VDCMemberSource string
+
+const (
+	// Granted in flexplane (addVDCMember).
+	VDCMemberSourceGranted VDCMemberSource = "GRANTED"
+	// The identity provider's role claims.
+	VDCMemberSourceClaims VDCMemberSource = "CLAIMS"
+)
+
+var AllVDCMemberSource = []VDCMemberSource{
+	VDCMemberSourceGranted,
+	VDCMemberSourceClaims,
+}
+
+func (e VDCMemberSource) IsValid() bool {
+	switch e {
+	case VDCMemberSourceGranted, VDCMemberSourceClaims:
+		return true
+	}
+	return false
+}
+
+func (e VDCMemberSource) String() string {
+	return string(e)
+}
+
+func (e *VDCMemberSource) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = VDCMemberSource(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid VDCMemberSource", str)
+	}
+	return nil
+}
+
+func (e VDCMemberSource) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *VDCMemberSource) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e VDCMemberSource) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

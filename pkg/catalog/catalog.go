@@ -1,8 +1,8 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways and load balancers,
-// the users' SSH keys — as Kubernetes-style objects (apiVersion
-// flexplane.io/v1alpha1) behind one Store interface.
+// zones' external networks, the VDCs' edge gateways, load balancers and
+// security groups, the users' SSH keys — as Kubernetes-style objects
+// (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
 // read at, and an Update or Delete whose resourceVersion is stale fails with
@@ -45,11 +45,14 @@ const (
 	// KindLoadBalancer is a VDC's load balancer in a zone (its
 	// certificates' keys are kept apart, in the store's secrets).
 	KindLoadBalancer Kind = "LoadBalancer"
+	// KindSecurityGroup is a VDC's security group: the rules its member
+	// VMs' firewalls allow.
+	KindSecurityGroup Kind = "SecurityGroup"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindUserSSHKeys}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -76,6 +79,8 @@ func (k Kind) plural() string {
 		return "edgegateways"
 	case KindLoadBalancer:
 		return "loadbalancers"
+	case KindSecurityGroup:
+		return "securitygroups"
 	case KindUserSSHKeys:
 		return "usersshkeys"
 	}
@@ -102,6 +107,8 @@ func New(kind Kind) (Object, error) {
 		o = &EdgeGateway{}
 	case KindLoadBalancer:
 		o = &LoadBalancer{}
+	case KindSecurityGroup:
+		o = &SecurityGroup{}
 	case KindUserSSHKeys:
 		o = &UserSSHKeys{}
 	default:
@@ -149,7 +156,8 @@ type ObjectMeta struct {
 func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // VDC is a virtual datacenter: the unit of tenancy inside the deployment's
-// tenant. Users are members of VDCs through their token's role claims.
+// tenant. Users are members of VDCs through their token's role claims and
+// through the bindings of Members.
 type VDC struct {
 	TypeMeta
 	ObjectMeta `json:"metadata"`
@@ -210,6 +218,15 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// Members are the users granted a role here, besides the identity
+	// provider's role claims (the higher of the two counts).
+	Members []MemberBinding `json:"members,omitempty"`
+	// ServiceAccounts are the VDC's service accounts (at most
+	// MaxServiceAccounts).
+	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
+	// DefaultSecurityGroup is the short name of the security group a new
+	// VM of the VDC is put in when its create names none; "" is none.
+	DefaultSecurityGroup string `json:"defaultSecurityGroup,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC. Every field is at least zero;
@@ -236,6 +253,7 @@ func (*VDC) ObjectKind() Kind { return KindVDC }
 func (v *VDC) DeepCopyObject() Object {
 	c := *v
 	c.Status.Reservations = slices.Clone(v.Status.Reservations)
+	cloneAccess(&c)
 	if p := v.Quotas.PublicAddresses; p != nil {
 		n := *p
 		c.Quotas.PublicAddresses = &n

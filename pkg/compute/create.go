@@ -55,6 +55,10 @@ type CreateInput struct {
 	// flexplane's own cloud-init settings (userdata.go) into a snippet.
 	// Only its checksum is recorded with the guest's intent.
 	UserData []byte
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in (at most catalog.MaxVMSecurityGroups); nil puts it in the
+	// VDC's default group, if it has one; empty puts it in none.
+	SecurityGroups []string
 	// UserDataVerbatim delivers UserData as it is, neither checked (but
 	// for its size) nor merged: a Cluster API bootstrap's, which owns the
 	// worker's whole user-data (a jinja template of cloud-init's).
@@ -114,6 +118,9 @@ type plan struct {
 	verbatim bool
 	// slot is the host placement chose, held until the create ends.
 	slot *slot
+	// groups are the VM's security groups (the input's, or the VDC's
+	// default).
+	groups []string
 }
 
 type nicPlan struct {
@@ -287,6 +294,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 			}
 		}
 	}
+	if p.groups, err = createGroups(ctx, d.cfg.Catalog, in.VDC, in.SecurityGroups); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -394,7 +404,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys,
+		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
 	}
 	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	if p.userData != nil {

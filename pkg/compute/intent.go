@@ -51,6 +51,10 @@ type Intent struct {
 	ComputeProfile string `json:"computeProfile,omitempty"`
 	// Resize is set while a resize that reboots the VM is unfinished.
 	Resize *ResizeIntent `json:"resize,omitempty"`
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in: a fact of the VM, changed by SetSecurityGroups; the
+	// groups' members are read from here.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays

@@ -83,7 +83,7 @@ func TestBrowser(t *testing.T) {
 		logs = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vdcs, err := vdc.New(vdc.Config{Store: store})
+	vdcs, err := vdc.New(vdc.Config{Store: store, Tokens: auth.ServiceAccountTokens{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,9 @@ func TestBrowser(t *testing.T) {
 		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
 		"PORTAL_MEMBER_VDCS=prod,dev",
 		"PORTAL_ARTIFACTS=" + artifacts,
-	}, "tests/portal.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
+	}, "tests/portal.test.mjs", "tests/settings.test.mjs")
+	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu",
+		"vdc-settings", "vdc-settings-token")
 }
 
 // browserPrerequisites fails the test when the built portal, its packages, the browser or node are missing; it

@@ -36,6 +36,9 @@ const (
 	// done.
 	CapacityExceeded Code = "CAPACITY_EXCEEDED"
 	ZoneUnavailable  Code = "ZONE_UNAVAILABLE"
+	// Forbidden: the caller is a member of the VDC but its role there
+	// does not allow the action (outside the VDC the answer is NOT_FOUND).
+	Forbidden Code = "FORBIDDEN"
 	// Unavailable: a service the whole request depends on (the identity
 	// provider) cannot be reached; retrying later may work.
 	Unavailable Code = "UNAVAILABLE"
@@ -245,6 +248,7 @@ var faultCodes = map[fault.Kind]Code{
 	fault.BadInput:        BadUserInput,
 	fault.Conflict:        Conflict,
 	fault.ZoneUnavailable: ZoneUnavailable,
+	fault.Forbidden:       Forbidden,
 }
 
 // fromFault maps an error of a capability service (networks, edge
