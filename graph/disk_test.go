@@ -119,7 +119,8 @@ func TestDisksEndToEnd(t *testing.T) {
 		{tn.alice, tn.red, grow, map[string]any{"vm": vm, "disk": "scsi1", "sizeGiB": 8}, "NOT_FOUND", ""},
 		{tn.alice, tn.red, detach, map[string]any{"vm": vm, "disk": "scsi1"}, "NOT_FOUND", ""},
 		{tn.alice, tn.red, resize, map[string]any{"id": vm, "computeProfile": "disks-medium", "reboot": true}, "NOT_FOUND", ""},
-		{tn.vera, tn.red, attach, map[string]any{"vm": vm, "sizeGiB": 1}, "NOT_FOUND", ""},
+		{tn.vera, tn.red, attach, map[string]any{"vm": vm, "sizeGiB": 1}, "FORBIDDEN", ""},
+		{tn.vera, tn.blue, attach, map[string]any{"vm": vm, "sizeGiB": 1}, "NOT_FOUND", ""},
 	} {
 		r := h.GraphQL(t, c.user, c.vdc, c.query, map[string]any{"in": c.in})
 		if r.Code(t) != c.code || fieldOf(t, r) != c.field {
