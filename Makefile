@@ -144,7 +144,8 @@ lint: lint-schema lint-portal
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
 ## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
-## (pkg/dev/meshtest), a 1,000-rule edge ruleset (pkg/edge), a disk moved
+## (pkg/dev/meshtest), 60 VMs placed in a 3-node zone vs cloned without
+## placement (pkg/compute), a 1,000-rule edge ruleset (pkg/edge), a disk moved
 ## across zones vs raw TCP over the mesh and loopback (pkg/dev/meshtest), and
 ## an agent's update and the rollback of bad releases vs a plain restart
 ## (pkg/rollout; the agents' probation is BENCH_UPDATE_PROBATION, default
@@ -160,6 +161,8 @@ bench: portal kube-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkPlacement$$' -benchtime 1x -timeout 10m ./pkg/compute \
+		| tee $(dir $(BENCH_OUT))placement.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkers0To10$$' -benchtime 1x -timeout 15m ./pkg/tenantkube \

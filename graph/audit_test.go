@@ -36,7 +36,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	// default rate limit lets through (whose refusals
 	// TestAuditRefusedMutations and graph/server's tests audit).
 	noLimits := server.RateLimits{MutationRate: -1, ConsoleRate: -1}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
 		meshtest.WithAPI(meshtest.APISpec{RateLimits: noLimits}), meshtest.WithAuditSink(rec))
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
@@ -69,6 +69,10 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createSnapshot":        {{user: "bob", vdc: "blue", query: `mutation { createSnapshot(vm: "nosuch", input: {name: "s1", withRAM: true}) { id } }`, ids: []string{"nosuch"}}},
 		"rollbackSnapshot":      {{user: "bob", vdc: "blue", query: `mutation { rollbackSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
 		"deleteSnapshot":        {{user: "bob", vdc: "blue", query: `mutation { deleteSnapshot(vm: "nosuch", name: "s1") { id } }`, ids: []string{"nosuch"}}},
+		"attachDisk":            {{user: "bob", vdc: "blue", query: `mutation { attachDisk(input: {vm: "nosuch", sizeGiB: 1}) { slot } }`, ids: []string{"nosuch"}}},
+		"resizeDisk":            {{user: "bob", vdc: "blue", query: `mutation { resizeDisk(input: {vm: "nosuch", disk: "scsi1", sizeGiB: 8}) { slot } }`, ids: []string{"nosuch"}}},
+		"detachDisk":            {{user: "bob", vdc: "blue", query: `mutation { detachDisk(input: {vm: "nosuch", disk: "scsi1"}) { id } }`, ids: []string{"nosuch"}}},
+		"resizeVM":              {{user: "bob", vdc: "blue", query: `mutation { resizeVM(input: {id: "nosuch", computeProfile: "small"}) { id } }`, ids: []string{"nosuch"}}},
 		"openConsole":           {{user: "bob", vdc: "blue", query: `mutation { openConsole(id: "nosuch") { path } }`, ids: []string{"nosuch"}}},
 		"updateZone":            {{user: "admin", query: `mutation { updateZone(input: {name: "alpha", region: "eu-central"}) { name region } }`, ids: []string{"alpha"}}},
 		"deleteNetwork":         {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
@@ -90,6 +94,12 @@ func TestAuditEveryMutation(t *testing.T) {
 		"updateLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { updateLoadBalancer(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteLoadBalancer": {{user: "bob", vdc: "blue", query: `mutation { deleteLoadBalancer(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"deleteEdgeGateway":  {{user: "bob", vdc: "blue", query: `mutation { deleteEdgeGateway(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createSecurityGroup": {{user: "bob", vdc: "blue", query: `mutation { createSecurityGroup(input: {name: "web", rules: [{direction: INBOUND, protocol: TCP, ports: "443"}]}) { id } }`,
+			ids: []string{"web"}}},
+		"updateSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { updateSecurityGroup(input: {id: "nosuch"}) { id } }`, ids: []string{"nosuch"}}},
+		"deleteSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { deleteSecurityGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"setVMSecurityGroups":     {{user: "bob", vdc: "blue", query: `mutation { setVMSecurityGroups(input: {vm: "nosuch", securityGroups: []}) { id } }`}},
+		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -100,16 +110,30 @@ func TestAuditEveryMutation(t *testing.T) {
 		"upgradeKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { upgradeKubernetesCluster(id: "nosuch", version: "v1.37.2") { id } }`, ids: []string{"nosuch"}}},
 		"issueKubeconfig":          {{user: "bob", vdc: "blue", query: `mutation { issueKubeconfig(cluster: "nosuch") { expiresAt } }`, ids: []string{"nosuch"}}},
 		"deleteKubernetesCluster":  {{user: "bob", vdc: "blue", query: `mutation { deleteKubernetesCluster(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"createServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { createServiceAccount(input: {name: "ci", role: MEMBER}) { serviceAccount { id } token } }`,
+			ids: []string{"ci"}}},
+		"rotateServiceAccountToken": {{user: "admin", vdc: "blue", query: `mutation { rotateServiceAccountToken(input: {id: "sa-00000000000000000000", graceSeconds: 60}) { token } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"deleteServiceAccount": {{user: "admin", vdc: "blue", query: `mutation { deleteServiceAccount(id: "sa-00000000000000000000") { id } }`,
+			ids: []string{"sa-00000000000000000000"}}},
+		"addVDCMember":    {{user: "admin", vdc: "blue", query: `mutation { addVDCMember(input: {user: "carol", role: VIEWER}) { user } }`}},
+		"removeVDCMember": {{user: "admin", vdc: "blue", query: `mutation { removeVDCMember(user: "carol") { user } }`}},
+		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
+			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
+		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
-		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "attachDisk", "resizeDisk", "detachDisk", "resizeVM", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
-		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster"}
+		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
+		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
+		"addSSHKey", "deleteSSHKey",
+		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}
 
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
 	var mutations []string
@@ -141,7 +165,7 @@ func TestAuditEveryMutation(t *testing.T) {
 				})
 				vars = map[string]any{"in": map[string]any{"name": "a-1", "zone": "alpha", "image": "tiny", "computeProfile": "small",
 					"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": created.CreateNetwork.ID}},
-					"sshKeys": []string{sshKey}, "user": "bob"}}
+					"sshKeys": []string{sshKey}, "user": "bob", "userData": "#cloud-config\nruncmd:\n  - echo user-data-secret-42\n"}}
 			case "deleteNetwork":
 				vars = map[string]any{"id": created.CreateNetwork.ID}
 				c.ids = []string{created.CreateNetwork.ID}
@@ -185,8 +209,19 @@ func TestAuditEveryMutation(t *testing.T) {
 				if strings.Contains(string(b), "AAAAC3Nza") || !strings.Contains(string(b), audit.Redacted) {
 					t.Errorf("createVM: the SSH key is not redacted: %s", b)
 				}
+				if strings.Contains(string(b), "user-data-secret-42") || strings.Contains(string(b), "runcmd") {
+					t.Errorf("createVM: the user-data is not redacted: %s", b)
+				}
 				if ev.ResponseStatus.Code != "OK" || len(ev.ObjectRef.IDs) < 3 || ev.ObjectRef.Resource != "CreateVMPayload" {
 					t.Errorf("createVM: event %s", b)
+				}
+			case "createServiceAccount", "rotateServiceAccountToken":
+				if strings.Contains(string(b), "fpsa_") {
+					t.Errorf("%s: the token is in the audit event: %s", verb, b)
+				}
+			case "addSSHKey":
+				if strings.Contains(string(b), "AAAAC3Nza") || ev.ResponseStatus.Code != "OK" {
+					t.Errorf("addSSHKey: refused, or the key is not redacted: %s", b)
 				}
 			case "createComputeProfile":
 				if c.user == "alice" && ev.ResponseStatus.Code != "NOT_FOUND" {

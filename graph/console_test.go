@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/support/rfb"
@@ -25,7 +26,8 @@ import (
 // The client sees RFB 3.8 with no authentication (the agent logged in
 // with the Proxmox ticket), the VM's name as the desktop's and its test
 // picture. The ticket works once; a made-up one, another VDC (NOT_FOUND),
-// and a stopped VM (CONFLICT) get no console.
+// and a stopped VM (CONFLICT) get no console. A service account's token
+// opens it as a user's does, in its own VDC only.
 func TestConsoleEndToEnd(t *testing.T) {
 	t.Parallel()
 	h, tn := sharedTenant(t, "console")
@@ -86,10 +88,29 @@ func TestConsoleEndToEnd(t *testing.T) {
 	conn.Close()
 	refusalsLookAlike(t, h.Orchestrator.URL(), s.Path)
 
-	// Another VDC's member and viewer get NOT_FOUND, a stopped VM CONFLICT.
-	for _, user := range []string{tn.alice, tn.vera} {
-		if got := h.GraphQL(t, user, tn.red, open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
-			t.Errorf("%s in %s: %s, want NOT_FOUND", user, tn.red, got)
+	// A service account of blue opens the console with its own token, as
+	// a user's token does; in red it finds nothing.
+	var sa struct{ Token string }
+	h.GraphQL(t, "admin", tn.blue, `mutation { createServiceAccount(input: {name: "console", role: MEMBER}) { token } }`, nil).
+		OK(t).Into(t, "createServiceAccount", &sa)
+	meshtest.PostGraphQL(t, h.GraphQLURL(), "Bearer "+sa.Token, tn.blue, open, map[string]any{"id": vm}).OK(t).Into(t, "openConsole", &s)
+	saConn, _, err := dial(s.Path)
+	if err != nil {
+		t.Fatalf("the service account's console: %v", err)
+	}
+	if err := rfb.ClientNone(saConn); err != nil {
+		t.Fatalf("RFB handshake of the service account's console: %v", err)
+	}
+	saConn.Close()
+	if got := meshtest.PostGraphQL(t, h.GraphQLURL(), "Bearer "+sa.Token, tn.red, open, map[string]any{"id": vm}).Code(t); got != "NOT_FOUND" {
+		t.Errorf("the service account in another VDC: %s, want NOT_FOUND", got)
+	}
+
+	// Another VDC's member gets NOT_FOUND, a viewer (who may not open
+	// consoles at all) FORBIDDEN, a stopped VM CONFLICT.
+	for user, want := range map[string]string{tn.alice: "NOT_FOUND", tn.vera: "FORBIDDEN"} {
+		if got := h.GraphQL(t, user, tn.red, open, map[string]any{"id": vm}).Code(t); got != want {
+			t.Errorf("%s in %s: %s, want %s", user, tn.red, got, want)
 		}
 	}
 	var op gqlOp

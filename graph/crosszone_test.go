@@ -56,7 +56,7 @@ func sha(t *testing.T, path string) string {
 // Preflight refusals come first and change nothing.
 func TestMigrateAcrossZones(t *testing.T) {
 	t.Parallel()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2, Snippets: true}, meshtest.ClusterSpec{Name: "beta", Nodes: 1, Snippets: true}),
 		meshtest.WithAPI(meshtest.APISpec{}))
 	h.WaitOnline(t, 30*time.Second)
 	nets := seedVMs(t, h, "alpha", "beta")
@@ -71,7 +71,7 @@ func TestMigrateAcrossZones(t *testing.T) {
 	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "traveller", "zone": "alpha", "image": "tiny",
 		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 1,
 		"nics":    []any{map[string]any{"network": nets["alpha"]}, map[string]any{"network": lan2["alpha"]}},
-		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
+		"sshKeys": []string{sshKey}, "user": "bob", "userData": "#cloud-config\nruncmd:\n  - echo traveller-marker\n"}}).OK(t).Into(t, "createVM", &created)
 	id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
 
 	ctx := t.Context()
@@ -193,6 +193,41 @@ func TestMigrateAcrossZones(t *testing.T) {
 	h.GraphQL(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil).OK(t).Into(t, "vms", &vms)
 	if len(vms) != 1 || vms[0].ID != id || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
 		t.Fatalf("vms after the move: %+v (want %s in beta)", vms, id)
+	}
+	// Its cloud-init user-data came along: a snippet in beta named by the
+	// target's cicustom; alpha's is gone.
+	bdirect := simClient(t, h.Clusters[1])
+	var bg []struct {
+		VMID       int
+		Name, Node string
+	}
+	if err := bdirect.Get(ctx, "/cluster/resources?type=vm", &bg); err != nil || len(bg) == 0 {
+		t.Fatalf("beta's guests: %+v %v", bg, err)
+	}
+	found := false
+	for _, bgst := range bg {
+		if bgst.Name != "traveller" {
+			continue
+		}
+		found = true
+		var data string
+		if err := bdirect.Get(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/cloudinit/dump?type=user", bgst.Node, bgst.VMID), &data); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(data, "traveller-marker") || !strings.Contains(data, "user: bob") {
+			t.Errorf("the user-data in beta:\n%s", data)
+		}
+	}
+	if !found {
+		t.Errorf("no guest traveller in beta: %+v", bg)
+	}
+	for _, node := range []string{"pve1", "pve2"} {
+		var vols []struct {
+			VolID string `json:"volid"`
+		}
+		if err := direct.Get(ctx, "/nodes/"+node+"/storage/local/content?content=snippets", &vols); err != nil || len(vols) != 0 {
+			t.Errorf("alpha's snippets on %s after the move: %v %v", node, vols, err)
+		}
 	}
 	// vm(id) finds it under the id it kept, with its addresses in beta;
 	// for another VDC it does not exist.

@@ -4,6 +4,9 @@ package graph_test
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +30,7 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2}),
 		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithDataPlane())
 	h.WaitOnline(t, 30*time.Second)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "shared", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "shared"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": url, "c": sum}).OK(t)
+	seedSharedStorage(t, h)
 	users := map[string]string{"red": "alice", "blue": "bob"}
 	nets := map[string]string{}
 	for vdc, user := range users {
@@ -71,9 +69,14 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 		})
 		vms[name] = vmInfo{vmid: vmidOf(t, c, name), ip: vm.IPAddresses[0]}
 	}
-	// The second VM of each VDC moves to the other node (an operator's migration).
+	// The second VM of each VDC runs on the other node than the first:
+	// placement spread them, else it moves there (an operator's migration).
 	for _, name := range []string{"red-2", "blue-2"} {
 		node := nodeOf(t, c, vms[name].vmid)
+		first := strings.TrimSuffix(name, "-2") + "-1"
+		if node != nodeOf(t, c, vms[first].vmid) {
+			continue
+		}
 		other := map[string]string{"pve1": "pve2", "pve2": "pve1"}[node]
 		var upid proxmox.UPID
 		if err := c.Post(vmtest.Ctx(t), fmt.Sprintf("/nodes/%s/qemu/%d/migrate", node, vms[name].vmid), map[string]any{"target": other, "online": 1}, &upid); err != nil {
@@ -107,6 +110,19 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// seedSharedStorage makes the catalog of a data plane test in zone alpha:
+// compute profile small, storage profile shared (the zone's shared pool),
+// image tiny.
+func seedSharedStorage(t *testing.T, h *meshtest.Harness) {
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "shared", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "shared"}]}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": url, "c": sum}).OK(t)
 }
 
 // vmidOf is the VMID of the guest named name.
@@ -146,4 +162,92 @@ func nodeOf(t *testing.T, c *proxmox.Client, vmid int) string {
 	}
 	t.Fatalf("no guest %d", vmid)
 	return ""
+}
+
+// TestUserDataRunsInTheVM creates a VM through GraphQL with a cloud-config
+// whose write_files and runcmd the simulator's data plane runs at its first
+// start: another VM of the VDC reaches the server its runcmd started, which
+// serves the file its write_files wrote (inside the VM's root directory).
+// Moved to the other host, the VM keeps its user-data; deleted, its snippet
+// goes from both hosts.
+func TestUserDataRunsInTheVM(t *testing.T) {
+	t.Parallel()
+	nettest.NeedRoot(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 to serve from the guest")
+	}
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 2, Snippets: true}),
+		meshtest.WithAPI(meshtest.APISpec{}), meshtest.WithDataPlane())
+	h.WaitOnline(t, 30*time.Second)
+	nets := seedVMs(t, h, "alpha")
+	userData := "#cloud-config\nwrite_files:\n  - path: /srv/hello.txt\n    content: hello from cloud-init\n" +
+		"  - path: /srv/serve.py\n    content: |\n" + nettest.Indent(nettest.FileServerPy, 6) + "\n" +
+		"runcmd:\n  - python3 srv/serve.py >/dev/null 2>&1 &\n"
+	c := h.Clusters[0].Proxmox(t)
+	ids, ips, vmids := map[string]string{}, map[string]string{}, map[string]int{}
+	for _, name := range []string{"web", "probe"} {
+		in := map[string]any{"name": name, "zone": "alpha", "image": "tiny", "computeProfile": "small", "storageProfile": "ssd",
+			"diskGiB": 4, "nics": []any{map[string]any{"network": nets["alpha"]}}, "sshKeys": []string{sshKey}, "user": "ops"}
+		if name == "web" {
+			in["userData"] = userData
+		}
+		var created struct{ Operation gqlOp }
+		h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": in}).OK(t).Into(t, "createVM", &created)
+		ids[name] = awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+		var vm gqlVM
+		poll.True(t, 60*time.Second, name+" running with its address", func() bool {
+			h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { status ipAddresses } }`, map[string]any{"id": ids[name]}).OK(t).Into(t, "vm", &vm)
+			return vm.Status == "RUNNING" && len(vm.IPAddresses) > 0
+		})
+		ips[name], vmids[name] = vm.IPAddresses[0], vmidOf(t, c, name)
+	}
+	p := h.Clusters[0].Plane
+	if got := nettest.WaitReach(t, p.GuestNS(vmids["probe"]), ips["web"]+":7100", 30*time.Second); got != "hello from cloud-init" {
+		t.Fatalf("the VM's server answered %q", got)
+	}
+	node := nodeOf(t, c, vmids["web"])
+	if b, err := os.ReadFile(filepath.Join(h.Clusters[0].Sim.GuestRoot(node, vmids["web"]), "srv/hello.txt")); err != nil || string(b) != "hello from cloud-init" {
+		t.Errorf("the file write_files wrote: %q %v", b, err)
+	}
+	userDataOn := func(node string) string {
+		var s string
+		if err := c.Get(vmtest.Ctx(t), fmt.Sprintf("/nodes/%s/qemu/%d/cloudinit/dump?type=user", node, vmids["web"]), &s); err != nil {
+			t.Fatalf("user-data on %s: %v", node, err)
+		}
+		return s
+	}
+	before := userDataOn(node)
+
+	other := map[string]string{"pve1": "pve2", "pve2": "pve1"}[node]
+	var op gqlOp
+	h.GraphQL(t, "bob", "blue", migrateVM, map[string]any{"in": map[string]any{"id": ids["web"], "host": other}}).OK(t).Into(t, "migrateVM", &op)
+	poll.True(t, 60*time.Second, "the move", func() bool {
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { operation(id: $id) { state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
+		if op.State == "FAILED" {
+			t.Fatalf("move: %s", opError(op))
+		}
+		return op.State == "SUCCEEDED"
+	})
+	if got := nodeOf(t, c, vmids["web"]); got != other {
+		t.Fatalf("the VM is on %s, want %s", got, other)
+	}
+	if after := userDataOn(other); after != before || !strings.Contains(after, "srv/serve.py") {
+		t.Errorf("user-data after the move:\n%s\nbefore:\n%s", after, before)
+	}
+
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteVM(id: $id) { state } }`, map[string]any{"id": ids["web"]}).OK(t).Into(t, "deleteVM", &op)
+	if op.State != "SUCCEEDED" {
+		t.Fatalf("deleteVM: %+v", op)
+	}
+	for _, n := range []string{"pve1", "pve2"} {
+		var vols []struct {
+			VolID string `json:"volid"`
+		}
+		if err := c.Get(vmtest.Ctx(t), "/nodes/"+n+"/storage/local/content?content=snippets", &vols); err != nil {
+			t.Fatal(err)
+		}
+		if len(vols) != 0 {
+			t.Errorf("snippets on %s after the delete: %v", n, vols)
+		}
+	}
 }

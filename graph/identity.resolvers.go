@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
@@ -27,7 +28,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 		return nil, fail(err)
 	}
 	for _, v := range vdcs {
-		if role, ok := p.RoleIn(v.Name); ok {
+		if role, ok := p.RoleWith(v.Name, v.MemberRole); ok {
 			me.Vdcs = append(me.Vdcs, &model.VDCAccess{Vdc: v, Role: role})
 		}
 	}
@@ -38,3 +39,7 @@ func (r *queryResolver) Me(ctx context.Context) (*model.Me, error) {
 func (r *queryResolver) Tenant(ctx context.Context) (*model.Tenant, error) {
 	return &model.Tenant{Name: r.Resolver.Tenant.Name, Domain: r.Resolver.Tenant.Domain}, nil
 }
+
+func (r *Resolver) Me() generated.MeResolver { return &meResolver{r} }
+
+type meResolver struct{ *Resolver }

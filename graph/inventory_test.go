@@ -554,9 +554,13 @@ func TestInventory(t *testing.T) {
 			notFound("bob", "red", vmQ, map[string]any{"id": redWeb1})
 			notFound("bob", "red", delQ, map[string]any{"id": front.ID})
 			notFound("bob", "red", `mutation { createNetwork(input: {name: "x", zone: "alpha", cidr: "10.9.0.0/24", gateway: "10.9.0.1"}) { id } }`, nil)
-			// A viewer may read but not change.
-			notFound("vera", "red", delQ, map[string]any{"id": front.ID})
-			notFound("vera", "red", `mutation { createNetwork(input: {name: "x", zone: "alpha", cidr: "10.9.0.0/24", gateway: "10.9.0.1"}) { id } }`, nil)
+			// A viewer may read but not change: FORBIDDEN, as it knows the
+			// VDC; another VDC's network stays NOT_FOUND for everyone.
+			for _, q := range []string{delQ, `mutation { createNetwork(input: {name: "x", zone: "alpha", cidr: "10.9.0.0/24", gateway: "10.9.0.1"}) { id } }`} {
+				if r := h.GraphQL(t, "vera", "red", q, map[string]any{"id": front.ID}); r.Code(t) != "FORBIDDEN" {
+					t.Errorf("vera in red: %s: %s, want FORBIDDEN", q, r.Raw)
+				}
+			}
 			// bob's view of networks is his own.
 			var nets []struct{ ID string }
 			h.GraphQL(t, "bob", "blue", `{ networks { id } }`, nil).OK(t).Into(t, "networks", &nets)

@@ -501,7 +501,7 @@ func TestKubeconfigOfAViewer(t *testing.T) {
 		`mutation($c: ID!) { createNodePool(input: {cluster: $c, name: "x", computeProfile: "small", storageProfile: "ssd", size: 1}) { id } }`,
 		`mutation($c: ID!) { deleteKubernetesCluster(id: $c) { id } }`,
 	} {
-		if r := h.GraphQL(t, "vera", "red", q, map[string]any{"c": c.ID}); r.Code(t) != "NOT_FOUND" {
+		if r := h.GraphQL(t, "vera", "red", q, map[string]any{"c": c.ID}); r.Code(t) != "FORBIDDEN" {
 			t.Errorf("viewer: %s: %s", q, r.Raw)
 		}
 	}

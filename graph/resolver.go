@@ -21,6 +21,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/network"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/securitygroup"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -92,9 +94,36 @@ type Resolver struct {
 	// Kubernetes manages the VDCs' Kubernetes clusters; nil (no
 	// management cluster) answers those fields UNAVAILABLE.
 	Kubernetes *tenantkube.Service
+	// SecurityGroups manages the VDCs' security groups; nil answers
+	// those fields INTERNAL.
+	SecurityGroups *securitygroup.Service
+	// SSHKeys keeps the users' SSH keys (me.sshKeys, addSSHKey,
+	// deleteSSHKey); nil refuses those fields.
+	SSHKeys *sshkey.Service
 }
 
 var _ generated.ResolverRoot = (*Resolver)(nil)
+
+// sshKeys is the SSH keys service, INTERNAL when there is none.
+func (r *Resolver) sshKeys() (*sshkey.Service, error) {
+	if r.SSHKeys == nil {
+		return nil, apierr.New(apierr.Internal, "SSH keys are not offered: the orchestrator has no SSH keys service")
+	}
+	return r.SSHKeys, nil
+}
+
+// callerSSHKeys is the SSH keys service and the caller's subject.
+func (r *Resolver) callerSSHKeys(ctx context.Context) (*sshkey.Service, string, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	svc, err := r.sshKeys()
+	if err != nil {
+		return nil, "", err
+	}
+	return svc, p.Subject, nil
+}
 
 // networks is the networks service, INTERNAL when there is none.
 func (r *Resolver) networks() (*network.Service, error) {

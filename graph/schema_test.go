@@ -29,6 +29,9 @@ var public = []string{
 	// declares (VMs, networks and operations of the VDC header, hosts for
 	// platform admins), checked by TestInventory/reads/node.
 	"Query.node",
+	// Any signed-in user, for the keys of their own token subject only,
+	// checked by TestSSHKeysPerUser.
+	"Mutation.addSSHKey", "Mutation.deleteSSHKey",
 }
 
 // loadSchema parses graph/*.graphqls as gqlgen does (extensions merged).

@@ -6,15 +6,18 @@ import (
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
 // VDCHeader names the VDC a request works in.
 const VDCHeader = "FlexPlane-VDC-ID"
 
-// VDCScope is the VDC a request works in and the caller's role there.
+// VDCScope is the VDC a request works in and the caller's role there
+// (Caller: the same, as the VDC service's access changes take it).
 type VDCScope struct {
-	VDC  *catalog.VDC
-	Role auth.Role
+	VDC    *catalog.VDC
+	Role   auth.Role
+	Caller vdc.Caller
 }
 
 type vdcScopeKey struct{}

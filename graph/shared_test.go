@@ -14,18 +14,19 @@ import (
 
 // tenant is what a test on the shared harness has of its own: two VDCs and
 // the users meshtest.DefaultUsers has for "red" and "blue" (alice a member
-// of red, bob of blue, vera a viewer of red), and a network "lan" of blue's
-// in zone alpha.
+// of red, bob of blue, vera a viewer of red, and olga an admin of blue),
+// and a network "lan" of blue's in zone alpha.
 type tenant struct {
-	red, blue, alice, bob, vera string
-	net                         string // blue's network in alpha
+	red, blue, alice, bob, vera, olga string
+	net                               string // blue's network in alpha
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
-// one node), the API and the catalog seedCatalog makes, and otherwise only
+// one node, whose storage "local" takes snippets), the API and the catalog
+// seedCatalog makes, and otherwise only
 // VDCs of their own: it is started once for the package rather than once
 // per test. Tenancy keeps them apart: each test acts as its tenant's users
 // in its tenant's VDCs, where another test's resources answer NOT_FOUND.
@@ -40,21 +41,22 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 		users = append(users,
 			devidp.User{Username: tn.alice, Name: "Alice of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleMember)}},
 			devidp.User{Username: tn.bob, Name: "Bob of " + name, Roles: []string{auth.VDCRoleKey(tn.blue, auth.RoleMember)}},
-			devidp.User{Username: tn.vera, Name: "Vera of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleViewer)}})
+			devidp.User{Username: tn.vera, Name: "Vera of " + name, Roles: []string{auth.VDCRoleKey(tn.red, auth.RoleViewer)}},
+			devidp.User{Username: tn.olga, Name: "Olga of " + name, Roles: []string{auth.VDCRoleKey(tn.blue, auth.RoleAdmin)}})
 		for _, v := range meshtest.DefaultVDCs() {
 			v.Name = name + "-" + v.Name
 			vdcs = append(vdcs, v)
 		}
 	}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs}))
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second}))
 	h.WaitOnline(t, 30*time.Second)
 	seedCatalog(t, h, "alpha")
 	return h
 })
 
 func tenantNamed(name string) tenant {
-	return tenant{red: name + "-red", blue: name + "-blue", alice: name + "-alice", bob: name + "-bob", vera: name + "-vera"}
+	return tenant{red: name + "-red", blue: name + "-blue", alice: name + "-alice", bob: name + "-bob", vera: name + "-vera", olga: name + "-olga"}
 }
 
 // sharedTenant is the shared harness and the tenant name of sharedTenants,

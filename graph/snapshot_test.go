@@ -24,16 +24,8 @@ type gqlSnapshot struct {
 func TestSnapshotsEndToEnd(t *testing.T) {
 	t.Parallel()
 	h, tn := sharedTenant(t, "snapshots")
-	var created struct{ Operation gqlOp }
-	h.GraphQL(t, tn.bob, tn.blue, createVM, map[string]any{"in": map[string]any{"name": "snap", "zone": "alpha", "image": "tiny",
-		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": tn.net}},
-		"sshKeys": []string{sshKey}, "user": "bob"}}).OK(t).Into(t, "createVM", &created)
-	vm := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
-	usage := func() int {
-		var v struct{ Usage struct{ StorageGiB int } }
-		h.GraphQL(t, tn.bob, tn.blue, `query($n: String!) { vdc(name: $n) { usage { storageGiB } } }`, map[string]any{"n": tn.blue}).OK(t).Into(t, "vdc", &v)
-		return v.Usage.StorageGiB
-	}
+	vm := createBlueVM(t, h, tn, "snap")
+	usage := func() int { return storageUsage(t, h, tn) }
 	base := usage()
 
 	// run starts a snapshot mutation and polls its operation to success.
@@ -81,7 +73,8 @@ func TestSnapshotsEndToEnd(t *testing.T) {
 		{tn.alice, tn.red, `mutation($vm: ID!) { rollbackSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
 		{tn.alice, tn.red, `mutation($vm: ID!) { deleteSnapshot(vm: $vm, name: "clean") { id } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
 		{tn.alice, tn.red, `query($vm: ID!) { vm(id: $vm) { snapshots { name } } }`, map[string]any{"vm": vm}, "NOT_FOUND", ""},
-		{tn.vera, tn.red, create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "NOT_FOUND", ""},
+		// A viewer of red may not take snapshots there: FORBIDDEN, whatever the VM.
+		{tn.vera, tn.red, create, map[string]any{"vm": vm, "in": map[string]any{"name": "theirs"}}, "FORBIDDEN", ""},
 	} {
 		r := h.GraphQL(t, c.user, c.vdc, c.query, c.vars)
 		if r.Code(t) != c.code || fieldOf(t, r) != c.field {

@@ -61,7 +61,7 @@ func (r *queryResolver) Vdcs(ctx context.Context) ([]*catalog.VDC, error) {
 	}
 	out := make([]*catalog.VDC, 0, len(all))
 	for _, v := range all {
-		if _, ok := p.RoleIn(v.Name); ok {
+		if _, ok := p.RoleWith(v.Name, v.MemberRole); ok {
 			out = append(out, v)
 		}
 	}
@@ -74,10 +74,12 @@ func (r *queryResolver) Vdc(ctx context.Context, name string) (*catalog.VDC, err
 	if err != nil {
 		return nil, err
 	}
-	_, member := p.RoleIn(name)
-	v, err := vdc.Resolve(ctx, r.Catalog, name, member)
+	v, err := vdc.Resolve(ctx, r.Catalog, name, true)
 	if err != nil {
 		return nil, fail(err)
+	}
+	if _, ok := p.RoleWith(v.Name, v.MemberRole); !ok {
+		return nil, fail(vdc.NotFound(name))
 	}
 	return v, nil
 }

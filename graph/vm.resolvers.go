@@ -10,12 +10,17 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
 
 func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
@@ -23,7 +28,20 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	in := compute.CreateInput{
 		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
-		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, User: input.User,
+		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
+		SecurityGroups: input.SecurityGroups,
+		Owner:          p.Subject, User: input.User,
+	}
+	if input.UserData != nil {
+		in.UserData = []byte(*input.UserData)
+	}
+	if input.Host != nil {
+		// Pinning a host is an ADMIN's choice: the hosts' load is the
+		// platform's to balance.
+		if !scope.Role.AtLeast(auth.RoleAdmin) {
+			return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
+		}
+		in.Host = *input.Host
 	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}

@@ -63,7 +63,7 @@ func (r *vMResolver) Disks(ctx context.Context, obj *model.VM) ([]*model.VMDisk,
 	out := make([]*model.VMDisk, 0, len(hw.Disks))
 	for _, d := range hw.Disks {
 		out = append(out, &model.VMDisk{
-			Slot: d.Slot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
+			Slot: d.Slot, Boot: d.Boot, SizeGiB: float64(d.SizeBytes) / (1 << 30), Storage: d.Storage,
 			StorageProfile: catalog.ProfileOfStorage(profiles, z.Name, d.Storage, d.ReadMBps, d.WriteMBps),
 			ReadMBps:       positive(d.ReadMBps), WriteMBps: positive(d.WriteMBps),
 			ReadIops: positive(d.ReadIops), WriteIops: positive(d.WriteIops),

@@ -104,6 +104,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	securityGroupInterval         time.Duration
 	// The portal's built files.
 	portalDir string
 	// Agent versions and releases.
@@ -170,6 +171,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.zoneTimeout, "zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	fs.DurationVar(&f.recoverAfter, "vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	fs.StringVar(&f.agentVersion, "agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	fs.IntVar(&f.maxComplexity, "max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
@@ -309,21 +311,22 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 		STUNAddr:     f.stun,
 		MeshPostgres: f.meshPostgres,
 		API: orchestrator.APIConfig{
-			Issuer:            f.issuer,
-			Audience:          f.audience,
-			Claims:            auth.ClaimNames{Roles: f.rolesClaim, Name: f.nameClaim, Email: f.emailClaim},
-			CatalogBackend:    *f.cat.backend,
-			CatalogDir:        *f.cat.dir,
-			Tenant:            graph.Tenant{Name: f.tenantName, Domain: f.tenantDomain},
-			ZoneTimeout:       f.zoneTimeout,
-			VMRecoverAfter:    f.recoverAfter,
-			VMRecoverInterval: f.recoverInterval,
-			AgentVersion:      f.agentVersion,
-			MaxDepth:          f.maxDepth,
-			MaxComplexity:     f.maxComplexity,
-			RateLimits:        f.rateLimits(),
-			Releases:          orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
-			LoadBalancers:     lbs,
+			Issuer:                f.issuer,
+			Audience:              f.audience,
+			Claims:                auth.ClaimNames{Roles: f.rolesClaim, Name: f.nameClaim, Email: f.emailClaim},
+			CatalogBackend:        *f.cat.backend,
+			CatalogDir:            *f.cat.dir,
+			Tenant:                graph.Tenant{Name: f.tenantName, Domain: f.tenantDomain},
+			ZoneTimeout:           f.zoneTimeout,
+			VMRecoverAfter:        f.recoverAfter,
+			VMRecoverInterval:     f.recoverInterval,
+			SecurityGroupInterval: f.securityGroupInterval,
+			AgentVersion:          f.agentVersion,
+			MaxDepth:              f.maxDepth,
+			MaxComplexity:         f.maxComplexity,
+			RateLimits:            f.rateLimits(),
+			Releases:              orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
+			LoadBalancers:         lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: f.managedKube, Versions: strings.Split(f.kubeVersions, ","),
 				WorkerImage: f.workerImage, WorkerImages: f.images, KubeconfigTTL: f.kubeconfigTTL, APIServerServiceType: f.kubeServiceType,
 				NamespaceRole: f.kubeNamespaceRole},

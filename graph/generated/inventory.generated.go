@@ -32,6 +32,7 @@ type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
+	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
 	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
 	MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error)
@@ -1497,6 +1498,29 @@ func (ec *executionContext) fieldContext_VM_metrics(ctx context.Context, field g
 		return fc, err
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _VM_securityGroups(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_securityGroups(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().SecurityGroups(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_securityGroups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, true, true, "String")
 }
 
 func (ec *executionContext) _VM_snapshots(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
@@ -2972,6 +2996,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_metrics(ctx, field, obj)
+				})
+		case "securityGroups":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_securityGroups(ctx, field, obj)
 				})
 		case "snapshots":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

@@ -37,13 +37,20 @@ type ResolverRoot interface {
 	KubernetesCondition() KubernetesConditionResolver
 	LoadBalancer() LoadBalancerResolver
 	LoadBalancerListener() LoadBalancerListenerResolver
+	Me() MeResolver
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
 	Query() QueryResolver
+	SecurityGroup() SecurityGroupResolver
+	SecurityGroupZone() SecurityGroupZoneResolver
+	SecurityRule() SecurityRuleResolver
+	ServiceAccount() ServiceAccountResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
+	VDCMember() VDCMemberResolver
 	VM() VMResolver
 	Zone() ZoneResolver
+	SecurityRuleInput() SecurityRuleInputResolver
 }
 
 type DirectiveRoot struct {
@@ -175,6 +182,24 @@ type ComplexityRoot struct {
 
 	DeletedPortForward struct {
 		ID func(childComplexity int) int
+	}
+
+	DeletedSSHKey struct {
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+	}
+
+	DeletedSecurityGroup struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedServiceAccount struct {
+		ID   func(childComplexity int) int
+		Name func(childComplexity int) int
+	}
+
+	DeletedVDCMember struct {
+		User func(childComplexity int) int
 	}
 
 	EdgeCounter struct {
@@ -406,6 +431,7 @@ type ComplexityRoot struct {
 		Name          func(childComplexity int) int
 		PlatformAdmin func(childComplexity int) int
 		Roles         func(childComplexity int) int
+		SSHKeys       func(childComplexity int) int
 		Subject       func(childComplexity int) int
 		Vdcs          func(childComplexity int) int
 	}
@@ -435,55 +461,71 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateComputeProfile     func(childComplexity int, input model.CreateComputeProfileInput) int
-		CreateEnrollmentKey      func(childComplexity int, input model.CreateEnrollmentKeyInput) int
-		CreateExternalNetwork    func(childComplexity int, input model.CreateExternalNetworkInput) int
-		CreateFirewallRule       func(childComplexity int, input model.CreateFirewallRuleInput) int
-		CreateImage              func(childComplexity int, input model.CreateImageInput) int
-		CreateKubernetesCluster  func(childComplexity int, input model.CreateKubernetesClusterInput) int
-		CreateLoadBalancer       func(childComplexity int, input model.CreateLoadBalancerInput) int
-		CreateNetwork            func(childComplexity int, input model.CreateNetworkInput) int
-		CreateNodePool           func(childComplexity int, input model.CreateNodePoolInput) int
-		CreateOneToOneAddress    func(childComplexity int, input model.CreateOneToOneAddressInput) int
-		CreatePortForward        func(childComplexity int, input model.CreatePortForwardInput) int
-		CreateSnapshot           func(childComplexity int, vm string, input model.CreateSnapshotInput) int
-		CreateStorageProfile     func(childComplexity int, input model.CreateStorageProfileInput) int
-		CreateVM                 func(childComplexity int, input model.CreateVMInput) int
-		CreateVdc                func(childComplexity int, input model.CreateVDCInput) int
-		DeleteComputeProfile     func(childComplexity int, name string, resourceVersion *string) int
-		DeleteEdgeGateway        func(childComplexity int, id string) int
-		DeleteFirewallRule       func(childComplexity int, id string) int
-		DeleteImage              func(childComplexity int, name string, resourceVersion *string) int
-		DeleteKubernetesCluster  func(childComplexity int, id string) int
-		DeleteLoadBalancer       func(childComplexity int, id string) int
-		DeleteNetwork            func(childComplexity int, id string) int
-		DeleteNodePool           func(childComplexity int, id string) int
-		DeleteOneToOneAddress    func(childComplexity int, id string) int
-		DeletePortForward        func(childComplexity int, id string) int
-		DeleteSnapshot           func(childComplexity int, vm string, name string) int
-		DeleteStorageProfile     func(childComplexity int, name string, resourceVersion *string) int
-		DeleteVM                 func(childComplexity int, id string) int
-		DeleteVdc                func(childComplexity int, name string, resourceVersion *string) int
-		IssueKubeconfig          func(childComplexity int, cluster string) int
-		MigrateVM                func(childComplexity int, input model.MigrateVMInput) int
-		OpenConsole              func(childComplexity int, id string) int
-		RebootVM                 func(childComplexity int, id string) int
-		RevokeEnrollmentKey      func(childComplexity int, id string) int
-		RollbackSnapshot         func(childComplexity int, vm string, name string, start *bool) int
-		ScaleNodePool            func(childComplexity int, id string, size int) int
-		ShutdownVM               func(childComplexity int, id string) int
-		StageImage               func(childComplexity int, name string, zone string) int
-		StartVM                  func(childComplexity int, id string) int
-		StopVM                   func(childComplexity int, id string) int
-		UpdateAgents             func(childComplexity int, input model.UpdateAgentsInput) int
-		UpdateComputeProfile     func(childComplexity int, input model.UpdateComputeProfileInput) int
-		UpdateEdgeGateway        func(childComplexity int, input model.UpdateEdgeGatewayInput) int
-		UpdateImage              func(childComplexity int, input model.UpdateImageInput) int
-		UpdateLoadBalancer       func(childComplexity int, input model.UpdateLoadBalancerInput) int
-		UpdateStorageProfile     func(childComplexity int, input model.UpdateStorageProfileInput) int
-		UpdateVdc                func(childComplexity int, input model.UpdateVDCInput) int
-		UpdateZone               func(childComplexity int, input model.UpdateZoneInput) int
-		UpgradeKubernetesCluster func(childComplexity int, id string, version string) int
+		AddSSHKey                 func(childComplexity int, input model.AddSSHKeyInput) int
+		AddVDCMember              func(childComplexity int, input model.AddVDCMemberInput) int
+		AttachDisk                func(childComplexity int, input model.AttachDiskInput) int
+		CreateComputeProfile      func(childComplexity int, input model.CreateComputeProfileInput) int
+		CreateEnrollmentKey       func(childComplexity int, input model.CreateEnrollmentKeyInput) int
+		CreateExternalNetwork     func(childComplexity int, input model.CreateExternalNetworkInput) int
+		CreateFirewallRule        func(childComplexity int, input model.CreateFirewallRuleInput) int
+		CreateImage               func(childComplexity int, input model.CreateImageInput) int
+		CreateKubernetesCluster   func(childComplexity int, input model.CreateKubernetesClusterInput) int
+		CreateLoadBalancer        func(childComplexity int, input model.CreateLoadBalancerInput) int
+		CreateNetwork             func(childComplexity int, input model.CreateNetworkInput) int
+		CreateNodePool            func(childComplexity int, input model.CreateNodePoolInput) int
+		CreateOneToOneAddress     func(childComplexity int, input model.CreateOneToOneAddressInput) int
+		CreatePortForward         func(childComplexity int, input model.CreatePortForwardInput) int
+		CreateSecurityGroup       func(childComplexity int, input model.CreateSecurityGroupInput) int
+		CreateServiceAccount      func(childComplexity int, input model.CreateServiceAccountInput) int
+		CreateSnapshot            func(childComplexity int, vm string, input model.CreateSnapshotInput) int
+		CreateStorageProfile      func(childComplexity int, input model.CreateStorageProfileInput) int
+		CreateVM                  func(childComplexity int, input model.CreateVMInput) int
+		CreateVdc                 func(childComplexity int, input model.CreateVDCInput) int
+		DeleteComputeProfile      func(childComplexity int, name string, resourceVersion *string) int
+		DeleteEdgeGateway         func(childComplexity int, id string) int
+		DeleteFirewallRule        func(childComplexity int, id string) int
+		DeleteImage               func(childComplexity int, name string, resourceVersion *string) int
+		DeleteKubernetesCluster   func(childComplexity int, id string) int
+		DeleteLoadBalancer        func(childComplexity int, id string) int
+		DeleteNetwork             func(childComplexity int, id string) int
+		DeleteNodePool            func(childComplexity int, id string) int
+		DeleteOneToOneAddress     func(childComplexity int, id string) int
+		DeletePortForward         func(childComplexity int, id string) int
+		DeleteSSHKey              func(childComplexity int, name string) int
+		DeleteSecurityGroup       func(childComplexity int, id string) int
+		DeleteServiceAccount      func(childComplexity int, id string) int
+		DeleteSnapshot            func(childComplexity int, vm string, name string) int
+		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVM                  func(childComplexity int, id string) int
+		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
+		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
+		IssueKubeconfig           func(childComplexity int, cluster string) int
+		MigrateVM                 func(childComplexity int, input model.MigrateVMInput) int
+		OpenConsole               func(childComplexity int, id string) int
+		RebootVM                  func(childComplexity int, id string) int
+		RemoveVDCMember           func(childComplexity int, user string) int
+		ResizeDisk                func(childComplexity int, input model.ResizeDiskInput) int
+		ResizeVM                  func(childComplexity int, input model.ResizeVMInput) int
+		RevokeEnrollmentKey       func(childComplexity int, id string) int
+		RollbackSnapshot          func(childComplexity int, vm string, name string, start *bool) int
+		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
+		ScaleNodePool             func(childComplexity int, id string, size int) int
+		SetDefaultSecurityGroup   func(childComplexity int, name *string) int
+		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
+		ShutdownVM                func(childComplexity int, id string) int
+		StageImage                func(childComplexity int, name string, zone string) int
+		StartVM                   func(childComplexity int, id string) int
+		StopVM                    func(childComplexity int, id string) int
+		UpdateAgents              func(childComplexity int, input model.UpdateAgentsInput) int
+		UpdateComputeProfile      func(childComplexity int, input model.UpdateComputeProfileInput) int
+		UpdateEdgeGateway         func(childComplexity int, input model.UpdateEdgeGatewayInput) int
+		UpdateImage               func(childComplexity int, input model.UpdateImageInput) int
+		UpdateLoadBalancer        func(childComplexity int, input model.UpdateLoadBalancerInput) int
+		UpdateSecurityGroup       func(childComplexity int, input model.UpdateSecurityGroupInput) int
+		UpdateStorageProfile      func(childComplexity int, input model.UpdateStorageProfileInput) int
+		UpdateVdc                 func(childComplexity int, input model.UpdateVDCInput) int
+		UpdateZone                func(childComplexity int, input model.UpdateZoneInput) int
+		UpgradeKubernetesCluster  func(childComplexity int, id string, version string) int
 	}
 
 	Network struct {
@@ -617,6 +659,8 @@ type ComplexityRoot struct {
 		Operation            func(childComplexity int, id string) int
 		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
+		SecurityGroups       func(childComplexity int) int
+		ServiceAccounts      func(childComplexity int) int
 		StorageProfile       func(childComplexity int, name string) int
 		StorageProfiles      func(childComplexity int) int
 		Tenant               func(childComplexity int) int
@@ -649,6 +693,60 @@ type ComplexityRoot struct {
 		ServerName func(childComplexity int) int
 	}
 
+	SSHKey struct {
+		Comment     func(childComplexity int) int
+		CreatedAt   func(childComplexity int) int
+		Fingerprint func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Options     func(childComplexity int) int
+		PublicKey   func(childComplexity int) int
+		Type        func(childComplexity int) int
+	}
+
+	SecurityGroup struct {
+		Description func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Members     func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Rules       func(childComplexity int) int
+		Zones       func(childComplexity int) int
+	}
+
+	SecurityGroupMember struct {
+		Addresses func(childComplexity int) int
+		VM        func(childComplexity int) int
+		Zone      func(childComplexity int) int
+	}
+
+	SecurityGroupZone struct {
+		Message func(childComplexity int) int
+		Status  func(childComplexity int) int
+		Zone    func(childComplexity int) int
+	}
+
+	SecurityRule struct {
+		Description func(childComplexity int) int
+		Direction   func(childComplexity int) int
+		PeerCidr    func(childComplexity int) int
+		PeerGroup   func(childComplexity int) int
+		Ports       func(childComplexity int) int
+		Protocol    func(childComplexity int) int
+	}
+
+	ServiceAccount struct {
+		CreatedAt  func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Role       func(childComplexity int) int
+	}
+
+	ServiceAccountToken struct {
+		ServiceAccount func(childComplexity int) int
+		Token          func(childComplexity int) int
+	}
+
 	StorageProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
@@ -677,17 +775,25 @@ type ComplexityRoot struct {
 	}
 
 	VDC struct {
-		CreationTimestamp func(childComplexity int) int
-		Description       func(childComplexity int) int
-		Name              func(childComplexity int) int
-		Quotas            func(childComplexity int) int
-		ResourceVersion   func(childComplexity int) int
-		Usage             func(childComplexity int) int
+		CreationTimestamp    func(childComplexity int) int
+		DefaultSecurityGroup func(childComplexity int) int
+		Description          func(childComplexity int) int
+		Members              func(childComplexity int) int
+		Name                 func(childComplexity int) int
+		Quotas               func(childComplexity int) int
+		ResourceVersion      func(childComplexity int) int
+		Usage                func(childComplexity int) int
 	}
 
 	VDCAccess struct {
 		Role func(childComplexity int) int
 		Vdc  func(childComplexity int) int
+	}
+
+	VDCMember struct {
+		Role   func(childComplexity int) int
+		Source func(childComplexity int) int
+		User   func(childComplexity int) int
 	}
 
 	VDCQuotas struct {
@@ -728,6 +834,7 @@ type ComplexityRoot struct {
 		Nics                 func(childComplexity int) int
 		Operations           func(childComplexity int, first *int) int
 		OperationsConnection func(childComplexity int, first *int, after *string) int
+		SecurityGroups       func(childComplexity int) int
 		Snapshots            func(childComplexity int) int
 		Status               func(childComplexity int) int
 		Uptime               func(childComplexity int) int
@@ -743,6 +850,7 @@ type ComplexityRoot struct {
 	}
 
 	VMDisk struct {
+		Boot           func(childComplexity int) int
 		ReadIops       func(childComplexity int) int
 		ReadMBps       func(childComplexity int) int
 		SizeGiB        func(childComplexity int) int
@@ -1231,6 +1339,46 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedPortForward.ID(childComplexity), true
+
+	case "DeletedSSHKey.fingerprint":
+		if e.ComplexityRoot.DeletedSSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Fingerprint(childComplexity), true
+	case "DeletedSSHKey.name":
+		if e.ComplexityRoot.DeletedSSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSSHKey.Name(childComplexity), true
+
+	case "DeletedSecurityGroup.id":
+		if e.ComplexityRoot.DeletedSecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedSecurityGroup.ID(childComplexity), true
+
+	case "DeletedServiceAccount.id":
+		if e.ComplexityRoot.DeletedServiceAccount.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedServiceAccount.ID(childComplexity), true
+	case "DeletedServiceAccount.name":
+		if e.ComplexityRoot.DeletedServiceAccount.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedServiceAccount.Name(childComplexity), true
+
+	case "DeletedVDCMember.user":
+		if e.ComplexityRoot.DeletedVDCMember.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedVDCMember.User(childComplexity), true
 
 	case "EdgeCounter.bytes":
 		if e.ComplexityRoot.EdgeCounter.Bytes == nil {
@@ -2185,6 +2333,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Me.Roles(childComplexity), true
+	case "Me.sshKeys":
+		if e.ComplexityRoot.Me.SSHKeys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Me.SSHKeys(childComplexity), true
 	case "Me.subject":
 		if e.ComplexityRoot.Me.Subject == nil {
 			break
@@ -2291,6 +2445,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.MigrationZone.Zone(childComplexity), true
 
+	case "Mutation.addSSHKey":
+		if e.ComplexityRoot.Mutation.AddSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddSSHKey(childComplexity, args["input"].(model.AddSSHKeyInput)), true
+	case "Mutation.addVDCMember":
+		if e.ComplexityRoot.Mutation.AddVDCMember == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addVDCMember_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddVDCMember(childComplexity, args["input"].(model.AddVDCMemberInput)), true
+	case "Mutation.attachDisk":
+		if e.ComplexityRoot.Mutation.AttachDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_attachDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AttachDisk(childComplexity, args["input"].(model.AttachDiskInput)), true
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -2412,6 +2599,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePortForward(childComplexity, args["input"].(model.CreatePortForwardInput)), true
+	case "Mutation.createSecurityGroup":
+		if e.ComplexityRoot.Mutation.CreateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSecurityGroup(childComplexity, args["input"].(model.CreateSecurityGroupInput)), true
+	case "Mutation.createServiceAccount":
+		if e.ComplexityRoot.Mutation.CreateServiceAccount == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createServiceAccount_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateServiceAccount(childComplexity, args["input"].(model.CreateServiceAccountInput)), true
 	case "Mutation.createSnapshot":
 		if e.ComplexityRoot.Mutation.CreateSnapshot == nil {
 			break
@@ -2566,6 +2775,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeletePortForward(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteSSHKey":
+		if e.ComplexityRoot.Mutation.DeleteSSHKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSSHKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSSHKey(childComplexity, args["name"].(string)), true
+	case "Mutation.deleteSecurityGroup":
+		if e.ComplexityRoot.Mutation.DeleteSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSecurityGroup(childComplexity, args["id"].(string)), true
+	case "Mutation.deleteServiceAccount":
+		if e.ComplexityRoot.Mutation.DeleteServiceAccount == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteServiceAccount_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteServiceAccount(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteSnapshot":
 		if e.ComplexityRoot.Mutation.DeleteSnapshot == nil {
 			break
@@ -2610,6 +2852,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.detachDisk":
+		if e.ComplexityRoot.Mutation.DetachDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_detachDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DetachDisk(childComplexity, args["input"].(model.DetachDiskInput)), true
 	case "Mutation.issueKubeconfig":
 		if e.ComplexityRoot.Mutation.IssueKubeconfig == nil {
 			break
@@ -2654,6 +2907,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RebootVM(childComplexity, args["id"].(string)), true
+	case "Mutation.removeVDCMember":
+		if e.ComplexityRoot.Mutation.RemoveVDCMember == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_removeVDCMember_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RemoveVDCMember(childComplexity, args["user"].(string)), true
+	case "Mutation.resizeDisk":
+		if e.ComplexityRoot.Mutation.ResizeDisk == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resizeDisk_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResizeDisk(childComplexity, args["input"].(model.ResizeDiskInput)), true
+	case "Mutation.resizeVM":
+		if e.ComplexityRoot.Mutation.ResizeVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resizeVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResizeVM(childComplexity, args["input"].(model.ResizeVMInput)), true
 	case "Mutation.revokeEnrollmentKey":
 		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
 			break
@@ -2676,6 +2962,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RollbackSnapshot(childComplexity, args["vm"].(string), args["name"].(string), args["start"].(*bool)), true
+	case "Mutation.rotateServiceAccountToken":
+		if e.ComplexityRoot.Mutation.RotateServiceAccountToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rotateServiceAccountToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RotateServiceAccountToken(childComplexity, args["input"].(model.RotateServiceAccountTokenInput)), true
 	case "Mutation.scaleNodePool":
 		if e.ComplexityRoot.Mutation.ScaleNodePool == nil {
 			break
@@ -2687,6 +2984,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ScaleNodePool(childComplexity, args["id"].(string), args["size"].(int)), true
+	case "Mutation.setDefaultSecurityGroup":
+		if e.ComplexityRoot.Mutation.SetDefaultSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setDefaultSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetDefaultSecurityGroup(childComplexity, args["name"].(*string)), true
+	case "Mutation.setVMSecurityGroups":
+		if e.ComplexityRoot.Mutation.SetVMSecurityGroups == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setVMSecurityGroups_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetVMSecurityGroups(childComplexity, args["input"].(model.SetVMSecurityGroupsInput)), true
 	case "Mutation.shutdownVM":
 		if e.ComplexityRoot.Mutation.ShutdownVM == nil {
 			break
@@ -2786,6 +3105,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateLoadBalancer(childComplexity, args["input"].(model.UpdateLoadBalancerInput)), true
+	case "Mutation.updateSecurityGroup":
+		if e.ComplexityRoot.Mutation.UpdateSecurityGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateSecurityGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateSecurityGroup(childComplexity, args["input"].(model.UpdateSecurityGroupInput)), true
 	case "Mutation.updateStorageProfile":
 		if e.ComplexityRoot.Mutation.UpdateStorageProfile == nil {
 			break
@@ -3454,6 +3784,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Regions(childComplexity), true
+	case "Query.securityGroups":
+		if e.ComplexityRoot.Query.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.SecurityGroups(childComplexity), true
+	case "Query.serviceAccounts":
+		if e.ComplexityRoot.Query.ServiceAccounts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ServiceAccounts(childComplexity), true
 	case "Query.storageProfile":
 		if e.ComplexityRoot.Query.StorageProfile == nil {
 			break
@@ -3624,6 +3966,211 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SNIRoute.ServerName(childComplexity), true
 
+	case "SSHKey.comment":
+		if e.ComplexityRoot.SSHKey.Comment == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Comment(childComplexity), true
+	case "SSHKey.createdAt":
+		if e.ComplexityRoot.SSHKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.CreatedAt(childComplexity), true
+	case "SSHKey.fingerprint":
+		if e.ComplexityRoot.SSHKey.Fingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Fingerprint(childComplexity), true
+	case "SSHKey.name":
+		if e.ComplexityRoot.SSHKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Name(childComplexity), true
+	case "SSHKey.options":
+		if e.ComplexityRoot.SSHKey.Options == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Options(childComplexity), true
+	case "SSHKey.publicKey":
+		if e.ComplexityRoot.SSHKey.PublicKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.PublicKey(childComplexity), true
+	case "SSHKey.type":
+		if e.ComplexityRoot.SSHKey.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SSHKey.Type(childComplexity), true
+
+	case "SecurityGroup.description":
+		if e.ComplexityRoot.SecurityGroup.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Description(childComplexity), true
+	case "SecurityGroup.id":
+		if e.ComplexityRoot.SecurityGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.ID(childComplexity), true
+	case "SecurityGroup.members":
+		if e.ComplexityRoot.SecurityGroup.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Members(childComplexity), true
+	case "SecurityGroup.name":
+		if e.ComplexityRoot.SecurityGroup.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Name(childComplexity), true
+	case "SecurityGroup.rules":
+		if e.ComplexityRoot.SecurityGroup.Rules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Rules(childComplexity), true
+	case "SecurityGroup.zones":
+		if e.ComplexityRoot.SecurityGroup.Zones == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroup.Zones(childComplexity), true
+
+	case "SecurityGroupMember.addresses":
+		if e.ComplexityRoot.SecurityGroupMember.Addresses == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Addresses(childComplexity), true
+	case "SecurityGroupMember.vmId":
+		if e.ComplexityRoot.SecurityGroupMember.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.VM(childComplexity), true
+	case "SecurityGroupMember.zone":
+		if e.ComplexityRoot.SecurityGroupMember.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupMember.Zone(childComplexity), true
+
+	case "SecurityGroupZone.message":
+		if e.ComplexityRoot.SecurityGroupZone.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Message(childComplexity), true
+	case "SecurityGroupZone.status":
+		if e.ComplexityRoot.SecurityGroupZone.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Status(childComplexity), true
+	case "SecurityGroupZone.zone":
+		if e.ComplexityRoot.SecurityGroupZone.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityGroupZone.Zone(childComplexity), true
+
+	case "SecurityRule.description":
+		if e.ComplexityRoot.SecurityRule.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Description(childComplexity), true
+	case "SecurityRule.direction":
+		if e.ComplexityRoot.SecurityRule.Direction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Direction(childComplexity), true
+	case "SecurityRule.peerCidr":
+		if e.ComplexityRoot.SecurityRule.PeerCidr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerCidr(childComplexity), true
+	case "SecurityRule.peerGroup":
+		if e.ComplexityRoot.SecurityRule.PeerGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.PeerGroup(childComplexity), true
+	case "SecurityRule.ports":
+		if e.ComplexityRoot.SecurityRule.Ports == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Ports(childComplexity), true
+	case "SecurityRule.protocol":
+		if e.ComplexityRoot.SecurityRule.Protocol == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecurityRule.Protocol(childComplexity), true
+
+	case "ServiceAccount.createdAt":
+		if e.ComplexityRoot.ServiceAccount.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.CreatedAt(childComplexity), true
+	case "ServiceAccount.expiresAt":
+		if e.ComplexityRoot.ServiceAccount.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.ExpiresAt(childComplexity), true
+	case "ServiceAccount.id":
+		if e.ComplexityRoot.ServiceAccount.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.ID(childComplexity), true
+	case "ServiceAccount.lastUsedAt":
+		if e.ComplexityRoot.ServiceAccount.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.LastUsedAt(childComplexity), true
+	case "ServiceAccount.name":
+		if e.ComplexityRoot.ServiceAccount.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.Name(childComplexity), true
+	case "ServiceAccount.role":
+		if e.ComplexityRoot.ServiceAccount.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccount.Role(childComplexity), true
+
+	case "ServiceAccountToken.serviceAccount":
+		if e.ComplexityRoot.ServiceAccountToken.ServiceAccount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccountToken.ServiceAccount(childComplexity), true
+	case "ServiceAccountToken.token":
+		if e.ComplexityRoot.ServiceAccountToken.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ServiceAccountToken.Token(childComplexity), true
+
 	case "StorageProfile.createdAt":
 		if e.ComplexityRoot.StorageProfile.CreationTimestamp == nil {
 			break
@@ -3729,12 +4276,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDC.CreationTimestamp(childComplexity), true
+	case "VDC.defaultSecurityGroup":
+		if e.ComplexityRoot.VDC.DefaultSecurityGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.DefaultSecurityGroup(childComplexity), true
 	case "VDC.description":
 		if e.ComplexityRoot.VDC.Description == nil {
 			break
 		}
 
 		return e.ComplexityRoot.VDC.Description(childComplexity), true
+	case "VDC.members":
+		if e.ComplexityRoot.VDC.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDC.Members(childComplexity), true
 	case "VDC.name":
 		if e.ComplexityRoot.VDC.Name == nil {
 			break
@@ -3772,6 +4331,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VDCAccess.Vdc(childComplexity), true
+
+	case "VDCMember.role":
+		if e.ComplexityRoot.VDCMember.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.Role(childComplexity), true
+	case "VDCMember.source":
+		if e.ComplexityRoot.VDCMember.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.Source(childComplexity), true
+	case "VDCMember.user":
+		if e.ComplexityRoot.VDCMember.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCMember.User(childComplexity), true
 
 	case "VDCQuotas.kubernetesClusters":
 		if e.ComplexityRoot.VDCQuotas.KubernetesClusters == nil {
@@ -3976,6 +4554,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.securityGroups":
+		if e.ComplexityRoot.VM.SecurityGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.SecurityGroups(childComplexity), true
 	case "VM.snapshots":
 		if e.ComplexityRoot.VM.Snapshots == nil {
 			break
@@ -4032,6 +4616,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VMConnection.TotalCount(childComplexity), true
 
+	case "VMDisk.boot":
+		if e.ComplexityRoot.VMDisk.Boot == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VMDisk.Boot(childComplexity), true
 	case "VMDisk.readIops":
 		if e.ComplexityRoot.VMDisk.ReadIops == nil {
 			break
@@ -4300,6 +4890,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("AddSSHKeyInput", ec.unmarshalInputAddSSHKeyInput),
+			graphql.NewInputUnmarshaler("AddVDCMemberInput", ec.unmarshalInputAddVDCMemberInput),
+			graphql.NewInputUnmarshaler("AttachDiskInput", ec.unmarshalInputAttachDiskInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
@@ -4313,10 +4906,13 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
+			graphql.NewInputUnmarshaler("CreateSecurityGroupInput", ec.unmarshalInputCreateSecurityGroupInput),
+			graphql.NewInputUnmarshaler("CreateServiceAccountInput", ec.unmarshalInputCreateServiceAccountInput),
 			graphql.NewInputUnmarshaler("CreateSnapshotInput", ec.unmarshalInputCreateSnapshotInput),
 			graphql.NewInputUnmarshaler("CreateStorageProfileInput", ec.unmarshalInputCreateStorageProfileInput),
 			graphql.NewInputUnmarshaler("CreateVDCInput", ec.unmarshalInputCreateVDCInput),
 			graphql.NewInputUnmarshaler("CreateVMInput", ec.unmarshalInputCreateVMInput),
+			graphql.NewInputUnmarshaler("DetachDiskInput", ec.unmarshalInputDetachDiskInput),
 			graphql.NewInputUnmarshaler("HealthCheckInput", ec.unmarshalInputHealthCheckInput),
 			graphql.NewInputUnmarshaler("LoadBalancerListenerInput", ec.unmarshalInputLoadBalancerListenerInput),
 			graphql.NewInputUnmarshaler("MigrateVMInput", ec.unmarshalInputMigrateVMInput),
@@ -4325,13 +4921,19 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("NodeLabelInput", ec.unmarshalInputNodeLabelInput),
 			graphql.NewInputUnmarshaler("NodeTaintInput", ec.unmarshalInputNodeTaintInput),
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
+			graphql.NewInputUnmarshaler("ResizeDiskInput", ec.unmarshalInputResizeDiskInput),
+			graphql.NewInputUnmarshaler("ResizeVMInput", ec.unmarshalInputResizeVMInput),
+			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
+			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
+			graphql.NewInputUnmarshaler("SetVMSecurityGroupsInput", ec.unmarshalInputSetVMSecurityGroupsInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
 			graphql.NewInputUnmarshaler("UpdateComputeProfileInput", ec.unmarshalInputUpdateComputeProfileInput),
 			graphql.NewInputUnmarshaler("UpdateEdgeGatewayInput", ec.unmarshalInputUpdateEdgeGatewayInput),
 			graphql.NewInputUnmarshaler("UpdateImageInput", ec.unmarshalInputUpdateImageInput),
 			graphql.NewInputUnmarshaler("UpdateLoadBalancerInput", ec.unmarshalInputUpdateLoadBalancerInput),
+			graphql.NewInputUnmarshaler("UpdateSecurityGroupInput", ec.unmarshalInputUpdateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
@@ -4431,6 +5033,149 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../access.graphqls", Input: `# Who may use a VDC: its members (users granted a role here, besides the
+# identity provider's role claims) and its service accounts (tokens
+# flexplane issues for automation). Managing either needs the VDC's ADMIN
+# role (platform admins have it in every VDC).
+
+extend type Query {
+  "The service accounts of the VDC, by name."
+  serviceAccounts: [ServiceAccount!]! @vdc(role: ADMIN)
+}
+
+extend type Mutation {
+  """
+  Makes a service account of the VDC and its token, which this answer shows
+  once: flexplane keeps only its hash. The role is at most the caller's
+  (else FORBIDDEN); a taken name is CONFLICT, as is a 51st account.
+  """
+  createServiceAccount(
+    "What to make."
+    input: CreateServiceAccountInput!
+  ): ServiceAccountToken! @vdc(role: ADMIN)
+  """
+  Gives a service account a new token, shown once; the old token keeps
+  working for graceSeconds (0: it stops now).
+  """
+  rotateServiceAccountToken(
+    "Which account, and how long its old token lasts."
+    input: RotateServiceAccountTokenInput!
+  ): ServiceAccountToken! @vdc(role: ADMIN)
+  "Deletes a service account; its tokens stop working on every replica within seconds."
+  deleteServiceAccount(
+    "The account's id."
+    id: ID!
+  ): DeletedServiceAccount! @vdc(role: ADMIN)
+  """
+  Grants a user a role in the VDC, or changes the role granted here before.
+  The role is at most the caller's (else FORBIDDEN).
+  """
+  addVDCMember(
+    "Who and which role."
+    input: AddVDCMemberInput!
+  ): VDCMember! @vdc(role: ADMIN)
+  """
+  Removes the role granted here to a user (NOT_FOUND when none was: a role
+  of the identity provider's claims is changed there).
+  """
+  removeVDCMember(
+    "The user's login name (the token's preferred_username)."
+    user: String!
+  ): DeletedVDCMember! @vdc(role: ADMIN)
+}
+
+extend type VDC {
+  """
+  The users granted a role here, and the caller when the identity
+  provider's claims give it one; by user.
+  """
+  members: [VDCMember!]!
+}
+
+"A user's role in a VDC."
+type VDCMember {
+  "The login name the identity provider asserts (the token's preferred_username)."
+  user: String!
+  "The role (the higher of a grant here and the identity provider's claims counts)."
+  role: VDCRole!
+  "Where the role comes from."
+  source: VDCMemberSource!
+}
+
+"Where a VDC member's role comes from."
+enum VDCMemberSource {
+  "Granted in flexplane (addVDCMember)."
+  GRANTED
+  "The identity provider's role claims."
+  CLAIMS
+}
+
+"A user to grant a role in the VDC."
+input AddVDCMemberInput {
+  "The login name the identity provider asserts (the token's preferred_username)."
+  user: String!
+  "The role."
+  role: VDCRole!
+}
+
+"The result of removeVDCMember."
+type DeletedVDCMember {
+  "The user whose role was removed."
+  user: String!
+}
+
+"A VDC's non-human caller: its token acts in this VDC with its role."
+type ServiceAccount {
+  "Unique id (sa- and 20 hex digits)."
+  id: ID!
+  "Unique name in the VDC (a DNS label)."
+  name: String!
+  "Its role in the VDC."
+  role: VDCRole!
+  "When it was made."
+  createdAt: Time!
+  "When its tokens stop working; null: never."
+  expiresAt: Time
+  "When a token of it was last accepted (updated at most once a minute); null: never."
+  lastUsedAt: Time
+}
+
+"A service account with a token just made for it."
+type ServiceAccountToken {
+  "The account."
+  serviceAccount: ServiceAccount!
+  """
+  The bearer token (fpsa_...), shown only in this answer: store it now.
+  """
+  token: String!
+}
+
+"A new service account."
+input CreateServiceAccountInput {
+  "Unique name in the VDC (a DNS label)."
+  name: String!
+  "Its role: at most the caller's."
+  role: VDCRole!
+  "When its tokens stop working; absent: never."
+  expiresAt: Time
+}
+
+"Which service account gets a new token."
+input RotateServiceAccountTokenInput {
+  "The account's id."
+  id: ID!
+  "How long the old token keeps working, 0 to 604800 seconds."
+  graceSeconds: Int = 0
+}
+
+"The result of deleteServiceAccount."
+type DeletedServiceAccount {
+  "The deleted account's id."
+  id: ID!
+  "Its name."
+  name: String!
+}
+`, BuiltIn: false},
 	{Name: "../agentupdate.graphqls", Input: `# Agent self-update: signed releases published to the orchestrator
 # (` + "`" + `orchestrator releases add` + "`" + `) and rolled out to the agents over the mesh,
 # in batches, by platform admins. See docs/operate/agent-updates.md.
@@ -4610,6 +5355,104 @@ type ConsoleSession {
   expiresAt: Time!
 }
 `, BuiltIn: false},
+	{Name: "../disk.graphqls", Input: `# A VM's disks and size after its create: disks attached, grown and
+# detached, and the VM resized to another compute profile.
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: a VM of
+# another VDC (or no VM) answers NOT_FOUND, as does a disk slot the VM does
+# not have (extensions.field = input.disk). Bad input is BAD_USER_INPUT
+# naming the field and changes nothing.
+#
+# Quota: every disk of a VM counts against the VDC's storage quota, the
+# unused ones (detached with keep: true) too; a disk attached or grown, and
+# the vCPUs and memory a resize adds, are reserved against the quotas
+# before Proxmox is asked, as createVM does (QUOTA_EXCEEDED otherwise).
+
+extend type Mutation {
+  """
+  Adds a disk to a VM in its next free scsi slot (scsi1 on a new VM); a
+  running VM gets it hot-plugged. BAD_USER_INPUT for a size out of 1 to
+  65536 GiB, a storage profile that does not exist or has no storage in
+  the VM's zone, or a VM whose 31 scsi slots are taken; CONFLICT while the
+  VM is being created or is busy.
+  """
+  attachDisk(
+    "The disk to add."
+    input: AttachDiskInput!
+  ): VMDisk! @vdc(role: MEMBER)
+  """
+  Grows a disk (a running VM's live; the guest's file systems are the
+  guest's to grow). Disks only grow: a smaller size is BAD_USER_INPUT
+  (input.sizeGiB), the same size changes nothing.
+  """
+  resizeDisk(
+    "The disk and its new size."
+    input: ResizeDiskInput!
+  ): VMDisk! @vdc(role: MEMBER)
+  """
+  Removes a disk from a VM and deletes its volume, or keeps the volume as
+  an unused disk of the VM (still counted against the storage quota, gone
+  with the VM) with keep: true. CONFLICT for the boot disk.
+  """
+  detachDisk(
+    "The disk to remove."
+    input: DetachDiskInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Gives a VM the vCPUs and memory of another compute profile. A stopped VM
+  takes them at once; a running one takes them live where its configuration
+  allows (Proxmox's hotplug option names cpu, and the vCPUs fit its cores ×
+  sockets; it names memory, with NUMA on), else on a reboot: the operation
+  then follows the reboot, which reboot: true must allow (CONFLICT with the
+  reason otherwise, extensions.field = input.reboot). The VM records its new
+  profile.
+  """
+  resizeVM(
+    "The VM and its new size."
+    input: ResizeVMInput!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"A disk to add to a VM."
+input AttachDiskInput {
+  "The VM's id."
+  vm: ID!
+  "Its size in GiB, 1 to 65536."
+  sizeGiB: Int!
+  "The storage profile (its storage in the VM's zone); null takes the boot disk's."
+  storageProfile: String
+}
+
+"A disk to grow."
+input ResizeDiskInput {
+  "The VM's id."
+  vm: ID!
+  "The disk's slot (VMDisk.slot, e.g. scsi1)."
+  disk: String!
+  "Its new size in GiB: at least its size, at most 65536."
+  sizeGiB: Int!
+}
+
+"A disk to remove."
+input DetachDiskInput {
+  "The VM's id."
+  vm: ID!
+  "The disk's slot (VMDisk.slot); not the boot disk's."
+  disk: String!
+  "Keep the volume as an unused disk of the VM instead of deleting it."
+  keep: Boolean = false
+}
+
+"A VM's new size."
+input ResizeVMInput {
+  "The VM's id."
+  id: ID!
+  "The compute profile whose vCPUs and memory the VM takes."
+  computeProfile: String!
+  "Allow the reboot a running VM needs when it cannot take the change live."
+  reboot: Boolean = false
+}
+`, BuiltIn: false},
 	{Name: "../edge.graphqls", Input: `# Edge gateways: one per VDC per zone, run by an agent of the zone in a
 # network namespace of its node, with a leg in each of the VDC's networks
 # (holding the network's gateway address) and an uplink on the zone's
@@ -4784,9 +5627,9 @@ type EdgeCounter {
 
 "Which way a firewall rule looks."
 enum FirewallDirection {
-  "From the external network to the VDC (the destination is the VM's address and port after port forwarding)."
+  "From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members."
   INBOUND
-  "From the VDC to the external network."
+  "From the VDC to the external network; of a security group's rule: from its members."
   OUTBOUND
 }
 
@@ -6601,6 +7444,8 @@ enum OperationKind {
   DELETE_SNAPSHOT
   "migrateVM."
   MIGRATE_VM
+  "resizeVM."
+  RESIZE_VM
 }
 
 "Whether an operation runs or how it ended."
@@ -6853,14 +7698,17 @@ type Region {
 # one holds what they share (so gqlgen generates the root types' code here,
 # not in one domain's file).
 #
-# Authentication: every request carries "Authorization: Bearer <OIDC token>"
-# (over websockets: the connection_init payload key "Authorization").
+# Authentication: every request carries "Authorization: Bearer <token>", a
+# user's OIDC token or a service account's token (fpsa_...); over
+# websockets: the connection_init payload key "Authorization".
 # VDC scope: the "FlexPlane-VDC-ID" header (payload key over websockets)
 # names the VDC of VDC-level fields. A VDC the token does not allow, or one
 # that does not exist, answers NOT_FOUND for the whole request.
 #
-# Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, BAD_USER_INPUT
-# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, ZONE_UNAVAILABLE,
+# Errors carry extensions.code: UNAUTHENTICATED, NOT_FOUND, FORBIDDEN (a
+# member of the VDC whose role does not allow the action), BAD_USER_INPUT
+# (with extensions.field), CONFLICT, QUOTA_EXCEEDED, CAPACITY_EXCEEDED (no
+# host of the zone can take the VM; nothing was done), ZONE_UNAVAILABLE,
 # UNAVAILABLE, RATE_LIMITED (with extensions.retryAfter, whole seconds: the
 # caller ran mutations faster than its rate limit allows; nothing of the
 # operation ran) or INTERNAL.
@@ -6889,7 +7737,8 @@ directive @platformAdmin on FIELD_DEFINITION
 
 """
 The field works in the VDC named by the FlexPlane-VDC-ID header, which must be
-set; the caller needs at least the given role in that VDC (else NOT_FOUND).
+set; the caller needs at least the given role in that VDC: a member of it
+with a lower role gets FORBIDDEN, anyone else NOT_FOUND.
 """
 directive @vdc(role: VDCRole! = VIEWER) on FIELD_DEFINITION
 
@@ -6899,6 +7748,232 @@ events record it as "[redacted]". Every such input field or argument must
 carry it.
 """
 directive @secret on INPUT_FIELD_DEFINITION | ARGUMENT_DEFINITION
+`, BuiltIn: false},
+	{Name: "../securitygroup.graphqls", Input: `# Security groups: per-VM firewall rules of a VDC, written to each zone's
+# Proxmox firewall. Rules only allow. A VM in no group keeps its firewall
+# off (open inside the VDC); a VM in groups denies inbound traffic but what
+# a rule of one of its groups allows and what comes from members of the
+# same group, and allows outbound traffic unless one of its groups has
+# OUTBOUND rules, then only what they allow. Platform traffic is always
+# allowed: DHCP and ARP, what the VDC's edge gateway forwards to the VM as
+# its own rules decide it (port forwards, 1:1 addresses) and its
+# health checks, load balancers' health checks, and the traffic between a
+# Kubernetes node pool's workers and their control plane that the pool
+# needs. Traffic from outside passes the edge gateway's rules first, then
+# the VM's groups.
+
+extend type Query {
+  """
+  The security groups of the current VDC, sorted by name (a plain list: a
+  VDC has at most 100).
+  """
+  securityGroups: [SecurityGroup!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a security group. BAD_USER_INPUT (extensions.field names the
+  field, e.g. input.rules[3].ports) for a name that is not a DNS label,
+  more than 200 rules, a malformed CIDR or port list, ports on an ICMP or
+  ANY rule, a rule with both a peer CIDR and a peer group; NOT_FOUND for a
+  peer group the VDC does not have (input.rules[i].peerGroup); CONFLICT
+  for a name the VDC uses already or when it has 100 groups. A refused
+  create changes nothing.
+  """
+  createSecurityGroup(
+    "The group."
+    input: CreateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Replaces a group's rules (all of them, when given) or its description;
+  the zones' firewalls follow. Errors as createSecurityGroup; NOT_FOUND
+  for a group the VDC does not have.
+  """
+  updateSecurityGroup(
+    "The group and what changes."
+    input: UpdateSecurityGroupInput!
+  ): SecurityGroup! @vdc(role: MEMBER)
+  """
+  Deletes a group. CONFLICT while a VM is in it, a rule of another group
+  names it as its peer, or it is the VDC's default group; ZONE_UNAVAILABLE
+  while a zone where a VM might be in it cannot be read; NOT_FOUND for a
+  group the VDC does not have.
+  """
+  deleteSecurityGroup(
+    "The group's id."
+    id: ID!
+  ): DeletedSecurityGroup! @vdc(role: MEMBER)
+  """
+  Puts a VM in exactly these security groups of its VDC (an empty list:
+  in none, its firewall off as before groups). BAD_USER_INPUT for more
+  than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
+  does not have (extensions.field input.securityGroups[i]).
+  """
+  setVMSecurityGroups(
+    "The VM and its groups."
+    input: SetVMSecurityGroupsInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Sets the security group new VMs of the current VDC are put in when
+  their create names none (null: none). VMs that exist keep their groups.
+  NOT_FOUND for a group the VDC does not have.
+  """
+  setDefaultSecurityGroup(
+    "The group's name, or null."
+    name: String
+  ): VDC! @vdc(role: ADMIN)
+}
+
+"""
+A security group of a VDC: rules that allow traffic to and from its member
+VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+gateway's forwarded and health-check traffic as its rules decide it,
+load-balancer health checks, the Kubernetes traffic a node pool needs).
+"""
+type SecurityGroup {
+  "Opaque id."
+  id: ID!
+  "Its name, unique in the VDC (a DNS label): what rules and VMs name it by."
+  name: String!
+  "What it is for."
+  description: String!
+  "Its rules, in order."
+  rules: [SecurityRule!]!
+  """
+  The VMs in it, in the zones that answer, sorted by id; a zone that does
+  not answer adds a ZONE_UNAVAILABLE error.
+  """
+  members: [SecurityGroupMember!]!
+  """
+  Where it stands in each zone where the VDC has VMs, read from the zones'
+  firewalls as the request is answered.
+  """
+  zones: [SecurityGroupZone!]!
+}
+
+"A rule of a security group: it allows the traffic it matches."
+type SecurityRule {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "The destination ports as Proxmox writes them (22, 8000:8100, 80,443); null for all."
+  ports: String
+  "The other end's network; null for none."
+  peerCidr: String
+  "The other end as the members of a security group of the VDC (by name); null for none."
+  peerGroup: String
+  "Free text."
+  description: String
+}
+
+"The protocol of a security group's rule."
+enum SecurityProtocol {
+  "TCP."
+  TCP
+  "UDP."
+  UDP
+  "ICMP."
+  ICMP
+  "Every protocol."
+  ANY
+}
+
+"A VM in a security group."
+type SecurityGroupMember {
+  "The VM's id."
+  vmId: ID!
+  "Its zone's name."
+  zone: String!
+  "Its NICs' addresses."
+  addresses: [String!]!
+}
+
+"Where a security group stands in one zone."
+type SecurityGroupZone {
+  "The zone's name."
+  zone: String!
+  "Whether its firewall holds the group as it is."
+  status: SecurityGroupZoneStatus!
+  "Why it is pending, failed or unavailable; null when applied."
+  message: String
+}
+
+"Where a security group stands in a zone."
+enum SecurityGroupZoneStatus {
+  "The zone's firewall holds the group, its rules and its members as they are."
+  APPLIED
+  "Not written yet (a change reaches the zone within seconds)."
+  PENDING
+  "The last attempt to write it failed; it is tried again."
+  ERROR
+  "The zone cannot be reached; it gets the group when it is back."
+  UNAVAILABLE
+}
+
+"The result of deleteSecurityGroup."
+type DeletedSecurityGroup {
+  "The group's id."
+  id: ID!
+}
+
+"A new security group."
+input CreateSecurityGroupInput {
+  "Its name, unique in the VDC: a DNS label."
+  name: String!
+  "What it is for (at most 1024 bytes)."
+  description: String
+  "Its rules (at most 200)."
+  rules: [SecurityRuleInput!]!
+}
+
+"What updateSecurityGroup changes; a null field is kept."
+input UpdateSecurityGroupInput {
+  "The group's id."
+  id: ID!
+  "All its rules, replacing those it has (at most 200)."
+  rules: [SecurityRuleInput!]
+  "What it is for."
+  description: String
+}
+
+"""
+A rule of a security group. With neither peerCidr nor peerGroup the peer
+is any address.
+"""
+input SecurityRuleInput {
+  "INBOUND: to the group's members; OUTBOUND: from them."
+  direction: FirewallDirection!
+  "The protocol it matches."
+  protocol: SecurityProtocol!
+  "Destination ports (TCP, UDP) as Proxmox writes them: 22, 8000:8100, 80,443; null for all."
+  ports: String
+  "The other end's network (e.g. 10.1.0.0/24)."
+  peerCidr: String
+  "The other end as the members of a security group of the same VDC, by name (kept up to date as VMs come and go)."
+  peerGroup: String
+  "Free text (at most 1024 bytes)."
+  description: String
+}
+
+"What setVMSecurityGroups changes."
+input SetVMSecurityGroupsInput {
+  "The VM's id."
+  vm: ID!
+  "The names of the VDC's security groups it is in from now on (at most 16)."
+  securityGroups: [String!]!
+}
+
+extend type VM {
+  "The names of the security groups it is in (none: its firewall is off)."
+  securityGroups: [String!]!
+}
+
+extend type VDC {
+  "The security group new VMs are put in when their create names none; null for none."
+  defaultSecurityGroup: String
+}
 `, BuiltIn: false},
 	{Name: "../snapshot.graphqls", Input: `# VM snapshots: Proxmox's own snapshots of a guest (its disks, its
 # configuration and, if asked, its RAM). Taking, rolling back and deleting
@@ -6982,6 +8057,79 @@ type VMSnapshot {
   current: Boolean!
   "What it counts against the VDC's storage quota, in GiB."
   storageGiB: Int!
+}
+`, BuiltIn: false},
+	{Name: "../sshkey.graphqls", Input: `# SSH keys of a user: kept per user (the token's subject) for new VMs,
+# which take them by name (CreateVMInput.sshKeyNames).
+
+extend type Mutation {
+  """
+  Adds an SSH key to the caller's keys (at most 100; names unique among
+  the caller's keys). Any signed-in user, for their own keys.
+  """
+  addSSHKey(
+    "The key and its name."
+    input: AddSSHKeyInput!
+  ): SSHKey!
+  """
+  Deletes the caller's key of that name; a name the caller has no key of
+  is NOT_FOUND. Any signed-in user, for their own keys.
+  """
+  deleteSSHKey(
+    "The name of the caller's key."
+    name: String!
+  ): DeletedSSHKey!
+}
+
+extend type Me {
+  "The caller's SSH keys, in the order they were added."
+  sshKeys: [SSHKey!]!
+}
+
+"A key to add to the caller's SSH keys."
+input AddSSHKeyInput {
+  """
+  The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+  '_' or '-', starting with a letter or digit.
+  """
+  name: String!
+  """
+  One OpenSSH authorized_keys line (options, type, key, comment) of at most
+  8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+  ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+  sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+  createVM's sshKeys are.
+  """
+  publicKey: String! @secret
+}
+
+"An SSH key of the caller's."
+type SSHKey {
+  "The key's name among the caller's keys."
+  name: String!
+  "The key type, e.g. ssh-ed25519, ecdsa-sha2-nistp256, ssh-rsa."
+  type: String!
+  "The SHA256 fingerprint as ssh-keygen -l prints it (SHA256:...)."
+  fingerprint: String!
+  "The comment after the key, if any."
+  comment: String
+  """
+  The key's authorized_keys options, in their order, e.g.
+  command="/usr/bin/backup", from="10.0.0.0/8", no-pty.
+  """
+  options: [String!]!
+  "The whole authorized_keys line."
+  publicKey: String!
+  "When the key was added."
+  createdAt: Time!
+}
+
+"The result of deleteSSHKey."
+type DeletedSSHKey {
+  "The name the key had."
+  name: String!
+  "Its fingerprint."
+  fingerprint: String!
 }
 `, BuiltIn: false},
 	{Name: "../vdc.graphqls", Input: `# Virtual datacenters (VDCs): the unit of tenancy, with quotas.
@@ -7237,11 +8385,40 @@ input CreateVMInput {
   "At most 32 OpenSSH public keys for the cloud-init user."
   sshKeys: [String!] @secret
   """
+  Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+  merged with sshKeys, a key given twice once, at most 32 in all.
+  """
+  sshKeyNames: [String!]
+  """
   The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
   letter); not a system account of the image (root, nobody, daemon, ...,
   systemd-*), which cloud-init would open to the keys.
   """
   user: String!
+  """
+  The names of the VDC's security groups it is in (at most 16); null puts
+  it in the VDC's default group if it has one, an empty list in none.
+  NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+  VDC does not have.
+  """
+  securityGroups: [String!]
+  """
+  The guest's own cloud-init user-data, at most 64 KiB: a ` + "`" + `#cloud-config` + "`" + `
+  YAML document or a shell script starting with ` + "`" + `#!` + "`" + `. flexplane merges it
+  with its own settings (hostname, the user and its SSH keys) as a
+  multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+  and the network configuration stays flexplane's. A ` + "`" + `users` + "`" + ` entry naming
+  ` + "`" + `user` + "`" + ` is refused. Never returned, and redacted in the audit log.
+  """
+  userData: String @secret
+  """
+  Pins the VM to a host of the zone (a Host id, or the host's name); only
+  an ADMIN of the VDC may set it (else FORBIDDEN). A host that cannot
+  take the VM (unknown, offline, in maintenance, without room for its
+  memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+  chooses the least loaded host that can take it.
+  """
+  host: String
 }
 
 "A NIC of a new VM."
@@ -7366,8 +8543,10 @@ type VMNIC {
 
 "A disk of a VM."
 type VMDisk {
-  "The Proxmox slot, e.g. scsi0."
+  "The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by."
   slot: String!
+  "Whether the VM boots from it (the first disk of its boot order); it cannot be detached."
+  boot: Boolean!
   "Size in GiB."
   sizeGiB: Float!
   "The Proxmox storage holding it."
@@ -7659,6 +8838,42 @@ func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, 
 		return ec.fieldContext_DeletedPortForward_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedPortForward", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_DeletedSSHKey_name(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_DeletedSSHKey_fingerprint(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSSHKey", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedSecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedSecurityGroup_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedSecurityGroup", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedServiceAccount_id(ctx, field)
+	case "name":
+		return ec.fieldContext_DeletedServiceAccount_name(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedServiceAccount", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedVDCMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "user":
+		return ec.fieldContext_DeletedVDCMember_user(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedVDCMember", field.Name)
 }
 
 func (ec *executionContext) childFields_EdgeCounter(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8123,6 +9338,8 @@ func (ec *executionContext) childFields_Me(ctx context.Context, field graphql.Co
 		return ec.fieldContext_Me_roles(ctx, field)
 	case "vdcs":
 		return ec.fieldContext_Me_vdcs(ctx, field)
+	case "sshKeys":
+		return ec.fieldContext_Me_sshKeys(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Me", field.Name)
 }
@@ -8423,6 +9640,114 @@ func (ec *executionContext) childFields_SNIRoute(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type SNIRoute", field.Name)
 }
 
+func (ec *executionContext) childFields_SSHKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_SSHKey_name(ctx, field)
+	case "type":
+		return ec.fieldContext_SSHKey_type(ctx, field)
+	case "fingerprint":
+		return ec.fieldContext_SSHKey_fingerprint(ctx, field)
+	case "comment":
+		return ec.fieldContext_SSHKey_comment(ctx, field)
+	case "options":
+		return ec.fieldContext_SSHKey_options(ctx, field)
+	case "publicKey":
+		return ec.fieldContext_SSHKey_publicKey(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_SSHKey_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SSHKey", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_SecurityGroup_id(ctx, field)
+	case "name":
+		return ec.fieldContext_SecurityGroup_name(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityGroup_description(ctx, field)
+	case "rules":
+		return ec.fieldContext_SecurityGroup_rules(ctx, field)
+	case "members":
+		return ec.fieldContext_SecurityGroup_members(ctx, field)
+	case "zones":
+		return ec.fieldContext_SecurityGroup_zones(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroup", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vmId":
+		return ec.fieldContext_SecurityGroupMember_vmId(ctx, field)
+	case "zone":
+		return ec.fieldContext_SecurityGroupMember_zone(ctx, field)
+	case "addresses":
+		return ec.fieldContext_SecurityGroupMember_addresses(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupMember", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityGroupZone(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "zone":
+		return ec.fieldContext_SecurityGroupZone_zone(ctx, field)
+	case "status":
+		return ec.fieldContext_SecurityGroupZone_status(ctx, field)
+	case "message":
+		return ec.fieldContext_SecurityGroupZone_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityGroupZone", field.Name)
+}
+
+func (ec *executionContext) childFields_SecurityRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "direction":
+		return ec.fieldContext_SecurityRule_direction(ctx, field)
+	case "protocol":
+		return ec.fieldContext_SecurityRule_protocol(ctx, field)
+	case "ports":
+		return ec.fieldContext_SecurityRule_ports(ctx, field)
+	case "peerCidr":
+		return ec.fieldContext_SecurityRule_peerCidr(ctx, field)
+	case "peerGroup":
+		return ec.fieldContext_SecurityRule_peerGroup(ctx, field)
+	case "description":
+		return ec.fieldContext_SecurityRule_description(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecurityRule", field.Name)
+}
+
+func (ec *executionContext) childFields_ServiceAccount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ServiceAccount_id(ctx, field)
+	case "name":
+		return ec.fieldContext_ServiceAccount_name(ctx, field)
+	case "role":
+		return ec.fieldContext_ServiceAccount_role(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ServiceAccount_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ServiceAccount_expiresAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_ServiceAccount_lastUsedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ServiceAccount", field.Name)
+}
+
+func (ec *executionContext) childFields_ServiceAccountToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "serviceAccount":
+		return ec.fieldContext_ServiceAccountToken_serviceAccount(ctx, field)
+	case "token":
+		return ec.fieldContext_ServiceAccountToken_token(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ServiceAccountToken", field.Name)
+}
+
 func (ec *executionContext) childFields_StorageProfile(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -8483,6 +9808,10 @@ func (ec *executionContext) childFields_VDC(ctx context.Context, field graphql.C
 		return ec.fieldContext_VDC_resourceVersion(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_VDC_createdAt(ctx, field)
+	case "members":
+		return ec.fieldContext_VDC_members(ctx, field)
+	case "defaultSecurityGroup":
+		return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDC", field.Name)
 }
@@ -8495,6 +9824,18 @@ func (ec *executionContext) childFields_VDCAccess(ctx context.Context, field gra
 		return ec.fieldContext_VDCAccess_role(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCAccess", field.Name)
+}
+
+func (ec *executionContext) childFields_VDCMember(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "user":
+		return ec.fieldContext_VDCMember_user(ctx, field)
+	case "role":
+		return ec.fieldContext_VDCMember_role(ctx, field)
+	case "source":
+		return ec.fieldContext_VDCMember_source(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VDCMember", field.Name)
 }
 
 func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8561,6 +9902,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
+	case "securityGroups":
+		return ec.fieldContext_VM_securityGroups(ctx, field)
 	case "snapshots":
 		return ec.fieldContext_VM_snapshots(ctx, field)
 	case "migrationHosts":
@@ -8605,6 +9948,8 @@ func (ec *executionContext) childFields_VMDisk(ctx context.Context, field graphq
 	switch field.Name {
 	case "slot":
 		return ec.fieldContext_VMDisk_slot(ctx, field)
+	case "boot":
+		return ec.fieldContext_VMDisk_boot(ctx, field)
 	case "sizeGiB":
 		return ec.fieldContext_VMDisk_sizeGiB(ctx, field)
 	case "storage":

@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/vdc"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -19,6 +20,9 @@ import (
 
 type VDCResolver interface {
 	Usage(ctx context.Context, obj *catalog.VDC) (*model.VDCUsage, error)
+
+	Members(ctx context.Context, obj *catalog.VDC) ([]*vdc.Member, error)
+	DefaultSecurityGroup(ctx context.Context, obj *catalog.VDC) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -206,6 +210,61 @@ func (ec *executionContext) _VDC_createdAt(ctx context.Context, field graphql.Co
 }
 func (ec *executionContext) fieldContext_VDC_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VDC", field, false, false, "Time")
+}
+
+func (ec *executionContext) _VDC_members(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDC_members(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VDC().Members(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*vdc.Member) graphql.Marshaler {
+			return ec.marshalNVDCMember2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋvdcᚐMemberᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDC_members(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VDC",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VDCMember(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VDC_defaultSecurityGroup(ctx context.Context, field graphql.CollectedField, obj *catalog.VDC) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDC_defaultSecurityGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VDC().DefaultSecurityGroup(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDC_defaultSecurityGroup(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDC", field, true, true, "String")
 }
 
 func (ec *executionContext) _VDCQuotas_vcpus(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
@@ -767,6 +826,18 @@ func (ec *executionContext) _VDC(ctx context.Context, sel ast.SelectionSet, obj 
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "members":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDC_members(ctx, field, obj)
+				})
+		case "defaultSecurityGroup":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VDC_defaultSecurityGroup(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

@@ -308,7 +308,7 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "user"}
+	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -371,6 +371,13 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 				return it, err
 			}
 			it.SSHKeys = data
+		case "sshKeyNames":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sshKeyNames"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SSHKeyNames = data
 		case "user":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("user"))
 			data, err := ec.unmarshalNString2string(ctx, v)
@@ -378,6 +385,27 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 				return it, err
 			}
 			it.User = data
+		case "securityGroups":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("securityGroups"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SecurityGroups = data
+		case "userData":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("userData"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UserData = data
+		case "host":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("host"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Host = data
 		}
 	}
 	return it, nil

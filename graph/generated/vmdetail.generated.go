@@ -222,6 +222,29 @@ func (ec *executionContext) fieldContext_VMDisk_slot(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("VMDisk", field, false, false, "String")
 }
 
+func (ec *executionContext) _VMDisk_boot(ctx context.Context, field graphql.CollectedField, obj *model.VMDisk) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VMDisk_boot(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Boot, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VMDisk_boot(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VMDisk", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _VMDisk_sizeGiB(ctx context.Context, field graphql.CollectedField, obj *model.VMDisk) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -650,6 +673,11 @@ func (ec *executionContext) _VMDisk(ctx context.Context, sel ast.SelectionSet, o
 			out.Values[i] = graphql.MarshalString("VMDisk")
 		case "slot":
 			out.Values[i] = ec._VMDisk_slot(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "boot":
+			out.Values[i] = ec._VMDisk_boot(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
@@ -22,6 +23,27 @@ import (
 // An object with a global id, which node(id:) answers again.
 type Node interface {
 	IsNode()
+}
+
+// A key to add to the caller's SSH keys.
+type AddSSHKeyInput struct {
+	// The key's name among the caller's keys: 1 to 63 letters, digits, '.',
+	// '_' or '-', starting with a letter or digit.
+	Name string `json:"name"`
+	// One OpenSSH authorized_keys line (options, type, key, comment) of at most
+	// 8 KiB, options at most 1 KiB: ssh-ed25519, ecdsa-sha2-nistp256/384/521,
+	// ssh-rsa of at least 2048 bits, sk-ssh-ed25519@openssh.com or
+	// sk-ecdsa-sha2-nistp256@openssh.com. Left out of audit events, as
+	// createVM's sshKeys are.
+	PublicKey string `json:"publicKey"`
+}
+
+// A user to grant a role in the VDC.
+type AddVDCMemberInput struct {
+	// The login name the identity provider asserts (the token's preferred_username).
+	User string `json:"user"`
+	// The role.
+	Role auth.Role `json:"role"`
 }
 
 // A signed agent release the orchestrator serves to agents.
@@ -38,6 +60,16 @@ type AgentRelease struct {
 	MinVersion *string `json:"minVersion,omitempty"`
 	// After this, agents refuse it.
 	NotAfter time.Time `json:"notAfter"`
+}
+
+// A disk to add to a VM.
+type AttachDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// Its size in GiB, 1 to 65536.
+	SizeGiB int `json:"sizeGiB"`
+	// The storage profile (its storage in the VM's zone); null takes the boot disk's.
+	StorageProfile *string `json:"storageProfile,omitempty"`
 }
 
 // A VM's port.
@@ -230,6 +262,26 @@ type CreatePortForwardInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// A new security group.
+type CreateSecurityGroupInput struct {
+	// Its name, unique in the VDC: a DNS label.
+	Name string `json:"name"`
+	// What it is for (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+	// Its rules (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules"`
+}
+
+// A new service account.
+type CreateServiceAccountInput struct {
+	// Unique name in the VDC (a DNS label).
+	Name string `json:"name"`
+	// Its role: at most the caller's.
+	Role auth.Role `json:"role"`
+	// When its tokens stop working; absent: never.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
 // A snapshot to take.
 type CreateSnapshotInput struct {
 	// 2 to 40 letters, digits, '_' and '-', starting with a letter; unique among
@@ -287,10 +339,31 @@ type CreateVMInput struct {
 	Nics []*NICInput `json:"nics"`
 	// At most 32 OpenSSH public keys for the cloud-init user.
 	SSHKeys []string `json:"sshKeys,omitempty"`
+	// Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+	// merged with sshKeys, a key given twice once, at most 32 in all.
+	SSHKeyNames []string `json:"sshKeyNames,omitempty"`
 	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The names of the VDC's security groups it is in (at most 16); null puts
+	// it in the VDC's default group if it has one, an empty list in none.
+	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+	// VDC does not have.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData,omitempty"`
+	// Pins the VM to a host of the zone (a Host id, or the host's name); only
+	// an ADMIN of the VDC may set it (else FORBIDDEN). A host that cannot
+	// take the VM (unknown, offline, in maintenance, without room for its
+	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+	// chooses the least loaded host that can take it.
+	Host *string `json:"host,omitempty"`
 }
 
 // The result of createVM.
@@ -365,6 +438,44 @@ type DeletedOneToOneAddress struct {
 type DeletedPortForward struct {
 	// The id the port forward had.
 	ID string `json:"id"`
+}
+
+// The result of deleteSSHKey.
+type DeletedSSHKey struct {
+	// The name the key had.
+	Name string `json:"name"`
+	// Its fingerprint.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// The result of deleteSecurityGroup.
+type DeletedSecurityGroup struct {
+	// The group's id.
+	ID string `json:"id"`
+}
+
+// The result of deleteServiceAccount.
+type DeletedServiceAccount struct {
+	// The deleted account's id.
+	ID string `json:"id"`
+	// Its name.
+	Name string `json:"name"`
+}
+
+// The result of removeVDCMember.
+type DeletedVDCMember struct {
+	// The user whose role was removed.
+	User string `json:"user"`
+}
+
+// A disk to remove.
+type DetachDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The disk's slot (VMDisk.slot); not the boot disk's.
+	Disk string `json:"disk"`
+	// Keep the volume as an unused disk of the VM instead of deleting it.
+	Keep *bool `json:"keep,omitempty"`
 }
 
 // A packet counter of a running edge gateway.
@@ -629,6 +740,8 @@ type Me struct {
 	// The VDCs the caller may use (every VDC for platform admins), with the
 	// caller's role; memberships of VDCs that do not exist are left out.
 	Vdcs []*VDCAccess `json:"vdcs"`
+	// The caller's SSH keys, in the order they were added.
+	SSHKeys []*sshkey.Key `json:"sshKeys"`
 }
 
 // Where migrateVM moves a VM.
@@ -845,12 +958,56 @@ type Region struct {
 	Zones []*Zone `json:"zones"`
 }
 
+// A disk to grow.
+type ResizeDiskInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The disk's slot (VMDisk.slot, e.g. scsi1).
+	Disk string `json:"disk"`
+	// Its new size in GiB: at least its size, at most 65536.
+	SizeGiB int `json:"sizeGiB"`
+}
+
+// A VM's new size.
+type ResizeVMInput struct {
+	// The VM's id.
+	ID string `json:"id"`
+	// The compute profile whose vCPUs and memory the VM takes.
+	ComputeProfile string `json:"computeProfile"`
+	// Allow the reboot a running VM needs when it cannot take the change live.
+	Reboot *bool `json:"reboot,omitempty"`
+}
+
+// Which service account gets a new token.
+type RotateServiceAccountTokenInput struct {
+	// The account's id.
+	ID string `json:"id"`
+	// How long the old token keeps working, 0 to 604800 seconds.
+	GraceSeconds *int `json:"graceSeconds,omitempty"`
+}
+
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
 	ServerName string `json:"serverName"`
 	// The pool's name.
 	Pool string `json:"pool"`
+}
+
+// A service account with a token just made for it.
+type ServiceAccountToken struct {
+	// The account.
+	ServiceAccount *catalog.ServiceAccount `json:"serviceAccount"`
+	// The bearer token (fpsa_...), shown only in this answer: store it now.
+	Token string `json:"token"`
+}
+
+// What setVMSecurityGroups changes.
+type SetVMSecurityGroupsInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// The names of the VDC's security groups it is in from now on (at most 16).
+	SecurityGroups []string `json:"securityGroups"`
 }
 
 // What can be followed over a websocket (graphql-transport-ws).
@@ -941,6 +1098,16 @@ type UpdateLoadBalancerInput struct {
 	Pools []*BackendPoolInput `json:"pools,omitempty"`
 	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
 	Certificates []*TLSCertificateInput `json:"certificates,omitempty"`
+}
+
+// What updateSecurityGroup changes; a null field is kept.
+type UpdateSecurityGroupInput struct {
+	// The group's id.
+	ID string `json:"id"`
+	// All its rules, replacing those it has (at most 200).
+	Rules []*catalog.SecurityRule `json:"rules,omitempty"`
+	// What it is for.
+	Description *string `json:"description,omitempty"`
 }
 
 // Changes to a storage profile; absent fields stay as they are.
@@ -1037,6 +1204,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
+	// The names of the security groups it is in (none: its firewall is off).
+	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
@@ -1090,8 +1259,10 @@ type VMConnection struct {
 
 // A disk of a VM.
 type VMDisk struct {
-	// The Proxmox slot, e.g. scsi0.
+	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
 	Slot string `json:"slot"`
+	// Whether the VM boots from it (the first disk of its boot order); it cannot be detached.
+	Boot bool `json:"boot"`
 	// Size in GiB.
 	SizeGiB float64 `json:"sizeGiB"`
 	// The Proxmox storage holding it.
@@ -1356,9 +1527,9 @@ func (e FirewallAction) MarshalJSON() ([]byte, error) {
 type FirewallDirection string
 
 const (
-	// From the external network to the VDC (the destination is the VM's address and port after port forwarding).
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members.
 	FirewallDirectionInbound FirewallDirection = "INBOUND"
-	// From the VDC to the external network.
+	// From the VDC to the external network; of a security group's rule: from its members.
 	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
 )
 
@@ -1809,6 +1980,8 @@ const (
 	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
 	// migrateVM.
 	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
+	// resizeVM.
+	OperationKindResizeVM OperationKind = "RESIZE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -1822,11 +1995,12 @@ var AllOperationKind = []OperationKind{
 	OperationKindRollbackSnapshot,
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVM,
+	OperationKindResizeVM,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM:
 		return true
 	}
 	return false
@@ -1981,6 +2155,128 @@ func (e *PortForwardProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e PortForwardProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The protocol of a security group's rule.
+type SecurityProtocol string
+
+const (
+	// TCP.
+	SecurityProtocolTCP SecurityProtocol = "TCP"
+	// UDP.
+	SecurityProtocolUDP SecurityProtocol = "UDP"
+	// ICMP.
+	SecurityProtocolICMP SecurityProtocol = "ICMP"
+	// Every protocol.
+	SecurityProtocolAny SecurityProtocol = "ANY"
+)
+
+var AllSecurityProtocol = []SecurityProtocol{
+	SecurityProtocolTCP,
+	SecurityProtocolUDP,
+	SecurityProtocolICMP,
+	SecurityProtocolAny,
+}
+
+func (e SecurityProtocol) IsValid() bool {
+	switch e {
+	case SecurityProtocolTCP, SecurityProtocolUDP, SecurityProtocolICMP, SecurityProtocolAny:
+		return true
+	}
+	return false
+}
+
+func (e SecurityProtocol) String() string {
+	return string(e)
+}
+
+func (e *SecurityProtocol) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SecurityProtocol(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SecurityProtocol", str)
+	}
+	return nil
+}
+
+func (e SecurityProtocol) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SecurityProtocol) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SecurityProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Where a VDC member's role comes from.
+type VDCMemberSource string
+
+const (
+	// Granted in flexplane (addVDCMember).
+	VDCMemberSourceGranted VDCMemberSource = "GRANTED"
+	// The identity provider's role claims.
+	VDCMemberSourceClaims VDCMemberSource = "CLAIMS"
+)
+
+var AllVDCMemberSource = []VDCMemberSource{
+	VDCMemberSourceGranted,
+	VDCMemberSourceClaims,
+}
+
+func (e VDCMemberSource) IsValid() bool {
+	switch e {
+	case VDCMemberSourceGranted, VDCMemberSourceClaims:
+		return true
+	}
+	return false
+}
+
+func (e VDCMemberSource) String() string {
+	return string(e)
+}
+
+func (e *VDCMemberSource) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = VDCMemberSource(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid VDCMemberSource", str)
+	}
+	return nil
+}
+
+func (e VDCMemberSource) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *VDCMemberSource) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e VDCMemberSource) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -148,10 +148,46 @@ func (a *auditor) describe(ev *audit.Event, f *ast.Field, vars map[string]any) [
 			continue
 		}
 		ev.RequestObject[def.Name] = a.redact(v, def.Type)
-		if id, ok := v.(string); ok && def.Type.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
-			ids = append(ids, id) // an ID argument of any name (vm: of createSnapshot)
-		}
+		// Values of type ID of any name (vm: of createSnapshot, input.vm
+		// of attachDisk), then those named as ids.
+		ids = a.typedIDs(ids, v, def.Type)
 		ids = collectIDs(ids, def.Name, ev.RequestObject[def.Name])
+	}
+	return ids
+}
+
+// typedIDs appends to ids the values of type ID in v (an argument's value
+// of type t), at any depth of its input objects and lists but in their
+// @secret fields, once each.
+func (a *auditor) typedIDs(ids []string, v any, t *ast.Type) []string {
+	if v == nil {
+		return ids
+	}
+	if t.Elem != nil {
+		list, _ := v.([]any)
+		for _, e := range list {
+			ids = a.typedIDs(ids, e, t.Elem)
+		}
+		return ids
+	}
+	if id, ok := v.(string); ok {
+		if t.NamedType == "ID" && id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	obj, ok := v.(map[string]any)
+	if !ok || a.schema == nil {
+		return ids
+	}
+	def := a.schema.Types[t.NamedType]
+	if def == nil || def.Kind != ast.InputObject {
+		return ids
+	}
+	for _, fd := range def.Fields {
+		if fv, ok := obj[fd.Name]; ok && fd.Directives.ForName(SecretDirective) == nil {
+			ids = a.typedIDs(ids, fv, fd.Type)
+		}
 	}
 	return ids
 }

@@ -37,6 +37,8 @@ var users = []devidp.User{
 		auth.VDCRoleKey("prod", auth.RoleMember), auth.VDCRoleKey("dev", auth.RoleViewer),
 		auth.VDCRoleKey("ghost", auth.RoleMember)}},
 	{Username: "bob", Roles: []string{auth.VDCRoleKey("staging", auth.RoleMember)}},
+	{Username: "pam", Name: "Pam", Roles: []string{auth.VDCRoleKey("prod", auth.RoleAdmin)}},
+	{Username: "val", Name: "Val", Roles: []string{auth.VDCRoleKey("prod", auth.RoleViewer)}},
 }
 
 // harness is the real stack of this package: a development OpenID provider
@@ -124,7 +126,7 @@ func (h *harness) newHandler(t *testing.T) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vdcs, err := vdc.New(vdc.Config{Store: store})
+	vdcs, err := vdc.New(vdc.Config{Store: store, Tokens: auth.ServiceAccountTokens{}})
 	if err != nil {
 		t.Fatal(err)
 	}

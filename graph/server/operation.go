@@ -35,7 +35,8 @@ func vdcNameFrom(ctx context.Context) (string, bool) {
 // beginOperation returns ctx with the state of one GraphQL operation: it
 // requires a caller (UNAUTHENTICATED otherwise), resolves the VDC the
 // request named into its scope (NOT_FOUND for one the caller may not use
-// or that does not exist, vdc.Resolve), and gives queries and mutations
+// or that does not exist, vdc.Resolve; the caller's role is the higher of
+// its claims and the VDC's grant of its user name, auth.Principal.RoleWith), and gives queries and mutations
 // their view of the estate (estate.WithRead); a subscription lives on and
 // reads afresh each time, so it gets none.
 func beginOperation(ctx context.Context, store catalog.Store, subscription bool) (context.Context, error) {
@@ -44,12 +45,18 @@ func beginOperation(ctx context.Context, store catalog.Store, subscription bool)
 		return ctx, apierr.New(apierr.Unauthenticated, "authentication required")
 	}
 	if name, ok := vdcNameFrom(ctx); ok {
-		role, member := p.RoleIn(name)
-		v, err := vdc.Resolve(ctx, store, name, member)
+		// A caller without a role claim of the VDC may still hold a role
+		// granted there (its member bindings): the VDC is read first, and
+		// the answer is the same NOT_FOUND either way.
+		v, err := vdc.Resolve(ctx, store, name, true)
 		if err != nil {
 			return ctx, apierr.From(err, "")
 		}
-		ctx = graph.WithVDCScope(ctx, graph.VDCScope{VDC: v, Role: role})
+		role, member := p.RoleWith(name, v.MemberRole)
+		if !member {
+			return ctx, vdcNotFound(name)
+		}
+		ctx = graph.WithVDCScope(ctx, graph.VDCScope{VDC: v, Role: role, Caller: vdc.Caller{Subject: p.Subject, Role: string(role)}})
 	}
 	if !subscription {
 		ctx = estate.WithRead(ctx)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 
@@ -41,7 +42,10 @@ func directives() generated.DirectiveRoot {
 				return nil, apierr.BadInput(graph.VDCHeader, "%s needs the %s header naming a VDC", fieldName(ctx), graph.VDCHeader)
 			}
 			if !s.Role.AtLeast(role) {
-				return nil, vdcNotFound(s.VDC.Name)
+				// The caller is a member of the VDC (else the operation
+				// would not have begun): it may know the field exists.
+				return nil, apierr.New(apierr.Forbidden, "%s needs the %s role in VDC %s; yours is %s",
+					fieldName(ctx), strings.ToUpper(string(role)), s.VDC.Name, strings.ToUpper(string(s.Role)))
 			}
 			return next(ctx)
 		},

@@ -1,6 +1,7 @@
 // Package server serves flexplane's GraphQL API over HTTP: POST and GET
 // queries, a websocket transport for subscriptions, introspection and a
-// GraphiQL page for humans, behind OIDC bearer authentication and the
+// GraphiQL page for humans, behind bearer authentication (users' OIDC
+// tokens, service accounts' tokens) and the
 // FlexPlane-VDC-ID header. It maps every error to a client-safe message
 // with extensions.code (see package apierr) and logs internal causes.
 //
@@ -45,7 +46,9 @@ import (
 // Config configures the GraphQL handler. Verifier and Resolver are
 // required; zero values of the rest are sensible defaults.
 type Config struct {
-	// Verifier checks bearer tokens.
+	// Verifier checks users' bearer tokens (OIDC); service accounts'
+	// tokens (auth.ServiceAccountTokenPrefix) are checked against the
+	// VDCs of Resolver.VDCs.
 	Verifier *auth.Verifier
 	// Resolver holds the domain dependencies (catalog, tenant, zone
 	// registry, enrollment keys). Resolver.Catalog is also used to check
@@ -136,6 +139,9 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("server: new: %w", err)
 	}
 	h := &apiHandler{cfg: cfg, log: cfg.Logger, graphiql: page, limiter: newRateLimiter(cfg.RateLimits)}
+	if cfg.Resolver.VDCs != nil {
+		h.accounts = auth.NewServiceAccountVerifier(serviceAccountStore{cfg.Resolver.VDCs}, nil)
+	}
 
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  cfg.Resolver,
@@ -187,7 +193,8 @@ type apiHandler struct {
 	log      *slog.Logger
 	srv      *handler.Server
 	graphiql *graphiql.Handler
-	limiter  *rateLimiter // nil: no rate limit
+	limiter  *rateLimiter                 // nil: no rate limit
+	accounts *auth.ServiceAccountVerifier // nil without Resolver.VDCs
 }
 
 func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -213,7 +220,7 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tok, err := auth.BearerToken(header)
 		if err == nil {
 			var p *auth.Principal
-			if p, err = h.cfg.Verifier.Verify(ctx, tok); err == nil {
+			if p, err = h.verify(ctx, tok); err == nil {
 				ctx = auth.NewContext(ctx, p)
 			}
 		}
@@ -227,6 +234,18 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w, r = withThrottle(w, r)
 	}
 	h.srv.ServeHTTP(w, r)
+}
+
+// verify checks a bearer token: a service account's (by its prefix) or a
+// user's OIDC token.
+func (h *apiHandler) verify(ctx context.Context, tok string) (*auth.Principal, error) {
+	if auth.IsServiceAccountToken(tok) {
+		if h.accounts == nil {
+			return nil, &auth.RefusedError{Reason: "service account tokens are not accepted here"}
+		}
+		return h.accounts.Verify(ctx, tok)
+	}
+	return h.cfg.Verifier.Verify(ctx, tok)
 }
 
 func isWebsocket(r *http.Request) bool {
@@ -267,7 +286,7 @@ func (h *apiHandler) websocketInit(ctx context.Context, payload transport.InitPa
 		tok, err := auth.BearerToken(header)
 		var p *auth.Principal
 		if err == nil {
-			p, err = h.cfg.Verifier.Verify(ctx, tok)
+			p, err = h.verify(ctx, tok)
 		}
 		if err != nil {
 			return refuseWebsocket(ctx, err)

@@ -17,7 +17,9 @@ type rule struct {
 // allowlist is everything flexplane asks of Proxmox. Anything else — the
 // whole /access tree, node shells and consoles (execute, termproxy,
 // vncproxy, spiceproxy, vncwebsocket), guest agent commands, the QEMU
-// monitor, apt, services, ceph, cluster configuration — is refused.
+// monitor, apt, services, ceph, cluster configuration, the firewall's
+// cluster options (which set the hosts' own policy: only read), host and
+// cluster rules, aliases and a guest's IP sets — is refused.
 func allowlist() []rule {
 	var rules []rule
 	add := func(method string, tmpls ...string) {
@@ -40,11 +42,18 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/pending", "/nodes/{node}/qemu/{vmid}/status",
 		"/nodes/{node}/qemu/{vmid}/status/current", "/nodes/{node}/qemu/{vmid}/rrddata",
 		"/nodes/{node}/qemu/{vmid}/migrate", "/nodes/{node}/qemu/{vmid}/snapshot",
+		"/nodes/{node}/qemu/{vmid}/cloudinit/dump",
 		"/nodes/{node}/storage", "/nodes/{node}/storage/{storage}",
 		"/nodes/{node}/storage/{storage}/status", "/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/nodes/{node}/tasks", "/nodes/{node}/tasks/{upid}",
 		"/nodes/{node}/tasks/{upid}/status", "/nodes/{node}/tasks/{upid}/log",
+		// The VDCs' security groups (docs/use/security-groups.md): the
+		// cluster's groups and IP sets, whether its firewall is on, and a
+		// guest's firewall options and rules.
+		"/cluster/firewall/options", "/cluster/firewall/groups", "/cluster/firewall/groups/{group}",
+		"/cluster/firewall/ipset", "/cluster/firewall/ipset/{name}",
+		"/nodes/{node}/qemu/{vmid}/firewall/options", "/nodes/{node}/qemu/{vmid}/firewall/rules",
 	)
 	add("POST",
 		"/nodes/{node}/qemu", "/nodes/{node}/qemu/{vmid}/config",
@@ -60,12 +69,16 @@ func allowlist() []rule {
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",
+		"/cluster/firewall/groups", "/cluster/firewall/groups/{group}",
+		"/cluster/firewall/ipset", "/cluster/firewall/ipset/{name}",
+		"/nodes/{node}/qemu/{vmid}/firewall/rules",
 	)
 	add("PUT",
 		"/nodes/{node}/qemu/{vmid}/config", "/nodes/{node}/qemu/{vmid}/resize",
 		"/pools", "/pools/{poolid}",
 		"/cluster/sdn", "/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
+		"/nodes/{node}/qemu/{vmid}/firewall/options", "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
 	)
 	add("DELETE",
 		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", "/nodes/{node}/tasks/{upid}",
@@ -73,6 +86,9 @@ func allowlist() []rule {
 		"/pools", "/pools/{poolid}",
 		"/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
+		"/cluster/firewall/groups/{group}", "/cluster/firewall/groups/{group}/{pos}",
+		"/cluster/firewall/ipset/{name}", "/cluster/firewall/ipset/{name}/{cidr}",
+		"/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
 	)
 	return rules
 }

@@ -24,6 +24,19 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/snapshot"},
 		{"POST", "/nodes/pve1/qemu/100/snapshot/before-upgrade/rollback"},
 		{"DELETE", "/nodes/pve1/qemu/100/snapshot/before-upgrade"},
+		// Security groups: the cluster's groups and IP sets, a guest's
+		// firewall options and rules; the cluster's options only read.
+		{"GET", "/cluster/firewall/options"},
+		{"POST", "/cluster/firewall/groups"},
+		{"POST", "/cluster/firewall/groups/fp0123456789abcd"},
+		{"DELETE", "/cluster/firewall/groups/fp0123456789abcd/3"},
+		{"POST", "/cluster/firewall/ipset/fp0123456789abcd"},
+		{"DELETE", "/cluster/firewall/ipset/fp0123456789abcd/10.1.0.5"},
+		{"PUT", "/nodes/pve1/qemu/100/firewall/options"},
+		{"POST", "/nodes/pve1/qemu/100/firewall/rules"},
+		{"PUT", "/nodes/pve1/qemu/100/firewall/rules/0"},
+		{"DELETE", "/nodes/pve1/qemu/100/firewall/rules/0"},
+		{"GET", "/nodes/pve1/qemu/100/cloudinit/dump"}, // a move copies the VM's user-data snippet
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {
@@ -45,6 +58,19 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/agent/exec"},
 		{"GET", "/nodes/pve1/apt/update"},
 		{"PUT", "/cluster/options"},
+		// The firewall beyond security groups: the hosts' policy (the
+		// cluster's options), cluster and host rules, aliases, a node's
+		// firewall, a guest's IP sets and aliases.
+		{"PUT", "/cluster/firewall/options"},
+		{"POST", "/cluster/firewall/rules"},
+		{"PUT", "/cluster/firewall/rules/0"},
+		{"DELETE", "/cluster/firewall/rules/0"},
+		{"POST", "/cluster/firewall/aliases"},
+		{"PUT", "/nodes/pve1/firewall/options"},
+		{"POST", "/nodes/pve1/firewall/rules"},
+		{"POST", "/nodes/pve1/qemu/100/firewall/ipset"},
+		{"POST", "/nodes/pve1/qemu/100/firewall/aliases"},
+		{"DELETE", "/cluster/firewall/ipset/fp0123456789abcd/10.1.0.0/24"},
 		{"PUT", "/nodes/pve1/qemu/100/snapshot/s1/config"},
 		{"DELETE", "/nodes/pve1/status"},
 		{"PATCH", "/nodes"},

@@ -1,6 +1,8 @@
-// Package auth verifies OpenID Connect bearer tokens and turns their claims
-// into a Principal: who is calling, whether they are a platform admin, and
-// which VDCs they may use with which role.
+// Package auth verifies bearer tokens and turns them into a Principal: who
+// is calling, whether they are a platform admin, and which VDCs they may use
+// with which role. Users bring OpenID Connect tokens; a VDC's service
+// accounts bring tokens flexplane issued (ServiceAccountVerifier, see
+// serviceaccount.go).
 //
 // Tokens are verified with github.com/coreos/go-oidc/v3 against the
 // issuer's discovery document and signing keys (JWKS): signature, issuer,
@@ -105,8 +107,34 @@ type Principal struct {
 	Email string
 	// PlatformAdmin is true for holders of the platform-admin role.
 	PlatformAdmin bool
+	// Username is the login name the identity provider asserts (the
+	// token's preferred_username): what VDC member bindings name. Empty
+	// for service accounts.
+	Username string
+	// ServiceAccount is true for a VDC's service account (Subject is then
+	// the account's id and VDCRoles holds its one VDC).
+	ServiceAccount bool
 	// VDCRoles holds the explicit VDC memberships, by VDC name.
 	VDCRoles map[string]Role
+}
+
+// RoleWith returns the caller's role in vdc counting the VDC's own grants
+// (granted returns the role, "admin", "member", "viewer" or "", the VDC
+// grants a user name): the higher of that and RoleIn. A service account
+// has only its own role.
+func (p *Principal) RoleWith(vdc string, granted func(user string) string) (role Role, ok bool) {
+	role, ok = p.RoleIn(vdc)
+	if p.ServiceAccount || p.Username == "" || granted == nil {
+		return role, ok
+	}
+	bound := Role(granted(p.Username))
+	if !bound.Valid() {
+		return role, ok
+	}
+	if !ok || bound.rank() > role.rank() {
+		return bound, true
+	}
+	return role, true
 }
 
 // RoleIn returns the caller's role in vdc: its explicit membership, or
@@ -191,6 +219,7 @@ func PrincipalFromClaims(claims map[string]any, names ClaimNames) (*Principal, e
 	p.Issuer, _ = claims["iss"].(string)
 	p.Email, _ = claims[names.Email].(string)
 	p.Name, _ = claims[names.Name].(string)
+	p.Username, _ = claims["preferred_username"].(string)
 	if p.Name == "" {
 		p.Name, _ = claims["preferred_username"].(string)
 	}

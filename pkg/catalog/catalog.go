@@ -1,7 +1,8 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways and load balancers — as Kubernetes-style
-// objects (apiVersion flexplane.io/v1alpha1) behind one Store interface.
+// zones' external networks, the VDCs' edge gateways, load balancers and
+// security groups, the users' SSH keys — as Kubernetes-style objects
+// (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
 // read at, and an Update or Delete whose resourceVersion is stale fails with
@@ -44,11 +45,14 @@ const (
 	// KindLoadBalancer is a VDC's load balancer in a zone (its
 	// certificates' keys are kept apart, in the store's secrets).
 	KindLoadBalancer Kind = "LoadBalancer"
+	// KindSecurityGroup is a VDC's security group: the rules its member
+	// VMs' firewalls allow.
+	KindSecurityGroup Kind = "SecurityGroup"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -75,6 +79,10 @@ func (k Kind) plural() string {
 		return "edgegateways"
 	case KindLoadBalancer:
 		return "loadbalancers"
+	case KindSecurityGroup:
+		return "securitygroups"
+	case KindUserSSHKeys:
+		return "usersshkeys"
 	}
 	return ""
 }
@@ -99,6 +107,10 @@ func New(kind Kind) (Object, error) {
 		o = &EdgeGateway{}
 	case KindLoadBalancer:
 		o = &LoadBalancer{}
+	case KindSecurityGroup:
+		o = &SecurityGroup{}
+	case KindUserSSHKeys:
+		o = &UserSSHKeys{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}
@@ -144,7 +156,8 @@ type ObjectMeta struct {
 func (m *ObjectMeta) GetObjectMeta() *ObjectMeta { return m }
 
 // VDC is a virtual datacenter: the unit of tenancy inside the deployment's
-// tenant. Users are members of VDCs through their token's role claims.
+// tenant. Users are members of VDCs through their token's role claims and
+// through the bindings of Members.
 type VDC struct {
 	TypeMeta
 	ObjectMeta `json:"metadata"`
@@ -191,9 +204,11 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists (0 before): that guest is
 	// counted through the reservation, not as a member of the VDC's pool.
 	VMID int `json:"vmid,omitempty"`
-	// Snapshot is set on a reservation of storage only, no VM: that of a
+	// Snapshot is set on a reservation without a VM: the storage of a
 	// snapshot being taken (the snapshot's name) or of the disks' copy of
-	// a move across zones (quota.Ledger.ReserveStorage).
+	// a move across zones (quota.Ledger.ReserveStorage), or what an
+	// existing VM grows by (quota.Ledger.ReserveResources: a disk, a
+	// larger compute profile).
 	Snapshot string `json:"snapshot,omitempty"`
 }
 
@@ -203,6 +218,15 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// Members are the users granted a role here, besides the identity
+	// provider's role claims (the higher of the two counts).
+	Members []MemberBinding `json:"members,omitempty"`
+	// ServiceAccounts are the VDC's service accounts (at most
+	// MaxServiceAccounts).
+	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
+	// DefaultSecurityGroup is the short name of the security group a new
+	// VM of the VDC is put in when its create names none; "" is none.
+	DefaultSecurityGroup string `json:"defaultSecurityGroup,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC. Every field is at least zero;
@@ -229,6 +253,7 @@ func (*VDC) ObjectKind() Kind { return KindVDC }
 func (v *VDC) DeepCopyObject() Object {
 	c := *v
 	c.Status.Reservations = slices.Clone(v.Status.Reservations)
+	cloneAccess(&c)
 	if p := v.Quotas.PublicAddresses; p != nil {
 		n := *p
 		c.Quotas.PublicAddresses = &n
@@ -373,6 +398,39 @@ type ZonePolicySpec struct {
 	// DedicatedTo lists the VDCs the zone is reserved for: when set, only
 	// they see the zone and place resources in it. Empty: every VDC.
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host of
+	// the zone hold, in percent of the host's memory (100: none
+	// overcommitted); 0 means DefaultMemoryOvercommitPercent.
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of the
+	// zone hold, in percent of the host's logical CPUs; 0 means
+	// DefaultCPUOvercommitPercent.
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
+}
+
+// Placement's overcommit defaults and bounds (ZonePolicySpec): memory is
+// not overcommitted unless the admin says so; vCPUs are, four to a CPU,
+// as most clouds do for general-purpose guests.
+const (
+	DefaultMemoryOvercommitPercent = 100
+	DefaultCPUOvercommitPercent    = 400
+	MinOvercommitPercent           = 10
+	MaxMemoryOvercommitPercent     = 400
+	MaxCPUOvercommitPercent        = 1600
+)
+
+// Overcommit returns the zone's memory and CPU overcommit ratios (1.0:
+// a host holds guests up to its own size), the defaults where unset. A
+// nil policy (a zone without one) has the defaults.
+func (p *ZonePolicy) Overcommit() (memory, cpu float64) {
+	m, c := DefaultMemoryOvercommitPercent, DefaultCPUOvercommitPercent
+	if p != nil && p.MemoryOvercommitPercent > 0 {
+		m = p.MemoryOvercommitPercent
+	}
+	if p != nil && p.CPUOvercommitPercent > 0 {
+		c = p.CPUOvercommitPercent
+	}
+	return float64(m) / 100, float64(c) / 100
 }
 
 // Allows reports whether the zone is open to vdc.

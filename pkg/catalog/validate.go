@@ -43,11 +43,11 @@ func ValidateName(kind Kind, name string) error {
 	switch kind {
 	case KindVDC, KindExternalNetwork:
 		return ValidateLabel("name", name)
-	case KindEdgeGateway, KindLoadBalancer:
+	case KindEdgeGateway, KindLoadBalancer, KindSecurityGroup:
 		vdc, second, ok := strings.Cut(name, ".")
 		if !ok || ValidateLabel("name", vdc) != nil || ValidateLabel("name", second) != nil {
 			shape := "<vdc>.<zone>"
-			if kind == KindLoadBalancer {
+			if kind != KindEdgeGateway {
 				shape = "<vdc>.<name>"
 			}
 			return invalid("name", "%q must be %s, both DNS labels", name, shape)
@@ -102,6 +102,8 @@ func (v *VDC) Validate() error {
 		validateRange("quotas.vms", v.Quotas.VMs, 0, maxQuota),
 		validateRange("quotas.publicAddresses", ptrOr(v.Quotas.PublicAddresses, 0), 0, maxQuota),
 		validateRange("quotas.kubernetesClusters", ptrOr(v.Quotas.KubernetesClusters, 0), 0, maxQuota),
+		validateAccess(v),
+		validateDefaultGroup(v.DefaultSecurityGroup),
 	)
 }
 
@@ -191,6 +193,12 @@ func (p *ZonePolicy) Validate() error {
 			return invalid(field, "%q is named twice", v)
 		}
 	}
+	if v := p.MemoryOvercommitPercent; v != 0 && (v < MinOvercommitPercent || v > MaxMemoryOvercommitPercent) {
+		return invalid("memoryOvercommitPercent", "must be between %d and %d (0: the default, %d)", MinOvercommitPercent, MaxMemoryOvercommitPercent, DefaultMemoryOvercommitPercent)
+	}
+	if v := p.CPUOvercommitPercent; v != 0 && (v < MinOvercommitPercent || v > MaxCPUOvercommitPercent) {
+		return invalid("cpuOvercommitPercent", "must be between %d and %d (0: the default, %d)", MinOvercommitPercent, MaxCPUOvercommitPercent, DefaultCPUOvercommitPercent)
+	}
 	return nil
 }
 
@@ -216,4 +224,11 @@ func ptrOr(p *int, def int) int {
 		return def
 	}
 	return *p
+}
+
+func validateDefaultGroup(name string) error {
+	if name == "" {
+		return nil
+	}
+	return ValidateLabel("defaultSecurityGroup", name)
 }

@@ -41,7 +41,13 @@
 //     claim before its operation exists, then target, stop, copy,
 //     cutover, finish in its runner;
 //   - an image's staging into a zone (staging.go, stageScope): request,
-//     then template in the background.
+//     then template in the background;
+//   - a disk attached (disk_attach.go, attachScope): check, reserve,
+//     request; grown (disk_resize.go, diskResizeScope): check, reserve,
+//     request; detached (disk_detach.go, detachScope): check, request;
+//   - a VM resized to another compute profile (vm_resize.go,
+//     resizeScope): check, plan, reserve, apply, reboot, then its end
+//     (marker cleared, reservation released) once the reboot has ended.
 //
 // Hardware, console targets, history and user-data are read queries, not
 // operations; a VM's user-data snippet is written by the create's
@@ -55,7 +61,7 @@
 // they act and do only what is left, so a runner may run them again, and
 // Recover runs the hook of the operation a guest was left in
 // (recoveryHooks: a create's phases from configure on, a move's
-// recovery). A new operation, or a new step of one, is a new phase list
+// recovery, a resize's reboot and end). A new operation, or a new step of one, is a new phase list
 // over a new scope, or a new phase, never a new method on the Service: a
 // test (shape_test.go) keeps the Service within a budget of exported
 // methods and every phase list a function beside its scope.
@@ -189,6 +195,9 @@ type Config struct {
 	// the intent's operation id and the runner's context (the request's
 	// for "claim"); it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
+	// Maintenance, if set, returns the hosts (node names) of zone that are
+	// in maintenance: placement puts no new VM on them. Nil: none is.
+	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -219,6 +228,11 @@ type deps struct {
 	// moved: the guests Recover last saw that are not the VM their place
 	// names (see movedIndex).
 	moved *movedIndex
+	// placer: the placements of the creates in flight (placement.go).
+	placer *placer
+	// unplaced: creates skip placement and clone on the template's node
+	// (set only by DisablePlacementForTest, to measure placement's cost).
+	unplaced bool
 }
 
 // New returns a Service.
@@ -250,6 +264,7 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
+		placer: newPlacer(),
 	}
 	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	return &Service{d: d}, nil

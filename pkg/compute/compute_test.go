@@ -226,6 +226,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		"broadcast":            {mod(func(in *compute.CreateInput) { in.NICs[0].Address = "10.1.0.255" }), "input.nics[0].address"},
 		"not an address":       {mod(func(in *compute.CreateInput) { in.NICs[0].Address = "ten" }), "input.nics[0].address"},
 		"ssh key":              {mod(func(in *compute.CreateInput) { in.SSHKeys = []string{"ssh-rsa garbage"} }), "input.sshKeys[0]"},
+		"ssh key name":         {mod(func(in *compute.CreateInput) { in.Owner, in.SSHKeyNames = "alice", []string{"nope"} }), "input.sshKeyNames[0]"},
+		"ssh key of no owner":  {mod(func(in *compute.CreateInput) { in.SSHKeyNames = []string{"laptop"} }), "input.sshKeyNames[0]"},
 		"user":                 {mod(func(in *compute.CreateInput) { in.User = "Root User" }), "input.user"},
 		"user root":            {mod(func(in *compute.CreateInput) { in.User = "root" }), "input.user"},
 		"user nobody":          {mod(func(in *compute.CreateInput) { in.User = "nobody" }), "input.user"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	proxmox "github.com/luthermonson/go-proxmox"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
@@ -40,19 +38,36 @@ type CreateInput struct {
 	DiskGiB int
 	// NICs are 1 to 4 NICs on networks of the VDC in the zone.
 	NICs []NICInput
-	// SSHKeys are OpenSSH authorized keys for the cloud-init user.
+	// SSHKeys are OpenSSH authorized keys for the cloud-init user, each
+	// as catalog.ParseSSHKey accepts it.
 	SSHKeys []string
+	// SSHKeyNames are keys of Owner's (catalog.SSHKeysOf) by name, for the
+	// cloud-init user too: merged with SSHKeys, a key given twice once.
+	SSHKeyNames []string
+	// Owner is the token subject of the caller, whose keys SSHKeyNames
+	// name.
+	Owner string
 	// User is the cloud-init user to create.
 	User string
-	// UserData is cloud-init user-data of the guest's own (a Cluster API
-	// worker's bootstrap data, for one): at most MaxUserData bytes once
-	// compressed. It is recorded with the guest's intent.
+	// UserData is cloud-init user-data of the guest's own (a tenant's, or
+	// a Cluster API worker's bootstrap data): a #cloud-config document or
+	// a script starting with "#!", at most MaxUserData bytes, merged with
+	// flexplane's own cloud-init settings (userdata.go) into a snippet.
+	// Only its checksum is recorded with the guest's intent.
 	UserData []byte
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in (at most catalog.MaxVMSecurityGroups); nil puts it in the
+	// VDC's default group, if it has one; empty puts it in none.
+	SecurityGroups []string
+	// UserDataVerbatim delivers UserData as it is, neither checked (but
+	// for its size) nor merged: a Cluster API bootstrap's, which owns the
+	// worker's whole user-data (a jinja template of cloud-init's).
+	UserDataVerbatim bool
+	// Host pins the VM to a host of the zone (a host id or its node name);
+	// "" lets placement choose (placement.go). Who may pin is the
+	// caller's to check.
+	Host string
 }
-
-// MaxUserData bounds the compressed user-data of a create: it travels in
-// the guest's description, which Proxmox bounds to 8 KiB.
-const MaxUserData = 4 << 10
 
 // NICInput is one NIC: the network's id and a static address, or "" for
 // the first free address of the network's subnet.
@@ -97,8 +112,15 @@ type plan struct {
 	tpl     *images.Template // nil while the image is not staged in the zone
 	nics    []nicPlan
 	keys    []string
-	// userData is CreateInput.UserData compressed and encoded.
-	userData string
+	// userData is CreateInput.UserData, checked, and verbatim its
+	// UserDataVerbatim.
+	userData []byte
+	verbatim bool
+	// slot is the host placement chose, held until the create ends.
+	slot *slot
+	// groups are the VM's security groups (the input's, or the VDC's
+	// default).
+	groups []string
 }
 
 type nicPlan struct {
@@ -122,18 +144,6 @@ func validDNSName(s string) bool {
 		}
 	}
 	return true
-}
-
-// authorizedKey returns k, trimmed, if it is one OpenSSH authorized key on
-// one line. ssh.ParseAuthorizedKey alone skips lines it cannot parse, which
-// would let any text before a key into the guest's authorized_keys.
-func authorizedKey(k string) (string, bool) {
-	k = strings.TrimSpace(k)
-	if strings.ContainsAny(k, "\r\n") {
-		return "", false
-	}
-	_, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(k))
-	return k, err == nil && strings.TrimSpace(string(rest)) == ""
 }
 
 // validate checks every input before anything is written.
@@ -199,16 +209,6 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if in.DiskGiB < 1 || in.DiskGiB > MaxDiskGiB {
 		return nil, badInput("diskGiB", "diskGiB must be between 1 and %d", MaxDiskGiB)
 	}
-	st, err := d.stager.Status(ctx, p.target(), p.img)
-	if err != nil {
-		return nil, zoneDown(z.Name, err)
-	}
-	if st.State == images.StateStaged {
-		p.tpl = &st.Template
-		if need := int((st.Template.DiskBytes + 1<<30 - 1) >> 30); in.DiskGiB < need {
-			return nil, badInput("diskGiB", "diskGiB must be at least %d, the size of image %s", need, p.img.Name)
-		}
-	}
 	if len(in.NICs) < 1 || len(in.NICs) > MaxNICs {
 		return nil, badInput("nics", "a VM has 1 to %d NICs", MaxNICs)
 	}
@@ -239,39 +239,131 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		}
 		p.nics = append(p.nics, np)
 	}
-	if len(in.SSHKeys) > MaxSSHKeys {
-		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	keys, err := sshKeys(ctx, d, in)
+	if err != nil {
+		return nil, err
 	}
-	for i, k := range in.SSHKeys {
-		key, ok := authorizedKey(k)
-		if !ok {
-			return nil, badInput(fmt.Sprintf("sshKeys[%d]", i), "not an OpenSSH public key")
-		}
-		p.keys = append(p.keys, key)
-	}
+	p.keys = keys
 	if !userRE.MatchString(in.User) {
 		return nil, badInput("user", "user must be 1 to 32 of a-z, 0-9, '_', '-', starting with a letter or '_'")
 	}
 	if systemUser(in.User) {
 		return nil, badInput("user", "user %q is a system account of the image; choose another name", in.User)
 	}
-	if !p.img.CloudInit && len(in.SSHKeys) > 0 {
-		return nil, badInput("sshKeys", "image %s does not run cloud-init", p.img.Name)
+	if !p.img.CloudInit && len(p.keys) > 0 {
+		field := "sshKeys"
+		if len(in.SSHKeys) == 0 {
+			field = "sshKeyNames"
+		}
+		return nil, badInput(field, "image %s does not run cloud-init", p.img.Name)
 	}
 	if len(in.UserData) > 0 {
+		if in.UserDataVerbatim && len(in.UserData) > MaxUserData {
+			return nil, badInput("userData", "user-data is %d bytes, more than %d", len(in.UserData), MaxUserData)
+		}
+		if !in.UserDataVerbatim {
+			if err := checkUserData(in.UserData, in.User); err != nil {
+				return nil, err
+			}
+		}
 		if !p.img.CloudInit {
 			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
 		}
-		enc, err := encodeUserData(in.UserData)
-		if err != nil {
-			return nil, internal("compressing user-data", err)
+		if d.snips.w == nil {
+			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
 		}
-		if len(enc) > MaxUserData {
-			return nil, badInput("userData", "user-data is %d bytes compressed, more than %d", len(enc), MaxUserData)
+		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
+	}
+	if err := placeCreate(ctx, d, p, in); err != nil {
+		return nil, err
+	}
+	if len(p.userData) > 0 {
+		// The guest lands on the host placement chose (else on its
+		// template's): that host must keep snippets.
+		host := ""
+		switch {
+		case p.slot != nil:
+			host = p.slot.node
+		case p.tpl != nil:
+			host = p.tpl.Node
 		}
-		p.userData = enc
+		if host != "" {
+			if _, err := snippetStorage(ctx, z, host); err != nil {
+				p.slot.release()
+				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
+			}
+		}
+	}
+	if p.groups, err = createGroups(ctx, d.cfg.Catalog, in.VDC, in.SecurityGroups); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// sshKeys checks in's SSHKeys and resolves its SSHKeyNames among the
+// owner's keys, and returns them merged, each key (its options, type and
+// key, whatever its comment) once.
+func sshKeys(ctx context.Context, d *deps, in CreateInput) ([]string, error) {
+	var (
+		out  []string
+		seen = map[string]bool{}
+	)
+	add := func(info *catalog.SSHKeyInfo) {
+		id := strings.Join(info.Options, ",") + " " + info.Fingerprint
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, info.Line)
+		}
+	}
+	if len(in.SSHKeys) > MaxSSHKeys {
+		return nil, badInput("sshKeys", "at most %d SSH keys", MaxSSHKeys)
+	}
+	for i, k := range in.SSHKeys {
+		field := fmt.Sprintf("sshKeys[%d]", i)
+		info, err := catalog.ParseSSHKey(field, k)
+		if err != nil {
+			return nil, keyInput(field, err)
+		}
+		add(info)
+	}
+	if len(in.SSHKeyNames) == 0 {
+		return out, nil
+	}
+	if len(in.SSHKeyNames) > MaxSSHKeys {
+		return nil, badInput("sshKeyNames", "at most %d SSH keys", MaxSSHKeys)
+	}
+	var owned []catalog.UserSSHKey
+	if in.Owner != "" {
+		var err error
+		if owned, err = catalog.SSHKeysOf(ctx, d.cfg.Catalog, in.Owner); err != nil {
+			return nil, internal("reading the caller's SSH keys failed", err)
+		}
+	}
+	for i, name := range in.SSHKeyNames {
+		field := fmt.Sprintf("sshKeyNames[%d]", i)
+		j := slices.IndexFunc(owned, func(k catalog.UserSSHKey) bool { return k.Name == name })
+		if j < 0 {
+			return nil, badInput(field, "you have no SSH key named %q", name)
+		}
+		info, err := catalog.ParseSSHKey(field, owned[j].PublicKey)
+		if err != nil {
+			return nil, keyInput(field, err)
+		}
+		add(info)
+	}
+	if len(out) > MaxSSHKeys {
+		return nil, badInput("sshKeyNames", "at most %d SSH keys in all, sshKeys and sshKeyNames together", MaxSSHKeys)
+	}
+	return out, nil
+}
+
+// keyInput is the bad input of a key catalog.ParseSSHKey refused.
+func keyInput(field string, err error) error {
+	var ve *catalog.ValidationError
+	if errors.As(err, &ve) {
+		return badInput(field, "%s", ve.Message)
+	}
+	return internal("checking an SSH key failed", err)
 }
 
 func catalogInput(field, what, name string, err error) error {
@@ -283,7 +375,7 @@ func catalogInput(field, what, name string, err error) error {
 
 // target is where the plan's image is staged.
 func (p *plan) target() images.Target {
-	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}}
+	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}, Node: p.slot.templateNode()}
 }
 
 // CreateVM validates in, reserves quota, claims the addresses and starts
@@ -312,11 +404,18 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, UserData: p.userData,
+		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
+	}
+	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
+	if p.userData != nil {
+		sc.userData = p.userData
+		if !p.verbatim {
+			sc.userData = mergedUserData(intent, p.userData)
+		}
+		intent.UserDataSum = userDataSum(sc.userData)
 	}
 	// Until its operation is recorded, Recover knows it live from here.
 	defer d.eng.begin(intent.Op)()
-	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	fail := func(err error) (*VM, *Operation, error) {
 		d.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
 		sc.release(context.WithoutCancel(ctx))
@@ -360,6 +459,10 @@ type createScope struct {
 	upid string
 	// assigned: the guest is recorded on its IPAM mappings (in this run).
 	assigned bool
+	// userData is the snippet of the guest's user-data while this process
+	// has it (nil for a create Recover took over: the snippet written
+	// before is all there is).
+	userData []byte
 }
 
 // createPhases are the phases of a create, in order: the names its
@@ -417,7 +520,7 @@ func (sc *createScope) stagePhase(ctx context.Context) error {
 	if sc.p == nil || sc.p.tpl != nil {
 		return nil
 	}
-	tpl, err := sc.stager.Ensure(ctx, sc.p.target(), sc.p.img)
+	tpl, err := sc.stageOnHost(ctx)
 	if err != nil {
 		return stageError(sc.p.img.Name, sc.z.Name, err)
 	}
@@ -516,6 +619,7 @@ func (sc *createScope) conclude(ctx context.Context, err error) {
 	if qerr := sc.quota.Release(ctx, in.VDC, in.Op); qerr != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", qerr)
 	}
+	sc.unplace()
 	sc.eng.finishOp(sc.opID, err)
 }
 
@@ -615,6 +719,7 @@ func (sc *createScope) release(ctx context.Context) {
 	if err := sc.quota.Release(ctx, in.VDC, in.Op); err != nil {
 		sc.log.Warn("releasing quota", "op", in.Op, "err", err)
 	}
+	sc.unplace()
 }
 
 // claim claims an address per NIC in the IPAM and records them in the intent.
@@ -701,9 +806,10 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 		}
 		var upid string
 		sc.bind(ctx, vmid)
+		sc.p.slot.bind(vmid)
 		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
-			"pool": tenancy.PoolID(in.VDC), "description": in.Description(),
+			"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
 		}, &upid)
 		switch {
 		case err == nil:
@@ -853,7 +959,7 @@ func (sc *createScope) resizeDisk(ctx context.Context, _ pveapi.Resource, cfg pv
 
 // deliverUserData writes the snippet of the guest's own user-data.
 func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, cfg pveapi.Config, base string) (bool, error) {
-	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, base)
+	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, sc.userData, base)
 }
 
 // startGuest starts the guest.
@@ -968,14 +1074,7 @@ func encodeKeys(keys []string) string {
 }
 
 // propOf returns key of a Proxmox property string ("vol,key=v,...").
-func propOf(s, key string) string {
-	for p := range strings.SplitSeq(s, ",") {
-		if k, v, ok := strings.Cut(p, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
+func propOf(s, key string) string { return pveapi.Prop(s, key) }
 
 // limitIs reports whether disk's limit key is v (0: unset).
 func limitIs(disk, key string, v int) bool {
@@ -997,34 +1096,7 @@ func setProp(s, key string, v int) string {
 
 // parseSize parses a Proxmox size ("32G", "512M", "4096"): a byte count,
 // never negative.
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("compute: size %q: %w", s, err)
-	}
-	// Not negative, NaN or beyond int64 (whose conversion is undefined).
-	n := f * float64(mult)
-	if !(n >= 0 && n < math.MaxInt64) {
-		return 0, fmt.Errorf("compute: size %q is out of range", s)
-	}
-	return int64(n), nil
-}
+func parseSize(s string) (int64, error) { return pveapi.ConfigSize(s) }
 
 // quotaError maps an error of reserving quota in vdc.
 func quotaError(vdc string, err error) error {

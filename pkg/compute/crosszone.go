@@ -182,6 +182,7 @@ type move struct {
 	cfg      pveapi.Config
 	in       *Intent
 	node     string // target node
+	slot     *slot  // the target node's room, held while the move runs
 	storage  string // target storage
 	disks    []moveDisk
 	nics     []NICIntent // target NICs (same MACs)
@@ -204,6 +205,9 @@ var copyKeys = []string{"name", "cores", "sockets", "memory", "cpu", "ostype", "
 func migrateAcross(ctx context.Context, d *deps, z Zone, g pveapi.Resource, in MigrateInput) (*Operation, error) {
 	sc := &moveScope{deps: d, req: in, src: z, g: g}
 	if err := runPhases(ctx, d.eng, "", "", movePreparePhases(), sc); err != nil {
+		if sc.m != nil {
+			sc.m.slot.release()
+		}
 		return nil, cause(err)
 	}
 	m := sc.m
@@ -215,6 +219,7 @@ func migrateAcross(ctx context.Context, d *deps, z Zone, g pveapi.Resource, in M
 	d.log.Info("moving a VM across zones", "vm", in.ID, "from", z.Name, "to", m.dst.Name, "node", m.node, "disks", len(m.disks))
 	d.eng.spawn(func(ctx context.Context) {
 		defer d.eng.clearLive(z, g.VMID)
+		defer m.slot.release()
 		d.eng.finishOp(sc.opID, sc.run(ctx))
 	})
 	return &op, nil
@@ -355,25 +360,27 @@ func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
 	if err := planNetworks(ctx, sc.find, m, in.Networks); err != nil {
 		return nil, err
 	}
+	pin := ""
 	if in.Host != "" {
-		if m.node, err = sc.find.targetNode(ctx, tz, in.Host); err != nil {
+		if pin, err = sc.find.targetNode(ctx, tz, in.Host); err != nil {
 			return nil, err
 		}
-	} else {
-		nodes, err := pveapi.Resources(ctx, tz.Client, "node")
-		if err != nil {
-			return nil, zoneDown(tz.Name, err)
-		}
-		for _, n := range nodes {
-			if n.Type == "node" && n.Status == "online" && (m.node == "" || n.Node < m.node) {
-				m.node = n.Node
-			}
-		}
-		if m.node == "" {
-			return nil, &Error{Kind: KindConflict, Field: "zone", Message: fmt.Sprintf("zone %s has no online host", tz.Name)}
-		}
 	}
+	if m.slot, err = sc.place(ctx, placeRequest{Zone: tz, Pin: pin, Field: "host", VM: in.ID, Demand: moveDemand(m)}); err != nil {
+		return nil, err
+	}
+	m.node = m.slot.node
 	return m, nil
+}
+
+// moveDemand is what the VM of m needs of its host in the target zone.
+func moveDemand(m *move) demand {
+	vcpus := max(m.cfg.Int("cores"), 1) * max(m.cfg.Int("sockets"), 1)
+	mem := m.cfg.Int("memory")
+	if mem == 0 {
+		mem = 512 // Proxmox's default
+	}
+	return demand{MemBytes: int64(mem) << 20, VCPUs: vcpus, DiskBytes: m.total(), Storage: m.storage}
 }
 
 // planDisks finds the VM's disks (raw, on storage the target zone has).
@@ -745,6 +752,9 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 			return vmid, fmt.Errorf("compute: the target's disk %s is %s, want %s", d.key, cfg.Str(d.key), want)
 		}
 	}
+	if err := sc.copyUserData(ctx, vmid); err != nil {
+		return vmid, err
+	}
 	for i, n := range m.nics {
 		a, _ := netip.ParseAddr(n.Address)
 		if err := ipam.Assign(ctx, m.dst.Client, n.SDNZone, n.VNet, a, n.MAC, vmid); err != nil {
@@ -752,6 +762,25 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 		}
 	}
 	return vmid, nil
+}
+
+// copyUserData gives the target guest vmid a copy of the source's
+// user-data snippet (if it has flexplane's), named in its cicustom.
+func (sc *moveScope) copyUserData(ctx context.Context, vmid int) error {
+	m := sc.m
+	cc, err := sc.snips.copyUserData(ctx, m.src, m.g.Node, m.g.VMID, m.cfg.Str("cicustom"), m.dst, m.node, vmid)
+	if err != nil || cc == "" {
+		return err
+	}
+	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
+	if err != nil {
+		return err
+	}
+	if _, err := pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", m.node, vmid),
+		map[string]any{"cicustom": cc, "digest": cfg.Digest()}); err != nil {
+		return fmt.Errorf("compute: the target's user-data: %w", err)
+	}
+	return nil
 }
 
 // markLeaving adds (or removes) the leaving mark of guest vmid on node,

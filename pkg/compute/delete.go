@@ -91,6 +91,13 @@ func (sc *deleteScope) settle(ctx context.Context) (pveapi.Resource, error) {
 		}
 		if cfg, err := pveapi.GuestConfig(ctx, sc.z.Client, sc.g.Node, sc.g.VMID); err == nil {
 			sc.cicustom = cfg.Str("cicustom")
+			if sc.cicustom == "" && sc.in != nil && sc.in.UserDataSum != "" {
+				// A create that failed between writing its snippet and
+				// naming it: the snippet is the one it would have named.
+				if st, err := snippetStorage(ctx, sc.z, sc.g.Node); err == nil {
+					sc.cicustom = "user=" + SnippetRef{Storage: st, Name: userDataName(sc.g.VMID)}.Volume()
+				}
+			}
 			for i := range MaxNICs {
 				if m := macRE.FindString(cfg.Str("net" + strconv.Itoa(i))); m != "" {
 					sc.macs = append(sc.macs, m)
@@ -166,7 +173,7 @@ func (sc *deleteScope) release(ctx context.Context) error {
 	if err := ipam.ReleaseMACs(ctx, sc.z.Client, macs); err != nil {
 		return err
 	}
-	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom); err != nil {
+	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom, sc.log); err != nil {
 		return err
 	}
 	if sc.in != nil {

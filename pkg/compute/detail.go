@@ -34,6 +34,8 @@ type Disk struct {
 	SizeBytes int64
 	// Limits; 0 is none.
 	ReadMBps, WriteMBps, ReadIops, WriteIops int
+	// Boot: the guest boots from it (the first disk of its boot order).
+	Boot bool
 }
 
 // Hardware is a guest's NICs and disks, each in slot order.
@@ -42,10 +44,7 @@ type Hardware struct {
 	Disks []Disk
 }
 
-var (
-	nicKey  = regexp.MustCompile(`^net(\d+)$`)
-	diskKey = regexp.MustCompile(`^(scsi|virtio|sata|ide)(\d+)$`)
-)
+var nicKey = regexp.MustCompile(`^net(\d+)$`)
 
 // ParseHardware reads the NICs and disks off a guest's configuration.
 // Keys are read in order, so that slots Proxmox would not write but that
@@ -66,34 +65,19 @@ func ParseHardware(cfg pveapi.Config) Hardware {
 				}
 			}
 			hw.NICs = append(hw.NICs, nic)
-			continue
-		}
-		if diskKey.MatchString(key) {
-			if propOf(val, "media") == "cdrom" {
-				continue
-			}
-			vol, _, _ := strings.Cut(val, ",")
-			storage, _, ok := strings.Cut(vol, ":")
-			if !ok { // "none" or a passed-through device
-				continue
-			}
-			size, _ := parseSize(propOf(val, "size"))
-			limit := func(k string) int { n, _ := strconv.Atoi(propOf(val, k)); return max(n, 0) } // < 0 is not a limit
-			hw.Disks = append(hw.Disks, Disk{Slot: key, Storage: storage, SizeBytes: size,
-				ReadMBps: limit("mbps_rd"), WriteMBps: limit("mbps_wr"), ReadIops: limit("iops_rd"), WriteIops: limit("iops_wr")})
 		}
 	}
+	boot := cfg.BootDisk()
+	for _, v := range cfg.Volumes() {
+		if v.Unused() {
+			continue
+		}
+		limit := func(k string) int { n, _ := strconv.Atoi(propOf(v.Props, k)); return max(n, 0) } // < 0 is not a limit
+		hw.Disks = append(hw.Disks, Disk{Slot: v.Slot, Storage: v.Storage, SizeBytes: v.SizeBytes, Boot: v.Slot == boot,
+			ReadMBps: limit("mbps_rd"), WriteMBps: limit("mbps_wr"), ReadIops: limit("iops_rd"), WriteIops: limit("iops_wr")})
+	}
 	slices.SortStableFunc(hw.NICs, func(a, b NIC) int { return cmp.Compare(a.Index, b.Index) })
-	slices.SortStableFunc(hw.Disks, func(a, b Disk) int { return slotOrder(a.Slot, b.Slot) })
 	return hw
-}
-
-// slotOrder orders disk slots by bus, then number (scsi2 before scsi10).
-func slotOrder(a, b string) int {
-	ma, mb := diskKey.FindStringSubmatch(a), diskKey.FindStringSubmatch(b)
-	na, _ := strconv.Atoi(ma[2])
-	nb, _ := strconv.Atoi(mb[2])
-	return cmp.Or(cmp.Compare(ma[1], mb[1]), cmp.Compare(na, nb))
 }
 
 // Hardware returns the zone and the NICs and disks of VM id of vdc.

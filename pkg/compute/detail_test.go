@@ -27,12 +27,19 @@ func TestParseHardware(t *testing.T) {
 		t.Errorf("NICs %s, want %s", got, want)
 	}
 	want := []compute.Disk{
-		{Slot: "scsi0", Storage: "local-lvm", SizeBytes: 10 << 30, ReadMBps: 200, WriteMBps: 100},
+		{Slot: "scsi0", Storage: "local-lvm", SizeBytes: 10 << 30, ReadMBps: 200, WriteMBps: 100, Boot: true},
 		{Slot: "scsi2", Storage: "local-lvm", SizeBytes: 1 << 40},
 		{Slot: "scsi10", Storage: "nvme-pool", SizeBytes: 512 << 20, ReadIops: 500, WriteIops: 400},
 	}
 	if fmt.Sprint(hw.Disks) != fmt.Sprint(want) {
 		t.Errorf("disks %+v, want %+v", hw.Disks, want)
+	}
+	// The boot disk is the first disk of the boot order; unused volumes
+	// are no disks of the VM.
+	hw = compute.ParseHardware(pveapi.Config{"scsi0": "local-lvm:vm-1-disk-0,size=1G", "scsi1": "local-lvm:vm-1-disk-1,size=2G",
+		"boot": "order=ide2;scsi1;scsi0;net0", "ide2": "local-lvm:vm-1-cloudinit,media=cdrom", "unused0": "local-lvm:vm-1-disk-2"})
+	if len(hw.Disks) != 2 || hw.Disks[0].Boot || !hw.Disks[1].Boot {
+		t.Errorf("disks with a boot order: %+v", hw.Disks)
 	}
 	if hw := compute.ParseHardware(pveapi.Config{}); len(hw.NICs) != 0 || len(hw.Disks) != 0 {
 		t.Errorf("empty config: %+v", hw)

@@ -23,7 +23,7 @@ const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ
 // env is a service over simulated zones with a catalog, networks of two
 // VDCs ("blue", "red") and the image "tiny".
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	zones  []*vmtest.Zone
 	store  *catalog.DirStore
 	svc    *compute.Service
@@ -36,9 +36,15 @@ type env struct {
 
 func newEnv(t *testing.T, q catalog.VDCQuotas, zoneNames ...string) *env {
 	t.Helper()
+	return newEnvOf(t, 2, q, zoneNames...)
+}
+
+// newEnvOf is newEnv with zones of nodes nodes.
+func newEnvOf(t testing.TB, nodes int, q catalog.VDCQuotas, zoneNames ...string) *env {
+	t.Helper()
 	e := &env{t: t, blue: map[string]string{}, red: map[string]string{}, small: map[string]string{}, quotas: q}
 	for _, n := range zoneNames {
-		z := vmtest.StartZone(t, n, 2)
+		z := vmtest.StartZone(t, n, nodes)
 		e.zones = append(e.zones, z)
 		e.blue[n] = vmtest.AddNetwork(t, z, "blue", "lan", "10.1.0.0/24", "10.1.0.1")
 		e.small[n] = vmtest.AddNetwork(t, z, "blue", "small", "10.2.0.0/28", "10.2.0.1")

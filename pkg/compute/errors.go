@@ -26,11 +26,16 @@ const (
 	KindQuotaExceeded
 	// KindZoneUnavailable: the zone named by Zone could not be reached.
 	KindZoneUnavailable
+	// KindCapacityExceeded: no host of the zone can take the VM (none is
+	// online, out of maintenance, with the VM's storage and room for its
+	// memory, vCPUs and disk); nothing was done.
+	KindCapacityExceeded
 )
 
 var kindNames = [...]string{
 	KindInternal: "internal", KindNotFound: "not found", KindBadInput: "bad input", KindConflict: "conflict",
 	KindQuotaExceeded: "quota exceeded", KindZoneUnavailable: "zone unavailable",
+	KindCapacityExceeded: "capacity exceeded",
 }
 
 func (k ErrorKind) String() string {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim/pveschema"
 )
@@ -59,7 +60,8 @@ func FuzzCreateInput(f *testing.F) {
 				t.Fatalf("user %q is accepted, but Proxmox refuses it: %v", user, err)
 			}
 		}
-		if k, ok := authorizedKey(key); ok {
+		if info, err := catalog.ParseSSHKey("key", key); err == nil {
+			k := info.Line
 			if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(k)); err != nil || strings.ContainsAny(k, "\r\n") {
 				t.Fatalf("key %q is accepted as %q, which is not one key on one line (%v)", key, k, err)
 			}
@@ -126,7 +128,7 @@ func FuzzParseHardware(f *testing.F) {
 			}
 		}
 		for i, d := range hw.Disks {
-			if i > 0 && slotOrder(hw.Disks[i-1].Slot, d.Slot) > 0 {
+			if i > 0 && pveapi.SlotOrder(hw.Disks[i-1].Slot, d.Slot) > 0 {
 				t.Fatalf("disks out of order: %+v", hw.Disks)
 			}
 			if propOf(cfg.Str(d.Slot), "media") == "cdrom" {

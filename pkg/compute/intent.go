@@ -38,9 +38,23 @@ type Intent struct {
 	NICs      []NICIntent `json:"nics"`
 	User      string      `json:"user,omitempty"`
 	SSHKeys   []string    `json:"sshKeys,omitempty"`
-	// UserData is the guest's own cloud-init user-data, gzip-compressed
-	// and base64-encoded (see CreateInput.UserData).
+	// UserDataSum is the SHA-256 (hex) of the snippet of the guest's own
+	// cloud-init user-data (see CreateInput.UserData), "" without: the
+	// user-data itself is in the snippet only, never in the description.
+	UserDataSum string `json:"userDataSum,omitempty"`
+	// UserData is user-data recorded, gzip-compressed and base64-encoded,
+	// by earlier versions, which kept it in the intent: a create of
+	// theirs that Recover finishes writes its snippet from it.
 	UserData string `json:"userData,omitempty"`
+	// ComputeProfile is the compute profile of VCPUs and MemoryMiB once a
+	// resize named one ("" before).
+	ComputeProfile string `json:"computeProfile,omitempty"`
+	// Resize is set while a resize that reboots the VM is unfinished.
+	Resize *ResizeIntent `json:"resize,omitempty"`
+	// SecurityGroups are the short names of the VDC's security groups the
+	// VM is in: a fact of the VM, changed by SetSecurityGroups; the
+	// groups' members are read from here.
+	SecurityGroups []string `json:"securityGroups,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays
@@ -113,19 +127,6 @@ func ParseIntent(desc string) (*Intent, bool) {
 	return nil, false
 }
 
-// encodeUserData compresses and encodes user-data for the intent.
-func encodeUserData(data []byte) (string, error) {
-	var b bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
-	if _, err := zw.Write(data); err != nil {
-		return "", err
-	}
-	if err := zw.Close(); err != nil {
-		return "", err
-	}
-	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
-}
-
 // DecodedUserData returns the guest's own cloud-init user-data (nil when
 // it has none).
 func (in *Intent) DecodedUserData() ([]byte, error) {
@@ -143,23 +144,6 @@ func (in *Intent) DecodedUserData() ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(zr, 1<<20))
 	if err != nil {
 		return nil, fmt.Errorf("intent: user-data: %w", err)
-	}
-	return data, nil
-}
-
-// UserData returns the cloud-init user-data VM id of vdc was created with
-// (nil when none was given). Anything not a VM of vdc is NOT_FOUND.
-func (s *Service) UserData(ctx context.Context, vdc, id string) ([]byte, error) {
-	_, _, in, err := s.d.find.lookup(ctx, vdc, id)
-	if err != nil {
-		return nil, err
-	}
-	if in == nil {
-		return nil, nil
-	}
-	data, err := in.DecodedUserData()
-	if err != nil {
-		return nil, internal("reading user-data", err)
 	}
 	return data, nil
 }

@@ -150,7 +150,9 @@ type recoveryHook struct {
 //     finished or undone by recoverMove (crosszone.go);
 //   - create: a create whose intent is older than StaleAfter and that no
 //     runner of this process works on is finished, from its configure
-//     phase, or cleaned up (adoptCreate, create.go).
+//     phase, or cleaned up (adoptCreate, create.go);
+//   - resize: a resize that reboots the VM whose process died before the
+//     reboot ended is rebooted if needed and finished (vm_resize.go).
 func recoveryHooks(d *deps) []recoveryHook {
 	return []recoveryHook{
 		{
@@ -170,6 +172,7 @@ func recoveryHooks(d *deps) []recoveryHook {
 				adoptCreate(ctx, d, z, g.VMID, in)
 			},
 		},
+		resizeHook(d),
 	}
 }
 

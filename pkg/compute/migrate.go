@@ -104,6 +104,9 @@ func migratePhases() []phase[migrateScope] {
 // request asks Proxmox for the migration's task.
 func (sc *migrateScope) request(ctx context.Context) error {
 	z, g := sc.z, sc.g
+	if err := sc.copyUserData(ctx); err != nil {
+		return err
+	}
 	if err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/migrate", g.Node, g.VMID), sc.params, &sc.upid); err != nil {
 		return conflict(err)
 	}
@@ -176,7 +179,8 @@ func migrateTask(ctx context.Context, z Zone, upid string, op *Operation) error 
 // guest is the VM: taskOfThisGuest), of the kind's task type, on its node
 // (a migration's on any node of the zone, since the guest has left it).
 func ownTask(u pveapi.UPID, g pveapi.Resource, in *Intent, kind OpKind) bool {
-	if u.ID != strconv.Itoa(g.VMID) || taskKinds[u.Type] != kind || !taskOfThisGuest(u.Started, in) {
+	ofKind := taskKinds[u.Type] == kind || kind == OpResize && resizeTasks[u.Type]
+	if u.ID != strconv.Itoa(g.VMID) || !ofKind || !taskOfThisGuest(u.Started, in) {
 		return false
 	}
 	return kind == OpMigrate || u.Node == g.Node
@@ -204,4 +208,24 @@ func ownedSince(in *Intent) time.Time {
 // ownedSince, in the same second counting as this guest's.
 func taskOfThisGuest(started time.Time, in *Intent) bool {
 	return !started.Truncate(time.Second).Before(ownedSince(in))
+}
+
+// copyUserData copies the VM's user-data snippet to the target node
+// before the move (a node's snippet storage is its own), under the same
+// volume id, which the VM's cicustom keeps naming.
+func (sc *migrateScope) copyUserData(ctx context.Context) error {
+	z, g := sc.z, sc.g
+	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+	if err != nil {
+		return zoneDown(z.Name, err)
+	}
+	cur := cfg.Str("cicustom")
+	got, err := sc.snips.copyUserData(ctx, z, g.Node, g.VMID, cur, z, sc.node, g.VMID)
+	if err != nil {
+		return internal("copying the VM's cloud-init user-data to the target host failed", err)
+	}
+	if got != "" && got != cur {
+		return &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s keeps snippets on another storage than the VM's cloud-init user-data (%s)", sc.node, cur)}
+	}
+	return nil
 }

@@ -97,6 +97,18 @@ func TestCreatePhaseNames(t *testing.T) {
 	if got := phaseNames(stagePhases()); !slices.Equal(got, []string{"request", "template"}) {
 		t.Fatalf("staging phases %v", got)
 	}
+	if got := phaseNames(attachPhases()); !slices.Equal(got, []string{"check", "reserve", "request"}) {
+		t.Fatalf("attach phases %v", got)
+	}
+	if got := phaseNames(diskResizePhases()); !slices.Equal(got, []string{"check", "reserve", "request"}) {
+		t.Fatalf("disk resize phases %v", got)
+	}
+	if got := phaseNames(detachPhases()); !slices.Equal(got, []string{"check", "request"}) {
+		t.Fatalf("detach phases %v", got)
+	}
+	if got := phaseNames(resizePhases()); !slices.Equal(got, []string{"check", "plan", "reserve", "apply", "reboot"}) {
+		t.Fatalf("resize phases %v", got)
+	}
 }
 
 // TestSnapshotPhasesNameTheirFailure: a rollback or a snapshot's deletion
@@ -122,14 +134,15 @@ func TestSnapshotPhasesNameTheirFailure(t *testing.T) {
 }
 
 // TestRecoveryHooks: Recover gives a guest to the move's hook before the
-// create's (a move's target carries the intent of a create too).
+// create's (a move's target carries the intent of a create too), and the
+// resize's last (it takes only created guests).
 func TestRecoveryHooks(t *testing.T) {
 	t.Parallel()
 	var names []string
 	for _, h := range recoveryHooks(&deps{}) {
 		names = append(names, h.name)
 	}
-	if !slices.Equal(names, []string{"move", "create"}) {
+	if !slices.Equal(names, []string{"move", "create", "resize"}) {
 		t.Fatalf("recovery hooks %v", names)
 	}
 }

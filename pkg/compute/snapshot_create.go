@@ -86,7 +86,11 @@ func (sc *snapshotScope) check(ctx context.Context) error {
 // reserve reserves the snapshot's storage against the VDC's quota.
 func (sc *snapshotScope) reserve(ctx context.Context) error {
 	sc.resID = "snap-" + newOpID()
-	gib := quota.SnapshotGiB(sc.g.DiskGiB(), sc.g.MemoryMiB(), sc.in.WithRAM)
+	disks, err := quota.GuestDiskGiB(ctx, sc.z.Client, sc.g)
+	if err != nil {
+		return zoneDown(sc.z.Name, err)
+	}
+	gib := quota.SnapshotGiB(disks, sc.g.MemoryMiB(), sc.in.WithRAM)
 	if err := sc.quota.ReserveSnapshot(ctx, sc.vdc, sc.resID, sc.z.ID, sc.in.Name, gib); err != nil {
 		return quotaError(sc.vdc, err)
 	}

@@ -151,6 +151,12 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// SecurityGroupInterval is how often the VDCs' security groups are
+	// written into every zone's Proxmox firewall (by the mesh control
+	// leader when replicated; a change through the API starts a pass at
+	// once on the replica that made it). Default 10s
+	// (sgsync.Config.Interval).
+	SecurityGroupInterval time.Duration
 	// ConsoleTTL is how long a console ticket of openConsole waits for its
 	// websocket (1s to 5m). Default console.DefaultTTL.
 	ConsoleTTL time.Duration

@@ -43,6 +43,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
+	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 )
 
@@ -114,6 +115,7 @@ type Server struct {
 	rollouts   *rollout.Service     // nil without releases, protected by mu
 	edge       *edgesync.Syncer     // nil without an API, protected by mu
 	lbs        *lbsync.Syncer       // nil without an API, protected by mu
+	groups     *sgsync.Syncer       // nil without an API, protected by mu
 	kube       *kubernetes          // nil without managed Kubernetes, protected by mu
 	kubeStop   context.CancelFunc   // stops kube's controllers, protected by mu
 	kubeDone   chan struct{}        // closed when kube's controllers stopped, protected by mu
@@ -184,33 +186,45 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// same placement from the catalog.
 	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"),
 		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets)})
+	// The security groups' writer runs on every replica, writing only
+	// while it leads (the mesh control leader; always when alone).
+	var leads func() bool
+	if leader != nil {
+		leads = leader.Leading
+	}
+	if s.groups, err = sgsync.New(sgsync.Config{Store: store, VMs: vms, Zones: computeZones{registry}, Leads: leads,
+		Interval: c.SecurityGroupInterval, ZoneTimeout: c.ZoneTimeout, Logger: s.log.With("component", "sgsync")}); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+	}
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err
 		}
 	}
-	svcs, err := newServices(registry, store, vms, kube, s.lbs, s.edge, c.ZoneTimeout, s.log)
+	svcs, err := newServices(registry, store, vms, kube, s.lbs, s.edge, s.groups, c.ZoneTimeout, s.log)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	h, err := server.New(server.Config{
 		Verifier: verifier,
 		Resolver: &graph.Resolver{
-			Catalog:       store,
-			Tenant:        c.Tenant,
-			Logger:        s.log.With("component", "api"),
-			Zones:         registry,
-			Estate:        svcs.estate,
-			Keys:          meshAPI,
-			AgentVersion:  c.AgentVersion,
-			Compute:       vms,
-			Rollouts:      s.rollouts,
-			Gateways:      svcs.gateways,
-			Consoles:      consoles,
-			LoadBalancers: svcs.balancers,
-			Kubernetes:    kube,
-			Networks:      svcs.networks,
-			VDCs:          svcs.vdcs,
+			Catalog:        store,
+			Tenant:         c.Tenant,
+			Logger:         s.log.With("component", "api"),
+			Zones:          registry,
+			Estate:         svcs.estate,
+			Keys:           meshAPI,
+			AgentVersion:   c.AgentVersion,
+			Compute:        vms,
+			Rollouts:       s.rollouts,
+			Gateways:       svcs.gateways,
+			Consoles:       consoles,
+			LoadBalancers:  svcs.balancers,
+			Kubernetes:     kube,
+			Networks:       svcs.networks,
+			VDCs:           svcs.vdcs,
+			SecurityGroups: svcs.groups,
+			SSHKeys:        svcs.sshKeys,
 		},
 		Logger:         s.log.With("component", "api"),
 		MaxDepth:       c.MaxDepth,

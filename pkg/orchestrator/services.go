@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/graph"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/edgesync"
@@ -18,6 +19,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
+	"github.com/flexplane/flexplane/pkg/securitygroup"
+	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/tenantkube"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
@@ -30,11 +34,13 @@ type services struct {
 	balancers *loadbalancer.Service // nil when the catalog keeps no secrets
 	gateways  *gateways.Service
 	estate    *estate.Service
+	groups    *securitygroup.Service
+	sshKeys   *sshkey.Service
 }
 
 // newServices builds the capability services.
 func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Service, kube *tenantkube.Service, lbs *lbsync.Syncer, edge *edgesync.Syncer,
-	zoneTimeout time.Duration, log *slog.Logger) (services, error) {
+	groups *sgsync.Syncer, zoneTimeout time.Duration, log *slog.Logger) (services, error) {
 	var s services
 	inv, err := inventory.New(inventory.Config{Zones: registry, Timeout: cmp.Or(zoneTimeout, graph.DefaultZoneTimeout)})
 	if err != nil {
@@ -55,11 +61,18 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 	if s.gateways, err = gateways.New(gcfg); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
+	if s.sshKeys, err = sshkey.New(sshkey.Config{Catalog: store}); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
+	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, State: groups, Changed: groups.Kick,
+		Logger: log.With("component", "securitygroup")}); err != nil {
+		return services{}, fmt.Errorf("orchestrator: %w", err)
+	}
 	if s.networks, err = network.NewService(registry); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	vcfg := vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
-		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc")}
+		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc"), Tokens: auth.ServiceAccountTokens{}}
 	if kube != nil {
 		vcfg.Clusters = kube
 	}

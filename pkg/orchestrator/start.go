@@ -336,7 +336,7 @@ func (b *boot) background(ctx context.Context) (func(), error) {
 		close(kubeDone)
 	}
 	done := make(chan struct{})
-	vms, edge, lbs, registry := b.vms, b.s.edge, b.s.lbs, b.registry
+	vms, edge, lbs, groups, registry := b.vms, b.s.edge, b.s.lbs, b.s.groups, b.registry
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
@@ -349,6 +349,9 @@ func (b *boot) background(ctx context.Context) (func(), error) {
 		}
 		if lbs != nil {
 			wg.Go(func() { _ = lbs.Run(rctx) })
+		}
+		if groups != nil {
+			wg.Go(func() { groups.Run(rctx) })
 		}
 		registry.Run(rctx)
 		wg.Wait()

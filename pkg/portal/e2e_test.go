@@ -22,6 +22,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/sshkey"
 	"github.com/flexplane/flexplane/pkg/vdc"
 )
 
@@ -82,14 +83,19 @@ func TestBrowser(t *testing.T) {
 		logs = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vdcs, err := vdc.New(vdc.Config{Store: store})
+	vdcs, err := vdc.New(vdc.Config{Store: store, Tokens: auth.ServiceAccountTokens{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := sshkey.New(sshkey.Config{Catalog: store})
 	if err != nil {
 		t.Fatal(err)
 	}
 	apiHandler, err := server.New(server.Config{
 		Verifier: verifier,
-		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
-		Logger:   logger,
+		Resolver: &graph.Resolver{Catalog: store, Estate: estate.New(estate.Config{Catalog: store}), VDCs: vdcs, SSHKeys: keys,
+			Tenant: graph.Tenant{Name: "ACME Cloud", Domain: "cloud.acme.test"}},
+		Logger: logger,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,8 +124,9 @@ func TestBrowser(t *testing.T) {
 		"PORTAL_MEMBER_USER=alice", "PORTAL_MEMBER_PASSWORD=alice-pw",
 		"PORTAL_MEMBER_VDCS=prod,dev",
 		"PORTAL_ARTIFACTS=" + artifacts,
-	}, "tests/portal.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu")
+	}, "tests/portal.test.mjs", "tests/settings.test.mjs")
+	browsertest.CheckScreenshots(t, artifacts, start, "signin", "home", "images", "compute-profiles", "storage-profiles", "vdcs", "phone-menu",
+		"vdc-settings", "vdc-settings-token")
 }
 
 // browserPrerequisites fails the test when the built portal, its packages, the browser or node are missing; it

@@ -97,6 +97,23 @@ func checkMigrated(t *testing.T, h *meshtest.Harness, artifacts string) {
 	t.Errorf("VM %s not in VDC %s: %+v", want.Name, want.VDC, vms)
 }
 
+// seedVMCatalog gives h the catalog a VM needs, as the platform admin: an
+// image "tiny" served over loopback, a compute profile "small" and a
+// storage profile "ssd" in each of zones.
+func seedVMCatalog(t *testing.T, h *meshtest.Harness, zones ...string) {
+	t.Helper()
+	image, sum := vmtest.ImageServer(t, 3<<20)
+	var pools []any
+	for _, z := range zones {
+		pools = append(pools, map[string]any{"zone": z, "pool": "local-lvm"})
+	}
+	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!, $p: [ZonePoolInput!]!) {
+	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  createStorageProfile(input: {name: "ssd", tier: "ssd", pools: $p}) { name }
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+		map[string]any{"u": image, "c": sum, "p": pools}).OK(t)
+}
+
 // TestBrowserMesh runs the portal's browser tests against a backend that
 // really has zones, hosts and VMs: the meshtest harness (orchestrator with
 // the GraphQL API, simulated Proxmox zones "alpha" with 2 nodes and "beta"
@@ -138,14 +155,7 @@ func TestBrowserMesh(t *testing.T) {
 	)
 	h.WaitOnline(t, 30*time.Second)
 
-	// The catalog a VM needs: an image served over loopback, a compute
-	// profile and a storage profile in both zones.
-	image, sum := vmtest.ImageServer(t, 3<<20)
-	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
-	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
-	  createStorageProfile(input: {name: "ssd", tier: "ssd", pools: [{zone: "alpha", pool: "local-lvm"}, {zone: "beta", pool: "local-lvm"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
-		map[string]any{"u": image, "c": sum}).OK(t)
+	seedVMCatalog(t, h, "alpha", "beta")
 	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
 
 	origin := h.Orchestrator.URL()

@@ -164,17 +164,23 @@ func (c *Cluster) dataPlaneLoop() {
 		}
 		c.mu.Lock()
 		t := c.st.topology()
+		// The guests started in t whose cloud-init is to run.
+		fbs := c.st.firstBoots
+		c.st.firstBoots = nil
 		c.mu.Unlock()
-		if last != nil && reflect.DeepEqual(*last, t) {
-			continue
+		if last == nil || !reflect.DeepEqual(*last, t) {
+			if err := c.cfg.DataPlane.Apply(t); err != nil {
+				c.mu.Lock()
+				c.st.firstBoots = append(fbs, c.st.firstBoots...)
+				c.mu.Unlock()
+				c.log.Error("data plane: apply; again in 1s", "err", err)
+				c.work.Add(1)
+				time.AfterFunc(time.Second, func() { defer c.work.Done(); c.kickNet() })
+				continue
+			}
+			last = &t
 		}
-		if err := c.cfg.DataPlane.Apply(t); err != nil {
-			c.log.Error("data plane: apply; again in 1s", "err", err)
-			c.work.Add(1)
-			time.AfterFunc(time.Second, func() { defer c.work.Done(); c.kickNet() })
-			continue
-		}
-		last = &t
+		c.runFirstBoots(fbs)
 	}
 }
 

@@ -69,7 +69,9 @@ type guestRecord struct {
 	DiskRead      int64            `json:"diskread,omitempty"`
 	DiskWrite     int64            `json:"diskwrite,omitempty"`
 	Snapshots     []snapshotRecord `json:"snapshots,omitempty"`
-	Firewall      *fwConf          `json:"firewall,omitempty"`
+	// CloudInit is the cloud-init instance-id whose user-data the guest ran.
+	CloudInit string  `json:"cloudinit_instance,omitempty"`
+	Firewall  *fwConf `json:"firewall,omitempty"`
 }
 
 type snapshotRecord struct {
@@ -260,7 +262,7 @@ func (st *state) snapshot() *stateFile {
 		r := guestRecord{
 			VMID: vmid, Node: g.node, Pool: g.pool, Conf: copyTyped(g.conf), Pending: copyTyped(g.pending),
 			PendingDelete: sortedKeys(g.pendDel), Running: g.running, Paused: g.paused, PID: g.pid,
-			NetIn: g.baseNetIn, NetOut: g.baseNetOut, DiskRead: g.baseRead, DiskWrite: g.baseWrite,
+			NetIn: g.baseNetIn, NetOut: g.baseNetOut, DiskRead: g.baseRead, DiskWrite: g.baseWrite, CloudInit: g.ciInstance,
 		}
 		if g.running {
 			r.StartedAt = g.startedAt
@@ -355,6 +357,7 @@ func (st *state) restore(f *stateFile) error {
 		g := &guest{
 			vmid: r.VMID, node: r.Node, pool: r.Pool, conf: r.Conf, running: r.Running, paused: r.Paused,
 			startedAt: r.StartedAt, pid: r.PID, baseNetIn: r.NetIn, baseNetOut: r.NetOut, baseRead: r.DiskRead, baseWrite: r.DiskWrite,
+			ciInstance: r.CloudInit,
 		}
 		if len(r.Pending) > 0 {
 			g.pending = r.Pending

@@ -31,9 +31,11 @@ var configSkip = map[string]bool{
 }
 
 // liveKeys change a running guest at once: qemu-server's fast-plug options and the
-// cloud-init options (which only matter at the next boot). Disks, NICs, USB and unused
-// volumes are hot-plugged (the default hotplug "network,disk,usb"). Everything else, such
-// as memory or cores, waits in the pending section for the next boot.
+// cloud-init options (which only matter at the next boot). Disks, NICs and USB devices
+// are hot-plugged as the guest's hotplug option allows (default "network,disk,usb"),
+// unused volumes always; vcpus and memory too when it names cpu and memory (memory also
+// needs numa=1, and vcpus at most cores×sockets), as qemu-server's hotplug does.
+// Everything else, such as cores, waits in the pending section for the next boot.
 var liveKeys = map[string]bool{
 	"name": true, "description": true, "tags": true, "onboot": true, "protection": true,
 	"startup": true, "hookscript": true, "vmstatestorage": true, "lock": true,
@@ -42,9 +44,46 @@ var liveKeys = map[string]bool{
 	"sshkeys": true, "nameserver": true, "searchdomain": true,
 }
 
-func appliesLive(k string) bool {
-	return liveKeys[k] || isDiskKey(k) || netKeyR.MatchString(k) || ipconfigKeyR.MatchString(k) ||
-		strings.HasPrefix(k, "unused") || strings.HasPrefix(k, "usb")
+// appliesLive reports whether a change of k to conf (the config being written) takes
+// effect on the running guest at once.
+func (g *guest) appliesLive(k string, conf map[string]any) bool {
+	hp := g.hotplug()
+	switch {
+	case liveKeys[k] || ipconfigKeyR.MatchString(k) || strings.HasPrefix(k, "unused"):
+		return true
+	case isDiskKey(k):
+		return hp["disk"]
+	case netKeyR.MatchString(k):
+		return hp["network"]
+	case strings.HasPrefix(k, "usb"):
+		return hp["usb"]
+	case k == "vcpus":
+		// The running topology bounds the vCPUs that can be plugged.
+		want := (&guest{conf: conf}).confInt("vcpus", 0)
+		return hp["cpu"] && want <= g.confInt("cores", 1)*g.confInt("sockets", 1)
+	case k == "memory":
+		return hp["memory"] && g.confInt("numa", 0) == 1
+	}
+	return false
+}
+
+// hotplug is the set of hot-pluggable device kinds of the guest's hotplug option: a
+// list of network, disk, cpu, memory, usb and cloudinit, "0" for none, "1" for the
+// default "network,disk,usb".
+func (g *guest) hotplug() map[string]bool {
+	v, ok := g.conf["hotplug"]
+	s := fmt.Sprint(v)
+	switch {
+	case !ok || s == "1" || s == "true":
+		s = "network,disk,usb"
+	case s == "0" || s == "false":
+		s = ""
+	}
+	out := map[string]bool{}
+	for _, f := range splitList(s) {
+		out[f] = true
+	}
+	return out
 }
 
 // applyPending moves the pending section into the config, as a (re)boot does.
@@ -78,7 +117,7 @@ func (g *guest) deferChanges(conf map[string]any, touched map[string]bool) {
 		keys[k] = true
 	}
 	for k := range keys {
-		if appliesLive(k) {
+		if g.appliesLive(k, conf) {
 			continue
 		}
 		nv, inNew := conf[k]
@@ -800,6 +839,7 @@ func (st *state) boot(g *guest) {
 	g.paused = false
 	g.startedAt = time.Now()
 	g.pid = int(st.nextPID) + 17
+	st.noteFirstBoot(g)
 }
 
 // checkRunning is the precondition of shutdown and reboot: unlocked and running.

@@ -155,6 +155,13 @@ func (st *state) checkCICustom(node, value string) error {
 // cloud-init data of a type (user, network, meta).
 func hCloudInitDump(cl *call, g *guest) (any, error) {
 	typ, _ := cl.p.str("type")
+	return cl.c.st.cloudInitData(g, typ)
+}
+
+// cloudInitData is guest g's cloud-init data of a type (user, network,
+// meta): the snippet its cicustom names for it, else what Proxmox would
+// generate. The caller holds mu.
+func (st *state) cloudInitData(g *guest, typ string) (string, error) {
 	custom := map[string]string{}
 	if cc, ok := g.conf["cicustom"].(string); ok {
 		for part := range strings.SplitSeq(cc, ",") {
@@ -164,13 +171,13 @@ func hCloudInitDump(cl *call, g *guest) (any, error) {
 		}
 	}
 	if volid := custom[typ]; volid != "" {
-		v, err := cl.c.st.snippetVolume(g.node, volid)
+		v, err := st.snippetVolume(g.node, volid)
 		if err != nil {
-			return nil, errorf(http.StatusInternalServerError, "%s", err)
+			return "", errorf(http.StatusInternalServerError, "%s", err)
 		}
 		b, err := os.ReadFile(v.file)
 		if err != nil {
-			return nil, errorf(http.StatusInternalServerError, "unable to read '%s': %v", volid, err)
+			return "", errorf(http.StatusInternalServerError, "unable to read '%s': %v", volid, err)
 		}
 		return string(b), nil
 	}
@@ -217,7 +224,7 @@ func hCloudInitDump(cl *call, g *guest) (any, error) {
 		sum := sha1.Sum([]byte(fmt.Sprintf("%d/%s", g.vmid, str("name"))))
 		fmt.Fprintf(&b, "instance-id: %s\n", hex.EncodeToString(sum[:]))
 	default:
-		return nil, paramError("type", "value '"+typ+"' does not have a value in the enumeration 'user, network, meta'")
+		return "", paramError("type", "value '"+typ+"' does not have a value in the enumeration 'user, network, meta'")
 	}
 	return b.String(), nil
 }

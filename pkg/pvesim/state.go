@@ -26,7 +26,10 @@ type state struct {
 	sdn      *sdnState
 	fw       *fwConf // the cluster's firewall (cluster.fw)
 	nextPID  uint32
-	timers   map[*taskTimer]struct{}
+	// firstBoots are the guests' starts whose cloud-init is still to run
+	// (cloudinit.go).
+	firstBoots []firstBoot
+	timers     map[*taskTimer]struct{}
 }
 
 type node struct {
@@ -54,6 +57,9 @@ type guest struct {
 	fw        *fwConf              // the guest's firewall (<vmid>.fw); nil without one
 	// metric counters carried over from earlier runs
 	baseNetIn, baseNetOut, baseRead, baseWrite int64
+	// ciInstance is the cloud-init instance-id whose first start ran its
+	// user-data (cloudinit.go); "" before.
+	ciInstance string
 }
 
 type storageDef struct {

@@ -1,8 +1,9 @@
 // Package vdc is the lifecycle of the virtual data centers: a VDC is
 // created and changed in the catalog, and deleted only once nothing of it
 // is left in any zone (no VMs, no creates in flight, no networks), after
-// which its Proxmox pool and SDN zone are removed from every zone. The
-// zones are reached through small interfaces the orchestrator satisfies;
+// which its Proxmox pool and SDN zone are removed from every zone. Who may
+// use a VDC besides the identity provider's claims, its members and its
+// service accounts, is changed here too (access.go). The zones are reached through small interfaces the orchestrator satisfies;
 // the package imports no transport.
 package vdc
 
@@ -85,12 +86,18 @@ type Config struct {
 	ZoneTimeout time.Duration
 	// Logger receives what a delete leaves behind; nil discards it.
 	Logger *slog.Logger
+	// Tokens issues service account tokens; nil: service accounts cannot
+	// be made.
+	Tokens Tokens
+	// Now is the clock of service accounts' times; nil is time.Now.
+	Now func() time.Time
 }
 
 // Service creates, changes and deletes VDCs.
 type Service struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	access accessState
 }
 
 // New checks cfg and returns the service.
@@ -106,7 +113,7 @@ func New(cfg Config) (*Service, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg.ZoneTimeout = cmp.Or(cfg.ZoneTimeout, DefaultZoneTimeout)
-	return &Service{cfg: cfg, log: log}, nil
+	return &Service{cfg: cfg, log: log, access: accessState{lastUsed: map[string]time.Time{}}}, nil
 }
 
 // Create creates v in the catalog.

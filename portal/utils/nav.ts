@@ -22,6 +22,7 @@ export const navigation: NavSection[] = [
       { to: '/networking', label: 'Networking' },
       { to: '/load-balancers', label: 'Load balancers' },
       { to: '/kubernetes', label: 'Kubernetes' },
+      { to: '/settings', label: 'VDC settings' },
     ],
   },
   {

@@ -28,6 +28,7 @@ export function errorTitle(code: string): string {
     NOT_FOUND: 'Not found',
     BAD_USER_INPUT: 'Invalid input',
     QUOTA_EXCEEDED: 'Quota exceeded',
+    CAPACITY_EXCEEDED: 'No host has room',
     FORBIDDEN: 'Not allowed',
     ZONE_UNAVAILABLE: 'Zone unavailable',
     RATE_LIMITED: 'Too many requests',

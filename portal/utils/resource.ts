@@ -112,3 +112,22 @@ export function catalogMutations<Row extends { name: string; resourceVersion: st
     remove: (r: Row) => api(docs.remove, { n: r.name, rv: r.resourceVersion }),
   }
 }
+
+// Refusal is where a dialog shows a failed submission: next to one of its
+// fields (field set, with the message to show there) or at the form's top.
+export interface Refusal {
+  field?: string
+  message: string
+}
+
+// refusalOf places the error of a dialog's submission: an API refusal with
+// one of codes naming input.<key> for one of keys goes next to that field,
+// anything else at the form's top; null for UNAUTHENTICATED (signing in
+// again takes over).
+export function refusalOf(e: unknown, keys: readonly string[], codes: readonly string[]): Refusal | null {
+  if (!(e instanceof ApiError)) return { message: (e as Error).message }
+  if (e.code === 'UNAUTHENTICATED') return null
+  const key = e.field?.replace(/^input\./, '')
+  if (codes.includes(e.code) && key && keys.includes(key)) return { field: key, message: readable(e.message, e.field) }
+  return { message: `${errorTitle(e.code)}: ${e.message}` }
+}

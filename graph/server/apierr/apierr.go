@@ -32,7 +32,13 @@ const (
 	BadUserInput    Code = "BAD_USER_INPUT"
 	Conflict        Code = "CONFLICT"
 	QuotaExceeded   Code = "QUOTA_EXCEEDED"
-	ZoneUnavailable Code = "ZONE_UNAVAILABLE"
+	// CapacityExceeded: no host of the zone can take the VM; nothing was
+	// done.
+	CapacityExceeded Code = "CAPACITY_EXCEEDED"
+	ZoneUnavailable  Code = "ZONE_UNAVAILABLE"
+	// Forbidden: the caller is a member of the VDC but its role there
+	// does not allow the action (outside the VDC the answer is NOT_FOUND).
+	Forbidden Code = "FORBIDDEN"
 	// Unavailable: a service the whole request depends on (the identity
 	// provider) cannot be reached; retrying later may work.
 	Unavailable Code = "UNAVAILABLE"
@@ -178,12 +184,13 @@ func From(err error, fieldPrefix string) *Error {
 
 // computeCodes maps the kinds of compute errors to codes.
 var computeCodes = map[compute.ErrorKind]Code{
-	compute.KindInternal:        Internal,
-	compute.KindNotFound:        NotFound,
-	compute.KindBadInput:        BadUserInput,
-	compute.KindConflict:        Conflict,
-	compute.KindQuotaExceeded:   QuotaExceeded,
-	compute.KindZoneUnavailable: ZoneUnavailable,
+	compute.KindInternal:         Internal,
+	compute.KindNotFound:         NotFound,
+	compute.KindBadInput:         BadUserInput,
+	compute.KindConflict:         Conflict,
+	compute.KindQuotaExceeded:    QuotaExceeded,
+	compute.KindZoneUnavailable:  ZoneUnavailable,
+	compute.KindCapacityExceeded: CapacityExceeded,
 }
 
 // fromCompute maps an error of the VM lifecycle: its field (relative to
@@ -241,6 +248,7 @@ var faultCodes = map[fault.Kind]Code{
 	fault.BadInput:        BadUserInput,
 	fault.Conflict:        Conflict,
 	fault.ZoneUnavailable: ZoneUnavailable,
+	fault.Forbidden:       Forbidden,
 }
 
 // fromFault maps an error of a capability service (networks, edge

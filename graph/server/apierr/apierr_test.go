@@ -43,6 +43,8 @@ func TestFrom(t *testing.T) {
 		{&compute.Error{Kind: compute.KindZoneUnavailable, Zone: "fra1", Message: "zone fra1 is unavailable", Cause: cause},
 			apierr.ZoneUnavailable, "", "zone fra1 is unavailable"},
 		{&compute.Error{Kind: compute.KindInternal, Message: "cloning failed", Cause: cause}, apierr.Internal, "", "cloning failed"},
+		{fmt.Errorf("op: %w", &compute.Error{Kind: compute.KindCapacityExceeded, Message: "no host of zone fra1 can take the VM", Cause: cause}),
+			apierr.CapacityExceeded, "", "no host of zone fra1 can take the VM"},
 		// The capability services' errors: bad input names its field,
 		// placed in the request, before the message.
 		{fmt.Errorf("op: %w", fault.Invalid("pools[0].backends[1].port", "port 0 is out of range")), apierr.BadUserInput,

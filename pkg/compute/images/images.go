@@ -1,5 +1,7 @@
-// Package images stages catalog images into zones and keeps one template
-// guest per image per zone to clone VMs from.
+// Package images stages catalog images into zones and keeps a template
+// guest per image per zone to clone VMs from: one on the zone's staging
+// node, and one on each node a VM of local storage is placed on (a clone
+// of a template on local storage stays on the template's node).
 //
 // Staging downloads the image with Proxmox's own download-url (checksum
 // verified by Proxmox) as `import` content onto a storage of the zone, then
@@ -96,10 +98,25 @@ func New(log *slog.Logger) *Stager {
 // download goes to the first of them that holds `import` content (else to
 // any storage of the node that does), the template's disk to the first that
 // holds `images`.
+//
+// Node, when set, is the node to stage on: its own template (the tagged
+// template guest on that node) is looked for and made there, and the
+// download goes to that node's import storage (unless the volume is on a
+// shared storage already). Empty: the zone's staging node, the first online
+// one by name, and the zone's template on whichever node it is.
 type Target struct {
 	Zone     string
 	Client   *proxmox.Client
 	Storages []string
+	Node     string
+}
+
+// node is the node t stages on: t.Node, or the zone's staging node.
+func (t Target) node(ctx context.Context) (string, error) {
+	if t.Node != "" {
+		return t.Node, nil
+	}
+	return stagingNode(ctx, t.Client)
 }
 
 type storageInfo struct {
@@ -169,13 +186,14 @@ func stagingNode(ctx context.Context, c *proxmox.Client) (string, error) {
 	return names[0], nil
 }
 
-// findTemplate returns the template guest of img in the zone: the tagged
-// guest with the lowest VMID, if two callers (replicas) raced to make one.
+// findTemplate returns the template guest of img in the zone (on t.Node
+// when it is set): the tagged guest with the lowest VMID, if two callers
+// (replicas) raced to make one.
 // It is done once it is an unlocked template, else pending. Guests that
 // lost the race are never returned, so nothing clones from them and their
 // makers may delete them.
-func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (done, pending *pveapi.Resource, err error) {
-	guests, err := pveapi.Guests(ctx, c)
+func findTemplate(ctx context.Context, t Target, img *catalog.Image) (done, pending *pveapi.Resource, err error) {
+	guests, err := pveapi.Guests(ctx, t.Client)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,7 +201,7 @@ func findTemplate(ctx context.Context, c *proxmox.Client, img *catalog.Image) (d
 	var win *pveapi.Resource
 	for i := range guests {
 		g := &guests[i]
-		if !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) {
+		if !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) || (t.Node != "" && g.Node != t.Node) {
 			continue
 		}
 		if win == nil || g.VMID < win.VMID {
@@ -239,7 +257,7 @@ func importVolume(ctx context.Context, c *proxmox.Client, node, storage string, 
 
 // Status derives the state of img in the zone of t from Proxmox.
 func (s *Stager) Status(ctx context.Context, t Target, img *catalog.Image) (Status, error) {
-	done, pending, err := findTemplate(ctx, t.Client, img)
+	done, pending, err := findTemplate(ctx, t, img)
 	if err != nil {
 		return Status{}, err
 	}
@@ -249,7 +267,7 @@ func (s *Stager) Status(ctx context.Context, t Target, img *catalog.Image) (Stat
 	if pending != nil {
 		return Status{State: StateStaging, Reason: "creating the template"}, nil
 	}
-	node, err := stagingNode(ctx, t.Client)
+	node, err := t.node(ctx)
 	if err != nil {
 		return Status{}, err
 	}
@@ -284,7 +302,7 @@ func (s *Stager) Stage(ctx context.Context, t Target, img *catalog.Image) (Statu
 	if err != nil || st.State == StateStaged || st.State == StateStaging {
 		return st, err
 	}
-	node, err := stagingNode(ctx, t.Client)
+	node, err := t.node(ctx)
 	if err != nil {
 		return Status{}, err
 	}
@@ -311,8 +329,70 @@ func (s *Stager) Stage(ctx context.Context, t Target, img *catalog.Image) (Statu
 // a download that fails because another one stored the file adopts that
 // file, and of two templates made at once the one with the lower VMID wins
 // (the other is deleted by its maker, and never returned).
+//
+// Without t.Node, when the template's disk storage is not shared, the
+// image is then staged on every other online node that has that storage
+// too, at once (a VM of local storage is cloned on its template's node,
+// and placement may put it on any of them); the staging node's template
+// is returned, with the errors of the other nodes.
 func (s *Stager) Ensure(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
-	key := t.Zone + "/" + Tag(img)
+	tpl, err := s.ensureOn(ctx, t, img)
+	if err != nil || t.Node != "" {
+		return tpl, err
+	}
+	nodes, err := hostingNodes(ctx, t)
+	if err != nil {
+		return tpl, err
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if n == tpl.Node {
+			continue
+		}
+		wg.Go(func() {
+			tn := t
+			tn.Node = n
+			if _, err := s.ensureOn(ctx, tn, img); err != nil {
+				errs[i] = fmt.Errorf("images: stage %s on node %s: %w", img.Name, n, err)
+			}
+		})
+	}
+	wg.Wait()
+	return tpl, errors.Join(errs...)
+}
+
+// hostingNodes are the nodes of the zone of t that may host a VM of its
+// disk storage when that storage is local (none when it is shared: one
+// template serves every node): those where it is available.
+func hostingNodes(ctx context.Context, t Target) ([]string, error) {
+	_, disk, err := pickStorages(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pveapi.Resources(ctx, t.Client, "storage")
+	if err != nil {
+		return nil, err
+	}
+	var nodes []string
+	for _, r := range rs {
+		if r.Type != "storage" || r.Storage != disk {
+			continue
+		}
+		if r.Shared == 1 {
+			return nil, nil
+		}
+		if r.Status == "available" {
+			nodes = append(nodes, r.Node)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes, nil
+}
+
+// ensureOn is Ensure on the one node of t.
+func (s *Stager) ensureOn(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
+	key := t.Zone + "/" + t.Node + "/" + Tag(img)
 	for {
 		s.mu.Lock()
 		ch, busy := s.flight[key]
@@ -362,7 +442,7 @@ func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 	}
 	// The download is done (here or by another replica): make the template
 	// unless one appeared meanwhile.
-	done, pending, err := findTemplate(ctx, t.Client, img)
+	done, pending, err := findTemplate(ctx, t, img)
 	if err != nil {
 		return Template{}, err
 	}
@@ -381,7 +461,7 @@ func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 
 // downloaded reports whether the downloaded volume of img is in the zone.
 func (s *Stager) downloaded(ctx context.Context, t Target, img *catalog.Image) (bool, error) {
-	node, err := stagingNode(ctx, t.Client)
+	node, err := t.node(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -397,7 +477,7 @@ func (s *Stager) downloaded(ctx context.Context, t Target, img *catalog.Image) (
 // caller (replica) made one with a lower VMID meanwhile, mine lost the race,
 // is deleted, and the winner is returned once it is done.
 func (s *Stager) settle(ctx context.Context, t Target, img *catalog.Image, mine Template) (Template, error) {
-	done, pending, err := findTemplate(ctx, t.Client, img)
+	done, pending, err := findTemplate(ctx, t, img)
 	if err != nil {
 		return Template{}, err
 	}
@@ -420,7 +500,7 @@ func (s *Stager) settle(ctx context.Context, t Target, img *catalog.Image, mine 
 
 // makeTemplate creates the template guest from the downloaded volume.
 func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image) (Template, error) {
-	node, err := stagingNode(ctx, t.Client)
+	node, err := t.node(ctx)
 	if err != nil {
 		return Template{}, err
 	}

@@ -10,11 +10,10 @@ import (
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
-func TestStageMakesOneTemplate(t *testing.T) {
+func TestStageMakesOneTemplatePerNode(t *testing.T) {
 	t.Parallel()
 	z := vmtest.StartZone(t, "alpha", 2)
-	url, sum := vmtest.ImageServer(t, 3<<20)
-	img := &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: "tiny"}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
+	img := tinyImage(t, "tiny")
 	s := images.New(nil)
 	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm"}}
 	ctx := vmtest.Ctx(t)
@@ -60,17 +59,18 @@ func TestStageMakesOneTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	perNode := map[string]int{}
 	for _, g := range guests {
 		if g.HasTag(images.Tag(img)) {
-			n++
+			perNode[g.Node]++
 			if g.Template != 1 || !g.HasTag("flexplane") {
 				t.Errorf("template guest %+v not a tagged template", g)
 			}
 		}
 	}
-	if n != 1 {
-		t.Errorf("%d template guests, want 1", n)
+	// Local storage: a template on each node that may host a VM.
+	if len(perNode) != 2 || perNode["pve1"] != 1 || perNode["pve2"] != 1 {
+		t.Errorf("template guests per node %v, want one on each", perNode)
 	}
 }
 
@@ -94,4 +94,49 @@ func TestStageWrongChecksumFails(t *testing.T) {
 	if err != nil || st.State != images.StateStaging {
 		t.Fatalf("restage: %+v, %v", st, err)
 	}
+}
+
+// TestStageOnOneNode: a target with a node stages there only, and finds
+// that node's template; on shared storage one template serves the zone.
+func TestStageOnOneNode(t *testing.T) {
+	t.Parallel()
+	z := vmtest.StartZone(t, "gamma", 3)
+	img := tinyImage(t, "tiny")
+	s := images.New(nil)
+	ctx := vmtest.Ctx(t)
+	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm"}, Node: "pve2"}
+	tpl, err := s.Ensure(ctx, tgt, img)
+	if err != nil || tpl.Node != "pve2" {
+		t.Fatalf("ensure on pve2: %+v, %v", tpl, err)
+	}
+	for node, want := range map[string]images.State{"pve1": images.StateAbsent, "pve2": images.StateStaged, "pve3": images.StateAbsent} {
+		tgt.Node = node
+		if st, err := s.Status(ctx, tgt, img); err != nil || st.State != want {
+			t.Errorf("%s: %+v, %v; want %s", node, st, err, want)
+		}
+	}
+	shared := tinyImage(t, "shared")
+	if _, err := s.Ensure(ctx, images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"shared"}}, shared); err != nil {
+		t.Fatalf("ensure on shared storage: %v", err)
+	}
+	guests, err := pveapi.Guests(ctx, z.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range guests {
+		if g.HasTag(images.Tag(shared)) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d templates of an image on shared storage, want 1", n)
+	}
+}
+
+// tinyImage is an image called name of 3 MiB, served until t ends.
+func tinyImage(t *testing.T, name string) *catalog.Image {
+	t.Helper()
+	url, sum := vmtest.ImageServer(t, 3<<20)
+	return &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: name}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
 }

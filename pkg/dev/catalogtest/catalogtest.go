@@ -8,6 +8,7 @@ package catalogtest
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
@@ -29,15 +32,17 @@ type Open func(t *testing.T) (a, b catalog.Store)
 // Run runs the behaviour tests on stores from open, in parallel subtests.
 func Run(t *testing.T, open Open) {
 	tests := map[string]func(*testing.T, Open){
-		"CRUDAndConflicts":         crudAndConflicts,
-		"AllKindsRoundTrip":        allKindsRoundTrip,
-		"ValidationChangesNothing": validationChangesNothing,
-		"ConcurrentUpdates":        concurrentUpdates,
-		"EveryFieldKept":           everyFieldKept,
-		"PublicAddressesOnce":      publicAddressesOnce,
-		"Secrets":                  secrets,
-		"DeleteEdgeGateway":        deleteEdgeGateway,
-		"KubeEndpointsOnce":        kubeEndpointsOnce,
+		"CRUDAndConflicts":           crudAndConflicts,
+		"AllKindsRoundTrip":          allKindsRoundTrip,
+		"ValidationChangesNothing":   validationChangesNothing,
+		"ConcurrentUpdates":          concurrentUpdates,
+		"EveryFieldKept":             everyFieldKept,
+		"PublicAddressesOnce":        publicAddressesOnce,
+		"Secrets":                    secrets,
+		"DeleteEdgeGateway":          deleteEdgeGateway,
+		"KubeEndpointsOnce":          kubeEndpointsOnce,
+		"AccessChangesReachReplicas": accessChangesReachReplicas,
+		"SSHKeysPerSubject":          sshKeysPerSubject,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -68,6 +73,13 @@ func Sample() []catalog.Object {
 		{ID: "op-2", VCPUs: 1, MemoryMiB: 512, StorageGiB: 5, Expires: at.Add(time.Minute)},
 	}
 	v.Status.Counted = map[string]catalog.ZoneCount{"fra1": {VCPUs: 4, MemoryMiB: 4096, StorageGiB: 40, VMs: 2, At: at}}
+	v.Members = []catalog.MemberBinding{{User: "alice", Role: catalog.RoleAdmin}, {User: "bob", Role: catalog.RoleViewer}}
+	later, used := at.Add(time.Hour), at.Add(time.Minute)
+	v.ServiceAccounts = []catalog.ServiceAccount{
+		{ID: "sa-0123456789abcdef0123", Name: "ci", Role: catalog.RoleMember, CreatedBy: "alice-sub", CreatedAt: at, ExpiresAt: &later,
+			LastUsedAt: &used, TokenHash: "sha256:" + strings.Repeat("0f", 32), PreviousTokenHash: "sha256:" + strings.Repeat("a1", 32), PreviousUntil: &later},
+		{ID: "sa-0123456789abcdef0124", Name: "reader", Role: catalog.RoleViewer, CreatedAt: at, TokenHash: "sha256:" + strings.Repeat("1e", 32)},
+	}
 	cp := &catalog.ComputeProfile{}
 	cp.Name, cp.Description, cp.VCPUs, cp.MemoryMiB = "medium", "4 by 8", 4, 8192
 	sp := &catalog.StorageProfile{}
@@ -104,7 +116,27 @@ func Sample() []catalog.Object {
 		{Name: "web", Protocol: catalog.LBProtocolHTTP, Port: 80, Pool: "app", Routes: []catalog.LBRoute{{PathPrefix: "/static/", Pool: "static"}}},
 		{Name: "secure", Protocol: catalog.LBProtocolHTTPS, Port: 443, Pool: "app", Certificates: []string{"shop"}, ServerNames: []string{"shop.example"}},
 		{Name: "pass", Protocol: catalog.LBProtocolTLSPassthrough, Port: 8443, SNIRoutes: []catalog.LBSNIRoute{{ServerName: "db.shop.example", Pool: "app"}}}}
-	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb}
+	v.DefaultSecurityGroup = "web"
+	sg := SecurityGroup("full", "web")
+	sg.Description = "the shop's web servers"
+	sg.Rules = append(sg.Rules,
+		catalog.SecurityRule{Direction: catalog.DirectionInbound, Protocol: catalog.SecurityProtocolUDP, Ports: "8000:8100,9000", PeerGroup: "db", Description: "metrics"},
+		catalog.SecurityRule{Direction: catalog.DirectionOutbound, Protocol: catalog.SecurityProtocolICMP, PeerCIDR: "2001:db8::/32"})
+	keys := &catalog.UserSSHKeys{}
+	keys.Subject = "alice@example"
+	keys.Name = catalog.UserSSHKeysName(keys.Subject)
+	keys.Keys = []catalog.UserSSHKey{
+		{Name: "laptop", PublicKey: SSHKey(1, "alice@laptop"), Created: at},
+		{Name: "backup", PublicKey: `command="/usr/bin/backup",from="10.0.0.0/8",no-pty ` + SSHKey(2, ""), Created: at.Add(time.Hour)}}
+	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb, sg, keys}
+}
+
+// SecurityGroup returns a valid security group of vdc with one rule.
+func SecurityGroup(vdc, name string) *catalog.SecurityGroup {
+	g := &catalog.SecurityGroup{}
+	g.Name, g.VDC = catalog.SecurityGroupName(vdc, name), vdc
+	g.Rules = []catalog.SecurityRule{{Direction: catalog.DirectionInbound, Protocol: catalog.SecurityProtocolTCP, Ports: "443", PeerCIDR: "10.0.0.0/8"}}
+	return g
 }
 
 // secrets: a store that keeps secrets (catalog.SecretStore) returns what
@@ -159,6 +191,55 @@ func everyFieldKept(t *testing.T, open Open) {
 				t.Errorf("%s: read %+v, wrote %+v", o.ObjectKind(), got, o)
 			}
 		}
+	}
+}
+
+// accessChangesReachReplicas: a service account's rotated token hash and
+// its deletion, written through one store, are what the other store (a
+// second replica, which checks tokens against its own reads) reads within
+// 10 s; a refused duplicate changes nothing.
+func accessChangesReachReplicas(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	hash := func(c byte) string { return "sha256:" + strings.Repeat(string([]byte{c, c}), 32) }
+	v := vdc("access", 4)
+	v.ServiceAccounts = []catalog.ServiceAccount{{ID: "sa-00000000000000000001", Name: "ci", Role: catalog.RoleMember,
+		CreatedAt: time.Now().UTC(), TokenHash: hash('a')}}
+	created, err := catalog.Create(ctx, a, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(want string) func(catalog.Object) bool {
+		return func(o catalog.Object) bool {
+			accounts := o.(*catalog.VDC).ServiceAccounts
+			if want == "" {
+				return len(accounts) == 0
+			}
+			return len(accounts) == 1 && accounts[0].TokenHash == want
+		}
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds(hash('a'))); err != nil {
+		t.Fatalf("the other replica does not see the account: %v", err)
+	}
+	created.ServiceAccounts[0].TokenHash = hash('b')
+	rotated, err := catalog.Update(ctx, a, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds(hash('b'))); err != nil {
+		t.Fatalf("the other replica does not see the rotation within 10 s: %v", err)
+	}
+	dup := rotated.DeepCopyObject().(*catalog.VDC)
+	dup.ServiceAccounts = append(dup.ServiceAccounts, dup.ServiceAccounts[0])
+	if _, err := catalog.Update(ctx, a, dup); !errors.Is(err, catalog.ErrInvalid) {
+		t.Fatalf("a second account of one id: %v, want invalid", err)
+	}
+	rotated.ServiceAccounts = nil
+	if _, err := catalog.Update(ctx, a, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Await(t, b, catalog.KindVDC, "access", holds("")); err != nil {
+		t.Fatalf("the other replica does not see the deletion within 10 s: %v", err)
 	}
 }
 
@@ -325,6 +406,44 @@ func validationChangesNothing(t *testing.T, open Open) {
 		{"name", vdc("a.b", 1)},
 		{"name", vdc(strings.Repeat("a", 64), 1)},
 		{"quotas.vcpus", vdc("prod", -1)},
+		{"members[1].user", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.Members = []catalog.MemberBinding{{User: "alice", Role: catalog.RoleAdmin}, {User: "alice", Role: catalog.RoleViewer}}
+			return v
+		}()},
+		{"members[0].role", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.Members = []catalog.MemberBinding{{User: "alice", Role: "owner"}}
+			return v
+		}()},
+		{"serviceAccounts[0].tokenHash", func() catalog.Object {
+			v := vdc("prod", 1)
+			v.ServiceAccounts = []catalog.ServiceAccount{{ID: "sa-0123456789abcdef0123", Name: "ci", Role: catalog.RoleMember, TokenHash: "fpsa_plaintext"}}
+			return v
+		}()},
+		{"defaultSecurityGroup", func() catalog.Object { v := vdc("prod", 1); v.DefaultSecurityGroup = "Web"; return v }()},
+		{"name", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Name = "prod"; return g }()},
+		{"name", func() catalog.Object { g := SecurityGroup("prod", "web"); g.VDC = "other"; return g }()},
+		{"rules[0].ports", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Ports = "80:22"; return g }()},
+		{"rules[0].ports", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Ports = "70000"; return g }()},
+		{"rules[0].ports", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			g.Rules[0].Protocol = catalog.SecurityProtocolICMP
+			return g
+		}()},
+		{"rules[1].peerCidr", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			g.Rules = append(g.Rules, catalog.SecurityRule{Direction: catalog.DirectionOutbound, Protocol: "any", PeerCIDR: "10.0.0.1/8"})
+			return g
+		}()},
+		{"rules[0].direction", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Direction = "sideways"; return g }()},
+		{"rules", func() catalog.Object {
+			g := SecurityGroup("prod", "web")
+			for len(g.Rules) <= catalog.MaxSecurityRules {
+				g.Rules = append(g.Rules, g.Rules[0])
+			}
+			return g
+		}()},
 		{"tier", func() catalog.Object { sp := base(); sp.Tier = ""; return sp }()},
 		{"pools", func() catalog.Object { sp := base(); sp.Pools = nil; return sp }()},
 		{"pools[1].zone", func() catalog.Object {
@@ -630,4 +749,96 @@ func zone1(t *testing.T, s catalog.Store, poolEnd string) *catalog.ExternalNetwo
 		t.Fatal(err)
 	}
 	return en
+}
+
+// SSHKey returns the authorized_keys line of an ed25519 key made from
+// seed (the same seed, the same key), with comment.
+func SSHKey(seed byte, comment string) string {
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, ed25519.SeedSize))
+	pub, err := ssh.NewPublicKey(priv.Public())
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub))) + " " + comment)
+}
+
+// sshKeysPerSubject: a subject's keys are its own (another subject may
+// use the same name), names are unique per subject, at most
+// catalog.MaxUserSSHKeys, bad keys change nothing, and adds racing on two
+// stores all land.
+func sshKeysPerSubject(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	if keys, err := catalog.SSHKeysOf(ctx, a, "nobody"); err != nil || len(keys) != 0 {
+		t.Fatalf("keys of a subject without any: %v %v", keys, err)
+	}
+	k, err := catalog.AddSSHKey(ctx, a, "alice", "laptop", SSHKey(1, "alice@laptop"))
+	if err != nil || k.Name != "laptop" || k.Created.IsZero() {
+		t.Fatalf("add: %+v %v", k, err)
+	}
+	if _, err := catalog.AddSSHKey(ctx, a, "bob", "laptop", SSHKey(2, "bob@laptop")); err != nil {
+		t.Fatalf("another subject's key of the same name: %v", err)
+	}
+	if _, err := Await(t, b, catalog.KindUserSSHKeys, catalog.UserSSHKeysName("bob"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var ve *catalog.ValidationError
+	for _, c := range []struct{ field, name, key string }{
+		{"name", "laptop", SSHKey(3, "")},
+		{"name", "", SSHKey(3, "")},
+		{"name", "a/b", SSHKey(3, "")},
+		{"publicKey", "x", "ssh-ed25519 AAAA"},
+		{"publicKey", "x", "ssh-foo " + strings.Fields(SSHKey(3, ""))[1]},
+		{"publicKey", "x", `command="` + strings.Repeat("a", catalog.MaxSSHKeyOptionsLen) + `" ` + SSHKey(3, "")},
+		{"publicKey", "x", SSHKey(3, strings.Repeat("c", catalog.MaxSSHKeyLen))},
+		{"publicKey", "x", SSHKey(3, "") + "\n" + SSHKey(4, "")},
+	} {
+		if _, err := catalog.AddSSHKey(ctx, b, "alice", c.name, c.key); !errors.As(err, &ve) || ve.Field != c.field {
+			t.Errorf("add %q %.40q: %v, want a validation error of %s", c.name, c.key, err, c.field)
+		}
+	}
+	if keys, err := catalog.SSHKeysOf(ctx, b, "alice"); err != nil || len(keys) != 1 || keys[0].PublicKey != SSHKey(1, "alice@laptop") {
+		t.Fatalf("alice's keys after refused adds: %+v %v", keys, err)
+	}
+	if _, err := catalog.DeleteSSHKey(ctx, a, "carol", "laptop"); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("carol deleting a name only others have: %v, want not found", err)
+	}
+	// Adds racing on both stores: every one lands.
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = catalog.AddSSHKey(ctx, []catalog.Store{a, b}[i%2], "alice", fmt.Sprintf("k%d", i), SSHKey(byte(10+i), ""))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("add %d: %v", i, err)
+		}
+	}
+	o, err := Await(t, a, catalog.KindUserSSHKeys, catalog.UserSSHKeysName("alice"), func(o catalog.Object) bool {
+		return len(o.(*catalog.UserSSHKeys).Keys) == n+1
+	})
+	if err != nil || len(o.(*catalog.UserSSHKeys).Keys) != n+1 {
+		t.Fatalf("alice's keys after racing adds: %+v %v", o, err)
+	}
+	for i := n + 1; i < catalog.MaxUserSSHKeys; i++ {
+		if _, err := catalog.AddSSHKey(ctx, a, "alice", fmt.Sprintf("k%d", i), SSHKey(byte(i), "")); err != nil {
+			t.Fatalf("add %d: %v", i, err)
+		}
+	}
+	if _, err := catalog.AddSSHKey(ctx, a, "alice", "one-more", SSHKey(200, "")); !errors.As(err, &ve) {
+		t.Fatalf("key %d: %v, want a validation error", catalog.MaxUserSSHKeys+1, err)
+	}
+	if gone, err := catalog.DeleteSSHKey(ctx, a, "bob", "laptop"); err != nil || gone.PublicKey != SSHKey(2, "bob@laptop") {
+		t.Fatalf("delete bob's laptop: %+v %v", gone, err)
+	}
+	if keys, err := catalog.SSHKeysOf(ctx, a, "alice"); err != nil || keys[0].Name != "laptop" {
+		t.Fatalf("bob's delete touched alice's keys: %v", err)
+	}
+	if _, err := Await(t, b, catalog.KindUserSSHKeys, catalog.UserSSHKeysName("bob"), func(catalog.Object) bool { return false }); !errors.Is(err, catalog.ErrNotFound) {
+		t.Fatalf("bob without keys: %v, want his object gone", err)
+	}
 }

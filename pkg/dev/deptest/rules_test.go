@@ -27,6 +27,8 @@ var domain = []string{
 	module + "/pkg/edge", // the gateway's data plane; edgesync, its orchestrator side, speaks gRPC
 	module + "/pkg/vdc",
 	module + "/pkg/edge/gateways", // the gateways' objects as the API changes them
+	module + "/pkg/securitygroup", // the security groups as the API changes them; sgsync writes them to Proxmox
+	module + "/pkg/sshkey",
 }
 
 // mustBeDomain are packages the patterns above must find (a pattern that
@@ -34,7 +36,7 @@ var domain = []string{
 var mustBeDomain = []string{
 	module + "/pkg/compute", module + "/pkg/compute/images", module + "/pkg/network",
 	module + "/pkg/network/ipam", module + "/pkg/tenancy", module + "/pkg/tenancy/quota", module + "/pkg/catalog",
-	module + "/pkg/edge", module + "/pkg/vdc", module + "/pkg/edge/gateways",
+	module + "/pkg/edge", module + "/pkg/vdc", module + "/pkg/edge/gateways", module + "/pkg/securitygroup", module + "/pkg/sshkey",
 }
 
 // transport is what domain packages must not link: the GraphQL server,

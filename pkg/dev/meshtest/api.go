@@ -41,6 +41,9 @@ type APISpec struct {
 	VMRecoverAfter time.Duration
 	// VMRecoverInterval is the orchestrator's APIConfig.VMRecoverInterval.
 	VMRecoverInterval time.Duration
+	// SecurityGroupInterval is the orchestrator's
+	// APIConfig.SecurityGroupInterval.
+	SecurityGroupInterval time.Duration
 	// AgentVersion is the agent version the orchestrator ships (the
 	// harness's agents report "meshtest"). Default "meshtest".
 	AgentVersion string
@@ -164,19 +167,20 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		return orchestrator.APIConfig{}
 	}
 	return orchestrator.APIConfig{
-		Issuer:            h.api.idp.Issuer(),
-		Audience:          APIClientID,
-		CatalogDir:        h.catalogDir(),
-		Tenant:            graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
-		ZoneTimeout:       h.opts.api.ZoneTimeout,
-		MaxComplexity:     h.opts.api.MaxComplexity,
-		RateLimits:        h.opts.api.RateLimits,
-		VMRecoverAfter:    h.opts.api.VMRecoverAfter,
-		VMRecoverInterval: h.opts.api.VMRecoverInterval,
-		AgentVersion:      h.opts.api.AgentVersion,
-		Releases:          orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
-		LoadBalancers:     h.opts.api.LoadBalancers,
-		Kubernetes:        h.opts.api.Kubernetes,
+		Issuer:                h.api.idp.Issuer(),
+		Audience:              APIClientID,
+		CatalogDir:            h.catalogDir(),
+		Tenant:                graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
+		ZoneTimeout:           h.opts.api.ZoneTimeout,
+		MaxComplexity:         h.opts.api.MaxComplexity,
+		RateLimits:            h.opts.api.RateLimits,
+		VMRecoverAfter:        h.opts.api.VMRecoverAfter,
+		VMRecoverInterval:     h.opts.api.VMRecoverInterval,
+		SecurityGroupInterval: h.opts.api.SecurityGroupInterval,
+		AgentVersion:          h.opts.api.AgentVersion,
+		Releases:              orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
+		LoadBalancers:         h.opts.api.LoadBalancers,
+		Kubernetes:            h.opts.api.Kubernetes,
 	}
 }
 

@@ -778,10 +778,31 @@ type CreateVMInput struct {
 	Nics []NICInput `json:"nics"`
 	// At most 32 OpenSSH public keys for the cloud-init user.
 	SshKeys []string `json:"sshKeys"`
+	// Names of the caller's SSH keys (me.sshKeys) for the cloud-init user too:
+	// merged with sshKeys, a key given twice once, at most 32 in all.
+	SshKeyNames []string `json:"sshKeyNames"`
 	// The cloud-init user to create (a-z, 0-9, '_', '-', starting with a
 	// letter); not a system account of the image (root, nobody, daemon, ...,
 	// systemd-*), which cloud-init would open to the keys.
 	User string `json:"user"`
+	// The names of the VDC's security groups it is in (at most 16); null puts
+	// it in the VDC's default group if it has one, an empty list in none.
+	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
+	// VDC does not have.
+	SecurityGroups []string `json:"securityGroups"`
+	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
+	// YAML document or a shell script starting with `#!`. flexplane merges it
+	// with its own settings (hostname, the user and its SSH keys) as a
+	// multipart user-data: lists add to flexplane's, keys flexplane sets stay,
+	// and the network configuration stays flexplane's. A `users` entry naming
+	// `user` is refused. Never returned, and redacted in the audit log.
+	UserData *string `json:"userData"`
+	// Pins the VM to a host of the zone (a Host id, or the host's name); only
+	// an ADMIN of the VDC may set it (else FORBIDDEN). A host that cannot
+	// take the VM (unknown, offline, in maintenance, without room for its
+	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
+	// chooses the least loaded host that can take it.
+	Host *string `json:"host"`
 }
 
 // GetName returns CreateVMInput.Name, and is useful for accessing the field via an interface.
@@ -808,8 +829,20 @@ func (v *CreateVMInput) GetNics() []NICInput { return v.Nics }
 // GetSshKeys returns CreateVMInput.SshKeys, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetSshKeys() []string { return v.SshKeys }
 
+// GetSshKeyNames returns CreateVMInput.SshKeyNames, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetSshKeyNames() []string { return v.SshKeyNames }
+
 // GetUser returns CreateVMInput.User, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetUser() string { return v.User }
+
+// GetSecurityGroups returns CreateVMInput.SecurityGroups, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetSecurityGroups() []string { return v.SecurityGroups }
+
+// GetUserData returns CreateVMInput.UserData, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetUserData() *string { return v.UserData }
+
+// GetHost returns CreateVMInput.Host, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetHost() *string { return v.Host }
 
 // CreateVMResponse is returned by CreateVM on success.
 type CreateVMResponse struct {
@@ -3267,6 +3300,8 @@ const (
 	OperationKindDeleteSnapshot OperationKind = "DELETE_SNAPSHOT"
 	// migrateVM.
 	OperationKindMigrateVm OperationKind = "MIGRATE_VM"
+	// resizeVM.
+	OperationKindResizeVm OperationKind = "RESIZE_VM"
 )
 
 var AllOperationKind = []OperationKind{
@@ -3280,6 +3315,7 @@ var AllOperationKind = []OperationKind{
 	OperationKindRollbackSnapshot,
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVm,
+	OperationKindResizeVm,
 }
 
 // Whether an operation runs or how it ended.

@@ -23,7 +23,9 @@
 //
 // A Plane is a pvesim.DataPlane: the cluster hands it its topology after every change.
 // Stopping, deleting or migrating a guest removes (or moves) its namespace; a node that
-// goes offline loses its namespace, and with it every veth into it.
+// goes offline loses its namespace, and with it every veth into it. StartInGuest runs a
+// process inside a guest's namespace (the simulator's cloud-init); its process group is
+// killed when the namespace goes.
 package simnet
 
 import (
@@ -32,6 +34,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +67,7 @@ type Plane struct {
 
 	mu     sync.Mutex
 	guests map[int]string     // applied guests: VMID -> signature; protected by mu
+	procs  map[int][]int      // process groups started in guests (StartInGuest): VMID -> ids; protected by mu
 	fw     map[string]fwState // applied firewalls by node; protected by mu
 	closed bool               // protected by mu
 }
@@ -81,7 +85,7 @@ func New(cfg Config) (*Plane, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}, fw: map[string]fwState{}}
+	p := &Plane{cfg: cfg, log: log, guests: map[int]string{}, procs: map[int][]int{}, fw: map[string]fwState{}}
 	if err := p.removeAll(); err != nil {
 		return nil, err
 	}
@@ -120,7 +124,44 @@ func (p *Plane) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	for vmid := range p.procs {
+		p.endProcs(vmid)
+	}
 	return p.removeAll()
+}
+
+// StartInGuest starts cmd inside the namespace of the running guest vmid, in
+// a process group of its own, which the plane kills (SIGKILL to the group) when
+// the guest's namespace goes: the guest stops, is deleted or moves to another
+// node, or the plane closes. The caller waits for cmd. It implements
+// pvesim.GuestExec: the simulator runs a guest's cloud-init with it.
+func (p *Plane) StartInGuest(vmid int, cmd *exec.Cmd) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ns := p.GuestNS(vmid)
+	if p.closed || !nsnet.Exists(ns) {
+		return fmt.Errorf("simnet: start in guest %d: it is not running", vmid)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &unix.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	// A child forked from a thread in the namespace starts in it.
+	if err := nsnet.Do(ns, cmd.Start); err != nil {
+		return fmt.Errorf("simnet: start in guest %d: %w", vmid, err)
+	}
+	p.procs[vmid] = append(p.procs[vmid], cmd.Process.Pid)
+	return nil
+}
+
+// endProcs kills the process groups started in guest vmid. The caller holds mu.
+func (p *Plane) endProcs(vmid int) {
+	for _, pgid := range p.procs[vmid] {
+		if err := unix.Kill(-pgid, unix.SIGKILL); err == nil {
+			p.log.Info("simnet: guest gone: killed its processes", "vmid", vmid, "pgid", pgid)
+		}
+	}
+	delete(p.procs, vmid)
 }
 
 func (p *Plane) removeAll() error {
@@ -171,6 +212,7 @@ func (p *Plane) Apply(t pvesim.Topology) error {
 			continue
 		}
 		p.log.Info("simnet: guest stopped: removing its namespace", "vmid", vmid)
+		p.endProcs(vmid)
 		errs = append(errs, nsnet.Delete(name))
 		delete(p.guests, vmid)
 	}
@@ -398,6 +440,7 @@ func (p *Plane) applyGuest(g pvesim.TopologyGuest, vnets []pvesim.TopologyVNet) 
 	if p.guests[g.VMID] == sig && nsnet.Exists(ns) && p.tapsPresent(g) {
 		return nil
 	}
+	p.endProcs(g.VMID)
 	if err := nsnet.Delete(ns); err != nil {
 		return err
 	}

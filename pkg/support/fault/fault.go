@@ -26,6 +26,9 @@ const (
 	Conflict
 	// ZoneUnavailable: a zone the call needs does not answer; Zone names it.
 	ZoneUnavailable
+	// Forbidden: the caller may see the object but not do this to it (a
+	// member of its VDC whose role is too low).
+	Forbidden
 )
 
 // Error is a service's error for its callers.

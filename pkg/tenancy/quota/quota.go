@@ -134,9 +134,10 @@ const DefaultTTL = 30 * time.Minute
 
 // PoolUsage sums what the guests of vdc's pool in the zone of c use,
 // leaving out the guests in skip (by VMID: their reservations count them).
-// Templates are never counted. Each guest's snapshots count their
-// SnapshotGiB in storage (one snapshot list per guest, at most
-// snapshotReads at a time).
+// Templates are never counted. Each guest counts every disk of its
+// configuration in storage, its unused disks included, and its snapshots
+// their SnapshotGiB of those disks (one config and one snapshot list per
+// guest, at most snapshotReads guests at a time).
 func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]bool) (Usage, error) {
 	guests, err := pveapi.PoolGuests(ctx, c, tenancy.PoolID(vdc))
 	if err != nil {
@@ -156,16 +157,24 @@ func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			gu := Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: g.DiskGiB(), VMs: 1}
-			snaps, _, err := pveapi.Snapshots(ctx, c, g.Node, g.VMID)
-			if err != nil && !pveapi.IsNotFound(err) {
+			fail := func(err error) {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("quota: usage: %w", err))
 				mu.Unlock()
+			}
+			diskGiB, err := GuestDiskGiB(ctx, c, g)
+			if err != nil {
+				fail(err)
+				return
+			}
+			gu := Usage{VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), StorageGiB: diskGiB, VMs: 1}
+			snaps, _, err := pveapi.Snapshots(ctx, c, g.Node, g.VMID)
+			if err != nil && !pveapi.IsNotFound(err) {
+				fail(err)
 				return
 			}
 			for _, s := range snaps {
-				gu.StorageGiB += SnapshotGiB(g.DiskGiB(), g.MemoryMiB(), s.VMState)
+				gu.StorageGiB += SnapshotGiB(diskGiB, g.MemoryMiB(), s.VMState)
 			}
 			mu.Lock()
 			u = u.add(gu)
@@ -179,8 +188,28 @@ func PoolUsage(ctx context.Context, c *proxmox.Client, vdc string, skip map[int]
 	return u, nil
 }
 
-// snapshotReads bounds the snapshot lists PoolUsage reads at once per zone.
+// snapshotReads bounds the guests PoolUsage reads at once per zone (their
+// configs and snapshot lists).
 const snapshotReads = 8
+
+// GuestDiskGiB is what guest g holds on storage, in GiB rounded up: every
+// disk of its configuration, the unused ones (detached but kept) included.
+// Proxmox's maxdisk is only the boot disk's size. A guest gone meanwhile
+// counts its maxdisk.
+func GuestDiskGiB(ctx context.Context, c *proxmox.Client, g pveapi.Resource) (int, error) {
+	cfg, err := pveapi.GuestConfig(ctx, c, g.Node, g.VMID)
+	if pveapi.IsNotFound(err) {
+		return g.DiskGiB(), nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := pveapi.GuestDiskBytes(ctx, c, g.Node, cfg)
+	if err != nil {
+		return 0, err
+	}
+	return int((max(n, g.MaxDisk) + 1<<30 - 1) >> 30), nil
+}
 
 // SnapshotGiB is what one snapshot of a guest with disks of diskGiB and
 // memoryMiB of RAM counts against its VDC's storage quota: the size of its
@@ -274,10 +303,11 @@ func used(cs []counted, live []catalog.QuotaReservation) (Usage, error) {
 }
 
 // reserved is what reservation r holds: a create's resources and one VM,
-// or a snapshot's storage.
+// or resources without a VM (a snapshot's storage, a disk's, the growth of
+// a VM).
 func reserved(r catalog.QuotaReservation) Usage {
 	if r.Snapshot != "" {
-		return Usage{StorageGiB: r.StorageGiB}
+		return Usage{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, StorageGiB: r.StorageGiB}
 	}
 	return Usage{r.VCPUs, r.MemoryMiB, r.StorageGiB, 1}
 }
@@ -308,6 +338,17 @@ func (l *Ledger) ReserveSnapshot(ctx context.Context, vdc, id, zoneID, name stri
 // does.
 func (l *Ledger) ReserveStorage(ctx context.Context, vdc, id, zoneID, what string, gib int) error {
 	return l.reserve(ctx, vdc, catalog.QuotaReservation{ID: id, StorageGiB: gib, Zone: zoneID, Snapshot: what})
+}
+
+// ReserveResources reserves u (its VMs ignored) under id in zone zoneID of
+// vdc for what grows an existing VM (a disk attached or grown, a larger
+// compute profile), without a VM, failing as Reserve does. Release it once
+// Proxmox reports the change (the pool counts it then); until then, or
+// until it expires, the growth is counted twice (too much, never too
+// little).
+func (l *Ledger) ReserveResources(ctx context.Context, vdc, id, zoneID, what string, u Usage) error {
+	return l.reserve(ctx, vdc, catalog.QuotaReservation{ID: id, VCPUs: max(u.VCPUs, 0), MemoryMiB: max(u.MemoryMiB, 0),
+		StorageGiB: max(u.StorageGiB, 0), Zone: zoneID, Snapshot: what})
 }
 
 func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReservation) error {

@@ -230,7 +230,7 @@ func (r *machineReconciler) ensureVM(ctx context.Context, fm *v1alpha1.FlexMachi
 	vm, op, err := r.cfg.Compute.CreateVM(ctx, compute.CreateInput{
 		VDC: fc.Spec.VDC, Name: fm.Name, Zone: fc.Spec.Zone, Image: fm.Spec.Image,
 		ComputeProfile: fm.Spec.ComputeProfile, StorageProfile: fm.Spec.StorageProfile, DiskGiB: fm.Spec.DiskGiB,
-		NICs: []compute.NICInput{{Network: fc.Spec.Network}}, User: r.cfg.WorkerUser, UserData: data,
+		NICs: []compute.NICInput{{Network: fc.Spec.Network}}, User: r.cfg.WorkerUser, UserData: data, UserDataVerbatim: true,
 	})
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
 		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{},
 		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{},
-		&LoadBalancer{}, &LoadBalancerList{})
+		&LoadBalancer{}, &LoadBalancerList{}, &SecurityGroup{}, &SecurityGroupList{}, &UserSSHKeys{}, &UserSSHKeysList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -51,6 +51,64 @@ type VDCSpec struct {
 	Description string `json:"description,omitempty"`
 	// Quotas bounds what the VDC's resources may use in total.
 	Quotas VDCQuotas `json:"quotas"`
+	// DefaultSecurityGroup is the security group new VMs are put in when
+	// their create names none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	DefaultSecurityGroup string `json:"defaultSecurityGroup,omitempty"`
+	// Members are the users granted a role in the VDC here, besides the
+	// identity provider's role claims.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=500
+	Members []MemberBinding `json:"members,omitempty"`
+	// ServiceAccounts are the VDC's service accounts; only hashes of
+	// their tokens are kept.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	ServiceAccounts []ServiceAccount `json:"serviceAccounts,omitempty"`
+}
+
+// MemberBinding grants a user (the identity provider's
+// preferred_username) a role in a VDC.
+type MemberBinding struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	User string `json:"user"`
+	// +kubebuilder:validation:Enum=admin;member;viewer
+	Role string `json:"role"`
+}
+
+// ServiceAccount is a VDC's non-human caller, with the SHA-256 of its
+// token's secret (never the token).
+type ServiceAccount struct {
+	// +kubebuilder:validation:Pattern=`^sa-[0-9a-f]{20}$`
+	ID string `json:"id"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:Enum=admin;member;viewer
+	Role string `json:"role"`
+	// +optional
+	CreatedBy string `json:"createdBy,omitempty"`
+	// +kubebuilder:validation:Format=date-time
+	CreatedAt string `json:"createdAt"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	ExpiresAt string `json:"expiresAt,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	LastUsedAt string `json:"lastUsedAt,omitempty"`
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	TokenHash string `json:"tokenHash"`
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	PreviousTokenHash string `json:"previousTokenHash,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Format=date-time
+	PreviousUntil string `json:"previousUntil,omitempty"`
 }
 
 // VDCQuotas are the upper bounds of a VDC; zero allows none.
@@ -301,6 +359,18 @@ type ZonePolicySpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +optional
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
+	// MemoryOvercommitPercent is the guest memory placement lets a host
+	// of the zone hold, in percent of its memory; unset: 100.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=400
+	// +optional
+	MemoryOvercommitPercent int `json:"memoryOvercommitPercent,omitempty"`
+	// CPUOvercommitPercent is the guest vCPUs placement lets a host of
+	// the zone hold, in percent of its logical CPUs; unset: 400.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=1600
+	// +optional
+	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
 }
 
 // ZonePolicyList is a list of zone policies.
@@ -691,4 +761,124 @@ type LoadBalancerList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []LoadBalancer `json:"items"`
+}
+
+// SecurityGroup is a VDC's security group (named <vdc>.<name>): the rules
+// its member VMs' firewalls allow.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=securitygroups,singular=securitygroup,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.startsWith(self.spec.vdc + '.')",message="name must be <vdc>.<name>"
+// +kubebuilder:printcolumn:name="VDC",type=string,JSONPath=`.spec.vdc`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SecurityGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec SecurityGroupSpec `json:"spec"`
+}
+
+// SecurityGroupSpec is what a VDC wants of a security group.
+type SecurityGroupSpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	VDC string `json:"vdc"`
+	// Description is free text for humans.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+	// Rules allow traffic to and from the group's members.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=200
+	Rules []SecurityRule `json:"rules,omitempty"`
+}
+
+// SecurityRule is one rule of a security group; it allows traffic.
+type SecurityRule struct {
+	// +kubebuilder:validation:Enum=in;out
+	Direction string `json:"direction"`
+	// +kubebuilder:validation:Enum=tcp;udp;icmp;any
+	Protocol string `json:"protocol"`
+	// Ports are destination ports as Proxmox writes them (22, 8000:8100, 80,443).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[0-9]+(:[0-9]+)?(,[0-9]+(:[0-9]+)?)*$`
+	Ports string `json:"ports,omitempty"`
+	// PeerCIDR is the other end's network.
+	// +optional
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).masked() == cidr(self)",message="must be a network address with its prefix length"
+	PeerCIDR string `json:"peerCidr,omitempty"`
+	// PeerGroup is the other end as a security group of the same VDC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	PeerGroup string `json:"peerGroup,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+}
+
+// SecurityGroupList is a list of security groups.
+//
+// +kubebuilder:object:root=true
+type SecurityGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SecurityGroup `json:"items"`
+}
+
+// UserSSHKeys is the SSH keys one user keeps for new VMs, named after a
+// hash of the user's token subject ("u-" and 40 hex digits).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=usersshkeys,singular=usersshkeys,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^u-[0-9a-f]{40}$')",message="name must be u- and 40 hex digits"
+// +kubebuilder:printcolumn:name="Subject",type=string,JSONPath=`.spec.subject`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type UserSSHKeys struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec UserSSHKeysSpec `json:"spec"`
+}
+
+// UserSSHKeysSpec is the keys of a user.
+type UserSSHKeysSpec struct {
+	// Subject is the token subject of the user.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	Subject string `json:"subject"`
+	// Keys are the user's keys, names unique.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Keys []UserSSHKey `json:"keys,omitempty"`
+}
+
+// UserSSHKey is one key of a user.
+type UserSSHKey struct {
+	// Name is the key's name among the user's keys.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	Name string `json:"name"`
+	// PublicKey is one OpenSSH authorized_keys line.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=8192
+	PublicKey string `json:"publicKey"`
+	// Created is an RFC 3339 time.
+	// +kubebuilder:validation:MaxLength=64
+	Created string `json:"created"`
+}
+
+// UserSSHKeysList is a list of users' SSH keys.
+//
+// +kubebuilder:object:root=true
+type UserSSHKeysList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []UserSSHKeys `json:"items"`
 }
