@@ -406,6 +406,45 @@ type ZonePolicySpec struct {
 	// zone hold, in percent of the host's logical CPUs; 0 means
 	// DefaultCPUOvercommitPercent.
 	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
+	// Maintenance lists the hosts of the zone a platform admin put in
+	// maintenance (setHostMaintenance), by node name: placement takes
+	// none of them, and the orchestrator moves their VMs away.
+	Maintenance []HostMaintenance `json:"maintenance,omitempty"`
+}
+
+// HostMaintenance is one host of a zone in maintenance.
+type HostMaintenance struct {
+	// Host is the Proxmox node name.
+	Host string `json:"host"`
+	// Since is when maintenance was enabled (RFC 3339): the migrations
+	// of the drain are the host's migration tasks since then.
+	Since string `json:"since"`
+	// Failed lists the VMs the drain could not move, each with why; the
+	// drain of a host with any is over (FAILED) until maintenance is
+	// disabled.
+	Failed []DrainFailure `json:"failed,omitempty"`
+}
+
+// DrainFailure is a VM the drain of a host could not move.
+type DrainFailure struct {
+	// VMID is the guest's Proxmox id.
+	VMID int `json:"vmid"`
+	// Message says why it could not move.
+	Message string `json:"message"`
+}
+
+// InMaintenance returns the entry of host in the policy's maintenance
+// list; ok is false when the host is not in maintenance. A nil policy
+// has none.
+func (p *ZonePolicy) InMaintenance(host string) (m HostMaintenance, ok bool) {
+	if p == nil {
+		return HostMaintenance{}, false
+	}
+	i := slices.IndexFunc(p.Maintenance, func(m HostMaintenance) bool { return m.Host == host })
+	if i < 0 {
+		return HostMaintenance{}, false
+	}
+	return p.Maintenance[i], true
 }
 
 // Placement's overcommit defaults and bounds (ZonePolicySpec): memory is
@@ -445,6 +484,10 @@ func (*ZonePolicy) ObjectKind() Kind { return KindZonePolicy }
 func (p *ZonePolicy) DeepCopyObject() Object {
 	c := *p
 	c.DedicatedTo = slices.Clone(p.DedicatedTo)
+	c.Maintenance = slices.Clone(p.Maintenance)
+	for i := range c.Maintenance {
+		c.Maintenance[i].Failed = slices.Clone(c.Maintenance[i].Failed)
+	}
 	return &c
 }
 

@@ -196,8 +196,12 @@ type Config struct {
 	// for "claim"); it lets tests stop a runner mid-way.
 	AfterStep func(ctx context.Context, op, step string)
 	// Maintenance, if set, returns the hosts (node names) of zone that are
-	// in maintenance: placement puts no new VM on them. Nil: none is.
+	// in maintenance: placement puts no new VM on them. Nil: the hosts
+	// the zone's policy lists as in maintenance (SetHostMaintenance).
 	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
+	// DrainParallel is how many VMs the drain of hosts in maintenance
+	// migrates at once per zone; default DefaultDrainParallel (4).
+	DrainParallel int
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -230,6 +234,8 @@ type deps struct {
 	moved *movedIndex
 	// placer: the placements of the creates in flight (placement.go).
 	placer *placer
+	// drainer: the migrations of hosts in maintenance (drain.go).
+	drainer *drainer
 	// unplaced: creates skip placement and clone on the template's node
 	// (set only by DisablePlacementForTest, to measure placement's cost).
 	unplaced bool
@@ -255,6 +261,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
 	}
+	if cfg.DrainParallel <= 0 {
+		cfg.DrainParallel = DefaultDrainParallel
+	}
 	timeout := cfg.ZoneTimeout
 	if timeout <= 0 {
 		timeout = quota.DefaultZoneTimeout
@@ -264,7 +273,10 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
-		placer: newPlacer(),
+		placer: newPlacer(), drainer: newDrainer(),
+	}
+	if d.cfg.Maintenance == nil {
+		d.cfg.Maintenance = d.maintenanceHosts
 	}
 	d.quota = &quota.Ledger{Store: cfg.Catalog, TTL: cfg.QuotaTTL, Zones: find.quotaZones, ZoneTimeout: cfg.ZoneTimeout}
 	return &Service{d: d}, nil
@@ -272,7 +284,8 @@ func New(cfg Config) (*Service, error) {
 
 // Run calls Recover every RecoverInterval, and at once whenever a zone
 // comes into reach (an orchestrator that just started sees its zones only
-// as their agents connect), until ctx ends.
+// as their agents connect), and drains the hosts in maintenance (each
+// second, while Recovers says so), until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	cfg := s.d.cfg
 	t := time.NewTicker(min(cfg.RecoverInterval, time.Second))
@@ -299,8 +312,14 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			last = time.Now()
 		}
+		if cfg.Recovers == nil || cfg.Recovers() {
+			s.d.drainPass(ctx)
+		}
 		select {
 		case <-ctx.Done():
+			// The drain's waits end with ctx (the migrations go on in
+			// Proxmox; the next leader sees them locked).
+			s.d.drainer.wg.Wait()
 			return nil
 		case <-t.C:
 		}

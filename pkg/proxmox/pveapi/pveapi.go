@@ -98,6 +98,8 @@ func Task(ctx context.Context, c *proxmox.Client, upid string) (TaskStatus, erro
 // TaskEntry is a task of a node's task history.
 type TaskEntry struct {
 	TaskStatus
+	// ID is the task's object: a guest task's VMID.
+	ID string
 	// Started and Ended are when it began and stopped (Ended zero while it
 	// runs).
 	Started, Ended time.Time
@@ -106,20 +108,41 @@ type TaskEntry struct {
 // NodeTasks lists the tasks of node that worked on guest vmid, running and
 // finished, newest first, at most limit (GET /nodes/{node}/tasks).
 func NodeTasks(ctx context.Context, c *proxmox.Client, node string, vmid, limit int) ([]TaskEntry, error) {
+	q := url.Values{"vmid": {strconv.Itoa(vmid)}, "source": {"all"}, "limit": {strconv.Itoa(limit)}}
+	out, err := nodeTasks(ctx, c, node, q)
+	if err != nil {
+		return nil, fmt.Errorf("pveapi: tasks of %d on %s: %w", vmid, node, err)
+	}
+	return out, nil
+}
+
+// NodeTasksOfType lists the tasks of type typ (e.g. qmigrate) that node
+// ran, running and finished, newest first, at most limit.
+func NodeTasksOfType(ctx context.Context, c *proxmox.Client, node, typ string, limit int) ([]TaskEntry, error) {
+	q := url.Values{"typefilter": {typ}, "source": {"all"}, "limit": {strconv.Itoa(limit)}}
+	out, err := nodeTasks(ctx, c, node, q)
+	if err != nil {
+		return nil, fmt.Errorf("pveapi: %s tasks of %s: %w", typ, node, err)
+	}
+	return out, nil
+}
+
+// nodeTasks reads GET /nodes/{node}/tasks with the query q.
+func nodeTasks(ctx context.Context, c *proxmox.Client, node string, q url.Values) ([]TaskEntry, error) {
 	var raw []struct {
 		UPID      string `json:"upid"`
 		Type      string `json:"type"`
+		ID        string `json:"id"`
 		Status    string `json:"status"`
 		StartTime int64  `json:"starttime"`
 		EndTime   int64  `json:"endtime"`
 	}
-	q := url.Values{"vmid": {strconv.Itoa(vmid)}, "source": {"all"}, "limit": {strconv.Itoa(limit)}}
 	if err := c.Get(ctx, "/nodes/"+url.PathEscape(node)+"/tasks?"+q.Encode(), &raw); err != nil {
-		return nil, fmt.Errorf("pveapi: tasks of %d on %s: %w", vmid, node, err)
+		return nil, err
 	}
 	out := make([]TaskEntry, 0, len(raw))
 	for _, t := range raw {
-		e := TaskEntry{TaskStatus: TaskStatus{UPID: t.UPID, Type: t.Type}, Started: time.Unix(t.StartTime, 0)}
+		e := TaskEntry{TaskStatus: TaskStatus{UPID: t.UPID, Type: t.Type}, ID: t.ID, Started: time.Unix(t.StartTime, 0)}
 		// A running task has no end yet (and its status is absent or
 		// "running"); a finished one's status is its exit status.
 		if t.EndTime == 0 {

@@ -371,6 +371,37 @@ type ZonePolicySpec struct {
 	// +kubebuilder:validation:Maximum=1600
 	// +optional
 	CPUOvercommitPercent int `json:"cpuOvercommitPercent,omitempty"`
+	// Maintenance lists the hosts of the zone in maintenance, written by
+	// the orchestrator (setHostMaintenance and the drain).
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=map
+	// +listMapKey=host
+	// +optional
+	Maintenance []HostMaintenance `json:"maintenance,omitempty"`
+}
+
+// HostMaintenance is one host of a zone in maintenance.
+type HostMaintenance struct {
+	// Host is the Proxmox node name.
+	// +kubebuilder:validation:MaxLength=63
+	Host string `json:"host"`
+	// Since is when maintenance was enabled (RFC 3339).
+	// +kubebuilder:validation:MaxLength=64
+	Since string `json:"since"`
+	// Failed lists the VMs the drain could not move.
+	// +kubebuilder:validation:MaxItems=10000
+	// +listType=atomic
+	// +optional
+	Failed []DrainFailure `json:"failed,omitempty"`
+}
+
+// DrainFailure is a VM the drain of a host could not move.
+type DrainFailure struct {
+	// VMID is the guest's Proxmox id.
+	VMID int `json:"vmid"`
+	// Message says why it could not move.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
 }
 
 // ZonePolicyList is a list of zone policies.
