@@ -16,6 +16,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq0kYxJ9ehr0wF7rJ1aA0Yq8hZ3k2wq1n0X6cYzK7fU test@flexplane"
@@ -42,9 +43,15 @@ func newEnv(t *testing.T, q catalog.VDCQuotas, zoneNames ...string) *env {
 // newEnvOf is newEnv with zones of nodes nodes.
 func newEnvOf(t testing.TB, nodes int, q catalog.VDCQuotas, zoneNames ...string) *env {
 	t.Helper()
+	return newEnvTimed(t, nodes, pvesim.Timing{}, q, zoneNames...)
+}
+
+// newEnvTimed is newEnvOf with the simulators' task durations timing.
+func newEnvTimed(t testing.TB, nodes int, timing pvesim.Timing, q catalog.VDCQuotas, zoneNames ...string) *env {
+	t.Helper()
 	e := &env{t: t, blue: map[string]string{}, red: map[string]string{}, small: map[string]string{}, quotas: q}
 	for _, n := range zoneNames {
-		z := vmtest.StartZone(t, n, nodes)
+		z := vmtest.StartZoneTimed(t, n, nodes, timing)
 		e.zones = append(e.zones, z)
 		e.blue[n] = vmtest.AddNetwork(t, z, "blue", "lan", "10.1.0.0/24", "10.1.0.1")
 		e.small[n] = vmtest.AddNetwork(t, z, "blue", "small", "10.2.0.0/28", "10.2.0.1")

@@ -41,7 +41,13 @@ type Zone struct {
 // have file systems (pvesim Config.FileRoot) for snippets.
 func StartZone(t testing.TB, name string, nodes int) *Zone {
 	t.Helper()
-	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes, FileRoot: t.TempDir()}, Token)
+	return StartZoneTimed(t, name, nodes, pvesim.Timing{})
+}
+
+// StartZoneTimed is StartZone with the simulator's task durations timing.
+func StartZoneTimed(t testing.TB, name string, nodes int, timing pvesim.Timing) *Zone {
+	t.Helper()
+	sim, c := pvetest.Start(t, pvesim.Config{Cluster: name, Nodes: nodes, FileRoot: t.TempDir(), Timing: timing}, Token)
 	return &Zone{Name: name, Sim: sim, Client: c, Storage: "local-lvm"}
 }
 
