@@ -26,6 +26,8 @@ type HostResolver interface {
 	CPUUsage(ctx context.Context, obj *model.Host) (*float64, error)
 	MemoryUsed(ctx context.Context, obj *model.Host) (*int, error)
 	MemoryTotal(ctx context.Context, obj *model.Host) (*int, error)
+	Maintenance(ctx context.Context, obj *model.Host) (model.HostMaintenance, error)
+	Drain(ctx context.Context, obj *model.Host) ([]*model.DrainItem, error)
 	Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 }
 type VMResolver interface {
@@ -791,6 +793,87 @@ func (ec *executionContext) _Host_memoryTotal(ctx context.Context, field graphql
 }
 func (ec *executionContext) fieldContext_Host_memoryTotal(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Host", field, true, true, "Int")
+}
+
+func (ec *executionContext) _Host_maintenance(ctx context.Context, field graphql.CollectedField, obj *model.Host) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Host_maintenance(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Host().Maintenance(ctx, obj)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal model.HostMaintenance
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v model.HostMaintenance) graphql.Marshaler {
+			return ec.marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostMaintenance(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Host_maintenance(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Host", field, true, true, "HostMaintenance")
+}
+
+func (ec *executionContext) _Host_drain(ctx context.Context, field graphql.CollectedField, obj *model.Host) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Host_drain(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Host().Drain(ctx, obj)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal []*model.DrainItem
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.DrainItem) graphql.Marshaler {
+			return ec.marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainItemᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Host_drain(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Host",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DrainItem(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Host_metrics(ctx context.Context, field graphql.CollectedField, obj *model.Host) (ret graphql.Marshaler) {
@@ -2751,6 +2834,18 @@ func (ec *executionContext) _Host(ctx context.Context, sel ast.SelectionSet, obj
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Host_memoryTotal(ctx, field, obj)
+				})
+		case "maintenance":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Host_maintenance(ctx, field, obj)
+				})
+		case "drain":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Host_drain(ctx, field, obj)
 				})
 		case "metrics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

@@ -202,6 +202,13 @@ type ComplexityRoot struct {
 		User func(childComplexity int) int
 	}
 
+	DrainItem struct {
+		Message func(childComplexity int) int
+		Status  func(childComplexity int) int
+		VM      func(childComplexity int) int
+		VMName  func(childComplexity int) int
+	}
+
 	EdgeCounter struct {
 		Bytes   func(childComplexity int) int
 		Name    func(childComplexity int) int
@@ -295,7 +302,9 @@ type ComplexityRoot struct {
 		AgentVersion    func(childComplexity int) int
 		CPUUsage        func(childComplexity int) int
 		Cpus            func(childComplexity int) int
+		Drain           func(childComplexity int) int
 		ID              func(childComplexity int) int
+		Maintenance     func(childComplexity int) int
 		MemoryTotal     func(childComplexity int) int
 		MemoryUsed      func(childComplexity int) int
 		Metrics         func(childComplexity int, timeframe model.MetricsTimeframe) int
@@ -511,6 +520,7 @@ type ComplexityRoot struct {
 		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
 		ScaleNodePool             func(childComplexity int, id string, size int) int
 		SetDefaultSecurityGroup   func(childComplexity int, name *string) int
+		SetHostMaintenance        func(childComplexity int, input model.SetHostMaintenanceInput) int
 		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM                func(childComplexity int, id string) int
 		StageImage                func(childComplexity int, name string, zone string) int
@@ -1380,6 +1390,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DeletedVDCMember.User(childComplexity), true
 
+	case "DrainItem.message":
+		if e.ComplexityRoot.DrainItem.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrainItem.Message(childComplexity), true
+	case "DrainItem.status":
+		if e.ComplexityRoot.DrainItem.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrainItem.Status(childComplexity), true
+	case "DrainItem.vm":
+		if e.ComplexityRoot.DrainItem.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrainItem.VM(childComplexity), true
+	case "DrainItem.vmName":
+		if e.ComplexityRoot.DrainItem.VMName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DrainItem.VMName(childComplexity), true
+
 	case "EdgeCounter.bytes":
 		if e.ComplexityRoot.EdgeCounter.Bytes == nil {
 			break
@@ -1762,12 +1797,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Host.Cpus(childComplexity), true
+	case "Host.drain":
+		if e.ComplexityRoot.Host.Drain == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Drain(childComplexity), true
 	case "Host.id":
 		if e.ComplexityRoot.Host.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Host.ID(childComplexity), true
+	case "Host.maintenance":
+		if e.ComplexityRoot.Host.Maintenance == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Host.Maintenance(childComplexity), true
 	case "Host.memoryTotal":
 		if e.ComplexityRoot.Host.MemoryTotal == nil {
 			break
@@ -2995,6 +3042,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetDefaultSecurityGroup(childComplexity, args["name"].(*string)), true
+	case "Mutation.setHostMaintenance":
+		if e.ComplexityRoot.Mutation.SetHostMaintenance == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setHostMaintenance_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetHostMaintenance(childComplexity, args["input"].(model.SetHostMaintenanceInput)), true
 	case "Mutation.setVMSecurityGroups":
 		if e.ComplexityRoot.Mutation.SetVMSecurityGroups == nil {
 			break
@@ -4926,6 +4984,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
+			graphql.NewInputUnmarshaler("SetHostMaintenanceInput", ec.unmarshalInputSetHostMaintenanceInput),
 			graphql.NewInputUnmarshaler("SetVMSecurityGroupsInput", ec.unmarshalInputSetVMSecurityGroupsInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
 			graphql.NewInputUnmarshaler("UpdateAgentsInput", ec.unmarshalInputUpdateAgentsInput),
@@ -7139,6 +7198,82 @@ input TLSCertificateInput {
   privateKeyPem: String @secret
 }
 `, BuiltIn: false},
+	{Name: "../maintenance.graphqls", Input: `# Host maintenance: a platform admin takes a host out of placement and the
+# orchestrator live-migrates its VMs to the other hosts of its zone (the
+# drain). The hosts in maintenance are on the zone's policy; the drain's
+# progress is read from Proxmox at request time.
+
+extend type Mutation {
+  """
+  Puts a host in maintenance or takes it out. Enabling stops new
+  placements on the host at once and starts the drain: every VM on it
+  is live-migrated to a host placement chooses, a few at a time per
+  zone. A VM that cannot move makes the host FAILED (the VM named in
+  drain); it stays where it is. Disabling returns the host to placement
+  and ends a drain under way (migrations already started finish).
+  Enabling a host already in maintenance is CONFLICT; an unknown host
+  BAD_USER_INPUT.
+  """
+  setHostMaintenance(
+    "The host and whether it is in maintenance."
+    input: SetHostMaintenanceInput!
+  ): Host! @platformAdmin
+}
+
+"The input of setHostMaintenance."
+input SetHostMaintenanceInput {
+  "The host's id."
+  host: ID!
+  "True to put it in maintenance, false to take it out."
+  enabled: Boolean!
+}
+
+extend type Host {
+  "Whether the host is in maintenance, and how far its drain has come."
+  maintenance: HostMaintenance! @platformAdmin
+  """
+  The VMs of the host's drain: those still on it and those moved off it
+  since maintenance began; empty when it is not in maintenance.
+  """
+  drain: [DrainItem!]! @platformAdmin
+}
+
+"A host's maintenance state."
+enum HostMaintenance {
+  "The host takes placements."
+  NONE
+  "In maintenance; VMs are still being moved off it."
+  DRAINING
+  "In maintenance; no VM is left on it."
+  MAINTENANCE
+  "In maintenance; a VM could not be moved (see drain). Disable to end it."
+  FAILED
+}
+
+"One VM of a host's drain."
+type DrainItem {
+  "The VM's id."
+  vm: ID!
+  "The VM's name."
+  vmName: String!
+  "How far its move has come."
+  status: DrainStatus!
+  "Why it could not move."
+  message: String
+}
+
+"How far the drain has come with a VM."
+enum DrainStatus {
+  "On the host, to be moved."
+  PENDING
+  "Being live-migrated."
+  MIGRATING
+  "Moved to another host."
+  DONE
+  "Could not be moved; it stays on the host."
+  FAILED
+}
+`, BuiltIn: false},
 	{Name: "../metrics.graphqls", Input: `# Metrics: the time series Proxmox records of every node and guest
 # (rrddata: CPU, memory, network and disk I/O, averaged per slot), read
 # through the agents at request time as every Proxmox read is. A VM's
@@ -8876,6 +9011,20 @@ func (ec *executionContext) childFields_DeletedVDCMember(ctx context.Context, fi
 	return nil, fmt.Errorf("no field named %q was found under type DeletedVDCMember", field.Name)
 }
 
+func (ec *executionContext) childFields_DrainItem(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "vm":
+		return ec.fieldContext_DrainItem_vm(ctx, field)
+	case "vmName":
+		return ec.fieldContext_DrainItem_vmName(ctx, field)
+	case "status":
+		return ec.fieldContext_DrainItem_status(ctx, field)
+	case "message":
+		return ec.fieldContext_DrainItem_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DrainItem", field.Name)
+}
+
 func (ec *executionContext) childFields_EdgeCounter(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "name":
@@ -9084,6 +9233,10 @@ func (ec *executionContext) childFields_Host(ctx context.Context, field graphql.
 		return ec.fieldContext_Host_memoryUsed(ctx, field)
 	case "memoryTotal":
 		return ec.fieldContext_Host_memoryTotal(ctx, field)
+	case "maintenance":
+		return ec.fieldContext_Host_maintenance(ctx, field)
+	case "drain":
+		return ec.fieldContext_Host_drain(ctx, field)
 	case "metrics":
 		return ec.fieldContext_Host_metrics(ctx, field)
 	}

@@ -64,6 +64,7 @@ type MutationResolver interface {
 	CreateLoadBalancer(ctx context.Context, input model.CreateLoadBalancerInput) (*catalog.LoadBalancer, error)
 	UpdateLoadBalancer(ctx context.Context, input model.UpdateLoadBalancerInput) (*catalog.LoadBalancer, error)
 	DeleteLoadBalancer(ctx context.Context, id string) (*model.DeletedLoadBalancer, error)
+	SetHostMaintenance(ctx context.Context, input model.SetHostMaintenanceInput) (*model.Host, error)
 	CreateNetwork(ctx context.Context, input model.CreateNetworkInput) (*model.Network, error)
 	DeleteNetwork(ctx context.Context, id string) (*model.DeletedNetwork, error)
 	CreateComputeProfile(ctx context.Context, input model.CreateComputeProfileInput) (*catalog.ComputeProfile, error)
@@ -925,6 +926,20 @@ func (ec *executionContext) field_Mutation_setDefaultSecurityGroup_args(ctx cont
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setHostMaintenance_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.SetHostMaintenanceInput, error) {
+			return ec.unmarshalNSetHostMaintenanceInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSetHostMaintenanceInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
 	return args, nil
 }
 
@@ -3876,6 +3891,63 @@ func (ec *executionContext) fieldContext_Mutation_deleteLoadBalancer(ctx context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_deleteLoadBalancer_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setHostMaintenance(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setHostMaintenance(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetHostMaintenance(ctx, fc.Args["input"].(model.SetHostMaintenanceInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				if ec.Directives.PlatformAdmin == nil {
+					var zeroVal *model.Host
+					return zeroVal, errors.New("directive platformAdmin is not implemented")
+				}
+				return ec.Directives.PlatformAdmin(ctx, nil, directive0)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Host) graphql.Marshaler {
+			return ec.marshalNHost2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHost(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setHostMaintenance(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Host(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setHostMaintenance_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7885,6 +7957,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "deleteLoadBalancer":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_deleteLoadBalancer(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setHostMaintenance":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setHostMaintenance(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

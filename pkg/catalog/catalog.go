@@ -409,11 +409,11 @@ type ZonePolicySpec struct {
 	// Maintenance lists the hosts of the zone a platform admin put in
 	// maintenance (setHostMaintenance), by node name: placement takes
 	// none of them, and the orchestrator moves their VMs away.
-	Maintenance []HostMaintenance `json:"maintenance,omitempty"`
+	Maintenance []HostInMaintenance `json:"maintenance,omitempty"`
 }
 
-// HostMaintenance is one host of a zone in maintenance.
-type HostMaintenance struct {
+// HostInMaintenance is one host of a zone in maintenance.
+type HostInMaintenance struct {
 	// Host is the Proxmox node name.
 	Host string `json:"host"`
 	// Since is when maintenance was enabled (RFC 3339): the migrations
@@ -436,13 +436,13 @@ type DrainFailure struct {
 // InMaintenance returns the entry of host in the policy's maintenance
 // list; ok is false when the host is not in maintenance. A nil policy
 // has none.
-func (p *ZonePolicy) InMaintenance(host string) (m HostMaintenance, ok bool) {
+func (p *ZonePolicy) InMaintenance(host string) (m HostInMaintenance, ok bool) {
 	if p == nil {
-		return HostMaintenance{}, false
+		return HostInMaintenance{}, false
 	}
-	i := slices.IndexFunc(p.Maintenance, func(m HostMaintenance) bool { return m.Host == host })
+	i := slices.IndexFunc(p.Maintenance, func(m HostInMaintenance) bool { return m.Host == host })
 	if i < 0 {
-		return HostMaintenance{}, false
+		return HostInMaintenance{}, false
 	}
 	return p.Maintenance[i], true
 }

@@ -97,7 +97,7 @@ func (d *deps) drainZone(ctx context.Context, z Zone) error {
 // when it runs, with its local disks). What cannot move is recorded as
 // failed on the zone's policy; a zone that does not answer is tried again
 // on the next pass.
-func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostMaintenance, g pveapi.Resource) {
+func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostInMaintenance, g pveapi.Resource) {
 	log := d.log.With("zone", z.Name, "host", m.Host, "vmid", g.VMID, "vm", g.Name)
 	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
 	if err != nil {
@@ -143,7 +143,7 @@ func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostMaintenance, g
 
 // drainFailed records that g could not move off m.Host (unless err is
 // only the zone or this process going away: the next pass tries again).
-func (d *deps) drainFailed(ctx context.Context, z Zone, m catalog.HostMaintenance, g pveapi.Resource, err error) {
+func (d *deps) drainFailed(ctx context.Context, z Zone, m catalog.HostInMaintenance, g pveapi.Resource, err error) {
 	var e *Error
 	if ctx.Err() != nil || errors.As(err, &e) && (e.Kind == KindZoneUnavailable || e.Kind == KindInternal) {
 		d.log.Warn("drain: the VM did not move; trying again", "zone", z.Name, "vmid", g.VMID, "err", err)

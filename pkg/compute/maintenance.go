@@ -121,10 +121,10 @@ func (s *Service) SetHostMaintenance(ctx context.Context, host string, enabled b
 		case enabled && in:
 			return false, &Error{Kind: KindConflict, Field: "host", Message: fmt.Sprintf("host %s is already in maintenance", node), Cause: errMaintenance}
 		case enabled:
-			p.Maintenance = append(p.Maintenance, catalog.HostMaintenance{Host: node, Since: time.Now().UTC().Format(time.RFC3339)})
+			p.Maintenance = append(p.Maintenance, catalog.HostInMaintenance{Host: node, Since: time.Now().UTC().Format(time.RFC3339)})
 			return true, nil
 		case in:
-			p.Maintenance = slices.DeleteFunc(p.Maintenance, func(m catalog.HostMaintenance) bool { return m.Host == node })
+			p.Maintenance = slices.DeleteFunc(p.Maintenance, func(m catalog.HostInMaintenance) bool { return m.Host == node })
 			return true, nil
 		}
 		return false, nil
@@ -216,7 +216,7 @@ func (s *Service) HostMaintenance(ctx context.Context, host string) (HostMainten
 
 // drainState is the maintenance of node from its policy entry m, the
 // zone's guests rs and node's migration tasks.
-func drainState(z Zone, node string, m catalog.HostMaintenance, rs []pveapi.Resource, tasks []pveapi.TaskEntry) HostMaintenance {
+func drainState(z Zone, node string, m catalog.HostInMaintenance, rs []pveapi.Resource, tasks []pveapi.TaskEntry) HostMaintenance {
 	since, _ := time.Parse(time.RFC3339, m.Since)
 	failed := map[int]string{}
 	for _, f := range m.Failed {

@@ -377,11 +377,11 @@ type ZonePolicySpec struct {
 	// +listType=map
 	// +listMapKey=host
 	// +optional
-	Maintenance []HostMaintenance `json:"maintenance,omitempty"`
+	Maintenance []HostInMaintenance `json:"maintenance,omitempty"`
 }
 
-// HostMaintenance is one host of a zone in maintenance.
-type HostMaintenance struct {
+// HostInMaintenance is one host of a zone in maintenance.
+type HostInMaintenance struct {
 	// Host is the Proxmox node name.
 	// +kubebuilder:validation:MaxLength=63
 	Host string `json:"host"`
