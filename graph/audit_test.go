@@ -120,13 +120,14 @@ func TestAuditEveryMutation(t *testing.T) {
 		"removeVDCMember": {{user: "admin", vdc: "blue", query: `mutation { removeVDCMember(user: "carol") { user } }`}},
 		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
 			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
+		"setHostMaintenance": {{user: "admin", query: `mutation { setHostMaintenance(input: {host: "nosuch", enabled: true}) { id } }`, ids: []string{"nosuch"}}},
 		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
-		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "attachDisk", "resizeDisk", "detachDisk", "resizeVM", "openConsole", "updateZone", "migrateVM", "deleteNetwork",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "attachDisk", "resizeDisk", "detachDisk", "resizeVM", "openConsole", "updateZone", "migrateVM", "setHostMaintenance", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
