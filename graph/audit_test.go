@@ -121,7 +121,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"addSSHKey": {{user: "alice", query: `mutation($k: String!) { addSSHKey(input: {name: "laptop", publicKey: $k}) { name } }`,
 			vars: map[string]any{"k": sshKey}, ids: []string{"laptop"}}},
 		"setHostMaintenance": {{user: "admin", query: `mutation { setHostMaintenance(input: {host: "nosuch", enabled: true}) { id } }`, ids: []string{"nosuch"}}},
-		"deleteSSHKey": {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
+		"deleteSSHKey":       {{user: "alice", query: `mutation { deleteSSHKey(name: "laptop") { name } }`, ids: []string{"laptop"}}},
 	}
 	// The order the calls run in: creates before what uses them.
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
