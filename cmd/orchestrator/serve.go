@@ -21,6 +21,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/auth"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
@@ -104,6 +105,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	drainParallel                 int
 	securityGroupInterval         time.Duration
 	// The portal's built files.
 	portalDir string
@@ -170,6 +172,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.tenantDomain, "tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	fs.DurationVar(&f.zoneTimeout, "zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	fs.DurationVar(&f.recoverAfter, "vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
+	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
@@ -320,6 +323,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			ZoneTimeout:           f.zoneTimeout,
 			VMRecoverAfter:        f.recoverAfter,
 			VMRecoverInterval:     f.recoverInterval,
+			DrainParallel:         f.drainParallel,
 			SecurityGroupInterval: f.securityGroupInterval,
 			AgentVersion:          f.agentVersion,
 			MaxDepth:              f.maxDepth,

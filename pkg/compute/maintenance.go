@@ -185,6 +185,12 @@ func (d *deps) maintenanceHosts(ctx context.Context, zone string) (map[string]bo
 	return out, nil
 }
 
+// MaintenanceHosts returns the hosts (node names) of zone (by name) in
+// maintenance, as placement sees them.
+func (s *Service) MaintenanceHosts(ctx context.Context, zone string) (map[string]bool, error) {
+	return s.d.cfg.Maintenance(ctx, zone)
+}
+
 // HostMaintenance reads the maintenance of host (a host id) and its
 // drain's progress from the zone's policy and Proxmox.
 func (s *Service) HostMaintenance(ctx context.Context, host string) (HostMaintenance, error) {

@@ -151,6 +151,10 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// DrainParallel is how many VMs of the hosts in maintenance are
+	// live-migrated at once per zone (by the mesh control leader when
+	// replicated). Default 4 (compute.DefaultDrainParallel).
+	DrainParallel int
 	// SecurityGroupInterval is how often the VDCs' security groups are
 	// written into every zone's Proxmox firewall (by the mesh control
 	// leader when replicated; a change through the API starts a pass at

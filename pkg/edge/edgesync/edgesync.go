@@ -1,7 +1,8 @@
 // Package edgesync runs the orchestrator's side of the edge gateways: for every
 // desired gateway it picks the agent that runs it (of the zone's online hosts, the
-// first in rendezvous order of the VDC, so placement is the same on every orchestrator
-// replica and moves only when that host goes), sends it the whole state
+// first in rendezvous order of the VDC, leaving out hosts in maintenance, so
+// placement is the same on every orchestrator replica and moves only when that host
+// goes or is put in maintenance), sends it the whole state
 // (flexplane.edge.v1 ApplyGateway) and removes the gateway from every other host.
 //
 // Nothing is stored but what the last passes saw: each pass first reads from the
@@ -89,6 +90,11 @@ type Config struct {
 	// nothing to do, so a pass spares the call; past it, the state is sent
 	// again whatever changed unseen inside the gateway.
 	Resync time.Duration
+	// Maintenance, if set, returns the hosts (node names) of a zone (by
+	// name) in maintenance: their gateways move as when a host is lost
+	// (ChooseExcept), unless every online host of the zone is in
+	// maintenance. Nil: none is.
+	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
 	// Logger receives placements and failures; nil discards them.
 	Logger *slog.Logger
 }
@@ -195,17 +201,24 @@ func (s *Syncer) LastError(zoneID, vdc string) error {
 
 // Choose orders the online hosts of z for vdc (rendezvous hashing) and returns the
 // first; false when the zone has no online host.
-func Choose(z fleet.Zone, vdc string) (fleet.Host, bool) {
+func Choose(z fleet.Zone, vdc string) (fleet.Host, bool) { return ChooseExcept(z, vdc, nil) }
+
+// ChooseExcept is Choose leaving out the hosts whose node names are in skip
+// (hosts in maintenance); when that leaves none, it is Choose.
+func ChooseExcept(z fleet.Zone, vdc string, skip map[string]bool) (fleet.Host, bool) {
 	var best fleet.Host
 	var bestScore []byte
 	for _, h := range z.Hosts {
-		if h.Status != fleet.StatusOnline {
+		if h.Status != fleet.StatusOnline || skip[h.Node] {
 			continue
 		}
 		sum := sha256.Sum256([]byte(vdc + "\x00" + h.MeshName))
 		if bestScore == nil || slices.Compare(sum[:], bestScore) > 0 {
 			best, bestScore = h, sum[:]
 		}
+	}
+	if bestScore == nil && len(skip) > 0 {
+		return ChooseExcept(z, vdc, nil)
 	}
 	return best, bestScore != nil
 }
@@ -403,7 +416,14 @@ func (s *Syncer) removeFrom(ctx context.Context, z fleet.Zone, vdc string, from 
 // report it, and, when it is sent, those that could not report.
 func (s *Syncer) apply(ctx context.Context, z fleet.Zone, key gatewayKey, gw *edgev1.Gateway, reports map[string]report) error {
 	vdc := gw.GetVdc()
-	h, ok := Choose(z, vdc)
+	var skip map[string]bool
+	if s.cfg.Maintenance != nil {
+		var err error
+		if skip, err = s.cfg.Maintenance(ctx, z.Name); err != nil {
+			return fmt.Errorf("edgesync: %s: hosts in maintenance of zone %s: %w", vdc, z.Name, err)
+		}
+	}
+	h, ok := ChooseExcept(z, vdc, skip)
 	if !ok {
 		return fmt.Errorf("edgesync: %s: zone %s has no online host", vdc, z.Name)
 	}

@@ -618,3 +618,41 @@ func TestPassesAskOnlyZonesWithGateways(t *testing.T) {
 		return nil
 	})
 }
+
+// A host put in maintenance loses its gateways as a lost host does: the
+// next pass moves them to the next host of the order; out of maintenance,
+// they come back.
+func TestMaintenanceMovesGateways(t *testing.T) {
+	t.Parallel()
+	reg, _ := lab(t)
+	z := zone(t, reg)
+	d := &desired{}
+	d.set(gateway(z.ID, "red", 1))
+	var mu sync.Mutex
+	maint := map[string]bool{} // protected by mu
+	s := edgesync.New(edgesync.Config{Zones: reg, Desired: d.get, Maintenance: func(context.Context, string) (map[string]bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(maint), nil
+	}})
+	sync1(t, s)
+	first, _ := edgesync.Choose(z, "red")
+	if h, _ := s.Placement(z.ID, "red"); h != first.MeshName {
+		t.Fatalf("placed on %q, want %s", h, first.MeshName)
+	}
+	mu.Lock()
+	maint[first.Node] = true
+	mu.Unlock()
+	sync1(t, s)
+	second, _ := edgesync.ChooseExcept(z, "red", map[string]bool{first.Node: true})
+	if h, _ := s.Placement(z.ID, "red"); h != second.MeshName || h == first.MeshName {
+		t.Fatalf("with %s in maintenance the gateway is on %q, want %s", first.Node, h, second.MeshName)
+	}
+	mu.Lock()
+	clear(maint)
+	mu.Unlock()
+	sync1(t, s)
+	if h, _ := s.Placement(z.ID, "red"); h != first.MeshName {
+		t.Fatalf("out of maintenance the gateway is on %q, want %s", h, first.MeshName)
+	}
+}
