@@ -28,6 +28,31 @@ func TestBrowserDisks(t *testing.T) {
 	h, issuer := portalMesh(t, public, slog.DiscardHandler, meshtest.WithAPI(meshtest.APISpec{Users: redUsers()}),
 		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}))
 	h.WaitOnline(t, 30*time.Second)
+	vmID := createRedVM(t, h, "disky")
+
+	artifacts := filepath.Join(root, "test-artifacts", "disks")
+	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
+		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium"), "tests/disks.test.mjs")
+	browsertest.CheckScreenshots(t, artifacts, start, "vm-disk-attached", "vm-disk-grown", "vm-resize-refused", "vm-resized")
+
+	var vm struct {
+		Status    string
+		Vcpus     int
+		MemoryMiB int
+		Disks     []struct{ Slot string }
+	}
+	poll.True(t, 30*time.Second, "the VM running resized with its one disk", func() bool {
+		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { status vcpus memoryMiB disks { slot } } }`, map[string]any{"id": vmID}).
+			OK(t).Into(t, "vm", &vm)
+		return vm.Status == "RUNNING" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
+	})
+}
+
+// createRedVM sets up zone alpha's profiles ("small", "medium", "ssd"),
+// the image "tiny" and red's network "lan", creates VM name of red there
+// as alice, waits for it to run and returns its id.
+func createRedVM(t *testing.T, h *meshtest.Harness, name string) string {
+	t.Helper()
 	image, sum := vmtest.ImageServer(t, 3<<20)
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
@@ -40,7 +65,7 @@ func TestBrowserDisks(t *testing.T) {
 		OK(t).Into(t, "createNetwork", &net)
 	var created struct{ Operation struct{ ID string } }
 	h.GraphQL(t, "alice", "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`,
-		map[string]any{"in": map[string]any{"name": "disky", "zone": "alpha", "image": "tiny", "computeProfile": "small",
+		map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny", "computeProfile": "small",
 			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": net.ID}}, "user": "alice"}}).
 		OK(t).Into(t, "createVM", &created)
 	var vmID string
@@ -60,20 +85,5 @@ func TestBrowserDisks(t *testing.T) {
 		return op.State == "SUCCEEDED"
 	})
 
-	artifacts := filepath.Join(root, "test-artifacts", "disks")
-	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
-		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium"), "tests/disks.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "vm-disk-attached", "vm-disk-grown", "vm-resize-refused", "vm-resized")
-
-	var vm struct {
-		Status    string
-		Vcpus     int
-		MemoryMiB int
-		Disks     []struct{ Slot string }
-	}
-	poll.True(t, 30*time.Second, "the VM running resized with its one disk", func() bool {
-		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { status vcpus memoryMiB disks { slot } } }`, map[string]any{"id": vmID}).
-			OK(t).Into(t, "vm", &vm)
-		return vm.Status == "RUNNING" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
-	})
+	return vmID
 }
