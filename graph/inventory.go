@@ -9,7 +9,6 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
 	"github.com/flexplane/flexplane/pkg/auth"
-	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/network"
@@ -197,48 +196,4 @@ func zoneError(z fleet.Zone, err error) error {
 		return apierr.ZoneDown(z.Name, err)
 	}
 	return err
-}
-
-// hostByID is the model of host id (NOT_FOUND when no zone has it).
-func (r *Resolver) hostByID(id string) (*model.Host, error) {
-	ref, err := tenancy.ParseHostID(id)
-	if err != nil {
-		return nil, nodeNotFound()
-	}
-	z, ok := r.zoneByID(ref.ZoneID)
-	if !ok {
-		return nil, nodeNotFound()
-	}
-	for _, h := range zoneModel(z, r.agentTarget()).Hosts {
-		if h.ID == id {
-			return h, nil
-		}
-	}
-	return nil, nodeNotFound()
-}
-
-// hostMaintenance reads host id's maintenance.
-func (r *Resolver) hostMaintenance(ctx context.Context, id string) (compute.HostMaintenance, error) {
-	svc, err := r.compute()
-	if err != nil {
-		return compute.HostMaintenance{}, err
-	}
-	hm, err := svc.HostMaintenance(ctx, id)
-	if err != nil {
-		return compute.HostMaintenance{}, computeError(err, "")
-	}
-	return hm, nil
-}
-
-// drainModel renders a host's drain.
-func drainModel(hm compute.HostMaintenance) []*model.DrainItem {
-	out := make([]*model.DrainItem, 0, len(hm.Drain))
-	for _, it := range hm.Drain {
-		m := &model.DrainItem{VM: it.VM, VMName: it.VMName, Status: model.DrainStatus(it.Status)}
-		if it.Message != "" {
-			m.Message = &it.Message
-		}
-		out = append(out, m)
-	}
-	return out
 }

@@ -9,22 +9,35 @@ import (
 	"context"
 
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/compute"
 )
 
-func (r *hostResolver) Maintenance(ctx context.Context, obj *model.Host) (model.HostMaintenance, error) {
-	hm, err := r.hostMaintenance(ctx, obj.ID)
+func (r *hostResolver) Maintenance(ctx context.Context, obj *model.Host) (compute.HostMaintenanceState, error) {
+	svc, err := r.compute()
 	if err != nil {
 		return "", err
 	}
-	return model.HostMaintenance(hm.State), nil
+	hm, err := svc.HostMaintenance(ctx, obj.ID)
+	if err != nil {
+		return "", computeError(err, "")
+	}
+	return hm.State, nil
 }
 
-func (r *hostResolver) Drain(ctx context.Context, obj *model.Host) ([]*model.DrainItem, error) {
-	hm, err := r.hostMaintenance(ctx, obj.ID)
+func (r *hostResolver) Drain(ctx context.Context, obj *model.Host) ([]*compute.DrainItem, error) {
+	svc, err := r.compute()
 	if err != nil {
 		return nil, err
 	}
-	return drainModel(hm), nil
+	hm, err := svc.HostMaintenance(ctx, obj.ID)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	out := make([]*compute.DrainItem, len(hm.Drain))
+	for i := range hm.Drain {
+		out[i] = &hm.Drain[i]
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) SetHostMaintenance(ctx context.Context, input model.SetHostMaintenanceInput) (*model.Host, error) {
@@ -35,5 +48,10 @@ func (r *mutationResolver) SetHostMaintenance(ctx context.Context, input model.S
 	if _, err := svc.SetHostMaintenance(ctx, input.Host, input.Enabled); err != nil {
 		return nil, computeError(err, "input")
 	}
-	return r.hostByID(input.Host)
+	n, err := r.Query().Node(ctx, input.Host)
+	if err != nil {
+		return nil, err
+	}
+	h, _ := n.(*model.Host)
+	return h, nil
 }

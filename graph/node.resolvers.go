@@ -38,15 +38,21 @@ func (r *queryResolver) Node(ctx context.Context, id string) (model.Node, error)
 		}
 		return networkModel(zoneModel(z, r.agentTarget()), n, z.ID), nil
 	}
-	if _, err := tenancy.ParseHostID(id); err == nil {
+	if ref, err := tenancy.ParseHostID(id); err == nil {
 		p, err := caller(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if !p.PlatformAdmin {
+		z, ok := r.zoneByID(ref.ZoneID)
+		if !p.PlatformAdmin || !ok {
 			return nil, nodeNotFound()
 		}
-		return r.hostByID(id)
+		for _, h := range zoneModel(z, r.agentTarget()).Hosts {
+			if h.ID == id {
+				return h, nil
+			}
+		}
+		return nil, nodeNotFound()
 	}
 	if z, ok := r.zoneByID(id); ok {
 		// A zone dedicated to other VDCs does not exist for the caller.

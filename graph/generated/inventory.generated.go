@@ -12,6 +12,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/support/paging"
@@ -26,8 +27,8 @@ type HostResolver interface {
 	CPUUsage(ctx context.Context, obj *model.Host) (*float64, error)
 	MemoryUsed(ctx context.Context, obj *model.Host) (*int, error)
 	MemoryTotal(ctx context.Context, obj *model.Host) (*int, error)
-	Maintenance(ctx context.Context, obj *model.Host) (model.HostMaintenance, error)
-	Drain(ctx context.Context, obj *model.Host) ([]*model.DrainItem, error)
+	Maintenance(ctx context.Context, obj *model.Host) (compute.HostMaintenanceState, error)
+	Drain(ctx context.Context, obj *model.Host) ([]*compute.DrainItem, error)
 	Metrics(ctx context.Context, obj *model.Host, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 }
 type VMResolver interface {
@@ -811,7 +812,7 @@ func (ec *executionContext) _Host_maintenance(ctx context.Context, field graphql
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal model.HostMaintenance
+					var zeroVal compute.HostMaintenanceState
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
@@ -820,8 +821,8 @@ func (ec *executionContext) _Host_maintenance(ctx context.Context, field graphql
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v model.HostMaintenance) graphql.Marshaler {
-			return ec.marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostMaintenance(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v compute.HostMaintenanceState) graphql.Marshaler {
+			return ec.marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState(ctx, selections, v)
 		},
 		true,
 		true,
@@ -847,7 +848,7 @@ func (ec *executionContext) _Host_drain(ctx context.Context, field graphql.Colle
 
 			directive1 := func(ctx context.Context) (any, error) {
 				if ec.Directives.PlatformAdmin == nil {
-					var zeroVal []*model.DrainItem
+					var zeroVal []*compute.DrainItem
 					return zeroVal, errors.New("directive platformAdmin is not implemented")
 				}
 				return ec.Directives.PlatformAdmin(ctx, obj, directive0)
@@ -856,8 +857,8 @@ func (ec *executionContext) _Host_drain(ctx context.Context, field graphql.Colle
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []*model.DrainItem) graphql.Marshaler {
-			return ec.marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainItemᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []*compute.DrainItem) graphql.Marshaler {
+			return ec.marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainItemᚄ(ctx, selections, v)
 		},
 		true,
 		true,

@@ -10,6 +10,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/scalar"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
@@ -23,7 +25,7 @@ import (
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _DrainItem_vm(ctx context.Context, field graphql.CollectedField, obj *model.DrainItem) (ret graphql.Marshaler) {
+func (ec *executionContext) _DrainItem_vm(ctx context.Context, field graphql.CollectedField, obj *compute.DrainItem) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -46,7 +48,7 @@ func (ec *executionContext) fieldContext_DrainItem_vm(_ context.Context, field g
 	return graphql.NewScalarFieldContext("DrainItem", field, false, false, "ID")
 }
 
-func (ec *executionContext) _DrainItem_vmName(ctx context.Context, field graphql.CollectedField, obj *model.DrainItem) (ret graphql.Marshaler) {
+func (ec *executionContext) _DrainItem_vmName(ctx context.Context, field graphql.CollectedField, obj *compute.DrainItem) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -69,7 +71,7 @@ func (ec *executionContext) fieldContext_DrainItem_vmName(_ context.Context, fie
 	return graphql.NewScalarFieldContext("DrainItem", field, false, false, "String")
 }
 
-func (ec *executionContext) _DrainItem_status(ctx context.Context, field graphql.CollectedField, obj *model.DrainItem) (ret graphql.Marshaler) {
+func (ec *executionContext) _DrainItem_status(ctx context.Context, field graphql.CollectedField, obj *compute.DrainItem) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -81,8 +83,8 @@ func (ec *executionContext) _DrainItem_status(ctx context.Context, field graphql
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v model.DrainStatus) graphql.Marshaler {
-			return ec.marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainStatus(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v compute.DrainStatus) graphql.Marshaler {
+			return ec.marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -92,7 +94,7 @@ func (ec *executionContext) fieldContext_DrainItem_status(_ context.Context, fie
 	return graphql.NewScalarFieldContext("DrainItem", field, false, false, "DrainStatus")
 }
 
-func (ec *executionContext) _DrainItem_message(ctx context.Context, field graphql.CollectedField, obj *model.DrainItem) (ret graphql.Marshaler) {
+func (ec *executionContext) _DrainItem_message(ctx context.Context, field graphql.CollectedField, obj *compute.DrainItem) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -104,8 +106,8 @@ func (ec *executionContext) _DrainItem_message(ctx context.Context, field graphq
 			return obj.Message, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
 		},
 		true,
 		false,
@@ -178,7 +180,7 @@ func UnmarshalSetHostMaintenanceInput(ctx context.Context, raw any) (model.SetHo
 
 var drainItemImplementors = []string{"DrainItem"}
 
-func (ec *executionContext) _DrainItem(ctx context.Context, sel ast.SelectionSet, obj *model.DrainItem) graphql.Marshaler {
+func (ec *executionContext) _DrainItem(ctx context.Context, sel ast.SelectionSet, obj *compute.DrainItem) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, drainItemImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -228,11 +230,11 @@ func (ec *executionContext) _DrainItem(ctx context.Context, sel ast.SelectionSet
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainItemᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.DrainItem) graphql.Marshaler {
+func (ec *executionContext) marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainItemᚄ(ctx context.Context, sel ast.SelectionSet, v []*compute.DrainItem) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNDrainItem2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainItem(ctx, sel, v[i])
+		return ec.marshalNDrainItem2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainItem(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -244,7 +246,7 @@ func (ec *executionContext) marshalNDrainItem2ᚕᚖgithubᚗcomᚋflexplaneᚋf
 	return ret
 }
 
-func (ec *executionContext) marshalNDrainItem2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainItem(ctx context.Context, sel ast.SelectionSet, v *model.DrainItem) graphql.Marshaler {
+func (ec *executionContext) marshalNDrainItem2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainItem(ctx context.Context, sel ast.SelectionSet, v *compute.DrainItem) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "DrainItem!")
 		return graphql.Null
@@ -252,25 +254,65 @@ func (ec *executionContext) marshalNDrainItem2ᚖgithubᚗcomᚋflexplaneᚋflex
 	return ec._DrainItem(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainStatus(ctx context.Context, v any) (model.DrainStatus, error) {
-	var res model.DrainStatus
-	err := res.UnmarshalGQL(v)
+func (ec *executionContext) unmarshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus(ctx context.Context, v any) (compute.DrainStatus, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDrainStatus(ctx context.Context, sel ast.SelectionSet, v model.DrainStatus) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus(ctx context.Context, sel ast.SelectionSet, v compute.DrainStatus) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "DrainStatus!")
+	}
+	return res
 }
 
-func (ec *executionContext) unmarshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostMaintenance(ctx context.Context, v any) (model.HostMaintenance, error) {
-	var res model.HostMaintenance
-	err := res.UnmarshalGQL(v)
+var (
+	unmarshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus = map[string]compute.DrainStatus{
+		"PENDING":   compute.DrainPending,
+		"MIGRATING": compute.DrainMigrating,
+		"DONE":      compute.DrainDone,
+		"FAILED":    compute.DrainFailed,
+	}
+	marshalNDrainStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐDrainStatus = map[compute.DrainStatus]string{
+		compute.DrainPending:   "PENDING",
+		compute.DrainMigrating: "MIGRATING",
+		compute.DrainDone:      "DONE",
+		compute.DrainFailed:    "FAILED",
+	}
+)
+
+func (ec *executionContext) unmarshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState(ctx context.Context, v any) (compute.HostMaintenanceState, error) {
+	tmp, err := scalar.UnmarshalString(v)
+	res := unmarshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐHostMaintenance(ctx context.Context, sel ast.SelectionSet, v model.HostMaintenance) graphql.Marshaler {
-	return v
+func (ec *executionContext) marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState(ctx context.Context, sel ast.SelectionSet, v compute.HostMaintenanceState) graphql.Marshaler {
+	_ = sel
+	res := scalar.MarshalString(marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "HostMaintenance!")
+	}
+	return res
 }
+
+var (
+	unmarshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState = map[string]compute.HostMaintenanceState{
+		"NONE":        compute.MaintenanceNone,
+		"DRAINING":    compute.MaintenanceDraining,
+		"MAINTENANCE": compute.MaintenanceDone,
+		"FAILED":      compute.MaintenanceFailed,
+	}
+	marshalNHostMaintenance2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐHostMaintenanceState = map[compute.HostMaintenanceState]string{
+		compute.MaintenanceNone:     "NONE",
+		compute.MaintenanceDraining: "DRAINING",
+		compute.MaintenanceDone:     "MAINTENANCE",
+		compute.MaintenanceFailed:   "FAILED",
+	}
+)
 
 func (ec *executionContext) unmarshalNSetHostMaintenanceInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSetHostMaintenanceInput(ctx context.Context, v any) (model.SetHostMaintenanceInput, error) {
 	res, err := ec.unmarshalInputSetHostMaintenanceInput(ctx, v)

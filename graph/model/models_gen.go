@@ -11,6 +11,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -478,18 +479,6 @@ type DetachDiskInput struct {
 	Keep *bool `json:"keep,omitempty"`
 }
 
-// One VM of a host's drain.
-type DrainItem struct {
-	// The VM's id.
-	VM string `json:"vm"`
-	// The VM's name.
-	VMName string `json:"vmName"`
-	// How far its move has come.
-	Status DrainStatus `json:"status"`
-	// Why it could not move.
-	Message *string `json:"message,omitempty"`
-}
-
 // A packet counter of a running edge gateway.
 type EdgeCounter struct {
 	// What it counts: a firewall rule's id, or default-deny-inbound for inbound traffic no rule allowed.
@@ -615,10 +604,10 @@ type Host struct {
 	// Memory in MiB.
 	MemoryTotal *int `json:"memoryTotal,omitempty"`
 	// Whether the host is in maintenance, and how far its drain has come.
-	Maintenance HostMaintenance `json:"maintenance"`
+	Maintenance compute.HostMaintenanceState `json:"maintenance"`
 	// The VMs of the host's drain: those still on it and those moved off it
 	// since maintenance began; empty when it is not in maintenance.
-	Drain []*DrainItem `json:"drain"`
+	Drain []*compute.DrainItem `json:"drain"`
 	// The node's CPU, memory and network over the timeframe, oldest point
 	// first; null, with an error, when the host does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
@@ -1490,70 +1479,6 @@ func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// How far the drain has come with a VM.
-type DrainStatus string
-
-const (
-	// On the host, to be moved.
-	DrainStatusPending DrainStatus = "PENDING"
-	// Being live-migrated.
-	DrainStatusMigrating DrainStatus = "MIGRATING"
-	// Moved to another host.
-	DrainStatusDone DrainStatus = "DONE"
-	// Could not be moved; it stays on the host.
-	DrainStatusFailed DrainStatus = "FAILED"
-)
-
-var AllDrainStatus = []DrainStatus{
-	DrainStatusPending,
-	DrainStatusMigrating,
-	DrainStatusDone,
-	DrainStatusFailed,
-}
-
-func (e DrainStatus) IsValid() bool {
-	switch e {
-	case DrainStatusPending, DrainStatusMigrating, DrainStatusDone, DrainStatusFailed:
-		return true
-	}
-	return false
-}
-
-func (e DrainStatus) String() string {
-	return string(e)
-}
-
-func (e *DrainStatus) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = DrainStatus(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid DrainStatus", str)
-	}
-	return nil
-}
-
-func (e DrainStatus) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *DrainStatus) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e DrainStatus) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
 // What a matching firewall rule does.
 type FirewallAction string
 
@@ -1787,70 +1712,6 @@ func (e *HealthCheckProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e HealthCheckProtocol) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
-	e.MarshalGQL(&buf)
-	return buf.Bytes(), nil
-}
-
-// A host's maintenance state.
-type HostMaintenance string
-
-const (
-	// The host takes placements.
-	HostMaintenanceNone HostMaintenance = "NONE"
-	// In maintenance; VMs are still being moved off it.
-	HostMaintenanceDraining HostMaintenance = "DRAINING"
-	// In maintenance; no VM is left on it.
-	HostMaintenanceMaintenance HostMaintenance = "MAINTENANCE"
-	// In maintenance; a VM could not be moved (see drain). Disable to end it.
-	HostMaintenanceFailed HostMaintenance = "FAILED"
-)
-
-var AllHostMaintenance = []HostMaintenance{
-	HostMaintenanceNone,
-	HostMaintenanceDraining,
-	HostMaintenanceMaintenance,
-	HostMaintenanceFailed,
-}
-
-func (e HostMaintenance) IsValid() bool {
-	switch e {
-	case HostMaintenanceNone, HostMaintenanceDraining, HostMaintenanceMaintenance, HostMaintenanceFailed:
-		return true
-	}
-	return false
-}
-
-func (e HostMaintenance) String() string {
-	return string(e)
-}
-
-func (e *HostMaintenance) UnmarshalGQL(v any) error {
-	str, ok := v.(string)
-	if !ok {
-		return fmt.Errorf("enums must be strings")
-	}
-
-	*e = HostMaintenance(str)
-	if !e.IsValid() {
-		return fmt.Errorf("%s is not a valid HostMaintenance", str)
-	}
-	return nil
-}
-
-func (e HostMaintenance) MarshalGQL(w io.Writer) {
-	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
-}
-
-func (e *HostMaintenance) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return err
-	}
-	return e.UnmarshalGQL(s)
-}
-
-func (e HostMaintenance) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
