@@ -18,8 +18,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
-// createOn creates n VMs named prefix-i pinned to host at once and waits
-// for each to run.
+// createOn creates n VMs named prefix-i pinned to host ("" for any) at
+// once and waits for each to run.
 func (e *env) createOn(z *vmtest.Zone, host, prefix string, n int) {
 	e.t.Helper()
 	ctx := vmtest.Ctx(e.t)

@@ -3,7 +3,6 @@ package compute_test
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/flexplane/flexplane/graph/server/apierr"
@@ -35,27 +34,7 @@ func (e *env) hostsOf(z *vmtest.Zone) map[string]int {
 // each to run.
 func (e *env) createAll(z *vmtest.Zone, prefix string, n int) {
 	e.t.Helper()
-	ctx := vmtest.Ctx(e.t)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() {
-			_, op, err := e.svc.CreateVM(ctx, e.input(z.Name, fmt.Sprintf("%s-%d", prefix, i)))
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			if last := e.waitQuiet(op.ID); last.State != compute.OpSucceeded {
-				errs[i] = fmt.Errorf("create %d: %+v", i, last)
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			e.t.Fatal(err)
-		}
-	}
+	e.createOn(z, "", prefix, n)
 }
 
 // waitQuiet is wait from any goroutine: it reports instead of failing.
