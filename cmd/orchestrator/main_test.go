@@ -145,8 +145,12 @@ func TestServeLimitFlags(t *testing.T) {
 			t.Errorf("serve %v: %v", args, err)
 		}
 	}
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), "-drain-parallel", "0"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "-drain-parallel must be at least 1") {
+		t.Errorf("serve -drain-parallel 0: %v", err)
+	}
 	t.Setenv("FLEXPLANE_MAX_COMPLEXITY", "lots")
-	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir()}, &bytes.Buffer{})
+	err = run(t.Context(), []string{"serve", "-data-dir", t.TempDir()}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "FLEXPLANE_MAX_COMPLEXITY") {
 		t.Errorf("serve with FLEXPLANE_MAX_COMPLEXITY=lots: %v", err)
 	}

@@ -217,6 +217,9 @@ func (f *serveFlags) check() error {
 	if f.maxComplexity < 0 || f.maxDepth < 0 {
 		return errors.New("-max-complexity and -max-depth must not be negative")
 	}
+	if f.drainParallel < 1 {
+		return fmt.Errorf("-drain-parallel must be at least 1, not %d", f.drainParallel)
+	}
 	for _, l := range []struct {
 		name, burstName string
 		rate            float64
