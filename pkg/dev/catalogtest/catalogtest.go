@@ -90,6 +90,8 @@ func Sample() []catalog.Object {
 	img.Checksum = "sha256:" + strings.Repeat("ab", 32)
 	zp := &catalog.ZonePolicy{}
 	zp.Name, zp.Region, zp.DedicatedTo = "fra1", "eu-central", []string{"full", "other"}
+	zp.Maintenance = []catalog.HostInMaintenance{{Host: "pve1", Since: "2026-01-02T03:04:05Z",
+		Failed: []catalog.DrainFailure{{VMID: 101, Message: "VM web (101) cannot move: no host can take it"}}}}
 	en := &catalog.ExternalNetwork{}
 	en.Name, en.Description, en.Bridge, en.CIDR, en.Gateway = "fra1", "transit", "vmbr0", "203.0.113.0/24", "203.0.113.1"
 	en.PoolStart, en.PoolEnd = "203.0.113.10", "203.0.113.99"
