@@ -251,3 +251,61 @@ func TestDrainResumesAfterRestart(t *testing.T) {
 		t.Errorf("%d migrations off pve1: want one per VM (4)", len(tasks))
 	}
 }
+
+// TestDisableEndsDrain: maintenance disabled while its drain runs (one
+// migration at a time) lets the migration under way finish and starts no
+// other: the VMs not yet moved stay on the host, running, and the host
+// takes placements again.
+func TestDisableEndsDrain(t *testing.T) {
+	t.Parallel()
+	e := newEnvTimed(t, 3, pvesim.Timing{PerGiB: 300 * time.Millisecond}, bigQuota, "alpha")
+	z := e.zones[0]
+	e.stage(z)
+	ctx := vmtest.Ctx(t)
+	e.createOn(z, "pve1", "stay", 3)
+	cfg := e.cfg
+	cfg.DrainParallel = 1
+	svc := e.newService(cfg)
+	runService(t, svc)
+	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
+	if _, err := svc.SetHostMaintenance(ctx, pve1, true); err != nil {
+		t.Fatal(err)
+	}
+	migrations := func() int {
+		ts, err := pveapi.NodeTasksOfType(ctx, z.Client, "pve1", "qmigrate", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ts)
+	}
+	poll.True(t, 30*time.Second, "a migration started", func() bool { return migrations() > 0 })
+	if hm, err := svc.SetHostMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
+		t.Fatalf("disable: %+v %v", hm, err)
+	}
+	poll.True(t, 30*time.Second, "the migration under way finished", func() bool {
+		for _, g := range guestsOf(t, z) {
+			if g.Lock != "" {
+				return false
+			}
+		}
+		return true
+	})
+	// A create on the host takes several of the drain's passes (clone,
+	// configure, start at this timing): none of them may start a move.
+	e.createOn(z, "pve1", "new", 1)
+	if n := migrations(); n != 1 {
+		t.Errorf("%d migrations off pve1: want only the one under way when maintenance ended", n)
+	}
+	on := 0
+	for name, g := range guestsOf(t, z) {
+		if g.Status != "running" {
+			t.Errorf("VM %s %s: want running", name, g.Status)
+		}
+		if g.Node == "pve1" {
+			on++
+		}
+	}
+	if on != 3 {
+		t.Errorf("%d VMs on pve1: want the 2 not moved and the new one", on)
+	}
+}
