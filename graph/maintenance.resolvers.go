@@ -17,7 +17,7 @@ func (r *hostResolver) Maintenance(ctx context.Context, obj *model.Host) (comput
 	if err != nil {
 		return "", err
 	}
-	hm, err := svc.HostMaintenance(ctx, obj.ID)
+	hm, err := svc.Hosts().Maintenance(ctx, obj.ID)
 	if err != nil {
 		return "", computeError(err, "")
 	}
@@ -29,7 +29,7 @@ func (r *hostResolver) Drain(ctx context.Context, obj *model.Host) ([]*compute.D
 	if err != nil {
 		return nil, err
 	}
-	hm, err := svc.HostMaintenance(ctx, obj.ID)
+	hm, err := svc.Hosts().Maintenance(ctx, obj.ID)
 	if err != nil {
 		return nil, computeError(err, "")
 	}
@@ -45,7 +45,7 @@ func (r *mutationResolver) SetHostMaintenance(ctx context.Context, input model.S
 	if err != nil {
 		return nil, err
 	}
-	if _, err := svc.SetHostMaintenance(ctx, input.Host, input.Enabled); err != nil {
+	if _, err := svc.Hosts().SetMaintenance(ctx, input.Host, input.Enabled); err != nil {
 		return nil, computeError(err, "input")
 	}
 	n, err := r.Query().Node(ctx, input.Host)

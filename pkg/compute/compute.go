@@ -197,7 +197,7 @@ type Config struct {
 	AfterStep func(ctx context.Context, op, step string)
 	// Maintenance, if set, returns the hosts (node names) of zone that are
 	// in maintenance: placement puts no new VM on them. Nil: the hosts
-	// the zone's policy lists as in maintenance (SetHostMaintenance).
+	// the zone's policy lists as in maintenance (Hosts.SetMaintenance).
 	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
 	// DrainParallel is how many VMs the drain of hosts in maintenance
 	// migrates at once per zone; default DefaultDrainParallel (4).

@@ -77,7 +77,7 @@ type HostMaintenance struct {
 // DefaultDrainParallel is Config.DrainParallel's default.
 const DefaultDrainParallel = 4
 
-// errMaintenance is the cause of the conflicts of SetHostMaintenance.
+// errMaintenance is the cause of the conflicts of Hosts.SetMaintenance.
 var errMaintenance = errors.New("compute: host already in maintenance")
 
 // hostZone resolves a host id to its zone and node: an id that names no
@@ -103,13 +103,19 @@ func (d *deps) hostZone(ctx context.Context, host string) (Zone, string, error) 
 	return z, ref.Node, nil
 }
 
-// SetHostMaintenance puts host (a host id) in maintenance or takes it out.
+// Hosts is the maintenance of a Service's hosts (Service.Hosts).
+type Hosts struct{ d *deps }
+
+// Hosts returns the maintenance of the service's hosts.
+func (s *Service) Hosts() *Hosts { return &Hosts{d: s.d} }
+
+// SetMaintenance puts host (a host id) in maintenance or takes it out.
 // Enabling records it on the zone's policy: placement takes the host for
 // no new VM at once, and the drain moves its VMs away (Run). Enabling a
 // host already in maintenance is KindConflict. Disabling returns the host
 // to placement and ends its drain: no new migration starts, those under
 // way finish. An unknown host is KindBadInput on "host".
-func (s *Service) SetHostMaintenance(ctx context.Context, host string, enabled bool) (HostMaintenance, error) {
+func (s *Hosts) SetMaintenance(ctx context.Context, host string, enabled bool) (HostMaintenance, error) {
 	d := s.d
 	z, node, err := d.hostZone(ctx, host)
 	if err != nil {
@@ -133,7 +139,7 @@ func (s *Service) SetHostMaintenance(ctx context.Context, host string, enabled b
 		return HostMaintenance{}, err
 	}
 	d.log.Info("host maintenance", "zone", z.Name, "host", node, "enabled", enabled)
-	return s.HostMaintenance(ctx, host)
+	return s.Maintenance(ctx, host)
 }
 
 // updatePolicy applies change to zone's policy (a new one when it has
@@ -185,15 +191,15 @@ func (d *deps) maintenanceHosts(ctx context.Context, zone string) (map[string]bo
 	return out, nil
 }
 
-// MaintenanceHosts returns the hosts (node names) of zone (by name) in
+// InMaintenance returns the hosts (node names) of zone (by name) in
 // maintenance, as placement sees them.
-func (s *Service) MaintenanceHosts(ctx context.Context, zone string) (map[string]bool, error) {
+func (s *Hosts) InMaintenance(ctx context.Context, zone string) (map[string]bool, error) {
 	return s.d.cfg.Maintenance(ctx, zone)
 }
 
-// HostMaintenance reads the maintenance of host (a host id) and its
-// drain's progress from the zone's policy and Proxmox.
-func (s *Service) HostMaintenance(ctx context.Context, host string) (HostMaintenance, error) {
+// Maintenance reads the maintenance of host (a host id) and its drain's
+// progress from the zone's policy and Proxmox.
+func (s *Hosts) Maintenance(ctx context.Context, host string) (HostMaintenance, error) {
 	d := s.d
 	z, node, err := d.hostZone(ctx, host)
 	if err != nil {

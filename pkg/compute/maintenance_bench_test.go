@@ -41,7 +41,7 @@ func BenchmarkDrain(b *testing.B) {
 		runService(b, e.svc)
 		pve2 := tenancy.HostRef{ZoneID: z.Name, Node: "pve2"}.ID()
 		start = time.Now()
-		if _, err := e.svc.SetHostMaintenance(ctx, pve2, true); err != nil {
+		if _, err := e.svc.Hosts().SetMaintenance(ctx, pve2, true); err != nil {
 			b.Fatal(err)
 		}
 		waitState(b, e.svc, pve2, compute.MaintenanceDone)

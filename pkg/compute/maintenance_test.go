@@ -82,7 +82,7 @@ func waitState(t testing.TB, svc *compute.Service, host string, want compute.Hos
 	var hm compute.HostMaintenance
 	poll.Until(t, 45*time.Second, "maintenance "+string(want), func() error {
 		var err error
-		if hm, err = svc.HostMaintenance(vmtest.Ctx(t), host); err != nil {
+		if hm, err = svc.Hosts().Maintenance(vmtest.Ctx(t), host); err != nil {
 			return err
 		}
 		if hm.State != want {
@@ -106,7 +106,7 @@ func TestHostMaintenanceDrains(t *testing.T) {
 	runService(t, e.svc)
 	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
 
-	hm, err := e.svc.SetHostMaintenance(ctx, pve1, true)
+	hm, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,16 +144,16 @@ func TestHostMaintenanceDrains(t *testing.T) {
 		t.Errorf("%d VMs placed on a host in maintenance", n)
 	}
 
-	if _, err := e.svc.SetHostMaintenance(ctx, pve1, true); codeOf(err) != apierr.Conflict {
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true); codeOf(err) != apierr.Conflict {
 		t.Errorf("enable twice: %v, want CONFLICT", err)
 	}
 	for _, bad := range []string{"nope", tenancy.HostRef{ZoneID: z.Name, Node: "pve9"}.ID(), tenancy.HostRef{ZoneID: "gamma", Node: "pve1"}.ID()} {
-		if _, err := e.svc.SetHostMaintenance(ctx, bad, true); codeOf(err) != apierr.BadUserInput {
+		if _, err := e.svc.Hosts().SetMaintenance(ctx, bad, true); codeOf(err) != apierr.BadUserInput {
 			t.Errorf("enable on %q: %v, want BAD_USER_INPUT", bad, err)
 		}
 	}
 
-	if hm, err = e.svc.SetHostMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
+	if hm, err = e.svc.Hosts().SetMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
 		t.Fatalf("disable: %+v %v", hm, err)
 	}
 	e.createOn(z, "pve1", "back", 1)
@@ -174,7 +174,7 @@ func TestHostMaintenanceFailedVM(t *testing.T) {
 	z.Sim.SetNodeOnline("pve3", false)
 	runService(t, e.svc)
 	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
-	if _, err := e.svc.SetHostMaintenance(ctx, pve1, true); err != nil {
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
 		t.Fatal(err)
 	}
 	hm := waitState(t, e.svc, pve1, compute.MaintenanceFailed)
@@ -192,10 +192,10 @@ func TestHostMaintenanceFailedVM(t *testing.T) {
 	if _, _, err := e.svc.CreateVM(ctx, in); codeOf(err) != apierr.BadUserInput {
 		t.Errorf("create pinned to a FAILED host: %v, want BAD_USER_INPUT", err)
 	}
-	if hm, _ := e.svc.HostMaintenance(ctx, pve1); hm.State != compute.MaintenanceFailed {
+	if hm, _ := e.svc.Hosts().Maintenance(ctx, pve1); hm.State != compute.MaintenanceFailed {
 		t.Errorf("state once hosts are back: %s, want FAILED until disabled", hm.State)
 	}
-	if hm, err := e.svc.SetHostMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
+	if hm, err := e.svc.Hosts().SetMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
 		t.Fatalf("disable: %+v %v", hm, err)
 	}
 }
@@ -216,11 +216,11 @@ func TestDrainResumesAfterRestart(t *testing.T) {
 	first := e.newService(cfg)
 	stop := runService(t, first)
 	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
-	if _, err := first.SetHostMaintenance(ctx, pve1, true); err != nil {
+	if _, err := first.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 30*time.Second, "one VM moved", func() error {
-		hm, err := first.HostMaintenance(ctx, pve1)
+		hm, err := first.Hosts().Maintenance(ctx, pve1)
 		if err != nil {
 			return err
 		}
@@ -232,7 +232,7 @@ func TestDrainResumesAfterRestart(t *testing.T) {
 		return fmt.Errorf("drain %+v", hm.Drain)
 	})
 	stop()
-	if hm, _ := first.HostMaintenance(ctx, pve1); hm.State != compute.MaintenanceDraining {
+	if hm, _ := first.Hosts().Maintenance(ctx, pve1); hm.State != compute.MaintenanceDraining {
 		t.Fatalf("state when the first replica stopped: %+v: want DRAINING", hm)
 	}
 	second := e.newService(cfg)
@@ -268,7 +268,7 @@ func TestDisableEndsDrain(t *testing.T) {
 	svc := e.newService(cfg)
 	runService(t, svc)
 	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
-	if _, err := svc.SetHostMaintenance(ctx, pve1, true); err != nil {
+	if _, err := svc.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
 		t.Fatal(err)
 	}
 	migrations := func() int {
@@ -279,7 +279,7 @@ func TestDisableEndsDrain(t *testing.T) {
 		return len(ts)
 	}
 	poll.True(t, 30*time.Second, "a migration started", func() bool { return migrations() > 0 })
-	if hm, err := svc.SetHostMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
+	if hm, err := svc.Hosts().SetMaintenance(ctx, pve1, false); err != nil || hm.State != compute.MaintenanceNone {
 		t.Fatalf("disable: %+v %v", hm, err)
 	}
 	poll.True(t, 30*time.Second, "the migration under way finished", func() bool {

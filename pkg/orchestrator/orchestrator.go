@@ -185,7 +185,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	}
 	// Every replica runs the edge gateways' syncer: they all compute the
 	// same placement from the catalog.
-	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"), Maintenance: vms.MaintenanceHosts,
+	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"), Maintenance: vms.Hosts().InMaintenance,
 		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets)})
 	// The security groups' writer runs on every replica, writing only
 	// while it leads (the mesh control leader; always when alone).
