@@ -79,7 +79,9 @@ func BenchmarkSecurityGroupThroughput(b *testing.B) {
 	// Alternating which goes first; the means over the run are reported.
 	var gs, os []float64
 	for b.Loop() {
-		toOpen := func() { os = append(os, nettest.Throughput(b, ns("client"), fmt.Sprintf("%s:%d", ips["open"], port), open, 3*time.Second)) }
+		toOpen := func() {
+			os = append(os, nettest.Throughput(b, ns("client"), fmt.Sprintf("%s:%d", ips["open"], port), open, 3*time.Second))
+		}
 		toGroup := func() {
 			gs = append(gs, nettest.Throughput(b, ns("client"), fmt.Sprintf("%s:%d", ips["guarded"], port), guarded, 3*time.Second))
 		}
@@ -221,7 +223,9 @@ func BenchmarkSecurityGroupRuleChange(b *testing.B) {
 	}
 	slices.Sort(all)
 	slices.Sort(each)
-	q := func(ds []time.Duration, f float64) float64 { return ds[min(len(ds)-1, int(f*float64(len(ds))))].Seconds() }
+	q := func(ds []time.Duration, f float64) float64 {
+		return ds[min(len(ds)-1, int(f*float64(len(ds))))].Seconds()
+	}
 	b.ReportMetric(q(all, 0.5), "all-p50-s")
 	b.ReportMetric(q(all, 0.99), "all-p99-s")
 	b.ReportMetric(all[len(all)-1].Seconds(), "all-max-s")
