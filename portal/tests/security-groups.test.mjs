@@ -3,7 +3,7 @@
 // in pkg/portal starts it):
 // - the member creates a group whose rule has a reversed port range: the
 //   API's refusal is shown on that rule's ports field; fixed, the group is
-//   listed with its rule count;
+//   listed with its rule count, and the VM wizard offers it;
 // - on the VM's page the member puts the VM in the group; the group lists
 //   it as a member;
 // - deleting the group is refused (CONFLICT) while the VM is in it; taken
@@ -67,6 +67,13 @@ test('a member creates a group, puts a VM in it and deletes it', async (t) => {
   const card = page.locator('article[data-group="web"]')
   assert.equal(await card.getByTestId('rule-count').innerText(), '2')
   assert.equal(await card.getByTestId('member-count').innerText(), '0')
+
+  // The create wizard offers it once the VDC's default is unticked.
+  await page.goto(base + '/vms/new')
+  const picker = page.getByRole('group', { name: 'Security groups' })
+  await picker.getByRole('checkbox', { name: /the VDC's default/ }).uncheck()
+  await picker.getByRole('checkbox', { name: /^web/ }).waitFor()
+  await check(page, 'vm wizard with groups', false)
 
   // The VM put in it on its page, then listed as its member.
   await setGroups(page, ['web'], `${vmName} is in web.`)
