@@ -54,18 +54,7 @@ func BenchmarkSecurityGroupThroughput(b *testing.B) {
 	}
 	ips := map[string]string{}
 	for name, groups := range map[string][]string{"client": {}, "open": {}, "guarded": {"bench"}} {
-		var created struct{ Operation gqlOp }
-		h.GraphQL(b, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny",
-			"computeProfile": "small", "storageProfile": "shared", "diskGiB": 4, "nics": []any{map[string]any{"network": net}},
-			"sshKeys": []string{sshKey}, "user": "ops", "securityGroups": groups}}).OK(b).Into(b, "createVM", &created)
-		id := awaitCreate(b, h, "bob", "blue", created.Operation.ID)
-		var v gqlVM
-		poll.True(b, 60*time.Second, name+" running with its address", func() bool {
-			h.GraphQL(b, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": id}).
-				OK(b).Into(b, "vm", &v)
-			return v.Status == "RUNNING" && len(v.IPAddresses) > 0
-		})
-		ips[name] = v.IPAddresses[0]
+		ips[name] = createGroupedVM(b, h, net, name, groups)
 	}
 	p := h.Clusters[0].Plane
 	ns := func(name string) string { return p.GuestNS(vmidOf(b, c, name)) }

@@ -38,27 +38,7 @@ func TestBrowserDisks(t *testing.T) {
 	var net struct{ ID string }
 	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
 		OK(t).Into(t, "createNetwork", &net)
-	var created struct{ Operation struct{ ID string } }
-	h.GraphQL(t, "alice", "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`,
-		map[string]any{"in": map[string]any{"name": "disky", "zone": "alpha", "image": "tiny", "computeProfile": "small",
-			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": net.ID}}, "user": "alice"}}).
-		OK(t).Into(t, "createVM", &created)
-	var vmID string
-	poll.True(t, 60*time.Second, "the VM running", func() bool {
-		var op struct {
-			State string
-			VMID  *string `json:"vmId"`
-		}
-		h.GraphQL(t, "alice", "red", `query($id: ID!) { operation(id: $id) { state vmId } }`, map[string]any{"id": created.Operation.ID}).
-			OK(t).Into(t, "operation", &op)
-		if op.State == "FAILED" {
-			t.Fatalf("create failed: %+v", op)
-		}
-		if op.VMID != nil {
-			vmID = *op.VMID
-		}
-		return op.State == "SUCCEEDED"
-	})
+	vmID := createVM(t, h, "disky", net.ID)
 
 	artifacts := filepath.Join(root, "test-artifacts", "disks")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
@@ -76,4 +56,33 @@ func TestBrowserDisks(t *testing.T) {
 			OK(t).Into(t, "vm", &vm)
 		return vm.Status == "RUNNING" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
 	})
+}
+
+// createVM creates VM name of red in zone alpha on network (image tiny,
+// compute profile small, storage profile ssd, 4 GiB) through GraphQL as
+// alice, waits until its create succeeds and returns its id.
+func createVM(t *testing.T, h *meshtest.Harness, name, network string) string {
+	t.Helper()
+	var created struct{ Operation struct{ ID string } }
+	h.GraphQL(t, "alice", "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`,
+		map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny", "computeProfile": "small",
+			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": network}}, "user": "alice"}}).
+		OK(t).Into(t, "createVM", &created)
+	var vmID string
+	poll.True(t, 60*time.Second, "VM "+name+" created", func() bool {
+		var op struct {
+			State string
+			VMID  *string `json:"vmId"`
+		}
+		h.GraphQL(t, "alice", "red", `query($id: ID!) { operation(id: $id) { state vmId } }`, map[string]any{"id": created.Operation.ID}).
+			OK(t).Into(t, "operation", &op)
+		if op.State == "FAILED" {
+			t.Fatalf("create failed: %+v", op)
+		}
+		if op.VMID != nil {
+			vmID = *op.VMID
+		}
+		return op.State == "SUCCEEDED"
+	})
+	return vmID
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
-	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestBrowserSecurityGroups runs tests/security-groups.test.mjs against
@@ -36,27 +35,7 @@ func TestBrowserSecurityGroups(t *testing.T) {
 	var net struct{ ID string }
 	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
 		OK(t).Into(t, "createNetwork", &net)
-	var created struct{ Operation struct{ ID string } }
-	h.GraphQL(t, "alice", "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`,
-		map[string]any{"in": map[string]any{"name": "guarded", "zone": "alpha", "image": "tiny", "computeProfile": "small",
-			"storageProfile": "ssd", "diskGiB": 1, "nics": []any{map[string]any{"network": net.ID}}, "user": "alice"}}).
-		OK(t).Into(t, "createVM", &created)
-	var vmID string
-	poll.True(t, 60*time.Second, "the VM created", func() bool {
-		var op struct {
-			State string
-			VMID  *string `json:"vmId"`
-		}
-		h.GraphQL(t, "alice", "red", `query($id: ID!) { operation(id: $id) { state vmId } }`, map[string]any{"id": created.Operation.ID}).
-			OK(t).Into(t, "operation", &op)
-		if op.State == "FAILED" {
-			t.Fatalf("create failed: %+v", op)
-		}
-		if op.VMID != nil {
-			vmID = *op.VMID
-		}
-		return op.State == "SUCCEEDED"
-	})
+	vmID := createVM(t, h, "guarded", net.ID)
 
 	artifacts := filepath.Join(root, "test-artifacts", "security-groups")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
