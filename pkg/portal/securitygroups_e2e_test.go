@@ -21,8 +21,11 @@ import (
 // VM "guarded" there): a member creates a group on the Security groups
 // page (a reversed port range refused on its rule's ports field), puts
 // the VM in it on the VM's page, sees it listed as a member, is refused
-// the delete while it is, takes it out and deletes the group. Checked here
-// through GraphQL afterwards: red has no group and the VM is in none.
+// the delete while it is, takes it out and deletes the group; the
+// platform admin, in red, makes a group red's default, is refused its
+// delete, sets the default back to none and deletes it. Checked here
+// through GraphQL afterwards: red has no group nor default and the VM is
+// in none.
 func TestBrowserSecurityGroups(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -40,12 +43,17 @@ func TestBrowserSecurityGroups(t *testing.T) {
 	artifacts := filepath.Join(root, "test-artifacts", "security-groups")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
 		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=guarded"), "tests/security-groups.test.mjs")
-	browsertest.CheckScreenshots(t, artifacts, start, "security-groups-invalid", "security-groups", "security-groups-conflict", "security-groups-deleted")
+	browsertest.CheckScreenshots(t, artifacts, start, "security-groups-invalid", "security-groups", "security-groups-conflict", "security-groups-deleted", "security-groups-default")
 
 	var groups []struct{ Name string }
 	h.GraphQL(t, "alice", "red", `{ securityGroups { name } }`, nil).OK(t).Into(t, "securityGroups", &groups)
 	if len(groups) != 0 {
 		t.Errorf("red's groups after the browser deleted its one: %+v", groups)
+	}
+	var vdc struct{ DefaultSecurityGroup *string }
+	h.GraphQL(t, "alice", "red", `{ currentVDC { defaultSecurityGroup } }`, nil).OK(t).Into(t, "currentVDC", &vdc)
+	if vdc.DefaultSecurityGroup != nil {
+		t.Errorf("red's default group after the admin set it back to none: %q", *vdc.DefaultSecurityGroup)
 	}
 	var vm struct{ SecurityGroups []string }
 	h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { securityGroups } }`, map[string]any{"id": vmID}).OK(t).Into(t, "vm", &vm)

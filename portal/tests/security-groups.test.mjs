@@ -7,7 +7,9 @@
 // - on the VM's page the member puts the VM in the group; the group lists
 //   it as a member;
 // - deleting the group is refused (CONFLICT) while the VM is in it; taken
-//   out of it on the VM's page, the group is deleted after a confirmation.
+//   out of it on the VM's page, the group is deleted after a confirmation;
+// - an admin of the VDC makes a group its default (then refused its
+//   delete), sets the default back to none and deletes it.
 // The page passes axe-core and fits a 390 px phone.
 //
 // Environment: PORTAL_URL, OIDC_ISSUER, PORTAL_MEMBER_USER/PASSWORD,
@@ -16,7 +18,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { check, phone } from './axe.mjs'
-import { base, env, fieldError, member, said, session, shot, signIn } from './lib.mjs'
+import { admin, base, env, fieldError, go, member, memberVDCs, said, session, shot, signIn } from './lib.mjs'
 
 const vmPath = env('PORTAL_VM_PATH')
 const vmName = env('PORTAL_VM_NAME')
@@ -67,6 +69,8 @@ test('a member creates a group, puts a VM in it and deletes it', async (t) => {
   const card = page.locator('article[data-group="web"]')
   assert.equal(await card.getByTestId('rule-count').innerText(), '2')
   assert.equal(await card.getByTestId('member-count').innerText(), '0')
+  // The default group is the admins': a member has no button for it.
+  assert.equal(await page.getByRole('button', { name: 'Change default group' }).count(), 0)
 
   // The create wizard offers it once the VDC's default is unticked.
   await page.goto(base + '/vms/new')
@@ -103,4 +107,44 @@ test('a member creates a group, puts a VM in it and deletes it', async (t) => {
   await said(page, 'Deleted security group web.')
   await page.getByText('No security groups yet.').waitFor()
   await shot(page, 'security-groups-deleted')
+})
+
+test('an admin sets the default group and takes it back', async (t) => {
+  const { page } = await session(t)
+  await page.goto(base + '/')
+  await signIn(page, admin)
+  await page.getByLabel('VDC', { exact: true }).selectOption(memberVDCs[0])
+  await go(page, 'Security groups', 'Security groups')
+  await page.getByRole('button', { name: 'New security group' }).click()
+  const dialog = page.getByRole('dialog', { name: 'New security group' })
+  await dialog.getByLabel('Name', { exact: true }).fill('base')
+  await dialog.getByRole('button', { name: 'Remove rule 1' }).click()
+  await dialog.getByRole('button', { name: 'Create', exact: true }).click()
+  await said(page, 'Created security group base.')
+
+  const setDefault = async (name, message) => {
+    await page.getByRole('button', { name: 'Change default group' }).click()
+    const d = page.getByRole('dialog', { name: 'Default security group' })
+    await d.getByLabel('Group for new VMs', { exact: true }).selectOption(name)
+    await d.getByRole('button', { name: 'Save', exact: true }).click()
+    await d.waitFor({ state: 'hidden' })
+    await said(page, message)
+  }
+  await setDefault('base', `New VMs of ${memberVDCs[0]} are put in base.`)
+  await page.getByTestId('default-group').getByText('base', { exact: true }).waitFor()
+  await check(page, 'security groups, admin', false)
+  await shot(page, 'security-groups-default')
+
+  // The default cannot be deleted; once it is none, it can.
+  await page.getByRole('button', { name: 'Delete security group base' }).click()
+  const confirm = page.getByRole('dialog', { name: 'Delete security group base?' })
+  await confirm.getByRole('button', { name: 'Delete' }).click()
+  await confirm.getByRole('alert').getByText(/^Conflict/i).waitFor()
+  await confirm.getByRole('button', { name: 'Cancel' }).click()
+  await setDefault('', `New VMs of ${memberVDCs[0]} are put in no group.`)
+  await page.getByTestId('default-group').getByText('none', { exact: true }).waitFor()
+  await page.getByRole('button', { name: 'Delete security group base' }).click()
+  await confirm.getByRole('button', { name: 'Delete' }).click()
+  await confirm.waitFor({ state: 'hidden' })
+  await said(page, 'Deleted security group base.')
 })
