@@ -301,8 +301,8 @@ func (r *machineReconciler) delete(ctx context.Context, fm *v1alpha1.FlexMachine
 				return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
 			}
 		}
-		if m, err := util.GetOwnerMachine(ctx, r.Client, fm.ObjectMeta); err == nil {
-			r.dropPoolGroup(ctx, fc, m)
+		if m, err := util.GetOwnerMachine(ctx, r.Client, fm.ObjectMeta); err == nil && r.dropPoolGroup(ctx, fc, m) {
+			return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
 		}
 	}
 	controllerutil.RemoveFinalizer(fm, v1alpha1.MachineFinalizer)
