@@ -64,6 +64,7 @@ type PlacementGroupInput struct {
 // groupMember is a VM of a placement group where it is now.
 type groupMember struct {
 	ID   string
+	VMID int
 	Node string
 }
 
@@ -298,7 +299,7 @@ func zoneGroupMembers(ctx context.Context, z Zone, vdc string) (map[string][]gro
 		if was, moved := wasOf(g.Tags()); moved {
 			id = was.ID()
 		}
-		out[in.PlacementGroup] = append(out[in.PlacementGroup], groupMember{ID: id, Node: g.Node})
+		out[in.PlacementGroup] = append(out[in.PlacementGroup], groupMember{ID: id, VMID: g.VMID, Node: g.Node})
 	}
 	return out, nil
 }
@@ -311,23 +312,48 @@ type groupPlace struct {
 	policy    PlacementPolicy
 	soft      bool
 	count     map[string]int // node -> VMs of the group
+	members   map[int]bool   // the VMIDs of its VMs Proxmox has
+	// before are this process's creates in the group when its VMs were
+	// read.
+	before []*slot
 }
 
-// newGroupPlace reads where the VMs of group g are in z; held are the
-// nodes of this process's creates in the group, read before.
-func newGroupPlace(ctx context.Context, z Zone, g *catalog.PlacementGroup, held []string) (*groupPlace, error) {
+// newGroupPlace reads where the VMs of group g are in z; before are this
+// process's creates in the group, read first (countHeld counts them).
+func newGroupPlace(ctx context.Context, z Zone, g *catalog.PlacementGroup, before []*slot) (*groupPlace, error) {
 	ms, err := zoneGroupMembers(ctx, z, g.VDC)
 	if err != nil {
 		return nil, err
 	}
-	gp := &groupPlace{key: g.Name, name: g.ShortName(), policy: PlacementPolicy(g.Policy), soft: g.BestEffort, count: map[string]int{}}
+	gp := &groupPlace{key: g.Name, name: g.ShortName(), policy: PlacementPolicy(g.Policy), soft: g.BestEffort,
+		count: map[string]int{}, members: map[int]bool{}, before: before}
 	for _, m := range ms[gp.name] {
 		gp.count[m.Node]++
-	}
-	for _, n := range held {
-		gp.count[n]++
+		gp.members[m.VMID] = true
 	}
 	return gp, nil
+}
+
+// countHeld counts the group's creates in flight, each once: those held
+// now (held, of the zone) and those held when its VMs were read (one
+// that ended in between has its guest recorded, or gone with its failed
+// create), but for those whose guest was read as a VM of the group. The
+// placer's lock is held.
+func (gp *groupPlace) countHeld(held []*slot) {
+	if gp == nil {
+		return
+	}
+	seen := map[*slot]bool{}
+	for _, s := range append(slices.Clone(gp.before), held...) {
+		if s.group != gp.key || seen[s] {
+			continue
+		}
+		seen[s] = true
+		if s.vmid != 0 && gp.members[s.vmid] {
+			continue
+		}
+		gp.count[s.node]++
+	}
 }
 
 // apply weighs the group in placement's verdicts (candidates first): a
@@ -370,15 +396,14 @@ func (gp *groupPlace) apply(vs []verdict) (out []verdict, ok bool) {
 	return out, len(out) > 0 && out[0].Why == ""
 }
 
-// groupNodes returns the nodes of the creates in flight in group key in
-// zone.
-func (p *placer) groupNodes(zone, key string) []string {
+// groupSlots returns the creates in flight in group key in zone.
+func (p *placer) groupSlots(zone, key string) []*slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
+	var out []*slot
 	for s := range p.held {
 		if s.zone == zone && s.group == key {
-			out = append(out, s.node)
+			out = append(out, s)
 		}
 	}
 	return out
@@ -422,8 +447,8 @@ func checkSpreadTarget(ctx context.Context, d *deps, z Zone, g pveapi.Resource, 
 			return badInput("host", "host %s holds VM %s of placement group %q (SPREAD): its VMs stay on distinct hosts", node, m.ID, in.PlacementGroup)
 		}
 	}
-	for _, n := range d.placer.groupNodes(z.ID, pg.Name) {
-		if n == node {
+	for _, s := range d.placer.groupSlots(z.ID, pg.Name) {
+		if s.node == node {
 			return badInput("host", "a VM of placement group %q (SPREAD) is being created on host %s", in.PlacementGroup, node)
 		}
 	}

@@ -263,7 +263,7 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 		// The group's creates in flight are read before its members, so
 		// that one ending in between is seen as a member (its guest
 		// records the group before its slot is released).
-		if gp, err = newGroupPlace(ctx, z, req.Group, d.placer.groupNodes(z.ID, req.Group.Name)); err != nil {
+		if gp, err = newGroupPlace(ctx, z, req.Group, d.placer.groupSlots(z.ID, req.Group.Name)); err != nil {
 			return nil, zoneDown(z.Name, err)
 		}
 	}
@@ -289,10 +289,8 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 		}
 	}
 	byNode := loads(rs, skip)
+	gp.countHeld(held)
 	for _, s := range held {
-		if gp != nil && s.group == gp.key {
-			gp.count[s.node]++
-		}
 		h := byNode[s.node]
 		if h == nil {
 			continue
@@ -321,6 +319,9 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	vs, ok := gp.apply(vs)
 	attrs := []any{"vm", req.VM, "zone", z.Name, "memMiB", req.Demand.MemBytes >> 20, "vcpus", req.Demand.VCPUs,
 		"diskGiB", req.Demand.DiskBytes >> 30, "storage", req.Demand.Storage, "memRatio", r.Memory, "cpuRatio", r.CPU}
+	if gp != nil {
+		attrs = append(attrs, "placementGroup", gp.name, "policy", gp.policy, "groupVMsPerHost", gp.count)
+	}
 	for _, v := range vs {
 		switch {
 		case v.Detail != "":
@@ -341,7 +342,6 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	s := &slot{p: p, zone: z.ID, node: win.Node, d: req.Demand, shared: byNode[win.Node].Storages[req.Demand.Storage].Shared}
 	if gp != nil {
 		s.group = gp.key
-		attrs = append(attrs, "placementGroup", gp.name, "policy", gp.policy, "groupVMsOnHost", gp.count[win.Node])
 	}
 	p.held[s] = struct{}{}
 	return s, nil
