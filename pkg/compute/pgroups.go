@@ -274,32 +274,15 @@ func createPlacementGroup(ctx context.Context, store catalog.Store, vdc, zone, n
 // zoneGroupMembers lists vdc's VMs in z that are in a placement group, by
 // the group's short name (the source of a move across zones left out).
 func zoneGroupMembers(ctx context.Context, z Zone, vdc string) (map[string][]groupMember, error) {
-	gs, err := pveapi.PoolGuests(ctx, z.Client, tenancy.PoolID(vdc))
+	ms, err := zoneMembers(ctx, z, vdc)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]groupMember{}
-	for _, g := range gs {
-		if g.Template == 1 {
-			continue
+	for _, m := range ms {
+		if m.PlacementGroup != "" {
+			out[m.PlacementGroup] = append(out[m.PlacementGroup], groupMember{ID: m.ID, VMID: m.Ref.VMID, Node: m.Node})
 		}
-		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
-		if pveapi.IsNotFound(err) {
-			continue // gone meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		g.RawTags = cfg.Str("tags")
-		in, ok := ParseIntent(cfg.Str("description"))
-		if !ok || in.VDC != vdc || in.PlacementGroup == "" || g.HasTag(movedTag) {
-			continue
-		}
-		id := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}.ID()
-		if was, moved := wasOf(g.Tags()); moved {
-			id = was.ID()
-		}
-		out[in.PlacementGroup] = append(out[in.PlacementGroup], groupMember{ID: id, VMID: g.VMID, Node: g.Node})
 	}
 	return out, nil
 }
