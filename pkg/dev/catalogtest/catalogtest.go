@@ -448,7 +448,11 @@ func validationChangesNothing(t *testing.T, open Open) {
 		{"rules[0].direction", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Direction = "sideways"; return g }()},
 		{"policy", PlacementGroup("prod", "db", "fra1", "SCATTER")},
 		{"zone", PlacementGroup("prod", "db", "Fra 1", catalog.PlacementPack)},
-		{"name", func() catalog.Object { g := PlacementGroup("prod", "db", "fra1", catalog.PlacementPack); g.VDC = "other"; return g }()},
+		{"name", func() catalog.Object {
+			g := PlacementGroup("prod", "db", "fra1", catalog.PlacementPack)
+			g.VDC = "other"
+			return g
+		}()},
 		{"rules", func() catalog.Object {
 			g := SecurityGroup("prod", "web")
 			for len(g.Rules) <= catalog.MaxSecurityRules {
