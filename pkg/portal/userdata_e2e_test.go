@@ -7,17 +7,13 @@ package portal_test
 
 import (
 	"fmt"
-	"log/slog"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/browsertest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestBrowserUserData runs tests/user-data.test.mjs against the mesh
@@ -32,15 +28,7 @@ import (
 func TestBrowserUserData(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
-	begin := time.Now()
-	h, issuer := portalMesh(t, public, slog.DiscardHandler,
-		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
-		meshtest.WithAPI(meshtest.APISpec{Users: redUsers()}),
-	)
-	h.WaitOnline(t, 30*time.Second)
-	seedVMCatalog(t, h, "alpha")
-	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).OK(t)
-	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
+	h, issuer := redVMMesh(t, public, meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true})
 
 	const userData = "#cloud-config\nwrite_files:\n  - path: /etc/motd\n    content: typed in the portal\nruncmd:\n  - echo portal-user-data-ran\n"
 	artifacts := filepath.Join(root, "test-artifacts", "user-data")
@@ -48,25 +36,12 @@ func TestBrowserUserData(t *testing.T) {
 		"PORTAL_ZONE=alpha", "PORTAL_VM_NAME=cloudy", "PORTAL_USER_DATA="+userData), "tests/user-data.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "vm-wizard-user-data-refused", "vm-wizard-user-data", "vm-wizard-user-data-created")
 
-	var vms []struct{ ID, Name string }
-	h.GraphQL(t, "alice", "red", `{ vms(first: 10) { id name } }`, nil).OK(t).Into(t, "vms", &vms)
-	i := slices.IndexFunc(vms, func(v struct{ ID, Name string }) bool { return v.Name == "cloudy" })
-	if i < 0 || len(vms) != 1 {
+	var vms []struct{ Name string }
+	h.GraphQL(t, "alice", "red", `{ vms(first: 10) { name } }`, nil).OK(t).Into(t, "vms", &vms)
+	if len(vms) != 1 {
 		t.Fatalf("want the one VM cloudy in red (the refused creates made none): %+v", vms)
 	}
-	ref, err := tenancy.ParseVMID(vms[i].ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := h.Orchestrator.Zones().Client(h.Zone(t, h.Clusters[0]).ID)
-	g, ok, err := pveapi.FindGuest(t.Context(), c, ref.VMID)
-	if err != nil || !ok {
-		t.Fatalf("the VM's guest: %v %v", ok, err)
-	}
-	cfg, err := pveapi.GuestConfig(t.Context(), c, g.Node, g.VMID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, g, cfg := redGuest(t, h, "cloudy")
 	if cc, want := cfg.Str("cicustom"), fmt.Sprintf("user=local:snippets/fp-%d-user.yaml", g.VMID); cc != want {
 		t.Errorf("the guest's cicustom %q, want %q", cc, want)
 	}
