@@ -153,8 +153,11 @@ lint: lint-schema lint-portal
 ## budget (pkg/portal, on the build), create -> hosted Kubernetes control
 ## plane ready vs a bare kube-apiserver start (pkg/tenantkube/controlplane),
 ## the latency flexgateway adds to an HTTP request vs the backend direct
-## at a fixed rate (pkg/loadbalancer/gateway), and `flexctl vm list` of 100
-## VMs vs the same GraphQL query sent by curl (pkg/flexctl). Every figure is a ratio
+## at a fixed rate (pkg/loadbalancer/gateway), `flexctl vm list` of 100
+## VMs vs the same GraphQL query sent by curl (pkg/flexctl), and security
+## groups (graph, as root): a TCP stream to a guest behind a 50-rule group
+## vs one in no group, and a rule change of a 100-VM group in 3 zones until
+## every member's firewall has it (p99 against 2 s). Every figure is a ratio
 ## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
 ## (docs/performance/index.md).
 bench: portal kube-bin
@@ -183,6 +186,10 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))lb-latency.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkVMList$$' -benchtime 10x -timeout 10m ./pkg/flexctl \
 		| tee $(dir $(BENCH_OUT))flexctl-vm-list.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkSecurityGroupThroughput$$' -benchtime 6x -timeout 15m ./graph \
+		| tee $(dir $(BENCH_OUT))sg-throughput.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkSecurityGroupRuleChange$$' -benchtime 100x -timeout 20m ./graph \
+		| tee $(dir $(BENCH_OUT))sg-rule-change.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

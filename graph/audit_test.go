@@ -100,6 +100,8 @@ func TestAuditEveryMutation(t *testing.T) {
 		"deleteSecurityGroup":     {{user: "bob", vdc: "blue", query: `mutation { deleteSecurityGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"setVMSecurityGroups":     {{user: "bob", vdc: "blue", query: `mutation { setVMSecurityGroups(input: {vm: "nosuch", securityGroups: []}) { id } }`}},
 		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
+		"createPlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { createPlacementGroup(input: {name: "db", zone: "alpha", policy: SPREAD}) { id } }`}},
+		"deletePlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { deletePlacementGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -132,6 +134,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
+		"createPlacementGroup", "deletePlacementGroup",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
 		"addSSHKey", "deleteSSHKey",
 		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}

@@ -67,8 +67,12 @@ func TestMigrateAcrossZones(t *testing.T) {
 			map[string]any{"z": z, "c": cidr, "g": cidr[:len(cidr)-4] + "1"}).OK(t).Into(t, "createNetwork", &n)
 		lan2[z] = n.ID
 	}
+	// It is in a placement group of alpha, which it leaves on the move.
+	var pair struct{ ID string }
+	h.GraphQL(t, "bob", "blue", `mutation { createPlacementGroup(input: {name: "pair", zone: "alpha", policy: SPREAD}) { id } }`, nil).
+		OK(t).Into(t, "createPlacementGroup", &pair)
 	var created struct{ Operation gqlOp }
-	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "traveller", "zone": "alpha", "image": "tiny",
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "traveller", "zone": "alpha", "image": "tiny", "placementGroup": "pair",
 		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 1,
 		"nics":    []any{map[string]any{"network": nets["alpha"]}, map[string]any{"network": lan2["alpha"]}},
 		"sshKeys": []string{sshKey}, "user": "bob", "userData": "#cloud-config\nruncmd:\n  - echo traveller-marker\n"}}).OK(t).Into(t, "createVM", &created)
@@ -194,6 +198,13 @@ func TestMigrateAcrossZones(t *testing.T) {
 	if len(vms) != 1 || vms[0].ID != id || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
 		t.Fatalf("vms after the move: %+v (want %s in beta)", vms, id)
 	}
+	// A placement group is zonal: the VM left alpha's, which is empty.
+	var moved struct{ PlacementGroup *struct{ ID string } }
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { placementGroup { id } } }`, map[string]any{"id": id}).OK(t).Into(t, "vm", &moved)
+	if moved.PlacementGroup != nil {
+		t.Errorf("the VM is still in placement group %s after moving to beta", moved.PlacementGroup.ID)
+	}
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deletePlacementGroup(id: $id) { id } }`, map[string]any{"id": pair.ID}).OK(t)
 	// Its cloud-init user-data came along: a snippet in beta named by the
 	// target's cicustom; alpha's is gone.
 	bdirect := simClient(t, h.Clusters[1])

@@ -115,7 +115,7 @@ func TestVDCNetworkSpansTheZone(t *testing.T) {
 // seedSharedStorage makes the catalog of a data plane test in zone alpha:
 // compute profile small, storage profile shared (the zone's shared pool),
 // image tiny.
-func seedSharedStorage(t *testing.T, h *meshtest.Harness) {
+func seedSharedStorage(t testing.TB, h *meshtest.Harness) {
 	t.Helper()
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
@@ -126,7 +126,7 @@ func seedSharedStorage(t *testing.T, h *meshtest.Harness) {
 }
 
 // vmidOf is the VMID of the guest named name.
-func vmidOf(t *testing.T, c *proxmox.Client, name string) int {
+func vmidOf(t testing.TB, c *proxmox.Client, name string) int {
 	t.Helper()
 	var rs []struct {
 		VMID int    `json:"vmid"`

@@ -160,6 +160,26 @@ func (r *securityRuleInputResolver) Protocol(ctx context.Context, obj *catalog.S
 	return nil
 }
 
+func (r *securityRuleInputResolver) Ports(ctx context.Context, obj *catalog.SecurityRule, data *string) error {
+	obj.Ports = deref(data) // null: none, as when left out
+	return nil
+}
+
+func (r *securityRuleInputResolver) PeerCidr(ctx context.Context, obj *catalog.SecurityRule, data *string) error {
+	obj.PeerCIDR = deref(data) // null: none, as when left out
+	return nil
+}
+
+func (r *securityRuleInputResolver) PeerGroup(ctx context.Context, obj *catalog.SecurityRule, data *string) error {
+	obj.PeerGroup = deref(data) // null: none, as when left out
+	return nil
+}
+
+func (r *securityRuleInputResolver) Description(ctx context.Context, obj *catalog.SecurityRule, data *string) error {
+	obj.Description = deref(data) // null: none, as when left out
+	return nil
+}
+
 func (r *Resolver) SecurityGroup() generated.SecurityGroupResolver { return &securityGroupResolver{r} }
 
 func (r *Resolver) SecurityGroupZone() generated.SecurityGroupZoneResolver {

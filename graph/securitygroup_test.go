@@ -225,3 +225,26 @@ func TestSecurityGroupsAPI(t *testing.T) {
 		t.Errorf("groups after deleting db: %+v", gs)
 	}
 }
+
+// TestSecurityRuleNullFields: a rule's nullable fields sent as explicit
+// nulls (as the schema allows, and as clients that send every field do)
+// are taken as absent, on create and on update.
+func TestSecurityRuleNullFields(t *testing.T) {
+	t.Parallel()
+	h, tn := sharedTenant(t, "sgnulls")
+	null := map[string]any{"direction": "INBOUND", "protocol": "ICMP", "ports": nil, "peerCidr": nil, "peerGroup": nil, "description": nil}
+	var g gqlGroup
+	h.GraphQL(t, tn.bob, tn.blue, createGroup, map[string]any{"in": map[string]any{"name": "nulls", "description": nil, "rules": []any{null}}}).
+		OK(t).Into(t, "createSecurityGroup", &g)
+	if len(g.Rules) != 1 || g.Rules[0]["protocol"] != "ICMP" || g.Rules[0]["ports"] != nil || g.Rules[0]["peerCidr"] != nil ||
+		g.Rules[0]["peerGroup"] != nil || g.Rules[0]["description"] != nil {
+		t.Fatalf("createSecurityGroup with null fields: %+v", g)
+	}
+	tcp := map[string]any{"direction": "INBOUND", "protocol": "TCP", "ports": "22", "peerCidr": nil, "peerGroup": "nulls", "description": nil}
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($in: UpdateSecurityGroupInput!) { updateSecurityGroup(input: $in) {
+  id name description rules { direction protocol ports peerCidr peerGroup description } } }`,
+		map[string]any{"in": map[string]any{"id": g.ID, "rules": []any{tcp}}}).OK(t).Into(t, "updateSecurityGroup", &g)
+	if len(g.Rules) != 1 || g.Rules[0]["ports"] != "22" || g.Rules[0]["peerGroup"] != "nulls" || g.Rules[0]["peerCidr"] != nil {
+		t.Fatalf("updateSecurityGroup with null fields: %+v", g)
+	}
+}

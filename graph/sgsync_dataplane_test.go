@@ -41,18 +41,8 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 	}
 	vms := map[string]vm{}
 	for name, groups := range map[string][]string{"app-1": {"app"}, "db-1": {"db"}, "other": {}, "out-1": {"egress"}} {
-		var created struct{ Operation gqlOp }
-		h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny",
-			"computeProfile": "small", "storageProfile": "shared", "diskGiB": 4, "nics": []any{map[string]any{"network": net}},
-			"sshKeys": []string{sshKey}, "user": "ops", "securityGroups": groups}}).OK(t).Into(t, "createVM", &created)
-		id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
-		var v gqlVM
-		poll.True(t, 60*time.Second, name+" running with its address", func() bool {
-			h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": id}).
-				OK(t).Into(t, "vm", &v)
-			return v.Status == "RUNNING" && len(v.IPAddresses) > 0
-		})
-		vms[name] = vm{vmid: vmidOf(t, c, name), ip: v.IPAddresses[0]}
+		ip := createGroupedVM(t, h, net, name, groups)
+		vms[name] = vm{vmid: vmidOf(t, c, name), ip: ip}
 	}
 	poll.True(t, 60*time.Second, "every group applied", func() bool {
 		for _, g := range []string{"app", "db", "egress"} {
@@ -94,4 +84,23 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 	if got := nettest.WaitReach(t, ns("app-1"), vms["other"].ip+":8080", 30*time.Second); !strings.HasPrefix(got, "other from ") {
 		t.Errorf("app-1 → other:8080 answered %q", got)
 	}
+}
+
+// createGroupedVM creates VM name of bob in blue on network net of zone
+// alpha in groups through GraphQL, waits until it runs with an address
+// and returns that address.
+func createGroupedVM(t testing.TB, h *meshtest.Harness, net, name string, groups []string) string {
+	t.Helper()
+	var created struct{ Operation gqlOp }
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny",
+		"computeProfile": "small", "storageProfile": "shared", "diskGiB": 4, "nics": []any{map[string]any{"network": net}},
+		"sshKeys": []string{sshKey}, "user": "ops", "securityGroups": groups}}).OK(t).Into(t, "createVM", &created)
+	id := awaitCreate(t, h, "bob", "blue", created.Operation.ID)
+	var v gqlVM
+	poll.True(t, 60*time.Second, name+" running with its address", func() bool {
+		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": id}).
+			OK(t).Into(t, "vm", &v)
+		return v.Status == "RUNNING" && len(v.IPAddresses) > 0
+	})
+	return v.IPAddresses[0]
 }

@@ -43,6 +43,9 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		}
 		in.Host = *input.Host
 	}
+	if input.PlacementGroup != nil {
+		in.PlacementGroup = *input.PlacementGroup
+	}
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}
 		if n.Address != nil {

@@ -97,7 +97,7 @@ func seedCatalog(t testing.TB, h *meshtest.Harness, zones ...string) {
 
 // createNetworks creates the network "lan" (10.1.0.0/24) of user in vdc in
 // each of zones and returns their ids by zone.
-func createNetworks(t *testing.T, h *meshtest.Harness, user, vdc string, zones ...string) map[string]string {
+func createNetworks(t testing.TB, h *meshtest.Harness, user, vdc string, zones ...string) map[string]string {
 	t.Helper()
 	nets := map[string]string{}
 	for _, z := range zones {
@@ -111,7 +111,7 @@ func createNetworks(t *testing.T, h *meshtest.Harness, user, vdc string, zones .
 
 // awaitCreate polls the create operation op of user in vdc until it
 // succeeds (failing the test if it fails) and returns the VM's id.
-func awaitCreate(t *testing.T, h *meshtest.Harness, user, vdc, op string) string {
+func awaitCreate(t testing.TB, h *meshtest.Harness, user, vdc, op string) string {
 	t.Helper()
 	var id string
 	poll.True(t, 60*time.Second, "the create "+op, func() bool {

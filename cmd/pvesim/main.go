@@ -10,6 +10,9 @@
 // With --cert-dir and --state-file it comes back after a restart with the same identity
 // and the same guests, storage, pools, SDN, IPAM and task history.
 //
+// With --file-root DIR the nodes have file systems (DIR/pve1, ...): a storage's
+// snippets are the files of its directory there, as on a Proxmox node.
+//
 // With --control PATH it also serves a fault control on that unix socket (owner-only),
 // apart from the Proxmox API: POST /nodes/NODE/offline and /nodes/NODE/online.
 //
@@ -111,6 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Var(&tokenFiles, "token-file", "file of API tokens USER@REALM!ID=SECRET with full privileges, one per line (repeatable; also $"+tokensEnv+")")
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
 	fs.StringVar(&cfg.StateFile, "state-file", "", "file keeping the cluster's guests, storage, pools, SDN, IPAM and task history across restarts (empty: in memory only)")
+	fs.StringVar(&cfg.FileRoot, "file-root", "", "directory of the nodes' file systems (DIR/NODE): storages' snippets are the files there, which the nodes' agents write (empty: no files, no snippets)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")

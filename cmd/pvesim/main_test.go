@@ -84,8 +84,9 @@ func TestCommandLine(t *testing.T) {
 		}
 		return ""
 	}
+	files := t.TempDir()
 	lines, stop := startRun(t, []string{
-		"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3",
+		"--listen", "127.0.0.1:0", "--cluster", "lab", "--nodes", "3", "--file-root", files,
 		"--token-file", tokenFile(t, "root@pam!ci=s3cret", "", "ops@pve!ro=other"),
 		"--offline", "pve3", "--fail", "GET /nodes/*/storage 503 1", "--node-listen", "pve2=127.0.0.1:0",
 	}, env, 6)
@@ -109,6 +110,16 @@ func TestCommandLine(t *testing.T) {
 	for _, tok := range []string{"root@pam!ci=s3cret", "ops@pve!ro=other", "env@pve!e=fromenv"} {
 		if code, body := get(tok, "/cluster/status"); code != 200 || !strings.Contains(body, `"name":"lab"`) || !strings.Contains(body, `"name":"pve3"`) {
 			t.Fatalf("cluster status with %s: %d %s", tok, code, body)
+		}
+	}
+	// --file-root: each node's file system holds its storages' directories
+	// (a shared storage's leads to one directory).
+	for _, node := range []string{"pve1", "pve2", "pve3"} {
+		if fi, err := os.Stat(filepath.Join(files, node, "var", "lib", "vz")); err != nil || !fi.IsDir() {
+			t.Errorf("node %s has no directory of storage local under --file-root: %v", node, err)
+		}
+		if dir, err := filepath.EvalSymlinks(filepath.Join(files, node, "mnt", "pve", "shared")); err != nil || dir != filepath.Join(files, "shared", "mnt", "pve", "shared") {
+			t.Errorf("node %s's directory of storage shared: %q, %v", node, dir, err)
 		}
 	}
 	if code, _ := get("root@pam!ci=wrong", "/version"); code != 401 {

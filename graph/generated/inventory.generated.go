@@ -35,6 +35,7 @@ type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
+	PlacementGroup(ctx context.Context, obj *model.VM) (*compute.PlacementGroup, error)
 	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
 	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
@@ -1584,6 +1585,38 @@ func (ec *executionContext) fieldContext_VM_metrics(ctx context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _VM_placementGroup(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_placementGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().PlacementGroup(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *compute.PlacementGroup) graphql.Marshaler {
+			return ec.marshalOPlacementGroup2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐPlacementGroup(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VM_placementGroup(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PlacementGroup(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _VM_securityGroups(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3092,6 +3125,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_metrics(ctx, field, obj)
+				})
+		case "placementGroup":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_placementGroup(ctx, field, obj)
 				})
 		case "securityGroups":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

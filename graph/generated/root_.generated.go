@@ -40,6 +40,7 @@ type ResolverRoot interface {
 	Me() MeResolver
 	Mutation() MutationResolver
 	NodePool() NodePoolResolver
+	PlacementGroup() PlacementGroupResolver
 	Query() QueryResolver
 	SecurityGroup() SecurityGroupResolver
 	SecurityGroupZone() SecurityGroupZoneResolver
@@ -177,6 +178,10 @@ type ComplexityRoot struct {
 	}
 
 	DeletedOneToOneAddress struct {
+		ID func(childComplexity int) int
+	}
+
+	DeletedPlacementGroup struct {
 		ID func(childComplexity int) int
 	}
 
@@ -483,6 +488,7 @@ type ComplexityRoot struct {
 		CreateNetwork             func(childComplexity int, input model.CreateNetworkInput) int
 		CreateNodePool            func(childComplexity int, input model.CreateNodePoolInput) int
 		CreateOneToOneAddress     func(childComplexity int, input model.CreateOneToOneAddressInput) int
+		CreatePlacementGroup      func(childComplexity int, input model.CreatePlacementGroupInput) int
 		CreatePortForward         func(childComplexity int, input model.CreatePortForwardInput) int
 		CreateSecurityGroup       func(childComplexity int, input model.CreateSecurityGroupInput) int
 		CreateServiceAccount      func(childComplexity int, input model.CreateServiceAccountInput) int
@@ -499,6 +505,7 @@ type ComplexityRoot struct {
 		DeleteNetwork             func(childComplexity int, id string) int
 		DeleteNodePool            func(childComplexity int, id string) int
 		DeleteOneToOneAddress     func(childComplexity int, id string) int
+		DeletePlacementGroup      func(childComplexity int, id string) int
 		DeletePortForward         func(childComplexity int, id string) int
 		DeleteSSHKey              func(childComplexity int, name string) int
 		DeleteSecurityGroup       func(childComplexity int, id string) int
@@ -634,6 +641,14 @@ type ComplexityRoot struct {
 		Pool       func(childComplexity int) int
 	}
 
+	PlacementGroup struct {
+		ID     func(childComplexity int) int
+		Name   func(childComplexity int) int
+		Policy func(childComplexity int) int
+		Vms    func(childComplexity int) int
+		Zone   func(childComplexity int) int
+	}
+
 	PortForward struct {
 		ID            func(childComplexity int) int
 		Protocol      func(childComplexity int) int
@@ -667,6 +682,7 @@ type ComplexityRoot struct {
 		Node                 func(childComplexity int, id string) int
 		NodePool             func(childComplexity int, id string) int
 		Operation            func(childComplexity int, id string) int
+		PlacementGroups      func(childComplexity int) int
 		RefusedAgents        func(childComplexity int) int
 		Regions              func(childComplexity int) int
 		SecurityGroups       func(childComplexity int) int
@@ -844,6 +860,7 @@ type ComplexityRoot struct {
 		Nics                 func(childComplexity int) int
 		Operations           func(childComplexity int, first *int) int
 		OperationsConnection func(childComplexity int, first *int, after *string) int
+		PlacementGroup       func(childComplexity int) int
 		SecurityGroups       func(childComplexity int) int
 		Snapshots            func(childComplexity int) int
 		Status               func(childComplexity int) int
@@ -1342,6 +1359,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeletedOneToOneAddress.ID(childComplexity), true
+
+	case "DeletedPlacementGroup.id":
+		if e.ComplexityRoot.DeletedPlacementGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedPlacementGroup.ID(childComplexity), true
 
 	case "DeletedPortForward.id":
 		if e.ComplexityRoot.DeletedPortForward.ID == nil {
@@ -2635,6 +2659,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateOneToOneAddress(childComplexity, args["input"].(model.CreateOneToOneAddressInput)), true
+	case "Mutation.createPlacementGroup":
+		if e.ComplexityRoot.Mutation.CreatePlacementGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createPlacementGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreatePlacementGroup(childComplexity, args["input"].(model.CreatePlacementGroupInput)), true
 	case "Mutation.createPortForward":
 		if e.ComplexityRoot.Mutation.CreatePortForward == nil {
 			break
@@ -2811,6 +2846,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteOneToOneAddress(childComplexity, args["id"].(string)), true
+	case "Mutation.deletePlacementGroup":
+		if e.ComplexityRoot.Mutation.DeletePlacementGroup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deletePlacementGroup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeletePlacementGroup(childComplexity, args["id"].(string)), true
 	case "Mutation.deletePortForward":
 		if e.ComplexityRoot.Mutation.DeletePortForward == nil {
 			break
@@ -3574,6 +3620,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PathRoute.Pool(childComplexity), true
 
+	case "PlacementGroup.id":
+		if e.ComplexityRoot.PlacementGroup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PlacementGroup.ID(childComplexity), true
+	case "PlacementGroup.name":
+		if e.ComplexityRoot.PlacementGroup.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PlacementGroup.Name(childComplexity), true
+	case "PlacementGroup.policy":
+		if e.ComplexityRoot.PlacementGroup.Policy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PlacementGroup.Policy(childComplexity), true
+	case "PlacementGroup.vms":
+		if e.ComplexityRoot.PlacementGroup.Vms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PlacementGroup.Vms(childComplexity), true
+	case "PlacementGroup.zone":
+		if e.ComplexityRoot.PlacementGroup.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PlacementGroup.Zone(childComplexity), true
+
 	case "PortForward.id":
 		if e.ComplexityRoot.PortForward.ID == nil {
 			break
@@ -3830,6 +3907,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Operation(childComplexity, args["id"].(string)), true
+	case "Query.placementGroups":
+		if e.ComplexityRoot.Query.PlacementGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.PlacementGroups(childComplexity), true
 	case "Query.refusedAgents":
 		if e.ComplexityRoot.Query.RefusedAgents == nil {
 			break
@@ -4612,6 +4695,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.OperationsConnection(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "VM.placementGroup":
+		if e.ComplexityRoot.VM.PlacementGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.PlacementGroup(childComplexity), true
 	case "VM.securityGroups":
 		if e.ComplexityRoot.VM.SecurityGroups == nil {
 			break
@@ -4963,6 +5052,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateNetworkInput", ec.unmarshalInputCreateNetworkInput),
 			graphql.NewInputUnmarshaler("CreateNodePoolInput", ec.unmarshalInputCreateNodePoolInput),
 			graphql.NewInputUnmarshaler("CreateOneToOneAddressInput", ec.unmarshalInputCreateOneToOneAddressInput),
+			graphql.NewInputUnmarshaler("CreatePlacementGroupInput", ec.unmarshalInputCreatePlacementGroupInput),
 			graphql.NewInputUnmarshaler("CreatePortForwardInput", ec.unmarshalInputCreatePortForwardInput),
 			graphql.NewInputUnmarshaler("CreateSecurityGroupInput", ec.unmarshalInputCreateSecurityGroupInput),
 			graphql.NewInputUnmarshaler("CreateServiceAccountInput", ec.unmarshalInputCreateServiceAccountInput),
@@ -7593,6 +7683,92 @@ enum OperationState {
   FAILED
 }
 `, BuiltIn: false},
+	{Name: "../placementgroup.graphqls", Input: `# Placement groups: a VDC's rule for the hosts of a set of its VMs in one
+# zone. SPREAD keeps them on distinct hosts; PACK on one host while it has
+# room. flexplane keeps the rule wherever it places or moves a VM: createVM
+# and migrateVM within the zone. A VM joins a group when it is created and
+# leaves it when it is deleted or moves to another zone.
+
+extend type Query {
+  """
+  The placement groups of the current VDC, sorted by name, each with its
+  VMs (a zone that does not answer adds a ZONE_UNAVAILABLE error and lists
+  none of its groups' VMs).
+  """
+  placementGroups: [PlacementGroup!]! @vdc
+}
+
+extend type Mutation {
+  """
+  Creates a placement group in a zone. BAD_USER_INPUT (extensions.field
+  input.name, input.zone) for a name that is not a DNS label or a zone the
+  VDC cannot use; CONFLICT for a name the VDC uses already or when it has
+  100 groups. A refused create changes nothing.
+  """
+  createPlacementGroup(
+    "The group."
+    input: CreatePlacementGroupInput!
+  ): PlacementGroup! @vdc(role: MEMBER)
+  """
+  Deletes a placement group. CONFLICT while a VM is in it (delete its VMs,
+  or move them to another zone, first); ZONE_UNAVAILABLE while its zone
+  cannot be read; NOT_FOUND for a group the VDC does not have.
+  """
+  deletePlacementGroup(
+    "The group's id."
+    id: ID!
+  ): DeletedPlacementGroup! @vdc(role: MEMBER)
+}
+
+"How a placement group places its VMs."
+enum PlacementPolicy {
+  """
+  On distinct hosts: a create that cannot keep that is CAPACITY_EXCEEDED,
+  a move onto a host holding another of its VMs BAD_USER_INPUT.
+  """
+  SPREAD
+  """
+  On the host holding most of its VMs while that host has room for the
+  VM, else on the least loaded host that has.
+  """
+  PACK
+}
+
+"A placement group of a VDC in one zone."
+type PlacementGroup {
+  "Opaque id."
+  id: ID!
+  "Its name, unique in the VDC (a DNS label): what createVM names it by."
+  name: String!
+  "The name of the zone of its VMs."
+  zone: String!
+  "How it places its VMs."
+  policy: PlacementPolicy!
+  "Its VMs, sorted by id (none listed when its zone does not answer)."
+  vms: [VM!]!
+}
+
+"What createPlacementGroup creates."
+input CreatePlacementGroupInput {
+  "A DNS label, unique among the VDC's placement groups."
+  name: String!
+  "The name of the zone its VMs will be in."
+  zone: String!
+  "How it places its VMs."
+  policy: PlacementPolicy!
+}
+
+"A placement group deletePlacementGroup deleted."
+type DeletedPlacementGroup {
+  "The deleted group's id."
+  id: ID!
+}
+
+extend type VM {
+  "The placement group it is in; null for none."
+  placementGroup: PlacementGroup
+}
+`, BuiltIn: false},
 	{Name: "../profile.graphqls", Input: `# Compute and storage profiles: tenant-wide sizes and storage tiers.
 
 extend type Query {
@@ -8554,6 +8730,13 @@ input CreateVMInput {
   chooses the least loaded host that can take it.
   """
   host: String
+  """
+  The name of a placement group of the VDC in the zone that the VM joins
+  (placement keeps to its policy); null for none. NOT_FOUND for a group
+  the VDC does not have, BAD_USER_INPUT for one of another zone
+  (extensions.field input.placementGroup).
+  """
+  placementGroup: String
 }
 
 "A NIC of a new VM."
@@ -8965,6 +9148,14 @@ func (ec *executionContext) childFields_DeletedOneToOneAddress(ctx context.Conte
 		return ec.fieldContext_DeletedOneToOneAddress_id(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeletedOneToOneAddress", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedPlacementGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedPlacementGroup_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedPlacementGroup", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedPortForward(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -9737,6 +9928,22 @@ func (ec *executionContext) childFields_PathRoute(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type PathRoute", field.Name)
 }
 
+func (ec *executionContext) childFields_PlacementGroup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_PlacementGroup_id(ctx, field)
+	case "name":
+		return ec.fieldContext_PlacementGroup_name(ctx, field)
+	case "zone":
+		return ec.fieldContext_PlacementGroup_zone(ctx, field)
+	case "policy":
+		return ec.fieldContext_PlacementGroup_policy(ctx, field)
+	case "vms":
+		return ec.fieldContext_PlacementGroup_vms(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PlacementGroup", field.Name)
+}
+
 func (ec *executionContext) childFields_PortForward(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -10055,6 +10262,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
+	case "placementGroup":
+		return ec.fieldContext_VM_placementGroup(ctx, field)
 	case "securityGroups":
 		return ec.fieldContext_VM_securityGroups(ctx, field)
 	case "snapshots":

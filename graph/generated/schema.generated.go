@@ -15,6 +15,7 @@ import (
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/edge/gateways"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -67,6 +68,8 @@ type MutationResolver interface {
 	SetHostMaintenance(ctx context.Context, input model.SetHostMaintenanceInput) (*model.Host, error)
 	CreateNetwork(ctx context.Context, input model.CreateNetworkInput) (*model.Network, error)
 	DeleteNetwork(ctx context.Context, id string) (*model.DeletedNetwork, error)
+	CreatePlacementGroup(ctx context.Context, input model.CreatePlacementGroupInput) (*compute.PlacementGroup, error)
+	DeletePlacementGroup(ctx context.Context, id string) (*model.DeletedPlacementGroup, error)
 	CreateComputeProfile(ctx context.Context, input model.CreateComputeProfileInput) (*catalog.ComputeProfile, error)
 	UpdateComputeProfile(ctx context.Context, input model.UpdateComputeProfileInput) (*catalog.ComputeProfile, error)
 	DeleteComputeProfile(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
@@ -125,6 +128,7 @@ type QueryResolver interface {
 	NetworksConnection(ctx context.Context, zone *string, first *int, after *string) (*model.NetworkConnection, error)
 	Node(ctx context.Context, id string) (model.Node, error)
 	Operation(ctx context.Context, id string) (*model.Operation, error)
+	PlacementGroups(ctx context.Context) ([]*compute.PlacementGroup, error)
 	ComputeProfiles(ctx context.Context) ([]*catalog.ComputeProfile, error)
 	ComputeProfile(ctx context.Context, name string) (*catalog.ComputeProfile, error)
 	StorageProfiles(ctx context.Context) ([]*catalog.StorageProfile, error)
@@ -331,6 +335,20 @@ func (ec *executionContext) field_Mutation_createOneToOneAddress_args(ctx contex
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateOneToOneAddressInput, error) {
 			return ec.unmarshalNCreateOneToOneAddressInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateOneToOneAddressInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createPlacementGroup_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreatePlacementGroupInput, error) {
+			return ec.unmarshalNCreatePlacementGroupInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreatePlacementGroupInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -574,6 +592,20 @@ func (ec *executionContext) field_Mutation_deleteNodePool_args(ctx context.Conte
 }
 
 func (ec *executionContext) field_Mutation_deleteOneToOneAddress_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deletePlacementGroup_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
@@ -4078,6 +4110,130 @@ func (ec *executionContext) fieldContext_Mutation_deleteNetwork(ctx context.Cont
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createPlacementGroup(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createPlacementGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreatePlacementGroup(ctx, fc.Args["input"].(model.CreatePlacementGroupInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *compute.PlacementGroup
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *compute.PlacementGroup
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *compute.PlacementGroup) graphql.Marshaler {
+			return ec.marshalNPlacementGroup2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐPlacementGroup(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createPlacementGroup(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PlacementGroup(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createPlacementGroup_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deletePlacementGroup(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deletePlacementGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeletePlacementGroup(ctx, fc.Args["id"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.DeletedPlacementGroup
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.DeletedPlacementGroup
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeletedPlacementGroup) graphql.Marshaler {
+			return ec.marshalNDeletedPlacementGroup2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐDeletedPlacementGroup(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deletePlacementGroup(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeletedPlacementGroup(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deletePlacementGroup_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createComputeProfile(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7180,6 +7336,56 @@ func (ec *executionContext) fieldContext_Query_operation(ctx context.Context, fi
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_placementGroups(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_placementGroups(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().PlacementGroups(ctx)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "VIEWER")
+				if err != nil {
+					var zeroVal []*compute.PlacementGroup
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal []*compute.PlacementGroup
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []*compute.PlacementGroup) graphql.Marshaler {
+			return ec.marshalNPlacementGroup2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐPlacementGroupᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_placementGroups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PlacementGroup(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_computeProfiles(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7982,6 +8188,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createPlacementGroup":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createPlacementGroup(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deletePlacementGroup":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deletePlacementGroup(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createComputeProfile":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createComputeProfile(ctx, field)
@@ -8380,6 +8600,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_operation(ctx, field)
+				})
+		case "placementGroups":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_placementGroups(ctx, field)
 				})
 		case "computeProfiles":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,

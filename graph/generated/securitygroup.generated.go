@@ -40,6 +40,10 @@ type SecurityRuleResolver interface {
 type SecurityRuleInputResolver interface {
 	Direction(ctx context.Context, obj *catalog.SecurityRule, data model.FirewallDirection) error
 	Protocol(ctx context.Context, obj *catalog.SecurityRule, data model.SecurityProtocol) error
+	Ports(ctx context.Context, obj *catalog.SecurityRule, data *string) error
+	PeerCidr(ctx context.Context, obj *catalog.SecurityRule, data *string) error
+	PeerGroup(ctx context.Context, obj *catalog.SecurityRule, data *string) error
+	Description(ctx context.Context, obj *catalog.SecurityRule, data *string) error
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -612,32 +616,40 @@ func (ec *executionContext) unmarshalInputSecurityRuleInput(ctx context.Context,
 			}
 		case "ports":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ports"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.Ports = data
+			if err = ec.Resolvers.SecurityRuleInput().Ports(ctx, &it, data); err != nil {
+				return it, err
+			}
 		case "peerCidr":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("peerCidr"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.PeerCIDR = data
+			if err = ec.Resolvers.SecurityRuleInput().PeerCidr(ctx, &it, data); err != nil {
+				return it, err
+			}
 		case "peerGroup":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("peerGroup"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.PeerGroup = data
+			if err = ec.Resolvers.SecurityRuleInput().PeerGroup(ctx, &it, data); err != nil {
+				return it, err
+			}
 		case "description":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
-			data, err := ec.unmarshalOString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
-			it.Description = data
+			if err = ec.Resolvers.SecurityRuleInput().Description(ctx, &it, data); err != nil {
+				return it, err
+			}
 		}
 	}
 	return it, nil

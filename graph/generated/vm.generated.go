@@ -308,7 +308,7 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host"}
+	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host", "placementGroup"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -406,6 +406,13 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 				return it, err
 			}
 			it.Host = data
+		case "placementGroup":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("placementGroup"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PlacementGroup = data
 		}
 	}
 	return it, nil

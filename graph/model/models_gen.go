@@ -249,6 +249,16 @@ type CreateOneToOneAddressInput struct {
 	PublicAddress *string `json:"publicAddress,omitempty"`
 }
 
+// What createPlacementGroup creates.
+type CreatePlacementGroupInput struct {
+	// A DNS label, unique among the VDC's placement groups.
+	Name string `json:"name"`
+	// The name of the zone its VMs will be in.
+	Zone string `json:"zone"`
+	// How it places its VMs.
+	Policy compute.PlacementPolicy `json:"policy"`
+}
+
 // A new port forward.
 type CreatePortForwardInput struct {
 	// The id of the VM the traffic goes to (in its zone's gateway).
@@ -365,6 +375,11 @@ type CreateVMInput struct {
 	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
 	// chooses the least loaded host that can take it.
 	Host *string `json:"host,omitempty"`
+	// The name of a placement group of the VDC in the zone that the VM joins
+	// (placement keeps to its policy); null for none. NOT_FOUND for a group
+	// the VDC does not have, BAD_USER_INPUT for one of another zone
+	// (extensions.field input.placementGroup).
+	PlacementGroup *string `json:"placementGroup,omitempty"`
 }
 
 // The result of createVM.
@@ -432,6 +447,12 @@ type DeletedNodePool struct {
 // The result of deleteOneToOneAddress.
 type DeletedOneToOneAddress struct {
 	// The id the 1:1 address had.
+	ID string `json:"id"`
+}
+
+// A placement group deletePlacementGroup deleted.
+type DeletedPlacementGroup struct {
+	// The deleted group's id.
 	ID string `json:"id"`
 }
 
@@ -1218,6 +1239,8 @@ type VM struct {
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
 	Metrics []*estate.Point `json:"metrics,omitempty"`
+	// The placement group it is in; null for none.
+	PlacementGroup *compute.PlacementGroup `json:"placementGroup,omitempty"`
 	// The names of the security groups it is in (none: its firewall is off).
 	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.

@@ -307,6 +307,8 @@ var mutationRoles = map[string]string{
 	"attachDisk": "MEMBER", "resizeDisk": "MEMBER", "detachDisk": "MEMBER", "resizeVM": "MEMBER",
 	// Security groups.
 	"createSecurityGroup": "MEMBER", "updateSecurityGroup": "MEMBER", "deleteSecurityGroup": "MEMBER", "setVMSecurityGroups": "MEMBER",
+	// Placement groups.
+	"createPlacementGroup": "MEMBER", "deletePlacementGroup": "MEMBER",
 	// Networks and edge gateways.
 	"createNetwork": "MEMBER", "deleteNetwork": "MEMBER",
 	"createFirewallRule": "MEMBER", "deleteFirewallRule": "MEMBER", "createPortForward": "MEMBER", "deletePortForward": "MEMBER",

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,6 +175,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ClusterCAFile == "" {
 		c.ClusterCAFile = DefaultClusterCAFile
+	}
+	if c.FileRoot != "" && !filepath.IsAbs(c.FileRoot) {
+		return fmt.Errorf("agent: file root %q is not an absolute path", c.FileRoot)
 	}
 	if c.MigrationPort == 0 {
 		c.MigrationPort = c.Port + 1

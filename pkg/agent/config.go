@@ -45,6 +45,7 @@ const (
 	EnvEdgeBridgeNetNS  = "FLEXPLANE_EDGE_BRIDGE_NETNS"
 	EnvEdgeNetNSPrefix  = "FLEXPLANE_EDGE_NETNS_PREFIX"
 	EnvHelperSocket     = "FLEXPLANE_HELPER_SOCKET"
+	EnvFileRoot         = "FLEXPLANE_FILE_ROOT"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -92,6 +93,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		edgeBridge  = fs.String("edge-bridge-netns", "", "named network namespace holding the node's bridges for the edge gateways (env "+EnvEdgeBridgeNetNS+"; default the agent's own, as on Proxmox)")
 		edgePrefix  = fs.String("edge-netns-prefix", "", "prefix of the edge gateways' namespace names (env "+EnvEdgeNetNSPrefix+"; default fp)")
 		helper      = fs.String("helper-socket", "", "unix socket of the node's privileged helper (`agent helper`), which then runs the edge gateways, the volume I/O of moves and the snippet files (env "+EnvHelperSocket+"; default none: the agent does that work itself, as root)")
+		fileRoot    = fs.String("file-root", "", "directory the paths of the node's storages are under, where snippet files are written (env "+EnvFileRoot+"; default /, the node's own file system)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "file of the trusted minisign public keys agent releases must be signed with: a .pub file, or ID=BASE64KEY lines (env "+EnvReleaseKeyFile+"; default none: no updates)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
@@ -134,6 +136,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		EdgeBridgeNamespace: get(*edgeBridge, EnvEdgeBridgeNetNS),
 		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
 		HelperSocket:        get(*helper, EnvHelperSocket),
+		FileRoot:            get(*fileRoot, EnvFileRoot),
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")

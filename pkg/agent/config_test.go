@@ -73,6 +73,25 @@ FLEXPLANE_AGENT_PORT=50099
 		t.Fatalf("helper socket from the flag: %q, %v", hc.HelperSocket, err)
 	}
 
+	// The storages' paths are the node's own by default; a simulated
+	// node's root from the environment or the flag, absolute only.
+	if cfg.FileRoot != "" {
+		t.Fatalf("a file root by default: %q", cfg.FileRoot)
+	}
+	env[EnvFileRoot] = "/srv/env/pve1"
+	fc, _, err := LoadConfig(nil, func(k string) string { return env[k] })
+	if err != nil || fc.FileRoot != "/srv/env/pve1" {
+		t.Fatalf("file root from the environment: %q, %v", fc.FileRoot, err)
+	}
+	fc, _, err = LoadConfig([]string{"-file-root", "relative/pve1"}, func(k string) string { return env[k] })
+	delete(env, EnvFileRoot)
+	if err != nil || fc.FileRoot != "relative/pve1" {
+		t.Fatalf("file root from the flag: %q, %v", fc.FileRoot, err)
+	}
+	if err := fc.setDefaults(); err == nil || !strings.Contains(err.Error(), "file root") {
+		t.Fatalf("a relative file root: %v, want it refused", err)
+	}
+
 	// The profile listener is off by default and loopback only.
 	_, opts, err = LoadConfig([]string{"-debug-addr", "127.0.0.1:6061"}, func(k string) string { return env[k] })
 	if err != nil || opts.DebugAddr != "127.0.0.1:6061" {

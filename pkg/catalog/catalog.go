@@ -1,7 +1,7 @@
 // Package catalog holds flexplane's platform objects — virtual datacenters
 // (VDCs), compute profiles, storage profiles, images, zone policies, the
-// zones' external networks, the VDCs' edge gateways, load balancers and
-// security groups, the users' SSH keys — as Kubernetes-style objects
+// zones' external networks, the VDCs' edge gateways, load balancers,
+// security groups and placement groups, the users' SSH keys — as Kubernetes-style objects
 // (apiVersion flexplane.io/v1alpha1) behind one Store interface.
 //
 // Every write is conditional: objects carry the resourceVersion they were
@@ -48,11 +48,14 @@ const (
 	// KindSecurityGroup is a VDC's security group: the rules its member
 	// VMs' firewalls allow.
 	KindSecurityGroup Kind = "SecurityGroup"
+	// KindPlacementGroup is a VDC's placement group in a zone: SPREAD or
+	// PACK of its member VMs over the zone's hosts.
+	KindPlacementGroup Kind = "PlacementGroup"
 )
 
 // Kinds lists every kind the catalog knows, in a stable order.
 func Kinds() []Kind {
-	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys}
+	return []Kind{KindVDC, KindComputeProfile, KindStorageProfile, KindImage, KindZonePolicy, KindExternalNetwork, KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindUserSSHKeys, KindPlacementGroup}
 }
 
 // Resource is the kind's lower-case plural: its Kubernetes resource name
@@ -83,6 +86,8 @@ func (k Kind) plural() string {
 		return "securitygroups"
 	case KindUserSSHKeys:
 		return "usersshkeys"
+	case KindPlacementGroup:
+		return "placementgroups"
 	}
 	return ""
 }
@@ -111,6 +116,8 @@ func New(kind Kind) (Object, error) {
 		o = &SecurityGroup{}
 	case KindUserSSHKeys:
 		o = &UserSSHKeys{}
+	case KindPlacementGroup:
+		o = &PlacementGroup{}
 	default:
 		return nil, fmt.Errorf("catalog: unknown kind %q", kind)
 	}

@@ -43,7 +43,7 @@ func ValidateName(kind Kind, name string) error {
 	switch kind {
 	case KindVDC, KindExternalNetwork:
 		return ValidateLabel("name", name)
-	case KindEdgeGateway, KindLoadBalancer, KindSecurityGroup:
+	case KindEdgeGateway, KindLoadBalancer, KindSecurityGroup, KindPlacementGroup:
 		vdc, second, ok := strings.Cut(name, ".")
 		if !ok || ValidateLabel("name", vdc) != nil || ValidateLabel("name", second) != nil {
 			shape := "<vdc>.<zone>"

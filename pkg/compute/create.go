@@ -63,6 +63,9 @@ type CreateInput struct {
 	// for its size) nor merged: a Cluster API bootstrap's, which owns the
 	// worker's whole user-data (a jinja template of cloud-init's).
 	UserDataVerbatim bool
+	// PlacementGroup is the short name of a placement group of the VDC
+	// in the zone ("" for none): placement keeps to its policy.
+	PlacementGroup string
 	// Host pins the VM to a host of the zone (a host id or its node name);
 	// "" lets placement choose (placement.go). Who may pin is the
 	// caller's to check.
@@ -121,6 +124,8 @@ type plan struct {
 	// groups are the VM's security groups (the input's, or the VDC's
 	// default).
 	groups []string
+	// pgroup is the VM's placement group, nil for none.
+	pgroup *catalog.PlacementGroup
 }
 
 type nicPlan struct {
@@ -274,6 +279,12 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		}
 		p.userData, p.verbatim = in.UserData, in.UserDataVerbatim
 	}
+	if p.groups, err = createGroups(ctx, d.cfg.Catalog, in.VDC, in.SecurityGroups); err != nil {
+		return nil, err
+	}
+	if p.pgroup, err = createPlacementGroup(ctx, d.cfg.Catalog, in.VDC, z.Name, in.PlacementGroup); err != nil {
+		return nil, err
+	}
 	if err := placeCreate(ctx, d, p, in); err != nil {
 		return nil, err
 	}
@@ -293,9 +304,6 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
 			}
 		}
-	}
-	if p.groups, err = createGroups(ctx, d.cfg.Catalog, in.VDC, in.SecurityGroups); err != nil {
-		return nil, err
 	}
 	return p, nil
 }
@@ -405,6 +413,9 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
+	}
+	if p.pgroup != nil {
+		intent.PlacementGroup = p.pgroup.ShortName()
 	}
 	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	if p.userData != nil {

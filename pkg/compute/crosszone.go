@@ -701,6 +701,9 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 	params["tags"] = tenancy.JoinTags(tags)
 	in := *m.in
 	in.NICs = m.nics
+	// A placement group is zonal: the VM leaves its group on a move
+	// across zones (pgroups.go).
+	in.PlacementGroup = ""
 	in.Move = &MoveIntent{Op: m.op, From: m.src.ID, VMID: m.g.VMID, Running: m.running, Started: time.Now()}
 	params["description"] = in.Description()
 	for i, n := range m.nics {

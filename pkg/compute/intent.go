@@ -55,6 +55,10 @@ type Intent struct {
 	// VM is in: a fact of the VM, changed by SetSecurityGroups; the
 	// groups' members are read from here.
 	SecurityGroups []string `json:"securityGroups,omitempty"`
+	// PlacementGroup is the short name of the VDC's placement group the
+	// VM is in ("" for none): a fact of the VM, set by its create; the
+	// group's members are read from here (pgroups.go).
+	PlacementGroup string `json:"placementGroup,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays

@@ -51,7 +51,7 @@ type Progress struct {
 // or to another zone (migrateAcross). The operation follows the move.
 func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, error) {
 	d := s.d
-	z, g, _, err := d.find.lookup(ctx, in.VDC, in.ID)
+	z, g, intent, err := d.find.lookup(ctx, in.VDC, in.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, e
 	if in.Zone != "" && in.Zone != z.Name && in.Zone != z.ID {
 		return migrateAcross(ctx, d, z, g, in)
 	}
-	sc := &migrateScope{deps: d, in: in, z: z, g: g}
+	sc := &migrateScope{deps: d, in: in, z: z, g: g, intent: intent}
 	if err := runPhases(ctx, d.eng, "", "", migratePhases(), sc); err != nil {
 		return nil, cause(err)
 	}
@@ -79,6 +79,8 @@ type migrateScope struct {
 	in MigrateInput
 	z  Zone
 	g  pveapi.Resource
+	// intent is the VM's (nil when flexplane did not create it).
+	intent *Intent
 	// node and params: the target node and the migration's parameters
 	// (preflight).
 	node   string
@@ -130,6 +132,9 @@ func (sc *migrateScope) preflight(ctx context.Context) error {
 	}
 	if node == g.Node {
 		return badInput("host", "the VM already runs on host %s", node)
+	}
+	if err := checkSpreadTarget(ctx, sc.deps, z, g, sc.intent, node); err != nil {
+		return err
 	}
 	check, err := pveapi.MigratePreconditions(ctx, z.Client, g.Node, g.VMID, node)
 	if err != nil {

@@ -193,7 +193,8 @@ type slot struct {
 	node   string
 	shared bool // the VM's storage is shared in the zone
 	d      demand
-	vmid   int // the guest, once cloned; protected by p.mu
+	group  string // the catalog name of its placement group, "" for none
+	vmid   int    // the guest, once cloned; protected by p.mu
 }
 
 // bind records the guest of the slot's create: from then on the slot
@@ -229,6 +230,8 @@ type placeRequest struct {
 	Pin, Field string
 	// VM names the VM in the logs.
 	VM string
+	// Group is the VM's placement group (pgroups.go), nil for none.
+	Group *catalog.PlacementGroup
 }
 
 // place chooses the host of a new VM (see the package's placement notes)
@@ -255,6 +258,15 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	if err != nil {
 		return nil, zoneDown(z.Name, err)
 	}
+	var gp *groupPlace
+	if req.Group != nil {
+		// The group's creates in flight are read before its members, so
+		// that one ending in between is seen as a member (its guest
+		// records the group before its slot is released).
+		if gp, err = newGroupPlace(ctx, z, req.Group, d.placer.groupSlots(z.ID, req.Group.Name)); err != nil {
+			return nil, zoneDown(z.Name, err)
+		}
+	}
 	pin := req.Pin
 	if ref, err := tenancy.ParseHostID(pin); err == nil {
 		if ref.ZoneID != z.ID {
@@ -277,6 +289,7 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 		}
 	}
 	byNode := loads(rs, skip)
+	gp.countHeld(held)
 	for _, s := range held {
 		h := byNode[s.node]
 		if h == nil {
@@ -302,9 +315,13 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 		}
 		hosts = hosts[i : i+1]
 	}
-	vs, ok := choose(hosts, req.Demand, r, maint)
+	vs, _ := choose(hosts, req.Demand, r, maint)
+	vs, ok := gp.apply(vs)
 	attrs := []any{"vm", req.VM, "zone", z.Name, "memMiB", req.Demand.MemBytes >> 20, "vcpus", req.Demand.VCPUs,
 		"diskGiB", req.Demand.DiskBytes >> 30, "storage", req.Demand.Storage, "memRatio", r.Memory, "cpuRatio", r.CPU}
+	if gp != nil {
+		attrs = append(attrs, "placementGroup", gp.name, "policy", gp.policy, "groupVMsPerHost", gp.count)
+	}
 	for _, v := range vs {
 		switch {
 		case v.Detail != "":
@@ -323,6 +340,9 @@ func (d *deps) place(ctx context.Context, req placeRequest) (*slot, error) {
 	win := vs[0]
 	d.log.Info("placement: host chosen", append([]any{"host", win.Node, "score", win.Score, "pinned", pin != ""}, attrs...)...)
 	s := &slot{p: p, zone: z.ID, node: win.Node, d: req.Demand, shared: byNode[win.Node].Storages[req.Demand.Storage].Shared}
+	if gp != nil {
+		s.group = gp.key
+	}
 	p.held[s] = struct{}{}
 	return s, nil
 }
@@ -384,7 +404,7 @@ func placeCreate(ctx context.Context, d *deps, p *plan, in CreateInput) error {
 	if d.unplaced {
 		return stagedState(ctx, d, p, in)
 	}
-	s, err := d.place(ctx, placeRequest{Zone: p.zone, Pin: in.Host, Field: "host", VM: in.Name, Demand: demand{
+	s, err := d.place(ctx, placeRequest{Zone: p.zone, Pin: in.Host, Field: "host", VM: in.Name, Group: p.pgroup, Demand: demand{
 		MemBytes: int64(p.cp.MemoryMiB) << 20, VCPUs: p.cp.VCPUs, DiskBytes: int64(in.DiskGiB) << 30, Storage: p.storage}})
 	if err != nil {
 		return err

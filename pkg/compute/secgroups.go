@@ -28,6 +28,8 @@ type Member struct {
 	ZoneName, Node string
 	// Groups are its security groups' short names.
 	Groups []string
+	// PlacementGroup is its placement group's short name, "" for none.
+	PlacementGroup string
 	// NICs are its NICs, in order, as its intent records them.
 	NICs []NICIntent
 	// Nets are its NICs' configurations by key (net0, net1...) and
@@ -175,7 +177,7 @@ func zoneMembers(ctx context.Context, z Zone, vdc string) ([]Member, error) {
 			continue
 		}
 		m := Member{Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, ZoneName: z.Name, Node: g.Node,
-			Groups: slices.Clone(in.SecurityGroups), NICs: slices.Clone(in.NICs), Nets: map[string]string{}, Digest: cfg.Digest()}
+			Groups: slices.Clone(in.SecurityGroups), PlacementGroup: in.PlacementGroup, NICs: slices.Clone(in.NICs), Nets: map[string]string{}, Digest: cfg.Digest()}
 		m.ID = m.Ref.ID()
 		if was, moved := wasOf(g.Tags()); moved {
 			m.ID = was.ID()

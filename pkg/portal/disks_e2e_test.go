@@ -63,13 +63,21 @@ func createRedVM(t *testing.T, h *meshtest.Harness, name string) string {
 	var net struct{ ID string }
 	h.GraphQL(t, "alice", "red", `mutation { createNetwork(input: {name: "lan", zone: "alpha", cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`, nil).
 		OK(t).Into(t, "createNetwork", &net)
+	return createVM(t, h, name, net.ID)
+}
+
+// createVM creates VM name of red in zone alpha on network (image tiny,
+// compute profile small, storage profile ssd, 4 GiB) through GraphQL as
+// alice, waits until its create succeeds and returns its id.
+func createVM(t *testing.T, h *meshtest.Harness, name, network string) string {
+	t.Helper()
 	var created struct{ Operation struct{ ID string } }
 	h.GraphQL(t, "alice", "red", `mutation($in: CreateVMInput!) { createVM(input: $in) { operation { id } } }`,
 		map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": "tiny", "computeProfile": "small",
-			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": net.ID}}, "user": "alice"}}).
+			"storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": network}}, "user": "alice"}}).
 		OK(t).Into(t, "createVM", &created)
 	var vmID string
-	poll.True(t, 60*time.Second, "the VM running", func() bool {
+	poll.True(t, 60*time.Second, "VM "+name+" created", func() bool {
 		var op struct {
 			State string
 			VMID  *string `json:"vmId"`
@@ -84,6 +92,5 @@ func createRedVM(t *testing.T, h *meshtest.Harness, name string) string {
 		}
 		return op.State == "SUCCEEDED"
 	})
-
 	return vmID
 }

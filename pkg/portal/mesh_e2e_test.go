@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -22,6 +23,9 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/portal"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
+	"github.com/luthermonson/go-proxmox"
 )
 
 // portalMesh starts the mesh harness with opts serving the built portal
@@ -112,6 +116,48 @@ func seedVMCatalog(t *testing.T, h *meshtest.Harness, zones ...string) {
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", pools: $p}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
 		map[string]any{"u": image, "c": sum, "p": pools}).OK(t)
+}
+
+// redVMMesh starts the mesh harness with the one cluster spec serving the
+// built portal (public), redUsers and seedVMCatalog's catalog in its zone,
+// where alice made a network "lan" of red; it returns it with its
+// provider's issuer.
+func redVMMesh(t *testing.T, public string, spec meshtest.ClusterSpec) (*meshtest.Harness, string) {
+	t.Helper()
+	begin := time.Now()
+	h, issuer := portalMesh(t, public, slog.DiscardHandler, meshtest.WithClusters(spec), meshtest.WithAPI(meshtest.APISpec{Users: redUsers()}))
+	h.WaitOnline(t, 30*time.Second)
+	seedVMCatalog(t, h, spec.Name)
+	h.GraphQL(t, "alice", "red", `mutation($z: String!) { createNetwork(input: {name: "lan", zone: $z, cidr: "10.1.0.0/24", gateway: "10.1.0.1"}) { id } }`,
+		map[string]any{"z": spec.Name}).OK(t)
+	t.Logf("harness up and seeded in %s", time.Since(begin).Round(time.Millisecond))
+	return h, issuer
+}
+
+// redGuest finds alice's VM name in red (in h's first zone) and returns
+// that zone's Proxmox client, the VM's guest and its config.
+func redGuest(t *testing.T, h *meshtest.Harness, name string) (*proxmox.Client, pveapi.Resource, pveapi.Config) {
+	t.Helper()
+	var vms []struct{ ID, Name string }
+	h.GraphQL(t, "alice", "red", `{ vms(first: 50) { id name } }`, nil).OK(t).Into(t, "vms", &vms)
+	i := slices.IndexFunc(vms, func(v struct{ ID, Name string }) bool { return v.Name == name })
+	if i < 0 {
+		t.Fatalf("no VM %s in red: %+v", name, vms)
+	}
+	ref, err := tenancy.ParseVMID(vms[i].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.Orchestrator.Zones().Client(h.Zone(t, h.Clusters[0]).ID)
+	g, ok, err := pveapi.FindGuest(t.Context(), c, ref.VMID)
+	if err != nil || !ok {
+		t.Fatalf("the guest of VM %s: %v %v", name, ok, err)
+	}
+	cfg, err := pveapi.GuestConfig(t.Context(), c, g.Node, g.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, g, cfg
 }
 
 // TestBrowserMesh runs the portal's browser tests against a backend that

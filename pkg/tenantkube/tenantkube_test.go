@@ -127,6 +127,26 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 		})
 	}
 	expectWorkers(2)
+	// The pool is a best-effort SPREAD placement group: its two workers
+	// are on the zone's two hosts.
+	poolGroup := func() *compute.PlacementGroup {
+		gs, _, err := e.comp.PlacementGroups(ctx, "blue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gs {
+			if g.Name == "k8s-dev-workers" {
+				return g
+			}
+		}
+		return nil
+	}
+	if g := poolGroup(); g == nil || g.Policy != compute.PolicySpread || !g.BestEffort || len(g.VMs) != 2 {
+		t.Errorf("the pool's placement group: %+v, want a best-effort SPREAD group of its 2 workers", g)
+	}
+	if ws := e.workers(t, "blue", "dev-workers-"); len(ws) != 2 || ws[0].Node == ws[1].Node {
+		t.Errorf("the pool's two workers on %s and %s, want two hosts", ws[0].Node, ws[1].Node)
+	}
 	cl := &clusterv1.Cluster{}
 	if err := e.kc.Get(ctx, client.ObjectKey{Namespace: c.ID, Name: "dev"}, cl); err != nil {
 		t.Fatal(err)
@@ -203,6 +223,19 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 		expectWorkers(n)
 		if got := e.snippets(t); got != n {
 			t.Errorf("%d workers, %d snippets", n, got)
+		}
+		if n == 5 {
+			// More workers than hosts: the spread is best effort, 3 and 2.
+			per := map[string]int{}
+			for _, w := range e.workers(t, "blue", "dev-workers-") {
+				per[w.Node]++
+			}
+			if len(per) != 2 || per["pve1"] > 3 || per["pve2"] > 3 {
+				t.Errorf("5 workers per host: %v, want 3 and 2", per)
+			}
+		}
+		if n == 0 {
+			poll.True(t, time.Minute, "the pool's placement group deleted with its last worker", func() bool { return poolGroup() == nil })
 		}
 	}
 	if _, err := e.svc.ScaleNodePool(ctx, "blue", pool.ID, 1); err != nil {

@@ -133,7 +133,7 @@ test('a member pages through every VM by cursors, with graphs, a renewing sessio
   await check(page, 'vm', true)
   await shot(page, 'vm-graphs')
 
-  for (const path of ['/networks', '/networking', '/load-balancers', '/kubernetes', '/images', '/profiles/compute', '/profiles/storage']) {
+  for (const path of ['/networks', '/networking', '/load-balancers', '/security-groups', '/kubernetes', '/images', '/profiles/compute', '/profiles/storage']) {
     await page.goto(base + path)
     await page.getByRole('heading', { level: 1 }).waitFor()
     await page.getByRole('table').or(page.getByText(/^No .*\.$/)).first().waitFor()

@@ -21,6 +21,7 @@ export const navigation: NavSection[] = [
       { to: '/networks', label: 'Networks' },
       { to: '/networking', label: 'Networking' },
       { to: '/load-balancers', label: 'Load balancers' },
+      { to: '/security-groups', label: 'Security groups' },
       { to: '/kubernetes', label: 'Kubernetes' },
       { to: '/settings', label: 'VDC settings' },
     ],

@@ -296,8 +296,9 @@ func TestAPITypesMirrorDomain(t *testing.T) {
 		catalog.KindStorageProfile: &v1alpha1.StorageProfile{}, catalog.KindImage: &v1alpha1.Image{},
 		catalog.KindZonePolicy: &v1alpha1.ZonePolicy{}, catalog.KindExternalNetwork: &v1alpha1.ExternalNetwork{},
 		catalog.KindEdgeGateway: &v1alpha1.EdgeGateway{}, catalog.KindLoadBalancer: &v1alpha1.LoadBalancer{},
-		catalog.KindSecurityGroup: &v1alpha1.SecurityGroup{},
-		catalog.KindUserSSHKeys:   &v1alpha1.UserSSHKeys{},
+		catalog.KindSecurityGroup:  &v1alpha1.SecurityGroup{},
+		catalog.KindUserSSHKeys:    &v1alpha1.UserSSHKeys{},
+		catalog.KindPlacementGroup: &v1alpha1.PlacementGroup{},
 	}
 	for _, o := range catalogtest.Sample() {
 		*o.GetTypeMeta() = catalog.TypeMeta{APIVersion: catalog.APIVersion, Kind: o.ObjectKind()}

@@ -130,7 +130,9 @@ func Sample() []catalog.Object {
 	keys.Keys = []catalog.UserSSHKey{
 		{Name: "laptop", PublicKey: SSHKey(1, "alice@laptop"), Created: at},
 		{Name: "backup", PublicKey: `command="/usr/bin/backup",from="10.0.0.0/8",no-pty ` + SSHKey(2, ""), Created: at.Add(time.Hour)}}
-	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb, sg, keys}
+	pg := PlacementGroup("full", "db", "fra1", catalog.PlacementSpread)
+	pg.BestEffort = true
+	return []catalog.Object{v, cp, sp, img, zp, en, gw, lb, sg, keys, pg}
 }
 
 // SecurityGroup returns a valid security group of vdc with one rule.
@@ -138,6 +140,13 @@ func SecurityGroup(vdc, name string) *catalog.SecurityGroup {
 	g := &catalog.SecurityGroup{}
 	g.Name, g.VDC = catalog.SecurityGroupName(vdc, name), vdc
 	g.Rules = []catalog.SecurityRule{{Direction: catalog.DirectionInbound, Protocol: catalog.SecurityProtocolTCP, Ports: "443", PeerCIDR: "10.0.0.0/8"}}
+	return g
+}
+
+// PlacementGroup returns a valid placement group of vdc in zone.
+func PlacementGroup(vdc, name, zone, policy string) *catalog.PlacementGroup {
+	g := &catalog.PlacementGroup{}
+	g.Name, g.VDC, g.Zone, g.Policy = catalog.PlacementGroupName(vdc, name), vdc, zone, policy
 	return g
 }
 
@@ -439,6 +448,13 @@ func validationChangesNothing(t *testing.T, open Open) {
 			return g
 		}()},
 		{"rules[0].direction", func() catalog.Object { g := SecurityGroup("prod", "web"); g.Rules[0].Direction = "sideways"; return g }()},
+		{"policy", PlacementGroup("prod", "db", "fra1", "SCATTER")},
+		{"zone", PlacementGroup("prod", "db", "Fra 1", catalog.PlacementPack)},
+		{"name", func() catalog.Object {
+			g := PlacementGroup("prod", "db", "fra1", catalog.PlacementPack)
+			g.VDC = "other"
+			return g
+		}()},
 		{"rules", func() catalog.Object {
 			g := SecurityGroup("prod", "web")
 			for len(g.Rules) <= catalog.MaxSecurityRules {

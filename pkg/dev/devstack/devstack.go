@@ -37,7 +37,10 @@
 // provider's signing key, the addresses of the provider and the image
 // server (Dir/stack.json) and the simulated clusters' certificates and
 // state (Dir/pve/<cluster>-certs, Dir/pve/<cluster>-state.json: guests,
-// disks and staged images, SDN networks, IPAM, pools, task history). A
+// disks and staged images, SDN networks, IPAM, pools, task history) and
+// their nodes' file systems (Dir/pve/<cluster>-files/<node>: the snippets
+// of the VMs' cloud-init user-data, which storage "local" keeps, and what
+// the VMs' first boots wrote with the data plane). A
 // second start therefore finds the VMs of the first still there (a running
 // VM still running) and the seeder, which reads before it creates, leaves
 // the demo data as it is.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -570,8 +572,12 @@ func TestStack(t *testing.T) {
 			if err := alice.Do(ctx, "dev", `query($z: String) { networks(zone: $z) { id } }`, map[string]any{"z": zone}, &d); err != nil || len(d.Networks) != 1 {
 				t.Fatalf("network of dev in %s: %v %v", zone, d.Networks, err)
 			}
-			op, err := devstack.CreateVM(ctx, alice, "dev", devstack.VMSpec{Name: "e2e-" + zone, Zone: zone, Image: "debian-12",
-				ComputeProfile: "small", StorageProfile: "ssd-standard", DiskGiB: 10, Network: d.Networks[0].ID})
+			spec := devstack.VMSpec{Name: "e2e-" + zone, Zone: zone, Image: "debian-12",
+				ComputeProfile: "small", StorageProfile: "ssd-standard", DiskGiB: 10, Network: d.Networks[0].ID}
+			if zone == "fra1" {
+				spec.UserData = e2eUserData
+			}
+			op, err := devstack.CreateVM(ctx, alice, "dev", spec)
 			if err != nil {
 				t.Fatalf("create VM in %s: %v", zone, err)
 			}
@@ -610,6 +616,8 @@ func TestStack(t *testing.T) {
 			ids = []string{byZone["fra1"], byZone["hel1"]}
 			return nil
 		})
+		var snippet string
+		t.Run("user-data", func(t *testing.T) { snippet = checkUserData(t, alice, dir, ids[0]) })
 		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
 			t.Fatalf("stopVM: %v", err)
 		}
@@ -638,6 +646,14 @@ func TestStack(t *testing.T) {
 			}
 			return nil
 		})
+		if snippet != "" {
+			poll.Until(t, time.Minute, "the deleted VM's user-data snippet gone", func() error {
+				if _, err := os.Stat(snippet); !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("%s: %v", snippet, err)
+				}
+				return nil
+			})
+		}
 		// bob sees none of alice's VMs, neither in his VDC nor by id.
 		theirs, err := vmsOf(ctx, bob, "staging")
 		if err != nil {
@@ -759,6 +775,67 @@ func TestStack(t *testing.T) {
 		}
 	}
 	poll.Until(t, 2*time.Minute, "every host ONLINE after the restart", func() error { return allHostsOnline(ctx, admin) })
+}
+
+// e2eUserData is the cloud-config TestStack's VM e2e-fra1 is created with:
+// a file written and a command run at its first boot.
+const e2eUserData = `#cloud-config
+write_files:
+  - path: /etc/e2e-tenant.txt
+    content: written by the tenant's cloud-config
+runcmd:
+  - echo tenant-runcmd-ran > etc/e2e-runcmd.txt
+`
+
+// checkUserData checks the user-data of alice's VM id (created in dev
+// with e2eUserData) in the dev stack in dir: the agent of its host wrote
+// it as a snippet of storage local under the node's file system
+// (Dir/pve/<zone>-files/<host>), merged with flexplane's user, and the
+// VM's cicustom names it; with the data plane (as root) the VM's first
+// boot wrote its file and ran its command in the guest's root. It returns
+// the snippet's path.
+func checkUserData(t *testing.T, alice *devstack.Client, dir, id string) string {
+	t.Helper()
+	ctx := t.Context()
+	var d struct {
+		VM struct {
+			Zone struct{ Name string }
+			Host *struct{ Name string }
+		} `json:"vm"`
+	}
+	if err := alice.Do(ctx, "dev", `query($id: ID!) { vm(id: $id) { zone { name } host { name } } }`, map[string]any{"id": id}, &d); err != nil || d.VM.Host == nil {
+		t.Fatalf("the VM's host: %+v, %v", d.VM, err)
+	}
+	ref, err := tenancy.ParseVMID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := filepath.Join(dir, "pve", d.VM.Zone.Name+"-files", d.VM.Host.Name)
+	snippet := filepath.Join(node, "var", "lib", "vz", "snippets", fmt.Sprintf("fp-%d-user.yaml", ref.VMID))
+	b, err := os.ReadFile(snippet)
+	if err != nil {
+		t.Fatalf("the VM's user-data snippet: %v", err)
+	}
+	for _, want := range []string{"user: flexplane", "hostname: e2e-fra1", "text/cloud-config", "tenant-runcmd-ran", "/etc/e2e-tenant.txt"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the snippet lacks %q:\n%s", want, b)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the stack runs no data plane, so nothing runs the user-data")
+		return snippet
+	}
+	guest := filepath.Join(node, "guests", fmt.Sprint(ref.VMID), "rootfs")
+	for file, want := range map[string]string{"etc/e2e-tenant.txt": "written by the tenant's cloud-config", "etc/e2e-runcmd.txt": "tenant-runcmd-ran\n"} {
+		poll.Until(t, time.Minute, "the VM's first boot to write "+file, func() error {
+			got, err := os.ReadFile(filepath.Join(guest, file))
+			if err == nil && string(got) != want {
+				err = fmt.Errorf("holds %q, want %q", got, want)
+			}
+			return err
+		})
+	}
+	return snippet
 }
 
 // devstackCommand runs `devstack -dir DIR args...` as a user would against

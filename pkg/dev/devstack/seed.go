@@ -301,6 +301,8 @@ type VMSpec struct {
 	// Network is the id of the network of the VM's one NIC (automatic
 	// address).
 	Network string
+	// UserData is the VM's own cloud-init user-data ("" none).
+	UserData string
 }
 
 // CreateVM asks the API's createVM for a VM and returns the id of its
@@ -311,6 +313,9 @@ func CreateVM(ctx context.Context, c *Client, vdc string, spec VMSpec) (string, 
 		"name": spec.Name, "zone": spec.Zone, "image": spec.Image,
 		"computeProfile": spec.ComputeProfile, "storageProfile": spec.StorageProfile, "diskGiB": spec.DiskGiB,
 		"nics": []map[string]any{{"network": spec.Network}}, "user": cmp.Or(spec.User, "flexplane"),
+	}
+	if spec.UserData != "" {
+		in["userData"] = spec.UserData
 	}
 	var d struct {
 		CreateVM struct {

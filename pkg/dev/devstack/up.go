@@ -234,7 +234,7 @@ func (u *up) clusters(ctx context.Context) (func(), error) {
 		args := []string{"--cluster", c.Name, "--nodes", fmt.Sprint(c.Nodes),
 			"--token-file", tokenFile, "--timing", cmp.Or(s.cfg.PVETiming, "realistic"), "--cert-dir", s.path("pve", c.Name+"-certs"),
 			"--state-file", s.path("pve", c.Name+"-state.json"), "--control", control,
-			"--log-level", s.cfg.LogLevel}
+			"--file-root", s.filesDir(c.Name), "--log-level", s.cfg.LogLevel}
 		if s.dataPlane {
 			args = append(args, "--dataplane", DataPlanePrefix(s.cfg.Dir, c.Name), "--upstream", c.Upstream)
 		}
@@ -245,6 +245,9 @@ func (u *up) clusters(ctx context.Context) (func(), error) {
 		}
 		if err := s.await(ctx, sm.ready, 30*time.Second, "pvesim "+c.Name+" to print its nodes' addresses"); err != nil {
 			return nil, err
+		}
+		if err := enableSnippets(ctx, sm); err != nil {
+			return nil, fmt.Errorf("pvesim %s: %w", c.Name, err)
 		}
 		u.sims[c.Name] = sm
 	}
@@ -357,6 +360,9 @@ func (u *up) agents(ctx context.Context) (func(), error) {
 				"FLEXPLANE_PVE_ROOT_CA=" + s.path("pve", c.Name+"-certs", "pve-root-ca.pem"),
 				"FLEXPLANE_LOG_LEVEL=" + s.cfg.LogLevel,
 				"FLEXPLANE_RELEASE_KEY_FILE=" + u.releasePub,
+				// The node's file system, where the agent writes the
+				// snippets of the VMs' user-data.
+				"FLEXPLANE_FILE_ROOT=" + filepath.Join(s.filesDir(c.Name), node),
 			}
 			// Every start runs the agents just built (AgentVersion), not a
 			// version an earlier start updated them to.

@@ -803,6 +803,11 @@ type CreateVMInput struct {
 	// memory, vCPUs or disk) is BAD_USER_INPUT saying why. Null: placement
 	// chooses the least loaded host that can take it.
 	Host *string `json:"host"`
+	// The name of a placement group of the VDC in the zone that the VM joins
+	// (placement keeps to its policy); null for none. NOT_FOUND for a group
+	// the VDC does not have, BAD_USER_INPUT for one of another zone
+	// (extensions.field input.placementGroup).
+	PlacementGroup *string `json:"placementGroup"`
 }
 
 // GetName returns CreateVMInput.Name, and is useful for accessing the field via an interface.
@@ -843,6 +848,9 @@ func (v *CreateVMInput) GetUserData() *string { return v.UserData }
 
 // GetHost returns CreateVMInput.Host, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetHost() *string { return v.Host }
+
+// GetPlacementGroup returns CreateVMInput.PlacementGroup, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetPlacementGroup() *string { return v.PlacementGroup }
 
 // CreateVMResponse is returned by CreateVM on success.
 type CreateVMResponse struct {

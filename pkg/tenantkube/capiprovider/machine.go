@@ -227,10 +227,15 @@ func (r *machineReconciler) ensureVM(ctx context.Context, fm *v1alpha1.FlexMachi
 	if err != nil {
 		return nil, err
 	}
+	group, err := r.ensurePoolGroup(ctx, fc, m)
+	if err != nil {
+		return nil, err
+	}
 	vm, op, err := r.cfg.Compute.CreateVM(ctx, compute.CreateInput{
 		VDC: fc.Spec.VDC, Name: fm.Name, Zone: fc.Spec.Zone, Image: fm.Spec.Image,
 		ComputeProfile: fm.Spec.ComputeProfile, StorageProfile: fm.Spec.StorageProfile, DiskGiB: fm.Spec.DiskGiB,
 		NICs: []compute.NICInput{{Network: fc.Spec.Network}}, User: r.cfg.WorkerUser, UserData: data, UserDataVerbatim: true,
+		PlacementGroup: group,
 	})
 	if err != nil {
 		return nil, err
@@ -295,6 +300,9 @@ func (r *machineReconciler) delete(ctx context.Context, fm *v1alpha1.FlexMachine
 			case !op.Done():
 				return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
 			}
+		}
+		if m, err := util.GetOwnerMachine(ctx, r.Client, fm.ObjectMeta); err == nil && r.dropPoolGroup(ctx, fc, m) {
+			return ctrl.Result{RequeueAfter: r.cfg.Poll}, nil
 		}
 	}
 	controllerutil.RemoveFinalizer(fm, v1alpha1.MachineFinalizer)

@@ -1,7 +1,7 @@
 // Package v1alpha1 is the Kubernetes API of flexplane's catalog: the
 // custom resources flexplane.io/v1alpha1 (VDC, ComputeProfile,
 // StorageProfile, Image, ZonePolicy, ExternalNetwork, EdgeGateway,
-// LoadBalancer, SecurityGroup)
+// LoadBalancer, SecurityGroup, UserSSHKeys, PlacementGroup)
 // whose CustomResourceDefinitions controller-gen
 // generates from these types and their markers (`make generate` writes
 // them into charts/flexplane/crds and pkg/catalog/kubestore/crds).

@@ -15,7 +15,8 @@ func AddToScheme(s *runtime.Scheme) error {
 		&VDC{}, &VDCList{}, &ComputeProfile{}, &ComputeProfileList{},
 		&StorageProfile{}, &StorageProfileList{}, &Image{}, &ImageList{}, &ZonePolicy{}, &ZonePolicyList{},
 		&ExternalNetwork{}, &ExternalNetworkList{}, &EdgeGateway{}, &EdgeGatewayList{},
-		&LoadBalancer{}, &LoadBalancerList{}, &SecurityGroup{}, &SecurityGroupList{}, &UserSSHKeys{}, &UserSSHKeysList{})
+		&LoadBalancer{}, &LoadBalancerList{}, &SecurityGroup{}, &SecurityGroupList{}, &UserSSHKeys{}, &UserSSHKeysList{},
+		&PlacementGroup{}, &PlacementGroupList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
@@ -912,4 +913,48 @@ type UserSSHKeysList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []UserSSHKeys `json:"items"`
+}
+
+// PlacementGroup is a VDC's placement group in a zone (named
+// <vdc>.<name>): SPREAD keeps its VMs on distinct hosts, PACK on one.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=placementgroups,singular=placementgroup,scope=Namespaced,categories=flexplane
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.startsWith(self.spec.vdc + '.')",message="name must be <vdc>.<name>"
+// +kubebuilder:printcolumn:name="VDC",type=string,JSONPath=`.spec.vdc`
+// +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policy`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PlacementGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec PlacementGroupSpec `json:"spec"`
+}
+
+// PlacementGroupSpec is what a VDC wants of a placement group.
+type PlacementGroupSpec struct {
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	VDC string `json:"vdc"`
+	// Zone is the zone the group's VMs are in.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Zone string `json:"zone"`
+	// Policy is SPREAD (distinct hosts) or PACK (one host while it fits).
+	// +kubebuilder:validation:Enum=SPREAD;PACK
+	Policy string `json:"policy"`
+	// BestEffort makes a SPREAD group soft: VMs share hosts when every
+	// host holds one of the group's already (node pools' groups).
+	// +optional
+	BestEffort bool `json:"bestEffort,omitempty"`
+}
+
+// PlacementGroupList is a list of placement groups.
+//
+// +kubebuilder:object:root=true
+type PlacementGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PlacementGroup `json:"items"`
 }
