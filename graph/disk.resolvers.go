@@ -21,7 +21,7 @@ func (r *mutationResolver) AttachDisk(ctx context.Context, input model.AttachDis
 		return nil, err
 	}
 	in := compute.AttachDiskInput{VM: input.VM, SizeGiB: input.SizeGiB, StorageProfile: deref(input.StorageProfile)}
-	_, d, err := svc.AttachDisk(ctx, scope.VDC.Name, in)
+	_, d, err := svc.Disks().Attach(ctx, scope.VDC.Name, in)
 	if err != nil {
 		return nil, computeError(err, "input")
 	}
@@ -40,7 +40,7 @@ func (r *mutationResolver) ResizeDisk(ctx context.Context, input model.ResizeDis
 		return nil, err
 	}
 	in := compute.ResizeDiskInput{VM: input.VM, Disk: input.Disk, SizeGiB: input.SizeGiB}
-	if _, _, err := svc.ResizeDisk(ctx, scope.VDC.Name, in); err != nil {
+	if _, _, err := svc.Disks().Resize(ctx, scope.VDC.Name, in); err != nil {
 		return nil, computeError(err, "input")
 	}
 	// The disk as VM.disks shows it.
@@ -58,7 +58,7 @@ func (r *mutationResolver) DetachDisk(ctx context.Context, input model.DetachDis
 		return nil, err
 	}
 	in := compute.DetachDiskInput{VM: input.VM, Disk: input.Disk, Keep: deref(input.Keep)}
-	if err := svc.DetachDisk(ctx, scope.VDC.Name, in); err != nil {
+	if err := svc.Disks().Detach(ctx, scope.VDC.Name, in); err != nil {
 		return nil, computeError(err, "input")
 	}
 	return r.Query().VM(ctx, input.VM)

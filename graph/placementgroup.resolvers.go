@@ -21,7 +21,7 @@ func (r *mutationResolver) CreatePlacementGroup(ctx context.Context, input model
 	if err != nil {
 		return nil, err
 	}
-	g, err := svc.CreatePlacementGroup(ctx, compute.PlacementGroupInput{VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Policy: input.Policy})
+	g, err := svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Policy: input.Policy})
 	if err != nil {
 		return nil, computeError(err, "input")
 	}
@@ -34,7 +34,7 @@ func (r *mutationResolver) DeletePlacementGroup(ctx context.Context, id string) 
 	if err != nil {
 		return nil, err
 	}
-	g, err := svc.DeletePlacementGroup(ctx, scope.VDC.Name, id)
+	g, err := svc.PlacementGroups().Delete(ctx, scope.VDC.Name, id)
 	if err != nil {
 		return nil, computeError(err, "")
 	}
@@ -63,7 +63,7 @@ func (r *queryResolver) PlacementGroups(ctx context.Context) ([]*compute.Placeme
 	if err != nil {
 		return nil, err
 	}
-	gs, errs, err := svc.PlacementGroups(ctx, scope.VDC.Name)
+	gs, errs, err := svc.PlacementGroups().List(ctx, scope.VDC.Name)
 	if err != nil {
 		return nil, computeError(err, "")
 	}
@@ -79,7 +79,7 @@ func (r *vMResolver) PlacementGroup(ctx context.Context, obj *model.VM) (*comput
 	if err != nil {
 		return nil, err
 	}
-	g, err := svc.VMPlacementGroup(ctx, scope.VDC.Name, obj.ID)
+	g, err := svc.PlacementGroups().OfVM(ctx, scope.VDC.Name, obj.ID)
 	if err != nil {
 		return nil, computeError(err, "")
 	}

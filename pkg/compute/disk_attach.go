@@ -8,12 +8,18 @@ import (
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
-// AttachDisk adds a disk of in.SizeGiB to VM in.VM of vdc in the next free
+// Disks is the disks of a Service's VMs (Service.Disks).
+type Disks struct{ d *deps }
+
+// Disks returns the disks of the service's VMs.
+func (s *Service) Disks() *Disks { return &Disks{d: s.d} }
+
+// Attach adds a disk of in.SizeGiB to VM in.VM of vdc in the next free
 // scsi slot, on the storage of in.StorageProfile in the VM's zone (the
 // boot disk's profile when empty), with that profile's limits. Proxmox
 // hot-plugs it into a running VM. Its storage is reserved against the
 // VDC's quota first. It returns the VM's zone and the new disk.
-func (s *Service) AttachDisk(ctx context.Context, vdc string, in AttachDiskInput) (Zone, Disk, error) {
+func (s *Disks) Attach(ctx context.Context, vdc string, in AttachDiskInput) (Zone, Disk, error) {
 	sc := &attachScope{deps: s.d, ch: diskChange{d: s.d, vdc: vdc}, vdc: vdc, in: in}
 	defer sc.ch.release()
 	if err := runPhases(ctx, s.d.eng, "", "", attachPhases(), sc); err != nil {

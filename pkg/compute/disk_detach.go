@@ -6,11 +6,11 @@ import (
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
-// DetachDisk removes disk in.Disk from VM in.VM of vdc (Proxmox unplugs
+// Detach removes disk in.Disk from VM in.VM of vdc (Proxmox unplugs
 // it from a running VM) and deletes its volume, or, with in.Keep, leaves
 // the volume an unused disk of the VM (counted against the storage quota
 // until the VM is deleted). The boot disk is CONFLICT.
-func (s *Service) DetachDisk(ctx context.Context, vdc string, in DetachDiskInput) error {
+func (s *Disks) Detach(ctx context.Context, vdc string, in DetachDiskInput) error {
 	sc := &detachScope{deps: s.d, vdc: vdc, in: in}
 	if err := runPhases(ctx, s.d.eng, "", "", detachPhases(), sc); err != nil {
 		return cause(err)

@@ -7,12 +7,12 @@ import (
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
-// ResizeDisk grows disk in.Disk of VM in.VM of vdc to in.SizeGiB (Proxmox
+// Resize grows disk in.Disk of VM in.VM of vdc to in.SizeGiB (Proxmox
 // grows a running VM's disk live; the guest's file system is the guest's
 // to grow). A smaller size is BAD_USER_INPUT (disks only grow), the same
 // size changes nothing. What it grows by is reserved against the VDC's
 // storage quota first. It returns the VM's zone and the disk.
-func (s *Service) ResizeDisk(ctx context.Context, vdc string, in ResizeDiskInput) (Zone, Disk, error) {
+func (s *Disks) Resize(ctx context.Context, vdc string, in ResizeDiskInput) (Zone, Disk, error) {
 	sc := &diskResizeScope{deps: s.d, ch: diskChange{d: s.d, vdc: vdc}, vdc: vdc, in: in}
 	defer sc.ch.release()
 	if err := runPhases(ctx, s.d.eng, "", "", diskResizePhases(), sc); err != nil {

@@ -49,7 +49,7 @@ func TestDisksAttachGrowDetach(t *testing.T) {
 	vm := runningVM(t, e)
 	base := storageUsed(t, e)
 
-	z, d, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 2})
+	z, d, err := e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 2})
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
@@ -74,16 +74,16 @@ func TestDisksAttachGrowDetach(t *testing.T) {
 		code  apierr.Code
 		field string
 	}{
-		{"attach 0 GiB", second(e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 0})), apierr.BadUserInput, "input.sizeGiB"},
-		{"attach over the bound", second(e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: compute.MaxDiskGiB + 1})), apierr.BadUserInput, "input.sizeGiB"},
-		{"attach of no profile", second(e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1, StorageProfile: "nope"})), apierr.BadUserInput, "input.storageProfile"},
-		{"attach to another VDC's VM", second(e.svc.AttachDisk(ctx, "red", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1})), apierr.NotFound, ""},
-		{"shrink", second(e.svc.ResizeDisk(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 1})), apierr.BadUserInput, "input.sizeGiB"},
-		{"grow no disk", second(e.svc.ResizeDisk(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi7", SizeGiB: 9})), apierr.NotFound, "input.disk"},
-		{"grow another VDC's disk", second(e.svc.ResizeDisk(ctx, "red", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 9})), apierr.NotFound, ""},
-		{"detach the boot disk", e.svc.DetachDisk(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi0"}), apierr.Conflict, "input.disk"},
-		{"detach no disk", e.svc.DetachDisk(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "ide2"}), apierr.NotFound, "input.disk"},
-		{"detach another VDC's disk", e.svc.DetachDisk(ctx, "red", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1"}), apierr.NotFound, ""},
+		{"attach 0 GiB", second(e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 0})), apierr.BadUserInput, "input.sizeGiB"},
+		{"attach over the bound", second(e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: compute.MaxDiskGiB + 1})), apierr.BadUserInput, "input.sizeGiB"},
+		{"attach of no profile", second(e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1, StorageProfile: "nope"})), apierr.BadUserInput, "input.storageProfile"},
+		{"attach to another VDC's VM", second(e.svc.Disks().Attach(ctx, "red", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1})), apierr.NotFound, ""},
+		{"shrink", second(e.svc.Disks().Resize(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 1})), apierr.BadUserInput, "input.sizeGiB"},
+		{"grow no disk", second(e.svc.Disks().Resize(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi7", SizeGiB: 9})), apierr.NotFound, "input.disk"},
+		{"grow another VDC's disk", second(e.svc.Disks().Resize(ctx, "red", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 9})), apierr.NotFound, ""},
+		{"detach the boot disk", e.svc.Disks().Detach(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi0"}), apierr.Conflict, "input.disk"},
+		{"detach no disk", e.svc.Disks().Detach(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "ide2"}), apierr.NotFound, "input.disk"},
+		{"detach another VDC's disk", e.svc.Disks().Detach(ctx, "red", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1"}), apierr.NotFound, ""},
 	} {
 		if code, field := inputRefusal(c.err); code != c.code || field != c.field {
 			t.Errorf("%s: %s (%s), want %s (%s): %v", c.name, code, field, c.code, c.field, c.err)
@@ -96,13 +96,13 @@ func TestDisksAttachGrowDetach(t *testing.T) {
 		t.Fatalf("refused requests changed the VM's config")
 	}
 
-	_, d, err = e.svc.ResizeDisk(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 5})
+	_, d, err = e.svc.Disks().Resize(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 5})
 	if err != nil || d.SizeBytes != 5<<30 || d.Slot != "scsi1" {
 		t.Fatalf("grow: %+v, %v", d, err)
 	}
 	waitStorage(t, e, base+5)
 
-	if err := e.svc.DetachDisk(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1", Keep: true}); err != nil {
+	if err := e.svc.Disks().Detach(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1", Keep: true}); err != nil {
 		t.Fatalf("detach keeping: %v", err)
 	}
 	cfg = guestConfig(t, e, vm)
@@ -112,12 +112,12 @@ func TestDisksAttachGrowDetach(t *testing.T) {
 	// The unused disk is still the VDC's storage.
 	waitStorage(t, e, base+5)
 
-	_, d, err = e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1, StorageProfile: "ssd"})
+	_, d, err = e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1, StorageProfile: "ssd"})
 	if err != nil || d.Slot != "scsi1" {
 		t.Fatalf("attach again: %+v, %v", d, err)
 	}
 	waitStorage(t, e, base+6)
-	if err := e.svc.DetachDisk(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1"}); err != nil {
+	if err := e.svc.Disks().Detach(ctx, "blue", compute.DetachDiskInput{VM: vm.ID, Disk: "scsi1"}); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
 	cfg = guestConfig(t, e, vm)
@@ -140,17 +140,17 @@ func TestAttachDiskOverQuota(t *testing.T) {
 	ctx := vmtest.Ctx(t)
 	vm := runningVM(t, e)
 	before := e.snapshot()
-	_, _, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 3})
+	_, _, err := e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 3})
 	if code, _ := inputRefusal(err); code != apierr.QuotaExceeded {
 		t.Fatalf("attach over quota: %s, %v", code, err)
 	}
 	if after := e.snapshot(); !before.equal(after) {
 		t.Fatalf("a refused attach changed things")
 	}
-	if _, _, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 2}); err != nil {
+	if _, _, err := e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 2}); err != nil {
 		t.Fatalf("attach within quota: %v", err)
 	}
-	_, _, err = e.svc.ResizeDisk(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 3})
+	_, _, err = e.svc.Disks().Resize(ctx, "blue", compute.ResizeDiskInput{VM: vm.ID, Disk: "scsi1", SizeGiB: 3})
 	if code, _ := inputRefusal(err); code != apierr.QuotaExceeded {
 		t.Fatalf("grow over quota: %s, %v", code, err)
 	}
@@ -330,12 +330,12 @@ func TestAttachDiskSlotsRunOut(t *testing.T) {
 	ctx := vmtest.Ctx(t)
 	vm := runningVM(t, e)
 	for n := 1; n < compute.MaxSCSIDisks; n++ {
-		if _, d, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1}); err != nil || d.Slot != fmt.Sprintf("scsi%d", n) {
+		if _, d, err := e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1}); err != nil || d.Slot != fmt.Sprintf("scsi%d", n) {
 			t.Fatalf("attach %d: %+v, %v", n, d, err)
 		}
 	}
 	before := e.snapshot()
-	_, _, err := e.svc.AttachDisk(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1})
+	_, _, err := e.svc.Disks().Attach(ctx, "blue", compute.AttachDiskInput{VM: vm.ID, SizeGiB: 1})
 	if code, field := inputRefusal(err); code != apierr.BadUserInput || field != "input.sizeGiB" {
 		t.Fatalf("attach beyond the slots: %s (%s), %v", code, field, err)
 	}

@@ -68,11 +68,18 @@ type groupMember struct {
 	Node string
 }
 
-// CreatePlacementGroup creates a placement group of in.VDC. BAD_INPUT for
+// PlacementGroups is the placement groups of a Service's VDCs
+// (Service.PlacementGroups).
+type PlacementGroups struct{ d *deps }
+
+// PlacementGroups returns the placement groups of the service's VDCs.
+func (s *Service) PlacementGroups() *PlacementGroups { return &PlacementGroups{d: s.d} }
+
+// Create creates a placement group of in.VDC. BAD_INPUT for
 // a name that is not a DNS label ("name"), a zone that does not exist for
 // the VDC ("zone") or another policy ("policy"); CONFLICT for a name the
 // VDC uses already or when it has catalog.MaxPlacementGroups groups.
-func (s *Service) CreatePlacementGroup(ctx context.Context, in PlacementGroupInput) (*PlacementGroup, error) {
+func (s *PlacementGroups) Create(ctx context.Context, in PlacementGroupInput) (*PlacementGroup, error) {
 	if catalog.ValidateLabel("name", in.Name) != nil {
 		return nil, badInput("name", "%q is not a DNS label (lower-case letters, digits and '-')", in.Name)
 	}
@@ -126,10 +133,10 @@ func groupOf(g *catalog.PlacementGroup, vms []string) *PlacementGroup {
 	return &PlacementGroup{ID: g.Name, Name: g.ShortName(), Zone: g.Zone, Policy: PlacementPolicy(g.Policy), BestEffort: g.BestEffort, VMs: vms}
 }
 
-// PlacementGroups lists the placement groups of vdc by name, each with its
+// List lists the placement groups of vdc by name, each with its
 // VMs (a zone that does not answer lists none of its groups' VMs: the
 // error of each such zone is returned by zone name).
-func (s *Service) PlacementGroups(ctx context.Context, vdc string) ([]*PlacementGroup, map[string]error, error) {
+func (s *PlacementGroups) List(ctx context.Context, vdc string) ([]*PlacementGroup, map[string]error, error) {
 	all, err := catalog.List[*catalog.PlacementGroup](ctx, s.d.cfg.Catalog)
 	if err != nil {
 		return nil, nil, internal("reading the catalog failed", err)
@@ -168,9 +175,9 @@ func (s *Service) PlacementGroups(ctx context.Context, vdc string) ([]*Placement
 	return out, errs, nil
 }
 
-// getGroup reads group id (its catalog name) of vdc; another VDC's or an
+// get reads group id (its catalog name) of vdc; another VDC's or an
 // unknown one is NOT_FOUND.
-func (s *Service) getGroup(ctx context.Context, vdc, id string) (*catalog.PlacementGroup, error) {
+func (s *PlacementGroups) get(ctx context.Context, vdc, id string) (*catalog.PlacementGroup, error) {
 	notFound := newError(KindNotFound, "no placement group %q", id)
 	if v, _, _ := strings.Cut(id, "."); v != vdc {
 		return nil, notFound
@@ -188,12 +195,12 @@ func (s *Service) getGroup(ctx context.Context, vdc, id string) (*catalog.Placem
 	return g, nil
 }
 
-// DeletePlacementGroup deletes group id of vdc and returns it. CONFLICT
+// Delete deletes group id of vdc and returns it. CONFLICT
 // while a VM is in it (or a create into it is in flight in this process);
 // ZONE_UNAVAILABLE while its zone cannot be read; NOT_FOUND for a group
 // vdc does not have.
-func (s *Service) DeletePlacementGroup(ctx context.Context, vdc, id string) (*PlacementGroup, error) {
-	g, err := s.getGroup(ctx, vdc, id)
+func (s *PlacementGroups) Delete(ctx context.Context, vdc, id string) (*PlacementGroup, error) {
+	g, err := s.get(ctx, vdc, id)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +231,10 @@ func (s *Service) DeletePlacementGroup(ctx context.Context, vdc, id string) (*Pl
 	return groupOf(g, []string{}), nil
 }
 
-// VMPlacementGroup returns the placement group VM id of vdc is in, nil
+// OfVM returns the placement group VM id of vdc is in, nil
 // when none (or when its group was deleted meanwhile); anything not a VM
 // of vdc is NOT_FOUND.
-func (s *Service) VMPlacementGroup(ctx context.Context, vdc, id string) (*PlacementGroup, error) {
+func (s *PlacementGroups) OfVM(ctx context.Context, vdc, id string) (*PlacementGroup, error) {
 	_, _, in, err := s.d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
@@ -235,7 +242,7 @@ func (s *Service) VMPlacementGroup(ctx context.Context, vdc, id string) (*Placem
 	if in == nil || in.PlacementGroup == "" {
 		return nil, nil
 	}
-	g, err := s.getGroup(ctx, vdc, catalog.PlacementGroupName(vdc, in.PlacementGroup))
+	g, err := s.get(ctx, vdc, catalog.PlacementGroupName(vdc, in.PlacementGroup))
 	var e *Error
 	if errors.As(err, &e) && e.Kind == KindNotFound {
 		return nil, nil

@@ -72,7 +72,7 @@ func TestPlacementGroupSpread(t *testing.T) {
 	for i, host := range []string{"pve2", "pve2", "pve3", "pve3"} {
 		e.pin(z, fmt.Sprintf("load-%d", i), host)
 	}
-	g, err := e.svc.CreatePlacementGroup(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "db", Zone: "alpha", Policy: compute.PolicySpread})
+	g, err := e.svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "db", Zone: "alpha", Policy: compute.PolicySpread})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestPlacementGroupSpread(t *testing.T) {
 			t.Fatalf("%s and %s of SPREAD group db both on %s", got.Name, other, got.Node)
 		}
 		nodes[got.Node] = got.Name
-		pg, err := e.svc.VMPlacementGroup(ctx, "blue", vm.ID)
+		pg, err := e.svc.PlacementGroups().OfVM(ctx, "blue", vm.ID)
 		if err != nil || pg == nil || pg.Name != "db" {
 			t.Fatalf("VM %s's placement group: %+v, %v", vm.Name, pg, err)
 		}
@@ -123,11 +123,11 @@ func TestPlacementGroupSpread(t *testing.T) {
 		t.Errorf("a refused move changed state:\n%+v\n%+v", before, after)
 	}
 
-	_, err = e.svc.DeletePlacementGroup(ctx, "blue", g.ID)
+	_, err = e.svc.PlacementGroups().Delete(ctx, "blue", g.ID)
 	if c, _ := code(err); c != apierr.Conflict {
 		t.Fatalf("deleting a group in use: %v (%s), want CONFLICT", err, c)
 	}
-	gs, _, err := e.svc.PlacementGroups(ctx, "blue")
+	gs, _, err := e.svc.PlacementGroups().List(ctx, "blue")
 	if err != nil || len(gs) != 1 || len(gs[0].VMs) != 3 || gs[0].Policy != compute.PolicySpread {
 		t.Fatalf("placement groups: %+v, %v; want db with its 3 VMs", gs, err)
 	}
@@ -139,7 +139,7 @@ func TestPlacementGroupSpread(t *testing.T) {
 			t.Fatalf("delete %s: %+v, %v", vm.Name, op, err)
 		}
 	}
-	if _, err := e.svc.DeletePlacementGroup(ctx, "blue", g.ID); err != nil {
+	if _, err := e.svc.PlacementGroups().Delete(ctx, "blue", g.ID); err != nil {
 		t.Fatalf("deleting the emptied group: %v", err)
 	}
 }
@@ -150,7 +150,7 @@ func TestPlacementGroupPack(t *testing.T) {
 	t.Parallel()
 	e, z := stagedThreeNodes(t)
 	ctx := vmtest.Ctx(t)
-	if _, err := e.svc.CreatePlacementGroup(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "cache", Zone: "alpha", Policy: compute.PolicyPack}); err != nil {
+	if _, err := e.svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "cache", Zone: "alpha", Policy: compute.PolicyPack}); err != nil {
 		t.Fatal(err)
 	}
 	e.createInGroup(z, "cache-a", "cache", 1)
@@ -167,7 +167,7 @@ func TestPlacementGroupRefusals(t *testing.T) {
 	t.Parallel()
 	e, _ := stagedThreeNodes(t)
 	ctx := vmtest.Ctx(t)
-	red, err := e.svc.CreatePlacementGroup(ctx, compute.PlacementGroupInput{VDC: "red", Name: "db", Zone: "alpha", Policy: compute.PolicySpread})
+	red, err := e.svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: "red", Name: "db", Zone: "alpha", Policy: compute.PolicySpread})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +192,11 @@ func TestPlacementGroupRefusals(t *testing.T) {
 		{VDC: "blue", Name: "x", Zone: "nowhere", Policy: compute.PolicyPack},
 		{VDC: "blue", Name: "X_", Zone: "alpha", Policy: compute.PolicyPack},
 	} {
-		if _, err := e.svc.CreatePlacementGroup(ctx, in); err == nil {
+		if _, err := e.svc.PlacementGroups().Create(ctx, in); err == nil {
 			t.Errorf("create group %+v: no error", in)
 		}
 	}
-	if _, err := e.svc.DeletePlacementGroup(ctx, "blue", red.ID); err == nil {
+	if _, err := e.svc.PlacementGroups().Delete(ctx, "blue", red.ID); err == nil {
 		t.Error("blue deleted red's group")
 	} else if c, _ := code(err); c != apierr.NotFound {
 		t.Errorf("blue deleting red's group: %v (%s), want NOT_FOUND", err, c)
@@ -204,7 +204,7 @@ func TestPlacementGroupRefusals(t *testing.T) {
 	if after := e.snapshot(); !after.equal(before) {
 		t.Errorf("refused requests changed state:\n%+v\n%+v", before, after)
 	}
-	if gs, _, err := e.svc.PlacementGroups(ctx, "blue"); err != nil || len(gs) != 1 || gs[0].Name != "far" {
+	if gs, _, err := e.svc.PlacementGroups().List(ctx, "blue"); err != nil || len(gs) != 1 || gs[0].Name != "far" {
 		t.Errorf("blue's groups: %+v, %v; want far only", gs, err)
 	}
 }

@@ -130,7 +130,7 @@ func TestNodePoolsThroughClusterAPI(t *testing.T) {
 	// The pool is a best-effort SPREAD placement group: its two workers
 	// are on the zone's two hosts.
 	poolGroup := func() *compute.PlacementGroup {
-		gs, _, err := e.comp.PlacementGroups(ctx, "blue")
+		gs, _, err := e.comp.PlacementGroups().List(ctx, "blue")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func (r *machineReconciler) ensurePoolGroup(ctx context.Context, fc *v1alpha1.Fl
 	if name == "" {
 		return "", nil
 	}
-	_, err := r.cfg.Compute.CreatePlacementGroup(ctx, compute.PlacementGroupInput{
+	_, err := r.cfg.Compute.PlacementGroups().Create(ctx, compute.PlacementGroupInput{
 		VDC: fc.Spec.VDC, Name: name, Zone: fc.Spec.Zone, Policy: compute.PolicySpread, BestEffort: true})
 	var ce *compute.Error
 	if err != nil && !(errors.As(err, &ce) && ce.Kind == compute.KindConflict && ce.Field == "name") {
@@ -67,7 +67,7 @@ func (r *machineReconciler) dropPoolGroup(ctx context.Context, fc *v1alpha1.Flex
 	if name == "" {
 		return false
 	}
-	_, err := r.cfg.Compute.DeletePlacementGroup(ctx, fc.Spec.VDC, fc.Spec.VDC+"."+name)
+	_, err := r.cfg.Compute.PlacementGroups().Delete(ctx, fc.Spec.VDC, fc.Spec.VDC+"."+name)
 	var ce *compute.Error
 	switch {
 	case err == nil:
