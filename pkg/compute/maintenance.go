@@ -199,31 +199,58 @@ func (s *Hosts) InMaintenance(ctx context.Context, zone string) (map[string]bool
 
 // Maintenance reads the maintenance of host (a host id) and its drain's
 // progress from the zone's policy and Proxmox.
+//
+// It reads the zone's policy first: a host not in maintenance costs no
+// Proxmox call (a list of hosts asks it of each). When the zone does not
+// answer, a host in maintenance is answered from the policy alone (FAILED
+// with the VMs that could not move, else MAINTENANCE), so that a zone
+// that is down never fails a list of hosts.
 func (s *Hosts) Maintenance(ctx context.Context, host string) (HostMaintenance, error) {
 	d := s.d
-	z, node, err := d.hostZone(ctx, host)
+	ref, err := tenancy.ParseHostID(host)
 	if err != nil {
-		return HostMaintenance{}, err
+		return HostMaintenance{}, badInput("host", "%q is not a host id", host)
+	}
+	z, ok := d.find.zoneByID(ctx, ref.ZoneID)
+	if !ok {
+		// A zone without a reachable agent: answered from its policy.
+		if z, ok = d.find.unreachableZone(ctx, ref.ZoneID); !ok {
+			return HostMaintenance{}, badInput("host", "there is no host %q", host)
+		}
 	}
 	p, err := catalog.Get[*catalog.ZonePolicy](ctx, d.cfg.Catalog, z.Name)
 	if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 		return HostMaintenance{}, internal("reading the zone's policy failed", err)
 	}
-	m, in := p.InMaintenance(node)
+	m, in := p.InMaintenance(ref.Node)
 	if !in {
 		return HostMaintenance{State: MaintenanceNone, Drain: []DrainItem{}}, nil
+	}
+	if z.Client == nil {
+		return policyState(z, m), nil
 	}
 	zctx, cancel := context.WithTimeout(ctx, d.find.timeout)
 	defer cancel()
 	rs, err := pveapi.Resources(zctx, z.Client, "vm")
 	if err != nil {
-		return HostMaintenance{}, zoneDown(z.Name, err)
+		return policyState(z, m), nil
 	}
-	tasks, err := pveapi.NodeTasksOfType(zctx, z.Client, node, "qmigrate", 1000)
+	tasks, err := pveapi.NodeTasksOfType(zctx, z.Client, ref.Node, "qmigrate", 1000)
 	if err != nil {
-		return HostMaintenance{}, zoneDown(z.Name, err)
+		return policyState(z, m), nil
 	}
-	return drainState(z, node, m, rs, tasks), nil
+	return drainState(z, ref.Node, m, rs, tasks), nil
+}
+
+// policyState is the maintenance of a host whose zone does not answer, as
+// its policy entry m records it.
+func policyState(z Zone, m catalog.HostInMaintenance) HostMaintenance {
+	hm := HostMaintenance{State: MaintenanceDone, Drain: []DrainItem{}}
+	for _, f := range m.Failed {
+		hm.State = MaintenanceFailed
+		hm.Drain = append(hm.Drain, DrainItem{VM: tenancy.VMRef{ZoneID: z.ID, VMID: f.VMID}.ID(), Status: DrainFailed, Message: f.Message})
+	}
+	return hm
 }
 
 // drainState is the maintenance of node from its policy entry m, the
