@@ -89,7 +89,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze image image-flexgateway test-portal kube-bin print-kube-bin
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin print-kube-bin
 
 all: build
 
@@ -116,7 +116,7 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## waiting on processes they started, so TEST_P of them run at once: more
 ## than the 2 cores the suite is budgeted for.
 TEST_P ?= 4
-test: portal browser postgres systemd-analyze kube-bin
+test: portal browser postgres systemd-analyze python3 kube-bin
 	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -384,6 +384,11 @@ postgres:
 ## agent's units (cmd/agent's TestSystemdUnits; apt-get when missing).
 systemd-analyze:
 	@deploy/systemd/install-systemd-analyze.sh
+
+## python3: Debian's python3, which the cloud-init data-plane tests run in
+## a simulated guest (nettest.FileServerPy; apt-get when missing).
+python3:
+	@pkg/dev/nettest/install-python3.sh
 
 ## test-portal: only the portal's browser tests: against an in-process
 ## backend, the mesh harness and the real dev stack.
