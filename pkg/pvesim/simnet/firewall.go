@@ -324,16 +324,15 @@ func ifnameKey(name string) []byte {
 	return b
 }
 
-var (
-	accept = &expr.Verdict{Kind: expr.VerdictAccept}
-	drop   = &expr.Verdict{Kind: expr.VerdictDrop}
-)
+// accept and drop are the verdicts of a rule, made anew for each rule.
+func accept() *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func drop() *expr.Verdict   { return &expr.Verdict{Kind: expr.VerdictDrop} }
 
 func verdict(action string) expr.Any {
 	if action == "ACCEPT" {
-		return accept
+		return accept()
 	}
-	return drop
+	return drop()
 }
 
 const (
@@ -377,7 +376,7 @@ func ndp() []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 		&expr.Cmp{Op: expr.CmpOpGte, Register: 1, Data: []byte{133}},
 		&expr.Cmp{Op: expr.CmpOpLte, Register: 1, Data: []byte{136}},
-		accept,
+		accept(),
 	})
 }
 
@@ -387,7 +386,7 @@ func established() []expr.Any {
 		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: ne(estMark), Xor: ne(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: ne(0)},
-		accept,
+		accept(),
 	}
 }
 
@@ -417,7 +416,7 @@ func (b *fwBatch) nicChain(n fwNIC, in bool) error {
 	ch := b.c.AddChain(&nftables.Chain{Table: b.t, Name: name})
 	add := func(es []expr.Any) { b.c.AddRule(&nftables.Rule{Table: b.t, Chain: ch, Exprs: es}) }
 	f := n.fw
-	dhcpReply := rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 67, 0, 68}), []expr.Any{accept})
+	dhcpReply := rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 67, 0, 68}), []expr.Any{accept()})
 	// The spoofing checks come first; then established traffic, most of the packets,
 	// leaves after as few expressions as possible.
 	if !in {
@@ -425,24 +424,24 @@ func (b *fwBatch) nicChain(n fwNIC, in bool) error {
 			add([]expr.Any{
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseLLHeader, Offset: 6, Len: 6},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: mac},
-				drop,
+				drop(),
 			})
 		}
 		if f.IPFilter != "" {
 			v4, v6 := b.named(f.IPFilter, false), b.named(f.IPFilter, true)
 			// ARP's sender address (after hardware and protocol types and
 			// sizes, the operation and the sender's MAC).
-			add(rule(etherType(ethARP), lookupAddr(14, 4, v4, true), []expr.Any{drop}))
-			add(rule(etherType(ethIPv4), lookupAddr(12, 4, v4, true), []expr.Any{drop}))
-			add(rule(etherType(ethIPv6), lookupAddr(8, 16, v6, true), []expr.Any{drop}))
+			add(rule(etherType(ethARP), lookupAddr(14, 4, v4, true), []expr.Any{drop()}))
+			add(rule(etherType(ethIPv4), lookupAddr(12, 4, v4, true), []expr.Any{drop()}))
+			add(rule(etherType(ethIPv6), lookupAddr(8, 16, v6, true), []expr.Any{drop()}))
 		}
 		add(established())
-		add(rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 68, 0, 67}), []expr.Any{accept}))
+		add(rule(etherType(ethIPv4), l4proto(unix.IPPROTO_UDP), transport(0, 4, []byte{0, 68, 0, 67}), []expr.Any{accept()}))
 	} else {
 		add(established())
 		add(dhcpReply)
 	}
-	add(rule(etherType(ethARP), []expr.Any{accept}))
+	add(rule(etherType(ethARP), []expr.Any{accept()}))
 	add(ndp())
 	for _, r := range f.Rules {
 		if r.In != in {
