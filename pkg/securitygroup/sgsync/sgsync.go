@@ -514,8 +514,8 @@ func setOption(prop, key, value string) string {
 
 // Zones reports where g stands in each zone where its VDC has VMs: read
 // from the zone's firewall (its Proxmox group, named after its content,
-// exists and its members' set holds their addresses), or the last pass's
-// failure there.
+// exists, its members' set holds their addresses and every member VM
+// there has it attached), or the last pass's failure there.
 func (s *Syncer) Zones(ctx context.Context, g *catalog.SecurityGroup) []securitygroup.ZoneState {
 	ms, errs := s.cfg.VMs.Members(ctx, g.VDC)
 	byZone := map[string][]compute.Member{}
@@ -576,6 +576,20 @@ func (s *Syncer) zoneState(ctx context.Context, z compute.Zone, g *catalog.Secur
 	if !sameEntries(have, w.sets[set].entries) {
 		st.Message = "its members are being written"
 		return st
+	}
+	for _, v := range w.vms {
+		if !slices.Contains(v.groups, pg) {
+			continue
+		}
+		rules, err := pveapi.GuestFirewallRules(ctx, z.Client, v.m.Node, v.m.Ref.VMID)
+		if err != nil {
+			st.Status, st.Message = securitygroup.StatusUnavailable, "the zone's firewall cannot be read"
+			return st
+		}
+		if !slices.ContainsFunc(rules, func(r pveapi.FirewallRule) bool { return r.Type == "group" && r.Action == pg }) {
+			st.Message = "its members' VMs are being switched to it"
+			return st
+		}
 	}
 	st.Status = securitygroup.StatusApplied
 	return st
