@@ -1,0 +1,201 @@
+package tfprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/Khan/genqlient/graphql"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/flexplane/flexplane/pkg/flexctl"
+	"github.com/flexplane/flexplane/pkg/flexctl/api"
+)
+
+// base is what every resource shares: the API client and import by id.
+type base struct {
+	c graphql.Client
+}
+
+func (b *base) Configure(_ context.Context, req resource.ConfigureRequest, _ *resource.ConfigureResponse) {
+	if c := clientOf(req.ProviderData); c != nil {
+		b.c = c
+	}
+}
+
+func (b *base) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
+}
+
+// addAPIError reports err of op: on the attribute the API names
+// (extensions.field input.nics[0].address is nics[0].address) when it
+// names one of the input, else on the resource.
+func addAPIError(diags *diag.Diagnostics, op string, err error) {
+	err = flexctl.AsAPIError(op, err)
+	var ae *flexctl.APIError
+	if errors.As(err, &ae) {
+		if p, ok := fieldPath(ae.Field); ok {
+			diags.AddAttributeError(p, op+": "+ae.Code, ae.Message)
+			return
+		}
+		diags.AddError(op+": "+ae.Code, ae.Message)
+		return
+	}
+	diags.AddError(op, err.Error())
+}
+
+// isNotFound reports whether err is the API's NOT_FOUND.
+func isNotFound(err error) bool {
+	var ae *flexctl.APIError
+	return errors.As(flexctl.AsAPIError("", err), &ae) && ae.Code == "NOT_FOUND"
+}
+
+// fieldPath is the attribute path of a GraphQL error's field under the
+// mutation's input (input.nics[0].address: nics[0].address), its names
+// in snake_case.
+func fieldPath(field string) (path.Path, bool) {
+	rest, ok := strings.CutPrefix(field, "input.")
+	if !ok || rest == "" {
+		return path.Empty(), false
+	}
+	var p path.Path
+	for i, seg := range strings.Split(rest, ".") {
+		name, idx, _ := strings.Cut(seg, "[")
+		if name == "" {
+			return path.Empty(), false
+		}
+		if i == 0 {
+			p = path.Root(snake(name))
+		} else {
+			p = p.AtName(snake(name))
+		}
+		for idx != "" {
+			n, tail, ok := strings.Cut(idx, "]")
+			k, err := strconv.Atoi(n)
+			if !ok || err != nil {
+				return path.Empty(), false
+			}
+			p = p.AtListIndex(k)
+			idx = strings.TrimPrefix(tail, "[")
+		}
+	}
+	return p, true
+}
+
+// snake is an input field's name in snake_case: diskGiB is disk_gib,
+// peerCidr peer_cidr, readMBps read_mbps.
+func snake(name string) string {
+	for _, unit := range [][2]string{{"GiB", "Gib"}, {"MiB", "Mib"}, {"MBps", "Mbps"}} {
+		name = strings.ReplaceAll(name, unit[0], unit[1])
+	}
+	var b strings.Builder
+	for i, r := range name {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// pollInterval is how often an operation is asked for while it runs.
+const pollInterval = 200 * time.Millisecond
+
+// waitOperation follows operation id until it ends, or ctx does; a FAILED
+// operation is an error with its reason. It returns the VM the operation
+// worked on (empty when none).
+func waitOperation(ctx context.Context, c graphql.Client, id string) (string, error) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		resp, err := api.GetOperation(ctx, c, id)
+		if err != nil {
+			return "", flexctl.AsAPIError("follow operation "+id, err)
+		}
+		op := resp.Operation
+		vm := ""
+		if op.VmId != nil {
+			vm = *op.VmId
+		}
+		switch op.State {
+		case api.OperationStateSucceeded:
+			return vm, nil
+		case api.OperationStateFailed:
+			reason := "no reason given"
+			if op.Error != nil {
+				reason = *op.Error
+			}
+			return vm, fmt.Errorf("operation %s failed at step %s: %s", id, op.Step, reason)
+		}
+		select {
+		case <-ctx.Done():
+			return vm, fmt.Errorf("operation %s still %s at step %s: %w", id, op.State, op.Step, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// optString is v as an optional input (nil when null or unknown).
+func optString(v types.String) *string {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	s := v.ValueString()
+	return &s
+}
+
+// optInt is v as an optional input (nil when null or unknown).
+func optInt(v types.Int64) *int {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	n := int(v.ValueInt64())
+	return &n
+}
+
+// stringOf is an optional answer as a value (null for nil).
+func stringOf(s *string) types.String {
+	if s == nil {
+		return types.StringNull()
+	}
+	return types.StringValue(*s)
+}
+
+// intOf is an optional answer as a value (null for nil).
+func intOf(n *int) types.Int64 {
+	if n == nil {
+		return types.Int64Null()
+	}
+	return types.Int64Value(int64(*n))
+}
+
+// stringsOf is v as a list of strings (nil when null or unknown).
+func stringsOf(ctx context.Context, v types.List, diags *diag.Diagnostics) []string {
+	if v.IsNull() || v.IsUnknown() {
+		return nil
+	}
+	out := []string{}
+	diags.Append(v.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+// listOf is ss as a list value.
+func listOf(ss []string) types.List {
+	vals := make([]attr.Value, 0, len(ss))
+	for _, s := range ss {
+		vals = append(vals, types.StringValue(s))
+	}
+	l, _ := types.ListValue(types.StringType, vals)
+	return l
+}
