@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,16 +27,33 @@ import (
 // TestMain points terraform-plugin-testing at the OpenTofu CLI of `make
 // tofu-bin` and at the provider's source address (registry.opentofu.org,
 // which a configuration's source "flexplane/flexplane" means to tofu).
-// plugin-testing reads these from the process's environment only.
+// plugin-testing reads these from the process's environment only. The
+// CLI reads an empty configuration of the test's own, never the host's.
 func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
 	if bin, err := tofuBin(); err == nil {
+		dir, err := os.MkdirTemp("", "tfprovider")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		cfg := filepath.Join(dir, "tofurc")
+		if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.Setenv("TF_CLI_CONFIG_FILE", cfg)
 		os.Setenv("TF_ACC", "1")
 		os.Setenv("TF_ACC_TERRAFORM_PATH", bin)
 		os.Setenv("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
 		os.Setenv("TF_ACC_PROVIDER_NAMESPACE", "flexplane")
 		os.Setenv("CHECKPOINT_DISABLE", "1")
 	}
-	os.Exit(m.Run())
+	return m.Run()
 }
 
 // TestProviderWithOpenTofu drives the provider with the real OpenTofu CLI
@@ -194,7 +212,7 @@ func testAcceptance(t *testing.T, s *stack) {
 		Steps: []resource.TestStep{
 			{ // refused input: the API's error on the attribute it names
 				Config:      badConfig(endpoint, token),
-				ExpectError: regexp.MustCompile(`(?s)BAD_USER_INPUT.*flexplane_vm.*nics`),
+				ExpectError: regexp.MustCompile(`(?s)create VM: BAD_USER_INPUT.*address = "10\.99\.0\.5".*attribute nics\[0\]\.address`),
 			},
 			{
 				Config: v1,

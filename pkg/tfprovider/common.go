@@ -37,19 +37,30 @@ func (b *base) ImportState(ctx context.Context, req resource.ImportStateRequest,
 
 // addAPIError reports err of op: on the attribute the API names
 // (extensions.field input.nics[0].address is nics[0].address) when it
-// names one of the input, else on the resource.
+// names one of the input, else on the resource. The diagnostic is placed
+// on the top-level attribute and its index (nics[0]): OpenTofu finds the
+// configuration's lines of that, and not of an attribute nested in it.
+// The detail names the whole attribute.
 func addAPIError(diags *diag.Diagnostics, op string, err error) {
 	err = flexctl.AsAPIError(op, err)
 	var ae *flexctl.APIError
-	if errors.As(err, &ae) {
-		if p, ok := fieldPath(ae.Field); ok {
-			diags.AddAttributeError(p, op+": "+ae.Code, ae.Message)
-			return
-		}
-		diags.AddError(op+": "+ae.Code, ae.Message)
+	if !errors.As(err, &ae) {
+		diags.AddError(op, err.Error())
 		return
 	}
-	diags.AddError(op, err.Error())
+	summary := op + ": " + ae.Code
+	p, ok := fieldPath(ae.Field)
+	if !ok {
+		detail := ae.Message
+		if ae.Field != "" {
+			detail += " (" + ae.Field + ")"
+		}
+		diags.AddError(summary, detail)
+		return
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(ae.Field, "input."), ".")
+	top, _ := fieldPath("input." + first)
+	diags.AddAttributeError(top, summary, ae.Message+" (attribute "+p.String()+")")
 }
 
 // isNotFound reports whether err is the API's NOT_FOUND.

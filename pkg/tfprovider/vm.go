@@ -2,6 +2,7 @@ package tfprovider
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/flexplane/flexplane/pkg/flexctl"
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
 )
 
@@ -230,12 +232,12 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 	defer cancel()
 	id := state.ID.ValueString()
 	if !plan.ComputeProfile.Equal(state.ComputeProfile) {
-		out, err := api.ResizeVM(wctx, r.c, api.ResizeVMInput{Id: id, ComputeProfile: plan.ComputeProfile.ValueString(), Reboot: ptr(true)})
+		op, err := r.resize(wctx, id, plan.ComputeProfile.ValueString())
 		if err != nil {
 			addAPIError(&resp.Diagnostics, "resize VM", err)
 			return
 		}
-		if _, err := waitOperation(wctx, r.c, out.ResizeVM.Id); err != nil {
+		if _, err := waitOperation(wctx, r.c, op); err != nil {
 			resp.Diagnostics.AddError("resize VM", err.Error())
 			return
 		}
@@ -260,6 +262,31 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// resizeRetries is how often a resize refused as CONFLICT is tried again:
+// the API refuses a resize whose read of the VM's configuration another
+// write (a security group's firewall, a power action) overtook.
+const resizeRetries = 5
+
+// resize asks resizeVM for the VM's new compute profile, rebooting it when
+// needed, and returns the operation's id.
+func (r *vmResource) resize(ctx context.Context, id, profile string) (string, error) {
+	for i := 0; ; i++ {
+		out, err := api.ResizeVM(ctx, r.c, api.ResizeVMInput{Id: id, ComputeProfile: profile, Reboot: ptr(true)})
+		if err == nil {
+			return out.ResizeVM.Id, nil
+		}
+		var ae *flexctl.APIError
+		if i == resizeRetries || !errors.As(flexctl.AsAPIError("", err), &ae) || ae.Code != "CONFLICT" {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(time.Duration(i+1) * 250 * time.Millisecond):
+		}
+	}
+}
 
 func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m vmModel
