@@ -83,9 +83,10 @@ func TestProviderWithOpenTofu(t *testing.T) {
 	})
 }
 
-// accConfig is the acceptance configuration: the group's description and
-// ports and the VM's compute profile vary between steps.
-func accConfig(endpoint, token, description, ports, profile string) string {
+// providerConfig is the head of the acceptance configurations: the
+// provider from its source address, with the API's endpoint, a token and
+// VDC red.
+func providerConfig(endpoint, token string) string {
 	return fmt.Sprintf(`
 terraform {
   required_providers {
@@ -98,7 +99,13 @@ provider "flexplane" {
   token    = %q
   vdc      = "red"
 }
+`, endpoint, token)
+}
 
+// accConfig is the acceptance configuration: the group's description and
+// ports and the VM's compute profile vary between steps.
+func accConfig(endpoint, token, description, ports, profile string) string {
+	return providerConfig(endpoint, token) + fmt.Sprintf(`
 data "flexplane_zone" "alpha" {
   name = "alpha"
 }
@@ -155,24 +162,12 @@ resource "flexplane_service_account" "ci" {
   name = "ci"
   role = "VIEWER"
 }
-`, endpoint, token, profile, description, ports)
+`, profile, description, ports)
 }
 
 // badConfig asks for a VM whose static address is outside its network.
 func badConfig(endpoint, token string) string {
-	return fmt.Sprintf(`
-terraform {
-  required_providers {
-    flexplane = { source = "flexplane/flexplane" }
-  }
-}
-
-provider "flexplane" {
-  endpoint = %q
-  token    = %q
-  vdc      = "red"
-}
-
+	return providerConfig(endpoint, token) + `
 resource "flexplane_network" "lan" {
   name    = "acc"
   zone    = "alpha"
@@ -192,7 +187,7 @@ resource "flexplane_vm" "bad" {
     { network = flexplane_network.lan.id, address = "10.99.0.5" },
   ]
 }
-`, endpoint, token)
+`
 }
 
 func testAcceptance(t *testing.T, s *stack) {

@@ -96,24 +96,19 @@ func (r *securityGroupResource) Create(ctx context.Context, req resource.CreateR
 }
 
 func (r *securityGroupResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m securityGroupModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.ListSecurityGroups(ctx, r.c)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read security group", err)
-		return
-	}
-	for _, g := range out.SecurityGroups {
-		if g.Id == m.ID.ValueString() {
-			setSecurityGroup(&m, &g.SecurityGroupFields)
-			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-			return
+	readInto(ctx, req, resp, "read security group", func(ctx context.Context, m *securityGroupModel) (bool, error) {
+		out, err := api.ListSecurityGroups(ctx, r.c)
+		if err != nil {
+			return false, err
 		}
-	}
-	resp.State.RemoveResource(ctx)
+		for _, g := range out.SecurityGroups {
+			if g.Id == m.ID.ValueString() {
+				setSecurityGroup(m, &g.SecurityGroupFields)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 func (r *securityGroupResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -134,18 +129,20 @@ func (r *securityGroupResource) Update(ctx context.Context, req resource.UpdateR
 }
 
 func (r *securityGroupResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m securityGroupModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if _, err := api.DeleteSecurityGroup(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete security group", err)
-	}
+	deleteByID(ctx, req, resp, "delete security group", func(ctx context.Context, id string) error {
+		_, err := api.DeleteSecurityGroup(ctx, r.c, id)
+		return err
+	})
 }
 
 // serviceAccountResource is flexplane_service_account: a service account
 // of the VDC and its token (createServiceAccount, VDC ADMIN). The token is
 // known only to the apply that created it (flexplane keeps its hash):
 // an imported account has none.
-type serviceAccountResource struct{ base }
+type serviceAccountResource struct {
+	base
+	replaceOnly
+}
 
 type serviceAccountModel struct {
 	ID        types.String `tfsdk:"id"`
@@ -203,35 +200,24 @@ func setServiceAccount(m *serviceAccountModel, a *api.ServiceAccountFields) {
 }
 
 func (r *serviceAccountResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m serviceAccountModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.ListServiceAccounts(ctx, r.c)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read service account", err)
-		return
-	}
-	for _, a := range out.ServiceAccounts {
-		if a.Id == m.ID.ValueString() {
-			setServiceAccount(&m, &a.ServiceAccountFields)
-			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-			return
+	readInto(ctx, req, resp, "read service account", func(ctx context.Context, m *serviceAccountModel) (bool, error) {
+		out, err := api.ListServiceAccounts(ctx, r.c)
+		if err != nil {
+			return false, err
 		}
-	}
-	resp.State.RemoveResource(ctx)
-}
-
-// Update is never planned: every attribute replaces the account.
-func (r *serviceAccountResource) Update(_ context.Context, _ resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("update service account", "a service account cannot be changed in place")
+		for _, a := range out.ServiceAccounts {
+			if a.Id == m.ID.ValueString() {
+				setServiceAccount(m, &a.ServiceAccountFields)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 func (r *serviceAccountResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m serviceAccountModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if _, err := api.DeleteServiceAccount(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete service account", err)
-	}
+	deleteByID(ctx, req, resp, "delete service account", func(ctx context.Context, id string) error {
+		_, err := api.DeleteServiceAccount(ctx, r.c, id)
+		return err
+	})
 }

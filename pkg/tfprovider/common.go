@@ -210,3 +210,49 @@ func listOf(ss []string) types.List {
 	l, _ := types.ListValue(types.StringType, vals)
 	return l
 }
+
+// replaceOnly is the Update of a resource whose every attribute replaces
+// it: the API changes none of it in place, so no update is ever planned.
+type replaceOnly struct{}
+
+func (replaceOnly) Update(_ context.Context, _ resource.UpdateRequest, resp *resource.UpdateResponse) {
+	resp.Diagnostics.AddError("update", "this resource cannot be changed in place: every change replaces it")
+}
+
+// readInto refreshes the resource's state with lookup, which fills the
+// model from the API and reports whether the object still exists. One
+// that is gone (or NOT_FOUND) is dropped from the state, so that the next
+// plan creates it again.
+func readInto[M any](ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse, op string, lookup func(context.Context, *M) (bool, error)) {
+	var m M
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	found, err := lookup(ctx, &m)
+	if isNotFound(err) {
+		found, err = false, nil
+	}
+	if err != nil {
+		addAPIError(&resp.Diagnostics, op, err)
+		return
+	}
+	if !found {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// deleteByID deletes the object of the state's id with del; NOT_FOUND
+// (deleted outside already) counts as done.
+func deleteByID(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, op string, del func(context.Context, string) error) {
+	var id types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("id"), &id)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if err := del(ctx, id.ValueString()); err != nil && !isNotFound(err) {
+		addAPIError(&resp.Diagnostics, op, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
@@ -33,9 +34,24 @@ func computedInt(desc string) schema.Int64Attribute {
 	return schema.Int64Attribute{Computed: true, Description: desc}
 }
 
-// notFound reports a name the API does not know.
-func notFound(resp *datasource.ReadResponse, what, name string) {
-	resp.Diagnostics.AddError("read "+what, "no "+what+" named "+name)
+// readNamed reads a data source: lookup fills the model (whose name the
+// configuration gives) from the API and reports whether the API knows it.
+func readNamed[M any](ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse, what string, lookup func(context.Context, *M) (bool, error)) {
+	var m M
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	found, err := lookup(ctx, &m)
+	if err != nil {
+		addAPIError(&resp.Diagnostics, "read "+what, err)
+		return
+	}
+	if !found {
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "read "+what, "the API has no "+what+" of that name")
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
 // zoneDataSource is flexplane_zone: zone(name).
@@ -62,22 +78,14 @@ func (d *zoneDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, r
 }
 
 func (d *zoneDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	var m zoneModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.GetZone(ctx, d.c, m.Name.ValueString())
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read zone", err)
-		return
-	}
-	if out.Zone == nil {
-		notFound(resp, "zone", m.Name.ValueString())
-		return
-	}
-	m.ID, m.Status, m.Standalone = types.StringValue(out.Zone.Id), types.StringValue(string(out.Zone.Status)), types.BoolValue(out.Zone.Standalone)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	readNamed(ctx, req, resp, "zone", func(ctx context.Context, m *zoneModel) (bool, error) {
+		out, err := api.GetZone(ctx, d.c, m.Name.ValueString())
+		if err != nil || out.Zone == nil {
+			return false, err
+		}
+		m.ID, m.Status, m.Standalone = types.StringValue(out.Zone.Id), types.StringValue(string(out.Zone.Status)), types.BoolValue(out.Zone.Standalone)
+		return true, nil
+	})
 }
 
 // imageDataSource is flexplane_image: image(name).
@@ -108,24 +116,16 @@ func (d *imageDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, 
 }
 
 func (d *imageDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	var m imageModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.GetImage(ctx, d.c, m.Name.ValueString())
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read image", err)
-		return
-	}
-	if out.Image == nil {
-		notFound(resp, "image", m.Name.ValueString())
-		return
-	}
-	i := out.Image
-	m.Description, m.Version, m.URL = types.StringValue(i.Description), types.StringValue(i.Version), types.StringValue(i.Url)
-	m.Checksum, m.CloudInit = types.StringValue(i.Checksum), types.BoolValue(i.CloudInit)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	readNamed(ctx, req, resp, "image", func(ctx context.Context, m *imageModel) (bool, error) {
+		out, err := api.GetImage(ctx, d.c, m.Name.ValueString())
+		if err != nil || out.Image == nil {
+			return false, err
+		}
+		i := out.Image
+		m.Description, m.Version, m.URL = types.StringValue(i.Description), types.StringValue(i.Version), types.StringValue(i.Url)
+		m.Checksum, m.CloudInit = types.StringValue(i.Checksum), types.BoolValue(i.CloudInit)
+		return true, nil
+	})
 }
 
 // computeProfileDataSource is flexplane_compute_profile: computeProfile(name).
@@ -152,23 +152,15 @@ func (d *computeProfileDataSource) Schema(_ context.Context, _ datasource.Schema
 }
 
 func (d *computeProfileDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	var m computeProfileModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.GetComputeProfile(ctx, d.c, m.Name.ValueString())
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read compute profile", err)
-		return
-	}
-	if out.ComputeProfile == nil {
-		notFound(resp, "compute profile", m.Name.ValueString())
-		return
-	}
-	p := out.ComputeProfile
-	m.Description, m.VCPUs, m.MemoryMiB = types.StringValue(p.Description), types.Int64Value(int64(p.Vcpus)), types.Int64Value(int64(p.MemoryMiB))
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	readNamed(ctx, req, resp, "compute profile", func(ctx context.Context, m *computeProfileModel) (bool, error) {
+		out, err := api.GetComputeProfile(ctx, d.c, m.Name.ValueString())
+		if err != nil || out.ComputeProfile == nil {
+			return false, err
+		}
+		p := out.ComputeProfile
+		m.Description, m.VCPUs, m.MemoryMiB = types.StringValue(p.Description), types.Int64Value(int64(p.Vcpus)), types.Int64Value(int64(p.MemoryMiB))
+		return true, nil
+	})
 }
 
 // storageProfileDataSource is flexplane_storage_profile: storageProfile(name).
@@ -199,27 +191,19 @@ func (d *storageProfileDataSource) Schema(_ context.Context, _ datasource.Schema
 }
 
 func (d *storageProfileDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	var m storageProfileModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.GetStorageProfile(ctx, d.c, m.Name.ValueString())
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read storage profile", err)
-		return
-	}
-	if out.StorageProfile == nil {
-		notFound(resp, "storage profile", m.Name.ValueString())
-		return
-	}
-	p := out.StorageProfile
-	m.Description, m.Tier = types.StringValue(p.Description), types.StringValue(p.Tier)
-	m.ReadMBps, m.WriteMBps = types.Int64Value(int64(p.ReadMBps)), types.Int64Value(int64(p.WriteMBps))
-	zones := make([]attr.Value, 0, len(p.Pools))
-	for _, z := range p.Pools {
-		zones = append(zones, types.StringValue(z.Zone))
-	}
-	m.Zones = types.ListValueMust(types.StringType, zones)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	readNamed(ctx, req, resp, "storage profile", func(ctx context.Context, m *storageProfileModel) (bool, error) {
+		out, err := api.GetStorageProfile(ctx, d.c, m.Name.ValueString())
+		if err != nil || out.StorageProfile == nil {
+			return false, err
+		}
+		p := out.StorageProfile
+		m.Description, m.Tier = types.StringValue(p.Description), types.StringValue(p.Tier)
+		m.ReadMBps, m.WriteMBps = types.Int64Value(int64(p.ReadMBps)), types.Int64Value(int64(p.WriteMBps))
+		zones := make([]attr.Value, 0, len(p.Pools))
+		for _, z := range p.Pools {
+			zones = append(zones, types.StringValue(z.Zone))
+		}
+		m.Zones = types.ListValueMust(types.StringType, zones)
+		return true, nil
+	})
 }

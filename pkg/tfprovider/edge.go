@@ -52,7 +52,10 @@ func optionalReplacingInt(desc string) schema.Int64Attribute {
 // firewallRuleResource is flexplane_firewall_rule: a rule of the VDC's
 // edge gateway in a zone (createFirewallRule). Rules change by
 // replacement.
-type firewallRuleResource struct{ base }
+type firewallRuleResource struct {
+	base
+	replaceOnly
+}
 
 type firewallRuleModel struct {
 	ID          types.String `tfsdk:"id"`
@@ -117,48 +120,33 @@ func setFirewallRule(m *firewallRuleModel, f *api.FirewallRuleFields) {
 }
 
 func (r *firewallRuleResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m firewallRuleModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	found := false
-	err := eachGateway(ctx, r.c, func(g *gateway) bool {
-		for _, f := range g.FirewallRules {
-			if f.Id == m.ID.ValueString() {
-				setFirewallRule(&m, &f.FirewallRuleFields)
-				m.Zone, found = types.StringValue(g.Zone.Name), true
+	readInto(ctx, req, resp, "read firewall rule", func(ctx context.Context, m *firewallRuleModel) (found bool, err error) {
+		err = eachGateway(ctx, r.c, func(g *gateway) bool {
+			for _, f := range g.FirewallRules {
+				if f.Id == m.ID.ValueString() {
+					setFirewallRule(m, &f.FirewallRuleFields)
+					m.Zone, found = types.StringValue(g.Zone.Name), true
+				}
 			}
-		}
-		return found
+			return found
+		})
+		return found, err
 	})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read firewall rule", err)
-		return
-	}
-	if !found {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// Update is never planned: every attribute replaces the rule.
-func (r *firewallRuleResource) Update(_ context.Context, _ resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("update firewall rule", "a firewall rule cannot be changed in place")
 }
 
 func (r *firewallRuleResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m firewallRuleModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if _, err := api.DeleteFirewallRule(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete firewall rule", err)
-	}
+	deleteByID(ctx, req, resp, "delete firewall rule", func(ctx context.Context, id string) error {
+		_, err := api.DeleteFirewallRule(ctx, r.c, id)
+		return err
+	})
 }
 
 // portForwardResource is flexplane_port_forward: a public port of the
 // VDC's edge gateway forwarded to a VM's port (createPortForward).
-type portForwardResource struct{ base }
+type portForwardResource struct {
+	base
+	replaceOnly
+}
 
 type portForwardModel struct {
 	ID            types.String `tfsdk:"id"`
@@ -211,48 +199,33 @@ func setPortForward(m *portForwardModel, f *api.PortForwardFields) {
 }
 
 func (r *portForwardResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m portForwardModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	found := false
-	err := eachGateway(ctx, r.c, func(g *gateway) bool {
-		for _, f := range g.PortForwards {
-			if f.Id == m.ID.ValueString() {
-				setPortForward(&m, &f.PortForwardFields)
-				found = true
+	readInto(ctx, req, resp, "read port forward", func(ctx context.Context, m *portForwardModel) (found bool, err error) {
+		err = eachGateway(ctx, r.c, func(g *gateway) bool {
+			for _, f := range g.PortForwards {
+				if f.Id == m.ID.ValueString() {
+					setPortForward(m, &f.PortForwardFields)
+					found = true
+				}
 			}
-		}
-		return found
+			return found
+		})
+		return found, err
 	})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read port forward", err)
-		return
-	}
-	if !found {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// Update is never planned: every attribute replaces the port forward.
-func (r *portForwardResource) Update(_ context.Context, _ resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("update port forward", "a port forward cannot be changed in place")
 }
 
 func (r *portForwardResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m portForwardModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if _, err := api.DeletePortForward(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete port forward", err)
-	}
+	deleteByID(ctx, req, resp, "delete port forward", func(ctx context.Context, id string) error {
+		_, err := api.DeletePortForward(ctx, r.c, id)
+		return err
+	})
 }
 
 // oneToOneResource is flexplane_one_to_one_address: a public address of a
 // VM's own, both ways (createOneToOneAddress).
-type oneToOneResource struct{ base }
+type oneToOneResource struct {
+	base
+	replaceOnly
+}
 
 type oneToOneModel struct {
 	ID            types.String `tfsdk:"id"`
@@ -292,40 +265,22 @@ func (r *oneToOneResource) Create(ctx context.Context, req resource.CreateReques
 }
 
 func (r *oneToOneResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m oneToOneModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	found := false
-	err := eachGateway(ctx, r.c, func(g *gateway) bool {
-		for _, f := range g.OneToOneAddresses {
-			if f.Id == m.ID.ValueString() {
-				m.VMID, m.PublicAddress, found = types.StringValue(f.VmId), types.StringValue(f.PublicAddress), true
+	readInto(ctx, req, resp, "read 1:1 address", func(ctx context.Context, m *oneToOneModel) (found bool, err error) {
+		err = eachGateway(ctx, r.c, func(g *gateway) bool {
+			for _, f := range g.OneToOneAddresses {
+				if f.Id == m.ID.ValueString() {
+					m.VMID, m.PublicAddress, found = types.StringValue(f.VmId), types.StringValue(f.PublicAddress), true
+				}
 			}
-		}
-		return found
+			return found
+		})
+		return found, err
 	})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read 1:1 address", err)
-		return
-	}
-	if !found {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// Update is never planned: every attribute replaces the address.
-func (r *oneToOneResource) Update(_ context.Context, _ resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("update 1:1 address", "a 1:1 address cannot be changed in place")
 }
 
 func (r *oneToOneResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m oneToOneModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if _, err := api.DeleteOneToOneAddress(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete 1:1 address", err)
-	}
+	deleteByID(ctx, req, resp, "delete 1:1 address", func(ctx context.Context, id string) error {
+		_, err := api.DeleteOneToOneAddress(ctx, r.c, id)
+		return err
+	})
 }

@@ -14,7 +14,10 @@ import (
 
 // networkResource is flexplane_network: createNetwork. The API changes no
 // network in place, so every change replaces it.
-type networkResource struct{ base }
+type networkResource struct {
+	base
+	replaceOnly
+}
 
 type networkModel struct {
 	ID      types.String `tfsdk:"id"`
@@ -96,44 +99,22 @@ func setNetwork(m *networkModel, n *api.NetworkFields) {
 }
 
 func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.GetNetwork(ctx, r.c, m.ID.ValueString())
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "read network", err)
-		return
-	}
-	var n *api.GetNetworkNodeNetwork
-	if out.Node != nil {
-		n, _ = (*out.Node).(*api.GetNetworkNodeNetwork)
-	}
-	if n == nil {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	setNetwork(&m, &n.NetworkFields)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-}
-
-// Update is never planned: every attribute replaces the network.
-func (r *networkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("update network", "a network cannot be changed in place")
+	readInto(ctx, req, resp, "read network", func(ctx context.Context, m *networkModel) (bool, error) {
+		out, err := api.GetNetwork(ctx, r.c, m.ID.ValueString())
+		if err != nil || out.Node == nil {
+			return false, err
+		}
+		n, ok := (*out.Node).(*api.GetNetworkNodeNetwork)
+		if ok && n != nil {
+			setNetwork(m, &n.NetworkFields)
+		}
+		return ok && n != nil, nil
+	})
 }
 
 func (r *networkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m networkModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	if _, err := api.DeleteNetwork(ctx, r.c, m.ID.ValueString()); err != nil && !isNotFound(err) {
-		addAPIError(&resp.Diagnostics, "delete network", err)
-	}
+	deleteByID(ctx, req, resp, "delete network", func(ctx context.Context, id string) error {
+		_, err := api.DeleteNetwork(ctx, r.c, id)
+		return err
+	})
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
@@ -140,8 +139,8 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 		return
 	}
 	m.ID = types.StringValue(id)
-	if _, d := r.read(ctx, &m); d.HasError() {
-		resp.Diagnostics.Append(d...)
+	if _, err := r.read(ctx, &m); err != nil {
+		addAPIError(&resp.Diagnostics, "read VM", err)
 	}
 	// A VM that exists is kept in the state even when its create failed, so
 	// that it is tainted and replaced rather than forgotten.
@@ -159,14 +158,13 @@ func errText(err error) string {
 }
 
 // read fills m from the API; found is false when the VM is gone.
-func (r *vmResource) read(ctx context.Context, m *vmModel) (found bool, diags diag.Diagnostics) {
+func (r *vmResource) read(ctx context.Context, m *vmModel) (found bool, err error) {
 	out, err := api.GetVMResource(ctx, r.c, m.ID.ValueString())
 	if isNotFound(err) || (err == nil && out.Vm == nil) {
 		return false, nil
 	}
 	if err != nil {
-		addAPIError(&diags, "read VM", err)
-		return false, diags
+		return false, err
 	}
 	v := out.Vm
 	m.Name, m.Zone, m.Status = types.StringValue(v.Name), types.StringValue(v.Zone.Name), types.StringValue(string(v.Status))
@@ -202,21 +200,7 @@ func (r *vmResource) read(ctx context.Context, m *vmModel) (found bool, diags di
 }
 
 func (r *vmResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var m vmModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	found, d := r.read(ctx, &m)
-	resp.Diagnostics.Append(d...)
-	if d.HasError() {
-		return
-	}
-	if !found {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	readInto(ctx, req, resp, "read VM", r.read)
 }
 
 func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -253,9 +237,11 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 		}
 	}
 	plan.ID = state.ID
-	found, d := r.read(ctx, &plan)
-	resp.Diagnostics.Append(d...)
-	if !found && !d.HasError() {
+	found, err := r.read(ctx, &plan)
+	switch {
+	case err != nil:
+		addAPIError(&resp.Diagnostics, "read VM", err)
+	case !found:
 		resp.Diagnostics.AddError("update VM", "the VM "+id+" is gone")
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
