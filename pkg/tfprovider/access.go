@@ -80,19 +80,15 @@ func setSecurityGroup(m *securityGroupModel, g *api.SecurityGroupFields) {
 }
 
 func (r *securityGroupResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m securityGroupModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreateSecurityGroup(ctx, r.c, api.CreateSecurityGroupInput{Name: m.Name.ValueString(),
-		Description: optString(m.Description), Rules: r.rules(&m)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create security group", err)
-		return
-	}
-	setSecurityGroup(&m, &out.CreateSecurityGroup.SecurityGroupFields)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create security group", func(ctx context.Context, m *securityGroupModel) error {
+		out, err := api.CreateSecurityGroup(ctx, r.c, api.CreateSecurityGroupInput{Name: m.Name.ValueString(),
+			Description: optString(m.Description), Rules: r.rules(m)})
+		if err != nil {
+			return err
+		}
+		setSecurityGroup(m, &out.CreateSecurityGroup.SecurityGroupFields)
+		return nil
+	})
 }
 
 func (r *securityGroupResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -174,20 +170,16 @@ func (r *serviceAccountResource) Schema(_ context.Context, _ resource.SchemaRequ
 }
 
 func (r *serviceAccountResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m serviceAccountModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreateServiceAccount(ctx, r.c, api.CreateServiceAccountInput{Name: m.Name.ValueString(),
-		Role: api.VDCRole(m.Role.ValueString()), ExpiresAt: optString(m.ExpiresAt)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create service account", err)
-		return
-	}
-	setServiceAccount(&m, &out.CreateServiceAccount.ServiceAccount.ServiceAccountFields)
-	m.Token = types.StringValue(out.CreateServiceAccount.Token)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create service account", func(ctx context.Context, m *serviceAccountModel) error {
+		out, err := api.CreateServiceAccount(ctx, r.c, api.CreateServiceAccountInput{Name: m.Name.ValueString(),
+			Role: api.VDCRole(m.Role.ValueString()), ExpiresAt: optString(m.ExpiresAt)})
+		if err != nil {
+			return err
+		}
+		setServiceAccount(m, &out.CreateServiceAccount.ServiceAccount.ServiceAccountFields)
+		m.Token = types.StringValue(out.CreateServiceAccount.Token)
+		return nil
+	})
 }
 
 func setServiceAccount(m *serviceAccountModel, a *api.ServiceAccountFields) {

@@ -256,3 +256,18 @@ func deleteByID(ctx context.Context, req resource.DeleteRequest, resp *resource.
 		addAPIError(&resp.Diagnostics, op, err)
 	}
 }
+
+// createWith creates the resource of the plan with create, which calls
+// the API and fills the model from its answer.
+func createWith[M any](ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse, op string, create func(context.Context, *M) error) {
+	var m M
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if err := create(ctx, &m); err != nil {
+		addAPIError(&resp.Diagnostics, op, err)
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}

@@ -96,21 +96,17 @@ func (r *firewallRuleResource) Schema(_ context.Context, _ resource.SchemaReques
 }
 
 func (r *firewallRuleResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m firewallRuleModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreateFirewallRule(ctx, r.c, api.CreateFirewallRuleInput{Zone: m.Zone.ValueString(),
-		Direction: api.FirewallDirection(m.Direction.ValueString()), Protocol: api.FirewallProtocol(m.Protocol.ValueString()),
-		FromPort: optInt(m.FromPort), ToPort: optInt(m.ToPort), Source: optString(m.Source), Destination: optString(m.Destination),
-		Action: api.FirewallAction(m.Action.ValueString()), Position: optInt(m.Position), Description: optString(m.Description)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create firewall rule", err)
-		return
-	}
-	setFirewallRule(&m, &out.CreateFirewallRule.FirewallRuleFields)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create firewall rule", func(ctx context.Context, m *firewallRuleModel) error {
+		out, err := api.CreateFirewallRule(ctx, r.c, api.CreateFirewallRuleInput{Zone: m.Zone.ValueString(),
+			Direction: api.FirewallDirection(m.Direction.ValueString()), Protocol: api.FirewallProtocol(m.Protocol.ValueString()),
+			FromPort: optInt(m.FromPort), ToPort: optInt(m.ToPort), Source: optString(m.Source), Destination: optString(m.Destination),
+			Action: api.FirewallAction(m.Action.ValueString()), Position: optInt(m.Position), Description: optString(m.Description)})
+		if err != nil {
+			return err
+		}
+		setFirewallRule(m, &out.CreateFirewallRule.FirewallRuleFields)
+		return nil
+	})
 }
 
 func setFirewallRule(m *firewallRuleModel, f *api.FirewallRuleFields) {
@@ -176,20 +172,16 @@ func (r *portForwardResource) Schema(_ context.Context, _ resource.SchemaRequest
 }
 
 func (r *portForwardResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m portForwardModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreatePortForward(ctx, r.c, api.CreatePortForwardInput{VmId: m.VMID.ValueString(),
-		Protocol: api.PortForwardProtocol(m.Protocol.ValueString()), PublicPort: int(m.PublicPort.ValueInt64()),
-		TargetPort: int(m.TargetPort.ValueInt64()), PublicAddress: optString(m.PublicAddress)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create port forward", err)
-		return
-	}
-	setPortForward(&m, &out.CreatePortForward.PortForwardFields)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create port forward", func(ctx context.Context, m *portForwardModel) error {
+		out, err := api.CreatePortForward(ctx, r.c, api.CreatePortForwardInput{VmId: m.VMID.ValueString(),
+			Protocol: api.PortForwardProtocol(m.Protocol.ValueString()), PublicPort: int(m.PublicPort.ValueInt64()),
+			TargetPort: int(m.TargetPort.ValueInt64()), PublicAddress: optString(m.PublicAddress)})
+		if err != nil {
+			return err
+		}
+		setPortForward(m, &out.CreatePortForward.PortForwardFields)
+		return nil
+	})
 }
 
 func setPortForward(m *portForwardModel, f *api.PortForwardFields) {
@@ -249,19 +241,15 @@ func (r *oneToOneResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 }
 
 func (r *oneToOneResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m oneToOneModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreateOneToOneAddress(ctx, r.c, api.CreateOneToOneAddressInput{VmId: m.VMID.ValueString(), PublicAddress: optString(m.PublicAddress)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create 1:1 address", err)
-		return
-	}
-	f := out.CreateOneToOneAddress
-	m.ID, m.VMID, m.PublicAddress = types.StringValue(f.Id), types.StringValue(f.VmId), types.StringValue(f.PublicAddress)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create 1:1 address", func(ctx context.Context, m *oneToOneModel) error {
+		out, err := api.CreateOneToOneAddress(ctx, r.c, api.CreateOneToOneAddressInput{VmId: m.VMID.ValueString(), PublicAddress: optString(m.PublicAddress)})
+		if err != nil {
+			return err
+		}
+		f := out.CreateOneToOneAddress
+		m.ID, m.VMID, m.PublicAddress = types.StringValue(f.Id), types.StringValue(f.VmId), types.StringValue(f.PublicAddress)
+		return nil
+	})
 }
 
 func (r *oneToOneResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {

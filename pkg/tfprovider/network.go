@@ -78,19 +78,15 @@ func (r *networkResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 }
 
 func (r *networkResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
-	var m networkModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	out, err := api.CreateNetwork(ctx, r.c, api.CreateNetworkInput{Name: m.Name.ValueString(), Zone: m.Zone.ValueString(),
-		Cidr: m.CIDR.ValueString(), Gateway: m.Gateway.ValueString()})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create network", err)
-		return
-	}
-	setNetwork(&m, &out.CreateNetwork.NetworkFields)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	createWith(ctx, req, resp, "create network", func(ctx context.Context, m *networkModel) error {
+		out, err := api.CreateNetwork(ctx, r.c, api.CreateNetworkInput{Name: m.Name.ValueString(), Zone: m.Zone.ValueString(),
+			Cidr: m.CIDR.ValueString(), Gateway: m.Gateway.ValueString()})
+		if err != nil {
+			return err
+		}
+		setNetwork(m, &out.CreateNetwork.NetworkFields)
+		return nil
+	})
 }
 
 func setNetwork(m *networkModel, n *api.NetworkFields) {
