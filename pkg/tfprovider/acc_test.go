@@ -209,6 +209,17 @@ func testAcceptance(t *testing.T, s *stack) {
 				Config:      badConfig(endpoint, token),
 				ExpectError: regexp.MustCompile(`(?s)create VM: BAD_USER_INPUT.*address = "10\.99\.0\.5".*attribute nics\[0\]\.address`),
 			},
+			{ // managed Kubernetes reaches the API: this harness has no management cluster
+				Config: providerConfig(endpoint, token) + `
+resource "flexplane_kubernetes_cluster" "k" {
+  name    = "k"
+  zone    = "alpha"
+  version = "v1.34.0"
+  network = "none"
+}
+`,
+				ExpectError: regexp.MustCompile(`create Kubernetes cluster: UNAVAILABLE`),
+			},
 			{
 				Config: v1,
 				Check: resource.ComposeAggregateTestCheckFunc(

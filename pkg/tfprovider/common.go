@@ -123,38 +123,54 @@ func snake(name string) string {
 // pollInterval is how often an operation is asked for while it runs.
 const pollInterval = 200 * time.Millisecond
 
-// waitOperation follows operation id until it ends, or ctx does; a FAILED
-// operation is an error with its reason. It returns the VM the operation
-// worked on (empty when none).
-func waitOperation(ctx context.Context, c graphql.Client, id string) (string, error) {
-	t := time.NewTicker(pollInterval)
+// waitFor asks done every interval until it reports true or fails, or
+// ctx ends (an error naming what was awaited).
+func waitFor(ctx context.Context, interval time.Duration, what string, done func(context.Context) (bool, error)) error {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		resp, err := api.GetOperation(ctx, c, id)
-		if err != nil {
-			return "", flexctl.AsAPIError("follow operation "+id, err)
-		}
-		op := resp.Operation
-		vm := ""
-		if op.VmId != nil {
-			vm = *op.VmId
-		}
-		switch op.State {
-		case api.OperationStateSucceeded:
-			return vm, nil
-		case api.OperationStateFailed:
-			reason := "no reason given"
-			if op.Error != nil {
-				reason = *op.Error
-			}
-			return vm, fmt.Errorf("operation %s failed at step %s: %s", id, op.Step, reason)
+		ok, err := done(ctx)
+		if err != nil || ok {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return vm, fmt.Errorf("operation %s still %s at step %s: %w", id, op.State, op.Step, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// waitOperation follows operation id until it ends, or ctx does; a FAILED
+// operation is an error with its reason. It returns the VM the operation
+// worked on (empty when none).
+func waitOperation(ctx context.Context, c graphql.Client, id string) (vm string, err error) {
+	var last api.OperationFields
+	err = waitFor(ctx, pollInterval, "operation "+id, func(ctx context.Context) (bool, error) {
+		resp, err := api.GetOperation(ctx, c, id)
+		if err != nil {
+			return false, flexctl.AsAPIError("follow operation "+id, err)
+		}
+		last = resp.Operation.OperationFields
+		if last.VmId != nil {
+			vm = *last.VmId
+		}
+		switch last.State {
+		case api.OperationStateSucceeded:
+			return true, nil
+		case api.OperationStateFailed:
+			reason := "no reason given"
+			if last.Error != nil {
+				reason = *last.Error
+			}
+			return false, fmt.Errorf("operation %s failed at step %s: %s", id, last.Step, reason)
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("operation %s still %s at step %s: %w", id, last.State, last.Step, err)
+	}
+	return vm, err
 }
 
 // optString is v as an optional input (nil when null or unknown).

@@ -426,6 +426,169 @@ func (v *CreateKubernetesClusterInput) GetServiceCidr() *string { return v.Servi
 // GetPodCidr returns CreateKubernetesClusterInput.PodCidr, and is useful for accessing the field via an interface.
 func (v *CreateKubernetesClusterInput) GetPodCidr() *string { return v.PodCidr }
 
+// CreateKubernetesClusterResourceCreateKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type CreateKubernetesClusterResourceCreateKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns CreateKubernetesClusterResourceCreateKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns CreateKubernetesClusterResourceCreateKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns CreateKubernetesClusterResourceCreateKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns CreateKubernetesClusterResourceCreateKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns CreateKubernetesClusterResourceCreateKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns CreateKubernetesClusterResourceCreateKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns CreateKubernetesClusterResourceCreateKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns CreateKubernetesClusterResourceCreateKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns CreateKubernetesClusterResourceCreateKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns CreateKubernetesClusterResourceCreateKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns CreateKubernetesClusterResourceCreateKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateKubernetesClusterResourceCreateKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateKubernetesClusterResourceCreateKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateKubernetesClusterResourceCreateKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) __premarshalJSON() (*__premarshalCreateKubernetesClusterResourceCreateKubernetesCluster, error) {
+	var retval __premarshalCreateKubernetesClusterResourceCreateKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
+	return &retval, nil
+}
+
+// CreateKubernetesClusterResourceResponse is returned by CreateKubernetesClusterResource on success.
+type CreateKubernetesClusterResourceResponse struct {
+	// Creates a Kubernetes cluster without node pools: its hosted control plane
+	// starts at once (phase PROVISIONING until its API server serves). Its
+	// endpoint is a port of the network's gateway address, which the VDC's edge
+	// gateway in the zone forwards to the API server; the gateway is made with
+	// the cluster when the VDC has none there (an address of the zone's pool).
+	// BAD_USER_INPUT (with extensions.field) for a bad name, a version not
+	// offered, an unknown zone (a zone dedicated to other VDCs is one), a zone
+	// without an external network or bad CIDRs (input.serviceCidr,
+	// input.podCidr: not an IPv4 prefix, out of bounds, overlapping each other
+	// or the network); NOT_FOUND (extensions.field input.network) for a
+	// network the VDC does not have in the zone; QUOTA_EXCEEDED
+	// (extensions.field quotas.kubernetesClusters or quotas.publicAddresses)
+	// when the VDC has as many clusters as its kubernetesClusters quota
+	// allows, or the gateway's address would exceed its publicAddresses
+	// quota; CONFLICT for a name the VDC uses already. A refused create
+	// changes nothing.
+	CreateKubernetesCluster CreateKubernetesClusterResourceCreateKubernetesCluster `json:"createKubernetesCluster"`
+}
+
+// GetCreateKubernetesCluster returns CreateKubernetesClusterResourceResponse.CreateKubernetesCluster, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceResponse) GetCreateKubernetesCluster() CreateKubernetesClusterResourceCreateKubernetesCluster {
+	return v.CreateKubernetesCluster
+}
+
 // CreateKubernetesClusterResponse is returned by CreateKubernetesCluster on success.
 type CreateKubernetesClusterResponse struct {
 	// Creates a Kubernetes cluster without node pools: its hosted control plane
@@ -738,6 +901,184 @@ type CreateNetworkResponse struct {
 
 // GetCreateNetwork returns CreateNetworkResponse.CreateNetwork, and is useful for accessing the field via an interface.
 func (v *CreateNetworkResponse) GetCreateNetwork() CreateNetworkCreateNetwork { return v.CreateNetwork }
+
+// CreateNodePoolCreateNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type CreateNodePoolCreateNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns CreateNodePoolCreateNodePool.Id, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns CreateNodePoolCreateNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns CreateNodePoolCreateNodePool.Name, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns CreateNodePoolCreateNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetComputeProfile() string {
+	return v.NodePoolFields.ComputeProfile
+}
+
+// GetStorageProfile returns CreateNodePoolCreateNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetStorageProfile() string {
+	return v.NodePoolFields.StorageProfile
+}
+
+// GetSize returns CreateNodePoolCreateNodePool.Size, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns CreateNodePoolCreateNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns CreateNodePoolCreateNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns CreateNodePoolCreateNodePool.Version, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns CreateNodePoolCreateNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns CreateNodePoolCreateNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *CreateNodePoolCreateNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateNodePoolCreateNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateNodePoolCreateNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateNodePoolCreateNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *CreateNodePoolCreateNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateNodePoolCreateNodePool) __premarshalJSON() (*__premarshalCreateNodePoolCreateNodePool, error) {
+	var retval __premarshalCreateNodePoolCreateNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
+
+// A new node pool.
+type CreateNodePoolInput struct {
+	// The id of the cluster.
+	Cluster string `json:"cluster"`
+	// The pool's name in its cluster: 1 to 20 of a-z, 0-9 and '-', starting with a letter.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The number of workers (0 to 10).
+	Size int `json:"size"`
+	// Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix).
+	Labels []NodeLabelInput `json:"labels"`
+	// Node taints of the workers (at most 32).
+	Taints []NodeTaintInput `json:"taints"`
+}
+
+// GetCluster returns CreateNodePoolInput.Cluster, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetCluster() string { return v.Cluster }
+
+// GetName returns CreateNodePoolInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetName() string { return v.Name }
+
+// GetComputeProfile returns CreateNodePoolInput.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetComputeProfile() string { return v.ComputeProfile }
+
+// GetStorageProfile returns CreateNodePoolInput.StorageProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetStorageProfile() string { return v.StorageProfile }
+
+// GetSize returns CreateNodePoolInput.Size, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetSize() int { return v.Size }
+
+// GetLabels returns CreateNodePoolInput.Labels, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetLabels() []NodeLabelInput { return v.Labels }
+
+// GetTaints returns CreateNodePoolInput.Taints, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetTaints() []NodeTaintInput { return v.Taints }
+
+// CreateNodePoolResponse is returned by CreateNodePool on success.
+type CreateNodePoolResponse struct {
+	// Adds a node pool to a cluster; its workers are created in the
+	// background. BAD_USER_INPUT (with extensions.field) for a bad name, a size
+	// outside 0 to 10, an unknown compute or storage profile, bad labels or
+	// taints; NOT_FOUND for a cluster the VDC does not have; QUOTA_EXCEEDED when
+	// the workers would not fit the VDC's quota; CONFLICT for a pool name the
+	// cluster has. A refused create changes nothing.
+	CreateNodePool CreateNodePoolCreateNodePool `json:"createNodePool"`
+}
+
+// GetCreateNodePool returns CreateNodePoolResponse.CreateNodePool, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolResponse) GetCreateNodePool() CreateNodePoolCreateNodePool {
+	return v.CreateNodePool
+}
 
 // CreateOneToOneAddressCreateOneToOneAddress includes the requested fields of the GraphQL type OneToOneAddress.
 // The GraphQL type's documentation follows.
@@ -1662,6 +2003,29 @@ func (v *DeleteNetworkResponse) GetDeleteNetwork() DeleteNetworkDeleteNetworkDel
 	return v.DeleteNetwork
 }
 
+// DeleteNodePoolDeleteNodePoolDeletedNodePool includes the requested fields of the GraphQL type DeletedNodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool being deleted.
+type DeleteNodePoolDeleteNodePoolDeletedNodePool struct {
+	// The pool's id.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteNodePoolDeleteNodePoolDeletedNodePool.Id, and is useful for accessing the field via an interface.
+func (v *DeleteNodePoolDeleteNodePoolDeletedNodePool) GetId() string { return v.Id }
+
+// DeleteNodePoolResponse is returned by DeleteNodePool on success.
+type DeleteNodePoolResponse struct {
+	// Deletes a node pool; its workers' VMs are deleted in the background.
+	DeleteNodePool DeleteNodePoolDeleteNodePoolDeletedNodePool `json:"deleteNodePool"`
+}
+
+// GetDeleteNodePool returns DeleteNodePoolResponse.DeleteNodePool, and is useful for accessing the field via an interface.
+func (v *DeleteNodePoolResponse) GetDeleteNodePool() DeleteNodePoolDeleteNodePoolDeletedNodePool {
+	return v.DeleteNodePool
+}
+
 // DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress includes the requested fields of the GraphQL type DeletedOneToOneAddress.
 // The GraphQL type's documentation follows.
 //
@@ -2235,6 +2599,154 @@ func (v *GetKubernetesClusterKubernetesCluster) __premarshalJSON() (*__premarsha
 	return &retval, nil
 }
 
+// GetKubernetesClusterResourceKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type GetKubernetesClusterResourceKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns GetKubernetesClusterResourceKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns GetKubernetesClusterResourceKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns GetKubernetesClusterResourceKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns GetKubernetesClusterResourceKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns GetKubernetesClusterResourceKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns GetKubernetesClusterResourceKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns GetKubernetesClusterResourceKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns GetKubernetesClusterResourceKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns GetKubernetesClusterResourceKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns GetKubernetesClusterResourceKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns GetKubernetesClusterResourceKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetKubernetesClusterResourceKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetKubernetesClusterResourceKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetKubernetesClusterResourceKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) __premarshalJSON() (*__premarshalGetKubernetesClusterResourceKubernetesCluster, error) {
+	var retval __premarshalGetKubernetesClusterResourceKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
+	return &retval, nil
+}
+
+// GetKubernetesClusterResourceResponse is returned by GetKubernetesClusterResource on success.
+type GetKubernetesClusterResourceResponse struct {
+	// One Kubernetes cluster of the current VDC; NOT_FOUND for any other.
+	KubernetesCluster GetKubernetesClusterResourceKubernetesCluster `json:"kubernetesCluster"`
+}
+
+// GetKubernetesCluster returns GetKubernetesClusterResourceResponse.KubernetesCluster, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceResponse) GetKubernetesCluster() GetKubernetesClusterResourceKubernetesCluster {
+	return v.KubernetesCluster
+}
+
 // GetKubernetesClusterResponse is returned by GetKubernetesCluster on success.
 type GetKubernetesClusterResponse struct {
 	// One Kubernetes cluster of the current VDC; NOT_FOUND for any other.
@@ -2695,6 +3207,134 @@ func (v *GetNetworkResponse) __premarshalJSON() (*__premarshalGetNetworkResponse
 	}
 	return &retval, nil
 }
+
+// GetNodePoolNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type GetNodePoolNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns GetNodePoolNodePool.Id, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns GetNodePoolNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns GetNodePoolNodePool.Name, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns GetNodePoolNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetComputeProfile() string { return v.NodePoolFields.ComputeProfile }
+
+// GetStorageProfile returns GetNodePoolNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetStorageProfile() string { return v.NodePoolFields.StorageProfile }
+
+// GetSize returns GetNodePoolNodePool.Size, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns GetNodePoolNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns GetNodePoolNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns GetNodePoolNodePool.Version, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns GetNodePoolNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns GetNodePoolNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *GetNodePoolNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetNodePoolNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetNodePoolNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetNodePoolNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *GetNodePoolNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetNodePoolNodePool) __premarshalJSON() (*__premarshalGetNodePoolNodePool, error) {
+	var retval __premarshalGetNodePoolNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
+
+// GetNodePoolResponse is returned by GetNodePool on success.
+type GetNodePoolResponse struct {
+	// One node pool of a Kubernetes cluster of the current VDC; NOT_FOUND for any other.
+	NodePool GetNodePoolNodePool `json:"nodePool"`
+}
+
+// GetNodePool returns GetNodePoolResponse.NodePool, and is useful for accessing the field via an interface.
+func (v *GetNodePoolResponse) GetNodePool() GetNodePoolNodePool { return v.NodePool }
 
 // GetOperationOperation includes the requested fields of the GraphQL type Operation.
 // The GraphQL type's documentation follows.
@@ -3374,6 +4014,84 @@ var AllKubernetesClusterPhase = []KubernetesClusterPhase{
 	KubernetesClusterPhaseFailed,
 	KubernetesClusterPhaseUnknown,
 }
+
+// KubernetesClusterResourceFields includes the GraphQL fields of KubernetesCluster requested by the fragment KubernetesClusterResourceFields.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type KubernetesClusterResourceFields struct {
+	// The cluster's id.
+	Id string `json:"id"`
+	// The cluster's name in its VDC.
+	Name string `json:"name"`
+	// The zone its workers run in.
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+	// The id of the VDC network the workers are on.
+	NetworkId string `json:"networkId"`
+	// The Kubernetes version asked for.
+	Version string `json:"version"`
+	// The Kubernetes version the control plane's API server runs (null until it runs).
+	RunningVersion *string `json:"runningVersion"`
+	// The Service range of the cluster, CIDR.
+	ServiceCidr string `json:"serviceCidr"`
+	// The Pod range of the cluster, CIDR.
+	PodCidr string `json:"podCidr"`
+	// host:port of the cluster's API server for its workers: a port of its
+	// network's gateway address, forwarded by the VDC's edge gateway (null
+	// until known).
+	Endpoint *string `json:"endpoint"`
+	// Where the cluster is in its life.
+	Phase KubernetesClusterPhase `json:"phase"`
+	// Whether every component of the hosted control plane is ready.
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+// GetId returns KubernetesClusterResourceFields.Id, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetId() string { return v.Id }
+
+// GetName returns KubernetesClusterResourceFields.Name, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetName() string { return v.Name }
+
+// GetZone returns KubernetesClusterResourceFields.Zone, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.Zone
+}
+
+// GetNetworkId returns KubernetesClusterResourceFields.NetworkId, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetNetworkId() string { return v.NetworkId }
+
+// GetVersion returns KubernetesClusterResourceFields.Version, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetVersion() string { return v.Version }
+
+// GetRunningVersion returns KubernetesClusterResourceFields.RunningVersion, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetRunningVersion() *string { return v.RunningVersion }
+
+// GetServiceCidr returns KubernetesClusterResourceFields.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetServiceCidr() string { return v.ServiceCidr }
+
+// GetPodCidr returns KubernetesClusterResourceFields.PodCidr, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetPodCidr() string { return v.PodCidr }
+
+// GetEndpoint returns KubernetesClusterResourceFields.Endpoint, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetEndpoint() *string { return v.Endpoint }
+
+// GetPhase returns KubernetesClusterResourceFields.Phase, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetPhase() KubernetesClusterPhase { return v.Phase }
+
+// GetControlPlaneReady returns KubernetesClusterResourceFields.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetControlPlaneReady() bool { return v.ControlPlaneReady }
+
+// KubernetesClusterResourceFieldsZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type KubernetesClusterResourceFieldsZone struct {
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+}
+
+// GetName returns KubernetesClusterResourceFieldsZone.Name, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFieldsZone) GetName() string { return v.Name }
 
 // ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection includes the requested fields of the GraphQL type EdgeGatewayConnection.
 // The GraphQL type's documentation follows.
@@ -5012,6 +5730,140 @@ type NetworkFieldsZone struct {
 // GetName returns NetworkFieldsZone.Name, and is useful for accessing the field via an interface.
 func (v *NetworkFieldsZone) GetName() string { return v.Name }
 
+// A node label.
+type NodeLabelInput struct {
+	// The label's key (a qualified name).
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// GetKey returns NodeLabelInput.Key, and is useful for accessing the field via an interface.
+func (v *NodeLabelInput) GetKey() string { return v.Key }
+
+// GetValue returns NodeLabelInput.Value, and is useful for accessing the field via an interface.
+func (v *NodeLabelInput) GetValue() string { return v.Value }
+
+// NodePoolFields includes the GraphQL fields of NodePool requested by the fragment NodePoolFields.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type NodePoolFields struct {
+	// The pool's id.
+	Id string `json:"id"`
+	// The id of the pool's cluster.
+	ClusterId string `json:"clusterId"`
+	// The pool's name in its cluster.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The desired number of workers.
+	Size int `json:"size"`
+	// How many workers exist (being created, running or being deleted).
+	Workers int `json:"workers"`
+	// How many workers run.
+	ReadyWorkers int `json:"readyWorkers"`
+	// The Kubernetes version the pool's workers run, or are being moved to.
+	Version string `json:"version"`
+	// The workers' node labels, sorted by key.
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+	// The workers' node taints.
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+// GetId returns NodePoolFields.Id, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetId() string { return v.Id }
+
+// GetClusterId returns NodePoolFields.ClusterId, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetClusterId() string { return v.ClusterId }
+
+// GetName returns NodePoolFields.Name, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetName() string { return v.Name }
+
+// GetComputeProfile returns NodePoolFields.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetComputeProfile() string { return v.ComputeProfile }
+
+// GetStorageProfile returns NodePoolFields.StorageProfile, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetStorageProfile() string { return v.StorageProfile }
+
+// GetSize returns NodePoolFields.Size, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetSize() int { return v.Size }
+
+// GetWorkers returns NodePoolFields.Workers, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetWorkers() int { return v.Workers }
+
+// GetReadyWorkers returns NodePoolFields.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetReadyWorkers() int { return v.ReadyWorkers }
+
+// GetVersion returns NodePoolFields.Version, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetVersion() string { return v.Version }
+
+// GetLabels returns NodePoolFields.Labels, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetLabels() []NodePoolFieldsLabelsNodeLabel { return v.Labels }
+
+// GetTaints returns NodePoolFields.Taints, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetTaints() []NodePoolFieldsTaintsNodeTaint { return v.Taints }
+
+// NodePoolFieldsLabelsNodeLabel includes the requested fields of the GraphQL type NodeLabel.
+// The GraphQL type's documentation follows.
+//
+// A node label of a pool's workers.
+type NodePoolFieldsLabelsNodeLabel struct {
+	// The label's key.
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// GetKey returns NodePoolFieldsLabelsNodeLabel.Key, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsLabelsNodeLabel) GetKey() string { return v.Key }
+
+// GetValue returns NodePoolFieldsLabelsNodeLabel.Value, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsLabelsNodeLabel) GetValue() string { return v.Value }
+
+// NodePoolFieldsTaintsNodeTaint includes the requested fields of the GraphQL type NodeTaint.
+// The GraphQL type's documentation follows.
+//
+// A node taint of a pool's workers.
+type NodePoolFieldsTaintsNodeTaint struct {
+	// The taint's key.
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value string `json:"value"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
+}
+
+// GetKey returns NodePoolFieldsTaintsNodeTaint.Key, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetKey() string { return v.Key }
+
+// GetValue returns NodePoolFieldsTaintsNodeTaint.Value, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetValue() string { return v.Value }
+
+// GetEffect returns NodePoolFieldsTaintsNodeTaint.Effect, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetEffect() TaintEffect { return v.Effect }
+
+// A node taint.
+type NodeTaintInput struct {
+	// The taint's key (a qualified name).
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value *string `json:"value"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
+}
+
+// GetKey returns NodeTaintInput.Key, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetKey() string { return v.Key }
+
+// GetValue returns NodeTaintInput.Value, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetValue() *string { return v.Value }
+
+// GetEffect returns NodeTaintInput.Effect, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetEffect() TaintEffect { return v.Effect }
+
 // OneToOneAddressFields includes the GraphQL fields of OneToOneAddress requested by the fragment OneToOneAddressFields.
 // The GraphQL type's documentation follows.
 //
@@ -5361,6 +6213,141 @@ func (v *SNIRouteInput) GetServerName() string { return v.ServerName }
 
 // GetPool returns SNIRouteInput.Pool, and is useful for accessing the field via an interface.
 func (v *SNIRouteInput) GetPool() string { return v.Pool }
+
+// ScaleNodePoolResponse is returned by ScaleNodePool on success.
+type ScaleNodePoolResponse struct {
+	// Sets the desired size of a node pool (0 to 10): workers are added or
+	// removed in the background. BAD_USER_INPUT for a size outside 0 to 10,
+	// QUOTA_EXCEEDED when the added workers would not fit the VDC's quota,
+	// CONFLICT while the pool is being deleted. A refused scale changes nothing.
+	ScaleNodePool ScaleNodePoolScaleNodePool `json:"scaleNodePool"`
+}
+
+// GetScaleNodePool returns ScaleNodePoolResponse.ScaleNodePool, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolResponse) GetScaleNodePool() ScaleNodePoolScaleNodePool { return v.ScaleNodePool }
+
+// ScaleNodePoolScaleNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type ScaleNodePoolScaleNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns ScaleNodePoolScaleNodePool.Id, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns ScaleNodePoolScaleNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns ScaleNodePoolScaleNodePool.Name, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns ScaleNodePoolScaleNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetComputeProfile() string {
+	return v.NodePoolFields.ComputeProfile
+}
+
+// GetStorageProfile returns ScaleNodePoolScaleNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetStorageProfile() string {
+	return v.NodePoolFields.StorageProfile
+}
+
+// GetSize returns ScaleNodePoolScaleNodePool.Size, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns ScaleNodePoolScaleNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns ScaleNodePoolScaleNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns ScaleNodePoolScaleNodePool.Version, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns ScaleNodePoolScaleNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns ScaleNodePoolScaleNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *ScaleNodePoolScaleNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ScaleNodePoolScaleNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ScaleNodePoolScaleNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalScaleNodePoolScaleNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *ScaleNodePoolScaleNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ScaleNodePoolScaleNodePool) __premarshalJSON() (*__premarshalScaleNodePoolScaleNodePool, error) {
+	var retval __premarshalScaleNodePoolScaleNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
 
 // SecurityGroupFields includes the GraphQL fields of SecurityGroup requested by the fragment SecurityGroupFields.
 // The GraphQL type's documentation follows.
@@ -5765,6 +6752,24 @@ func (v *TLSCertificateInput) GetCertificatePem() *string { return v.Certificate
 // GetPrivateKeyPem returns TLSCertificateInput.PrivateKeyPem, and is useful for accessing the field via an interface.
 func (v *TLSCertificateInput) GetPrivateKeyPem() *string { return v.PrivateKeyPem }
 
+// The effect of a node taint.
+type TaintEffect string
+
+const (
+	// Pods without a matching toleration are not scheduled.
+	TaintEffectNoSchedule TaintEffect = "NO_SCHEDULE"
+	// The scheduler avoids the node for pods without a matching toleration.
+	TaintEffectPreferNoSchedule TaintEffect = "PREFER_NO_SCHEDULE"
+	// Pods without a matching toleration are evicted.
+	TaintEffectNoExecute TaintEffect = "NO_EXECUTE"
+)
+
+var AllTaintEffect = []TaintEffect{
+	TaintEffectNoSchedule,
+	TaintEffectPreferNoSchedule,
+	TaintEffectNoExecute,
+}
+
 // What updateSecurityGroup changes; a null field is kept.
 type UpdateSecurityGroupInput struct {
 	// The group's id.
@@ -5875,6 +6880,162 @@ func (v *UpdateSecurityGroupUpdateSecurityGroup) __premarshalJSON() (*__premarsh
 	retval.Name = v.SecurityGroupFields.Name
 	retval.Description = v.SecurityGroupFields.Description
 	retval.Rules = v.SecurityGroupFields.Rules
+	return &retval, nil
+}
+
+// UpgradeKubernetesClusterResponse is returned by UpgradeKubernetesCluster on success.
+type UpgradeKubernetesClusterResponse struct {
+	// Upgrades a cluster to another Kubernetes version: the hosted control
+	// plane first, then each node pool's workers, replaced one at a time by
+	// workers of the version (runningVersion and each pool's upToDateWorkers
+	// show the progress). Kubernetes' skew policy holds: BAD_USER_INPUT
+	// (extensions.field version) for a version not offered, older than the
+	// cluster's, or more than one minor version ahead; CONFLICT while the
+	// cluster is still moving to its current version or is being deleted.
+	// Asking for the version the cluster has changes nothing. A refused upgrade
+	// changes nothing.
+	UpgradeKubernetesCluster UpgradeKubernetesClusterUpgradeKubernetesCluster `json:"upgradeKubernetesCluster"`
+}
+
+// GetUpgradeKubernetesCluster returns UpgradeKubernetesClusterResponse.UpgradeKubernetesCluster, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterResponse) GetUpgradeKubernetesCluster() UpgradeKubernetesClusterUpgradeKubernetesCluster {
+	return v.UpgradeKubernetesCluster
+}
+
+// UpgradeKubernetesClusterUpgradeKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type UpgradeKubernetesClusterUpgradeKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns UpgradeKubernetesClusterUpgradeKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns UpgradeKubernetesClusterUpgradeKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns UpgradeKubernetesClusterUpgradeKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns UpgradeKubernetesClusterUpgradeKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns UpgradeKubernetesClusterUpgradeKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*UpgradeKubernetesClusterUpgradeKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.UpgradeKubernetesClusterUpgradeKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) __premarshalJSON() (*__premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster, error) {
+	var retval __premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
 	return &retval, nil
 }
 
@@ -6159,6 +7320,16 @@ type __CreateKubernetesClusterInput struct {
 // GetInput returns __CreateKubernetesClusterInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateKubernetesClusterInput) GetInput() CreateKubernetesClusterInput { return v.Input }
 
+// __CreateKubernetesClusterResourceInput is used internally by genqlient
+type __CreateKubernetesClusterResourceInput struct {
+	Input CreateKubernetesClusterInput `json:"input"`
+}
+
+// GetInput returns __CreateKubernetesClusterResourceInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateKubernetesClusterResourceInput) GetInput() CreateKubernetesClusterInput {
+	return v.Input
+}
+
 // __CreateLoadBalancerInput is used internally by genqlient
 type __CreateLoadBalancerInput struct {
 	Input CreateLoadBalancerInput `json:"input"`
@@ -6174,6 +7345,14 @@ type __CreateNetworkInput struct {
 
 // GetInput returns __CreateNetworkInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateNetworkInput) GetInput() CreateNetworkInput { return v.Input }
+
+// __CreateNodePoolInput is used internally by genqlient
+type __CreateNodePoolInput struct {
+	Input CreateNodePoolInput `json:"input"`
+}
+
+// GetInput returns __CreateNodePoolInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateNodePoolInput) GetInput() CreateNodePoolInput { return v.Input }
 
 // __CreateOneToOneAddressInput is used internally by genqlient
 type __CreateOneToOneAddressInput struct {
@@ -6247,6 +7426,14 @@ type __DeleteNetworkInput struct {
 // GetId returns __DeleteNetworkInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteNetworkInput) GetId() string { return v.Id }
 
+// __DeleteNodePoolInput is used internally by genqlient
+type __DeleteNodePoolInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteNodePoolInput) GetId() string { return v.Id }
+
 // __DeleteOneToOneAddressInput is used internally by genqlient
 type __DeleteOneToOneAddressInput struct {
 	Id string `json:"id"`
@@ -6311,6 +7498,14 @@ type __GetKubernetesClusterInput struct {
 // GetId returns __GetKubernetesClusterInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetKubernetesClusterInput) GetId() string { return v.Id }
 
+// __GetKubernetesClusterResourceInput is used internally by genqlient
+type __GetKubernetesClusterResourceInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetKubernetesClusterResourceInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetKubernetesClusterResourceInput) GetId() string { return v.Id }
+
 // __GetLoadBalancerInput is used internally by genqlient
 type __GetLoadBalancerInput struct {
 	Id string `json:"id"`
@@ -6326,6 +7521,14 @@ type __GetNetworkInput struct {
 
 // GetId returns __GetNetworkInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetNetworkInput) GetId() string { return v.Id }
+
+// __GetNodePoolInput is used internally by genqlient
+type __GetNodePoolInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetNodePoolInput) GetId() string { return v.Id }
 
 // __GetOperationInput is used internally by genqlient
 type __GetOperationInput struct {
@@ -6451,6 +7654,18 @@ type __ResizeVMInput struct {
 // GetInput returns __ResizeVMInput.Input, and is useful for accessing the field via an interface.
 func (v *__ResizeVMInput) GetInput() ResizeVMInput { return v.Input }
 
+// __ScaleNodePoolInput is used internally by genqlient
+type __ScaleNodePoolInput struct {
+	Id   string `json:"id"`
+	Size int    `json:"size"`
+}
+
+// GetId returns __ScaleNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__ScaleNodePoolInput) GetId() string { return v.Id }
+
+// GetSize returns __ScaleNodePoolInput.Size, and is useful for accessing the field via an interface.
+func (v *__ScaleNodePoolInput) GetSize() int { return v.Size }
+
 // __SetVMSecurityGroupsInput is used internally by genqlient
 type __SetVMSecurityGroupsInput struct {
 	Input SetVMSecurityGroupsInput `json:"input"`
@@ -6482,6 +7697,18 @@ type __UpdateSecurityGroupInput struct {
 
 // GetInput returns __UpdateSecurityGroupInput.Input, and is useful for accessing the field via an interface.
 func (v *__UpdateSecurityGroupInput) GetInput() UpdateSecurityGroupInput { return v.Input }
+
+// __UpgradeKubernetesClusterInput is used internally by genqlient
+type __UpgradeKubernetesClusterInput struct {
+	Id      string `json:"id"`
+	Version string `json:"version"`
+}
+
+// GetId returns __UpgradeKubernetesClusterInput.Id, and is useful for accessing the field via an interface.
+func (v *__UpgradeKubernetesClusterInput) GetId() string { return v.Id }
+
+// GetVersion returns __UpgradeKubernetesClusterInput.Version, and is useful for accessing the field via an interface.
+func (v *__UpgradeKubernetesClusterInput) GetVersion() string { return v.Version }
 
 // The mutation executed by CreateFirewallRule.
 const CreateFirewallRule_Operation = `
@@ -6570,6 +7797,55 @@ func CreateKubernetesCluster(
 	}
 
 	data_ = &CreateKubernetesClusterResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateKubernetesClusterResource.
+const CreateKubernetesClusterResource_Operation = `
+mutation CreateKubernetesClusterResource ($input: CreateKubernetesClusterInput!) {
+	createKubernetesCluster(input: $input) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func CreateKubernetesClusterResource(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateKubernetesClusterInput,
+) (data_ *CreateKubernetesClusterResourceResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateKubernetesClusterResource",
+		Query:  CreateKubernetesClusterResource_Operation,
+		Variables: &__CreateKubernetesClusterResourceInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateKubernetesClusterResourceResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -6672,6 +7948,60 @@ func CreateNetwork(
 	}
 
 	data_ = &CreateNetworkResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateNodePool.
+const CreateNodePool_Operation = `
+mutation CreateNodePool ($input: CreateNodePoolInput!) {
+	createNodePool(input: $input) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func CreateNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateNodePoolInput,
+) (data_ *CreateNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateNodePool",
+		Query:  CreateNodePool_Operation,
+		Variables: &__CreateNodePoolInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateNodePoolResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -7053,6 +8383,40 @@ func DeleteNetwork(
 	return data_, err_
 }
 
+// The mutation executed by DeleteNodePool.
+const DeleteNodePool_Operation = `
+mutation DeleteNodePool ($id: ID!) {
+	deleteNodePool(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteNodePool",
+		Query:  DeleteNodePool_Operation,
+		Variables: &__DeleteNodePoolInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by DeleteOneToOneAddress.
 const DeleteOneToOneAddress_Operation = `
 mutation DeleteOneToOneAddress ($id: ID!) {
@@ -7363,6 +8727,55 @@ func GetKubernetesCluster(
 	return data_, err_
 }
 
+// The query executed by GetKubernetesClusterResource.
+const GetKubernetesClusterResource_Operation = `
+query GetKubernetesClusterResource ($id: ID!) {
+	kubernetesCluster(id: $id) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func GetKubernetesClusterResource(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetKubernetesClusterResourceResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetKubernetesClusterResource",
+		Query:  GetKubernetesClusterResource_Operation,
+		Variables: &__GetKubernetesClusterResourceInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetKubernetesClusterResourceResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by GetLoadBalancer.
 const GetLoadBalancer_Operation = `
 query GetLoadBalancer ($id: ID!) {
@@ -7455,6 +8868,60 @@ func GetNetwork(
 	}
 
 	data_ = &GetNetworkResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetNodePool.
+const GetNodePool_Operation = `
+query GetNodePool ($id: ID!) {
+	nodePool(id: $id) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func GetNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetNodePool",
+		Query:  GetNodePool_Operation,
+		Variables: &__GetNodePoolInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetNodePoolResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -8241,6 +9708,62 @@ func ResizeVM(
 	return data_, err_
 }
 
+// The mutation executed by ScaleNodePool.
+const ScaleNodePool_Operation = `
+mutation ScaleNodePool ($id: ID!, $size: Int!) {
+	scaleNodePool(id: $id, size: $size) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func ScaleNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	size int,
+) (data_ *ScaleNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ScaleNodePool",
+		Query:  ScaleNodePool_Operation,
+		Variables: &__ScaleNodePoolInput{
+			Id:   id,
+			Size: size,
+		},
+	}
+
+	data_ = &ScaleNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by SetVMSecurityGroups.
 const SetVMSecurityGroups_Operation = `
 mutation SetVMSecurityGroups ($input: SetVMSecurityGroupsInput!) {
@@ -8395,6 +9918,57 @@ func UpdateSecurityGroup(
 	}
 
 	data_ = &UpdateSecurityGroupResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpgradeKubernetesCluster.
+const UpgradeKubernetesCluster_Operation = `
+mutation UpgradeKubernetesCluster ($id: ID!, $version: String!) {
+	upgradeKubernetesCluster(id: $id, version: $version) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func UpgradeKubernetesCluster(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	version string,
+) (data_ *UpgradeKubernetesClusterResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpgradeKubernetesCluster",
+		Query:  UpgradeKubernetesCluster_Operation,
+		Variables: &__UpgradeKubernetesClusterInput{
+			Id:      id,
+			Version: version,
+		},
+	}
+
+	data_ = &UpgradeKubernetesClusterResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
