@@ -165,6 +165,19 @@ resource "flexplane_service_account" "ci" {
 `, profile, description, ports)
 }
 
+// lbConfig is a load balancer with one TCP listener on port and an empty pool.
+func lbConfig(endpoint, token string, port int) string {
+	return providerConfig(endpoint, token) + fmt.Sprintf(`
+resource "flexplane_load_balancer" "lb" {
+  name        = "lb"
+  zone        = "alpha"
+  description = "port %d"
+  listeners   = [{ name = "web", protocol = "TCP", port = %d, pool = "web" }]
+  pools       = [{ name = "web", backends = [] }]
+}
+`, port, port)
+}
+
 // badConfig asks for a VM whose static address is outside its network.
 func badConfig(endpoint, token string) string {
 	return providerConfig(endpoint, token) + `
@@ -220,6 +233,18 @@ resource "flexplane_kubernetes_cluster" "k" {
 `,
 				ExpectError: regexp.MustCompile(`create Kubernetes cluster: UNAVAILABLE`),
 			},
+			{ // a load balancer: create, update in place, import
+				Config: lbConfig(endpoint, token, 80),
+				Check:  resource.TestMatchResourceAttr("flexplane_load_balancer.lb", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
+			},
+			{
+				Config: lbConfig(endpoint, token, 8080),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("flexplane_load_balancer.lb", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.TestCheckResourceAttr("flexplane_load_balancer.lb", "listeners.0.port", "8080"),
+			},
+			{Config: lbConfig(endpoint, token, 8080), ResourceName: "flexplane_load_balancer.lb", ImportState: true, ImportStateVerify: true},
 			{
 				Config: v1,
 				Check: resource.ComposeAggregateTestCheckFunc(
@@ -293,7 +318,7 @@ resource "flexplane_kubernetes_cluster" "k" {
 }
 
 // nothingLeft fails when VDC vdc holds a VM, a network, a security group,
-// a port forward or a service account other than keep.
+// a port forward, a load balancer or a service account other than keep.
 func nothingLeft(s *stack, token, vdc, keep string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -302,6 +327,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	  networksConnection(first: 1) { totalCount }
 	  securityGroups { name }
 	  edgeGateways(first: 10) { nodes { portForwards { id } } }
+	  loadBalancers(first: 10) { nodes { id } }
 	  serviceAccounts { name } }`, Authorization: "Bearer " + token, VDC: vdc})
 	if err == nil {
 		err = r.Err()
@@ -316,7 +342,8 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 		Gateways struct {
 			Nodes []struct{ PortForwards []struct{ ID string } }
 		} `json:"edgeGateways"`
-		Accounts []struct{ Name string } `json:"serviceAccounts"`
+		Accounts []struct{ Name string }               `json:"serviceAccounts"`
+		LBs      struct{ Nodes []struct{ ID string } } `json:"loadBalancers"`
 	}
 	if err := r.Decode(&left); err != nil {
 		return err
@@ -325,7 +352,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	for _, g := range left.Gateways.Nodes {
 		forwards += len(g.PortForwards)
 	}
-	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 ||
+	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 ||
 		len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
 		b, _ := json.Marshal(left)
 		return fmt.Errorf("left in VDC %s after destroy: %s", vdc, b)

@@ -111,6 +111,7 @@ func (p *flexplaneProvider) Resources(context.Context) []func() resource.Resourc
 		func() resource.Resource { return &oneToOneResource{} },
 		func() resource.Resource { return &securityGroupResource{} },
 		func() resource.Resource { return &serviceAccountResource{} },
+		func() resource.Resource { return &loadBalancerResource{} },
 		func() resource.Resource { return &kubernetesClusterResource{} },
 		func() resource.Resource { return &nodePoolResource{} },
 	}

@@ -29,7 +29,7 @@ func TestSchema(t *testing.T) {
 		t.Errorf("schema diagnostic: %s: %s", d.Summary, d.Detail)
 	}
 	for _, name := range []string{"flexplane_network", "flexplane_vm", "flexplane_firewall_rule", "flexplane_port_forward",
-		"flexplane_one_to_one_address", "flexplane_security_group", "flexplane_service_account",
+		"flexplane_one_to_one_address", "flexplane_security_group", "flexplane_service_account", "flexplane_load_balancer",
 		"flexplane_kubernetes_cluster", "flexplane_node_pool"} {
 		s, ok := resp.ResourceSchemas[name]
 		if !ok {

@@ -6770,6 +6770,157 @@ var AllTaintEffect = []TaintEffect{
 	TaintEffectNoExecute,
 }
 
+// What changes of a load balancer; null keeps a field as it is.
+type UpdateLoadBalancerInput struct {
+	// The balancer's id.
+	Id string `json:"id"`
+	// Free text for humans (at most 1024 bytes).
+	Description *string `json:"description"`
+	// The listeners, replacing the old ones.
+	Listeners []LoadBalancerListenerInput `json:"listeners"`
+	// The backend pools, replacing the old ones.
+	Pools []BackendPoolInput `json:"pools"`
+	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
+	Certificates []TLSCertificateInput `json:"certificates"`
+}
+
+// GetId returns UpdateLoadBalancerInput.Id, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetId() string { return v.Id }
+
+// GetDescription returns UpdateLoadBalancerInput.Description, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetDescription() *string { return v.Description }
+
+// GetListeners returns UpdateLoadBalancerInput.Listeners, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetListeners() []LoadBalancerListenerInput { return v.Listeners }
+
+// GetPools returns UpdateLoadBalancerInput.Pools, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetPools() []BackendPoolInput { return v.Pools }
+
+// GetCertificates returns UpdateLoadBalancerInput.Certificates, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetCertificates() []TLSCertificateInput { return v.Certificates }
+
+// UpdateLoadBalancerResponse is returned by UpdateLoadBalancer on success.
+type UpdateLoadBalancerResponse struct {
+	// Replaces a load balancer's description, listeners, pools or certificates
+	// (each kept when null); its name, zone and address stay. Errors as
+	// createLoadBalancer; NOT_FOUND for a balancer the VDC does not have.
+	UpdateLoadBalancer UpdateLoadBalancerUpdateLoadBalancer `json:"updateLoadBalancer"`
+}
+
+// GetUpdateLoadBalancer returns UpdateLoadBalancerResponse.UpdateLoadBalancer, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerResponse) GetUpdateLoadBalancer() UpdateLoadBalancerUpdateLoadBalancer {
+	return v.UpdateLoadBalancer
+}
+
+// UpdateLoadBalancerUpdateLoadBalancer includes the requested fields of the GraphQL type LoadBalancer.
+// The GraphQL type's documentation follows.
+//
+// A load balancer of the current VDC.
+type UpdateLoadBalancerUpdateLoadBalancer struct {
+	LoadBalancerFields `json:"-"`
+}
+
+// GetId returns UpdateLoadBalancerUpdateLoadBalancer.Id, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetId() string { return v.LoadBalancerFields.Id }
+
+// GetName returns UpdateLoadBalancerUpdateLoadBalancer.Name, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetName() string { return v.LoadBalancerFields.Name }
+
+// GetZone returns UpdateLoadBalancerUpdateLoadBalancer.Zone, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetZone() LoadBalancerFieldsZone {
+	return v.LoadBalancerFields.Zone
+}
+
+// GetDescription returns UpdateLoadBalancerUpdateLoadBalancer.Description, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetDescription() *string {
+	return v.LoadBalancerFields.Description
+}
+
+// GetPublicAddress returns UpdateLoadBalancerUpdateLoadBalancer.PublicAddress, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetPublicAddress() string {
+	return v.LoadBalancerFields.PublicAddress
+}
+
+// GetListeners returns UpdateLoadBalancerUpdateLoadBalancer.Listeners, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetListeners() []LoadBalancerFieldsListenersLoadBalancerListener {
+	return v.LoadBalancerFields.Listeners
+}
+
+// GetPools returns UpdateLoadBalancerUpdateLoadBalancer.Pools, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetPools() []LoadBalancerFieldsPoolsBackendPool {
+	return v.LoadBalancerFields.Pools
+}
+
+// GetCreatedAt returns UpdateLoadBalancerUpdateLoadBalancer.CreatedAt, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetCreatedAt() string {
+	return v.LoadBalancerFields.CreatedAt
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*UpdateLoadBalancerUpdateLoadBalancer
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.UpdateLoadBalancerUpdateLoadBalancer = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.LoadBalancerFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalUpdateLoadBalancerUpdateLoadBalancer struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone LoadBalancerFieldsZone `json:"zone"`
+
+	Description *string `json:"description"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	Listeners []LoadBalancerFieldsListenersLoadBalancerListener `json:"listeners"`
+
+	Pools []LoadBalancerFieldsPoolsBackendPool `json:"pools"`
+
+	CreatedAt string `json:"createdAt"`
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) __premarshalJSON() (*__premarshalUpdateLoadBalancerUpdateLoadBalancer, error) {
+	var retval __premarshalUpdateLoadBalancerUpdateLoadBalancer
+
+	retval.Id = v.LoadBalancerFields.Id
+	retval.Name = v.LoadBalancerFields.Name
+	retval.Zone = v.LoadBalancerFields.Zone
+	retval.Description = v.LoadBalancerFields.Description
+	retval.PublicAddress = v.LoadBalancerFields.PublicAddress
+	retval.Listeners = v.LoadBalancerFields.Listeners
+	retval.Pools = v.LoadBalancerFields.Pools
+	retval.CreatedAt = v.LoadBalancerFields.CreatedAt
+	return &retval, nil
+}
+
 // What updateSecurityGroup changes; a null field is kept.
 type UpdateSecurityGroupInput struct {
 	// The group's id.
@@ -7689,6 +7840,14 @@ type __StopVMInput struct {
 
 // GetId returns __StopVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__StopVMInput) GetId() string { return v.Id }
+
+// __UpdateLoadBalancerInput is used internally by genqlient
+type __UpdateLoadBalancerInput struct {
+	Input UpdateLoadBalancerInput `json:"input"`
+}
+
+// GetInput returns __UpdateLoadBalancerInput.Input, and is useful for accessing the field via an interface.
+func (v *__UpdateLoadBalancerInput) GetInput() UpdateLoadBalancerInput { return v.Input }
 
 // __UpdateSecurityGroupInput is used internally by genqlient
 type __UpdateSecurityGroupInput struct {
@@ -9871,6 +10030,64 @@ func StopVM(
 	}
 
 	data_ = &StopVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpdateLoadBalancer.
+const UpdateLoadBalancer_Operation = `
+mutation UpdateLoadBalancer ($input: UpdateLoadBalancerInput!) {
+	updateLoadBalancer(input: $input) {
+		... LoadBalancerFields
+	}
+}
+fragment LoadBalancerFields on LoadBalancer {
+	id
+	name
+	zone {
+		name
+	}
+	description
+	publicAddress
+	listeners {
+		name
+		protocol
+		port
+		pool
+	}
+	pools {
+		name
+		backends {
+			vmId
+			port
+			health
+		}
+	}
+	createdAt
+}
+`
+
+func UpdateLoadBalancer(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input UpdateLoadBalancerInput,
+) (data_ *UpdateLoadBalancerResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpdateLoadBalancer",
+		Query:  UpdateLoadBalancer_Operation,
+		Variables: &__UpdateLoadBalancerInput{
+			Input: input,
+		},
+	}
+
+	data_ = &UpdateLoadBalancerResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
