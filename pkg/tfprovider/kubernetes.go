@@ -169,20 +169,10 @@ func (r *kubernetesClusterResource) Delete(ctx context.Context, req resource.Del
 	}
 	timeout, d := m.Timeouts.Delete(ctx, kubeDeleteTimeout)
 	resp.Diagnostics.Append(d...)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	deleteByID(wctx, req, resp, "delete Kubernetes cluster", func(ctx context.Context, id string) error {
-		if _, err := api.DeleteKubernetesCluster(ctx, r.c, id); err != nil {
-			return err
-		}
-		return waitFor(ctx, kubePollInterval, "the cluster gone", func(ctx context.Context) (bool, error) {
-			found, err := r.readCluster(ctx, &m)
-			if isNotFound(err) {
-				return true, nil
-			}
-			return !found, err
-		})
-	})
+	deleteAndWait(ctx, req, resp, timeout, "delete Kubernetes cluster", "the cluster gone", func(ctx context.Context, id string) error {
+		_, err := api.DeleteKubernetesCluster(ctx, r.c, id)
+		return err
+	}, func(ctx context.Context) (bool, error) { return r.readCluster(ctx, &m) })
 }
 
 // nodePoolResource is flexplane_node_pool: createNodePool, followed until
@@ -363,14 +353,25 @@ func (r *nodePoolResource) Delete(ctx context.Context, req resource.DeleteReques
 	}
 	timeout, d := m.Timeouts.Delete(ctx, kubeDeleteTimeout)
 	resp.Diagnostics.Append(d...)
+	deleteAndWait(ctx, req, resp, timeout, "delete node pool", "the pool gone", func(ctx context.Context, id string) error {
+		_, err := api.DeleteNodePool(ctx, r.c, id)
+		return err
+	}, func(ctx context.Context) (bool, error) { return r.readPool(ctx, &m) })
+}
+
+// deleteAndWait deletes the object of the state's id with del, then waits
+// within timeout until read no longer finds it (NOT_FOUND counts as gone),
+// as a cluster or pool is removed in the background.
+func deleteAndWait(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, timeout time.Duration, op, what string,
+	del func(context.Context, string) error, read func(context.Context) (bool, error)) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	deleteByID(wctx, req, resp, "delete node pool", func(ctx context.Context, id string) error {
-		if _, err := api.DeleteNodePool(ctx, r.c, id); err != nil {
+	deleteByID(wctx, req, resp, op, func(ctx context.Context, id string) error {
+		if err := del(ctx, id); err != nil {
 			return err
 		}
-		return waitFor(ctx, kubePollInterval, "the pool gone", func(ctx context.Context) (bool, error) {
-			found, err := r.readPool(ctx, &m)
+		return waitFor(ctx, kubePollInterval, what, func(ctx context.Context) (bool, error) {
+			found, err := read(ctx)
 			if isNotFound(err) {
 				return true, nil
 			}
