@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/flexplane/flexplane/pkg/flexctl/api"
@@ -115,22 +117,17 @@ func (r *kubernetesClusterResource) Create(ctx context.Context, req resource.Cre
 	}
 	timeout, d := m.Timeouts.Create(ctx, kubeCreateTimeout)
 	resp.Diagnostics.Append(d...)
-	out, err := api.CreateKubernetesClusterResource(ctx, r.c, api.CreateKubernetesClusterInput{Name: m.Name.ValueString(),
-		Zone: m.Zone.ValueString(), Version: m.Version.ValueString(), Network: m.Network.ValueString(),
-		ServiceCidr: optString(m.ServiceCIDR), PodCidr: optString(m.PodCIDR)})
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create Kubernetes cluster", err)
-		return
-	}
-	setCluster(&m, &out.CreateKubernetesCluster.KubernetesClusterResourceFields)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	werr := r.waitCluster(wctx, &m, "the control plane ready", clusterReady)
-	// A cluster that exists stays in the state, tainted when it failed.
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	if werr != nil {
-		resp.Diagnostics.AddError("create Kubernetes cluster", werr.Error())
-	}
+	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "create Kubernetes cluster", timeout, func(ctx context.Context) error {
+		out, err := api.CreateKubernetesClusterResource(ctx, r.c, api.CreateKubernetesClusterInput{Name: m.Name.ValueString(),
+			Zone: m.Zone.ValueString(), Version: m.Version.ValueString(), Network: m.Network.ValueString(),
+			ServiceCidr: optString(m.ServiceCIDR), PodCidr: optString(m.PodCIDR)})
+		if err == nil {
+			setCluster(&m, &out.CreateKubernetesCluster.KubernetesClusterResourceFields)
+		}
+		return err
+	}, func(ctx context.Context) error {
+		return r.waitCluster(ctx, &m, "the control plane ready", clusterReady)
+	})
 }
 
 func (r *kubernetesClusterResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -146,19 +143,15 @@ func (r *kubernetesClusterResource) Update(ctx context.Context, req resource.Upd
 	}
 	timeout, d := m.Timeouts.Update(ctx, kubeUpdateTimeout)
 	resp.Diagnostics.Append(d...)
-	out, err := api.UpgradeKubernetesCluster(ctx, r.c, state.ID.ValueString(), m.Version.ValueString())
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "upgrade Kubernetes cluster", err)
-		return
-	}
-	setCluster(&m, &out.UpgradeKubernetesCluster.KubernetesClusterResourceFields)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	werr := r.waitCluster(wctx, &m, "the control plane at version "+m.Version.ValueString(), clusterReady)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	if werr != nil {
-		resp.Diagnostics.AddError("upgrade Kubernetes cluster", werr.Error())
-	}
+	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "upgrade Kubernetes cluster", timeout, func(ctx context.Context) error {
+		out, err := api.UpgradeKubernetesCluster(ctx, r.c, state.ID.ValueString(), m.Version.ValueString())
+		if err == nil {
+			setCluster(&m, &out.UpgradeKubernetesCluster.KubernetesClusterResourceFields)
+		}
+		return err
+	}, func(ctx context.Context) error {
+		return r.waitCluster(ctx, &m, "the control plane at version "+m.Version.ValueString(), clusterReady)
+	})
 }
 
 func (r *kubernetesClusterResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -302,19 +295,13 @@ func (r *nodePoolResource) Create(ctx context.Context, req resource.CreateReques
 	for _, t := range m.Taints {
 		in.Taints = append(in.Taints, api.NodeTaintInput{Key: t.Key.ValueString(), Value: optString(t.Value), Effect: api.TaintEffect(t.Effect.ValueString())})
 	}
-	out, err := api.CreateNodePool(ctx, r.c, in)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "create node pool", err)
-		return
-	}
-	setNodePool(&m, &out.CreateNodePool.NodePoolFields)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	werr := r.waitPool(wctx, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	if werr != nil {
-		resp.Diagnostics.AddError("create node pool", werr.Error())
-	}
+	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "create node pool", timeout, func(ctx context.Context) error {
+		out, err := api.CreateNodePool(ctx, r.c, in)
+		if err == nil {
+			setNodePool(&m, &out.CreateNodePool.NodePoolFields)
+		}
+		return err
+	}, func(ctx context.Context) error { return r.waitPool(ctx, &m) })
 }
 
 func (r *nodePoolResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -330,19 +317,13 @@ func (r *nodePoolResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	timeout, d := m.Timeouts.Update(ctx, kubeUpdateTimeout)
 	resp.Diagnostics.Append(d...)
-	out, err := api.ScaleNodePool(ctx, r.c, state.ID.ValueString(), int(m.Size.ValueInt64()))
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "scale node pool", err)
-		return
-	}
-	setNodePool(&m, &out.ScaleNodePool.NodePoolFields)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	werr := r.waitPool(wctx, &m)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-	if werr != nil {
-		resp.Diagnostics.AddError("scale node pool", werr.Error())
-	}
+	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "scale node pool", timeout, func(ctx context.Context) error {
+		out, err := api.ScaleNodePool(ctx, r.c, state.ID.ValueString(), int(m.Size.ValueInt64()))
+		if err == nil {
+			setNodePool(&m, &out.ScaleNodePool.NodePoolFields)
+		}
+		return err
+	}, func(ctx context.Context) error { return r.waitPool(ctx, &m) })
 }
 
 func (r *nodePoolResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -378,4 +359,23 @@ func deleteAndWait(ctx context.Context, req resource.DeleteRequest, resp *resour
 			return !found, err
 		})
 	})
+}
+
+// applyAndWait runs call (a create or change that fills m from the API's
+// answer), then wait within timeout. Once call succeeded, m is saved in
+// the state even when wait fails, so that a failed object is tainted
+// rather than forgotten.
+func applyAndWait[M any](ctx context.Context, m *M, state *tfsdk.State, diags *diag.Diagnostics, op string, timeout time.Duration,
+	call func(context.Context) error, wait func(context.Context) error) {
+	if err := call(ctx); err != nil {
+		addAPIError(diags, op, err)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	werr := wait(wctx)
+	diags.Append(state.Set(ctx, m)...)
+	if werr != nil {
+		diags.AddError(op, werr.Error())
+	}
 }
