@@ -844,6 +844,11 @@ func (sc *moveScope) finish(ctx context.Context) error {
 		return fmt.Errorf("compute: unmark the target: %w", err)
 	}
 	if m.running {
+		// A VM in security groups starts in its new zone only once that
+		// zone's firewall holds them.
+		if err := sc.waitFirewall(ctx, m.dst.Name, m.in, vmid); err != nil {
+			return err
+		}
 		if _, err := pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", m.node, vmid), map[string]any{}); err != nil {
 			return fmt.Errorf("compute: start the target: %w", err)
 		}
