@@ -22,7 +22,9 @@ import (
 // in no group on either network, nor on another port, while the VM in no group on
 // the other network does reach a VM in no group through the gateway; a VM in group
 // egress, whose only outbound rule allows 443, reaches another VM's 443 and nothing
-// else; a VM in no group is reached as before groups. Then a new VM in db is probed
+// else; a VM in no group is reached as before groups; from outside, a port
+// forward of the gateway reaches a port db does not open (the gateway's rules
+// decide what comes through it). Then a new VM in db is probed
 // from before it boots until it is running in its group: no port its group does not
 // open answers at any moment (its firewall is written before the guest starts; the
 // writer's interval is long here, so without that the guest would run open for
@@ -53,8 +55,8 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	type vm struct {
-		vmid int
-		ip   string
+		vmid   int
+		id, ip string
 	}
 	vms := map[string]vm{}
 	specs := map[string]struct {
@@ -69,8 +71,8 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 		ops[name] = startGroupedVM(t, h, s.net, name, s.groups, "")
 	}
 	for name, op := range ops {
-		ip := awaitGroupedVM(t, h, name, op)
-		vms[name] = vm{vmid: vmidOf(t, c, name), ip: ip}
+		id, ip := awaitGroupedVM(t, h, name, op)
+		vms[name] = vm{vmid: vmidOf(t, c, name), id: id, ip: ip}
 	}
 	poll.True(t, 60*time.Second, "every group applied", func() bool {
 		for _, g := range []string{"app", "db", "egress"} {
@@ -114,6 +116,14 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 		{ns("out-1"), vms["other"].ip + ":8080", "out-1 → other:8080 (egress lets only 443 leave)"},
 		{ns("out-1"), vms["other-b"].ip + ":8080", "out-1 → other-b:8080 (nor to the other network)"},
 	})
+	// From outside, the gateway's rules decide first: a port forward to
+	// db-1's 8080 reaches it although db opens only 5432 to app (the
+	// platform group lets in what the gateway forwarded).
+	h.GraphQL(t, "bob", "blue", `mutation($in: CreatePortForwardInput!) { createPortForward(input: $in) { id } }`,
+		map[string]any{"in": map[string]any{"vmId": vms["db-1"].id, "protocol": "TCP", "publicPort": 8080, "targetPort": 8080}}).OK(t)
+	if got := nettest.WaitReach(t, p.InternetNS(), "203.0.113.10:8080", 30*time.Second); !strings.HasPrefix(got, "db-1 from 203.0.113.254:") {
+		t.Errorf("the internet → db-1:8080 through the port forward answered %q", got)
+	}
 	// egress lets only 443 leave; other, in no group, is open to the rest.
 	if got := nettest.WaitReach(t, ns("out-1"), vms["other"].ip+":443", 30*time.Second); !strings.HasPrefix(got, "other from ") {
 		t.Errorf("out-1 → other:443 answered %q", got)
@@ -161,7 +171,7 @@ func TestSecurityGroupsDataPlane(t *testing.T) {
 	// guest boots.
 	nettest.Serve(t, p.GuestNS(vmid2), 8080, "db-2")
 	nettest.Serve(t, p.GuestNS(vmid2), 5432, "db-2")
-	if ip := awaitGroupedVM(t, h, "db-2", op); ip != db2 {
+	if _, ip := awaitGroupedVM(t, h, "db-2", op); ip != db2 {
 		t.Fatalf("db-2 has %s, want %s", ip, db2)
 	}
 	if got := nettest.WaitReach(t, ns("app-1"), db2+":5432", 30*time.Second); !strings.HasPrefix(got, "db-2 from ") {
@@ -217,7 +227,8 @@ func unreached(t *testing.T, ns func(string) string, ip string, ports map[string
 // and returns that address.
 func createGroupedVM(t testing.TB, h *meshtest.Harness, net, name string, groups []string) string {
 	t.Helper()
-	return awaitGroupedVM(t, h, name, startGroupedVM(t, h, net, name, groups, ""))
+	_, ip := awaitGroupedVM(t, h, name, startGroupedVM(t, h, net, name, groups, ""))
+	return ip
 }
 
 // startGroupedVM asks for VM name of bob in blue on network net of zone
@@ -237,15 +248,15 @@ func startGroupedVM(t testing.TB, h *meshtest.Harness, net, name string, groups 
 }
 
 // awaitGroupedVM waits until the create op of VM name succeeded and the
-// VM runs with an address, and returns that address.
-func awaitGroupedVM(t testing.TB, h *meshtest.Harness, name, op string) string {
+// VM runs with an address, and returns its id and that address.
+func awaitGroupedVM(t testing.TB, h *meshtest.Harness, name, op string) (id, ip string) {
 	t.Helper()
-	id := awaitCreate(t, h, "bob", "blue", op)
+	id = awaitCreate(t, h, "bob", "blue", op)
 	var v gqlVM
 	poll.True(t, 60*time.Second, name+" running with its address", func() bool {
 		h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { id name status ipAddresses } }`, map[string]any{"id": id}).
 			OK(t).Into(t, "vm", &v)
 		return v.Status == "RUNNING" && len(v.IPAddresses) > 0
 	})
-	return v.IPAddresses[0]
+	return id, v.IPAddresses[0]
 }
