@@ -441,7 +441,8 @@ func hostPort(a net.Addr) string {
 	return ap.String()
 }
 
-// mesh adapts the control server and the orchestrator's node to zones.Mesh.
+// mesh adapts the control server and the orchestrator's node to zones.Mesh;
+// it is a fleet.MapResyncer too.
 type mesh struct {
 	control *meshcontrol.Client
 	node    *meshnode.Node
@@ -467,6 +468,12 @@ func (m mesh) Nodes(ctx context.Context) ([]fleet.MeshNode, error) {
 
 func (m mesh) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
 	return m.node.OnlinePeers(ctx)
+}
+
+var _ fleet.MapResyncer = mesh{}
+
+func (m mesh) ResyncMap(ctx context.Context) (bool, error) {
+	return m.node.ResyncMap(ctx)
 }
 
 func (m mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
