@@ -54,7 +54,8 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzFormat \
 	./pkg/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
-	./pkg/proxmox/pveapi:FuzzConfig
+	./pkg/proxmox/pveapi:FuzzConfig \
+	./pkg/support/calendar:FuzzParse
 FUZZ        ?= $(FUZZ_TARGETS)
 FUZZTIME    ?= 10s
 BENCH_PKGS  ?= ./...
