@@ -6526,7 +6526,10 @@ type SetVMSecurityGroupsResponse struct {
 	// Puts a VM in exactly these security groups of its VDC (an empty list:
 	// in none, its firewall off as before groups). BAD_USER_INPUT for more
 	// than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
-	// does not have (extensions.field input.securityGroups[i]).
+	// does not have (extensions.field input.securityGroups[i]). It answers once
+	// the VM's zone's firewall holds the groups; ZONE_UNAVAILABLE when it does
+	// not within 30 seconds (the groups stay recorded and are written when the
+	// zone can take them).
 	SetVMSecurityGroups SetVMSecurityGroupsSetVMSecurityGroupsVM `json:"setVMSecurityGroups"`
 }
 
