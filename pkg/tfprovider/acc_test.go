@@ -102,9 +102,21 @@ provider "flexplane" {
 `, endpoint, token)
 }
 
-// accConfig is the acceptance configuration: the group's description and
-// ports and the VM's compute profile vary between steps.
-func accConfig(endpoint, token, description, ports, profile string) string {
+// accVars are what vary between the acceptance configuration's steps.
+type accVars struct {
+	description, ports string // the security group's
+	profile            string // the VM's compute profile
+	diskGiB            int    // the VM's disk
+	ruleDescription    string // the firewall rule's
+	oneToOne           string // the 1:1 address's public_address; empty: unset
+}
+
+// accConfig is the acceptance configuration with v.
+func accConfig(endpoint, token string, v accVars) string {
+	oneToOne := ""
+	if v.oneToOne != "" {
+		oneToOne = fmt.Sprintf("public_address = %q", v.oneToOne)
+	}
 	return providerConfig(endpoint, token) + fmt.Sprintf(`
 data "flexplane_zone" "alpha" {
   name = "alpha"
@@ -143,7 +155,7 @@ resource "flexplane_vm" "web" {
   image           = data.flexplane_image.tiny.name
   compute_profile = data.flexplane_compute_profile.vm.name
   storage_profile = data.flexplane_storage_profile.ssd.name
-  disk_gib        = 4
+  disk_gib        = %d
   user            = "ubuntu"
   security_groups = [flexplane_security_group.web.name]
   nics = [
@@ -158,11 +170,27 @@ resource "flexplane_port_forward" "ssh" {
   target_port = 22
 }
 
+resource "flexplane_firewall_rule" "ssh" {
+  zone        = data.flexplane_zone.alpha.name
+  direction   = "INBOUND"
+  protocol    = "TCP"
+  from_port   = 22
+  to_port     = 22
+  source      = "198.51.100.0/24"
+  action      = "ALLOW"
+  description = %q
+}
+
+resource "flexplane_one_to_one_address" "web" {
+  vm_id = flexplane_vm.web.id
+  %s
+}
+
 resource "flexplane_service_account" "ci" {
   name = "ci"
   role = "VIEWER"
 }
-`, profile, description, ports)
+`, v.profile, v.description, v.ports, v.diskGiB, v.ruleDescription, oneToOne)
 }
 
 // lbConfig is a load balancer with one TCP listener on port and an empty pool.
@@ -206,9 +234,13 @@ resource "flexplane_vm" "bad" {
 func testAcceptance(t *testing.T, s *stack) {
 	endpoint := s.h.Orchestrator.URL()
 	token := s.serviceAccount(t, "red", "tofu", "ADMIN")
-	v1 := accConfig(endpoint, token, "web servers", "22", "small")
-	v2 := accConfig(endpoint, token, "web servers, and HTTP", "22,80", "large")
-	var vmID string
+	v1 := accConfig(endpoint, token, accVars{description: "web servers", ports: "22", profile: "small", diskGiB: 4, ruleDescription: "ssh"})
+	v2vars := accVars{description: "web servers, and HTTP", ports: "22,80", profile: "large", diskGiB: 6,
+		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15"}
+	v2 := accConfig(endpoint, token, v2vars)
+	shrunk := v2vars
+	shrunk.diskGiB = 5
+	var vmID, ruleID, oneToOneID string
 	factories := map[string]func() (tfprotov6.ProviderServer, error){
 		"flexplane": providerserver.NewProtocol6WithError(tfprovider.New(tfprovider.Config{Version: "test"})()),
 	}
@@ -261,26 +293,46 @@ resource "flexplane_kubernetes_cluster" "k" {
 					resource.TestCheckResourceAttr("data.flexplane_image.tiny", "cloud_init", "true"),
 					resource.TestCheckResourceAttr("data.flexplane_zone.alpha", "status", "ONLINE"),
 					resource.TestCheckResourceAttrWith("flexplane_vm.web", "id", func(v string) error { vmID = v; return nil }),
+					resource.TestCheckResourceAttr("flexplane_firewall_rule.ssh", "from_port", "22"),
+					resource.TestCheckResourceAttr("flexplane_firewall_rule.ssh", "source", "198.51.100.0/24"),
+					resource.TestCheckResourceAttr("flexplane_firewall_rule.ssh", "position", "0"),
+					resource.TestCheckResourceAttrWith("flexplane_firewall_rule.ssh", "id", func(v string) error { ruleID = v; return nil }),
+					resource.TestCheckResourceAttrPair("flexplane_one_to_one_address.web", "vm_id", "flexplane_vm.web", "id"),
+					resource.TestMatchResourceAttr("flexplane_one_to_one_address.web", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
+					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", func(v string) error { oneToOneID = v; return nil }),
 				),
 			},
-			{ // update in place
+			{ // update in place (the VM's disk grown); what the API cannot change replaced
 				Config: v2,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("flexplane_security_group.web", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("flexplane_vm.web", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("flexplane_port_forward.ssh", plancheck.ResourceActionNoop),
+					plancheck.ExpectResourceAction("flexplane_firewall_rule.ssh", plancheck.ResourceActionDestroyBeforeCreate),
+					plancheck.ExpectResourceAction("flexplane_one_to_one_address.web", plancheck.ResourceActionDestroyBeforeCreate),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("flexplane_security_group.web", "rules.0.ports", "22,80"),
 					resource.TestCheckResourceAttr("flexplane_security_group.web", "description", "web servers, and HTTP"),
 					resource.TestCheckResourceAttr("flexplane_vm.web", "compute_profile", "large"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "disk_gib", "6"),
 					resource.TestCheckResourceAttrWith("flexplane_vm.web", "id", func(v string) error {
 						if v != vmID {
 							return fmt.Errorf("the VM was replaced: %s, was %s", v, vmID)
 						}
 						return nil
 					}),
+					func(*terraform.State) error { return bootDiskGiB(s, token, vmID, 6) },
+					resource.TestCheckResourceAttr("flexplane_firewall_rule.ssh", "description", "ssh from the office"),
+					resource.TestCheckResourceAttrWith("flexplane_firewall_rule.ssh", "id", changed("firewall rule", &ruleID)),
+					resource.TestCheckResourceAttr("flexplane_one_to_one_address.web", "public_address", "203.0.113.15"),
+					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", changed("1:1 address", &oneToOneID)),
 				),
+			},
+			{ // a smaller disk: refused at plan time on disk_gib, never a replacement
+				Config:      accConfig(endpoint, token, shrunk),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)disk_gib cannot shrink.*disk_gib\s+= 5.*a disk only grows: 5 GiB is less than its 6 GiB`),
 			},
 			{Config: v2, ResourceName: "flexplane_vm.web", ImportState: true, ImportStateVerify: true,
 				// What the API does not read back: the create's inputs.
@@ -288,6 +340,8 @@ resource "flexplane_kubernetes_cluster" "k" {
 			{Config: v2, ResourceName: "flexplane_network.lan", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_port_forward.ssh", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_security_group.web", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_firewall_rule.ssh", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_one_to_one_address.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_service_account.ci", ImportState: true, ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{"token"}},
 			{ // drift: the VM deleted outside shows in the next plan
@@ -318,7 +372,8 @@ resource "flexplane_kubernetes_cluster" "k" {
 }
 
 // nothingLeft fails when VDC vdc holds a VM, a network, a security group,
-// a port forward, a load balancer or a service account other than keep.
+// a port forward, a firewall rule, a 1:1 address, a load balancer or a
+// service account other than keep.
 func nothingLeft(s *stack, token, vdc, keep string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -326,7 +381,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	  vmsConnection(first: 1) { totalCount }
 	  networksConnection(first: 1) { totalCount }
 	  securityGroups { name }
-	  edgeGateways(first: 10) { nodes { portForwards { id } } }
+	  edgeGateways(first: 10) { nodes { portForwards { id } firewallRules { id } oneToOneAddresses { id } } }
 	  loadBalancers(first: 10) { nodes { id } }
 	  serviceAccounts { name } }`, Authorization: "Bearer " + token, VDC: vdc})
 	if err == nil {
@@ -340,7 +395,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 		Networks struct{ TotalCount int } `json:"networksConnection"`
 		Groups   []struct{ Name string }  `json:"securityGroups"`
 		Gateways struct {
-			Nodes []struct{ PortForwards []struct{ ID string } }
+			Nodes []struct{ PortForwards, FirewallRules, OneToOneAddresses []struct{ ID string } }
 		} `json:"edgeGateways"`
 		Accounts []struct{ Name string }               `json:"serviceAccounts"`
 		LBs      struct{ Nodes []struct{ ID string } } `json:"loadBalancers"`
@@ -350,7 +405,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	}
 	forwards := 0
 	for _, g := range left.Gateways.Nodes {
-		forwards += len(g.PortForwards)
+		forwards += len(g.PortForwards) + len(g.FirewallRules) + len(g.OneToOneAddresses)
 	}
 	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 ||
 		len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
@@ -394,4 +449,48 @@ func testExample(t *testing.T, s *stack, tofu string) {
 	if err := nothingLeft(s, s.h.Token(t, "admin"), "blue", "example"); err != nil {
 		t.Error(err)
 	}
+}
+
+// changed is a check that an id differs from *was (the resource was
+// replaced) and records it in *was.
+func changed(what string, was *string) func(string) error {
+	return func(v string) error {
+		if v == *was {
+			return fmt.Errorf("the %s was not replaced: id %s", what, v)
+		}
+		*was = v
+		return nil
+	}
+}
+
+// bootDiskGiB fails unless the API reads the boot disk of VM id as gib GiB.
+func bootDiskGiB(s *stack, token, id string, gib float64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := gqltest.Post(ctx, nil, s.h.GraphQLURL(), gqltest.Request{
+		Query:     `query($id: ID!) { vm(id: $id) { disks { boot sizeGiB } } }`,
+		Variables: map[string]any{"id": id}, Authorization: "Bearer " + token, VDC: "red"})
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("read the VM's disks: %w", err)
+	}
+	var out struct {
+		VM struct {
+			Disks []struct {
+				Boot    bool
+				SizeGiB float64
+			}
+		}
+	}
+	if err := r.Decode(&out); err != nil {
+		return err
+	}
+	for _, d := range out.VM.Disks {
+		if d.Boot && d.SizeGiB == gib {
+			return nil
+		}
+	}
+	return fmt.Errorf("the VM's disks are %+v, want a boot disk of %v GiB", out.VM.Disks, gib)
 }

@@ -3,13 +3,13 @@ package tfprovider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -28,8 +28,9 @@ const (
 
 // vmResource is flexplane_vm: createVM, followed to its end. In place it
 // changes its compute profile (resizeVM, rebooting it when the new size
-// needs a reboot) and its security groups (setVMSecurityGroups); any other
-// change replaces it.
+// needs a reboot), grows its boot disk (resizeDisk) and changes its
+// security groups (setVMSecurityGroups); a smaller disk is refused at plan
+// time; any other change replaces it.
 type vmResource struct{ base }
 
 type vmModel struct {
@@ -65,9 +66,10 @@ func (r *vmResource) Metadata(_ context.Context, req resource.MetadataRequest, r
 func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replaceList := []planmodifier.List{listplanmodifier.RequiresReplace()}
 	resp.Schema = schema.Schema{
-		Description: "A VM of the VDC (createVM, followed until it runs). image, storage_profile, disk_gib, user, " +
+		Description: "A VM of the VDC (createVM, followed until it runs). image, storage_profile, user, " +
 			"ssh_keys, ssh_key_names, user_data and the NICs replace it when changed; compute_profile (resizeVM, " +
-			"rebooting when needed) and security_groups change in place.",
+			"rebooting when needed), a larger disk_gib (resizeDisk) and security_groups change in place; a smaller " +
+			"disk_gib is refused.",
 		Attributes: map[string]schema.Attribute{
 			"id":              idAttribute(),
 			"name":            replacing("A DNS name, the guest's hostname (not unique)."),
@@ -75,7 +77,7 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"image":           replacing("An image of the catalog."),
 			"compute_profile": schema.StringAttribute{Required: true, Description: "A compute profile (vCPUs and memory); changed in place with resizeVM."},
 			"storage_profile": replacing("A storage profile with a pool in the zone."),
-			"disk_gib":        schema.Int64Attribute{Required: true, Description: "Disk size in GiB; at least the image's size.", PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()}},
+			"disk_gib":        schema.Int64Attribute{Required: true, Description: "Boot disk size in GiB; at least the image's size. Grown in place with resizeDisk; it never shrinks.", PlanModifiers: []planmodifier.Int64{diskOnlyGrows{}}},
 			"user":            replacing("The cloud-init user to create."),
 			"ssh_keys":        schema.ListAttribute{ElementType: types.StringType, Optional: true, Sensitive: true, Description: "OpenSSH public keys for the cloud-init user.", PlanModifiers: replaceList},
 			"ssh_key_names":   schema.ListAttribute{ElementType: types.StringType, Optional: true, Description: "Names of the caller's SSH keys for the cloud-init user too.", PlanModifiers: replaceList},
@@ -100,6 +102,27 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 // one NIC replaces it through the NIC's own attributes).
 func nicCountChanged(_ context.Context, req planmodifier.ListRequest, resp *listplanmodifier.RequiresReplaceIfFuncResponse) {
 	resp.RequiresReplace = !req.StateValue.IsNull() && !req.PlanValue.IsUnknown() && len(req.PlanValue.Elements()) != len(req.StateValue.Elements())
+}
+
+// diskOnlyGrows refuses, at plan time and on disk_gib, a boot disk smaller
+// than the one the state holds: resizeDisk only grows a disk, and a
+// replacement would destroy the VM's data.
+type diskOnlyGrows struct{}
+
+func (diskOnlyGrows) Description(context.Context) string {
+	return "a disk only grows: a smaller size is refused"
+}
+
+func (d diskOnlyGrows) MarkdownDescription(ctx context.Context) string { return d.Description(ctx) }
+
+func (diskOnlyGrows) PlanModifyInt64(_ context.Context, req planmodifier.Int64Request, resp *planmodifier.Int64Response) {
+	if req.StateValue.IsNull() || req.StateValue.IsUnknown() || req.PlanValue.IsNull() || req.PlanValue.IsUnknown() {
+		return
+	}
+	if was, now := req.StateValue.ValueInt64(), req.PlanValue.ValueInt64(); now < was {
+		resp.Diagnostics.AddAttributeError(req.Path, "disk_gib cannot shrink",
+			fmt.Sprintf("disk_gib: a disk only grows: %d GiB is less than its %d GiB (replacing the VM would destroy its data)", now, was))
+	}
 }
 
 func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -226,6 +249,12 @@ func (r *vmResource) Update(ctx context.Context, req resource.UpdateRequest, res
 			return
 		}
 	}
+	if plan.DiskGiB.ValueInt64() > state.DiskGiB.ValueInt64() {
+		if err := r.growBootDisk(wctx, id, int(plan.DiskGiB.ValueInt64())); err != nil {
+			addAPIError(&resp.Diagnostics, "resize disk", err)
+			return
+		}
+	}
 	if !plan.SecurityGroups.IsUnknown() && !plan.SecurityGroups.Equal(state.SecurityGroups) {
 		groups := stringsOf(ctx, plan.SecurityGroups, &resp.Diagnostics)
 		if groups == nil {
@@ -257,18 +286,56 @@ const resizeRetries = 5
 // resize asks resizeVM for the VM's new compute profile, rebooting it when
 // needed, and returns the operation's id.
 func (r *vmResource) resize(ctx context.Context, id, profile string) (string, error) {
-	for i := 0; ; i++ {
+	var op string
+	err := retryConflict(ctx, func() error {
 		out, err := api.ResizeVM(ctx, r.c, api.ResizeVMInput{Id: id, ComputeProfile: profile, Reboot: ptr(true)})
 		if err == nil {
-			return out.ResizeVM.Id, nil
+			op = out.ResizeVM.Id
+		}
+		return err
+	})
+	return op, err
+}
+
+// growBootDisk grows the VM's boot disk (the slot VMDisk.boot names) to
+// gib with resizeDisk.
+func (r *vmResource) growBootDisk(ctx context.Context, id string, gib int) error {
+	out, err := api.GetVMResource(ctx, r.c, id)
+	if err != nil {
+		return err
+	}
+	slot := ""
+	if out.Vm != nil {
+		for _, d := range out.Vm.Disks {
+			if d.Boot {
+				slot = d.Slot
+			}
+		}
+	}
+	if slot == "" {
+		return fmt.Errorf("the VM %s has no boot disk", id)
+	}
+	return retryConflict(ctx, func() error {
+		_, err := api.ResizeDisk(ctx, r.c, api.ResizeDiskInput{Vm: id, Disk: slot, SizeGiB: gib})
+		return err
+	})
+}
+
+// retryConflict calls f until it returns anything but CONFLICT, at most
+// resizeRetries times more, backing off between the calls.
+func retryConflict(ctx context.Context, f func() error) error {
+	for i := 0; ; i++ {
+		err := f()
+		if err == nil {
+			return nil
 		}
 		var ae *flexctl.APIError
 		if i == resizeRetries || !errors.As(flexctl.AsAPIError("", err), &ae) || ae.Code != "CONFLICT" {
-			return "", err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return "", err
+			return err
 		case <-time.After(time.Duration(i+1) * 250 * time.Millisecond):
 		}
 	}

@@ -3548,6 +3548,9 @@ func (v *GetVMResourceVmVM) GetPlacementGroup() *VMResourceFieldsPlacementGroup 
 	return v.VMResourceFields.PlacementGroup
 }
 
+// GetDisks returns GetVMResourceVmVM.Disks, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetDisks() []VMResourceFieldsDisksVMDisk { return v.VMResourceFields.Disks }
+
 func (v *GetVMResourceVmVM) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -3593,6 +3596,8 @@ type __premarshalGetVMResourceVmVM struct {
 	SecurityGroups []string `json:"securityGroups"`
 
 	PlacementGroup *VMResourceFieldsPlacementGroup `json:"placementGroup"`
+
+	Disks []VMResourceFieldsDisksVMDisk `json:"disks"`
 }
 
 func (v *GetVMResourceVmVM) MarshalJSON() ([]byte, error) {
@@ -3616,6 +3621,7 @@ func (v *GetVMResourceVmVM) __premarshalJSON() (*__premarshalGetVMResourceVmVM, 
 	retval.Nics = v.VMResourceFields.Nics
 	retval.SecurityGroups = v.VMResourceFields.SecurityGroups
 	retval.PlacementGroup = v.VMResourceFields.PlacementGroup
+	retval.Disks = v.VMResourceFields.Disks
 	return &retval, nil
 }
 
@@ -6083,6 +6089,53 @@ var AllPortForwardProtocol = []PortForwardProtocol{
 	PortForwardProtocolUdp,
 }
 
+// A disk to grow.
+type ResizeDiskInput struct {
+	// The VM's id.
+	Vm string `json:"vm"`
+	// The disk's slot (VMDisk.slot, e.g. scsi1).
+	Disk string `json:"disk"`
+	// Its new size in GiB: at least its size, at most 65536.
+	SizeGiB int `json:"sizeGiB"`
+}
+
+// GetVm returns ResizeDiskInput.Vm, and is useful for accessing the field via an interface.
+func (v *ResizeDiskInput) GetVm() string { return v.Vm }
+
+// GetDisk returns ResizeDiskInput.Disk, and is useful for accessing the field via an interface.
+func (v *ResizeDiskInput) GetDisk() string { return v.Disk }
+
+// GetSizeGiB returns ResizeDiskInput.SizeGiB, and is useful for accessing the field via an interface.
+func (v *ResizeDiskInput) GetSizeGiB() int { return v.SizeGiB }
+
+// ResizeDiskResizeDiskVMDisk includes the requested fields of the GraphQL type VMDisk.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type ResizeDiskResizeDiskVMDisk struct {
+	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
+	Slot string `json:"slot"`
+	// Size in GiB.
+	SizeGiB float64 `json:"sizeGiB"`
+}
+
+// GetSlot returns ResizeDiskResizeDiskVMDisk.Slot, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetSlot() string { return v.Slot }
+
+// GetSizeGiB returns ResizeDiskResizeDiskVMDisk.SizeGiB, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetSizeGiB() float64 { return v.SizeGiB }
+
+// ResizeDiskResponse is returned by ResizeDisk on success.
+type ResizeDiskResponse struct {
+	// Grows a disk (a running VM's live; the guest's file systems are the
+	// guest's to grow). Disks only grow: a smaller size is BAD_USER_INPUT
+	// (input.sizeGiB), the same size changes nothing.
+	ResizeDisk ResizeDiskResizeDiskVMDisk `json:"resizeDisk"`
+}
+
+// GetResizeDisk returns ResizeDiskResponse.ResizeDisk, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResponse) GetResizeDisk() ResizeDiskResizeDiskVMDisk { return v.ResizeDisk }
+
 // A VM's new size.
 type ResizeVMInput struct {
 	// The VM's id.
@@ -7314,6 +7367,8 @@ type VMResourceFields struct {
 	SecurityGroups []string `json:"securityGroups"`
 	// The placement group it is in; null for none.
 	PlacementGroup *VMResourceFieldsPlacementGroup `json:"placementGroup"`
+	// Its disks in slot order (the cloud-init drive is not one).
+	Disks []VMResourceFieldsDisksVMDisk `json:"disks"`
 }
 
 // GetId returns VMResourceFields.Id, and is useful for accessing the field via an interface.
@@ -7347,6 +7402,26 @@ func (v *VMResourceFields) GetSecurityGroups() []string { return v.SecurityGroup
 func (v *VMResourceFields) GetPlacementGroup() *VMResourceFieldsPlacementGroup {
 	return v.PlacementGroup
 }
+
+// GetDisks returns VMResourceFields.Disks, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetDisks() []VMResourceFieldsDisksVMDisk { return v.Disks }
+
+// VMResourceFieldsDisksVMDisk includes the requested fields of the GraphQL type VMDisk.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type VMResourceFieldsDisksVMDisk struct {
+	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
+	Slot string `json:"slot"`
+	// Whether the VM boots from it (the first disk of its boot order); it cannot be detached.
+	Boot bool `json:"boot"`
+}
+
+// GetSlot returns VMResourceFieldsDisksVMDisk.Slot, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsDisksVMDisk) GetSlot() string { return v.Slot }
+
+// GetBoot returns VMResourceFieldsDisksVMDisk.Boot, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsDisksVMDisk) GetBoot() bool { return v.Boot }
 
 // VMResourceFieldsHost includes the requested fields of the GraphQL type Host.
 // The GraphQL type's documentation follows.
@@ -7801,6 +7876,14 @@ type __OpenConsoleInput struct {
 
 // GetId returns __OpenConsoleInput.Id, and is useful for accessing the field via an interface.
 func (v *__OpenConsoleInput) GetId() string { return v.Id }
+
+// __ResizeDiskInput is used internally by genqlient
+type __ResizeDiskInput struct {
+	Input ResizeDiskInput `json:"input"`
+}
+
+// GetInput returns __ResizeDiskInput.Input, and is useful for accessing the field via an interface.
+func (v *__ResizeDiskInput) GetInput() ResizeDiskInput { return v.Input }
 
 // __ResizeVMInput is used internally by genqlient
 type __ResizeVMInput struct {
@@ -9260,6 +9343,10 @@ fragment VMResourceFields on VM {
 	placementGroup {
 		name
 	}
+	disks {
+		slot
+		boot
+	}
 }
 `
 
@@ -9819,6 +9906,41 @@ func OpenConsole(
 	}
 
 	data_ = &OpenConsoleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ResizeDisk.
+const ResizeDisk_Operation = `
+mutation ResizeDisk ($input: ResizeDiskInput!) {
+	resizeDisk(input: $input) {
+		slot
+		sizeGiB
+	}
+}
+`
+
+func ResizeDisk(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input ResizeDiskInput,
+) (data_ *ResizeDiskResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResizeDisk",
+		Query:  ResizeDisk_Operation,
+		Variables: &__ResizeDiskInput{
+			Input: input,
+		},
+	}
+
+	data_ = &ResizeDiskResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
