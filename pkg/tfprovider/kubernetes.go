@@ -105,8 +105,12 @@ func (r *kubernetesClusterResource) waitCluster(ctx context.Context, m *kubernet
 	})
 }
 
+// clusterReady: the control plane ready at the asked version, and the
+// cluster PROVISIONED (its control plane serves), so that what the state
+// records after an apply is what a later read finds.
 func clusterReady(m *kubernetesClusterModel) bool {
-	return m.ControlPlaneReady.ValueBool() && m.RunningVersion.ValueString() == m.Version.ValueString()
+	return m.ControlPlaneReady.ValueBool() && m.RunningVersion.ValueString() == m.Version.ValueString() &&
+		m.Phase.ValueString() == string(api.KubernetesClusterPhaseProvisioned)
 }
 
 func (r *kubernetesClusterResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
