@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/audittest"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -102,6 +103,8 @@ func TestAuditEveryMutation(t *testing.T) {
 		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		"createPlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { createPlacementGroup(input: {name: "db", zone: "alpha", policy: SPREAD}) { id } }`}},
 		"deletePlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { deletePlacementGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"uploadImage":             {{user: "bob", vdc: "blue", query: uploadImage, vars: map[string]any{"name": "app", "format": "RAW"}, ids: []string{"app"}}},
+		"deleteVDCImage":          {{user: "bob", vdc: "blue", query: `mutation { deleteVDCImage(name: "app") { name } }`, ids: []string{"app"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -134,7 +137,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
-		"createPlacementGroup", "deletePlacementGroup",
+		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "deleteVDCImage",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
 		"addSSHKey", "deleteSSHKey",
 		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}
@@ -175,7 +178,16 @@ func TestAuditEveryMutation(t *testing.T) {
 				c.ids = []string{created.CreateNetwork.ID}
 			}
 			n := rec.Len()
-			r := h.GraphQL(t, c.user, c.vdc, c.query, vars)
+			var r *gqltest.Response
+			if verb == "uploadImage" {
+				// A multipart request, its file streamed.
+				var err error
+				if r, err = upload(t, h, c.user, c.vdc, vars, strings.NewReader("raw disk bytes")); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				r = h.GraphQL(t, c.user, c.vdc, c.query, vars)
+			}
 			if verb == "createNetwork" {
 				r.OK(t).Into(t, "createNetwork", &created.CreateNetwork)
 			}

@@ -13,6 +13,10 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
 
+func (r *imageResolver) Name(ctx context.Context, obj *catalog.Image) (string, error) {
+	return obj.ShortName(), nil
+}
+
 // CreateImage is the resolver for the createImage field.
 func (r *mutationResolver) CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error) {
 	i := &catalog.Image{}
@@ -44,12 +48,28 @@ func (r *mutationResolver) DeleteImage(ctx context.Context, name string, resourc
 
 // Images is the resolver for the images field.
 func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
-	return list[*catalog.Image](ctx, r.Catalog)
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	out, err := svc.Images().List(ctx, scopeVDCName(ctx))
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return out, nil
 }
 
 // Image is the resolver for the image field.
 func (r *queryResolver) Image(ctx context.Context, name string) (*catalog.Image, error) {
-	return get[*catalog.Image](ctx, r.Catalog, name)
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	img, err := svc.Images().Get(ctx, scopeVDCName(ctx), name)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return img, nil
 }
 
 func (r *Resolver) Image() generated.ImageResolver { return &imageResolver{r} }

@@ -312,7 +312,7 @@ func TestCrashFinishedByNewOrchestrator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dying.Images().Ensure(ctx, images.Target{Zone: zone.Name, Client: zs[0].Client, Storages: []string{"local-lvm"}}, img); err != nil {
+	if _, err := dying.Images().Stager().Ensure(ctx, images.Target{Zone: zone.Name, Client: zs[0].Client, Storages: []string{"local-lvm"}}, img); err != nil {
 		t.Fatal(err)
 	}
 	vm, op, err := dying.CreateVM(ctx, compute.CreateInput{VDC: "blue", Name: "phoenix", Zone: "alpha", Image: "tiny",

@@ -349,9 +349,12 @@ type ComplexityRoot struct {
 		CloudInit         func(childComplexity int) int
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
+		Format            func(childComplexity int) int
 		Name              func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
+		SizeBytes         func(childComplexity int) int
 		URL               func(childComplexity int) int
+		Vdc               func(childComplexity int) int
 		Version           func(childComplexity int) int
 		Zones             func(childComplexity int, zone *string) int
 	}
@@ -512,6 +515,7 @@ type ComplexityRoot struct {
 		DeleteServiceAccount      func(childComplexity int, id string) int
 		DeleteSnapshot            func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVDCImage            func(childComplexity int, name string) int
 		DeleteVM                  func(childComplexity int, id string) int
 		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
 		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
@@ -543,6 +547,7 @@ type ComplexityRoot struct {
 		UpdateVdc                 func(childComplexity int, input model.UpdateVDCInput) int
 		UpdateZone                func(childComplexity int, input model.UpdateZoneInput) int
 		UpgradeKubernetesCluster  func(childComplexity int, id string, version string) int
+		UploadImage               func(childComplexity int, input model.UploadImageInput) int
 	}
 
 	Network struct {
@@ -823,6 +828,7 @@ type ComplexityRoot struct {
 	}
 
 	VDCQuotas struct {
+		ImageGiB           func(childComplexity int) int
 		KubernetesClusters func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
 		PublicAddresses    func(childComplexity int) int
@@ -2010,6 +2016,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Description(childComplexity), true
+	case "Image.format":
+		if e.ComplexityRoot.Image.Format == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.Format(childComplexity), true
 	case "Image.name":
 		if e.ComplexityRoot.Image.Name == nil {
 			break
@@ -2022,12 +2034,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.ResourceVersion(childComplexity), true
+	case "Image.sizeBytes":
+		if e.ComplexityRoot.Image.SizeBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.SizeBytes(childComplexity), true
 	case "Image.url":
 		if e.ComplexityRoot.Image.URL == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Image.URL(childComplexity), true
+	case "Image.vdc":
+		if e.ComplexityRoot.Image.Vdc == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.Vdc(childComplexity), true
 	case "Image.version":
 		if e.ComplexityRoot.Image.Version == nil {
 			break
@@ -2923,6 +2947,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteStorageProfile(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteVDCImage":
+		if e.ComplexityRoot.Mutation.DeleteVDCImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteVDCImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteVDCImage(childComplexity, args["name"].(string)), true
 	case "Mutation.deleteVM":
 		if e.ComplexityRoot.Mutation.DeleteVM == nil {
 			break
@@ -3264,6 +3299,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpgradeKubernetesCluster(childComplexity, args["id"].(string), args["version"].(string)), true
+	case "Mutation.uploadImage":
+		if e.ComplexityRoot.Mutation.UploadImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_uploadImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UploadImage(childComplexity, args["input"].(model.UploadImageInput)), true
 
 	case "Network.cidr":
 		if e.ComplexityRoot.Network.Cidr == nil {
@@ -4492,6 +4538,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCMember.User(childComplexity), true
 
+	case "VDCQuotas.imageGiB":
+		if e.ComplexityRoot.VDCQuotas.ImageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCQuotas.ImageGiB(childComplexity), true
 	case "VDCQuotas.kubernetesClusters":
 		if e.ComplexityRoot.VDCQuotas.KubernetesClusters == nil {
 			break
@@ -5086,6 +5138,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
+			graphql.NewInputUnmarshaler("UploadImageInput", ec.unmarshalInputUploadImageInput),
 			graphql.NewInputUnmarshaler("VDCQuotasInput", ec.unmarshalInputVDCQuotasInput),
 			graphql.NewInputUnmarshaler("VMFilter", ec.unmarshalInputVMFilter),
 			graphql.NewInputUnmarshaler("ZonePoolInput", ec.unmarshalInputZonePoolInput),
@@ -8518,6 +8571,8 @@ type VDCQuotas {
   publicAddresses: Int
   "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null bounds none."
   kubernetesClusters: Int
+  "At most this many GiB of the VDC's own images (uploaded files), each counted once; null bounds none."
+  imageGiB: Int
 }
 
 "What a VDC uses of its quotas."
@@ -8550,6 +8605,8 @@ input VDCQuotasInput {
   publicAddresses: Int
   "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null or absent bounds none."
   kubernetesClusters: Int
+  "At most this many GiB of the VDC's own images (uploaded files), each counted once; null or absent bounds none."
+  imageGiB: Int
 }
 
 "A new VDC."
@@ -8578,6 +8635,70 @@ input UpdateVDCInput {
 type Deleted {
   "The name of the deleted object."
   name: String!
+}
+`, BuiltIn: false},
+	{Name: "../vdcimage.graphqls", Input: `# The images a VDC owns: files its members upload. Their record is in the
+# catalog, their templates in the zones' Proxmox (see
+# docs/use/images-and-cloud-init.md).
+
+extend type Image {
+  "The VDC that owns the image; null for the platform's images."
+  vdc: VDC
+  "The format of the image's file."
+  format: ImageFormat!
+  "The size in bytes of a VDC's image (its uploaded file), counted against the VDC's imageGiB quota; null for the platform's images."
+  sizeBytes: Float
+}
+
+extend type Mutation {
+  """
+  Uploads an image file into the VDC, through the GraphQL multipart request
+  spec: the file streams to a node of the zone, its SHA-256 computed on the
+  way, and becomes the image's template there; the image is listed and
+  usable by createVM of the VDC in that zone once this returns. BAD_USER_INPUT
+  for a bad name, format or zone, an empty file or one over 64 GiB, or an
+  upload cut off; CONFLICT for a name the VDC or the platform uses;
+  QUOTA_EXCEEDED past the VDC's imageGiB. A refused or broken upload leaves
+  no image.
+  """
+  uploadImage(
+    "What to upload."
+    input: UploadImageInput!
+  ): Image! @vdc(role: MEMBER)
+  "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
+  deleteVDCImage(
+    "The image's name in the VDC."
+    name: String!
+  ): Deleted! @vdc(role: MEMBER)
+}
+
+"A file of the GraphQL multipart request spec (a part of a multipart/form-data request)."
+scalar Upload
+
+"The format of an image's file."
+enum ImageFormat {
+  "A QCOW2 disk image."
+  QCOW2
+  "A raw disk image."
+  RAW
+  "An ISO 9660 installation medium (not taken by uploadImage yet)."
+  ISO
+}
+
+"An image file to upload into the VDC."
+input UploadImageInput {
+  "The image's name in the VDC: lower-case letters, digits, '-' and '.'; unique in the VDC and not a platform image's."
+  name: String!
+  "The file's format."
+  format: ImageFormat!
+  "The file: the part of the multipart request the map names for variables.input.file."
+  file: Upload!
+  "What it is; empty by default."
+  description: String
+  "Whether the image runs cloud-init on first boot; false by default."
+  cloudInit: Boolean
+  "The zone to upload into; by default the first, by name, the VDC may use."
+  zone: String
 }
 `, BuiltIn: false},
 	{Name: "../vm.graphqls", Input: `# The VM lifecycle: create, power actions and delete. Each returns an
@@ -9496,6 +9617,12 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_createdAt(ctx, field)
 	case "zones":
 		return ec.fieldContext_Image_zones(ctx, field)
+	case "vdc":
+		return ec.fieldContext_Image_vdc(ctx, field)
+	case "format":
+		return ec.fieldContext_Image_format(ctx, field)
+	case "sizeBytes":
+		return ec.fieldContext_Image_sizeBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
 }
@@ -10212,6 +10339,8 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_publicAddresses(ctx, field)
 	case "kubernetesClusters":
 		return ec.fieldContext_VDCQuotas_kubernetesClusters(ctx, field)
+	case "imageGiB":
+		return ec.fieldContext_VDCQuotas_imageGiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -1185,6 +1186,22 @@ type UpdateZoneInput struct {
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
 }
 
+// An image file to upload into the VDC.
+type UploadImageInput struct {
+	// The image's name in the VDC: lower-case letters, digits, '-' and '.'; unique in the VDC and not a platform image's.
+	Name string `json:"name"`
+	// The file's format.
+	Format ImageFormat `json:"format"`
+	// The file: the part of the multipart request the map names for variables.input.file.
+	File graphql.Upload `json:"file"`
+	// What it is; empty by default.
+	Description *string `json:"description,omitempty"`
+	// Whether the image runs cloud-init on first boot; false by default.
+	CloudInit *bool `json:"cloudInit,omitempty"`
+	// The zone to upload into; by default the first, by name, the VDC may use.
+	Zone *string `json:"zone,omitempty"`
+}
+
 // A VDC the caller may use.
 type VDCAccess struct {
 	// The VDC.
@@ -1793,6 +1810,67 @@ func (e *HostStatus) UnmarshalJSON(b []byte) error {
 }
 
 func (e HostStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The format of an image's file.
+type ImageFormat string
+
+const (
+	// A QCOW2 disk image.
+	ImageFormatQcow2 ImageFormat = "QCOW2"
+	// A raw disk image.
+	ImageFormatRaw ImageFormat = "RAW"
+	// An ISO 9660 installation medium (not taken by uploadImage yet).
+	ImageFormatIso ImageFormat = "ISO"
+)
+
+var AllImageFormat = []ImageFormat{
+	ImageFormatQcow2,
+	ImageFormatRaw,
+	ImageFormatIso,
+}
+
+func (e ImageFormat) IsValid() bool {
+	switch e {
+	case ImageFormatQcow2, ImageFormatRaw, ImageFormatIso:
+		return true
+	}
+	return false
+}
+
+func (e ImageFormat) String() string {
+	return string(e)
+}
+
+func (e *ImageFormat) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ImageFormat(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ImageFormat", str)
+	}
+	return nil
+}
+
+func (e ImageFormat) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ImageFormat) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ImageFormat) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

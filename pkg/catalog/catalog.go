@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -251,6 +252,10 @@ type VDCQuotas struct {
 	// hosted control plane in the management cluster), those being
 	// deleted included; nil bounds none.
 	KubernetesClusters *int `json:"kubernetesClusters,omitempty"`
+	// ImageGiB bounds the total size of the VDC's own images (uploaded
+	// files and templates made from VMs, each counted once however many
+	// zones hold it); nil bounds none.
+	ImageGiB *int `json:"imageGiB,omitempty"`
 }
 
 // ObjectKind implements Object.
@@ -268,6 +273,10 @@ func (v *VDC) DeepCopyObject() Object {
 	if p := v.Quotas.KubernetesClusters; p != nil {
 		n := *p
 		c.Quotas.KubernetesClusters = &n
+	}
+	if p := v.Quotas.ImageGiB; p != nil {
+		n := *p
+		c.Quotas.ImageGiB = &n
 	}
 	return &c
 }
@@ -380,6 +389,47 @@ type ImageSpec struct {
 	Checksum string `json:"checksum"`
 	// CloudInit says whether the image runs cloud-init on first boot.
 	CloudInit bool `json:"cloudInit"`
+	// VDC is the VDC that owns the image; "" for the platform's images.
+	// A VDC's image is named VDCImageName(vdc, name); its URL is its
+	// origin (ImageOriginUpload or ImageOriginVM and what it names), its
+	// template lives in Proxmox, its record here.
+	VDC string `json:"vdc,omitempty"`
+	// Format is the image file's format: ImageFormatQCOW2 (also "": the
+	// platform's images), ImageFormatRaw or ImageFormatISO.
+	Format string `json:"format,omitempty"`
+	// SizeBytes is the size of a VDC image (its uploaded file, or its
+	// template's disks), counted against the VDC's imageGiB quota.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Zone is the zone a VDC image was made in (its template is there
+	// first).
+	Zone string `json:"zone,omitempty"`
+}
+
+// Formats of an image file.
+const (
+	ImageFormatQCOW2 = "QCOW2"
+	ImageFormatRaw   = "RAW"
+	ImageFormatISO   = "ISO"
+)
+
+// Origins of a VDC image: the prefix of its URL.
+const (
+	// ImageOriginUpload is "upload:<sha256 hex>": an uploaded file.
+	ImageOriginUpload = "upload:"
+	// ImageOriginVM is "vm:<vm id>": a template made from a VM.
+	ImageOriginVM = "vm:"
+)
+
+// VDCImageName is the catalog name of vdc's image called name.
+func VDCImageName(vdc, name string) string { return vdc + "." + name }
+
+// ShortName is the image's name as its VDC sees it (the name itself for a
+// platform image).
+func (i *Image) ShortName() string {
+	if i.VDC == "" {
+		return i.Name
+	}
+	return strings.TrimPrefix(i.Name, i.VDC+".")
 }
 
 // ObjectKind implements Object.

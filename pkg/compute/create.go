@@ -199,7 +199,10 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, zoneDown(z.Name, errUnreachable)
 	}
 	p.zone = z
-	if p.img, err = catalog.Get[*catalog.Image](ctx, d.cfg.Catalog, in.Image); err != nil {
+	if p.img, err = resolveImage(ctx, d.cfg.Catalog, in.VDC, in.Image); errors.Is(err, catalog.ErrNotFound) {
+		// The same answer for another VDC's image as for none.
+		return nil, &Error{Kind: KindNotFound, Field: "image", Message: fmt.Sprintf("no image %q", in.Image)}
+	} else if err != nil {
 		return nil, catalogInput("image", "image", in.Image, err)
 	}
 	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, d.cfg.Catalog, in.ComputeProfile); err != nil {
