@@ -33,14 +33,6 @@ func VDCScopeFrom(ctx context.Context) (VDCScope, bool) {
 	return s, ok
 }
 
-// scopeVDCName is the name of the VDC the request's header named, or "".
-func scopeVDCName(ctx context.Context) string {
-	if s, ok := VDCScopeFrom(ctx); ok {
-		return s.VDC.Name
-	}
-	return ""
-}
-
 // caller returns the verified caller; the HTTP layer guarantees one, so
 // its absence is UNAUTHENTICATED rather than a crash.
 func caller(ctx context.Context) (*auth.Principal, error) {

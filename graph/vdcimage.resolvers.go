@@ -71,3 +71,11 @@ func (r *mutationResolver) DeleteVDCImage(ctx context.Context, name string) (*mo
 	}
 	return &model.Deleted{Name: img.ShortName()}, nil
 }
+
+// scopeVDCName is the name of the VDC the request's header named, or "".
+func scopeVDCName(ctx context.Context) string {
+	if s, ok := VDCScopeFrom(ctx); ok {
+		return s.VDC.Name
+	}
+	return ""
+}
