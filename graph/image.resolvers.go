@@ -52,7 +52,11 @@ func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := svc.Images().List(ctx, scopeVDCName(ctx))
+	vdc := "" // without the header, the platform's images only
+	if scope, ok := VDCScopeFrom(ctx); ok {
+		vdc = scope.VDC.Name
+	}
+	out, err := svc.Images().List(ctx, vdc)
 	if err != nil {
 		return nil, computeError(err, "")
 	}
@@ -65,7 +69,11 @@ func (r *queryResolver) Image(ctx context.Context, name string) (*catalog.Image,
 	if err != nil {
 		return nil, err
 	}
-	img, err := svc.Images().Get(ctx, scopeVDCName(ctx), name)
+	vdc := ""
+	if scope, ok := VDCScopeFrom(ctx); ok {
+		vdc = scope.VDC.Name
+	}
+	img, err := svc.Images().Get(ctx, vdc, name)
 	if err != nil {
 		return nil, computeError(err, "")
 	}

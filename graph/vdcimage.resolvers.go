@@ -59,6 +59,19 @@ func (r *mutationResolver) UploadImage(ctx context.Context, input model.UploadIm
 	return img, nil
 }
 
+func (r *mutationResolver) CreateImageFromVM(ctx context.Context, input model.CreateImageFromVMInput) (*model.Operation, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	op, err := svc.Images().CreateFromVM(ctx, compute.ImageFromVMInput{VDC: scope.VDC.Name, VM: input.VM, Name: input.Name, Description: deref(input.Description)})
+	if err != nil {
+		return nil, computeError(err, "input")
+	}
+	return opModel(op), nil
+}
+
 func (r *mutationResolver) DeleteVDCImage(ctx context.Context, name string) (*model.Deleted, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	svc, err := r.compute()
@@ -70,12 +83,4 @@ func (r *mutationResolver) DeleteVDCImage(ctx context.Context, name string) (*mo
 		return nil, computeError(err, "")
 	}
 	return &model.Deleted{Name: img.ShortName()}, nil
-}
-
-// scopeVDCName is the name of the VDC the request's header named, or "".
-func scopeVDCName(ctx context.Context) string {
-	if s, ok := VDCScopeFrom(ctx); ok {
-		return s.VDC.Name
-	}
-	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 const uploadImage = `mutation($in: UploadImageInput!) { uploadImage(input: $in) {
@@ -178,4 +181,105 @@ func TestVDCImagesUpload(t *testing.T) {
 	if got := h.GraphQL(t, tn.bob, tn.blue, `{ image(name: "app") { name } }`, nil).Code(t); got != "NOT_FOUND" {
 		t.Errorf("the deleted image: %s, want NOT_FOUND", got)
 	}
+}
+
+// TestVDCImageFromVM: a member makes an image of a stopped VM (CONFLICT
+// while it runs): the operation ends once the template is ready, the image
+// is listed with its origin, the template holds no network device, key or
+// cicustom of the VM, the VM's configuration is unchanged, and a VM of the
+// VDC is created from the image; another VDC's VM is NOT_FOUND.
+func TestVDCImageFromVM(t *testing.T) {
+	t.Parallel()
+	h, tn := sharedTenant(t, "vmimages")
+	px := h.Clusters[0].Proxmox(t)
+	ctx := vmtest.Ctx(t)
+	const fromVM = `mutation($in: CreateImageFromVMInput!) { createImageFromVM(input: $in) { id kind state } }`
+	vmIn := func(name, image string) map[string]any {
+		return map[string]any{"in": map[string]any{"name": name, "zone": "alpha", "image": image, "computeProfile": "small", "storageProfile": "ssd",
+			"diskGiB": 4, "nics": []any{map[string]any{"network": tn.net}}, "sshKeys": []string{sshKey}, "user": "bob",
+			"userData": "#cloud-config\nruncmd:\n  - echo hi\n"}}
+	}
+	var created struct{ Operation gqlOp }
+	h.GraphQL(t, tn.bob, tn.blue, createVM, vmIn("src", "tiny")).OK(t).Into(t, "createVM", &created)
+	src := awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
+	in := map[string]any{"in": map[string]any{"vm": src, "name": "golden", "description": "from src"}}
+	if r := h.GraphQL(t, tn.bob, tn.blue, fromVM, in); r.Code(t) != "CONFLICT" || fieldOf(t, r) != "input.vm" {
+		t.Fatalf("an image of a running VM: %s", r.Raw)
+	}
+	if r := h.GraphQL(t, tn.alice, tn.red, fromVM, in); r.Code(t) != "NOT_FOUND" {
+		t.Fatalf("red makes an image of blue's VM: %s", r.Raw)
+	}
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { stopVM(id: $id) { id } }`, map[string]any{"id": src}).OK(t)
+	poll.True(t, 20*time.Second, "the VM stopped", func() bool {
+		var vm gqlVM
+		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { vm(id: $id) { status } }`, map[string]any{"id": src}).OK(t).Into(t, "vm", &vm)
+		return vm.Status == "STOPPED"
+	})
+	ref, err := tenancy.ParseVMID(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := func(vmid int) map[string]any {
+		t.Helper()
+		var cfg map[string]any
+		if err := px.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", vmid), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	before := config(ref.VMID)
+
+	var op gqlOp
+	h.GraphQL(t, tn.bob, tn.blue, fromVM, in).OK(t).Into(t, "createImageFromVM", &op)
+	if op.Kind != "CREATE_IMAGE" || op.State != "RUNNING" {
+		t.Fatalf("createImageFromVM: %+v", op)
+	}
+	poll.True(t, 60*time.Second, "the image made", func() bool {
+		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { state step error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
+		if op.State == "FAILED" {
+			t.Fatalf("createImageFromVM failed at %s: %v", op.Step, *op.Error)
+		}
+		return op.State == "SUCCEEDED"
+	})
+	var img struct {
+		Name, URL, Format, Description string
+		VDC                            struct{ Name string }
+	}
+	h.GraphQL(t, tn.bob, tn.blue, `{ image(name: "golden") { name url format description vdc { name } } }`, nil).OK(t).Into(t, "image", &img)
+	if img.Name != "golden" || img.URL != "vm:"+src || img.VDC.Name != tn.blue || img.Description != "from src" {
+		t.Fatalf("the image: %+v", img)
+	}
+	if r := h.GraphQL(t, tn.alice, tn.red, `{ image(name: "golden") { name } }`, nil); r.Code(t) != "NOT_FOUND" {
+		t.Errorf("red reads blue's image: %s", r.Raw)
+	}
+	after := config(ref.VMID)
+	delete(before, "digest")
+	delete(after, "digest")
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Errorf("the VM changed:\n%v\n%v", before, after)
+	}
+	var guests []struct {
+		VMID     int
+		Name     string
+		Template int
+	}
+	if err := px.Get(ctx, "/cluster/resources?type=vm", &guests); err != nil {
+		t.Fatal(err)
+	}
+	tpl := 0
+	for _, g := range guests {
+		if g.Name == "fp-template-"+tn.blue+".golden" && g.Template == 1 {
+			tpl = g.VMID
+		}
+	}
+	if tpl == 0 {
+		t.Fatalf("no template of golden among %+v", guests)
+	}
+	for k, v := range config(tpl) {
+		if strings.HasPrefix(k, "net") || strings.HasPrefix(k, "ipconfig") || k == "cicustom" || k == "sshkeys" || k == "ciuser" {
+			t.Errorf("the template keeps the VM's %s=%v", k, v)
+		}
+	}
+	h.GraphQL(t, tn.bob, tn.blue, createVM, vmIn("copy", "golden")).OK(t).Into(t, "createVM", &created)
+	awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
 }

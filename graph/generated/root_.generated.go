@@ -486,6 +486,7 @@ type ComplexityRoot struct {
 		CreateExternalNetwork     func(childComplexity int, input model.CreateExternalNetworkInput) int
 		CreateFirewallRule        func(childComplexity int, input model.CreateFirewallRuleInput) int
 		CreateImage               func(childComplexity int, input model.CreateImageInput) int
+		CreateImageFromVM         func(childComplexity int, input model.CreateImageFromVMInput) int
 		CreateKubernetesCluster   func(childComplexity int, input model.CreateKubernetesClusterInput) int
 		CreateLoadBalancer        func(childComplexity int, input model.CreateLoadBalancerInput) int
 		CreateNetwork             func(childComplexity int, input model.CreateNetworkInput) int
@@ -2628,6 +2629,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateImage(childComplexity, args["input"].(model.CreateImageInput)), true
+	case "Mutation.createImageFromVM":
+		if e.ComplexityRoot.Mutation.CreateImageFromVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createImageFromVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateImageFromVM(childComplexity, args["input"].(model.CreateImageFromVMInput)), true
 	case "Mutation.createKubernetesCluster":
 		if e.ComplexityRoot.Mutation.CreateKubernetesCluster == nil {
 			break
@@ -5098,6 +5110,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateExternalNetworkInput", ec.unmarshalInputCreateExternalNetworkInput),
 			graphql.NewInputUnmarshaler("CreateFirewallRuleInput", ec.unmarshalInputCreateFirewallRuleInput),
+			graphql.NewInputUnmarshaler("CreateImageFromVMInput", ec.unmarshalInputCreateImageFromVMInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
 			graphql.NewInputUnmarshaler("CreateKubernetesClusterInput", ec.unmarshalInputCreateKubernetesClusterInput),
 			graphql.NewInputUnmarshaler("CreateLoadBalancerInput", ec.unmarshalInputCreateLoadBalancerInput),
@@ -7724,6 +7737,8 @@ enum OperationKind {
   MIGRATE_VM
   "resizeVM."
   RESIZE_VM
+  "createImageFromVM."
+  CREATE_IMAGE
 }
 
 "Whether an operation runs or how it ended."
@@ -8665,6 +8680,20 @@ extend type Mutation {
     "What to upload."
     input: UploadImageInput!
   ): Image! @vdc(role: MEMBER)
+  """
+  Makes a new image of the VDC from its stopped VM: full copies of the VM's
+  disks become the disks of the image's template in the VM's zone, and
+  nothing else of the VM (no cloud-init settings, network devices and so
+  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, known to the replica that runs
+  it) ends once the template is ready; the image is listed and usable by
+  createVM of the VDC in that zone from then on. NOT_FOUND for a VM not of
+  the VDC; CONFLICT while the VM runs, or for a name the VDC or the platform
+  uses; QUOTA_EXCEEDED when its disks would pass the VDC's imageGiB.
+  """
+  createImageFromVM(
+    "What to make."
+    input: CreateImageFromVMInput!
+  ): Operation! @vdc(role: MEMBER)
   "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
   deleteVDCImage(
     "The image's name in the VDC."
@@ -8699,6 +8728,16 @@ input UploadImageInput {
   cloudInit: Boolean
   "The zone to upload into; by default the first, by name, the VDC may use."
   zone: String
+}
+
+"A new image of the VDC made from one of its VMs."
+input CreateImageFromVMInput {
+  "The id of the VM to copy; it must be stopped."
+  vm: ID!
+  "The image's name in the VDC, as uploadImage's."
+  name: String!
+  "What it is; empty by default."
+  description: String
 }
 `, BuiltIn: false},
 	{Name: "../vm.graphqls", Input: `# The VM lifecycle: create, power actions and delete. Each returns an

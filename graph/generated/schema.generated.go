@@ -91,6 +91,7 @@ type MutationResolver interface {
 	UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error)
 	DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
 	UploadImage(ctx context.Context, input model.UploadImageInput) (*catalog.Image, error)
+	CreateImageFromVM(ctx context.Context, input model.CreateImageFromVMInput) (*model.Operation, error)
 	DeleteVDCImage(ctx context.Context, name string) (*model.Deleted, error)
 	CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error)
 	StartVM(ctx context.Context, id string) (*model.Operation, error)
@@ -253,6 +254,20 @@ func (ec *executionContext) field_Mutation_createFirewallRule_args(ctx context.C
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.CreateFirewallRuleInput, error) {
 			return ec.unmarshalNCreateFirewallRuleInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateFirewallRuleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createImageFromVM_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateImageFromVMInput, error) {
+			return ec.unmarshalNCreateImageFromVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateImageFromVMInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -5480,6 +5495,68 @@ func (ec *executionContext) fieldContext_Mutation_uploadImage(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createImageFromVM(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createImageFromVM(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateImageFromVM(ctx, fc.Args["input"].(model.CreateImageFromVMInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.Operation
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.Operation
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Operation) graphql.Marshaler {
+			return ec.marshalNOperation2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐOperation(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createImageFromVM(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Operation(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createImageFromVM_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_deleteVDCImage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8499,6 +8576,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "uploadImage":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_uploadImage(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createImageFromVM":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createImageFromVM(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -25,6 +25,62 @@ import (
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputCreateImageFromVMInput(ctx context.Context, obj any) (model.CreateImageFromVMInput, error) {
+	var it model.CreateImageFromVMInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"vm", "name", "description"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "vm":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vm"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VM = data
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "description":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Description = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalCreateImageFromVMInput unmarshals raw into the CreateImageFromVMInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalCreateImageFromVMInput(ctx context.Context, raw any) (model.CreateImageFromVMInput, error) {
+	var out model.CreateImageFromVMInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "CreateImageFromVMInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputUploadImageInput(ctx context.Context, obj any) (model.UploadImageInput, error) {
 	var it model.UploadImageInput
 	if obj == nil {
@@ -113,6 +169,11 @@ func UnmarshalUploadImageInput(ctx context.Context, raw any) (model.UploadImageI
 // endregion **************************** object.gotpl ****************************
 
 // region    ***************************** type.gotpl *****************************
+
+func (ec *executionContext) unmarshalNCreateImageFromVMInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateImageFromVMInput(ctx context.Context, v any) (model.CreateImageFromVMInput, error) {
+	res, err := ec.unmarshalInputCreateImageFromVMInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
 
 func (ec *executionContext) unmarshalNImageFormat2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐImageFormat(ctx context.Context, v any) (model.ImageFormat, error) {
 	var res model.ImageFormat

@@ -164,6 +164,16 @@ type CreateFirewallRuleInput struct {
 	Description *string `json:"description,omitempty"`
 }
 
+// A new image of the VDC made from one of its VMs.
+type CreateImageFromVMInput struct {
+	// The id of the VM to copy; it must be stopped.
+	VM string `json:"vm"`
+	// The image's name in the VDC, as uploadImage's.
+	Name string `json:"name"`
+	// What it is; empty by default.
+	Description *string `json:"description,omitempty"`
+}
+
 // A new image of the catalog.
 type CreateImageInput struct {
 	// Unique name (DNS labels joined by dots), e.g. ubuntu-24.04.
@@ -2097,6 +2107,8 @@ const (
 	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVM OperationKind = "RESIZE_VM"
+	// createImageFromVM.
+	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
 )
 
 var AllOperationKind = []OperationKind{
@@ -2111,11 +2123,12 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVM,
 	OperationKindResizeVM,
+	OperationKindCreateImage,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM, OperationKindCreateImage:
 		return true
 	}
 	return false

@@ -28,6 +28,9 @@ const (
 	OpReboot   OpKind = "REBOOT_VM"
 	OpDelete   OpKind = "DELETE_VM"
 	OpMigrate  OpKind = "MIGRATE_VM"
+	// OpCreateImage is createImageFromVM: known to the process that runs
+	// it (its image is listed once it succeeded).
+	OpCreateImage OpKind = "CREATE_IMAGE"
 )
 
 // OpState is where an operation is.

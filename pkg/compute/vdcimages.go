@@ -18,6 +18,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // The images a VDC owns. Where each fact lives: the image's record (its
@@ -442,6 +443,17 @@ func (im *Images) dropTemplate(z Zone, node string, vmid int) {
 	}
 }
 
+// imageGuests are the template guests of img in zone z (tagged
+// flexplane's and the image's).
+func imageGuests(ctx context.Context, z Zone, img *catalog.Image) ([]pveapi.Resource, error) {
+	guests, err := pveapi.Guests(ctx, z.Client)
+	if err != nil {
+		return nil, err
+	}
+	tag := images.Tag(img)
+	return slices.DeleteFunc(guests, func(g pveapi.Resource) bool { return !g.HasTag(tenancy.ManagedTag) || !g.HasTag(tag) }), nil
+}
+
 // Delete deletes vdc's image called name: its templates in every
 // reachable zone, then its record. NOT_FOUND for none (another VDC's
 // image, a platform image); ZONE_UNAVAILABLE when a zone that may hold a
@@ -452,20 +464,17 @@ func (im *Images) Delete(ctx context.Context, vdc, name string) (*catalog.Image,
 	if err != nil {
 		return nil, err
 	}
-	tag := images.Tag(img)
 	for _, z := range im.s.ZoneList(ctx) {
 		if z.Client == nil {
 			return nil, zoneDown(z.Name, errUnreachable)
 		}
-		guests, err := pveapi.Guests(ctx, z.Client)
+		guests, err := imageGuests(ctx, z, img)
 		if err != nil {
 			return nil, zoneDown(z.Name, err)
 		}
 		for _, g := range guests {
-			if g.HasTag(tag) && g.Template == 1 {
-				if _, err := pveapi.Run(ctx, z.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID), map[string]any{"purge": 1}); err != nil && !pveapi.IsNotFound(err) {
-					return nil, zoneDown(z.Name, err)
-				}
+			if _, err := pveapi.Run(ctx, z.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID), map[string]any{"purge": 1}); err != nil && !pveapi.IsNotFound(err) {
+				return nil, zoneDown(z.Name, err)
 			}
 		}
 	}
@@ -474,4 +483,148 @@ func (im *Images) Delete(ctx context.Context, vdc, name string) (*catalog.Image,
 	}
 	d.log.Info("VDC image deleted", "vdc", vdc, "image", name)
 	return img, nil
+}
+
+// ImageFromVMInput is what createImageFromVM asks for.
+type ImageFromVMInput struct {
+	// VDC is the caller's VDC; VM the id of its VM to copy.
+	VDC, VM string
+	// Name and Description are the new image's (as UploadImageInput's).
+	Name, Description string
+}
+
+// imageFromVMScope is what the phases of createImageFromVM work on.
+type imageFromVMScope struct {
+	*deps
+	im   *Images
+	in   ImageFromVMInput
+	opID string
+	// check: the VM's zone, guest and configuration, and the image.
+	z    Zone
+	g    pveapi.Resource
+	conf pveapi.Config
+	img  *catalog.Image
+	// copy: the template guest made.
+	vmid int
+	node string
+}
+
+// imageFromVMPhases are createImageFromVM's phases, in order: check (the
+// name, the VM: created, stopped, unlocked, and the quota; before the
+// operation starts), copy (a new template guest on the VM's node, tagged
+// as the image's from its creation, whose disks are full copies of the
+// VM's, imported from them: nothing else of the VM, no network device,
+// MAC, key or cicustom, is carried over, and the VM is only read),
+// template (converted), record (the image written into the catalog). A
+// failure after the copy deletes it.
+func imageFromVMPhases() []phase[imageFromVMScope] {
+	return []phase[imageFromVMScope]{
+		step("check", (*imageFromVMScope).check),
+		step("copy", (*imageFromVMScope).copyDisks),
+		step("record", (*imageFromVMScope).record),
+	}
+}
+
+// CreateFromVM starts making a new image of in.VDC from its stopped VM
+// in.VM: the operation ends once the image's template is ready in the
+// VM's zone and the image is listed. The VM is not changed. NOT_FOUND
+// for a VM not of the VDC; CONFLICT while the VM runs, is being created
+// or is locked, or for a name taken; QUOTA_EXCEEDED when its disks would
+// take the VDC past its imageGiB.
+func (im *Images) CreateFromVM(ctx context.Context, in ImageFromVMInput) (*Operation, error) {
+	d := im.s.d
+	sc := &imageFromVMScope{deps: d, im: im, in: in, opID: newOpID()}
+	phases := imageFromVMPhases()
+	if err := runPhases(ctx, d.eng, "", "", phases[:1], sc); err != nil {
+		return nil, cause(err)
+	}
+	op := Operation{ID: sc.opID, Kind: OpCreateImage, State: OpRunning, Step: "copy", VMID: in.VM, Started: time.Now()}
+	d.eng.record(in.VDC, sc.z.Name, op)
+	d.eng.spawn(func(ctx context.Context) {
+		err := runPhases(ctx, d.eng, sc.opID, "", phases[1:], sc)
+		if err != nil && sc.vmid != 0 {
+			im.dropTemplate(sc.z, sc.node, sc.vmid)
+		}
+		d.eng.finishOp(sc.opID, cause(err))
+	})
+	out := op
+	return &out, nil
+}
+
+// check checks the name, the VM and the quota.
+func (sc *imageFromVMScope) check(ctx context.Context) error {
+	in := sc.in
+	if len(in.Description) > 1024 {
+		return badInput("description", "must be at most 1024 bytes")
+	}
+	if err := checkNewImageName(ctx, sc.deps.cfg.Catalog, in.VDC, in.Name, "name"); err != nil {
+		return err
+	}
+	z, g, _, cfg, err := sc.find.lookupConfig(ctx, in.VDC, in.VM)
+	if err != nil {
+		if IsKind(err, KindNotFound) {
+			return &Error{Kind: KindNotFound, Field: "vm", Message: "no such VM"}
+		}
+		return err
+	}
+	switch {
+	case isCreating(g):
+		return &Error{Kind: KindConflict, Field: "vm", Message: "the VM is still being created"}
+	case g.Status != "stopped":
+		return &Error{Kind: KindConflict, Field: "vm", Message: "the VM is " + g.Status + ": stop it first"}
+	case g.Lock != "":
+		return &Error{Kind: KindConflict, Field: "vm", Message: "the VM is busy (Proxmox holds it locked: " + g.Lock + ")"}
+	}
+	sc.z, sc.g, sc.conf = z, g, cfg
+	var size int64
+	for _, d := range ParseHardware(cfg).Disks {
+		size += d.SizeBytes
+	}
+	allow, bounded, err := imageAllowance(ctx, sc.deps.cfg.Catalog, in.VDC)
+	if err != nil {
+		return err
+	}
+	if bounded && size > allow {
+		return imageQuotaError(in.VDC, size, allow)
+	}
+	now := time.Now().UTC()
+	img := &catalog.Image{}
+	img.Name, img.VDC, img.Description = catalog.VDCImageName(in.VDC, in.Name), in.VDC, in.Description
+	img.Format, img.URL, img.Version = catalog.ImageFormatQCOW2, catalog.ImageOriginVM+in.VM, now.Format("20060102T150405.000Z")
+	img.SizeBytes, img.Zone, img.CloudInit = size, z.Name, true
+	sc.img = img
+	return nil
+}
+
+// copyDisks makes the image's template from copies of the VM's disks.
+func (sc *imageFromVMScope) copyDisks(ctx context.Context) error {
+	var disks []images.DiskSource
+	for _, v := range sc.conf.Volumes() {
+		if !strings.HasPrefix(v.Slot, "unused") {
+			disks = append(disks, images.DiskSource{Storage: v.Storage, Volume: v.VolID})
+		}
+	}
+	t := images.Target{Zone: sc.z.Name, Client: sc.z.Client, Node: sc.g.Node}
+	tpl, err := sc.stager.TemplateFromDisks(ctx, t, sc.img, sc.g.Node, disks)
+	if err != nil {
+		// A guest it made is the image's (its tag says so): deleted.
+		if gs, gerr := imageGuests(ctx, sc.z, sc.img); gerr == nil {
+			for _, g := range gs {
+				sc.im.dropTemplate(sc.z, g.Node, g.VMID)
+			}
+		}
+		return stageError(sc.in.Name, sc.z.Name, err)
+	}
+	sc.vmid, sc.node = tpl.VMID, tpl.Node
+	return nil
+}
+
+// record writes the image into the catalog (the template is its once the
+// record exists; a record that cannot be written deletes it).
+func (sc *imageFromVMScope) record(ctx context.Context) error {
+	if _, err := sc.im.record(ctx, sc.z, sc.img, images.Template{Node: sc.node, VMID: sc.vmid}); err != nil {
+		sc.vmid = 0 // record deleted it
+		return err
+	}
+	return nil
 }

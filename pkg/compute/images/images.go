@@ -540,7 +540,22 @@ func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image)
 	if !ok {
 		return Template{}, fmt.Errorf("images: %s: downloaded volume %s is missing", img.Name, vol)
 	}
-	return s.templateFrom(ctx, t, img, node, disk, vol)
+	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
+}
+
+// DiskSource is a disk of a template to make: the storage it goes to and
+// the volume it is copied from (import-from).
+type DiskSource struct{ Storage, Volume string }
+
+// TemplateFromDisks makes the template of img on node of the zone of t
+// from disks, volumes of that node (a stopped guest's, the boot disk
+// first), each copied onto its storage: the sources are read, not
+// changed. It returns the template once it is one.
+func (s *Stager) TemplateFromDisks(ctx context.Context, t Target, img *catalog.Image, node string, disks []DiskSource) (Template, error) {
+	if len(disks) == 0 {
+		return Template{}, errors.New("images: a template needs a disk")
+	}
+	return s.templateFrom(ctx, t, img, node, disks)
 }
 
 // TemplateFromVolume makes the template of img on node of the zone of t
@@ -552,12 +567,12 @@ func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.
 	if err != nil {
 		return Template{}, err
 	}
-	return s.templateFrom(ctx, t, img, node, disk, vol)
+	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
 }
 
-// templateFrom creates the template guest of img on node, its disk on
-// storage disk imported from vol, and converts it.
-func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image, node, disk, vol string) (Template, error) {
+// templateFrom creates the template guest of img on node, its disks
+// (scsi0, scsi1, ...) imported from disks, and converts it.
+func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image, node string, disks []DiskSource) (Template, error) {
 	for attempt := 0; ; attempt++ {
 		vmid, err := pveapi.NextID(ctx, t.Client)
 		if err != nil {
@@ -568,8 +583,7 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 			"tags":        tenancy.JoinTags([]string{tenancy.ManagedTag, Tag(img)}),
 			"description": fmt.Sprintf("flexplane template of image %s %s (%s)", img.Name, img.Version, img.Checksum),
 			"scsihw":      "virtio-scsi-pci",
-			"scsi0":       disk + ":0,import-from=" + vol,
-			"ide2":        disk + ":cloudinit",
+			"ide2":        disks[0].Storage + ":cloudinit",
 			"boot":        "order=scsi0",
 			"serial0":     "socket",
 			"vga":         "serial0",
@@ -577,6 +591,9 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 			"ostype":      "l26",
 			"memory":      512,
 			"cores":       1,
+		}
+		for i, d := range disks {
+			params[fmt.Sprintf("scsi%d", i)] = d.Storage + ":0,import-from=" + d.Volume
 		}
 		_, err = pveapi.Run(ctx, t.Client, "POST", "/nodes/"+node+"/qemu", params)
 		if pveapi.IsAlreadyExists(err) && attempt < 10 {
@@ -587,6 +604,13 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 		}
 		return s.finishTemplate(ctx, t, img, node, vmid)
 	}
+}
+
+// Finish converts guest vmid of node, made to be img's template (tagged
+// tenancy.ManagedTag and Tag(img)), into a template and returns it once it
+// is one.
+func (s *Stager) Finish(ctx context.Context, t Target, img *catalog.Image, node string, vmid int) (Template, error) {
+	return s.finishTemplate(ctx, t, img, node, vmid)
 }
 
 // finishTemplate converts a created template guest into a template.

@@ -3310,6 +3310,8 @@ const (
 	OperationKindMigrateVm OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVm OperationKind = "RESIZE_VM"
+	// createImageFromVM.
+	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
 )
 
 var AllOperationKind = []OperationKind{
@@ -3324,6 +3326,7 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVm,
 	OperationKindResizeVm,
+	OperationKindCreateImage,
 }
 
 // Whether an operation runs or how it ended.
