@@ -606,13 +606,6 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 	}
 }
 
-// Finish converts guest vmid of node, made to be img's template (tagged
-// tenancy.ManagedTag and Tag(img)), into a template and returns it once it
-// is one.
-func (s *Stager) Finish(ctx context.Context, t Target, img *catalog.Image, node string, vmid int) (Template, error) {
-	return s.finishTemplate(ctx, t, img, node, vmid)
-}
-
 // finishTemplate converts a created template guest into a template.
 func (s *Stager) finishTemplate(ctx context.Context, t Target, img *catalog.Image, node string, vmid int) (Template, error) {
 	for {
