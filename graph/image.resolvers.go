@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 )
 
 func (r *imageResolver) Name(ctx context.Context, obj *catalog.Image) (string, error) {
@@ -48,15 +49,11 @@ func (r *mutationResolver) DeleteImage(ctx context.Context, name string, resourc
 
 // Images is the resolver for the images field.
 func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
 	vdc := "" // without the header, the platform's images only
 	if scope, ok := VDCScopeFrom(ctx); ok {
 		vdc = scope.VDC.Name
 	}
-	out, err := svc.Images().List(ctx, vdc)
+	out, err := compute.ListImages(ctx, r.Catalog, vdc)
 	if err != nil {
 		return nil, computeError(err, "")
 	}
@@ -65,15 +62,11 @@ func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
 
 // Image is the resolver for the image field.
 func (r *queryResolver) Image(ctx context.Context, name string) (*catalog.Image, error) {
-	svc, err := r.compute()
-	if err != nil {
-		return nil, err
-	}
 	vdc := ""
 	if scope, ok := VDCScopeFrom(ctx); ok {
 		vdc = scope.VDC.Name
 	}
-	img, err := svc.Images().Get(ctx, vdc, name)
+	img, err := compute.GetImage(ctx, r.Catalog, vdc, name)
 	if err != nil {
 		return nil, computeError(err, "")
 	}

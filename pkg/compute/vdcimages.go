@@ -128,10 +128,11 @@ func resolveImage(ctx context.Context, cat catalog.Store, vdc, name string) (*ca
 	return img, err
 }
 
-// List returns the platform's images and, when vdc is set, vdc's own,
-// sorted by the name their VDC sees.
-func (im *Images) List(ctx context.Context, vdc string) ([]*catalog.Image, error) {
-	all, err := catalog.List[*catalog.Image](ctx, im.s.d.cfg.Catalog)
+// ListImages returns the platform's images of cat and, when vdc is set,
+// vdc's own, sorted by the name their VDC sees. It reads the catalog only
+// (no zone), so an API without VMs lists images too.
+func ListImages(ctx context.Context, cat catalog.Store, vdc string) ([]*catalog.Image, error) {
+	all, err := catalog.List[*catalog.Image](ctx, cat)
 	if err != nil {
 		return nil, internal("reading the catalog failed", err)
 	}
@@ -142,10 +143,10 @@ func (im *Images) List(ctx context.Context, vdc string) ([]*catalog.Image, error
 	return out, nil
 }
 
-// Get returns the image called name for vdc (see List): NOT_FOUND for
-// another VDC's image.
-func (im *Images) Get(ctx context.Context, vdc, name string) (*catalog.Image, error) {
-	img, err := resolveImage(ctx, im.s.d.cfg.Catalog, vdc, name)
+// GetImage returns the image of cat called name for vdc (see
+// ListImages): NOT_FOUND for another VDC's image.
+func GetImage(ctx context.Context, cat catalog.Store, vdc, name string) (*catalog.Image, error) {
+	img, err := resolveImage(ctx, cat, vdc, name)
 	if errors.Is(err, catalog.ErrNotFound) {
 		return nil, &Error{Kind: KindNotFound, Field: "name", Message: fmt.Sprintf("no image %q", name)}
 	}
