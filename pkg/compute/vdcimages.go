@@ -474,7 +474,12 @@ func (im *Images) Delete(ctx context.Context, vdc, name string) (*catalog.Image,
 			return nil, zoneDown(z.Name, err)
 		}
 		for _, g := range guests {
-			if _, err := pveapi.Run(ctx, z.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID), map[string]any{"purge": 1}); err != nil && !pveapi.IsNotFound(err) {
+			_, err := pveapi.Run(ctx, z.Client, "DELETE", fmt.Sprintf("/nodes/%s/qemu/%d", g.Node, g.VMID), map[string]any{"purge": 1})
+			switch {
+			case err == nil || pveapi.IsNotFound(err):
+			case pveapi.IsLocked(err):
+				return nil, newError(KindConflict, "a template of the image is busy in zone %s (Proxmox holds it locked); try again", z.Name)
+			default:
 				return nil, zoneDown(z.Name, err)
 			}
 		}
