@@ -748,6 +748,9 @@ func hQemuCreate(cl *call) (any, error) {
 	if err := c.st.checkVMIDFree(vmid); err != nil {
 		return nil, err
 	}
+	if archive, ok := cl.p.str("archive"); ok {
+		return restoreGuest(cl, vmid, archive)
+	}
 	poolID, _ := cl.p.str("pool")
 	if poolID != "" && c.st.pools[poolID] == nil {
 		return nil, errorf(http.StatusInternalServerError, "pool '%s' does not exist", poolID)
