@@ -307,6 +307,9 @@ type StorageProfileSpec struct {
 	Description string `json:"description,omitempty"`
 	// Tier is a short tier name shown to users (a DNS label, e.g. "ssd").
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: StorageDisk (VMs' disks,
+	// also for "") or StorageBackup (backup archives).
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps and WriteMBps limit disk throughput in MB/s; zero is unlimited.
 	ReadMBps  int `json:"readMBps"`
 	WriteMBps int `json:"writeMBps"`
@@ -320,6 +323,15 @@ type ZonePool struct {
 	Zone string `json:"zone"`
 	Pool string `json:"pool"`
 }
+
+// Kinds of storage profiles.
+const (
+	StorageDisk   = "DISK"
+	StorageBackup = "BACKUP"
+)
+
+// IsBackup reports whether the profile's storage holds backup archives.
+func (s *StorageProfileSpec) IsBackup() bool { return s.Kind == StorageBackup }
 
 // PoolFor returns the Proxmox storage of the profile in zone.
 func (s *StorageProfileSpec) PoolFor(zone string) (string, bool) {

@@ -250,6 +250,11 @@ type StorageProfileSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: DISK (VMs' disks, the
+	// default) or BACKUP (backup archives).
+	// +kubebuilder:validation:Enum=DISK;BACKUP
+	// +optional
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps limits disk reads in MB/s; zero is unlimited.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000
