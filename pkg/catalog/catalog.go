@@ -217,6 +217,10 @@ type QuotaReservation struct {
 	// existing VM grows by (quota.Ledger.ReserveResources: a disk, a
 	// larger compute profile).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Name is the VM name a create claims in the VDC (a restore of a
+	// backup, quota.Ledger.ReserveNamed): no other live reservation of
+	// the VDC claims it.
+	Name string `json:"name,omitempty"`
 }
 
 // VDCSpec is the desired state of a VDC.

@@ -178,6 +178,11 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists.
 	// +optional
 	VMID int64 `json:"vmid,omitempty"`
+	// Name is the VM name a restore of a backup claims: no other live
+	// reservation of the VDC claims it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
 }
 
 // VDCList is a list of VDCs.
