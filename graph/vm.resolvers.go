@@ -10,7 +10,6 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -35,13 +34,8 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	if input.UserData != nil {
 		in.UserData = []byte(*input.UserData)
 	}
-	if input.Host != nil {
-		// Pinning a host is an ADMIN's choice: the hosts' load is the
-		// platform's to balance.
-		if !scope.Role.AtLeast(auth.RoleAdmin) {
-			return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
-		}
-		in.Host = *input.Host
+	if in.Host, err = pinnedHost(scope, input.Host); err != nil {
+		return nil, err
 	}
 	if input.PlacementGroup != nil {
 		in.PlacementGroup = *input.PlacementGroup
@@ -80,8 +74,10 @@ func (r *mutationResolver) RebootVM(ctx context.Context, id string) (*model.Oper
 	return r.power(ctx, id, (*compute.Service).RebootVM)
 }
 
-func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Operation, error) {
-	return r.power(ctx, id, (*compute.Service).DeleteVM)
+func (r *mutationResolver) DeleteVM(ctx context.Context, id string, keepBackups *bool) (*model.Operation, error) {
+	return r.vmOp(ctx, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+		return svc.Disks().Backups().DeleteVM(ctx, vdc, id, keepBackups == nil || *keepBackups)
+	})
 }
 
 func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {

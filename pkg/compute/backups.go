@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/support/paging"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -52,8 +54,8 @@ type Backup struct {
 	VM, VMName string
 	// VDC is the VDC it belongs to.
 	VDC string
-	// Zone is the name of its zone.
-	Zone string
+	// Zone and ZoneID are the name and identity of its zone.
+	Zone, ZoneID string
 	// Created is when it was taken (started, while it runs).
 	Created time.Time
 	// SizeBytes is the archive's size (0 until it exists).
@@ -198,7 +200,7 @@ type archive struct {
 }
 
 func (a archive) backup(z Zone) Backup {
-	return Backup{ID: a.ref.ID(), VM: a.meta.vm, VMName: a.meta.name, VDC: a.meta.vdc, Zone: z.Name, Created: a.vol.Created,
+	return Backup{ID: a.ref.ID(), VM: a.meta.vm, VMName: a.meta.name, VDC: a.meta.vdc, Zone: z.Name, ZoneID: z.ID, Created: a.vol.Created,
 		SizeBytes: a.vol.Size, Status: BackupSucceeded, Description: a.meta.description}
 }
 
@@ -283,7 +285,7 @@ func findArchive(ctx context.Context, d *deps, vdc, id, field string) (Zone, arc
 // (from their vzdump tasks); of VM vm only, unless vm is "". A zone that
 // does not answer is passed over, its error returned with what the others
 // have.
-func (b *Backups) List(ctx context.Context, vdc, vm string) ([]Backup, error) {
+func (b *Backups) List(ctx context.Context, vdc, vm string) ([]*Backup, error) {
 	d := b.d
 	zones := d.cfg.Zones.Zones(ctx)
 	if vm != "" {
@@ -296,17 +298,19 @@ func (b *Backups) List(ctx context.Context, vdc, vm string) ([]Backup, error) {
 	lists, errs := eachZone(ctx, d.find.timeout, zones, func(ctx context.Context, z Zone) ([]Backup, error) {
 		return zoneBackups(ctx, d, z, vdc, vm)
 	})
-	var out []Backup
+	out := []*Backup{}
 	for _, l := range lists {
-		out = append(out, l...)
-	}
-	slices.SortStableFunc(out, func(a, b Backup) int {
-		if c := b.Created.Compare(a.Created); c != 0 {
-			return c
+		for i := range l {
+			out = append(out, &l[i])
 		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	}
+	slices.SortStableFunc(out, func(a, b *Backup) int { return strings.Compare(BackupKey(a), BackupKey(b)) })
 	return out, errors.Join(errs...)
+}
+
+// BackupKey is the paging key of a backup: the newest first, then by id.
+func BackupKey(b *Backup) string {
+	return paging.Key(fmt.Sprintf("%019d", math.MaxInt64-b.Created.Unix()), b.ID)
 }
 
 // zoneBackups lists the backups of vdc (of VM vm, unless "") in zone z.
@@ -360,7 +364,7 @@ func backupTasks(ctx context.Context, d *deps, z Zone, vdc, vm string) ([]Backup
 		if vm != "" && id != vm {
 			continue
 		}
-		bk := Backup{ID: taskOpID(z.ID, vmid, OpCreateBackup, t.UPID), VM: id, VMName: g.Name, VDC: vdc, Zone: z.Name,
+		bk := Backup{ID: taskOpID(z.ID, vmid, OpCreateBackup, t.UPID), VM: id, VMName: g.Name, VDC: vdc, Zone: z.Name, ZoneID: z.ID,
 			Created: time.Unix(t.StartTime, 0), Status: BackupRunning}
 		if t.EndTime != 0 {
 			bk.Status, bk.Message = BackupFailed, backupFailure(ctx, z, t.UPID, t.Status)
@@ -620,4 +624,36 @@ func nameTaken(ctx context.Context, z Zone, vdc, name string) (bool, error) {
 		return false, err
 	}
 	return slices.ContainsFunc(guests, func(g pveapi.Resource) bool { return g.Name == name && g.Template != 1 }), nil
+}
+
+// DeleteVM deletes VM id of vdc as Service.DeleteVM does and, unless
+// keepBackups, then its backups (their archives); a backup that cannot be
+// deleted fails it, with the VM gone.
+func (b *Backups) DeleteVM(ctx context.Context, vdc, id string, keepBackups bool) (*Operation, error) {
+	var arcs []archive
+	if !keepBackups {
+		z, _, _, err := b.d.find.lookup(ctx, vdc, id)
+		if err != nil {
+			return nil, err
+		}
+		all, err := archives(ctx, b.d, z, vdc)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range all {
+			if a.meta.vm == id {
+				arcs = append(arcs, a)
+			}
+		}
+	}
+	op, err := deleteVM(ctx, b.d, vdc, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range arcs {
+		if err := b.Delete(ctx, vdc, a.ref.ID()); err != nil && !IsKind(err, KindNotFound) {
+			return nil, internal("the VM is deleted, but deleting its backups failed", err)
+		}
+	}
+	return op, nil
 }

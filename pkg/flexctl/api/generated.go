@@ -1032,7 +1032,8 @@ func (v *DeleteVMDeleteVMOperation) __premarshalJSON() (*__premarshalDeleteVMDel
 // DeleteVMResponse is returned by DeleteVM on success.
 type DeleteVMResponse struct {
 	// Deletes a VM: stops it if it runs, destroys it with its disks and releases
-	// its addresses; the operation has ended when this returns.
+	// its addresses; the operation has ended when this returns. Its backups
+	// stay unless keepBackups is false.
 	DeleteVM DeleteVMDeleteVMOperation `json:"deleteVM"`
 }
 
@@ -3310,6 +3311,8 @@ const (
 	OperationKindMigrateVm OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVm OperationKind = "RESIZE_VM"
+	// createBackup.
+	OperationKindCreateBackup OperationKind = "CREATE_BACKUP"
 )
 
 var AllOperationKind = []OperationKind{
@@ -3324,6 +3327,7 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVm,
 	OperationKindResizeVm,
+	OperationKindCreateBackup,
 }
 
 // Whether an operation runs or how it ended.
