@@ -336,20 +336,13 @@ func zoneBackups(ctx context.Context, d *deps, z Zone, vdc, vm string) ([]Backup
 // "") that run or failed, from the zone's recent vzdump tasks: only tasks
 // of the guest that is the VM now (taskOfThisGuest).
 func backupTasks(ctx context.Context, d *deps, z Zone, vdc, vm string) ([]Backup, error) {
-	var raw []struct {
-		UPID      string `json:"upid"`
-		Type      string `json:"type"`
-		ID        string `json:"id"`
-		Status    string `json:"status"`
-		StartTime int64  `json:"starttime"`
-		EndTime   int64  `json:"endtime"`
-	}
-	if err := z.Client.Get(ctx, "/cluster/tasks", &raw); err != nil {
+	tasks, err := pveapi.ClusterTasks(ctx, z.Client)
+	if err != nil {
 		return nil, zoneDown(z.Name, err)
 	}
 	var out []Backup
-	for _, t := range raw {
-		if t.Type != "vzdump" || (t.EndTime != 0 && t.Status == "OK") {
+	for _, t := range tasks {
+		if t.Type != "vzdump" || (!t.Running && t.ExitStatus == "OK") {
 			continue
 		}
 		var vmid int
@@ -357,7 +350,7 @@ func backupTasks(ctx context.Context, d *deps, z Zone, vdc, vm string) ([]Backup
 			continue
 		}
 		_, g, in, _, err := d.find.lookupAt(ctx, vdc, z, vmid)
-		if err != nil || in == nil || !taskOfThisGuest(time.Unix(t.StartTime, 0), in) {
+		if err != nil || in == nil || !taskOfThisGuest(t.Started, in) {
 			continue // not a VM of the VDC, or an earlier guest's task
 		}
 		id, _ := keptID(tenancy.VMRef{ZoneID: z.ID, VMID: vmid}, g.Tags())
@@ -365,9 +358,9 @@ func backupTasks(ctx context.Context, d *deps, z Zone, vdc, vm string) ([]Backup
 			continue
 		}
 		bk := Backup{ID: taskOpID(z.ID, vmid, OpCreateBackup, t.UPID), VM: id, VMName: g.Name, VDC: vdc, Zone: z.Name, ZoneID: z.ID,
-			Created: time.Unix(t.StartTime, 0), Status: BackupRunning}
-		if t.EndTime != 0 {
-			bk.Status, bk.Message = BackupFailed, backupFailure(ctx, z, t.UPID, t.Status)
+			Created: t.Started, Status: BackupRunning}
+		if !t.Running {
+			bk.Status, bk.Message = BackupFailed, backupFailure(ctx, z, t.UPID, t.ExitStatus)
 		}
 		out = append(out, bk)
 	}

@@ -211,6 +211,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, in.StorageProfile); err != nil {
 		return nil, catalogInput("storageProfile", "storage profile", in.StorageProfile, err)
 	}
+	if p.sp.IsBackup() {
+		return nil, badInput("storageProfile", "storage profile %s holds backups, not disks", in.StorageProfile)
+	}
 	if p.storage, ok = p.sp.PoolFor(z.Name); !ok {
 		return nil, badInput("storageProfile", "storage profile %s has no pool in zone %s", in.StorageProfile, z.Name)
 	}

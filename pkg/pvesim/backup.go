@@ -395,18 +395,8 @@ func restoreGuest(cl *call, vmid int, archive string) (any, error) {
 			}
 		}
 		if unique {
-			for k, val := range conf {
-				if s, ok := val.(string); ok && strings.HasPrefix(k, "net") {
-					pr := parseProperty(s)
-					for _, key := range pr.keys {
-						if netModels[key] {
-							pr.del(key)
-							conf[k] = netValue(key, randomMAC(), pr)
-							break
-						}
-					}
-				}
-			}
+			newMACs(conf)
+			conf["smbios1"] = "uuid=" + uuid()
 		}
 		conf["vmgenid"] = uuid()
 		g.conf = conf

@@ -789,6 +789,23 @@ func hQemuCreate(cl *call) (any, error) {
 	return t.upid, nil
 }
 
+// newMACs gives every NIC of conf a new random MAC, as a clone or a
+// restore with unique does.
+func newMACs(conf map[string]any) {
+	for k, v := range conf {
+		if s, ok := v.(string); ok && strings.HasPrefix(k, "net") {
+			pr := parseProperty(s)
+			for _, key := range pr.keys {
+				if netModels[key] {
+					pr.del(key)
+					conf[k] = netValue(key, randomMAC(), pr)
+					break
+				}
+			}
+		}
+	}
+}
+
 func uuid() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
@@ -1175,18 +1192,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 			conf[k] = v
 		}
 	}
-	for k, v := range conf {
-		if s, ok := v.(string); ok && strings.HasPrefix(k, "net") {
-			pr := parseProperty(s)
-			for _, key := range pr.keys {
-				if netModels[key] {
-					pr.del(key)
-					conf[k] = netValue(key, randomMAC(), pr)
-					break
-				}
-			}
-		}
-	}
+	newMACs(conf)
 	conf["name"] = cl.p.strOr("name", "Copy-of-VM-"+src.name())
 	if d, ok := cl.p.str("description"); ok {
 		conf["description"] = d
