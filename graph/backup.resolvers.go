@@ -11,6 +11,8 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/support/paging"
 )
@@ -29,7 +31,10 @@ func (r *backupResolver) VM(ctx context.Context, obj *compute.Backup) (*model.VM
 
 // Zone is the resolver for the zone field.
 func (r *backupResolver) Zone(ctx context.Context, obj *compute.Backup) (*model.Zone, error) {
-	return r.zoneOf(obj.ZoneID, obj.Zone), nil
+	if z, ok := r.zoneByID(obj.ZoneID); ok {
+		return zoneModel(z, r.agentTarget()), nil
+	}
+	return &model.Zone{ID: obj.ZoneID, Name: obj.Zone, Status: model.ZoneStatusOnline}, nil
 }
 
 // SizeGiB is the resolver for the sizeGiB field.
@@ -39,12 +44,12 @@ func (r *backupResolver) SizeGiB(ctx context.Context, obj *compute.Backup) (floa
 
 // Message is the resolver for the message field.
 func (r *backupResolver) Message(ctx context.Context, obj *compute.Backup) (*string, error) {
-	return nonEmpty(obj.Message), nil
+	return optString(obj.Message), nil
 }
 
 // Description is the resolver for the description field.
 func (r *backupResolver) Description(ctx context.Context, obj *compute.Backup) (*string, error) {
-	return nonEmpty(obj.Description), nil
+	return optString(obj.Description), nil
 }
 
 // CreateBackup is the resolver for the createBackup field.
@@ -74,15 +79,15 @@ func (r *mutationResolver) DeleteBackup(ctx context.Context, id string) (*model.
 // RestoreBackup is the resolver for the restoreBackup field.
 func (r *mutationResolver) RestoreBackup(ctx context.Context, input model.RestoreBackupInput) (*model.Operation, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
-	host, err := pinnedHost(scope, input.Host)
-	if err != nil {
-		return nil, err
+	// Pinning a host is an ADMIN's choice, as for createVM.
+	if input.Host != nil && !scope.Role.AtLeast(auth.RoleAdmin) {
+		return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
 	}
 	svc, err := r.compute()
 	if err != nil {
 		return nil, err
 	}
-	_, op, err := svc.Disks().Backups().Restore(ctx, scope.VDC.Name, compute.RestoreInput{Backup: input.Backup, Name: input.Name, Host: host})
+	_, op, err := svc.Disks().Backups().Restore(ctx, scope.VDC.Name, compute.RestoreInput{Backup: input.Backup, Name: input.Name, Host: deref(input.Host)})
 	if err != nil {
 		return nil, computeError(err, "input")
 	}

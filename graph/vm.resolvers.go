@@ -10,6 +10,7 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
+	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 )
@@ -34,8 +35,13 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	if input.UserData != nil {
 		in.UserData = []byte(*input.UserData)
 	}
-	if in.Host, err = pinnedHost(scope, input.Host); err != nil {
-		return nil, err
+	if input.Host != nil {
+		// Pinning a host is an ADMIN's choice: the hosts' load is the
+		// platform's to balance.
+		if !scope.Role.AtLeast(auth.RoleAdmin) {
+			return nil, &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
+		}
+		in.Host = *input.Host
 	}
 	if input.PlacementGroup != nil {
 		in.PlacementGroup = *input.PlacementGroup

@@ -7,7 +7,6 @@ import (
 
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/graph/server/apierr"
-	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/compute/images"
 )
@@ -59,37 +58,12 @@ func opModel(op *compute.Operation) *model.Operation {
 func (r *Resolver) creatingVMModel(vm *compute.VM) *model.VM {
 	m := &model.VM{ID: vm.ID, Place: vm.Ref, Name: vm.Name, Status: model.VMStatusCreating, Vcpus: vm.VCPUs,
 		MemoryMiB: vm.MemoryMiB, DiskGiB: vm.DiskGiB, IPAddresses: vm.Addresses}
-	m.Zone = r.zoneOf(vm.Ref.ZoneID, vm.Zone)
+	if z, ok := r.zoneByID(vm.Ref.ZoneID); ok {
+		m.Zone = zoneModel(z, r.agentTarget())
+	} else {
+		m.Zone = &model.Zone{ID: vm.Ref.ZoneID, Name: vm.Zone, Status: model.ZoneStatusOnline}
+	}
 	return m
-}
-
-// zoneOf is the model of zone id (called name), as the registry knows it.
-func (r *Resolver) zoneOf(id, name string) *model.Zone {
-	if z, ok := r.zoneByID(id); ok {
-		return zoneModel(z, r.agentTarget())
-	}
-	return &model.Zone{ID: id, Name: name, Status: model.ZoneStatusOnline}
-}
-
-// pinnedHost is the host a create names (input.host), "" for none:
-// pinning a host is an ADMIN's choice (the hosts' load is the platform's
-// to balance).
-func pinnedHost(scope VDCScope, host *string) (string, error) {
-	if host == nil {
-		return "", nil
-	}
-	if !scope.Role.AtLeast(auth.RoleAdmin) {
-		return "", &apierr.Error{Code: apierr.Forbidden, Field: "input.host", Message: "input.host: only an ADMIN of the VDC may pin a host"}
-	}
-	return *host, nil
-}
-
-// nonEmpty is s, or nil when it is empty.
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 // power runs one of the power actions of the compute service on VM id of
