@@ -50,19 +50,24 @@ func TestBackupsEndToEnd(t *testing.T) {
 	}
 	f.Close()
 
-	var op gqlOp
-	h.GraphQL(t, tn.bob, tn.blue, `mutation($vm: ID!) { createBackup(vm: $vm, input: {description: "before the upgrade"}) { id kind state vmId } }`,
-		map[string]any{"vm": src}).OK(t).Into(t, "createBackup", &op)
-	if op.Kind != "CREATE_BACKUP" || op.VMID == nil || *op.VMID != src {
-		t.Fatalf("createBackup: %+v", op)
-	}
-	poll.True(t, 30*time.Second, "the backup to succeed", func() bool {
-		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
-		if op.State == "FAILED" {
-			t.Fatalf("the backup failed: %+v", op)
+	// takeBackup backs VM vm up and waits until the backup is written.
+	takeBackup := func(vm string) {
+		t.Helper()
+		var op gqlOp
+		h.GraphQL(t, tn.bob, tn.blue, `mutation($vm: ID!) { createBackup(vm: $vm, input: {description: "before the upgrade"}) { id kind state vmId } }`,
+			map[string]any{"vm": vm}).OK(t).Into(t, "createBackup", &op)
+		if op.Kind != "CREATE_BACKUP" || op.VMID == nil || *op.VMID != vm {
+			t.Fatalf("createBackup: %+v", op)
 		}
-		return op.State == "SUCCEEDED"
-	})
+		poll.True(t, 30*time.Second, "the backup to succeed", func() bool {
+			h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
+			if op.State == "FAILED" {
+				t.Fatalf("the backup failed: %+v", op)
+			}
+			return op.State == "SUCCEEDED"
+		})
+	}
+	takeBackup(src)
 	var onVM struct{ Backups []gqlBackup }
 	h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { vm(id: $id) { backups { `+backupFields+` } } }`, map[string]any{"id": src}).OK(t).Into(t, "vm", &onVM)
 	if len(onVM.Backups) != 1 {
@@ -113,6 +118,7 @@ func TestBackupsEndToEnd(t *testing.T) {
 
 	// Two restores to one name: the first makes the VM, the second is
 	// refused while the first runs (and after it, the name being taken).
+	var op gqlOp
 	h.GraphQL(t, tn.bob, tn.blue, restore, map[string]any{"in": map[string]any{"backup": b.ID, "name": "copy"}}).OK(t).Into(t, "restoreBackup", &op)
 	if r := h.GraphQL(t, tn.bob, tn.blue, restore, map[string]any{"in": map[string]any{"backup": b.ID, "name": "copy"}}); r.Code(t) != "CONFLICT" {
 		t.Errorf("a second restore to the same name: %s", r.Raw)
@@ -146,6 +152,16 @@ func TestBackupsEndToEnd(t *testing.T) {
 	rf.Close()
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the restored disk does not hold the backed-up bytes (%v)", err)
+	}
+
+	// deleteVM(keepBackups: false) takes the VM's backups with it.
+	takeBackup(restored)
+	if l := list(tn.bob, tn.blue); len(l) != 2 {
+		t.Fatalf("with the restored VM's backup: %+v", l)
+	}
+	h.GraphQL(t, tn.bob, tn.blue, `mutation($id: ID!) { deleteVM(id: $id, keepBackups: false) { state } }`, map[string]any{"id": restored}).OK(t)
+	if l := list(tn.bob, tn.blue); len(l) != 1 || l[0].ID != b.ID {
+		t.Fatalf("after deleteVM(keepBackups: false): %+v", l)
 	}
 
 	// The backup outlives its VM, then is deleted.
