@@ -554,6 +554,17 @@ func (sc *createScope) reserve(ctx context.Context) error {
 	if err != nil {
 		return quotaError(sc.in.VDC, err)
 	}
+	if sc.p != nil && sc.p.restore != nil {
+		// Checked again under the reservation: a restore of that name
+		// that released its own has named its guest by then.
+		taken, err := nameTaken(ctx, sc.z, sc.in.VDC, sc.in.Name)
+		if err != nil {
+			return zoneDown(sc.z.Name, err)
+		}
+		if taken {
+			return &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the VDC has a VM named %s", sc.in.Name)}
+		}
+	}
 	return nil
 }
 
