@@ -2,9 +2,11 @@ package pvesim_test
 
 import (
 	"crypto/rand"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +145,30 @@ func TestBackupStorageFull(t *testing.T) {
 	if r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/config", nil); r.data.(map[string]any)["lock"] != nil {
 		t.Errorf("the guest is still locked: %v", r.data.(map[string]any)["lock"])
 	}
+}
+
+// TestBackupArchiveSurvivesRestart: an archive keeps its configuration in
+// the state file, so a restarted simulator still restores it.
+func TestBackupArchiveSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	cfg := pvesim.Config{Cluster: "lab", Nodes: 1, StateFile: filepath.Join(t.TempDir(), "state.json")}
+	c := startCluster(t, cfg)
+	ctx := testCtx(t)
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "name": {"web"}, "scsi0": {"local-lvm:1"}})
+	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/vzdump", url.Values{"vmid": {"100"}, "storage": {"local"}})
+	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	list := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/local/content", url.Values{"content": {"backup"}}).data.([]any)
+	volid := list[0].(map[string]any)["volid"].(string)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := startCluster(t, cfg)
+	cl2 := pveClient(t, c2, testTokenID, testTokenSecret)
+	if r := call(t, c2, testToken, http.MethodGet, "/nodes/pve1/vzdump/extractconfig", url.Values{"volume": {volid}}); !strings.Contains(fmt.Sprint(r.data), "name: web") {
+		t.Fatalf("extractconfig after the restart: %s %v", r.reason, r.data)
+	}
+	r = call(t, c2, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"101"}, "archive": {volid}})
+	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl2), nil)
 }
