@@ -190,6 +190,8 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))sg-throughput.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkSecurityGroupRuleChange$$' -benchtime 100x -timeout 20m ./graph \
 		| tee $(dir $(BENCH_OUT))sg-rule-change.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkBackupRestore$$' -benchtime 1x -timeout 10m ./pkg/pvesim \
+		| tee $(dir $(BENCH_OUT))backup-restore.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

@@ -135,6 +135,10 @@ func copyData(dst, src *os.File) (int64, bool, error) {
 		if err != nil {
 			return size, true, err
 		}
+		if copyRange(dst, src, data, hole) {
+			off = hole
+			continue
+		}
 		for p := data; p < hole; {
 			n, err := src.ReadAt(buf[:min(int64(len(buf)), hole-p)], p)
 			if n > 0 {
@@ -153,6 +157,22 @@ func copyData(dst, src *os.File) (int64, bool, error) {
 		off = hole
 	}
 	return size, true, nil
+}
+
+// copyRange copies bytes [from, to) of src to the same offsets of dst in
+// the kernel (copy_file_range), as cp does; false when it cannot (then
+// the caller copies them itself, from from on: a partial copy is
+// written again).
+func copyRange(dst, src *os.File, from, to int64) bool {
+	for from < to {
+		in, out := from, from
+		n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(to-from, 1<<30)), 0)
+		if err != nil || n == 0 {
+			return false
+		}
+		from += int64(n)
+	}
+	return true
 }
 
 // resizeFile makes v's file v.size bytes long. The caller holds mu.
