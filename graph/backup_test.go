@@ -6,10 +6,8 @@ import (
 	"os"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
-	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 type gqlBackup struct {
@@ -61,13 +59,7 @@ func TestBackupsEndToEnd(t *testing.T) {
 		if op.Kind != "CREATE_BACKUP" || op.VMID == nil || *op.VMID != vm {
 			t.Fatalf("createBackup: %+v", op)
 		}
-		poll.True(t, 30*time.Second, "the backup to succeed", func() bool {
-			h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
-			if op.State == "FAILED" {
-				t.Fatalf("the backup failed: %+v", op)
-			}
-			return op.State == "SUCCEEDED"
-		})
+		awaitOp(t, h, tn.bob, tn.blue, &op, "the backup")
 	}
 	takeBackup(src)
 	var onVM struct{ Backups []gqlBackup }
