@@ -129,6 +129,19 @@ func awaitCreate(t testing.TB, h *meshtest.Harness, user, vdc, op string) string
 	return id
 }
 
+// awaitOp polls operation op of user in vdc until it succeeds, failing
+// the test if it fails; what names it in the failure.
+func awaitOp(t testing.TB, h *meshtest.Harness, user, vdc string, op *gqlOp, what string) {
+	t.Helper()
+	poll.True(t, 30*time.Second, what, func() bool {
+		h.GraphQL(t, user, vdc, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", op)
+		if op.State == "FAILED" {
+			t.Fatalf("%s failed: %+v", what, op)
+		}
+		return op.State == "SUCCEEDED"
+	})
+}
+
 const createVM = `mutation($in: CreateVMInput!) { createVM(input: $in) {
   vm { id name status ipAddresses zone { name } } operation { id kind state step vmId } } }`
 

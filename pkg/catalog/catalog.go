@@ -218,6 +218,10 @@ type QuotaReservation struct {
 	// existing VM grows by (quota.Ledger.ReserveResources: a disk, a
 	// larger compute profile).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Name is the VM name a create claims in the VDC (a restore of a
+	// backup, quota.Ledger.ReserveNamed): no other live reservation of
+	// the VDC claims it.
+	Name string `json:"name,omitempty"`
 }
 
 // VDCSpec is the desired state of a VDC.
@@ -316,6 +320,9 @@ type StorageProfileSpec struct {
 	Description string `json:"description,omitempty"`
 	// Tier is a short tier name shown to users (a DNS label, e.g. "ssd").
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: StorageDisk (VMs' disks,
+	// also for "") or StorageBackup (backup archives).
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps and WriteMBps limit disk throughput in MB/s; zero is unlimited.
 	ReadMBps  int `json:"readMBps"`
 	WriteMBps int `json:"writeMBps"`
@@ -329,6 +336,15 @@ type ZonePool struct {
 	Zone string `json:"zone"`
 	Pool string `json:"pool"`
 }
+
+// Kinds of storage profiles.
+const (
+	StorageDisk   = "DISK"
+	StorageBackup = "BACKUP"
+)
+
+// IsBackup reports whether the profile's storage holds backup archives.
+func (s *StorageProfileSpec) IsBackup() bool { return s.Kind == StorageBackup }
 
 // PoolFor returns the Proxmox storage of the profile in zone.
 func (s *StorageProfileSpec) PoolFor(zone string) (string, bool) {

@@ -129,6 +129,9 @@ func (p *StorageProfile) Validate() error {
 	); err != nil {
 		return err
 	}
+	if k := p.StorageProfileSpec.Kind; k != "" && k != StorageDisk && k != StorageBackup {
+		return invalid("kind", "kind is %s or %s", StorageDisk, StorageBackup)
+	}
 	if len(p.Pools) == 0 {
 		return invalid("pools", "must map at least one zone to a Proxmox storage")
 	}

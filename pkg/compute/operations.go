@@ -228,6 +228,9 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	}
 	op.Step = ts.Type
 	op.State, op.Error = taskState(ts)
+	if ref.kind == OpCreateBackup && op.State == OpFailed {
+		op.Error = backupFailure(ctx, z, ref.upid, op.Error)
+	}
 	return op, nil
 }
 

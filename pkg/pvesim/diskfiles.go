@@ -10,7 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disk bytes. With Config.DiskDir set, every disk volume (content
@@ -65,9 +66,9 @@ func writeSparse(path string, src *volume, size int64) error {
 			return err
 		}
 		defer sf.Close()
-		if ok, err := copyExtents(f, sf); ok {
+		if n, ok, err := copyData(f, sf); ok {
 			if err == nil {
-				err = f.Truncate(max(size, src.size))
+				err = f.Truncate(max(size, n))
 			}
 			if cerr := f.Close(); err == nil {
 				err = cerr
@@ -107,53 +108,71 @@ func writeSparse(path string, src *volume, size int64) error {
 	return f.Close()
 }
 
-// Whence values of lseek that find a sparse file's data and holes.
-const (
-	seekData = 3
-	seekHole = 4
-)
-
-// copyExtents copies the data of the sparse file src into dst at the same
-// offsets, reading only what the file system holds as data (not its
-// holes: a copy of a large, mostly empty disk reads only its bytes, so the
-// simulator's lock is not held for the time of reading gigabytes of
-// zeros). ok is false where the file system cannot tell data from holes;
-// the caller then reads the whole file.
-func copyExtents(dst, src *os.File) (ok bool, err error) {
-	if _, err := src.Seek(0, seekData); err != nil && !errors.Is(err, syscall.ENXIO) {
-		return false, nil
+// copyData copies the data of sparse file src into dst at the same
+// offsets, skipping its holes (SEEK_DATA, SEEK_HOLE), and returns src's
+// size; ok is false when the file system cannot say where its data is
+// (then nothing was copied).
+func copyData(dst, src *os.File) (int64, bool, error) {
+	fi, err := src.Stat()
+	if err != nil {
+		return 0, false, nil
 	}
+	size := fi.Size()
+	fd := int(src.Fd())
 	buf := make([]byte, fileChunk)
-	var off int64
-	for {
-		start, err := src.Seek(off, seekData)
-		if errors.Is(err, syscall.ENXIO) {
-			return true, nil // no data after off
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // no data after off
 		}
 		if err != nil {
-			return true, err
+			if off == 0 {
+				return 0, false, nil
+			}
+			return size, true, err
 		}
-		end, err := src.Seek(start, seekHole)
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
 		if err != nil {
-			return true, err
+			return size, true, err
 		}
-		if _, err := src.Seek(start, io.SeekStart); err != nil {
-			return true, err
+		if copyRange(dst, src, data, hole) {
+			off = hole
+			continue
 		}
-		for pos := start; pos < end; {
-			n, err := src.Read(buf[:min(int64(len(buf)), end-pos)])
+		for p := data; p < hole; {
+			n, err := src.ReadAt(buf[:min(int64(len(buf)), hole-p)], p)
 			if n > 0 {
-				if _, werr := dst.WriteAt(buf[:n], pos); werr != nil {
-					return true, werr
+				if _, werr := dst.WriteAt(buf[:n], p); werr != nil {
+					return size, true, werr
 				}
-				pos += int64(n)
+				p += int64(n)
 			}
-			if err != nil {
-				return true, err
+			if err != nil && !errors.Is(err, io.EOF) {
+				return size, true, err
+			}
+			if n == 0 {
+				break
 			}
 		}
-		off = end
+		off = hole
 	}
+	return size, true, nil
+}
+
+// copyRange copies bytes [from, to) of src to the same offsets of dst in
+// the kernel (copy_file_range), as cp does; false when it cannot (then
+// the caller copies them itself, from from on: a partial copy is
+// written again).
+func copyRange(dst, src *os.File, from, to int64) bool {
+	for from < to {
+		in, out := from, from
+		n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(to-from, 1<<30)), 0)
+		if err != nil || n == 0 {
+			return false
+		}
+		from += int64(n)
+	}
+	return true
 }
 
 // resizeFile makes v's file v.size bytes long. The caller holds mu.

@@ -2213,7 +2213,8 @@ func (v *DeleteVMDeleteVMOperation) __premarshalJSON() (*__premarshalDeleteVMDel
 // DeleteVMResponse is returned by DeleteVM on success.
 type DeleteVMResponse struct {
 	// Deletes a VM: stops it if it runs, destroys it with its disks and releases
-	// its addresses; the operation has ended when this returns.
+	// its addresses; the operation has ended when this returns. Its backups
+	// stay unless keepBackups is false.
 	DeleteVM DeleteVMDeleteVMOperation `json:"deleteVM"`
 }
 
@@ -5985,6 +5986,8 @@ const (
 	OperationKindResizeVm OperationKind = "RESIZE_VM"
 	// createImageFromVM.
 	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
+	// createBackup.
+	OperationKindCreateBackup OperationKind = "CREATE_BACKUP"
 )
 
 var AllOperationKind = []OperationKind{
@@ -6000,6 +6003,7 @@ var AllOperationKind = []OperationKind{
 	OperationKindMigrateVm,
 	OperationKindResizeVm,
 	OperationKindCreateImage,
+	OperationKindCreateBackup,
 }
 
 // Whether an operation runs or how it ended.

@@ -184,6 +184,11 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists.
 	// +optional
 	VMID int64 `json:"vmid,omitempty"`
+	// Name is the VM name a restore of a backup claims: no other live
+	// reservation of the VDC claims it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
 }
 
 // VDCList is a list of VDCs.
@@ -256,6 +261,11 @@ type StorageProfileSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: DISK (VMs' disks, the
+	// default) or BACKUP (backup archives).
+	// +kubebuilder:validation:Enum=DISK;BACKUP
+	// +optional
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps limits disk reads in MB/s; zero is unlimited.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000
