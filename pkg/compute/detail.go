@@ -92,7 +92,7 @@ func (s *Service) Hardware(ctx context.Context, vdc, id string) (Zone, Hardware,
 // taskKinds maps the Proxmox task types of the power actions, deletes and
 // snapshot operations to their operation kinds.
 var taskKinds = func() map[string]OpKind {
-	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate}
+	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate, "vzdump": OpCreateBackup}
 	maps.Copy(m, snapshotTasks)
 	for k, p := range powerPaths {
 		m["qm"+p] = k
