@@ -13,12 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/flexctl"
 )
 
@@ -30,7 +32,8 @@ import (
 // stopped, started and deleted, images and load balancers listed, managed
 // Kubernetes refused as UNAVAILABLE (no management cluster); an API refusal
 // (exit 1, the API's message and code), usage errors (exit 2, nothing
-// changed), and red's VM asked for from VDC blue by bob (NOT_FOUND).
+// changed), red's VM asked for from VDC blue by bob (NOT_FOUND), and
+// service accounts' tokens in FLEXPLANE_TOKEN (saTest).
 func TestFlexctlEndToEnd(t *testing.T) {
 	s := startStack(t)
 	home := t.TempDir()
@@ -54,6 +57,11 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		c := f.Context("default")
 		if f.CurrentContext != "default" || c == nil || c.Token == "" || c.VDC != "red" || c.Endpoint != endpoint {
 			t.Fatalf("config after login: %+v", f)
+		}
+		// Signed in as the CLI's own client the configuration document
+		// names, not the portal's.
+		if c.ClientID != meshtest.CLIClientID {
+			t.Errorf("login's client %q, want %q", c.ClientID, meshtest.CLIClientID)
 		}
 	})
 
@@ -178,6 +186,10 @@ func TestFlexctlEndToEnd(t *testing.T) {
 				t.Fatalf("after vm %s: status %s, want %s", step.action, v.Status, step.status)
 			}
 		}
+	})
+
+	t.Run("a service account's token drives flexctl", func(t *testing.T) {
+		saTest(t, s, base, netID)
 	})
 
 	t.Run("another VDC's VM is NOT_FOUND", func(t *testing.T) {
@@ -317,4 +329,81 @@ func login(t *testing.T, s *stack, home string, env []string, user, password str
 	if !strings.Contains(out, "logged in: context default") {
 		t.Errorf("flexctl login said:\n%s%s", printed.String(), out)
 	}
+}
+
+// saTest drives flexctl with service accounts' tokens of VDC red, made by
+// the platform admin through the API, with no login and no context: a
+// MEMBER account creates (--wait), lists and deletes a VM; a VIEWER
+// account is refused a mutation (exit 1, FORBIDDEN) and changes nothing;
+// the MEMBER account with VDC blue's header gets NOT_FOUND for blue's
+// network; once deleted, its token is refused with the 401's reason.
+func saTest(t *testing.T, s *stack, base []string, netID string) {
+	type issued struct {
+		ServiceAccount struct{ ID string }
+		Token          string
+	}
+	create := func(name, role string) issued {
+		var out issued
+		s.h.GraphQL(t, "admin", "red", `mutation($n: String!, $r: VDCRole!) { createServiceAccount(input: {name: $n, role: $r}) {
+		  serviceAccount { id } token } }`, map[string]any{"n": name, "r": role}).OK(t).Into(t, "createServiceAccount", &out)
+		if !strings.HasPrefix(out.Token, "fpsa_") {
+			t.Fatalf("account %s: token %.8q…", name, out.Token)
+		}
+		return out
+	}
+	ci, ro := create("ci", "MEMBER"), create("ro", "VIEWER")
+	as := func(tok, vdc string) []string {
+		return append(append([]string(nil), base...), flexctl.EnvVDC+"="+vdc, flexctl.EnvToken+"="+tok)
+	}
+	home := t.TempDir() // no config file: the environment only
+	var vm struct{ ID, Name, Status string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "create", "bot", "--zone", "alpha", "--image", "tiny", "--compute-profile", "small",
+		"--storage-profile", "ssd", "--disk-gib", "4", "--user", "ubuntu", "--nic", netID, "--wait", "-o", "json"), &vm)
+	if vm.ID == "" || vm.Name != "bot" || vm.Status != "RUNNING" {
+		t.Fatalf("the account's VM: %+v", vm)
+	}
+	var vms []struct{ ID string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "list", "-o", "json"), &vms)
+	if !slices.ContainsFunc(vms, func(v struct{ ID string }) bool { return v.ID == vm.ID }) {
+		t.Fatalf("the account's vm list: %+v", vms)
+	}
+
+	r := s.run(t, home, as(ro.Token, "red"), "network", "create", "ro", "--zone", "alpha", "--cidr", "10.9.0.0/24", "--gateway", "10.9.0.1")
+	if r.code != flexctl.ExitRefused || !strings.HasPrefix(r.stderr, "error: ") || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(FORBIDDEN)") {
+		t.Errorf("a viewer account's mutation: %+v", r)
+	}
+	r = s.run(t, home, as(ro.Token, "red"), "vm", "delete", vm.ID)
+	if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(FORBIDDEN)") {
+		t.Errorf("a viewer account's vm delete: %+v", r)
+	}
+
+	var blueNet struct{ ID string }
+	s.h.GraphQL(t, "bob", "blue", `mutation { createNetwork(input: {name: "bluelan", zone: "alpha", cidr: "10.2.0.0/24", gateway: "10.2.0.1"}) { id } }`, nil).
+		OK(t).Into(t, "createNetwork", &blueNet)
+	for _, args := range [][]string{{"network", "delete", blueNet.ID}, {"network", "list"}, {"vm", "get", vm.ID}} {
+		r := s.run(t, home, as(ci.Token, "blue"), args...)
+		if r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") {
+			t.Errorf("the red account in blue: %v: %+v", args, r)
+		}
+	}
+	s.h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`, map[string]any{"id": blueNet.ID}).OK(t)
+
+	var op struct{ State string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "delete", vm.ID, "--wait", "-o", "json"), &op)
+	if op.State != "SUCCEEDED" {
+		t.Fatalf("the account's vm delete: %+v", op)
+	}
+	if r := s.run(t, home, as(ci.Token, "red"), "vm", "get", vm.ID); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(NOT_FOUND)") {
+		t.Fatalf("vm get after the account's delete: %+v", r)
+	}
+
+	s.h.GraphQL(t, "admin", "red", `mutation($id: ID!) { deleteServiceAccount(id: $id) { id } }`, map[string]any{"id": ci.ServiceAccount.ID}).OK(t)
+	poll.True(t, 10*time.Second, "the deleted account's token refused", func() bool {
+		r = s.run(t, home, as(ci.Token, "red"), "vm", "list")
+		return r.code != 0
+	})
+	if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "does not exist") || !strings.Contains(r.stderr, "(UNAUTHENTICATED)") {
+		t.Errorf("a deleted account's token: %+v", r)
+	}
+	s.h.GraphQL(t, "admin", "red", `mutation($id: ID!) { deleteServiceAccount(id: $id) { id } }`, map[string]any{"id": ro.ServiceAccount.ID}).OK(t)
 }
