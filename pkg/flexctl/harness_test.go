@@ -20,7 +20,7 @@ import (
 
 // stack is a mesh harness (one zone "alpha", of one node by default, the API with
 // meshtest's default users, the portal's configuration document on the
-// orchestrator's origin) with a catalog of one image ("tiny"), compute
+// orchestrator's origin, naming flexctl's own client) with a catalog of one image ("tiny"), compute
 // profile ("small") and storage profile ("ssd"), and flexctl built from
 // this module.
 type stack struct {
@@ -41,7 +41,7 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	web := &meshtest.LateHandler{}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: nodes}),
 		meshtest.WithAPI(spec), meshtest.WithHandler(web))
-	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
+	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, CLIClientID: meshtest.CLIClientID, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

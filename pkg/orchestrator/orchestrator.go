@@ -132,7 +132,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
 	// API answers UNAVAILABLE (503) meanwhile; the mesh works regardless.
-	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
+	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, CLIClientID: c.CLIClientID, Claims: c.Claims, HTTPClient: c.HTTPClient})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
