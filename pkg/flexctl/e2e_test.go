@@ -22,6 +22,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/flexctl"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
 // TestFlexctlEndToEnd runs the built flexctl binary against a running
@@ -30,7 +31,8 @@ import (
 // an expired login renewed with its refresh token, then with that context
 // a network and a VM created (--wait), listed, read, its console opened,
 // stopped, started and deleted, images and load balancers listed, managed
-// Kubernetes refused as UNAVAILABLE (no management cluster); an API refusal
+// Kubernetes refused as UNAVAILABLE (no management cluster), a load
+// balancer created with --wait (lbTest), listed and deleted; an API refusal
 // (exit 1, the API's message and code), usage errors (exit 2, nothing
 // changed), red's VM asked for from VDC blue by bob (NOT_FOUND), and
 // service accounts' tokens in FLEXPLANE_TOKEN (saTest).
@@ -171,6 +173,10 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		if r := s.run(t, home, nil, "kubernetes", "list"); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(UNAVAILABLE)") {
 			t.Errorf("kubernetes list without a management cluster: %+v", r)
 		}
+	})
+
+	t.Run("lb create --wait, list and delete", func(t *testing.T) {
+		lbTest(t, s, home, vmID)
 	})
 
 	t.Run("vm stop and start", func(t *testing.T) {
@@ -406,4 +412,71 @@ func saTest(t *testing.T, s *stack, base []string, netID string) {
 		t.Errorf("a deleted account's token: %+v", r)
 	}
 	s.h.GraphQL(t, "admin", "red", `mutation($id: ID!) { deleteServiceAccount(id: $id) { id } }`, map[string]any{"id": ro.ServiceAccount.ID}).OK(t)
+}
+
+// lbTest creates a load balancer on the VM vmID with flexctl lb create
+// --wait, which follows it until the zone's replica reports its checked
+// backend healthy (progress lines on stderr), lists and deletes it.
+func lbTest(t *testing.T, s *stack, home, vmID string) {
+	in := filepath.Join(t.TempDir(), "lb.yaml")
+	spec := `name: shop
+zone: alpha
+pools:
+- name: web
+  healthCheck: {protocol: TCP}
+  backends: [{vmId: ` + vmID + `, port: 80}]
+listeners:
+- {name: tcp, protocol: TCP, port: 80, pool: web}
+`
+	if err := os.WriteFile(in, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan result, 1)
+	go func() { done <- s.run(t, home, nil, "lb", "create", "-f", in, "--wait", "-o", "json") }()
+	var listed []struct{ ID, Name string }
+	poll.True(t, 30*time.Second, "the balancer listed", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("lb create --wait ended before its backend was healthy: %+v", r)
+		default:
+		}
+		decode(t, s.run(t, home, nil, "lb", "list", "-o", "json"), &listed)
+		return len(listed) == 1
+	})
+	cfg := s.replica.Await(t, 30*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("lb create --wait ended before its backend was healthy: %+v", r)
+	default:
+	}
+	b := cfg.Balancers[0]
+	s.replica.SetBackends([]lbconfig.BackendStatus{{Balancer: b.ID, Pool: b.Pools[0].Name, Backend: b.Pools[0].Backends[0].ID, Healthy: true, Checked: time.Now()}})
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("lb create --wait did not end once its backend was healthy")
+	}
+	var lb struct {
+		ID, Name, PublicAddress string
+		Pools                   []struct{ Backends []struct{ Health string } }
+	}
+	decode(t, r, &lb)
+	if lb.ID != listed[0].ID || lb.Name != "shop" || !strings.HasPrefix(lb.PublicAddress, "203.0.113.") || len(lb.Pools) != 1 || lb.Pools[0].Backends[0].Health != "HEALTHY" {
+		t.Fatalf("lb create --wait: %+v", lb)
+	}
+	if !strings.Contains(r.stderr, "load balancer shop: 0/1 checked backends healthy") || !strings.Contains(r.stderr, "load balancer shop: 1/1 checked backends healthy") {
+		t.Errorf("lb create --wait progress:\n%s", r.stderr)
+	}
+	if r := s.run(t, home, nil, "lb", "list"); r.code != 0 || !strings.HasPrefix(r.stdout, "ID ") || !strings.Contains(r.stdout, "tcp:80/TCP") || !strings.Contains(r.stdout, "web(1)") {
+		t.Errorf("lb list: %+v", r)
+	}
+	if r := s.run(t, home, nil, "lb", "delete", lb.ID); r.code != 0 || !strings.Contains(r.stdout, lb.ID) {
+		t.Fatalf("lb delete: %+v", r)
+	}
+	decode(t, s.run(t, home, nil, "lb", "list", "-o", "json"), &listed)
+	if len(listed) != 0 {
+		t.Fatalf("lb list after delete: %+v", listed)
+	}
+	s.replica.Await(t, 30*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 0 })
 }

@@ -1948,13 +1948,13 @@ type HealthCheckInput struct {
 	// The HTTP check's path (starting with /; HTTP only).
 	Path *string `json:"path"`
 	// Seconds between checks (1 to 300).
-	IntervalSeconds *int `json:"intervalSeconds"`
+	IntervalSeconds *int `json:"intervalSeconds,omitempty"`
 	// Seconds one check may take (1 to intervalSeconds).
-	TimeoutSeconds *int `json:"timeoutSeconds"`
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
 	// Checks in a row that must pass to bring a backend back (1 to 10).
-	HealthyThreshold *int `json:"healthyThreshold"`
+	HealthyThreshold *int `json:"healthyThreshold,omitempty"`
 	// Checks in a row that must fail to take a backend out (1 to 10).
-	UnhealthyThreshold *int `json:"unhealthyThreshold"`
+	UnhealthyThreshold *int `json:"unhealthyThreshold,omitempty"`
 }
 
 // GetProtocol returns HealthCheckInput.Protocol, and is useful for accessing the field via an interface.
@@ -3038,12 +3038,19 @@ func (v *LoadBalancerFieldsListenersLoadBalancerListener) GetPool() *string { re
 type LoadBalancerFieldsPoolsBackendPool struct {
 	// The pool's name in its balancer.
 	Name string `json:"name"`
+	// The pool's health check, if any.
+	HealthCheck *LoadBalancerFieldsPoolsBackendPoolHealthCheck `json:"healthCheck"`
 	// The pool's backends.
 	Backends []LoadBalancerFieldsPoolsBackendPoolBackendsBackend `json:"backends"`
 }
 
 // GetName returns LoadBalancerFieldsPoolsBackendPool.Name, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPool) GetName() string { return v.Name }
+
+// GetHealthCheck returns LoadBalancerFieldsPoolsBackendPool.HealthCheck, and is useful for accessing the field via an interface.
+func (v *LoadBalancerFieldsPoolsBackendPool) GetHealthCheck() *LoadBalancerFieldsPoolsBackendPoolHealthCheck {
+	return v.HealthCheck
+}
 
 // GetBackends returns LoadBalancerFieldsPoolsBackendPool.Backends, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPool) GetBackends() []LoadBalancerFieldsPoolsBackendPoolBackendsBackend {
@@ -3072,6 +3079,20 @@ func (v *LoadBalancerFieldsPoolsBackendPoolBackendsBackend) GetPort() int { retu
 // GetHealth returns LoadBalancerFieldsPoolsBackendPoolBackendsBackend.Health, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPoolBackendsBackend) GetHealth() BackendHealth {
 	return v.Health
+}
+
+// LoadBalancerFieldsPoolsBackendPoolHealthCheck includes the requested fields of the GraphQL type HealthCheck.
+// The GraphQL type's documentation follows.
+//
+// An active health check of a pool's backends.
+type LoadBalancerFieldsPoolsBackendPoolHealthCheck struct {
+	// How the backends are checked.
+	Protocol HealthCheckProtocol `json:"protocol"`
+}
+
+// GetProtocol returns LoadBalancerFieldsPoolsBackendPoolHealthCheck.Protocol, and is useful for accessing the field via an interface.
+func (v *LoadBalancerFieldsPoolsBackendPoolHealthCheck) GetProtocol() HealthCheckProtocol {
+	return v.Protocol
 }
 
 // LoadBalancerFieldsZone includes the requested fields of the GraphQL type Zone.
@@ -3946,6 +3967,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -3956,6 +3980,9 @@ fragment LoadBalancerFields on LoadBalancer {
 }
 `
 
+// A health check's settings left out of the input take the schema's
+// defaults: they are omitted, not sent as null. (The variable has a comment
+// of its own line, else genqlient reads these directives as its.)
 func CreateLoadBalancer(
 	ctx_ context.Context,
 	client_ graphql.Client,
@@ -4349,6 +4376,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -4684,6 +4714,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
