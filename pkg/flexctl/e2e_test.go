@@ -30,9 +30,10 @@ import (
 // tokens): a device login as alice (a member of VDC red) kept in a context,
 // an expired login renewed with its refresh token, then with that context
 // a network and a VM created (--wait), listed, read, its console opened,
-// stopped, started and deleted, images and load balancers listed, managed
-// Kubernetes refused as UNAVAILABLE (no management cluster), a load
-// balancer created with --wait (lbTest), listed and deleted; an API refusal
+// stopped, started and deleted, images and load balancers listed, a
+// managed Kubernetes cluster created, listed, its kubeconfig written and
+// deleted (kubeTest), a load balancer created with --wait (lbTest),
+// listed and deleted; an API refusal
 // (exit 1, the API's message and code), usage errors (exit 2, nothing
 // changed), red's VM asked for from VDC blue by bob (NOT_FOUND), and
 // service accounts' tokens in FLEXPLANE_TOKEN (saTest).
@@ -150,7 +151,7 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("images, console, load balancers, Kubernetes", func(t *testing.T) {
+	t.Run("images, console, load balancers", func(t *testing.T) {
 		var images []struct{ Name, Version string }
 		decode(t, s.run(t, home, nil, "image", "list", "-o", "json"), &images)
 		if len(images) != 1 || images[0].Name != "tiny" {
@@ -169,10 +170,10 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		if len(lbs) != 0 {
 			t.Errorf("lb list: %+v", lbs)
 		}
-		// The harness has no management cluster: the API says so.
-		if r := s.run(t, home, nil, "kubernetes", "list"); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(UNAVAILABLE)") {
-			t.Errorf("kubernetes list without a management cluster: %+v", r)
-		}
+	})
+
+	t.Run("kubernetes create, list, kubeconfig and delete", func(t *testing.T) {
+		kubeTest(t, s, home, netID)
 	})
 
 	t.Run("lb create --wait, list and delete", func(t *testing.T) {
@@ -479,4 +480,44 @@ listeners:
 		t.Fatalf("lb list after delete: %+v", listed)
 	}
 	s.replica.Await(t, 30*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 0 })
+}
+
+// kubeTest creates a managed Kubernetes cluster with flexctl, lists it,
+// writes its kubeconfig to a file (mode 0600) once its control plane (the
+// stand-in) is ready, and deletes it.
+func kubeTest(t *testing.T, s *stack, home, netID string) {
+	var kc struct{ ID, Name, Version string }
+	decode(t, s.run(t, home, nil, "kubernetes", "create", "ops", "--zone", "alpha", "--version", "v1.37.2", "--network", netID, "-o", "json"), &kc)
+	if kc.ID == "" || kc.Name != "ops" || kc.Version != "v1.37.2" {
+		t.Fatalf("kubernetes create: %+v", kc)
+	}
+	var listed []struct {
+		ID                string
+		ControlPlaneReady bool
+	}
+	poll.True(t, time.Minute, "the control plane ready", func() bool {
+		decode(t, s.run(t, home, nil, "kubernetes", "list", "-o", "json"), &listed)
+		return len(listed) == 1 && listed[0].ID == kc.ID && listed[0].ControlPlaneReady
+	})
+	file := filepath.Join(t.TempDir(), "ops.kubeconfig")
+	r := s.run(t, home, nil, "kubernetes", "kubeconfig", kc.ID, "-f", file)
+	if r.code != 0 || !strings.HasPrefix(r.stderr, "kubeconfig written to "+file) {
+		t.Fatalf("kubernetes kubeconfig -f: %+v", r)
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in control plane's kubeconfig is a text naming the
+	// credential the API issued: alice's, as a member.
+	if st.Mode().Perm() != 0o600 || !strings.Contains(string(b), "user: oidc:alice\n") || !strings.Contains(string(b), "groups: cluster-admin\n") {
+		t.Errorf("kubeconfig file (mode %v):\n%s", st.Mode().Perm(), b)
+	}
+	if r := s.run(t, home, nil, "kubernetes", "delete", kc.ID); r.code != 0 || !strings.Contains(r.stdout, kc.ID) {
+		t.Fatalf("kubernetes delete: %+v", r)
+	}
 }

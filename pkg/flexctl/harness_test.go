@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -34,9 +35,16 @@ type stack struct {
 	bin     string
 }
 
+// startStack is the harness of TestFlexctlEndToEnd, with managed
+// Kubernetes: a management cluster (a real kube-apiserver with Cluster
+// API's resources) whose control planes are capitest's stand-in, ready at
+// once.
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	return startStackWith(t, meshtest.APISpec{}, 1)
+	m := capitest.Start(t)
+	return startStackWith(t, meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: m.Kubeconfig, Namespace: "flexplane"},
+		Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: true, WorkerImage: "tiny", WorkerDiskGiB: 4, Poll: 250 * time.Millisecond,
+			ControlPlane: m.ControlPlane}}, 1)
 }
 
 // startStackWith is startStack with the API of spec (and its load
