@@ -258,6 +258,9 @@ func (f *serveFlags) check() error {
 	if f.portalDir != "" && f.issuer == "" {
 		return errors.New("-portal-dir needs -oidc-issuer: the portal signs in with it")
 	}
+	if f.cliClientID != "" && f.issuer == "" {
+		return errors.New("-oidc-cli-client-id needs -oidc-issuer: flexctl signs in with it")
+	}
 	if f.meshPG != "" {
 		pg, err := meshcontrol.ParsePostgresURL(f.meshPG)
 		if err != nil {
