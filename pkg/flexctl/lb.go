@@ -146,7 +146,7 @@ func (a *app) waitHealthy(cmd *cobra.Command, c graphql.Client, l api.LoadBalanc
 		}
 		r, err := api.GetLoadBalancer(ctx, c, l.Id)
 		if err != nil {
-			return l, apiError("wait for load balancer "+l.Id, err)
+			return l, AsAPIError("wait for load balancer "+l.Id, err)
 		}
 		l = r.LoadBalancer.LoadBalancerFields
 	}

@@ -10102,6 +10102,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -10112,6 +10115,8 @@ fragment LoadBalancerFields on LoadBalancer {
 }
 `
 
+// As CreateLoadBalancer: a health check's settings left out take the
+// schema's defaults (the one HealthCheckInput type both share).
 func UpdateLoadBalancer(
 	ctx_ context.Context,
 	client_ graphql.Client,
