@@ -377,6 +377,8 @@ type VM struct {
 	DiskGiB   int
 	// Operation is the id of the create while the VM is CREATING.
 	Operation string
+	// HighAvailability: the guest is a Proxmox HA resource (ha.go).
+	HighAvailability bool
 }
 
 // vmFromGuest builds a VM from what Proxmox lists and the guest's intent.
@@ -384,6 +386,7 @@ func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 	vm := &VM{
 		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
 		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(tenancy.Creating(g.Tags())),
+		HighAvailability: g.HAState != "",
 	}
 	vm.ID = vm.Ref.ID()
 	if was, ok := wasOf(g.Tags()); ok {

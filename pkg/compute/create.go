@@ -70,6 +70,10 @@ type CreateInput struct {
 	// "" lets placement choose (placement.go). Who may pin is the
 	// caller's to check.
 	Host string
+	// NoHA keeps the VM out of Proxmox HA; by default a VM on shared
+	// storage is an HA resource that Proxmox recovers on another host when
+	// its host fails (ha.go).
+	NoHA bool
 }
 
 // NICInput is one NIC: the network's id and a static address, or "" for
@@ -412,7 +416,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
+		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups, NoHA: in.NoHA,
 	}
 	if p.pgroup != nil {
 		intent.PlacementGroup = p.pgroup.ShortName()
@@ -973,8 +977,16 @@ func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, c
 	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, sc.userData, base)
 }
 
-// startGuest starts the guest.
+// startGuest starts the guest: a VM to be highly available on shared
+// storage becomes an HA resource with state started, which Proxmox's HA
+// manager starts (ha.go); the others are started.
 func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
+	if g.HAState == "" && !sc.in.NoHA {
+		did, err := sc.enrollHA(ctx, sc.z, g, sc.in)
+		if did || err != nil {
+			return did, err
+		}
+	}
 	if g.Status == "running" {
 		return false, nil
 	}

@@ -808,6 +808,13 @@ type CreateVMInput struct {
 	// the VDC does not have, BAD_USER_INPUT for one of another zone
 	// (extensions.field input.placementGroup).
 	PlacementGroup *string `json:"placementGroup"`
+	// Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+	// profile's pool is shared storage becomes an HA resource, which Proxmox
+	// starts again on another host of the zone when its host fails (the VM is
+	// UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+	// one. Null or true: highly available where its storage allows; false:
+	// never.
+	HighAvailability *bool `json:"highAvailability"`
 }
 
 // GetName returns CreateVMInput.Name, and is useful for accessing the field via an interface.
@@ -851,6 +858,9 @@ func (v *CreateVMInput) GetHost() *string { return v.Host }
 
 // GetPlacementGroup returns CreateVMInput.PlacementGroup, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetPlacementGroup() *string { return v.PlacementGroup }
+
+// GetHighAvailability returns CreateVMInput.HighAvailability, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetHighAvailability() *bool { return v.HighAvailability }
 
 // CreateVMResponse is returned by CreateVM on success.
 type CreateVMResponse struct {
