@@ -982,7 +982,7 @@ func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, c
 // manager starts (ha.go); the others are started.
 func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
 	if g.HAState == "" && !sc.in.NoHA {
-		did, err := sc.enrollHA(ctx, sc.z, g, sc.in)
+		did, err := sc.enrollHA(ctx, sc.z, g, sc.in, "started")
 		if did || err != nil {
 			return did, err
 		}

@@ -46,16 +46,17 @@ func sharedStorage(ctx context.Context, z Zone, node, storage string) (bool, err
 	return false, nil
 }
 
-// enrollHA makes guest g of intent in an HA resource with state started
-// when its disk is on shared storage, then writes its placement group's
-// rule. It reports whether it changed anything.
-func (d *deps) enrollHA(ctx context.Context, z Zone, g pveapi.Resource, in *Intent) (bool, error) {
+// enrollHA makes guest g of intent in an HA resource with the requested
+// state (started or stopped) when its disk is on shared storage, then
+// writes its placement group's rule. It reports whether it changed
+// anything.
+func (d *deps) enrollHA(ctx context.Context, z Zone, g pveapi.Resource, in *Intent, state string) (bool, error) {
 	shared, err := sharedStorage(ctx, z, g.Node, in.Storage)
 	if err != nil || !shared {
 		return false, err
 	}
 	_, err = pveapi.Run(ctx, z.Client, "POST", "/cluster/ha/resources", map[string]any{
-		"sid": haSID(g.VMID), "state": "started", "comment": "flexplane VM " + in.Name})
+		"sid": haSID(g.VMID), "state": state, "comment": "flexplane VM " + in.Name})
 	if err != nil && !strings.Contains(err.Error(), "already defined") {
 		return true, fmt.Errorf("compute: add guest %d to HA: %w", g.VMID, err)
 	}

@@ -1362,13 +1362,14 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	}
 	g.conf["lock"] = "migrate"
 	d := c.taskDuration(0, gib)
-	typ := "qmigrate"
+	// qemu-server hands an HA-managed guest's migration to the manager (a
+	// hamigrate request, then the CRM's qmigrate); the simulator runs the
+	// migration in the task it answers, with the service in state migrate.
 	ha := c.st.haManaged(g.vmid)
 	if ha != nil {
-		// qemu-server hands an HA-managed guest's migration to the manager.
-		typ, ha.crm = "hamigrate", "migrate"
+		ha.crm = "migrate"
 	}
-	t := c.st.runTask(src, typ, strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
+	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
 		delete(g.conf, "lock")
 		if ha != nil {
 			defer func() { ha.crm = ha.settled(g) }()
