@@ -303,7 +303,7 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 			host = p.tpl.Node
 		}
 		if host != "" {
-			if _, err := snippetStorage(ctx, z, host); err != nil {
+			if _, err := snippetStorage(ctx, z, host, false); err != nil {
 				p.slot.release()
 				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
 			}
