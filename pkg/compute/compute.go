@@ -199,6 +199,11 @@ type Config struct {
 	// in maintenance: placement puts no new VM on them. Nil: the hosts
 	// the zone's policy lists as in maintenance (Hosts.SetMaintenance).
 	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
+	// HARecovered, if set, is told of each VM that Proxmox's HA manager
+	// recovered onto another host (ha.go), once, by the replica whose
+	// Recover pass (Recovers) sees it: the orchestrator records it as an
+	// audit event. Nil: only logged.
+	HARecovered func(ctx context.Context, r HARecovery)
 	// DrainParallel is how many VMs the drain of hosts in maintenance
 	// migrates at once per zone; default DefaultDrainParallel (4).
 	DrainParallel int
@@ -234,6 +239,8 @@ type deps struct {
 	moved *movedIndex
 	// placer: the placements of the creates in flight (placement.go).
 	placer *placer
+	// ha: the HA VMs Recover last saw, to tell their recoveries (ha.go).
+	ha *haWatch
 	// drainer: the migrations of hosts in maintenance (drain.go).
 	drainer *drainer
 	// unplaced: creates skip placement and clone on the template's node
@@ -273,7 +280,7 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
-		placer: newPlacer(), drainer: newDrainer(),
+		placer: newPlacer(), drainer: newDrainer(), ha: &haWatch{last: map[tenancy.VMRef]haSeen{}},
 	}
 	if d.cfg.Maintenance == nil {
 		d.cfg.Maintenance = d.maintenanceHosts

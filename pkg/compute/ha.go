@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // High availability (docs/operate/placement.md): a VM whose disk is on
@@ -146,4 +148,70 @@ func (d *deps) syncGroupRule(ctx context.Context, z Zone, vdc, short string) err
 		return fmt.Errorf("compute: write HA rule %s: %w", id, err)
 	}
 	return nil
+}
+
+// HARecovery is a VM Proxmox's HA manager started on another host after
+// its host failed.
+type HARecovery struct {
+	// VM is the VM's id, VDC its VDC, Zone the zone's name.
+	VM, VDC, Zone string
+	// From is the failed host, To the host it runs on now.
+	From, To string
+}
+
+// haWatch remembers where Recover last saw each HA VM and in which HA
+// state, to tell a recovery: a VM whose host changed while it was on a
+// failed host (HA state fence or recovery, or its status unknown) was
+// recovered, not migrated. It is this process's memory only: a replica
+// that takes over the passes starts afresh (a recovery under way then is
+// not told).
+type haWatch struct {
+	mu   sync.Mutex
+	last map[tenancy.VMRef]haSeen // what the last pass saw of each HA VM; protected by mu
+}
+
+type haSeen struct {
+	node string
+	lost bool // on a failed host: HA state fence or recovery, or status unknown
+}
+
+// observe notes zone z's guests and tells d's HARecovered of each HA VM
+// that left a failed host since the last pass.
+func (w *haWatch) observe(ctx context.Context, d *deps, z Zone, guests []pveapi.Resource) {
+	var told []HARecovery
+	w.mu.Lock()
+	seen := map[tenancy.VMRef]bool{}
+	for _, g := range guests {
+		if g.HAState == "" || !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {
+			continue
+		}
+		key := tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}
+		seen[key] = true
+		lost := g.HAState == "fence" || g.HAState == "recovery" || g.Status == "unknown"
+		if prev, ok := w.last[key]; ok && prev.lost && prev.node != g.Node && !lost {
+			vdc, _ := tenancy.VDCOf(g.Tags())
+			id := key.ID()
+			if was, ok := wasOf(g.Tags()); ok {
+				id = was.ID()
+			}
+			told = append(told, HARecovery{VM: id, VDC: vdc, Zone: z.Name, From: prev.node, To: g.Node})
+		}
+		now := haSeen{node: g.Node, lost: lost}
+		if prev, ok := w.last[key]; ok && prev.lost && lost {
+			now.node = prev.node // still the failed host while it is recovered elsewhere
+		}
+		w.last[key] = now
+	}
+	for key := range w.last {
+		if key.ZoneID == z.ID && !seen[key] {
+			delete(w.last, key)
+		}
+	}
+	w.mu.Unlock()
+	for _, r := range told {
+		d.log.Info("ha: VM recovered on another host", "vm", r.VM, "vdc", r.VDC, "zone", r.Zone, "from", r.From, "to", r.To)
+		if d.cfg.HARecovered != nil {
+			d.cfg.HARecovered(ctx, r)
+		}
+	}
 }

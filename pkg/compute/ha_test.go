@@ -1,6 +1,7 @@
 package compute_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"slices"
@@ -26,6 +27,8 @@ import (
 // placement group are an HA rule that keeps them apart.
 func TestHAVMRecovered(t *testing.T) {
 	t.Parallel()
+	// The fence delay leaves the Recover passes (every 20 ms) time to see
+	// the VM on its failed host.
 	e, z := haZone(t, pvesim.Timing{FenceDelay: 300 * time.Millisecond})
 	ctx := vmtest.Ctx(t)
 	if _, err := e.svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "apart", Zone: "alpha", Policy: compute.PolicySpread}); err != nil {
@@ -70,6 +73,12 @@ func TestHAVMRecovered(t *testing.T) {
 		t.Errorf("HA rules %v: want the group's two VMs apart", rules)
 	}
 
+	// A service whose Recover passes tell the recoveries they see.
+	told := make(chan compute.HARecovery, 10)
+	cfg := e.cfg
+	cfg.RecoverInterval = 20 * time.Millisecond
+	cfg.HARecovered = func(_ context.Context, r compute.HARecovery) { told <- r }
+	runService(t, e.newService(cfg))
 	z.Sim.SetNodeOnline("pve3", false)
 	// The VMs' state as every reader maps it (pveapi's State): a VM of an
 	// offline host is UNKNOWN, and stays so while Proxmox recovers it.
@@ -96,6 +105,14 @@ func TestHAVMRecovered(t *testing.T) {
 	vm, err := e.svc.VM(ctx, "blue", ha.ID)
 	if err != nil || vm.Status != compute.StatusRunning || !vm.HighAvailability {
 		t.Errorf("the recovered VM: %+v %v", vm, err)
+	}
+	select {
+	case r := <-told:
+		if r.VM != ha.ID || r.VDC != "blue" || r.Zone != "alpha" || r.From != "pve3" || r.To != vm.Node {
+			t.Errorf("recovery told: %+v, want %s from pve3 to %s", r, ha.ID, vm.Node)
+		}
+	case <-ctx.Done():
+		t.Error("the recovery was not told")
 	}
 }
 
