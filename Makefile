@@ -54,7 +54,8 @@ FUZZ_TARGETS := \
 	./pkg/pvesim/pveschema:FuzzFormat \
 	./pkg/inventory:FuzzDecodeAnswer \
 	./pkg/proxmox/pveapi:FuzzUPID \
-	./pkg/proxmox/pveapi:FuzzConfig
+	./pkg/proxmox/pveapi:FuzzConfig \
+	./pkg/support/calendar:FuzzParse
 FUZZ        ?= $(FUZZ_TARGETS)
 FUZZTIME    ?= 10s
 BENCH_PKGS  ?= ./...
@@ -82,6 +83,16 @@ KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/kube/cmd/kube/main.go t
 KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
 export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
 
+# The OpenTofu CLI of the Terraform provider's tests (pkg/tfprovider), built
+# from the module pinned in tools/tofu, cached like KUBE_BIN in a directory
+# named by a hash of the pins (the tests derive the same directory when
+# FLEXPLANE_TOFU_BIN is unset); and the provider itself, built into the
+# checkout (docs/use/terraform.md).
+TOFU_PINS    := tools/tofu/go.mod tools/tofu/go.sum tools/tofu/tools.go tools/tofu/build.sh
+TOFU_BIN     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/tofu-$(shell cat $(TOFU_PINS) | sha256sum | cut -c1-16)
+PROVIDER_BIN ?= $(CURDIR)/bin/terraform-provider-flexplane
+export FLEXPLANE_TOFU_BIN := $(TOFU_BIN)
+
 NPM         ?= npm
 # Every file the portal build reads (not its outputs, packages or tests).
 PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -name .nuxt \
@@ -89,7 +100,8 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin print-kube-bin
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin print-kube-bin \
+	tofu-bin print-tofu-bin print-provider-bin provider
 
 all: build
 
@@ -116,7 +128,7 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## waiting on processes they started, so TEST_P of them run at once: more
 ## than the 2 cores the suite is budgeted for.
 TEST_P ?= 4
-test: portal browser postgres systemd-analyze python3 kube-bin
+test: portal browser postgres systemd-analyze python3 kube-bin tofu-bin
 	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -160,7 +172,7 @@ lint: lint-schema lint-portal
 ## every member's firewall has it (p99 against 2 s). Every figure is a ratio
 ## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
 ## (docs/performance/index.md).
-bench: portal kube-bin
+bench: portal kube-bin tofu-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
 	$(GO) test -run '^$$' -bench '^BenchmarkGRPCLatency$$' -benchtime 300x -timeout 5m ./pkg/dev/meshtest \
 		| tee $(dir $(BENCH_OUT))grpc-latency.txt
@@ -192,6 +204,8 @@ bench: portal kube-bin
 		| tee $(dir $(BENCH_OUT))sg-throughput.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkSecurityGroupRuleChange$$' -benchtime 100x -timeout 20m ./graph \
 		| tee $(dir $(BENCH_OUT))sg-rule-change.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
+		| tee $(dir $(BENCH_OUT))tofu-apply.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease
@@ -236,6 +250,27 @@ $(KUBE_BIN)/etcd:
 	@echo "kube-bin: building etcd into $(@D)"
 	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
+
+## tofu-bin: the OpenTofu CLI (built from the module pinned in tools/tofu
+## into TOFU_BIN, then never again until a pin changes; tools/tofu/build.sh
+## prints its progress, docs/develop/testing.md gives the cold time) and the
+## Terraform provider (PROVIDER_BIN). print-tofu-bin and print-provider-bin
+## print only their paths, for a dev_overrides CLI configuration
+## (docs/use/terraform.md).
+tofu-bin: $(TOFU_BIN)/tofu provider
+
+print-tofu-bin:
+	@echo $(TOFU_BIN)/tofu
+
+print-provider-bin:
+	@echo $(PROVIDER_BIN)
+
+$(TOFU_BIN)/tofu:
+	GO=$(GO) tools/tofu/build.sh $(TOFU_BIN)
+
+## provider: the Terraform provider as PROVIDER_BIN.
+provider:
+	$(GO) build -o $(PROVIDER_BIN) ./cmd/terraform-provider-flexplane
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -128,10 +128,19 @@ func seedSharedStorage(t testing.TB, h *meshtest.Harness) {
 // vmidOf is the VMID of the guest named name.
 func vmidOf(t testing.TB, c *proxmox.Client, name string) int {
 	t.Helper()
+	id := guestID(t, c, name)
+	if id == 0 {
+		t.Fatalf("no guest %s", name)
+	}
+	return id
+}
+
+// guestID is the VMID of the guest named name, 0 while there is none.
+func guestID(t testing.TB, c *proxmox.Client, name string) int {
+	t.Helper()
 	var rs []struct {
 		VMID int    `json:"vmid"`
 		Name string `json:"name"`
-		Node string `json:"node"`
 	}
 	if err := c.Get(vmtest.Ctx(t), "/cluster/resources?type=vm", &rs); err != nil {
 		t.Fatal(err)
@@ -141,7 +150,6 @@ func vmidOf(t testing.TB, c *proxmox.Client, name string) int {
 			return r.VMID
 		}
 	}
-	t.Fatalf("no guest %s", name)
 	return 0
 }
 

@@ -146,7 +146,8 @@ var pveGroupName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9\-_]+$`)
 // rules, the members' addresses in IP sets, each member VM's firewall on
 // with ipfilter, policy_in DROP, policy_out DROP only with outbound rules,
 // the platform group and its groups attached, its NIC's firewall on;
-// setVMSecurityGroups and a rule change reach the VMs, the old group is
+// setVMSecurityGroups answers once the VM's firewall holds its new group,
+// and a rule change reaches the VMs, the old group is
 // removed; a VM taken out of every group has its firewall off again, and
 // another VDC's groups are apart.
 func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
@@ -228,6 +229,11 @@ func TestSecurityGroupsWrittenToProxmox(t *testing.T) {
 
 	// a joins db too; db's rules change: a new Proxmox group, the old one gone.
 	h.GraphQL(t, tn.bob, tn.blue, setGroups, map[string]any{"vm": a, "g": []string{"app", "db"}}).OK(t)
+	// It answered once the zone's firewall holds a's new group.
+	v = readFirewall(t, c)
+	if ga = readGuest(t, c, a); !slices.Equal(ga.rules, []string{platform, appGroup, dbGroup}) || !slices.Contains(v.sets[dbSet], addr(a)) {
+		t.Errorf("setVMSecurityGroups answered before a's firewall held db: %+v, db's members %v", ga, v.sets[dbSet])
+	}
 	var dbID string
 	var all []struct{ ID, Name string }
 	h.GraphQL(t, tn.bob, tn.blue, `{ securityGroups { id name } }`, nil).OK(t).Into(t, "securityGroups", &all)

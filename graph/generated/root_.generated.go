@@ -8130,7 +8130,10 @@ extend type Mutation {
   Puts a VM in exactly these security groups of its VDC (an empty list:
   in none, its firewall off as before groups). BAD_USER_INPUT for more
   than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
-  does not have (extensions.field input.securityGroups[i]).
+  does not have (extensions.field input.securityGroups[i]). It answers once
+  the VM's zone's firewall holds the groups; ZONE_UNAVAILABLE when it does
+  not within 30 seconds (the groups stay recorded and are written when the
+  zone can take them).
   """
   setVMSecurityGroups(
     "The VM and its groups."
@@ -8722,7 +8725,9 @@ input CreateVMInput {
   The names of the VDC's security groups it is in (at most 16); null puts
   it in the VDC's default group if it has one, an empty list in none.
   NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
-  VDC does not have.
+  VDC does not have. A VM in groups is started only once its zone's
+  firewall holds them: it never runs open; its create fails when they
+  cannot be written within 2 minutes.
   """
   securityGroups: [String!]
   """

@@ -360,7 +360,9 @@ type CreateVMInput struct {
 	// The names of the VDC's security groups it is in (at most 16); null puts
 	// it in the VDC's default group if it has one, an empty list in none.
 	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
-	// VDC does not have.
+	// VDC does not have. A VM in groups is started only once its zone's
+	// firewall holds them: it never runs open; its create fails when they
+	// cannot be written within 2 minutes.
 	SecurityGroups []string `json:"securityGroups,omitempty"`
 	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
 	// YAML document or a shell script starting with `#!`. flexplane merges it

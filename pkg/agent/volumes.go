@@ -653,9 +653,25 @@ func (a *Agent) caller(ctx context.Context) (meshnode.Peer, error) {
 		// this node's view, or the lookup cut short by the call's
 		// deadline) is the agent's log's.
 		a.log.Warn("agent: refused a caller its mesh node could not identify", "addr", p.Addr.String(), "err", err)
+		// The caller reached this node through its tunnels, so the
+		// control server told the node of it: a map without it is
+		// stale (see meshnode.Node.ResyncMap, at most every 30 s). A
+		// lookup cut short says nothing of the map: a loaded node is
+		// not given a whole map to apply on top.
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			go a.resyncMap()
+		}
 		return meshnode.Peer{}, status.Error(codes.PermissionDenied, "agent: caller is not a known mesh node")
 	}
 	return who, nil
+}
+
+// resyncMap asks the control server for the agent's whole map of the mesh
+// again.
+func (a *Agent) resyncMap() {
+	if _, err := a.node.ResyncMap(context.Background()); err != nil {
+		a.log.Warn("agent: could not ask for the whole map of the mesh again", "err", err)
+	}
 }
 
 // MigrationAddr is the agent's migration port on the mesh (ip:port).

@@ -190,7 +190,7 @@ type Config struct {
 	Recovers func() bool
 	// AfterStep, if set, is called after each phase of a create completes
 	// (phases: "claim", "stage" when the image was not staged, "clone",
-	// "configure", "resize", "user-data", "start", "finish"; of a move
+	// "configure", "resize", "user-data", "firewall", "start", "finish"; of a move
 	// across zones: "target", "stop", "copy", "cutover", "finish") with
 	// the intent's operation id and the runner's context (the request's
 	// for "claim"); it lets tests stop a runner mid-way.
@@ -204,11 +204,31 @@ type Config struct {
 	// Recover pass (Recovers) sees it: the orchestrator records it as an
 	// audit event. Nil: only logged.
 	HARecovered func(ctx context.Context, r HARecovery)
+	// Firewall, if set, writes the security groups of a VM into its
+	// zone's firewall (sgsync.Syncer): a create, or a move across zones,
+	// of a VM in groups waits for it before it starts the guest, so that
+	// the guest never runs without its groups (fail-closed from the first
+	// boot). Nil: nothing waits (the groups are written by whatever
+	// writes them, after the guest started).
+	Firewall Firewall
+	// FirewallTimeout bounds that wait; a create whose VM's firewall is
+	// not written within it fails (its guest deleted), a move's finish
+	// fails and is finished again by Recover. Default 2m.
+	FirewallTimeout time.Duration
 	// DrainParallel is how many VMs the drain of hosts in maintenance
 	// migrates at once per zone; default DefaultDrainParallel (4).
 	DrainParallel int
 	// Logger receives the service's logs; default slog.Default().
 	Logger *slog.Logger
+}
+
+// Firewall writes the security groups of a VM into its zone's firewall
+// (sgsync.Syncer implements it).
+type Firewall interface {
+	// WaitVM returns once zone's firewall holds what guest vmid of vdc
+	// needs of its security groups (as recorded in its intent), or an
+	// error saying what is missing when ctx ends.
+	WaitVM(ctx context.Context, zone, vdc string, vmid int) error
 }
 
 // Service runs VM lifecycles. Its methods are its public API: the entry
@@ -261,6 +281,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.StaleAfter == 0 {
 		cfg.StaleAfter = 2 * time.Minute
+	}
+	if cfg.FirewallTimeout <= 0 {
+		cfg.FirewallTimeout = 2 * time.Minute
 	}
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = 10 * time.Minute

@@ -492,6 +492,8 @@ type createScope struct {
 //     memory, NICs, cloud-init, disk IO limits and the marker tags;
 //   - resize: the disk grown to its size;
 //   - user-data: the snippet of the guest's own user-data (if any);
+//   - firewall: for a VM in security groups, its zone's firewall holding
+//     them (Config.Firewall), waited for within Config.FirewallTimeout;
 //   - start: the guest started;
 //   - finish: the quota reservation released and the marker cleared.
 //
@@ -506,6 +508,7 @@ func createPhases() []phase[createScope] {
 		guestPhase("configure", (*createScope).configureGuest),
 		guestPhase("resize", (*createScope).resizeDisk),
 		guestPhase("user-data", (*createScope).deliverUserData),
+		step("firewall", (*createScope).firewallPhase),
 		guestPhase("start", (*createScope).startGuest),
 		guestPhase("finish", (*createScope).unmarkGuest),
 	}
@@ -977,6 +980,32 @@ func (sc *createScope) deliverUserData(ctx context.Context, g pveapi.Resource, c
 	return sc.snips.writeUserData(ctx, sc.z, g, cfg, sc.in, sc.userData, base)
 }
 
+// firewallPhase waits until the zone's firewall holds the security groups
+// of a VM in groups, before its guest is first started: a VM in groups
+// never runs open. A firewall not written in time fails the create.
+func (sc *createScope) firewallPhase(ctx context.Context) error {
+	return sc.waitFirewall(ctx, sc.z.Name, sc.in, sc.vmid)
+}
+
+// waitFirewall waits, within Config.FirewallTimeout, until zone's firewall
+// holds the security groups in's VM (guest vmid) is in; at once for a VM
+// in no group or without a Config.Firewall.
+func (d *deps) waitFirewall(ctx context.Context, zone string, in *Intent, vmid int) error {
+	if d.cfg.Firewall == nil || len(in.SecurityGroups) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.FirewallTimeout)
+	defer cancel()
+	if err := d.cfg.Firewall.WaitVM(wctx, zone, in.VDC, vmid); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &Error{Kind: KindInternal, Message: fmt.Sprintf("the VM's security groups could not be written to zone %s's firewall within %s, so it was not started",
+			zone, d.cfg.FirewallTimeout), Cause: err}
+	}
+	return nil
+}
+
 // startGuest starts the guest: a VM to be highly available on shared
 // storage becomes an HA resource with state started, which Proxmox's HA
 // manager starts (ha.go); the others are started.
@@ -1065,8 +1094,14 @@ func plannedConfig(cfg pveapi.Config, in *Intent) (map[string]any, string) {
 		}
 		n := in.NICs[i]
 		cur := cfg.Str(nk)
-		if !strings.EqualFold(propOf(cur, "virtio"), n.MAC) || propOf(cur, "bridge") != n.VNet {
+		// A VM in security groups has its NICs' firewall on from the
+		// start (sgsync keeps it so).
+		fw := len(in.SecurityGroups) > 0
+		if !strings.EqualFold(propOf(cur, "virtio"), n.MAC) || propOf(cur, "bridge") != n.VNet || (fw && propOf(cur, "firewall") != "1") {
 			ch[nk] = "virtio=" + n.MAC + ",bridge=" + n.VNet
+			if fw {
+				ch[nk] = ch[nk].(string) + ",firewall=1"
+			}
 		}
 		ip := "ip=" + n.Address + "/" + strconv.Itoa(n.Bits)
 		if n.Gateway != "" {

@@ -829,6 +829,15 @@ func (sc *moveScope) finish(ctx context.Context) error {
 	if err := m.dst.Client.Put(ctx, "/pools/"+tenancy.PoolID(m.vdc), map[string]any{"vms": vmid}, nil); err != nil && !pveapi.IsAlreadyExists(err) {
 		return fmt.Errorf("compute: add the target to the pool: %w", err)
 	}
+	// A VM in security groups starts in its new zone only once that
+	// zone's firewall holds them (the target is one of the VDC's VMs
+	// there from its pool on); until then the target stays marked, for
+	// this step to be finished again.
+	if m.running {
+		if err := sc.waitFirewall(ctx, m.dst.Name, m.in, vmid); err != nil {
+			return err
+		}
+	}
 	cfg, err := pveapi.GuestConfig(ctx, m.dst.Client, m.node, vmid)
 	if err != nil {
 		return err

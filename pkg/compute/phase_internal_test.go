@@ -66,7 +66,7 @@ func TestRunPhases(t *testing.T) {
 // documents, in order.
 func TestCreatePhaseNames(t *testing.T) {
 	t.Parallel()
-	want := []string{"claim", "stage", "clone", "configure", "resize", "user-data", "start", "finish"}
+	want := []string{"claim", "stage", "clone", "configure", "resize", "user-data", "firewall", "start", "finish"}
 	if got := phaseNames(createPhases()); !slices.Equal(got, want) {
 		t.Fatalf("create phases %v, want %v", got, want)
 	}

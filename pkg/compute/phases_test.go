@@ -14,7 +14,7 @@ import (
 )
 
 // createPhases are the phases of a create as the package documents them.
-var createPhases = []string{"claim", "stage", "clone", "configure", "resize", "user-data", "start", "finish"}
+var createPhases = []string{"claim", "stage", "clone", "configure", "resize", "user-data", "firewall", "start", "finish"}
 
 // TestCreateRunsItsPhasesInOrder: the phase hook sees each phase of a
 // create once it completed, in the documented order (stage only for the

@@ -29,10 +29,11 @@ type APIError struct {
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (%s)", e.Message, e.Code) }
 
-// apiError turns what the generated client returned into an *APIError
-// when it carries a GraphQL error (an answer with errors, or an HTTP
-// refusal such as 401 with a GraphQL body), else returns err as it is.
-func apiError(op string, err error) error {
+// AsAPIError turns what the generated client (package api) returned into
+// an *APIError when it carries a GraphQL error (an answer with errors, or
+// an HTTP refusal such as 401 with a GraphQL body), else wraps err with op.
+// The Terraform provider (pkg/tfprovider) reads its errors the same way.
+func AsAPIError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -92,13 +93,24 @@ func (a *app) client(ctx context.Context) (graphql.Client, error) {
 			return nil, err
 		}
 	}
-	base := a.env.HTTPClient.Transport
+	return NewGraphQLClient(s.Endpoint, token, s.VDC, a.env.HTTPClient), nil
+}
+
+// NewGraphQLClient returns the generated client's transport for the API at
+// endpoint (the base URL, without GraphQLPath), sending token as the bearer
+// token and vdc as the VDC header (each left out when empty), over hc (nil:
+// http.DefaultClient).
+func NewGraphQLClient(endpoint, token, vdc string, hc *http.Client) graphql.Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	base := hc.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc := *a.env.HTTPClient
-	hc.Transport = &headerTransport{base: base, token: token, vdc: s.VDC}
-	return graphql.NewClient(s.Endpoint+GraphQLPath, &hc), nil
+	c := *hc
+	c.Transport = &headerTransport{base: base, token: token, vdc: vdc}
+	return graphql.NewClient(endpoint+GraphQLPath, &c)
 }
 
 // renew returns the token of context name, renewed with its refresh token

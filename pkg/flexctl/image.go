@@ -37,7 +37,7 @@ func (a *app) imageCommand() *cobra.Command {
 	get := getCommand(a, "Show an image", "NAME", func(ctx context.Context, c graphql.Client, name string) (api.ImageFields, error) {
 		r, err := api.GetImage(ctx, c, name)
 		if err != nil {
-			return api.ImageFields{}, apiError("get image", err)
+			return api.ImageFields{}, AsAPIError("get image", err)
 		}
 		if r.Image == nil {
 			return api.ImageFields{}, &APIError{Message: "no image " + name, Code: "NOT_FOUND"}

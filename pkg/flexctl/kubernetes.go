@@ -43,7 +43,7 @@ func (a *app) kubernetesCommand() *cobra.Command {
 	get := getCommand(a, "Show a Kubernetes cluster", "ID", func(ctx context.Context, c graphql.Client, id string) (api.KubernetesClusterFields, error) {
 		r, err := api.GetKubernetesCluster(ctx, c, id)
 		if err != nil {
-			return api.KubernetesClusterFields{}, apiError("get Kubernetes cluster", err)
+			return api.KubernetesClusterFields{}, AsAPIError("get Kubernetes cluster", err)
 		}
 		return r.KubernetesCluster.KubernetesClusterFields, nil
 	}, clusterTable)
@@ -65,7 +65,7 @@ func (a *app) kubernetesCommand() *cobra.Command {
 			}
 			r, err := api.CreateKubernetesCluster(cmd.Context(), c, in)
 			if err != nil {
-				return apiError("create Kubernetes cluster", err)
+				return AsAPIError("create Kubernetes cluster", err)
 			}
 			kc := r.CreateKubernetesCluster.KubernetesClusterFields
 			return Write(cmd.OutOrStdout(), a.output, kc, clusterTable([]api.KubernetesClusterFields{kc}))
@@ -93,7 +93,7 @@ func (a *app) kubernetesCommand() *cobra.Command {
 			}
 			r, err := api.IssueKubeconfig(cmd.Context(), c, argv[0])
 			if err != nil {
-				return apiError("issue kubeconfig", err)
+				return AsAPIError("issue kubeconfig", err)
 			}
 			if file == "" {
 				_, err := fmt.Fprint(cmd.OutOrStdout(), r.IssueKubeconfig.Kubeconfig)

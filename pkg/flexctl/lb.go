@@ -49,7 +49,7 @@ func (a *app) lbCommand() *cobra.Command {
 	get := getCommand(a, "Show a load balancer", "ID", func(ctx context.Context, c graphql.Client, id string) (api.LoadBalancerFields, error) {
 		r, err := api.GetLoadBalancer(ctx, c, id)
 		if err != nil {
-			return api.LoadBalancerFields{}, apiError("get load balancer", err)
+			return api.LoadBalancerFields{}, AsAPIError("get load balancer", err)
 		}
 		return r.LoadBalancer.LoadBalancerFields, nil
 	}, lbTable)
@@ -77,7 +77,7 @@ func (a *app) lbCommand() *cobra.Command {
 			}
 			r, err := api.CreateLoadBalancer(cmd.Context(), c, in)
 			if err != nil {
-				return apiError("create load balancer", err)
+				return AsAPIError("create load balancer", err)
 			}
 			l := r.CreateLoadBalancer.LoadBalancerFields
 			return Write(cmd.OutOrStdout(), a.output, l, lbTable([]api.LoadBalancerFields{l}))

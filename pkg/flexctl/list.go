@@ -27,7 +27,7 @@ func listCommand[T any](a *app, short, op string, fetch func(ctx context.Context
 			for {
 				page, pi, err := fetch(cmd.Context(), c, after)
 				if err != nil {
-					return apiError(op, err)
+					return AsAPIError(op, err)
 				}
 				items = append(items, page...)
 				if pi == nil || !pi.GetHasNextPage() || pi.GetEndCursor() == nil {
@@ -65,7 +65,7 @@ func deleteCommand(a *app, short, op string, del func(ctx context.Context, c gra
 			}
 			id, err := del(cmd.Context(), c, argv[0])
 			if err != nil {
-				return apiError(op, err)
+				return AsAPIError(op, err)
 			}
 			return writeDeleted(cmd, a.output, id)
 		})}

@@ -37,7 +37,7 @@ func (a *app) networkCommand() *cobra.Command {
 	get := getCommand(a, "Show a network", "ID", func(ctx context.Context, c graphql.Client, id string) (api.NetworkFields, error) {
 		r, err := api.GetNetwork(ctx, c, id)
 		if err != nil {
-			return api.NetworkFields{}, apiError("get network", err)
+			return api.NetworkFields{}, AsAPIError("get network", err)
 		}
 		var n *api.GetNetworkNodeNetwork
 		if r.Node != nil {
@@ -59,7 +59,7 @@ func (a *app) networkCommand() *cobra.Command {
 			}
 			r, err := api.CreateNetwork(cmd.Context(), c, in)
 			if err != nil {
-				return apiError("create network", err)
+				return AsAPIError("create network", err)
 			}
 			n := r.CreateNetwork.NetworkFields
 			return Write(cmd.OutOrStdout(), a.output, n, networkTable([]api.NetworkFields{n}))

@@ -82,7 +82,7 @@ func (a *app) vmCommand() *cobra.Command {
 			}
 			r, err := api.CreateVM(cmd.Context(), c, in)
 			if err != nil {
-				return apiError("create VM", err)
+				return AsAPIError("create VM", err)
 			}
 			op := r.CreateVM.Operation.OperationFields
 			if !wait {
@@ -152,7 +152,7 @@ func (a *app) vmAction(name, short string, call func(context.Context, graphql.Cl
 			}
 			op, err := call(cmd.Context(), c, argv[0])
 			if err != nil {
-				return apiError(name+" VM", err)
+				return AsAPIError(name+" VM", err)
 			}
 			if wait {
 				if op, err = a.wait(cmd, c, op); err != nil {
@@ -168,7 +168,7 @@ func (a *app) vmAction(name, short string, call func(context.Context, graphql.Cl
 func (a *app) getVM(ctx context.Context, c graphql.Client, id string) (api.VMFields, error) {
 	r, err := api.GetVM(ctx, c, id)
 	if err != nil {
-		return api.VMFields{}, apiError("get VM", err)
+		return api.VMFields{}, AsAPIError("get VM", err)
 	}
 	if r.Vm == nil {
 		return api.VMFields{}, &APIError{Message: "no VM " + id, Code: "NOT_FOUND"}
@@ -203,7 +203,7 @@ func (a *app) wait(cmd *cobra.Command, c graphql.Client, op api.OperationFields)
 		}
 		r, err := api.GetOperation(ctx, c, op.Id)
 		if err != nil {
-			return op, apiError("wait for operation "+op.Id, err)
+			return op, AsAPIError("wait for operation "+op.Id, err)
 		}
 		if r.Operation == nil {
 			return op, &APIError{Message: "no operation " + op.Id, Code: "NOT_FOUND"}
@@ -221,7 +221,7 @@ func (a *app) consoleURLCommand() *cobra.Command {
 			}
 			r, err := api.OpenConsole(cmd.Context(), c, argv[0])
 			if err != nil {
-				return apiError("open console", err)
+				return AsAPIError("open console", err)
 			}
 			s, err := a.settings()
 			if err != nil {

@@ -155,8 +155,11 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		// the creates a dead replica left: one replica at a time.
 		recovers = leader.Leading
 	}
+	// Creates wait for the security groups' writer, which reads the VMs
+	// from the compute service: built below, before anything runs.
+	firewall := &firewallGate{}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
-		ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
+		Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
 		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute"),
 		HARecovered: func(_ context.Context, r compute.HARecovery) {
 			// An audit event of what Proxmox's HA manager did: the VM,
@@ -204,6 +207,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		Interval: c.SecurityGroupInterval, ZoneTimeout: c.ZoneTimeout, Logger: s.log.With("component", "sgsync")}); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	firewall.groups = s.groups
 	if rc := c.Releases; rc.PublicKey != "" {
 		if s.rollouts, err = newRollouts(rc, s.cfg.DataDir, registry, s.log); err != nil {
 			return nil, nil, nil, nil, err
@@ -444,7 +448,8 @@ func hostPort(a net.Addr) string {
 	return ap.String()
 }
 
-// mesh adapts the control server and the orchestrator's node to zones.Mesh.
+// mesh adapts the control server and the orchestrator's node to zones.Mesh;
+// it is a fleet.MapResyncer too.
 type mesh struct {
 	control *meshcontrol.Client
 	node    *meshnode.Node
@@ -470,6 +475,12 @@ func (m mesh) Nodes(ctx context.Context) ([]fleet.MeshNode, error) {
 
 func (m mesh) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
 	return m.node.OnlinePeers(ctx)
+}
+
+var _ fleet.MapResyncer = mesh{}
+
+func (m mesh) ResyncMap(ctx context.Context) (bool, error) {
+	return m.node.ResyncMap(ctx)
 }
 
 func (m mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -524,4 +535,14 @@ func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"message":    "the orchestrator is starting; retry in a moment",
 		"extensions": map[string]any{"code": apierr.Unavailable},
 	}}})
+}
+
+// firewallGate is compute's Config.Firewall: the security groups' writer,
+// which is built after the compute service it reads the VMs from (groups
+// is set before the API serves).
+type firewallGate struct{ groups *sgsync.Syncer }
+
+// WaitVM implements compute.Firewall.
+func (g *firewallGate) WaitVM(ctx context.Context, zone, vdc string, vmid int) error {
+	return g.groups.WaitVM(ctx, zone, vdc, vmid)
 }

@@ -65,7 +65,7 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.groups, err = securitygroup.New(securitygroup.Config{Store: store, VMs: vms, State: groups, Changed: groups.Kick,
-		Logger: log.With("component", "securitygroup")}); err != nil {
+		Firewall: groups, Logger: log.With("component", "securitygroup")}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	if s.networks, err = network.NewService(registry); err != nil {

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -81,6 +82,12 @@ type Config struct {
 	// groups or the default (sgsync.Syncer.Kick: the zones follow at
 	// once rather than at the next pass).
 	Changed func()
+	// Firewall, if set, is waited on after a VM is put in groups
+	// (sgsync.Syncer): setVMSecurityGroups returns once the VM's zone's
+	// firewall holds them. Nil: it returns at once.
+	Firewall compute.Firewall
+	// FirewallTimeout bounds that wait; default 30s.
+	FirewallTimeout time.Duration
 	// Logger receives the service's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -106,6 +113,9 @@ func New(cfg Config) (*Service, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.FirewallTimeout <= 0 {
+		cfg.FirewallTimeout = 30 * time.Second
 	}
 	return &Service{cfg: cfg, log: log}, nil
 }
@@ -303,6 +313,17 @@ func (s *Service) SetVMGroups(ctx context.Context, vdc, id string, names []strin
 		return nil, err
 	}
 	s.changed()
+	if len(names) == 0 || s.cfg.Firewall == nil {
+		return vm, nil
+	}
+	// The answer says the VM is in its groups once its firewall holds
+	// them, not before.
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.FirewallTimeout)
+	defer cancel()
+	if err := s.cfg.Firewall.WaitVM(wctx, vm.Zone, vdc, vm.Ref.VMID); err != nil {
+		return nil, &fault.Error{Kind: fault.ZoneUnavailable, Zone: vm.Zone, Cause: err,
+			Message: fmt.Sprintf("the VM's groups are recorded, but zone %s's firewall did not take them within %s; they are written when it can", vm.Zone, s.cfg.FirewallTimeout)}
+	}
 	return vm, nil
 }
 

@@ -224,3 +224,14 @@ export function useCanChange() {
     return role === 'MEMBER' || role === 'ADMIN' || !!app.value.me?.platformAdmin
   })
 }
+
+// useIsVdcAdmin tells whether the user is an ADMIN of the selected VDC
+// (platform admins are, in every VDC): what the API asks of those who
+// pin a VM to a host or pick the VDC's default security group.
+export function useIsVdcAdmin() {
+  const app = useAppState()
+  return computed(() => {
+    const role = app.value.me?.vdcs.find((a) => a.vdc.name === app.value.vdc)?.role
+    return role === 'ADMIN' || !!app.value.me?.platformAdmin
+  })
+}

@@ -22,6 +22,7 @@ export const navigation: NavSection[] = [
       { to: '/networking', label: 'Networking' },
       { to: '/load-balancers', label: 'Load balancers' },
       { to: '/security-groups', label: 'Security groups' },
+      { to: '/placement-groups', label: 'Placement groups' },
       { to: '/kubernetes', label: 'Kubernetes' },
       { to: '/settings', label: 'VDC settings' },
     ],
@@ -40,6 +41,8 @@ export const navigation: NavSection[] = [
     items: [
       { to: '/platform/zones', label: 'Zones' },
       { to: '/platform/hosts', label: 'Hosts' },
+      { to: '/platform/enrollment-keys', label: 'Enrollment keys' },
+      { to: '/platform/image-staging', label: 'Image staging' },
       { to: '/platform/vdcs', label: 'VDCs' },
       { to: '/platform/external-networks', label: 'External networks' },
     ],

@@ -61,6 +61,200 @@ func (v *BackendPoolInput) GetBackends() []BackendInput { return v.Backends }
 // GetHealthCheck returns BackendPoolInput.HealthCheck, and is useful for accessing the field via an interface.
 func (v *BackendPoolInput) GetHealthCheck() *HealthCheckInput { return v.HealthCheck }
 
+// CreateFirewallRuleCreateFirewallRule includes the requested fields of the GraphQL type FirewallRule.
+// The GraphQL type's documentation follows.
+//
+// A firewall rule of a VDC's edge gateway.
+type CreateFirewallRuleCreateFirewallRule struct {
+	FirewallRuleFields `json:"-"`
+}
+
+// GetId returns CreateFirewallRuleCreateFirewallRule.Id, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetId() string { return v.FirewallRuleFields.Id }
+
+// GetPosition returns CreateFirewallRuleCreateFirewallRule.Position, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetPosition() int {
+	return v.FirewallRuleFields.Position
+}
+
+// GetDirection returns CreateFirewallRuleCreateFirewallRule.Direction, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetDirection() FirewallDirection {
+	return v.FirewallRuleFields.Direction
+}
+
+// GetProtocol returns CreateFirewallRuleCreateFirewallRule.Protocol, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetProtocol() FirewallProtocol {
+	return v.FirewallRuleFields.Protocol
+}
+
+// GetFromPort returns CreateFirewallRuleCreateFirewallRule.FromPort, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetFromPort() *int {
+	return v.FirewallRuleFields.FromPort
+}
+
+// GetToPort returns CreateFirewallRuleCreateFirewallRule.ToPort, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetToPort() *int { return v.FirewallRuleFields.ToPort }
+
+// GetSource returns CreateFirewallRuleCreateFirewallRule.Source, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetSource() *string {
+	return v.FirewallRuleFields.Source
+}
+
+// GetDestination returns CreateFirewallRuleCreateFirewallRule.Destination, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetDestination() *string {
+	return v.FirewallRuleFields.Destination
+}
+
+// GetAction returns CreateFirewallRuleCreateFirewallRule.Action, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetAction() FirewallAction {
+	return v.FirewallRuleFields.Action
+}
+
+// GetDescription returns CreateFirewallRuleCreateFirewallRule.Description, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleCreateFirewallRule) GetDescription() *string {
+	return v.FirewallRuleFields.Description
+}
+
+func (v *CreateFirewallRuleCreateFirewallRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateFirewallRuleCreateFirewallRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateFirewallRuleCreateFirewallRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.FirewallRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateFirewallRuleCreateFirewallRule struct {
+	Id string `json:"id"`
+
+	Position int `json:"position"`
+
+	Direction FirewallDirection `json:"direction"`
+
+	Protocol FirewallProtocol `json:"protocol"`
+
+	FromPort *int `json:"fromPort"`
+
+	ToPort *int `json:"toPort"`
+
+	Source *string `json:"source"`
+
+	Destination *string `json:"destination"`
+
+	Action FirewallAction `json:"action"`
+
+	Description *string `json:"description"`
+}
+
+func (v *CreateFirewallRuleCreateFirewallRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateFirewallRuleCreateFirewallRule) __premarshalJSON() (*__premarshalCreateFirewallRuleCreateFirewallRule, error) {
+	var retval __premarshalCreateFirewallRuleCreateFirewallRule
+
+	retval.Id = v.FirewallRuleFields.Id
+	retval.Position = v.FirewallRuleFields.Position
+	retval.Direction = v.FirewallRuleFields.Direction
+	retval.Protocol = v.FirewallRuleFields.Protocol
+	retval.FromPort = v.FirewallRuleFields.FromPort
+	retval.ToPort = v.FirewallRuleFields.ToPort
+	retval.Source = v.FirewallRuleFields.Source
+	retval.Destination = v.FirewallRuleFields.Destination
+	retval.Action = v.FirewallRuleFields.Action
+	retval.Description = v.FirewallRuleFields.Description
+	return &retval, nil
+}
+
+// A new firewall rule.
+type CreateFirewallRuleInput struct {
+	// The zone of the gateway.
+	Zone string `json:"zone"`
+	// Which way it looks.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol FirewallProtocol `json:"protocol"`
+	// The first destination port (1 to 65535; TCP and UDP only); null with toPort for any.
+	FromPort *int `json:"fromPort"`
+	// The last destination port (fromPort when null).
+	ToPort *int `json:"toPort"`
+	// The source as an IPv4 CIDR, e.g. 198.51.100.0/24; null for any.
+	Source *string `json:"source"`
+	// The destination as an IPv4 CIDR; null for any.
+	Destination *string `json:"destination"`
+	// What it does.
+	Action FirewallAction `json:"action"`
+	// Where it goes among the rules, from 0 (the first); null for after the last.
+	Position *int `json:"position"`
+	// Free text (at most 1024 bytes).
+	Description *string `json:"description"`
+}
+
+// GetZone returns CreateFirewallRuleInput.Zone, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetZone() string { return v.Zone }
+
+// GetDirection returns CreateFirewallRuleInput.Direction, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetDirection() FirewallDirection { return v.Direction }
+
+// GetProtocol returns CreateFirewallRuleInput.Protocol, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetProtocol() FirewallProtocol { return v.Protocol }
+
+// GetFromPort returns CreateFirewallRuleInput.FromPort, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetFromPort() *int { return v.FromPort }
+
+// GetToPort returns CreateFirewallRuleInput.ToPort, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetToPort() *int { return v.ToPort }
+
+// GetSource returns CreateFirewallRuleInput.Source, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetSource() *string { return v.Source }
+
+// GetDestination returns CreateFirewallRuleInput.Destination, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetDestination() *string { return v.Destination }
+
+// GetAction returns CreateFirewallRuleInput.Action, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetAction() FirewallAction { return v.Action }
+
+// GetPosition returns CreateFirewallRuleInput.Position, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetPosition() *int { return v.Position }
+
+// GetDescription returns CreateFirewallRuleInput.Description, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleInput) GetDescription() *string { return v.Description }
+
+// CreateFirewallRuleResponse is returned by CreateFirewallRule on success.
+type CreateFirewallRuleResponse struct {
+	// Adds a firewall rule to the VDC's gateway in a zone (creating the gateway
+	// when it has none). BAD_USER_INPUT for an unknown zone, one without an
+	// external network, a malformed CIDR, ports out of 1 to 65535 (or with a
+	// protocol other than TCP or UDP), or a position beyond the end. Rules may
+	// overlap: the first that matches decides.
+	CreateFirewallRule CreateFirewallRuleCreateFirewallRule `json:"createFirewallRule"`
+}
+
+// GetCreateFirewallRule returns CreateFirewallRuleResponse.CreateFirewallRule, and is useful for accessing the field via an interface.
+func (v *CreateFirewallRuleResponse) GetCreateFirewallRule() CreateFirewallRuleCreateFirewallRule {
+	return v.CreateFirewallRule
+}
+
 // CreateKubernetesClusterCreateKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
 // The GraphQL type's documentation follows.
 //
@@ -231,6 +425,169 @@ func (v *CreateKubernetesClusterInput) GetServiceCidr() *string { return v.Servi
 
 // GetPodCidr returns CreateKubernetesClusterInput.PodCidr, and is useful for accessing the field via an interface.
 func (v *CreateKubernetesClusterInput) GetPodCidr() *string { return v.PodCidr }
+
+// CreateKubernetesClusterResourceCreateKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type CreateKubernetesClusterResourceCreateKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns CreateKubernetesClusterResourceCreateKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns CreateKubernetesClusterResourceCreateKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns CreateKubernetesClusterResourceCreateKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns CreateKubernetesClusterResourceCreateKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns CreateKubernetesClusterResourceCreateKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns CreateKubernetesClusterResourceCreateKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns CreateKubernetesClusterResourceCreateKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns CreateKubernetesClusterResourceCreateKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns CreateKubernetesClusterResourceCreateKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns CreateKubernetesClusterResourceCreateKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns CreateKubernetesClusterResourceCreateKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateKubernetesClusterResourceCreateKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateKubernetesClusterResourceCreateKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateKubernetesClusterResourceCreateKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateKubernetesClusterResourceCreateKubernetesCluster) __premarshalJSON() (*__premarshalCreateKubernetesClusterResourceCreateKubernetesCluster, error) {
+	var retval __premarshalCreateKubernetesClusterResourceCreateKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
+	return &retval, nil
+}
+
+// CreateKubernetesClusterResourceResponse is returned by CreateKubernetesClusterResource on success.
+type CreateKubernetesClusterResourceResponse struct {
+	// Creates a Kubernetes cluster without node pools: its hosted control plane
+	// starts at once (phase PROVISIONING until its API server serves). Its
+	// endpoint is a port of the network's gateway address, which the VDC's edge
+	// gateway in the zone forwards to the API server; the gateway is made with
+	// the cluster when the VDC has none there (an address of the zone's pool).
+	// BAD_USER_INPUT (with extensions.field) for a bad name, a version not
+	// offered, an unknown zone (a zone dedicated to other VDCs is one), a zone
+	// without an external network or bad CIDRs (input.serviceCidr,
+	// input.podCidr: not an IPv4 prefix, out of bounds, overlapping each other
+	// or the network); NOT_FOUND (extensions.field input.network) for a
+	// network the VDC does not have in the zone; QUOTA_EXCEEDED
+	// (extensions.field quotas.kubernetesClusters or quotas.publicAddresses)
+	// when the VDC has as many clusters as its kubernetesClusters quota
+	// allows, or the gateway's address would exceed its publicAddresses
+	// quota; CONFLICT for a name the VDC uses already. A refused create
+	// changes nothing.
+	CreateKubernetesCluster CreateKubernetesClusterResourceCreateKubernetesCluster `json:"createKubernetesCluster"`
+}
+
+// GetCreateKubernetesCluster returns CreateKubernetesClusterResourceResponse.CreateKubernetesCluster, and is useful for accessing the field via an interface.
+func (v *CreateKubernetesClusterResourceResponse) GetCreateKubernetesCluster() CreateKubernetesClusterResourceCreateKubernetesCluster {
+	return v.CreateKubernetesCluster
+}
 
 // CreateKubernetesClusterResponse is returned by CreateKubernetesCluster on success.
 type CreateKubernetesClusterResponse struct {
@@ -545,6 +902,685 @@ type CreateNetworkResponse struct {
 // GetCreateNetwork returns CreateNetworkResponse.CreateNetwork, and is useful for accessing the field via an interface.
 func (v *CreateNetworkResponse) GetCreateNetwork() CreateNetworkCreateNetwork { return v.CreateNetwork }
 
+// CreateNodePoolCreateNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type CreateNodePoolCreateNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns CreateNodePoolCreateNodePool.Id, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns CreateNodePoolCreateNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns CreateNodePoolCreateNodePool.Name, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns CreateNodePoolCreateNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetComputeProfile() string {
+	return v.NodePoolFields.ComputeProfile
+}
+
+// GetStorageProfile returns CreateNodePoolCreateNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetStorageProfile() string {
+	return v.NodePoolFields.StorageProfile
+}
+
+// GetSize returns CreateNodePoolCreateNodePool.Size, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns CreateNodePoolCreateNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns CreateNodePoolCreateNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns CreateNodePoolCreateNodePool.Version, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns CreateNodePoolCreateNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns CreateNodePoolCreateNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolCreateNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *CreateNodePoolCreateNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateNodePoolCreateNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateNodePoolCreateNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateNodePoolCreateNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *CreateNodePoolCreateNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateNodePoolCreateNodePool) __premarshalJSON() (*__premarshalCreateNodePoolCreateNodePool, error) {
+	var retval __premarshalCreateNodePoolCreateNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
+
+// A new node pool.
+type CreateNodePoolInput struct {
+	// The id of the cluster.
+	Cluster string `json:"cluster"`
+	// The pool's name in its cluster: 1 to 20 of a-z, 0-9 and '-', starting with a letter.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The number of workers (0 to 10).
+	Size int `json:"size"`
+	// Node labels of the workers (at most 32; no kubernetes.io, k8s.io or flexplane.io prefix).
+	Labels []NodeLabelInput `json:"labels"`
+	// Node taints of the workers (at most 32).
+	Taints []NodeTaintInput `json:"taints"`
+}
+
+// GetCluster returns CreateNodePoolInput.Cluster, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetCluster() string { return v.Cluster }
+
+// GetName returns CreateNodePoolInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetName() string { return v.Name }
+
+// GetComputeProfile returns CreateNodePoolInput.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetComputeProfile() string { return v.ComputeProfile }
+
+// GetStorageProfile returns CreateNodePoolInput.StorageProfile, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetStorageProfile() string { return v.StorageProfile }
+
+// GetSize returns CreateNodePoolInput.Size, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetSize() int { return v.Size }
+
+// GetLabels returns CreateNodePoolInput.Labels, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetLabels() []NodeLabelInput { return v.Labels }
+
+// GetTaints returns CreateNodePoolInput.Taints, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolInput) GetTaints() []NodeTaintInput { return v.Taints }
+
+// CreateNodePoolResponse is returned by CreateNodePool on success.
+type CreateNodePoolResponse struct {
+	// Adds a node pool to a cluster; its workers are created in the
+	// background. BAD_USER_INPUT (with extensions.field) for a bad name, a size
+	// outside 0 to 10, an unknown compute or storage profile, bad labels or
+	// taints; NOT_FOUND for a cluster the VDC does not have; QUOTA_EXCEEDED when
+	// the workers would not fit the VDC's quota; CONFLICT for a pool name the
+	// cluster has. A refused create changes nothing.
+	CreateNodePool CreateNodePoolCreateNodePool `json:"createNodePool"`
+}
+
+// GetCreateNodePool returns CreateNodePoolResponse.CreateNodePool, and is useful for accessing the field via an interface.
+func (v *CreateNodePoolResponse) GetCreateNodePool() CreateNodePoolCreateNodePool {
+	return v.CreateNodePool
+}
+
+// CreateOneToOneAddressCreateOneToOneAddress includes the requested fields of the GraphQL type OneToOneAddress.
+// The GraphQL type's documentation follows.
+//
+// A public address of a VDC's VM, both ways.
+type CreateOneToOneAddressCreateOneToOneAddress struct {
+	OneToOneAddressFields `json:"-"`
+}
+
+// GetId returns CreateOneToOneAddressCreateOneToOneAddress.Id, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressCreateOneToOneAddress) GetId() string {
+	return v.OneToOneAddressFields.Id
+}
+
+// GetPublicAddress returns CreateOneToOneAddressCreateOneToOneAddress.PublicAddress, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressCreateOneToOneAddress) GetPublicAddress() string {
+	return v.OneToOneAddressFields.PublicAddress
+}
+
+// GetVmId returns CreateOneToOneAddressCreateOneToOneAddress.VmId, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressCreateOneToOneAddress) GetVmId() string {
+	return v.OneToOneAddressFields.VmId
+}
+
+func (v *CreateOneToOneAddressCreateOneToOneAddress) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateOneToOneAddressCreateOneToOneAddress
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateOneToOneAddressCreateOneToOneAddress = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.OneToOneAddressFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateOneToOneAddressCreateOneToOneAddress struct {
+	Id string `json:"id"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	VmId string `json:"vmId"`
+}
+
+func (v *CreateOneToOneAddressCreateOneToOneAddress) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateOneToOneAddressCreateOneToOneAddress) __premarshalJSON() (*__premarshalCreateOneToOneAddressCreateOneToOneAddress, error) {
+	var retval __premarshalCreateOneToOneAddressCreateOneToOneAddress
+
+	retval.Id = v.OneToOneAddressFields.Id
+	retval.PublicAddress = v.OneToOneAddressFields.PublicAddress
+	retval.VmId = v.OneToOneAddressFields.VmId
+	return &retval, nil
+}
+
+// A new 1:1 address.
+type CreateOneToOneAddressInput struct {
+	// The id of the VM that gets it.
+	VmId string `json:"vmId"`
+	// The address from the pool of the VM's zone; null for the lowest free one.
+	PublicAddress *string `json:"publicAddress"`
+}
+
+// GetVmId returns CreateOneToOneAddressInput.VmId, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressInput) GetVmId() string { return v.VmId }
+
+// GetPublicAddress returns CreateOneToOneAddressInput.PublicAddress, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressInput) GetPublicAddress() *string { return v.PublicAddress }
+
+// CreateOneToOneAddressResponse is returned by CreateOneToOneAddress on success.
+type CreateOneToOneAddressResponse struct {
+	// Gives a VM a public address of its own, both ways (1:1 NAT; inbound
+	// traffic to it still needs a firewall rule), from the pool of the VM's
+	// zone: publicAddress when given (BAD_USER_INPUT when it is outside the
+	// pool or in use), else the lowest free one. NOT_FOUND for a VM the VDC
+	// does not have; QUOTA_EXCEEDED (extensions.field quotas.publicAddresses)
+	// when the VDC would hold more public addresses than its quota allows (the
+	// edge gateway's own counts, as do its load balancers'). A refused create
+	// changes nothing.
+	CreateOneToOneAddress CreateOneToOneAddressCreateOneToOneAddress `json:"createOneToOneAddress"`
+}
+
+// GetCreateOneToOneAddress returns CreateOneToOneAddressResponse.CreateOneToOneAddress, and is useful for accessing the field via an interface.
+func (v *CreateOneToOneAddressResponse) GetCreateOneToOneAddress() CreateOneToOneAddressCreateOneToOneAddress {
+	return v.CreateOneToOneAddress
+}
+
+// CreatePortForwardCreatePortForward includes the requested fields of the GraphQL type PortForward.
+// The GraphQL type's documentation follows.
+//
+// A public port of a VDC's edge gateway forwarded to a VM.
+type CreatePortForwardCreatePortForward struct {
+	PortForwardFields `json:"-"`
+}
+
+// GetId returns CreatePortForwardCreatePortForward.Id, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetId() string { return v.PortForwardFields.Id }
+
+// GetProtocol returns CreatePortForwardCreatePortForward.Protocol, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetProtocol() PortForwardProtocol {
+	return v.PortForwardFields.Protocol
+}
+
+// GetPublicAddress returns CreatePortForwardCreatePortForward.PublicAddress, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetPublicAddress() string {
+	return v.PortForwardFields.PublicAddress
+}
+
+// GetPublicPort returns CreatePortForwardCreatePortForward.PublicPort, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetPublicPort() int {
+	return v.PortForwardFields.PublicPort
+}
+
+// GetVmId returns CreatePortForwardCreatePortForward.VmId, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetVmId() string { return v.PortForwardFields.VmId }
+
+// GetTargetPort returns CreatePortForwardCreatePortForward.TargetPort, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardCreatePortForward) GetTargetPort() int {
+	return v.PortForwardFields.TargetPort
+}
+
+func (v *CreatePortForwardCreatePortForward) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreatePortForwardCreatePortForward
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreatePortForwardCreatePortForward = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.PortForwardFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreatePortForwardCreatePortForward struct {
+	Id string `json:"id"`
+
+	Protocol PortForwardProtocol `json:"protocol"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	PublicPort int `json:"publicPort"`
+
+	VmId string `json:"vmId"`
+
+	TargetPort int `json:"targetPort"`
+}
+
+func (v *CreatePortForwardCreatePortForward) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreatePortForwardCreatePortForward) __premarshalJSON() (*__premarshalCreatePortForwardCreatePortForward, error) {
+	var retval __premarshalCreatePortForwardCreatePortForward
+
+	retval.Id = v.PortForwardFields.Id
+	retval.Protocol = v.PortForwardFields.Protocol
+	retval.PublicAddress = v.PortForwardFields.PublicAddress
+	retval.PublicPort = v.PortForwardFields.PublicPort
+	retval.VmId = v.PortForwardFields.VmId
+	retval.TargetPort = v.PortForwardFields.TargetPort
+	return &retval, nil
+}
+
+// A new port forward.
+type CreatePortForwardInput struct {
+	// The id of the VM the traffic goes to (in its zone's gateway).
+	VmId string `json:"vmId"`
+	// The protocol forwarded.
+	Protocol PortForwardProtocol `json:"protocol"`
+	// The public port (1 to 65535).
+	PublicPort int `json:"publicPort"`
+	// The VM's port (1 to 65535).
+	TargetPort int `json:"targetPort"`
+	// The public address; null for the VDC's public address in the zone (the only one it may name).
+	PublicAddress *string `json:"publicAddress"`
+}
+
+// GetVmId returns CreatePortForwardInput.VmId, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardInput) GetVmId() string { return v.VmId }
+
+// GetProtocol returns CreatePortForwardInput.Protocol, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardInput) GetProtocol() PortForwardProtocol { return v.Protocol }
+
+// GetPublicPort returns CreatePortForwardInput.PublicPort, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardInput) GetPublicPort() int { return v.PublicPort }
+
+// GetTargetPort returns CreatePortForwardInput.TargetPort, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardInput) GetTargetPort() int { return v.TargetPort }
+
+// GetPublicAddress returns CreatePortForwardInput.PublicAddress, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardInput) GetPublicAddress() *string { return v.PublicAddress }
+
+// CreatePortForwardResponse is returned by CreatePortForward on success.
+type CreatePortForwardResponse struct {
+	// Forwards a public port of the VDC's gateway in the VM's zone to a port of
+	// the VM (creating the gateway when it has none). NOT_FOUND for a VM the
+	// VDC does not have; BAD_USER_INPUT for ports out of 1 to 65535, a public
+	// address outside the zone's pool or not the VDC's, or a public port
+	// already forwarded for the protocol.
+	CreatePortForward CreatePortForwardCreatePortForward `json:"createPortForward"`
+}
+
+// GetCreatePortForward returns CreatePortForwardResponse.CreatePortForward, and is useful for accessing the field via an interface.
+func (v *CreatePortForwardResponse) GetCreatePortForward() CreatePortForwardCreatePortForward {
+	return v.CreatePortForward
+}
+
+// CreateSecurityGroupCreateSecurityGroup includes the requested fields of the GraphQL type SecurityGroup.
+// The GraphQL type's documentation follows.
+//
+// A security group of a VDC: rules that allow traffic to and from its member
+// VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+// VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+// gateway's forwarded and health-check traffic as its rules decide it,
+// load-balancer health checks, the Kubernetes traffic a node pool needs).
+type CreateSecurityGroupCreateSecurityGroup struct {
+	SecurityGroupFields `json:"-"`
+}
+
+// GetId returns CreateSecurityGroupCreateSecurityGroup.Id, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupCreateSecurityGroup) GetId() string { return v.SecurityGroupFields.Id }
+
+// GetName returns CreateSecurityGroupCreateSecurityGroup.Name, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupCreateSecurityGroup) GetName() string { return v.SecurityGroupFields.Name }
+
+// GetDescription returns CreateSecurityGroupCreateSecurityGroup.Description, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupCreateSecurityGroup) GetDescription() string {
+	return v.SecurityGroupFields.Description
+}
+
+// GetRules returns CreateSecurityGroupCreateSecurityGroup.Rules, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupCreateSecurityGroup) GetRules() []SecurityGroupFieldsRulesSecurityRule {
+	return v.SecurityGroupFields.Rules
+}
+
+func (v *CreateSecurityGroupCreateSecurityGroup) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateSecurityGroupCreateSecurityGroup
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateSecurityGroupCreateSecurityGroup = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.SecurityGroupFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateSecurityGroupCreateSecurityGroup struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Description string `json:"description"`
+
+	Rules []SecurityGroupFieldsRulesSecurityRule `json:"rules"`
+}
+
+func (v *CreateSecurityGroupCreateSecurityGroup) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateSecurityGroupCreateSecurityGroup) __premarshalJSON() (*__premarshalCreateSecurityGroupCreateSecurityGroup, error) {
+	var retval __premarshalCreateSecurityGroupCreateSecurityGroup
+
+	retval.Id = v.SecurityGroupFields.Id
+	retval.Name = v.SecurityGroupFields.Name
+	retval.Description = v.SecurityGroupFields.Description
+	retval.Rules = v.SecurityGroupFields.Rules
+	return &retval, nil
+}
+
+// A new security group.
+type CreateSecurityGroupInput struct {
+	// Its name, unique in the VDC: a DNS label.
+	Name string `json:"name"`
+	// What it is for (at most 1024 bytes).
+	Description *string `json:"description"`
+	// Its rules (at most 200).
+	Rules []SecurityRuleInput `json:"rules"`
+}
+
+// GetName returns CreateSecurityGroupInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupInput) GetName() string { return v.Name }
+
+// GetDescription returns CreateSecurityGroupInput.Description, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupInput) GetDescription() *string { return v.Description }
+
+// GetRules returns CreateSecurityGroupInput.Rules, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupInput) GetRules() []SecurityRuleInput { return v.Rules }
+
+// CreateSecurityGroupResponse is returned by CreateSecurityGroup on success.
+type CreateSecurityGroupResponse struct {
+	// Creates a security group. BAD_USER_INPUT (extensions.field names the
+	// field, e.g. input.rules[3].ports) for a name that is not a DNS label,
+	// more than 200 rules, a malformed CIDR or port list, ports on an ICMP or
+	// ANY rule, a rule with both a peer CIDR and a peer group; NOT_FOUND for a
+	// peer group the VDC does not have (input.rules[i].peerGroup); CONFLICT
+	// for a name the VDC uses already or when it has 100 groups. A refused
+	// create changes nothing.
+	CreateSecurityGroup CreateSecurityGroupCreateSecurityGroup `json:"createSecurityGroup"`
+}
+
+// GetCreateSecurityGroup returns CreateSecurityGroupResponse.CreateSecurityGroup, and is useful for accessing the field via an interface.
+func (v *CreateSecurityGroupResponse) GetCreateSecurityGroup() CreateSecurityGroupCreateSecurityGroup {
+	return v.CreateSecurityGroup
+}
+
+// CreateServiceAccountCreateServiceAccountServiceAccountToken includes the requested fields of the GraphQL type ServiceAccountToken.
+// The GraphQL type's documentation follows.
+//
+// A service account with a token just made for it.
+type CreateServiceAccountCreateServiceAccountServiceAccountToken struct {
+	// The account.
+	ServiceAccount CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount `json:"serviceAccount"`
+	// The bearer token (fpsa_...), shown only in this answer: store it now.
+	Token string `json:"token"`
+}
+
+// GetServiceAccount returns CreateServiceAccountCreateServiceAccountServiceAccountToken.ServiceAccount, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountToken) GetServiceAccount() CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount {
+	return v.ServiceAccount
+}
+
+// GetToken returns CreateServiceAccountCreateServiceAccountServiceAccountToken.Token, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountToken) GetToken() string {
+	return v.Token
+}
+
+// CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount includes the requested fields of the GraphQL type ServiceAccount.
+// The GraphQL type's documentation follows.
+//
+// A VDC's non-human caller: its token acts in this VDC with its role.
+type CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount struct {
+	ServiceAccountFields `json:"-"`
+}
+
+// GetId returns CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount.Id, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) GetId() string {
+	return v.ServiceAccountFields.Id
+}
+
+// GetName returns CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount.Name, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) GetName() string {
+	return v.ServiceAccountFields.Name
+}
+
+// GetRole returns CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount.Role, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) GetRole() VDCRole {
+	return v.ServiceAccountFields.Role
+}
+
+// GetCreatedAt returns CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount.CreatedAt, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) GetCreatedAt() string {
+	return v.ServiceAccountFields.CreatedAt
+}
+
+// GetExpiresAt returns CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount.ExpiresAt, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) GetExpiresAt() *string {
+	return v.ServiceAccountFields.ExpiresAt
+}
+
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ServiceAccountFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Role VDCRole `json:"role"`
+
+	CreatedAt string `json:"createdAt"`
+
+	ExpiresAt *string `json:"expiresAt"`
+}
+
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount) __premarshalJSON() (*__premarshalCreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount, error) {
+	var retval __premarshalCreateServiceAccountCreateServiceAccountServiceAccountTokenServiceAccount
+
+	retval.Id = v.ServiceAccountFields.Id
+	retval.Name = v.ServiceAccountFields.Name
+	retval.Role = v.ServiceAccountFields.Role
+	retval.CreatedAt = v.ServiceAccountFields.CreatedAt
+	retval.ExpiresAt = v.ServiceAccountFields.ExpiresAt
+	return &retval, nil
+}
+
+// A new service account.
+type CreateServiceAccountInput struct {
+	// Unique name in the VDC (a DNS label).
+	Name string `json:"name"`
+	// Its role: at most the caller's.
+	Role VDCRole `json:"role"`
+	// When its tokens stop working; absent: never.
+	ExpiresAt *string `json:"expiresAt"`
+}
+
+// GetName returns CreateServiceAccountInput.Name, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountInput) GetName() string { return v.Name }
+
+// GetRole returns CreateServiceAccountInput.Role, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountInput) GetRole() VDCRole { return v.Role }
+
+// GetExpiresAt returns CreateServiceAccountInput.ExpiresAt, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountInput) GetExpiresAt() *string { return v.ExpiresAt }
+
+// CreateServiceAccountResponse is returned by CreateServiceAccount on success.
+type CreateServiceAccountResponse struct {
+	// Makes a service account of the VDC and its token, which this answer shows
+	// once: flexplane keeps only its hash. The role is at most the caller's
+	// (else FORBIDDEN); a taken name is CONFLICT, as is a 51st account.
+	CreateServiceAccount CreateServiceAccountCreateServiceAccountServiceAccountToken `json:"createServiceAccount"`
+}
+
+// GetCreateServiceAccount returns CreateServiceAccountResponse.CreateServiceAccount, and is useful for accessing the field via an interface.
+func (v *CreateServiceAccountResponse) GetCreateServiceAccount() CreateServiceAccountCreateServiceAccountServiceAccountToken {
+	return v.CreateServiceAccount
+}
+
 // CreateVMCreateVMCreateVMPayload includes the requested fields of the GraphQL type CreateVMPayload.
 // The GraphQL type's documentation follows.
 //
@@ -788,7 +1824,9 @@ type CreateVMInput struct {
 	// The names of the VDC's security groups it is in (at most 16); null puts
 	// it in the VDC's default group if it has one, an empty list in none.
 	// NOT_FOUND (extensions.field input.securityGroups[i]) for a group the
-	// VDC does not have.
+	// VDC does not have. A VM in groups is started only once its zone's
+	// firewall holds them: it never runs open; its create fails when they
+	// cannot be written within 2 minutes.
 	SecurityGroups []string `json:"securityGroups"`
 	// The guest's own cloud-init user-data, at most 64 KiB: a `#cloud-config`
 	// YAML document or a shell script starting with `#!`. flexplane merges it
@@ -879,6 +1917,29 @@ type CreateVMResponse struct {
 // GetCreateVM returns CreateVMResponse.CreateVM, and is useful for accessing the field via an interface.
 func (v *CreateVMResponse) GetCreateVM() CreateVMCreateVMCreateVMPayload { return v.CreateVM }
 
+// DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule includes the requested fields of the GraphQL type DeletedFirewallRule.
+// The GraphQL type's documentation follows.
+//
+// The result of deleteFirewallRule.
+type DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule struct {
+	// The id the rule had.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule.Id, and is useful for accessing the field via an interface.
+func (v *DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule) GetId() string { return v.Id }
+
+// DeleteFirewallRuleResponse is returned by DeleteFirewallRule on success.
+type DeleteFirewallRuleResponse struct {
+	// Removes a firewall rule; NOT_FOUND for a rule the VDC does not have.
+	DeleteFirewallRule DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule `json:"deleteFirewallRule"`
+}
+
+// GetDeleteFirewallRule returns DeleteFirewallRuleResponse.DeleteFirewallRule, and is useful for accessing the field via an interface.
+func (v *DeleteFirewallRuleResponse) GetDeleteFirewallRule() DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule {
+	return v.DeleteFirewallRule
+}
+
 // DeleteKubernetesClusterDeleteKubernetesClusterDeletedKubernetesCluster includes the requested fields of the GraphQL type DeletedKubernetesCluster.
 // The GraphQL type's documentation follows.
 //
@@ -952,6 +2013,126 @@ type DeleteNetworkResponse struct {
 // GetDeleteNetwork returns DeleteNetworkResponse.DeleteNetwork, and is useful for accessing the field via an interface.
 func (v *DeleteNetworkResponse) GetDeleteNetwork() DeleteNetworkDeleteNetworkDeletedNetwork {
 	return v.DeleteNetwork
+}
+
+// DeleteNodePoolDeleteNodePoolDeletedNodePool includes the requested fields of the GraphQL type DeletedNodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool being deleted.
+type DeleteNodePoolDeleteNodePoolDeletedNodePool struct {
+	// The pool's id.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteNodePoolDeleteNodePoolDeletedNodePool.Id, and is useful for accessing the field via an interface.
+func (v *DeleteNodePoolDeleteNodePoolDeletedNodePool) GetId() string { return v.Id }
+
+// DeleteNodePoolResponse is returned by DeleteNodePool on success.
+type DeleteNodePoolResponse struct {
+	// Deletes a node pool; its workers' VMs are deleted in the background.
+	DeleteNodePool DeleteNodePoolDeleteNodePoolDeletedNodePool `json:"deleteNodePool"`
+}
+
+// GetDeleteNodePool returns DeleteNodePoolResponse.DeleteNodePool, and is useful for accessing the field via an interface.
+func (v *DeleteNodePoolResponse) GetDeleteNodePool() DeleteNodePoolDeleteNodePoolDeletedNodePool {
+	return v.DeleteNodePool
+}
+
+// DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress includes the requested fields of the GraphQL type DeletedOneToOneAddress.
+// The GraphQL type's documentation follows.
+//
+// The result of deleteOneToOneAddress.
+type DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress struct {
+	// The id the 1:1 address had.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress.Id, and is useful for accessing the field via an interface.
+func (v *DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress) GetId() string {
+	return v.Id
+}
+
+// DeleteOneToOneAddressResponse is returned by DeleteOneToOneAddress on success.
+type DeleteOneToOneAddressResponse struct {
+	// Takes a 1:1 address back into the pool; NOT_FOUND for one the VDC does not have.
+	DeleteOneToOneAddress DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress `json:"deleteOneToOneAddress"`
+}
+
+// GetDeleteOneToOneAddress returns DeleteOneToOneAddressResponse.DeleteOneToOneAddress, and is useful for accessing the field via an interface.
+func (v *DeleteOneToOneAddressResponse) GetDeleteOneToOneAddress() DeleteOneToOneAddressDeleteOneToOneAddressDeletedOneToOneAddress {
+	return v.DeleteOneToOneAddress
+}
+
+// DeletePortForwardDeletePortForwardDeletedPortForward includes the requested fields of the GraphQL type DeletedPortForward.
+// The GraphQL type's documentation follows.
+//
+// The result of deletePortForward.
+type DeletePortForwardDeletePortForwardDeletedPortForward struct {
+	// The id the port forward had.
+	Id string `json:"id"`
+}
+
+// GetId returns DeletePortForwardDeletePortForwardDeletedPortForward.Id, and is useful for accessing the field via an interface.
+func (v *DeletePortForwardDeletePortForwardDeletedPortForward) GetId() string { return v.Id }
+
+// DeletePortForwardResponse is returned by DeletePortForward on success.
+type DeletePortForwardResponse struct {
+	// Removes a port forward; NOT_FOUND for one the VDC does not have.
+	DeletePortForward DeletePortForwardDeletePortForwardDeletedPortForward `json:"deletePortForward"`
+}
+
+// GetDeletePortForward returns DeletePortForwardResponse.DeletePortForward, and is useful for accessing the field via an interface.
+func (v *DeletePortForwardResponse) GetDeletePortForward() DeletePortForwardDeletePortForwardDeletedPortForward {
+	return v.DeletePortForward
+}
+
+// DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup includes the requested fields of the GraphQL type DeletedSecurityGroup.
+// The GraphQL type's documentation follows.
+//
+// The result of deleteSecurityGroup.
+type DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup struct {
+	// The group's id.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup.Id, and is useful for accessing the field via an interface.
+func (v *DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup) GetId() string { return v.Id }
+
+// DeleteSecurityGroupResponse is returned by DeleteSecurityGroup on success.
+type DeleteSecurityGroupResponse struct {
+	// Deletes a group. CONFLICT while a VM is in it, a rule of another group
+	// names it as its peer, or it is the VDC's default group; ZONE_UNAVAILABLE
+	// while a zone where a VM might be in it cannot be read; NOT_FOUND for a
+	// group the VDC does not have.
+	DeleteSecurityGroup DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup `json:"deleteSecurityGroup"`
+}
+
+// GetDeleteSecurityGroup returns DeleteSecurityGroupResponse.DeleteSecurityGroup, and is useful for accessing the field via an interface.
+func (v *DeleteSecurityGroupResponse) GetDeleteSecurityGroup() DeleteSecurityGroupDeleteSecurityGroupDeletedSecurityGroup {
+	return v.DeleteSecurityGroup
+}
+
+// DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount includes the requested fields of the GraphQL type DeletedServiceAccount.
+// The GraphQL type's documentation follows.
+//
+// The result of deleteServiceAccount.
+type DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount struct {
+	// The deleted account's id.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount.Id, and is useful for accessing the field via an interface.
+func (v *DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount) GetId() string { return v.Id }
+
+// DeleteServiceAccountResponse is returned by DeleteServiceAccount on success.
+type DeleteServiceAccountResponse struct {
+	// Deletes a service account; its tokens stop working on every replica within seconds.
+	DeleteServiceAccount DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount `json:"deleteServiceAccount"`
+}
+
+// GetDeleteServiceAccount returns DeleteServiceAccountResponse.DeleteServiceAccount, and is useful for accessing the field via an interface.
+func (v *DeleteServiceAccountResponse) GetDeleteServiceAccount() DeleteServiceAccountDeleteServiceAccountDeletedServiceAccount {
+	return v.DeleteServiceAccount
 }
 
 // DeleteVMDeleteVMOperation includes the requested fields of the GraphQL type Operation.
@@ -1048,6 +2229,152 @@ type DeleteVMResponse struct {
 
 // GetDeleteVM returns DeleteVMResponse.DeleteVM, and is useful for accessing the field via an interface.
 func (v *DeleteVMResponse) GetDeleteVM() DeleteVMDeleteVMOperation { return v.DeleteVM }
+
+// What a matching firewall rule does.
+type FirewallAction string
+
+const (
+	// Lets the traffic through.
+	FirewallActionAllow FirewallAction = "ALLOW"
+	// Drops it.
+	FirewallActionDeny FirewallAction = "DENY"
+)
+
+var AllFirewallAction = []FirewallAction{
+	FirewallActionAllow,
+	FirewallActionDeny,
+}
+
+// Which way a firewall rule looks.
+type FirewallDirection string
+
+const (
+	// From the external network to the VDC (the destination is the VM's address and port after port forwarding); of a security group's rule: to its members.
+	FirewallDirectionInbound FirewallDirection = "INBOUND"
+	// From the VDC to the external network; of a security group's rule: from its members.
+	FirewallDirectionOutbound FirewallDirection = "OUTBOUND"
+)
+
+var AllFirewallDirection = []FirewallDirection{
+	FirewallDirectionInbound,
+	FirewallDirectionOutbound,
+}
+
+// The protocol a firewall rule matches.
+type FirewallProtocol string
+
+const (
+	// TCP.
+	FirewallProtocolTcp FirewallProtocol = "TCP"
+	// UDP.
+	FirewallProtocolUdp FirewallProtocol = "UDP"
+	// ICMP.
+	FirewallProtocolIcmp FirewallProtocol = "ICMP"
+	// Any protocol.
+	FirewallProtocolAny FirewallProtocol = "ANY"
+)
+
+var AllFirewallProtocol = []FirewallProtocol{
+	FirewallProtocolTcp,
+	FirewallProtocolUdp,
+	FirewallProtocolIcmp,
+	FirewallProtocolAny,
+}
+
+// FirewallRuleFields includes the GraphQL fields of FirewallRule requested by the fragment FirewallRuleFields.
+// The GraphQL type's documentation follows.
+//
+// A firewall rule of a VDC's edge gateway.
+type FirewallRuleFields struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// Its place in the gateway's rules, from 0.
+	Position int `json:"position"`
+	// Which way it looks.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol FirewallProtocol `json:"protocol"`
+	// The first destination port it matches (TCP, UDP); null for any.
+	FromPort *int `json:"fromPort"`
+	// The last destination port it matches; null for any.
+	ToPort *int `json:"toPort"`
+	// The source CIDR it matches; null for any.
+	Source *string `json:"source"`
+	// The destination CIDR it matches; null for any.
+	Destination *string `json:"destination"`
+	// What it does.
+	Action FirewallAction `json:"action"`
+	// Free text.
+	Description *string `json:"description"`
+}
+
+// GetId returns FirewallRuleFields.Id, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetId() string { return v.Id }
+
+// GetPosition returns FirewallRuleFields.Position, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetPosition() int { return v.Position }
+
+// GetDirection returns FirewallRuleFields.Direction, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetDirection() FirewallDirection { return v.Direction }
+
+// GetProtocol returns FirewallRuleFields.Protocol, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetProtocol() FirewallProtocol { return v.Protocol }
+
+// GetFromPort returns FirewallRuleFields.FromPort, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetFromPort() *int { return v.FromPort }
+
+// GetToPort returns FirewallRuleFields.ToPort, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetToPort() *int { return v.ToPort }
+
+// GetSource returns FirewallRuleFields.Source, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetSource() *string { return v.Source }
+
+// GetDestination returns FirewallRuleFields.Destination, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetDestination() *string { return v.Destination }
+
+// GetAction returns FirewallRuleFields.Action, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetAction() FirewallAction { return v.Action }
+
+// GetDescription returns FirewallRuleFields.Description, and is useful for accessing the field via an interface.
+func (v *FirewallRuleFields) GetDescription() *string { return v.Description }
+
+// GetComputeProfileComputeProfile includes the requested fields of the GraphQL type ComputeProfile.
+// The GraphQL type's documentation follows.
+//
+// A VM size, e.g. medium = 4 vCPUs and 8192 MiB.
+type GetComputeProfileComputeProfile struct {
+	// Unique name, e.g. medium.
+	Name string `json:"name"`
+	// What it is for, shown to users choosing one.
+	Description string `json:"description"`
+	// Virtual CPUs of a VM of this profile.
+	Vcpus int `json:"vcpus"`
+	// Memory of a VM of this profile, in MiB.
+	MemoryMiB int `json:"memoryMiB"`
+}
+
+// GetName returns GetComputeProfileComputeProfile.Name, and is useful for accessing the field via an interface.
+func (v *GetComputeProfileComputeProfile) GetName() string { return v.Name }
+
+// GetDescription returns GetComputeProfileComputeProfile.Description, and is useful for accessing the field via an interface.
+func (v *GetComputeProfileComputeProfile) GetDescription() string { return v.Description }
+
+// GetVcpus returns GetComputeProfileComputeProfile.Vcpus, and is useful for accessing the field via an interface.
+func (v *GetComputeProfileComputeProfile) GetVcpus() int { return v.Vcpus }
+
+// GetMemoryMiB returns GetComputeProfileComputeProfile.MemoryMiB, and is useful for accessing the field via an interface.
+func (v *GetComputeProfileComputeProfile) GetMemoryMiB() int { return v.MemoryMiB }
+
+// GetComputeProfileResponse is returned by GetComputeProfile on success.
+type GetComputeProfileResponse struct {
+	// A compute profile by name; NOT_FOUND if there is none.
+	ComputeProfile *GetComputeProfileComputeProfile `json:"computeProfile"`
+}
+
+// GetComputeProfile returns GetComputeProfileResponse.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *GetComputeProfileResponse) GetComputeProfile() *GetComputeProfileComputeProfile {
+	return v.ComputeProfile
+}
 
 // GetImageImage includes the requested fields of the GraphQL type Image.
 // The GraphQL type's documentation follows.
@@ -1282,6 +2609,154 @@ func (v *GetKubernetesClusterKubernetesCluster) __premarshalJSON() (*__premarsha
 	retval.NodePools = v.KubernetesClusterFields.NodePools
 	retval.CreatedAt = v.KubernetesClusterFields.CreatedAt
 	return &retval, nil
+}
+
+// GetKubernetesClusterResourceKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type GetKubernetesClusterResourceKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns GetKubernetesClusterResourceKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns GetKubernetesClusterResourceKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns GetKubernetesClusterResourceKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns GetKubernetesClusterResourceKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns GetKubernetesClusterResourceKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns GetKubernetesClusterResourceKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns GetKubernetesClusterResourceKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns GetKubernetesClusterResourceKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns GetKubernetesClusterResourceKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns GetKubernetesClusterResourceKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns GetKubernetesClusterResourceKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetKubernetesClusterResourceKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetKubernetesClusterResourceKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetKubernetesClusterResourceKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetKubernetesClusterResourceKubernetesCluster) __premarshalJSON() (*__premarshalGetKubernetesClusterResourceKubernetesCluster, error) {
+	var retval __premarshalGetKubernetesClusterResourceKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
+	return &retval, nil
+}
+
+// GetKubernetesClusterResourceResponse is returned by GetKubernetesClusterResource on success.
+type GetKubernetesClusterResourceResponse struct {
+	// One Kubernetes cluster of the current VDC; NOT_FOUND for any other.
+	KubernetesCluster GetKubernetesClusterResourceKubernetesCluster `json:"kubernetesCluster"`
+}
+
+// GetKubernetesCluster returns GetKubernetesClusterResourceResponse.KubernetesCluster, and is useful for accessing the field via an interface.
+func (v *GetKubernetesClusterResourceResponse) GetKubernetesCluster() GetKubernetesClusterResourceKubernetesCluster {
+	return v.KubernetesCluster
 }
 
 // GetKubernetesClusterResponse is returned by GetKubernetesCluster on success.
@@ -1745,6 +3220,134 @@ func (v *GetNetworkResponse) __premarshalJSON() (*__premarshalGetNetworkResponse
 	return &retval, nil
 }
 
+// GetNodePoolNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type GetNodePoolNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns GetNodePoolNodePool.Id, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns GetNodePoolNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns GetNodePoolNodePool.Name, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns GetNodePoolNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetComputeProfile() string { return v.NodePoolFields.ComputeProfile }
+
+// GetStorageProfile returns GetNodePoolNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetStorageProfile() string { return v.NodePoolFields.StorageProfile }
+
+// GetSize returns GetNodePoolNodePool.Size, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns GetNodePoolNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns GetNodePoolNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns GetNodePoolNodePool.Version, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns GetNodePoolNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns GetNodePoolNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *GetNodePoolNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *GetNodePoolNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetNodePoolNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetNodePoolNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetNodePoolNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *GetNodePoolNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetNodePoolNodePool) __premarshalJSON() (*__premarshalGetNodePoolNodePool, error) {
+	var retval __premarshalGetNodePoolNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
+
+// GetNodePoolResponse is returned by GetNodePool on success.
+type GetNodePoolResponse struct {
+	// One node pool of a Kubernetes cluster of the current VDC; NOT_FOUND for any other.
+	NodePool GetNodePoolNodePool `json:"nodePool"`
+}
+
+// GetNodePool returns GetNodePoolResponse.NodePool, and is useful for accessing the field via an interface.
+func (v *GetNodePoolResponse) GetNodePool() GetNodePoolNodePool { return v.NodePool }
+
 // GetOperationOperation includes the requested fields of the GraphQL type Operation.
 // The GraphQL type's documentation follows.
 //
@@ -1838,6 +3441,193 @@ type GetOperationResponse struct {
 
 // GetOperation returns GetOperationResponse.Operation, and is useful for accessing the field via an interface.
 func (v *GetOperationResponse) GetOperation() *GetOperationOperation { return v.Operation }
+
+// GetStorageProfileResponse is returned by GetStorageProfile on success.
+type GetStorageProfileResponse struct {
+	// A storage profile by name; NOT_FOUND if there is none.
+	StorageProfile *GetStorageProfileStorageProfile `json:"storageProfile"`
+}
+
+// GetStorageProfile returns GetStorageProfileResponse.StorageProfile, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileResponse) GetStorageProfile() *GetStorageProfileStorageProfile {
+	return v.StorageProfile
+}
+
+// GetStorageProfileStorageProfile includes the requested fields of the GraphQL type StorageProfile.
+// The GraphQL type's documentation follows.
+//
+// A storage tier: throughput limits and, per zone, the Proxmox storage.
+type GetStorageProfileStorageProfile struct {
+	// Unique name, e.g. ssd-standard.
+	Name string `json:"name"`
+	// What it is for, shown to users choosing one.
+	Description string `json:"description"`
+	// The tier's label, e.g. ssd or nvme.
+	Tier string `json:"tier"`
+	// Read limit in MB/s; 0 is unlimited.
+	ReadMBps int `json:"readMBps"`
+	// Write limit in MB/s; 0 is unlimited.
+	WriteMBps int `json:"writeMBps"`
+	// The zones offering the tier and their Proxmox storage.
+	Pools []GetStorageProfileStorageProfilePoolsZonePool `json:"pools"`
+}
+
+// GetName returns GetStorageProfileStorageProfile.Name, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetName() string { return v.Name }
+
+// GetDescription returns GetStorageProfileStorageProfile.Description, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetDescription() string { return v.Description }
+
+// GetTier returns GetStorageProfileStorageProfile.Tier, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetTier() string { return v.Tier }
+
+// GetReadMBps returns GetStorageProfileStorageProfile.ReadMBps, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetReadMBps() int { return v.ReadMBps }
+
+// GetWriteMBps returns GetStorageProfileStorageProfile.WriteMBps, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetWriteMBps() int { return v.WriteMBps }
+
+// GetPools returns GetStorageProfileStorageProfile.Pools, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfile) GetPools() []GetStorageProfileStorageProfilePoolsZonePool {
+	return v.Pools
+}
+
+// GetStorageProfileStorageProfilePoolsZonePool includes the requested fields of the GraphQL type ZonePool.
+// The GraphQL type's documentation follows.
+//
+// The Proxmox storage that backs a storage profile in one zone.
+type GetStorageProfileStorageProfilePoolsZonePool struct {
+	// The zone's name.
+	Zone string `json:"zone"`
+	// The Proxmox storage in that zone, e.g. local-lvm.
+	Pool string `json:"pool"`
+}
+
+// GetZone returns GetStorageProfileStorageProfilePoolsZonePool.Zone, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfilePoolsZonePool) GetZone() string { return v.Zone }
+
+// GetPool returns GetStorageProfileStorageProfilePoolsZonePool.Pool, and is useful for accessing the field via an interface.
+func (v *GetStorageProfileStorageProfilePoolsZonePool) GetPool() string { return v.Pool }
+
+// GetVMResourceResponse is returned by GetVMResource on success.
+type GetVMResourceResponse struct {
+	// A VM of the current VDC by id; NOT_FOUND for any other id.
+	Vm *GetVMResourceVmVM `json:"vm"`
+}
+
+// GetVm returns GetVMResourceResponse.Vm, and is useful for accessing the field via an interface.
+func (v *GetVMResourceResponse) GetVm() *GetVMResourceVmVM { return v.Vm }
+
+// GetVMResourceVmVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type GetVMResourceVmVM struct {
+	VMResourceFields `json:"-"`
+}
+
+// GetId returns GetVMResourceVmVM.Id, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetId() string { return v.VMResourceFields.Id }
+
+// GetName returns GetVMResourceVmVM.Name, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetName() string { return v.VMResourceFields.Name }
+
+// GetStatus returns GetVMResourceVmVM.Status, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetStatus() VMStatus { return v.VMResourceFields.Status }
+
+// GetZone returns GetVMResourceVmVM.Zone, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetZone() VMResourceFieldsZone { return v.VMResourceFields.Zone }
+
+// GetHost returns GetVMResourceVmVM.Host, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetHost() *VMResourceFieldsHost { return v.VMResourceFields.Host }
+
+// GetDiskGiB returns GetVMResourceVmVM.DiskGiB, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetDiskGiB() int { return v.VMResourceFields.DiskGiB }
+
+// GetIpAddresses returns GetVMResourceVmVM.IpAddresses, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetIpAddresses() []string { return v.VMResourceFields.IpAddresses }
+
+// GetNics returns GetVMResourceVmVM.Nics, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetNics() []VMResourceFieldsNicsVMNIC { return v.VMResourceFields.Nics }
+
+// GetSecurityGroups returns GetVMResourceVmVM.SecurityGroups, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetSecurityGroups() []string { return v.VMResourceFields.SecurityGroups }
+
+// GetPlacementGroup returns GetVMResourceVmVM.PlacementGroup, and is useful for accessing the field via an interface.
+func (v *GetVMResourceVmVM) GetPlacementGroup() *VMResourceFieldsPlacementGroup {
+	return v.VMResourceFields.PlacementGroup
+}
+
+func (v *GetVMResourceVmVM) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetVMResourceVmVM
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetVMResourceVmVM = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.VMResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetVMResourceVmVM struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Status VMStatus `json:"status"`
+
+	Zone VMResourceFieldsZone `json:"zone"`
+
+	Host *VMResourceFieldsHost `json:"host"`
+
+	DiskGiB int `json:"diskGiB"`
+
+	IpAddresses []string `json:"ipAddresses"`
+
+	Nics []VMResourceFieldsNicsVMNIC `json:"nics"`
+
+	SecurityGroups []string `json:"securityGroups"`
+
+	PlacementGroup *VMResourceFieldsPlacementGroup `json:"placementGroup"`
+}
+
+func (v *GetVMResourceVmVM) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetVMResourceVmVM) __premarshalJSON() (*__premarshalGetVMResourceVmVM, error) {
+	var retval __premarshalGetVMResourceVmVM
+
+	retval.Id = v.VMResourceFields.Id
+	retval.Name = v.VMResourceFields.Name
+	retval.Status = v.VMResourceFields.Status
+	retval.Zone = v.VMResourceFields.Zone
+	retval.Host = v.VMResourceFields.Host
+	retval.DiskGiB = v.VMResourceFields.DiskGiB
+	retval.IpAddresses = v.VMResourceFields.IpAddresses
+	retval.Nics = v.VMResourceFields.Nics
+	retval.SecurityGroups = v.VMResourceFields.SecurityGroups
+	retval.PlacementGroup = v.VMResourceFields.PlacementGroup
+	return &retval, nil
+}
 
 // GetVMResponse is returned by GetVM on success.
 type GetVMResponse struct {
@@ -1950,6 +3740,42 @@ func (v *GetVMVmVM) __premarshalJSON() (*__premarshalGetVMVmVM, error) {
 	retval.IpAddresses = v.VMFields.IpAddresses
 	return &retval, nil
 }
+
+// GetZoneResponse is returned by GetZone on success.
+type GetZoneResponse struct {
+	// A zone by name; NOT_FOUND when there is none (or it is dedicated to other VDCs than the request's).
+	Zone *GetZoneZone `json:"zone"`
+}
+
+// GetZone returns GetZoneResponse.Zone, and is useful for accessing the field via an interface.
+func (v *GetZoneResponse) GetZone() *GetZoneZone { return v.Zone }
+
+// GetZoneZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type GetZoneZone struct {
+	// Stable identity of the Proxmox cluster.
+	Id string `json:"id"`
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+	// Whether its hosts are online.
+	Status ZoneStatus `json:"status"`
+	// Whether it is a standalone Proxmox node (no cluster).
+	Standalone bool `json:"standalone"`
+}
+
+// GetId returns GetZoneZone.Id, and is useful for accessing the field via an interface.
+func (v *GetZoneZone) GetId() string { return v.Id }
+
+// GetName returns GetZoneZone.Name, and is useful for accessing the field via an interface.
+func (v *GetZoneZone) GetName() string { return v.Name }
+
+// GetStatus returns GetZoneZone.Status, and is useful for accessing the field via an interface.
+func (v *GetZoneZone) GetStatus() ZoneStatus { return v.Status }
+
+// GetStandalone returns GetZoneZone.Standalone, and is useful for accessing the field via an interface.
+func (v *GetZoneZone) GetStandalone() bool { return v.Standalone }
 
 // An active health check.
 type HealthCheckInput struct {
@@ -2199,6 +4025,500 @@ var AllKubernetesClusterPhase = []KubernetesClusterPhase{
 	KubernetesClusterPhaseDeleting,
 	KubernetesClusterPhaseFailed,
 	KubernetesClusterPhaseUnknown,
+}
+
+// KubernetesClusterResourceFields includes the GraphQL fields of KubernetesCluster requested by the fragment KubernetesClusterResourceFields.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type KubernetesClusterResourceFields struct {
+	// The cluster's id.
+	Id string `json:"id"`
+	// The cluster's name in its VDC.
+	Name string `json:"name"`
+	// The zone its workers run in.
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+	// The id of the VDC network the workers are on.
+	NetworkId string `json:"networkId"`
+	// The Kubernetes version asked for.
+	Version string `json:"version"`
+	// The Kubernetes version the control plane's API server runs (null until it runs).
+	RunningVersion *string `json:"runningVersion"`
+	// The Service range of the cluster, CIDR.
+	ServiceCidr string `json:"serviceCidr"`
+	// The Pod range of the cluster, CIDR.
+	PodCidr string `json:"podCidr"`
+	// host:port of the cluster's API server for its workers: a port of its
+	// network's gateway address, forwarded by the VDC's edge gateway (null
+	// until known).
+	Endpoint *string `json:"endpoint"`
+	// Where the cluster is in its life.
+	Phase KubernetesClusterPhase `json:"phase"`
+	// Whether every component of the hosted control plane is ready.
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+// GetId returns KubernetesClusterResourceFields.Id, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetId() string { return v.Id }
+
+// GetName returns KubernetesClusterResourceFields.Name, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetName() string { return v.Name }
+
+// GetZone returns KubernetesClusterResourceFields.Zone, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.Zone
+}
+
+// GetNetworkId returns KubernetesClusterResourceFields.NetworkId, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetNetworkId() string { return v.NetworkId }
+
+// GetVersion returns KubernetesClusterResourceFields.Version, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetVersion() string { return v.Version }
+
+// GetRunningVersion returns KubernetesClusterResourceFields.RunningVersion, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetRunningVersion() *string { return v.RunningVersion }
+
+// GetServiceCidr returns KubernetesClusterResourceFields.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetServiceCidr() string { return v.ServiceCidr }
+
+// GetPodCidr returns KubernetesClusterResourceFields.PodCidr, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetPodCidr() string { return v.PodCidr }
+
+// GetEndpoint returns KubernetesClusterResourceFields.Endpoint, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetEndpoint() *string { return v.Endpoint }
+
+// GetPhase returns KubernetesClusterResourceFields.Phase, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetPhase() KubernetesClusterPhase { return v.Phase }
+
+// GetControlPlaneReady returns KubernetesClusterResourceFields.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFields) GetControlPlaneReady() bool { return v.ControlPlaneReady }
+
+// KubernetesClusterResourceFieldsZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type KubernetesClusterResourceFieldsZone struct {
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+}
+
+// GetName returns KubernetesClusterResourceFieldsZone.Name, and is useful for accessing the field via an interface.
+func (v *KubernetesClusterResourceFieldsZone) GetName() string { return v.Name }
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection includes the requested fields of the GraphQL type EdgeGatewayConnection.
+// The GraphQL type's documentation follows.
+//
+// A page of edge gateways.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection struct {
+	// The gateways of the page (the edges' nodes).
+	Nodes []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo `json:"pageInfo"`
+}
+
+// GetNodes returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection.Nodes, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection) GetNodes() []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway {
+	return v.Nodes
+}
+
+// GetPageInfo returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection) GetPageInfo() ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo {
+	return v.PageInfo
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway includes the requested fields of the GraphQL type EdgeGateway.
+// The GraphQL type's documentation follows.
+//
+// The edge gateway of the current VDC in one zone.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// The zone it serves.
+	Zone ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone `json:"zone"`
+	// The VDC's public address in the zone: egress leaves from it, port forwards listen on it.
+	PublicAddress string `json:"publicAddress"`
+	// The firewall rules in order: the first that matches decides.
+	FirewallRules []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule `json:"firewallRules"`
+	// The port forwards, sorted by protocol and public port.
+	PortForwards []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward `json:"portForwards"`
+	// The VMs' own public addresses, sorted by address.
+	OneToOneAddresses []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress `json:"oneToOneAddresses"`
+}
+
+// GetId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.Id, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetId() string {
+	return v.Id
+}
+
+// GetZone returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.Zone, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetZone() ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone {
+	return v.Zone
+}
+
+// GetPublicAddress returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.PublicAddress, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetPublicAddress() string {
+	return v.PublicAddress
+}
+
+// GetFirewallRules returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.FirewallRules, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetFirewallRules() []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule {
+	return v.FirewallRules
+}
+
+// GetPortForwards returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.PortForwards, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetPortForwards() []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward {
+	return v.PortForwards
+}
+
+// GetOneToOneAddresses returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway.OneToOneAddresses, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGateway) GetOneToOneAddresses() []ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress {
+	return v.OneToOneAddresses
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule includes the requested fields of the GraphQL type FirewallRule.
+// The GraphQL type's documentation follows.
+//
+// A firewall rule of a VDC's edge gateway.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule struct {
+	FirewallRuleFields `json:"-"`
+}
+
+// GetId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Id, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetId() string {
+	return v.FirewallRuleFields.Id
+}
+
+// GetPosition returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Position, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetPosition() int {
+	return v.FirewallRuleFields.Position
+}
+
+// GetDirection returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Direction, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetDirection() FirewallDirection {
+	return v.FirewallRuleFields.Direction
+}
+
+// GetProtocol returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Protocol, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetProtocol() FirewallProtocol {
+	return v.FirewallRuleFields.Protocol
+}
+
+// GetFromPort returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.FromPort, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetFromPort() *int {
+	return v.FirewallRuleFields.FromPort
+}
+
+// GetToPort returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.ToPort, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetToPort() *int {
+	return v.FirewallRuleFields.ToPort
+}
+
+// GetSource returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Source, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetSource() *string {
+	return v.FirewallRuleFields.Source
+}
+
+// GetDestination returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Destination, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetDestination() *string {
+	return v.FirewallRuleFields.Destination
+}
+
+// GetAction returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Action, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetAction() FirewallAction {
+	return v.FirewallRuleFields.Action
+}
+
+// GetDescription returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule.Description, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) GetDescription() *string {
+	return v.FirewallRuleFields.Description
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.FirewallRuleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule struct {
+	Id string `json:"id"`
+
+	Position int `json:"position"`
+
+	Direction FirewallDirection `json:"direction"`
+
+	Protocol FirewallProtocol `json:"protocol"`
+
+	FromPort *int `json:"fromPort"`
+
+	ToPort *int `json:"toPort"`
+
+	Source *string `json:"source"`
+
+	Destination *string `json:"destination"`
+
+	Action FirewallAction `json:"action"`
+
+	Description *string `json:"description"`
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule) __premarshalJSON() (*__premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule, error) {
+	var retval __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayFirewallRulesFirewallRule
+
+	retval.Id = v.FirewallRuleFields.Id
+	retval.Position = v.FirewallRuleFields.Position
+	retval.Direction = v.FirewallRuleFields.Direction
+	retval.Protocol = v.FirewallRuleFields.Protocol
+	retval.FromPort = v.FirewallRuleFields.FromPort
+	retval.ToPort = v.FirewallRuleFields.ToPort
+	retval.Source = v.FirewallRuleFields.Source
+	retval.Destination = v.FirewallRuleFields.Destination
+	retval.Action = v.FirewallRuleFields.Action
+	retval.Description = v.FirewallRuleFields.Description
+	return &retval, nil
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress includes the requested fields of the GraphQL type OneToOneAddress.
+// The GraphQL type's documentation follows.
+//
+// A public address of a VDC's VM, both ways.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress struct {
+	OneToOneAddressFields `json:"-"`
+}
+
+// GetId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress.Id, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) GetId() string {
+	return v.OneToOneAddressFields.Id
+}
+
+// GetPublicAddress returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress.PublicAddress, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) GetPublicAddress() string {
+	return v.OneToOneAddressFields.PublicAddress
+}
+
+// GetVmId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress.VmId, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) GetVmId() string {
+	return v.OneToOneAddressFields.VmId
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.OneToOneAddressFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress struct {
+	Id string `json:"id"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	VmId string `json:"vmId"`
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress) __premarshalJSON() (*__premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress, error) {
+	var retval __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayOneToOneAddressesOneToOneAddress
+
+	retval.Id = v.OneToOneAddressFields.Id
+	retval.PublicAddress = v.OneToOneAddressFields.PublicAddress
+	retval.VmId = v.OneToOneAddressFields.VmId
+	return &retval, nil
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward includes the requested fields of the GraphQL type PortForward.
+// The GraphQL type's documentation follows.
+//
+// A public port of a VDC's edge gateway forwarded to a VM.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward struct {
+	PortForwardFields `json:"-"`
+}
+
+// GetId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.Id, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetId() string {
+	return v.PortForwardFields.Id
+}
+
+// GetProtocol returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.Protocol, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetProtocol() PortForwardProtocol {
+	return v.PortForwardFields.Protocol
+}
+
+// GetPublicAddress returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.PublicAddress, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetPublicAddress() string {
+	return v.PortForwardFields.PublicAddress
+}
+
+// GetPublicPort returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.PublicPort, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetPublicPort() int {
+	return v.PortForwardFields.PublicPort
+}
+
+// GetVmId returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.VmId, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetVmId() string {
+	return v.PortForwardFields.VmId
+}
+
+// GetTargetPort returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward.TargetPort, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) GetTargetPort() int {
+	return v.PortForwardFields.TargetPort
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.PortForwardFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward struct {
+	Id string `json:"id"`
+
+	Protocol PortForwardProtocol `json:"protocol"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	PublicPort int `json:"publicPort"`
+
+	VmId string `json:"vmId"`
+
+	TargetPort int `json:"targetPort"`
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward) __premarshalJSON() (*__premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward, error) {
+	var retval __premarshalListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayPortForwardsPortForward
+
+	retval.Id = v.PortForwardFields.Id
+	retval.Protocol = v.PortForwardFields.Protocol
+	retval.PublicAddress = v.PortForwardFields.PublicAddress
+	retval.PublicPort = v.PortForwardFields.PublicPort
+	retval.VmId = v.PortForwardFields.VmId
+	retval.TargetPort = v.PortForwardFields.TargetPort
+	return &retval, nil
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone struct {
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+}
+
+// GetName returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone.Name, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionNodesEdgeGatewayZone) GetName() string {
+	return v.Name
+}
+
+// ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Where a page of a connection lies in the whole list.
+type ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo struct {
+	// Whether there are items after this page (pass endCursor as after to get them).
+	HasNextPage bool `json:"hasNextPage"`
+	// The cursor of the page's last edge; null for an empty page.
+	EndCursor *string `json:"endCursor"`
+}
+
+// GetHasNextPage returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo.HasNextPage, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo) GetHasNextPage() bool {
+	return v.HasNextPage
+}
+
+// GetEndCursor returns ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnectionPageInfo) GetEndCursor() *string {
+	return v.EndCursor
+}
+
+// ListEdgeGatewaysResponse is returned by ListEdgeGateways on success.
+type ListEdgeGatewaysResponse struct {
+	// The edge gateways of the current VDC, one per zone where it has one,
+	// sorted by zone name, as a cursor connection.
+	EdgeGateways ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection `json:"edgeGateways"`
+}
+
+// GetEdgeGateways returns ListEdgeGatewaysResponse.EdgeGateways, and is useful for accessing the field via an interface.
+func (v *ListEdgeGatewaysResponse) GetEdgeGateways() ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection {
+	return v.EdgeGateways
 }
 
 // ListImagesImagesImage includes the requested fields of the GraphQL type Image.
@@ -2809,6 +5129,203 @@ func (v *ListNetworksResponse) GetNetworksConnection() ListNetworksNetworksConne
 	return v.NetworksConnection
 }
 
+// ListSecurityGroupsResponse is returned by ListSecurityGroups on success.
+type ListSecurityGroupsResponse struct {
+	// The security groups of the current VDC, sorted by name (a plain list: a
+	// VDC has at most 100).
+	SecurityGroups []ListSecurityGroupsSecurityGroupsSecurityGroup `json:"securityGroups"`
+}
+
+// GetSecurityGroups returns ListSecurityGroupsResponse.SecurityGroups, and is useful for accessing the field via an interface.
+func (v *ListSecurityGroupsResponse) GetSecurityGroups() []ListSecurityGroupsSecurityGroupsSecurityGroup {
+	return v.SecurityGroups
+}
+
+// ListSecurityGroupsSecurityGroupsSecurityGroup includes the requested fields of the GraphQL type SecurityGroup.
+// The GraphQL type's documentation follows.
+//
+// A security group of a VDC: rules that allow traffic to and from its member
+// VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+// VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+// gateway's forwarded and health-check traffic as its rules decide it,
+// load-balancer health checks, the Kubernetes traffic a node pool needs).
+type ListSecurityGroupsSecurityGroupsSecurityGroup struct {
+	SecurityGroupFields `json:"-"`
+}
+
+// GetId returns ListSecurityGroupsSecurityGroupsSecurityGroup.Id, and is useful for accessing the field via an interface.
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) GetId() string {
+	return v.SecurityGroupFields.Id
+}
+
+// GetName returns ListSecurityGroupsSecurityGroupsSecurityGroup.Name, and is useful for accessing the field via an interface.
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) GetName() string {
+	return v.SecurityGroupFields.Name
+}
+
+// GetDescription returns ListSecurityGroupsSecurityGroupsSecurityGroup.Description, and is useful for accessing the field via an interface.
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) GetDescription() string {
+	return v.SecurityGroupFields.Description
+}
+
+// GetRules returns ListSecurityGroupsSecurityGroupsSecurityGroup.Rules, and is useful for accessing the field via an interface.
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) GetRules() []SecurityGroupFieldsRulesSecurityRule {
+	return v.SecurityGroupFields.Rules
+}
+
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListSecurityGroupsSecurityGroupsSecurityGroup
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListSecurityGroupsSecurityGroupsSecurityGroup = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.SecurityGroupFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListSecurityGroupsSecurityGroupsSecurityGroup struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Description string `json:"description"`
+
+	Rules []SecurityGroupFieldsRulesSecurityRule `json:"rules"`
+}
+
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListSecurityGroupsSecurityGroupsSecurityGroup) __premarshalJSON() (*__premarshalListSecurityGroupsSecurityGroupsSecurityGroup, error) {
+	var retval __premarshalListSecurityGroupsSecurityGroupsSecurityGroup
+
+	retval.Id = v.SecurityGroupFields.Id
+	retval.Name = v.SecurityGroupFields.Name
+	retval.Description = v.SecurityGroupFields.Description
+	retval.Rules = v.SecurityGroupFields.Rules
+	return &retval, nil
+}
+
+// ListServiceAccountsResponse is returned by ListServiceAccounts on success.
+type ListServiceAccountsResponse struct {
+	// The service accounts of the VDC, by name.
+	ServiceAccounts []ListServiceAccountsServiceAccountsServiceAccount `json:"serviceAccounts"`
+}
+
+// GetServiceAccounts returns ListServiceAccountsResponse.ServiceAccounts, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsResponse) GetServiceAccounts() []ListServiceAccountsServiceAccountsServiceAccount {
+	return v.ServiceAccounts
+}
+
+// ListServiceAccountsServiceAccountsServiceAccount includes the requested fields of the GraphQL type ServiceAccount.
+// The GraphQL type's documentation follows.
+//
+// A VDC's non-human caller: its token acts in this VDC with its role.
+type ListServiceAccountsServiceAccountsServiceAccount struct {
+	ServiceAccountFields `json:"-"`
+}
+
+// GetId returns ListServiceAccountsServiceAccountsServiceAccount.Id, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsServiceAccountsServiceAccount) GetId() string {
+	return v.ServiceAccountFields.Id
+}
+
+// GetName returns ListServiceAccountsServiceAccountsServiceAccount.Name, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsServiceAccountsServiceAccount) GetName() string {
+	return v.ServiceAccountFields.Name
+}
+
+// GetRole returns ListServiceAccountsServiceAccountsServiceAccount.Role, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsServiceAccountsServiceAccount) GetRole() VDCRole {
+	return v.ServiceAccountFields.Role
+}
+
+// GetCreatedAt returns ListServiceAccountsServiceAccountsServiceAccount.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsServiceAccountsServiceAccount) GetCreatedAt() string {
+	return v.ServiceAccountFields.CreatedAt
+}
+
+// GetExpiresAt returns ListServiceAccountsServiceAccountsServiceAccount.ExpiresAt, and is useful for accessing the field via an interface.
+func (v *ListServiceAccountsServiceAccountsServiceAccount) GetExpiresAt() *string {
+	return v.ServiceAccountFields.ExpiresAt
+}
+
+func (v *ListServiceAccountsServiceAccountsServiceAccount) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListServiceAccountsServiceAccountsServiceAccount
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListServiceAccountsServiceAccountsServiceAccount = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.ServiceAccountFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListServiceAccountsServiceAccountsServiceAccount struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Role VDCRole `json:"role"`
+
+	CreatedAt string `json:"createdAt"`
+
+	ExpiresAt *string `json:"expiresAt"`
+}
+
+func (v *ListServiceAccountsServiceAccountsServiceAccount) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListServiceAccountsServiceAccountsServiceAccount) __premarshalJSON() (*__premarshalListServiceAccountsServiceAccountsServiceAccount, error) {
+	var retval __premarshalListServiceAccountsServiceAccountsServiceAccount
+
+	retval.Id = v.ServiceAccountFields.Id
+	retval.Name = v.ServiceAccountFields.Name
+	retval.Role = v.ServiceAccountFields.Role
+	retval.CreatedAt = v.ServiceAccountFields.CreatedAt
+	retval.ExpiresAt = v.ServiceAccountFields.ExpiresAt
+	return &retval, nil
+}
+
 // ListVMsResponse is returned by ListVMs on success.
 type ListVMsResponse struct {
 	// The VMs of the current VDC matching filter, in a stable order (zone, then
@@ -3225,6 +5742,162 @@ type NetworkFieldsZone struct {
 // GetName returns NetworkFieldsZone.Name, and is useful for accessing the field via an interface.
 func (v *NetworkFieldsZone) GetName() string { return v.Name }
 
+// A node label.
+type NodeLabelInput struct {
+	// The label's key (a qualified name).
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// GetKey returns NodeLabelInput.Key, and is useful for accessing the field via an interface.
+func (v *NodeLabelInput) GetKey() string { return v.Key }
+
+// GetValue returns NodeLabelInput.Value, and is useful for accessing the field via an interface.
+func (v *NodeLabelInput) GetValue() string { return v.Value }
+
+// NodePoolFields includes the GraphQL fields of NodePool requested by the fragment NodePoolFields.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type NodePoolFields struct {
+	// The pool's id.
+	Id string `json:"id"`
+	// The id of the pool's cluster.
+	ClusterId string `json:"clusterId"`
+	// The pool's name in its cluster.
+	Name string `json:"name"`
+	// The compute profile of the workers.
+	ComputeProfile string `json:"computeProfile"`
+	// The storage profile of the workers' disks.
+	StorageProfile string `json:"storageProfile"`
+	// The desired number of workers.
+	Size int `json:"size"`
+	// How many workers exist (being created, running or being deleted).
+	Workers int `json:"workers"`
+	// How many workers run.
+	ReadyWorkers int `json:"readyWorkers"`
+	// The Kubernetes version the pool's workers run, or are being moved to.
+	Version string `json:"version"`
+	// The workers' node labels, sorted by key.
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+	// The workers' node taints.
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+// GetId returns NodePoolFields.Id, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetId() string { return v.Id }
+
+// GetClusterId returns NodePoolFields.ClusterId, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetClusterId() string { return v.ClusterId }
+
+// GetName returns NodePoolFields.Name, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetName() string { return v.Name }
+
+// GetComputeProfile returns NodePoolFields.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetComputeProfile() string { return v.ComputeProfile }
+
+// GetStorageProfile returns NodePoolFields.StorageProfile, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetStorageProfile() string { return v.StorageProfile }
+
+// GetSize returns NodePoolFields.Size, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetSize() int { return v.Size }
+
+// GetWorkers returns NodePoolFields.Workers, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetWorkers() int { return v.Workers }
+
+// GetReadyWorkers returns NodePoolFields.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetReadyWorkers() int { return v.ReadyWorkers }
+
+// GetVersion returns NodePoolFields.Version, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetVersion() string { return v.Version }
+
+// GetLabels returns NodePoolFields.Labels, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetLabels() []NodePoolFieldsLabelsNodeLabel { return v.Labels }
+
+// GetTaints returns NodePoolFields.Taints, and is useful for accessing the field via an interface.
+func (v *NodePoolFields) GetTaints() []NodePoolFieldsTaintsNodeTaint { return v.Taints }
+
+// NodePoolFieldsLabelsNodeLabel includes the requested fields of the GraphQL type NodeLabel.
+// The GraphQL type's documentation follows.
+//
+// A node label of a pool's workers.
+type NodePoolFieldsLabelsNodeLabel struct {
+	// The label's key.
+	Key string `json:"key"`
+	// The label's value.
+	Value string `json:"value"`
+}
+
+// GetKey returns NodePoolFieldsLabelsNodeLabel.Key, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsLabelsNodeLabel) GetKey() string { return v.Key }
+
+// GetValue returns NodePoolFieldsLabelsNodeLabel.Value, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsLabelsNodeLabel) GetValue() string { return v.Value }
+
+// NodePoolFieldsTaintsNodeTaint includes the requested fields of the GraphQL type NodeTaint.
+// The GraphQL type's documentation follows.
+//
+// A node taint of a pool's workers.
+type NodePoolFieldsTaintsNodeTaint struct {
+	// The taint's key.
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value string `json:"value"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
+}
+
+// GetKey returns NodePoolFieldsTaintsNodeTaint.Key, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetKey() string { return v.Key }
+
+// GetValue returns NodePoolFieldsTaintsNodeTaint.Value, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetValue() string { return v.Value }
+
+// GetEffect returns NodePoolFieldsTaintsNodeTaint.Effect, and is useful for accessing the field via an interface.
+func (v *NodePoolFieldsTaintsNodeTaint) GetEffect() TaintEffect { return v.Effect }
+
+// A node taint.
+type NodeTaintInput struct {
+	// The taint's key (a qualified name).
+	Key string `json:"key"`
+	// The taint's value (may be empty).
+	Value *string `json:"value"`
+	// The taint's effect.
+	Effect TaintEffect `json:"effect"`
+}
+
+// GetKey returns NodeTaintInput.Key, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetKey() string { return v.Key }
+
+// GetValue returns NodeTaintInput.Value, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetValue() *string { return v.Value }
+
+// GetEffect returns NodeTaintInput.Effect, and is useful for accessing the field via an interface.
+func (v *NodeTaintInput) GetEffect() TaintEffect { return v.Effect }
+
+// OneToOneAddressFields includes the GraphQL fields of OneToOneAddress requested by the fragment OneToOneAddressFields.
+// The GraphQL type's documentation follows.
+//
+// A public address of a VDC's VM, both ways.
+type OneToOneAddressFields struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// The public address.
+	PublicAddress string `json:"publicAddress"`
+	// The id of the VM that has it.
+	VmId string `json:"vmId"`
+}
+
+// GetId returns OneToOneAddressFields.Id, and is useful for accessing the field via an interface.
+func (v *OneToOneAddressFields) GetId() string { return v.Id }
+
+// GetPublicAddress returns OneToOneAddressFields.PublicAddress, and is useful for accessing the field via an interface.
+func (v *OneToOneAddressFields) GetPublicAddress() string { return v.PublicAddress }
+
+// GetVmId returns OneToOneAddressFields.VmId, and is useful for accessing the field via an interface.
+func (v *OneToOneAddressFields) GetVmId() string { return v.VmId }
+
 // OpenConsoleOpenConsoleConsoleSession includes the requested fields of the GraphQL type ConsoleSession.
 // The GraphQL type's documentation follows.
 //
@@ -3368,6 +6041,177 @@ func (v *PathRouteInput) GetPathPrefix() string { return v.PathPrefix }
 // GetPool returns PathRouteInput.Pool, and is useful for accessing the field via an interface.
 func (v *PathRouteInput) GetPool() string { return v.Pool }
 
+// PortForwardFields includes the GraphQL fields of PortForward requested by the fragment PortForwardFields.
+// The GraphQL type's documentation follows.
+//
+// A public port of a VDC's edge gateway forwarded to a VM.
+type PortForwardFields struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// The protocol forwarded.
+	Protocol PortForwardProtocol `json:"protocol"`
+	// The public address it listens on.
+	PublicAddress string `json:"publicAddress"`
+	// The public port.
+	PublicPort int `json:"publicPort"`
+	// The id of the VM it forwards to.
+	VmId string `json:"vmId"`
+	// The VM's port.
+	TargetPort int `json:"targetPort"`
+}
+
+// GetId returns PortForwardFields.Id, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetId() string { return v.Id }
+
+// GetProtocol returns PortForwardFields.Protocol, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetProtocol() PortForwardProtocol { return v.Protocol }
+
+// GetPublicAddress returns PortForwardFields.PublicAddress, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetPublicAddress() string { return v.PublicAddress }
+
+// GetPublicPort returns PortForwardFields.PublicPort, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetPublicPort() int { return v.PublicPort }
+
+// GetVmId returns PortForwardFields.VmId, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetVmId() string { return v.VmId }
+
+// GetTargetPort returns PortForwardFields.TargetPort, and is useful for accessing the field via an interface.
+func (v *PortForwardFields) GetTargetPort() int { return v.TargetPort }
+
+// The protocol of a port forward.
+type PortForwardProtocol string
+
+const (
+	// TCP.
+	PortForwardProtocolTcp PortForwardProtocol = "TCP"
+	// UDP.
+	PortForwardProtocolUdp PortForwardProtocol = "UDP"
+)
+
+var AllPortForwardProtocol = []PortForwardProtocol{
+	PortForwardProtocolTcp,
+	PortForwardProtocolUdp,
+}
+
+// A VM's new size.
+type ResizeVMInput struct {
+	// The VM's id.
+	Id string `json:"id"`
+	// The compute profile whose vCPUs and memory the VM takes.
+	ComputeProfile string `json:"computeProfile"`
+	// Allow the reboot a running VM needs when it cannot take the change live.
+	Reboot *bool `json:"reboot"`
+}
+
+// GetId returns ResizeVMInput.Id, and is useful for accessing the field via an interface.
+func (v *ResizeVMInput) GetId() string { return v.Id }
+
+// GetComputeProfile returns ResizeVMInput.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *ResizeVMInput) GetComputeProfile() string { return v.ComputeProfile }
+
+// GetReboot returns ResizeVMInput.Reboot, and is useful for accessing the field via an interface.
+func (v *ResizeVMInput) GetReboot() *bool { return v.Reboot }
+
+// ResizeVMResizeVMOperation includes the requested fields of the GraphQL type Operation.
+// The GraphQL type's documentation follows.
+//
+// Progress of a create, power action or delete of a VM.
+type ResizeVMResizeVMOperation struct {
+	OperationFields `json:"-"`
+}
+
+// GetId returns ResizeVMResizeVMOperation.Id, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetId() string { return v.OperationFields.Id }
+
+// GetKind returns ResizeVMResizeVMOperation.Kind, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetKind() OperationKind { return v.OperationFields.Kind }
+
+// GetState returns ResizeVMResizeVMOperation.State, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetState() OperationState { return v.OperationFields.State }
+
+// GetStep returns ResizeVMResizeVMOperation.Step, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetStep() string { return v.OperationFields.Step }
+
+// GetError returns ResizeVMResizeVMOperation.Error, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetError() *string { return v.OperationFields.Error }
+
+// GetVmId returns ResizeVMResizeVMOperation.VmId, and is useful for accessing the field via an interface.
+func (v *ResizeVMResizeVMOperation) GetVmId() *string { return v.OperationFields.VmId }
+
+func (v *ResizeVMResizeVMOperation) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResizeVMResizeVMOperation
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResizeVMResizeVMOperation = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.OperationFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResizeVMResizeVMOperation struct {
+	Id string `json:"id"`
+
+	Kind OperationKind `json:"kind"`
+
+	State OperationState `json:"state"`
+
+	Step string `json:"step"`
+
+	Error *string `json:"error"`
+
+	VmId *string `json:"vmId"`
+}
+
+func (v *ResizeVMResizeVMOperation) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResizeVMResizeVMOperation) __premarshalJSON() (*__premarshalResizeVMResizeVMOperation, error) {
+	var retval __premarshalResizeVMResizeVMOperation
+
+	retval.Id = v.OperationFields.Id
+	retval.Kind = v.OperationFields.Kind
+	retval.State = v.OperationFields.State
+	retval.Step = v.OperationFields.Step
+	retval.Error = v.OperationFields.Error
+	retval.VmId = v.OperationFields.VmId
+	return &retval, nil
+}
+
+// ResizeVMResponse is returned by ResizeVM on success.
+type ResizeVMResponse struct {
+	// Gives a VM the vCPUs and memory of another compute profile. A stopped VM
+	// takes them at once; a running one takes them live where its configuration
+	// allows (Proxmox's hotplug option names cpu, and the vCPUs fit its cores ×
+	// sockets; it names memory, with NUMA on), else on a reboot: the operation
+	// then follows the reboot, which reboot: true must allow (CONFLICT with the
+	// reason otherwise, extensions.field = input.reboot). The VM records its new
+	// profile.
+	ResizeVM ResizeVMResizeVMOperation `json:"resizeVM"`
+}
+
+// GetResizeVM returns ResizeVMResponse.ResizeVM, and is useful for accessing the field via an interface.
+func (v *ResizeVMResponse) GetResizeVM() ResizeVMResizeVMOperation { return v.ResizeVM }
+
 // An SNI route.
 type SNIRouteInput struct {
 	// The server name (a lower-case DNS name, or *.name).
@@ -3381,6 +6225,340 @@ func (v *SNIRouteInput) GetServerName() string { return v.ServerName }
 
 // GetPool returns SNIRouteInput.Pool, and is useful for accessing the field via an interface.
 func (v *SNIRouteInput) GetPool() string { return v.Pool }
+
+// ScaleNodePoolResponse is returned by ScaleNodePool on success.
+type ScaleNodePoolResponse struct {
+	// Sets the desired size of a node pool (0 to 10): workers are added or
+	// removed in the background. BAD_USER_INPUT for a size outside 0 to 10,
+	// QUOTA_EXCEEDED when the added workers would not fit the VDC's quota,
+	// CONFLICT while the pool is being deleted. A refused scale changes nothing.
+	ScaleNodePool ScaleNodePoolScaleNodePool `json:"scaleNodePool"`
+}
+
+// GetScaleNodePool returns ScaleNodePoolResponse.ScaleNodePool, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolResponse) GetScaleNodePool() ScaleNodePoolScaleNodePool { return v.ScaleNodePool }
+
+// ScaleNodePoolScaleNodePool includes the requested fields of the GraphQL type NodePool.
+// The GraphQL type's documentation follows.
+//
+// A node pool of a Kubernetes cluster: workers alike, scaled together.
+type ScaleNodePoolScaleNodePool struct {
+	NodePoolFields `json:"-"`
+}
+
+// GetId returns ScaleNodePoolScaleNodePool.Id, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetId() string { return v.NodePoolFields.Id }
+
+// GetClusterId returns ScaleNodePoolScaleNodePool.ClusterId, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetClusterId() string { return v.NodePoolFields.ClusterId }
+
+// GetName returns ScaleNodePoolScaleNodePool.Name, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetName() string { return v.NodePoolFields.Name }
+
+// GetComputeProfile returns ScaleNodePoolScaleNodePool.ComputeProfile, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetComputeProfile() string {
+	return v.NodePoolFields.ComputeProfile
+}
+
+// GetStorageProfile returns ScaleNodePoolScaleNodePool.StorageProfile, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetStorageProfile() string {
+	return v.NodePoolFields.StorageProfile
+}
+
+// GetSize returns ScaleNodePoolScaleNodePool.Size, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetSize() int { return v.NodePoolFields.Size }
+
+// GetWorkers returns ScaleNodePoolScaleNodePool.Workers, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetWorkers() int { return v.NodePoolFields.Workers }
+
+// GetReadyWorkers returns ScaleNodePoolScaleNodePool.ReadyWorkers, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetReadyWorkers() int { return v.NodePoolFields.ReadyWorkers }
+
+// GetVersion returns ScaleNodePoolScaleNodePool.Version, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetVersion() string { return v.NodePoolFields.Version }
+
+// GetLabels returns ScaleNodePoolScaleNodePool.Labels, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetLabels() []NodePoolFieldsLabelsNodeLabel {
+	return v.NodePoolFields.Labels
+}
+
+// GetTaints returns ScaleNodePoolScaleNodePool.Taints, and is useful for accessing the field via an interface.
+func (v *ScaleNodePoolScaleNodePool) GetTaints() []NodePoolFieldsTaintsNodeTaint {
+	return v.NodePoolFields.Taints
+}
+
+func (v *ScaleNodePoolScaleNodePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ScaleNodePoolScaleNodePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ScaleNodePoolScaleNodePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.NodePoolFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalScaleNodePoolScaleNodePool struct {
+	Id string `json:"id"`
+
+	ClusterId string `json:"clusterId"`
+
+	Name string `json:"name"`
+
+	ComputeProfile string `json:"computeProfile"`
+
+	StorageProfile string `json:"storageProfile"`
+
+	Size int `json:"size"`
+
+	Workers int `json:"workers"`
+
+	ReadyWorkers int `json:"readyWorkers"`
+
+	Version string `json:"version"`
+
+	Labels []NodePoolFieldsLabelsNodeLabel `json:"labels"`
+
+	Taints []NodePoolFieldsTaintsNodeTaint `json:"taints"`
+}
+
+func (v *ScaleNodePoolScaleNodePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ScaleNodePoolScaleNodePool) __premarshalJSON() (*__premarshalScaleNodePoolScaleNodePool, error) {
+	var retval __premarshalScaleNodePoolScaleNodePool
+
+	retval.Id = v.NodePoolFields.Id
+	retval.ClusterId = v.NodePoolFields.ClusterId
+	retval.Name = v.NodePoolFields.Name
+	retval.ComputeProfile = v.NodePoolFields.ComputeProfile
+	retval.StorageProfile = v.NodePoolFields.StorageProfile
+	retval.Size = v.NodePoolFields.Size
+	retval.Workers = v.NodePoolFields.Workers
+	retval.ReadyWorkers = v.NodePoolFields.ReadyWorkers
+	retval.Version = v.NodePoolFields.Version
+	retval.Labels = v.NodePoolFields.Labels
+	retval.Taints = v.NodePoolFields.Taints
+	return &retval, nil
+}
+
+// SecurityGroupFields includes the GraphQL fields of SecurityGroup requested by the fragment SecurityGroupFields.
+// The GraphQL type's documentation follows.
+//
+// A security group of a VDC: rules that allow traffic to and from its member
+// VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+// VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+// gateway's forwarded and health-check traffic as its rules decide it,
+// load-balancer health checks, the Kubernetes traffic a node pool needs).
+type SecurityGroupFields struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// Its name, unique in the VDC (a DNS label): what rules and VMs name it by.
+	Name string `json:"name"`
+	// What it is for.
+	Description string `json:"description"`
+	// Its rules, in order.
+	Rules []SecurityGroupFieldsRulesSecurityRule `json:"rules"`
+}
+
+// GetId returns SecurityGroupFields.Id, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFields) GetId() string { return v.Id }
+
+// GetName returns SecurityGroupFields.Name, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFields) GetName() string { return v.Name }
+
+// GetDescription returns SecurityGroupFields.Description, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFields) GetDescription() string { return v.Description }
+
+// GetRules returns SecurityGroupFields.Rules, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFields) GetRules() []SecurityGroupFieldsRulesSecurityRule { return v.Rules }
+
+// SecurityGroupFieldsRulesSecurityRule includes the requested fields of the GraphQL type SecurityRule.
+// The GraphQL type's documentation follows.
+//
+// A rule of a security group: it allows the traffic it matches.
+type SecurityGroupFieldsRulesSecurityRule struct {
+	// INBOUND: to the group's members; OUTBOUND: from them.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol SecurityProtocol `json:"protocol"`
+	// The destination ports as Proxmox writes them (22, 8000:8100, 80,443); null for all.
+	Ports *string `json:"ports"`
+	// The other end's network; null for none.
+	PeerCidr *string `json:"peerCidr"`
+	// The other end as the members of a security group of the VDC (by name); null for none.
+	PeerGroup *string `json:"peerGroup"`
+	// Free text.
+	Description *string `json:"description"`
+}
+
+// GetDirection returns SecurityGroupFieldsRulesSecurityRule.Direction, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetDirection() FirewallDirection { return v.Direction }
+
+// GetProtocol returns SecurityGroupFieldsRulesSecurityRule.Protocol, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetProtocol() SecurityProtocol { return v.Protocol }
+
+// GetPorts returns SecurityGroupFieldsRulesSecurityRule.Ports, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetPorts() *string { return v.Ports }
+
+// GetPeerCidr returns SecurityGroupFieldsRulesSecurityRule.PeerCidr, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetPeerCidr() *string { return v.PeerCidr }
+
+// GetPeerGroup returns SecurityGroupFieldsRulesSecurityRule.PeerGroup, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetPeerGroup() *string { return v.PeerGroup }
+
+// GetDescription returns SecurityGroupFieldsRulesSecurityRule.Description, and is useful for accessing the field via an interface.
+func (v *SecurityGroupFieldsRulesSecurityRule) GetDescription() *string { return v.Description }
+
+// The protocol of a security group's rule.
+type SecurityProtocol string
+
+const (
+	// TCP.
+	SecurityProtocolTcp SecurityProtocol = "TCP"
+	// UDP.
+	SecurityProtocolUdp SecurityProtocol = "UDP"
+	// ICMP.
+	SecurityProtocolIcmp SecurityProtocol = "ICMP"
+	// Every protocol.
+	SecurityProtocolAny SecurityProtocol = "ANY"
+)
+
+var AllSecurityProtocol = []SecurityProtocol{
+	SecurityProtocolTcp,
+	SecurityProtocolUdp,
+	SecurityProtocolIcmp,
+	SecurityProtocolAny,
+}
+
+// A rule of a security group. With neither peerCidr nor peerGroup the peer
+// is any address.
+type SecurityRuleInput struct {
+	// INBOUND: to the group's members; OUTBOUND: from them.
+	Direction FirewallDirection `json:"direction"`
+	// The protocol it matches.
+	Protocol SecurityProtocol `json:"protocol"`
+	// Destination ports (TCP, UDP) as Proxmox writes them: 22, 8000:8100, 80,443; null for all.
+	Ports *string `json:"ports"`
+	// The other end's network (e.g. 10.1.0.0/24).
+	PeerCidr *string `json:"peerCidr"`
+	// The other end as the members of a security group of the same VDC, by name (kept up to date as VMs come and go).
+	PeerGroup *string `json:"peerGroup"`
+	// Free text (at most 1024 bytes).
+	Description *string `json:"description"`
+}
+
+// GetDirection returns SecurityRuleInput.Direction, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetDirection() FirewallDirection { return v.Direction }
+
+// GetProtocol returns SecurityRuleInput.Protocol, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetProtocol() SecurityProtocol { return v.Protocol }
+
+// GetPorts returns SecurityRuleInput.Ports, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetPorts() *string { return v.Ports }
+
+// GetPeerCidr returns SecurityRuleInput.PeerCidr, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetPeerCidr() *string { return v.PeerCidr }
+
+// GetPeerGroup returns SecurityRuleInput.PeerGroup, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetPeerGroup() *string { return v.PeerGroup }
+
+// GetDescription returns SecurityRuleInput.Description, and is useful for accessing the field via an interface.
+func (v *SecurityRuleInput) GetDescription() *string { return v.Description }
+
+// ServiceAccountFields includes the GraphQL fields of ServiceAccount requested by the fragment ServiceAccountFields.
+// The GraphQL type's documentation follows.
+//
+// A VDC's non-human caller: its token acts in this VDC with its role.
+type ServiceAccountFields struct {
+	// Unique id (sa- and 20 hex digits).
+	Id string `json:"id"`
+	// Unique name in the VDC (a DNS label).
+	Name string `json:"name"`
+	// Its role in the VDC.
+	Role VDCRole `json:"role"`
+	// When it was made.
+	CreatedAt string `json:"createdAt"`
+	// When its tokens stop working; null: never.
+	ExpiresAt *string `json:"expiresAt"`
+}
+
+// GetId returns ServiceAccountFields.Id, and is useful for accessing the field via an interface.
+func (v *ServiceAccountFields) GetId() string { return v.Id }
+
+// GetName returns ServiceAccountFields.Name, and is useful for accessing the field via an interface.
+func (v *ServiceAccountFields) GetName() string { return v.Name }
+
+// GetRole returns ServiceAccountFields.Role, and is useful for accessing the field via an interface.
+func (v *ServiceAccountFields) GetRole() VDCRole { return v.Role }
+
+// GetCreatedAt returns ServiceAccountFields.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ServiceAccountFields) GetCreatedAt() string { return v.CreatedAt }
+
+// GetExpiresAt returns ServiceAccountFields.ExpiresAt, and is useful for accessing the field via an interface.
+func (v *ServiceAccountFields) GetExpiresAt() *string { return v.ExpiresAt }
+
+// What setVMSecurityGroups changes.
+type SetVMSecurityGroupsInput struct {
+	// The VM's id.
+	Vm string `json:"vm"`
+	// The names of the VDC's security groups it is in from now on (at most 16).
+	SecurityGroups []string `json:"securityGroups"`
+}
+
+// GetVm returns SetVMSecurityGroupsInput.Vm, and is useful for accessing the field via an interface.
+func (v *SetVMSecurityGroupsInput) GetVm() string { return v.Vm }
+
+// GetSecurityGroups returns SetVMSecurityGroupsInput.SecurityGroups, and is useful for accessing the field via an interface.
+func (v *SetVMSecurityGroupsInput) GetSecurityGroups() []string { return v.SecurityGroups }
+
+// SetVMSecurityGroupsResponse is returned by SetVMSecurityGroups on success.
+type SetVMSecurityGroupsResponse struct {
+	// Puts a VM in exactly these security groups of its VDC (an empty list:
+	// in none, its firewall off as before groups). BAD_USER_INPUT for more
+	// than 16 groups or one named twice; NOT_FOUND for a VM or a group the VDC
+	// does not have (extensions.field input.securityGroups[i]). It answers once
+	// the VM's zone's firewall holds the groups; ZONE_UNAVAILABLE when it does
+	// not within 30 seconds (the groups stay recorded and are written when the
+	// zone can take them).
+	SetVMSecurityGroups SetVMSecurityGroupsSetVMSecurityGroupsVM `json:"setVMSecurityGroups"`
+}
+
+// GetSetVMSecurityGroups returns SetVMSecurityGroupsResponse.SetVMSecurityGroups, and is useful for accessing the field via an interface.
+func (v *SetVMSecurityGroupsResponse) GetSetVMSecurityGroups() SetVMSecurityGroupsSetVMSecurityGroupsVM {
+	return v.SetVMSecurityGroups
+}
+
+// SetVMSecurityGroupsSetVMSecurityGroupsVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type SetVMSecurityGroupsSetVMSecurityGroupsVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+}
+
+// GetId returns SetVMSecurityGroupsSetVMSecurityGroupsVM.Id, and is useful for accessing the field via an interface.
+func (v *SetVMSecurityGroupsSetVMSecurityGroupsVM) GetId() string { return v.Id }
 
 // StartVMResponse is returned by StartVM on success.
 type StartVMResponse struct {
@@ -3589,6 +6767,462 @@ func (v *TLSCertificateInput) GetCertificatePem() *string { return v.Certificate
 // GetPrivateKeyPem returns TLSCertificateInput.PrivateKeyPem, and is useful for accessing the field via an interface.
 func (v *TLSCertificateInput) GetPrivateKeyPem() *string { return v.PrivateKeyPem }
 
+// The effect of a node taint.
+type TaintEffect string
+
+const (
+	// Pods without a matching toleration are not scheduled.
+	TaintEffectNoSchedule TaintEffect = "NO_SCHEDULE"
+	// The scheduler avoids the node for pods without a matching toleration.
+	TaintEffectPreferNoSchedule TaintEffect = "PREFER_NO_SCHEDULE"
+	// Pods without a matching toleration are evicted.
+	TaintEffectNoExecute TaintEffect = "NO_EXECUTE"
+)
+
+var AllTaintEffect = []TaintEffect{
+	TaintEffectNoSchedule,
+	TaintEffectPreferNoSchedule,
+	TaintEffectNoExecute,
+}
+
+// What changes of a load balancer; null keeps a field as it is.
+type UpdateLoadBalancerInput struct {
+	// The balancer's id.
+	Id string `json:"id"`
+	// Free text for humans (at most 1024 bytes).
+	Description *string `json:"description"`
+	// The listeners, replacing the old ones.
+	Listeners []LoadBalancerListenerInput `json:"listeners"`
+	// The backend pools, replacing the old ones.
+	Pools []BackendPoolInput `json:"pools"`
+	// The certificates, replacing the old ones: one given by name alone keeps the stored certificate of that name.
+	Certificates []TLSCertificateInput `json:"certificates"`
+}
+
+// GetId returns UpdateLoadBalancerInput.Id, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetId() string { return v.Id }
+
+// GetDescription returns UpdateLoadBalancerInput.Description, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetDescription() *string { return v.Description }
+
+// GetListeners returns UpdateLoadBalancerInput.Listeners, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetListeners() []LoadBalancerListenerInput { return v.Listeners }
+
+// GetPools returns UpdateLoadBalancerInput.Pools, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetPools() []BackendPoolInput { return v.Pools }
+
+// GetCertificates returns UpdateLoadBalancerInput.Certificates, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerInput) GetCertificates() []TLSCertificateInput { return v.Certificates }
+
+// UpdateLoadBalancerResponse is returned by UpdateLoadBalancer on success.
+type UpdateLoadBalancerResponse struct {
+	// Replaces a load balancer's description, listeners, pools or certificates
+	// (each kept when null); its name, zone and address stay. Errors as
+	// createLoadBalancer; NOT_FOUND for a balancer the VDC does not have.
+	UpdateLoadBalancer UpdateLoadBalancerUpdateLoadBalancer `json:"updateLoadBalancer"`
+}
+
+// GetUpdateLoadBalancer returns UpdateLoadBalancerResponse.UpdateLoadBalancer, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerResponse) GetUpdateLoadBalancer() UpdateLoadBalancerUpdateLoadBalancer {
+	return v.UpdateLoadBalancer
+}
+
+// UpdateLoadBalancerUpdateLoadBalancer includes the requested fields of the GraphQL type LoadBalancer.
+// The GraphQL type's documentation follows.
+//
+// A load balancer of the current VDC.
+type UpdateLoadBalancerUpdateLoadBalancer struct {
+	LoadBalancerFields `json:"-"`
+}
+
+// GetId returns UpdateLoadBalancerUpdateLoadBalancer.Id, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetId() string { return v.LoadBalancerFields.Id }
+
+// GetName returns UpdateLoadBalancerUpdateLoadBalancer.Name, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetName() string { return v.LoadBalancerFields.Name }
+
+// GetZone returns UpdateLoadBalancerUpdateLoadBalancer.Zone, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetZone() LoadBalancerFieldsZone {
+	return v.LoadBalancerFields.Zone
+}
+
+// GetDescription returns UpdateLoadBalancerUpdateLoadBalancer.Description, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetDescription() *string {
+	return v.LoadBalancerFields.Description
+}
+
+// GetPublicAddress returns UpdateLoadBalancerUpdateLoadBalancer.PublicAddress, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetPublicAddress() string {
+	return v.LoadBalancerFields.PublicAddress
+}
+
+// GetListeners returns UpdateLoadBalancerUpdateLoadBalancer.Listeners, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetListeners() []LoadBalancerFieldsListenersLoadBalancerListener {
+	return v.LoadBalancerFields.Listeners
+}
+
+// GetPools returns UpdateLoadBalancerUpdateLoadBalancer.Pools, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetPools() []LoadBalancerFieldsPoolsBackendPool {
+	return v.LoadBalancerFields.Pools
+}
+
+// GetCreatedAt returns UpdateLoadBalancerUpdateLoadBalancer.CreatedAt, and is useful for accessing the field via an interface.
+func (v *UpdateLoadBalancerUpdateLoadBalancer) GetCreatedAt() string {
+	return v.LoadBalancerFields.CreatedAt
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*UpdateLoadBalancerUpdateLoadBalancer
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.UpdateLoadBalancerUpdateLoadBalancer = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.LoadBalancerFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalUpdateLoadBalancerUpdateLoadBalancer struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone LoadBalancerFieldsZone `json:"zone"`
+
+	Description *string `json:"description"`
+
+	PublicAddress string `json:"publicAddress"`
+
+	Listeners []LoadBalancerFieldsListenersLoadBalancerListener `json:"listeners"`
+
+	Pools []LoadBalancerFieldsPoolsBackendPool `json:"pools"`
+
+	CreatedAt string `json:"createdAt"`
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *UpdateLoadBalancerUpdateLoadBalancer) __premarshalJSON() (*__premarshalUpdateLoadBalancerUpdateLoadBalancer, error) {
+	var retval __premarshalUpdateLoadBalancerUpdateLoadBalancer
+
+	retval.Id = v.LoadBalancerFields.Id
+	retval.Name = v.LoadBalancerFields.Name
+	retval.Zone = v.LoadBalancerFields.Zone
+	retval.Description = v.LoadBalancerFields.Description
+	retval.PublicAddress = v.LoadBalancerFields.PublicAddress
+	retval.Listeners = v.LoadBalancerFields.Listeners
+	retval.Pools = v.LoadBalancerFields.Pools
+	retval.CreatedAt = v.LoadBalancerFields.CreatedAt
+	return &retval, nil
+}
+
+// What updateSecurityGroup changes; a null field is kept.
+type UpdateSecurityGroupInput struct {
+	// The group's id.
+	Id string `json:"id"`
+	// All its rules, replacing those it has (at most 200).
+	Rules []SecurityRuleInput `json:"rules"`
+	// What it is for.
+	Description *string `json:"description"`
+}
+
+// GetId returns UpdateSecurityGroupInput.Id, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupInput) GetId() string { return v.Id }
+
+// GetRules returns UpdateSecurityGroupInput.Rules, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupInput) GetRules() []SecurityRuleInput { return v.Rules }
+
+// GetDescription returns UpdateSecurityGroupInput.Description, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupInput) GetDescription() *string { return v.Description }
+
+// UpdateSecurityGroupResponse is returned by UpdateSecurityGroup on success.
+type UpdateSecurityGroupResponse struct {
+	// Replaces a group's rules (all of them, when given) or its description;
+	// the zones' firewalls follow. Errors as createSecurityGroup; NOT_FOUND
+	// for a group the VDC does not have.
+	UpdateSecurityGroup UpdateSecurityGroupUpdateSecurityGroup `json:"updateSecurityGroup"`
+}
+
+// GetUpdateSecurityGroup returns UpdateSecurityGroupResponse.UpdateSecurityGroup, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupResponse) GetUpdateSecurityGroup() UpdateSecurityGroupUpdateSecurityGroup {
+	return v.UpdateSecurityGroup
+}
+
+// UpdateSecurityGroupUpdateSecurityGroup includes the requested fields of the GraphQL type SecurityGroup.
+// The GraphQL type's documentation follows.
+//
+// A security group of a VDC: rules that allow traffic to and from its member
+// VMs, on every NIC of each, enforced by each zone's Proxmox firewall on the
+// VMs' interfaces. Platform traffic is always allowed (DHCP and ARP, the edge
+// gateway's forwarded and health-check traffic as its rules decide it,
+// load-balancer health checks, the Kubernetes traffic a node pool needs).
+type UpdateSecurityGroupUpdateSecurityGroup struct {
+	SecurityGroupFields `json:"-"`
+}
+
+// GetId returns UpdateSecurityGroupUpdateSecurityGroup.Id, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupUpdateSecurityGroup) GetId() string { return v.SecurityGroupFields.Id }
+
+// GetName returns UpdateSecurityGroupUpdateSecurityGroup.Name, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupUpdateSecurityGroup) GetName() string { return v.SecurityGroupFields.Name }
+
+// GetDescription returns UpdateSecurityGroupUpdateSecurityGroup.Description, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupUpdateSecurityGroup) GetDescription() string {
+	return v.SecurityGroupFields.Description
+}
+
+// GetRules returns UpdateSecurityGroupUpdateSecurityGroup.Rules, and is useful for accessing the field via an interface.
+func (v *UpdateSecurityGroupUpdateSecurityGroup) GetRules() []SecurityGroupFieldsRulesSecurityRule {
+	return v.SecurityGroupFields.Rules
+}
+
+func (v *UpdateSecurityGroupUpdateSecurityGroup) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*UpdateSecurityGroupUpdateSecurityGroup
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.UpdateSecurityGroupUpdateSecurityGroup = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.SecurityGroupFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalUpdateSecurityGroupUpdateSecurityGroup struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Description string `json:"description"`
+
+	Rules []SecurityGroupFieldsRulesSecurityRule `json:"rules"`
+}
+
+func (v *UpdateSecurityGroupUpdateSecurityGroup) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *UpdateSecurityGroupUpdateSecurityGroup) __premarshalJSON() (*__premarshalUpdateSecurityGroupUpdateSecurityGroup, error) {
+	var retval __premarshalUpdateSecurityGroupUpdateSecurityGroup
+
+	retval.Id = v.SecurityGroupFields.Id
+	retval.Name = v.SecurityGroupFields.Name
+	retval.Description = v.SecurityGroupFields.Description
+	retval.Rules = v.SecurityGroupFields.Rules
+	return &retval, nil
+}
+
+// UpgradeKubernetesClusterResponse is returned by UpgradeKubernetesCluster on success.
+type UpgradeKubernetesClusterResponse struct {
+	// Upgrades a cluster to another Kubernetes version: the hosted control
+	// plane first, then each node pool's workers, replaced one at a time by
+	// workers of the version (runningVersion and each pool's upToDateWorkers
+	// show the progress). Kubernetes' skew policy holds: BAD_USER_INPUT
+	// (extensions.field version) for a version not offered, older than the
+	// cluster's, or more than one minor version ahead; CONFLICT while the
+	// cluster is still moving to its current version or is being deleted.
+	// Asking for the version the cluster has changes nothing. A refused upgrade
+	// changes nothing.
+	UpgradeKubernetesCluster UpgradeKubernetesClusterUpgradeKubernetesCluster `json:"upgradeKubernetesCluster"`
+}
+
+// GetUpgradeKubernetesCluster returns UpgradeKubernetesClusterResponse.UpgradeKubernetesCluster, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterResponse) GetUpgradeKubernetesCluster() UpgradeKubernetesClusterUpgradeKubernetesCluster {
+	return v.UpgradeKubernetesCluster
+}
+
+// UpgradeKubernetesClusterUpgradeKubernetesCluster includes the requested fields of the GraphQL type KubernetesCluster.
+// The GraphQL type's documentation follows.
+//
+// A Kubernetes cluster of the current VDC.
+type UpgradeKubernetesClusterUpgradeKubernetesCluster struct {
+	KubernetesClusterResourceFields `json:"-"`
+}
+
+// GetId returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Id, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetId() string {
+	return v.KubernetesClusterResourceFields.Id
+}
+
+// GetName returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Name, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetName() string {
+	return v.KubernetesClusterResourceFields.Name
+}
+
+// GetZone returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Zone, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetZone() KubernetesClusterResourceFieldsZone {
+	return v.KubernetesClusterResourceFields.Zone
+}
+
+// GetNetworkId returns UpgradeKubernetesClusterUpgradeKubernetesCluster.NetworkId, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetNetworkId() string {
+	return v.KubernetesClusterResourceFields.NetworkId
+}
+
+// GetVersion returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Version, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetVersion() string {
+	return v.KubernetesClusterResourceFields.Version
+}
+
+// GetRunningVersion returns UpgradeKubernetesClusterUpgradeKubernetesCluster.RunningVersion, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetRunningVersion() *string {
+	return v.KubernetesClusterResourceFields.RunningVersion
+}
+
+// GetServiceCidr returns UpgradeKubernetesClusterUpgradeKubernetesCluster.ServiceCidr, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetServiceCidr() string {
+	return v.KubernetesClusterResourceFields.ServiceCidr
+}
+
+// GetPodCidr returns UpgradeKubernetesClusterUpgradeKubernetesCluster.PodCidr, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetPodCidr() string {
+	return v.KubernetesClusterResourceFields.PodCidr
+}
+
+// GetEndpoint returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Endpoint, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetEndpoint() *string {
+	return v.KubernetesClusterResourceFields.Endpoint
+}
+
+// GetPhase returns UpgradeKubernetesClusterUpgradeKubernetesCluster.Phase, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetPhase() KubernetesClusterPhase {
+	return v.KubernetesClusterResourceFields.Phase
+}
+
+// GetControlPlaneReady returns UpgradeKubernetesClusterUpgradeKubernetesCluster.ControlPlaneReady, and is useful for accessing the field via an interface.
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) GetControlPlaneReady() bool {
+	return v.KubernetesClusterResourceFields.ControlPlaneReady
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*UpgradeKubernetesClusterUpgradeKubernetesCluster
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.UpgradeKubernetesClusterUpgradeKubernetesCluster = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.KubernetesClusterResourceFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Zone KubernetesClusterResourceFieldsZone `json:"zone"`
+
+	NetworkId string `json:"networkId"`
+
+	Version string `json:"version"`
+
+	RunningVersion *string `json:"runningVersion"`
+
+	ServiceCidr string `json:"serviceCidr"`
+
+	PodCidr string `json:"podCidr"`
+
+	Endpoint *string `json:"endpoint"`
+
+	Phase KubernetesClusterPhase `json:"phase"`
+
+	ControlPlaneReady bool `json:"controlPlaneReady"`
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *UpgradeKubernetesClusterUpgradeKubernetesCluster) __premarshalJSON() (*__premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster, error) {
+	var retval __premarshalUpgradeKubernetesClusterUpgradeKubernetesCluster
+
+	retval.Id = v.KubernetesClusterResourceFields.Id
+	retval.Name = v.KubernetesClusterResourceFields.Name
+	retval.Zone = v.KubernetesClusterResourceFields.Zone
+	retval.NetworkId = v.KubernetesClusterResourceFields.NetworkId
+	retval.Version = v.KubernetesClusterResourceFields.Version
+	retval.RunningVersion = v.KubernetesClusterResourceFields.RunningVersion
+	retval.ServiceCidr = v.KubernetesClusterResourceFields.ServiceCidr
+	retval.PodCidr = v.KubernetesClusterResourceFields.PodCidr
+	retval.Endpoint = v.KubernetesClusterResourceFields.Endpoint
+	retval.Phase = v.KubernetesClusterResourceFields.Phase
+	retval.ControlPlaneReady = v.KubernetesClusterResourceFields.ControlPlaneReady
+	return &retval, nil
+}
+
+// A role within one VDC.
+type VDCRole string
+
+const (
+	// Manages the VDC.
+	VDCRoleAdmin VDCRole = "ADMIN"
+	// Creates and runs resources in the VDC.
+	VDCRoleMember VDCRole = "MEMBER"
+	// Reads the VDC.
+	VDCRoleViewer VDCRole = "VIEWER"
+)
+
+var AllVDCRole = []VDCRole{
+	VDCRoleAdmin,
+	VDCRoleMember,
+	VDCRoleViewer,
+}
+
 // VMFields includes the GraphQL fields of VM requested by the fragment VMFields.
 // The GraphQL type's documentation follows.
 //
@@ -3665,6 +7299,135 @@ type VMFieldsZone struct {
 // GetName returns VMFieldsZone.Name, and is useful for accessing the field via an interface.
 func (v *VMFieldsZone) GetName() string { return v.Name }
 
+// VMResourceFields includes the GraphQL fields of VM requested by the fragment VMResourceFields.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type VMResourceFields struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+	// Its name, the guest's hostname (not unique).
+	Name string `json:"name"`
+	// Its power state.
+	Status VMStatus `json:"status"`
+	// The zone it runs in.
+	Zone VMResourceFieldsZone `json:"zone"`
+	// The host it runs on (name and status for VDC users).
+	Host *VMResourceFieldsHost `json:"host"`
+	// Size of its disks in GiB.
+	DiskGiB int `json:"diskGiB"`
+	// Addresses the Proxmox IPAM holds for it.
+	IpAddresses []string `json:"ipAddresses"`
+	// Its network interfaces in order (net0 first).
+	Nics []VMResourceFieldsNicsVMNIC `json:"nics"`
+	// The names of the security groups it is in (none: its firewall is off).
+	SecurityGroups []string `json:"securityGroups"`
+	// The placement group it is in; null for none.
+	PlacementGroup *VMResourceFieldsPlacementGroup `json:"placementGroup"`
+}
+
+// GetId returns VMResourceFields.Id, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetId() string { return v.Id }
+
+// GetName returns VMResourceFields.Name, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetName() string { return v.Name }
+
+// GetStatus returns VMResourceFields.Status, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetStatus() VMStatus { return v.Status }
+
+// GetZone returns VMResourceFields.Zone, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetZone() VMResourceFieldsZone { return v.Zone }
+
+// GetHost returns VMResourceFields.Host, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetHost() *VMResourceFieldsHost { return v.Host }
+
+// GetDiskGiB returns VMResourceFields.DiskGiB, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetDiskGiB() int { return v.DiskGiB }
+
+// GetIpAddresses returns VMResourceFields.IpAddresses, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetIpAddresses() []string { return v.IpAddresses }
+
+// GetNics returns VMResourceFields.Nics, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetNics() []VMResourceFieldsNicsVMNIC { return v.Nics }
+
+// GetSecurityGroups returns VMResourceFields.SecurityGroups, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetSecurityGroups() []string { return v.SecurityGroups }
+
+// GetPlacementGroup returns VMResourceFields.PlacementGroup, and is useful for accessing the field via an interface.
+func (v *VMResourceFields) GetPlacementGroup() *VMResourceFieldsPlacementGroup {
+	return v.PlacementGroup
+}
+
+// VMResourceFieldsHost includes the requested fields of the GraphQL type Host.
+// The GraphQL type's documentation follows.
+//
+// A Proxmox node and its agent.
+type VMResourceFieldsHost struct {
+	// The Proxmox node name (unique within its zone).
+	Name string `json:"name"`
+}
+
+// GetName returns VMResourceFieldsHost.Name, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsHost) GetName() string { return v.Name }
+
+// VMResourceFieldsNicsVMNIC includes the requested fields of the GraphQL type VMNIC.
+// The GraphQL type's documentation follows.
+//
+// A network interface of a VM.
+type VMResourceFieldsNicsVMNIC struct {
+	// Its position: 0 for net0.
+	Index int `json:"index"`
+	// The VDC's network it is attached to; null when its bridge is none of the VDC's networks.
+	Network *VMResourceFieldsNicsVMNICNetwork `json:"network"`
+	// Addresses the Proxmox IPAM holds for its MAC.
+	IpAddresses []string `json:"ipAddresses"`
+}
+
+// GetIndex returns VMResourceFieldsNicsVMNIC.Index, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsNicsVMNIC) GetIndex() int { return v.Index }
+
+// GetNetwork returns VMResourceFieldsNicsVMNIC.Network, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsNicsVMNIC) GetNetwork() *VMResourceFieldsNicsVMNICNetwork { return v.Network }
+
+// GetIpAddresses returns VMResourceFieldsNicsVMNIC.IpAddresses, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsNicsVMNIC) GetIpAddresses() []string { return v.IpAddresses }
+
+// VMResourceFieldsNicsVMNICNetwork includes the requested fields of the GraphQL type Network.
+// The GraphQL type's documentation follows.
+//
+// A network of a VDC.
+type VMResourceFieldsNicsVMNICNetwork struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+}
+
+// GetId returns VMResourceFieldsNicsVMNICNetwork.Id, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsNicsVMNICNetwork) GetId() string { return v.Id }
+
+// VMResourceFieldsPlacementGroup includes the requested fields of the GraphQL type PlacementGroup.
+// The GraphQL type's documentation follows.
+//
+// A placement group of a VDC in one zone.
+type VMResourceFieldsPlacementGroup struct {
+	// Its name, unique in the VDC (a DNS label): what createVM names it by.
+	Name string `json:"name"`
+}
+
+// GetName returns VMResourceFieldsPlacementGroup.Name, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsPlacementGroup) GetName() string { return v.Name }
+
+// VMResourceFieldsZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type VMResourceFieldsZone struct {
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+}
+
+// GetName returns VMResourceFieldsZone.Name, and is useful for accessing the field via an interface.
+func (v *VMResourceFieldsZone) GetName() string { return v.Name }
+
 // The power state of a VM.
 type VMStatus string
 
@@ -3689,6 +7452,32 @@ var AllVMStatus = []VMStatus{
 	VMStatusUnknown,
 }
 
+// Whether a zone can be reached.
+type ZoneStatus string
+
+const (
+	// Every host is online.
+	ZoneStatusOnline ZoneStatus = "ONLINE"
+	// Some hosts are online.
+	ZoneStatusDegraded ZoneStatus = "DEGRADED"
+	// No host is online: the zone cannot be reached.
+	ZoneStatusOffline ZoneStatus = "OFFLINE"
+)
+
+var AllZoneStatus = []ZoneStatus{
+	ZoneStatusOnline,
+	ZoneStatusDegraded,
+	ZoneStatusOffline,
+}
+
+// __CreateFirewallRuleInput is used internally by genqlient
+type __CreateFirewallRuleInput struct {
+	Input CreateFirewallRuleInput `json:"input"`
+}
+
+// GetInput returns __CreateFirewallRuleInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateFirewallRuleInput) GetInput() CreateFirewallRuleInput { return v.Input }
+
 // __CreateKubernetesClusterInput is used internally by genqlient
 type __CreateKubernetesClusterInput struct {
 	Input CreateKubernetesClusterInput `json:"input"`
@@ -3696,6 +7485,16 @@ type __CreateKubernetesClusterInput struct {
 
 // GetInput returns __CreateKubernetesClusterInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateKubernetesClusterInput) GetInput() CreateKubernetesClusterInput { return v.Input }
+
+// __CreateKubernetesClusterResourceInput is used internally by genqlient
+type __CreateKubernetesClusterResourceInput struct {
+	Input CreateKubernetesClusterInput `json:"input"`
+}
+
+// GetInput returns __CreateKubernetesClusterResourceInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateKubernetesClusterResourceInput) GetInput() CreateKubernetesClusterInput {
+	return v.Input
+}
 
 // __CreateLoadBalancerInput is used internally by genqlient
 type __CreateLoadBalancerInput struct {
@@ -3713,6 +7512,46 @@ type __CreateNetworkInput struct {
 // GetInput returns __CreateNetworkInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateNetworkInput) GetInput() CreateNetworkInput { return v.Input }
 
+// __CreateNodePoolInput is used internally by genqlient
+type __CreateNodePoolInput struct {
+	Input CreateNodePoolInput `json:"input"`
+}
+
+// GetInput returns __CreateNodePoolInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateNodePoolInput) GetInput() CreateNodePoolInput { return v.Input }
+
+// __CreateOneToOneAddressInput is used internally by genqlient
+type __CreateOneToOneAddressInput struct {
+	Input CreateOneToOneAddressInput `json:"input"`
+}
+
+// GetInput returns __CreateOneToOneAddressInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateOneToOneAddressInput) GetInput() CreateOneToOneAddressInput { return v.Input }
+
+// __CreatePortForwardInput is used internally by genqlient
+type __CreatePortForwardInput struct {
+	Input CreatePortForwardInput `json:"input"`
+}
+
+// GetInput returns __CreatePortForwardInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreatePortForwardInput) GetInput() CreatePortForwardInput { return v.Input }
+
+// __CreateSecurityGroupInput is used internally by genqlient
+type __CreateSecurityGroupInput struct {
+	Input CreateSecurityGroupInput `json:"input"`
+}
+
+// GetInput returns __CreateSecurityGroupInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateSecurityGroupInput) GetInput() CreateSecurityGroupInput { return v.Input }
+
+// __CreateServiceAccountInput is used internally by genqlient
+type __CreateServiceAccountInput struct {
+	Input CreateServiceAccountInput `json:"input"`
+}
+
+// GetInput returns __CreateServiceAccountInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateServiceAccountInput) GetInput() CreateServiceAccountInput { return v.Input }
+
 // __CreateVMInput is used internally by genqlient
 type __CreateVMInput struct {
 	Input CreateVMInput `json:"input"`
@@ -3720,6 +7559,14 @@ type __CreateVMInput struct {
 
 // GetInput returns __CreateVMInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateVMInput) GetInput() CreateVMInput { return v.Input }
+
+// __DeleteFirewallRuleInput is used internally by genqlient
+type __DeleteFirewallRuleInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteFirewallRuleInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteFirewallRuleInput) GetId() string { return v.Id }
 
 // __DeleteKubernetesClusterInput is used internally by genqlient
 type __DeleteKubernetesClusterInput struct {
@@ -3745,6 +7592,46 @@ type __DeleteNetworkInput struct {
 // GetId returns __DeleteNetworkInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteNetworkInput) GetId() string { return v.Id }
 
+// __DeleteNodePoolInput is used internally by genqlient
+type __DeleteNodePoolInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteNodePoolInput) GetId() string { return v.Id }
+
+// __DeleteOneToOneAddressInput is used internally by genqlient
+type __DeleteOneToOneAddressInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteOneToOneAddressInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteOneToOneAddressInput) GetId() string { return v.Id }
+
+// __DeletePortForwardInput is used internally by genqlient
+type __DeletePortForwardInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeletePortForwardInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeletePortForwardInput) GetId() string { return v.Id }
+
+// __DeleteSecurityGroupInput is used internally by genqlient
+type __DeleteSecurityGroupInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteSecurityGroupInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteSecurityGroupInput) GetId() string { return v.Id }
+
+// __DeleteServiceAccountInput is used internally by genqlient
+type __DeleteServiceAccountInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteServiceAccountInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteServiceAccountInput) GetId() string { return v.Id }
+
 // __DeleteVMInput is used internally by genqlient
 type __DeleteVMInput struct {
 	Id string `json:"id"`
@@ -3752,6 +7639,14 @@ type __DeleteVMInput struct {
 
 // GetId returns __DeleteVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteVMInput) GetId() string { return v.Id }
+
+// __GetComputeProfileInput is used internally by genqlient
+type __GetComputeProfileInput struct {
+	Name string `json:"name"`
+}
+
+// GetName returns __GetComputeProfileInput.Name, and is useful for accessing the field via an interface.
+func (v *__GetComputeProfileInput) GetName() string { return v.Name }
 
 // __GetImageInput is used internally by genqlient
 type __GetImageInput struct {
@@ -3769,6 +7664,14 @@ type __GetKubernetesClusterInput struct {
 // GetId returns __GetKubernetesClusterInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetKubernetesClusterInput) GetId() string { return v.Id }
 
+// __GetKubernetesClusterResourceInput is used internally by genqlient
+type __GetKubernetesClusterResourceInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetKubernetesClusterResourceInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetKubernetesClusterResourceInput) GetId() string { return v.Id }
+
 // __GetLoadBalancerInput is used internally by genqlient
 type __GetLoadBalancerInput struct {
 	Id string `json:"id"`
@@ -3785,6 +7688,14 @@ type __GetNetworkInput struct {
 // GetId returns __GetNetworkInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetNetworkInput) GetId() string { return v.Id }
 
+// __GetNodePoolInput is used internally by genqlient
+type __GetNodePoolInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetNodePoolInput) GetId() string { return v.Id }
+
 // __GetOperationInput is used internally by genqlient
 type __GetOperationInput struct {
 	Id string `json:"id"`
@@ -3792,6 +7703,14 @@ type __GetOperationInput struct {
 
 // GetId returns __GetOperationInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetOperationInput) GetId() string { return v.Id }
+
+// __GetStorageProfileInput is used internally by genqlient
+type __GetStorageProfileInput struct {
+	Name string `json:"name"`
+}
+
+// GetName returns __GetStorageProfileInput.Name, and is useful for accessing the field via an interface.
+func (v *__GetStorageProfileInput) GetName() string { return v.Name }
 
 // __GetVMInput is used internally by genqlient
 type __GetVMInput struct {
@@ -3801,6 +7720,22 @@ type __GetVMInput struct {
 // GetId returns __GetVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__GetVMInput) GetId() string { return v.Id }
 
+// __GetVMResourceInput is used internally by genqlient
+type __GetVMResourceInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __GetVMResourceInput.Id, and is useful for accessing the field via an interface.
+func (v *__GetVMResourceInput) GetId() string { return v.Id }
+
+// __GetZoneInput is used internally by genqlient
+type __GetZoneInput struct {
+	Name string `json:"name"`
+}
+
+// GetName returns __GetZoneInput.Name, and is useful for accessing the field via an interface.
+func (v *__GetZoneInput) GetName() string { return v.Name }
+
 // __IssueKubeconfigInput is used internally by genqlient
 type __IssueKubeconfigInput struct {
 	Cluster string `json:"cluster"`
@@ -3808,6 +7743,18 @@ type __IssueKubeconfigInput struct {
 
 // GetCluster returns __IssueKubeconfigInput.Cluster, and is useful for accessing the field via an interface.
 func (v *__IssueKubeconfigInput) GetCluster() string { return v.Cluster }
+
+// __ListEdgeGatewaysInput is used internally by genqlient
+type __ListEdgeGatewaysInput struct {
+	First int     `json:"first"`
+	After *string `json:"after"`
+}
+
+// GetFirst returns __ListEdgeGatewaysInput.First, and is useful for accessing the field via an interface.
+func (v *__ListEdgeGatewaysInput) GetFirst() int { return v.First }
+
+// GetAfter returns __ListEdgeGatewaysInput.After, and is useful for accessing the field via an interface.
+func (v *__ListEdgeGatewaysInput) GetAfter() *string { return v.After }
 
 // __ListKubernetesClustersInput is used internally by genqlient
 type __ListKubernetesClustersInput struct {
@@ -3865,6 +7812,34 @@ type __OpenConsoleInput struct {
 // GetId returns __OpenConsoleInput.Id, and is useful for accessing the field via an interface.
 func (v *__OpenConsoleInput) GetId() string { return v.Id }
 
+// __ResizeVMInput is used internally by genqlient
+type __ResizeVMInput struct {
+	Input ResizeVMInput `json:"input"`
+}
+
+// GetInput returns __ResizeVMInput.Input, and is useful for accessing the field via an interface.
+func (v *__ResizeVMInput) GetInput() ResizeVMInput { return v.Input }
+
+// __ScaleNodePoolInput is used internally by genqlient
+type __ScaleNodePoolInput struct {
+	Id   string `json:"id"`
+	Size int    `json:"size"`
+}
+
+// GetId returns __ScaleNodePoolInput.Id, and is useful for accessing the field via an interface.
+func (v *__ScaleNodePoolInput) GetId() string { return v.Id }
+
+// GetSize returns __ScaleNodePoolInput.Size, and is useful for accessing the field via an interface.
+func (v *__ScaleNodePoolInput) GetSize() int { return v.Size }
+
+// __SetVMSecurityGroupsInput is used internally by genqlient
+type __SetVMSecurityGroupsInput struct {
+	Input SetVMSecurityGroupsInput `json:"input"`
+}
+
+// GetInput returns __SetVMSecurityGroupsInput.Input, and is useful for accessing the field via an interface.
+func (v *__SetVMSecurityGroupsInput) GetInput() SetVMSecurityGroupsInput { return v.Input }
+
 // __StartVMInput is used internally by genqlient
 type __StartVMInput struct {
 	Id string `json:"id"`
@@ -3880,6 +7855,80 @@ type __StopVMInput struct {
 
 // GetId returns __StopVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__StopVMInput) GetId() string { return v.Id }
+
+// __UpdateLoadBalancerInput is used internally by genqlient
+type __UpdateLoadBalancerInput struct {
+	Input UpdateLoadBalancerInput `json:"input"`
+}
+
+// GetInput returns __UpdateLoadBalancerInput.Input, and is useful for accessing the field via an interface.
+func (v *__UpdateLoadBalancerInput) GetInput() UpdateLoadBalancerInput { return v.Input }
+
+// __UpdateSecurityGroupInput is used internally by genqlient
+type __UpdateSecurityGroupInput struct {
+	Input UpdateSecurityGroupInput `json:"input"`
+}
+
+// GetInput returns __UpdateSecurityGroupInput.Input, and is useful for accessing the field via an interface.
+func (v *__UpdateSecurityGroupInput) GetInput() UpdateSecurityGroupInput { return v.Input }
+
+// __UpgradeKubernetesClusterInput is used internally by genqlient
+type __UpgradeKubernetesClusterInput struct {
+	Id      string `json:"id"`
+	Version string `json:"version"`
+}
+
+// GetId returns __UpgradeKubernetesClusterInput.Id, and is useful for accessing the field via an interface.
+func (v *__UpgradeKubernetesClusterInput) GetId() string { return v.Id }
+
+// GetVersion returns __UpgradeKubernetesClusterInput.Version, and is useful for accessing the field via an interface.
+func (v *__UpgradeKubernetesClusterInput) GetVersion() string { return v.Version }
+
+// The mutation executed by CreateFirewallRule.
+const CreateFirewallRule_Operation = `
+mutation CreateFirewallRule ($input: CreateFirewallRuleInput!) {
+	createFirewallRule(input: $input) {
+		... FirewallRuleFields
+	}
+}
+fragment FirewallRuleFields on FirewallRule {
+	id
+	position
+	direction
+	protocol
+	fromPort
+	toPort
+	source
+	destination
+	action
+	description
+}
+`
+
+func CreateFirewallRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateFirewallRuleInput,
+) (data_ *CreateFirewallRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateFirewallRule",
+		Query:  CreateFirewallRule_Operation,
+		Variables: &__CreateFirewallRuleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateFirewallRuleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
 
 // The mutation executed by CreateKubernetesCluster.
 const CreateKubernetesCluster_Operation = `
@@ -3922,6 +7971,55 @@ func CreateKubernetesCluster(
 	}
 
 	data_ = &CreateKubernetesClusterResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateKubernetesClusterResource.
+const CreateKubernetesClusterResource_Operation = `
+mutation CreateKubernetesClusterResource ($input: CreateKubernetesClusterInput!) {
+	createKubernetesCluster(input: $input) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func CreateKubernetesClusterResource(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateKubernetesClusterInput,
+) (data_ *CreateKubernetesClusterResourceResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateKubernetesClusterResource",
+		Query:  CreateKubernetesClusterResource_Operation,
+		Variables: &__CreateKubernetesClusterResourceInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateKubernetesClusterResourceResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4035,6 +8133,232 @@ func CreateNetwork(
 	return data_, err_
 }
 
+// The mutation executed by CreateNodePool.
+const CreateNodePool_Operation = `
+mutation CreateNodePool ($input: CreateNodePoolInput!) {
+	createNodePool(input: $input) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func CreateNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateNodePoolInput,
+) (data_ *CreateNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateNodePool",
+		Query:  CreateNodePool_Operation,
+		Variables: &__CreateNodePoolInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateOneToOneAddress.
+const CreateOneToOneAddress_Operation = `
+mutation CreateOneToOneAddress ($input: CreateOneToOneAddressInput!) {
+	createOneToOneAddress(input: $input) {
+		... OneToOneAddressFields
+	}
+}
+fragment OneToOneAddressFields on OneToOneAddress {
+	id
+	publicAddress
+	vmId
+}
+`
+
+func CreateOneToOneAddress(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateOneToOneAddressInput,
+) (data_ *CreateOneToOneAddressResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateOneToOneAddress",
+		Query:  CreateOneToOneAddress_Operation,
+		Variables: &__CreateOneToOneAddressInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateOneToOneAddressResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreatePortForward.
+const CreatePortForward_Operation = `
+mutation CreatePortForward ($input: CreatePortForwardInput!) {
+	createPortForward(input: $input) {
+		... PortForwardFields
+	}
+}
+fragment PortForwardFields on PortForward {
+	id
+	protocol
+	publicAddress
+	publicPort
+	vmId
+	targetPort
+}
+`
+
+func CreatePortForward(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreatePortForwardInput,
+) (data_ *CreatePortForwardResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreatePortForward",
+		Query:  CreatePortForward_Operation,
+		Variables: &__CreatePortForwardInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreatePortForwardResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateSecurityGroup.
+const CreateSecurityGroup_Operation = `
+mutation CreateSecurityGroup ($input: CreateSecurityGroupInput!) {
+	createSecurityGroup(input: $input) {
+		... SecurityGroupFields
+	}
+}
+fragment SecurityGroupFields on SecurityGroup {
+	id
+	name
+	description
+	rules {
+		direction
+		protocol
+		ports
+		peerCidr
+		peerGroup
+		description
+	}
+}
+`
+
+func CreateSecurityGroup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateSecurityGroupInput,
+) (data_ *CreateSecurityGroupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateSecurityGroup",
+		Query:  CreateSecurityGroup_Operation,
+		Variables: &__CreateSecurityGroupInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateSecurityGroupResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by CreateServiceAccount.
+const CreateServiceAccount_Operation = `
+mutation CreateServiceAccount ($input: CreateServiceAccountInput!) {
+	createServiceAccount(input: $input) {
+		serviceAccount {
+			... ServiceAccountFields
+		}
+		token
+	}
+}
+fragment ServiceAccountFields on ServiceAccount {
+	id
+	name
+	role
+	createdAt
+	expiresAt
+}
+`
+
+func CreateServiceAccount(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input CreateServiceAccountInput,
+) (data_ *CreateServiceAccountResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateServiceAccount",
+		Query:  CreateServiceAccount_Operation,
+		Variables: &__CreateServiceAccountInput{
+			Input: input,
+		},
+	}
+
+	data_ = &CreateServiceAccountResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by CreateVM.
 const CreateVM_Operation = `
 mutation CreateVM ($input: CreateVMInput!) {
@@ -4086,6 +8410,40 @@ func CreateVM(
 	}
 
 	data_ = &CreateVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteFirewallRule.
+const DeleteFirewallRule_Operation = `
+mutation DeleteFirewallRule ($id: ID!) {
+	deleteFirewallRule(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteFirewallRule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteFirewallRuleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteFirewallRule",
+		Query:  DeleteFirewallRule_Operation,
+		Variables: &__DeleteFirewallRuleInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteFirewallRuleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4199,6 +8557,176 @@ func DeleteNetwork(
 	return data_, err_
 }
 
+// The mutation executed by DeleteNodePool.
+const DeleteNodePool_Operation = `
+mutation DeleteNodePool ($id: ID!) {
+	deleteNodePool(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteNodePool",
+		Query:  DeleteNodePool_Operation,
+		Variables: &__DeleteNodePoolInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteOneToOneAddress.
+const DeleteOneToOneAddress_Operation = `
+mutation DeleteOneToOneAddress ($id: ID!) {
+	deleteOneToOneAddress(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteOneToOneAddress(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteOneToOneAddressResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteOneToOneAddress",
+		Query:  DeleteOneToOneAddress_Operation,
+		Variables: &__DeleteOneToOneAddressInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteOneToOneAddressResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeletePortForward.
+const DeletePortForward_Operation = `
+mutation DeletePortForward ($id: ID!) {
+	deletePortForward(id: $id) {
+		id
+	}
+}
+`
+
+func DeletePortForward(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeletePortForwardResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeletePortForward",
+		Query:  DeletePortForward_Operation,
+		Variables: &__DeletePortForwardInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeletePortForwardResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteSecurityGroup.
+const DeleteSecurityGroup_Operation = `
+mutation DeleteSecurityGroup ($id: ID!) {
+	deleteSecurityGroup(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteSecurityGroup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteSecurityGroupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteSecurityGroup",
+		Query:  DeleteSecurityGroup_Operation,
+		Variables: &__DeleteSecurityGroupInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteSecurityGroupResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteServiceAccount.
+const DeleteServiceAccount_Operation = `
+mutation DeleteServiceAccount ($id: ID!) {
+	deleteServiceAccount(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteServiceAccount(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteServiceAccountResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteServiceAccount",
+		Query:  DeleteServiceAccount_Operation,
+		Variables: &__DeleteServiceAccountInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteServiceAccountResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by DeleteVM.
 const DeleteVM_Operation = `
 mutation DeleteVM ($id: ID!) {
@@ -4230,6 +8758,43 @@ func DeleteVM(
 	}
 
 	data_ = &DeleteVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetComputeProfile.
+const GetComputeProfile_Operation = `
+query GetComputeProfile ($name: String!) {
+	computeProfile(name: $name) {
+		name
+		description
+		vcpus
+		memoryMiB
+	}
+}
+`
+
+func GetComputeProfile(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	name string,
+) (data_ *GetComputeProfileResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetComputeProfile",
+		Query:  GetComputeProfile_Operation,
+		Variables: &__GetComputeProfileInput{
+			Name: name,
+		},
+	}
+
+	data_ = &GetComputeProfileResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4325,6 +8890,55 @@ func GetKubernetesCluster(
 	}
 
 	data_ = &GetKubernetesClusterResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetKubernetesClusterResource.
+const GetKubernetesClusterResource_Operation = `
+query GetKubernetesClusterResource ($id: ID!) {
+	kubernetesCluster(id: $id) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func GetKubernetesClusterResource(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetKubernetesClusterResourceResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetKubernetesClusterResource",
+		Query:  GetKubernetesClusterResource_Operation,
+		Variables: &__GetKubernetesClusterResourceInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetKubernetesClusterResourceResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4439,6 +9053,60 @@ func GetNetwork(
 	return data_, err_
 }
 
+// The query executed by GetNodePool.
+const GetNodePool_Operation = `
+query GetNodePool ($id: ID!) {
+	nodePool(id: $id) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func GetNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetNodePool",
+		Query:  GetNodePool_Operation,
+		Variables: &__GetNodePoolInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by GetOperation.
 const GetOperation_Operation = `
 query GetOperation ($id: ID!) {
@@ -4470,6 +9138,48 @@ func GetOperation(
 	}
 
 	data_ = &GetOperationResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetStorageProfile.
+const GetStorageProfile_Operation = `
+query GetStorageProfile ($name: String!) {
+	storageProfile(name: $name) {
+		name
+		description
+		tier
+		readMBps
+		writeMBps
+		pools {
+			zone
+			pool
+		}
+	}
+}
+`
+
+func GetStorageProfile(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	name string,
+) (data_ *GetStorageProfileResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetStorageProfile",
+		Query:  GetStorageProfile_Operation,
+		Variables: &__GetStorageProfileInput{
+			Name: name,
+		},
+	}
+
+	data_ = &GetStorageProfileResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4530,6 +9240,101 @@ func GetVM(
 	return data_, err_
 }
 
+// The query executed by GetVMResource.
+const GetVMResource_Operation = `
+query GetVMResource ($id: ID!) {
+	vm(id: $id) {
+		... VMResourceFields
+	}
+}
+fragment VMResourceFields on VM {
+	id
+	name
+	status
+	zone {
+		name
+	}
+	host {
+		name
+	}
+	diskGiB
+	ipAddresses
+	nics {
+		index
+		network {
+			id
+		}
+		ipAddresses
+	}
+	securityGroups
+	placementGroup {
+		name
+	}
+}
+`
+
+func GetVMResource(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *GetVMResourceResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetVMResource",
+		Query:  GetVMResource_Operation,
+		Variables: &__GetVMResourceInput{
+			Id: id,
+		},
+	}
+
+	data_ = &GetVMResourceResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetZone.
+const GetZone_Operation = `
+query GetZone ($name: String!) {
+	zone(name: $name) {
+		id
+		name
+		status
+		standalone
+	}
+}
+`
+
+func GetZone(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	name string,
+) (data_ *GetZoneResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetZone",
+		Query:  GetZone_Operation,
+		Variables: &__GetZoneInput{
+			Name: name,
+		},
+	}
+
+	data_ = &GetZoneResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by IssueKubeconfig.
 const IssueKubeconfig_Operation = `
 mutation IssueKubeconfig ($cluster: ID!) {
@@ -4555,6 +9360,86 @@ func IssueKubeconfig(
 	}
 
 	data_ = &IssueKubeconfigResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by ListEdgeGateways.
+const ListEdgeGateways_Operation = `
+query ListEdgeGateways ($first: Int!, $after: String) {
+	edgeGateways(first: $first, after: $after) {
+		nodes {
+			id
+			zone {
+				name
+			}
+			publicAddress
+			firewallRules {
+				... FirewallRuleFields
+			}
+			portForwards {
+				... PortForwardFields
+			}
+			oneToOneAddresses {
+				... OneToOneAddressFields
+			}
+		}
+		pageInfo {
+			hasNextPage
+			endCursor
+		}
+	}
+}
+fragment FirewallRuleFields on FirewallRule {
+	id
+	position
+	direction
+	protocol
+	fromPort
+	toPort
+	source
+	destination
+	action
+	description
+}
+fragment PortForwardFields on PortForward {
+	id
+	protocol
+	publicAddress
+	publicPort
+	vmId
+	targetPort
+}
+fragment OneToOneAddressFields on OneToOneAddress {
+	id
+	publicAddress
+	vmId
+}
+`
+
+func ListEdgeGateways(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	first int,
+	after *string,
+) (data_ *ListEdgeGatewaysResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListEdgeGateways",
+		Query:  ListEdgeGateways_Operation,
+		Variables: &__ListEdgeGatewaysInput{
+			First: first,
+			After: after,
+		},
+	}
+
+	data_ = &ListEdgeGatewaysResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -4783,6 +9668,86 @@ func ListNetworks(
 	return data_, err_
 }
 
+// The query executed by ListSecurityGroups.
+const ListSecurityGroups_Operation = `
+query ListSecurityGroups {
+	securityGroups {
+		... SecurityGroupFields
+	}
+}
+fragment SecurityGroupFields on SecurityGroup {
+	id
+	name
+	description
+	rules {
+		direction
+		protocol
+		ports
+		peerCidr
+		peerGroup
+		description
+	}
+}
+`
+
+func ListSecurityGroups(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *ListSecurityGroupsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListSecurityGroups",
+		Query:  ListSecurityGroups_Operation,
+	}
+
+	data_ = &ListSecurityGroupsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by ListServiceAccounts.
+const ListServiceAccounts_Operation = `
+query ListServiceAccounts {
+	serviceAccounts {
+		... ServiceAccountFields
+	}
+}
+fragment ServiceAccountFields on ServiceAccount {
+	id
+	name
+	role
+	createdAt
+	expiresAt
+}
+`
+
+func ListServiceAccounts(
+	ctx_ context.Context,
+	client_ graphql.Client,
+) (data_ *ListServiceAccountsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListServiceAccounts",
+		Query:  ListServiceAccounts_Operation,
+	}
+
+	data_ = &ListServiceAccountsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ListVMs.
 const ListVMs_Operation = `
 query ListVMs ($first: Int!, $after: String) {
@@ -4875,6 +9840,138 @@ func OpenConsole(
 	return data_, err_
 }
 
+// The mutation executed by ResizeVM.
+const ResizeVM_Operation = `
+mutation ResizeVM ($input: ResizeVMInput!) {
+	resizeVM(input: $input) {
+		... OperationFields
+	}
+}
+fragment OperationFields on Operation {
+	id
+	kind
+	state
+	step
+	error
+	vmId
+}
+`
+
+func ResizeVM(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input ResizeVMInput,
+) (data_ *ResizeVMResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ResizeVM",
+		Query:  ResizeVM_Operation,
+		Variables: &__ResizeVMInput{
+			Input: input,
+		},
+	}
+
+	data_ = &ResizeVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ScaleNodePool.
+const ScaleNodePool_Operation = `
+mutation ScaleNodePool ($id: ID!, $size: Int!) {
+	scaleNodePool(id: $id, size: $size) {
+		... NodePoolFields
+	}
+}
+fragment NodePoolFields on NodePool {
+	id
+	clusterId
+	name
+	computeProfile
+	storageProfile
+	size
+	workers
+	readyWorkers
+	version
+	labels {
+		key
+		value
+	}
+	taints {
+		key
+		value
+		effect
+	}
+}
+`
+
+func ScaleNodePool(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	size int,
+) (data_ *ScaleNodePoolResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ScaleNodePool",
+		Query:  ScaleNodePool_Operation,
+		Variables: &__ScaleNodePoolInput{
+			Id:   id,
+			Size: size,
+		},
+	}
+
+	data_ = &ScaleNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by SetVMSecurityGroups.
+const SetVMSecurityGroups_Operation = `
+mutation SetVMSecurityGroups ($input: SetVMSecurityGroupsInput!) {
+	setVMSecurityGroups(input: $input) {
+		id
+	}
+}
+`
+
+func SetVMSecurityGroups(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input SetVMSecurityGroupsInput,
+) (data_ *SetVMSecurityGroupsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "SetVMSecurityGroups",
+		Query:  SetVMSecurityGroups_Operation,
+		Variables: &__SetVMSecurityGroupsInput{
+			Input: input,
+		},
+	}
+
+	data_ = &SetVMSecurityGroupsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by StartVM.
 const StartVM_Operation = `
 mutation StartVM ($id: ID!) {
@@ -4948,6 +10045,162 @@ func StopVM(
 	}
 
 	data_ = &StopVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpdateLoadBalancer.
+const UpdateLoadBalancer_Operation = `
+mutation UpdateLoadBalancer ($input: UpdateLoadBalancerInput!) {
+	updateLoadBalancer(input: $input) {
+		... LoadBalancerFields
+	}
+}
+fragment LoadBalancerFields on LoadBalancer {
+	id
+	name
+	zone {
+		name
+	}
+	description
+	publicAddress
+	listeners {
+		name
+		protocol
+		port
+		pool
+	}
+	pools {
+		name
+		backends {
+			vmId
+			port
+			health
+		}
+	}
+	createdAt
+}
+`
+
+func UpdateLoadBalancer(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input UpdateLoadBalancerInput,
+) (data_ *UpdateLoadBalancerResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpdateLoadBalancer",
+		Query:  UpdateLoadBalancer_Operation,
+		Variables: &__UpdateLoadBalancerInput{
+			Input: input,
+		},
+	}
+
+	data_ = &UpdateLoadBalancerResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpdateSecurityGroup.
+const UpdateSecurityGroup_Operation = `
+mutation UpdateSecurityGroup ($input: UpdateSecurityGroupInput!) {
+	updateSecurityGroup(input: $input) {
+		... SecurityGroupFields
+	}
+}
+fragment SecurityGroupFields on SecurityGroup {
+	id
+	name
+	description
+	rules {
+		direction
+		protocol
+		ports
+		peerCidr
+		peerGroup
+		description
+	}
+}
+`
+
+func UpdateSecurityGroup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input UpdateSecurityGroupInput,
+) (data_ *UpdateSecurityGroupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpdateSecurityGroup",
+		Query:  UpdateSecurityGroup_Operation,
+		Variables: &__UpdateSecurityGroupInput{
+			Input: input,
+		},
+	}
+
+	data_ = &UpdateSecurityGroupResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by UpgradeKubernetesCluster.
+const UpgradeKubernetesCluster_Operation = `
+mutation UpgradeKubernetesCluster ($id: ID!, $version: String!) {
+	upgradeKubernetesCluster(id: $id, version: $version) {
+		... KubernetesClusterResourceFields
+	}
+}
+fragment KubernetesClusterResourceFields on KubernetesCluster {
+	id
+	name
+	zone {
+		name
+	}
+	networkId
+	version
+	runningVersion
+	serviceCidr
+	podCidr
+	endpoint
+	phase
+	controlPlaneReady
+}
+`
+
+func UpgradeKubernetesCluster(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+	version string,
+) (data_ *UpgradeKubernetesClusterResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "UpgradeKubernetesCluster",
+		Query:  UpgradeKubernetesCluster_Operation,
+		Variables: &__UpgradeKubernetesClusterInput{
+			Id:      id,
+			Version: version,
+		},
+	}
+
+	data_ = &UpgradeKubernetesClusterResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(

@@ -23,6 +23,7 @@ var ErrUnknownHost = errors.New("no such agent")
 type registryMetrics struct {
 	requests    *prometheus.CounterVec   // zone, method, code
 	requestTime *prometheus.HistogramVec // zone, method
+	mapResyncs  prometheus.Counter       // the orchestrator's map asked for again
 }
 
 func newRegistryMetrics() *registryMetrics {
@@ -33,6 +34,8 @@ func newRegistryMetrics() *registryMetrics {
 		requestTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metrics.Namespace, Subsystem: "zone", Name: "proxmox_request_duration_seconds",
 			Help:    "Time a Proxmox API request to a zone took through the mesh, by zone name and method.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"zone", "method"}),
+		mapResyncs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "mesh", Name: "map_resyncs_total",
+			Help: "Times the orchestrator asked the mesh control server for its whole map again, having found agents online there missing from its own view."}),
 	}
 }
 
@@ -51,6 +54,7 @@ var (
 func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 	r.metrics.requests.Describe(ch)
 	r.metrics.requestTime.Describe(ch)
+	r.metrics.mapResyncs.Describe(ch)
 	for _, d := range []*prometheus.Desc{descHostUp, descHostStatus, descAgentInfo, descMeshPeers} {
 		ch <- d
 	}
@@ -61,6 +65,7 @@ func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 	r.metrics.requests.Collect(ch)
 	r.metrics.requestTime.Collect(ch)
+	r.metrics.mapResyncs.Collect(ch)
 	for _, z := range r.Zones() {
 		counts := map[HostStatus]int{StatusOnline: 0, StatusDegraded: 0, StatusOffline: 0}
 		for _, h := range z.Hosts {

@@ -74,6 +74,15 @@ type Mesh interface {
 	Dial(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// MapResyncer is what a Mesh may also do: ask the control server for the
+// orchestrator's node's whole map of the mesh again, on a new stream
+// (meshnode.Node.ResyncMap), reporting whether it did. The registry asks
+// for it when agents the control server shows online stay missing from
+// the node's view (Config.StaleMapAfter).
+type MapResyncer interface {
+	ResyncMap(ctx context.Context) (bool, error)
+}
+
 // KeepaliveTime is how long a connection to an agent may be silent before
 // the registry pings it (gRPC's floor); a ping unanswered within
 // Config.CallTimeout closes the connection.
@@ -105,6 +114,14 @@ type Config struct {
 	// along, so the agents' spans join the caller's trace); nil traces
 	// nothing.
 	TracerProvider trace.TracerProvider
+	// StaleMapAfter is how long an agent the control server shows online
+	// may stay missing from the orchestrator's node's view (Mesh's
+	// OnlinePeers) before the registry takes that view for stale and asks
+	// for the whole map again (when Mesh is a MapResyncer). The control
+	// server drops the map stream of a node that reads it too slowly during
+	// a burst of changes, and such a node never hears of an agent that
+	// joined since. Default ten RefreshIntervals (20s).
+	StaleMapAfter time.Duration
 	// RejoinGrace is how long after the registry starts an agent of the
 	// mesh that is offline still counts as pending (see Identified):
 	// after an orchestrator restart every agent is offline until it has
@@ -207,6 +224,10 @@ type agentState struct {
 	update      UpdateStatus
 	checking    bool      // a check is in flight
 	probedAt    time.Time // when it was last probed although the mesh did not show it
+	// unseenSince is since when the control server shows the agent online
+	// and the orchestrator's node does not (zero while it does, or the
+	// control server does not).
+	unseenSince time.Time
 }
 
 // Registry discovers agents and zones. Run keeps it current. It is a
@@ -267,6 +288,9 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if cfg.RejoinGrace <= 0 {
 		cfg.RejoinGrace = 30 * time.Second
+	}
+	if cfg.StaleMapAfter <= 0 {
+		cfg.StaleMapAfter = 10 * cfg.RefreshInterval
 	}
 	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{},
 		started: time.Now(), changed: make(chan struct{})}, nil
@@ -352,6 +376,8 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	if len(checks) > 0 {
 		if reachable, err = r.cfg.Mesh.OnlinePeers(ctx); err != nil {
 			r.log.Warn("zones: mesh status", "err", err)
+		} else {
+			r.resyncIfStale(ctx, reachable)
 		}
 	}
 
@@ -381,6 +407,40 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	}
 	r.logGraceOver()
 	return nil
+}
+
+// resyncIfStale asks the mesh for the orchestrator's node's whole map again
+// when an agent the control server shows online has been missing from the
+// node's view (reachable) for Config.StaleMapAfter.
+func (r *Registry) resyncIfStale(ctx context.Context, reachable map[netip.Addr]bool) {
+	now := time.Now()
+	var stale []string
+	r.mu.Lock()
+	for _, a := range r.agents {
+		switch {
+		case !a.node.Online || reachable[a.node.Addr]:
+			a.unseenSince = time.Time{}
+		case a.unseenSince.IsZero():
+			a.unseenSince = now
+		case now.Sub(a.unseenSince) >= r.cfg.StaleMapAfter:
+			stale = append(stale, a.node.Name)
+		}
+	}
+	r.mu.Unlock()
+	rs, ok := r.cfg.Mesh.(MapResyncer)
+	if len(stale) == 0 || !ok {
+		return
+	}
+	slices.Sort(stale)
+	did, err := rs.ResyncMap(ctx)
+	switch {
+	case err != nil:
+		r.log.Warn("zones: resync the orchestrator's map of the mesh", "err", err)
+	case did:
+		r.metrics.mapResyncs.Inc()
+		r.log.Warn("zones: agents online at the control server are missing from the orchestrator's map; asked for the whole map again",
+			"agents", len(stale), "first", stale[0], "after", r.cfg.StaleMapAfter)
+	}
 }
 
 // logGraceOver warns, once, when RejoinGrace has ended, of every agent of

@@ -310,6 +310,22 @@ func (c *Control) Close(ctx context.Context) error {
 // SocketPath is the unix socket of the local API (see Dial).
 func (c *Control) SocketPath() string { return c.cfg.SocketPath }
 
+// mapSessionBuffer is how many map updates the control server queues for
+// one node's map stream while the node reads the earlier ones.
+//
+// Headscale hands an update to a node's stream through a queue of this
+// size and waits at most 50 ms when it is full; a stream that times out is
+// dropped for good, but the node's session stays open (the server still
+// sends it keepalives), so the node never hears of another change until
+// its session ends for another reason: it keeps the map it had, missing
+// the nodes that joined and the endpoints that changed since. With
+// Headscale's default of 30, a mesh of a hundred agents joining at once
+// on a busy machine dropped the streams of a third of its nodes, the
+// orchestrator's own among them, and its zones never came online. Each
+// slot is one pointer (8 KiB a node for 1,024); the updates it queues are
+// the ones the node is due anyway.
+const mapSessionBuffer = 1024
+
 func headscaleConfig(cfg Config, pg *PostgresConfig, stun, internal string) *types.Config {
 	// When nodes reach the server by an IPv4 literal, the DERP node is
 	// announced as IPv4-only: otherwise every node's network check waits
@@ -377,7 +393,7 @@ func headscaleConfig(cfg Config, pg *PostgresConfig, stun, internal string) *typ
 		Tuning: types.Tuning{
 			NotifierSendTimeout:            800 * time.Millisecond,
 			BatchChangeDelay:               200 * time.Millisecond,
-			NodeMapSessionBufferedChanSize: 30,
+			NodeMapSessionBufferedChanSize: mapSessionBuffer,
 			BatcherWorkers:                 types.DefaultBatcherWorkers(),
 			NodeStoreBatchSize:             100,
 			NodeStoreBatchTimeout:          100 * time.Millisecond,

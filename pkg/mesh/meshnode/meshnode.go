@@ -20,6 +20,7 @@ import (
 
 	"tailscale.com/client/local"
 	"tailscale.com/envknob"
+	"tailscale.com/ipn"
 	"tailscale.com/ipn/ipnstate"
 	"tailscale.com/tailcfg"
 	"tailscale.com/tsnet"
@@ -92,6 +93,9 @@ type Node struct {
 	// peers are the peers of the node's current map of the mesh by mesh
 	// address, kept by watchPeers; nil while not known. Protected by mu.
 	peers map[netip.Addr]Peer
+	// resynced is when ResyncMap last asked for the whole map; protected
+	// by mu.
+	resynced time.Time
 	// watching ends when watchPeers has returned.
 	watching chan struct{}
 }
@@ -121,11 +125,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			logger.Info(fmt.Sprintf(format, args...))
 		},
 	}
-	if _, err := srv.Up(ctx); err != nil {
-		srv.Close()
-		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
+	if HasState(cfg.Dir) {
+		// A node that stopped in the middle of a ResyncMap kept its
+		// control client paused in its state: it would never come up.
+		if err := unpause(ctx, srv); err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
+		}
 	}
-	lc, err := srv.LocalClient()
+	lc, err := up(ctx, srv)
 	if err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("meshnode: start %s: %w", cfg.Hostname, err)
@@ -140,6 +148,39 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.watchPeers(wctx)
 	}()
 	return n, nil
+}
+
+// up starts srv and waits until it runs in the mesh or ctx ends, as tsnet's
+// Up does, except that it watches the node's notifications with their maps
+// of the mesh rate-limited (at most one every 3 s; a change of state comes
+// at once). tsnet's Up gets every map, JSON-encoded, until the node runs:
+// with a mesh of a hundred nodes joining it decoded maps for minutes, and
+// some nodes never came up.
+func up(ctx context.Context, srv *tsnet.Server) (*local.Client, error) {
+	lc, err := srv.LocalClient() // starts srv
+	if err != nil {
+		return nil, err
+	}
+	w, err := lc.WatchIPNBus(ctx, ipn.NotifyInitialState|ipn.NotifyRateLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	for {
+		note, err := w.Next()
+		if err != nil {
+			return nil, err
+		}
+		if note.ErrMessage != nil {
+			return nil, fmt.Errorf("backend: %s", *note.ErrMessage)
+		}
+		if note.State != nil && *note.State == ipn.Running {
+			if v4, _ := srv.TailscaleIPs(); !v4.IsValid() {
+				return nil, errors.New("running, but without a mesh address")
+			}
+			return lc, nil
+		}
+	}
 }
 
 // HasState reports whether dir holds the state of an enrolled node, so that

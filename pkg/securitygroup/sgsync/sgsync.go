@@ -94,6 +94,9 @@ type Syncer struct {
 
 	mu       sync.Mutex
 	failures map[string]string // by zone name and VDC ("zone/vdc"): the last pass's error; protected by mu
+	// passed is closed when the pass running (or next) ends, and replaced
+	// by a new one: WaitVM waits on it; protected by mu.
+	passed chan struct{}
 }
 
 // New returns a Syncer; Run runs it.
@@ -114,7 +117,8 @@ func New(cfg Config) (*Syncer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, kick: make(chan struct{}, 1), failures: map[string]string{}, had: map[string]bool{}}, nil
+	return &Syncer{cfg: cfg, log: log, kick: make(chan struct{}, 1), failures: map[string]string{}, had: map[string]bool{},
+		passed: make(chan struct{})}, nil
 }
 
 // Kick asks for a pass now (after a change of a group or a VM's groups).
@@ -149,6 +153,7 @@ func (s *Syncer) Run(ctx context.Context) {
 // passed over; the error returned is the catalog's, or every zone's
 // joined. Passes must not run concurrently (Run runs one at a time).
 func (s *Syncer) Pass(ctx context.Context) error {
+	defer s.passEnded()
 	all, err := catalog.List[*catalog.SecurityGroup](ctx, s.cfg.Store)
 	if err != nil {
 		return fmt.Errorf("sgsync: %w", err)
@@ -219,6 +224,14 @@ func (s *Syncer) Pass(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// passEnded tells WaitVM's waiters that a pass ended.
+func (s *Syncer) passEnded() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.passed)
+	s.passed = make(chan struct{})
 }
 
 // record keeps the outcome of a zone's pass for Zones.
@@ -452,7 +465,8 @@ func applyVM(ctx context.Context, c *proxmox.Client, v vmWant) error {
 		return err
 	}
 	for i, g := range v.groups {
-		want := pveapi.FirewallRule{Pos: i, Type: "group", Action: g, Enable: 1, Comment: "flexplane"}
+		want := attached(g)
+		want.Pos = i
 		switch {
 		case i < len(have) && have[i].Same(want):
 		case i < len(have):

@@ -1,0 +1,397 @@
+//go:build !race
+
+package tfprovider_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
+	"github.com/flexplane/flexplane/pkg/flexctl"
+	"github.com/flexplane/flexplane/pkg/tfprovider"
+)
+
+// TestMain points terraform-plugin-testing at the OpenTofu CLI of `make
+// tofu-bin` and at the provider's source address (registry.opentofu.org,
+// which a configuration's source "flexplane/flexplane" means to tofu).
+// plugin-testing reads these from the process's environment only. The
+// CLI reads an empty configuration of the test's own, never the host's.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if bin, err := tofuBin(); err == nil {
+		dir, err := os.MkdirTemp("", "tfprovider")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		cfg := filepath.Join(dir, "tofurc")
+		if err := os.WriteFile(cfg, nil, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.Setenv("TF_CLI_CONFIG_FILE", cfg)
+		os.Setenv("TF_ACC", "1")
+		os.Setenv("TF_ACC_TERRAFORM_PATH", bin)
+		os.Setenv("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
+		os.Setenv("TF_ACC_PROVIDER_NAMESPACE", "flexplane")
+		os.Setenv("CHECKPOINT_DISABLE", "1")
+	}
+	return m.Run()
+}
+
+// TestProviderWithOpenTofu drives the provider with the real OpenTofu CLI
+// against a running orchestrator (mesh harness: real agents, simulated
+// Proxmox), authenticated by service accounts' fpsa_ tokens. In VDC red,
+// through terraform-plugin-testing: an API refusal reported on the
+// attribute it names; create of a security group, a network, a VM in the
+// group, a port forward and a service account, with the data sources;
+// update in place (the group's rules and description, the VM's compute
+// profile); import of each by id; drift (a VM deleted outside shows in the
+// next plan, and the apply after it creates it again); destroy leaving
+// nothing; after every apply a second plan is empty. In VDC blue, at the
+// same time: docs/examples/terraform applied with tofu through a
+// dev_overrides CLI configuration and the FLEXPLANE_* variables, planned
+// again (empty) and destroyed.
+func TestProviderWithOpenTofu(t *testing.T) {
+	tofu := tofuPath(t)
+	s := startStack(t)
+
+	t.Run("acceptance", func(t *testing.T) {
+		t.Parallel()
+		testAcceptance(t, s)
+	})
+	t.Run("example", func(t *testing.T) {
+		t.Parallel()
+		testExample(t, s, tofu)
+	})
+}
+
+// providerConfig is the head of the acceptance configurations: the
+// provider from its source address, with the API's endpoint, a token and
+// VDC red.
+func providerConfig(endpoint, token string) string {
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    flexplane = { source = "flexplane/flexplane" }
+  }
+}
+
+provider "flexplane" {
+  endpoint = %q
+  token    = %q
+  vdc      = "red"
+}
+`, endpoint, token)
+}
+
+// accConfig is the acceptance configuration: the group's description and
+// ports and the VM's compute profile vary between steps.
+func accConfig(endpoint, token, description, ports, profile string) string {
+	return providerConfig(endpoint, token) + fmt.Sprintf(`
+data "flexplane_zone" "alpha" {
+  name = "alpha"
+}
+
+data "flexplane_image" "tiny" {
+  name = "tiny"
+}
+
+data "flexplane_compute_profile" "vm" {
+  name = %q
+}
+
+data "flexplane_storage_profile" "ssd" {
+  name = "ssd"
+}
+
+resource "flexplane_security_group" "web" {
+  name        = "web"
+  description = %q
+  rules = [
+    { direction = "INBOUND", protocol = "TCP", ports = %q, peer_cidr = "0.0.0.0/0" },
+  ]
+}
+
+resource "flexplane_network" "lan" {
+  name    = "acc"
+  zone    = data.flexplane_zone.alpha.name
+  cidr    = "10.30.0.0/24"
+  gateway = "10.30.0.1"
+}
+
+resource "flexplane_vm" "web" {
+  name            = "acc"
+  zone            = data.flexplane_zone.alpha.name
+  image           = data.flexplane_image.tiny.name
+  compute_profile = data.flexplane_compute_profile.vm.name
+  storage_profile = data.flexplane_storage_profile.ssd.name
+  disk_gib        = 4
+  user            = "ubuntu"
+  security_groups = [flexplane_security_group.web.name]
+  nics = [
+    { network = flexplane_network.lan.id },
+  ]
+}
+
+resource "flexplane_port_forward" "ssh" {
+  vm_id       = flexplane_vm.web.id
+  protocol    = "TCP"
+  public_port = 2200
+  target_port = 22
+}
+
+resource "flexplane_service_account" "ci" {
+  name = "ci"
+  role = "VIEWER"
+}
+`, profile, description, ports)
+}
+
+// lbConfig is a load balancer with one TCP listener on port and an empty pool.
+func lbConfig(endpoint, token string, port int) string {
+	return providerConfig(endpoint, token) + fmt.Sprintf(`
+resource "flexplane_load_balancer" "lb" {
+  name        = "lb"
+  zone        = "alpha"
+  description = "port %d"
+  listeners   = [{ name = "web", protocol = "TCP", port = %d, pool = "web" }]
+  pools       = [{ name = "web", backends = [] }]
+}
+`, port, port)
+}
+
+// badConfig asks for a VM whose static address is outside its network.
+func badConfig(endpoint, token string) string {
+	return providerConfig(endpoint, token) + `
+resource "flexplane_network" "lan" {
+  name    = "acc"
+  zone    = "alpha"
+  cidr    = "10.30.0.0/24"
+  gateway = "10.30.0.1"
+}
+
+resource "flexplane_vm" "bad" {
+  name            = "bad"
+  zone            = "alpha"
+  image           = "tiny"
+  compute_profile = "small"
+  storage_profile = "ssd"
+  disk_gib        = 4
+  user            = "ubuntu"
+  nics = [
+    { network = flexplane_network.lan.id, address = "10.99.0.5" },
+  ]
+}
+`
+}
+
+func testAcceptance(t *testing.T, s *stack) {
+	endpoint := s.h.Orchestrator.URL()
+	token := s.serviceAccount(t, "red", "tofu", "ADMIN")
+	v1 := accConfig(endpoint, token, "web servers", "22", "small")
+	v2 := accConfig(endpoint, token, "web servers, and HTTP", "22,80", "large")
+	var vmID string
+	factories := map[string]func() (tfprotov6.ProviderServer, error){
+		"flexplane": providerserver.NewProtocol6WithError(tfprovider.New(tfprovider.Config{Version: "test"})()),
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		CheckDestroy: func(*terraform.State) error {
+			return nothingLeft(s, token, "red", "tofu")
+		},
+		Steps: []resource.TestStep{
+			{ // refused input: the API's error on the attribute it names
+				Config:      badConfig(endpoint, token),
+				ExpectError: regexp.MustCompile(`(?s)create VM: BAD_USER_INPUT.*address = "10\.99\.0\.5".*attribute nics\[0\]\.address`),
+			},
+			{ // managed Kubernetes reaches the API: this harness has no management cluster
+				Config: providerConfig(endpoint, token) + `
+resource "flexplane_kubernetes_cluster" "k" {
+  name    = "k"
+  zone    = "alpha"
+  version = "v1.34.0"
+  network = "none"
+}
+`,
+				ExpectError: regexp.MustCompile(`create Kubernetes cluster: UNAVAILABLE`),
+			},
+			{ // a load balancer: create, update in place, import
+				Config: lbConfig(endpoint, token, 80),
+				Check:  resource.TestMatchResourceAttr("flexplane_load_balancer.lb", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
+			},
+			{
+				Config: lbConfig(endpoint, token, 8080),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("flexplane_load_balancer.lb", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.TestCheckResourceAttr("flexplane_load_balancer.lb", "listeners.0.port", "8080"),
+			},
+			{Config: lbConfig(endpoint, token, 8080), ResourceName: "flexplane_load_balancer.lb", ImportState: true, ImportStateVerify: true},
+			{
+				Config: v1,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("flexplane_vm.web", "status", "RUNNING"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "host", "pve1"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "security_groups.0", "web"),
+					resource.TestMatchResourceAttr("flexplane_vm.web", "nics.0.address", regexp.MustCompile(`^10\.30\.0\.\d+$`)),
+					resource.TestCheckResourceAttrPair("flexplane_vm.web", "nics.0.network", "flexplane_network.lan", "id"),
+					resource.TestCheckResourceAttrPair("flexplane_port_forward.ssh", "vm_id", "flexplane_vm.web", "id"),
+					resource.TestMatchResourceAttr("flexplane_port_forward.ssh", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
+					resource.TestMatchResourceAttr("flexplane_service_account.ci", "token", regexp.MustCompile(`^fpsa_`)),
+					resource.TestCheckResourceAttr("data.flexplane_compute_profile.vm", "vcpus", "1"),
+					resource.TestCheckResourceAttr("data.flexplane_storage_profile.ssd", "zones.0", "alpha"),
+					resource.TestCheckResourceAttr("data.flexplane_image.tiny", "cloud_init", "true"),
+					resource.TestCheckResourceAttr("data.flexplane_zone.alpha", "status", "ONLINE"),
+					resource.TestCheckResourceAttrWith("flexplane_vm.web", "id", func(v string) error { vmID = v; return nil }),
+				),
+			},
+			{ // update in place
+				Config: v2,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("flexplane_security_group.web", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("flexplane_vm.web", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("flexplane_port_forward.ssh", plancheck.ResourceActionNoop),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("flexplane_security_group.web", "rules.0.ports", "22,80"),
+					resource.TestCheckResourceAttr("flexplane_security_group.web", "description", "web servers, and HTTP"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "compute_profile", "large"),
+					resource.TestCheckResourceAttrWith("flexplane_vm.web", "id", func(v string) error {
+						if v != vmID {
+							return fmt.Errorf("the VM was replaced: %s, was %s", v, vmID)
+						}
+						return nil
+					}),
+				),
+			},
+			{Config: v2, ResourceName: "flexplane_vm.web", ImportState: true, ImportStateVerify: true,
+				// What the API does not read back: the create's inputs.
+				ImportStateVerifyIgnore: []string{"image", "compute_profile", "storage_profile", "user", "timeouts"}},
+			{Config: v2, ResourceName: "flexplane_network.lan", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_port_forward.ssh", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_security_group.web", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_service_account.ci", ImportState: true, ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{"token"}},
+			{ // drift: the VM deleted outside shows in the next plan
+				PreConfig: func() {
+					r, err := gqltest.Post(context.Background(), nil, s.h.GraphQLURL(), gqltest.Request{
+						Query: `mutation($id: ID!) { deleteVM(id: $id) { state } }`, Variables: map[string]any{"id": vmID},
+						Authorization: "Bearer " + token, VDC: "red"})
+					if err == nil {
+						err = r.Err()
+					}
+					if err != nil {
+						t.Fatalf("delete the VM outside: %v", err)
+					}
+				},
+				Config:             v2,
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+			{ // and the next apply creates it again
+				Config: v2,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("flexplane_vm.web", plancheck.ResourceActionCreate),
+				}},
+				Check: resource.TestCheckResourceAttr("flexplane_vm.web", "status", "RUNNING"),
+			},
+		},
+	})
+}
+
+// nothingLeft fails when VDC vdc holds a VM, a network, a security group,
+// a port forward, a load balancer or a service account other than keep.
+func nothingLeft(s *stack, token, vdc, keep string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := gqltest.Post(ctx, nil, s.h.GraphQLURL(), gqltest.Request{Query: `{
+	  vmsConnection(first: 1) { totalCount }
+	  networksConnection(first: 1) { totalCount }
+	  securityGroups { name }
+	  edgeGateways(first: 10) { nodes { portForwards { id } } }
+	  loadBalancers(first: 10) { nodes { id } }
+	  serviceAccounts { name } }`, Authorization: "Bearer " + token, VDC: vdc})
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("list what is left: %w", err)
+	}
+	var left struct {
+		VMs      struct{ TotalCount int } `json:"vmsConnection"`
+		Networks struct{ TotalCount int } `json:"networksConnection"`
+		Groups   []struct{ Name string }  `json:"securityGroups"`
+		Gateways struct {
+			Nodes []struct{ PortForwards []struct{ ID string } }
+		} `json:"edgeGateways"`
+		Accounts []struct{ Name string }               `json:"serviceAccounts"`
+		LBs      struct{ Nodes []struct{ ID string } } `json:"loadBalancers"`
+	}
+	if err := r.Decode(&left); err != nil {
+		return err
+	}
+	forwards := 0
+	for _, g := range left.Gateways.Nodes {
+		forwards += len(g.PortForwards)
+	}
+	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 ||
+		len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
+		b, _ := json.Marshal(left)
+		return fmt.Errorf("left in VDC %s after destroy: %s", vdc, b)
+	}
+	return nil
+}
+
+func testExample(t *testing.T, s *stack, tofu string) {
+	token := s.serviceAccount(t, "blue", "example", "MEMBER")
+	providerDir := buildProvider(t)
+	cli := devOverrides(t, providerDir)
+	dir := copyExample(t)
+	env := []string{flexctl.EnvEndpoint + "=" + s.h.Orchestrator.URL(), flexctl.EnvToken + "=" + token, flexctl.EnvVDC + "=blue"}
+	run := func(args ...string) tofuRun {
+		r := runTofu(t, tofu, dir, cli, env, args...)
+		t.Logf("tofu %s: exit %d", strings.Join(args, " "), r.code)
+		return r
+	}
+	if r := run(append([]string{"apply", "-auto-approve", "-input=false", "-no-color"}, exampleVars...)...); r.code != 0 {
+		t.Fatalf("tofu apply: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r := run("output", "-json")
+	var out map[string]struct{ Value any }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("tofu output: %v\n%s", err, r.stdout)
+	}
+	if ssh, _ := out["ssh"].Value.(string); !regexp.MustCompile(`^203\.0\.113\.\d+:2222$`).MatchString(ssh) {
+		t.Errorf("ssh output %q", ssh)
+	}
+	if addr, _ := out["vm_address"].Value.(string); addr != "10.20.0.10" {
+		t.Errorf("vm_address output %q, want 10.20.0.10", addr)
+	}
+	if r := run(append([]string{"plan", "-detailed-exitcode", "-input=false", "-no-color"}, exampleVars...)...); r.code != 0 {
+		t.Errorf("a second plan is not empty: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := run(append([]string{"destroy", "-auto-approve", "-input=false", "-no-color"}, exampleVars...)...); r.code != 0 {
+		t.Fatalf("tofu destroy: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if err := nothingLeft(s, s.h.Token(t, "admin"), "blue", "example"); err != nil {
+		t.Error(err)
+	}
+}
