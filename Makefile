@@ -204,6 +204,8 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))sg-throughput.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkSecurityGroupRuleChange$$' -benchtime 100x -timeout 20m ./graph \
 		| tee $(dir $(BENCH_OUT))sg-rule-change.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkBackupRestore$$' -benchtime 1x -timeout 10m ./pkg/pvesim \
+		| tee $(dir $(BENCH_OUT))backup-restore.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
 

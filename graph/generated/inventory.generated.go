@@ -34,6 +34,7 @@ type HostResolver interface {
 type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
+	Backups(ctx context.Context, obj *model.VM) ([]*compute.Backup, error)
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 	PlacementGroup(ctx context.Context, obj *model.VM) (*compute.PlacementGroup, error)
 	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
@@ -1562,6 +1563,38 @@ func (ec *executionContext) _VM_highAvailability(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_VM_highAvailability(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VM", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _VM_backups(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_backups(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().Backups(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*compute.Backup) graphql.Marshaler {
+			return ec.marshalNBackup2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐBackupᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_backups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Backup(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _VM_metrics(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
@@ -3148,6 +3181,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "backups":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_backups(ctx, field, obj)
+				})
 		case "metrics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,

@@ -48,6 +48,9 @@ func allowlist() []rule {
 		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/nodes/{node}/tasks", "/nodes/{node}/tasks/{upid}",
 		"/nodes/{node}/tasks/{upid}/status", "/nodes/{node}/tasks/{upid}/log",
+		// A backup's configuration, read before its restore
+		// (docs/use/backups.md).
+		"/nodes/{node}/vzdump/extractconfig",
 		// The VDCs' security groups (docs/use/security-groups.md): the
 		// cluster's groups and IP sets, whether its firewall is on, and a
 		// guest's firewall options and rules.
@@ -71,6 +74,7 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/snapshot", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
 		"/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/download-url",
+		"/nodes/{node}/vzdump",
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",

@@ -162,6 +162,9 @@ type Config struct {
 	// user-data (CreateInput.UserData) through cicustom; nil keeps it in
 	// the VM's intent only.
 	Snippets SnippetWriter
+	// Uploads streams uploaded images to the agents of zones' nodes
+	// (uploadImage); nil refuses uploads.
+	Uploads VolumeUploader
 	// Images stages images; default images.New(Logger).
 	Images *images.Stager
 	// QuotaTTL is how long a quota reservation of a create lives unless the
@@ -361,9 +364,6 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) Shutdown(ctx context.Context) error {
 	return s.d.eng.shutdown(ctx)
 }
-
-// Images returns the stager the service uses.
-func (s *Service) Images() *images.Stager { return s.d.stager }
 
 // Quota returns the ledger the service reserves quota with.
 func (s *Service) Quota() *quota.Ledger { return s.d.quota }

@@ -16,7 +16,11 @@ import (
 // releases its IPAM addresses; it returns when that is done. A VM whose
 // create this process is running answers CONFLICT.
 func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, error) {
-	d := s.d
+	return deleteVM(ctx, s.d, vdc, id)
+}
+
+// deleteVM is DeleteVM.
+func deleteVM(ctx context.Context, d *deps, vdc, id string) (*Operation, error) {
 	z, g, in, err := d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err

@@ -93,7 +93,7 @@ func (s *Service) Hardware(ctx context.Context, vdc, id string) (Zone, Hardware,
 // snapshot operations to their operation kinds.
 var taskKinds = func() map[string]OpKind {
 	// hastart and hastop are a start and a stop of an HA VM (ha.go).
-	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate, "hastart": OpStart, "hastop": OpStop}
+	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate, "hastart": OpStart, "hastop": OpStop, "vzdump": OpCreateBackup}
 	maps.Copy(m, snapshotTasks)
 	for k, p := range powerPaths {
 		m["qm"+p] = k

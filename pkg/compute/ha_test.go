@@ -133,7 +133,7 @@ func haZone(t testing.TB, timing pvesim.Timing) (*env, *vmtest.Zone) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Images().Ensure(ctx, images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"shared"}}, img); err != nil {
+	if _, err := e.svc.Images().Stager().Ensure(ctx, images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"shared"}}, img); err != nil {
 		t.Fatalf("stage on shared storage: %v", err)
 	}
 	return e, z

@@ -748,6 +748,9 @@ func hQemuCreate(cl *call) (any, error) {
 	if err := c.st.checkVMIDFree(vmid); err != nil {
 		return nil, err
 	}
+	if archive, ok := cl.p.str("archive"); ok {
+		return restoreGuest(cl, vmid, archive)
+	}
 	poolID, _ := cl.p.str("pool")
 	if poolID != "" && c.st.pools[poolID] == nil {
 		return nil, errorf(http.StatusInternalServerError, "pool '%s' does not exist", poolID)
@@ -784,6 +787,23 @@ func hQemuCreate(cl *call) (any, error) {
 		t.log = append(t.log, fmt.Sprintf("%s: successfully created disk '%s'", k, g.conf[k]))
 	}
 	return t.upid, nil
+}
+
+// newMACs gives every NIC of conf a new random MAC, as a clone or a
+// restore with unique does.
+func newMACs(conf map[string]any) {
+	for k, v := range conf {
+		if s, ok := v.(string); ok && strings.HasPrefix(k, "net") {
+			pr := parseProperty(s)
+			for _, key := range pr.keys {
+				if netModels[key] {
+					pr.del(key)
+					conf[k] = netValue(key, randomMAC(), pr)
+					break
+				}
+			}
+		}
+	}
 }
 
 func uuid() string {
@@ -1207,18 +1227,7 @@ func hQemuClone(cl *call, src *guest) (any, error) {
 			conf[k] = v
 		}
 	}
-	for k, v := range conf {
-		if s, ok := v.(string); ok && strings.HasPrefix(k, "net") {
-			pr := parseProperty(s)
-			for _, key := range pr.keys {
-				if netModels[key] {
-					pr.del(key)
-					conf[k] = netValue(key, randomMAC(), pr)
-					break
-				}
-			}
-		}
-	}
+	newMACs(conf)
 	conf["name"] = cl.p.strOr("name", "Copy-of-VM-"+src.name())
 	if d, ok := cl.p.str("description"); ok {
 		conf["description"] = d

@@ -76,6 +76,8 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"GET /nodes/{node}/tasks/{upid}/status":                   hTaskStatus,
 		"GET /nodes/{node}/tasks/{upid}/log":                      hTaskLog,
 		"GET /nodes/{node}/storage":                               hNodeStorageList,
+		"POST /nodes/{node}/vzdump":                               hVzdump,
+		"GET /nodes/{node}/vzdump/extractconfig":                  hVzdumpExtractConfig,
 		"GET /nodes/{node}/storage/{storage}":                     storageSubdirs(),
 		"GET /nodes/{node}/storage/{storage}/status":              hNodeStorageStatus,
 		"GET /nodes/{node}/storage/{storage}/content":             hStorageContent,

@@ -89,6 +89,8 @@ type volume struct {
 	// until its file is made.
 	file string
 	src  *volume
+	// dump is what a backup archive holds (backup.go); nil for others.
+	dump *dumpArchive
 }
 
 type pool struct {
@@ -191,6 +193,9 @@ func (st *state) removeVolume(node, volid string) {
 	storage, _, _ := strings.Cut(volid, ":")
 	if v := st.volumesOn(node, storage)[volid]; v != nil {
 		st.removeFile(v)
+		if v.dump != nil {
+			st.removeDumpFiles(v.dump)
+		}
 	}
 	delete(st.volumesOn(node, storage), volid)
 }

@@ -526,7 +526,7 @@ func TestStack(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := fmt.Sprint(d.ComputeProfiles, d.StorageProfiles, d.Images, d.VDCs)
-		if want := "[{large} {medium} {small}] [{nvme-performance} {ssd-standard}] [{debian-12} {ubuntu-24.04}] [{dev} {prod} {staging}]"; got != want {
+		if want := "[{large} {medium} {small}] [{backup-standard} {nvme-performance} {ssd-standard}] [{debian-12} {ubuntu-24.04}] [{dev} {prod} {staging}]"; got != want {
 			t.Errorf("catalog %s, want %s", got, want)
 		}
 		var nets struct {

@@ -2223,7 +2223,8 @@ func (v *DeleteVMDeleteVMOperation) __premarshalJSON() (*__premarshalDeleteVMDel
 // DeleteVMResponse is returned by DeleteVM on success.
 type DeleteVMResponse struct {
 	// Deletes a VM: stops it if it runs, destroys it with its disks and releases
-	// its addresses; the operation has ended when this returns.
+	// its addresses; the operation has ended when this returns. Its backups
+	// stay unless keepBackups is false.
 	DeleteVM DeleteVMDeleteVMOperation `json:"deleteVM"`
 }
 
@@ -5993,6 +5994,10 @@ const (
 	OperationKindMigrateVm OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVm OperationKind = "RESIZE_VM"
+	// createImageFromVM.
+	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
+	// createBackup.
+	OperationKindCreateBackup OperationKind = "CREATE_BACKUP"
 )
 
 var AllOperationKind = []OperationKind{
@@ -6007,6 +6012,8 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVm,
 	OperationKindResizeVm,
+	OperationKindCreateImage,
+	OperationKindCreateBackup,
 }
 
 // Whether an operation runs or how it ended.

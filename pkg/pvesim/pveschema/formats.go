@@ -142,6 +142,9 @@ func storageContent(ct string) bool {
 // verifiers returns the checks of Proxmox's simple named formats, each with the message
 // Proxmox's verifier dies with (without the trailing newline). qemuDrives lists the VM
 // disk keys (ide0, scsi30, efidisk0, ...) and qemuDevs the other bootable keys (net0, ...).
+// emailOrUserRE is an email address or a user name (user@realm), loosely.
+var emailOrUserRE = regexp.MustCompile(`^[^\s@,;]+(@[^\s@,;]+)?$`)
+
 func verifiers(qemuDrives, qemuDevs map[string]bool) map[string]func(string) error {
 	re := func(r *regexp.Regexp, msg string) func(string) error {
 		return func(v string) error {
@@ -178,6 +181,7 @@ func verifiers(qemuDrives, qemuDevs map[string]bool) map[string]func(string) err
 		"pve-ha-resource-id":       re(haSIDRE, "value does not look like a valid ha resource id"),
 		"pve-ha-resource-or-vm-id": re(haVMSIDRE, "value does not look like a valid ha resource id"),
 		"pve-ha-node":              re(haNodeRE, "value does not look like a valid ha node"),
+		"email-or-username":        re(emailOrUserRE, "value does not look like a valid email address or user name"),
 		"pve-startup-order": func(v string) error {
 			if v == "" || v == "0" {
 				return errors.New("unable to parse startup options")

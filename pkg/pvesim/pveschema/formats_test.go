@@ -55,6 +55,7 @@ var formatCases = map[string]struct {
 	"pve-vlan-id-or-range": {good: []string{"2", "4094", "100-200"},
 		bad: map[string]string{"1": "invalid VLAN tag '1'", "4095": "", "100-100": "VLAN range must go from lower to higher tag '100-100'", "x": "invalid VLAN configuration 'x'"}},
 	"pve-replication-job-id":         {good: []string{"100-0", "100-12"}, bad: map[string]string{"100": "replication job ID '100' invalid", "100-a": ""}},
+	"email-or-username":              {good: []string{"root@pam", "ops@example.com", "admin"}, bad: map[string]string{"a b": "value does not look like a valid email address or user name"}},
 	"pve-calendar-event":             {good: []string{"*/15", "mon..fri 02:30", "sat 1:00"}, bad: map[string]string{"a;b": "unable to parse calendar event 'a;b'", "": ""}},
 	"pve-task-status-type":           {good: []string{"ok", "error", "WARNING", "unknown"}, bad: map[string]string{"failed": "invalid status 'failed'"}},
 	"pve-cpuset":                     {good: []string{"", "0", "0-3", "0,5,8-11", "1,"}, bad: map[string]string{"3-1": "unable to parse cpuset option", "a": "", "0,,1": "", ",1": ""}},
@@ -104,6 +105,8 @@ var formatCases = map[string]struct {
 	"prune-backups": {good: []string{"keep-all=1", "keep-last=3,keep-daily=7", "keep-last=0", "keep-all=1,keep-last=0"},
 		bad: map[string]string{"keep-last=-1": "format error\nx.keep-last: value must have a minimum value of 0\n", "keep-some=1": "invalid key in comma-separated list property: keep-some\n",
 			"keep-all=1,keep-last=2": "keep-all cannot be set together with other options.\n"}},
+	"backup-performance": {good: []string{"max-workers=4", "max-workers=2,pbs-entries-max=1024"}, bad: map[string]string{"max-workers=0": ""}},
+	"backup-fleecing":    {good: []string{"1", "enabled=1,storage=local-lvm"}, bad: map[string]string{"storage=a b": ""}},
 	"pve-sdn-dhcp-range": {good: []string{"start-address=10.0.0.100,end-address=10.0.0.200", "start-address=x,end-address=y"}, bad: map[string]string{"start-address=10.0.0.100": "format error\nx.end-address: property is missing and it is not optional\n"}},
 }
 

@@ -78,6 +78,8 @@ var Paths = []string{
 	"/nodes/{node}/storage/{storage}/content/{volume}",
 	"/nodes/{node}/storage/{storage}/download-url",
 	"/nodes/{node}/storage/{storage}/upload",
+	"/nodes/{node}/vzdump",
+	"GET /nodes/{node}/vzdump/extractconfig",
 	"/storage",
 	"/storage/{storage}",
 	"/nodes/{node}/qemu",
