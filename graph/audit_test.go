@@ -11,6 +11,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/dev/audittest"
+	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -74,6 +75,9 @@ func TestAuditEveryMutation(t *testing.T) {
 		"detachDisk":            {{user: "bob", vdc: "blue", query: `mutation { detachDisk(input: {vm: "nosuch", disk: "scsi1"}) { id } }`, ids: []string{"nosuch"}}},
 		"resizeVM":              {{user: "bob", vdc: "blue", query: `mutation { resizeVM(input: {id: "nosuch", computeProfile: "small"}) { id } }`, ids: []string{"nosuch"}}},
 		"openConsole":           {{user: "bob", vdc: "blue", query: `mutation { openConsole(id: "nosuch") { path } }`, ids: []string{"nosuch"}}},
+		"createBackup":          {{user: "bob", vdc: "blue", query: `mutation { createBackup(vm: "nosuch", input: {description: "d"}) { id } }`, ids: []string{"nosuch"}}},
+		"restoreBackup":         {{user: "bob", vdc: "blue", query: `mutation { restoreBackup(input: {backup: "nosuch", name: "r1"}) { id } }`, ids: []string{"nosuch", "r1"}}},
+		"deleteBackup":          {{user: "bob", vdc: "blue", query: `mutation { deleteBackup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"updateZone":            {{user: "admin", query: `mutation { updateZone(input: {name: "alpha", region: "eu-central"}) { name region } }`, ids: []string{"alpha"}}},
 		"deleteNetwork":         {{user: "bob", vdc: "blue", query: `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`}},
 		"deleteVDC":             {{user: "admin", query: `mutation { deleteVDC(name: "green") { name } }`, ids: []string{"green"}}},
@@ -102,6 +106,9 @@ func TestAuditEveryMutation(t *testing.T) {
 		"setDefaultSecurityGroup": {{user: "admin", vdc: "blue", query: `mutation { setDefaultSecurityGroup(name: "nosuch") { name } }`, ids: []string{"nosuch"}}},
 		"createPlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { createPlacementGroup(input: {name: "db", zone: "alpha", policy: SPREAD}) { id } }`}},
 		"deletePlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { deletePlacementGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
+		"uploadImage":             {{user: "bob", vdc: "blue", query: uploadImage, vars: map[string]any{"name": "app", "format": "RAW"}, ids: []string{"app"}}},
+		"deleteVDCImage":          {{user: "bob", vdc: "blue", query: `mutation { deleteVDCImage(name: "app") { name } }`, ids: []string{"app"}}},
+		"createImageFromVM":       {{user: "bob", vdc: "blue", query: `mutation { createImageFromVM(input: {vm: "nosuch", name: "golden"}) { id } }`, ids: []string{"golden"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -129,12 +136,12 @@ func TestAuditEveryMutation(t *testing.T) {
 	order := []string{"createEnrollmentKey", "revokeEnrollmentKey", "createComputeProfile", "updateComputeProfile",
 		"createStorageProfile", "updateStorageProfile", "createImage", "updateImage", "stageImage", "createVDC", "updateVDC",
 		"createNetwork", "createVM", "startVM", "stopVM", "shutdownVM", "rebootVM", "deleteVM",
-		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "attachDisk", "resizeDisk", "detachDisk", "resizeVM", "openConsole", "updateZone", "migrateVM", "setHostMaintenance", "deleteNetwork",
+		"createSnapshot", "rollbackSnapshot", "deleteSnapshot", "attachDisk", "resizeDisk", "detachDisk", "resizeVM", "createBackup", "restoreBackup", "deleteBackup", "openConsole", "updateZone", "migrateVM", "setHostMaintenance", "deleteNetwork",
 		"deleteVDC", "deleteImage", "deleteComputeProfile", "deleteStorageProfile", "updateAgents",
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
-		"createPlacementGroup", "deletePlacementGroup",
+		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "deleteVDCImage", "createImageFromVM",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
 		"addSSHKey", "deleteSSHKey",
 		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}
@@ -175,7 +182,16 @@ func TestAuditEveryMutation(t *testing.T) {
 				c.ids = []string{created.CreateNetwork.ID}
 			}
 			n := rec.Len()
-			r := h.GraphQL(t, c.user, c.vdc, c.query, vars)
+			var r *gqltest.Response
+			if verb == "uploadImage" {
+				// A multipart request, its file streamed.
+				var err error
+				if r, err = upload(t, h, c.user, c.vdc, vars, strings.NewReader("raw disk bytes")); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				r = h.GraphQL(t, c.user, c.vdc, c.query, vars)
+			}
 			if verb == "createNetwork" {
 				r.OK(t).Into(t, "createNetwork", &created.CreateNetwork)
 			}

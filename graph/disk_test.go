@@ -164,13 +164,7 @@ func TestDisksEndToEnd(t *testing.T) {
 	if op.Kind != "RESIZE_VM" || op.VMID == nil || *op.VMID != vm {
 		t.Fatalf("resizeVM: %+v", op)
 	}
-	poll.True(t, 30*time.Second, "the resize", func() bool {
-		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
-		if op.State == "FAILED" {
-			t.Fatalf("resize failed: %+v", op)
-		}
-		return op.State == "SUCCEEDED"
-	})
+	awaitOp(t, h, tn.bob, tn.blue, &op, "the resize")
 	var sized struct {
 		Status    string
 		Vcpus     int

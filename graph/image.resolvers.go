@@ -11,7 +11,12 @@ import (
 	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/compute"
 )
+
+func (r *imageResolver) Name(ctx context.Context, obj *catalog.Image) (string, error) {
+	return obj.ShortName(), nil
+}
 
 // CreateImage is the resolver for the createImage field.
 func (r *mutationResolver) CreateImage(ctx context.Context, input model.CreateImageInput) (*catalog.Image, error) {
@@ -44,12 +49,28 @@ func (r *mutationResolver) DeleteImage(ctx context.Context, name string, resourc
 
 // Images is the resolver for the images field.
 func (r *queryResolver) Images(ctx context.Context) ([]*catalog.Image, error) {
-	return list[*catalog.Image](ctx, r.Catalog)
+	vdc := "" // without the header, the platform's images only
+	if scope, ok := VDCScopeFrom(ctx); ok {
+		vdc = scope.VDC.Name
+	}
+	out, err := compute.ListImages(ctx, r.Catalog, vdc)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return out, nil
 }
 
 // Image is the resolver for the image field.
 func (r *queryResolver) Image(ctx context.Context, name string) (*catalog.Image, error) {
-	return get[*catalog.Image](ctx, r.Catalog, name)
+	vdc := ""
+	if scope, ok := VDCScopeFrom(ctx); ok {
+		vdc = scope.VDC.Name
+	}
+	img, err := compute.GetImage(ctx, r.Catalog, vdc, name)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return img, nil
 }
 
 func (r *Resolver) Image() generated.ImageResolver { return &imageResolver{r} }

@@ -18,7 +18,7 @@ func (r *imageResolver) Zones(ctx context.Context, obj *catalog.Image, zone *str
 	if err != nil {
 		return nil, err
 	}
-	states, err := svc.ImageStates(ctx, obj, zone)
+	states, err := svc.Images().States(ctx, obj, zone)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (r *mutationResolver) StageImage(ctx context.Context, name string, zone str
 	if err != nil {
 		return nil, err
 	}
-	st, err := svc.StageImageIn(ctx, img, zone)
+	st, err := svc.Images().StageIn(ctx, img, zone)
 	if err != nil {
 		return nil, computeError(err, "")
 	}

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 
+	"github.com/flexplane/flexplane/graph/generated"
 	"github.com/flexplane/flexplane/graph/model"
 	"github.com/flexplane/flexplane/pkg/catalog"
 )
@@ -45,6 +46,9 @@ func (r *mutationResolver) CreateStorageProfile(ctx context.Context, input model
 	p.Name = input.Name
 	p.Description = deref(input.Description)
 	p.Tier = input.Tier
+	if input.Kind != nil {
+		p.StorageProfileSpec.Kind = string(*input.Kind)
+	}
 	p.ReadMBps, p.WriteMBps = deref(input.ReadMBps), deref(input.WriteMBps)
 	p.Pools = pools(input.Pools)
 	out, err := catalog.Create(ctx, r.Catalog, p)
@@ -91,3 +95,17 @@ func (r *queryResolver) StorageProfiles(ctx context.Context) ([]*catalog.Storage
 func (r *queryResolver) StorageProfile(ctx context.Context, name string) (*catalog.StorageProfile, error) {
 	return get[*catalog.StorageProfile](ctx, r.Catalog, name)
 }
+
+// Kind is the resolver for the kind field.
+func (r *storageProfileResolver) Kind(ctx context.Context, obj *catalog.StorageProfile) (model.StorageKind, error) {
+	if obj.IsBackup() {
+		return model.StorageKindBackup, nil
+	}
+	return model.StorageKindDisk, nil
+}
+
+func (r *Resolver) StorageProfile() generated.StorageProfileResolver {
+	return &storageProfileResolver{r}
+}
+
+type storageProfileResolver struct{ *Resolver }

@@ -46,6 +46,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	if input.PlacementGroup != nil {
 		in.PlacementGroup = *input.PlacementGroup
 	}
+	in.NoHA = input.HighAvailability != nil && !*input.HighAvailability
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}
 		if n.Address != nil {
@@ -80,8 +81,10 @@ func (r *mutationResolver) RebootVM(ctx context.Context, id string) (*model.Oper
 	return r.power(ctx, id, (*compute.Service).RebootVM)
 }
 
-func (r *mutationResolver) DeleteVM(ctx context.Context, id string) (*model.Operation, error) {
-	return r.power(ctx, id, (*compute.Service).DeleteVM)
+func (r *mutationResolver) DeleteVM(ctx context.Context, id string, keepBackups *bool) (*model.Operation, error) {
+	return r.vmOp(ctx, "", func(svc *compute.Service, vdc string) (*compute.Operation, error) {
+		return svc.Disks().Backups().DeleteVM(ctx, vdc, id, keepBackups == nil || *keepBackups)
+	})
 }
 
 func (r *mutationResolver) MigrateVM(ctx context.Context, input model.MigrateVMInput) (*model.Operation, error) {

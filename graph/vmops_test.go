@@ -129,6 +129,19 @@ func awaitCreate(t testing.TB, h *meshtest.Harness, user, vdc, op string) string
 	return id
 }
 
+// awaitOp polls operation op of user in vdc until it succeeds, failing
+// the test if it fails; what names it in the failure.
+func awaitOp(t testing.TB, h *meshtest.Harness, user, vdc string, op *gqlOp, what string) {
+	t.Helper()
+	poll.True(t, 30*time.Second, what, func() bool {
+		h.GraphQL(t, user, vdc, `query($id: ID!) { operation(id: $id) { kind state error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", op)
+		if op.State == "FAILED" {
+			t.Fatalf("%s failed: %+v", what, op)
+		}
+		return op.State == "SUCCEEDED"
+	})
+}
+
 const createVM = `mutation($in: CreateVMInput!) { createVM(input: $in) {
   vm { id name status ipAddresses zone { name } } operation { id kind state step vmId } } }`
 
@@ -312,7 +325,7 @@ func TestCrashFinishedByNewOrchestrator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dying.Images().Ensure(ctx, images.Target{Zone: zone.Name, Client: zs[0].Client, Storages: []string{"local-lvm"}}, img); err != nil {
+	if _, err := dying.Images().Stager().Ensure(ctx, images.Target{Zone: zone.Name, Client: zs[0].Client, Storages: []string{"local-lvm"}}, img); err != nil {
 		t.Fatal(err)
 	}
 	vm, op, err := dying.CreateVM(ctx, compute.CreateInput{VDC: "blue", Name: "phoenix", Zone: "alpha", Image: "tiny",

@@ -19,7 +19,12 @@ import (
 // region    ************************** generated!.gotpl **************************
 
 type ImageResolver interface {
+	Name(ctx context.Context, obj *catalog.Image) (string, error)
+
 	Zones(ctx context.Context, obj *catalog.Image, zone *string) ([]*model.ImageZoneState, error)
+	Vdc(ctx context.Context, obj *catalog.Image) (*catalog.VDC, error)
+	Format(ctx context.Context, obj *catalog.Image) (model.ImageFormat, error)
+	SizeBytes(ctx context.Context, obj *catalog.Image) (*float64, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -53,7 +58,7 @@ func (ec *executionContext) _Image_name(ctx context.Context, field graphql.Colle
 			return ec.fieldContext_Image_name(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
+			return ec.Resolvers.Image().Name(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
@@ -64,7 +69,7 @@ func (ec *executionContext) _Image_name(ctx context.Context, field graphql.Colle
 	)
 }
 func (ec *executionContext) fieldContext_Image_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Image", field, false, false, "String")
+	return graphql.NewScalarFieldContext("Image", field, true, true, "String")
 }
 
 func (ec *executionContext) _Image_description(ctx context.Context, field graphql.CollectedField, obj *catalog.Image) (ret graphql.Marshaler) {
@@ -285,6 +290,84 @@ func (ec *executionContext) fieldContext_Image_zones(ctx context.Context, field 
 	return fc, nil
 }
 
+func (ec *executionContext) _Image_vdc(ctx context.Context, field graphql.CollectedField, obj *catalog.Image) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Image_vdc(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Image().Vdc(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.VDC) graphql.Marshaler {
+			return ec.marshalOVDC2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐVDC(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Image_vdc(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Image",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VDC(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Image_format(ctx context.Context, field graphql.CollectedField, obj *catalog.Image) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Image_format(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Image().Format(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.ImageFormat) graphql.Marshaler {
+			return ec.marshalNImageFormat2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐImageFormat(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Image_format(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Image", field, true, true, "ImageFormat")
+}
+
+func (ec *executionContext) _Image_sizeBytes(ctx context.Context, field graphql.CollectedField, obj *catalog.Image) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Image_sizeBytes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Image().SizeBytes(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Image_sizeBytes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Image", field, true, true, "Float")
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -470,10 +553,11 @@ func (ec *executionContext) _Image(ctx context.Context, sel ast.SelectionSet, ob
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("Image")
 		case "name":
-			out.Values[i] = ec._Image_name(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Image_name(ctx, field, obj)
+				})
 		case "description":
 			out.Values[i] = ec._Image_description(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -514,6 +598,24 @@ func (ec *executionContext) _Image(ctx context.Context, sel ast.SelectionSet, ob
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Image_zones(ctx, field, obj)
+				})
+		case "vdc":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Image_vdc(ctx, field, obj)
+				})
+		case "format":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Image_format(ctx, field, obj)
+				})
+		case "sizeBytes":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Image_sizeBytes(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

@@ -34,6 +34,7 @@ type HostResolver interface {
 type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
+	Backups(ctx context.Context, obj *model.VM) ([]*compute.Backup, error)
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 	PlacementGroup(ctx context.Context, obj *model.VM) (*compute.PlacementGroup, error)
 	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
@@ -1539,6 +1540,61 @@ func (ec *executionContext) _VM_memoryUsedMiB(ctx context.Context, field graphql
 }
 func (ec *executionContext) fieldContext_VM_memoryUsedMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VM", field, false, false, "Int")
+}
+
+func (ec *executionContext) _VM_highAvailability(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_highAvailability(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HighAvailability, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_highAvailability(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _VM_backups(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_backups(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().Backups(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*compute.Backup) graphql.Marshaler {
+			return ec.marshalNBackup2ᚕᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐBackupᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_backups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Backup(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _VM_metrics(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
@@ -3120,6 +3176,17 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "highAvailability":
+			out.Values[i] = ec._VM_highAvailability(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "backups":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_backups(ctx, field, obj)
+				})
 		case "metrics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,

@@ -17,6 +17,10 @@ import (
 
 // region    ************************** generated!.gotpl **************************
 
+type StorageProfileResolver interface {
+	Kind(ctx context.Context, obj *catalog.StorageProfile) (model.StorageKind, error)
+}
+
 // endregion ************************** generated!.gotpl **************************
 
 // region    ***************************** args.gotpl *****************************
@@ -230,6 +234,29 @@ func (ec *executionContext) _StorageProfile_tier(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_StorageProfile_tier(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("StorageProfile", field, false, false, "String")
+}
+
+func (ec *executionContext) _StorageProfile_kind(ctx context.Context, field graphql.CollectedField, obj *catalog.StorageProfile) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StorageProfile_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.StorageProfile().Kind(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.StorageKind) graphql.Marshaler {
+			return ec.marshalNStorageKind2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐStorageKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StorageProfile_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StorageProfile", field, true, true, "StorageKind")
 }
 
 func (ec *executionContext) _StorageProfile_readMBps(ctx context.Context, field graphql.CollectedField, obj *catalog.StorageProfile) (ret graphql.Marshaler) {
@@ -480,7 +507,7 @@ func (ec *executionContext) unmarshalInputCreateStorageProfileInput(ctx context.
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "description", "tier", "readMBps", "writeMBps", "pools"}
+	fieldsInOrder := [...]string{"name", "description", "tier", "kind", "readMBps", "writeMBps", "pools"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -508,6 +535,13 @@ func (ec *executionContext) unmarshalInputCreateStorageProfileInput(ctx context.
 				return it, err
 			}
 			it.Tier = data
+		case "kind":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
+			data, err := ec.unmarshalOStorageKind2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐStorageKind(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Kind = data
 		case "readMBps":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("readMBps"))
 			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
@@ -829,42 +863,48 @@ func (ec *executionContext) _StorageProfile(ctx context.Context, sel ast.Selecti
 		case "name":
 			out.Values[i] = ec._StorageProfile_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "description":
 			out.Values[i] = ec._StorageProfile_description(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "tier":
 			out.Values[i] = ec._StorageProfile_tier(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "kind":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._StorageProfile_kind(ctx, field, obj)
+				})
 		case "readMBps":
 			out.Values[i] = ec._StorageProfile_readMBps(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "writeMBps":
 			out.Values[i] = ec._StorageProfile_writeMBps(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "pools":
 			out.Values[i] = ec._StorageProfile_pools(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "resourceVersion":
 			out.Values[i] = ec._StorageProfile_resourceVersion(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._StorageProfile_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

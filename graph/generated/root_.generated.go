@@ -26,6 +26,7 @@ type ResolverRoot interface {
 	AgentUpdateHost() AgentUpdateHostResolver
 	AgentUpdateOperation() AgentUpdateOperationResolver
 	Backend() BackendResolver
+	Backup() BackupResolver
 	ControlPlaneComponent() ControlPlaneComponentResolver
 	EdgeGateway() EdgeGatewayResolver
 	EnrollmentKey() EnrollmentKeyResolver
@@ -46,6 +47,7 @@ type ResolverRoot interface {
 	SecurityGroupZone() SecurityGroupZoneResolver
 	SecurityRule() SecurityRuleResolver
 	ServiceAccount() ServiceAccountResolver
+	StorageProfile() StorageProfileResolver
 	Subscription() SubscriptionResolver
 	VDC() VDCResolver
 	VDCMember() VDCMemberResolver
@@ -106,6 +108,30 @@ type ComplexityRoot struct {
 		Name        func(childComplexity int) int
 	}
 
+	Backup struct {
+		Created     func(childComplexity int) int
+		Description func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Message     func(childComplexity int) int
+		SizeGiB     func(childComplexity int) int
+		Status      func(childComplexity int) int
+		VM          func(childComplexity int) int
+		VMName      func(childComplexity int) int
+		Zone        func(childComplexity int) int
+	}
+
+	BackupConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	BackupEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
 		CPUs         func(childComplexity int) int
@@ -149,6 +175,10 @@ type ComplexityRoot struct {
 
 	Deleted struct {
 		Name func(childComplexity int) int
+	}
+
+	DeletedBackup struct {
+		ID func(childComplexity int) int
 	}
 
 	DeletedEdgeGateway struct {
@@ -349,9 +379,12 @@ type ComplexityRoot struct {
 		CloudInit         func(childComplexity int) int
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
+		Format            func(childComplexity int) int
 		Name              func(childComplexity int) int
 		ResourceVersion   func(childComplexity int) int
+		SizeBytes         func(childComplexity int) int
 		URL               func(childComplexity int) int
+		Vdc               func(childComplexity int) int
 		Version           func(childComplexity int) int
 		Zones             func(childComplexity int, zone *string) int
 	}
@@ -478,11 +511,13 @@ type ComplexityRoot struct {
 		AddSSHKey                 func(childComplexity int, input model.AddSSHKeyInput) int
 		AddVDCMember              func(childComplexity int, input model.AddVDCMemberInput) int
 		AttachDisk                func(childComplexity int, input model.AttachDiskInput) int
+		CreateBackup              func(childComplexity int, vm string, input *model.CreateBackupInput) int
 		CreateComputeProfile      func(childComplexity int, input model.CreateComputeProfileInput) int
 		CreateEnrollmentKey       func(childComplexity int, input model.CreateEnrollmentKeyInput) int
 		CreateExternalNetwork     func(childComplexity int, input model.CreateExternalNetworkInput) int
 		CreateFirewallRule        func(childComplexity int, input model.CreateFirewallRuleInput) int
 		CreateImage               func(childComplexity int, input model.CreateImageInput) int
+		CreateImageFromVM         func(childComplexity int, input model.CreateImageFromVMInput) int
 		CreateKubernetesCluster   func(childComplexity int, input model.CreateKubernetesClusterInput) int
 		CreateLoadBalancer        func(childComplexity int, input model.CreateLoadBalancerInput) int
 		CreateNetwork             func(childComplexity int, input model.CreateNetworkInput) int
@@ -496,6 +531,7 @@ type ComplexityRoot struct {
 		CreateStorageProfile      func(childComplexity int, input model.CreateStorageProfileInput) int
 		CreateVM                  func(childComplexity int, input model.CreateVMInput) int
 		CreateVdc                 func(childComplexity int, input model.CreateVDCInput) int
+		DeleteBackup              func(childComplexity int, id string) int
 		DeleteComputeProfile      func(childComplexity int, name string, resourceVersion *string) int
 		DeleteEdgeGateway         func(childComplexity int, id string) int
 		DeleteFirewallRule        func(childComplexity int, id string) int
@@ -512,7 +548,8 @@ type ComplexityRoot struct {
 		DeleteServiceAccount      func(childComplexity int, id string) int
 		DeleteSnapshot            func(childComplexity int, vm string, name string) int
 		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
-		DeleteVM                  func(childComplexity int, id string) int
+		DeleteVDCImage            func(childComplexity int, name string) int
+		DeleteVM                  func(childComplexity int, id string, keepBackups *bool) int
 		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
 		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
 		IssueKubeconfig           func(childComplexity int, cluster string) int
@@ -522,6 +559,7 @@ type ComplexityRoot struct {
 		RemoveVDCMember           func(childComplexity int, user string) int
 		ResizeDisk                func(childComplexity int, input model.ResizeDiskInput) int
 		ResizeVM                  func(childComplexity int, input model.ResizeVMInput) int
+		RestoreBackup             func(childComplexity int, input model.RestoreBackupInput) int
 		RevokeEnrollmentKey       func(childComplexity int, id string) int
 		RollbackSnapshot          func(childComplexity int, vm string, name string, start *bool) int
 		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
@@ -543,6 +581,7 @@ type ComplexityRoot struct {
 		UpdateVdc                 func(childComplexity int, input model.UpdateVDCInput) int
 		UpdateZone                func(childComplexity int, input model.UpdateZoneInput) int
 		UpgradeKubernetesCluster  func(childComplexity int, id string, version string) int
+		UploadImage               func(childComplexity int, input model.UploadImageInput) int
 	}
 
 	Network struct {
@@ -661,6 +700,7 @@ type ComplexityRoot struct {
 	Query struct {
 		AgentReleases        func(childComplexity int) int
 		AgentUpdateOperation func(childComplexity int, id string) int
+		Backups              func(childComplexity int, first *int, after *string) int
 		ComputeProfile       func(childComplexity int, name string) int
 		ComputeProfiles      func(childComplexity int) int
 		CurrentVdc           func(childComplexity int) int
@@ -776,6 +816,7 @@ type ComplexityRoot struct {
 	StorageProfile struct {
 		CreationTimestamp func(childComplexity int) int
 		Description       func(childComplexity int) int
+		Kind              func(childComplexity int) int
 		Name              func(childComplexity int) int
 		Pools             func(childComplexity int) int
 		ReadMBps          func(childComplexity int) int
@@ -823,6 +864,7 @@ type ComplexityRoot struct {
 	}
 
 	VDCQuotas struct {
+		ImageGiB           func(childComplexity int) int
 		KubernetesClusters func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
 		PublicAddresses    func(childComplexity int) int
@@ -841,11 +883,13 @@ type ComplexityRoot struct {
 	}
 
 	VM struct {
+		Backups              func(childComplexity int) int
 		CPUUsage             func(childComplexity int) int
 		DiskGiB              func(childComplexity int) int
 		DiskReadBytes        func(childComplexity int) int
 		DiskWriteBytes       func(childComplexity int) int
 		Disks                func(childComplexity int) int
+		HighAvailability     func(childComplexity int) int
 		Host                 func(childComplexity int) int
 		ID                   func(childComplexity int) int
 		IPAddresses          func(childComplexity int) int
@@ -1148,6 +1192,99 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.BackendPool.Name(childComplexity), true
 
+	case "Backup.createdAt":
+		if e.ComplexityRoot.Backup.Created == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.Created(childComplexity), true
+	case "Backup.description":
+		if e.ComplexityRoot.Backup.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.Description(childComplexity), true
+	case "Backup.id":
+		if e.ComplexityRoot.Backup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.ID(childComplexity), true
+	case "Backup.message":
+		if e.ComplexityRoot.Backup.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.Message(childComplexity), true
+	case "Backup.sizeGiB":
+		if e.ComplexityRoot.Backup.SizeGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.SizeGiB(childComplexity), true
+	case "Backup.status":
+		if e.ComplexityRoot.Backup.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.Status(childComplexity), true
+	case "Backup.vm":
+		if e.ComplexityRoot.Backup.VM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.VM(childComplexity), true
+	case "Backup.vmName":
+		if e.ComplexityRoot.Backup.VMName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.VMName(childComplexity), true
+	case "Backup.zone":
+		if e.ComplexityRoot.Backup.Zone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Backup.Zone(childComplexity), true
+
+	case "BackupConnection.edges":
+		if e.ComplexityRoot.BackupConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupConnection.Edges(childComplexity), true
+	case "BackupConnection.nodes":
+		if e.ComplexityRoot.BackupConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupConnection.Nodes(childComplexity), true
+	case "BackupConnection.pageInfo":
+		if e.ComplexityRoot.BackupConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupConnection.PageInfo(childComplexity), true
+	case "BackupConnection.totalCount":
+		if e.ComplexityRoot.BackupConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupConnection.TotalCount(childComplexity), true
+
+	case "BackupEdge.cursor":
+		if e.ComplexityRoot.BackupEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupEdge.Cursor(childComplexity), true
+	case "BackupEdge.node":
+		if e.ComplexityRoot.BackupEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupEdge.Node(childComplexity), true
+
 	case "Capacity.cpuUsage":
 		if e.ComplexityRoot.Capacity.CPUUsage == nil {
 			break
@@ -1298,6 +1435,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Deleted.Name(childComplexity), true
+
+	case "DeletedBackup.id":
+		if e.ComplexityRoot.DeletedBackup.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeletedBackup.ID(childComplexity), true
 
 	case "DeletedEdgeGateway.id":
 		if e.ComplexityRoot.DeletedEdgeGateway.ID == nil {
@@ -2010,6 +2154,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Description(childComplexity), true
+	case "Image.format":
+		if e.ComplexityRoot.Image.Format == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.Format(childComplexity), true
 	case "Image.name":
 		if e.ComplexityRoot.Image.Name == nil {
 			break
@@ -2022,12 +2172,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.ResourceVersion(childComplexity), true
+	case "Image.sizeBytes":
+		if e.ComplexityRoot.Image.SizeBytes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.SizeBytes(childComplexity), true
 	case "Image.url":
 		if e.ComplexityRoot.Image.URL == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Image.URL(childComplexity), true
+	case "Image.vdc":
+		if e.ComplexityRoot.Image.Vdc == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Image.Vdc(childComplexity), true
 	case "Image.version":
 		if e.ComplexityRoot.Image.Version == nil {
 			break
@@ -2549,6 +2711,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AttachDisk(childComplexity, args["input"].(model.AttachDiskInput)), true
+	case "Mutation.createBackup":
+		if e.ComplexityRoot.Mutation.CreateBackup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createBackup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateBackup(childComplexity, args["vm"].(string), args["input"].(*model.CreateBackupInput)), true
 	case "Mutation.createComputeProfile":
 		if e.ComplexityRoot.Mutation.CreateComputeProfile == nil {
 			break
@@ -2604,6 +2777,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateImage(childComplexity, args["input"].(model.CreateImageInput)), true
+	case "Mutation.createImageFromVM":
+		if e.ComplexityRoot.Mutation.CreateImageFromVM == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createImageFromVM_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateImageFromVM(childComplexity, args["input"].(model.CreateImageFromVMInput)), true
 	case "Mutation.createKubernetesCluster":
 		if e.ComplexityRoot.Mutation.CreateKubernetesCluster == nil {
 			break
@@ -2747,6 +2931,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateVdc(childComplexity, args["input"].(model.CreateVDCInput)), true
+	case "Mutation.deleteBackup":
+		if e.ComplexityRoot.Mutation.DeleteBackup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteBackup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteBackup(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteComputeProfile":
 		if e.ComplexityRoot.Mutation.DeleteComputeProfile == nil {
 			break
@@ -2923,6 +3118,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteStorageProfile(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+	case "Mutation.deleteVDCImage":
+		if e.ComplexityRoot.Mutation.DeleteVDCImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteVDCImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteVDCImage(childComplexity, args["name"].(string)), true
 	case "Mutation.deleteVM":
 		if e.ComplexityRoot.Mutation.DeleteVM == nil {
 			break
@@ -2933,7 +3139,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.DeleteVM(childComplexity, args["id"].(string)), true
+		return e.ComplexityRoot.Mutation.DeleteVM(childComplexity, args["id"].(string), args["keepBackups"].(*bool)), true
 	case "Mutation.deleteVDC":
 		if e.ComplexityRoot.Mutation.DeleteVdc == nil {
 			break
@@ -3033,6 +3239,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResizeVM(childComplexity, args["input"].(model.ResizeVMInput)), true
+	case "Mutation.restoreBackup":
+		if e.ComplexityRoot.Mutation.RestoreBackup == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_restoreBackup_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RestoreBackup(childComplexity, args["input"].(model.RestoreBackupInput)), true
 	case "Mutation.revokeEnrollmentKey":
 		if e.ComplexityRoot.Mutation.RevokeEnrollmentKey == nil {
 			break
@@ -3264,6 +3481,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpgradeKubernetesCluster(childComplexity, args["id"].(string), args["version"].(string)), true
+	case "Mutation.uploadImage":
+		if e.ComplexityRoot.Mutation.UploadImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_uploadImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UploadImage(childComplexity, args["input"].(model.UploadImageInput)), true
 
 	case "Network.cidr":
 		if e.ComplexityRoot.Network.Cidr == nil {
@@ -3705,6 +3933,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.AgentUpdateOperation(childComplexity, args["id"].(string)), true
+	case "Query.backups":
+		if e.ComplexityRoot.Query.Backups == nil {
+			break
+		}
+
+		args, err := ec.field_Query_backups_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Backups(childComplexity, args["first"].(*int), args["after"].(*string)), true
 	case "Query.computeProfile":
 		if e.ComplexityRoot.Query.ComputeProfile == nil {
 			break
@@ -4324,6 +4563,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.StorageProfile.Description(childComplexity), true
+	case "StorageProfile.kind":
+		if e.ComplexityRoot.StorageProfile.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StorageProfile.Kind(childComplexity), true
 	case "StorageProfile.name":
 		if e.ComplexityRoot.StorageProfile.Name == nil {
 			break
@@ -4492,6 +4737,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCMember.User(childComplexity), true
 
+	case "VDCQuotas.imageGiB":
+		if e.ComplexityRoot.VDCQuotas.ImageGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCQuotas.ImageGiB(childComplexity), true
 	case "VDCQuotas.kubernetesClusters":
 		if e.ComplexityRoot.VDCQuotas.KubernetesClusters == nil {
 			break
@@ -4566,6 +4817,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCUsage.Vms(childComplexity), true
 
+	case "VM.backups":
+		if e.ComplexityRoot.VM.Backups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Backups(childComplexity), true
 	case "VM.cpuUsage":
 		if e.ComplexityRoot.VM.CPUUsage == nil {
 			break
@@ -4596,6 +4853,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Disks(childComplexity), true
+	case "VM.highAvailability":
+		if e.ComplexityRoot.VM.HighAvailability == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.HighAvailability(childComplexity), true
 	case "VM.host":
 		if e.ComplexityRoot.VM.Host == nil {
 			break
@@ -5042,10 +5305,12 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("AttachDiskInput", ec.unmarshalInputAttachDiskInput),
 			graphql.NewInputUnmarshaler("BackendInput", ec.unmarshalInputBackendInput),
 			graphql.NewInputUnmarshaler("BackendPoolInput", ec.unmarshalInputBackendPoolInput),
+			graphql.NewInputUnmarshaler("CreateBackupInput", ec.unmarshalInputCreateBackupInput),
 			graphql.NewInputUnmarshaler("CreateComputeProfileInput", ec.unmarshalInputCreateComputeProfileInput),
 			graphql.NewInputUnmarshaler("CreateEnrollmentKeyInput", ec.unmarshalInputCreateEnrollmentKeyInput),
 			graphql.NewInputUnmarshaler("CreateExternalNetworkInput", ec.unmarshalInputCreateExternalNetworkInput),
 			graphql.NewInputUnmarshaler("CreateFirewallRuleInput", ec.unmarshalInputCreateFirewallRuleInput),
+			graphql.NewInputUnmarshaler("CreateImageFromVMInput", ec.unmarshalInputCreateImageFromVMInput),
 			graphql.NewInputUnmarshaler("CreateImageInput", ec.unmarshalInputCreateImageInput),
 			graphql.NewInputUnmarshaler("CreateKubernetesClusterInput", ec.unmarshalInputCreateKubernetesClusterInput),
 			graphql.NewInputUnmarshaler("CreateLoadBalancerInput", ec.unmarshalInputCreateLoadBalancerInput),
@@ -5071,6 +5336,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("PathRouteInput", ec.unmarshalInputPathRouteInput),
 			graphql.NewInputUnmarshaler("ResizeDiskInput", ec.unmarshalInputResizeDiskInput),
 			graphql.NewInputUnmarshaler("ResizeVMInput", ec.unmarshalInputResizeVMInput),
+			graphql.NewInputUnmarshaler("RestoreBackupInput", ec.unmarshalInputRestoreBackupInput),
 			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
@@ -5086,6 +5352,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("UpdateStorageProfileInput", ec.unmarshalInputUpdateStorageProfileInput),
 			graphql.NewInputUnmarshaler("UpdateVDCInput", ec.unmarshalInputUpdateVDCInput),
 			graphql.NewInputUnmarshaler("UpdateZoneInput", ec.unmarshalInputUpdateZoneInput),
+			graphql.NewInputUnmarshaler("UploadImageInput", ec.unmarshalInputUploadImageInput),
 			graphql.NewInputUnmarshaler("VDCQuotasInput", ec.unmarshalInputVDCQuotasInput),
 			graphql.NewInputUnmarshaler("VMFilter", ec.unmarshalInputVMFilter),
 			graphql.NewInputUnmarshaler("ZonePoolInput", ec.unmarshalInputZonePoolInput),
@@ -5472,6 +5739,161 @@ enum AgentUpdateState {
   ROLLED_BACK
   "The release was refused before anything ran (bad signature, tampered, expired, not newer)."
   REFUSED
+}
+`, BuiltIn: false},
+	{Name: "../backup.graphqls", Input: `# Backups: archives of a VM's disks and configuration that Proxmox writes
+# (vzdump) to the storage a storage profile of kind BACKUP maps in the VM's
+# zone. A backup outlives its VM and restores into a new VM of the VDC.
+#
+# All of these work in the VDC of the FlexPlane-VDC-ID header: a VM or a
+# backup of another VDC (or none) answers NOT_FOUND. Each backup is tagged
+# with its VDC in its notes; nothing of another VDC is listed or restored.
+
+"What a storage profile's storage holds."
+enum StorageKind {
+  "VMs' disks."
+  DISK
+  "Backup archives (createBackup)."
+  BACKUP
+}
+
+"Where a backup is."
+enum BackupStatus {
+  "Proxmox is writing it."
+  RUNNING
+  "It is written and can be restored."
+  SUCCEEDED
+  "It failed (see message); nothing of it is kept."
+  FAILED
+}
+
+extend type VM {
+  """
+  Its backups, newest first: the archives taken of it and its backups
+  running or failed. A zone that does not answer gives none and a
+  ZONE_UNAVAILABLE error.
+  """
+  backups: [Backup!]!
+}
+
+extend type Query {
+  """
+  The VDC's backups, newest first, including those of VMs that are gone. A
+  zone that does not answer is left out, with a ZONE_UNAVAILABLE error.
+  """
+  backups(
+    "At most this many (default 50, at most 500)."
+    first: Int
+    "A cursor of the previous page's last edge."
+    after: String
+  ): BackupConnection! @vdc(role: MEMBER)
+}
+
+extend type Mutation {
+  """
+  Backs a VM up: every disk and its configuration, a running VM in
+  snapshot mode (it keeps running). BAD_USER_INPUT (with extensions.field)
+  for a description over 1024 bytes or a storage profile that is not of
+  kind BACKUP in the VM's zone; CONFLICT for a VM still being created or
+  busy. The operation follows Proxmox's task; a full backup storage fails
+  it with Proxmox's message, and leaves no backup listed.
+  """
+  createBackup(
+    "The VM's id."
+    vm: ID!
+    "What to take; absent takes a backup without description."
+    input: CreateBackupInput
+  ): Operation! @vdc(role: MEMBER)
+  """
+  Deletes a backup (its archive); it is gone when this returns. NOT_FOUND
+  for a backup of another VDC or none; CONFLICT for one Proxmox protects.
+  """
+  deleteBackup(
+    "The backup's id."
+    id: ID!
+  ): DeletedBackup! @vdc(role: MEMBER)
+  """
+  Creates a new VM of the VDC from a backup, as createVM does: a new id,
+  new MACs, addresses from the networks of the backed-up VM (the first free
+  ones), its size, user and SSH keys, quota checked, placed by placement.
+  The VM's own user-data is not delivered again (its disk holds what it
+  did). CONFLICT when another VM of the VDC has the name or another
+  restore is making one of that name, or when a network of the backed-up
+  VM is gone. The operation is the new VM's create.
+  """
+  restoreBackup(
+    "What to restore."
+    input: RestoreBackupInput!
+  ): Operation! @vdc(role: MEMBER)
+}
+
+"A backup to take."
+input CreateBackupInput {
+  "Free text, at most 1024 bytes."
+  description: String
+  "A storage profile of kind BACKUP; absent takes the VM's zone's only one."
+  storageProfile: String
+}
+
+"A backup to restore into a new VM."
+input RestoreBackupInput {
+  "The backup's id (a SUCCEEDED one)."
+  backup: ID!
+  "The new VM's name, a DNS name no other VM of the VDC has."
+  name: String!
+  """
+  The host to put it on (an ADMIN's choice); a backup on one host's own
+  storage is restored on that host.
+  """
+  host: String
+}
+
+"A backup of a VM."
+type Backup {
+  "Opaque id."
+  id: ID!
+  "The VM it was taken of (null once the VM is gone)."
+  vm: VM
+  "The VM's name when it was taken."
+  vmName: String!
+  "The zone it is kept in."
+  zone: Zone!
+  "When it was taken (started, while it runs)."
+  createdAt: Time!
+  "The archive's size in GiB (0 until it is written)."
+  sizeGiB: Float!
+  "Whether it runs, is written or failed."
+  status: BackupStatus!
+  "Proxmox's account of a failure (FAILED)."
+  message: String
+  "Free text given when it was taken."
+  description: String
+}
+
+"A deleted backup."
+type DeletedBackup {
+  "The id of the backup that was deleted."
+  id: ID!
+}
+
+"A page of backups."
+type BackupConnection {
+  "The backups of the page with their cursors."
+  edges: [BackupEdge!]!
+  "The backups of the page (the edges' nodes)."
+  nodes: [Backup!]!
+  "Where the page lies in the list."
+  pageInfo: PageInfo!
+  "How many backups there are in all (in the zones that answered)."
+  totalCount: Int!
+}
+
+"A backup in a page of backups."
+type BackupEdge {
+  "Pass it as after to get the backups after this one."
+  cursor: String!
+  "The backup."
+  node: Backup!
 }
 `, BuiltIn: false},
 	{Name: "../console.graphqls", Input: `# VM consoles: a VM's screen and keyboard in the browser (VNC, shown with
@@ -6560,6 +6982,11 @@ type VM implements Node {
   cpuUsage: Float!
   "Memory in use in MiB (0 when not running)."
   memoryUsedMiB: Int!
+  """
+  Whether it is a Proxmox HA resource: when its host fails, Proxmox starts it
+  on another host of the zone (UNKNOWN until then).
+  """
+  highAvailability: Boolean!
 }
 
 "The power state of a VM."
@@ -7671,6 +8098,10 @@ enum OperationKind {
   MIGRATE_VM
   "resizeVM."
   RESIZE_VM
+  "createImageFromVM."
+  CREATE_IMAGE
+  "createBackup."
+  CREATE_BACKUP
 }
 
 "Whether an operation runs or how it ended."
@@ -7849,6 +8280,8 @@ type StorageProfile {
   description: String!
   "The tier's label, e.g. ssd or nvme."
   tier: String!
+  "What its storage holds: VMs' disks (DISK) or backups (BACKUP)."
+  kind: StorageKind!
   "Read limit in MB/s; 0 is unlimited."
   readMBps: Int!
   "Write limit in MB/s; 0 is unlimited."
@@ -7911,6 +8344,8 @@ input CreateStorageProfileInput {
   description: String
   "The tier's label, e.g. ssd or nvme."
   tier: String!
+  "What its storage holds; DISK by default."
+  kind: StorageKind
   "Read limit in MB/s; 0 or absent is unlimited."
   readMBps: Int
   "Write limit in MB/s; 0 or absent is unlimited."
@@ -8521,6 +8956,8 @@ type VDCQuotas {
   publicAddresses: Int
   "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null bounds none."
   kubernetesClusters: Int
+  "At most this many GiB of the VDC's own images (uploaded files), each counted once; null bounds none."
+  imageGiB: Int
 }
 
 "What a VDC uses of its quotas."
@@ -8553,6 +8990,8 @@ input VDCQuotasInput {
   publicAddresses: Int
   "At most this many Kubernetes clusters (hosted control planes), those being deleted included; null or absent bounds none."
   kubernetesClusters: Int
+  "At most this many GiB of the VDC's own images (uploaded files), each counted once; null or absent bounds none."
+  imageGiB: Int
 }
 
 "A new VDC."
@@ -8581,6 +9020,94 @@ input UpdateVDCInput {
 type Deleted {
   "The name of the deleted object."
   name: String!
+}
+`, BuiltIn: false},
+	{Name: "../vdcimage.graphqls", Input: `# The images a VDC owns: files its members upload. Their record is in the
+# catalog, their templates in the zones' Proxmox (see
+# docs/use/images-and-cloud-init.md).
+
+extend type Image {
+  "The VDC that owns the image; null for the platform's images."
+  vdc: VDC
+  "The format of the image's file."
+  format: ImageFormat!
+  "The size in bytes of a VDC's image (its uploaded file), counted against the VDC's imageGiB quota; null for the platform's images."
+  sizeBytes: Float
+}
+
+extend type Mutation {
+  """
+  Uploads an image file into the VDC, through the GraphQL multipart request
+  spec: the file streams to a node of the zone, its SHA-256 computed on the
+  way, and becomes the image's template there; the image is listed and
+  usable by createVM of the VDC in that zone once this returns. BAD_USER_INPUT
+  for a bad name, format or zone, an empty file or one over 64 GiB, or an
+  upload cut off; CONFLICT for a name the VDC or the platform uses;
+  QUOTA_EXCEEDED past the VDC's imageGiB. A refused or broken upload leaves
+  no image.
+  """
+  uploadImage(
+    "What to upload."
+    input: UploadImageInput!
+  ): Image! @vdc(role: MEMBER)
+  """
+  Makes a new image of the VDC from its stopped VM: full copies of the VM's
+  disks become the disks of the image's template in the VM's zone, and
+  nothing else of the VM (no cloud-init settings, network devices and so
+  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, known to the replica that runs
+  it) ends once the template is ready; the image is listed and usable by
+  createVM of the VDC in that zone from then on. NOT_FOUND for a VM not of
+  the VDC; CONFLICT while the VM runs, or for a name the VDC or the platform
+  uses; QUOTA_EXCEEDED when its disks would pass the VDC's imageGiB.
+  """
+  createImageFromVM(
+    "What to make."
+    input: CreateImageFromVMInput!
+  ): Operation! @vdc(role: MEMBER)
+  "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
+  deleteVDCImage(
+    "The image's name in the VDC."
+    name: String!
+  ): Deleted! @vdc(role: MEMBER)
+}
+
+"A file of the GraphQL multipart request spec (a part of a multipart/form-data request)."
+scalar Upload
+
+"The format of an image's file."
+enum ImageFormat {
+  "A QCOW2 disk image."
+  QCOW2
+  "A raw disk image."
+  RAW
+  "An ISO 9660 installation medium (not taken by uploadImage yet)."
+  ISO
+}
+
+"An image file to upload into the VDC."
+input UploadImageInput {
+  "The image's name in the VDC: lower-case letters, digits, '-' and '.'; unique in the VDC and not a platform image's."
+  name: String!
+  "The file's format."
+  format: ImageFormat!
+  "The file: the part of the multipart request the map names for variables.input.file."
+  file: Upload!
+  "What it is; empty by default."
+  description: String
+  "Whether the image runs cloud-init on first boot; false by default."
+  cloudInit: Boolean
+  "The zone to upload into; by default the first, by name, the VDC may use."
+  zone: String
+}
+
+"A new image of the VDC made from one of its VMs."
+input CreateImageFromVMInput {
+  "The id of the VM to copy; it must be stopped."
+  vm: ID!
+  "The image's name in the VDC, as uploadImage's."
+  name: String!
+  "What it is; empty by default."
+  description: String
 }
 `, BuiltIn: false},
 	{Name: "../vm.graphqls", Input: `# The VM lifecycle: create, power actions and delete. Each returns an
@@ -8628,11 +9155,14 @@ extend type Mutation {
   ): Operation! @vdc(role: MEMBER)
   """
   Deletes a VM: stops it if it runs, destroys it with its disks and releases
-  its addresses; the operation has ended when this returns.
+  its addresses; the operation has ended when this returns. Its backups
+  stay unless keepBackups is false.
   """
   deleteVM(
     "The id of the VM."
     id: ID!
+    "Keep the VM's backups (false deletes them after the VM)."
+    keepBackups: Boolean = true
   ): Operation! @vdc(role: MEMBER)
   """
   Moves a VM to another host of its zone (Proxmox's own migration: online
@@ -8742,6 +9272,15 @@ input CreateVMInput {
   (extensions.field input.placementGroup).
   """
   placementGroup: String
+  """
+  Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+  profile's pool is shared storage becomes an HA resource, which Proxmox
+  starts again on another host of the zone when its host fails (the VM is
+  UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+  one. Null or true: highly available where its storage allows; false:
+  never.
+  """
+  highAvailability: Boolean
 }
 
 "A NIC of a new VM."
@@ -9005,6 +9544,54 @@ func (ec *executionContext) childFields_BackendPool(ctx context.Context, field g
 	return nil, fmt.Errorf("no field named %q was found under type BackendPool", field.Name)
 }
 
+func (ec *executionContext) childFields_Backup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Backup_id(ctx, field)
+	case "vm":
+		return ec.fieldContext_Backup_vm(ctx, field)
+	case "vmName":
+		return ec.fieldContext_Backup_vmName(ctx, field)
+	case "zone":
+		return ec.fieldContext_Backup_zone(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Backup_createdAt(ctx, field)
+	case "sizeGiB":
+		return ec.fieldContext_Backup_sizeGiB(ctx, field)
+	case "status":
+		return ec.fieldContext_Backup_status(ctx, field)
+	case "message":
+		return ec.fieldContext_Backup_message(ctx, field)
+	case "description":
+		return ec.fieldContext_Backup_description(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Backup", field.Name)
+}
+
+func (ec *executionContext) childFields_BackupConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_BackupConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_BackupConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_BackupConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_BackupConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BackupConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_BackupEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_BackupEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_BackupEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BackupEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_Capacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "cpus":
@@ -9093,6 +9680,14 @@ func (ec *executionContext) childFields_Deleted(ctx context.Context, field graph
 		return ec.fieldContext_Deleted_name(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Deleted", field.Name)
+}
+
+func (ec *executionContext) childFields_DeletedBackup(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeletedBackup_id(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeletedBackup", field.Name)
 }
 
 func (ec *executionContext) childFields_DeletedEdgeGateway(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -9501,6 +10096,12 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_createdAt(ctx, field)
 	case "zones":
 		return ec.fieldContext_Image_zones(ctx, field)
+	case "vdc":
+		return ec.fieldContext_Image_vdc(ctx, field)
+	case "format":
+		return ec.fieldContext_Image_format(ctx, field)
+	case "sizeBytes":
+		return ec.fieldContext_Image_sizeBytes(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
 }
@@ -10121,6 +10722,8 @@ func (ec *executionContext) childFields_StorageProfile(ctx context.Context, fiel
 		return ec.fieldContext_StorageProfile_description(ctx, field)
 	case "tier":
 		return ec.fieldContext_StorageProfile_tier(ctx, field)
+	case "kind":
+		return ec.fieldContext_StorageProfile_kind(ctx, field)
 	case "readMBps":
 		return ec.fieldContext_StorageProfile_readMBps(ctx, field)
 	case "writeMBps":
@@ -10217,6 +10820,8 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_publicAddresses(ctx, field)
 	case "kubernetesClusters":
 		return ec.fieldContext_VDCQuotas_kubernetesClusters(ctx, field)
+	case "imageGiB":
+		return ec.fieldContext_VDCQuotas_imageGiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }
@@ -10265,6 +10870,10 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_cpuUsage(ctx, field)
 	case "memoryUsedMiB":
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	case "highAvailability":
+		return ec.fieldContext_VM_highAvailability(ctx, field)
+	case "backups":
+		return ec.fieldContext_VM_backups(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
 	case "placementGroup":

@@ -405,6 +405,29 @@ func (ec *executionContext) fieldContext_VDCQuotas_kubernetesClusters(_ context.
 	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VDCQuotas_imageGiB(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCQuotas_imageGiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ImageGiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDCQuotas_imageGiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
+}
+
 func (ec *executionContext) _VDCUsage_vcpus(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -677,7 +700,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses", "kubernetesClusters"}
+	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses", "kubernetesClusters", "imageGiB"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -726,6 +749,13 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 				return it, err
 			}
 			it.KubernetesClusters = data
+		case "imageGiB":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("imageGiB"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ImageGiB = data
 		}
 	}
 	return it, nil
@@ -893,6 +923,11 @@ func (ec *executionContext) _VDCQuotas(ctx context.Context, sel ast.SelectionSet
 			}
 		case "kubernetesClusters":
 			out.Values[i] = ec._VDCQuotas_kubernetesClusters(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "imageGiB":
+			out.Values[i] = ec._VDCQuotas_imageGiB(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
@@ -91,6 +92,26 @@ type BackendPoolInput struct {
 	HealthCheck *HealthCheckInput `json:"healthCheck,omitempty"`
 }
 
+// A page of backups.
+type BackupConnection struct {
+	// The backups of the page with their cursors.
+	Edges []*BackupEdge `json:"edges"`
+	// The backups of the page (the edges' nodes).
+	Nodes []*compute.Backup `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo *paging.Info `json:"pageInfo"`
+	// How many backups there are in all (in the zones that answered).
+	TotalCount int `json:"totalCount"`
+}
+
+// A backup in a page of backups.
+type BackupEdge struct {
+	// Pass it as after to get the backups after this one.
+	Cursor string `json:"cursor"`
+	// The backup.
+	Node *compute.Backup `json:"node"`
+}
+
 // A console session waiting for its websocket.
 type ConsoleSession struct {
 	// The path of the websocket, on the GraphQL endpoint's host (ws: or wss:
@@ -99,6 +120,14 @@ type ConsoleSession struct {
 	Path string `json:"path"`
 	// When the ticket expires if it has not been used.
 	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// A backup to take.
+type CreateBackupInput struct {
+	// Free text, at most 1024 bytes.
+	Description *string `json:"description,omitempty"`
+	// A storage profile of kind BACKUP; absent takes the VM's zone's only one.
+	StorageProfile *string `json:"storageProfile,omitempty"`
 }
 
 // A new compute profile.
@@ -160,6 +189,16 @@ type CreateFirewallRuleInput struct {
 	// Where it goes among the rules, from 0 (the first); null for after the last.
 	Position *int `json:"position,omitempty"`
 	// Free text (at most 1024 bytes).
+	Description *string `json:"description,omitempty"`
+}
+
+// A new image of the VDC made from one of its VMs.
+type CreateImageFromVMInput struct {
+	// The id of the VM to copy; it must be stopped.
+	VM string `json:"vm"`
+	// The image's name in the VDC, as uploadImage's.
+	Name string `json:"name"`
+	// What it is; empty by default.
 	Description *string `json:"description,omitempty"`
 }
 
@@ -312,6 +351,8 @@ type CreateStorageProfileInput struct {
 	Description *string `json:"description,omitempty"`
 	// The tier's label, e.g. ssd or nvme.
 	Tier string `json:"tier"`
+	// What its storage holds; DISK by default.
+	Kind *StorageKind `json:"kind,omitempty"`
 	// Read limit in MB/s; 0 or absent is unlimited.
 	ReadMBps *int `json:"readMBps,omitempty"`
 	// Write limit in MB/s; 0 or absent is unlimited.
@@ -382,6 +423,13 @@ type CreateVMInput struct {
 	// the VDC does not have, BAD_USER_INPUT for one of another zone
 	// (extensions.field input.placementGroup).
 	PlacementGroup *string `json:"placementGroup,omitempty"`
+	// Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+	// profile's pool is shared storage becomes an HA resource, which Proxmox
+	// starts again on another host of the zone when its host fails (the VM is
+	// UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+	// one. Null or true: highly available where its storage allows; false:
+	// never.
+	HighAvailability *bool `json:"highAvailability,omitempty"`
 }
 
 // The result of createVM.
@@ -404,6 +452,12 @@ type CreatedEnrollmentKey struct {
 type Deleted struct {
 	// The name of the deleted object.
 	Name string `json:"name"`
+}
+
+// A deleted backup.
+type DeletedBackup struct {
+	// The id of the backup that was deleted.
+	ID string `json:"id"`
 }
 
 // The result of deleteEdgeGateway.
@@ -1007,6 +1061,17 @@ type ResizeVMInput struct {
 	Reboot *bool `json:"reboot,omitempty"`
 }
 
+// A backup to restore into a new VM.
+type RestoreBackupInput struct {
+	// The backup's id (a SUCCEEDED one).
+	Backup string `json:"backup"`
+	// The new VM's name, a DNS name no other VM of the VDC has.
+	Name string `json:"name"`
+	// The host to put it on (an ADMIN's choice); a backup on one host's own
+	// storage is restored on that host.
+	Host *string `json:"host,omitempty"`
+}
+
 // Which service account gets a new token.
 type RotateServiceAccountTokenInput struct {
 	// The account's id.
@@ -1187,6 +1252,22 @@ type UpdateZoneInput struct {
 	DedicatedTo []string `json:"dedicatedTo,omitempty"`
 }
 
+// An image file to upload into the VDC.
+type UploadImageInput struct {
+	// The image's name in the VDC: lower-case letters, digits, '-' and '.'; unique in the VDC and not a platform image's.
+	Name string `json:"name"`
+	// The file's format.
+	Format ImageFormat `json:"format"`
+	// The file: the part of the multipart request the map names for variables.input.file.
+	File graphql.Upload `json:"file"`
+	// What it is; empty by default.
+	Description *string `json:"description,omitempty"`
+	// Whether the image runs cloud-init on first boot; false by default.
+	CloudInit *bool `json:"cloudInit,omitempty"`
+	// The zone to upload into; by default the first, by name, the VDC may use.
+	Zone *string `json:"zone,omitempty"`
+}
+
 // A VDC the caller may use.
 type VDCAccess struct {
 	// The VDC.
@@ -1237,6 +1318,13 @@ type VM struct {
 	CPUUsage float64 `json:"cpuUsage"`
 	// Memory in use in MiB (0 when not running).
 	MemoryUsedMiB int `json:"memoryUsedMiB"`
+	// Whether it is a Proxmox HA resource: when its host fails, Proxmox starts it
+	// on another host of the zone (UNKNOWN until then).
+	HighAvailability bool `json:"highAvailability"`
+	// Its backups, newest first: the archives taken of it and its backups
+	// running or failed. A zone that does not answer gives none and a
+	// ZONE_UNAVAILABLE error.
+	Backups []*compute.Backup `json:"backups"`
 	// Its CPU, memory, network and disk I/O over the timeframe, oldest point
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
@@ -1800,6 +1888,67 @@ func (e HostStatus) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// The format of an image's file.
+type ImageFormat string
+
+const (
+	// A QCOW2 disk image.
+	ImageFormatQcow2 ImageFormat = "QCOW2"
+	// A raw disk image.
+	ImageFormatRaw ImageFormat = "RAW"
+	// An ISO 9660 installation medium (not taken by uploadImage yet).
+	ImageFormatIso ImageFormat = "ISO"
+)
+
+var AllImageFormat = []ImageFormat{
+	ImageFormatQcow2,
+	ImageFormatRaw,
+	ImageFormatIso,
+}
+
+func (e ImageFormat) IsValid() bool {
+	switch e {
+	case ImageFormatQcow2, ImageFormatRaw, ImageFormatIso:
+		return true
+	}
+	return false
+}
+
+func (e ImageFormat) String() string {
+	return string(e)
+}
+
+func (e *ImageFormat) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ImageFormat(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ImageFormat", str)
+	}
+	return nil
+}
+
+func (e ImageFormat) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ImageFormat) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ImageFormat) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // Where an image is in being staged into a zone.
 type ImageStagingState string
 
@@ -2021,6 +2170,10 @@ const (
 	OperationKindMigrateVM OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVM OperationKind = "RESIZE_VM"
+	// createImageFromVM.
+	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
+	// createBackup.
+	OperationKindCreateBackup OperationKind = "CREATE_BACKUP"
 )
 
 var AllOperationKind = []OperationKind{
@@ -2035,11 +2188,13 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVM,
 	OperationKindResizeVM,
+	OperationKindCreateImage,
+	OperationKindCreateBackup,
 }
 
 func (e OperationKind) IsValid() bool {
 	switch e {
-	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM:
+	case OperationKindCreateVM, OperationKindStartVM, OperationKindStopVM, OperationKindShutdownVM, OperationKindRebootVM, OperationKindDeleteVM, OperationKindCreateSnapshot, OperationKindRollbackSnapshot, OperationKindDeleteSnapshot, OperationKindMigrateVM, OperationKindResizeVM, OperationKindCreateImage, OperationKindCreateBackup:
 		return true
 	}
 	return false
@@ -2258,6 +2413,64 @@ func (e *SecurityProtocol) UnmarshalJSON(b []byte) error {
 }
 
 func (e SecurityProtocol) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// What a storage profile's storage holds.
+type StorageKind string
+
+const (
+	// VMs' disks.
+	StorageKindDisk StorageKind = "DISK"
+	// Backup archives (createBackup).
+	StorageKindBackup StorageKind = "BACKUP"
+)
+
+var AllStorageKind = []StorageKind{
+	StorageKindDisk,
+	StorageKindBackup,
+}
+
+func (e StorageKind) IsValid() bool {
+	switch e {
+	case StorageKindDisk, StorageKindBackup:
+		return true
+	}
+	return false
+}
+
+func (e StorageKind) String() string {
+	return string(e)
+}
+
+func (e *StorageKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = StorageKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid StorageKind", str)
+	}
+	return nil
+}
+
+func (e StorageKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *StorageKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e StorageKind) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -90,3 +90,17 @@ func kind(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// MarshalUpload never renders: an Upload is input only.
+func MarshalUpload(graphql.Upload) graphql.Marshaler { return graphql.Null }
+
+// UnmarshalUpload takes the file of a multipart request (the GraphQL
+// multipart request spec), and anything else as no file (File nil), which
+// the field refuses itself: refused here, a value in place of a file would
+// be answered before the field's access is checked.
+func UnmarshalUpload(v any) (graphql.Upload, error) {
+	if u, ok := v.(graphql.Upload); ok {
+		return u, nil
+	}
+	return graphql.Upload{}, nil
+}

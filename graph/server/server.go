@@ -65,6 +65,10 @@ type Config struct {
 	MaxComplexity int
 	// MaxBodyBytes bounds request bodies; 0 is 1 MiB.
 	MaxBodyBytes int64
+	// MaxUploadBytes bounds the body of a multipart request (uploadImage's
+	// file and its operation, which stream: see uploadTransport) instead
+	// of MaxBodyBytes; 0 is 64 GiB and 1 MiB.
+	MaxUploadBytes int64
 	// Metrics receives the API's Prometheus metrics (operations and their
 	// durations); nil keeps none.
 	Metrics prometheus.Registerer
@@ -116,6 +120,9 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = 64<<30 + 1<<20
+	}
 	if cfg.MaxQueryBytes == 0 {
 		cfg.MaxQueryBytes = 16 << 10
 	}
@@ -156,6 +163,7 @@ func New(cfg Config) (http.Handler, error) {
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
+	srv.AddTransport(uploadTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	if cfg.Metrics != nil {
 		// Used first, it is the outermost operation interceptor: it also
@@ -207,7 +215,11 @@ func (h *apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.graphiql.ServePage(w, r)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)
+	limit := h.cfg.MaxBodyBytes
+	if r.Method == http.MethodPost && isMultipart(r) {
+		limit = h.cfg.MaxUploadBytes
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	ctx := r.Context()
 	if v := r.Header.Get(graph.VDCHeader); v != "" {
 		ctx = withVDCName(ctx, v)

@@ -113,13 +113,19 @@ type pveResponse struct {
 
 // do sends one request; path is below /api2/json.
 func (p *pve) do(ctx context.Context, method, path, query string, body []byte, contentType string) (pveResponse, error) {
-	u := *p.base
-	u.Path += path
-	u.RawQuery = query
 	var rd io.Reader
 	if len(body) > 0 {
 		rd = bytes.NewReader(body)
 	}
+	return p.send(ctx, method, path, query, rd, contentType)
+}
+
+// send sends one request whose body is read from rd as it is sent (nil:
+// none); path is below /api2/json.
+func (p *pve) send(ctx context.Context, method, path, query string, rd io.Reader, contentType string) (pveResponse, error) {
+	u := *p.base
+	u.Path += path
+	u.RawQuery = query
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
 		return pveResponse{}, fmt.Errorf("build request: %w", err)

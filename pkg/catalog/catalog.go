@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -217,6 +218,10 @@ type QuotaReservation struct {
 	// existing VM grows by (quota.Ledger.ReserveResources: a disk, a
 	// larger compute profile).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Name is the VM name a create claims in the VDC (a restore of a
+	// backup, quota.Ledger.ReserveNamed): no other live reservation of
+	// the VDC claims it.
+	Name string `json:"name,omitempty"`
 }
 
 // VDCSpec is the desired state of a VDC.
@@ -251,6 +256,10 @@ type VDCQuotas struct {
 	// hosted control plane in the management cluster), those being
 	// deleted included; nil bounds none.
 	KubernetesClusters *int `json:"kubernetesClusters,omitempty"`
+	// ImageGiB bounds the total size of the VDC's own images (uploaded
+	// files and templates made from VMs, each counted once however many
+	// zones hold it); nil bounds none.
+	ImageGiB *int `json:"imageGiB,omitempty"`
 }
 
 // ObjectKind implements Object.
@@ -268,6 +277,10 @@ func (v *VDC) DeepCopyObject() Object {
 	if p := v.Quotas.KubernetesClusters; p != nil {
 		n := *p
 		c.Quotas.KubernetesClusters = &n
+	}
+	if p := v.Quotas.ImageGiB; p != nil {
+		n := *p
+		c.Quotas.ImageGiB = &n
 	}
 	return &c
 }
@@ -307,6 +320,9 @@ type StorageProfileSpec struct {
 	Description string `json:"description,omitempty"`
 	// Tier is a short tier name shown to users (a DNS label, e.g. "ssd").
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: StorageDisk (VMs' disks,
+	// also for "") or StorageBackup (backup archives).
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps and WriteMBps limit disk throughput in MB/s; zero is unlimited.
 	ReadMBps  int `json:"readMBps"`
 	WriteMBps int `json:"writeMBps"`
@@ -320,6 +336,15 @@ type ZonePool struct {
 	Zone string `json:"zone"`
 	Pool string `json:"pool"`
 }
+
+// Kinds of storage profiles.
+const (
+	StorageDisk   = "DISK"
+	StorageBackup = "BACKUP"
+)
+
+// IsBackup reports whether the profile's storage holds backup archives.
+func (s *StorageProfileSpec) IsBackup() bool { return s.Kind == StorageBackup }
 
 // PoolFor returns the Proxmox storage of the profile in zone.
 func (s *StorageProfileSpec) PoolFor(zone string) (string, bool) {
@@ -380,6 +405,47 @@ type ImageSpec struct {
 	Checksum string `json:"checksum"`
 	// CloudInit says whether the image runs cloud-init on first boot.
 	CloudInit bool `json:"cloudInit"`
+	// VDC is the VDC that owns the image; "" for the platform's images.
+	// A VDC's image is named VDCImageName(vdc, name); its URL is its
+	// origin (ImageOriginUpload or ImageOriginVM and what it names), its
+	// template lives in Proxmox, its record here.
+	VDC string `json:"vdc,omitempty"`
+	// Format is the image file's format: ImageFormatQCOW2 (also "": the
+	// platform's images), ImageFormatRaw or ImageFormatISO.
+	Format string `json:"format,omitempty"`
+	// SizeBytes is the size of a VDC image (its uploaded file, or its
+	// template's disks), counted against the VDC's imageGiB quota.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Zone is the zone a VDC image was made in (its template is there
+	// first).
+	Zone string `json:"zone,omitempty"`
+}
+
+// Formats of an image file.
+const (
+	ImageFormatQCOW2 = "QCOW2"
+	ImageFormatRaw   = "RAW"
+	ImageFormatISO   = "ISO"
+)
+
+// Origins of a VDC image: the prefix of its URL.
+const (
+	// ImageOriginUpload is "upload:<sha256 hex>": an uploaded file.
+	ImageOriginUpload = "upload:"
+	// ImageOriginVM is "vm:<vm id>": a template made from a VM.
+	ImageOriginVM = "vm:"
+)
+
+// VDCImageName is the catalog name of vdc's image called name.
+func VDCImageName(vdc, name string) string { return vdc + "." + name }
+
+// ShortName is the image's name as its VDC sees it (the name itself for a
+// platform image).
+func (i *Image) ShortName() string {
+	if i.VDC == "" {
+		return i.Name
+	}
+	return strings.TrimPrefix(i.Name, i.VDC+".")
 }
 
 // ObjectKind implements Object.

@@ -102,6 +102,7 @@ func (v *VDC) Validate() error {
 		validateRange("quotas.vms", v.Quotas.VMs, 0, maxQuota),
 		validateRange("quotas.publicAddresses", ptrOr(v.Quotas.PublicAddresses, 0), 0, maxQuota),
 		validateRange("quotas.kubernetesClusters", ptrOr(v.Quotas.KubernetesClusters, 0), 0, maxQuota),
+		validateRange("quotas.imageGiB", ptrOr(v.Quotas.ImageGiB, 0), 0, maxQuota),
 		validateAccess(v),
 		validateDefaultGroup(v.DefaultSecurityGroup),
 	)
@@ -127,6 +128,9 @@ func (p *StorageProfile) Validate() error {
 		validateRange("writeMBps", p.WriteMBps, 0, 1_000_000),
 	); err != nil {
 		return err
+	}
+	if k := p.StorageProfileSpec.Kind; k != "" && k != StorageDisk && k != StorageBackup {
+		return invalid("kind", "kind is %s or %s", StorageDisk, StorageBackup)
 	}
 	if len(p.Pools) == 0 {
 		return invalid("pools", "must map at least one zone to a Proxmox storage")
@@ -155,6 +159,17 @@ func (i *Image) Validate() error {
 	if i.Version == "" || len(i.Version) > 64 || !versionRE.MatchString(i.Version) {
 		return invalid("version", "%q must be 1 to 64 letters, digits or . _ + ~ : - and start with a letter or digit", i.Version)
 	}
+	switch i.Format {
+	case "", ImageFormatQCOW2, ImageFormatRaw, ImageFormatISO:
+	default:
+		return invalid("format", "%q is not %s, %s or %s", i.Format, ImageFormatQCOW2, ImageFormatRaw, ImageFormatISO)
+	}
+	if i.VDC != "" {
+		return i.validateOfVDC()
+	}
+	if i.SizeBytes != 0 || i.Zone != "" {
+		return invalid("sizeBytes", "only a VDC's image has a size and a zone of origin")
+	}
 	u, err := url.Parse(i.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(i.URL) > 2048 {
 		return invalid("url", "%q must be an absolute http or https URL", i.URL)
@@ -164,6 +179,36 @@ func (i *Image) Validate() error {
 	}
 	if !checksumRE.MatchString(i.Checksum) {
 		return invalid("checksum", "must be sha256:<64 hex digits> or sha512:<128 hex digits> in lower case")
+	}
+	return nil
+}
+
+// vdcImageURLRE is the origin of a VDC image.
+var vdcImageURLRE = regexp.MustCompile(`^(upload:[0-9a-f]{64}|vm:[A-Za-z0-9_-]{1,128})$`)
+
+// validateOfVDC checks what is particular to a VDC's image.
+func (i *Image) validateOfVDC() error {
+	if err := ValidateLabel("vdc", i.VDC); err != nil {
+		return err
+	}
+	short, ok := strings.CutPrefix(i.Name, i.VDC+".")
+	if !ok || short == "" {
+		return invalid("name", "%q must start with its VDC %q", i.Name, i.VDC)
+	}
+	if !vdcImageURLRE.MatchString(i.URL) {
+		return invalid("url", "%q must be upload:<sha256 hex> or vm:<vm id>", i.URL)
+	}
+	if sum, up := strings.CutPrefix(i.URL, ImageOriginUpload); up && i.Checksum != "sha256:"+sum {
+		return invalid("checksum", "must be sha256:<the sha256 of its url>")
+	}
+	if strings.HasPrefix(i.URL, ImageOriginVM) && i.Checksum != "" {
+		return invalid("checksum", "an image made from a VM has none")
+	}
+	if i.SizeBytes < 0 {
+		return invalid("sizeBytes", "must not be negative")
+	}
+	if i.Zone != "" {
+		return ValidateLabel("zone", i.Zone)
 	}
 	return nil
 }

@@ -208,7 +208,6 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}{
 		"name":           {mod(func(in *compute.CreateInput) { in.Name = "Not_A_DNS" }), "input.name"},
 		"zone":           {mod(func(in *compute.CreateInput) { in.Zone = "nowhere" }), "input.zone"},
-		"image":          {mod(func(in *compute.CreateInput) { in.Image = "nope" }), "input.image"},
 		"compute":        {mod(func(in *compute.CreateInput) { in.ComputeProfile = "huge" }), "input.computeProfile"},
 		"storage":        {mod(func(in *compute.CreateInput) { in.StorageProfile = "nvme" }), "input.storageProfile"},
 		"disk too small": {mod(func(in *compute.CreateInput) { in.DiskGiB = 0 }), "input.diskGiB"},
@@ -243,6 +242,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		if !isField(err, apierr.BadUserInput, c.field) {
 			t.Errorf("%s: %v, want BAD_USER_INPUT on %s", name, err, c.field)
 		}
+	}
+	// An image that is not there answers as another VDC's image does.
+	if _, _, err := e.svc.CreateVM(ctx, mod(func(in *compute.CreateInput) { in.Image = "nope" })); !isField(err, apierr.NotFound, "input.image") {
+		t.Errorf("image: %v, want NOT_FOUND on input.image", err)
 	}
 	if after := e.snapshot(); !before.equal(after) {
 		t.Errorf("bad input changed state:\n%+v\n%+v", before, after)

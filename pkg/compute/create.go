@@ -70,6 +70,10 @@ type CreateInput struct {
 	// "" lets placement choose (placement.go). Who may pin is the
 	// caller's to check.
 	Host string
+	// NoHA keeps the VM out of Proxmox HA; by default a VM on shared
+	// storage is an HA resource that Proxmox recovers on another host when
+	// its host fails (ha.go).
+	NoHA bool
 }
 
 // NICInput is one NIC: the network's id and a static address, or "" for
@@ -126,6 +130,9 @@ type plan struct {
 	groups []string
 	// pgroup is the VM's placement group, nil for none.
 	pgroup *catalog.PlacementGroup
+	// restore is the backup the guest is restored from instead of a
+	// clone of the image's template (nil for a create).
+	restore *restoreSource
 }
 
 type nicPlan struct {
@@ -199,7 +206,10 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, zoneDown(z.Name, errUnreachable)
 	}
 	p.zone = z
-	if p.img, err = catalog.Get[*catalog.Image](ctx, d.cfg.Catalog, in.Image); err != nil {
+	if p.img, err = resolveImage(ctx, d.cfg.Catalog, in.VDC, in.Image); errors.Is(err, catalog.ErrNotFound) {
+		// The same answer for another VDC's image as for none.
+		return nil, &Error{Kind: KindNotFound, Field: "image", Message: fmt.Sprintf("no image %q", in.Image)}
+	} else if err != nil {
 		return nil, catalogInput("image", "image", in.Image, err)
 	}
 	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, d.cfg.Catalog, in.ComputeProfile); err != nil {
@@ -207,6 +217,9 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	}
 	if p.sp, err = catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, in.StorageProfile); err != nil {
 		return nil, catalogInput("storageProfile", "storage profile", in.StorageProfile, err)
+	}
+	if p.sp.IsBackup() {
+		return nil, badInput("storageProfile", "storage profile %s holds backups, not disks", in.StorageProfile)
 	}
 	if p.storage, ok = p.sp.PoolFor(z.Name); !ok {
 		return nil, badInput("storageProfile", "storage profile %s has no pool in zone %s", in.StorageProfile, z.Name)
@@ -299,7 +312,7 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 			host = p.tpl.Node
 		}
 		if host != "" {
-			if _, err := snippetStorage(ctx, z, host); err != nil {
+			if _, err := snippetStorage(ctx, z, host, false); err != nil {
 				p.slot.release()
 				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
 			}
@@ -412,11 +425,19 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
+		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups, NoHA: in.NoHA,
 	}
 	if p.pgroup != nil {
 		intent.PlacementGroup = p.pgroup.ShortName()
 	}
+	return startCreate(ctx, d, p, intent)
+}
+
+// startCreate starts the create of plan p with intent: it claims (the
+// claim phase), sends the clone (or the restore of a backup) when it can
+// and starts the runner of the other phases. On error nothing is left
+// behind.
+func startCreate(ctx context.Context, d *deps, p *plan, intent *Intent) (*VM, *Operation, error) {
 	sc := &createScope{deps: d, z: p.zone, p: p, in: intent}
 	if p.userData != nil {
 		sc.userData = p.userData
@@ -428,7 +449,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	// Until its operation is recorded, Recover knows it live from here.
 	defer d.eng.begin(intent.Op)()
 	fail := func(err error) (*VM, *Operation, error) {
-		d.log.Info("create refused", "vm", in.Name, "vdc", in.VDC, "zone", p.zone.Name, "err", err)
+		d.log.Info("create refused", "vm", intent.Name, "vdc", intent.VDC, "zone", p.zone.Name, "err", err)
 		sc.release(context.WithoutCancel(ctx))
 		return nil, nil, err
 	}
@@ -436,12 +457,12 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 	if err := runPhases(ctx, d.eng, "", intent.Op, phases[:1], sc); err != nil {
 		return fail(cause(err))
 	}
-	if p.tpl == nil {
+	if p.tpl == nil && p.restore == nil {
 		// The first create that needs the image stages it; its guest (and
 		// so its VM id) exists once the template does.
 		sc.opID = createOpID(p.zone.ID, 0, intent.Op)
 		op := Operation{ID: sc.opID, Kind: OpCreate, State: OpRunning, Step: "stage", Started: intent.Created}
-		d.eng.record(in.VDC, p.zone.Name, op)
+		d.eng.record(intent.VDC, p.zone.Name, op)
 		d.eng.spawn(func(ctx context.Context) { sc.run(ctx, from(phases, "stage")) })
 		return nil, &op, nil
 	}
@@ -518,9 +539,8 @@ func (sc *createScope) claimPhase(ctx context.Context) error {
 	if err := sc.claim(ctx); err != nil {
 		return err
 	}
-	err := sc.quota.Reserve(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, quota.Usage{VCPUs: sc.in.VCPUs, MemoryMiB: sc.in.MemoryMiB, StorageGiB: sc.in.DiskGiB})
-	if err != nil {
-		return quotaError(sc.in.VDC, err)
+	if err := sc.reserve(ctx); err != nil {
+		return err
 	}
 	if err := sc.ensurePool(ctx, sc.z, sc.in.VDC); err != nil {
 		return zoneDown(sc.z.Name, err)
@@ -528,10 +548,40 @@ func (sc *createScope) claimPhase(ctx context.Context) error {
 	return nil
 }
 
+// reserve reserves the create's quota; a restore of a backup claims its
+// VM's name with it (no two restores make one name).
+func (sc *createScope) reserve(ctx context.Context) error {
+	u := quota.Usage{VCPUs: sc.in.VCPUs, MemoryMiB: sc.in.MemoryMiB, StorageGiB: sc.in.DiskGiB}
+	var err error
+	if sc.p != nil && sc.p.restore != nil {
+		err = sc.quota.ReserveNamed(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, sc.in.Name, u)
+	} else {
+		err = sc.quota.Reserve(ctx, sc.in.VDC, sc.in.Op, sc.z.ID, u)
+	}
+	if errors.Is(err, quota.ErrNameTaken) {
+		return &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("a VM named %s is being created in the VDC", sc.in.Name), Cause: err}
+	}
+	if err != nil {
+		return quotaError(sc.in.VDC, err)
+	}
+	if sc.p != nil && sc.p.restore != nil {
+		// Checked again under the reservation: a restore of that name
+		// that released its own has named its guest by then.
+		taken, err := nameTaken(ctx, sc.z, sc.in.VDC, sc.in.Name)
+		if err != nil {
+			return zoneDown(sc.z.Name, err)
+		}
+		if taken {
+			return &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the VDC has a VM named %s", sc.in.Name)}
+		}
+	}
+	return nil
+}
+
 // stagePhase waits for the image to be staged in the zone (the first
 // create that needs it stages it), unless it was there.
 func (sc *createScope) stagePhase(ctx context.Context) error {
-	if sc.p == nil || sc.p.tpl != nil {
+	if sc.p == nil || sc.p.tpl != nil || sc.p.restore != nil {
 		return nil
 	}
 	tpl, err := sc.stageOnHost(ctx)
@@ -805,7 +855,7 @@ func RemovePool(ctx context.Context, c *proxmox.Client, vdc string) error {
 // clone clones the template into a new guest carrying the intent; the
 // VMID from /cluster/nextid is a guess, a taken one is replaced.
 func (sc *createScope) clone(ctx context.Context) (int, string, error) {
-	z, tpl, in := sc.z, *sc.p.tpl, sc.in
+	z, in := sc.z, sc.in
 	vmid, err := pveapi.NextID(ctx, z.Client)
 	if err != nil {
 		return 0, "", err
@@ -821,10 +871,7 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 		var upid string
 		sc.bind(ctx, vmid)
 		sc.p.slot.bind(vmid)
-		err := z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
-			"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
-			"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
-		}, &upid)
+		err := sc.requestGuest(ctx, vmid, &upid)
 		switch {
 		case err == nil:
 			for _, n := range in.NICs {
@@ -850,6 +897,20 @@ func (sc *createScope) clone(ctx context.Context) (int, string, error) {
 			return 0, "", fmt.Errorf("compute: clone: %w", err)
 		}
 	}
+}
+
+// requestGuest asks Proxmox for guest vmid: a full clone of the plan's
+// template, or the restore of its backup, carrying the intent.
+func (sc *createScope) requestGuest(ctx context.Context, vmid int, upid *string) error {
+	in := sc.in
+	if r := sc.p.restore; r != nil {
+		return sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu", sc.p.slot.host(r.node)), r.params(vmid, in), upid)
+	}
+	tpl := *sc.p.tpl
+	return sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
+		"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
+		"pool": tenancy.PoolID(in.VDC), "description": in.Description(), "target": sc.p.slot.host(tpl.Node),
+	}, upid)
 }
 
 // errGone: the guest vanished or is no longer the one of the intent.
@@ -1002,8 +1063,16 @@ func (d *deps) waitFirewall(ctx context.Context, zone string, in *Intent, vmid i
 	return nil
 }
 
-// startGuest starts the guest.
+// startGuest starts the guest: a VM to be highly available on shared
+// storage becomes an HA resource with state started, which Proxmox's HA
+// manager starts (ha.go); the others are started.
 func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
+	if g.HAState == "" && !sc.in.NoHA {
+		did, err := sc.enrollHA(ctx, sc.z, g, sc.in, "started")
+		if did || err != nil {
+			return did, err
+		}
+	}
 	if g.Status == "running" {
 		return false, nil
 	}
@@ -1106,6 +1175,11 @@ func plannedConfig(cfg pveapi.Config, in *Intent) (map[string]any, string) {
 		if want := encodeKeys(in.SSHKeys); cfg.Str("sshkeys") != want {
 			ch["sshkeys"] = want
 		}
+	}
+	if in.UserDataSum == "" && in.UserData == "" && cfg.Str("cicustom") != "" {
+		// A restored guest names the snippets of the VM it was backed up
+		// from: never this VM's.
+		del = append(del, "cicustom")
 	}
 	if disk := cfg.Str("scsi0"); disk != "" && (!limitIs(disk, "mbps_rd", in.ReadMBps) || !limitIs(disk, "mbps_wr", in.WriteMBps)) {
 		ch["scsi0"] = setProp(setProp(disk, "mbps_rd", in.ReadMBps), "mbps_wr", in.WriteMBps)

@@ -16,7 +16,11 @@ import (
 // releases its IPAM addresses; it returns when that is done. A VM whose
 // create this process is running answers CONFLICT.
 func (s *Service) DeleteVM(ctx context.Context, vdc, id string) (*Operation, error) {
-	d := s.d
+	return deleteVM(ctx, s.d, vdc, id)
+}
+
+// deleteVM is DeleteVM.
+func deleteVM(ctx context.Context, d *deps, vdc, id string) (*Operation, error) {
 	z, g, in, err := d.find.lookup(ctx, vdc, id)
 	if err != nil {
 		return nil, err
@@ -94,7 +98,7 @@ func (sc *deleteScope) settle(ctx context.Context) (pveapi.Resource, error) {
 			if sc.cicustom == "" && sc.in != nil && sc.in.UserDataSum != "" {
 				// A create that failed between writing its snippet and
 				// naming it: the snippet is the one it would have named.
-				if st, err := snippetStorage(ctx, sc.z, sc.g.Node); err == nil {
+				if st, err := snippetStorage(ctx, sc.z, sc.g.Node, !sc.in.NoHA); err == nil {
 					sc.cicustom = "user=" + SnippetRef{Storage: st, Name: userDataName(sc.g.VMID)}.Volume()
 				}
 			}

@@ -85,6 +85,9 @@ func (sc *attachScope) storageOf(ctx context.Context) (string, *catalog.StorageP
 		if err != nil {
 			return "", nil, catalogInput("storageProfile", "storage profile", name, err)
 		}
+		if sp.IsBackup() {
+			return "", nil, badInput("storageProfile", "storage profile %s holds backups, not disks", name)
+		}
 		pool, ok := sp.PoolFor(zone)
 		if !ok {
 			return "", nil, badInput("storageProfile", "storage profile %s has no pool in zone %s", name, zone)

@@ -199,7 +199,7 @@ func (e *env) stage(z *vmtest.Zone) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.svc.Images().Ensure(vmtest.Ctx(e.t), imagesTarget(z), img); err != nil {
+	if _, err := e.svc.Images().Stager().Ensure(vmtest.Ctx(e.t), imagesTarget(z), img); err != nil {
 		e.t.Fatalf("stage: %v", err)
 	}
 }

@@ -28,6 +28,9 @@ const (
 	OpReboot   OpKind = "REBOOT_VM"
 	OpDelete   OpKind = "DELETE_VM"
 	OpMigrate  OpKind = "MIGRATE_VM"
+	// OpCreateImage is createImageFromVM: known to the process that runs
+	// it (its image is listed once it succeeded).
+	OpCreateImage OpKind = "CREATE_IMAGE"
 )
 
 // OpState is where an operation is.
@@ -225,6 +228,9 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	}
 	op.Step = ts.Type
 	op.State, op.Error = taskState(ts)
+	if ref.kind == OpCreateBackup && op.State == OpFailed {
+		op.Error = backupFailure(ctx, z, ref.upid, op.Error)
+	}
 	return op, nil
 }
 

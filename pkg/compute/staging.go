@@ -35,9 +35,20 @@ type ImageState struct {
 	Err    error
 }
 
-// ImageStates reads img's staging state in every reachable zone, or in the
+// Images returns the service's part about images: the staging of the
+// catalog's images into zones, and the images a VDC owns (vdcimages.go).
+func (s *Service) Images() *Images { return &Images{s: s} }
+
+// Images stages images and keeps the VDCs' own (Service.Images).
+type Images struct{ s *Service }
+
+// Stager returns the stager the service uses.
+func (im *Images) Stager() *images.Stager { return im.s.d.stager }
+
+// States reads img's staging state in every reachable zone, or in the
 // one called zone when it is set.
-func (s *Service) ImageStates(ctx context.Context, img *catalog.Image, zone *string) ([]ImageState, error) {
+func (im *Images) States(ctx context.Context, img *catalog.Image, zone *string) ([]ImageState, error) {
+	s := im.s
 	var out []ImageState
 	for _, z := range s.ZoneList(ctx) {
 		if zone != nil && *zone != z.Name {
@@ -57,11 +68,12 @@ func (s *Service) ImageStates(ctx context.Context, img *catalog.Image, zone *str
 	return out, nil
 }
 
-// StageImageIn starts staging img into the reachable zone called zone (or
-// with that ID; StageImage) and returns its state there: a *Error of
-// KindBadInput on "zone" when there is none, of KindZoneUnavailable when
-// the zone fails.
-func (s *Service) StageImageIn(ctx context.Context, img *catalog.Image, zone string) (ImageState, error) {
+// StageIn starts staging img into the reachable zone called zone (or
+// with that ID; Service.StageImage) and returns its state there: a *Error
+// of KindBadInput on "zone" when there is none, of KindZoneUnavailable
+// when the zone fails.
+func (im *Images) StageIn(ctx context.Context, img *catalog.Image, zone string) (ImageState, error) {
+	s := im.s
 	z, ok := s.Zone(ctx, zone)
 	if !ok {
 		return ImageState{}, badInput("zone", "there is no reachable zone %q", zone)

@@ -159,8 +159,15 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// from the compute service: built below, before anything runs.
 	firewall := &firewallGate{}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
-		Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
-		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute")})
+		Uploads: NewVolumeUploader(registry), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
+		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute"),
+		HARecovered: func(_ context.Context, r compute.HARecovery) {
+			// An audit event of what Proxmox's HA manager did: the VM,
+			// the failed host and the host it runs on now.
+			if sink != nil {
+				sink.Emit(audit.System("recoverVM", r.VDC, "VM", r.VM, r.Zone+"/"+r.From, r.Zone+"/"+r.To))
+			}
+		}})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -59,3 +59,12 @@ func NewSnippetWriter(r *fleet.Registry) compute.SnippetWriter {
 		return c, ok
 	})
 }
+
+// NewVolumeUploader returns the uploader of the orchestrator's compute
+// service: the agent of r on the upload's node forwards it to Proxmox.
+func NewVolumeUploader(r *fleet.Registry) compute.VolumeUploader {
+	return snippets.NewUploader(func(zoneID, node string) (agentv1.AgentServiceClient, bool) {
+		c, _, ok := r.AgentOfNode(zoneID, node)
+		return c, ok
+	})
+}

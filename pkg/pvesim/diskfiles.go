@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disk bytes. With Config.DiskDir set, every disk volume (content
@@ -64,6 +66,15 @@ func writeSparse(path string, src *volume, size int64) error {
 			return err
 		}
 		defer sf.Close()
+		if n, ok, err := copyData(f, sf); ok {
+			if err == nil {
+				err = f.Truncate(max(size, n))
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
 		r = sf
 	default:
 		r = bytes.NewReader(src.data)
@@ -95,6 +106,73 @@ func writeSparse(path string, src *volume, size int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// copyData copies the data of sparse file src into dst at the same
+// offsets, skipping its holes (SEEK_DATA, SEEK_HOLE), and returns src's
+// size; ok is false when the file system cannot say where its data is
+// (then nothing was copied).
+func copyData(dst, src *os.File) (int64, bool, error) {
+	fi, err := src.Stat()
+	if err != nil {
+		return 0, false, nil
+	}
+	size := fi.Size()
+	fd := int(src.Fd())
+	buf := make([]byte, fileChunk)
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // no data after off
+		}
+		if err != nil {
+			if off == 0 {
+				return 0, false, nil
+			}
+			return size, true, err
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return size, true, err
+		}
+		if copyRange(dst, src, data, hole) {
+			off = hole
+			continue
+		}
+		for p := data; p < hole; {
+			n, err := src.ReadAt(buf[:min(int64(len(buf)), hole-p)], p)
+			if n > 0 {
+				if _, werr := dst.WriteAt(buf[:n], p); werr != nil {
+					return size, true, werr
+				}
+				p += int64(n)
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return size, true, err
+			}
+			if n == 0 {
+				break
+			}
+		}
+		off = hole
+	}
+	return size, true, nil
+}
+
+// copyRange copies bytes [from, to) of src to the same offsets of dst in
+// the kernel (copy_file_range), as cp does; false when it cannot (then
+// the caller copies them itself, from from on: a partial copy is
+// written again).
+func copyRange(dst, src *os.File, from, to int64) bool {
+	for from < to {
+		in, out := from, from
+		n, err := unix.CopyFileRange(int(src.Fd()), &in, int(dst.Fd()), &out, int(min(to-from, 1<<30)), 0)
+		if err != nil || n == 0 {
+			return false
+		}
+		from += int64(n)
+	}
+	return true
 }
 
 // resizeFile makes v's file v.size bytes long. The caller holds mu.

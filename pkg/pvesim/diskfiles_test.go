@@ -17,7 +17,7 @@ import (
 )
 
 // volumePath is the path Proxmox names for volid on node.
-func volumePath(t *testing.T, c *pvesim.Cluster, node, volid string) string {
+func volumePath(t testing.TB, c *pvesim.Cluster, node, volid string) string {
 	t.Helper()
 	storage, _, _ := strings.Cut(volid, ":")
 	r := call(t, c, testToken, http.MethodGet, "/nodes/"+node+"/storage/"+storage+"/content/"+volid, nil)

@@ -43,6 +43,9 @@ type stateFile struct {
 	Firewall *fwConf `json:"firewall,omitempty"`
 	// StorageContent is each storage's content types (PUT /storage).
 	StorageContent map[string][]string `json:"storage_content,omitempty"`
+	// HA is the HA configuration: resources and rules (the manager's view is derived
+	// again at start).
+	HA *haRecord `json:"ha,omitempty"`
 }
 
 type nodeRecord struct {
@@ -97,6 +100,21 @@ type volumeRecord struct {
 	Protected bool   `json:"protected,omitempty"`
 	Data      []byte `json:"data,omitempty"`
 	File      string `json:"file,omitempty"`
+	// Dump is what a backup archive holds.
+	Dump *dumpRecord `json:"dump,omitempty"`
+}
+
+// dumpRecord is a backup archive's configuration and disks (backup.go).
+type dumpRecord struct {
+	Conf  typedMap         `json:"conf"`
+	Disks []dumpDiskRecord `json:"disks,omitempty"`
+}
+
+type dumpDiskRecord struct {
+	Key     string `json:"key"`
+	Storage string `json:"storage"`
+	Size    int64  `json:"size"`
+	File    string `json:"file,omitempty"`
 }
 
 type poolRecord struct {
@@ -283,6 +301,7 @@ func (st *state) snapshot() *stateFile {
 			f.Volumes = append(f.Volumes, volumeRecord{
 				VolID: v.volid, Storage: v.storage, Node: v.node, Content: v.content, Format: v.format, Size: v.size,
 				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected, Data: v.data, File: v.file,
+				Dump: dumpOf(v.dump),
 			})
 		}
 	}
@@ -298,6 +317,7 @@ func (st *state) snapshot() *stateFile {
 		f.SDN.IPs = append(f.SDN.IPs, ipRecord{Zone: m.zone, VNet: m.vnet, Subnet: m.subnet, IP: m.ip, MAC: m.mac, Hostname: m.hostname, VMID: m.vmid, Gateway: m.gateway})
 	}
 	f.Firewall = st.fw.clone()
+	f.HA = st.ha.record()
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -394,6 +414,12 @@ func (st *state) restore(f *stateFile) error {
 		}
 		v := &volume{volid: r.VolID, storage: r.Storage, node: r.Node, content: r.Content, format: r.Format, size: r.Size,
 			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected, data: r.Data, file: r.File}
+		if d := r.Dump; d != nil {
+			v.dump = &dumpArchive{conf: map[string]any(d.Conf)}
+			for _, dd := range d.Disks {
+				v.dump.disks = append(v.dump.disks, dumpDisk{key: dd.Key, storage: dd.Storage, size: dd.Size, file: dd.File})
+			}
+		}
 		st.volumesOn(r.Node, r.Storage)[r.VolID] = v
 	}
 	sdnConf := func(r sdnConfigRecord) *sdnConfig {
@@ -404,6 +430,7 @@ func (st *state) restore(f *stateFile) error {
 		st.sdn.ips[r.Zone+"/"+r.IP] = &ipMapping{zone: r.Zone, vnet: r.VNet, subnet: r.Subnet, ip: r.IP, mac: r.MAC, hostname: r.Hostname, vmid: r.VMID, gateway: r.Gateway}
 	}
 	st.fw = f.Firewall.normalize()
+	st.ha.load(f.HA)
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {
@@ -547,4 +574,16 @@ func (c *Cluster) saveState() error {
 	}
 	c.persist.saves.Add(1)
 	return nil
+}
+
+// dumpOf is the record of archive a (nil for none).
+func dumpOf(a *dumpArchive) *dumpRecord {
+	if a == nil {
+		return nil
+	}
+	r := &dumpRecord{Conf: copyTyped(a.conf)}
+	for _, d := range a.disks {
+		r.Disks = append(r.Disks, dumpDiskRecord{Key: d.key, Storage: d.storage, Size: d.size, File: d.file})
+	}
+	return r
 }

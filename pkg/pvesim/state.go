@@ -25,6 +25,7 @@ type state struct {
 	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
 	fw       *fwConf // the cluster's firewall (cluster.fw)
+	ha       *haState
 	nextPID  uint32
 	// firstBoots are the guests' starts whose cloud-init is still to run
 	// (cloudinit.go).
@@ -88,6 +89,8 @@ type volume struct {
 	// until its file is made.
 	file string
 	src  *volume
+	// dump is what a backup archive holds (backup.go); nil for others.
+	dump *dumpArchive
 }
 
 type pool struct {
@@ -106,6 +109,7 @@ func newState(c *Cluster) *state {
 		repl:    map[string]*replJob{},
 		sdn:     newSDNState(),
 		fw:      newFWConf(),
+		ha:      newHAState(),
 		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
 		timers:  map[*taskTimer]struct{}{},
 		storages: []*storageDef{
@@ -189,6 +193,9 @@ func (st *state) removeVolume(node, volid string) {
 	storage, _, _ := strings.Cut(volid, ":")
 	if v := st.volumesOn(node, storage)[volid]; v != nil {
 		st.removeFile(v)
+		if v.dump != nil {
+			st.removeDumpFiles(v.dump)
+		}
 	}
 	delete(st.volumesOn(node, storage), volid)
 }
@@ -213,8 +220,10 @@ func (st *state) setNodeOnline(name string, online bool) {
 				g.stop()
 			}
 		}
+		st.haNodeOffline(name)
 	} else {
 		n.booted = time.Now()
+		st.haNodeOnline(name)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,33 @@ func ParseHostID(id string) (HostRef, error) {
 		return HostRef{}, err
 	}
 	return HostRef{ZoneID: parts[0], Node: parts[1]}, nil
+}
+
+// BackupRef locates a backup archive: the zone (cluster identity), the
+// node whose storage lists it (any node for shared storage) and the
+// archive's Proxmox volume id.
+type BackupRef struct {
+	ZoneID string
+	Node   string
+	VolID  string
+}
+
+// ID is the opaque, global id of the backup.
+func (r BackupRef) ID() string {
+	return encodeID("backup", r.ZoneID, r.Node, url.QueryEscape(r.VolID))
+}
+
+// ParseBackupID parses an id made by BackupRef.ID.
+func ParseBackupID(id string) (BackupRef, error) {
+	parts, err := decodeID("backup", id, 3)
+	if err != nil {
+		return BackupRef{}, err
+	}
+	vol, err := url.QueryUnescape(parts[2])
+	if err != nil || url.QueryEscape(vol) != parts[2] {
+		return BackupRef{}, fmt.Errorf("tenancy: parse backup id: %w", ErrBadID)
+	}
+	return BackupRef{ZoneID: parts[0], Node: parts[1], VolID: vol}, nil
 }
 
 // encodeID joins kind and parts into an opaque URL-safe id.

@@ -370,3 +370,32 @@ func TestSecretNamespace(t *testing.T) {
 		t.Errorf("GetSecret after DeleteSecret: %v, want not found", err)
 	}
 }
+
+// TestVDCImages: a VDC's images, an uploaded one (url upload:<sha256>) and
+// one made from a VM (url vm:<id>, no checksum), pass the Image CRD and
+// come back with their VDC, format, size and zone; a platform image's url
+// must still be http(s).
+func TestVDCImages(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	s := open(t, ns)
+	sum := strings.Repeat("ab", 32)
+	up := &catalog.Image{}
+	up.Name, up.VDC, up.Version, up.URL, up.Checksum = "red.app", "red", "20261206T081500.123Z", "upload:"+sum, "sha256:"+sum
+	up.Format, up.SizeBytes, up.Zone = catalog.ImageFormatRaw, 3<<30, "fra1"
+	vm := &catalog.Image{}
+	vm.Name, vm.VDC, vm.Version, vm.URL, vm.Format, vm.SizeBytes = "red.golden", "red", "20261206T081500.456Z", "vm:dm0vZnJhMS8xMDE", catalog.ImageFormatQCOW2, 4<<30
+	for _, img := range []*catalog.Image{up, vm} {
+		if _, err := catalog.Create(t.Context(), s, img); err != nil {
+			t.Fatalf("%s: %v", img.Name, err)
+		}
+		got, err := catalog.Get[*catalog.Image](t.Context(), s, img.Name)
+		if err != nil || got.VDC != "red" || got.Format != img.Format || got.SizeBytes != img.SizeBytes || got.Zone != img.Zone || got.URL != img.URL || got.ShortName() != img.Name[len("red."):] {
+			t.Errorf("%s read back as %+v (%v)", img.Name, got, err)
+		}
+	}
+	manifest := `{"apiVersion":"flexplane.io/v1alpha1","kind":"Image","metadata":{"name":"odd"},"spec":{"version":"1","url":"upload:xyz","checksum":"","cloudInit":false}}`
+	if err := raw(t, ns, catalog.KindImage, manifest); err == nil {
+		t.Errorf("the server accepted %s", manifest)
+	}
+}

@@ -68,10 +68,29 @@ type Template struct {
 
 // Tag is the Proxmox tag that marks the template of img: it changes with
 // the image's name and checksum, so a new image version gets a new template.
+// A VDC's image's tag changes with its version (its creation time) too,
+// so that an image made again under a name never adopts a template its
+// predecessor left in a zone that was down when it was deleted.
 func Tag(img *catalog.Image) string {
-	sum := sha256.Sum256([]byte(img.Name + "\x00" + img.Checksum))
+	key := img.Name + "\x00" + img.Checksum
+	if img.VDC != "" {
+		key += "\x00" + img.Version
+	}
+	sum := sha256.Sum256([]byte(key))
 	return "fp-img-" + hex.EncodeToString(sum[:6])
 }
+
+// downloadable reports whether img is staged by a download of its URL
+// (the platform's images): a VDC's image is never downloaded, its
+// template is made where it is uploaded or made (and copied to other
+// zones by its owner's request).
+func downloadable(img *catalog.Image) bool {
+	return strings.HasPrefix(img.URL, "http://") || strings.HasPrefix(img.URL, "https://")
+}
+
+// ErrNotInZone is the staging of an image that cannot be downloaded (a
+// VDC's image) into a zone that has no template of it.
+var ErrNotInZone = errors.New("the image has no template in the zone")
 
 // fileName is the name of the downloaded volume of img.
 func fileName(img *catalog.Image) string { return Tag(img) + ".qcow2" }
@@ -267,6 +286,9 @@ func (s *Stager) Status(ctx context.Context, t Target, img *catalog.Image) (Stat
 	if pending != nil {
 		return Status{State: StateStaging, Reason: "creating the template"}, nil
 	}
+	if !downloadable(img) {
+		return Status{State: StateAbsent}, nil
+	}
 	node, err := t.node(ctx)
 	if err != nil {
 		return Status{}, err
@@ -301,6 +323,9 @@ func (s *Stager) Stage(ctx context.Context, t Target, img *catalog.Image) (Statu
 	st, err := s.Status(ctx, t, img)
 	if err != nil || st.State == StateStaged || st.State == StateStaging {
 		return st, err
+	}
+	if !downloadable(img) {
+		return Status{}, fmt.Errorf("images: stage %s in %s: %w", img.Name, t.Zone, ErrNotInZone)
 	}
 	node, err := t.node(ctx)
 	if err != nil {
@@ -515,6 +540,39 @@ func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image)
 	if !ok {
 		return Template{}, fmt.Errorf("images: %s: downloaded volume %s is missing", img.Name, vol)
 	}
+	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
+}
+
+// DiskSource is a disk of a template to make: the storage it goes to and
+// the volume it is copied from (import-from).
+type DiskSource struct{ Storage, Volume string }
+
+// TemplateFromDisks makes the template of img on node of the zone of t
+// from disks, volumes of that node (a stopped guest's, the boot disk
+// first), each copied onto its storage: the sources are read, not
+// changed. It returns the template once it is one.
+func (s *Stager) TemplateFromDisks(ctx context.Context, t Target, img *catalog.Image, node string, disks []DiskSource) (Template, error) {
+	if len(disks) == 0 {
+		return Template{}, errors.New("images: a template needs a disk")
+	}
+	return s.templateFrom(ctx, t, img, node, disks)
+}
+
+// TemplateFromVolume makes the template of img on node of the zone of t
+// from vol, an `import` volume of that node (an uploaded file), and
+// returns it once it is one. The volume is left as it is.
+func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.Image, node, vol string) (Template, error) {
+	t.Node = node
+	_, disk, err := pickStorages(ctx, t)
+	if err != nil {
+		return Template{}, err
+	}
+	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
+}
+
+// templateFrom creates the template guest of img on node, its disks
+// (scsi0, scsi1, ...) imported from disks, and converts it.
+func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image, node string, disks []DiskSource) (Template, error) {
 	for attempt := 0; ; attempt++ {
 		vmid, err := pveapi.NextID(ctx, t.Client)
 		if err != nil {
@@ -525,8 +583,7 @@ func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image)
 			"tags":        tenancy.JoinTags([]string{tenancy.ManagedTag, Tag(img)}),
 			"description": fmt.Sprintf("flexplane template of image %s %s (%s)", img.Name, img.Version, img.Checksum),
 			"scsihw":      "virtio-scsi-pci",
-			"scsi0":       disk + ":0,import-from=" + vol,
-			"ide2":        disk + ":cloudinit",
+			"ide2":        disks[0].Storage + ":cloudinit",
 			"boot":        "order=scsi0",
 			"serial0":     "socket",
 			"vga":         "serial0",
@@ -534,6 +591,9 @@ func (s *Stager) makeTemplate(ctx context.Context, t Target, img *catalog.Image)
 			"ostype":      "l26",
 			"memory":      512,
 			"cores":       1,
+		}
+		for i, d := range disks {
+			params[fmt.Sprintf("scsi%d", i)] = d.Storage + ":0,import-from=" + d.Volume
 		}
 		_, err = pveapi.Run(ctx, t.Client, "POST", "/nodes/"+node+"/qemu", params)
 		if pveapi.IsAlreadyExists(err) && attempt < 10 {

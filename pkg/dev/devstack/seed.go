@@ -143,6 +143,7 @@ func (s *seeder) storageProfiles(ctx context.Context) error {
 	in := []map[string]any{
 		{"name": "ssd-standard", "description": "Shared SSD storage", "tier": "ssd", "readMBps": 500, "writeMBps": 300, "pools": pools("shared")},
 		{"name": "nvme-performance", "description": "Local NVMe, unthrottled", "tier": "nvme", "pools": pools("local-lvm")},
+		{"name": "backup-standard", "description": "Backups on each host's own storage", "tier": "backup", "kind": "BACKUP", "pools": pools("local")},
 	}
 	return s.createMissing(ctx, "storage profile", `{ storageProfiles { name } }`, "storageProfiles",
 		`mutation($input: CreateStorageProfileInput!) { createStorageProfile(input: $input) { name } }`, in)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,6 +33,12 @@ type Request struct {
 	Authorization string
 	// VDC is sent as the FlexPlane-VDC-ID header ("" sends none).
 	VDC string
+	// File, when set, is sent as a file of the GraphQL multipart request
+	// spec, streamed as it is read (a read error cuts the body off), for
+	// the variable FileVariable names (e.g. "input.file", whose value in
+	// Variables the server replaces).
+	File         io.Reader
+	FileVariable string
 }
 
 // Error is one error of a GraphQL response.
@@ -63,11 +70,16 @@ func Post(ctx context.Context, hc *http.Client, url string, req Request) (*Respo
 	if err != nil {
 		return nil, fmt.Errorf("graphql: %w", err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	var rd io.Reader = bytes.NewReader(body)
+	ctype := "application/json"
+	if req.File != nil {
+		rd, ctype = multipartBody(body, req.FileVariable, req.File)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
 	if err != nil {
 		return nil, fmt.Errorf("graphql: %w", err)
 	}
-	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Content-Type", ctype)
 	if req.Authorization != "" {
 		hr.Header.Set("Authorization", req.Authorization)
 	}
@@ -94,6 +106,33 @@ func Post(ctx context.Context, hc *http.Client, url string, req Request) (*Respo
 		return nil, fmt.Errorf("graphql: status %d, body %.300q: %w", resp.StatusCode, raw, err)
 	}
 	return r, nil
+}
+
+// multipartBody is a request of the GraphQL multipart request spec:
+// operations, then the map naming variable, then the file as file reads
+// it (a read error other than io.EOF cuts the body off).
+func multipartBody(operations []byte, variable string, file io.Reader) (io.Reader, string) {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		err := mw.WriteField("operations", string(operations))
+		if err == nil {
+			m, _ := json.Marshal(map[string][]string{"0": {"variables." + variable}})
+			err = mw.WriteField("map", string(m))
+		}
+		var fw io.Writer
+		if err == nil {
+			fw, err = mw.CreateFormFile("0", "upload")
+		}
+		if err == nil {
+			_, err = io.Copy(fw, file)
+		}
+		if err == nil {
+			err = mw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, mw.FormDataContentType()
 }
 
 // ResponseError is an answer that carries GraphQL errors.

@@ -1846,6 +1846,13 @@ type CreateVMInput struct {
 	// the VDC does not have, BAD_USER_INPUT for one of another zone
 	// (extensions.field input.placementGroup).
 	PlacementGroup *string `json:"placementGroup"`
+	// Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+	// profile's pool is shared storage becomes an HA resource, which Proxmox
+	// starts again on another host of the zone when its host fails (the VM is
+	// UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+	// one. Null or true: highly available where its storage allows; false:
+	// never.
+	HighAvailability *bool `json:"highAvailability"`
 }
 
 // GetName returns CreateVMInput.Name, and is useful for accessing the field via an interface.
@@ -1889,6 +1896,9 @@ func (v *CreateVMInput) GetHost() *string { return v.Host }
 
 // GetPlacementGroup returns CreateVMInput.PlacementGroup, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetPlacementGroup() *string { return v.PlacementGroup }
+
+// GetHighAvailability returns CreateVMInput.HighAvailability, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetHighAvailability() *bool { return v.HighAvailability }
 
 // CreateVMResponse is returned by CreateVM on success.
 type CreateVMResponse struct {
@@ -2213,7 +2223,8 @@ func (v *DeleteVMDeleteVMOperation) __premarshalJSON() (*__premarshalDeleteVMDel
 // DeleteVMResponse is returned by DeleteVM on success.
 type DeleteVMResponse struct {
 	// Deletes a VM: stops it if it runs, destroys it with its disks and releases
-	// its addresses; the operation has ended when this returns.
+	// its addresses; the operation has ended when this returns. Its backups
+	// stay unless keepBackups is false.
 	DeleteVM DeleteVMDeleteVMOperation `json:"deleteVM"`
 }
 
@@ -6004,6 +6015,10 @@ const (
 	OperationKindMigrateVm OperationKind = "MIGRATE_VM"
 	// resizeVM.
 	OperationKindResizeVm OperationKind = "RESIZE_VM"
+	// createImageFromVM.
+	OperationKindCreateImage OperationKind = "CREATE_IMAGE"
+	// createBackup.
+	OperationKindCreateBackup OperationKind = "CREATE_BACKUP"
 )
 
 var AllOperationKind = []OperationKind{
@@ -6018,6 +6033,8 @@ var AllOperationKind = []OperationKind{
 	OperationKindDeleteSnapshot,
 	OperationKindMigrateVm,
 	OperationKindResizeVm,
+	OperationKindCreateImage,
+	OperationKindCreateBackup,
 }
 
 // Whether an operation runs or how it ended.

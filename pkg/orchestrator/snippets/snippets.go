@@ -1,13 +1,16 @@
-// Package snippets is the orchestrator's compute.SnippetWriter: the agent
-// of a snippet's node writes and deletes it (agent RPCs WriteSnippet,
-// DeleteSnippet). It is wiring: the VM lifecycle (pkg/compute) names the
+// Package snippets is the orchestrator's compute.SnippetWriter and
+// compute.VolumeUploader: the agent of a snippet's node writes and
+// deletes it (agent RPCs WriteSnippet, DeleteSnippet), and the agent of an
+// upload's node forwards the file to its Proxmox (UploadVolume). It is wiring: the VM lifecycle (pkg/compute) names the
 // snippets it needs, the fleet (pkg/mesh/fleet) finds the agents, and this
 // package joins them, so that neither imports the other.
 package snippets
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -54,4 +57,58 @@ func (w snippetWriter) DeleteSnippet(ctx context.Context, ref compute.SnippetRef
 		return fmt.Errorf("snippets: delete snippet %s on %s: %w", ref.Volume(), ref.Node, err)
 	}
 	return nil
+}
+
+// volumeUploader is a compute.VolumeUploader whose uploads the agent of
+// their node forwards to its Proxmox (agent RPC UploadVolume).
+type volumeUploader struct{ agent AgentFinder }
+
+// NewUploader returns the compute.VolumeUploader over the agents agent
+// finds.
+func NewUploader(agent AgentFinder) compute.VolumeUploader { return volumeUploader{agent} }
+
+// uploadChunk is the size of an UploadVolume message's data.
+const uploadChunk = 1 << 20
+
+// UploadVolume implements compute.VolumeUploader: it streams r to the
+// agent of ref's node in chunks, holding one at a time. An error reading
+// r cancels the stream, which makes the agent abort the upload.
+func (u volumeUploader) UploadVolume(ctx context.Context, ref compute.UploadRef, size int64, r io.Reader) (compute.UploadResult, error) {
+	c, ok := u.agent(ref.ZoneID, ref.Node)
+	if !ok {
+		return compute.UploadResult{}, fmt.Errorf("snippets: upload %s: no online agent on %s", ref.Filename, ref.Node)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.UploadVolume(ctx)
+	if err != nil {
+		return compute.UploadResult{}, fmt.Errorf("snippets: upload %s on %s: %w", ref.Filename, ref.Node, err)
+	}
+	msg := &agentv1.UploadVolumeRequest{Storage: ref.Storage, Content: ref.Content, Filename: ref.Filename, Size: size}
+	buf := make([]byte, uploadChunk)
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 || msg.Storage != "" {
+			msg.Data = buf[:n]
+			if err := stream.Send(msg); err != nil {
+				if _, rerr := stream.CloseAndRecv(); rerr != nil {
+					err = rerr // the agent's reason
+				}
+				return compute.UploadResult{}, fmt.Errorf("snippets: upload %s on %s: %w", ref.Filename, ref.Node, err)
+			}
+			msg = &agentv1.UploadVolumeRequest{}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			cancel() // the agent aborts: Proxmox stores nothing
+			return compute.UploadResult{}, fmt.Errorf("snippets: upload %s: read: %w", ref.Filename, rerr)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return compute.UploadResult{}, fmt.Errorf("snippets: upload %s on %s: %w", ref.Filename, ref.Node, err)
+	}
+	return compute.UploadResult{UPID: resp.GetUpid(), SHA256: resp.GetSha256(), Size: resp.GetSize(), Volume: resp.GetVolume()}, nil
 }

@@ -127,8 +127,23 @@ func NodeTasksOfType(ctx context.Context, c *proxmox.Client, node, typ string, l
 	return out, nil
 }
 
+// ClusterTasks lists the cluster's recent tasks of every node, running
+// and finished (GET /cluster/tasks).
+func ClusterTasks(ctx context.Context, c *proxmox.Client) ([]TaskEntry, error) {
+	out, err := readTasks(ctx, c, "/cluster/tasks")
+	if err != nil {
+		return nil, fmt.Errorf("pveapi: cluster tasks: %w", err)
+	}
+	return out, nil
+}
+
 // nodeTasks reads GET /nodes/{node}/tasks with the query q.
 func nodeTasks(ctx context.Context, c *proxmox.Client, node string, q url.Values) ([]TaskEntry, error) {
+	return readTasks(ctx, c, "/nodes/"+url.PathEscape(node)+"/tasks?"+q.Encode())
+}
+
+// readTasks reads a list of tasks at path.
+func readTasks(ctx context.Context, c *proxmox.Client, path string) ([]TaskEntry, error) {
 	var raw []struct {
 		UPID      string `json:"upid"`
 		Type      string `json:"type"`
@@ -137,7 +152,7 @@ func nodeTasks(ctx context.Context, c *proxmox.Client, node string, q url.Values
 		StartTime int64  `json:"starttime"`
 		EndTime   int64  `json:"endtime"`
 	}
-	if err := c.Get(ctx, "/nodes/"+url.PathEscape(node)+"/tasks?"+q.Encode(), &raw); err != nil {
+	if err := c.Get(ctx, path, &raw); err != nil {
 		return nil, err
 	}
 	out := make([]TaskEntry, 0, len(raw))

@@ -16,7 +16,10 @@ var formatCases = map[string]struct {
 	"pve-vmid": {good: []string{"100", "999999999"}, bad: map[string]string{"99": "value does not look like a valid VM ID", "0100": "", "1000000000": ""}},
 	"pve-storage-id": {good: []string{"local", "local-lvm", "ceph.pool_1"},
 		bad: map[string]string{"1local": "storage ID '1local' contains illegal characters", "local-": "", "lo cal": ""}},
-	"pve-configid": {good: []string{"net0", "scsi10", "my_mapping-1"}, bad: map[string]string{"0net": "invalid configuration ID '0net'", "n": "", "a.b": ""}},
+	"pve-ha-resource-or-vm-id": {good: []string{"vm:100", "100", "ct:101"}, bad: map[string]string{"vm:99": "value does not look like a valid ha resource id", "vm-100": "", "x:100": ""}},
+	"pve-ha-resource-id":       {good: []string{"vm:100", "ct:101"}, bad: map[string]string{"100": "value does not look like a valid ha resource id", "vm:": ""}},
+	"pve-ha-node":              {good: []string{"pve1", "pve2:2"}, bad: map[string]string{"pve1:a": "value does not look like a valid ha node", "pve 1": ""}},
+	"pve-configid":             {good: []string{"net0", "scsi10", "my_mapping-1"}, bad: map[string]string{"0net": "invalid configuration ID '0net'", "n": "", "a.b": ""}},
 	"pve-poolid": {good: []string{"tenants", "tenant-a/prod", "a/b/c", "x.y_z"},
 		bad: map[string]string{"a b": "pool name 'a b' contains invalid characters", "a/b/c/d": "pool name 'a/b/c/d' nested too deeply (max levels = 3)", "/a": ""}},
 	"pve-bridge-id": {good: []string{"vmbr0", "vnet1", "br-lan.10"}, bad: map[string]string{"vmbr 0": "invalid bridge ID 'vmbr 0'", "a/b": ""}},
@@ -52,6 +55,7 @@ var formatCases = map[string]struct {
 	"pve-vlan-id-or-range": {good: []string{"2", "4094", "100-200"},
 		bad: map[string]string{"1": "invalid VLAN tag '1'", "4095": "", "100-100": "VLAN range must go from lower to higher tag '100-100'", "x": "invalid VLAN configuration 'x'"}},
 	"pve-replication-job-id":         {good: []string{"100-0", "100-12"}, bad: map[string]string{"100": "replication job ID '100' invalid", "100-a": ""}},
+	"email-or-username":              {good: []string{"root@pam", "ops@example.com", "admin"}, bad: map[string]string{"a b": "value does not look like a valid email address or user name"}},
 	"pve-calendar-event":             {good: []string{"*/15", "mon..fri 02:30", "sat 1:00"}, bad: map[string]string{"a;b": "unable to parse calendar event 'a;b'", "": ""}},
 	"pve-task-status-type":           {good: []string{"ok", "error", "WARNING", "unknown"}, bad: map[string]string{"failed": "invalid status 'failed'"}},
 	"pve-cpuset":                     {good: []string{"", "0", "0-3", "0,5,8-11", "1,"}, bad: map[string]string{"3-1": "unable to parse cpuset option", "a": "", "0,,1": "", ",1": ""}},
@@ -101,6 +105,8 @@ var formatCases = map[string]struct {
 	"prune-backups": {good: []string{"keep-all=1", "keep-last=3,keep-daily=7", "keep-last=0", "keep-all=1,keep-last=0"},
 		bad: map[string]string{"keep-last=-1": "format error\nx.keep-last: value must have a minimum value of 0\n", "keep-some=1": "invalid key in comma-separated list property: keep-some\n",
 			"keep-all=1,keep-last=2": "keep-all cannot be set together with other options.\n"}},
+	"backup-performance": {good: []string{"max-workers=4", "max-workers=2,pbs-entries-max=1024"}, bad: map[string]string{"max-workers=0": ""}},
+	"backup-fleecing":    {good: []string{"1", "enabled=1,storage=local-lvm"}, bad: map[string]string{"storage=a b": ""}},
 	"pve-sdn-dhcp-range": {good: []string{"start-address=10.0.0.100,end-address=10.0.0.200", "start-address=x,end-address=y"}, bad: map[string]string{"start-address=10.0.0.100": "format error\nx.end-address: property is missing and it is not optional\n"}},
 }
 

@@ -323,6 +323,20 @@ func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage)
 	})
 }
 
+// ErrNameTaken is returned (wrapped) by ReserveNamed when another live
+// reservation of the VDC claims the name.
+var ErrNameTaken = errors.New("quota: the name is claimed by another create in flight")
+
+// ReserveNamed is Reserve for a create that claims the VM name name in
+// vdc: it fails with ErrNameTaken, in the same conditional write, when
+// another live reservation claims it, so two creates of one name never
+// both hold a reservation.
+func (l *Ledger) ReserveNamed(ctx context.Context, vdc, id, zoneID, name string, req Usage) error {
+	return l.reserve(ctx, vdc, catalog.QuotaReservation{
+		ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Zone: zoneID, Name: name,
+	})
+}
+
 // ReserveSnapshot reserves gib of storage for snapshot name being taken
 // under id in zone zoneID of vdc, failing as Reserve does. Once the
 // snapshot exists the pool counts it too (SnapshotGiB): release the
@@ -361,6 +375,9 @@ func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReser
 		live := pruned(v.Status.Reservations, now)
 		if slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.ID == res.ID }) {
 			return nil
+		}
+		if res.Name != "" && slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.Name == res.Name }) {
+			return fmt.Errorf("quota: reserve %s: %w", res.Name, ErrNameTaken)
 		}
 		cs := l.count(ctx, vdc, live, v.Status.Counted)
 		u, err := used(cs, live)

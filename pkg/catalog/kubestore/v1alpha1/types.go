@@ -138,6 +138,12 @@ type VDCQuotas struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1073741824
 	KubernetesClusters *int64 `json:"kubernetesClusters,omitempty"`
+	// ImageGiB bounds the total size of the VDC's own images; absent
+	// bounds none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	ImageGiB *int64 `json:"imageGiB,omitempty"`
 }
 
 // VDCStatus is what the orchestrator records on a VDC.
@@ -178,6 +184,11 @@ type QuotaReservation struct {
 	// VMID is the create's guest once it exists.
 	// +optional
 	VMID int64 `json:"vmid,omitempty"`
+	// Name is the VM name a restore of a backup claims: no other live
+	// reservation of the VDC claims it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
 }
 
 // VDCList is a list of VDCs.
@@ -250,6 +261,11 @@ type StorageProfileSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Tier string `json:"tier"`
+	// Kind is what the profile's storage holds: DISK (VMs' disks, the
+	// default) or BACKUP (backup archives).
+	// +kubebuilder:validation:Enum=DISK;BACKUP
+	// +optional
+	Kind string `json:"kind,omitempty"`
 	// ReadMBps limits disk reads in MB/s; zero is unlimited.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000
@@ -310,16 +326,36 @@ type ImageSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._+~:-]*$`
 	Version string `json:"version"`
 	// URL is the http(s) download address of the image, without
-	// credentials.
+	// credentials; for a VDC's image its origin: upload:<sha256 hex> or
+	// vm:<vm id>.
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="must be an absolute http or https URL"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(upload:[0-9a-f]{64}|vm:[A-Za-z0-9_-]{1,128})$') || (isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != '')",message="must be an absolute http or https URL"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*@')",message="must not carry credentials"
 	URL string `json:"url"`
-	// Checksum is "sha256:<64 hex>" or "sha512:<128 hex>", lower case.
-	// +kubebuilder:validation:Pattern=`^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$`
+	// Checksum is "sha256:<64 hex>" or "sha512:<128 hex>", lower case;
+	// empty for a VDC's image made from a VM.
+	// +kubebuilder:validation:Pattern=`^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})?$`
+	// +optional
 	Checksum string `json:"checksum"`
 	// CloudInit says whether the image runs cloud-init on first boot.
 	CloudInit bool `json:"cloudInit"`
+	// VDC is the VDC that owns the image (its name is <vdc>.<name>);
+	// absent for the platform's images.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	VDC string `json:"vdc,omitempty"`
+	// Format is the image file's format; absent is QCOW2.
+	// +optional
+	// +kubebuilder:validation:Enum=QCOW2;RAW;ISO
+	Format string `json:"format,omitempty"`
+	// SizeBytes is the size of a VDC's image.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Zone is the zone a VDC's image was made in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Zone string `json:"zone,omitempty"`
 }
 
 // ImageList is a list of images.

@@ -1832,6 +1832,165 @@ func (x *MetricsResponse) GetContentType() string {
 	return ""
 }
 
+// UploadVolumeRequest is one message of an UploadVolume stream.
+type UploadVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proxmox storage id of this node (first message only); its content
+	// types must include `content`.
+	Storage string `protobuf:"bytes,1,opt,name=storage,proto3" json:"storage,omitempty"`
+	// Proxmox content type: "import" (a disk image: .qcow2, .raw, .img) or
+	// "iso" (.iso) (first message only).
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The file's name on the storage (first message only): 1 to 128 of
+	// A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit.
+	Filename string `protobuf:"bytes,3,opt,name=filename,proto3" json:"filename,omitempty"`
+	// The file's exact size in bytes (first message only); 0 when the
+	// sender does not know it: the stream's end is then the file's end.
+	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// The next bytes of the file.
+	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadVolumeRequest) Reset() {
+	*x = UploadVolumeRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadVolumeRequest) ProtoMessage() {}
+
+func (x *UploadVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadVolumeRequest.ProtoReflect.Descriptor instead.
+func (*UploadVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UploadVolumeRequest) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+func (x *UploadVolumeRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *UploadVolumeRequest) GetFilename() string {
+	if x != nil {
+		return x.Filename
+	}
+	return ""
+}
+
+func (x *UploadVolumeRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadVolumeRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// UploadVolumeResponse is the end of an upload.
+type UploadVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Proxmox task that stores the uploaded file.
+	Upid string `protobuf:"bytes,1,opt,name=upid,proto3" json:"upid,omitempty"`
+	// Lower-case hex SHA-256 of the bytes forwarded.
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The number of bytes forwarded.
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Proxmox volume id the file gets ("<storage>:<content>/<filename>").
+	Volume        string `protobuf:"bytes,4,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadVolumeResponse) Reset() {
+	*x = UploadVolumeResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadVolumeResponse) ProtoMessage() {}
+
+func (x *UploadVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadVolumeResponse.ProtoReflect.Descriptor instead.
+func (*UploadVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UploadVolumeResponse) GetUpid() string {
+	if x != nil {
+		return x.Upid
+	}
+	return ""
+}
+
+func (x *UploadVolumeResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *UploadVolumeResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadVolumeResponse) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
 var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
@@ -1959,11 +2118,22 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x0eMetricsRequest\"H\n" +
 	"\x0fMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\x12!\n" +
-	"\fcontent_type\x18\x02 \x01(\tR\vcontentType*g\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\"\x8d\x01\n" +
+	"\x13UploadVolumeRequest\x12\x18\n" +
+	"\astorage\x18\x01 \x01(\tR\astorage\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1a\n" +
+	"\bfilename\x18\x03 \x01(\tR\bfilename\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"n\n" +
+	"\x14UploadVolumeResponse\x12\x12\n" +
+	"\x04upid\x18\x01 \x01(\tR\x04upid\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06volume\x18\x04 \x01(\tR\x06volume*g\n" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xc2\b\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xa7\t\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
@@ -1977,7 +2147,8 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x12IssueConsoleTicket\x12-.flexplane.agent.v1.IssueConsoleTicketRequest\x1a..flexplane.agent.v1.IssueConsoleTicketResponse\x12a\n" +
 	"\fWriteSnippet\x12'.flexplane.agent.v1.WriteSnippetRequest\x1a(.flexplane.agent.v1.WriteSnippetResponse\x12d\n" +
 	"\rDeleteSnippet\x12(.flexplane.agent.v1.DeleteSnippetRequest\x1a).flexplane.agent.v1.DeleteSnippetResponse\x12L\n" +
-	"\x05Prove\x12 .flexplane.agent.v1.ProveRequest\x1a!.flexplane.agent.v1.ProveResponse2q\n" +
+	"\x05Prove\x12 .flexplane.agent.v1.ProveRequest\x1a!.flexplane.agent.v1.ProveResponse\x12c\n" +
+	"\fUploadVolume\x12'.flexplane.agent.v1.UploadVolumeRequest\x1a(.flexplane.agent.v1.UploadVolumeResponse(\x012q\n" +
 	"\x10MigrationService\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
@@ -1995,7 +2166,7 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(HealthStatus)(0),                  // 0: flexplane.agent.v1.HealthStatus
 	(*OfferVolumeRequest)(nil),         // 1: flexplane.agent.v1.OfferVolumeRequest
@@ -2025,6 +2196,8 @@ var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(*ProxyResponse)(nil),              // 25: flexplane.agent.v1.ProxyResponse
 	(*MetricsRequest)(nil),             // 26: flexplane.agent.v1.MetricsRequest
 	(*MetricsResponse)(nil),            // 27: flexplane.agent.v1.MetricsResponse
+	(*UploadVolumeRequest)(nil),        // 28: flexplane.agent.v1.UploadVolumeRequest
+	(*UploadVolumeResponse)(nil),       // 29: flexplane.agent.v1.UploadVolumeResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
@@ -2041,22 +2214,24 @@ var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	9,  // 11: flexplane.agent.v1.AgentService.WriteSnippet:input_type -> flexplane.agent.v1.WriteSnippetRequest
 	11, // 12: flexplane.agent.v1.AgentService.DeleteSnippet:input_type -> flexplane.agent.v1.DeleteSnippetRequest
 	17, // 13: flexplane.agent.v1.AgentService.Prove:input_type -> flexplane.agent.v1.ProveRequest
-	13, // 14: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
-	16, // 15: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	20, // 16: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	25, // 17: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	27, // 18: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	23, // 19: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	2,  // 20: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
-	4,  // 21: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
-	8,  // 22: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
-	7,  // 23: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
-	10, // 24: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
-	12, // 25: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
-	18, // 26: flexplane.agent.v1.AgentService.Prove:output_type -> flexplane.agent.v1.ProveResponse
-	14, // 27: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
-	15, // [15:28] is the sub-list for method output_type
-	2,  // [2:15] is the sub-list for method input_type
+	28, // 14: flexplane.agent.v1.AgentService.UploadVolume:input_type -> flexplane.agent.v1.UploadVolumeRequest
+	13, // 15: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	16, // 16: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	20, // 17: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	25, // 18: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	27, // 19: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	23, // 20: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 21: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 22: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	8,  // 23: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
+	7,  // 24: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
+	10, // 25: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
+	12, // 26: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
+	18, // 27: flexplane.agent.v1.AgentService.Prove:output_type -> flexplane.agent.v1.ProveResponse
+	29, // 28: flexplane.agent.v1.AgentService.UploadVolume:output_type -> flexplane.agent.v1.UploadVolumeResponse
+	14, // 29: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	16, // [16:30] is the sub-list for method output_type
+	2,  // [2:16] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -2073,7 +2248,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

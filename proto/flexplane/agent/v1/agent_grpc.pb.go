@@ -35,6 +35,7 @@ const (
 	AgentService_WriteSnippet_FullMethodName       = "/flexplane.agent.v1.AgentService/WriteSnippet"
 	AgentService_DeleteSnippet_FullMethodName      = "/flexplane.agent.v1.AgentService/DeleteSnippet"
 	AgentService_Prove_FullMethodName              = "/flexplane.agent.v1.AgentService/Prove"
+	AgentService_UploadVolume_FullMethodName       = "/flexplane.agent.v1.AgentService/UploadVolume"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -122,6 +123,20 @@ type AgentServiceClient interface {
 	// answer FAILED_PRECONDITION; a nonce of another size than 32 bytes
 	// INVALID_ARGUMENT.
 	Prove(ctx context.Context, in *ProveRequest, opts ...grpc.CallOption) (*ProveResponse, error)
+	// UploadVolume writes a file the orchestrator streams into a storage of
+	// this node through the local Proxmox's upload endpoint
+	// (/nodes/{node}/storage/{storage}/upload), so that no Proxmox
+	// credential leaves the agent and the file never sits whole in memory.
+	// The first message names the target (storage, content, filename, size)
+	// and may carry data; the others carry data only. The agent computes the
+	// SHA-256 of what it forwards. A stream that ends before `size` bytes,
+	// carries more, or is cancelled (how a sender aborts) aborts the upload: Proxmox stores
+	// nothing. A content other than `import` or `iso`, a file name that is
+	// not a plain one of its content's extensions, or a size over 64 GiB
+	// answers INVALID_ARGUMENT; a stream of another length than a size
+	// given, or over 64 GiB, DATA_LOSS. On success it answers when Proxmox has taken the whole
+	// upload: the import task's UPID (the file is stored once it ends OK).
+	UploadVolume(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeRequest, UploadVolumeResponse], error)
 }
 
 type agentServiceClient struct {
@@ -267,6 +282,19 @@ func (c *agentServiceClient) Prove(ctx context.Context, in *ProveRequest, opts .
 	return out, nil
 }
 
+func (c *agentServiceClient) UploadVolume(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeRequest, UploadVolumeResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[3], AgentService_UploadVolume_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadVolumeRequest, UploadVolumeResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_UploadVolumeClient = grpc.ClientStreamingClient[UploadVolumeRequest, UploadVolumeResponse]
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -352,6 +380,20 @@ type AgentServiceServer interface {
 	// answer FAILED_PRECONDITION; a nonce of another size than 32 bytes
 	// INVALID_ARGUMENT.
 	Prove(context.Context, *ProveRequest) (*ProveResponse, error)
+	// UploadVolume writes a file the orchestrator streams into a storage of
+	// this node through the local Proxmox's upload endpoint
+	// (/nodes/{node}/storage/{storage}/upload), so that no Proxmox
+	// credential leaves the agent and the file never sits whole in memory.
+	// The first message names the target (storage, content, filename, size)
+	// and may carry data; the others carry data only. The agent computes the
+	// SHA-256 of what it forwards. A stream that ends before `size` bytes,
+	// carries more, or is cancelled (how a sender aborts) aborts the upload: Proxmox stores
+	// nothing. A content other than `import` or `iso`, a file name that is
+	// not a plain one of its content's extensions, or a size over 64 GiB
+	// answers INVALID_ARGUMENT; a stream of another length than a size
+	// given, or over 64 GiB, DATA_LOSS. On success it answers when Proxmox has taken the whole
+	// upload: the import task's UPID (the file is stored once it ends OK).
+	UploadVolume(grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -397,6 +439,9 @@ func (UnimplementedAgentServiceServer) DeleteSnippet(context.Context, *DeleteSni
 }
 func (UnimplementedAgentServiceServer) Prove(context.Context, *ProveRequest) (*ProveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Prove not implemented")
+}
+func (UnimplementedAgentServiceServer) UploadVolume(grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadVolume not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -606,6 +651,13 @@ func _AgentService_Prove_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_UploadVolume_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).UploadVolume(&grpc.GenericServerStream[UploadVolumeRequest, UploadVolumeResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_UploadVolumeServer = grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -665,6 +717,11 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Console",
 			Handler:       _AgentService_Console_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "UploadVolume",
+			Handler:       _AgentService_UploadVolume_Handler,
 			ClientStreams: true,
 		},
 	},
