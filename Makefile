@@ -180,6 +180,8 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))placement.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkDrain$$' -benchtime 1x -timeout 10m ./pkg/compute \
 		| tee $(dir $(BENCH_OUT))drain.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkHARecovery$$' -benchtime 1x -timeout 5m ./pkg/compute \
+		| tee $(dir $(BENCH_OUT))ha.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkRuleset$$' -benchtime 20x -timeout 5m ./pkg/edge \
 		| tee $(dir $(BENCH_OUT))edge-ruleset.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkers0To10$$' -benchtime 1x -timeout 15m ./pkg/tenantkube \

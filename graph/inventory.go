@@ -124,7 +124,8 @@ func ptr[T any](v T) *T { return &v }
 
 func vmModel(zm *model.Zone, g estate.Guest) *model.VM {
 	m := &model.VM{ID: g.ID, Place: g.Ref, Name: g.Name, Status: model.VMStatus(g.Status), Zone: zm, Vcpus: g.VCPUs,
-		MemoryMiB: g.MemoryMiB, DiskGiB: g.DiskGiB, Uptime: g.Uptime, CPUUsage: g.CPUUsage, MemoryUsedMiB: g.MemoryUsedMiB}
+		MemoryMiB: g.MemoryMiB, DiskGiB: g.DiskGiB, Uptime: g.Uptime, CPUUsage: g.CPUUsage, MemoryUsedMiB: g.MemoryUsedMiB,
+		HighAvailability: g.HighAvailability}
 	for _, h := range zm.Hosts {
 		if h.Name == g.Node {
 			m.Host = h

@@ -46,6 +46,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 	if input.PlacementGroup != nil {
 		in.PlacementGroup = *input.PlacementGroup
 	}
+	in.NoHA = input.HighAvailability != nil && !*input.HighAvailability
 	for _, n := range input.Nics {
 		nic := compute.NICInput{Network: n.Network}
 		if n.Address != nil {

@@ -10,7 +10,8 @@ import (
 )
 
 type gqlVMDetail struct {
-	Nics []struct {
+	HighAvailability bool
+	Nics             []struct {
 		Index   int
 		Network *struct{ ID, Name string }
 		Bridge  string
@@ -31,7 +32,7 @@ type gqlVMDetail struct {
 	Operations []gqlOp
 }
 
-const vmDetail = `query($id: ID!, $n: Int) { vm(id: $id) {
+const vmDetail = `query($id: ID!, $n: Int) { vm(id: $id) { highAvailability
   nics { index network { id name } bridge model mac ipAddresses }
   disks { slot sizeGiB storage storageProfile { name } readMBps writeMBps readIops writeIops }
   operations(first: $n) { id kind state step error vmId } } }`
@@ -67,6 +68,9 @@ func TestVMDetail(t *testing.T) {
 	}
 	if len(vm.Disks) != 1 {
 		t.Fatalf("disks: %+v", vm.Disks)
+	}
+	if vm.HighAvailability {
+		t.Error("a VM on local storage (local-lvm) is highly available")
 	}
 	d := vm.Disks[0]
 	if d.Slot != "scsi0" || d.SizeGiB != 4 || d.Storage != "local-lvm" || d.StorageProfile == nil || d.StorageProfile.Name != "ssd" ||

@@ -215,6 +215,30 @@ func TestServeRateLimitFlags(t *testing.T) {
 	}
 }
 
+// TestServeCLIClientFlags: flexctl's client id reaches the API's
+// verifier; without an issuer it is refused before anything starts.
+func TestServeCLIClientFlags(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"serve", "-data-dir", t.TempDir(), "-oidc-cli-client-id", "flexctl"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "-oidc-cli-client-id needs -oidc-issuer") {
+		t.Errorf("serve with a CLI client and no issuer: %v", err)
+	}
+	f, err := parseServeFlags([]string{"-data-dir", t.TempDir(), "-oidc-issuer", "http://127.0.0.1:1", "-oidc-audience", "portal", "-oidc-cli-client-id", "flexctl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, closeFiles, err := f.config(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if closeFiles != nil {
+		closeFiles()
+	}
+	if cfg.API.CLIClientID != "flexctl" || cfg.API.Audience != "portal" {
+		t.Errorf("API config: audience %q, CLI client %q", cfg.API.Audience, cfg.API.CLIClientID)
+	}
+}
+
 // TestServeKubernetesFlags refuses a hosted API servers' Service type
 // Kubernetes does not have, before anything starts.
 func TestServeKubernetesFlags(t *testing.T) {

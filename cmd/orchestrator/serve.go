@@ -95,11 +95,11 @@ type serveFlags struct {
 	memLimit, debugAddr, metricsAddr, otlp string
 	// The API: its identity provider, the catalog, the tenant, the bounds
 	// of a query and of a zone's part of one.
-	issuer, audience, rolesClaim, nameClaim, emailClaim string
-	cat                                                 backendFlags
-	tenantName, tenantDomain                            string
-	zoneTimeout                                         time.Duration
-	maxComplexity, maxDepth                             int
+	issuer, audience, cliClientID, rolesClaim, nameClaim, emailClaim string
+	cat                                                              backendFlags
+	tenantName, tenantDomain                                         string
+	zoneTimeout                                                      time.Duration
+	maxComplexity, maxDepth                                          int
 	// The rate limits per caller: mutation fields and openConsole.
 	mutationRate, consoleRate   float64
 	mutationBurst, consoleBurst int
@@ -164,6 +164,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	level := fs.String("log-level", env("FLEXPLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLEXPLANE_LOG_LEVEL)")
 	fs.StringVar(&f.issuer, "oidc-issuer", env("FLEXPLANE_OIDC_ISSUER", ""), "OIDC issuer URL whose tokens the GraphQL API at /graphql accepts; empty serves no API (env FLEXPLANE_OIDC_ISSUER)")
 	fs.StringVar(&f.audience, "oidc-audience", env("FLEXPLANE_OIDC_AUDIENCE", ""), "client id the tokens must be issued to (env FLEXPLANE_OIDC_AUDIENCE)")
+	fs.StringVar(&f.cliClientID, "oidc-cli-client-id", env("FLEXPLANE_OIDC_CLI_CLIENT_ID", ""), "client id of flexctl's native OIDC application (device authorization): its tokens are accepted too, and the portal's /config.json names it for flexctl login; empty: flexctl signs in as -oidc-audience (env FLEXPLANE_OIDC_CLI_CLIENT_ID)")
 	fs.StringVar(&f.rolesClaim, "oidc-roles-claim", env("FLEXPLANE_OIDC_ROLES_CLAIM", auth.ZitadelRolesClaim), "claim holding the role keys (env FLEXPLANE_OIDC_ROLES_CLAIM)")
 	fs.StringVar(&f.nameClaim, "oidc-name-claim", env("FLEXPLANE_OIDC_NAME_CLAIM", "name"), "display-name claim (env FLEXPLANE_OIDC_NAME_CLAIM)")
 	fs.StringVar(&f.emailClaim, "oidc-email-claim", env("FLEXPLANE_OIDC_EMAIL_CLAIM", "email"), "email claim (env FLEXPLANE_OIDC_EMAIL_CLAIM)")
@@ -257,6 +258,9 @@ func (f *serveFlags) check() error {
 	if f.portalDir != "" && f.issuer == "" {
 		return errors.New("-portal-dir needs -oidc-issuer: the portal signs in with it")
 	}
+	if f.cliClientID != "" && f.issuer == "" {
+		return errors.New("-oidc-cli-client-id needs -oidc-issuer: flexctl signs in with it")
+	}
 	if f.meshPG != "" {
 		pg, err := meshcontrol.ParsePostgresURL(f.meshPG)
 		if err != nil {
@@ -291,7 +295,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 	}
 	var site http.Handler
 	if f.portalDir != "" {
-		p, err := portal.New(portal.Config{Dir: f.portalDir, Issuer: f.issuer, ClientID: f.audience, Logger: logger})
+		p, err := portal.New(portal.Config{Dir: f.portalDir, Issuer: f.issuer, ClientID: f.audience, CLIClientID: f.cliClientID, Logger: logger})
 		if err != nil {
 			return orchestrator.Config{}, nil, fmt.Errorf("portal: %w", err)
 		}
@@ -319,6 +323,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 		API: orchestrator.APIConfig{
 			Issuer:                f.issuer,
 			Audience:              f.audience,
+			CLIClientID:           f.cliClientID,
 			Claims:                auth.ClaimNames{Roles: f.rolesClaim, Name: f.nameClaim, Email: f.emailClaim},
 			CatalogBackend:        *f.cat.backend,
 			CatalogDir:            *f.cat.dir,

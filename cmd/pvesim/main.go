@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg                                    pvesim.Config
 		timing, logLevel, control, dataPlane   string
 		upstream                               listFlag
-		latency                                time.Duration
+		latency, fenceDelay                    time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")
@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&cfg.FileRoot, "file-root", "", "directory of the nodes' file systems (DIR/NODE): storages' snippets are the files there, which the nodes' agents write (empty: no files, no snippets)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
+	fs.DurationVar(&fenceDelay, "fence-delay", 0, "how long a node stays offline before the HA manager fences it and recovers its HA guests elsewhere (0: the timing's, 60s fast, 20s realistic)")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")
 	fs.Var(&fails, "fail", "fail the next COUNT requests matching METHOD PATH with STATUS: \"POST /nodes/*/qemu/*/clone 500 2\" (repeatable; METHOD * matches all)")
 	fs.StringVar(&control, "control", "", "unix socket serving the fault control: POST /nodes/NODE/offline, /nodes/NODE/online (empty: none)")
@@ -135,6 +136,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg.Timing = pvesim.RealisticTiming()
 	default:
 		return fmt.Errorf("--timing %q: want fast or realistic", timing)
+	}
+	if fenceDelay < 0 {
+		return fmt.Errorf("--fence-delay %v: must not be negative", fenceDelay)
+	}
+	if fenceDelay > 0 {
+		cfg.Timing.FenceDelay = fenceDelay
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {

@@ -1542,6 +1542,29 @@ func (ec *executionContext) fieldContext_VM_memoryUsedMiB(_ context.Context, fie
 	return graphql.NewScalarFieldContext("VM", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VM_highAvailability(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_highAvailability(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HighAvailability, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VM_highAvailability(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VM", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _VM_backups(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3150,6 +3173,11 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 			}
 		case "memoryUsedMiB":
 			out.Values[i] = ec._VM_memoryUsedMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "highAvailability":
+			out.Values[i] = ec._VM_highAvailability(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

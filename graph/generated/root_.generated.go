@@ -889,6 +889,7 @@ type ComplexityRoot struct {
 		DiskReadBytes        func(childComplexity int) int
 		DiskWriteBytes       func(childComplexity int) int
 		Disks                func(childComplexity int) int
+		HighAvailability     func(childComplexity int) int
 		Host                 func(childComplexity int) int
 		ID                   func(childComplexity int) int
 		IPAddresses          func(childComplexity int) int
@@ -4852,6 +4853,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.Disks(childComplexity), true
+	case "VM.highAvailability":
+		if e.ComplexityRoot.VM.HighAvailability == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.HighAvailability(childComplexity), true
 	case "VM.host":
 		if e.ComplexityRoot.VM.Host == nil {
 			break
@@ -6975,6 +6982,11 @@ type VM implements Node {
   cpuUsage: Float!
   "Memory in use in MiB (0 when not running)."
   memoryUsedMiB: Int!
+  """
+  Whether it is a Proxmox HA resource: when its host fails, Proxmox starts it
+  on another host of the zone (UNKNOWN until then).
+  """
+  highAvailability: Boolean!
 }
 
 "The power state of a VM."
@@ -9260,6 +9272,15 @@ input CreateVMInput {
   (extensions.field input.placementGroup).
   """
   placementGroup: String
+  """
+  Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+  profile's pool is shared storage becomes an HA resource, which Proxmox
+  starts again on another host of the zone when its host fails (the VM is
+  UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+  one. Null or true: highly available where its storage allows; false:
+  never.
+  """
+  highAvailability: Boolean
 }
 
 "A NIC of a new VM."
@@ -10849,6 +10870,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_cpuUsage(ctx, field)
 	case "memoryUsedMiB":
 		return ec.fieldContext_VM_memoryUsedMiB(ctx, field)
+	case "highAvailability":
+		return ec.fieldContext_VM_highAvailability(ctx, field)
 	case "backups":
 		return ec.fieldContext_VM_backups(ctx, field)
 	case "metrics":

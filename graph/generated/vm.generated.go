@@ -308,7 +308,7 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host", "placementGroup"}
+	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host", "placementGroup", "highAvailability"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -413,6 +413,13 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 				return it, err
 			}
 			it.PlacementGroup = data
+		case "highAvailability":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("highAvailability"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.HighAvailability = data
 		}
 	}
 	return it, nil

@@ -423,6 +423,13 @@ type CreateVMInput struct {
 	// the VDC does not have, BAD_USER_INPUT for one of another zone
 	// (extensions.field input.placementGroup).
 	PlacementGroup *string `json:"placementGroup,omitempty"`
+	// Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+	// profile's pool is shared storage becomes an HA resource, which Proxmox
+	// starts again on another host of the zone when its host fails (the VM is
+	// UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+	// one. Null or true: highly available where its storage allows; false:
+	// never.
+	HighAvailability *bool `json:"highAvailability,omitempty"`
 }
 
 // The result of createVM.
@@ -1311,6 +1318,9 @@ type VM struct {
 	CPUUsage float64 `json:"cpuUsage"`
 	// Memory in use in MiB (0 when not running).
 	MemoryUsedMiB int `json:"memoryUsedMiB"`
+	// Whether it is a Proxmox HA resource: when its host fails, Proxmox starts it
+	// on another host of the zone (UNKNOWN until then).
+	HighAvailability bool `json:"highAvailability"`
 	// Its backups, newest first: the archives taken of it and its backups
 	// running or failed. A zone that does not answer gives none and a
 	// ZONE_UNAVAILABLE error.

@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/flexplane/flexplane/graph"
@@ -40,12 +42,18 @@ func (h *harness) createSA(t *testing.T, user, vdc string, in map[string]any) is
 }
 
 // unauthenticated checks that token is refused with 401 and a reason
-// containing why.
+// containing why, and on the subscription websocket with close code 4403
+// and the same reason, before any message.
 func unauthenticated(t *testing.T, url, token, why string) {
 	t.Helper()
 	r := post(t, url, "Bearer "+token, "prod", `{ me { subject } }`, nil)
 	if r.Status != http.StatusUnauthorized || r.Code(t) != "UNAUTHENTICATED" || !strings.Contains(r.Errors[0].Message, why) {
 		t.Errorf("token %.20s…: %d %s, want 401 saying %q", token, r.Status, r.Raw, why)
+	}
+	msgs, err := wsQuery(t, url, map[string]any{"Authorization": "Bearer " + token, "FlexPlane-VDC-ID": "prod"}, `{ me { subject } }`)
+	var ce websocket.CloseError
+	if len(msgs) != 0 || !errors.As(err, &ce) || ce.Code != 4403 || !strings.HasPrefix(ce.Reason, "UNAUTHENTICATED: ") || !strings.Contains(ce.Reason, why) {
+		t.Errorf("token %.20s… on the websocket: messages %+v, end %v, want 4403 saying %q", token, msgs, err, why)
 	}
 }
 

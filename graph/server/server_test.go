@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/flexplane/flexplane/graph"
 	"github.com/flexplane/flexplane/graph/server"
@@ -86,6 +89,12 @@ func TestExpiredToken(t *testing.T) {
 		}
 		return true
 	})
+	// The subscription websocket refuses it with the same reason.
+	msgs, err := wsQuery(t, h.url, map[string]any{"Authorization": "Bearer " + tok}, `{ tenant { name } }`)
+	var ce websocket.CloseError
+	if len(msgs) != 0 || !errors.As(err, &ce) || ce.Code != 4403 || ce.Reason != "UNAUTHENTICATED: unauthenticated: the token has expired" {
+		t.Fatalf("expired token on the websocket: messages %+v, end %v", msgs, err)
+	}
 }
 
 func TestMeAndTenant(t *testing.T) {

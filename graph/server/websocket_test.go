@@ -38,12 +38,13 @@ func TestWebsocketTransport(t *testing.T) {
 		t.Fatalf("other VDC: %+v", msgs)
 	}
 
-	// No token, or a bad one: no connection_ack, no data.
-	for _, payload := range []map[string]any{{}, {"Authorization": "Bearer nope"}} {
+	// No token, or a malformed one: no connection_ack, no data, the
+	// reason in the close frame.
+	for why, payload := range map[string]map[string]any{"no bearer token": {}, "the token is malformed": {"Authorization": "Bearer nope"}} {
 		msgs, err := wsQuery(t, h.url, payload, `{ me { subject } }`)
 		var ce websocket.CloseError
-		if len(msgs) != 0 || !errors.As(err, &ce) || ce.Code != 4403 || !strings.HasPrefix(ce.Reason, "UNAUTHENTICATED: ") {
-			t.Fatalf("unauthenticated websocket: messages %+v, end %v", msgs, err)
+		if len(msgs) != 0 || !errors.As(err, &ce) || ce.Code != 4403 || !strings.HasPrefix(ce.Reason, "UNAUTHENTICATED: ") || !strings.Contains(ce.Reason, why) {
+			t.Fatalf("unauthenticated websocket (%s): messages %+v, end %v", why, msgs, err)
 		}
 	}
 }

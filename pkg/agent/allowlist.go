@@ -57,6 +57,11 @@ func allowlist() []rule {
 		"/cluster/firewall/options", "/cluster/firewall/groups", "/cluster/firewall/groups/{group}",
 		"/cluster/firewall/ipset", "/cluster/firewall/ipset/{name}",
 		"/nodes/{node}/qemu/{vmid}/firewall/options", "/nodes/{node}/qemu/{vmid}/firewall/rules",
+		// High availability (docs/operate/placement.md): the HA resources of
+		// VMs, the resource-affinity rules of their placement groups and
+		// the HA manager's status.
+		"/cluster/ha/resources", "/cluster/ha/resources/{sid}", "/cluster/ha/rules", "/cluster/ha/rules/{rule}",
+		"/cluster/ha/status/current",
 	)
 	add("POST",
 		"/nodes/{node}/qemu", "/nodes/{node}/qemu/{vmid}/config",
@@ -76,6 +81,7 @@ func allowlist() []rule {
 		"/cluster/firewall/groups", "/cluster/firewall/groups/{group}",
 		"/cluster/firewall/ipset", "/cluster/firewall/ipset/{name}",
 		"/nodes/{node}/qemu/{vmid}/firewall/rules",
+		"/cluster/ha/resources", "/cluster/ha/rules",
 	)
 	add("PUT",
 		"/nodes/{node}/qemu/{vmid}/config", "/nodes/{node}/qemu/{vmid}/resize",
@@ -83,6 +89,7 @@ func allowlist() []rule {
 		"/cluster/sdn", "/cluster/sdn/zones/{zone}", "/cluster/sdn/vnets/{vnet}",
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
 		"/nodes/{node}/qemu/{vmid}/firewall/options", "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
+		"/cluster/ha/resources/{sid}", "/cluster/ha/rules/{rule}",
 	)
 	add("DELETE",
 		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", "/nodes/{node}/tasks/{upid}",
@@ -93,6 +100,7 @@ func allowlist() []rule {
 		"/cluster/firewall/groups/{group}", "/cluster/firewall/groups/{group}/{pos}",
 		"/cluster/firewall/ipset/{name}", "/cluster/firewall/ipset/{name}/{cidr}",
 		"/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
+		"/cluster/ha/resources/{sid}", "/cluster/ha/rules/{rule}",
 	)
 	return rules
 }

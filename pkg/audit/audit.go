@@ -9,6 +9,8 @@ package audit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 	"time"
 )
@@ -134,4 +136,19 @@ func (t *Tasks) Close() []string {
 	defer t.mu.Unlock()
 	t.closed = true
 	return t.upids
+}
+
+// SystemSubject is the User.Subject of an event no caller asked for, such
+// as Proxmox's HA manager recovering a VM (docs/operate/high-availability.md).
+const SystemSubject = "system:flexplane"
+
+// System is an event of something that happened without a mutation (verb
+// names it, e.g. "recoverVM"), of vdc's resource with ids, recorded now.
+func System(verb, vdc, resource string, ids ...string) Event {
+	now := time.Now().UTC()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return Event{Kind: "Event", APIVersion: APIVersion, AuditID: hex.EncodeToString(b), Stage: StageResponseComplete,
+		Verb: verb, User: User{Subject: SystemSubject}, VDC: vdc, ObjectRef: ObjectRef{Resource: resource, IDs: ids},
+		ResponseStatus: ResponseStatus{Code: "OK"}, RequestReceivedTimestamp: now, StageTimestamp: now}
 }

@@ -269,6 +269,11 @@ type Config struct {
 	// of the portal application (Zitadel also puts the project id there).
 	// Required.
 	Audience string
+	// CLIClientID is the client id of the command line's native OIDC
+	// application (flexctl's device login), whose tokens are accepted as
+	// the portal's: their "aud" or "azp" may name it instead of
+	// Audience. "" accepts the portal's tokens only.
+	CLIClientID string
 	// Claims names the identity and role claims; the zero value reads
 	// Zitadel's tokens.
 	Claims ClaimNames
@@ -404,8 +409,10 @@ func (v *Verifier) fetch(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 		return nil, err
 	}
 	keys := newKeySet(pc.JWKSURL, v.client, pc.Algs)
+	// The audience is checked by checkClaims: the token may be the
+	// portal's or the command line's.
 	return oidc.NewVerifier(v.cfg.Issuer, keys, &oidc.Config{
-		ClientID:             v.cfg.Audience,
+		SkipClientIDCheck:    true,
 		SupportedSigningAlgs: pc.Algs,
 		Now:                  v.cfg.Now,
 	}), nil
@@ -458,8 +465,6 @@ func refusal(err error) error {
 		return refused("the token's signature is not valid", err)
 	case strings.Contains(msg, "malformed"):
 		return refused("the token is malformed", err)
-	case strings.Contains(msg, "audience"):
-		return refused("the token was not issued to this application", err)
 	case strings.Contains(msg, "different provider"):
 		return refused("the token was issued by another provider", err)
 	case strings.Contains(msg, "nbf"):
@@ -491,10 +496,26 @@ func (v *Verifier) checkClaims(claims map[string]any) error {
 			return refused("the token is issued in the future", nil)
 		}
 	}
-	if azp, ok := claims["azp"]; ok && azp != v.cfg.Audience {
+	if !v.ours(claims["aud"]) {
+		return refused("the token was not issued to this application", fmt.Errorf("its audience is %v", claims["aud"]))
+	}
+	if azp, ok := claims["azp"]; ok && !v.ours(azp) {
 		return refused("the token was not issued to this application", fmt.Errorf("azp is %v", azp))
 	}
 	return nil
+}
+
+// ours reports whether a token's "aud" (a string or a list of them) or
+// "azp" names the portal's or the command line's client.
+func (v *Verifier) ours(claim any) bool {
+	is := func(id any) bool {
+		s, ok := id.(string)
+		return ok && s != "" && (s == v.cfg.Audience || s == v.cfg.CLIClientID)
+	}
+	if list, ok := claim.([]any); ok {
+		return slices.ContainsFunc(list, is)
+	}
+	return is(claim)
 }
 
 // Verify checks a raw JWT and returns its Principal. Errors match

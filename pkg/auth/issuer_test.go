@@ -161,6 +161,51 @@ func TestTokensRefused(t *testing.T) {
 	}
 }
 
+// With CLIClientID, tokens of the command line's client (aud or azp
+// naming it, as Zitadel's tokens of one project's apps do) are accepted as
+// the portal's; a third client's still are not, nor are the command
+// line's by a verifier that names no CLIClientID.
+func TestCLIClientTokens(t *testing.T) {
+	t.Parallel()
+	is := newCountingIssuer(t)
+	ctx := context.Background()
+	v, err := auth.NewVerifier(ctx, auth.Config{Issuer: is.url, Audience: "portal", CLIClientID: "flexctl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	portalOnly := is.verifier(t)
+	with := func(aud, azp any) string {
+		c := is.claims()
+		c["aud"] = aud
+		if azp != nil {
+			c["azp"] = azp
+		}
+		return sign(t, is.key, is.kid, c)
+	}
+	for name, tok := range map[string]string{
+		"aud flexctl":                      with("flexctl", nil),
+		"aud flexctl, azp flexctl":         with([]string{"flexctl"}, "flexctl"),
+		"project's audiences, azp flexctl": with([]string{"project", "portal", "flexctl"}, "flexctl"),
+	} {
+		p, err := v.Verify(ctx, tok)
+		if err != nil || p.Subject != "bob" {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := portalOnly.Verify(ctx, tok); auth.PublicReason(err) != "unauthenticated: the token was not issued to this application" {
+			t.Errorf("%s without CLIClientID: %v, want refused", name, err)
+		}
+	}
+	for name, tok := range map[string]string{
+		"aud another":              with("other-app", nil),
+		"aud flexctl, azp another": with([]string{"flexctl", "other-app"}, "other-app"),
+		"aud empty":                with("", nil),
+	} {
+		if _, err := v.Verify(ctx, tok); auth.PublicReason(err) != "unauthenticated: the token was not issued to this application" {
+			t.Errorf("%s: %v, want refused as another application's", name, err)
+		}
+	}
+}
+
 func mustKey(t *testing.T) *rsa.PrivateKey {
 	t.Helper()
 	k, err := rsa.GenerateKey(rand.Reader, 2048)

@@ -202,6 +202,11 @@ type Config struct {
 	// in maintenance: placement puts no new VM on them. Nil: the hosts
 	// the zone's policy lists as in maintenance (Hosts.SetMaintenance).
 	Maintenance func(ctx context.Context, zone string) (map[string]bool, error)
+	// HARecovered, if set, is told of each VM that Proxmox's HA manager
+	// recovered onto another host (ha.go), once, by the replica whose
+	// Recover pass (Recovers) sees it: the orchestrator records it as an
+	// audit event. Nil: only logged.
+	HARecovered func(ctx context.Context, r HARecovery)
 	// Firewall, if set, writes the security groups of a VM into its
 	// zone's firewall (sgsync.Syncer): a create, or a move across zones,
 	// of a VM in groups waits for it before it starts the guest, so that
@@ -257,6 +262,8 @@ type deps struct {
 	moved *movedIndex
 	// placer: the placements of the creates in flight (placement.go).
 	placer *placer
+	// ha: the HA VMs Recover last saw, to tell their recoveries (ha.go).
+	ha *haWatch
 	// drainer: the migrations of hosts in maintenance (drain.go).
 	drainer *drainer
 	// unplaced: creates skip placement and clone on the template's node
@@ -299,7 +306,7 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
-		placer: newPlacer(), drainer: newDrainer(),
+		placer: newPlacer(), drainer: newDrainer(), ha: &haWatch{last: map[tenancy.VMRef]haSeen{}},
 	}
 	if d.cfg.Maintenance == nil {
 		d.cfg.Maintenance = d.maintenanceHosts
@@ -400,6 +407,8 @@ type VM struct {
 	DiskGiB   int
 	// Operation is the id of the create while the VM is CREATING.
 	Operation string
+	// HighAvailability: the guest is a Proxmox HA resource (ha.go).
+	HighAvailability bool
 }
 
 // vmFromGuest builds a VM from what Proxmox lists and the guest's intent.
@@ -407,6 +416,7 @@ func vmFromGuest(z Zone, g pveapi.Resource, in *Intent, creating bool) *VM {
 	vm := &VM{
 		Ref: tenancy.VMRef{ZoneID: z.ID, VMID: g.VMID}, Name: g.Name, Zone: z.Name, Node: g.Node,
 		VCPUs: g.MaxCPU, MemoryMiB: g.MemoryMiB(), DiskGiB: g.DiskGiB(), Status: g.State(tenancy.Creating(g.Tags())),
+		HighAvailability: g.HAState != "",
 	}
 	vm.ID = vm.Ref.ID()
 	if was, ok := wasOf(g.Tags()); ok {

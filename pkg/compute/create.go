@@ -70,6 +70,10 @@ type CreateInput struct {
 	// "" lets placement choose (placement.go). Who may pin is the
 	// caller's to check.
 	Host string
+	// NoHA keeps the VM out of Proxmox HA; by default a VM on shared
+	// storage is an HA resource that Proxmox recovers on another host when
+	// its host fails (ha.go).
+	NoHA bool
 }
 
 // NICInput is one NIC: the network's id and a static address, or "" for
@@ -308,7 +312,7 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 			host = p.tpl.Node
 		}
 		if host != "" {
-			if _, err := snippetStorage(ctx, z, host); err != nil {
+			if _, err := snippetStorage(ctx, z, host, false); err != nil {
 				p.slot.release()
 				return nil, badInput("userData", "zone %s keeps no snippets on host %s (no storage of it allows snippets content), which user-data needs", z.Name, host)
 			}
@@ -421,7 +425,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
-		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups,
+		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups, NoHA: in.NoHA,
 	}
 	if p.pgroup != nil {
 		intent.PlacementGroup = p.pgroup.ShortName()
@@ -1059,8 +1063,16 @@ func (d *deps) waitFirewall(ctx context.Context, zone string, in *Intent, vmid i
 	return nil
 }
 
-// startGuest starts the guest.
+// startGuest starts the guest: a VM to be highly available on shared
+// storage becomes an HA resource with state started, which Proxmox's HA
+// manager starts (ha.go); the others are started.
 func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
+	if g.HAState == "" && !sc.in.NoHA {
+		did, err := sc.enrollHA(ctx, sc.z, g, sc.in, "started")
+		if did || err != nil {
+			return did, err
+		}
+	}
 	if g.Status == "running" {
 		return false, nil
 	}

@@ -324,9 +324,6 @@ func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
 	}
 	m := &move{op: newOpID(), id: in.ID, vdc: in.VDC, src: z, dst: tz, g: g, cfg: cfg, in: intent,
 		running: g.Status == "running", done: map[string]int64{}}
-	if g.HAState != "" {
-		return nil, newError(KindConflict, "the VM is managed by Proxmox HA (%s); remove it from HA first", g.HAState)
-	}
 	if cpu := propFirst(cfg.Str("cpu")); cpu == "host" || strings.HasPrefix(cpu, "host-") {
 		return nil, newError(KindConflict, "the VM's CPU type is %q, tied to its cluster's CPUs; give it a named CPU model first", cpu)
 	}
@@ -855,6 +852,17 @@ func (sc *moveScope) finish(ctx context.Context) error {
 	if m.running {
 		if _, err := pveapi.Run(ctx, m.dst.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", m.node, vmid), map[string]any{}); err != nil {
 			return fmt.Errorf("compute: start the target: %w", err)
+		}
+	}
+	if !m.in.NoHA {
+		// The copy is an HA resource in its zone as the source was in its
+		// own (the source's is purged with it).
+		state := "stopped"
+		if m.running {
+			state = "started"
+		}
+		if _, err := sc.enrollHA(ctx, m.dst, pveapi.Resource{VMID: vmid, Node: m.node}, m.in, state); err != nil {
+			sc.log.Warn("ha: adding the moved VM to HA failed", "vm", m.id, "zone", m.dst.Name, "err", err)
 		}
 	}
 	src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)

@@ -98,7 +98,7 @@ func (sc *deleteScope) settle(ctx context.Context) (pveapi.Resource, error) {
 			if sc.cicustom == "" && sc.in != nil && sc.in.UserDataSum != "" {
 				// A create that failed between writing its snippet and
 				// naming it: the snippet is the one it would have named.
-				if st, err := snippetStorage(ctx, sc.z, sc.g.Node); err == nil {
+				if st, err := snippetStorage(ctx, sc.z, sc.g.Node, !sc.in.NoHA); err == nil {
 					sc.cicustom = "user=" + SnippetRef{Storage: st, Name: userDataName(sc.g.VMID)}.Volume()
 				}
 			}

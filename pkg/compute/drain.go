@@ -121,7 +121,7 @@ func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostInMaintenance,
 			}
 		}
 	}
-	s, err := d.place(ctx, placeRequest{Zone: z, Demand: dem, VM: g.Name})
+	s, err := d.place(ctx, placeRequest{Zone: z, Demand: dem, VM: g.Name, Group: d.groupOfGuest(ctx, cfg)})
 	if err != nil {
 		d.drainFailed(ctx, z, m, g, err)
 		return
@@ -174,4 +174,23 @@ func (d *deps) drainFailed(ctx context.Context, z Zone, m catalog.HostInMaintena
 	if werr != nil {
 		d.log.Warn("drain: recording a VM that cannot move", "zone", z.Name, "vmid", g.VMID, "err", werr)
 	}
+}
+
+// groupOfGuest is the placement group of the guest whose configuration is
+// cfg (its intent names it), so that the drain keeps to its policy as a
+// create does; nil for none, or when it cannot be read (logged).
+func (d *deps) groupOfGuest(ctx context.Context, cfg pveapi.Config) *catalog.PlacementGroup {
+	in, ok := ParseIntent(cfg.Str("description"))
+	if !ok || in.PlacementGroup == "" {
+		return nil
+	}
+	name := catalog.PlacementGroupName(in.VDC, in.PlacementGroup)
+	g, err := catalog.Get[*catalog.PlacementGroup](ctx, d.cfg.Catalog, name)
+	if err != nil {
+		if !errors.Is(err, catalog.ErrNotFound) {
+			d.log.Warn("drain: reading the VM's placement group", "group", name, "err", err)
+		}
+		return nil
+	}
+	return g
 }

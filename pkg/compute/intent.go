@@ -59,6 +59,9 @@ type Intent struct {
 	// VM is in ("" for none): a fact of the VM, set by its create; the
 	// group's members are read from here (pgroups.go).
 	PlacementGroup string `json:"placementGroup,omitempty"`
+	// NoHA keeps the VM out of Proxmox HA (created with highAvailability
+	// false); otherwise a VM on shared storage is an HA resource (ha.go).
+	NoHA bool `json:"noHA,omitempty"`
 	// Move is set on the target copy of a move across zones: until it is
 	// the VM, where it comes from, so whoever finds it unfinished
 	// finishes it (the source was marked moved) or undoes it. It stays

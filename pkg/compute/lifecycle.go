@@ -98,6 +98,7 @@ func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool) er
 		return err
 	}
 	r.moved.index(z, guests)
+	r.ha.observe(ctx, r.deps, z, guests)
 	used := map[string]bool{}
 	for _, g := range guests {
 		if !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {

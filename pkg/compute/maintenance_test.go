@@ -309,3 +309,37 @@ func TestDisableEndsDrain(t *testing.T) {
 		t.Errorf("%d VMs on pve1: want the 2 not moved and the new one", on)
 	}
 }
+
+// TestDrainKeepsPlacementGroups: the drain moves a VM of a SPREAD group
+// to a host without another VM of its group, though the other host is
+// less loaded.
+func TestDrainKeepsPlacementGroups(t *testing.T) {
+	t.Parallel()
+	e, z := stagedThreeNodes(t)
+	ctx := vmtest.Ctx(t)
+	if _, err := e.svc.PlacementGroups().Create(ctx, compute.PlacementGroupInput{VDC: "blue", Name: "apart", Zone: z.Name, Policy: compute.PolicySpread}); err != nil {
+		t.Fatal(err)
+	}
+	for _, vm := range []struct{ name, host string }{{"a", "pve1"}, {"b", "pve2"}} {
+		in := e.input(z.Name, vm.name)
+		in.Host, in.PlacementGroup = vm.host, "apart"
+		_, op, err := e.svc.CreateVM(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := e.wait(e.svc, "blue", op.ID); last.State != compute.OpSucceeded {
+			t.Fatalf("create %s: %+v", vm.name, last)
+		}
+	}
+	// pve3 holds more than pve2: without its group, a would go to pve2.
+	e.createOn(z, "pve3", "load", 2)
+	runService(t, e.svc)
+	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, e.svc, pve1, compute.MaintenanceDone)
+	if g := guestsOf(t, z)["a"]; g.Node != "pve3" || g.Status != "running" {
+		t.Errorf("a on %s %s: want running on pve3, apart from b", g.Node, g.Status)
+	}
+}

@@ -66,20 +66,29 @@ func userDataSnippet(cicustom string, vmid int) (storage string, ok bool) {
 }
 
 // snippetStorage picks the storage of node for snippets: the first, by
-// name, that allows `snippets` content and is active there.
-func snippetStorage(ctx context.Context, z Zone, node string) (string, error) {
+// name, that allows `snippets` content and is active there; with
+// preferShared a shared one first if there is one (an HA VM's snippet must
+// be where any host that recovers it finds it, ha.go).
+func snippetStorage(ctx context.Context, z Zone, node string, preferShared bool) (string, error) {
 	var sts []struct {
 		Storage string `json:"storage"`
 		Active  int    `json:"active"`
+		Shared  int    `json:"shared"`
 	}
 	if err := z.Client.Get(ctx, "/nodes/"+url.PathEscape(node)+"/storage?content=snippets&enabled=1", &sts); err != nil {
 		return "", fmt.Errorf("compute: storages of %s: %w", node, err)
 	}
-	var ids []string
+	var ids, shared []string
 	for _, s := range sts {
 		if s.Active == 1 {
 			ids = append(ids, s.Storage)
+			if s.Shared == 1 {
+				shared = append(shared, s.Storage)
+			}
 		}
+	}
+	if preferShared && len(shared) > 0 {
+		ids = shared
 	}
 	if len(ids) == 0 {
 		return "", fmt.Errorf("compute: no storage of node %s allows snippets content (needed for cloud-init user-data)", node)
@@ -108,7 +117,7 @@ func (sn snippets) writeUserData(ctx context.Context, z Zone, g pveapi.Resource,
 	if _, ok := userDataSnippet(cfg.Str("cicustom"), g.VMID); ok {
 		return false, nil
 	}
-	storage, err := snippetStorage(ctx, z, g.Node)
+	storage, err := snippetStorage(ctx, z, g.Node, !in.NoHA)
 	if err != nil {
 		return true, err
 	}
@@ -166,7 +175,9 @@ func (sn snippets) copyUserData(ctx context.Context, from Zone, node string, vmi
 	if err != nil {
 		return "", err
 	}
-	storage, err := snippetStorage(ctx, dst, to)
+	// A snippet on shared storage stays on shared storage (it is an HA
+	// VM's, which any host may have to start).
+	storage, err := snippetStorage(ctx, dst, to, sharedSnippet(ctx, from, node, cicustom, vmid))
 	if err != nil {
 		return "", err
 	}
@@ -207,4 +218,15 @@ func (sn snippets) deleteUserData(ctx context.Context, z Zone, node string, vmid
 		}
 	}
 	return nil
+}
+
+// sharedSnippet reports whether guest vmid's snippet that cicustom names
+// is on a storage shared in zone z.
+func sharedSnippet(ctx context.Context, z Zone, node, cicustom string, vmid int) bool {
+	storage, ok := userDataSnippet(cicustom, vmid)
+	if !ok {
+		return false
+	}
+	shared, err := sharedStorage(ctx, z, node, storage)
+	return err == nil && shared
 }

@@ -38,6 +38,9 @@ type Guest struct {
 	// CPUUsage is a fraction of its CPUs; MemoryUsedMiB what it uses.
 	CPUUsage      float64
 	MemoryUsedMiB int
+	// HighAvailability: Proxmox's HA manager keeps it running (it has an HA
+	// resource), so a failed host's guest is recovered on another.
+	HighAvailability bool
 }
 
 // GuestStatus is the status of a member of a VDC's pool, whose entry lacks
@@ -57,7 +60,7 @@ func guestOf(z fleet.Zone, res *pveapi.Resource, id, status string) Guest {
 	}
 	return Guest{Ref: ref, ID: id, Name: res.Name, Node: res.Node, Status: status, VCPUs: res.MaxCPU,
 		MemoryMiB: int(res.MaxMem / mib), DiskGiB: int(res.MaxDisk / gib), Uptime: int(res.Uptime),
-		CPUUsage: res.CPU, MemoryUsedMiB: int(res.Mem / mib)}
+		CPUUsage: res.CPU, MemoryUsedMiB: int(res.Mem / mib), HighAvailability: res.HAState != ""}
 }
 
 // keptID is the id of the VM whose guest sits at place (Placement.KeptID).

@@ -13,13 +13,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/flexctl"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
 )
 
 // TestFlexctlEndToEnd runs the built flexctl binary against a running
@@ -27,10 +30,13 @@ import (
 // tokens): a device login as alice (a member of VDC red) kept in a context,
 // an expired login renewed with its refresh token, then with that context
 // a network and a VM created (--wait), listed, read, its console opened,
-// stopped, started and deleted, images and load balancers listed, managed
-// Kubernetes refused as UNAVAILABLE (no management cluster); an API refusal
+// stopped, started and deleted, images and load balancers listed, a
+// managed Kubernetes cluster created, listed, its kubeconfig written and
+// deleted (kubeTest), a load balancer created with --wait (lbTest),
+// listed and deleted; an API refusal
 // (exit 1, the API's message and code), usage errors (exit 2, nothing
-// changed), and red's VM asked for from VDC blue by bob (NOT_FOUND).
+// changed), red's VM asked for from VDC blue by bob (NOT_FOUND), and
+// service accounts' tokens in FLEXPLANE_TOKEN (saTest).
 func TestFlexctlEndToEnd(t *testing.T) {
 	s := startStack(t)
 	home := t.TempDir()
@@ -54,6 +60,11 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		c := f.Context("default")
 		if f.CurrentContext != "default" || c == nil || c.Token == "" || c.VDC != "red" || c.Endpoint != endpoint {
 			t.Fatalf("config after login: %+v", f)
+		}
+		// Signed in as the CLI's own client the configuration document
+		// names, not the portal's.
+		if c.ClientID != meshtest.CLIClientID {
+			t.Errorf("login's client %q, want %q", c.ClientID, meshtest.CLIClientID)
 		}
 	})
 
@@ -140,7 +151,7 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("images, console, load balancers, Kubernetes", func(t *testing.T) {
+	t.Run("images, console, load balancers", func(t *testing.T) {
 		var images []struct{ Name, Version string }
 		decode(t, s.run(t, home, nil, "image", "list", "-o", "json"), &images)
 		if len(images) != 1 || images[0].Name != "tiny" {
@@ -159,10 +170,14 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		if len(lbs) != 0 {
 			t.Errorf("lb list: %+v", lbs)
 		}
-		// The harness has no management cluster: the API says so.
-		if r := s.run(t, home, nil, "kubernetes", "list"); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(UNAVAILABLE)") {
-			t.Errorf("kubernetes list without a management cluster: %+v", r)
-		}
+	})
+
+	t.Run("kubernetes create, list, kubeconfig and delete", func(t *testing.T) {
+		kubeTest(t, s, home, netID)
+	})
+
+	t.Run("lb create --wait, list and delete", func(t *testing.T) {
+		lbTest(t, s, home, vmID)
 	})
 
 	t.Run("vm stop and start", func(t *testing.T) {
@@ -178,6 +193,10 @@ func TestFlexctlEndToEnd(t *testing.T) {
 				t.Fatalf("after vm %s: status %s, want %s", step.action, v.Status, step.status)
 			}
 		}
+	})
+
+	t.Run("a service account's token drives flexctl", func(t *testing.T) {
+		saTest(t, s, base, netID)
 	})
 
 	t.Run("another VDC's VM is NOT_FOUND", func(t *testing.T) {
@@ -316,5 +335,189 @@ func login(t *testing.T, s *stack, home string, env []string, user, password str
 	}
 	if !strings.Contains(out, "logged in: context default") {
 		t.Errorf("flexctl login said:\n%s%s", printed.String(), out)
+	}
+}
+
+// saTest drives flexctl with service accounts' tokens of VDC red, made by
+// the platform admin through the API, with no login and no context: a
+// MEMBER account creates (--wait), lists and deletes a VM; a VIEWER
+// account is refused a mutation (exit 1, FORBIDDEN) and changes nothing;
+// the MEMBER account with VDC blue's header gets NOT_FOUND for blue's
+// network; once deleted, its token is refused with the 401's reason.
+func saTest(t *testing.T, s *stack, base []string, netID string) {
+	type issued struct {
+		ServiceAccount struct{ ID string }
+		Token          string
+	}
+	create := func(name, role string) issued {
+		var out issued
+		s.h.GraphQL(t, "admin", "red", `mutation($n: String!, $r: VDCRole!) { createServiceAccount(input: {name: $n, role: $r}) {
+		  serviceAccount { id } token } }`, map[string]any{"n": name, "r": role}).OK(t).Into(t, "createServiceAccount", &out)
+		if !strings.HasPrefix(out.Token, "fpsa_") {
+			t.Fatalf("account %s: token %.8q…", name, out.Token)
+		}
+		return out
+	}
+	ci, ro := create("ci", "MEMBER"), create("ro", "VIEWER")
+	as := func(tok, vdc string) []string {
+		return append(append([]string(nil), base...), flexctl.EnvVDC+"="+vdc, flexctl.EnvToken+"="+tok)
+	}
+	home := t.TempDir() // no config file: the environment only
+	var vm struct{ ID, Name, Status string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "create", "bot", "--zone", "alpha", "--image", "tiny", "--compute-profile", "small",
+		"--storage-profile", "ssd", "--disk-gib", "4", "--user", "ubuntu", "--nic", netID, "--wait", "-o", "json"), &vm)
+	if vm.ID == "" || vm.Name != "bot" || vm.Status != "RUNNING" {
+		t.Fatalf("the account's VM: %+v", vm)
+	}
+	var vms []struct{ ID string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "list", "-o", "json"), &vms)
+	if !slices.ContainsFunc(vms, func(v struct{ ID string }) bool { return v.ID == vm.ID }) {
+		t.Fatalf("the account's vm list: %+v", vms)
+	}
+
+	r := s.run(t, home, as(ro.Token, "red"), "network", "create", "ro", "--zone", "alpha", "--cidr", "10.9.0.0/24", "--gateway", "10.9.0.1")
+	if r.code != flexctl.ExitRefused || !strings.HasPrefix(r.stderr, "error: ") || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(FORBIDDEN)") {
+		t.Errorf("a viewer account's mutation: %+v", r)
+	}
+	r = s.run(t, home, as(ro.Token, "red"), "vm", "delete", vm.ID)
+	if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(FORBIDDEN)") {
+		t.Errorf("a viewer account's vm delete: %+v", r)
+	}
+
+	var blueNet struct{ ID string }
+	s.h.GraphQL(t, "bob", "blue", `mutation { createNetwork(input: {name: "bluelan", zone: "alpha", cidr: "10.2.0.0/24", gateway: "10.2.0.1"}) { id } }`, nil).
+		OK(t).Into(t, "createNetwork", &blueNet)
+	for _, args := range [][]string{{"network", "delete", blueNet.ID}, {"network", "list"}, {"vm", "get", vm.ID}} {
+		r := s.run(t, home, as(ci.Token, "blue"), args...)
+		if r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") {
+			t.Errorf("the red account in blue: %v: %+v", args, r)
+		}
+	}
+	s.h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { deleteNetwork(id: $id) { id } }`, map[string]any{"id": blueNet.ID}).OK(t)
+
+	var op struct{ State string }
+	decode(t, s.run(t, home, as(ci.Token, "red"), "vm", "delete", vm.ID, "--wait", "-o", "json"), &op)
+	if op.State != "SUCCEEDED" {
+		t.Fatalf("the account's vm delete: %+v", op)
+	}
+	if r := s.run(t, home, as(ci.Token, "red"), "vm", "get", vm.ID); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(NOT_FOUND)") {
+		t.Fatalf("vm get after the account's delete: %+v", r)
+	}
+
+	s.h.GraphQL(t, "admin", "red", `mutation($id: ID!) { deleteServiceAccount(id: $id) { id } }`, map[string]any{"id": ci.ServiceAccount.ID}).OK(t)
+	poll.True(t, 10*time.Second, "the deleted account's token refused", func() bool {
+		r = s.run(t, home, as(ci.Token, "red"), "vm", "list")
+		return r.code != 0
+	})
+	if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "does not exist") || !strings.Contains(r.stderr, "(UNAUTHENTICATED)") {
+		t.Errorf("a deleted account's token: %+v", r)
+	}
+	s.h.GraphQL(t, "admin", "red", `mutation($id: ID!) { deleteServiceAccount(id: $id) { id } }`, map[string]any{"id": ro.ServiceAccount.ID}).OK(t)
+}
+
+// lbTest creates a load balancer on the VM vmID with flexctl lb create
+// --wait, which follows it until the zone's replica reports its checked
+// backend healthy (progress lines on stderr), lists and deletes it.
+func lbTest(t *testing.T, s *stack, home, vmID string) {
+	in := filepath.Join(t.TempDir(), "lb.yaml")
+	spec := `name: shop
+zone: alpha
+pools:
+- name: web
+  healthCheck: {protocol: TCP}
+  backends: [{vmId: ` + vmID + `, port: 80}]
+listeners:
+- {name: tcp, protocol: TCP, port: 80, pool: web}
+`
+	if err := os.WriteFile(in, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan result, 1)
+	go func() { done <- s.run(t, home, nil, "lb", "create", "-f", in, "--wait", "-o", "json") }()
+	var listed []struct{ ID, Name string }
+	poll.True(t, 30*time.Second, "the balancer listed", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("lb create --wait ended before its backend was healthy: %+v", r)
+		default:
+		}
+		decode(t, s.run(t, home, nil, "lb", "list", "-o", "json"), &listed)
+		return len(listed) == 1
+	})
+	cfg := s.replica.Await(t, 30*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("lb create --wait ended before its backend was healthy: %+v", r)
+	default:
+	}
+	b := cfg.Balancers[0]
+	s.replica.SetBackends([]lbconfig.BackendStatus{{Balancer: b.ID, Pool: b.Pools[0].Name, Backend: b.Pools[0].Backends[0].ID, Healthy: true, Checked: time.Now()}})
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("lb create --wait did not end once its backend was healthy")
+	}
+	var lb struct {
+		ID, Name, PublicAddress string
+		Pools                   []struct{ Backends []struct{ Health string } }
+	}
+	decode(t, r, &lb)
+	if lb.ID != listed[0].ID || lb.Name != "shop" || !strings.HasPrefix(lb.PublicAddress, "203.0.113.") || len(lb.Pools) != 1 || lb.Pools[0].Backends[0].Health != "HEALTHY" {
+		t.Fatalf("lb create --wait: %+v", lb)
+	}
+	if !strings.Contains(r.stderr, "load balancer shop: 0/1 checked backends healthy") || !strings.Contains(r.stderr, "load balancer shop: 1/1 checked backends healthy") {
+		t.Errorf("lb create --wait progress:\n%s", r.stderr)
+	}
+	if r := s.run(t, home, nil, "lb", "list"); r.code != 0 || !strings.HasPrefix(r.stdout, "ID ") || !strings.Contains(r.stdout, "tcp:80/TCP") || !strings.Contains(r.stdout, "web(1)") {
+		t.Errorf("lb list: %+v", r)
+	}
+	if r := s.run(t, home, nil, "lb", "delete", lb.ID); r.code != 0 || !strings.Contains(r.stdout, lb.ID) {
+		t.Fatalf("lb delete: %+v", r)
+	}
+	decode(t, s.run(t, home, nil, "lb", "list", "-o", "json"), &listed)
+	if len(listed) != 0 {
+		t.Fatalf("lb list after delete: %+v", listed)
+	}
+	s.replica.Await(t, 30*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 0 })
+}
+
+// kubeTest creates a managed Kubernetes cluster with flexctl, lists it,
+// writes its kubeconfig to a file (mode 0600) once its control plane (the
+// stand-in) is ready, and deletes it.
+func kubeTest(t *testing.T, s *stack, home, netID string) {
+	var kc struct{ ID, Name, Version string }
+	decode(t, s.run(t, home, nil, "kubernetes", "create", "ops", "--zone", "alpha", "--version", "v1.37.2", "--network", netID, "-o", "json"), &kc)
+	if kc.ID == "" || kc.Name != "ops" || kc.Version != "v1.37.2" {
+		t.Fatalf("kubernetes create: %+v", kc)
+	}
+	var listed []struct {
+		ID                string
+		ControlPlaneReady bool
+	}
+	poll.True(t, time.Minute, "the control plane ready", func() bool {
+		decode(t, s.run(t, home, nil, "kubernetes", "list", "-o", "json"), &listed)
+		return len(listed) == 1 && listed[0].ID == kc.ID && listed[0].ControlPlaneReady
+	})
+	file := filepath.Join(t.TempDir(), "ops.kubeconfig")
+	r := s.run(t, home, nil, "kubernetes", "kubeconfig", kc.ID, "-f", file)
+	if r.code != 0 || !strings.HasPrefix(r.stderr, "kubeconfig written to "+file) {
+		t.Fatalf("kubernetes kubeconfig -f: %+v", r)
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in control plane's kubeconfig is a text naming the
+	// credential the API issued: alice's, as a member.
+	if st.Mode().Perm() != 0o600 || !strings.Contains(string(b), "user: oidc:alice\n") || !strings.Contains(string(b), "groups: cluster-admin\n") {
+		t.Errorf("kubeconfig file (mode %v):\n%s", st.Mode().Perm(), b)
+	}
+	if r := s.run(t, home, nil, "kubernetes", "delete", kc.ID); r.code != 0 || !strings.Contains(r.stdout, kc.ID) {
+		t.Fatalf("kubernetes delete: %+v", r)
 	}
 }

@@ -13,35 +13,53 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/capitest"
+	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/loadbalancer/lbsync"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/portal"
 )
 
-// stack is a mesh harness (one zone "alpha", of one node by default, the API with
-// meshtest's default users, the portal's configuration document on the
-// orchestrator's origin) with a catalog of one image ("tiny"), compute
-// profile ("small") and storage profile ("ssd"), and flexctl built from
-// this module.
+// stack is a mesh harness (one zone "alpha", of one node by default, the
+// API with meshtest's default users, the portal's configuration document
+// on the orchestrator's origin, naming flexctl's own client) with a
+// catalog of one image ("tiny"), compute profile ("small") and storage
+// profile ("ssd"), load balancers pushed to a stand-in flexgateway
+// replica of zone alpha (whose backends' health the test sets) with
+// addresses from an external network, and flexctl built from this module.
 type stack struct {
-	h   *meshtest.Harness
-	bin string
+	h       *meshtest.Harness
+	replica *lbtest.Replica
+	bin     string
 }
 
+// startStack is the harness of TestFlexctlEndToEnd, with managed
+// Kubernetes: a management cluster (a real kube-apiserver with Cluster
+// API's resources) whose control planes are capitest's stand-in, ready at
+// once.
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	return startStackWith(t, meshtest.APISpec{}, 1)
+	m := capitest.Start(t)
+	return startStackWith(t, meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: m.Kubeconfig, Namespace: "flexplane"},
+		Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: true, WorkerImage: "tiny", WorkerDiskGiB: 4, Poll: 250 * time.Millisecond,
+			ControlPlane: m.ControlPlane}}, 1)
 }
 
-// startStackWith is startStack with the API of spec and zone alpha of
-// nodes nodes.
+// startStackWith is startStack with the API of spec (and its load
+// balancers) and zone alpha of nodes nodes.
 func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	t.Helper()
 	bin := buildFlexctl(t)
+	pki := lbtest.NewPKI(t)
+	replica := lbtest.NewReplica(t, pki, "lb-token")
+	spec.LoadBalancers = orchestrator.LoadBalancersConfig{Tokens: map[string]string{"alpha": "lb-token"}, TLS: pki.Client,
+		Zones: map[string]lbsync.Zone{"alpha": {Replicas: []string{replica.URL}}}}
 	web := &meshtest.LateHandler{}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: nodes}),
 		meshtest.WithAPI(spec), meshtest.WithHandler(web))
-	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, Logger: slog.New(slog.DiscardHandler)})
+	p, err := portal.New(portal.Config{Issuer: h.IDP(t).Issuer(), ClientID: meshtest.APIClientID, CLIClientID: meshtest.CLIClientID, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +69,11 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
-	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name } }`,
+	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
+	  createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24", gateway: "203.0.113.254",
+	    poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`,
 		map[string]any{"u": url, "c": sum}).OK(t)
-	return &stack{h: h, bin: bin}
+	return &stack{h: h, replica: replica, bin: bin}
 }
 
 // buildFlexctl builds cmd/flexctl into a temporary directory.

@@ -67,7 +67,8 @@ not exist), in a file of mode 0600.`,
 }
 
 // deviceLogin runs the device authorization grant against the issuer the
-// portal configuration of endpoint names.
+// portal configuration of endpoint names, as its command line client (the
+// portal's client when it names none).
 func (a *app) deviceLogin(cmd *cobra.Command, endpoint string) (*oauth2.Token, *oauth2.Config, error) {
 	ctx := context.WithValue(cmd.Context(), oauth2.HTTPClient, a.env.HTTPClient)
 	var doc portal.Document
@@ -85,7 +86,7 @@ func (a *app) deviceLogin(cmd *cobra.Command, endpoint string) (*oauth2.Token, *
 		return nil, nil, fmt.Errorf("login: the identity provider %s offers no device authorization", doc.Issuer)
 	}
 	cfg := &oauth2.Config{
-		ClientID: doc.ClientID,
+		ClientID: first(doc.CLIClientID, doc.ClientID),
 		Scopes:   doc.Scopes,
 		Endpoint: oauth2.Endpoint{DeviceAuthURL: d.DeviceAuthorizationEndpoint, TokenURL: d.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams},
 	}

@@ -109,6 +109,10 @@ type APIConfig struct {
 	// Audience is the client id tokens must be issued to (the portal's).
 	// Required with Issuer.
 	Audience string
+	// CLIClientID is the client id of flexctl's native OIDC application,
+	// whose tokens the API accepts too (auth.Config.CLIClientID); "" only
+	// the portal's.
+	CLIClientID string
 	// Claims names the role, name and email claims; the zero value reads
 	// Zitadel's tokens.
 	Claims auth.ClaimNames

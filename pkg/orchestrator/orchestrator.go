@@ -132,7 +132,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// The identity provider may come up after the orchestrator (or be down
 	// for a while): the verifier keeps asking it until it answers, and the
 	// API answers UNAVAILABLE (503) meanwhile; the mesh works regardless.
-	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, Claims: c.Claims, HTTPClient: c.HTTPClient})
+	verifier, err := auth.NewLazyVerifier(auth.Config{Issuer: c.Issuer, Audience: c.Audience, CLIClientID: c.CLIClientID, Claims: c.Claims, HTTPClient: c.HTTPClient})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: api: %w", err)
 	}
@@ -160,7 +160,14 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	firewall := &firewallGate{}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
 		Uploads: NewVolumeUploader(registry), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
-		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute")})
+		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute"),
+		HARecovered: func(_ context.Context, r compute.HARecovery) {
+			// An audit event of what Proxmox's HA manager did: the VM,
+			// the failed host and the host it runs on now.
+			if sink != nil {
+				sink.Emit(audit.System("recoverVM", r.VDC, "VM", r.VM, r.Zone+"/"+r.From, r.Zone+"/"+r.To))
+			}
+		}})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}

@@ -63,6 +63,11 @@ type Config struct {
 	// URI is <portal origin>/auth/callback and its post-logout redirect
 	// URI <portal origin>/.
 	ClientID string
+	// CLIClientID is the client id of the command line's native OIDC
+	// application (a public client with the device authorization grant
+	// and refresh tokens), published in the configuration document for
+	// flexctl login; "" publishes none, and flexctl signs in as ClientID.
+	CLIClientID string
 	// Scopes requested at login; nil is openid, profile, email and
 	// offline_access (which gets the session a refresh token, so that it
 	// renews before its access token expires).
@@ -81,6 +86,9 @@ type Document struct {
 	ClientID string   `json:"clientId"`
 	Scopes   []string `json:"scopes"`
 	GraphQL  string   `json:"graphql"`
+	// CLIClientID is the client flexctl login signs in as (device
+	// authorization); absent, it signs in as ClientID.
+	CLIClientID string `json:"cliClientId,omitempty"`
 }
 
 // Handler serves the portal. It is safe for concurrent use.
@@ -117,10 +125,11 @@ func New(cfg Config) (*Handler, error) {
 	policy := "default-src 'self'; connect-src " + strings.Join(connect, " ") +
 		"; img-src 'self' data:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'self'; frame-ancestors 'none'; script-src 'self'"
 	doc, err := json.Marshal(Document{
-		Issuer:   strings.TrimSuffix(cfg.Issuer, "/"),
-		ClientID: cfg.ClientID,
-		Scopes:   cfg.Scopes,
-		GraphQL:  cfg.GraphQLPath,
+		Issuer:      strings.TrimSuffix(cfg.Issuer, "/"),
+		ClientID:    cfg.ClientID,
+		Scopes:      cfg.Scopes,
+		GraphQL:     cfg.GraphQLPath,
+		CLIClientID: cfg.CLIClientID,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("portal: new: %w", err)

@@ -111,6 +111,20 @@ func TestConfigDocument(t *testing.T) {
 	if doc.Issuer != want.Issuer || doc.ClientID != want.ClientID || strings.Join(doc.Scopes, " ") != "openid profile email offline_access" || doc.GraphQL != want.GraphQL {
 		t.Errorf("config = %+v, want %+v", doc, want)
 	}
+	if strings.Contains(r.body, "cliClientId") {
+		t.Errorf("config names a command line client none was given: %s", r.body)
+	}
+
+	// With the command line's client: named for flexctl login.
+	srv = serve(t, portal.Config{Dir: build(t), Issuer: "https://id.example/", ClientID: "portal-app", CLIClientID: "flexctl-app"})
+	r = request(t, http.MethodGet, srv.URL+portal.ConfigPath)
+	doc = portal.Document{}
+	if err := json.Unmarshal([]byte(r.body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.CLIClientID != "flexctl-app" || doc.ClientID != "portal-app" || !strings.Contains(r.body, `"cliClientId":"flexctl-app"`) {
+		t.Errorf("config with a command line client: %s", r.body)
+	}
 }
 
 func TestServesBuild(t *testing.T) {

@@ -1,6 +1,7 @@
 package pvesim
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"sort"
@@ -171,6 +172,7 @@ type vmResource struct {
 	Tags     string `json:"tags,omitempty"`
 	Lock     string `json:"lock,omitempty"`
 	Pool     string `json:"pool,omitempty"`
+	HAState  string `json:"hastate,omitempty"`
 	*vmMetrics
 }
 
@@ -200,6 +202,9 @@ func (st *state) guestResource(g *guest, now time.Time) *vmResource {
 		MaxDisk: g.maxdisk(),
 		Lock:    g.lock(),
 		Pool:    g.pool,
+	}
+	if r := st.ha.res["vm:"+strconv.Itoa(g.vmid)]; r != nil {
+		e.HAState = cmp.Or(r.crm, r.state)
 	}
 	if g.running {
 		e.Status = "running"

@@ -43,6 +43,9 @@ type stateFile struct {
 	Firewall *fwConf `json:"firewall,omitempty"`
 	// StorageContent is each storage's content types (PUT /storage).
 	StorageContent map[string][]string `json:"storage_content,omitempty"`
+	// HA is the HA configuration: resources and rules (the manager's view is derived
+	// again at start).
+	HA *haRecord `json:"ha,omitempty"`
 }
 
 type nodeRecord struct {
@@ -314,6 +317,7 @@ func (st *state) snapshot() *stateFile {
 		f.SDN.IPs = append(f.SDN.IPs, ipRecord{Zone: m.zone, VNet: m.vnet, Subnet: m.subnet, IP: m.ip, MAC: m.mac, Hostname: m.hostname, VMID: m.vmid, Gateway: m.gateway})
 	}
 	f.Firewall = st.fw.clone()
+	f.HA = st.ha.record()
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -426,6 +430,7 @@ func (st *state) restore(f *stateFile) error {
 		st.sdn.ips[r.Zone+"/"+r.IP] = &ipMapping{zone: r.Zone, vnet: r.VNet, subnet: r.Subnet, ip: r.IP, mac: r.MAC, hostname: r.Hostname, vmid: r.VMID, gateway: r.Gateway}
 	}
 	st.fw = f.Firewall.normalize()
+	st.ha.load(f.HA)
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {

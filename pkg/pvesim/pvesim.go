@@ -106,17 +106,25 @@ type Timing struct {
 	Start    time.Duration // qmstart, qmreboot
 	Stop     time.Duration // qmstop
 	Shutdown time.Duration // qmshutdown
+	// FenceDelay is how long a node stays offline before the HA manager fences it and
+	// recovers its HA resources on other nodes; 0 is Proxmox's DefaultFenceDelay (60 s).
+	FenceDelay time.Duration
 }
+
+// DevFenceDelay is RealisticTiming's FenceDelay: shorter than a real cluster's 60 s, so
+// that the dev stack shows a node's HA guests recovered within half a minute.
+const DevFenceDelay = 20 * time.Second
 
 // RealisticTiming is a task model close to a small real cluster, for the dev stack:
 // a 32 GiB full clone takes about 20 s, a start about 3 s.
 func RealisticTiming() Timing {
 	return Timing{
-		Base:     500 * time.Millisecond,
-		PerGiB:   600 * time.Millisecond,
-		Start:    3 * time.Second,
-		Stop:     1 * time.Second,
-		Shutdown: 4 * time.Second,
+		Base:       500 * time.Millisecond,
+		PerGiB:     600 * time.Millisecond,
+		Start:      3 * time.Second,
+		Stop:       1 * time.Second,
+		Shutdown:   4 * time.Second,
+		FenceDelay: DevFenceDelay,
 	}
 }
 

@@ -816,6 +816,12 @@ func uuid() string {
 
 // startGuest starts a qmstart task for g; the caller holds mu.
 func (st *state) startGuest(g *guest, user string) *task {
+	return st.startGuestAs(g, "qmstart", user)
+}
+
+// startGuestAs starts g in a task of type typ (qmstart, or hastart when the HA manager
+// starts it on the API's request); the caller holds mu.
+func (st *state) startGuestAs(g *guest, typ, user string) *task {
 	c := st.c
 	check := func() error {
 		if err := g.checkLock(); err != nil {
@@ -843,7 +849,7 @@ func (st *state) startGuest(g *guest, user string) *task {
 		}
 		return nil
 	}
-	return st.runChecked(g.node, "qmstart", strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(t *task) error {
+	return st.runChecked(g.node, typ, strconv.Itoa(g.vmid), user, c.taskDuration(c.cfg.Timing.Start, 0), check, func(t *task) error {
 		g.applyPending()
 		if err := st.sdn.dhcpMappings(g, t); err != nil {
 			return err
@@ -910,13 +916,33 @@ func subdirs(key string, names ...string) handlerFunc {
 	}
 }
 
+// hQemuStart starts g; an HA-managed guest is started by the HA manager (request state
+// "started", a hastart task), as qemu-server hands it over.
 func hQemuStart(cl *call, g *guest) (any, error) {
 	c := cl.c
+	if r := c.st.haManaged(g.vmid); r != nil {
+		r.state = "started"
+		t := c.st.startGuestAs(g, "hastart", cl.user)
+		r.crm = r.settled(g)
+		return t.upid, nil
+	}
 	return c.st.startGuest(g, cl.user).upid, nil
+}
+
+// haStopType is the task type of a stop or shutdown: hastop for an HA-managed guest,
+// whose requested state becomes "stopped" so that the manager does not start it again.
+func (st *state) haStopType(g *guest, typ string) string {
+	if r := st.haManaged(g.vmid); r != nil {
+		r.state = "stopped"
+		r.crm = "stopped"
+		return "hastop"
+	}
+	return typ
 }
 
 func hQemuStop(cl *call, g *guest) (any, error) {
 	c := cl.c
+	typ := c.st.haStopType(g, "qmstop")
 	skiplock := cl.p.bool("skiplock")
 	check := func() error {
 		if skiplock {
@@ -924,7 +950,7 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 		}
 		return g.checkLock()
 	}
-	t := c.st.runChecked(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
+	t := c.st.runChecked(g.node, typ, strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -933,7 +959,8 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 
 func hQemuShutdown(cl *call, g *guest) (any, error) {
 	c := cl.c
-	t := c.st.runChecked(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
+	typ := c.st.haStopType(g, "qmshutdown")
+	t := c.st.runChecked(g.node, typ, strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -1069,6 +1096,11 @@ func hQemuDelete(cl *call, g *guest) (any, error) {
 	if g.running {
 		return nil, errorf(http.StatusInternalServerError, "VM %d is running - destroy failed", g.vmid)
 	}
+	sid := "vm:" + strconv.Itoa(g.vmid)
+	purge := cl.p.bool("purge")
+	if c.st.ha.res[sid] != nil && !purge {
+		return nil, errorf(http.StatusInternalServerError, "unable to remove VM %d - used in HA resources and purge parameter not set.", g.vmid)
+	}
 	if g.isTemplate() {
 		for _, other := range c.st.guests {
 			for _, v := range other.volumes() {
@@ -1100,6 +1132,9 @@ func hQemuDelete(cl *call, g *guest) (any, error) {
 		}
 		delete(c.st.guests, vmid)
 		c.st.sdn.releaseVM(vmid)
+		if purge {
+			c.st.haRemove(sid, true)
+		}
 		return nil
 	})
 	return t.upid, nil
@@ -1336,8 +1371,18 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	}
 	g.conf["lock"] = "migrate"
 	d := c.taskDuration(0, gib)
+	// qemu-server hands an HA-managed guest's migration to the manager (a
+	// hamigrate request, then the CRM's qmigrate); the simulator runs the
+	// migration in the task it answers, with the service in state migrate.
+	ha := c.st.haManaged(g.vmid)
+	if ha != nil {
+		ha.crm = "migrate"
+	}
 	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
 		delete(g.conf, "lock")
+		if ha != nil {
+			defer func() { ha.crm = ha.settled(g) }()
+		}
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}

@@ -25,6 +25,7 @@ type state struct {
 	repl     map[string]*replJob // replication jobs by id
 	sdn      *sdnState
 	fw       *fwConf // the cluster's firewall (cluster.fw)
+	ha       *haState
 	nextPID  uint32
 	// firstBoots are the guests' starts whose cloud-init is still to run
 	// (cloudinit.go).
@@ -108,6 +109,7 @@ func newState(c *Cluster) *state {
 		repl:    map[string]*replJob{},
 		sdn:     newSDNState(),
 		fw:      newFWConf(),
+		ha:      newHAState(),
 		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
 		timers:  map[*taskTimer]struct{}{},
 		storages: []*storageDef{
@@ -218,8 +220,10 @@ func (st *state) setNodeOnline(name string, online bool) {
 				g.stop()
 			}
 		}
+		st.haNodeOffline(name)
 	} else {
 		n.booted = time.Now()
+		st.haNodeOnline(name)
 	}
 }
 

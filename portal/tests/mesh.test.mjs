@@ -195,6 +195,8 @@ describe('portal with zones and VMs', () => {
     // online to the other host of its zone, followed to the end with the
     // bytes it moved. migrated.json tells TestBrowserMesh where it went, to
     // check through GraphQL.
+    // The VM's disk is on a host's own storage: it is not highly available.
+    await page.getByTestId('vm-ha').getByText('No', { exact: true }).waitFor()
     const from = (await page.getByTestId('vm-host').innerText()).trim()
     await migrateButton.focus()
     await page.keyboard.press('Enter')

@@ -78,6 +78,10 @@ const ReadyPrefix = "flexplane dev ready: "
 // API's tokens).
 const ClientID = "flexplane-portal"
 
+// CLIClientID is the OAuth client id of flexctl (device authorization),
+// which the orchestrator accepts and names in the portal's /config.json.
+const CLIClientID = "flexctl"
+
 // SessionTokenLifetime is how long the access tokens of the portal's
 // sessions (logins with offline_access, so with a refresh token) are
 // valid: short, so that `make dev` shows the portal renewing its session.

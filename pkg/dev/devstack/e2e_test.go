@@ -25,6 +25,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
+	"github.com/flexplane/flexplane/pkg/pvesim"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -1057,10 +1058,22 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 			return nil
 		})
 		// The zone answers through its other nodes: the VM is listed,
-		// UNKNOWN, without an error.
+		// UNKNOWN, without an error (or, on a slow machine, already
+		// recovered by HA on another node).
+		recovered := func(v placed) bool { return v.Name == "web-1" && v.Status == "RUNNING" && v.Host.Name != node }
 		poll.Until(t, time.Minute, "web-1 UNKNOWN", func() error {
 			vms, err := vmsOn(alice, "prod")
-			if err == nil && !slices.ContainsFunc(vms, func(v placed) bool { return v.Name == "web-1" && v.Status == "UNKNOWN" }) {
+			if err == nil && !slices.ContainsFunc(vms, func(v placed) bool { return v.Name == "web-1" && v.Status == "UNKNOWN" || recovered(v) }) {
+				err = fmt.Errorf("prod's VMs %+v", vms)
+			}
+			return err
+		})
+		// web-1 is on the shared storage, an HA resource: the HA manager
+		// fences its node after the dev timing's fence delay and starts it
+		// on another node of fra1 (docs/operate/high-availability.md).
+		poll.Until(t, pvesim.DevFenceDelay+time.Minute, "web-1 RUNNING on another node", func() error {
+			vms, err := vmsOn(alice, "prod")
+			if err == nil && !slices.ContainsFunc(vms, recovered) {
 				err = fmt.Errorf("prod's VMs %+v", vms)
 			}
 			return err

@@ -199,7 +199,7 @@ func (u *up) identityProvider(context.Context) (func(), error) {
 			ID:                     ClientID,
 			RedirectURIs:           []string{s.url + "/auth/callback"},
 			PostLogoutRedirectURIs: []string{s.url + "/"},
-		}},
+		}, {ID: CLIClientID, RedirectURIs: []string{"http://127.0.0.1/callback"}}},
 		TokenLifetime:          TokenLifetime,
 		RenewableTokenLifetime: SessionTokenLifetime,
 		Logger:                 s.log.With("component", "devidp"),
@@ -268,7 +268,7 @@ func (u *up) orchestrator(ctx context.Context) (func(), error) {
 		return nil, err
 	}
 	common := []string{"-release-key-file", releasePub, "-release-dir", filepath.Join(orchDir, "releases"),
-		"-log-level", s.cfg.LogLevel, "-oidc-issuer", u.idp.Issuer(), "-oidc-audience", ClientID,
+		"-log-level", s.cfg.LogLevel, "-oidc-issuer", u.idp.Issuer(), "-oidc-audience", ClientID, "-oidc-cli-client-id", CLIClientID,
 		"-tenant-name", "flexplane dev", "-tenant-domain", "dev.flexplane.local",
 		"-portal-dir", s.cfg.PortalDir}
 	if s.cfg.VMRecoverAfter > 0 {

@@ -21,6 +21,10 @@ import (
 // development identity provider.
 const APIClientID = "flexplane-portal"
 
+// CLIClientID is the harness provider's client of flexctl (device
+// authorization), whose tokens the API accepts too.
+const CLIClientID = "flexctl"
+
 // APISpec configures the GraphQL API of a harness (see WithAPI).
 type APISpec struct {
 	// Users are the identity provider's accounts. A user without a
@@ -135,7 +139,7 @@ func (h *Harness) startIDP(t testing.TB, origin string) {
 	idp, err := devidp.New(devidp.Config{
 		KeyDir:                 shortTempDir(t, "fpi"),
 		Users:                  users,
-		Clients:                []devidp.Client{client},
+		Clients:                []devidp.Client{client, {ID: CLIClientID, RedirectURIs: []string{"http://127.0.0.1/callback"}}},
 		Logger:                 h.logger.With("component", "devidp"),
 		RenewableTokenLifetime: spec.SessionTokenLifetime,
 	})
@@ -169,6 +173,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 	return orchestrator.APIConfig{
 		Issuer:                h.api.idp.Issuer(),
 		Audience:              APIClientID,
+		CLIClientID:           CLIClientID,
 		CatalogDir:            h.catalogDir(),
 		Tenant:                graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
 		ZoneTimeout:           h.opts.api.ZoneTimeout,

@@ -43,7 +43,7 @@ func (h *Harness) ReplaceOrchestratorWithProcess(t testing.TB, bin string) *Orch
 	args := []string{"serve",
 		"-listen", h.listen, "-public-url", h.Orchestrator.URL(), "-data-dir", h.dataDir,
 		"-stun-addr", net.JoinHostPort(h.opts.host, "0"), "-log-level", "info",
-		"-oidc-issuer", a.idp.Issuer(), "-oidc-audience", APIClientID, "-catalog-dir", h.catalogDir(),
+		"-oidc-issuer", a.idp.Issuer(), "-oidc-audience", APIClientID, "-oidc-cli-client-id", CLIClientID, "-catalog-dir", h.catalogDir(),
 		"-tenant-name", "Test Cloud", "-tenant-domain", "cloud.test", "-agent-version", spec.AgentVersion,
 		"-zone-timeout", spec.ZoneTimeout.String(),
 	}

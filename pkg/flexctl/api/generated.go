@@ -1846,6 +1846,13 @@ type CreateVMInput struct {
 	// the VDC does not have, BAD_USER_INPUT for one of another zone
 	// (extensions.field input.placementGroup).
 	PlacementGroup *string `json:"placementGroup"`
+	// Whether Proxmox's HA manager keeps the VM running: a VM whose storage
+	// profile's pool is shared storage becomes an HA resource, which Proxmox
+	// starts again on another host of the zone when its host fails (the VM is
+	// UNKNOWN meanwhile). A VM on local storage cannot be recovered and is not
+	// one. Null or true: highly available where its storage allows; false:
+	// never.
+	HighAvailability *bool `json:"highAvailability"`
 }
 
 // GetName returns CreateVMInput.Name, and is useful for accessing the field via an interface.
@@ -1889,6 +1896,9 @@ func (v *CreateVMInput) GetHost() *string { return v.Host }
 
 // GetPlacementGroup returns CreateVMInput.PlacementGroup, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetPlacementGroup() *string { return v.PlacementGroup }
+
+// GetHighAvailability returns CreateVMInput.HighAvailability, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetHighAvailability() *bool { return v.HighAvailability }
 
 // CreateVMResponse is returned by CreateVM on success.
 type CreateVMResponse struct {
@@ -3781,13 +3791,13 @@ type HealthCheckInput struct {
 	// The HTTP check's path (starting with /; HTTP only).
 	Path *string `json:"path"`
 	// Seconds between checks (1 to 300).
-	IntervalSeconds *int `json:"intervalSeconds"`
+	IntervalSeconds *int `json:"intervalSeconds,omitempty"`
 	// Seconds one check may take (1 to intervalSeconds).
-	TimeoutSeconds *int `json:"timeoutSeconds"`
+	TimeoutSeconds *int `json:"timeoutSeconds,omitempty"`
 	// Checks in a row that must pass to bring a backend back (1 to 10).
-	HealthyThreshold *int `json:"healthyThreshold"`
+	HealthyThreshold *int `json:"healthyThreshold,omitempty"`
 	// Checks in a row that must fail to take a backend out (1 to 10).
-	UnhealthyThreshold *int `json:"unhealthyThreshold"`
+	UnhealthyThreshold *int `json:"unhealthyThreshold,omitempty"`
 }
 
 // GetProtocol returns HealthCheckInput.Protocol, and is useful for accessing the field via an interface.
@@ -5562,12 +5572,19 @@ func (v *LoadBalancerFieldsListenersLoadBalancerListener) GetPool() *string { re
 type LoadBalancerFieldsPoolsBackendPool struct {
 	// The pool's name in its balancer.
 	Name string `json:"name"`
+	// The pool's health check, if any.
+	HealthCheck *LoadBalancerFieldsPoolsBackendPoolHealthCheck `json:"healthCheck"`
 	// The pool's backends.
 	Backends []LoadBalancerFieldsPoolsBackendPoolBackendsBackend `json:"backends"`
 }
 
 // GetName returns LoadBalancerFieldsPoolsBackendPool.Name, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPool) GetName() string { return v.Name }
+
+// GetHealthCheck returns LoadBalancerFieldsPoolsBackendPool.HealthCheck, and is useful for accessing the field via an interface.
+func (v *LoadBalancerFieldsPoolsBackendPool) GetHealthCheck() *LoadBalancerFieldsPoolsBackendPoolHealthCheck {
+	return v.HealthCheck
+}
 
 // GetBackends returns LoadBalancerFieldsPoolsBackendPool.Backends, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPool) GetBackends() []LoadBalancerFieldsPoolsBackendPoolBackendsBackend {
@@ -5596,6 +5613,20 @@ func (v *LoadBalancerFieldsPoolsBackendPoolBackendsBackend) GetPort() int { retu
 // GetHealth returns LoadBalancerFieldsPoolsBackendPoolBackendsBackend.Health, and is useful for accessing the field via an interface.
 func (v *LoadBalancerFieldsPoolsBackendPoolBackendsBackend) GetHealth() BackendHealth {
 	return v.Health
+}
+
+// LoadBalancerFieldsPoolsBackendPoolHealthCheck includes the requested fields of the GraphQL type HealthCheck.
+// The GraphQL type's documentation follows.
+//
+// An active health check of a pool's backends.
+type LoadBalancerFieldsPoolsBackendPoolHealthCheck struct {
+	// How the backends are checked.
+	Protocol HealthCheckProtocol `json:"protocol"`
+}
+
+// GetProtocol returns LoadBalancerFieldsPoolsBackendPoolHealthCheck.Protocol, and is useful for accessing the field via an interface.
+func (v *LoadBalancerFieldsPoolsBackendPoolHealthCheck) GetProtocol() HealthCheckProtocol {
+	return v.Protocol
 }
 
 // LoadBalancerFieldsZone includes the requested fields of the GraphQL type Zone.
@@ -8134,6 +8165,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -8144,6 +8178,9 @@ fragment LoadBalancerFields on LoadBalancer {
 }
 `
 
+// A health check's settings left out of the input take the schema's
+// defaults: they are omitted, not sent as null. (The variable has a comment
+// of its own line, else genqlient reads these directives as its.)
 func CreateLoadBalancer(
 	ctx_ context.Context,
 	client_ graphql.Client,
@@ -9053,6 +9090,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -9663,6 +9703,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -10198,6 +10241,9 @@ fragment LoadBalancerFields on LoadBalancer {
 	}
 	pools {
 		name
+		healthCheck {
+			protocol
+		}
 		backends {
 			vmId
 			port
@@ -10208,6 +10254,8 @@ fragment LoadBalancerFields on LoadBalancer {
 }
 `
 
+// As CreateLoadBalancer: a health check's settings left out take the
+// schema's defaults (the one HealthCheckInput type both share).
 func UpdateLoadBalancer(
 	ctx_ context.Context,
 	client_ graphql.Client,

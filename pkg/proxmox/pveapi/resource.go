@@ -94,6 +94,8 @@ const (
 //   - PAUSED when it is paused or suspended in RAM (status paused,
 //     suspended) or hibernated to disk (lock suspending, suspended: its
 //     status is then running or stopped), marked or not;
+//   - UNKNOWN while Proxmox's HA manager has it on a node it is fencing or
+//     recovers it onto another node (HA state fence or recovery);
 //   - RUNNING and STOPPED as Proxmox says (a lock such as backup, migrate or
 //     snapshot does not change what the guest does);
 //   - UNKNOWN otherwise (status unknown while its node is offline, or a
@@ -107,6 +109,9 @@ func (r Resource) State(markedCreating bool) GuestState {
 	}
 	if markedCreating && r.Template != 1 {
 		return StateCreating
+	}
+	if r.HAState == "fence" || r.HAState == "recovery" {
+		return StateUnknown
 	}
 	switch r.Status {
 	case "running":

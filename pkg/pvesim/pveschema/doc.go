@@ -47,8 +47,8 @@
 // storage-pair, pve-volume-id, pve-volume-id-or-qm-path, pve-volume-id-or-absolute-path,
 // pve-sdn-zone-id, pve-sdn-vnet-id, pve-sdn-ipam-id, pve-sdn-subnet-id, pve-sdn-fabric-id,
 // pve-sdn-bgp-rt, pve-vlan-id-or-range, pve-task-status-type, pve-cpuset,
-// pve-hotplug-features, pve-startup-order, pve-phys-bits, pve-qm-bootdisk, pve-qm-bootdev
-// and string; each also as "<name>-list" (split on commas, semicolons and white space) and
+// pve-hotplug-features, pve-startup-order, pve-phys-bits, pve-qm-bootdisk, pve-qm-bootdev,
+// pve-ha-resource-id, pve-ha-resource-or-vm-id, pve-ha-node and string; each also as "<name>-list" (split on commas, semicolons and white space) and
 // "<name>-opt". Property-string formats come from the schema itself (net, scsi, ide, sata,
 // virtio, unused, usb, numa, agent, efidisk0, ...; cdrom's pve-qm-ide reuses ide[n]'s) or,
 // where the api-viewer only names them, from namedformats.json: pve-qm-ipconfig,

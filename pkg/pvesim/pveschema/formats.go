@@ -118,6 +118,12 @@ var (
 	taskStatusRE  = regexp.MustCompile(`(?i)^(ok|error|warning|unknown)$`)
 	hotplugRE     = regexp.MustCompile(`^(network|disk|cpu|memory|usb|cloudinit)$`)
 	replJobRE     = regexp.MustCompile(`^\d+-\d+$`)
+	// haSIDRE and haVMSIDRE are HA resource ids: "vm:100", and the VMID
+	// shortcut the resource endpoints accept ("100", "ct:101").
+	haSIDRE   = regexp.MustCompile(`^[a-z]+:\S+$`)
+	haVMSIDRE = regexp.MustCompile(`^((ct|vm):)?[1-9][0-9]{2,8}$`)
+	// haNodeRE is a node of an HA rule with its optional priority ("pve1:2").
+	haNodeRE = regexp.MustCompile(`^[^\s:]+(:\d+)?$`)
 	// calendarRE is the alphabet of systemd-style calendar events
 	// ("*/15", "mon..fri 02:30", "sat 1:00"); PVE::CalendarEvent parses
 	// them further.
@@ -150,29 +156,32 @@ func verifiers(qemuDrives, qemuDevs map[string]bool) map[string]func(string) err
 	}
 	ip := func(v string) bool { return isIPv4(v) || isIPv6(v) }
 	return map[string]func(string) error{
-		"string":                 func(string) error { return nil },
-		"pve-node":               re(nodeRE, "value does not look like a valid node name"),
-		"pve-vmid":               re(vmidRE, "value does not look like a valid VM ID"),
-		"pve-storage-id":         re(storageIDRE, "storage ID '%v' contains illegal characters"),
-		"pve-configid":           re(configIDRE, "invalid configuration ID '%v'"),
-		"pve-bridge-id":          re(bridgeRE, "invalid bridge ID '%v'"),
-		"pve-iface":              re(ifaceRE, "invalid network interface name '%v'"),
-		"dns-name":               re(dnsNameRE, "value does not look like a valid DNS name"),
-		"mac-addr":               re(macRE, "value does not look like a valid unicast MAC address"),
-		"urlencoded":             re(urlencodedRE, "invalid urlencoded string: %v"),
-		"disk-size":              re(diskSizeRE, "value does not look like a valid disk size: %v"),
-		"pve-tag":                re(tagRE, "invalid characters in tag"),
-		"pve-sdn-zone-id":        sdnID("zone", 8),
-		"pve-sdn-vnet-id":        sdnID("vnet", 8),
-		"pve-sdn-ipam-id":        sdnID("ipam", 0),
-		"pve-sdn-fabric-id":      re(fabricIDRE, "Fabric ID '%v' contains illegal characters"),
-		"pve-storage-vgname":     re(lvmNameRE, "lvm name '%v' contains illegal characters"),
-		"pve-storage-options":    re(regexp.MustCompile(`^\S+$`), "invalid options '%v'"),
-		"pve-storage-path":       re(storagePathRE, "value does not look like a valid absolute path"),
-		"pve-task-status-type":   re(taskStatusRE, "invalid status '%v'"),
-		"pve-replication-job-id": re(replJobRE, "replication job ID '%v' invalid"),
-		"pve-calendar-event":     re(calendarRE, "unable to parse calendar event '%v'"),
-		"email-or-username":      re(emailOrUserRE, "value does not look like a valid email address or user name"),
+		"string":                   func(string) error { return nil },
+		"pve-node":                 re(nodeRE, "value does not look like a valid node name"),
+		"pve-vmid":                 re(vmidRE, "value does not look like a valid VM ID"),
+		"pve-storage-id":           re(storageIDRE, "storage ID '%v' contains illegal characters"),
+		"pve-configid":             re(configIDRE, "invalid configuration ID '%v'"),
+		"pve-bridge-id":            re(bridgeRE, "invalid bridge ID '%v'"),
+		"pve-iface":                re(ifaceRE, "invalid network interface name '%v'"),
+		"dns-name":                 re(dnsNameRE, "value does not look like a valid DNS name"),
+		"mac-addr":                 re(macRE, "value does not look like a valid unicast MAC address"),
+		"urlencoded":               re(urlencodedRE, "invalid urlencoded string: %v"),
+		"disk-size":                re(diskSizeRE, "value does not look like a valid disk size: %v"),
+		"pve-tag":                  re(tagRE, "invalid characters in tag"),
+		"pve-sdn-zone-id":          sdnID("zone", 8),
+		"pve-sdn-vnet-id":          sdnID("vnet", 8),
+		"pve-sdn-ipam-id":          sdnID("ipam", 0),
+		"pve-sdn-fabric-id":        re(fabricIDRE, "Fabric ID '%v' contains illegal characters"),
+		"pve-storage-vgname":       re(lvmNameRE, "lvm name '%v' contains illegal characters"),
+		"pve-storage-options":      re(regexp.MustCompile(`^\S+$`), "invalid options '%v'"),
+		"pve-storage-path":         re(storagePathRE, "value does not look like a valid absolute path"),
+		"pve-task-status-type":     re(taskStatusRE, "invalid status '%v'"),
+		"pve-replication-job-id":   re(replJobRE, "replication job ID '%v' invalid"),
+		"pve-calendar-event":       re(calendarRE, "unable to parse calendar event '%v'"),
+		"pve-ha-resource-id":       re(haSIDRE, "value does not look like a valid ha resource id"),
+		"pve-ha-resource-or-vm-id": re(haVMSIDRE, "value does not look like a valid ha resource id"),
+		"pve-ha-node":              re(haNodeRE, "value does not look like a valid ha node"),
+		"email-or-username":        re(emailOrUserRE, "value does not look like a valid email address or user name"),
 		"pve-startup-order": func(v string) error {
 			if v == "" || v == "0" {
 				return errors.New("unable to parse startup options")

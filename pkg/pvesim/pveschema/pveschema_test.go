@@ -474,6 +474,7 @@ func TestLookupEveryEndpoint(t *testing.T) {
 		"upid": "UPID:pve1:00001234:00005678:65000000:qmstart:100:root@pam:", "zone": "z1",
 		"vnet": "v1", "subnet": "z1-10.0.0.0-24", "ipam": "pve", "poolid": "tenant-a",
 		"snapname": "before-upgrade", "id": "100-0", "group": "db", "pos": "0", "name": "app-members", "cidr": "10.0.0.5",
+		"sid": "vm:100", "rule": "apart",
 	}
 	for _, e := range s.Endpoints() {
 		path := tmplVarRE.ReplaceAllStringFunc(e.Path, func(m string) string {
