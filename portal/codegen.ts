@@ -16,7 +16,7 @@ const config: CodegenConfig = {
         useTypeImports: true,
         enumsAsTypes: true,
         strictScalars: true,
-        scalars: { Time: 'string', ID: 'string' },
+        scalars: { Time: 'string', ID: 'string', Upload: 'File' },
       },
     },
   },
