@@ -6,7 +6,8 @@
 // `${prefix}-${key}`, the key's brackets and dots made dashes (a nested
 // field such as listeners[0].port is the control lb-listeners-0-port): an
 // API field with such a control shows its error there even when it is no
-// key of the values.
+// key of the values. fieldCodes are the error codes shown on the field
+// they name (BAD_USER_INPUT by default; e.g. CONFLICT for a name taken).
 
 export function useDialogForm<V extends Record<string, unknown>>(opts: {
   prefix: string
@@ -15,6 +16,7 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
   // send sends the values and returns what the page says it did.
   send: (v: V) => Promise<string>
   done: (said: string) => Promise<void> | void
+  fieldCodes?: string[]
 }) {
   const dialog = ref<HTMLDialogElement | null>(null)
   const values = ref(opts.blank()) as Ref<V>
@@ -49,8 +51,10 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
       else if (e.code === 'UNAUTHENTICATED') return
       else {
         const key = e.field?.replace(/^input\./, '')
-        if (e.code === 'BAD_USER_INPUT' && key && (key in values.value || document.getElementById(controlId(key)))) {
-          fieldErrors.value = { [key]: readable(e.message, e.field) }
+        const onField = (opts.fieldCodes ?? ['BAD_USER_INPUT']).includes(e.code)
+        if (onField && key && (key in values.value || document.getElementById(controlId(key)))) {
+          const prefix = e.code === 'BAD_USER_INPUT' ? '' : `${errorTitle(e.code)}: `
+          fieldErrors.value = { [key]: prefix + readable(e.message, e.field) }
           focus(key)
         } else formError.value = `${errorTitle(e.code)}: ${e.message}`
       }

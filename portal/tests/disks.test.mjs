@@ -1,16 +1,22 @@
-// Browser tests of a VM's disks and size (pkg/portal's TestBrowserDisks).
+// Browser tests of a VM's disks, size and backups (pkg/portal's
+// TestBrowserDisks).
 // Besides lib.mjs's variables (PORTAL_URL, OIDC_ISSUER, PORTAL_MEMBER_*,
 // PORTAL_ARTIFACTS, CHROMIUM):
 //
 //   PORTAL_VM_PATH    the VM page of a running VM of the member's VDC with one disk
 //   PORTAL_VM_NAME    its name
 //   PORTAL_RESIZE_TO  a compute profile other than the VM's
+//   PORTAL_RESTORE_AS the name of the VM a backup is restored into
 //
 // The flow: the member opens the VM page, attaches a disk (a size of 0 is
 // refused next to its field), grows it (a smaller size is refused the same
 // way), detaches it behind a confirmation (the boot disk offers no
 // detach), then resizes the VM: refused next to "Reboot if needed" while
-// it is not ticked, done with a reboot once it is.
+// it is not ticked, done with a reboot once it is. Then it backs the VM up
+// (the backup listed on the VM page and on the VDC's Backups page),
+// restores the backup into a new VM (the VM's own name refused next to
+// the name field as CONFLICT) that runs, sees the delete dialog keep the
+// backups by default, and deletes the backup.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { check } from './axe.mjs'
@@ -19,9 +25,10 @@ import { base, env, fieldError, member, session, shot, signIn } from './lib.mjs'
 const vmPath = env('PORTAL_VM_PATH')
 const vmName = env('PORTAL_VM_NAME')
 const resizeTo = env('PORTAL_RESIZE_TO')
+const restoreAs = env('PORTAL_RESTORE_AS')
 
-describe("a VM's disks and size", () => {
-  test('a member attaches, grows and detaches a disk and resizes the VM', async (t) => {
+describe("a VM's disks, size and backups", () => {
+  test('a member attaches, grows and detaches a disk, resizes the VM and backs it up', async (t) => {
     const { page } = await session(t)
     await page.goto(base + '/')
     await signIn(page, member)
@@ -77,5 +84,55 @@ describe("a VM's disks and size", () => {
     await resize.waitFor({ state: 'hidden' })
     await page.locator('ul.operations li[data-kind="RESIZE_VM"][data-state="SUCCEEDED"]').waitFor({ timeout: 60_000 })
     await shot(page, 'vm-resized')
+
+    // Back up: the operation followed, the backup listed on the VM page.
+    await page.getByRole('button', { name: 'Back up now' }).click()
+    const backup = page.getByRole('dialog', { name: `Back up VM ${vmName}` })
+    await backup.getByLabel('Description').fill('before the upgrade')
+    await check(page, 'backup dialog')
+    await backup.getByRole('button', { name: 'Back up' }).click()
+    await backup.waitFor({ state: 'hidden' })
+    await page.locator('[data-testid="backup-operation"][data-state="SUCCEEDED"]').waitFor({ timeout: 60_000 })
+    const vmBackups = page.getByRole('table', { name: `Backups of VM ${vmName}` })
+    await vmBackups.locator('tbody tr[data-status="SUCCEEDED"]').getByText('before the upgrade').waitFor()
+    await shot(page, 'vm-backup-taken')
+
+    // The VDC's Backups page, from the navigation, lists it too.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Backups', exact: true }).click()
+    await page.getByRole('heading', { level: 1, name: 'Backups' }).waitFor()
+    const row = page.getByRole('table', { name: 'Backups' }).locator(`tbody tr[data-vm="${vmName}"][data-status="SUCCEEDED"]`)
+    await row.getByText('before the upgrade').waitFor()
+    await check(page, 'backups page')
+
+    // Restore: a name taken is refused next to the field, then a new VM.
+    await row.getByRole('button', { name: /^Restore backup/ }).click()
+    const restore = page.getByRole('dialog', { name: `Restore backup of ${vmName}` })
+    await restore.getByLabel('New VM name').fill(vmName)
+    await restore.getByRole('button', { name: 'Restore' }).click()
+    await fieldError(restore, 'name').getByText(/Conflict/).waitFor()
+    await restore.getByLabel('New VM name').fill(restoreAs)
+    await restore.getByRole('button', { name: 'Restore' }).click()
+    await restore.waitFor({ state: 'hidden' })
+    const restored = page.locator('[data-testid="restore-operation"][data-state="SUCCEEDED"]')
+    await restored.waitFor({ timeout: 90_000 })
+    await shot(page, 'backup-restored')
+    await restored.getByRole('link', { name: restoreAs }).click()
+    await page.getByRole('heading', { level: 1, name: restoreAs }).waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor({ timeout: 60_000 })
+
+    // Deleting a VM keeps its backups unless told otherwise.
+    await page.getByRole('group', { name: 'Actions' }).getByRole('button', { name: 'Delete' }).click()
+    const del = page.getByRole('dialog', { name: `Delete VM ${restoreAs}?` })
+    assert.ok(await del.getByLabel(/Keep the VM's backups/).isChecked(), 'the delete dialog does not keep backups by default')
+    await del.getByRole('button', { name: 'Cancel' }).click()
+
+    // Delete the backup, confirmed, on the Backups page.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Backups', exact: true }).click()
+    await row.getByRole('button', { name: /^Delete backup/ }).click()
+    const confirmDelete = page.getByRole('dialog', { name: `Delete backup of ${vmName}?` })
+    await confirmDelete.getByRole('button', { name: 'Delete' }).click()
+    await confirmDelete.waitFor({ state: 'hidden' })
+    await row.waitFor({ state: 'detached' })
+    await page.getByText('No backups yet.').waitFor()
   })
 })
