@@ -16,7 +16,9 @@ const config: CodegenConfig = {
         useTypeImports: true,
         enumsAsTypes: true,
         strictScalars: true,
-        scalars: { Time: 'string', ID: 'string' },
+        // Upload is a file of the GraphQL multipart request spec: sent by
+        // the page's own multipart request, never as JSON.
+        scalars: { Time: 'string', ID: 'string', Upload: 'File' },
       },
     },
   },
