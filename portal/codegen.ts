@@ -16,6 +16,8 @@ const config: CodegenConfig = {
         useTypeImports: true,
         enumsAsTypes: true,
         strictScalars: true,
+        // Upload is a file of the GraphQL multipart request spec: sent by
+        // the page's own multipart request, never as JSON.
         scalars: { Time: 'string', ID: 'string', Upload: 'File' },
       },
     },
