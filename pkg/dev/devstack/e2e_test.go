@@ -233,7 +233,8 @@ func buildStack(t testing.TB) string {
 	return filepath.Join(stackBinaries.Get(t), "devstack")
 }
 
-// stackBinaries is a directory with the devstack binary and, in bin, what a
+// stackBinaries is a directory with the devstack binary, in tools flexctl
+// and the OpenTofu provider, and, in bin, what a
 // stack's start builds into $DEV_DIR/bin (devstack's build: the
 // orchestrator, pvesim and the agent at its two versions, with the same
 // command lines), built once for the package's tests. launchStack copies
@@ -249,6 +250,8 @@ var stackBinaries = shared.New("stack binaries", func(t testing.TB) string {
 		{"build", "-o", filepath.Join(dir, "bin") + string(filepath.Separator), "./cmd/orchestrator", "./cmd/pvesim"},
 		{"build", "-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "-o", filepath.Join(dir, "bin", "agent"), "./cmd/agent"},
 		{"build", "-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "-o", filepath.Join(dir, "bin", "agent-"+devstack.NextAgentVersion), "./cmd/agent"},
+		// What a tenant drives the stack with (TestStack's automation).
+		{"build", "-o", filepath.Join(dir, "tools") + string(filepath.Separator), "./cmd/flexctl", "./cmd/terraform-provider-flexplane"},
 	} {
 		build := exec.Command("go", args...)
 		build.Dir = repo
@@ -672,6 +675,7 @@ func TestStack(t *testing.T) {
 		}
 	})
 
+	t.Run("automation", func(t *testing.T) { testAutomation(t, s, repo, filepath.Join(stackBinaries.Get(t), "tools"), admin) })
 	t.Run("placement", func(t *testing.T) { testPlacement(t, admin, alice) })
 	t.Run("faults", func(t *testing.T) { testFaults(t, bin, s, admin, alice, bob) })
 
