@@ -335,6 +335,39 @@ func (st *state) haMigrate(r *haResource, g *guest, target string) *task {
 	})
 }
 
+// haCycle is how long the manager takes to act on a queued request.
+func (c *Cluster) haCycle() time.Duration { return c.cfg.Timing.HACycle }
+
+// haRequest is the API's start or stop of HA guest g: as qemu-server does, it sets the
+// requested state in a task of type typ (hastart, hastop) that ends once the request is
+// queued; the manager brings the guest to that state on its next cycle, in its own
+// qmstart or qmstop task. The caller holds mu.
+func (st *state) haRequest(g *guest, r *haResource, typ, state, user string) *task {
+	t := st.newTask(g.node, typ, strconv.Itoa(g.vmid), user)
+	verb := strings.TrimPrefix(typ, "ha")
+	t.log = append(t.log, fmt.Sprintf("Requesting HA %s for VM %d", verb, g.vmid))
+	r.state = state
+	t.finish(nil)
+	st.after(st.c.haCycle(), func() { st.haApply(r) })
+	return t
+}
+
+// haMigrateRequest is the API's migration of HA guest g to target: a hamigrate task that
+// ends once the request is queued; the CRM migrates the guest on its next cycle (haMigrate)
+// if it is still elsewhere, unlocked, and target online. The caller holds mu.
+func (st *state) haMigrateRequest(g *guest, r *haResource, target, user string) *task {
+	t := st.newTask(g.node, "hamigrate", strconv.Itoa(g.vmid), user)
+	t.log = append(t.log, fmt.Sprintf("Requesting HA migration for VM %d to node %s", g.vmid, target))
+	t.finish(nil)
+	st.after(st.c.haCycle(), func() {
+		if st.guests[r.vmid] == g && st.ha.res[r.sid] == r && g.node != target && st.nodes[target].online && g.lock() == "" &&
+			len(st.haAffinityConflicts(r, target)) == 0 {
+			st.haMigrate(r, g, target)
+		}
+	})
+	return t
+}
+
 // settled is the CRM state of a resource whose guest is not moving.
 func (r *haResource) settled(g *guest) string {
 	switch r.state {
