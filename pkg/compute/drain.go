@@ -138,6 +138,10 @@ func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostInMaintenance,
 		d.drainFailed(ctx, z, m, g, err)
 		return
 	}
+	if err := d.waitHARequest(ctx, z, sc.upid, g.VMID); err != nil {
+		d.drainFailed(ctx, z, m, g, err)
+		return
+	}
 	log.Info("drain: migrated", "to", s.node)
 }
 

@@ -190,3 +190,45 @@ func haSIDs(vms ...*compute.VM) string {
 	slices.Sort(out)
 	return strings.Join(out, ",")
 }
+
+// TestHAActionsWaitForTheManager: Proxmox's hastart, hastop and hamigrate
+// tasks end once the request is queued to the HA manager, which acts on
+// its next cycle (here 500 ms later); a stop, start or migration of an HA
+// VM is done only once the VM is stopped, running or on its new host.
+func TestHAActionsWaitForTheManager(t *testing.T) {
+	t.Parallel()
+	e, z := haZone(t, pvesim.Timing{HACycle: 500 * time.Millisecond})
+	ctx := vmtest.Ctx(t)
+	in := e.input("alpha", "managed")
+	in.Host, in.StorageProfile = "pve1", "nfs"
+	vm, op, err := e.svc.CreateVM(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitTask(op)
+	guest := func() pveapi.Resource { return guestsOf(t, z)["managed"] }
+	poll.True(t, 20*time.Second, "the HA VM running", func() bool { g := guest(); return g.Status == "running" && g.HAState == "started" })
+	for _, c := range []struct {
+		act          func() (*compute.Operation, error)
+		step, status string
+		node         string
+	}{
+		{func() (*compute.Operation, error) { return e.svc.StopVM(ctx, "blue", vm.ID) }, "hastop", "stopped", "pve1"},
+		{func() (*compute.Operation, error) { return e.svc.StartVM(ctx, "blue", vm.ID) }, "hastart", "running", "pve1"},
+		{func() (*compute.Operation, error) {
+			return e.svc.MigrateVM(ctx, compute.MigrateInput{VDC: "blue", ID: vm.ID, Host: "pve2"})
+		}, "hamigrate", "running", "pve2"},
+	} {
+		op, err := c.act()
+		if err != nil {
+			t.Fatalf("%s: %v", c.step, err)
+		}
+		if op.Step != c.step {
+			t.Errorf("the operation's step %q, want %q", op.Step, c.step)
+		}
+		e.waitTask(op)
+		if g := guest(); g.Status != c.status || g.Node != c.node || g.Lock != "" {
+			t.Errorf("after the %s operation succeeded: the VM %s on %s (lock %q), want %s on %s", c.step, g.Status, g.Node, g.Lock, c.status, c.node)
+		}
+	}
+}
