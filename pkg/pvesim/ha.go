@@ -716,6 +716,7 @@ func hHARuleCreate(cl *call) (any, error) {
 		return nil, err
 	}
 	st.ha.rules[id] = rule
+	st.after(cl.c.haCycle(), st.haEnforceNodeAffinity)
 	return nil, nil
 }
 
@@ -737,7 +738,33 @@ func hHARuleUpdate(cl *call) (any, error) {
 		return nil, err
 	}
 	*rule = next
+	st.after(cl.c.haCycle(), st.haEnforceNodeAffinity)
 	return nil, nil
+}
+
+// haEnforceNodeAffinity is the CRM's placement check of settled services: a guest on a
+// node its strict node-affinity rule does not name is migrated (relocated when stopped)
+// to the node haSelectNode picks, as Proxmox's manager does when a rule changes. Rule
+// priorities are not weighed here (a guest on any named node stays). The caller holds mu.
+func (st *state) haEnforceNodeAffinity() {
+	for _, sid := range sortedKeys(st.ha.res) {
+		r := st.ha.res[sid]
+		g := st.guests[r.vmid]
+		if g == nil || r.state == "ignored" || g.lock() != "" || (r.crm != "started" && r.crm != "stopped") {
+			continue
+		}
+		for _, rule := range st.haRulesOf(sid, "node-affinity") {
+			named := slices.ContainsFunc(splitList(rule.nodes), func(n string) bool { name, _, _ := strings.Cut(n, ":"); return name == g.node })
+			if !rule.strict || named {
+				continue
+			}
+			if target := st.haSelectNode(r, g); target != "" && target != g.node {
+				st.c.log.Info("ha: moving a service off a node its rule excludes", "sid", sid, "from", g.node, "to", target)
+				st.haMigrate(r, g, target)
+			}
+			break
+		}
+	}
 }
 
 func hHARuleDelete(cl *call) (any, error) {

@@ -144,7 +144,8 @@ func TestHAFenceAndRecover(t *testing.T) {
 // TestHARequestsEndWhenQueued: as on Proxmox, an API start, stop or migration of an HA
 // guest answers a hastart, hastop or hamigrate task that ends once the request is queued,
 // before the guest has started, stopped or moved; the manager then does it on its next
-// cycle, in its own qmstart, qmstop or qmigrate task.
+// cycle, in its own qmstart, qmstop or qmigrate task. A strict node-affinity rule that
+// leaves out a guest's node makes the manager move it.
 func TestHARequestsEndWhenQueued(t *testing.T) {
 	t.Parallel()
 	// The cycle is long enough that the request's task has ended well before it.
@@ -185,4 +186,12 @@ func TestHARequestsEndWhenQueued(t *testing.T) {
 	request("/nodes/pve1/qemu/100/status/start", "hastart", "running@pve1")
 	request("/nodes/pve1/qemu/100/migrate", "hamigrate", "running@pve2")
 	request("/nodes/pve2/qemu/100/status/shutdown", "hastop", "stopped@pve2")
+
+	// A strict node-affinity rule that leaves out the guest's node: the manager moves
+	// it to a node the rule names on its next cycle.
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/rules", url.Values{"rule": {"only-pve1"}, "type": {"node-affinity"},
+		"resources": {"vm:100"}, "nodes": {"pve1"}, "strict": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("add the rule: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "guest moved to pve1", func() bool { g := haGuests(t, c)["100"]; return g.status+"@"+g.node == "stopped@pve1" })
 }
