@@ -17,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestHAVMRecovered: in a zone of three nodes whose HA manager fences a
@@ -230,5 +231,68 @@ func TestHAActionsWaitForTheManager(t *testing.T) {
 		if g := guest(); g.Status != c.status || g.Node != c.node || g.Lock != "" {
 			t.Errorf("after the %s operation succeeded: the VM %s on %s (lock %q), want %s on %s", c.step, g.Status, g.Node, g.Lock, c.status, c.node)
 		}
+	}
+}
+
+// TestMaintenanceExcludedForHA: a host in maintenance is left out of an
+// HA node-affinity rule of the zone's HA VMs, so that Proxmox's HA manager
+// moves the HA VM on it away (the drain waits for it) and recovers a
+// failed host's HA VM onto another host, though the host in maintenance
+// is the least loaded; the rule goes when maintenance ends.
+func TestMaintenanceExcludedForHA(t *testing.T) {
+	t.Parallel()
+	e, z := haZone(t, pvesim.Timing{FenceDelay: 300 * time.Millisecond, HACycle: 100 * time.Millisecond})
+	ctx := vmtest.Ctx(t)
+	create := func(name, host string) *compute.VM {
+		in := e.input("alpha", name)
+		in.Host, in.StorageProfile = host, "nfs"
+		vm, op, err := e.svc.CreateVM(ctx, in)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		e.waitTask(op)
+		return vm
+	}
+	keep, moved := create("keep", "pve3"), create("moved", "pve1")
+	runService(t, e.svc)
+	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
+		t.Fatal(err)
+	}
+	rule := func() map[string]any {
+		var rules []map[string]any
+		if err := z.Client.Get(ctx, "/cluster/ha/rules?"+url.Values{"type": {"node-affinity"}}.Encode(), &rules); err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) == 0 {
+			return nil
+		}
+		return rules[0]
+	}
+	if r := rule(); r == nil || r["nodes"] != "pve2,pve3" || r["resources"] != haSIDs(keep, moved) || fmt.Sprint(r["strict"]) != "1" {
+		t.Errorf("the maintenance rule: %v, want %s strict on pve2,pve3", r, haSIDs(keep, moved))
+	}
+	waitState(t, e.svc, pve1, compute.MaintenanceDone)
+	if g := guestsOf(t, z)["moved"]; g.Node == "pve1" || g.Status != "running" {
+		t.Errorf("the HA VM of the host in maintenance: %s on %s", g.Status, g.Node)
+	}
+
+	z.Sim.SetNodeOnline("pve3", false)
+	poll.Until(t, 20*time.Second, "the HA VM recovered", func() error {
+		g := guestsOf(t, z)["keep"]
+		if g.Node == "pve3" || g.State(false) != pveapi.StateRunning {
+			return fmt.Errorf("VM on %s, %s", g.Node, g.State(false))
+		}
+		return nil
+	})
+	if g := guestsOf(t, z)["keep"]; g.Node == "pve1" {
+		t.Error("the HA VM was recovered onto the host in maintenance")
+	}
+
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, false); err != nil {
+		t.Fatal(err)
+	}
+	if r := rule(); r != nil {
+		t.Errorf("the maintenance rule after maintenance: %v", r)
 	}
 }

@@ -128,6 +128,12 @@ func (d *deps) waitHARequest(ctx context.Context, z Zone, upid string, vmid int)
 	if err != nil || !ok {
 		return err
 	}
+	return waitGuest(ctx, z, vmid, func(g pveapi.Resource) (bool, error) { return r.done(g, d.cfg.HARequestTimeout) })
+}
+
+// waitGuest reads guest vmid of zone z every haWaitInterval until done
+// reports it done or fails.
+func waitGuest(ctx context.Context, z Zone, vmid int, done func(pveapi.Resource) (bool, error)) error {
 	t := time.NewTicker(haWaitInterval)
 	defer t.Stop()
 	for {
@@ -139,7 +145,7 @@ func (d *deps) waitHARequest(ctx context.Context, z Zone, upid string, vmid int)
 		if i < 0 {
 			return fmt.Errorf("compute: guest %d is gone", vmid)
 		}
-		if done, err := r.done(guests[i], d.cfg.HARequestTimeout); err != nil || done {
+		if ok, err := done(guests[i]); err != nil || ok {
 			return err
 		}
 		select {

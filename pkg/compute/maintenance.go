@@ -139,6 +139,13 @@ func (s *Hosts) SetMaintenance(ctx context.Context, host string, enabled bool) (
 		return HostMaintenance{}, err
 	}
 	d.log.Info("host maintenance", "zone", z.Name, "host", node, "enabled", enabled)
+	// The HA manager excludes the host at once (the drain's passes keep
+	// the rule current).
+	if p, err := catalog.Get[*catalog.ZonePolicy](ctx, d.cfg.Catalog, z.Name); err == nil {
+		if _, err := d.syncMaintenanceRule(ctx, z, maintenanceOf(p)); err != nil {
+			d.log.Warn("ha: writing the maintenance rule failed", "zone", z.Name, "err", err)
+		}
+	}
 	return s.Maintenance(ctx, host)
 }
 
