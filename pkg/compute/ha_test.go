@@ -195,7 +195,8 @@ func haSIDs(vms ...*compute.VM) string {
 // TestHAActionsWaitForTheManager: Proxmox's hastart, hastop and hamigrate
 // tasks end once the request is queued to the HA manager, which acts on
 // its next cycle (here 500 ms later); a stop, start or migration of an HA
-// VM is done only once the VM is stopped, running or on its new host.
+// VM is done only once the VM is stopped, running or on its new host; one
+// the manager does not do fails after Config.HARequestTimeout.
 func TestHAActionsWaitForTheManager(t *testing.T) {
 	t.Parallel()
 	e, z := haZone(t, pvesim.Timing{HACycle: 500 * time.Millisecond})
@@ -231,6 +232,27 @@ func TestHAActionsWaitForTheManager(t *testing.T) {
 		if g := guest(); g.Status != c.status || g.Node != c.node || g.Lock != "" {
 			t.Errorf("after the %s operation succeeded: the VM %s on %s (lock %q), want %s on %s", c.step, g.Status, g.Node, g.Lock, c.status, c.node)
 		}
+	}
+
+	// A migration the manager does not do (a strict node-affinity rule of
+	// the VM's names only pve2) fails after the deadline, saying so.
+	if _, err := pveapi.Run(ctx, z.Client, "POST", "/cluster/ha/rules", map[string]any{"rule": "pinned", "type": "node-affinity",
+		"resources": haSIDs(vm), "nodes": "pve2", "strict": 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.HARequestTimeout = time.Second
+	svc := e.newService(cfg)
+	op, err = svc.MigrateVM(ctx, compute.MigrateInput{VDC: "blue", ID: vm.ID, Host: "pve3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := e.wait(svc, "blue", op.ID)
+	if last.State != compute.OpFailed || !strings.Contains(last.Error, "HA manager did not move the VM to pve3 within 1s") {
+		t.Errorf("a migration the HA manager does not do: %+v", last)
+	}
+	if g := guest(); g.Node != "pve2" {
+		t.Errorf("the VM moved to %s", g.Node)
 	}
 }
 

@@ -78,10 +78,10 @@ func (r haRequest) done(g pveapi.Resource, timeout time.Duration) (bool, error) 
 		return true, nil
 	}
 	if g.HAState == "error" {
-		return false, fmt.Errorf("Proxmox's HA manager failed the VM's %s (HA state error)", r.action())
+		return false, newError(KindConflict, "Proxmox's HA manager could not %s (HA state error)", r.action())
 	}
 	if !r.since.IsZero() && time.Since(r.since) > timeout {
-		return false, fmt.Errorf("Proxmox's HA manager did not %s the VM within %s (VM %s on %s, HA state %s)",
+		return false, newError(KindConflict, "Proxmox's HA manager did not %s within %s (the VM is %s on %s, HA state %s)",
 			r.action(), timeout, g.Status, g.Node, g.HAState)
 	}
 	return false, nil
@@ -91,11 +91,11 @@ func (r haRequest) done(g pveapi.Resource, timeout time.Duration) (bool, error) 
 func (r haRequest) action() string {
 	switch r.typ {
 	case "hastart":
-		return "start"
+		return "start the VM"
 	case "hastop":
-		return "stop"
+		return "stop the VM"
 	}
-	return "migrate to " + r.node
+	return "move the VM to " + r.node
 }
 
 // settleHA turns the state of op, which follows task upid of guest g,
@@ -113,7 +113,7 @@ func (d *deps) settleHA(ctx context.Context, z Zone, upid string, g pveapi.Resou
 	done, err := r.done(g, d.cfg.HARequestTimeout)
 	switch {
 	case err != nil:
-		op.State, op.Error = OpFailed, err.Error()
+		op.State, op.Error = OpFailed, publicError(err)
 	case !done:
 		op.State = OpRunning
 	}

@@ -360,10 +360,15 @@ func (st *state) haMigrateRequest(g *guest, r *haResource, target, user string) 
 	t.log = append(t.log, fmt.Sprintf("Requesting HA migration for VM %d to node %s", g.vmid, target))
 	t.finish(nil)
 	st.after(st.c.haCycle(), func() {
-		if st.guests[r.vmid] == g && st.ha.res[r.sid] == r && g.node != target && st.nodes[target].online && g.lock() == "" &&
-			len(st.haAffinityConflicts(r, target)) == 0 {
-			st.haMigrate(r, g, target)
+		if st.guests[r.vmid] != g || st.ha.res[r.sid] != r || g.node == target || !st.nodes[target].online || g.lock() != "" ||
+			len(st.haAffinityConflicts(r, target)) > 0 {
+			return
 		}
+		if !st.haRulesAllow(r, target) {
+			st.c.log.Warn("ha: migration not allowed by the service's node-affinity rule", "sid", r.sid, "node", target)
+			return
+		}
+		st.haMigrate(r, g, target)
 	})
 	return t
 }
@@ -571,6 +576,16 @@ func (st *state) haSelectNode(r *haResource, g *guest) string {
 	return cands[0]
 }
 
+// haRulesAllow reports whether r's strict node-affinity rules allow node.
+func (st *state) haRulesAllow(r *haResource, node string) bool {
+	for _, rule := range st.haRulesOf(r.sid, "node-affinity") {
+		if rule.strict && !slices.ContainsFunc(splitList(rule.nodes), func(n string) bool { name, _, _ := strings.Cut(n, ":"); return name == node }) {
+			return false
+		}
+	}
+	return true
+}
+
 // haRulesOf lists the enabled rules of type typ naming sid.
 func (st *state) haRulesOf(sid, typ string) []*haRule {
 	var out []*haRule
@@ -753,16 +768,12 @@ func (st *state) haEnforceNodeAffinity() {
 		if g == nil || r.state == "ignored" || g.lock() != "" || (r.crm != "started" && r.crm != "stopped") {
 			continue
 		}
-		for _, rule := range st.haRulesOf(sid, "node-affinity") {
-			named := slices.ContainsFunc(splitList(rule.nodes), func(n string) bool { name, _, _ := strings.Cut(n, ":"); return name == g.node })
-			if !rule.strict || named {
-				continue
-			}
-			if target := st.haSelectNode(r, g); target != "" && target != g.node {
-				st.c.log.Info("ha: moving a service off a node its rule excludes", "sid", sid, "from", g.node, "to", target)
-				st.haMigrate(r, g, target)
-			}
-			break
+		if st.haRulesAllow(r, g.node) {
+			continue
+		}
+		if target := st.haSelectNode(r, g); target != "" && target != g.node {
+			st.c.log.Info("ha: moving a service off a node its rule excludes", "sid", sid, "from", g.node, "to", target)
+			st.haMigrate(r, g, target)
 		}
 	}
 }
