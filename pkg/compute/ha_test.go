@@ -196,7 +196,8 @@ func haSIDs(vms ...*compute.VM) string {
 // tasks end once the request is queued to the HA manager, which acts on
 // its next cycle (here 500 ms later); a stop, start or migration of an HA
 // VM is done only once the VM is stopped, running or on its new host; one
-// the manager does not do fails after Config.HARequestTimeout.
+// the manager does not do fails after Config.HARequestTimeout; a delete of
+// the running HA VM waits for the manager to stop it.
 func TestHAActionsWaitForTheManager(t *testing.T) {
 	t.Parallel()
 	e, z := haZone(t, pvesim.Timing{HACycle: 500 * time.Millisecond})
@@ -253,6 +254,16 @@ func TestHAActionsWaitForTheManager(t *testing.T) {
 	}
 	if g := guest(); g.Node != "pve2" {
 		t.Errorf("the VM moved to %s", g.Node)
+	}
+
+	// A delete of the running HA VM stops it through the manager first.
+	del, err := e.svc.DeleteVM(ctx, "blue", vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitTask(del)
+	if g, ok := guestsOf(t, z)["managed"]; ok {
+		t.Errorf("the deleted HA VM is still there: %+v", g)
 	}
 }
 

@@ -132,7 +132,7 @@ func (d *deps) waitHARequest(ctx context.Context, z Zone, upid string, vmid int)
 }
 
 // waitGuest reads guest vmid of zone z every haWaitInterval until done
-// reports it done or fails.
+// reports it done or fails, or the guest is gone.
 func waitGuest(ctx context.Context, z Zone, vmid int, done func(pveapi.Resource) (bool, error)) error {
 	t := time.NewTicker(haWaitInterval)
 	defer t.Stop()
@@ -143,7 +143,7 @@ func waitGuest(ctx context.Context, z Zone, vmid int, done func(pveapi.Resource)
 		}
 		i := slices.IndexFunc(guests, func(g pveapi.Resource) bool { return g.VMID == vmid })
 		if i < 0 {
-			return fmt.Errorf("compute: guest %d is gone", vmid)
+			return nil // gone: nothing left to wait for
 		}
 		if ok, err := done(guests[i]); err != nil || ok {
 			return err
