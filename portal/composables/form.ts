@@ -7,8 +7,9 @@
 // field such as listeners[0].port is the control lb-listeners-0-port): an
 // API field with such a control shows its error there even when it is no
 // key of the values. fieldCodes are further codes whose refusals show
-// on their field (e.g. CONFLICT); codeField names the field a code shows
-// on when the API names none (e.g. QUOTA_EXCEEDED on an upload's file).
+// on the field they name (e.g. CONFLICT for a name taken; BAD_USER_INPUT
+// always does); codeField names the field a code shows on when the API
+// names none (e.g. QUOTA_EXCEEDED on an upload's file).
 
 export function useDialogForm<V extends Record<string, unknown>>(opts: {
   prefix: string
@@ -19,6 +20,7 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
   // send sends the values and returns what the page says it did.
   send: (v: V) => Promise<string>
   done: (said: string) => Promise<void> | void
+  fieldCodes?: string[]
 }) {
   const dialog = ref<HTMLDialogElement | null>(null)
   const values = ref(opts.blank()) as Ref<V>
@@ -55,7 +57,8 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
         const key = e.field?.replace(/^input\./, '') ?? opts.codeField?.[e.code]
         const onField = e.code === 'BAD_USER_INPUT' || !!opts.fieldCodes?.includes(e.code) || !!opts.codeField?.[e.code]
         if (onField && key && (key in values.value || document.getElementById(controlId(key)))) {
-          fieldErrors.value = { [key]: readable(e.message, e.field) }
+          const prefix = e.code === 'BAD_USER_INPUT' ? '' : `${errorTitle(e.code)}: `
+          fieldErrors.value = { [key]: prefix + readable(e.message, e.field) }
           focus(key)
         } else formError.value = `${errorTitle(e.code)}: ${e.message}`
       }

@@ -1,10 +1,12 @@
-// Browser tests of a VM's disks and size (pkg/portal's TestBrowserDisks).
+// Browser tests of a VM's disks, size and backups (pkg/portal's
+// TestBrowserDisks).
 // Besides lib.mjs's variables (PORTAL_URL, OIDC_ISSUER, PORTAL_MEMBER_*,
 // PORTAL_ARTIFACTS, CHROMIUM):
 //
 //   PORTAL_VM_PATH    the VM page of a running VM of the member's VDC with one disk
 //   PORTAL_VM_NAME    its name
 //   PORTAL_RESIZE_TO  a compute profile other than the VM's
+//   PORTAL_RESTORE_AS the name of the VM a backup is restored into
 //   PORTAL_IMAGE_FROM_VM, PORTAL_IMAGE_UPLOADED  names of the images made
 //                     from the VM and uploaded
 //   PORTAL_VM_FROM_UPLOAD  the name of the VM made from the uploaded image
@@ -13,7 +15,11 @@
 // refused next to its field), grows it (a smaller size is refused the same
 // way), detaches it behind a confirmation (the boot disk offers no
 // detach), then resizes the VM: refused next to "Reboot if needed" while
-// it is not ticked, done with a reboot once it is. Then the VDC's images:
+// it is not ticked, done with a reboot once it is. Then it backs the VM up
+// (the backup listed on the VM page and on the VDC's Backups page),
+// restores the backup into a new VM (the VM's own name refused next to
+// the name field as CONFLICT) that runs, sees the delete dialog keep the
+// backups by default, and deletes the backup. Then the VDC's images:
 // Create image of the running VM is refused next to the VM; stopped, its
 // image is made; on the Images page an upload under that name is refused
 // next to the name, a 2 MiB raw file is uploaded (progress to 100 %) and
@@ -30,9 +36,10 @@ const resizeTo = env('PORTAL_RESIZE_TO')
 const fromVMImage = env('PORTAL_IMAGE_FROM_VM')
 const uploaded = env('PORTAL_IMAGE_UPLOADED')
 const fromUpload = env('PORTAL_VM_FROM_UPLOAD')
+const restoreAs = env('PORTAL_RESTORE_AS')
 
-describe("a VM's disks and size", () => {
-  test('a member attaches, grows and detaches a disk and resizes the VM', async (t) => {
+describe("a VM's disks, size and backups", () => {
+  test('a member attaches, grows and detaches a disk, resizes the VM and backs it up', async (t) => {
     const { page } = await session(t)
     await page.goto(base + '/')
     await signIn(page, member)
@@ -88,6 +95,56 @@ describe("a VM's disks and size", () => {
     await resize.waitFor({ state: 'hidden' })
     await page.locator('ul.operations li[data-kind="RESIZE_VM"][data-state="SUCCEEDED"]').waitFor({ timeout: 60_000 })
     await shot(page, 'vm-resized')
+
+    // Back up: the operation followed, the backup listed on the VM page.
+    await page.getByRole('button', { name: 'Back up now' }).click()
+    const backup = page.getByRole('dialog', { name: `Back up VM ${vmName}` })
+    await backup.getByLabel('Description').fill('before the upgrade')
+    await check(page, 'backup dialog')
+    await backup.getByRole('button', { name: 'Back up' }).click()
+    await backup.waitFor({ state: 'hidden' })
+    await page.locator('[data-testid="backup-operation"][data-state="SUCCEEDED"]').waitFor({ timeout: 60_000 })
+    const vmBackups = page.getByRole('table', { name: `Backups of VM ${vmName}` })
+    await vmBackups.locator('tbody tr[data-status="SUCCEEDED"]').getByText('before the upgrade').waitFor()
+    await shot(page, 'vm-backup-taken')
+
+    // The VDC's Backups page, from the navigation, lists it too.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Backups', exact: true }).click()
+    await page.getByRole('heading', { level: 1, name: 'Backups' }).waitFor()
+    const row = page.getByRole('table', { name: 'Backups' }).locator(`tbody tr[data-vm="${vmName}"][data-status="SUCCEEDED"]`)
+    await row.getByText('before the upgrade').waitFor()
+    await check(page, 'backups page')
+
+    // Restore: a name taken is refused next to the field, then a new VM.
+    await row.getByRole('button', { name: /^Restore backup/ }).click()
+    const restore = page.getByRole('dialog', { name: `Restore backup of ${vmName}` })
+    await restore.getByLabel('New VM name').fill(vmName)
+    await restore.getByRole('button', { name: 'Restore' }).click()
+    await fieldError(restore, 'name').getByText(/Conflict/).waitFor()
+    await restore.getByLabel('New VM name').fill(restoreAs)
+    await restore.getByRole('button', { name: 'Restore' }).click()
+    await restore.waitFor({ state: 'hidden' })
+    const restored = page.locator('[data-testid="restore-operation"][data-state="SUCCEEDED"]')
+    await restored.waitFor({ timeout: 90_000 })
+    await shot(page, 'backup-restored')
+    await restored.getByRole('link', { name: restoreAs }).click()
+    await page.getByRole('heading', { level: 1, name: restoreAs }).waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor({ timeout: 60_000 })
+
+    // Deleting a VM keeps its backups unless told otherwise.
+    await page.getByRole('group', { name: 'Actions' }).getByRole('button', { name: 'Delete' }).click()
+    const del = page.getByRole('dialog', { name: `Delete VM ${restoreAs}?` })
+    assert.ok(await del.getByLabel(/Keep the VM's backups/).isChecked(), 'the delete dialog does not keep backups by default')
+    await del.getByRole('button', { name: 'Cancel' }).click()
+
+    // Delete the backup, confirmed, on the Backups page.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Backups', exact: true }).click()
+    await row.getByRole('button', { name: /^Delete backup/ }).click()
+    const confirmDelete = page.getByRole('dialog', { name: `Delete backup of ${vmName}?` })
+    await confirmDelete.getByRole('button', { name: 'Delete' }).click()
+    await confirmDelete.waitFor({ state: 'hidden' })
+    await row.waitFor({ state: 'detached' })
+    await page.getByText('No backups yet.').waitFor()
   })
 
   test("a member makes an image of the stopped VM, uploads one, creates a VM from it and deletes one", async (t) => {
