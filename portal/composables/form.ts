@@ -20,7 +20,6 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
   // send sends the values and returns what the page says it did.
   send: (v: V) => Promise<string>
   done: (said: string) => Promise<void> | void
-  fieldCodes?: string[]
 }) {
   const dialog = ref<HTMLDialogElement | null>(null)
   const values = ref(opts.blank()) as Ref<V>
