@@ -16,7 +16,9 @@ const config: CodegenConfig = {
         useTypeImports: true,
         enumsAsTypes: true,
         strictScalars: true,
-        scalars: { Time: 'string', ID: 'string' },
+        // Upload is the file part of a multipart request (utils/upload.ts
+        // puts the file there; the variables carry null).
+        scalars: { Time: 'string', ID: 'string', Upload: 'null' },
       },
     },
   },

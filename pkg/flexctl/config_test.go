@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -199,5 +200,22 @@ func TestCompletion(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "flexctl") {
 			t.Errorf("completion %s: %d %s", shell, code, e)
 		}
+	}
+}
+
+// TestCompletionOfBackup: the shell completion (cobra's __complete, which
+// the scripts call) offers the backup commands and their flags.
+func TestCompletionOfBackup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, e, code := runIn(t, dir, nil, "__complete", "backup", "")
+	for _, sub := range []string{"list", "create", "delete", "restore"} {
+		if code != 0 || !regexp.MustCompile(`(?m)^`+sub+`\t`).MatchString(out) {
+			t.Errorf("completion of backup: no %s in %d %q %s", sub, code, out, e)
+		}
+	}
+	out, e, code = runIn(t, dir, nil, "__complete", "backup", "restore", "--")
+	if code != 0 || !strings.Contains(out, "--wait") || !strings.Contains(out, "--host") {
+		t.Errorf("completion of backup restore's flags: %d %q %s", code, out, e)
 	}
 }

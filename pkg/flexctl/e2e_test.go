@@ -34,7 +34,8 @@ import (
 // managed Kubernetes cluster created, listed, its kubeconfig written and
 // deleted (kubeTest), a load balancer created with --wait (lbTest),
 // listed and deleted; an API refusal
-// (exit 1, the API's message and code), usage errors (exit 2, nothing
+// (exit 1, the API's message and code), a backup of the VM taken, listed,
+// restored as a new VM and deleted (backupTest), usage errors (exit 2, nothing
 // changed), red's VM asked for from VDC blue by bob (NOT_FOUND), and
 // service accounts' tokens in FLEXPLANE_TOKEN (saTest).
 func TestFlexctlEndToEnd(t *testing.T) {
@@ -231,6 +232,7 @@ func TestFlexctlEndToEnd(t *testing.T) {
 			{"vm", "get"},                            // no id
 			{"vm", "list", "--no-such-flag"},
 			{"vm", "list", "-o", "xml"},
+			{"backup", "restore", "only-an-id"}, // no name
 			{"nope"},
 		} {
 			r := s.run(t, home, nil, args...)
@@ -243,6 +245,10 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		if len(networks) != 1 {
 			t.Errorf("networks after refusals: %+v", networks)
 		}
+	})
+
+	t.Run("backup create --wait, list, restore --wait and delete", func(t *testing.T) {
+		backupTest(t, s, home, base, vmID)
 	})
 
 	t.Run("vm delete and network delete", func(t *testing.T) {
@@ -519,5 +525,69 @@ func kubeTest(t *testing.T, s *stack, home, netID string) {
 	}
 	if r := s.run(t, home, nil, "kubernetes", "delete", kc.ID); r.code != 0 || !strings.Contains(r.stdout, kc.ID) {
 		t.Fatalf("kubernetes delete: %+v", r)
+	}
+}
+
+// backupTest backs VM vmID up with --wait (progress lines, the backup
+// printed), lists it (the VDC's and the VM's), restores it with --wait as
+// a new running VM, which it then deletes, checks that bob of VDC blue
+// can neither restore nor delete it (NOT_FOUND), and deletes it.
+func backupTest(t *testing.T, s *stack, home string, base []string, vmID string) {
+	type backup struct {
+		ID, VMName, Status string
+		VM                 *struct{ ID string }
+		SizeGiB            float64
+		Description        *string
+	}
+	var b backup
+	r := s.run(t, home, nil, "backup", "create", vmID, "--description", "before the upgrade", "--wait", "-o", "json")
+	decode(t, r, &b)
+	if b.ID == "" || b.Status != "SUCCEEDED" || b.VMName != "web" || b.VM == nil || b.VM.ID != vmID || b.SizeGiB <= 0 ||
+		b.Description == nil || *b.Description != "before the upgrade" {
+		t.Fatalf("backup create --wait: %+v", b)
+	}
+	if !strings.Contains(r.stderr, "create_backup RUNNING") || !strings.Contains(r.stderr, "create_backup SUCCEEDED") {
+		t.Errorf("backup create --wait: no progress lines on stderr:\n%s", r.stderr)
+	}
+	for _, args := range [][]string{{"backup", "list", "-o", "json"}, {"backup", "list", "--vm", vmID, "-o", "json"}} {
+		var listed []backup
+		decode(t, s.run(t, home, nil, args...), &listed)
+		if len(listed) != 1 || listed[0].ID != b.ID || listed[0].Status != "SUCCEEDED" {
+			t.Fatalf("%v: %+v", args, listed)
+		}
+	}
+	if r := s.run(t, home, nil, "backup", "list"); r.code != 0 || !strings.HasPrefix(r.stdout, "ID ") || !strings.Contains(r.stdout, b.ID) {
+		t.Fatalf("backup list: %+v", r)
+	}
+
+	bob := append(base, flexctl.EnvVDC+"=blue", flexctl.EnvToken+"="+s.h.Token(t, "bob"))
+	for _, args := range [][]string{{"backup", "restore", b.ID, "stolen"}, {"backup", "delete", b.ID}} {
+		if r := s.run(t, t.TempDir(), bob, args...); r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") {
+			t.Errorf("bob's %v: %+v", args, r)
+		}
+	}
+
+	var v struct{ ID, Name, Status string }
+	r = s.run(t, home, nil, "backup", "restore", b.ID, "web-copy", "--wait", "-o", "json")
+	decode(t, r, &v)
+	if v.ID == "" || v.ID == vmID || v.Name != "web-copy" || v.Status != "RUNNING" {
+		t.Fatalf("backup restore --wait: %+v", v)
+	}
+	if !strings.Contains(r.stderr, "create_vm SUCCEEDED") {
+		t.Errorf("backup restore --wait: no progress lines on stderr:\n%s", r.stderr)
+	}
+	var op struct{ State string }
+	decode(t, s.run(t, home, nil, "vm", "delete", v.ID, "--wait", "-o", "json"), &op)
+	if op.State != "SUCCEEDED" {
+		t.Fatalf("vm delete of the restored VM: %+v", op)
+	}
+
+	if r := s.run(t, home, nil, "backup", "delete", b.ID); r.code != 0 || !strings.Contains(r.stdout, b.ID) {
+		t.Fatalf("backup delete: %+v", r)
+	}
+	var listed []backup
+	decode(t, s.run(t, home, nil, "backup", "list", "-o", "json"), &listed)
+	if len(listed) != 0 {
+		t.Fatalf("backup list after delete: %+v", listed)
 	}
 }

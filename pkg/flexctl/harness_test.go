@@ -25,8 +25,8 @@ import (
 // stack is a mesh harness (one zone "alpha", of one node by default, the
 // API with meshtest's default users, the portal's configuration document
 // on the orchestrator's origin, naming flexctl's own client) with a
-// catalog of one image ("tiny"), compute profile ("small") and storage
-// profile ("ssd"), load balancers pushed to a stand-in flexgateway
+// catalog of one image ("tiny"), compute profile ("small"), storage
+// profile ("ssd") and backup storage profile ("backups"), load balancers pushed to a stand-in flexgateway
 // replica of zone alpha (whose backends' health the test sets) with
 // addresses from an external network, and flexctl built from this module.
 type stack struct {
@@ -69,6 +69,7 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
+	  backups: createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP, pools: [{zone: "alpha", pool: "local"}]}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
 	  createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24", gateway: "203.0.113.254",
 	    poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`,

@@ -91,17 +91,7 @@ func (a *app) vmCommand() *cobra.Command {
 				}
 				return Write(cmd.OutOrStdout(), a.output, op, opTable([]api.OperationFields{op}))
 			}
-			if op, err = a.wait(cmd, c, op); err != nil {
-				return err
-			}
-			if op.VmId == nil {
-				return fmt.Errorf("create VM: operation %s ended without a VM", op.Id)
-			}
-			v, err := a.getVM(cmd.Context(), c, *op.VmId)
-			if err != nil {
-				return err
-			}
-			return Write(cmd.OutOrStdout(), a.output, v, vmTable([]api.VMFields{v}))
+			return a.writeCreatedVM(cmd, c, op, "create VM")
 		})}
 	cf := create.Flags()
 	cf.StringVar(&in.Zone, "zone", "", "the zone")
@@ -163,6 +153,23 @@ func (a *app) vmAction(name, short string, call func(context.Context, graphql.Cl
 		})}
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the operation to its end, with a progress line on stderr")
 	return cmd
+}
+
+// writeCreatedVM follows op, a VM's create, to its end (wait) and prints
+// the VM it made.
+func (a *app) writeCreatedVM(cmd *cobra.Command, c graphql.Client, op api.OperationFields, what string) error {
+	op, err := a.wait(cmd, c, op)
+	if err != nil {
+		return err
+	}
+	if op.VmId == nil {
+		return fmt.Errorf("%s: operation %s ended without a VM", what, op.Id)
+	}
+	v, err := a.getVM(cmd.Context(), c, *op.VmId)
+	if err != nil {
+		return err
+	}
+	return Write(cmd.OutOrStdout(), a.output, v, vmTable([]api.VMFields{v}))
 }
 
 func (a *app) getVM(ctx context.Context, c graphql.Client, id string) (api.VMFields, error) {

@@ -47,6 +47,11 @@ type ManagedKubernetesConfig struct {
 	// Poll is how often the providers look again at an unfinished VM or
 	// control plane. Default 2s.
 	Poll time.Duration
+	// CreateGrace is how old a cluster's namespace without its Cluster
+	// must be before the leader deletes it as a cluster whose delete is
+	// done: younger, it may be a create in flight
+	// (tenantkube.Config.CreateGrace). Default 1m; tests set it short.
+	CreateGrace time.Duration
 	// ControlPlane runs the hosted control planes; nil is a
 	// controlplane.Manager over the management cluster (charts/flexkube).
 	// For tests only.
@@ -131,7 +136,7 @@ func newKubernetes(cfg ManagedKubernetesConfig, kc KubeConfig, store catalog.Sto
 		}
 	}
 	svc, err := tenantkube.New(tenantkube.Config{Client: c, Compute: vms, Catalog: store, ControlPlane: cp, Grant: grant, Versions: cfg.Versions,
-		WorkerImage: cfg.WorkerImage, WorkerImages: cfg.WorkerImages, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, Logger: log.With("component", "tenantkube")})
+		WorkerImage: cfg.WorkerImage, WorkerImages: cfg.WorkerImages, WorkerDiskGiB: cfg.WorkerDiskGiB, KubeconfigTTL: cfg.KubeconfigTTL, CreateGrace: cfg.CreateGrace, Logger: log.With("component", "tenantkube")})
 	if err != nil {
 		return nil, fmt.Errorf("managed kubernetes: %w", err)
 	}

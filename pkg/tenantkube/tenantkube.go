@@ -93,9 +93,21 @@ type Config struct {
 	WorkerDiskGiB int
 	// KubeconfigTTL is how long an issued kubeconfig is valid. Default 8h.
 	KubeconfigTTL time.Duration
+	// CreateGrace is how long FinishDeletes leaves alone a cluster's
+	// namespace that has no Cluster, and an endpoint claimed for a
+	// namespace that is not there: a create makes its namespace and
+	// claims its endpoint before it makes its Cluster, so anything
+	// younger may be a create in flight, whose namespace must not be
+	// deleted under it. It must exceed the longest a create takes.
+	// Default DefaultCreateGrace; tests set it short so that a deleted
+	// cluster is gone sooner.
+	CreateGrace time.Duration
 	// Logger receives the service's logs. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultCreateGrace is Config.CreateGrace when it is 0.
+const DefaultCreateGrace = time.Minute
 
 // DefaultVersions are the versions offered when Config.Versions is empty.
 var DefaultVersions = []string{"v1.37.2"}
@@ -119,6 +131,12 @@ func New(cfg Config) (*Service, error) {
 		if !semver.IsValid(v) || semver.Canonical(v) != v || semver.Prerelease(v) != "" {
 			return nil, fmt.Errorf("tenantkube: version %q is not of the form vX.Y.Z", v)
 		}
+	}
+	if cfg.CreateGrace < 0 {
+		return nil, fmt.Errorf("tenantkube: CreateGrace %s is negative", cfg.CreateGrace)
+	}
+	if cfg.CreateGrace == 0 {
+		cfg.CreateGrace = DefaultCreateGrace
 	}
 	if cfg.WorkerImage == "" {
 		cfg.WorkerImage = "debian-13"
@@ -642,12 +660,15 @@ func (s *Service) DeleteKubernetesCluster(ctx context.Context, vdc, id string) e
 }
 
 // FinishDeletes deletes the namespace of every cluster whose Cluster is
-// gone (Cluster API is done with it) and that is older than a minute (a
-// cluster being created has its namespace before its Cluster). The
-// orchestrator's leader calls it now and then; it returns how many it
-// deleted.
+// gone (Cluster API is done with it) and that is older than
+// Config.CreateGrace (a cluster being created has its namespace before its
+// Cluster). The orchestrator's leader calls it now and then; it returns
+// how many it deleted.
 func (s *Service) FinishDeletes(ctx context.Context) (int, error) {
-	return s.FinishDeletesOlderThan(ctx, time.Minute)
+	if s == nil {
+		return 0, nil
+	}
+	return s.FinishDeletesOlderThan(ctx, s.cfg.CreateGrace)
 }
 
 // FinishDeletesOlderThan is FinishDeletes for namespaces older than age.

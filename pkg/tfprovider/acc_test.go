@@ -65,7 +65,10 @@ func run(m *testing.M) int {
 // account, with the data sources; update in place (the group's rules and
 // description, the VM's compute profile, its boot disk grown), the rule
 // and the 1:1 address replaced; a smaller disk refused at plan time on
-// disk_gib; import of each by id; drift (a VM deleted outside shows in the
+// disk_gib; a managed Kubernetes cluster and a node pool of one worker
+// followed until ready, imported and destroyed (the management cluster's
+// namespace gone after a short create grace); import of each by id;
+// drift (a VM deleted outside shows in the
 // next plan, and the apply after it creates it again); destroy leaving
 // nothing; after every apply a second plan is empty. In VDC blue, at the
 // same time: docs/examples/terraform applied with tofu through a
@@ -195,6 +198,34 @@ resource "flexplane_service_account" "ci" {
 `, v.profile, v.description, v.ports, v.diskGiB, v.ruleDescription, oneToOne)
 }
 
+// kubeConfig is a managed Kubernetes cluster on a network of its own with
+// a node pool of one worker.
+func kubeConfig(endpoint, token string) string {
+	return providerConfig(endpoint, token) + `
+resource "flexplane_network" "k" {
+  name    = "k"
+  zone    = "alpha"
+  cidr    = "10.31.0.0/24"
+  gateway = "10.31.0.1"
+}
+
+resource "flexplane_kubernetes_cluster" "k" {
+  name    = "k"
+  zone    = "alpha"
+  version = "v1.37.2"
+  network = flexplane_network.k.id
+}
+
+resource "flexplane_node_pool" "w" {
+  cluster         = flexplane_kubernetes_cluster.k.id
+  name            = "w"
+  compute_profile = "small"
+  storage_profile = "ssd"
+  size            = 1
+}
+`
+}
+
 // lbConfig is a load balancer with one TCP listener on port and an empty pool.
 func lbConfig(endpoint, token string, port int) string {
 	return providerConfig(endpoint, token) + fmt.Sprintf(`
@@ -256,17 +287,22 @@ func testAcceptance(t *testing.T, s *stack) {
 				Config:      badConfig(endpoint, token),
 				ExpectError: regexp.MustCompile(`(?s)create VM: BAD_USER_INPUT.*address = "10\.99\.0\.5".*attribute nics\[0\]\.address`),
 			},
-			{ // managed Kubernetes reaches the API: this harness has no management cluster
-				Config: providerConfig(endpoint, token) + `
-resource "flexplane_kubernetes_cluster" "k" {
-  name    = "k"
-  zone    = "alpha"
-  version = "v1.34.0"
-  network = "none"
-}
-`,
-				ExpectError: regexp.MustCompile(`create Kubernetes cluster: UNAVAILABLE`),
+			{ // managed Kubernetes: a cluster and a pool of one worker, followed until ready
+				Config: kubeConfig(endpoint, token),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("flexplane_kubernetes_cluster.k", "control_plane_ready", "true"),
+					resource.TestCheckResourceAttr("flexplane_kubernetes_cluster.k", "phase", "PROVISIONED"),
+					resource.TestCheckResourceAttr("flexplane_kubernetes_cluster.k", "running_version", "v1.37.2"),
+					resource.TestCheckResourceAttrPair("flexplane_kubernetes_cluster.k", "network", "flexplane_network.k", "id"),
+					resource.TestCheckResourceAttrPair("flexplane_node_pool.w", "cluster", "flexplane_kubernetes_cluster.k", "id"),
+					resource.TestCheckResourceAttr("flexplane_node_pool.w", "workers", "1"),
+					resource.TestCheckResourceAttr("flexplane_node_pool.w", "ready_workers", "1"),
+				),
 			},
+			{Config: kubeConfig(endpoint, token), ResourceName: "flexplane_kubernetes_cluster.k", ImportState: true, ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{"timeouts"}},
+			{Config: kubeConfig(endpoint, token), ResourceName: "flexplane_node_pool.w", ImportState: true, ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{"timeouts"}},
 			{ // a load balancer: create, update in place, import
 				Config: lbConfig(endpoint, token, 80),
 				Check:  resource.TestMatchResourceAttr("flexplane_load_balancer.lb", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
@@ -374,8 +410,8 @@ resource "flexplane_kubernetes_cluster" "k" {
 }
 
 // nothingLeft fails when VDC vdc holds a VM, a network, a security group,
-// a port forward, a firewall rule, a 1:1 address, a load balancer or a
-// service account other than keep.
+// a port forward, a firewall rule, a 1:1 address, a load balancer, a
+// Kubernetes cluster or a service account other than keep.
 func nothingLeft(s *stack, token, vdc, keep string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -385,6 +421,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	  securityGroups { name }
 	  edgeGateways(first: 10) { nodes { portForwards { id } firewallRules { id } oneToOneAddresses { id } } }
 	  loadBalancers(first: 10) { nodes { id } }
+	  kubernetesClusters { totalCount }
 	  serviceAccounts { name } }`, Authorization: "Bearer " + token, VDC: vdc})
 	if err == nil {
 		err = r.Err()
@@ -401,6 +438,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 		} `json:"edgeGateways"`
 		Accounts []struct{ Name string }               `json:"serviceAccounts"`
 		LBs      struct{ Nodes []struct{ ID string } } `json:"loadBalancers"`
+		Clusters struct{ TotalCount int }              `json:"kubernetesClusters"`
 	}
 	if err := r.Decode(&left); err != nil {
 		return err
@@ -409,7 +447,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	for _, g := range left.Gateways.Nodes {
 		forwards += len(g.PortForwards) + len(g.FirewallRules) + len(g.OneToOneAddresses)
 	}
-	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 ||
+	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 || left.Clusters.TotalCount != 0 ||
 		len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
 		b, _ := json.Marshal(left)
 		return fmt.Errorf("left in VDC %s after destroy: %s", vdc, b)

@@ -16,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
 )
 
 // tofuBinEnv names the variable holding the directory of the OpenTofu CLI
@@ -73,16 +76,28 @@ func tofuBin() (string, error) {
 }
 
 // stack is a mesh harness (zone "alpha" of one node, the API with
-// meshtest's default users and VDCs) with a catalog of one image ("tiny"),
-// compute profiles "small" and "large", storage profile "ssd", and an
-// external network in alpha, so that port forwards have public addresses.
+// meshtest's default users and VDCs) with a catalog of one image ("tiny",
+// staged in alpha), compute profiles "small" and "large", storage profile
+// "ssd", and an external network in alpha, so that port forwards have
+// public addresses. Its managed Kubernetes has a management cluster (a
+// kube-apiserver with Cluster API's CRDs) and capitest's stand-in for the
+// hosted control plane, ready at once; workers are VMs of image tiny; a
+// deleted cluster is gone within seconds (a short CreateGrace).
 type stack struct {
 	h *meshtest.Harness
 }
 
 func startStack(t testing.TB) *stack {
 	t.Helper()
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}), meshtest.WithAPI(meshtest.APISpec{}))
+	m := capitest.Start(t)
+	api := meshtest.APISpec{Kube: orchestrator.KubeConfig{Kubeconfig: m.Kubeconfig, Namespace: "flexplane"},
+		Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: true, WorkerImage: "tiny", WorkerDiskGiB: 4,
+			Poll: 250 * time.Millisecond, ControlPlane: m.ControlPlane,
+			// A deleted cluster's namespace goes at the leader's next pass
+			// (every 5 s) rather than a minute after it was made: the
+			// test's one create is done long before 5 s.
+			CreateGrace: 5 * time.Second}}
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}), meshtest.WithAPI(api))
 	h.WaitOnline(t, 30*time.Second)
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
@@ -91,8 +106,14 @@ func startStack(t testing.TB) *stack {
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
 	  createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24",
-	    gateway: "203.0.113.254", poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone } }`,
+	    gateway: "203.0.113.254", poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone }
+	  stageImage(name: "tiny", zone: "alpha") { state } }`,
 		map[string]any{"u": url, "c": sum}).OK(t)
+	poll.True(t, 2*time.Minute, "image tiny staged in alpha", func() bool {
+		var imgs []struct{ Zones []struct{ State string } }
+		h.GraphQL(t, "admin", "", `{ images { zones(zone: "alpha") { state } } }`, nil).OK(t).Into(t, "images", &imgs)
+		return len(imgs) == 1 && len(imgs[0].Zones) == 1 && imgs[0].Zones[0].State == "STAGED"
+	})
 	return &stack{h: h}
 }
 

@@ -26,6 +26,30 @@ export function useFollowOperation() {
   }
 }
 
+// useTrackedOperation holds the last operation a section started, followed
+// to its end: op is its latest state, and ended runs once it is no longer
+// RUNNING (the section reads its list again).
+export function useTrackedOperation(ended: () => void) {
+  const follow = useFollowOperation()
+  const op = ref<Operation | null>(null)
+  const stops: (() => void)[] = []
+  function track(o: Operation) {
+    op.value = o
+    if (o.state !== 'RUNNING') {
+      ended()
+      return
+    }
+    const f = follow(o.id, (u) => {
+      if (op.value?.id === u.id) op.value = u
+      if (u.state !== 'RUNNING') ended()
+    })
+    stops.push(f.stop)
+    f.done.catch(() => {})
+  }
+  onBeforeUnmount(() => stops.forEach((s) => s()))
+  return { op, track }
+}
+
 // VM power actions and what they are called on the pages.
 export const vmActions = [
   { key: 'start', mutation: 'startVM', label: 'Start', verb: 'Starting', when: ['STOPPED'], danger: false, confirm: 'Start the VM.' },
@@ -43,12 +67,14 @@ export const vmActionDocuments = {
   stopVM: graphql(`mutation StopVM($id: ID!) { stopVM(id: $id) { ...OperationFields } }`),
   shutdownVM: graphql(`mutation ShutdownVM($id: ID!) { shutdownVM(id: $id) { ...OperationFields } }`),
   rebootVM: graphql(`mutation RebootVM($id: ID!) { rebootVM(id: $id) { ...OperationFields } }`),
-  deleteVM: graphql(`mutation DeleteVM($id: ID!) { deleteVM(id: $id) { ...OperationFields } }`),
+  deleteVM: graphql(`mutation DeleteVM($id: ID!, $keepBackups: Boolean) { deleteVM(id: $id, keepBackups: $keepBackups) { ...OperationFields } }`),
 }
 
 // runVMAction sends the action's mutation for the VM and resolves to the
-// operation it started.
-export async function runVMAction(api: ReturnType<typeof useApi>, a: VMAction, id: string): Promise<Operation> {
-  const r = (await api(vmActionDocuments[a.mutation], { id })) as Record<string, Operation>
+// operation it started; keepBackups is delete's choice (the API keeps the
+// VM's backups when it is absent).
+export async function runVMAction(api: ReturnType<typeof useApi>, a: VMAction, id: string, keepBackups?: boolean): Promise<Operation> {
+  const vars = a.mutation === 'deleteVM' && keepBackups !== undefined ? { id, keepBackups } : { id }
+  const r = (await api(vmActionDocuments[a.mutation], vars)) as Record<string, Operation>
   return r[a.mutation]!
 }

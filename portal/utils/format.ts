@@ -66,3 +66,11 @@ export function rate(bytesPerSecond: number | null | undefined): string {
   }
   return `${i === 0 ? Math.round(v) : v.toFixed(1)} ${units[i]}`
 }
+
+// progressText shows how far an operation (a migration, a backup) has
+// copied: bytes moved of the total and the rate.
+export function progressText(p: { bytesMoved: number; bytesTotal: number; bytesPerSecond: number }): string {
+  const gib = (b: number) => (b / 2 ** 30).toFixed(2)
+  const total = p.bytesTotal > 0 ? ` of ${gib(p.bytesTotal)} GiB (${Math.floor((100 * p.bytesMoved) / p.bytesTotal)} %)` : ' GiB'
+  return `${gib(p.bytesMoved)}${total} moved, ${rate(p.bytesPerSecond)}`
+}

@@ -18,6 +18,7 @@ export const navigation: NavSection[] = [
     label: 'Compute',
     items: [
       { to: '/vms', label: 'VMs' },
+      { to: '/backups', label: 'Backups' },
       { to: '/networks', label: 'Networks' },
       { to: '/networking', label: 'Networking' },
       { to: '/load-balancers', label: 'Load balancers' },

@@ -61,6 +61,215 @@ func (v *BackendPoolInput) GetBackends() []BackendInput { return v.Backends }
 // GetHealthCheck returns BackendPoolInput.HealthCheck, and is useful for accessing the field via an interface.
 func (v *BackendPoolInput) GetHealthCheck() *HealthCheckInput { return v.HealthCheck }
 
+// BackupFields includes the GraphQL fields of Backup requested by the fragment BackupFields.
+// The GraphQL type's documentation follows.
+//
+// A backup of a VM.
+type BackupFields struct {
+	// Opaque id.
+	Id string `json:"id"`
+	// The VM it was taken of (null once the VM is gone).
+	Vm *BackupFieldsVmVM `json:"vm"`
+	// The VM's name when it was taken.
+	VmName string `json:"vmName"`
+	// The zone it is kept in.
+	Zone BackupFieldsZone `json:"zone"`
+	// When it was taken (started, while it runs).
+	CreatedAt string `json:"createdAt"`
+	// The archive's size in GiB (0 until it is written).
+	SizeGiB float64 `json:"sizeGiB"`
+	// Whether it runs, is written or failed.
+	Status BackupStatus `json:"status"`
+	// Proxmox's account of a failure (FAILED).
+	Message *string `json:"message"`
+	// Free text given when it was taken.
+	Description *string `json:"description"`
+}
+
+// GetId returns BackupFields.Id, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetId() string { return v.Id }
+
+// GetVm returns BackupFields.Vm, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetVm() *BackupFieldsVmVM { return v.Vm }
+
+// GetVmName returns BackupFields.VmName, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetVmName() string { return v.VmName }
+
+// GetZone returns BackupFields.Zone, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetZone() BackupFieldsZone { return v.Zone }
+
+// GetCreatedAt returns BackupFields.CreatedAt, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetCreatedAt() string { return v.CreatedAt }
+
+// GetSizeGiB returns BackupFields.SizeGiB, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetSizeGiB() float64 { return v.SizeGiB }
+
+// GetStatus returns BackupFields.Status, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetStatus() BackupStatus { return v.Status }
+
+// GetMessage returns BackupFields.Message, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetMessage() *string { return v.Message }
+
+// GetDescription returns BackupFields.Description, and is useful for accessing the field via an interface.
+func (v *BackupFields) GetDescription() *string { return v.Description }
+
+// BackupFieldsVmVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type BackupFieldsVmVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+}
+
+// GetId returns BackupFieldsVmVM.Id, and is useful for accessing the field via an interface.
+func (v *BackupFieldsVmVM) GetId() string { return v.Id }
+
+// BackupFieldsZone includes the requested fields of the GraphQL type Zone.
+// The GraphQL type's documentation follows.
+//
+// A zone: one Proxmox cluster, or a standalone Proxmox node.
+type BackupFieldsZone struct {
+	// The Proxmox cluster name (the node name of a standalone node).
+	Name string `json:"name"`
+}
+
+// GetName returns BackupFieldsZone.Name, and is useful for accessing the field via an interface.
+func (v *BackupFieldsZone) GetName() string { return v.Name }
+
+// Where a backup is.
+type BackupStatus string
+
+const (
+	// Proxmox is writing it.
+	BackupStatusRunning BackupStatus = "RUNNING"
+	// It is written and can be restored.
+	BackupStatusSucceeded BackupStatus = "SUCCEEDED"
+	// It failed (see message); nothing of it is kept.
+	BackupStatusFailed BackupStatus = "FAILED"
+)
+
+var AllBackupStatus = []BackupStatus{
+	BackupStatusRunning,
+	BackupStatusSucceeded,
+	BackupStatusFailed,
+}
+
+// CreateBackupCreateBackupOperation includes the requested fields of the GraphQL type Operation.
+// The GraphQL type's documentation follows.
+//
+// Progress of a create, power action or delete of a VM.
+type CreateBackupCreateBackupOperation struct {
+	OperationFields `json:"-"`
+}
+
+// GetId returns CreateBackupCreateBackupOperation.Id, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetId() string { return v.OperationFields.Id }
+
+// GetKind returns CreateBackupCreateBackupOperation.Kind, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetKind() OperationKind { return v.OperationFields.Kind }
+
+// GetState returns CreateBackupCreateBackupOperation.State, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetState() OperationState { return v.OperationFields.State }
+
+// GetStep returns CreateBackupCreateBackupOperation.Step, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetStep() string { return v.OperationFields.Step }
+
+// GetError returns CreateBackupCreateBackupOperation.Error, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetError() *string { return v.OperationFields.Error }
+
+// GetVmId returns CreateBackupCreateBackupOperation.VmId, and is useful for accessing the field via an interface.
+func (v *CreateBackupCreateBackupOperation) GetVmId() *string { return v.OperationFields.VmId }
+
+func (v *CreateBackupCreateBackupOperation) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*CreateBackupCreateBackupOperation
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.CreateBackupCreateBackupOperation = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.OperationFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalCreateBackupCreateBackupOperation struct {
+	Id string `json:"id"`
+
+	Kind OperationKind `json:"kind"`
+
+	State OperationState `json:"state"`
+
+	Step string `json:"step"`
+
+	Error *string `json:"error"`
+
+	VmId *string `json:"vmId"`
+}
+
+func (v *CreateBackupCreateBackupOperation) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *CreateBackupCreateBackupOperation) __premarshalJSON() (*__premarshalCreateBackupCreateBackupOperation, error) {
+	var retval __premarshalCreateBackupCreateBackupOperation
+
+	retval.Id = v.OperationFields.Id
+	retval.Kind = v.OperationFields.Kind
+	retval.State = v.OperationFields.State
+	retval.Step = v.OperationFields.Step
+	retval.Error = v.OperationFields.Error
+	retval.VmId = v.OperationFields.VmId
+	return &retval, nil
+}
+
+// A backup to take.
+type CreateBackupInput struct {
+	// Free text, at most 1024 bytes.
+	Description *string `json:"description"`
+	// A storage profile of kind BACKUP; absent takes the VM's zone's only one.
+	StorageProfile *string `json:"storageProfile"`
+}
+
+// GetDescription returns CreateBackupInput.Description, and is useful for accessing the field via an interface.
+func (v *CreateBackupInput) GetDescription() *string { return v.Description }
+
+// GetStorageProfile returns CreateBackupInput.StorageProfile, and is useful for accessing the field via an interface.
+func (v *CreateBackupInput) GetStorageProfile() *string { return v.StorageProfile }
+
+// CreateBackupResponse is returned by CreateBackup on success.
+type CreateBackupResponse struct {
+	// Backs a VM up: every disk and its configuration, a running VM in
+	// snapshot mode (it keeps running). BAD_USER_INPUT (with extensions.field)
+	// for a description over 1024 bytes or a storage profile that is not of
+	// kind BACKUP in the VM's zone; CONFLICT for a VM still being created or
+	// busy. The operation follows Proxmox's task; a full backup storage fails
+	// it with Proxmox's message, and leaves no backup listed.
+	CreateBackup CreateBackupCreateBackupOperation `json:"createBackup"`
+}
+
+// GetCreateBackup returns CreateBackupResponse.CreateBackup, and is useful for accessing the field via an interface.
+func (v *CreateBackupResponse) GetCreateBackup() CreateBackupCreateBackupOperation {
+	return v.CreateBackup
+}
+
 // CreateFirewallRuleCreateFirewallRule includes the requested fields of the GraphQL type FirewallRule.
 // The GraphQL type's documentation follows.
 //
@@ -1916,6 +2125,30 @@ type CreateVMResponse struct {
 
 // GetCreateVM returns CreateVMResponse.CreateVM, and is useful for accessing the field via an interface.
 func (v *CreateVMResponse) GetCreateVM() CreateVMCreateVMCreateVMPayload { return v.CreateVM }
+
+// DeleteBackupDeleteBackupDeletedBackup includes the requested fields of the GraphQL type DeletedBackup.
+// The GraphQL type's documentation follows.
+//
+// A deleted backup.
+type DeleteBackupDeleteBackupDeletedBackup struct {
+	// The id of the backup that was deleted.
+	Id string `json:"id"`
+}
+
+// GetId returns DeleteBackupDeleteBackupDeletedBackup.Id, and is useful for accessing the field via an interface.
+func (v *DeleteBackupDeleteBackupDeletedBackup) GetId() string { return v.Id }
+
+// DeleteBackupResponse is returned by DeleteBackup on success.
+type DeleteBackupResponse struct {
+	// Deletes a backup (its archive); it is gone when this returns. NOT_FOUND
+	// for a backup of another VDC or none; CONFLICT for one Proxmox protects.
+	DeleteBackup DeleteBackupDeleteBackupDeletedBackup `json:"deleteBackup"`
+}
+
+// GetDeleteBackup returns DeleteBackupResponse.DeleteBackup, and is useful for accessing the field via an interface.
+func (v *DeleteBackupResponse) GetDeleteBackup() DeleteBackupDeleteBackupDeletedBackup {
+	return v.DeleteBackup
+}
 
 // DeleteFirewallRuleDeleteFirewallRuleDeletedFirewallRule includes the requested fields of the GraphQL type DeletedFirewallRule.
 // The GraphQL type's documentation follows.
@@ -4112,6 +4345,173 @@ type KubernetesClusterResourceFieldsZone struct {
 // GetName returns KubernetesClusterResourceFieldsZone.Name, and is useful for accessing the field via an interface.
 func (v *KubernetesClusterResourceFieldsZone) GetName() string { return v.Name }
 
+// ListBackupsBackupsBackupConnection includes the requested fields of the GraphQL type BackupConnection.
+// The GraphQL type's documentation follows.
+//
+// A page of backups.
+type ListBackupsBackupsBackupConnection struct {
+	// The backups of the page (the edges' nodes).
+	Nodes []ListBackupsBackupsBackupConnectionNodesBackup `json:"nodes"`
+	// Where the page lies in the list.
+	PageInfo ListBackupsBackupsBackupConnectionPageInfo `json:"pageInfo"`
+}
+
+// GetNodes returns ListBackupsBackupsBackupConnection.Nodes, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnection) GetNodes() []ListBackupsBackupsBackupConnectionNodesBackup {
+	return v.Nodes
+}
+
+// GetPageInfo returns ListBackupsBackupsBackupConnection.PageInfo, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnection) GetPageInfo() ListBackupsBackupsBackupConnectionPageInfo {
+	return v.PageInfo
+}
+
+// ListBackupsBackupsBackupConnectionNodesBackup includes the requested fields of the GraphQL type Backup.
+// The GraphQL type's documentation follows.
+//
+// A backup of a VM.
+type ListBackupsBackupsBackupConnectionNodesBackup struct {
+	BackupFields `json:"-"`
+}
+
+// GetId returns ListBackupsBackupsBackupConnectionNodesBackup.Id, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetId() string { return v.BackupFields.Id }
+
+// GetVm returns ListBackupsBackupsBackupConnectionNodesBackup.Vm, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetVm() *BackupFieldsVmVM {
+	return v.BackupFields.Vm
+}
+
+// GetVmName returns ListBackupsBackupsBackupConnectionNodesBackup.VmName, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetVmName() string {
+	return v.BackupFields.VmName
+}
+
+// GetZone returns ListBackupsBackupsBackupConnectionNodesBackup.Zone, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetZone() BackupFieldsZone {
+	return v.BackupFields.Zone
+}
+
+// GetCreatedAt returns ListBackupsBackupsBackupConnectionNodesBackup.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetCreatedAt() string {
+	return v.BackupFields.CreatedAt
+}
+
+// GetSizeGiB returns ListBackupsBackupsBackupConnectionNodesBackup.SizeGiB, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetSizeGiB() float64 {
+	return v.BackupFields.SizeGiB
+}
+
+// GetStatus returns ListBackupsBackupsBackupConnectionNodesBackup.Status, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetStatus() BackupStatus {
+	return v.BackupFields.Status
+}
+
+// GetMessage returns ListBackupsBackupsBackupConnectionNodesBackup.Message, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetMessage() *string {
+	return v.BackupFields.Message
+}
+
+// GetDescription returns ListBackupsBackupsBackupConnectionNodesBackup.Description, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) GetDescription() *string {
+	return v.BackupFields.Description
+}
+
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListBackupsBackupsBackupConnectionNodesBackup
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListBackupsBackupsBackupConnectionNodesBackup = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.BackupFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListBackupsBackupsBackupConnectionNodesBackup struct {
+	Id string `json:"id"`
+
+	Vm *BackupFieldsVmVM `json:"vm"`
+
+	VmName string `json:"vmName"`
+
+	Zone BackupFieldsZone `json:"zone"`
+
+	CreatedAt string `json:"createdAt"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Status BackupStatus `json:"status"`
+
+	Message *string `json:"message"`
+
+	Description *string `json:"description"`
+}
+
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListBackupsBackupsBackupConnectionNodesBackup) __premarshalJSON() (*__premarshalListBackupsBackupsBackupConnectionNodesBackup, error) {
+	var retval __premarshalListBackupsBackupsBackupConnectionNodesBackup
+
+	retval.Id = v.BackupFields.Id
+	retval.Vm = v.BackupFields.Vm
+	retval.VmName = v.BackupFields.VmName
+	retval.Zone = v.BackupFields.Zone
+	retval.CreatedAt = v.BackupFields.CreatedAt
+	retval.SizeGiB = v.BackupFields.SizeGiB
+	retval.Status = v.BackupFields.Status
+	retval.Message = v.BackupFields.Message
+	retval.Description = v.BackupFields.Description
+	return &retval, nil
+}
+
+// ListBackupsBackupsBackupConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Where a page of a connection lies in the whole list.
+type ListBackupsBackupsBackupConnectionPageInfo struct {
+	// Whether there are items after this page (pass endCursor as after to get them).
+	HasNextPage bool `json:"hasNextPage"`
+	// The cursor of the page's last edge; null for an empty page.
+	EndCursor *string `json:"endCursor"`
+}
+
+// GetHasNextPage returns ListBackupsBackupsBackupConnectionPageInfo.HasNextPage, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionPageInfo) GetHasNextPage() bool { return v.HasNextPage }
+
+// GetEndCursor returns ListBackupsBackupsBackupConnectionPageInfo.EndCursor, and is useful for accessing the field via an interface.
+func (v *ListBackupsBackupsBackupConnectionPageInfo) GetEndCursor() *string { return v.EndCursor }
+
+// ListBackupsResponse is returned by ListBackups on success.
+type ListBackupsResponse struct {
+	// The VDC's backups, newest first, including those of VMs that are gone. A
+	// zone that does not answer is left out, with a ZONE_UNAVAILABLE error.
+	Backups ListBackupsBackupsBackupConnection `json:"backups"`
+}
+
+// GetBackups returns ListBackupsResponse.Backups, and is useful for accessing the field via an interface.
+func (v *ListBackupsResponse) GetBackups() ListBackupsBackupsBackupConnection { return v.Backups }
+
 // ListEdgeGatewaysEdgeGatewaysEdgeGatewayConnection includes the requested fields of the GraphQL type EdgeGatewayConnection.
 // The GraphQL type's documentation follows.
 //
@@ -5333,6 +5733,132 @@ func (v *ListServiceAccountsServiceAccountsServiceAccount) __premarshalJSON() (*
 	return &retval, nil
 }
 
+// ListVMBackupsResponse is returned by ListVMBackups on success.
+type ListVMBackupsResponse struct {
+	// A VM of the current VDC by id; NOT_FOUND for any other id.
+	Vm *ListVMBackupsVmVM `json:"vm"`
+}
+
+// GetVm returns ListVMBackupsResponse.Vm, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsResponse) GetVm() *ListVMBackupsVmVM { return v.Vm }
+
+// ListVMBackupsVmVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type ListVMBackupsVmVM struct {
+	// Its backups, newest first: the archives taken of it and its backups
+	// running or failed. A zone that does not answer gives none and a
+	// ZONE_UNAVAILABLE error.
+	Backups []ListVMBackupsVmVMBackupsBackup `json:"backups"`
+}
+
+// GetBackups returns ListVMBackupsVmVM.Backups, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVM) GetBackups() []ListVMBackupsVmVMBackupsBackup { return v.Backups }
+
+// ListVMBackupsVmVMBackupsBackup includes the requested fields of the GraphQL type Backup.
+// The GraphQL type's documentation follows.
+//
+// A backup of a VM.
+type ListVMBackupsVmVMBackupsBackup struct {
+	BackupFields `json:"-"`
+}
+
+// GetId returns ListVMBackupsVmVMBackupsBackup.Id, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetId() string { return v.BackupFields.Id }
+
+// GetVm returns ListVMBackupsVmVMBackupsBackup.Vm, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetVm() *BackupFieldsVmVM { return v.BackupFields.Vm }
+
+// GetVmName returns ListVMBackupsVmVMBackupsBackup.VmName, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetVmName() string { return v.BackupFields.VmName }
+
+// GetZone returns ListVMBackupsVmVMBackupsBackup.Zone, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetZone() BackupFieldsZone { return v.BackupFields.Zone }
+
+// GetCreatedAt returns ListVMBackupsVmVMBackupsBackup.CreatedAt, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetCreatedAt() string { return v.BackupFields.CreatedAt }
+
+// GetSizeGiB returns ListVMBackupsVmVMBackupsBackup.SizeGiB, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetSizeGiB() float64 { return v.BackupFields.SizeGiB }
+
+// GetStatus returns ListVMBackupsVmVMBackupsBackup.Status, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetStatus() BackupStatus { return v.BackupFields.Status }
+
+// GetMessage returns ListVMBackupsVmVMBackupsBackup.Message, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetMessage() *string { return v.BackupFields.Message }
+
+// GetDescription returns ListVMBackupsVmVMBackupsBackup.Description, and is useful for accessing the field via an interface.
+func (v *ListVMBackupsVmVMBackupsBackup) GetDescription() *string { return v.BackupFields.Description }
+
+func (v *ListVMBackupsVmVMBackupsBackup) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListVMBackupsVmVMBackupsBackup
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListVMBackupsVmVMBackupsBackup = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.BackupFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListVMBackupsVmVMBackupsBackup struct {
+	Id string `json:"id"`
+
+	Vm *BackupFieldsVmVM `json:"vm"`
+
+	VmName string `json:"vmName"`
+
+	Zone BackupFieldsZone `json:"zone"`
+
+	CreatedAt string `json:"createdAt"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Status BackupStatus `json:"status"`
+
+	Message *string `json:"message"`
+
+	Description *string `json:"description"`
+}
+
+func (v *ListVMBackupsVmVMBackupsBackup) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListVMBackupsVmVMBackupsBackup) __premarshalJSON() (*__premarshalListVMBackupsVmVMBackupsBackup, error) {
+	var retval __premarshalListVMBackupsVmVMBackupsBackup
+
+	retval.Id = v.BackupFields.Id
+	retval.Vm = v.BackupFields.Vm
+	retval.VmName = v.BackupFields.VmName
+	retval.Zone = v.BackupFields.Zone
+	retval.CreatedAt = v.BackupFields.CreatedAt
+	retval.SizeGiB = v.BackupFields.SizeGiB
+	retval.Status = v.BackupFields.Status
+	retval.Message = v.BackupFields.Message
+	retval.Description = v.BackupFields.Description
+	return &retval, nil
+}
+
 // ListVMsResponse is returned by ListVMs on success.
 type ListVMsResponse struct {
 	// The VMs of the current VDC matching filter, in a stable order (zone, then
@@ -6292,6 +6818,130 @@ type ResizeVMResponse struct {
 
 // GetResizeVM returns ResizeVMResponse.ResizeVM, and is useful for accessing the field via an interface.
 func (v *ResizeVMResponse) GetResizeVM() ResizeVMResizeVMOperation { return v.ResizeVM }
+
+// A backup to restore into a new VM.
+type RestoreBackupInput struct {
+	// The backup's id (a SUCCEEDED one).
+	Backup string `json:"backup"`
+	// The new VM's name, a DNS name no other VM of the VDC has.
+	Name string `json:"name"`
+	// The host to put it on (an ADMIN's choice); a backup on one host's own
+	// storage is restored on that host.
+	Host *string `json:"host"`
+}
+
+// GetBackup returns RestoreBackupInput.Backup, and is useful for accessing the field via an interface.
+func (v *RestoreBackupInput) GetBackup() string { return v.Backup }
+
+// GetName returns RestoreBackupInput.Name, and is useful for accessing the field via an interface.
+func (v *RestoreBackupInput) GetName() string { return v.Name }
+
+// GetHost returns RestoreBackupInput.Host, and is useful for accessing the field via an interface.
+func (v *RestoreBackupInput) GetHost() *string { return v.Host }
+
+// RestoreBackupResponse is returned by RestoreBackup on success.
+type RestoreBackupResponse struct {
+	// Creates a new VM of the VDC from a backup, as createVM does: a new id,
+	// new MACs, addresses from the networks of the backed-up VM (the first free
+	// ones), its size, user and SSH keys, quota checked, placed by placement.
+	// The VM's own user-data is not delivered again (its disk holds what it
+	// did). CONFLICT when another VM of the VDC has the name or another
+	// restore is making one of that name, or when a network of the backed-up
+	// VM is gone. The operation is the new VM's create.
+	RestoreBackup RestoreBackupRestoreBackupOperation `json:"restoreBackup"`
+}
+
+// GetRestoreBackup returns RestoreBackupResponse.RestoreBackup, and is useful for accessing the field via an interface.
+func (v *RestoreBackupResponse) GetRestoreBackup() RestoreBackupRestoreBackupOperation {
+	return v.RestoreBackup
+}
+
+// RestoreBackupRestoreBackupOperation includes the requested fields of the GraphQL type Operation.
+// The GraphQL type's documentation follows.
+//
+// Progress of a create, power action or delete of a VM.
+type RestoreBackupRestoreBackupOperation struct {
+	OperationFields `json:"-"`
+}
+
+// GetId returns RestoreBackupRestoreBackupOperation.Id, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetId() string { return v.OperationFields.Id }
+
+// GetKind returns RestoreBackupRestoreBackupOperation.Kind, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetKind() OperationKind { return v.OperationFields.Kind }
+
+// GetState returns RestoreBackupRestoreBackupOperation.State, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetState() OperationState {
+	return v.OperationFields.State
+}
+
+// GetStep returns RestoreBackupRestoreBackupOperation.Step, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetStep() string { return v.OperationFields.Step }
+
+// GetError returns RestoreBackupRestoreBackupOperation.Error, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetError() *string { return v.OperationFields.Error }
+
+// GetVmId returns RestoreBackupRestoreBackupOperation.VmId, and is useful for accessing the field via an interface.
+func (v *RestoreBackupRestoreBackupOperation) GetVmId() *string { return v.OperationFields.VmId }
+
+func (v *RestoreBackupRestoreBackupOperation) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*RestoreBackupRestoreBackupOperation
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.RestoreBackupRestoreBackupOperation = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.OperationFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalRestoreBackupRestoreBackupOperation struct {
+	Id string `json:"id"`
+
+	Kind OperationKind `json:"kind"`
+
+	State OperationState `json:"state"`
+
+	Step string `json:"step"`
+
+	Error *string `json:"error"`
+
+	VmId *string `json:"vmId"`
+}
+
+func (v *RestoreBackupRestoreBackupOperation) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *RestoreBackupRestoreBackupOperation) __premarshalJSON() (*__premarshalRestoreBackupRestoreBackupOperation, error) {
+	var retval __premarshalRestoreBackupRestoreBackupOperation
+
+	retval.Id = v.OperationFields.Id
+	retval.Kind = v.OperationFields.Kind
+	retval.State = v.OperationFields.State
+	retval.Step = v.OperationFields.Step
+	retval.Error = v.OperationFields.Error
+	retval.VmId = v.OperationFields.VmId
+	return &retval, nil
+}
 
 // An SNI route.
 type SNIRouteInput struct {
@@ -7573,6 +8223,18 @@ var AllZoneStatus = []ZoneStatus{
 	ZoneStatusOffline,
 }
 
+// __CreateBackupInput is used internally by genqlient
+type __CreateBackupInput struct {
+	Vm    string             `json:"vm"`
+	Input *CreateBackupInput `json:"input"`
+}
+
+// GetVm returns __CreateBackupInput.Vm, and is useful for accessing the field via an interface.
+func (v *__CreateBackupInput) GetVm() string { return v.Vm }
+
+// GetInput returns __CreateBackupInput.Input, and is useful for accessing the field via an interface.
+func (v *__CreateBackupInput) GetInput() *CreateBackupInput { return v.Input }
+
 // __CreateFirewallRuleInput is used internally by genqlient
 type __CreateFirewallRuleInput struct {
 	Input CreateFirewallRuleInput `json:"input"`
@@ -7662,6 +8324,14 @@ type __CreateVMInput struct {
 
 // GetInput returns __CreateVMInput.Input, and is useful for accessing the field via an interface.
 func (v *__CreateVMInput) GetInput() CreateVMInput { return v.Input }
+
+// __DeleteBackupInput is used internally by genqlient
+type __DeleteBackupInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DeleteBackupInput.Id, and is useful for accessing the field via an interface.
+func (v *__DeleteBackupInput) GetId() string { return v.Id }
 
 // __DeleteFirewallRuleInput is used internally by genqlient
 type __DeleteFirewallRuleInput struct {
@@ -7847,6 +8517,18 @@ type __IssueKubeconfigInput struct {
 // GetCluster returns __IssueKubeconfigInput.Cluster, and is useful for accessing the field via an interface.
 func (v *__IssueKubeconfigInput) GetCluster() string { return v.Cluster }
 
+// __ListBackupsInput is used internally by genqlient
+type __ListBackupsInput struct {
+	First int     `json:"first"`
+	After *string `json:"after"`
+}
+
+// GetFirst returns __ListBackupsInput.First, and is useful for accessing the field via an interface.
+func (v *__ListBackupsInput) GetFirst() int { return v.First }
+
+// GetAfter returns __ListBackupsInput.After, and is useful for accessing the field via an interface.
+func (v *__ListBackupsInput) GetAfter() *string { return v.After }
+
 // __ListEdgeGatewaysInput is used internally by genqlient
 type __ListEdgeGatewaysInput struct {
 	First int     `json:"first"`
@@ -7895,6 +8577,14 @@ func (v *__ListNetworksInput) GetFirst() int { return v.First }
 // GetAfter returns __ListNetworksInput.After, and is useful for accessing the field via an interface.
 func (v *__ListNetworksInput) GetAfter() *string { return v.After }
 
+// __ListVMBackupsInput is used internally by genqlient
+type __ListVMBackupsInput struct {
+	Vm string `json:"vm"`
+}
+
+// GetVm returns __ListVMBackupsInput.Vm, and is useful for accessing the field via an interface.
+func (v *__ListVMBackupsInput) GetVm() string { return v.Vm }
+
 // __ListVMsInput is used internally by genqlient
 type __ListVMsInput struct {
 	First int     `json:"first"`
@@ -7930,6 +8620,14 @@ type __ResizeVMInput struct {
 
 // GetInput returns __ResizeVMInput.Input, and is useful for accessing the field via an interface.
 func (v *__ResizeVMInput) GetInput() ResizeVMInput { return v.Input }
+
+// __RestoreBackupInput is used internally by genqlient
+type __RestoreBackupInput struct {
+	Input RestoreBackupInput `json:"input"`
+}
+
+// GetInput returns __RestoreBackupInput.Input, and is useful for accessing the field via an interface.
+func (v *__RestoreBackupInput) GetInput() RestoreBackupInput { return v.Input }
 
 // __ScaleNodePoolInput is used internally by genqlient
 type __ScaleNodePoolInput struct {
@@ -7994,6 +8692,50 @@ func (v *__UpgradeKubernetesClusterInput) GetId() string { return v.Id }
 
 // GetVersion returns __UpgradeKubernetesClusterInput.Version, and is useful for accessing the field via an interface.
 func (v *__UpgradeKubernetesClusterInput) GetVersion() string { return v.Version }
+
+// The mutation executed by CreateBackup.
+const CreateBackup_Operation = `
+mutation CreateBackup ($vm: ID!, $input: CreateBackupInput) {
+	createBackup(vm: $vm, input: $input) {
+		... OperationFields
+	}
+}
+fragment OperationFields on Operation {
+	id
+	kind
+	state
+	step
+	error
+	vmId
+}
+`
+
+func CreateBackup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	vm string,
+	input *CreateBackupInput,
+) (data_ *CreateBackupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "CreateBackup",
+		Query:  CreateBackup_Operation,
+		Variables: &__CreateBackupInput{
+			Vm:    vm,
+			Input: input,
+		},
+	}
+
+	data_ = &CreateBackupResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
 
 // The mutation executed by CreateFirewallRule.
 const CreateFirewallRule_Operation = `
@@ -8527,6 +9269,40 @@ func CreateVM(
 	}
 
 	data_ = &CreateVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DeleteBackup.
+const DeleteBackup_Operation = `
+mutation DeleteBackup ($id: ID!) {
+	deleteBackup(id: $id) {
+		id
+	}
+}
+`
+
+func DeleteBackup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DeleteBackupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DeleteBackup",
+		Query:  DeleteBackup_Operation,
+		Variables: &__DeleteBackupInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DeleteBackupResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -9495,6 +10271,63 @@ func IssueKubeconfig(
 	return data_, err_
 }
 
+// The query executed by ListBackups.
+const ListBackups_Operation = `
+query ListBackups ($first: Int!, $after: String) {
+	backups(first: $first, after: $after) {
+		nodes {
+			... BackupFields
+		}
+		pageInfo {
+			hasNextPage
+			endCursor
+		}
+	}
+}
+fragment BackupFields on Backup {
+	id
+	vm {
+		id
+	}
+	vmName
+	zone {
+		name
+	}
+	createdAt
+	sizeGiB
+	status
+	message
+	description
+}
+`
+
+func ListBackups(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	first int,
+	after *string,
+) (data_ *ListBackupsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListBackups",
+		Query:  ListBackups_Operation,
+		Variables: &__ListBackupsInput{
+			First: first,
+			After: after,
+		},
+	}
+
+	data_ = &ListBackupsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ListEdgeGateways.
 const ListEdgeGateways_Operation = `
 query ListEdgeGateways ($first: Int!, $after: String) {
@@ -9875,6 +10708,57 @@ func ListServiceAccounts(
 	return data_, err_
 }
 
+// The query executed by ListVMBackups.
+const ListVMBackups_Operation = `
+query ListVMBackups ($vm: ID!) {
+	vm(id: $vm) {
+		backups {
+			... BackupFields
+		}
+	}
+}
+fragment BackupFields on Backup {
+	id
+	vm {
+		id
+	}
+	vmName
+	zone {
+		name
+	}
+	createdAt
+	sizeGiB
+	status
+	message
+	description
+}
+`
+
+func ListVMBackups(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	vm string,
+) (data_ *ListVMBackupsResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListVMBackups",
+		Query:  ListVMBackups_Operation,
+		Variables: &__ListVMBackupsInput{
+			Vm: vm,
+		},
+	}
+
+	data_ = &ListVMBackupsResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ListVMs.
 const ListVMs_Operation = `
 query ListVMs ($first: Int!, $after: String) {
@@ -10033,6 +10917,48 @@ func ResizeVM(
 	}
 
 	data_ = &ResizeVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by RestoreBackup.
+const RestoreBackup_Operation = `
+mutation RestoreBackup ($input: RestoreBackupInput!) {
+	restoreBackup(input: $input) {
+		... OperationFields
+	}
+}
+fragment OperationFields on Operation {
+	id
+	kind
+	state
+	step
+	error
+	vmId
+}
+`
+
+func RestoreBackup(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input RestoreBackupInput,
+) (data_ *RestoreBackupResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "RestoreBackup",
+		Query:  RestoreBackup_Operation,
+		Variables: &__RestoreBackupInput{
+			Input: input,
+		},
+	}
+
+	data_ = &RestoreBackupResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
