@@ -16,9 +16,9 @@ const config: CodegenConfig = {
         useTypeImports: true,
         enumsAsTypes: true,
         strictScalars: true,
-        // Upload is a file of the GraphQL multipart request spec: sent by
-        // the page's own multipart request, never as JSON.
-        scalars: { Time: 'string', ID: 'string', Upload: 'File' },
+        // Upload is the file part of a multipart request (utils/upload.ts
+        // puts the file there; the variables carry null).
+        scalars: { Time: 'string', ID: 'string', Upload: 'null' },
       },
     },
   },

@@ -21,9 +21,12 @@ import (
 // TestBrowserDisks: tests/disks.test.mjs attaches, grows and detaches a
 // disk of a running VM on its page and resizes the VM, each refusal read
 // next to its field, then backs the VM up, restores the backup into a new
-// VM and deletes the backup; checked here through GraphQL afterwards: one
-// disk left, the VM running with the new profile's size, the restored VM
-// running, no backup left.
+// VM and deletes the backup, then makes an image of the VM once stopped,
+// uploads a file as an image, deletes the VM's image and creates a VM from
+// the upload; checked here through GraphQL afterwards: one disk left, the
+// VM stopped with the new profile's size, the restored VM running, no
+// backup left, the upload the VDC's one image (RAW, 2 MiB), the VM made
+// from it running.
 func TestBrowserDisks(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -36,9 +39,10 @@ func TestBrowserDisks(t *testing.T) {
 
 	artifacts := filepath.Join(root, "test-artifacts", "disks")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
-		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium", "PORTAL_RESTORE_AS=disky-copy"), "tests/disks.test.mjs")
+		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium", "PORTAL_RESTORE_AS=disky-copy",
+		"PORTAL_IMAGE_FROM_VM=disky-img", "PORTAL_IMAGE_UPLOADED=upl", "PORTAL_VM_FROM_UPLOAD=fromupl"), "tests/disks.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "vm-disk-attached", "vm-disk-grown", "vm-resize-refused", "vm-resized",
-		"vm-backup-taken", "backup-restored")
+		"vm-backup-taken", "backup-restored", "vm-image-refused", "vdc-images")
 
 	var vm struct {
 		Status    string
@@ -46,10 +50,10 @@ func TestBrowserDisks(t *testing.T) {
 		MemoryMiB int
 		Disks     []struct{ Slot string }
 	}
-	poll.True(t, 30*time.Second, "the VM running resized with its one disk", func() bool {
+	poll.True(t, 30*time.Second, "the VM stopped, resized, with its one disk", func() bool {
 		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { status vcpus memoryMiB disks { slot } } }`, map[string]any{"id": vmID}).
 			OK(t).Into(t, "vm", &vm)
-		return vm.Status == "RUNNING" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
+		return vm.Status == "STOPPED" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
 	})
 
 	// The restore made a running VM of the backed-up size; the backup is gone.
@@ -66,6 +70,38 @@ func TestBrowserDisks(t *testing.T) {
 		r.Into(t, "vmsConnection", &restored)
 		return backups.TotalCount == 0 && len(restored.Nodes) == 1 && restored.Nodes[0].Status == "RUNNING" && restored.Nodes[0].Vcpus == 2
 	})
+
+	// The VDC's images: the upload listed as red's, the VM's image
+	// deleted; the VM made from the upload runs; another VDC sees none.
+	var images []struct {
+		Name, Format string
+		SizeBytes    *float64
+		VDC          *struct{ Name string }
+	}
+	h.GraphQL(t, "alice", "red", `{ images { name format sizeBytes vdc { name } } }`, nil).OK(t).Into(t, "images", &images)
+	var own []string
+	for _, i := range images {
+		if i.VDC != nil {
+			own = append(own, i.Name)
+			if i.Name != "upl" || i.VDC.Name != "red" || i.Format != "RAW" || i.SizeBytes == nil || *i.SizeBytes != 2<<20 {
+				t.Errorf("VDC image %+v, want only upl of red, RAW, 2 MiB", i)
+			}
+		}
+	}
+	if len(own) != 1 {
+		t.Errorf("red's images %v, want [upl]", own)
+	}
+	var vms struct {
+		Nodes []struct{ Name, Status string }
+	}
+	h.GraphQL(t, "alice", "red", `{ vmsConnection(first: 10) { nodes { name status } } }`, nil).OK(t).Into(t, "vmsConnection", &vms)
+	found := false
+	for _, v := range vms.Nodes {
+		found = found || (v.Name == "fromupl" && v.Status == "RUNNING")
+	}
+	if !found {
+		t.Errorf("VMs of red %+v, want fromupl RUNNING", vms.Nodes)
+	}
 }
 
 // createRedVM sets up zone alpha's profiles ("small", "medium", "ssd"),

@@ -5,6 +5,7 @@
 import type { UserManager } from 'oidc-client-ts'
 import type { AnyVariables, Client, DocumentInput } from '@urql/core'
 import type { Session } from '~/utils/oidc'
+import type { Upload, UploadRequest } from '~/utils/upload'
 import { graphql } from '~/gql'
 
 export interface PortalConfig {
@@ -105,6 +106,22 @@ export function useApi() {
         : `VDC ${vdc} is no longer available to you.`
       return send(app.value.vdc)
     })
+  }
+}
+
+// useUpload returns the function pages upload a file with (uploadFile of
+// utils/upload.ts) to the configured endpoint, with the session's token
+// and the selected VDC.
+export function useUpload() {
+  const app = useAppState()
+  return <T>(r: Omit<UploadRequest, 'endpoint' | 'token' | 'vdc' | 'onUnauthenticated'>): Upload<T> => {
+    const s = app.value.session
+    if (!s || Date.now() >= s.expiresAt) {
+      expire()
+      return { done: Promise.reject(new ApiError('Your session has expired.', 'UNAUTHENTICATED')), cancel: () => {} }
+    }
+    const endpoint = app.value.config?.graphql ?? '/graphql'
+    return uploadFile<T>({ ...r, endpoint, token: s.accessToken, vdc: app.value.vdc, onUnauthenticated: expire })
   }
 }
 

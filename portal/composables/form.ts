@@ -6,17 +6,20 @@
 // `${prefix}-${key}`, the key's brackets and dots made dashes (a nested
 // field such as listeners[0].port is the control lb-listeners-0-port): an
 // API field with such a control shows its error there even when it is no
-// key of the values. fieldCodes are the error codes shown on the field
-// they name (BAD_USER_INPUT by default; e.g. CONFLICT for a name taken).
+// key of the values. fieldCodes are further codes whose refusals show
+// on the field they name (e.g. CONFLICT for a name taken; BAD_USER_INPUT
+// always does); codeField names the field a code shows on when the API
+// names none (e.g. QUOTA_EXCEEDED on an upload's file).
 
 export function useDialogForm<V extends Record<string, unknown>>(opts: {
   prefix: string
   blank: () => V
   check?: (v: V) => Record<string, string>
+  fieldCodes?: string[]
+  codeField?: Record<string, string>
   // send sends the values and returns what the page says it did.
   send: (v: V) => Promise<string>
   done: (said: string) => Promise<void> | void
-  fieldCodes?: string[]
 }) {
   const dialog = ref<HTMLDialogElement | null>(null)
   const values = ref(opts.blank()) as Ref<V>
@@ -50,8 +53,8 @@ export function useDialogForm<V extends Record<string, unknown>>(opts: {
       if (!(e instanceof ApiError)) formError.value = (e as Error).message
       else if (e.code === 'UNAUTHENTICATED') return
       else {
-        const key = e.field?.replace(/^input\./, '')
-        const onField = (opts.fieldCodes ?? ['BAD_USER_INPUT']).includes(e.code)
+        const key = e.field?.replace(/^input\./, '') ?? opts.codeField?.[e.code]
+        const onField = e.code === 'BAD_USER_INPUT' || !!opts.fieldCodes?.includes(e.code) || !!opts.codeField?.[e.code]
         if (onField && key && (key in values.value || document.getElementById(controlId(key)))) {
           const prefix = e.code === 'BAD_USER_INPUT' ? '' : `${errorTitle(e.code)}: `
           fieldErrors.value = { [key]: prefix + readable(e.message, e.field) }

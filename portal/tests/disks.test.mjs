@@ -7,6 +7,9 @@
 //   PORTAL_VM_NAME    its name
 //   PORTAL_RESIZE_TO  a compute profile other than the VM's
 //   PORTAL_RESTORE_AS the name of the VM a backup is restored into
+//   PORTAL_IMAGE_FROM_VM, PORTAL_IMAGE_UPLOADED  names of the images made
+//                     from the VM and uploaded
+//   PORTAL_VM_FROM_UPLOAD  the name of the VM made from the uploaded image
 //
 // The flow: the member opens the VM page, attaches a disk (a size of 0 is
 // refused next to its field), grows it (a smaller size is refused the same
@@ -16,15 +19,23 @@
 // (the backup listed on the VM page and on the VDC's Backups page),
 // restores the backup into a new VM (the VM's own name refused next to
 // the name field as CONFLICT) that runs, sees the delete dialog keep the
-// backups by default, and deletes the backup.
+// backups by default, and deletes the backup. Then the VDC's images:
+// Create image of the running VM is refused next to the VM; stopped, its
+// image is made; on the Images page an upload under that name is refused
+// next to the name, a 2 MiB raw file is uploaded (progress to 100 %) and
+// listed, the VM's image deleted behind a confirmation, and a VM created
+// from the uploaded one through the create-VM form.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { check } from './axe.mjs'
-import { base, env, fieldError, member, session, shot, signIn } from './lib.mjs'
+import { base, env, fieldError, member, session, shot, signIn, stopVM } from './lib.mjs'
 
 const vmPath = env('PORTAL_VM_PATH')
 const vmName = env('PORTAL_VM_NAME')
 const resizeTo = env('PORTAL_RESIZE_TO')
+const fromVMImage = env('PORTAL_IMAGE_FROM_VM')
+const uploaded = env('PORTAL_IMAGE_UPLOADED')
+const fromUpload = env('PORTAL_VM_FROM_UPLOAD')
 const restoreAs = env('PORTAL_RESTORE_AS')
 
 describe("a VM's disks, size and backups", () => {
@@ -134,5 +145,76 @@ describe("a VM's disks, size and backups", () => {
     await confirmDelete.waitFor({ state: 'hidden' })
     await row.waitFor({ state: 'detached' })
     await page.getByText('No backups yet.').waitFor()
+  })
+
+  test("a member makes an image of the stopped VM, uploads one, creates a VM from it and deletes one", async (t) => {
+    const { page } = await session(t)
+    await page.goto(base + '/')
+    await signIn(page, member)
+    await page.goto(base + vmPath)
+    await page.getByRole('heading', { level: 1, name: vmName }).waitFor()
+    await page.getByTestId('vm-status').getByText('RUNNING').waitFor()
+
+    // Create image while the VM runs: CONFLICT next to the VM.
+    const actions = page.getByRole('group', { name: 'Actions' })
+    await actions.getByRole('button', { name: 'Create image' }).click()
+    const fromVM = page.getByRole('dialog', { name: `Create image of VM ${vmName}` })
+    await fromVM.getByLabel('Name', { exact: true }).fill(fromVMImage)
+    await fromVM.getByRole('button', { name: 'Create image' }).click()
+    await fieldError(fromVM, 'vm').getByText(/stop it first/).waitFor()
+    await shot(page, 'vm-image-refused')
+    await fromVM.getByRole('button', { name: 'Cancel' }).click()
+
+    // Stopped, it is copied; the operation is followed on the page.
+    await stopVM(page, 60_000)
+    await actions.getByRole('button', { name: 'Create image' }).click()
+    await fromVM.getByLabel('Name', { exact: true }).fill(fromVMImage)
+    await fromVM.getByRole('button', { name: 'Create image' }).click()
+    await fromVM.waitFor({ state: 'hidden' })
+    await page.locator('ul.operations li[data-kind="CREATE_IMAGE"][data-state="SUCCEEDED"]').waitFor({ timeout: 60_000 })
+
+    // The Images page: the platform's and the VDC's, with their owner.
+    await page.goto(base + '/images')
+    const own = page.getByRole('table', { name: 'Images of the VDC' })
+    await own.locator(`tr[data-name="${fromVMImage}"]`).getByText('from a VM').waitFor()
+    await page.locator('tr[data-name="tiny"]').getByText('platform').waitFor()
+
+    // Upload: a name in use is CONFLICT on the name; then the file goes
+    // out with its progress up to 100 % and the image is listed.
+    await page.getByRole('button', { name: 'Upload image' }).click()
+    const upload = page.getByRole('dialog', { name: 'Upload image' })
+    await upload.getByLabel('File').setInputFiles({ name: `${uploaded}.raw`, mimeType: 'application/octet-stream', buffer: Buffer.alloc(2 << 20, 1) })
+    assert.equal(await upload.getByLabel('Format').inputValue(), 'RAW', 'a .raw file is RAW')
+    assert.equal(await upload.getByLabel('Name', { exact: true }).inputValue(), uploaded, 'the name from the file')
+    await upload.getByLabel('Name', { exact: true }).fill(fromVMImage)
+    await upload.getByLabel('Runs cloud-init').check()
+    await upload.getByRole('button', { name: 'Upload' }).click()
+    await fieldError(upload, 'name').getByText(/already/).waitFor()
+    await check(page, 'upload dialog')
+    await upload.getByLabel('Name', { exact: true }).fill(uploaded)
+    await upload.getByRole('button', { name: 'Upload' }).click()
+    await upload.waitFor({ state: 'hidden', timeout: 60_000 })
+    // The closed dialog keeps the bar as the upload left it.
+    await page.locator('[data-testid="upload-progress"][data-percent="100"]').waitFor({ state: 'attached' })
+    await own.locator(`tr[data-name="${uploaded}"]`).getByText('RAW').waitFor()
+    await shot(page, 'vdc-images')
+
+    // Delete the VM's image, confirmed.
+    await own.getByRole('button', { name: `Delete ${fromVMImage}` }).click()
+    const confirm = page.getByRole('dialog', { name: `Delete image ${fromVMImage}?` })
+    await confirm.getByRole('button', { name: 'Delete' }).click()
+    await confirm.waitFor({ state: 'hidden' })
+    await own.locator(`tr[data-name="${fromVMImage}"]`).waitFor({ state: 'detached' })
+
+    // The create-VM form offers the uploaded image among the VDC's.
+    await page.goto(base + '/vms/new')
+    await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
+    await page.locator('#vm-image optgroup[label^="Images of VDC"] option').getByText(uploaded).waitFor({ state: 'attached' })
+    await page.getByLabel('Image', { exact: true }).selectOption(uploaded)
+    await page.getByLabel('Name', { exact: true }).fill(fromUpload)
+    await page.getByLabel('SSH public keys').fill('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0m5Xo2yVt0pYQm2b8r7dJcTnQe6D8l4p1tq8S9n0u e2e@portal')
+    await page.getByLabel('Disk size (GiB)', { exact: true }).fill('1')
+    await page.getByRole('button', { name: 'Create VM' }).click()
+    await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: 60_000 })
   })
 })

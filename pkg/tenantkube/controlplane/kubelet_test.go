@@ -12,12 +12,16 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // csrCase is one certificate signing request and the decision it gets.
@@ -122,9 +126,15 @@ func TestKubeletServingApproval(t *testing.T) {
 		}
 		csr := &certv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "approval-" + c.name},
 			Spec: certv1.CertificateSigningRequestSpec{Request: csrPEM(t, c), SignerName: c.signer, Usages: c.usages}}
-		if _, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		// The API server's RBAC authorizer learns the binding above from
+		// its informer: a request right after it may still be forbidden.
+		poll.Until(t, 30*time.Second, c.name+"'s request created", func() error {
+			_, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsForbidden(err) {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			return err
+		})
 		t.Cleanup(func() {
 			_ = admin.CertificatesV1().CertificateSigningRequests().Delete(context.WithoutCancel(ctx), csr.Name, metav1.DeleteOptions{})
 		})
