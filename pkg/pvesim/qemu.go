@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -399,6 +400,33 @@ func (st *state) checkUpdate(g *guest, p params) error {
 	}
 	if d, ok := p.str("digest"); ok && d != "" && d != g.digest() {
 		return errorf(http.StatusInternalServerError, errDigest)
+	}
+	return g.checkBootOrder(p)
+}
+
+// checkBootOrder refuses a boot order naming a device the guest would not
+// have, as qemu-server's update_vm_api does: each device of the order must
+// be in the config, its pending section or the request, and not deleted by
+// the request.
+func (g *guest) checkBootOrder(p params) error {
+	boot, ok := p.str("boot")
+	if !ok {
+		return nil
+	}
+	order := parseProperty(boot).get("order")
+	if order == "" {
+		return nil
+	}
+	var deletes []string
+	if d, ok := p.str("delete"); ok {
+		deletes = splitList(d)
+	}
+	for _, dev := range strings.Split(order, ";") {
+		_, inConf := g.conf[dev]
+		_, inPending := g.pending[dev]
+		if (!inConf && !inPending && !p.has(dev)) || slices.Contains(deletes, dev) {
+			return errorf(http.StatusInternalServerError, "invalid bootorder: device '%s' does not exist'", dev)
+		}
 	}
 	return nil
 }

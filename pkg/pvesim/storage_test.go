@@ -5,7 +5,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
 
@@ -78,5 +82,67 @@ func TestDownloadURL(t *testing.T) {
 	})
 	if r.status != http.StatusBadRequest || r.errors["filename"] == "" {
 		t.Fatalf("bad extension: %d %s", r.status, r.body)
+	}
+}
+
+// TestISOInCDROM: an ISO uploaded with content iso is listed as
+// STORAGE:iso/NAME.iso of format iso; a VM takes it as ide2 cdrom media
+// (on create and set), boots from it first, and ejects it (`none`); a boot
+// order naming a device the VM does not have, or one the same request
+// deletes, is refused as qemu-server refuses it; deleting the ISO while a
+// VM's configuration names it is allowed, as Proxmox allows it.
+func TestISOInCDROM(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	ctx := testCtx(t)
+	ct, body := multipartBody(t, map[string]string{"content": "iso"}, "inst.iso", []byte("an installer"))
+	if resp := postRaw(t, c, "/nodes/pve1/storage/shared/upload", ct, body); resp.StatusCode != http.StatusOK {
+		t.Fatalf("upload: %s", resp.Status)
+	}
+	var vols []map[string]any
+	poll.True(t, 10*time.Second, "the ISO listed", func() bool {
+		r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/shared/content", url.Values{"content": {"iso"}})
+		vols = nil
+		for _, v := range r.data.([]any) {
+			vols = append(vols, v.(map[string]any))
+		}
+		return len(vols) == 1
+	})
+	if vols[0]["volid"] != "shared:iso/inst.iso" || vols[0]["format"] != "iso" || vols[0]["content"] != "iso" {
+		t.Fatalf("ISO content: %v", vols)
+	}
+	vm := newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "ide2", Value: "shared:iso/inst.iso,media=cdrom"},
+		proxmox.VirtualMachineOption{Name: "boot", Value: "order=ide2;scsi0"})
+	conf := func() map[string]any {
+		return call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/config", nil).data.(map[string]any)
+	}
+	if got := conf(); got["ide2"] != "shared:iso/inst.iso,media=cdrom" || got["boot"] != "order=ide2;scsi0" {
+		t.Fatalf("config with the ISO: %v", got)
+	}
+	for _, tc := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"boot": {"order=ide3;scsi0"}}, "500 invalid bootorder: device 'ide3' does not exist'"},
+		{url.Values{"boot": {"order=ide2"}, "delete": {"ide2"}}, "500 invalid bootorder: device 'ide2' does not exist'"},
+		{url.Values{"ide2": {"shared:iso/none.iso,media=cdrom"}}, "500 volume 'shared:iso/none.iso' does not exist"},
+	} {
+		if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", tc.form); r.reason != tc.want {
+			t.Errorf("PUT %v: %s, want %s", tc.form, r.reason, tc.want)
+		}
+	}
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"ide2": {"none,media=cdrom"}, "boot": {"order=scsi0"}}); r.status != http.StatusOK {
+		t.Fatalf("ejecting the ISO: %s", r.reason)
+	}
+	if got := conf(); got["ide2"] != "none,media=cdrom" || got["boot"] != "order=scsi0" {
+		t.Fatalf("config after the eject: %v", got)
+	}
+	if err := vm.ConfigSync(ctx, proxmox.VirtualMachineOption{Name: "ide2", Value: "shared:iso/inst.iso,media=cdrom"}); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, c, testToken, http.MethodDelete, "/nodes/pve1/storage/shared/content/shared:iso/inst.iso", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("deleting an ISO a VM names: %s", r.reason)
 	}
 }
