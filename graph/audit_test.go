@@ -109,6 +109,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"uploadImage":             {{user: "bob", vdc: "blue", query: uploadImage, vars: map[string]any{"name": "app", "format": "RAW"}, ids: []string{"app"}}},
 		"deleteVDCImage":          {{user: "bob", vdc: "blue", query: `mutation { deleteVDCImage(name: "app") { name } }`, ids: []string{"app"}}},
 		"createImageFromVM":       {{user: "bob", vdc: "blue", query: `mutation { createImageFromVM(input: {vm: "nosuch", name: "golden"}) { id } }`, ids: []string{"golden"}}},
+		"detachISO":               {{user: "bob", vdc: "blue", query: `mutation { detachISO(vm: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
 		// (graph's Kubernetes tests run them on one), and are audited so.
 		"createKubernetesCluster": {{user: "bob", vdc: "blue", query: `mutation { createKubernetesCluster(input: {name: "dev", zone: "alpha", version: "v1.37.2", network: "nosuch"}) { id } }`}},
@@ -141,7 +142,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
-		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "deleteVDCImage", "createImageFromVM",
+		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "deleteVDCImage", "createImageFromVM", "detachISO",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
 		"addSSHKey", "deleteSSHKey",
 		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}

@@ -22,7 +22,7 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks", "pgroups", "sgnulls", "backups", "vdcimages", "vmimages"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks", "pgroups", "sgnulls", "backups", "vdcimages", "vmimages", "isos"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node, whose storage "local" takes snippets), the API and the catalog

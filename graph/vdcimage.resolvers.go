@@ -84,3 +84,30 @@ func (r *mutationResolver) DeleteVDCImage(ctx context.Context, name string) (*mo
 	}
 	return &model.Deleted{Name: img.ShortName()}, nil
 }
+
+func (r *mutationResolver) DetachIso(ctx context.Context, vm string) (*model.VM, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Images().DetachISO(ctx, scope.VDC.Name, vm); err != nil {
+		return nil, computeError(err, "")
+	}
+	return r.Query().VM(ctx, vm)
+}
+
+func (r *vMResolver) Iso(ctx context.Context, obj *model.VM) (*catalog.Image, error) {
+	vdc, _, hw, err := r.hardware(ctx, obj)
+	if r.zoneFailed(ctx, obj, err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	img, err := compute.AttachedImage(ctx, r.Catalog, vdc, hw.ISO)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return img, nil
+}

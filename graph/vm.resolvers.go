@@ -26,7 +26,7 @@ func (r *mutationResolver) CreateVM(ctx context.Context, input model.CreateVMInp
 		return nil, err
 	}
 	in := compute.CreateInput{
-		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: input.Image,
+		VDC: scope.VDC.Name, Name: input.Name, Zone: input.Zone, Image: deref(input.Image), ISO: deref(input.Iso),
 		ComputeProfile: input.ComputeProfile, StorageProfile: input.StorageProfile,
 		DiskGiB: input.DiskGiB, SSHKeys: input.SSHKeys, SSHKeyNames: input.SSHKeyNames,
 		SecurityGroups: input.SecurityGroups,

@@ -119,7 +119,7 @@ func awaitCreate(t testing.TB, h *meshtest.Harness, user, vdc, op string) string
 		h.GraphQL(t, user, vdc, `query($id: ID!) { operation(id: $id) { state step error vmId } }`,
 			map[string]any{"id": op}).OK(t).Into(t, "operation", &o)
 		if o.State == "FAILED" {
-			t.Fatalf("create %s failed: %+v", op, o)
+			t.Fatalf("create %s failed at %s: %v", op, o.Step, *o.Error)
 		}
 		if o.VMID != nil {
 			id = *o.VMID

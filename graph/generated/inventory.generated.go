@@ -12,6 +12,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/flexplane/flexplane/graph/model"
+	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/estate"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
@@ -39,6 +40,7 @@ type VMResolver interface {
 	PlacementGroup(ctx context.Context, obj *model.VM) (*compute.PlacementGroup, error)
 	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
 	Snapshots(ctx context.Context, obj *model.VM) ([]*model.VMSnapshot, error)
+	Iso(ctx context.Context, obj *model.VM) (*catalog.Image, error)
 	MigrationHosts(ctx context.Context, obj *model.VM) ([]string, error)
 	MigrationZones(ctx context.Context, obj *model.VM) ([]*model.MigrationZone, error)
 	Nics(ctx context.Context, obj *model.VM) ([]*model.VMNic, error)
@@ -1728,6 +1730,38 @@ func (ec *executionContext) fieldContext_VM_snapshots(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _VM_iso(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_iso(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().Iso(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *catalog.Image) graphql.Marshaler {
+			return ec.marshalOImage2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcatalogᚐImage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VM_iso(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Image(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _VM_migrationHosts(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3210,6 +3244,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_snapshots(ctx, field, obj)
+				})
+		case "iso":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_iso(ctx, field, obj)
 				})
 		case "migrationHosts":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

@@ -552,6 +552,7 @@ type ComplexityRoot struct {
 		DeleteVM                  func(childComplexity int, id string, keepBackups *bool) int
 		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
 		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
+		DetachIso                 func(childComplexity int, vm string) int
 		IssueKubeconfig           func(childComplexity int, cluster string) int
 		MigrateVM                 func(childComplexity int, input model.MigrateVMInput) int
 		OpenConsole               func(childComplexity int, id string) int
@@ -893,6 +894,7 @@ type ComplexityRoot struct {
 		Host                 func(childComplexity int) int
 		ID                   func(childComplexity int) int
 		IPAddresses          func(childComplexity int) int
+		Iso                  func(childComplexity int) int
 		MemoryMiB            func(childComplexity int) int
 		MemoryUsedMiB        func(childComplexity int) int
 		Metrics              func(childComplexity int, timeframe model.MetricsTimeframe) int
@@ -3162,6 +3164,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DetachDisk(childComplexity, args["input"].(model.DetachDiskInput)), true
+	case "Mutation.detachISO":
+		if e.ComplexityRoot.Mutation.DetachIso == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_detachISO_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DetachIso(childComplexity, args["vm"].(string)), true
 	case "Mutation.issueKubeconfig":
 		if e.ComplexityRoot.Mutation.IssueKubeconfig == nil {
 			break
@@ -4877,6 +4890,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VM.IPAddresses(childComplexity), true
+	case "VM.iso":
+		if e.ComplexityRoot.VM.Iso == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.Iso(childComplexity), true
 	case "VM.memoryMiB":
 		if e.ComplexityRoot.VM.MemoryMiB == nil {
 			break
@@ -9040,9 +9059,11 @@ extend type Mutation {
   Uploads an image file into the VDC, through the GraphQL multipart request
   spec: the file streams to a node of the zone, its SHA-256 computed on the
   way, and becomes the image's template there; the image is listed and
-  usable by createVM of the VDC in that zone once this returns. BAD_USER_INPUT
-  for a bad name, format or zone, an empty file or one over 64 GiB, or an
-  upload cut off; CONFLICT for a name the VDC or the platform uses;
+  usable by createVM of the VDC in that zone once this returns. An ISO
+  (format ISO) is kept as its file on a shared storage of the zone.
+  BAD_USER_INPUT for a bad name, format or zone, an empty file or one over
+  64 GiB, an ISO that is no ISO 9660 image, a zone without shared storage
+  for ISOs, or an upload cut off; CONFLICT for a name the VDC or the platform uses;
   QUOTA_EXCEEDED past the VDC's imageGiB. A refused or broken upload leaves
   no image.
   """
@@ -9064,11 +9085,30 @@ extend type Mutation {
     "What to make."
     input: CreateImageFromVMInput!
   ): Operation! @vdc(role: MEMBER)
-  "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
+  """
+  Deletes an image of the VDC (its templates in every zone, or an ISO's
+  file); NOT_FOUND for none, a platform image or another VDC's; CONFLICT
+  for an ISO a VM of the VDC has in its CD-ROM drive (detachISO first).
+  """
   deleteVDCImage(
     "The image's name in the VDC."
     name: String!
   ): Deleted! @vdc(role: MEMBER)
+  """
+  Ejects the ISO from a VM's CD-ROM drive (it stays empty) and makes the
+  VM boot from its disk again, from its next boot on; a VM without an ISO
+  is left as it is. NOT_FOUND for a VM not of the VDC; CONFLICT while it
+  is being created or Proxmox holds it locked.
+  """
+  detachISO(
+    "The VM's id."
+    vm: ID!
+  ): VM! @vdc(role: MEMBER)
+}
+
+extend type VM {
+  "The ISO image of the VDC in its CD-ROM drive (read off its Proxmox configuration); null for none."
+  iso: Image
 }
 
 "A file of the GraphQL multipart request spec (a part of a multipart/form-data request)."
@@ -9080,7 +9120,7 @@ enum ImageFormat {
   QCOW2
   "A raw disk image."
   RAW
-  "An ISO 9660 installation medium (not taken by uploadImage yet)."
+  "An ISO 9660 installation medium: a VM gets it in its CD-ROM drive (CreateVMInput.iso)."
   ISO
 }
 
@@ -9216,8 +9256,20 @@ input CreateVMInput {
   name: String!
   "The zone's name."
   zone: String!
-  "An image of the catalog."
-  image: String!
+  """
+  An image of the catalog the VM's disk is cloned from (not an ISO: give
+  that as iso). image, iso or both: at least one.
+  """
+  image: String
+  """
+  An ISO image of the VDC (format ISO) the VM gets in its CD-ROM drive and
+  boots from first; with image, the disk is the image's, without it a
+  blank disk of diskGiB (and no cloud-init: no sshKeys, sshKeyNames or
+  userData). It must be in the VM's zone. detachISO ejects it. NOT_FOUND
+  for none or another VDC's; BAD_USER_INPUT for a disk image or an ISO of
+  another zone.
+  """
+  iso: String
   "A compute profile (vCPUs and memory)."
   computeProfile: String!
   "A storage profile with a pool in the zone (disk tier and MB/s limits)."
@@ -10882,6 +10934,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_securityGroups(ctx, field)
 	case "snapshots":
 		return ec.fieldContext_VM_snapshots(ctx, field)
+	case "iso":
+		return ec.fieldContext_VM_iso(ctx, field)
 	case "migrationHosts":
 		return ec.fieldContext_VM_migrationHosts(ctx, field)
 	case "migrationZones":

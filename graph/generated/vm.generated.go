@@ -308,7 +308,7 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "zone", "image", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host", "placementGroup", "highAvailability"}
+	fieldsInOrder := [...]string{"name", "zone", "image", "iso", "computeProfile", "storageProfile", "diskGiB", "nics", "sshKeys", "sshKeyNames", "user", "securityGroups", "userData", "host", "placementGroup", "highAvailability"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -331,11 +331,18 @@ func (ec *executionContext) unmarshalInputCreateVMInput(ctx context.Context, obj
 			it.Zone = data
 		case "image":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("image"))
-			data, err := ec.unmarshalNString2string(ctx, v)
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
 			if err != nil {
 				return it, err
 			}
 			it.Image = data
+		case "iso":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("iso"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Iso = data
 		case "computeProfile":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("computeProfile"))
 			data, err := ec.unmarshalNString2string(ctx, v)

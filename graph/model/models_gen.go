@@ -379,8 +379,16 @@ type CreateVMInput struct {
 	Name string `json:"name"`
 	// The zone's name.
 	Zone string `json:"zone"`
-	// An image of the catalog.
-	Image string `json:"image"`
+	// An image of the catalog the VM's disk is cloned from (not an ISO: give
+	// that as iso). image, iso or both: at least one.
+	Image *string `json:"image,omitempty"`
+	// An ISO image of the VDC (format ISO) the VM gets in its CD-ROM drive and
+	// boots from first; with image, the disk is the image's, without it a
+	// blank disk of diskGiB (and no cloud-init: no sshKeys, sshKeyNames or
+	// userData). It must be in the VM's zone. detachISO ejects it. NOT_FOUND
+	// for none or another VDC's; BAD_USER_INPUT for a disk image or an ISO of
+	// another zone.
+	Iso *string `json:"iso,omitempty"`
 	// A compute profile (vCPUs and memory).
 	ComputeProfile string `json:"computeProfile"`
 	// A storage profile with a pool in the zone (disk tier and MB/s limits).
@@ -1335,6 +1343,8 @@ type VM struct {
 	SecurityGroups []string `json:"securityGroups"`
 	// Its snapshots, oldest first.
 	Snapshots []*VMSnapshot `json:"snapshots"`
+	// The ISO image of the VDC in its CD-ROM drive (read off its Proxmox configuration); null for none.
+	Iso *catalog.Image `json:"iso,omitempty"`
 	// The hosts migrateVM can move it to within its zone: the zone's online
 	// hosts other than the one it runs on, by name, sorted. Visible to the
 	// VDC's members as the VM is (another VDC's VM answers NOT_FOUND).
@@ -1896,7 +1906,7 @@ const (
 	ImageFormatQcow2 ImageFormat = "QCOW2"
 	// A raw disk image.
 	ImageFormatRaw ImageFormat = "RAW"
-	// An ISO 9660 installation medium (not taken by uploadImage yet).
+	// An ISO 9660 installation medium: a VM gets it in its CD-ROM drive (CreateVMInput.iso).
 	ImageFormatIso ImageFormat = "ISO"
 )
 

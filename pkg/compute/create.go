@@ -30,8 +30,11 @@ type CreateInput struct {
 	// Name is the VM's name, a DNS name (labels of a-z, 0-9, '-').
 	Name string
 	// Zone is the zone's name.
-	Zone           string
-	Image          string
+	Zone string
+	// Image is the image the VM's disk is cloned from; ISO an ISO image
+	// the VM gets in its CD-ROM drive and boots from first. At least one
+	// is given: an ISO alone gives the VM a blank disk of DiskGiB.
+	Image, ISO     string
 	ComputeProfile string
 	StorageProfile string
 	// DiskGiB is the size of the disk; at least the image's size.
@@ -117,8 +120,12 @@ type plan struct {
 	sp      *catalog.StorageProfile
 	storage string
 	tpl     *images.Template // nil while the image is not staged in the zone
-	nics    []nicPlan
-	keys    []string
+	// iso is the ISO image of the VM's CD-ROM drive (nil for none), isoVol
+	// its file's volume id; img is nil for a VM of an ISO alone.
+	iso             *catalog.Image
+	isoVol, isoNode string
+	nics            []nicPlan
+	keys            []string
 	// userData is CreateInput.UserData, checked, and verbatim its
 	// UserDataVerbatim.
 	userData []byte
@@ -206,11 +213,24 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 		return nil, zoneDown(z.Name, errUnreachable)
 	}
 	p.zone = z
-	if p.img, err = resolveImage(ctx, d.cfg.Catalog, in.VDC, in.Image); errors.Is(err, catalog.ErrNotFound) {
-		// The same answer for another VDC's image as for none.
-		return nil, &Error{Kind: KindNotFound, Field: "image", Message: fmt.Sprintf("no image %q", in.Image)}
-	} else if err != nil {
-		return nil, catalogInput("image", "image", in.Image, err)
+	if in.Image == "" && in.ISO == "" {
+		return nil, badInput("image", "give an image, an iso, or both")
+	}
+	if in.Image != "" {
+		if p.img, err = resolveImage(ctx, d.cfg.Catalog, in.VDC, in.Image); errors.Is(err, catalog.ErrNotFound) {
+			// The same answer for another VDC's image as for none.
+			return nil, &Error{Kind: KindNotFound, Field: "image", Message: fmt.Sprintf("no image %q", in.Image)}
+		} else if err != nil {
+			return nil, catalogInput("image", "image", in.Image, err)
+		}
+		if p.img.Format == catalog.ImageFormatISO {
+			return nil, badInput("image", "image %s is an ISO: give it as iso", in.Image)
+		}
+	}
+	if in.ISO != "" {
+		if p.iso, p.isoNode, p.isoVol, err = resolveISO(ctx, d, z, in.VDC, in.ISO, "iso"); err != nil {
+			return nil, err
+		}
 	}
 	if p.cp, err = catalog.Get[*catalog.ComputeProfile](ctx, d.cfg.Catalog, in.ComputeProfile); err != nil {
 		return nil, catalogInput("computeProfile", "compute profile", in.ComputeProfile, err)
@@ -268,12 +288,12 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 	if systemUser(in.User) {
 		return nil, badInput("user", "user %q is a system account of the image; choose another name", in.User)
 	}
-	if !p.img.CloudInit && len(p.keys) > 0 {
+	if !p.cloudInit() && len(p.keys) > 0 {
 		field := "sshKeys"
 		if len(in.SSHKeys) == 0 {
 			field = "sshKeyNames"
 		}
-		return nil, badInput(field, "image %s does not run cloud-init", p.img.Name)
+		return nil, badInput(field, "%s", p.noCloudInit())
 	}
 	if len(in.UserData) > 0 {
 		if in.UserDataVerbatim && len(in.UserData) > MaxUserData {
@@ -284,8 +304,8 @@ func validate(ctx context.Context, d *deps, in CreateInput) (*plan, error) {
 				return nil, err
 			}
 		}
-		if !p.img.CloudInit {
-			return nil, badInput("userData", "image %s does not run cloud-init", p.img.Name)
+		if !p.cloudInit() {
+			return nil, badInput("userData", "%s", p.noCloudInit())
 		}
 		if d.snips.w == nil {
 			return nil, badInput("userData", "this installation delivers no user-data (no snippet writer is configured)")
@@ -394,6 +414,26 @@ func catalogInput(field, what, name string, err error) error {
 	return internal("reading the catalog failed", err)
 }
 
+// cloudInit reports whether the plan's VM runs cloud-init: its image
+// does (a VM of an ISO alone runs none).
+func (p *plan) cloudInit() bool { return p.img != nil && p.img.CloudInit }
+
+// noCloudInit says why the plan's VM takes no cloud-init settings.
+func (p *plan) noCloudInit() string {
+	if p.img == nil {
+		return fmt.Sprintf("a VM of ISO %s alone runs no cloud-init", p.iso.ShortName())
+	}
+	return fmt.Sprintf("image %s does not run cloud-init", p.img.Name)
+}
+
+// imageName is the name of the plan's image, "" for none.
+func (p *plan) imageName() string {
+	if p.img == nil {
+		return ""
+	}
+	return p.img.Name
+}
+
 // target is where the plan's image is staged.
 func (p *plan) target() images.Target {
 	return images.Target{Zone: p.zone.Name, Client: p.zone.Client, Storages: []string{p.storage}, Node: p.slot.templateNode()}
@@ -422,7 +462,7 @@ func (s *Service) CreateVM(ctx context.Context, in CreateInput) (*VM, *Operation
 		return nil, nil, err
 	}
 	intent := &Intent{
-		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.img.Name,
+		Op: newOpID(), Created: time.Now().UTC(), VDC: in.VDC, Name: in.Name, Image: p.imageName(), ISO: p.isoVol,
 		VCPUs: p.cp.VCPUs, MemoryMiB: p.cp.MemoryMiB, DiskGiB: in.DiskGiB,
 		Storage: p.storage, ReadMBps: p.sp.ReadMBps, WriteMBps: p.sp.WriteMBps,
 		User: in.User, SSHKeys: p.keys, SecurityGroups: p.groups, NoHA: in.NoHA,
@@ -457,7 +497,7 @@ func startCreate(ctx context.Context, d *deps, p *plan, intent *Intent) (*VM, *O
 	if err := runPhases(ctx, d.eng, "", intent.Op, phases[:1], sc); err != nil {
 		return fail(cause(err))
 	}
-	if p.tpl == nil && p.restore == nil {
+	if p.tpl == nil && p.restore == nil && p.img != nil {
 		// The first create that needs the image stages it; its guest (and
 		// so its VM id) exists once the template does.
 		sc.opID = createOpID(p.zone.ID, 0, intent.Op)
@@ -581,7 +621,7 @@ func (sc *createScope) reserve(ctx context.Context) error {
 // stagePhase waits for the image to be staged in the zone (the first
 // create that needs it stages it), unless it was there.
 func (sc *createScope) stagePhase(ctx context.Context) error {
-	if sc.p == nil || sc.p.tpl != nil || sc.p.restore != nil {
+	if sc.p == nil || sc.p.tpl != nil || sc.p.restore != nil || sc.p.img == nil {
 		return nil
 	}
 	tpl, err := sc.stageOnHost(ctx)
@@ -906,6 +946,9 @@ func (sc *createScope) requestGuest(ctx context.Context, vmid int, upid *string)
 	if r := sc.p.restore; r != nil {
 		return sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu", sc.p.slot.host(r.node)), r.params(vmid, in), upid)
 	}
+	if sc.p.img == nil {
+		return sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu", sc.p.slot.host(sc.p.isoNode)), blankGuest(vmid, in), upid)
+	}
 	tpl := *sc.p.tpl
 	return sc.z.Client.Post(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/clone", tpl.Node, tpl.VMID), map[string]any{
 		"newid": vmid, "name": in.Name, "full": 1, "storage": in.Storage,
@@ -1180,6 +1223,9 @@ func plannedConfig(cfg pveapi.Config, in *Intent) (map[string]any, string) {
 		// A restored guest names the snippets of the VM it was backed up
 		// from: never this VM's.
 		del = append(del, "cicustom")
+	}
+	if in.ISO != "" {
+		ch, del = plannedISO(cfg, in, ch, del)
 	}
 	if disk := cfg.Str("scsi0"); disk != "" && (!limitIs(disk, "mbps_rd", in.ReadMBps) || !limitIs(disk, "mbps_wr", in.WriteMBps)) {
 		ch["scsi0"] = setProp(setProp(disk, "mbps_rd", in.ReadMBps), "mbps_wr", in.WriteMBps)

@@ -327,6 +327,14 @@ func (sc *moveScope) planMove(ctx context.Context) (*move, error) {
 	if cpu := propFirst(cfg.Str("cpu")); cpu == "host" || strings.HasPrefix(cpu, "host-") {
 		return nil, newError(KindConflict, "the VM's CPU type is %q, tied to its cluster's CPUs; give it a named CPU model first", cpu)
 	}
+	if cd := cfg.Str(isoSlot); pveapi.Prop(cd, "media") == "cdrom" && strings.Contains(propFirst(cd), ":") && !strings.Contains(cd, "cloudinit") {
+		// An ISO image is a file of its zone (isos.go).
+		what := propFirst(cd)
+		if name := AttachedISO(cfg); name != "" {
+			what = strings.TrimPrefix(name, in.VDC+".")
+		}
+		return nil, newError(KindConflict, "the VM has ISO %s in its CD-ROM drive; ISOs do not move across zones: detach it first (detachISO)", what)
+	}
 	var snaps []struct {
 		Name string `json:"name"`
 	}
@@ -701,6 +709,7 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 	// A placement group is zonal: the VM leaves its group on a move
 	// across zones (pgroups.go).
 	in.PlacementGroup = ""
+	in.ISO = "" // a VM with an ISO does not move across zones
 	in.Move = &MoveIntent{Op: m.op, From: m.src.ID, VMID: m.g.VMID, Running: m.running, Started: time.Now()}
 	params["description"] = in.Description()
 	for i, n := range m.nics {
@@ -711,8 +720,12 @@ func (sc *moveScope) newTarget(ctx context.Context) (int, error) {
 		}
 		params["ipconfig"+strconv.Itoa(i)] = ip
 	}
-	if m.cfg.Str("ide2") != "" && strings.Contains(m.cfg.Str("ide2"), "cloudinit") {
-		params["ide2"] = m.storage + ":cloudinit"
+	for _, k := range []string{cloudInitSlot, isoSlot} {
+		// The cloud-init drive is in the CD-ROM's slot, or in its own
+		// once the VM had an ISO (isos.go).
+		if strings.Contains(m.cfg.Str(k), "cloudinit") {
+			params[k] = m.storage + ":cloudinit"
+		}
 	}
 	for _, d := range m.disks {
 		gib := (d.size + 1<<30 - 1) >> 30

@@ -38,10 +38,14 @@ type Disk struct {
 	Boot bool
 }
 
-// Hardware is a guest's NICs and disks, each in slot order.
+// Hardware is a guest's NICs and disks, each in slot order, and the ISO
+// image in its CD-ROM drive.
 type Hardware struct {
 	NICs  []NIC
 	Disks []Disk
+	// ISO is the catalog name of the VDC ISO image in the guest's CD-ROM
+	// drive, "" for none (AttachedISO).
+	ISO string
 }
 
 var nicKey = regexp.MustCompile(`^net(\d+)$`)
@@ -77,6 +81,7 @@ func ParseHardware(cfg pveapi.Config) Hardware {
 			ReadMBps: limit("mbps_rd"), WriteMBps: limit("mbps_wr"), ReadIops: limit("iops_rd"), WriteIops: limit("iops_wr")})
 	}
 	slices.SortStableFunc(hw.NICs, func(a, b NIC) int { return cmp.Compare(a.Index, b.Index) })
+	hw.ISO = AttachedISO(cfg)
 	return hw
 }
 

@@ -22,14 +22,17 @@ import (
 // create without the catalog or the request.
 type Intent struct {
 	// Op is the create's operation id (also the guest's tenancy.OpTag).
-	Op        string    `json:"op"`
-	Created   time.Time `json:"created"`
-	VDC       string    `json:"vdc"`
-	Name      string    `json:"name"`
-	Image     string    `json:"image"`
-	VCPUs     int       `json:"vcpus"`
-	MemoryMiB int       `json:"memoryMiB"`
-	DiskGiB   int       `json:"diskGiB"`
+	Op      string    `json:"op"`
+	Created time.Time `json:"created"`
+	VDC     string    `json:"vdc"`
+	Name    string    `json:"name"`
+	Image   string    `json:"image"`
+	// ISO is the file (its volume id) of the ISO image the VM has in its
+	// CD-ROM drive from its create on, "" for none (isos.go).
+	ISO       string `json:"iso,omitempty"`
+	VCPUs     int    `json:"vcpus"`
+	MemoryMiB int    `json:"memoryMiB"`
+	DiskGiB   int    `json:"diskGiB"`
 	// Storage is the Proxmox storage of the disk; ReadMBps and WriteMBps
 	// its limits (0 = none).
 	Storage   string      `json:"storage"`

@@ -420,6 +420,9 @@ func placeCreate(ctx context.Context, d *deps, p *plan, in CreateInput) error {
 // stagedState reads whether the image of p is staged where its VM is
 // cloned from (p.tpl), and checks the disk against the image's size.
 func stagedState(ctx context.Context, d *deps, p *plan, in CreateInput) error {
+	if p.img == nil {
+		return nil // a VM of an ISO alone: a blank disk
+	}
 	st, err := d.stager.Status(ctx, p.target(), p.img)
 	if err != nil {
 		return zoneDown(p.zone.Name, err)

@@ -77,7 +77,9 @@ type UploadImageInput struct {
 	// Name is the image's name in the VDC: lower-case letters, digits,
 	// '-' and '.', unique in the VDC and not a platform image's name.
 	Name, Description string
-	// Format is catalog.ImageFormatQCOW2 or catalog.ImageFormatRaw.
+	// Format is catalog.ImageFormatQCOW2, catalog.ImageFormatRaw or
+	// catalog.ImageFormatISO (an installation medium: its file is kept
+	// as it is, on a shared storage of the zone, isos.go).
 	Format string
 	// CloudInit says whether the image runs cloud-init on first boot.
 	CloudInit bool
@@ -283,9 +285,9 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 	case catalog.ImageFormatRaw:
 		ext = "raw"
 	case catalog.ImageFormatISO:
-		return nil, badInput("format", "ISO images are not taken yet: upload a QCOW2 or RAW disk image")
+		ext = "iso"
 	default:
-		return nil, badInput("format", "%q is not QCOW2 or RAW", in.Format)
+		return nil, badInput("format", "%q is not QCOW2, RAW or ISO", in.Format)
 	}
 	if len(in.Description) > 1024 {
 		return nil, badInput("description", "must be at most 1024 bytes")
@@ -304,21 +306,42 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 	if err != nil {
 		return nil, err
 	}
-	t, err := stagingTarget(ctx, cat, z)
-	if err != nil {
-		return nil, internal("reading the catalog failed", err)
+	iso := in.Format == catalog.ImageFormatISO
+	var (
+		t         images.Target
+		node, imp string
+		ref       UploadRef
+		file      = in.File
+	)
+	if iso {
+		// An ISO is a file the VMs read where it is: on a storage every
+		// node of the zone shares.
+		node, imp, err = isoUploadTarget(ctx, z)
+		if errors.Is(err, errNoISOStorage) {
+			return nil, badInput("zone", "zone %s has no shared storage for ISO images", z.Name)
+		}
+		if err != nil {
+			return nil, zoneDown(z.Name, err)
+		}
+		ref = UploadRef{ZoneID: z.ID, Node: node, Storage: imp, Content: "iso", Filename: isoFilename(&catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: catalog.VDCImageName(in.VDC, in.Name)}})}
+		file = &isoSniffer{r: in.File}
+	} else {
+		if t, err = stagingTarget(ctx, cat, z); err != nil {
+			return nil, internal("reading the catalog failed", err)
+		}
+		if node, imp, err = uploadTarget(ctx, t); err != nil {
+			return nil, zoneDown(z.Name, err)
+		}
+		var nonce [6]byte
+		_, _ = rand.Read(nonce[:])
+		ref = UploadRef{ZoneID: z.ID, Node: node, Storage: imp, Content: "import", Filename: "fp-upload-" + hex.EncodeToString(nonce[:]) + "." + ext}
 	}
-	node, imp, err := uploadTarget(ctx, t)
-	if err != nil {
-		return nil, zoneDown(z.Name, err)
-	}
-	var nonce [6]byte
-	_, _ = rand.Read(nonce[:])
-	ref := UploadRef{ZoneID: z.ID, Node: node, Storage: imp, Content: "import", Filename: "fp-upload-" + hex.EncodeToString(nonce[:]) + "." + ext}
-	m := &meter{r: in.File, h: sha256.New(), limit: min(allow, MaxImageBytes)}
+	m := &meter{r: file, h: sha256.New(), limit: min(allow, MaxImageBytes)}
 	size := max(in.Size, 0)
 	res, err := d.cfg.Uploads.UploadVolume(ctx, ref, size, m)
 	switch {
+	case errors.Is(err, errNotISO):
+		return nil, badInput("file", "the file is not an ISO 9660 image (no CD001 signature at byte %d); nothing was kept", isoSignatureAt)
 	case errors.Is(err, errImageTooLarge) && bounded && m.n > allow:
 		return nil, imageQuotaError(in.VDC, m.n, allow)
 	case errors.Is(err, errImageTooLarge):
@@ -344,7 +367,10 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 	img := &catalog.Image{}
 	img.Name, img.VDC, img.Description = catalog.VDCImageName(in.VDC, in.Name), in.VDC, in.Description
 	img.Format, img.URL, img.Checksum = in.Format, catalog.ImageOriginUpload+sum, "sha256:"+sum
-	img.Version, img.SizeBytes, img.Zone, img.CloudInit = now.Format("20060102T150405.000Z"), m.n, z.Name, in.CloudInit
+	img.Version, img.SizeBytes, img.Zone, img.CloudInit = now.Format("20060102T150405.000Z"), m.n, z.Name, in.CloudInit && !iso
+	if iso {
+		return im.recordISO(ctx, z, img, node, imp, res.Volume)
+	}
 	tpl, err := d.stager.TemplateFromVolume(ctx, t, img, node, res.Volume)
 	drop() // the template holds its own copy
 	if err != nil {
@@ -377,24 +403,9 @@ func imageQuotaError(vdc string, size, allow int64) *Error {
 // uploadTarget is where t's zone takes an upload: its staging node and
 // that node's first `import` storage among t's (else any of the node's).
 func uploadTarget(ctx context.Context, t images.Target) (node, storage string, err error) {
-	var nodes []struct {
-		Node   string `json:"node"`
-		Status string `json:"status"`
+	if node, err = onlineNode(ctx, Zone{Name: t.Zone, Client: t.Client}); err != nil {
+		return "", "", err
 	}
-	if err := t.Client.Get(ctx, "/nodes", &nodes); err != nil {
-		return "", "", fmt.Errorf("compute: list nodes: %w", err)
-	}
-	var online []string
-	for _, n := range nodes {
-		if n.Status == "online" {
-			online = append(online, n.Node)
-		}
-	}
-	if len(online) == 0 {
-		return "", "", errors.New("compute: no online node")
-	}
-	slices.Sort(online)
-	node = online[0]
 	var sts []struct {
 		Storage string `json:"storage"`
 		Active  int    `json:"active"`
@@ -464,6 +475,9 @@ func (im *Images) Delete(ctx context.Context, vdc, name string) (*catalog.Image,
 	img, err := vdcImage(ctx, d.cfg.Catalog, vdc, name)
 	if err != nil {
 		return nil, err
+	}
+	if img.Format == catalog.ImageFormatISO {
+		return im.deleteISO(ctx, vdc, img)
 	}
 	for _, z := range im.s.ZoneList(ctx) {
 		if z.Client == nil {

@@ -63,10 +63,15 @@ func (a *app) vmCommand() *cobra.Command {
 
 	var in api.CreateVMInput
 	var nics []string
+	var image, iso string
 	var wait bool
 	create := &cobra.Command{Use: "create NAME", Short: "Create a VM (with --wait, until it runs)", Args: args(1, "the VM's name"),
 		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
 			in.Name = argv[0]
+			in.Image, in.Iso = optional(image), optional(iso)
+			if image == "" && iso == "" {
+				return fmt.Errorf("create VM: give --image, --iso or both")
+			}
 			in.Nics = nil
 			for _, n := range nics {
 				network, addr, hasAddr := strings.Cut(n, "=")
@@ -95,7 +100,8 @@ func (a *app) vmCommand() *cobra.Command {
 		})}
 	cf := create.Flags()
 	cf.StringVar(&in.Zone, "zone", "", "the zone")
-	cf.StringVar(&in.Image, "image", "", "an image of the catalog (flexctl image list)")
+	cf.StringVar(&image, "image", "", "an image of the catalog (flexctl image list) the disk is cloned from")
+	cf.StringVar(&iso, "iso", "", "an ISO image of the VDC for the CD-ROM drive, booted first (alone: a blank disk)")
 	cf.StringVar(&in.ComputeProfile, "compute-profile", "", "the compute profile (vCPUs and memory)")
 	cf.StringVar(&in.StorageProfile, "storage-profile", "", "the storage profile (disk tier)")
 	cf.IntVar(&in.DiskGiB, "disk-gib", 0, "disk size in GiB (at least the image's)")
@@ -103,7 +109,7 @@ func (a *app) vmCommand() *cobra.Command {
 	cf.StringArrayVar(&nics, "nic", nil, "a NIC: NETWORK-ID, or NETWORK-ID=ADDRESS for a static address (repeatable, 1 to 4)")
 	cf.StringArrayVar(&in.SshKeys, "ssh-key", nil, "an OpenSSH public key for the user (repeatable)")
 	cf.BoolVar(&wait, "wait", false, "follow the create to its end, with a progress line on stderr")
-	required(cf, "zone", "image", "compute-profile", "storage-profile", "disk-gib", "user", "nic")
+	required(cf, "zone", "compute-profile", "storage-profile", "disk-gib", "user", "nic")
 
 	vm.AddCommand(list, get, create,
 		a.vmAction("start", "Start a stopped VM", func(ctx context.Context, c graphql.Client, id string) (api.OperationFields, error) {
@@ -127,8 +133,32 @@ func (a *app) vmCommand() *cobra.Command {
 			}
 			return r.DeleteVM.OperationFields, nil
 		}),
-		a.consoleURLCommand())
+		a.consoleURLCommand(), a.detachISOCommand())
 	return vm
+}
+
+// detachISOCommand ejects the ISO of a VM (detachISO).
+func (a *app) detachISOCommand() *cobra.Command {
+	return &cobra.Command{Use: "detach-iso ID", Short: "Eject the ISO from a VM's CD-ROM drive and boot it from its disk", Args: args(1, "the VM's id"),
+		RunE: a.run(func(cmd *cobra.Command, argv []string) error {
+			c, err := a.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r, err := api.DetachISO(cmd.Context(), c, argv[0])
+			if err != nil {
+				return AsAPIError("detach ISO", err)
+			}
+			return Write(cmd.OutOrStdout(), a.output, r.DetachISO.VMFields, vmTable([]api.VMFields{r.DetachISO.VMFields}))
+		})}
+}
+
+// optional is s, or nil when it is empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // vmAction is a command that runs one VM operation, with --wait.

@@ -38,6 +38,7 @@ type vmModel struct {
 	Name           types.String   `tfsdk:"name"`
 	Zone           types.String   `tfsdk:"zone"`
 	Image          types.String   `tfsdk:"image"`
+	ISO            types.String   `tfsdk:"iso"`
 	ComputeProfile types.String   `tfsdk:"compute_profile"`
 	StorageProfile types.String   `tfsdk:"storage_profile"`
 	DiskGiB        types.Int64    `tfsdk:"disk_gib"`
@@ -66,7 +67,7 @@ func (r *vmResource) Metadata(_ context.Context, req resource.MetadataRequest, r
 func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	replaceList := []planmodifier.List{listplanmodifier.RequiresReplace()}
 	resp.Schema = schema.Schema{
-		Description: "A VM of the VDC (createVM, followed until it runs). image, storage_profile, user, " +
+		Description: "A VM of the VDC (createVM, followed until it runs). image, iso, storage_profile, user, " +
 			"ssh_keys, ssh_key_names, user_data and the NICs replace it when changed; compute_profile (resizeVM, " +
 			"rebooting when needed), a larger disk_gib (resizeDisk) and security_groups change in place; a smaller " +
 			"disk_gib is refused.",
@@ -74,7 +75,8 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"id":              idAttribute(),
 			"name":            replacing("A DNS name, the guest's hostname (not unique)."),
 			"zone":            replacing("The zone's name."),
-			"image":           replacing("An image of the catalog."),
+			"image":           optionalReplacing("An image of the catalog the disk is cloned from; image, iso or both."),
+			"iso":             optionalReplacing("An ISO image of the VDC in the VM's CD-ROM drive, booted first; alone, the VM gets a blank disk."),
 			"compute_profile": schema.StringAttribute{Required: true, Description: "A compute profile (vCPUs and memory); changed in place with resizeVM."},
 			"storage_profile": replacing("A storage profile with a pool in the zone."),
 			"disk_gib":        schema.Int64Attribute{Required: true, Description: "Boot disk size in GiB; at least the image's size. Grown in place with resizeDisk; it never shrinks.", PlanModifiers: []planmodifier.Int64{diskOnlyGrows{}}},
@@ -133,7 +135,7 @@ func (r *vmResource) Create(ctx context.Context, req resource.CreateRequest, res
 	}
 	timeout, d := m.Timeouts.Create(ctx, vmCreateTimeout)
 	resp.Diagnostics.Append(d...)
-	in := api.CreateVMInput{Name: m.Name.ValueString(), Zone: m.Zone.ValueString(), Image: m.Image.ValueString(),
+	in := api.CreateVMInput{Name: m.Name.ValueString(), Zone: m.Zone.ValueString(), Image: optString(m.Image), Iso: optString(m.ISO),
 		ComputeProfile: m.ComputeProfile.ValueString(), StorageProfile: m.StorageProfile.ValueString(),
 		DiskGiB: int(m.DiskGiB.ValueInt64()), User: m.User.ValueString(), UserData: optString(m.UserData),
 		Host: optString(m.Host), PlacementGroup: optString(m.PlacementGroup),

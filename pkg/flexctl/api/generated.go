@@ -2011,8 +2011,16 @@ type CreateVMInput struct {
 	Name string `json:"name"`
 	// The zone's name.
 	Zone string `json:"zone"`
-	// An image of the catalog.
-	Image string `json:"image"`
+	// An image of the catalog the VM's disk is cloned from (not an ISO: give
+	// that as iso). image, iso or both: at least one.
+	Image *string `json:"image"`
+	// An ISO image of the VDC (format ISO) the VM gets in its CD-ROM drive and
+	// boots from first; with image, the disk is the image's, without it a
+	// blank disk of diskGiB (and no cloud-init: no sshKeys, sshKeyNames or
+	// userData). It must be in the VM's zone. detachISO ejects it. NOT_FOUND
+	// for none or another VDC's; BAD_USER_INPUT for a disk image or an ISO of
+	// another zone.
+	Iso *string `json:"iso"`
 	// A compute profile (vCPUs and memory).
 	ComputeProfile string `json:"computeProfile"`
 	// A storage profile with a pool in the zone (disk tier and MB/s limits).
@@ -2071,7 +2079,10 @@ func (v *CreateVMInput) GetName() string { return v.Name }
 func (v *CreateVMInput) GetZone() string { return v.Zone }
 
 // GetImage returns CreateVMInput.Image, and is useful for accessing the field via an interface.
-func (v *CreateVMInput) GetImage() string { return v.Image }
+func (v *CreateVMInput) GetImage() *string { return v.Image }
+
+// GetIso returns CreateVMInput.Iso, and is useful for accessing the field via an interface.
+func (v *CreateVMInput) GetIso() *string { return v.Iso }
 
 // GetComputeProfile returns CreateVMInput.ComputeProfile, and is useful for accessing the field via an interface.
 func (v *CreateVMInput) GetComputeProfile() string { return v.ComputeProfile }
@@ -2463,6 +2474,121 @@ type DeleteVMResponse struct {
 
 // GetDeleteVM returns DeleteVMResponse.DeleteVM, and is useful for accessing the field via an interface.
 func (v *DeleteVMResponse) GetDeleteVM() DeleteVMDeleteVMOperation { return v.DeleteVM }
+
+// DetachISODetachISOVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type DetachISODetachISOVM struct {
+	VMFields `json:"-"`
+}
+
+// GetId returns DetachISODetachISOVM.Id, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetId() string { return v.VMFields.Id }
+
+// GetName returns DetachISODetachISOVM.Name, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetName() string { return v.VMFields.Name }
+
+// GetStatus returns DetachISODetachISOVM.Status, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetStatus() VMStatus { return v.VMFields.Status }
+
+// GetZone returns DetachISODetachISOVM.Zone, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetZone() VMFieldsZone { return v.VMFields.Zone }
+
+// GetHost returns DetachISODetachISOVM.Host, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetHost() *VMFieldsHost { return v.VMFields.Host }
+
+// GetVcpus returns DetachISODetachISOVM.Vcpus, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetVcpus() int { return v.VMFields.Vcpus }
+
+// GetMemoryMiB returns DetachISODetachISOVM.MemoryMiB, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetMemoryMiB() int { return v.VMFields.MemoryMiB }
+
+// GetDiskGiB returns DetachISODetachISOVM.DiskGiB, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetDiskGiB() int { return v.VMFields.DiskGiB }
+
+// GetIpAddresses returns DetachISODetachISOVM.IpAddresses, and is useful for accessing the field via an interface.
+func (v *DetachISODetachISOVM) GetIpAddresses() []string { return v.VMFields.IpAddresses }
+
+func (v *DetachISODetachISOVM) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*DetachISODetachISOVM
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.DetachISODetachISOVM = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.VMFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalDetachISODetachISOVM struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	Status VMStatus `json:"status"`
+
+	Zone VMFieldsZone `json:"zone"`
+
+	Host *VMFieldsHost `json:"host"`
+
+	Vcpus int `json:"vcpus"`
+
+	MemoryMiB int `json:"memoryMiB"`
+
+	DiskGiB int `json:"diskGiB"`
+
+	IpAddresses []string `json:"ipAddresses"`
+}
+
+func (v *DetachISODetachISOVM) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *DetachISODetachISOVM) __premarshalJSON() (*__premarshalDetachISODetachISOVM, error) {
+	var retval __premarshalDetachISODetachISOVM
+
+	retval.Id = v.VMFields.Id
+	retval.Name = v.VMFields.Name
+	retval.Status = v.VMFields.Status
+	retval.Zone = v.VMFields.Zone
+	retval.Host = v.VMFields.Host
+	retval.Vcpus = v.VMFields.Vcpus
+	retval.MemoryMiB = v.VMFields.MemoryMiB
+	retval.DiskGiB = v.VMFields.DiskGiB
+	retval.IpAddresses = v.VMFields.IpAddresses
+	return &retval, nil
+}
+
+// DetachISOResponse is returned by DetachISO on success.
+type DetachISOResponse struct {
+	// Ejects the ISO from a VM's CD-ROM drive (it stays empty) and makes the
+	// VM boot from its disk again, from its next boot on; a VM without an ISO
+	// is left as it is. NOT_FOUND for a VM not of the VDC; CONFLICT while it
+	// is being created or Proxmox holds it locked.
+	DetachISO DetachISODetachISOVM `json:"detachISO"`
+}
+
+// GetDetachISO returns DetachISOResponse.DetachISO, and is useful for accessing the field via an interface.
+func (v *DetachISOResponse) GetDetachISO() DetachISODetachISOVM { return v.DetachISO }
 
 // What a matching firewall rule does.
 type FirewallAction string
@@ -8413,6 +8539,14 @@ type __DeleteVMInput struct {
 // GetId returns __DeleteVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteVMInput) GetId() string { return v.Id }
 
+// __DetachISOInput is used internally by genqlient
+type __DetachISOInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __DetachISOInput.Id, and is useful for accessing the field via an interface.
+func (v *__DetachISOInput) GetId() string { return v.Id }
+
 // __GetComputeProfileInput is used internally by genqlient
 type __GetComputeProfileInput struct {
 	Name string `json:"name"`
@@ -9651,6 +9785,55 @@ func DeleteVM(
 	}
 
 	data_ = &DeleteVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DetachISO.
+const DetachISO_Operation = `
+mutation DetachISO ($id: ID!) {
+	detachISO(vm: $id) {
+		... VMFields
+	}
+}
+fragment VMFields on VM {
+	id
+	name
+	status
+	zone {
+		name
+	}
+	host {
+		name
+	}
+	vcpus
+	memoryMiB
+	diskGiB
+	ipAddresses
+}
+`
+
+func DetachISO(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *DetachISOResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DetachISO",
+		Query:  DetachISO_Operation,
+		Variables: &__DetachISOInput{
+			Id: id,
+		},
+	}
+
+	data_ = &DetachISOResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
