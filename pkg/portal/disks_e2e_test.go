@@ -22,11 +22,12 @@ import (
 // disk of a running VM on its page and resizes the VM, each refusal read
 // next to its field, then backs the VM up, restores the backup into a new
 // VM and deletes the backup, then makes an image of the VM once stopped,
-// uploads a file as an image, deletes the VM's image and creates a VM from
-// the upload; checked here through GraphQL afterwards: one disk left, the
-// VM stopped with the new profile's size, the restored VM running, no
-// backup left, the upload the VDC's one image (RAW, 2 MiB), the VM made
-// from it running.
+// uploads a file and an ISO as images, deletes the VM's image, creates a
+// VM from the upload with the ISO and detaches the ISO on the VM's page;
+// checked here through GraphQL afterwards: one disk left, the VM stopped
+// with the new profile's size, the restored VM running, no backup left,
+// the upload (RAW, 2 MiB) and the ISO (40 KiB) the VDC's images, the VM
+// made from them running without its ISO.
 func TestBrowserDisks(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -40,7 +41,7 @@ func TestBrowserDisks(t *testing.T) {
 	artifacts := filepath.Join(root, "test-artifacts", "disks")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
 		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium", "PORTAL_RESTORE_AS=disky-copy",
-		"PORTAL_IMAGE_FROM_VM=disky-img", "PORTAL_IMAGE_UPLOADED=upl", "PORTAL_VM_FROM_UPLOAD=fromupl"), "tests/disks.test.mjs")
+		"PORTAL_IMAGE_FROM_VM=disky-img", "PORTAL_IMAGE_UPLOADED=upl", "PORTAL_VM_FROM_UPLOAD=fromupl", "PORTAL_ISO=setup-cd"), "tests/disks.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "vm-disk-attached", "vm-disk-grown", "vm-resize-refused", "vm-resized",
 		"vm-backup-taken", "backup-restored", "vm-image-refused", "vdc-images")
 
@@ -83,24 +84,31 @@ func TestBrowserDisks(t *testing.T) {
 	for _, i := range images {
 		if i.VDC != nil {
 			own = append(own, i.Name)
+			if i.Name == "setup-cd" && i.Format == "ISO" && i.SizeBytes != nil && *i.SizeBytes == 40<<10 {
+				continue
+			}
 			if i.Name != "upl" || i.VDC.Name != "red" || i.Format != "RAW" || i.SizeBytes == nil || *i.SizeBytes != 2<<20 {
-				t.Errorf("VDC image %+v, want only upl of red, RAW, 2 MiB", i)
+				t.Errorf("VDC image %+v, want upl of red, RAW, 2 MiB, and the ISO setup-cd of 40 KiB", i)
 			}
 		}
 	}
-	if len(own) != 1 {
-		t.Errorf("red's images %v, want [upl]", own)
+	if len(own) != 2 {
+		t.Errorf("red's images %v, want [setup-cd upl]", own)
 	}
 	var vms struct {
-		Nodes []struct{ Name, Status string }
+		Nodes []struct {
+			Name, Status string
+			ISO          *struct{ Name string }
+		}
 	}
-	h.GraphQL(t, "alice", "red", `{ vmsConnection(first: 10) { nodes { name status } } }`, nil).OK(t).Into(t, "vmsConnection", &vms)
+	h.GraphQL(t, "alice", "red", `{ vmsConnection(first: 10) { nodes { name status iso { name } } } }`, nil).OK(t).Into(t, "vmsConnection", &vms)
 	found := false
 	for _, v := range vms.Nodes {
-		found = found || (v.Name == "fromupl" && v.Status == "RUNNING")
+		// Its ISO was detached in the portal.
+		found = found || (v.Name == "fromupl" && v.Status == "RUNNING" && v.ISO == nil)
 	}
 	if !found {
-		t.Errorf("VMs of red %+v, want fromupl RUNNING", vms.Nodes)
+		t.Errorf("VMs of red %+v, want fromupl RUNNING without its ISO", vms.Nodes)
 	}
 }
 

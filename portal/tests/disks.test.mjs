@@ -36,6 +36,7 @@ const resizeTo = env('PORTAL_RESIZE_TO')
 const fromVMImage = env('PORTAL_IMAGE_FROM_VM')
 const uploaded = env('PORTAL_IMAGE_UPLOADED')
 const fromUpload = env('PORTAL_VM_FROM_UPLOAD')
+const isoImage = env('PORTAL_ISO')
 const restoreAs = env('PORTAL_RESTORE_AS')
 
 describe("a VM's disks, size and backups", () => {
@@ -197,6 +198,16 @@ describe("a VM's disks, size and backups", () => {
     // The closed dialog keeps the bar as the upload left it.
     await page.locator('[data-testid="upload-progress"][data-percent="100"]').waitFor({ state: 'attached' })
     await own.locator(`tr[data-name="${uploaded}"]`).getByText('RAW').waitFor()
+
+    // An ISO: its format follows the file, and it is listed as ISO.
+    await page.getByRole('button', { name: 'Upload image' }).click()
+    const isoFile = Buffer.alloc(40 << 10)
+    isoFile.write('CD001', 32769)
+    await upload.getByLabel('File').setInputFiles({ name: `${isoImage}.iso`, mimeType: 'application/x-iso9660-image', buffer: isoFile })
+    assert.equal(await upload.getByLabel('Format').inputValue(), 'ISO', 'an .iso file is ISO')
+    await upload.getByRole('button', { name: 'Upload' }).click()
+    await upload.waitFor({ state: 'hidden', timeout: 60_000 })
+    await own.locator(`tr[data-name="${isoImage}"]`).getByText('ISO', { exact: true }).waitFor()
     await shot(page, 'vdc-images')
 
     // Delete the VM's image, confirmed.
@@ -211,10 +222,18 @@ describe("a VM's disks, size and backups", () => {
     await page.getByRole('heading', { level: 1, name: 'New VM' }).waitFor()
     await page.locator('#vm-image optgroup[label^="Images of VDC"] option').getByText(uploaded).waitFor({ state: 'attached' })
     await page.getByLabel('Image', { exact: true }).selectOption(uploaded)
+    await page.getByLabel('ISO', { exact: true }).selectOption(isoImage)
     await page.getByLabel('Name', { exact: true }).fill(fromUpload)
     await page.getByLabel('SSH public keys').fill('ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGb0m5Xo2yVt0pYQm2b8r7dJcTnQe6D8l4p1tq8S9n0u e2e@portal')
     await page.getByLabel('Disk size (GiB)', { exact: true }).fill('1')
     await page.getByRole('button', { name: 'Create VM' }).click()
     await page.getByTestId('created-status').getByText('RUNNING', { exact: true }).waitFor({ timeout: 60_000 })
+
+    // Its page shows the ISO, and Detach ISO ejects it.
+    await page.getByRole('link', { name: fromUpload, exact: true }).click()
+    await page.getByTestId('vm-iso').getByText(isoImage, { exact: true }).waitFor()
+    await page.getByRole('button', { name: 'Detach ISO' }).click()
+    await page.getByTestId('vm-iso-status').waitFor()
+    await page.getByTestId('vm-iso').waitFor({ state: 'detached' })
   })
 })
