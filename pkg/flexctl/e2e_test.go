@@ -202,7 +202,7 @@ func TestFlexctlEndToEnd(t *testing.T) {
 
 	t.Run("another VDC's VM is NOT_FOUND", func(t *testing.T) {
 		bob := append(base, flexctl.EnvVDC+"=blue", flexctl.EnvToken+"="+s.h.Token(t, "bob"))
-		for _, args := range [][]string{{"vm", "get", vmID}, {"vm", "stop", vmID}, {"vm", "delete", vmID}} {
+		for _, args := range [][]string{{"vm", "get", vmID}, {"vm", "stop", vmID}, {"vm", "delete", vmID}, {"vm", "detach-iso", vmID}} {
 			r := s.run(t, t.TempDir(), bob, args...)
 			if r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") || !strings.HasPrefix(r.stderr, "error: ") {
 				t.Errorf("bob's %v: %+v", args, r)

@@ -40,6 +40,13 @@ func TestSchema(t *testing.T) {
 			t.Errorf("resource %s has no computed id", name)
 		}
 	}
+	// A VM takes an image, an ISO or both: each optional, replacing.
+	vm := resp.ResourceSchemas["flexplane_vm"]
+	for _, attr := range []string{"image", "iso"} {
+		if vm == nil || !slices.ContainsFunc(vm.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool { return a.Name == attr && a.Optional && !a.Required }) {
+			t.Errorf("flexplane_vm has no optional %s", attr)
+		}
+	}
 	for _, name := range []string{"flexplane_zone", "flexplane_image", "flexplane_compute_profile", "flexplane_storage_profile"} {
 		s, ok := resp.DataSourceSchemas[name]
 		if !ok {
