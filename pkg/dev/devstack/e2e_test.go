@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
@@ -848,13 +849,7 @@ func checkUserData(t *testing.T, alice *devstack.Client, dir, id string) string 
 // the running stack and returns its output and exit code.
 func devstackCommand(t *testing.T, bin, dir string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"-dir", dir}, args...)...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("devstack %s: %v", strings.Join(args, " "), err)
-	}
-	return string(out), cmd.ProcessState.ExitCode()
+	return cmdrun.Combined(t, exec.Command(bin, append([]string{"-dir", dir}, args...)...))
 }
 
 // hostStatus is every host's status by "zone/node".
