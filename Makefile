@@ -126,8 +126,13 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## including the portal's browser tests. The plain run's longest packages
 ## (the dev stack, the mesh, graph, the portal) spend most of their time
 ## waiting on processes they started, so TEST_P of them run at once: more
-## than the 2 cores the suite is budgeted for.
-TEST_P ?= 4
+## than the 2 cores the suite is budgeted for. The binaries
+## the tests build (the orchestrator, the agent, the dev stack, flexctl,
+## the provider) are kept in TEST_BIN_CACHE (pkg/dev/gobin), where go
+## build links one again only when its sources changed.
+TEST_P     ?= 4
+TEST_BIN_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/testbin
+test: export FLEXPLANE_TEST_BIN_CACHE := $(TEST_BIN_CACHE)
 test: portal browser postgres systemd-analyze python3 kube-bin tofu-bin
 	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -80,12 +81,7 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 func buildFlexctl(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flexctl")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flexplane/flexplane/cmd/flexctl").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build flexctl: %v\n%s", err, out)
-	}
+	gobin.Build(t, filepath.Join("..", ".."), bin, "./cmd/flexctl")
 	return bin
 }
 

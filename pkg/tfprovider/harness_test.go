@@ -16,6 +16,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
 	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -134,13 +135,7 @@ func (s *stack) serviceAccount(t testing.TB, vdc, name, role string) string {
 func buildProvider(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "terraform-provider-flexplane"),
-		"github.com/flexplane/flexplane/cmd/terraform-provider-flexplane").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build the provider: %v\n%s", err, out)
-	}
+	gobin.Build(t, filepath.Join("..", ".."), filepath.Join(dir, "terraform-provider-flexplane"), "./cmd/terraform-provider-flexplane")
 	return dir
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
@@ -238,27 +239,31 @@ func buildStack(t testing.TB) string {
 // and the OpenTofu provider, and, in bin, what a
 // stack's start builds into $DEV_DIR/bin (devstack's build: the
 // orchestrator, pvesim and the agent at its two versions, with the same
-// command lines), built once for the package's tests. launchStack copies
+// flags), built once for the package's tests, and across packages and runs
+// kept in the test binaries' cache when there is one (pkg/dev/gobin, which
+// `make test` sets): then only what changed is linked. launchStack copies
 // bin into a stack's directory before its start: the stack's own go build
 // finds every target up to date (its build ID matches) and links none
 // again, instead of linking four large binaries for each stack. Should
-// the command lines here drift from devstack's, the stack links its own
-// as before: slower, never wrong.
+// the flags here drift from devstack's, the stack links its own as
+// before: slower, never wrong.
 var stackBinaries = shared.New("stack binaries", func(t testing.TB) string {
 	repo, dir := repoRoot(t), t.TempDir()
-	for _, args := range [][]string{
-		{"build", "-o", filepath.Join(dir, "devstack"), "./cmd/devstack"},
-		{"build", "-o", filepath.Join(dir, "bin") + string(filepath.Separator), "./cmd/orchestrator", "./cmd/pvesim"},
-		{"build", "-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "-o", filepath.Join(dir, "bin", "agent"), "./cmd/agent"},
-		{"build", "-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "-o", filepath.Join(dir, "bin", "agent-"+devstack.NextAgentVersion), "./cmd/agent"},
+	for out, args := range map[string][]string{
+		"devstack":                               {"./cmd/devstack"},
+		"bin/orchestrator":                       {"./cmd/orchestrator"},
+		"bin/pvesim":                             {"./cmd/pvesim"},
+		"bin/agent":                              {"-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "./cmd/agent"},
+		"bin/agent-" + devstack.NextAgentVersion: {"-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "./cmd/agent"},
 		// What a tenant drives the stack with (TestStack's automation).
-		{"build", "-o", filepath.Join(dir, "tools") + string(filepath.Separator), "./cmd/flexctl", "./cmd/terraform-provider-flexplane"},
+		"tools/flexctl":                      {"./cmd/flexctl"},
+		"tools/terraform-provider-flexplane": {"./cmd/terraform-provider-flexplane"},
 	} {
-		build := exec.Command("go", args...)
-		build.Dir = repo
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		out = filepath.Join(dir, filepath.FromSlash(out))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
 		}
+		gobin.Build(t, repo, out, args...)
 	}
 	return dir
 })
