@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -336,7 +337,60 @@ func vmsOf(ctx context.Context, c *devstack.Client, vdc string) ([]vm, error) {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(e2eParallel)); err != nil {
+			panic(err)
+		}
+	}
 	os.Exit(shared.ThenClose(m, devStack, stackBinaries).Run())
+}
+
+// e2eParallel is how many of the package's tests run at once when
+// -parallel does not say: its end-to-end tests (TestStack,
+// TestPortalOnDevStack, TestOrchestratorKilledDuringCreateVM,
+// TestCreatesAcrossOrchestratorRestarts, TestKubeStack) spend their time
+// waiting on the stacks they run, so all of them start together instead of
+// two at a time (the default, one a core): the longest, the kill test, no
+// longer waits for the others.
+const e2eParallel = 6
+
+// portalFirst orders the turns on the shared stack: TestPortalOnDevStack,
+// when it runs, has its turn before TestStack's. The other way round, the
+// VM it creates can get the VMID of the VM TestStack deleted, whose Proxmox
+// tasks the VM's operations then list. It is claimed by
+// TestPortalOnDevStack before that test goes parallel, so that TestStack,
+// which waits for it only once parallel itself, finds it claimed whenever
+// the portal test runs.
+var portalFirst turnOrder
+
+// turnOrder is a turn that one test claims and others wait for until that
+// test has ended; one that no test claimed is not waited for.
+type turnOrder struct {
+	mu   sync.Mutex
+	done chan struct{} // closed when the claiming test has ended; protected by mu
+}
+
+// claim makes the turn t's: wait returns once t has ended.
+func (o *turnOrder) claim(t *testing.T) {
+	done := make(chan struct{})
+	o.mu.Lock()
+	o.done = done
+	o.mu.Unlock()
+	t.Cleanup(func() { close(done) })
+}
+
+// wait returns when the test that claimed the turn has ended, at once when
+// none did.
+func (o *turnOrder) wait() {
+	o.mu.Lock()
+	done := o.done
+	o.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // devStack is the dev stack started exactly as `make dev` starts it, with
@@ -406,6 +460,7 @@ func (ss *sharedStack) restart(t *testing.T) *stack {
 func TestStack(t *testing.T) {
 	t.Parallel()
 	stackTestRepo(t, "the dev stack end-to-end test")
+	portalFirst.wait()
 	ss := devStack.Get(t).use(t)
 	s, bin, repo, addr, dir := ss.s, ss.bin, ss.repo, ss.addr, ss.dir
 	ctx := t.Context()
