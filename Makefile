@@ -131,14 +131,14 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## start first rather than after the twenty-odd packages before them in
 ## the alphabet; the other TEST_P - 2 run the rest meanwhile. The binaries
 ## the tests build (the orchestrator, the agent, the dev stack, flexctl,
-## the provider) are kept in TEST_BIN_CACHE (pkg/dev/gobin), where go
-## build links one again only when its sources changed. Meanwhile, at the
+## the provider) are kept in TEST_BIN_CACHE (pkg/dev/gobin), in the
+## checkout, where go build links one again only when its sources changed. Meanwhile, at the
 ## lowest CPU priority, RACE_PKGS and what they import are compiled with
 ## the race detector into Go's build cache, with the cycles the plain run
 ## leaves idle, so the race run that follows compiles little of its own.
 TEST_P     ?= 5
 TEST_FIRST ?= ./pkg/dev/devstack ./pkg/dev/meshtest
-TEST_BIN_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/testbin
+TEST_BIN_CACHE ?= $(CURDIR)/.testbin
 test: export FLEXPLANE_TEST_BIN_CACHE := $(TEST_BIN_CACHE)
 test: portal browser postgres systemd-analyze python3 kube-bin tofu-bin
 	nice -n 19 $(GO) build -race $(RACE_PKGS) >/dev/null 2>&1 & warm=$$!; \
