@@ -107,7 +107,7 @@ func TestBurstOfChangesAppliedWithoutLoss(t *testing.T) {
 	var want []edgesync.Desired
 	for i := range 500 {
 		// 100 gateways; each changed five times, the last one wins.
-		want = want[:0]
+		want = nil
 		for g := range 100 {
 			rules := 1
 			if g <= i%100 || i >= 100 {
