@@ -148,3 +148,27 @@ func (r *recentSet) add(s string) bool {
 	r.next = (r.next + 1) % len(r.order)
 	return true
 }
+
+// Calls returns how many gRPC calls (unary: one question, one answer) the
+// agent has served, by full method name, as its rpcs_total counter has them:
+// what the orchestrator costs an agent.
+func (a *Agent) Calls() (map[string]float64, error) {
+	families, err := a.metrics.reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("agent: calls: %w", err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metrics.Namespace+"_agent_rpcs_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -93,8 +93,17 @@ type ReplicationConfig struct {
 	// Default meshleader.DefaultLeaseName.
 	LeaseName string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the election's
-	// timings (see meshleader.Config); defaults 15s, 10s and 2s.
+	// timings (see meshleader.Config); defaults 15s, 10s and 2s. The sync
+	// shards' Leases use them too.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// SyncShards is the number of shards of the zones whose background
+	// syncs (edge gateways, load balancers) one replica runs at a time,
+	// each elected by a Lease <SyncLeasePrefix>-<shard> (syncowner).
+	// Every replica must be given the same. Default 1.
+	SyncShards int
+	// SyncLeasePrefix prefixes the sync shards' Lease names. Default
+	// syncowner.DefaultLeasePrefix.
+	SyncLeasePrefix string
 }
 
 // APIPath is where the GraphQL API is served.
@@ -165,6 +174,14 @@ type APIConfig struct {
 	// once on the replica that made it). Default 10s
 	// (sgsync.Config.Interval).
 	SecurityGroupInterval time.Duration
+	// EdgeResyncInterval is the time between the edge gateways' passes
+	// while nothing changes: the slow resync that repairs drift (a pass
+	// runs at once on a change of the catalog, of a zone's hosts or of
+	// what an agent reports). Default 5m (edgesync.Config.Interval).
+	EdgeResyncInterval time.Duration
+	// LBResyncInterval is the same for the load balancers' sync. Default
+	// 5m (lbsync.Config.Resync).
+	LBResyncInterval time.Duration
 	// ConsoleTTL is how long a console ticket of openConsole waits for its
 	// websocket (1s to 5m). Default console.DefaultTTL.
 	ConsoleTTL time.Duration
