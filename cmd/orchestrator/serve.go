@@ -108,6 +108,7 @@ type serveFlags struct {
 	drainParallel                 int
 	securityGroupInterval         time.Duration
 	edgeResync, lbResync          time.Duration
+	edgeRederive                  time.Duration
 	syncShards                    int
 	// The portal's built files.
 	portalDir string
@@ -179,6 +180,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.edgeResync, "edge-resync-interval", 5*time.Minute, "time between the edge gateways' passes while nothing changes (the resync that repairs drift; a change of the catalog, of a zone's hosts or of an agent's gateways starts a pass at once)")
+	fs.DurationVar(&f.edgeRederive, "edge-rederive-interval", 30*time.Second, "time between the edge gateways' light passes, which read the zones' Proxmox again (networks and VM addresses another replica changed) but ask no agent")
 	fs.DurationVar(&f.lbResync, "lb-resync-interval", 5*time.Minute, "time between the load balancers' passes while nothing changes (a change starts a pass at once)")
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	fs.StringVar(&f.agentVersion, "agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
@@ -247,8 +249,8 @@ func (f *serveFlags) check() error {
 	if f.syncShards < 1 || f.syncShards > 256 {
 		return fmt.Errorf("-sync-shards %d: want 1 to 256", f.syncShards)
 	}
-	if f.edgeResync < time.Second || f.lbResync < time.Second {
-		return errors.New("-edge-resync-interval and -lb-resync-interval must be at least 1s")
+	if f.edgeResync < time.Second || f.lbResync < time.Second || f.edgeRederive < time.Second {
+		return errors.New("-edge-resync-interval, -edge-rederive-interval and -lb-resync-interval must be at least 1s")
 	}
 	images, err := parseWorkerImages(f.workerImages)
 	if err != nil {
@@ -345,6 +347,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			DrainParallel:         f.drainParallel,
 			SecurityGroupInterval: f.securityGroupInterval,
 			EdgeResyncInterval:    f.edgeResync,
+			EdgeRederiveInterval:  f.edgeRederive,
 			LBResyncInterval:      f.lbResync,
 			AgentVersion:          f.agentVersion,
 			MaxDepth:              f.maxDepth,

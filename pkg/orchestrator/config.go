@@ -179,6 +179,11 @@ type APIConfig struct {
 	// runs at once on a change of the catalog, of a zone's hosts or of
 	// what an agent reports). Default 5m (edgesync.Config.Interval).
 	EdgeResyncInterval time.Duration
+	// EdgeRederiveInterval is the time between the edge gateways' light
+	// passes, which read the zones' Proxmox again (a VDC's networks and
+	// VMs' addresses, which another replica's API may have changed) but
+	// ask no agent. Default 30s (edgesync.Config.Rederive).
+	EdgeRederiveInterval time.Duration
 	// LBResyncInterval is the same for the load balancers' sync. Default
 	// 5m (lbsync.Config.Resync).
 	LBResyncInterval time.Duration

@@ -40,8 +40,8 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
-	"github.com/flexplane/flexplane/pkg/mesh/syncowner"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/syncowner"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
@@ -211,7 +211,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// it owns; they all compute the same placement from the catalog.
 	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"), Maintenance: vms.Hosts().InMaintenance,
 		Desired:  edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets),
-		Interval: c.EdgeResyncInterval, Changes: follow.changes, Owns: follow.ownsID, Passed: follow.passed})
+		Interval: c.EdgeResyncInterval, Rederive: c.EdgeRederiveInterval, Changes: follow.changes, Owns: follow.ownsID, Passed: follow.passed})
 	firewall.edge = s.edge
 	follow.onChange(s.edge.Kick)
 	if s.lbs != nil {
@@ -265,7 +265,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		RateLimits:     c.RateLimits,
 		Metrics:        reg,
 		TracerProvider: s.cfg.TracerProvider,
-		Audit:          sink,
+		Audit:          mutationKicks{next: sink, kick: s.edge.Kick},
 	})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)

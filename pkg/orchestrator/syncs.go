@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flexplane/flexplane/pkg/audit"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
@@ -103,3 +104,22 @@ func (y *syncs) changed() {
 
 // passed records an edge gateways' pass.
 func (y *syncs) passed(lag time.Duration, _ error) { y.lag.Observe(lag.Seconds()) }
+
+// mutationKicks is the API's audit sink (before next, if any): each
+// mutation that succeeded kicks the edge gateways' sync, since some of what a
+// gateway is made of lives in Proxmox and not in the catalog (a VDC's
+// networks, its VMs' addresses), so the catalog's watch does not see it.
+type mutationKicks struct {
+	next audit.Sink // nil: no audit
+	kick func()
+}
+
+// Emit implements audit.Sink.
+func (m mutationKicks) Emit(ev audit.Event) {
+	if ev.ResponseStatus.Code == "OK" {
+		m.kick()
+	}
+	if m.next != nil {
+		m.next.Emit(ev)
+	}
+}

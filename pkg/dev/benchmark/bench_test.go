@@ -581,6 +581,13 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 		return nil, err
 	}
 	idleCalls, idleSyncCalls := idleCallRates(calls0, calls1, agents, idle.took)
+	byMethod := map[string]float64{}
+	for m, n := range calls1 {
+		if d := n - calls0[m]; d > 0 {
+			byMethod[m] = d
+		}
+	}
+	log.Info("bench: tenant figure: agents' calls while idle", "agents", agents, "seconds", idle.took.Seconds(), "by_method", byMethod)
 	var n int
 	busy, err := cpuOver(pid, func() error {
 		ds, _, err := run(ctx, p.clients, p.runFor, func() error {

@@ -16,8 +16,12 @@
 // Passes follow change (Run): a pass runs when the catalog changes
 // (Config.Changes, the catalog's watch), when a zone's hosts change in the
 // registry (one goes offline, comes back, joins), when an agent reports that
-// what it runs is not what this Syncer applied there, when Kick is called, and
-// every Config.Interval (minutes) to repair drift. A burst of triggers while a
+// what it runs is not what this Syncer applied there, when Kick is called (the
+// API kicks it after each mutation that succeeded, for the networks and VM
+// addresses that live in Proxmox), every Config.Rederive (30 s: a light pass
+// that reads the zones' Proxmox again but asks no agent) and every
+// Config.Interval (minutes: a full pass that asks every agent and sends
+// every gateway again) to repair drift. A burst of triggers while a
 // pass runs makes one more pass, which reads the whole state, so none is lost.
 // What the agents run comes from a stream each agent keeps open
 // (flexplane.edge.v1 WatchGateways): its list when the stream opens (an agent
@@ -90,6 +94,13 @@ type Config struct {
 	// 5m): the slow resync that repairs drift (a gateway changed on its node
 	// behind the agent's back). Passes run at once on a change (see Run).
 	Interval time.Duration
+	// Rederive is the time between light passes (default 30s): they derive
+	// the desired state again, reading the zones' Proxmox (networks and
+	// addresses, which live there and not in the catalog; a change made
+	// through another replica reaches the owner's passes so), and take
+	// what the agents run from their streams, asking none of them. Only
+	// the zones with gateways cost a read.
+	Rederive time.Duration
 	// Changes, if set, is the catalog's watch (catalog.Watcher's Watch): a
 	// value starts a pass; the channel closing (changes may have been
 	// missed) starts a full pass and a new watch. Nil: the catalog's
@@ -117,7 +128,7 @@ type Config struct {
 	// removed within Sweep; a fresh Syncer's first pass asks every host.
 	Sweep time.Duration
 	// Resync is how long a gateway its host reports at the desired revision
-	// goes without being sent again (default 10s): the agent would find
+	// goes without being sent again (default Interval): the agent would find
 	// nothing to do, so a pass spares the call; past it, the state is sent
 	// again whatever changed unseen inside the gateway.
 	Resync time.Duration
@@ -193,7 +204,10 @@ func New(cfg Config) *Syncer {
 		cfg.ReportTimeout = time.Second
 	}
 	if cfg.Resync <= 0 {
-		cfg.Resync = 10 * time.Second
+		cfg.Resync = cfg.Interval
+	}
+	if cfg.Rederive <= 0 {
+		cfg.Rederive = 30 * time.Second
 	}
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = 10 * time.Second

@@ -59,6 +59,8 @@ func (s *Syncer) Run(ctx context.Context) {
 	}
 	resync := time.NewTimer(s.cfg.Interval)
 	defer resync.Stop()
+	rederive := time.NewTicker(s.cfg.Rederive)
+	defer rederive.Stop()
 	topo := s.cfg.Zones.Changed()
 	shape := topology(s.cfg.Zones.Zones())
 	for {
@@ -113,6 +115,8 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-s.kick:
 			trigger()
 		case <-retry:
+			trigger()
+		case <-rederive.C:
 			trigger()
 		case <-resync.C:
 			resync.Reset(s.cfg.Interval)
