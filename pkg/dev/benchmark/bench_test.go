@@ -25,6 +25,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/benchmark"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -568,7 +569,11 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	// orchestrator's own background work (zone refresh, the mesh) over as
 	// long a quiet while just before.
 	pid := st.OrchestratorPID()
-	calls0, agents, err := agentCalls(cs)
+	calls0, agents, err := agentCalls(cs, (*agent.Agent).Calls)
+	if err != nil {
+		return nil, err
+	}
+	prox0, _, err := agentCalls(cs, (*agent.Agent).ProxmoxRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -576,7 +581,11 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	calls1, _, err := agentCalls(cs)
+	prox1, _, err := agentCalls(cs, (*agent.Agent).ProxmoxRequests)
+	if err != nil {
+		return nil, err
+	}
+	calls1, _, err := agentCalls(cs, (*agent.Agent).Calls)
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +596,13 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 			byMethod[m] = d
 		}
 	}
-	log.Info("bench: tenant figure: agents' calls while idle", "agents", agents, "seconds", idle.took.Seconds(), "by_method", byMethod)
+	byPath := map[string]float64{}
+	for k, n := range prox1 {
+		if d := n - prox0[k]; d > 0 {
+			byPath[k] = d
+		}
+	}
+	log.Info("bench: tenant figure: agents' calls while idle", "agents", agents, "seconds", idle.took.Seconds(), "by_method", byMethod, "proxmox_requests", byPath)
 	var n int
 	busy, err := cpuOver(pid, func() error {
 		ds, _, err := run(ctx, p.clients, p.runFor, func() error {
@@ -619,15 +634,15 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	return t, nil
 }
 
-// agentCalls is the calls every agent of cs has served so far, by method,
-// and the number of agents.
-func agentCalls(cs []*benchmark.Cluster) (map[string]float64, int, error) {
+// agentCalls is a counter of every agent of cs so far (count: its calls by
+// method, or its Proxmox requests), and the number of agents.
+func agentCalls(cs []*benchmark.Cluster, count func(*agent.Agent) (map[string]float64, error)) (map[string]float64, int, error) {
 	out := map[string]float64{}
 	var agents int
 	for _, c := range cs {
 		for _, a := range c.Agents {
 			agents++
-			calls, err := a.Calls()
+			calls, err := count(a)
 			if err != nil {
 				return nil, 0, err
 			}
