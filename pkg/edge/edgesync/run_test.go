@@ -46,6 +46,18 @@ func running(t *testing.T, reg *fleet.Registry, w *watched, changes func(context
 	return s, passes
 }
 
+// redRunning is a lab whose syncer runs over w's desired state (on the
+// catalog watch changes, nil w's own) with red's gateway applied.
+func redRunning(t *testing.T, w *watched, changes func(context.Context) <-chan struct{}) (*mesh, fleet.Zone, *edgesync.Syncer, *atomic.Int64) {
+	t.Helper()
+	reg, m := lab(t)
+	z := zone(t, reg)
+	w.set(gateway(z.ID, "red", 1))
+	s, passes := running(t, reg, w, changes)
+	applied(t, m, z, s, []edgesync.Desired{gateway(z.ID, "red", 1)}, 10*time.Second)
+	return m, z, s, passes
+}
+
 // applied waits until every gateway of want runs at its desired revision on
 // the host it is placed on, and on no other host.
 func applied(t *testing.T, m *mesh, z fleet.Zone, s *edgesync.Syncer, want []edgesync.Desired, within time.Duration) {
@@ -81,13 +93,8 @@ func applied(t *testing.T, m *mesh, z fleet.Zone, s *edgesync.Syncer, want []edg
 // passes than changes.
 func TestBurstOfChangesAppliedWithoutLoss(t *testing.T) {
 	t.Parallel()
-	reg, m := lab(t)
-	z := zone(t, reg)
 	w := &watched{}
-	first := []edgesync.Desired{gateway(z.ID, "red", 1)}
-	w.set(first...)
-	s, passes := running(t, reg, w, nil)
-	applied(t, m, z, s, first, 10*time.Second)
+	m, z, s, passes := redRunning(t, w, nil)
 	// The streams are open once each host's first report is in: then a pass
 	// asks no host.
 	poll.True(t, 10*time.Second, "every host's stream open", func() bool { return edgesync.StreamsForTest(s) == 3 })
@@ -191,13 +198,8 @@ func BenchmarkGatewayChange(b *testing.B) {
 // of Interval and no change of the catalog.
 func TestAgentRestartReportsItsState(t *testing.T) {
 	t.Parallel()
-	reg, m := lab(t)
-	z := zone(t, reg)
-	w := &watched{}
+	m, z, s, _ := redRunning(t, &watched{}, nil)
 	red := []edgesync.Desired{gateway(z.ID, "red", 1)}
-	w.set(red...)
-	s, _ := running(t, reg, w, nil)
-	applied(t, m, z, s, red, 10*time.Second)
 	h, _ := edgesync.Choose(z, "red")
 	a := m.agent(h.MeshName)
 	a.calls()
@@ -217,11 +219,7 @@ func TestAgentRestartReportsItsState(t *testing.T) {
 // signalled is applied, with no pass of Interval.
 func TestBrokenWatchResyncs(t *testing.T) {
 	t.Parallel()
-	reg, m := lab(t)
-	z := zone(t, reg)
 	w := &watched{}
-	red := []edgesync.Desired{gateway(z.ID, "red", 1)}
-	w.set(red...)
 	var (
 		mu    sync.Mutex
 		cut   context.CancelFunc // ends the current watch; protected by mu
@@ -235,8 +233,7 @@ func TestBrokenWatchResyncs(t *testing.T) {
 		mu.Unlock()
 		return w.notes.Subscribe(wctx)
 	}
-	s, _ := running(t, reg, w, watch)
-	applied(t, m, z, s, red, 10*time.Second)
+	m, z, s, _ := redRunning(t, w, watch)
 
 	missed := []edgesync.Desired{gateway(z.ID, "red", 2), gateway(z.ID, "blue", 1)}
 	w.set(missed...) // no signal: the watch lost it
