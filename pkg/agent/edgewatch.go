@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -74,7 +76,12 @@ func (w *edgeWatch) WatchGateways(_ *edgev1.WatchGatewaysRequest, stream edgev1.
 		if err != nil {
 			return fmt.Errorf("agent: watch gateways: %w", err)
 		}
-		resp := &edgev1.WatchGatewaysResponse{Gateways: list.GetGateways()}
+		// In one order, so that the same list read twice compares equal.
+		gs := slices.Clone(list.GetGateways())
+		slices.SortFunc(gs, func(a, b *edgev1.RunningGateway) int {
+			return cmp.Or(cmp.Compare(a.GetNamespace(), b.GetNamespace()), cmp.Compare(a.GetVdc(), b.GetVdc()))
+		})
+		resp := &edgev1.WatchGatewaysResponse{Gateways: gs}
 		if last != nil && proto.Equal(last, resp) {
 			continue
 		}
