@@ -3,6 +3,7 @@ package compute
 import (
 	"context"
 	"fmt"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"time"
 )
 
@@ -73,7 +74,7 @@ func power(ctx context.Context, d *deps, vdc, id string, kind OpKind) (*Operatio
 		return nil, cause(err)
 	}
 	z, g := sc.vm.z, sc.vm.g
-	op := Operation{ID: taskOpID(z.ID, g.VMID, kind, sc.upid), Kind: kind, State: OpRunning, Step: "qm" + powerPaths[kind],
+	op := Operation{ID: taskOpID(z.ID, g.VMID, kind, sc.upid), Kind: kind, State: OpRunning, Step: pveapi.TypeOfUPID(sc.upid),
 		VMID: id, Started: time.Now()}
 	return &op, nil
 }

@@ -335,6 +335,44 @@ func (st *state) haMigrate(r *haResource, g *guest, target string) *task {
 	})
 }
 
+// haCycle is how long the manager takes to act on a queued request.
+func (c *Cluster) haCycle() time.Duration { return c.cfg.Timing.HACycle }
+
+// haRequest is the API's start or stop of HA guest g: as qemu-server does, it sets the
+// requested state in a task of type typ (hastart, hastop) that ends once the request is
+// queued; the manager brings the guest to that state on its next cycle, in its own
+// qmstart or qmstop task. The caller holds mu.
+func (st *state) haRequest(g *guest, r *haResource, typ, state, user string) *task {
+	t := st.newTask(g.node, typ, strconv.Itoa(g.vmid), user)
+	verb := strings.TrimPrefix(typ, "ha")
+	t.log = append(t.log, fmt.Sprintf("Requesting HA %s for VM %d", verb, g.vmid))
+	r.state = state
+	t.finish(nil)
+	st.after(st.c.haCycle(), func() { st.haApply(r) })
+	return t
+}
+
+// haMigrateRequest is the API's migration of HA guest g to target: a hamigrate task that
+// ends once the request is queued; the CRM migrates the guest on its next cycle (haMigrate)
+// if it is still elsewhere, unlocked, and target online. The caller holds mu.
+func (st *state) haMigrateRequest(g *guest, r *haResource, target, user string) *task {
+	t := st.newTask(g.node, "hamigrate", strconv.Itoa(g.vmid), user)
+	t.log = append(t.log, fmt.Sprintf("Requesting HA migration for VM %d to node %s", g.vmid, target))
+	t.finish(nil)
+	st.after(st.c.haCycle(), func() {
+		if st.guests[r.vmid] != g || st.ha.res[r.sid] != r || g.node == target || !st.nodes[target].online || g.lock() != "" ||
+			len(st.haAffinityConflicts(r, target)) > 0 {
+			return
+		}
+		if !st.haRulesAllow(r, target) {
+			st.c.log.Warn("ha: migration not allowed by the service's node-affinity rule", "sid", r.sid, "node", target)
+			return
+		}
+		st.haMigrate(r, g, target)
+	})
+	return t
+}
+
 // settled is the CRM state of a resource whose guest is not moving.
 func (r *haResource) settled(g *guest) string {
 	switch r.state {
@@ -538,6 +576,16 @@ func (st *state) haSelectNode(r *haResource, g *guest) string {
 	return cands[0]
 }
 
+// haRulesAllow reports whether r's strict node-affinity rules allow node.
+func (st *state) haRulesAllow(r *haResource, node string) bool {
+	for _, rule := range st.haRulesOf(r.sid, "node-affinity") {
+		if rule.strict && !slices.ContainsFunc(splitList(rule.nodes), func(n string) bool { name, _, _ := strings.Cut(n, ":"); return name == node }) {
+			return false
+		}
+	}
+	return true
+}
+
 // haRulesOf lists the enabled rules of type typ naming sid.
 func (st *state) haRulesOf(sid, typ string) []*haRule {
 	var out []*haRule
@@ -683,6 +731,7 @@ func hHARuleCreate(cl *call) (any, error) {
 		return nil, err
 	}
 	st.ha.rules[id] = rule
+	st.after(cl.c.haCycle(), st.haEnforceNodeAffinity)
 	return nil, nil
 }
 
@@ -704,7 +753,29 @@ func hHARuleUpdate(cl *call) (any, error) {
 		return nil, err
 	}
 	*rule = next
+	st.after(cl.c.haCycle(), st.haEnforceNodeAffinity)
 	return nil, nil
+}
+
+// haEnforceNodeAffinity is the CRM's placement check of settled services: a guest on a
+// node its strict node-affinity rule does not name is migrated (relocated when stopped)
+// to the node haSelectNode picks, as Proxmox's manager does when a rule changes. Rule
+// priorities are not weighed here (a guest on any named node stays). The caller holds mu.
+func (st *state) haEnforceNodeAffinity() {
+	for _, sid := range sortedKeys(st.ha.res) {
+		r := st.ha.res[sid]
+		g := st.guests[r.vmid]
+		if g == nil || r.state == "ignored" || g.lock() != "" || (r.crm != "started" && r.crm != "stopped") {
+			continue
+		}
+		if st.haRulesAllow(r, g.node) {
+			continue
+		}
+		if target := st.haSelectNode(r, g); target != "" && target != g.node {
+			st.c.log.Info("ha: moving a service off a node its rule excludes", "sid", sid, "from", g.node, "to", target)
+			st.haMigrate(r, g, target)
+		}
+	}
 }
 
 func hHARuleDelete(cl *call) (any, error) {
