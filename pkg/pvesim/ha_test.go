@@ -195,3 +195,49 @@ func TestHARequestsEndWhenQueued(t *testing.T) {
 	}
 	poll.True(t, 10*time.Second, "guest moved to pve1", func() bool { g := haGuests(t, c)["100"]; return g.status+"@"+g.node == "stopped@pve1" })
 }
+
+// TestHAStartRetriedWhileLocked: as Proxmox's CRM and LRM, the manager keeps a service's
+// requested state and drives it there every round: a start queued while the guest is
+// locked (a backup, a clone, a create) is not lost but done once the lock is gone.
+func TestHAStartRetriedWhileLocked(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "halock", Nodes: 1, Timing: pvesim.Timing{HACycle: 50 * time.Millisecond}})
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "scsi0": {"shared:1"}}); r.status != http.StatusOK {
+		t.Fatalf("create: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "100 created", func() bool { return haGuests(t, c)["100"].status == "stopped" })
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/resources", url.Values{"sid": {"vm:100"}, "state": {"stopped"}}); r.status != http.StatusOK {
+		t.Fatalf("add to HA: %s", r.reason)
+	}
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"lock": {"backup"}}); r.status != http.StatusOK {
+		t.Fatalf("lock: %s", r.reason)
+	}
+	r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/status/start", nil)
+	if r.status != http.StatusOK || !strings.Contains(r.data.(string), ":hastart:") {
+		t.Fatalf("start: %s %v", r.reason, r.data)
+	}
+	// service reads the service's states in the HA status.
+	service := func() string {
+		for _, e := range call(t, c, testToken, http.MethodGet, "/cluster/ha/status/current", nil).data.([]any) {
+			if m := e.(map[string]any); m["sid"] == "vm:100" {
+				return fmt.Sprintf("%s/%s", m["request_state"], m["crm_state"])
+			}
+		}
+		return ""
+	}
+	// The manager took the request (the service is started) and met the lock.
+	poll.True(t, 10*time.Second, "the request taken by the manager", func() bool { return service() == "started/started" })
+	if g := haGuests(t, c)["100"]; g.status != "stopped" {
+		t.Fatalf("the locked guest is %s", g.status)
+	}
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"delete": {"lock"}, "skiplock": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("unlock: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "the guest started once unlocked", func() bool {
+		g := haGuests(t, c)["100"]
+		return g.status == "running" && g.hastate == "started"
+	})
+	if got := service(); got != "started/started" {
+		t.Errorf("the service: %s, want started/started", got)
+	}
+}

@@ -304,6 +304,12 @@ func Start(cfg Config) (*Cluster, error) {
 		go c.dataPlaneLoop()
 		c.kickNet()
 	}
+	// The HA manager drives the services of a loaded state to their requested states.
+	c.mu.Lock()
+	if len(c.st.ha.res) > 0 {
+		c.st.haKick()
+	}
+	c.mu.Unlock()
 	started = true
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil
