@@ -194,13 +194,15 @@ func haSIDs(vms ...*compute.VM) string {
 
 // TestHAActionsWaitForTheManager: Proxmox's hastart, hastop and hamigrate
 // tasks end once the request is queued to the HA manager, which acts on
-// its next cycle (here 200 ms later); a stop, start or migration of an HA
+// its next cycle (here 200 ms later); a create of an HA VM waits for the
+// manager to start it (a start of 500 ms, as the dev stack's take seconds)
+// rather than asking again; a stop, start or migration of an HA
 // VM is done only once the VM is stopped, running or on its new host; one
 // the manager does not do fails after Config.HARequestTimeout; a delete of
 // the running HA VM waits for the manager to stop it.
 func TestHAActionsWaitForTheManager(t *testing.T) {
 	t.Parallel()
-	e, z := haZone(t, pvesim.Timing{HACycle: 200 * time.Millisecond})
+	e, z := haZone(t, pvesim.Timing{HACycle: 200 * time.Millisecond, Start: 500 * time.Millisecond})
 	ctx := vmtest.Ctx(t)
 	in := e.input("alpha", "managed")
 	in.Host, in.StorageProfile = "pve1", "nfs"

@@ -131,6 +131,14 @@ func (d *deps) waitHARequest(ctx context.Context, z Zone, upid string, vmid int)
 	return waitGuest(ctx, z, vmid, func(g pveapi.Resource) (bool, error) { return r.done(g, d.cfg.HARequestTimeout) })
 }
 
+// waitHAStarted waits until the HA manager has started guest vmid, which
+// became an HA resource with state started at since; at most
+// Config.HARequestTimeout from then.
+func (d *deps) waitHAStarted(ctx context.Context, z Zone, vmid int, since time.Time) error {
+	r := haRequest{typ: "hastart", status: "running", since: since}
+	return waitGuest(ctx, z, vmid, func(g pveapi.Resource) (bool, error) { return r.done(g, d.cfg.HARequestTimeout) })
+}
+
 // waitGuest reads guest vmid of zone z every haWaitInterval until done
 // reports it done or fails, or the guest is gone.
 func waitGuest(ctx context.Context, z Zone, vmid int, done func(pveapi.Resource) (bool, error)) error {

@@ -3,8 +3,9 @@ package compute
 import (
 	"context"
 	"fmt"
-	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 var powerPaths = map[OpKind]string{OpStart: "start", OpStop: "stop", OpShutdown: "shutdown", OpReboot: "reboot"}
