@@ -141,6 +141,19 @@ func TestHAFenceAndRecover(t *testing.T) {
 	}
 }
 
+// stoppedHAGuest creates guest 100 on pve1 with its disk on shared storage and makes it
+// an HA resource with requested state stopped.
+func stoppedHAGuest(t *testing.T, c *pvesim.Cluster) {
+	t.Helper()
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "scsi0": {"shared:1"}}); r.status != http.StatusOK {
+		t.Fatalf("create: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "100 created", func() bool { return haGuests(t, c)["100"].status == "stopped" })
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/resources", url.Values{"sid": {"vm:100"}, "state": {"stopped"}}); r.status != http.StatusOK {
+		t.Fatalf("add to HA: %s", r.reason)
+	}
+}
+
 // TestHARequestsEndWhenQueued: as on Proxmox, an API start, stop or migration of an HA
 // guest answers a hastart, hastop or hamigrate task that ends once the request is queued,
 // before the guest has started, stopped or moved; the manager then does it on its next
@@ -150,13 +163,7 @@ func TestHARequestsEndWhenQueued(t *testing.T) {
 	t.Parallel()
 	// The cycle is long enough that the request's task has ended well before it.
 	c := startCluster(t, pvesim.Config{Cluster: "haq", Nodes: 2, Timing: pvesim.Timing{HACycle: 500 * time.Millisecond}})
-	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "scsi0": {"shared:1"}}); r.status != http.StatusOK {
-		t.Fatalf("create: %s", r.reason)
-	}
-	poll.True(t, 10*time.Second, "100 created", func() bool { return haGuests(t, c)["100"].status == "stopped" })
-	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/resources", url.Values{"sid": {"vm:100"}, "state": {"stopped"}}); r.status != http.StatusOK {
-		t.Fatalf("add to HA: %s", r.reason)
-	}
+	stoppedHAGuest(t, c)
 	// request sends an API request whose answer is a task of type typ, which must have
 	// ended OK at once, with the guest not yet in its new state.
 	request := func(path, typ, want string) {
@@ -202,13 +209,7 @@ func TestHARequestsEndWhenQueued(t *testing.T) {
 func TestHAStartRetriedWhileLocked(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, pvesim.Config{Cluster: "halock", Nodes: 1, Timing: pvesim.Timing{HACycle: 50 * time.Millisecond}})
-	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "scsi0": {"shared:1"}}); r.status != http.StatusOK {
-		t.Fatalf("create: %s", r.reason)
-	}
-	poll.True(t, 10*time.Second, "100 created", func() bool { return haGuests(t, c)["100"].status == "stopped" })
-	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/resources", url.Values{"sid": {"vm:100"}, "state": {"stopped"}}); r.status != http.StatusOK {
-		t.Fatalf("add to HA: %s", r.reason)
-	}
+	stoppedHAGuest(t, c)
 	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"lock": {"backup"}}); r.status != http.StatusOK {
 		t.Fatalf("lock: %s", r.reason)
 	}
