@@ -144,10 +144,13 @@ func parseBackupNotes(notes string) (backupMeta, bool) {
 }
 
 // backupStore is a storage of backups in a zone: the storage a BACKUP
-// profile maps there, and whether every node sees the same archives.
+// profile maps there, and whether every node sees the same archives. On a
+// Proxmox Backup Server (pbs set), the storage is the operator's entry and
+// each VDC's backups go to an entry of its own (pbsbackups.go).
 type backupStore struct {
 	profile, storage string
 	shared           bool
+	pbs              *pbsBase
 }
 
 // backupStores lists the storages of the BACKUP profiles in zone z.
@@ -163,6 +166,7 @@ func backupStores(ctx context.Context, d *deps, z Zone) ([]backupStore, error) {
 			continue
 		}
 		var cfg struct {
+			pbsBase
 			Type   string `json:"type"`
 			Shared int    `json:"shared"`
 		}
@@ -170,7 +174,11 @@ func backupStores(ctx context.Context, d *deps, z Zone) ([]backupStore, error) {
 			return nil, zoneDown(z.Name, err)
 		}
 		shared := cfg.Shared == 1 || cfg.Type == "pbs" || cfg.Type == "nfs" || cfg.Type == "cifs" || cfg.Type == "cephfs"
-		out = append(out, backupStore{profile: p.Name, storage: pool, shared: shared})
+		st := backupStore{profile: p.Name, storage: pool, shared: shared}
+		if cfg.Type == "pbs" {
+			st.pbs = &cfg.pbsBase
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -221,9 +229,13 @@ func archives(ctx context.Context, d *deps, z Zone, vdc string) ([]archive, erro
 		if st.shared && len(nodes) > 0 {
 			on = nodes[:1]
 		}
+		storage := st.of(vdc)
 		for _, n := range on {
-			vols, err := pveapi.BackupVolumes(ctx, z.Client, n, st.storage)
+			vols, err := pveapi.BackupVolumes(ctx, z.Client, n, storage)
 			if err != nil {
+				if st.pbs != nil && pveapi.IsNotFound(err) {
+					break // the VDC has no entry yet: no backups there
+				}
 				return nil, zoneDown(z.Name, err)
 			}
 			for _, v := range vols {
@@ -256,7 +268,7 @@ func findArchive(ctx context.Context, d *deps, vdc, id, field string) (Zone, arc
 	if err != nil {
 		return Zone{}, archive{}, err
 	}
-	i := slices.IndexFunc(stores, func(s backupStore) bool { return s.storage == storage })
+	i := slices.IndexFunc(stores, func(s backupStore) bool { return s.of(vdc) == storage })
 	if i < 0 {
 		return Zone{}, archive{}, gone
 	}
@@ -404,16 +416,19 @@ type backupScope struct {
 	// (check).
 	z       Zone
 	g       pveapi.Resource
-	storage string
+	store   backupStore
+	storage string // the VDC's storage of store (storage)
 	upid    string // the vzdump task (request)
 }
 
 // backupPhases are the phases of a backup's creation, in order: check
-// (the input, the VM: created, not locked; the backup storage), request
-// (the vzdump task).
+// (the input, the VM: created, not locked; the backup storage), storage
+// (the VDC's entry on a Proxmox Backup Server), request (the vzdump
+// task).
 func backupPhases() []phase[backupScope] {
 	return []phase[backupScope]{
 		step("check", (*backupScope).check),
+		step("storage", (*backupScope).vdcStorage),
 		step("request", (*backupScope).request),
 	}
 }
@@ -451,14 +466,26 @@ func (sc *backupScope) check(ctx context.Context) error {
 		if i < 0 {
 			return badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
 		}
-		sc.storage = stores[i].storage
+		sc.store = stores[i]
 	case len(stores) == 0:
 		return badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
 	case len(stores) > 1:
 		return badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
 	default:
-		sc.storage = stores[0].storage
+		sc.store = stores[0]
 	}
+	return nil
+}
+
+// vdcStorage makes sure the VDC's storage of the backup exists: its own
+// entry on a Proxmox Backup Server, the profile's storage otherwise.
+func (sc *backupScope) vdcStorage(ctx context.Context) error {
+	if sc.store.pbs != nil {
+		if err := ensurePBSEntry(ctx, sc.z, sc.store, sc.vdc); err != nil {
+			return err
+		}
+	}
+	sc.storage = sc.store.of(sc.vdc)
 	return nil
 }
 
