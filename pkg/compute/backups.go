@@ -550,7 +550,8 @@ func (r *restoreSource) params(vmid int, in *Intent) map[string]any {
 // Restore creates a new VM of vdc from backup in.Backup, as CreateVM
 // creates one: a new VMID and MACs, addresses from the IPAM on the
 // networks of the backed-up VM, its intent (sizes, user, keys, security
-// groups) for the new VM and without its own user-data, quota reserved,
+// groups) for the new VM, its own user-data in a snippet of the new VM's
+// while the backed-up VM is there to read it from, quota reserved,
 // placed by placement (on the archive's host when its storage is not
 // shared), recovered like any create. The name must not be another VM's
 // of the VDC (CONFLICT), nor another restore's in flight.
@@ -631,7 +632,40 @@ func restorePlan(ctx context.Context, d *deps, vdc string, in RestoreInput) (*pl
 		Storage: orig.Storage, ReadMBps: orig.ReadMBps, WriteMBps: orig.WriteMBps,
 		User: orig.User, SSHKeys: orig.SSHKeys, SecurityGroups: p.groups,
 	}
+	if p.userData, err = originalUserData(ctx, d, vdc, a, cfg); err != nil {
+		return nil, nil, err
+	}
 	return p, intent, nil
+}
+
+// originalUserData is the caller's part of the user-data of the VM that
+// archive a (its configuration cfg) was taken of, which the restore
+// carries over into a snippet of the new VM's, with flexplane's part
+// written for the new VM (startCreate merges them): nil when the VM had
+// none, had it verbatim, is gone (its snippet went with it), or the
+// installation writes no snippets.
+func originalUserData(ctx context.Context, d *deps, vdc string, a archive, cfg pveapi.Config) ([]byte, error) {
+	if d.snips.w == nil {
+		return nil, nil
+	}
+	if _, ok := userDataSnippet(cfg.Str("cicustom"), a.vol.VMID); !ok {
+		return nil, nil
+	}
+	z, g, _, gcfg, err := d.find.lookupConfig(ctx, vdc, a.meta.vm)
+	if IsKind(err, KindNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := userDataSnippet(gcfg.Str("cicustom"), g.VMID); !ok {
+		return nil, nil
+	}
+	data, err := readUserData(ctx, z, g.Node, g.VMID)
+	if err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	return tenantUserData(data), nil
 }
 
 // nameTaken reports whether a VM of vdc in zone z is called name.

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -27,12 +26,7 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 		"datastore": "tank", "namespace": "flexplane", "username": "pve@pbs!fp", "content": "backup"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	bp := &catalog.StorageProfile{}
-	bp.Name, bp.Tier, bp.StorageProfileSpec.Kind = "backup", "backup", catalog.StorageBackup
-	bp.Pools = []catalog.ZonePool{{Zone: "alpha", Pool: "pbs"}}
-	if _, err := catalog.Create(ctx, e.store, bp); err != nil {
-		t.Fatal(err)
-	}
+	e.backupProfile("alpha", "pbs")
 	backups := e.svc.Disks().Backups()
 	backUp := func(vdc string, in compute.CreateInput) *compute.Backup {
 		t.Helper()
