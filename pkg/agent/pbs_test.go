@@ -1,8 +1,16 @@
 package agent
 
 import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flexplane/flexplane/pkg/pvesim"
+	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
 // TestPBSEntryChecked: the agent forwards a new storage entry only when it
@@ -49,5 +57,47 @@ func TestPBSEntryChecked(t *testing.T) {
 		if err := checkPBSEntry(p, bases); err == nil {
 			t.Errorf("%s: allowed", name)
 		}
+	}
+}
+
+// TestPBSEntryThroughAgent: a VDC's entry the orchestrator asks for (JSON,
+// as its client sends it, without a secret) is added on (simulated)
+// Proxmox with the agent's secret; one on a server of the caller's own is
+// refused before Proxmox sees it.
+func TestPBSEntryThroughAgent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, p := startSim(t, pvesim.Config{Cluster: "lab", Nodes: 1})
+	resp, err := p.do(ctx, http.MethodPost, "/storage", "", []byte("storage=pbs&type=pbs&server=pbs.example&datastore=tank&namespace=flexplane&username=pve%40pbs"),
+		"application/x-www-form-urlencoded")
+	if err != nil || resp.status != http.StatusOK {
+		t.Fatalf("the operator's entry: %d %s %v", resp.status, resp.reason, err)
+	}
+	a := &Agent{cfg: Config{NodeName: "pve1", PBSPassword: "pbs-secret"}, pve: p, log: slog.New(slog.DiscardHandler)}
+	req := &agentv1.ProxyRequest{Method: "POST", Path: "/storage", ContentType: "application/json",
+		Body: []byte(`{"storage":"pbs-shop","type":"pbs","server":"pbs.example","datastore":"tank","namespace":"flexplane/shop","username":"pve@pbs","content":"backup"}`)}
+	checked, err := a.pbsEntry(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent map[string]any
+	if err := json.Unmarshal(checked.GetBody(), &sent); err != nil || sent["password"] != "pbs-secret" {
+		t.Errorf("forwarded %s, %v: want the agent's secret added", checked.GetBody(), err)
+	}
+	resp, err = p.do(ctx, http.MethodPost, "/storage", "", checked.GetBody(), checked.GetContentType())
+	if err != nil || resp.status != http.StatusOK {
+		t.Fatalf("the VDC's entry: %d %s %v", resp.status, resp.reason, err)
+	}
+	var cfg struct {
+		Data map[string]any `json:"data"`
+	}
+	resp, err = p.do(ctx, http.MethodGet, "/storage/pbs-shop", "", nil, "")
+	if err != nil || json.Unmarshal(resp.body, &cfg) != nil || cfg.Data["namespace"] != "flexplane/shop" {
+		t.Errorf("the VDC's entry on Proxmox: %s %v", resp.body, err)
+	}
+	evil := proto.Clone(req).(*agentv1.ProxyRequest)
+	evil.Body = []byte(`{"storage":"pbs-evil","type":"pbs","server":"evil.example","datastore":"tank","namespace":"flexplane/shop","username":"pve@pbs"}`)
+	if _, err := a.pbsEntry(ctx, evil); err == nil {
+		t.Error("an entry on another server was allowed")
 	}
 }
