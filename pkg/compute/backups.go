@@ -239,9 +239,22 @@ func archives(ctx context.Context, d *deps, z Zone, vdc string) ([]archive, erro
 				return nil, zoneDown(z.Name, err)
 			}
 			for _, v := range vols {
-				if m, ok := parseBackupNotes(v.Notes); ok && m.vdc == vdc {
-					out = append(out, archive{ref: tenancy.BackupRef{ZoneID: z.ID, Node: n, VolID: v.VolID}, store: st, vol: v, meta: m})
+				m, ok := parseBackupNotes(v.Notes)
+				if !ok || m.vdc != vdc {
+					continue
 				}
+				if st.pbs != nil {
+					// PBS lists the notes' first line: the description
+					// is in the rest.
+					full, err := pveapi.BackupNotes(ctx, z.Client, n, storage, v.VolID)
+					if err != nil {
+						return nil, zoneDown(z.Name, err)
+					}
+					if fm, ok := parseBackupNotes(full); ok && fm.vdc == vdc {
+						m = fm
+					}
+				}
+				out = append(out, archive{ref: tenancy.BackupRef{ZoneID: z.ID, Node: n, VolID: v.VolID}, store: st, vol: v, meta: m})
 			}
 		}
 	}

@@ -38,7 +38,7 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 		if fin.State != compute.OpSucceeded {
 			t.Fatalf("create: %+v", fin)
 		}
-		bop, err := backups.Create(ctx, vdc, fin.VMID, compute.BackupInput{})
+		bop, err := backups.Create(ctx, vdc, fin.VMID, compute.BackupInput{Description: "of " + vdc + "\nsecond line"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 			t.Fatalf("backup: %+v", fin)
 		}
 		list, err := backups.List(ctx, vdc, "")
-		if err != nil || len(list) != 1 || list[0].Status != compute.BackupSucceeded {
+		if err != nil || len(list) != 1 || list[0].Status != compute.BackupSucceeded || list[0].Description != "of "+vdc+"\nsecond line" {
 			t.Fatalf("%s's backups: %+v, %v", vdc, list, err)
 		}
 		return list[0]

@@ -16,7 +16,8 @@ import (
 // TestPBSNamespaces: entries of type pbs on one datastore keep the
 // archives of each namespace apart (an entry on another namespace never
 // lists, restores or deletes them; one on the same namespace sees them);
-// vzdump writes to one as PBS names snapshots, and its restore has the
+// vzdump writes to one as PBS names snapshots (listing the notes' first
+// line, as PBS does), and its restore has the
 // backed-up disk's bytes (data plane); bad entries are refused.
 func TestPBSNamespaces(t *testing.T) {
 	t.Parallel()
@@ -75,7 +76,7 @@ func TestPBSNamespaces(t *testing.T) {
 	backup := func(storage, vmid string) string {
 		t.Helper()
 		r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/vzdump", url.Values{"vmid": {vmid}, "storage": {storage},
-			"notes-template": {"of " + storage}})
+			"notes-template": {"of " + storage + `\nmore`}})
 		if r.status != http.StatusOK {
 			t.Fatalf("vzdump to %s: %s", storage, r.reason)
 		}
@@ -87,6 +88,11 @@ func TestPBSNamespaces(t *testing.T) {
 		b := list[0].(map[string]any)
 		if v := b["volid"].(string); !strings.HasPrefix(v, storage+":backup/vm/"+vmid+"/") || b["format"] != "pbs-vm" || b["notes"] != "of "+storage {
 			t.Errorf("%s lists %v", storage, b)
+		}
+		// PBS lists the notes' first line; the volume's own GET has them all.
+		full := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/"+storage+"/content/"+b["volid"].(string), nil).data.(map[string]any)
+		if full["notes"] != "of "+storage+"\nmore" || b["subtype"] != "qemu" {
+			t.Errorf("%s's archive: notes %q, listed %v", storage, full["notes"], b)
 		}
 		return b["volid"].(string)
 	}

@@ -119,6 +119,15 @@ func volumeJSON(v *volume) map[string]any {
 	if v.notes != "" {
 		e["notes"] = v.notes
 	}
+	if v.format == "pbs-vm" {
+		// PBS lists a snapshot's comment, the first line of its notes
+		// (the volume's own GET has them all), and its guest type.
+		e["notes"], _, _ = strings.Cut(v.notes, "\n")
+		if v.notes == "" {
+			delete(e, "notes")
+		}
+		e["subtype"] = "qemu"
+	}
 	if v.protected {
 		e["protected"] = 1
 	}
