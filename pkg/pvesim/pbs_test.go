@@ -1,10 +1,8 @@
 package pvesim_test
 
 import (
-	"crypto/rand"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -57,18 +55,7 @@ func TestPBSNamespaces(t *testing.T) {
 
 	r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "name": {"web"}, "scsi0": {"local-lvm:0.125"}})
 	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
-	path := volumePath(t, c, "pve1", "local-lvm:vm-100-disk-0")
-	data := make([]byte, 1<<20)
-	_, _ = rand.Read(data)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(data, 64<<20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	sum, _ := fileSum(t, path)
+	sum := writeRandom(t, volumePath(t, c, "pve1", "local-lvm:vm-100-disk-0"), 1<<20, 64<<20)
 
 	// b's archive is of another guest: a's name is never one of b's.
 	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"103"}, "name": {"db"}, "scsi0": {"local-lvm:0.125"}})
