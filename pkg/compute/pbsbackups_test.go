@@ -51,6 +51,10 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 		}
 		return list[0]
 	}
+	// Before its first backup a VDC has no entry, and no backups.
+	if list, err := backups.List(ctx, "red", ""); err != nil || len(list) != 0 {
+		t.Fatalf("red's backups before any: %+v, %v", list, err)
+	}
 	blue := backUp("blue", e.input("alpha", "web"))
 	in := e.input("alpha", "db")
 	in.VDC, in.NICs = "red", []compute.NICInput{{Network: e.red["alpha"]}}
