@@ -13,7 +13,8 @@ import (
 // entry on a Proxmox Backup Server, each VDC's first backup adds the VDC's
 // own entry (its namespace below the operator's), the backups of two VDCs
 // land in their own namespaces, each VDC lists only its own, and the
-// other's backup is NOT_FOUND to restore or delete.
+// other's backup is NOT_FOUND to restore or delete, while its own
+// restores.
 func TestPBSBackupsPerVDC(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, bigQuota, "alpha")
@@ -91,6 +92,14 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 	}
 	if list, err := backups.List(ctx, "blue", ""); err != nil || len(list) != 1 || list[0].ID != blue.ID {
 		t.Errorf("blue's backups after red's tries: %+v, %v", list, err)
+	}
+	// Blue restores its own from its namespace.
+	_, rop, err := backups.Restore(ctx, "blue", compute.RestoreInput{Backup: blue.ID, Name: "web-copy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin := e.wait(e.svc, "blue", rop.ID); fin.State != compute.OpSucceeded {
+		t.Fatalf("restore from PBS: %+v", fin)
 	}
 	if err := backups.Delete(ctx, "blue", blue.ID); err != nil {
 		t.Errorf("blue deletes its backup: %v", err)
