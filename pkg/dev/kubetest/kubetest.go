@@ -3,7 +3,8 @@
 // tools/etcd and tools/kube by `make kube-bin`, as child processes on
 // loopback ports chosen at start. There is no kubelet, scheduler or
 // controller manager: what the API server itself does (storage, validation,
-// CRDs, RBAC, watches, Leases, conditional writes) is real.
+// CRDs, RBAC, watches, Leases, conditional writes) is real; pkg/dev/kubenode
+// adds a real node whose kubelet runs pods.
 //
 // A package's tests usually share one server through TestMain:
 //
