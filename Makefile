@@ -100,7 +100,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin print-kube-bin \
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin kube-node print-kube-bin \
 	tofu-bin print-tofu-bin print-provider-bin provider
 
 all: build
@@ -231,14 +231,15 @@ release:
 bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
-## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler and
-## etcd for the tests, built from the pinned Go modules into KUBE_BIN;
-## afterwards nothing is rebuilt until a pin changes. The three Kubernetes
+## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler,
+## kubelet and etcd for the tests, built from the pinned Go modules into
+## KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The four Kubernetes
 ## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
 ## as): one build shares their packages and link work. tools/kube/build.sh
 ## prints its progress; docs/develop gives the measured cold times. The
 ## controller manager and scheduler run a hosted control plane's rendered
-## containers as processes (pkg/dev/podrun).
+## containers as processes (pkg/dev/podrun); the kubelet runs a real node's
+## pods (pkg/dev/kubenode, make kube-node).
 kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd
 
 print-kube-bin:
@@ -423,6 +424,14 @@ postgres:
 ## agent's units (cmd/agent's TestSystemdUnits; apt-get when missing).
 systemd-analyze:
 	@deploy/systemd/install-systemd-analyze.sh
+
+## kube-node: what a real Kubernetes node of the tests (pkg/dev/kubenode)
+## runs: the kubelet, built into KUBE_BIN with the API server (kube-bin),
+## and Debian's containerd, runc, CNI plugins and iptables (apt-get when
+## missing). docs/develop/testing.md says what the node is and how its test
+## keeps off the machine.
+kube-node: kube-bin
+	@pkg/dev/kubenode/install-node.sh
 
 ## python3: Debian's python3, which the cloud-init data-plane tests run in
 ## a simulated guest (nettest.FileServerPy; apt-get when missing).
