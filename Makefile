@@ -12,8 +12,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # v0.28.0 has data races of its own (hscontrol/noise.go, its NodeStore, and
 # the grpc-zerolog global its Serve writes) that fail any -race run; a -race
 # run of them reports no race in flexplane's own code, and they are the
-# slowest to build with -race.
-RACE_PKGS   ?= $(shell GO=$(GO) RACE_ALSO=github.com/flexplane/flexplane/pkg/portal tools/race/pkgs.sh /pkg/mesh/meshcontrol /pkg/dev/meshtest /pkg/orchestrator /pkg/rollout /pkg/dev/partitiontest)
+# slowest to build with -race. pkg/dev/kubenode is left out too: its one
+# test is a real node's processes (containerd, kubelet) it only waits on.
+RACE_PKGS   ?= $(shell GO=$(GO) RACE_ALSO=github.com/flexplane/flexplane/pkg/portal tools/race/pkgs.sh /pkg/mesh/meshcontrol /pkg/dev/meshtest /pkg/orchestrator /pkg/rollout /pkg/dev/partitiontest /pkg/dev/kubenode)
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, and the 100 creates across a restart (a load test: under the
@@ -128,7 +129,7 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## waiting on processes they started, so TEST_P of them run at once: more
 ## than the 2 cores the suite is budgeted for.
 TEST_P ?= 4
-test: portal browser postgres systemd-analyze python3 kube-bin tofu-bin
+test: portal browser postgres systemd-analyze python3 kube-bin kube-node tofu-bin
 	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 

@@ -596,19 +596,9 @@ func (n *Node) wait(ctx context.Context, i int, what string, cond func() error) 
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 			err = cause
 		}
-		return fmt.Errorf("waiting for %s: %w%s", what, err, tail(n.logs[i]))
+		return fmt.Errorf("waiting for %s: %w%s", what, err, kubetest.LogTail(n.logs[i], 20))
 	}
 	return nil
-}
-
-// tail returns the last lines of a log file for an error message.
-func tail(path string) string {
-	data, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return "\n" + path + ":\n" + strings.Join(lines, "\n")
 }
 
 // ctr runs containerd's ctr on the node's socket in the CRI's namespace.

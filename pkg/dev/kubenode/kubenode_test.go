@@ -44,8 +44,7 @@ func TestNodeRunsPod(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, l := range node.Logs() {
-				data, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, lastLines(string(data), 40))
+				t.Log(kubetest.LogTail(l, 40))
 			}
 		}
 		if !closed {
@@ -180,10 +179,4 @@ func TestNodeRunsPod(t *testing.T) {
 			t.Errorf("interface %s left in the test's network namespace", i.Name)
 		}
 	}
-}
-
-// lastLines returns the last k lines of s.
-func lastLines(s string, k int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-k):], "\n")
 }
