@@ -77,8 +77,8 @@ type Config struct {
 	Dir string
 	// Name is the node's name. Default "kubenode-<id>".
 	Name string
-	// PodCIDR is the range the pods' addresses are taken from (a /24 is
-	// plenty). Default a free 10.x.y.0/24.
+	// PodCIDR is the IPv4 /24 the pods' addresses are taken from. Default
+	// a free 10.x.y.0/24.
 	PodCIDR string
 	// Images are more image tarballs to import into the runtime besides
 	// the pause image and TestImage.
@@ -149,19 +149,22 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.cfg.Name == "" {
 		n.cfg.Name = "kubenode-" + n.id
 	}
-	if n.cfg.Dir == "" {
-		if n.cfg.Dir, err = os.MkdirTemp("", "kubenode-"); err != nil {
-			return nil, fmt.Errorf("kubenode: start: %w", err)
-		}
-		n.ownDir = true
-	}
 	if n.cfg.PodCIDR == "" {
 		if n.cfg.PodCIDR, err = freePodCIDR(); err != nil {
 			return nil, fmt.Errorf("kubenode: start: %w", err)
 		}
 	}
+	if _, cidr, err := net.ParseCIDR(n.cfg.PodCIDR); err != nil || cidr.IP.To4() == nil || cidr.Mask.String() != "ffffff00" {
+		return nil, fmt.Errorf("kubenode: start: PodCIDR %q is not an IPv4 /24", n.cfg.PodCIDR)
+	}
 	if n.client, err = kubernetes.NewForConfig(cfg.API.RESTConfig()); err != nil {
 		return nil, fmt.Errorf("kubenode: start: %w", err)
+	}
+	if n.cfg.Dir == "" {
+		if n.cfg.Dir, err = os.MkdirTemp("", "kubenode-"); err != nil {
+			return nil, fmt.Errorf("kubenode: start: %w", err)
+		}
+		n.ownDir = true
 	}
 	defer func() {
 		if err != nil {
