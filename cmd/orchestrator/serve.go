@@ -105,6 +105,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	haRequestTimeout              time.Duration
 	drainParallel                 int
 	securityGroupInterval         time.Duration
 	edgeResync, lbResync          time.Duration
@@ -176,6 +177,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.tenantDomain, "tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	fs.DurationVar(&f.zoneTimeout, "zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	fs.DurationVar(&f.recoverAfter, "vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
+	fs.DurationVar(&f.haRequestTimeout, "ha-request-timeout", compute.DefaultHARequestTimeout, "how long a start, stop, migration or create of an HA VM waits for Proxmox's HA manager to have done it before it fails")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
@@ -224,6 +226,9 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 func (f *serveFlags) check() error {
 	if f.maxComplexity < 0 || f.maxDepth < 0 {
 		return errors.New("-max-complexity and -max-depth must not be negative")
+	}
+	if f.haRequestTimeout <= 0 {
+		return fmt.Errorf("-ha-request-timeout must be positive, not %s", f.haRequestTimeout)
 	}
 	if f.drainParallel < 1 {
 		return fmt.Errorf("-drain-parallel must be at least 1, not %d", f.drainParallel)
@@ -345,6 +350,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			VMRecoverAfter:        f.recoverAfter,
 			VMRecoverInterval:     f.recoverInterval,
 			DrainParallel:         f.drainParallel,
+			HARequestTimeout:      f.haRequestTimeout,
 			SecurityGroupInterval: f.securityGroupInterval,
 			EdgeResyncInterval:    f.edgeResync,
 			EdgeRederiveInterval:  f.edgeRederive,

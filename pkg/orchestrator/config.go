@@ -168,6 +168,10 @@ type APIConfig struct {
 	// live-migrated at once per zone (by the mesh control leader when
 	// replicated). Default 4 (compute.DefaultDrainParallel).
 	DrainParallel int
+	// HARequestTimeout is how long a start, stop, migration or create of an
+	// HA VM, and a drain of one, waits for Proxmox's HA manager to have done
+	// it before it fails. Default 3m (compute.DefaultHARequestTimeout).
+	HARequestTimeout time.Duration
 	// SecurityGroupInterval is how often the VDCs' security groups are
 	// written into every zone's Proxmox firewall (by the mesh control
 	// leader when replicated; a change through the API starts a pass at
