@@ -143,6 +143,7 @@ type Cluster struct {
 	started  time.Time
 	latency  atomic.Int64 // nanoseconds added to every request
 	inFlight atomic.Int64 // requests being answered
+	skew     atomic.Int64 // nanoseconds the clock is ahead of real time (AdvanceClockForTest)
 	download *http.Client
 	persist  *persister    // nil without Config.StateFile; immutable after Start
 	netKick  chan struct{} // nil without Config.DataPlane; immutable after Start
@@ -292,6 +293,8 @@ func Start(cfg Config) (*Cluster, error) {
 	if cfg.StateFile != "" {
 		c.startPersister(cfg.StateFile)
 	}
+	c.work.Add(1)
+	go c.scheduleLoop()
 	if cfg.DataPlane != nil {
 		c.netKick = make(chan struct{}, 1)
 		c.work.Add(1)
