@@ -105,6 +105,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	backupQuotaInterval           time.Duration
 	drainParallel                 int
 	securityGroupInterval         time.Duration
 	// The portal's built files.
@@ -175,6 +176,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.recoverAfter, "vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.backupQuotaInterval, "backup-quota-interval", time.Minute, "how often the VDCs' backups are checked against their backupGiB quotas, their backup schedules paused or resumed (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	fs.StringVar(&f.agentVersion, "agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
@@ -331,6 +333,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			ZoneTimeout:           f.zoneTimeout,
 			VMRecoverAfter:        f.recoverAfter,
 			VMRecoverInterval:     f.recoverInterval,
+			BackupQuotaInterval:   f.backupQuotaInterval,
 			DrainParallel:         f.drainParallel,
 			SecurityGroupInterval: f.securityGroupInterval,
 			AgentVersion:          f.agentVersion,

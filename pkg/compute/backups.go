@@ -434,32 +434,40 @@ func (sc *backupScope) check(ctx context.Context) error {
 		return newError(KindConflict, "the VM is busy (Proxmox holds it locked: %s)", g.Lock)
 	}
 	sc.z, sc.g = z, g
-	stores, err := backupStores(ctx, sc.deps, z)
-	if err != nil {
+	if sc.storage, err = pickBackupStore(ctx, sc.deps, z, sc.in.StorageProfile); err != nil {
 		return err
 	}
-	switch name := sc.in.StorageProfile; {
+	return checkBackupQuota(ctx, sc.deps, sc.vdc, z, g)
+}
+
+// pickBackupStore is the storage of backup profile name in zone z, or of
+// the zone's only BACKUP profile for "" (BAD_USER_INPUT storageProfile
+// otherwise).
+func pickBackupStore(ctx context.Context, d *deps, z Zone, name string) (string, error) {
+	stores, err := backupStores(ctx, d, z)
+	if err != nil {
+		return "", err
+	}
+	switch {
 	case name != "":
-		p, err := catalog.Get[*catalog.StorageProfile](ctx, sc.cfg.Catalog, name)
+		p, err := catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, name)
 		if err != nil {
-			return catalogInput("storageProfile", "storage profile", name, err)
+			return "", catalogInput("storageProfile", "storage profile", name, err)
 		}
 		if !p.IsBackup() {
-			return badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
+			return "", badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
 		}
 		i := slices.IndexFunc(stores, func(s backupStore) bool { return s.profile == name })
 		if i < 0 {
-			return badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
+			return "", badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
 		}
-		sc.storage = stores[i].storage
+		return stores[i].storage, nil
 	case len(stores) == 0:
-		return badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
+		return "", badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
 	case len(stores) > 1:
-		return badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
-	default:
-		sc.storage = stores[0].storage
+		return "", badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
 	}
-	return nil
+	return stores[0].storage, nil
 }
 
 // request asks Proxmox for the vzdump task. It prunes nothing (remove=0):

@@ -72,7 +72,7 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	vcfg := vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
-		Ledger: vms.Quota(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc"), Tokens: auth.ServiceAccountTokens{}}
+		Ledger: vms.Quota(), Backups: vms.Disks().Backups(), ZoneTimeout: zoneTimeout, Logger: log.With("component", "vdc"), Tokens: auth.ServiceAccountTokens{}}
 	if kube != nil {
 		vcfg.Clusters = kube
 	}

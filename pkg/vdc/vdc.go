@@ -60,6 +60,13 @@ type Clusters interface {
 	CountClusters(ctx context.Context, vdc string) (int, error)
 }
 
+// Backups sizes a VDC's backups as its backupGiB quota counts them (the
+// compute service's backups implement it).
+type Backups interface {
+	// UsedBytes is the size of the VDC's backup archives in every zone.
+	UsedBytes(ctx context.Context, vdc string) (int64, error)
+}
+
 // DefaultZoneTimeout bounds one zone's part of a call when
 // Config.ZoneTimeout is zero.
 const DefaultZoneTimeout = 5 * time.Second
@@ -81,6 +88,8 @@ type Config struct {
 	// Clusters counts the VDC's Kubernetes clusters for its usage; nil:
 	// there is no managed Kubernetes, and it has none.
 	Clusters Clusters
+	// Backups sizes the VDC's backups for its usage; nil: it has none.
+	Backups Backups
 	// ZoneTimeout bounds each zone's part of a call; zero is
 	// DefaultZoneTimeout.
 	ZoneTimeout time.Duration
@@ -156,12 +165,14 @@ type Usage struct {
 	PublicAddresses int
 	// KubernetesClusters is the number of its Kubernetes clusters.
 	KubernetesClusters int
+	// BackupBytes is the size of its backup archives (Config.Backups).
+	BackupBytes int64
 }
 
 // Usage reads what v uses: its VMs (the quota ledger's count, read within
 // the zone timeout), the public addresses it holds (the catalog's count)
-// and its Kubernetes clusters (Config.Clusters). A zone that does not
-// answer makes it ZONE_UNAVAILABLE.
+// its Kubernetes clusters (Config.Clusters) and the size of its backups
+// (Config.Backups). A zone that does not answer makes it ZONE_UNAVAILABLE.
 func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	addrs, err := catalog.PublicAddressesOf(ctx, s.cfg.Store, v.Name)
 	if err != nil {
@@ -179,12 +190,16 @@ func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ZoneTimeout)
 	defer cancel()
 	u, err := s.cfg.Ledger.Usage(ctx, v)
+	var backups int64
+	if err == nil && s.cfg.Backups != nil {
+		backups, err = s.cfg.Backups.UsedBytes(ctx, v.Name)
+	}
 	if err != nil {
 		s.log.Warn("vdc: usage", "vdc", v.Name, "err", err)
 		return Usage{}, &fault.Error{Kind: fault.ZoneUnavailable, Cause: err,
 			Message: fmt.Sprintf("the usage of VDC %s cannot be read: a zone does not answer", v.Name)}
 	}
-	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters}, nil
+	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters, BackupBytes: backups}, nil
 }
 
 // Delete deletes the VDC name once nothing of it is left: while it has
