@@ -313,6 +313,7 @@ var mutationRoles = map[string]string{
 	"deleteVM": "MEMBER", "migrateVM": "MEMBER", "openConsole": "MEMBER",
 	"createSnapshot": "MEMBER", "rollbackSnapshot": "MEMBER", "deleteSnapshot": "MEMBER",
 	"createBackup": "MEMBER", "restoreBackup": "MEMBER", "deleteBackup": "MEMBER",
+	"setBackupSchedule": "MEMBER", "removeBackupSchedule": "MEMBER",
 	"attachDisk": "MEMBER", "resizeDisk": "MEMBER", "detachDisk": "MEMBER", "resizeVM": "MEMBER",
 	// Security groups.
 	"createSecurityGroup": "MEMBER", "updateSecurityGroup": "MEMBER", "deleteSecurityGroup": "MEMBER", "setVMSecurityGroups": "MEMBER",
