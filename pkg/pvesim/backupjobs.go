@@ -41,12 +41,6 @@ type backupJob struct {
 	last time.Time
 }
 
-// backupJobKeys are the options a job keeps; the others of the schema
-// (bwlimit, mailto, ...) are kept as given too, but these are the ones
-// the simulator acts on.
-var backupJobKeys = []string{"schedule", "vmid", "storage", "mode", "compress", "enabled", "prune-backups", "notes-template",
-	"comment", "node", "remove", "protected", "repeat-missed"}
-
 // entry is the job as GET /cluster/backup lists it.
 func (j *backupJob) entry(now time.Time) map[string]any {
 	e := map[string]any{"id": j.id, "type": "vzdump"}
