@@ -26,7 +26,8 @@ const scheduleFields = `schedule keepLast keepDaily keepWeekly state message`
 // archives are the VM's backups; bad input and another VDC's VM change
 // nothing; the VDC's backupGiB quota refuses createBackup past it and
 // pauses the schedule once the backups reach it (the orchestrator's pass),
-// resuming it below; removeBackupSchedule and deleteVM remove the job.
+// resuming it below; removeBackupSchedule and deleteVM remove the job,
+// and the pass removes a job left behind for a guest that is gone.
 func TestBackupSchedules(t *testing.T) {
 	t.Parallel()
 	h, tn := sharedTenant(t, "bsched")
@@ -160,4 +161,12 @@ func TestBackupSchedules(t *testing.T) {
 	if j := job(); j != nil {
 		t.Fatalf("the deleted VM's job is left: %+v", j)
 	}
+	// A job left behind for a guest that is gone (a delete that could
+	// not remove it) is removed by the orchestrator's pass before its
+	// VMID can be another VM's.
+	if err := pve.Post(context.Background(), "/cluster/backup", map[string]any{"id": jobID, "schedule": "daily", "vmid": fmt.Sprint(ref.VMID),
+		"storage": "local", "comment": fmt.Sprintf("flexplane-schedule vdc=%s vm=%s", tn.blue, vm)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, 30*time.Second, "the orphan job removed", func() bool { return job() == nil })
 }

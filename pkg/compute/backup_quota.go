@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
@@ -107,31 +109,60 @@ type scheduledJob struct {
 
 // backupQuotaPass pauses the schedules of each VDC whose backups have
 // reached its backupGiB quota and resumes those it paused of a VDC below
-// it. Only VDCs with schedules are counted; a VDC some of whose zones do
-// not answer is left as it is until they do.
+// it, and removes the jobs whose guest is gone or is no longer a VM of
+// the job's VDC (a delete that could not remove its job: a job must never
+// back up a guest that has its VMID since). It counts only when some zone
+// has schedules, and then every zone's archives once; while a zone does
+// not answer, nothing is paused or resumed.
 func (d *deps) backupQuotaPass(ctx context.Context) error {
+	zones := d.cfg.Zones.Zones(ctx)
 	byVDC := map[string][]scheduledJob{}
 	var errs []error
-	for _, z := range d.cfg.Zones.Zones(ctx) {
+	for _, z := range zones {
 		jobs, err := pveapi.BackupJobs(ctx, z.Client)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
 			continue
 		}
+		var ours []scheduledJob
 		for _, j := range jobs {
 			if m, ok := parseScheduleComment(j.Comment); ok {
-				byVDC[m.vdc] = append(byVDC[m.vdc], scheduledJob{z: z, job: j, meta: m})
+				ours = append(ours, scheduledJob{z: z, job: j, meta: m})
 			}
+		}
+		if len(ours) == 0 {
+			continue
+		}
+		live, err := d.dropOrphanJobs(ctx, z, ours)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
+		}
+		for _, sj := range live {
+			byVDC[sj.meta.vdc] = append(byVDC[sj.meta.vdc], sj)
+		}
+	}
+	if len(byVDC) == 0 || len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	used := map[string]int64{}
+	for _, z := range zones {
+		arcs, err := zoneArchives(ctx, d, z, func(m backupMeta) bool { return len(byVDC[m.vdc]) > 0 })
+		if err != nil {
+			return fmt.Errorf("zone %s: %w", z.Name, err)
+		}
+		for _, a := range arcs {
+			used[a.meta.vdc] += a.vol.Size
 		}
 	}
 	for vdc, jobs := range byVDC {
-		full, err := backupQuotaReached(ctx, d, vdc)
+		limit, bounded, err := backupQuota(ctx, d, vdc)
 		if err != nil {
 			if !errors.Is(err, catalog.ErrNotFound) {
 				errs = append(errs, fmt.Errorf("vdc %s: %w", vdc, err))
 			}
 			continue
 		}
+		full := bounded && used[vdc] >= limit
 		for _, sj := range jobs {
 			var change map[string]any
 			switch {
@@ -150,4 +181,35 @@ func (d *deps) backupQuotaPass(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropOrphanJobs deletes, of the schedules' jobs of zone z, those whose
+// guest is gone or is not a guest of the job's VDC, and returns the
+// others.
+func (d *deps) dropOrphanJobs(ctx context.Context, z Zone, jobs []scheduledJob) ([]scheduledJob, error) {
+	guests, err := pveapi.Resources(ctx, z.Client, "vm")
+	if err != nil {
+		return nil, err
+	}
+	vdcOf := map[int]string{}
+	for _, g := range guests {
+		if v, ok := tenancy.VDCOf(g.Tags()); ok {
+			vdcOf[g.VMID] = v
+		}
+	}
+	var live []scheduledJob
+	var errs []error
+	for _, sj := range jobs {
+		vmid, err := strconv.Atoi(sj.job.VMIDs)
+		if err == nil && sj.job.ID == scheduleJobID(vmid) && vdcOf[vmid] == sj.meta.vdc {
+			live = append(live, sj)
+			continue
+		}
+		if err := dropJobID(ctx, z, sj.job.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d.log.Warn("backup schedule: removed a job whose VM is gone", "zone", z.Name, "job", sj.job.ID, "vdc", sj.meta.vdc, "vm", sj.meta.vm)
+	}
+	return live, errors.Join(errs...)
 }

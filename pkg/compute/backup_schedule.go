@@ -214,12 +214,20 @@ func (b *Backups) SetSchedule(ctx context.Context, vdc string, in ScheduleInput)
 	if err != nil {
 		return err
 	}
-	params := map[string]any{
-		"schedule": in.Schedule, "vmid": strconv.Itoa(g.VMID), "storage": storage, "mode": "snapshot", "compress": "zstd",
-		"enabled": boolInt(!full), "remove": 1, "prune-backups": pruneOption(in.KeepLast, in.KeepDaily, in.KeepWeekly),
-		"notes-template": backupNotes(vdc, in.VM, g.Name, ""), "comment": scheduleComment(vdc, in.VM, full),
+	return writeJob(ctx, z, g.VMID, jobParams(vdc, in.VM, g.Name, g.VMID, storage, in.Schedule,
+		pruneOption(in.KeepLast, in.KeepDaily, in.KeepWeekly), !full, full))
+}
+
+// jobParams are the options of the backup job of VM id (named name, its
+// guest vmid) of vdc: a snapshot-mode vzdump to storage on schedule,
+// pruned by prune, with the notes of the VDC's backups; paused marks a job
+// the backupGiB quota disabled.
+func jobParams(vdc, id, name string, vmid int, storage, schedule, prune string, enabled, paused bool) map[string]any {
+	return map[string]any{
+		"schedule": schedule, "vmid": strconv.Itoa(vmid), "storage": storage, "mode": "snapshot", "compress": "zstd",
+		"enabled": boolInt(enabled), "remove": 1, "prune-backups": prune,
+		"notes-template": backupNotes(vdc, id, name, ""), "comment": scheduleComment(vdc, id, paused),
 	}
-	return writeJob(ctx, z, g.VMID, params)
 }
 
 // writeJob creates or changes the backup job of guest vmid in zone z.
@@ -279,8 +287,11 @@ func (b *Backups) RemoveSchedule(ctx context.Context, vdc, id string) error {
 }
 
 // dropJob deletes the backup job of guest vmid in zone z, if any.
-func dropJob(ctx context.Context, z Zone, vmid int) error {
-	err := z.Client.Delete(ctx, "/cluster/backup/"+url.PathEscape(scheduleJobID(vmid)), nil)
+func dropJob(ctx context.Context, z Zone, vmid int) error { return dropJobID(ctx, z, scheduleJobID(vmid)) }
+
+// dropJobID deletes backup job id of zone z, if it exists.
+func dropJobID(ctx context.Context, z Zone, id string) error {
+	err := z.Client.Delete(ctx, "/cluster/backup/"+url.PathEscape(id), nil)
 	if err != nil && !pveapi.IsNotFound(err) {
 		return schedErr(z, err)
 	}
@@ -307,9 +318,6 @@ func moveSchedule(ctx context.Context, d *deps, vdc, id, name string, src Zone, 
 		return nil
 	}
 	m, _ := parseScheduleComment(j.Comment)
-	return writeJob(ctx, dst, to, map[string]any{
-		"schedule": s.Schedule, "vmid": strconv.Itoa(to), "storage": storage, "mode": "snapshot", "compress": "zstd",
-		"enabled": boolInt(j.Enabled), "remove": 1, "prune-backups": pruneOption(s.KeepLast, s.KeepDaily, s.KeepWeekly),
-		"notes-template": backupNotes(vdc, id, name, ""), "comment": scheduleComment(vdc, id, m.quotaPaused),
-	})
+	return writeJob(ctx, dst, to, jobParams(vdc, id, name, to, storage, s.Schedule, pruneOption(s.KeepLast, s.KeepDaily, s.KeepWeekly),
+		j.Enabled, m.quotaPaused))
 }

@@ -207,6 +207,13 @@ func (a archive) backup(z Zone) Backup {
 // archives lists the archives of vdc in zone z, on every backup storage
 // (each node's, for a storage that is not shared).
 func archives(ctx context.Context, d *deps, z Zone, vdc string) ([]archive, error) {
+	return zoneArchives(ctx, d, z, func(m backupMeta) bool { return m.vdc == vdc })
+}
+
+// zoneArchives lists the flexplane archives of zone z whose notes keep
+// says, on every backup storage (each node's, for a storage that is not
+// shared).
+func zoneArchives(ctx context.Context, d *deps, z Zone, keep func(backupMeta) bool) ([]archive, error) {
 	stores, err := backupStores(ctx, d, z)
 	if err != nil || len(stores) == 0 {
 		return nil, err
@@ -227,7 +234,7 @@ func archives(ctx context.Context, d *deps, z Zone, vdc string) ([]archive, erro
 				return nil, zoneDown(z.Name, err)
 			}
 			for _, v := range vols {
-				if m, ok := parseBackupNotes(v.Notes); ok && m.vdc == vdc {
+				if m, ok := parseBackupNotes(v.Notes); ok && keep(m) {
 					out = append(out, archive{ref: tenancy.BackupRef{ZoneID: z.ID, Node: n, VolID: v.VolID}, store: st, vol: v, meta: m})
 				}
 			}

@@ -113,7 +113,6 @@ type dumpOpts struct {
 // POST /nodes/{node}/vzdump and the backup jobs' runs do; the caller
 // holds mu.
 func (st *state) startVzdump(node, user string, o dumpOpts) *task {
-	c := st.c
 	id := ""
 	if len(o.vmids) == 1 {
 		id = strconv.Itoa(o.vmids[0])
@@ -125,6 +124,36 @@ func (st *state) startVzdump(node, user string, o dumpOpts) *task {
 	t := st.newTask(node, "vzdump", id, user)
 	t.log = append(t.log, "INFO: starting new backup job: vzdump "+strings.Join(names, " ")+
 		" --storage "+o.storage.id+" --mode "+o.mode+" --node "+node)
+	run := func() { st.runVzdump(t, node, o) }
+	// vzdump takes a node-wide lock: one backup runs on a node at a time,
+	// the others wait for it in turn.
+	if st.vzdumpBusy[node] {
+		t.log = append(t.log, "INFO: trying to get global lock - waiting...")
+		st.vzdumpQueue[node] = append(st.vzdumpQueue[node], run)
+		return t
+	}
+	st.vzdumpBusy[node] = true
+	run()
+	return t
+}
+
+// runVzdump runs vzdump task t of node once it holds the node's lock, and
+// hands the lock to the next waiting task when it ends; the caller holds
+// mu.
+func (st *state) runVzdump(t *task, node string, o dumpOpts) {
+	next := func() {
+		q := st.vzdumpQueue[node]
+		if len(q) == 0 {
+			st.vzdumpBusy[node] = false
+			return
+		}
+		st.vzdumpQueue[node] = q[1:]
+		q[0]()
+	}
+	if !t.running { // stopped while it waited
+		next()
+		return
+	}
 	// Each guest is locked for its backup at once, as vzdump locks it
 	// before it reads the guest's disks.
 	var locked []*guest
@@ -138,7 +167,8 @@ func (st *state) startVzdump(node, user string, o dumpOpts) *task {
 	for _, g := range locked {
 		gib += float64(g.diskBytes()) / float64(1<<30)
 	}
-	st.after(c.taskDuration(0, gib), func() {
+	st.after(st.c.taskDuration(0, gib), func() {
+		defer next()
 		for _, g := range locked {
 			if st.guests[g.vmid] == g && g.lock() == "backup" {
 				delete(g.conf, "lock")
@@ -166,7 +196,6 @@ func (st *state) startVzdump(node, user string, o dumpOpts) *task {
 		t.log = append(t.log, "INFO: Backup job finished successfully")
 		t.finish(nil)
 	})
-	return t
 }
 
 // dumpGuest writes the archive of guest vmid to storage s, logging as

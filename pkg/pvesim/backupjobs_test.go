@@ -165,3 +165,37 @@ func lastVzdump(t *testing.T, c *pvesim.Cluster, node string) string {
 	}
 	return list[0].(map[string]any)["upid"].(string)
 }
+
+// TestVzdumpOneAtATimePerNode: a second vzdump on a node waits for the
+// first (vzdump's global lock): its guest is not locked meanwhile and its
+// log says it waits; both then finish.
+func TestVzdumpOneAtATimePerNode(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "c", Nodes: 1, Timing: pvesim.Timing{PerGiB: 2 * time.Second}})
+	ctx := testCtx(t)
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	for _, vmid := range []string{"100", "101"} {
+		r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {vmid}, "scsi0": {"local-lvm:0.125"}})
+		waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	}
+	var upids []string
+	for _, vmid := range []string{"100", "101"} {
+		r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/vzdump", url.Values{"vmid": {vmid}, "storage": {"local"}})
+		if r.status != http.StatusOK {
+			t.Fatalf("vzdump %s: %s", vmid, r.reason)
+		}
+		upids = append(upids, r.data.(string))
+	}
+	if lock := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/101/config", nil).data.(map[string]any)["lock"]; lock != nil {
+		t.Errorf("the waiting backup's guest is locked %v", lock)
+	}
+	if log := taskLog(t, c, "pve1", upids[1]); !strings.Contains(log, "INFO: trying to get global lock - waiting...") {
+		t.Errorf("the second vzdump's log does not say it waits:\n%s", log)
+	}
+	for _, u := range upids {
+		waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(u), cl), nil)
+	}
+	if got := archiveList(t, c, "pve1", 101); len(got) != 1 {
+		t.Errorf("the second backup's archives: %v", got)
+	}
+}
