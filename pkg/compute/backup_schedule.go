@@ -287,7 +287,9 @@ func (b *Backups) RemoveSchedule(ctx context.Context, vdc, id string) error {
 }
 
 // dropJob deletes the backup job of guest vmid in zone z, if any.
-func dropJob(ctx context.Context, z Zone, vmid int) error { return dropJobID(ctx, z, scheduleJobID(vmid)) }
+func dropJob(ctx context.Context, z Zone, vmid int) error {
+	return dropJobID(ctx, z, scheduleJobID(vmid))
+}
 
 // dropJobID deletes backup job id of zone z, if it exists.
 func dropJobID(ctx context.Context, z Zone, id string) error {
