@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -197,5 +198,27 @@ func TestVzdumpOneAtATimePerNode(t *testing.T) {
 	}
 	if got := archiveList(t, c, "pve1", 101); len(got) != 1 {
 		t.Errorf("the second backup's archives: %v", got)
+	}
+}
+
+// TestBackupJobSurvivesRestart: a job and when it last ran are in the
+// state file: after a restart it is listed as it was and, its time not
+// come again, does not run at once.
+func TestBackupJobSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	cfg := pvesim.Config{Cluster: "lab", Nodes: 1, StateFile: filepath.Join(t.TempDir(), "state.json")}
+	c := startCluster(t, cfg)
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/backup", url.Values{"id": {"keep"}, "schedule": {"sat 03:30"}, "vmid": {"100"},
+		"storage": {"local"}, "prune-backups": {"keep-weekly=4"}, "enabled": {"0"}}); r.status != http.StatusOK {
+		t.Fatalf("create job: %s", r.reason)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := startCluster(t, cfg)
+	r := call(t, c2, testToken, http.MethodGet, "/cluster/backup/keep", nil)
+	got, _ := r.data.(map[string]any)
+	if got["schedule"] != "sat 03:30" || fmt.Sprint(got["prune-backups"]) != "map[keep-weekly:4]" || fmt.Sprint(got["enabled"]) != "false" {
+		t.Fatalf("after the restart the job reads %s %v", r.reason, r.data)
 	}
 }

@@ -60,7 +60,8 @@ type Config struct {
 	// runs, the whole model is saved there atomically after changes, at most every 200 ms,
 	// and once more at Close. It keeps guests (config, digest, power state: a running VM
 	// is still running after a restart), storage contents, pools, SDN (pending and
-	// applied), IPAM, the VMID sequence and the task history. What a restart interrupts
+	// applied), IPAM, the backup jobs with their last runs, the VMID sequence and
+	// the task history. What a restart interrupts
 	// settles as a node reboot would: running tasks end with exit status "unexpected
 	// status" and guest locks are cleared, except that the half-made target of an
 	// interrupted clone is removed. Tokens, injected failures and latency come from the
