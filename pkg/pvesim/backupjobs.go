@@ -160,8 +160,9 @@ func hBackupJobCreate(cl *call) (any, error) {
 }
 
 // hBackupJobUpdate changes a job's options: those given are set, those
-// `delete` lists removed; nothing changes on error. A changed schedule
-// counts from now, as Proxmox's job state does.
+// `delete` lists removed; nothing changes on error. A changed schedule,
+// and a job enabled again, count from now: the times it passed over while
+// disabled do not run.
 func hBackupJobUpdate(cl *call) (any, error) {
 	st := cl.c.st
 	j := st.backupJobs[cl.vars["id"]]
@@ -183,10 +184,11 @@ func hBackupJobUpdate(cl *call) (any, error) {
 	if err := st.checkBackupJob(p); err != nil {
 		return nil, err
 	}
-	if p.strOr("schedule", "") != j.opts.strOr("schedule", "") {
+	restart := p.strOr("schedule", "") != j.opts.strOr("schedule", "") || !j.enabled()
+	j.opts = p
+	if restart {
 		j.last = cl.c.now()
 	}
-	j.opts = p
 	return nil, nil
 }
 

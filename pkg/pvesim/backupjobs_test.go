@@ -57,8 +57,9 @@ func archiveList(t *testing.T, c *pvesim.Cluster, node string, vmid int) []strin
 // TestBackupJobs: a backup job (/cluster/backup) runs by the simulator's
 // clock as a vzdump task on each node with guests of its list, once for
 // one scheduled time however far the clock jumps; it prunes each guest's
-// archives by keep-last and keep-daily; a disabled job does not run; a
-// schedule that does not parse is refused and changes nothing.
+// archives by keep-last and keep-daily; a disabled job does not run, nor,
+// enabled again, make up for the times it passed over; a schedule that
+// does not parse is refused and changes nothing.
 func TestBackupJobs(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, pvesim.Config{Cluster: "c", Nodes: 2, CheckResponses: true})
@@ -145,6 +146,14 @@ func TestBackupJobs(t *testing.T) {
 		t.Errorf("a disabled job shows next-run %v", r.data.(map[string]any)["next-run"])
 	}
 	day(4, false)
+	// Enabled again, it does not make up for the time it passed over
+	// while disabled; it runs at its next time.
+	if r := call(t, c, testToken, http.MethodPut, "/cluster/backup/nightly", url.Values{"enabled": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("enable: %s", r.reason)
+	}
+	c.AdvanceClockForTest(time.Minute)
+	day(4, false)
+	day(5, true)
 	if r := call(t, c, testToken, http.MethodDelete, "/cluster/backup/nightly", nil); r.status != http.StatusOK {
 		t.Fatalf("delete: %s", r.reason)
 	}
