@@ -3,6 +3,7 @@ package pvesim_test
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -229,5 +230,35 @@ func TestBackupJobSurvivesRestart(t *testing.T) {
 	got, _ := r.data.(map[string]any)
 	if got["schedule"] != "sat 03:30" || fmt.Sprint(got["prune-backups"]) != "map[keep-weekly:4]" || fmt.Sprint(got["enabled"]) != "false" {
 		t.Fatalf("after the restart the job reads %s %v", r.reason, r.data)
+	}
+}
+
+// TestClockControl: the control handler moves the backup jobs' clock
+// forward by a duration, and refuses what is not one.
+func TestClockControl(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "lab", Nodes: 1})
+	ctl := httptest.NewServer(c.ControlHandler())
+	t.Cleanup(ctl.Close)
+	post := func(q string) int {
+		t.Helper()
+		resp, err := http.Post(ctl.URL+"/clock?"+q, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	before := c.ClockForTest()
+	if code := post("advance=25h"); code != http.StatusNoContent {
+		t.Fatalf("advance=25h: %d", code)
+	}
+	if ahead := c.ClockForTest().Sub(before); ahead < 25*time.Hour {
+		t.Errorf("the clock moved %v, want 25h", ahead)
+	}
+	for _, q := range []string{"advance=tomorrow", "advance=-1h", ""} {
+		if code := post(q); code != http.StatusBadRequest {
+			t.Errorf("%q: %d, want 400", q, code)
+		}
 	}
 }
