@@ -111,9 +111,10 @@ type scheduledJob struct {
 // reached its backupGiB quota and resumes those it paused of a VDC below
 // it, and removes the jobs whose guest is gone or is no longer a VM of
 // the job's VDC (a delete that could not remove its job: a job must never
-// back up a guest that has its VMID since). It counts only when some zone
-// has schedules, and then every zone's archives once; while a zone does
-// not answer, nothing is paused or resumed.
+// back up a guest that has its VMID since). It counts only the VDCs with
+// schedules (their archives in every zone, each VDC's own storage on a
+// Proxmox Backup Server); while a zone does not answer, nothing is paused
+// or resumed.
 func (d *deps) backupQuotaPass(ctx context.Context) error {
 	zones := d.cfg.Zones.Zones(ctx)
 	byVDC := map[string][]scheduledJob{}
@@ -145,13 +146,15 @@ func (d *deps) backupQuotaPass(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	used := map[string]int64{}
-	for _, z := range zones {
-		arcs, err := zoneArchives(ctx, d, z, func(m backupMeta) bool { return len(byVDC[m.vdc]) > 0 })
-		if err != nil {
-			return fmt.Errorf("zone %s: %w", z.Name, err)
-		}
-		for _, a := range arcs {
-			used[a.meta.vdc] += a.vol.Size
+	for vdc := range byVDC {
+		for _, z := range zones {
+			arcs, err := archives(ctx, d, z, vdc)
+			if err != nil {
+				return fmt.Errorf("zone %s: %w", z.Name, err)
+			}
+			for _, a := range arcs {
+				used[vdc] += a.vol.Size
+			}
 		}
 	}
 	for vdc, jobs := range byVDC {

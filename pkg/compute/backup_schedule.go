@@ -206,7 +206,11 @@ func (b *Backups) SetSchedule(ctx context.Context, vdc string, in ScheduleInput)
 	if err != nil {
 		return err
 	}
-	storage, err := pickBackupStore(ctx, d, z, in.StorageProfile)
+	store, err := pickBackupStore(ctx, d, z, in.StorageProfile)
+	if err != nil {
+		return err
+	}
+	storage, err := vdcStore(ctx, z, store, vdc)
 	if err != nil {
 		return err
 	}
@@ -314,10 +318,14 @@ func moveSchedule(ctx context.Context, d *deps, vdc, id, name string, src Zone, 
 	if !ok {
 		return nil
 	}
-	storage, err := pickBackupStore(ctx, d, dst, "")
+	store, err := pickBackupStore(ctx, d, dst, "")
 	if err != nil {
 		d.log.Warn("backup schedule: the VM's new zone has no single backup storage: its schedule is dropped", "vm", id, "zone", dst.Name, "err", err)
 		return nil
+	}
+	storage, err := vdcStore(ctx, dst, store, vdc)
+	if err != nil {
+		return err
 	}
 	m, _ := parseScheduleComment(j.Comment)
 	return writeJob(ctx, dst, to, jobParams(vdc, id, name, to, storage, s.Schedule, pruneOption(s.KeepLast, s.KeepDaily, s.KeepWeekly),
