@@ -385,6 +385,7 @@ type ComplexityRoot struct {
 		SizeBytes         func(childComplexity int) int
 		URL               func(childComplexity int) int
 		Vdc               func(childComplexity int) int
+		VdcZones          func(childComplexity int, zone *string) int
 		Version           func(childComplexity int) int
 		Zones             func(childComplexity int, zone *string) int
 	}
@@ -569,6 +570,7 @@ type ComplexityRoot struct {
 		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM                func(childComplexity int, id string) int
 		StageImage                func(childComplexity int, name string, zone string) int
+		StageVDCImage             func(childComplexity int, name string, zone string) int
 		StartVM                   func(childComplexity int, id string) int
 		StopVM                    func(childComplexity int, id string) int
 		UpdateAgents              func(childComplexity int, input model.UpdateAgentsInput) int
@@ -2190,6 +2192,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Vdc(childComplexity), true
+	case "Image.vdcZones":
+		if e.ComplexityRoot.Image.VdcZones == nil {
+			break
+		}
+
+		args, err := ec.field_Image_vdcZones_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Image.VdcZones(childComplexity, args["zone"].(*string)), true
 	case "Image.version":
 		if e.ComplexityRoot.Image.Version == nil {
 			break
@@ -3349,6 +3362,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.StageImage(childComplexity, args["name"].(string), args["zone"].(string)), true
+	case "Mutation.stageVDCImage":
+		if e.ComplexityRoot.Mutation.StageVDCImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stageVDCImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StageVDCImage(childComplexity, args["name"].(string), args["zone"].(string)), true
 	case "Mutation.startVM":
 		if e.ComplexityRoot.Mutation.StartVM == nil {
 			break
@@ -9033,6 +9057,11 @@ extend type Image {
   format: ImageFormat!
   "The size in bytes of a VDC's image (its uploaded file), counted against the VDC's imageGiB quota; null for the platform's images."
   sizeBytes: Float
+  "A VDC's image's state in every zone (or in one), as zones tells a platform admin of any image; empty for the platform's images."
+  vdcZones(
+    "Only the state in the zone of this name."
+    zone: String
+  ): [ImageZoneState!]! @vdc
 }
 
 extend type Mutation {
@@ -9064,6 +9093,22 @@ extend type Mutation {
     "What to make."
     input: CreateImageFromVMInput!
   ): Operation! @vdc(role: MEMBER)
+  """
+  Starts copying an image of the VDC into another zone the VDC may use,
+  from a zone that holds its template, agent to agent over the mesh, and
+  returns its state there (STAGING until the copy is a template, then
+  STAGED: from then on createVM of the VDC takes it in that zone). Nothing
+  to do when it is staged or being staged there. NOT_FOUND for none, a
+  platform image or another VDC's; BAD_USER_INPUT for a zone that is not
+  one the VDC may use or is unreachable; CONFLICT when no reachable zone
+  holds a template of it.
+  """
+  stageVDCImage(
+    "The image's name in the VDC."
+    name: String!
+    "The zone to stage it into."
+    zone: String!
+  ): ImageZoneState! @vdc(role: MEMBER)
   "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
   deleteVDCImage(
     "The image's name in the VDC."
@@ -10102,6 +10147,8 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_format(ctx, field)
 	case "sizeBytes":
 		return ec.fieldContext_Image_sizeBytes(ctx, field)
+	case "vdcZones":
+		return ec.fieldContext_Image_vdcZones(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
 }
