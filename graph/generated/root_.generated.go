@@ -9083,8 +9083,8 @@ extend type Mutation {
   Makes a new image of the VDC from its stopped VM: full copies of the VM's
   disks become the disks of the image's template in the VM's zone, and
   nothing else of the VM (no cloud-init settings, network devices and so
-  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, known to the replica that runs
-  it) ends once the template is ready; the image is listed and usable by
+  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, which any replica answers for)
+  ends once the template is ready; the image is listed and usable by
   createVM of the VDC in that zone from then on. NOT_FOUND for a VM not of
   the VDC; CONFLICT while the VM runs, or for a name the VDC or the platform
   uses; QUOTA_EXCEEDED when its disks would pass the VDC's imageGiB.
