@@ -332,7 +332,7 @@ func mustRef(t *testing.T, id string) int {
 
 // simClient talks to a simulated cluster's API directly with its token, as
 // its operator would.
-func simClient(t *testing.T, c *meshtest.Cluster) *proxmox.Client {
+func simClient(t testing.TB, c *meshtest.Cluster) *proxmox.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.Sim.CACertPEM())
