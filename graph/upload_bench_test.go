@@ -28,7 +28,7 @@ import (
 // (a disk image's file: the copies skip no run of zeros), without
 // holding more than the block.
 type patternReader struct {
-	block []byte
+	block  []byte
 	n, off int64
 }
 
