@@ -72,9 +72,10 @@ type Config struct {
 	// so that what is written there is the disk's content; clones and
 	// imports copy their source's bytes, resizes truncate, deletes remove
 	// the file. Its files are kept across restarts with StateFile. "" keeps
-	// no bytes. Uploaded files are spooled into its "upload" directory (the
-	// system's temporary directory without it) and kept there as the
-	// volumes they become.
+	// no bytes. Uploaded files are spooled into its "upload" directory
+	// (without it, into the cluster's temporary directory, which Close
+	// removes, or with CertDir set the system's temporary directory) and
+	// kept there as the volumes they become.
 	DiskDir string
 	// FileRoot, if set, is where the nodes' file systems are: node N's is
 	// FileRoot/N, and a file storage's directory (its config's "path") is

@@ -475,10 +475,14 @@ func (f *spooled) discard() {
 const spoolChunk = 1 << 20
 
 // spoolDir is where uploads are spooled: under Config.DiskDir when it is set (beside
-// the disks' bytes), else the system's temporary directory.
+// the disks' bytes), else in the cluster's temporary directory, which Close removes
+// (without CertDir), else the system's temporary directory.
 func (c *Cluster) spoolDir() string {
-	if c.cfg.DiskDir != "" {
+	switch {
+	case c.cfg.DiskDir != "":
 		return filepath.Join(c.cfg.DiskDir, "upload")
+	case c.tempDir:
+		return filepath.Join(c.certDir, "upload")
 	}
 	return os.TempDir()
 }
