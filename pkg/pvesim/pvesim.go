@@ -73,9 +73,8 @@ type Config struct {
 	// imports copy their source's bytes, resizes truncate, deletes remove
 	// the file. Its files are kept across restarts with StateFile. "" keeps
 	// no bytes. Uploaded files are spooled into its "upload" directory
-	// (without it, into the cluster's temporary directory, which Close
-	// removes, or with CertDir set the system's temporary directory) and
-	// kept there as the volumes they become.
+	// (without it, CertDir's, or the temporary certificate directory's,
+	// which Close removes) and kept there as the volumes they become.
 	DiskDir string
 	// FileRoot, if set, is where the nodes' file systems are: node N's is
 	// FileRoot/N, and a file storage's directory (its config's "path") is

@@ -475,16 +475,13 @@ func (f *spooled) discard() {
 const spoolChunk = 1 << 20
 
 // spoolDir is where uploads are spooled: under Config.DiskDir when it is set (beside
-// the disks' bytes), else in the cluster's temporary directory, which Close removes
-// (without CertDir), else the system's temporary directory.
+// the disks' bytes), else under the cluster's certificate directory (Config.CertDir,
+// or the temporary one Close removes).
 func (c *Cluster) spoolDir() string {
-	switch {
-	case c.cfg.DiskDir != "":
+	if c.cfg.DiskDir != "" {
 		return filepath.Join(c.cfg.DiskDir, "upload")
-	case c.tempDir:
-		return filepath.Join(c.certDir, "upload")
 	}
-	return os.TempDir()
+	return filepath.Join(c.certDir, "upload")
 }
 
 // readMultipart adds an upload's form fields to raw and spools the content of its file
