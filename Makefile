@@ -12,8 +12,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # v0.28.0 has data races of its own (hscontrol/noise.go, its NodeStore, and
 # the grpc-zerolog global its Serve writes) that fail any -race run; a -race
 # run of them reports no race in flexplane's own code, and they are the
-# slowest to build with -race.
-RACE_PKGS   ?= $(shell GO=$(GO) RACE_ALSO=github.com/flexplane/flexplane/pkg/portal tools/race/pkgs.sh /pkg/mesh/meshcontrol /pkg/dev/meshtest /pkg/orchestrator /pkg/rollout /pkg/dev/partitiontest)
+# slowest to build with -race. pkg/dev/kubenode is left out too: its one
+# test is a real node's processes (containerd, kubelet) it only waits on.
+RACE_PKGS   ?= $(shell GO=$(GO) RACE_ALSO=github.com/flexplane/flexplane/pkg/portal tools/race/pkgs.sh /pkg/mesh/meshcontrol /pkg/dev/meshtest /pkg/orchestrator /pkg/rollout /pkg/dev/partitiontest /pkg/dev/kubenode)
 # Tests the race run does not select (the plain run runs them): the ones
 # that run the whole stack as child processes built without the race
 # detector, and the 100 creates across a restart (a load test: under the
@@ -100,7 +101,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
 export NUXT_TELEMETRY_DISABLED := 1
 
 .PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
-	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin print-kube-bin \
+	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin kube-node print-kube-bin \
 	tofu-bin print-tofu-bin print-provider-bin provider
 
 all: build
@@ -128,7 +129,7 @@ dev: portal $(if $(DEV_KUBE),kube-bin postgres)
 ## waiting on processes they started, so TEST_P of them run at once: more
 ## than the 2 cores the suite is budgeted for.
 TEST_P ?= 4
-test: portal browser postgres systemd-analyze python3 kube-bin tofu-bin
+test: portal browser postgres systemd-analyze python3 kube-bin kube-node tofu-bin
 	$(GO) test -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(GO) test -count=1 -race -timeout 20m -skip '$(RACE_SKIP)' $(RACE_PKGS)
 
@@ -233,14 +234,15 @@ release:
 bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
-## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler and
-## etcd for the tests, built from the pinned Go modules into KUBE_BIN;
-## afterwards nothing is rebuilt until a pin changes. The three Kubernetes
+## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler,
+## kubelet and etcd for the tests, built from the pinned Go modules into
+## KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The four Kubernetes
 ## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
 ## as): one build shares their packages and link work. tools/kube/build.sh
 ## prints its progress; docs/develop gives the measured cold times. The
 ## controller manager and scheduler run a hosted control plane's rendered
-## containers as processes (pkg/dev/podrun).
+## containers as processes (pkg/dev/podrun); the kubelet runs a real node's
+## pods (pkg/dev/kubenode, make kube-node).
 kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd
 
 print-kube-bin:
@@ -425,6 +427,14 @@ postgres:
 ## agent's units (cmd/agent's TestSystemdUnits; apt-get when missing).
 systemd-analyze:
 	@deploy/systemd/install-systemd-analyze.sh
+
+## kube-node: what a real Kubernetes node of the tests (pkg/dev/kubenode)
+## runs: the kubelet, built into KUBE_BIN with the API server (kube-bin),
+## and Debian's containerd, runc, CNI plugins and iptables (apt-get when
+## missing). docs/develop/testing.md says what the node is and how its test
+## keeps off the machine.
+kube-node: kube-bin
+	@pkg/dev/kubenode/install-node.sh
 
 ## python3: Debian's python3, which the cloud-init data-plane tests run in
 ## a simulated guest (nettest.FileServerPy; apt-get when missing).

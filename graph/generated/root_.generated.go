@@ -551,7 +551,7 @@ type ComplexityRoot struct {
 		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVDCImage            func(childComplexity int, name string) int
 		DeleteVM                  func(childComplexity int, id string, keepBackups *bool) int
-		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string, deleteBackups *bool) int
 		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
 		IssueKubeconfig           func(childComplexity int, cluster string) int
 		MigrateVM                 func(childComplexity int, input model.MigrateVMInput) int
@@ -3163,7 +3163,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string), args["deleteBackups"].(*bool)), true
 	case "Mutation.detachDisk":
 		if e.ComplexityRoot.Mutation.DetachDisk == nil {
 			break
@@ -8936,14 +8936,20 @@ extend type Mutation {
   """
   Deletes a VDC (conditional when resourceVersion is given). While it has
   VMs (or creates in flight) or networks in any zone it is refused with
-  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
-  gone its Proxmox pool and SDN zone are removed from every zone.
+  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; while it
+  has backups, CONFLICT too (the message counts them) unless deleteBackups;
+  once it is gone its Proxmox pool and SDN zone are removed from every zone.
   """
   deleteVDC(
     "The name of the VDC."
     name: String!
     "When set, CONFLICT if the VDC changed since it was read."
     resourceVersion: String
+    """
+    Deletes the VDC's backups first (once it has no VMs or networks);
+    false (the default) refuses the delete while it has any.
+    """
+    deleteBackups: Boolean = false
   ): Deleted! @platformAdmin
 }
 

@@ -92,7 +92,7 @@ type MutationResolver interface {
 	DeleteSSHKey(ctx context.Context, name string) (*model.DeletedSSHKey, error)
 	CreateVdc(ctx context.Context, input model.CreateVDCInput) (*catalog.VDC, error)
 	UpdateVdc(ctx context.Context, input model.UpdateVDCInput) (*catalog.VDC, error)
-	DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error)
+	DeleteVdc(ctx context.Context, name string, resourceVersion *string, deleteBackups *bool) (*model.Deleted, error)
 	UploadImage(ctx context.Context, input model.UploadImageInput) (*catalog.Image, error)
 	CreateImageFromVM(ctx context.Context, input model.CreateImageFromVMInput) (*model.Operation, error)
 	StageVDCImage(ctx context.Context, name string, zone string) (*model.ImageZoneState, error)
@@ -810,6 +810,14 @@ func (ec *executionContext) field_Mutation_deleteVDC_args(ctx context.Context, r
 		return nil, err
 	}
 	args["resourceVersion"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "deleteBackups",
+		func(ctx context.Context, v any) (*bool, error) {
+			return ec.unmarshalOBoolean2ᚖbool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["deleteBackups"] = arg2
 	return args, nil
 }
 
@@ -5679,7 +5687,7 @@ func (ec *executionContext) _Mutation_deleteVDC(ctx context.Context, field graph
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().DeleteVdc(ctx, fc.Args["name"].(string), fc.Args["resourceVersion"].(*string))
+			return ec.Resolvers.Mutation().DeleteVdc(ctx, fc.Args["name"].(string), fc.Args["resourceVersion"].(*string), fc.Args["deleteBackups"].(*bool))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next

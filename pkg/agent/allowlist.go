@@ -75,6 +75,9 @@ func allowlist() []rule {
 		"/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/download-url",
 		"/nodes/{node}/vzdump",
+		// A VDC's storage entry on a Proxmox Backup Server, checked beyond
+		// its path (pbs.go, docs/operate/backups.md).
+		"/storage",
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",

@@ -58,6 +58,10 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/agent/exec"},
 		{"GET", "/nodes/pve1/apt/update"},
 		{"PUT", "/cluster/options"},
+		// Of the storage configuration, only a VDC's PBS entry is added
+		// (checked by TestPBSEntryChecked).
+		{"PUT", "/storage/local"},
+		{"DELETE", "/storage/local"},
 		// The firewall beyond security groups: the hosts' policy (the
 		// cluster's options), cluster and host rules, aliases, a node's
 		// firewall, a guest's IP sets and aliases.

@@ -227,7 +227,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		if err := migrateTask(ctx, z, ref.upid, op); err != nil || op.Step != u.Type {
 			return nil, newError(KindNotFound, "no such operation")
 		}
-		return op, nil
+		return op, d.settleHA(ctx, z, ref.upid, g, op)
 	}
 	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
 	if err != nil || ts.Type != u.Type {
@@ -235,6 +235,9 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	}
 	op.Step = ts.Type
 	op.State, op.Error = taskState(ts)
+	if err := d.settleHA(ctx, z, ref.upid, g, op); err != nil {
+		return nil, err
+	}
 	if ref.kind == OpCreateBackup && op.State == OpFailed {
 		op.Error = backupFailure(ctx, z, ref.upid, op.Error)
 	}

@@ -153,15 +153,24 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 	}
 	t.log = append(t.log, "INFO: backup mode: "+mode, "INFO: ionice priority: 7")
 	stamp := started
-	name := ""
+	volid, format := "", ext
 	for {
-		name = fmt.Sprintf("vzdump-qemu-%d-%s.%s", vmid, stamp.Format("2006_01_02-15_04_05"), ext)
-		if st.findVolume(node, s.id+":backup/"+name) == nil {
+		volid = fmt.Sprintf("%s:backup/vzdump-qemu-%d-%s.%s", s.id, vmid, stamp.Format("2006_01_02-15_04_05"), ext)
+		if s.pbs != nil {
+			volid, format = pbsArchiveName(s, vmid, stamp), "pbs-vm"
+		}
+		if st.findVolume(node, volid) == nil {
 			break
 		}
 		stamp = stamp.Add(time.Second) // one archive per second and guest
 	}
-	t.log = append(t.log, fmt.Sprintf("INFO: creating vzdump archive '%s/dump/%s'", s.path, name))
+	if s.pbs != nil {
+		_, name, _ := strings.Cut(volid, ":backup/")
+		t.log = append(t.log, fmt.Sprintf("INFO: creating Proxmox Backup Server archive '%s'", name))
+	} else {
+		_, name, _ := strings.Cut(volid, ":backup/")
+		t.log = append(t.log, fmt.Sprintf("INFO: creating vzdump archive '%s/dump/%s'", s.path, name))
+	}
 	size, err := st.copyDumpDisks(arch, s)
 	if err == nil && st.usedOn(node, s.id)+size > st.c.cfg.StorageSize {
 		err = errors.New("vma_queue_write: write error - No space left on device")
@@ -173,7 +182,7 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 	}
 	t.log = append(t.log, fmt.Sprintf("INFO: transferred %s in %d seconds", renderSize(g.diskBytes()), int(time.Since(started).Seconds())),
 		"INFO: archive file size: "+renderSize(size))
-	v := &volume{volid: s.id + ":backup/" + name, storage: s.id, content: "backup", format: ext, size: size, vmid: vmid,
+	v := &volume{volid: volid, storage: s.id, content: "backup", format: format, size: size, vmid: vmid,
 		ctime: stamp.Unix(), protected: protected, dump: arch}
 	if notesTmpl != "" {
 		v.notes = st.expandNotes(notesTmpl, g, node)

@@ -119,6 +119,8 @@ func (c *Cluster) routeTable() map[string]routeEntry {
 		"PUT /nodes/{node}/storage/{storage}/content/{volume}":        hStorageVolumeUpdate,
 		"GET /nodes/{node}/qemu/{vmid}/cloudinit/dump":                onGuest(hCloudInitDump),
 		"PUT /storage/{storage}":                                      hStorageConfigUpdate,
+		"POST /storage":                                               hStorageCreate,
+		"DELETE /storage/{storage}":                                   hStorageDelete,
 		"POST /nodes/{node}/storage/{storage}/content":                hStorageAlloc,
 		"PUT /nodes/{node}/qemu/{vmid}/resize":                        onGuest(hQemuResize),
 		"POST /nodes/{node}/qemu/{vmid}/move_disk":                    onGuest(hQemuMoveDisk),

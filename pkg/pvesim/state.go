@@ -65,10 +65,12 @@ type guest struct {
 
 type storageDef struct {
 	id      string
-	typ     string // dir, lvmthin, nfs
+	typ     string // dir, lvmthin, nfs, pbs
 	content []string
 	shared  bool
 	path    string
+	// pbs is where an entry of type pbs points (pbs.go); nil for others.
+	pbs *pbsTarget
 }
 
 type volume struct {
@@ -158,6 +160,9 @@ func (st *state) storeKey(node, storage string) string {
 }
 
 func (st *state) volumesOn(node, storage string) map[string]*volume {
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		return st.pbsView(s)
+	}
 	k := st.storeKey(node, storage)
 	m := st.volumes[k]
 	if m == nil {
@@ -185,6 +190,11 @@ func (st *state) addVolume(node string, v *volume) {
 		v.ctime = time.Now().Unix()
 	}
 	st.createFile(v)
+	if s := st.storage(v.storage); s != nil && s.pbs != nil {
+		_, name, _ := strings.Cut(v.volid, ":")
+		st.pbsNamespace(s)[name] = v
+		return
+	}
 	st.volumesOn(node, v.storage)[v.volid] = v
 }
 
@@ -197,10 +207,18 @@ func (st *state) removeVolume(node, volid string) {
 			st.removeDumpFiles(v.dump)
 		}
 	}
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		_, name, _ := strings.Cut(volid, ":")
+		delete(st.pbsNamespace(s), name)
+		return
+	}
 	delete(st.volumesOn(node, storage), volid)
 }
 
 func (st *state) usedOn(node, storage string) int64 {
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		return st.pbsUsed(s)
+	}
 	var n int64
 	for _, v := range st.volumesOn(node, storage) {
 		n += v.size

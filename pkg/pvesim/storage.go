@@ -120,6 +120,15 @@ func volumeJSON(v *volume) map[string]any {
 	if v.notes != "" {
 		e["notes"] = v.notes
 	}
+	if v.format == "pbs-vm" {
+		// PBS lists a snapshot's comment, the first line of its notes
+		// (the volume's own GET has them all), and its guest type.
+		e["notes"], _, _ = strings.Cut(v.notes, "\n")
+		if v.notes == "" {
+			delete(e, "notes")
+		}
+		e["subtype"] = "qemu"
+	}
 	if v.protected {
 		e["protected"] = 1
 	}
@@ -482,6 +491,10 @@ func (st *state) storageCfgDigest() string {
 		if s.path != "" {
 			fmt.Fprintf(&b, "\tpath %s\n", s.path)
 		}
+		if p := s.pbs; p != nil {
+			fmt.Fprintf(&b, "\tserver %s\n\tdatastore %s\n\tport %d\n\tnamespace %s\n\tusername %s\n\tfingerprint %s\n",
+				p.server, p.datastore, p.port, p.namespace, p.username, p.fingerprint)
+		}
 		b.WriteString("\n")
 	}
 	sum := sha1.Sum([]byte(b.String()))
@@ -501,6 +514,8 @@ func (st *state) storageConfig(s *storageDef) map[string]any {
 		e["server"] = "10.0.0.250"
 		e["export"] = "/export/pve"
 		e["shared"] = 1
+	case "pbs":
+		s.pbs.config(e)
 	}
 	return e
 }
@@ -582,6 +597,9 @@ func hStorageConfigUpdate(cl *call) (any, error) {
 	s := c.st.storage(cl.vars["storage"])
 	if s == nil {
 		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
+	}
+	if s.pbs != nil {
+		return nil, errorf(http.StatusNotImplemented, "changing a storage of type 'pbs' is not simulated")
 	}
 	for k := range cl.p {
 		if k != "content" && k != "digest" && k != "storage" {
