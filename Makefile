@@ -214,6 +214,8 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))scheduled-backups.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./graph \
+		| tee $(dir $(BENCH_OUT))upload.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

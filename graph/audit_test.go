@@ -109,6 +109,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createPlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { createPlacementGroup(input: {name: "db", zone: "alpha", policy: SPREAD}) { id } }`}},
 		"deletePlacementGroup":    {{user: "bob", vdc: "blue", query: `mutation { deletePlacementGroup(id: "nosuch") { id } }`, ids: []string{"nosuch"}}},
 		"uploadImage":             {{user: "bob", vdc: "blue", query: uploadImage, vars: map[string]any{"name": "app", "format": "RAW"}, ids: []string{"app"}}},
+		"stageVDCImage":           {{user: "bob", vdc: "blue", query: `mutation { stageVDCImage(name: "app", zone: "alpha") { state } }`, ids: []string{"app"}}},
 		"deleteVDCImage":          {{user: "bob", vdc: "blue", query: `mutation { deleteVDCImage(name: "app") { name } }`, ids: []string{"app"}}},
 		"createImageFromVM":       {{user: "bob", vdc: "blue", query: `mutation { createImageFromVM(input: {vm: "nosuch", name: "golden"}) { id } }`, ids: []string{"golden"}}},
 		// The harness has no management cluster: these answer UNAVAILABLE
@@ -143,7 +144,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"createExternalNetwork", "createFirewallRule", "deleteFirewallRule", "createPortForward", "deletePortForward",
 		"createOneToOneAddress", "deleteOneToOneAddress", "updateEdgeGateway", "createLoadBalancer", "updateLoadBalancer", "deleteLoadBalancer", "deleteEdgeGateway",
 		"createSecurityGroup", "updateSecurityGroup", "deleteSecurityGroup", "setVMSecurityGroups", "setDefaultSecurityGroup",
-		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "deleteVDCImage", "createImageFromVM",
+		"createPlacementGroup", "deletePlacementGroup", "uploadImage", "stageVDCImage", "deleteVDCImage", "createImageFromVM",
 		"createKubernetesCluster", "createNodePool", "scaleNodePool", "deleteNodePool", "upgradeKubernetesCluster", "issueKubeconfig", "deleteKubernetesCluster",
 		"addSSHKey", "deleteSSHKey",
 		"createServiceAccount", "rotateServiceAccountToken", "deleteServiceAccount", "addVDCMember", "removeVDCMember"}

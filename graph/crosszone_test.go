@@ -3,11 +3,9 @@ package graph_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -36,16 +34,12 @@ func diskPath(t *testing.T, ctx context.Context, c *proxmox.Client, node, volid 
 
 func sha(t *testing.T, path string) string {
 	t.Helper()
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
+	sum, _ := shaPrefix(t, path, fi.Size())
+	return sum
 }
 
 // TestMigrateAcrossZones moves a running VM with two disks and two NICs
@@ -361,7 +355,7 @@ func mustRef(t *testing.T, id string) int {
 
 // simClient talks to a simulated cluster's API directly with its token, as
 // its operator would.
-func simClient(t *testing.T, c *meshtest.Cluster) *proxmox.Client {
+func simClient(t testing.TB, c *meshtest.Cluster) *proxmox.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.Sim.CACertPEM())

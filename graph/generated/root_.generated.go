@@ -394,6 +394,7 @@ type ComplexityRoot struct {
 		SizeBytes         func(childComplexity int) int
 		URL               func(childComplexity int) int
 		Vdc               func(childComplexity int) int
+		VdcZones          func(childComplexity int, zone *string) int
 		Version           func(childComplexity int) int
 		Zones             func(childComplexity int, zone *string) int
 	}
@@ -580,6 +581,7 @@ type ComplexityRoot struct {
 		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM                func(childComplexity int, id string) int
 		StageImage                func(childComplexity int, name string, zone string) int
+		StageVDCImage             func(childComplexity int, name string, zone string) int
 		StartVM                   func(childComplexity int, id string) int
 		StopVM                    func(childComplexity int, id string) int
 		UpdateAgents              func(childComplexity int, input model.UpdateAgentsInput) int
@@ -2241,6 +2243,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Vdc(childComplexity), true
+	case "Image.vdcZones":
+		if e.ComplexityRoot.Image.VdcZones == nil {
+			break
+		}
+
+		args, err := ec.field_Image_vdcZones_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Image.VdcZones(childComplexity, args["zone"].(*string)), true
 	case "Image.version":
 		if e.ComplexityRoot.Image.Version == nil {
 			break
@@ -3422,6 +3435,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.StageImage(childComplexity, args["name"].(string), args["zone"].(string)), true
+	case "Mutation.stageVDCImage":
+		if e.ComplexityRoot.Mutation.StageVDCImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stageVDCImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StageVDCImage(childComplexity, args["name"].(string), args["zone"].(string)), true
 	case "Mutation.startVM":
 		if e.ComplexityRoot.Mutation.StartVM == nil {
 			break
@@ -9208,6 +9232,11 @@ extend type Image {
   format: ImageFormat!
   "The size in bytes of a VDC's image (its uploaded file), counted against the VDC's imageGiB quota; null for the platform's images."
   sizeBytes: Float
+  "A VDC's image's state in every zone (or in one), as zones tells a platform admin of any image; empty for the platform's images."
+  vdcZones(
+    "Only the state in the zone of this name."
+    zone: String
+  ): [ImageZoneState!]! @vdc
 }
 
 extend type Mutation {
@@ -9229,8 +9258,8 @@ extend type Mutation {
   Makes a new image of the VDC from its stopped VM: full copies of the VM's
   disks become the disks of the image's template in the VM's zone, and
   nothing else of the VM (no cloud-init settings, network devices and so
-  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, known to the replica that runs
-  it) ends once the template is ready; the image is listed and usable by
+  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, which any replica answers for)
+  ends once the template is ready; the image is listed and usable by
   createVM of the VDC in that zone from then on. NOT_FOUND for a VM not of
   the VDC; CONFLICT while the VM runs, or for a name the VDC or the platform
   uses; QUOTA_EXCEEDED when its disks would pass the VDC's imageGiB.
@@ -9239,6 +9268,22 @@ extend type Mutation {
     "What to make."
     input: CreateImageFromVMInput!
   ): Operation! @vdc(role: MEMBER)
+  """
+  Starts copying an image of the VDC into another zone the VDC may use,
+  from a zone that holds its template, agent to agent over the mesh, and
+  returns its state there (STAGING until the copy is a template, then
+  STAGED: from then on createVM of the VDC takes it in that zone). Nothing
+  to do when it is staged or being staged there. NOT_FOUND for none, a
+  platform image or another VDC's; BAD_USER_INPUT for a zone that is not
+  one the VDC may use or is unreachable; CONFLICT when no reachable zone
+  holds a template of it.
+  """
+  stageVDCImage(
+    "The image's name in the VDC."
+    name: String!
+    "The zone to stage it into."
+    zone: String!
+  ): ImageZoneState! @vdc(role: MEMBER)
   "Deletes an image of the VDC (its templates in every zone); NOT_FOUND for none, a platform image or another VDC's."
   deleteVDCImage(
     "The image's name in the VDC."
@@ -10295,6 +10340,8 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_format(ctx, field)
 	case "sizeBytes":
 		return ec.fieldContext_Image_sizeBytes(ctx, field)
+	case "vdcZones":
+		return ec.fieldContext_Image_vdcZones(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
 }

@@ -97,6 +97,7 @@ type MutationResolver interface {
 	DeleteVdc(ctx context.Context, name string, resourceVersion *string, deleteBackups *bool) (*model.Deleted, error)
 	UploadImage(ctx context.Context, input model.UploadImageInput) (*catalog.Image, error)
 	CreateImageFromVM(ctx context.Context, input model.CreateImageFromVMInput) (*model.Operation, error)
+	StageVDCImage(ctx context.Context, name string, zone string) (*model.ImageZoneState, error)
 	DeleteVDCImage(ctx context.Context, name string) (*model.Deleted, error)
 	CreateVM(ctx context.Context, input model.CreateVMInput) (*model.CreateVMPayload, error)
 	StartVM(ctx context.Context, id string) (*model.Operation, error)
@@ -1135,6 +1136,28 @@ func (ec *executionContext) field_Mutation_shutdownVM_args(ctx context.Context, 
 }
 
 func (ec *executionContext) field_Mutation_stageImage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "name",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["name"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "zone",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["zone"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_stageVDCImage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "name",
@@ -5989,6 +6012,68 @@ func (ec *executionContext) fieldContext_Mutation_createImageFromVM(ctx context.
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_stageVDCImage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_stageVDCImage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().StageVDCImage(ctx, fc.Args["name"].(string), fc.Args["zone"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNVDCRole2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋauthᚐRole(ctx, "MEMBER")
+				if err != nil {
+					var zeroVal *model.ImageZoneState
+					return zeroVal, err
+				}
+				if ec.Directives.Vdc == nil {
+					var zeroVal *model.ImageZoneState
+					return zeroVal, errors.New("directive vdc is not implemented")
+				}
+				return ec.Directives.Vdc(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ImageZoneState) graphql.Marshaler {
+			return ec.marshalNImageZoneState2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐImageZoneState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_stageVDCImage(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ImageZoneState(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_stageVDCImage_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_deleteVDCImage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9112,6 +9197,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "createImageFromVM":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createImageFromVM(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stageVDCImage":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_stageVDCImage(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

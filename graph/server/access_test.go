@@ -319,7 +319,7 @@ var mutationRoles = map[string]string{
 	"createSecurityGroup": "MEMBER", "updateSecurityGroup": "MEMBER", "deleteSecurityGroup": "MEMBER", "setVMSecurityGroups": "MEMBER",
 	// Placement groups.
 	"createPlacementGroup": "MEMBER", "deletePlacementGroup": "MEMBER",
-	"uploadImage": "MEMBER", "deleteVDCImage": "MEMBER", "createImageFromVM": "MEMBER",
+	"uploadImage": "MEMBER", "stageVDCImage": "MEMBER", "deleteVDCImage": "MEMBER", "createImageFromVM": "MEMBER",
 	// Networks and edge gateways.
 	"createNetwork": "MEMBER", "deleteNetwork": "MEMBER",
 	"createFirewallRule": "MEMBER", "deleteFirewallRule": "MEMBER", "createPortForward": "MEMBER", "deletePortForward": "MEMBER",

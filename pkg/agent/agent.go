@@ -325,11 +325,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			a.node.Close(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("agent: %w", err)
 		}
-		edgev1.RegisterEdgeServiceServer(a.grpc, a.helper.EdgeServer())
+		edgev1.RegisterEdgeServiceServer(a.grpc, newEdgeWatch(a.helper.EdgeServer()))
 	} else {
-		edgev1.RegisterEdgeServiceServer(a.grpc, privhelper.NewEdgeServer(edge.NewManager(edge.Config{
+		edgev1.RegisterEdgeServiceServer(a.grpc, newEdgeWatch(privhelper.NewEdgeServer(edge.NewManager(edge.Config{
 			BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
-		}), a.log))
+		}), a.log)))
 	}
 	mln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.MigrationPort)))
 	if err != nil {

@@ -211,6 +211,11 @@ type Config struct {
 	// Recover pass (Recovers) sees it: the orchestrator records it as an
 	// audit event. Nil: only logged.
 	HARecovered func(ctx context.Context, r HARecovery)
+	// HARequestTimeout bounds the wait for Proxmox's HA manager to do a
+	// start, stop or migration of an HA VM it was asked for (hawait.go):
+	// an operation whose VM is not there by then fails. Default
+	// DefaultHARequestTimeout.
+	HARequestTimeout time.Duration
 	// Firewall, if set, writes the security groups of a VM into its
 	// zone's firewall (sgsync.Syncer): a create, or a move across zones,
 	// of a VM in groups waits for it before it starts the guest, so that
@@ -300,6 +305,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
+	}
+	if cfg.HARequestTimeout <= 0 {
+		cfg.HARequestTimeout = DefaultHARequestTimeout
 	}
 	if cfg.DrainParallel <= 0 {
 		cfg.DrainParallel = DefaultDrainParallel

@@ -587,8 +587,9 @@ func (sc *moveScope) stopSource(ctx context.Context) error {
 	if !m.running {
 		return nil
 	}
-	_, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{})
-	return err
+	// An HA source is stopped by the HA manager after the task: its disks
+	// are copied once it has stopped.
+	return sc.runHA(ctx, m.src, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{}, m.g.VMID)
 }
 
 // copyDisks copies each disk of the stopped source to the target guest
@@ -912,7 +913,7 @@ func (sc *moveScope) rollback(ctx context.Context) {
 	}
 	if m.running {
 		if ok && src.Status != "running" {
-			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
+			if err := sc.runHA(ctx, m.src, fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}, src.VMID); err != nil {
 				sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
 				return
 			}

@@ -130,10 +130,11 @@ func (sc *deleteScope) stop(ctx context.Context) error {
 	return fmt.Errorf("compute: delete %d: gave up", sc.g.VMID)
 }
 
-// powerOff stops the guest at once; a guest that changed meanwhile is
-// tried again by the caller.
+// powerOff stops the guest at once (an HA guest: once the HA manager has
+// stopped it); a guest that changed meanwhile is tried again by the
+// caller.
 func (sc *deleteScope) powerOff(ctx context.Context) error {
-	if _, err := pveapi.Run(ctx, sc.z.Client, "POST", sc.base+"/status/stop", map[string]any{}); err != nil && !retryable(err) {
+	if err := sc.runHA(ctx, sc.z, sc.base+"/status/stop", map[string]any{}, sc.g.VMID); err != nil && !retryable(err) {
 		return err
 	}
 	return nil

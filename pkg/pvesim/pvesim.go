@@ -73,7 +73,9 @@ type Config struct {
 	// so that what is written there is the disk's content; clones and
 	// imports copy their source's bytes, resizes truncate, deletes remove
 	// the file. Its files are kept across restarts with StateFile. "" keeps
-	// no bytes.
+	// no bytes. Uploaded files are spooled into its "upload" directory
+	// (without it, CertDir's, or the temporary certificate directory's,
+	// which Close removes) and kept there as the volumes they become.
 	DiskDir string
 	// FileRoot, if set, is where the nodes' file systems are: node N's is
 	// FileRoot/N, and a file storage's directory (its config's "path") is
@@ -110,6 +112,11 @@ type Timing struct {
 	// FenceDelay is how long a node stays offline before the HA manager fences it and
 	// recovers its HA resources on other nodes; 0 is Proxmox's DefaultFenceDelay (60 s).
 	FenceDelay time.Duration
+	// HACycle is how long the HA manager takes to act on a request queued by the API (a
+	// start, stop or migration of an HA guest, whose hastart, hastop or hamigrate task
+	// ends once the request is queued): a real cluster's CRM and LRM run every 10 s. 0
+	// acts right after the request's task ended.
+	HACycle time.Duration
 }
 
 // DevFenceDelay is RealisticTiming's FenceDelay: shorter than a real cluster's 60 s, so
@@ -126,6 +133,7 @@ func RealisticTiming() Timing {
 		Stop:       1 * time.Second,
 		Shutdown:   4 * time.Second,
 		FenceDelay: DevFenceDelay,
+		HACycle:    2 * time.Second,
 	}
 }
 
@@ -302,6 +310,12 @@ func Start(cfg Config) (*Cluster, error) {
 		go c.dataPlaneLoop()
 		c.kickNet()
 	}
+	// The HA manager drives the services of a loaded state to their requested states.
+	c.mu.Lock()
+	if len(c.st.ha.res) > 0 {
+		c.st.haKick()
+	}
+	c.mu.Unlock()
 	started = true
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil
