@@ -184,8 +184,11 @@ lint: lint-schema lint-portal
 ## VMs vs the same GraphQL query sent by curl (pkg/flexctl), and security
 ## groups (graph, as root): a TCP stream to a guest behind a 50-rule group
 ## vs one in no group, and a rule change of a 100-VM group in 3 zones until
-## every member's firewall has it (p99 against 2 s). Every figure is a ratio
-## against a baseline of the same run. Tune with BENCH_SCALES, BENCH_VMS, ...
+## every member's firewall has it (p99 against 2 s), a VM's backup and
+## restore vs a raw copy (pkg/pvesim), and 100 VMs' backup schedules run by
+## Proxmox at one time, the orchestrator's CPU meanwhile against an absolute
+## 1 s (graph). Every other figure is a ratio against a baseline of the same
+## run. Tune with BENCH_SCALES, BENCH_VMS, ...
 ## (docs/performance/index.md).
 bench: portal kube-bin tofu-bin
 	BENCH_OUT=$(BENCH_OUT) $(GO) test -run '^$$' -bench '^BenchmarkStack$$' -benchtime 1x -timeout 25m ./pkg/dev/benchmark
@@ -221,8 +224,12 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))sg-rule-change.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkBackupRestore$$' -benchtime 1x -timeout 10m ./pkg/pvesim \
 		| tee $(dir $(BENCH_OUT))backup-restore.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkScheduledBackups$$' -benchtime 1x -timeout 20m ./graph \
+		| tee $(dir $(BENCH_OUT))scheduled-backups.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./graph \
+		| tee $(dir $(BENCH_OUT))upload.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
 ## it with the minisign key RELEASE_KEY (make one with `go run ./cmd/flexrelease

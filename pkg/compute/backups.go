@@ -462,44 +462,59 @@ func (sc *backupScope) check(ctx context.Context) error {
 		return newError(KindConflict, "the VM is busy (Proxmox holds it locked: %s)", g.Lock)
 	}
 	sc.z, sc.g = z, g
-	stores, err := backupStores(ctx, sc.deps, z)
-	if err != nil {
+	if sc.store, err = pickBackupStore(ctx, sc.deps, z, sc.in.StorageProfile); err != nil {
 		return err
 	}
-	switch name := sc.in.StorageProfile; {
+	return checkBackupQuota(ctx, sc.deps, sc.vdc, z, g)
+}
+
+// pickBackupStore is the backup store of profile name in zone z, or of
+// the zone's only BACKUP profile for "" (BAD_USER_INPUT storageProfile
+// otherwise).
+func pickBackupStore(ctx context.Context, d *deps, z Zone, name string) (backupStore, error) {
+	stores, err := backupStores(ctx, d, z)
+	if err != nil {
+		return backupStore{}, err
+	}
+	switch {
 	case name != "":
-		p, err := catalog.Get[*catalog.StorageProfile](ctx, sc.cfg.Catalog, name)
+		p, err := catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, name)
 		if err != nil {
-			return catalogInput("storageProfile", "storage profile", name, err)
+			return backupStore{}, catalogInput("storageProfile", "storage profile", name, err)
 		}
 		if !p.IsBackup() {
-			return badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
+			return backupStore{}, badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
 		}
 		i := slices.IndexFunc(stores, func(s backupStore) bool { return s.profile == name })
 		if i < 0 {
-			return badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
+			return backupStore{}, badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
 		}
-		sc.store = stores[i]
+		return stores[i], nil
 	case len(stores) == 0:
-		return badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
+		return backupStore{}, badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
 	case len(stores) > 1:
-		return badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
-	default:
-		sc.store = stores[0]
+		return backupStore{}, badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
 	}
-	return nil
+	return stores[0], nil
+}
+
+// vdcStore is the storage of store that holds vdc's archives, made first
+// when it is the VDC's own entry on a Proxmox Backup Server.
+func vdcStore(ctx context.Context, z Zone, store backupStore, vdc string) (string, error) {
+	if store.pbs != nil {
+		if err := ensurePBSEntry(ctx, z, store, vdc); err != nil {
+			return "", err
+		}
+	}
+	return store.of(vdc), nil
 }
 
 // vdcStorage makes sure the VDC's storage of the backup exists: its own
 // entry on a Proxmox Backup Server, the profile's storage otherwise.
 func (sc *backupScope) vdcStorage(ctx context.Context) error {
-	if sc.store.pbs != nil {
-		if err := ensurePBSEntry(ctx, sc.z, sc.store, sc.vdc); err != nil {
-			return err
-		}
-	}
-	sc.storage = sc.store.of(sc.vdc)
-	return nil
+	var err error
+	sc.storage, err = vdcStore(ctx, sc.z, sc.store, sc.vdc)
+	return err
 }
 
 // request asks Proxmox for the vzdump task. It prunes nothing (remove=0):

@@ -866,6 +866,11 @@ func (sc *moveScope) finish(ctx context.Context) error {
 			sc.log.Warn("ha: adding the moved VM to HA failed", "vm", m.id, "zone", m.dst.Name, "err", err)
 		}
 	}
+	// The backup schedule follows the VM into its new zone; the source's
+	// job goes with the source.
+	if err := moveSchedule(ctx, sc.deps, m.vdc, m.id, m.g.Name, m.src, m.g.VMID, m.dst, vmid); err != nil {
+		return fmt.Errorf("compute: move the backup schedule: %w", err)
+	}
 	src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
 	if err != nil {
 		return err

@@ -58,8 +58,8 @@ type deleteScope struct {
 
 // deletePhases are the phases of a delete, in order: stop (the guest
 // powered off, once no other task holds its lock), destroy (purged with
-// its disks), release (its IPAM addresses, its user-data snippet and the
-// quota its create may still hold).
+// its disks), release (its IPAM addresses, its user-data snippet, its
+// backup schedule and the quota its create may still hold).
 func deletePhases() []phase[deleteScope] {
 	return []phase[deleteScope]{
 		step("stop", (*deleteScope).stop),
@@ -179,6 +179,11 @@ func (sc *deleteScope) release(ctx context.Context) error {
 		return err
 	}
 	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom, sc.log); err != nil {
+		return err
+	}
+	// Its backup schedule goes with it (a move recreated it in the new
+	// zone before it destroys the source).
+	if err := dropJob(ctx, sc.z, sc.g.VMID); err != nil {
 		return err
 	}
 	if sc.in != nil {

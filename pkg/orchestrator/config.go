@@ -164,6 +164,11 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// BackupQuotaInterval is how often the VDCs' backups are checked
+	// against their backupGiB quotas, their backup schedules paused or
+	// resumed (by the mesh control leader when replicated). Default 1m
+	// (compute.Config.BackupQuotaInterval).
+	BackupQuotaInterval time.Duration
 	// DrainParallel is how many VMs of the hosts in maintenance are
 	// live-migrated at once per zone (by the mesh control leader when
 	// replicated). Default 4 (compute.DefaultDrainParallel).

@@ -114,6 +114,12 @@ func (v vdcBackups) DeleteBackup(ctx context.Context, vdc, id string) error {
 	return v.b.Delete(ctx, vdc, id)
 }
 
+// UsedBytes implements vdc.Backups: what the VDC's archives use of its
+// backupGiB quota.
+func (v vdcBackups) UsedBytes(ctx context.Context, vdc string) (int64, error) {
+	return v.b.UsedBytes(ctx, vdc)
+}
+
 // vdcZones are the registry's zones as the VDC lifecycle sees them.
 type vdcZones struct{ r *fleet.Registry }
 

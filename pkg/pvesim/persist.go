@@ -49,6 +49,14 @@ type stateFile struct {
 	// HA is the HA configuration: resources and rules (the manager's view is derived
 	// again at start).
 	HA *haRecord `json:"ha,omitempty"`
+	// BackupJobs are the backup jobs (/cluster/backup) and when each last ran.
+	BackupJobs []backupJobRecord `json:"backup_jobs,omitempty"`
+}
+
+type backupJobRecord struct {
+	ID   string    `json:"id"`
+	Opts typedMap  `json:"opts"`
+	Last time.Time `json:"last"`
 }
 
 type nodeRecord struct {
@@ -333,6 +341,10 @@ func (st *state) snapshot() *stateFile {
 	}
 	f.Firewall = st.fw.clone()
 	f.HA = st.ha.record()
+	for _, id := range sortedKeys(st.backupJobs) {
+		j := st.backupJobs[id]
+		f.BackupJobs = append(f.BackupJobs, backupJobRecord{ID: id, Opts: typedMap(maps.Clone(j.opts)), Last: j.last})
+	}
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -452,6 +464,9 @@ func (st *state) restore(f *stateFile) error {
 	}
 	st.fw = f.Firewall.normalize()
 	st.ha.load(f.HA)
+	for _, r := range f.BackupJobs {
+		st.backupJobs[r.ID] = &backupJob{id: r.ID, opts: params(r.Opts), last: r.Last}
+	}
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {

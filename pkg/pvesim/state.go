@@ -23,10 +23,16 @@ type state struct {
 	taskList []*task
 	pools    map[string]*pool
 	repl     map[string]*replJob // replication jobs by id
-	sdn      *sdnState
-	fw       *fwConf // the cluster's firewall (cluster.fw)
-	ha       *haState
-	nextPID  uint32
+	// backupJobs are the backup jobs by id (backupjobs.go).
+	backupJobs map[string]*backupJob
+	// vzdumpBusy says whether a vzdump holds a node's lock;
+	// vzdumpQueue are the vzdumps waiting for it, in turn (backup.go).
+	vzdumpBusy  map[string]bool
+	vzdumpQueue map[string][]func()
+	sdn         *sdnState
+	fw          *fwConf // the cluster's firewall (cluster.fw)
+	ha          *haState
+	nextPID     uint32
 	// firstBoots are the guests' starts whose cloud-init is still to run
 	// (cloudinit.go).
 	firstBoots []firstBoot
@@ -102,18 +108,21 @@ type pool struct {
 
 func newState(c *Cluster) *state {
 	st := &state{
-		c:       c,
-		nodes:   map[string]*node{},
-		guests:  map[int]*guest{},
-		volumes: map[string]map[string]*volume{},
-		tasks:   map[string]*task{},
-		pools:   map[string]*pool{},
-		repl:    map[string]*replJob{},
-		sdn:     newSDNState(),
-		fw:      newFWConf(),
-		ha:      newHAState(),
-		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
-		timers:  map[*taskTimer]struct{}{},
+		c:           c,
+		nodes:       map[string]*node{},
+		guests:      map[int]*guest{},
+		volumes:     map[string]map[string]*volume{},
+		tasks:       map[string]*task{},
+		pools:       map[string]*pool{},
+		repl:        map[string]*replJob{},
+		backupJobs:  map[string]*backupJob{},
+		vzdumpBusy:  map[string]bool{},
+		vzdumpQueue: map[string][]func(){},
+		sdn:         newSDNState(),
+		fw:          newFWConf(),
+		ha:          newHAState(),
+		nextPID:     4000 + uint32(time.Now().UnixNano()%20000),
+		timers:      map[*taskTimer]struct{}{},
 		storages: []*storageDef{
 			{id: "local", typ: "dir", content: []string{"backup", "import", "iso", "vztmpl"}, path: "/var/lib/vz"},
 			{id: "local-lvm", typ: "lvmthin", content: []string{"images", "rootdir"}},

@@ -91,8 +91,8 @@ type Config struct {
 	Tokens Tokens
 	// Now is the clock of service accounts' times; nil is time.Now.
 	Now func() time.Time
-	// Backups lists and deletes the VDC's backups; nil: there are none
-	// (Delete then counts none).
+	// Backups lists, sizes and deletes the VDC's backups; nil: there are
+	// none (Delete then counts none, and Usage none).
 	Backups Backups
 }
 
@@ -104,6 +104,9 @@ type Backups interface {
 	VDCBackups(ctx context.Context, vdc string) (archives []string, running int, err error)
 	// DeleteBackup deletes backup id of vdc.
 	DeleteBackup(ctx context.Context, vdc, id string) error
+	// UsedBytes is the size of vdc's backup archives in every zone, as
+	// its backupGiB quota counts them.
+	UsedBytes(ctx context.Context, vdc string) (int64, error)
 }
 
 // Service creates, changes and deletes VDCs.
@@ -169,12 +172,14 @@ type Usage struct {
 	PublicAddresses int
 	// KubernetesClusters is the number of its Kubernetes clusters.
 	KubernetesClusters int
+	// BackupBytes is the size of its backup archives (Config.Backups).
+	BackupBytes int64
 }
 
 // Usage reads what v uses: its VMs (the quota ledger's count, read within
 // the zone timeout), the public addresses it holds (the catalog's count)
-// and its Kubernetes clusters (Config.Clusters). A zone that does not
-// answer makes it ZONE_UNAVAILABLE.
+// its Kubernetes clusters (Config.Clusters) and the size of its backups
+// (Config.Backups). A zone that does not answer makes it ZONE_UNAVAILABLE.
 func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	addrs, err := catalog.PublicAddressesOf(ctx, s.cfg.Store, v.Name)
 	if err != nil {
@@ -192,12 +197,16 @@ func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ZoneTimeout)
 	defer cancel()
 	u, err := s.cfg.Ledger.Usage(ctx, v)
+	var backups int64
+	if err == nil && s.cfg.Backups != nil {
+		backups, err = s.cfg.Backups.UsedBytes(ctx, v.Name)
+	}
 	if err != nil {
 		s.log.Warn("vdc: usage", "vdc", v.Name, "err", err)
 		return Usage{}, &fault.Error{Kind: fault.ZoneUnavailable, Cause: err,
 			Message: fmt.Sprintf("the usage of VDC %s cannot be read: a zone does not answer", v.Name)}
 	}
-	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters}, nil
+	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters, BackupBytes: backups}, nil
 }
 
 // Delete deletes the VDC name once nothing of it is left: while it has
