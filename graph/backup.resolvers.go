@@ -94,6 +94,34 @@ func (r *mutationResolver) RestoreBackup(ctx context.Context, input model.Restor
 	return opModel(op), nil
 }
 
+// SetBackupSchedule is the resolver for the setBackupSchedule field.
+func (r *mutationResolver) SetBackupSchedule(ctx context.Context, input model.SetBackupScheduleInput) (*model.VM, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	in := compute.ScheduleInput{VM: input.VM, Schedule: input.Schedule, KeepLast: input.KeepLast, KeepDaily: input.KeepDaily,
+		KeepWeekly: input.KeepWeekly, StorageProfile: deref(input.StorageProfile)}
+	if err := svc.Disks().Backups().SetSchedule(ctx, scope.VDC.Name, in); err != nil {
+		return nil, computeError(err, "input")
+	}
+	return r.Query().VM(ctx, input.VM)
+}
+
+// RemoveBackupSchedule is the resolver for the removeBackupSchedule field.
+func (r *mutationResolver) RemoveBackupSchedule(ctx context.Context, vm string) (*model.VM, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Disks().Backups().RemoveSchedule(ctx, scope.VDC.Name, vm); err != nil {
+		return nil, computeError(err, "")
+	}
+	return r.Query().VM(ctx, vm)
+}
+
 // Backups is the resolver for the backups field.
 func (r *queryResolver) Backups(ctx context.Context, first *int, after *string) (*model.BackupConnection, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
@@ -129,6 +157,32 @@ func (r *vMResolver) Backups(ctx context.Context, obj *model.VM) ([]*compute.Bac
 		return nil, err
 	}
 	return list, nil
+}
+
+// BackupSchedule is the resolver for the backupSchedule field.
+func (r *vMResolver) BackupSchedule(ctx context.Context, obj *model.VM) (*model.BackupSchedule, error) {
+	scope, _ := VDCScopeFrom(ctx)
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	s, err := svc.Disks().Backups().Schedule(ctx, scope.VDC.Name, obj.ID)
+	if err != nil {
+		err = computeError(err, "")
+		if r.zoneFailed(ctx, obj, err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if s == nil {
+		return nil, nil
+	}
+	state := model.BackupScheduleStateActive
+	if s.Paused {
+		state = model.BackupScheduleStatePaused
+	}
+	return &model.BackupSchedule{Schedule: s.Schedule, KeepLast: s.KeepLast, KeepDaily: s.KeepDaily, KeepWeekly: s.KeepWeekly,
+		State: state, Message: optString(s.Message)}, nil
 }
 
 func (r *Resolver) Backup() generated.BackupResolver { return &backupResolver{r} }

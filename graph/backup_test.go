@@ -32,10 +32,6 @@ const backupFields = `id vm { id } vmName zone { name } sizeGiB status message d
 func TestBackupsEndToEnd(t *testing.T) {
 	t.Parallel()
 	h, tn := sharedTenant(t, "backups")
-	// The shared harness's one BACKUP profile (only this test takes
-	// backups there): zone alpha's "local" storage.
-	h.GraphQL(t, "admin", "", `mutation { createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP,
-	  pools: [{zone: "alpha", pool: "local"}]}) { name kind } }`, nil).OK(t)
 	src := createBlueVM(t, h, tn, "src")
 
 	// What the guest wrote on its disk before the backup.

@@ -3,11 +3,9 @@ package graph_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -36,23 +34,20 @@ func diskPath(t *testing.T, ctx context.Context, c *proxmox.Client, node, volid 
 
 func sha(t *testing.T, path string) string {
 	t.Helper()
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
+	sum, _ := shaPrefix(t, path, fi.Size())
+	return sum
 }
 
 // TestMigrateAcrossZones moves a running VM with two disks and two NICs
 // from alpha to beta through GraphQL: the disks arrive byte-identical
 // (checksums of the simulators' disk files), one NIC goes to the network
 // of the same name, the other to the one given; the VM runs in beta with
-// its addresses claimed there, and nothing of it is left in alpha.
+// its addresses claimed there with its backup schedule, and nothing of it
+// is left in alpha.
 // Preflight refusals come first and change nothing.
 func TestMigrateAcrossZones(t *testing.T) {
 	t.Parallel()
@@ -166,6 +161,12 @@ func TestMigrateAcrossZones(t *testing.T) {
 		t.Fatalf("the refusals claimed addresses in beta: %+v", maps)
 	}
 
+	// Its backup schedule goes along (a BACKUP profile in each zone).
+	h.GraphQL(t, "admin", "", `mutation { createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP,
+	  pools: [{zone: "alpha", pool: "local"}, {zone: "beta", pool: "local"}]}) { name } }`, nil).OK(t)
+	h.GraphQL(t, "bob", "blue", `mutation($id: ID!) { setBackupSchedule(input: {vm: $id, schedule: "sat 03:30", keepLast: 2}) { id } }`,
+		map[string]any{"id": id}).OK(t)
+
 	var op gqlMigrateOp
 	mv(good).OK(t).Into(t, "migrateVM", &op)
 	var last gqlMigrateOp
@@ -197,6 +198,22 @@ func TestMigrateAcrossZones(t *testing.T) {
 	h.GraphQL(t, "bob", "blue", `{ vms { id status ipAddresses zone { name } } }`, nil).OK(t).Into(t, "vms", &vms)
 	if len(vms) != 1 || vms[0].ID != id || vms[0].Zone.Name != "beta" || vms[0].Status != "RUNNING" || len(vms[0].IPAddresses) != 2 {
 		t.Fatalf("vms after the move: %+v (want %s in beta)", vms, id)
+	}
+	// The backup schedule is beta's job now; alpha has none left.
+	var sched struct {
+		BackupSchedule *struct {
+			Schedule string
+			KeepLast *int
+			State    string
+		}
+	}
+	h.GraphQL(t, "bob", "blue", `query($id: ID!) { vm(id: $id) { backupSchedule { schedule keepLast state } } }`, map[string]any{"id": id}).
+		OK(t).Into(t, "vm", &sched)
+	if s := sched.BackupSchedule; s == nil || s.Schedule != "sat 03:30" || s.KeepLast == nil || *s.KeepLast != 2 || s.State != "ACTIVE" {
+		t.Errorf("the moved VM's backup schedule: %+v", s)
+	}
+	if jobs, err := pveapi.BackupJobs(ctx, ac); err != nil || len(jobs) != 0 {
+		t.Errorf("alpha's backup jobs after the move: %+v %v", jobs, err)
 	}
 	// A placement group is zonal: the VM left alpha's, which is empty.
 	var moved struct{ PlacementGroup *struct{ ID string } }
@@ -338,7 +355,7 @@ func mustRef(t *testing.T, id string) int {
 
 // simClient talks to a simulated cluster's API directly with its token, as
 // its operator would.
-func simClient(t *testing.T, c *meshtest.Cluster) *proxmox.Client {
+func simClient(t testing.TB, c *meshtest.Cluster) *proxmox.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.Sim.CACertPEM())

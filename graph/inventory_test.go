@@ -168,6 +168,7 @@ func runAPIExample(t *testing.T, env map[string]string) []byte {
 }
 
 func TestInventory(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	h := meshtest.New(t, meshtest.WithAPI(meshtest.APISpec{ZoneTimeout: zoneTimeout, AgentVersion: "v2"}))
 	alpha, beta := h.Clusters[0], h.Clusters[1]

@@ -22,7 +22,7 @@ type tenant struct {
 }
 
 // sharedTenants names the tenants of sharedMesh, one per test using it.
-var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks", "pgroups", "sgnulls", "backups", "vdcimages", "vmimages", "isos"}
+var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks", "pgroups", "sgnulls", "backups", "vdcimages", "vmimages", "bsched", "isos"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
 // one node, whose storage "local" takes snippets), the API and the catalog
@@ -49,9 +49,13 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 		}
 	}
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
-		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second}))
+		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second, BackupQuotaInterval: time.Second}))
 	h.WaitOnline(t, 30*time.Second)
 	seedCatalog(t, h, "alpha")
+	// The one BACKUP profile of the tests that take backups: zone
+	// alpha's "local" storage.
+	h.GraphQL(t, "admin", "", `mutation { createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP,
+	  pools: [{zone: "alpha", pool: "local"}]}) { name kind } }`, nil).OK(t)
 	return h
 })
 

@@ -8,7 +8,7 @@ import (
 
 func vdcUsageModel(u vdc.Usage) *model.VDCUsage {
 	return &model.VDCUsage{Vcpus: u.VMs.VCPUs, MemoryMiB: u.VMs.MemoryMiB, StorageGiB: u.VMs.StorageGiB, Vms: u.VMs.VMs, PublicAddresses: u.PublicAddresses,
-		KubernetesClusters: u.KubernetesClusters}
+		KubernetesClusters: u.KubernetesClusters, BackupGiB: float64(u.BackupBytes) / (1 << 30)}
 }
 
 // vdcError maps an error of the VDC lifecycle; fields are relative to the

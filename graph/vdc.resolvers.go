@@ -42,8 +42,8 @@ func (r *mutationResolver) UpdateVdc(ctx context.Context, input model.UpdateVDCI
 }
 
 // DeleteVdc is the resolver for the deleteVDC field.
-func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string) (*model.Deleted, error) {
-	if err := r.VDCs.Delete(ctx, name, resourceVersion); err != nil {
+func (r *mutationResolver) DeleteVdc(ctx context.Context, name string, resourceVersion *string, deleteBackups *bool) (*model.Deleted, error) {
+	if err := r.VDCs.Delete(ctx, name, resourceVersion, deleteBackups != nil && *deleteBackups); err != nil {
 		return nil, vdcError(err, "")
 	}
 	return &model.Deleted{Name: name}, nil

@@ -39,6 +39,13 @@ func (r *imageResolver) SizeBytes(ctx context.Context, obj *catalog.Image) (*flo
 	return &n, nil
 }
 
+func (r *imageResolver) VdcZones(ctx context.Context, obj *catalog.Image, zone *string) ([]*model.ImageZoneState, error) {
+	if scope, _ := VDCScopeFrom(ctx); obj.VDC == "" || obj.VDC != scope.VDC.Name { // @vdc guarantees the scope
+		return []*model.ImageZoneState{}, nil
+	}
+	return r.Zones(ctx, obj, zone)
+}
+
 func (r *mutationResolver) UploadImage(ctx context.Context, input model.UploadImageInput) (*catalog.Image, error) {
 	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
 	svc, err := r.compute()
@@ -70,6 +77,19 @@ func (r *mutationResolver) CreateImageFromVM(ctx context.Context, input model.Cr
 		return nil, computeError(err, "input")
 	}
 	return opModel(op), nil
+}
+
+func (r *mutationResolver) StageVDCImage(ctx context.Context, name string, zone string) (*model.ImageZoneState, error) {
+	scope, _ := VDCScopeFrom(ctx) // @vdc guarantees it
+	svc, err := r.compute()
+	if err != nil {
+		return nil, err
+	}
+	st, err := svc.Images().StageVDC(ctx, scope.VDC.Name, name, zone)
+	if err != nil {
+		return nil, computeError(err, "")
+	}
+	return imageStateModel(st.Zone, st.Status), nil
 }
 
 func (r *mutationResolver) DeleteVDCImage(ctx context.Context, name string) (*model.Deleted, error) {

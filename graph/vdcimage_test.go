@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
+	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
@@ -229,10 +232,24 @@ func TestVDCImageFromVM(t *testing.T) {
 	}
 	before := config(ref.VMID)
 
+	// Another replica (a service of its own, sharing nothing with the
+	// API's but Proxmox and the catalog) answers for the operation too.
+	other, err := compute.New(compute.Config{Catalog: h.Orchestrator.Catalog(), Zones: orchestrator.NewComputeZones(h.Orchestrator.Zones()),
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Shutdown(context.Background()) })
 	var op gqlOp
 	h.GraphQL(t, tn.bob, tn.blue, fromVM, in).OK(t).Into(t, "createImageFromVM", &op)
 	if op.Kind != "CREATE_IMAGE" || op.State != "RUNNING" {
 		t.Fatalf("createImageFromVM: %+v", op)
+	}
+	if o, err := other.Operation(ctx, tn.blue, op.ID); err != nil || o.Kind != compute.OpCreateImage || o.VMID != src || (o.State != compute.OpRunning && o.State != compute.OpSucceeded) {
+		t.Fatalf("the other replica's operation: %+v %v", o, err)
+	}
+	if _, err := other.Operation(ctx, tn.red, op.ID); !compute.IsKind(err, compute.KindNotFound) {
+		t.Errorf("red's view of blue's operation on the other replica: %v, want NOT_FOUND", err)
 	}
 	poll.True(t, 60*time.Second, "the image made", func() bool {
 		h.GraphQL(t, tn.bob, tn.blue, `query($id: ID!) { operation(id: $id) { state step error } }`, map[string]any{"id": op.ID}).OK(t).Into(t, "operation", &op)
@@ -241,6 +258,9 @@ func TestVDCImageFromVM(t *testing.T) {
 		}
 		return op.State == "SUCCEEDED"
 	})
+	if o, err := other.Operation(ctx, tn.blue, op.ID); err != nil || o.State != compute.OpSucceeded {
+		t.Errorf("the other replica's operation once the image is made: %+v %v", o, err)
+	}
 	var img struct {
 		Name, URL, Format, Description string
 		VDC                            struct{ Name string }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/agent/privhelper"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 )
 
 // installed is where the units run the agent binary from.
@@ -64,9 +65,7 @@ func TestSystemdUnits(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "flexplane-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build the agent: %v\n%s", err, out)
-	}
+	gobin.Build(t, filepath.Join("..", ".."), bin, "./cmd/agent")
 	units := map[string]unit{}
 	var paths []string
 	for _, name := range []string{"flexplane-agent.service", "flexplane-agent-helper.service"} {

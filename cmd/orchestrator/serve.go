@@ -105,8 +105,13 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	backupQuotaInterval           time.Duration
+	haRequestTimeout              time.Duration
 	drainParallel                 int
 	securityGroupInterval         time.Duration
+	edgeResync, lbResync          time.Duration
+	edgeRederive                  time.Duration
+	syncShards                    int
 	// The portal's built files.
 	portalDir string
 	// Agent versions and releases.
@@ -173,9 +178,14 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.tenantDomain, "tenant-domain", env("FLEXPLANE_TENANT_DOMAIN", "localhost"), "DNS domain of the tenant (env FLEXPLANE_TENANT_DOMAIN)")
 	fs.DurationVar(&f.zoneTimeout, "zone-timeout", graph.DefaultZoneTimeout, "bound of one zone's part of a request spanning zones")
 	fs.DurationVar(&f.recoverAfter, "vm-recover-after", 2*time.Minute, "age at which an unfinished VM create that no running orchestrator is working on is finished or cleaned up by this one (another replica may be working on a younger one)")
+	fs.DurationVar(&f.haRequestTimeout, "ha-request-timeout", compute.DefaultHARequestTimeout, "how long a start, stop, migration or create of an HA VM waits for Proxmox's HA manager to have done it before it fails")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.backupQuotaInterval, "backup-quota-interval", time.Minute, "how often the VDCs' backups are checked against their backupGiB quotas, their backup schedules paused or resumed (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.edgeResync, "edge-resync-interval", 5*time.Minute, "time between the edge gateways' passes while nothing changes (the resync that repairs drift; a change of the catalog, of a zone's hosts or of an agent's gateways starts a pass at once)")
+	fs.DurationVar(&f.edgeRederive, "edge-rederive-interval", 30*time.Second, "time between the edge gateways' light passes, which read the zones' Proxmox again (networks and VM addresses another replica changed) but ask no agent")
+	fs.DurationVar(&f.lbResync, "lb-resync-interval", 5*time.Minute, "time between the load balancers' passes while nothing changes (a change starts a pass at once)")
 	fs.StringVar(&f.portalDir, "portal-dir", env("FLEXPLANE_PORTAL_DIR", ""), "built portal (portal/.output/public) to serve at /, signing in with -oidc-issuer as client -oidc-audience; empty serves no portal (env FLEXPLANE_PORTAL_DIR)")
 	fs.StringVar(&f.agentVersion, "agent-version", env("FLEXPLANE_AGENT_VERSION", buildVersion()), "agent version this release ships; hosts running another show updateAvailable (env FLEXPLANE_AGENT_VERSION)")
 	fs.IntVar(&f.maxComplexity, "max-complexity", defComplexity, "bound of a GraphQL operation's complexity (each field 1 plus its children, lists times first); 0 is the API's default, 1000 (env FLEXPLANE_MAX_COMPLEXITY)")
@@ -194,6 +204,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.peerURL, "peer-url", env("FLEXPLANE_PEER_URL", ""), "this replica's http:// URL as the other replicas reach it (http://POD_IP:8080); set, the orchestrator runs as one of several replicas: the mesh control server runs on the holder of a Kubernetes Lease (in -namespace, through -kubeconfig) and needs -mesh-postgres; empty runs alone (env FLEXPLANE_PEER_URL)")
 	fs.StringVar(&f.leaseName, "lease-name", env("FLEXPLANE_LEASE_NAME", meshleader.DefaultLeaseName), "name of the Lease electing the replica that runs the mesh control server (env FLEXPLANE_LEASE_NAME)")
 	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "how long after a leader's last renewal of the Lease another replica takes over")
+	fs.IntVar(&f.syncShards, "sync-shards", 1, "number of shards of the zones, each with its Lease (flexplane-sync-<shard>), whose edge gateway and load balancer syncs one replica runs at a time; the same on every replica")
 	fs.BoolVar(&f.managedKube, "managed-kubernetes", env("FLEXPLANE_MANAGED_KUBERNETES", "") == "true", "offer managed Kubernetes: the cluster of -kubeconfig is the management cluster (it must serve Cluster API's and flexplane's provider CRDs); the mesh control leader runs Cluster API's controllers (env FLEXPLANE_MANAGED_KUBERNETES=true)")
 	fs.StringVar(&f.kubeVersions, "kubernetes-versions", env("FLEXPLANE_KUBERNETES_VERSIONS", strings.Join(tenantkube.DefaultVersions, ",")), "comma-separated Kubernetes versions clusters may run (env FLEXPLANE_KUBERNETES_VERSIONS)")
 	fs.StringVar(&f.workerImage, "kubernetes-worker-image", env("FLEXPLANE_KUBERNETES_WORKER_IMAGE", "debian-13"), "catalog image of Kubernetes worker VMs (env FLEXPLANE_KUBERNETES_WORKER_IMAGE)")
@@ -218,6 +229,9 @@ func (f *serveFlags) check() error {
 	if f.maxComplexity < 0 || f.maxDepth < 0 {
 		return errors.New("-max-complexity and -max-depth must not be negative")
 	}
+	if f.haRequestTimeout <= 0 {
+		return fmt.Errorf("-ha-request-timeout must be positive, not %s", f.haRequestTimeout)
+	}
 	if f.drainParallel < 1 {
 		return fmt.Errorf("-drain-parallel must be at least 1, not %d", f.drainParallel)
 	}
@@ -238,6 +252,12 @@ func (f *serveFlags) check() error {
 	}
 	if f.leaseDuration < 3*time.Second {
 		return errors.New("-lease-duration must be at least 3s")
+	}
+	if f.syncShards < 1 || f.syncShards > 256 {
+		return fmt.Errorf("-sync-shards %d: want 1 to 256", f.syncShards)
+	}
+	if f.edgeResync < time.Second || f.lbResync < time.Second || f.edgeRederive < time.Second {
+		return errors.New("-edge-resync-interval, -edge-rederive-interval and -lb-resync-interval must be at least 1s")
 	}
 	images, err := parseWorkerImages(f.workerImages)
 	if err != nil {
@@ -331,8 +351,13 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			ZoneTimeout:           f.zoneTimeout,
 			VMRecoverAfter:        f.recoverAfter,
 			VMRecoverInterval:     f.recoverInterval,
+			BackupQuotaInterval:   f.backupQuotaInterval,
 			DrainParallel:         f.drainParallel,
+			HARequestTimeout:      f.haRequestTimeout,
 			SecurityGroupInterval: f.securityGroupInterval,
+			EdgeResyncInterval:    f.edgeResync,
+			EdgeRederiveInterval:  f.edgeRederive,
+			LBResyncInterval:      f.lbResync,
 			AgentVersion:          f.agentVersion,
 			MaxDepth:              f.maxDepth,
 			MaxComplexity:         f.maxComplexity,
@@ -344,7 +369,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 				NamespaceRole: f.kubeNamespaceRole},
 		},
 		Kube: f.cat.kube(),
-		Replication: orchestrator.ReplicationConfig{PeerURL: f.peerURL, LeaseName: f.leaseName,
+		Replication: orchestrator.ReplicationConfig{PeerURL: f.peerURL, LeaseName: f.leaseName, SyncShards: f.syncShards,
 			LeaseDuration: f.leaseDuration, RenewDeadline: f.leaseDuration * 2 / 3, RetryPeriod: f.leaseDuration / 7},
 		MetricsListen: f.metricsAddr,
 		Audit:         auditCfg,

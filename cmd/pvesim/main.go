@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cfg                                    pvesim.Config
 		timing, logLevel, control, dataPlane   string
 		upstream                               listFlag
-		latency, fenceDelay                    time.Duration
+		latency, fenceDelay, haCycle           time.Duration
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:8006", "address to serve HTTPS on")
 	fs.StringVar(&cfg.Cluster, "cluster", "", "cluster name (empty: a standalone node in no cluster)")
@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.DurationVar(&fenceDelay, "fence-delay", 0, "how long a node stays offline before the HA manager fences it and recovers its HA guests elsewhere (0: the timing's, 60s fast, 20s realistic)")
+	fs.DurationVar(&haCycle, "ha-cycle", -1, "how long the HA manager takes to act on a queued start, stop or migration of an HA guest (negative: the timing's, 0 fast, 2s realistic)")
 	fs.Var(&offline, "offline", "node to start offline (repeatable)")
 	fs.Var(&fails, "fail", "fail the next COUNT requests matching METHOD PATH with STATUS: \"POST /nodes/*/qemu/*/clone 500 2\" (repeatable; METHOD * matches all)")
 	fs.StringVar(&control, "control", "", "unix socket serving the fault control: POST /nodes/NODE/offline, /nodes/NODE/online (empty: none)")
@@ -142,6 +143,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if fenceDelay > 0 {
 		cfg.Timing.FenceDelay = fenceDelay
+	}
+	if haCycle >= 0 {
+		cfg.Timing.HACycle = haCycle
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {

@@ -437,6 +437,144 @@ func (ec *executionContext) fieldContext_BackupEdge_node(_ context.Context, fiel
 	return fc, nil
 }
 
+func (ec *executionContext) _BackupSchedule_schedule(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_schedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Schedule, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_schedule(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "String")
+}
+
+func (ec *executionContext) _BackupSchedule_keepLast(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_keepLast(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KeepLast, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_keepLast(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BackupSchedule_keepDaily(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_keepDaily(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KeepDaily, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_keepDaily(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BackupSchedule_keepWeekly(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_keepWeekly(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.KeepWeekly, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_keepWeekly(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "Int")
+}
+
+func (ec *executionContext) _BackupSchedule_state(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.BackupScheduleState) graphql.Marshaler {
+			return ec.marshalNBackupScheduleState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackupScheduleState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "BackupScheduleState")
+}
+
+func (ec *executionContext) _BackupSchedule_message(ctx context.Context, field graphql.CollectedField, obj *model.BackupSchedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BackupSchedule_message(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Message, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_BackupSchedule_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BackupSchedule", field, false, false, "String")
+}
+
 func (ec *executionContext) _DeletedBackup_id(ctx context.Context, field graphql.CollectedField, obj *model.DeletedBackup) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -566,6 +704,83 @@ func (ec *executionContext) unmarshalInputRestoreBackupInput(ctx context.Context
 func UnmarshalRestoreBackupInput(ctx context.Context, raw any) (model.RestoreBackupInput, error) {
 	var out model.RestoreBackupInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "RestoreBackupInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputSetBackupScheduleInput(ctx context.Context, obj any) (model.SetBackupScheduleInput, error) {
+	var it model.SetBackupScheduleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"vm", "schedule", "keepLast", "keepDaily", "keepWeekly", "storageProfile"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "vm":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vm"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VM = data
+		case "schedule":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("schedule"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Schedule = data
+		case "keepLast":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("keepLast"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.KeepLast = data
+		case "keepDaily":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("keepDaily"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.KeepDaily = data
+		case "keepWeekly":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("keepWeekly"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.KeepWeekly = data
+		case "storageProfile":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("storageProfile"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.StorageProfile = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalSetBackupScheduleInput unmarshals raw into the SetBackupScheduleInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalSetBackupScheduleInput(ctx context.Context, raw any) (model.SetBackupScheduleInput, error) {
+	var out model.SetBackupScheduleInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "SetBackupScheduleInput", raw, &out)
 	return out, err
 }
 
@@ -741,6 +956,64 @@ func (ec *executionContext) _BackupEdge(ctx context.Context, sel ast.SelectionSe
 	return out
 }
 
+var backupScheduleImplementors = []string{"BackupSchedule"}
+
+func (ec *executionContext) _BackupSchedule(ctx context.Context, sel ast.SelectionSet, obj *model.BackupSchedule) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, backupScheduleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("BackupSchedule")
+		case "schedule":
+			out.Values[i] = ec._BackupSchedule_schedule(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "keepLast":
+			out.Values[i] = ec._BackupSchedule_keepLast(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "keepDaily":
+			out.Values[i] = ec._BackupSchedule_keepDaily(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "keepWeekly":
+			out.Values[i] = ec._BackupSchedule_keepWeekly(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "state":
+			out.Values[i] = ec._BackupSchedule_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "message":
+			out.Values[i] = ec._BackupSchedule_message(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var deletedBackupImplementors = []string{"DeletedBackup"}
 
 func (ec *executionContext) _DeletedBackup(ctx context.Context, sel ast.SelectionSet, obj *model.DeletedBackup) graphql.Marshaler {
@@ -834,6 +1107,16 @@ func (ec *executionContext) marshalNBackupEdge2ᚖgithubᚗcomᚋflexplaneᚋfle
 	return ec._BackupEdge(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNBackupScheduleState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackupScheduleState(ctx context.Context, v any) (model.BackupScheduleState, error) {
+	var res model.BackupScheduleState
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNBackupScheduleState2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackupScheduleState(ctx context.Context, sel ast.SelectionSet, v model.BackupScheduleState) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) unmarshalNBackupStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐBackupStatus(ctx context.Context, v any) (compute.BackupStatus, error) {
 	tmp, err := scalar.UnmarshalString(v)
 	res := unmarshalNBackupStatus2githubᚗcomᚋflexplaneᚋflexplaneᚋpkgᚋcomputeᚐBackupStatus[tmp]
@@ -875,6 +1158,11 @@ func (ec *executionContext) unmarshalNRestoreBackupInput2githubᚗcomᚋflexplan
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNSetBackupScheduleInput2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐSetBackupScheduleInput(ctx context.Context, v any) (model.SetBackupScheduleInput, error) {
+	res, err := ec.unmarshalInputSetBackupScheduleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNStorageKind2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐStorageKind(ctx context.Context, v any) (model.StorageKind, error) {
 	var res model.StorageKind
 	err := res.UnmarshalGQL(v)
@@ -883,6 +1171,13 @@ func (ec *executionContext) unmarshalNStorageKind2githubᚗcomᚋflexplaneᚋfle
 
 func (ec *executionContext) marshalNStorageKind2githubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐStorageKind(ctx context.Context, sel ast.SelectionSet, v model.StorageKind) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalOBackupSchedule2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackupSchedule(ctx context.Context, sel ast.SelectionSet, v *model.BackupSchedule) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._BackupSchedule(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOCreateBackupInput2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐCreateBackupInput(ctx context.Context, v any) (*model.CreateBackupInput, error) {

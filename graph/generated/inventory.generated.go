@@ -36,6 +36,7 @@ type VMResolver interface {
 	IPAddresses(ctx context.Context, obj *model.VM) ([]string, error)
 
 	Backups(ctx context.Context, obj *model.VM) ([]*compute.Backup, error)
+	BackupSchedule(ctx context.Context, obj *model.VM) (*model.BackupSchedule, error)
 	Metrics(ctx context.Context, obj *model.VM, timeframe model.MetricsTimeframe) ([]*estate.Point, error)
 	PlacementGroup(ctx context.Context, obj *model.VM) (*compute.PlacementGroup, error)
 	SecurityGroups(ctx context.Context, obj *model.VM) ([]string, error)
@@ -1594,6 +1595,38 @@ func (ec *executionContext) fieldContext_VM_backups(_ context.Context, field gra
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Backup(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VM_backupSchedule(ctx context.Context, field graphql.CollectedField, obj *model.VM) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VM_backupSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.VM().BackupSchedule(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.BackupSchedule) graphql.Marshaler {
+			return ec.marshalOBackupSchedule2ᚖgithubᚗcomᚋflexplaneᚋflexplaneᚋgraphᚋmodelᚐBackupSchedule(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VM_backupSchedule(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VM",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BackupSchedule(ctx, field)
 		},
 	}
 	return fc, nil
@@ -3220,6 +3253,12 @@ func (ec *executionContext) _VM(ctx context.Context, sel ast.SelectionSet, obj *
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._VM_backups(ctx, field, obj)
+				})
+		case "backupSchedule":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._VM_backupSchedule(ctx, field, obj)
 				})
 		case "metrics":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,

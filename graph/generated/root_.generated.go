@@ -132,6 +132,15 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	BackupSchedule struct {
+		KeepDaily  func(childComplexity int) int
+		KeepLast   func(childComplexity int) int
+		KeepWeekly func(childComplexity int) int
+		Message    func(childComplexity int) int
+		Schedule   func(childComplexity int) int
+		State      func(childComplexity int) int
+	}
+
 	Capacity struct {
 		CPUUsage     func(childComplexity int) int
 		CPUs         func(childComplexity int) int
@@ -385,6 +394,7 @@ type ComplexityRoot struct {
 		SizeBytes         func(childComplexity int) int
 		URL               func(childComplexity int) int
 		Vdc               func(childComplexity int) int
+		VdcZones          func(childComplexity int, zone *string) int
 		Version           func(childComplexity int) int
 		Zones             func(childComplexity int, zone *string) int
 	}
@@ -550,13 +560,14 @@ type ComplexityRoot struct {
 		DeleteStorageProfile      func(childComplexity int, name string, resourceVersion *string) int
 		DeleteVDCImage            func(childComplexity int, name string) int
 		DeleteVM                  func(childComplexity int, id string, keepBackups *bool) int
-		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string) int
+		DeleteVdc                 func(childComplexity int, name string, resourceVersion *string, deleteBackups *bool) int
 		DetachDisk                func(childComplexity int, input model.DetachDiskInput) int
 		DetachIso                 func(childComplexity int, vm string) int
 		IssueKubeconfig           func(childComplexity int, cluster string) int
 		MigrateVM                 func(childComplexity int, input model.MigrateVMInput) int
 		OpenConsole               func(childComplexity int, id string) int
 		RebootVM                  func(childComplexity int, id string) int
+		RemoveBackupSchedule      func(childComplexity int, vm string) int
 		RemoveVDCMember           func(childComplexity int, user string) int
 		ResizeDisk                func(childComplexity int, input model.ResizeDiskInput) int
 		ResizeVM                  func(childComplexity int, input model.ResizeVMInput) int
@@ -565,11 +576,13 @@ type ComplexityRoot struct {
 		RollbackSnapshot          func(childComplexity int, vm string, name string, start *bool) int
 		RotateServiceAccountToken func(childComplexity int, input model.RotateServiceAccountTokenInput) int
 		ScaleNodePool             func(childComplexity int, id string, size int) int
+		SetBackupSchedule         func(childComplexity int, input model.SetBackupScheduleInput) int
 		SetDefaultSecurityGroup   func(childComplexity int, name *string) int
 		SetHostMaintenance        func(childComplexity int, input model.SetHostMaintenanceInput) int
 		SetVMSecurityGroups       func(childComplexity int, input model.SetVMSecurityGroupsInput) int
 		ShutdownVM                func(childComplexity int, id string) int
 		StageImage                func(childComplexity int, name string, zone string) int
+		StageVDCImage             func(childComplexity int, name string, zone string) int
 		StartVM                   func(childComplexity int, id string) int
 		StopVM                    func(childComplexity int, id string) int
 		UpdateAgents              func(childComplexity int, input model.UpdateAgentsInput) int
@@ -865,6 +878,7 @@ type ComplexityRoot struct {
 	}
 
 	VDCQuotas struct {
+		BackupGiB          func(childComplexity int) int
 		ImageGiB           func(childComplexity int) int
 		KubernetesClusters func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
@@ -875,6 +889,7 @@ type ComplexityRoot struct {
 	}
 
 	VDCUsage struct {
+		BackupGiB          func(childComplexity int) int
 		KubernetesClusters func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
 		PublicAddresses    func(childComplexity int) int
@@ -884,6 +899,7 @@ type ComplexityRoot struct {
 	}
 
 	VM struct {
+		BackupSchedule       func(childComplexity int) int
 		Backups              func(childComplexity int) int
 		CPUUsage             func(childComplexity int) int
 		DiskGiB              func(childComplexity int) int
@@ -1286,6 +1302,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.BackupEdge.Node(childComplexity), true
+
+	case "BackupSchedule.keepDaily":
+		if e.ComplexityRoot.BackupSchedule.KeepDaily == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.KeepDaily(childComplexity), true
+	case "BackupSchedule.keepLast":
+		if e.ComplexityRoot.BackupSchedule.KeepLast == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.KeepLast(childComplexity), true
+	case "BackupSchedule.keepWeekly":
+		if e.ComplexityRoot.BackupSchedule.KeepWeekly == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.KeepWeekly(childComplexity), true
+	case "BackupSchedule.message":
+		if e.ComplexityRoot.BackupSchedule.Message == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.Message(childComplexity), true
+	case "BackupSchedule.schedule":
+		if e.ComplexityRoot.BackupSchedule.Schedule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.Schedule(childComplexity), true
+	case "BackupSchedule.state":
+		if e.ComplexityRoot.BackupSchedule.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BackupSchedule.State(childComplexity), true
 
 	case "Capacity.cpuUsage":
 		if e.ComplexityRoot.Capacity.CPUUsage == nil {
@@ -2192,6 +2245,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Image.Vdc(childComplexity), true
+	case "Image.vdcZones":
+		if e.ComplexityRoot.Image.VdcZones == nil {
+			break
+		}
+
+		args, err := ec.field_Image_vdcZones_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Image.VdcZones(childComplexity, args["zone"].(*string)), true
 	case "Image.version":
 		if e.ComplexityRoot.Image.Version == nil {
 			break
@@ -3152,7 +3216,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string)), true
+		return e.ComplexityRoot.Mutation.DeleteVdc(childComplexity, args["name"].(string), args["resourceVersion"].(*string), args["deleteBackups"].(*bool)), true
 	case "Mutation.detachDisk":
 		if e.ComplexityRoot.Mutation.DetachDisk == nil {
 			break
@@ -3219,6 +3283,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RebootVM(childComplexity, args["id"].(string)), true
+	case "Mutation.removeBackupSchedule":
+		if e.ComplexityRoot.Mutation.RemoveBackupSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_removeBackupSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RemoveBackupSchedule(childComplexity, args["vm"].(string)), true
 	case "Mutation.removeVDCMember":
 		if e.ComplexityRoot.Mutation.RemoveVDCMember == nil {
 			break
@@ -3307,6 +3382,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ScaleNodePool(childComplexity, args["id"].(string), args["size"].(int)), true
+	case "Mutation.setBackupSchedule":
+		if e.ComplexityRoot.Mutation.SetBackupSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setBackupSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetBackupSchedule(childComplexity, args["input"].(model.SetBackupScheduleInput)), true
 	case "Mutation.setDefaultSecurityGroup":
 		if e.ComplexityRoot.Mutation.SetDefaultSecurityGroup == nil {
 			break
@@ -3362,6 +3448,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.StageImage(childComplexity, args["name"].(string), args["zone"].(string)), true
+	case "Mutation.stageVDCImage":
+		if e.ComplexityRoot.Mutation.StageVDCImage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_stageVDCImage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.StageVDCImage(childComplexity, args["name"].(string), args["zone"].(string)), true
 	case "Mutation.startVM":
 		if e.ComplexityRoot.Mutation.StartVM == nil {
 			break
@@ -4750,6 +4847,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCMember.User(childComplexity), true
 
+	case "VDCQuotas.backupGiB":
+		if e.ComplexityRoot.VDCQuotas.BackupGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCQuotas.BackupGiB(childComplexity), true
 	case "VDCQuotas.imageGiB":
 		if e.ComplexityRoot.VDCQuotas.ImageGiB == nil {
 			break
@@ -4793,6 +4896,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCQuotas.VMs(childComplexity), true
 
+	case "VDCUsage.backupGiB":
+		if e.ComplexityRoot.VDCUsage.BackupGiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VDCUsage.BackupGiB(childComplexity), true
 	case "VDCUsage.kubernetesClusters":
 		if e.ComplexityRoot.VDCUsage.KubernetesClusters == nil {
 			break
@@ -4830,6 +4939,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.VDCUsage.Vms(childComplexity), true
 
+	case "VM.backupSchedule":
+		if e.ComplexityRoot.VM.BackupSchedule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VM.BackupSchedule(childComplexity), true
 	case "VM.backups":
 		if e.ComplexityRoot.VM.Backups == nil {
 			break
@@ -5359,6 +5474,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("RotateServiceAccountTokenInput", ec.unmarshalInputRotateServiceAccountTokenInput),
 			graphql.NewInputUnmarshaler("SNIRouteInput", ec.unmarshalInputSNIRouteInput),
 			graphql.NewInputUnmarshaler("SecurityRuleInput", ec.unmarshalInputSecurityRuleInput),
+			graphql.NewInputUnmarshaler("SetBackupScheduleInput", ec.unmarshalInputSetBackupScheduleInput),
 			graphql.NewInputUnmarshaler("SetHostMaintenanceInput", ec.unmarshalInputSetHostMaintenanceInput),
 			graphql.NewInputUnmarshaler("SetVMSecurityGroupsInput", ec.unmarshalInputSetVMSecurityGroupsInput),
 			graphql.NewInputUnmarshaler("TLSCertificateInput", ec.unmarshalInputTLSCertificateInput),
@@ -5786,6 +5902,14 @@ enum BackupStatus {
   FAILED
 }
 
+"Whether a backup schedule runs."
+enum BackupScheduleState {
+  "Proxmox runs it on its schedule."
+  ACTIVE
+  "It does not run for now; message says why."
+  PAUSED
+}
+
 extend type VM {
   """
   Its backups, newest first: the archives taken of it and its backups
@@ -5793,6 +5917,32 @@ extend type VM {
   ZONE_UNAVAILABLE error.
   """
   backups: [Backup!]!
+  """
+  Its backup schedule, which Proxmox runs (a backup job of its zone); null
+  for none. A zone that does not answer gives null and a ZONE_UNAVAILABLE
+  error.
+  """
+  backupSchedule: BackupSchedule
+}
+
+"""
+A VM's schedule of backups: Proxmox takes them on the schedule, whether or
+not an orchestrator runs, and then prunes the VM's archives by the keep
+options. The archives are the VM's backups like those createBackup takes.
+"""
+type BackupSchedule {
+  "When it runs: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00)."
+  schedule: String!
+  "The newest archives it keeps, this many; null keeps none by this rule."
+  keepLast: Int
+  "The newest archive of each of this many last days it keeps; null keeps none by this rule."
+  keepDaily: Int
+  "The newest archive of each of this many last weeks it keeps; null keeps none by this rule."
+  keepWeekly: Int
+  "ACTIVE, or PAUSED (by the VDC's backupGiB quota, or disabled in Proxmox)."
+  state: BackupScheduleState!
+  "Why it is PAUSED; null while ACTIVE."
+  message: String
 }
 
 extend type Query {
@@ -5844,6 +5994,43 @@ extend type Mutation {
     "What to restore."
     input: RestoreBackupInput!
   ): Operation! @vdc(role: MEMBER)
+  """
+  Sets a VM's backup schedule and retention (replacing the one it has):
+  a backup job of the VM's zone that Proxmox runs. Without keep options it
+  keeps every archive. BAD_USER_INPUT (with extensions.field) for a
+  schedule that does not parse (input.schedule), a keep option outside 1
+  to 1000, or no single storage profile of kind BACKUP in the VM's zone;
+  NOT_FOUND for a VM of another VDC or none. It starts PAUSED while the
+  VDC's backups have reached its backupGiB quota.
+  """
+  setBackupSchedule(
+    "The schedule."
+    input: SetBackupScheduleInput!
+  ): VM! @vdc(role: MEMBER)
+  """
+  Removes a VM's backup schedule (none is no error); its backups stay.
+  NOT_FOUND for a VM of another VDC or none.
+  """
+  removeBackupSchedule(
+    "The VM's id."
+    vm: ID!
+  ): VM! @vdc(role: MEMBER)
+}
+
+"A VM's backup schedule to set."
+input SetBackupScheduleInput {
+  "The VM's id."
+  vm: ID!
+  "When to back it up: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00)."
+  schedule: String!
+  "Keep the newest this many archives (1 to 1000)."
+  keepLast: Int
+  "Keep the newest archive of each of this many last days (1 to 1000)."
+  keepDaily: Int
+  "Keep the newest archive of each of this many last weeks (1 to 1000)."
+  keepWeekly: Int
+  "A storage profile of kind BACKUP; absent takes the VM's zone's only one."
+  storageProfile: String
 }
 
 "A backup to take."
@@ -8931,14 +9118,20 @@ extend type Mutation {
   """
   Deletes a VDC (conditional when resourceVersion is given). While it has
   VMs (or creates in flight) or networks in any zone it is refused with
-  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; once it is
-  gone its Proxmox pool and SDN zone are removed from every zone.
+  CONFLICT, and with ZONE_UNAVAILABLE while a zone cannot tell; while it
+  has backups, CONFLICT too (the message counts them) unless deleteBackups;
+  once it is gone its Proxmox pool and SDN zone are removed from every zone.
   """
   deleteVDC(
     "The name of the VDC."
     name: String!
     "When set, CONFLICT if the VDC changed since it was read."
     resourceVersion: String
+    """
+    Deletes the VDC's backups first (once it has no VMs or networks);
+    false (the default) refuses the delete while it has any.
+    """
+    deleteBackups: Boolean = false
   ): Deleted! @platformAdmin
 }
 
@@ -8977,6 +9170,8 @@ type VDCQuotas {
   kubernetesClusters: Int
   "At most this many GiB of the VDC's own images (uploaded files), each counted once; null bounds none."
   imageGiB: Int
+  "At most this many GiB of backup archives in all zones (taken or scheduled); null bounds none."
+  backupGiB: Int
 }
 
 "What a VDC uses of its quotas."
@@ -8993,6 +9188,8 @@ type VDCUsage {
   publicAddresses: Int!
   "Its Kubernetes clusters, those being deleted included (0 without managed Kubernetes)."
   kubernetesClusters: Int!
+  "The size of its backup archives in GiB, in every zone."
+  backupGiB: Float!
 }
 
 "Quotas of a VDC (0 allows none)."
@@ -9011,6 +9208,8 @@ input VDCQuotasInput {
   kubernetesClusters: Int
   "At most this many GiB of the VDC's own images (uploaded files), each counted once; null or absent bounds none."
   imageGiB: Int
+  "At most this many GiB of backup archives in all zones (taken or scheduled); null or absent bounds none."
+  backupGiB: Int
 }
 
 "A new VDC."
@@ -9052,6 +9251,11 @@ extend type Image {
   format: ImageFormat!
   "The size in bytes of a VDC's image (its uploaded file), counted against the VDC's imageGiB quota; null for the platform's images."
   sizeBytes: Float
+  "A VDC's image's state in every zone (or in one), as zones tells a platform admin of any image; empty for the platform's images."
+  vdcZones(
+    "Only the state in the zone of this name."
+    zone: String
+  ): [ImageZoneState!]! @vdc
 }
 
 extend type Mutation {
@@ -9075,8 +9279,8 @@ extend type Mutation {
   Makes a new image of the VDC from its stopped VM: full copies of the VM's
   disks become the disks of the image's template in the VM's zone, and
   nothing else of the VM (no cloud-init settings, network devices and so
-  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, known to the replica that runs
-  it) ends once the template is ready; the image is listed and usable by
+  MACs, or keys); the VM is only read. The operation (kind CREATE_IMAGE, which any replica answers for)
+  ends once the template is ready; the image is listed and usable by
   createVM of the VDC in that zone from then on. NOT_FOUND for a VM not of
   the VDC; CONFLICT while the VM runs, or for a name the VDC or the platform
   uses; QUOTA_EXCEEDED when its disks would pass the VDC's imageGiB.
@@ -9085,6 +9289,22 @@ extend type Mutation {
     "What to make."
     input: CreateImageFromVMInput!
   ): Operation! @vdc(role: MEMBER)
+  """
+  Starts copying an image of the VDC into another zone the VDC may use,
+  from a zone that holds its template, agent to agent over the mesh, and
+  returns its state there (STAGING until the copy is a template, then
+  STAGED: from then on createVM of the VDC takes it in that zone). Nothing
+  to do when it is staged or being staged there. NOT_FOUND for none, a
+  platform image or another VDC's; BAD_USER_INPUT for a zone that is not
+  one the VDC may use or is unreachable; CONFLICT when no reachable zone
+  holds a template of it.
+  """
+  stageVDCImage(
+    "The image's name in the VDC."
+    name: String!
+    "The zone to stage it into."
+    zone: String!
+  ): ImageZoneState! @vdc(role: MEMBER)
   """
   Deletes an image of the VDC (its templates in every zone, or an ISO's
   file); NOT_FOUND for none, a platform image or another VDC's; CONFLICT
@@ -9644,6 +9864,24 @@ func (ec *executionContext) childFields_BackupEdge(ctx context.Context, field gr
 	return nil, fmt.Errorf("no field named %q was found under type BackupEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_BackupSchedule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "schedule":
+		return ec.fieldContext_BackupSchedule_schedule(ctx, field)
+	case "keepLast":
+		return ec.fieldContext_BackupSchedule_keepLast(ctx, field)
+	case "keepDaily":
+		return ec.fieldContext_BackupSchedule_keepDaily(ctx, field)
+	case "keepWeekly":
+		return ec.fieldContext_BackupSchedule_keepWeekly(ctx, field)
+	case "state":
+		return ec.fieldContext_BackupSchedule_state(ctx, field)
+	case "message":
+		return ec.fieldContext_BackupSchedule_message(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BackupSchedule", field.Name)
+}
+
 func (ec *executionContext) childFields_Capacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "cpus":
@@ -10154,6 +10392,8 @@ func (ec *executionContext) childFields_Image(ctx context.Context, field graphql
 		return ec.fieldContext_Image_format(ctx, field)
 	case "sizeBytes":
 		return ec.fieldContext_Image_sizeBytes(ctx, field)
+	case "vdcZones":
+		return ec.fieldContext_Image_vdcZones(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Image", field.Name)
 }
@@ -10874,6 +11114,8 @@ func (ec *executionContext) childFields_VDCQuotas(ctx context.Context, field gra
 		return ec.fieldContext_VDCQuotas_kubernetesClusters(ctx, field)
 	case "imageGiB":
 		return ec.fieldContext_VDCQuotas_imageGiB(ctx, field)
+	case "backupGiB":
+		return ec.fieldContext_VDCQuotas_backupGiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCQuotas", field.Name)
 }
@@ -10892,6 +11134,8 @@ func (ec *executionContext) childFields_VDCUsage(ctx context.Context, field grap
 		return ec.fieldContext_VDCUsage_publicAddresses(ctx, field)
 	case "kubernetesClusters":
 		return ec.fieldContext_VDCUsage_kubernetesClusters(ctx, field)
+	case "backupGiB":
+		return ec.fieldContext_VDCUsage_backupGiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VDCUsage", field.Name)
 }
@@ -10926,6 +11170,8 @@ func (ec *executionContext) childFields_VM(ctx context.Context, field graphql.Co
 		return ec.fieldContext_VM_highAvailability(ctx, field)
 	case "backups":
 		return ec.fieldContext_VM_backups(ctx, field)
+	case "backupSchedule":
+		return ec.fieldContext_VM_backupSchedule(ctx, field)
 	case "metrics":
 		return ec.fieldContext_VM_metrics(ctx, field)
 	case "placementGroup":

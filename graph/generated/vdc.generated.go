@@ -428,6 +428,29 @@ func (ec *executionContext) fieldContext_VDCQuotas_imageGiB(_ context.Context, f
 	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VDCQuotas_backupGiB(ctx context.Context, field graphql.CollectedField, obj *catalog.VDCQuotas) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCQuotas_backupGiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BackupGiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VDCQuotas_backupGiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCQuotas", field, false, false, "Int")
+}
+
 func (ec *executionContext) _VDCUsage_vcpus(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -566,6 +589,29 @@ func (ec *executionContext) fieldContext_VDCUsage_kubernetesClusters(_ context.C
 	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Int")
 }
 
+func (ec *executionContext) _VDCUsage_backupGiB(ctx context.Context, field graphql.CollectedField, obj *model.VDCUsage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VDCUsage_backupGiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BackupGiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VDCUsage_backupGiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VDCUsage", field, false, false, "Float")
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -700,7 +746,7 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses", "kubernetesClusters", "imageGiB"}
+	fieldsInOrder := [...]string{"vcpus", "memoryMiB", "storageGiB", "vms", "publicAddresses", "kubernetesClusters", "imageGiB", "backupGiB"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -756,6 +802,13 @@ func (ec *executionContext) unmarshalInputVDCQuotasInput(ctx context.Context, ob
 				return it, err
 			}
 			it.ImageGiB = data
+		case "backupGiB":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("backupGiB"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.BackupGiB = data
 		}
 	}
 	return it, nil
@@ -931,6 +984,11 @@ func (ec *executionContext) _VDCQuotas(ctx context.Context, sel ast.SelectionSet
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "backupGiB":
+			out.Values[i] = ec._VDCQuotas_backupGiB(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -986,6 +1044,11 @@ func (ec *executionContext) _VDCUsage(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "kubernetesClusters":
 			out.Values[i] = ec._VDCUsage_kubernetesClusters(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "backupGiB":
+			out.Values[i] = ec._VDCUsage_backupGiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -112,6 +112,24 @@ type BackupEdge struct {
 	Node *compute.Backup `json:"node"`
 }
 
+// A VM's schedule of backups: Proxmox takes them on the schedule, whether or
+// not an orchestrator runs, and then prunes the VM's archives by the keep
+// options. The archives are the VM's backups like those createBackup takes.
+type BackupSchedule struct {
+	// When it runs: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00).
+	Schedule string `json:"schedule"`
+	// The newest archives it keeps, this many; null keeps none by this rule.
+	KeepLast *int `json:"keepLast,omitempty"`
+	// The newest archive of each of this many last days it keeps; null keeps none by this rule.
+	KeepDaily *int `json:"keepDaily,omitempty"`
+	// The newest archive of each of this many last weeks it keeps; null keeps none by this rule.
+	KeepWeekly *int `json:"keepWeekly,omitempty"`
+	// ACTIVE, or PAUSED (by the VDC's backupGiB quota, or disabled in Proxmox).
+	State BackupScheduleState `json:"state"`
+	// Why it is PAUSED; null while ACTIVE.
+	Message *string `json:"message,omitempty"`
+}
+
 // A console session waiting for its websocket.
 type ConsoleSession struct {
 	// The path of the websocket, on the GraphQL endpoint's host (ws: or wss:
@@ -1104,6 +1122,22 @@ type ServiceAccountToken struct {
 	Token string `json:"token"`
 }
 
+// A VM's backup schedule to set.
+type SetBackupScheduleInput struct {
+	// The VM's id.
+	VM string `json:"vm"`
+	// When to back it up: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00).
+	Schedule string `json:"schedule"`
+	// Keep the newest this many archives (1 to 1000).
+	KeepLast *int `json:"keepLast,omitempty"`
+	// Keep the newest archive of each of this many last days (1 to 1000).
+	KeepDaily *int `json:"keepDaily,omitempty"`
+	// Keep the newest archive of each of this many last weeks (1 to 1000).
+	KeepWeekly *int `json:"keepWeekly,omitempty"`
+	// A storage profile of kind BACKUP; absent takes the VM's zone's only one.
+	StorageProfile *string `json:"storageProfile,omitempty"`
+}
+
 // The input of setHostMaintenance.
 type SetHostMaintenanceInput struct {
 	// The host's id.
@@ -1298,6 +1332,8 @@ type VDCUsage struct {
 	PublicAddresses int `json:"publicAddresses"`
 	// Its Kubernetes clusters, those being deleted included (0 without managed Kubernetes).
 	KubernetesClusters int `json:"kubernetesClusters"`
+	// The size of its backup archives in GiB, in every zone.
+	BackupGiB float64 `json:"backupGiB"`
 }
 
 // A virtual machine of a VDC.
@@ -1333,6 +1369,10 @@ type VM struct {
 	// running or failed. A zone that does not answer gives none and a
 	// ZONE_UNAVAILABLE error.
 	Backups []*compute.Backup `json:"backups"`
+	// Its backup schedule, which Proxmox runs (a backup job of its zone); null
+	// for none. A zone that does not answer gives null and a ZONE_UNAVAILABLE
+	// error.
+	BackupSchedule *BackupSchedule `json:"backupSchedule,omitempty"`
 	// Its CPU, memory, network and disk I/O over the timeframe, oldest point
 	// first (about 70 points); points where it did not run have only a time.
 	// Null, with ZONE_UNAVAILABLE, when its zone does not answer.
@@ -1597,6 +1637,64 @@ func (e *AgentUpdateState) UnmarshalJSON(b []byte) error {
 }
 
 func (e AgentUpdateState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// Whether a backup schedule runs.
+type BackupScheduleState string
+
+const (
+	// Proxmox runs it on its schedule.
+	BackupScheduleStateActive BackupScheduleState = "ACTIVE"
+	// It does not run for now; message says why.
+	BackupScheduleStatePaused BackupScheduleState = "PAUSED"
+)
+
+var AllBackupScheduleState = []BackupScheduleState{
+	BackupScheduleStateActive,
+	BackupScheduleStatePaused,
+}
+
+func (e BackupScheduleState) IsValid() bool {
+	switch e {
+	case BackupScheduleStateActive, BackupScheduleStatePaused:
+		return true
+	}
+	return false
+}
+
+func (e BackupScheduleState) String() string {
+	return string(e)
+}
+
+func (e *BackupScheduleState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = BackupScheduleState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid BackupScheduleState", str)
+	}
+	return nil
+}
+
+func (e BackupScheduleState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *BackupScheduleState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e BackupScheduleState) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -313,12 +313,13 @@ var mutationRoles = map[string]string{
 	"deleteVM": "MEMBER", "migrateVM": "MEMBER", "openConsole": "MEMBER",
 	"createSnapshot": "MEMBER", "rollbackSnapshot": "MEMBER", "deleteSnapshot": "MEMBER",
 	"createBackup": "MEMBER", "restoreBackup": "MEMBER", "deleteBackup": "MEMBER",
+	"setBackupSchedule": "MEMBER", "removeBackupSchedule": "MEMBER",
 	"attachDisk": "MEMBER", "resizeDisk": "MEMBER", "detachDisk": "MEMBER", "resizeVM": "MEMBER",
 	// Security groups.
 	"createSecurityGroup": "MEMBER", "updateSecurityGroup": "MEMBER", "deleteSecurityGroup": "MEMBER", "setVMSecurityGroups": "MEMBER",
 	// Placement groups.
 	"createPlacementGroup": "MEMBER", "deletePlacementGroup": "MEMBER",
-	"uploadImage": "MEMBER", "deleteVDCImage": "MEMBER", "createImageFromVM": "MEMBER", "detachISO": "MEMBER",
+	"uploadImage": "MEMBER", "stageVDCImage": "MEMBER", "deleteVDCImage": "MEMBER", "createImageFromVM": "MEMBER", "detachISO": "MEMBER",
 	// Networks and edge gateways.
 	"createNetwork": "MEMBER", "deleteNetwork": "MEMBER",
 	"createFirewallRule": "MEMBER", "deleteFirewallRule": "MEMBER", "createPortForward": "MEMBER", "deletePortForward": "MEMBER",

@@ -139,6 +139,11 @@ type Config struct {
 	// system; a test points it at a simulated node's
 	// (pvesim.Cluster.NodeRoot).
 	FileRoot string
+	// PBSPassword is the secret (password or API token secret) the agent
+	// gives Proxmox with a VDC's Proxmox Backup Server storage entry,
+	// which the orchestrator asks for without it (pbs.go); "" adds none.
+	// The Proxmox token's, it never leaves the agent.
+	PBSPassword string
 }
 
 func (c *Config) setDefaults() error {
@@ -320,11 +325,11 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			a.node.Close(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("agent: %w", err)
 		}
-		edgev1.RegisterEdgeServiceServer(a.grpc, a.helper.EdgeServer())
+		edgev1.RegisterEdgeServiceServer(a.grpc, newEdgeWatch(a.helper.EdgeServer()))
 	} else {
-		edgev1.RegisterEdgeServiceServer(a.grpc, privhelper.NewEdgeServer(edge.NewManager(edge.Config{
+		edgev1.RegisterEdgeServiceServer(a.grpc, newEdgeWatch(privhelper.NewEdgeServer(edge.NewManager(edge.Config{
 			BridgeNamespace: cfg.EdgeBridgeNamespace, NamespacePrefix: cfg.EdgeNamespacePrefix, Logger: a.log,
-		}), a.log))
+		}), a.log)))
 	}
 	mln, err := a.node.Listen("tcp", ":"+strconv.Itoa(int(cfg.MigrationPort)))
 	if err != nil {
@@ -638,6 +643,14 @@ func (s *service) Proxy(ctx context.Context, req *agentv1.ProxyRequest) (*agentv
 	if !ok {
 		s.a.log.Warn("agent: refused request outside the allowlist", "method", method, "path", path)
 		return nil, status.Errorf(codes.PermissionDenied, "agent: %s %s is not allowed", method, path)
+	}
+	if method == http.MethodPost && tmpl == "/storage" {
+		checked, err := s.a.pbsEntry(ctx, req)
+		if err != nil {
+			s.a.log.Warn("agent: refused storage entry", "err", err)
+			return nil, status.Errorf(codes.PermissionDenied, "agent: %v", err)
+		}
+		req = checked
 	}
 	start := time.Now()
 	resp, err := s.a.proxmox(ctx, method, tmpl, path, req)

@@ -48,9 +48,10 @@ func allowlist() []rule {
 		"/nodes/{node}/storage/{storage}/content/{volume...}",
 		"/nodes/{node}/tasks", "/nodes/{node}/tasks/{upid}",
 		"/nodes/{node}/tasks/{upid}/status", "/nodes/{node}/tasks/{upid}/log",
-		// A backup's configuration, read before its restore
+		// A backup's configuration, read before its restore, and the
+		// VMs' backup schedules, Proxmox's backup jobs
 		// (docs/use/backups.md).
-		"/nodes/{node}/vzdump/extractconfig",
+		"/nodes/{node}/vzdump/extractconfig", "/cluster/backup", "/cluster/backup/{id}",
 		// The VDCs' security groups (docs/use/security-groups.md): the
 		// cluster's groups and IP sets, whether its firewall is on, and a
 		// guest's firewall options and rules.
@@ -74,7 +75,10 @@ func allowlist() []rule {
 		"/nodes/{node}/qemu/{vmid}/snapshot", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/rollback",
 		"/nodes/{node}/storage/{storage}/content",
 		"/nodes/{node}/storage/{storage}/download-url",
-		"/nodes/{node}/vzdump",
+		"/nodes/{node}/vzdump", "/cluster/backup",
+		// A VDC's storage entry on a Proxmox Backup Server, checked beyond
+		// its path (pbs.go, docs/operate/backups.md).
+		"/storage",
 		"/pools",
 		"/cluster/sdn/zones", "/cluster/sdn/vnets", "/cluster/sdn/vnets/{vnet}/subnets",
 		"/cluster/sdn/vnets/{vnet}/ips",
@@ -90,6 +94,7 @@ func allowlist() []rule {
 		"/cluster/sdn/vnets/{vnet}/subnets/{subnet}", "/cluster/sdn/vnets/{vnet}/ips",
 		"/nodes/{node}/qemu/{vmid}/firewall/options", "/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
 		"/cluster/ha/resources/{sid}", "/cluster/ha/rules/{rule}",
+		"/cluster/backup/{id}",
 	)
 	add("DELETE",
 		"/nodes/{node}/qemu/{vmid}", "/nodes/{node}/qemu/{vmid}/snapshot/{snapname}", "/nodes/{node}/tasks/{upid}",
@@ -101,6 +106,7 @@ func allowlist() []rule {
 		"/cluster/firewall/ipset/{name}", "/cluster/firewall/ipset/{name}/{cidr}",
 		"/nodes/{node}/qemu/{vmid}/firewall/rules/{pos}",
 		"/cluster/ha/resources/{sid}", "/cluster/ha/rules/{rule}",
+		"/cluster/backup/{id}",
 	)
 	return rules
 }

@@ -37,6 +37,12 @@ func TestAllowlist(t *testing.T) {
 		{"PUT", "/nodes/pve1/qemu/100/firewall/rules/0"},
 		{"DELETE", "/nodes/pve1/qemu/100/firewall/rules/0"},
 		{"GET", "/nodes/pve1/qemu/100/cloudinit/dump"}, // a move copies the VM's user-data snippet
+		// Backup schedules: Proxmox's backup jobs.
+		{"GET", "/cluster/backup"},
+		{"POST", "/cluster/backup"},
+		{"GET", "/cluster/backup/flexplane-vm-100"},
+		{"PUT", "/cluster/backup/flexplane-vm-100"},
+		{"DELETE", "/cluster/backup/flexplane-vm-100"},
 	}
 	for _, c := range allowed {
 		if !p.allowed(c.method, c.path) {
@@ -44,6 +50,9 @@ func TestAllowlist(t *testing.T) {
 		}
 	}
 	refused := []struct{ method, path string }{
+		{"DELETE", "/cluster/backup"}, // jobs one by one only
+		{"POST", "/cluster/backup/flexplane-vm-100"},
+		{"GET", "/cluster/backup-info/not-backed-up"},
 		{"GET", "/access/users"},
 		{"POST", "/access/users"},
 		{"GET", "/access"},
@@ -58,6 +67,10 @@ func TestAllowlist(t *testing.T) {
 		{"POST", "/nodes/pve1/qemu/100/agent/exec"},
 		{"GET", "/nodes/pve1/apt/update"},
 		{"PUT", "/cluster/options"},
+		// Of the storage configuration, only a VDC's PBS entry is added
+		// (checked by TestPBSEntryChecked).
+		{"PUT", "/storage/local"},
+		{"DELETE", "/storage/local"},
 		// The firewall beyond security groups: the hosts' policy (the
 		// cluster's options), cluster and host rules, aliases, a node's
 		// firewall, a guest's IP sets and aliases.

@@ -46,6 +46,7 @@ const (
 	EnvEdgeNetNSPrefix  = "FLEXPLANE_EDGE_NETNS_PREFIX"
 	EnvHelperSocket     = "FLEXPLANE_HELPER_SOCKET"
 	EnvFileRoot         = "FLEXPLANE_FILE_ROOT"
+	EnvPBSPasswordFile  = "FLEXPLANE_PBS_PASSWORD_FILE"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -96,6 +97,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		fileRoot    = fs.String("file-root", "", "directory the paths of the node's storages are under, where snippet files are written (env "+EnvFileRoot+"; default /, the node's own file system)")
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "file of the trusted minisign public keys agent releases must be signed with: a .pub file, or ID=BASE64KEY lines (env "+EnvReleaseKeyFile+"; default none: no updates)")
+		pbsPassword = fs.String("pbs-password-file", "", "file holding the secret of the Proxmox Backup Server user of the operator's pbs storage entries, given with each VDC's entry (env "+EnvPBSPasswordFile+"; default none)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
 	)
 	var releaseKeys []string
@@ -154,6 +156,9 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 	}
 	if cfg.ProxmoxToken, err = secret(get("", EnvProxmoxToken), get(*tokenFile, EnvProxmoxTokenFile)); err != nil {
 		return Config{}, Options{}, fmt.Errorf("agent: proxmox token: %w", err)
+	}
+	if cfg.PBSPassword, err = secret("", get(*pbsPassword, EnvPBSPasswordFile)); err != nil {
+		return Config{}, Options{}, fmt.Errorf("agent: pbs password: %w", err)
 	}
 	if p := get(*port, EnvPort); p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)

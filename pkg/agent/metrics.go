@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,4 +148,45 @@ func (r *recentSet) add(s string) bool {
 	r.order[r.next], r.seen[s] = s, true
 	r.next = (r.next + 1) % len(r.order)
 	return true
+}
+
+// Calls returns how many gRPC calls (unary: one question, one answer) the
+// agent has served, by full method name, as its rpcs_total counter has them:
+// what the orchestrator costs an agent.
+func (a *Agent) Calls() (map[string]float64, error) {
+	return a.metrics.sum("rpcs_total", "method")
+}
+
+// ProxmoxRequests returns how many requests the agent has sent to its
+// Proxmox API, by "METHOD path-template" (its proxmox_requests_total): what
+// the Proxy calls of Calls asked.
+func (a *Agent) ProxmoxRequests() (map[string]float64, error) {
+	return a.metrics.sum("proxmox_requests_total", "method", "path")
+}
+
+// sum adds up the agent counter name by the values of labels, joined by a
+// space.
+func (m *agentMetrics) sum(name string, labels ...string) (map[string]float64, error) {
+	families, err := m.reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("agent: %s: %w", name, err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != metrics.Namespace+"_agent_"+name {
+			continue
+		}
+		for _, mm := range f.GetMetric() {
+			var key []string
+			for _, want := range labels {
+				for _, l := range mm.GetLabel() {
+					if l.GetName() == want {
+						key = append(key, l.GetValue())
+					}
+				}
+			}
+			out[strings.Join(key, " ")] += mm.GetCounter().GetValue()
+		}
+	}
+	return out, nil
 }

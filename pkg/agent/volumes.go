@@ -110,12 +110,37 @@ func chooseChecksum(wanted []string) string {
 const (
 	leavingTag  = privhelper.LeavingTag
 	arrivingTag = privhelper.ArrivingTag
+	outgoingTag = privhelper.OutgoingTag
 )
 
 // movingGuest checks that volume is a disk of a stopped guest of this
 // node marked tag (leavingTag or arrivingTag) and returns that guest's
 // VMID; anything else is FailedPrecondition.
 func (a *Agent) movingGuest(ctx context.Context, volume, tag string) (int, error) {
+	return a.markedGuest(ctx, volume, tag, false)
+}
+
+// readableGuest checks that volume may be read for a copy into another
+// zone: a disk of a stopped guest marked leavingTag (a move), or of a
+// template marked outgoingTag (a VDC's image staged into another zone by
+// the orchestrator's request; a template is never running, and its disks
+// are only read). It returns that guest's VMID; anything else is
+// FailedPrecondition.
+func (a *Agent) readableGuest(ctx context.Context, volume string) (int, error) {
+	vmid, err := a.movingGuest(ctx, volume, leavingTag)
+	if err == nil {
+		return vmid, nil
+	}
+	if vmid, terr := a.markedGuest(ctx, volume, outgoingTag, true); terr == nil {
+		return vmid, nil
+	}
+	return 0, err
+}
+
+// markedGuest checks that volume is a disk of a stopped guest of this
+// node marked tag, and a template when template is set, and returns that
+// guest's VMID; anything else is FailedPrecondition.
+func (a *Agent) markedGuest(ctx context.Context, volume, tag string, template bool) (int, error) {
 	var guests []struct {
 		VMID   json.Number `json:"vmid"`
 		Status string      `json:"status"`
@@ -134,7 +159,7 @@ func (a *Agent) movingGuest(ctx context.Context, volume, tag string) (int, error
 			return 0, err
 		}
 		tags, _ := cfg["tags"].(string)
-		if !hasTag(tags, tag) || !hasDisk(cfg, volume) {
+		if !hasTag(tags, tag) || !hasDisk(cfg, volume) || (template && fmt.Sprint(cfg["template"]) != "1") {
 			continue
 		}
 		if g.Status != "stopped" {
@@ -142,7 +167,7 @@ func (a *Agent) movingGuest(ctx context.Context, volume, tag string) (int, error
 		}
 		return vmid, nil
 	}
-	a.log.Warn("agent: refused a volume of no guest marked for a move", "volume", volume, "mark", tag)
+	a.log.Warn("agent: refused a volume of no guest marked for a copy", "volume", volume, "mark", tag)
 	return 0, status.Errorf(codes.FailedPrecondition, "agent: volume %s is no disk of a guest of this node marked %s", volume, tag)
 }
 
@@ -239,7 +264,7 @@ func (s *service) OfferVolume(ctx context.Context, req *agentv1.OfferVolumeReque
 	if err != nil {
 		return nil, err
 	}
-	vmid, err := a.movingGuest(ctx, req.GetVolume(), leavingTag)
+	vmid, err := a.readableGuest(ctx, req.GetVolume())
 	if err != nil {
 		return nil, err
 	}
@@ -273,8 +298,9 @@ func (m *migration) ReadVolume(req *agentv1.ReadVolumeRequest, stream grpc.Serve
 		a.log.Warn("agent: refused a volume read", "caller", who.Name)
 		return status.Error(codes.PermissionDenied, "agent: no such offer for this caller")
 	}
-	// The guest must still be leaving: a move undone since the offer ends it.
-	if _, err := a.movingGuest(stream.Context(), o.volume, leavingTag); err != nil {
+	// The guest must still be leaving (or its template still marked): a
+	// move or a copy undone since the offer ends it.
+	if _, err := a.readableGuest(stream.Context(), o.volume); err != nil {
 		return err
 	}
 	f, err := a.openVolume(stream.Context(), o.vmid, o.volume, o.path, false)

@@ -136,6 +136,60 @@ func TestVolumesOnlyOfMovingGuests(t *testing.T) {
 	refused("write into a guest marked leaving", pull(leaving))
 }
 
+// TestVolumesOfOutgoingTemplates: for a VDC's image copied into another
+// zone the agent offers the disk of a template of its node tagged
+// outgoing, and nothing else so tagged: not a guest that is no template,
+// not a template not so tagged (another image's, or one whose copy
+// ended); it never writes into such a template.
+func TestVolumesOfOutgoingTemplates(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, p := startSim(t, pvesim.Config{DiskDir: t.TempDir()})
+	a := &Agent{cfg: Config{NodeName: "pve1"}, pve: p, policy: newPolicy(), log: slog.New(slog.DiscardHandler)}
+	s := &service{a: a}
+	template := func(vmid int, tags string) string {
+		t.Helper()
+		moveGuest(t, p, vmid, tags)
+		resp, err := p.do(ctx, http.MethodPost, fmt.Sprintf("/nodes/pve1/qemu/%d/template", vmid), "", nil, "")
+		if err != nil || resp.status != http.StatusOK {
+			t.Fatalf("convert %d: %v %v", vmid, resp, err)
+		}
+		var vol string
+		poll.Until(t, 30*time.Second, fmt.Sprintf("guest %d a template", vmid), func() error {
+			var cfg map[string]any
+			if err := p.get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", vmid), &cfg); err != nil {
+				return err
+			}
+			if fmt.Sprint(cfg["template"]) != "1" {
+				return fmt.Errorf("template %v", cfg["template"])
+			}
+			s, _ := cfg["scsi0"].(string)
+			vol, _, _ = strings.Cut(s, ",")
+			return nil
+		})
+		return vol
+	}
+	outgoing := template(221, "fp-image-out")
+	unmarked := template(222, "")
+	notTemplate := moveGuest(t, p, 223, "fp-image-out")
+
+	if vmid, err := a.readableGuest(ctx, outgoing); err != nil || vmid != 221 {
+		t.Fatalf("the disk of the outgoing template: %d %v", vmid, err)
+	}
+	for what, vol := range map[string]string{"a template not marked": unmarked, "a guest marked outgoing that is no template": notTemplate} {
+		if _, err := s.OfferVolume(ctx, &agentv1.OfferVolumeRequest{Volume: vol, Reader: "beta-pve1"}); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("offer the disk of %s: %v, want FAILED_PRECONDITION", what, err)
+		}
+	}
+	err := s.PullVolume(&agentv1.PullVolumeRequest{SourceAddr: "100.64.0.9:50052", Capability: "c", Volume: outgoing}, pullStream{ctx: ctx})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("write into the outgoing template: %v, want FAILED_PRECONDITION", err)
+	}
+	if n := len(a.offers.m); n != 0 {
+		t.Errorf("%d offers were made", n)
+	}
+}
+
 // writeGuestConfig writes guest vmid's config as p answers it into dir
 // as Proxmox keeps it in its cluster file system (<vmid>.conf, `key:
 // value` lines), where the helper reads it.

@@ -260,6 +260,9 @@ type VDCQuotas struct {
 	// files and templates made from VMs, each counted once however many
 	// zones hold it); nil bounds none.
 	ImageGiB *int `json:"imageGiB,omitempty"`
+	// BackupGiB bounds the total size of the VDC's backup archives in
+	// every zone (taken or scheduled); nil bounds none.
+	BackupGiB *int `json:"backupGiB,omitempty"`
 }
 
 // ObjectKind implements Object.
@@ -281,6 +284,10 @@ func (v *VDC) DeepCopyObject() Object {
 	if p := v.Quotas.ImageGiB; p != nil {
 		n := *p
 		c.Quotas.ImageGiB = &n
+	}
+	if p := v.Quotas.BackupGiB; p != nil {
+		n := *p
+		c.Quotas.BackupGiB = &n
 	}
 	return &c
 }

@@ -32,12 +32,26 @@ import (
 //
 // Manifests may be edited by hand while nothing writes (JSON is YAML too);
 // unknown fields are rejected when read.
+//
+// Watch (Watcher) signals this store's own writes at once, and the writes of
+// other DirStores on the directory (other processes) within PollInterval: every
+// write, deletes included, moves the resource version counter, whose file is
+// replaced, so one stat per interval sees them. Manifests edited by hand are
+// not seen until a reader reads everything again.
 type DirStore struct {
 	dir string
 	now func() time.Time
+	// PollInterval is how often a Watch looks for the writes of other
+	// processes (default 1s).
+	PollInterval time.Duration
+
+	notes Notifier
 }
 
-var _ Store = (*DirStore)(nil)
+var (
+	_ Store   = (*DirStore)(nil)
+	_ Watcher = (*DirStore)(nil)
+)
 
 // OpenDir returns a DirStore over dir, creating it and its layout if needed.
 func OpenDir(dir string) (*DirStore, error) {
@@ -168,6 +182,7 @@ func (s *DirStore) Create(ctx context.Context, obj Object) (Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: create: %w", err)
 	}
+	s.notes.Notify()
 	return o.DeepCopyObject(), nil
 }
 
@@ -199,6 +214,7 @@ func (s *DirStore) Update(ctx context.Context, obj Object) (Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: update: %w", err)
 	}
+	s.notes.Notify()
 	return o.DeepCopyObject(), nil
 }
 
@@ -221,12 +237,57 @@ func (s *DirStore) Delete(ctx context.Context, kind Kind, name, resourceVersion 
 		if err := os.Remove(s.path(kind, name)); err != nil {
 			return err
 		}
-		return atomicfile.SyncDir(filepath.Dir(s.path(kind, name)))
+		if err := atomicfile.SyncDir(filepath.Dir(s.path(kind, name))); err != nil {
+			return err
+		}
+		// The counter moves on deletes too: it is what Watch polls.
+		_, err = s.nextVersion()
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("catalog: delete: %w", err)
 	}
+	s.notes.Notify()
 	return nil
+}
+
+// Watch implements Watcher: this store's writes are signalled at once,
+// other processes' within PollInterval. The channel closes when ctx ends.
+func (s *DirStore) Watch(ctx context.Context) <-chan struct{} {
+	ch := s.notes.Subscribe(ctx)
+	every := s.PollInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	go s.pollCounter(ctx, every)
+	return ch
+}
+
+// pollCounter signals the subscribers when the resource version counter's
+// file was replaced (another process wrote), until ctx ends.
+func (s *DirStore) pollCounter(ctx context.Context, every time.Duration) {
+	p := filepath.Join(s.dir, ".resourceversion")
+	stamp := func() string {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+	}
+	last := stamp()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := stamp(); now != last {
+			last = now
+			s.notes.Notify()
+		}
+	}
 }
 
 // locked runs fn while holding the directory's exclusive lock. Each call

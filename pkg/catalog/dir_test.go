@@ -2,13 +2,16 @@ package catalog_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/catalogtest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 func openStore(t *testing.T, dir string) *catalog.DirStore {
@@ -97,4 +100,62 @@ func TestSecretsOnlyTheOwnerReads(t *testing.T) {
 	if strings.Contains(out.String(), "PRIVATE") {
 		t.Errorf("the export holds the secret: %s", out.String())
 	}
+}
+
+// TestDirStoreWatch: a store's own writes are signalled at once, another
+// store's on the directory (another process) within the poll interval,
+// deletes included; a burst leaves one signal waiting; the channel closes
+// with its context.
+func TestDirStoreWatch(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b, c := openStore(t, dir), openStore(t, dir), openStore(t, dir)
+	// a's own writes: a never polls within the test (an hour); c never
+	// writes, so its signals are the others' writes.
+	a.PollInterval, c.PollInterval = time.Hour, 20*time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	own, others := a.Watch(ctx), c.Watch(ctx)
+	signalled := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no signal after %s", what)
+		}
+	}
+	v, err := catalog.Create(t.Context(), a, catalogtest.VDC("prod", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signalled(own, "a write of the store itself")
+	signalled(others, "another store's create")
+	v.Quotas.VCPUs = 17
+	if _, err := catalog.Update(t.Context(), b, v); err != nil {
+		t.Fatal(err)
+	}
+	signalled(others, "another store's update")
+	if err := catalog.Delete[*catalog.VDC](t.Context(), b, "prod", ""); err != nil {
+		t.Fatal(err)
+	}
+	signalled(others, "another store's delete")
+	for i := range 20 {
+		if _, err := catalog.Create(t.Context(), a, catalogtest.VDC(fmt.Sprint("burst", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signalled(own, "a burst")
+	select {
+	case <-own:
+		t.Error("a burst left more than one signal waiting")
+	default:
+	}
+	cancel()
+	poll.True(t, 10*time.Second, "the channel closed with its context", func() bool {
+		select {
+		case _, ok := <-own:
+			return !ok
+		default:
+			return false
+		}
+	})
 }

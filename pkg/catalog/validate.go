@@ -103,6 +103,7 @@ func (v *VDC) Validate() error {
 		validateRange("quotas.publicAddresses", ptrOr(v.Quotas.PublicAddresses, 0), 0, maxQuota),
 		validateRange("quotas.kubernetesClusters", ptrOr(v.Quotas.KubernetesClusters, 0), 0, maxQuota),
 		validateRange("quotas.imageGiB", ptrOr(v.Quotas.ImageGiB, 0), 0, maxQuota),
+		validateRange("quotas.backupGiB", ptrOr(v.Quotas.BackupGiB, 0), 0, maxQuota),
 		validateAccess(v),
 		validateDefaultGroup(v.DefaultSecurityGroup),
 	)

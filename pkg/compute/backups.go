@@ -144,10 +144,13 @@ func parseBackupNotes(notes string) (backupMeta, bool) {
 }
 
 // backupStore is a storage of backups in a zone: the storage a BACKUP
-// profile maps there, and whether every node sees the same archives.
+// profile maps there, and whether every node sees the same archives. On a
+// Proxmox Backup Server (pbs set), the storage is the operator's entry and
+// each VDC's backups go to an entry of its own (pbsbackups.go).
 type backupStore struct {
 	profile, storage string
 	shared           bool
+	pbs              *pbsBase
 }
 
 // backupStores lists the storages of the BACKUP profiles in zone z.
@@ -163,6 +166,7 @@ func backupStores(ctx context.Context, d *deps, z Zone) ([]backupStore, error) {
 			continue
 		}
 		var cfg struct {
+			pbsBase
 			Type   string `json:"type"`
 			Shared int    `json:"shared"`
 		}
@@ -170,7 +174,11 @@ func backupStores(ctx context.Context, d *deps, z Zone) ([]backupStore, error) {
 			return nil, zoneDown(z.Name, err)
 		}
 		shared := cfg.Shared == 1 || cfg.Type == "pbs" || cfg.Type == "nfs" || cfg.Type == "cifs" || cfg.Type == "cephfs"
-		out = append(out, backupStore{profile: p.Name, storage: pool, shared: shared})
+		st := backupStore{profile: p.Name, storage: pool, shared: shared}
+		if cfg.Type == "pbs" {
+			st.pbs = &cfg.pbsBase
+		}
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -221,15 +229,32 @@ func archives(ctx context.Context, d *deps, z Zone, vdc string) ([]archive, erro
 		if st.shared && len(nodes) > 0 {
 			on = nodes[:1]
 		}
+		storage := st.of(vdc)
 		for _, n := range on {
-			vols, err := pveapi.BackupVolumes(ctx, z.Client, n, st.storage)
+			vols, err := pveapi.BackupVolumes(ctx, z.Client, n, storage)
 			if err != nil {
+				if st.pbs != nil && pveapi.IsNotFound(err) {
+					break // the VDC has no entry yet: no backups there
+				}
 				return nil, zoneDown(z.Name, err)
 			}
 			for _, v := range vols {
-				if m, ok := parseBackupNotes(v.Notes); ok && m.vdc == vdc {
-					out = append(out, archive{ref: tenancy.BackupRef{ZoneID: z.ID, Node: n, VolID: v.VolID}, store: st, vol: v, meta: m})
+				m, ok := parseBackupNotes(v.Notes)
+				if !ok || m.vdc != vdc {
+					continue
 				}
+				if st.pbs != nil {
+					// PBS lists the notes' first line: the description
+					// is in the rest.
+					full, err := pveapi.BackupNotes(ctx, z.Client, n, storage, v.VolID)
+					if err != nil {
+						return nil, zoneDown(z.Name, err)
+					}
+					if fm, ok := parseBackupNotes(full); ok && fm.vdc == vdc {
+						m = fm
+					}
+				}
+				out = append(out, archive{ref: tenancy.BackupRef{ZoneID: z.ID, Node: n, VolID: v.VolID}, store: st, vol: v, meta: m})
 			}
 		}
 	}
@@ -256,7 +281,7 @@ func findArchive(ctx context.Context, d *deps, vdc, id, field string) (Zone, arc
 	if err != nil {
 		return Zone{}, archive{}, err
 	}
-	i := slices.IndexFunc(stores, func(s backupStore) bool { return s.storage == storage })
+	i := slices.IndexFunc(stores, func(s backupStore) bool { return s.of(vdc) == storage })
 	if i < 0 {
 		return Zone{}, archive{}, gone
 	}
@@ -404,16 +429,19 @@ type backupScope struct {
 	// (check).
 	z       Zone
 	g       pveapi.Resource
-	storage string
+	store   backupStore
+	storage string // the VDC's storage of store (storage)
 	upid    string // the vzdump task (request)
 }
 
 // backupPhases are the phases of a backup's creation, in order: check
-// (the input, the VM: created, not locked; the backup storage), request
-// (the vzdump task).
+// (the input, the VM: created, not locked; the backup storage), storage
+// (the VDC's entry on a Proxmox Backup Server), request (the vzdump
+// task).
 func backupPhases() []phase[backupScope] {
 	return []phase[backupScope]{
 		step("check", (*backupScope).check),
+		step("storage", (*backupScope).vdcStorage),
 		step("request", (*backupScope).request),
 	}
 }
@@ -434,32 +462,59 @@ func (sc *backupScope) check(ctx context.Context) error {
 		return newError(KindConflict, "the VM is busy (Proxmox holds it locked: %s)", g.Lock)
 	}
 	sc.z, sc.g = z, g
-	stores, err := backupStores(ctx, sc.deps, z)
-	if err != nil {
+	if sc.store, err = pickBackupStore(ctx, sc.deps, z, sc.in.StorageProfile); err != nil {
 		return err
 	}
-	switch name := sc.in.StorageProfile; {
+	return checkBackupQuota(ctx, sc.deps, sc.vdc, z, g)
+}
+
+// pickBackupStore is the backup store of profile name in zone z, or of
+// the zone's only BACKUP profile for "" (BAD_USER_INPUT storageProfile
+// otherwise).
+func pickBackupStore(ctx context.Context, d *deps, z Zone, name string) (backupStore, error) {
+	stores, err := backupStores(ctx, d, z)
+	if err != nil {
+		return backupStore{}, err
+	}
+	switch {
 	case name != "":
-		p, err := catalog.Get[*catalog.StorageProfile](ctx, sc.cfg.Catalog, name)
+		p, err := catalog.Get[*catalog.StorageProfile](ctx, d.cfg.Catalog, name)
 		if err != nil {
-			return catalogInput("storageProfile", "storage profile", name, err)
+			return backupStore{}, catalogInput("storageProfile", "storage profile", name, err)
 		}
 		if !p.IsBackup() {
-			return badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
+			return backupStore{}, badInput("storageProfile", "storage profile %s is not of kind BACKUP", name)
 		}
 		i := slices.IndexFunc(stores, func(s backupStore) bool { return s.profile == name })
 		if i < 0 {
-			return badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
+			return backupStore{}, badInput("storageProfile", "storage profile %s has no storage in zone %s", name, z.Name)
 		}
-		sc.storage = stores[i].storage
+		return stores[i], nil
 	case len(stores) == 0:
-		return badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
+		return backupStore{}, badInput("storageProfile", "zone %s has no storage profile of kind BACKUP", z.Name)
 	case len(stores) > 1:
-		return badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
-	default:
-		sc.storage = stores[0].storage
+		return backupStore{}, badInput("storageProfile", "zone %s has %d storage profiles of kind BACKUP: name one", z.Name, len(stores))
 	}
-	return nil
+	return stores[0], nil
+}
+
+// vdcStore is the storage of store that holds vdc's archives, made first
+// when it is the VDC's own entry on a Proxmox Backup Server.
+func vdcStore(ctx context.Context, z Zone, store backupStore, vdc string) (string, error) {
+	if store.pbs != nil {
+		if err := ensurePBSEntry(ctx, z, store, vdc); err != nil {
+			return "", err
+		}
+	}
+	return store.of(vdc), nil
+}
+
+// vdcStorage makes sure the VDC's storage of the backup exists: its own
+// entry on a Proxmox Backup Server, the profile's storage otherwise.
+func (sc *backupScope) vdcStorage(ctx context.Context) error {
+	var err error
+	sc.storage, err = vdcStore(ctx, sc.z, sc.store, sc.vdc)
+	return err
 }
 
 // request asks Proxmox for the vzdump task. It prunes nothing (remove=0):
@@ -523,7 +578,8 @@ func (r *restoreSource) params(vmid int, in *Intent) map[string]any {
 // Restore creates a new VM of vdc from backup in.Backup, as CreateVM
 // creates one: a new VMID and MACs, addresses from the IPAM on the
 // networks of the backed-up VM, its intent (sizes, user, keys, security
-// groups) for the new VM and without its own user-data, quota reserved,
+// groups) for the new VM, its own user-data in a snippet of the new VM's
+// while the backed-up VM is there to read it from, quota reserved,
 // placed by placement (on the archive's host when its storage is not
 // shared), recovered like any create. The name must not be another VM's
 // of the VDC (CONFLICT), nor another restore's in flight.
@@ -604,7 +660,40 @@ func restorePlan(ctx context.Context, d *deps, vdc string, in RestoreInput) (*pl
 		Storage: orig.Storage, ReadMBps: orig.ReadMBps, WriteMBps: orig.WriteMBps,
 		User: orig.User, SSHKeys: orig.SSHKeys, SecurityGroups: p.groups,
 	}
+	if p.userData, err = originalUserData(ctx, d, vdc, a, cfg); err != nil {
+		return nil, nil, err
+	}
 	return p, intent, nil
+}
+
+// originalUserData is the caller's part of the user-data of the VM that
+// archive a (its configuration cfg) was taken of, which the restore
+// carries over into a snippet of the new VM's, with flexplane's part
+// written for the new VM (startCreate merges them): nil when the VM had
+// none, had it verbatim, is gone (its snippet went with it), or the
+// installation writes no snippets.
+func originalUserData(ctx context.Context, d *deps, vdc string, a archive, cfg pveapi.Config) ([]byte, error) {
+	if d.snips.w == nil {
+		return nil, nil
+	}
+	if _, ok := userDataSnippet(cfg.Str("cicustom"), a.vol.VMID); !ok {
+		return nil, nil
+	}
+	z, g, _, gcfg, err := d.find.lookupConfig(ctx, vdc, a.meta.vm)
+	if IsKind(err, KindNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := userDataSnippet(gcfg.Str("cicustom"), g.VMID); !ok {
+		return nil, nil
+	}
+	data, err := readUserData(ctx, z, g.Node, g.VMID)
+	if err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	return tenantUserData(data), nil
 }
 
 // nameTaken reports whether a VM of vdc in zone z is called name.

@@ -21,12 +21,7 @@ func TestCrashDuringRestore(t *testing.T) {
 	e := newEnv(t, bigQuota, "alpha")
 	e.stage(e.zones[0])
 	ctx := vmtest.Ctx(t)
-	bp := &catalog.StorageProfile{}
-	bp.Name, bp.Tier, bp.StorageProfileSpec.Kind = "backup", "backup", catalog.StorageBackup
-	bp.Pools = []catalog.ZonePool{{Zone: "alpha", Pool: "local"}}
-	if _, err := catalog.Create(ctx, e.store, bp); err != nil {
-		t.Fatal(err)
-	}
+	e.backupProfile("alpha", "local")
 	src := e.create(e.svc, e.input("alpha", "origin"))
 	op, err := e.svc.Disks().Backups().Create(ctx, "blue", src.ID, compute.BackupInput{Description: "nightly"})
 	if err != nil {
@@ -87,5 +82,16 @@ func TestCrashDuringRestore(t *testing.T) {
 	}
 	if s := e.snapshot(); s.reserved != 0 {
 		t.Errorf("%d reservations left", s.reserved)
+	}
+}
+
+// backupProfile makes the BACKUP profile "backup", mapping zone to pool.
+func (e *env) backupProfile(zone, pool string) {
+	e.t.Helper()
+	bp := &catalog.StorageProfile{}
+	bp.Name, bp.Tier, bp.StorageProfileSpec.Kind = "backup", "backup", catalog.StorageBackup
+	bp.Pools = []catalog.ZonePool{{Zone: zone, Pool: pool}}
+	if _, err := catalog.Create(vmtest.Ctx(e.t), e.store, bp); err != nil {
+		e.t.Fatal(err)
 	}
 }

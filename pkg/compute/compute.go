@@ -187,6 +187,10 @@ type Config struct {
 	OrphanGrace time.Duration
 	// RecoverInterval is how often Run calls Recover; default 30s.
 	RecoverInterval time.Duration
+	// BackupQuotaInterval is how often Run checks the VDCs' backups
+	// against their backupGiB quotas, pausing and resuming their backup
+	// schedules (backup_quota.go), while Recovers says so; default 1m.
+	BackupQuotaInterval time.Duration
 	// Recovers, if set, says whether Run calls Recover now: among
 	// replicas, only one (the leader) takes over what a dead one left, so
 	// that two never finish the same create. Nil: always.
@@ -207,6 +211,11 @@ type Config struct {
 	// Recover pass (Recovers) sees it: the orchestrator records it as an
 	// audit event. Nil: only logged.
 	HARecovered func(ctx context.Context, r HARecovery)
+	// HARequestTimeout bounds the wait for Proxmox's HA manager to do a
+	// start, stop or migration of an HA VM it was asked for (hawait.go):
+	// an operation whose VM is not there by then fails. Default
+	// DefaultHARequestTimeout.
+	HARequestTimeout time.Duration
 	// Firewall, if set, writes the security groups of a VM into its
 	// zone's firewall (sgsync.Syncer): a create, or a move across zones,
 	// of a VM in groups waits for it before it starts the guest, so that
@@ -291,8 +300,14 @@ func New(cfg Config) (*Service, error) {
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = 10 * time.Minute
 	}
+	if cfg.BackupQuotaInterval <= 0 {
+		cfg.BackupQuotaInterval = time.Minute
+	}
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
+	}
+	if cfg.HARequestTimeout <= 0 {
+		cfg.HARequestTimeout = DefaultHARequestTimeout
 	}
 	if cfg.DrainParallel <= 0 {
 		cfg.DrainParallel = DefaultDrainParallel
@@ -317,14 +332,16 @@ func New(cfg Config) (*Service, error) {
 
 // Run calls Recover every RecoverInterval, and at once whenever a zone
 // comes into reach (an orchestrator that just started sees its zones only
-// as their agents connect), and drains the hosts in maintenance (each
-// second, while Recovers says so), until ctx ends.
+// as their agents connect), drains the hosts in maintenance (each
+// second, while Recovers says so) and pauses or resumes backup schedules
+// by the backupGiB quotas (every BackupQuotaInterval, while Recovers says
+// so), until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	cfg := s.d.cfg
 	t := time.NewTicker(min(cfg.RecoverInterval, time.Second))
 	defer t.Stop()
 	seen := map[string]bool{}
-	var last time.Time
+	var last, lastQuota time.Time
 	rec := recovery{s.d}
 	for {
 		fresh := false
@@ -347,6 +364,12 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if cfg.Recovers == nil || cfg.Recovers() {
 			s.d.drainPass(ctx)
+			if time.Since(lastQuota) >= cfg.BackupQuotaInterval {
+				if err := s.d.backupQuotaPass(ctx); err != nil && ctx.Err() == nil {
+					s.d.log.Warn("backup quota", "err", err)
+				}
+				lastQuota = time.Now()
+			}
 		}
 		select {
 		case <-ctx.Done():

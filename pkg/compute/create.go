@@ -1108,18 +1108,23 @@ func (d *deps) waitFirewall(ctx context.Context, zone string, in *Intent, vmid i
 
 // startGuest starts the guest: a VM to be highly available on shared
 // storage becomes an HA resource with state started, which Proxmox's HA
-// manager starts (ha.go); the others are started.
+// manager starts on its next round (ha.go); the others are started. Both
+// are waited for (an HA VM within Config.HARequestTimeout, hawait.go), so
+// that the phase observes the guest running rather than asking again.
 func (sc *createScope) startGuest(ctx context.Context, g pveapi.Resource, _ pveapi.Config, base string) (bool, error) {
 	if g.HAState == "" && !sc.in.NoHA {
 		did, err := sc.enrollHA(ctx, sc.z, g, sc.in, "started")
-		if did || err != nil {
+		if err != nil {
 			return did, err
+		}
+		if did {
+			return true, sc.waitHAStarted(ctx, sc.z, g.VMID, time.Now())
 		}
 	}
 	if g.Status == "running" {
 		return false, nil
 	}
-	_, err := pveapi.Run(ctx, sc.z.Client, "POST", base+"/status/start", nil)
+	err := sc.runHA(ctx, sc.z, base+"/status/start", nil, g.VMID)
 	if err != nil && strings.Contains(err.Error(), "already running") {
 		err = nil
 	}

@@ -595,8 +595,9 @@ func (sc *moveScope) stopSource(ctx context.Context) error {
 	if !m.running {
 		return nil
 	}
-	_, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{})
-	return err
+	// An HA source is stopped by the HA manager after the task: its disks
+	// are copied once it has stopped.
+	return sc.runHA(ctx, m.src, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", m.g.Node, m.g.VMID), map[string]any{}, m.g.VMID)
 }
 
 // copyDisks copies each disk of the stopped source to the target guest
@@ -878,6 +879,11 @@ func (sc *moveScope) finish(ctx context.Context) error {
 			sc.log.Warn("ha: adding the moved VM to HA failed", "vm", m.id, "zone", m.dst.Name, "err", err)
 		}
 	}
+	// The backup schedule follows the VM into its new zone; the source's
+	// job goes with the source.
+	if err := moveSchedule(ctx, sc.deps, m.vdc, m.id, m.g.Name, m.src, m.g.VMID, m.dst, vmid); err != nil {
+		return fmt.Errorf("compute: move the backup schedule: %w", err)
+	}
 	src, ok, err := pveapi.FindGuest(ctx, m.src.Client, m.g.VMID)
 	if err != nil {
 		return err
@@ -920,7 +926,7 @@ func (sc *moveScope) rollback(ctx context.Context) {
 	}
 	if m.running {
 		if ok && src.Status != "running" {
-			if _, err := pveapi.Run(ctx, m.src.Client, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}); err != nil {
+			if err := sc.runHA(ctx, m.src, fmt.Sprintf("/nodes/%s/qemu/%d/status/start", src.Node, src.VMID), map[string]any{}, src.VMID); err != nil {
 				sc.log.Warn("restarting the source of a failed move", "op", m.op, "err", err)
 				return
 			}

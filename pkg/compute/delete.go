@@ -58,8 +58,8 @@ type deleteScope struct {
 
 // deletePhases are the phases of a delete, in order: stop (the guest
 // powered off, once no other task holds its lock), destroy (purged with
-// its disks), release (its IPAM addresses, its user-data snippet and the
-// quota its create may still hold).
+// its disks), release (its IPAM addresses, its user-data snippet, its
+// backup schedule and the quota its create may still hold).
 func deletePhases() []phase[deleteScope] {
 	return []phase[deleteScope]{
 		step("stop", (*deleteScope).stop),
@@ -130,10 +130,11 @@ func (sc *deleteScope) stop(ctx context.Context) error {
 	return fmt.Errorf("compute: delete %d: gave up", sc.g.VMID)
 }
 
-// powerOff stops the guest at once; a guest that changed meanwhile is
-// tried again by the caller.
+// powerOff stops the guest at once (an HA guest: once the HA manager has
+// stopped it); a guest that changed meanwhile is tried again by the
+// caller.
 func (sc *deleteScope) powerOff(ctx context.Context) error {
-	if _, err := pveapi.Run(ctx, sc.z.Client, "POST", sc.base+"/status/stop", map[string]any{}); err != nil && !retryable(err) {
+	if err := sc.runHA(ctx, sc.z, sc.base+"/status/stop", map[string]any{}, sc.g.VMID); err != nil && !retryable(err) {
 		return err
 	}
 	return nil
@@ -178,6 +179,11 @@ func (sc *deleteScope) release(ctx context.Context) error {
 		return err
 	}
 	if err := sc.snips.deleteUserData(ctx, sc.z, sc.g.Node, sc.g.VMID, sc.cicustom, sc.log); err != nil {
+		return err
+	}
+	// Its backup schedule goes with it (a move recreated it in the new
+	// zone before it destroys the source).
+	if err := dropJob(ctx, sc.z, sc.g.VMID); err != nil {
 		return err
 	}
 	if sc.in != nil {

@@ -97,8 +97,9 @@ func (s *Service) Hardware(ctx context.Context, vdc, id string) (Zone, Hardware,
 // taskKinds maps the Proxmox task types of the power actions, deletes and
 // snapshot operations to their operation kinds.
 var taskKinds = func() map[string]OpKind {
-	// hastart and hastop are a start and a stop of an HA VM (ha.go).
-	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate, "hastart": OpStart, "hastop": OpStop, "vzdump": OpCreateBackup}
+	// hastart, hastop and hamigrate are a start, a stop and a migration
+	// of an HA VM (hawait.go).
+	m := map[string]OpKind{"qmdestroy": OpDelete, "qmigrate": OpMigrate, "hamigrate": OpMigrate, "hastart": OpStart, "hastop": OpStop, "vzdump": OpCreateBackup}
 	maps.Copy(m, snapshotTasks)
 	for k, p := range powerPaths {
 		m["qm"+p] = k

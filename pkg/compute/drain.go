@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -48,6 +49,10 @@ func (d *deps) drainZone(ctx context.Context, z Zone) error {
 	if err != nil {
 		return fmt.Errorf("reading the zone's policy: %w", err)
 	}
+	byHA, err := d.syncMaintenanceRule(ctx, z, maintenanceOf(p))
+	if err != nil {
+		d.log.Warn("ha: writing the maintenance rule failed", "zone", z.Name, "err", err)
+	}
 	if len(p.Maintenance) == 0 {
 		return nil
 	}
@@ -82,7 +87,11 @@ func (d *deps) drainZone(ctx context.Context, z Zone) error {
 			dr.wg.Add(1)
 			go func() {
 				defer dr.wg.Done()
-				d.drainVM(ctx, z, m, g)
+				if byHA[haSID(g.VMID)] {
+					d.drainByHA(ctx, z, m, g)
+				} else {
+					d.drainVM(ctx, z, m, g)
+				}
 				dr.mu.Lock()
 				delete(moving, g.VMID)
 				dr.mu.Unlock()
@@ -138,7 +147,36 @@ func (d *deps) drainVM(ctx context.Context, z Zone, m catalog.HostInMaintenance,
 		d.drainFailed(ctx, z, m, g, err)
 		return
 	}
+	if err := d.waitHARequest(ctx, z, sc.upid, g.VMID); err != nil {
+		d.drainFailed(ctx, z, m, g, err)
+		return
+	}
 	log.Info("drain: migrated", "to", s.node)
+}
+
+// drainByHA waits until Proxmox's HA manager has moved HA guest g off
+// m.Host, which the zone's maintenance rule (hamaint.go) leaves out: the
+// manager moves it to the host its rules allow with the least load, and a
+// migration of flexplane's would race its own. It has not moved within
+// Config.HARequestTimeout: recorded as failed.
+func (d *deps) drainByHA(ctx context.Context, z Zone, m catalog.HostInMaintenance, g pveapi.Resource) {
+	log := d.log.With("zone", z.Name, "host", m.Host, "vmid", g.VMID, "vm", g.Name)
+	log.Info("drain: the HA manager moves the VM")
+	deadline := time.Now().Add(d.cfg.HARequestTimeout)
+	err := waitGuest(ctx, z, g.VMID, func(g pveapi.Resource) (bool, error) {
+		if g.Node != m.Host && g.Lock == "" {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, newError(KindConflict, "Proxmox's HA manager did not move the VM off the host within %s (HA state %s)", d.cfg.HARequestTimeout, g.HAState)
+		}
+		return false, nil
+	})
+	if err != nil {
+		d.drainFailed(ctx, z, m, g, err)
+		return
+	}
+	log.Info("drain: moved by the HA manager")
 }
 
 // drainFailed records that g could not move off m.Host (unless err is

@@ -17,6 +17,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // TestHAVMRecovered: in a zone of three nodes whose HA manager fences a
@@ -189,4 +190,144 @@ func haSIDs(vms ...*compute.VM) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ",")
+}
+
+// TestHAActionsWaitForTheManager: Proxmox's hastart, hastop and hamigrate
+// tasks end once the request is queued to the HA manager, which acts on
+// its next cycle (here 200 ms later); a create of an HA VM waits for the
+// manager to start it (a start of 500 ms, as the dev stack's take seconds)
+// rather than asking again; a stop, start or migration of an HA
+// VM is done only once the VM is stopped, running or on its new host; one
+// the manager does not do fails after Config.HARequestTimeout; a delete of
+// the running HA VM waits for the manager to stop it.
+func TestHAActionsWaitForTheManager(t *testing.T) {
+	t.Parallel()
+	e, z := haZone(t, pvesim.Timing{HACycle: 200 * time.Millisecond, Start: 500 * time.Millisecond})
+	ctx := vmtest.Ctx(t)
+	in := e.input("alpha", "managed")
+	in.Host, in.StorageProfile = "pve1", "nfs"
+	vm, op, err := e.svc.CreateVM(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitTask(op)
+	guest := func() pveapi.Resource { return guestsOf(t, z)["managed"] }
+	poll.True(t, 20*time.Second, "the HA VM running", func() bool { g := guest(); return g.Status == "running" && g.HAState == "started" })
+	for _, c := range []struct {
+		act          func() (*compute.Operation, error)
+		step, status string
+		node         string
+	}{
+		{func() (*compute.Operation, error) { return e.svc.StopVM(ctx, "blue", vm.ID) }, "hastop", "stopped", "pve1"},
+		{func() (*compute.Operation, error) { return e.svc.StartVM(ctx, "blue", vm.ID) }, "hastart", "running", "pve1"},
+		{func() (*compute.Operation, error) {
+			return e.svc.MigrateVM(ctx, compute.MigrateInput{VDC: "blue", ID: vm.ID, Host: "pve2"})
+		}, "hamigrate", "running", "pve2"},
+	} {
+		op, err := c.act()
+		if err != nil {
+			t.Fatalf("%s: %v", c.step, err)
+		}
+		if op.Step != c.step {
+			t.Errorf("the operation's step %q, want %q", op.Step, c.step)
+		}
+		e.waitTask(op)
+		if g := guest(); g.Status != c.status || g.Node != c.node || g.Lock != "" {
+			t.Errorf("after the %s operation succeeded: the VM %s on %s (lock %q), want %s on %s", c.step, g.Status, g.Node, g.Lock, c.status, c.node)
+		}
+	}
+
+	// A migration the manager does not do (a strict node-affinity rule of
+	// the VM's names only pve2) fails after the deadline, saying so.
+	if _, err := pveapi.Run(ctx, z.Client, "POST", "/cluster/ha/rules", map[string]any{"rule": "pinned", "type": "node-affinity",
+		"resources": haSIDs(vm), "nodes": "pve2", "strict": 1}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.cfg
+	cfg.HARequestTimeout = time.Second
+	svc := e.newService(cfg)
+	op, err = svc.MigrateVM(ctx, compute.MigrateInput{VDC: "blue", ID: vm.ID, Host: "pve3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := e.wait(svc, "blue", op.ID)
+	if last.State != compute.OpFailed || !strings.Contains(last.Error, "HA manager did not move the VM to pve3 within 1s") {
+		t.Errorf("a migration the HA manager does not do: %+v", last)
+	}
+	if g := guest(); g.Node != "pve2" {
+		t.Errorf("the VM moved to %s", g.Node)
+	}
+
+	// A delete of the running HA VM stops it through the manager first.
+	del, err := e.svc.DeleteVM(ctx, "blue", vm.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitTask(del)
+	if g, ok := guestsOf(t, z)["managed"]; ok {
+		t.Errorf("the deleted HA VM is still there: %+v", g)
+	}
+}
+
+// TestMaintenanceExcludedForHA: a host in maintenance is left out of an
+// HA node-affinity rule of the zone's HA VMs, so that Proxmox's HA manager
+// moves the HA VM on it away (the drain waits for it) and recovers a
+// failed host's HA VM onto another host, though the host in maintenance
+// is the least loaded; the rule goes when maintenance ends.
+func TestMaintenanceExcludedForHA(t *testing.T) {
+	t.Parallel()
+	e, z := haZone(t, pvesim.Timing{FenceDelay: 300 * time.Millisecond, HACycle: 100 * time.Millisecond})
+	ctx := vmtest.Ctx(t)
+	create := func(name, host string) *compute.VM {
+		in := e.input("alpha", name)
+		in.Host, in.StorageProfile = host, "nfs"
+		vm, op, err := e.svc.CreateVM(ctx, in)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		e.waitTask(op)
+		return vm
+	}
+	keep, moved := create("keep", "pve3"), create("moved", "pve1")
+	runService(t, e.svc)
+	pve1 := tenancy.HostRef{ZoneID: z.Name, Node: "pve1"}.ID()
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, true); err != nil {
+		t.Fatal(err)
+	}
+	rule := func() map[string]any {
+		var rules []map[string]any
+		if err := z.Client.Get(ctx, "/cluster/ha/rules?"+url.Values{"type": {"node-affinity"}}.Encode(), &rules); err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) == 0 {
+			return nil
+		}
+		return rules[0]
+	}
+	if r := rule(); r == nil || r["nodes"] != "pve2,pve3" || r["resources"] != haSIDs(keep, moved) || fmt.Sprint(r["strict"]) != "1" {
+		t.Errorf("the maintenance rule: %v, want %s strict on pve2,pve3", r, haSIDs(keep, moved))
+	}
+	waitState(t, e.svc, pve1, compute.MaintenanceDone)
+	if g := guestsOf(t, z)["moved"]; g.Node == "pve1" || g.Status != "running" {
+		t.Errorf("the HA VM of the host in maintenance: %s on %s", g.Status, g.Node)
+	}
+
+	z.Sim.SetNodeOnline("pve3", false)
+	poll.Until(t, 20*time.Second, "the HA VM recovered", func() error {
+		g := guestsOf(t, z)["keep"]
+		if g.Node == "pve3" || g.State(false) != pveapi.StateRunning {
+			return fmt.Errorf("VM on %s, %s", g.Node, g.State(false))
+		}
+		return nil
+	})
+	if g := guestsOf(t, z)["keep"]; g.Node == "pve1" {
+		t.Error("the HA VM was recovered onto the host in maintenance")
+	}
+
+	if _, err := e.svc.Hosts().SetMaintenance(ctx, pve1, false); err != nil {
+		t.Fatal(err)
+	}
+	if r := rule(); r != nil {
+		t.Errorf("the maintenance rule after maintenance: %v", r)
+	}
 }

@@ -24,7 +24,8 @@ import (
 // maintenance mode of its own, but only the HA manager's (ha-manager
 // crm-command), with no API path the agent could allow, and a node's
 // description is free text others edit; the zone policy is already what
-// the platform admin decides about a zone's hosts. What the drain has done
+// the platform admin decides about a zone's hosts. The HA manager learns
+// of it through an HA rule (hamaint.go). What the drain has done
 // is read from Proxmox: where each VM is, its lock while it migrates, and
 // the host's migration tasks since maintenance began, so any replica
 // (and a restarted one) sees the same progress and resumes the drain.
@@ -139,6 +140,13 @@ func (s *Hosts) SetMaintenance(ctx context.Context, host string, enabled bool) (
 		return HostMaintenance{}, err
 	}
 	d.log.Info("host maintenance", "zone", z.Name, "host", node, "enabled", enabled)
+	// The HA manager excludes the host at once (the drain's passes keep
+	// the rule current).
+	if p, err := catalog.Get[*catalog.ZonePolicy](ctx, d.cfg.Catalog, z.Name); err == nil {
+		if _, err := d.syncMaintenanceRule(ctx, z, maintenanceOf(p)); err != nil {
+			d.log.Warn("ha: writing the maintenance rule failed", "zone", z.Name, "err", err)
+		}
+	}
 	return s.Maintenance(ctx, host)
 }
 

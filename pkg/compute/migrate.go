@@ -68,7 +68,7 @@ func (s *Service) MigrateVM(ctx context.Context, in MigrateInput) (*Operation, e
 	if err := runPhases(ctx, d.eng, "", "", migratePhases(), sc); err != nil {
 		return nil, cause(err)
 	}
-	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, sc.upid), Kind: OpMigrate, State: OpRunning, Step: "qmigrate",
+	op := Operation{ID: taskOpID(z.ID, g.VMID, OpMigrate, sc.upid), Kind: OpMigrate, State: OpRunning, Step: pveapi.TypeOfUPID(sc.upid),
 		VMID: in.ID, Started: time.Now(), Progress: &Progress{}}
 	return &op, nil
 }

@@ -28,8 +28,9 @@ const (
 	OpReboot   OpKind = "REBOOT_VM"
 	OpDelete   OpKind = "DELETE_VM"
 	OpMigrate  OpKind = "MIGRATE_VM"
-	// OpCreateImage is createImageFromVM: known to the process that runs
-	// it (its image is listed once it succeeded).
+	// OpCreateImage is createImageFromVM: its id names the VM's zone, the
+	// image and its version, from which any replica derives its state
+	// (its image is listed once it succeeded).
 	OpCreateImage OpKind = "CREATE_IMAGE"
 )
 
@@ -50,7 +51,10 @@ const (
 // error = its exit status); a create's id names the zone, the guest's VMID
 // and the create's operation id, and its state follows the guest: marked
 // fp-creating → RUNNING (the step is read off the guest: locked by the
-// clone, not yet configured, not yet started), unmarked → SUCCEEDED. What a
+// clone, not yet configured, not yet started), unmarked → SUCCEEDED; a
+// createImageFromVM's id names the VM's zone, the image and its version,
+// and its state follows the image's record and template guest
+// (imageOperation). What a
 // replica that did not start a create cannot see: the error of a create
 // that failed and was cleaned up (the guest is gone, so it answers
 // NOT_FOUND), and a create still waiting for its image to be staged (it
@@ -172,6 +176,9 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		}
 		return &st.op, nil
 	}
+	if _, _, _, _, ok := parseImageOpID(id); ok {
+		return imageOperation(ctx, d, vdc, id)
+	}
 	ref, ok := parseOpID(id)
 	if !ok || ref.vmid == 0 {
 		return nil, newError(KindNotFound, "no such operation")
@@ -220,7 +227,7 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 		if err := migrateTask(ctx, z, ref.upid, op); err != nil || op.Step != u.Type {
 			return nil, newError(KindNotFound, "no such operation")
 		}
-		return op, nil
+		return op, d.settleHA(ctx, z, ref.upid, g, op)
 	}
 	ts, err := pveapi.Task(ctx, z.Client, ref.upid)
 	if err != nil || ts.Type != u.Type {
@@ -228,6 +235,9 @@ func (s *Service) Operation(ctx context.Context, vdc, id string) (*Operation, er
 	}
 	op.Step = ts.Type
 	op.State, op.Error = taskState(ts)
+	if err := d.settleHA(ctx, z, ref.upid, g, op); err != nil {
+		return nil, err
+	}
 	if ref.kind == OpCreateBackup && op.State == OpFailed {
 		op.Error = backupFailure(ctx, z, ref.upid, op.Error)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
 
 var powerPaths = map[OpKind]string{OpStart: "start", OpStop: "stop", OpShutdown: "shutdown", OpReboot: "reboot"}
@@ -73,7 +75,7 @@ func power(ctx context.Context, d *deps, vdc, id string, kind OpKind) (*Operatio
 		return nil, cause(err)
 	}
 	z, g := sc.vm.z, sc.vm.g
-	op := Operation{ID: taskOpID(z.ID, g.VMID, kind, sc.upid), Kind: kind, State: OpRunning, Step: "qm" + powerPaths[kind],
+	op := Operation{ID: taskOpID(z.ID, g.VMID, kind, sc.upid), Kind: kind, State: OpRunning, Step: pveapi.TypeOfUPID(sc.upid),
 		VMID: id, Started: time.Now()}
 	return &op, nil
 }

@@ -253,3 +253,66 @@ func TestUserDataNeedsSnippets(t *testing.T) {
 		t.Fatalf("the refused create changed state:\n%+v\n%+v", before, after)
 	}
 }
+
+// TestRestoreCarriesUserData: a VM restored from a backup gets a snippet of
+// its own holding the backed-up VM's user-data, with flexplane's part
+// written for the new VM (its name), never naming the original's snippet,
+// name or address; the original keeps its own.
+func TestRestoreCarriesUserData(t *testing.T) {
+	t.Parallel()
+	e, z, cfg := stagedSnippetEnv(t)
+	svc := e.newService(cfg)
+	ctx := vmtest.Ctx(t)
+	e.backupProfile(z.Name, "local")
+	in := e.input(z.Name, "origin")
+	in.UserData = []byte("#cloud-config\nwrite_files:\n  - path: /etc/motd\n    content: restored-marker\n")
+	src := e.create(svc, in)
+	orig := agenttest.UserData(t, z, src.Node, src.Ref.VMID)
+	op, err := svc.Disks().Backups().Create(ctx, "blue", src.ID, compute.BackupInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin := e.wait(svc, "blue", op.ID); fin.State != compute.OpSucceeded {
+		t.Fatalf("backup: %+v", fin)
+	}
+	list, err := svc.Disks().Backups().List(ctx, "blue", src.ID)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("backups: %+v, %v", list, err)
+	}
+	_, rop, err := svc.Disks().Backups().Restore(ctx, "blue", compute.RestoreInput{Backup: list[0].ID, Name: "copy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin := e.wait(svc, "blue", rop.ID)
+	if fin.State != compute.OpSucceeded {
+		t.Fatalf("restore: %+v", fin)
+	}
+	cp, err := svc.VM(ctx, "blue", fin.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg, err := pveapi.GuestConfig(ctx, z.Client, cp.Node, cp.Ref.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "snippets/fp-" + strconv.Itoa(cp.Ref.VMID) + "-user.yaml"; !strings.HasSuffix(gcfg.Str("cicustom"), want) {
+		t.Errorf("the restored VM's cicustom is %q, want its own snippet %s", gcfg.Str("cicustom"), want)
+	}
+	got := agenttest.UserData(t, z, cp.Node, cp.Ref.VMID)
+	for _, want := range []string{"hostname: copy", "fqdn: copy", "user: ops", testKey, "content: restored-marker"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the restored VM's user-data lacks %q:\n%s", want, got)
+		}
+	}
+	for _, never := range []string{"origin", src.Addresses[0]} {
+		if strings.Contains(got, never) {
+			t.Errorf("the restored VM's user-data names the original's %q:\n%s", never, got)
+		}
+	}
+	if len(cp.Addresses) != 1 || cp.Addresses[0] == src.Addresses[0] {
+		t.Errorf("the restored VM's addresses %v, the original's %v", cp.Addresses, src.Addresses)
+	}
+	if again := agenttest.UserData(t, z, src.Node, src.Ref.VMID); again != orig {
+		t.Errorf("the original's user-data changed:\n%s\nwas:\n%s", again, orig)
+	}
+}

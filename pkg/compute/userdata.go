@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"mime"
 	"mime/multipart"
 	"net/textproto"
 	"strings"
@@ -131,4 +133,46 @@ func mergedUserData(in *Intent, data []byte) []byte {
 func userDataSum(data []byte) string {
 	s := sha256.Sum256(data)
 	return hex.EncodeToString(s[:])
+}
+
+// tenantUserData returns the caller's part of a user-data snippet that
+// mergedUserData made (nil for one it did not make: user-data given
+// verbatim, which names no part of flexplane's that could be rewritten).
+func tenantUserData(snippet []byte) []byte {
+	head, body, ok := bytes.Cut(snippet, []byte("\n\n"))
+	if !ok {
+		return nil
+	}
+	ct, found := strings.CutPrefix(string(bytes.SplitN(head, []byte("\n"), 2)[0]), "Content-Type: ")
+	if !found {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/mixed" || params["boundary"] == "" {
+		return nil
+	}
+	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	var parts [][]byte
+	own := false
+	for {
+		p, err := r.NextPart()
+		if err != nil {
+			break
+		}
+		b, err := io.ReadAll(p)
+		if err != nil {
+			return nil
+		}
+		if p.FileName() == "flexplane.cfg" {
+			own = true
+			continue
+		}
+		parts = append(parts, b)
+	}
+	if !own || len(parts) != 1 {
+		return nil
+	}
+	// mergedUserData ends a part with a new line it adds when the caller's
+	// has none; the caller's checked part is the same either way.
+	return parts[0]
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -367,7 +368,7 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 	img := &catalog.Image{}
 	img.Name, img.VDC, img.Description = catalog.VDCImageName(in.VDC, in.Name), in.VDC, in.Description
 	img.Format, img.URL, img.Checksum = in.Format, catalog.ImageOriginUpload+sum, "sha256:"+sum
-	img.Version, img.SizeBytes, img.Zone, img.CloudInit = now.Format("20060102T150405.000Z"), m.n, z.Name, in.CloudInit && !iso
+	img.Version, img.SizeBytes, img.Zone, img.CloudInit = now.Format(imageVersionLayout), m.n, z.Name, in.CloudInit && !iso
 	if iso {
 		return im.recordISO(ctx, z, img, node, imp, res.Volume)
 	}
@@ -553,7 +554,7 @@ func imageFromVMPhases() []phase[imageFromVMScope] {
 // take the VDC past its imageGiB.
 func (im *Images) CreateFromVM(ctx context.Context, in ImageFromVMInput) (*Operation, error) {
 	d := im.s.d
-	sc := &imageFromVMScope{deps: d, im: im, in: in, opID: newOpID()}
+	sc := &imageFromVMScope{deps: d, im: im, in: in}
 	phases := imageFromVMPhases()
 	if err := runPhases(ctx, d.eng, "", "", phases[:1], sc); err != nil {
 		return nil, cause(err)
@@ -610,9 +611,12 @@ func (sc *imageFromVMScope) check(ctx context.Context) error {
 	now := time.Now().UTC()
 	img := &catalog.Image{}
 	img.Name, img.VDC, img.Description = catalog.VDCImageName(in.VDC, in.Name), in.VDC, in.Description
-	img.Format, img.URL, img.Version = catalog.ImageFormatQCOW2, catalog.ImageOriginVM+in.VM, now.Format("20060102T150405.000Z")
+	img.Format, img.URL, img.Version = catalog.ImageFormatQCOW2, catalog.ImageOriginVM+in.VM, now.Format(imageVersionLayout)
 	img.SizeBytes, img.Zone, img.CloudInit = size, z.Name, true
 	sc.img = img
+	// The operation's id says what any replica needs to derive its state
+	// (imageOperation).
+	sc.opID = imageOpID(z.ID, img.Version, in.Name, in.VM)
 	return nil
 }
 
@@ -648,3 +652,84 @@ func (sc *imageFromVMScope) record(ctx context.Context) error {
 	}
 	return nil
 }
+
+// imageOpGrace is how long after it began a createImageFromVM another
+// replica takes for running when the template guest is not in Proxmox
+// yet (the copy has not created it): after it, no guest and no image
+// means the operation failed and was cleaned up (NOT_FOUND, as a create
+// that failed).
+const imageOpGrace = time.Minute
+
+// imageOpID is the id of a createImageFromVM: base64url of
+// "i/<zoneID>/<version>/<name>/<vm id>", all any replica needs to derive
+// its state (imageOperation).
+func imageOpID(zoneID, version, name, vm string) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "i/%s/%s/%s/%s", zoneID, version, name, vm))
+}
+
+// parseImageOpID reads an id imageOpID gave, exactly (see parseOpID).
+func parseImageOpID(id string) (zoneID, version, name, vm string, ok bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != id {
+		return "", "", "", "", false
+	}
+	parts := strings.SplitN(string(raw), "/", 5)
+	if len(parts) != 5 || parts[0] != "i" || slices.Contains(parts[1:], "") {
+		return "", "", "", "", false
+	}
+	return parts[1], parts[2], parts[3], parts[4], true
+}
+
+// imageOperation derives the createImageFromVM id of vdc from Proxmox
+// and the catalog, so that any replica answers for it: SUCCEEDED once
+// the image's record (of the id's version) exists, which is written only
+// once its template is ready; RUNNING while its template guest is in the
+// VM's zone, or within imageOpGrace of its start; NOT_FOUND otherwise
+// (another VDC's, or one that failed: its guest is deleted, or whose VM
+// was deleted before its image was made).
+func imageOperation(ctx context.Context, d *deps, vdc, id string) (*Operation, error) {
+	zoneID, version, name, vm, ok := parseImageOpID(id)
+	started, err := time.Parse(imageVersionLayout, version)
+	if !ok || err != nil || vdc == "" {
+		return nil, newError(KindNotFound, "no such operation")
+	}
+	op := &Operation{ID: id, Kind: OpCreateImage, VMID: vm, Started: started, Updated: time.Now()}
+	img, err := catalog.Get[*catalog.Image](ctx, d.cfg.Catalog, catalog.VDCImageName(vdc, name))
+	switch {
+	case err == nil && img.VDC == vdc && img.Version == version && img.URL == catalog.ImageOriginVM+vm:
+		op.State, op.Step = OpSucceeded, "record"
+		return op, nil
+	case err != nil && !errors.Is(err, catalog.ErrNotFound):
+		return nil, internal("reading the catalog failed", err)
+	}
+	// Not done: the VM must be the caller's VDC's (the id is the client's
+	// to forge), and the operation is what its zone holds.
+	if _, _, _, err := d.find.lookup(ctx, vdc, vm); err != nil {
+		if IsKind(err, KindNotFound) {
+			return nil, newError(KindNotFound, "no such operation")
+		}
+		return nil, err
+	}
+	z, ok := d.find.zoneByID(ctx, zoneID)
+	if !ok || z.Client == nil {
+		return nil, zoneDown(zoneID, errUnreachable)
+	}
+	want := &catalog.Image{}
+	want.Name, want.VDC, want.Version = catalog.VDCImageName(vdc, name), vdc, version
+	guests, err := imageGuests(ctx, z, want)
+	if err != nil {
+		return nil, zoneDown(z.Name, err)
+	}
+	if len(guests) > 0 || time.Since(started) < imageOpGrace {
+		op.State, op.Step = OpRunning, "copy"
+		if len(guests) > 0 && guests[0].Template == 1 && guests[0].Lock == "" {
+			op.Step = "record"
+		}
+		return op, nil
+	}
+	return nil, newError(KindNotFound, "no such operation")
+}
+
+// imageVersionLayout is the layout of a VDC image's version: the time it
+// was made.
+const imageVersionLayout = "20060102T150405.000Z"

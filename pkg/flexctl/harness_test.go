@@ -3,9 +3,7 @@
 package flexctl_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
+	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/lbtest"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -81,12 +81,7 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 func buildFlexctl(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flexctl")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/flexplane/flexplane/cmd/flexctl").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build flexctl: %v\n%s", err, out)
-	}
+	gobin.Build(t, filepath.Join("..", ".."), bin, "./cmd/flexctl")
 	return bin
 }
 
@@ -104,16 +99,6 @@ func (s *stack) run(t testing.TB, home string, env []string, args ...string) res
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.bin, args...)
 	cmd.Env = append([]string{"HOME=" + home, "XDG_CONFIG_HOME=" + filepath.Join(home, ".config"), "PATH=" + os.Getenv("PATH")}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	code := 0
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("flexctl %v: %v", args, err)
-	}
-	return result{stdout.String(), stderr.String(), code}
+	r := cmdrun.Run(t, cmd)
+	return result{r.Stdout, r.Stderr, r.Code}
 }

@@ -93,8 +93,17 @@ type ReplicationConfig struct {
 	// Default meshleader.DefaultLeaseName.
 	LeaseName string
 	// LeaseDuration, RenewDeadline and RetryPeriod are the election's
-	// timings (see meshleader.Config); defaults 15s, 10s and 2s.
+	// timings (see meshleader.Config); defaults 15s, 10s and 2s. The sync
+	// shards' Leases use them too.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// SyncShards is the number of shards of the zones whose background
+	// syncs (edge gateways, load balancers) one replica runs at a time,
+	// each elected by a Lease <SyncLeasePrefix>-<shard> (syncowner).
+	// Every replica must be given the same. Default 1.
+	SyncShards int
+	// SyncLeasePrefix prefixes the sync shards' Lease names. Default
+	// syncowner.DefaultLeasePrefix.
+	SyncLeasePrefix string
 }
 
 // APIPath is where the GraphQL API is served.
@@ -155,16 +164,38 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// BackupQuotaInterval is how often the VDCs' backups are checked
+	// against their backupGiB quotas, their backup schedules paused or
+	// resumed (by the mesh control leader when replicated). Default 1m
+	// (compute.Config.BackupQuotaInterval).
+	BackupQuotaInterval time.Duration
 	// DrainParallel is how many VMs of the hosts in maintenance are
 	// live-migrated at once per zone (by the mesh control leader when
 	// replicated). Default 4 (compute.DefaultDrainParallel).
 	DrainParallel int
+	// HARequestTimeout is how long a start, stop, migration or create of an
+	// HA VM, and a drain of one, waits for Proxmox's HA manager to have done
+	// it before it fails. Default 3m (compute.DefaultHARequestTimeout).
+	HARequestTimeout time.Duration
 	// SecurityGroupInterval is how often the VDCs' security groups are
 	// written into every zone's Proxmox firewall (by the mesh control
 	// leader when replicated; a change through the API starts a pass at
 	// once on the replica that made it). Default 10s
 	// (sgsync.Config.Interval).
 	SecurityGroupInterval time.Duration
+	// EdgeResyncInterval is the time between the edge gateways' passes
+	// while nothing changes: the slow resync that repairs drift (a pass
+	// runs at once on a change of the catalog, of a zone's hosts or of
+	// what an agent reports). Default 5m (edgesync.Config.Interval).
+	EdgeResyncInterval time.Duration
+	// EdgeRederiveInterval is the time between the edge gateways' light
+	// passes, which read the zones' Proxmox again (a VDC's networks and
+	// VMs' addresses, which another replica's API may have changed) but
+	// ask no agent. Default 30s (edgesync.Config.Rederive).
+	EdgeRederiveInterval time.Duration
+	// LBResyncInterval is the same for the load balancers' sync. Default
+	// 5m (lbsync.Config.Resync).
+	LBResyncInterval time.Duration
 	// ConsoleTTL is how long a console ticket of openConsole waits for its
 	// websocket (1s to 5m). Default console.DefaultTTL.
 	ConsoleTTL time.Duration

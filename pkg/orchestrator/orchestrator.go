@@ -41,6 +41,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshleader"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/syncowner"
 	"github.com/flexplane/flexplane/pkg/release"
 	"github.com/flexplane/flexplane/pkg/rollout"
 	"github.com/flexplane/flexplane/pkg/securitygroup/sgsync"
@@ -114,6 +115,7 @@ type Server struct {
 	compute    *compute.Service     // nil without an API, protected by mu
 	rollouts   *rollout.Service     // nil without releases, protected by mu
 	edge       *edgesync.Syncer     // nil without an API, protected by mu
+	owner      *syncowner.Owner     // the sync shards held; nil unless replicated, protected by mu
 	lbs        *lbsync.Syncer       // nil without an API, protected by mu
 	groups     *sgsync.Syncer       // nil without an API, protected by mu
 	kube       *kubernetes          // nil without managed Kubernetes, protected by mu
@@ -159,8 +161,8 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// from the compute service: built below, before anything runs.
 	firewall := &firewallGate{}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
-		Uploads: NewVolumeUploader(registry), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, Recovers: recovers,
-		DrainParallel: c.DrainParallel, Logger: s.log.With("component", "compute"),
+		Uploads: NewVolumeUploader(registry), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, BackupQuotaInterval: c.BackupQuotaInterval, Recovers: recovers,
+		DrainParallel: c.DrainParallel, HARequestTimeout: c.HARequestTimeout, Logger: s.log.With("component", "compute"),
 		HARecovered: func(_ context.Context, r compute.HARecovery) {
 			// An audit event of what Proxmox's HA manager did: the VM,
 			// the failed host and the host it runs on now.
@@ -171,8 +173,19 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	// The edge gateways' and load balancers' syncs follow the catalog's
+	// changes, and run for a zone on the replica that owns its shard.
+	follow, err := s.newSyncOwner(ctx, store, registry, leader, reg)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	defer func() {
+		if err != nil && follow.owner != nil {
+			follow.owner.Close()
+		}
+	}()
 	// Every replica runs the load balancers' sync too: a replica given the
-	// config it runs does nothing.
+	// config it runs does nothing, and pushes only to the zones it owns.
 	if secrets, ok := store.(catalog.SecretStore); ok {
 		disc, err := lbDiscovery(c.LoadBalancers, s.cfg.Kube)
 		if err != nil {
@@ -183,7 +196,8 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 			return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
 		}
 		s.lbs = lbsync.New(lbsync.Config{Store: store, Secrets: secrets, Zones: c.LoadBalancers.Zones, Tokens: c.LoadBalancers.Tokens,
-			HTTP: hc, Discover: disc, Logger: s.log.With("component", "lbsync")})
+			HTTP: hc, Discover: disc, Logger: s.log.With("component", "lbsync"), Resync: c.LBResyncInterval,
+			Changes: follow.changes, Owns: follow.ownsName})
 	}
 	if s.kube, err = newKubernetes(c.Kubernetes, s.cfg.Kube, store, vms, s.log.With("component", "kubernetes")); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -193,10 +207,17 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	if s.kube != nil {
 		kube, kubeTargets = s.kube.svc, s.kube.targets
 	}
-	// Every replica runs the edge gateways' syncer: they all compute the
-	// same placement from the catalog.
+	// Every replica runs the edge gateways' syncer, working on the zones
+	// it owns; they all compute the same placement from the catalog.
 	s.edge = edgesync.New(edgesync.Config{Zones: registry, Logger: s.log.With("component", "edgesync"), Maintenance: vms.Hosts().InMaintenance,
-		Desired: edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets)})
+		Desired:  edgesync.FromCatalog(store, registry, s.log.With("component", "edgesync"), lbZones(c.LoadBalancers), kubeTargets),
+		Interval: c.EdgeResyncInterval, Rederive: c.EdgeRederiveInterval, Changes: follow.changes, Owns: follow.ownsID, Passed: follow.passed})
+	firewall.edge = s.edge
+	follow.onChange(s.edge.Kick)
+	if s.lbs != nil {
+		follow.onChange(s.lbs.Kick)
+	}
+	s.owner = follow.owner
 	// The security groups' writer runs on every replica, writing only
 	// while it leads (the mesh control leader; always when alone).
 	var leads func() bool
@@ -244,7 +265,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 		RateLimits:     c.RateLimits,
 		Metrics:        reg,
 		TracerProvider: s.cfg.TracerProvider,
-		Audit:          sink,
+		Audit:          mutationKicks{next: sink, kick: s.edge.Kick},
 	})
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("orchestrator: %w", err)
@@ -349,6 +370,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	errs = append(errs, s.node.Close(lctx))
 	if s.control != nil {
 		errs = append(errs, s.control.Close(lctx))
+	}
+	if s.owner != nil {
+		// The syncs stopped: the shards go to the next replica at once.
+		s.owner.Close()
 	}
 	if s.leader != nil {
 		// After the node: a leader's own node leaves before its control
@@ -539,10 +564,18 @@ func (a *apiSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // firewallGate is compute's Config.Firewall: the security groups' writer,
 // which is built after the compute service it reads the VMs from (groups
-// is set before the API serves).
-type firewallGate struct{ groups *sgsync.Syncer }
+// is set before the API serves). A VM about to start has its addresses:
+// the edge gateways' sync is kicked, so that the port forwards and 1:1
+// addresses that target it follow.
+type firewallGate struct {
+	groups *sgsync.Syncer
+	edge   *edgesync.Syncer
+}
 
 // WaitVM implements compute.Firewall.
 func (g *firewallGate) WaitVM(ctx context.Context, zone, vdc string, vmid int) error {
+	if g.edge != nil {
+		g.edge.Kick()
+	}
 	return g.groups.WaitVM(ctx, zone, vdc, vmid)
 }

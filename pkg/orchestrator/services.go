@@ -76,10 +76,48 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 	if kube != nil {
 		vcfg.Clusters = kube
 	}
+	if vms != nil {
+		vcfg.Backups = vdcBackups{vms.Disks().Backups()}
+	}
 	if s.vdcs, err = vdc.New(vcfg); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	return s, nil
+}
+
+// vdcBackups are the compute service's backups as the VDC lifecycle sees
+// them.
+type vdcBackups struct{ b *compute.Backups }
+
+// VDCBackups implements vdc.Backups: the VDC's archives, and its backups
+// still being written (failed ones are no archives).
+func (v vdcBackups) VDCBackups(ctx context.Context, vdc string) ([]string, int, error) {
+	list, err := v.b.List(ctx, vdc, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	var ids []string
+	running := 0
+	for _, b := range list {
+		switch b.Status {
+		case compute.BackupSucceeded:
+			ids = append(ids, b.ID)
+		case compute.BackupRunning:
+			running++
+		}
+	}
+	return ids, running, nil
+}
+
+// DeleteBackup implements vdc.Backups.
+func (v vdcBackups) DeleteBackup(ctx context.Context, vdc, id string) error {
+	return v.b.Delete(ctx, vdc, id)
+}
+
+// UsedBytes implements vdc.Backups: what the VDC's archives use of its
+// backupGiB quota.
+func (v vdcBackups) UsedBytes(ctx context.Context, vdc string) (int64, error) {
+	return v.b.UsedBytes(ctx, vdc)
 }
 
 // vdcZones are the registry's zones as the VDC lifecycle sees them.

@@ -20,14 +20,15 @@ import (
 
 // TestBrowserDisks: tests/disks.test.mjs attaches, grows and detaches a
 // disk of a running VM on its page and resizes the VM, each refusal read
-// next to its field, then backs the VM up, restores the backup into a new
-// VM and deletes the backup, then makes an image of the VM once stopped,
-// uploads a file and an ISO as images, deletes the VM's image, creates a
-// VM from the upload with the ISO and detaches the ISO on the VM's page;
-// checked here through GraphQL afterwards: one disk left, the VM stopped
-// with the new profile's size, the restored VM running, no backup left,
-// the upload (RAW, 2 MiB) and the ISO (40 KiB) the VDC's images, the VM
-// made from them running without its ISO.
+// next to its field, then backs the VM up, sets and removes its backup
+// schedule, restores the backup into a new VM and deletes the backup, then
+// makes an image of the VM once stopped, uploads a file and an ISO as
+// images, deletes the VM's image, creates a VM from the upload with the ISO
+// and detaches the ISO on the VM's page; checked here through GraphQL
+// afterwards: one disk left, the VM stopped with the new profile's size and
+// no backup schedule, the restored VM running, no backup left, the upload
+// (RAW, 2 MiB) and the ISO (40 KiB) the VDC's images, the VM made from them
+// running without its ISO.
 func TestBrowserDisks(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
@@ -46,15 +47,16 @@ func TestBrowserDisks(t *testing.T) {
 		"vm-backup-taken", "backup-restored", "vm-image-refused", "vdc-images")
 
 	var vm struct {
-		Status    string
-		Vcpus     int
-		MemoryMiB int
-		Disks     []struct{ Slot string }
+		Status         string
+		Vcpus          int
+		MemoryMiB      int
+		Disks          []struct{ Slot string }
+		BackupSchedule *struct{ State string }
 	}
-	poll.True(t, 30*time.Second, "the VM stopped, resized, with its one disk", func() bool {
-		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { status vcpus memoryMiB disks { slot } } }`, map[string]any{"id": vmID}).
+	poll.True(t, 30*time.Second, "the VM stopped, resized, with its one disk and no backup schedule", func() bool {
+		h.GraphQL(t, "alice", "red", `query($id: ID!) { vm(id: $id) { status vcpus memoryMiB disks { slot } backupSchedule { state } } }`, map[string]any{"id": vmID}).
 			OK(t).Into(t, "vm", &vm)
-		return vm.Status == "STOPPED" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0"
+		return vm.Status == "STOPPED" && vm.Vcpus == 2 && vm.MemoryMiB == 1024 && len(vm.Disks) == 1 && vm.Disks[0].Slot == "scsi0" && vm.BackupSchedule == nil
 	})
 
 	// The restore made a running VM of the backed-up size; the backup is gone.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestBrowser(t *testing.T) {
 		logs = os.Stderr
 	}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	vdcs, err := vdc.New(vdc.Config{Store: store, Tokens: auth.ServiceAccountTokens{}})
+	vdcs, err := vdc.New(vdc.Config{Store: store, Tokens: auth.ServiceAccountTokens{}, Backups: &e2eBackups{gone: map[string]bool{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,3 +207,32 @@ func mustCreate[P catalog.ObjectPtr[T], T any](t *testing.T, ctx context.Context
 		t.Fatal(err)
 	}
 }
+
+// e2eBackups are two backups of every VDC the browser test makes (named
+// e2e-...), until deleted: this harness has no zones to take them in.
+type e2eBackups struct {
+	mu   sync.Mutex
+	gone map[string]bool // "vdc/id" deleted
+}
+
+func (b *e2eBackups) VDCBackups(_ context.Context, vdc string) ([]string, int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []string
+	for _, id := range []string{"b1", "b2"} {
+		if strings.HasPrefix(vdc, "e2e-") && !b.gone[vdc+"/"+id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids, 0, nil
+}
+
+func (b *e2eBackups) DeleteBackup(_ context.Context, vdc, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gone[vdc+"/"+id] = true
+	return nil
+}
+
+// UsedBytes: the harness's backups take no room.
+func (b *e2eBackups) UsedBytes(context.Context, string) (int64, error) { return 0, nil }

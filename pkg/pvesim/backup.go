@@ -50,19 +50,42 @@ var dumpExt = map[string]string{"0": "vma", "1": "vma.lzo", "lzo": "vma.lzo", "g
 // hVzdump backs up the guests vmid names (of this node) to storage.
 func hVzdump(cl *call) (any, error) {
 	c := cl.c
-	node := cl.vars["node"]
 	storageID := cl.p.strOr("storage", "local")
-	s := c.st.storage(storageID)
-	if s == nil {
-		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", storageID)
-	}
-	if !s.hasContent("backup") {
-		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support backups", storageID)
+	s, err := c.st.backupStorage(storageID)
+	if err != nil {
+		return nil, err
 	}
 	list, ok := cl.p.str("vmid")
 	if !ok || cl.p.bool("all") || cl.p.has("pool") {
 		return nil, errorf(http.StatusNotImplemented, "the simulator backs up the guests 'vmid' lists only")
 	}
+	vmids, err := parseVMIDList(list)
+	if err != nil {
+		return nil, err
+	}
+	o := dumpOpts{vmids: vmids, storage: s, ext: dumpExt[cl.p.strOr("compress", "0")], mode: cl.p.strOr("mode", "snapshot"),
+		protected: cl.p.bool("protected"), notes: cl.p.strOr("notes-template", "")}
+	if !cl.p.has("remove") || cl.p.bool("remove") {
+		o.prune = cl.p.strOr("prune-backups", "")
+	}
+	return c.st.startVzdump(cl.vars["node"], cl.user, o).upid, nil
+}
+
+// backupStorage is storage id, failing as vzdump does when it is missing
+// or holds no backups.
+func (st *state) backupStorage(id string) (*storageDef, error) {
+	s := st.storage(id)
+	if s == nil {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", id)
+	}
+	if !s.hasContent("backup") {
+		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not support backups", id)
+	}
+	return s, nil
+}
+
+// parseVMIDList reads a pve-vmid-list.
+func parseVMIDList(list string) ([]int, error) {
 	var vmids []int
 	for _, f := range splitList(list) {
 		n, err := strconv.Atoi(f)
@@ -71,22 +94,71 @@ func hVzdump(cl *call) (any, error) {
 		}
 		vmids = append(vmids, n)
 	}
-	ext := dumpExt[cl.p.strOr("compress", "0")]
-	mode := cl.p.strOr("mode", "snapshot")
-	notesTmpl, _ := cl.p.str("notes-template")
-	protected := cl.p.bool("protected")
+	return vmids, nil
+}
+
+// dumpOpts are the options of one vzdump run.
+type dumpOpts struct {
+	vmids     []int
+	storage   *storageDef
+	ext, mode string
+	notes     string // the notes-template
+	protected bool
+	// prune is the prune-backups retention applied to each guest's
+	// archives after its backup; "" prunes nothing.
+	prune string
+}
+
+// startVzdump starts the vzdump task of node that backs o.vmids up, as
+// POST /nodes/{node}/vzdump and the backup jobs' runs do; the caller
+// holds mu.
+func (st *state) startVzdump(node, user string, o dumpOpts) *task {
 	id := ""
-	if len(vmids) == 1 {
-		id = strconv.Itoa(vmids[0])
+	if len(o.vmids) == 1 {
+		id = strconv.Itoa(o.vmids[0])
 	}
-	t := c.st.newTask(node, "vzdump", id, cl.user)
-	t.log = append(t.log, "INFO: starting new backup job: vzdump "+strings.Join(splitList(list), " ")+
-		" --storage "+storageID+" --mode "+mode+" --node "+node)
+	names := make([]string, len(o.vmids))
+	for i, v := range o.vmids {
+		names[i] = strconv.Itoa(v)
+	}
+	t := st.newTask(node, "vzdump", id, user)
+	t.log = append(t.log, "INFO: starting new backup job: vzdump "+strings.Join(names, " ")+
+		" --storage "+o.storage.id+" --mode "+o.mode+" --node "+node)
+	run := func() { st.runVzdump(t, node, o) }
+	// vzdump takes a node-wide lock: one backup runs on a node at a time,
+	// the others wait for it in turn.
+	if st.vzdumpBusy[node] {
+		t.log = append(t.log, "INFO: trying to get global lock - waiting...")
+		st.vzdumpQueue[node] = append(st.vzdumpQueue[node], run)
+		return t
+	}
+	st.vzdumpBusy[node] = true
+	run()
+	return t
+}
+
+// runVzdump runs vzdump task t of node once it holds the node's lock, and
+// hands the lock to the next waiting task when it ends; the caller holds
+// mu.
+func (st *state) runVzdump(t *task, node string, o dumpOpts) {
+	next := func() {
+		q := st.vzdumpQueue[node]
+		if len(q) == 0 {
+			st.vzdumpBusy[node] = false
+			return
+		}
+		st.vzdumpQueue[node] = q[1:]
+		q[0]()
+	}
+	if !t.running { // stopped while it waited
+		next()
+		return
+	}
 	// Each guest is locked for its backup at once, as vzdump locks it
 	// before it reads the guest's disks.
 	var locked []*guest
-	for _, vmid := range vmids {
-		if g := c.st.guests[vmid]; g != nil && g.node == node && g.lock() == "" {
+	for _, vmid := range o.vmids {
+		if g := st.guests[vmid]; g != nil && g.node == node && g.lock() == "" {
 			g.conf["lock"] = "backup"
 			locked = append(locked, g)
 		}
@@ -95,9 +167,10 @@ func hVzdump(cl *call) (any, error) {
 	for _, g := range locked {
 		gib += float64(g.diskBytes()) / float64(1<<30)
 	}
-	c.st.after(c.taskDuration(0, gib), func() {
+	st.after(st.c.taskDuration(0, gib), func() {
+		defer next()
 		for _, g := range locked {
-			if c.st.guests[g.vmid] == g && g.lock() == "backup" {
+			if st.guests[g.vmid] == g && g.lock() == "backup" {
 				delete(g.conf, "lock")
 			}
 		}
@@ -105,8 +178,12 @@ func hVzdump(cl *call) (any, error) {
 			return
 		}
 		failed := 0
-		for _, vmid := range vmids {
-			if err := c.st.dumpGuest(t, node, s, vmid, locked, ext, mode, notesTmpl, protected); err != nil {
+		for _, vmid := range o.vmids {
+			err := st.dumpGuest(t, node, o.storage, vmid, locked, o.ext, o.mode, o.notes, o.protected)
+			if err == nil && o.prune != "" {
+				st.pruneGroup(t, node, o.storage, vmid, o.prune)
+			}
+			if err != nil {
 				failed++
 				t.log = append(t.log, fmt.Sprintf("ERROR: Backup of VM %d failed - %v", vmid, err))
 			}
@@ -119,7 +196,6 @@ func hVzdump(cl *call) (any, error) {
 		t.log = append(t.log, "INFO: Backup job finished successfully")
 		t.finish(nil)
 	})
-	return t.upid, nil
 }
 
 // dumpGuest writes the archive of guest vmid to storage s, logging as
@@ -133,7 +209,7 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 	case !containsGuest(locked, g):
 		return fmt.Errorf("VM is locked (%s)", g.lock())
 	}
-	started := time.Now()
+	started := st.c.now()
 	t.log = append(t.log, "INFO: Backup started at "+started.Format("2006-01-02 15:04:05"))
 	status := "stopped"
 	if g.running {
@@ -153,15 +229,24 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 	}
 	t.log = append(t.log, "INFO: backup mode: "+mode, "INFO: ionice priority: 7")
 	stamp := started
-	name := ""
+	volid, format := "", ext
 	for {
-		name = fmt.Sprintf("vzdump-qemu-%d-%s.%s", vmid, stamp.Format("2006_01_02-15_04_05"), ext)
-		if st.findVolume(node, s.id+":backup/"+name) == nil {
+		volid = fmt.Sprintf("%s:backup/vzdump-qemu-%d-%s.%s", s.id, vmid, stamp.Format("2006_01_02-15_04_05"), ext)
+		if s.pbs != nil {
+			volid, format = pbsArchiveName(s, vmid, stamp), "pbs-vm"
+		}
+		if st.findVolume(node, volid) == nil {
 			break
 		}
 		stamp = stamp.Add(time.Second) // one archive per second and guest
 	}
-	t.log = append(t.log, fmt.Sprintf("INFO: creating vzdump archive '%s/dump/%s'", s.path, name))
+	if s.pbs != nil {
+		_, name, _ := strings.Cut(volid, ":backup/")
+		t.log = append(t.log, fmt.Sprintf("INFO: creating Proxmox Backup Server archive '%s'", name))
+	} else {
+		_, name, _ := strings.Cut(volid, ":backup/")
+		t.log = append(t.log, fmt.Sprintf("INFO: creating vzdump archive '%s/dump/%s'", s.path, name))
+	}
 	size, err := st.copyDumpDisks(arch, s)
 	if err == nil && st.usedOn(node, s.id)+size > st.c.cfg.StorageSize {
 		err = errors.New("vma_queue_write: write error - No space left on device")
@@ -171,9 +256,9 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 		t.log = append(t.log, "INFO: aborting backup job")
 		return err
 	}
-	t.log = append(t.log, fmt.Sprintf("INFO: transferred %s in %d seconds", renderSize(g.diskBytes()), int(time.Since(started).Seconds())),
+	t.log = append(t.log, fmt.Sprintf("INFO: transferred %s in %d seconds", renderSize(g.diskBytes()), int(st.c.now().Sub(started).Seconds())),
 		"INFO: archive file size: "+renderSize(size))
-	v := &volume{volid: s.id + ":backup/" + name, storage: s.id, content: "backup", format: ext, size: size, vmid: vmid,
+	v := &volume{volid: volid, storage: s.id, content: "backup", format: format, size: size, vmid: vmid,
 		ctime: stamp.Unix(), protected: protected, dump: arch}
 	if notesTmpl != "" {
 		v.notes = st.expandNotes(notesTmpl, g, node)
@@ -183,8 +268,8 @@ func (st *state) dumpGuest(t *task, node string, s *storageDef, vmid int, locked
 		t.log = append(t.log, "INFO: marking backup as protected")
 	}
 	st.addVolume(node, v)
-	t.log = append(t.log, fmt.Sprintf("INFO: Finished Backup of VM %d (%s)", vmid, time.Since(started).Truncate(time.Second)),
-		"INFO: Backup finished at "+time.Now().Format("2006-01-02 15:04:05"))
+	t.log = append(t.log, fmt.Sprintf("INFO: Finished Backup of VM %d (%s)", vmid, st.c.now().Sub(started).Truncate(time.Second)),
+		"INFO: Backup finished at "+st.c.now().Format("2006-01-02 15:04:05"))
 	return nil
 }
 

@@ -41,18 +41,7 @@ func TestBackupAndRestore(t *testing.T) {
 	r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "name": {"web"},
 		"scsi0": {"local-lvm:0.25"}, "memory": {"512"}, "net0": {"virtio,bridge=vmbr0"}, "description": {"the original"}})
 	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
-	path := volumePath(t, c, "pve1", "local-lvm:vm-100-disk-0")
-	data := make([]byte, 2<<20)
-	_, _ = rand.Read(data)
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(data, 100<<20); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	sum, _ := fileSum(t, path)
+	sum := writeRandom(t, volumePath(t, c, "pve1", "local-lvm:vm-100-disk-0"), 2<<20, 100<<20)
 
 	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/vzdump", url.Values{"vmid": {"100"}, "storage": {"local"},
 		"mode": {"snapshot"}, "compress": {"zstd"}, "notes-template": {`fp {{guestname}} {{vmid}}\nsecond`}, "protected": {"1"}})
@@ -148,7 +137,8 @@ func TestBackupStorageFull(t *testing.T) {
 }
 
 // TestBackupArchiveSurvivesRestart: an archive keeps its configuration in
-// the state file, so a restarted simulator still restores it.
+// the state file, so a restarted simulator still restores it; an added
+// PBS entry and its namespace's archives are kept too.
 func TestBackupArchiveSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	cfg := pvesim.Config{Cluster: "lab", Nodes: 1, StateFile: filepath.Join(t.TempDir(), "state.json")}
@@ -161,6 +151,14 @@ func TestBackupArchiveSurvivesRestart(t *testing.T) {
 	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
 	list := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/local/content", url.Values{"content": {"backup"}}).data.([]any)
 	volid := list[0].(map[string]any)["volid"].(string)
+	// And on a PBS entry, which survives too.
+	if r := call(t, c, testToken, http.MethodPost, "/storage", url.Values{"storage": {"pbs-a"}, "type": {"pbs"}, "server": {"pbs.example"},
+		"datastore": {"tank"}, "namespace": {"a"}}); r.status != http.StatusOK {
+		t.Fatalf("adding a pbs entry: %s", r.reason)
+	}
+	r = call(t, c, testToken, http.MethodPost, "/nodes/pve1/vzdump", url.Values{"vmid": {"100"}, "storage": {"pbs-a"}})
+	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl), nil)
+	pbsVol := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/pbs-a/content", nil).data.([]any)[0].(map[string]any)["volid"].(string)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +169,28 @@ func TestBackupArchiveSurvivesRestart(t *testing.T) {
 	}
 	r = call(t, c2, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"101"}, "archive": {volid}})
 	waitOK(t, ctx, proxmox.NewTask(proxmox.UPID(r.data.(string)), cl2), nil)
+	if got := call(t, c2, testToken, http.MethodGet, "/storage/pbs-a", nil).data; fmt.Sprint(got.(map[string]any)["namespace"]) != "a" {
+		t.Errorf("the pbs entry after the restart: %v", got)
+	}
+	if r := call(t, c2, testToken, http.MethodGet, "/nodes/pve1/vzdump/extractconfig", url.Values{"volume": {pbsVol}}); !strings.Contains(fmt.Sprint(r.data), "name: web") {
+		t.Errorf("the PBS archive after the restart: %s %v", r.reason, r.data)
+	}
+}
+
+// writeRandom writes n random bytes at off into the file at path (a
+// guest's disk image) and returns the file's sum then.
+func writeRandom(t *testing.T, path string, n int, off int64) [32]byte {
+	t.Helper()
+	data := make([]byte, n)
+	_, _ = rand.Read(data)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := fileSum(t, path)
+	return sum
 }

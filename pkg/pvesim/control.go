@@ -19,9 +19,11 @@ import (
 //	                             {"method": "POST", "path": "/nodes/*/qemu/*/clone",
 //	                              "lockTimeout": true, "delay": "1s", "count": 3}
 //	                             (the fields of Fault; delay a Go duration)
+//	POST /clock?advance=D        moves the clock of the backup jobs forward
+//	                             by the Go duration D (AdvanceClockForTest)
 //
 // They answer 204, or 404 for a node the cluster does not have, 400 for a
-// fault that does not decode.
+// fault that does not decode or a duration that is not one.
 func (c *Cluster) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	set := func(online bool) http.HandlerFunc {
@@ -64,6 +66,16 @@ func (c *Cluster) ControlHandler() http.Handler {
 		c.InjectFault(f.Fault)
 		c.log.Info("control: fault injected", "method", f.Method, "path", f.Path, "status", f.Status,
 			"lock_timeout", f.LockTimeout, "delay", f.Fault.Delay, "count", f.Count)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /clock", func(w http.ResponseWriter, r *http.Request) {
+		d, err := time.ParseDuration(r.URL.Query().Get("advance"))
+		if err != nil || d < 0 {
+			http.Error(w, fmt.Sprintf("clock: advance %q: not a positive duration", r.URL.Query().Get("advance")), http.StatusBadRequest)
+			return
+		}
+		c.AdvanceClockForTest(d)
+		c.log.Info("control: clock moved", "by", d, "now", c.now())
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux

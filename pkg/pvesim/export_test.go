@@ -3,6 +3,8 @@ package pvesim
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"os"
 )
 
 // StateSaves is how many times the cluster has written its state file.
@@ -24,7 +26,21 @@ func (c *Cluster) VolumeSHA256ForTest(node, volid string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := c.st.findVolume(node, volid)
-	if v == nil || v.data == nil {
+	switch {
+	case v == nil:
+		return ""
+	case v.file != "":
+		f, err := os.Open(v.file)
+		if err != nil {
+			return ""
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return ""
+		}
+		return hex.EncodeToString(h.Sum(nil))
+	case v.data == nil:
 		return ""
 	}
 	sum := sha256.Sum256(v.data)

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -370,6 +372,88 @@ func TestUpload(t *testing.T) {
 		if resp.Status != tc.want {
 			t.Errorf("upload %s to %s: %s, want %s", tc.file, tc.storage, resp.Status, tc.want)
 		}
+	}
+}
+
+// TestUploadStreams: an upload's file part streams to the storage's file
+// (spooled beside the disks, never held whole in memory), so a file larger
+// than any buffer (here 264 MiB, past the 256 MiB the simulator once held
+// in memory) is stored whole, its checksum (given after the file part)
+// verified; one larger than the storage's free space fails its task,
+// stores nothing and leaves no spooled file.
+func TestUploadStreams(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startCluster(t, pvesim.Config{DiskDir: dir, StorageSize: 320 << 20})
+	ctx := testCtx(t)
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	upload := func(name string, size int64) *proxmox.Task {
+		t.Helper()
+		pr, pw := io.Pipe()
+		mw := multipart.NewWriter(pw)
+		go func() {
+			h := sha256.New()
+			err := mw.WriteField("content", "import")
+			var fw io.Writer
+			if err == nil {
+				fw, err = mw.CreateFormFile("filename", name)
+			}
+			chunk := make([]byte, 1<<20)
+			for off := int64(0); err == nil && off < size; off += int64(len(chunk)) {
+				for i := range chunk {
+					chunk[i] = byte(off>>20) ^ byte(i)
+				}
+				h.Write(chunk)
+				_, err = fw.Write(chunk)
+			}
+			for k, v := range map[string]string{"checksum-algorithm": "sha256", "checksum": hex.EncodeToString(h.Sum(nil))} {
+				if err == nil {
+					err = mw.WriteField(k, v)
+				}
+			}
+			if err == nil {
+				err = mw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL()+"/api2/json/nodes/pve1/storage/local/upload", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		req.Header.Set("Authorization", "PVEAPIToken="+testToken)
+		resp, err := sharedClient(t, c).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct{ Data string }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("upload of %d bytes: %s %v", size, resp.Status, err)
+		}
+		return proxmox.NewTask(proxmox.UPID(out.Data), cl)
+	}
+	const size = 264 << 20
+	task := upload("big.qcow2", size)
+	waitOK(t, ctx, task, nil)
+	var vol struct {
+		Size   int64
+		Format string
+	}
+	if err := cl.Get(ctx, "/nodes/pve1/storage/local/content/local:import/big.qcow2", &vol); err != nil || vol.Size != size || vol.Format != "qcow2" {
+		t.Fatalf("the stored file: %+v %v", vol, err)
+	}
+	// Past the free space (320 MiB less the 264 stored): the task fails, nothing is kept.
+	task = upload("bigger.qcow2", 64<<20)
+	if exit := waitFailed(t, ctx, task, nil); !strings.Contains(exit, "No space left on device") {
+		t.Fatalf("an upload past the free space: %q", exit)
+	}
+	if err := cl.Get(ctx, "/nodes/pve1/storage/local/content/local:import/bigger.qcow2", &vol); err == nil {
+		t.Fatal("stored past the free space")
+	}
+	spooled, _ := filepath.Glob(filepath.Join(dir, "upload", "pveupload-*"))
+	if len(spooled) != 1 { // the stored file's
+		t.Fatalf("spooled files left: %v", spooled)
 	}
 }
 

@@ -28,6 +28,8 @@ type haState struct {
 	// gen counts each node's offline periods, so that a fence timer of an earlier one
 	// does nothing.
 	gen map[string]int
+	// round is set while the manager's next round (haRound) is scheduled.
+	round bool
 }
 
 // haResource is one HA resource (a guest the HA manager keeps in its requested state).
@@ -42,6 +44,15 @@ type haResource struct {
 	// crm is the service's state as the CRM sees it: started, stopped, request_stop,
 	// migrate, fence, recovery, error, ignored.
 	crm string
+	// target is a migration the API queued (hamigrate, /migrate) that the manager has
+	// not begun yet.
+	target string
+	// lrm is the node's LRM's last start or stop of the guest (nil: none since the
+	// manager last looked).
+	lrm *task
+	// fails counts the LRM's starts that failed in a row since the requested state was
+	// last set: more than maxRestart put the service in error.
+	fails int64
 }
 
 // haRule is one HA rule: node-affinity (nodes with priorities, strict or not) or
@@ -187,7 +198,7 @@ func hHAResourceCreate(cl *call) (any, error) {
 		return nil, err
 	}
 	st.ha.res[sid] = r
-	st.haApply(r)
+	st.haKick()
 	return nil, nil
 }
 
@@ -243,7 +254,11 @@ func hHAResourceUpdate(cl *call) (any, error) {
 	if err := r.set(cl.p); err != nil {
 		return nil, err
 	}
-	st.haApply(r)
+	r.fails = 0
+	if r.crm == "error" && r.state == "disabled" {
+		r.crm = "" // as ha-manager: a service leaves the error state when disabled
+	}
+	st.haKick()
 	return nil, nil
 }
 
@@ -274,8 +289,9 @@ func (st *state) haRemove(sid string, purge bool) {
 }
 
 // hHAResourceMigrate asks the manager to move a resource to node: online for a running
-// guest (migrate) or stopped and started again there (relocate). The guest's migration runs
-// as the CRM's own task on its node.
+// guest (migrate) or stopped and started again there (relocate). The request is queued;
+// the guest's migration runs as the CRM's own task on its node on the manager's next
+// round.
 func hHAResourceMigrate(cl *call) (any, error) {
 	st := cl.c.st
 	r, err := st.haResourceOf(cl.vars["sid"])
@@ -298,9 +314,7 @@ func hHAResourceMigrate(cl *call) (any, error) {
 	if len(blocking) > 0 {
 		return map[string]any{"sid": r.sid, "requested-node": target, "blocking-resources": blocking}, nil
 	}
-	if g.node != target && tn.online && g.lock() == "" {
-		st.haMigrate(r, g, target)
-	}
+	st.haQueueMigration(r, target)
 	return map[string]any{"sid": r.sid, "requested-node": target}, nil
 }
 
@@ -335,6 +349,160 @@ func (st *state) haMigrate(r *haResource, g *guest, target string) *task {
 	})
 }
 
+// haCycle is how long the manager takes to act on a queued request.
+func (c *Cluster) haCycle() time.Duration { return c.cfg.Timing.HACycle }
+
+// haMinCycle is the manager's period while a service has not reached its requested state
+// and Timing.HACycle is 0: short, without a busy loop.
+const haMinCycle = 50 * time.Millisecond
+
+// haRequest is the API's start or stop of HA guest g: as qemu-server does, it sets the
+// requested state in a task of type typ (hastart, hastop) that ends once the request is
+// queued; the manager brings the guest to that state from its next round on, in its own
+// qmstart or qmstop task. The caller holds mu.
+func (st *state) haRequest(g *guest, r *haResource, typ, state, user string) *task {
+	t := st.newTask(g.node, typ, strconv.Itoa(g.vmid), user)
+	verb := strings.TrimPrefix(typ, "ha")
+	t.log = append(t.log, fmt.Sprintf("Requesting HA %s for VM %d", verb, g.vmid))
+	r.state = state
+	r.fails = 0
+	t.finish(nil)
+	st.haKick()
+	return t
+}
+
+// haMigrateRequest is the API's migration of HA guest g to target: a hamigrate task that
+// ends once the request is queued (haQueueMigration). The caller holds mu.
+func (st *state) haMigrateRequest(g *guest, r *haResource, target, user string) *task {
+	t := st.newTask(g.node, "hamigrate", strconv.Itoa(g.vmid), user)
+	t.log = append(t.log, fmt.Sprintf("Requesting HA migration for VM %d to node %s", g.vmid, target))
+	t.finish(nil)
+	st.haQueueMigration(r, target)
+	return t
+}
+
+// haQueueMigration queues r's migration to target for the manager's next round
+// (haMigrateQueued); a later request replaces it. The caller holds mu.
+func (st *state) haQueueMigration(r *haResource, target string) {
+	r.target = target
+	st.haKick()
+}
+
+// haKick schedules the manager's next round, a cycle from now, unless one is scheduled.
+// The caller holds mu.
+func (st *state) haKick() { st.haKickIn(st.c.haCycle()) }
+
+func (st *state) haKickIn(d time.Duration) {
+	if st.ha.round {
+		return
+	}
+	st.ha.round = true
+	st.after(d, st.haRound)
+}
+
+// haRound is one round of the CRM and the nodes' LRMs (a real cluster's run every 10 s):
+// every service is driven toward its requested state (haDrive), then services on a node
+// their strict node-affinity rule leaves out are moved. As long as a service has not
+// reached its requested state (its guest locked by a create, a clone or a backup, a start,
+// stop or migration under way), the manager runs again a cycle later, so a request that
+// met a locked guest is retried until the guest is unlocked. The caller holds mu.
+func (st *state) haRound() {
+	st.ha.round = false
+	waiting := false
+	for _, sid := range sortedKeys(st.ha.res) {
+		if !st.haDrive(st.ha.res[sid]) {
+			waiting = true
+		}
+	}
+	st.haEnforceNodeAffinity()
+	if waiting {
+		st.haKickIn(max(st.c.haCycle(), haMinCycle))
+	}
+}
+
+// haDrive is one round's step of service r: a queued migration is begun once the guest is
+// unlocked; a guest requested started is started (requested stopped or disabled: stopped)
+// by its node's LRM. A start that fails more than max_restart times in a row leaves the
+// service in error (Proxmox would first try another node, max_relocate times; the
+// simulator does not). It reports whether r is settled: false while the manager still
+// has work for it. The caller holds mu.
+func (st *state) haDrive(r *haResource) bool {
+	g := st.guests[r.vmid]
+	if g == nil || r.state == "ignored" {
+		r.crm = "ignored"
+		return true
+	}
+	switch {
+	case r.crm == "recovery" || (r.crm == "error" && r.state != "disabled"):
+		return true // the fence's recovery, or an operator's disable, moves it on
+	case r.crm == "migrate":
+		return false
+	case st.ha.fenced[g.node] || !st.nodes[g.node].online:
+		r.crm = "fence"
+		return true
+	}
+	if t := r.lrm; t != nil {
+		if t.running {
+			return false
+		}
+		r.lrm = nil
+		if t.typ == "qmstart" && t.exit != "OK" {
+			r.fails++
+			st.c.log.Warn("ha: the LRM could not start the service", "sid", r.sid, "node", g.node, "err", t.exit, "fails", r.fails)
+			if r.fails > r.maxRestart {
+				r.crm = "error"
+				return true
+			}
+		}
+	}
+	if r.target != "" && !st.haMigrateQueued(r, g) {
+		return false
+	}
+	r.crm = r.settled(g)
+	switch {
+	case r.state == "started" && !g.running && !g.isTemplate():
+		if g.lock() != "" {
+			return false
+		}
+		r.lrm = st.startGuest(g, "root@pam")
+		return false
+	case (r.state == "stopped" || r.state == "disabled") && g.running:
+		if g.lock() != "" {
+			return false
+		}
+		r.lrm = st.runTask(g.node, "qmstop", strconv.Itoa(g.vmid), "root@pam", st.c.taskDuration(st.c.cfg.Timing.Stop, 0), func(*task) error {
+			g.stop()
+			r.crm = r.settled(g)
+			return nil
+		})
+		return false
+	}
+	return true
+}
+
+// haMigrateQueued begins r's queued migration when the guest is unlocked: a migration to
+// the node the guest is on, to a node offline or fenced, or one r's rules forbid is
+// dropped (logged), as the CRM does. It reports whether r may go on to its requested
+// state this round. The caller holds mu.
+func (st *state) haMigrateQueued(r *haResource, g *guest) bool {
+	target := r.target
+	switch {
+	case g.lock() != "":
+		return false
+	case g.node == target:
+	case !st.nodes[target].online || st.ha.fenced[target] || len(st.haAffinityConflicts(r, target)) > 0:
+		st.c.log.Warn("ha: migration dropped: the target node is offline or a resource-affinity rule forbids it", "sid", r.sid, "node", target)
+	case !st.haRulesAllow(r, target):
+		st.c.log.Warn("ha: migration not allowed by the service's node-affinity rule", "sid", r.sid, "node", target)
+	default:
+		r.target = ""
+		st.haMigrate(r, g, target)
+		return false
+	}
+	r.target = ""
+	return true
+}
+
 // settled is the CRM state of a resource whose guest is not moving.
 func (r *haResource) settled(g *guest) string {
 	switch r.state {
@@ -348,35 +516,6 @@ func (r *haResource) settled(g *guest) string {
 		}
 	}
 	return "stopped"
-}
-
-// haApply brings a resource's guest to its requested state, as the CRM and the guest's
-// node's LRM do: started starts a stopped guest, stopped and disabled stop a running one.
-// The caller holds mu.
-func (st *state) haApply(r *haResource) {
-	g := st.guests[r.vmid]
-	if g == nil || r.state == "ignored" {
-		r.crm = "ignored"
-		return
-	}
-	if st.ha.fenced[g.node] || !st.nodes[g.node].online {
-		r.crm = "fence"
-		return
-	}
-	if r.crm == "migrate" || r.crm == "recovery" || r.crm == "error" {
-		return
-	}
-	r.crm = r.settled(g)
-	switch {
-	case r.state == "started" && !g.running && g.lock() == "" && !g.isTemplate():
-		st.startGuest(g, "root@pam")
-	case (r.state == "stopped" || r.state == "disabled") && g.running:
-		st.runTask(g.node, "qmstop", strconv.Itoa(g.vmid), "root@pam", st.c.taskDuration(st.c.cfg.Timing.Stop, 0), func(*task) error {
-			g.stop()
-			r.crm = r.settled(g)
-			return nil
-		})
-	}
 }
 
 // haNodeOffline is called when node goes offline: its services are fenced after the
@@ -411,7 +550,7 @@ func (st *state) haNodeOnline(node string) {
 		switch {
 		case g.node == node && r.crm == "fence":
 			r.crm = ""
-			st.haApply(r)
+			st.haKick()
 		case r.crm == "recovery" && st.ha.fenced[g.node]:
 			st.haRecover(r, g)
 		}
@@ -536,6 +675,16 @@ func (st *state) haSelectNode(r *haResource, g *guest) string {
 		return ""
 	}
 	return cands[0]
+}
+
+// haRulesAllow reports whether r's strict node-affinity rules allow node.
+func (st *state) haRulesAllow(r *haResource, node string) bool {
+	for _, rule := range st.haRulesOf(r.sid, "node-affinity") {
+		if rule.strict && !slices.ContainsFunc(splitList(rule.nodes), func(n string) bool { name, _, _ := strings.Cut(n, ":"); return name == node }) {
+			return false
+		}
+	}
+	return true
 }
 
 // haRulesOf lists the enabled rules of type typ naming sid.
@@ -683,6 +832,7 @@ func hHARuleCreate(cl *call) (any, error) {
 		return nil, err
 	}
 	st.ha.rules[id] = rule
+	st.haKick()
 	return nil, nil
 }
 
@@ -704,7 +854,30 @@ func hHARuleUpdate(cl *call) (any, error) {
 		return nil, err
 	}
 	*rule = next
+	st.haKick()
 	return nil, nil
+}
+
+// haEnforceNodeAffinity is the CRM's placement check of settled services: a guest on a
+// node its strict node-affinity rule does not name is migrated (relocated when stopped)
+// to the node haSelectNode picks, as Proxmox's manager does when a rule changes. Rule
+// priorities are not weighed here (a guest on any named node stays). The caller holds mu.
+func (st *state) haEnforceNodeAffinity() {
+	for _, sid := range sortedKeys(st.ha.res) {
+		r := st.ha.res[sid]
+		g := st.guests[r.vmid]
+		if g == nil || r.state == "ignored" || g.lock() != "" || r.target != "" || (r.lrm != nil && r.lrm.running) ||
+			(r.crm != "started" && r.crm != "stopped") {
+			continue
+		}
+		if st.haRulesAllow(r, g.node) {
+			continue
+		}
+		if target := st.haSelectNode(r, g); target != "" && target != g.node {
+			st.c.log.Info("ha: moving a service off a node its rule excludes", "sid", sid, "from", g.node, "to", target)
+			st.haMigrate(r, g, target)
+		}
+	}
 }
 
 func hHARuleDelete(cl *call) (any, error) {

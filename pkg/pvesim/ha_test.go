@@ -140,3 +140,105 @@ func TestHAFenceAndRecover(t *testing.T) {
 		t.Errorf("the rule still names the purged resource: %v", r.data)
 	}
 }
+
+// stoppedHAGuest creates guest 100 on pve1 with its disk on shared storage and makes it
+// an HA resource with requested state stopped.
+func stoppedHAGuest(t *testing.T, c *pvesim.Cluster) {
+	t.Helper()
+	if r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu", url.Values{"vmid": {"100"}, "scsi0": {"shared:1"}}); r.status != http.StatusOK {
+		t.Fatalf("create: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "100 created", func() bool { return haGuests(t, c)["100"].status == "stopped" })
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/resources", url.Values{"sid": {"vm:100"}, "state": {"stopped"}}); r.status != http.StatusOK {
+		t.Fatalf("add to HA: %s", r.reason)
+	}
+}
+
+// TestHARequestsEndWhenQueued: as on Proxmox, an API start, stop or migration of an HA
+// guest answers a hastart, hastop or hamigrate task that ends once the request is queued,
+// before the guest has started, stopped or moved; the manager then does it on its next
+// cycle, in its own qmstart, qmstop or qmigrate task. A strict node-affinity rule that
+// leaves out a guest's node makes the manager move it.
+func TestHARequestsEndWhenQueued(t *testing.T) {
+	t.Parallel()
+	// The cycle is long enough that the request's task has ended well before it.
+	c := startCluster(t, pvesim.Config{Cluster: "haq", Nodes: 2, Timing: pvesim.Timing{HACycle: 500 * time.Millisecond}})
+	stoppedHAGuest(t, c)
+	// request sends an API request whose answer is a task of type typ, which must have
+	// ended OK at once, with the guest not yet in its new state.
+	request := func(path, typ, want string) {
+		t.Helper()
+		var form url.Values
+		if typ == "hamigrate" {
+			form = url.Values{"target": {"pve2"}, "online": {"1"}}
+		}
+		r := call(t, c, testToken, http.MethodPost, path, form)
+		if r.status != http.StatusOK || !strings.Contains(r.data.(string), ":"+typ+":") {
+			t.Fatalf("%s: %s %v", path, r.reason, r.data)
+		}
+		upid := r.data.(string)
+		node := strings.Split(upid, ":")[1]
+		poll.True(t, 10*time.Second, typ+" task ended", func() bool {
+			st := call(t, c, testToken, http.MethodGet, "/nodes/"+node+"/tasks/"+upid+"/status", nil).data.(map[string]any)
+			return st["status"] == "stopped" && st["exitstatus"] == "OK"
+		})
+		if log := taskLog(t, c, node, upid); !strings.Contains(log, "Requesting HA") {
+			t.Errorf("%s log: %s", typ, log)
+		}
+		if g := haGuests(t, c)["100"]; want == g.status+"@"+g.node {
+			t.Fatalf("%s: the guest was %s before the manager's cycle", typ, want)
+		}
+		poll.True(t, 10*time.Second, "guest "+want, func() bool { g := haGuests(t, c)["100"]; return g.status+"@"+g.node == want })
+	}
+	request("/nodes/pve1/qemu/100/status/start", "hastart", "running@pve1")
+	request("/nodes/pve1/qemu/100/migrate", "hamigrate", "running@pve2")
+	request("/nodes/pve2/qemu/100/status/shutdown", "hastop", "stopped@pve2")
+
+	// A strict node-affinity rule that leaves out the guest's node: the manager moves
+	// it to a node the rule names on its next cycle.
+	if r := call(t, c, testToken, http.MethodPost, "/cluster/ha/rules", url.Values{"rule": {"only-pve1"}, "type": {"node-affinity"},
+		"resources": {"vm:100"}, "nodes": {"pve1"}, "strict": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("add the rule: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "guest moved to pve1", func() bool { g := haGuests(t, c)["100"]; return g.status+"@"+g.node == "stopped@pve1" })
+}
+
+// TestHAStartRetriedWhileLocked: as Proxmox's CRM and LRM, the manager keeps a service's
+// requested state and drives it there every round: a start queued while the guest is
+// locked (a backup, a clone, a create) is not lost but done once the lock is gone.
+func TestHAStartRetriedWhileLocked(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{Cluster: "halock", Nodes: 1, Timing: pvesim.Timing{HACycle: 50 * time.Millisecond}})
+	stoppedHAGuest(t, c)
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"lock": {"backup"}}); r.status != http.StatusOK {
+		t.Fatalf("lock: %s", r.reason)
+	}
+	r := call(t, c, testToken, http.MethodPost, "/nodes/pve1/qemu/100/status/start", nil)
+	if r.status != http.StatusOK || !strings.Contains(r.data.(string), ":hastart:") {
+		t.Fatalf("start: %s %v", r.reason, r.data)
+	}
+	// service reads the service's states in the HA status.
+	service := func() string {
+		for _, e := range call(t, c, testToken, http.MethodGet, "/cluster/ha/status/current", nil).data.([]any) {
+			if m := e.(map[string]any); m["sid"] == "vm:100" {
+				return fmt.Sprintf("%s/%s", m["request_state"], m["crm_state"])
+			}
+		}
+		return ""
+	}
+	// The manager took the request (the service is started) and met the lock.
+	poll.True(t, 10*time.Second, "the request taken by the manager", func() bool { return service() == "started/started" })
+	if g := haGuests(t, c)["100"]; g.status != "stopped" {
+		t.Fatalf("the locked guest is %s", g.status)
+	}
+	if r := call(t, c, testToken, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"delete": {"lock"}, "skiplock": {"1"}}); r.status != http.StatusOK {
+		t.Fatalf("unlock: %s", r.reason)
+	}
+	poll.True(t, 10*time.Second, "the guest started once unlocked", func() bool {
+		g := haGuests(t, c)["100"]
+		return g.status == "running" && g.hastate == "started"
+	})
+	if got := service(); got != "started/started" {
+		t.Errorf("the service: %s, want started/started", got)
+	}
+}

@@ -103,7 +103,7 @@ func waitOK(t testing.TB, ctx context.Context, task *proxmox.Task, err error) *p
 	if task == nil {
 		t.Fatal("no task returned")
 	}
-	if err := task.Wait(ctx, 10*time.Millisecond, 30*time.Second); err != nil {
+	if err := task.Wait(ctx, 10*time.Millisecond, 2*time.Minute); err != nil {
 		t.Fatalf("wait %s: %v", task.UPID, err)
 	}
 	if task.ExitStatus != "OK" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -43,9 +44,19 @@ type stateFile struct {
 	Firewall *fwConf `json:"firewall,omitempty"`
 	// StorageContent is each storage's content types (PUT /storage).
 	StorageContent map[string][]string `json:"storage_content,omitempty"`
+	// Storages are the storage entries POST /storage added (pbs.go).
+	Storages []storageRecord `json:"storages,omitempty"`
 	// HA is the HA configuration: resources and rules (the manager's view is derived
 	// again at start).
 	HA *haRecord `json:"ha,omitempty"`
+	// BackupJobs are the backup jobs (/cluster/backup) and when each last ran.
+	BackupJobs []backupJobRecord `json:"backup_jobs,omitempty"`
+}
+
+type backupJobRecord struct {
+	ID   string    `json:"id"`
+	Opts typedMap  `json:"opts"`
+	Last time.Time `json:"last"`
 }
 
 type nodeRecord struct {
@@ -102,6 +113,9 @@ type volumeRecord struct {
 	File      string `json:"file,omitempty"`
 	// Dump is what a backup archive holds.
 	Dump *dumpRecord `json:"dump,omitempty"`
+	// PBS is the namespace of an archive on a Proxmox Backup Server
+	// (pbsTarget.key), whose VolID is then its name there.
+	PBS string `json:"pbs,omitempty"`
 }
 
 // dumpRecord is a backup archive's configuration and disks (backup.go).
@@ -263,7 +277,8 @@ func untypedObjects(m map[string]typedMap) map[string]map[string]any {
 // copied maps are immutable (strings, numbers, slices never written in place), so the
 // result can be encoded after mu is released.
 func (st *state) snapshot() *stateFile {
-	f := &stateFile{Version: stateVersion, Cluster: st.c.name, Saved: time.Now(), NextPID: st.nextPID, StorageContent: map[string][]string{}}
+	f := &stateFile{Version: stateVersion, Cluster: st.c.name, Saved: time.Now(), NextPID: st.nextPID, StorageContent: map[string][]string{},
+		Storages: st.addedStorages()}
 	for _, s := range st.storages {
 		f.StorageContent[s.id] = slices.Clone(s.content)
 	}
@@ -296,10 +311,18 @@ func (st *state) snapshot() *stateFile {
 	}
 	for _, key := range sortedKeys(st.volumes) {
 		vols := st.volumes[key]
+		pbs := ""
+		if strings.HasPrefix(key, "pbs|") {
+			pbs = key
+		}
 		for _, volid := range sortedKeys(vols) {
 			v := vols[volid]
+			id := v.volid
+			if pbs != "" {
+				id = volid // the archive's name in its namespace
+			}
 			f.Volumes = append(f.Volumes, volumeRecord{
-				VolID: v.volid, Storage: v.storage, Node: v.node, Content: v.content, Format: v.format, Size: v.size,
+				PBS: pbs, VolID: id, Storage: v.storage, Node: v.node, Content: v.content, Format: v.format, Size: v.size,
 				VMID: v.vmid, CTime: v.ctime, Parent: v.parent, Notes: v.notes, Protected: v.protected, Data: v.data, File: v.file,
 				Dump: dumpOf(v.dump),
 			})
@@ -318,6 +341,10 @@ func (st *state) snapshot() *stateFile {
 	}
 	f.Firewall = st.fw.clone()
 	f.HA = st.ha.record()
+	for _, id := range sortedKeys(st.backupJobs) {
+		j := st.backupJobs[id]
+		f.BackupJobs = append(f.BackupJobs, backupJobRecord{ID: id, Opts: typedMap(maps.Clone(j.opts)), Last: j.last})
+	}
 	f.Tasks = make([]taskRecord, 0, len(st.taskList))
 	for _, t := range st.taskList {
 		f.Tasks = append(f.Tasks, taskRecord{
@@ -402,7 +429,18 @@ func (st *state) restore(f *stateFile) error {
 		}
 		st.guests[r.VMID] = g
 	}
+	if err := st.addStorages(f.Storages); err != nil {
+		return err
+	}
 	for _, r := range f.Volumes {
+		if r.PBS != "" {
+			if st.volumes[r.PBS] == nil {
+				st.volumes[r.PBS] = map[string]*volume{}
+			}
+			st.volumes[r.PBS][r.VolID] = &volume{volid: r.VolID, storage: r.Storage, content: r.Content, format: r.Format, size: r.Size,
+				vmid: r.VMID, ctime: r.CTime, notes: r.Notes, protected: r.Protected, dump: dumpFrom(r.Dump)}
+			continue
+		}
 		s := st.storage(r.Storage)
 		if s == nil {
 			return fmt.Errorf("volume %q is on unknown storage %q", r.VolID, r.Storage)
@@ -414,12 +452,7 @@ func (st *state) restore(f *stateFile) error {
 		}
 		v := &volume{volid: r.VolID, storage: r.Storage, node: r.Node, content: r.Content, format: r.Format, size: r.Size,
 			vmid: r.VMID, ctime: r.CTime, parent: r.Parent, notes: r.Notes, protected: r.Protected, data: r.Data, file: r.File}
-		if d := r.Dump; d != nil {
-			v.dump = &dumpArchive{conf: map[string]any(d.Conf)}
-			for _, dd := range d.Disks {
-				v.dump.disks = append(v.dump.disks, dumpDisk{key: dd.Key, storage: dd.Storage, size: dd.Size, file: dd.File})
-			}
-		}
+		v.dump = dumpFrom(r.Dump)
 		st.volumesOn(r.Node, r.Storage)[r.VolID] = v
 	}
 	sdnConf := func(r sdnConfigRecord) *sdnConfig {
@@ -431,6 +464,9 @@ func (st *state) restore(f *stateFile) error {
 	}
 	st.fw = f.Firewall.normalize()
 	st.ha.load(f.HA)
+	for _, r := range f.BackupJobs {
+		st.backupJobs[r.ID] = &backupJob{id: r.ID, opts: params(r.Opts), last: r.Last}
+	}
 	st.nextPID = max(st.nextPID, f.NextPID)
 	for _, r := range f.Tasks {
 		if err := checkNode("task "+r.UPID, r.Node); err != nil {
@@ -586,4 +622,16 @@ func dumpOf(a *dumpArchive) *dumpRecord {
 		r.Disks = append(r.Disks, dumpDiskRecord{Key: d.key, Storage: d.storage, Size: d.size, File: d.file})
 	}
 	return r
+}
+
+// dumpFrom is the archive a state file's record holds (nil for none).
+func dumpFrom(d *dumpRecord) *dumpArchive {
+	if d == nil {
+		return nil
+	}
+	a := &dumpArchive{conf: map[string]any(d.Conf)}
+	for _, dd := range d.Disks {
+		a.disks = append(a.disks, dumpDisk{key: dd.Key, storage: dd.Storage, size: dd.Size, file: dd.File})
+	}
+	return a
 }

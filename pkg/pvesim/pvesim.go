@@ -60,7 +60,8 @@ type Config struct {
 	// runs, the whole model is saved there atomically after changes, at most every 200 ms,
 	// and once more at Close. It keeps guests (config, digest, power state: a running VM
 	// is still running after a restart), storage contents, pools, SDN (pending and
-	// applied), IPAM, the VMID sequence and the task history. What a restart interrupts
+	// applied), IPAM, the backup jobs with their last runs, the VMID sequence and
+	// the task history. What a restart interrupts
 	// settles as a node reboot would: running tasks end with exit status "unexpected
 	// status" and guest locks are cleared, except that the half-made target of an
 	// interrupted clone is removed. Tokens, injected failures and latency come from the
@@ -72,7 +73,9 @@ type Config struct {
 	// so that what is written there is the disk's content; clones and
 	// imports copy their source's bytes, resizes truncate, deletes remove
 	// the file. Its files are kept across restarts with StateFile. "" keeps
-	// no bytes.
+	// no bytes. Uploaded files are spooled into its "upload" directory
+	// (without it, CertDir's, or the temporary certificate directory's,
+	// which Close removes) and kept there as the volumes they become.
 	DiskDir string
 	// FileRoot, if set, is where the nodes' file systems are: node N's is
 	// FileRoot/N, and a file storage's directory (its config's "path") is
@@ -109,6 +112,11 @@ type Timing struct {
 	// FenceDelay is how long a node stays offline before the HA manager fences it and
 	// recovers its HA resources on other nodes; 0 is Proxmox's DefaultFenceDelay (60 s).
 	FenceDelay time.Duration
+	// HACycle is how long the HA manager takes to act on a request queued by the API (a
+	// start, stop or migration of an HA guest, whose hastart, hastop or hamigrate task
+	// ends once the request is queued): a real cluster's CRM and LRM run every 10 s. 0
+	// acts right after the request's task ended.
+	HACycle time.Duration
 }
 
 // DevFenceDelay is RealisticTiming's FenceDelay: shorter than a real cluster's 60 s, so
@@ -125,6 +133,7 @@ func RealisticTiming() Timing {
 		Stop:       1 * time.Second,
 		Shutdown:   4 * time.Second,
 		FenceDelay: DevFenceDelay,
+		HACycle:    2 * time.Second,
 	}
 }
 
@@ -143,6 +152,7 @@ type Cluster struct {
 	started  time.Time
 	latency  atomic.Int64 // nanoseconds added to every request
 	inFlight atomic.Int64 // requests being answered
+	skew     atomic.Int64 // nanoseconds the clock is ahead of real time (AdvanceClockForTest)
 	download *http.Client
 	persist  *persister    // nil without Config.StateFile; immutable after Start
 	netKick  chan struct{} // nil without Config.DataPlane; immutable after Start
@@ -292,12 +302,20 @@ func Start(cfg Config) (*Cluster, error) {
 	if cfg.StateFile != "" {
 		c.startPersister(cfg.StateFile)
 	}
+	c.work.Add(1)
+	go c.scheduleLoop()
 	if cfg.DataPlane != nil {
 		c.netKick = make(chan struct{}, 1)
 		c.work.Add(1)
 		go c.dataPlaneLoop()
 		c.kickNet()
 	}
+	// The HA manager drives the services of a loaded state to their requested states.
+	c.mu.Lock()
+	if len(c.st.ha.res) > 0 {
+		c.st.haKick()
+	}
+	c.mu.Unlock()
 	started = true
 	c.log.Info("pvesim started", "url", c.url, "nodes", len(c.nodes), "fingerprint", certs.fingerprint)
 	return c, nil

@@ -944,33 +944,22 @@ func subdirs(key string, names ...string) handlerFunc {
 	}
 }
 
-// hQemuStart starts g; an HA-managed guest is started by the HA manager (request state
-// "started", a hastart task), as qemu-server hands it over.
+// hQemuStart starts g; an HA-managed guest is started by the HA manager: qemu-server
+// answers a hastart task that ends once the request state "started" is queued, and the
+// node's LRM starts the guest on the manager's next cycle (haRequest).
 func hQemuStart(cl *call, g *guest) (any, error) {
 	c := cl.c
 	if r := c.st.haManaged(g.vmid); r != nil {
-		r.state = "started"
-		t := c.st.startGuestAs(g, "hastart", cl.user)
-		r.crm = r.settled(g)
-		return t.upid, nil
+		return c.st.haRequest(g, r, "hastart", "started", cl.user).upid, nil
 	}
 	return c.st.startGuest(g, cl.user).upid, nil
 }
 
-// haStopType is the task type of a stop or shutdown: hastop for an HA-managed guest,
-// whose requested state becomes "stopped" so that the manager does not start it again.
-func (st *state) haStopType(g *guest, typ string) string {
-	if r := st.haManaged(g.vmid); r != nil {
-		r.state = "stopped"
-		r.crm = "stopped"
-		return "hastop"
-	}
-	return typ
-}
-
 func hQemuStop(cl *call, g *guest) (any, error) {
 	c := cl.c
-	typ := c.st.haStopType(g, "qmstop")
+	if r := c.st.haManaged(g.vmid); r != nil {
+		return c.st.haRequest(g, r, "hastop", "stopped", cl.user).upid, nil
+	}
 	skiplock := cl.p.bool("skiplock")
 	check := func() error {
 		if skiplock {
@@ -978,7 +967,7 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 		}
 		return g.checkLock()
 	}
-	t := c.st.runChecked(g.node, typ, strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
+	t := c.st.runChecked(g.node, "qmstop", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Stop, 0), check, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -987,8 +976,10 @@ func hQemuStop(cl *call, g *guest) (any, error) {
 
 func hQemuShutdown(cl *call, g *guest) (any, error) {
 	c := cl.c
-	typ := c.st.haStopType(g, "qmshutdown")
-	t := c.st.runChecked(g.node, typ, strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
+	if r := c.st.haManaged(g.vmid); r != nil {
+		return c.st.haRequest(g, r, "hastop", "stopped", cl.user).upid, nil
+	}
+	t := c.st.runChecked(g.node, "qmshutdown", strconv.Itoa(g.vmid), cl.user, c.taskDuration(c.cfg.Timing.Shutdown, 0), g.checkRunning, func(*task) error {
 		g.stop()
 		return nil
 	})
@@ -1373,6 +1364,11 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	if g.running && !online {
 		return nil, errorf(http.StatusInternalServerError, "can't migrate running VM without --online")
 	}
+	// qemu-server hands an HA-managed guest's migration to the manager: a hamigrate
+	// task that ends once the request is queued; the CRM migrates it on its next cycle.
+	if r := c.st.haManaged(g.vmid); r != nil {
+		return c.st.haMigrateRequest(g, r, target, cl.user).upid, nil
+	}
 	withLocal := cl.p.bool("with-local-disks")
 	targetStorage, _ := cl.p.str("targetstorage")
 	var localBytes int64
@@ -1399,18 +1395,8 @@ func hQemuMigrate(cl *call, g *guest) (any, error) {
 	}
 	g.conf["lock"] = "migrate"
 	d := c.taskDuration(0, gib)
-	// qemu-server hands an HA-managed guest's migration to the manager (a
-	// hamigrate request, then the CRM's qmigrate); the simulator runs the
-	// migration in the task it answers, with the service in state migrate.
-	ha := c.st.haManaged(g.vmid)
-	if ha != nil {
-		ha.crm = "migrate"
-	}
 	t := c.st.runTask(src, "qmigrate", strconv.Itoa(g.vmid), cl.user, d, func(t *task) error {
 		delete(g.conf, "lock")
-		if ha != nil {
-			defer func() { ha.crm = ha.settled(g) }()
-		}
 		if !c.st.nodes[target].online {
 			return fmt.Errorf("migration aborted: target node '%s' is not online", target)
 		}

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +19,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -80,7 +84,7 @@ type call struct {
 	user   string                       // authenticated token id, "USER@REALM!ID"
 	has    func(path, priv string) bool // nil: full privileges
 	local  string                       // the node whose endpoint the request reached
-	file   []byte                       // the file part of an upload
+	file   *spooled                     // the file part of an upload
 }
 
 // require fails like Proxmox's handler-level permission checks unless the caller has
@@ -186,10 +190,13 @@ func (c *Cluster) serve(w http.ResponseWriter, r *http.Request, local string) in
 	}
 	// pveproxy reads the body by its content type before it looks for the handler: only
 	// uploads take multipart/form-data, whatever the path.
-	raw, file, aerr := readParams(r, r.Method == http.MethodPost && uploadPathRE.MatchString(rel))
+	raw, file, aerr := readParams(r, r.Method == http.MethodPost && uploadPathRE.MatchString(rel), c.spoolDir())
 	if aerr != nil {
 		return writeError(w, r, aerr)
 	}
+	// The spooled file is the upload handler's once it keeps it as a
+	// volume; whatever else ends the request deletes it.
+	defer file.discard()
 	ep, vars, aerr := c.api.lookup(r.Method, rel)
 	if aerr != nil {
 		return writeError(w, r, aerr)
@@ -360,13 +367,16 @@ var uploadPathRE = regexp.MustCompile(`^/nodes/[^/]+/storage/[^/]+/upload$`)
 // maxPost is the largest body pveproxy reads outside uploads ($limit_max_post).
 const maxPost = 64 << 10
 
-// maxUpload is the largest file an upload may carry: the simulator keeps it in memory.
-const maxUpload = 256 << 20
+// maxUpload is the largest file an upload may carry. pveproxy spools the file part
+// to a temporary file as it arrives and sets no bound of its own; the storage's free
+// space bounds it (hUpload).
+const maxUpload = 1 << 40
 
 // readParams flattens the query string and the body (urlencoded form or JSON, as
 // Proxmox accepts both; multipart/form-data only on the upload endpoint) into string
-// values; an upload's file part is returned apart, its name as the filename parameter.
-func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *apiError) {
+// values; an upload's file part is spooled to a file in spool and returned apart, its
+// name as the filename parameter.
+func readParams(r *http.Request, upload bool, spool string) (map[string][]string, *spooled, *apiError) {
 	raw := map[string][]string{}
 	for k, v := range r.URL.Query() {
 		raw[k] = append(raw[k], v...)
@@ -380,7 +390,7 @@ func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *api
 		if ct != "multipart/form-data" || ctParams["boundary"] == "" {
 			return nil, nil, errorf(http.StatusInternalServerError, "upload 'Content-Type '%s' not implemented", ctype)
 		}
-		file, err := readMultipart(multipart.NewReader(r.Body, ctParams["boundary"]), raw)
+		file, err := readMultipart(multipart.NewReader(r.Body, ctParams["boundary"]), raw, spool)
 		if err != nil {
 			return nil, nil, errorf(http.StatusBadRequest, "%s", err.Error())
 		}
@@ -423,11 +433,67 @@ func readParams(r *http.Request, upload bool) (map[string][]string, []byte, *api
 	return raw, nil, nil
 }
 
-// readMultipart adds an upload's form fields to raw and returns the content of its file
-// part, whose file name becomes the filename parameter.
-func readMultipart(mr *multipart.Reader, raw map[string][]string) ([]byte, error) {
-	var file []byte
-	seen := false
+// spooled is an upload's file part as pveproxy keeps it while the upload's worker
+// runs: a temporary file (Proxmox's /var/tmp/pveupload-*), never held in memory.
+type spooled struct {
+	path string
+	size int64
+	// sha256 is the file's SHA-256 (hex), computed as it was spooled; other
+	// algorithms are computed by reading the file again (spooled.sum).
+	sha256 string
+	kept   bool // the file became a volume's: discard leaves it
+}
+
+// sum is the file's checksum (hex) by algorithm alg, read outside the model's lock.
+func (f *spooled) sum(alg string) (string, error) {
+	if alg == "sha256" {
+		return f.sha256, nil
+	}
+	h := newHash(alg)
+	if h == nil {
+		return "", fmt.Errorf("unknown checksum algorithm %q", alg)
+	}
+	in, err := os.Open(f.path)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	if _, err := io.CopyBuffer(h, in, make([]byte, spoolChunk)); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// discard deletes the spooled file unless a volume keeps it; nil does nothing.
+func (f *spooled) discard() {
+	if f != nil && !f.kept {
+		_ = os.Remove(f.path)
+	}
+}
+
+// spoolChunk is the buffer an upload's file part is copied through.
+const spoolChunk = 1 << 20
+
+// spoolDir is where uploads are spooled: under Config.DiskDir when it is set (beside
+// the disks' bytes), else under the cluster's certificate directory (Config.CertDir,
+// or the temporary one Close removes).
+func (c *Cluster) spoolDir() string {
+	if c.cfg.DiskDir != "" {
+		return filepath.Join(c.cfg.DiskDir, "upload")
+	}
+	return filepath.Join(c.certDir, "upload")
+}
+
+// readMultipart adds an upload's form fields to raw and spools the content of its file
+// part into a new file in dir (hashed on the way), whose file name becomes the
+// filename parameter. Memory stays bounded by one buffer whatever the file's size.
+func readMultipart(mr *multipart.Reader, raw map[string][]string, dir string) (_ *spooled, err error) {
+	var file *spooled
+	defer func() {
+		if err != nil {
+			file.discard()
+		}
+	}()
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -436,27 +502,55 @@ func readMultipart(mr *multipart.Reader, raw map[string][]string) ([]byte, error
 		if err != nil {
 			return nil, fmt.Errorf("malformed multipart body: %w", err)
 		}
-		b, err := io.ReadAll(io.LimitReader(part, maxUpload+1))
-		if err != nil {
-			return nil, fmt.Errorf("malformed multipart body: %w", err)
-		}
 		if part.FileName() == "" {
+			b, err := io.ReadAll(io.LimitReader(part, maxPost+1))
+			if err != nil {
+				return nil, fmt.Errorf("malformed multipart body: %w", err)
+			}
+			if len(b) > maxPost {
+				return nil, fmt.Errorf("form field %q larger than %d bytes", part.FormName(), maxPost)
+			}
 			raw[part.FormName()] = append(raw[part.FormName()], string(b))
 			continue
 		}
-		if len(b) > maxUpload {
-			return nil, fmt.Errorf("upload larger than %d bytes", maxUpload)
-		}
-		if seen {
+		if file != nil {
 			return nil, errors.New("upload with more than one file")
 		}
-		seen, file = true, b
+		if file, err = spool(part, dir); err != nil {
+			return nil, err
+		}
 		raw["filename"] = append(raw["filename"], part.FileName())
 	}
-	if !seen {
+	if file == nil {
 		return nil, errors.New("upload without a file")
 	}
 	return file, nil
+}
+
+// spool copies r into a new file of dir, hashing it, up to maxUpload bytes.
+func spool(r io.Reader, dir string) (*spooled, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("spool upload: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "pveupload-")
+	if err != nil {
+		return nil, fmt.Errorf("spool upload: %w", err)
+	}
+	out := &spooled{path: f.Name()}
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(r, maxUpload+1), make([]byte, spoolChunk))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > maxUpload {
+		err = fmt.Errorf("upload larger than %d bytes", int64(maxUpload))
+	}
+	if err != nil {
+		out.discard()
+		return nil, fmt.Errorf("malformed multipart body: %w", err)
+	}
+	out.size, out.sha256 = n, hex.EncodeToString(h.Sum(nil))
+	return out, nil
 }
 
 func flattenJSON(v any) []string {

@@ -23,10 +23,16 @@ type state struct {
 	taskList []*task
 	pools    map[string]*pool
 	repl     map[string]*replJob // replication jobs by id
-	sdn      *sdnState
-	fw       *fwConf // the cluster's firewall (cluster.fw)
-	ha       *haState
-	nextPID  uint32
+	// backupJobs are the backup jobs by id (backupjobs.go).
+	backupJobs map[string]*backupJob
+	// vzdumpBusy says whether a vzdump holds a node's lock;
+	// vzdumpQueue are the vzdumps waiting for it, in turn (backup.go).
+	vzdumpBusy  map[string]bool
+	vzdumpQueue map[string][]func()
+	sdn         *sdnState
+	fw          *fwConf // the cluster's firewall (cluster.fw)
+	ha          *haState
+	nextPID     uint32
 	// firstBoots are the guests' starts whose cloud-init is still to run
 	// (cloudinit.go).
 	firstBoots []firstBoot
@@ -65,10 +71,12 @@ type guest struct {
 
 type storageDef struct {
 	id      string
-	typ     string // dir, lvmthin, nfs
+	typ     string // dir, lvmthin, nfs, pbs
 	content []string
 	shared  bool
 	path    string
+	// pbs is where an entry of type pbs points (pbs.go); nil for others.
+	pbs *pbsTarget
 }
 
 type volume struct {
@@ -100,18 +108,21 @@ type pool struct {
 
 func newState(c *Cluster) *state {
 	st := &state{
-		c:       c,
-		nodes:   map[string]*node{},
-		guests:  map[int]*guest{},
-		volumes: map[string]map[string]*volume{},
-		tasks:   map[string]*task{},
-		pools:   map[string]*pool{},
-		repl:    map[string]*replJob{},
-		sdn:     newSDNState(),
-		fw:      newFWConf(),
-		ha:      newHAState(),
-		nextPID: 4000 + uint32(time.Now().UnixNano()%20000),
-		timers:  map[*taskTimer]struct{}{},
+		c:           c,
+		nodes:       map[string]*node{},
+		guests:      map[int]*guest{},
+		volumes:     map[string]map[string]*volume{},
+		tasks:       map[string]*task{},
+		pools:       map[string]*pool{},
+		repl:        map[string]*replJob{},
+		backupJobs:  map[string]*backupJob{},
+		vzdumpBusy:  map[string]bool{},
+		vzdumpQueue: map[string][]func(){},
+		sdn:         newSDNState(),
+		fw:          newFWConf(),
+		ha:          newHAState(),
+		nextPID:     4000 + uint32(time.Now().UnixNano()%20000),
+		timers:      map[*taskTimer]struct{}{},
 		storages: []*storageDef{
 			{id: "local", typ: "dir", content: []string{"backup", "import", "iso", "vztmpl"}, path: "/var/lib/vz"},
 			{id: "local-lvm", typ: "lvmthin", content: []string{"images", "rootdir"}},
@@ -158,6 +169,9 @@ func (st *state) storeKey(node, storage string) string {
 }
 
 func (st *state) volumesOn(node, storage string) map[string]*volume {
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		return st.pbsView(s)
+	}
 	k := st.storeKey(node, storage)
 	m := st.volumes[k]
 	if m == nil {
@@ -185,6 +199,11 @@ func (st *state) addVolume(node string, v *volume) {
 		v.ctime = time.Now().Unix()
 	}
 	st.createFile(v)
+	if s := st.storage(v.storage); s != nil && s.pbs != nil {
+		_, name, _ := strings.Cut(v.volid, ":")
+		st.pbsNamespace(s)[name] = v
+		return
+	}
 	st.volumesOn(node, v.storage)[v.volid] = v
 }
 
@@ -197,10 +216,18 @@ func (st *state) removeVolume(node, volid string) {
 			st.removeDumpFiles(v.dump)
 		}
 	}
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		_, name, _ := strings.Cut(volid, ":")
+		delete(st.pbsNamespace(s), name)
+		return
+	}
 	delete(st.volumesOn(node, storage), volid)
 }
 
 func (st *state) usedOn(node, storage string) int64 {
+	if s := st.storage(storage); s != nil && s.pbs != nil {
+		return st.pbsUsed(s)
+	}
 	var n int64
 	for _, v := range st.volumesOn(node, storage) {
 		n += v.size

@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -118,6 +119,15 @@ func volumeJSON(v *volume) map[string]any {
 	}
 	if v.notes != "" {
 		e["notes"] = v.notes
+	}
+	if v.format == "pbs-vm" {
+		// PBS lists a snapshot's comment, the first line of its notes
+		// (the volume's own GET has them all), and its guest type.
+		e["notes"], _, _ = strings.Cut(v.notes, "\n")
+		if v.notes == "" {
+			delete(e, "notes")
+		}
+		e["subtype"] = "qemu"
 	}
 	if v.protected {
 		e["protected"] = 1
@@ -376,23 +386,44 @@ func hUpload(cl *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := cl.file
+	file := cl.file
+	if file == nil {
+		return nil, errorf(http.StatusBadRequest, "upload without a file")
+	}
+	sum := ""
+	if h != nil {
+		algo, _ := cl.p.str("checksum-algorithm")
+		if sum, err = file.sum(algo); err != nil {
+			return nil, errorf(http.StatusInternalServerError, "%v", err)
+		}
+	}
+	// The spooled file becomes the volume's (or is deleted when the task fails):
+	// the bytes are never held in memory.
+	file.kept = true
 	volid := fmt.Sprintf("%s:%s/%s", s.id, content, filename)
 	dest := fmt.Sprintf("%s/%s/%s", s.path, contentDirs[content], filename)
-	t := c.st.runTask(node, "imgcopy", "", cl.user, c.taskDuration(0, float64(len(data))/float64(1<<30)), func(t *task) error {
+	avail := c.cfg.StorageSize - c.st.usedOn(node, s.id)
+	t := c.st.runTask(node, "imgcopy", "", cl.user, c.taskDuration(0, float64(file.size)/float64(1<<30)), func(t *task) (err error) {
+		defer func() {
+			if err != nil {
+				_ = os.Remove(file.path)
+			}
+		}()
 		t.log = append(t.log, "starting file import from: /var/tmp/pveupload-"+filename, "target node: "+node,
-			"target file: "+dest, fmt.Sprintf("file size is: %d", len(data)))
+			"target file: "+dest, fmt.Sprintf("file size is: %d", file.size))
 		if h != nil {
-			h.Write(data)
-			if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, checksum) {
-				return fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", got, strings.ToLower(checksum))
+			if !strings.EqualFold(sum, checksum) {
+				return fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", sum, strings.ToLower(checksum))
 			}
 			t.log = append(t.log, "calculating checksum of uploaded file...OK, checksum verified")
 		}
 		if c.st.findVolume(node, volid) != nil {
 			return fmt.Errorf("refusing to override existing file '%s'", dest)
 		}
-		c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: int64(len(data)), data: data})
+		if file.size > avail {
+			return fmt.Errorf("copy failed: error writing '%s': No space left on device", dest)
+		}
+		c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: file.size, file: file.path})
 		t.log = append(t.log, "finished file import successfully")
 		return nil
 	})
@@ -460,6 +491,10 @@ func (st *state) storageCfgDigest() string {
 		if s.path != "" {
 			fmt.Fprintf(&b, "\tpath %s\n", s.path)
 		}
+		if p := s.pbs; p != nil {
+			fmt.Fprintf(&b, "\tserver %s\n\tdatastore %s\n\tport %d\n\tnamespace %s\n\tusername %s\n\tfingerprint %s\n",
+				p.server, p.datastore, p.port, p.namespace, p.username, p.fingerprint)
+		}
 		b.WriteString("\n")
 	}
 	sum := sha1.Sum([]byte(b.String()))
@@ -479,6 +514,8 @@ func (st *state) storageConfig(s *storageDef) map[string]any {
 		e["server"] = "10.0.0.250"
 		e["export"] = "/export/pve"
 		e["shared"] = 1
+	case "pbs":
+		s.pbs.config(e)
 	}
 	return e
 }
@@ -560,6 +597,9 @@ func hStorageConfigUpdate(cl *call) (any, error) {
 	s := c.st.storage(cl.vars["storage"])
 	if s == nil {
 		return nil, errorf(http.StatusInternalServerError, "storage '%s' does not exist", cl.vars["storage"])
+	}
+	if s.pbs != nil {
+		return nil, errorf(http.StatusNotImplemented, "changing a storage of type 'pbs' is not simulated")
 	}
 	for k := range cl.p {
 		if k != "content" && k != "digest" && k != "storage" {

@@ -125,10 +125,7 @@ func (r *securityGroupResource) Update(ctx context.Context, req resource.UpdateR
 }
 
 func (r *securityGroupResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete security group", func(ctx context.Context, id string) error {
-		_, err := api.DeleteSecurityGroup(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete security group", r.c, api.DeleteSecurityGroup)
 }
 
 // serviceAccountResource is flexplane_service_account: a service account
@@ -208,8 +205,5 @@ func (r *serviceAccountResource) Read(ctx context.Context, req resource.ReadRequ
 }
 
 func (r *serviceAccountResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete service account", func(ctx context.Context, id string) error {
-		_, err := api.DeleteServiceAccount(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete service account", r.c, api.DeleteServiceAccount)
 }

@@ -260,15 +260,17 @@ func readInto[M any](ctx context.Context, req resource.ReadRequest, resp *resour
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
-// deleteByID deletes the object of the state's id with del; NOT_FOUND
-// (deleted outside already) counts as done.
-func deleteByID(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, op string, del func(context.Context, string) error) {
+// deleteByID deletes the object of the state's id with the API call del
+// (whose answer is not needed); NOT_FOUND (deleted outside already) counts
+// as done.
+func deleteByID[R any](ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, op string,
+	c graphql.Client, del func(context.Context, graphql.Client, string) (R, error)) {
 	var id types.String
 	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("id"), &id)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if err := del(ctx, id.ValueString()); err != nil && !isNotFound(err) {
+	if _, err := del(ctx, c, id.ValueString()); err != nil && !isNotFound(err) {
 		addAPIError(&resp.Diagnostics, op, err)
 	}
 }

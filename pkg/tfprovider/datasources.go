@@ -34,28 +34,65 @@ func computedInt(desc string) schema.Int64Attribute {
 	return schema.Int64Attribute{Computed: true, Description: desc}
 }
 
-// readNamed reads a data source: lookup fills the model (whose name the
-// configuration gives) from the API and reports whether the API knows it.
-func readNamed[M any](ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse, what string, lookup func(context.Context, *M) (bool, error)) {
+// namedDataSource is a data source of one object the configuration names
+// (its attribute name), read into the model M.
+type namedDataSource[M any] struct {
+	dsBase
+	// typeName follows the provider's type name: _zone is flexplane_zone.
+	typeName string
+	// what names the object in diagnostics: "zone".
+	what string
+	// schema is the data source's schema.
+	schema schema.Schema
+	// lookup fills m, whose name the configuration gives, from the API and
+	// reports whether the API knows it.
+	lookup func(ctx context.Context, c graphql.Client, m *M) (bool, error)
+}
+
+func (d *namedDataSource[M]) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + d.typeName
+}
+
+func (d *namedDataSource[M]) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = d.schema
+}
+
+func (d *namedDataSource[M]) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m M
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	found, err := lookup(ctx, &m)
+	found, err := d.lookup(ctx, d.c, &m)
 	if err != nil {
-		addAPIError(&resp.Diagnostics, "read "+what, err)
+		addAPIError(&resp.Diagnostics, "read "+d.what, err)
 		return
 	}
 	if !found {
-		resp.Diagnostics.AddAttributeError(path.Root("name"), "read "+what, "the API has no "+what+" of that name")
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "read "+d.what, "the API has no "+d.what+" of that name")
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
 // zoneDataSource is flexplane_zone: zone(name).
-type zoneDataSource struct{ dsBase }
+func zoneDataSource() datasource.DataSource {
+	return &namedDataSource[zoneModel]{typeName: "_zone", what: "zone", schema: schema.Schema{
+		Description: "A zone (a Proxmox cluster) the caller sees.", Attributes: map[string]schema.Attribute{
+			"name":       nameArg("The zone's name."),
+			"id":         computedString("The zone's id."),
+			"status":     computedString("Whether its hosts are online."),
+			"standalone": schema.BoolAttribute{Computed: true, Description: "Whether it is a standalone Proxmox node."},
+		}},
+		lookup: func(ctx context.Context, c graphql.Client, m *zoneModel) (bool, error) {
+			out, err := api.GetZone(ctx, c, m.Name.ValueString())
+			if err != nil || out.Zone == nil {
+				return false, err
+			}
+			m.ID, m.Status, m.Standalone = types.StringValue(out.Zone.Id), types.StringValue(string(out.Zone.Status)), types.BoolValue(out.Zone.Standalone)
+			return true, nil
+		}}
+}
 
 type zoneModel struct {
 	ID         types.String `tfsdk:"id"`
@@ -64,32 +101,28 @@ type zoneModel struct {
 	Standalone types.Bool   `tfsdk:"standalone"`
 }
 
-func (d *zoneDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_zone"
-}
-
-func (d *zoneDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	resp.Schema = schema.Schema{Description: "A zone (a Proxmox cluster) the caller sees.", Attributes: map[string]schema.Attribute{
-		"name":       nameArg("The zone's name."),
-		"id":         computedString("The zone's id."),
-		"status":     computedString("Whether its hosts are online."),
-		"standalone": schema.BoolAttribute{Computed: true, Description: "Whether it is a standalone Proxmox node."},
-	}}
-}
-
-func (d *zoneDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	readNamed(ctx, req, resp, "zone", func(ctx context.Context, m *zoneModel) (bool, error) {
-		out, err := api.GetZone(ctx, d.c, m.Name.ValueString())
-		if err != nil || out.Zone == nil {
-			return false, err
-		}
-		m.ID, m.Status, m.Standalone = types.StringValue(out.Zone.Id), types.StringValue(string(out.Zone.Status)), types.BoolValue(out.Zone.Standalone)
-		return true, nil
-	})
-}
-
 // imageDataSource is flexplane_image: image(name).
-type imageDataSource struct{ dsBase }
+func imageDataSource() datasource.DataSource {
+	return &namedDataSource[imageModel]{typeName: "_image", what: "image", schema: schema.Schema{
+		Description: "An image of the catalog.", Attributes: map[string]schema.Attribute{
+			"name":        nameArg("The image's name."),
+			"description": computedString("What it is."),
+			"version":     computedString("Its version."),
+			"url":         computedString("Where it is downloaded from."),
+			"checksum":    computedString("Its checksum."),
+			"cloud_init":  schema.BoolAttribute{Computed: true, Description: "Whether it runs cloud-init."},
+		}},
+		lookup: func(ctx context.Context, c graphql.Client, m *imageModel) (bool, error) {
+			out, err := api.GetImage(ctx, c, m.Name.ValueString())
+			if err != nil || out.Image == nil {
+				return false, err
+			}
+			i := out.Image
+			m.Description, m.Version, m.URL = types.StringValue(i.Description), types.StringValue(i.Version), types.StringValue(i.Url)
+			m.Checksum, m.CloudInit = types.StringValue(i.Checksum), types.BoolValue(i.CloudInit)
+			return true, nil
+		}}
+}
 
 type imageModel struct {
 	Name        types.String `tfsdk:"name"`
@@ -100,36 +133,25 @@ type imageModel struct {
 	CloudInit   types.Bool   `tfsdk:"cloud_init"`
 }
 
-func (d *imageDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_image"
-}
-
-func (d *imageDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	resp.Schema = schema.Schema{Description: "An image of the catalog.", Attributes: map[string]schema.Attribute{
-		"name":        nameArg("The image's name."),
-		"description": computedString("What it is."),
-		"version":     computedString("Its version."),
-		"url":         computedString("Where it is downloaded from."),
-		"checksum":    computedString("Its checksum."),
-		"cloud_init":  schema.BoolAttribute{Computed: true, Description: "Whether it runs cloud-init."},
-	}}
-}
-
-func (d *imageDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	readNamed(ctx, req, resp, "image", func(ctx context.Context, m *imageModel) (bool, error) {
-		out, err := api.GetImage(ctx, d.c, m.Name.ValueString())
-		if err != nil || out.Image == nil {
-			return false, err
-		}
-		i := out.Image
-		m.Description, m.Version, m.URL = types.StringValue(i.Description), types.StringValue(i.Version), types.StringValue(i.Url)
-		m.Checksum, m.CloudInit = types.StringValue(i.Checksum), types.BoolValue(i.CloudInit)
-		return true, nil
-	})
-}
-
 // computeProfileDataSource is flexplane_compute_profile: computeProfile(name).
-type computeProfileDataSource struct{ dsBase }
+func computeProfileDataSource() datasource.DataSource {
+	return &namedDataSource[computeProfileModel]{typeName: "_compute_profile", what: "compute profile", schema: schema.Schema{
+		Description: "A compute profile (vCPUs and memory).", Attributes: map[string]schema.Attribute{
+			"name":        nameArg("The profile's name."),
+			"description": computedString("What it is for."),
+			"vcpus":       computedInt("Virtual CPUs of a VM of this profile."),
+			"memory_mib":  computedInt("Memory of a VM of this profile, in MiB."),
+		}},
+		lookup: func(ctx context.Context, c graphql.Client, m *computeProfileModel) (bool, error) {
+			out, err := api.GetComputeProfile(ctx, c, m.Name.ValueString())
+			if err != nil || out.ComputeProfile == nil {
+				return false, err
+			}
+			p := out.ComputeProfile
+			m.Description, m.VCPUs, m.MemoryMiB = types.StringValue(p.Description), types.Int64Value(int64(p.Vcpus)), types.Int64Value(int64(p.MemoryMiB))
+			return true, nil
+		}}
+}
 
 type computeProfileModel struct {
 	Name        types.String `tfsdk:"name"`
@@ -138,33 +160,33 @@ type computeProfileModel struct {
 	MemoryMiB   types.Int64  `tfsdk:"memory_mib"`
 }
 
-func (d *computeProfileDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_compute_profile"
-}
-
-func (d *computeProfileDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	resp.Schema = schema.Schema{Description: "A compute profile (vCPUs and memory).", Attributes: map[string]schema.Attribute{
-		"name":        nameArg("The profile's name."),
-		"description": computedString("What it is for."),
-		"vcpus":       computedInt("Virtual CPUs of a VM of this profile."),
-		"memory_mib":  computedInt("Memory of a VM of this profile, in MiB."),
-	}}
-}
-
-func (d *computeProfileDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	readNamed(ctx, req, resp, "compute profile", func(ctx context.Context, m *computeProfileModel) (bool, error) {
-		out, err := api.GetComputeProfile(ctx, d.c, m.Name.ValueString())
-		if err != nil || out.ComputeProfile == nil {
-			return false, err
-		}
-		p := out.ComputeProfile
-		m.Description, m.VCPUs, m.MemoryMiB = types.StringValue(p.Description), types.Int64Value(int64(p.Vcpus)), types.Int64Value(int64(p.MemoryMiB))
-		return true, nil
-	})
-}
-
 // storageProfileDataSource is flexplane_storage_profile: storageProfile(name).
-type storageProfileDataSource struct{ dsBase }
+func storageProfileDataSource() datasource.DataSource {
+	return &namedDataSource[storageProfileModel]{typeName: "_storage_profile", what: "storage profile", schema: schema.Schema{
+		Description: "A storage profile (disk tier and MB/s limits).", Attributes: map[string]schema.Attribute{
+			"name":        nameArg("The profile's name."),
+			"description": computedString("What it is for."),
+			"tier":        computedString("The tier's label, e.g. ssd."),
+			"read_mbps":   computedInt("Read limit in MB/s; 0 is unlimited."),
+			"write_mbps":  computedInt("Write limit in MB/s; 0 is unlimited."),
+			"zones":       schema.ListAttribute{ElementType: types.StringType, Computed: true, Description: "The zones offering it."},
+		}},
+		lookup: func(ctx context.Context, c graphql.Client, m *storageProfileModel) (bool, error) {
+			out, err := api.GetStorageProfile(ctx, c, m.Name.ValueString())
+			if err != nil || out.StorageProfile == nil {
+				return false, err
+			}
+			p := out.StorageProfile
+			m.Description, m.Tier = types.StringValue(p.Description), types.StringValue(p.Tier)
+			m.ReadMBps, m.WriteMBps = types.Int64Value(int64(p.ReadMBps)), types.Int64Value(int64(p.WriteMBps))
+			zones := make([]attr.Value, 0, len(p.Pools))
+			for _, z := range p.Pools {
+				zones = append(zones, types.StringValue(z.Zone))
+			}
+			m.Zones = types.ListValueMust(types.StringType, zones)
+			return true, nil
+		}}
+}
 
 type storageProfileModel struct {
 	Name        types.String `tfsdk:"name"`
@@ -173,37 +195,4 @@ type storageProfileModel struct {
 	ReadMBps    types.Int64  `tfsdk:"read_mbps"`
 	WriteMBps   types.Int64  `tfsdk:"write_mbps"`
 	Zones       types.List   `tfsdk:"zones"`
-}
-
-func (d *storageProfileDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
-	resp.TypeName = req.ProviderTypeName + "_storage_profile"
-}
-
-func (d *storageProfileDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	resp.Schema = schema.Schema{Description: "A storage profile (disk tier and MB/s limits).", Attributes: map[string]schema.Attribute{
-		"name":        nameArg("The profile's name."),
-		"description": computedString("What it is for."),
-		"tier":        computedString("The tier's label, e.g. ssd."),
-		"read_mbps":   computedInt("Read limit in MB/s; 0 is unlimited."),
-		"write_mbps":  computedInt("Write limit in MB/s; 0 is unlimited."),
-		"zones":       schema.ListAttribute{ElementType: types.StringType, Computed: true, Description: "The zones offering it."},
-	}}
-}
-
-func (d *storageProfileDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
-	readNamed(ctx, req, resp, "storage profile", func(ctx context.Context, m *storageProfileModel) (bool, error) {
-		out, err := api.GetStorageProfile(ctx, d.c, m.Name.ValueString())
-		if err != nil || out.StorageProfile == nil {
-			return false, err
-		}
-		p := out.StorageProfile
-		m.Description, m.Tier = types.StringValue(p.Description), types.StringValue(p.Tier)
-		m.ReadMBps, m.WriteMBps = types.Int64Value(int64(p.ReadMBps)), types.Int64Value(int64(p.WriteMBps))
-		zones := make([]attr.Value, 0, len(p.Pools))
-		for _, z := range p.Pools {
-			zones = append(zones, types.StringValue(z.Zone))
-		}
-		m.Zones = types.ListValueMust(types.StringType, zones)
-		return true, nil
-	})
 }

@@ -37,6 +37,21 @@ func eachGateway(ctx context.Context, c graphql.Client, f func(*gateway) bool) e
 	}
 }
 
+// readFromGateways is the Read of an object of the VDC's edge gateways:
+// fill looks for the object of m's id in gateway g, fills m from it and
+// reports whether it found it. The gateways are read until it does; an
+// object none of them holds is dropped from the state (readInto).
+func readFromGateways[M any](ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse, op string,
+	c graphql.Client, fill func(g *gateway, m *M) bool) {
+	readInto(ctx, req, resp, op, func(ctx context.Context, m *M) (found bool, err error) {
+		err = eachGateway(ctx, c, func(g *gateway) bool {
+			found = fill(g, m)
+			return found
+		})
+		return found, err
+	})
+}
+
 // replacingInt is a required number the API cannot change in place.
 func replacingInt(desc string) schema.Int64Attribute {
 	return schema.Int64Attribute{Required: true, Description: desc,
@@ -116,25 +131,19 @@ func setFirewallRule(m *firewallRuleModel, f *api.FirewallRuleFields) {
 }
 
 func (r *firewallRuleResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	readInto(ctx, req, resp, "read firewall rule", func(ctx context.Context, m *firewallRuleModel) (found bool, err error) {
-		err = eachGateway(ctx, r.c, func(g *gateway) bool {
-			for _, f := range g.FirewallRules {
-				if f.Id == m.ID.ValueString() {
-					setFirewallRule(m, &f.FirewallRuleFields)
-					m.Zone, found = types.StringValue(g.Zone.Name), true
-				}
+	readFromGateways(ctx, req, resp, "read firewall rule", r.c, func(g *gateway, m *firewallRuleModel) (found bool) {
+		for _, f := range g.FirewallRules {
+			if f.Id == m.ID.ValueString() {
+				setFirewallRule(m, &f.FirewallRuleFields)
+				m.Zone, found = types.StringValue(g.Zone.Name), true
 			}
-			return found
-		})
-		return found, err
+		}
+		return found
 	})
 }
 
 func (r *firewallRuleResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete firewall rule", func(ctx context.Context, id string) error {
-		_, err := api.DeleteFirewallRule(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete firewall rule", r.c, api.DeleteFirewallRule)
 }
 
 // portForwardResource is flexplane_port_forward: a public port of the
@@ -191,25 +200,19 @@ func setPortForward(m *portForwardModel, f *api.PortForwardFields) {
 }
 
 func (r *portForwardResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	readInto(ctx, req, resp, "read port forward", func(ctx context.Context, m *portForwardModel) (found bool, err error) {
-		err = eachGateway(ctx, r.c, func(g *gateway) bool {
-			for _, f := range g.PortForwards {
-				if f.Id == m.ID.ValueString() {
-					setPortForward(m, &f.PortForwardFields)
-					found = true
-				}
+	readFromGateways(ctx, req, resp, "read port forward", r.c, func(g *gateway, m *portForwardModel) (found bool) {
+		for _, f := range g.PortForwards {
+			if f.Id == m.ID.ValueString() {
+				setPortForward(m, &f.PortForwardFields)
+				found = true
 			}
-			return found
-		})
-		return found, err
+		}
+		return found
 	})
 }
 
 func (r *portForwardResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete port forward", func(ctx context.Context, id string) error {
-		_, err := api.DeletePortForward(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete port forward", r.c, api.DeletePortForward)
 }
 
 // oneToOneResource is flexplane_one_to_one_address: a public address of a
@@ -253,22 +256,16 @@ func (r *oneToOneResource) Create(ctx context.Context, req resource.CreateReques
 }
 
 func (r *oneToOneResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	readInto(ctx, req, resp, "read 1:1 address", func(ctx context.Context, m *oneToOneModel) (found bool, err error) {
-		err = eachGateway(ctx, r.c, func(g *gateway) bool {
-			for _, f := range g.OneToOneAddresses {
-				if f.Id == m.ID.ValueString() {
-					m.VMID, m.PublicAddress, found = types.StringValue(f.VmId), types.StringValue(f.PublicAddress), true
-				}
+	readFromGateways(ctx, req, resp, "read 1:1 address", r.c, func(g *gateway, m *oneToOneModel) (found bool) {
+		for _, f := range g.OneToOneAddresses {
+			if f.Id == m.ID.ValueString() {
+				m.VMID, m.PublicAddress, found = types.StringValue(f.VmId), types.StringValue(f.PublicAddress), true
 			}
-			return found
-		})
-		return found, err
+		}
+		return found
 	})
 }
 
 func (r *oneToOneResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete 1:1 address", func(ctx context.Context, id string) error {
-		_, err := api.DeleteOneToOneAddress(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete 1:1 address", r.c, api.DeleteOneToOneAddress)
 }

@@ -3,11 +3,9 @@
 package tfprovider_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/dev/capitest"
+	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
@@ -135,13 +135,7 @@ func (s *stack) serviceAccount(t testing.TB, vdc, name, role string) string {
 func buildProvider(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "terraform-provider-flexplane"),
-		"github.com/flexplane/flexplane/cmd/terraform-provider-flexplane").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build the provider: %v\n%s", err, out)
-	}
+	gobin.Build(t, filepath.Join("..", ".."), filepath.Join(dir, "terraform-provider-flexplane"), "./cmd/terraform-provider-flexplane")
 	return dir
 }
 
@@ -173,18 +167,8 @@ func runTofu(t testing.TB, tofu, dir, cliConfig string, env []string, args ...st
 	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TF_CLI_CONFIG_FILE=" + cliConfig,
 		"TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1"}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	code := 0
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("tofu %v: %v", args, err)
-	}
-	return tofuRun{stdout.String(), stderr.String(), code}
+	r := cmdrun.Run(t, cmd)
+	return tofuRun{r.Stdout, r.Stderr, r.Code}
 }
 
 // copyExample copies docs/examples/terraform into a new directory.

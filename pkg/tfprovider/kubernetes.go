@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -139,23 +140,16 @@ func (r *kubernetesClusterResource) Read(ctx context.Context, req resource.ReadR
 }
 
 func (r *kubernetesClusterResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var m, state kubernetesClusterModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := m.Timeouts.Update(ctx, kubeUpdateTimeout)
-	resp.Diagnostics.Append(d...)
-	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "upgrade Kubernetes cluster", timeout, func(ctx context.Context) error {
-		out, err := api.UpgradeKubernetesCluster(ctx, r.c, state.ID.ValueString(), m.Version.ValueString())
-		if err == nil {
-			setCluster(&m, &out.UpgradeKubernetesCluster.KubernetesClusterResourceFields)
-		}
-		return err
-	}, func(ctx context.Context) error {
-		return r.waitCluster(ctx, &m, "the control plane at version "+m.Version.ValueString(), clusterReady)
-	})
+	updateAndWait(ctx, req, resp, "upgrade Kubernetes cluster", func(m *kubernetesClusterModel) timeouts.Value { return m.Timeouts },
+		func(ctx context.Context, m, state *kubernetesClusterModel) error {
+			out, err := api.UpgradeKubernetesCluster(ctx, r.c, state.ID.ValueString(), m.Version.ValueString())
+			if err == nil {
+				setCluster(m, &out.UpgradeKubernetesCluster.KubernetesClusterResourceFields)
+			}
+			return err
+		}, func(ctx context.Context, m *kubernetesClusterModel) error {
+			return r.waitCluster(ctx, m, "the control plane at version "+m.Version.ValueString(), clusterReady)
+		})
 }
 
 func (r *kubernetesClusterResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -166,10 +160,8 @@ func (r *kubernetesClusterResource) Delete(ctx context.Context, req resource.Del
 	}
 	timeout, d := m.Timeouts.Delete(ctx, kubeDeleteTimeout)
 	resp.Diagnostics.Append(d...)
-	deleteAndWait(ctx, req, resp, timeout, "delete Kubernetes cluster", "the cluster gone", func(ctx context.Context, id string) error {
-		_, err := api.DeleteKubernetesCluster(ctx, r.c, id)
-		return err
-	}, func(ctx context.Context) (bool, error) { return r.readCluster(ctx, &m) })
+	deleteAndWait(ctx, req, resp, timeout, "delete Kubernetes cluster", "the cluster gone", r.c, api.DeleteKubernetesCluster,
+		func(ctx context.Context) (bool, error) { return r.readCluster(ctx, &m) })
 }
 
 // nodePoolResource is flexplane_node_pool: createNodePool, followed until
@@ -313,21 +305,14 @@ func (r *nodePoolResource) Read(ctx context.Context, req resource.ReadRequest, r
 }
 
 func (r *nodePoolResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var m, state nodePoolModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	timeout, d := m.Timeouts.Update(ctx, kubeUpdateTimeout)
-	resp.Diagnostics.Append(d...)
-	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, "scale node pool", timeout, func(ctx context.Context) error {
-		out, err := api.ScaleNodePool(ctx, r.c, state.ID.ValueString(), int(m.Size.ValueInt64()))
-		if err == nil {
-			setNodePool(&m, &out.ScaleNodePool.NodePoolFields)
-		}
-		return err
-	}, func(ctx context.Context) error { return r.waitPool(ctx, &m) })
+	updateAndWait(ctx, req, resp, "scale node pool", func(m *nodePoolModel) timeouts.Value { return m.Timeouts },
+		func(ctx context.Context, m, state *nodePoolModel) error {
+			out, err := api.ScaleNodePool(ctx, r.c, state.ID.ValueString(), int(m.Size.ValueInt64()))
+			if err == nil {
+				setNodePool(m, &out.ScaleNodePool.NodePoolFields)
+			}
+			return err
+		}, r.waitPool)
 }
 
 func (r *nodePoolResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -338,24 +323,23 @@ func (r *nodePoolResource) Delete(ctx context.Context, req resource.DeleteReques
 	}
 	timeout, d := m.Timeouts.Delete(ctx, kubeDeleteTimeout)
 	resp.Diagnostics.Append(d...)
-	deleteAndWait(ctx, req, resp, timeout, "delete node pool", "the pool gone", func(ctx context.Context, id string) error {
-		_, err := api.DeleteNodePool(ctx, r.c, id)
-		return err
-	}, func(ctx context.Context) (bool, error) { return r.readPool(ctx, &m) })
+	deleteAndWait(ctx, req, resp, timeout, "delete node pool", "the pool gone", r.c, api.DeleteNodePool,
+		func(ctx context.Context) (bool, error) { return r.readPool(ctx, &m) })
 }
 
-// deleteAndWait deletes the object of the state's id with del, then waits
+// deleteAndWait deletes the object of the state's id with the API call del, then waits
 // within timeout until read no longer finds it (NOT_FOUND counts as gone),
 // as a cluster or pool is removed in the background.
-func deleteAndWait(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, timeout time.Duration, op, what string,
-	del func(context.Context, string) error, read func(context.Context) (bool, error)) {
+func deleteAndWait[R any](ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse, timeout time.Duration, op, what string,
+	c graphql.Client, del func(context.Context, graphql.Client, string) (R, error), read func(context.Context) (bool, error)) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	deleteByID(wctx, req, resp, op, func(ctx context.Context, id string) error {
-		if err := del(ctx, id); err != nil {
-			return err
+	deleteByID(wctx, req, resp, op, c, func(ctx context.Context, c graphql.Client, id string) (R, error) {
+		answer, err := del(ctx, c, id)
+		if err != nil {
+			return answer, err
 		}
-		return waitFor(ctx, kubePollInterval, what, func(ctx context.Context) (bool, error) {
+		return answer, waitFor(ctx, kubePollInterval, what, func(ctx context.Context) (bool, error) {
 			found, err := read(ctx)
 			if isNotFound(err) {
 				return true, nil
@@ -382,4 +366,24 @@ func applyAndWait[M any](ctx context.Context, m *M, state *tfsdk.State, diags *d
 	if werr != nil {
 		diags.AddError(op, werr.Error())
 	}
+}
+
+// updateAndWait is the Update of a Kubernetes resource changed in place:
+// it reads the plan and the prior state, then runs call (the change, which
+// fills the plan's model from the API's answer) and wait as applyAndWait
+// does, within the plan's update timeout (of timeoutsOf, kubeUpdateTimeout
+// by default).
+func updateAndWait[M any](ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse, op string,
+	timeoutsOf func(*M) timeouts.Value, call func(ctx context.Context, plan, state *M) error, wait func(context.Context, *M) error) {
+	var m, state M
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := timeoutsOf(&m).Update(ctx, kubeUpdateTimeout)
+	resp.Diagnostics.Append(d...)
+	applyAndWait(ctx, &m, &resp.State, &resp.Diagnostics, op, timeout,
+		func(ctx context.Context) error { return call(ctx, &m, &state) },
+		func(ctx context.Context) error { return wait(ctx, &m) })
 }

@@ -261,8 +261,5 @@ func (r *loadBalancerResource) Update(ctx context.Context, req resource.UpdateRe
 }
 
 func (r *loadBalancerResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete load balancer", func(ctx context.Context, id string) error {
-		_, err := api.DeleteLoadBalancer(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete load balancer", r.c, api.DeleteLoadBalancer)
 }

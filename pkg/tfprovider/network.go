@@ -109,8 +109,5 @@ func (r *networkResource) Read(ctx context.Context, req resource.ReadRequest, re
 }
 
 func (r *networkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	deleteByID(ctx, req, resp, "delete network", func(ctx context.Context, id string) error {
-		_, err := api.DeleteNetwork(ctx, r.c, id)
-		return err
-	})
+	deleteByID(ctx, req, resp, "delete network", r.c, api.DeleteNetwork)
 }

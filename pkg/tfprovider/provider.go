@@ -119,10 +119,10 @@ func (p *flexplaneProvider) Resources(context.Context) []func() resource.Resourc
 
 func (p *flexplaneProvider) DataSources(context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{
-		func() datasource.DataSource { return &zoneDataSource{} },
-		func() datasource.DataSource { return &imageDataSource{} },
-		func() datasource.DataSource { return &computeProfileDataSource{} },
-		func() datasource.DataSource { return &storageProfileDataSource{} },
+		zoneDataSource,
+		imageDataSource,
+		computeProfileDataSource,
+		storageProfileDataSource,
 	}
 }
 

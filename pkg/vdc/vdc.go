@@ -91,6 +91,22 @@ type Config struct {
 	Tokens Tokens
 	// Now is the clock of service accounts' times; nil is time.Now.
 	Now func() time.Time
+	// Backups lists, sizes and deletes the VDC's backups; nil: there are
+	// none (Delete then counts none, and Usage none).
+	Backups Backups
+}
+
+// Backups lists and deletes the backups of a VDC in every zone (the
+// compute service's).
+type Backups interface {
+	// VDCBackups lists the ids of vdc's backup archives and counts its
+	// backups still being written; an error when a zone cannot tell.
+	VDCBackups(ctx context.Context, vdc string) (archives []string, running int, err error)
+	// DeleteBackup deletes backup id of vdc.
+	DeleteBackup(ctx context.Context, vdc, id string) error
+	// UsedBytes is the size of vdc's backup archives in every zone, as
+	// its backupGiB quota counts them.
+	UsedBytes(ctx context.Context, vdc string) (int64, error)
 }
 
 // Service creates, changes and deletes VDCs.
@@ -156,12 +172,14 @@ type Usage struct {
 	PublicAddresses int
 	// KubernetesClusters is the number of its Kubernetes clusters.
 	KubernetesClusters int
+	// BackupBytes is the size of its backup archives (Config.Backups).
+	BackupBytes int64
 }
 
 // Usage reads what v uses: its VMs (the quota ledger's count, read within
 // the zone timeout), the public addresses it holds (the catalog's count)
-// and its Kubernetes clusters (Config.Clusters). A zone that does not
-// answer makes it ZONE_UNAVAILABLE.
+// its Kubernetes clusters (Config.Clusters) and the size of its backups
+// (Config.Backups). A zone that does not answer makes it ZONE_UNAVAILABLE.
 func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	addrs, err := catalog.PublicAddressesOf(ctx, s.cfg.Store, v.Name)
 	if err != nil {
@@ -179,12 +197,16 @@ func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ZoneTimeout)
 	defer cancel()
 	u, err := s.cfg.Ledger.Usage(ctx, v)
+	var backups int64
+	if err == nil && s.cfg.Backups != nil {
+		backups, err = s.cfg.Backups.UsedBytes(ctx, v.Name)
+	}
 	if err != nil {
 		s.log.Warn("vdc: usage", "vdc", v.Name, "err", err)
 		return Usage{}, &fault.Error{Kind: fault.ZoneUnavailable, Cause: err,
 			Message: fmt.Sprintf("the usage of VDC %s cannot be read: a zone does not answer", v.Name)}
 	}
-	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters}, nil
+	return Usage{VMs: u, PublicAddresses: addrs, KubernetesClusters: clusters, BackupBytes: backups}, nil
 }
 
 // Delete deletes the VDC name once nothing of it is left: while it has
@@ -195,8 +217,10 @@ func (s *Service) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 // that reserves quota meanwhile makes it a conflict. Then the VDC's pool
 // and SDN zone are removed from every zone; one left behind by a zone that
 // fails there is logged (it is empty, and a VDC of the same name would use
-// it again).
-func (s *Service) Delete(ctx context.Context, name string, resourceVersion *string) error {
+// it again). Backups outlive their VMs: while the VDC has some it is a
+// conflict too, unless deleteBackups, which deletes them (once the VDC is
+// otherwise empty and resourceVersion, when given, is still its own).
+func (s *Service) Delete(ctx context.Context, name string, resourceVersion *string, deleteBackups bool) error {
 	if resourceVersion != nil && *resourceVersion == "" {
 		return fault.Invalid("resourceVersion", "must not be empty when given")
 	}
@@ -206,12 +230,18 @@ func (s *Service) Delete(ctx context.Context, name string, resourceVersion *stri
 	}
 	rv := v.ResourceVersion
 	if resourceVersion != nil {
+		if *resourceVersion != rv {
+			return fmt.Errorf("vdc: delete %s: %w", name, catalog.ErrConflict)
+		}
 		rv = *resourceVersion
 	}
 	if s.cfg.Zones != nil {
 		if err := s.isEmpty(ctx, v); err != nil {
 			return err
 		}
+	}
+	if err := s.dropBackups(ctx, name, deleteBackups); err != nil {
+		return err
 	}
 	if err := catalog.Delete[*catalog.VDC](ctx, s.cfg.Store, name, rv); err != nil {
 		return fmt.Errorf("vdc: delete %s: %w", name, err)
@@ -226,6 +256,33 @@ func (s *Service) Delete(ctx context.Context, name string, resourceVersion *stri
 		return s.cfg.Pools.RemovePool(ctx, z.ID, name)
 	}) {
 		s.log.Warn("vdc: delete: the VDC's pool or SDN zone is left", "vdc", name, "zone", ze.zone.Name, "err", ze.err)
+	}
+	return nil
+}
+
+// dropBackups is a conflict while VDC vdc has backups, unless del, which
+// deletes them; a conflict too while one is being written.
+func (s *Service) dropBackups(ctx context.Context, vdc string, del bool) error {
+	if s.cfg.Backups == nil {
+		return nil
+	}
+	ids, running, err := s.cfg.Backups.VDCBackups(ctx, vdc)
+	if err != nil {
+		return fmt.Errorf("vdc: delete %s: listing its backups: %w", vdc, err)
+	}
+	if running > 0 {
+		return fault.New(fault.Conflict, "VDC %s has %s being written: wait for them to end", vdc, plural(running, "backup"))
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if !del {
+		return fault.New(fault.Conflict, "VDC %s still has %s: delete them first, or delete the VDC with deleteBackups", vdc, plural(len(ids), "backup"))
+	}
+	for _, id := range ids {
+		if err := s.cfg.Backups.DeleteBackup(ctx, vdc, id); err != nil {
+			return fmt.Errorf("vdc: delete %s: deleting its backup %s: %w", vdc, id, err)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 
@@ -23,6 +24,28 @@ type estate struct {
 	down     map[string]bool     // zones that do not answer
 	failPool bool                // pool removals fail
 	removed  map[string][]string // zone id: "sdn", "pool" in order
+	backups  []string            // the VDC's backup archives
+	writing  int                 // its backups being written
+}
+
+func (e *estate) VDCBackups(context.Context, string) ([]string, int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.backups), e.writing, nil
+}
+
+func (e *estate) DeleteBackup(_ context.Context, _, id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.backups = slices.DeleteFunc(e.backups, func(b string) bool { return b == id })
+	return nil
+}
+
+// UsedBytes counts each backup as 1 GiB.
+func (e *estate) UsedBytes(context.Context, string) (int64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int64(len(e.backups)) << 30, nil
 }
 
 func (e *estate) Zones() []vdc.Zone {
@@ -63,7 +86,7 @@ func setup(t *testing.T, e *estate) (*vdc.Service, catalog.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := vdc.New(vdc.Config{Store: s, Zones: e, Networks: e, Pools: e, Ledger: e})
+	svc, err := vdc.New(vdc.Config{Store: s, Zones: e, Networks: e, Pools: e, Ledger: e, Backups: e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,20 +120,20 @@ func TestDeleteRefusedWhileInUse(t *testing.T) {
 	ctx := t.Context()
 	e.nets["z-beta"] = 2
 	var fe *fault.Error
-	if err := svc.Delete(ctx, "prod", nil); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
+	if err := svc.Delete(ctx, "prod", nil, false); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
 		fe.Message != "VDC prod still has 0 VMs and 2 networks: delete them first" {
 		t.Errorf("with networks: %v", err)
 	}
 	e.nets["z-beta"], e.vms = 0, 1
-	if err := svc.Delete(ctx, "prod", nil); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
+	if err := svc.Delete(ctx, "prod", nil, false); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
 		fe.Message != "VDC prod still has 1 VM and 0 networks: delete them first" {
 		t.Errorf("with a VM: %v", err)
 	}
 	e.vms, e.down["z-alpha"] = 0, true
-	if err := svc.Delete(ctx, "prod", nil); !errors.As(err, &fe) || fe.Kind != fault.ZoneUnavailable || fe.Zone != "alpha" {
+	if err := svc.Delete(ctx, "prod", nil, false); !errors.As(err, &fe) || fe.Kind != fault.ZoneUnavailable || fe.Zone != "alpha" {
 		t.Errorf("zone down: %v", err)
 	}
-	if err := svc.Delete(ctx, "prod", new(string)); !errors.As(err, &fe) || fe.Kind != fault.BadInput || fe.Field != "resourceVersion" {
+	if err := svc.Delete(ctx, "prod", new(string), false); !errors.As(err, &fe) || fe.Kind != fault.BadInput || fe.Field != "resourceVersion" {
 		t.Errorf("empty resourceVersion: %v", err)
 	}
 	if !exists(t, s) || len(e.removed) != 0 {
@@ -126,10 +149,10 @@ func TestDeleteCleansEveryZone(t *testing.T) {
 	e.failPool = true
 	svc, s := setup(t, e)
 	stale := "999"
-	if err := svc.Delete(t.Context(), "prod", &stale); !errors.Is(err, catalog.ErrConflict) {
+	if err := svc.Delete(t.Context(), "prod", &stale, false); !errors.Is(err, catalog.ErrConflict) {
 		t.Errorf("stale resourceVersion: %v", err)
 	}
-	if err := svc.Delete(t.Context(), "prod", nil); err != nil {
+	if err := svc.Delete(t.Context(), "prod", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	if exists(t, s) {
@@ -139,6 +162,46 @@ func TestDeleteCleansEveryZone(t *testing.T) {
 		if got := e.removed[z]; len(got) != 2 || got[0] != "sdn" || got[1] != "pool" {
 			t.Errorf("cleanup of %s: %v, want the SDN zone then the pool", z, got)
 		}
+	}
+}
+
+// TestDeleteWithBackups: a VDC with backups is kept (CONFLICT counting
+// them) unless the delete asks for its backups to go, which deletes them
+// and then the VDC; one with a backup being written is kept either way;
+// backups are deleted only once nothing else is in the way.
+func TestDeleteWithBackups(t *testing.T) {
+	t.Parallel()
+	e := newEstate()
+	e.backups = []string{"b1", "b2"}
+	svc, s := setup(t, e)
+	ctx := t.Context()
+	var fe *fault.Error
+	if err := svc.Delete(ctx, "prod", nil, false); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
+		fe.Message != "VDC prod still has 2 backups: delete them first, or delete the VDC with deleteBackups" {
+		t.Errorf("with backups: %v", err)
+	}
+	e.vms = 1
+	if err := svc.Delete(ctx, "prod", nil, true); !errors.As(err, &fe) || fe.Kind != fault.Conflict || len(e.backups) != 2 {
+		t.Errorf("with a VM and deleteBackups: %v, backups left %v", err, e.backups)
+	}
+	e.vms, e.writing = 0, 1
+	if err := svc.Delete(ctx, "prod", nil, true); !errors.As(err, &fe) || fe.Kind != fault.Conflict ||
+		fe.Message != "VDC prod has 1 backup being written: wait for them to end" || len(e.backups) != 2 {
+		t.Errorf("with a backup being written: %v, backups left %v", err, e.backups)
+	}
+	e.writing = 0
+	stale := "999"
+	if err := svc.Delete(ctx, "prod", &stale, true); !errors.Is(err, catalog.ErrConflict) || len(e.backups) != 2 {
+		t.Errorf("stale resourceVersion: %v, backups left %v", err, e.backups)
+	}
+	if !exists(t, s) || len(e.removed) != 0 {
+		t.Fatalf("a refused delete changed something: exists %v, removed %v", exists(t, s), e.removed)
+	}
+	if err := svc.Delete(ctx, "prod", nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, s) || len(e.backups) != 0 {
+		t.Errorf("after the delete with its backups: exists %v, backups %v", exists(t, s), e.backups)
 	}
 }
 

@@ -16,7 +16,9 @@
 // way), detaches it behind a confirmation (the boot disk offers no
 // detach), then resizes the VM: refused next to "Reboot if needed" while
 // it is not ticked, done with a reboot once it is. Then it backs the VM up
-// (the backup listed on the VM page and on the VDC's Backups page),
+// (the backup listed on the VM page and on the VDC's Backups page), sets
+// a backup schedule (one that does not parse refused next to its field)
+// and removes it,
 // restores the backup into a new VM (the VM's own name refused next to
 // the name field as CONFLICT) that runs, sees the delete dialog keep the
 // backups by default, and deletes the backup. Then the VDC's images:
@@ -108,6 +110,24 @@ describe("a VM's disks, size and backups", () => {
     const vmBackups = page.getByRole('table', { name: `Backups of VM ${vmName}` })
     await vmBackups.locator('tbody tr[data-status="SUCCEEDED"]').getByText('before the upgrade').waitFor()
     await shot(page, 'vm-backup-taken')
+
+    // A schedule: one that does not parse is refused next to its field;
+    // set, it shows what it keeps and that it is active; removed, none.
+    await page.getByRole('button', { name: 'Set schedule' }).click()
+    const sched = page.getByRole('dialog', { name: `Backup schedule of VM ${vmName}` })
+    await sched.getByLabel('Schedule').fill('02:61')
+    await sched.getByRole('button', { name: 'Save schedule' }).click()
+    await fieldError(sched, 'schedule').waitFor()
+    await check(page, 'backup schedule dialog')
+    await sched.getByLabel('Schedule').fill('mon..fri 02:00')
+    await sched.getByLabel('Keep the last').fill('3')
+    await sched.getByRole('button', { name: 'Save schedule' }).click()
+    await sched.waitFor({ state: 'hidden' })
+    await page.locator('[data-testid="backup-schedule"][data-state="ACTIVE"]').getByText('keeps the last 3').waitFor()
+    await page.getByRole('button', { name: 'Remove schedule' }).click()
+    const unschedule = page.getByRole('dialog', { name: `Remove the backup schedule of VM ${vmName}?` })
+    await unschedule.getByRole('button', { name: 'Remove' }).click()
+    await page.locator('[data-testid="backup-schedule"][data-state="NONE"]').waitFor()
 
     // The VDC's Backups page, from the navigation, lists it too.
     await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Backups', exact: true }).click()

@@ -338,7 +338,14 @@ describe('portal', () => {
     await other.goto(base + '/platform/vdcs')
     await signIn(other, admin)
     await other.getByRole('button', { name: `Delete ${name}` }).click()
-    await other.getByRole('dialog').getByRole('button', { name: 'Delete' }).click()
+    // The VDC has backups: refused, with the API's count, until the
+    // confirmation is told to delete them too.
+    const confirm = other.getByRole('dialog')
+    await confirm.getByRole('button', { name: 'Delete' }).click()
+    await confirm.getByRole('alert').getByText(`VDC ${name} still has 2 backups`, { exact: false }).waitFor()
+    assert.equal(await other.locator(`tbody tr[data-name="${name}"]`).count(), 1)
+    await confirm.getByLabel('Also delete its backups').check()
+    await confirm.getByRole('button', { name: 'Delete' }).click()
     await other.locator(`tbody tr[data-name="${name}"]`).waitFor({ state: 'detached' })
     await other.close()
 

@@ -12,12 +12,14 @@ import (
 	"strings"
 )
 
-// Marks of a move across zones, which the orchestrator sets on the guests
-// in Proxmox: a volume is read only for a guest marked LeavingTag and
-// written only for one marked ArrivingTag.
+// Marks of a copy across zones, which the orchestrator sets on the guests
+// in Proxmox: a volume is read only for a guest marked LeavingTag (a VM
+// that moves) or for a template marked OutgoingTag (a VDC's image copied
+// into another zone), and written only for one marked ArrivingTag.
 const (
 	LeavingTag  = "fp-leaving"
 	ArrivingTag = "fp-incoming"
+	OutgoingTag = "fp-image-out"
 )
 
 // diskBuses are the config keys (with a number) that hold a guest's

@@ -85,9 +85,14 @@ type Store struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every cache event, protected by mu
+
+	notes catalog.Notifier // Watch's subscribers
 }
 
-var _ catalog.Store = (*Store)(nil)
+var (
+	_ catalog.Store   = (*Store)(nil)
+	_ catalog.Watcher = (*Store)(nil)
+)
 
 // GVR returns the group, version and resource of a kind.
 func GVR(kind catalog.Kind) schema.GroupVersionResource {
@@ -133,6 +138,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			stop()
 			return nil, fmt.Errorf("kubestore: open: %w", err)
 		}
+		if err := inf.SetWatchErrorHandler(s.watchBroke); err != nil {
+			stop()
+			return nil, fmt.Errorf("kubestore: open: %w", err)
+		}
 		s.informers[k] = inf
 	}
 	factory.Start(rctx.Done())
@@ -170,6 +179,21 @@ func (s *Store) notify() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+	s.notes.Notify()
+}
+
+// Watch implements catalog.Watcher: a value after each event of the
+// watches; the channel is closed when ctx ends or when a watch broke (the
+// informer lists again and goes on, but what changed meanwhile is only
+// known to a reader that reads everything again).
+func (s *Store) Watch(ctx context.Context) <-chan struct{} { return s.notes.Subscribe(ctx) }
+
+// watchBroke is the informers' watch error handler: it logs as client-go
+// does and tells Watch's subscribers.
+func (s *Store) watchBroke(r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(context.Background(), r, err)
+	s.log.Info("kubestore: a watch broke; its subscribers read the catalog again", "err", err)
+	s.notes.Break()
 }
 
 func (s *Store) changes() <-chan struct{} {

@@ -399,3 +399,44 @@ func TestVDCImages(t *testing.T) {
 		t.Errorf("the server accepted %s", manifest)
 	}
 }
+
+// TestWatchSignalsOtherWriters: another writer's create and delete (kubectl)
+// are signalled to the store's watchers through its informers; the channel
+// closes with its context.
+func TestWatchSignalsOtherWriters(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	s := open(t, ns)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch := s.Watch(ctx)
+	signalled := func(what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no signal after %s", what)
+		}
+	}
+	manifest := `{"apiVersion":"flexplane.io/v1alpha1","kind":"ComputeProfile","metadata":{"name":"watched"},"spec":{"vcpus":2,"memoryMiB":2048}}`
+	if err := raw(t, ns, catalog.KindComputeProfile, manifest); err != nil {
+		t.Fatal(err)
+	}
+	signalled("kubectl's create")
+	dc, err := dynamic.NewForConfig(kube.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.Resource(kubestore.GVR(catalog.KindComputeProfile)).Namespace(ns).Delete(t.Context(), "watched", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	signalled("kubectl's delete")
+	cancel()
+	poll.True(t, 10*time.Second, "the channel closed with its context", func() bool {
+		select {
+		case _, ok := <-ch:
+			return !ok
+		default:
+			return false
+		}
+	})
+}

@@ -13,6 +13,7 @@
 package images
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -283,6 +284,9 @@ func (s *Stager) Status(ctx context.Context, t Target, img *catalog.Image) (Stat
 	if done != nil {
 		return Status{State: StateStaged, Template: Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}}, nil
 	}
+	if pending != nil && pending.HasTag(IncomingTag) {
+		return Status{State: StateStaging, Reason: "copying the template from another zone"}, nil
+	}
 	if pending != nil {
 		return Status{State: StateStaging, Reason: "creating the template"}, nil
 	}
@@ -474,6 +478,10 @@ func (s *Stager) ensure(ctx context.Context, t Target, img *catalog.Image) (Temp
 	if done != nil {
 		return Template{Node: done.Node, VMID: done.VMID, DiskBytes: done.MaxDisk}, nil
 	}
+	if pending != nil && pending.HasTag(IncomingTag) {
+		// A copy from another zone: only its end makes it a template.
+		return Template{}, fmt.Errorf("images: %s is being copied into %s: %w", img.Name, t.Zone, ErrNotInZone)
+	}
 	if pending != nil {
 		return s.finishTemplate(ctx, t, img, pending.Node, pending.VMID)
 	}
@@ -578,20 +586,7 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 		if err != nil {
 			return Template{}, err
 		}
-		params := map[string]any{
-			"vmid": vmid, "name": "fp-template-" + img.Name,
-			"tags":        tenancy.JoinTags([]string{tenancy.ManagedTag, Tag(img)}),
-			"description": fmt.Sprintf("flexplane template of image %s %s (%s)", img.Name, img.Version, img.Checksum),
-			"scsihw":      "virtio-scsi-pci",
-			"ide2":        disks[0].Storage + ":cloudinit",
-			"boot":        "order=scsi0",
-			"serial0":     "socket",
-			"vga":         "serial0",
-			"agent":       "1",
-			"ostype":      "l26",
-			"memory":      512,
-			"cores":       1,
-		}
+		params := templateParams(img, vmid, disks[0].Storage)
 		for i, d := range disks {
 			params[fmt.Sprintf("scsi%d", i)] = d.Storage + ":0,import-from=" + d.Volume
 		}
@@ -603,6 +598,25 @@ func (s *Stager) templateFrom(ctx context.Context, t Target, img *catalog.Image,
 			return Template{}, fmt.Errorf("images: create template of %s: %w", img.Name, err)
 		}
 		return s.finishTemplate(ctx, t, img, node, vmid)
+	}
+}
+
+// templateParams are the settings of the template guest vmid of img (its
+// cloud-init drive on storage), tagged as the image's and with extra.
+func templateParams(img *catalog.Image, vmid int, storage string, extra ...string) map[string]any {
+	return map[string]any{
+		"vmid": vmid, "name": "fp-template-" + img.Name,
+		"tags":        tenancy.JoinTags(append([]string{tenancy.ManagedTag, Tag(img)}, extra...)),
+		"description": fmt.Sprintf("flexplane template of image %s %s (%s)", img.Name, img.Version, img.Checksum),
+		"scsihw":      "virtio-scsi-pci",
+		"ide2":        storage + ":cloudinit",
+		"boot":        "order=scsi0",
+		"serial0":     "socket",
+		"vga":         "serial0",
+		"agent":       "1",
+		"ostype":      "l26",
+		"memory":      512,
+		"cores":       1,
 	}
 }
 
@@ -649,4 +663,129 @@ func waitUnlocked(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Marks of a template's copy from one zone into another (a VDC's image
+// staged where its owner asks): the agents copy disks agent to agent, and
+// read a template's disks only while it is marked OutgoingTag, and write
+// only into a stopped guest marked IncomingTag (pkg/agent's volumes.go
+// reads both marks in Proxmox itself). A guest marked IncomingTag is an
+// unfinished copy: it is never made a template but by the copy's end.
+const (
+	OutgoingTag = "fp-image-out"
+	IncomingTag = "fp-incoming"
+)
+
+// Disk is a disk of a template guest: its config key, volume id and size.
+type Disk struct {
+	Key, Volume string
+	Size        int64
+}
+
+// Disks returns the disks of the template guest tpl of the zone of c, in
+// key order (scsi0, scsi1, ...).
+func Disks(ctx context.Context, c *proxmox.Client, tpl Template) ([]Disk, error) {
+	cfg, err := pveapi.GuestConfig(ctx, c, tpl.Node, tpl.VMID)
+	if err != nil {
+		return nil, fmt.Errorf("images: config of template %d: %w", tpl.VMID, err)
+	}
+	var out []Disk
+	for _, v := range cfg.Volumes() {
+		if !strings.HasPrefix(v.Slot, "scsi") || v.VolID == "" {
+			continue
+		}
+		out = append(out, Disk{Key: v.Slot, Volume: v.VolID, Size: v.SizeBytes})
+	}
+	slices.SortFunc(out, func(a, b Disk) int { return strings.Compare(a.Key, b.Key) })
+	if len(out) == 0 {
+		return nil, fmt.Errorf("images: template %d has no disk", tpl.VMID)
+	}
+	return out, nil
+}
+
+// SetMark adds (on) or removes the tag mark on guest vmid of node,
+// conditional on the config's digest.
+func SetMark(ctx context.Context, c *proxmox.Client, node string, vmid int, mark string, on bool) error {
+	cfg, err := pveapi.GuestConfig(ctx, c, node, vmid)
+	if err != nil {
+		return fmt.Errorf("images: config of guest %d: %w", vmid, err)
+	}
+	tags := tenancy.SplitTags(cfg.Str("tags"))
+	if slices.Contains(tags, mark) == on {
+		return nil
+	}
+	if on {
+		tags = append(tags, mark)
+	} else {
+		tags = slices.DeleteFunc(tags, func(t string) bool { return t == mark })
+	}
+	if _, err := pveapi.Run(ctx, c, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid),
+		map[string]any{"tags": tenancy.JoinTags(tags), "digest": cfg.Digest()}); err != nil {
+		return fmt.Errorf("images: mark guest %d %s: %w", vmid, mark, err)
+	}
+	return nil
+}
+
+// BeginCopy begins the template of img in the zone of t as a copy of
+// disks (another zone's template's): a stopped guest on t's node (the
+// zone's staging node by default) tagged as the image's and IncomingTag,
+// with empty disks at least the sources' sizes (whole GiB) on t's disk
+// storage. It returns the guest and its disks, in the sources' order.
+// While it exists the image's state in the zone is STAGING.
+func (s *Stager) BeginCopy(ctx context.Context, t Target, img *catalog.Image, disks []Disk) (Template, []Disk, error) {
+	node, err := t.node(ctx)
+	if err != nil {
+		return Template{}, nil, err
+	}
+	_, storage, err := pickStorages(ctx, t)
+	if err != nil {
+		return Template{}, nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		vmid, err := pveapi.NextID(ctx, t.Client)
+		if err != nil {
+			return Template{}, nil, err
+		}
+		params := templateParams(img, vmid, storage, IncomingTag)
+		for i, d := range disks {
+			params[fmt.Sprintf("scsi%d", i)] = fmt.Sprintf("%s:%d", storage, max((d.Size+1<<30-1)>>30, 1))
+		}
+		_, err = pveapi.Run(ctx, t.Client, "POST", "/nodes/"+node+"/qemu", params)
+		if pveapi.IsAlreadyExists(err) && attempt < 10 {
+			continue // the VMID was only a guess: someone took it
+		}
+		if err != nil {
+			return Template{}, nil, fmt.Errorf("images: create the copy of %s in %s: %w", img.Name, t.Zone, err)
+		}
+		tpl := Template{Node: node, VMID: vmid}
+		got, err := Disks(ctx, t.Client, tpl)
+		if err != nil || len(got) != len(disks) {
+			return tpl, nil, fmt.Errorf("images: the copy of %s in %s has disks %v, want %d: %w", img.Name, t.Zone, got, len(disks), err)
+		}
+		s.log.Info("copying an image's template", "image", img.Name, "zone", t.Zone, "vmid", vmid)
+		return tpl, got, nil
+	}
+}
+
+// EndCopy makes the copy guest tpl, whose disks are filled, the template
+// of img in the zone of t: unmarked IncomingTag and converted.
+func (s *Stager) EndCopy(ctx context.Context, t Target, img *catalog.Image, tpl Template) (Template, error) {
+	if err := SetMark(ctx, t.Client, tpl.Node, tpl.VMID, IncomingTag, false); err != nil {
+		return Template{}, err
+	}
+	return s.finishTemplate(ctx, t, img, tpl.Node, tpl.VMID)
+}
+
+// Winner is the template guest of img in the zone of t that VMs are
+// cloned from (see findTemplate), done or not; false for none.
+func Winner(ctx context.Context, t Target, img *catalog.Image) (Template, bool, error) {
+	done, pending, err := findTemplate(ctx, t, img)
+	if err != nil {
+		return Template{}, false, err
+	}
+	w := cmp.Or(done, pending)
+	if w == nil {
+		return Template{}, false, nil
+	}
+	return Template{Node: w.Node, VMID: w.VMID, DiskBytes: w.MaxDisk}, true, nil
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/luthermonson/go-proxmox"
 
+	"github.com/flexplane/flexplane/pkg/agent"
 	"github.com/flexplane/flexplane/pkg/dev/benchmark"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
@@ -568,10 +569,40 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	// orchestrator's own background work (zone refresh, the mesh) over as
 	// long a quiet while just before.
 	pid := st.OrchestratorPID()
+	calls0, agents, err := agentCalls(cs, (*agent.Agent).Calls)
+	if err != nil {
+		return nil, err
+	}
+	prox0, _, err := agentCalls(cs, (*agent.Agent).ProxmoxRequests)
+	if err != nil {
+		return nil, err
+	}
 	idle, err := cpuOver(pid, func() error { time.Sleep(p.runFor); return nil })
 	if err != nil {
 		return nil, err
 	}
+	prox1, _, err := agentCalls(cs, (*agent.Agent).ProxmoxRequests)
+	if err != nil {
+		return nil, err
+	}
+	calls1, _, err := agentCalls(cs, (*agent.Agent).Calls)
+	if err != nil {
+		return nil, err
+	}
+	idleCalls, idleNoHealth, idleEdge := idleCallRates(calls0, calls1, agents, idle.took)
+	byMethod := map[string]float64{}
+	for m, n := range calls1 {
+		if d := n - calls0[m]; d > 0 {
+			byMethod[m] = d
+		}
+	}
+	byPath := map[string]float64{}
+	for k, n := range prox1 {
+		if d := n - prox0[k]; d > 0 {
+			byPath[k] = d
+		}
+	}
+	log.Info("bench: tenant figure: agents' calls while idle", "agents", agents, "seconds", idle.took.Seconds(), "by_method", byMethod, "proxmox_requests", byPath)
 	var n int
 	busy, err := cpuOver(pid, func() error {
 		ds, _, err := run(ctx, p.clients, p.runFor, func() error {
@@ -596,9 +627,63 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 		OrchestratorCPU: benchmark.Ratio(net/float64(time.Millisecond), float64(n)),
 		GrossCPU:        benchmark.Ratio(float64(busy.cpu)/float64(time.Millisecond), float64(n)),
 		IdleCPU:         benchmark.Ratio(idleRate/float64(time.Millisecond), 1),
+		IdleCalls:       idleCalls,
+		IdleNoHealth:    idleNoHealth,
+		IdleEdgeCalls:   idleEdge,
 	}
 	log.Info("bench: tenant figure", "alone_p50_ms", alone.P50, "amid_p50_ms", amid.P50, "ratio", t.Ratio, "orch_cpu_ms_per_req", t.OrchestratorCPU)
 	return t, nil
+}
+
+// agentCalls is a counter of every agent of cs so far (count: its calls by
+// method, or its Proxmox requests), and the number of agents.
+func agentCalls(cs []*benchmark.Cluster, count func(*agent.Agent) (map[string]float64, error)) (map[string]float64, int, error) {
+	out := map[string]float64{}
+	var agents int
+	for _, c := range cs {
+		for _, a := range c.Agents {
+			agents++
+			calls, err := count(a)
+			if err != nil {
+				return nil, 0, err
+			}
+			for m, n := range calls {
+				out[m] += n
+			}
+		}
+	}
+	return out, agents, nil
+}
+
+// fleetMethods are the calls of the zone registry's health checks (its
+// Health, and the Info and membership proof it reads with them).
+var fleetMethods = map[string]bool{
+	"/flexplane.agent.v1.AgentService/Health": true,
+	"/flexplane.agent.v1.AgentService/Info":   true,
+	"/flexplane.agent.v1.AgentService/Prove":  true,
+}
+
+// idleCallRates is the calls per second per agent between two counts
+// taken over took: all of them, all but the registry's health checks, and
+// the edge gateways' sync's (flexplane.edge.v1; the load balancers' sync
+// calls no agent).
+func idleCallRates(before, after map[string]float64, agents int, took time.Duration) (all, noHealth, edge float64) {
+	if agents == 0 || took <= 0 {
+		return 0, 0, 0
+	}
+	var n, nh, ne float64
+	for m, c := range after {
+		d := c - before[m]
+		n += d
+		if !fleetMethods[m] {
+			nh += d
+		}
+		if strings.HasPrefix(m, "/flexplane.edge.v1.") {
+			ne += d
+		}
+	}
+	per := float64(agents) * took.Seconds()
+	return benchmark.Ratio(n, per), benchmark.Ratio(nh, per), benchmark.Ratio(ne, per)
 }
 
 // cpuSpent is the CPU time a process used over a while.
@@ -1029,6 +1114,7 @@ func goals(rep *benchmark.Report, results map[string]map[int]benchmark.QueryResu
 	var gs []benchmark.Goal
 	if t := rep.Tenant; t != nil && t.Alone.Samples > 0 {
 		gs = append(gs, benchmark.Goal{Name: fmt.Sprintf("vms at %d zones amid %d other guests/zone vs alone (p50)", t.Zones, t.OtherGuests), Target: "≤ 1.3×", Measured: t.Ratio, Unit: "×", Pass: t.Ratio <= 1.3})
+		gs = append(gs, benchmark.Goal{Name: "idle calls per second per agent from the edge gateways' sync", Target: "≤ 0.05", Measured: t.IdleEdgeCalls, Unit: "calls/s", Pass: t.IdleEdgeCalls <= 0.05})
 	}
 	cpuGoal := func(measured float64, how string) {
 		gs = append(gs, benchmark.Goal{Name: "orchestrator CPU per vms request at 8 zones" + how, Target: "≤ 10 ms", Measured: measured, Unit: "ms", Pass: measured <= 10})

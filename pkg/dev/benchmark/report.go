@@ -95,6 +95,13 @@ type Tenant struct {
 	// IdleCPU is the orchestrator's CPU time per second with no requests
 	// (its zone refresh and the mesh), in ms.
 	IdleCPU float64 `json:"orchestrator_idle_cpu_ms_per_s"`
+	// IdleCalls are the gRPC calls each agent served per second over the
+	// same quiet while (counted at the agents); IdleNoHealth the same
+	// without the zone registry's health checks (Health, Info, Prove);
+	// IdleEdgeCalls those of the edge gateways' sync (flexplane.edge.v1).
+	IdleCalls     float64 `json:"idle_calls_per_s_per_agent"`
+	IdleNoHealth  float64 `json:"idle_calls_but_health_per_s_per_agent"`
+	IdleEdgeCalls float64 `json:"idle_edge_calls_per_s_per_agent"`
 }
 
 // Scaling compares the largest scale with one zone.
@@ -235,6 +242,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if t := r.Tenant; t != nil {
 		fmt.Fprintf(w, "tenant: vms of a VDC of %d guests per zone at %d zones: p50 %.1fms alone, %.1fms amid %d other guests per zone (%.2f×); orchestrator CPU %.2fms per request over %d requests (%.2fms before subtracting its idle %.1fms/s)\n",
 			t.VDCGuests, t.Zones, t.Alone.P50, t.Amid.P50, t.OtherGuests, t.Ratio, t.OrchestratorCPU, t.Requests, t.GrossCPU, t.IdleCPU)
+		fmt.Fprintf(w, "tenant: idle calls per second per agent %.3f (health checks included), %.3f without the registry's health checks, %.3f of the edge gateways' sync\n", t.IdleCalls, t.IdleNoHealth, t.IdleEdgeCalls)
 	}
 	if e := r.Enrollment; e != nil {
 		fmt.Fprintf(w, "enrollment (%d rounds, cmd/agent process): start → ONLINE p50 %.0fms max %.0fms; SIGKILL → OFFLINE p50 %.0fms max %.0fms\n", e.Rounds, e.Online.P50, e.Online.Max, e.Offline.P50, e.Offline.Max)

@@ -1,9 +1,7 @@
 package devstack_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
@@ -63,18 +62,8 @@ func testAutomation(t *testing.T, s *stack, repo, tools string, admin *devstack.
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
 		cmd.Env = append(append([]string{"HOME=" + home}, env...), extra...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
-		code := 0
-		switch {
-		case errors.As(err, &exit):
-			code = exit.ExitCode()
-		case err != nil:
-			t.Fatalf("%s %v: %v", filepath.Base(bin), args, err)
-		}
-		return stdout.String(), stderr.String(), code
+		r := cmdrun.Run(t, cmd)
+		return r.Stdout, r.Stderr, r.Code
 	}
 	flexctl := filepath.Join(tools, "flexctl")
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,7 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/cmdrun"
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
@@ -237,27 +240,31 @@ func buildStack(t testing.TB) string {
 // and the OpenTofu provider, and, in bin, what a
 // stack's start builds into $DEV_DIR/bin (devstack's build: the
 // orchestrator, pvesim and the agent at its two versions, with the same
-// command lines), built once for the package's tests. launchStack copies
+// flags), built once for the package's tests, and across packages and runs
+// kept in the test binaries' cache when there is one (pkg/dev/gobin, which
+// `make test` sets): then only what changed is linked. launchStack copies
 // bin into a stack's directory before its start: the stack's own go build
 // finds every target up to date (its build ID matches) and links none
 // again, instead of linking four large binaries for each stack. Should
-// the command lines here drift from devstack's, the stack links its own
-// as before: slower, never wrong.
+// the flags here drift from devstack's, the stack links its own as
+// before: slower, never wrong.
 var stackBinaries = shared.New("stack binaries", func(t testing.TB) string {
 	repo, dir := repoRoot(t), t.TempDir()
-	for _, args := range [][]string{
-		{"build", "-o", filepath.Join(dir, "devstack"), "./cmd/devstack"},
-		{"build", "-o", filepath.Join(dir, "bin") + string(filepath.Separator), "./cmd/orchestrator", "./cmd/pvesim"},
-		{"build", "-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "-o", filepath.Join(dir, "bin", "agent"), "./cmd/agent"},
-		{"build", "-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "-o", filepath.Join(dir, "bin", "agent-"+devstack.NextAgentVersion), "./cmd/agent"},
+	for out, args := range map[string][]string{
+		"devstack":                               {"./cmd/devstack"},
+		"bin/orchestrator":                       {"./cmd/orchestrator"},
+		"bin/pvesim":                             {"./cmd/pvesim"},
+		"bin/agent":                              {"-ldflags", "-X main.buildVersion=" + devstack.AgentVersion, "./cmd/agent"},
+		"bin/agent-" + devstack.NextAgentVersion: {"-ldflags", "-X main.buildVersion=" + devstack.NextAgentVersion, "./cmd/agent"},
 		// What a tenant drives the stack with (TestStack's automation).
-		{"build", "-o", filepath.Join(dir, "tools") + string(filepath.Separator), "./cmd/flexctl", "./cmd/terraform-provider-flexplane"},
+		"tools/flexctl":                      {"./cmd/flexctl"},
+		"tools/terraform-provider-flexplane": {"./cmd/terraform-provider-flexplane"},
 	} {
-		build := exec.Command("go", args...)
-		build.Dir = repo
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		out = filepath.Join(dir, filepath.FromSlash(out))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
 		}
+		gobin.Build(t, repo, out, args...)
 	}
 	return dir
 })
@@ -330,7 +337,60 @@ func vmsOf(ctx context.Context, c *devstack.Client, vdc string) ([]vm, error) {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(e2eParallel)); err != nil {
+			panic(err)
+		}
+	}
 	os.Exit(shared.ThenClose(m, devStack, stackBinaries).Run())
+}
+
+// e2eParallel is how many of the package's tests run at once when
+// -parallel does not say: its end-to-end tests (TestStack,
+// TestPortalOnDevStack, TestOrchestratorKilledDuringCreateVM,
+// TestCreatesAcrossOrchestratorRestarts, TestKubeStack) spend their time
+// waiting on the stacks they run, so all of them start together instead of
+// two at a time (the default, one a core): the longest, the kill test, no
+// longer waits for the others.
+const e2eParallel = 6
+
+// portalFirst orders the turns on the shared stack: TestPortalOnDevStack,
+// when it runs, has its turn before TestStack's. The other way round, the
+// VM it creates can get the VMID of the VM TestStack deleted, whose Proxmox
+// tasks the VM's operations then list. It is claimed by
+// TestPortalOnDevStack before that test goes parallel, so that TestStack,
+// which waits for it only once parallel itself, finds it claimed whenever
+// the portal test runs.
+var portalFirst turnOrder
+
+// turnOrder is a turn that one test claims and others wait for until that
+// test has ended; one that no test claimed is not waited for.
+type turnOrder struct {
+	mu   sync.Mutex
+	done chan struct{} // closed when the claiming test has ended; protected by mu
+}
+
+// claim makes the turn t's: wait returns once t has ended.
+func (o *turnOrder) claim(t *testing.T) {
+	done := make(chan struct{})
+	o.mu.Lock()
+	o.done = done
+	o.mu.Unlock()
+	t.Cleanup(func() { close(done) })
+}
+
+// wait returns when the test that claimed the turn has ended, at once when
+// none did.
+func (o *turnOrder) wait() {
+	o.mu.Lock()
+	done := o.done
+	o.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // devStack is the dev stack started exactly as `make dev` starts it, with
@@ -400,6 +460,7 @@ func (ss *sharedStack) restart(t *testing.T) *stack {
 func TestStack(t *testing.T) {
 	t.Parallel()
 	stackTestRepo(t, "the dev stack end-to-end test")
+	portalFirst.wait()
 	ss := devStack.Get(t).use(t)
 	s, bin, repo, addr, dir := ss.s, ss.bin, ss.repo, ss.addr, ss.dir
 	ctx := t.Context()
@@ -848,13 +909,7 @@ func checkUserData(t *testing.T, alice *devstack.Client, dir, id string) string 
 // the running stack and returns its output and exit code.
 func devstackCommand(t *testing.T, bin, dir string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"-dir", dir}, args...)...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("devstack %s: %v", strings.Join(args, " "), err)
-	}
-	return string(out), cmd.ProcessState.ExitCode()
+	return cmdrun.Combined(t, exec.Command(bin, append([]string{"-dir", dir}, args...)...))
 }
 
 // hostStatus is every host's status by "zone/node".

@@ -28,12 +28,12 @@ import (
 // The stack is the package's shared devStack, whose close stops it with
 // SIGTERM and checks that no process is left behind.
 //
-// It is not parallel: it runs before the package's parallel tests, on the
-// stack as it started (and starts it, with the package's one build of the
-// binaries, which those tests wait for anyway); TestStack uses it after.
-// The other way round, the VM it creates can get the VMID of the VM
-// TestStack deleted, whose Proxmox tasks the VM's operations then list.
+// It has the first turn on the shared stack, on the stack as it started
+// (portalFirst); TestStack uses it after. It runs beside the package's
+// other end-to-end tests, which keep stacks of their own.
 func TestPortalOnDevStack(t *testing.T) {
+	portalFirst.claim(t)
+	t.Parallel()
 	repo := stackTestRepo(t, "the portal's dev stack browser test")
 	root, _ := browsertest.Prerequisites(t, repo)
 	began := time.Now()

@@ -3,7 +3,8 @@
 // tools/etcd and tools/kube by `make kube-bin`, as child processes on
 // loopback ports chosen at start. There is no kubelet, scheduler or
 // controller manager: what the API server itself does (storage, validation,
-// CRDs, RBAC, watches, Leases, conditional writes) is real.
+// CRDs, RBAC, watches, Leases, conditional writes) is real; pkg/dev/kubenode
+// adds a real node whose kubelet runs pods.
 //
 // A package's tests usually share one server through TestMain:
 //
@@ -255,11 +256,15 @@ func (s *Server) start(ctx context.Context, name, bin string, args func() ([]str
 }
 
 // tail returns the last lines of a log file for an error message.
-func tail(path string) string {
+func tail(path string) string { return LogTail(path, 15) }
+
+// LogTail returns the last k lines of the log file at path, after a line
+// naming it, for an error message (a harness's process that failed).
+func LogTail(path string, k int) string {
 	data, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > k {
+		lines = lines[len(lines)-k:]
 	}
 	return "\n" + path + ":\n" + strings.Join(lines, "\n")
 }

@@ -45,6 +45,9 @@ type APISpec struct {
 	VMRecoverAfter time.Duration
 	// VMRecoverInterval is the orchestrator's APIConfig.VMRecoverInterval.
 	VMRecoverInterval time.Duration
+	// BackupQuotaInterval is the orchestrator's
+	// APIConfig.BackupQuotaInterval.
+	BackupQuotaInterval time.Duration
 	// SecurityGroupInterval is the orchestrator's
 	// APIConfig.SecurityGroupInterval.
 	SecurityGroupInterval time.Duration
@@ -181,6 +184,7 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		RateLimits:            h.opts.api.RateLimits,
 		VMRecoverAfter:        h.opts.api.VMRecoverAfter,
 		VMRecoverInterval:     h.opts.api.VMRecoverInterval,
+		BackupQuotaInterval:   h.opts.api.BackupQuotaInterval,
 		SecurityGroupInterval: h.opts.api.SecurityGroupInterval,
 		AgentVersion:          h.opts.api.AgentVersion,
 		Releases:              orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},

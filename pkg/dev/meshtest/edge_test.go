@@ -143,6 +143,19 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	if gs := listed.GetGateways(); len(gs) != 1 || gs[0].GetVdc() != "red" || gs[0].GetNamespace() == "" {
 		t.Errorf("the restarted agent lists %v, want red's gateway", gs)
 	}
+	// Its stream reports the same at once, and again after a change through it.
+	wctx, endWatch := context.WithCancel(ctx)
+	watch, err := client(first.Node).WatchGateways(wctx, &edgev1.WatchGatewaysRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := report.GetGateways(); len(gs) != 1 || gs[0].GetVdc() != "red" || gs[0].GetRevision() != listed.GetGateways()[0].GetRevision() {
+		t.Errorf("the restarted agent's stream reports %v, want red's gateway as listed", gs)
+	}
 	var st *edgev1.ApplyGatewayResponse
 	poll.True(t, 30*time.Second, "the state applied again after the restart", func() bool {
 		st, err = client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw})
@@ -152,6 +165,16 @@ func TestEdgeGatewayOverTheMesh(t *testing.T) {
 	if st.GetState().GetNamespace() == "" {
 		t.Errorf("status without a namespace: %v", st)
 	}
+	if _, err := client(first.Node).ApplyGateway(ctx, &edgev1.ApplyGatewayRequest{Gateway: gw, Revision: "r2"}); err != nil {
+		t.Fatal(err)
+	}
+	if report, err = watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if gs := report.GetGateways(); len(gs) != 1 || gs[0].GetRevision() != "r2" {
+		t.Errorf("after an apply at r2 the stream reports %v", gs)
+	}
+	endWatch()
 
 	// Node loss: the syncer (every orchestrator runs one) keeps the gateway on its
 	// host; the host's node goes offline, and the next host in the VDC's order gets

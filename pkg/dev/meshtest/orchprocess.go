@@ -53,6 +53,9 @@ func (h *Harness) ReplaceOrchestratorWithProcess(t testing.TB, bin string) *Orch
 	if spec.VMRecoverInterval > 0 {
 		args = append(args, "-vm-recover-interval", spec.VMRecoverInterval.String())
 	}
+	if spec.BackupQuotaInterval > 0 {
+		args = append(args, "-backup-quota-interval", spec.BackupQuotaInterval.String())
+	}
 	if spec.SecurityGroupInterval > 0 {
 		args = append(args, "-security-group-interval", spec.SecurityGroupInterval.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/support/nsnet"
@@ -36,10 +37,7 @@ func BuildAgent(t testing.TB, dir, version string) string {
 func BuildProgram(t testing.TB, dir, name, pkg, ldflags string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", out, pkg)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("meshtest: go build %s: %v\n%s", pkg, err, b)
-	}
+	gobin.Build(t, "", out, "-ldflags", ldflags, pkg)
 	return out
 }
 

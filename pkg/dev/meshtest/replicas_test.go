@@ -46,6 +46,7 @@ type replica struct {
 	stun                  string // its STUN address: 127.0.0.N, one port for all
 	cmd                   *exec.Cmd
 	exited                chan struct{}
+	log                   string // the file of its output, once started
 }
 
 func (r *replica) url() string { return "http://" + r.listen }
@@ -66,6 +67,9 @@ type replicaSet struct {
 	cs       kubernetes.Interface
 	sim      *pvesim.Cluster
 	hc       *http.Client
+
+	mu     sync.Mutex
+	agents []*agent.Agent // started by startAgent; protected by mu
 }
 
 // simToken is the simulated zone's API token of the agents.
@@ -120,6 +124,30 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 	}
 	t.Cleanup(func() { rs.svc.Close() })
 	pgURL := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", db.User, db.Host, db.Port, db.Name)
+	// The replicas stop together, as a Deployment's pods do: each has 15s
+	// after its SIGTERM.
+	t.Cleanup(func() {
+		var started []*replica
+		for _, r := range rs.replicas {
+			if r.log != "" { // started
+				started = append(started, r)
+				_ = r.cmd.Process.Signal(syscall.SIGTERM)
+			}
+		}
+		deadline := time.After(15 * time.Second)
+		for _, r := range started {
+			select {
+			case <-r.exited:
+			case <-deadline:
+				_ = r.cmd.Process.Kill()
+				<-r.exited
+			}
+			if t.Failed() {
+				b, _ := os.ReadFile(r.log)
+				t.Logf("%s log (tail):\n%s", r.name, tail(string(b), 6000))
+			}
+		}
+	})
 	for _, r := range rs.replicas {
 		r.cmd = exec.Command(bin, append([]string{"serve",
 			"-listen", r.listen, "-public-url", rs.svc.URL(), "-peer-url", r.url(), "-data-dir", r.dataDir,
@@ -137,25 +165,13 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 		if err := startOnOwnThread(r.cmd, r.exited); err != nil {
 			t.Fatal(err)
 		}
+		r.log = log.Name()
 		go func() {
 			err := r.cmd.Wait()
 			fmt.Fprintf(log, "exited: %v\n", err)
 			log.Close()
 			close(r.exited)
 		}()
-		t.Cleanup(func() {
-			_ = r.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-r.exited:
-			case <-time.After(15 * time.Second):
-				_ = r.cmd.Process.Kill()
-				<-r.exited
-			}
-			if t.Failed() {
-				b, _ := os.ReadFile(log.Name())
-				t.Logf("%s log (tail):\n%s", r.name, tail(string(b), 6000))
-			}
-		})
 	}
 	poll.Until(t, 90*time.Second, "every replica ready", func() error {
 		return errors.Join(rs.ready(rs.replicas[0]), rs.ready(rs.replicas[1]), rs.ready(rs.replicas[2]))
@@ -173,6 +189,22 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rs.sim.Close() })
+	// The agents stop together, each with 5s for its calls in flight
+	// (the replicas' streams to it, which end only with the replicas).
+	t.Cleanup(func() {
+		rs.mu.Lock()
+		agents := rs.agents
+		rs.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, a := range agents {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				a.Shutdown(sctx)
+			})
+		}
+		wg.Wait()
+	})
 	for _, n := range rs.sim.NodeNames()[:3] {
 		rs.startAgent(n, key.Secret)
 	}
@@ -259,11 +291,9 @@ func (rs *replicaSet) startAgent(node, key string) {
 	if err != nil {
 		t.Fatalf("agent %s: %v", node, err)
 	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		a.Shutdown(sctx)
-	})
+	rs.mu.Lock()
+	rs.agents = append(rs.agents, a) // shut down by startReplicas' cleanup
+	rs.mu.Unlock()
 }
 
 // derpSTUNPort is the STUN port of the DERP map a mesh node joining

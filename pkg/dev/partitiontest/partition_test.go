@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
+	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/meshtest"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
@@ -57,11 +57,7 @@ var builds struct {
 func init() {
 	builds.orchestrator = sync.OnceValues(func() (string, error) {
 		out := filepath.Join(builds.dir, "orchestrator")
-		b, err := exec.Command("go", "build", "-o", out, "github.com/flexplane/flexplane/cmd/orchestrator").CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("go build cmd/orchestrator: %w\n%s", err, b)
-		}
-		return out, nil
+		return out, gobin.Run(filepath.Join("..", "..", ".."), out, "./cmd/orchestrator")
 	})
 }
 

@@ -6,12 +6,34 @@
 // (flexplane.edge.v1 ApplyGateway) and removes the gateway from every other host.
 //
 // Nothing is stored but what the last passes saw: each pass first reads from the
-// online agents which gateways they run (ListGateways, read from their kernels) and
-// then the desired state, and removes from each host every gateway it runs that is
-// not desired there: one deleted while every orchestrator replica was down, one left
-// on a host that went away and came back after a failover, one of a half-done move.
-// A gateway's state is derived again on each pass, so after a failover it is
-// rebuilt on the new host, not synchronised.
+// online agents which gateways they run (read from their kernels) and then the
+// desired state, and removes from each host every gateway it runs that is not
+// desired there: one deleted while every orchestrator replica was down, one left
+// on a host that went away and came back after a failover, one of a half-done
+// move. A gateway's state is derived again on each pass, so after a failover it
+// is rebuilt on the new host, not synchronised.
+//
+// Passes follow change (Run): a pass runs when the catalog changes
+// (Config.Changes, the catalog's watch), when a zone's hosts change in the
+// registry (one goes offline, comes back, joins), when an agent reports that
+// what it runs is not what this Syncer applied there, when Kick is called (the
+// API kicks it after each mutation that succeeded, for the networks and VM
+// addresses that live in Proxmox), every Config.Rederive (30 s: a light pass
+// that reads the zones' Proxmox again but asks no agent) and every
+// Config.Interval (minutes: a full pass that asks every agent and sends
+// every gateway again) to repair drift. A burst of triggers while a
+// pass runs makes one more pass, which reads the whole state, so none is lost.
+// What the agents run comes from a stream each agent keeps open
+// (flexplane.edge.v1 WatchGateways): its list when the stream opens (an agent
+// that restarted reports what it found on its node) and after each change, so
+// nothing is asked while nothing changes; a host without a stream is asked
+// (ListGateways) by the passes. A pass that failed is tried again with a
+// backoff of 1 s doubling to 30 s.
+//
+// One Syncer among the orchestrator's replicas works on a zone at a time
+// (Config.Owns, the zone's shard Lease): the others keep no stream to its
+// agents and send them nothing, and read a gateway's state by computing its
+// placement, which is the same everywhere.
 //
 // A pass asks only the hosts of the zones where the last pass had a gateway
 // desired or saw one running (or could not ask a host), and every host of every
@@ -68,9 +90,29 @@ type Config struct {
 	// Desired returns every gateway that should run; a gateway it leaves out
 	// is removed from every host. Required.
 	Desired func(ctx context.Context) ([]Desired, error)
-	// Interval is the time between passes (default 1s): a host lost is noticed by
-	// the registry within a few seconds, and the next pass moves its gateways.
+	// Interval is the time between passes while nothing changes (default
+	// 5m): the slow resync that repairs drift (a gateway changed on its node
+	// behind the agent's back). Passes run at once on a change (see Run).
 	Interval time.Duration
+	// Rederive is the time between light passes (default 30s): they derive
+	// the desired state again, reading the zones' Proxmox (networks and
+	// addresses, which live there and not in the catalog; a change made
+	// through another replica reaches the owner's passes so), and take
+	// what the agents run from their streams, asking none of them. Only
+	// the zones with gateways cost a read.
+	Rederive time.Duration
+	// Changes, if set, is the catalog's watch (catalog.Watcher's Watch): a
+	// value starts a pass; the channel closing (changes may have been
+	// missed) starts a full pass and a new watch. Nil: the catalog's
+	// changes wait for Interval or Kick.
+	Changes func(ctx context.Context) <-chan struct{}
+	// Owns, if set, says whether this Syncer works on a zone (by id) now:
+	// the zones of the shards whose Lease this replica holds. A change of
+	// its answer must be followed by Kick. Nil: every zone.
+	Owns func(zoneID string) bool
+	// Passed, if set, is told of every pass Run makes: how long after the
+	// first change it follows (the sync lag) and its error.
+	Passed func(lag time.Duration, err error)
 	// CallTimeout bounds each apply or remove sent to an agent (default 5s).
 	CallTimeout time.Duration
 	// ReportTimeout bounds each agent's report of the gateways it runs
@@ -86,7 +128,7 @@ type Config struct {
 	// removed within Sweep; a fresh Syncer's first pass asks every host.
 	Sweep time.Duration
 	// Resync is how long a gateway its host reports at the desired revision
-	// goes without being sent again (default 10s): the agent would find
+	// goes without being sent again (default Interval): the agent would find
 	// nothing to do, so a pass spares the call; past it, the state is sent
 	// again whatever changed unseen inside the gateway.
 	Resync time.Duration
@@ -109,9 +151,17 @@ type Syncer struct {
 	failed map[gatewayKey]error  // why the last pass could not apply it; protected by mu
 	sent   map[gatewayKey]sent   // what was last sent or seen applied; protected by mu
 
+	// streamed is what each host's WatchGateways stream reported last (by
+	// mesh name), while its stream is open; protected by mu.
+	streamed map[string]map[string]string
+
+	kick chan struct{} // a pass is wanted (Kick)
+
 	// Only Sync touches these (passes do not overlap).
 	watch map[string]bool // ids of the zones the next pass asks between sweeps
 	swept time.Time       // when the last pass that asked every host began
+	// Only Run touches streams: the open streams' cancel by host.
+	streams map[string]context.CancelFunc
 }
 
 // sent is the host and revision a pass last applied, or saw applied, for a
@@ -145,7 +195,7 @@ func (r report) lists(vdc string) bool {
 // New returns a Syncer; Run starts it.
 func New(cfg Config) *Syncer {
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = 5 * time.Minute
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 5 * time.Second
@@ -154,7 +204,10 @@ func New(cfg Config) *Syncer {
 		cfg.ReportTimeout = time.Second
 	}
 	if cfg.Resync <= 0 {
-		cfg.Resync = 10 * time.Second
+		cfg.Resync = cfg.Interval
+	}
+	if cfg.Rederive <= 0 {
+		cfg.Rederive = 30 * time.Second
 	}
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = 10 * time.Second
@@ -163,23 +216,8 @@ func New(cfg Config) *Syncer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Syncer{cfg: cfg, log: log, placed: map[gatewayKey]string{}, failed: map[gatewayKey]error{}, sent: map[gatewayKey]sent{}}
-}
-
-// Run makes a pass every Interval until ctx ends.
-func (s *Syncer) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("edgesync: pass", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	return &Syncer{cfg: cfg, log: log, placed: map[gatewayKey]string{}, failed: map[gatewayKey]error{}, sent: map[gatewayKey]sent{},
+		streamed: map[string]map[string]string{}, kick: make(chan struct{}, 1), streams: map[string]context.CancelFunc{}}
 }
 
 // Placement is the mesh name of the host the last pass gave zoneID's gateway of vdc
@@ -227,14 +265,22 @@ func ChooseExcept(z fleet.Zone, vdc string, skip map[string]bool) (fleet.Host, b
 // state; every desired gateway is applied on its host (unless the host reports it
 // at its revision) and every gateway a host runs that is not desired there is
 // removed from it.
-func (s *Syncer) Sync(ctx context.Context) error {
-	zs := s.cfg.Zones.Zones()
+func (s *Syncer) Sync(ctx context.Context) error { return s.pass(ctx, false) }
+
+// pass is Sync; full asks every online host (none of the streams' reports
+// is used), as a fresh Syncer's first pass does.
+func (s *Syncer) pass(ctx context.Context, full bool) error {
+	all := s.cfg.Zones.Zones()
+	zs := slices.DeleteFunc(slices.Clone(all), func(z fleet.Zone) bool { return !s.owns(z.ID) })
 	// The agents first: a gateway applied after its report was read was desired
 	// before the desired state is read, so a pass never removes one that another
 	// replica just applied for a gateway just created.
 	began := time.Now()
+	if full {
+		s.watch = nil
+	}
 	sweep := s.watch == nil || began.Sub(s.swept) >= s.cfg.Sweep
-	reports := s.reports(ctx, zs, func(z fleet.Zone) bool { return sweep || s.watch[z.ID] })
+	reports := s.reports(ctx, zs, !full, func(z fleet.Zone) bool { return sweep || s.watch[z.ID] })
 	if sweep {
 		s.swept = began
 	}
@@ -249,7 +295,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		}
 	}
 	byID := map[string]fleet.Zone{}
-	for _, z := range zs {
+	for _, z := range all {
 		byID[z.ID] = z
 	}
 	desired := map[gatewayKey]*Desired{}
@@ -257,6 +303,9 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		if _, ok := byID[d.ZoneID]; !ok {
 			errs = append(errs, fmt.Errorf("edgesync: %s: unknown zone %s", d.vdc(), d.ZoneID))
 			continue
+		}
+		if !s.owns(d.ZoneID) {
+			continue // another replica's
 		}
 		desired[gatewayKey{d.ZoneID, d.vdc()}] = &want[i]
 	}
@@ -306,8 +355,10 @@ func (s *Syncer) Sync(ctx context.Context) error {
 }
 
 // reports reads from every online host of the zones of zs that ask names
-// which gateways it runs; the online hosts of the others report errNotAsked.
-func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone, ask func(fleet.Zone) bool) map[string]report {
+// which gateways it runs (streamed: from its stream's last report when it has
+// one open); the online hosts of the others report errNotAsked, or their
+// stream's report.
+func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone, streamed bool, ask func(fleet.Zone) bool) map[string]report {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -317,6 +368,12 @@ func (s *Syncer) reports(ctx context.Context, zs []fleet.Zone, ask func(fleet.Zo
 		asked := ask(z)
 		for _, h := range z.Hosts {
 			if h.Status != fleet.StatusOnline {
+				continue
+			}
+			if runs, ok := s.streamedRuns(h.MeshName); ok && streamed {
+				mu.Lock()
+				out[h.MeshName] = report{runs: runs}
+				mu.Unlock()
 				continue
 			}
 			if !asked {

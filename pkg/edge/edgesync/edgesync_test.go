@@ -48,6 +48,8 @@ type agent struct {
 	failing bool              // ApplyGateway fails; protected by mu
 	runs    map[string]string // the revision of each VDC's gateway it runs (its kernel's); protected by mu
 	lists   int               // ListGateways calls; protected by mu
+	// watchers are the open WatchGateways streams' signals; protected by mu.
+	watchers map[chan struct{}]bool
 }
 
 type agentAPI struct {
@@ -80,7 +82,57 @@ func (a edgeAPI) ApplyGateway(_ context.Context, req *edgev1.ApplyGatewayRequest
 	}
 	a.applied = append(a.applied, req.GetGateway().GetVdc())
 	a.runs[req.GetGateway().GetVdc()] = req.GetRevision()
+	a.signalLocked()
 	return &edgev1.ApplyGatewayResponse{}, nil
+}
+
+// signalLocked tells the open streams that what the agent runs changed, as
+// the agent does after an apply or a removal through it. a.mu must be held.
+func (a *agent) signalLocked() {
+	for ch := range a.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *agent) listLocked() []*edgev1.RunningGateway {
+	var out []*edgev1.RunningGateway
+	for vdc, rev := range a.runs {
+		out = append(out, &edgev1.RunningGateway{Vdc: vdc, Namespace: "fpgw-" + vdc, Revision: rev})
+	}
+	// A namespace that names no VDC is listed too, and must be left alone.
+	return append(out, &edgev1.RunningGateway{Namespace: "fpgw-0123456789"})
+}
+
+func (a edgeAPI) WatchGateways(_ *edgev1.WatchGatewaysRequest, st edgev1.EdgeService_WatchGatewaysServer) error {
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
+	a.mu.Lock()
+	if a.watchers == nil {
+		a.watchers = map[chan struct{}]bool{}
+	}
+	a.watchers[ch] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.watchers, ch)
+		a.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-st.Context().Done():
+			return nil
+		case <-ch:
+		}
+		a.mu.Lock()
+		list := a.listLocked()
+		a.mu.Unlock()
+		if err := st.Send(&edgev1.WatchGatewaysResponse{Gateways: list}); err != nil {
+			return err
+		}
+	}
 }
 
 func (a edgeAPI) RemoveGateway(_ context.Context, req *edgev1.RemoveGatewayRequest) (*edgev1.RemoveGatewayResponse, error) {
@@ -88,6 +140,7 @@ func (a edgeAPI) RemoveGateway(_ context.Context, req *edgev1.RemoveGatewayReque
 	defer a.mu.Unlock()
 	a.removed = append(a.removed, req.GetVdc())
 	delete(a.runs, req.GetVdc())
+	a.signalLocked()
 	return &edgev1.RemoveGatewayResponse{}, nil
 }
 
@@ -95,13 +148,7 @@ func (a edgeAPI) ListGateways(context.Context, *edgev1.ListGatewaysRequest) (*ed
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lists++
-	out := &edgev1.ListGatewaysResponse{}
-	for vdc, rev := range a.runs {
-		out.Gateways = append(out.Gateways, &edgev1.RunningGateway{Vdc: vdc, Namespace: "fpgw-" + vdc, Revision: rev})
-	}
-	// A namespace that names no VDC is listed too, and must be left alone.
-	out.Gateways = append(out.Gateways, &edgev1.RunningGateway{Namespace: "fpgw-0123456789"})
-	return out, nil
+	return &edgev1.ListGatewaysResponse{Gateways: a.listLocked()}, nil
 }
 
 // running is what the agent runs: each VDC's gateway's revision.
@@ -140,7 +187,7 @@ func (a *agent) calls() (applied, removed []string) {
 	return applied, removed
 }
 
-func (a *agent) start(t *testing.T) {
+func (a *agent) start(t testing.TB) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -212,7 +259,7 @@ func (m *mesh) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // lab is a zone of three hosts seen by a running registry.
-func lab(t *testing.T) (*fleet.Registry, *mesh) {
+func lab(t testing.TB) (*fleet.Registry, *mesh) {
 	t.Helper()
 	m := &mesh{}
 	certs := pvetest.NewCerts(t, "host1", "host2", "host3")

@@ -18,14 +18,18 @@ const stateTimeout = 3 * time.Second
 // as the last pass placed it and its agent reports it now. A gateway the
 // last pass could not apply is failed; one not placed, or whose agent does
 // not report it (within 3 s), is pending; else it is active with the
-// agent's counters.
+// agent's counters. On a replica that does not own the zone (Config.Owns)
+// the host is the one the owner's passes choose, computed here.
 func (s *Syncer) State(ctx context.Context, zoneID, vdc string) gateways.State {
 	st := gateways.State{Status: gateways.Pending}
 	if err := s.LastError(zoneID, vdc); err != nil {
-		st.Status, st.Message = gateways.Failed, "the gateway could not be applied; it is retried every second"
+		st.Status, st.Message = gateways.Failed, "the gateway could not be applied; it is retried within 30 seconds"
 		s.log.Warn("edgesync: edge gateway failed", "zone", zoneID, "vdc", vdc, "err", err)
 	}
 	mesh, ok := s.Placement(zoneID, vdc)
+	if !s.owns(zoneID) {
+		mesh, ok = s.chosen(ctx, zoneID, vdc)
+	}
 	if !ok {
 		return st
 	}
@@ -61,4 +65,19 @@ func (s *Syncer) State(ctx context.Context, zoneID, vdc string) gateways.State {
 	}
 	slices.SortFunc(st.Counters, func(a, b gateways.Counter) int { return cmp.Compare(a.Name, b.Name) })
 	return st
+}
+
+// chosen is the host a pass of the zone's owner places zoneID's gateway of
+// vdc on.
+func (s *Syncer) chosen(ctx context.Context, zoneID, vdc string) (string, bool) {
+	z, ok := s.cfg.Zones.Zone(zoneID)
+	if !ok {
+		return "", false
+	}
+	var skip map[string]bool
+	if s.cfg.Maintenance != nil {
+		skip, _ = s.cfg.Maintenance(ctx, z.Name)
+	}
+	h, ok := ChooseExcept(z, vdc, skip)
+	return h.MeshName, ok
 }

@@ -5,10 +5,13 @@
 // each configured zone's lbconfig.Config from the catalog
 // (loadbalancer.Render) and sends it to every replica of the zone whose
 // status shows another revision; passes run when the API kicks, when the
-// replicas change (Discoverer, EndpointSlices in Kubernetes), when a
-// replica's revision changes behind the syncer's back, and every Resync.
-// Any number of orchestrator replicas may run it at once, since a replica
-// given the same config twice does nothing.
+// replicas change (Discoverer, EndpointSlices in Kubernetes), when the
+// catalog changes (Config.Changes, its watch), when a replica's revision
+// changes behind the syncer's back, and every Resync (minutes). Any number
+// of orchestrator replicas may run it at once, since a replica given the
+// same config twice does nothing; with Config.Owns, only the replica that
+// owns a zone pushes to its replicas (all keep watching their status, which
+// the API reads).
 //
 // The syncer never reads a config back: whether a replica runs the
 // catalog's config is told by the revision its status reports, a hash of
@@ -58,10 +61,19 @@ type Config struct {
 	// are sent its token only, and a zone without one is sent nothing.
 	Tokens map[string]string
 	// Resync is the time between passes while nothing happens; zero is
-	// 30 s. A pass also runs at once when kicked (the API changed a
-	// balancer), when the replicas change, and when a replica reports
-	// another revision (it restarted, or another orchestrator pushed).
+	// 5 min. A pass also runs at once when kicked (the API changed a
+	// balancer), when the catalog or the replicas change, and when a
+	// replica reports another revision (it restarted, or another
+	// orchestrator pushed).
 	Resync time.Duration
+	// Changes, if set, is the catalog's watch (catalog.Watcher's Watch):
+	// a value starts a pass; the channel closing starts a pass and a new
+	// watch a second later.
+	Changes func(ctx context.Context) <-chan struct{}
+	// Owns, if set, says whether this replica pushes to a zone (by name)
+	// now; a change of its answer must be followed by Kick. Nil: every
+	// zone.
+	Owns func(zone string) bool
 	// StatusWait is how long one status watch request waits for a change
 	// before it is renewed; zero is 30 s.
 	StatusWait time.Duration
@@ -96,7 +108,7 @@ type watcher struct {
 // New returns a Syncer; Run runs it.
 func New(cfg Config) *Syncer {
 	if cfg.Resync == 0 {
-		cfg.Resync = 30 * time.Second
+		cfg.Resync = 5 * time.Minute
 	}
 	if cfg.StatusWait == 0 {
 		cfg.StatusWait = 30 * time.Second
@@ -131,6 +143,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		discovered = s.cfg.Discover.Changed()
 	}
+	var changes <-chan struct{}
+	var resub <-chan time.Time
+	if s.cfg.Changes != nil {
+		changes = s.cfg.Changes(ctx)
+	}
 	for {
 		if err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("lbsync: pass", "err", err)
@@ -141,6 +158,14 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-t.C:
 		case <-s.kick:
 		case <-discovered:
+		case _, ok := <-changes:
+			if !ok {
+				// Changes may have been missed: this pass reads
+				// everything; a new watch follows.
+				changes, resub = nil, time.After(time.Second)
+			}
+		case <-resub:
+			resub, changes = nil, s.cfg.Changes(ctx)
 		}
 	}
 }
@@ -198,10 +223,11 @@ func (s *Syncer) Pass(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("lbsync: zone %s: replicas: %w", zone, err))
 			continue
 		}
+		owned := s.cfg.Owns == nil || s.cfg.Owns(zone)
 		var wg sync.WaitGroup
 		for _, u := range urls {
 			seen[u] = true
-			if s.watched(ctx, zone, u) == cfg.Revision {
+			if s.watched(ctx, zone, u) == cfg.Revision || !owned {
 				s.record(u, nil)
 				continue
 			}

@@ -214,3 +214,43 @@ func awaitStatus(t *testing.T, s *lbsync.Syncer, ok func([]lbconfig.Status) bool
 		return nil
 	})
 }
+
+// TestCatalogChangeStartsAPass: a balancer written by another replica (its
+// own store on the catalog's directory, which kicks nothing here) reaches
+// the flexgateway replica through the catalog's watch, long before the
+// resync; a syncer that does not own the zone pushes nothing.
+func TestCatalogChangeStartsAPass(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store := storeWithZones(t, "alpha")
+	other, err := catalog.OpenDir(store.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := lbtest.NewPKI(t)
+	r := lbtest.NewReplica(t, pki, "tok")
+	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
+	start := func(owns bool) {
+		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
+			Resync: time.Hour, Changes: store.Watch, Owns: func(string) bool { return owns }})
+		go func() { _ = s.Run(ctx) }()
+	}
+	start(false)
+	start(true)
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
+	pushed := len(r.Configs())
+
+	lb := &catalog.LoadBalancer{}
+	lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", "shop"), "red", "alpha"
+	lb.Pools = []catalog.LBPool{{Name: "app", Backends: []catalog.LBBackend{{VMID: 100, Port: 80}}}}
+	lb.Listeners = []catalog.LBListener{{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 8080, Pool: "app"}}
+	lb.PublicAddress = "203.0.113.11"
+	if _, err := catalog.Create(ctx, other, lb); err != nil {
+		t.Fatal(err)
+	}
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+	if n := len(r.Configs()) - pushed; n != 1 {
+		t.Errorf("the change was pushed %d times, want once (by the zone's owner)", n)
+	}
+}

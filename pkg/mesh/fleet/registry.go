@@ -613,6 +613,15 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	set(StatusOnline, "", info)
 }
 
+// Changed returns a channel closed at the next change of the agents or
+// their state (and at every refresh of the node list): a reader compares
+// what it depends on and takes a new channel.
+func (r *Registry) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
+}
+
 // changedLocked records a change of the agents or their state. r.mu must be
 // held.
 func (r *Registry) changedLocked() {

@@ -105,3 +105,16 @@ func decodeConfigText(s string) string {
 	}
 	return s
 }
+
+// BackupNotes reads the whole notes of archive volid on storage as node
+// sees it (GET /nodes/{node}/storage/{storage}/content/{volume}): a
+// Proxmox Backup Server's listing gives only their first line.
+func BackupNotes(ctx context.Context, c *proxmox.Client, node, storage, volid string) (string, error) {
+	var v struct {
+		Notes string `json:"notes"`
+	}
+	if err := c.Get(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", url.PathEscape(node), url.PathEscape(storage), volid), &v); err != nil {
+		return "", err
+	}
+	return v.Notes, nil
+}

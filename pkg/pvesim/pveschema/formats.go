@@ -124,6 +124,8 @@ var (
 	haVMSIDRE = regexp.MustCompile(`^((ct|vm):)?[1-9][0-9]{2,8}$`)
 	// haNodeRE is a node of an HA rule with its optional priority ("pve1:2").
 	haNodeRE = regexp.MustCompile(`^[^\s:]+(:\d+)?$`)
+	// dayOfWeekRE is a day of a backup job's deprecated dow list.
+	dayOfWeekRE = regexp.MustCompile(`^(mon|tue|wed|thu|fri|sat|sun)$`)
 	// calendarRE is the alphabet of systemd-style calendar events
 	// ("*/15", "mon..fri 02:30", "sat 1:00"); PVE::CalendarEvent parses
 	// them further.
@@ -178,6 +180,7 @@ func verifiers(qemuDrives, qemuDevs map[string]bool) map[string]func(string) err
 		"pve-task-status-type":     re(taskStatusRE, "invalid status '%v'"),
 		"pve-replication-job-id":   re(replJobRE, "replication job ID '%v' invalid"),
 		"pve-calendar-event":       re(calendarRE, "unable to parse calendar event '%v'"),
+		"pve-day-of-week":          re(dayOfWeekRE, "invalid day '%v'"),
 		"pve-ha-resource-id":       re(haSIDRE, "value does not look like a valid ha resource id"),
 		"pve-ha-resource-or-vm-id": re(haVMSIDRE, "value does not look like a valid ha resource id"),
 		"pve-ha-node":              re(haNodeRE, "value does not look like a valid ha node"),

@@ -56,6 +56,7 @@ var formatCases = map[string]struct {
 		bad: map[string]string{"1": "invalid VLAN tag '1'", "4095": "", "100-100": "VLAN range must go from lower to higher tag '100-100'", "x": "invalid VLAN configuration 'x'"}},
 	"pve-replication-job-id":         {good: []string{"100-0", "100-12"}, bad: map[string]string{"100": "replication job ID '100' invalid", "100-a": ""}},
 	"email-or-username":              {good: []string{"root@pam", "ops@example.com", "admin"}, bad: map[string]string{"a b": "value does not look like a valid email address or user name"}},
+	"pve-day-of-week":                {good: []string{"mon", "sun"}, bad: map[string]string{"monday": "invalid day 'monday'", "": ""}},
 	"pve-calendar-event":             {good: []string{"*/15", "mon..fri 02:30", "sat 1:00"}, bad: map[string]string{"a;b": "unable to parse calendar event 'a;b'", "": ""}},
 	"pve-task-status-type":           {good: []string{"ok", "error", "WARNING", "unknown"}, bad: map[string]string{"failed": "invalid status 'failed'"}},
 	"pve-cpuset":                     {good: []string{"", "0", "0-3", "0,5,8-11", "1,"}, bad: map[string]string{"3-1": "unable to parse cpuset option", "a": "", "0,,1": "", ",1": ""}},

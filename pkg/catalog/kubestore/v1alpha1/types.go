@@ -144,6 +144,12 @@ type VDCQuotas struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1073741824
 	ImageGiB *int64 `json:"imageGiB,omitempty"`
+	// BackupGiB bounds the total size of the VDC's backup archives;
+	// absent bounds none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1073741824
+	BackupGiB *int64 `json:"backupGiB,omitempty"`
 }
 
 // VDCStatus is what the orchestrator records on a VDC.

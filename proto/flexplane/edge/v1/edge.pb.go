@@ -1119,6 +1119,89 @@ func (*ListGatewaysRequest) Descriptor() ([]byte, []int) {
 	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{15}
 }
 
+// WatchGatewaysRequest has no fields.
+type WatchGatewaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGatewaysRequest) Reset() {
+	*x = WatchGatewaysRequest{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGatewaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGatewaysRequest) ProtoMessage() {}
+
+func (x *WatchGatewaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGatewaysRequest.ProtoReflect.Descriptor instead.
+func (*WatchGatewaysRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{16}
+}
+
+// WatchGatewaysResponse is the node's whole list of gateways, as
+// ListGatewaysResponse gives it.
+type WatchGatewaysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gateways      []*RunningGateway      `protobuf:"bytes,1,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGatewaysResponse) Reset() {
+	*x = WatchGatewaysResponse{}
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGatewaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGatewaysResponse) ProtoMessage() {}
+
+func (x *WatchGatewaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGatewaysResponse.ProtoReflect.Descriptor instead.
+func (*WatchGatewaysResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WatchGatewaysResponse) GetGateways() []*RunningGateway {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
+}
+
 // ListGatewaysResponse lists the node's gateways.
 type ListGatewaysResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1129,7 +1212,7 @@ type ListGatewaysResponse struct {
 
 func (x *ListGatewaysResponse) Reset() {
 	*x = ListGatewaysResponse{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1224,7 @@ func (x *ListGatewaysResponse) String() string {
 func (*ListGatewaysResponse) ProtoMessage() {}
 
 func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[16]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1237,7 @@ func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
 func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{16}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListGatewaysResponse) GetGateways() []*RunningGateway {
@@ -1183,7 +1266,7 @@ type RunningGateway struct {
 
 func (x *RunningGateway) Reset() {
 	*x = RunningGateway{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1278,7 @@ func (x *RunningGateway) String() string {
 func (*RunningGateway) ProtoMessage() {}
 
 func (x *RunningGateway) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[17]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1291,7 @@ func (x *RunningGateway) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningGateway.ProtoReflect.Descriptor instead.
 func (*RunningGateway) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{17}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunningGateway) GetVdc() string {
@@ -1248,7 +1331,7 @@ type GatewayState struct {
 
 func (x *GatewayState) Reset() {
 	*x = GatewayState{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1343,7 @@ func (x *GatewayState) String() string {
 func (*GatewayState) ProtoMessage() {}
 
 func (x *GatewayState) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[18]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1356,7 @@ func (x *GatewayState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayState.ProtoReflect.Descriptor instead.
 func (*GatewayState) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{18}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GatewayState) GetNamespace() string {
@@ -1309,7 +1392,7 @@ type Counter struct {
 
 func (x *Counter) Reset() {
 	*x = Counter{}
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1404,7 @@ func (x *Counter) String() string {
 func (*Counter) ProtoMessage() {}
 
 func (x *Counter) ProtoReflect() protoreflect.Message {
-	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[19]
+	mi := &file_flexplane_edge_v1_edge_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1417,7 @@ func (x *Counter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counter.ProtoReflect.Descriptor instead.
 func (*Counter) Descriptor() ([]byte, []int) {
-	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{19}
+	return file_flexplane_edge_v1_edge_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Counter) GetId() string {
@@ -1436,7 +1519,10 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\x03vdc\x18\x01 \x01(\tR\x03vdc\"N\n" +
 	"\x15GatewayStatusResponse\x125\n" +
 	"\x05state\x18\x01 \x01(\v2\x1f.flexplane.edge.v1.GatewayStateR\x05state\"\x15\n" +
-	"\x13ListGatewaysRequest\"U\n" +
+	"\x13ListGatewaysRequest\"\x16\n" +
+	"\x14WatchGatewaysRequest\"V\n" +
+	"\x15WatchGatewaysResponse\x12=\n" +
+	"\bgateways\x18\x01 \x03(\v2!.flexplane.edge.v1.RunningGatewayR\bgateways\"U\n" +
 	"\x14ListGatewaysResponse\x12=\n" +
 	"\bgateways\x18\x01 \x03(\v2!.flexplane.edge.v1.RunningGatewayR\bgateways\"\\\n" +
 	"\x0eRunningGateway\x12\x10\n" +
@@ -1454,12 +1540,13 @@ const file_flexplane_edge_v1_edge_proto_rawDesc = "" +
 	"\tDirection\x12\x19\n" +
 	"\x15DIRECTION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DIRECTION_INBOUND\x10\x01\x12\x16\n" +
-	"\x12DIRECTION_OUTBOUND\x10\x022\x97\x03\n" +
+	"\x12DIRECTION_OUTBOUND\x10\x022\xfd\x03\n" +
 	"\vEdgeService\x12_\n" +
 	"\fApplyGateway\x12&.flexplane.edge.v1.ApplyGatewayRequest\x1a'.flexplane.edge.v1.ApplyGatewayResponse\x12b\n" +
 	"\rRemoveGateway\x12'.flexplane.edge.v1.RemoveGatewayRequest\x1a(.flexplane.edge.v1.RemoveGatewayResponse\x12b\n" +
 	"\rGatewayStatus\x12'.flexplane.edge.v1.GatewayStatusRequest\x1a(.flexplane.edge.v1.GatewayStatusResponse\x12_\n" +
-	"\fListGateways\x12&.flexplane.edge.v1.ListGatewaysRequest\x1a'.flexplane.edge.v1.ListGatewaysResponseB?Z=github.com/flexplane/flexplane/proto/flexplane/edge/v1;edgev1b\x06proto3"
+	"\fListGateways\x12&.flexplane.edge.v1.ListGatewaysRequest\x1a'.flexplane.edge.v1.ListGatewaysResponse\x12d\n" +
+	"\rWatchGateways\x12'.flexplane.edge.v1.WatchGatewaysRequest\x1a(.flexplane.edge.v1.WatchGatewaysResponse0\x01B?Z=github.com/flexplane/flexplane/proto/flexplane/edge/v1;edgev1b\x06proto3"
 
 var (
 	file_flexplane_edge_v1_edge_proto_rawDescOnce sync.Once
@@ -1474,7 +1561,7 @@ func file_flexplane_edge_v1_edge_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_edge_v1_edge_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_flexplane_edge_v1_edge_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(Direction)(0),                // 0: flexplane.edge.v1.Direction
 	(*Gateway)(nil),               // 1: flexplane.edge.v1.Gateway
@@ -1493,10 +1580,12 @@ var file_flexplane_edge_v1_edge_proto_goTypes = []any{
 	(*GatewayStatusRequest)(nil),  // 14: flexplane.edge.v1.GatewayStatusRequest
 	(*GatewayStatusResponse)(nil), // 15: flexplane.edge.v1.GatewayStatusResponse
 	(*ListGatewaysRequest)(nil),   // 16: flexplane.edge.v1.ListGatewaysRequest
-	(*ListGatewaysResponse)(nil),  // 17: flexplane.edge.v1.ListGatewaysResponse
-	(*RunningGateway)(nil),        // 18: flexplane.edge.v1.RunningGateway
-	(*GatewayState)(nil),          // 19: flexplane.edge.v1.GatewayState
-	(*Counter)(nil),               // 20: flexplane.edge.v1.Counter
+	(*WatchGatewaysRequest)(nil),  // 17: flexplane.edge.v1.WatchGatewaysRequest
+	(*WatchGatewaysResponse)(nil), // 18: flexplane.edge.v1.WatchGatewaysResponse
+	(*ListGatewaysResponse)(nil),  // 19: flexplane.edge.v1.ListGatewaysResponse
+	(*RunningGateway)(nil),        // 20: flexplane.edge.v1.RunningGateway
+	(*GatewayState)(nil),          // 21: flexplane.edge.v1.GatewayState
+	(*Counter)(nil),               // 22: flexplane.edge.v1.Counter
 }
 var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
 	5,  // 0: flexplane.edge.v1.Gateway.legs:type_name -> flexplane.edge.v1.Leg
@@ -1510,23 +1599,26 @@ var file_flexplane_edge_v1_edge_proto_depIdxs = []int32{
 	4,  // 8: flexplane.edge.v1.Balancer.relays:type_name -> flexplane.edge.v1.Forward
 	0,  // 9: flexplane.edge.v1.Rule.direction:type_name -> flexplane.edge.v1.Direction
 	1,  // 10: flexplane.edge.v1.ApplyGatewayRequest.gateway:type_name -> flexplane.edge.v1.Gateway
-	19, // 11: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	19, // 12: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
-	18, // 13: flexplane.edge.v1.ListGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
-	20, // 14: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
-	10, // 15: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
-	12, // 16: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
-	14, // 17: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
-	16, // 18: flexplane.edge.v1.EdgeService.ListGateways:input_type -> flexplane.edge.v1.ListGatewaysRequest
-	11, // 19: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
-	13, // 20: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
-	15, // 21: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
-	17, // 22: flexplane.edge.v1.EdgeService.ListGateways:output_type -> flexplane.edge.v1.ListGatewaysResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 11: flexplane.edge.v1.ApplyGatewayResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	21, // 12: flexplane.edge.v1.GatewayStatusResponse.state:type_name -> flexplane.edge.v1.GatewayState
+	20, // 13: flexplane.edge.v1.WatchGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
+	20, // 14: flexplane.edge.v1.ListGatewaysResponse.gateways:type_name -> flexplane.edge.v1.RunningGateway
+	22, // 15: flexplane.edge.v1.GatewayState.counters:type_name -> flexplane.edge.v1.Counter
+	10, // 16: flexplane.edge.v1.EdgeService.ApplyGateway:input_type -> flexplane.edge.v1.ApplyGatewayRequest
+	12, // 17: flexplane.edge.v1.EdgeService.RemoveGateway:input_type -> flexplane.edge.v1.RemoveGatewayRequest
+	14, // 18: flexplane.edge.v1.EdgeService.GatewayStatus:input_type -> flexplane.edge.v1.GatewayStatusRequest
+	16, // 19: flexplane.edge.v1.EdgeService.ListGateways:input_type -> flexplane.edge.v1.ListGatewaysRequest
+	17, // 20: flexplane.edge.v1.EdgeService.WatchGateways:input_type -> flexplane.edge.v1.WatchGatewaysRequest
+	11, // 21: flexplane.edge.v1.EdgeService.ApplyGateway:output_type -> flexplane.edge.v1.ApplyGatewayResponse
+	13, // 22: flexplane.edge.v1.EdgeService.RemoveGateway:output_type -> flexplane.edge.v1.RemoveGatewayResponse
+	15, // 23: flexplane.edge.v1.EdgeService.GatewayStatus:output_type -> flexplane.edge.v1.GatewayStatusResponse
+	19, // 24: flexplane.edge.v1.EdgeService.ListGateways:output_type -> flexplane.edge.v1.ListGatewaysResponse
+	18, // 25: flexplane.edge.v1.EdgeService.WatchGateways:output_type -> flexplane.edge.v1.WatchGatewaysResponse
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_edge_v1_edge_proto_init() }
@@ -1540,7 +1632,7 @@ func file_flexplane_edge_v1_edge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_edge_v1_edge_proto_rawDesc), len(file_flexplane_edge_v1_edge_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	EdgeService_RemoveGateway_FullMethodName = "/flexplane.edge.v1.EdgeService/RemoveGateway"
 	EdgeService_GatewayStatus_FullMethodName = "/flexplane.edge.v1.EdgeService/GatewayStatus"
 	EdgeService_ListGateways_FullMethodName  = "/flexplane.edge.v1.EdgeService/ListGateways"
+	EdgeService_WatchGateways_FullMethodName = "/flexplane.edge.v1.EdgeService/WatchGateways"
 )
 
 // EdgeServiceClient is the client API for EdgeService service.
@@ -53,6 +54,11 @@ type EdgeServiceClient interface {
 	// what its predecessor left running: the orchestrator, which stores no
 	// placement, removes from here what is not desired here.
 	ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error)
+	// WatchGateways reports what ListGateways reports, first when the stream
+	// opens and then each time it changes (after an apply or a removal through
+	// this agent), so the orchestrator learns what runs here without asking
+	// again: a restarted agent's report comes with the stream opened to it.
+	WatchGateways(ctx context.Context, in *WatchGatewaysRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGatewaysResponse], error)
 }
 
 type edgeServiceClient struct {
@@ -103,6 +109,25 @@ func (c *edgeServiceClient) ListGateways(ctx context.Context, in *ListGatewaysRe
 	return out, nil
 }
 
+func (c *edgeServiceClient) WatchGateways(ctx context.Context, in *WatchGatewaysRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchGatewaysResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &EdgeService_ServiceDesc.Streams[0], EdgeService_WatchGateways_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchGatewaysRequest, WatchGatewaysResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EdgeService_WatchGatewaysClient = grpc.ServerStreamingClient[WatchGatewaysResponse]
+
 // EdgeServiceServer is the server API for EdgeService service.
 // All implementations must embed UnimplementedEdgeServiceServer
 // for forward compatibility.
@@ -125,6 +150,11 @@ type EdgeServiceServer interface {
 	// what its predecessor left running: the orchestrator, which stores no
 	// placement, removes from here what is not desired here.
 	ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error)
+	// WatchGateways reports what ListGateways reports, first when the stream
+	// opens and then each time it changes (after an apply or a removal through
+	// this agent), so the orchestrator learns what runs here without asking
+	// again: a restarted agent's report comes with the stream opened to it.
+	WatchGateways(*WatchGatewaysRequest, grpc.ServerStreamingServer[WatchGatewaysResponse]) error
 	mustEmbedUnimplementedEdgeServiceServer()
 }
 
@@ -146,6 +176,9 @@ func (UnimplementedEdgeServiceServer) GatewayStatus(context.Context, *GatewaySta
 }
 func (UnimplementedEdgeServiceServer) ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateways not implemented")
+}
+func (UnimplementedEdgeServiceServer) WatchGateways(*WatchGatewaysRequest, grpc.ServerStreamingServer[WatchGatewaysResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchGateways not implemented")
 }
 func (UnimplementedEdgeServiceServer) mustEmbedUnimplementedEdgeServiceServer() {}
 func (UnimplementedEdgeServiceServer) testEmbeddedByValue()                     {}
@@ -240,6 +273,17 @@ func _EdgeService_ListGateways_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EdgeService_WatchGateways_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchGatewaysRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EdgeServiceServer).WatchGateways(m, &grpc.GenericServerStream[WatchGatewaysRequest, WatchGatewaysResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type EdgeService_WatchGatewaysServer = grpc.ServerStreamingServer[WatchGatewaysResponse]
+
 // EdgeService_ServiceDesc is the grpc.ServiceDesc for EdgeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -264,6 +308,12 @@ var EdgeService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _EdgeService_ListGateways_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchGateways",
+			Handler:       _EdgeService_WatchGateways_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "flexplane/edge/v1/edge.proto",
 }

@@ -1,12 +1,13 @@
-// Command kube is kube-apiserver, kube-controller-manager and
-// kube-scheduler in one binary, chosen by the name it is run as (the
-// Makefile's kube-bin links the three names to it). One build shares the
-// packages and the link work the three have in common, which roughly
+// Command kube is kube-apiserver, kube-controller-manager, kube-scheduler
+// and kubelet in one binary, chosen by the name it is run as (the
+// Makefile's kube-bin links the four names to it). One build shares the
+// packages and the link work the four have in common, which roughly
 // halves a cold `make kube-bin`; each name behaves exactly as the upstream
 // command of that name.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func main() {
@@ -29,11 +31,14 @@ func main() {
 		"kube-scheduler": func() *cobra.Command {
 			return scheduler.NewSchedulerCommand()
 		},
+		"kubelet": func() *cobra.Command {
+			return kubelet.NewKubeletCommand(context.Background())
+		},
 	}
 	name := filepath.Base(os.Args[0])
 	newCommand, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "kube: run as kube-apiserver, kube-controller-manager or kube-scheduler (a link to this binary), not %q\n", name)
+		fmt.Fprintf(os.Stderr, "kube: run as kube-apiserver, kube-controller-manager, kube-scheduler or kubelet (a link to this binary), not %q\n", name)
 		os.Exit(2)
 	}
 	os.Exit(cli.Run(newCommand()))

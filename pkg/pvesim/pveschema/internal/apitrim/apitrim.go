@@ -19,6 +19,8 @@ var Paths = []string{
 	"/cluster/resources",
 	"/cluster/nextid",
 	"/cluster/tasks",
+	"/cluster/backup",
+	"/cluster/backup/{id}",
 	"/cluster/replication",
 	"/cluster/replication/{id}",
 	"/cluster/config/join",

@@ -1,0 +1,182 @@
+package kubenode_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/flexplane/flexplane/pkg/dev/kubenode"
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
+)
+
+// The node's bridge, routes and iptables rules go into a network
+// namespace of the tests' own.
+func TestMain(m *testing.M) { netns.Main(m) }
+
+// TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet) on a
+// real API server: the node gets Ready, a pod of the locally built image
+// runs and answers on its port at its pod address, a deleted pod's
+// containers and cgroup are gone, and closing the node leaves no process,
+// mount, cgroup, bridge or iptables rule behind.
+func TestNodeRunsPod(t *testing.T) {
+	t.Parallel()
+	api := kubetest.ForTest(t)
+	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range node.Logs() {
+				t.Log(kubetest.LogTail(l, 40))
+			}
+		}
+		if !closed {
+			_ = node.Close()
+		}
+	})
+	client, err := kubernetes.NewForConfig(api.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const ns = "kubenode-test"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	grace := int64(5)
+	pod, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{
+			NodeName:                      node.Name(), // no scheduler runs
+			AutomountServiceAccountToken:  &no,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name:            "web",
+				Image:           kubenode.TestImage,
+				ImagePullPolicy: corev1.PullNever,
+				Ports:           []corev1.ContainerPort{{ContainerPort: kubenode.TestImagePort}},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(kubenode.TestImagePort)}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var podIP string
+	poll.Until(t, 90*time.Second, "pod web Running and Ready", func() error {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.Phase == corev1.PodRunning {
+				podIP = p.Status.PodIP
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	})
+	_, cidr, err := net.ParseCIDR(node.PodCIDR())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(podIP); ip == nil || !cidr.Contains(ip) {
+		t.Fatalf("pod IP %q is not in the node's pod range %s", podIP, cidr)
+	}
+	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(kubenode.TestImagePort)) + "/"
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "podimage web\n" {
+		t.Fatalf("GET %s: %s %q %v, want 200 %q", url, resp.Status, body, err, "podimage web\n")
+	}
+	tasks, err := node.Tasks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != 2 {
+		t.Fatalf("containers running: %v, want the pod's sandbox and its container", tasks)
+	}
+	if rules, err := node.IPTablesRules(); err != nil || len(rules) == 0 {
+		t.Fatalf("the pod's masquerading rules: %v %v, want some while it runs", rules, err)
+	}
+
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 60*time.Second, "the deleted pod's containers, cgroup and rules gone", func() error {
+		if _, err := client.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod still there (%v)", err)
+		}
+		tasks, err := node.Tasks(ctx)
+		if err != nil {
+			return err
+		}
+		if len(tasks) > 0 {
+			return fmt.Errorf("containers still running: %v", tasks)
+		}
+		if ok, err := node.PodCgroupExists(string(pod.UID)); err != nil || ok {
+			return fmt.Errorf("the pod's cgroup is still there (%v)", err)
+		}
+		if rules, err := node.IPTablesRules(); err != nil || len(rules) > 0 {
+			return fmt.Errorf("the pod's iptables rules are still there: %v %v", rules, err)
+		}
+		return nil
+	})
+
+	dir := node.Dir()
+	err = node.Close()
+	closed = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Close checks what it cleaned up; check the same from outside.
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the node's directory %s is still there (%v)", dir, err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if data, err := os.ReadFile(p); err == nil && strings.Contains(string(data), dir) {
+			t.Errorf("process %s still runs: %q", p, data)
+		}
+	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mounts), dir) {
+		t.Errorf("a mount under %s is left (%v)", dir, err)
+	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/kubenode-*"); len(cg) > 0 {
+		t.Errorf("cgroups left: %v", cg)
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifaces {
+		if i.Name != "lo" {
+			t.Errorf("interface %s left in the test's network namespace", i.Name)
+		}
+	}
+}
