@@ -231,7 +231,7 @@ func (s *Service) Delete(ctx context.Context, name string, resourceVersion *stri
 	rv := v.ResourceVersion
 	if resourceVersion != nil {
 		if *resourceVersion != rv {
-			return fmt.Errorf("vdc: delete %s: %w", name, catalog.ErrConflict)
+			return fmt.Errorf("vdc: delete %s: %w", name, &catalog.ConflictError{Kind: catalog.KindVDC, Name: name, Expected: *resourceVersion, Actual: rv})
 		}
 		rv = *resourceVersion
 	}
