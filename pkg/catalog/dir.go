@@ -259,22 +259,25 @@ func (s *DirStore) Watch(ctx context.Context) <-chan struct{} {
 	if every <= 0 {
 		every = time.Second
 	}
-	go s.pollCounter(ctx, every)
+	// The first stamp is taken before Watch returns, so a write that
+	// follows Watch is never taken for the state the poll started from.
+	go s.pollCounter(ctx, every, s.counterStamp())
 	return ch
+}
+
+// counterStamp identifies the resource version counter's file as it is
+// now: its modification time and size ("" while there is none).
+func (s *DirStore) counterStamp() string {
+	fi, err := os.Stat(filepath.Join(s.dir, ".resourceversion"))
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
 }
 
 // pollCounter signals the subscribers when the resource version counter's
 // file was replaced (another process wrote), until ctx ends.
-func (s *DirStore) pollCounter(ctx context.Context, every time.Duration) {
-	p := filepath.Join(s.dir, ".resourceversion")
-	stamp := func() string {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return ""
-		}
-		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
-	}
-	last := stamp()
+func (s *DirStore) pollCounter(ctx context.Context, every time.Duration, last string) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -283,7 +286,7 @@ func (s *DirStore) pollCounter(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if now := stamp(); now != last {
+		if now := s.counterStamp(); now != last {
 			last = now
 			s.notes.Notify()
 		}
