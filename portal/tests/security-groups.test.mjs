@@ -81,6 +81,8 @@ test('a member creates a group, puts a VM in it and deletes it', async (t) => {
 
   // The VM put in it on its page, then listed as its member.
   await setGroups(page, ['web'], `${vmName} is in web.`)
+  // The list is the VM read again after the change: wait for that read.
+  await page.getByTestId('vm-security-groups').getByRole('listitem').filter({ hasText: /^web$/ }).waitFor()
   assert.deepEqual(await page.getByTestId('vm-security-groups').getByRole('listitem').allInnerTexts(), ['web'])
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Security groups', exact: true }).click()
   await card.locator(`[data-member="${vmName}"]`).waitFor()
