@@ -32,7 +32,7 @@ func backupTable(backups []api.BackupFields) func() Table {
 }
 
 func (a *app) backupCommand() *cobra.Command {
-	backup := group("backup", "Backups of the VDC's VMs: list, create, delete, restore")
+	backup := group("backup", "Backups of the VDC's VMs: list, create, delete, restore, schedule")
 
 	var vmOf string
 	list := listCommand(a, "List the VDC's backups, newest first (--vm: one VM's)", "list backups",
@@ -61,7 +61,7 @@ func (a *app) backupCommand() *cobra.Command {
 			}
 			return r.DeleteBackup.Id, nil
 		}),
-		a.backupRestoreCommand())
+		a.backupRestoreCommand(), a.backupScheduleCommand())
 	return backup
 }
 

@@ -27,7 +27,14 @@ type APIError struct {
 	Field string
 }
 
-func (e *APIError) Error() string { return fmt.Sprintf("%s (%s)", e.Message, e.Code) }
+// Error is the message and the code, after the input field at fault when
+// the API names one ("input.schedule: … (BAD_USER_INPUT)").
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s (%s)", e.Field, e.Message, e.Code)
+	}
+	return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+}
 
 // AsAPIError turns what the generated client (package api) returned into
 // an *APIError when it carries a GraphQL error (an answer with errors, or

@@ -209,7 +209,7 @@ func TestCompletionOfBackup(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	out, e, code := runIn(t, dir, nil, "__complete", "backup", "")
-	for _, sub := range []string{"list", "create", "delete", "restore"} {
+	for _, sub := range []string{"list", "create", "delete", "restore", "schedule"} {
 		if code != 0 || !regexp.MustCompile(`(?m)^`+sub+`\t`).MatchString(out) {
 			t.Errorf("completion of backup: no %s in %d %q %s", sub, code, out, e)
 		}

@@ -561,6 +561,7 @@ func backupTest(t *testing.T, s *stack, home string, base []string, vmID string)
 	}
 
 	bob := append(base, flexctl.EnvVDC+"=blue", flexctl.EnvToken+"="+s.h.Token(t, "bob"))
+	scheduleTest(t, s, home, bob, vmID)
 	for _, args := range [][]string{{"backup", "restore", b.ID, "stolen"}, {"backup", "delete", b.ID}} {
 		if r := s.run(t, t.TempDir(), bob, args...); r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") {
 			t.Errorf("bob's %v: %+v", args, r)
@@ -589,5 +590,57 @@ func backupTest(t *testing.T, s *stack, home string, base []string, vmID string)
 	decode(t, s.run(t, home, nil, "backup", "list", "-o", "json"), &listed)
 	if len(listed) != 0 {
 		t.Fatalf("backup list after delete: %+v", listed)
+	}
+}
+
+// scheduleTest sets VM vmID's backup schedule, shows it (table and JSON),
+// has a bad schedule refused naming input.schedule and another VDC's
+// user (env bob) refused NOT_FOUND for every schedule command, then
+// removes it.
+func scheduleTest(t *testing.T, s *stack, home string, bob []string, vmID string) {
+	type schedule struct {
+		Schedule             string
+		KeepLast, KeepWeekly *int
+		KeepDaily            *int
+		State                string
+	}
+	var sc schedule
+	decode(t, s.run(t, home, nil, "backup", "schedule", "set", vmID, "--schedule", "mon..fri 02:00", "--keep-last", "3", "--keep-weekly", "2", "-o", "json"), &sc)
+	if sc.Schedule != "mon..fri 02:00" || sc.KeepLast == nil || *sc.KeepLast != 3 || sc.KeepWeekly == nil || *sc.KeepWeekly != 2 || sc.KeepDaily != nil || sc.State != "ACTIVE" {
+		t.Fatalf("backup schedule set: %+v", sc)
+	}
+	sc = schedule{}
+	decode(t, s.run(t, home, nil, "backup", "schedule", "show", vmID, "-o", "json"), &sc)
+	if sc.Schedule != "mon..fri 02:00" || sc.KeepLast == nil || *sc.KeepLast != 3 || sc.State != "ACTIVE" {
+		t.Fatalf("backup schedule show: %+v", sc)
+	}
+	if r := s.run(t, home, nil, "backup", "schedule", "show", vmID); r.code != 0 || !regexp.MustCompile(`(?m)^VM-ID +SCHEDULE .*\n`+vmID+` +mon\.\.fri 02:00 +3 +2 +ACTIVE`).MatchString(r.stdout) {
+		t.Fatalf("backup schedule show (table): %+v", r)
+	}
+
+	r := s.run(t, home, nil, "backup", "schedule", "set", vmID, "--schedule", "whenever")
+	if r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "input.schedule") || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(BAD_USER_INPUT)") {
+		t.Fatalf("a bad schedule: %+v", r)
+	}
+	for _, args := range [][]string{
+		{"backup", "schedule", "set", vmID, "--schedule", "daily"},
+		{"backup", "schedule", "show", vmID},
+		{"backup", "schedule", "remove", vmID},
+	} {
+		if r := s.run(t, t.TempDir(), bob, args...); r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") {
+			t.Errorf("bob's %v: %+v", args, r)
+		}
+	}
+	sc = schedule{}
+	decode(t, s.run(t, home, nil, "backup", "schedule", "show", vmID, "-o", "json"), &sc)
+	if sc.Schedule != "mon..fri 02:00" {
+		t.Fatalf("the schedule after the refused changes: %+v", sc)
+	}
+
+	if r := s.run(t, home, nil, "backup", "schedule", "remove", vmID); r.code != 0 || !strings.Contains(r.stdout, "(none)") {
+		t.Fatalf("backup schedule remove: %+v", r)
+	}
+	if r := s.run(t, home, nil, "backup", "schedule", "show", vmID, "-o", "json"); r.code != 0 || strings.TrimSpace(r.stdout) != "null" {
+		t.Fatalf("backup schedule show after remove: %+v", r)
 	}
 }

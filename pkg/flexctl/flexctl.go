@@ -90,7 +90,7 @@ func Main(ctx context.Context, env Env) int {
 	}
 	var ae *APIError
 	if errors.As(err, &ae) {
-		fmt.Fprintf(env.Stderr, "error: %s (%s)\n", ae.Message, ae.Code)
+		fmt.Fprintf(env.Stderr, "error: %v\n", ae)
 		return ExitRefused
 	}
 	fmt.Fprintf(env.Stderr, "error: %v\n", err)

@@ -137,6 +137,60 @@ type BackupFieldsZone struct {
 // GetName returns BackupFieldsZone.Name, and is useful for accessing the field via an interface.
 func (v *BackupFieldsZone) GetName() string { return v.Name }
 
+// BackupScheduleFields includes the GraphQL fields of BackupSchedule requested by the fragment BackupScheduleFields.
+// The GraphQL type's documentation follows.
+//
+// A VM's schedule of backups: Proxmox takes them on the schedule, whether or
+// not an orchestrator runs, and then prunes the VM's archives by the keep
+// options. The archives are the VM's backups like those createBackup takes.
+type BackupScheduleFields struct {
+	// When it runs: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00).
+	Schedule string `json:"schedule"`
+	// The newest archives it keeps, this many; null keeps none by this rule.
+	KeepLast *int `json:"keepLast"`
+	// The newest archive of each of this many last days it keeps; null keeps none by this rule.
+	KeepDaily *int `json:"keepDaily"`
+	// The newest archive of each of this many last weeks it keeps; null keeps none by this rule.
+	KeepWeekly *int `json:"keepWeekly"`
+	// ACTIVE, or PAUSED (by the VDC's backupGiB quota, or disabled in Proxmox).
+	State BackupScheduleState `json:"state"`
+	// Why it is PAUSED; null while ACTIVE.
+	Message *string `json:"message"`
+}
+
+// GetSchedule returns BackupScheduleFields.Schedule, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetSchedule() string { return v.Schedule }
+
+// GetKeepLast returns BackupScheduleFields.KeepLast, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetKeepLast() *int { return v.KeepLast }
+
+// GetKeepDaily returns BackupScheduleFields.KeepDaily, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetKeepDaily() *int { return v.KeepDaily }
+
+// GetKeepWeekly returns BackupScheduleFields.KeepWeekly, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetKeepWeekly() *int { return v.KeepWeekly }
+
+// GetState returns BackupScheduleFields.State, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetState() BackupScheduleState { return v.State }
+
+// GetMessage returns BackupScheduleFields.Message, and is useful for accessing the field via an interface.
+func (v *BackupScheduleFields) GetMessage() *string { return v.Message }
+
+// Whether a backup schedule runs.
+type BackupScheduleState string
+
+const (
+	// Proxmox runs it on its schedule.
+	BackupScheduleStateActive BackupScheduleState = "ACTIVE"
+	// It does not run for now; message says why.
+	BackupScheduleStatePaused BackupScheduleState = "PAUSED"
+)
+
+var AllBackupScheduleState = []BackupScheduleState{
+	BackupScheduleStateActive,
+	BackupScheduleStatePaused,
+}
+
 // Where a backup is.
 type BackupStatus string
 
@@ -2697,6 +2751,135 @@ func (v *FirewallRuleFields) GetAction() FirewallAction { return v.Action }
 
 // GetDescription returns FirewallRuleFields.Description, and is useful for accessing the field via an interface.
 func (v *FirewallRuleFields) GetDescription() *string { return v.Description }
+
+// GetBackupScheduleResponse is returned by GetBackupSchedule on success.
+type GetBackupScheduleResponse struct {
+	// A VM of the current VDC by id; NOT_FOUND for any other id.
+	Vm *GetBackupScheduleVmVM `json:"vm"`
+}
+
+// GetVm returns GetBackupScheduleResponse.Vm, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleResponse) GetVm() *GetBackupScheduleVmVM { return v.Vm }
+
+// GetBackupScheduleVmVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type GetBackupScheduleVmVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+	// Its backup schedule, which Proxmox runs (a backup job of its zone); null
+	// for none. A zone that does not answer gives null and a ZONE_UNAVAILABLE
+	// error.
+	BackupSchedule *GetBackupScheduleVmVMBackupSchedule `json:"backupSchedule"`
+}
+
+// GetId returns GetBackupScheduleVmVM.Id, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVM) GetId() string { return v.Id }
+
+// GetBackupSchedule returns GetBackupScheduleVmVM.BackupSchedule, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVM) GetBackupSchedule() *GetBackupScheduleVmVMBackupSchedule {
+	return v.BackupSchedule
+}
+
+// GetBackupScheduleVmVMBackupSchedule includes the requested fields of the GraphQL type BackupSchedule.
+// The GraphQL type's documentation follows.
+//
+// A VM's schedule of backups: Proxmox takes them on the schedule, whether or
+// not an orchestrator runs, and then prunes the VM's archives by the keep
+// options. The archives are the VM's backups like those createBackup takes.
+type GetBackupScheduleVmVMBackupSchedule struct {
+	BackupScheduleFields `json:"-"`
+}
+
+// GetSchedule returns GetBackupScheduleVmVMBackupSchedule.Schedule, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetSchedule() string {
+	return v.BackupScheduleFields.Schedule
+}
+
+// GetKeepLast returns GetBackupScheduleVmVMBackupSchedule.KeepLast, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetKeepLast() *int {
+	return v.BackupScheduleFields.KeepLast
+}
+
+// GetKeepDaily returns GetBackupScheduleVmVMBackupSchedule.KeepDaily, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetKeepDaily() *int {
+	return v.BackupScheduleFields.KeepDaily
+}
+
+// GetKeepWeekly returns GetBackupScheduleVmVMBackupSchedule.KeepWeekly, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetKeepWeekly() *int {
+	return v.BackupScheduleFields.KeepWeekly
+}
+
+// GetState returns GetBackupScheduleVmVMBackupSchedule.State, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetState() BackupScheduleState {
+	return v.BackupScheduleFields.State
+}
+
+// GetMessage returns GetBackupScheduleVmVMBackupSchedule.Message, and is useful for accessing the field via an interface.
+func (v *GetBackupScheduleVmVMBackupSchedule) GetMessage() *string {
+	return v.BackupScheduleFields.Message
+}
+
+func (v *GetBackupScheduleVmVMBackupSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*GetBackupScheduleVmVMBackupSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.GetBackupScheduleVmVMBackupSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.BackupScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalGetBackupScheduleVmVMBackupSchedule struct {
+	Schedule string `json:"schedule"`
+
+	KeepLast *int `json:"keepLast"`
+
+	KeepDaily *int `json:"keepDaily"`
+
+	KeepWeekly *int `json:"keepWeekly"`
+
+	State BackupScheduleState `json:"state"`
+
+	Message *string `json:"message"`
+}
+
+func (v *GetBackupScheduleVmVMBackupSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *GetBackupScheduleVmVMBackupSchedule) __premarshalJSON() (*__premarshalGetBackupScheduleVmVMBackupSchedule, error) {
+	var retval __premarshalGetBackupScheduleVmVMBackupSchedule
+
+	retval.Schedule = v.BackupScheduleFields.Schedule
+	retval.KeepLast = v.BackupScheduleFields.KeepLast
+	retval.KeepDaily = v.BackupScheduleFields.KeepDaily
+	retval.KeepWeekly = v.BackupScheduleFields.KeepWeekly
+	retval.State = v.BackupScheduleFields.State
+	retval.Message = v.BackupScheduleFields.Message
+	return &retval, nil
+}
 
 // GetComputeProfileComputeProfile includes the requested fields of the GraphQL type ComputeProfile.
 // The GraphQL type's documentation follows.
@@ -6779,6 +6962,30 @@ var AllPortForwardProtocol = []PortForwardProtocol{
 	PortForwardProtocolUdp,
 }
 
+// RemoveBackupScheduleRemoveBackupScheduleVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type RemoveBackupScheduleRemoveBackupScheduleVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+}
+
+// GetId returns RemoveBackupScheduleRemoveBackupScheduleVM.Id, and is useful for accessing the field via an interface.
+func (v *RemoveBackupScheduleRemoveBackupScheduleVM) GetId() string { return v.Id }
+
+// RemoveBackupScheduleResponse is returned by RemoveBackupSchedule on success.
+type RemoveBackupScheduleResponse struct {
+	// Removes a VM's backup schedule (none is no error); its backups stay.
+	// NOT_FOUND for a VM of another VDC or none.
+	RemoveBackupSchedule RemoveBackupScheduleRemoveBackupScheduleVM `json:"removeBackupSchedule"`
+}
+
+// GetRemoveBackupSchedule returns RemoveBackupScheduleResponse.RemoveBackupSchedule, and is useful for accessing the field via an interface.
+func (v *RemoveBackupScheduleResponse) GetRemoveBackupSchedule() RemoveBackupScheduleRemoveBackupScheduleVM {
+	return v.RemoveBackupSchedule
+}
+
 // A disk to grow.
 type ResizeDiskInput struct {
 	// The VM's id.
@@ -7373,6 +7580,177 @@ func (v *ServiceAccountFields) GetCreatedAt() string { return v.CreatedAt }
 
 // GetExpiresAt returns ServiceAccountFields.ExpiresAt, and is useful for accessing the field via an interface.
 func (v *ServiceAccountFields) GetExpiresAt() *string { return v.ExpiresAt }
+
+// A VM's backup schedule to set.
+type SetBackupScheduleInput struct {
+	// The VM's id.
+	Vm string `json:"vm"`
+	// When to back it up: a calendar event in Proxmox's syntax (daily, sat 03:30, mon..fri 02:00).
+	Schedule string `json:"schedule"`
+	// Keep the newest this many archives (1 to 1000).
+	KeepLast *int `json:"keepLast"`
+	// Keep the newest archive of each of this many last days (1 to 1000).
+	KeepDaily *int `json:"keepDaily"`
+	// Keep the newest archive of each of this many last weeks (1 to 1000).
+	KeepWeekly *int `json:"keepWeekly"`
+	// A storage profile of kind BACKUP; absent takes the VM's zone's only one.
+	StorageProfile *string `json:"storageProfile"`
+}
+
+// GetVm returns SetBackupScheduleInput.Vm, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetVm() string { return v.Vm }
+
+// GetSchedule returns SetBackupScheduleInput.Schedule, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetSchedule() string { return v.Schedule }
+
+// GetKeepLast returns SetBackupScheduleInput.KeepLast, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetKeepLast() *int { return v.KeepLast }
+
+// GetKeepDaily returns SetBackupScheduleInput.KeepDaily, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetKeepDaily() *int { return v.KeepDaily }
+
+// GetKeepWeekly returns SetBackupScheduleInput.KeepWeekly, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetKeepWeekly() *int { return v.KeepWeekly }
+
+// GetStorageProfile returns SetBackupScheduleInput.StorageProfile, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleInput) GetStorageProfile() *string { return v.StorageProfile }
+
+// SetBackupScheduleResponse is returned by SetBackupSchedule on success.
+type SetBackupScheduleResponse struct {
+	// Sets a VM's backup schedule and retention (replacing the one it has):
+	// a backup job of the VM's zone that Proxmox runs. Without keep options it
+	// keeps every archive. BAD_USER_INPUT (with extensions.field) for a
+	// schedule that does not parse (input.schedule), a keep option outside 1
+	// to 1000, or no single storage profile of kind BACKUP in the VM's zone;
+	// NOT_FOUND for a VM of another VDC or none. It starts PAUSED while the
+	// VDC's backups have reached its backupGiB quota.
+	SetBackupSchedule SetBackupScheduleSetBackupScheduleVM `json:"setBackupSchedule"`
+}
+
+// GetSetBackupSchedule returns SetBackupScheduleResponse.SetBackupSchedule, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleResponse) GetSetBackupSchedule() SetBackupScheduleSetBackupScheduleVM {
+	return v.SetBackupSchedule
+}
+
+// SetBackupScheduleSetBackupScheduleVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type SetBackupScheduleSetBackupScheduleVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+	// Its backup schedule, which Proxmox runs (a backup job of its zone); null
+	// for none. A zone that does not answer gives null and a ZONE_UNAVAILABLE
+	// error.
+	BackupSchedule *SetBackupScheduleSetBackupScheduleVMBackupSchedule `json:"backupSchedule"`
+}
+
+// GetId returns SetBackupScheduleSetBackupScheduleVM.Id, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVM) GetId() string { return v.Id }
+
+// GetBackupSchedule returns SetBackupScheduleSetBackupScheduleVM.BackupSchedule, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVM) GetBackupSchedule() *SetBackupScheduleSetBackupScheduleVMBackupSchedule {
+	return v.BackupSchedule
+}
+
+// SetBackupScheduleSetBackupScheduleVMBackupSchedule includes the requested fields of the GraphQL type BackupSchedule.
+// The GraphQL type's documentation follows.
+//
+// A VM's schedule of backups: Proxmox takes them on the schedule, whether or
+// not an orchestrator runs, and then prunes the VM's archives by the keep
+// options. The archives are the VM's backups like those createBackup takes.
+type SetBackupScheduleSetBackupScheduleVMBackupSchedule struct {
+	BackupScheduleFields `json:"-"`
+}
+
+// GetSchedule returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.Schedule, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetSchedule() string {
+	return v.BackupScheduleFields.Schedule
+}
+
+// GetKeepLast returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.KeepLast, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetKeepLast() *int {
+	return v.BackupScheduleFields.KeepLast
+}
+
+// GetKeepDaily returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.KeepDaily, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetKeepDaily() *int {
+	return v.BackupScheduleFields.KeepDaily
+}
+
+// GetKeepWeekly returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.KeepWeekly, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetKeepWeekly() *int {
+	return v.BackupScheduleFields.KeepWeekly
+}
+
+// GetState returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.State, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetState() BackupScheduleState {
+	return v.BackupScheduleFields.State
+}
+
+// GetMessage returns SetBackupScheduleSetBackupScheduleVMBackupSchedule.Message, and is useful for accessing the field via an interface.
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) GetMessage() *string {
+	return v.BackupScheduleFields.Message
+}
+
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*SetBackupScheduleSetBackupScheduleVMBackupSchedule
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.SetBackupScheduleSetBackupScheduleVMBackupSchedule = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.BackupScheduleFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalSetBackupScheduleSetBackupScheduleVMBackupSchedule struct {
+	Schedule string `json:"schedule"`
+
+	KeepLast *int `json:"keepLast"`
+
+	KeepDaily *int `json:"keepDaily"`
+
+	KeepWeekly *int `json:"keepWeekly"`
+
+	State BackupScheduleState `json:"state"`
+
+	Message *string `json:"message"`
+}
+
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *SetBackupScheduleSetBackupScheduleVMBackupSchedule) __premarshalJSON() (*__premarshalSetBackupScheduleSetBackupScheduleVMBackupSchedule, error) {
+	var retval __premarshalSetBackupScheduleSetBackupScheduleVMBackupSchedule
+
+	retval.Schedule = v.BackupScheduleFields.Schedule
+	retval.KeepLast = v.BackupScheduleFields.KeepLast
+	retval.KeepDaily = v.BackupScheduleFields.KeepDaily
+	retval.KeepWeekly = v.BackupScheduleFields.KeepWeekly
+	retval.State = v.BackupScheduleFields.State
+	retval.Message = v.BackupScheduleFields.Message
+	return &retval, nil
+}
 
 // What setVMSecurityGroups changes.
 type SetVMSecurityGroupsInput struct {
@@ -8547,6 +8925,14 @@ type __DetachISOInput struct {
 // GetId returns __DetachISOInput.Id, and is useful for accessing the field via an interface.
 func (v *__DetachISOInput) GetId() string { return v.Id }
 
+// __GetBackupScheduleInput is used internally by genqlient
+type __GetBackupScheduleInput struct {
+	Vm string `json:"vm"`
+}
+
+// GetVm returns __GetBackupScheduleInput.Vm, and is useful for accessing the field via an interface.
+func (v *__GetBackupScheduleInput) GetVm() string { return v.Vm }
+
 // __GetComputeProfileInput is used internally by genqlient
 type __GetComputeProfileInput struct {
 	Name string `json:"name"`
@@ -8739,6 +9125,14 @@ type __OpenConsoleInput struct {
 // GetId returns __OpenConsoleInput.Id, and is useful for accessing the field via an interface.
 func (v *__OpenConsoleInput) GetId() string { return v.Id }
 
+// __RemoveBackupScheduleInput is used internally by genqlient
+type __RemoveBackupScheduleInput struct {
+	Vm string `json:"vm"`
+}
+
+// GetVm returns __RemoveBackupScheduleInput.Vm, and is useful for accessing the field via an interface.
+func (v *__RemoveBackupScheduleInput) GetVm() string { return v.Vm }
+
 // __ResizeDiskInput is used internally by genqlient
 type __ResizeDiskInput struct {
 	Input ResizeDiskInput `json:"input"`
@@ -8774,6 +9168,14 @@ func (v *__ScaleNodePoolInput) GetId() string { return v.Id }
 
 // GetSize returns __ScaleNodePoolInput.Size, and is useful for accessing the field via an interface.
 func (v *__ScaleNodePoolInput) GetSize() int { return v.Size }
+
+// __SetBackupScheduleInput is used internally by genqlient
+type __SetBackupScheduleInput struct {
+	Input SetBackupScheduleInput `json:"input"`
+}
+
+// GetInput returns __SetBackupScheduleInput.Input, and is useful for accessing the field via an interface.
+func (v *__SetBackupScheduleInput) GetInput() SetBackupScheduleInput { return v.Input }
 
 // __SetVMSecurityGroupsInput is used internally by genqlient
 type __SetVMSecurityGroupsInput struct {
@@ -9834,6 +10236,51 @@ func DetachISO(
 	}
 
 	data_ = &DetachISOResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The query executed by GetBackupSchedule.
+const GetBackupSchedule_Operation = `
+query GetBackupSchedule ($vm: ID!) {
+	vm(id: $vm) {
+		id
+		backupSchedule {
+			... BackupScheduleFields
+		}
+	}
+}
+fragment BackupScheduleFields on BackupSchedule {
+	schedule
+	keepLast
+	keepDaily
+	keepWeekly
+	state
+	message
+}
+`
+
+func GetBackupSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	vm string,
+) (data_ *GetBackupScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "GetBackupSchedule",
+		Query:  GetBackupSchedule_Operation,
+		Variables: &__GetBackupScheduleInput{
+			Vm: vm,
+		},
+	}
+
+	data_ = &GetBackupScheduleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -11034,6 +11481,40 @@ func OpenConsole(
 	return data_, err_
 }
 
+// The mutation executed by RemoveBackupSchedule.
+const RemoveBackupSchedule_Operation = `
+mutation RemoveBackupSchedule ($vm: ID!) {
+	removeBackupSchedule(vm: $vm) {
+		id
+	}
+}
+`
+
+func RemoveBackupSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	vm string,
+) (data_ *RemoveBackupScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "RemoveBackupSchedule",
+		Query:  RemoveBackupSchedule_Operation,
+		Variables: &__RemoveBackupScheduleInput{
+			Vm: vm,
+		},
+	}
+
+	data_ = &RemoveBackupScheduleResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The mutation executed by ResizeDisk.
 const ResizeDisk_Operation = `
 mutation ResizeDisk ($input: ResizeDiskInput!) {
@@ -11198,6 +11679,51 @@ func ScaleNodePool(
 	}
 
 	data_ = &ScaleNodePoolResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by SetBackupSchedule.
+const SetBackupSchedule_Operation = `
+mutation SetBackupSchedule ($input: SetBackupScheduleInput!) {
+	setBackupSchedule(input: $input) {
+		id
+		backupSchedule {
+			... BackupScheduleFields
+		}
+	}
+}
+fragment BackupScheduleFields on BackupSchedule {
+	schedule
+	keepLast
+	keepDaily
+	keepWeekly
+	state
+	message
+}
+`
+
+func SetBackupSchedule(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input SetBackupScheduleInput,
+) (data_ *SetBackupScheduleResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "SetBackupSchedule",
+		Query:  SetBackupSchedule_Operation,
+		Variables: &__SetBackupScheduleInput{
+			Input: input,
+		},
+	}
+
+	data_ = &SetBackupScheduleResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
