@@ -1,10 +1,13 @@
 package compute_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
 )
@@ -14,7 +17,8 @@ import (
 // own entry (its namespace below the operator's), the backups of two VDCs
 // land in their own namespaces, each VDC lists only its own, and the
 // other's backup is NOT_FOUND to restore or delete, while its own
-// restores.
+// restores; a scheduled job, run by Proxmox, writes into its VDC's
+// namespace.
 func TestPBSBackupsPerVDC(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, bigQuota, "alpha")
@@ -106,5 +110,32 @@ func TestPBSBackupsPerVDC(t *testing.T) {
 	}
 	if list, err := backups.List(ctx, "red", ""); err != nil || len(list) != 1 || list[0].ID != red.ID {
 		t.Errorf("red's backups after blue's delete: %+v, %v", list, err)
+	}
+
+	// A schedule's job, which Proxmox runs on its own, writes through the
+	// VDC's own entry too: red's scheduled archive lands in red's
+	// namespace, is listed as red's and never as blue's.
+	if err := backups.SetSchedule(ctx, "red", compute.ScheduleInput{VM: red.VM, Schedule: "02:00"}); err != nil {
+		t.Fatal(err)
+	}
+	z.Sim.AdvanceClockForTest(25 * time.Hour)
+	poll.Until(t, time.Minute, "red's scheduled backup", func() error {
+		list, err := backups.List(ctx, "red", "")
+		if err != nil || len(list) != 2 || list[0].Status != compute.BackupSucceeded || list[1].Status != compute.BackupSucceeded {
+			return fmt.Errorf("red's backups: %+v, %v", list, err)
+		}
+		return nil
+	})
+	entry := compute.PBSEntry("pbs", "red")
+	if vols, err := pveapi.BackupVolumes(ctx, z.Client, z.Sim.NodeNames()[0], entry); err != nil || len(vols) != 2 {
+		t.Errorf("red's namespace after the scheduled run holds %+v, %v: want two archives", vols, err)
+	}
+	for _, other := range []string{compute.PBSEntry("pbs", "blue"), "pbs"} {
+		if vols, err := pveapi.BackupVolumes(ctx, z.Client, z.Sim.NodeNames()[0], other); err != nil || len(vols) != 0 {
+			t.Errorf("%s after red's scheduled run holds %+v, %v: want none", other, vols, err)
+		}
+	}
+	if list, err := backups.List(ctx, "blue", ""); err != nil || len(list) != 0 {
+		t.Errorf("blue's backups after red's scheduled run: %+v, %v", list, err)
 	}
 }

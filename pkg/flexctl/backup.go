@@ -38,7 +38,7 @@ func (a *app) backupCommand() *cobra.Command {
 	list := listCommand(a, "List the VDC's backups, newest first (--vm: one VM's)", "list backups",
 		func(ctx context.Context, c graphql.Client, after *string) ([]api.BackupFields, pageInfo, error) {
 			if vmOf != "" {
-				out, err := vmBackups(ctx, c, vmOf)
+				out, err := VMBackups(ctx, c, vmOf)
 				return out, nil, err
 			}
 			r, err := api.ListBackups(ctx, c, pageSize, after)
@@ -65,8 +65,9 @@ func (a *app) backupCommand() *cobra.Command {
 	return backup
 }
 
-// vmBackups are the backups of VM vm, newest first.
-func vmBackups(ctx context.Context, c graphql.Client, vm string) ([]api.BackupFields, error) {
+// VMBackups are the backups of VM vm, newest first (NOT_FOUND when the
+// VDC has no such VM).
+func VMBackups(ctx context.Context, c graphql.Client, vm string) ([]api.BackupFields, error) {
 	r, err := api.ListVMBackups(ctx, c, vm)
 	if err != nil {
 		return nil, err
@@ -79,6 +80,41 @@ func vmBackups(ctx context.Context, c graphql.Client, vm string) ([]api.BackupFi
 		out = append(out, b.BackupFields)
 	}
 	return out, nil
+}
+
+// AllBackups are every backup of the VDC, newest first, read page by page.
+func AllBackups(ctx context.Context, c graphql.Client) ([]api.BackupFields, error) {
+	out := []api.BackupFields{}
+	var after *string
+	for {
+		r, err := api.ListBackups(ctx, c, pageSize, after)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range r.Backups.Nodes {
+			out = append(out, n.BackupFields)
+		}
+		if !r.Backups.PageInfo.HasNextPage || r.Backups.PageInfo.EndCursor == nil {
+			return out, nil
+		}
+		after = r.Backups.PageInfo.EndCursor
+	}
+}
+
+// NewBackup is the backup of after that before does not hold and whose
+// description is description (nil: none), the one a create wrote: a
+// scheduled run at the same time writes one without it, or with the
+// schedule's notes.
+func NewBackup(before, after []api.BackupFields, description *string) (api.BackupFields, bool) {
+	for _, b := range after {
+		if slices.ContainsFunc(before, func(o api.BackupFields) bool { return o.Id == b.Id }) {
+			continue
+		}
+		if str(b.Description) == str(description) {
+			return b, true
+		}
+	}
+	return api.BackupFields{}, false
 }
 
 func (a *app) backupCreateCommand() *cobra.Command {
@@ -102,7 +138,7 @@ func (a *app) backupCreateCommand() *cobra.Command {
 			// the one that was not there.
 			var before []api.BackupFields
 			if wait {
-				if before, err = vmBackups(ctx, c, argv[0]); err != nil {
+				if before, err = VMBackups(ctx, c, argv[0]); err != nil {
 					return AsAPIError("create backup", err)
 				}
 			}
@@ -117,14 +153,12 @@ func (a *app) backupCreateCommand() *cobra.Command {
 			if op, err = a.wait(cmd, c, op); err != nil {
 				return err
 			}
-			after, err := vmBackups(ctx, c, argv[0])
+			after, err := VMBackups(ctx, c, argv[0])
 			if err != nil {
 				return AsAPIError("create backup", err)
 			}
-			for _, b := range after {
-				if !slices.ContainsFunc(before, func(o api.BackupFields) bool { return o.Id == b.Id }) {
-					return Write(cmd.OutOrStdout(), a.output, b, backupTable([]api.BackupFields{b}))
-				}
+			if b, ok := NewBackup(before, after, in.Description); ok {
+				return Write(cmd.OutOrStdout(), a.output, b, backupTable([]api.BackupFields{b}))
 			}
 			return fmt.Errorf("create backup: operation %s ended without a new backup of VM %s", op.Id, argv[0])
 		})}

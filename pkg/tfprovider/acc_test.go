@@ -114,6 +114,8 @@ type accVars struct {
 	diskGiB            int    // the VM's disk
 	ruleDescription    string // the firewall rule's
 	oneToOne           string // the 1:1 address's public_address; empty: unset
+	schedule           string // the VM's backup schedule
+	keepLast           int    // its keep_last
 }
 
 // accConfig is the acceptance configuration with v.
@@ -195,7 +197,22 @@ resource "flexplane_service_account" "ci" {
   name = "ci"
   role = "VIEWER"
 }
-`, v.profile, v.description, v.ports, v.diskGiB, v.ruleDescription, oneToOne)
+
+resource "flexplane_backup_schedule" "web" {
+  vm        = flexplane_vm.web.id
+  schedule  = %q
+  keep_last = %d
+}
+
+resource "flexplane_backup" "web" {
+  vm          = flexplane_vm.web.id
+  description = "before the upgrade"
+}
+
+data "flexplane_backups" "all" {
+  depends_on = [flexplane_backup.web]
+}
+`, v.profile, v.description, v.ports, v.diskGiB, v.ruleDescription, oneToOne, v.schedule, v.keepLast)
 }
 
 // kubeConfig is a managed Kubernetes cluster on a network of its own with
@@ -222,6 +239,16 @@ resource "flexplane_node_pool" "w" {
   compute_profile = "small"
   storage_profile = "ssd"
   size            = 1
+}
+`
+}
+
+// badScheduleConfig asks for a backup schedule that does not parse.
+func badScheduleConfig(endpoint, token string) string {
+	return providerConfig(endpoint, token) + `
+resource "flexplane_backup_schedule" "bad" {
+  vm       = "no-such-vm"
+  schedule = "every full moon"
 }
 `
 }
@@ -267,13 +294,14 @@ resource "flexplane_vm" "bad" {
 func testAcceptance(t *testing.T, s *stack) {
 	endpoint := s.h.Orchestrator.URL()
 	token := s.serviceAccount(t, "red", "tofu", "ADMIN")
-	v1 := accConfig(endpoint, token, accVars{description: "web servers", ports: "22", profile: "small", diskGiB: 4, ruleDescription: "ssh"})
+	v1 := accConfig(endpoint, token, accVars{description: "web servers", ports: "22", profile: "small", diskGiB: 4, ruleDescription: "ssh",
+		schedule: "daily", keepLast: 3})
 	v2vars := accVars{description: "web servers, and HTTP", ports: "22,80", profile: "large", diskGiB: 6,
-		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15"}
+		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15", schedule: "mon..fri 02:00", keepLast: 5}
 	v2 := accConfig(endpoint, token, v2vars)
 	shrunk := v2vars
 	shrunk.diskGiB = 5
-	var vmID, ruleID, oneToOneID string
+	var vmID, ruleID, oneToOneID, backupID string
 	factories := map[string]func() (tfprotov6.ProviderServer, error){
 		"flexplane": providerserver.NewProtocol6WithError(tfprovider.New(tfprovider.Config{Version: "test"})()),
 	}
@@ -286,6 +314,10 @@ func testAcceptance(t *testing.T, s *stack) {
 			{ // refused input: the API's error on the attribute it names
 				Config:      badConfig(endpoint, token),
 				ExpectError: regexp.MustCompile(`(?s)create VM: BAD_USER_INPUT.*address = "10\.99\.0\.5".*attribute nics\[0\]\.address`),
+			},
+			{ // a schedule that does not parse: refused on its attribute
+				Config:      badScheduleConfig(endpoint, token),
+				ExpectError: regexp.MustCompile(`(?s)set backup schedule: BAD_USER_INPUT.*schedule = "every full moon".*does not parse.*attribute schedule`),
 			},
 			{ // managed Kubernetes: a cluster and a pool of one worker, followed until ready
 				Config: kubeConfig(endpoint, token),
@@ -338,6 +370,16 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttrPair("flexplane_one_to_one_address.web", "vm_id", "flexplane_vm.web", "id"),
 					resource.TestMatchResourceAttr("flexplane_one_to_one_address.web", "public_address", regexp.MustCompile(`^203\.0\.113\.`)),
 					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", func(v string) error { oneToOneID = v; return nil }),
+					resource.TestCheckResourceAttrPair("flexplane_backup_schedule.web", "id", "flexplane_vm.web", "id"),
+					resource.TestCheckResourceAttr("flexplane_backup_schedule.web", "state", "ACTIVE"),
+					resource.TestCheckResourceAttr("flexplane_backup.web", "status", "SUCCEEDED"),
+					resource.TestCheckResourceAttr("flexplane_backup.web", "vm_name", "acc"),
+					resource.TestCheckResourceAttr("flexplane_backup.web", "zone", "alpha"),
+					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error { backupID = v; return nil }),
+					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.#", "1"),
+					resource.TestCheckResourceAttrPair("data.flexplane_backups.all", "backups.0.id", "flexplane_backup.web", "id"),
+					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.0.description", "before the upgrade"),
+					func(*terraform.State) error { return backupSchedule(s, token, vmID, "daily", 3) },
 				),
 			},
 			{ // update in place (the VM's disk grown); what the API cannot change replaced
@@ -348,6 +390,8 @@ func testAcceptance(t *testing.T, s *stack) {
 					plancheck.ExpectResourceAction("flexplane_port_forward.ssh", plancheck.ResourceActionNoop),
 					plancheck.ExpectResourceAction("flexplane_firewall_rule.ssh", plancheck.ResourceActionDestroyBeforeCreate),
 					plancheck.ExpectResourceAction("flexplane_one_to_one_address.web", plancheck.ResourceActionDestroyBeforeCreate),
+					plancheck.ExpectResourceAction("flexplane_backup_schedule.web", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("flexplane_backup.web", plancheck.ResourceActionNoop),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("flexplane_security_group.web", "rules.0.ports", "22,80"),
@@ -365,6 +409,14 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttrWith("flexplane_firewall_rule.ssh", "id", changed("firewall rule", &ruleID)),
 					resource.TestCheckResourceAttr("flexplane_one_to_one_address.web", "public_address", "203.0.113.15"),
 					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", changed("1:1 address", &oneToOneID)),
+					resource.TestCheckResourceAttr("flexplane_backup_schedule.web", "schedule", "mon..fri 02:00"),
+					func(*terraform.State) error { return backupSchedule(s, token, vmID, "mon..fri 02:00", 5) },
+					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error {
+						if v != backupID {
+							return fmt.Errorf("the backup was taken again: %s, was %s", v, backupID)
+						}
+						return nil
+					}),
 				),
 			},
 			{ // a smaller disk: refused at plan time on disk_gib, never a replacement
@@ -376,6 +428,9 @@ func testAcceptance(t *testing.T, s *stack) {
 				// What the API does not read back: the create's inputs.
 				ImportStateVerifyIgnore: []string{"image", "compute_profile", "storage_profile", "user", "timeouts"}},
 			{Config: v2, ResourceName: "flexplane_network.lan", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_backup.web", ImportState: true, ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{"storage_profile"}},
+			{Config: v2, ResourceName: "flexplane_backup_schedule.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_port_forward.ssh", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_security_group.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_firewall_rule.ssh", ImportState: true, ImportStateVerify: true},
@@ -411,7 +466,7 @@ func testAcceptance(t *testing.T, s *stack) {
 
 // nothingLeft fails when VDC vdc holds a VM, a network, a security group,
 // a port forward, a firewall rule, a 1:1 address, a load balancer, a
-// Kubernetes cluster or a service account other than keep.
+// Kubernetes cluster, a backup or a service account other than keep.
 func nothingLeft(s *stack, token, vdc, keep string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -422,6 +477,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 	  edgeGateways(first: 10) { nodes { portForwards { id } firewallRules { id } oneToOneAddresses { id } } }
 	  loadBalancers(first: 10) { nodes { id } }
 	  kubernetesClusters { totalCount }
+	  backups(first: 1) { nodes { id } }
 	  serviceAccounts { name } }`, Authorization: "Bearer " + token, VDC: vdc})
 	if err == nil {
 		err = r.Err()
@@ -439,6 +495,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 		Accounts []struct{ Name string }               `json:"serviceAccounts"`
 		LBs      struct{ Nodes []struct{ ID string } } `json:"loadBalancers"`
 		Clusters struct{ TotalCount int }              `json:"kubernetesClusters"`
+		Backups  struct{ Nodes []struct{ ID string } } `json:"backups"`
 	}
 	if err := r.Decode(&left); err != nil {
 		return err
@@ -448,7 +505,7 @@ func nothingLeft(s *stack, token, vdc, keep string) error {
 		forwards += len(g.PortForwards) + len(g.FirewallRules) + len(g.OneToOneAddresses)
 	}
 	if left.VMs.TotalCount != 0 || left.Networks.TotalCount != 0 || len(left.Groups) != 0 || forwards != 0 || len(left.LBs.Nodes) != 0 || left.Clusters.TotalCount != 0 ||
-		len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
+		len(left.Backups.Nodes) != 0 || len(left.Accounts) != 1 || left.Accounts[0].Name != keep {
 		b, _ := json.Marshal(left)
 		return fmt.Errorf("left in VDC %s after destroy: %s", vdc, b)
 	}
@@ -505,17 +562,6 @@ func changed(what string, was *string) func(string) error {
 
 // bootDiskGiB fails unless the API reads the boot disk of VM id as gib GiB.
 func bootDiskGiB(s *stack, token, id string, gib float64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	r, err := gqltest.Post(ctx, nil, s.h.GraphQLURL(), gqltest.Request{
-		Query:     `query($id: ID!) { vm(id: $id) { disks { boot sizeGiB } } }`,
-		Variables: map[string]any{"id": id}, Authorization: "Bearer " + token, VDC: "red"})
-	if err == nil {
-		err = r.Err()
-	}
-	if err != nil {
-		return fmt.Errorf("read the VM's disks: %w", err)
-	}
 	var out struct {
 		VM struct {
 			Disks []struct {
@@ -524,7 +570,7 @@ func bootDiskGiB(s *stack, token, id string, gib float64) error {
 			}
 		}
 	}
-	if err := r.Decode(&out); err != nil {
+	if err := readVM(s, token, id, "disks { boot sizeGiB }", &out); err != nil {
 		return err
 	}
 	for _, d := range out.VM.Disks {
@@ -533,4 +579,41 @@ func bootDiskGiB(s *stack, token, id string, gib float64) error {
 		}
 	}
 	return fmt.Errorf("the VM's disks are %+v, want a boot disk of %v GiB", out.VM.Disks, gib)
+}
+
+// backupSchedule fails unless the API reads the backup schedule of VM id
+// as schedule, keeping the last keepLast archives.
+func backupSchedule(s *stack, token, id, schedule string, keepLast int) error {
+	var out struct {
+		VM struct {
+			BackupSchedule *struct {
+				Schedule, State string
+				KeepLast        int
+			}
+		}
+	}
+	if err := readVM(s, token, id, "backupSchedule { schedule keepLast state }", &out); err != nil {
+		return err
+	}
+	if b := out.VM.BackupSchedule; b == nil || b.Schedule != schedule || b.KeepLast != keepLast || b.State != "ACTIVE" {
+		return fmt.Errorf("the VM's backup schedule is %+v, want %q keeping %d, active", b, schedule, keepLast)
+	}
+	return nil
+}
+
+// readVM reads fields of VM id of VDC red with token into out (whose
+// field VM receives them).
+func readVM(s *stack, token, id, fields string, out any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := gqltest.Post(ctx, nil, s.h.GraphQLURL(), gqltest.Request{
+		Query:     `query($id: ID!) { vm(id: $id) { ` + fields + ` } }`,
+		Variables: map[string]any{"id": id}, Authorization: "Bearer " + token, VDC: "red"})
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("read the VM's %s: %w", fields, err)
+	}
+	return r.Decode(out)
 }

@@ -78,7 +78,7 @@ func tofuBin() (string, error) {
 // stack is a mesh harness (zone "alpha" of one node, the API with
 // meshtest's default users and VDCs) with a catalog of one image ("tiny",
 // staged in alpha), compute profiles "small" and "large", storage profile
-// "ssd", and an external network in alpha, so that port forwards have
+// "ssd", backup profile "backups" (zone alpha's "local"), and an external network in alpha, so that port forwards have
 // public addresses. Its managed Kubernetes has a management cluster (a
 // kube-apiserver with Cluster API's CRDs) and capitest's stand-in for the
 // hosted control plane, ready at once; workers are VMs of image tiny; a
@@ -104,6 +104,7 @@ func startStack(t testing.TB) *stack {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
 	  large: createComputeProfile(input: {name: "large", vcpus: 2, memoryMiB: 1024}) { name }
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
+	  backups: createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP, pools: [{zone: "alpha", pool: "local"}]}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }
 	  createExternalNetwork(input: {zone: "alpha", bridge: "vmbr0", cidr: "203.0.113.0/24",
 	    gateway: "203.0.113.254", poolStart: "203.0.113.10", poolEnd: "203.0.113.20"}) { zone }

@@ -114,6 +114,8 @@ func (p *flexplaneProvider) Resources(context.Context) []func() resource.Resourc
 		func() resource.Resource { return &loadBalancerResource{} },
 		func() resource.Resource { return &kubernetesClusterResource{} },
 		func() resource.Resource { return &nodePoolResource{} },
+		func() resource.Resource { return &backupResource{} },
+		func() resource.Resource { return &backupScheduleResource{} },
 	}
 }
 
@@ -123,6 +125,7 @@ func (p *flexplaneProvider) DataSources(context.Context) []func() datasource.Dat
 		imageDataSource,
 		computeProfileDataSource,
 		storageProfileDataSource,
+		func() datasource.DataSource { return &backupsDataSource{} },
 	}
 }
 

@@ -30,7 +30,7 @@ func TestSchema(t *testing.T) {
 	}
 	for _, name := range []string{"flexplane_network", "flexplane_vm", "flexplane_firewall_rule", "flexplane_port_forward",
 		"flexplane_one_to_one_address", "flexplane_security_group", "flexplane_service_account", "flexplane_load_balancer",
-		"flexplane_kubernetes_cluster", "flexplane_node_pool"} {
+		"flexplane_kubernetes_cluster", "flexplane_node_pool", "flexplane_backup", "flexplane_backup_schedule"} {
 		s, ok := resp.ResourceSchemas[name]
 		if !ok {
 			t.Errorf("no resource %s", name)
@@ -46,6 +46,16 @@ func TestSchema(t *testing.T) {
 		if vm == nil || !slices.ContainsFunc(vm.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool { return a.Name == attr && a.Optional && !a.Required }) {
 			t.Errorf("flexplane_vm has no optional %s", attr)
 		}
+	}
+	// A schedule changes in place: its schedule and keep options do not
+	// replace it.
+	if sched := resp.ResourceSchemas["flexplane_backup_schedule"]; sched == nil ||
+		!slices.ContainsFunc(sched.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool { return a.Name == "schedule" && a.Required }) {
+		t.Error("flexplane_backup_schedule has no required schedule")
+	}
+	if b := resp.DataSourceSchemas["flexplane_backups"]; b == nil ||
+		!slices.ContainsFunc(b.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool { return a.Name == "vm" && a.Optional }) {
+		t.Error("no data source flexplane_backups with an optional vm")
 	}
 	for _, name := range []string{"flexplane_zone", "flexplane_image", "flexplane_compute_profile", "flexplane_storage_profile"} {
 		s, ok := resp.DataSourceSchemas[name]
