@@ -118,6 +118,7 @@ type accVars struct {
 	schedule           string // the VM's backup schedule
 	keepLast           int    // its keep_last
 	keepBackups        string // the VM's keep_backups; empty: unset
+	dataGiB            int    // the VM's data disk
 }
 
 // accConfig is the acceptance configuration with v.
@@ -211,6 +212,11 @@ resource "flexplane_backup_schedule" "web" {
   keep_last = %d
 }
 
+resource "flexplane_disk" "data" {
+  vm       = flexplane_vm.web.id
+  size_gib = %d
+}
+
 resource "flexplane_backup" "web" {
   vm          = flexplane_vm.web.id
   description = "before the upgrade"
@@ -219,7 +225,7 @@ resource "flexplane_backup" "web" {
 data "flexplane_backups" "all" {
   depends_on = [flexplane_backup.web]
 }
-`, v.profile, v.description, v.ports, v.diskGiB, keepBackups, v.ruleDescription, oneToOne, v.schedule, v.keepLast)
+`, v.profile, v.description, v.ports, v.diskGiB, keepBackups, v.ruleDescription, oneToOne, v.schedule, v.keepLast, v.dataGiB)
 }
 
 // kubeConfig is a managed Kubernetes cluster on a network of its own with
@@ -302,9 +308,9 @@ func testAcceptance(t *testing.T, s *stack) {
 	endpoint := s.h.Orchestrator.URL()
 	token := s.serviceAccount(t, "red", "tofu", "ADMIN")
 	v1 := accConfig(endpoint, token, accVars{description: "web servers", ports: "22", profile: "small", diskGiB: 4, ruleDescription: "ssh",
-		schedule: "daily", keepLast: 3})
+		schedule: "daily", keepLast: 3, dataGiB: 2})
 	v2vars := accVars{description: "web servers, and HTTP", ports: "22,80", profile: "large", diskGiB: 6,
-		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15", schedule: "mon..fri 02:00", keepLast: 5, keepBackups: "false"}
+		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15", schedule: "mon..fri 02:00", keepLast: 5, keepBackups: "false", dataGiB: 3}
 	v2 := accConfig(endpoint, token, v2vars)
 	shrunk := v2vars
 	shrunk.diskGiB = 5
@@ -385,6 +391,12 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttr("flexplane_backup.web", "zone", "alpha"),
 					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error { backupID = v; return nil }),
 					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.#", "1"),
+					resource.TestCheckResourceAttr("flexplane_disk.data", "size_gib", "2"),
+					resource.TestCheckResourceAttr("flexplane_disk.data", "storage_profile", "ssd"),
+					resource.TestMatchResourceAttr("flexplane_disk.data", "slot", regexp.MustCompile(`^scsi[1-9]$`)),
+					func(st *terraform.State) error {
+						return diskGiB(s, token, vmID, st.RootModule().Resources["flexplane_disk.data"].Primary.Attributes["slot"], 2)
+					},
 					resource.TestCheckResourceAttrPair("data.flexplane_backups.all", "backups.0.id", "flexplane_backup.web", "id"),
 					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.0.description", "before the upgrade"),
 					func(*terraform.State) error { return backupSchedule(s, token, vmID, "daily", 3) },
@@ -400,6 +412,7 @@ func testAcceptance(t *testing.T, s *stack) {
 					plancheck.ExpectResourceAction("flexplane_one_to_one_address.web", plancheck.ResourceActionDestroyBeforeCreate),
 					plancheck.ExpectResourceAction("flexplane_backup_schedule.web", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("flexplane_backup.web", plancheck.ResourceActionNoop),
+					plancheck.ExpectResourceAction("flexplane_disk.data", plancheck.ResourceActionUpdate),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("flexplane_security_group.web", "rules.0.ports", "22,80"),
@@ -420,6 +433,10 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttr("flexplane_backup_schedule.web", "schedule", "mon..fri 02:00"),
 					resource.TestCheckResourceAttr("flexplane_vm.web", "keep_backups", "false"),
 					func(*terraform.State) error { return backupSchedule(s, token, vmID, "mon..fri 02:00", 5) },
+					resource.TestCheckResourceAttr("flexplane_disk.data", "size_gib", "3"),
+					func(st *terraform.State) error {
+						return diskGiB(s, token, vmID, st.RootModule().Resources["flexplane_disk.data"].Primary.Attributes["slot"], 3)
+					},
 					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error {
 						if v != backupID {
 							return fmt.Errorf("the backup was taken again: %s, was %s", v, backupID)
@@ -440,6 +457,7 @@ func testAcceptance(t *testing.T, s *stack) {
 			{Config: v2, ResourceName: "flexplane_backup.web", ImportState: true, ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{"storage_profile"}},
 			{Config: v2, ResourceName: "flexplane_backup_schedule.web", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_disk.data", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_port_forward.ssh", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_security_group.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_firewall_rule.ssh", ImportState: true, ImportStateVerify: true},
@@ -574,23 +592,30 @@ func changed(what string, was *string) func(string) error {
 
 // bootDiskGiB fails unless the API reads the boot disk of VM id as gib GiB.
 func bootDiskGiB(s *stack, token, id string, gib float64) error {
+	return diskGiB(s, token, id, "", gib)
+}
+
+// diskGiB fails unless the API reads the disk of VM id in slot (the boot
+// disk for "") as gib GiB.
+func diskGiB(s *stack, token, id, slot string, gib float64) error {
 	var out struct {
 		VM struct {
 			Disks []struct {
+				Slot    string
 				Boot    bool
 				SizeGiB float64
 			}
 		}
 	}
-	if err := readVM(s, token, id, "disks { boot sizeGiB }", &out); err != nil {
+	if err := readVM(s, token, id, "disks { slot boot sizeGiB }", &out); err != nil {
 		return err
 	}
 	for _, d := range out.VM.Disks {
-		if d.Boot && d.SizeGiB == gib {
+		if (d.Slot == slot || slot == "" && d.Boot) && d.SizeGiB == gib {
 			return nil
 		}
 	}
-	return fmt.Errorf("the VM's disks are %+v, want a boot disk of %v GiB", out.VM.Disks, gib)
+	return fmt.Errorf("the VM's disks are %+v, want %q (empty: the boot disk) of %v GiB", out.VM.Disks, slot, gib)
 }
 
 // backupSchedule fails unless the API reads the backup schedule of VM id

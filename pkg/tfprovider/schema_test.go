@@ -30,7 +30,7 @@ func TestSchema(t *testing.T) {
 	}
 	for _, name := range []string{"flexplane_network", "flexplane_vm", "flexplane_firewall_rule", "flexplane_port_forward",
 		"flexplane_one_to_one_address", "flexplane_security_group", "flexplane_service_account", "flexplane_load_balancer",
-		"flexplane_kubernetes_cluster", "flexplane_node_pool", "flexplane_backup", "flexplane_backup_schedule"} {
+		"flexplane_kubernetes_cluster", "flexplane_node_pool", "flexplane_backup", "flexplane_backup_schedule", "flexplane_disk"} {
 		s, ok := resp.ResourceSchemas[name]
 		if !ok {
 			t.Errorf("no resource %s", name)

@@ -111,9 +111,10 @@ func nicCountChanged(_ context.Context, req planmodifier.ListRequest, resp *list
 	resp.RequiresReplace = !req.StateValue.IsNull() && !req.PlanValue.IsUnknown() && len(req.PlanValue.Elements()) != len(req.StateValue.Elements())
 }
 
-// diskOnlyGrows refuses, at plan time and on disk_gib, a boot disk smaller
-// than the one the state holds: resizeDisk only grows a disk, and a
-// replacement would destroy the VM's data.
+// diskOnlyGrows refuses, at plan time and on its attribute (a VM's
+// disk_gib, a disk's size_gib), a disk smaller than the one the state
+// holds: resizeDisk only grows a disk, and a replacement would destroy
+// its data.
 type diskOnlyGrows struct{}
 
 func (diskOnlyGrows) Description(context.Context) string {
@@ -127,8 +128,8 @@ func (diskOnlyGrows) PlanModifyInt64(_ context.Context, req planmodifier.Int64Re
 		return
 	}
 	if was, now := req.StateValue.ValueInt64(), req.PlanValue.ValueInt64(); now < was {
-		resp.Diagnostics.AddAttributeError(req.Path, "disk_gib cannot shrink",
-			fmt.Sprintf("disk_gib: a disk only grows: %d GiB is less than its %d GiB (replacing the VM would destroy its data)", now, was))
+		resp.Diagnostics.AddAttributeError(req.Path, req.Path.String()+" cannot shrink",
+			fmt.Sprintf("%s: a disk only grows: %d GiB is less than its %d GiB (replacing it would destroy its data)", req.Path, now, was))
 	}
 }
 
