@@ -38,6 +38,39 @@ func imageTemplate(t *testing.T, c *proxmox.Client, name string) (pveapi.Resourc
 	return pveapi.Resource{}, "", false
 }
 
+// crashedCopy makes in the zone of dst the guest a copy of blue's image
+// name from the zone of src leaves when its copier is killed midway:
+// tagged as the image's and fp-incoming, with an empty disk, its last beat
+// an hour ago. It returns the guest's node, VMID and description.
+func crashedCopy(t *testing.T, src, dst *proxmox.Client, name string) (cut struct {
+	Node        string
+	VMID        int
+	description string
+}) {
+	t.Helper()
+	ctx := t.Context()
+	tpl, vol, ok := imageTemplate(t, src, name)
+	if !ok {
+		t.Fatalf("no template of %s to copy", name)
+	}
+	cfg, err := pveapi.GuestConfig(ctx, src, tpl.Node, tpl.VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmid, err := pveapi.NextID(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Node, cut.VMID = "pve1", vmid
+	cut.description = "copy alive at " + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	if _, err := pveapi.Run(ctx, dst, "POST", "/nodes/pve1/qemu", map[string]any{"vmid": vmid, "name": tpl.Name,
+		"tags": cfg.Str("tags") + ";fp-incoming", "scsi0": strings.SplitN(vol, ":", 2)[0] + ":1",
+		"description": cut.description}); err != nil {
+		t.Fatal(err)
+	}
+	return cut
+}
+
 // shaPrefix is the SHA-256 of the first n bytes of path, and whether the
 // rest of it is zeros.
 func shaPrefix(t *testing.T, path string, n int64) (string, bool) {
@@ -119,11 +152,22 @@ func TestStageVDCImage(t *testing.T) {
 		t.Fatalf("after refusals: %v", got)
 	}
 
+	// A copy cut off by a crash: the guest its copier had begun in beta,
+	// whose last beat is long past, is STAGING until the next request
+	// removes it and copies afresh.
+	cut := crashedCopy(t, ac, bc, "app")
+	if got := states(); got["beta"] != "STAGING" {
+		t.Fatalf("with a copy cut off: %v", got)
+	}
 	h.GraphQL(t, "bob", "blue", stage, map[string]any{"n": "app", "z": "beta"}).OK(t).Into(t, "stageVDCImage", &st)
 	if st.Zone != "beta" || (st.State != "STAGING" && st.State != "STAGED") {
 		t.Fatalf("stageVDCImage: %+v", st)
 	}
 	poll.True(t, 60*time.Second, "app staged in beta", func() bool { return states()["beta"] == "STAGED" })
+	// (The new copy may have taken the VMID the removed one had.)
+	if cfg, err := pveapi.GuestConfig(ctx, bc, cut.Node, cut.VMID); !pveapi.IsNotFound(err) && (err != nil || cfg.Str("description") == cut.description) {
+		t.Errorf("the copy cut off is left: %v", err)
+	}
 	h.GraphQL(t, "bob", "blue", stage, map[string]any{"n": "app", "z": "beta"}).OK(t).Into(t, "stageVDCImage", &st)
 	if st.State != "STAGED" {
 		t.Errorf("staging again: %+v", st)

@@ -634,11 +634,19 @@ func (sc *moveScope) copyDisks(ctx context.Context) error {
 // flight, so that the cut-over's conditional writes do not race it.
 func (sc *moveScope) heartbeat(ctx context.Context) (stop func()) {
 	m, vmid := sc.m, sc.vmid
+	return keepBeating(ctx, sc.cfg.StaleAfter/4, func(ctx context.Context) error { return beat(ctx, m, vmid) },
+		func(err error) { sc.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err) })
+}
+
+// keepBeating calls beat every period (at least 50ms) until the returned
+// stop is called, and failed with each error of a beat that was not
+// stopped. stop waits for a beat in flight.
+func keepBeating(ctx context.Context, period time.Duration, beat func(context.Context) error, failed func(error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(max(sc.cfg.StaleAfter/4, 50*time.Millisecond))
+		t := time.NewTicker(max(period, 50*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
@@ -646,8 +654,8 @@ func (sc *moveScope) heartbeat(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			if err := beat(ctx, m, vmid); err != nil && ctx.Err() == nil {
-				sc.log.Warn("recording a move's heartbeat", "op", m.op, "vmid", vmid, "err", err)
+			if err := beat(ctx); err != nil && ctx.Err() == nil {
+				failed(err)
 			}
 		}
 	}()

@@ -75,6 +75,21 @@ func (im *Images) StageVDC(ctx context.Context, vdc, name, zone string) (ImageSt
 	if err != nil {
 		return ImageState{}, zoneDown(dst.Name, err)
 	}
+	if st.State == images.StateStaging {
+		// A copy whose copier stopped beating was cut off (a crash):
+		// remove it and copy afresh, so that STAGING never sticks.
+		stale, ok, err := images.StaleCopy(ctx, t, img, d.cfg.StaleAfter, time.Now())
+		if err != nil {
+			return ImageState{}, zoneDown(dst.Name, err)
+		}
+		if ok {
+			d.log.Warn("removing a copy of a VDC image that was cut off", "vdc", vdc, "image", name, "zone", dst.Name, "vmid", stale.VMID)
+			im.dropTemplate(dst, stale.Node, stale.VMID)
+			if st, err = d.stager.Status(ctx, t, img); err != nil {
+				return ImageState{}, zoneDown(dst.Name, err)
+			}
+		}
+	}
 	if st.State == images.StateStaged || st.State == images.StateStaging {
 		return ImageState{Zone: dst.Name, Status: st}, nil
 	}
@@ -154,6 +169,7 @@ func (sc *vdcStageScope) copyDisks(ctx context.Context) error {
 	if sc.copyTpl.VMID == 0 {
 		return errDone // another request's copy goes on
 	}
+	defer sc.heartbeat(ctx)()
 	for i, dk := range sc.disks {
 		from := VolumeRef{ZoneID: sc.src.ID, Node: sc.srcTpl.Node, Volume: dk.Volume}
 		to := VolumeRef{ZoneID: sc.dst.ID, Node: sc.copyTpl.Node, Volume: sc.copies[i].Volume}
@@ -162,6 +178,17 @@ func (sc *vdcStageScope) copyDisks(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// heartbeat records on the target guest, every StaleAfter/4 until the
+// returned stop is called, that its copy is alive (images.CopyBeat): a
+// copy longer than StaleAfter is not taken for one cut off by another
+// request's StageVDC. stop waits for a write in flight.
+func (sc *vdcStageScope) heartbeat(ctx context.Context) (stop func()) {
+	return keepBeating(ctx, sc.cfg.StaleAfter/4, func(ctx context.Context) error { return images.CopyBeat(ctx, sc.dst.Client, sc.copyTpl, time.Now()) },
+		func(err error) {
+			sc.log.Warn("recording an image copy's heartbeat", "zone", sc.dst.Name, "vmid", sc.copyTpl.VMID, "err", err)
+		})
 }
 
 // finish makes the target guest the template and unmarks the source.

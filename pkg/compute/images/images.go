@@ -731,7 +731,8 @@ func SetMark(ctx context.Context, c *proxmox.Client, node string, vmid int, mark
 // zone's staging node by default) tagged as the image's and IncomingTag,
 // with empty disks at least the sources' sizes (whole GiB) on t's disk
 // storage. It returns the guest and its disks, in the sources' order.
-// While it exists the image's state in the zone is STAGING.
+// While it exists the image's state in the zone is STAGING. Its
+// description holds the copier's first beat (see CopyBeat).
 func (s *Stager) BeginCopy(ctx context.Context, t Target, img *catalog.Image, disks []Disk) (Template, []Disk, error) {
 	node, err := t.node(ctx)
 	if err != nil {
@@ -747,6 +748,7 @@ func (s *Stager) BeginCopy(ctx context.Context, t Target, img *catalog.Image, di
 			return Template{}, nil, err
 		}
 		params := templateParams(img, vmid, storage, IncomingTag)
+		params["description"] = withBeat(params["description"].(string), time.Now())
 		for i, d := range disks {
 			params[fmt.Sprintf("scsi%d", i)] = fmt.Sprintf("%s:%d", storage, max((d.Size+1<<30-1)>>30, 1))
 		}
