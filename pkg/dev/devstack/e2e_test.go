@@ -29,7 +29,6 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
 	"github.com/flexplane/flexplane/pkg/pvesim"
-	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -626,130 +625,139 @@ func TestStack(t *testing.T) {
 		}
 	})
 
-	t.Run("vms", func(t *testing.T) {
-		// The demo VMs come up first (their images are staged by then):
-		// the screens a newcomer sees are not empty.
-		poll.Until(t, 3*time.Minute, "the demo VMs web-1 and db-1 RUNNING in prod", func() error {
-			vms, err := vmsOf(ctx, alice, "prod")
-			if err != nil {
-				return err
-			}
-			var up []string
-			for _, v := range vms {
-				if v.Status == "RUNNING" && len(v.IPAddresses) > 0 {
-					up = append(up, v.Name)
-				}
-			}
-			if slices.Sort(up); !slices.Equal(up, []string{"db-1", "web-1"}) {
-				return fmt.Errorf("running: %v of %v", up, vms)
-			}
-			return nil
+	// The image walk runs beside the VMs test: both only add and remove
+	// what they make, and the stack's wall time stays that of the longer.
+	t.Run("workloads", func(t *testing.T) {
+		t.Run("image walk", func(t *testing.T) {
+			t.Parallel()
+			testImageWalk(t, alice, dir)
 		})
-		var ids, ops []string
-		for _, zone := range []string{"fra1", "hel1"} {
-			var d struct {
-				Networks []struct{ ID string }
-			}
-			if err := alice.Do(ctx, "dev", `query($z: String) { networks(zone: $z) { id } }`, map[string]any{"z": zone}, &d); err != nil || len(d.Networks) != 1 {
-				t.Fatalf("network of dev in %s: %v %v", zone, d.Networks, err)
-			}
-			spec := devstack.VMSpec{Name: "e2e-" + zone, Zone: zone, Image: "debian-12",
-				ComputeProfile: "small", StorageProfile: "ssd-standard", DiskGiB: 10, Network: d.Networks[0].ID}
-			if zone == "fra1" {
-				spec.UserData = e2eUserData
-			}
-			op, err := devstack.CreateVM(ctx, alice, "dev", spec)
-			if err != nil {
-				t.Fatalf("create VM in %s: %v", zone, err)
-			}
-			ops = append(ops, op)
-		}
-		poll.Until(t, 3*time.Minute, "both VMs RUNNING with addresses", func() error {
-			for _, id := range ops {
-				o, err := devstack.GetOperation(ctx, alice, "dev", id)
-				if err != nil || o.State != "FAILED" {
-					continue
+		t.Run("vms", func(t *testing.T) {
+			t.Parallel()
+			// The demo VMs come up first (their images are staged by then):
+			// the screens a newcomer sees are not empty.
+			poll.Until(t, 3*time.Minute, "the demo VMs web-1 and db-1 RUNNING in prod", func() error {
+				vms, err := vmsOf(ctx, alice, "prod")
+				if err != nil {
+					return err
 				}
-				msg := "(no error given)"
-				if o.Error != nil {
-					msg = *o.Error
+				var up []string
+				for _, v := range vms {
+					if v.Status == "RUNNING" && len(v.IPAddresses) > 0 {
+						up = append(up, v.Name)
+					}
 				}
-				t.Fatalf("create operation %s failed at step %s: %s\norchestrator log:\n%s", id, o.Step, msg, s.logTail("orchestrator", 30))
-			}
-			vms, err := vmsOf(ctx, alice, "dev")
-			if err != nil {
-				return err
-			}
-			byZone := map[string]string{}
-			for _, v := range vms {
-				if v.Name != "e2e-fra1" && v.Name != "e2e-hel1" { // not another test's
-					continue
-				}
-				if v.Status != "RUNNING" || len(v.IPAddresses) == 0 || v.Name != "e2e-"+v.Zone.Name {
-					return fmt.Errorf("%s: %s in %s with %v", v.Name, v.Status, v.Zone.Name, v.IPAddresses)
-				}
-				byZone[v.Zone.Name] = v.ID
-			}
-			if len(byZone) != 2 {
-				return fmt.Errorf("%d of 2 VMs", len(byZone))
-			}
-			// e2e-fra1 is stopped and deleted; e2e-hel1 lives on (and across the restart).
-			ids = []string{byZone["fra1"], byZone["hel1"]}
-			return nil
-		})
-		var snippet string
-		t.Run("user-data", func(t *testing.T) { snippet = checkUserData(t, alice, dir, ids[0]) })
-		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
-			t.Fatalf("stopVM: %v", err)
-		}
-		poll.Until(t, time.Minute, "the VM STOPPED", func() error {
-			vms, err := vmsOf(ctx, alice, "dev")
-			if err != nil {
-				return err
-			}
-			for _, v := range vms {
-				if v.ID == ids[0] && v.Status != "STOPPED" {
-					return fmt.Errorf("status %s", v.Status)
-				}
-			}
-			return nil
-		})
-		if err := alice.Do(ctx, "dev", `mutation($id: ID!) { deleteVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
-			t.Fatalf("deleteVM: %v", err)
-		}
-		poll.Until(t, time.Minute, "the VM gone", func() error {
-			vms, err := vmsOf(ctx, alice, "dev")
-			if err != nil {
-				return err
-			}
-			if slices.ContainsFunc(vms, func(v vm) bool { return v.ID == ids[0] }) {
-				return errors.New("still listed")
-			}
-			return nil
-		})
-		if snippet != "" {
-			poll.Until(t, time.Minute, "the deleted VM's user-data snippet gone", func() error {
-				if _, err := os.Stat(snippet); !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("%s: %v", snippet, err)
+				if slices.Sort(up); !slices.Equal(up, []string{"db-1", "web-1"}) {
+					return fmt.Errorf("running: %v of %v", up, vms)
 				}
 				return nil
 			})
-		}
-		// bob sees none of alice's VMs, neither in his VDC nor by id.
-		theirs, err := vmsOf(ctx, bob, "staging")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range theirs {
-			if v.ID == ids[1] || strings.HasPrefix(v.Name, "e2e-") {
-				t.Errorf("bob sees alice's VM %+v", v)
+			var ids, ops []string
+			for _, zone := range []string{"fra1", "hel1"} {
+				var d struct {
+					Networks []struct{ ID string }
+				}
+				if err := alice.Do(ctx, "dev", `query($z: String) { networks(zone: $z) { id } }`, map[string]any{"z": zone}, &d); err != nil || len(d.Networks) != 1 {
+					t.Fatalf("network of dev in %s: %v %v", zone, d.Networks, err)
+				}
+				spec := devstack.VMSpec{Name: "e2e-" + zone, Zone: zone, Image: "debian-12",
+					ComputeProfile: "small", StorageProfile: "ssd-standard", DiskGiB: 10, Network: d.Networks[0].ID}
+				if zone == "fra1" {
+					spec.UserData = e2eUserData
+				}
+				op, err := devstack.CreateVM(ctx, alice, "dev", spec)
+				if err != nil {
+					t.Fatalf("create VM in %s: %v", zone, err)
+				}
+				ops = append(ops, op)
 			}
-		}
-		err = bob.Do(ctx, "staging", `query($id: ID!) { vm(id: $id) { name } }`, map[string]any{"id": ids[1]}, nil)
-		var re *devstack.ResponseError
-		if !errors.As(err, &re) || !re.HasCode("NOT_FOUND") {
-			t.Errorf("bob asking for alice's VM by id: %v, want NOT_FOUND", err)
-		}
+			poll.Until(t, 3*time.Minute, "both VMs RUNNING with addresses", func() error {
+				for _, id := range ops {
+					o, err := devstack.GetOperation(ctx, alice, "dev", id)
+					if err != nil || o.State != "FAILED" {
+						continue
+					}
+					msg := "(no error given)"
+					if o.Error != nil {
+						msg = *o.Error
+					}
+					t.Fatalf("create operation %s failed at step %s: %s\norchestrator log:\n%s", id, o.Step, msg, s.logTail("orchestrator", 30))
+				}
+				vms, err := vmsOf(ctx, alice, "dev")
+				if err != nil {
+					return err
+				}
+				byZone := map[string]string{}
+				for _, v := range vms {
+					if v.Name != "e2e-fra1" && v.Name != "e2e-hel1" { // not another test's
+						continue
+					}
+					if v.Status != "RUNNING" || len(v.IPAddresses) == 0 || v.Name != "e2e-"+v.Zone.Name {
+						return fmt.Errorf("%s: %s in %s with %v", v.Name, v.Status, v.Zone.Name, v.IPAddresses)
+					}
+					byZone[v.Zone.Name] = v.ID
+				}
+				if len(byZone) != 2 {
+					return fmt.Errorf("%d of 2 VMs", len(byZone))
+				}
+				// e2e-fra1 is stopped and deleted; e2e-hel1 lives on (and across the restart).
+				ids = []string{byZone["fra1"], byZone["hel1"]}
+				return nil
+			})
+			var snippet string
+			t.Run("user-data", func(t *testing.T) { snippet = checkUserData(t, alice, dir, ids[0]) })
+			if err := alice.Do(ctx, "dev", `mutation($id: ID!) { stopVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
+				t.Fatalf("stopVM: %v", err)
+			}
+			poll.Until(t, time.Minute, "the VM STOPPED", func() error {
+				vms, err := vmsOf(ctx, alice, "dev")
+				if err != nil {
+					return err
+				}
+				for _, v := range vms {
+					if v.ID == ids[0] && v.Status != "STOPPED" {
+						return fmt.Errorf("status %s", v.Status)
+					}
+				}
+				return nil
+			})
+			if err := alice.Do(ctx, "dev", `mutation($id: ID!) { deleteVM(id: $id) { __typename } }`, map[string]any{"id": ids[0]}, nil); err != nil {
+				t.Fatalf("deleteVM: %v", err)
+			}
+			poll.Until(t, time.Minute, "the VM gone", func() error {
+				vms, err := vmsOf(ctx, alice, "dev")
+				if err != nil {
+					return err
+				}
+				if slices.ContainsFunc(vms, func(v vm) bool { return v.ID == ids[0] }) {
+					return errors.New("still listed")
+				}
+				return nil
+			})
+			if snippet != "" {
+				poll.Until(t, time.Minute, "the deleted VM's user-data snippet gone", func() error {
+					if _, err := os.Stat(snippet); !errors.Is(err, fs.ErrNotExist) {
+						return fmt.Errorf("%s: %v", snippet, err)
+					}
+					return nil
+				})
+			}
+			// bob sees none of alice's VMs, neither in his VDC nor by id.
+			theirs, err := vmsOf(ctx, bob, "staging")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range theirs {
+				if v.ID == ids[1] || strings.HasPrefix(v.Name, "e2e-") {
+					t.Errorf("bob sees alice's VM %+v", v)
+				}
+			}
+			err = bob.Do(ctx, "staging", `query($id: ID!) { vm(id: $id) { name } }`, map[string]any{"id": ids[1]}, nil)
+			var re *devstack.ResponseError
+			if !errors.As(err, &re) || !re.HasCode("NOT_FOUND") {
+				t.Errorf("bob asking for alice's VM by id: %v, want NOT_FOUND", err)
+			}
+		})
 	})
 
 	t.Run("automation", func(t *testing.T) { testAutomation(t, s, repo, filepath.Join(stackBinaries.Get(t), "tools"), admin) })
@@ -879,22 +887,8 @@ runcmd:
 // the snippet's path.
 func checkUserData(t *testing.T, alice *devstack.Client, dir, id string) string {
 	t.Helper()
-	ctx := t.Context()
-	var d struct {
-		VM struct {
-			Zone struct{ Name string }
-			Host *struct{ Name string }
-		} `json:"vm"`
-	}
-	if err := alice.Do(ctx, "dev", `query($id: ID!) { vm(id: $id) { zone { name } host { name } } }`, map[string]any{"id": id}, &d); err != nil || d.VM.Host == nil {
-		t.Fatalf("the VM's host: %+v, %v", d.VM, err)
-	}
-	ref, err := tenancy.ParseVMID(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := filepath.Join(dir, "pve", d.VM.Zone.Name+"-files", d.VM.Host.Name)
-	snippet := filepath.Join(node, "var", "lib", "vz", "snippets", fmt.Sprintf("fp-%d-user.yaml", ref.VMID))
+	node, vmid := vmNode(t, alice, dir, id)
+	snippet := filepath.Join(node, "var", "lib", "vz", "snippets", fmt.Sprintf("fp-%d-user.yaml", vmid))
 	b, err := os.ReadFile(snippet)
 	if err != nil {
 		t.Fatalf("the VM's user-data snippet: %v", err)
@@ -908,7 +902,7 @@ func checkUserData(t *testing.T, alice *devstack.Client, dir, id string) string 
 		t.Log("not root: the stack runs no data plane, so nothing runs the user-data")
 		return snippet
 	}
-	guest := filepath.Join(node, "guests", fmt.Sprint(ref.VMID), "rootfs")
+	guest := filepath.Join(node, "guests", fmt.Sprint(vmid), "rootfs")
 	for file, want := range map[string]string{"etc/e2e-tenant.txt": "written by the tenant's cloud-config", "etc/e2e-runcmd.txt": "tenant-runcmd-ran\n"} {
 		poll.Until(t, time.Minute, "the VM's first boot to write "+file, func() error {
 			got, err := os.ReadFile(filepath.Join(guest, file))
