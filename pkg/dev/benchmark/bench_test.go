@@ -746,7 +746,7 @@ func waitZones(ctx context.Context, st *benchmark.Stack, zones, hosts int, timeo
 	defer cancel()
 	var refused error
 	err := poll.Context(wait, func() error {
-		r, err := st.GraphQL(ctx, benchmark.AdminUser, false, `{ zones(first: 32) { name status hosts { status } } }`, nil)
+		r, err := st.GraphQL(ctx, benchmark.AdminUser, false, fmt.Sprintf(`{ zones(first: %d) { name status hosts { status } } }`, max(32, zones)), nil)
 		if err == nil {
 			var zs []struct {
 				Name, Status string

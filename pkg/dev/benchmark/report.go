@@ -28,7 +28,9 @@ type Report struct {
 	// Tenant is the cost of a VDC's reads amid other tenants' guests.
 	Tenant *Tenant `json:"tenant,omitempty"`
 	Memory Memory  `json:"memory"`
-	Goals  []Goal  `json:"goals"`
+	// Scale holds the figures of the scale harness (`make bench-scale`).
+	Scale *Scale `json:"scale,omitempty"`
+	Goals []Goal `json:"goals"`
 	// Notes says what was scaled down or left out, and why.
 	Notes []string `json:"notes"`
 }
@@ -214,6 +216,13 @@ func (r *Report) WriteJSON(path string) error {
 
 // WriteTable prints the short table.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.Scale != nil {
+		if err := writeScale(w, r.Scale); err != nil {
+			return err
+		}
+		r.writeGoals(w)
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\traw floor p50\tratio\tn\tfailed\t\n")
@@ -256,6 +265,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	h := r.Memory.Harness
 	fmt.Fprintf(w, "benchmark process (%d in-process agents, %d simulated clusters): RSS %.0f MiB, Go heap in use %.0f MiB, %d goroutines\n", h.Agents, h.Clusters, h.RSS, h.HeapInUse, h.Goroutines)
 	fmt.Fprintln(w)
+	r.writeGoals(w)
+	return nil
+}
+
+// writeGoals prints the goals and the notes.
+func (r *Report) writeGoals(w io.Writer) {
 	for _, g := range r.Goals {
 		verdict := "MISS"
 		if g.Pass {
@@ -266,5 +281,4 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\nnotes:\n  %s\n", strings.Join(r.Notes, "\n  "))
 	}
-	return nil
 }
