@@ -27,7 +27,7 @@ func TestScaleGoalsJudgeTheLargestStep(t *testing.T) {
 	}
 	s := &benchmark.Scale{
 		Steps: []benchmark.ScaleStep{
-			benchmark.NewScaleStep(64, 10, 1, 1, 101, 100),      // passes everything
+			benchmark.NewScaleStep(64, 10, 1, 1, 101, 100),       // passes everything
 			benchmark.NewScaleStep(256, 10, 1024, 512, 400, 100), // misses cpu, calls, rss
 		},
 		Offline:     lat(3000, 4000),
