@@ -169,7 +169,8 @@ lint: lint-schema lint-portal
 	$(GO) run $(STATICCHECK) ./...
 
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
-## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
+## directly at 1, 8 and 32 zones, throughput, enrollment, memory, a VDC in 2
+## of 64 zones vs a 2-zone deployment; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
 ## (pkg/dev/meshtest), 60 VMs placed in a 3-node zone vs cloned without
 ## placement (pkg/compute), a 1,000-rule edge ruleset (pkg/edge), a disk moved
