@@ -530,7 +530,6 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	page := min(vmsPage, p.tenantZones*p.tenantVMs)
 	text := fmt.Sprintf(`{ vms(first: %d) { id name status zone { name } host { name } } }`, vmsPage)
 	sample := func() (benchmark.Latencies, int, error) {
-		var ds []time.Duration
 		q := func() error {
 			r, err := st.GraphQL(ctx, benchmark.MemberUser, true, text, nil)
 			if err != nil {
@@ -544,13 +543,9 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 				return benchmark.Latencies{}, 0, err
 			}
 		}
-		deadline := time.Now().Add(p.budget)
-		for i := 0; i < p.samples && (i < 5 || time.Now().Before(deadline)); i++ {
-			d, err := timed(q)
-			if err != nil {
-				return benchmark.Latencies{}, 0, err
-			}
-			ds = append(ds, d)
+		ds, err := sampled(q, p)
+		if err != nil {
+			return benchmark.Latencies{}, 0, err
 		}
 		return benchmark.Summarize(ds), len(ds), nil
 	}
@@ -647,6 +642,20 @@ func tenant(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logge
 	return t, nil
 }
 
+// sampled times q p.samples times, at least 5 and within p.budget.
+func sampled(q func() error, p params) ([]time.Duration, error) {
+	var ds []time.Duration
+	deadline := time.Now().Add(p.budget)
+	for i := 0; i < p.samples && (i < 5 || time.Now().Before(deadline)); i++ {
+		d, err := timed(q)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
 // zoneSet measures vms for a VDC whose guests are in 2 zones of
 // p.zoneSetZones (one host each, 10 guests of the VDC in each of its two
 // zones), on a stack of its own, against the same VDC on a stack of those
@@ -701,14 +710,9 @@ func zoneSet(ctx context.Context, cfg benchmark.Config, p params, log *slog.Logg
 		if err != nil {
 			return benchmark.Latencies{}, 0, err
 		}
-		var ds []time.Duration
-		deadline := time.Now().Add(p.budget)
-		for i := 0; i < p.samples && (i < 5 || time.Now().Before(deadline)); i++ {
-			d, err := timed(q)
-			if err != nil {
-				return benchmark.Latencies{}, 0, err
-			}
-			ds = append(ds, d)
+		ds, err := sampled(q, p)
+		if err != nil {
+			return benchmark.Latencies{}, 0, err
 		}
 		after, _, err := agentCalls(cs, (*agent.Agent).ProxmoxRequests)
 		if err != nil {
