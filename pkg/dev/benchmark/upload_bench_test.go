@@ -55,7 +55,9 @@ func (r *patternReader) Read(p []byte) (int, error) {
 // runs as its own process with production defaults (the stack of this
 // package), and its VmRSS is sampled every 20 ms during the upload; the
 // agent, the simulator and the client are this process. Goals: throughput
-// ratio ≥ 0.8, orchestrator RSS growth < 64 MiB
+// ratio ≥ 0.8, orchestrator RSS growth < 64 MiB. UPLOAD_BENCH_PROFILE
+// names a directory for the orchestrator's allocation profile;
+// UPLOAD_BENCH_MEMORY_LIMIT is its -memory-limit (none by default)
 // (docs/performance/index.md).
 func BenchmarkUploadThroughput(b *testing.B) {
 	size := int64(2 << 30)
@@ -75,7 +77,11 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "stack"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet})
+	// UPLOAD_BENCH_PROFILE: a directory to write the orchestrator's
+	// allocation profile (allocs.pb.gz) into after the runs.
+	profDir := os.Getenv("UPLOAD_BENCH_PROFILE")
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "stack"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: profDir != "",
+		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -197,6 +203,11 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		growth = max(growth, g)
 	}
 	b.StopTimer()
+	if profDir != "" {
+		if err := st.OrchestratorProfile(ctx, "allocs", "", filepath.Join(profDir, "allocs.pb.gz")); err != nil {
+			b.Fatal(err)
+		}
+	}
 	hwm, err := benchmark.ReadMemory(pid)
 	if err != nil {
 		b.Fatal(err)
