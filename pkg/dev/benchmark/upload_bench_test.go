@@ -56,7 +56,8 @@ func (r *patternReader) Read(p []byte) (int, error) {
 // package), and its VmRSS is sampled every 20 ms during the upload; the
 // agent, the simulator and the client are this process. Goals: throughput
 // ratio ≥ 0.8, orchestrator RSS growth < 64 MiB. UPLOAD_BENCH_PROFILE
-// names a directory for the orchestrator's allocation profile;
+// names a directory for the orchestrator's allocation profile and the
+// CPU profiles of each upload's first 5 s;
 // UPLOAD_BENCH_MEMORY_LIMIT is its -memory-limit (none by default)
 // (docs/performance/index.md).
 func BenchmarkUploadThroughput(b *testing.B) {
@@ -78,7 +79,8 @@ func BenchmarkUploadThroughput(b *testing.B) {
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// UPLOAD_BENCH_PROFILE: a directory to write the orchestrator's
-	// allocation profile (allocs.pb.gz) into after the runs.
+	// allocation profile (allocs.pb.gz, after the runs) and CPU profiles
+	// (cpu-NAME.pb.gz, during each upload) into.
 	profDir := os.Getenv("UPLOAD_BENCH_PROFILE")
 	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "stack"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: profDir != "",
 		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT")})
@@ -176,6 +178,15 @@ func BenchmarkUploadThroughput(b *testing.B) {
 				}
 			}
 		}()
+		profiled := make(chan error, 1)
+		if profDir != "" {
+			// The orchestrator's CPU profile of the upload's first seconds.
+			go func() {
+				profiled <- st.OrchestratorProfile(ctx, "profile", "seconds=5", filepath.Join(profDir, "cpu-"+name+".pb.gz"))
+			}()
+		} else {
+			profiled <- nil
+		}
 		start := time.Now()
 		r, err := gqltest.Post(ctx, nil, st.URL()+orchestrator.APIPath, gqltest.Request{
 			Query:         `mutation($in: UploadImageInput!) { uploadImage(input: $in) { name sizeBytes } }`,
@@ -184,6 +195,9 @@ func BenchmarkUploadThroughput(b *testing.B) {
 		d := time.Since(start)
 		close(stop)
 		<-sampled
+		if err := <-profiled; err != nil {
+			b.Fatal(err)
+		}
 		if err != nil || len(r.Errors) > 0 {
 			b.Fatalf("uploadImage: %v %v", err, r)
 		}
