@@ -127,7 +127,7 @@ func (a *app) vmCommand() *cobra.Command {
 			return r.StopVM.OperationFields, nil
 		}),
 		a.vmAction("delete", "Delete a VM with its disks and addresses", func(ctx context.Context, c graphql.Client, id string) (api.OperationFields, error) {
-			r, err := api.DeleteVM(ctx, c, id)
+			r, err := api.DeleteVM(ctx, c, id, nil)
 			if err != nil {
 				return api.OperationFields{}, err
 			}

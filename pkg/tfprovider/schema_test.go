@@ -47,6 +47,12 @@ func TestSchema(t *testing.T) {
 			t.Errorf("flexplane_vm has no optional %s", attr)
 		}
 	}
+	// A VM's keep_backups is optional and computed (its default, true).
+	if vm == nil || !slices.ContainsFunc(vm.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool {
+		return a.Name == "keep_backups" && a.Optional && a.Computed
+	}) {
+		t.Error("flexplane_vm has no optional keep_backups")
+	}
 	// A schedule changes in place: its schedule and keep options do not
 	// replace it.
 	if sched := resp.ResourceSchemas["flexplane_backup_schedule"]; sched == nil ||

@@ -9433,11 +9433,15 @@ func (v *__DeleteServiceAccountInput) GetId() string { return v.Id }
 
 // __DeleteVMInput is used internally by genqlient
 type __DeleteVMInput struct {
-	Id string `json:"id"`
+	Id          string `json:"id"`
+	KeepBackups *bool  `json:"keepBackups"`
 }
 
 // GetId returns __DeleteVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteVMInput) GetId() string { return v.Id }
+
+// GetKeepBackups returns __DeleteVMInput.KeepBackups, and is useful for accessing the field via an interface.
+func (v *__DeleteVMInput) GetKeepBackups() *bool { return v.KeepBackups }
 
 // __DetachDiskInput is used internally by genqlient
 type __DetachDiskInput struct {
@@ -10741,8 +10745,8 @@ func DeleteServiceAccount(
 
 // The mutation executed by DeleteVM.
 const DeleteVM_Operation = `
-mutation DeleteVM ($id: ID!) {
-	deleteVM(id: $id) {
+mutation DeleteVM ($id: ID!, $keepBackups: Boolean) {
+	deleteVM(id: $id, keepBackups: $keepBackups) {
 		... OperationFields
 	}
 }
@@ -10760,12 +10764,14 @@ func DeleteVM(
 	ctx_ context.Context,
 	client_ graphql.Client,
 	id string,
+	keepBackups *bool,
 ) (data_ *DeleteVMResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "DeleteVM",
 		Query:  DeleteVM_Operation,
 		Variables: &__DeleteVMInput{
-			Id: id,
+			Id:          id,
+			KeepBackups: keepBackups,
 		},
 	}
 
