@@ -229,7 +229,7 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))scheduled-backups.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
-	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./graph \
+	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./pkg/dev/benchmark \
 		| tee $(dir $(BENCH_OUT))upload.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign

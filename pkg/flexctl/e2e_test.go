@@ -196,13 +196,18 @@ func TestFlexctlEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("disk attach, resize, list and detach; vm resize", func(t *testing.T) {
+		diskTest(t, s, home, vmID)
+	})
+
 	t.Run("a service account's token drives flexctl", func(t *testing.T) {
 		saTest(t, s, base, netID)
 	})
 
 	t.Run("another VDC's VM is NOT_FOUND", func(t *testing.T) {
 		bob := append(base, flexctl.EnvVDC+"=blue", flexctl.EnvToken+"="+s.h.Token(t, "bob"))
-		for _, args := range [][]string{{"vm", "get", vmID}, {"vm", "stop", vmID}, {"vm", "delete", vmID}, {"vm", "detach-iso", vmID}} {
+		for _, args := range [][]string{{"vm", "get", vmID}, {"vm", "stop", vmID}, {"vm", "delete", vmID}, {"vm", "detach-iso", vmID},
+			{"disk", "list", vmID}, {"disk", "attach", vmID, "--size-gib", "1"}, {"vm", "resize", vmID, "--compute-profile", "small"}} {
 			r := s.run(t, t.TempDir(), bob, args...)
 			if r.code != flexctl.ExitRefused || !strings.HasSuffix(strings.TrimSpace(r.stderr), "(NOT_FOUND)") || !strings.HasPrefix(r.stderr, "error: ") {
 				t.Errorf("bob's %v: %+v", args, r)
@@ -233,6 +238,9 @@ func TestFlexctlEndToEnd(t *testing.T) {
 			{"vm", "list", "--no-such-flag"},
 			{"vm", "list", "-o", "xml"},
 			{"backup", "restore", "only-an-id"}, // no name
+			{"disk", "attach", "some-vm"},       // no --size-gib
+			{"disk", "resize", "some-vm"},       // no slot
+			{"vm", "resize", "some-vm"},         // no --compute-profile
 			{"nope"},
 		} {
 			r := s.run(t, home, nil, args...)
@@ -642,5 +650,58 @@ func scheduleTest(t *testing.T, s *stack, home string, bob []string, vmID string
 	}
 	if r := s.run(t, home, nil, "backup", "schedule", "show", vmID, "-o", "json"); r.code != 0 || strings.TrimSpace(r.stdout) != "null" {
 		t.Fatalf("backup schedule show after remove: %+v", r)
+	}
+}
+
+// diskTest attaches a disk to the running VM vmID, grows it, refuses to
+// shrink it, detaches it, and resizes the VM to "large" with --reboot
+// and --wait, checking each through flexctl's own reads.
+func diskTest(t *testing.T, s *stack, home, vmID string) {
+	type disk struct {
+		Slot    string
+		Boot    bool
+		SizeGiB float64
+	}
+	var attached []disk
+	decode(t, s.run(t, home, nil, "disk", "attach", vmID, "--size-gib", "2", "-o", "json"), &attached)
+	if len(attached) != 1 || attached[0].Boot || attached[0].SizeGiB != 2 || attached[0].Slot == "" {
+		t.Fatalf("disk attach: %+v", attached)
+	}
+	slot := attached[0].Slot
+	var grown []disk
+	decode(t, s.run(t, home, nil, "disk", "resize", vmID, slot, "--size-gib", "3", "-o", "json"), &grown)
+	if len(grown) != 1 || grown[0].Slot != slot || grown[0].SizeGiB != 3 {
+		t.Fatalf("disk resize: %+v", grown)
+	}
+	if r := s.run(t, home, nil, "disk", "resize", vmID, slot, "--size-gib", "1"); r.code != flexctl.ExitRefused || !strings.Contains(r.stderr, "(BAD_USER_INPUT)") {
+		t.Errorf("a smaller disk: %+v", r)
+	}
+	var listed []disk
+	decode(t, s.run(t, home, nil, "disk", "list", vmID, "-o", "json"), &listed)
+	if len(listed) != 2 || !slices.ContainsFunc(listed, func(d disk) bool { return d.Slot == slot && d.SizeGiB == 3 }) {
+		t.Fatalf("disk list: %+v", listed)
+	}
+	if r := s.run(t, home, nil, "disk", "list", vmID); r.code != 0 || !strings.HasPrefix(r.stdout, "SLOT ") || !strings.Contains(r.stdout, slot) {
+		t.Errorf("disk list as a table: %+v", r)
+	}
+	var left []disk
+	decode(t, s.run(t, home, nil, "disk", "detach", vmID, slot, "-o", "json"), &left)
+	if len(left) != 1 || !left[0].Boot {
+		t.Fatalf("disk detach left %+v", left)
+	}
+
+	var op struct{ State, Kind string }
+	decode(t, s.run(t, home, nil, "vm", "resize", vmID, "--compute-profile", "large", "--reboot", "--wait", "-o", "json"), &op)
+	if op.State != "SUCCEEDED" || op.Kind != "RESIZE_VM" {
+		t.Fatalf("vm resize: %+v", op)
+	}
+	var v struct {
+		Status    string
+		Vcpus     int
+		MemoryMiB int
+	}
+	decode(t, s.run(t, home, nil, "vm", "get", vmID, "-o", "json"), &v)
+	if v.Vcpus != 2 || v.MemoryMiB != 1024 || v.Status != "RUNNING" {
+		t.Fatalf("after vm resize: %+v", v)
 	}
 }

@@ -68,6 +68,7 @@ func startStackWith(t testing.TB, spec meshtest.APISpec, nodes int) *stack {
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	h.GraphQL(t, "admin", "", `mutation($u: String!, $c: String!) {
 	  createComputeProfile(input: {name: "small", vcpus: 1, memoryMiB: 512}) { name }
+	  large: createComputeProfile(input: {name: "large", vcpus: 2, memoryMiB: 1024}) { name }
 	  createStorageProfile(input: {name: "ssd", tier: "ssd", readMBps: 200, writeMBps: 100, pools: [{zone: "alpha", pool: "local-lvm"}]}) { name }
 	  backups: createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP, pools: [{zone: "alpha", pool: "local"}]}) { name }
 	  createImage(input: {name: "tiny", version: "1", url: $u, checksum: $c, cloudInit: true}) { name }

@@ -53,7 +53,7 @@ or failed, 2 bad usage.`,
 	root.CompletionOptions.DisableDefaultCmd = true
 
 	root.AddCommand(a.loginCommand(), a.configCommand(), a.vmCommand(), a.networkCommand(),
-		a.imageCommand(), a.backupCommand(), a.lbCommand(), a.kubernetesCommand(), a.completionCommand(root))
+		a.imageCommand(), a.backupCommand(), a.diskCommand(), a.lbCommand(), a.kubernetesCommand(), a.completionCommand(root))
 	return root
 }
 

@@ -45,7 +45,7 @@ func opTable(ops []api.OperationFields) func() Table {
 }
 
 func (a *app) vmCommand() *cobra.Command {
-	vm := group("vm", "VMs of the VDC: list, get, create, delete, start, stop, console-url")
+	vm := group("vm", "VMs of the VDC: list, get, create, delete, start, stop, resize, console-url")
 
 	list := listCommand(a, "List the VDC's VMs", "list VMs",
 		func(ctx context.Context, c graphql.Client, after *string) ([]api.VMFields, pageInfo, error) {
@@ -127,13 +127,13 @@ func (a *app) vmCommand() *cobra.Command {
 			return r.StopVM.OperationFields, nil
 		}),
 		a.vmAction("delete", "Delete a VM with its disks and addresses", func(ctx context.Context, c graphql.Client, id string) (api.OperationFields, error) {
-			r, err := api.DeleteVM(ctx, c, id)
+			r, err := api.DeleteVM(ctx, c, id, nil)
 			if err != nil {
 				return api.OperationFields{}, err
 			}
 			return r.DeleteVM.OperationFields, nil
 		}),
-		a.consoleURLCommand(), a.detachISOCommand())
+		a.consoleURLCommand(), a.detachISOCommand(), a.vmResizeCommand())
 	return vm
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/flexplane/flexplane/pkg/dev/gqltest"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/flexctl"
 	"github.com/flexplane/flexplane/pkg/tfprovider"
 )
@@ -116,6 +117,8 @@ type accVars struct {
 	oneToOne           string // the 1:1 address's public_address; empty: unset
 	schedule           string // the VM's backup schedule
 	keepLast           int    // its keep_last
+	keepBackups        string // the VM's keep_backups; empty: unset
+	dataGiB            int    // the VM's data disk
 }
 
 // accConfig is the acceptance configuration with v.
@@ -123,6 +126,10 @@ func accConfig(endpoint, token string, v accVars) string {
 	oneToOne := ""
 	if v.oneToOne != "" {
 		oneToOne = fmt.Sprintf("public_address = %q", v.oneToOne)
+	}
+	keepBackups := ""
+	if v.keepBackups != "" {
+		keepBackups = "keep_backups    = " + v.keepBackups
 	}
 	return providerConfig(endpoint, token) + fmt.Sprintf(`
 data "flexplane_zone" "alpha" {
@@ -168,6 +175,7 @@ resource "flexplane_vm" "web" {
   nics = [
     { network = flexplane_network.lan.id },
   ]
+  %s
 }
 
 resource "flexplane_port_forward" "ssh" {
@@ -204,6 +212,11 @@ resource "flexplane_backup_schedule" "web" {
   keep_last = %d
 }
 
+resource "flexplane_disk" "data" {
+  vm       = flexplane_vm.web.id
+  size_gib = %d
+}
+
 resource "flexplane_backup" "web" {
   vm          = flexplane_vm.web.id
   description = "before the upgrade"
@@ -212,7 +225,7 @@ resource "flexplane_backup" "web" {
 data "flexplane_backups" "all" {
   depends_on = [flexplane_backup.web]
 }
-`, v.profile, v.description, v.ports, v.diskGiB, v.ruleDescription, oneToOne, v.schedule, v.keepLast)
+`, v.profile, v.description, v.ports, v.diskGiB, keepBackups, v.ruleDescription, oneToOne, v.schedule, v.keepLast, v.dataGiB)
 }
 
 // kubeConfig is a managed Kubernetes cluster on a network of its own with
@@ -295,9 +308,9 @@ func testAcceptance(t *testing.T, s *stack) {
 	endpoint := s.h.Orchestrator.URL()
 	token := s.serviceAccount(t, "red", "tofu", "ADMIN")
 	v1 := accConfig(endpoint, token, accVars{description: "web servers", ports: "22", profile: "small", diskGiB: 4, ruleDescription: "ssh",
-		schedule: "daily", keepLast: 3})
+		schedule: "daily", keepLast: 3, dataGiB: 2})
 	v2vars := accVars{description: "web servers, and HTTP", ports: "22,80", profile: "large", diskGiB: 6,
-		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15", schedule: "mon..fri 02:00", keepLast: 5}
+		ruleDescription: "ssh from the office", oneToOne: "203.0.113.15", schedule: "mon..fri 02:00", keepLast: 5, keepBackups: "false", dataGiB: 3}
 	v2 := accConfig(endpoint, token, v2vars)
 	shrunk := v2vars
 	shrunk.diskGiB = 5
@@ -372,11 +385,18 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", func(v string) error { oneToOneID = v; return nil }),
 					resource.TestCheckResourceAttrPair("flexplane_backup_schedule.web", "id", "flexplane_vm.web", "id"),
 					resource.TestCheckResourceAttr("flexplane_backup_schedule.web", "state", "ACTIVE"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "keep_backups", "true"),
 					resource.TestCheckResourceAttr("flexplane_backup.web", "status", "SUCCEEDED"),
 					resource.TestCheckResourceAttr("flexplane_backup.web", "vm_name", "acc"),
 					resource.TestCheckResourceAttr("flexplane_backup.web", "zone", "alpha"),
 					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error { backupID = v; return nil }),
 					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.#", "1"),
+					resource.TestCheckResourceAttr("flexplane_disk.data", "size_gib", "2"),
+					resource.TestCheckResourceAttr("flexplane_disk.data", "storage_profile", "ssd"),
+					resource.TestMatchResourceAttr("flexplane_disk.data", "slot", regexp.MustCompile(`^scsi[1-9]$`)),
+					func(st *terraform.State) error {
+						return diskGiB(s, token, vmID, st.RootModule().Resources["flexplane_disk.data"].Primary.Attributes["slot"], 2)
+					},
 					resource.TestCheckResourceAttrPair("data.flexplane_backups.all", "backups.0.id", "flexplane_backup.web", "id"),
 					resource.TestCheckResourceAttr("data.flexplane_backups.all", "backups.0.description", "before the upgrade"),
 					func(*terraform.State) error { return backupSchedule(s, token, vmID, "daily", 3) },
@@ -392,6 +412,7 @@ func testAcceptance(t *testing.T, s *stack) {
 					plancheck.ExpectResourceAction("flexplane_one_to_one_address.web", plancheck.ResourceActionDestroyBeforeCreate),
 					plancheck.ExpectResourceAction("flexplane_backup_schedule.web", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("flexplane_backup.web", plancheck.ResourceActionNoop),
+					plancheck.ExpectResourceAction("flexplane_disk.data", plancheck.ResourceActionUpdate),
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("flexplane_security_group.web", "rules.0.ports", "22,80"),
@@ -410,7 +431,12 @@ func testAcceptance(t *testing.T, s *stack) {
 					resource.TestCheckResourceAttr("flexplane_one_to_one_address.web", "public_address", "203.0.113.15"),
 					resource.TestCheckResourceAttrWith("flexplane_one_to_one_address.web", "id", changed("1:1 address", &oneToOneID)),
 					resource.TestCheckResourceAttr("flexplane_backup_schedule.web", "schedule", "mon..fri 02:00"),
+					resource.TestCheckResourceAttr("flexplane_vm.web", "keep_backups", "false"),
 					func(*terraform.State) error { return backupSchedule(s, token, vmID, "mon..fri 02:00", 5) },
+					resource.TestCheckResourceAttr("flexplane_disk.data", "size_gib", "3"),
+					func(st *terraform.State) error {
+						return diskGiB(s, token, vmID, st.RootModule().Resources["flexplane_disk.data"].Primary.Attributes["slot"], 3)
+					},
 					resource.TestCheckResourceAttrWith("flexplane_backup.web", "id", func(v string) error {
 						if v != backupID {
 							return fmt.Errorf("the backup was taken again: %s, was %s", v, backupID)
@@ -426,39 +452,43 @@ func testAcceptance(t *testing.T, s *stack) {
 			},
 			{Config: v2, ResourceName: "flexplane_vm.web", ImportState: true, ImportStateVerify: true,
 				// What the API does not read back: the create's inputs.
-				ImportStateVerifyIgnore: []string{"image", "compute_profile", "storage_profile", "user", "timeouts"}},
+				ImportStateVerifyIgnore: []string{"image", "compute_profile", "storage_profile", "user", "timeouts", "keep_backups"}},
 			{Config: v2, ResourceName: "flexplane_network.lan", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_backup.web", ImportState: true, ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{"storage_profile"}},
 			{Config: v2, ResourceName: "flexplane_backup_schedule.web", ImportState: true, ImportStateVerify: true},
+			{Config: v2, ResourceName: "flexplane_disk.data", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_port_forward.ssh", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_security_group.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_firewall_rule.ssh", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_one_to_one_address.web", ImportState: true, ImportStateVerify: true},
 			{Config: v2, ResourceName: "flexplane_service_account.ci", ImportState: true, ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{"token"}},
-			{ // drift: the VM deleted outside shows in the next plan
+			{ // drift: the VM (and with it its schedule) and the backup deleted outside show in the next plan
 				PreConfig: func() {
-					r, err := gqltest.Post(context.Background(), nil, s.h.GraphQLURL(), gqltest.Request{
-						Query: `mutation($id: ID!) { deleteVM(id: $id) { state } }`, Variables: map[string]any{"id": vmID},
-						Authorization: "Bearer " + token, VDC: "red"})
-					if err == nil {
-						err = r.Err()
-					}
-					if err != nil {
-						t.Fatalf("delete the VM outside: %v", err)
-					}
+					outside(t, s, token, `mutation($id: ID!) { deleteVM(id: $id) { state } }`, vmID)
+					outside(t, s, token, `mutation($id: ID!) { deleteBackup(id: $id) { id } }`, backupID)
 				},
 				Config:             v2,
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
 			},
-			{ // and the next apply creates it again
+			{ // and the next apply creates them again: nothing of them was left in the state
 				Config: v2,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("flexplane_vm.web", plancheck.ResourceActionCreate),
+					plancheck.ExpectResourceAction("flexplane_backup_schedule.web", plancheck.ResourceActionCreate),
+					plancheck.ExpectResourceAction("flexplane_backup.web", plancheck.ResourceActionCreate),
 				}},
-				Check: resource.TestCheckResourceAttr("flexplane_vm.web", "status", "RUNNING"),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("flexplane_vm.web", "status", "RUNNING"),
+					resource.TestCheckResourceAttrWith("flexplane_vm.web", "id", func(v string) error { vmID = v; return nil }),
+					// The schedule's job runs (the simulator's clock moved
+					// over a weekday's 02:00) and writes an archive that is no
+					// resource: keep_backups = false deletes it with the VM,
+					// and the destroy leaves no backup.
+					func(*terraform.State) error { return scheduledRun(t, s, token, vmID) },
+				),
 			},
 		},
 	})
@@ -562,23 +592,30 @@ func changed(what string, was *string) func(string) error {
 
 // bootDiskGiB fails unless the API reads the boot disk of VM id as gib GiB.
 func bootDiskGiB(s *stack, token, id string, gib float64) error {
+	return diskGiB(s, token, id, "", gib)
+}
+
+// diskGiB fails unless the API reads the disk of VM id in slot (the boot
+// disk for "") as gib GiB.
+func diskGiB(s *stack, token, id, slot string, gib float64) error {
 	var out struct {
 		VM struct {
 			Disks []struct {
+				Slot    string
 				Boot    bool
 				SizeGiB float64
 			}
 		}
 	}
-	if err := readVM(s, token, id, "disks { boot sizeGiB }", &out); err != nil {
+	if err := readVM(s, token, id, "disks { slot boot sizeGiB }", &out); err != nil {
 		return err
 	}
 	for _, d := range out.VM.Disks {
-		if d.Boot && d.SizeGiB == gib {
+		if (d.Slot == slot || slot == "" && d.Boot) && d.SizeGiB == gib {
 			return nil
 		}
 	}
-	return fmt.Errorf("the VM's disks are %+v, want a boot disk of %v GiB", out.VM.Disks, gib)
+	return fmt.Errorf("the VM's disks are %+v, want %q (empty: the boot disk) of %v GiB", out.VM.Disks, slot, gib)
 }
 
 // backupSchedule fails unless the API reads the backup schedule of VM id
@@ -598,6 +635,46 @@ func backupSchedule(s *stack, token, id, schedule string, keepLast int) error {
 	if b := out.VM.BackupSchedule; b == nil || b.Schedule != schedule || b.KeepLast != keepLast || b.State != "ACTIVE" {
 		return fmt.Errorf("the VM's backup schedule is %+v, want %q keeping %d, active", b, schedule, keepLast)
 	}
+	return nil
+}
+
+// outside runs mutation on the object id in VDC red, as if outside
+// OpenTofu, and fails the test when the API refuses it.
+func outside(t *testing.T, s *stack, token, mutation, id string) {
+	t.Helper()
+	r, err := gqltest.Post(context.Background(), nil, s.h.GraphQLURL(), gqltest.Request{
+		Query: mutation, Variables: map[string]any{"id": id}, Authorization: "Bearer " + token, VDC: "red"})
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		t.Fatalf("%s outside: %v", mutation, err)
+	}
+}
+
+// scheduledRun moves zone alpha's clock three days on, past a weekday's
+// 02:00, and waits until VM id's backup schedule has written an archive.
+func scheduledRun(t *testing.T, s *stack, token, id string) error {
+	s.h.Clusters[0].Sim.AdvanceClockForTest(73 * time.Hour)
+	poll.Until(t, time.Minute, "the scheduled backup of the VM", func() error {
+		var out struct {
+			VM struct {
+				Backups []struct {
+					Status      string
+					Description *string
+				}
+			}
+		}
+		if err := readVM(s, token, id, "backups { status description }", &out); err != nil {
+			return err
+		}
+		for _, b := range out.VM.Backups {
+			if b.Description == nil && b.Status == "SUCCEEDED" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the VM's backups are %+v, none scheduled", out.VM.Backups)
+	})
 	return nil
 }
 

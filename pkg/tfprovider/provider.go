@@ -116,6 +116,7 @@ func (p *flexplaneProvider) Resources(context.Context) []func() resource.Resourc
 		func() resource.Resource { return &nodePoolResource{} },
 		func() resource.Resource { return &backupResource{} },
 		func() resource.Resource { return &backupScheduleResource{} },
+		func() resource.Resource { return &diskResource{} },
 	}
 }
 

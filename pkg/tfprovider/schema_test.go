@@ -30,7 +30,7 @@ func TestSchema(t *testing.T) {
 	}
 	for _, name := range []string{"flexplane_network", "flexplane_vm", "flexplane_firewall_rule", "flexplane_port_forward",
 		"flexplane_one_to_one_address", "flexplane_security_group", "flexplane_service_account", "flexplane_load_balancer",
-		"flexplane_kubernetes_cluster", "flexplane_node_pool", "flexplane_backup", "flexplane_backup_schedule"} {
+		"flexplane_kubernetes_cluster", "flexplane_node_pool", "flexplane_backup", "flexplane_backup_schedule", "flexplane_disk"} {
 		s, ok := resp.ResourceSchemas[name]
 		if !ok {
 			t.Errorf("no resource %s", name)
@@ -46,6 +46,12 @@ func TestSchema(t *testing.T) {
 		if vm == nil || !slices.ContainsFunc(vm.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool { return a.Name == attr && a.Optional && !a.Required }) {
 			t.Errorf("flexplane_vm has no optional %s", attr)
 		}
+	}
+	// A VM's keep_backups is optional and computed (its default, true).
+	if vm == nil || !slices.ContainsFunc(vm.Block.Attributes, func(a *tfprotov6.SchemaAttribute) bool {
+		return a.Name == "keep_backups" && a.Optional && a.Computed
+	}) {
+		t.Error("flexplane_vm has no optional keep_backups")
 	}
 	// A schedule changes in place: its schedule and keep options do not
 	// replace it.

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -30,7 +31,8 @@ const (
 // changes its compute profile (resizeVM, rebooting it when the new size
 // needs a reboot), grows its boot disk (resizeDisk) and changes its
 // security groups (setVMSecurityGroups); a smaller disk is refused at plan
-// time; any other change replaces it.
+// time; keep_backups only says what its delete does; any other change
+// replaces it.
 type vmResource struct{ base }
 
 type vmModel struct {
@@ -52,6 +54,7 @@ type vmModel struct {
 	PlacementGroup types.String   `tfsdk:"placement_group"`
 	Status         types.String   `tfsdk:"status"`
 	IPAddresses    types.List     `tfsdk:"ip_addresses"`
+	KeepBackups    types.Bool     `tfsdk:"keep_backups"`
 	Timeouts       timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -89,7 +92,9 @@ func (r *vmResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp 
 			"security_groups": schema.ListAttribute{ElementType: types.StringType, Optional: true, Computed: true, Description: "The VDC's security groups it is in; unset: the VDC's default group. Changed in place.", PlanModifiers: []planmodifier.List{listplanmodifier.UseStateForUnknown()}},
 			"status":          readOnly("Its power state: CREATING, RUNNING, STOPPED, PAUSED or UNKNOWN."),
 			"ip_addresses":    schema.ListAttribute{ElementType: types.StringType, Computed: true, Description: "Addresses the Proxmox IPAM holds for it."},
-			"timeouts":        timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"keep_backups": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				Description: "Whether the VM's backups stay when it is destroyed (deleteVM's keepBackups); false deletes them after it. Changing it calls no API."},
+			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 			"nics": schema.ListNestedAttribute{Required: true, Description: "1 to 4 NICs on networks of the VDC in the VM's zone.",
 				PlanModifiers: []planmodifier.List{listplanmodifier.RequiresReplaceIf(nicCountChanged, "a VM's NICs are fixed", "a VM's NICs are fixed")},
 				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -106,9 +111,10 @@ func nicCountChanged(_ context.Context, req planmodifier.ListRequest, resp *list
 	resp.RequiresReplace = !req.StateValue.IsNull() && !req.PlanValue.IsUnknown() && len(req.PlanValue.Elements()) != len(req.StateValue.Elements())
 }
 
-// diskOnlyGrows refuses, at plan time and on disk_gib, a boot disk smaller
-// than the one the state holds: resizeDisk only grows a disk, and a
-// replacement would destroy the VM's data.
+// diskOnlyGrows refuses, at plan time and on its attribute (a VM's
+// disk_gib, a disk's size_gib), a disk smaller than the one the state
+// holds: resizeDisk only grows a disk, and a replacement would destroy
+// its data.
 type diskOnlyGrows struct{}
 
 func (diskOnlyGrows) Description(context.Context) string {
@@ -122,8 +128,8 @@ func (diskOnlyGrows) PlanModifyInt64(_ context.Context, req planmodifier.Int64Re
 		return
 	}
 	if was, now := req.StateValue.ValueInt64(), req.PlanValue.ValueInt64(); now < was {
-		resp.Diagnostics.AddAttributeError(req.Path, "disk_gib cannot shrink",
-			fmt.Sprintf("disk_gib: a disk only grows: %d GiB is less than its %d GiB (replacing the VM would destroy its data)", now, was))
+		resp.Diagnostics.AddAttributeError(req.Path, req.Path.String()+" cannot shrink",
+			fmt.Sprintf("%s: a disk only grows: %d GiB is less than its %d GiB (replacing it would destroy its data)", req.Path, now, was))
 	}
 }
 
@@ -202,6 +208,9 @@ func (r *vmResource) read(ctx context.Context, m *vmModel) (found bool, err erro
 		m.DiskGiB = types.Int64Value(int64(v.DiskGiB))
 	}
 	m.IPAddresses = listOf(v.IpAddresses)
+	if m.KeepBackups.IsNull() || m.KeepBackups.IsUnknown() { // an import: the default
+		m.KeepBackups = types.BoolValue(true)
+	}
 	m.SecurityGroups = listOf(v.SecurityGroups)
 	if v.PlacementGroup != nil {
 		m.PlacementGroup = types.StringValue(v.PlacementGroup.Name)
@@ -353,7 +362,7 @@ func (r *vmResource) Delete(ctx context.Context, req resource.DeleteRequest, res
 	resp.Diagnostics.Append(d...)
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := api.DeleteVM(wctx, r.c, m.ID.ValueString())
+	out, err := api.DeleteVM(wctx, r.c, m.ID.ValueString(), ptr(m.KeepBackups.ValueBool()))
 	if isNotFound(err) {
 		return
 	}

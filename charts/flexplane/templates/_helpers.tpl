@@ -63,7 +63,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/* Checks across values that the schema cannot express. */}}
+{{/* The claim the replicas keep agent releases on. */}}
+{{- define "flexplane.releasesClaim" -}}
+{{- .Values.releases.persistence.existingClaim | default (printf "%s-releases" (include "flexplane.fullname" .)) -}}
+{{- end -}}
+
 {{- define "flexplane.validate" -}}
+{{- if and .Values.audit.log (ne .Values.audit.log "-") -}}
+{{- fail "audit.log is \"-\" (the container's stdout) or empty: the container's file system is read-only" -}}
+{{- end -}}
+{{- if and .Values.releases.signingKeys (gt (int .Values.replicaCount) 1) (ne .Values.releases.persistence.accessMode "ReadWriteMany") -}}
+{{- fail "releases.persistence.accessMode must be ReadWriteMany with more than one replica: every replica reads the release store" -}}
+{{- end -}}
 {{- if eq (include "flexplane.secretsNamespace" .) .Release.Namespace -}}
 {{- fail "secretsNamespace.name must not be the release's namespace: the orchestrator may read every Secret of that namespace" -}}
 {{- end -}}

@@ -100,8 +100,9 @@ func testAutomation(t *testing.T, s *stack, repo, tools string, admin *devstack.
 	}
 	tofuEnv := []string{"TF_CLI_CONFIG_FILE=" + cliConfig, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1"}
 	// The port forward needs an external network in fra1, which the dev
-	// stack's seed does not register: the platform admin adds the one of
-	// fra1's data plane (its router is the zone's Upstream) unless there is one.
+	// stack's seed registers when its data plane runs: otherwise the
+	// platform admin adds the one of fra1's data plane (its router is the
+	// zone's Upstream).
 	var ext struct {
 		ExternalNetworks struct{ Nodes []struct{ Zone string } }
 	}

@@ -602,6 +602,22 @@ func TestStack(t *testing.T) {
 		if got := fmt.Sprint(nets.Networks); got != "[{main 10.10.1.0/24} {main 10.10.2.0/24}]" {
 			t.Errorf("alice's networks in prod: %s", got)
 		}
+		// With the data plane, each zone's external network on its
+		// router, public addresses .10 to .99.
+		var ext struct {
+			ExternalNetworks struct {
+				Nodes []struct{ Zone, Cidr, Gateway, PoolStart, PoolEnd string }
+			}
+		}
+		if err := admin.Do(ctx, "", `{ externalNetworks { nodes { zone cidr gateway poolStart poolEnd } } }`, nil, &ext); err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(ext.ExternalNetworks.Nodes, func(a, b struct{ Zone, Cidr, Gateway, PoolStart, PoolEnd string }) int {
+			return strings.Compare(a.Zone, b.Zone)
+		})
+		if got, want := fmt.Sprint(ext.ExternalNetworks.Nodes), "[{fra1 203.0.113.0/24 203.0.113.254 203.0.113.10 203.0.113.99} {hel1 198.51.100.0/24 198.51.100.254 198.51.100.10 198.51.100.99}]"; got != want {
+			t.Errorf("external networks %s, want %s", got, want)
+		}
 		// bob may not work in alice's VDC.
 		err := bob.Do(ctx, "prod", `{ networks { name } }`, nil, nil)
 		var re *devstack.ResponseError

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,9 @@ type seeder struct {
 	clients map[string]*Client // by user
 	images  map[string]imageRef
 	zones   []string
+	// upstreams are the data plane's routers of the zones' external
+	// networks (Cluster.Upstream), by zone; none without the data plane.
+	upstreams map[string]string
 	// ctx bounds the background work of the seeder (following creates).
 	ctx context.Context
 }
@@ -67,6 +71,7 @@ func (s *seeder) run(ctx context.Context) error {
 		{"storage profiles", s.storageProfiles},
 		{"images", s.imageCatalog},
 		{"networks", s.networks},
+		{"external networks", s.externalNetworks},
 		{"vms", s.vms},
 	} {
 		if err := step.f(ctx); err != nil {
@@ -216,6 +221,41 @@ func (s *seeder) networks(ctx context.Context) error {
 			}
 			s.log.Info("created network", "vdc", v.name, "zone", z, "cidr", cidr)
 		}
+	}
+	return nil
+}
+
+// externalNetworks registers, as the platform admin, each zone's external
+// network on the data plane's router (its upstream), so that edge
+// gateways, port forwards, 1:1 addresses and load balancers can be tried
+// at once: bridge vmbr0, the router's /24, public addresses .10 to .99
+// (the tests take theirs from .200 up).
+func (s *seeder) externalNetworks(ctx context.Context) error {
+	c := s.clients["admin"]
+	var d struct {
+		ExternalNetworks struct{ Nodes []struct{ Zone string } }
+	}
+	if err := c.Do(ctx, "", `{ externalNetworks { nodes { zone } } }`, nil, &d); err != nil {
+		return err
+	}
+	for _, z := range s.zones {
+		up, ok := s.upstreams[z]
+		if !ok || slices.ContainsFunc(d.ExternalNetworks.Nodes, func(n struct{ Zone string }) bool { return n.Zone == z }) {
+			continue
+		}
+		prefix, err := netip.ParsePrefix(up)
+		if err != nil || !prefix.Addr().Is4() || prefix.Bits() != 24 {
+			return fmt.Errorf("the upstream of %s is %q, want an IPv4 address in a /24", z, up)
+		}
+		base := prefix.Masked().Addr().As4()
+		addr := func(last byte) string { return netip.AddrFrom4([4]byte{base[0], base[1], base[2], last}).String() }
+		in := map[string]any{"zone": z, "bridge": "vmbr0", "cidr": prefix.Masked().String(), "gateway": prefix.Addr().String(),
+			"poolStart": addr(10), "poolEnd": addr(99)}
+		if err := c.Do(ctx, "", `mutation($input: CreateExternalNetworkInput!) { createExternalNetwork(input: $input) { zone } }`,
+			map[string]any{"input": in}, nil); err != nil {
+			return fmt.Errorf("create the external network of %s: %w", z, err)
+		}
+		s.log.Info("created external network", "zone", z, "cidr", in["cidr"], "gateway", in["gateway"])
 	}
 	return nil
 }

@@ -420,10 +420,14 @@ func (u *up) hostsOnline(ctx context.Context) (func(), error) {
 // writes the users' tokens to Dir/tokens.
 func (u *up) demoData(ctx context.Context) (func(), error) {
 	var zoneNames []string
+	upstreams := map[string]string{}
 	for _, c := range Clusters() {
 		zoneNames = append(zoneNames, c.Name)
+		if u.s.dataPlane {
+			upstreams[c.Name] = c.Upstream
+		}
 	}
-	sd := &seeder{log: u.s.log, clients: u.clients, images: u.refs, zones: zoneNames, ctx: ctx}
+	sd := &seeder{log: u.s.log, clients: u.clients, images: u.refs, zones: zoneNames, upstreams: upstreams, ctx: ctx}
 	if err := sd.run(ctx); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,131 @@ import (
 	"github.com/Khan/genqlient/graphql"
 )
 
+// AttachDiskAttachDiskVMDisk includes the requested fields of the GraphQL type VMDisk.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type AttachDiskAttachDiskVMDisk struct {
+	DiskFields `json:"-"`
+}
+
+// GetSlot returns AttachDiskAttachDiskVMDisk.Slot, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetSlot() string { return v.DiskFields.Slot }
+
+// GetBoot returns AttachDiskAttachDiskVMDisk.Boot, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetBoot() bool { return v.DiskFields.Boot }
+
+// GetSizeGiB returns AttachDiskAttachDiskVMDisk.SizeGiB, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetSizeGiB() float64 { return v.DiskFields.SizeGiB }
+
+// GetStorage returns AttachDiskAttachDiskVMDisk.Storage, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetStorage() string { return v.DiskFields.Storage }
+
+// GetStorageProfile returns AttachDiskAttachDiskVMDisk.StorageProfile, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetStorageProfile() *DiskFieldsStorageProfile {
+	return v.DiskFields.StorageProfile
+}
+
+// GetReadMBps returns AttachDiskAttachDiskVMDisk.ReadMBps, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetReadMBps() *int { return v.DiskFields.ReadMBps }
+
+// GetWriteMBps returns AttachDiskAttachDiskVMDisk.WriteMBps, and is useful for accessing the field via an interface.
+func (v *AttachDiskAttachDiskVMDisk) GetWriteMBps() *int { return v.DiskFields.WriteMBps }
+
+func (v *AttachDiskAttachDiskVMDisk) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*AttachDiskAttachDiskVMDisk
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.AttachDiskAttachDiskVMDisk = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.DiskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalAttachDiskAttachDiskVMDisk struct {
+	Slot string `json:"slot"`
+
+	Boot bool `json:"boot"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Storage string `json:"storage"`
+
+	StorageProfile *DiskFieldsStorageProfile `json:"storageProfile"`
+
+	ReadMBps *int `json:"readMBps"`
+
+	WriteMBps *int `json:"writeMBps"`
+}
+
+func (v *AttachDiskAttachDiskVMDisk) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *AttachDiskAttachDiskVMDisk) __premarshalJSON() (*__premarshalAttachDiskAttachDiskVMDisk, error) {
+	var retval __premarshalAttachDiskAttachDiskVMDisk
+
+	retval.Slot = v.DiskFields.Slot
+	retval.Boot = v.DiskFields.Boot
+	retval.SizeGiB = v.DiskFields.SizeGiB
+	retval.Storage = v.DiskFields.Storage
+	retval.StorageProfile = v.DiskFields.StorageProfile
+	retval.ReadMBps = v.DiskFields.ReadMBps
+	retval.WriteMBps = v.DiskFields.WriteMBps
+	return &retval, nil
+}
+
+// A disk to add to a VM.
+type AttachDiskInput struct {
+	// The VM's id.
+	Vm string `json:"vm"`
+	// Its size in GiB, 1 to 65536.
+	SizeGiB int `json:"sizeGiB"`
+	// The storage profile (its storage in the VM's zone); null takes the boot disk's.
+	StorageProfile *string `json:"storageProfile"`
+}
+
+// GetVm returns AttachDiskInput.Vm, and is useful for accessing the field via an interface.
+func (v *AttachDiskInput) GetVm() string { return v.Vm }
+
+// GetSizeGiB returns AttachDiskInput.SizeGiB, and is useful for accessing the field via an interface.
+func (v *AttachDiskInput) GetSizeGiB() int { return v.SizeGiB }
+
+// GetStorageProfile returns AttachDiskInput.StorageProfile, and is useful for accessing the field via an interface.
+func (v *AttachDiskInput) GetStorageProfile() *string { return v.StorageProfile }
+
+// AttachDiskResponse is returned by AttachDisk on success.
+type AttachDiskResponse struct {
+	// Adds a disk to a VM in its next free scsi slot (scsi1 on a new VM); a
+	// running VM gets it hot-plugged. BAD_USER_INPUT for a size out of 1 to
+	// 65536 GiB, a storage profile that does not exist or has no storage in
+	// the VM's zone, or a VM whose 31 scsi slots are taken; CONFLICT while the
+	// VM is being created or is busy.
+	AttachDisk AttachDiskAttachDiskVMDisk `json:"attachDisk"`
+}
+
+// GetAttachDisk returns AttachDiskResponse.AttachDisk, and is useful for accessing the field via an interface.
+func (v *AttachDiskResponse) GetAttachDisk() AttachDiskAttachDiskVMDisk { return v.AttachDisk }
+
 // A backend's health as the zone's flexgateway replicas report it.
 type BackendHealth string
 
@@ -2529,6 +2654,146 @@ type DeleteVMResponse struct {
 // GetDeleteVM returns DeleteVMResponse.DeleteVM, and is useful for accessing the field via an interface.
 func (v *DeleteVMResponse) GetDeleteVM() DeleteVMDeleteVMOperation { return v.DeleteVM }
 
+// DetachDiskDetachDiskVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type DetachDiskDetachDiskVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+	// Its disks in slot order (the cloud-init drive is not one).
+	Disks []DetachDiskDetachDiskVMDisksVMDisk `json:"disks"`
+}
+
+// GetId returns DetachDiskDetachDiskVM.Id, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVM) GetId() string { return v.Id }
+
+// GetDisks returns DetachDiskDetachDiskVM.Disks, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVM) GetDisks() []DetachDiskDetachDiskVMDisksVMDisk { return v.Disks }
+
+// DetachDiskDetachDiskVMDisksVMDisk includes the requested fields of the GraphQL type VMDisk.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type DetachDiskDetachDiskVMDisksVMDisk struct {
+	DiskFields `json:"-"`
+}
+
+// GetSlot returns DetachDiskDetachDiskVMDisksVMDisk.Slot, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetSlot() string { return v.DiskFields.Slot }
+
+// GetBoot returns DetachDiskDetachDiskVMDisksVMDisk.Boot, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetBoot() bool { return v.DiskFields.Boot }
+
+// GetSizeGiB returns DetachDiskDetachDiskVMDisksVMDisk.SizeGiB, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetSizeGiB() float64 { return v.DiskFields.SizeGiB }
+
+// GetStorage returns DetachDiskDetachDiskVMDisksVMDisk.Storage, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetStorage() string { return v.DiskFields.Storage }
+
+// GetStorageProfile returns DetachDiskDetachDiskVMDisksVMDisk.StorageProfile, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetStorageProfile() *DiskFieldsStorageProfile {
+	return v.DiskFields.StorageProfile
+}
+
+// GetReadMBps returns DetachDiskDetachDiskVMDisksVMDisk.ReadMBps, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetReadMBps() *int { return v.DiskFields.ReadMBps }
+
+// GetWriteMBps returns DetachDiskDetachDiskVMDisksVMDisk.WriteMBps, and is useful for accessing the field via an interface.
+func (v *DetachDiskDetachDiskVMDisksVMDisk) GetWriteMBps() *int { return v.DiskFields.WriteMBps }
+
+func (v *DetachDiskDetachDiskVMDisksVMDisk) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*DetachDiskDetachDiskVMDisksVMDisk
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.DetachDiskDetachDiskVMDisksVMDisk = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.DiskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalDetachDiskDetachDiskVMDisksVMDisk struct {
+	Slot string `json:"slot"`
+
+	Boot bool `json:"boot"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Storage string `json:"storage"`
+
+	StorageProfile *DiskFieldsStorageProfile `json:"storageProfile"`
+
+	ReadMBps *int `json:"readMBps"`
+
+	WriteMBps *int `json:"writeMBps"`
+}
+
+func (v *DetachDiskDetachDiskVMDisksVMDisk) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *DetachDiskDetachDiskVMDisksVMDisk) __premarshalJSON() (*__premarshalDetachDiskDetachDiskVMDisksVMDisk, error) {
+	var retval __premarshalDetachDiskDetachDiskVMDisksVMDisk
+
+	retval.Slot = v.DiskFields.Slot
+	retval.Boot = v.DiskFields.Boot
+	retval.SizeGiB = v.DiskFields.SizeGiB
+	retval.Storage = v.DiskFields.Storage
+	retval.StorageProfile = v.DiskFields.StorageProfile
+	retval.ReadMBps = v.DiskFields.ReadMBps
+	retval.WriteMBps = v.DiskFields.WriteMBps
+	return &retval, nil
+}
+
+// A disk to remove.
+type DetachDiskInput struct {
+	// The VM's id.
+	Vm string `json:"vm"`
+	// The disk's slot (VMDisk.slot); not the boot disk's.
+	Disk string `json:"disk"`
+	// Keep the volume as an unused disk of the VM instead of deleting it.
+	Keep *bool `json:"keep"`
+}
+
+// GetVm returns DetachDiskInput.Vm, and is useful for accessing the field via an interface.
+func (v *DetachDiskInput) GetVm() string { return v.Vm }
+
+// GetDisk returns DetachDiskInput.Disk, and is useful for accessing the field via an interface.
+func (v *DetachDiskInput) GetDisk() string { return v.Disk }
+
+// GetKeep returns DetachDiskInput.Keep, and is useful for accessing the field via an interface.
+func (v *DetachDiskInput) GetKeep() *bool { return v.Keep }
+
+// DetachDiskResponse is returned by DetachDisk on success.
+type DetachDiskResponse struct {
+	// Removes a disk from a VM and deletes its volume, or keeps the volume as
+	// an unused disk of the VM (still counted against the storage quota, gone
+	// with the VM) with keep: true. CONFLICT for the boot disk.
+	DetachDisk DetachDiskDetachDiskVM `json:"detachDisk"`
+}
+
+// GetDetachDisk returns DetachDiskResponse.DetachDisk, and is useful for accessing the field via an interface.
+func (v *DetachDiskResponse) GetDetachDisk() DetachDiskDetachDiskVM { return v.DetachDisk }
+
 // DetachISODetachISOVM includes the requested fields of the GraphQL type VM.
 // The GraphQL type's documentation follows.
 //
@@ -2643,6 +2908,60 @@ type DetachISOResponse struct {
 
 // GetDetachISO returns DetachISOResponse.DetachISO, and is useful for accessing the field via an interface.
 func (v *DetachISOResponse) GetDetachISO() DetachISODetachISOVM { return v.DetachISO }
+
+// DiskFields includes the GraphQL fields of VMDisk requested by the fragment DiskFields.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type DiskFields struct {
+	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
+	Slot string `json:"slot"`
+	// Whether the VM boots from it (the first disk of its boot order); it cannot be detached.
+	Boot bool `json:"boot"`
+	// Size in GiB.
+	SizeGiB float64 `json:"sizeGiB"`
+	// The Proxmox storage holding it.
+	Storage string `json:"storage"`
+	// The storage profile offering that storage in the VM's zone (null when none does).
+	StorageProfile *DiskFieldsStorageProfile `json:"storageProfile"`
+	// Read limit in MB/s; null when unlimited.
+	ReadMBps *int `json:"readMBps"`
+	// Write limit in MB/s; null when unlimited.
+	WriteMBps *int `json:"writeMBps"`
+}
+
+// GetSlot returns DiskFields.Slot, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetSlot() string { return v.Slot }
+
+// GetBoot returns DiskFields.Boot, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetBoot() bool { return v.Boot }
+
+// GetSizeGiB returns DiskFields.SizeGiB, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetSizeGiB() float64 { return v.SizeGiB }
+
+// GetStorage returns DiskFields.Storage, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetStorage() string { return v.Storage }
+
+// GetStorageProfile returns DiskFields.StorageProfile, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetStorageProfile() *DiskFieldsStorageProfile { return v.StorageProfile }
+
+// GetReadMBps returns DiskFields.ReadMBps, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetReadMBps() *int { return v.ReadMBps }
+
+// GetWriteMBps returns DiskFields.WriteMBps, and is useful for accessing the field via an interface.
+func (v *DiskFields) GetWriteMBps() *int { return v.WriteMBps }
+
+// DiskFieldsStorageProfile includes the requested fields of the GraphQL type StorageProfile.
+// The GraphQL type's documentation follows.
+//
+// A storage tier: throughput limits and, per zone, the Proxmox storage.
+type DiskFieldsStorageProfile struct {
+	// Unique name, e.g. ssd-standard.
+	Name string `json:"name"`
+}
+
+// GetName returns DiskFieldsStorageProfile.Name, and is useful for accessing the field via an interface.
+func (v *DiskFieldsStorageProfile) GetName() string { return v.Name }
 
 // What a matching firewall rule does.
 type FirewallAction string
@@ -6168,6 +6487,125 @@ func (v *ListVMBackupsVmVMBackupsBackup) __premarshalJSON() (*__premarshalListVM
 	return &retval, nil
 }
 
+// ListVMDisksResponse is returned by ListVMDisks on success.
+type ListVMDisksResponse struct {
+	// A VM of the current VDC by id; NOT_FOUND for any other id.
+	Vm *ListVMDisksVmVM `json:"vm"`
+}
+
+// GetVm returns ListVMDisksResponse.Vm, and is useful for accessing the field via an interface.
+func (v *ListVMDisksResponse) GetVm() *ListVMDisksVmVM { return v.Vm }
+
+// ListVMDisksVmVM includes the requested fields of the GraphQL type VM.
+// The GraphQL type's documentation follows.
+//
+// A virtual machine of a VDC.
+type ListVMDisksVmVM struct {
+	// Opaque, global id.
+	Id string `json:"id"`
+	// Its disks in slot order (the cloud-init drive is not one).
+	Disks []ListVMDisksVmVMDisksVMDisk `json:"disks"`
+}
+
+// GetId returns ListVMDisksVmVM.Id, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVM) GetId() string { return v.Id }
+
+// GetDisks returns ListVMDisksVmVM.Disks, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVM) GetDisks() []ListVMDisksVmVMDisksVMDisk { return v.Disks }
+
+// ListVMDisksVmVMDisksVMDisk includes the requested fields of the GraphQL type VMDisk.
+// The GraphQL type's documentation follows.
+//
+// A disk of a VM.
+type ListVMDisksVmVMDisksVMDisk struct {
+	DiskFields `json:"-"`
+}
+
+// GetSlot returns ListVMDisksVmVMDisksVMDisk.Slot, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetSlot() string { return v.DiskFields.Slot }
+
+// GetBoot returns ListVMDisksVmVMDisksVMDisk.Boot, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetBoot() bool { return v.DiskFields.Boot }
+
+// GetSizeGiB returns ListVMDisksVmVMDisksVMDisk.SizeGiB, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetSizeGiB() float64 { return v.DiskFields.SizeGiB }
+
+// GetStorage returns ListVMDisksVmVMDisksVMDisk.Storage, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetStorage() string { return v.DiskFields.Storage }
+
+// GetStorageProfile returns ListVMDisksVmVMDisksVMDisk.StorageProfile, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetStorageProfile() *DiskFieldsStorageProfile {
+	return v.DiskFields.StorageProfile
+}
+
+// GetReadMBps returns ListVMDisksVmVMDisksVMDisk.ReadMBps, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetReadMBps() *int { return v.DiskFields.ReadMBps }
+
+// GetWriteMBps returns ListVMDisksVmVMDisksVMDisk.WriteMBps, and is useful for accessing the field via an interface.
+func (v *ListVMDisksVmVMDisksVMDisk) GetWriteMBps() *int { return v.DiskFields.WriteMBps }
+
+func (v *ListVMDisksVmVMDisksVMDisk) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ListVMDisksVmVMDisksVMDisk
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ListVMDisksVmVMDisksVMDisk = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.DiskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalListVMDisksVmVMDisksVMDisk struct {
+	Slot string `json:"slot"`
+
+	Boot bool `json:"boot"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Storage string `json:"storage"`
+
+	StorageProfile *DiskFieldsStorageProfile `json:"storageProfile"`
+
+	ReadMBps *int `json:"readMBps"`
+
+	WriteMBps *int `json:"writeMBps"`
+}
+
+func (v *ListVMDisksVmVMDisksVMDisk) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ListVMDisksVmVMDisksVMDisk) __premarshalJSON() (*__premarshalListVMDisksVmVMDisksVMDisk, error) {
+	var retval __premarshalListVMDisksVmVMDisksVMDisk
+
+	retval.Slot = v.DiskFields.Slot
+	retval.Boot = v.DiskFields.Boot
+	retval.SizeGiB = v.DiskFields.SizeGiB
+	retval.Storage = v.DiskFields.Storage
+	retval.StorageProfile = v.DiskFields.StorageProfile
+	retval.ReadMBps = v.DiskFields.ReadMBps
+	retval.WriteMBps = v.DiskFields.WriteMBps
+	return &retval, nil
+}
+
 // ListVMsResponse is returned by ListVMs on success.
 type ListVMsResponse struct {
 	// The VMs of the current VDC matching filter, in a stable order (zone, then
@@ -7010,17 +7448,93 @@ func (v *ResizeDiskInput) GetSizeGiB() int { return v.SizeGiB }
 //
 // A disk of a VM.
 type ResizeDiskResizeDiskVMDisk struct {
-	// The Proxmox slot, e.g. scsi0: what resizeDisk and detachDisk name it by.
-	Slot string `json:"slot"`
-	// Size in GiB.
-	SizeGiB float64 `json:"sizeGiB"`
+	DiskFields `json:"-"`
 }
 
 // GetSlot returns ResizeDiskResizeDiskVMDisk.Slot, and is useful for accessing the field via an interface.
-func (v *ResizeDiskResizeDiskVMDisk) GetSlot() string { return v.Slot }
+func (v *ResizeDiskResizeDiskVMDisk) GetSlot() string { return v.DiskFields.Slot }
+
+// GetBoot returns ResizeDiskResizeDiskVMDisk.Boot, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetBoot() bool { return v.DiskFields.Boot }
 
 // GetSizeGiB returns ResizeDiskResizeDiskVMDisk.SizeGiB, and is useful for accessing the field via an interface.
-func (v *ResizeDiskResizeDiskVMDisk) GetSizeGiB() float64 { return v.SizeGiB }
+func (v *ResizeDiskResizeDiskVMDisk) GetSizeGiB() float64 { return v.DiskFields.SizeGiB }
+
+// GetStorage returns ResizeDiskResizeDiskVMDisk.Storage, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetStorage() string { return v.DiskFields.Storage }
+
+// GetStorageProfile returns ResizeDiskResizeDiskVMDisk.StorageProfile, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetStorageProfile() *DiskFieldsStorageProfile {
+	return v.DiskFields.StorageProfile
+}
+
+// GetReadMBps returns ResizeDiskResizeDiskVMDisk.ReadMBps, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetReadMBps() *int { return v.DiskFields.ReadMBps }
+
+// GetWriteMBps returns ResizeDiskResizeDiskVMDisk.WriteMBps, and is useful for accessing the field via an interface.
+func (v *ResizeDiskResizeDiskVMDisk) GetWriteMBps() *int { return v.DiskFields.WriteMBps }
+
+func (v *ResizeDiskResizeDiskVMDisk) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ResizeDiskResizeDiskVMDisk
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ResizeDiskResizeDiskVMDisk = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.DiskFields)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalResizeDiskResizeDiskVMDisk struct {
+	Slot string `json:"slot"`
+
+	Boot bool `json:"boot"`
+
+	SizeGiB float64 `json:"sizeGiB"`
+
+	Storage string `json:"storage"`
+
+	StorageProfile *DiskFieldsStorageProfile `json:"storageProfile"`
+
+	ReadMBps *int `json:"readMBps"`
+
+	WriteMBps *int `json:"writeMBps"`
+}
+
+func (v *ResizeDiskResizeDiskVMDisk) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ResizeDiskResizeDiskVMDisk) __premarshalJSON() (*__premarshalResizeDiskResizeDiskVMDisk, error) {
+	var retval __premarshalResizeDiskResizeDiskVMDisk
+
+	retval.Slot = v.DiskFields.Slot
+	retval.Boot = v.DiskFields.Boot
+	retval.SizeGiB = v.DiskFields.SizeGiB
+	retval.Storage = v.DiskFields.Storage
+	retval.StorageProfile = v.DiskFields.StorageProfile
+	retval.ReadMBps = v.DiskFields.ReadMBps
+	retval.WriteMBps = v.DiskFields.WriteMBps
+	return &retval, nil
+}
 
 // ResizeDiskResponse is returned by ResizeDisk on success.
 type ResizeDiskResponse struct {
@@ -8727,6 +9241,14 @@ var AllZoneStatus = []ZoneStatus{
 	ZoneStatusOffline,
 }
 
+// __AttachDiskInput is used internally by genqlient
+type __AttachDiskInput struct {
+	Input AttachDiskInput `json:"input"`
+}
+
+// GetInput returns __AttachDiskInput.Input, and is useful for accessing the field via an interface.
+func (v *__AttachDiskInput) GetInput() AttachDiskInput { return v.Input }
+
 // __CreateBackupInput is used internally by genqlient
 type __CreateBackupInput struct {
 	Vm    string             `json:"vm"`
@@ -8911,11 +9433,23 @@ func (v *__DeleteServiceAccountInput) GetId() string { return v.Id }
 
 // __DeleteVMInput is used internally by genqlient
 type __DeleteVMInput struct {
-	Id string `json:"id"`
+	Id          string `json:"id"`
+	KeepBackups *bool  `json:"keepBackups"`
 }
 
 // GetId returns __DeleteVMInput.Id, and is useful for accessing the field via an interface.
 func (v *__DeleteVMInput) GetId() string { return v.Id }
+
+// GetKeepBackups returns __DeleteVMInput.KeepBackups, and is useful for accessing the field via an interface.
+func (v *__DeleteVMInput) GetKeepBackups() *bool { return v.KeepBackups }
+
+// __DetachDiskInput is used internally by genqlient
+type __DetachDiskInput struct {
+	Input DetachDiskInput `json:"input"`
+}
+
+// GetInput returns __DetachDiskInput.Input, and is useful for accessing the field via an interface.
+func (v *__DetachDiskInput) GetInput() DetachDiskInput { return v.Input }
 
 // __DetachISOInput is used internally by genqlient
 type __DetachISOInput struct {
@@ -9105,6 +9639,14 @@ type __ListVMBackupsInput struct {
 // GetVm returns __ListVMBackupsInput.Vm, and is useful for accessing the field via an interface.
 func (v *__ListVMBackupsInput) GetVm() string { return v.Vm }
 
+// __ListVMDisksInput is used internally by genqlient
+type __ListVMDisksInput struct {
+	Vm string `json:"vm"`
+}
+
+// GetVm returns __ListVMDisksInput.Vm, and is useful for accessing the field via an interface.
+func (v *__ListVMDisksInput) GetVm() string { return v.Vm }
+
 // __ListVMsInput is used internally by genqlient
 type __ListVMsInput struct {
 	First int     `json:"first"`
@@ -9228,6 +9770,51 @@ func (v *__UpgradeKubernetesClusterInput) GetId() string { return v.Id }
 
 // GetVersion returns __UpgradeKubernetesClusterInput.Version, and is useful for accessing the field via an interface.
 func (v *__UpgradeKubernetesClusterInput) GetVersion() string { return v.Version }
+
+// The mutation executed by AttachDisk.
+const AttachDisk_Operation = `
+mutation AttachDisk ($input: AttachDiskInput!) {
+	attachDisk(input: $input) {
+		... DiskFields
+	}
+}
+fragment DiskFields on VMDisk {
+	slot
+	boot
+	sizeGiB
+	storage
+	storageProfile {
+		name
+	}
+	readMBps
+	writeMBps
+}
+`
+
+func AttachDisk(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input AttachDiskInput,
+) (data_ *AttachDiskResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "AttachDisk",
+		Query:  AttachDisk_Operation,
+		Variables: &__AttachDiskInput{
+			Input: input,
+		},
+	}
+
+	data_ = &AttachDiskResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
 
 // The mutation executed by CreateBackup.
 const CreateBackup_Operation = `
@@ -10158,8 +10745,8 @@ func DeleteServiceAccount(
 
 // The mutation executed by DeleteVM.
 const DeleteVM_Operation = `
-mutation DeleteVM ($id: ID!) {
-	deleteVM(id: $id) {
+mutation DeleteVM ($id: ID!, $keepBackups: Boolean) {
+	deleteVM(id: $id, keepBackups: $keepBackups) {
 		... OperationFields
 	}
 }
@@ -10177,16 +10764,66 @@ func DeleteVM(
 	ctx_ context.Context,
 	client_ graphql.Client,
 	id string,
+	keepBackups *bool,
 ) (data_ *DeleteVMResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "DeleteVM",
 		Query:  DeleteVM_Operation,
 		Variables: &__DeleteVMInput{
-			Id: id,
+			Id:          id,
+			KeepBackups: keepBackups,
 		},
 	}
 
 	data_ = &DeleteVMResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by DetachDisk.
+const DetachDisk_Operation = `
+mutation DetachDisk ($input: DetachDiskInput!) {
+	detachDisk(input: $input) {
+		id
+		disks {
+			... DiskFields
+		}
+	}
+}
+fragment DiskFields on VMDisk {
+	slot
+	boot
+	sizeGiB
+	storage
+	storageProfile {
+		name
+	}
+	readMBps
+	writeMBps
+}
+`
+
+func DetachDisk(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input DetachDiskInput,
+) (data_ *DetachDiskResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "DetachDisk",
+		Query:  DetachDisk_Operation,
+		Variables: &__DetachDiskInput{
+			Input: input,
+		},
+	}
+
+	data_ = &DetachDiskResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -11389,6 +12026,54 @@ func ListVMBackups(
 	return data_, err_
 }
 
+// The query executed by ListVMDisks.
+const ListVMDisks_Operation = `
+query ListVMDisks ($vm: ID!) {
+	vm(id: $vm) {
+		id
+		disks {
+			... DiskFields
+		}
+	}
+}
+fragment DiskFields on VMDisk {
+	slot
+	boot
+	sizeGiB
+	storage
+	storageProfile {
+		name
+	}
+	readMBps
+	writeMBps
+}
+`
+
+func ListVMDisks(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	vm string,
+) (data_ *ListVMDisksResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ListVMDisks",
+		Query:  ListVMDisks_Operation,
+		Variables: &__ListVMDisksInput{
+			Vm: vm,
+		},
+	}
+
+	data_ = &ListVMDisksResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by ListVMs.
 const ListVMs_Operation = `
 query ListVMs ($first: Int!, $after: String) {
@@ -11519,9 +12204,19 @@ func RemoveBackupSchedule(
 const ResizeDisk_Operation = `
 mutation ResizeDisk ($input: ResizeDiskInput!) {
 	resizeDisk(input: $input) {
-		slot
-		sizeGiB
+		... DiskFields
 	}
+}
+fragment DiskFields on VMDisk {
+	slot
+	boot
+	sizeGiB
+	storage
+	storageProfile {
+		name
+	}
+	readMBps
+	writeMBps
 }
 `
 
