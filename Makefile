@@ -171,7 +171,8 @@ lint: lint-schema lint-portal
 	$(GO) run $(STATICCHECK) ./...
 
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
-## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
+## directly at 1, 8 and 32 zones, throughput, enrollment, memory, a VDC in 2
+## of 64 zones vs a 2-zone deployment; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
 ## (pkg/dev/meshtest), 60 VMs placed in a 3-node zone vs cloned without
 ## placement (pkg/compute), a 1,000-rule edge ruleset (pkg/edge), a disk moved
@@ -230,7 +231,7 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))scheduled-backups.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
-	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./graph \
+	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./pkg/dev/benchmark \
 		| tee $(dir $(BENCH_OUT))upload.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign

@@ -27,7 +27,9 @@ type Report struct {
 	Enrollment *Enrollment  `json:"enrollment,omitempty"`
 	// Tenant is the cost of a VDC's reads amid other tenants' guests.
 	Tenant *Tenant `json:"tenant,omitempty"`
-	Memory Memory  `json:"memory"`
+	// ZoneSet is the zone-set figure (nil when not measured).
+	ZoneSet *ZoneSet `json:"zone_set,omitempty"`
+	Memory  Memory   `json:"memory"`
 	// Scale holds the figures of the scale harness (`make bench-scale`).
 	Scale *Scale `json:"scale,omitempty"`
 	Goals []Goal `json:"goals"`
@@ -74,6 +76,24 @@ type QueryResult struct {
 	// FirstError is the first of them.
 	Failed     int    `json:"failed"`
 	FirstError string `json:"first_error,omitempty"`
+}
+
+// ZoneSet is the vms query of a VDC whose guests are in VDCZones of Zones
+// zones, against the same VDC in a deployment of VDCZones zones.
+type ZoneSet struct {
+	// Zones is the zones of the many-zone deployment; VDCZones those the
+	// VDC has guests in (its zone set), with Guests guests in each.
+	Zones    int `json:"zones"`
+	VDCZones int `json:"vdc_zones"`
+	Guests   int `json:"guests_per_zone"`
+	// Many is vms in the many-zone deployment, Few in a deployment of
+	// the VDC's zones only; Ratio is Many.P50 / Few.P50.
+	Many  Latencies `json:"many_zones"`
+	Few   Latencies `json:"few_zones"`
+	Ratio float64   `json:"ratio_p50"`
+	// ProxyCalls is the agents' reads of the VDC's pool (the Proxy calls
+	// of a vms request) per request in the many-zone deployment.
+	ProxyCalls float64 `json:"proxy_calls_per_request"`
 }
 
 // Tenant is the vms query of a VDC with VDCGuests guests in each of Zones

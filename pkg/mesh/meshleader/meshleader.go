@@ -44,8 +44,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/flexplane/flexplane/pkg/mesh/lease"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 )
 
@@ -141,15 +141,8 @@ func Start(ctx context.Context, cfg Config) (*Leader, error) {
 	if cfg.LeaseName == "" {
 		cfg.LeaseName = DefaultLeaseName
 	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = 15 * time.Second
-	}
-	if cfg.RenewDeadline == 0 {
-		cfg.RenewDeadline = 10 * time.Second
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = 2 * time.Second
-	}
+	t := lease.Timings{Duration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod}.WithDefaults()
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = t.Duration, t.RenewDeadline, t.RetryPeriod
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -161,20 +154,9 @@ func Start(ctx context.Context, cfg Config) (*Leader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meshleader: kubernetes client: %w", err)
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.Namespace, cfg.LeaseName, cs.CoreV1(), cs.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: cfg.PeerURL})
-	if err != nil {
-		return nil, fmt.Errorf("meshleader: lease lock: %w", err)
-	}
 	l := newLeader(cfg)
 	l.token = token
-	l.elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   cfg.LeaseDuration,
-		RenewDeadline:   cfg.RenewDeadline,
-		RetryPeriod:     cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            cfg.LeaseName,
+	l.elector, err = lease.NewElector(lease.Election{Client: cs, Namespace: cfg.Namespace, Name: cfg.LeaseName, Identity: cfg.PeerURL, Timings: t,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: l.lead,
 			OnStoppedLeading: func() {},

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/flexplane/flexplane/pkg/mesh/lease"
 	"github.com/flexplane/flexplane/pkg/support/metrics"
 )
 
@@ -90,15 +91,8 @@ func Start(ctx context.Context, cfg Config) (*Owner, error) {
 	if cfg.Shards <= 0 {
 		cfg.Shards = 1
 	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = 15 * time.Second
-	}
-	if cfg.RenewDeadline == 0 {
-		cfg.RenewDeadline = 10 * time.Second
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = 2 * time.Second
-	}
+	t := lease.Timings{Duration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod}.WithDefaults()
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = t.Duration, t.RenewDeadline, t.RetryPeriod
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -110,18 +104,8 @@ func Start(ctx context.Context, cfg Config) (*Owner, error) {
 	electors := make([]*leaderelection.LeaderElector, cfg.Shards)
 	for i := range cfg.Shards {
 		name := fmt.Sprintf("%s-%d", cfg.LeasePrefix, i)
-		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.Namespace, name, cs.CoreV1(), cs.CoordinationV1(),
-			resourcelock.ResourceLockConfig{Identity: cfg.Identity})
-		if err != nil {
-			return nil, fmt.Errorf("syncowner: lease lock: %w", err)
-		}
-		electors[i], err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            &mortalLock{Interface: lock, dead: &o.dead},
-			LeaseDuration:   cfg.LeaseDuration,
-			RenewDeadline:   cfg.RenewDeadline,
-			RetryPeriod:     cfg.RetryPeriod,
-			ReleaseOnCancel: true,
-			Name:            name,
+		electors[i], err = lease.NewElector(lease.Election{Client: cs, Namespace: cfg.Namespace, Name: name, Identity: cfg.Identity, Timings: t,
+			WrapLock: func(l resourcelock.Interface) resourcelock.Interface { return &mortalLock{Interface: l, dead: &o.dead} },
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(context.Context) { o.set(i, true) },
 				OnStoppedLeading: func() { o.set(i, false) },
