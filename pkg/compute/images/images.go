@@ -575,7 +575,35 @@ func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.
 	if err != nil {
 		return Template{}, err
 	}
+	if shared, err := sharedDisk(ctx, t); err != nil {
+		return Template{}, err
+	} else if shared != "" {
+		disk = shared
+	}
 	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
+}
+
+// sharedDisk is the first of t's storages that holds disks and that every
+// node of the zone shares, "" when none does. A template there serves a
+// VM cloned onto any node; on a node's local storage Proxmox refuses to
+// clone it to another node.
+func sharedDisk(ctx context.Context, t Target) (string, error) {
+	var all []storageInfo
+	if err := t.Client.Get(ctx, "/storage", &all); err != nil {
+		return "", fmt.Errorf("images: list storage: %w", err)
+	}
+	rs, err := pveapi.Resources(ctx, t.Client, "storage")
+	if err != nil {
+		return "", fmt.Errorf("images: storages of zone %s: %w", t.Zone, err)
+	}
+	for _, id := range t.Storages {
+		disks := slices.ContainsFunc(all, func(s storageInfo) bool { return s.Storage == id && s.has("images") })
+		shared := slices.ContainsFunc(rs, func(r pveapi.Resource) bool { return r.Type == "storage" && r.Storage == id && r.Shared == 1 })
+		if disks && shared {
+			return id, nil
+		}
+	}
+	return "", nil
 }
 
 // templateFrom creates the template guest of img on node, its disks

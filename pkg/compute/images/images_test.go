@@ -1,6 +1,7 @@
 package images_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -139,4 +140,38 @@ func tinyImage(t *testing.T, name string) *catalog.Image {
 	t.Helper()
 	url, sum := vmtest.ImageServer(t, 3<<20)
 	return &catalog.Image{ObjectMeta: catalog.ObjectMeta{Name: name}, ImageSpec: catalog.ImageSpec{URL: url, Checksum: sum}}
+}
+
+// TestTemplateFromVolumePrefersSharedStorage: an uploaded file's template
+// goes to a storage every node shares when one of the target's storages
+// is (the first, local one would pin it to the upload's node), so that a
+// VM of it clones onto another node, which Proxmox refuses from a
+// template on local storage.
+func TestTemplateFromVolumePrefersSharedStorage(t *testing.T) {
+	t.Parallel()
+	z := vmtest.StartZone(t, "upl", 2)
+	img := tinyImage(t, "uploaded")
+	ctx := vmtest.Ctx(t)
+	algo, sum, _ := strings.Cut(img.Checksum, ":")
+	upid, err := pveapi.Run(ctx, z.Client, "POST", "/nodes/pve1/storage/local/download-url", map[string]any{
+		"url": img.URL, "content": "import", "filename": "fp-upload-test.qcow2", "checksum": sum, "checksum-algorithm": algo})
+	if err != nil || upid == "" {
+		t.Fatalf("download: %q %v", upid, err)
+	}
+	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm", "shared"}}
+	tpl, err := images.New(nil).TemplateFromVolume(ctx, tgt, img, "pve1", "local:import/fp-upload-test.qcow2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := z.Client.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", tpl.VMID), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if disk, _ := cfg["scsi0"].(string); !strings.HasPrefix(disk, "shared:") {
+		t.Fatalf("the template's disk is %q, want it on the shared storage", disk)
+	}
+	if _, err := pveapi.Run(ctx, z.Client, "POST", fmt.Sprintf("/nodes/pve1/qemu/%d/clone", tpl.VMID), map[string]any{
+		"newid": 900, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
+		t.Fatalf("a clone of the template onto the other node: %v", err)
+	}
 }
