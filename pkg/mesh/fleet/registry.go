@@ -85,6 +85,20 @@ type MapResyncer interface {
 	ResyncMap(ctx context.Context) (bool, error)
 }
 
+// Pinger is what a Mesh may also do: ping a peer at the mesh's own level
+// (meshnode.Node.PingPeer), which no service of the agent sees. While an
+// agent's sampled Health is not due, the registry pings it at each
+// refresh instead, so that an agent that is gone is found offline within a
+// refresh and CallTimeout: the control server marks a node offline only
+// seconds after its session ended.
+type Pinger interface {
+	PingPeer(ctx context.Context, ip netip.Addr) error
+}
+
+// PingTimeout bounds a Pinger's ping of an agent; an unanswered ping is
+// followed by a Health call at once.
+const PingTimeout = time.Second
+
 // KeepaliveTime is how long a connection to an agent may be silent before
 // the registry pings it (gRPC's floor); a ping unanswered within
 // Config.CallTimeout closes the connection.
@@ -500,8 +514,20 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		!a.healthDue.IsZero() && time.Now().Before(a.healthDue)
 	r.mu.Unlock()
 	if quiet {
-		r.metrics.healthSkipped.Inc()
-		return
+		pinged := true
+		if p, ok := r.cfg.Mesh.(Pinger); ok {
+			pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+			err := p.PingPeer(pctx, node.Addr)
+			cancel()
+			if err != nil {
+				r.log.Debug("zones: mesh ping of an online agent failed; calling its Health", "mesh_name", node.Name, "err", err)
+				pinged = false
+			}
+		}
+		if pinged {
+			r.metrics.healthSkipped.Inc()
+			return
+		}
 	}
 
 	var update *UpdateStatus
