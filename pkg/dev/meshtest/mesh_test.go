@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -396,6 +397,51 @@ func TestMesh(t *testing.T) {
 		nodes, err := h.Orchestrator.Zones().Client(h.Zone(t, beta).ID).Nodes(t.Context())
 		if err != nil || len(nodes) != 2 {
 			t.Fatalf("beta nodes after restart: %v %v", nodes, err)
+		}
+	})
+
+	step("idle agents are not health-checked at every refresh", func(t *testing.T) {
+		// The mesh's own state says the agents are there: over a window of
+		// several refreshes the orchestrator sends them (almost) no Health
+		// call, right after its restart too.
+		reg := h.Orchestrator.Zones()
+		checks := func() (called, skipped float64) {
+			t.Helper()
+			pr := prometheus.NewPedanticRegistry()
+			pr.MustRegister(reg)
+			mfs, err := pr.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "flexplane_zone_agent_health_checks_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					switch m.GetLabel()[0].GetValue() {
+					case "called":
+						called = m.GetCounter().GetValue()
+					case "skipped":
+						skipped = m.GetCounter().GetValue()
+					}
+				}
+			}
+			return called, skipped
+		}
+		agents := len(alpha.Agents) + len(beta.Agents)
+		called0, skipped0 := checks()
+		s := time.Now()
+		// Three refreshes of every agent: what the window is made of.
+		poll.True(t, 30*time.Second, "three refreshes skipped per agent", func() bool {
+			_, skipped := checks()
+			return skipped-skipped0 >= float64(3*agents)
+		})
+		called, _ := checks()
+		window := time.Since(s)
+		perAgent := (called - called0) / float64(agents) / window.Seconds()
+		t.Logf("idle Health calls per agent per second over %v: %.3f", window.Round(time.Millisecond), perAgent)
+		if limit := 0.05*window.Seconds()*float64(agents) + 1; called-called0 > limit {
+			t.Fatalf("%v Health calls to %d idle agents in %v, want at most %.0f", called-called0, agents, window, limit)
 		}
 	})
 
