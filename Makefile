@@ -63,6 +63,8 @@ BENCH_PKGS  ?= ./...
 BENCHTIME   ?= 1s
 # Where `make bench` writes its JSON report (bench-results/ is git-ignored).
 BENCH_OUT   ?= $(CURDIR)/bench-results/latest.json
+# Where `make bench-scale` writes its JSON report.
+BENCH_SCALE_OUT ?= $(CURDIR)/bench-results/scale.json
 # Code generators, pinned and installed into ./.bin by `make generate`.
 BIN                    := $(CURDIR)/.bin
 PROTOC_GEN_GO_VERSION  ?= v1.36.12
@@ -100,7 +102,7 @@ PORTAL_SRC  := $(shell find portal \( -name node_modules -o -name .output -o -na
                  -o -name test-artifacts -o -name tests \) -prune -o -type f -print 2>/dev/null)
 export NUXT_TELEMETRY_DISABLED := 1
 
-.PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
+.PHONY: release all build flexctl dev test fuzz lint lint-portal bench bench-scale bench-all generate generate-proto generate-graphql generate-pveschema generate-graphiql \
 	generate-deps generate-crds import-pve-apidata lint-schema check-generated check-proto-breaking portal portal-deps browser postgres systemd-analyze python3 image image-flexgateway test-portal kube-bin kube-node print-kube-bin \
 	tofu-bin print-tofu-bin print-provider-bin provider
 
@@ -169,7 +171,8 @@ lint: lint-schema lint-portal
 	$(GO) run $(STATICCHECK) ./...
 
 ## bench: the stack benchmark of pkg/dev/benchmark (GraphQL vs asking Proxmox
-## directly at 1, 8 and 32 zones, throughput, enrollment, memory; JSON report
+## directly at 1, 8 and 32 zones, throughput, enrollment, memory, a VDC in 2
+## of 64 zones vs a 2-zone deployment; JSON report
 ## in BENCH_OUT plus a table), then gRPC over the mesh vs loopback TCP
 ## (pkg/dev/meshtest), 60 VMs placed in a 3-node zone vs cloned without
 ## placement (pkg/compute), a 1,000-rule edge ruleset (pkg/edge), a disk moved
@@ -228,7 +231,7 @@ bench: portal kube-bin tofu-bin
 		| tee $(dir $(BENCH_OUT))scheduled-backups.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkTofuApply$$' -benchtime 3x -timeout 15m ./pkg/tfprovider \
 		| tee $(dir $(BENCH_OUT))tofu-apply.txt
-	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./graph \
+	$(GO) test -run '^$$' -bench '^BenchmarkUploadThroughput$$' -benchtime 1x -timeout 15m ./pkg/dev/benchmark \
 		| tee $(dir $(BENCH_OUT))upload.txt
 
 ## release: build the agent at RELEASE_VERSION for RELEASE_PLATFORM and sign
@@ -248,6 +251,15 @@ release:
 		$(GO) build -trimpath -ldflags "-X main.buildVersion=$(RELEASE_VERSION)" -o $(RELEASE_BIN) ./cmd/agent
 	$(GO) run ./cmd/flexrelease sign -key $(RELEASE_KEY) -version $(RELEASE_VERSION) -platform $(RELEASE_PLATFORM) \
 		-valid $(RELEASE_VALID) $(RELEASE_BIN)
+
+## bench-scale: the scale harness of pkg/dev/benchmark: BENCH_SCALE_AGENTS
+## (default 64) real agents, one per simulated single-node cluster, added in
+## steps of 64 and 256; the orchestrator's idle CPU, RSS and the agents' idle
+## calls per agent at each step, enrollment, offline detection and the vms
+## query of a VDC in 2 zones at the largest; JSON report in BENCH_SCALE_OUT
+## plus a table (docs/performance/index.md). Not part of `make bench`.
+bench-scale:
+	BENCH_SCALE_OUT=$(BENCH_SCALE_OUT) $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 30m ./pkg/dev/benchmark
 
 ## bench-all: every benchmark of BENCH_PKGS for BENCHTIME each.
 bench-all:

@@ -72,7 +72,7 @@ func (r *Resolver) networkPage(ctx context.Context, zone *string, first *int, af
 	if err != nil {
 		return paging.Page[*model.Network]{}, err
 	}
-	byZone, down := r.Estate.NetworksOf(ctx, zs, scope.VDC.Name)
+	byZone, down := r.session(ctx).VDCNetworks(ctx, scope.VDC, zs)
 	r.reportDown(ctx, nil, down...)
 	var all []*model.Network
 	for _, z := range zs {

@@ -186,6 +186,17 @@ type VDCStatus struct {
 	// its last count stands in for it, so an outage never lets a VDC go
 	// over quota.
 	Counted map[string]ZoneCount `json:"counted,omitempty"`
+	// Zones is the VDC's zone set: the identities of the zones it has
+	// resources in (guests, networks, staged images, backups), sorted. A
+	// zone is added before the first resource is created there; one may
+	// stay after its last resource is gone (a read then asks one zone
+	// more), never the other way round. See ZonesComplete.
+	Zones []string `json:"zones,omitempty"`
+	// ZonesComplete tells that Zones names every zone the VDC has
+	// resources in. False (a VDC older than the zone set, or one whose set
+	// was lost) makes the next read rebuild it from Proxmox by asking
+	// every zone once.
+	ZonesComplete bool `json:"zonesComplete,omitempty"`
 }
 
 // ZoneCount is what a VDC's guests used in one zone at a time.

@@ -85,6 +85,9 @@ func (im *Images) StageVDC(ctx context.Context, vdc, name, zone string) (ImageSt
 	if err := sc.source(ctx); err != nil {
 		return ImageState{}, err
 	}
+	if err := catalog.RecordVDCZone(ctx, d.cfg.Catalog, vdc, dst.ID); err != nil {
+		return ImageState{}, internal("recording the zone in the VDC's zone set failed", err)
+	}
 	phases := vdcStagePhases()
 	if err := runPhases(ctx, d.eng, "", "", phases[:1], sc); err != nil {
 		sc.undo()

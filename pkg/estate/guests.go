@@ -129,9 +129,11 @@ type candidate struct {
 }
 
 // VMs returns the first n VMs of vdc in zones zs after cursor (nil: from
-// the first) that match f.
+// the first) that match f. Only the zones of zs in vdc's zone set are
+// asked (Following).
 func (rd *Read) VMs(ctx context.Context, vdc *catalog.VDC, zs []fleet.Zone, f VMFilter, n int, cursor *tenancy.VMRef) VMPage {
 	creating := quota.Creating(vdc)
+	zs = rd.Following(ctx, vdc, zs)
 	var (
 		mu     sync.Mutex
 		byZone [][]candidate

@@ -68,7 +68,7 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		Firewall: groups, Logger: log.With("component", "securitygroup")}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
-	if s.networks, err = network.NewService(registry); err != nil {
+	if s.networks, err = network.NewService(registry, zoneSet{store}); err != nil {
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	vcfg := vdc.Config{Store: store, Zones: vdcZones{registry}, Networks: s.networks, Pools: vdcPools{registry},
@@ -83,6 +83,13 @@ func newServices(registry *fleet.Registry, store catalog.Store, vms *compute.Ser
 		return services{}, fmt.Errorf("orchestrator: %w", err)
 	}
 	return s, nil
+}
+
+// zoneSet records a zone in a VDC's zone set in the catalog.
+type zoneSet struct{ store catalog.Store }
+
+func (z zoneSet) Record(ctx context.Context, vdc, zoneID string) error {
+	return catalog.RecordVDCZone(ctx, z.store, vdc, zoneID)
 }
 
 // vdcBackups are the compute service's backups as the VDC lifecycle sees

@@ -132,8 +132,10 @@ func New(cfg Config) (*Service, error) {
 	return &Service{cfg: cfg, log: log, access: accessState{lastUsed: map[string]time.Time{}}}, nil
 }
 
-// Create creates v in the catalog.
+// Create creates v in the catalog. A new VDC has resources in no zone:
+// its zone set starts empty and complete.
 func (s *Service) Create(ctx context.Context, v *catalog.VDC) (*catalog.VDC, error) {
+	v.Status.Zones, v.Status.ZonesComplete = nil, true
 	out, err := catalog.Create(ctx, s.cfg.Store, v)
 	if err != nil {
 		return nil, fmt.Errorf("vdc: create %s: %w", v.Name, err)

@@ -27,8 +27,12 @@ type Report struct {
 	Enrollment *Enrollment  `json:"enrollment,omitempty"`
 	// Tenant is the cost of a VDC's reads amid other tenants' guests.
 	Tenant *Tenant `json:"tenant,omitempty"`
-	Memory Memory  `json:"memory"`
-	Goals  []Goal  `json:"goals"`
+	// ZoneSet is the zone-set figure (nil when not measured).
+	ZoneSet *ZoneSet `json:"zone_set,omitempty"`
+	Memory  Memory   `json:"memory"`
+	// Scale holds the figures of the scale harness (`make bench-scale`).
+	Scale *Scale `json:"scale,omitempty"`
+	Goals []Goal `json:"goals"`
 	// Notes says what was scaled down or left out, and why.
 	Notes []string `json:"notes"`
 }
@@ -72,6 +76,24 @@ type QueryResult struct {
 	// FirstError is the first of them.
 	Failed     int    `json:"failed"`
 	FirstError string `json:"first_error,omitempty"`
+}
+
+// ZoneSet is the vms query of a VDC whose guests are in VDCZones of Zones
+// zones, against the same VDC in a deployment of VDCZones zones.
+type ZoneSet struct {
+	// Zones is the zones of the many-zone deployment; VDCZones those the
+	// VDC has guests in (its zone set), with Guests guests in each.
+	Zones    int `json:"zones"`
+	VDCZones int `json:"vdc_zones"`
+	Guests   int `json:"guests_per_zone"`
+	// Many is vms in the many-zone deployment, Few in a deployment of
+	// the VDC's zones only; Ratio is Many.P50 / Few.P50.
+	Many  Latencies `json:"many_zones"`
+	Few   Latencies `json:"few_zones"`
+	Ratio float64   `json:"ratio_p50"`
+	// ProxyCalls is the agents' reads of the VDC's pool (the Proxy calls
+	// of a vms request) per request in the many-zone deployment.
+	ProxyCalls float64 `json:"proxy_calls_per_request"`
 }
 
 // Tenant is the vms query of a VDC with VDCGuests guests in each of Zones
@@ -214,6 +236,13 @@ func (r *Report) WriteJSON(path string) error {
 
 // WriteTable prints the short table.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.Scale != nil {
+		if err := writeScale(w, r.Scale); err != nil {
+			return err
+		}
+		r.writeGoals(w)
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 	p("query\tzones\thosts\tgraphql p50\tp99\tfloor p50\tp99\tratio p50\tp99\traw floor p50\tratio\tn\tfailed\t\n")
@@ -256,6 +285,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	h := r.Memory.Harness
 	fmt.Fprintf(w, "benchmark process (%d in-process agents, %d simulated clusters): RSS %.0f MiB, Go heap in use %.0f MiB, %d goroutines\n", h.Agents, h.Clusters, h.RSS, h.HeapInUse, h.Goroutines)
 	fmt.Fprintln(w)
+	r.writeGoals(w)
+	return nil
+}
+
+// writeGoals prints the goals and the notes.
+func (r *Report) writeGoals(w io.Writer) {
 	for _, g := range r.Goals {
 		verdict := "MISS"
 		if g.Pass {
@@ -266,5 +301,4 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Notes) > 0 {
 		fmt.Fprintf(w, "\nnotes:\n  %s\n", strings.Join(r.Notes, "\n  "))
 	}
-	return nil
 }

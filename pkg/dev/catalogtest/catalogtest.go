@@ -43,6 +43,7 @@ func Run(t *testing.T, open Open) {
 		"KubeEndpointsOnce":          kubeEndpointsOnce,
 		"AccessChangesReachReplicas": accessChangesReachReplicas,
 		"SSHKeysPerSubject":          sshKeysPerSubject,
+		"VDCZoneSetNeverLoses":       vdcZoneSetNeverLoses,
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -73,6 +74,7 @@ func Sample() []catalog.Object {
 		{ID: "op-2", VCPUs: 1, MemoryMiB: 512, StorageGiB: 5, Expires: at.Add(time.Minute)},
 	}
 	v.Status.Counted = map[string]catalog.ZoneCount{"fra1": {VCPUs: 4, MemoryMiB: 4096, StorageGiB: 40, VMs: 2, At: at}}
+	v.Status.Zones, v.Status.ZonesComplete = []string{"fra1", "hel1"}, true
 	v.Members = []catalog.MemberBinding{{User: "alice", Role: catalog.RoleAdmin}, {User: "bob", Role: catalog.RoleViewer}}
 	later, used := at.Add(time.Hour), at.Add(time.Minute)
 	v.ServiceAccounts = []catalog.ServiceAccount{
@@ -553,6 +555,63 @@ func concurrentUpdates(t *testing.T, open Open) {
 	}
 	if got := o.(*catalog.VDC); got.Quotas.VCPUs != 100+winners[0] {
 		t.Fatalf("stored %d, winner wrote %d", o.(*catalog.VDC).Quotas.VCPUs, 100+winners[0])
+	}
+}
+
+// vdcZoneSetNeverLoses: zones recorded at once through both stores (two
+// replicas creating in different zones) all land in the VDC's zone set,
+// sorted; a rebuilt set stored meanwhile keeps them too.
+func vdcZoneSetNeverLoses(t *testing.T, open Open) {
+	ctx := t.Context()
+	a, b := open(t)
+	stores := []catalog.Store{a, b}
+	if _, err := catalog.Create(ctx, a, vdc("zoned", 1)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	var want []string
+	var wg sync.WaitGroup
+	errs := make([]error, n+1)
+	start := make(chan struct{})
+	for i := range n {
+		zone := fmt.Sprintf("zone-%02d", i)
+		want = append(want, zone)
+		wg.Go(func() {
+			<-start
+			errs[i] = catalog.RecordVDCZone(ctx, stores[i%2], "zoned", zone)
+		})
+	}
+	wg.Go(func() {
+		<-start
+		_, errs[n] = catalog.CompleteVDCZones(ctx, b, "zoned", []string{"zone-03", "zone-found"})
+	})
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "zone-found")
+	for _, st := range stores {
+		o, err := Await(t, st, catalog.KindVDC, "zoned", func(o catalog.Object) bool {
+			return len(o.(*catalog.VDC).Status.Zones) == len(want)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := o.(*catalog.VDC); !slices.Equal(v.Status.Zones, want) || !v.Status.ZonesComplete {
+			t.Fatalf("zone set %v complete %v, want %v complete", v.Status.Zones, v.Status.ZonesComplete, want)
+		}
+	}
+	// Recording a zone already there writes nothing.
+	before, err := catalog.Get[*catalog.VDC](ctx, a, "zoned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := catalog.RecordVDCZone(ctx, a, "zoned", "zone-05"); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := catalog.Get[*catalog.VDC](ctx, a, "zoned"); err != nil || after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("recording a known zone wrote the VDC: %v", err)
 	}
 }
 

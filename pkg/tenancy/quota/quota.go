@@ -231,16 +231,22 @@ type counted struct {
 	err   error // the zone could be counted neither now nor before
 }
 
-// count counts vdc in every zone in parallel, each within the zone timeout,
-// leaving out the guests of live reservations. Zones that cannot be read
-// count as last recorded in last.
-func (l *Ledger) count(ctx context.Context, vdc string, live []catalog.QuotaReservation, last map[string]catalog.ZoneCount) []counted {
+// count counts v in the zones of its zone set (every zone while the set
+// is not complete) in parallel, each within the zone timeout, leaving out
+// the guests of live reservations. Zones that cannot be read count as last
+// recorded in v.
+func (l *Ledger) count(ctx context.Context, v *catalog.VDC, live []catalog.QuotaReservation) []counted {
+	vdc, last := v.Name, v.Status.Counted
 	bound := boundGuests(live)
 	timeout := l.ZoneTimeout
 	if timeout <= 0 {
 		timeout = DefaultZoneTimeout
 	}
 	zs := l.Zones(ctx)
+	if v.Status.ZonesComplete {
+		// A zone outside the set holds nothing of the VDC.
+		zs = slices.DeleteFunc(slices.Clone(zs), func(z Zone) bool { return !v.HasZone(z.ID) })
+	}
 	out := make([]counted, len(zs))
 	var wg sync.WaitGroup
 	for i, z := range zs {
@@ -316,7 +322,8 @@ func reserved(r catalog.QuotaReservation) Usage {
 // in zone zoneID of vdc, or fails with *ExceededError, or with
 // *ZoneUnavailableError when a zone can be counted neither now nor from
 // before. Reserving an id twice is a no-op. It records what it counted in
-// each zone on the VDC, with the reservation.
+// each zone on the VDC, with the reservation, and adds zoneID to the VDC's
+// zone set in the same conditional write.
 func (l *Ledger) Reserve(ctx context.Context, vdc, id, zoneID string, req Usage) error {
 	return l.reserve(ctx, vdc, catalog.QuotaReservation{
 		ID: id, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, StorageGiB: req.StorageGiB, Zone: zoneID,
@@ -379,7 +386,7 @@ func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReser
 		if res.Name != "" && slices.ContainsFunc(live, func(r catalog.QuotaReservation) bool { return r.Name == res.Name }) {
 			return fmt.Errorf("quota: reserve %s: %w", res.Name, ErrNameTaken)
 		}
-		cs := l.count(ctx, vdc, live, v.Status.Counted)
+		cs := l.count(ctx, v, live)
 		u, err := used(cs, live)
 		if err != nil {
 			return err
@@ -389,6 +396,7 @@ func (l *Ledger) reserve(ctx context.Context, vdc string, res catalog.QuotaReser
 		}
 		res.Expires = now.Add(l.ttl())
 		v.Status.Reservations = append(live, res)
+		v.AddZone(res.Zone) // the zone set grows before anything lands in the zone
 		record(v, cs, live, now)
 		_, err = catalog.Update(ctx, l.Store, v)
 		if errors.Is(err, catalog.ErrConflict) {
@@ -445,7 +453,7 @@ func (l *Ledger) Bind(ctx context.Context, vdc, id string, vmid int) error {
 // with it.
 func (l *Ledger) Usage(ctx context.Context, v *catalog.VDC) (Usage, error) {
 	live := pruned(v.Status.Reservations, time.Now())
-	return used(l.count(ctx, v.Name, live, v.Status.Counted), live)
+	return used(l.count(ctx, v, live), live)
 }
 
 // Release drops the reservation id of vdc (and expired ones). Releasing an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -256,5 +257,38 @@ func TestCountsZonesInParallel(t *testing.T) {
 	}
 	if d := time.Since(start); d >= 2*time.Second {
 		t.Errorf("usage waited %v for a zone of 10 s with a timeout of 800 ms", d)
+	}
+}
+
+// TestReserveGrowsTheZoneSet: a reservation adds its zone to the VDC's
+// zone set in its own write, and once the set is complete only its zones
+// are counted: a zone outside it that is down, never counted, refuses
+// nothing.
+func TestReserveGrowsTheZoneSet(t *testing.T) {
+	t.Parallel()
+	a, b := vmtest.StartZone(t, "alpha", 1), vmtest.StartZone(t, "beta", 1)
+	ctx := vmtest.Ctx(t)
+	st := vmtest.Catalog(t, []string{"prod"}, catalog.VDCQuotas{VCPUs: 100, MemoryMiB: 1 << 20, StorageGiB: 1000, VMs: 4}, "http://127.0.0.1/x.qcow2", "sha256:"+fmt.Sprintf("%064d", 0), a, b)
+	v, err := catalog.Get[*catalog.VDC](ctx, st, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Status.ZonesComplete = true // a new VDC: nothing anywhere
+	if _, err := catalog.Update(ctx, st, v); err != nil {
+		t.Fatal(err)
+	}
+	l := &quota.Ledger{Store: st, Zones: zonesOf([]*vmtest.Zone{a, b}, map[string]bool{"beta": true})}
+	if err := l.Reserve(ctx, "prod", "op1", a.Sim.Identity(), quota.Usage{VCPUs: 1}); err != nil {
+		t.Fatalf("a create in alpha while beta, where prod has nothing, is down: %v", err)
+	}
+	v, err = catalog.Get[*catalog.VDC](ctx, st, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{a.Sim.Identity()}; !slices.Equal(v.Status.Zones, want) {
+		t.Fatalf("zone set after the reservation: %v, want %v", v.Status.Zones, want)
+	}
+	if u, err := l.Usage(ctx, v); err != nil || u.VMs != 1 {
+		t.Fatalf("usage: %+v, %v; want the one reservation", u, err)
 	}
 }

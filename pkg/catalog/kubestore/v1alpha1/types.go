@@ -162,6 +162,16 @@ type VDCStatus struct {
 	// counted, by zone identity.
 	// +optional
 	Counted map[string]ZoneCount `json:"counted,omitempty"`
+	// Zones are the identities of the zones the VDC has resources in.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:MaxLength=253
+	Zones []string `json:"zones,omitempty"`
+	// ZonesComplete tells that zones names every zone the VDC has
+	// resources in; false makes the orchestrator rebuild it from Proxmox.
+	// +optional
+	ZonesComplete bool `json:"zonesComplete,omitempty"`
 }
 
 // ZoneCount is what a VDC's guests used in one zone at a time.
