@@ -51,7 +51,9 @@ type Config struct {
 	// Handler serves every path the mesh control server and the API do not
 	// own (the portal, ...). Nil answers 404.
 	Handler http.Handler
-	// RefreshInterval is how often zones and host status are refreshed.
+	// RefreshInterval is how often zones and host status are refreshed from
+	// the mesh (an agent's Health is called only when due: see
+	// fleet.Config.HealthInterval).
 	// Default 2s.
 	RefreshInterval time.Duration
 	// MetricsListen is the TCP address serving the Prometheus metrics: the

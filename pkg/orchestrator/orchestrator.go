@@ -504,6 +504,12 @@ func (m mesh) OnlinePeers(ctx context.Context) (map[netip.Addr]bool, error) {
 
 var _ fleet.MapResyncer = mesh{}
 
+var _ fleet.Pinger = mesh{}
+
+func (m mesh) PingPeer(ctx context.Context, ip netip.Addr) error {
+	return m.node.PingPeer(ctx, ip)
+}
+
 func (m mesh) ResyncMap(ctx context.Context) (bool, error) {
 	return m.node.ResyncMap(ctx)
 }

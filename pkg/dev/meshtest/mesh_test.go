@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/luthermonson/go-proxmox"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -399,6 +400,51 @@ func TestMesh(t *testing.T) {
 		}
 	})
 
+	step("idle agents are not health-checked at every refresh", func(t *testing.T) {
+		// The mesh's own state says the agents are there: over a window of
+		// several refreshes the orchestrator sends them (almost) no Health
+		// call, right after its restart too.
+		reg := h.Orchestrator.Zones()
+		checks := func() (called, skipped float64) {
+			t.Helper()
+			pr := prometheus.NewPedanticRegistry()
+			pr.MustRegister(reg)
+			mfs, err := pr.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "flexplane_zone_agent_health_checks_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					switch m.GetLabel()[0].GetValue() {
+					case "called":
+						called = m.GetCounter().GetValue()
+					case "skipped":
+						skipped = m.GetCounter().GetValue()
+					}
+				}
+			}
+			return called, skipped
+		}
+		agents := len(alpha.Agents) + len(beta.Agents)
+		called0, skipped0 := checks()
+		s := time.Now()
+		// Three refreshes of every agent: what the window is made of.
+		poll.True(t, 30*time.Second, "three refreshes skipped per agent", func() bool {
+			_, skipped := checks()
+			return skipped-skipped0 >= float64(3*agents)
+		})
+		called, _ := checks()
+		window := time.Since(s)
+		perAgent := (called - called0) / float64(agents) / window.Seconds()
+		t.Logf("idle Health calls per agent per second over %v: %.3f", window.Round(time.Millisecond), perAgent)
+		if limit := 0.05*window.Seconds()*float64(agents) + 1; called-called0 > limit {
+			t.Fatalf("%v Health calls to %d idle agents in %v, want at most %.0f", called-called0, agents, window, limit)
+		}
+	})
+
 	step("token stays in the agent", func(t *testing.T) {
 		for _, c := range []*meshtest.Cluster{alpha, beta} {
 			if bytes.Contains(logs.Bytes(), []byte(c.Secret)) {
@@ -461,10 +507,12 @@ func TestStandaloneNode(t *testing.T) {
 		t.Fatal("two standalone nodes share a zone identity")
 	}
 
-	// When Proxmox itself is down, the agent is still in the mesh: degraded.
+	// When Proxmox itself is down, the agent is still in the mesh:
+	// degraded, at its next sampled Health call (fleet's HealthInterval,
+	// 20s, plus up to a quarter of it, plus a refresh).
 	down := h.Clusters[1]
 	down.Sim.Close()
-	poll.True(t, 20*time.Second, "host degraded", func() bool {
+	poll.True(t, 35*time.Second, "host degraded", func() bool {
 		host, ok := down.Agents[0].Host()
 		return ok && host.Status == fleet.StatusDegraded && strings.Contains(host.Detail, "proxmox unreachable")
 	})

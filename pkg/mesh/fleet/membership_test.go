@@ -238,7 +238,9 @@ func TestProofRenewed(t *testing.T) {
 	addr := netip.MustParseAddr("100.64.0.1")
 	m := &fakeMesh{dialTo: serve(t, a), reachable: map[netip.Addr]bool{addr: true}, nodes: []fleet.MeshNode{
 		{ID: 1, Name: "alpha-pve1", NodeKey: "nodekey:01", Addr: addr, Tags: []string{meshnode.TagAgent}, Online: true}}}
-	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	// Health at every refresh: the version changes here on a connection
+	// that stays up, where a real agent's restart closes it.
+	r, err := fleet.New(fleet.Config{Mesh: m, RejoinGrace: time.Millisecond, HealthInterval: time.Nanosecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

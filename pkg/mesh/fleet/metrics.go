@@ -24,10 +24,14 @@ type registryMetrics struct {
 	requests    *prometheus.CounterVec   // zone, method, code
 	requestTime *prometheus.HistogramVec // zone, method
 	mapResyncs  prometheus.Counter       // the orchestrator's map asked for again
+	// healthChecks counts the agents' Health checks by outcome; healthCalls
+	// and healthSkipped are its two series.
+	healthChecks               *prometheus.CounterVec
+	healthCalls, healthSkipped prometheus.Counter
 }
 
 func newRegistryMetrics() *registryMetrics {
-	return &registryMetrics{
+	m := &registryMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "zone", Name: "proxmox_requests_total",
 			Help: "Proxmox API requests the orchestrator sent to a zone's agents, by zone name, method and HTTP status (\"error\" when no agent answered)."},
 			[]string{"zone", "method", "code"}),
@@ -36,7 +40,13 @@ func newRegistryMetrics() *registryMetrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"zone", "method"}),
 		mapResyncs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "mesh", Name: "map_resyncs_total",
 			Help: "Times the orchestrator asked the mesh control server for its whole map again, having found agents online there missing from its own view."}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "zone", Name: "agent_health_checks_total",
+			Help: "Agent checks at the registry's refreshes, by outcome: \"called\" (a Health call was sent) or \"skipped\" (the mesh showed the agent online and its sampled Health was not due)."},
+			[]string{"outcome"}),
 	}
+	m.healthCalls = m.healthChecks.WithLabelValues("called")
+	m.healthSkipped = m.healthChecks.WithLabelValues("skipped")
+	return m
 }
 
 var (
@@ -55,6 +65,7 @@ func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 	r.metrics.requests.Describe(ch)
 	r.metrics.requestTime.Describe(ch)
 	r.metrics.mapResyncs.Describe(ch)
+	r.metrics.healthChecks.Describe(ch)
 	for _, d := range []*prometheus.Desc{descHostUp, descHostStatus, descAgentInfo, descMeshPeers} {
 		ch <- d
 	}
@@ -66,6 +77,7 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 	r.metrics.requests.Collect(ch)
 	r.metrics.requestTime.Collect(ch)
 	r.metrics.mapResyncs.Collect(ch)
+	r.metrics.healthChecks.Collect(ch)
 	for _, z := range r.Zones() {
 		counts := map[HostStatus]int{StatusOnline: 0, StatusDegraded: 0, StatusOffline: 0}
 		for _, h := range z.Hosts {

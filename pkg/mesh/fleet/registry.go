@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -37,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -83,6 +85,20 @@ type MapResyncer interface {
 	ResyncMap(ctx context.Context) (bool, error)
 }
 
+// Pinger is what a Mesh may also do: ping a peer at the mesh's own level
+// (meshnode.Node.PingPeer), which no service of the agent sees. While an
+// agent's sampled Health is not due, the registry pings it at each
+// refresh instead, so that an agent that is gone is found offline within a
+// refresh and CallTimeout: the control server marks a node offline only
+// seconds after its session ended.
+type Pinger interface {
+	PingPeer(ctx context.Context, ip netip.Addr) error
+}
+
+// PingTimeout bounds a Pinger's ping of an agent; an unanswered ping is
+// followed by a Health call at once.
+const PingTimeout = time.Second
+
 // KeepaliveTime is how long a connection to an agent may be silent before
 // the registry pings it (gRPC's floor); a ping unanswered within
 // Config.CallTimeout closes the connection.
@@ -98,9 +114,20 @@ type Config struct {
 	Mesh Mesh
 	// AgentPort is the agents' gRPC port. Default 50051.
 	AgentPort uint16
-	// RefreshInterval is how often the node list is read and every online
-	// agent's Health is called. Default 2s.
+	// RefreshInterval is how often the node list (with each node's online
+	// state at the control server) and the orchestrator's node's view of
+	// its peers are read. An agent's Health is called at a refresh only
+	// when that mesh state does not show it up and running as at its last
+	// Health, when a call to it failed, or when HealthInterval has passed.
+	// Default 2s.
 	RefreshInterval time.Duration
+	// HealthInterval is how long an online agent that the mesh keeps
+	// showing online goes without a Health call: the mesh's own peer state
+	// tells when it goes away, so the Health call is only a sampled check
+	// of what the mesh cannot see (its Proxmox API, its update state). Each
+	// wait is jittered by up to a quarter more, so that the agents' calls
+	// spread out. Default 20s.
+	HealthInterval time.Duration
 	// InfoInterval is how often an agent's Info is read, and its membership
 	// proven, again; both are also done whenever an agent comes (back)
 	// online, reports another version or has another mesh identity.
@@ -222,8 +249,12 @@ type agentState struct {
 	detail      string
 	lastHealthy time.Time
 	update      UpdateStatus
-	checking    bool      // a check is in flight
-	probedAt    time.Time // when it was last probed although the mesh did not show it
+	checking    bool // a check is in flight
+	// healthDue is when the agent's next Health call is due while the mesh
+	// keeps showing it online (see Config.HealthInterval); zero before its
+	// first answer.
+	healthDue time.Time
+	probedAt  time.Time // when it was last probed although the mesh did not show it
 	// unseenSince is since when the control server shows the agent online
 	// and the orchestrator's node does not (zero while it does, or the
 	// control server does not).
@@ -276,6 +307,9 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = 2 * time.Second
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = 20 * time.Second
 	}
 	if cfg.InfoInterval <= 0 {
 		cfg.InfoInterval = 5 * time.Minute
@@ -470,7 +504,31 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	node, client, prev := a.node, a.client, a.status
 	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline || a.provenKey != node.NodeKey
 	knownVersion := a.info.GetAgentVersion()
+	// The mesh shows the agent as it was at its last answer and the
+	// connection to it is up: the Health call waits for its sampled turn.
+	// A failed call (markFailed) made it offline, which calls again at
+	// once; an agent that restarted (into another version, say) closed
+	// the connection.
+	quiet := prev != StatusOffline && node.Online && reachable[node.Addr] && !infoDue &&
+		a.conn != nil && a.conn.GetState() == connectivity.Ready &&
+		!a.healthDue.IsZero() && time.Now().Before(a.healthDue)
 	r.mu.Unlock()
+	if quiet {
+		pinged := true
+		if p, ok := r.cfg.Mesh.(Pinger); ok {
+			pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+			err := p.PingPeer(pctx, node.Addr)
+			cancel()
+			if err != nil {
+				r.log.Debug("zones: mesh ping of an online agent failed; calling its Health", "mesh_name", node.Name, "err", err)
+				pinged = false
+			}
+		}
+		if pinged {
+			r.metrics.healthSkipped.Inc()
+			return
+		}
+	}
 
 	var update *UpdateStatus
 	var proven verdict
@@ -565,7 +623,15 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
+	r.metrics.healthCalls.Inc()
 	h, err := client.Health(cctx, &agentv1.HealthRequest{})
+	r.mu.Lock()
+	if err == nil {
+		a.healthDue = time.Now().Add(r.cfg.HealthInterval + rand.N(r.cfg.HealthInterval/4+1))
+	} else {
+		a.healthDue = time.Time{}
+	}
+	r.mu.Unlock()
 	if err != nil {
 		if unseen != "" {
 			r.log.Debug("zones: probe of an agent the mesh does not show", "mesh_name", node.Name, "why", unseen, "err", err)

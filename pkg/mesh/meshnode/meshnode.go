@@ -394,6 +394,20 @@ func (n *Node) PeerOnline(ctx context.Context, ip netip.Addr) (bool, error) {
 	return false, nil
 }
 
+// PingPeer sends the peer with mesh address ip a ping of the mesh's own
+// (TSMP: answered by the peer's mesh stack, not by any of its services)
+// and reports an error when no answer came before ctx ended.
+func (n *Node) PingPeer(ctx context.Context, ip netip.Addr) error {
+	res, err := n.lc.Ping(ctx, ip, tailcfg.PingTSMP)
+	if err != nil {
+		return fmt.Errorf("meshnode: ping %s: %w", ip, err)
+	}
+	if res.Err != "" {
+		return fmt.Errorf("meshnode: ping %s: %s", ip, res.Err)
+	}
+	return nil
+}
+
 // OnlinePeers is the mesh addresses of every peer PeerOnline would report
 // online, from one read of the node's status (PeerOnline for many peers
 // reads it once per peer).
