@@ -34,6 +34,11 @@ import (
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
+// checker is a registry that can be asked to check an agent's Health at
+// its next refresh (fleet.Registry.CheckSoon): the phases of an update
+// come with it, and a registry samples an idle agent's only now and then.
+type checker interface{ CheckSoon(meshID uint64) }
+
 // Registry is what a rollout needs of the zone registry.
 type Registry interface {
 	Zones() []fleet.Zone
@@ -523,6 +528,9 @@ func (s *Service) updateHost(ctx context.Context, id, version string, h Host, lo
 			}
 			return errShutDown
 		case <-t.C:
+		}
+		if c, ok := s.cfg.Registry.(checker); ok {
+			c.CheckSoon(h.MeshID) // the update's phase comes with the agent's Health
 		}
 		host, ok := s.host(h.MeshID)
 		if !ok || host.Update.Operation != id {

@@ -237,7 +237,9 @@ func TestRollout(t *testing.T) {
 		if p.Pid() != pid || p.Starts() != starts {
 			t.Errorf("the agent restarted (pid %d→%d, starts %d→%d)", pid, p.Pid(), starts, p.Starts())
 		}
-		poll.True(t, 10*time.Second, "the refusal reported", func() bool {
+		// Nobody waits for this refusal: it shows at the agent's next
+		// sampled Health (fleet's HealthInterval, 20s, and a quarter).
+		poll.True(t, 35*time.Second, "the refusal reported", func() bool {
 			x := hosts(t, h)["alpha/pve1"]
 			return x.Update != nil && x.Update.State == "REFUSED" && strings.Contains(x.Update.Reason, "longer") && x.AgentVersion == "v1.0.0"
 		})

@@ -915,6 +915,17 @@ func (r *Registry) markFailed(meshID uint64, err error) {
 	}
 }
 
+// CheckSoon makes the next refresh call the Health of the agent of mesh
+// node meshID, whatever its sampling interval: for a caller that waits
+// for what only Health reports (an update's phase).
+func (r *Registry) CheckSoon(meshID uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.agents[meshID]; a != nil {
+		a.healthDue = time.Time{}
+	}
+}
+
 // AgentOfNode returns the client of the online agent of node in zone zoneID and
 // its host, for calls to that one agent (a volume on its node): the agent
 // that proved that node of that zone.
