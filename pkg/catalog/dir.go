@@ -266,13 +266,15 @@ func (s *DirStore) Watch(ctx context.Context) <-chan struct{} {
 }
 
 // counterStamp identifies the resource version counter's file as it is
-// now: its modification time and size ("" while there is none).
+// now: the counter itself, which every write moves on ("" while there is
+// none). Its modification time would not do: two writes within one tick
+// of the kernel's coarse clock leave the same.
 func (s *DirStore) counterStamp() string {
-	fi, err := os.Stat(filepath.Join(s.dir, ".resourceversion"))
+	b, err := os.ReadFile(filepath.Join(s.dir, ".resourceversion"))
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+	return string(b)
 }
 
 // pollCounter signals the subscribers when the resource version counter's

@@ -103,6 +103,13 @@ type watcher struct {
 	zone   string
 	stop   context.CancelFunc
 	status *lbconfig.Status // nil while the replica does not answer, protected by Syncer.mu
+	// pushed is the revision this syncer last applied to the replica and
+	// pushGen the status generation it knew then: a status of that
+	// generation or older, which the watch may still bring, predates the
+	// apply and does not make the revision due again. Protected by
+	// Syncer.mu.
+	pushed  string
+	pushGen uint64
 }
 
 // New returns a Syncer; Run runs it.
@@ -227,7 +234,7 @@ func (s *Syncer) Pass(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, u := range urls {
 			seen[u] = true
-			if s.watched(ctx, zone, u) == cfg.Revision || !owned {
+			if running, pushed := s.watched(ctx, zone, u); running == cfg.Revision || pushed == cfg.Revision || !owned {
 				s.record(u, nil)
 				continue
 			}
@@ -243,8 +250,9 @@ func (s *Syncer) Pass(ctx context.Context) error {
 }
 
 // watched returns the revision the replica at url runs as its watch last
-// saw it ("" when unknown), and starts the watch if there is none.
-func (s *Syncer) watched(ctx context.Context, zone, url string) string {
+// saw it ("" when unknown) and the one this syncer last applied to it
+// since, and starts the watch if there is none.
+func (s *Syncer) watched(ctx context.Context, zone, url string) (running, pushed string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.watchers[url]
@@ -255,9 +263,9 @@ func (s *Syncer) watched(ctx context.Context, zone, url string) string {
 		go s.watchStatus(wctx, zone, url, w)
 	}
 	if w.status == nil {
-		return ""
+		return "", w.pushed
 	}
-	return w.status.Revision
+	return w.status.Revision, w.pushed
 }
 
 // stopWatchers stops the watches of the replicas not in keep.
@@ -288,9 +296,12 @@ func (s *Syncer) watchStatus(ctx context.Context, zone, url string, w *watcher) 
 		s.mu.Lock()
 		prev := w.status
 		if err != nil {
-			w.status = nil
+			w.status, w.pushed = nil, "" // it may have restarted: what it runs is unknown
 		} else {
 			w.status = &st
+			if st.Revision != w.pushed && st.Generation > w.pushGen {
+				w.pushed = "" // it changed after the apply
+			}
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -321,10 +332,14 @@ func (s *Syncer) push(ctx context.Context, zone, url string, cfg lbconfig.Config
 	// The replica runs it now: no further pass sends it again before
 	// the watch says otherwise.
 	s.mu.Lock()
-	if w := s.watchers[url]; w != nil && w.status != nil {
-		st := *w.status
-		st.Revision = cfg.Revision
-		w.status = &st
+	if w := s.watchers[url]; w != nil {
+		w.pushed, w.pushGen = cfg.Revision, 0
+		if w.status != nil {
+			w.pushGen = w.status.Generation
+			st := *w.status
+			st.Revision = cfg.Revision
+			w.status = &st
+		}
 	}
 	s.mu.Unlock()
 	s.cfg.Logger.Info("lbsync: applied", "replica", url, "revision", cfg.Revision, "balancers", len(cfg.Balancers))

@@ -239,7 +239,6 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 	start(false)
 	start(true)
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
-	pushed := len(r.Configs())
 
 	lb := &catalog.LoadBalancer{}
 	lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", "shop"), "red", "alpha"
@@ -250,7 +249,16 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
-	if n := len(r.Configs()) - pushed; n != 1 {
+	// Counted by what was pushed, not when: the empty config may still be
+	// applied again at the start (a status the watch brought from before
+	// the first apply).
+	n := 0
+	for _, c := range r.Configs() {
+		if len(c.Balancers) == 1 {
+			n++
+		}
+	}
+	if n != 1 {
 		t.Errorf("the change was pushed %d times, want once (by the zone's owner)", n)
 	}
 }
