@@ -57,8 +57,7 @@ func CopyBeat(ctx context.Context, c *proxmox.Client, tpl Template, now time.Tim
 	if err != nil {
 		return fmt.Errorf("images: beat of copy %d: %w", tpl.VMID, err)
 	}
-	tags := strings.FieldsFunc(cfg.Str("tags"), func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
-	if !slices.Contains(tags, IncomingTag) {
+	if !slices.Contains(pveapi.SplitTags(cfg.Str("tags")), IncomingTag) {
 		return fmt.Errorf("images: beat of copy %d: no longer a copy", tpl.VMID)
 	}
 	if _, err := pveapi.Run(ctx, c, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", tpl.Node, tpl.VMID),

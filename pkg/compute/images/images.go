@@ -150,10 +150,24 @@ func (s storageInfo) has(content string) bool {
 
 // pickStorages chooses the import and disk storages of t.
 func pickStorages(ctx context.Context, t Target) (imp, disk string, err error) {
+	all, err := listStorages(ctx, t)
+	if err != nil {
+		return "", "", err
+	}
+	return pickFrom(all, t)
+}
+
+// listStorages are the storages of the zone of t.
+func listStorages(ctx context.Context, t Target) ([]storageInfo, error) {
 	var all []storageInfo
 	if err := t.Client.Get(ctx, "/storage", &all); err != nil {
-		return "", "", fmt.Errorf("images: list storage: %w", err)
+		return nil, fmt.Errorf("images: list storage: %w", err)
 	}
+	return all, nil
+}
+
+// pickFrom chooses the import and disk storages of t among all.
+func pickFrom(all []storageInfo, t Target) (imp, disk string, err error) {
 	byID := map[string]storageInfo{}
 	for _, s := range all {
 		byID[s.Storage] = s
@@ -571,11 +585,15 @@ func (s *Stager) TemplateFromDisks(ctx context.Context, t Target, img *catalog.I
 // returns it once it is one. The volume is left as it is.
 func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.Image, node, vol string) (Template, error) {
 	t.Node = node
-	_, disk, err := pickStorages(ctx, t)
+	all, err := listStorages(ctx, t)
 	if err != nil {
 		return Template{}, err
 	}
-	if shared, err := sharedDisk(ctx, t); err != nil {
+	_, disk, err := pickFrom(all, t)
+	if err != nil {
+		return Template{}, err
+	}
+	if shared, err := sharedDisk(ctx, t, all); err != nil {
 		return Template{}, err
 	} else if shared != "" {
 		disk = shared
@@ -583,15 +601,11 @@ func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.
 	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
 }
 
-// sharedDisk is the first of t's storages that holds disks and that every
+// sharedDisk is the first of t's storages (all, as listed) that holds disks and that every
 // node of the zone shares, "" when none does. A template there serves a
 // VM cloned onto any node; on a node's local storage Proxmox refuses to
 // clone it to another node.
-func sharedDisk(ctx context.Context, t Target) (string, error) {
-	var all []storageInfo
-	if err := t.Client.Get(ctx, "/storage", &all); err != nil {
-		return "", fmt.Errorf("images: list storage: %w", err)
-	}
+func sharedDisk(ctx context.Context, t Target, all []storageInfo) (string, error) {
 	rs, err := pveapi.Resources(ctx, t.Client, "storage")
 	if err != nil {
 		return "", fmt.Errorf("images: storages of zone %s: %w", t.Zone, err)
