@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -112,6 +113,31 @@ func Change[P ObjectPtr[T], T any](ctx context.Context, s Store, name string, re
 	}
 	change(cur)
 	return Update(ctx, s, cur)
+}
+
+// Modify reads the object called name, lets change alter it and writes
+// it on the version it read, again from a fresh read whenever a
+// concurrent writer got there first (ErrConflict), so that neither
+// write is lost. change reports whether it altered the object; when it
+// did not, nothing is written and the object read is returned.
+func Modify[P ObjectPtr[T], T any](ctx context.Context, s Store, name string, change func(P) bool) (P, error) {
+	for {
+		cur, err := Get[P](ctx, s, name)
+		if err != nil {
+			return nil, err
+		}
+		if !change(cur) {
+			return cur, nil
+		}
+		out, err := Update(ctx, s, cur)
+		if errors.Is(err, ErrConflict) {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		return out, err
+	}
 }
 
 // DeleteAt deletes the object called name, conditionally on

@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -30,23 +29,10 @@ func (v *VDC) AddZone(zoneID string) bool {
 // other's zones). A zone already in the set writes nothing. A VDC that is
 // not there is ErrNotFound.
 func RecordVDCZone(ctx context.Context, s Store, vdc, zoneID string) error {
-	for {
-		v, err := Get[*VDC](ctx, s, vdc)
-		if err != nil {
-			return fmt.Errorf("catalog: record zone of VDC %s: %w", vdc, err)
-		}
-		if !v.AddZone(zoneID) {
-			return nil
-		}
-		_, err = Update(ctx, s, v)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("catalog: record zone of VDC %s: %w", vdc, err)
-		}
-		return nil
+	if _, err := Modify(ctx, s, vdc, func(v *VDC) bool { return v.AddZone(zoneID) }); err != nil {
+		return fmt.Errorf("catalog: record zone of VDC %s: %w", vdc, err)
 	}
+	return nil
 }
 
 // CompleteVDCZones stores a rebuilt zone set of VDC vdc: the zones found
@@ -54,26 +40,16 @@ func RecordVDCZone(ctx context.Context, s Store, vdc, zoneID string) error {
 // complete, with a conditional write (again on a conflict). It returns the
 // VDC as written.
 func CompleteVDCZones(ctx context.Context, s Store, vdc string, found []string) (*VDC, error) {
-	for {
-		v, err := Get[*VDC](ctx, s, vdc)
-		if err != nil {
-			return nil, fmt.Errorf("catalog: complete zones of VDC %s: %w", vdc, err)
-		}
+	v, err := Modify(ctx, s, vdc, func(v *VDC) bool {
 		changed := !v.Status.ZonesComplete
 		for _, z := range found {
 			changed = v.AddZone(z) || changed
 		}
-		if !changed {
-			return v, nil
-		}
 		v.Status.ZonesComplete = true
-		out, err := Update(ctx, s, v)
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("catalog: complete zones of VDC %s: %w", vdc, err)
-		}
-		return out, nil
+		return changed
+	})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: complete zones of VDC %s: %w", vdc, err)
 	}
+	return v, nil
 }
