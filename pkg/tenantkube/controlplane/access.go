@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -125,6 +127,34 @@ func (m *Manager) bindRoles(ctx context.Context, ns string, cl cluster, groups [
 		default:
 			return fmt.Errorf("bind %s in the tenant cluster at %s: %v: %w", g, addr, err, ErrNotReady)
 		}
+		if err := bindingInEffect(ctx, tenant, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindingInEffect waits until the tenant API server's authorizer, which
+// reads ClusterRoleBindings from a watch, applies the binding of group
+// role: a credential handed out before then would be refused its first
+// requests. Every one of Roles may list pods in every namespace.
+func bindingInEffect(ctx context.Context, tenant kubernetes.Interface, role string) error {
+	inEffect := func(ctx context.Context) (bool, error) {
+		rev, err := tenant.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User:               "flexplane:binding-check",
+			Groups:             []string{role},
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Resource: "pods"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return rev.Status.Allowed, nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, grantWait, true, inEffect); err != nil {
+		if wait.Interrupted(err) && ctx.Err() == nil {
+			return fmt.Errorf("bind %s in the tenant cluster: not in effect after %s: %w", role, grantWait, ErrNotReady)
+		}
+		return fmt.Errorf("bind %s in the tenant cluster: %w", role, err)
 	}
 	return nil
 }
