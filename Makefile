@@ -266,8 +266,8 @@ bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 ## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler,
-## kubelet and etcd for the tests, built from the pinned Go modules into
-## KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The four Kubernetes
+## kubelet, kube-proxy and etcd for the tests, built from the pinned Go modules into
+## KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The five Kubernetes
 ## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
 ## as): one build shares their packages and link work. tools/kube/build.sh
 ## prints its progress; docs/develop gives the measured cold times. The

@@ -40,14 +40,20 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	var errs []error
-	if len(n.procs) == 2 && !n.exited(1) {
+	if len(n.procs) >= 2 && !n.exited(1) {
 		if err := n.deletePods(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		n.stop(i)
-		if i == 1 {
+		switch i {
+		case 2:
+			// kube-proxy is gone: remove the Services' rules it made.
+			if err := n.cleanupServiceRules(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		case 1:
 			// The kubelet is gone: end the containers it left.
 			n.killCgroupProcs()
 		}
@@ -81,6 +87,23 @@ func (n *Node) Close() error {
 		n.closeErr = fmt.Errorf("kubenode: close %s (its files are kept in %s): %w", n.cfg.Name, n.cfg.Dir, err)
 	}
 	return n.closeErr
+}
+
+// cleanupServiceRules removes kube-proxy's rules (`kube-proxy --cleanup`,
+// in the node's mount namespace) and checks that its chains are gone. The
+// command's own status is not the judge: it also tears down the IPVS and
+// nftables modes, which fail where the machine has neither.
+func (n *Node) cleanupServiceRules(ctx context.Context) error {
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kube-proxy"), "--cleanup", "--v=0")
+	out, _ := cmd.CombinedOutput()
+	rules, err := exec.CommandContext(ctx, "iptables-save").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kube-proxy's rules: iptables-save: %w: %s", err, rules)
+	}
+	if strings.Contains(string(rules), "KUBE-SERVICES") {
+		return fmt.Errorf("kube-proxy's rules are left after kube-proxy --cleanup: %s", out)
+	}
+	return nil
 }
 
 // exited reports whether process i has exited.

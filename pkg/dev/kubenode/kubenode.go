@@ -1,8 +1,10 @@
 // Package kubenode runs a real Kubernetes node for tests: containerd (the
 // CRI runtime, Debian's), runc, the CNI plugins (bridge, host-local,
-// loopback, portmap; Debian's containernetworking-plugins) and a kubelet
-// (built from k8s.io/kubernetes by `make kube-bin`, like the API server),
-// registering with a pkg/dev/kubetest API server. Pods really run: images
+// loopback, portmap; Debian's containernetworking-plugins), a kubelet and
+// kube-proxy in iptables mode (built from k8s.io/kubernetes by
+// `make kube-bin`, like the API server), registering with a
+// pkg/dev/kubetest API server (started with Config.PodAddress, its pods
+// reach it at the kubernetes Service). Pods really run: images
 // are built locally with pkg/dev/ociimage (the pause image too: no
 // registry is reachable) and imported into containerd.
 //
@@ -38,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,7 +91,8 @@ type Config struct {
 	StartTimeout time.Duration
 }
 
-// Node is a running containerd and kubelet, registered as a Node object.
+// Node is a running containerd, kubelet and kube-proxy, registered as a
+// Node object.
 type Node struct {
 	cfg        Config
 	id         string
@@ -99,7 +103,7 @@ type Node struct {
 	mountNS    string // the namespace's /proc/<pid>/ns/mnt link, "mnt:[…]"
 	client     kubernetes.Interface
 
-	procs []*proc // containerd, then the kubelet
+	procs []*proc // containerd, the kubelet, then kube-proxy
 	logs  []string
 
 	closeMu  sync.Mutex
@@ -191,6 +195,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.startKubelet(ctx); err != nil {
 		return nil, fmt.Errorf("kubenode: start: kubelet: %w", err)
 	}
+	if err := n.startKubeProxy(ctx); err != nil {
+		return nil, fmt.Errorf("kubenode: start: kube-proxy: %w", err)
+	}
 	return n, nil
 }
 
@@ -211,8 +218,10 @@ func realRoot() bool {
 // checkTools says which of the programs a node runs is missing, and how to
 // get it.
 func checkTools(binDir string) error {
-	if _, err := os.Stat(filepath.Join(binDir, "kubelet")); err != nil {
-		return fmt.Errorf("kubelet is missing in %s: run `make kube-bin` (make test does): %w", binDir, err)
+	for _, b := range []string{"kubelet", "kube-proxy"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return fmt.Errorf("%s is missing in %s: run `make kube-bin` (make test does): %w", b, binDir, err)
+		}
 	}
 	var missing []string
 	for _, p := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "nsenter"} {
@@ -515,8 +524,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(kdir, "config.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--mount=/proc/"+strconv.Itoa(n.procs[0].cmd.Process.Pid)+"/ns/mnt", "--",
-		filepath.Join(n.cfg.BinDir, "kubelet"),
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kubelet"),
 		"--config="+filepath.Join(kdir, "config.yaml"),
 		"--kubeconfig="+filepath.Join(kdir, "kubeconfig"),
 		"--root-dir="+filepath.Join(kdir, "root"),
@@ -543,6 +551,73 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		}
 		return errors.New("no Ready condition yet")
 	})
+}
+
+// kubeProxyConfig is the KubeProxyConfiguration: iptables mode (Debian's
+// iptables, nf_tables underneath), loopback-only ports, every Service
+// connection masqueraded (the pods' bridge does no netfilter, so a pod's
+// answer to another pod through a ClusterIP must come back through the
+// node), and no change to the kernel's settings outside the test's
+// network namespace (conntrack's table size and timeouts are the
+// machine's: left as they are) nor to route_localnet (no NodePorts on
+// loopback).
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: %[1]q
+hostnameOverride: %[2]q
+bindAddress: %[3]q
+healthzBindAddress: 127.0.0.1:%[4]d
+metricsBindAddress: 127.0.0.1:%[5]d
+iptables:
+  localhostNodePorts: false
+  masqueradeAll: true
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`
+
+// startKubeProxy starts kube-proxy in the node's mount namespace (iptables'
+// lock file is under its /run) and waits until it has programmed the
+// Services' rules once (its /healthz answers 200).
+func (n *Node) startKubeProxy(ctx context.Context) error {
+	kubeconfig := filepath.Join(n.path("kubelet"), "kubeconfig")
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(kubeProxyConfig, kubeconfig, n.cfg.Name, netns.Address, ports[0], ports[1])
+	confPath := n.path("kube-proxy.yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kube-proxy"), "--config="+confPath, "--v=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.run("kube-proxy", cmd); err != nil {
+		return err
+	}
+	healthz := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthz"
+	return n.wait(ctx, 2, "kube-proxy's "+healthz, func() error {
+		resp, err := http.Get(healthz)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", healthz, resp.Status)
+		}
+		return nil
+	})
+}
+
+// inMountNS is the command name args run in the node's mount namespace.
+func (n *Node) inMountNS(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--mount=/proc/" + strconv.Itoa(n.procs[0].cmd.Process.Pid) + "/ns/mnt", "--", name}, args...)...)
 }
 
 // freePorts returns loopback TCP ports that were free a moment ago.
@@ -622,7 +697,7 @@ func (n *Node) PodCIDR() string { return n.cfg.PodCIDR }
 // Dir is the node's directory.
 func (n *Node) Dir() string { return n.cfg.Dir }
 
-// Logs returns the paths of containerd's and the kubelet's logs.
+// Logs returns the paths of containerd's, the kubelet's and kube-proxy's logs.
 func (n *Node) Logs() []string { return append([]string(nil), n.logs...) }
 
 // Tasks returns the IDs of the containers that have a process on the node

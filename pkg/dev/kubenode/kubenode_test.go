@@ -28,14 +28,21 @@ import (
 // namespace of the tests' own.
 func TestMain(m *testing.M) { netns.Main(m) }
 
-// TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet) on a
-// real API server: the node gets Ready, a pod of the locally built image
-// runs and answers on its port at its pod address, a deleted pod's
+// TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet,
+// kube-proxy) on a real API server: the node gets Ready, a pod of the
+// locally built image runs and answers on its port at its pod address and
+// reaches the API server at the kubernetes Service's ClusterIP, a deleted pod's
 // containers and cgroup are gone, and closing the node leaves no process,
 // mount, cgroup, bridge or iptables rule behind.
 func TestNodeRunsPod(t *testing.T) {
 	t.Parallel()
-	api := kubetest.ForTest(t)
+	// The API server serves the pods too: the kubernetes Service's
+	// endpoint is the namespace's address.
+	api, err := kubetest.Start(t.Context(), kubetest.Config{PodAddress: netns.Address})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
 	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api})
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +80,7 @@ func TestNodeRunsPod(t *testing.T) {
 				Image:           kubenode.TestImage,
 				ImagePullPolicy: corev1.PullNever,
 				Ports:           []corev1.ContainerPort{{ContainerPort: kubenode.TestImagePort}},
+				Env:             []corev1.EnvVar{{Name: "FETCH_CA", Value: string(api.CAData())}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(kubenode.TestImagePort)}},
 					PeriodSeconds: 1,
@@ -114,6 +122,25 @@ func TestNodeRunsPod(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "podimage web\n" {
 		t.Fatalf("GET %s: %s %q %v, want 200 %q", url, resp.Status, body, err, "podimage web\n")
 	}
+	// The pod reaches the API server through the kubernetes Service's
+	// ClusterIP (kube-proxy's rules), and the server's certificate is
+	// valid for that address.
+	fetch := "http://" + net.JoinHostPort(podIP, strconv.Itoa(kubenode.TestImagePort)) + "/fetch?url=https://" + kubetest.KubernetesServiceIP + "/version"
+	poll.Until(t, 60*time.Second, "the pod reaching the API server at the kubernetes Service", func() error {
+		resp, err := http.Get(fetch)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "200\n") || !strings.Contains(string(body), `"gitVersion"`) {
+			return fmt.Errorf("GET %s: %s %q", fetch, resp.Status, body)
+		}
+		return nil
+	})
 	tasks, err := node.Tasks(ctx)
 	if err != nil {
 		t.Fatal(err)

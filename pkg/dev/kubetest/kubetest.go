@@ -43,6 +43,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -53,6 +54,14 @@ import (
 // kube-apiserver and etcd binaries. The Makefile sets it; without it the
 // directory is derived from the pins exactly as the Makefile derives it.
 const BinEnv = "FLEXPLANE_KUBE_BIN"
+
+// ServiceCIDR is the range the API server gives Services their ClusterIPs
+// from.
+const ServiceCIDR = "10.96.0.0/16"
+
+// KubernetesServiceIP is the ClusterIP of the `kubernetes` Service (the
+// first of ServiceCIDR).
+const KubernetesServiceIP = "10.96.0.1"
 
 // AdminToken is the bearer token of the server's administrator
 // (group system:masters).
@@ -131,6 +140,16 @@ type Config struct {
 	// Tokens are extra bearer tokens: token -> user name (no groups), for
 	// tests of RBAC as a non-admin user.
 	Tokens map[string]string
+	// PodAddress, when set, is an IPv4 address of the test's own network
+	// namespace (netns.Address, of a package run by netns.Main) that the
+	// API server serves on as well as 127.0.0.1, and advertises: it is the
+	// endpoint of the `kubernetes` Service, so the pods of a
+	// pkg/dev/kubenode node reach the API server at the Service's
+	// ClusterIP (10.96.0.1) through the node's kube-proxy. The server then
+	// listens on every address of the namespace, so Start refuses it
+	// outside one of the test's own. Default none: loopback only, and the
+	// `kubernetes` Service has no endpoints.
+	PodAddress string
 	// StartTimeout bounds the start of both processes. Default 90s (the
 	// API server takes ~4 s on a quiet machine, much longer on a loaded one).
 	StartTimeout time.Duration
@@ -158,6 +177,15 @@ type proc struct {
 // Start starts etcd, then kube-apiserver, and returns once the API server
 // answers /readyz. The processes die with the calling process (Pdeathsig).
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg.PodAddress != "" {
+		if ip := net.ParseIP(cfg.PodAddress); ip == nil || ip.To4() == nil || ip.IsLoopback() || ip.IsUnspecified() {
+			return nil, fmt.Errorf("kubetest: PodAddress %q is not a non-loopback IPv4 address", cfg.PodAddress)
+		}
+		if !netns.Inside() {
+			return nil, errors.New("kubetest: PodAddress: the API server would listen on every address of the network namespace: " +
+				"run it in one of the test's own (netns.Main in TestMain)")
+		}
+	}
 	if cfg.BinDir == "" {
 		if cfg.BinDir, err = BinDir(); err != nil {
 			return nil, err
@@ -318,7 +346,7 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return err
 	}
-	cert, key, err := selfSigned()
+	cert, key, err := selfSigned(cfg.PodAddress)
 	if err != nil {
 		return err
 	}
@@ -343,12 +371,14 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			return nil, err
 		}
 		s.url = "https://127.0.0.1:" + strconv.Itoa(port)
-		return []string{
+		// Without a PodAddress no pod can reach the server: the kubernetes
+		// Service needs no endpoints, and loopback is refused as one anyway.
+		listen := []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
+		if cfg.PodAddress != "" {
+			listen = []string{"--bind-address=0.0.0.0", "--advertise-address=" + cfg.PodAddress, "--endpoint-reconciler-type=lease"}
+		}
+		return append([]string{
 			"--etcd-servers=" + etcdURL,
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-			// No kube-proxy or kubelet: the kubernetes Service needs no
-			// endpoints, and loopback is refused as an endpoint anyway.
-			"--endpoint-reconciler-type=none",
 			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + pki,
 			"--tls-cert-file=" + filepath.Join(pki, "tls.crt"),
@@ -362,11 +392,11 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-cluster-ip-range=10.96.0.0/16",
+			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--disable-admission-plugins=ServiceAccount",
 			"--allow-privileged=true",
 			"--v=0",
-		}, nil
+		}, listen...), nil
 	}
 	ready := func(ctx context.Context) error {
 		client, err := rest.HTTPClientFor(s.RESTConfig())
@@ -389,8 +419,9 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 }
 
 // selfSigned returns a serving certificate for 127.0.0.1 and localhost
-// (PEM) and its key.
-func selfSigned() (certPEM, keyPEM []byte, err error) {
+// (PEM) and its key; with a podAddress, for it too and for the names and
+// ClusterIP of the `kubernetes` Service, as pods reach the server.
+func selfSigned(podAddress string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -406,6 +437,10 @@ func selfSigned() (certPEM, keyPEM []byte, err error) {
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:              []string{"localhost"},
+	}
+	if podAddress != "" {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(podAddress), net.ParseIP(KubernetesServiceIP))
+		tmpl.DNSNames = append(tmpl.DNSNames, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

@@ -139,3 +139,22 @@ func TestBinDirFollowsPins(t *testing.T) {
 		t.Errorf("make builds into %q, BinDir() is %q", got, d)
 	}
 }
+
+// TestPodAddressRefused checks that a server is never started listening
+// beyond loopback on a bad PodAddress, nor outside a network namespace of
+// the test's own (this package's tests run in the machine's).
+func TestPodAddressRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, addr := range []string{"not-an-ip", "127.0.0.1", "0.0.0.0", "::1", "198.18.0.1"} {
+		if s, err := Start(t.Context(), Config{Dir: dir, PodAddress: addr}); err == nil || !strings.Contains(err.Error(), "PodAddress") {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("Start with PodAddress %q: %v, want it refused", addr, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
+	}
+}
