@@ -1,10 +1,11 @@
 // Package kubetest runs a real Kubernetes API server for tests and the dev
 // stack: etcd and kube-apiserver, built from the Go modules pinned in
 // tools/etcd and tools/kube by `make kube-bin`, as child processes on
-// loopback ports chosen at start. There is no kubelet, scheduler or
-// controller manager: what the API server itself does (storage, validation,
-// CRDs, RBAC, watches, Leases, conditional writes) is real; pkg/dev/kubenode
-// adds a real node whose kubelet runs pods.
+// loopback ports chosen at start. There is no kubelet or scheduler, and no
+// controller manager unless Config.Controllers names controllers for it to
+// run: what the API server itself does (storage, validation, CRDs, RBAC,
+// watches, Leases, conditional writes) is real; pkg/dev/kubenode adds a real
+// node whose kubelet runs pods.
 //
 // A package's tests usually share one server through TestMain:
 //
@@ -69,7 +70,7 @@ const AdminToken = "kubetest-admin-token"
 
 // pinFiles are the files whose content keys the binaries' cache directory
 // (the Makefile hashes the same files in the same order).
-var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/kube/cmd/kube/main.go", "tools/kube/build.sh", "tools/etcd/go.mod", "tools/etcd/go.sum"}
+var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/kube/cmd/kube/main.go", "tools/kube/build.sh", "tools/etcd/go.mod", "tools/etcd/go.sum", "tools/coredns/go.mod", "tools/coredns/go.sum", "tools/coredns/main.go"}
 
 // BinDir returns the directory that holds (or will hold) the binaries:
 // $FLEXPLANE_KUBE_BIN, else <user cache>/flexplane/kube-<hash of the pins>.
@@ -150,12 +151,18 @@ type Config struct {
 	// outside one of the test's own. Default none: loopback only, and the
 	// `kubernetes` Service has no endpoints.
 	PodAddress string
-	// StartTimeout bounds the start of both processes. Default 90s (the
+	// Controllers, when set, are the controllers of kube-controller-manager
+	// (its --controllers names) that run beside the API server, e.g.
+	// "endpointslice-controller" for the EndpointSlices of Services with a
+	// selector. Default none: no controller manager runs.
+	Controllers []string
+	// StartTimeout bounds the start of the processes. Default 90s (the
 	// API server takes ~4 s on a quiet machine, much longer on a loaded one).
 	StartTimeout time.Duration
 }
 
-// Server is a running etcd + kube-apiserver pair.
+// Server is a running etcd + kube-apiserver pair (and kube-controller-manager
+// when Config.Controllers names controllers).
 type Server struct {
 	dir     string
 	ownDir  bool
@@ -174,8 +181,9 @@ type proc struct {
 	exited chan error
 }
 
-// Start starts etcd, then kube-apiserver, and returns once the API server
-// answers /readyz. The processes die with the calling process (Pdeathsig).
+// Start starts etcd, then kube-apiserver (then kube-controller-manager with
+// Config.Controllers), and returns once each answers its health check. The
+// processes die with the calling process (Pdeathsig).
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.PodAddress != "" {
 		if ip := net.ParseIP(cfg.PodAddress); ip == nil || ip.To4() == nil || ip.IsLoopback() || ip.IsUnspecified() {
@@ -191,7 +199,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
+	bins := []string{"kube-apiserver", "etcd"}
+	if len(cfg.Controllers) > 0 {
+		bins = append(bins, "kube-controller-manager")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("kubetest: %s is missing in %s: run `make kube-bin` (make test does): %w", b, cfg.BinDir, err)
 		}
@@ -219,6 +231,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err := s.startAPIServer(ctx, cfg, etcdURL); err != nil {
 		return nil, fmt.Errorf("kubetest: kube-apiserver: %w", err)
+	}
+	if len(cfg.Controllers) > 0 {
+		if err := s.startControllerManager(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kubetest: kube-controller-manager: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -418,6 +435,51 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 	return s.start(ctx, "kube-apiserver", filepath.Join(cfg.BinDir, "kube-apiserver"), args, ready)
 }
 
+// startControllerManager runs kube-controller-manager with only
+// cfg.Controllers, as the administrator, without leader election, serving
+// its health checks on loopback only.
+func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
+	kubeconfig, err := s.WriteKubeconfig()
+	if err != nil {
+		return err
+	}
+	var healthz string
+	args := func() ([]string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		healthz = "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
+		return []string{
+			"--kubeconfig=" + kubeconfig,
+			"--controllers=" + strings.Join(cfg.Controllers, ","),
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + filepath.Join(s.dir, "controller-manager"),
+			"--v=0",
+		}, nil
+	}
+	ready := func(ctx context.Context) error {
+		// Its serving certificate is one it made itself at start: /healthz
+		// on loopback is only polled, nothing is sent but the request.
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		defer client.CloseIdleConnections()
+		return poll.Context(ctx, func() error {
+			resp, err := client.Get(healthz)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/healthz: %s", resp.Status)
+			}
+			return nil
+		})
+	}
+	return s.start(ctx, "kube-controller-manager", filepath.Join(cfg.BinDir, "kube-controller-manager"), args, ready)
+}
+
 // selfSigned returns a serving certificate for 127.0.0.1 and localhost
 // (PEM) and its key; with a podAddress, for it too and for the names and
 // ClusterIP of the `kubernetes` Service, as pods reach the server.
@@ -525,8 +587,9 @@ func (s *Server) TLSConfig() *tls.Config {
 // Logs returns the paths of the processes' log files.
 func (s *Server) Logs() []string { return append([]string(nil), s.logs...) }
 
-// Close stops kube-apiserver, then etcd, and removes the directory the
-// server created. It is safe to call more than once.
+// Close stops kube-controller-manager if it runs, kube-apiserver, then
+// etcd, and removes the directory the server created. It is safe to call
+// more than once.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
