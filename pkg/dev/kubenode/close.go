@@ -24,9 +24,10 @@ import (
 const closeTimeout = time.Minute
 
 // Close deletes the node's pods and waits for their containers to end,
-// stops the kubelet and containerd, ends every process left in the node's
-// mount namespace (the shims) and cgroups, removes the node's cgroups and
-// bridge, and then checks that nothing is left: no process, no mount under
+// deletes the kube-dns EndpointSlice naming its CoreDNS, stops CoreDNS,
+// kube-proxy (removing its rules), the kubelet and containerd, ends every
+// process left in the node's mount namespace (the shims) and cgroups,
+// removes the node's cgroups and bridge, and then checks that nothing is left: no process, no mount under
 // its directory, no cgroup, no bridge, no iptables rule of its pods. It
 // removes the directory it created. Its error names what could not be
 // cleaned up. It is safe to call more than once.
@@ -44,6 +45,9 @@ func (n *Node) Close() error {
 		if err := n.deletePods(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := n.unpublishClusterDNS(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		n.stop(i)

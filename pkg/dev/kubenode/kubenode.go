@@ -2,9 +2,12 @@
 // CRI runtime, Debian's), runc, the CNI plugins (bridge, host-local,
 // loopback, portmap; Debian's containernetworking-plugins), a kubelet and
 // kube-proxy in iptables mode (built from k8s.io/kubernetes by
-// `make kube-bin`, like the API server), registering with a
+// `make kube-bin`, like the API server) and CoreDNS as the cluster DNS
+// (built from its module by `make kube-bin`), registering with a
 // pkg/dev/kubetest API server (started with Config.PodAddress, its pods
-// reach it at the kubernetes Service). Pods really run: images
+// reach it at the kubernetes Service). Pods resolve Services' names of
+// cluster.local through the kube-dns Service (ClusterDNSIP), whose one
+// endpoint is the node's CoreDNS. Pods really run: images
 // are built locally with pkg/dev/ociimage (the pause image too: no
 // registry is reachable) and imported into containerd.
 //
@@ -64,6 +67,15 @@ import (
 // plugins.
 const CNIDir = "/usr/lib/cni"
 
+// ClusterDNSIP is the ClusterIP of the kube-dns Service in kube-system: the
+// nameserver of the node's pods (the kubelet's clusterDNS). Its endpoint is
+// the node's CoreDNS.
+const ClusterDNSIP = "10.96.0.10"
+
+// ClusterDomain is the cluster's DNS domain: a Service's name is
+// <service>.<namespace>.svc.ClusterDomain.
+const ClusterDomain = "cluster.local"
+
 // cgroupV1Root is where the machine's cgroup v1 hierarchies are mounted.
 const cgroupV1Root = "/sys/fs/cgroup"
 
@@ -86,13 +98,19 @@ type Config struct {
 	// Images are more image tarballs to import into the runtime besides
 	// the pause image and TestImage.
 	Images []string
+	// DNSForward are the nameservers (IP or IP:port) the cluster DNS
+	// forwards names outside ClusterDomain to. Default none: it answers only
+	// for ClusterDomain (SERVFAIL otherwise), and no query leaves the
+	// test's network namespace.
+	DNSForward []string
 	// StartTimeout bounds Start: building the images, starting containerd
-	// and the kubelet, and the node becoming Ready. Default 2 minutes.
+	// and the kubelet, the node becoming Ready, kube-proxy and the cluster
+	// DNS answering at its ClusterIP. Default 2 minutes.
 	StartTimeout time.Duration
 }
 
-// Node is a running containerd, kubelet and kube-proxy, registered as a
-// Node object.
+// Node is a running containerd, kubelet, kube-proxy and CoreDNS,
+// registered as a Node object.
 type Node struct {
 	cfg        Config
 	id         string
@@ -103,8 +121,9 @@ type Node struct {
 	mountNS    string // the namespace's /proc/<pid>/ns/mnt link, "mnt:[…]"
 	client     kubernetes.Interface
 
-	procs []*proc // containerd, the kubelet, then kube-proxy
-	logs  []string
+	procs    []*proc // containerd, the kubelet, kube-proxy, then CoreDNS
+	dnsSlice string  // the kube-dns EndpointSlice naming the node's CoreDNS, once made
+	logs     []string
 
 	closeMu  sync.Mutex
 	closed   bool  // protected by closeMu
@@ -120,7 +139,8 @@ type proc struct {
 }
 
 // Start starts a node and returns once the kubelet has registered it and
-// it is Ready.
+// it is Ready, kube-proxy has programmed the Services' rules and the
+// cluster DNS answers at ClusterDNSIP.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.API == nil {
 		return nil, errors.New("kubenode: start: Config.API is required")
@@ -131,6 +151,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if !netns.Inside() {
 		return nil, errors.New("kubenode: start: a node adds a bridge, routes and iptables rules to its network namespace: " +
 			"run it in one of the test's own (netns.Main in TestMain)")
+	}
+	if err := checkDNSForward(cfg.DNSForward); err != nil {
+		return nil, fmt.Errorf("kubenode: start: %w", err)
 	}
 	if cfg.BinDir == "" {
 		if cfg.BinDir, err = kubetest.BinDir(); err != nil {
@@ -198,6 +221,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.startKubeProxy(ctx); err != nil {
 		return nil, fmt.Errorf("kubenode: start: kube-proxy: %w", err)
 	}
+	if err := n.startClusterDNS(ctx); err != nil {
+		return nil, fmt.Errorf("kubenode: start: cluster DNS: %w", err)
+	}
 	return n, nil
 }
 
@@ -218,7 +244,7 @@ func realRoot() bool {
 // checkTools says which of the programs a node runs is missing, and how to
 // get it.
 func checkTools(binDir string) error {
-	for _, b := range []string{"kubelet", "kube-proxy"} {
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return fmt.Errorf("%s is missing in %s: run `make kube-bin` (make test does): %w", b, binDir, err)
 		}
@@ -469,7 +495,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 // with the node's cgroup root, loopback-only ports, no image garbage
 // collection (the imported images cannot be pulled again) and no eviction
 // for a full disk of the machine (the tests' pods are tiny), the kernel
-// settings checked rather than changed.
+// settings checked rather than changed, pods' nameserver the cluster DNS
+// (no search domain or nameserver of the machine's resolv.conf is handed
+// to pods).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -500,6 +528,10 @@ authentication:
     enabled: true
 authorization:
   mode: Webhook
+clusterDNS:
+- %[6]q
+clusterDomain: %[7]q
+resolvConf: ""
 `
 
 func (n *Node) startKubelet(ctx context.Context) error {
@@ -520,7 +552,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conf := fmt.Sprintf(kubeletConfig, n.cgroupRoot, ports[0], ports[1], "unix://"+n.sock, filepath.Join(kdir, "logs"))
+	conf := fmt.Sprintf(kubeletConfig, n.cgroupRoot, ports[0], ports[1], "unix://"+n.sock, filepath.Join(kdir, "logs"), ClusterDNSIP, ClusterDomain)
 	if err := os.WriteFile(filepath.Join(kdir, "config.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}

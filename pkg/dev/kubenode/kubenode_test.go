@@ -29,16 +29,19 @@ import (
 func TestMain(m *testing.M) { netns.Main(m) }
 
 // TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet,
-// kube-proxy) on a real API server: the node gets Ready, a pod of the
-// locally built image runs and answers on its port at its pod address and
-// reaches the API server at the kubernetes Service's ClusterIP, a deleted pod's
-// containers and cgroup are gone, and closing the node leaves no process,
-// mount, cgroup, bridge or iptables rule behind.
+// kube-proxy, CoreDNS) on a real API server (with the controller manager's
+// EndpointSlice controller): the node gets Ready, a pod of the locally built
+// image runs and answers on its port at its pod address, a Service of it
+// answers on its ClusterIP, and the pod reaches the API server at the
+// kubernetes Service's ClusterIP and by its name and its own Service by
+// name (the cluster DNS, at the kube-dns Service's ClusterIP). A deleted
+// pod's containers and cgroup are gone, and closing the node leaves no
+// process, mount, cgroup, bridge or iptables rule behind.
 func TestNodeRunsPod(t *testing.T) {
 	t.Parallel()
 	// The API server serves the pods too: the kubernetes Service's
 	// endpoint is the namespace's address.
-	api, err := kubetest.Start(t.Context(), kubetest.Config{PodAddress: netns.Address})
+	api, err := kubetest.Start(t.Context(), kubetest.Config{PodAddress: netns.Address, Controllers: []string{"endpointslice-controller"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +73,7 @@ func TestNodeRunsPod(t *testing.T) {
 	no := false
 	grace := int64(5)
 	pod, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node.Name(), // no scheduler runs
 			AutomountServiceAccountToken:  &no,
@@ -86,6 +89,16 @@ func TestNodeRunsPod(t *testing.T) {
 					PeriodSeconds: 1,
 				},
 			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(kubenode.TestImagePort)}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -122,25 +135,42 @@ func TestNodeRunsPod(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "podimage web\n" {
 		t.Fatalf("GET %s: %s %q %v, want 200 %q", url, resp.Status, body, err, "podimage web\n")
 	}
-	// The pod reaches the API server through the kubernetes Service's
-	// ClusterIP (kube-proxy's rules), and the server's certificate is
-	// valid for that address.
-	fetch := "http://" + net.JoinHostPort(podIP, strconv.Itoa(kubenode.TestImagePort)) + "/fetch?url=https://" + kubetest.KubernetesServiceIP + "/version"
-	poll.Until(t, 60*time.Second, "the pod reaching the API server at the kubernetes Service", func() error {
-		resp, err := http.Get(fetch)
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "200\n") || !strings.Contains(string(body), `"gitVersion"`) {
-			return fmt.Errorf("GET %s: %s %q", fetch, resp.Status, body)
-		}
-		return nil
-	})
+	// The pod's Service answers on its ClusterIP (the EndpointSlice
+	// controller's slice, kube-proxy's rules). The pod reaches the API
+	// server through the kubernetes Service's ClusterIP and by its name, and
+	// its own Service by name, fully qualified and by the search path (the
+	// cluster DNS): the server's certificate is valid for the address and
+	// the name. A name of no Service does not resolve.
+	fetch := "http://" + net.JoinHostPort(podIP, strconv.Itoa(kubenode.TestImagePort)) + "/fetch?url="
+	web := "podimage web\n"
+	for _, c := range []struct {
+		url  string
+		code int // of the URL; a fetch's own is in the body
+		want string
+	}{
+		{"http://" + svc.Spec.ClusterIP + "/", http.StatusOK, web},
+		{fetch + "https://" + kubetest.KubernetesServiceIP + "/version", http.StatusOK, `"gitVersion"`},
+		{fetch + "https://kubernetes.default.svc.cluster.local/version", http.StatusOK, `"gitVersion"`},
+		{fetch + "http://web." + ns + ".svc.cluster.local/", http.StatusOK, "200\n" + web},
+		{fetch + "http://web/", http.StatusOK, "200\n" + web},
+		{fetch + "http://nosuch." + ns + ".svc.cluster.local/", http.StatusBadGateway, "no such host"},
+	} {
+		poll.Until(t, 60*time.Second, "GET "+c.url, func() error {
+			resp, err := http.Get(c.url)
+			if err != nil {
+				return err
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != c.code || !strings.Contains(string(body), c.want) {
+				return fmt.Errorf("%s %q, want %d and %q", resp.Status, body, c.code, c.want)
+			}
+			return nil
+		})
+	}
 	tasks, err := node.Tasks(ctx)
 	if err != nil {
 		t.Fatal(err)
