@@ -1,6 +1,7 @@
 package kubenode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
@@ -27,7 +29,8 @@ const closeTimeout = time.Minute
 // deletes the kube-dns EndpointSlice naming its CoreDNS, stops CoreDNS,
 // kube-proxy (removing its rules), the kubelet and containerd, ends every
 // process left in the node's mount namespace (the shims) and cgroups,
-// removes the node's cgroups and bridge, and then checks that nothing is left: no process, no mount under
+// removes the node's cgroups, bridge and route of the Services' ClusterIPs,
+// and then checks that nothing is left: no process, no mount under
 // its directory, no cgroup, no bridge, no iptables rule of its pods. It
 // removes the directory it created. Its error names what could not be
 // cleaned up. It is safe to call more than once.
@@ -79,6 +82,11 @@ func (n *Node) Close() error {
 	if _, err := net.InterfaceByName(n.bridge); err == nil {
 		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
+		}
+	}
+	if n.svcRoute {
+		if out, err := exec.Command("ip", "route", "delete", kubetest.ServiceCIDR, "dev", "lo").CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete the route of %s: %w: %s", kubetest.ServiceCIDR, err, out))
 		}
 	}
 	errs = append(errs, n.leftovers()...)
@@ -264,6 +272,9 @@ func (n *Node) leftovers() []error {
 	}
 	if _, err := net.InterfaceByName(n.bridge); err == nil {
 		errs = append(errs, fmt.Errorf("bridge %s left", n.bridge))
+	}
+	if out, err := exec.Command("ip", "route", "show", kubetest.ServiceCIDR).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		errs = append(errs, fmt.Errorf("the route of %s left: %s (%v)", kubetest.ServiceCIDR, out, err))
 	}
 	if rules, err := n.IPTablesRules(); err != nil {
 		errs = append(errs, err)

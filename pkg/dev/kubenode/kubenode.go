@@ -123,6 +123,7 @@ type Node struct {
 
 	procs    []*proc // containerd, the kubelet, kube-proxy, then CoreDNS
 	dnsSlice string  // the kube-dns EndpointSlice naming the node's CoreDNS, once made
+	svcRoute bool    // the route of the Services' ClusterIPs was added
 	logs     []string
 
 	closeMu  sync.Mutex
@@ -217,6 +218,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := n.startKubelet(ctx); err != nil {
 		return nil, fmt.Errorf("kubenode: start: kubelet: %w", err)
+	}
+	if err := n.addServiceRoute(); err != nil {
+		return nil, fmt.Errorf("kubenode: start: %w", err)
 	}
 	if err := n.startKubeProxy(ctx); err != nil {
 		return nil, fmt.Errorf("kubenode: start: kube-proxy: %w", err)
@@ -583,6 +587,20 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		}
 		return errors.New("no Ready condition yet")
 	})
+}
+
+// addServiceRoute routes the Services' ClusterIPs (kubetest.ServiceCIDR) to
+// lo with the node's address as the source. The test's network namespace
+// has no default route, which on a real node carries a host process's
+// packets to a ClusterIP until kube-proxy's rules rewrite their
+// destination: without a route a connection fails before the rules are
+// consulted.
+func (n *Node) addServiceRoute() error {
+	if out, err := exec.Command("ip", "route", "add", kubetest.ServiceCIDR, "dev", "lo", "src", netns.Address).CombinedOutput(); err != nil {
+		return fmt.Errorf("route %s: %w: %s", kubetest.ServiceCIDR, err, out)
+	}
+	n.svcRoute = true
+	return nil
 }
 
 // kubeProxyConfig is the KubeProxyConfiguration: iptables mode (Debian's
