@@ -194,6 +194,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 				"run it in one of the test's own (netns.Main in TestMain)")
 		}
 	}
+	for _, c := range cfg.Controllers {
+		if c == "" || strings.ContainsAny(c, ", \t\n") {
+			return nil, fmt.Errorf("kubetest: Controllers: %q is not the name of a controller of kube-controller-manager", c)
+		}
+	}
 	if cfg.BinDir == "" {
 		if cfg.BinDir, err = BinDir(); err != nil {
 			return nil, err

@@ -158,3 +158,22 @@ func TestPodAddressRefused(t *testing.T) {
 		t.Errorf("a refused start wrote %v (%v)", entries, err)
 	}
 }
+
+// TestControllersRefused checks that a controller name that would change
+// the controller manager's --controllers list (empty, or a list of its
+// own) is refused before anything starts.
+func TestControllersRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range [][]string{{""}, {"endpointslice-controller,namespace-controller"}, {"a b"}} {
+		if s, err := Start(t.Context(), Config{Dir: dir, Controllers: c}); err == nil || !strings.Contains(err.Error(), "Controllers") {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("Start with Controllers %q: %v, want it refused", c, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
+	}
+}
