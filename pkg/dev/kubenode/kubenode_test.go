@@ -95,7 +95,8 @@ func TestNodeRunsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		// Not the pod's name: that is its hostname, in its /etc/hosts.
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
 		Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"app": "web"},
 			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(kubenode.TestImagePort)}},
@@ -151,8 +152,9 @@ func TestNodeRunsPod(t *testing.T) {
 		{"http://" + svc.Spec.ClusterIP + "/", http.StatusOK, web},
 		{fetch + "https://" + kubetest.KubernetesServiceIP + "/version", http.StatusOK, `"gitVersion"`},
 		{fetch + "https://kubernetes.default.svc.cluster.local/version", http.StatusOK, `"gitVersion"`},
-		{fetch + "http://web." + ns + ".svc.cluster.local/", http.StatusOK, "200\n" + web},
-		{fetch + "http://web/", http.StatusOK, "200\n" + web},
+		{fetch + "http://hello." + ns + ".svc.cluster.local/", http.StatusOK, "200\n" + web},
+		{fetch + "http://hello." + ns + "/", http.StatusOK, "200\n" + web},
+		{fetch + "http://hello/", http.StatusOK, "200\n" + web},
 		{fetch + "http://nosuch." + ns + ".svc.cluster.local/", http.StatusBadGateway, "no such host"},
 	} {
 		poll.Until(t, 60*time.Second, "GET "+c.url, func() error {
