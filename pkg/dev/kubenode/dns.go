@@ -83,17 +83,7 @@ func (n *Node) startClusterDNS(ctx context.Context) error {
 	}
 	i := len(n.procs) - 1
 	ready := "http://127.0.0.1:" + strconv.Itoa(ports[1]) + "/ready"
-	if err := n.wait(ctx, i, "CoreDNS's "+ready, func() error {
-		resp, err := http.Get(ready)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", ready, resp.Status)
-		}
-		return nil
-	}); err != nil {
+	if err := n.wait(ctx, i, "CoreDNS's "+ready, func() error { return kubetest.GetOK(http.DefaultClient, ready) }); err != nil {
 		return err
 	}
 	if err := n.publishClusterDNS(ctx); err != nil {

@@ -652,17 +652,7 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 		return err
 	}
 	healthz := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthz"
-	return n.wait(ctx, 2, "kube-proxy's "+healthz, func() error {
-		resp, err := http.Get(healthz)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", healthz, resp.Status)
-		}
-		return nil
-	})
+	return n.wait(ctx, 2, "kube-proxy's "+healthz, func() error { return kubetest.GetOK(http.DefaultClient, healthz) })
 }
 
 // inMountNS is the command name args run in the node's mount namespace.

@@ -425,17 +425,7 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 		if err != nil {
 			return err
 		}
-		return poll.Context(ctx, func() error {
-			resp, err := client.Get(s.url + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		return poll.Context(ctx, func() error { return GetOK(client, s.url+"/readyz") })
 	}
 	return s.start(ctx, "kube-apiserver", filepath.Join(cfg.BinDir, "kube-apiserver"), args, ready)
 }
@@ -470,19 +460,23 @@ func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 		// on loopback is only polled, nothing is sent but the request.
 		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 		defer client.CloseIdleConnections()
-		return poll.Context(ctx, func() error {
-			resp, err := client.Get(healthz)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/healthz: %s", resp.Status)
-			}
-			return nil
-		})
+		return poll.Context(ctx, func() error { return GetOK(client, healthz) })
 	}
 	return s.start(ctx, "kube-controller-manager", filepath.Join(cfg.BinDir, "kube-controller-manager"), args, ready)
+}
+
+// GetOK GETs url with client and fails unless the answer is 200 OK: a
+// harness's health check of a process it started.
+func GetOK(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // selfSigned returns a serving certificate for 127.0.0.1 and localhost
