@@ -183,11 +183,11 @@ func (n *Node) unpublishClusterDNS(ctx context.Context) error {
 // address.
 func checkDNSForward(servers []string) error {
 	for _, s := range servers {
-		host := s
-		if h, _, err := net.SplitHostPort(s); err == nil {
-			host = h
+		host, port := s, "53"
+		if h, p, err := net.SplitHostPort(s); err == nil {
+			host, port = h, p
 		}
-		if net.ParseIP(host) == nil {
+		if p, err := strconv.Atoi(port); net.ParseIP(host) == nil || err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("DNSForward %q is not an IP address or IP:port", s)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,8 @@ func TestMain(m *testing.M) { netns.Main(m) }
 // image runs and answers on its port at its pod address, a Service of it
 // answers on its ClusterIP, and the pod reaches the API server at the
 // kubernetes Service's ClusterIP and by its name and its own Service by
-// name (the cluster DNS, at the kube-dns Service's ClusterIP). A deleted
+// name (the cluster DNS, at the kube-dns Service's ClusterIP), and a name
+// outside the cluster through the nameserver the DNS forwards to. A deleted
 // pod's containers and cgroup are gone, and closing the node leaves no
 // process, mount, cgroup, bridge or iptables rule behind.
 func TestNodeRunsPod(t *testing.T) {
@@ -46,7 +48,8 @@ func TestNodeRunsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = api.Close() })
-	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api})
+	upstream, outside := outsideWorld(t)
+	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api, DNSForward: []string{upstream}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +159,8 @@ func TestNodeRunsPod(t *testing.T) {
 		{fetch + "http://hello." + ns + "/", http.StatusOK, "200\n" + web},
 		{fetch + "http://hello/", http.StatusOK, "200\n" + web},
 		{fetch + "http://nosuch." + ns + ".svc.cluster.local/", http.StatusBadGateway, "no such host"},
+		// A name outside the cluster, forwarded to Config.DNSForward.
+		{fetch + "http://" + outside + "/", http.StatusOK, "200\noutside\n"},
 	} {
 		poll.Until(t, 60*time.Second, "GET "+c.url, func() error {
 			resp, err := http.Get(c.url)
@@ -237,5 +242,58 @@ func TestNodeRunsPod(t *testing.T) {
 		if i.Name != "lo" {
 			t.Errorf("interface %s left in the test's network namespace", i.Name)
 		}
+	}
+}
+
+// outsideWorld stands for what is outside the cluster: a nameserver on a
+// loopback UDP port of the test's namespace that answers outside.example.
+// with the namespace's address (and NXDOMAIN for other names), and a web
+// server there answering "outside". It returns the nameserver's address and
+// the web server's as outside.example:port.
+func outsideWorld(t *testing.T) (nameserver, web string) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "outside.example."
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if len(r.Question) != 1 || r.Question[0].Name != name {
+			m.Rcode = dns.RcodeNameError
+		} else if r.Question[0].Qtype == dns.TypeA {
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.ParseIP(netns.Address)}}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	l, err := net.Listen("tcp", net.JoinHostPort(netns.Address, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	return pc.LocalAddr().String(), net.JoinHostPort(strings.TrimSuffix(name, "."), strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+}
+
+// TestStartRefusesBadDNSForward checks that a nameserver that is no
+// address is refused before anything of a node starts.
+func TestStartRefusesBadDNSForward(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, fwd := range []string{"", "dns.example", "10.0.0.1:domain", "10.0.0.1:0", "10.0.0.1:53:53", "1.2.3.4/24"} {
+		n, err := kubenode.Start(t.Context(), kubenode.Config{API: &kubetest.Server{}, Dir: dir, DNSForward: []string{fwd}})
+		if err == nil || !strings.Contains(err.Error(), "DNSForward") {
+			if n != nil {
+				_ = n.Close()
+			}
+			t.Errorf("Start with DNSForward %q: %v, want it refused", fwd, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
 	}
 }
