@@ -737,7 +737,8 @@ func (n *Node) PodCIDR() string { return n.cfg.PodCIDR }
 // Dir is the node's directory.
 func (n *Node) Dir() string { return n.cfg.Dir }
 
-// Logs returns the paths of containerd's, the kubelet's and kube-proxy's logs.
+// Logs returns the paths of containerd's, the kubelet's, kube-proxy's and
+// CoreDNS's logs.
 func (n *Node) Logs() []string { return append([]string(nil), n.logs...) }
 
 // Tasks returns the IDs of the containers that have a process on the node
