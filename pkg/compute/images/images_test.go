@@ -170,6 +170,17 @@ func TestTemplateFromDisksPrefersSharedStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	clonesOntoAnotherNode(t, z, tpl, 901)
+	if err := z.Client.Get(ctx, "/nodes/pve1/qemu/120/config", &src); err != nil || !strings.HasPrefix(src["scsi0"].(string), vol) {
+		t.Errorf("the source VM's disk changed: %v %v", src["scsi0"], err)
+	}
+}
+
+// clonesOntoAnotherNode checks that tpl, on node pve1 of z, has its disk
+// on the shared storage and clones onto pve2 as VMID newid.
+func clonesOntoAnotherNode(t *testing.T, z *vmtest.Zone, tpl images.Template, newid int) {
+	t.Helper()
+	ctx := vmtest.Ctx(t)
 	var cfg map[string]any
 	if err := z.Client.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", tpl.VMID), &cfg); err != nil {
 		t.Fatal(err)
@@ -178,11 +189,8 @@ func TestTemplateFromDisksPrefersSharedStorage(t *testing.T) {
 		t.Fatalf("the template's disk is %q, want it on the shared storage", disk)
 	}
 	if _, err := pveapi.Run(ctx, z.Client, "POST", fmt.Sprintf("/nodes/pve1/qemu/%d/clone", tpl.VMID), map[string]any{
-		"newid": 901, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
+		"newid": newid, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
 		t.Fatalf("a clone of the template onto the other node: %v", err)
-	}
-	if err := z.Client.Get(ctx, "/nodes/pve1/qemu/120/config", &src); err != nil || !strings.HasPrefix(src["scsi0"].(string), vol) {
-		t.Errorf("the source VM's disk changed: %v %v", src["scsi0"], err)
 	}
 }
 
@@ -202,15 +210,5 @@ func TestTemplateFromVolumePrefersSharedStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg map[string]any
-	if err := z.Client.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", tpl.VMID), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if disk, _ := cfg["scsi0"].(string); !strings.HasPrefix(disk, "shared:") {
-		t.Fatalf("the template's disk is %q, want it on the shared storage", disk)
-	}
-	if _, err := pveapi.Run(ctx, z.Client, "POST", fmt.Sprintf("/nodes/pve1/qemu/%d/clone", tpl.VMID), map[string]any{
-		"newid": 900, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
-		t.Fatalf("a clone of the template onto the other node: %v", err)
-	}
+	clonesOntoAnotherNode(t, z, tpl, 900)
 }
