@@ -78,8 +78,11 @@ func Tag(img *catalog.Image) string {
 		key += "\x00" + img.Version
 	}
 	sum := sha256.Sum256([]byte(key))
-	return "fp-img-" + hex.EncodeToString(sum[:6])
+	return TagPrefix + hex.EncodeToString(sum[:6])
 }
+
+// TagPrefix begins every image's tag (Tag).
+const TagPrefix = "fp-img-"
 
 // downloadable reports whether img is staged by a download of its URL
 // (the platform's images): a VDC's image is never downloaded, its
