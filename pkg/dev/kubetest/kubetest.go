@@ -1,9 +1,9 @@
 // Package kubetest runs a real Kubernetes API server for tests and the dev
 // stack: etcd and kube-apiserver, built from the Go modules pinned in
 // tools/etcd and tools/kube by `make kube-bin`, as child processes on
-// loopback ports chosen at start. There is no kubelet or scheduler, and no
-// controller manager unless Config.Controllers names controllers for it to
-// run: what the API server itself does (storage, validation, CRDs, RBAC,
+// loopback ports chosen at start. There is no kubelet, no scheduler unless
+// Config.Scheduler asks for one, and no controller manager unless
+// Config.Controllers names controllers for it to run: what the API server itself does (storage, validation, CRDs, RBAC,
 // watches, Leases, conditional writes) is real; pkg/dev/kubenode adds a real
 // node whose kubelet runs pods.
 //
@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,10 @@ type Config struct {
 	// "endpointslice-controller" for the EndpointSlices of Services with a
 	// selector. Default none: no controller manager runs.
 	Controllers []string
+	// Scheduler runs kube-scheduler beside the API server (pods of
+	// Deployments and StatefulSets need it to get a node). Default none:
+	// a test's pods name their node.
+	Scheduler bool
 	// StartTimeout bounds the start of the processes. Default 90s (the
 	// API server takes ~4 s on a quiet machine, much longer on a loaded one).
 	StartTimeout time.Duration
@@ -208,6 +213,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if len(cfg.Controllers) > 0 {
 		bins = append(bins, "kube-controller-manager")
 	}
+	if cfg.Scheduler {
+		bins = append(bins, "kube-scheduler")
+	}
 	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("kubetest: %s is missing in %s: run `make kube-bin` (make test does): %w", b, cfg.BinDir, err)
@@ -240,6 +248,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if len(cfg.Controllers) > 0 {
 		if err := s.startControllerManager(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("kubetest: kube-controller-manager: %w", err)
+		}
+	}
+	if cfg.Scheduler {
+		if err := s.startScheduler(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kubetest: kube-scheduler: %w", err)
 		}
 	}
 	return s, nil
@@ -438,6 +451,26 @@ func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	return s.startComponent(ctx, cfg, "kube-controller-manager", "controller-manager",
+		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","))
+}
+
+// startScheduler runs kube-scheduler as the administrator, without leader
+// election, serving its health checks on loopback only.
+func (s *Server) startScheduler(ctx context.Context, cfg Config) error {
+	kubeconfig, err := s.WriteKubeconfig()
+	if err != nil {
+		return err
+	}
+	return s.startComponent(ctx, cfg, "kube-scheduler", "scheduler",
+		"--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig)
+}
+
+// startComponent runs the control-plane component name (kube-controller-manager
+// or kube-scheduler) with args, without leader election, serving its health
+// checks on a free loopback port with a certificate it makes itself in
+// dir (under the server's directory), and returns once /healthz answers.
+func (s *Server) startComponent(ctx context.Context, cfg Config, name, dir string, extra ...string) error {
 	var healthz string
 	args := func() ([]string, error) {
 		port, err := freePort()
@@ -445,15 +478,13 @@ func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 			return nil, err
 		}
 		healthz = "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
-		return []string{
-			"--kubeconfig=" + kubeconfig,
-			"--controllers=" + strings.Join(cfg.Controllers, ","),
+		return append(slices.Clone(extra),
 			"--leader-elect=false",
 			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(port),
-			"--cert-dir=" + filepath.Join(s.dir, "controller-manager"),
+			"--secure-port="+strconv.Itoa(port),
+			"--cert-dir="+filepath.Join(s.dir, dir),
 			"--v=0",
-		}, nil
+		), nil
 	}
 	ready := func(ctx context.Context) error {
 		// Its serving certificate is one it made itself at start: /healthz
@@ -462,7 +493,7 @@ func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 		defer client.CloseIdleConnections()
 		return poll.Context(ctx, func() error { return GetOK(client, healthz) })
 	}
-	return s.start(ctx, "kube-controller-manager", filepath.Join(cfg.BinDir, "kube-controller-manager"), args, ready)
+	return s.start(ctx, name, filepath.Join(cfg.BinDir, name), args, ready)
 }
 
 // GetOK GETs url with client and fails unless the answer is 200 OK: a
