@@ -61,7 +61,9 @@ func TestFlags(t *testing.T) {
 
 // TestRun runs flexgateway as main does: it serves the admin API over TLS
 // with the certificates and token of its files, becomes ready with a
-// config and stops when its context ends.
+// config and stops when its context ends; `flexgateway probe` fails on it
+// before the config, succeeds after, and fails for another name or
+// without the CA.
 func TestRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -90,8 +92,34 @@ func TestRun(t *testing.T) {
 	})
 	hc := pki.HTTP(t, 30*time.Second)
 	c := &lbconfig.Client{BaseURL: "https://" + addr, Token: "0123456789abcdef0123", HTTP: hc}
+	// `flexgateway probe` (the chart's helm test): /readyz must answer
+	// 200 over TLS verified for the name asked.
+	readyz := "https://" + addr + "/readyz"
+	probeRun := func(args ...string) error {
+		return run(t.Context(), append([]string{"probe"}, args...), func(string) string { return "" }, &bytes.Buffer{})
+	}
+	if err := probeRun("-ca-file", pki.Server.CAFile, "-server-name", "flexgateway", readyz); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("probe before any config: %v, want a 503", err)
+	}
 	if err := c.Apply(t.Context(), lbconfig.Config{Revision: "r1"}); err != nil {
 		t.Fatal(err)
+	}
+	if err := probeRun("-ca-file", pki.Server.CAFile, "-server-name", "flexgateway", readyz); err != nil {
+		t.Errorf("probe once ready: %v", err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-ca-file", pki.Server.CAFile, "-server-name", "other.example", readyz}, "certificate"},
+		{[]string{"-server-name", "flexgateway", readyz}, "certificate"},
+		{[]string{"-ca-file", pki.Server.CertFile + ".none", readyz}, "no such file"},
+		{[]string{"http://" + addr + "/readyz"}, "not an https URL"},
+		{[]string{readyz, readyz}, "want one URL"},
+	} {
+		if err := probeRun(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("probe %q: %v, want %q", c.args, err, c.want)
+		}
 	}
 	resp, err := hc.Get("https://" + addr + "/readyz")
 	if err != nil || resp.StatusCode != 200 {

@@ -71,6 +71,23 @@ type Config struct {
 	Created time.Time
 }
 
+// Flexgateway is flexgateway's image (`make image-flexgateway`): binary
+// (cmd/flexgateway, statically linked for linux) alone on the empty base
+// as /usr/bin/flexgateway, its entrypoint, with every timestamp created.
+func Flexgateway(binary string, created time.Time) Config {
+	return Config{
+		Files:        []File{{Source: binary, Target: "/usr/bin/flexgateway", Mode: 0o755}},
+		Entrypoint:   []string{"/usr/bin/flexgateway"},
+		Env:          []string{"PATH=/usr/bin:/bin", "FLEXGATEWAY_DATA_DIR=/var/lib/flexgateway", "XDG_DATA_HOME=/var/lib/flexgateway", "XDG_CONFIG_HOME=/var/lib/flexgateway"},
+		ExposedPorts: []string{"9443/tcp"},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":  "flexplane flexgateway",
+			"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
+		},
+		Created: created,
+	}
+}
+
 // Build builds the image (linux/amd64 of the build machine's GOARCH).
 func Build(cfg Config, arch string) (v1.Image, error) {
 	layer, err := buildLayer(cfg)

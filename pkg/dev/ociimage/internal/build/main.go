@@ -70,17 +70,7 @@ func run(args []string) error {
 		*ref = cmp.Or(*ref, ociimage.OrchestratorRef)
 	case "flexgateway":
 		*ref = cmp.Or(*ref, ociimage.FlexgatewayRef)
-		cfg = ociimage.Config{
-			Files:        []ociimage.File{{Source: *binary, Target: "/usr/bin/flexgateway", Mode: 0o755}},
-			Entrypoint:   []string{"/usr/bin/flexgateway"},
-			Env:          []string{"PATH=/usr/bin:/bin", "FLEXGATEWAY_DATA_DIR=/var/lib/flexgateway", "XDG_DATA_HOME=/var/lib/flexgateway", "XDG_CONFIG_HOME=/var/lib/flexgateway"},
-			ExposedPorts: []string{"9443/tcp"},
-			Labels: map[string]string{
-				"org.opencontainers.image.title":  "flexplane flexgateway",
-				"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
-			},
-			Created: created,
-		}
+		cfg = ociimage.Flexgateway(*binary, created)
 	default:
 		return fmt.Errorf("-component %q: want orchestrator or flexgateway", *component)
 	}
