@@ -28,7 +28,12 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	kube := kubetest.ForTest(t)
+	return clusterOn(t, kubetest.ForTest(t))
+}
+
+// clusterOn is the clients of a running API server.
+func clusterOn(t *testing.T, kube *kubetest.Server) *cluster {
+	t.Helper()
 	path, err := kube.WriteKubeconfig()
 	if err != nil {
 		t.Fatal(err)
