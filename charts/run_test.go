@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/flexplane/flexplane/pkg/dev/kubenode"
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
@@ -161,8 +162,9 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// helmTest runs the release's test hooks and checks each succeeded.
-func (c *cluster) helmTest(name, ns string) {
+// helmTest runs the release's test hooks, checks each succeeded and
+// returns their Pods as the chart rendered them.
+func (c *cluster) helmTest(name, ns string) []corev1.Pod {
 	c.t.Helper()
 	rt := action.NewReleaseTesting(c.helm(ns))
 	rt.Namespace, rt.Timeout = ns, 2*time.Minute
@@ -170,19 +172,24 @@ func (c *cluster) helmTest(name, ns string) {
 	if err != nil {
 		c.t.Fatalf("helm test %s: %v", name, err)
 	}
-	n := 0
+	var pods []corev1.Pod
 	for _, h := range rel.Hooks {
 		if !slices.Contains(h.Events, release.HookTest) {
 			continue
 		}
-		n++
 		if h.LastRun.Phase != release.HookPhaseSucceeded {
 			c.t.Errorf("helm test %s: hook %s %s", name, h.Name, h.LastRun.Phase)
 		}
+		var p corev1.Pod
+		if err := yaml.Unmarshal([]byte(h.Manifest), &p); err != nil || p.Kind != "Pod" {
+			c.t.Fatalf("helm test %s: hook %s is no Pod (%v)", name, h.Name, err)
+		}
+		pods = append(pods, p)
 	}
-	if n == 0 {
-		c.t.Errorf("helm test %s: the chart has no test hook", name)
+	if len(pods) == 0 {
+		c.t.Fatalf("helm test %s: the chart has no test hook", name)
 	}
+	return pods
 }
 
 // gatewayPusher stands for the orchestrator: it pushes a config to every
@@ -275,7 +282,18 @@ func TestChartsRun(t *testing.T) {
 		}
 		gatewayPusher(t, c, ns, selector, string(tokens.Data["zone-a"]), pki)
 		before := c.podsReady(ns, selector, 2, 2*time.Minute)
-		c.helmTest(rel, ns)
+		// The test Pod holds the CA only: no key, no token, no service
+		// account token.
+		for _, p := range c.helmTest(rel, ns) {
+			if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+				t.Errorf("test pod %s mounts a service account token", p.Name)
+			}
+			for _, v := range p.Spec.Volumes {
+				if v.Secret == nil || v.Secret.SecretName != "gw-admin-tls" || len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "ca.crt" {
+					t.Errorf("test pod %s mounts %+v, want only ca.crt of the admin TLS Secret", p.Name, v)
+				}
+			}
+		}
 
 		// The zone's Service answers /readyz on its ClusterIP while the
 		// upgrade rolls the replicas: a new connection per request, so
