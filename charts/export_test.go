@@ -1,10 +1,15 @@
 package charts
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/flexplane/flexplane/pkg/dev/kubenode"
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 )
 
@@ -28,3 +33,16 @@ func (c *Cluster) Kube() *kubetest.Server       { return c.c.kube }
 func (c *Cluster) Client() kubernetes.Interface { return c.c.client }
 
 func ReadValues(t *testing.T, file string) map[string]any { return readValues(t, file) }
+
+// RunningCluster is runningCluster: an API server with a scheduler and
+// controllers, and a real node with images built by the builders.
+func RunningCluster(t *testing.T, images ...func(ctx context.Context, dir string) ([]string, error)) (*Cluster, *kubenode.Node) {
+	c, n := runningCluster(t, images...)
+	return &Cluster{c}, n
+}
+
+func (c *Cluster) PodsReady(ns, selector string, want int, timeout time.Duration) []corev1.Pod {
+	return c.c.podsReady(ns, selector, want, timeout)
+}
+
+func (c *Cluster) HelmTest(name, ns string) []corev1.Pod { return c.c.helmTest(name, ns) }

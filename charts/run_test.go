@@ -40,40 +40,42 @@ import (
 var runControllers = []string{
 	"deployment-controller", "replicaset-controller", "endpointslice-controller",
 	"serviceaccount-controller", "garbage-collector-controller",
+	"statefulset-controller", "persistentvolume-binder-controller", "namespace-controller",
+	"persistentvolumeclaim-protection-controller",
 }
 
 // buildFlexgatewayImage builds flexgateway's image as `make
 // image-flexgateway` does (the same build flags, ociimage.Flexgateway)
 // into dir and returns its tarball, tagged ociimage.FlexgatewayRef (the
 // chart's default image).
-func buildFlexgatewayImage(ctx context.Context, dir string) (string, error) {
+func buildFlexgatewayImage(ctx context.Context, dir string) ([]string, error) {
 	bin := filepath.Join(dir, "flexgateway")
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w -buildid=", "-o", bin,
 		"github.com/flexplane/flexplane/cmd/flexgateway")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build flexgateway: %w\n%s", err, out)
+		return nil, fmt.Errorf("go build flexgateway: %w\n%s", err, out)
 	}
 	img, err := ociimage.Build(ociimage.Flexgateway(bin, time.Unix(0, 0)), runtime.GOARCH)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	tarball := filepath.Join(dir, "flexgateway-image.tar")
-	return tarball, ociimage.WriteTarball(tarball, ociimage.FlexgatewayRef, img)
+	return []string{tarball}, ociimage.WriteTarball(tarball, ociimage.FlexgatewayRef, img)
 }
 
 // runningCluster is an API server with a scheduler and runControllers, and
 // one real node (pkg/dev/kubenode) with images imported.
-func runningCluster(t *testing.T, images ...func(ctx context.Context, dir string) (string, error)) (*cluster, *kubenode.Node) {
+func runningCluster(t *testing.T, images ...func(ctx context.Context, dir string) ([]string, error)) (*cluster, *kubenode.Node) {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
 	// The images build while the API server starts.
-	tarballs := make([]string, len(images))
+	built := make([][]string, len(images))
 	errs := make([]error, len(images))
 	var wg sync.WaitGroup
 	for i, build := range images {
-		wg.Go(func() { tarballs[i], errs[i] = build(ctx, dir) })
+		wg.Go(func() { built[i], errs[i] = build(ctx, dir) })
 	}
 	api, err := kubetest.Start(ctx, kubetest.Config{PodAddress: netns.Address, Controllers: runControllers, Scheduler: true})
 	if err != nil {
@@ -84,7 +86,7 @@ func runningCluster(t *testing.T, images ...func(ctx context.Context, dir string
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	node, err := kubenode.Start(ctx, kubenode.Config{API: api, Images: tarballs})
+	node, err := kubenode.Start(ctx, kubenode.Config{API: api, Images: slices.Concat(built...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +95,18 @@ func runningCluster(t *testing.T, images ...func(ctx context.Context, dir string
 		if t.Failed() {
 			for _, l := range append(node.Logs(), api.Logs()...) {
 				t.Log(kubetest.LogTail(l, 30))
+			}
+		}
+		// A test that failed half-way leaves workloads whose controllers
+		// would make again every pod the node's Close deletes.
+		ctx := context.WithoutCancel(ctx)
+		all := metav1.ListOptions{}
+		if nss, err := c.client.CoreV1().Namespaces().List(ctx, all); err == nil {
+			for _, ns := range nss.Items {
+				apps := c.client.AppsV1()
+				_ = apps.Deployments(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+				_ = apps.StatefulSets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+				_ = apps.ReplicaSets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
 			}
 		}
 		if err := node.Close(); err != nil {

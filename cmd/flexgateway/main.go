@@ -27,23 +27,19 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/flexplane/flexplane/pkg/loadbalancer/gateway"
 	"github.com/flexplane/flexplane/pkg/loadbalancer/lbconfig"
+	"github.com/flexplane/flexplane/pkg/support/httpsprobe"
 )
 
 func main() {
@@ -60,7 +56,7 @@ func main() {
 // ctx ends.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "probe" {
-		return probe(ctx, args[1:], stderr)
+		return httpsprobe.Main(ctx, "flexgateway probe", args[1:], stderr)
 	}
 	cfg, level, err := parse(args, getenv, stderr)
 	if err != nil {
@@ -126,53 +122,4 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (gateway
 		DataDir:       *dataDir,
 		CaddyLogLevel: strings.ToUpper(*caddyLevel),
 	}, level, nil
-}
-
-// probe is `flexgateway probe`: GET the URL of args over verified TLS and
-// succeed on 200 only.
-func probe(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("flexgateway probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	caFile := fs.String("ca-file", "", "PEM file of the CA the replica's certificate must chain to (default the system's roots)")
-	serverName := fs.String("server-name", "", "the name the replica's certificate must carry (default the URL's host)")
-	timeout := fs.Duration("timeout", 5*time.Second, "the probe's deadline")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return errors.New("flexgateway probe: want one URL")
-	}
-	u, err := url.Parse(fs.Arg(0))
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("flexgateway probe: %q is not an https URL", fs.Arg(0))
-	}
-	tlsCfg := &tls.Config{ServerName: *serverName, MinVersion: tls.VersionTLS12}
-	if *caFile != "" {
-		pem, err := os.ReadFile(*caFile)
-		if err != nil {
-			return fmt.Errorf("flexgateway probe: %w", err)
-		}
-		tlsCfg.RootCAs = x509.NewCertPool()
-		if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("flexgateway probe: no certificate in %s", *caFile)
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return fmt.Errorf("flexgateway probe: %w", err)
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, Proxy: nil}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("flexgateway probe: %w", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("flexgateway probe: %s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
-	}
-	fmt.Fprintf(stderr, "%s: %s %s\n", u, resp.Status, strings.TrimSpace(string(body)))
-	return nil
 }

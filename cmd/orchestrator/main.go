@@ -9,6 +9,7 @@
 //	orchestrator releases add FILE MANIFEST SIG  publish a signed agent release
 //	orchestrator releases list                   list the published releases
 //	orchestrator egress-proxy [flags]            a hosted control plane's egress proxy
+//	orchestrator probe [flags] URL               GET an https URL, 200 or fail (the charts' helm tests)
 //
 // The keys subcommands talk to the running orchestrator through the unix
 // socket in its data directory (-data-dir, env FLEXPLANE_DATA_DIR).
@@ -34,6 +35,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/support/httpsprobe"
 	"github.com/flexplane/flexplane/pkg/tenantkube/egress"
 )
 
@@ -53,7 +55,8 @@ const usage = `usage:
   orchestrator releases add [-data-dir DIR] [-release-dir DIR] -release-key-file FILE BINARY MANIFEST SIG
   orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
   orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE
-  orchestrator egress-proxy [-socket PATH | -listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]`
+  orchestrator egress-proxy [-socket PATH | -listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]
+  orchestrator probe [-ca-file FILE] [-server-name NAME] [-timeout DURATION] URL`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,6 +97,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return releases(args[1], args[2:], stdout)
 	case "egress-proxy":
 		return egress.Main(ctx, args[1:], os.Stderr)
+	case "probe":
+		return httpsprobe.Main(ctx, "orchestrator probe", args[1:], os.Stderr)
 	default:
 		return fmt.Errorf("unknown command %q\n%s", args[0], usage)
 	}
