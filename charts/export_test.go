@@ -45,4 +45,16 @@ func (c *Cluster) PodsReady(ns, selector string, want int, timeout time.Duration
 	return c.c.podsReady(ns, selector, want, timeout)
 }
 
+// For is c for test t (its failures and Helm's logs go to t).
+func (c *Cluster) For(t *testing.T) *Cluster { return &Cluster{clusterOn(t, c.c.kube)} }
+
+// FlexgatewayImage builds flexgateway's image (buildFlexgatewayImage).
+func FlexgatewayImage(ctx context.Context, dir string) ([]string, error) {
+	return buildFlexgatewayImage(ctx, dir)
+}
+
+// RunFlexgateway is runFlexgateway: flexgateway's install, helm test,
+// rolling upgrade and uninstall on c's node.
+func RunFlexgateway(t *testing.T, c *Cluster, nodeName string) { runFlexgateway(t, c.c.kube, nodeName) }
+
 func (c *Cluster) HelmTest(name, ns string) []corev1.Pod { return c.c.helmTest(name, ns) }

@@ -69,13 +69,34 @@ func controlPlaneImages(ctx context.Context, dir string) ([]string, error) {
 	return out, nil
 }
 
-// TestFlexKubeRuns installs a hosted control plane (the flexkube chart,
-// through controlplane.Manager as the orchestrator does) onto a real node
-// with the images built from `make kube-bin`'s binaries: etcd, the API
-// server, the controller manager and the scheduler get Running and Ready.
-func TestFlexKubeRuns(t *testing.T) {
+// TestChartsRun installs the charts onto one real node (kubelet,
+// containerd, kube-proxy, CoreDNS; pkg/dev/kubenode) with the images the
+// project builds, as an operator would: every pod gets Running and Ready,
+// `helm test` passes, and an uninstall leaves nothing but what the chart
+// documents as kept; flexgateway also rolls on an upgrade with no failed
+// request through its Service. The charts run side by side on the node.
+func TestChartsRun(t *testing.T) {
 	t.Parallel()
-	c, node := charts.RunningCluster(t, controlPlaneImages)
+	c, node := charts.RunningCluster(t, charts.FlexgatewayImage, controlPlaneImages)
+	t.Run("flexgateway", func(t *testing.T) {
+		t.Parallel()
+		charts.RunFlexgateway(t, c, node.Name())
+	})
+	t.Run("flexkube", func(t *testing.T) {
+		t.Parallel()
+		runFlexKube(t, c, node.Name())
+	})
+}
+
+// runFlexKube installs a hosted control plane (the flexkube chart,
+// through controlplane.Manager as the orchestrator does) with the images
+// built from `make kube-bin`'s binaries: etcd, the API server, the
+// controller manager and the scheduler get Running and Ready, the
+// Manager's status Ready, the API server answers /readyz through its
+// Service, `helm test` passes, and deleting the control plane removes its
+// namespace.
+func runFlexKube(t *testing.T, c *charts.Cluster, nodeName string) {
+	c = c.For(t)
 	ctx := t.Context()
 	client := c.Client()
 	// etcd's claim: a PersistentVolume in a directory of the test (the
@@ -85,7 +106,7 @@ func TestFlexKubeRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "etcd-" + node.Name()},
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd-" + nodeName},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},

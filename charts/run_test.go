@@ -241,24 +241,22 @@ func gatewayPusher(t *testing.T, c *cluster, ns, selector, token string, pki *lb
 	}()
 }
 
-// TestChartsRun installs the charts onto a real node (kubelet,
-// containerd, kube-proxy, CoreDNS; pkg/dev/kubenode) with the images the
-// project builds, as an operator would: every pod gets Running and Ready,
-// `helm test` passes, an upgrade with a changed value rolls the pods with
-// no failed request through the Service, and an uninstall leaves nothing
-// but what the chart documents as kept.
-func TestChartsRun(t *testing.T) {
-	t.Parallel()
-	c, node := runningCluster(t, buildFlexgatewayImage)
+// runFlexgateway is TestChartsRun's flexgateway part (TestChartsRun is in
+// package charts_test, beside the flexkube part, which needs
+// pkg/tenantkube/controlplane): on the cluster of kube with node, the
+// chart installed with the image buildFlexgatewayImage built gets every
+// pod Ready, passes `helm test`, rolls on an upgrade with no failed
+// request through the zone Service, and leaves only its kept Secret on
+// uninstall.
+func runFlexgateway(t *testing.T, kube *kubetest.Server, nodeName string) {
+	c := clusterOn(t, kube)
 	ctx := t.Context()
 	// The zone's replicas run on the nodes labelled with the zone.
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, node.Name(), "application/merge-patch+json",
+	if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, "application/merge-patch+json",
 		[]byte(`{"metadata":{"labels":{"topology.kubernetes.io/zone":"zone-a"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-
-	t.Run("flexgateway", func(t *testing.T) {
-		c := clusterOn(t, c.kube)
+	{
 		const ns, rel = "gw-run", "gw"
 		const selector = "app.kubernetes.io/instance=" + rel + ",app.kubernetes.io/component=flexgateway"
 		if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -409,7 +407,7 @@ func TestChartsRun(t *testing.T) {
 			}
 			return nil
 		})
-	})
+	}
 }
 
 // replicaSets returns the ReplicaSets in ns matching selector: their
