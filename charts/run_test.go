@@ -86,7 +86,9 @@ func runningCluster(t *testing.T, images ...func(ctx context.Context, dir string
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	node, err := kubenode.Start(ctx, kubenode.Config{API: api, Images: slices.Concat(built...)})
+	// The control plane's images are large: importing them on a busy
+	// machine takes longer than a node's default start allows.
+	node, err := kubenode.Start(ctx, kubenode.Config{API: api, Images: slices.Concat(built...), StartTimeout: 4 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
