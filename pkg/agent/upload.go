@@ -26,7 +26,9 @@ import (
 // local Proxmox's upload endpoint, with its own token. The agent holds at
 // most one chunk of the file; it hashes what it forwards, and a stream of
 // another length than announced (a client that went away, a cut
-// connection) aborts the POST, so Proxmox stores nothing.
+// connection) aborts the POST, so Proxmox stores nothing. The same
+// forwarding (store) serves the data listener's direct uploads
+// (dataplane.go), which carry the bytes beside the mesh.
 
 // MaxUploadBytes bounds a file UploadVolume takes.
 const MaxUploadBytes = 64 << 30
@@ -37,20 +39,47 @@ var uploadExt = map[string]*regexp.Regexp{
 	"iso":    regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.iso$`),
 }
 
-// checkUpload validates the first message of an upload.
-func checkUpload(first *agentv1.UploadVolumeRequest) error {
-	if !segmentName(first.GetStorage()) {
-		return status.Errorf(codes.InvalidArgument, "agent: %q is not a storage id", first.GetStorage())
+// uploadTarget is where an upload goes: UploadVolume's first message,
+// or what an upload ticket is bound to.
+type uploadTarget struct {
+	storage, content, filename string
+	// size is the file's exact size, 0 when unknown; maxSize the most
+	// bytes the upload may carry, 0 for MaxUploadBytes.
+	size, maxSize int64
+}
+
+// volume is the Proxmox volume id the file gets.
+func (t uploadTarget) volume() string { return t.storage + ":" + t.content + "/" + t.filename }
+
+// limit is the most bytes the upload may carry: its exact size when
+// known, else its bound.
+func (t uploadTarget) limit() int64 {
+	switch {
+	case t.size > 0:
+		return t.size
+	case t.maxSize > 0:
+		return t.maxSize
 	}
-	re := uploadExt[first.GetContent()]
+	return MaxUploadBytes
+}
+
+// check validates an upload's target.
+func (t uploadTarget) check() error {
+	if !segmentName(t.storage) {
+		return status.Errorf(codes.InvalidArgument, "agent: %q is not a storage id", t.storage)
+	}
+	re := uploadExt[t.content]
 	if re == nil {
-		return status.Errorf(codes.InvalidArgument, "agent: content %q is not import or iso", first.GetContent())
+		return status.Errorf(codes.InvalidArgument, "agent: content %q is not import or iso", t.content)
 	}
-	if name := first.GetFilename(); !re.MatchString(name) || strings.Contains(name, "..") {
-		return status.Errorf(codes.InvalidArgument, "agent: %q is not a file name of %s content", name, first.GetContent())
+	if !re.MatchString(t.filename) || strings.Contains(t.filename, "..") {
+		return status.Errorf(codes.InvalidArgument, "agent: %q is not a file name of %s content", t.filename, t.content)
 	}
-	if n := first.GetSize(); n < 0 || n > MaxUploadBytes {
-		return status.Errorf(codes.InvalidArgument, "agent: size %d is not between 0 (unknown) and %d bytes", n, int64(MaxUploadBytes))
+	if t.size < 0 || t.size > MaxUploadBytes {
+		return status.Errorf(codes.InvalidArgument, "agent: size %d is not between 0 (unknown) and %d bytes", t.size, int64(MaxUploadBytes))
+	}
+	if t.maxSize < 0 || t.maxSize > MaxUploadBytes || (t.maxSize > 0 && t.size > t.maxSize) {
+		return status.Errorf(codes.InvalidArgument, "agent: bound %d is not between 0 (the agent's) and %d bytes, nor under the size %d", t.maxSize, int64(MaxUploadBytes), t.size)
 	}
 	return nil
 }
@@ -58,8 +87,15 @@ func checkUpload(first *agentv1.UploadVolumeRequest) error {
 // errProxmoxStopped is Proxmox no longer reading an upload's body.
 var errProxmoxStopped = errors.New("proxmox stopped reading the upload")
 
-// errShortUpload is a stream of another length than it announced.
+// errShortUpload is a stream of another length than it announced, or
+// past its bound.
 var errShortUpload = errors.New("upload of another length than announced")
+
+// uploaded is what a stored upload reports.
+type uploaded struct {
+	upid, sha256 string
+	size         int64
+}
 
 // UploadVolume implements the agent's UploadVolume RPC.
 func (s *service) UploadVolume(stream agentv1.AgentService_UploadVolumeServer) error {
@@ -67,14 +103,47 @@ func (s *service) UploadVolume(stream agentv1.AgentService_UploadVolumeServer) e
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "agent: upload: no first message: %v", err)
 	}
-	if err := checkUpload(first); err != nil {
+	t := uploadTarget{storage: first.GetStorage(), content: first.GetContent(), filename: first.GetFilename(), size: first.GetSize()}
+	if err := t.check(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
+	up, err := s.store(stream.Context(), t, &streamReader{stream: stream, buf: first.GetData()})
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(&agentv1.UploadVolumeResponse{Upid: up.upid, Sha256: up.sha256, Size: up.size, Volume: t.volume()})
+}
+
+// streamReader reads the data of an UploadVolume stream's messages.
+type streamReader struct {
+	stream agentv1.AgentService_UploadVolumeServer
+	buf    []byte
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		msg, err := r.stream.Recv()
+		if err != nil {
+			return 0, err
+		}
+		r.buf = msg.GetData()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// store forwards what r reads (a checked target's file, until io.EOF) as
+// the file part of one multipart POST to the local Proxmox's upload
+// endpoint, hashing it on the way. A read error, or a file of another
+// length than t's size or past its bound, aborts the POST: Proxmox
+// stores nothing. Its errors are gRPC statuses.
+func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader) (uploaded, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
-	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(first.GetStorage()) + "/upload"
+	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(t.storage) + "/upload"
 	type answer struct {
 		resp pveResponse
 		err  error
@@ -86,86 +155,84 @@ func (s *service) UploadVolume(stream agentv1.AgentService_UploadVolumeServer) e
 		done <- answer{resp, err}
 	}()
 	h := sha256.New()
-	n, err := s.forward(stream, first, mw, h)
+	n, err := forward(t, r, mw, h)
 	if errors.Is(err, errProxmoxStopped) {
 		// Proxmox answered before it read the whole file: say why.
 		a := <-done
 		if a.err == nil && a.resp.status != http.StatusOK {
-			return status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", first.GetFilename(), a.resp.status, a.resp.reason)
+			return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, a.resp.status, a.resp.reason)
 		}
-		return status.Errorf(codes.Unavailable, "agent: upload of %s: %v", first.GetFilename(), err)
+		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: %v", t.filename, err)
 	}
 	if err != nil {
 		pw.CloseWithError(err)
 		cancel()
 		<-done
-		s.a.log.Warn("agent: upload aborted", "storage", first.GetStorage(), "file", first.GetFilename(), "bytes", n, "err", err)
+		s.a.log.Warn("agent: upload aborted", "storage", t.storage, "file", t.filename, "bytes", n, "err", err)
 		if errors.Is(err, errShortUpload) {
-			return status.Errorf(codes.DataLoss, "agent: upload of %s: %v (size %d)", first.GetFilename(), err, first.GetSize())
+			return uploaded{}, status.Errorf(codes.DataLoss, "agent: upload of %s: %v (size %d)", t.filename, err, t.size)
 		}
 		if c := status.Code(err); c != codes.Unknown && c != codes.OK {
-			return err
+			return uploaded{}, err
 		}
-		return status.Errorf(codes.Aborted, "agent: upload of %s: %v", first.GetFilename(), err)
+		return uploaded{}, status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, err)
 	}
 	pw.CloseWithError(mw.Close())
 	a := <-done
 	if a.err != nil {
-		return status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", first.GetFilename(), a.err)
+		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", t.filename, a.err)
 	}
 	if a.resp.status != http.StatusOK {
-		return status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", first.GetFilename(), a.resp.status, a.resp.reason)
+		return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, a.resp.status, a.resp.reason)
 	}
 	var out struct {
 		Data string `json:"data"`
 	}
 	if err := json.Unmarshal(a.resp.body, &out); err != nil || out.Data == "" {
-		return status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", first.GetFilename())
+		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", t.filename)
 	}
-	s.a.log.Info("agent: uploaded", "storage", first.GetStorage(), "file", first.GetFilename(), "bytes", n, "upid", out.Data)
-	return stream.SendAndClose(&agentv1.UploadVolumeResponse{
-		Upid: out.Data, Sha256: hex.EncodeToString(h.Sum(nil)), Size: n,
-		Volume: first.GetStorage() + ":" + first.GetContent() + "/" + first.GetFilename(),
-	})
+	s.a.log.Info("agent: uploaded", "storage", t.storage, "file", t.filename, "bytes", n, "upid", out.Data)
+	return uploaded{upid: out.Data, sha256: hex.EncodeToString(h.Sum(nil)), size: n}, nil
 }
 
-// forward writes the form's fields and then the stream's data into mw,
+// forwardBuffer is the size of the reads forward makes.
+const forwardBuffer = 256 << 10
+
+// forward writes the form's fields and then what r reads into mw,
 // hashing it into h; it returns the number of bytes of the file written,
-// and an error when the stream broke or its length is not the announced
-// size.
-func (s *service) forward(stream agentv1.AgentService_UploadVolumeServer, first *agentv1.UploadVolumeRequest, mw *multipart.Writer, h io.Writer) (int64, error) {
-	if err := mw.WriteField("content", first.GetContent()); err != nil {
+// and an error when r broke or the file's length is not t's size or
+// passes its bound.
+func forward(t uploadTarget, r io.Reader, mw *multipart.Writer, h io.Writer) (int64, error) {
+	if err := mw.WriteField("content", t.content); err != nil {
 		return 0, err
 	}
-	fw, err := mw.CreateFormFile("filename", first.GetFilename())
+	fw, err := mw.CreateFormFile("filename", t.filename)
 	if err != nil {
 		return 0, err
 	}
 	w := io.MultiWriter(fw, h)
-	size, exact := first.GetSize(), first.GetSize() > 0
-	if !exact {
-		size = MaxUploadBytes
-	}
+	limit := t.limit()
+	buf := make([]byte, forwardBuffer)
 	var n int64
-	msg := first
 	for {
-		data := msg.GetData()
-		if n+int64(len(data)) > size {
-			return n, fmt.Errorf("%w: more than %d bytes", errShortUpload, size)
+		k, rerr := r.Read(buf)
+		if n+int64(k) > limit {
+			return n, fmt.Errorf("%w: more than %d bytes", errShortUpload, limit)
 		}
-		if _, err := w.Write(data); err != nil {
-			return n, fmt.Errorf("%w: %v", errProxmoxStopped, err)
+		if k > 0 {
+			if _, err := w.Write(buf[:k]); err != nil {
+				return n, fmt.Errorf("%w: %v", errProxmoxStopped, err)
+			}
+			n += int64(k)
 		}
-		n += int64(len(data))
-		msg, err = stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if exact && n != size {
+		if errors.Is(rerr, io.EOF) {
+			if t.size > 0 && n != t.size {
 				return n, fmt.Errorf("%w: it ended at %d", errShortUpload, n)
 			}
 			return n, nil
 		}
-		if err != nil {
-			return n, err
+		if rerr != nil {
+			return n, rerr
 		}
 	}
 }
