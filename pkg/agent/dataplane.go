@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -94,6 +95,9 @@ func (a *Agent) serveData(ln net.Listener, advertise string) error {
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       30 * time.Second,
 			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
+			// Failed handshakes (a client pinning another certificate, a
+			// scanner) are the client's to report.
+			ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		},
 	}
 	a.data = d
@@ -226,7 +230,7 @@ func (s *service) serveUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := &countingReader{r: r.Body}
-	up, err := s.store(r.Context(), t, body)
+	up, err := s.store(r.Context(), t, body, viaData)
 	if err != nil {
 		code := http.StatusBadGateway
 		switch status.Code(err) {

@@ -91,6 +91,12 @@ var errProxmoxStopped = errors.New("proxmox stopped reading the upload")
 // past its bound.
 var errShortUpload = errors.New("upload of another length than announced")
 
+// The paths an upload's bytes come by (store's via).
+const (
+	viaMesh = "mesh"
+	viaData = "data listener"
+)
+
 // uploaded is what a stored upload reports.
 type uploaded struct {
 	upid, sha256 string
@@ -107,7 +113,7 @@ func (s *service) UploadVolume(stream agentv1.AgentService_UploadVolumeServer) e
 	if err := t.check(); err != nil {
 		return err
 	}
-	up, err := s.store(stream.Context(), t, &streamReader{stream: stream, buf: first.GetData()})
+	up, err := s.store(stream.Context(), t, &streamReader{stream: stream, buf: first.GetData()}, viaMesh)
 	if err != nil {
 		return err
 	}
@@ -137,8 +143,9 @@ func (r *streamReader) Read(p []byte) (int, error) {
 // the file part of one multipart POST to the local Proxmox's upload
 // endpoint, hashing it on the way. A read error, or a file of another
 // length than t's size or past its bound, aborts the POST: Proxmox
-// stores nothing. Its errors are gRPC statuses.
-func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader) (uploaded, error) {
+// stores nothing. Its errors are gRPC statuses; via names the path the
+// bytes came by, for the log.
+func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via string) (uploaded, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -168,7 +175,7 @@ func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader) (uploa
 		pw.CloseWithError(err)
 		cancel()
 		<-done
-		s.a.log.Warn("agent: upload aborted", "storage", t.storage, "file", t.filename, "bytes", n, "err", err)
+		s.a.log.Warn("agent: upload aborted", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "err", err)
 		if errors.Is(err, errShortUpload) {
 			return uploaded{}, status.Errorf(codes.DataLoss, "agent: upload of %s: %v (size %d)", t.filename, err, t.size)
 		}
@@ -191,7 +198,7 @@ func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader) (uploa
 	if err := json.Unmarshal(a.resp.body, &out); err != nil || out.Data == "" {
 		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", t.filename)
 	}
-	s.a.log.Info("agent: uploaded", "storage", t.storage, "file", t.filename, "bytes", n, "upid", out.Data)
+	s.a.log.Info("agent: uploaded", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "upid", out.Data)
 	return uploaded{upid: out.Data, sha256: hex.EncodeToString(h.Sum(nil)), size: n}, nil
 }
 
