@@ -1,18 +1,21 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -84,9 +87,6 @@ func (t uploadTarget) check() error {
 	return nil
 }
 
-// errProxmoxStopped is Proxmox no longer reading an upload's body.
-var errProxmoxStopped = errors.New("proxmox stopped reading the upload")
-
 // errShortUpload is a stream of another length than it announced, or
 // past its bound.
 var errShortUpload = errors.New("upload of another length than announced")
@@ -141,105 +141,122 @@ func (r *streamReader) Read(p []byte) (int, error) {
 
 // store forwards what r reads (a checked target's file, until io.EOF) as
 // the file part of one multipart POST to the local Proxmox's upload
-// endpoint, hashing it on the way. A read error, or a file of another
-// length than t's size or past its bound, aborts the POST: Proxmox
-// stores nothing. Its errors are gRPC statuses; via names the path the
-// bytes came by, for the log.
+// endpoint, hashing it on the way. The request's body reads r itself (no
+// pipe, no copy of its own): the form's head, the file, the form's end.
+// A read error, or a file of another length than t's size or past its
+// bound, aborts the POST: Proxmox stores nothing. Its errors are gRPC
+// statuses; via names the path the bytes came by, for the log.
 func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via string) (uploaded, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(t.storage) + "/upload"
-	type answer struct {
-		resp pveResponse
-		err  error
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	if err := mw.WriteField("content", t.content); err != nil {
+		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
 	}
-	done := make(chan answer, 1)
-	go func() {
-		resp, err := s.a.pve.send(ctx, http.MethodPost, path, "", pr, mw.FormDataContentType())
-		pr.CloseWithError(err) // unblocks the writer when Proxmox stops reading
-		done <- answer{resp, err}
-	}()
-	h := sha256.New()
-	n, err := forward(t, r, mw, h)
-	if errors.Is(err, errProxmoxStopped) {
-		// Proxmox answered before it read the whole file: say why.
-		a := <-done
-		if a.err == nil && a.resp.status != http.StatusOK {
-			return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, a.resp.status, a.resp.reason)
+	if _, err := mw.CreateFormFile("filename", t.filename); err != nil {
+		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
+	}
+	file := &fileReader{r: r, h: sha256.New(), t: t}
+	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(t.storage) + "/upload"
+	ctype := mw.FormDataContentType()
+	// The form's end (what mw.Close writes), read once the file ended as
+	// it should.
+	tail := strings.NewReader("\r\n--" + mw.Boundary() + "--\r\n")
+	body := io.MultiReader(&head, file, tail)
+	resp, err := s.a.pve.send(ctx, http.MethodPost, path, "", body, ctype)
+	// The transport may go on reading the body after it answered: stop
+	// it, so that r is not read after store returns.
+	n, rerr := file.stop()
+	if rerr != nil {
+		s.a.log.Warn("agent: upload aborted", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "err", rerr)
+		if errors.Is(rerr, errShortUpload) {
+			return uploaded{}, status.Errorf(codes.DataLoss, "agent: upload of %s: %v (size %d)", t.filename, rerr, t.size)
 		}
-		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: %v", t.filename, err)
+		if c := status.Code(rerr); c != codes.Unknown && c != codes.OK {
+			return uploaded{}, rerr
+		}
+		return uploaded{}, status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, rerr)
 	}
 	if err != nil {
-		pw.CloseWithError(err)
-		cancel()
-		<-done
-		s.a.log.Warn("agent: upload aborted", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "err", err)
-		if errors.Is(err, errShortUpload) {
-			return uploaded{}, status.Errorf(codes.DataLoss, "agent: upload of %s: %v (size %d)", t.filename, err, t.size)
-		}
-		if c := status.Code(err); c != codes.Unknown && c != codes.OK {
-			return uploaded{}, err
-		}
-		return uploaded{}, status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, err)
+		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", t.filename, err)
 	}
-	pw.CloseWithError(mw.Close())
-	a := <-done
-	if a.err != nil {
-		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", t.filename, a.err)
+	if resp.status != http.StatusOK {
+		return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, resp.status, resp.reason)
 	}
-	if a.resp.status != http.StatusOK {
-		return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, a.resp.status, a.resp.reason)
+	if !file.ended() {
+		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: proxmox answered before the file's end", t.filename)
 	}
 	var out struct {
 		Data string `json:"data"`
 	}
-	if err := json.Unmarshal(a.resp.body, &out); err != nil || out.Data == "" {
+	if err := json.Unmarshal(resp.body, &out); err != nil || out.Data == "" {
 		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", t.filename)
 	}
 	s.a.log.Info("agent: uploaded", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "upid", out.Data)
-	return uploaded{upid: out.Data, sha256: hex.EncodeToString(h.Sum(nil)), size: n}, nil
+	return uploaded{upid: out.Data, sha256: hex.EncodeToString(file.h.Sum(nil)), size: n}, nil
 }
 
-// forwardBuffer is the size of the reads forward makes.
-const forwardBuffer = 256 << 10
+// errStoreEnded is a read of an upload's file after store returned.
+var errStoreEnded = errors.New("the upload has ended")
 
-// forward writes the form's fields and then what r reads into mw,
-// hashing it into h; it returns the number of bytes of the file written,
-// and an error when r broke or the file's length is not t's size or
-// passes its bound.
-func forward(t uploadTarget, r io.Reader, mw *multipart.Writer, h io.Writer) (int64, error) {
-	if err := mw.WriteField("content", t.content); err != nil {
-		return 0, err
+// fileReader is the file part of an upload's body: it reads r, hashing
+// what it reads into h, until io.EOF, which it passes on only when the
+// file has its target's size; a file longer than the target's limit, or
+// shorter than its size, ends in errShortUpload, and r's errors are kept.
+// Once stopped, it reads r no more.
+type fileReader struct {
+	mu      sync.Mutex
+	r       io.Reader // protected by mu
+	h       hash.Hash // protected by mu
+	t       uploadTarget
+	n       int64 // protected by mu
+	err     error // the first error other than io.EOF; protected by mu
+	eof     bool  // protected by mu
+	stopped bool  // protected by mu
+}
+
+func (f *fileReader) Read(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.stopped:
+		return 0, errStoreEnded
+	case f.err != nil:
+		return 0, f.err
+	case f.eof:
+		return 0, io.EOF
 	}
-	fw, err := mw.CreateFormFile("filename", t.filename)
-	if err != nil {
-		return 0, err
+	k, err := f.r.Read(p)
+	if f.n+int64(k) > f.t.limit() {
+		f.err = fmt.Errorf("%w: more than %d bytes", errShortUpload, f.t.limit())
+		return 0, f.err
 	}
-	w := io.MultiWriter(fw, h)
-	limit := t.limit()
-	buf := make([]byte, forwardBuffer)
-	var n int64
-	for {
-		k, rerr := r.Read(buf)
-		if n+int64(k) > limit {
-			return n, fmt.Errorf("%w: more than %d bytes", errShortUpload, limit)
-		}
-		if k > 0 {
-			if _, err := w.Write(buf[:k]); err != nil {
-				return n, fmt.Errorf("%w: %v", errProxmoxStopped, err)
-			}
-			n += int64(k)
-		}
-		if errors.Is(rerr, io.EOF) {
-			if t.size > 0 && n != t.size {
-				return n, fmt.Errorf("%w: it ended at %d", errShortUpload, n)
-			}
-			return n, nil
-		}
-		if rerr != nil {
-			return n, rerr
-		}
+	f.h.Write(p[:k])
+	f.n += int64(k)
+	switch {
+	case errors.Is(err, io.EOF) && f.t.size > 0 && f.n != f.t.size:
+		f.err = fmt.Errorf("%w: it ended at %d", errShortUpload, f.n)
+		return k, f.err
+	case errors.Is(err, io.EOF):
+		f.eof = true
+	case err != nil:
+		f.err = err
 	}
+	return k, err
+}
+
+// stop ends the reads of r; it returns the bytes read and r's error.
+func (f *fileReader) stop() (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	return f.n, f.err
+}
+
+// ended reports whether the file was read to its end.
+func (f *fileReader) ended() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.eof
 }
