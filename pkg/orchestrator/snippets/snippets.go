@@ -1,7 +1,9 @@
 // Package snippets is the orchestrator's compute.SnippetWriter and
 // compute.VolumeUploader: the agent of a snippet's node writes and
 // deletes it (agent RPCs WriteSnippet, DeleteSnippet), and the agent of an
-// upload's node forwards the file to its Proxmox (UploadVolume). It is wiring: the VM lifecycle (pkg/compute) names the
+// upload's node forwards the file to its Proxmox (UploadVolume over the mesh,
+// or a PUT to its data listener with a ticket of IssueUploadTicket,
+// direct.go). It is wiring: the VM lifecycle (pkg/compute) names the
 // snippets it needs, the fleet (pkg/mesh/fleet) finds the agents, and this
 // package joins them, so that neither imports the other.
 package snippets
