@@ -39,8 +39,9 @@ import (
 // expires uploadTicketTTL after it was issued unless used, and is
 // consumed by the first request that presents it. The orchestrator pins
 // the certificate by the fingerprint the ticket's answer carries, so the
-// path needs no CA. The bytes go on to Proxmox through store, as
-// UploadVolume's do; the Proxmox token stays in the agent.
+// path needs no CA. The bytes are stored through store, as
+// UploadVolume's are (into a file storage's directory, or POSTed to
+// Proxmox); the Proxmox token stays in the agent.
 
 // uploadTicketTTL is how long an upload ticket waits for its upload to
 // start.
@@ -184,11 +185,12 @@ func (s *service) IssueUploadTicket(_ context.Context, req *agentv1.IssueUploadT
 // serveUpload is the data listener's only handler: PUT
 // /v1/upload/{storage}/{content}/{filename} with "Authorization: Bearer
 // <ticket>", the body the file's bytes. It answers 200 with
-// UploadVolumeResponse's fields as JSON (upid, sha256, size, volume),
+// UploadVolumeResponse's fields as JSON (upid, "" when the agent wrote
+// the file itself; sha256, size, volume),
 // else an error status and a line saying why: 401 for a ticket that is
 // missing, unknown, used or expired, 403 for one of another file (it is
 // used up all the same), 413 for a body past the ticket's size, 400 for
-// one shorter than its size.
+// one shorter than its size, 409 for a file that exists already.
 func (s *service) serveUpload(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, uploadPathPrefix)
 	parts := strings.Split(rest, "/")
@@ -241,7 +243,7 @@ func (s *service) serveUpload(w http.ResponseWriter, r *http.Request) {
 			}
 		case codes.Aborted, codes.Canceled:
 			code = http.StatusBadRequest
-		case codes.FailedPrecondition:
+		case codes.FailedPrecondition, codes.AlreadyExists:
 			code = http.StatusConflict
 		}
 		http.Error(w, status.Convert(err).Message(), code)

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -33,8 +34,8 @@ import (
 // the orchestrator's (TestDirectUpload in pkg/dev/meshtest).
 func TestDataListenerRefuses(t *testing.T) {
 	t.Parallel()
-	_, p := startSim(t, pvesim.Config{Cluster: "lab", Nodes: 1})
-	a := &Agent{cfg: Config{NodeName: "pve1"}, pve: p, log: slog.New(slog.DiscardHandler)}
+	sim, p := startSim(t, pvesim.Config{Cluster: "lab", Nodes: 1, FileRoot: t.TempDir()})
+	a := &Agent{cfg: Config{NodeName: "pve1", FileRoot: sim.NodeRoot("pve1")}, pve: p, log: slog.New(slog.DiscardHandler)}
 	svc := &service{a: a}
 	ctx := t.Context()
 	req := func(name string, size, maxSize int64) *agentv1.IssueUploadTicketRequest {
@@ -145,14 +146,22 @@ func TestDataListenerRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(file)
-	if out.SHA256 != hex.EncodeToString(sum[:]) || out.Size != size || out.Volume != "local:import/good.raw" || out.UPID == "" {
+	if out.SHA256 != hex.EncodeToString(sum[:]) || out.Size != size || out.Volume != "local:import/good.raw" || out.UPID != "" {
 		t.Fatalf("answer %s", msg)
 	}
 	if code, msg := put(good.GetUrl(), good.GetTicket(), file, false); code != http.StatusUnauthorized {
 		t.Fatalf("a used ticket: %d %s", code, msg)
 	}
-	poll.True(t, 10*time.Second, "the uploaded file stored, and no other", func() bool {
-		got := importVolumes(t, p)
-		return len(got) == 1 && got[0] == "local:import/good.raw"
-	})
+	// Written by the agent: stored when answered.
+	if got := importVolumes(t, p); len(got) != 1 || got[0] != "local:import/good.raw" {
+		t.Fatalf("stored %v, want good.raw alone", got)
+	}
+	// Another upload of that name is refused, the file kept.
+	dup := ticket("good.raw", 3, 0)
+	if code, msg := put(dup.GetUrl(), dup.GetTicket(), []byte("new"), false); code != http.StatusConflict {
+		t.Fatalf("an upload over an existing file: %d %s, want 409", code, msg)
+	}
+	if b, err := os.ReadFile(filepath.Join(sim.NodeRoot("pve1"), "var", "lib", "vz", "import", "good.raw")); err != nil || !bytes.Equal(b, file) {
+		t.Fatalf("the existing file changed: %d bytes, %v", len(b), err)
+	}
 }

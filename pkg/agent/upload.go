@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,9 +11,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -25,13 +29,17 @@ import (
 
 // Uploads. A tenant's image reaches a node's storage through the agent:
 // the orchestrator streams the file's bytes (UploadVolume) and the agent
-// forwards them as they come, as the multipart body of one POST to the
-// local Proxmox's upload endpoint, with its own token. The agent holds at
-// most one chunk of the file; it hashes what it forwards, and a stream of
-// another length than announced (a client that went away, a cut
-// connection) aborts the POST, so Proxmox stores nothing. The same
-// forwarding (store) serves the data listener's direct uploads
-// (dataplane.go), which carry the bytes beside the mesh.
+// stores them as they come, hashing them. Into a file storage (dir, nfs,
+// cifs...: its config has a path) the agent writes the file itself, into
+// the storage's import/ or template/iso/ directory under Config.FileRoot,
+// as Proxmox lays them out: one write of each byte, no TLS hop to
+// Proxmox, no spool. Into any other storage, and when a helper does the
+// agent's file work, it forwards the bytes as the multipart body of one
+// POST to the local Proxmox's upload endpoint, with its own token. The
+// agent holds at most one chunk of the file; a stream of another length
+// than announced (a client that went away, a cut connection) stores
+// nothing. The same entry point (store) serves the data listener's direct
+// uploads (dataplane.go), which carry the bytes beside the mesh.
 
 // MaxUploadBytes bounds a file UploadVolume takes.
 const MaxUploadBytes = 64 << 30
@@ -97,7 +105,9 @@ const (
 	viaData = "data listener"
 )
 
-// uploaded is what a stored upload reports.
+// uploaded is what a stored upload reports: upid is the Proxmox task
+// that stores the file, "" when the agent wrote it itself (it is then
+// stored).
 type uploaded struct {
 	upid, sha256 string
 	size         int64
@@ -139,32 +149,33 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// store forwards what r reads (a checked target's file, until io.EOF) as
-// the file part of one multipart POST to the local Proxmox's upload
-// endpoint, hashing it on the way. The request's body reads r itself (no
-// pipe, no copy of its own): the form's head, the file, the form's end.
-// A read error, or a file of another length than t's size or past its
-// bound, aborts the POST: Proxmox stores nothing. Its errors are gRPC
+// store stores what r reads (a checked target's file, until io.EOF) on
+// this node, hashing it on the way. Into a file storage (one whose
+// config has a path), when the agent writes files itself (no helper), it
+// writes the file straight into the storage's directory (writeUpload);
+// into any other storage, it sends the file as the file part of one
+// multipart POST to the local Proxmox's upload endpoint (postUpload). A
+// read error, or a file of another length than t's size or past its
+// bound, ends the upload with nothing stored. Its errors are gRPC
 // statuses; via names the path the bytes came by, for the log.
 func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via string) (uploaded, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var head bytes.Buffer
-	mw := multipart.NewWriter(&head)
-	if err := mw.WriteField("content", t.content); err != nil {
-		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
-	}
-	if _, err := mw.CreateFormFile("filename", t.filename); err != nil {
-		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
+	dir := ""
+	if s.a.helper == nil {
+		var err error
+		if dir, err = s.a.contentDir(ctx, t.storage, t.content); err != nil {
+			return uploaded{}, err
+		}
 	}
 	file := &fileReader{r: r, h: sha256.New(), t: t}
-	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(t.storage) + "/upload"
-	ctype := mw.FormDataContentType()
-	// The form's end (what mw.Close writes), read once the file ended as
-	// it should.
-	tail := strings.NewReader("\r\n--" + mw.Boundary() + "--\r\n")
-	body := io.MultiReader(&head, file, tail)
-	resp, err := s.a.pve.send(ctx, http.MethodPost, path, "", body, ctype)
+	var upid string
+	var err error
+	if dir != "" {
+		err = writeUpload(dir, t, file)
+	} else {
+		upid, err = s.postUpload(ctx, t, file)
+	}
 	// The transport may go on reading the body after it answered: stop
 	// it, so that r is not read after store returns.
 	n, rerr := file.stop()
@@ -179,22 +190,125 @@ func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via st
 		return uploaded{}, status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, rerr)
 	}
 	if err != nil {
-		return uploaded{}, status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", t.filename, err)
-	}
-	if resp.status != http.StatusOK {
-		return uploaded{}, status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, resp.status, resp.reason)
+		return uploaded{}, err
 	}
 	if !file.ended() {
-		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: proxmox answered before the file's end", t.filename)
+		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: stored before the file's end", t.filename)
+	}
+	s.a.log.Info("agent: uploaded", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "upid", upid, "dir", dir)
+	return uploaded{upid: upid, sha256: hex.EncodeToString(file.h.Sum(nil)), size: n}, nil
+}
+
+// uploadMode is the mode of an uploaded file, as Proxmox's upload leaves
+// it.
+const uploadMode = 0o644
+
+// writeUpload writes file into dir/<t's file name>: into a new temporary
+// file of dir (hidden, of no content's extension), linked under its name
+// once the whole file arrived, so that a cut-off upload leaves nothing
+// and an existing file of that name is refused (ALREADY_EXISTS) and kept
+// as it is, as Proxmox refuses to override one. The file is on disk
+// (fsync) before writeUpload returns.
+func writeUpload(dir string, t uploadTarget, file io.Reader) error {
+	fail := func(err error) error {
+		return status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fail(err)
+	}
+	defer root.Close()
+	if _, err := root.Lstat(t.filename); err == nil {
+		return status.Errorf(codes.AlreadyExists, "agent: upload of %s: refusing to override existing file %s", t.filename, filepath.Join(dir, t.filename))
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	tmp := ".fp-upload-" + hex.EncodeToString(nonce[:]) + ".part"
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, uploadMode)
+	if err != nil {
+		return fail(err)
+	}
+	defer root.Remove(tmp) // linked under its name, or nothing
+	w := &writebackFile{f: f}
+	_, err = io.CopyBuffer(w, file, make([]byte, chunkSize))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, err)
+	}
+	// The file's mode is uploadMode whatever the process's umask.
+	if err := root.Chmod(tmp, uploadMode); err != nil {
+		return fail(err)
+	}
+	// A link never replaces a file: of two uploads of one name, one wins.
+	if err := root.Link(tmp, t.filename); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return status.Errorf(codes.AlreadyExists, "agent: upload of %s: refusing to override existing file %s", t.filename, filepath.Join(dir, t.filename))
+		}
+		return fail(err)
+	}
+	return nil
+}
+
+// writebackFile writes to f, starting the writeback of what it wrote
+// every writebackEvery bytes, so that the fsync at the end waits for
+// little. It hides f's ReadFrom, so that io.CopyBuffer uses its buffer.
+type writebackFile struct {
+	f                *os.File
+	written, flushed int64
+}
+
+func (w *writebackFile) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.written += int64(n)
+	if w.written-w.flushed >= writebackEvery {
+		startWriteback(w.f, w.flushed, w.written-w.flushed)
+		w.flushed = w.written
+	}
+	return n, err
+}
+
+// postUpload sends file as the file part of one multipart POST to the
+// local Proxmox's upload endpoint and returns the task that stores it.
+// The request's body reads file itself (no pipe, no copy of its own):
+// the form's head, the file, the form's end. A read error aborts the
+// POST: Proxmox stores nothing.
+func (s *service) postUpload(ctx context.Context, t uploadTarget, file *fileReader) (string, error) {
+	var head bytes.Buffer
+	mw := multipart.NewWriter(&head)
+	if err := mw.WriteField("content", t.content); err != nil {
+		return "", status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
+	}
+	if _, err := mw.CreateFormFile("filename", t.filename); err != nil {
+		return "", status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
+	}
+	path := "/nodes/" + s.a.cfg.NodeName + "/storage/" + url.PathEscape(t.storage) + "/upload"
+	ctype := mw.FormDataContentType()
+	// The form's end (what mw.Close writes), read once the file ended as
+	// it should.
+	tail := strings.NewReader("\r\n--" + mw.Boundary() + "--\r\n")
+	body := io.MultiReader(&head, file, tail)
+	resp, err := s.a.pve.send(ctx, http.MethodPost, path, "", body, ctype)
+	if err != nil {
+		return "", status.Errorf(codes.Unavailable, "agent: upload of %s: proxmox: %v", t.filename, err)
+	}
+	if resp.status != http.StatusOK {
+		return "", status.Errorf(codes.FailedPrecondition, "agent: upload of %s: proxmox answered %d %s", t.filename, resp.status, resp.reason)
 	}
 	var out struct {
 		Data string `json:"data"`
 	}
 	if err := json.Unmarshal(resp.body, &out); err != nil || out.Data == "" {
-		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", t.filename)
+		return "", status.Errorf(codes.Internal, "agent: upload of %s: no task in proxmox's answer", t.filename)
 	}
-	s.a.log.Info("agent: uploaded", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "upid", out.Data)
-	return uploaded{upid: out.Data, sha256: hex.EncodeToString(file.h.Sum(nil)), size: n}, nil
+	return out.Data, nil
 }
 
 // errStoreEnded is a read of an upload's file after store returned.

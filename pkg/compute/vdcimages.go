@@ -55,7 +55,9 @@ type UploadRef struct {
 
 // UploadResult is what an upload's agent reports.
 type UploadResult struct {
-	// UPID is the Proxmox task that stores the file.
+	// UPID is the Proxmox task that stores the file; "" when the agent
+	// wrote the file into the storage's directory itself: it is then
+	// stored.
 	UPID string
 	// SHA256 is the lower-case hex SHA-256 of the bytes the agent
 	// forwarded to Proxmox (computed there, as they were written: the
@@ -372,9 +374,12 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 		drop()
 		return nil, badInput("file", "the file is empty")
 	}
-	if err := pveapi.Wait(ctx, z.Client, res.UPID); err != nil {
-		drop()
-		return nil, &Error{Kind: KindBadInput, Field: "file", Message: "Proxmox did not store the file: " + err.Error(), Cause: err}
+	// Without a task, the agent wrote the file itself: it is there.
+	if res.UPID != "" {
+		if err := pveapi.Wait(ctx, z.Client, res.UPID); err != nil {
+			drop()
+			return nil, &Error{Kind: KindBadInput, Field: "file", Message: "Proxmox did not store the file: " + err.Error(), Cause: err}
+		}
 	}
 	now := time.Now().UTC()
 	img := &catalog.Image{}
