@@ -375,7 +375,9 @@ func (s *Stack) Token(ctx context.Context, user string) (string, error) {
 func (s *Stack) AddCluster(ctx context.Context, name string, nodes, vms int) (*Cluster, error) {
 	secret := strconv.FormatInt(time.Now().UnixNano(), 36) + "x" + name
 	token := "flexplane@pve!agent=" + secret
-	sim, err := pvesim.Start(pvesim.Config{Cluster: name, Nodes: nodes, Tokens: []string{token}})
+	// The nodes' file systems (where the agents write uploads) are
+	// directories of the stack's.
+	sim, err := pvesim.Start(pvesim.Config{Cluster: name, Nodes: nodes, Tokens: []string{token}, FileRoot: filepath.Join(s.cfg.Dir, "files", name)})
 	if err != nil {
 		return nil, fmt.Errorf("benchmark: cluster %s: %w", name, err)
 	}
@@ -536,6 +538,7 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 					NodeKeyFile:        c.Sim.NodeFiles(node).Key,
 					NodeCertFile:       c.Sim.NodeFiles(node).Cert,
 					ClusterCAFile:      c.Sim.NodeFiles(node).CA,
+					FileRoot:           c.Sim.NodeRoot(node),
 					Version:            "bench",
 					Logger:             s.log.With("component", "agent", "agent", c.Name+"-"+node),
 				})

@@ -49,8 +49,8 @@ func (r *patternReader) Read(p []byte) (int, error) {
 // BenchmarkUploadThroughput measures uploadImage of a 2 GiB file
 // (UPLOAD_BENCH_BYTES; multipart, through the API, a ticket over the mesh
 // and the bytes over TLS to the agent's data listener, or over the mesh
-// with UPLOAD_BENCH_MESH=1, and the agent's POST to Proxmox's upload
-// endpoint, until the image's template is made) against a plain multipart POST of the same bytes
+// with UPLOAD_BENCH_MESH=1, and the agent's write into the storage's
+// import directory, until the image's template is made) against a plain multipart POST of the same bytes
 // straight to the same storage of the same simulated Proxmox node (until
 // its task ends), and the orchestrator's resident memory: cmd/orchestrator
 // runs as its own process with production defaults (the stack of this

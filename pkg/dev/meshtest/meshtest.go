@@ -65,9 +65,9 @@ type ClusterSpec struct {
 	// (bytes per second a volume is read for another zone; 0: no bound).
 	MigrationBandwidth int64
 	// Snippets makes storage "local" take `snippets` content (as an
-	// operator enables it for cloud-init user-data), with the nodes' file
-	// systems real directories (pvesim Config.FileRoot) that the agents
-	// write the snippets into (agent Config.FileRoot).
+	// operator enables it for cloud-init user-data). The nodes' file
+	// systems are always real directories (pvesim Config.FileRoot) that
+	// the agents write snippets and uploads into (agent Config.FileRoot).
 	Snippets bool
 	// Helpers runs each agent as the shipped units do: its privileged work
 	// (edge gateways, snippets) through a privileged helper of its own
@@ -270,10 +270,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
 		simCfg := pvesim.Config{Listen: net.JoinHostPort(o.host, "0"), Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
-			DiskDir: t.TempDir()}
-		if spec.Snippets {
-			simCfg.FileRoot = t.TempDir()
-		}
+			DiskDir: t.TempDir(), FileRoot: t.TempDir()}
 		if o.plane != nil {
 			if os.Geteuid() != 0 {
 				t.Fatal("meshtest: WithDataPlane builds network namespaces: run the test as root")
