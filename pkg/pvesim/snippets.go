@@ -16,13 +16,16 @@ import (
 	"strings"
 )
 
-// Snippets. With Config.FileRoot, a file storage's directory is a real
-// directory, and its `snippets` content is the files of its snippets
-// subdirectory, as on a Proxmox node: whatever writes a file there (the
-// flexplane agent; Proxmox's API cannot upload snippets) makes a volume
-// <storage>:snippets/<file> (format "snippet") that the content listing
-// shows and a VM's cicustom may name; deleting the volume removes the
-// file. cloudinit/dump answers a VM's cloud-init data: the snippet its
+// Snippets and other files. With Config.FileRoot, a file storage's
+// directory is a real directory, and its `snippets` content is the files
+// of its snippets subdirectory, as on a Proxmox node: whatever writes a
+// file there (the flexplane agent; Proxmox's API cannot upload snippets)
+// makes a volume <storage>:snippets/<file> (format "snippet") that the
+// content listing shows and a VM's cicustom may name; deleting the volume
+// removes the file. Its `import` and `iso` content are likewise the files
+// of its import/ and template/iso/ subdirectories (the agent writes
+// uploads there; the upload endpoint and download-url place their files
+// there too). cloudinit/dump answers a VM's cloud-init data: the snippet its
 // cicustom names, else what Proxmox would generate.
 
 // NodeRoot is the directory of node's file system (Config.FileRoot/node;
