@@ -88,12 +88,6 @@ func (st *state) contentDir(node string, s *storageDef, content string) string {
 	return filepath.Join(st.c.NodeRoot(node), s.path, sub)
 }
 
-// snippetsDir is the directory of storage s's snippets on node ("" when
-// it has none).
-func (st *state) snippetsDir(node string, s *storageDef) string {
-	return st.contentDir(node, s, "snippets")
-}
-
 // syncFiles makes the volumes of s in m (its volumes on node) of every
 // content kept as files (fileContents) the files of its directory: a
 // file of the content's extensions (contentExt) is a volume

@@ -234,16 +234,7 @@ func TestFileStorageFiles(t *testing.T) {
 	upload := func(name string, b []byte) string {
 		t.Helper()
 		ct, body := multipartBody(t, map[string]string{"content": "import"}, name, b)
-		req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, c.URL()+"/api2/json/nodes/pve1/storage/local/upload", body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set("Authorization", "PVEAPIToken="+testToken)
-		resp, err := sharedClient(t, c).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postBody(t, c, "/nodes/pve1/storage/local/upload", ct, body)
 		defer resp.Body.Close()
 		var out struct{ Data string }
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
