@@ -33,11 +33,11 @@ import (
 //
 // An upload streams: the API hands the request body's file part on as it
 // is read, the fleet's uploader sends it to the agent of the zone's
-// staging node in chunks of 1 MiB, and the agent forwards them to its
-// Proxmox's upload endpoint as one multipart POST (VolumeUploader). The
-// orchestrator counts and hashes the bytes as they pass and stops the
-// stream past the size limit or the VDC's imageGiB quota, which aborts
-// the upload in Proxmox.
+// staging node in chunks of 1 MiB, and the agent writes them into a file
+// storage's directory itself, or forwards them to its Proxmox's upload
+// endpoint as one multipart POST (VolumeUploader). The orchestrator
+// counts the bytes as they pass and stops the stream past the size limit
+// or the VDC's imageGiB quota, which leaves nothing stored.
 
 // MaxImageBytes bounds the file of an uploaded image (the agent's bound).
 const MaxImageBytes = 64 << 30
@@ -59,9 +59,9 @@ type UploadResult struct {
 	// wrote the file into the storage's directory itself: it is then
 	// stored.
 	UPID string
-	// SHA256 is the lower-case hex SHA-256 of the bytes the agent
-	// forwarded to Proxmox (computed there, as they were written: the
-	// image's checksum), Size their number.
+	// SHA256 is the lower-case hex SHA-256 of the bytes the agent stored
+	// (computed there, as they were written: the image's checksum), Size
+	// their number.
 	SHA256 string
 	Size   int64
 	// Volume is the file's Proxmox volume id.
@@ -69,7 +69,8 @@ type UploadResult struct {
 }
 
 // VolumeUploader streams files into the storages of the nodes of zones
-// (the agent of the node forwards them to Proxmox's upload endpoint).
+// (the agent of the node writes them into a file storage's directory, or
+// forwards them to Proxmox's upload endpoint).
 type VolumeUploader interface {
 	// UploadVolume sends what r reads, size bytes (0: until r ends); an
 	// error reading r aborts the upload, so that Proxmox stores nothing.

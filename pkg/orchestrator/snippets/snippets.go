@@ -1,7 +1,7 @@
 // Package snippets is the orchestrator's compute.SnippetWriter and
 // compute.VolumeUploader: the agent of a snippet's node writes and
 // deletes it (agent RPCs WriteSnippet, DeleteSnippet), and the agent of an
-// upload's node forwards the file to its Proxmox (UploadVolume over the mesh,
+// upload's node stores the file (UploadVolume over the mesh,
 // or a PUT to its data listener with a ticket of IssueUploadTicket,
 // direct.go). It is wiring: the VM lifecycle (pkg/compute) names the
 // snippets it needs, the fleet (pkg/mesh/fleet) finds the agents, and this
@@ -64,9 +64,11 @@ func (w snippetWriter) DeleteSnippet(ctx context.Context, ref compute.SnippetRef
 }
 
 // volumeUploader is a compute.VolumeUploader whose uploads the agent of
-// their node forwards to its Proxmox: directly over TLS to the agent's
-// data listener when it has one (agent RPC IssueUploadTicket, direct.go),
-// else over the mesh (agent RPC UploadVolume).
+// their node stores (into a file storage's directory itself, or through
+// its Proxmox's upload endpoint), the bytes reaching it directly over TLS
+// to the agent's data listener when it has one (agent RPC
+// IssueUploadTicket, direct.go), else over the mesh (agent RPC
+// UploadVolume).
 type volumeUploader struct {
 	agent AgentFinder
 	log   *slog.Logger
