@@ -122,7 +122,7 @@ flexctl:
 DEV_ADDR ?= 127.0.0.1:8080
 DEV_DIR  ?= .dev
 export DEV_ADDR DEV_DIR
-dev: portal $(if $(DEV_KUBE),kube-bin postgres)
+dev: portal $(if $(DEV_KUBE),kube-bin kube-node postgres)
 	$(GO) build -o $(DEV_DIR)/bin/devstack ./cmd/devstack
 	exec $(DEV_DIR)/bin/devstack
 

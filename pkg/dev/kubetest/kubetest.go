@@ -445,14 +445,19 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 
 // startControllerManager runs kube-controller-manager with only
 // cfg.Controllers, as the administrator, without leader election, serving
-// its health checks on loopback only.
+// its health checks on loopback only, with the service accounts' signing
+// key and the server's certificate as the cluster's root CA.
 func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 	kubeconfig, err := s.WriteKubeconfig()
 	if err != nil {
 		return err
 	}
+	// The service accounts' token Secrets are signed with the key the API
+	// server verifies them with, and carry its certificate.
+	pki := filepath.Join(s.dir, "pki")
 	return s.startComponent(ctx, cfg, "kube-controller-manager", "controller-manager",
-		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","))
+		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","),
+		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"), "--root-ca-file="+filepath.Join(pki, "tls.crt"))
 }
 
 // startScheduler runs kube-scheduler as the administrator, without leader
