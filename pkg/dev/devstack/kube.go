@@ -75,7 +75,8 @@ func (s *stack) agentDir(name string) string {
 
 // startKube starts what the replicas stand on, fresh on every start: a
 // kube-apiserver with etcd, the controllers of clusterControllers and the
-// scheduler (pkg/dev/kubetest, `make kube-bin`) with the catalog's CRDs,
+// scheduler (pkg/dev/kubetest, `make kube-bin`; pods get their service
+// account's token) with the catalog's CRDs,
 // a node running pods (pkg/dev/kubenode: containerd, the kubelet,
 // kube-proxy, CoreDNS; `make kube-node`), and PostgreSQL (pkg/dev/pgtest, `make postgres`) with
 // Headscale's database. It returns the replicas to run and listens on
@@ -109,7 +110,7 @@ func (s *stack) startKube(ctx context.Context, metricsAddr string) (_ []orchestr
 	// The pods reach the API server at the kubernetes Service, whose
 	// endpoint is the namespace's own address.
 	kube, err := kubetest.Start(ctx, kubetest.Config{BinDir: bin, PodAddress: netns.Address,
-		Controllers: clusterControllers, Scheduler: true})
+		Controllers: clusterControllers, Scheduler: true, ServiceAccounts: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube-apiserver (make kube-bin): %w", err)
 	}

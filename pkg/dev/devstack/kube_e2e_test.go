@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -178,7 +179,8 @@ func TestKubeStack(t *testing.T) {
 }
 
 // checkNodeRunsPods checks that node is Ready and runs a pod of
-// kubenode.TestImage that names no node (the scheduler places it).
+// kubenode.TestImage that names no node (the scheduler places it), with
+// its service account's token.
 func checkNodeRunsPods(t *testing.T, cs kubernetes.Interface, node string) {
 	t.Helper()
 	ctx := t.Context()
@@ -194,12 +196,10 @@ func checkNodeRunsPods(t *testing.T, cs kubernetes.Interface, node string) {
 		}
 		return fmt.Errorf("conditions %v", n.Status.Conditions)
 	})
-	no := false
 	grace := int64(2)
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
 		Spec: corev1.PodSpec{
-			AutomountServiceAccountToken:  &no,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
 				Name: "web", Image: kubenode.TestImage, ImagePullPolicy: corev1.PullNever,
@@ -209,13 +209,22 @@ func checkNodeRunsPods(t *testing.T, cs kubernetes.Interface, node string) {
 				},
 			}},
 		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
 	}
+	// Admitted once the namespace's default service account exists (the
+	// controller makes it at the cluster's start).
+	poll.Until(t, time.Minute, "pod hello admitted", func() error {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
 	poll.Until(t, 90*time.Second, "pod hello scheduled onto "+node+", Running and Ready", func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Projected != nil }) {
+			return errors.New("no service account token projected into the pod")
 		}
 		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning {
 			return fmt.Errorf("on node %q, phase %s, conditions %v", p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
