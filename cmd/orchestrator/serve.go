@@ -105,6 +105,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	recoverResync                 time.Duration
 	backupQuotaInterval           time.Duration
 	haRequestTimeout              time.Duration
 	drainParallel                 int
@@ -181,6 +182,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.haRequestTimeout, "ha-request-timeout", compute.DefaultHARequestTimeout, "how long a start, stop, migration or create of an HA VM waits for Proxmox's HA manager to have done it before it fails")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.recoverResync, "vm-recover-resync", 10*time.Minute, "how often the recovery pass reads every managed guest's config again (between, only those whose listing changed)")
 	fs.DurationVar(&f.backupQuotaInterval, "backup-quota-interval", time.Minute, "how often the VDCs' backups are checked against their backupGiB quotas, their backup schedules paused or resumed (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.edgeResync, "edge-resync-interval", 5*time.Minute, "time between the edge gateways' passes while nothing changes (the resync that repairs drift; a change of the catalog, of a zone's hosts or of an agent's gateways starts a pass at once)")
@@ -351,6 +353,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			ZoneTimeout:           f.zoneTimeout,
 			VMRecoverAfter:        f.recoverAfter,
 			VMRecoverInterval:     f.recoverInterval,
+			VMRecoverResync:       f.recoverResync,
 			BackupQuotaInterval:   f.backupQuotaInterval,
 			DrainParallel:         f.drainParallel,
 			HARequestTimeout:      f.haRequestTimeout,
