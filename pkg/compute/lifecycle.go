@@ -107,7 +107,8 @@ func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool, fu
 	hooks := recoveryHooks(r.deps)
 	used := map[string]bool{}
 	read := map[int]guestConfig{}
-	kept := false // some of used is from an earlier pass
+	kept := false   // some of used is from an earlier pass
+	changed := full // a config was read
 	for _, g := range guests {
 		if !managedGuest(g) {
 			continue
@@ -124,6 +125,7 @@ func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool, fu
 			}
 			continue
 		}
+		changed = true
 		cfg, in, err := guestIntent(ctx, z, g)
 		if err != nil {
 			continue // gone meanwhile
@@ -144,7 +146,12 @@ func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool, fu
 			}
 		}
 	}
-	r.seen.set(z.ID, read, full)
+	if gone := r.seen.set(z.ID, read, full); !changed && !gone {
+		// No guest came, changed or went: no address can have become an
+		// orphan since the last pass; the IPAM is read again at the next
+		// change or full pass.
+		return nil
+	}
 	var confirm func() (map[string]bool, error)
 	if kept {
 		confirm = func() (map[string]bool, error) { return usedMACs(ctx, z, guests) }

@@ -265,8 +265,10 @@ func TestRecoverReleasesReservationsOfDeadCreates(t *testing.T) {
 // TestRecoverPassFollowsChange: Run's recovery pass lists each zone's
 // guests once and reads the config only of the guests that may have
 // changed. Once a pass has read every managed guest, an idle pass reads no
-// guest's config; a VM that stops has its config (and only its) read
-// again; an unfinished create that appears is still finished.
+// guest's config and not the IPAM; a VM that stops has its config (and
+// only its) read again; an unfinished create that appears is still
+// finished, and an address of a NIC added to another VM without a change
+// of its listing is not taken for an orphan then.
 func TestRecoverPassFollowsChange(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, bigQuota, "alpha")
@@ -285,9 +287,10 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 	leads.Store(true)
 	cfg.Recovers = leads.Load
 	runService(t, e.newService(cfg))
-	// A pass ends with the zone's IPAM read: count passes by it.
-	passes := func() int64 { return asked.Matching("GET", pveapi.IPAMStatusPath) }
+	// A pass starts with the zone's listing: count passes by it.
+	passes := func() int64 { return asked.Matching("GET", "/cluster/resources") }
 	configs := func() int64 { return asked.Matching("GET", "/config") }
+	ipamReads := func() int64 { return asked.Matching("GET", pveapi.IPAMStatusPath) }
 	ofVM := func() int64 { return asked.Matching("GET", fmt.Sprintf("/qemu/%d/config", vm.Ref.VMID)) }
 	waitPasses := func(n int64) {
 		t.Helper()
@@ -295,14 +298,12 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 		poll.True(t, 20*time.Second, fmt.Sprintf("%d recovery passes", n), func() bool { return passes() >= from+n })
 	}
 
-	waitPasses(1)
-	if ofVM() == 0 {
-		t.Fatal("the first pass did not read the VM's config")
-	}
-	before := configs()
+	poll.True(t, 20*time.Second, "the first pass read the VM's config and the IPAM", func() bool { return ofVM() > 0 && ipamReads() > 0 })
+	waitPasses(1) // the first pass has ended
+	before, beforeIPAM := configs(), ipamReads()
 	waitPasses(3)
-	if n := configs() - before; n != 0 {
-		t.Fatalf("idle recovery passes read %d guest configs, want none", n)
+	if n, m := configs()-before, ipamReads()-beforeIPAM; n != 0 || m != 0 {
+		t.Fatalf("idle recovery passes read %d guest configs and the IPAM %d times, want none", n, m)
 	}
 
 	// The VM stops: its listing changes, its config is read again.
@@ -317,9 +318,7 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 		t.Errorf("after one VM stopped the passes read %d configs, %d of them its own: want only its own", all, mine)
 	}
 
-	// A NIC added to the VM's config shows nowhere in its listing: its
-	// address, mapped in the IPAM, is not taken for an orphan (the pass
-	// reads every config before it releases one).
+	// A NIC added to the VM's config shows nowhere in its listing.
 	mac := ipam.NewMAC()
 	vnet := tenancy.VNetID("blue", "lan")
 	if _, err := pveapi.Run(ctx, z.Client, "POST", path+"/config", map[string]any{"net1": "virtio=" + mac + ",bridge=" + vnet}); err != nil {
@@ -329,16 +328,14 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 	if _, err := ipam.Claim(ctx, z.Client, sub, netip.MustParseAddr("10.1.0.77"), mac); err != nil {
 		t.Fatal(err)
 	}
-	waitPasses(3)
-	if !slices.ContainsFunc(e.flexMappings(z), func(m ipam.Mapping) bool { return strings.EqualFold(m.MAC, mac) }) {
-		t.Errorf("the address of a NIC added without a change of the VM's listing was released")
-	}
 
 	// A create whose runner died right after the clone is finished by the
-	// passes.
+	// passes, which read the IPAM again then: the NIC's address is not
+	// released (every config is read before an address is).
 	leads.Store(false)
 	crashed, _ := crashAfterClone(t, e)
 	leads.Store(true)
+	beforeIPAM = ipamReads()
 	poll.Until(t, 30*time.Second, "the crashed create finished", func() error {
 		got, err := e.svc.VM(ctx, "blue", crashed.ID)
 		if err != nil {
@@ -349,4 +346,11 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 		}
 		return nil
 	})
+	waitPasses(2)
+	if ipamReads() == beforeIPAM {
+		t.Error("the passes that saw a new guest did not read the IPAM")
+	}
+	if !slices.ContainsFunc(e.flexMappings(z), func(m ipam.Mapping) bool { return strings.EqualFold(m.MAC, mac) }) {
+		t.Errorf("the address of a NIC added without a change of the VM's listing was released")
+	}
 }

@@ -18,7 +18,8 @@ import (
 // watches (an unfinished operation, see recoveryHook.watch). Every
 // Config.RecoverResyncInterval a zone's pass reads every config again, for
 // what changed without showing in the listing; an explicit Recover always
-// does.
+// does. The zone's IPAM (for orphaned addresses) is read only by a pass
+// that read a config or saw a guest go, and by every full one.
 type seenConfigs struct {
 	mu    sync.Mutex
 	zones map[string]*zoneConfigs // by zone ID; protected by mu
@@ -71,8 +72,9 @@ func (s *seenConfigs) unchanged(zoneID string, g pveapi.Resource) (guestConfig, 
 }
 
 // set replaces what is known of zone zoneID's guests with read (guests
-// no longer listed go); full says every config was read.
-func (s *seenConfigs) set(zoneID string, read map[int]guestConfig, full bool) {
+// no longer listed go) and reports whether a guest known before went; full
+// says every config was read.
+func (s *seenConfigs) set(zoneID string, read map[int]guestConfig, full bool) (gone bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	z := s.zones[zoneID]
@@ -80,10 +82,17 @@ func (s *seenConfigs) set(zoneID string, read map[int]guestConfig, full bool) {
 		z = &zoneConfigs{}
 		s.zones[zoneID] = z
 	}
+	for id := range z.guests {
+		if _, ok := read[id]; !ok {
+			gone = true
+			break
+		}
+	}
 	z.guests = read
 	if full {
 		z.fullAt = time.Now()
 	}
+	return gone
 }
 
 // seenConfig is what is kept of guest g whose config cfg (with intent in,

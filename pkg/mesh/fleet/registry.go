@@ -23,7 +23,8 @@
 // the agent's mesh stack; PingTimeout) and gets a Health call only every
 // Config.HealthInterval. When the ping goes unanswered, the mesh stops
 // showing the agent, or its sampled Health is due, it gets a Health call,
-// and while that call runs it is pinged again every PingTimeout: an agent
+// and while that call runs it is pinged again every PingTimeout (from a
+// quarter of it on, so that a well agent's Health answers first): an agent
 // that was online and answers nothing (ping or Health) within
 // Config.LivenessTimeout of its check's start is marked offline at once,
 // instead of when the Health call's CallTimeout ends. A gone agent is thus
@@ -724,14 +725,24 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	set(StatusOnline, "", info)
 }
 
+// watchGrace is how long a watched call runs before its agent is pinged:
+// the Health call of an agent that is well answers first, and no ping is
+// sent beside it.
+const watchGrace = PingTimeout / 4
+
 // watchLiveness pings the agent at addr over the mesh while a call to it
-// runs under ctx, and ends the call (cancel) when no ping has answered by
-// deadline. The function it returns stops the watch and reports whether
-// the watch ended the call; call it once the call has returned.
+// runs under ctx (from watchGrace on), and ends the call (cancel) when
+// no ping has answered by deadline. The function it returns stops the
+// watch and reports whether the watch ended the call; call it once the
+// call has returned.
 func watchLiveness(ctx context.Context, cancel context.CancelFunc, p Pinger, addr netip.Addr, deadline time.Time) func() bool {
 	wctx, stop := context.WithCancel(ctx)
 	ended := make(chan bool, 1)
 	go func() {
+		if !wait(wctx, min(watchGrace, time.Until(deadline))) {
+			ended <- false // the call returned first
+			return
+		}
 		if !pingUntil(wctx, p, addr, deadline) && wctx.Err() == nil {
 			cancel()
 			ended <- true
@@ -762,13 +773,21 @@ func pingUntil(ctx context.Context, p Pinger, addr netip.Addr, deadline time.Tim
 		}
 		// A ping that failed at once (no route to the peer) is sent again
 		// only when the last one's time is up, not in a busy loop.
-		t := time.NewTimer(min(time.Until(sent.Add(PingTimeout)), time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !wait(ctx, min(time.Until(sent.Add(PingTimeout)), time.Until(deadline))) {
 			return false
-		case <-t.C:
 		}
+	}
+}
+
+// wait waits for d, reporting false when ctx ends first.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
