@@ -360,6 +360,7 @@ func (s *Service) Run(ctx context.Context) error {
 	seen := map[string]bool{}
 	var last, lastQuota time.Time
 	rec := recovery{s.d}
+	led := false // the last pass was a recovery pass
 	for {
 		fresh := false
 		for _, z := range cfg.Zones.Zones(ctx) {
@@ -370,9 +371,13 @@ func (s *Service) Run(ctx context.Context) error {
 		if fresh || time.Since(last) >= cfg.RecoverInterval {
 			// A replica that leaves the takeover to another still keeps its
 			// index of moved guests, which every answer about them needs.
-			op, pass := "recover", func(ctx context.Context) error { return rec.pass(ctx, false) }
+			// One that takes it (over) reads every config first: what it
+			// read before may be stale by more than its listing shows.
+			full := !led
+			op, pass := "recover", func(ctx context.Context) error { return rec.pass(ctx, full) }
+			led = true
 			if cfg.Recovers != nil && !cfg.Recovers() {
-				op, pass = "index moved guests", rec.indexMovedGuests
+				op, pass, led = "index moved guests", rec.indexMovedGuests, false
 			}
 			if err := pass(ctx); err != nil && ctx.Err() == nil {
 				s.d.log.Warn(op, "err", err)

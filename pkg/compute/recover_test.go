@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,11 +280,10 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 	cfg := e.cfg
 	cfg.Zones = compute.StaticZones{{ID: z.Name, Name: z.Name, Client: client}}
 	cfg.RecoverInterval, cfg.RecoverResyncInterval = 20*time.Millisecond, time.Hour
-	// The service takes over unfinished work only while it leads (as the
-	// leader among replicas): not while a create is made to crash below.
-	var leads atomic.Bool
-	leads.Store(true)
-	cfg.Recovers = leads.Load
+	// It takes over the create made to crash below only once that has
+	// crashed.
+	const stale = 2 * time.Second
+	cfg.StaleAfter = stale
 	runService(t, e.newService(cfg))
 	// A pass starts with the zone's listing: count passes by it.
 	passes := func() int64 { return asked.Matching("GET", "/cluster/resources") }
@@ -332,9 +330,11 @@ func TestRecoverPassFollowsChange(t *testing.T) {
 	// A create whose runner died right after the clone is finished by the
 	// passes, which read the IPAM again then: the NIC's address is not
 	// released (every config is read before an address is).
-	leads.Store(false)
+	began := time.Now()
 	crashed, _ := crashAfterClone(t, e)
-	leads.Store(true)
+	if took := time.Since(began); took >= stale {
+		t.Fatalf("the create took %v to crash, longer than the recovering service's StaleAfter (%v)", took, stale)
+	}
 	beforeIPAM = ipamReads()
 	poll.Until(t, 30*time.Second, "the crashed create finished", func() error {
 		got, err := e.svc.VM(ctx, "blue", crashed.ID)
