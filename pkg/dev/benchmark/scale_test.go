@@ -26,7 +26,9 @@ const proxyMethod = "/flexplane.agent.v1.AgentService/Proxy"
 // orchestrator's idle CPU, RSS and the agents' idle calls per agent over
 // BENCH_SCALE_IDLE; at the largest, enrollment and offline detection of one
 // more agent and the vms query of a VDC in 2 zones. The JSON report goes
-// to BENCH_SCALE_OUT (see docs/performance/index.md).
+// to BENCH_SCALE_OUT (see docs/performance/index.md). BENCH_SCALE_PROFILE
+// names a directory for the orchestrator's CPU profile of each step's
+// idle window and its heap profile after it.
 func BenchmarkScale(b *testing.B) {
 	_, file, _, _ := runtime.Caller(0)
 	moduleDir := filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -34,6 +36,7 @@ func BenchmarkScale(b *testing.B) {
 	guests := envInt("BENCH_SCALE_GUESTS", 4)
 	idleFor := envDuration("BENCH_SCALE_IDLE", 20*time.Second)
 	rounds := envInt("BENCH_SCALE_ROUNDS", 3)
+	profDir := os.Getenv("BENCH_SCALE_PROFILE")
 	out := os.Getenv("BENCH_SCALE_OUT")
 	if out == "" {
 		out = filepath.Join(moduleDir, "bench-results", "scale.json")
@@ -69,7 +72,7 @@ func BenchmarkScale(b *testing.B) {
 	if err := benchmark.Build(ctx, moduleDir, binDir); err != nil {
 		b.Fatal(err)
 	}
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet})
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: profDir != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,9 +109,22 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		idle, err := cpuOver(pid, func() error { time.Sleep(idleFor); return nil })
+		idle, err := cpuOver(pid, func() error {
+			if profDir == "" {
+				time.Sleep(idleFor)
+				return nil
+			}
+			// The CPU profile of the idle window is the window.
+			return st.OrchestratorProfile(ctx, "profile", fmt.Sprintf("seconds=%d", int(idleFor.Seconds())),
+				filepath.Join(profDir, fmt.Sprintf("idle-cpu-%d.pprof", len(cs))))
+		})
 		if err != nil {
 			b.Fatal(err)
+		}
+		if profDir != "" {
+			if err := st.OrchestratorProfile(ctx, "heap", "", filepath.Join(profDir, fmt.Sprintf("heap-%d.pprof", len(cs)))); err != nil {
+				b.Fatal(err)
+			}
 		}
 		calls1, _, err := agentCalls(cs, (*agent.Agent).Calls)
 		if err != nil {

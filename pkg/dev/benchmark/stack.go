@@ -75,6 +75,11 @@ type Config struct {
 	// Profiling starts the orchestrator with -debug-addr on a free
 	// loopback port, so that OrchestratorProfile can fetch its profiles.
 	Profiling bool
+	// MeshUploads starts the agents without their data listeners, so
+	// that uploads cross the mesh (UploadVolume) as they do where an
+	// operator configures none. By default each agent serves one on a
+	// free loopback port (agent Config.DataListen), and uploads take it.
+	MeshUploads bool
 }
 
 // Stack is a running orchestrator process with its identity provider;
@@ -513,8 +518,13 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 	for _, c := range cs {
 		for _, node := range c.Sim.NodeNames() {
 			n++
+			dataListen := "127.0.0.1:0"
+			if s.cfg.MeshUploads {
+				dataListen = ""
+			}
 			go func() {
 				a, err := agent.Start(ctx, agent.Config{
+					DataListen:         dataListen,
 					ControlURL:         s.url,
 					AuthKey:            s.key,
 					StateDir:           filepath.Join(s.cfg.Dir, "agents", c.Name+"-"+node),
