@@ -168,6 +168,21 @@ func (s *ControlNodes) Peers() (lo, hi int) {
 	return max(lo, 0), hi
 }
 
+// Maps is how many netmaps the nodes' control clients built in all: one
+// per map response that carried a change (keepalives are not counted).
+func (s *ControlNodes) Maps() int {
+	s.mu.Lock()
+	nodes := s.nodes
+	s.mu.Unlock()
+	var n int
+	for _, cn := range nodes {
+		cn.mu.Lock()
+		n += cn.maps
+		cn.mu.Unlock()
+	}
+	return n
+}
+
 // join registers one node with key and starts its map stream; it returns
 // once the first netmap came.
 func (s *ControlNodes) join(ctx context.Context, name, authKey string) (*ControlNode, error) {

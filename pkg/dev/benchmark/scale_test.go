@@ -27,7 +27,7 @@ const proxyMethod = "/flexplane.agent.v1.AgentService/Proxy"
 // control client, map streams open, no data plane), then
 // BENCH_SCALE_AGENTS full agents (one simulated single-node cluster each,
 // BENCH_SCALE_GUESTS guests) added in steps of 64 and 256 up to the
-// largest count; at each step the orchestrator's idle CPU, RSS and the
+// largest count, BENCH_SCALE_BATCH at a time; at each step the orchestrator's idle CPU, RSS and the
 // agents' idle calls per agent over BENCH_SCALE_IDLE; at the largest, the
 // vms query of a VDC in 2 zones, gateway changes through the API to their
 // agent applying them, Headscale's netmap update at every control node
@@ -42,6 +42,7 @@ func BenchmarkScale(b *testing.B) {
 	idleFor := envDuration("BENCH_SCALE_IDLE", 20*time.Second)
 	rounds := envInt("BENCH_SCALE_ROUNDS", 3)
 	cpNodes := envInt("BENCH_SCALE_CP_NODES", 512)
+	batch := max(envInt("BENCH_SCALE_BATCH", 32), 1)
 	out := os.Getenv("BENCH_SCALE_OUT")
 	if out == "" {
 		out = filepath.Join(moduleDir, "bench-results", "scale.json")
@@ -137,14 +138,28 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		if err := st.StartAgents(ctx, added...); err != nil {
-			b.Fatal(err)
+		maps0 := 0
+		if cps != nil {
+			maps0 = cps.Maps()
 		}
-		cs = append(cs, added...)
-		if err := waitZones(ctx, st, len(cs), len(cs), 10*time.Minute); err != nil {
-			b.Fatal(err)
+		// In batches, each online before the next starts (see
+		// docs/performance/index.md#scale-harness: Headscale's map
+		// responses per node grow with the nodes joining at once).
+		for i := 0; i < len(added); i += batch {
+			part := added[i:min(i+batch, len(added))]
+			if err := st.StartAgents(ctx, part...); err != nil {
+				b.Fatal(err)
+			}
+			cs = append(cs, part...)
+			if err := waitZones(ctx, st, len(cs), len(cs), 10*time.Minute); err != nil {
+				b.Fatal(err)
+			}
 		}
 		log.Info("bench-scale: agents online", "agents", len(cs), "took", time.Since(start).Round(time.Second))
+		if cps != nil {
+			log.Info("bench-scale: control nodes' map responses while the agents joined", "per_node", benchmark.Ratio(float64(cps.Maps()-maps0), float64(cps.Len())),
+				"per_node_per_agent", benchmark.Ratio(float64(cps.Maps()-maps0), float64(cps.Len()*len(added))))
+		}
 		if _, err := settle(ctx, pid, time.Minute); err != nil {
 			b.Fatal(err)
 		}
