@@ -27,7 +27,8 @@ const proxyMethod = "/flexplane.agent.v1.AgentService/Proxy"
 // control client, map streams open, no data plane), then
 // BENCH_SCALE_AGENTS full agents (one simulated single-node cluster each,
 // BENCH_SCALE_GUESTS guests) added in steps of 64 and 256 up to the
-// largest count, BENCH_SCALE_BATCH at a time; at each step the orchestrator's idle CPU, RSS and the
+// largest count, BENCH_SCALE_BATCH at a time (BENCH_SCALE_PROFILE: a file
+// for the orchestrator's CPU profile of the first 30 s of their joins); at each step the orchestrator's idle CPU, RSS and the
 // agents' idle calls per agent over BENCH_SCALE_IDLE; at the largest, the
 // vms query of a VDC in 2 zones, gateway changes through the API to their
 // agent applying them, Headscale's netmap update at every control node
@@ -43,6 +44,7 @@ func BenchmarkScale(b *testing.B) {
 	rounds := envInt("BENCH_SCALE_ROUNDS", 3)
 	cpNodes := envInt("BENCH_SCALE_CP_NODES", 512)
 	batch := max(envInt("BENCH_SCALE_BATCH", 32), 1)
+	profile := os.Getenv("BENCH_SCALE_PROFILE")
 	out := os.Getenv("BENCH_SCALE_OUT")
 	if out == "" {
 		out = filepath.Join(moduleDir, "bench-results", "scale.json")
@@ -78,7 +80,7 @@ func BenchmarkScale(b *testing.B) {
 	if err := benchmark.Build(ctx, moduleDir, binDir); err != nil {
 		b.Fatal(err)
 	}
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, EdgeKernels: true})
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, EdgeKernels: true, Profiling: profile != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -137,10 +139,20 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		start := time.Now()
+		start, self0 := time.Now(), benchmark.SelfCPUTime()
+		orch0, err := benchmark.CPUTime(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
 		maps0 := 0
 		if cps != nil {
 			maps0 = cps.Maps()
+		}
+		var profiled chan error
+		if profile != "" && len(cs) == 0 {
+			// The orchestrator's CPU while the first agents join.
+			profiled = make(chan error, 1)
+			go func() { profiled <- st.OrchestratorProfile(ctx, "profile", "seconds=30", profile) }()
 		}
 		// In batches, each online before the next starts (see
 		// docs/performance/index.md#scale-harness: Headscale's map
@@ -155,7 +167,18 @@ func BenchmarkScale(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		log.Info("bench-scale: agents online", "agents", len(cs), "took", time.Since(start).Round(time.Second))
+		orch1, err := benchmark.CPUTime(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		log.Info("bench-scale: agents online", "agents", len(cs), "took", time.Since(start).Round(time.Second),
+			"orchestrator_cpu", (orch1 - orch0).Round(time.Millisecond), "benchmark_process_cpu", (benchmark.SelfCPUTime() - self0).Round(time.Millisecond))
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				b.Fatal(err)
+			}
+			log.Info("bench-scale: the orchestrator's CPU profile while the first agents joined", "path", profile)
+		}
 		if cps != nil {
 			log.Info("bench-scale: control nodes' map responses while the agents joined", "per_node", benchmark.Ratio(float64(cps.Maps()-maps0), float64(cps.Len())),
 				"per_node_per_agent", benchmark.Ratio(float64(cps.Maps()-maps0), float64(cps.Len()*len(added))))
