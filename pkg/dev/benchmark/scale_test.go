@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,10 @@ func BenchmarkScale(b *testing.B) {
 	guests := envInt("BENCH_SCALE_GUESTS", 4)
 	idleFor := envDuration("BENCH_SCALE_IDLE", 20*time.Second)
 	rounds := envInt("BENCH_SCALE_ROUNDS", 3)
-	cpNodes := envInt("BENCH_SCALE_CP_NODES", 512)
+	cpNodes := 512 // 0 leaves them out
+	if v, err := strconv.Atoi(os.Getenv("BENCH_SCALE_CP_NODES")); err == nil && v >= 0 {
+		cpNodes = v
+	}
 	batch := max(envInt("BENCH_SCALE_BATCH", 32), 1)
 	profile := os.Getenv("BENCH_SCALE_PROFILE")
 	out := os.Getenv("BENCH_SCALE_OUT")
