@@ -76,13 +76,14 @@ BUF_VERSION            ?= v1.75.0
 PVE_APIDATA ?= pkg/pvesim/pveschema/upstream/apidata.json.gz
 PVE_APIDATA_SRC ?= ../shared/pve-api/apidata.json
 
-# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), and the
-# controller manager and scheduler of hosted control planes (pkg/dev/podrun), built
-# from the Go modules pinned in tools/kube and tools/etcd. They are cached
+# The Kubernetes API server and etcd of the tests (pkg/dev/kubetest), the
+# controller manager and scheduler of hosted control planes (pkg/dev/podrun), and
+# the kubelet, kube-proxy and CoreDNS of the test node (pkg/dev/kubenode), built
+# from the Go modules pinned in tools/kube, tools/etcd and tools/coredns. They are cached
 # outside the checkout, in a directory named by a hash of the pins, so a
 # fresh clone reuses them and a changed pin builds anew (pkg/dev/kubetest
 # derives the same directory when FLEXPLANE_KUBE_BIN is unset).
-KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/kube/cmd/kube/main.go tools/kube/build.sh tools/etcd/go.mod tools/etcd/go.sum
+KUBE_PINS   := tools/kube/go.mod tools/kube/go.sum tools/kube/cmd/kube/main.go tools/kube/build.sh tools/etcd/go.mod tools/etcd/go.sum tools/coredns/go.mod tools/coredns/go.sum tools/coredns/main.go
 KUBE_BIN    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/flexplane/kube-$(shell cat $(KUBE_PINS) | sha256sum | cut -c1-16)
 export FLEXPLANE_KUBE_BIN := $(KUBE_BIN)
 
@@ -269,15 +270,16 @@ bench-all:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 ## kube-bin: kube-apiserver, kube-controller-manager, kube-scheduler,
-## kubelet and etcd for the tests, built from the pinned Go modules into
-## KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The four Kubernetes
+## kubelet, kube-proxy, etcd and CoreDNS for the tests, built from the pinned Go
+## modules into KUBE_BIN; afterwards nothing is rebuilt until a pin changes. The five Kubernetes
 ## commands are one binary (tools/kube/cmd/kube, chosen by the name it runs
 ## as): one build shares their packages and link work. tools/kube/build.sh
 ## prints its progress; docs/develop gives the measured cold times. The
 ## controller manager and scheduler run a hosted control plane's rendered
 ## containers as processes (pkg/dev/podrun); the kubelet runs a real node's
-## pods (pkg/dev/kubenode, make kube-node).
-kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd
+## pods (pkg/dev/kubenode, make kube-node), and CoreDNS (tools/coredns: only
+## the plugins the node's cluster DNS uses) is its cluster DNS.
+kube-bin: $(KUBE_BIN)/kube $(KUBE_BIN)/etcd $(KUBE_BIN)/coredns
 
 print-kube-bin:
 	@echo $(KUBE_BIN)
@@ -289,6 +291,12 @@ $(KUBE_BIN)/etcd:
 	@mkdir -p $(@D)
 	@echo "kube-bin: building etcd into $(@D)"
 	cd tools/etcd && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
+
+$(KUBE_BIN)/coredns:
+	@mkdir -p $(@D)
+	@echo "kube-bin: building CoreDNS into $(@D)"
+	cd tools/coredns && $(GO) build -trimpath -ldflags "-s -w" -o $@.tmp .
 	mv $@.tmp $@
 
 ## tofu-bin: the OpenTofu CLI (built from the module pinned in tools/tofu

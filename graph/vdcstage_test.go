@@ -38,11 +38,12 @@ func imageTemplate(t *testing.T, c *proxmox.Client, name string) (pveapi.Resourc
 	return pveapi.Resource{}, "", false
 }
 
-// crashedCopy makes in the zone of dst the guest a copy of blue's image
-// name from the zone of src leaves when its copier is killed midway:
-// tagged as the image's and fp-incoming, with an empty disk, its last beat
-// an hour ago. It returns the guest's node, VMID and description.
-func crashedCopy(t *testing.T, src, dst *proxmox.Client, name string) (cut struct {
+// plantedCopy makes in the zone of dst the guest a copy of blue's image
+// name from the zone of src is while its copier copies: tagged as the
+// image's and fp-incoming, with an empty disk, its copier's last beat at
+// beat (a copy whose copier was killed midway when long past). It returns
+// the guest's node, VMID and description.
+func plantedCopy(t *testing.T, src, dst *proxmox.Client, name string, beat time.Time) (cut struct {
 	Node        string
 	VMID        int
 	description string
@@ -62,7 +63,7 @@ func crashedCopy(t *testing.T, src, dst *proxmox.Client, name string) (cut struc
 		t.Fatal(err)
 	}
 	cut.Node, cut.VMID = "pve1", vmid
-	cut.description = "copy alive at " + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	cut.description = "copy alive at " + beat.UTC().Format(time.RFC3339Nano)
 	if _, err := pveapi.Run(ctx, dst, "POST", "/nodes/pve1/qemu", map[string]any{"vmid": vmid, "name": tpl.Name,
 		"tags": cfg.Str("tags") + ";fp-incoming", "scsi0": strings.SplitN(vol, ":", 2)[0] + ":1",
 		"description": cut.description}); err != nil {
@@ -95,13 +96,16 @@ func shaPrefix(t *testing.T, path string, n int64) (string, bool) {
 // alpha, into beta: the template is copied agent to agent (its disk's
 // bytes arrive), the image's state per zone shows it STAGING then
 // STAGED, a VM of the VDC is created from it in beta, and staging it
-// again changes nothing; another VDC's member gets NOT_FOUND, an unknown
+// again changes nothing; copies cut off by a crash (their copier's beat
+// long past) are removed by the orchestrator's periodic pass, with no
+// request, and the image copied afresh, while a copy still beating is left
+// alone; another VDC's member gets NOT_FOUND, an unknown
 // zone is BAD_USER_INPUT, a viewer FORBIDDEN, and nothing is left marked
 // for a copy. Deleting the image removes its templates in both zones.
 func TestStageVDCImage(t *testing.T) {
 	t.Parallel()
 	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}),
-		meshtest.WithAPI(meshtest.APISpec{}))
+		meshtest.WithAPI(meshtest.APISpec{ImageCopyRecoverInterval: 200 * time.Millisecond}))
 	h.WaitOnline(t, 30*time.Second)
 	nets := seedVMs(t, h, "alpha", "beta")
 	ctx := t.Context()
@@ -151,22 +155,57 @@ func TestStageVDCImage(t *testing.T) {
 	if got := states(); got["beta"] != "ABSENT" {
 		t.Fatalf("after refusals: %v", got)
 	}
-
-	// A copy cut off by a crash: the guest its copier had begun in beta,
-	// whose last beat is long past, is STAGING until the next request
-	// removes it and copies afresh.
-	cut := crashedCopy(t, ac, bc, "app")
-	if got := states(); got["beta"] != "STAGING" {
-		t.Fatalf("with a copy cut off: %v", got)
+	// A zone dedicated to another VDC does not exist for blue: its image's
+	// state there is not told, and staging into it is refused as into a
+	// zone that does not exist.
+	dedicate := `mutation($to: [String!]) { updateZone(input: {name: "beta", dedicatedTo: $to}) { name } }`
+	h.GraphQL(t, "admin", "", dedicate, map[string]any{"to": []string{"red"}}).OK(t)
+	if got := states(); len(got) != 1 || got["alpha"] != "STAGED" {
+		t.Errorf("with beta dedicated to red: %v", got)
 	}
-	h.GraphQL(t, "bob", "blue", stage, map[string]any{"n": "app", "z": "beta"}).OK(t).Into(t, "stageVDCImage", &st)
-	if st.Zone != "beta" || (st.State != "STAGING" && st.State != "STAGED") {
-		t.Fatalf("stageVDCImage: %+v", st)
+	if r := h.GraphQL(t, "bob", "blue", stage, map[string]any{"n": "app", "z": "beta"}); r.Code(t) != "BAD_USER_INPUT" || fieldOf(t, r) != "zone" {
+		t.Errorf("staging into a zone dedicated to red: %s", r.Raw)
+	}
+	h.GraphQL(t, "admin", "", dedicate, map[string]any{"to": []string{}}).OK(t)
+
+	// Copies in beta, planted as their copiers leave them: one still
+	// beating, and after it (a higher VMID) one cut off by a crash, its
+	// last beat long past. The image is STAGING there; with no request,
+	// the orchestrator's periodic pass (over a zone's guests in VMID
+	// order) looks at the beating copy, leaves it, and removes the one cut
+	// off.
+	gone := func(c *proxmox.Client, node string, vmid int, description string) bool {
+		// (A new copy may have taken the VMID of the removed one.)
+		cfg, err := pveapi.GuestConfig(ctx, c, node, vmid)
+		if err != nil && !pveapi.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err != nil || cfg.Str("description") != description
+	}
+	alive := plantedCopy(t, ac, bc, "app", time.Now())
+	cut := plantedCopy(t, ac, bc, "app", time.Now().Add(-time.Hour))
+	if alive.VMID >= cut.VMID {
+		t.Fatalf("the beating copy %d is not before the one cut off %d", alive.VMID, cut.VMID)
+	}
+	if got := states(); got["beta"] != "STAGING" {
+		t.Fatalf("with copies under way: %v", got)
+	}
+	poll.True(t, 30*time.Second, "the copy cut off removed", func() bool { return gone(bc, cut.Node, cut.VMID, cut.description) })
+	if gone(bc, alive.Node, alive.VMID, alive.description) {
+		t.Fatal("the copy still beating was removed")
+	}
+	if got := states(); got["beta"] != "STAGING" {
+		t.Fatalf("with the copy still beating: %v", got)
+	}
+	// Its copier dies too (its beat now long past): the pass removes it
+	// and copies the image afresh, to STAGED, still with no request.
+	old := "copy alive at " + time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	if _, err := pveapi.Run(ctx, bc, "POST", fmt.Sprintf("/nodes/%s/qemu/%d/config", alive.Node, alive.VMID), map[string]any{"description": old}); err != nil {
+		t.Fatal(err)
 	}
 	poll.True(t, 60*time.Second, "app staged in beta", func() bool { return states()["beta"] == "STAGED" })
-	// (The new copy may have taken the VMID the removed one had.)
-	if cfg, err := pveapi.GuestConfig(ctx, bc, cut.Node, cut.VMID); !pveapi.IsNotFound(err) && (err != nil || cfg.Str("description") == cut.description) {
-		t.Errorf("the copy cut off is left: %v", err)
+	if !gone(bc, alive.Node, alive.VMID, old) {
+		t.Error("the second copy cut off is left")
 	}
 	h.GraphQL(t, "bob", "blue", stage, map[string]any{"n": "app", "z": "beta"}).OK(t).Into(t, "stageVDCImage", &st)
 	if st.State != "STAGED" {

@@ -40,7 +40,7 @@ import (
 const usage = `usage:
   orchestrator serve [-listen ADDR] [-public-url URL] [-data-dir DIR] [-stun-addr ADDR] [-log-level LEVEL]
                      [-oidc-issuer URL -oidc-audience ID [-oidc-roles-claim C] [-oidc-name-claim C] [-oidc-email-claim C]]
-                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-secret-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-backup-quota-interval DURATION] [-agent-version V]
+                     [-catalog dir|kubernetes] [-catalog-dir DIR] [-kubeconfig FILE] [-namespace NS] [-secret-namespace NS] [-tenant-name NAME] [-tenant-domain DOMAIN] [-zone-timeout DURATION] [-vm-recover-after DURATION] [-vm-recover-interval DURATION] [-backup-quota-interval DURATION] [-image-copy-recover-interval DURATION] [-agent-version V]
                      [-memory-limit SIZE] [-debug-addr ADDR] [-mesh-postgres URL -mesh-postgres-password-file FILE]
                      [-mutation-rate N] [-mutation-burst N] [-console-rate N] [-console-burst N]
   orchestrator keys create [-data-dir DIR] [-reusable] [-ttl DURATION]

@@ -106,6 +106,7 @@ type serveFlags struct {
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
 	backupQuotaInterval           time.Duration
+	imageCopyRecoverInterval      time.Duration
 	haRequestTimeout              time.Duration
 	drainParallel                 int
 	securityGroupInterval         time.Duration
@@ -181,6 +182,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.haRequestTimeout, "ha-request-timeout", compute.DefaultHARequestTimeout, "how long a start, stop, migration or create of an HA VM waits for Proxmox's HA manager to have done it before it fails")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.imageCopyRecoverInterval, "image-copy-recover-interval", time.Minute, "how often copies of VDC images into zones cut off by a crash are looked for, deleted and copied again (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.backupQuotaInterval, "backup-quota-interval", time.Minute, "how often the VDCs' backups are checked against their backupGiB quotas, their backup schedules paused or resumed (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.edgeResync, "edge-resync-interval", 5*time.Minute, "time between the edge gateways' passes while nothing changes (the resync that repairs drift; a change of the catalog, of a zone's hosts or of an agent's gateways starts a pass at once)")
@@ -341,29 +343,30 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 		STUNAddr:     f.stun,
 		MeshPostgres: f.meshPostgres,
 		API: orchestrator.APIConfig{
-			Issuer:                f.issuer,
-			Audience:              f.audience,
-			CLIClientID:           f.cliClientID,
-			Claims:                auth.ClaimNames{Roles: f.rolesClaim, Name: f.nameClaim, Email: f.emailClaim},
-			CatalogBackend:        *f.cat.backend,
-			CatalogDir:            *f.cat.dir,
-			Tenant:                graph.Tenant{Name: f.tenantName, Domain: f.tenantDomain},
-			ZoneTimeout:           f.zoneTimeout,
-			VMRecoverAfter:        f.recoverAfter,
-			VMRecoverInterval:     f.recoverInterval,
-			BackupQuotaInterval:   f.backupQuotaInterval,
-			DrainParallel:         f.drainParallel,
-			HARequestTimeout:      f.haRequestTimeout,
-			SecurityGroupInterval: f.securityGroupInterval,
-			EdgeResyncInterval:    f.edgeResync,
-			EdgeRederiveInterval:  f.edgeRederive,
-			LBResyncInterval:      f.lbResync,
-			AgentVersion:          f.agentVersion,
-			MaxDepth:              f.maxDepth,
-			MaxComplexity:         f.maxComplexity,
-			RateLimits:            f.rateLimits(),
-			Releases:              orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
-			LoadBalancers:         lbs,
+			Issuer:                   f.issuer,
+			Audience:                 f.audience,
+			CLIClientID:              f.cliClientID,
+			Claims:                   auth.ClaimNames{Roles: f.rolesClaim, Name: f.nameClaim, Email: f.emailClaim},
+			CatalogBackend:           *f.cat.backend,
+			CatalogDir:               *f.cat.dir,
+			Tenant:                   graph.Tenant{Name: f.tenantName, Domain: f.tenantDomain},
+			ZoneTimeout:              f.zoneTimeout,
+			VMRecoverAfter:           f.recoverAfter,
+			VMRecoverInterval:        f.recoverInterval,
+			BackupQuotaInterval:      f.backupQuotaInterval,
+			ImageCopyRecoverInterval: f.imageCopyRecoverInterval,
+			DrainParallel:            f.drainParallel,
+			HARequestTimeout:         f.haRequestTimeout,
+			SecurityGroupInterval:    f.securityGroupInterval,
+			EdgeResyncInterval:       f.edgeResync,
+			EdgeRederiveInterval:     f.edgeRederive,
+			LBResyncInterval:         f.lbResync,
+			AgentVersion:             f.agentVersion,
+			MaxDepth:                 f.maxDepth,
+			MaxComplexity:            f.maxComplexity,
+			RateLimits:               f.rateLimits(),
+			Releases:                 orchestrator.ReleasesConfig{PublicKey: releaseKey, Dir: f.releaseDir, HostTimeout: f.probation},
+			LoadBalancers:            lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: f.managedKube, Versions: strings.Split(f.kubeVersions, ","),
 				WorkerImage: f.workerImage, WorkerImages: f.images, KubeconfigTTL: f.kubeconfigTTL, APIServerServiceType: f.kubeServiceType,
 				NamespaceRole: f.kubeNamespaceRole},

@@ -191,6 +191,12 @@ type Config struct {
 	// against their backupGiB quotas, pausing and resuming their backup
 	// schedules (backup_quota.go), while Recovers says so; default 1m.
 	BackupQuotaInterval time.Duration
+	// ImageCopyRecoverInterval is how often Run looks, while Recovers says
+	// so, for copies of VDC images into zones (stageVDCImage) that were
+	// cut off: copy guests whose copier has not recorded a beat within
+	// StaleAfter. Each is deleted and its image copied into the zone
+	// afresh (vdcstage.go); default 1m.
+	ImageCopyRecoverInterval time.Duration
 	// Recovers, if set, says whether Run calls Recover now: among
 	// replicas, only one (the leader) takes over what a dead one left, so
 	// that two never finish the same create. Nil: always.
@@ -306,6 +312,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
 	}
+	if cfg.ImageCopyRecoverInterval <= 0 {
+		cfg.ImageCopyRecoverInterval = time.Minute
+	}
 	if cfg.HARequestTimeout <= 0 {
 		cfg.HARequestTimeout = DefaultHARequestTimeout
 	}
@@ -335,13 +344,15 @@ func New(cfg Config) (*Service, error) {
 // as their agents connect), drains the hosts in maintenance (each
 // second, while Recovers says so) and pauses or resumes backup schedules
 // by the backupGiB quotas (every BackupQuotaInterval, while Recovers says
-// so), until ctx ends.
+// so) and copies VDC images into zones again whose copy was cut off
+// (every ImageCopyRecoverInterval, while Recovers says so), until ctx
+// ends.
 func (s *Service) Run(ctx context.Context) error {
 	cfg := s.d.cfg
-	t := time.NewTicker(min(cfg.RecoverInterval, time.Second))
+	t := time.NewTicker(min(cfg.RecoverInterval, cfg.ImageCopyRecoverInterval, time.Second))
 	defer t.Stop()
 	seen := map[string]bool{}
-	var last, lastQuota time.Time
+	var last, lastQuota, lastCopies time.Time
 	rec := recovery{s.d}
 	for {
 		fresh := false
@@ -369,6 +380,12 @@ func (s *Service) Run(ctx context.Context) error {
 					s.d.log.Warn("backup quota", "err", err)
 				}
 				lastQuota = time.Now()
+			}
+			if time.Since(lastCopies) >= cfg.ImageCopyRecoverInterval {
+				if err := s.Images().recoverCopies(ctx); err != nil && ctx.Err() == nil {
+					s.d.log.Warn("recover image copies", "err", err)
+				}
+				lastCopies = time.Now()
 			}
 		}
 		select {

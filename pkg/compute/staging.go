@@ -46,7 +46,10 @@ type Images struct{ s *Service }
 func (im *Images) Stager() *images.Stager { return im.s.d.stager }
 
 // States reads img's staging state in every reachable zone, or in the
-// one called zone when it is set.
+// one called zone when it is set. A VDC's image is not told of in a zone
+// dedicated to other VDCs (which does not exist for its VDC) unless it is
+// there (its template, made before the zone was dedicated away, stays the
+// VDC's).
 func (im *Images) States(ctx context.Context, img *catalog.Image, zone *string) ([]ImageState, error) {
 	s := im.s
 	var out []ImageState
@@ -54,11 +57,21 @@ func (im *Images) States(ctx context.Context, img *catalog.Image, zone *string) 
 		if zone != nil && *zone != z.Name {
 			continue
 		}
+		open := true
+		if img.VDC != "" {
+			var err error
+			if open, err = catalog.ZoneAllows(ctx, s.d.cfg.Catalog, z.Name, img.VDC); err != nil {
+				return nil, internal("reading the zone's policy failed", err)
+			}
+		}
 		t, err := stagingTarget(ctx, s.d.cfg.Catalog, z)
 		if err != nil {
 			return nil, err
 		}
 		st, err := s.d.stager.Status(ctx, t, img)
+		if !open && (err != nil || st.State == images.StateAbsent) {
+			continue
+		}
 		if err != nil {
 			out = append(out, ImageState{Zone: z.Name, Err: zoneDown(z.Name, err)})
 			continue

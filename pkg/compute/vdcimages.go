@@ -628,7 +628,11 @@ func (sc *imageFromVMScope) copyDisks(ctx context.Context) error {
 			disks = append(disks, images.DiskSource{Storage: v.Storage, Volume: v.VolID})
 		}
 	}
-	t := images.Target{Zone: sc.z.Name, Client: sc.z.Client, Node: sc.g.Node}
+	t, err := stagingTarget(ctx, sc.deps.cfg.Catalog, sc.z)
+	if err != nil {
+		return internal("reading the catalog failed", err)
+	}
+	t.Node = sc.g.Node
 	tpl, err := sc.stager.TemplateFromDisks(ctx, t, sc.img, sc.g.Node, disks)
 	if err != nil {
 		// A guest it made is the image's (its tag says so): deleted.

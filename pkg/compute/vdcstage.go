@@ -1,12 +1,18 @@
 package compute
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/compute/images"
+	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // A VDC's image staged into another zone (stageVDCImage). A VDC's image
@@ -223,4 +229,90 @@ func (sc *vdcStageScope) unmarkSource() {
 	if err := images.SetMark(ctx, sc.src.Client, sc.srcTpl.Node, sc.srcTpl.VMID, images.OutgoingTag, false); err != nil {
 		sc.log.Warn("unmarking an image's template", "zone", sc.src.Name, "vmid", sc.srcTpl.VMID, "err", err)
 	}
+}
+
+// recoverCopies is Run's periodic pass (every ImageCopyRecoverInterval,
+// while Recovers says so) over the reachable zones, in name order, and
+// their guests, in VMID order, for
+// copies of VDC images cut off by the end of the process that ran them:
+// copy guests (images.IncomingTag, no VM's intent) whose copier has not
+// beaten within StaleAfter. It resumes the staging the VDC asked for: the
+// leftover guest is deleted and the image staged into the zone afresh
+// (StageVDC, from a zone holding its template), so that the zone's state
+// goes on from STAGING to STAGED without another request. A leftover of
+// an image deleted meanwhile is only deleted; an image that cannot be
+// copied again (no reachable zone holds its template, or the VDC may no
+// longer use the zone) ends ABSENT there, as a copy that fails. A copy
+// still beating is left to its copier.
+func (im *Images) recoverCopies(ctx context.Context) error {
+	all, err := catalog.List[*catalog.Image](ctx, im.s.d.cfg.Catalog)
+	if err != nil {
+		return fmt.Errorf("compute: recover image copies: %w", err)
+	}
+	byTag := map[string]*catalog.Image{}
+	for _, img := range all {
+		if img.VDC != "" {
+			byTag[images.Tag(img)] = img
+		}
+	}
+	zs := slices.Clone(im.s.ZoneList(ctx))
+	slices.SortFunc(zs, func(a, b Zone) int { return strings.Compare(a.Name, b.Name) })
+	var errs []error
+	for _, z := range zs {
+		if z.Client == nil {
+			continue
+		}
+		if err := im.recoverCopiesIn(ctx, z, byTag); err != nil {
+			errs = append(errs, fmt.Errorf("compute: recover image copies in zone %s: %w", z.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recoverCopiesIn is recoverCopies in zone z; byTag are the VDCs' images
+// by their template's tag.
+func (im *Images) recoverCopiesIn(ctx context.Context, z Zone, byTag map[string]*catalog.Image) error {
+	d := im.s.d
+	guests, err := pveapi.Guests(ctx, z.Client)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(guests, func(a, b pveapi.Resource) int { return cmp.Compare(a.VMID, b.VMID) })
+	now := time.Now()
+	for _, g := range guests {
+		tag := imageTagOf(g)
+		if g.Template == 1 || tag == "" || !g.HasTag(tenancy.ManagedTag) || !g.HasTag(images.IncomingTag) {
+			continue
+		}
+		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		desc := cfg.Str("description")
+		if _, ok := ParseIntent(desc); ok || !images.CopyCutOff(desc, d.cfg.StaleAfter, now) {
+			continue // a VM's move target (Recover's), or a copy still beating
+		}
+		img := byTag[tag]
+		if img == nil {
+			d.log.Warn("removing a copy of a deleted VDC image that was cut off", "zone", z.Name, "vmid", g.VMID)
+			im.dropTemplate(z, g.Node, g.VMID)
+			continue
+		}
+		d.log.Warn("removing a copy of a VDC image that was cut off, to copy it again", "vdc", img.VDC, "image", img.ShortName(), "zone", z.Name, "vmid", g.VMID)
+		im.dropTemplate(z, g.Node, g.VMID)
+		if _, err := im.StageVDC(ctx, img.VDC, img.ShortName(), z.Name); err != nil {
+			d.log.Warn("staging a VDC image again after its copy was cut off", "vdc", img.VDC, "image", img.ShortName(), "zone", z.Name, "err", err)
+		}
+	}
+	return nil
+}
+
+// imageTagOf is the image tag (images.Tag) guest g carries; "" for none.
+func imageTagOf(g pveapi.Resource) string {
+	for _, t := range g.Tags() {
+		if strings.HasPrefix(t, images.TagPrefix) {
+			return t
+		}
+	}
+	return ""
 }

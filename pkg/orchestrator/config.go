@@ -171,6 +171,12 @@ type APIConfig struct {
 	// resumed (by the mesh control leader when replicated). Default 1m
 	// (compute.Config.BackupQuotaInterval).
 	BackupQuotaInterval time.Duration
+	// ImageCopyRecoverInterval is how often the orchestrator looks for
+	// copies of VDC images into zones (stageVDCImage) cut off by the end
+	// of the orchestrator that ran them, deletes each and copies the image
+	// again (by the mesh control leader when replicated). Default 1m
+	// (compute.Config.ImageCopyRecoverInterval).
+	ImageCopyRecoverInterval time.Duration
 	// DrainParallel is how many VMs of the hosts in maintenance are
 	// live-migrated at once per zone (by the mesh control leader when
 	// replicated). Default 4 (compute.DefaultDrainParallel).

@@ -23,26 +23,29 @@ import (
 // next to its field, then backs the VM up, sets and removes its backup
 // schedule, restores the backup into a new VM and deletes the backup, then
 // makes an image of the VM once stopped, uploads a file and an ISO as
-// images, deletes the VM's image, creates a VM from the upload with the ISO
-// and detaches the ISO on the VM's page; checked here through GraphQL
-// afterwards: one disk left, the VM stopped with the new profile's size and
-// no backup schedule, the restored VM running, no backup left, the upload
-// (RAW, 2 MiB) and the ISO (40 KiB) the VDC's images, the VM made from them
-// running without its ISO.
+// images, stages the upload (made in zone alpha) to zone beta, deletes the
+// VM's image, creates a VM from the upload with the ISO and detaches the
+// ISO on the VM's page; checked here through GraphQL afterwards: one disk
+// left, the VM stopped with the new profile's size and no backup schedule,
+// the restored VM running, no backup left, the upload (RAW, 2 MiB) and the
+// ISO (40 KiB) the VDC's images, the upload STAGED in both zones, the VM
+// made from them running without its ISO.
 func TestBrowserDisks(t *testing.T) {
 	t.Parallel()
 	root, public := browserPrerequisites(t)
 	h, issuer := portalMesh(t, public, slog.DiscardHandler, meshtest.WithAPI(meshtest.APISpec{Users: redUsers()}),
-		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}))
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1}, meshtest.ClusterSpec{Name: "beta", Nodes: 1}))
 	h.WaitOnline(t, 30*time.Second)
 	vmID := createRedVM(t, h, "disky")
 	h.GraphQL(t, "admin", "", `mutation { createStorageProfile(input: {name: "backups", tier: "backup", kind: BACKUP,
-	  pools: [{zone: "alpha", pool: "local"}]}) { name } }`, nil).OK(t)
+	  pools: [{zone: "alpha", pool: "local"}]}) { name }
+	  updateStorageProfile(input: {name: "ssd", pools: [{zone: "alpha", pool: "local-lvm"}, {zone: "beta", pool: "local-lvm"}]}) { name } }`, nil).OK(t)
 
 	artifacts := filepath.Join(root, "test-artifacts", "disks")
 	start := runBrowserTests(t, root, redEnv(h, issuer, artifacts,
 		"PORTAL_VM_PATH=/vms/"+url.PathEscape(vmID), "PORTAL_VM_NAME=disky", "PORTAL_RESIZE_TO=medium", "PORTAL_RESTORE_AS=disky-copy",
-		"PORTAL_IMAGE_FROM_VM=disky-img", "PORTAL_IMAGE_UPLOADED=upl", "PORTAL_VM_FROM_UPLOAD=fromupl", "PORTAL_ISO=setup-cd"), "tests/disks.test.mjs")
+		"PORTAL_IMAGE_FROM_VM=disky-img", "PORTAL_IMAGE_UPLOADED=upl", "PORTAL_VM_FROM_UPLOAD=fromupl", "PORTAL_ISO=setup-cd",
+		"PORTAL_IMAGE_ZONE=alpha", "PORTAL_STAGE_ZONE=beta"), "tests/disks.test.mjs")
 	browsertest.CheckScreenshots(t, artifacts, start, "vm-disk-attached", "vm-disk-grown", "vm-resize-refused", "vm-resized",
 		"vm-backup-taken", "backup-restored", "vm-image-refused", "vdc-images")
 
@@ -96,6 +99,18 @@ func TestBrowserDisks(t *testing.T) {
 	}
 	if len(own) != 2 {
 		t.Errorf("red's images %v, want [setup-cd upl]", own)
+	}
+	// Staged to beta in the portal, the upload is ready in both zones.
+	var upl struct {
+		VDCZones []struct{ Zone, State string }
+	}
+	h.GraphQL(t, "alice", "red", `{ image(name: "upl") { vdcZones { zone state } } }`, nil).OK(t).Into(t, "image", &upl)
+	zones := map[string]string{}
+	for _, z := range upl.VDCZones {
+		zones[z.Zone] = z.State
+	}
+	if len(zones) != 2 || zones["alpha"] != "STAGED" || zones["beta"] != "STAGED" {
+		t.Errorf("upl's zones %+v, want STAGED in alpha and beta", upl.VDCZones)
 	}
 	var vms struct {
 		Nodes []struct {

@@ -10,6 +10,8 @@
 //   PORTAL_IMAGE_FROM_VM, PORTAL_IMAGE_UPLOADED  names of the images made
 //                     from the VM and uploaded
 //   PORTAL_VM_FROM_UPLOAD  the name of the VM made from the uploaded image
+//   PORTAL_IMAGE_ZONE the zone images are uploaded into (the VDC's first)
+//   PORTAL_STAGE_ZONE another zone of the VDC the upload is staged to
 //
 // The flow: the member opens the VM page, attaches a disk (a size of 0 is
 // refused next to its field), grows it (a smaller size is refused the same
@@ -25,8 +27,10 @@
 // Create image of the running VM is refused next to the VM; stopped, its
 // image is made; on the Images page an upload under that name is refused
 // next to the name, a 2 MiB raw file is uploaded (progress to 100 %) and
-// listed, the VM's image deleted behind a confirmation, and a VM created
-// from the uploaded one through the create-VM form.
+// listed, ready in its zone, then staged to the other zone (the row shows
+// it staging there until it is ready), the VM's image deleted behind a
+// confirmation, and a VM created from the uploaded one through the
+// create-VM form.
 import { describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { check } from './axe.mjs'
@@ -40,6 +44,8 @@ const uploaded = env('PORTAL_IMAGE_UPLOADED')
 const fromUpload = env('PORTAL_VM_FROM_UPLOAD')
 const isoImage = env('PORTAL_ISO')
 const restoreAs = env('PORTAL_RESTORE_AS')
+const imageZone = env('PORTAL_IMAGE_ZONE')
+const stageZone = env('PORTAL_STAGE_ZONE')
 
 describe("a VM's disks, size and backups", () => {
   test('a member attaches, grows and detaches a disk, resizes the VM and backs it up', async (t) => {
@@ -218,6 +224,21 @@ describe("a VM's disks, size and backups", () => {
     // The closed dialog keeps the bar as the upload left it.
     await page.locator('[data-testid="upload-progress"][data-percent="100"]').waitFor({ state: 'attached' })
     await own.locator(`tr[data-name="${uploaded}"]`).getByText('RAW').waitFor()
+
+    // Stage to zone: ready in the zone it was uploaded into, it is staged
+    // to the other one, which the dialog offers; the row shows it staging
+    // there (the list read again) until it is ready.
+    const uploadedRow = own.locator(`tr[data-name="${uploaded}"]`)
+    await uploadedRow.locator(`[data-zone="${imageZone}"][data-state="STAGED"]`).getByText('ready').waitFor()
+    await uploadedRow.getByRole('button', { name: `Stage ${uploaded} to a zone` }).click()
+    const stage = page.getByRole('dialog', { name: `Stage image ${uploaded} to a zone` })
+    assert.deepEqual(await stage.getByLabel('Zone').locator('option').allTextContents(), [stageZone], 'the zones offered')
+    await check(page, 'stage dialog')
+    await stage.getByRole('button', { name: 'Stage' }).click()
+    await stage.waitFor({ state: 'hidden' })
+    await page.getByTestId('vdc-images-status').getByText(new RegExp(`(Staging image|Image) ${uploaded}`)).waitFor()
+    await uploadedRow.locator(`[data-zone="${stageZone}"][data-state="STAGED"]`).getByText('ready').waitFor({ timeout: 60_000 })
+    assert.equal(await uploadedRow.getByRole('button', { name: `Stage ${uploaded} to a zone` }).count(), 0, 'staged everywhere, it offers no staging')
 
     // An ISO: its format follows the file, and it is listed as ISO.
     await page.getByRole('button', { name: 'Upload image' }).click()

@@ -1,9 +1,9 @@
 #!/bin/sh
 # build.sh OUT: builds kube-apiserver, kube-controller-manager,
-# kube-scheduler and kubelet as one binary (./cmd/kube) at OUT/kube, from
+# kube-scheduler, kubelet and kube-proxy as one binary (./cmd/kube) at OUT/kube, from
 # the Kubernetes release tools/kube/go.mod pins, with the version ldflags
 # that make /version report it (Helm and client version gates read it), and
-# links the four names to it. Prints its progress every 30 seconds: a cold build
+# links the five names to it. Prints its progress every 30 seconds: a cold build
 # compiles about two thousand packages.
 set -eu
 out=$1
@@ -16,7 +16,7 @@ mkdir -p "$out"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
-echo "kube-bin: building kube-apiserver, kube-controller-manager, kube-scheduler and kubelet $v (one binary, $total packages) into $out"
+echo "kube-bin: building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy $v (one binary, $total packages) into $out"
 $go build -v -trimpath -ldflags "-s -w \
 	-X k8s.io/component-base/version.gitVersion=$v \
 	-X k8s.io/component-base/version.gitMajor=1 \
@@ -39,7 +39,7 @@ if ! wait "$pid"; then
 	exit 1
 fi
 mv "$out/kube.tmp" "$out/kube"
-for name in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+for name in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 	ln -sf kube "$out/$name"
 done
 echo "kube-bin: done in $(($(date +%s) - start))s"

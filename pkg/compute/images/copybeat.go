@@ -79,8 +79,16 @@ func StaleCopy(ctx context.Context, t Target, img *catalog.Image, staleAfter tim
 	if err != nil {
 		return Template{}, false, fmt.Errorf("images: read copy %d: %w", pending.VMID, err)
 	}
-	if at, ok := lastBeat(cfg.Str("description")); ok && now.Sub(at) <= staleAfter {
+	if !CopyCutOff(cfg.Str("description"), staleAfter, now) {
 		return Template{}, false, nil
 	}
 	return Template{Node: pending.Node, VMID: pending.VMID}, true, nil
+}
+
+// CopyCutOff reports whether a copy guest's description records no beat
+// of its copier within staleAfter before now (or none at all): the copy
+// was cut off and nothing will finish it.
+func CopyCutOff(description string, staleAfter time.Duration, now time.Time) bool {
+	at, ok := lastBeat(description)
+	return !ok || now.Sub(at) > staleAfter
 }

@@ -78,8 +78,11 @@ func Tag(img *catalog.Image) string {
 		key += "\x00" + img.Version
 	}
 	sum := sha256.Sum256([]byte(key))
-	return "fp-img-" + hex.EncodeToString(sum[:6])
+	return TagPrefix + hex.EncodeToString(sum[:6])
 }
+
+// TagPrefix begins every image's tag (Tag).
+const TagPrefix = "fp-img-"
 
 // downloadable reports whether img is staged by a download of its URL
 // (the platform's images): a VDC's image is never downloaded, its
@@ -573,9 +576,29 @@ type DiskSource struct{ Storage, Volume string }
 // from disks, volumes of that node (a stopped guest's, the boot disk
 // first), each copied onto its storage: the sources are read, not
 // changed. It returns the template once it is one.
+//
+// The copies go to a storage of t.Storages every node of the zone shares
+// when there is one (a template there serves a VM placed on any node),
+// else each stays on its source's storage.
 func (s *Stager) TemplateFromDisks(ctx context.Context, t Target, img *catalog.Image, node string, disks []DiskSource) (Template, error) {
 	if len(disks) == 0 {
 		return Template{}, errors.New("images: a template needs a disk")
+	}
+	if len(t.Storages) > 0 {
+		all, err := listStorages(ctx, t)
+		if err != nil {
+			return Template{}, err
+		}
+		shared, err := sharedDisk(ctx, t, all)
+		if err != nil {
+			return Template{}, err
+		}
+		if shared != "" {
+			disks = slices.Clone(disks)
+			for i := range disks {
+				disks[i].Storage = shared
+			}
+		}
 	}
 	return s.templateFrom(ctx, t, img, node, disks)
 }
@@ -585,20 +608,32 @@ func (s *Stager) TemplateFromDisks(ctx context.Context, t Target, img *catalog.I
 // returns it once it is one. The volume is left as it is.
 func (s *Stager) TemplateFromVolume(ctx context.Context, t Target, img *catalog.Image, node, vol string) (Template, error) {
 	t.Node = node
-	all, err := listStorages(ctx, t)
+	_, disk, err := templateStorages(ctx, t)
 	if err != nil {
 		return Template{}, err
-	}
-	_, disk, err := pickFrom(all, t)
-	if err != nil {
-		return Template{}, err
-	}
-	if shared, err := sharedDisk(ctx, t, all); err != nil {
-		return Template{}, err
-	} else if shared != "" {
-		disk = shared
 	}
 	return s.templateFrom(ctx, t, img, node, []DiskSource{{Storage: disk, Volume: vol}})
+}
+
+// templateStorages chooses the import storage of t and the storage of a
+// template's disks: a storage of t.Storages every node shares when there
+// is one, else the first that holds disks.
+func templateStorages(ctx context.Context, t Target) (imp, disk string, err error) {
+	all, err := listStorages(ctx, t)
+	if err != nil {
+		return "", "", err
+	}
+	if imp, disk, err = pickFrom(all, t); err != nil {
+		return "", "", err
+	}
+	shared, err := sharedDisk(ctx, t, all)
+	if err != nil {
+		return "", "", err
+	}
+	if shared != "" {
+		disk = shared
+	}
+	return imp, disk, nil
 }
 
 // sharedDisk is the first of t's storages (all, as listed) that holds disks and that every
@@ -780,7 +815,7 @@ func (s *Stager) BeginCopy(ctx context.Context, t Target, img *catalog.Image, di
 	if err != nil {
 		return Template{}, nil, err
 	}
-	_, storage, err := pickStorages(ctx, t)
+	_, storage, err := templateStorages(ctx, t)
 	if err != nil {
 		return Template{}, nil, err
 	}

@@ -147,6 +147,53 @@ func tinyImage(t *testing.T, name string) *catalog.Image {
 // is (the first, local one would pin it to the upload's node), so that a
 // VM of it clones onto another node, which Proxmox refuses from a
 // template on local storage.
+// TestTemplateFromDisksPrefersSharedStorage: a template made from a VM's
+// disks on a node's local storage (createImageFromVM) is put on the
+// storage every node shares, so a VM of it can be cloned onto another
+// node, as Proxmox refuses for a template on local storage.
+func TestTemplateFromDisksPrefersSharedStorage(t *testing.T) {
+	t.Parallel()
+	z := vmtest.StartZone(t, "fromvm", 2)
+	ctx := vmtest.Ctx(t)
+	if _, err := pveapi.Run(ctx, z.Client, "POST", "/nodes/pve1/qemu", map[string]any{
+		"vmid": 120, "name": "source", "scsi0": "local-lvm:1"}); err != nil {
+		t.Fatal(err)
+	}
+	var src map[string]any
+	if err := z.Client.Get(ctx, "/nodes/pve1/qemu/120/config", &src); err != nil {
+		t.Fatal(err)
+	}
+	vol, _, _ := strings.Cut(src["scsi0"].(string), ",")
+	img := tinyImage(t, "from-vm")
+	tgt := images.Target{Zone: z.Name, Client: z.Client, Storages: []string{"local-lvm", "shared"}, Node: "pve1"}
+	tpl, err := images.New(nil).TemplateFromDisks(ctx, tgt, img, "pve1", []images.DiskSource{{Storage: "local-lvm", Volume: vol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clonesOntoAnotherNode(t, z, tpl, 901)
+	if err := z.Client.Get(ctx, "/nodes/pve1/qemu/120/config", &src); err != nil || !strings.HasPrefix(src["scsi0"].(string), vol) {
+		t.Errorf("the source VM's disk changed: %v %v", src["scsi0"], err)
+	}
+}
+
+// clonesOntoAnotherNode checks that tpl, on node pve1 of z, has its disk
+// on the shared storage and clones onto pve2 as VMID newid.
+func clonesOntoAnotherNode(t *testing.T, z *vmtest.Zone, tpl images.Template, newid int) {
+	t.Helper()
+	ctx := vmtest.Ctx(t)
+	var cfg map[string]any
+	if err := z.Client.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", tpl.VMID), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if disk, _ := cfg["scsi0"].(string); !strings.HasPrefix(disk, "shared:") {
+		t.Fatalf("the template's disk is %q, want it on the shared storage", disk)
+	}
+	if _, err := pveapi.Run(ctx, z.Client, "POST", fmt.Sprintf("/nodes/pve1/qemu/%d/clone", tpl.VMID), map[string]any{
+		"newid": newid, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
+		t.Fatalf("a clone of the template onto the other node: %v", err)
+	}
+}
+
 func TestTemplateFromVolumePrefersSharedStorage(t *testing.T) {
 	t.Parallel()
 	z := vmtest.StartZone(t, "upl", 2)
@@ -163,15 +210,5 @@ func TestTemplateFromVolumePrefersSharedStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg map[string]any
-	if err := z.Client.Get(ctx, fmt.Sprintf("/nodes/pve1/qemu/%d/config", tpl.VMID), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if disk, _ := cfg["scsi0"].(string); !strings.HasPrefix(disk, "shared:") {
-		t.Fatalf("the template's disk is %q, want it on the shared storage", disk)
-	}
-	if _, err := pveapi.Run(ctx, z.Client, "POST", fmt.Sprintf("/nodes/pve1/qemu/%d/clone", tpl.VMID), map[string]any{
-		"newid": 900, "name": "on-pve2", "target": "pve2", "full": 1, "storage": "local-lvm"}); err != nil {
-		t.Fatalf("a clone of the template onto the other node: %v", err)
-	}
+	clonesOntoAnotherNode(t, z, tpl, 900)
 }

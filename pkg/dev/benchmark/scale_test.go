@@ -28,14 +28,16 @@ const proxyMethod = "/flexplane.agent.v1.AgentService/Proxy"
 // control client, map streams open, no data plane), then
 // BENCH_SCALE_AGENTS full agents (one simulated single-node cluster each,
 // BENCH_SCALE_GUESTS guests) added in steps of 64 and 256 up to the
-// largest count, BENCH_SCALE_BATCH at a time (BENCH_SCALE_PROFILE: a file
-// for the orchestrator's CPU profile of the first 30 s of their joins); at each step the orchestrator's idle CPU, RSS and the
-// agents' idle calls per agent over BENCH_SCALE_IDLE; at the largest, the
-// vms query of a VDC in 2 zones, gateway changes through the API to their
-// agent applying them, Headscale's netmap update at every control node
-// when a node joins, and enrollment and offline detection of one more
-// agent. The JSON report goes to BENCH_SCALE_OUT (see
-// docs/performance/index.md).
+// largest count, BENCH_SCALE_BATCH at a time; at each step the
+// orchestrator's idle CPU, RSS and the agents' idle calls per agent over
+// BENCH_SCALE_IDLE; at the largest, the vms query of a VDC in 2 zones,
+// gateway changes through the API to their agent applying them,
+// Headscale's netmap update at every control node when a node joins, and
+// enrollment and offline detection of one more agent. The JSON report
+// goes to BENCH_SCALE_OUT (see docs/performance/index.md).
+// BENCH_SCALE_PROFILE names a directory for the orchestrator's CPU profile
+// of the first 30 s of the first agents' joins, of each step's idle window
+// and its heap profile after it.
 func BenchmarkScale(b *testing.B) {
 	_, file, _, _ := runtime.Caller(0)
 	moduleDir := filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -48,7 +50,7 @@ func BenchmarkScale(b *testing.B) {
 		cpNodes = v
 	}
 	batch := max(envInt("BENCH_SCALE_BATCH", 32), 1)
-	profile := os.Getenv("BENCH_SCALE_PROFILE")
+	profDir := os.Getenv("BENCH_SCALE_PROFILE")
 	out := os.Getenv("BENCH_SCALE_OUT")
 	if out == "" {
 		out = filepath.Join(moduleDir, "bench-results", "scale.json")
@@ -84,7 +86,7 @@ func BenchmarkScale(b *testing.B) {
 	if err := benchmark.Build(ctx, moduleDir, binDir); err != nil {
 		b.Fatal(err)
 	}
-	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, EdgeKernels: true, Profiling: profile != ""})
+	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "main"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, EdgeKernels: true, Profiling: profDir != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,10 +155,11 @@ func BenchmarkScale(b *testing.B) {
 			maps0 = cps.Maps()
 		}
 		var profiled chan error
-		if profile != "" && len(cs) == 0 {
+		joinProfile := filepath.Join(profDir, fmt.Sprintf("join-cpu-%d.pprof", len(added)))
+		if profDir != "" && len(cs) == 0 {
 			// The orchestrator's CPU while the first agents join.
 			profiled = make(chan error, 1)
-			go func() { profiled <- st.OrchestratorProfile(ctx, "profile", "seconds=30", profile) }()
+			go func() { profiled <- st.OrchestratorProfile(ctx, "profile", "seconds=30", joinProfile) }()
 		}
 		// In batches, each online before the next starts (see
 		// docs/performance/index.md#scale-harness: Headscale's map
@@ -181,7 +184,7 @@ func BenchmarkScale(b *testing.B) {
 			if err := <-profiled; err != nil {
 				b.Fatal(err)
 			}
-			log.Info("bench-scale: the orchestrator's CPU profile while the first agents joined", "path", profile)
+			log.Info("bench-scale: the orchestrator's CPU profile while the first agents joined", "path", joinProfile)
 		}
 		if cps != nil {
 			log.Info("bench-scale: control nodes' map responses while the agents joined", "per_node", benchmark.Ratio(float64(cps.Maps()-maps0), float64(cps.Len())),
@@ -194,9 +197,22 @@ func BenchmarkScale(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		idle, err := cpuOver(pid, func() error { time.Sleep(idleFor); return nil })
+		idle, err := cpuOver(pid, func() error {
+			if profDir == "" {
+				time.Sleep(idleFor)
+				return nil
+			}
+			// The CPU profile of the idle window is the window.
+			return st.OrchestratorProfile(ctx, "profile", fmt.Sprintf("seconds=%d", int(idleFor.Seconds())),
+				filepath.Join(profDir, fmt.Sprintf("idle-cpu-%d.pprof", len(cs))))
+		})
 		if err != nil {
 			b.Fatal(err)
+		}
+		if profDir != "" {
+			if err := st.OrchestratorProfile(ctx, "heap", "", filepath.Join(profDir, fmt.Sprintf("heap-%d.pprof", len(cs)))); err != nil {
+				b.Fatal(err)
+			}
 		}
 		calls1, _, err := agentCalls(cs, (*agent.Agent).Calls)
 		if err != nil {

@@ -1,6 +1,7 @@
 package kubenode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flexplane/flexplane/pkg/dev/kubetest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
@@ -24,9 +26,11 @@ import (
 const closeTimeout = time.Minute
 
 // Close deletes the node's pods and waits for their containers to end,
-// stops the kubelet and containerd, ends every process left in the node's
-// mount namespace (the shims) and cgroups, removes the node's cgroups and
-// bridge, and then checks that nothing is left: no process, no mount under
+// deletes the kube-dns EndpointSlice naming its CoreDNS, stops CoreDNS,
+// kube-proxy (removing its rules), the kubelet and containerd, ends every
+// process left in the node's mount namespace (the shims) and cgroups,
+// removes the node's cgroups, bridge and route of the Services' ClusterIPs,
+// and then checks that nothing is left: no process, no mount under
 // its directory, no cgroup, no bridge, no iptables rule of its pods. It
 // removes the directory it created. Its error names what could not be
 // cleaned up. It is safe to call more than once.
@@ -40,14 +44,23 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	var errs []error
-	if len(n.procs) == 2 && !n.exited(1) {
+	if len(n.procs) >= 2 && !n.exited(1) {
 		if err := n.deletePods(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	if err := n.unpublishClusterDNS(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		n.stop(i)
-		if i == 1 {
+		switch i {
+		case 2:
+			// kube-proxy is gone: remove the Services' rules it made.
+			if err := n.cleanupServiceRules(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		case 1:
 			// The kubelet is gone: end the containers it left.
 			n.killCgroupProcs()
 		}
@@ -71,6 +84,11 @@ func (n *Node) Close() error {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", n.bridge, err, out))
 		}
 	}
+	if n.svcRoute {
+		if out, err := exec.Command("ip", "route", "delete", kubetest.ServiceCIDR, "dev", "lo").CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete the route of %s: %w: %s", kubetest.ServiceCIDR, err, out))
+		}
+	}
 	errs = append(errs, n.leftovers()...)
 	if n.ownDir && len(errs) == 0 {
 		if err := os.RemoveAll(n.cfg.Dir); err != nil {
@@ -81,6 +99,23 @@ func (n *Node) Close() error {
 		n.closeErr = fmt.Errorf("kubenode: close %s (its files are kept in %s): %w", n.cfg.Name, n.cfg.Dir, err)
 	}
 	return n.closeErr
+}
+
+// cleanupServiceRules removes kube-proxy's rules (`kube-proxy --cleanup`,
+// in the node's mount namespace) and checks that its chains are gone. The
+// command's own status is not the judge: it also tears down the IPVS and
+// nftables modes, which fail where the machine has neither.
+func (n *Node) cleanupServiceRules(ctx context.Context) error {
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kube-proxy"), "--cleanup", "--v=0")
+	out, _ := cmd.CombinedOutput()
+	rules, err := exec.CommandContext(ctx, "iptables-save").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kube-proxy's rules: iptables-save: %w: %s", err, rules)
+	}
+	if strings.Contains(string(rules), "KUBE-SERVICES") {
+		return fmt.Errorf("kube-proxy's rules are left after kube-proxy --cleanup: %s", out)
+	}
+	return nil
 }
 
 // exited reports whether process i has exited.
@@ -237,6 +272,9 @@ func (n *Node) leftovers() []error {
 	}
 	if _, err := net.InterfaceByName(n.bridge); err == nil {
 		errs = append(errs, fmt.Errorf("bridge %s left", n.bridge))
+	}
+	if out, err := exec.Command("ip", "route", "show", kubetest.ServiceCIDR).CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+		errs = append(errs, fmt.Errorf("the route of %s left: %s (%v)", kubetest.ServiceCIDR, out, err))
 	}
 	if rules, err := n.IPTablesRules(); err != nil {
 		errs = append(errs, err)

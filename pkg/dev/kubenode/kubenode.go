@@ -1,8 +1,13 @@
 // Package kubenode runs a real Kubernetes node for tests: containerd (the
 // CRI runtime, Debian's), runc, the CNI plugins (bridge, host-local,
-// loopback, portmap; Debian's containernetworking-plugins) and a kubelet
-// (built from k8s.io/kubernetes by `make kube-bin`, like the API server),
-// registering with a pkg/dev/kubetest API server. Pods really run: images
+// loopback, portmap; Debian's containernetworking-plugins), a kubelet and
+// kube-proxy in iptables mode (built from k8s.io/kubernetes by
+// `make kube-bin`, like the API server) and CoreDNS as the cluster DNS
+// (built from its module by `make kube-bin`), registering with a
+// pkg/dev/kubetest API server (started with Config.PodAddress, its pods
+// reach it at the kubernetes Service). Pods resolve Services' names of
+// cluster.local through the kube-dns Service (ClusterDNSIP), whose one
+// endpoint is the node's CoreDNS. Pods really run: images
 // are built locally with pkg/dev/ociimage (the pause image too: no
 // registry is reachable) and imported into containerd.
 //
@@ -38,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +67,15 @@ import (
 // plugins.
 const CNIDir = "/usr/lib/cni"
 
+// ClusterDNSIP is the ClusterIP of the kube-dns Service in kube-system: the
+// nameserver of the node's pods (the kubelet's clusterDNS). Its endpoint is
+// the node's CoreDNS.
+const ClusterDNSIP = "10.96.0.10"
+
+// ClusterDomain is the cluster's DNS domain: a Service's name is
+// <service>.<namespace>.svc.ClusterDomain.
+const ClusterDomain = "cluster.local"
+
 // cgroupV1Root is where the machine's cgroup v1 hierarchies are mounted.
 const cgroupV1Root = "/sys/fs/cgroup"
 
@@ -83,12 +98,19 @@ type Config struct {
 	// Images are more image tarballs to import into the runtime besides
 	// the pause image and TestImage.
 	Images []string
+	// DNSForward are the nameservers (IP or IP:port) the cluster DNS
+	// forwards names outside ClusterDomain to. Default none: it answers only
+	// for ClusterDomain (SERVFAIL otherwise), and no query leaves the
+	// test's network namespace.
+	DNSForward []string
 	// StartTimeout bounds Start: building the images, starting containerd
-	// and the kubelet, and the node becoming Ready. Default 2 minutes.
+	// and the kubelet, the node becoming Ready, kube-proxy and the cluster
+	// DNS answering at its ClusterIP. Default 2 minutes.
 	StartTimeout time.Duration
 }
 
-// Node is a running containerd and kubelet, registered as a Node object.
+// Node is a running containerd, kubelet, kube-proxy and CoreDNS,
+// registered as a Node object.
 type Node struct {
 	cfg        Config
 	id         string
@@ -99,8 +121,10 @@ type Node struct {
 	mountNS    string // the namespace's /proc/<pid>/ns/mnt link, "mnt:[…]"
 	client     kubernetes.Interface
 
-	procs []*proc // containerd, then the kubelet
-	logs  []string
+	procs    []*proc // containerd, the kubelet, kube-proxy, then CoreDNS
+	dnsSlice string  // the kube-dns EndpointSlice naming the node's CoreDNS, once made
+	svcRoute bool    // the route of the Services' ClusterIPs was added
+	logs     []string
 
 	closeMu  sync.Mutex
 	closed   bool  // protected by closeMu
@@ -116,7 +140,8 @@ type proc struct {
 }
 
 // Start starts a node and returns once the kubelet has registered it and
-// it is Ready.
+// it is Ready, kube-proxy has programmed the Services' rules and the
+// cluster DNS answers at ClusterDNSIP.
 func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if cfg.API == nil {
 		return nil, errors.New("kubenode: start: Config.API is required")
@@ -127,6 +152,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if !netns.Inside() {
 		return nil, errors.New("kubenode: start: a node adds a bridge, routes and iptables rules to its network namespace: " +
 			"run it in one of the test's own (netns.Main in TestMain)")
+	}
+	if err := checkDNSForward(cfg.DNSForward); err != nil {
+		return nil, fmt.Errorf("kubenode: start: %w", err)
 	}
 	if cfg.BinDir == "" {
 		if cfg.BinDir, err = kubetest.BinDir(); err != nil {
@@ -191,6 +219,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := n.startKubelet(ctx); err != nil {
 		return nil, fmt.Errorf("kubenode: start: kubelet: %w", err)
 	}
+	if err := n.addServiceRoute(); err != nil {
+		return nil, fmt.Errorf("kubenode: start: %w", err)
+	}
+	if err := n.startKubeProxy(ctx); err != nil {
+		return nil, fmt.Errorf("kubenode: start: kube-proxy: %w", err)
+	}
+	if err := n.startClusterDNS(ctx); err != nil {
+		return nil, fmt.Errorf("kubenode: start: cluster DNS: %w", err)
+	}
 	return n, nil
 }
 
@@ -211,8 +248,10 @@ func realRoot() bool {
 // checkTools says which of the programs a node runs is missing, and how to
 // get it.
 func checkTools(binDir string) error {
-	if _, err := os.Stat(filepath.Join(binDir, "kubelet")); err != nil {
-		return fmt.Errorf("kubelet is missing in %s: run `make kube-bin` (make test does): %w", binDir, err)
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return fmt.Errorf("%s is missing in %s: run `make kube-bin` (make test does): %w", b, binDir, err)
+		}
 	}
 	var missing []string
 	for _, p := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "iptables", "nsenter"} {
@@ -460,7 +499,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 // with the node's cgroup root, loopback-only ports, no image garbage
 // collection (the imported images cannot be pulled again) and no eviction
 // for a full disk of the machine (the tests' pods are tiny), the kernel
-// settings checked rather than changed.
+// settings checked rather than changed, pods' nameserver the cluster DNS
+// (no search domain or nameserver of the machine's resolv.conf is handed
+// to pods).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -491,6 +532,10 @@ authentication:
     enabled: true
 authorization:
   mode: Webhook
+clusterDNS:
+- %[6]q
+clusterDomain: %[7]q
+resolvConf: ""
 `
 
 func (n *Node) startKubelet(ctx context.Context) error {
@@ -511,12 +556,11 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conf := fmt.Sprintf(kubeletConfig, n.cgroupRoot, ports[0], ports[1], "unix://"+n.sock, filepath.Join(kdir, "logs"))
+	conf := fmt.Sprintf(kubeletConfig, n.cgroupRoot, ports[0], ports[1], "unix://"+n.sock, filepath.Join(kdir, "logs"), ClusterDNSIP, ClusterDomain)
 	if err := os.WriteFile(filepath.Join(kdir, "config.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--mount=/proc/"+strconv.Itoa(n.procs[0].cmd.Process.Pid)+"/ns/mnt", "--",
-		filepath.Join(n.cfg.BinDir, "kubelet"),
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kubelet"),
 		"--config="+filepath.Join(kdir, "config.yaml"),
 		"--kubeconfig="+filepath.Join(kdir, "kubeconfig"),
 		"--root-dir="+filepath.Join(kdir, "root"),
@@ -543,6 +587,77 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		}
 		return errors.New("no Ready condition yet")
 	})
+}
+
+// addServiceRoute routes the Services' ClusterIPs (kubetest.ServiceCIDR) to
+// lo with the node's address as the source. The test's network namespace
+// has no default route, which on a real node carries a host process's
+// packets to a ClusterIP until kube-proxy's rules rewrite their
+// destination: without a route a connection fails before the rules are
+// consulted.
+func (n *Node) addServiceRoute() error {
+	if out, err := exec.Command("ip", "route", "add", kubetest.ServiceCIDR, "dev", "lo", "src", netns.Address).CombinedOutput(); err != nil {
+		return fmt.Errorf("route %s: %w: %s", kubetest.ServiceCIDR, err, out)
+	}
+	n.svcRoute = true
+	return nil
+}
+
+// kubeProxyConfig is the KubeProxyConfiguration: iptables mode (Debian's
+// iptables, nf_tables underneath), loopback-only ports, every Service
+// connection masqueraded (the pods' bridge does no netfilter, so a pod's
+// answer to another pod through a ClusterIP must come back through the
+// node), and no change to the kernel's settings outside the test's
+// network namespace (conntrack's table size and timeouts are the
+// machine's: left as they are) nor to route_localnet (no NodePorts on
+// loopback).
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: %[1]q
+hostnameOverride: %[2]q
+bindAddress: %[3]q
+healthzBindAddress: 127.0.0.1:%[4]d
+metricsBindAddress: 127.0.0.1:%[5]d
+iptables:
+  localhostNodePorts: false
+  masqueradeAll: true
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`
+
+// startKubeProxy starts kube-proxy in the node's mount namespace (iptables'
+// lock file is under its /run) and waits until it has programmed the
+// Services' rules once (its /healthz answers 200).
+func (n *Node) startKubeProxy(ctx context.Context) error {
+	kubeconfig := filepath.Join(n.path("kubelet"), "kubeconfig")
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(kubeProxyConfig, kubeconfig, n.cfg.Name, netns.Address, ports[0], ports[1])
+	confPath := n.path("kube-proxy.yaml")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	cmd := n.inMountNS(filepath.Join(n.cfg.BinDir, "kube-proxy"), "--config="+confPath, "--v=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.run("kube-proxy", cmd); err != nil {
+		return err
+	}
+	healthz := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthz"
+	return n.wait(ctx, 2, "kube-proxy's "+healthz, func() error { return kubetest.GetOK(http.DefaultClient, healthz) })
+}
+
+// inMountNS is the command name args run in the node's mount namespace.
+func (n *Node) inMountNS(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--mount=/proc/" + strconv.Itoa(n.procs[0].cmd.Process.Pid) + "/ns/mnt", "--", name}, args...)...)
 }
 
 // freePorts returns loopback TCP ports that were free a moment ago.
@@ -622,7 +737,8 @@ func (n *Node) PodCIDR() string { return n.cfg.PodCIDR }
 // Dir is the node's directory.
 func (n *Node) Dir() string { return n.cfg.Dir }
 
-// Logs returns the paths of containerd's and the kubelet's logs.
+// Logs returns the paths of containerd's, the kubelet's, kube-proxy's and
+// CoreDNS's logs.
 func (n *Node) Logs() []string { return append([]string(nil), n.logs...) }
 
 // Tasks returns the IDs of the containers that have a process on the node

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,15 +29,27 @@ import (
 // namespace of the tests' own.
 func TestMain(m *testing.M) { netns.Main(m) }
 
-// TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet) on a
-// real API server: the node gets Ready, a pod of the locally built image
-// runs and answers on its port at its pod address, a deleted pod's
-// containers and cgroup are gone, and closing the node leaves no process,
-// mount, cgroup, bridge or iptables rule behind.
+// TestNodeRunsPod starts a real node (containerd, runc, CNI, kubelet,
+// kube-proxy, CoreDNS) on a real API server (with the controller manager's
+// EndpointSlice controller): the node gets Ready, a pod of the locally built
+// image runs and answers on its port at its pod address, a Service of it
+// answers on its ClusterIP, and the pod reaches the API server at the
+// kubernetes Service's ClusterIP and by its name and its own Service by
+// name (the cluster DNS, at the kube-dns Service's ClusterIP), and a name
+// outside the cluster through the nameserver the DNS forwards to. A deleted
+// pod's containers and cgroup are gone, and closing the node leaves no
+// process, mount, cgroup, bridge or iptables rule behind.
 func TestNodeRunsPod(t *testing.T) {
 	t.Parallel()
-	api := kubetest.ForTest(t)
-	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api})
+	// The API server serves the pods too: the kubernetes Service's
+	// endpoint is the namespace's address.
+	api, err := kubetest.Start(t.Context(), kubetest.Config{PodAddress: netns.Address, Controllers: []string{"endpointslice-controller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = api.Close() })
+	upstream, outside := outsideWorld(t)
+	node, err := kubenode.Start(t.Context(), kubenode.Config{API: api, DNSForward: []string{upstream}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +76,7 @@ func TestNodeRunsPod(t *testing.T) {
 	no := false
 	grace := int64(5)
 	pod, err := client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node.Name(), // no scheduler runs
 			AutomountServiceAccountToken:  &no,
@@ -73,11 +86,23 @@ func TestNodeRunsPod(t *testing.T) {
 				Image:           kubenode.TestImage,
 				ImagePullPolicy: corev1.PullNever,
 				Ports:           []corev1.ContainerPort{{ContainerPort: kubenode.TestImagePort}},
+				Env:             []corev1.EnvVar{{Name: "FETCH_CA", Value: string(api.CAData())}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(kubenode.TestImagePort)}},
 					PeriodSeconds: 1,
 				},
 			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := client.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		// Not the pod's name: that is its hostname, in its /etc/hosts.
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(kubenode.TestImagePort)}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -113,6 +138,45 @@ func TestNodeRunsPod(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK || string(body) != "podimage web\n" {
 		t.Fatalf("GET %s: %s %q %v, want 200 %q", url, resp.Status, body, err, "podimage web\n")
+	}
+	// The pod's Service answers on its ClusterIP (the EndpointSlice
+	// controller's slice, kube-proxy's rules). The pod reaches the API
+	// server through the kubernetes Service's ClusterIP and by its name, and
+	// its own Service by name, fully qualified and by the search path (the
+	// cluster DNS): the server's certificate is valid for the address and
+	// the name. A name of no Service does not resolve.
+	fetch := "http://" + net.JoinHostPort(podIP, strconv.Itoa(kubenode.TestImagePort)) + "/fetch?url="
+	web := "podimage web\n"
+	for _, c := range []struct {
+		url  string
+		code int // of the URL; a fetch's own is in the body
+		want string
+	}{
+		{"http://" + svc.Spec.ClusterIP + "/", http.StatusOK, web},
+		{fetch + "https://" + kubetest.KubernetesServiceIP + "/version", http.StatusOK, `"gitVersion"`},
+		{fetch + "https://kubernetes.default.svc.cluster.local/version", http.StatusOK, `"gitVersion"`},
+		{fetch + "http://hello." + ns + ".svc.cluster.local/", http.StatusOK, "200\n" + web},
+		{fetch + "http://hello." + ns + "/", http.StatusOK, "200\n" + web},
+		{fetch + "http://hello/", http.StatusOK, "200\n" + web},
+		{fetch + "http://nosuch." + ns + ".svc.cluster.local/", http.StatusBadGateway, "no such host"},
+		// A name outside the cluster, forwarded to Config.DNSForward.
+		{fetch + "http://" + outside + "/", http.StatusOK, "200\noutside\n"},
+	} {
+		poll.Until(t, 60*time.Second, "GET "+c.url, func() error {
+			resp, err := http.Get(c.url)
+			if err != nil {
+				return err
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != c.code || !strings.Contains(string(body), c.want) {
+				return fmt.Errorf("%s %q, want %d and %q", resp.Status, body, c.code, c.want)
+			}
+			return nil
+		})
 	}
 	tasks, err := node.Tasks(ctx)
 	if err != nil {
@@ -178,5 +242,58 @@ func TestNodeRunsPod(t *testing.T) {
 		if i.Name != "lo" {
 			t.Errorf("interface %s left in the test's network namespace", i.Name)
 		}
+	}
+}
+
+// outsideWorld stands for what is outside the cluster: a nameserver on a
+// loopback UDP port of the test's namespace that answers outside.example.
+// with the namespace's address (and NXDOMAIN for other names), and a web
+// server there answering "outside". It returns the nameserver's address and
+// the web server's as outside.example:port.
+func outsideWorld(t *testing.T) (nameserver, web string) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "outside.example."
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if len(r.Question) != 1 || r.Question[0].Name != name {
+			m.Rcode = dns.RcodeNameError
+		} else if r.Question[0].Qtype == dns.TypeA {
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.ParseIP(netns.Address)}}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	l, err := net.Listen("tcp", net.JoinHostPort(netns.Address, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "outside") })}
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	return pc.LocalAddr().String(), net.JoinHostPort(strings.TrimSuffix(name, "."), strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+}
+
+// TestStartRefusesBadDNSForward checks that a nameserver that is no
+// address is refused before anything of a node starts.
+func TestStartRefusesBadDNSForward(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, fwd := range []string{"", "dns.example", "10.0.0.1:domain", "10.0.0.1:0", "10.0.0.1:53:53", "1.2.3.4/24"} {
+		n, err := kubenode.Start(t.Context(), kubenode.Config{API: &kubetest.Server{}, Dir: dir, DNSForward: []string{fwd}})
+		if err == nil || !strings.Contains(err.Error(), "DNSForward") {
+			if n != nil {
+				_ = n.Close()
+			}
+			t.Errorf("Start with DNSForward %q: %v, want it refused", fwd, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
 	}
 }

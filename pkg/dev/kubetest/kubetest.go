@@ -1,10 +1,11 @@
 // Package kubetest runs a real Kubernetes API server for tests and the dev
 // stack: etcd and kube-apiserver, built from the Go modules pinned in
 // tools/etcd and tools/kube by `make kube-bin`, as child processes on
-// loopback ports chosen at start. There is no kubelet, scheduler or
-// controller manager: what the API server itself does (storage, validation,
-// CRDs, RBAC, watches, Leases, conditional writes) is real; pkg/dev/kubenode
-// adds a real node whose kubelet runs pods.
+// loopback ports chosen at start. There is no kubelet, no scheduler unless
+// Config.Scheduler asks for one, and no controller manager unless
+// Config.Controllers names controllers for it to run: what the API server itself does (storage, validation, CRDs, RBAC,
+// watches, Leases, conditional writes) is real; pkg/dev/kubenode adds a real
+// node whose kubelet runs pods.
 //
 // A package's tests usually share one server through TestMain:
 //
@@ -36,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +45,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,13 +57,21 @@ import (
 // directory is derived from the pins exactly as the Makefile derives it.
 const BinEnv = "FLEXPLANE_KUBE_BIN"
 
+// ServiceCIDR is the range the API server gives Services their ClusterIPs
+// from.
+const ServiceCIDR = "10.96.0.0/16"
+
+// KubernetesServiceIP is the ClusterIP of the `kubernetes` Service (the
+// first of ServiceCIDR).
+const KubernetesServiceIP = "10.96.0.1"
+
 // AdminToken is the bearer token of the server's administrator
 // (group system:masters).
 const AdminToken = "kubetest-admin-token"
 
 // pinFiles are the files whose content keys the binaries' cache directory
 // (the Makefile hashes the same files in the same order).
-var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/kube/cmd/kube/main.go", "tools/kube/build.sh", "tools/etcd/go.mod", "tools/etcd/go.sum"}
+var pinFiles = []string{"tools/kube/go.mod", "tools/kube/go.sum", "tools/kube/cmd/kube/main.go", "tools/kube/build.sh", "tools/etcd/go.mod", "tools/etcd/go.sum", "tools/coredns/go.mod", "tools/coredns/go.sum", "tools/coredns/main.go"}
 
 // BinDir returns the directory that holds (or will hold) the binaries:
 // $FLEXPLANE_KUBE_BIN, else <user cache>/flexplane/kube-<hash of the pins>.
@@ -131,12 +142,32 @@ type Config struct {
 	// Tokens are extra bearer tokens: token -> user name (no groups), for
 	// tests of RBAC as a non-admin user.
 	Tokens map[string]string
-	// StartTimeout bounds the start of both processes. Default 90s (the
+	// PodAddress, when set, is an IPv4 address of the test's own network
+	// namespace (netns.Address, of a package run by netns.Main) that the
+	// API server serves on as well as 127.0.0.1, and advertises: it is the
+	// endpoint of the `kubernetes` Service, so the pods of a
+	// pkg/dev/kubenode node reach the API server at the Service's
+	// ClusterIP (10.96.0.1) through the node's kube-proxy. The server then
+	// listens on every address of the namespace, so Start refuses it
+	// outside one of the test's own. Default none: loopback only, and the
+	// `kubernetes` Service has no endpoints.
+	PodAddress string
+	// Controllers, when set, are the controllers of kube-controller-manager
+	// (its --controllers names) that run beside the API server, e.g.
+	// "endpointslice-controller" for the EndpointSlices of Services with a
+	// selector. Default none: no controller manager runs.
+	Controllers []string
+	// Scheduler runs kube-scheduler beside the API server (pods of
+	// Deployments and StatefulSets need it to get a node). Default none:
+	// a test's pods name their node.
+	Scheduler bool
+	// StartTimeout bounds the start of the processes. Default 90s (the
 	// API server takes ~4 s on a quiet machine, much longer on a loaded one).
 	StartTimeout time.Duration
 }
 
-// Server is a running etcd + kube-apiserver pair.
+// Server is a running etcd + kube-apiserver pair (and kube-controller-manager
+// when Config.Controllers names controllers).
 type Server struct {
 	dir     string
 	ownDir  bool
@@ -155,15 +186,37 @@ type proc struct {
 	exited chan error
 }
 
-// Start starts etcd, then kube-apiserver, and returns once the API server
-// answers /readyz. The processes die with the calling process (Pdeathsig).
+// Start starts etcd, then kube-apiserver (then kube-controller-manager with
+// Config.Controllers), and returns once each answers its health check. The
+// processes die with the calling process (Pdeathsig).
 func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
+	if cfg.PodAddress != "" {
+		if ip := net.ParseIP(cfg.PodAddress); ip == nil || ip.To4() == nil || ip.IsLoopback() || ip.IsUnspecified() {
+			return nil, fmt.Errorf("kubetest: PodAddress %q is not a non-loopback IPv4 address", cfg.PodAddress)
+		}
+		if !netns.Inside() {
+			return nil, errors.New("kubetest: PodAddress: the API server would listen on every address of the network namespace: " +
+				"run it in one of the test's own (netns.Main in TestMain)")
+		}
+	}
+	for _, c := range cfg.Controllers {
+		if c == "" || strings.ContainsAny(c, ", \t\n") {
+			return nil, fmt.Errorf("kubetest: Controllers: %q is not the name of a controller of kube-controller-manager", c)
+		}
+	}
 	if cfg.BinDir == "" {
 		if cfg.BinDir, err = BinDir(); err != nil {
 			return nil, err
 		}
 	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
+	bins := []string{"kube-apiserver", "etcd"}
+	if len(cfg.Controllers) > 0 {
+		bins = append(bins, "kube-controller-manager")
+	}
+	if cfg.Scheduler {
+		bins = append(bins, "kube-scheduler")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("kubetest: %s is missing in %s: run `make kube-bin` (make test does): %w", b, cfg.BinDir, err)
 		}
@@ -191,6 +244,16 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	}
 	if err := s.startAPIServer(ctx, cfg, etcdURL); err != nil {
 		return nil, fmt.Errorf("kubetest: kube-apiserver: %w", err)
+	}
+	if len(cfg.Controllers) > 0 {
+		if err := s.startControllerManager(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kubetest: kube-controller-manager: %w", err)
+		}
+	}
+	if cfg.Scheduler {
+		if err := s.startScheduler(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("kubetest: kube-scheduler: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -318,7 +381,7 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return err
 	}
-	cert, key, err := selfSigned()
+	cert, key, err := selfSigned(cfg.PodAddress)
 	if err != nil {
 		return err
 	}
@@ -343,12 +406,14 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			return nil, err
 		}
 		s.url = "https://127.0.0.1:" + strconv.Itoa(port)
-		return []string{
+		// Without a PodAddress no pod can reach the server: the kubernetes
+		// Service needs no endpoints, and loopback is refused as one anyway.
+		listen := []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"}
+		if cfg.PodAddress != "" {
+			listen = []string{"--bind-address=0.0.0.0", "--advertise-address=" + cfg.PodAddress, "--endpoint-reconciler-type=lease"}
+		}
+		return append([]string{
 			"--etcd-servers=" + etcdURL,
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-			// No kube-proxy or kubelet: the kubernetes Service needs no
-			// endpoints, and loopback is refused as an endpoint anyway.
-			"--endpoint-reconciler-type=none",
 			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + pki,
 			"--tls-cert-file=" + filepath.Join(pki, "tls.crt"),
@@ -362,35 +427,93 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			"--service-account-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-cluster-ip-range=10.96.0.0/16",
+			"--service-cluster-ip-range=" + ServiceCIDR,
 			"--disable-admission-plugins=ServiceAccount",
 			"--allow-privileged=true",
 			"--v=0",
-		}, nil
+		}, listen...), nil
 	}
 	ready := func(ctx context.Context) error {
 		client, err := rest.HTTPClientFor(s.RESTConfig())
 		if err != nil {
 			return err
 		}
-		return poll.Context(ctx, func() error {
-			resp, err := client.Get(s.url + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		return poll.Context(ctx, func() error { return GetOK(client, s.url+"/readyz") })
 	}
 	return s.start(ctx, "kube-apiserver", filepath.Join(cfg.BinDir, "kube-apiserver"), args, ready)
 }
 
+// startControllerManager runs kube-controller-manager with only
+// cfg.Controllers, as the administrator, without leader election, serving
+// its health checks on loopback only.
+func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
+	kubeconfig, err := s.WriteKubeconfig()
+	if err != nil {
+		return err
+	}
+	return s.startComponent(ctx, cfg, "kube-controller-manager", "controller-manager",
+		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","))
+}
+
+// startScheduler runs kube-scheduler as the administrator, without leader
+// election, serving its health checks on loopback only.
+func (s *Server) startScheduler(ctx context.Context, cfg Config) error {
+	kubeconfig, err := s.WriteKubeconfig()
+	if err != nil {
+		return err
+	}
+	return s.startComponent(ctx, cfg, "kube-scheduler", "scheduler",
+		"--kubeconfig="+kubeconfig, "--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig)
+}
+
+// startComponent runs the control-plane component name (kube-controller-manager
+// or kube-scheduler) with args, without leader election, serving its health
+// checks on a free loopback port with a certificate it makes itself in
+// dir (under the server's directory), and returns once /healthz answers.
+func (s *Server) startComponent(ctx context.Context, cfg Config, name, dir string, extra ...string) error {
+	var healthz string
+	args := func() ([]string, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		healthz = "https://127.0.0.1:" + strconv.Itoa(port) + "/healthz"
+		return append(slices.Clone(extra),
+			"--leader-elect=false",
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(port),
+			"--cert-dir="+filepath.Join(s.dir, dir),
+			"--v=0",
+		), nil
+	}
+	ready := func(ctx context.Context) error {
+		// Its serving certificate is one it made itself at start: /healthz
+		// on loopback is only polled, nothing is sent but the request.
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		defer client.CloseIdleConnections()
+		return poll.Context(ctx, func() error { return GetOK(client, healthz) })
+	}
+	return s.start(ctx, name, filepath.Join(cfg.BinDir, name), args, ready)
+}
+
+// GetOK GETs url with client and fails unless the answer is 200 OK: a
+// harness's health check of a process it started.
+func GetOK(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
 // selfSigned returns a serving certificate for 127.0.0.1 and localhost
-// (PEM) and its key.
-func selfSigned() (certPEM, keyPEM []byte, err error) {
+// (PEM) and its key; with a podAddress, for it too and for the names and
+// ClusterIP of the `kubernetes` Service, as pods reach the server.
+func selfSigned(podAddress string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -406,6 +529,10 @@ func selfSigned() (certPEM, keyPEM []byte, err error) {
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:              []string{"localhost"},
+	}
+	if podAddress != "" {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(podAddress), net.ParseIP(KubernetesServiceIP))
+		tmpl.DNSNames = append(tmpl.DNSNames, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
@@ -490,8 +617,9 @@ func (s *Server) TLSConfig() *tls.Config {
 // Logs returns the paths of the processes' log files.
 func (s *Server) Logs() []string { return append([]string(nil), s.logs...) }
 
-// Close stops kube-apiserver, then etcd, and removes the directory the
-// server created. It is safe to call more than once.
+// Close stops kube-controller-manager if it runs, kube-apiserver, then
+// etcd, and removes the directory the server created. It is safe to call
+// more than once.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()

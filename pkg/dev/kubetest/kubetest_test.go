@@ -2,18 +2,23 @@ package kubetest
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // pinnedVersion reads the k8s.io/kubernetes version tools/kube requires.
@@ -138,4 +143,119 @@ func TestBinDirFollowsPins(t *testing.T) {
 	if got := strings.TrimSpace(string(out)); got != d {
 		t.Errorf("make builds into %q, BinDir() is %q", got, d)
 	}
+}
+
+// TestPodAddressRefused checks that a server is never started listening
+// beyond loopback on a bad PodAddress, nor outside a network namespace of
+// the test's own (this package's tests run in the machine's).
+func TestPodAddressRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, addr := range []string{"not-an-ip", "127.0.0.1", "0.0.0.0", "::1", "198.18.0.1"} {
+		if s, err := Start(t.Context(), Config{Dir: dir, PodAddress: addr}); err == nil || !strings.Contains(err.Error(), "PodAddress") {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("Start with PodAddress %q: %v, want it refused", addr, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
+	}
+}
+
+// TestControllersRefused checks that a controller name that would change
+// the controller manager's --controllers list (empty, or a list of its
+// own) is refused before anything starts.
+func TestControllersRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range [][]string{{""}, {"endpointslice-controller,namespace-controller"}, {"a b"}} {
+		if s, err := Start(t.Context(), Config{Dir: dir, Controllers: c}); err == nil || !strings.Contains(err.Error(), "Controllers") {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("Start with Controllers %q: %v, want it refused", c, err)
+		}
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
+		t.Errorf("a refused start wrote %v (%v)", entries, err)
+	}
+}
+
+// TestSchedulerBindsPods: with Config.Scheduler a pod that names no node
+// is bound to a Ready node that fits it, and one that fits none stays
+// Pending with the scheduler's reason.
+func TestSchedulerBindsPods(t *testing.T) {
+	t.Parallel()
+	s, err := Start(t.Context(), Config{Scheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range s.Logs() {
+				t.Log(LogTail(l, 30))
+			}
+		}
+		s.Close()
+	})
+	client, err := kubernetes.NewForConfig(s.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"kubernetes.io/hostname": "n1"}},
+	}
+	if node, err = client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("10")},
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"), corev1.ResourcePods: resource.MustParse("10")},
+	}
+	if node, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server taints a new node not-ready (TaintNodesByCondition);
+	// no node lifecycle controller runs here to lift it once it is Ready.
+	node.Spec.Taints = nil
+	if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name, cpu string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "c", Image: "none.invalid/none:1",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}},
+		}}}}
+	}
+	for _, p := range []*corev1.Pod{pod("fits", "500m"), pod("too-big", "3")} {
+		if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Until(t, time.Minute, "fits bound to n1, too-big unschedulable", func() error {
+		fits, err := client.CoreV1().Pods("default").Get(ctx, "fits", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if fits.Spec.NodeName != "n1" {
+			return fmt.Errorf("fits on %q: %v", fits.Spec.NodeName, fits.Status.Conditions)
+		}
+		big, err := client.CoreV1().Pods("default").Get(ctx, "too-big", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range big.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				if big.Spec.NodeName != "" {
+					return fmt.Errorf("too-big on %q", big.Spec.NodeName)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("too-big: %v", big.Status.Conditions)
+	})
 }

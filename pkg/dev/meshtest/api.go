@@ -48,6 +48,9 @@ type APISpec struct {
 	// BackupQuotaInterval is the orchestrator's
 	// APIConfig.BackupQuotaInterval.
 	BackupQuotaInterval time.Duration
+	// ImageCopyRecoverInterval is the orchestrator's
+	// APIConfig.ImageCopyRecoverInterval.
+	ImageCopyRecoverInterval time.Duration
 	// SecurityGroupInterval is the orchestrator's
 	// APIConfig.SecurityGroupInterval.
 	SecurityGroupInterval time.Duration
@@ -174,22 +177,23 @@ func (h *Harness) apiConfig() orchestrator.APIConfig {
 		return orchestrator.APIConfig{}
 	}
 	return orchestrator.APIConfig{
-		Issuer:                h.api.idp.Issuer(),
-		Audience:              APIClientID,
-		CLIClientID:           CLIClientID,
-		CatalogDir:            h.catalogDir(),
-		Tenant:                graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
-		ZoneTimeout:           h.opts.api.ZoneTimeout,
-		MaxComplexity:         h.opts.api.MaxComplexity,
-		RateLimits:            h.opts.api.RateLimits,
-		VMRecoverAfter:        h.opts.api.VMRecoverAfter,
-		VMRecoverInterval:     h.opts.api.VMRecoverInterval,
-		BackupQuotaInterval:   h.opts.api.BackupQuotaInterval,
-		SecurityGroupInterval: h.opts.api.SecurityGroupInterval,
-		AgentVersion:          h.opts.api.AgentVersion,
-		Releases:              orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
-		LoadBalancers:         h.opts.api.LoadBalancers,
-		Kubernetes:            h.opts.api.Kubernetes,
+		Issuer:                   h.api.idp.Issuer(),
+		Audience:                 APIClientID,
+		CLIClientID:              CLIClientID,
+		CatalogDir:               h.catalogDir(),
+		Tenant:                   graph.Tenant{Name: "Test Cloud", Domain: "cloud.test"},
+		ZoneTimeout:              h.opts.api.ZoneTimeout,
+		MaxComplexity:            h.opts.api.MaxComplexity,
+		RateLimits:               h.opts.api.RateLimits,
+		VMRecoverAfter:           h.opts.api.VMRecoverAfter,
+		VMRecoverInterval:        h.opts.api.VMRecoverInterval,
+		BackupQuotaInterval:      h.opts.api.BackupQuotaInterval,
+		ImageCopyRecoverInterval: h.opts.api.ImageCopyRecoverInterval,
+		SecurityGroupInterval:    h.opts.api.SecurityGroupInterval,
+		AgentVersion:             h.opts.api.AgentVersion,
+		Releases:                 orchestrator.ReleasesConfig{PublicKey: h.opts.releaseKey, HostTimeout: h.opts.releaseHostTimeout},
+		LoadBalancers:            h.opts.api.LoadBalancers,
+		Kubernetes:               h.opts.api.Kubernetes,
 	}
 }
 

@@ -56,6 +56,9 @@ func (h *Harness) ReplaceOrchestratorWithProcess(t testing.TB, bin string) *Orch
 	if spec.BackupQuotaInterval > 0 {
 		args = append(args, "-backup-quota-interval", spec.BackupQuotaInterval.String())
 	}
+	if spec.ImageCopyRecoverInterval > 0 {
+		args = append(args, "-image-copy-recover-interval", spec.ImageCopyRecoverInterval.String())
+	}
 	if spec.SecurityGroupInterval > 0 {
 		args = append(args, "-security-group-interval", spec.SecurityGroupInterval.String())
 	}

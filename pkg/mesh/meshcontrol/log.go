@@ -15,8 +15,9 @@ import (
 // Headscale logs through zerolog's process-global logger. That global can only
 // be set once safely (goroutines of a previous instance keep reading it), so it
 // is pointed, exactly once per process, at a writer that forwards every line
-// to the slog.Logger of the Control started last. This is the one piece of
-// process-wide state of the package and it exists because headscale has it.
+// to the slog.Logger of the Control started last, and zerolog's global level
+// follows that logger's. This is the one piece of process-wide state of the
+// package and it exists because headscale has it.
 var (
 	zerologOnce   sync.Once
 	zerologTarget atomic.Pointer[slog.Logger]
@@ -28,6 +29,26 @@ func routeHeadscaleLogs(logger *slog.Logger) {
 	zerologOnce.Do(func() {
 		zlog.Logger = zerolog.New(zerologBridge{}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 	})
+	// Lines logger would drop are not even formatted: headscale's
+	// routine lines (debug and info, our debug) cost an encode and a
+	// decode each, many per map update. zerolog's global level is atomic.
+	zerolog.SetGlobalLevel(zerologLevel(logger))
+}
+
+// zerologLevel is the lowest zerolog level whose lines logger keeps (as
+// slogLevel maps them).
+func zerologLevel(logger *slog.Logger) zerolog.Level {
+	ctx := context.Background()
+	switch {
+	case logger.Enabled(ctx, slog.LevelDebug):
+		return zerolog.DebugLevel
+	case logger.Enabled(ctx, slog.LevelWarn):
+		return zerolog.WarnLevel
+	case logger.Enabled(ctx, slog.LevelError):
+		return zerolog.ErrorLevel
+	default:
+		return zerolog.Disabled
+	}
 }
 
 // zerologBridge turns zerolog's JSON lines into slog records.

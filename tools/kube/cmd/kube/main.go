@@ -1,7 +1,7 @@
-// Command kube is kube-apiserver, kube-controller-manager, kube-scheduler
-// and kubelet in one binary, chosen by the name it is run as (the
-// Makefile's kube-bin links the four names to it). One build shares the
-// packages and the link work the four have in common, which roughly
+// Command kube is kube-apiserver, kube-controller-manager, kube-scheduler,
+// kubelet and kube-proxy in one binary, chosen by the name it is run as
+// (the Makefile's kube-bin links the five names to it). One build shares the
+// packages and the link work the five have in common, which roughly
 // halves a cold `make kube-bin`; each name behaves exactly as the upstream
 // command of that name.
 package main
@@ -20,6 +20,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"  // the version metric
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
@@ -34,11 +35,12 @@ func main() {
 		"kubelet": func() *cobra.Command {
 			return kubelet.NewKubeletCommand(context.Background())
 		},
+		"kube-proxy": proxy.NewProxyCommand,
 	}
 	name := filepath.Base(os.Args[0])
 	newCommand, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "kube: run as kube-apiserver, kube-controller-manager, kube-scheduler or kubelet (a link to this binary), not %q\n", name)
+		fmt.Fprintf(os.Stderr, "kube: run as kube-apiserver, kube-controller-manager, kube-scheduler, kubelet or kube-proxy (a link to this binary), not %q\n", name)
 		os.Exit(2)
 	}
 	os.Exit(cli.Run(newCommand()))

@@ -3,18 +3,25 @@
 // from: run as `podimage pause` it is the pause image's process, which only
 // holds a pod's namespaces until it is told to stop; run as
 // `podimage serve` it is the test image's web server, answering every
-// request on $PORT (default 8080) with "podimage <hostname>". Both end at
+// request on $PORT (default 8080) with "podimage <hostname>", except
+// /fetch?url=U: it GETs U from inside the pod and answers with the status
+// and body it got (https verified against the PEM certificates of
+// $FETCH_CA when set), so a test sees what a pod reaches. Both end at
 // SIGTERM or SIGINT: a container's first process gets no default action for
 // them, and a pod that ignored them would hold its deletion up for its
 // whole grace period.
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -49,8 +56,30 @@ func serve() error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	if ca := os.Getenv("FETCH_CA"); ca != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(ca)) {
+			return fmt.Errorf("serve: $FETCH_CA holds no PEM certificate")
+		}
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	}
 	http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "podimage %s\n", host)
+	})
+	http.HandleFunc("/fetch", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := client.Get(r.URL.Query().Get("url"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintf(w, "%d\n%s", resp.StatusCode, body)
 	})
 	if err := http.ListenAndServe(":"+port, nil); err != nil {
 		return fmt.Errorf("serve: %w", err)
