@@ -228,12 +228,10 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pki := lbtest.NewPKI(t)
-	r := lbtest.NewReplica(t, pki, "tok")
-	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
+	r, cfg := alpha(t, store, store.Watch)
 	start := func(owns bool) {
-		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
-			Resync: time.Hour, Changes: store.Watch, Owns: func(string) bool { return owns }})
+		cfg.Owns = func(string) bool { return owns }
+		s := lbsync.New(cfg)
 		go func() { _ = s.Run(ctx) }()
 	}
 	start(false)
@@ -258,6 +256,17 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 	}
 }
 
+// alpha is a flexgateway replica of zone alpha and the config of a syncer
+// of store's zone alpha to it, on the catalog watch changes, resyncing
+// only after an hour.
+func alpha(t *testing.T, store *catalog.DirStore, changes func(context.Context) <-chan struct{}) (*lbtest.Replica, lbsync.Config) {
+	pki := lbtest.NewPKI(t)
+	r := lbtest.NewReplica(t, pki, "tok")
+	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
+	return r, lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
+		Resync: time.Hour, Changes: changes}
+}
+
 // balancer is VDC red's TCP balancer name in zone alpha at address.
 func balancer(name, address string) *catalog.LoadBalancer {
 	lb := &catalog.LoadBalancer{}
@@ -277,18 +286,13 @@ func TestBrokenWatchResyncs(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	store := storeWithZones(t, "alpha")
-	pki := lbtest.NewPKI(t)
-	r := lbtest.NewReplica(t, pki, "tok")
-	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
 	watches := make(chan chan struct{}, 4)
-	changes := func(context.Context) <-chan struct{} {
+	r, cfg := alpha(t, store, func(context.Context) <-chan struct{} {
 		ch := make(chan struct{}, 1)
 		watches <- ch
 		return ch
-	}
-	s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
-		Resync: time.Hour, Changes: changes})
-	go func() { _ = s.Run(ctx) }()
+	})
+	go func() { _ = lbsync.New(cfg).Run(ctx) }()
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
 
 	first := <-watches
