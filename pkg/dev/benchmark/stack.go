@@ -80,6 +80,11 @@ type Config struct {
 	// applied without root or network namespaces. False: the agents run
 	// gateways themselves, which needs root.
 	EdgeKernels bool
+	// MeshUploads starts the agents without their data listeners, so
+	// that uploads cross the mesh (UploadVolume) as they do where an
+	// operator configures none. By default each agent serves one on a
+	// free loopback port (agent Config.DataListen), and uploads take it.
+	MeshUploads bool
 }
 
 // Stack is a running orchestrator process with its identity provider;
@@ -544,6 +549,10 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 	for _, c := range cs {
 		for _, node := range c.Sim.NodeNames() {
 			n++
+			dataListen := "127.0.0.1:0"
+			if s.cfg.MeshUploads {
+				dataListen = ""
+			}
 			go func() {
 				var helper string
 				if s.cfg.EdgeKernels {
@@ -554,6 +563,7 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 					}
 				}
 				a, err := agent.Start(ctx, agent.Config{
+					DataListen:         dataListen,
 					ControlURL:         s.url,
 					AuthKey:            s.key,
 					StateDir:           filepath.Join(s.cfg.Dir, "agents", c.Name+"-"+node),
