@@ -68,22 +68,7 @@ func TestUploadVolume(t *testing.T) {
 	head := func(name string, size int64) *agentv1.UploadVolumeRequest {
 		return &agentv1.UploadVolumeRequest{Storage: "local", Content: "import", Filename: name, Size: size}
 	}
-	volumes := func() []string {
-		t.Helper()
-		resp, err := p.do(ctx, http.MethodGet, "/nodes/pve1/storage/local/content", "content=import", nil, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var vols []struct{ VolID string }
-		if err := decodeData(resp.body, &vols); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, v := range vols {
-			out = append(out, v.VolID)
-		}
-		return out
-	}
+	volumes := func() []string { return importVolumes(t, p) }
 
 	for name, c := range map[string]struct {
 		s    *uploadStream
@@ -119,4 +104,23 @@ func TestUploadVolume(t *testing.T) {
 		got := volumes()
 		return len(got) == 1 && got[0] == "local:import/app.qcow2"
 	})
+}
+
+// importVolumes lists the volumes of storage local of node pve1 of p
+// whose content is import.
+func importVolumes(t *testing.T, p *pve) []string {
+	t.Helper()
+	resp, err := p.do(t.Context(), http.MethodGet, "/nodes/pve1/storage/local/content", "content=import", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vols []struct{ VolID string }
+	if err := decodeData(resp.body, &vols); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, v := range vols {
+		out = append(out, v.VolID)
+	}
+	return out
 }

@@ -75,6 +75,11 @@ type ClusterSpec struct {
 	// Config.HelperSocket). The simulator keeps no guest config files, so
 	// such an agent's helper opens no volume of a move.
 	Helpers bool
+	// DataListen and DataAdvertise are the agents' data listeners
+	// (agent Config.DataListen, DataAdvertise: e.g. "127.0.0.1:0", each
+	// agent on a port of its own); "" serves none, and uploads cross
+	// the mesh.
+	DataListen, DataAdvertise string
 }
 
 type options struct {
@@ -508,6 +513,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		NodeCertFile:        files.Cert,
 		ClusterCAFile:       files.CA,
 		MigrationBandwidth:  a.Cluster.Spec.MigrationBandwidth,
+		DataListen:          a.Cluster.Spec.DataListen,
+		DataAdvertise:       a.Cluster.Spec.DataAdvertise,
 		Version:             "meshtest",
 		TracerProvider:      a.h.opts.tracer,
 		Logger:              a.h.logger.With("component", "agent", "agent", a.MeshName),
