@@ -111,6 +111,14 @@ func TestStatusWatch(t *testing.T) {
 
 	// Idle: the watch waits (30 s by default) and nothing is pushed.
 	awaitStatus(t, s, func(sts []lbconfig.Status) bool { return len(sts) == 1 && sts[0].Revision == first.Revision })
+	// The watch may answer once more for the push's own change of the
+	// status before it waits on the current one.
+	poll.Until(t, 10*time.Second, "the syncer's watch waiting on the replica's status", func() error {
+		if n := r.Waiting(); n != 1 {
+			return fmt.Errorf("%d status requests waiting", n)
+		}
+		return nil
+	})
 	reads, configs := r.StatusReads(), len(r.Configs())
 	time.Sleep(3 * time.Second) // the span over which nothing may happen
 	if got := r.StatusReads(); got != reads {
