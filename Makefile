@@ -122,7 +122,7 @@ flexctl:
 DEV_ADDR ?= 127.0.0.1:8080
 DEV_DIR  ?= .dev
 export DEV_ADDR DEV_DIR
-dev: portal $(if $(DEV_KUBE),kube-bin postgres)
+dev: portal $(if $(DEV_KUBE),kube-bin kube-node postgres)
 	$(GO) build -o $(DEV_DIR)/bin/devstack ./cmd/devstack
 	exec $(DEV_DIR)/bin/devstack
 
@@ -253,12 +253,15 @@ release:
 	$(GO) run ./cmd/flexrelease sign -key $(RELEASE_KEY) -version $(RELEASE_VERSION) -platform $(RELEASE_PLATFORM) \
 		-valid $(RELEASE_VALID) $(RELEASE_BIN)
 
-## bench-scale: the scale harness of pkg/dev/benchmark: BENCH_SCALE_AGENTS
-## (default 64) real agents, one per simulated single-node cluster, added in
-## steps of 64 and 256; the orchestrator's idle CPU, RSS and the agents' idle
-## calls per agent at each step, enrollment, offline detection and the vms
-## query of a VDC in 2 zones at the largest; JSON report in BENCH_SCALE_OUT
-## plus a table (docs/performance/index.md). Not part of `make bench`.
+## bench-scale: the scale harness of pkg/dev/benchmark: BENCH_SCALE_CP_NODES
+## (default 512) control-plane-only nodes registered with Headscale, then
+## BENCH_SCALE_AGENTS (default 64) real agents, one per simulated single-node
+## cluster, added in steps of 64 and 256 (BENCH_SCALE_BATCH at a time); the
+## orchestrator's idle CPU, RSS and the agents' idle calls per agent at each
+## step, the vms query of a VDC in 2 zones, gateway changes to their agent,
+## Headscale's netmap update on a join, enrollment and offline detection at
+## the largest; JSON report in BENCH_SCALE_OUT plus a table
+## (docs/performance/index.md). Not part of `make bench`.
 bench-scale:
 	BENCH_SCALE_OUT=$(BENCH_SCALE_OUT) $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 30m ./pkg/dev/benchmark
 

@@ -25,7 +25,8 @@ type tenant struct {
 var sharedTenants = []string{"console", "snapshots", "detail", "attacks", "kubeless", "ratelimit", "userdata", "placement", "sshkeys", "secgroups", "sgwriter", "disks", "pgroups", "sgnulls", "backups", "vdcimages", "vmimages", "bsched", "isos"}
 
 // sharedMesh is the harness the tests share that need one zone ("alpha", of
-// one node, whose storage "local" takes snippets), the API and the catalog
+// one node, whose storage "local" takes snippets, whose agent has a data
+// listener that uploads take), the API and the catalog
 // seedCatalog makes, and otherwise only
 // VDCs of their own: it is started once for the package rather than once
 // per test. Tenancy keeps them apart: each test acts as its tenant's users
@@ -48,7 +49,7 @@ var sharedMesh = shared.New("mesh harness", func(t testing.TB) *meshtest.Harness
 			vdcs = append(vdcs, v)
 		}
 	}
-	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true}),
+	h := meshtest.New(t, meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Snippets: true, DataListen: "127.0.0.1:0"}),
 		meshtest.WithAPI(meshtest.APISpec{Users: users, VDCs: vdcs, SecurityGroupInterval: time.Second, BackupQuotaInterval: time.Second}))
 	h.WaitOnline(t, 30*time.Second)
 	seedCatalog(t, h, "alpha")

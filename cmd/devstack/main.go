@@ -47,7 +47,7 @@ func main() {
 	interval := fs.Duration("start-limit-interval", devstack.DefaultStartLimitInterval, "the start limit's window (env DEV_START_LIMIT_INTERVAL)")
 	recoverAfter := fs.Duration("vm-recover-after", 0, "the orchestrator's -vm-recover-after; 0 keeps its default (env DEV_VM_RECOVER_AFTER)")
 	timing := fs.String("pve-timing", "realistic", "the simulated clusters' task timing: realistic or fast (env DEV_PVE_TIMING)")
-	kube := fs.Bool("kube", false, "run 2 orchestrator replicas behind -addr on a real kube-apiserver (the catalog in CRDs) with the mesh state in PostgreSQL; needs root, make kube-bin and make postgres (env DEV_KUBE=1)")
+	kube := fs.Bool("kube", false, "run 2 orchestrator replicas behind -addr on a real kube-apiserver (the catalog in CRDs) with the mesh state in PostgreSQL; with a Kubernetes node running pods; needs root, make kube-bin, make kube-node and make postgres (env DEV_KUBE=1)")
 	for _, f := range []string{"restart-delay", "restart-delay-max", "start-limit-burst", "start-limit-interval", "vm-recover-after", "pve-timing", "kube"} {
 		key := "DEV_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if v := os.Getenv(key); v != "" {

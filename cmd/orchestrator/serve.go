@@ -105,6 +105,7 @@ type serveFlags struct {
 	mutationBurst, consoleBurst int
 	// VM creates left unfinished: their age and how often to look.
 	recoverAfter, recoverInterval time.Duration
+	recoverResync                 time.Duration
 	backupQuotaInterval           time.Duration
 	imageCopyRecoverInterval      time.Duration
 	haRequestTimeout              time.Duration
@@ -182,6 +183,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.haRequestTimeout, "ha-request-timeout", compute.DefaultHARequestTimeout, "how long a start, stop, migration or create of an HA VM waits for Proxmox's HA manager to have done it before it fails")
 	fs.IntVar(&f.drainParallel, "drain-parallel", compute.DefaultDrainParallel, "how many VMs of hosts in maintenance are live-migrated at once per zone")
 	fs.DurationVar(&f.recoverInterval, "vm-recover-interval", 30*time.Second, "how often unfinished VM creates and moves are looked for (by the mesh control leader when replicated)")
+	fs.DurationVar(&f.recoverResync, "vm-recover-resync", 10*time.Minute, "how often the recovery pass reads every managed guest's config again (between, only those whose listing changed)")
 	fs.DurationVar(&f.imageCopyRecoverInterval, "image-copy-recover-interval", time.Minute, "how often copies of VDC images into zones cut off by a crash are looked for, deleted and copied again (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.backupQuotaInterval, "backup-quota-interval", time.Minute, "how often the VDCs' backups are checked against their backupGiB quotas, their backup schedules paused or resumed (by the mesh control leader when replicated)")
 	fs.DurationVar(&f.securityGroupInterval, "security-group-interval", 10*time.Second, "how often the VDCs' security groups are written into every zone's Proxmox firewall (by the mesh control leader when replicated)")
@@ -353,6 +355,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			ZoneTimeout:              f.zoneTimeout,
 			VMRecoverAfter:           f.recoverAfter,
 			VMRecoverInterval:        f.recoverInterval,
+			VMRecoverResync:          f.recoverResync,
 			BackupQuotaInterval:      f.backupQuotaInterval,
 			ImageCopyRecoverInterval: f.imageCopyRecoverInterval,
 			DrainParallel:            f.drainParallel,

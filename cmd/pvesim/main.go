@@ -114,7 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Var(&tokenFiles, "token-file", "file of API tokens USER@REALM!ID=SECRET with full privileges, one per line (repeatable; also $"+tokensEnv+")")
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory keeping the cluster CA and node certificates across restarts (empty: fresh ones each start)")
 	fs.StringVar(&cfg.StateFile, "state-file", "", "file keeping the cluster's guests, storage, pools, SDN, IPAM and task history across restarts (empty: in memory only)")
-	fs.StringVar(&cfg.FileRoot, "file-root", "", "directory of the nodes' file systems (DIR/NODE): storages' snippets are the files there, which the nodes' agents write (empty: no files, no snippets)")
+	fs.StringVar(&cfg.FileRoot, "file-root", "", "directory of the nodes' file systems (DIR/NODE): storages' snippets, import and iso content are the files there, which the nodes' agents write (empty: no files, no snippets)")
 	fs.StringVar(&timing, "timing", "fast", "task duration model: fast (tests) or realistic (dev stack)")
 	fs.DurationVar(&latency, "latency", 0, "latency added to every request")
 	fs.DurationVar(&fenceDelay, "fence-delay", 0, "how long a node stays offline before the HA manager fences it and recovers its HA guests elsewhere (0: the timing's, 60s fast, 20s realistic)")

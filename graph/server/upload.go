@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -25,6 +26,9 @@ import (
 type uploadTransport struct{}
 
 var _ graphql.Transport = uploadTransport{}
+
+// uploadReadBuffer is the size of the reads of an upload's body.
+const uploadReadBuffer = 256 << 10
 
 // maxUploadFields bounds the "operations" and "map" parts.
 const maxUploadFields = 64 << 10
@@ -55,11 +59,14 @@ func (uploadTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		_ = json.NewEncoder(w).Encode(graphql.Response{Errors: gqlerror.List{{Message: msg}}})
 	}
-	mr, err := r.MultipartReader()
-	if err != nil {
+	mt, ctParams, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" || ctParams["boundary"] == "" {
 		refuse("upload: not a multipart body")
 		return
 	}
+	// The multipart reader's own buffer is 4 KiB, and each of its reads
+	// would be a read of the connection: read it in larger pieces.
+	mr := multipart.NewReader(bufio.NewReaderSize(r.Body, uploadReadBuffer), ctParams["boundary"])
 	part, err := mr.NextPart()
 	if err != nil || part.FormName() != "operations" {
 		refuse("upload: the first part must be operations")

@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,6 +140,19 @@ type Config struct {
 	// system; a test points it at a simulated node's
 	// (pvesim.Cluster.NodeRoot).
 	FileRoot string
+	// DataListen is the host address (HOST:PORT, not a mesh address) of
+	// the agent's data listener: an HTTPS listener, with a certificate the
+	// agent makes at start, on which the orchestrator uploads tenants'
+	// images directly rather than over the mesh, each upload with a
+	// one-time ticket it asked for over the mesh (IssueUploadTicket;
+	// dataplane.go). "" serves none: uploads then cross the mesh
+	// (UploadVolume), as they do when the orchestrator cannot reach it.
+	DataListen string
+	// DataAdvertise is the HOST:PORT the orchestrator dials to reach the
+	// data listener (an address of this node the orchestrator's network
+	// reaches). Default DataListen when it names a host; a port of 0 or
+	// none is the listener's own port.
+	DataAdvertise string
 	// PBSPassword is the secret (password or API token secret) the agent
 	// gives Proxmox with a VDC's Proxmox Backup Server storage entry,
 	// which the orchestrator asks for without it (pbs.go); "" adds none.
@@ -183,6 +197,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.FileRoot != "" && !filepath.IsAbs(c.FileRoot) {
 		return fmt.Errorf("agent: file root %q is not an absolute path", c.FileRoot)
+	}
+	if c.DataAdvertise != "" && c.DataListen == "" {
+		return errors.New("agent: a data advertise address without a data listener (DataListen)")
+	}
+	if c.DataListen != "" && c.DataAdvertise == "" {
+		host, _, err := net.SplitHostPort(c.DataListen)
+		if ip := net.ParseIP(host); err != nil || host == "" || (ip != nil && ip.IsUnspecified()) {
+			return fmt.Errorf("agent: data listener %q names no host the orchestrator can dial: give its advertise address (DataAdvertise)", c.DataListen)
+		}
 	}
 	if c.MigrationPort == 0 {
 		c.MigrationPort = c.Port + 1
@@ -248,6 +271,10 @@ type Agent struct {
 	helper *privhelper.Client
 	// consoles are the console tickets waiting for their Console stream.
 	consoles capabilities[consoleTicket]
+	// data is the data listener (Config.DataListen), nil without one;
+	// uploads are the upload tickets waiting for their upload on it.
+	data    *dataListener
+	uploads capabilities[uploadTicket]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -358,6 +385,22 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 			a.log.Error("agent: serve migrations", "err", err)
 		}
 	}()
+	if cfg.DataListen != "" {
+		dln, err := net.Listen("tcp", cfg.DataListen)
+		if err == nil {
+			err = a.serveData(dln, cmp.Or(cfg.DataAdvertise, cfg.DataListen))
+			if err != nil {
+				dln.Close()
+			}
+		}
+		if err != nil {
+			a.grpc.Stop()
+			a.migrate.Stop()
+			a.closeHelper()
+			a.node.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("agent: data listener: %w", err)
+		}
+	}
 	a.log.Info("agent serving on the mesh", "addr", net.JoinHostPort(a.node.Addr().String(), strconv.Itoa(int(cfg.Port))), "proxmox", cfg.ProxmoxURL)
 	return a, nil
 }
@@ -376,6 +419,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			a.grpc.Stop()
 			a.migrate.Stop()
 		}
+		a.closeData(ctx)
 		// Leaving the mesh gets its own short bound: an expired ctx must
 		// not leave the node's stack running.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -399,6 +443,7 @@ func (a *Agent) KillForTest() error {
 		a.closeErr = a.node.Close(ctx)
 		a.grpc.Stop()
 		a.migrate.Stop()
+		a.closeData(ctx)
 		<-a.served
 		<-a.migrated
 		a.closeHelper()

@@ -47,6 +47,8 @@ const (
 	EnvHelperSocket     = "FLEXPLANE_HELPER_SOCKET"
 	EnvFileRoot         = "FLEXPLANE_FILE_ROOT"
 	EnvPBSPasswordFile  = "FLEXPLANE_PBS_PASSWORD_FILE"
+	EnvDataListen       = "FLEXPLANE_DATA_LISTEN"
+	EnvDataAdvertise    = "FLEXPLANE_DATA_ADVERTISE"
 )
 
 // Options is what LoadConfig produces besides Config.
@@ -98,6 +100,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		otlp        = fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL for traces, e.g. http://collector:4317 (env "+EnvOTLPEndpoint+"; default OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing)")
 		releaseKey  = fs.String("release-key-file", "", "file of the trusted minisign public keys agent releases must be signed with: a .pub file, or ID=BASE64KEY lines (env "+EnvReleaseKeyFile+"; default none: no updates)")
 		pbsPassword = fs.String("pbs-password-file", "", "file holding the secret of the Proxmox Backup Server user of the operator's pbs storage entries, given with each VDC's entry (env "+EnvPBSPasswordFile+"; default none)")
+		dataListen  = fs.String("data-listen", "", "host address HOST:PORT of the data listener, on which the orchestrator uploads images directly instead of over the mesh (env "+EnvDataListen+"; default none: uploads cross the mesh)")
+		dataAdv     = fs.String("data-advertise", "", "HOST:PORT the orchestrator dials to reach the data listener (env "+EnvDataAdvertise+"; default -data-listen's)")
 		probation   = fs.String("update-probation", "", "how long a new version has to become healthy before it is rolled back (env "+EnvProbation+"; default 40s)")
 	)
 	var releaseKeys []string
@@ -139,6 +143,8 @@ func LoadConfig(args []string, getenv func(string) string) (Config, Options, err
 		EdgeNamespacePrefix: get(*edgePrefix, EnvEdgeNetNSPrefix),
 		HelperSocket:        get(*helper, EnvHelperSocket),
 		FileRoot:            get(*fileRoot, EnvFileRoot),
+		DataListen:          get(*dataListen, EnvDataListen),
+		DataAdvertise:       get(*dataAdv, EnvDataAdvertise),
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = first(getenv("STATE_DIRECTORY"), "/var/lib/flexplane-agent")

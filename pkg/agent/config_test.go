@@ -92,6 +92,29 @@ FLEXPLANE_AGENT_PORT=50099
 		t.Fatalf("a relative file root: %v, want it refused", err)
 	}
 
+	// The data listener is off by default; on, it needs an address the
+	// orchestrator can dial: its own host, or an advertised one.
+	if fc.DataListen != "" || fc.DataAdvertise != "" {
+		t.Fatalf("a data listener by default: %q %q", fc.DataListen, fc.DataAdvertise)
+	}
+	env[EnvDataAdvertise] = "pve1.example:8443"
+	dc, _, err := LoadConfig([]string{"-data-listen", ":8443"}, func(k string) string { return env[k] })
+	delete(env, EnvDataAdvertise)
+	if err != nil || dc.DataListen != ":8443" || dc.DataAdvertise != "pve1.example:8443" {
+		t.Fatalf("data listener from the flag and the environment: %q %q, %v", dc.DataListen, dc.DataAdvertise, err)
+	}
+	dc.FileRoot = ""
+	if err := dc.setDefaults(); err != nil {
+		t.Fatalf("a data listener on every interface, advertised: %v", err)
+	}
+	for _, bad := range []Config{{DataListen: ":8443"}, {DataListen: "0.0.0.0:8443"}, {DataAdvertise: "pve1.example:8443"}} {
+		c := fc
+		c.FileRoot, c.DataListen, c.DataAdvertise = "", bad.DataListen, bad.DataAdvertise
+		if err := c.setDefaults(); err == nil || !strings.Contains(err.Error(), "data") {
+			t.Errorf("data listener %q advertised as %q: %v, want it refused", bad.DataListen, bad.DataAdvertise, err)
+		}
+	}
+
 	// The profile listener is off by default and loopback only.
 	_, opts, err = LoadConfig([]string{"-debug-addr", "127.0.0.1:6061"}, func(k string) string { return env[k] })
 	if err != nil || opts.DebugAddr != "127.0.0.1:6061" {

@@ -44,19 +44,30 @@ func (a *Agent) snippetsDir(ctx context.Context, storage, name string) (string, 
 	if err := privhelper.CheckSnippetName(name); err != nil {
 		return "", status.Error(codes.InvalidArgument, "agent: "+err.Error())
 	}
-	var st struct {
-		Content string `json:"content"`
-		Active  int    `json:"active"`
-		Enabled *int   `json:"enabled"`
-	}
-	if err := a.storageGet(ctx, "/nodes/"+a.cfg.NodeName+"/storage/"+url.PathEscape(storage)+"/status", storage, &st); err != nil {
+	dir, err := a.contentDir(ctx, storage, "snippets")
+	if err != nil {
 		return "", err
 	}
-	if !slices.Contains(strings.Split(st.Content, ","), "snippets") {
-		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s does not allow snippets content (it has %q)", storage, st.Content)
+	if dir == "" {
+		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s is not a file storage", storage)
 	}
-	if st.Active != 1 || (st.Enabled != nil && *st.Enabled != 1) {
-		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s is not active on %s", storage, a.cfg.NodeName)
+	return dir, nil
+}
+
+// contentSubdir is the directory of a file storage that holds each
+// content the agent writes, as Proxmox lays them out.
+var contentSubdir = map[string]string{"snippets": "snippets", "import": "import", "iso": "template/iso"}
+
+// contentDir returns the directory of content in storage on this node
+// (under Config.FileRoot), "" when the storage is no file storage (its
+// config has no path), or a gRPC status: NOT_FOUND for an unknown
+// storage, FAILED_PRECONDITION for a file storage without that content
+// or not active on this node. The path comes from Proxmox, the
+// subdirectory from contentSubdir.
+func (a *Agent) contentDir(ctx context.Context, storage, content string) (string, error) {
+	sub := contentSubdir[content]
+	if sub == "" {
+		return "", status.Errorf(codes.InvalidArgument, "agent: no directory for content %q", content)
 	}
 	var cfg struct {
 		Path string `json:"path"`
@@ -65,13 +76,27 @@ func (a *Agent) snippetsDir(ctx context.Context, storage, name string) (string, 
 		return "", err
 	}
 	if !filepath.IsAbs(cfg.Path) {
-		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s is not a file storage", storage)
+		return "", nil
+	}
+	var st struct {
+		Content string `json:"content"`
+		Active  int    `json:"active"`
+		Enabled *int   `json:"enabled"`
+	}
+	if err := a.storageGet(ctx, "/nodes/"+a.cfg.NodeName+"/storage/"+url.PathEscape(storage)+"/status", storage, &st); err != nil {
+		return "", err
+	}
+	if !slices.Contains(strings.Split(st.Content, ","), content) {
+		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s does not allow %s content (it has %q)", storage, content, st.Content)
+	}
+	if st.Active != 1 || (st.Enabled != nil && *st.Enabled != 1) {
+		return "", status.Errorf(codes.FailedPrecondition, "agent: storage %s is not active on %s", storage, a.cfg.NodeName)
 	}
 	root := a.cfg.FileRoot
 	if root == "" {
 		root = "/"
 	}
-	return filepath.Join(root, filepath.Clean(cfg.Path), "snippets"), nil
+	return filepath.Join(root, filepath.Clean(cfg.Path), sub), nil
 }
 
 // storageGet reads path of the local Proxmox about storage into v.

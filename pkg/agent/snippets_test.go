@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/agent/privhelper"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
@@ -98,6 +100,17 @@ func testSnippets(t *testing.T, viaHelper bool) {
 	if r := call(http.MethodPost, "/nodes/pve1/qemu", "vmid=100&name=w-1"); r.status != http.StatusOK {
 		t.Fatalf("create VM: %d %s", r.status, r.reason)
 	}
+	// The create is a task: the VM is locked until it ends.
+	poll.Until(t, 30*time.Second, "the VM's create task ended", func() error {
+		var cfg map[string]any
+		if err := get("/nodes/pve1/qemu/100/config", "", &cfg); err != nil {
+			return err
+		}
+		if lock, ok := cfg["lock"]; ok {
+			return fmt.Errorf("locked (%v)", lock)
+		}
+		return nil
+	})
 	for _, bad := range []string{"user=local:snippets/missing.yaml", "user=local-lvm:snippets/vm-100-user.yaml", "users=" + w.GetVolume(), "user=local:iso/vm-100-user.yaml"} {
 		if r := call(http.MethodPut, "/nodes/pve1/qemu/100/config", "cicustom="+url.QueryEscape(bad)); r.status != http.StatusBadRequest {
 			t.Fatalf("cicustom %q: %d %s, want 400", bad, r.status, r.reason)

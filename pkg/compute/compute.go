@@ -185,8 +185,17 @@ type Config struct {
 	// OrphanGrace is how long Recover must have seen a flexplane IPAM
 	// mapping without a guest before it releases it; default 10m.
 	OrphanGrace time.Duration
-	// RecoverInterval is how often Run calls Recover; default 30s.
+	// RecoverInterval is how often Run makes a recovery pass; default 30s.
+	// A pass lists each zone's guests once and reads the config only of
+	// the managed guests that are new, whose listing (node, state, lock,
+	// tags, name, sizes) changed, that restarted, or that carry an
+	// unfinished operation; an idle pass reads no guest's config.
 	RecoverInterval time.Duration
+	// RecoverResyncInterval is how often Run's pass reads the config of
+	// every managed guest of a zone again, for what changed without
+	// showing in the listing (a description written alone); default 10m.
+	// Recover always reads every one.
+	RecoverResyncInterval time.Duration
 	// BackupQuotaInterval is how often Run checks the VDCs' backups
 	// against their backupGiB quotas, pausing and resuming their backup
 	// schedules (backup_quota.go), while Recovers says so; default 1m.
@@ -281,6 +290,9 @@ type deps struct {
 	ha *haWatch
 	// drainer: the migrations of hosts in maintenance (drain.go).
 	drainer *drainer
+	// seen: what Run's recovery passes last read of each managed guest's
+	// config (recoverseen.go).
+	seen *seenConfigs
 	// unplaced: creates skip placement and clone on the template's node
 	// (set only by DisablePlacementForTest, to measure placement's cost).
 	unplaced bool
@@ -312,6 +324,9 @@ func New(cfg Config) (*Service, error) {
 	if cfg.RecoverInterval <= 0 {
 		cfg.RecoverInterval = 30 * time.Second
 	}
+	if cfg.RecoverResyncInterval <= 0 {
+		cfg.RecoverResyncInterval = 10 * time.Minute
+	}
 	if cfg.ImageCopyRecoverInterval <= 0 {
 		cfg.ImageCopyRecoverInterval = time.Minute
 	}
@@ -330,7 +345,7 @@ func New(cfg Config) (*Service, error) {
 	d := &deps{
 		cfg: cfg, log: cfg.Logger, stager: cfg.Images, eng: newEngine(cfg.Logger, cfg.AfterStep), find: find,
 		snips: snippets{w: cfg.Snippets}, addrs: newAddressBook(), moved: moved,
-		placer: newPlacer(), drainer: newDrainer(), ha: &haWatch{last: map[tenancy.VMRef]haSeen{}},
+		placer: newPlacer(), drainer: newDrainer(), ha: &haWatch{last: map[tenancy.VMRef]haSeen{}}, seen: newSeenConfigs(),
 	}
 	if d.cfg.Maintenance == nil {
 		d.cfg.Maintenance = d.maintenanceHosts
@@ -339,7 +354,9 @@ func New(cfg Config) (*Service, error) {
 	return &Service{d: d}, nil
 }
 
-// Run calls Recover every RecoverInterval, and at once whenever a zone
+// Run makes a recovery pass (Recover's, reading only the guest configs
+// that may have changed: see Config.RecoverInterval and
+// RecoverResyncInterval) every RecoverInterval, and at once whenever a zone
 // comes into reach (an orchestrator that just started sees its zones only
 // as their agents connect), drains the hosts in maintenance (each
 // second, while Recovers says so) and pauses or resumes backup schedules
@@ -354,6 +371,7 @@ func (s *Service) Run(ctx context.Context) error {
 	seen := map[string]bool{}
 	var last, lastQuota, lastCopies time.Time
 	rec := recovery{s.d}
+	led := false // the last pass was a recovery pass
 	for {
 		fresh := false
 		for _, z := range cfg.Zones.Zones(ctx) {
@@ -364,9 +382,13 @@ func (s *Service) Run(ctx context.Context) error {
 		if fresh || time.Since(last) >= cfg.RecoverInterval {
 			// A replica that leaves the takeover to another still keeps its
 			// index of moved guests, which every answer about them needs.
-			op, pass := "recover", rec.pass
+			// One that takes it (over) reads every config first: what it
+			// read before may be stale by more than its listing shows.
+			full := !led
+			op, pass := "recover", func(ctx context.Context) error { return rec.pass(ctx, full) }
+			led = true
 			if cfg.Recovers != nil && !cfg.Recovers() {
-				op, pass = "index moved guests", rec.indexMovedGuests
+				op, pass, led = "index moved guests", rec.indexMovedGuests, false
 			}
 			if err := pass(ctx); err != nil && ctx.Err() == nil {
 				s.d.log.Warn(op, "err", err)

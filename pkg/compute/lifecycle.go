@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,26 +17,30 @@ import (
 	"github.com/flexplane/flexplane/pkg/tenancy/quota"
 )
 
-// Recover looks at every zone once: each unfinished create that no
-// runner of this process works on and whose intent is older than
-// StaleAfter is finished from its intent (or, if that fails, its guest is
-// deleted and its addresses released); flexplane IPAM mappings whose MAC
-// no guest has are released once they have been seen so for OrphanGrace.
+// Recover looks at every zone once, reading the config of every managed
+// guest: each unfinished create that no runner of this process works on
+// and whose intent is older than StaleAfter is finished from its intent
+// (or, if that fails, its guest is deleted and its addresses released);
+// flexplane IPAM mappings whose MAC no guest has are released once they
+// have been seen so for OrphanGrace. Run's passes do the same but read
+// only the configs that may have changed (seenConfigs).
 func (s *Service) Recover(ctx context.Context) error {
-	return recovery{s.d}.pass(ctx)
+	return recovery{s.d}.pass(ctx, true)
 }
 
 // recovery is Recover's pass over the zones: what it finds unfinished it
 // gives to the recovery hook of the operation that left it.
 type recovery struct{ *deps }
 
-// pass is one Recover.
-func (r recovery) pass(ctx context.Context) error {
+// pass is one Recover; full reads every managed guest's config, else only
+// those seenConfigs says may have changed (and every one of a zone whose
+// resync is due).
+func (r recovery) pass(ctx context.Context, full bool) error {
 	var errs []error
 	onGuests := map[string]bool{} // intent ops a guest carries
 	listed := map[string]bool{}   // zone IDs whose guests were all read
 	for _, z := range r.cfg.Zones.Zones(ctx) {
-		if err := r.zone(ctx, z, onGuests); err != nil {
+		if err := r.zone(ctx, z, onGuests, full || r.seen.resyncDue(z.ID, r.cfg.RecoverResyncInterval)); err != nil {
 			errs = append(errs, fmt.Errorf("zone %s: %w", z.Name, err))
 			continue
 		}
@@ -91,44 +95,108 @@ func (r recovery) indexMovedGuests(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// zone is the pass over zone z.
-func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool) error {
+// zone is the pass over zone z; full reads every managed guest's config,
+// else only those that may have changed since the last pass read them.
+func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool, full bool) error {
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
 		return err
 	}
 	r.moved.index(z, guests)
 	r.ha.observe(ctx, r.deps, z, guests)
+	hooks := recoveryHooks(r.deps)
 	used := map[string]bool{}
+	read := map[int]guestConfig{}
+	kept := false   // some of used is from an earlier pass
+	changed := full // a config was read
 	for _, g := range guests {
-		if !g.HasTag(tenancy.ManagedTag) || g.Template == 1 {
+		if !managedGuest(g) {
 			continue
 		}
-		cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+		if c, ok := r.seen.unchanged(z.ID, g); ok && !full {
+			read[g.VMID], kept = c, true
+			for m := range strings.SplitSeq(c.macs, ",") {
+				if m != "" {
+					used[m] = true
+				}
+			}
+			if c.op != "" {
+				onGuests[c.op] = true
+			}
+			continue
+		}
+		changed = true
+		cfg, in, err := guestIntent(ctx, z, g)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		for i := range MaxNICs {
-			if m := macRE.FindString(cfg.Str("net" + strconv.Itoa(i))); m != "" {
-				used[strings.ToUpper(m)] = true
-			}
+		for _, m := range macsOf(cfg, in) {
+			used[m] = true
 		}
-		in, ok := ParseIntent(cfg.Str("description"))
-		if !ok {
+		watched := slices.ContainsFunc(hooks, func(h recoveryHook) bool { return h.watch(g, in) })
+		read[g.VMID] = seenConfig(g, cfg, in, watched)
+		if in == nil {
 			continue
 		}
 		onGuests[in.Op] = true
-		for _, n := range in.NICs {
-			used[strings.ToUpper(n.MAC)] = true
-		}
-		for _, h := range recoveryHooks(r.deps) {
+		for _, h := range hooks {
 			if h.takes(z, g, in) {
 				h.run(ctx, z, g, cfg, in)
 				break
 			}
 		}
 	}
-	return r.releaseOrphans(ctx, z, used)
+	if gone := r.seen.set(z.ID, read, full); !changed && !gone {
+		// No guest came, changed or went: no address can have become an
+		// orphan since the last pass; the IPAM is read again at the next
+		// change or full pass.
+		return nil
+	}
+	var confirm func() (map[string]bool, error)
+	if kept {
+		confirm = func() (map[string]bool, error) { return usedMACs(ctx, z, guests) }
+	}
+	return r.releaseOrphans(ctx, z, used, confirm)
+}
+
+// usedMACs reads the config of every managed guest of zone z (as listed in
+// guests) and returns the MACs they use.
+func usedMACs(ctx context.Context, z Zone, guests []pveapi.Resource) (map[string]bool, error) {
+	used := map[string]bool{}
+	for _, g := range guests {
+		if !managedGuest(g) {
+			continue
+		}
+		cfg, in, err := guestIntent(ctx, z, g)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			continue // gone meanwhile
+		}
+		for _, m := range macsOf(cfg, in) {
+			used[m] = true
+		}
+	}
+	return used, nil
+}
+
+// managedGuest reports whether the recovery pass looks at guest g: a
+// flexplane guest, not a template.
+func managedGuest(g pveapi.Resource) bool { return g.HasTag(tenancy.ManagedTag) && g.Template != 1 }
+
+// guestIntent reads the config of guest g of zone z and the intent in its
+// description (nil without one).
+func guestIntent(ctx context.Context, z Zone, g pveapi.Resource) (pveapi.Config, *Intent, error) {
+	cfg, err := pveapi.GuestConfig(ctx, z.Client, g.Node, g.VMID)
+	if err != nil {
+		return nil, nil, err
+	}
+	in, ok := ParseIntent(cfg.Str("description"))
+	if !ok {
+		in = nil
+	}
+	return cfg, in, nil
 }
 
 // recoveryHook is what Recover does with a guest an operation left
@@ -140,6 +208,11 @@ type recoveryHook struct {
 	// takes reports whether the hook takes guest g of zone z (as Proxmox
 	// lists it) with its intent.
 	takes func(z Zone, g pveapi.Resource, in *Intent) bool
+	// watch reports whether the hook may take guest g, whose intent is in
+	// (nil without one), at a later pass although nothing of its listing
+	// changes (an unfinished operation whose time has not come): Run's
+	// passes then read its config every time (seenConfigs).
+	watch func(g pveapi.Resource, in *Intent) bool
 	// run finishes (or undoes) the operation; cfg is the guest's config.
 	run func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent)
 }
@@ -159,6 +232,7 @@ func recoveryHooks(d *deps) []recoveryHook {
 		{
 			name:  "move",
 			takes: func(_ Zone, g pveapi.Resource, in *Intent) bool { return in.Move != nil && g.HasTag(incomingTag) },
+			watch: func(g pveapi.Resource, _ *Intent) bool { return g.HasTag(incomingTag) },
 			run: func(ctx context.Context, z Zone, g pveapi.Resource, cfg pveapi.Config, in *Intent) {
 				g.RawTags = cfg.Str("tags")
 				recoverMove(ctx, d, z, g, in)
@@ -169,6 +243,7 @@ func recoveryHooks(d *deps) []recoveryHook {
 			takes: func(z Zone, g pveapi.Resource, in *Intent) bool {
 				return isCreating(g) && !d.eng.isLive(z, g.VMID) && time.Since(in.Created) >= d.cfg.StaleAfter
 			},
+			watch: func(g pveapi.Resource, _ *Intent) bool { return isCreating(g) },
 			run: func(ctx context.Context, z Zone, g pveapi.Resource, _ pveapi.Config, in *Intent) {
 				adoptCreate(ctx, d, z, g.VMID, in)
 			},
@@ -178,8 +253,11 @@ func recoveryHooks(d *deps) []recoveryHook {
 }
 
 // releaseOrphans releases the flexplane IPAM mappings of zone z whose MAC
-// no guest uses (not in used), once seen so for OrphanGrace.
-func (r recovery) releaseOrphans(ctx context.Context, z Zone, used map[string]bool) error {
+// no guest uses (not in used), once seen so for OrphanGrace. When used is
+// partly what earlier passes read (confirm is then set), a mapping is
+// released only if confirm, which reads every guest's config, does not
+// find its MAC either.
+func (r recovery) releaseOrphans(ctx context.Context, z Zone, used map[string]bool, confirm func() (map[string]bool, error)) error {
 	maps, err := ipam.Mappings(ctx, z.Client)
 	if err != nil {
 		return err
@@ -187,6 +265,8 @@ func (r recovery) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 	now := time.Now()
 	var errs []error
 	seen := map[string]bool{}
+	type orphan struct{ key, ip, mac string }
+	var due []orphan
 	for _, m := range maps {
 		mac := strings.ToUpper(m.MAC)
 		if m.Gateway != 0 || !ipam.IsFlexplaneMAC(mac) || used[mac] {
@@ -201,8 +281,24 @@ func (r recovery) releaseOrphans(ctx context.Context, z Zone, used map[string]bo
 		if now.Sub(first) < r.cfg.OrphanGrace {
 			continue
 		}
-		r.log.Info("releasing an orphaned address", "zone", z.Name, "ip", m.IP, "mac", mac)
-		errs = append(errs, ipam.ReleaseMACs(ctx, z.Client, []string{mac}))
+		due = append(due, orphan{key: key, ip: m.IP, mac: mac})
+	}
+	if len(due) > 0 && confirm != nil {
+		fresh, err := confirm()
+		if err != nil {
+			return fmt.Errorf("confirm orphaned addresses: %w", err)
+		}
+		due = slices.DeleteFunc(due, func(o orphan) bool {
+			if fresh[o.mac] {
+				delete(seen, o.key) // used after all
+				return true
+			}
+			return false
+		})
+	}
+	for _, o := range due {
+		r.log.Info("releasing an orphaned address", "zone", z.Name, "ip", o.ip, "mac", o.mac)
+		errs = append(errs, ipam.ReleaseMACs(ctx, z.Client, []string{o.mac}))
 	}
 	r.addrs.forget(z.ID, seen)
 	return errors.Join(errs...)

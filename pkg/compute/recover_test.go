@@ -2,12 +2,17 @@ package compute_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/compute"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
+	"github.com/flexplane/flexplane/pkg/dev/pvetest"
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/network/ipam"
 	"github.com/flexplane/flexplane/pkg/proxmox/pveapi"
@@ -253,5 +258,99 @@ func TestRecoverReleasesReservationsOfDeadCreates(t *testing.T) {
 	}
 	if s := e.snapshot(); s.reserved != 0 {
 		t.Errorf("%d reservations left after Recover, want the dead create's released", s.reserved)
+	}
+}
+
+// TestRecoverPassFollowsChange: Run's recovery pass lists each zone's
+// guests once and reads the config only of the guests that may have
+// changed. Once a pass has read every managed guest, an idle pass reads no
+// guest's config and not the IPAM; a VM that stops has its config (and
+// only its) read again; an unfinished create that appears is still
+// finished, and an address of a NIC added to another VM without a change
+// of its listing is not taken for an orphan then.
+func TestRecoverPassFollowsChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, bigQuota, "alpha")
+	z := e.zones[0]
+	e.stage(z)
+	ctx := vmtest.Ctx(t)
+	vm := e.create(e.svc, e.input("alpha", "steady"))
+
+	client, asked := pvetest.CountingClient(t, z.Sim, vmtest.Token)
+	cfg := e.cfg
+	cfg.Zones = compute.StaticZones{{ID: z.Name, Name: z.Name, Client: client}}
+	cfg.RecoverInterval, cfg.RecoverResyncInterval = 20*time.Millisecond, time.Hour
+	// It takes over the create made to crash below only once that has
+	// crashed.
+	const stale = 2 * time.Second
+	cfg.StaleAfter = stale
+	runService(t, e.newService(cfg))
+	// A pass starts with the zone's listing: count passes by it.
+	passes := func() int64 { return asked.Matching("GET", "/cluster/resources") }
+	configs := func() int64 { return asked.Matching("GET", "/config") }
+	ipamReads := func() int64 { return asked.Matching("GET", pveapi.IPAMStatusPath) }
+	ofVM := func() int64 { return asked.Matching("GET", fmt.Sprintf("/qemu/%d/config", vm.Ref.VMID)) }
+	waitPasses := func(n int64) {
+		t.Helper()
+		from := passes()
+		poll.True(t, 20*time.Second, fmt.Sprintf("%d recovery passes", n), func() bool { return passes() >= from+n })
+	}
+
+	poll.True(t, 20*time.Second, "the first pass read the VM's config and the IPAM", func() bool { return ofVM() > 0 && ipamReads() > 0 })
+	waitPasses(1) // the first pass has ended
+	before, beforeIPAM := configs(), ipamReads()
+	waitPasses(3)
+	if n, m := configs()-before, ipamReads()-beforeIPAM; n != 0 || m != 0 {
+		t.Fatalf("idle recovery passes read %d guest configs and the IPAM %d times, want none", n, m)
+	}
+
+	// The VM stops: its listing changes, its config is read again.
+	before, beforeVM := configs(), ofVM()
+	path := fmt.Sprintf("/nodes/%s/qemu/%d", vm.Node, vm.Ref.VMID)
+	if _, err := pveapi.Run(ctx, z.Client, "POST", path+"/status/stop", map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, 20*time.Second, "the stopped VM's config read", func() bool { return ofVM() > beforeVM })
+	waitPasses(2)
+	if all, mine := configs()-before, ofVM()-beforeVM; all != mine {
+		t.Errorf("after one VM stopped the passes read %d configs, %d of them its own: want only its own", all, mine)
+	}
+
+	// A NIC added to the VM's config shows nowhere in its listing.
+	mac := ipam.NewMAC()
+	vnet := tenancy.VNetID("blue", "lan")
+	if _, err := pveapi.Run(ctx, z.Client, "POST", path+"/config", map[string]any{"net1": "virtio=" + mac + ",bridge=" + vnet}); err != nil {
+		t.Fatal(err)
+	}
+	sub := ipam.Subnet{Zone: tenancy.SDNZoneID("blue"), VNet: vnet, Prefix: netip.MustParsePrefix("10.1.0.0/24"), Gateway: netip.MustParseAddr("10.1.0.1")}
+	if _, err := ipam.Claim(ctx, z.Client, sub, netip.MustParseAddr("10.1.0.77"), mac); err != nil {
+		t.Fatal(err)
+	}
+
+	// A create whose runner died right after the clone is finished by the
+	// passes, which read the IPAM again then: the NIC's address is not
+	// released (every config is read before an address is).
+	began := time.Now()
+	crashed, _ := crashAfterClone(t, e)
+	if took := time.Since(began); took >= stale {
+		t.Fatalf("the create took %v to crash, longer than the recovering service's StaleAfter (%v)", took, stale)
+	}
+	beforeIPAM = ipamReads()
+	poll.Until(t, 30*time.Second, "the crashed create finished", func() error {
+		got, err := e.svc.VM(ctx, "blue", crashed.ID)
+		if err != nil {
+			return err
+		}
+		if got.Status != compute.StatusRunning {
+			return fmt.Errorf("status %s", got.Status)
+		}
+		return nil
+	})
+	waitPasses(2)
+	if ipamReads() == beforeIPAM {
+		t.Error("the passes that saw a new guest did not read the IPAM")
+	}
+	if !slices.ContainsFunc(e.flexMappings(z), func(m ipam.Mapping) bool { return strings.EqualFold(m.MAC, mac) }) {
+		t.Errorf("the address of a NIC added without a change of the VM's listing was released")
 	}
 }

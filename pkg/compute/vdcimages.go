@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"net/url"
 	"slices"
@@ -34,11 +33,11 @@ import (
 //
 // An upload streams: the API hands the request body's file part on as it
 // is read, the fleet's uploader sends it to the agent of the zone's
-// staging node in chunks of 1 MiB, and the agent forwards them to its
-// Proxmox's upload endpoint as one multipart POST (VolumeUploader). The
-// orchestrator counts and hashes the bytes as they pass and stops the
-// stream past the size limit or the VDC's imageGiB quota, which aborts
-// the upload in Proxmox.
+// staging node in chunks of 1 MiB, and the agent writes them into a file
+// storage's directory itself, or forwards them to its Proxmox's upload
+// endpoint as one multipart POST (VolumeUploader). The orchestrator
+// counts the bytes as they pass and stops the stream past the size limit
+// or the VDC's imageGiB quota, which leaves nothing stored.
 
 // MaxImageBytes bounds the file of an uploaded image (the agent's bound).
 const MaxImageBytes = 64 << 30
@@ -49,14 +48,20 @@ type UploadRef struct {
 	ZoneID, Node, Storage string
 	// Content is the Proxmox content type ("import" or "iso").
 	Content, Filename string
+	// MaxSize is the most bytes the upload may carry (the VDC's
+	// allowance, at most MaxImageBytes); 0 is the agent's bound.
+	MaxSize int64
 }
 
 // UploadResult is what an upload's agent reports.
 type UploadResult struct {
-	// UPID is the Proxmox task that stores the file.
+	// UPID is the Proxmox task that stores the file; "" when the agent
+	// wrote the file into the storage's directory itself: it is then
+	// stored.
 	UPID string
-	// SHA256 is the lower-case hex SHA-256 of the bytes the agent
-	// forwarded, Size their number.
+	// SHA256 is the lower-case hex SHA-256 of the bytes the agent stored
+	// (computed there, as they were written: the image's checksum), Size
+	// their number.
 	SHA256 string
 	Size   int64
 	// Volume is the file's Proxmox volume id.
@@ -64,7 +69,8 @@ type UploadResult struct {
 }
 
 // VolumeUploader streams files into the storages of the nodes of zones
-// (the agent of the node forwards them to Proxmox's upload endpoint).
+// (the agent of the node writes them into a file storage's directory, or
+// forwards them to Proxmox's upload endpoint).
 type VolumeUploader interface {
 	// UploadVolume sends what r reads, size bytes (0: until r ends); an
 	// error reading r aborts the upload, so that Proxmox stores nothing.
@@ -239,13 +245,18 @@ func (im *Images) imageZone(ctx context.Context, vdc, zone, field string) (Zone,
 	return Zone{}, badInput(field, "no reachable zone takes the VDC's images")
 }
 
+// sha256Hex reports whether s is a lower-case hex SHA-256.
+func sha256Hex(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == sha256.Size && s == strings.ToLower(s)
+}
+
 // errImageTooLarge stops an upload past its allowance.
 var errImageTooLarge = errors.New("the image is larger than allowed")
 
-// meter counts and hashes what passes through it and fails past limit.
+// meter counts what passes through it and fails past limit.
 type meter struct {
 	r     io.Reader
-	h     hash.Hash
 	n     int64
 	limit int64
 }
@@ -253,7 +264,6 @@ type meter struct {
 func (m *meter) Read(p []byte) (int, error) {
 	n, err := m.r.Read(p)
 	m.n += int64(n)
-	m.h.Write(p[:n])
 	if m.n > m.limit {
 		return n, errImageTooLarge
 	}
@@ -337,7 +347,8 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 		_, _ = rand.Read(nonce[:])
 		ref = UploadRef{ZoneID: z.ID, Node: node, Storage: imp, Content: "import", Filename: "fp-upload-" + hex.EncodeToString(nonce[:]) + "." + ext}
 	}
-	m := &meter{r: file, h: sha256.New(), limit: min(allow, MaxImageBytes)}
+	m := &meter{r: file, limit: min(allow, MaxImageBytes)}
+	ref.MaxSize = m.limit
 	size := max(in.Size, 0)
 	res, err := d.cfg.Uploads.UploadVolume(ctx, ref, size, m)
 	switch {
@@ -350,19 +361,26 @@ func (im *Images) Upload(ctx context.Context, in UploadImageInput) (*catalog.Ima
 	case err != nil:
 		return nil, &Error{Kind: KindBadInput, Field: "file", Message: "the upload did not complete; nothing was kept", Cause: err}
 	}
-	sum := hex.EncodeToString(m.h.Sum(nil))
+	// The checksum is the agent's, of the bytes it wrote to Proxmox as
+	// they passed (one hash of the file, on the node that keeps it); the
+	// hops to it are authenticated and integrity-checked (the mesh, or TLS
+	// to a pinned certificate), and the count must be what was sent.
+	sum := res.SHA256
 	drop := func() { im.dropVolume(z, node, imp, res.Volume) }
-	if res.SHA256 != sum || res.Size != m.n {
+	if !sha256Hex(sum) || res.Size != m.n {
 		drop()
-		return nil, internal("the upload arrived changed", fmt.Errorf("sent %d bytes %s, agent forwarded %d bytes %s", m.n, sum, res.Size, res.SHA256))
+		return nil, internal("the upload arrived changed", fmt.Errorf("sent %d bytes, agent forwarded %d bytes with SHA-256 %q", m.n, res.Size, res.SHA256))
 	}
 	if m.n == 0 {
 		drop()
 		return nil, badInput("file", "the file is empty")
 	}
-	if err := pveapi.Wait(ctx, z.Client, res.UPID); err != nil {
-		drop()
-		return nil, &Error{Kind: KindBadInput, Field: "file", Message: "Proxmox did not store the file: " + err.Error(), Cause: err}
+	// Without a task, the agent wrote the file itself: it is there.
+	if res.UPID != "" {
+		if err := pveapi.Wait(ctx, z.Client, res.UPID); err != nil {
+			drop()
+			return nil, &Error{Kind: KindBadInput, Field: "file", Message: "Proxmox did not store the file: " + err.Error(), Cause: err}
+		}
 	}
 	now := time.Now().UTC()
 	img := &catalog.Image{}

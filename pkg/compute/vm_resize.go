@@ -352,6 +352,7 @@ func resizeHook(d *deps) recoveryHook {
 		takes: func(z Zone, g pveapi.Resource, in *Intent) bool {
 			return in.Resize != nil && !isCreating(g) && !d.eng.isLive(z, g.VMID) && time.Since(in.Resize.Started) >= d.cfg.StaleAfter
 		},
+		watch: func(_ pveapi.Resource, in *Intent) bool { return in != nil && in.Resize != nil },
 		run: func(ctx context.Context, z Zone, g pveapi.Resource, _ pveapi.Config, in *Intent) {
 			recoverResize(ctx, d, z, g, in)
 		},

@@ -166,6 +166,10 @@ type APIConfig struct {
 	// VM creates and moves to finish or undo. Default 30s
 	// (compute.Config.RecoverInterval).
 	VMRecoverInterval time.Duration
+	// VMRecoverResync is how often the recovery pass reads the config of
+	// every managed guest again; between, it reads only those whose
+	// listing changed. Default 10m (compute.Config.RecoverResyncInterval).
+	VMRecoverResync time.Duration
 	// BackupQuotaInterval is how often the VDCs' backups are checked
 	// against their backupGiB quotas, their backup schedules paused or
 	// resumed (by the mesh control leader when replicated). Default 1m

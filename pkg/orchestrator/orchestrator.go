@@ -161,7 +161,7 @@ func (s *Server) newAPI(ctx context.Context, registry *fleet.Registry, meshAPI *
 	// from the compute service: built below, before anything runs.
 	firewall := &firewallGate{}
 	vms, err := compute.New(compute.Config{Catalog: store, Zones: computeZones{registry}, Volumes: volumeMover{registry}, Snippets: NewSnippetWriter(registry),
-		Uploads: NewVolumeUploader(registry), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, BackupQuotaInterval: c.BackupQuotaInterval, ImageCopyRecoverInterval: c.ImageCopyRecoverInterval, Recovers: recovers,
+		Uploads: NewVolumeUploader(registry, s.log.With("component", "uploads")), Firewall: firewall, ZoneTimeout: c.ZoneTimeout, StaleAfter: c.VMRecoverAfter, RecoverInterval: c.VMRecoverInterval, RecoverResyncInterval: c.VMRecoverResync, BackupQuotaInterval: c.BackupQuotaInterval, ImageCopyRecoverInterval: c.ImageCopyRecoverInterval, Recovers: recovers,
 		DrainParallel: c.DrainParallel, HARequestTimeout: c.HARequestTimeout, Logger: s.log.With("component", "compute"),
 		HARecovered: func(_ context.Context, r compute.HARecovery) {
 			// An audit event of what Proxmox's HA manager did: the VM,

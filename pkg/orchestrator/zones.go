@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	"github.com/flexplane/flexplane/pkg/mesh/fleet"
@@ -61,10 +62,12 @@ func NewSnippetWriter(r *fleet.Registry) compute.SnippetWriter {
 }
 
 // NewVolumeUploader returns the uploader of the orchestrator's compute
-// service: the agent of r on the upload's node forwards it to Proxmox.
-func NewVolumeUploader(r *fleet.Registry) compute.VolumeUploader {
+// service: the agent of r on the upload's node forwards it to Proxmox,
+// taking the bytes on its data listener when it has one (log: the
+// warnings of uploads that fall back to the mesh).
+func NewVolumeUploader(r *fleet.Registry, log *slog.Logger) compute.VolumeUploader {
 	return snippets.NewUploader(func(zoneID, node string) (agentv1.AgentServiceClient, bool) {
 		c, _, ok := r.AgentOfNode(zoneID, node)
 		return c, ok
-	})
+	}, log)
 }

@@ -252,6 +252,16 @@ func multipartBody(t *testing.T, fields map[string]string, filename string, cont
 
 func postRaw(t *testing.T, c *pvesim.Cluster, path, ctype string, body io.Reader) *http.Response {
 	t.Helper()
+	resp := postBody(t, c, path, ctype, body)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// postBody posts body to path and returns the response, its body unread
+// (the caller's to close).
+func postBody(t *testing.T, c *pvesim.Cluster, path, ctype string, body io.Reader) *http.Response {
+	t.Helper()
 	req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, c.URL()+"/api2/json"+path, body)
 	if err != nil {
 		t.Fatal(err)
@@ -262,8 +272,6 @@ func postRaw(t *testing.T, c *pvesim.Cluster, path, ctype string, body io.Reader
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
 	return resp
 }
 

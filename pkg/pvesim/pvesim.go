@@ -83,8 +83,11 @@ type Config struct {
 	// FileRoot/shared/<path>). What a process writes into a storage's
 	// snippets directory there (the agent writing a VM's cloud-init
 	// user-data) is the storage's `snippets` content: listed, found by
-	// cicustom, read by cloudinit/dump, deleted with the volume. "" keeps
-	// no files: a storage has no snippets.
+	// cicustom, read by cloudinit/dump, deleted with the volume; the files
+	// of its import and template/iso directories (the agent writing an
+	// upload) are its `import` and `iso` content, which the upload
+	// endpoint and download-url also write there. "" keeps no files: a
+	// storage has no snippets.
 	FileRoot string
 	// CheckResponses makes the cluster check every successful response against the
 	// schema's `returns` (pveschema CheckReturn) and keep what disagrees for

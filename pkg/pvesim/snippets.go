@@ -3,22 +3,29 @@ package pvesim
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
 
-// Snippets. With Config.FileRoot, a file storage's directory is a real
-// directory, and its `snippets` content is the files of its snippets
-// subdirectory, as on a Proxmox node: whatever writes a file there (the
-// flexplane agent; Proxmox's API cannot upload snippets) makes a volume
-// <storage>:snippets/<file> (format "snippet") that the content listing
-// shows and a VM's cicustom may name; deleting the volume removes the
-// file. cloudinit/dump answers a VM's cloud-init data: the snippet its
+// Snippets and other files. With Config.FileRoot, a file storage's
+// directory is a real directory, and its `snippets` content is the files
+// of its snippets subdirectory, as on a Proxmox node: whatever writes a
+// file there (the flexplane agent; Proxmox's API cannot upload snippets)
+// makes a volume <storage>:snippets/<file> (format "snippet") that the
+// content listing shows and a VM's cicustom may name; deleting the volume
+// removes the file. Its `import` and `iso` content are likewise the files
+// of its import/ and template/iso/ subdirectories (the agent writes
+// uploads there; the upload endpoint and download-url place their files
+// there too). cloudinit/dump answers a VM's cloud-init data: the snippet its
 // cicustom names, else what Proxmox would generate.
 
 // NodeRoot is the directory of node's file system (Config.FileRoot/node;
@@ -64,51 +71,131 @@ func (c *Cluster) makeFileRoots() error {
 	return nil
 }
 
-// snippetsDir is the directory of storage s's snippets on node ("" when
-// it has none).
-func (st *state) snippetsDir(node string, s *storageDef) string {
-	if st.c.cfg.FileRoot == "" || s.path == "" || !s.hasContent("snippets") {
+// fileContents are the contents a file storage keeps as the files of a
+// directory under its path (contentDirs) with Config.FileRoot.
+var fileContents = []string{"snippets", "import", "iso"}
+
+// contentDir is the directory of storage s's content on node ("" when
+// its content is not kept as files there).
+func (st *state) contentDir(node string, s *storageDef, content string) string {
+	sub := contentDirs[content]
+	if st.c.cfg.FileRoot == "" || s.path == "" || !slices.Contains(fileContents, content) || !s.hasContent(content) {
 		return ""
 	}
 	if s.shared {
-		return filepath.Join(st.c.cfg.FileRoot, "shared", s.path, "snippets")
+		return filepath.Join(st.c.cfg.FileRoot, "shared", s.path, sub)
 	}
-	return filepath.Join(st.c.NodeRoot(node), s.path, "snippets")
+	return filepath.Join(st.c.NodeRoot(node), s.path, sub)
 }
 
-// syncSnippets makes the snippets volumes of s in m (its volumes on node)
-// the files of its snippets directory. The caller holds mu.
-func (st *state) syncSnippets(node string, s *storageDef, m map[string]*volume) {
-	dir := st.snippetsDir(node, s)
-	files := map[string]os.FileInfo{}
-	if dir != "" {
+// syncFiles makes the volumes of s in m (its volumes on node) of every
+// content kept as files (fileContents) the files of its directory: a
+// file of the content's extensions (contentExt) is a volume
+// <storage>:<content>/<file>, of the format its name says (snippets:
+// "snippet"); a volume whose file went is gone. Hidden files (a
+// writer's temporary ones) are not volumes. The caller holds mu.
+func (st *state) syncFiles(node string, s *storageDef, m map[string]*volume) {
+	for _, content := range fileContents {
+		dir := st.contentDir(node, s, content)
+		if dir == "" {
+			continue
+		}
+		files := map[string]os.FileInfo{}
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
-				continue // a hidden file is a writer's temporary one
+				continue
+			}
+			if re := contentExt[content]; re != nil && !re.MatchString(e.Name()) {
+				continue
 			}
 			if fi, err := e.Info(); err == nil {
-				files[s.id+":snippets/"+e.Name()] = fi
+				files[s.id+":"+content+"/"+e.Name()] = fi
 			}
 		}
-	}
-	for id, v := range m {
-		if v.content == "snippets" && files[id] == nil {
-			delete(m, id)
-		}
-	}
-	for id, fi := range files {
-		v := m[id]
-		if v == nil {
-			v = &volume{volid: id, storage: s.id, content: "snippets", format: "snippet", ctime: fi.ModTime().Unix(),
-				file: filepath.Join(dir, fi.Name())}
-			if !s.shared {
-				v.node = node
+		for id, v := range m {
+			if v.content == content && files[id] == nil {
+				delete(m, id)
 			}
-			m[id] = v
 		}
-		v.size = fi.Size()
+		for id, fi := range files {
+			v := m[id]
+			if v == nil {
+				format := "snippet"
+				if content != "snippets" {
+					format = volumeFormat(content, fi.Name())
+				}
+				v = &volume{volid: id, storage: s.id, content: content, format: format, ctime: fi.ModTime().Unix()}
+				if !s.shared {
+					v.node = node
+				}
+				m[id] = v
+			}
+			v.file = filepath.Join(dir, fi.Name())
+			v.size = fi.Size()
+		}
 	}
+}
+
+// placeFile makes the file of a new volume <content>/<name> of storage
+// s on node, when that content is kept as files: src (a file of the
+// cluster's, moved) or, without one, a sparse file of size bytes. It
+// refuses an existing file, as Proxmox refuses to override one. It
+// returns the file's path ("" when the content is not kept as files).
+// The caller holds mu.
+func (st *state) placeFile(node string, s *storageDef, content, name, src string, size int64) (string, error) {
+	dir := st.contentDir(node, s, content)
+	if dir == "" {
+		return "", nil
+	}
+	dest := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if src == "" {
+		f, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return "", err
+		}
+		err = f.Truncate(size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return dest, err
+	}
+	// A link never replaces a file; across file systems, a copy.
+	if err := os.Link(src, dest); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		if err := copyNew(src, dest); err != nil {
+			return "", err
+		}
+	}
+	_ = os.Chmod(dest, 0o644)
+	_ = os.Remove(src)
+	return dest, nil
+}
+
+// copyNew copies src into dest, a new file.
+func copyNew(src, dest string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(dest)
+	}
+	return err
 }
 
 // snippetVolume resolves the volid of a cicustom entry on node.

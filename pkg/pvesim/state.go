@@ -178,8 +178,8 @@ func (st *state) volumesOn(node, storage string) map[string]*volume {
 		m = map[string]*volume{}
 		st.volumes[k] = m
 	}
-	if s := st.storage(storage); s != nil && st.c.cfg.FileRoot != "" && s.hasContent("snippets") {
-		st.syncSnippets(node, s, m)
+	if s := st.storage(storage); s != nil && st.c.cfg.FileRoot != "" && s.path != "" {
+		st.syncFiles(node, s, m)
 	}
 	return m
 }

@@ -7,9 +7,11 @@ import (
 	"crypto/sha512"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"regexp"
@@ -347,11 +349,17 @@ func hDownloadURL(cl *call) (any, error) {
 		if err == nil && c.st.findVolume(node, volid) != nil {
 			err = fmt.Errorf("refusing to override existing file '%s/%s/%s'", s.path, dir, filename)
 		}
+		var path string
 		if err == nil {
 			if hasSum {
 				t.log = append(t.log, "calculating checksum...OK, checksum verified")
 			}
-			c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: size})
+			if path, err = c.st.placeFile(node, s, content, filename, "", size); err != nil {
+				err = fmt.Errorf("download of '%s' failed: %v", rawURL, err)
+			}
+		}
+		if err == nil {
+			c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: size, file: path})
 			t.log = append(t.log, fmt.Sprintf("download of '%s' to '%s/%s/%s' finished", rawURL, s.path, dir, filename))
 		}
 		t.finish(err)
@@ -359,8 +367,9 @@ func hDownloadURL(cl *call) (any, error) {
 	return t.upid, nil
 }
 
-// contentDirs are the directories of a file storage that hold each uploadable content.
-var contentDirs = map[string]string{"iso": "template/iso", "vztmpl": "template/cache", "import": "import"}
+// contentDirs are the directories of a file storage that hold each content kept as
+// files, as Proxmox lays them out.
+var contentDirs = map[string]string{"iso": "template/iso", "vztmpl": "template/cache", "import": "import", "snippets": "snippets"}
 
 // hUpload stores a file sent as multipart/form-data (ISO images, container templates,
 // import sources) in an imgcopy task, checking the checksum if one is given.
@@ -423,7 +432,17 @@ func hUpload(cl *call) (any, error) {
 		if file.size > avail {
 			return fmt.Errorf("copy failed: error writing '%s': No space left on device", dest)
 		}
-		c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: file.size, file: file.path})
+		// With Config.FileRoot the file moves into the storage's directory.
+		path, err := c.st.placeFile(node, s, content, filename, file.path, file.size)
+		switch {
+		case errors.Is(err, fs.ErrExist):
+			return fmt.Errorf("refusing to override existing file '%s'", dest)
+		case err != nil:
+			return fmt.Errorf("copy failed: %v", err)
+		case path == "":
+			path = file.path
+		}
+		c.st.addVolume(node, &volume{volid: volid, storage: s.id, content: content, format: volumeFormat(content, filename), size: file.size, file: path})
 		t.log = append(t.log, "finished file import successfully")
 		return nil
 	})

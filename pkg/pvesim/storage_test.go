@@ -1,8 +1,16 @@
 package pvesim_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +152,109 @@ func TestISOInCDROM(t *testing.T) {
 	r := call(t, c, testToken, http.MethodDelete, "/nodes/pve1/storage/shared/content/shared:iso/inst.iso", nil)
 	if r.status != http.StatusOK {
 		t.Fatalf("deleting an ISO a VM names: %s", r.reason)
+	}
+}
+
+// TestFileStorageFiles: with Config.FileRoot, a file storage's import
+// and iso content are the files of its import/ and template/iso/
+// directories, as on a Proxmox node: a file written there (by the agent)
+// is listed with its size and the format its name says (hidden and
+// foreign files are not), a disk imports it (import-from, its bytes
+// copied) and a VM takes an ISO as its cdrom; deleting the volume removes
+// the file; the upload endpoint stores its file there too, and refuses
+// an existing one, which it leaves as it was.
+func TestFileStorageFiles(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, pvesim.Config{FileRoot: t.TempDir(), DiskDir: t.TempDir()})
+	cl := pveClient(t, c, testTokenID, testTokenSecret)
+	base := filepath.Join(c.NodeRoot("pve1"), "var", "lib", "vz")
+	importDir, isoDir := filepath.Join(base, "import"), filepath.Join(base, "template", "iso")
+	image := []byte(strings.Repeat("qcow2 image bytes ", 1000))
+	for path, b := range map[string][]byte{
+		filepath.Join(importDir, "a.qcow2"):           image,
+		filepath.Join(importDir, "b.raw"):             []byte("raw"),
+		filepath.Join(importDir, ".fp-upload-1.part"): []byte("partial"),
+		filepath.Join(importDir, "notes.txt"):         []byte("not an import"),
+		filepath.Join(isoDir, "inst.iso"):             []byte("an installer"),
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(content string) map[string]string {
+		t.Helper()
+		r := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/local/content", url.Values{"content": {content}})
+		out := map[string]string{}
+		for _, v := range r.data.([]any) {
+			m := v.(map[string]any)
+			out[m["volid"].(string)] = fmt.Sprintf("%v %v", m["format"], m["size"])
+		}
+		return out
+	}
+	if got, want := list("import"), map[string]string{"local:import/a.qcow2": fmt.Sprintf("qcow2 %d", len(image)), "local:import/b.raw": "raw 3"}; !maps.Equal(got, want) {
+		t.Fatalf("import content %v, want %v", got, want)
+	}
+	if got, want := list("iso"), map[string]string{"local:iso/inst.iso": "iso 12"}; !maps.Equal(got, want) {
+		t.Fatalf("iso content %v, want %v", got, want)
+	}
+	newVM(t, cl, "pve1", 100, proxmox.VirtualMachineOption{Name: "scsi1", Value: "local-lvm:0,import-from=local:import/a.qcow2"},
+		proxmox.VirtualMachineOption{Name: "ide2", Value: "local:iso/inst.iso,media=cdrom"})
+	conf := call(t, c, testToken, http.MethodGet, "/nodes/pve1/qemu/100/config", nil).data.(map[string]any)
+	if conf["ide2"] != "local:iso/inst.iso,media=cdrom" {
+		t.Fatalf("config: %v", conf)
+	}
+	disk, _, _ := strings.Cut(conf["scsi1"].(string), ",")
+	vol := call(t, c, testToken, http.MethodGet, "/nodes/pve1/storage/local-lvm/content/"+disk, nil).data.(map[string]any)
+	if b, err := os.ReadFile(vol["path"].(string)); err != nil || !bytes.HasPrefix(b, image) {
+		t.Fatalf("the imported disk %s: %d bytes, %v", disk, len(b), err)
+	}
+	task := func(r response) string {
+		t.Helper()
+		upid, _ := r.data.(string)
+		if r.status != http.StatusOK || upid == "" {
+			t.Fatalf("no task: %s", r.reason)
+		}
+		var exit string
+		poll.True(t, 10*time.Second, "task "+upid+" ended", func() bool {
+			st := call(t, c, testToken, http.MethodGet, "/nodes/pve1/tasks/"+url.PathEscape(upid)+"/status", nil).data.(map[string]any)
+			exit, _ = st["exitstatus"].(string)
+			return st["status"] == "stopped"
+		})
+		return exit
+	}
+	if exit := task(call(t, c, testToken, http.MethodDelete, "/nodes/pve1/storage/local/content/local:import/b.raw", nil)); exit != "OK" {
+		t.Fatalf("delete: %s", exit)
+	}
+	if _, err := os.Stat(filepath.Join(importDir, "b.raw")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the deleted volume's file: %v", err)
+	}
+	upload := func(name string, b []byte) string {
+		t.Helper()
+		ct, body := multipartBody(t, map[string]string{"content": "import"}, name, b)
+		resp := postBody(t, c, "/nodes/pve1/storage/local/upload", ct, body)
+		defer resp.Body.Close()
+		var out struct{ Data string }
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("upload: %s %v", resp.Status, err)
+		}
+		return task(response{status: http.StatusOK, data: out.Data})
+	}
+	if exit := upload("c.qcow2", image); exit != "OK" {
+		t.Fatalf("upload: %s", exit)
+	}
+	if b, err := os.ReadFile(filepath.Join(importDir, "c.qcow2")); err != nil || !bytes.Equal(b, image) {
+		t.Fatalf("the uploaded file: %d bytes, %v", len(b), err)
+	}
+	if exit := upload("a.qcow2", []byte("other")); !strings.Contains(exit, "refusing to override existing file") {
+		t.Fatalf("an upload over an existing file: %s", exit)
+	}
+	if b, err := os.ReadFile(filepath.Join(importDir, "a.qcow2")); err != nil || !bytes.Equal(b, image) {
+		t.Fatalf("the existing file changed: %d bytes, %v", len(b), err)
+	}
+	if got := list("import"); len(got) != 2 || got["local:import/c.qcow2"] != fmt.Sprintf("qcow2 %d", len(image)) {
+		t.Fatalf("import content after the uploads: %v", got)
 	}
 }

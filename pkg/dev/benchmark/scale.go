@@ -37,6 +37,15 @@ type Scale struct {
 	// ControlNodes is the number of control-plane-only nodes registered
 	// with Headscale beside the agents (0: none).
 	ControlNodes int `json:"control_only_nodes"`
+	// ControlRSS is the orchestrator's RSS once they are registered (before
+	// any agent), ControlRSSPerNode its growth per node over the RSS before
+	// them (MiB), ControlIdleCPU the orchestrator's idle CPU per node while
+	// only they are there (ms per second), ControlRegister how long they
+	// took to register and receive their first netmap (seconds).
+	ControlRSS        float64 `json:"orchestrator_rss_mib_with_control_nodes,omitempty"`
+	ControlRSSPerNode float64 `json:"orchestrator_rss_mib_per_control_node,omitempty"`
+	ControlIdleCPU    float64 `json:"idle_cpu_ms_per_s_per_control_node,omitempty"`
+	ControlRegister   float64 `json:"control_nodes_register_seconds,omitempty"`
 	// GuestsPerZone is the simulated guests of each agent's cluster.
 	GuestsPerZone int `json:"guests_per_zone"`
 	// Enroll is in-process agent start to its host ONLINE in the API,
@@ -53,6 +62,12 @@ type Scale struct {
 	// the run did not measure them (see the report's notes).
 	GatewayChange *Latencies `json:"gateway_change,omitempty"`
 	NetmapUpdate  *Latencies `json:"netmap_update,omitempty"`
+	// JoinRegister is the joined node's registration alone (part of
+	// NetmapUpdate).
+	JoinRegister *Latencies `json:"join_registration,omitempty"`
+	// NetmapMissed counts the control nodes whose map stream had not
+	// carried a joined node within the wait (left out of NetmapUpdate).
+	NetmapMissed int `json:"netmap_update_missed"`
 }
 
 // ScaleStep is the orchestrator's idle cost with Agents agents enrolled.
@@ -151,12 +166,20 @@ func writeScale(w io.Writer, s *Scale) error {
 		fmt.Fprintf(w, "%s: p50 %.0fms p99 %.0fms max %.0fms (%d samples)\n", name, l.P50, l.P99, l.Max, l.Samples)
 	}
 	fmt.Fprintf(w, "control-plane-only nodes: %d\n", s.ControlNodes)
+	if s.ControlNodes > 0 {
+		fmt.Fprintf(w, "  registered in %.1fs; orchestrator RSS with them %.0f MiB (%.3f MiB per node), idle cpu %.4f ms/s per node\n",
+			s.ControlRegister, s.ControlRSS, s.ControlRSSPerNode, s.ControlIdleCPU)
+	}
 	lat("enrollment (start → ONLINE)", s.Enroll)
 	lat("offline detection (killed → OFFLINE)", s.Offline)
 	lat("vms of a VDC in 2 zones", s.VMs)
 	fmt.Fprintf(w, "Proxy calls per vms request: %.2f\n", s.ProxyPerVMs)
 	lat("gateway change → applied", s.GatewayChange)
-	lat("Headscale netmap update on join", s.NetmapUpdate)
+	lat("Headscale netmap update on join (registration start → each peer's map)", s.NetmapUpdate)
+	lat("  of which the join's registration", s.JoinRegister)
+	if s.NetmapMissed > 0 {
+		fmt.Fprintf(w, "  %d control nodes' map streams did not carry a joined node in time\n", s.NetmapMissed)
+	}
 	fmt.Fprintln(w)
 	return nil
 }

@@ -75,6 +75,16 @@ type Config struct {
 	// Profiling starts the orchestrator with -debug-addr on a free
 	// loopback port, so that OrchestratorProfile can fetch its profiles.
 	Profiling bool
+	// EdgeKernels gives every agent an EdgeKernel as its helper, where its
+	// edge gateways end in memory (Cluster.Kernels): gateways can then be
+	// applied without root or network namespaces. False: the agents run
+	// gateways themselves, which needs root.
+	EdgeKernels bool
+	// MeshUploads starts the agents without their data listeners, so
+	// that uploads cross the mesh (UploadVolume) as they do where an
+	// operator configures none. By default each agent serves one on a
+	// free loopback port (agent Config.DataListen), and uploads take it.
+	MeshUploads bool
 }
 
 // Stack is a running orchestrator process with its identity provider;
@@ -110,6 +120,9 @@ type Cluster struct {
 	Direct *proxmox.Client
 	// Agents are the running in-process agents, one per node once started.
 	Agents []*agent.Agent
+	// Kernels are the agents' edge kernels by node name, with
+	// Config.EdgeKernels.
+	Kernels map[string]*EdgeKernel
 }
 
 // Start builds cmd/orchestrator and cmd/agent, starts the identity provider
@@ -307,6 +320,29 @@ func (s *Stack) CreateKey(ctx context.Context, opts meshcontrol.KeyOptions) (str
 	return k.Secret, nil
 }
 
+// DeleteMeshNode removes the mesh nodes named name (their host name)
+// through the orchestrator's local socket, as `orchestrator nodes delete`
+// does; a name no node has deletes nothing.
+func (s *Stack) DeleteMeshNode(ctx context.Context, name string) error {
+	c, err := meshcontrol.Dial(orchestrator.SocketPath(s.dataDir))
+	if err != nil {
+		return fmt.Errorf("benchmark: delete mesh node %s: %w", name, err)
+	}
+	defer c.Close()
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("benchmark: delete mesh node %s: %w", name, err)
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			if err := c.DeleteNode(ctx, n.ID); err != nil {
+				return fmt.Errorf("benchmark: delete mesh node %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // OrchestratorProfile fetches the orchestrator's profile name (as
 // net/http/pprof names them: "profile" for CPU, "heap", ...) with query
 // (e.g. "seconds=8") into path. The stack must have Config.Profiling.
@@ -370,7 +406,9 @@ func (s *Stack) Token(ctx context.Context, user string) (string, error) {
 func (s *Stack) AddCluster(ctx context.Context, name string, nodes, vms int) (*Cluster, error) {
 	secret := strconv.FormatInt(time.Now().UnixNano(), 36) + "x" + name
 	token := "flexplane@pve!agent=" + secret
-	sim, err := pvesim.Start(pvesim.Config{Cluster: name, Nodes: nodes, Tokens: []string{token}})
+	// The nodes' file systems (where the agents write uploads) are
+	// directories of the stack's.
+	sim, err := pvesim.Start(pvesim.Config{Cluster: name, Nodes: nodes, Tokens: []string{token}, FileRoot: filepath.Join(s.cfg.Dir, "files", name)})
 	if err != nil {
 		return nil, fmt.Errorf("benchmark: cluster %s: %w", name, err)
 	}
@@ -513,8 +551,21 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 	for _, c := range cs {
 		for _, node := range c.Sim.NodeNames() {
 			n++
+			dataListen := "127.0.0.1:0"
+			if s.cfg.MeshUploads {
+				dataListen = ""
+			}
 			go func() {
+				var helper string
+				if s.cfg.EdgeKernels {
+					helper = filepath.Join(s.cfg.Dir, "kernels", c.Name+"-"+node+".sock")
+					if _, err := s.startKernel(c, node, helper); err != nil {
+						out <- result{c, nil, err}
+						return
+					}
+				}
 				a, err := agent.Start(ctx, agent.Config{
+					DataListen:         dataListen,
 					ControlURL:         s.url,
 					AuthKey:            s.key,
 					StateDir:           filepath.Join(s.cfg.Dir, "agents", c.Name+"-"+node),
@@ -526,7 +577,9 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 					NodeKeyFile:        c.Sim.NodeFiles(node).Key,
 					NodeCertFile:       c.Sim.NodeFiles(node).Cert,
 					ClusterCAFile:      c.Sim.NodeFiles(node).CA,
+					FileRoot:           c.Sim.NodeRoot(node),
 					Version:            "bench",
+					HelperSocket:       helper,
 					Logger:             s.log.With("component", "agent", "agent", c.Name+"-"+node),
 				})
 				out <- result{c, a, err}
@@ -548,6 +601,36 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 		return fmt.Errorf("benchmark: start agents: %w", err)
 	}
 	return nil
+}
+
+// startKernel starts the edge kernel of c's node at the socket path.
+func (s *Stack) startKernel(c *Cluster, node, path string) (*EdgeKernel, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("benchmark: edge kernel: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := c.Kernels[node]; old != nil {
+		old.Close()
+	}
+	_ = os.Remove(path) // a socket left by a kernel before
+	k, err := StartEdgeKernel(path)
+	if err != nil {
+		return nil, err
+	}
+	if c.Kernels == nil {
+		c.Kernels = map[string]*EdgeKernel{}
+	}
+	c.Kernels[node] = k
+	return k, nil
+}
+
+// Kernel is the edge kernel of the cluster's node (Config.EdgeKernels),
+// nil when it has none.
+func (s *Stack) Kernel(c *Cluster, node string) *EdgeKernel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return c.Kernels[node]
 }
 
 // GraphQLResult is a decoded GraphQL answer.
@@ -684,6 +767,9 @@ func (s *Stack) close() {
 	}
 	for _, c := range cs {
 		c.Sim.Close()
+		for _, k := range c.Kernels {
+			k.Close()
+		}
 	}
 	if s.idp != nil {
 		s.idp.Close()

@@ -47,9 +47,10 @@ func (r *patternReader) Read(p []byte) (int, error) {
 }
 
 // BenchmarkUploadThroughput measures uploadImage of a 2 GiB file
-// (UPLOAD_BENCH_BYTES; multipart, through the API, the mesh to the agent
-// and the agent's POST to Proxmox's upload endpoint, until the image's
-// template is made) against a plain multipart POST of the same bytes
+// (UPLOAD_BENCH_BYTES; multipart, through the API, a ticket over the mesh
+// and the bytes over TLS to the agent's data listener, or over the mesh
+// with UPLOAD_BENCH_MESH=1, and the agent's write into the storage's
+// import directory, until the image's template is made) against a plain multipart POST of the same bytes
 // straight to the same storage of the same simulated Proxmox node (until
 // its task ends), and the orchestrator's resident memory: cmd/orchestrator
 // runs as its own process with production defaults (the stack of this
@@ -82,8 +83,10 @@ func BenchmarkUploadThroughput(b *testing.B) {
 	// allocation profile (allocs.pb.gz, after the runs) and CPU profiles
 	// (cpu-NAME.pb.gz, during each upload) into.
 	profDir := os.Getenv("UPLOAD_BENCH_PROFILE")
+	// UPLOAD_BENCH_MESH=1: the agents serve no data listener, and the
+	// upload crosses the mesh.
 	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "stack"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: profDir != "",
-		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT")})
+		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT"), MeshUploads: os.Getenv("UPLOAD_BENCH_MESH") == "1"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -181,9 +181,10 @@ type Config struct {
 	PVETiming string
 	// Kube runs the orchestrator as Kubernetes runs it: Replicas replicas
 	// behind one front on Addr, on a real kube-apiserver (the Lease, the
-	// catalog in CRDs) with the mesh state in PostgreSQL, all fresh on every
-	// start (see startKube). Needs root (PostgreSQL runs as "nobody"),
-	// `make kube-bin` and `make postgres` (env DEV_KUBE=1).
+	// catalog in CRDs) with a node running pods (NodeName) and the mesh
+	// state in PostgreSQL, all fresh on every start (see startKube). Needs
+	// root (PostgreSQL runs as "nobody"; the node's containerd and kubelet),
+	// `make kube-bin`, `make kube-node` and `make postgres` (env DEV_KUBE=1).
 	Kube bool
 }
 
@@ -466,7 +467,8 @@ func (s *stack) banner(issuer, images string, build, total time.Duration) {
 	if s.kube != nil {
 		lines = append(lines, fmt.Sprintf("replicas %s spreads connections over %s (mesh control leader: Lease default/%s)",
 			s.url, strings.Join(slices.Sorted(maps.Values(s.kube.Replicas)), ", "), LeaseName),
-			"kube     "+s.path("kube", "kube.json")+" (kubeconfig of the kube-apiserver; catalog: kubectl get flexplane)")
+			"kube     "+s.path("kube", "kube.json")+" (kubeconfig of the kube-apiserver; catalog: kubectl get flexplane)",
+			"kube     "+s.kube.Kubeconfig+" (kubeconfig; node "+s.kube.Node+": kubectl get nodes, pods -A; inside the stack's network namespace)")
 	}
 	for _, u := range DemoUsers() {
 		lines = append(lines, fmt.Sprintf("user     %-6s password %-9s %s", u.Username, u.Password, u.About))

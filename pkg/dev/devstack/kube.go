@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/flexplane/flexplane/pkg/catalog/kubestore"
+	"github.com/flexplane/flexplane/pkg/dev/kubenode"
 	"github.com/flexplane/flexplane/pkg/dev/kubetest"
+	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/pgtest"
 	"github.com/flexplane/flexplane/pkg/dev/tcpfront"
 )
@@ -22,6 +24,19 @@ const Replicas = 2
 // LeaseName is the Lease electing the replica that runs the mesh control
 // server, in the namespace "default", with Kube.
 const LeaseName = "flexplane-mesh-control"
+
+// NodeName is the name of the stack's Kubernetes node with Kube.
+const NodeName = "devstack-node"
+
+// clusterControllers are the controllers of kube-controller-manager the
+// stack's cluster runs with Kube: what Deployments, Services, service
+// accounts, namespaces and a node's health need.
+var clusterControllers = []string{
+	"deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller", "job-controller",
+	"endpointslice-controller", "serviceaccount-controller", "serviceaccount-token-controller",
+	"root-ca-certificate-publisher-controller", "namespace-controller", "garbage-collector-controller",
+	"pod-garbage-collector-controller", "node-lifecycle-controller", "ttl-controller", "disruption-controller",
+}
 
 // orchestratorUnit is an orchestrator process of the stack.
 type orchestratorUnit struct {
@@ -37,6 +52,15 @@ type KubeState struct {
 	// Replicas are the orchestrators' own URLs (the stack's URL spreads
 	// connections over them), by process name.
 	Replicas map[string]string `json:"replicas"`
+	// Node is the name of the cluster's node (a kubelet with containerd,
+	// kube-proxy and CoreDNS: pkg/dev/kubenode).
+	Node string `json:"node"`
+	// NodeDir is the node's directory: containerd's and the kubelet's
+	// state and the logs of its processes.
+	NodeDir string `json:"nodeDir"`
+	// NodeCgroup is the cgroup root of the node's pods in each cgroup v1
+	// hierarchy, removed when the stack stops.
+	NodeCgroup string `json:"nodeCgroup"`
 }
 
 // agentDir is the state directory of an agent (or a file next to them):
@@ -50,8 +74,11 @@ func (s *stack) agentDir(name string) string {
 }
 
 // startKube starts what the replicas stand on, fresh on every start: a
-// kube-apiserver with etcd (pkg/dev/kubetest, `make kube-bin`) with the
-// catalog's CRDs, and PostgreSQL (pkg/dev/pgtest, `make postgres`) with
+// kube-apiserver with etcd, the controllers of clusterControllers and the
+// scheduler (pkg/dev/kubetest, `make kube-bin`; pods get their service
+// account's token) with the catalog's CRDs,
+// a node running pods (pkg/dev/kubenode: containerd, the kubelet,
+// kube-proxy, CoreDNS; `make kube-node`), and PostgreSQL (pkg/dev/pgtest, `make postgres`) with
 // Headscale's database. It returns the replicas to run and listens on
 // the stack's address with a front spreading connections over them, as a
 // Service would (to the replicas answering /readyz). The first replica
@@ -80,11 +107,25 @@ func (s *stack) startKube(ctx context.Context, metricsAddr string) (_ []orchestr
 	if err != nil {
 		return nil, nil, err
 	}
-	kube, err := kubetest.Start(ctx, kubetest.Config{BinDir: bin})
+	// The pods reach the API server at the kubernetes Service, whose
+	// endpoint is the namespace's own address.
+	kube, err := kubetest.Start(ctx, kubetest.Config{BinDir: bin, PodAddress: netns.Address,
+		Controllers: clusterControllers, Scheduler: true, ServiceAccounts: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("kube-apiserver (make kube-bin): %w", err)
 	}
 	closers = append(closers, func() { _ = kube.Close() })
+	node, err := kubenode.Start(ctx, kubenode.Config{API: kube, BinDir: bin, Dir: s.path("kube", "node"), Name: NodeName,
+		StartTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the Kubernetes node (make kube-node): %w", err)
+	}
+	closers = append(closers, func() {
+		if err := node.Close(); err != nil {
+			s.log.Error("Kubernetes node: close", "err", err)
+		}
+	})
+	s.log.Info("Kubernetes node Ready", "node", node.Name(), "took", time.Since(t).Round(100*time.Millisecond).String())
 	if err := kubestore.InstallCRDs(ctx, kube.RESTConfig()); err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +150,7 @@ func (s *stack) startKube(ctx context.Context, metricsAddr string) (_ []orchestr
 	if err != nil {
 		return nil, nil, err
 	}
-	st := KubeState{Kubeconfig: kubeconfig, Replicas: map[string]string{}}
+	st := KubeState{Kubeconfig: kubeconfig, Replicas: map[string]string{}, Node: node.Name(), NodeDir: node.Dir(), NodeCgroup: node.CgroupRoot()}
 	var units []orchestratorUnit
 	var backends []string
 	for i := range Replicas {

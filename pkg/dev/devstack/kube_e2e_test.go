@@ -9,19 +9,24 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
+	"github.com/flexplane/flexplane/pkg/dev/kubenode"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
@@ -32,7 +37,9 @@ import (
 // custom resources of the API server; the replica leading the mesh control
 // server SIGKILLed, the stack keeps serving through its URL (a client that
 // retries once sees no failure), another replica (or the killed one,
-// restarted) takes the Lease and every host is ONLINE.
+// restarted) takes the Lease and every host is ONLINE. The cluster has a
+// Ready node on which a pod naming no node is scheduled and runs; the
+// stack stopped, none of the node's processes or cgroups is left.
 func TestKubeStack(t *testing.T) {
 	t.Parallel()
 	repo := stackTestRepo(t, "the DEV_KUBE stack")
@@ -40,7 +47,9 @@ func TestKubeStack(t *testing.T) {
 	bin := buildStack(t)
 	addr, dir := freeAddr(t), filepath.Join(tmp, "dev")
 	ctx := t.Context()
+	began := time.Now()
 	s := startStack(t, bin, repo, addr, dir, "DEV_KUBE=1", "DEV_PVE_TIMING=fast")
+	t.Logf("the stack ready %v after its start (its binaries built already)", time.Since(began).Round(time.Second))
 	admin := s.client(t, "admin")
 
 	var ks devstack.KubeState
@@ -85,6 +94,10 @@ func TestKubeStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The cluster has a Ready node; a pod of the locally built test image
+	// naming no node is scheduled onto it and runs.
+	checkNodeRunsPods(t, cs, ks.Node)
+
 	holder := func() (name string, renewed time.Time) {
 		l, err := cs.CoordinationV1().Leases("default").Get(ctx, devstack.LeaseName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
@@ -157,4 +170,96 @@ func TestKubeStack(t *testing.T) {
 		return true
 	})
 	poll.Until(t, time.Minute, "every host ONLINE through the stack's URL", func() error { return allHostsOnline(ctx, admin) })
+
+	// Stopped, the stack leaves none of the node's processes nor cgroups.
+	stopping := time.Now()
+	s.stop(t)
+	t.Logf("the stack stopped %v after SIGTERM", time.Since(stopping).Round(100*time.Millisecond))
+	checkNodeGone(t, ks)
+}
+
+// checkNodeRunsPods checks that node is Ready and runs a pod of
+// kubenode.TestImage that names no node (the scheduler places it), with
+// its service account's token.
+func checkNodeRunsPods(t *testing.T, cs kubernetes.Interface, node string) {
+	t.Helper()
+	ctx := t.Context()
+	poll.Until(t, time.Minute, "node "+node+" Ready", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", n.Status.Conditions)
+	})
+	grace := int64(2)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "web", Image: kubenode.TestImage, ImagePullPolicy: corev1.PullNever,
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(kubenode.TestImagePort)}},
+					PeriodSeconds: 1,
+				},
+			}},
+		},
+	}
+	// Admitted once the namespace's default service account exists (the
+	// controller makes it at the cluster's start).
+	poll.Until(t, time.Minute, "pod hello admitted", func() error {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	})
+	poll.Until(t, 90*time.Second, "pod hello scheduled onto "+node+", Running and Ready", func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Projected != nil }) {
+			return errors.New("no service account token projected into the pod")
+		}
+		if p.Spec.NodeName != node || p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("on node %q, phase %s, conditions %v", p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("not Ready: %v", p.Status.ContainerStatuses)
+	})
+}
+
+// checkNodeGone checks, once the stack has stopped, that no process of its
+// node (containerd, its shims, the kubelet, kube-proxy, CoreDNS: all of
+// them name the node's directory) runs and its cgroups are gone.
+func checkNodeGone(t *testing.T, ks devstack.KubeState) {
+	t.Helper()
+	if ks.NodeDir == "" || ks.NodeCgroup == "" {
+		t.Fatalf("kube.json names no node directory or cgroup: %+v", ks)
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), ks.NodeDir) {
+			t.Errorf("process %s of the node outlived the stack: %s", e.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	hs, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h.Name(), ks.NodeCgroup)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s of the node in %s outlived the stack (%v)", ks.NodeCgroup, h.Name(), err)
+		}
+	}
 }

@@ -363,6 +363,10 @@ func (u *up) agents(ctx context.Context) (func(), error) {
 				// The node's file system, where the agent writes the
 				// snippets of the VMs' user-data.
 				"FLEXPLANE_FILE_ROOT=" + filepath.Join(s.filesDir(c.Name), node),
+				// The data listener, on the stack namespace's loopback
+				// (which the orchestrators share), a free port each
+				// start: uploads of images take it rather than the mesh.
+				"FLEXPLANE_DATA_LISTEN=127.0.0.1:0",
 			}
 			// Every start runs the agents just built (AgentVersion), not a
 			// version an earlier start updated them to.

@@ -76,6 +76,20 @@ func testImageWalk(t *testing.T, alice *devstack.Client, dir string) {
 	if err != nil || img.Name != "walk-upload" || img.Format != "QCOW2" {
 		t.Fatalf("uploadImage: %+v, %v", img, err)
 	}
+	// The stack's agents serve data listeners: the bytes took one, not
+	// the mesh.
+	poll.True(t, 10*time.Second, "an agent's log of the upload by its data listener", func() bool {
+		logs, _ := filepath.Glob(filepath.Join(dir, "logs", devstack.AgentPrefix+"*.log"))
+		for _, name := range logs {
+			b, _ := os.ReadFile(name)
+			for line := range bytes.Lines(b) {
+				if bytes.Contains(line, []byte(`msg="agent: uploaded"`)) && bytes.Contains(line, []byte(`via="data listener"`)) {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	var nets struct{ Networks []struct{ ID string } }
 	if err := alice.Do(ctx, "dev", `{ networks(zone: "fra1") { id } }`, nil, &nets); err != nil || len(nets.Networks) != 1 {
 		t.Fatalf("network of dev in fra1: %v %v", nets.Networks, err)

@@ -737,6 +737,10 @@ func (n *Node) PodCIDR() string { return n.cfg.PodCIDR }
 // Dir is the node's directory.
 func (n *Node) Dir() string { return n.cfg.Dir }
 
+// CgroupRoot is the node's cgroup root ("/kubenode-<id>"), the parent of its
+// pods' cgroups in each cgroup hierarchy; Close removes it.
+func (n *Node) CgroupRoot() string { return n.cgroupRoot }
+
 // Logs returns the paths of containerd's, the kubelet's, kube-proxy's and
 // CoreDNS's logs.
 func (n *Node) Logs() []string { return append([]string(nil), n.logs...) }

@@ -157,6 +157,14 @@ type Config struct {
 	// "endpointslice-controller" for the EndpointSlices of Services with a
 	// selector. Default none: no controller manager runs.
 	Controllers []string
+	// ServiceAccounts turns the API server's ServiceAccount admission on:
+	// a pod gets its service account's token (a projected volume signed
+	// by the server's key) and must name a service account that exists;
+	// run it with the "serviceaccount-controller" (each namespace's
+	// "default") and "root-ca-certificate-publisher-controller" (the
+	// kube-root-ca.crt ConfigMap the volume holds) in Controllers. Default
+	// off: pods get no token and need no service account.
+	ServiceAccounts bool
 	// Scheduler runs kube-scheduler beside the API server (pods of
 	// Deployments and StatefulSets need it to get a node). Default none:
 	// a test's pods name their node.
@@ -400,6 +408,10 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			return err
 		}
 	}
+	var admission []string
+	if !cfg.ServiceAccounts {
+		admission = []string{"--disable-admission-plugins=ServiceAccount"}
+	}
 	args := func() ([]string, error) {
 		port, err := freePort()
 		if err != nil {
@@ -428,10 +440,9 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 			"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-cluster-ip-range=" + ServiceCIDR,
-			"--disable-admission-plugins=ServiceAccount",
 			"--allow-privileged=true",
 			"--v=0",
-		}, listen...), nil
+		}, append(listen, admission...)...), nil
 	}
 	ready := func(ctx context.Context) error {
 		client, err := rest.HTTPClientFor(s.RESTConfig())
@@ -445,14 +456,19 @@ func (s *Server) startAPIServer(ctx context.Context, cfg Config, etcdURL string)
 
 // startControllerManager runs kube-controller-manager with only
 // cfg.Controllers, as the administrator, without leader election, serving
-// its health checks on loopback only.
+// its health checks on loopback only, with the service accounts' signing
+// key and the server's certificate as the cluster's root CA.
 func (s *Server) startControllerManager(ctx context.Context, cfg Config) error {
 	kubeconfig, err := s.WriteKubeconfig()
 	if err != nil {
 		return err
 	}
+	// The service accounts' token Secrets are signed with the key the API
+	// server verifies them with, and carry its certificate.
+	pki := filepath.Join(s.dir, "pki")
 	return s.startComponent(ctx, cfg, "kube-controller-manager", "controller-manager",
-		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","))
+		"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(cfg.Controllers, ","),
+		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"), "--root-ca-file="+filepath.Join(pki, "tls.crt"))
 }
 
 // startScheduler runs kube-scheduler as the administrator, without leader

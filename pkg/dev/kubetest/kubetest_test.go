@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -258,4 +259,73 @@ func TestSchedulerBindsPods(t *testing.T) {
 		}
 		return fmt.Errorf("too-big: %v", big.Status.Conditions)
 	})
+}
+
+// TestServiceAccounts: with Config.ServiceAccounts (and the service
+// account controllers) a pod gets its service account's token as a
+// projected volume with the cluster's CA, a pod naming a service account
+// that does not exist is refused, and the token the API server issues for
+// the account authenticates as it.
+func TestServiceAccounts(t *testing.T) {
+	t.Parallel()
+	s, err := Start(t.Context(), Config{ServiceAccounts: true,
+		Controllers: []string{"serviceaccount-controller", "root-ca-certificate-publisher-controller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range s.Logs() {
+				t.Log(LogTail(l, 30))
+			}
+		}
+		s.Close()
+	})
+	client, err := kubernetes.NewForConfig(s.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	poll.Until(t, time.Minute, "the default service account and kube-root-ca.crt of default", func() error {
+		if _, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+	pod := func(name, sa string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{ServiceAccountName: sa,
+			Containers: []corev1.Container{{Name: "c", Image: "none.invalid/none:1"}}}}
+	}
+	p, err := client.CoreV1().Pods("default").Create(ctx, pod("p", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	projected := false
+	for _, v := range p.Spec.Volumes {
+		if strings.HasPrefix(v.Name, "kube-api-access-") && v.Projected != nil {
+			projected = true
+		}
+	}
+	if p.Spec.ServiceAccountName != "default" || !projected {
+		t.Fatalf("pod's service account %q, volumes %+v: want default and its token projected", p.Spec.ServiceAccountName, p.Spec.Volumes)
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod("q", "nosuch"), metav1.CreateOptions{}); err == nil {
+		t.Fatal("a pod of a service account that does not exist was admitted")
+	}
+	tok, err := client.CoreV1().ServiceAccounts("default").CreateToken(ctx, "default", &authv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := kubernetes.NewForConfig(s.RESTConfigFor(tok.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := as.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := review.Status.UserInfo.Username; u != "system:serviceaccount:default:default" {
+		t.Fatalf("the token authenticates as %q", u)
+	}
 }

@@ -66,6 +66,7 @@ type Replica struct {
 	revision string                   // the revision in force, protected by mu
 	gen      uint64                   // the status's generation, protected by mu
 	reads    int                      // status requests answered, protected by mu
+	waiting  int                      // status requests waiting for a change, protected by mu
 	applied  chan struct{}            // closed and replaced on every apply, protected by mu
 	changed  chan struct{}            // closed and replaced when gen changes, protected by mu
 }
@@ -128,15 +129,36 @@ func (r *Replica) status(w http.ResponseWriter, req *http.Request) {
 			r.answer(w, st)
 			return
 		}
+		r.mu.Lock()
+		r.waiting++
+		r.mu.Unlock()
 		select {
 		case <-changed:
 		case <-timeout:
+			r.stopWaiting()
 			r.answer(w, st)
 			return
 		case <-req.Context().Done():
+			r.stopWaiting()
 			return
 		}
+		r.stopWaiting()
 	}
+}
+
+// stopWaiting counts a status request that waited no longer waiting.
+func (r *Replica) stopWaiting() {
+	r.mu.Lock()
+	r.waiting--
+	r.mu.Unlock()
+}
+
+// Waiting is how many status requests wait for the status to change
+// from the one the replica has now: a watcher that is up to date.
+func (r *Replica) Waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waiting
 }
 
 // answer writes st and counts it.

@@ -65,9 +65,9 @@ type ClusterSpec struct {
 	// (bytes per second a volume is read for another zone; 0: no bound).
 	MigrationBandwidth int64
 	// Snippets makes storage "local" take `snippets` content (as an
-	// operator enables it for cloud-init user-data), with the nodes' file
-	// systems real directories (pvesim Config.FileRoot) that the agents
-	// write the snippets into (agent Config.FileRoot).
+	// operator enables it for cloud-init user-data). The nodes' file
+	// systems are always real directories (pvesim Config.FileRoot) that
+	// the agents write snippets and uploads into (agent Config.FileRoot).
 	Snippets bool
 	// Helpers runs each agent as the shipped units do: its privileged work
 	// (edge gateways, snippets) through a privileged helper of its own
@@ -75,6 +75,11 @@ type ClusterSpec struct {
 	// Config.HelperSocket). The simulator keeps no guest config files, so
 	// such an agent's helper opens no volume of a move.
 	Helpers bool
+	// DataListen and DataAdvertise are the agents' data listeners
+	// (agent Config.DataListen, DataAdvertise: e.g. "127.0.0.1:0", each
+	// agent on a port of its own); "" serves none, and uploads cross
+	// the mesh.
+	DataListen, DataAdvertise string
 }
 
 type options struct {
@@ -265,10 +270,7 @@ func New(t testing.TB, opts ...Option) *Harness {
 		c.Secret = randomHex(16)
 		c.Token = "flexplane@pve!agent=" + c.Secret
 		simCfg := pvesim.Config{Listen: net.JoinHostPort(o.host, "0"), Cluster: spec.Name, Nodes: spec.Nodes, Tokens: []string{c.Token}, Timing: spec.Timing,
-			DiskDir: t.TempDir()}
-		if spec.Snippets {
-			simCfg.FileRoot = t.TempDir()
-		}
+			DiskDir: t.TempDir(), FileRoot: t.TempDir()}
 		if o.plane != nil {
 			if os.Geteuid() != 0 {
 				t.Fatal("meshtest: WithDataPlane builds network namespaces: run the test as root")
@@ -508,6 +510,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		NodeCertFile:        files.Cert,
 		ClusterCAFile:       files.CA,
 		MigrationBandwidth:  a.Cluster.Spec.MigrationBandwidth,
+		DataListen:          a.Cluster.Spec.DataListen,
+		DataAdvertise:       a.Cluster.Spec.DataAdvertise,
 		Version:             "meshtest",
 		TracerProvider:      a.h.opts.tracer,
 		Logger:              a.h.logger.With("component", "agent", "agent", a.MeshName),

@@ -184,7 +184,7 @@ func startReplicas(t *testing.T, timing pvesim.Timing, extra ...string) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs.sim, err = pvesim.Start(pvesim.Config{Cluster: "ha", Nodes: 4, Tokens: []string{simToken}, DiskDir: t.TempDir(), Timing: timing})
+	rs.sim, err = pvesim.Start(pvesim.Config{Cluster: "ha", Nodes: 4, Tokens: []string{simToken}, DiskDir: t.TempDir(), FileRoot: t.TempDir(), Timing: timing})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +286,7 @@ func (rs *replicaSet) startAgent(node, key string) {
 	a, err := agent.Start(actx, agent.Config{
 		ControlURL: rs.svc.URL(), AuthKey: key, StateDir: shortDir(t, "fpra"), NodeName: node, MeshName: "ha-" + node,
 		ProxmoxURL: rs.sim.URL(), ProxmoxToken: simToken, ProxmoxFingerprint: rs.sim.Fingerprint(), Version: "meshtest",
+		FileRoot:    rs.sim.NodeRoot(node),
 		NodeKeyFile: rs.sim.NodeFiles(node).Key, NodeCertFile: rs.sim.NodeFiles(node).Cert, ClusterCAFile: rs.sim.NodeFiles(node).CA,
 	})
 	if err != nil {

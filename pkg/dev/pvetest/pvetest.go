@@ -38,10 +38,29 @@ func ClientBefore(t testing.TB, sim *pvesim.Cluster, token, method, path string,
 }
 
 // Counter counts the requests a client of CountingClient sent.
-type Counter struct{ n atomic.Int64 }
+type Counter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	paths map[string]int64 // "METHOD path" -> requests; protected by mu
+}
 
 // Requests is how many requests were sent so far.
 func (c *Counter) Requests() int64 { return c.n.Load() }
+
+// Matching is how many requests of method whose path (below /api2/json)
+// ends with suffix were sent so far.
+func (c *Counter) Matching(method, suffix string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for k, v := range c.paths {
+		m, p, _ := strings.Cut(k, " ")
+		if m == method && strings.HasSuffix(p, suffix) {
+			n += v
+		}
+	}
+	return n
+}
 
 // CountingClient is Client whose requests are counted in the Counter it
 // returns: a test's way to tell which clusters a call asked.
@@ -60,6 +79,12 @@ type countRequests struct {
 
 func (c countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.n.Add(1)
+	c.n.mu.Lock()
+	if c.n.paths == nil {
+		c.n.paths = map[string]int64{}
+	}
+	c.n.paths[r.Method+" "+strings.TrimPrefix(r.URL.Path, "/api2/json")]++
+	c.n.mu.Unlock()
 	return c.next.RoundTrip(r)
 }
 

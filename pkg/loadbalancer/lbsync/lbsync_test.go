@@ -111,6 +111,14 @@ func TestStatusWatch(t *testing.T) {
 
 	// Idle: the watch waits (30 s by default) and nothing is pushed.
 	awaitStatus(t, s, func(sts []lbconfig.Status) bool { return len(sts) == 1 && sts[0].Revision == first.Revision })
+	// The watch may answer once more for the push's own change of the
+	// status before it waits on the current one.
+	poll.Until(t, 10*time.Second, "the syncer's watch waiting on the replica's status", func() error {
+		if n := r.Waiting(); n != 1 {
+			return fmt.Errorf("%d status requests waiting", n)
+		}
+		return nil
+	})
 	reads, configs := r.StatusReads(), len(r.Configs())
 	time.Sleep(3 * time.Second) // the span over which nothing may happen
 	if got := r.StatusReads(); got != reads {
@@ -228,24 +236,17 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pki := lbtest.NewPKI(t)
-	r := lbtest.NewReplica(t, pki, "tok")
-	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
+	r, cfg := alpha(t, store, store.Watch)
 	start := func(owns bool) {
-		s := lbsync.New(lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
-			Resync: time.Hour, Changes: store.Watch, Owns: func(string) bool { return owns }})
+		cfg.Owns = func(string) bool { return owns }
+		s := lbsync.New(cfg)
 		go func() { _ = s.Run(ctx) }()
 	}
 	start(false)
 	start(true)
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
 
-	lb := &catalog.LoadBalancer{}
-	lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", "shop"), "red", "alpha"
-	lb.Pools = []catalog.LBPool{{Name: "app", Backends: []catalog.LBBackend{{VMID: 100, Port: 80}}}}
-	lb.Listeners = []catalog.LBListener{{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 8080, Pool: "app"}}
-	lb.PublicAddress = "203.0.113.11"
-	if _, err := catalog.Create(ctx, other, lb); err != nil {
+	if _, err := catalog.Create(ctx, other, balancer("shop", "203.0.113.11")); err != nil {
 		t.Fatal(err)
 	}
 	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
@@ -261,4 +262,66 @@ func TestCatalogChangeStartsAPass(t *testing.T) {
 	if n != 1 {
 		t.Errorf("the change was pushed %d times, want once (by the zone's owner)", n)
 	}
+}
+
+// alpha is a flexgateway replica of zone alpha and the config of a syncer
+// of store's zone alpha to it, on the catalog watch changes, resyncing
+// only after an hour.
+func alpha(t *testing.T, store *catalog.DirStore, changes func(context.Context) <-chan struct{}) (*lbtest.Replica, lbsync.Config) {
+	pki := lbtest.NewPKI(t)
+	r := lbtest.NewReplica(t, pki, "tok")
+	zones := map[string]lbsync.Zone{"alpha": {Zone: loadbalancer.Zone{ListenHost: "0.0.0.0", Frontend: netip.MustParseAddr("198.51.100.5")}, Replicas: []string{r.URL}}}
+	return r, lbsync.Config{Store: store, Secrets: store, Zones: zones, Tokens: map[string]string{"alpha": "tok"}, HTTP: pki.HTTP(t, 5*time.Second),
+		Resync: time.Hour, Changes: changes}
+}
+
+// balancer is VDC red's TCP balancer name in zone alpha at address.
+func balancer(name, address string) *catalog.LoadBalancer {
+	lb := &catalog.LoadBalancer{}
+	lb.Name, lb.VDC, lb.Zone = catalog.LoadBalancerName("red", name), "red", "alpha"
+	lb.Pools = []catalog.LBPool{{Name: "app", Backends: []catalog.LBBackend{{VMID: 100, Port: 80}}}}
+	lb.Listeners = []catalog.LBListener{{Name: "tcp", Protocol: catalog.LBProtocolTCP, Port: 8080, Pool: "app"}}
+	lb.PublicAddress = address
+	return lb
+}
+
+// A catalog watch that breaks (changes may have been missed) makes a pass
+// at once that reads the whole catalog, and the syncer watches again: a
+// balancer the broken watch never signalled is pushed with no Resync, and
+// a change the new watch signals is pushed too.
+func TestBrokenWatchResyncs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store := storeWithZones(t, "alpha")
+	watches := make(chan chan struct{}, 4)
+	r, cfg := alpha(t, store, func(context.Context) <-chan struct{} {
+		ch := make(chan struct{}, 1)
+		watches <- ch
+		return ch
+	})
+	go func() { _ = lbsync.New(cfg).Run(ctx) }()
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return c.Revision != "" && len(c.Balancers) == 0 })
+
+	first := <-watches
+	if _, err := catalog.Create(ctx, store, balancer("shop", "203.0.113.11")); err != nil {
+		t.Fatal(err)
+	}
+	close(first) // the watch broke; the change above was never signalled
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 1 })
+
+	var second chan struct{}
+	poll.True(t, 10*time.Second, "a new watch taken", func() bool {
+		select {
+		case second = <-watches:
+			return true
+		default:
+			return false
+		}
+	})
+	if _, err := catalog.Create(ctx, store, balancer("cart", "203.0.113.12")); err != nil {
+		t.Fatal(err)
+	}
+	second <- struct{}{}
+	r.Await(t, 10*time.Second, func(c lbconfig.Config) bool { return len(c.Balancers) == 2 })
 }

@@ -28,6 +28,9 @@ type registryMetrics struct {
 	// and healthSkipped are its two series.
 	healthChecks               *prometheus.CounterVec
 	healthCalls, healthSkipped prometheus.Counter
+	// livenessTimeouts counts the agents marked offline for answering
+	// nothing over the mesh within Config.LivenessTimeout.
+	livenessTimeouts prometheus.Counter
 }
 
 func newRegistryMetrics() *registryMetrics {
@@ -43,6 +46,8 @@ func newRegistryMetrics() *registryMetrics {
 		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "zone", Name: "agent_health_checks_total",
 			Help: "Agent checks at the registry's refreshes, by outcome: \"called\" (a Health call was sent) or \"skipped\" (the mesh showed the agent online and its sampled Health was not due)."},
 			[]string{"outcome"}),
+		livenessTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Subsystem: "zone", Name: "agent_liveness_timeouts_total",
+			Help: "Agents that were online marked offline for answering neither a mesh ping nor their Health within the liveness timeout."}),
 	}
 	m.healthCalls = m.healthChecks.WithLabelValues("called")
 	m.healthSkipped = m.healthChecks.WithLabelValues("skipped")
@@ -66,6 +71,7 @@ func (r *Registry) Describe(ch chan<- *prometheus.Desc) {
 	r.metrics.requestTime.Describe(ch)
 	r.metrics.mapResyncs.Describe(ch)
 	r.metrics.healthChecks.Describe(ch)
+	r.metrics.livenessTimeouts.Describe(ch)
 	for _, d := range []*prometheus.Desc{descHostUp, descHostStatus, descAgentInfo, descMeshPeers} {
 		ch <- d
 	}
@@ -78,6 +84,7 @@ func (r *Registry) Collect(ch chan<- prometheus.Metric) {
 	r.metrics.requestTime.Collect(ch)
 	r.metrics.mapResyncs.Collect(ch)
 	r.metrics.healthChecks.Collect(ch)
+	r.metrics.livenessTimeouts.Collect(ch)
 	for _, z := range r.Zones() {
 		counts := map[HostStatus]int{StatusOnline: 0, StatusDegraded: 0, StatusOffline: 0}
 		for _, h := range z.Hosts {

@@ -15,6 +15,25 @@
 //     whose HTTP transport is the agents' Proxy RPC over the mesh, so the
 //     orchestrator holds no Proxmox credential.
 //
+// Liveness: a host's ONLINE/OFFLINE follows the mesh, with few calls to
+// the agent. At each refresh (Config.RefreshInterval) the registry reads
+// the control server's node list and the orchestrator's node's view of its
+// peers (no call to any agent); an agent both show online, whose
+// connection is up, is pinged at the mesh's own level (TSMP, answered by
+// the agent's mesh stack; PingTimeout) and gets a Health call only every
+// Config.HealthInterval. When the ping goes unanswered, the mesh stops
+// showing the agent, or its sampled Health is due, it gets a Health call,
+// and while that call runs it is pinged again every PingTimeout (from a
+// quarter of it on, so that a well agent's Health answers first): an agent
+// that was online and answers nothing (ping or Health) within
+// Config.LivenessTimeout of its check's start is marked offline at once,
+// instead of when the Health call's CallTimeout ends. A gone agent is thus
+// offline within a refresh and LivenessTimeout (2s + 2s), while an agent
+// that is slow but alive (its Health slower than LivenessTimeout, a first
+// ping lost) stays online as long as any ping answers: two unanswered
+// pings and no Health answer in 2s are what it takes, and nothing is
+// sent to an idle agent that was not sent before.
+//
 // Nothing is configured by hand and nothing is persisted. It sits in the
 // mesh layer: it may import pkg/proxmox, never a capability; fan-out over
 // its zones is pkg/inventory's, and joining it to a capability's interface
@@ -88,15 +107,17 @@ type MapResyncer interface {
 // Pinger is what a Mesh may also do: ping a peer at the mesh's own level
 // (meshnode.Node.PingPeer), which no service of the agent sees. While an
 // agent's sampled Health is not due, the registry pings it at each
-// refresh instead, so that an agent that is gone is found offline within a
-// refresh and CallTimeout: the control server marks a node offline only
-// seconds after its session ended.
+// refresh instead; and while a Health call to an agent that was online
+// runs, it pings it again, so that an agent that is gone is found offline
+// within a refresh and Config.LivenessTimeout (see Liveness in the package
+// doc): the control server marks a node offline only seconds after its
+// session ended.
 type Pinger interface {
 	PingPeer(ctx context.Context, ip netip.Addr) error
 }
 
-// PingTimeout bounds a Pinger's ping of an agent; an unanswered ping is
-// followed by a Health call at once.
+// PingTimeout bounds one ping of an agent; an unanswered ping is followed
+// by a Health call at once, and by another ping.
 const PingTimeout = time.Second
 
 // KeepaliveTime is how long a connection to an agent may be silent before
@@ -135,6 +156,14 @@ type Config struct {
 	InfoInterval time.Duration
 	// CallTimeout bounds one Info or Health call. Default 3s.
 	CallTimeout time.Duration
+	// LivenessTimeout is how long an agent that was online may answer
+	// nothing over the mesh, from the start of its check at a refresh,
+	// before it is marked offline: neither a mesh ping (sent every
+	// PingTimeout) nor its Health call. An answered ping lets a slow
+	// Health call run for its CallTimeout. It applies when Mesh is a
+	// Pinger; an agent that is gone is then offline within RefreshInterval
+	// plus LivenessTimeout (4s by default). Default 2s.
+	LivenessTimeout time.Duration
 	// Logger receives the registry's logs. Default slog.Default().
 	Logger *slog.Logger
 	// TracerProvider traces the calls to agents (their trace context goes
@@ -316,6 +345,9 @@ func New(cfg Config) (*Registry, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 3 * time.Second
+	}
+	if cfg.LivenessTimeout <= 0 {
+		cfg.LivenessTimeout = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -500,6 +532,8 @@ func (r *Registry) logGraceOver() {
 // check updates one agent's status (and Info when due); reachable is the
 // set of mesh addresses the orchestrator's node sees online.
 func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip.Addr]bool) {
+	began := time.Now()
+	pinger, _ := r.cfg.Mesh.(Pinger)
 	r.mu.Lock()
 	node, client, prev := a.node, a.client, a.status
 	infoDue := a.info == nil || time.Since(a.infoAt) > r.cfg.InfoInterval || prev == StatusOffline || a.provenKey != node.NodeKey
@@ -515,9 +549,9 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	r.mu.Unlock()
 	if quiet {
 		pinged := true
-		if p, ok := r.cfg.Mesh.(Pinger); ok {
-			pctx, cancel := context.WithTimeout(ctx, PingTimeout)
-			err := p.PingPeer(pctx, node.Addr)
+		if pinger != nil {
+			pctx, cancel := context.WithTimeout(ctx, min(PingTimeout, r.cfg.LivenessTimeout))
+			err := pinger.PingPeer(pctx, node.Addr)
 			cancel()
 			if err != nil {
 				r.log.Debug("zones: mesh ping of an online agent failed; calling its Health", "mesh_name", node.Name, "err", err)
@@ -624,7 +658,14 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	r.metrics.healthCalls.Inc()
+	silent := func() bool { return false }
+	if pinger != nil && prev != StatusOffline {
+		// An agent that was online: the call ends when it has answered
+		// nothing over the mesh by LivenessTimeout.
+		silent = watchLiveness(cctx, cancel, pinger, node.Addr, began.Add(r.cfg.LivenessTimeout))
+	}
 	h, err := client.Health(cctx, &agentv1.HealthRequest{})
+	gone := silent()
 	r.mu.Lock()
 	if err == nil {
 		a.healthDue = time.Now().Add(r.cfg.HealthInterval + rand.N(r.cfg.HealthInterval/4+1))
@@ -636,6 +677,11 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		if unseen != "" {
 			r.log.Debug("zones: probe of an agent the mesh does not show", "mesh_name", node.Name, "why", unseen, "err", err)
 			set(StatusOffline, unseen, nil)
+			return
+		}
+		if gone {
+			r.metrics.livenessTimeouts.Inc()
+			set(StatusOffline, fmt.Sprintf("no answer over the mesh (ping or health) within %v", r.cfg.LivenessTimeout), nil)
 			return
 		}
 		set(StatusOffline, "health: "+err.Error(), nil)
@@ -677,6 +723,72 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		return
 	}
 	set(StatusOnline, "", info)
+}
+
+// watchGrace is how long a watched call runs before its agent is pinged:
+// the Health call of an agent that is well answers first, and no ping is
+// sent beside it.
+const watchGrace = PingTimeout / 4
+
+// watchLiveness pings the agent at addr over the mesh while a call to it
+// runs under ctx (from watchGrace on), and ends the call (cancel) when
+// no ping has answered by deadline. The function it returns stops the
+// watch and reports whether the watch ended the call; call it once the
+// call has returned.
+func watchLiveness(ctx context.Context, cancel context.CancelFunc, p Pinger, addr netip.Addr, deadline time.Time) func() bool {
+	wctx, stop := context.WithCancel(ctx)
+	ended := make(chan bool, 1)
+	go func() {
+		if !wait(wctx, min(watchGrace, time.Until(deadline))) {
+			ended <- false // the call returned first
+			return
+		}
+		if !pingUntil(wctx, p, addr, deadline) && wctx.Err() == nil {
+			cancel()
+			ended <- true
+			return
+		}
+		ended <- false
+	}()
+	return func() bool {
+		stop()
+		return <-ended
+	}
+}
+
+// pingUntil pings addr, a ping every PingTimeout at most, until one
+// answers (true) or deadline passes or ctx ends (false).
+func pingUntil(ctx context.Context, p Pinger, addr netip.Addr, deadline time.Time) bool {
+	for {
+		sent := time.Now()
+		left := deadline.Sub(sent)
+		if left <= 0 || ctx.Err() != nil {
+			return false
+		}
+		pctx, cancel := context.WithTimeout(ctx, min(PingTimeout, left))
+		err := p.PingPeer(pctx, addr)
+		cancel()
+		if err == nil {
+			return true
+		}
+		// A ping that failed at once (no route to the peer) is sent again
+		// only when the last one's time is up, not in a busy loop.
+		if !wait(ctx, min(time.Until(sent.Add(PingTimeout)), time.Until(deadline))) {
+			return false
+		}
+	}
+}
+
+// wait waits for d, reporting false when ctx ends first.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // Changed returns a channel closed at the next change of the agents or

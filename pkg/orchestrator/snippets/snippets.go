@@ -1,7 +1,9 @@
 // Package snippets is the orchestrator's compute.SnippetWriter and
 // compute.VolumeUploader: the agent of a snippet's node writes and
 // deletes it (agent RPCs WriteSnippet, DeleteSnippet), and the agent of an
-// upload's node forwards the file to its Proxmox (UploadVolume). It is wiring: the VM lifecycle (pkg/compute) names the
+// upload's node stores the file (UploadVolume over the mesh,
+// or a PUT to its data listener with a ticket of IssueUploadTicket,
+// direct.go). It is wiring: the VM lifecycle (pkg/compute) names the
 // snippets it needs, the fleet (pkg/mesh/fleet) finds the agents, and this
 // package joins them, so that neither imports the other.
 package snippets
@@ -11,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"time"
 
 	"github.com/flexplane/flexplane/pkg/compute"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
@@ -60,24 +64,52 @@ func (w snippetWriter) DeleteSnippet(ctx context.Context, ref compute.SnippetRef
 }
 
 // volumeUploader is a compute.VolumeUploader whose uploads the agent of
-// their node forwards to its Proxmox (agent RPC UploadVolume).
-type volumeUploader struct{ agent AgentFinder }
+// their node stores (into a file storage's directory itself, or through
+// its Proxmox's upload endpoint), the bytes reaching it directly over TLS
+// to the agent's data listener when it has one (agent RPC
+// IssueUploadTicket, direct.go), else over the mesh (agent RPC
+// UploadVolume).
+type volumeUploader struct {
+	agent AgentFinder
+	log   *slog.Logger
+	// directTimeout bounds asking for a ticket and connecting to the data
+	// listener, before any byte of the file is read.
+	directTimeout time.Duration
+}
 
 // NewUploader returns the compute.VolumeUploader over the agents agent
-// finds.
-func NewUploader(agent AgentFinder) compute.VolumeUploader { return volumeUploader{agent} }
+// finds; log receives a warning for each upload that falls back to the
+// mesh because the agent's data listener could not be reached (nil:
+// slog.Default()).
+func NewUploader(agent AgentFinder, log *slog.Logger) compute.VolumeUploader {
+	if log == nil {
+		log = slog.Default()
+	}
+	return volumeUploader{agent: agent, log: log, directTimeout: defaultDirectTimeout}
+}
 
 // uploadChunk is the size of an UploadVolume message's data.
 const uploadChunk = 1 << 20
 
-// UploadVolume implements compute.VolumeUploader: it streams r to the
-// agent of ref's node in chunks, holding one at a time. An error reading
-// r cancels the stream, which makes the agent abort the upload.
+// UploadVolume implements compute.VolumeUploader: it sends r to the agent
+// of ref's node, on its data listener when the agent has one that
+// answers within directTimeout, else over the mesh. Either way an error
+// reading r aborts the upload, so that Proxmox stores nothing.
 func (u volumeUploader) UploadVolume(ctx context.Context, ref compute.UploadRef, size int64, r io.Reader) (compute.UploadResult, error) {
 	c, ok := u.agent(ref.ZoneID, ref.Node)
 	if !ok {
 		return compute.UploadResult{}, fmt.Errorf("snippets: upload %s: no online agent on %s", ref.Filename, ref.Node)
 	}
+	if conn, tk, ok := u.dialDirect(ctx, c, ref, size); ok {
+		return u.uploadDirect(ctx, conn, tk, ref, size, r)
+	}
+	return uploadOverMesh(ctx, c, ref, size, r)
+}
+
+// uploadOverMesh streams r to the agent over the mesh (UploadVolume) in
+// chunks, holding one at a time. An error reading r cancels the stream,
+// which makes the agent abort the upload.
+func uploadOverMesh(ctx context.Context, c agentv1.AgentServiceClient, ref compute.UploadRef, size int64, r io.Reader) (compute.UploadResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.UploadVolume(ctx)

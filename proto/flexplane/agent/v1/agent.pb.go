@@ -1991,6 +1991,166 @@ func (x *UploadVolumeResponse) GetVolume() string {
 	return ""
 }
 
+// IssueUploadTicketRequest names the one file a ticket lets its holder
+// upload (UploadVolumeRequest's first message, without data).
+type IssueUploadTicketRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Proxmox storage id of this node.
+	Storage string `protobuf:"bytes,1,opt,name=storage,proto3" json:"storage,omitempty"`
+	// Proxmox content type: "import" or "iso".
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// The file's name on the storage (UploadVolumeRequest.filename's rules).
+	Filename string `protobuf:"bytes,3,opt,name=filename,proto3" json:"filename,omitempty"`
+	// The file's exact size in bytes; 0 when the sender does not know it.
+	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// The most bytes the upload may carry (the sender's own bound, e.g. a
+	// quota); 0 is the agent's bound (64 GiB). An upload past it is aborted
+	// and stores nothing.
+	MaxSize       int64 `protobuf:"varint,5,opt,name=max_size,json=maxSize,proto3" json:"max_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueUploadTicketRequest) Reset() {
+	*x = IssueUploadTicketRequest{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueUploadTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueUploadTicketRequest) ProtoMessage() {}
+
+func (x *IssueUploadTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueUploadTicketRequest.ProtoReflect.Descriptor instead.
+func (*IssueUploadTicketRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *IssueUploadTicketRequest) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketRequest) GetFilename() string {
+	if x != nil {
+		return x.Filename
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *IssueUploadTicketRequest) GetMaxSize() int64 {
+	if x != nil {
+		return x.MaxSize
+	}
+	return 0
+}
+
+// IssueUploadTicketResponse is a ticket and where to use it.
+type IssueUploadTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bearer credential of the upload: single use, compared in
+	// constant time.
+	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// The URL to PUT the file's bytes to (https://HOST:PORT/...).
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// Lower-case hex SHA-256 of the DER of the data listener's certificate,
+	// which the caller pins (no CA, no host name check).
+	CertSha256 string `protobuf:"bytes,3,opt,name=cert_sha256,json=certSha256,proto3" json:"cert_sha256,omitempty"`
+	// Seconds left for the upload to start; a later start is refused.
+	TtlSeconds    uint32 `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueUploadTicketResponse) Reset() {
+	*x = IssueUploadTicketResponse{}
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueUploadTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueUploadTicketResponse) ProtoMessage() {}
+
+func (x *IssueUploadTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueUploadTicketResponse.ProtoReflect.Descriptor instead.
+func (*IssueUploadTicketResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *IssueUploadTicketResponse) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketResponse) GetCertSha256() string {
+	if x != nil {
+		return x.CertSha256
+	}
+	return ""
+}
+
+func (x *IssueUploadTicketResponse) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
 var File_flexplane_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
@@ -2129,11 +2289,25 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\x04upid\x18\x01 \x01(\tR\x04upid\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06volume\x18\x04 \x01(\tR\x06volume*g\n" +
+	"\x06volume\x18\x04 \x01(\tR\x06volume\"\x99\x01\n" +
+	"\x18IssueUploadTicketRequest\x12\x18\n" +
+	"\astorage\x18\x01 \x01(\tR\astorage\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1a\n" +
+	"\bfilename\x18\x03 \x01(\tR\bfilename\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x19\n" +
+	"\bmax_size\x18\x05 \x01(\x03R\amaxSize\"\x87\x01\n" +
+	"\x19IssueUploadTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
+	"\vcert_sha256\x18\x03 \x01(\tR\n" +
+	"certSha256\x12\x1f\n" +
+	"\vttl_seconds\x18\x04 \x01(\rR\n" +
+	"ttlSeconds*g\n" +
 	"\fHealthStatus\x12\x1d\n" +
 	"\x19HEALTH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15HEALTH_STATUS_SERVING\x10\x01\x12\x1d\n" +
-	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\xa7\t\n" +
+	"\x19HEALTH_STATUS_NOT_SERVING\x10\x022\x99\n" +
+	"\n" +
 	"\fAgentService\x12I\n" +
 	"\x04Info\x12\x1f.flexplane.agent.v1.InfoRequest\x1a .flexplane.agent.v1.InfoResponse\x12O\n" +
 	"\x06Health\x12!.flexplane.agent.v1.HealthRequest\x1a\".flexplane.agent.v1.HealthResponse\x12L\n" +
@@ -2148,7 +2322,8 @@ const file_flexplane_agent_v1_agent_proto_rawDesc = "" +
 	"\fWriteSnippet\x12'.flexplane.agent.v1.WriteSnippetRequest\x1a(.flexplane.agent.v1.WriteSnippetResponse\x12d\n" +
 	"\rDeleteSnippet\x12(.flexplane.agent.v1.DeleteSnippetRequest\x1a).flexplane.agent.v1.DeleteSnippetResponse\x12L\n" +
 	"\x05Prove\x12 .flexplane.agent.v1.ProveRequest\x1a!.flexplane.agent.v1.ProveResponse\x12c\n" +
-	"\fUploadVolume\x12'.flexplane.agent.v1.UploadVolumeRequest\x1a(.flexplane.agent.v1.UploadVolumeResponse(\x012q\n" +
+	"\fUploadVolume\x12'.flexplane.agent.v1.UploadVolumeRequest\x1a(.flexplane.agent.v1.UploadVolumeResponse(\x01\x12p\n" +
+	"\x11IssueUploadTicket\x12,.flexplane.agent.v1.IssueUploadTicketRequest\x1a-.flexplane.agent.v1.IssueUploadTicketResponse2q\n" +
 	"\x10MigrationService\x12]\n" +
 	"\n" +
 	"ReadVolume\x12%.flexplane.agent.v1.ReadVolumeRequest\x1a&.flexplane.agent.v1.ReadVolumeResponse0\x01BAZ?github.com/flexplane/flexplane/proto/flexplane/agent/v1;agentv1b\x06proto3"
@@ -2166,7 +2341,7 @@ func file_flexplane_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_flexplane_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_flexplane_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(HealthStatus)(0),                  // 0: flexplane.agent.v1.HealthStatus
 	(*OfferVolumeRequest)(nil),         // 1: flexplane.agent.v1.OfferVolumeRequest
@@ -2198,6 +2373,8 @@ var file_flexplane_agent_v1_agent_proto_goTypes = []any{
 	(*MetricsResponse)(nil),            // 27: flexplane.agent.v1.MetricsResponse
 	(*UploadVolumeRequest)(nil),        // 28: flexplane.agent.v1.UploadVolumeRequest
 	(*UploadVolumeResponse)(nil),       // 29: flexplane.agent.v1.UploadVolumeResponse
+	(*IssueUploadTicketRequest)(nil),   // 30: flexplane.agent.v1.IssueUploadTicketRequest
+	(*IssueUploadTicketResponse)(nil),  // 31: flexplane.agent.v1.IssueUploadTicketResponse
 }
 var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: flexplane.agent.v1.HealthResponse.status:type_name -> flexplane.agent.v1.HealthStatus
@@ -2215,23 +2392,25 @@ var file_flexplane_agent_v1_agent_proto_depIdxs = []int32{
 	11, // 12: flexplane.agent.v1.AgentService.DeleteSnippet:input_type -> flexplane.agent.v1.DeleteSnippetRequest
 	17, // 13: flexplane.agent.v1.AgentService.Prove:input_type -> flexplane.agent.v1.ProveRequest
 	28, // 14: flexplane.agent.v1.AgentService.UploadVolume:input_type -> flexplane.agent.v1.UploadVolumeRequest
-	13, // 15: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
-	16, // 16: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
-	20, // 17: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
-	25, // 18: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
-	27, // 19: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
-	23, // 20: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
-	2,  // 21: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
-	4,  // 22: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
-	8,  // 23: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
-	7,  // 24: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
-	10, // 25: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
-	12, // 26: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
-	18, // 27: flexplane.agent.v1.AgentService.Prove:output_type -> flexplane.agent.v1.ProveResponse
-	29, // 28: flexplane.agent.v1.AgentService.UploadVolume:output_type -> flexplane.agent.v1.UploadVolumeResponse
-	14, // 29: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
-	16, // [16:30] is the sub-list for method output_type
-	2,  // [2:16] is the sub-list for method input_type
+	30, // 15: flexplane.agent.v1.AgentService.IssueUploadTicket:input_type -> flexplane.agent.v1.IssueUploadTicketRequest
+	13, // 16: flexplane.agent.v1.MigrationService.ReadVolume:input_type -> flexplane.agent.v1.ReadVolumeRequest
+	16, // 17: flexplane.agent.v1.AgentService.Info:output_type -> flexplane.agent.v1.InfoResponse
+	20, // 18: flexplane.agent.v1.AgentService.Health:output_type -> flexplane.agent.v1.HealthResponse
+	25, // 19: flexplane.agent.v1.AgentService.Proxy:output_type -> flexplane.agent.v1.ProxyResponse
+	27, // 20: flexplane.agent.v1.AgentService.Metrics:output_type -> flexplane.agent.v1.MetricsResponse
+	23, // 21: flexplane.agent.v1.AgentService.Update:output_type -> flexplane.agent.v1.UpdateResponse
+	2,  // 22: flexplane.agent.v1.AgentService.OfferVolume:output_type -> flexplane.agent.v1.OfferVolumeResponse
+	4,  // 23: flexplane.agent.v1.AgentService.PullVolume:output_type -> flexplane.agent.v1.PullVolumeResponse
+	8,  // 24: flexplane.agent.v1.AgentService.Console:output_type -> flexplane.agent.v1.ConsoleResponse
+	7,  // 25: flexplane.agent.v1.AgentService.IssueConsoleTicket:output_type -> flexplane.agent.v1.IssueConsoleTicketResponse
+	10, // 26: flexplane.agent.v1.AgentService.WriteSnippet:output_type -> flexplane.agent.v1.WriteSnippetResponse
+	12, // 27: flexplane.agent.v1.AgentService.DeleteSnippet:output_type -> flexplane.agent.v1.DeleteSnippetResponse
+	18, // 28: flexplane.agent.v1.AgentService.Prove:output_type -> flexplane.agent.v1.ProveResponse
+	29, // 29: flexplane.agent.v1.AgentService.UploadVolume:output_type -> flexplane.agent.v1.UploadVolumeResponse
+	31, // 30: flexplane.agent.v1.AgentService.IssueUploadTicket:output_type -> flexplane.agent.v1.IssueUploadTicketResponse
+	14, // 31: flexplane.agent.v1.MigrationService.ReadVolume:output_type -> flexplane.agent.v1.ReadVolumeResponse
+	17, // [17:32] is the sub-list for method output_type
+	2,  // [2:17] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -2248,7 +2427,7 @@ func file_flexplane_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_agent_v1_agent_proto_rawDesc), len(file_flexplane_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

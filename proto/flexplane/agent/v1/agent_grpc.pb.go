@@ -36,6 +36,7 @@ const (
 	AgentService_DeleteSnippet_FullMethodName      = "/flexplane.agent.v1.AgentService/DeleteSnippet"
 	AgentService_Prove_FullMethodName              = "/flexplane.agent.v1.AgentService/Prove"
 	AgentService_UploadVolume_FullMethodName       = "/flexplane.agent.v1.AgentService/UploadVolume"
+	AgentService_IssueUploadTicket_FullMethodName  = "/flexplane.agent.v1.AgentService/IssueUploadTicket"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -137,6 +138,20 @@ type AgentServiceClient interface {
 	// given, or over 64 GiB, DATA_LOSS. On success it answers when Proxmox has taken the whole
 	// upload: the import task's UPID (the file is stored once it ends OK).
 	UploadVolume(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeRequest, UploadVolumeResponse], error)
+	// IssueUploadTicket mints a one-time, short-lived capability to upload
+	// one file into this node's storage over the agent's data listener
+	// instead of UploadVolume: the bulk bytes then travel over TLS beside
+	// the mesh, not through its userspace WireGuard. The ticket is bound to
+	// exactly the storage, content, file name and size bounds asked for;
+	// the answer names the listener's URL and the SHA-256 fingerprint of its
+	// self-signed certificate, which the caller pins. The upload itself is
+	// an HTTP PUT of the file's bytes to that URL with the ticket as bearer
+	// token; the agent forwards them to Proxmox as UploadVolume does and
+	// answers UploadVolumeResponse's fields as JSON. A target UploadVolume
+	// would refuse answers INVALID_ARGUMENT; an agent without a data
+	// listener FAILED_PRECONDITION (the caller then uses UploadVolume); too
+	// many tickets waiting RESOURCE_EXHAUSTED.
+	IssueUploadTicket(ctx context.Context, in *IssueUploadTicketRequest, opts ...grpc.CallOption) (*IssueUploadTicketResponse, error)
 }
 
 type agentServiceClient struct {
@@ -295,6 +310,16 @@ func (c *agentServiceClient) UploadVolume(ctx context.Context, opts ...grpc.Call
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_UploadVolumeClient = grpc.ClientStreamingClient[UploadVolumeRequest, UploadVolumeResponse]
 
+func (c *agentServiceClient) IssueUploadTicket(ctx context.Context, in *IssueUploadTicketRequest, opts ...grpc.CallOption) (*IssueUploadTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueUploadTicketResponse)
+	err := c.cc.Invoke(ctx, AgentService_IssueUploadTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -394,6 +419,20 @@ type AgentServiceServer interface {
 	// given, or over 64 GiB, DATA_LOSS. On success it answers when Proxmox has taken the whole
 	// upload: the import task's UPID (the file is stored once it ends OK).
 	UploadVolume(grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]) error
+	// IssueUploadTicket mints a one-time, short-lived capability to upload
+	// one file into this node's storage over the agent's data listener
+	// instead of UploadVolume: the bulk bytes then travel over TLS beside
+	// the mesh, not through its userspace WireGuard. The ticket is bound to
+	// exactly the storage, content, file name and size bounds asked for;
+	// the answer names the listener's URL and the SHA-256 fingerprint of its
+	// self-signed certificate, which the caller pins. The upload itself is
+	// an HTTP PUT of the file's bytes to that URL with the ticket as bearer
+	// token; the agent forwards them to Proxmox as UploadVolume does and
+	// answers UploadVolumeResponse's fields as JSON. A target UploadVolume
+	// would refuse answers INVALID_ARGUMENT; an agent without a data
+	// listener FAILED_PRECONDITION (the caller then uses UploadVolume); too
+	// many tickets waiting RESOURCE_EXHAUSTED.
+	IssueUploadTicket(context.Context, *IssueUploadTicketRequest) (*IssueUploadTicketResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -442,6 +481,9 @@ func (UnimplementedAgentServiceServer) Prove(context.Context, *ProveRequest) (*P
 }
 func (UnimplementedAgentServiceServer) UploadVolume(grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]) error {
 	return status.Error(codes.Unimplemented, "method UploadVolume not implemented")
+}
+func (UnimplementedAgentServiceServer) IssueUploadTicket(context.Context, *IssueUploadTicketRequest) (*IssueUploadTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueUploadTicket not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -658,6 +700,24 @@ func _AgentService_UploadVolume_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_UploadVolumeServer = grpc.ClientStreamingServer[UploadVolumeRequest, UploadVolumeResponse]
 
+func _AgentService_IssueUploadTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueUploadTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).IssueUploadTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_IssueUploadTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).IssueUploadTicket(ctx, req.(*IssueUploadTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -700,6 +760,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prove",
 			Handler:    _AgentService_Prove_Handler,
+		},
+		{
+			MethodName: "IssueUploadTicket",
+			Handler:    _AgentService_IssueUploadTicket_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
