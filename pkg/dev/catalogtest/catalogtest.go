@@ -568,6 +568,10 @@ func vdcZoneSetNeverLoses(t *testing.T, open Open) {
 	if _, err := catalog.Create(ctx, a, vdc("zoned", 1)); err != nil {
 		t.Fatal(err)
 	}
+	// The other replica's store sees the VDC once its watch brings it.
+	if _, err := Await(t, b, catalog.KindVDC, "zoned", func(catalog.Object) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
 	const n = 12
 	var want []string
 	var wg sync.WaitGroup
