@@ -1,13 +1,17 @@
 package controlplane
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // TestNamespaceLimits: Ensure gives a control plane's namespace a
@@ -109,10 +113,22 @@ func TestNamespaceLimits(t *testing.T) {
 		{pod("too-much-memory", "100m", "128Mi", "2Gi"), "maximum memory usage per Container is 1Gi"},
 		{pod("too-much-cpu", "2", "128Mi", "256Mi"), "exceeded quota"},
 	} {
-		_, err := pods.Create(ctx, c.pod, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("pod %s: %v, want a refusal saying %q", c.pod.Name, err, c.want)
-		}
+		// The API server's admission reads the LimitRange and the quota
+		// (with the status written above) from its caches: a pod admitted
+		// before they caught up is deleted and asked again.
+		poll.Until(t, 30*time.Second, "pod "+c.pod.Name+" refused saying "+c.want, func() error {
+			_, err := pods.Create(ctx, c.pod, metav1.CreateOptions{})
+			if err == nil {
+				if derr := pods.Delete(ctx, c.pod.Name, metav1.DeleteOptions{}); derr != nil {
+					return derr
+				}
+				return fmt.Errorf("pod %s admitted", c.pod.Name)
+			}
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.want) {
+				return fmt.Errorf("pod %s: %v, want a refusal saying %q", c.pod.Name, err, c.want)
+			}
+			return nil
+		})
 	}
 	// A pod without requests or limits gets the LimitRange's defaults and
 	// fits.
