@@ -151,18 +151,11 @@ func TestBinDirFollowsPins(t *testing.T) {
 // the test's own (this package's tests run in the machine's).
 func TestPodAddressRefused(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	var cfgs []Config
 	for _, addr := range []string{"not-an-ip", "127.0.0.1", "0.0.0.0", "::1", "198.18.0.1"} {
-		if s, err := Start(t.Context(), Config{Dir: dir, PodAddress: addr}); err == nil || !strings.Contains(err.Error(), "PodAddress") {
-			if s != nil {
-				_ = s.Close()
-			}
-			t.Errorf("Start with PodAddress %q: %v, want it refused", addr, err)
-		}
+		cfgs = append(cfgs, Config{PodAddress: addr})
 	}
-	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {
-		t.Errorf("a refused start wrote %v (%v)", entries, err)
-	}
+	refusedBeforeStart(t, "PodAddress", cfgs)
 }
 
 // TestControllersRefused checks that a controller name that would change
@@ -170,13 +163,25 @@ func TestPodAddressRefused(t *testing.T) {
 // own) is refused before anything starts.
 func TestControllersRefused(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	var cfgs []Config
 	for _, c := range [][]string{{""}, {"endpointslice-controller,namespace-controller"}, {"a b"}} {
-		if s, err := Start(t.Context(), Config{Dir: dir, Controllers: c}); err == nil || !strings.Contains(err.Error(), "Controllers") {
+		cfgs = append(cfgs, Config{Controllers: c})
+	}
+	refusedBeforeStart(t, "Controllers", cfgs)
+}
+
+// refusedBeforeStart checks that Start refuses each of cfgs naming field,
+// and that a refused start wrote nothing into its directory.
+func refusedBeforeStart(t *testing.T, field string, cfgs []Config) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, cfg := range cfgs {
+		cfg.Dir = dir
+		if s, err := Start(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), field) {
 			if s != nil {
 				_ = s.Close()
 			}
-			t.Errorf("Start with Controllers %q: %v, want it refused", c, err)
+			t.Errorf("Start with %+v: %v, want it refused naming %s", cfg, err, field)
 		}
 	}
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) > 0 {

@@ -14,7 +14,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -150,10 +149,9 @@ func bindingInEffect(ctx context.Context, tenant kubernetes.Interface, role stri
 		}
 		return rev.Status.Allowed, nil
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, grantWait, true, inEffect); err != nil {
-		if wait.Interrupted(err) && ctx.Err() == nil {
-			return fmt.Errorf("bind %s in the tenant cluster: not in effect after %s: %w", role, grantWait, ErrNotReady)
-		}
+	if timedOut, err := awaitAllowed(ctx, inEffect); timedOut {
+		return fmt.Errorf("bind %s in the tenant cluster: not in effect after %s: %w", role, grantWait, ErrNotReady)
+	} else if err != nil {
 		return fmt.Errorf("bind %s in the tenant cluster: %w", role, err)
 	}
 	return nil

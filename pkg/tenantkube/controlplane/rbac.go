@@ -50,13 +50,23 @@ func grant(ctx context.Context, kube kubernetes.Interface, ns, role, user string
 		}
 		return rev.Status.Allowed, nil
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, grantWait, true, inEffect); err != nil {
-		if wait.Interrupted(err) && ctx.Err() == nil {
-			return fmt.Errorf("grant %s: the RoleBinding to %s is not in effect after %s", ns, role, grantWait)
-		}
+	if timedOut, err := awaitAllowed(ctx, inEffect); timedOut {
+		return fmt.Errorf("grant %s: the RoleBinding to %s is not in effect after %s", ns, role, grantWait)
+	} else if err != nil {
 		return fmt.Errorf("grant %s: %w", ns, err)
 	}
 	return nil
+}
+
+// awaitAllowed polls allowed, an access review of a binding just made,
+// for up to grantWait: API servers' authorizers read bindings from a
+// watch. timedOut says the review never allowed it in that time.
+func awaitAllowed(ctx context.Context, allowed func(context.Context) (bool, error)) (timedOut bool, err error) {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, grantWait, true, allowed)
+	if err != nil && wait.Interrupted(err) && ctx.Err() == nil {
+		return true, err
+	}
+	return false, err
 }
 
 // whoami caches the Manager's user name (SelfSubjectReview).
