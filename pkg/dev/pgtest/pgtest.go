@@ -17,6 +17,7 @@ package pgtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -51,22 +53,30 @@ type Config struct {
 	Logger *slog.Logger
 	// StartTimeout bounds initdb and the server's start. Default 60s.
 	StartTimeout time.Duration
+	// Host is the address the server listens on. Default 127.0.0.1; a
+	// test whose pods connect gives an address of its own network
+	// namespace they reach (netns.Address), never one of the machine's.
+	Host string
+	// ClientCIDRs are the networks besides loopback clients may connect
+	// from with a password (pg_hba.conf), e.g. a node's pod CIDR.
+	ClientCIDRs []string
 }
 
 // Server is a running PostgreSQL server.
 type Server struct {
-	// Host and Port are where the server listens (127.0.0.1 and a free
-	// port).
+	// Host and Port are where the server listens (Config.Host and a
+	// free port).
 	Host string
 	Port int
 	// User and Password are the superuser's.
 	User, Password string
 
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the server exited
-	log  *slog.Logger
-	out  *logWriter
+	clients []string // Config.ClientCIDRs
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the server exited
+	log     *slog.Logger
+	out     *logWriter
 
 	mu     sync.Mutex
 	closed bool  // protected by mu
@@ -114,6 +124,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.User == "" {
 		cfg.User = "nobody"
 	}
+	for _, c := range cfg.ClientCIDRs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return nil, fmt.Errorf("pgtest: start: client CIDR: %w", err)
+		}
+	}
+	host := cmp.Or(cfg.Host, "127.0.0.1")
+	// The server's own address may connect too (the superuser's
+	// connections come from it).
+	clients := cfg.ClientCIDRs
+	if a, err := netip.ParseAddr(host); err != nil {
+		return nil, fmt.Errorf("pgtest: start: host: %w", err)
+	} else if !a.IsLoopback() {
+		clients = append([]string{netip.PrefixFrom(a, a.BitLen()).String()}, clients...)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	bin, err := binDir(cfg.BinDir)
@@ -128,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: start: %w", err)
 	}
-	s := &Server{Host: "127.0.0.1", User: "postgres", Password: randomHex(16), dir: dir, log: cfg.Logger, done: make(chan struct{})}
+	s := &Server{Host: host, clients: clients, User: "postgres", Password: randomHex(16), dir: dir, log: cfg.Logger, done: make(chan struct{})}
 	if err := s.start(ctx, bin, cred); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("pgtest: start: %w", err)
@@ -155,8 +179,11 @@ func (s *Server) start(ctx context.Context, bin string, cred *syscall.Credential
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
 	}
+	if err := s.allowClients(filepath.Join(data, "pg_hba.conf")); err != nil {
+		return err
+	}
 
-	port, err := freePort()
+	port, err := freePort(s.Host)
 	if err != nil {
 		return err
 	}
@@ -192,6 +219,25 @@ func (s *Server) start(ctx context.Context, bin string, cred *syscall.Credential
 		close(s.done)
 	}()
 	return s.waitReady(ctx)
+}
+
+// allowClients lets the clients of Config.ClientCIDRs in with a password:
+// initdb's pg_hba.conf allows loopback only.
+func (s *Server) allowClients(hba string) error {
+	if len(s.clients) == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(hba, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("allow clients: %w", err)
+	}
+	for _, c := range s.clients {
+		fmt.Fprintf(f, "host all all %s scram-sha-256\n", c)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("allow clients: %w", err)
+	}
+	return nil
 }
 
 // waitReady polls until the superuser can connect.
@@ -362,8 +408,8 @@ func writeOwned(path, content string, cred *syscall.Credential) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("pick a port: %w", err)
 	}

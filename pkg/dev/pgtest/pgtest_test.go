@@ -63,3 +63,19 @@ func TestServer(t *testing.T) {
 		t.Fatal("server still answers after Close")
 	}
 }
+
+// TestStartRefuses checks that a listen address or client network that is
+// no address is refused before anything starts.
+func TestStartRefuses(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []pgtest.Config{
+		{Host: "localhost"},
+		{ClientCIDRs: []string{"10.0.0.0"}},
+		{ClientCIDRs: []string{"10.0.0.0/8", "nope"}},
+	} {
+		if s, err := pgtest.Start(t.Context(), cfg); err == nil {
+			s.Close()
+			t.Errorf("Start(%+v) started", cfg)
+		}
+	}
+}
