@@ -71,6 +71,32 @@ type Config struct {
 	Created time.Time
 }
 
+// Orchestrator is the orchestrator's image (`make image`): binary
+// (cmd/orchestrator, statically linked for linux) as /usr/bin/orchestrator,
+// its entrypoint with serve as the default command, the built portal
+// directory as /usr/share/flexplane/portal and caBundle (the CA
+// certificates it trusts: the OIDC issuer's, the OTLP collector's) as
+// /etc/ssl/certs/ca-certificates.crt, on the empty base, with every
+// timestamp created.
+func Orchestrator(binary, portal, caBundle string, created time.Time) Config {
+	return Config{
+		Files: []File{
+			{Source: binary, Target: "/usr/bin/orchestrator", Mode: 0o755},
+			{Source: portal, Target: "/usr/share/flexplane/portal"},
+			{Source: caBundle, Target: "/etc/ssl/certs/ca-certificates.crt"},
+		},
+		Entrypoint:   []string{"/usr/bin/orchestrator"},
+		Cmd:          []string{"serve"},
+		Env:          []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt", "FLEXPLANE_DATA_DIR=/var/lib/flexplane"},
+		ExposedPorts: []string{"8080/tcp", "3478/udp"},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":  "flexplane orchestrator",
+			"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
+		},
+		Created: created,
+	}
+}
+
 // Flexgateway is flexgateway's image (`make image-flexgateway`): binary
 // (cmd/flexgateway, statically linked for linux) alone on the empty base
 // as /usr/bin/flexgateway, its entrypoint, with every timestamp created.

@@ -49,22 +49,7 @@ func run(args []string) error {
 		}
 		created = time.Unix(n, 0)
 	}
-	cfg := ociimage.Config{
-		Files: []ociimage.File{
-			{Source: *binary, Target: "/usr/bin/orchestrator", Mode: 0o755},
-			{Source: *portal, Target: "/usr/share/flexplane/portal"},
-			{Source: *caBundle, Target: "/etc/ssl/certs/ca-certificates.crt"},
-		},
-		Entrypoint:   []string{"/usr/bin/orchestrator"},
-		Cmd:          []string{"serve"},
-		Env:          []string{"PATH=/usr/bin:/bin", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt", "FLEXPLANE_DATA_DIR=/var/lib/flexplane"},
-		ExposedPorts: []string{"8080/tcp", "3478/udp"},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":  "flexplane orchestrator",
-			"org.opencontainers.image.source": "https://github.com/flexplane/flexplane",
-		},
-		Created: created,
-	}
+	cfg := ociimage.Orchestrator(*binary, *portal, *caBundle, created)
 	switch *component {
 	case "orchestrator":
 		*ref = cmp.Or(*ref, ociimage.OrchestratorRef)
