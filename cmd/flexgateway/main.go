@@ -15,7 +15,7 @@
 // FLEXGATEWAY_DATA_DIR, FLEXGATEWAY_LOG_LEVEL,
 // FLEXGATEWAY_CADDY_LOG_LEVEL); a flag wins over its variable.
 //
-//	flexgateway probe [-ca-file FILE] [-server-name NAME] [-timeout 5s] URL
+//	flexgateway probe [-ca-file FILE] [-server-name NAME] [-timeout 5s] [-status 200] [-plain-http] URL
 //
 // checks a replica from inside the cluster (the flexgateway chart's `helm
 // test` runs it): GET URL (an https URL, e.g. the zone Service's /readyz)

@@ -56,7 +56,7 @@ const usage = `usage:
   orchestrator releases floor [-data-dir DIR] [-release-dir DIR] -release-key-file FILE FLOOR SIG
   orchestrator releases list [-data-dir DIR] [-release-dir DIR] -release-key-file FILE
   orchestrator egress-proxy [-socket PATH | -listen ADDR] [-allow CIDR,...] [-max-conns N] [-dial-timeout DURATION]
-  orchestrator probe [-ca-file FILE] [-server-name NAME] [-timeout DURATION] URL`
+  orchestrator probe [-ca-file FILE] [-server-name NAME] [-timeout DURATION] [-status N] [-plain-http] URL`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
