@@ -90,3 +90,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A container of the test hook running `orchestrator probe`: image,
+pullPolicy and resources of the dict given. */}}
+{{- define "flexplane.testProbe" -}}
+image: {{ .image | quote }}
+imagePullPolicy: {{ .pullPolicy }}
+resources:
+  {{- toYaml .resources | nindent 2 }}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsNonRoot: true
+  capabilities:
+    drop: ["ALL"]
+{{- end -}}
