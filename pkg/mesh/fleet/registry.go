@@ -288,6 +288,9 @@ type agentState struct {
 	// and the orchestrator's node does not (zero while it does, or the
 	// control server does not).
 	unseenSince time.Time
+	// fromSampler: status is the verdict of the replica sampling the
+	// agent's zone (see Sharing), not of a check of this replica's.
+	fromSampler bool
 }
 
 // Registry discovers agents and zones. Run keeps it current. It is a
@@ -314,6 +317,11 @@ type Registry struct {
 	// snap is the zones built from agents, nil after any change to agents
 	// or their state; protected by mu.
 	snap *snapshot
+	// share is how the liveness checks are shared with the other
+	// replicas (Share); nil: this replica checks every agent. shared is
+	// closed when it is set. Both protected by mu.
+	share  Sharing
+	shared chan struct{}
 }
 
 // snapshot is the zones as of one state of the registry's agents.
@@ -359,7 +367,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg.StaleMapAfter = 10 * cfg.RefreshInterval
 	}
 	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{},
-		started: time.Now(), changed: make(chan struct{})}, nil
+		started: time.Now(), changed: make(chan struct{}), shared: make(chan struct{})}, nil
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
@@ -368,6 +376,16 @@ func New(cfg Config) (*Registry, error) {
 func (r *Registry) Run(ctx context.Context) error {
 	defer r.closeConns()
 	defer r.inflight.Wait()
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		r.followShared(fctx)
+	}()
+	defer func() {
+		stopFollow()
+		<-followed
+	}()
 	t := time.NewTicker(r.cfg.RefreshInterval)
 	defer t.Stop()
 	for wait := true; ; wait = false {
@@ -547,7 +565,27 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		a.conn != nil && a.conn.GetState() == connectivity.Ready &&
 		!a.healthDue.IsZero() && time.Now().Before(a.healthDue)
 	r.mu.Unlock()
-	if quiet {
+	if share, zone := r.follower(a); share != nil {
+		// Another replica samples the zone: its verdict, the mesh's
+		// state and this replica's own failed calls are what call the
+		// agent, never the sampling's turn.
+		if pub, ok := share.Published(zone); ok {
+			if d, ok := pub[node.ID]; ok {
+				r.adopt(a, d)
+				return
+			}
+		}
+		r.mu.Lock()
+		// Its own call failed, the mesh does not show it up, or the
+		// sampler's verdict on it was withdrawn: call it.
+		due := prev == StatusOffline || a.fromSampler || !node.Online || !reachable[node.Addr] || infoDue ||
+			a.conn == nil || a.conn.GetState() != connectivity.Ready
+		r.mu.Unlock()
+		if !due {
+			r.metrics.healthSkipped.Inc()
+			return
+		}
+	} else if quiet {
 		pinged := true
 		if pinger != nil {
 			pctx, cancel := context.WithTimeout(ctx, min(PingTimeout, r.cfg.LivenessTimeout))
@@ -576,6 +614,7 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		if update != nil {
 			a.update = *update
 		}
+		a.fromSampler = false
 		if st != StatusOffline {
 			a.lastHealthy = time.Now()
 		}
