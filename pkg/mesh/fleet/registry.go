@@ -32,7 +32,9 @@
 // that is slow but alive (its Health slower than LivenessTimeout, a first
 // ping lost) stays online as long as any ping answers: two unanswered
 // pings and no Health answer in 2s are what it takes, and nothing is
-// sent to an idle agent that was not sent before.
+// sent to an idle agent that was not sent before. With replicas (Share,
+// sharing.go) only the replica sampling a zone pings and samples its
+// agents; the others follow the mesh and what that replica publishes.
 //
 // Nothing is configured by hand and nothing is persisted. It sits in the
 // mesh layer: it may import pkg/proxmox, never a capability; fan-out over

@@ -26,7 +26,7 @@ type Sharing interface {
 	// when that set changes, and when it begins sampling zone.
 	Publish(ctx context.Context, zone string, down map[uint64]Down) error
 	// Published is what the replica sampling zone last published; ok is
-	// false when nothing was.
+	// false when nothing was. The registry does not modify the map.
 	Published(zone string) (down map[uint64]Down, ok bool)
 	// Changed returns a channel closed at the next change of what is
 	// published or of the zones this replica samples.
@@ -156,8 +156,15 @@ func (r *Registry) followShared(ctx context.Context) {
 			}
 			published[z] = d
 		}
+		pubs := map[string]map[uint64]Down{} // each zone's document, read once
 		for _, a := range followed {
-			if pub, ok := share.Published(zones[a]); ok {
+			z := zones[a]
+			pub, ok := pubs[z]
+			if !ok {
+				pub, _ = share.Published(z)
+				pubs[z] = pub
+			}
+			if pub != nil {
 				if d, ok := pub[a.node.ID]; ok {
 					r.adopt(a, d)
 				}
