@@ -425,6 +425,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	}
 	seen := map[uint64]bool{}
 	var checks []*agentState
+	changed := false // the set of agents, or what the mesh says of one
 	r.mu.Lock()
 	for _, n := range nodes {
 		if !slices.Contains(n.Tags, meshnode.TagAgent) || !n.Addr.IsValid() {
@@ -438,6 +439,9 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 			}
 			a = &agentState{status: StatusOffline}
 			r.agents[n.ID] = a
+			changed = true
+		} else if !sameNode(a.node, n) {
+			changed = true
 		}
 		a.node = n
 		if !a.checking {
@@ -451,9 +455,15 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 				a.conn.Close()
 			}
 			delete(r.agents, id)
+			changed = true
 		}
 	}
-	r.changedLocked() // node names, addresses and the set of agents may have changed
+	if changed {
+		// Zones and hosts are rebuilt, and whoever follows them looks
+		// again, only when the mesh's list changed: an idle refresh
+		// costs them nothing.
+		r.changedLocked()
+	}
 	r.mu.Unlock()
 
 	// One read of the orchestrator node's view for every check (it lists
@@ -493,6 +503,12 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	}
 	r.logGraceOver()
 	return nil
+}
+
+// sameNode reports whether the control server lists a node as it did.
+func sameNode(a, b MeshNode) bool {
+	return a.ID == b.ID && a.Name == b.Name && a.Addr == b.Addr && a.NodeKey == b.NodeKey && a.Online == b.Online &&
+		slices.Equal(a.Tags, b.Tags)
 }
 
 // resyncIfStale asks the mesh for the orchestrator's node's whole map again
@@ -833,8 +849,8 @@ func wait(ctx context.Context, d time.Duration) bool {
 }
 
 // Changed returns a channel closed at the next change of the agents or
-// their state (and at every refresh of the node list): a reader compares
-// what it depends on and takes a new channel.
+// their state (the mesh's list of them included, and the end of the first
+// refresh): a reader compares what it depends on and takes a new channel.
 func (r *Registry) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()

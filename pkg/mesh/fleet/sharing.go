@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"maps"
+	"time"
 )
 
 // Replicas share the liveness checks (Registry.Share): the replica that
@@ -109,6 +110,7 @@ func (r *Registry) followShared(ctx context.Context) {
 	r.mu.Unlock()
 	published := map[string]map[uint64]Down{} // by zone this replica samples: what it last published
 	for {
+		var retry <-chan time.Time // set when a publication failed
 		r.mu.Lock()
 		changed := r.changed
 		var sampled, followed []*agentState
@@ -152,6 +154,7 @@ func (r *Registry) followShared(ctx context.Context) {
 				if ctx.Err() == nil {
 					r.log.Warn("zones: publish the hosts not online", "zone", z, "err", err)
 				}
+				retry = time.After(r.cfg.RefreshInterval)
 				continue
 			}
 			published[z] = d
@@ -176,6 +179,7 @@ func (r *Registry) followShared(ctx context.Context) {
 			return
 		case <-changed:
 		case <-shareChanged:
+		case <-retry:
 		}
 	}
 }
