@@ -150,6 +150,12 @@ func (r *Registry) followShared(ctx context.Context) {
 			if last, ok := published[z]; ok && maps.Equal(last, d) {
 				continue
 			}
+			// What is published already (by a former sampler, say) is
+			// not written again: nothing published means no host down.
+			if cur, ok := share.Published(z); maps.Equal(cur, d) || (!ok && len(d) == 0) {
+				published[z] = d
+				continue
+			}
 			if err := share.Publish(ctx, z, d); err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("zones: publish the hosts not online", "zone", z, "err", err)
