@@ -74,6 +74,7 @@ func kubernetesRights(ns, tenant string) []right {
 	add("infrastructure.flexplane.io", []string{"flexclusters", "flexcontrolplanes", "flexmachines", "flexmachinetemplates"}, "", "list", "watch")
 	add("apiextensions.k8s.io", []string{"customresourcedefinitions"}, "", "get", "list", "watch")
 	add("coordination.k8s.io", []string{"leases"}, ns, "get", "create", "update")
+	add("", []string{"configmaps"}, ns, "get", "list", "watch", "create", "update")
 	add("flexplane.io", []string{"vdcs", "images", "computeprofiles"}, ns, all...)
 	return rs
 }
