@@ -2,6 +2,7 @@ package privhelper_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -337,13 +338,21 @@ func (c *cutAt) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// plant writes "first" into path at its first read, and gives no bytes.
+type plant struct{ path string }
+
+func (p *plant) Read([]byte) (int, error) {
+	return 0, cmp.Or(os.WriteFile(p.path, []byte("first"), 0o644), io.EOF)
+}
+
 // TestHelperUploads: an upload is written only into a configured upload
 // directory of its content, under a plain name of its content's
 // extension, 0644 and owned by root, with the bytes sent; a name with a
 // path or another extension, a directory not configured (or one of
 // another content), a body shorter or longer than announced or past its
 // bound, a broken stream and an existing name (a link to a file outside
-// among them) are refused and leave nothing, not even a temporary file.
+// among them, and one that appears while the bytes come) are refused and
+// leave nothing, not even a temporary file.
 func TestHelperUploads(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -414,6 +423,17 @@ func TestHelperUploads(t *testing.T) {
 			t.Errorf("%s: %v, want %s", tc.what, err, tc.want)
 		}
 	}
+	// A file of the name appears while the bytes come (another upload of
+	// it won): the helper's link does not replace it.
+	raced := filepath.Join(imports, "raced.qcow2")
+	body := io.MultiReader(&plant{path: raced}, bytes.NewReader(file))
+	if _, err := c.WriteUpload(ctx, imports, "import", "raced.qcow2", int64(len(file)), 0, body); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("an upload whose name appeared meanwhile: %v, want AlreadyExists", err)
+	}
+	if b, err := os.ReadFile(raced); err != nil || string(b) != "first" {
+		t.Errorf("the file that appeared meanwhile: %d bytes, %v, want it kept", len(b), err)
+	}
+	before[raced] = []byte("first")
 	// A broken stream: the helper sees the call end and removes its file.
 	if _, err := c.WriteUpload(ctx, imports, "import", "broken.qcow2", 0, 0, &cutAt{data: file}); err == nil || err.Error() != "connection lost" {
 		t.Errorf("a broken upload: %v, want the reader's error", err)
