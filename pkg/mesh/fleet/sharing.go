@@ -115,9 +115,10 @@ func (r *Registry) followShared(ctx context.Context) {
 		changed := r.changed
 		var sampled, followed []*agentState
 		zones := map[*agentState]string{}
+		ids := map[*agentState]uint64{} // read under mu: a refresh rewrites a.node
 		for _, a := range r.agents {
 			if z, ok := a.zoneName(); ok {
-				zones[a] = z
+				zones[a], ids[a] = z, a.node.ID
 			}
 		}
 		r.mu.Unlock()
@@ -174,7 +175,7 @@ func (r *Registry) followShared(ctx context.Context) {
 				pubs[z] = pub
 			}
 			if pub != nil {
-				if d, ok := pub[a.node.ID]; ok {
+				if d, ok := pub[ids[a]]; ok {
 					r.adopt(a, d)
 				}
 			}
