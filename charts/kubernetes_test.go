@@ -74,6 +74,7 @@ func kubernetesRights(ns, tenant string) []right {
 	add("infrastructure.flexplane.io", []string{"flexclusters", "flexcontrolplanes", "flexmachines", "flexmachinetemplates"}, "", "list", "watch")
 	add("apiextensions.k8s.io", []string{"customresourcedefinitions"}, "", "get", "list", "watch")
 	add("coordination.k8s.io", []string{"leases"}, ns, "get", "create", "update")
+	add("", []string{"configmaps"}, ns, "get", "list", "watch", "create", "update")
 	add("flexplane.io", []string{"vdcs", "images", "computeprofiles"}, ns, all...)
 	return rs
 }
@@ -205,12 +206,16 @@ func TestKubernetesRights(t *testing.T) {
 	}
 	// Nor read a Secret or a workload there: Cluster API's controllers
 	// watch only the clusters' namespaces. In its own namespace it reads
-	// its Secrets by name only.
+	// its Secrets by name only (and the ConfigMaps the sync shards' owners
+	// publish).
 	for _, other := range []string{"kube-system", "default", "other", "", ns} {
 		for _, r := range []right{{verb: "get", resource: "secrets"}, {verb: "list", resource: "secrets"}, {verb: "watch", resource: "secrets"},
 			{verb: "list", resource: "configmaps"}, {verb: "list", resource: "services"}, {verb: "list", resource: "persistentvolumeclaims"},
 			{verb: "get", group: "apps", resource: "deployments"}, {verb: "list", group: "apps", resource: "deployments"},
 			{verb: "list", group: "apps", resource: "statefulsets"}} {
+			if other == ns && r.resource == "configmaps" {
+				continue // the sync shards' published hosts, not secret
+			}
 			r.namespace = other
 			elsewhere = append(elsewhere, r)
 		}

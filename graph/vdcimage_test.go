@@ -1,6 +1,7 @@
 package graph_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -302,4 +305,55 @@ func TestVDCImageFromVM(t *testing.T) {
 	}
 	h.GraphQL(t, tn.bob, tn.blue, createVM, vmIn("copy", "golden")).OK(t).Into(t, "createVM", &created)
 	awaitCreate(t, h, tn.bob, tn.blue, created.Operation.ID)
+}
+
+// TestVDCImageUploadThroughTheHelper: with the agent run as the shipped
+// units run it (unprivileged, its privileged helper writing its files),
+// an uploadImage through the orchestrator is written into the storage's
+// import directory by the helper (not POSTed to Proxmox), with the
+// checksum of the bytes sent, leaves nothing in that directory once its
+// template is made, and a VM is created from the image.
+func TestVDCImageUploadThroughTheHelper(t *testing.T) {
+	t.Parallel()
+	rec := meshtest.NewLogRecorder()
+	h := meshtest.New(t, meshtest.WithLogHandler(rec),
+		meshtest.WithClusters(meshtest.ClusterSpec{Name: "alpha", Nodes: 1, Helpers: true, DataListen: "127.0.0.1:0"}),
+		meshtest.WithAPI(meshtest.APISpec{}))
+	h.WaitOnline(t, 30*time.Second)
+	seedCatalog(t, h, "alpha")
+	file := make([]byte, 2<<20+333)
+	for i := range file {
+		file[i] = byte(i * 7)
+	}
+	sum := sha256.Sum256(file)
+	var img struct{ Checksum string }
+	r, err := upload(t, h, "bob", "blue", map[string]any{"name": "app", "format": "RAW", "cloudInit": true}, bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.OK(t).Into(t, "uploadImage", &img)
+	if img.Checksum != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Fatalf("uploadImage: checksum %s", img.Checksum)
+	}
+	var line string
+	for l := range strings.Lines(string(rec.Bytes())) {
+		if strings.Contains(l, "agent: uploaded") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "by=helper") || !strings.Contains(line, `upid=""`) || !strings.Contains(string(rec.Bytes()), "privhelper: upload written") {
+		t.Fatalf("the upload was not written by the helper: %q", line)
+	}
+	// The template is made from the file, which is then deleted: nothing
+	// is left in the directory, no temporary file either.
+	imports := filepath.Join(h.Clusters[0].Sim.NodeRoot("pve1"), "var", "lib", "vz", "import")
+	if ents, err := os.ReadDir(imports); err != nil || len(ents) != 0 {
+		t.Fatalf("the import directory holds %v (%v), want nothing", ents, err)
+	}
+	net := createNetworks(t, h, "bob", "blue", "alpha")["alpha"]
+	var created struct{ Operation gqlOp }
+	h.GraphQL(t, "bob", "blue", createVM, map[string]any{"in": map[string]any{"name": "from-upload", "zone": "alpha", "image": "app",
+		"computeProfile": "small", "storageProfile": "ssd", "diskGiB": 4, "nics": []any{map[string]any{"network": net}}, "sshKeys": []string{sshKey}, "user": "bob"}}).
+		OK(t).Into(t, "createVM", &created)
+	awaitCreate(t, h, "bob", "blue", created.Operation.ID)
 }

@@ -51,7 +51,7 @@ func (u unit) is(key, want string) bool {
 // and keep the hardening the agent's split relies on: the agent runs as
 // the fixed user the helper serves, with no capability, a read-only
 // system and no devices, and finds the helper's socket; the helper keeps
-// only CAP_NET_ADMIN and CAP_SYS_ADMIN, reaches only unix and netlink
+// only CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_CHOWN, reaches only unix and netlink
 // sockets, may create only network namespaces, serves the agent's user
 // from its runtime directory, and stays in the node's mount namespace
 // (where the gateways' named namespaces must be); the sysusers file makes
@@ -112,7 +112,7 @@ func TestSystemdUnits(t *testing.T) {
 	}
 	for key, want := range map[string]string{
 		"Group": "flexplane-agent", "RuntimeDirectory": "flexplane-agent-helper", "RuntimeDirectoryMode": "0750",
-		"CapabilityBoundingSet": "CAP_NET_ADMIN CAP_SYS_ADMIN", "NoNewPrivileges": "yes",
+		"CapabilityBoundingSet": "CAP_NET_ADMIN CAP_SYS_ADMIN CAP_CHOWN", "NoNewPrivileges": "yes",
 		"RestrictAddressFamilies": "AF_UNIX AF_NETLINK", "RestrictNamespaces": "net", "SystemCallArchitectures": "native",
 	} {
 		if !h.is(key, want) {

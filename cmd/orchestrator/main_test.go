@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/flexplane/flexplane/graph/server"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
+	"github.com/flexplane/flexplane/pkg/tenantkube/controlplane"
 )
 
 // TestKeys drives `orchestrator keys` against a running orchestrator.
@@ -342,5 +344,62 @@ func TestServeLBTokenFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("serve %v: %v, want an error about %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestServeControlPlaneValues: -kubernetes-controlplane-values reaches the
+// hosted control planes' chart values, a new copy for each cluster; a file
+// that is missing, not a mapping, sets what each cluster derives, or that
+// the chart's schema refuses stops serve before anything starts, naming
+// the flag.
+func TestServeControlPlaneValues(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	config := func(values string) (orchestrator.Config, error) {
+		f, err := parseServeFlags([]string{"-data-dir", t.TempDir(), "-kubernetes-controlplane-values", values})
+		if err != nil {
+			return orchestrator.Config{}, err
+		}
+		cfg, closeFiles, err := f.config(slog.New(slog.DiscardHandler))
+		if closeFiles != nil {
+			closeFiles()
+		}
+		return cfg, err
+	}
+	cfg, err := config(file("good.yaml", "images: {registry: registry.example/k8s, pullPolicy: Never}\napiServer: {replicas: 1}\netcd:\n  storage: {storageClass: local, size: 1Gi}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := cfg.API.Kubernetes.ControlPlaneValues
+	if values == nil {
+		t.Fatal("no control plane values in the config")
+	}
+	first := values(controlplane.Spec{Cluster: "a"})
+	first["apiServer"].(map[string]any)["port"] = 7443 // as the Manager merges into it
+	second := values(controlplane.Spec{Cluster: "b"})
+	if got := fmt.Sprint(second["images"], second["apiServer"], second["etcd"]); got != "map[pullPolicy:Never registry:registry.example/k8s] map[replicas:1] map[storage:map[size:1Gi storageClass:local]]" {
+		t.Errorf("a cluster's values: %s", got)
+	}
+	for name, c := range map[string]struct{ content, want string }{
+		"list.yaml":     {"- images\n", "want a YAML mapping"},
+		"derived.yaml":  {"endpoint: 10.0.0.1:6443\ncluster: x\n", "cluster, endpoint derived from each cluster"},
+		"schema.yaml":   {"images: {pullPolicy: Sometimes}\n", "pullPolicy"},
+		"replicas.yaml": {"apiServer: {replicas: 0}\n", "replicas"},
+		"unknown.yaml":  {"apiServr: {replicas: 1}\n", "apiServr"},
+	} {
+		_, err := config(file(name, c.content))
+		if err == nil || !strings.Contains(err.Error(), "-kubernetes-controlplane-values") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming the flag and %q", name, err, c.want)
+		}
+	}
+	if _, err := config(filepath.Join(dir, "missing.yaml")); err == nil || !strings.Contains(err.Error(), "-kubernetes-controlplane-values") {
+		t.Errorf("a missing file: %v", err)
 	}
 }

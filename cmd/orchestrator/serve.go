@@ -131,6 +131,7 @@ type serveFlags struct {
 	managedKube                                              bool
 	kubeVersions, workerImage, workerImages, kubeServiceType string
 	kubeNamespaceRole                                        string
+	kubeCPValues                                             string
 	kubeconfigTTL                                            time.Duration
 	images                                                   map[string]string // parsed from workerImages by check
 }
@@ -215,6 +216,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.workerImages, "kubernetes-worker-images", env("FLEXPLANE_KUBERNETES_WORKER_IMAGES", ""), "catalog images of Kubernetes worker VMs by version, comma-separated version=image pairs (e.g. v1.37.2=debian-13-kube-1.37); other versions use -kubernetes-worker-image (env FLEXPLANE_KUBERNETES_WORKER_IMAGES)")
 	fs.StringVar(&f.kubeServiceType, "kubernetes-apiserver-service-type", env("FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE", "LoadBalancer"), "type of the hosted API servers' Services; the edge gateways forward workers to the address a LoadBalancer Service is given (env FLEXPLANE_KUBERNETES_APISERVER_SERVICE_TYPE)")
 	fs.StringVar(&f.kubeNamespaceRole, "kubernetes-namespace-role", env("FLEXPLANE_KUBERNETES_NAMESPACE_ROLE", ""), "ClusterRole holding the orchestrator's rights in a cluster's namespace (the chart's <fullname>-controlplane), bound there when the namespace is made; empty: the orchestrator's rights are cluster-wide (env FLEXPLANE_KUBERNETES_NAMESPACE_ROLE)")
+	fs.StringVar(&f.kubeCPValues, "kubernetes-controlplane-values", env("FLEXPLANE_KUBERNETES_CONTROLPLANE_VALUES", ""), "YAML file of flexkube chart values every hosted control plane gets, merged over the ones derived from its cluster: the site's image registry and pull policy, etcd's storage class and size, replicas and resources (checked against the chart's schema at the start); empty: the chart's defaults (env FLEXPLANE_KUBERNETES_CONTROLPLANE_VALUES)")
 	fs.DurationVar(&f.kubeconfigTTL, "kubeconfig-ttl", 8*time.Hour, "lifetime of the client certificate of a kubeconfig issued by issueKubeconfig (at most 24h): also the longest a member removed from a VDC keeps access")
 	fs.DurationVar(&f.probation, "update-host-timeout", 3*time.Minute, "how long one host's agent update may take in a rollout, from sending the release to the end of its probation")
 	if err := fs.Parse(args); err != nil {
@@ -317,6 +319,16 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 	if err != nil {
 		return orchestrator.Config{}, nil, err
 	}
+	var cpValues func(controlplane.Spec) map[string]any
+	if f.kubeCPValues != "" {
+		data, err := os.ReadFile(f.kubeCPValues)
+		if err != nil {
+			return orchestrator.Config{}, nil, fmt.Errorf("-kubernetes-controlplane-values: %w", err)
+		}
+		if cpValues, err = controlplane.SiteValues(data); err != nil {
+			return orchestrator.Config{}, nil, fmt.Errorf("-kubernetes-controlplane-values %s: %w", f.kubeCPValues, err)
+		}
+	}
 	var site http.Handler
 	if f.portalDir != "" {
 		p, err := portal.New(portal.Config{Dir: f.portalDir, Issuer: f.issuer, ClientID: f.audience, CLIClientID: f.cliClientID, Logger: logger})
@@ -372,7 +384,7 @@ func (f *serveFlags) config(logger *slog.Logger) (_ orchestrator.Config, closeFi
 			LoadBalancers:            lbs,
 			Kubernetes: orchestrator.ManagedKubernetesConfig{Enabled: f.managedKube, Versions: strings.Split(f.kubeVersions, ","),
 				WorkerImage: f.workerImage, WorkerImages: f.images, KubeconfigTTL: f.kubeconfigTTL, APIServerServiceType: f.kubeServiceType,
-				NamespaceRole: f.kubeNamespaceRole},
+				NamespaceRole: f.kubeNamespaceRole, ControlPlaneValues: cpValues},
 		},
 		Kube: f.cat.kube(),
 		Replication: orchestrator.ReplicationConfig{PeerURL: f.peerURL, LeaseName: f.leaseName, SyncShards: f.syncShards,

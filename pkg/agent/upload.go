@@ -3,7 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,44 +10,41 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"io/fs"
 	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	agentv1 "github.com/flexplane/flexplane/proto/flexplane/agent/v1"
 )
 
 // Uploads. A tenant's image reaches a node's storage through the agent:
 // the orchestrator streams the file's bytes (UploadVolume) and the agent
 // stores them as they come, hashing them. Into a file storage (dir, nfs,
-// cifs...: its config has a path) the agent writes the file itself, into
-// the storage's import/ or template/iso/ directory under Config.FileRoot,
-// as Proxmox lays them out: one write of each byte, no TLS hop to
-// Proxmox, no spool. Into any other storage, and when a helper does the
-// agent's file work, it forwards the bytes as the multipart body of one
-// POST to the local Proxmox's upload endpoint, with its own token. The
-// agent holds at most one chunk of the file; a stream of another length
-// than announced (a client that went away, a cut connection) stores
-// nothing. The same entry point (store) serves the data listener's direct
-// uploads (dataplane.go), which carry the bytes beside the mesh.
+// cifs...: its config has a path) the file is written straight into the
+// storage's import/ or template/iso/ directory under Config.FileRoot, as
+// Proxmox lays them out (privhelper.CreateUpload): by the agent itself
+// when it runs without a helper, else by its helper, to which the agent
+// streams the bytes over the helper's socket (privhelper
+// Client.WriteUpload), and which checks the directory, the name and the
+// length again itself. One write of each byte, no TLS hop to Proxmox, no
+// spool. Into any other storage, and into a directory whose file system
+// neither links files nor renames without replacing, the agent forwards
+// the bytes as the multipart body of one POST to the local Proxmox's
+// upload endpoint, with its own token. The agent holds at most one chunk
+// of the file; a stream of another length than announced (a client that
+// went away, a cut connection) stores nothing. The same entry point
+// (store) serves the data listener's direct uploads (dataplane.go), which
+// carry the bytes beside the mesh.
 
 // MaxUploadBytes bounds a file UploadVolume takes.
-const MaxUploadBytes = 64 << 30
-
-// uploadExt is the file name each uploadable content type takes.
-var uploadExt = map[string]*regexp.Regexp{
-	"import": regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.(qcow2|raw|img)$`),
-	"iso":    regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\.iso$`),
-}
+const MaxUploadBytes = privhelper.MaxUploadBytes
 
 // uploadTarget is where an upload goes: UploadVolume's first message,
 // or what an upload ticket is bound to.
@@ -64,33 +60,15 @@ func (t uploadTarget) volume() string { return t.storage + ":" + t.content + "/"
 
 // limit is the most bytes the upload may carry: its exact size when
 // known, else its bound.
-func (t uploadTarget) limit() int64 {
-	switch {
-	case t.size > 0:
-		return t.size
-	case t.maxSize > 0:
-		return t.maxSize
-	}
-	return MaxUploadBytes
-}
+func (t uploadTarget) limit() int64 { return privhelper.UploadLimit(t.size, t.maxSize) }
 
 // check validates an upload's target.
 func (t uploadTarget) check() error {
 	if !segmentName(t.storage) {
 		return status.Errorf(codes.InvalidArgument, "agent: %q is not a storage id", t.storage)
 	}
-	re := uploadExt[t.content]
-	if re == nil {
-		return status.Errorf(codes.InvalidArgument, "agent: content %q is not import or iso", t.content)
-	}
-	if !re.MatchString(t.filename) || strings.Contains(t.filename, "..") {
-		return status.Errorf(codes.InvalidArgument, "agent: %q is not a file name of %s content", t.filename, t.content)
-	}
-	if t.size < 0 || t.size > MaxUploadBytes {
-		return status.Errorf(codes.InvalidArgument, "agent: size %d is not between 0 (unknown) and %d bytes", t.size, int64(MaxUploadBytes))
-	}
-	if t.maxSize < 0 || t.maxSize > MaxUploadBytes || (t.maxSize > 0 && t.size > t.maxSize) {
-		return status.Errorf(codes.InvalidArgument, "agent: bound %d is not between 0 (the agent's) and %d bytes, nor under the size %d", t.maxSize, int64(MaxUploadBytes), t.size)
+	if err := privhelper.CheckUpload(t.content, t.filename, t.size, t.maxSize); err != nil {
+		return status.Error(codes.InvalidArgument, "agent: "+err.Error())
 	}
 	return nil
 }
@@ -151,29 +129,41 @@ func (r *streamReader) Read(p []byte) (int, error) {
 
 // store stores what r reads (a checked target's file, until io.EOF) on
 // this node, hashing it on the way. Into a file storage (one whose
-// config has a path), when the agent writes files itself (no helper), it
-// writes the file straight into the storage's directory (writeUpload);
-// into any other storage, it sends the file as the file part of one
-// multipart POST to the local Proxmox's upload endpoint (postUpload). A
-// read error, or a file of another length than t's size or past its
-// bound, ends the upload with nothing stored. Its errors are gRPC
-// statuses; via names the path the bytes came by, for the log.
+// config has a path), it writes the file straight into the storage's
+// directory: itself (writeUpload) or, when a helper does the agent's file
+// work, through the helper; into any other storage, or a directory that
+// links no files, it sends the file as the file part of one multipart
+// POST to the local Proxmox's upload endpoint (postUpload). A read error,
+// or a file of another length than t's size or past its bound, ends the
+// upload with nothing stored. Its errors are gRPC statuses; via names the
+// path the bytes came by, for the log.
 func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via string) (uploaded, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dir := ""
-	if s.a.helper == nil {
-		var err error
-		if dir, err = s.a.contentDir(ctx, t.storage, t.content); err != nil {
-			return uploaded{}, err
-		}
+	dir, err := s.a.contentDir(ctx, t.storage, t.content)
+	if err != nil {
+		return uploaded{}, err
 	}
 	file := &fileReader{r: r, h: sha256.New(), t: t}
 	var upid string
-	var err error
-	if dir != "" {
+	by := "proxmox" // who wrote the file, for the log
+	switch {
+	case dir != "" && s.a.helper != nil:
+		by = "helper"
+		if _, err = s.a.helper.WriteUpload(ctx, dir, t.content, t.filename, t.size, t.maxSize, file); err != nil && !errors.Is(err, privhelper.ErrNoLink) {
+			err = helperError("upload of "+t.filename, err)
+		}
+	case dir != "":
+		by = "agent"
 		err = writeUpload(dir, t, file)
-	} else {
+	}
+	if errors.Is(err, privhelper.ErrNoLink) {
+		// Refused before the first byte: the file goes to Proxmox whole.
+		s.a.log.Warn("agent: upload: the storage's directory neither links files nor renames without replacing; posting the file to proxmox",
+			"storage", t.storage, "file", t.filename, "dir", dir, "by", by, "err", err)
+		dir, by, err = "", "proxmox", nil
+	}
+	if dir == "" {
 		upid, err = s.postUpload(ctx, t, file)
 	}
 	// The transport may go on reading the body after it answered: stop
@@ -195,84 +185,40 @@ func (s *service) store(ctx context.Context, t uploadTarget, r io.Reader, via st
 	if !file.ended() {
 		return uploaded{}, status.Errorf(codes.Internal, "agent: upload of %s: stored before the file's end", t.filename)
 	}
-	s.a.log.Info("agent: uploaded", "via", via, "storage", t.storage, "file", t.filename, "bytes", n, "upid", upid, "dir", dir)
+	s.a.log.Info("agent: uploaded", "via", via, "by", by, "storage", t.storage, "file", t.filename, "bytes", n, "upid", upid, "dir", dir)
 	return uploaded{upid: upid, sha256: hex.EncodeToString(file.h.Sum(nil)), size: n}, nil
 }
 
-// uploadMode is the mode of an uploaded file, as Proxmox's upload leaves
-// it.
-const uploadMode = 0o644
-
-// writeUpload writes file into dir/<t's file name>: into a new temporary
-// file of dir (hidden, of no content's extension), linked under its name
-// once the whole file arrived, so that a cut-off upload leaves nothing
-// and an existing file of that name is refused (ALREADY_EXISTS) and kept
-// as it is, as Proxmox refuses to override one. The file is on disk
-// (fsync) before writeUpload returns.
+// writeUpload writes file into dir/<t's file name> in the agent's own
+// process (privhelper.CreateUpload: a hidden temporary file named once
+// the whole file arrived and is on disk), so that a cut-off upload
+// leaves nothing and an existing file of that name is refused
+// (ALREADY_EXISTS) and kept as it is, as Proxmox refuses to override one.
+// A directory that links no files is privhelper.ErrNoLink, before file
+// is read.
 func writeUpload(dir string, t uploadTarget, file io.Reader) error {
-	fail := func(err error) error {
-		return status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fail(err)
-	}
-	defer root.Close()
-	if _, err := root.Lstat(t.filename); err == nil {
+	exists := func() error {
 		return status.Errorf(codes.AlreadyExists, "agent: upload of %s: refusing to override existing file %s", t.filename, filepath.Join(dir, t.filename))
 	}
-	var nonce [8]byte
-	_, _ = rand.Read(nonce[:])
-	tmp := ".fp-upload-" + hex.EncodeToString(nonce[:]) + ".part"
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, uploadMode)
-	if err != nil {
-		return fail(err)
+	u, err := privhelper.CreateUpload(dir, t.filename, false)
+	switch {
+	case errors.Is(err, privhelper.ErrUploadExists):
+		return exists()
+	case errors.Is(err, privhelper.ErrNoLink):
+		return err
+	case err != nil:
+		return status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
 	}
-	defer root.Remove(tmp) // linked under its name, or nothing
-	w := &writebackFile{f: f}
-	_, err = io.CopyBuffer(w, file, make([]byte, chunkSize))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	defer u.Close()
+	if _, err := io.CopyBuffer(u, file, make([]byte, chunkSize)); err != nil {
 		return status.Errorf(codes.Aborted, "agent: upload of %s: %v", t.filename, err)
 	}
-	// The file's mode is uploadMode whatever the process's umask.
-	if err := root.Chmod(tmp, uploadMode); err != nil {
-		return fail(err)
-	}
-	// A link never replaces a file: of two uploads of one name, one wins.
-	if err := root.Link(tmp, t.filename); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return status.Errorf(codes.AlreadyExists, "agent: upload of %s: refusing to override existing file %s", t.filename, filepath.Join(dir, t.filename))
-		}
-		return fail(err)
+	if err := u.Commit(); errors.Is(err, privhelper.ErrUploadExists) {
+		return exists()
+	} else if err != nil {
+		return status.Errorf(codes.Internal, "agent: upload of %s: %v", t.filename, err)
 	}
 	return nil
-}
-
-// writebackFile writes to f, starting the writeback of what it wrote
-// every writebackEvery bytes, so that the fsync at the end waits for
-// little. It hides f's ReadFrom, so that io.CopyBuffer uses its buffer.
-type writebackFile struct {
-	f                *os.File
-	written, flushed int64
-}
-
-func (w *writebackFile) Write(p []byte) (int, error) {
-	n, err := w.f.Write(p)
-	w.written += int64(n)
-	if w.written-w.flushed >= writebackEvery {
-		startWriteback(w.f, w.flushed, w.written-w.flushed)
-		w.flushed = w.written
-	}
-	return n, err
 }
 
 // postUpload sends file as the file part of one multipart POST to the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,9 +55,12 @@ func (s *uploadStream) SendAndClose(r *agentv1.UploadVolumeResponse) error { s.r
 // that file as it was; a stream shorter or longer than announced, or one
 // that breaks, leaves no file (not even a temporary one); a content, file
 // name or size out of bounds is refused before anything is written. Into
-// a storage without a path (lvmthin), or with a helper doing the agent's
-// file work, the agent POSTs the file to Proxmox's upload endpoint as
-// before, which stores it in the same directory.
+// a storage without a path (lvmthin) the agent POSTs the file to
+// Proxmox's upload endpoint (which refuses that storage). With a helper
+// doing the agent's file work, the helper writes the file (root's, 0644,
+// the agent's hash, no Proxmox task) into a directory it allows, refuses
+// one it does not, an existing name and a short stream, and leaves
+// nothing of them.
 func TestUploadVolume(t *testing.T) {
 	t.Parallel()
 	sim, p := startSim(t, pvesim.Config{Cluster: "lab", Nodes: 1, FileRoot: t.TempDir()})
@@ -152,20 +156,47 @@ func TestUploadVolume(t *testing.T) {
 		t.Fatalf("files after the refused uploads: %v", left)
 	}
 
-	// With a helper, the agent POSTs the file to Proxmox.
-	posting := &service{a: &Agent{cfg: Config{NodeName: "pve1", FileRoot: sim.NodeRoot("pve1")}, pve: p, log: slog.New(slog.DiscardHandler),
-		helper: startHelper(t, privhelper.Config{})}}
-	s = &uploadStream{ctx: ctx, msgs: chunks(head("posted.qcow2", int64(len(file))), file, 1<<20), end: io.EOF}
-	if err := posting.UploadVolume(s); err != nil {
+	// With a helper, the helper writes the file (the bytes over its
+	// socket), root's and 0644, stored when answered; a helper not
+	// configured for the directory refuses it, and nothing is stored.
+	withHelper := func(dirs ...string) *service {
+		return &service{a: &Agent{cfg: Config{NodeName: "pve1", FileRoot: sim.NodeRoot("pve1")}, pve: p, log: slog.New(slog.DiscardHandler),
+			helper: startHelper(t, privhelper.Config{UploadDirs: dirs})}}
+	}
+	s = &uploadStream{ctx: ctx, msgs: chunks(head("elsewhere.qcow2", int64(len(file))), file, 1<<20), end: io.EOF}
+	if err := withHelper(filepath.Join(t.TempDir(), "import")).UploadVolume(s); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("an upload into a directory the helper does not allow: %v, want PERMISSION_DENIED", err)
+	}
+	if left := files(); len(left) != 1 {
+		t.Fatalf("files after the refused upload: %v", left)
+	}
+	helped := withHelper(importDir)
+	s = &uploadStream{ctx: ctx, msgs: chunks(head("helped.qcow2", int64(len(file))), file, 1<<20), end: io.EOF}
+	if err := helped.UploadVolume(s); err != nil {
 		t.Fatal(err)
 	}
-	if s.resp.GetSha256() != hex.EncodeToString(sum[:]) || s.resp.GetUpid() == "" {
+	if s.resp.GetSha256() != hex.EncodeToString(sum[:]) || s.resp.GetSize() != int64(len(file)) || s.resp.GetUpid() != "" {
 		t.Fatalf("answer %+v", s.resp)
 	}
-	poll.True(t, 10*time.Second, "the posted file stored in the storage's directory", func() bool {
-		b, err := os.ReadFile(filepath.Join(importDir, "posted.qcow2"))
-		return err == nil && bytes.Equal(b, file) && len(volumes()) == 2
-	})
+	path = filepath.Join(importDir, "helped.qcow2")
+	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, file) {
+		t.Fatalf("the file the helper wrote: %d bytes, %v", len(b), err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("the file the helper wrote: %v, %v, want 0644 of root", fi, err)
+	}
+	if got := volumes(); len(got) != 2 {
+		t.Fatalf("volumes after the helper's upload: %v", got)
+	}
+	again = &uploadStream{ctx: ctx, msgs: chunks(head("helped.qcow2", 3), []byte("new"), 1<<20), end: io.EOF}
+	if err := helped.UploadVolume(again); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("an upload through the helper over an existing file: %v, want AlreadyExists", err)
+	}
+	short := &uploadStream{ctx: ctx, msgs: chunks(head("short.qcow2", int64(len(file))+1), file, 1<<20), end: io.EOF}
+	if err := helped.UploadVolume(short); status.Code(err) != codes.DataLoss {
+		t.Fatalf("a short upload through the helper: %v, want DataLoss", err)
+	}
+	poll.True(t, 10*time.Second, "nothing left of the refused uploads", func() bool { return len(files()) == 2 })
 }
 
 // importVolumes lists the volumes of storage local of node pve1 of p

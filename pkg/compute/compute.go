@@ -362,16 +362,24 @@ func New(cfg Config) (*Service, error) {
 // second, while Recovers says so) and pauses or resumes backup schedules
 // by the backupGiB quotas (every BackupQuotaInterval, while Recovers says
 // so) and copies VDC images into zones again whose copy was cut off
-// (every ImageCopyRecoverInterval, while Recovers says so), until ctx
-// ends.
+// (every ImageCopyRecoverInterval, while Recovers says so, from the
+// listings of a recovery pass it makes in the same tick), until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	cfg := s.d.cfg
 	t := time.NewTicker(min(cfg.RecoverInterval, cfg.ImageCopyRecoverInterval, time.Second))
 	defer t.Stop()
 	seen := map[string]bool{}
 	var last, lastQuota, lastCopies time.Time
-	rec := recovery{s.d}
+	rec := recovery{deps: s.d}
 	led := false // the last pass was a recovery pass
+	// The image-copy pass reads the guests the recovery pass listed: when
+	// it is due, the recovery pass runs in the same tick.
+	var listings map[string][]pveapi.Resource // by zone ID, while collecting
+	rec.listed = func(z Zone, guests []pveapi.Resource) {
+		if listings != nil {
+			listings[z.ID] = guests
+		}
+	}
 	for {
 		fresh := false
 		for _, z := range cfg.Zones.Zones(ctx) {
@@ -379,7 +387,12 @@ func (s *Service) Run(ctx context.Context) error {
 				seen[z.ID], fresh = true, true
 			}
 		}
-		if fresh || time.Since(last) >= cfg.RecoverInterval {
+		leads := cfg.Recovers == nil || cfg.Recovers()
+		copiesDue := leads && time.Since(lastCopies) >= cfg.ImageCopyRecoverInterval
+		if copiesDue {
+			listings = map[string][]pveapi.Resource{}
+		}
+		if fresh || copiesDue || time.Since(last) >= cfg.RecoverInterval {
 			// A replica that leaves the takeover to another still keeps its
 			// index of moved guests, which every answer about them needs.
 			// One that takes it (over) reads every config first: what it
@@ -403,12 +416,13 @@ func (s *Service) Run(ctx context.Context) error {
 				}
 				lastQuota = time.Now()
 			}
-			if time.Since(lastCopies) >= cfg.ImageCopyRecoverInterval {
-				if err := s.Images().recoverCopies(ctx); err != nil && ctx.Err() == nil {
+			if copiesDue && led {
+				if err := s.Images().recoverCopies(ctx, listings); err != nil && ctx.Err() == nil {
 					s.d.log.Warn("recover image copies", "err", err)
 				}
 				lastCopies = time.Now()
 			}
+			listings = nil
 		}
 		select {
 		case <-ctx.Done():

@@ -25,12 +25,18 @@ import (
 // have been seen so for OrphanGrace. Run's passes do the same but read
 // only the configs that may have changed (seenConfigs).
 func (s *Service) Recover(ctx context.Context) error {
-	return recovery{s.d}.pass(ctx, true)
+	return recovery{deps: s.d}.pass(ctx, true)
 }
 
 // recovery is Recover's pass over the zones: what it finds unfinished it
 // gives to the recovery hook of the operation that left it.
-type recovery struct{ *deps }
+type recovery struct {
+	*deps
+	// listed, when set, is given each zone's listing of guests the pass
+	// read, so that other leader work of the same tick reads it rather
+	// than asking the zone again.
+	listed func(z Zone, guests []pveapi.Resource)
+}
 
 // pass is one Recover; full reads every managed guest's config, else only
 // those seenConfigs says may have changed (and every one of a zone whose
@@ -101,6 +107,9 @@ func (r recovery) zone(ctx context.Context, z Zone, onGuests map[string]bool, fu
 	guests, err := pveapi.Guests(ctx, z.Client)
 	if err != nil {
 		return err
+	}
+	if r.listed != nil {
+		r.listed(z, guests)
 	}
 	r.moved.index(z, guests)
 	r.ha.observe(ctx, r.deps, z, guests)

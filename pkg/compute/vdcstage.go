@@ -244,7 +244,11 @@ func (sc *vdcStageScope) unmarkSource() {
 // copied again (no reachable zone holds its template, or the VDC may no
 // longer use the zone) ends ABSENT there, as a copy that fails. A copy
 // still beating is left to its copier.
-func (im *Images) recoverCopies(ctx context.Context) error {
+//
+// listings are the zones' guests by zone ID as a recovery pass of the
+// same tick read them; a zone without one (its listing failed) is left to
+// the next pass.
+func (im *Images) recoverCopies(ctx context.Context, listings map[string][]pveapi.Resource) error {
 	all, err := catalog.List[*catalog.Image](ctx, im.s.d.cfg.Catalog)
 	if err != nil {
 		return fmt.Errorf("compute: recover image copies: %w", err)
@@ -259,24 +263,22 @@ func (im *Images) recoverCopies(ctx context.Context) error {
 	slices.SortFunc(zs, func(a, b Zone) int { return strings.Compare(a.Name, b.Name) })
 	var errs []error
 	for _, z := range zs {
-		if z.Client == nil {
+		guests, ok := listings[z.ID]
+		if z.Client == nil || !ok {
 			continue
 		}
-		if err := im.recoverCopiesIn(ctx, z, byTag); err != nil {
+		if err := im.recoverCopiesIn(ctx, z, guests, byTag); err != nil {
 			errs = append(errs, fmt.Errorf("compute: recover image copies in zone %s: %w", z.Name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// recoverCopiesIn is recoverCopies in zone z; byTag are the VDCs' images
-// by their template's tag.
-func (im *Images) recoverCopiesIn(ctx context.Context, z Zone, byTag map[string]*catalog.Image) error {
+// recoverCopiesIn is recoverCopies in zone z, whose guests are listed;
+// byTag are the VDCs' images by their template's tag.
+func (im *Images) recoverCopiesIn(ctx context.Context, z Zone, listed []pveapi.Resource, byTag map[string]*catalog.Image) error {
 	d := im.s.d
-	guests, err := pveapi.Guests(ctx, z.Client)
-	if err != nil {
-		return err
-	}
+	guests := slices.Clone(listed)
 	slices.SortFunc(guests, func(a, b pveapi.Resource) int { return cmp.Compare(a.VMID, b.VMID) })
 	now := time.Now()
 	for _, g := range guests {

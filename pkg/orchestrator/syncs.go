@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -62,8 +63,64 @@ func (s *Server) newSyncOwner(ctx context.Context, store catalog.Store, registry
 			return nil, fmt.Errorf("sync metrics: %w", err)
 		}
 	}
+	// The owner of a zone's shard samples its agents' liveness too; the
+	// other replicas take it from the mesh and from what the owner
+	// publishes.
+	registry.Share(&sampling{owner: y.owner, decoded: map[string]decodedDown{}})
 	return y, nil
 }
+
+// sampling is fleet.Sharing over the sync shards: the replica owning a
+// zone's shard checks its agents' liveness and publishes the hosts not
+// online in the shard's ConfigMap.
+type sampling struct {
+	owner *syncowner.Owner
+
+	mu      sync.Mutex
+	decoded map[string]decodedDown // by zone: the last document read; protected by mu
+}
+
+// decodedDown is a zone's published document and what it decodes to.
+type decodedDown struct {
+	doc  string
+	down map[uint64]fleet.Down
+}
+
+// Samples implements fleet.Sharing.
+func (s *sampling) Samples(zone string) bool { return s.owner.Owns(zone) }
+
+// Publish implements fleet.Sharing.
+func (s *sampling) Publish(ctx context.Context, zone string, down map[uint64]fleet.Down) error {
+	b, err := json.Marshal(down)
+	if err != nil {
+		return fmt.Errorf("publish hosts of %s: %w", zone, err)
+	}
+	return s.owner.Publish(ctx, zone, b)
+}
+
+// Published implements fleet.Sharing; a document that does not decode is
+// none. Each agent's check asks, so a document is decoded once, not once
+// per agent.
+func (s *sampling) Published(zone string) (map[uint64]fleet.Down, bool) {
+	b, ok := s.owner.Published(zone)
+	if !ok {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d, ok := s.decoded[zone]; ok && d.doc == string(b) {
+		return d.down, true
+	}
+	var down map[uint64]fleet.Down
+	if err := json.Unmarshal(b, &down); err != nil {
+		return nil, false
+	}
+	s.decoded[zone] = decodedDown{doc: string(b), down: down}
+	return down, true
+}
+
+// Changed implements fleet.Sharing.
+func (s *sampling) Changed() <-chan struct{} { return s.owner.Changed() }
 
 // changes is the catalog's watch, when its backend has one.
 func (y *syncs) changes(ctx context.Context) <-chan struct{} {

@@ -12,10 +12,12 @@ v=$($go list -m -f '{{.Version}}' github.com/opentofu/opentofu)
 mkdir -p "$out"
 start=$(date +%s)
 echo "tofu-bin: building OpenTofu $v into $out"
-# go build -v names each package as it compiles it; errors go on stderr too.
+# go build -v names each package as it compiles it; errors go on stderr too,
+# as do the modules it downloads on a fresh machine (not errors).
 if ! $go build -v -trimpath -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
 	-o "$out/tofu.tmp" "$pkg" 2>&1 | awk -v s="$start" '
 		/^[a-zA-Z0-9._\/-]+$/ { n++; if (n % 200 == 0) { printf "tofu-bin: %d packages compiled, %ds\n", n, systime() - s; fflush() } next }
+		/^go: downloading / { print; next }
 		{ print; bad = 1 }
 		END { exit bad }'; then
 	echo "tofu-bin: go build failed" >&2

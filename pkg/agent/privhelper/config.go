@@ -19,7 +19,7 @@ func LoadConfig(args []string) (Config, slog.Level, error) {
 	fs.SetOutput(io.Discard)
 	var cfg Config
 	var level slog.Level
-	var snippets, volumes []string
+	var snippets, volumes, uploads []string
 	fs.StringVar(&cfg.Socket, "socket", DefaultSocket, "the unix socket to serve the agent on")
 	agentUser := fs.String("agent-user", "", "the agent's user (name or uid): the only peer served")
 	agentGroup := fs.String("agent-group", "", "the agent's group (name or gid; default the user's primary group)")
@@ -29,6 +29,10 @@ func LoadConfig(args []string) (Config, slog.Level, error) {
 	})
 	fs.Func("volume-dir", "a directory guests' volumes may be opened in, writable by root only; repeat it (default "+strings.Join(DefaultVolumeDirs, ", ")+")", func(v string) error {
 		volumes = append(volumes, v)
+		return nil
+	})
+	fs.Func("upload-dir", "a directory tenants' uploaded images may be written in (a file storage's import or template/iso directory); repeat it for each (default "+strings.Join(DefaultUploadDirs, ", ")+")", func(v string) error {
+		uploads = append(uploads, v)
 		return nil
 	})
 	fs.StringVar(&cfg.GuestConfigDir, "guest-config-dir", DefaultGuestConfigDir, "this node's guest configs (<vmid>.conf)")
@@ -44,7 +48,7 @@ func LoadConfig(args []string) (Config, slog.Level, error) {
 	if fs.NArg() > 0 {
 		return Config{}, 0, fmt.Errorf("helper: unexpected arguments %q", fs.Args())
 	}
-	cfg.SnippetDirs, cfg.VolumeDirs = snippets, volumes
+	cfg.SnippetDirs, cfg.VolumeDirs, cfg.UploadDirs = snippets, volumes, uploads
 	if *agentUser == "" {
 		return Config{}, 0, fmt.Errorf("helper: -agent-user is required")
 	}

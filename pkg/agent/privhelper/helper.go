@@ -1,11 +1,13 @@
 // Package privhelper is the agent's privileged helper: the small process of
 // a node that does the work the agent cannot do as an unprivileged user,
 // and nothing else. It serves flexplane.helper.v1 (snippet files, the
-// volume I/O of moves) and flexplane.edge.v1 (the edge gateways) on a unix
-// socket that only the agent's user may use: the socket is 0660 in the
+// volume I/O of moves, tenants' uploaded images) and flexplane.edge.v1
+// (the edge gateways) on a unix socket that only the agent's user may
+// use: the socket is 0660 in the
 // agent's group, and every connection's peer credentials (SO_PEERCRED) must
 // be the agent's uid and gid. Every request is checked by the helper
-// itself: snippets only in its configured directories under plain names,
+// itself: snippets and uploads only in its configured directories under
+// plain names (uploads of the length announced, never over a file),
 // volumes only of guests whose config on this node (Proxmox's own file,
 // which the helper reads) marks them for a move, gateways only as
 // flexplane.edge.v1 validates them. It holds no Proxmox credential.
@@ -70,6 +72,10 @@ type Config struct {
 	// or link there is trusted to be the guest's its name says. Default
 	// DefaultVolumeDirs.
 	VolumeDirs []string
+	// UploadDirs are the directories tenants' uploaded files may be
+	// written into (WriteUpload): each file storage's import and
+	// template/iso directories, absolute. Default DefaultUploadDirs.
+	UploadDirs []string
 	// GuestConfigDir holds this node's guest configs, <vmid>.conf in
 	// Proxmox's format, from which the helper reads a guest's marks and
 	// disks. Default DefaultGuestConfigDir.
@@ -93,6 +99,9 @@ func (c *Config) setDefaults() error {
 	if c.VolumeDirs == nil {
 		c.VolumeDirs = DefaultVolumeDirs
 	}
+	if c.UploadDirs == nil {
+		c.UploadDirs = DefaultUploadDirs
+	}
 	if c.GuestConfigDir == "" {
 		c.GuestConfigDir = DefaultGuestConfigDir
 	}
@@ -102,7 +111,7 @@ func (c *Config) setDefaults() error {
 	if c.AgentUID < 0 || c.AgentGID < 0 {
 		return errors.New("privhelper: the agent's uid and gid are required")
 	}
-	for _, dirs := range [][]string{c.SnippetDirs, c.VolumeDirs, {c.GuestConfigDir}} {
+	for _, dirs := range [][]string{c.SnippetDirs, c.VolumeDirs, c.UploadDirs, {c.GuestConfigDir}} {
 		for _, d := range dirs {
 			if !filepath.IsAbs(d) || filepath.Clean(d) != d {
 				return fmt.Errorf("privhelper: directory %q is not a clean absolute path", d)
@@ -154,7 +163,7 @@ func Start(cfg Config) (*Helper, error) {
 		}
 	}()
 	h.log.Info("privhelper: serving", "socket", cfg.Socket, "agent_uid", cfg.AgentUID, "agent_gid", cfg.AgentGID,
-		"snippet_dirs", cfg.SnippetDirs, "volume_dirs", cfg.VolumeDirs)
+		"snippet_dirs", cfg.SnippetDirs, "volume_dirs", cfg.VolumeDirs, "upload_dirs", cfg.UploadDirs)
 	return h, nil
 }
 

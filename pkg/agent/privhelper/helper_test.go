@@ -2,13 +2,16 @@ package privhelper_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flexplane/flexplane/pkg/agent/privhelper"
+	"github.com/flexplane/flexplane/pkg/dev/poll"
 )
 
 // start runs a helper on a socket of its own for cfg (its socket and
@@ -320,4 +324,131 @@ func TestHelperVolumesOnlyOfMarkedGuests(t *testing.T) {
 			t.Errorf("refused opens changed %s", f)
 		}
 	}
+}
+
+// cutAt gives data, then fails: an agent whose upload broke.
+type cutAt struct{ data []byte }
+
+func (c *cutAt) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, errors.New("connection lost")
+	}
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// plant writes "first" into path at its first read, and gives no bytes.
+type plant struct{ path string }
+
+func (p *plant) Read([]byte) (int, error) {
+	return 0, cmp.Or(os.WriteFile(p.path, []byte("first"), 0o644), io.EOF)
+}
+
+// TestHelperUploads: an upload is written only into a configured upload
+// directory of its content, under a plain name of its content's
+// extension, 0644 and owned by root, with the bytes sent; a name with a
+// path or another extension, a directory not configured (or one of
+// another content), a body shorter or longer than announced or past its
+// bound, a broken stream and an existing name (a link to a file outside
+// among them, and one that appears while the bytes come) are refused and
+// leave nothing, not even a temporary file.
+func TestHelperUploads(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	root := t.TempDir()
+	imports := filepath.Join(root, "var", "lib", "vz", "import")
+	isos := filepath.Join(root, "var", "lib", "vz", "template", "iso")
+	cfg := self()
+	cfg.UploadDirs = []string{imports, isos}
+	c := start(t, cfg)
+
+	file := bytes.Repeat([]byte("an image "), 300_000) // 2.7 MB: three chunks
+	n, err := c.WriteUpload(ctx, imports, "import", "app.qcow2", int64(len(file)), 0, bytes.NewReader(file))
+	if err != nil || n != int64(len(file)) {
+		t.Fatalf("upload: %d %v", n, err)
+	}
+	path := filepath.Join(imports, "app.qcow2")
+	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, file) {
+		t.Fatalf("the uploaded file: %d bytes, %v", len(b), err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o644 || st.Uid != 0 || st.Gid != 0 {
+		t.Fatalf("the uploaded file: mode %v, owner %d:%d, want 0644 root:root", fi.Mode().Perm(), st.Uid, st.Gid)
+	}
+	if _, err := c.WriteUpload(ctx, isos, "iso", "install.iso", 0, 1<<20, strings.NewReader("an iso")); err != nil {
+		t.Fatalf("an iso of unknown size: %v", err)
+	}
+
+	outside := filepath.Join(root, "outside.qcow2")
+	if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(imports, "link.qcow2")); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string][]byte{}
+	for _, f := range files(t, root) {
+		before[f], _ = os.ReadFile(f)
+	}
+	for _, tc := range []struct {
+		what          string
+		dir, content  string
+		name          string
+		size, maxSize int64
+		body          io.Reader
+		want          codes.Code
+	}{
+		{"a name that climbs out", imports, "import", "../outside.qcow2", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"a path", imports, "import", "a/b.qcow2", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"a hidden name", imports, "import", ".a.qcow2", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"an extension of no image", imports, "import", "a.sh", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"an iso as an import", imports, "import", "a.iso", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"a content of no upload", filepath.Join(root, "var", "lib", "vz", "snippets"), "snippets", "a.qcow2", 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"a size past the bound", imports, "import", "a.raw", privhelper.MaxUploadBytes + 1, 0, strings.NewReader("x"), codes.InvalidArgument},
+		{"a directory not configured", root, "import", "a.qcow2", 1, 0, strings.NewReader("x"), codes.PermissionDenied},
+		{"a directory that climbs into one", imports + "/../import", "import", "a.qcow2", 1, 0, strings.NewReader("x"), codes.PermissionDenied},
+		{"the iso directory for an import", isos, "import", "a.qcow2", 1, 0, strings.NewReader("x"), codes.PermissionDenied},
+		{"the host's directory", "/etc", "import", "a.qcow2", 1, 0, strings.NewReader("x"), codes.PermissionDenied},
+		{"a short body", imports, "import", "short.qcow2", int64(len(file)) + 1, 0, bytes.NewReader(file), codes.DataLoss},
+		{"a long body", imports, "import", "long.qcow2", int64(len(file)) - 1, 0, bytes.NewReader(file), codes.DataLoss},
+		{"a body past its bound", imports, "import", "bound.qcow2", 0, int64(len(file)) - 1, bytes.NewReader(file), codes.DataLoss},
+		{"an existing name", imports, "import", "app.qcow2", 3, 0, strings.NewReader("new"), codes.AlreadyExists},
+		{"a link's name", imports, "import", "link.qcow2", 3, 0, strings.NewReader("new"), codes.AlreadyExists},
+	} {
+		if _, err := c.WriteUpload(ctx, tc.dir, tc.content, tc.name, tc.size, tc.maxSize, tc.body); status.Code(err) != tc.want {
+			t.Errorf("%s: %v, want %s", tc.what, err, tc.want)
+		}
+	}
+	// A file of the name appears while the bytes come (another upload of
+	// it won): the helper's link does not replace it.
+	raced := filepath.Join(imports, "raced.qcow2")
+	body := io.MultiReader(&plant{path: raced}, bytes.NewReader(file))
+	if _, err := c.WriteUpload(ctx, imports, "import", "raced.qcow2", int64(len(file)), 0, body); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("an upload whose name appeared meanwhile: %v, want AlreadyExists", err)
+	}
+	if b, err := os.ReadFile(raced); err != nil || string(b) != "first" {
+		t.Errorf("the file that appeared meanwhile: %d bytes, %v, want it kept", len(b), err)
+	}
+	before[raced] = []byte("first")
+	// A broken stream: the helper sees the call end and removes its file.
+	if _, err := c.WriteUpload(ctx, imports, "import", "broken.qcow2", 0, 0, &cutAt{data: file}); err == nil || err.Error() != "connection lost" {
+		t.Errorf("a broken upload: %v, want the reader's error", err)
+	}
+	same := func() bool {
+		after := files(t, root)
+		if len(after) != len(before) {
+			return false
+		}
+		for _, f := range after {
+			if b, err := os.ReadFile(f); err != nil || !bytes.Equal(b, before[f]) {
+				return false
+			}
+		}
+		return true
+	}
+	poll.True(t, 10*time.Second, "refused uploads leave the files as they were", same)
 }

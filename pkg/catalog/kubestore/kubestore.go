@@ -13,7 +13,10 @@
 // Reads are served from a cache fed by a watch of each resource (client-go
 // informers). The cache is coherent for the store's own writes: a write
 // returns only once the cache holds it (or a later version), so a replica
-// reads its writes; writes of others appear as the watch delivers them.
+// reads its writes; writes of others appear as the watch delivers them. A
+// Get the cache misses asks the API server, so that an object another
+// replica has just created is found before the watch brings it (a List
+// shows it once the watch has).
 // The cache can always be thrown away: every write is checked by the
 // server, never against the cache.
 package kubestore
@@ -259,7 +262,19 @@ func (s *Store) Get(ctx context.Context, kind catalog.Kind, name string) (catalo
 	}
 	u, ok := s.cached(kind, name)
 	if !ok {
-		return nil, fmt.Errorf("kubestore: get: %w", &catalog.NotFoundError{Kind: kind, Name: name})
+		if catalog.ValidateName(kind, name) != nil {
+			// No such object can exist; the API server is not asked.
+			return nil, fmt.Errorf("kubestore: get: %w", &catalog.NotFoundError{Kind: kind, Name: name})
+		}
+		// A miss may be a write of another replica the watch has not
+		// brought yet (milliseconds): a request that follows a write made
+		// through another replica must not be told NOT_FOUND. The API
+		// server answers for it.
+		live, err := s.client.Resource(GVR(kind)).Namespace(s.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("kubestore: get: %w", FromAPIError(kind, name, err))
+		}
+		u = live
 	}
 	o, err := FromUnstructured(kind, u)
 	if err != nil {
@@ -367,7 +382,9 @@ func (s *Store) Delete(ctx context.Context, kind catalog.Kind, name, resourceVer
 }
 
 // conflict fills in the stored resourceVersion of a *catalog.ConflictError
-// (the server does not say it).
+// (the server does not say it) and waits for the cache to hold that
+// version, so that the caller's next read (a read-modify-write loop tries
+// again on a conflict) is of what won, not of what lost again.
 func (s *Store) conflict(ctx context.Context, kind catalog.Kind, name, expected string, err error) error {
 	var ce *catalog.ConflictError
 	if !errors.As(err, &ce) {
@@ -376,6 +393,7 @@ func (s *Store) conflict(ctx context.Context, kind catalog.Kind, name, expected 
 	ce.Expected = expected
 	if cur, gerr := s.client.Resource(GVR(kind)).Namespace(s.ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil {
 		ce.Actual = cur.GetResourceVersion()
+		s.waitCache(ctx, kind, name, ce.Actual, false)
 	} else if apierrors.IsNotFound(gerr) {
 		return &catalog.NotFoundError{Kind: kind, Name: name}
 	}

@@ -105,6 +105,11 @@ func TestStaleWriteIsConflict(t *testing.T) {
 	if e := apierr.From(err, "input"); e.Code != apierr.Conflict {
 		t.Errorf("GraphQL code %s, want CONFLICT", e.Code)
 	}
+	// A conflict returns once b's cache holds what won: the read of a
+	// read-modify-write loop that tries again is of that version.
+	if cur, err := catalog.Get[*catalog.VDC](ctx, b, "prod"); err != nil || cur.ResourceVersion != moved.ResourceVersion {
+		t.Fatalf("read after the conflict: %+v, %v; want version %s", cur, err, moved.ResourceVersion)
+	}
 	if err := b.Delete(ctx, catalog.KindVDC, "prod", fromB.ResourceVersion); !errors.Is(err, catalog.ErrConflict) {
 		t.Errorf("stale delete: %v, want a conflict", err)
 	}
@@ -439,4 +444,32 @@ func TestWatchSignalsOtherWriters(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// TestGetFindsWhatTheWatchHasNotBrought: an object another replica has
+// just written is found by a Get before this replica's watch brings it (a
+// request that follows a write through another replica is not told
+// NOT_FOUND); a name that exists nowhere, or cannot exist, is still
+// NOT_FOUND.
+func TestGetFindsWhatTheWatchHasNotBrought(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t)
+	writer, reader := open(t, ns), open(t, ns)
+	ctx := t.Context()
+	// The reader's cache stops here: its watches are stopped.
+	if err := reader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.Create(ctx, &catalog.ComputeProfile{ObjectMeta: catalog.ObjectMeta{Name: "fresh"}, ComputeProfileSpec: catalog.ComputeProfileSpec{VCPUs: 2, MemoryMiB: 1024}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := catalog.Get[*catalog.ComputeProfile](ctx, reader, "fresh")
+	if err != nil || got.VCPUs != 2 || got.ResourceVersion == "" {
+		t.Fatalf("get of another replica's write: %+v, %v", got, err)
+	}
+	for _, name := range []string{"absent", "Not/A/Name", ""} {
+		if _, err := reader.Get(ctx, catalog.KindComputeProfile, name); !errors.Is(err, catalog.ErrNotFound) {
+			t.Errorf("get %q: %v, want NOT_FOUND", name, err)
+		}
+	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/luthermonson/go-proxmox"
 
 	"github.com/flexplane/flexplane/pkg/agent"
+	"github.com/flexplane/flexplane/pkg/agent/privhelper"
 	"github.com/flexplane/flexplane/pkg/auth"
 	"github.com/flexplane/flexplane/pkg/catalog"
 	"github.com/flexplane/flexplane/pkg/dev/devidp"
@@ -80,6 +81,11 @@ type Config struct {
 	// applied without root or network namespaces. False: the agents run
 	// gateways themselves, which needs root.
 	EdgeKernels bool
+	// Helpers runs every agent as the shipped units do, with a privileged
+	// helper of its own (package privhelper, in this process, on a unix
+	// socket: agent Config.HelperSocket) that writes its snippets and
+	// uploads into the simulated node's directories. Not with EdgeKernels.
+	Helpers bool
 	// MeshUploads starts the agents without their data listeners, so
 	// that uploads cross the mesh (UploadVolume) as they do where an
 	// operator configures none. By default each agent serves one on a
@@ -106,6 +112,7 @@ type Stack struct {
 	mu       sync.Mutex
 	tokens   map[string]string // by user, protected by mu
 	clusters []*Cluster        // protected by mu
+	helpers  []helperProc      // of Config.Helpers, protected by mu
 
 	closeOnce sync.Once
 }
@@ -130,6 +137,9 @@ type Cluster struct {
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Dir == "" || cfg.ModuleDir == "" {
 		return nil, errors.New("benchmark: start: Dir and ModuleDir are required")
+	}
+	if cfg.Helpers && cfg.EdgeKernels {
+		return nil, errors.New("benchmark: start: Helpers and EdgeKernels are each an agent's helper: choose one")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -564,6 +574,13 @@ func (s *Stack) StartAgents(ctx context.Context, cs ...*Cluster) error {
 						return
 					}
 				}
+				if s.cfg.Helpers {
+					var err error
+					if helper, err = s.startHelper(c, node); err != nil {
+						out <- result{c, nil, err}
+						return
+					}
+				}
 				a, err := agent.Start(ctx, agent.Config{
 					DataListen:         dataListen,
 					ControlURL:         s.url,
@@ -623,6 +640,37 @@ func (s *Stack) startKernel(c *Cluster, node, path string) (*EdgeKernel, error) 
 	}
 	c.Kernels[node] = k
 	return k, nil
+}
+
+// startHelper starts the privileged helper of the cluster's node
+// (Config.Helpers) and returns its socket.
+func (s *Stack) startHelper(c *Cluster, node string) (string, error) {
+	dir, err := os.MkdirTemp("", "fph")
+	if err != nil {
+		return "", fmt.Errorf("benchmark: helper: %w", err)
+	}
+	vz := filepath.Join(c.Sim.NodeRoot(node), "var", "lib", "vz")
+	h, err := privhelper.Start(privhelper.Config{
+		Socket: filepath.Join(dir, "helper.sock"), AgentUID: os.Getuid(), AgentGID: os.Getgid(),
+		SnippetDirs: []string{filepath.Join(vz, "snippets")}, VolumeDirs: []string{},
+		UploadDirs:     []string{filepath.Join(vz, "import"), filepath.Join(vz, "template", "iso")},
+		GuestConfigDir: filepath.Join(dir, "no-guest-configs"),
+		Logger:         s.log.With("component", "helper", "agent", c.Name+"-"+node),
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("benchmark: helper: %w", err)
+	}
+	s.mu.Lock()
+	s.helpers = append(s.helpers, helperProc{h: h, dir: dir})
+	s.mu.Unlock()
+	return filepath.Join(dir, "helper.sock"), nil
+}
+
+// helperProc is a running helper of Config.Helpers and its directory.
+type helperProc struct {
+	h   *privhelper.Helper
+	dir string
 }
 
 // Kernel is the edge kernel of the cluster's node (Config.EdgeKernels),
@@ -742,7 +790,7 @@ func (s *Stack) Close() { s.closeOnce.Do(s.close) }
 
 func (s *Stack) close() {
 	s.mu.Lock()
-	cs := s.clusters
+	cs, helpers := s.clusters, s.helpers
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -753,6 +801,10 @@ func (s *Stack) close() {
 		}
 	}
 	wg.Wait()
+	for _, h := range helpers {
+		h.h.Shutdown(ctx)
+		os.RemoveAll(h.dir)
+	}
 	if s.orch != nil && s.orch.Process != nil {
 		s.orch.Process.Signal(os.Interrupt)
 		select {

@@ -59,7 +59,9 @@ func (r *patternReader) Read(p []byte) (int, error) {
 // ratio ≥ 0.8, orchestrator RSS growth < 64 MiB. UPLOAD_BENCH_PROFILE
 // names a directory for the orchestrator's allocation profile and the
 // CPU profiles of each upload's first 5 s;
-// UPLOAD_BENCH_MEMORY_LIMIT is its -memory-limit (none by default)
+// UPLOAD_BENCH_MEMORY_LIMIT is its -memory-limit (none by default);
+// UPLOAD_BENCH_HELPER=1 runs the agent as the shipped units do, with its
+// privileged helper, which writes the file (the bytes over its socket)
 // (docs/performance/index.md).
 func BenchmarkUploadThroughput(b *testing.B) {
 	size := int64(2 << 30)
@@ -84,9 +86,11 @@ func BenchmarkUploadThroughput(b *testing.B) {
 	// (cpu-NAME.pb.gz, during each upload) into.
 	profDir := os.Getenv("UPLOAD_BENCH_PROFILE")
 	// UPLOAD_BENCH_MESH=1: the agents serve no data listener, and the
-	// upload crosses the mesh.
+	// upload crosses the mesh. UPLOAD_BENCH_HELPER=1: each agent has its
+	// privileged helper, which writes the uploads.
 	st, err := benchmark.Start(ctx, benchmark.Config{Dir: filepath.Join(dir, "stack"), ModuleDir: moduleDir, BinDir: binDir, Logger: quiet, Profiling: profDir != "",
-		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT"), MeshUploads: os.Getenv("UPLOAD_BENCH_MESH") == "1"})
+		MemoryLimit: os.Getenv("UPLOAD_BENCH_MEMORY_LIMIT"), MeshUploads: os.Getenv("UPLOAD_BENCH_MESH") == "1",
+		Helpers: os.Getenv("UPLOAD_BENCH_HELPER") == "1"})
 	if err != nil {
 		b.Fatal(err)
 	}

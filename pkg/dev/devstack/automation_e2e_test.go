@@ -99,22 +99,9 @@ func testAutomation(t *testing.T, s *stack, repo, tools string, admin *devstack.
 		t.Fatal(err)
 	}
 	tofuEnv := []string{"TF_CLI_CONFIG_FILE=" + cliConfig, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1"}
-	// The port forward needs an external network in fra1, which the dev
-	// stack's seed registers when its data plane runs: otherwise the
-	// platform admin adds the one of fra1's data plane (its router is the
-	// zone's Upstream).
-	var ext struct {
-		ExternalNetworks struct{ Nodes []struct{ Zone string } }
-	}
-	if err := admin.Do(ctx, "", `{ externalNetworks { nodes { zone } } }`, nil, &ext); err != nil {
-		t.Fatalf("externalNetworks: %v", err)
-	}
-	if !slices.ContainsFunc(ext.ExternalNetworks.Nodes, func(e struct{ Zone string }) bool { return e.Zone == "fra1" }) {
-		if err := admin.Do(ctx, "", `mutation { createExternalNetwork(input: {zone: "fra1", bridge: "vmbr0", cidr: "203.0.113.0/24",
-		  gateway: "203.0.113.254", poolStart: "203.0.113.200", poolEnd: "203.0.113.220"}) { zone } }`, nil, nil); err != nil {
-			t.Fatalf("createExternalNetwork: %v", err)
-		}
-	}
+	// The port forward takes its public address from fra1's external
+	// network, which the dev stack's seed made (checked by TestStack's
+	// demo data).
 	// Whatever happens, the example leaves nothing among the demo VMs.
 	destroyed := false
 	t.Cleanup(func() {

@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -464,6 +465,7 @@ func (s *stack) banner(issuer, images string, build, total time.Duration) {
 		"issuer   " + issuer + "   images " + images,
 		"tokens   " + s.path("tokens") + "/<user>.token (valid " + TokenLifetime.String() + ")",
 	}
+	lines = append(lines, s.tryLines()...)
 	if s.kube != nil {
 		lines = append(lines, fmt.Sprintf("replicas %s spreads connections over %s (mesh control leader: Lease default/%s)",
 			s.url, strings.Join(slices.Sorted(maps.Values(s.kube.Replicas)), ", "), LeaseName),
@@ -476,6 +478,23 @@ func (s *stack) banner(issuer, images string, build, total time.Duration) {
 	for _, l := range lines {
 		s.mux.line("devstack", l)
 	}
+}
+
+// tryLines are the banner's lines saying what can be tried right after
+// the ready line beyond VMs, networks and images: with the data plane, the
+// external network the seed made in each zone (seeder.externalNetworks)
+// and the router's namespace to reach its public addresses from.
+func (s *stack) tryLines() []string {
+	if !s.dataPlane {
+		return []string{"try      VMs, networks, images (edge gateways and port forwards need the data plane: run as root)"}
+	}
+	out := []string{"try      edge gateways, port forwards, 1:1 addresses on each zone's external network (public addresses .10 to .99):"}
+	for _, c := range Clusters() {
+		router, _, _ := strings.Cut(c.Upstream, "/")
+		out = append(out, fmt.Sprintf("external %-5s %s via router %s: ip netns exec %s-inet curl <public address>:<port>",
+			c.Name, netip.MustParsePrefix(c.Upstream).Masked(), router, DataPlanePrefix(s.cfg.Dir, c.Name)))
+	}
+	return out
 }
 
 // await waits for ch, a dying child, ctx or the timeout.

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,9 +27,11 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/devstack"
 	"github.com/flexplane/flexplane/pkg/dev/gobin"
 	"github.com/flexplane/flexplane/pkg/dev/netns"
+	"github.com/flexplane/flexplane/pkg/dev/nettest"
 	"github.com/flexplane/flexplane/pkg/dev/poll"
 	"github.com/flexplane/flexplane/pkg/dev/shared"
 	"github.com/flexplane/flexplane/pkg/pvesim"
+	"github.com/flexplane/flexplane/pkg/tenancy"
 )
 
 // stack is the dev stack run as a user runs it: the devstack binary as a
@@ -38,8 +41,10 @@ type stack struct {
 	addr  string
 	dir   string
 	lines chan string
-	done  chan struct{} // closed when the process has exited
-	err   error
+	// beforeReady are the last 40 lines before the ready line (the banner).
+	beforeReady []string
+	done        chan struct{} // closed when the process has exited
+	err         error
 }
 
 // startStack starts bin, with env added to its environment, and waits for
@@ -93,6 +98,7 @@ func launchStack(t, owner testing.TB, bin, repo, addr, dir string, env ...string
 				t.Fatalf("the stack exited before it was ready (%v); last output:\n%s", s.err, strings.Join(tail, "\n"))
 			}
 			if line == want {
+				s.beforeReady = tail
 				return s
 			}
 			if strings.Contains(line, devstack.ReadyPrefix) {
@@ -617,6 +623,14 @@ func TestStack(t *testing.T) {
 		if got, want := fmt.Sprint(ext.ExternalNetworks.Nodes), "[{fra1 203.0.113.0/24 203.0.113.254 203.0.113.10 203.0.113.99} {hel1 198.51.100.0/24 198.51.100.254 198.51.100.10 198.51.100.99}]"; got != want {
 			t.Errorf("external networks %s, want %s", got, want)
 		}
+		// The banner says so, and where to reach the public addresses from.
+		banner := strings.Join(s.beforeReady, "\n")
+		for _, want := range []string{"external fra1  203.0.113.0/24 via router 203.0.113.254: ip netns exec " + devstack.DataPlanePrefix(dir, "fra1") + "-inet",
+			"external hel1  198.51.100.0/24 via router 198.51.100.254: ip netns exec " + devstack.DataPlanePrefix(dir, "hel1") + "-inet"} {
+			if !strings.Contains(banner, want) {
+				t.Errorf("the banner lacks %q:\n%s", want, banner)
+			}
+		}
 		// bob may not work in alice's VDC.
 		err := bob.Do(ctx, "prod", `{ networks { name } }`, nil, nil)
 		var re *devstack.ResponseError
@@ -652,6 +666,7 @@ func TestStack(t *testing.T) {
 				}
 				return nil
 			})
+			t.Run("port forward", func(t *testing.T) { checkSeededPortForward(t, alice, dir) })
 			var ids, ops []string
 			for _, zone := range []string{"fra1", "hel1"} {
 				var d struct {
@@ -1204,4 +1219,55 @@ func testFaults(t *testing.T, bin string, s *stack, admin, alice, bob *devstack.
 			took.Round(10*time.Millisecond), off.Round(100*time.Millisecond), healed.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 	})
 	allOnline(t)
+}
+
+// checkSeededPortForward checks, right after the ready line, what a tenant
+// can try on the external network the seed made (the data plane runs as
+// root): alice forwards a public port of prod's edge gateway in fra1 to
+// the demo VM web-1, and a connection from fra1's internet (the router's
+// namespace) reaches a listener in web-1's namespace through it. The
+// gateway is then deleted, leaving prod as the seed made it.
+func checkSeededPortForward(t *testing.T, alice *devstack.Client, dir string) {
+	ctx := t.Context()
+	vms, err := vmsOf(ctx, alice, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(vms, func(v vm) bool { return v.Name == "web-1" })
+	if i < 0 {
+		t.Fatalf("no web-1 in prod: %v", vms)
+	}
+	ref, err := tenancy.ParseVMID(vms[i].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := devstack.DataPlanePrefix(dir, "fra1")
+	nettest.Serve(t, fmt.Sprintf("%s-vm%d", prefix, ref.VMID), 80, "web-1")
+	var d struct {
+		CreatePortForward struct{ PublicAddress string }
+	}
+	if err := alice.Do(ctx, "prod", `mutation($id: ID!) { createPortForward(input: {vmId: $id, protocol: TCP, publicPort: 8080, targetPort: 80}) { publicAddress } }`,
+		map[string]any{"id": vms[i].ID}, &d); err != nil {
+		t.Fatalf("createPortForward: %v", err)
+	}
+	t.Cleanup(func() {
+		var gws struct {
+			EdgeGateways struct{ Nodes []struct{ ID string } }
+		}
+		if err := alice.Do(context.Background(), "prod", `{ edgeGateways(zone: "fra1") { nodes { id } } }`, nil, &gws); err != nil {
+			t.Errorf("edgeGateways: %v", err)
+		}
+		for _, g := range gws.EdgeGateways.Nodes {
+			if err := alice.Do(context.Background(), "prod", `mutation($id: ID!) { deleteEdgeGateway(id: $id) { id } }`, map[string]any{"id": g.ID}, nil); err != nil {
+				t.Errorf("deleteEdgeGateway: %v", err)
+			}
+		}
+	})
+	if a, err := netip.ParseAddr(d.CreatePortForward.PublicAddress); err != nil || !netip.MustParsePrefix("203.0.113.0/24").Contains(a) {
+		t.Fatalf("the port forward's public address %q, want one of fra1's external network", d.CreatePortForward.PublicAddress)
+	}
+	got := nettest.WaitReach(t, prefix+"-inet", d.CreatePortForward.PublicAddress+":8080", 45*time.Second)
+	if !strings.HasPrefix(got, "web-1 from 203.0.113.254:") {
+		t.Errorf("the port forward answered %q, want web-1 seeing the router 203.0.113.254", got)
+	}
 }

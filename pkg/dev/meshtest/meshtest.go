@@ -69,9 +69,9 @@ type ClusterSpec struct {
 	// systems are always real directories (pvesim Config.FileRoot) that
 	// the agents write snippets and uploads into (agent Config.FileRoot).
 	Snippets bool
-	// Helpers runs each agent as the shipped units do: its privileged work
-	// (edge gateways, snippets) through a privileged helper of its own
-	// (package privhelper, in-process, on a unix socket; agent
+	// Helpers runs each agent as the shipped units do: its privileged
+	// work (edge gateways, snippets, uploads) through a privileged helper
+	// of its own (package privhelper, in-process, on a unix socket; agent
 	// Config.HelperSocket). The simulator keeps no guest config files, so
 	// such an agent's helper opens no volume of a move.
 	Helpers bool
@@ -541,12 +541,14 @@ func (a *Agent) startHelper(t testing.TB) {
 	edgeNS, edgePrefix := a.edge()
 	cfg := privhelper.Config{
 		Socket: filepath.Join(shortTempDir(t, "fph"), "helper.sock"), AgentUID: os.Getuid(), AgentGID: os.Getgid(),
-		SnippetDirs: []string{}, VolumeDirs: []string{}, GuestConfigDir: filepath.Join(a.StateDir, "no-guest-configs"),
+		SnippetDirs: []string{}, VolumeDirs: []string{}, UploadDirs: []string{}, GuestConfigDir: filepath.Join(a.StateDir, "no-guest-configs"),
 		EdgeBridgeNamespace: edgeNS, EdgeNamespacePrefix: edgePrefix,
 		Logger: a.h.logger.With("component", "helper", "agent", a.MeshName),
 	}
 	if root := a.Cluster.Sim.NodeRoot(a.Node); root != "" {
-		cfg.SnippetDirs = []string{filepath.Join(root, "var", "lib", "vz", "snippets")}
+		vz := filepath.Join(root, "var", "lib", "vz")
+		cfg.SnippetDirs = []string{filepath.Join(vz, "snippets")}
+		cfg.UploadDirs = []string{filepath.Join(vz, "import"), filepath.Join(vz, "template", "iso")}
 	}
 	hp, err := privhelper.Start(cfg)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/flexplane/flexplane/pkg/dev/vmtest"
 	"github.com/flexplane/flexplane/pkg/mesh/meshcontrol"
 	"github.com/flexplane/flexplane/pkg/mesh/meshnode"
+	"github.com/flexplane/flexplane/pkg/mesh/syncowner"
 	"github.com/flexplane/flexplane/pkg/orchestrator"
 	"github.com/flexplane/flexplane/pkg/pvesim"
 )
@@ -425,7 +426,8 @@ func (rs *replicaSet) hosts(r *replica) error {
 // (polled with a client that retries once: no request may fail); a new
 // agent enrolls afterwards; no node, address or tag is lost in the control
 // server's node list. Every replica, leading or not, answers STUN on the
-// DERP map's STUN port, before and after.
+// DERP map's STUN port, before and after. Then an agent killed is OFFLINE
+// on both survivors within 5 s, though only one of them samples its zone.
 func TestReplicasFailover(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -569,6 +571,56 @@ func TestReplicasFailover(t *testing.T) {
 		a := after[i]
 		if a.GivenName != b.GivenName || !slices.Equal(a.Addrs, b.Addrs) || !slices.Equal(a.Tags, b.Tags) {
 			t.Errorf("node %d changed in the failover: %+v, then %+v", b.ID, b, a)
+		}
+	}
+
+	// An agent killed is OFFLINE on both survivors within 5 s: on the one
+	// sampling its zone (the sync shard's owner, a survivor once the
+	// killed replica's Lease expired) by its own check, on the other by
+	// what the sampler publishes.
+	poll.Until(t, 30*time.Second, "a survivor sampling the zone", func() error {
+		l, err := rs.cs.CoordinationV1().Leases("default").Get(ctx, syncowner.DefaultLeasePrefix+"-0", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if h := l.Spec.HolderIdentity; h == nil || *h == leader.url() {
+			return errors.New("the sync shard is still the killed replica's")
+		}
+		return nil
+	})
+	rs.mu.Lock()
+	victim := rs.agents[0]
+	rs.mu.Unlock()
+	if err := victim.KillForTest(); err != nil {
+		t.Fatal(err)
+	}
+	gone := time.Now()
+	offline := make([]time.Duration, len(survivors))
+	poll.Until(t, 20*time.Second, nodes[0]+" OFFLINE on both survivors", func() error {
+		var errs []error
+		for i, r := range survivors {
+			if offline[i] != 0 {
+				continue
+			}
+			var d struct {
+				Hosts []struct{ Name, Status string }
+			}
+			if err := rs.graphql(r, rs.admin, "", `{ hosts { name status } }`, nil, &d); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if slices.Contains(d.Hosts, struct{ Name, Status string }{nodes[0], "OFFLINE"}) {
+				offline[i] = time.Since(gone)
+				continue
+			}
+			errs = append(errs, fmt.Errorf("%s: %s not OFFLINE: %+v", r.name, nodes[0], d.Hosts))
+		}
+		return errors.Join(errs...)
+	})
+	for i, r := range survivors {
+		t.Logf("killed agent OFFLINE on %s %v after the kill", r.name, offline[i].Round(time.Millisecond))
+		if offline[i] > 5*time.Second {
+			t.Errorf("killed agent OFFLINE on %s %v after the kill, want within 5s", r.name, offline[i].Round(time.Millisecond))
 		}
 	}
 }

@@ -32,7 +32,9 @@
 // that is slow but alive (its Health slower than LivenessTimeout, a first
 // ping lost) stays online as long as any ping answers: two unanswered
 // pings and no Health answer in 2s are what it takes, and nothing is
-// sent to an idle agent that was not sent before.
+// sent to an idle agent that was not sent before. With replicas (Share,
+// sharing.go) only the replica sampling a zone pings and samples its
+// agents; the others follow the mesh and what that replica publishes.
 //
 // Nothing is configured by hand and nothing is persisted. It sits in the
 // mesh layer: it may import pkg/proxmox, never a capability; fan-out over
@@ -288,6 +290,9 @@ type agentState struct {
 	// and the orchestrator's node does not (zero while it does, or the
 	// control server does not).
 	unseenSince time.Time
+	// fromSampler: status is the verdict of the replica sampling the
+	// agent's zone (see Sharing), not of a check of this replica's.
+	fromSampler bool
 }
 
 // Registry discovers agents and zones. Run keeps it current. It is a
@@ -314,6 +319,11 @@ type Registry struct {
 	// snap is the zones built from agents, nil after any change to agents
 	// or their state; protected by mu.
 	snap *snapshot
+	// share is how the liveness checks are shared with the other
+	// replicas (Share); nil: this replica checks every agent. shared is
+	// closed when it is set. Both protected by mu.
+	share  Sharing
+	shared chan struct{}
 }
 
 // snapshot is the zones as of one state of the registry's agents.
@@ -359,7 +369,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg.StaleMapAfter = 10 * cfg.RefreshInterval
 	}
 	return &Registry{cfg: cfg, log: cfg.Logger, metrics: newRegistryMetrics(), agents: map[uint64]*agentState{},
-		started: time.Now(), changed: make(chan struct{})}, nil
+		started: time.Now(), changed: make(chan struct{}), shared: make(chan struct{})}, nil
 }
 
 // Run refreshes the registry every RefreshInterval until ctx ends, then
@@ -368,6 +378,16 @@ func New(cfg Config) (*Registry, error) {
 func (r *Registry) Run(ctx context.Context) error {
 	defer r.closeConns()
 	defer r.inflight.Wait()
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		r.followShared(fctx)
+	}()
+	defer func() {
+		stopFollow()
+		<-followed
+	}()
 	t := time.NewTicker(r.cfg.RefreshInterval)
 	defer t.Stop()
 	for wait := true; ; wait = false {
@@ -405,6 +425,7 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	}
 	seen := map[uint64]bool{}
 	var checks []*agentState
+	changed := false // the set of agents, or what the mesh says of one
 	r.mu.Lock()
 	for _, n := range nodes {
 		if !slices.Contains(n.Tags, meshnode.TagAgent) || !n.Addr.IsValid() {
@@ -418,6 +439,9 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 			}
 			a = &agentState{status: StatusOffline}
 			r.agents[n.ID] = a
+			changed = true
+		} else if !sameNode(a.node, n) {
+			changed = true
 		}
 		a.node = n
 		if !a.checking {
@@ -431,9 +455,15 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 				a.conn.Close()
 			}
 			delete(r.agents, id)
+			changed = true
 		}
 	}
-	r.changedLocked() // node names, addresses and the set of agents may have changed
+	if changed {
+		// Zones and hosts are rebuilt, and whoever follows them looks
+		// again, only when the mesh's list changed: an idle refresh
+		// costs them nothing.
+		r.changedLocked()
+	}
 	r.mu.Unlock()
 
 	// One read of the orchestrator node's view for every check (it lists
@@ -473,6 +503,12 @@ func (r *Registry) refresh(ctx context.Context, wait bool) error {
 	}
 	r.logGraceOver()
 	return nil
+}
+
+// sameNode reports whether the control server lists a node as it did.
+func sameNode(a, b MeshNode) bool {
+	return a.ID == b.ID && a.Name == b.Name && a.Addr == b.Addr && a.NodeKey == b.NodeKey && a.Online == b.Online &&
+		slices.Equal(a.Tags, b.Tags)
 }
 
 // resyncIfStale asks the mesh for the orchestrator's node's whole map again
@@ -547,7 +583,27 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		a.conn != nil && a.conn.GetState() == connectivity.Ready &&
 		!a.healthDue.IsZero() && time.Now().Before(a.healthDue)
 	r.mu.Unlock()
-	if quiet {
+	if share, zone := r.follower(a); share != nil {
+		// Another replica samples the zone: its verdict, the mesh's
+		// state and this replica's own failed calls are what call the
+		// agent, never the sampling's turn.
+		if pub, ok := share.Published(zone); ok {
+			if d, ok := pub[node.ID]; ok {
+				r.adopt(a, d)
+				return
+			}
+		}
+		r.mu.Lock()
+		// Its own call failed, the mesh does not show it up, or the
+		// sampler's verdict on it was withdrawn: call it.
+		due := prev == StatusOffline || a.fromSampler || !node.Online || !reachable[node.Addr] || infoDue ||
+			a.conn == nil || a.conn.GetState() != connectivity.Ready
+		r.mu.Unlock()
+		if !due {
+			r.metrics.healthSkipped.Inc()
+			return
+		}
+	} else if quiet {
 		pinged := true
 		if pinger != nil {
 			pctx, cancel := context.WithTimeout(ctx, min(PingTimeout, r.cfg.LivenessTimeout))
@@ -576,6 +632,7 @@ func (r *Registry) check(ctx context.Context, a *agentState, reachable map[netip
 		if update != nil {
 			a.update = *update
 		}
+		a.fromSampler = false
 		if st != StatusOffline {
 			a.lastHealthy = time.Now()
 		}
@@ -792,8 +849,8 @@ func wait(ctx context.Context, d time.Duration) bool {
 }
 
 // Changed returns a channel closed at the next change of the agents or
-// their state (and at every refresh of the node list): a reader compares
-// what it depends on and takes a new channel.
+// their state (the mesh's list of them included, and the end of the first
+// refresh): a reader compares what it depends on and takes a new channel.
 func (r *Registry) Changed() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()

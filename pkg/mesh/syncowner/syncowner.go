@@ -7,6 +7,11 @@
 // it held over when its Lease expires (LeaseDuration after its last renewal,
 // plus up to RetryPeriod), one that stops gives them up at once.
 //
+// A shard's owner also publishes, for the other replicas, what they take
+// from it instead of doing the work again (Publish, Published: a ConfigMap
+// per shard, written on change and watched by every replica), such as the
+// hosts it found not online in the zones whose liveness it samples.
+//
 // Every replica campaigns for every shard, so a lone replica owns them all.
 // The default is one shard: the work per zone follows its changes only, so
 // one replica carries it; more shards spread it over the replicas as they
@@ -73,6 +78,12 @@ type Owner struct {
 	mu      sync.Mutex
 	held    []bool   // by shard: this replica holds its Lease; protected by mu
 	holders []string // by shard: the Lease's holder as last seen; protected by mu
+	// changed is closed (and replaced) when a shard is gained or lost
+	// and when a published document changes; protected by mu.
+	changed chan struct{}
+
+	pub   *published // the shards' published documents (publish.go)
+	pubMu sync.Mutex // held while Publish writes
 }
 
 // Start joins the election of every shard and returns.
@@ -100,7 +111,11 @@ func Start(ctx context.Context, cfg Config) (*Owner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syncowner: kubernetes client: %w", err)
 	}
-	o := &Owner{cfg: cfg, log: cfg.Logger.With("component", "syncowner"), held: make([]bool, cfg.Shards), holders: make([]string, cfg.Shards)}
+	o := &Owner{cfg: cfg, log: cfg.Logger.With("component", "syncowner"), held: make([]bool, cfg.Shards), holders: make([]string, cfg.Shards),
+		changed: make(chan struct{})}
+	if o.pub, err = newPublished(cs, cfg.Namespace, cfg.LeasePrefix, o.signal); err != nil {
+		return nil, err
+	}
 	electors := make([]*leaderelection.LeaderElector, cfg.Shards)
 	for i := range cfg.Shards {
 		name := fmt.Sprintf("%s-%d", cfg.LeasePrefix, i)
@@ -118,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Owner, error) {
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.cancel = cancel
+	o.pub.factory.Start(rctx.Done())
 	for _, e := range electors {
 		o.wg.Go(func() {
 			// A round ends when the shard is lost; campaign again.
@@ -143,6 +159,7 @@ func (o *Owner) set(shard int, held bool) {
 	}
 	o.mu.Unlock()
 	if changed {
+		o.signal()
 		o.log.Info("sync shard", "shard", shard, "owned", held)
 		if o.cfg.Changed != nil {
 			o.cfg.Changed()
@@ -183,6 +200,7 @@ func (o *Owner) Holders() []string {
 func (o *Owner) Close() {
 	o.cancel()
 	o.wg.Wait()
+	o.pub.factory.Shutdown()
 }
 
 // KillForTest stops this replica as a dead one stops: its Leases are no

@@ -9,7 +9,8 @@
 // needs) serves it on a unix socket that only the agent's user may reach.
 // It holds the node's privileged work and nothing else: writing and deleting
 // snippet files, reading and writing the disks of guests marked for a move
-// (VolumeIO), and, next to it on the same socket, flexplane.edge.v1's
+// (VolumeIO), writing tenants' uploaded images into the storages' import and
+// ISO directories (WriteUpload), and, next to it on the same socket, flexplane.edge.v1's
 // EdgeService (the edge gateways' namespaces, links and rulesets). It holds
 // no Proxmox credential: what it may touch it checks against the node's own
 // files (Proxmox's guest configs under /etc/pve), not against what the agent
@@ -633,6 +634,229 @@ func (x *VolumeIOResponse) GetWritten() uint32 {
 	return 0
 }
 
+type WriteUploadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*WriteUploadRequest_File
+	//	*WriteUploadRequest_Data
+	Part          isWriteUploadRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteUploadRequest) Reset() {
+	*x = WriteUploadRequest{}
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteUploadRequest) ProtoMessage() {}
+
+func (x *WriteUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteUploadRequest.ProtoReflect.Descriptor instead.
+func (*WriteUploadRequest) Descriptor() ([]byte, []int) {
+	return file_flexplane_helper_v1_helper_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WriteUploadRequest) GetPart() isWriteUploadRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *WriteUploadRequest) GetFile() *UploadFile {
+	if x != nil {
+		if x, ok := x.Part.(*WriteUploadRequest_File); ok {
+			return x.File
+		}
+	}
+	return nil
+}
+
+func (x *WriteUploadRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*WriteUploadRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isWriteUploadRequest_Part interface {
+	isWriteUploadRequest_Part()
+}
+
+type WriteUploadRequest_File struct {
+	// file must be the first request and only it.
+	File *UploadFile `protobuf:"bytes,1,opt,name=file,proto3,oneof"`
+}
+
+type WriteUploadRequest_Data struct {
+	// data is the next bytes of the file, at most 1 MiB.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*WriteUploadRequest_File) isWriteUploadRequest_Part() {}
+
+func (*WriteUploadRequest_Data) isWriteUploadRequest_Part() {}
+
+// UploadFile names the file an upload writes.
+type UploadFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// dir is the storage's directory of the content (import or template/iso),
+	// absolute.
+	Dir string `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// content is the Proxmox content type: import or iso.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// name is the file's name: 1 to 128 of A-Z, a-z, 0-9, '.', '_', '-',
+	// starting with a letter or digit, without "..", ending in .qcow2, .raw or
+	// .img for import and .iso for iso.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// size is the file's exact size in bytes, 0 when unknown.
+	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// max_size is the most bytes the file may have, 0 for the helper's bound.
+	MaxSize       int64 `protobuf:"varint,5,opt,name=max_size,json=maxSize,proto3" json:"max_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadFile) Reset() {
+	*x = UploadFile{}
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadFile) ProtoMessage() {}
+
+func (x *UploadFile) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadFile.ProtoReflect.Descriptor instead.
+func (*UploadFile) Descriptor() ([]byte, []int) {
+	return file_flexplane_helper_v1_helper_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UploadFile) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *UploadFile) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *UploadFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UploadFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadFile) GetMaxSize() int64 {
+	if x != nil {
+		return x.MaxSize
+	}
+	return 0
+}
+
+type WriteUploadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ready answers file: the helper takes the file's bytes.
+	Ready bool `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	// size answers the end of the requests: the bytes stored.
+	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteUploadResponse) Reset() {
+	*x = WriteUploadResponse{}
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteUploadResponse) ProtoMessage() {}
+
+func (x *WriteUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flexplane_helper_v1_helper_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteUploadResponse.ProtoReflect.Descriptor instead.
+func (*WriteUploadResponse) Descriptor() ([]byte, []int) {
+	return file_flexplane_helper_v1_helper_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WriteUploadResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *WriteUploadResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_flexplane_helper_v1_helper_proto protoreflect.FileDescriptor
 
 const file_flexplane_helper_v1_helper_proto_rawDesc = "" +
@@ -671,11 +895,26 @@ const file_flexplane_helper_v1_helper_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
 	"\x03eof\x18\x03 \x01(\bR\x03eof\x12\x18\n" +
-	"\awritten\x18\x04 \x01(\rR\awritten2\xb9\x02\n" +
+	"\awritten\x18\x04 \x01(\rR\awritten\"i\n" +
+	"\x12WriteUploadRequest\x125\n" +
+	"\x04file\x18\x01 \x01(\v2\x1f.flexplane.helper.v1.UploadFileH\x00R\x04file\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x06\n" +
+	"\x04part\"{\n" +
+	"\n" +
+	"UploadFile\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x19\n" +
+	"\bmax_size\x18\x05 \x01(\x03R\amaxSize\"?\n" +
+	"\x13WriteUploadResponse\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size2\x9f\x03\n" +
 	"\rHelperService\x12c\n" +
 	"\fWriteSnippet\x12(.flexplane.helper.v1.WriteSnippetRequest\x1a).flexplane.helper.v1.WriteSnippetResponse\x12f\n" +
 	"\rDeleteSnippet\x12).flexplane.helper.v1.DeleteSnippetRequest\x1a*.flexplane.helper.v1.DeleteSnippetResponse\x12[\n" +
-	"\bVolumeIO\x12$.flexplane.helper.v1.VolumeIORequest\x1a%.flexplane.helper.v1.VolumeIOResponse(\x010\x01BCZAgithub.com/flexplane/flexplane/proto/flexplane/helper/v1;helperv1b\x06proto3"
+	"\bVolumeIO\x12$.flexplane.helper.v1.VolumeIORequest\x1a%.flexplane.helper.v1.VolumeIOResponse(\x010\x01\x12d\n" +
+	"\vWriteUpload\x12'.flexplane.helper.v1.WriteUploadRequest\x1a(.flexplane.helper.v1.WriteUploadResponse(\x010\x01BCZAgithub.com/flexplane/flexplane/proto/flexplane/helper/v1;helperv1b\x06proto3"
 
 var (
 	file_flexplane_helper_v1_helper_proto_rawDescOnce sync.Once
@@ -689,7 +928,7 @@ func file_flexplane_helper_v1_helper_proto_rawDescGZIP() []byte {
 	return file_flexplane_helper_v1_helper_proto_rawDescData
 }
 
-var file_flexplane_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_flexplane_helper_v1_helper_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_flexplane_helper_v1_helper_proto_goTypes = []any{
 	(*WriteSnippetRequest)(nil),   // 0: flexplane.helper.v1.WriteSnippetRequest
 	(*WriteSnippetResponse)(nil),  // 1: flexplane.helper.v1.WriteSnippetResponse
@@ -701,23 +940,29 @@ var file_flexplane_helper_v1_helper_proto_goTypes = []any{
 	(*WriteAt)(nil),               // 7: flexplane.helper.v1.WriteAt
 	(*Sync)(nil),                  // 8: flexplane.helper.v1.Sync
 	(*VolumeIOResponse)(nil),      // 9: flexplane.helper.v1.VolumeIOResponse
+	(*WriteUploadRequest)(nil),    // 10: flexplane.helper.v1.WriteUploadRequest
+	(*UploadFile)(nil),            // 11: flexplane.helper.v1.UploadFile
+	(*WriteUploadResponse)(nil),   // 12: flexplane.helper.v1.WriteUploadResponse
 }
 var file_flexplane_helper_v1_helper_proto_depIdxs = []int32{
-	5, // 0: flexplane.helper.v1.VolumeIORequest.open:type_name -> flexplane.helper.v1.OpenVolume
-	6, // 1: flexplane.helper.v1.VolumeIORequest.read:type_name -> flexplane.helper.v1.ReadAt
-	7, // 2: flexplane.helper.v1.VolumeIORequest.write:type_name -> flexplane.helper.v1.WriteAt
-	8, // 3: flexplane.helper.v1.VolumeIORequest.sync:type_name -> flexplane.helper.v1.Sync
-	0, // 4: flexplane.helper.v1.HelperService.WriteSnippet:input_type -> flexplane.helper.v1.WriteSnippetRequest
-	2, // 5: flexplane.helper.v1.HelperService.DeleteSnippet:input_type -> flexplane.helper.v1.DeleteSnippetRequest
-	4, // 6: flexplane.helper.v1.HelperService.VolumeIO:input_type -> flexplane.helper.v1.VolumeIORequest
-	1, // 7: flexplane.helper.v1.HelperService.WriteSnippet:output_type -> flexplane.helper.v1.WriteSnippetResponse
-	3, // 8: flexplane.helper.v1.HelperService.DeleteSnippet:output_type -> flexplane.helper.v1.DeleteSnippetResponse
-	9, // 9: flexplane.helper.v1.HelperService.VolumeIO:output_type -> flexplane.helper.v1.VolumeIOResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5,  // 0: flexplane.helper.v1.VolumeIORequest.open:type_name -> flexplane.helper.v1.OpenVolume
+	6,  // 1: flexplane.helper.v1.VolumeIORequest.read:type_name -> flexplane.helper.v1.ReadAt
+	7,  // 2: flexplane.helper.v1.VolumeIORequest.write:type_name -> flexplane.helper.v1.WriteAt
+	8,  // 3: flexplane.helper.v1.VolumeIORequest.sync:type_name -> flexplane.helper.v1.Sync
+	11, // 4: flexplane.helper.v1.WriteUploadRequest.file:type_name -> flexplane.helper.v1.UploadFile
+	0,  // 5: flexplane.helper.v1.HelperService.WriteSnippet:input_type -> flexplane.helper.v1.WriteSnippetRequest
+	2,  // 6: flexplane.helper.v1.HelperService.DeleteSnippet:input_type -> flexplane.helper.v1.DeleteSnippetRequest
+	4,  // 7: flexplane.helper.v1.HelperService.VolumeIO:input_type -> flexplane.helper.v1.VolumeIORequest
+	10, // 8: flexplane.helper.v1.HelperService.WriteUpload:input_type -> flexplane.helper.v1.WriteUploadRequest
+	1,  // 9: flexplane.helper.v1.HelperService.WriteSnippet:output_type -> flexplane.helper.v1.WriteSnippetResponse
+	3,  // 10: flexplane.helper.v1.HelperService.DeleteSnippet:output_type -> flexplane.helper.v1.DeleteSnippetResponse
+	9,  // 11: flexplane.helper.v1.HelperService.VolumeIO:output_type -> flexplane.helper.v1.VolumeIOResponse
+	12, // 12: flexplane.helper.v1.HelperService.WriteUpload:output_type -> flexplane.helper.v1.WriteUploadResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_flexplane_helper_v1_helper_proto_init() }
@@ -731,13 +976,17 @@ func file_flexplane_helper_v1_helper_proto_init() {
 		(*VolumeIORequest_Write)(nil),
 		(*VolumeIORequest_Sync)(nil),
 	}
+	file_flexplane_helper_v1_helper_proto_msgTypes[10].OneofWrappers = []any{
+		(*WriteUploadRequest_File)(nil),
+		(*WriteUploadRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flexplane_helper_v1_helper_proto_rawDesc), len(file_flexplane_helper_v1_helper_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,7 +9,8 @@
 // needs) serves it on a unix socket that only the agent's user may reach.
 // It holds the node's privileged work and nothing else: writing and deleting
 // snippet files, reading and writing the disks of guests marked for a move
-// (VolumeIO), and, next to it on the same socket, flexplane.edge.v1's
+// (VolumeIO), writing tenants' uploaded images into the storages' import and
+// ISO directories (WriteUpload), and, next to it on the same socket, flexplane.edge.v1's
 // EdgeService (the edge gateways' namespaces, links and rulesets). It holds
 // no Proxmox credential: what it may touch it checks against the node's own
 // files (Proxmox's guest configs under /etc/pve), not against what the agent
@@ -33,6 +34,7 @@ const (
 	HelperService_WriteSnippet_FullMethodName  = "/flexplane.helper.v1.HelperService/WriteSnippet"
 	HelperService_DeleteSnippet_FullMethodName = "/flexplane.helper.v1.HelperService/DeleteSnippet"
 	HelperService_VolumeIO_FullMethodName      = "/flexplane.helper.v1.HelperService/VolumeIO"
+	HelperService_WriteUpload_FullMethodName   = "/flexplane.helper.v1.HelperService/WriteUpload"
 )
 
 // HelperServiceClient is the client API for HelperService service.
@@ -58,6 +60,22 @@ type HelperServiceClient interface {
 	// anything else is PERMISSION_DENIED or INVALID_ARGUMENT, and nothing is
 	// opened.
 	VolumeIO(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[VolumeIORequest, VolumeIOResponse], error)
+	// WriteUpload writes a tenant's uploaded file into a storage directory: the
+	// first request is file, which the helper checks (dir one of its
+	// configured upload directories and the directory of that content, name a
+	// plain file name with an extension the content allows, sizes within the
+	// bound, no file of that name) and answers with ready, before any byte;
+	// then data requests carry the file's bytes, and the end of the requests
+	// ends the file. The file is written into a hidden temporary file of dir,
+	// synced, and linked under its name (0644, owned by root), then dir is
+	// synced; a stream of another length than file's size, or past its bound,
+	// a broken stream and a refusal leave nothing. A name that exists is
+	// ALREADY_EXISTS and the file is kept; a directory not configured is
+	// PERMISSION_DENIED; a bad name or size INVALID_ARGUMENT; a length other
+	// than announced DATA_LOSS. A directory whose file system neither links
+	// files nor renames without replacing is UNIMPLEMENTED, before any byte:
+	// the agent then stores the file another way.
+	WriteUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteUploadRequest, WriteUploadResponse], error)
 }
 
 type helperServiceClient struct {
@@ -101,6 +119,19 @@ func (c *helperServiceClient) VolumeIO(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HelperService_VolumeIOClient = grpc.BidiStreamingClient[VolumeIORequest, VolumeIOResponse]
 
+func (c *helperServiceClient) WriteUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteUploadRequest, WriteUploadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HelperService_ServiceDesc.Streams[1], HelperService_WriteUpload_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteUploadRequest, WriteUploadResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HelperService_WriteUploadClient = grpc.BidiStreamingClient[WriteUploadRequest, WriteUploadResponse]
+
 // HelperServiceServer is the server API for HelperService service.
 // All implementations must embed UnimplementedHelperServiceServer
 // for forward compatibility.
@@ -124,6 +155,22 @@ type HelperServiceServer interface {
 	// anything else is PERMISSION_DENIED or INVALID_ARGUMENT, and nothing is
 	// opened.
 	VolumeIO(grpc.BidiStreamingServer[VolumeIORequest, VolumeIOResponse]) error
+	// WriteUpload writes a tenant's uploaded file into a storage directory: the
+	// first request is file, which the helper checks (dir one of its
+	// configured upload directories and the directory of that content, name a
+	// plain file name with an extension the content allows, sizes within the
+	// bound, no file of that name) and answers with ready, before any byte;
+	// then data requests carry the file's bytes, and the end of the requests
+	// ends the file. The file is written into a hidden temporary file of dir,
+	// synced, and linked under its name (0644, owned by root), then dir is
+	// synced; a stream of another length than file's size, or past its bound,
+	// a broken stream and a refusal leave nothing. A name that exists is
+	// ALREADY_EXISTS and the file is kept; a directory not configured is
+	// PERMISSION_DENIED; a bad name or size INVALID_ARGUMENT; a length other
+	// than announced DATA_LOSS. A directory whose file system neither links
+	// files nor renames without replacing is UNIMPLEMENTED, before any byte:
+	// the agent then stores the file another way.
+	WriteUpload(grpc.BidiStreamingServer[WriteUploadRequest, WriteUploadResponse]) error
 	mustEmbedUnimplementedHelperServiceServer()
 }
 
@@ -142,6 +189,9 @@ func (UnimplementedHelperServiceServer) DeleteSnippet(context.Context, *DeleteSn
 }
 func (UnimplementedHelperServiceServer) VolumeIO(grpc.BidiStreamingServer[VolumeIORequest, VolumeIOResponse]) error {
 	return status.Error(codes.Unimplemented, "method VolumeIO not implemented")
+}
+func (UnimplementedHelperServiceServer) WriteUpload(grpc.BidiStreamingServer[WriteUploadRequest, WriteUploadResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteUpload not implemented")
 }
 func (UnimplementedHelperServiceServer) mustEmbedUnimplementedHelperServiceServer() {}
 func (UnimplementedHelperServiceServer) testEmbeddedByValue()                       {}
@@ -207,6 +257,13 @@ func _HelperService_VolumeIO_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HelperService_VolumeIOServer = grpc.BidiStreamingServer[VolumeIORequest, VolumeIOResponse]
 
+func _HelperService_WriteUpload_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HelperServiceServer).WriteUpload(&grpc.GenericServerStream[WriteUploadRequest, WriteUploadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HelperService_WriteUploadServer = grpc.BidiStreamingServer[WriteUploadRequest, WriteUploadResponse]
+
 // HelperService_ServiceDesc is the grpc.ServiceDesc for HelperService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -227,6 +284,12 @@ var HelperService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "VolumeIO",
 			Handler:       _HelperService_VolumeIO_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "WriteUpload",
+			Handler:       _HelperService_WriteUpload_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
